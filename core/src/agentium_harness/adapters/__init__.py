@@ -1,0 +1,1 @@
+"""Built-in embedded adapters, registered through the same hooks as external plugins."""

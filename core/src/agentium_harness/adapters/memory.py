@@ -1,0 +1,135 @@
+"""In-memory reference adapters: a history archive and a session store.
+
+They are real, simple and correct implementations of their ports (same
+conflict rules, same compare-and-set) for tests and development. Data lives in
+the process and is lost when it exits, so neither declares ``durable``.
+Records are stored as canonical JSON bytes, not as live objects, so a caller
+holding a record can never change what was stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import anyio
+import attrs
+
+from ..codec import canonical_json, from_json, unstructure
+from ..errors import ArchiveConflictError, SessionConflictError, SnapshotCorruptError
+from ..history import MessageGroup
+from ..ports import OpContext
+from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from ..ports.sessions import SessionSnapshot, SessionStore, SessionStoreCapabilities, StoredSnapshot
+from ..scope import SessionKey
+
+__all__ = ["InMemoryArchive", "InMemoryArchiveConfig", "InMemorySessionStore", "InMemorySessionStoreConfig"]
+
+
+@attrs.frozen(slots=True)
+class InMemoryArchiveConfig:
+    """The in-memory archive takes no options."""
+
+
+@attrs.frozen(slots=True)
+class InMemorySessionStoreConfig:
+    """The in-memory session store takes no options."""
+
+
+class InMemoryArchive(HistoryArchive):
+    """An append-only archive held in a dict, keyed by session then ``seq``."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        durable=False, idempotent_append=True, bounded_reads=True, health_check=True
+    )
+
+    def __init__(self, config: InMemoryArchiveConfig | None = None) -> None:
+        self._groups: dict[SessionKey, dict[int, tuple[bytes, str]]] = {}
+        self._lock = anyio.Lock()
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        """Append groups; identical re-appends are no-ops, differing ones conflict."""
+        async with self._lock:
+            stored = self._groups.setdefault(key, {})
+            # Check every group before writing any, so a conflict changes nothing.
+            encoded = [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
+            for seq, _, digest in encoded:
+                if seq in stored and stored[seq][1] != digest:
+                    raise ArchiveConflictError(
+                        f"group {seq} of session {key.key()} is archived with digest {stored[seq][1]}; "
+                        f"refusing different content {digest}"
+                    )
+            receipts = []
+            for seq, data, digest in encoded:
+                stored.setdefault(seq, (data, digest))
+                receipts.append(
+                    ArchiveReceipt(seq=seq, digest=digest, location=f"memory://{key.key()}/{seq}")
+                )
+            return receipts
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Up to ``max_groups`` groups from ``start_seq``, ascending."""
+        stored = self._groups.get(key, {})
+        seqs = sorted(s for s in stored if s >= start_seq)[: max(0, max_groups)]
+        return [from_json(stored[s][0], MessageGroup) for s in seqs]
+
+    async def health(self, ctx: OpContext) -> str:
+        """Always healthy: report how many sessions are held."""
+        return f"in-memory archive, {len(self._groups)} session(s)"
+
+
+class InMemorySessionStore(SessionStore):
+    """Session snapshots held in a dict, with compare-and-set on an integer revision."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
+        compare_and_set=True, durable=False, listing=True, health_check=True
+    )
+
+    def __init__(self, config: InMemorySessionStoreConfig | None = None) -> None:
+        self._rows: dict[SessionKey, tuple[int, bytes]] = {}
+        self._lock = anyio.Lock()
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        """Return the snapshot and revision, or ``None``."""
+        row = self._rows.get(key)
+        if row is None:
+            return None
+        revision, data = row
+        try:
+            snapshot = from_json(data, SessionSnapshot)
+        except Exception as exc:  # any decode failure means the row is unusable
+            raise SnapshotCorruptError(f"snapshot of session {key.key()} cannot be decoded: {exc}") from exc
+        return StoredSnapshot(snapshot=snapshot, revision=revision)
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        """Compare-and-set: store only if the current revision is ``expected_revision``."""
+        data = canonical_json(unstructure(snapshot))
+        async with self._lock:
+            current = self._rows.get(key)
+            current_rev = None if current is None else current[0]
+            if current_rev != expected_revision:
+                raise SessionConflictError(
+                    f"session {key.key()} is at revision {current_rev}, expected {expected_revision}"
+                )
+            new_rev = 1 if current_rev is None else current_rev + 1
+            self._rows[key] = (new_rev, data)
+            return new_rev
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
+        """Sorted session ids of one user, at most ``limit``."""
+        ids = sorted(k.session for k in self._rows if k.tenant == tenant and k.user == user)
+        return ids[: max(0, limit)]
+
+    async def health(self, ctx: OpContext) -> str:
+        """Always healthy: report how many sessions are held."""
+        return f"in-memory session store, {len(self._rows)} session(s)"
+
+    def put_raw(self, key: SessionKey, revision: int, data: bytes) -> None:
+        """Place raw bytes as a row (for migration tools and corruption tests)."""
+        self._rows[key] = (revision, data)

@@ -1,0 +1,208 @@
+"""One error hierarchy, rooted at :class:`AgentiumError`.
+
+Every error the library raises on purpose is a subclass of ``AgentiumError``,
+so a host can catch the family in one place. Messages say what went wrong and
+what to do next. Where a Python built-in category fits (a bad value, a wrong
+type) the error also derives from it, so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "AgentLifecycleError",
+    "AgentiumError",
+    "ArchiveConflictError",
+    "ArchiveError",
+    "CapabilityError",
+    "ConfigError",
+    "ConfigIssue",
+    "ContractViolationError",
+    "IdentityError",
+    "InvalidIdError",
+    "LegacySnapshotError",
+    "MemoryDrainError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginNotFoundError",
+    "ProviderError",
+    "RegistrationError",
+    "RuntimeClosedError",
+    "ScopeMismatchError",
+    "SessionBusyError",
+    "SessionConflictError",
+    "SnapshotCorruptError",
+    "ToolNotGrantedError",
+]
+
+
+class AgentiumError(Exception):
+    """Root of every error raised on purpose by Agentium."""
+
+
+class InvalidIdError(AgentiumError, ValueError):
+    """An identifier (tenant, user, session, project, repository…) is not acceptable.
+
+    The message names the field. IDs must be non-empty strings of at most 256
+    characters without NUL or other control characters.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"invalid {field}: {reason}")
+
+
+class IdentityError(AgentiumError, TypeError):
+    """Something other than a :class:`~agentium_harness.scope.VerifiedIdentity` was given.
+
+    Identity a caller merely states (a dict, a tuple, a string) is not
+    authentication; verify it in the host and pass a ``VerifiedIdentity``.
+    """
+
+
+class CapabilityError(AgentiumError, ValueError):
+    """Declared capabilities are missing, malformed or incompatible.
+
+    Raised at load time (registration) and at construction time; capability
+    checks validate declarations, they do not certify backend behaviour.
+    """
+
+
+class ContractViolationError(AgentiumError):
+    """An adapter returned something its port contract forbids.
+
+    Examples: a receipt whose digest does not match the group that was
+    appended, more items than the bound that was passed in. The runtime does
+    not trust the result and changes nothing.
+    """
+
+
+class PluginError(AgentiumError):
+    """Base class of plugin loading and registration problems."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin distribution could not be imported or registered.
+
+    ``distribution`` and ``version`` name the culprit; ``error`` describes it.
+    """
+
+    def __init__(self, distribution: str, version: str, error: str) -> None:
+        self.distribution = distribution
+        self.version = version
+        self.error = error
+        super().__init__(f"plugin {distribution} {version}: {error}")
+
+
+class RegistrationError(PluginError, CapabilityError):
+    """One adapter registration was rejected by load-time validation."""
+
+    def __init__(self, kind: str, name: str, distribution: str, reason: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.distribution = distribution
+        self.reason = reason
+        super().__init__(f"{kind} adapter {name!r} from {distribution}: {reason}")
+
+
+class PluginNotFoundError(PluginError, LookupError):
+    """A config or call selected an adapter name that no loaded plugin provides."""
+
+
+class ConfigIssue:
+    """One problem found in a config file, with the path to the bad key."""
+
+    __slots__ = ("message", "path")
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ConfigIssue({self.path!r}, {self.message!r})"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConfigIssue) and (self.path, self.message) == (
+            other.path,
+            other.message,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.message))
+
+
+class ConfigError(AgentiumError, ValueError):
+    """A config file is invalid. ``issues`` lists every problem found, each with its path."""
+
+    def __init__(self, issues: Sequence[ConfigIssue], source: str | None = None) -> None:
+        self.issues = tuple(issues)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  {issue}" for issue in self.issues)
+        super().__init__(f"{len(self.issues)} config error(s){where}:\n{lines}")
+
+
+class SessionBusyError(AgentiumError):
+    """A run is already admitted for this session; one run per session at a time."""
+
+
+class RuntimeClosedError(AgentiumError):
+    """The runtime is closing or closed and admits no new runs."""
+
+
+class SessionConflictError(AgentiumError):
+    """The session snapshot changed since it was loaded (compare-and-set failed).
+
+    Another writer committed first. Nothing was overwritten; reload and retry.
+    """
+
+
+class ArchiveError(AgentiumError):
+    """The history archive could not complete an operation."""
+
+
+class ArchiveConflictError(ArchiveError):
+    """A group was appended again with the same sequence number but different content.
+
+    Archived groups are never overwritten.
+    """
+
+
+class ScopeMismatchError(AgentiumError, PermissionError):
+    """A stored snapshot's memory scope differs from the requested scope.
+
+    This is always refused; ``attest_legacy_memory_scope`` cannot override it.
+    """
+
+
+class LegacySnapshotError(AgentiumError, PermissionError):
+    """A legacy snapshot has no memory scope and no attestation was given.
+
+    Verify the snapshot's exact scope in the host, then pass
+    ``attest_legacy_memory_scope=True`` (or run ``agentium session migrate``).
+    """
+
+
+class SnapshotCorruptError(AgentiumError):
+    """A stored session snapshot cannot be decoded. Nothing was overwritten."""
+
+
+class ToolNotGrantedError(AgentiumError, PermissionError):
+    """A tool call named a tool that is unknown or not granted for this run."""
+
+
+class ProviderError(AgentiumError):
+    """The model provider failed. The session was not changed."""
+
+
+class AgentLifecycleError(AgentiumError):
+    """An agent is busy, closing or closed and rejects new admission."""
+
+
+class MemoryDrainError(AgentiumError):
+    """Owned memory work (summary, extraction, final writes) did not drain cleanly."""

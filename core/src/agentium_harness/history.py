@@ -1,0 +1,132 @@
+"""Canonical history records: messages, message groups and their digests.
+
+A :class:`MessageGroup` is the unit of canonical history: one user turn with
+everything the model and tools produced for it. A group is *complete* when
+every tool call it contains has its result; completeness is computed from the
+messages, never asserted by a flag. Only complete groups are evicted, archived
+or summarised.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from .codec import canonical_json, digest_bytes, unstructure
+from .scope import Scope, validate_id
+
+__all__ = [
+    "Message",
+    "MessageGroup",
+    "RetainedRecord",
+    "Role",
+    "ToolCall",
+    "estimate_tokens",
+]
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic, model-free token estimate: one token per 4 UTF-8 bytes, rounded up."""
+    n = len(text.encode("utf-8"))
+    return (n + 3) // 4
+
+
+class Role(enum.StrEnum):
+    """Who wrote a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+def _tool_call_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    validate_id(value, attribute.name)
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """A tool call requested by the model. ``arguments`` is plain JSON data."""
+
+    id: str = attrs.field(validator=_tool_call_id)
+    name: str = attrs.field(validator=_tool_call_id)
+    arguments: dict[str, Any] = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(slots=True)
+class Message:
+    """One message of canonical history."""
+
+    role: Role = attrs.field(converter=Role)
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_call_id: str | None = None
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Token estimate of the content and tool calls."""
+        extra = sum(estimate_tokens(c.name) + estimate_tokens(str(c.arguments)) for c in self.tool_calls)
+        return estimate_tokens(self.content) + extra + 4
+
+
+@attrs.frozen(slots=True)
+class RetainedRecord:
+    """What is kept with a committed group about how its answer was produced (R26).
+
+    ``source_view_revision`` identifies the validated view of recalled sources,
+    ``summary_policy``/``summary_version`` the summary that was in the request,
+    and ``uncertainty`` every caveat the run carried. Later features fill the
+    optional fields; the shape is fixed now.
+    """
+
+    scope: Scope
+    source_view_revision: str | None = None
+    summary_policy: str | None = None
+    summary_version: str | None = None
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+
+def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class MessageGroup:
+    """A complete-or-not run of messages, numbered by ``seq`` within its session."""
+
+    seq: int = attrs.field(validator=_non_negative_int)
+    messages: tuple[Message, ...] = attrs.field(converter=tuple)
+    retained: RetainedRecord | None = None
+
+    @property
+    def missing_tool_results(self) -> tuple[str, ...]:
+        """IDs of tool calls in this group that have no tool result message."""
+        answered = {m.tool_call_id for m in self.messages if m.role is Role.TOOL}
+        return tuple(c.id for m in self.messages for c in m.tool_calls if c.id not in answered)
+
+    @property
+    def is_complete(self) -> bool:
+        """True when the group is non-empty and every tool call has its result."""
+        return bool(self.messages) and not self.missing_tool_results
+
+    def canonical_bytes(self) -> bytes:
+        """The canonical JSON encoding of this group."""
+        return canonical_json(unstructure(self))
+
+    @property
+    def digest(self) -> str:
+        """``sha256:<hex>`` of :meth:`canonical_bytes`."""
+        return digest_bytes(self.canonical_bytes())
+
+    @property
+    def size_bytes(self) -> int:
+        """Length of the canonical encoding in bytes."""
+        return len(self.canonical_bytes())
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Token estimate of all messages."""
+        return sum(m.estimated_tokens for m in self.messages)

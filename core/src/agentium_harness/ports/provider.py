@@ -1,0 +1,137 @@
+"""The model provider port and the model request it receives (R4).
+
+A :class:`ModelRequest` keeps host instructions apart from source data:
+recall evidence, summaries and memory arrive as labeled
+:class:`SourceBlock` items, never as instructions.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+import attrs
+
+from ..history import Message, estimate_tokens
+from ._base import Capabilities, OpContext, port_stub
+
+__all__ = [
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "ProviderCapabilities",
+    "SourceBlock",
+    "SourceKind",
+    "ToolSpec",
+    "Usage",
+]
+
+
+@attrs.frozen(slots=True)
+class ProviderCapabilities(Capabilities):
+    """What a provider declares.
+
+    - ``tool_calls``: the provider may answer with tool calls.
+    - ``deterministic``: the same request always yields the same response (scripted, recorded, extractive).
+    """
+
+    tool_calls: bool = False
+    deterministic: bool = False
+
+
+class SourceKind(enum.StrEnum):
+    """Where a block of source data came from."""
+
+    RECALL = "recall"
+    SUMMARY = "summary"
+    MEMORY = "memory"
+
+
+@attrs.frozen(slots=True)
+class SourceBlock:
+    """Labeled source data in a model request. Its content is data, never instructions (R4, R38).
+
+    ``attributes`` carries completeness, omissions, citations and coverage as
+    plain strings so the rendered wrapper shows them to the model.
+    """
+
+    kind: SourceKind
+    source_id: str
+    content: str
+    attributes: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=tuple)
+
+    def render(self) -> str:
+        """The block as the model sees it, wrapper included."""
+        attrs_text = "".join(f' {k}="{v}"' for k, v in self.attributes)
+        return (
+            f'<source-data kind="{self.kind.value}" id="{self.source_id}"{attrs_text}>\n'
+            f"{self.content}\n</source-data>"
+        )
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Tokens of the whole rendered block: the wrapper counts against the budget (R19, R38)."""
+        return estimate_tokens(self.render())
+
+
+@attrs.frozen(slots=True)
+class ToolSpec:
+    """A tool offered to the model."""
+
+    name: str
+    description: str = ""
+
+
+@attrs.frozen(slots=True)
+class ModelRequest:
+    """Everything sent to the model for one step, in order.
+
+    instructions (host), then source blocks (labeled data), then resident
+    history, then the new input and any messages of the current turn so far.
+    """
+
+    instructions: str
+    sources: tuple[SourceBlock, ...] = attrs.field(default=(), converter=tuple)
+    history: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+    turn: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple)
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Token estimate of the whole request."""
+        return (
+            estimate_tokens(self.instructions)
+            + sum(b.estimated_tokens for b in self.sources)
+            + sum(m.estimated_tokens for m in self.history)
+            + sum(m.estimated_tokens for m in self.turn)
+        )
+
+
+@attrs.frozen(slots=True)
+class Usage:
+    """Token usage of one model call (estimated where the provider gives none)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@attrs.frozen(slots=True)
+class ModelResponse:
+    """The model's answer: one assistant message, possibly with tool calls."""
+
+    message: Message
+    usage: Usage = Usage()
+
+
+class ModelProvider:
+    """Port for a model provider. Providers are lent by the host and never closed by the runtime."""
+
+    capabilities: ClassVar[ProviderCapabilities]
+
+    @port_stub
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        """Return the model's next message for ``request``."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release what the adapter acquired itself."""

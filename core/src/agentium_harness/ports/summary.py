@@ -1,0 +1,63 @@
+"""The summarizer port: incremental task summaries with citations (R5, R23, R26)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import attrs
+
+from ..history import MessageGroup
+from ._base import Capabilities, OpContext, port_stub
+
+__all__ = ["Citation", "Summarizer", "SummarizerCapabilities", "TaskSummary"]
+
+
+@attrs.frozen(slots=True)
+class SummarizerCapabilities(Capabilities):
+    """What a summarizer declares.
+
+    - ``incremental``: folds new groups into a previous summary (required).
+    - ``citations``: every statement cites the groups it came from.
+    """
+
+    REQUIRED: ClassVar[tuple[str, ...]] = ("incremental",)
+
+    incremental: bool = False
+    citations: bool = False
+
+
+@attrs.frozen(slots=True)
+class Citation:
+    """Identifies evidence (a group ``seq`` and its digest); it never restores omitted raw text (R5)."""
+
+    seq: int
+    digest: str
+
+
+@attrs.frozen(slots=True)
+class TaskSummary:
+    """A summary of canonical groups below ``frontier`` (exclusive), with citations and uncertainty."""
+
+    text: str
+    frontier: int
+    citations: tuple[Citation, ...] = attrs.field(default=(), converter=tuple)
+    policy: str = "default"
+    version: str = "1"
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+
+class Summarizer:
+    """Port for a summarizer."""
+
+    capabilities: ClassVar[SummarizerCapabilities]
+
+    @port_stub
+    async def summarize(
+        self, previous: TaskSummary | None, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> TaskSummary:
+        """Fold complete ``groups`` (contiguous from ``previous.frontier``) into a new summary."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release what the adapter acquired itself."""
