@@ -1,0 +1,37 @@
+"""The built-in plugin: registers the embedded adapters through the ordinary hooks.
+
+The registry registers this module first, under the distribution name
+``agentium-harness``, exactly as it registers an external plugin's module.
+"""
+
+from __future__ import annotations
+
+from ..plugins.hookspecs import hookimpl
+from ..plugins.spec import AdapterSpec, Register
+from .memory import InMemoryArchive, InMemoryArchiveConfig, InMemorySessionStore, InMemorySessionStoreConfig
+
+
+@hookimpl
+def agentium_register_archives(register: Register) -> None:
+    """Register the built-in archives."""
+    register(
+        AdapterSpec(
+            name="memory",
+            adapter_class=InMemoryArchive,
+            config_class=InMemoryArchiveConfig,
+            description="in-process archive for tests and development (not durable)",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_session_stores(register: Register) -> None:
+    """Register the built-in session stores."""
+    register(
+        AdapterSpec(
+            name="memory",
+            adapter_class=InMemorySessionStore,
+            config_class=InMemorySessionStoreConfig,
+            description="in-process session store for tests and development (not durable)",
+        )
+    )

@@ -1,0 +1,1 @@
+"""Plugin machinery: hook specifications, adapter specs and the registry."""
