@@ -1,0 +1,1 @@
+"""The runtime engine: run loop, resident history and eviction, resources."""
