@@ -36,6 +36,7 @@ MAX_ID_LENGTH = 256
 # Characters kept as they are by the key encoding; everything else (including
 # "%", ".", "/", "*", "?", "[", "\\" and "~") is percent-encoded byte by byte.
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_UPPER_HEX = frozenset("0123456789ABCDEF")
 #: Marker for an absent optional segment. "~" is never produced by the encoding.
 ABSENT_SEGMENT = "~"
 
@@ -90,7 +91,9 @@ def decode_segment(segment: str) -> str:
         ch = segment[i]
         if ch == "%":
             hexpart = segment[i + 1 : i + 3]
-            if len(hexpart) != 2 or hexpart.upper() != hexpart:
+            # Checked character by character: int(..., 16) alone would accept
+            # "+1", " 1" or "1 ", which the encoder never writes.
+            if len(hexpart) != 2 or not all(c in _UPPER_HEX for c in hexpart):
                 raise ValueError(f"bad escape in key segment {segment!r}")
             byte = int(hexpart, 16)
             if byte in _SAFE:
