@@ -10,6 +10,7 @@ or summarised.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -25,6 +26,21 @@ __all__ = [
     "ToolCall",
     "estimate_tokens",
 ]
+
+
+def _tuple_of_toolcall(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_str(value: Iterable[str]) -> tuple[str, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_message(value: Iterable[Message]) -> tuple[Message, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
 
 
 def estimate_tokens(text: str) -> int:
@@ -61,7 +77,7 @@ class Message:
 
     role: Role = attrs.field(converter=Role)
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple_of_toolcall)
     tool_call_id: str | None = None
 
     @property
@@ -85,7 +101,7 @@ class RetainedRecord:
     source_view_revision: str | None = None
     summary_policy: str | None = None
     summary_version: str | None = None
-    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
 
 
 def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -98,7 +114,7 @@ class MessageGroup:
     """A complete-or-not run of messages, numbered by ``seq`` within its session."""
 
     seq: int = attrs.field(validator=_non_negative_int)
-    messages: tuple[Message, ...] = attrs.field(converter=tuple)
+    messages: tuple[Message, ...] = attrs.field(converter=_tuple_of_message)
     retained: RetainedRecord | None = None
 
     @property

@@ -8,6 +8,7 @@ recall evidence, summaries and memory arrive as labeled
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import ClassVar
 
 import attrs
@@ -25,6 +26,26 @@ __all__ = [
     "ToolSpec",
     "Usage",
 ]
+
+
+def _tuple_of_tuple_str_str(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_sourceblock(value: Iterable[SourceBlock]) -> tuple[SourceBlock, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_message(value: Iterable[Message]) -> tuple[Message, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_toolspec(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -58,7 +79,7 @@ class SourceBlock:
     kind: SourceKind
     source_id: str
     content: str
-    attributes: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=tuple)
+    attributes: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_tuple_of_tuple_str_str)
 
     def render(self) -> str:
         """The block as the model sees it, wrapper included."""
@@ -91,10 +112,10 @@ class ModelRequest:
     """
 
     instructions: str
-    sources: tuple[SourceBlock, ...] = attrs.field(default=(), converter=tuple)
-    history: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
-    turn: tuple[Message, ...] = attrs.field(default=(), converter=tuple)
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple)
+    sources: tuple[SourceBlock, ...] = attrs.field(default=(), converter=_tuple_of_sourceblock)
+    history: tuple[Message, ...] = attrs.field(default=(), converter=_tuple_of_message)
+    turn: tuple[Message, ...] = attrs.field(default=(), converter=_tuple_of_message)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tuple_of_toolspec)
 
     @property
     def estimated_tokens(self) -> int:

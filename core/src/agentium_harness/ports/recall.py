@@ -12,7 +12,7 @@ still checks every bound on what they return.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 import attrs
@@ -34,6 +34,11 @@ __all__ = [
     "Validation",
     "ValidationStatus",
 ]
+
+
+def _frozenset_of_omitted(value: Iterable[OmittedContext]) -> frozenset[OmittedContext]:
+    """Typed frozenset converter."""
+    return frozenset(value)
 
 
 @attrs.frozen(slots=True)
@@ -122,7 +127,7 @@ class Excerpt:
     ref: SourceRef
     text: str
     completeness: Completeness = Completeness.COMPLETE
-    omitted: frozenset[OmittedContext] = attrs.field(default=frozenset(), converter=frozenset)
+    omitted: frozenset[OmittedContext] = attrs.field(default=frozenset(), converter=_frozenset_of_omitted)
 
 
 class ValidationStatus(enum.StrEnum):

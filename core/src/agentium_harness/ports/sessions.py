@@ -8,6 +8,7 @@ commit on the same base.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 import attrs
@@ -26,6 +27,11 @@ __all__ = [
 
 #: Current snapshot format. Version 1 snapshots had no memory scope (legacy).
 SNAPSHOT_FORMAT_VERSION = 2
+
+
+def _tuple_of_messagegroup(value: Iterable[MessageGroup]) -> tuple[MessageGroup, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -62,7 +68,7 @@ class SessionSnapshot:
     memory_scope: Scope | None
     boundary: int = 0
     next_seq: int = 0
-    resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=tuple)
+    resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=_tuple_of_messagegroup)
     format_version: int = SNAPSHOT_FORMAT_VERSION
 
 

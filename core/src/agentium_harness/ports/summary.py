@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 import attrs
@@ -11,6 +11,16 @@ from ..history import MessageGroup
 from ._base import Capabilities, OpContext, port_stub
 
 __all__ = ["Citation", "Summarizer", "SummarizerCapabilities", "TaskSummary"]
+
+
+def _tuple_of_citation(value: Iterable[Citation]) -> tuple[Citation, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_str(value: Iterable[str]) -> tuple[str, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -41,10 +51,10 @@ class TaskSummary:
 
     text: str
     frontier: int
-    citations: tuple[Citation, ...] = attrs.field(default=(), converter=tuple)
+    citations: tuple[Citation, ...] = attrs.field(default=(), converter=_tuple_of_citation)
     policy: str = "default"
     version: str = "1"
-    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
 
 
 class Summarizer:

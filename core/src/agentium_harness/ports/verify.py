@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from typing import ClassVar
 
 import attrs
@@ -27,6 +28,16 @@ MAX_EVIDENCE_ENTRIES = 32
 MAX_EVIDENCE_BYTES = 8192
 
 
+def _tuple_of_str(value: Iterable[str]) -> tuple[str, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_evidenceentry(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
 @attrs.frozen(slots=True)
 class VerifierCapabilities(Capabilities):
     """What a verifier declares: the kinds of current evidence it reads."""
@@ -48,7 +59,7 @@ class CompletionCandidate:
     """What the model claims is done. A claim is never proof (R29)."""
 
     claim: str
-    artifacts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    artifacts: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
 
 
 @attrs.frozen(slots=True)
@@ -75,7 +86,7 @@ class VerificationResult:
     """The verdict with the evidence it rests on."""
 
     verdict: Verdict
-    evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=tuple)
+    evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=_tuple_of_evidenceentry)
     reason: str = ""
 
 
