@@ -23,6 +23,7 @@ __all__ = [
     "InvalidIdError",
     "LegacySnapshotError",
     "MemoryDrainError",
+    "OperationCancelledError",
     "PluginError",
     "PluginLoadError",
     "PluginNotFoundError",
@@ -206,3 +207,17 @@ class AgentLifecycleError(AgentiumError):
 
 class MemoryDrainError(AgentiumError):
     """Owned memory work (summary, extraction, final writes) did not drain cleanly."""
+
+
+class OperationCancelledError(AgentiumError):
+    """An operation was refused or stopped because its ``OpContext`` was cancelled or past its deadline.
+
+    Raised by adapters that check the context before starting work (and,
+    where the backend allows, between steps). Work that was refused wrote
+    nothing; retry with a fresh context if the caller still wants it done.
+    ``reason`` is the signal's reason or ``"deadline passed"``.
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(message)
