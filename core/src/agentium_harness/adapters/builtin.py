@@ -9,6 +9,12 @@ from __future__ import annotations
 from ..plugins.hookspecs import hookimpl
 from ..plugins.spec import AdapterSpec, Register
 from .memory import InMemoryArchive, InMemoryArchiveConfig, InMemorySessionStore, InMemorySessionStoreConfig
+from .providers import (
+    ExtractiveProvider,
+    ExtractiveProviderConfig,
+    ScriptedProvider,
+    ScriptedProviderConfig,
+)
 
 
 @hookimpl
@@ -33,5 +39,26 @@ def agentium_register_session_stores(register: Register) -> None:
             adapter_class=InMemorySessionStore,
             config_class=InMemorySessionStoreConfig,
             description="in-process session store for tests and development (not durable)",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_providers(register: Register) -> None:
+    """Register the built-in deterministic providers."""
+    register(
+        AdapterSpec(
+            name="scripted",
+            adapter_class=ScriptedProvider,
+            config_class=ScriptedProviderConfig,
+            description="replays replies from a list or a JSONL file",
+        )
+    )
+    register(
+        AdapterSpec(
+            name="extractive",
+            adapter_class=ExtractiveProvider,
+            config_class=ExtractiveProviderConfig,
+            description="quotes the best-matching labeled source sentence, or abstains",
         )
     )

@@ -1,0 +1,165 @@
+"""Built-in model providers that need no live model: ``scripted`` and ``extractive``.
+
+Both are deterministic, so demos, tests and evaluations are reproducible. The
+scripted provider replays responses from a list or a JSONL file; the
+extractive provider answers only from the labeled source data in its request,
+quoting the best-matching sentence with its source id, and abstains when no
+source supports an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import anyio
+import attrs
+
+from ..codec import structure
+from ..errors import ProviderError
+from ..history import Message, Role, ToolCall
+from ..ports import OpContext
+from ..ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
+
+__all__ = [
+    "ABSTAIN_TEXT",
+    "ExtractiveProvider",
+    "ExtractiveProviderConfig",
+    "ScriptedProvider",
+    "ScriptedProviderConfig",
+    "ScriptedReply",
+]
+
+#: What the extractive provider says when no labeled source supports an answer.
+ABSTAIN_TEXT = "I have no evidence in the provided sources to answer that."
+
+
+@attrs.frozen(slots=True)
+class ScriptedToolCall:
+    """A tool call in a scripted reply."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
+class ScriptedReply:
+    """One scripted reply: text and optional tool calls."""
+
+    content: str = ""
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
+
+    def to_message(self) -> Message:
+        """The assistant message this reply stands for."""
+        calls = tuple(ToolCall(c.id, c.name, dict(c.arguments)) for c in self.tool_calls)
+        return Message(Role.ASSISTANT, self.content, tool_calls=calls)
+
+
+def _reply_from_plain(item: object) -> ScriptedReply:
+    if isinstance(item, str):
+        return ScriptedReply(content=item)
+    return structure(item, ScriptedReply)
+
+
+@attrs.frozen(slots=True)
+class ScriptedProviderConfig:
+    """Options of the scripted provider.
+
+    - ``responses``: replies in order; each a string or a table with ``content`` and ``tool_calls``.
+    - ``path``: a JSONL file of replies (one JSON string or object per line), read on first use.
+    - ``cycle``: start again from the first reply when the script runs out (otherwise an error).
+    """
+
+    responses: list[str | dict[str, Any]] = attrs.field(factory=list)
+    path: str | None = None
+    cycle: bool = False
+
+
+class ScriptedProvider(ModelProvider):
+    """Replays a fixed script of replies, one per model call."""
+
+    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=True, deterministic=True)
+
+    def __init__(
+        self, config: ScriptedProviderConfig | None = None, *, replies: Sequence[object] = ()
+    ) -> None:
+        self._config = config or ScriptedProviderConfig()
+        # Inline replies are validated now (no I/O); a file is read on first use.
+        self._replies: list[ScriptedReply] | None = [
+            _reply_from_plain(r) for r in (*self._config.responses, *replies)
+        ]
+        if self._config.path is not None:
+            self._replies = None
+        self._index = 0
+        self.calls: list[ModelRequest] = []
+
+    async def _load(self) -> list[ScriptedReply]:
+        if self._replies is None:
+            assert self._config.path is not None
+            text = await anyio.Path(self._config.path).read_text(encoding="utf-8")
+            replies = [_reply_from_plain(json.loads(line)) for line in text.splitlines() if line.strip()]
+            self._replies = [_reply_from_plain(r) for r in self._config.responses] + replies
+        return self._replies
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        """Return the next scripted reply."""
+        replies = await self._load()
+        if self._index >= len(replies):
+            if not self._config.cycle or not replies:
+                raise ProviderError(f"scripted provider ran out of replies after {len(replies)}")
+            self._index = 0
+        reply = replies[self._index]
+        self._index += 1
+        self.calls.append(request)
+        return ModelResponse(message=reply.to_message())
+
+
+@attrs.frozen(slots=True)
+class ExtractiveProviderConfig:
+    """Options of the extractive provider.
+
+    - ``min_overlap``: how many query words a sentence must share to be quoted.
+    """
+
+    min_overlap: int = 1
+
+
+_WORD = re.compile(r"[\w']+", re.UNICODE)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+# Words too common to show that a sentence answers a question.
+_STOP = frozenset(
+    "a an and are as at be by did do does for from has have how i in is it its me my of on or "
+    "our so that the their there this to was we were what when where which who why will with you your".split()
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP}
+
+
+class ExtractiveProvider(ModelProvider):
+    """Answers by quoting the labeled source sentence that best matches the latest user text."""
+
+    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=False, deterministic=True)
+
+    def __init__(self, config: ExtractiveProviderConfig | None = None) -> None:
+        self._config = config or ExtractiveProviderConfig()
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        """Quote the best-matching sentence with its source id, or abstain."""
+        query = next((m.content for m in reversed(request.turn) if m.role is Role.USER), "")
+        wanted = _words(query)
+        best: tuple[int, int, str, str] | None = None
+        for order, block in enumerate(request.sources):
+            for sentence in _SENTENCE.split(block.content.strip()):
+                score = len(wanted & _words(sentence))
+                # Highest overlap wins; ties go to the earlier (higher-ranked) block.
+                if score >= self._config.min_overlap and (best is None or score > best[0]):
+                    best = (score, order, sentence.strip(), block.source_id)
+        if best is None:
+            return ModelResponse(message=Message(Role.ASSISTANT, ABSTAIN_TEXT))
+        _, _, sentence, source_id = best
+        return ModelResponse(message=Message(Role.ASSISTANT, f'"{sentence}" [source: {source_id}]'))
