@@ -16,8 +16,9 @@ from typing import Any, ClassVar
 
 import anyio
 import attrs
+from cattrs.gen import make_dict_structure_fn
 
-from ..codec import structure
+from ..codec import converter
 from ..errors import ProviderError
 from ..history import Message, Role, ToolCall
 from ..ports import OpContext
@@ -58,10 +59,20 @@ class ScriptedReply:
         return Message(Role.ASSISTANT, self.content, tool_calls=calls)
 
 
-def _reply_from_plain(item: object) -> ScriptedReply:
+_reply_from_dict = make_dict_structure_fn(ScriptedReply, converter, _cattrs_forbid_extra_keys=True)
+
+
+def _reply_from_plain(item: object, _cls: object = ScriptedReply) -> ScriptedReply:
+    """A reply is written as a plain string (its text) or a table with content and tool calls."""
     if isinstance(item, str):
         return ScriptedReply(content=item)
-    return structure(item, ScriptedReply)
+    if not isinstance(item, dict):
+        raise TypeError(f"a scripted reply must be a string or a table, got {type(item).__name__}")
+    return _reply_from_dict(item, ScriptedReply)
+
+
+# Config and JSONL files may give a reply as a bare string; the one converter learns that here.
+converter.register_structure_hook(ScriptedReply, _reply_from_plain)
 
 
 @attrs.frozen(slots=True)
@@ -73,7 +84,7 @@ class ScriptedProviderConfig:
     - ``cycle``: start again from the first reply when the script runs out (otherwise an error).
     """
 
-    responses: list[str | dict[str, Any]] = attrs.field(factory=list)
+    responses: list[ScriptedReply] = attrs.field(factory=list)
     path: str | None = None
     cycle: bool = False
 
@@ -89,7 +100,8 @@ class ScriptedProvider(ModelProvider):
         self._config = config or ScriptedProviderConfig()
         # Inline replies are validated now (no I/O); a file is read on first use.
         self._replies: list[ScriptedReply] | None = [
-            _reply_from_plain(r) for r in (*self._config.responses, *replies)
+            *self._config.responses,
+            *(r if isinstance(r, ScriptedReply) else _reply_from_plain(r) for r in replies),
         ]
         if self._config.path is not None:
             self._replies = None
@@ -101,7 +113,7 @@ class ScriptedProvider(ModelProvider):
             assert self._config.path is not None
             text = await anyio.Path(self._config.path).read_text(encoding="utf-8")
             replies = [_reply_from_plain(json.loads(line)) for line in text.splitlines() if line.strip()]
-            self._replies = [_reply_from_plain(r) for r in self._config.responses] + replies
+            self._replies = [*self._config.responses, *replies]
         return self._replies
 
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
