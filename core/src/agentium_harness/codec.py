@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any, TypeVar
 
 import cattrs
@@ -29,12 +31,27 @@ __all__ = [
 
 T = TypeVar("T")
 
+
+def _canonical_list(items: Iterable[Any]) -> list[Any]:
+    # Sets have no order of their own (and string hashing is randomised per
+    # process), so they become lists sorted by each item's canonical JSON.
+    return sorted(
+        items, key=lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    )
+
+
 #: The converter every module uses. ``forbid_extra_keys`` makes stored or
 #: configured data with unknown fields an error instead of being ignored.
-converter = cattrs.Converter(forbid_extra_keys=True)
+#: Sets and frozensets unstructure to sorted lists, so they encode as JSON.
+converter = cattrs.Converter(
+    forbid_extra_keys=True, unstruct_collection_overrides={AbstractSet: _canonical_list}
+)
 # Enums become their plain values, so the canonical encoding never depends on
-# how a JSON library treats enum subclasses.
-converter.register_unstructure_hook(enum.Enum, lambda member: member.value)
+# how a JSON library treats enum subclasses. StrEnum and IntEnum are named
+# too: their MRO puts str/int before Enum, and cattrs would otherwise pick the
+# str/int identity hook and hand back the enum member itself.
+for _enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
+    converter.register_unstructure_hook(_enum_base, lambda member: member.value)
 
 
 def unstructure(obj: Any) -> Any:
