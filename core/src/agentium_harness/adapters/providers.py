@@ -95,9 +95,15 @@ class ScriptedProvider(ModelProvider):
     capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=True, deterministic=True)
 
     def __init__(
-        self, config: ScriptedProviderConfig | None = None, *, replies: Sequence[object] = ()
+        self,
+        config: ScriptedProviderConfig | None = None,
+        *,
+        replies: Sequence[object] = (),
+        cycle: bool | None = None,
     ) -> None:
         self._config = config or ScriptedProviderConfig()
+        if cycle is not None:
+            self._config = attrs.evolve(self._config, cycle=cycle)
         # Inline replies are validated now (no I/O); a file is read on first use.
         self._replies: list[ScriptedReply] | None = [
             *self._config.responses,
