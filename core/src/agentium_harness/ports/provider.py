@@ -8,6 +8,8 @@ recall evidence, summaries and memory arrive as labeled
 from __future__ import annotations
 
 import enum
+import html
+import re
 from collections.abc import Iterable
 from typing import ClassVar
 
@@ -68,6 +70,14 @@ class SourceKind(enum.StrEnum):
     MEMORY = "memory"
 
 
+#: An opening or closing ``source-data`` tag, however spaced or cased.
+_WRAPPER_TAG = re.compile(r"<(\s*/?\s*source-data)", re.IGNORECASE)
+
+
+def _attr(value: str) -> str:
+    return html.escape(value, quote=True)
+
+
 @attrs.frozen(slots=True)
 class SourceBlock:
     """Labeled source data in a model request. Its content is data, never instructions (R4, R38).
@@ -82,11 +92,17 @@ class SourceBlock:
     attributes: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_tuple_of_tuple_str_str)
 
     def render(self) -> str:
-        """The block as the model sees it, wrapper included."""
-        attrs_text = "".join(f' {k}="{v}"' for k, v in self.attributes)
+        """The block as the model sees it, wrapper included.
+
+        Attribute values are escaped and any ``source-data`` tag inside the
+        content is defused, so source text can neither close its wrapper nor
+        forge one: it stays data (R4).
+        """
+        attrs_text = "".join(f' {k}="{_attr(v)}"' for k, v in self.attributes)
+        content = _WRAPPER_TAG.sub(r"&lt;\1", self.content)
         return (
-            f'<source-data kind="{self.kind.value}" id="{self.source_id}"{attrs_text}>\n'
-            f"{self.content}\n</source-data>"
+            f'<source-data kind="{self.kind.value}" id="{_attr(self.source_id)}"{attrs_text}>\n'
+            f"{content}\n</source-data>"
         )
 
     @property
