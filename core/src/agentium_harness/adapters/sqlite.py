@@ -1,0 +1,536 @@
+"""Embedded SQLite adapters: a durable history archive and a session store.
+
+Both adapters use the standard library's :mod:`sqlite3`. By default they share
+one database file (``agentium.db``); each adapter opens its own connection, so
+the archive and the session store never wait on each other's Python objects,
+only on SQLite's own locks. The database runs in WAL mode with a busy timeout,
+which lets readers proceed while one writer commits.
+
+Ownership: each adapter opens its connection lazily, on its first call, and
+closes it in :meth:`~SQLiteArchive.aclose`. Building an adapter does no I/O
+(the file is not even created), as :class:`~agentium_harness.plugins.spec.AdapterSpec`
+requires.
+
+Threads: sqlite3 calls block, so they run in worker threads through
+:func:`anyio.to_thread.run_sync` behind a per-adapter ``CapacityLimiter(1)``;
+one connection is used by one thread at a time. The connection is opened with
+``check_same_thread=False`` because successive calls may land on different
+worker threads.
+
+Cancellation: every call checks its :class:`~agentium_harness.ports.OpContext`
+before it starts and again when it reaches its worker thread, and raises
+:class:`~agentium_harness.errors.OperationCancelledError` without touching the
+database. While a statement runs, a progress handler aborts it when the signal
+is cancelled, the deadline passes or the calling anyio task is cancelled; the
+transaction is then rolled back. Once a transaction reaches ``COMMIT`` it is
+allowed to finish, so an acknowledged write is never half-undone.
+
+Records are stored as canonical JSON (:func:`agentium_harness.codec.canonical_json`);
+no pickle is involved. Identifiers are always bound as SQL parameters.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, ClassVar, Final, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import attrs
+
+from ..codec import canonical_json, digest_bytes, from_json, unstructure
+from ..errors import (
+    AgentiumError,
+    ArchiveConflictError,
+    ArchiveError,
+    OperationCancelledError,
+    SessionConflictError,
+    SnapshotCorruptError,
+)
+from ..history import MessageGroup
+from ..ports import OpContext
+from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from ..ports.sessions import SessionSnapshot, SessionStore, SessionStoreCapabilities, StoredSnapshot
+from ..scope import SessionKey
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SYNCHRONOUS_MODES",
+    "SQLiteArchive",
+    "SQLiteConfig",
+    "SQLiteSessionStore",
+    "SQLiteStorageError",
+]
+
+T = TypeVar("T")
+
+#: Version of the tables this module creates, kept in the ``meta`` table.
+SCHEMA_VERSION: Final = 1
+
+#: Accepted ``PRAGMA synchronous`` levels. ``OFF`` is refused because both
+#: adapters declare ``durable``: with ``OFF`` an OS crash or power loss can
+#: drop acknowledged writes.
+SYNCHRONOUS_MODES: Final = frozenset({"NORMAL", "FULL", "EXTRA"})
+
+# How many SQLite virtual-machine steps run between two cancellation checks.
+# Small enough to stop a long scan promptly, large enough to cost nothing on
+# the short statements these adapters issue.
+_PROGRESS_STEPS: Final = 1000
+
+_SCHEMA: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS meta (
+        key TEXT PRIMARY KEY NOT NULL,
+        value TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS archive_groups (
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL CHECK (seq >= 0),
+        digest TEXT NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, user_id, session_id, seq)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS session_snapshots (
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        revision INTEGER NOT NULL CHECK (revision >= 1),
+        data BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, user_id, session_id)
+    ) WITHOUT ROWID
+    """,
+)
+
+
+class SQLiteStorageError(AgentiumError):
+    """The SQLite database could not complete an operation.
+
+    Causes include a lock held past the busy timeout, a full disk, a file that
+    is not a SQLite database, a database written by a newer version of this
+    adapter, or use of an adapter after ``aclose()``. The session store raises
+    this; the archive raises :class:`~agentium_harness.errors.ArchiveError`
+    for the same causes. Nothing was committed by the failed call.
+    """
+
+
+def _path_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{attribute.name} must be a non-empty file path, got {value!r}")
+    if value == ":memory:" or value.startswith("file:"):
+        # A private in-memory database would make the "durable" declaration and
+        # the shared-file design untrue; the memory adapters serve that need.
+        raise ValueError(
+            f"{attribute.name} must be a file path, not {value!r}; "
+            "use the 'memory' adapters for in-process storage"
+        )
+    if "\x00" in value:
+        raise ValueError(f"{attribute.name} must not contain NUL")
+
+
+def _busy_timeout_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 600_000:
+        raise ValueError(f"{attribute.name} must be an int between 0 and 600000 (ms), got {value!r}")
+
+
+def _synchronous_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in SYNCHRONOUS_MODES:
+        raise ValueError(
+            f"{attribute.name} must be one of {', '.join(sorted(SYNCHRONOUS_MODES))}, got {value!r}"
+        )
+
+
+@attrs.frozen(slots=True)
+class SQLiteConfig:
+    """Options of the SQLite archive and session store (the same for both).
+
+    - ``path``: the database file. Relative paths are resolved against the
+      working directory when the adapter is built. Both adapters default to
+      the same file, ``agentium.db``, each with its own tables.
+    - ``busy_timeout_ms``: how long a call waits for another writer's lock
+      before failing (capped by the operation's deadline).
+    - ``synchronous``: ``PRAGMA synchronous`` level, one of ``NORMAL``,
+      ``FULL`` (default) or ``EXTRA``. In WAL mode ``NORMAL`` survives a
+      process crash but may lose the last commits on power loss.
+    """
+
+    path: str = attrs.field(default="agentium.db", validator=_path_validator)
+    busy_timeout_ms: int = attrs.field(default=5000, validator=_busy_timeout_validator)
+    synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
+
+
+def _refuse_if_expired(ctx: OpContext, operation: str) -> None:
+    """Raise :class:`OperationCancelledError` if ``ctx`` is cancelled or past its deadline."""
+    if ctx.signal.cancelled:
+        reason = ctx.signal.reason or "cancelled"
+        raise OperationCancelledError(f"{operation} refused: the operation was cancelled ({reason})", reason)
+    if ctx.expired:
+        raise OperationCancelledError(f"{operation} refused: its deadline has passed", "deadline passed")
+
+
+def _host_task_cancelled() -> bool:
+    """True if the anyio task waiting for this worker thread has been cancelled."""
+    try:
+        anyio.from_thread.check_cancelled()
+    except BaseException:  # the backend's Cancelled class is not an Exception on every backend
+        return True
+    return False
+
+
+@contextmanager
+def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """Run the block in a ``BEGIN IMMEDIATE`` transaction; roll back on any exception.
+
+    ``IMMEDIATE`` takes the write lock up front, so a read-then-write
+    (compare-and-set, conflict check) cannot be overtaken by another writer
+    between its read and its write.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        # An interrupted statement may already have rolled the transaction back.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    # Stop honouring cancellation before COMMIT: once the work is done it is
+    # committed whole, never left to an interrupt halfway through.
+    conn.set_progress_handler(None, 0)
+    conn.execute("COMMIT")
+
+
+class _SQLiteAdapterBase:
+    """Connection handling shared by both adapters: lazy open, worker threads, close."""
+
+    #: Error class raised for storage failures; each adapter picks its port's family.
+    _storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
+    #: Short name used in messages.
+    _what: ClassVar[str] = "sqlite adapter"
+
+    def __init__(self, config: SQLiteConfig | None = None) -> None:
+        self._config = config if config is not None else SQLiteConfig()
+        # Resolved once, without touching the file system's contents, so a later
+        # chdir does not move the database.
+        self._path = os.path.abspath(self._config.path)
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        self._limiter = anyio.CapacityLimiter(1)
+
+    @property
+    def config(self) -> SQLiteConfig:
+        """The options this adapter was built with."""
+        return self._config
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the database file."""
+        return self._path
+
+    def _location_prefix(self) -> str:
+        return f"sqlite://{os.path.basename(self._path)}"
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        """Open (once) the adapter's own connection, switch to WAL and create the schema."""
+        if self._conn is not None:
+            return self._conn
+        conn = sqlite3.connect(
+            self._path,
+            timeout=self._config.busy_timeout_ms / 1000,
+            # Transactions are begun and ended explicitly.
+            isolation_level=None,
+            # Successive calls run on different worker threads; the limiter
+            # guarantees only one of them uses the connection at a time.
+            check_same_thread=False,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_ms)}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                raise self._storage_error(
+                    f"{self._what}: could not switch {self._path} to WAL mode (got {mode!r}); "
+                    "is the file on a file system that supports shared memory?"
+                )
+            # The level comes from a validated, closed set; PRAGMA takes no parameters.
+            conn.execute(f"PRAGMA synchronous = {self._config.synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._ensure_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        with _immediate_transaction(conn):
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+            elif str(row[0]) != str(SCHEMA_VERSION):
+                raise self._storage_error(
+                    f"{self._what}: {self._path} has schema version {row[0]}, this version of "
+                    f"agentium-harness understands {SCHEMA_VERSION}; upgrade agentium-harness or use "
+                    "another file"
+                )
+
+    # -- running work -------------------------------------------------------------------------
+
+    async def _run(self, ctx: OpContext, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work(conn)`` in a worker thread, one call at a time, honouring ``ctx``."""
+        _refuse_if_expired(ctx, operation)
+        if self._closed:
+            raise self._storage_error(f"{self._what}: {operation} refused: the adapter is closed")
+        return await anyio.to_thread.run_sync(
+            self._run_in_thread, ctx, operation, work, limiter=self._limiter
+        )
+
+    def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
+        # Checked again here: time may have passed waiting for the limiter, and
+        # aclose() may have run meanwhile.
+        _refuse_if_expired(ctx, operation)
+        if self._closed:
+            raise self._storage_error(f"{self._what}: {operation} refused: the adapter is closed")
+        try:
+            conn = self._connect()
+            self._apply_deadline(conn, ctx)
+            conn.set_progress_handler(lambda: int(ctx.expired or _host_task_cancelled()), _PROGRESS_STEPS)
+            try:
+                return work(conn)
+            finally:
+                conn.set_progress_handler(None, 0)
+        except sqlite3.Error as exc:
+            if ctx.expired or _host_task_cancelled():
+                reason = ctx.signal.reason or ("deadline passed" if ctx.expired else "task cancelled")
+                raise OperationCancelledError(
+                    f"{operation} stopped before it committed: {reason}; nothing was written", reason
+                ) from exc
+            raise self._storage_error(f"{self._what}: {operation} failed on {self._path}: {exc}") from exc
+
+    def _apply_deadline(self, conn: sqlite3.Connection, ctx: OpContext) -> None:
+        # Waiting for another writer's lock must not outlast the caller's deadline.
+        timeout_ms = self._config.busy_timeout_ms
+        left = ctx.time_left()
+        if left is not None:
+            timeout_ms = min(timeout_ms, math.ceil(left * 1000))
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+
+    async def aclose(self) -> None:
+        """Close the connection this adapter opened. Idempotent; later calls are refused."""
+        if self._closed:
+            return
+        self._closed = True
+        # Shielded so a cancelled caller still releases the file; waits for any
+        # call in flight because the limiter admits one thread at a time.
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._close_in_thread, limiter=self._limiter)
+
+    def _close_in_thread(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _health_probe(self, conn: sqlite3.Connection) -> str:
+        # Bounded: constant-time statements only (no integrity scan, which
+        # would read the whole file).
+        conn.execute("SELECT 1").fetchone()
+        mode = conn.execute("PRAGMA journal_mode").fetchone()
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        return (
+            f"{self._what} ok: {os.path.basename(self._path)}, sqlite {sqlite3.sqlite_version}, "
+            f"journal_mode={mode[0] if mode else '?'}, schema v{version[0] if version else '?'}"
+        )
+
+
+class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
+    """A durable, append-only history archive in a SQLite file.
+
+    A batch is appended in one transaction: either every group of it is stored
+    (or was already stored identically) or nothing is. Groups are kept as
+    canonical JSON with their digest, keyed by (tenant, user, session, seq).
+    """
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True
+    )
+    _storage_error: ClassVar[type[AgentiumError]] = ArchiveError
+    _what: ClassVar[str] = "sqlite archive"
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        """Append ``groups`` in one transaction; identical re-appends are no-ops, differing ones conflict."""
+        encoded = [(g.seq, g.canonical_bytes()) for g in groups]
+        rows = [(seq, data, digest_bytes(data)) for seq, data in encoded]
+        prefix = f"{self._location_prefix()}#{key.key()}"
+
+        def work(conn: sqlite3.Connection) -> list[ArchiveReceipt]:
+            receipts: list[ArchiveReceipt] = []
+            with _immediate_transaction(conn):
+                for seq, data, digest in rows:
+                    found = conn.execute(
+                        "SELECT digest FROM archive_groups "
+                        "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq = ?",
+                        (key.tenant, key.user, key.session, seq),
+                    ).fetchone()
+                    if found is None:
+                        conn.execute(
+                            "INSERT INTO archive_groups (tenant_id, user_id, session_id, seq, digest, data) "
+                            "VALUES (?, ?, ?, ?, ?, ?)",
+                            (key.tenant, key.user, key.session, seq, digest, data),
+                        )
+                    elif found[0] != digest:
+                        # Raising inside the transaction rolls back every earlier
+                        # group of this batch as well.
+                        raise ArchiveConflictError(
+                            f"group {seq} of session {key.key()} is archived with digest {found[0]}; "
+                            f"refusing different content {digest}. Archived groups are never overwritten."
+                        )
+                    receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
+            return receipts
+
+        return await self._run(ctx, "archive append", work)
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending."""
+        # SQLite treats a negative LIMIT as "no limit"; a bound must never widen.
+        limit = max(0, max_groups)
+
+        def work(conn: sqlite3.Connection) -> list[MessageGroup]:
+            rows = conn.execute(
+                "SELECT seq, digest, data FROM archive_groups "
+                "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq >= ? "
+                "ORDER BY seq LIMIT ?",
+                (key.tenant, key.user, key.session, start_seq, limit),
+            ).fetchall()
+            return [self._decode_group(key, seq, digest, data) for seq, digest, data in rows]
+
+        return await self._run(ctx, "archive read", work)
+
+    def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
+        where = f"group {seq} of session {key.key()} in {self._path}"
+        if not isinstance(data, bytes) or digest_bytes(data) != digest:
+            raise ArchiveError(f"{where} does not match its stored digest; the row is damaged")
+        try:
+            group = from_json(data, MessageGroup)
+        except Exception as exc:  # any decode failure means the row is unusable
+            raise ArchiveError(f"{where} cannot be decoded: {exc}") from exc
+        if group.seq != seq:
+            raise ArchiveError(f"{where} holds a group numbered {group.seq}; the row is damaged")
+        return group
+
+    async def health(self, ctx: OpContext) -> str:
+        """Open the database if needed and run constant-time probe statements."""
+        return await self._run(ctx, "archive health", self._health_probe)
+
+
+class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
+    """Revisioned session snapshots in a SQLite file, saved with compare-and-set.
+
+    Revisions start at 1 and grow by one per save. ``save`` reads and writes
+    inside one ``BEGIN IMMEDIATE`` transaction, so of two writers on the same
+    base revision exactly one succeeds, across processes too.
+    """
+
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
+        compare_and_set=True, durable=True, listing=True, health_check=True
+    )
+    _storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
+    _what: ClassVar[str] = "sqlite session store"
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``."""
+
+        def work(conn: sqlite3.Connection) -> tuple[object, object] | None:
+            row = conn.execute(
+                "SELECT revision, data FROM session_snapshots "
+                "WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
+                (key.tenant, key.user, key.session),
+            ).fetchone()
+            return None if row is None else (row[0], row[1])
+
+        row = await self._run(ctx, "session load", work)
+        if row is None:
+            return None
+        revision, data = row
+        where = f"snapshot of session {key.key()} in {self._path}"
+        if not isinstance(revision, int) or revision < 1:
+            raise SnapshotCorruptError(f"{where} has an invalid revision {revision!r}; nothing was changed")
+        if not isinstance(data, bytes | str):
+            raise SnapshotCorruptError(f"{where} holds {type(data).__name__}, not JSON; nothing was changed")
+        try:
+            snapshot = from_json(data, SessionSnapshot)
+        except Exception as exc:  # any decode failure means the row is unusable
+            raise SnapshotCorruptError(f"{where} cannot be decoded ({exc}); nothing was changed") from exc
+        return StoredSnapshot(snapshot=snapshot, revision=revision)
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        """Compare-and-set: store only if the current revision is ``expected_revision``; return the new."""
+        data = canonical_json(unstructure(snapshot))
+
+        def work(conn: sqlite3.Connection) -> int:
+            with _immediate_transaction(conn):
+                row = conn.execute(
+                    "SELECT revision FROM session_snapshots "
+                    "WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
+                    (key.tenant, key.user, key.session),
+                ).fetchone()
+                current = None if row is None else row[0]
+                if current != expected_revision:
+                    raise SessionConflictError(
+                        f"session {key.key()} is at revision {current}, expected {expected_revision}; "
+                        "another writer committed first. Reload and retry."
+                    )
+                if current is None:
+                    conn.execute(
+                        "INSERT INTO session_snapshots (tenant_id, user_id, session_id, revision, data) "
+                        "VALUES (?, ?, ?, 1, ?)",
+                        (key.tenant, key.user, key.session, data),
+                    )
+                    return 1
+                new_revision = int(current) + 1
+                conn.execute(
+                    "UPDATE session_snapshots SET revision = ?, data = ? "
+                    "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND revision = ?",
+                    (new_revision, data, key.tenant, key.user, key.session, current),
+                )
+                return new_revision
+
+        return await self._run(ctx, "session save", work)
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
+        """Up to ``limit`` session ids of one user, sorted by code point."""
+        bound = max(0, limit)  # a negative LIMIT would mean "no limit" to SQLite
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            # BINARY collation orders UTF-8 text by code point, the same order as sorted().
+            rows = conn.execute(
+                "SELECT session_id FROM session_snapshots WHERE tenant_id = ? AND user_id = ? "
+                "ORDER BY session_id LIMIT ?",
+                (tenant, user, bound),
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        return await self._run(ctx, "session listing", work)
+
+    async def health(self, ctx: OpContext) -> str:
+        """Open the database if needed and run constant-time probe statements."""
+        return await self._run(ctx, "session store health", self._health_probe)

@@ -1,0 +1,227 @@
+"""What every contract suite shares: the override guard, sample records and tricky keys.
+
+The guard follows langchain-tests' ``test_no_overrides_DO_NOT_OVERRIDE``: a
+subclass may not silently replace or delete a standard test. An override is
+accepted only when it carries ``@pytest.mark.xfail(reason="…")`` with a
+non-empty reason, so a known gap stays visible in every test report.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
+
+import pytest
+
+from ..history import Message, MessageGroup, RetainedRecord, Role, ToolCall
+from ..ports import OpContext
+from ..scope import Scope, SessionKey
+
+__all__ = [
+    "GUARD_TEST_NAME",
+    "TRICKY_SESSION_KEYS",
+    "ContractSuite",
+    "Reopen",
+    "plain_group",
+    "rich_group",
+    "standard_tests",
+    "unmarked_overrides",
+]
+
+T = TypeVar("T")
+
+#: Name of the guard test. Overriding it is refused when the class is created.
+GUARD_TEST_NAME = "test_no_overrides_DO_NOT_OVERRIDE"
+
+#: The optional ``reopen_*`` fixtures return one of these: a zero-argument
+#: callable giving a *new* adapter instance over the same storage as the main
+#: fixture's adapter (sync or async). The suite closes what it returns.
+Reopen = Callable[[], T | Awaitable[T]]
+
+#: Session keys that break naive key building. Each pair that would collide
+#: under joining with ``:`` or ``/``, URL-decoding, case folding, Unicode
+#: normalisation or whitespace trimming is present; so are path tricks
+#: (``..``, ``/``), glob characters, quotes and non-ASCII text.
+TRICKY_SESSION_KEYS: tuple[SessionKey, ...] = (
+    SessionKey("a:b", "c", "s"),
+    SessionKey("a", "b:c", "s"),
+    SessionKey("a/b", "c", "s"),
+    SessionKey("a", "b/c", "s"),
+    SessionKey("t", "u", "../s"),
+    SessionKey("t", "u", ".."),
+    SessionKey("t", "u", "/"),
+    SessionKey("t", "u", "a/b"),
+    SessionKey("t", "u", "a%2Fb"),
+    SessionKey("t", "u", "*"),
+    SessionKey("t", "u", "?[x]"),
+    SessionKey("t", "u", "it's"),
+    SessionKey("t", "u", 'say "hi"'),
+    SessionKey("t", "u", "S"),
+    SessionKey("t", "u", "s"),
+    SessionKey("t", "u", "s "),
+    SessionKey("t", "u", "caf\u00e9"),
+    SessionKey("t", "u", "cafe\u0301"),
+    SessionKey("t", "u", "~"),
+    SessionKey("t", "u", "back\\slash"),
+    SessionKey("テナント", "usér", "セッション🙂"),
+    SessionKey("t", "u", "x" * 256),
+)
+
+
+def plain_group(seq: int, text: str = "") -> MessageGroup:
+    """A small complete group: one user message and one assistant answer."""
+    return MessageGroup(
+        seq=seq,
+        messages=(
+            Message(Role.USER, f"question {seq}{text}"),
+            Message(Role.ASSISTANT, f"answer {seq}{text}"),
+        ),
+    )
+
+
+def rich_group(seq: int, key: SessionKey, text: str = "") -> MessageGroup:
+    """A complete group with a tool call, its result, nested arguments and a retained record."""
+    call_id = f"call-{seq}"
+    return MessageGroup(
+        seq=seq,
+        messages=(
+            Message(Role.USER, f"find the release notes {seq}{text} — ünïcødé ✓"),
+            Message(
+                Role.ASSISTANT,
+                "",
+                tool_calls=(
+                    ToolCall(
+                        id=call_id,
+                        name="search",
+                        arguments={
+                            "query": f"release notes {text}",
+                            "limit": 3,
+                            "nested": {"ok": True, "values": [1, 2.5, None, "ü", ["deep"]]},
+                            "quote": 'he said "no" and it\'s fine',
+                        },
+                    ),
+                ),
+            ),
+            Message(Role.TOOL, '{"hits": ["notes.md"]}', tool_call_id=call_id),
+            Message(Role.ASSISTANT, f"The notes are in notes.md.{text}"),
+        ),
+        retained=RetainedRecord(
+            scope=Scope(key.tenant, key.user, key.session, "project-1", "repo/α"),
+            source_view_revision="view-7",
+            summary_policy="extractive",
+            summary_version="1",
+            uncertainty=("the index may lag the archive", "notes.md was not re-read"),
+        ),
+    )
+
+
+def expired_context() -> OpContext:
+    """A context whose signal is already cancelled."""
+    ctx = OpContext()
+    ctx.signal.cancel("contract test: cancelled before the call")
+    return ctx
+
+
+def past_deadline_context() -> OpContext:
+    """A context whose deadline passed a second ago."""
+    return OpContext.with_timeout(-1.0)
+
+
+async def reopen(factory: Reopen[T]) -> T:
+    """Call a ``reopen_*`` fixture's callable, awaiting it if it is async."""
+    result = factory()
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def _is_contract(cls: type) -> bool:
+    return bool(cls.__dict__.get("__agentium_contract__", False))
+
+
+def standard_tests(cls: type) -> dict[str, Callable[..., Any]]:
+    """The standard test functions ``cls`` inherits from contract suites, by name."""
+    tests: dict[str, Callable[..., Any]] = {}
+    for base in reversed(cls.__mro__):
+        if _is_contract(base):
+            for name, value in base.__dict__.items():
+                if name.startswith("test_") and callable(value):
+                    tests[name] = value
+    return tests
+
+
+def _xfail_reason(obj: object) -> str:
+    """The non-empty reason of an ``xfail`` mark on ``obj``, or an empty string."""
+    marks = getattr(obj, "pytestmark", [])
+    for mark in marks if isinstance(marks, list) else [marks]:
+        if getattr(mark, "name", None) == "xfail":
+            reason = mark.kwargs.get("reason", "")
+            if isinstance(reason, str) and reason.strip():
+                return reason
+    return ""
+
+
+def unmarked_overrides(cls: type) -> list[str]:
+    """Standard tests that ``cls`` (or a non-contract base) overrides or deletes without an xfail reason.
+
+    Each entry reads ``"<name> (overridden in <Class>)"`` or ``"<name> (deleted
+    in <Class>)"``. An override decorated with
+    ``@pytest.mark.xfail(reason="…")`` (non-empty reason) is allowed.
+    """
+    problems: list[str] = []
+    for name, original in standard_tests(cls).items():
+        for klass in cls.__mro__:
+            if _is_contract(klass):
+                break  # reached the suite itself: not overridden
+            if name not in klass.__dict__:
+                continue
+            value = klass.__dict__[name]
+            if value is original:
+                break
+            if not callable(value):
+                problems.append(f"{name} (deleted in {klass.__name__})")
+            elif not _xfail_reason(value):
+                problems.append(f"{name} (overridden in {klass.__name__})")
+            break
+    return problems
+
+
+class ContractSuite:
+    """Base of the contract suites; holds the guard against silent overrides.
+
+    Not collected by pytest (its name does not start with ``Test``). Every
+    test in a suite runs under the anyio pytest plugin, on each backend the
+    ``anyio_backend`` fixture names (asyncio and trio by default; override
+    that fixture to narrow it).
+    """
+
+    __agentium_contract__: ClassVar[bool] = True
+    #: Applied to every test of every subclass, overrides included.
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not _is_contract(cls) and GUARD_TEST_NAME in cls.__dict__:
+            raise TypeError(
+                f"{cls.__name__} overrides {GUARD_TEST_NAME}; the guard keeps a suite honest and "
+                "cannot be overridden. Mark the standard tests you cannot pass with "
+                "@pytest.mark.xfail(reason=...) instead."
+            )
+
+    def test_no_overrides_DO_NOT_OVERRIDE(self) -> None:
+        """Fails when a subclass overrides or deletes a standard test without ``xfail(reason=...)``.
+
+        A failure means a standard test was replaced (or set to ``None``) in
+        your test class. Remove the override so the standard test runs, or
+        decorate it with ``@pytest.mark.xfail(reason="why this backend cannot
+        pass yet")`` so the gap shows in every report.
+        """
+        problems = unmarked_overrides(type(self))
+        if problems:
+            pytest.fail(
+                f"{type(self).__name__} changes standard contract tests without an xfail reason: "
+                + ", ".join(problems)
+                + ". Remove the override, or decorate it with @pytest.mark.xfail(reason='...').",
+                pytrace=False,
+            )

@@ -1,0 +1,423 @@
+"""The session store contract suite: :class:`SessionStoreContract`.
+
+Subclass it in a test module and provide the ``session_store`` fixture::
+
+    class TestMySessionStore(SessionStoreContract):
+        @pytest.fixture
+        def session_store(self) -> SessionStore:
+            return MySessionStore(MySessionStoreConfig(...))
+
+Optionally provide ``reopen_session_store`` (a callable returning a new
+adapter over the same storage) to run the durability test.
+"""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from ..errors import CapabilityError, OperationCancelledError, SessionConflictError
+from ..ports import OpContext, is_port_stub
+from ..ports.sessions import SessionSnapshot, SessionStore, SessionStoreCapabilities, StoredSnapshot
+from ..scope import Scope, SessionKey
+from ._suite import (
+    TRICKY_SESSION_KEYS,
+    ContractSuite,
+    Reopen,
+    expired_context,
+    past_deadline_context,
+    plain_group,
+    reopen,
+    rich_group,
+)
+
+__all__ = ["SessionStoreContract"]
+
+_KEY = SessionKey("tenant-1", "user-1", "session-1")
+
+
+def _caps(store: SessionStore) -> SessionStoreCapabilities:
+    caps = getattr(type(store), "capabilities", None)
+    if not isinstance(caps, SessionStoreCapabilities):
+        pytest.fail(
+            f"{type(store).__name__} has no SessionStoreCapabilities in `capabilities`; declare "
+            "`capabilities = SessionStoreCapabilities(...)` in the class body",
+            pytrace=False,
+        )
+    return caps
+
+
+def _require(store: SessionStore, flag: str) -> None:
+    if not getattr(_caps(store), flag):
+        pytest.skip(f"session store does not declare {flag}")
+
+
+def _require_not(store: SessionStore, flag: str) -> None:
+    if getattr(_caps(store), flag):
+        pytest.skip(f"session store declares {flag}; its behaviour is tested by the {flag} tests")
+
+
+def scoped_snapshot(key: SessionKey, marker: str = "", groups: int = 2) -> SessionSnapshot:
+    """A scoped snapshot of ``key`` with ``groups`` resident groups (rich and plain alternating)."""
+    boundary = 5
+    resident = tuple(
+        rich_group(boundary + i, key, marker) if i % 2 == 0 else plain_group(boundary + i, marker)
+        for i in range(groups)
+    )
+    return SessionSnapshot(
+        memory_scope=Scope(key.tenant, key.user, key.session, "project-1", None),
+        boundary=boundary,
+        next_seq=boundary + groups,
+        resident=resident,
+    )
+
+
+def legacy_snapshot(marker: str = "") -> SessionSnapshot:
+    """A format-1 snapshot without a memory scope (what legacy stores hold)."""
+    return SessionSnapshot(
+        memory_scope=None, boundary=0, next_seq=1, resident=(plain_group(0, marker),), format_version=1
+    )
+
+
+async def _load(store: SessionStore, key: SessionKey) -> StoredSnapshot | None:
+    return await store.load(key, OpContext())
+
+
+def _assert_revision(value: object) -> int:
+    assert isinstance(value, int) and not isinstance(value, bool), f"revision must be an int, got {value!r}"
+    assert value >= 1, f"revisions start at 1 or above, got {value}"
+    return value
+
+
+class SessionStoreContract(ContractSuite):
+    """Standard tests every :class:`~agentium_harness.ports.sessions.SessionStore` adapter must pass.
+
+    Fixtures the subclass provides:
+
+    - ``session_store`` (required): a fresh, empty adapter for each test
+      (plain, generator, async or async-generator fixture); close it in its
+      teardown.
+    - ``reopen_session_store`` (optional): a zero-argument callable (sync or
+      async) returning a *new* adapter instance over the same storage.
+      Without it the durability test skips. The suite closes what it returns.
+    """
+
+    __agentium_contract__ = True
+
+    @pytest.fixture
+    def session_store(self) -> SessionStore:
+        """Override this fixture: return (or yield) a fresh, empty session store adapter."""
+        pytest.fail(
+            f"{type(self).__name__} must provide a `session_store` fixture that yields a fresh, empty "
+            "adapter",
+            pytrace=False,
+        )
+
+    @pytest.fixture
+    def reopen_session_store(self) -> Reopen[SessionStore] | None:
+        """Override to return a callable that opens a new adapter on the same storage."""
+        return None
+
+    # -- declarations ---------------------------------------------------------------------------
+
+    async def test_declares_capabilities(self, session_store: SessionStore) -> None:
+        """The adapter class declares ``SessionStoreCapabilities`` with ``compare_and_set`` in its own body.
+
+        A failure means the declaration is missing, inherited, of the wrong
+        type, or lacks the required ``compare_and_set``.
+        """
+        declared = type(session_store).__dict__.get("capabilities")
+        assert isinstance(declared, SessionStoreCapabilities), (
+            f"{type(session_store).__name__} must declare `capabilities = SessionStoreCapabilities(...)` "
+            f"in its own class body, found {declared!r}"
+        )
+        for flag in SessionStoreCapabilities.REQUIRED:
+            assert getattr(declared, flag), f"required capability {flag} is not declared"
+
+    async def test_declared_capabilities_are_implemented(self, session_store: SessionStore) -> None:
+        """Every declared optional capability has a real method, not the port's stub.
+
+        A failure names a flag declared true whose method is still the port's
+        stub: implement it or stop declaring the flag.
+        """
+        caps = _caps(session_store)
+        for flag, method in SessionStoreCapabilities.METHODS.items():
+            if getattr(caps, flag):
+                assert not is_port_stub(getattr(type(session_store), method)), (
+                    f"{flag} is declared but {method} is the port's stub"
+                )
+        for method in ("load", "save"):
+            assert not is_port_stub(getattr(type(session_store), method)), f"{method} is the port's stub"
+
+    # -- load and save --------------------------------------------------------------------------
+
+    async def test_load_missing_returns_none(self, session_store: SessionStore) -> None:
+        """Loading a session that was never saved returns ``None``.
+
+        A failure means the adapter raises for a missing row or invents an
+        empty snapshot (which would hide a missing memory scope).
+        """
+        assert await _load(session_store, _KEY) is None
+
+    async def test_first_save_creates_a_revision(self, session_store: SessionStore) -> None:
+        """``save(expected_revision=None)`` on a new session stores it and returns its revision.
+
+        A failure means the revision returned is not a positive int, or
+        ``load`` afterwards does not return the same revision and snapshot.
+        """
+        snapshot = scoped_snapshot(_KEY)
+        revision = _assert_revision(await session_store.save(_KEY, snapshot, None, OpContext()))
+        loaded = await _load(session_store, _KEY)
+        assert loaded is not None
+        assert loaded.revision == revision
+        assert loaded.snapshot == snapshot
+
+    async def test_revision_increases_with_each_save(self, session_store: SessionStore) -> None:
+        """Each successful save returns a revision greater than the one it replaced.
+
+        A failure means revisions repeat or go backwards, which breaks
+        compare-and-set for every later writer.
+        """
+        revision = await session_store.save(_KEY, scoped_snapshot(_KEY, " 0"), None, OpContext())
+        seen = [_assert_revision(revision)]
+        for i in range(1, 4):
+            revision = await session_store.save(_KEY, scoped_snapshot(_KEY, f" {i}"), revision, OpContext())
+            seen.append(_assert_revision(revision))
+        assert seen == sorted(set(seen)), f"revisions must strictly increase, got {seen}"
+        loaded = await _load(session_store, _KEY)
+        assert loaded is not None and loaded.revision == seen[-1]
+        assert loaded.snapshot == scoped_snapshot(_KEY, " 3")
+
+    async def test_stale_revision_conflicts_and_changes_nothing(self, session_store: SessionStore) -> None:
+        """Saving with an old revision raises ``SessionConflictError``; the stored snapshot is unchanged.
+
+        A failure means the store does last-writer-wins (or compares outside
+        the write's atomic step), so two runs could both commit on one base.
+        """
+        first = await session_store.save(_KEY, scoped_snapshot(_KEY, " a"), None, OpContext())
+        second = await session_store.save(_KEY, scoped_snapshot(_KEY, " b"), first, OpContext())
+        with pytest.raises(SessionConflictError):
+            await session_store.save(_KEY, scoped_snapshot(_KEY, " stale"), first, OpContext())
+        loaded = await _load(session_store, _KEY)
+        assert loaded is not None
+        assert loaded.revision == second
+        assert loaded.snapshot == scoped_snapshot(_KEY, " b")
+
+    async def test_create_on_existing_session_conflicts(self, session_store: SessionStore) -> None:
+        """``expected_revision=None`` when the session exists raises ``SessionConflictError``.
+
+        A failure means "create" silently overwrote a session another run had
+        created.
+        """
+        revision = await session_store.save(_KEY, scoped_snapshot(_KEY, " a"), None, OpContext())
+        with pytest.raises(SessionConflictError):
+            await session_store.save(_KEY, scoped_snapshot(_KEY, " again"), None, OpContext())
+        loaded = await _load(session_store, _KEY)
+        assert loaded is not None and loaded.revision == revision
+        assert loaded.snapshot == scoped_snapshot(_KEY, " a")
+
+    async def test_update_of_missing_session_conflicts(self, session_store: SessionStore) -> None:
+        """A save expecting a revision of a session that does not exist raises ``SessionConflictError``.
+
+        A failure means the store treats "expected 1, found nothing" as a
+        create, resurrecting a session that was never saved (or was removed).
+        """
+        with pytest.raises(SessionConflictError):
+            await session_store.save(_KEY, scoped_snapshot(_KEY), 1, OpContext())
+        assert await _load(session_store, _KEY) is None
+
+    async def test_snapshots_round_trip_exactly(self, session_store: SessionStore) -> None:
+        """Scoped, legacy (``memory_scope=None``) and empty snapshots load back equal to what was saved.
+
+        A failure means a field was lost or changed: a legacy snapshot gained
+        a scope (or lost its format version), resident groups lost tool calls
+        or retained records, or optional fields came back with other values.
+        """
+        cases = {
+            SessionKey("t", "u", "scoped"): scoped_snapshot(SessionKey("t", "u", "scoped"), groups=3),
+            SessionKey("t", "u", "legacy"): legacy_snapshot(),
+            SessionKey("t", "u", "empty"): SessionSnapshot(memory_scope=Scope("t", "u", "empty")),
+        }
+        for key, snapshot in cases.items():
+            await session_store.save(key, snapshot, None, OpContext())
+        for key, snapshot in cases.items():
+            loaded = await _load(session_store, key)
+            assert loaded is not None
+            assert loaded.snapshot == snapshot, f"snapshot of {key.session!r} changed"
+            assert [g.digest for g in loaded.snapshot.resident] == [g.digest for g in snapshot.resident]
+        legacy = await _load(session_store, SessionKey("t", "u", "legacy"))
+        assert legacy is not None and legacy.snapshot.memory_scope is None
+
+    async def test_sessions_are_isolated_even_with_tricky_ids(self, session_store: SessionStore) -> None:
+        """Each session key has its own snapshot, even keys that collide under naive key building.
+
+        A failure (a conflict on first save, or another key's snapshot) means
+        keys share storage: ids joined with ``:``/``/``, URL-decoded, case
+        folded, normalised or trimmed. Use ``SessionKey.key_segments()`` or
+        bind ids as parameters.
+        """
+        for key in TRICKY_SESSION_KEYS:
+            await session_store.save(key, scoped_snapshot(key, f" {key!r}", groups=1), None, OpContext())
+        for key in TRICKY_SESSION_KEYS:
+            loaded = await _load(session_store, key)
+            assert loaded is not None, f"{key!r} is missing"
+            assert loaded.snapshot == scoped_snapshot(key, f" {key!r}", groups=1), (
+                f"wrong snapshot for {key!r}"
+            )
+        assert await _load(session_store, SessionKey("a", "b", "c:s")) is None
+
+    async def test_concurrent_saves_on_one_revision_have_one_winner(
+        self, session_store: SessionStore
+    ) -> None:
+        """Of several concurrent saves on the same base revision, exactly one succeeds.
+
+        The others raise ``SessionConflictError`` and the stored snapshot is
+        the winner's. A failure means the compare and the write are not one
+        atomic step (a lock, a transaction or a conditional write).
+        """
+        base = await session_store.save(_KEY, scoped_snapshot(_KEY, " base"), None, OpContext())
+        outcomes: dict[int, int | str] = {}
+
+        async def attempt(i: int) -> None:
+            try:
+                outcomes[i] = await session_store.save(
+                    _KEY, scoped_snapshot(_KEY, f" w{i}"), base, OpContext()
+                )
+            except SessionConflictError:
+                outcomes[i] = "conflict"
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(attempt, i)
+        winners = [i for i, outcome in outcomes.items() if outcome != "conflict"]
+        assert len(outcomes) == 6
+        assert len(winners) == 1, f"expected one winner, got {outcomes}"
+        loaded = await _load(session_store, _KEY)
+        assert loaded is not None
+        assert loaded.revision == outcomes[winners[0]]
+        assert loaded.snapshot == scoped_snapshot(_KEY, f" w{winners[0]}")
+
+    # -- cancellation ---------------------------------------------------------------------------
+
+    async def test_cancelled_signal_refuses_save(self, session_store: SessionStore) -> None:
+        """A save whose context is already cancelled raises ``OperationCancelledError`` and writes nothing.
+
+        A failure means the adapter ignores ``ctx.signal`` (R12, R13).
+        """
+        with pytest.raises(OperationCancelledError):
+            await session_store.save(_KEY, scoped_snapshot(_KEY), None, expired_context())
+        assert await _load(session_store, _KEY) is None
+
+    async def test_past_deadline_refuses_save_and_load(self, session_store: SessionStore) -> None:
+        """Save and load whose deadline has passed raise ``OperationCancelledError``; nothing is written.
+
+        A failure means the adapter ignores ``ctx.deadline``.
+        """
+        with pytest.raises(OperationCancelledError):
+            await session_store.save(_KEY, scoped_snapshot(_KEY), None, past_deadline_context())
+        assert await _load(session_store, _KEY) is None
+        await session_store.save(_KEY, scoped_snapshot(_KEY), None, OpContext())
+        with pytest.raises(OperationCancelledError):
+            await session_store.load(_KEY, past_deadline_context())
+
+    # -- listing --------------------------------------------------------------------------------
+
+    async def test_list_sessions_sorted_bounded_and_per_user(self, session_store: SessionStore) -> None:
+        """``list_sessions`` returns one user's session ids, sorted by code point, at most ``limit``.
+
+        A failure means the listing leaks other users' or tenants' sessions
+        (including ids that collide under naive joining), is unsorted, or
+        ignores the bound.
+        """
+        _require(session_store, "listing")
+        mine = ["b", "a", "Z", "é", "a/b", "a b", "..", "*"]
+        for session in mine:
+            key = SessionKey("t", "u", session)
+            await session_store.save(key, scoped_snapshot(key, groups=0), None, OpContext())
+        for key in (
+            SessionKey("t", "u2", "other-user"),
+            SessionKey("t2", "u", "other-tenant"),
+            SessionKey("t:u", "x", "joined"),
+            SessionKey("a:b", "c", "left"),
+            SessionKey("a", "b:c", "right"),
+        ):
+            await session_store.save(key, scoped_snapshot(key, groups=0), None, OpContext())
+        ctx = OpContext()
+        assert await session_store.list_sessions("t", "u", 100, ctx) == sorted(mine)
+        assert await session_store.list_sessions("t", "u", 3, ctx) == sorted(mine)[:3]
+        assert await session_store.list_sessions("t", "u", 0, ctx) == []
+        assert await session_store.list_sessions("a:b", "c", 10, ctx) == ["left"]
+        assert await session_store.list_sessions("a", "b:c", 10, ctx) == ["right"]
+        assert await session_store.list_sessions("nobody", "u", 10, ctx) == []
+
+    async def test_list_sessions_refused_when_undeclared(self, session_store: SessionStore) -> None:
+        """Without ``listing``, ``list_sessions`` raises ``NotImplementedError`` or ``CapabilityError``.
+
+        A failure means the adapter answers a listing it does not declare.
+        """
+        _require_not(session_store, "listing")
+        with pytest.raises((NotImplementedError, CapabilityError)):
+            await session_store.list_sessions("t", "u", 10, OpContext())
+
+    # -- health ---------------------------------------------------------------------------------
+
+    async def test_health_probe(self, session_store: SessionStore) -> None:
+        """A declared health check returns a non-empty description.
+
+        A failure means ``health`` raised or returned nothing.
+        """
+        _require(session_store, "health_check")
+        result = await session_store.health(OpContext.with_timeout(10))
+        assert isinstance(result, str) and result.strip()
+
+    async def test_health_refused_when_undeclared(self, session_store: SessionStore) -> None:
+        """Without ``health_check``, ``health`` raises ``NotImplementedError`` or ``CapabilityError``.
+
+        A failure means an undeclared probe answered.
+        """
+        _require_not(session_store, "health_check")
+        with pytest.raises((NotImplementedError, CapabilityError)):
+            await session_store.health(OpContext())
+
+    # -- durability and lifecycle ---------------------------------------------------------------
+
+    async def test_durable_across_reopen(
+        self, session_store: SessionStore, reopen_session_store: Reopen[SessionStore] | None
+    ) -> None:
+        """A snapshot saved by one instance loads, with its revision, in a new instance on the same storage.
+
+        Runs when ``durable`` is declared and ``reopen_session_store`` is
+        provided. A failure means saves were only buffered in the process, or
+        the revision is not stored with the snapshot.
+        """
+        _require(session_store, "durable")
+        if reopen_session_store is None:
+            pytest.skip("no reopen_session_store fixture: durability is not checked")
+        snapshot = scoped_snapshot(_KEY, " durable")
+        first = await session_store.save(_KEY, snapshot, None, OpContext())
+        second = await reopen(reopen_session_store)
+        try:
+            loaded = await _load(second, _KEY)
+            assert loaded == StoredSnapshot(snapshot=snapshot, revision=first)
+            # Compare-and-set holds across instances: the old base is stale for both.
+            revision = await second.save(_KEY, scoped_snapshot(_KEY, " next"), first, OpContext())
+            with pytest.raises(SessionConflictError):
+                await session_store.save(_KEY, scoped_snapshot(_KEY, " stale"), first, OpContext())
+        finally:
+            await second.aclose()
+        await session_store.aclose()
+        third = await reopen(reopen_session_store)
+        try:
+            loaded = await _load(third, _KEY)
+            assert loaded == StoredSnapshot(snapshot=scoped_snapshot(_KEY, " next"), revision=revision)
+        finally:
+            await third.aclose()
+
+    async def test_aclose_is_idempotent(self, session_store: SessionStore) -> None:
+        """``aclose`` can be called more than once without error.
+
+        A failure means a second close raised; teardown may be retried (R42).
+        """
+        await session_store.save(_KEY, scoped_snapshot(_KEY), None, OpContext())
+        await session_store.aclose()
+        await session_store.aclose()
