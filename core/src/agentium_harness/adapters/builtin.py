@@ -15,6 +15,7 @@ from .providers import (
     ScriptedProvider,
     ScriptedProviderConfig,
 )
+from .sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 
 
 @hookimpl
@@ -28,6 +29,14 @@ def agentium_register_archives(register: Register) -> None:
             description="in-process archive for tests and development (not durable)",
         )
     )
+    register(
+        AdapterSpec(
+            name="sqlite",
+            adapter_class=SQLiteArchive,
+            config_class=SQLiteConfig,
+            description="durable archive in one SQLite file (WAL), shared with the sqlite session store",
+        )
+    )
 
 
 @hookimpl
@@ -39,6 +48,14 @@ def agentium_register_session_stores(register: Register) -> None:
             adapter_class=InMemorySessionStore,
             config_class=InMemorySessionStoreConfig,
             description="in-process session store for tests and development (not durable)",
+        )
+    )
+    register(
+        AdapterSpec(
+            name="sqlite",
+            adapter_class=SQLiteSessionStore,
+            config_class=SQLiteConfig,
+            description="durable compare-and-set session store in one SQLite file (WAL)",
         )
     )
 
