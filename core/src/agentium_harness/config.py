@@ -520,7 +520,10 @@ def _phase_a(
     raw = _parse_toml(text, source)
     data, issues = substitute_env(raw, environ)
     config, schema_issues = _structure(data, HarnessConfig, "$", _config_converter())
-    return data, config, issues + schema_issues
+    # An unset variable leaves its ``${NAME}`` text in place; a type error
+    # about that same text would only repeat the real problem.
+    unset = {issue.path for issue in issues}
+    return data, config, issues + [i for i in schema_issues if i.path not in unset]
 
 
 def parse_config(
