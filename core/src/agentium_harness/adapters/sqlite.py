@@ -314,8 +314,12 @@ class _SQLiteAdapterBase:
             finally:
                 conn.set_progress_handler(None, 0)
         except sqlite3.Error as exc:
-            if ctx.expired or _host_task_cancelled():
-                reason = ctx.signal.reason or ("deadline passed" if ctx.expired else "task cancelled")
+            if _host_task_cancelled():
+                # The calling task was cancelled: raise the backend's own
+                # cancellation exception so the caller's cancel scope handles it.
+                anyio.from_thread.check_cancelled()
+            if ctx.expired:
+                reason = ctx.signal.reason or "deadline passed"
                 raise OperationCancelledError(
                     f"{operation} stopped before it committed: {reason}; nothing was written", reason
                 ) from exc

@@ -1,0 +1,496 @@
+"""SQLite-specific behaviour of the built-in archive and session store.
+
+The shared port behaviour is covered by the contract suites in
+``tests/contracts``; these tests look at the file, the raw rows and the
+SQLite mechanics (WAL, locks, lazy opening, interruption).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import attrs
+import pytest
+
+from agentium_harness.adapters.sqlite import (
+    SCHEMA_VERSION,
+    SQLiteArchive,
+    SQLiteConfig,
+    SQLiteSessionStore,
+    SQLiteStorageError,
+)
+from agentium_harness.codec import structure
+from agentium_harness.errors import (
+    ArchiveConflictError,
+    ArchiveError,
+    OperationCancelledError,
+    SessionConflictError,
+    SnapshotCorruptError,
+)
+from agentium_harness.plugins.registry import PluginRegistry
+from agentium_harness.ports import OpContext
+from agentium_harness.scope import SessionKey
+from agentium_harness.testing.contracts import plain_group, rich_group, scoped_snapshot
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("tenant", "user", "session")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "agentium.db"
+
+
+@pytest.fixture
+def config(db: Path) -> SQLiteConfig:
+    return SQLiteConfig(path=str(db), busy_timeout_ms=10_000)
+
+
+@pytest.fixture
+async def archive(config: SQLiteConfig) -> AsyncIterator[SQLiteArchive]:
+    adapter = SQLiteArchive(config)
+    yield adapter
+    await adapter.aclose()
+
+
+@pytest.fixture
+async def store(config: SQLiteConfig) -> AsyncIterator[SQLiteSessionStore]:
+    adapter = SQLiteSessionStore(config)
+    yield adapter
+    await adapter.aclose()
+
+
+def raw(db: Path) -> sqlite3.Connection:
+    return sqlite3.connect(str(db), isolation_level=None)
+
+
+def count_rows(db: Path, table: str) -> int:
+    with raw(db) as conn:
+        (n,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # table names are literals here
+    return int(n)
+
+
+def cancelled() -> OpContext:
+    ctx = OpContext()
+    ctx.signal.cancel("test cancelled it")
+    return ctx
+
+
+# -- config -------------------------------------------------------------------------------------
+
+
+def test_config_defaults() -> None:
+    config = SQLiteConfig()
+    assert (config.path, config.busy_timeout_ms, config.synchronous) == ("agentium.db", 5000, "FULL")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"path": ""},
+        {"path": "   "},
+        {"path": ":memory:"},
+        {"path": "file:x.db?mode=memory"},
+        {"path": "a\x00b"},
+        {"busy_timeout_ms": -1},
+        {"busy_timeout_ms": True},
+        {"busy_timeout_ms": 1.5},
+        {"synchronous": "OFF"},
+        {"synchronous": "full"},
+        {"synchronous": "FULL; DROP TABLE meta"},
+    ],
+)
+def test_config_rejects_bad_values(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        SQLiteConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_config_structures_from_plain_data(tmp_path: Path) -> None:
+    config = structure({"path": str(tmp_path / "x.db"), "synchronous": "NORMAL"}, SQLiteConfig)
+    assert config == SQLiteConfig(path=str(tmp_path / "x.db"), synchronous="NORMAL")
+
+
+def test_both_adapters_are_registered_as_sqlite(tmp_path: Path) -> None:
+    registry = PluginRegistry.load(autoload=False)
+    assert not [p for p in registry.problems if "sqlite" in str(p)]
+    db = tmp_path / "registered.db"
+    for kind, cls in (("archive", SQLiteArchive), ("session_store", SQLiteSessionStore)):
+        spec = registry.get(kind, "sqlite")
+        assert spec.adapter_class is cls
+        assert spec.config_class is SQLiteConfig
+        assert spec.description
+        adapter = spec.build(SQLiteConfig(path=str(db)))
+        assert isinstance(adapter, cls)
+    assert not db.exists(), "building a registered adapter must not touch storage"
+
+
+# -- lazy opening, WAL, one file ----------------------------------------------------------------
+
+
+async def test_construction_does_no_io_until_first_call(db: Path, config: SQLiteConfig) -> None:
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    try:
+        assert not db.exists()
+        assert list(db.parent.iterdir()) == []
+        await archive.append(KEY, [plain_group(0)], OpContext())
+        assert db.exists()
+        await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_relative_path_is_resolved_when_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    archive = SQLiteArchive(SQLiteConfig(path="rel.db"))
+    monkeypatch.chdir(tmp_path.parent)
+    try:
+        await archive.append(KEY, [plain_group(0)], OpContext())
+    finally:
+        await archive.aclose()
+    assert (tmp_path / "rel.db").exists()
+    assert archive.path == str(tmp_path / "rel.db")
+
+
+async def test_wal_mode_schema_and_one_shared_file(
+    db: Path, archive: SQLiteArchive, store: SQLiteSessionStore
+) -> None:
+    await archive.append(KEY, [plain_group(0)], OpContext())
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    with raw(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"meta", "archive_groups", "session_snapshots"} <= tables
+        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        assert version == (str(SCHEMA_VERSION),)
+    assert count_rows(db, "archive_groups") == 1
+    assert count_rows(db, "session_snapshots") == 1
+
+
+async def test_health_reports_wal(archive: SQLiteArchive, store: SQLiteSessionStore) -> None:
+    assert "journal_mode=wal" in await archive.health(OpContext())
+    assert "journal_mode=wal" in await store.health(OpContext())
+
+
+async def test_newer_schema_version_is_refused(db: Path, config: SQLiteConfig) -> None:
+    with raw(db) as conn:
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '99')")
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    try:
+        with pytest.raises(ArchiveError, match="schema version 99"):
+            await archive.append(KEY, [plain_group(0)], OpContext())
+        with pytest.raises(SQLiteStorageError, match="schema version 99"):
+            await store.load(KEY, OpContext())
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_a_file_that_is_not_a_database_gives_a_typed_error(db: Path, config: SQLiteConfig) -> None:
+    db.write_bytes(b"this is not a sqlite database, just text" * 100)
+    archive = SQLiteArchive(config)
+    try:
+        with pytest.raises(ArchiveError, match="failed on"):
+            await archive.append(KEY, [plain_group(0)], OpContext())
+    finally:
+        await archive.aclose()
+
+
+# -- archive ------------------------------------------------------------------------------------
+
+
+async def test_receipt_location_uses_the_encoded_key(archive: SQLiteArchive) -> None:
+    key = SessionKey("a/b", "ü ser", "../x*")
+    [receipt] = await archive.append(key, [plain_group(7)], OpContext())
+    assert receipt.location == f"sqlite://agentium.db#{key.key()}/7"
+    assert receipt.location == "sqlite://agentium.db#a%2Fb/%C3%BC%20ser/%2E%2E%2Fx%2A/7"
+
+
+async def test_conflicting_batch_leaves_the_table_unchanged(db: Path, archive: SQLiteArchive) -> None:
+    await archive.append(KEY, [plain_group(0), plain_group(1)], OpContext())
+    with raw(db) as conn:
+        before = conn.execute("SELECT * FROM archive_groups ORDER BY seq").fetchall()
+    with pytest.raises(ArchiveConflictError):
+        await archive.append(KEY, [plain_group(2), plain_group(3), plain_group(1, " changed")], OpContext())
+    with raw(db) as conn:
+        after = conn.execute("SELECT * FROM archive_groups ORDER BY seq").fetchall()
+    assert after == before
+    assert len(after) == 2
+
+
+async def test_ids_are_bound_as_parameters(db: Path, archive: SQLiteArchive) -> None:
+    key = SessionKey("t'); DROP TABLE archive_groups; --", 'u" OR 1=1 --', "s%_")
+    await archive.append(key, [rich_group(0, key)], OpContext())
+    assert await archive.read_groups(SessionKey("t", "u", "s"), 0, 10, OpContext()) == []
+    assert await archive.read_groups(key, 0, 10, OpContext()) == [rich_group(0, key)]
+    with raw(db) as conn:
+        assert conn.execute("SELECT tenant_id, user_id, session_id FROM archive_groups").fetchall() == [
+            (key.tenant, key.user, key.session)
+        ]
+
+
+async def test_negative_bounds_never_widen(archive: SQLiteArchive, store: SQLiteSessionStore) -> None:
+    await archive.append(KEY, [plain_group(s) for s in range(3)], OpContext())
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    # SQLite reads a negative LIMIT as "no limit"; the adapters must not.
+    assert await archive.read_groups(KEY, 0, -1, OpContext()) == []
+    assert await store.list_sessions(KEY.tenant, KEY.user, -1, OpContext()) == []
+
+
+async def test_a_damaged_archive_row_is_reported(db: Path, archive: SQLiteArchive) -> None:
+    await archive.append(KEY, [plain_group(0), plain_group(1)], OpContext())
+    with raw(db) as conn:
+        conn.execute("UPDATE archive_groups SET data = CAST('{}' AS BLOB) WHERE seq = 1")
+    with pytest.raises(ArchiveError, match="does not match its stored digest"):
+        await archive.read_groups(KEY, 0, 10, OpContext())
+    assert await archive.read_groups(KEY, 0, 1, OpContext()) == [plain_group(0)]
+
+
+async def test_two_archive_instances_on_one_file_see_each_others_writes(config: SQLiteConfig) -> None:
+    first, second = SQLiteArchive(config), SQLiteArchive(config)
+    try:
+        await first.append(KEY, [plain_group(0)], OpContext())
+        assert await second.read_groups(KEY, 0, 10, OpContext()) == [plain_group(0)]
+        await second.append(KEY, [plain_group(1)], OpContext())
+        assert await first.read_groups(KEY, 0, 10, OpContext()) == [plain_group(0), plain_group(1)]
+        with pytest.raises(ArchiveConflictError):
+            await second.append(KEY, [plain_group(0, " other")], OpContext())
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+# -- session store ------------------------------------------------------------------------------
+
+
+async def test_revisions_count_from_one(store: SQLiteSessionStore) -> None:
+    revision = await store.save(KEY, scoped_snapshot(KEY, " 1"), None, OpContext())
+    assert revision == 1
+    assert await store.save(KEY, scoped_snapshot(KEY, " 2"), 1, OpContext()) == 2
+    assert await store.save(KEY, scoped_snapshot(KEY, " 3"), 2, OpContext()) == 3
+
+
+@pytest.mark.parametrize(
+    ("revision", "data"),
+    [
+        (1, b"{not json"),
+        (1, b'{"memory_scope": null, "unexpected": 1}'),
+        (1, b"[1, 2, 3]"),
+        (1, b"\xff\xfe binary junk"),
+        (1, 42),
+        (1, '{"memory_scope": "text, not a scope"}'),
+        ("one", None),
+    ],
+)
+async def test_a_corrupt_snapshot_row_raises_and_is_left_untouched(
+    db: Path, store: SQLiteSessionStore, revision: object, data: object
+) -> None:
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    with raw(db) as conn:
+        # Bypass the column constraints the way a damaged or foreign writer could.
+        conn.execute("PRAGMA ignore_check_constraints = ON")
+        conn.execute(
+            "UPDATE session_snapshots SET revision = ?, data = ? WHERE session_id = ?",
+            (revision, data if data is not None else b"{}", KEY.session),
+        )
+        before = conn.execute("SELECT revision, data FROM session_snapshots").fetchall()
+    with pytest.raises(SnapshotCorruptError, match="nothing was changed"):
+        await store.load(KEY, OpContext())
+    with raw(db) as conn:
+        assert conn.execute("SELECT revision, data FROM session_snapshots").fetchall() == before
+
+
+async def test_two_store_instances_racing_compare_and_set_have_one_winner(config: SQLiteConfig) -> None:
+    stores = [SQLiteSessionStore(config) for _ in range(3)]
+    try:
+        revision = await stores[0].save(KEY, scoped_snapshot(KEY, " base"), None, OpContext())
+        for round_ in range(5):
+            results: list[tuple[int, int | None]] = []
+
+            async def attempt(i: int, base: int, r: int = round_) -> None:
+                try:
+                    new = await stores[i % 3].save(KEY, scoped_snapshot(KEY, f" r{r} w{i}"), base, OpContext())
+                    results.append((i, new))
+                except SessionConflictError:
+                    results.append((i, None))
+
+            async with anyio.create_task_group() as tg:
+                for i in range(9):
+                    tg.start_soon(attempt, i, revision)
+            winners = [(i, new) for i, new in results if new is not None]
+            assert len(results) == 9
+            assert len(winners) == 1, results
+            winner, revision = winners[0]
+            loaded = await stores[(winner + 1) % 3].load(KEY, OpContext())
+            assert loaded is not None
+            assert loaded.revision == revision
+            assert loaded.snapshot == scoped_snapshot(KEY, f" r{round_} w{winner}")
+    finally:
+        for s in stores:
+            await s.aclose()
+
+
+def test_compare_and_set_holds_across_threads_and_event_loops(config: SQLiteConfig) -> None:
+    """Writers in separate threads (each with its own event loop and adapter) still have one winner."""
+    anyio.run(_seed_base, config)
+    barrier = threading.Barrier(4)
+    outcomes: list[str] = []
+
+    def writer(i: int) -> None:
+        async def main() -> None:
+            store = SQLiteSessionStore(config)
+            try:
+                barrier.wait()
+                await store.save(KEY, scoped_snapshot(KEY, f" t{i}"), 1, OpContext())
+                outcomes.append("won")
+            except SessionConflictError:
+                outcomes.append("conflict")
+            finally:
+                await store.aclose()
+
+        anyio.run(main)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(outcomes) == ["conflict", "conflict", "conflict", "won"]
+
+
+async def _seed_base(config: SQLiteConfig) -> None:
+    store = SQLiteSessionStore(config)
+    try:
+        assert await store.save(KEY, scoped_snapshot(KEY, " base"), None, OpContext()) == 1
+    finally:
+        await store.aclose()
+
+
+# -- cancellation, deadlines, locks ---------------------------------------------------------------
+
+
+async def test_a_cancelled_signal_refuses_work_and_writes_nothing(
+    db: Path, archive: SQLiteArchive, store: SQLiteSessionStore
+) -> None:
+    with pytest.raises(OperationCancelledError, match="test cancelled it"):
+        await archive.append(KEY, [plain_group(0)], cancelled())
+    with pytest.raises(OperationCancelledError):
+        await store.save(KEY, scoped_snapshot(KEY), None, cancelled())
+    assert not db.exists(), "a refused call must not even open the database"
+    await archive.append(KEY, [plain_group(0)], OpContext())
+    with pytest.raises(OperationCancelledError):
+        await archive.append(KEY, [plain_group(1)], cancelled())
+    with pytest.raises(OperationCancelledError):
+        await store.save(KEY, scoped_snapshot(KEY), None, cancelled())
+    assert count_rows(db, "archive_groups") == 1
+    assert count_rows(db, "session_snapshots") == 0
+
+
+# Runs for tens of seconds unless interrupted, so a broken interrupt fails the
+# time assertions instead of hanging the suite (a worker thread cannot be killed).
+_ENDLESS = (
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 100000000) "
+    "SELECT count(*) FROM c"
+)
+
+
+async def test_a_deadline_interrupts_a_running_statement(archive: SQLiteArchive) -> None:
+    started = time.monotonic()
+    with pytest.raises(OperationCancelledError, match="deadline"):
+        await archive._run(OpContext.with_timeout(0.3), "endless", lambda c: c.execute(_ENDLESS).fetchone())
+    assert time.monotonic() - started < 10
+    # The adapter is still usable afterwards.
+    await archive.append(KEY, [plain_group(0)], OpContext())
+
+
+async def test_a_signal_cancelled_mid_statement_interrupts_it(archive: SQLiteArchive) -> None:
+    ctx = OpContext()
+    # Cancelled from another thread, as a host's watchdog would.
+    timer = threading.Timer(0.3, ctx.signal.cancel, args=("stop now",))
+    timer.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationCancelledError, match="stop now"):
+            await archive._run(ctx, "endless", lambda c: c.execute(_ENDLESS).fetchone())
+        assert time.monotonic() - started < 10
+    finally:
+        timer.cancel()
+    await archive.append(KEY, [plain_group(0)], OpContext())
+
+
+async def test_anyio_cancellation_interrupts_the_worker_thread(archive: SQLiteArchive) -> None:
+    started = time.monotonic()
+    with anyio.move_on_after(0.3) as scope:
+        await archive._run(OpContext(), "endless", lambda c: c.execute(_ENDLESS).fetchone())
+    assert scope.cancelled_caught, "the caller's cancel scope must see its own cancellation"
+    assert time.monotonic() - started < 10
+    await archive.append(KEY, [plain_group(0)], OpContext())
+
+
+async def test_a_held_lock_fails_within_the_deadline(db: Path, store: SQLiteSessionStore) -> None:
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    blocker = raw(db)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationCancelledError):
+            await store.save(KEY, scoped_snapshot(KEY, " x"), 1, OpContext.with_timeout(0.4))
+        # busy_timeout is 10 s; the deadline must cut the wait short.
+        assert time.monotonic() - started < 5
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert await store.save(KEY, scoped_snapshot(KEY, " x"), 1, OpContext()) == 2
+
+
+async def test_a_held_lock_past_the_busy_timeout_is_a_storage_error(db: Path, config: SQLiteConfig) -> None:
+    store = SQLiteSessionStore(attrs.evolve(config, busy_timeout_ms=200))
+    try:
+        await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+        blocker = raw(db)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(SQLiteStorageError, match="locked"):
+                await store.save(KEY, scoped_snapshot(KEY, " x"), 1, OpContext())
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == 1
+    finally:
+        await store.aclose()
+
+
+# -- closing ------------------------------------------------------------------------------------
+
+
+async def test_aclose_is_idempotent_and_later_calls_are_refused(
+    db: Path, archive: SQLiteArchive, store: SQLiteSessionStore
+) -> None:
+    await archive.append(KEY, [plain_group(0)], OpContext())
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    for adapter in (archive, store):
+        await adapter.aclose()
+        await adapter.aclose()
+    with pytest.raises(ArchiveError, match="closed"):
+        await archive.read_groups(KEY, 0, 1, OpContext())
+    with pytest.raises(SQLiteStorageError, match="closed"):
+        await store.load(KEY, OpContext())
+    # The connection is really closed: the WAL is checkpointed and removed on last close.
+    assert not Path(f"{db}-wal").exists()
+
+
+async def test_aclose_before_use_creates_nothing(db: Path, config: SQLiteConfig) -> None:
+    archive = SQLiteArchive(config)
+    await archive.aclose()
+    await archive.aclose()
+    assert not db.exists()
