@@ -19,6 +19,7 @@ so reading a config file never runs code the host did not install.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import json
 import os
@@ -458,9 +459,10 @@ def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> li
             if isinstance(sub, ForbiddenExtraKeysError):
                 allowed = _allowed_keys(sub.cl)
                 hint = f"; allowed keys: {', '.join(allowed)}" if allowed else "; this table takes no keys"
-                issues.extend(
-                    ConfigIssue(_join(path, key), f"unknown key{hint}") for key in sorted(sub.extra_fields)
-                )
+                for key in sorted(sub.extra_fields):
+                    close = difflib.get_close_matches(key, allowed, n=1)
+                    guess = f"; did you mean {close[0]!r}?" if close else ""
+                    issues.append(ConfigIssue(_join(path, key), f"unknown key{guess}{hint}"))
             elif _wants_table(owner) and value is not _MISSING and not isinstance(value, dict):
                 issues.append(ConfigIssue(path, f"expected a table, got {_toml_type(value)}"))
             else:
@@ -516,14 +518,22 @@ def _parse_toml(text: str, source: str | None) -> dict[str, Any]:
 
 def _phase_a(
     text: str, source: str | None, environ: Mapping[str, str] | None
-) -> tuple[dict[str, Any], HarnessConfig | None, list[ConfigIssue]]:
+) -> tuple[dict[str, Any], HarnessConfig | None, list[ConfigIssue], set[str]]:
+    """Parse, substitute and structure; also return the paths of failed substitutions."""
     raw = _parse_toml(text, source)
     data, issues = substitute_env(raw, environ)
     config, schema_issues = _structure(data, HarnessConfig, "$", _config_converter())
-    # An unset variable leaves its ``${NAME}`` text in place; a type error
-    # about that same text would only repeat the real problem.
     unset = {issue.path for issue in issues}
-    return data, config, issues + [i for i in schema_issues if i.path not in unset]
+    return data, config, issues + _without(schema_issues, unset), unset
+
+
+def _without(issues: list[ConfigIssue], unset: set[str]) -> list[ConfigIssue]:
+    """Drop issues at paths whose ``${NAME}`` could not be substituted.
+
+    The reference's text stays in place; a type error about that text would
+    only repeat the real problem (the unset variable).
+    """
+    return [issue for issue in issues if issue.path not in unset]
 
 
 def parse_config(
@@ -537,7 +547,7 @@ def parse_config(
     :raises ConfigError: listing every issue, each with its ``$``-path.
     """
     text, shown, _ = _read_source(source)
-    _, config, issues = _phase_a(text, shown, environ)
+    _, config, issues, _ = _phase_a(text, shown, environ)
     if issues or config is None:
         raise ConfigError(_ordered(issues), shown)
     return config
@@ -687,12 +697,12 @@ def load_config(
     :raises ConfigError: listing every issue found.
     """
     text, shown, base_dir = _read_source(Path(path))
-    data, config, issues = _phase_a(text, shown, environ)
+    data, config, issues, unset = _phase_a(text, shown, environ)
     if registry is None:
         registry = PluginRegistry.load(environ=environ)
     sections = _sections_of(config) if config is not None else _raw_sections(data)
     resolved, resolve_issues = _resolve_sections(sections, registry)
-    issues.extend(resolve_issues)
+    issues.extend(_without(resolve_issues, unset))
     if issues or config is None:
         raise ConfigError(_ordered(issues), shown)
     return _assemble(config, resolved, registry, base_dir, shown)

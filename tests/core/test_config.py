@@ -1,0 +1,604 @@
+"""Config files: phase (a) schema validation with paths, env substitution, phase (b) plugin resolution.
+
+Plugin-dependent tests use the real fixture distributions from
+``tests/fixtures/plugins`` installed into a temporary site directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from agentium_harness.config import (
+    DEFAULT_INSTRUCTIONS,
+    HarnessConfig,
+    ResolvedConfig,
+    load_config,
+    parse_config,
+    resolve_config,
+    substitute_env,
+)
+from agentium_harness.engine.limits import ResidentLimits
+from agentium_harness.errors import ConfigError, ConfigIssue
+from agentium_harness.plugins.hookspecs import hookimpl
+from agentium_harness.plugins.registry import PluginRegistry
+from agentium_harness.plugins.spec import AdapterSpec
+from agentium_harness.ports.recall import RecallLimits
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
+
+
+def _load_fakedist() -> types.ModuleType:
+    name = "agentium_test_fixture_fakedist"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, FIXTURES / "fakedist.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fakedist = _load_fakedist()
+
+
+def _registry_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *keys: str) -> PluginRegistry:
+    fakedist.forget_modules()
+    site = tmp_path / "site"
+    site.mkdir()
+    fakedist.install(site, *keys)
+    monkeypatch.syspath_prepend(str(site))
+    allow = ",".join(fakedist.DISTRIBUTIONS[k].distribution for k in keys)
+    return PluginRegistry.load(environ={"AGENTIUM_PLUGINS": allow})
+
+
+@pytest.fixture
+def registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PluginRegistry]:
+    """Built-ins plus the fixture distributions good, importfail (broken) and invalid (rejections)."""
+    yield _registry_with(tmp_path, monkeypatch, "good", "importfail", "invalid")
+    fakedist.forget_modules()
+
+
+@pytest.fixture
+def conflicted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PluginRegistry]:
+    """Built-ins plus good and dup, which both register the archive name ``tgood``."""
+    yield _registry_with(tmp_path, monkeypatch, "good", "dup", "invalid")
+    fakedist.forget_modules()
+
+
+BASE = """
+[provider]
+plugin = "tprovider"
+
+[archive]
+plugin = "memory"
+
+[session_store]
+plugin = "memory"
+"""
+
+MINIMAL_BUILTIN = """
+[provider]
+plugin = "scripted"
+
+[archive]
+plugin = "memory"
+
+[session_store]
+plugin = "memory"
+"""
+
+
+def _issues(exc: pytest.ExceptionInfo[ConfigError]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for issue in exc.value.issues:
+        assert issue.path not in found, f"two issues at {issue.path}: {exc.value.issues}"
+        found[issue.path] = issue.message
+    return found
+
+
+def _parse_errors(text: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(textwrap.dedent(text), environ=environ or {})
+    return _issues(info)
+
+
+def _write(tmp_path: Path, text: str, name: str = "agentium.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------ phase (a)
+
+
+def test_minimal_config_gets_defaults() -> None:
+    config = parse_config(BASE, environ={})
+    assert config.provider.plugin == "tprovider"
+    assert config.provider.options == {}
+    assert config.runtime.instructions == DEFAULT_INSTRUCTIONS == "You are a helpful assistant."
+    assert config.runtime.resident == ResidentLimits()
+    assert config.recall is None and config.summary is None
+    assert config.verifier is None and config.memory is None
+
+
+def test_full_schema_structures_every_section() -> None:
+    config = parse_config(
+        BASE
+        + """
+[runtime]
+instructions = "Be brief."
+[runtime.resident]
+max_groups = 3
+max_tokens = 100
+max_bytes = 5000
+[recall]
+plugin = "norecall"
+[recall.budget]
+max_candidates = 4
+max_latency_s = 1
+[recall.options]
+index = "main"
+[summary]
+plugin = "tsum"
+[verifier]
+plugin = "tverify"
+[memory]
+plugin = "tmemory"
+""",
+        environ={},
+    )
+    assert config.runtime.instructions == "Be brief."
+    assert config.runtime.resident == ResidentLimits(max_groups=3, max_tokens=100, max_bytes=5000)
+    assert config.recall is not None
+    assert config.recall.budget == RecallLimits(max_candidates=4, max_latency_s=1.0)
+    assert isinstance(config.recall.budget.max_latency_s, float)
+    assert config.recall.options == {"index": "main"}
+    assert config.summary is not None and config.summary.plugin == "tsum"
+    assert config.component("verifier") is config.verifier
+
+
+def test_unknown_keys_are_rejected_at_top_level_and_nested() -> None:
+    errors = _parse_errors(
+        'colour = "blue"\n'
+        + BASE
+        + """
+[runtime]
+instruction = "typo"
+[runtime.resident]
+max_group = 3
+[recall]
+plugin = "x"
+[recall.budget]
+max_candidate = 2
+"""
+    )
+    assert errors["$.colour"].startswith("unknown key; allowed keys: provider, archive, session_store")
+    assert errors["$.runtime.instruction"] == (
+        "unknown key; did you mean 'instructions'?; allowed keys: instructions, resident"
+    )
+    assert "did you mean 'max_groups'?" in errors["$.runtime.resident.max_group"]
+    assert "did you mean 'max_candidates'?" in errors["$.recall.budget.max_candidate"]
+    assert len(errors) == 4
+
+
+def test_unknown_key_with_odd_characters_gets_a_quoted_path() -> None:
+    errors = _parse_errors(BASE + '\n[runtime.resident]\n"max groups" = 1\n')
+    assert list(errors) == ['$.runtime.resident["max groups"]']
+
+
+def test_wrong_types_are_errors_not_conversions() -> None:
+    errors = _parse_errors(
+        """
+        [provider]
+        plugin = 7
+        [archive]
+        plugin = "memory"
+        options = "none"
+        [session_store]
+        plugin = "memory"
+        [runtime]
+        instructions = ["a"]
+        resident = 5
+        [recall]
+        plugin = "x"
+        [recall.budget]
+        max_candidates = "8"
+        max_queries = true
+        max_latency_s = "fast"
+        """
+    )
+    assert errors == {
+        "$.provider.plugin": "expected a string, got integer",
+        "$.archive.options": "expected a table, got string",
+        "$.runtime.instructions": "expected a string, got array",
+        "$.runtime.resident": "expected a table, got integer",
+        "$.recall.budget.max_candidates": "expected an integer, got string",
+        "$.recall.budget.max_queries": "expected an integer, got boolean",
+        "$.recall.budget.max_latency_s": "expected a number, got string",
+    }
+
+
+def test_missing_required_sections_and_keys() -> None:
+    errors = _parse_errors(
+        """
+        [provider]
+        options = {}
+        [recall]
+        """
+    )
+    assert errors == {
+        "$.provider.plugin": "missing required key",
+        "$.archive": "missing required table [archive]",
+        "$.session_store": "missing required table [session_store]",
+        "$.recall.plugin": "missing required key",
+    }
+
+
+def test_validator_errors_point_at_the_field() -> None:
+    errors = _parse_errors(BASE + "\n[runtime.resident]\nmax_bytes = 0\n")
+    assert errors == {"$.runtime.resident.max_bytes": "max_bytes must be a positive integer, got 0"}
+
+
+def test_invalid_toml_is_one_issue_with_the_location() -> None:
+    errors = _parse_errors("[provider\nplugin = 1\n")
+    assert list(errors) == ["$"]
+    assert errors["$"].startswith("invalid TOML: ") and "line 1" in errors["$"]
+
+
+def test_a_file_name_given_as_text_gets_a_hint() -> None:
+    errors = _parse_errors("agentium.toml")
+    assert "pass a pathlib.Path or use load_config" in errors["$"]
+
+
+def test_parse_config_reads_a_path_and_reports_unreadable_files(tmp_path: Path) -> None:
+    path = _write(tmp_path, BASE)
+    assert parse_config(path, environ={}).archive.plugin == "memory"
+    with pytest.raises(ConfigError) as info:
+        parse_config(tmp_path / "missing.toml", environ={})
+    assert info.value.source == str(tmp_path / "missing.toml")
+    assert _issues(info) == {"$": "cannot read config file: No such file or directory"}
+    (tmp_path / "latin1.toml").write_bytes(b'[provider]\nplugin = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        parse_config(tmp_path / "latin1.toml", environ={})
+
+
+# ---------------------------------------------------------- env substitution
+
+
+def test_env_substitution_fills_string_values() -> None:
+    config = parse_config(
+        BASE
+        + """
+[runtime]
+instructions = "Hi ${WHO}, ${MISSING:-friend}, ${EMPTY:-fallback}; literal $${WHO} and $5"
+[archive.options]
+paths = ["${WHO}/a", "b"]
+""",
+        environ={"WHO": "Ada", "EMPTY": ""},
+    )
+    assert config.runtime.instructions == "Hi Ada, friend, fallback; literal ${WHO} and $5"
+    assert config.archive.options == {"paths": ["Ada/a", "b"]}
+
+
+def test_set_but_empty_variable_without_default_is_empty() -> None:
+    config = parse_config(BASE + '\n[runtime]\ninstructions = "[${EMPTY}]"\n', environ={"EMPTY": ""})
+    assert config.runtime.instructions == "[]"
+
+
+def test_missing_env_var_is_an_error_naming_variable_and_path() -> None:
+    errors = _parse_errors(
+        BASE + '\n[archive.options]\ntoken = "${API_TOKEN}"\n[runtime]\ninstructions = "${X"\n',
+        environ={},
+    )
+    assert errors["$.archive.options.token"] == (
+        "environment variable API_TOKEN is not set (write ${API_TOKEN:-default} to give a default)"
+    )
+    assert errors["$.runtime.instructions"].startswith("invalid ${...} reference")
+
+
+def test_env_value_with_toml_syntax_stays_a_literal_string() -> None:
+    evil = 'x"\n[evil]\nk = 1\n[archive]\nplugin = "s3'
+    config = parse_config(BASE + '\n[runtime]\ninstructions = "${EVIL}"\n', environ={"EVIL": evil})
+    assert config.runtime.instructions == evil
+    assert config.archive.plugin == "memory"
+    assert not hasattr(config, "evil")
+
+
+def test_env_value_with_toml_syntax_in_an_int_field_is_a_type_error_at_its_path() -> None:
+    errors = _parse_errors(
+        BASE + '\n[runtime.resident]\nmax_groups = "${EVIL}"\n',
+        environ={"EVIL": "3\n[evil]\nk = 1"},
+    )
+    assert errors == {"$.runtime.resident.max_groups": "expected an integer, got string"}
+
+
+def test_substitute_env_leaves_keys_and_non_strings_alone() -> None:
+    data = {"${K}": 1, "s": "${K}", "n": [1, "${K}", {"x": True}]}
+    result, issues = substitute_env(data, {"K": "v"})
+    assert result == {"${K}": 1, "s": "v", "n": [1, "v", {"x": True}]}
+    assert issues == []
+    _, issues = substitute_env({"a": [{"b": "${NOPE}"}]}, {})
+    assert [i.path for i in issues] == ["$.a[0].b"]
+
+
+# ------------------------------------------------------------------ phase (b)
+
+
+def test_load_config_resolves_builtins_and_records_the_directory(tmp_path: Path) -> None:
+    path = _write(tmp_path, MINIMAL_BUILTIN)
+    resolved = load_config(path, PluginRegistry.load(autoload=False), environ={})
+    assert isinstance(resolved, ResolvedConfig)
+    assert resolved.base_dir == tmp_path.resolve()
+    assert resolved.source == str(path)
+    assert resolved.archive.spec.name == "memory"
+    assert resolved.archive.kind == "archive"
+    assert resolved.archive.distribution == "agentium-harness"
+    assert resolved.archive.options == resolved.archive.spec.config_class()
+    assert list(resolved.components()) == ["provider", "archive", "session_store"]
+    assert resolved.instructions == DEFAULT_INSTRUCTIONS
+    assert resolved.recall_limits is None
+    assert resolved.resident == ResidentLimits()
+
+
+def test_plugin_options_are_structured_into_its_config_class(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    path = _write(
+        tmp_path,
+        """
+        [provider]
+        plugin = "tprovider"
+        [archive]
+        plugin = "tgood"
+        [archive.options]
+        label = "main"
+        max_items = 5
+        [session_store]
+        plugin = "memory"
+        [recall]
+        plugin = "seekrecall"
+        [recall.budget]
+        max_candidates = 3
+        [recall.options]
+        weights = [1, 0.5]
+        [summary]
+        plugin = "tsum"
+        """,
+    )
+    resolved = load_config(path, registry, environ={})
+    good = sys.modules["agtest_good"]
+    assert resolved.archive.options == good.GoodArchiveConfig(label="main", max_items=5)
+    assert resolved.archive.distribution == "agentium-test-good"
+    assert resolved.archive.version == "1.2.0"
+    assert resolved.recall is not None and resolved.summary is not None
+    assert resolved.recall.options == good.RecallOptions(weights=[1.0, 0.5])
+    assert resolved.recall_limits == RecallLimits(max_candidates=3)
+    assert resolved.summary.kind == "summarizer"
+
+
+def test_bad_plugin_options_have_paths_under_options(tmp_path: Path, registry: PluginRegistry) -> None:
+    path = _write(
+        tmp_path,
+        """
+        [provider]
+        plugin = "tprovider"
+        [provider.options]
+        temperature = 0.2
+        [archive]
+        plugin = "tgood"
+        [archive.options]
+        max_items = "5"
+        colour = "red"
+        [session_store]
+        plugin = "memory"
+        [recall]
+        plugin = "norecall"
+        [recall.options]
+        weights = "heavy"
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, registry, environ={})
+    assert _issues(info) == {
+        "$.provider.options.temperature": "unknown key; this table takes no keys",
+        "$.archive.options.max_items": "expected an integer, got string",
+        "$.archive.options.colour": "unknown key; allowed keys: label, max_items",
+        "$.recall.options.weights": "expected an array, got string",
+    }
+
+
+def test_unknown_plugin_lists_installed_names_suggests_and_gives_pip_hint(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        """
+        [provider]
+        plugin = "scriptd"
+        [archive]
+        plugin = "s3"
+        [session_store]
+        plugin = "memory"
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, PluginRegistry.load(autoload=False), environ={})
+    errors = _issues(info)
+    assert set(errors) == {"$.provider.plugin", "$.archive.plugin"}
+    assert "no archive adapter named 's3'" in errors["$.archive.plugin"]
+    assert "installed archive adapters: " in errors["$.archive.plugin"]
+    assert "memory" in errors["$.archive.plugin"]
+    assert "pip install agentium-archive-s3" in errors["$.archive.plugin"]
+    assert "did you mean 'scripted'?" in errors["$.provider.plugin"]
+
+
+def test_unknown_plugin_mentions_plugins_that_failed_to_load(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    path = _write(tmp_path, BASE.replace('plugin = "memory"', 'plugin = "fromthebrokenone"', 1))
+    with pytest.raises(ConfigError) as info:
+        load_config(path, registry, environ={})
+    message = _issues(info)["$.archive.plugin"]
+    assert "agentium-test-importfail 0.3.1" in message
+    assert "RuntimeError" in message
+
+
+def test_selecting_a_conflicted_or_rejected_name_is_an_error(
+    tmp_path: Path, conflicted: PluginRegistry
+) -> None:
+    path = _write(
+        tmp_path,
+        """
+        [provider]
+        plugin = "tprovider"
+        [archive]
+        plugin = "tgood"
+        [session_store]
+        plugin = "memory"
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, conflicted, environ={})
+    message = _issues(info)["$.archive.plugin"]
+    assert "ambiguous" in message
+    assert "agentium-test-good" in message and "agentium-test-dup" in message
+
+    path.write_text(path.read_text().replace('"tgood"', '"nobounded"'))
+    with pytest.raises(ConfigError) as info:
+        load_config(path, conflicted, environ={})
+    message = _issues(info)["$.archive.plugin"]
+    assert "rejected at load time" in message and "read_groups" in message
+
+
+def test_broken_plugins_are_harmless_when_not_selected(tmp_path: Path, registry: PluginRegistry) -> None:
+    assert registry.problems  # importfail and the invalid registrations are present
+    resolved = load_config(_write(tmp_path, BASE), registry, environ={})
+    assert resolved.provider.plugin == "tprovider"
+
+
+def test_recall_with_summary_needs_canonical_archive_reads(tmp_path: Path, registry: PluginRegistry) -> None:
+    text = BASE + '\n[recall]\nplugin = "norecall"\n[summary]\nplugin = "tsum"\n'
+    with pytest.raises(ConfigError) as info:
+        load_config(_write(tmp_path, text), registry, environ={})
+    errors = _issues(info)
+    assert list(errors) == ["$.recall.plugin"]
+    assert "'norecall'" in errors["$.recall.plugin"]
+    assert "canonical_archive_reads" in errors["$.recall.plugin"]
+    # Without summaries the same store is fine; with a store that seeks, so is the pair.
+    load_config(_write(tmp_path, BASE + '\n[recall]\nplugin = "norecall"\n', "a.toml"), registry, environ={})
+    load_config(_write(tmp_path, text.replace('"norecall"', '"seekrecall"'), "b.toml"), registry, environ={})
+
+
+def test_every_error_of_both_phases_is_reported_together(tmp_path: Path, registry: PluginRegistry) -> None:
+    path = _write(
+        tmp_path,
+        """
+        typo = 1
+        [provider]
+        plugin = "tprovidr"
+        [archive]
+        plugin = "tgood"
+        [archive.options]
+        max_items = -1.5
+        [session_store]
+        plugin = "memory"
+        [runtime.resident]
+        max_tokens = "many"
+        [recall]
+        plugin = "norecall"
+        [recall.options]
+        index = "${INDEX_NAME}"
+        [summary]
+        plugin = "tsum"
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(path, registry, environ={})
+    errors = _issues(info)
+    assert set(errors) == {
+        "$.typo",
+        "$.provider.plugin",
+        "$.archive.options.max_items",
+        "$.runtime.resident.max_tokens",
+        "$.recall.options.index",
+        "$.recall.plugin",
+    }
+    assert "did you mean 'tprovider'" in errors["$.provider.plugin"]
+    assert errors["$.archive.options.max_items"] == "expected an integer, got float"
+    assert "INDEX_NAME" in errors["$.recall.options.index"]
+    assert "canonical_archive_reads" in errors["$.recall.plugin"]
+    assert str(info.value).startswith(f"6 config error(s) in {path}:")
+
+
+def test_load_config_default_registry_honours_the_given_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fakedist.forget_modules()
+    site = tmp_path / "site"
+    site.mkdir()
+    fakedist.install(site, "good")
+    monkeypatch.syspath_prepend(str(site))
+    try:
+        path = _write(tmp_path, BASE)
+        assert load_config(path, environ={}).provider.distribution == "agentium-test-good"
+        with pytest.raises(ConfigError, match="no provider adapter named 'tprovider'"):
+            load_config(path, environ={"AGENTIUM_PLUGINS": ""})
+        assert "agtest_good" in sys.modules  # from the first call only
+    finally:
+        fakedist.forget_modules()
+
+
+def test_resolve_config_builds_nothing() -> None:
+    built: list[Any] = []
+
+    @attrs.frozen
+    class Options:
+        pass
+
+    def factory(config: Any) -> Any:
+        built.append(config)
+        raise AssertionError("resolution must not build adapters")
+
+    memory_spec = PluginRegistry.load(autoload=False).get("archive", "memory")
+
+    def agentium_register_archives(register: Any) -> None:
+        register(AdapterSpec("counting", memory_spec.adapter_class, Options, factory=factory))
+
+    plugin = types.SimpleNamespace(agentium_register_archives=hookimpl(agentium_register_archives))
+    registry = PluginRegistry.load(autoload=False, extra_plugins=[("counting-dist", plugin)])
+    config = parse_config(MINIMAL_BUILTIN.replace('plugin = "memory"', 'plugin = "counting"', 1), environ={})
+    resolved = resolve_config(config, registry)
+    assert resolved.archive.plugin == "counting"
+    assert resolved.archive.options == Options()
+    assert resolved.base_dir is None
+    assert built == []
+
+
+def test_resolve_config_reports_issues_for_programmatic_configs() -> None:
+    config = parse_config(MINIMAL_BUILTIN, environ={})
+    bad = attrs.evolve(config, archive=attrs.evolve(config.archive, plugin="nope", options={"x": 1}))
+    with pytest.raises(ConfigError) as info:
+        resolve_config(bad, PluginRegistry.load(autoload=False))
+    assert [i.path for i in info.value.issues] == ["$.archive.plugin"]
+
+
+def test_config_error_lists_issues_in_a_stable_order() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config("z = 1\na = 2\n", environ={})
+    paths = [i.path for i in info.value.issues]
+    assert paths == sorted(paths)
+    assert ConfigIssue("$.a", info.value.issues[0].message) == info.value.issues[0]
+
+
+def test_harness_config_is_frozen() -> None:
+    config: HarnessConfig = parse_config(BASE, environ={})
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        config.archive = config.provider  # type: ignore[misc]
