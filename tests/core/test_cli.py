@@ -1,0 +1,269 @@
+"""The ``agentium`` command: ``--version``, ``plugins`` and ``check``.
+
+Most tests call :func:`agentium_harness.cli.main` in-process; the last ones run
+the installed console script in a subprocess, as a user would.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentium_harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "agentium.toml"
+BROKEN = ROOT / "examples" / "broken.toml"
+FIXTURES = ROOT / "tests" / "fixtures" / "plugins"
+VERSION = importlib.metadata.version("agentium-harness")
+
+
+def _load_fakedist() -> types.ModuleType:
+    name = "agentium_test_fixture_fakedist"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, FIXTURES / "fakedist.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fakedist = _load_fakedist()
+
+
+@pytest.fixture
+def fixture_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Install good, importfail and dup; allow the first two and block dup through the environment."""
+    fakedist.forget_modules()
+    site = tmp_path / "site"
+    site.mkdir()
+    fakedist.install(site, "good", "importfail", "dup")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("AGENTIUM_PLUGINS", "agentium-test-good,agentium-test-importfail,agentium-test-dup")
+    monkeypatch.setenv("AGENTIUM_DISABLE_PLUGINS", "agentium-test-dup")
+    yield site
+    fakedist.forget_modules()
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ------------------------------------------------------------ in-process
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "--version")
+    assert (code, out, err) == (0, f"agentium-harness {VERSION}\n", "")
+
+
+def test_no_command_prints_usage_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys)
+    assert code == 2
+    assert out == ""
+    assert "usage: agentium" in err and "check" in err and "plugins" in err
+
+
+@pytest.mark.parametrize("argv", [["check"], ["plugins", "--bogus"], ["no-such-command"]])
+def test_usage_errors_exit_2_without_traceback(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert "usage: agentium" in err
+    assert "Traceback" not in err
+
+
+def test_plugins_json_lists_builtins_with_capabilities(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "plugins", "--json")
+    assert code == 0 and err == ""
+    report = json.loads(out)
+    assert set(report) == {"plugins", "problems", "skipped"}
+    core = next(p for p in report["plugins"] if p["distribution"] == "agentium-harness")
+    assert core["version"] == VERSION
+    assert core["status"] == "ok"
+    assert core["modules"] == ["agentium_harness.adapters.builtin"]
+    adapters = {(a["kind"], a["name"]): a for a in core["adapters"]}
+    archive = adapters[("archive", "memory")]
+    assert archive["capabilities"] == {
+        "durable": False,
+        "idempotent_append": True,
+        "bounded_reads": True,
+        "health_check": True,
+    }
+    assert archive["adapter_class"] == "agentium_harness.adapters.memory.InMemoryArchive"
+    assert archive["config_class"] == "agentium_harness.adapters.memory.InMemoryArchiveConfig"
+    assert archive["conflicted"] is False
+    assert archive["description"]
+    assert adapters[("session_store", "memory")]["capabilities"]["compare_and_set"] is True
+    assert "archive" in core["kinds"] and "session_store" in core["kinds"]
+    assert "agentium_register_archives" in core["hooks"]
+
+
+def test_plugins_json_reports_problems_and_skipped_deterministically(
+    capsys: pytest.CaptureFixture[str], fixture_plugins: Path
+) -> None:
+    code, out, _ = _run(capsys, "plugins", "--json")
+    assert code == 0
+    report = json.loads(out)
+    distributions = [p["distribution"] for p in report["plugins"]]
+    assert distributions == sorted(distributions)
+    assert {"agentium-harness", "agentium-test-good", "agentium-test-importfail"} <= set(distributions)
+    failed = next(p for p in report["plugins"] if p["distribution"] == "agentium-test-importfail")
+    assert (failed["status"], failed["adapters"], failed["version"]) == ("failed", [], "0.3.1")
+    (problem,) = [p for p in report["problems"] if p["distribution"] == "agentium-test-importfail"]
+    assert problem["stage"] == "import"
+    assert problem["version"] == "0.3.1"
+    assert "RuntimeError" in problem["error"]
+    assert set(problem) == {"distribution", "version", "stage", "kind", "name", "hook", "error"}
+    (skipped,) = [s for s in report["skipped"] if s["distribution"] == "agentium-test-dup"]
+    assert skipped == {
+        "distribution": "agentium-test-dup",
+        "version": "2.0.0",
+        "entry_point": "dup = agtest_dup",
+        "reason": "blocked by AGENTIUM_DISABLE_PLUGINS",
+    }
+    assert "agtest_dup" not in sys.modules
+    good = next(p for p in report["plugins"] if p["distribution"] == "agentium-test-good")
+    assert good["kinds"] == sorted(good["kinds"])
+    assert "agentium_memory_event" in good["hooks"]
+    # The same installation gives byte-identical output.
+    fakedist.forget_modules()
+    _, again, _ = _run(capsys, "plugins", "--json")
+    assert again == out
+
+
+def test_plugins_text_output(capsys: pytest.CaptureFixture[str], fixture_plugins: Path) -> None:
+    code, out, _ = _run(capsys, "plugins")
+    assert code == 0
+    assert f"agentium-harness {VERSION} [ok]" in out
+    assert "archive        memory" in out
+    assert "capabilities: idempotent_append, bounded_reads, health_check" in out
+    assert "agentium-test-importfail 0.3.1 [failed]" in out
+    assert "problems:" in out and "[import]: RuntimeError" in out
+    assert "skipped:" in out and "agentium-test-dup 2.0.0: blocked by AGENTIUM_DISABLE_PLUGINS" in out
+
+
+def test_check_valid_example(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "check", str(EXAMPLE))
+    assert (code, err) == (0, "")
+    assert out.startswith(f"{EXAMPLE}: valid\n")
+    assert "archive" in out and "session_store" in out and "provider" in out
+
+
+def test_check_valid_example_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "check", str(EXAMPLE), "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["valid"] is True and report["errors"] == []
+    assert report["config"] == str(EXAMPLE)
+    assert set(report["components"]) == {"provider", "archive", "session_store"}
+    assert report["components"]["archive"]["distribution"] == "agentium-harness"
+    assert set(report["components"]["archive"]) == {"kind", "plugin", "distribution", "version"}
+
+
+def test_check_broken_example_lists_every_error_with_its_path(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "check", str(BROKEN))
+    assert code == 2
+    assert out == ""
+    assert err.startswith(f"{BROKEN}: ")
+    for path in ("$.runtime.max_turns", "$.runtime.resident.max_groups", "$.provider.plugin", "$.archive"):
+        assert f"  {path}" in err
+    assert "did you mean 'scripted'?" in err
+    assert "Traceback" not in err
+
+
+def test_check_broken_example_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "check", str(BROKEN), "--json")
+    assert code == 2 and err == ""
+    report = json.loads(out)
+    assert report["valid"] is False
+    assert report["components"] == {}
+    paths = [e["path"] for e in report["errors"]]
+    assert paths == sorted(paths)
+    assert {"$.runtime.max_turns", "$.runtime.resident.max_groups", "$.provider.plugin"} <= set(paths)
+    assert all(set(e) == {"path", "message"} for e in report["errors"])
+
+
+def test_check_missing_file_is_a_user_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = _run(capsys, "check", str(tmp_path / "nope.toml"))
+    assert code == 2 and out == ""
+    assert "$: cannot read config file" in err
+    assert "Traceback" not in err
+
+
+def test_check_builds_nothing_and_creates_no_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    db = work / "state" / "agentium.db"
+    good = work / "good.toml"
+    good.write_text(EXAMPLE.read_text().replace("${AGENTIUM_DB:-agentium.db}", str(db)))
+    bad = work / "bad.toml"
+    bad.write_text(good.read_text() + "\n[memory]\nplugin = 3\n")
+    before = sorted(p.name for p in work.rglob("*"))
+    assert _run(capsys, "check", str(good))[0] == 0
+    assert _run(capsys, "check", str(bad))[0] == 2
+    assert sorted(p.name for p in work.rglob("*")) == before
+    assert not db.parent.exists()
+
+
+# ---------------------------------------------------- installed console script
+
+
+def _console_script() -> str:
+    candidate = Path(sys.executable).with_name("agentium")
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("agentium")
+    assert found, "the agentium console script is not installed (pip install -e ./core)"
+    return found
+
+
+def _script(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
+    return subprocess.run(
+        [_console_script(), *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_console_script_plugins_json_lists_the_builtins() -> None:
+    result = _script("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    core = next(p for p in report["plugins"] if p["distribution"] == "agentium-harness")
+    adapters = {(a["kind"], a["name"]): a["capabilities"] for a in core["adapters"]}
+    assert adapters[("archive", "memory")]["idempotent_append"] is True
+    assert adapters[("session_store", "memory")]["compare_and_set"] is True
+
+
+def test_console_script_check_examples(tmp_path: Path) -> None:
+    ok = _script("check", "examples/agentium.toml")
+    assert ok.returncode == 0, ok.stderr
+    assert "examples/agentium.toml: valid" in ok.stdout
+    broken = _script("check", "examples/broken.toml")
+    assert broken.returncode == 2
+    assert "$.runtime.max_turns" in broken.stderr
+    assert "$.runtime.resident.max_groups" in broken.stderr
+    assert "$.provider.plugin" in broken.stderr
+    assert "Traceback" not in broken.stderr
+
+
+def test_console_script_version() -> None:
+    result = _script("--version")
+    assert (result.returncode, result.stdout) == (0, f"agentium-harness {VERSION}\n")
