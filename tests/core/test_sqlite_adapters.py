@@ -136,19 +136,17 @@ def test_both_adapters_are_registered_as_sqlite(tmp_path: Path) -> None:
 async def test_construction_does_no_io_until_first_call(db: Path, config: SQLiteConfig) -> None:
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
     try:
-        assert not db.exists()
-        assert list(db.parent.iterdir()) == []
+        assert not await anyio.Path(db).exists()
+        assert [p async for p in anyio.Path(db.parent).iterdir()] == []
         await archive.append(KEY, [plain_group(0)], OpContext())
-        assert db.exists()
+        assert await anyio.Path(db).exists()
         await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
     finally:
         await archive.aclose()
         await store.aclose()
 
 
-async def test_relative_path_is_resolved_when_built(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_relative_path_is_resolved_when_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     archive = SQLiteArchive(SQLiteConfig(path="rel.db"))
     monkeypatch.chdir(tmp_path.parent)
@@ -196,7 +194,7 @@ async def test_newer_schema_version_is_refused(db: Path, config: SQLiteConfig) -
 
 
 async def test_a_file_that_is_not_a_database_gives_a_typed_error(db: Path, config: SQLiteConfig) -> None:
-    db.write_bytes(b"this is not a sqlite database, just text" * 100)
+    await anyio.Path(db).write_bytes(b"this is not a sqlite database, just text" * 100)
     archive = SQLiteArchive(config)
     try:
         with pytest.raises(ArchiveError, match="failed on"):
@@ -309,23 +307,24 @@ async def test_a_corrupt_snapshot_row_raises_and_is_left_untouched(
         assert conn.execute("SELECT revision, data FROM session_snapshots").fetchall() == before
 
 
+async def _attempt(
+    store: SQLiteSessionStore, i: int, base: int, marker: str, results: list[tuple[int, int | None]]
+) -> None:
+    try:
+        results.append((i, await store.save(KEY, scoped_snapshot(KEY, marker), base, OpContext())))
+    except SessionConflictError:
+        results.append((i, None))
+
+
 async def test_two_store_instances_racing_compare_and_set_have_one_winner(config: SQLiteConfig) -> None:
     stores = [SQLiteSessionStore(config) for _ in range(3)]
     try:
         revision = await stores[0].save(KEY, scoped_snapshot(KEY, " base"), None, OpContext())
         for round_ in range(5):
             results: list[tuple[int, int | None]] = []
-
-            async def attempt(i: int, base: int, r: int = round_) -> None:
-                try:
-                    new = await stores[i % 3].save(KEY, scoped_snapshot(KEY, f" r{r} w{i}"), base, OpContext())
-                    results.append((i, new))
-                except SessionConflictError:
-                    results.append((i, None))
-
             async with anyio.create_task_group() as tg:
                 for i in range(9):
-                    tg.start_soon(attempt, i, revision)
+                    tg.start_soon(_attempt, stores[i % 3], i, revision, f" r{round_} w{i}", results)
             winners = [(i, new) for i, new in results if new is not None]
             assert len(results) == 9
             assert len(winners) == 1, results
@@ -385,7 +384,7 @@ async def test_a_cancelled_signal_refuses_work_and_writes_nothing(
         await archive.append(KEY, [plain_group(0)], cancelled())
     with pytest.raises(OperationCancelledError):
         await store.save(KEY, scoped_snapshot(KEY), None, cancelled())
-    assert not db.exists(), "a refused call must not even open the database"
+    assert not await anyio.Path(db).exists(), "a refused call must not even open the database"
     await archive.append(KEY, [plain_group(0)], OpContext())
     with pytest.raises(OperationCancelledError):
         await archive.append(KEY, [plain_group(1)], cancelled())
@@ -486,11 +485,11 @@ async def test_aclose_is_idempotent_and_later_calls_are_refused(
     with pytest.raises(SQLiteStorageError, match="closed"):
         await store.load(KEY, OpContext())
     # The connection is really closed: the WAL is checkpointed and removed on last close.
-    assert not Path(f"{db}-wal").exists()
+    assert not await anyio.Path(f"{db}-wal").exists()
 
 
 async def test_aclose_before_use_creates_nothing(db: Path, config: SQLiteConfig) -> None:
     archive = SQLiteArchive(config)
     await archive.aclose()
     await archive.aclose()
-    assert not db.exists()
+    assert not await anyio.Path(db).exists()

@@ -1,0 +1,545 @@
+"""Deliberately broken adapters, each with one realistic bug, run through the contract suites.
+
+Not collected directly (the file name does not start with ``test_``):
+``test_suites_catch_broken_adapters.py`` copies it into a pytester run and
+checks that the suites fail exactly the tests that describe each bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.codec import canonical_json, digest_of, unstructure
+from agentium_harness.errors import OperationCancelledError, SessionConflictError
+from agentium_harness.history import MessageGroup
+from agentium_harness.ports import OpContext
+from agentium_harness.ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from agentium_harness.ports.sessions import (
+    SessionSnapshot,
+    SessionStore,
+    SessionStoreCapabilities,
+    StoredSnapshot,
+)
+from agentium_harness.scope import SessionKey
+from agentium_harness.testing import ArchiveContract, SessionStoreContract
+
+_ARCHIVE_CAPS = InMemoryArchive.capabilities
+_STORE_CAPS = InMemorySessionStore.capabilities
+
+
+def _check(ctx: OpContext) -> None:
+    # The broken adapters get cancellation right, so each one has only its own bug.
+    if ctx.expired:
+        raise OperationCancelledError("cancelled")
+
+
+def _colon_key(key: SessionKey) -> SessionKey:
+    # The classic bug: ids joined with a separator they may contain.
+    joined = f"{key.tenant}:{key.user}:{key.session}"
+    return SessionKey("all", "all", joined[:256])
+
+
+# -- archives -----------------------------------------------------------------------------------
+
+
+class OverwritingArchive(InMemoryArchive):
+    """Last writer wins: a conflicting re-append replaces the stored group."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        _check(ctx)
+        stored = self._groups.setdefault(key, {})
+        for g in groups:
+            stored[g.seq] = (g.canonical_bytes(), g.digest)
+        return [ArchiveReceipt(g.seq, g.digest, f"x/{g.seq}") for g in groups]
+
+
+class NonAtomicArchive(InMemoryArchive):
+    """Writes group by group, so a conflict leaves the earlier part of the batch behind."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        receipts: list[ArchiveReceipt] = []
+        for g in groups:
+            receipts.extend(await super().append(key, [g], ctx))
+        return receipts
+
+
+class ColonKeyArchive(InMemoryArchive):
+    """Keys sessions by ``tenant:user:session``."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        return await super().append(_colon_key(key), groups, ctx)
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        return await super().read_groups(_colon_key(key), start_seq, max_groups, ctx)
+
+
+class UnboundedReadArchive(InMemoryArchive):
+    """Ignores ``max_groups``."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        return await super().read_groups(key, start_seq, 10**9, ctx)
+
+
+class DescendingReadArchive(InMemoryArchive):
+    """Returns groups newest first."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        groups = await super().read_groups(key, start_seq, 10**9, ctx)
+        return list(reversed(groups))[: max(0, max_groups)]
+
+
+class WrongDigestArchive(InMemoryArchive):
+    """Acknowledges with a digest of the messages only, not of the canonical group."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        receipts = await super().append(key, groups, ctx)
+        return [
+            ArchiveReceipt(r.seq, digest_of(unstructure(g.messages)), r.location)
+            for r, g in zip(receipts, groups, strict=True)
+        ]
+
+
+class DropsRetainedArchive(InMemoryArchive):
+    """Loses the retained record on the way in."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        groups = await super().read_groups(key, start_seq, max_groups, ctx)
+        return [MessageGroup(g.seq, g.messages) for g in groups]
+
+
+class IgnoresCancellationArchive(InMemoryArchive):
+    """Never looks at the caller's context."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        return await super().append(key, groups, OpContext())
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        return await super().read_groups(key, start_seq, max_groups, OpContext())
+
+
+class UndeclaredHealthArchive(InMemoryArchive):
+    """Answers ``health`` although it does not declare ``health_check``."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        idempotent_append=True, bounded_reads=True
+    )
+
+
+class UndeclaredReadsArchive(InMemoryArchive):
+    """Answers ``read_groups`` although it does not declare ``bounded_reads``."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        idempotent_append=True, health_check=True
+    )
+
+
+class StubReadsArchive(InMemoryArchive):
+    """Declares ``bounded_reads`` but keeps the port's stub."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+    read_groups = HistoryArchive.read_groups
+
+
+class InheritedCapabilitiesArchive(InMemoryArchive):
+    """Declares nothing in its own body (inherits the parent's declaration)."""
+
+
+class ForgetfulDurableArchive(InMemoryArchive):
+    """Claims ``durable`` while keeping everything in the process."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True
+    )
+
+
+class SilentHealthArchive(InMemoryArchive):
+    """Declares a health check that returns nothing useful."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def health(self, ctx: OpContext) -> str:
+        return ""
+
+
+class CloseOnceArchive(InMemoryArchive):
+    """Raises when closed a second time."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+    closed = False
+
+    async def aclose(self) -> None:
+        if self.closed:
+            raise RuntimeError("already closed")
+        self.closed = True
+
+
+def _archive_case(adapter: type[HistoryArchive]) -> type[ArchiveContract]:
+    class Case(ArchiveContract):
+        @pytest.fixture
+        def archive(self) -> HistoryArchive:
+            return adapter()
+
+        @pytest.fixture
+        def reopen_archive(self) -> Callable[[], HistoryArchive]:
+            return adapter
+
+    return Case
+
+
+class TestOverwritingArchive(_archive_case(OverwritingArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestNonAtomicArchive(_archive_case(NonAtomicArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestColonKeyArchive(_archive_case(ColonKeyArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestUnboundedReadArchive(_archive_case(UnboundedReadArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestDescendingReadArchive(_archive_case(DescendingReadArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestWrongDigestArchive(_archive_case(WrongDigestArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestDropsRetainedArchive(_archive_case(DropsRetainedArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestIgnoresCancellationArchive(_archive_case(IgnoresCancellationArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestUndeclaredHealthArchive(_archive_case(UndeclaredHealthArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestUndeclaredReadsArchive(_archive_case(UndeclaredReadsArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestStubReadsArchive(_archive_case(StubReadsArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestInheritedCapabilitiesArchive(_archive_case(InheritedCapabilitiesArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestForgetfulDurableArchive(_archive_case(ForgetfulDurableArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestSilentHealthArchive(_archive_case(SilentHealthArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestCloseOnceArchive(_archive_case(CloseOnceArchive)):  # type: ignore[misc]
+    pass
+
+
+# -- session stores -----------------------------------------------------------------------------
+
+
+class NoCompareStore(InMemorySessionStore):
+    """Saves unconditionally: last writer wins."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        _check(ctx)
+        current = self._rows.get(key)
+        revision = 1 if current is None else current[0] + 1
+        self._rows[key] = (revision, canonical_json(unstructure(snapshot)))
+        return revision
+
+
+class YieldingCompareStore(InMemorySessionStore):
+    """Compares, yields to the event loop, then writes: not atomic."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        _check(ctx)
+        current = self._rows.get(key)
+        current_revision = None if current is None else current[0]
+        if current_revision != expected_revision:
+            raise SessionConflictError("stale")
+        await anyio.lowlevel.checkpoint()  # a network round trip would sit here
+        revision = 1 if current_revision is None else current_revision + 1
+        self._rows[key] = (revision, canonical_json(unstructure(snapshot)))
+        return revision
+
+
+class ColonKeyStore(InMemorySessionStore):
+    """Keys sessions by ``tenant:user:session``."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        return await super().load(_colon_key(key), ctx)
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        return await super().save(_colon_key(key), snapshot, expected_revision, ctx)
+
+
+class StaticRevisionStore(InMemorySessionStore):
+    """Reports revision 1 forever (a timestamp-free "version" column that never moves)."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        _check(ctx)
+        if expected_revision is None and key in self._rows:
+            raise SessionConflictError("exists")
+        self._rows[key] = (1, canonical_json(unstructure(snapshot)))
+        return 1
+
+
+class UpgradesLegacyStore(InMemorySessionStore):
+    """Silently rewrites legacy snapshots to the current format version."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        stored = await super().load(key, ctx)
+        if stored is None or stored.snapshot.format_version != 1:
+            return stored
+        s = stored.snapshot
+        upgraded = SessionSnapshot(s.memory_scope, s.boundary, s.next_seq, s.resident)
+        return StoredSnapshot(upgraded, stored.revision)
+
+
+class LeakyListingStore(InMemorySessionStore):
+    """Lists every session of the tenant, unbounded."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
+        return sorted(k.session for k in self._rows if k.tenant == tenant)
+
+
+class IgnoresCancellationStore(InMemorySessionStore):
+    """Never looks at the caller's context."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        return await super().load(key, OpContext())
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        return await super().save(key, snapshot, expected_revision, OpContext())
+
+
+class UndeclaredListingStore(InMemorySessionStore):
+    """Answers ``list_sessions`` although it does not declare ``listing``."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
+        compare_and_set=True, health_check=True
+    )
+
+
+class ForgetfulDurableStore(InMemorySessionStore):
+    """Claims ``durable`` while keeping everything in the process."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
+        compare_and_set=True, durable=True, listing=True, health_check=True
+    )
+
+
+class PhantomStore(InMemorySessionStore):
+    """Invents an empty snapshot at revision 0 for a session that was never saved."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        stored = await super().load(key, ctx)
+        return stored if stored is not None else StoredSnapshot(SessionSnapshot(memory_scope=None), 0)
+
+
+class MisreportedRevisionStore(InMemorySessionStore):
+    """Returns a revision from ``save`` that ``load`` does not report."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        return await super().save(key, snapshot, expected_revision, ctx) * 10
+
+
+class UndeclaredHealthStore(InMemorySessionStore):
+    """Answers ``health`` although it does not declare ``health_check``."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
+        compare_and_set=True, listing=True
+    )
+
+
+class StubListingStore(InMemorySessionStore):
+    """Declares ``listing`` but keeps the port's stub."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+    list_sessions = SessionStore.list_sessions
+
+
+class InheritedCapabilitiesStore(InMemorySessionStore):
+    """Declares nothing in its own body."""
+
+
+class SilentHealthStore(InMemorySessionStore):
+    """Declares a health check that returns nothing useful."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def health(self, ctx: OpContext) -> str:
+        return "  "
+
+
+class CloseOnceStore(InMemorySessionStore):
+    """Raises when closed a second time."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+    closed = False
+
+    async def aclose(self) -> None:
+        if self.closed:
+            raise RuntimeError("already closed")
+        self.closed = True
+
+
+def _store_case(adapter: type[SessionStore]) -> type[SessionStoreContract]:
+    class Case(SessionStoreContract):
+        @pytest.fixture
+        def session_store(self) -> SessionStore:
+            return adapter()
+
+        @pytest.fixture
+        def reopen_session_store(self) -> Callable[[], SessionStore]:
+            return adapter
+
+    return Case
+
+
+class TestNoCompareStore(_store_case(NoCompareStore)):  # type: ignore[misc]
+    pass
+
+
+class TestYieldingCompareStore(_store_case(YieldingCompareStore)):  # type: ignore[misc]
+    pass
+
+
+class TestColonKeyStore(_store_case(ColonKeyStore)):  # type: ignore[misc]
+    pass
+
+
+class TestStaticRevisionStore(_store_case(StaticRevisionStore)):  # type: ignore[misc]
+    pass
+
+
+class TestUpgradesLegacyStore(_store_case(UpgradesLegacyStore)):  # type: ignore[misc]
+    pass
+
+
+class TestLeakyListingStore(_store_case(LeakyListingStore)):  # type: ignore[misc]
+    pass
+
+
+class TestIgnoresCancellationStore(_store_case(IgnoresCancellationStore)):  # type: ignore[misc]
+    pass
+
+
+class TestUndeclaredListingStore(_store_case(UndeclaredListingStore)):  # type: ignore[misc]
+    pass
+
+
+class TestForgetfulDurableStore(_store_case(ForgetfulDurableStore)):  # type: ignore[misc]
+    pass
+
+
+class TestPhantomStore(_store_case(PhantomStore)):  # type: ignore[misc]
+    pass
+
+
+class TestMisreportedRevisionStore(_store_case(MisreportedRevisionStore)):  # type: ignore[misc]
+    pass
+
+
+class TestUndeclaredHealthStore(_store_case(UndeclaredHealthStore)):  # type: ignore[misc]
+    pass
+
+
+class TestStubListingStore(_store_case(StubListingStore)):  # type: ignore[misc]
+    pass
+
+
+class TestInheritedCapabilitiesStore(_store_case(InheritedCapabilitiesStore)):  # type: ignore[misc]
+    pass
+
+
+class TestSilentHealthStore(_store_case(SilentHealthStore)):  # type: ignore[misc]
+    pass
+
+
+class TestCloseOnceStore(_store_case(CloseOnceStore)):  # type: ignore[misc]
+    pass
