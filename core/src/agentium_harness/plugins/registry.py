@@ -292,8 +292,10 @@ class PluginRegistry:
         seen: set[str] = set()
         entries = []
         for ep in importlib.metadata.entry_points(group=PROJECT_NAME):
-            dist_name = ep.dist.name if ep.dist is not None else ep.value.split(":")[0]
-            version = ep.dist.version if ep.dist is not None else "unknown"
+            # A distribution without a Name in its metadata is still reported,
+            # under its entry point's module name, rather than crashing the load.
+            dist_name = (ep.dist.name if ep.dist is not None else None) or ep.value.split(":")[0]
+            version = (ep.dist.version if ep.dist is not None else None) or "unknown"
             entries.append((normalize_distribution_name(dist_name), dist_name, version, ep))
         # Sorted, so which of two clashing plugins registers first never
         # depends on sys.path order or file-system listing order.
