@@ -21,9 +21,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import anyio
+
+from .codec import unstructure
 from .config import SECTION_KINDS, load_config
+from .engine.loader import build_runtime, load_runtime
+from .engine.results import RunResult
+from .engine.runtime import MigrationReport, SessionView
 from .errors import AgentiumError, ConfigError
 from .plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry, RegisteredAdapter
+from .scope import RecallScope, VerifiedIdentity
 
 __all__ = ["EXIT_OK", "EXIT_USAGE", "build_parser", "main", "plugins_report"]
 
@@ -161,7 +168,10 @@ def _add_plugins(subparsers: Any) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate a config file (schema, plugins, options, capabilities) without building anything."""
+    """Validate a config file (schema, plugins, options, capabilities) without building anything.
+
+    With ``--probe`` it also builds the runtime and runs each adapter's bounded health check.
+    """
     path = Path(args.config)
     try:
         resolved = load_config(path)
@@ -183,15 +193,30 @@ def cmd_check(args: argparse.Namespace) -> int:
         }
         for section, c in resolved.components().items()
     }
+    probes: dict[str, str] = {}
+    if args.probe:
+        runtime = build_runtime(resolved)
+
+        async def probe() -> list[tuple[str, str]]:
+            async with runtime:
+                return await runtime.probe()
+
+        probes = dict(anyio.run(probe))
+    failed = any(v.startswith("failed") for v in probes.values())
     if args.json:
-        _print_json({"config": str(path), "valid": True, "errors": [], "components": components}, sys.stdout)
+        report = {"config": str(path), "valid": True, "errors": [], "components": components}
+        if args.probe:
+            report["probe"] = probes
+        _print_json(report, sys.stdout)
     else:
         sys.stdout.write(f"{path}: valid\n")
         for section in SECTION_KINDS:
             if section in components:
                 c = components[section]
                 sys.stdout.write(f"  {section:<14} {c['plugin']} ({c['distribution']} {c['version']})\n")
-    return EXIT_OK
+        for role, outcome in probes.items():
+            sys.stdout.write(f"  probe {role:<14} {outcome}\n")
+    return EXIT_USAGE if failed else EXIT_OK
 
 
 def _add_check(subparsers: Any) -> None:
@@ -202,7 +227,180 @@ def _add_check(subparsers: Any) -> None:
     )
     parser.add_argument("config", help="path of the TOML config file")
     parser.add_argument("--json", action="store_true", help="print the stable JSON form (see docs/cli.md)")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="also build the runtime and run each adapter's bounded health check",
+    )
     parser.set_defaults(func=cmd_check)
+
+
+# ---------------------------------------------------------------- runtime
+
+
+#: How the CLI attests identity: whoever runs the command on the host is the
+#: operator the host trusts, so identity given on the command line is verified
+#: by that operator (the library itself still takes only VerifiedIdentity).
+CLI_VERIFIER = "cli-operator"
+
+
+def _identity(args: argparse.Namespace) -> VerifiedIdentity:
+    return VerifiedIdentity(tenant=args.tenant, user=args.user, verified_by=CLI_VERIFIER)
+
+
+def _recall_scope(args: argparse.Namespace) -> RecallScope | None:
+    if args.project is None and args.repository is None:
+        return None
+    return RecallScope(project=args.project, repository=args.repository)
+
+
+def _add_identity_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="path of the TOML config file")
+    parser.add_argument("--tenant", required=True, help="tenant id")
+    parser.add_argument("--user", required=True, help="user id")
+    parser.add_argument("--session", required=True, help="session id")
+    parser.add_argument("--project", default=None, help="optional recall scope: project id")
+    parser.add_argument("--repository", default=None, help="optional recall scope: repository id")
+    parser.add_argument("--json", action="store_true", help="print the JSON form (see docs/cli.md)")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run a scripted conversation on the embedded SQLite defaults and prove nothing was lost."""
+    from .demo import run_demo
+
+    if not 1 <= args.turns <= 10_000:
+        sys.stderr.write("agentium demo: --turns must be between 1 and 10000\n")
+        return EXIT_USAGE
+    ok = anyio.run(run_demo, Path(args.dir), args.turns, sys.stdout)
+    return EXIT_OK if ok else 1
+
+
+def _add_demo(subparsers: Any) -> None:
+    parser = subparsers.add_parser("demo", help="run the embedded demo", description=cmd_demo.__doc__)
+    parser.add_argument("--dir", default="agentium-demo", help="directory for the demo database")
+    parser.add_argument("--turns", type=int, default=12, help="number of turns (default 12)")
+    parser.set_defaults(func=cmd_demo)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run one turn of a session on the runtime a config file describes."""
+    runtime = load_runtime(args.config)
+
+    async def go() -> RunResult:
+        async with runtime:
+            return await runtime.run(
+                _identity(args),
+                args.session,
+                args.text,
+                recall_scope=_recall_scope(args),
+                attest_legacy_memory_scope=args.attest_legacy_memory_scope,
+                grants=args.grant,
+            )
+
+    result = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(result), sys.stdout)
+    else:
+        sys.stdout.write(result.output + "\n")
+        sys.stderr.write(
+            f"[group {result.group_seq}, boundary {result.boundary}, resident {result.resident_groups}, "
+            f"revision {result.snapshot_revision}, run {result.status.value}, "
+            f"eviction {result.eviction.value}, sources {result.sources.value}]\n"
+        )
+        for d in result.diagnostics:
+            sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
+    return EXIT_OK
+
+
+def _add_run(subparsers: Any) -> None:
+    parser = subparsers.add_parser("run", help="run one turn", description=cmd_run.__doc__)
+    _add_identity_args(parser)
+    parser.add_argument("text", help="the user input")
+    parser.add_argument("--grant", action="append", default=[], help="grant a tool for this run (repeatable)")
+    parser.add_argument(
+        "--attest-legacy-memory-scope",
+        action="store_true",
+        help="load a legacy snapshot after you verified its exact scope",
+    )
+    parser.set_defaults(func=cmd_run)
+
+
+def cmd_session_inspect(args: argparse.Namespace) -> int:
+    """Show a stored session: boundary, resident groups, archived count, snapshot revision."""
+    runtime = load_runtime(args.config)
+
+    async def go() -> SessionView:
+        async with runtime:
+            return await runtime.inspect_session(_identity(args), args.session)
+
+    view = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(view), sys.stdout)
+    elif not view.exists:
+        sys.stdout.write(f"session {args.session!r}: not stored\n")
+    else:
+        scope = "legacy (no memory scope)" if view.memory_scope is None else view.memory_scope.key()
+        sys.stdout.write(
+            f"session {args.session!r}\n"
+            f"  revision        {view.revision}\n"
+            f"  format version  {view.format_version}\n"
+            f"  memory scope    {scope}\n"
+            f"  boundary        {view.boundary}\n"
+            f"  archived groups {view.archived_count}\n"
+            f"  resident groups {len(view.resident_seqs)} {list(view.resident_seqs)}\n"
+            f"  next seq        {view.next_seq}\n"
+        )
+    return EXIT_OK
+
+
+def cmd_session_migrate(args: argparse.Namespace) -> int:
+    """Stamp a legacy session snapshot with its verified memory scope (storage identity migration)."""
+    if not args.attest_legacy_memory_scope:
+        sys.stderr.write(
+            "agentium session migrate: verify the session's exact scope first, then pass "
+            "--attest-legacy-memory-scope\n"
+        )
+        return EXIT_USAGE
+    runtime = load_runtime(args.config)
+
+    async def go() -> MigrationReport:
+        async with runtime:
+            return await runtime.migrate_legacy_session(
+                _identity(args),
+                args.session,
+                recall_scope=_recall_scope(args),
+                attest_legacy_memory_scope=True,
+            )
+
+    report = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(report), sys.stdout)
+    else:
+        state = "migrated" if report.changed else "unchanged"
+        sys.stdout.write(
+            f"{state}: {report.message} (revision {report.previous_revision} -> {report.revision})\n"
+        )
+    return EXIT_OK
+
+
+def _add_session(subparsers: Any) -> None:
+    parser = subparsers.add_parser("session", help="inspect or migrate a stored session")
+    inner = parser.add_subparsers(dest="session_command", metavar="ACTION", required=True)
+    inspect = inner.add_parser(
+        "inspect", help="show a stored session", description=cmd_session_inspect.__doc__
+    )
+    _add_identity_args(inspect)
+    inspect.set_defaults(func=cmd_session_inspect)
+    migrate = inner.add_parser(
+        "migrate", help="stamp a legacy snapshot with its scope", description=cmd_session_migrate.__doc__
+    )
+    _add_identity_args(migrate)
+    migrate.add_argument(
+        "--attest-legacy-memory-scope",
+        action="store_true",
+        help="required: you verified the session's exact scope",
+    )
+    migrate.set_defaults(func=cmd_session_migrate)
 
 
 # --------------------------------------------------------------------- main
@@ -212,12 +410,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     parser = argparse.ArgumentParser(
         prog="agentium",
-        description="Agentium: continuity for LLM agent hosts (plugins, config checks).",
+        description="Agentium: continuity for LLM agent hosts.",
     )
     parser.add_argument("--version", action="version", version=f"{BUILTIN_DISTRIBUTION} {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_plugins(subparsers)
     _add_check(subparsers)
+    _add_demo(subparsers)
+    _add_run(subparsers)
+    _add_session(subparsers)
     return parser
 
 

@@ -92,10 +92,19 @@ REQUIRED_SECTIONS: tuple[str, ...] = ("provider", "archive", "session_store")
 
 @attrs.frozen(slots=True)
 class RuntimeConfig:
-    """``[runtime]``: host instructions and resident history bounds (``[runtime.resident]``)."""
+    """``[runtime]``: host instructions, run limits and resident history bounds (``[runtime.resident]``).
+
+    ``max_steps`` (model calls per run), ``source_tokens`` (prompt budget of
+    labeled source data, wrappers included), ``settle_timeout_s`` and
+    ``op_timeout_s`` mirror :class:`~agentium_harness.engine.runtime.RuntimeLimits`.
+    """
 
     instructions: str = DEFAULT_INSTRUCTIONS
     resident: ResidentLimits = attrs.field(factory=ResidentLimits)
+    max_steps: int = attrs.field(default=8, validator=attrs.validators.gt(0))
+    source_tokens: int = attrs.field(default=2048, validator=attrs.validators.gt(0))
+    settle_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    op_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
 
 
 @attrs.frozen(slots=True)
