@@ -23,6 +23,7 @@ from agentium_harness.adapters.sqlite import (
     SQLiteConfig,
     SQLiteSessionStore,
     SQLiteStorageError,
+    _immediate_transaction,
 )
 from agentium_harness.codec import structure
 from agentium_harness.errors import (
@@ -467,6 +468,27 @@ async def test_a_held_lock_past_the_busy_timeout_is_a_storage_error(db: Path, co
         assert loaded is not None and loaded.revision == 1
     finally:
         await store.aclose()
+
+
+async def test_a_failed_commit_leaves_the_connection_usable(db: Path, archive: SQLiteArchive) -> None:
+    await archive.append(KEY, [plain_group(0)], OpContext())
+    with raw(db) as conn:
+        conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        conn.execute(
+            "CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+
+    def violate_at_commit(conn: sqlite3.Connection) -> None:
+        # A deferred foreign key is checked at COMMIT, which then fails with the
+        # transaction still open.
+        with _immediate_transaction(conn):
+            conn.execute("INSERT INTO child (parent_id) VALUES (42)")
+
+    with pytest.raises(ArchiveError, match="FOREIGN KEY"):
+        await archive._run(OpContext(), "bad commit", violate_at_commit)
+    assert count_rows(db, "child") == 0
+    await archive.append(KEY, [plain_group(1)], OpContext())
+    assert count_rows(db, "archive_groups") == 2
 
 
 # -- closing ------------------------------------------------------------------------------------

@@ -206,7 +206,14 @@ def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     # Stop honouring cancellation before COMMIT: once the work is done it is
     # committed whole, never left to an interrupt halfway through.
     conn.set_progress_handler(None, 0)
-    conn.execute("COMMIT")
+    try:
+        conn.execute("COMMIT")
+    except BaseException:
+        # A failed COMMIT (disk full, I/O error) can leave the transaction open;
+        # close it so the connection is usable for the next call.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 class _SQLiteAdapterBase:
