@@ -33,6 +33,7 @@ __all__ = [
     "ScopeMismatchError",
     "SessionBusyError",
     "SessionConflictError",
+    "SessionStoreError",
     "SnapshotCorruptError",
     "ToolNotGrantedError",
 ]
@@ -156,7 +157,11 @@ class RuntimeClosedError(AgentiumError):
     """The runtime is closing or closed and admits no new runs."""
 
 
-class SessionConflictError(AgentiumError):
+class SessionStoreError(AgentiumError):
+    """The session store could not complete an operation; nothing was committed by the failed call."""
+
+
+class SessionConflictError(SessionStoreError):
     """The session snapshot changed since it was loaded (compare-and-set failed).
 
     Another writer committed first. Nothing was overwritten; reload and retry.
@@ -189,7 +194,7 @@ class LegacySnapshotError(AgentiumError, PermissionError):
     """
 
 
-class SnapshotCorruptError(AgentiumError):
+class SnapshotCorruptError(SessionStoreError):
     """A stored session snapshot cannot be decoded. Nothing was overwritten."""
 
 

@@ -16,7 +16,7 @@ import anyio
 import attrs
 
 from ..codec import canonical_json, from_json, unstructure
-from ..errors import ArchiveConflictError, OperationCancelledError, SessionConflictError, SnapshotCorruptError
+from ..errors import ArchiveConflictError, SessionConflictError, SnapshotCorruptError
 from ..history import MessageGroup
 from ..ports import OpContext
 from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
@@ -36,15 +36,6 @@ class InMemorySessionStoreConfig:
     """The in-memory session store takes no options."""
 
 
-def _refuse_if_expired(ctx: OpContext, operation: str) -> None:
-    """Raise :class:`OperationCancelledError` before any work if ``ctx`` is cancelled or past its deadline."""
-    if ctx.signal.cancelled:
-        reason = ctx.signal.reason or "cancelled"
-        raise OperationCancelledError(f"{operation} refused: the operation was cancelled ({reason})", reason)
-    if ctx.expired:
-        raise OperationCancelledError(f"{operation} refused: its deadline has passed", "deadline passed")
-
-
 class InMemoryArchive(HistoryArchive):
     """An append-only archive held in a dict, keyed by session then ``seq``."""
 
@@ -60,7 +51,7 @@ class InMemoryArchive(HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append groups; identical re-appends are no-ops, differing ones conflict."""
-        _refuse_if_expired(ctx, "archive append")
+        ctx.raise_if_expired("archive append")
         async with self._lock:
             stored = self._groups.get(key, {})
             # Check every group before writing any, so a conflict changes nothing.
@@ -89,14 +80,14 @@ class InMemoryArchive(HistoryArchive):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` groups from ``start_seq``, ascending."""
-        _refuse_if_expired(ctx, "archive read")
+        ctx.raise_if_expired("archive read")
         stored = self._groups.get(key, {})
         seqs = sorted(s for s in stored if s >= start_seq)[: max(0, max_groups)]
         return [from_json(stored[s][0], MessageGroup) for s in seqs]
 
     async def health(self, ctx: OpContext) -> str:
         """Always healthy: report how many sessions are held."""
-        _refuse_if_expired(ctx, "archive health")
+        ctx.raise_if_expired("archive health")
         return f"in-memory archive, {len(self._groups)} session(s)"
 
 
@@ -113,7 +104,7 @@ class InMemorySessionStore(SessionStore):
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """Return the snapshot and revision, or ``None``."""
-        _refuse_if_expired(ctx, "session load")
+        ctx.raise_if_expired("session load")
         row = self._rows.get(key)
         if row is None:
             return None
@@ -128,7 +119,7 @@ class InMemorySessionStore(SessionStore):
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
         """Compare-and-set: store only if the current revision is ``expected_revision``."""
-        _refuse_if_expired(ctx, "session save")
+        ctx.raise_if_expired("session save")
         data = canonical_json(unstructure(snapshot))
         async with self._lock:
             current = self._rows.get(key)
@@ -143,13 +134,13 @@ class InMemorySessionStore(SessionStore):
 
     async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
         """Sorted session ids of one user, at most ``limit``."""
-        _refuse_if_expired(ctx, "session listing")
+        ctx.raise_if_expired("session listing")
         ids = sorted(k.session for k in self._rows if k.tenant == tenant and k.user == user)
         return ids[: max(0, limit)]
 
     async def health(self, ctx: OpContext) -> str:
         """Always healthy: report how many sessions are held."""
-        _refuse_if_expired(ctx, "session store health")
+        ctx.raise_if_expired("session store health")
         return f"in-memory session store, {len(self._rows)} session(s)"
 
     def put_raw(self, key: SessionKey, revision: int, data: bytes) -> None:

@@ -50,6 +50,7 @@ from ..errors import (
     ArchiveError,
     OperationCancelledError,
     SessionConflictError,
+    SessionStoreError,
     SnapshotCorruptError,
 )
 from ..history import MessageGroup
@@ -113,7 +114,7 @@ _SCHEMA: Final = (
 )
 
 
-class SQLiteStorageError(AgentiumError):
+class SQLiteStorageError(SessionStoreError):
     """The SQLite database could not complete an operation.
 
     Causes include a lock held past the busy timeout, a full disk, a file that
@@ -167,15 +168,6 @@ class SQLiteConfig:
     path: str = attrs.field(default="agentium.db", validator=_path_validator)
     busy_timeout_ms: int = attrs.field(default=5000, validator=_busy_timeout_validator)
     synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
-
-
-def _refuse_if_expired(ctx: OpContext, operation: str) -> None:
-    """Raise :class:`OperationCancelledError` if ``ctx`` is cancelled or past its deadline."""
-    if ctx.signal.cancelled:
-        reason = ctx.signal.reason or "cancelled"
-        raise OperationCancelledError(f"{operation} refused: the operation was cancelled ({reason})", reason)
-    if ctx.expired:
-        raise OperationCancelledError(f"{operation} refused: its deadline has passed", "deadline passed")
 
 
 def _host_task_cancelled() -> bool:
@@ -299,7 +291,7 @@ class _SQLiteAdapterBase:
 
     async def _run(self, ctx: OpContext, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(conn)`` in a worker thread, one call at a time, honouring ``ctx``."""
-        _refuse_if_expired(ctx, operation)
+        ctx.raise_if_expired(operation)
         if self._closed:
             raise self._storage_error(f"{self._what}: {operation} refused: the adapter is closed")
         return await anyio.to_thread.run_sync(
@@ -309,7 +301,7 @@ class _SQLiteAdapterBase:
     def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
         # Checked again here: time may have passed waiting for the limiter, and
         # aclose() may have run meanwhile.
-        _refuse_if_expired(ctx, operation)
+        ctx.raise_if_expired(operation)
         if self._closed:
             raise self._storage_error(f"{self._what}: {operation} refused: the adapter is closed")
         try:

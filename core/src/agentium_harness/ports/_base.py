@@ -107,6 +107,22 @@ class OpContext:
             return True
         return self.deadline is not None and time.monotonic() >= self.deadline
 
+    def raise_if_expired(self, operation: str) -> None:
+        """Raise :class:`~agentium_harness.errors.OperationCancelledError` if cancelled or past the deadline.
+
+        Adapters call this before starting work (and between steps where they
+        can), so refused work writes nothing.
+        """
+        from ..errors import OperationCancelledError  # errors must stay importable without ports
+
+        if self.signal.cancelled:
+            reason = self.signal.reason or "cancelled"
+            raise OperationCancelledError(
+                f"{operation} refused: the operation was cancelled ({reason})", reason
+            )
+        if self.expired:
+            raise OperationCancelledError(f"{operation} refused: its deadline has passed", "deadline passed")
+
     def time_left(self) -> float | None:
         """Seconds to the deadline (never negative), or ``None``."""
         if self.deadline is None:
