@@ -677,3 +677,34 @@ async def test_scripted_provider_reads_jsonl(tmp_path: Any) -> None:
     assert (await rt.run(ALICE, "s1", "b")).output == "two"
     with pytest.raises(ProviderError, match="ran out of replies"):
         await rt.run(ALICE, "s1", "c")
+
+
+async def test_aclose_cancels_runs_past_the_settle_timeout_and_commits_nothing() -> None:
+    class Stuck(RecordingProvider):
+        async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+            await anyio.sleep_forever()
+            raise AssertionError
+
+    store, owned = InMemorySessionStore(), RecordingArchive()
+    rt = create_harness_runtime(
+        provider=Stuck(),
+        archive=owned,
+        session_store=store,
+        limits=RuntimeLimits(settle_timeout_s=0.05),
+        owned=[owned],
+    )
+    errors: list[BaseException] = []
+
+    async def go() -> None:
+        try:
+            await rt.run(ALICE, "s1", "q")
+        except RuntimeClosedError as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(go)
+        await anyio.sleep(0.01)
+        await rt.aclose()
+    assert len(errors) == 1 and "nothing was committed" in str(errors[0])
+    assert owned.closed == 1 and rt.state.value == "closed"
+    assert await store.load(SessionKey("tenant-a", "alice", "s1"), CTX) is None

@@ -211,6 +211,7 @@ class HarnessRuntime:
         # event set when it settles. Check-and-insert happens without an await
         # in between, so admission is atomic on the event loop.
         self._active: dict[SessionKey, anyio.Event] = {}
+        self._cancel_scopes: dict[SessionKey, anyio.CancelScope] = {}
 
     # -- admission ---------------------------------------------------------
 
@@ -293,10 +294,19 @@ class HarnessRuntime:
         granted = frozenset(grants)
         event = self._admit(key)
         try:
-            return await self._run_admitted(
-                key, scope, user_input, attest_legacy_memory_scope, granted, sources
+            # The scope lets aclose() cancel a run that outlives the settle
+            # timeout; cancelling is safe at any point because the archive is
+            # written before the snapshot, which is saved last.
+            with anyio.CancelScope() as cancel_scope:
+                self._cancel_scopes[key] = cancel_scope
+                return await self._run_admitted(
+                    key, scope, user_input, attest_legacy_memory_scope, granted, sources
+                )
+            raise RuntimeClosedError(
+                "the run was cancelled because the runtime closed; nothing was committed"
             )
         finally:
+            self._cancel_scopes.pop(key, None)
             self._release(key, event)
 
     async def _run_admitted(
@@ -644,7 +654,10 @@ class HarnessRuntime:
         return results
 
     async def aclose(self) -> None:
-        """Refuse new runs, wait (bounded) for admitted ones, close owned adapters only.
+        """Refuse new runs, wait (bounded) for admitted ones, cancel the rest, close owned adapters only.
+
+        A run cancelled here raises :class:`RuntimeClosedError` to its caller
+        and commits nothing.
 
         Borrowed adapters and clients — everything passed to
         :func:`create_harness_runtime` — are never closed. Idempotent.
@@ -655,6 +668,12 @@ class HarnessRuntime:
         with anyio.move_on_after(self.limits.settle_timeout_s):
             for event in list(self._active.values()):
                 await event.wait()
+        # Runs still active after the settle timeout are cancelled and awaited
+        # before owned adapters close, so no run uses a closed adapter.
+        for cancel_scope in list(self._cancel_scopes.values()):
+            cancel_scope.cancel()
+        for event in list(self._active.values()):
+            await event.wait()
         for adapter in self._owned:
             closer = getattr(adapter, "aclose", None)
             if closer is not None:
