@@ -172,6 +172,7 @@ class Worker:
     def __init__(self, prior: int, db_path: str) -> None:
         self.prior = prior
         self.times_ns: list[int] = []
+        self.batch_medians_ns: list[float] = []
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker", db_path, "--first-turn", str(prior)],
             stdin=subprocess.PIPE,
@@ -195,6 +196,7 @@ class Worker:
         times = self.ask_raw(f"run {n}")["ns"]
         if keep:
             self.times_ns.extend(times)
+            self.batch_medians_ns.append(statistics.median(times))
 
     def finish(self) -> float:
         peak = float(self.ask_raw("rss")["peak_rss_mb"])
@@ -227,8 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--prior", type=int, nargs=2, default=(100, 10_000), metavar=("SHORT", "LONG"), help="prior turns"
     )
-    parser.add_argument("--rounds", type=int, default=30, help="alternating rounds (default 30)")
-    parser.add_argument("--batch", type=int, default=10, help="timed turns per worker per round (default 10)")
+    parser.add_argument("--rounds", type=int, default=100, help="alternating rounds (default 100)")
+    parser.add_argument("--batch", type=int, default=5, help="timed turns per worker per round (default 5)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed turns per worker first (default 10)")
     parser.add_argument(
         "--small", action="store_true", help="smoke run: 10 and 100 prior turns, 3 rounds of 3"
@@ -282,6 +284,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"n={len(ms)})  peak RSS {peak:7.1f} MB"
         )
     ratio = medians[1] / medians[0]
+    # Each round times both scenarios back to back, so a per-round ratio cancels slow drift in
+    # machine load (fsync latency above all); its spread shows how noisy the headline ratio is.
+    paired = [b / a for a, b in zip(workers[0].batch_medians_ns, workers[1].batch_medians_ns, strict=True)]
+    pq = statistics.quantiles(paired, n=4) if len(paired) >= 2 else [paired[0]] * 3
+    print(f"per-round ratios: median {pq[1]:.3f}, quartiles {pq[0]:.3f}..{pq[2]:.3f} ({len(paired)} rounds)")
     rss_diff = peaks[1] - peaks[0]
     print(f"ratio {long_}/{short}: {ratio:.3f}  target <= {RATIO_TARGET}  {_verdict(ratio <= RATIO_TARGET)}")
     print(
