@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Final, TypeVar
@@ -255,7 +256,7 @@ class _SQLiteAdapterBase:
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_ms)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = self._switch_to_wal(conn)
             if mode is None or str(mode[0]).lower() != "wal":
                 raise self._storage_error(
                     f"{self._what}: could not switch {self._path} to WAL mode (got {mode!r}); "
@@ -270,6 +271,27 @@ class _SQLiteAdapterBase:
             raise
         self._conn = conn
         return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> Any:
+        """Set WAL mode, retrying while another connection holds a write lock, up to the busy timeout.
+
+        On a file still in rollback-journal mode SQLite refuses the switch at
+        once with SQLITE_BUSY (its busy handler does not wait for a lock
+        upgrade), so two adapters opening a new file together would fail
+        without this retry.
+        """
+        deadline = time.monotonic() + self._config.busy_timeout_ms / 1000
+        delay = 0.002
+        while True:
+            try:
+                return conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() + delay > deadline:
+                    raise
+            # A worker thread, never the event loop, runs this: sleeping is fine.
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
         with _immediate_transaction(conn):
