@@ -46,8 +46,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agentium_harness.engine.limits import ResidentLimits
 from agentium_harness.engine.results import CleanupStatus, EvictionStatus, RunResult
-from agentium_harness.engine.runtime import HarnessRuntime, RuntimeLimits, create_harness_runtime
-from agentium_harness.errors import ArchiveError, SessionBusyError, SessionConflictError
+from agentium_harness.engine.runtime import (
+    HarnessRuntime,
+    LifecycleState,
+    RuntimeLimits,
+    create_harness_runtime,
+)
+from agentium_harness.errors import ArchiveError, RuntimeClosedError, SessionBusyError, SessionConflictError
 from agentium_harness.history import Message, MessageGroup, Role
 from agentium_harness.ports import OpContext
 from agentium_harness.ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
@@ -175,6 +180,8 @@ class FaultPlan:
     ``bad_receipts``: the next N appends store the groups but answer with a
     wrong receipt (``corruption``: wrong digest, wrong seq, or one receipt short).
     ``fail_next_save``: the next snapshot save raises before writing.
+    ``hang``: the next archive append or snapshot save ("archive"/"save")
+    sets ``hanging`` and then never returns, until cancelled.
     ``log``: what each append call did ("raise", "bad" or "ok").
     """
 
@@ -182,7 +189,16 @@ class FaultPlan:
     bad_receipts: int = 0
     corruption: str = "digest"
     fail_next_save: bool = False
+    hang: str | None = None
+    hanging: anyio.Event | None = None
     log: list[str] = attrs.field(factory=list)
+
+    async def maybe_hang(self, where: str) -> None:
+        if self.hang == where:
+            self.hang = None
+            assert self.hanging is not None
+            self.hanging.set()
+            await anyio.sleep_forever()
 
 
 class FaultyArchive(HistoryArchive):
@@ -200,6 +216,7 @@ class FaultyArchive(HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         plan = self.plan
+        await plan.maybe_hang("archive")
         if plan.append_raises > 0:
             plan.append_raises -= 1
             plan.log.append("raise")
@@ -221,6 +238,11 @@ class FaultyArchive(HistoryArchive):
     ) -> Sequence[MessageGroup]:
         return await self.inner.read_groups(key, start_seq, max_groups, ctx)
 
+    async def aclose(self) -> None:
+        # Passed through so that a runtime closing an adapter it only borrowed
+        # (R8) would close the real one and the next invariant read would fail.
+        await self.inner.aclose()
+
 
 class FaultySessionStore(SessionStore):
     """A real session store behind a wrapper that can fail the next save before it writes."""
@@ -240,6 +262,7 @@ class FaultySessionStore(SessionStore):
     async def save(
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
+        await self.plan.maybe_hang("save")
         if self.plan.fail_next_save:
             self.plan.fail_next_save = False
             self.saves_refused += 1
@@ -248,6 +271,9 @@ class FaultySessionStore(SessionStore):
 
     async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
         return await self.inner.list_sessions(tenant, user, limit, ctx)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()  # see FaultyArchive.aclose
 
 
 # ---------------------------------------------------------------------------
@@ -421,13 +447,21 @@ class HistoryMachine(RuleBasedStateMachine):
         return archive, store
 
     def _runtime(
-        self, archive: HistoryArchive, store: SessionStore, provider: EchoProvider
+        self,
+        archive: HistoryArchive,
+        store: SessionStore,
+        provider: EchoProvider,
+        *,
+        settle_timeout_s: float = 30.0,
     ) -> HarnessRuntime:
+        limits = RuntimeLimits(
+            resident=ResidentLimits(max_groups=self.max_groups), settle_timeout_s=settle_timeout_s
+        )
         return create_harness_runtime(
             provider=provider,
             archive=FaultyArchive(archive, self.plan),
             session_store=FaultySessionStore(store, self.plan),
-            limits=RuntimeLimits(resident=ResidentLimits(max_groups=self.max_groups)),
+            limits=limits,
         )
 
     def next_text(self, key: SessionKey, free: str) -> str:
@@ -579,6 +613,68 @@ class HistoryMachine(RuleBasedStateMachine):
             assert archived_after == archived_before
 
     # -- rules: processes ------------------------------------------------------
+
+    @rule(key=KEYS, free=FREE_TEXT, where=st.sampled_from(("provider", "archive", "save")))
+    def aclose_with_a_run_in_flight(self, key: SessionKey, free: str, where: str) -> None:
+        """The runtime closes while a run is stuck (in the provider, the archive append or the save).
+
+        aclose() waits out the settle timeout, cancels the run, which raises
+        RuntimeClosedError and commits nothing, refuses new runs, and leaves
+        the borrowed adapters open. The machine's runtime then carries on.
+        """
+        self.dirty.add(key)
+        text = self.next_text(key, free)
+        m = self.sessions[key]
+        # The archive is only called when the turn evicts; otherwise hang at the save.
+        if where == "archive" and self.expect(key, appends=0)[0].evict == 0:
+            where = "save"
+        exp, consumed = self.expect(key, appends=0 if where in ("provider", "archive") else 1)
+        archived_before = len(self.call(lambda: self.archive.read_groups(key, 0, BIG, ctx())))
+        calls_before = len(self.plan.log)
+        provider = EchoProvider()
+        # The stuck run never settles by itself, so there is no point waiting long for it.
+        runtime = self._runtime(self.archive, self.store, provider, settle_timeout_s=0.001)
+
+        async def go() -> tuple[BaseException | None, BaseException | None]:
+            hanging = anyio.Event()
+            if where == "provider":
+                provider.gate, provider.entered = anyio.Event(), hanging
+            else:
+                self.plan.hang, self.plan.hanging = where, hanging
+            outcome: list[BaseException | None] = [None]
+
+            async def victim() -> None:
+                try:
+                    await runtime.run(identity_of(key), key.session, text)
+                except RuntimeClosedError as exc:
+                    outcome[0] = exc
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(victim)
+                await hanging.wait()
+                await runtime.aclose()
+            refused: BaseException | None = None
+            try:
+                await runtime.run(identity_of(key), key.session, text)
+            except RuntimeClosedError as exc:
+                refused = exc
+            return outcome[0], refused
+
+        try:
+            cancelled, refused = self.call(go)
+        finally:
+            self.plan.hang = None
+        assert isinstance(cancelled, RuntimeClosedError), "the stuck run was not cancelled by aclose()"
+        assert isinstance(refused, RuntimeClosedError), "a closed runtime admitted a run"
+        assert runtime.state is LifecycleState.CLOSED
+        assert self.plan.log[calls_before:] == consumed
+        stored = self.call(lambda: self.store.load(key, ctx()))
+        assert (stored.revision if stored else None) == m.revision, "a cancelled run committed"
+        archived_after = len(self.call(lambda: self.archive.read_groups(key, 0, BIG, ctx())))
+        if consumed and consumed[0] in ("ok", "bad"):
+            assert archived_after == max(archived_before, exp.old_boundary + exp.evict)
+        else:
+            assert archived_after == archived_before
 
     @rule(max_groups=st.integers(2, 3))
     def restart(self, max_groups: int) -> None:
