@@ -1,18 +1,15 @@
 """First open of a SQLite database file while another connection is writing it.
 
 The archive and the session store default to the same file and each opens its
-own connection lazily, switching the file to WAL on first use. When that first
-use meets another connection that holds a write lock on a file still in its
-initial rollback-journal mode — another adapter or process creating the same
-new database a moment earlier — the call fails at once with "database is
-locked", although the busy timeout is 5 s: ``PRAGMA journal_mode = WAL`` in
-``_SQLiteAdapterBase._connect`` returns SQLITE_BUSY without SQLite's busy
-handler waiting (a shared-to-exclusive upgrade against a RESERVED lock is
-refused immediately to avoid deadlock). The same collision on a file that is
-already in WAL mode waits and succeeds, which the control test checks.
-
-Found by the history state machine: two adapters whose first calls overlapped
-on a fresh file failed a few percent of the time.
+own connection lazily, switching the file to WAL on first use. On a file still
+in its initial rollback-journal mode, SQLite refuses that switch at once with
+SQLITE_BUSY while another connection holds a write lock (its busy handler does
+not wait for the lock upgrade), so the adapter must retry it within the busy
+timeout. Without the retry, two adapters or processes opening a new database
+together failed with "database is locked" a few percent of the time; the
+history state machine found it, and this test pins the scenario down
+deterministically. The same collision on a file already in WAL mode is the
+control: SQLite waits by itself there.
 """
 
 from __future__ import annotations
