@@ -3,10 +3,13 @@
 A Hypothesis state machine drives the real runtime (``create_harness_runtime``)
 over real adapters — the in-memory archive and session store, and the SQLite
 ones on a file in a temp dir when that module is present — through runs,
-evictions, archive faults, a crash between the archive write and the snapshot
-commit, runtime restarts, concurrent writers on one session and
-``close_session``. A plain model records every acknowledged turn; after every
-step the stored state is read back through the adapters and compared with it:
+evictions, archive faults (outage, wrong receipts), a crash between the
+archive write and the snapshot commit, runtime restarts, ``aclose()`` with a
+run stuck in flight, concurrent writers on one session (two runtimes), a
+second run on a busy session, and ``close_session``. A plain model records
+every acknowledged turn and predicts every commit's seq, eviction status,
+boundary and revision; after every step the stored state is read back through
+the adapters and compared with it:
 
 - nothing acknowledged is lost or duplicated: archive groups below the
   boundary followed by the resident groups are exactly the acknowledged turns,
@@ -23,7 +26,17 @@ step the stored state is read back through the adapters and compared with it:
   a session's archive, snapshot and model request hold only its own texts.
 
 The engine is async; each state machine instance runs one event loop in a
-blocking portal thread and every rule calls into it.
+blocking portal thread (asyncio, and trio for a second in-memory run) and
+every rule calls into it. The in-memory runs check every session after every
+step; SQLite calls cost a worker-thread round trip each, so that run checks
+the sessions a step touched after every step and all of them every third
+step (the per-user session listings, checked every step, catch a stray
+snapshot at once).
+
+Races on SQLite are decided by thread scheduling. So that a failing example
+replays identically (Hypothesis cannot shrink or even report it otherwise), a
+racer that lost with ``SessionConflictError`` retries, as a host should, and
+archive faults are cleared before a race on that backend.
 """
 
 from __future__ import annotations
