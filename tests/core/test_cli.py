@@ -13,35 +13,19 @@ import os
 import shutil
 import subprocess
 import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _fakedist import fakedist
 
 from agentium_harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agentium.toml"
 BROKEN = ROOT / "examples" / "broken.toml"
-FIXTURES = ROOT / "tests" / "fixtures" / "plugins"
 VERSION = importlib.metadata.version("agentium-harness")
-
-
-def _load_fakedist() -> types.ModuleType:
-    name = "agentium_test_fixture_fakedist"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, FIXTURES / "fakedist.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fakedist = _load_fakedist()
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ Plugin-dependent tests use the real fixture distributions from
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import textwrap
 import types
@@ -16,6 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
+from _fakedist import fakedist
 
 from agentium_harness.config import (
     DEFAULT_INSTRUCTIONS,
@@ -32,23 +32,6 @@ from agentium_harness.plugins.hookspecs import hookimpl
 from agentium_harness.plugins.registry import PluginRegistry
 from agentium_harness.plugins.spec import AdapterSpec
 from agentium_harness.ports.recall import RecallLimits
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
-
-
-def _load_fakedist() -> types.ModuleType:
-    name = "agentium_test_fixture_fakedist"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, FIXTURES / "fakedist.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fakedist = _load_fakedist()
 
 
 def _registry_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *keys: str) -> PluginRegistry:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _fakedist import fakedist
 
 from agentium_harness.errors import PluginError, PluginLoadError, PluginNotFoundError, RegistrationError
 from agentium_harness.plugins.hookspecs import hookimpl
@@ -36,20 +37,6 @@ from agentium_harness.scope import Scope, SessionKey
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
 
-
-def _load_fakedist() -> types.ModuleType:
-    name = "agentium_test_fixture_fakedist"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, FIXTURES / "fakedist.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-fakedist = _load_fakedist()
 
 Installer = Callable[..., Path]
 
