@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 import pytest
 
 from ..history import Message, MessageGroup, RetainedRecord, Role, ToolCall
-from ..ports import OpContext
+from ..ports import Capabilities, OpContext
 from ..scope import Scope, SessionKey
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+CapT = TypeVar("CapT", bound=Capabilities)
 
 #: Name of the guard test. Overriding it is refused when the class is created.
 GUARD_TEST_NAME = "test_no_overrides_DO_NOT_OVERRIDE"
@@ -225,3 +226,27 @@ class ContractSuite:
                 + ". Remove the override, or decorate it with @pytest.mark.xfail(reason='...').",
                 pytrace=False,
             )
+
+
+def declared_capabilities(adapter: object, cap_class: type[CapT], what: str) -> CapT:
+    """The ``cap_class`` declared on ``adapter``'s class, or fail the test saying how to declare it."""
+    caps = getattr(type(adapter), "capabilities", None)
+    if not isinstance(caps, cap_class):
+        pytest.fail(
+            f"{what} {type(adapter).__name__} has no {cap_class.__name__} in `capabilities`; declare "
+            f"`capabilities = {cap_class.__name__}(...)` in the class body",
+            pytrace=False,
+        )
+    return caps
+
+
+def require_flag(adapter: object, cap_class: type[Capabilities], what: str, flag: str) -> None:
+    """Skip the test unless ``adapter`` declares ``flag``; the reason names the flag."""
+    if not getattr(declared_capabilities(adapter, cap_class, what), flag):
+        pytest.skip(f"{what} does not declare {flag}")
+
+
+def require_not_flag(adapter: object, cap_class: type[Capabilities], what: str, flag: str) -> None:
+    """Skip the test when ``adapter`` declares ``flag`` (its own tests cover it)."""
+    if getattr(declared_capabilities(adapter, cap_class, what), flag):
+        pytest.skip(f"{what} declares {flag}; its behaviour is tested by the {flag} tests")

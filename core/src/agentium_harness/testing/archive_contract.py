@@ -27,10 +27,13 @@ from ._suite import (
     TRICKY_SESSION_KEYS,
     ContractSuite,
     Reopen,
+    declared_capabilities,
     expired_context,
     past_deadline_context,
     plain_group,
     reopen,
+    require_flag,
+    require_not_flag,
     rich_group,
 )
 
@@ -40,24 +43,15 @@ _KEY = SessionKey("tenant-1", "user-1", "session-1")
 
 
 def _caps(archive: HistoryArchive) -> ArchiveCapabilities:
-    caps = getattr(type(archive), "capabilities", None)
-    if not isinstance(caps, ArchiveCapabilities):
-        pytest.fail(
-            f"{type(archive).__name__} has no ArchiveCapabilities in `capabilities`; declare "
-            "`capabilities = ArchiveCapabilities(...)` in the class body",
-            pytrace=False,
-        )
-    return caps
+    return declared_capabilities(archive, ArchiveCapabilities, "archive")
 
 
 def _require(archive: HistoryArchive, flag: str) -> None:
-    if not getattr(_caps(archive), flag):
-        pytest.skip(f"archive does not declare {flag}")
+    require_flag(archive, ArchiveCapabilities, "archive", flag)
 
 
 def _require_not(archive: HistoryArchive, flag: str) -> None:
-    if getattr(_caps(archive), flag):
-        pytest.skip(f"archive declares {flag}; its behaviour is tested by the {flag} tests")
+    require_not_flag(archive, ArchiveCapabilities, "archive", flag)
 
 
 async def _read_all(archive: HistoryArchive, key: SessionKey) -> list[MessageGroup]:

@@ -24,10 +24,13 @@ from ._suite import (
     TRICKY_SESSION_KEYS,
     ContractSuite,
     Reopen,
+    declared_capabilities,
     expired_context,
     past_deadline_context,
     plain_group,
     reopen,
+    require_flag,
+    require_not_flag,
     rich_group,
 )
 
@@ -37,24 +40,15 @@ _KEY = SessionKey("tenant-1", "user-1", "session-1")
 
 
 def _caps(store: SessionStore) -> SessionStoreCapabilities:
-    caps = getattr(type(store), "capabilities", None)
-    if not isinstance(caps, SessionStoreCapabilities):
-        pytest.fail(
-            f"{type(store).__name__} has no SessionStoreCapabilities in `capabilities`; declare "
-            "`capabilities = SessionStoreCapabilities(...)` in the class body",
-            pytrace=False,
-        )
-    return caps
+    return declared_capabilities(store, SessionStoreCapabilities, "session store")
 
 
 def _require(store: SessionStore, flag: str) -> None:
-    if not getattr(_caps(store), flag):
-        pytest.skip(f"session store does not declare {flag}")
+    require_flag(store, SessionStoreCapabilities, "session store", flag)
 
 
 def _require_not(store: SessionStore, flag: str) -> None:
-    if getattr(_caps(store), flag):
-        pytest.skip(f"session store declares {flag}; its behaviour is tested by the {flag} tests")
+    require_not_flag(store, SessionStoreCapabilities, "session store", flag)
 
 
 def scoped_snapshot(key: SessionKey, marker: str = "", groups: int = 2) -> SessionSnapshot:
