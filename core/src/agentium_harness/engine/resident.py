@@ -28,26 +28,28 @@ class EvictionPlan:
     blocked_by_incomplete: int | None = None
 
 
-def _over(groups: Sequence[MessageGroup], limits: ResidentLimits) -> bool:
-    if len(groups) > limits.max_groups:
-        return True
-    if sum(g.estimated_tokens for g in groups) > limits.max_tokens:
-        return True
-    return sum(g.size_bytes for g in groups) > limits.max_bytes
-
-
 def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> EvictionPlan:
     """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``."""
-    keep = list(resident)
-    evict: list[MessageGroup] = []
+    # Each group's size is measured once (a canonical encoding each) and the
+    # totals kept as running sums, so planning is linear in resident groups.
+    sizes = [(g.estimated_tokens, g.size_bytes) for g in resident]
+    tokens = sum(t for t, _ in sizes)
+    size = sum(b for _, b in sizes)
+    first = 0
     blocked: int | None = None
-    while len(keep) > 1 and _over(keep, limits):
-        oldest = keep[0]
+    while len(resident) - first > 1 and (
+        len(resident) - first > limits.max_groups or tokens > limits.max_tokens or size > limits.max_bytes
+    ):
+        oldest = resident[first]
         if not oldest.is_complete:
             blocked = oldest.seq
             break
-        evict.append(keep.pop(0))
+        tokens -= sizes[first][0]
+        size -= sizes[first][1]
+        first += 1
     oversized = tuple(
-        g.seq for g in keep if g.estimated_tokens > limits.max_tokens or g.size_bytes > limits.max_bytes
+        g.seq
+        for g, (t, b) in zip(resident[first:], sizes[first:], strict=True)
+        if t > limits.max_tokens or b > limits.max_bytes
     )
-    return EvictionPlan(tuple(evict), tuple(keep), oversized, blocked)
+    return EvictionPlan(tuple(resident[:first]), tuple(resident[first:]), oversized, blocked)

@@ -25,6 +25,7 @@ import anyio
 import attrs
 
 from ..errors import (
+    CapabilityError,
     ContractViolationError,
     LegacySnapshotError,
     ProviderError,
@@ -731,8 +732,6 @@ def create_harness_runtime(
         caps = check_adapter("recall", recall)
         assert isinstance(caps, RecallCapabilities)
         if summary is not None and not caps.canonical_archive_reads:
-            from ..errors import CapabilityError
-
             raise CapabilityError(
                 f"recall store {type(recall).__name__} lacks canonical_archive_reads, which recall "
                 "together with summaries requires (R9)"
