@@ -46,7 +46,7 @@ from ..ports.summary import Summarizer
 from ..ports.verify import CompletionVerifier
 from ..scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity, validate_id
 from .checks import check_adapter
-from .limits import ResidentLimits
+from .limits import RuntimeLimits
 from .resident import plan_eviction
 from .results import (
     CleanupReport,
@@ -81,34 +81,6 @@ class HookBroadcaster(Protocol):
     def broadcast(self, hook: str, /, **kwargs: Any) -> Sequence[object]:
         """Call every implementation of ``hook``; return one record per implementation that raised."""
         ...
-
-
-def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
-def _positive_float(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
-
-
-@attrs.frozen(slots=True)
-class RuntimeLimits:
-    """Limits of the runtime as a whole.
-
-    - ``resident``: resident history bounds (groups, estimated tokens, bytes).
-    - ``max_steps``: model calls per run (tool loops end there with ``STEP_LIMIT``).
-    - ``source_tokens``: prompt budget for labeled source data, wrappers included.
-    - ``settle_timeout_s``: how long ``close_session``/``aclose`` wait for admitted runs.
-    - ``op_timeout_s``: deadline given to each adapter operation.
-    """
-
-    resident: ResidentLimits = attrs.field(factory=ResidentLimits)
-    max_steps: int = attrs.field(default=8, validator=_positive_int)
-    source_tokens: int = attrs.field(default=2048, validator=_positive_int)
-    settle_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
-    op_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
 
 
 class LifecycleState(enum.StrEnum):
