@@ -226,3 +226,55 @@ class OperationCancelledError(AgentiumError):
     def __init__(self, message: str, reason: str = "") -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class OperationTimeoutError(OperationCancelledError):
+    """An adapter call (or a tool handler) did not finish within its deadline and was cancelled.
+
+    The engine runs every adapter call under its operation deadline; past it the
+    call's cancel scope fires and its ``OpContext`` signal is set. ``operation``
+    names the call (``"provider complete"``, ``"archive append"`` …). Nothing the
+    timed-out call would have committed is trusted.
+    """
+
+    def __init__(self, message: str, operation: str, timeout_s: float) -> None:
+        self.operation = operation
+        self.timeout_s = timeout_s
+        super().__init__(message, "deadline passed")
+
+
+class RuntimeCloseError(AgentiumError):
+    """``aclose()`` could not tear everything down. ``failures`` lists every problem.
+
+    The runtime stays ``closing`` (it admits nothing) and ``aclose()`` may be
+    called again: it retries only what failed. Borrowed adapters are never closed.
+    """
+
+    def __init__(self, failures: Sequence[str]) -> None:
+        self.failures = tuple(failures)
+        super().__init__(
+            f"runtime teardown failed ({len(self.failures)} problem(s)): " + "; ".join(self.failures)
+        )
+
+
+class SessionDivergedError(AgentiumError):
+    """The archive holds different groups at sequence numbers this session has not committed.
+
+    Another writer appended to the same archive session, or the session store
+    lost its snapshot while the archive kept its rows. The session is marked
+    ``diverged``; new runs are refused until an operator reconciles it with
+    ``runtime.reconcile_session(...)`` or ``agentium session reconcile``, which
+    keeps both copies (see docs/runtime.md).
+    """
+
+
+class FeatureUnavailableError(CapabilityError):
+    """An optional feature was configured whose engine is not part of this release.
+
+    Building a runtime with such an adapter is refused rather than accepting it
+    and never calling it.
+    """
+
+
+class UnsupportedOperationError(AgentiumError, NotImplementedError):
+    """An adapter was asked for an operation it did not declare (see its capabilities)."""

@@ -42,18 +42,35 @@ class CancelSignal:
     The runtime also cancels through anyio cancel scopes; the signal lets an
     adapter that runs blocking work in a thread notice cancellation and stop
     backend work between steps.
+
+    A signal may have a ``parent`` (the whole admitted operation: cancelling a
+    run cancels every call it makes) and a ``deadline`` on the
+    :func:`time.monotonic` clock. Past the deadline the signal reads as
+    cancelled with reason ``"deadline passed"`` even if nobody called
+    :meth:`cancel`, so a worker thread sees the deadline at the moment it
+    passes, not when the event loop gets round to it.
     """
 
-    __slots__ = ("_cancelled", "_reason")
+    __slots__ = ("_cancelled", "_deadline", "_parent", "_reason")
 
-    def __init__(self) -> None:
+    def __init__(self, *, parent: CancelSignal | None = None, deadline: float | None = None) -> None:
         self._cancelled = False
         self._reason = ""
+        self._parent = parent
+        self._deadline = deadline
 
     @property
     def cancelled(self) -> bool:
-        """True once :meth:`cancel` was called."""
-        return self._cancelled
+        """True once :meth:`cancel` was called, the parent was cancelled or the deadline passed."""
+        if self._cancelled:
+            return True
+        if self._parent is not None and self._parent.cancelled:
+            self.cancel(self._parent.reason)
+            return True
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self.cancel("deadline passed")
+            return True
+        return False
 
     @property
     def reason(self) -> str:
@@ -61,10 +78,14 @@ class CancelSignal:
         return self._reason
 
     def cancel(self, reason: str = "cancelled") -> None:
-        """Request cancellation. Idempotent."""
+        """Request cancellation. Idempotent: the first reason is kept."""
         if not self._cancelled:
             self._cancelled = True
             self._reason = reason
+
+    def child(self, *, deadline: float | None = None) -> CancelSignal:
+        """A signal cancelled with this one, and also by its own ``deadline``."""
+        return CancelSignal(parent=self, deadline=deadline)
 
 
 @attrs.frozen(slots=True)
@@ -91,11 +112,18 @@ class OpContext:
 
     @classmethod
     def with_timeout(
-        cls, seconds: float, *, remaining_bytes: int | None = None, remaining_tokens: int | None = None
+        cls,
+        seconds: float,
+        *,
+        parent: CancelSignal | None = None,
+        remaining_bytes: int | None = None,
+        remaining_tokens: int | None = None,
     ) -> OpContext:
-        """A context whose deadline is ``seconds`` from now."""
+        """A context whose deadline is ``seconds`` from now; its signal follows ``parent`` and the deadline."""
+        deadline = time.monotonic() + seconds
         return cls(
-            deadline=time.monotonic() + seconds,
+            signal=CancelSignal(parent=parent, deadline=deadline),
+            deadline=deadline,
             remaining_bytes=remaining_bytes,
             remaining_tokens=remaining_tokens,
         )

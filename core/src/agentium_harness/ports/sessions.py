@@ -19,6 +19,7 @@ from ._base import Capabilities, OpContext, port_stub
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
+    "ArchiveDivergence",
     "SessionSnapshot",
     "SessionStore",
     "SessionStoreCapabilities",
@@ -53,6 +54,25 @@ class SessionStoreCapabilities(Capabilities):
     health_check: bool = False
 
 
+def _tuple_of_int(value: Iterable[int]) -> tuple[int, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class ArchiveDivergence:
+    """The archive holds groups that differ from this session's at seqs it never committed.
+
+    ``seqs`` are the conflicting sequence numbers found when eviction was
+    attempted; ``detail`` is the archive's error message. A snapshot carrying a
+    divergence is in the ``diverged`` state: runs are refused until
+    reconciliation (docs/runtime.md), and neither copy is ever dropped.
+    """
+
+    seqs: tuple[int, ...] = attrs.field(converter=_tuple_of_int)
+    detail: str = ""
+
+
 @attrs.frozen(slots=True)
 class SessionSnapshot:
     """The committed state of one session.
@@ -63,6 +83,8 @@ class SessionSnapshot:
       below it is in the archive.
     - ``next_seq``: the ``seq`` the next group will get.
     - ``resident``: the resident groups, ascending, ``boundary <= seq < next_seq``.
+    - ``divergence``: set when the archive was found to hold different groups at
+      seqs this session had not archived yet (the ``diverged`` state).
     """
 
     memory_scope: Scope | None
@@ -70,6 +92,7 @@ class SessionSnapshot:
     next_seq: int = 0
     resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=_tuple_of_messagegroup)
     format_version: int = SNAPSHOT_FORMAT_VERSION
+    divergence: ArchiveDivergence | None = None
 
 
 @attrs.frozen(slots=True)
