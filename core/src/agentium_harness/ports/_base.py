@@ -119,7 +119,7 @@ class OpContext:
         remaining_bytes: int | None = None,
         remaining_tokens: int | None = None,
     ) -> OpContext:
-        """A context whose deadline is ``seconds`` from now; its signal follows ``parent`` and the deadline."""
+        """A context whose deadline is ``seconds`` from now; its signal follows ``parent`` and it."""
         deadline = time.monotonic() + seconds
         return cls(
             signal=CancelSignal(parent=parent, deadline=deadline),
