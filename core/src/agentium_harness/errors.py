@@ -278,3 +278,22 @@ class FeatureUnavailableError(CapabilityError):
 
 class UnsupportedOperationError(AgentiumError, NotImplementedError):
     """An adapter was asked for an operation it did not declare (see its capabilities)."""
+
+
+class InvalidArgumentError(AgentiumError, TypeError, ValueError):
+    """An argument to a public call has the wrong type or an unacceptable value.
+
+    For example ``grants="shell"`` (a string where a collection of tool names
+    belongs) or a ``recall_scope`` given as a dict. Nothing was admitted or written.
+    """
+
+
+class ProviderTimeoutError(ProviderError):
+    """The model provider did not answer within its deadline; the call was cancelled.
+
+    The session was not changed.
+    """
+
+    def __init__(self, message: str, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(message)
