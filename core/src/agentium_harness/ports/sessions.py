@@ -13,6 +13,8 @@ from typing import ClassVar
 
 import attrs
 
+from ..codec import digest_of
+from ..errors import SnapshotCorruptError
 from ..history import MessageGroup
 from ..scope import Scope, SessionKey
 from ._base import Capabilities, OpContext, port_stub
@@ -24,10 +26,17 @@ __all__ = [
     "SessionStore",
     "SessionStoreCapabilities",
     "StoredSnapshot",
+    "seal_snapshot",
+    "snapshot_digest",
+    "verify_snapshot",
 ]
 
-#: Current snapshot format. Version 1 snapshots had no memory scope (legacy).
-SNAPSHOT_FORMAT_VERSION = 2
+#: Current snapshot format. Version 1 snapshots had no memory scope (legacy);
+#: version 2 had no digest; version 3 carries the digest of its canonical bytes.
+SNAPSHOT_FORMAT_VERSION = 3
+
+#: First format version whose snapshots must carry a digest.
+DIGESTED_FORMAT_VERSION = 3
 
 
 def _tuple_of_messagegroup(value: Iterable[MessageGroup]) -> tuple[MessageGroup, ...]:
@@ -83,6 +92,8 @@ class SessionSnapshot:
       below it is in the archive.
     - ``next_seq``: the ``seq`` the next group will get.
     - ``resident``: the resident groups, ascending, ``boundary <= seq < next_seq``.
+    - ``digest``: ``sha256:`` of the canonical bytes of the snapshot with
+      ``digest=None``; set by :func:`seal_snapshot`, checked by :func:`verify_snapshot`.
     - ``divergence``: set when the archive was found to hold different groups at
       seqs this session had not archived yet (the ``diverged`` state).
     """
@@ -93,6 +104,46 @@ class SessionSnapshot:
     resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=_tuple_of_messagegroup)
     format_version: int = SNAPSHOT_FORMAT_VERSION
     divergence: ArchiveDivergence | None = None
+    digest: str | None = None
+
+
+def snapshot_digest(snapshot: SessionSnapshot) -> str:
+    """The digest of ``snapshot``'s canonical bytes, computed with its ``digest`` field empty."""
+    return digest_of(attrs.evolve(snapshot, digest=None))
+
+
+def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
+    """A copy at the current format version carrying its own digest; the engine saves only sealed ones."""
+    current = attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None)
+    return attrs.evolve(current, digest=digest_of(current))
+
+
+def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
+    """Raise :class:`~agentium_harness.errors.SnapshotCorruptError` unless ``snapshot`` is intact.
+
+    A snapshot of format 3 or later must carry a digest equal to
+    :func:`snapshot_digest`; older formats (written before digests) are
+    accepted and sealed at their next save. A bit flip that still decodes
+    therefore fails closed instead of reaching the model.
+    """
+    if snapshot.format_version > SNAPSHOT_FORMAT_VERSION:
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.key()} has format {snapshot.format_version}, newer than this "
+            f"version of agentium-harness understands ({SNAPSHOT_FORMAT_VERSION}); nothing was changed"
+        )
+    if snapshot.digest is None:
+        if snapshot.format_version >= DIGESTED_FORMAT_VERSION:
+            raise SnapshotCorruptError(
+                f"snapshot of session {key.key()} (format {snapshot.format_version}) has no digest; "
+                "nothing was changed"
+            )
+        return
+    actual = snapshot_digest(snapshot)
+    if actual != snapshot.digest:
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.key()} does not match its digest (stored {snapshot.digest}, "
+            f"computed {actual}); the stored data is damaged and was left as it is"
+        )
 
 
 @attrs.frozen(slots=True)
