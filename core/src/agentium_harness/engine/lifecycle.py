@@ -45,7 +45,7 @@ class Ticket:
 
     __slots__ = ("cancel_scope", "done", "key", "kind", "op_timeout_s", "signal")
 
-    def __init__(self, key: SessionKey, kind: str, op_timeout_s: float) -> None:
+    def __init__(self, key: SessionKey | None, kind: str, op_timeout_s: float) -> None:
         self.key = key
         self.kind = kind
         self.op_timeout_s = op_timeout_s

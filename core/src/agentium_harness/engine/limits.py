@@ -44,7 +44,11 @@ class RuntimeLimits:
     - ``max_steps``: model calls per run (tool loops end there with ``STEP_LIMIT``).
     - ``source_tokens``: prompt budget for labeled source data, wrappers included.
     - ``settle_timeout_s``: how long ``close_session``/``aclose`` wait for admitted runs.
-    - ``op_timeout_s``: deadline given to each adapter operation.
+    - ``op_timeout_s``: deadline of each adapter operation; the engine cancels a call past it.
+    - ``tool_timeout_s``: deadline of each tool handler call; past it the call is cancelled
+      and reported to the model as timed out.
+    - ``close_timeout_s``: how long ``aclose`` gives cancelled operations to stop and each
+      owned adapter's ``aclose`` to finish, on top of ``settle_timeout_s``.
     """
 
     resident: ResidentLimits = attrs.field(factory=ResidentLimits)
@@ -52,3 +56,5 @@ class RuntimeLimits:
     source_tokens: int = attrs.field(default=2048, validator=_positive_int)
     settle_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
     op_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
+    tool_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
+    close_timeout_s: float = attrs.field(default=5.0, validator=_positive_float)

@@ -53,6 +53,7 @@ class EvictionStatus(enum.StrEnum):
     NOT_NEEDED = "not_needed"
     ARCHIVED = "archived"
     DEFERRED = "deferred"
+    DIVERGED = "diverged"
 
 
 @attrs.frozen(slots=True)

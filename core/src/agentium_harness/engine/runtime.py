@@ -1,64 +1,65 @@
-"""The harness runtime: admission, the turn, archive-before-commit, and session cleanup.
+"""The harness runtime: a thin orchestrator over the stage modules of a turn.
 
-A turn, in order (see docs/runtime.md):
+A turn, in order (see docs/runtime.md), each step in its own module:
 
-1. admit: a :class:`~agentium_harness.scope.VerifiedIdentity` only, one run per session;
-2. load the revisioned snapshot and check its memory scope (R15);
-3. build the request: host instructions, labeled source data, resident history, the input;
-4. call the provider, run granted tools, repeat until the model answers;
-5. commit: append the new group, archive the oldest complete groups over the
-   resident bound, check every receipt, and only then save the snapshot with
-   compare-and-set on its revision (R3).
+1. admission (:mod:`.lifecycle`): a :class:`~agentium_harness.scope.VerifiedIdentity`
+   only, one operation per session, nothing once closing;
+2. load (:mod:`.load`): the revisioned snapshot, its digest, shape and memory scope (R15);
+3. sources (:mod:`.sources`): labeled source data assembled whole under its budget;
+4. turn (:mod:`.turn`): the model request, the provider call, granted tools;
+5. commit (:mod:`.commit`): append the new group, archive the oldest complete
+   groups over the resident bound, check every receipt, and only then save the
+   snapshot with compare-and-set on its revision (R3).
 
-A failure before the snapshot save leaves the session exactly as it was. An
-archive failure defers eviction: the new group still commits, the boundary
-does not move, and the next commit retries.
+Maintenance outside a turn — close, flush, migrate, inspect, reconcile — is
+in :mod:`.maintenance`. Every adapter call anywhere runs under its deadline
+(:meth:`.lifecycle.Ticket.call`).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
 
 import anyio
 import attrs
 
 from ..errors import (
     CapabilityError,
-    ContractViolationError,
-    LegacySnapshotError,
-    ProviderError,
-    RuntimeClosedError,
-    ScopeMismatchError,
-    SessionBusyError,
-    SnapshotCorruptError,
-    ToolNotGrantedError,
+    FeatureUnavailableError,
+    IdentityError,
+    InvalidArgumentError,
+    RuntimeCloseError,
+    SessionDivergedError,
 )
-from ..history import Message, MessageGroup, RetainedRecord, Role
-from ..ports import OpContext
-from ..ports.archive import ArchiveReceipt, HistoryArchive
+from ..history import MessageGroup, RetainedRecord, Role
+from ..ports.archive import HistoryArchive
 from ..ports.memory import MemoryStore
-from ..ports.provider import ModelProvider, ModelRequest, SourceBlock, Usage
+from ..ports.provider import ModelProvider, SourceBlock
 from ..ports.recall import RecallCapabilities, RecallStore
-from ..ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
+from ..ports.sessions import SessionStore
 from ..ports.summary import Summarizer
 from ..ports.verify import CompletionVerifier
 from ..scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity, validate_id
 from .checks import check_adapter
+from .commit import commit
+from .hooks import HookBroadcaster
+from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
-from .resident import plan_eviction
-from .results import (
-    CleanupReport,
-    CleanupStatus,
-    Diagnostic,
-    EvictionStatus,
-    RunResult,
-    RunStatus,
-    Severity,
+from .load import load_session
+from .maintenance import (
+    MigrationReport,
+    ReconcileReport,
+    SessionState,
+    SessionView,
+    flush_session,
+    inspect_session,
+    migrate_session,
+    reconcile_session,
 )
+from .results import CleanupReport, CleanupStatus, Diagnostic, RunResult, Severity
 from .sources import assemble_sources
-from .tools import ToolOutcome, ToolRegistry, ToolStatus
+from .tools import ToolRegistry
+from .turn import run_turn
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -67,63 +68,23 @@ __all__ = [
     "HookBroadcaster",
     "LifecycleState",
     "MigrationReport",
+    "ReconcileReport",
     "RuntimeLimits",
+    "SessionState",
     "SessionView",
     "create_harness_runtime",
 ]
 
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
-
-class HookBroadcaster(Protocol):
-    """Anything that can broadcast a lifecycle hook and return the failures (the plugin registry)."""
-
-    def broadcast(self, hook: str, /, **kwargs: Any) -> Sequence[object]:
-        """Call every implementation of ``hook``; return one record per implementation that raised."""
-        ...
-
-
-class LifecycleState(enum.StrEnum):
-    """Whether the runtime admits runs."""
-
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
-@attrs.frozen(slots=True)
-class SessionView:
-    """A read-only view of a stored session, for inspection."""
-
-    exists: bool
-    revision: int | None
-    boundary: int
-    next_seq: int
-    resident_seqs: tuple[int, ...]
-    archived_count: int
-    memory_scope: Scope | None
-    format_version: int | None
-
-
-@attrs.frozen(slots=True)
-class MigrationReport:
-    """What a legacy-scope migration changed."""
-
-    changed: bool
-    previous_revision: int | None
-    revision: int | None
-    memory_scope: Scope | None
-    message: str
-
-
-@attrs.frozen(slots=True)
-class _CommitOutcome:
-    revision: int
-    boundary: int
-    resident: tuple[MessageGroup, ...]
-    archived: tuple[ArchiveReceipt, ...]
-    eviction: EvictionStatus
-    diagnostics: tuple[Diagnostic, ...]
+#: Optional features whose engines have not landed yet: building a runtime
+#: with one of them is refused instead of accepting an adapter never called.
+_UNAVAILABLE = {
+    "recall": "recall (issue: recall sessions under budgets)",
+    "summarizer": "task summaries",
+    "verifier": "completion verification",
+    "memory": "the memory lifecycle",
+}
 
 
 class HarnessResources:
@@ -135,7 +96,7 @@ class HarnessResources:
     async def close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
         """Settle admitted runs, flush deferred evictions and report what happened.
 
-        Waits (bounded by ``settle_timeout_s``) for a run admitted on the
+        Waits (bounded by ``settle_timeout_s``) for an operation admitted on the
         session, then retries any eviction an archive failure deferred, closes
         per-session resources the runtime owns, and never closes borrowed
         clients. Safe to call more than once.
@@ -156,10 +117,6 @@ class HarnessRuntime:
         provider: ModelProvider,
         archive: HistoryArchive,
         session_store: SessionStore,
-        recall: RecallStore | None,
-        summary: Summarizer | None,
-        verifier: CompletionVerifier | None,
-        memory: MemoryStore | None,
         limits: RuntimeLimits,
         instructions: str,
         tools: ToolRegistry,
@@ -169,74 +126,18 @@ class HarnessRuntime:
         self.provider = provider
         self.archive = archive
         self.session_store = session_store
-        self.recall = recall
-        self.summary = summary
-        self.verifier = verifier
-        self.memory = memory
         self.limits = limits
         self.instructions = instructions
         self.tools = tools
         self.resources = HarnessResources(self)
         self._hooks = hooks
-        self._owned = tuple(owned)
-        self._state = LifecycleState.OPEN
-        # Sessions with an admitted run (or a close in progress), each with an
-        # event set when it settles. Check-and-insert happens without an await
-        # in between, so admission is atomic on the event loop.
-        self._active: dict[SessionKey, anyio.Event] = {}
-        self._cancel_scopes: dict[SessionKey, anyio.CancelScope] = {}
-
-    # -- admission ---------------------------------------------------------
+        self._owned = list(owned)
+        self._admission = Admission(limits.op_timeout_s)
 
     @property
     def state(self) -> LifecycleState:
         """``open``, ``closing`` or ``closed``."""
-        return self._state
-
-    def _admit(self, key: SessionKey) -> anyio.Event:
-        if self._state is not LifecycleState.OPEN:
-            raise RuntimeClosedError(f"runtime is {self._state.value}; it admits no new runs")
-        if key in self._active:
-            raise SessionBusyError(
-                f"session {key.session!r} already has an admitted run; one run per session at a time"
-            )
-        event = anyio.Event()
-        self._active[key] = event
-        return event
-
-    def _release(self, key: SessionKey, event: anyio.Event) -> None:
-        if self._active.get(key) is event:
-            del self._active[key]
-        event.set()
-
-    def _ctx(self) -> OpContext:
-        return OpContext.with_timeout(self.limits.op_timeout_s)
-
-    # -- loading -----------------------------------------------------------
-
-    async def _load(
-        self, key: SessionKey, scope: Scope | None, *, attest_legacy: bool
-    ) -> tuple[StoredSnapshot | None, SessionSnapshot]:
-        """Load and check a snapshot. ``scope=None`` checks only the session identity."""
-        stored = await self.session_store.load(key, self._ctx())
-        if stored is None:
-            return None, SessionSnapshot(memory_scope=scope)
-        snap = stored.snapshot
-        _check_snapshot_shape(key, snap)
-        if snap.memory_scope is None:
-            if scope is not None and not attest_legacy:
-                raise LegacySnapshotError(
-                    f"session {key.session!r} is a legacy snapshot without a memory scope; verify its "
-                    "exact scope, then pass attest_legacy_memory_scope=True"
-                )
-        elif scope is not None and snap.memory_scope != scope:
-            raise ScopeMismatchError(
-                f"session {key.session!r} belongs to a different memory scope; refused "
-                "(attestation cannot override a mismatched scope)"
-            )
-        elif scope is None and snap.memory_scope.session_key != key:
-            raise ScopeMismatchError(f"session {key.session!r} is stored under a different identity")
-        return stored, snap
+        return self._admission.state
 
     # -- the turn ------------------------------------------------------------
 
@@ -258,40 +159,35 @@ class HarnessRuntime:
         ``source_tokens`` budget. Raises a typed error and changes nothing
         when admission, loading, the provider or the snapshot save fails.
         """
-        identity = require_identity(identity)
-        validate_id(session_id, "session_id")
+        scope = _run_scope(identity, session_id, recall_scope)
         if not isinstance(user_input, str):
-            raise TypeError(f"user_input must be a string, got {type(user_input).__name__}")
-        scope = Scope.of(identity, session_id, recall_scope)
+            raise InvalidArgumentError(f"user_input must be a string, got {type(user_input).__name__}")
+        granted = _grants(grants)
+        offered = _sources(sources)
         key = scope.session_key
-        granted = frozenset(grants)
-        event = self._admit(key)
-        try:
-            # The scope lets aclose() cancel a run that outlives the settle
-            # timeout; cancelling is safe at any point because the archive is
-            # written before the snapshot, which is saved last.
-            with anyio.CancelScope() as cancel_scope:
-                self._cancel_scopes[key] = cancel_scope
-                return await self._run_admitted(
-                    key, scope, user_input, attest_legacy_memory_scope, granted, sources
-                )
-            raise RuntimeClosedError(
-                "the run was cancelled because the runtime closed; nothing was committed"
+        async with self._admission.admit(key, "run") as ticket:
+            return await self._run_admitted(
+                ticket, scope, user_input, attest_legacy_memory_scope, granted, offered
             )
-        finally:
-            self._cancel_scopes.pop(key, None)
-            self._release(key, event)
+        raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
     async def _run_admitted(
         self,
-        key: SessionKey,
+        ticket: Ticket,
         scope: Scope,
         user_input: str,
         attest_legacy: bool,
         granted: frozenset[str],
-        offered_sources: Sequence[SourceBlock],
+        offered: tuple[SourceBlock, ...],
     ) -> RunResult:
-        stored, snap = await self._load(key, scope, attest_legacy=attest_legacy)
+        key = scope.session_key
+        stored, snap = await load_session(ticket, self.session_store, key, scope, attest_legacy=attest_legacy)
+        if snap.divergence is not None:
+            raise SessionDivergedError(
+                f"session {key.session!r} is diverged from its archive at seq(s) "
+                f"{list(snap.divergence.seqs)[:5]}; reconcile it first (agentium session reconcile, "
+                "or runtime.reconcile_session); nothing was run"
+            )
         diagnostics: list[Diagnostic] = []
         if snap.memory_scope is None:
             diagnostics.append(
@@ -299,8 +195,7 @@ class HarnessRuntime:
                     "legacy_scope_attested", "legacy snapshot loaded by attestation; stamped at commit"
                 )
             )
-
-        assembly = assemble_sources(offered_sources, self.limits.source_tokens)
+        assembly = assemble_sources(offered, self.limits.source_tokens)
         for source_id in assembly.omitted:
             diagnostics.append(
                 Diagnostic(
@@ -309,191 +204,61 @@ class HarnessRuntime:
                     Severity.WARNING,
                 )
             )
-        history = tuple(m for g in snap.resident for m in g.messages)
-        turn: list[Message] = [Message(Role.USER, user_input)]
-        outcomes: list[ToolOutcome] = []
-        usage_in = usage_out = 0
-        status = RunStatus.STEP_LIMIT
-        for _step in range(self.limits.max_steps):
-            request = ModelRequest(
-                instructions=self.instructions,
-                sources=assembly.included,
-                history=history,
-                turn=tuple(turn),
-                tools=self.tools.specs(granted),
-            )
-            try:
-                response = await self.provider.complete(request, self._ctx())
-            except Exception as exc:
-                raise ProviderError(f"provider failed: {exc}; the session was not changed") from exc
-            if not isinstance(getattr(response, "message", None), Message):
-                raise ContractViolationError("provider returned something other than a ModelResponse")
-            usage_in += response.usage.input_tokens or request.estimated_tokens
-            usage_out += response.usage.output_tokens or response.message.estimated_tokens
-            reply = attrs.evolve(response.message, role=Role.ASSISTANT)
-            turn.append(reply)
-            if not reply.tool_calls:
-                status = RunStatus.COMPLETED
-                break
-            for call in reply.tool_calls:
-                outcome, content = await self._run_tool(call.id, call.name, call.arguments, granted)
-                outcomes.append(outcome)
-                if outcome.status is not ToolStatus.OK:
-                    diagnostics.append(Diagnostic("tool_refused", outcome.detail, Severity.WARNING))
-                turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
-        if status is RunStatus.STEP_LIMIT:
-            diagnostics.append(
-                Diagnostic(
-                    "step_limit", f"stopped after {self.limits.max_steps} model calls", Severity.WARNING
-                )
-            )
-
-        retained = RetainedRecord(scope=scope, uncertainty=_uncertainty(assembly.omitted))
-        group = MessageGroup(seq=snap.next_seq, messages=tuple(turn), retained=retained)
-        resident = (*snap.resident, group)
-        outcome_commit = await self._commit(
-            key, scope, stored, resident, boundary=snap.boundary, next_seq=snap.next_seq + 1
+        turn = await run_turn(
+            ticket,
+            provider=self.provider,
+            tools=self.tools,
+            limits=self.limits,
+            instructions=self.instructions,
+            sources=assembly.included,
+            history=tuple(m for g in snap.resident for m in g.messages),
+            user_input=user_input,
+            granted=granted,
         )
-        diagnostics.extend(outcome_commit.diagnostics)
-        output = next((m.content for m in reversed(turn) if m.role is Role.ASSISTANT), "")
+        diagnostics.extend(turn.diagnostics)
+        retained = RetainedRecord(scope=scope, uncertainty=_uncertainty(assembly.omitted))
+        group = MessageGroup(seq=snap.next_seq, messages=turn.messages, retained=retained)
+        outcome = await commit(
+            ticket,
+            archive=self.archive,
+            store=self.session_store,
+            hooks=self._hooks,
+            limits=self.limits.resident,
+            key=key,
+            scope=scope,
+            stored=stored,
+            resident=(*snap.resident, group),
+            boundary=snap.boundary,
+            next_seq=snap.next_seq + 1,
+        )
+        diagnostics.extend(outcome.diagnostics)
+        output = next((m.content for m in reversed(turn.messages) if m.role is Role.ASSISTANT), "")
         return RunResult(
             output=output,
-            status=status,
-            eviction=outcome_commit.eviction,
+            status=turn.status,
+            eviction=outcome.eviction,
             sources=assembly.status,
             group_seq=group.seq,
-            boundary=outcome_commit.boundary,
-            resident_groups=len(outcome_commit.resident),
-            snapshot_revision=outcome_commit.revision,
-            archived=outcome_commit.archived,
-            tool_outcomes=tuple(outcomes),
-            usage=Usage(input_tokens=usage_in, output_tokens=usage_out),
+            boundary=outcome.boundary,
+            resident_groups=len(outcome.resident),
+            snapshot_revision=outcome.revision,
+            archived=outcome.archived,
+            tool_outcomes=turn.tool_outcomes,
+            usage=turn.usage,
             retained=retained,
             diagnostics=tuple(diagnostics),
         )
 
-    async def _run_tool(
-        self, call_id: str, name: str, arguments: dict[str, Any], granted: frozenset[str]
-    ) -> tuple[ToolOutcome, str]:
-        try:
-            tool = self.tools.resolve(name, granted)
-        except ToolNotGrantedError as exc:
-            status = ToolStatus.REFUSED_UNKNOWN if name not in self.tools else ToolStatus.REFUSED_NOT_GRANTED
-            detail = f"ToolNotGrantedError: {exc}"
-            return ToolOutcome(call_id, name, status, None, detail), f"refused: {exc}"
-        try:
-            content = await tool.handler(arguments)
-        except Exception as exc:  # a tool's failure is reported to the model, not raised
-            detail = f"{type(exc).__name__}: {exc}"
-            return ToolOutcome(call_id, name, ToolStatus.FAILED, tool.effect, detail), f"error: {detail}"
-        return ToolOutcome(call_id, name, ToolStatus.OK, tool.effect), str(content)
-
-    # -- commit ------------------------------------------------------------
-
-    async def _commit(
-        self,
-        key: SessionKey,
-        scope: Scope | None,
-        stored: StoredSnapshot | None,
-        resident: Sequence[MessageGroup],
-        *,
-        boundary: int,
-        next_seq: int,
-    ) -> _CommitOutcome:
-        """Archive what is over the resident bound, then save the snapshot (compare-and-set)."""
-        diagnostics: list[Diagnostic] = []
-        plan = plan_eviction(resident, self.limits.resident)
-        for seq in plan.oversized:
-            diagnostics.append(
-                Diagnostic(
-                    "oversized_group",
-                    f"group {seq} alone exceeds a resident bound; kept whole, never split",
-                    Severity.WARNING,
-                )
-            )
-        if plan.blocked_by_incomplete is not None:
-            diagnostics.append(
-                Diagnostic(
-                    "eviction_blocked_incomplete",
-                    f"group {plan.blocked_by_incomplete} is incomplete and cannot be archived; "
-                    "eviction stopped there",
-                    Severity.WARNING,
-                )
-            )
-        keep: tuple[MessageGroup, ...] = tuple(resident)
-        new_boundary = boundary
-        receipts: tuple[ArchiveReceipt, ...] = ()
-        eviction = EvictionStatus.NOT_NEEDED
-        if plan.evict:
-            try:
-                receipts = await self._archive(key, plan.evict)
-            except Exception as exc:
-                eviction = EvictionStatus.DEFERRED
-                code = (
-                    "archive_contract_violation"
-                    if isinstance(exc, ContractViolationError)
-                    else "eviction_deferred"
-                )
-                diagnostics.append(
-                    Diagnostic(
-                        code,
-                        f"eviction of {len(plan.evict)} group(s) deferred, boundary unchanged: "
-                        f"{type(exc).__name__}: {exc}",
-                        Severity.WARNING,
-                    )
-                )
-            else:
-                eviction = EvictionStatus.ARCHIVED
-                keep = plan.keep
-                new_boundary = plan.keep[0].seq if plan.keep else next_seq
-        memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
-        snapshot = SessionSnapshot(
-            memory_scope=memory_scope, boundary=new_boundary, next_seq=next_seq, resident=keep
-        )
-        revision = await self.session_store.save(
-            key, snapshot, None if stored is None else stored.revision, self._ctx()
-        )
-        if receipts and self._hooks is not None:
-            for failure in self._hooks.broadcast("agentium_groups_archived", key=key, receipts=receipts):
-                diagnostics.append(Diagnostic("hook_failed", str(failure), Severity.WARNING))
-        return _CommitOutcome(revision, new_boundary, keep, receipts, eviction, tuple(diagnostics))
-
-    async def _archive(self, key: SessionKey, groups: Sequence[MessageGroup]) -> tuple[ArchiveReceipt, ...]:
-        """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
-        raw = await self.archive.append(key, groups, self._ctx())
-        receipts = tuple(raw)
-        if len(receipts) != len(groups):
-            raise ContractViolationError(
-                f"archive returned {len(receipts)} receipt(s) for {len(groups)} group(s)"
-            )
-        for group, receipt in zip(groups, receipts, strict=True):
-            if not isinstance(receipt, ArchiveReceipt):
-                raise ContractViolationError(
-                    f"archive returned {type(receipt).__name__}, not an ArchiveReceipt"
-                )
-            if receipt.seq != group.seq or receipt.digest != group.digest:
-                raise ContractViolationError(
-                    f"archive receipt for group {group.seq} says seq {receipt.seq} digest {receipt.digest}; "
-                    f"expected digest {group.digest}"
-                )
-        return receipts
-
-    # -- inspection and migration -----------------------------------------
+    # -- inspection and maintenance ------------------------------------------
 
     async def inspect_session(self, identity: VerifiedIdentity, session_id: str) -> SessionView:
-        """Boundary, resident groups, archived count and revision of a stored session (read-only)."""
+        """Boundary, resident groups, state (ok, diverged …) and revision of a stored session (read-only)."""
         key = SessionKey.of(require_identity(identity), session_id)
-        stored, snap = await self._load(key, None, attest_legacy=False)
-        return SessionView(
-            exists=stored is not None,
-            revision=None if stored is None else stored.revision,
-            boundary=snap.boundary,
-            next_seq=snap.next_seq,
-            resident_seqs=tuple(g.seq for g in snap.resident),
-            archived_count=snap.boundary,
-            memory_scope=snap.memory_scope,
-            format_version=None if stored is None else snap.format_version,
-        )
+        self._admission.check_open()
+        # Read-only and bounded by its deadline, so it is not admitted: it may
+        # look at a session while a run holds it.
+        ticket = Ticket(key, "inspection", self.limits.op_timeout_s)
+        return await inspect_session(ticket, self.session_store, self.limits.resident, key)
 
     async def migrate_legacy_session(
         self,
@@ -506,67 +271,73 @@ class HarnessRuntime:
         """Stamp a legacy snapshot with its verified memory scope (R15, R43).
 
         Requires the explicit attestation. A snapshot that already has a scope
-        is left alone when it matches and refused when it differs.
+        is left alone when it matches and refused when it differs. The stamped
+        snapshot is written at the current format version with its digest.
         """
-        scope = Scope.of(require_identity(identity), session_id, recall_scope)
-        key = scope.session_key
-        event = self._admit(key)
-        try:
-            stored, snap = await self._load(key, scope, attest_legacy=attest_legacy_memory_scope)
-            if stored is None:
-                return MigrationReport(False, None, None, None, "no stored session; nothing to migrate")
-            if snap.memory_scope is not None:
-                return MigrationReport(
-                    False, stored.revision, stored.revision, snap.memory_scope, "already scoped; unchanged"
-                )
-            stamped = attrs.evolve(snap, memory_scope=scope)
-            revision = await self.session_store.save(key, stamped, stored.revision, self._ctx())
-            return MigrationReport(
-                True, stored.revision, revision, scope, "legacy snapshot stamped with the attested scope"
+        scope = _run_scope(identity, session_id, recall_scope)
+        async with self._admission.admit(scope.session_key, "migration") as ticket:
+            return await migrate_session(
+                ticket, self.session_store, scope.session_key, scope, attest=attest_legacy_memory_scope
             )
-        finally:
-            self._release(key, event)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    # -- cleanup -------------------------------------------------------------
+    async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
+        """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``)."""
+        key = SessionKey.of(require_identity(identity), session_id)
+        async with self._admission.admit(key, "reconciliation") as ticket:
+            return await reconcile_session(
+                ticket,
+                archive=self.archive,
+                store=self.session_store,
+                hooks=self._hooks,
+                limits=self.limits.resident,
+                key=key,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
         key = SessionKey.of(require_identity(identity), session_id)
+        self._admission.check_open()
         diagnostics: list[Diagnostic] = []
-        settled = unsettled = 0
-        pending = self._active.get(key)
+        settled = 0
+        pending = self._admission.active.get(key)
         if pending is not None:
             with anyio.move_on_after(self.limits.settle_timeout_s):
-                await pending.wait()
-            if pending.is_set():
-                settled = 1
-            else:
-                unsettled = 1
+                await pending.done.wait()
+            if not pending.done.is_set():
                 diagnostics.append(
                     Diagnostic(
                         "run_unsettled",
-                        f"an admitted run did not settle within {self.limits.settle_timeout_s}s; "
-                        "nothing was flushed",
+                        f"an admitted {pending.kind} did not settle within "
+                        f"{self.limits.settle_timeout_s}s; nothing was flushed",
                         Severity.ERROR,
                     )
                 )
                 return CleanupReport(CleanupStatus.INCOMPLETE, 0, 1, 0, 0, (), tuple(diagnostics))
-        flushed = 0
-        remaining = 0
-        if key in self._active:
-            # A new run was admitted while we waited; leave the session to it.
-            unsettled += 1
+            settled = 1
+        flushed = remaining = unsettled = 0
+        if key in self._admission.active:
+            # A new operation was admitted while we waited; leave the session to it.
+            unsettled = 1
             diagnostics.append(
                 Diagnostic("run_admitted", "another run was admitted; not flushed", Severity.ERROR)
             )
         else:
-            event = anyio.Event()
-            self._active[key] = event
-            try:
-                flushed, remaining = await self._flush(key, diagnostics)
-            except Exception as exc:
-                diagnostics.append(Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR))
-            finally:
-                self._release(key, event)
+            async with self._admission.admit(key, "close_session") as ticket:
+                try:
+                    flushed, remaining = await flush_session(
+                        ticket,
+                        archive=self.archive,
+                        store=self.session_store,
+                        hooks=self._hooks,
+                        limits=self.limits.resident,
+                        key=key,
+                        diagnostics=diagnostics,
+                    )
+                except Exception as exc:
+                    diagnostics.append(
+                        Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR)
+                    )
         failed = any(d.severity is Severity.ERROR for d in diagnostics) or any(
             d.code in ("eviction_deferred", "archive_contract_violation") for d in diagnostics
         )
@@ -589,69 +360,86 @@ class HarnessRuntime:
                 )
         return report
 
-    async def _flush(self, key: SessionKey, diagnostics: list[Diagnostic]) -> tuple[int, int]:
-        """Retry deferred eviction for a session; return (groups flushed, groups still resident)."""
-        stored, snap = await self._load(key, None, attest_legacy=False)
-        if stored is None:
-            diagnostics.append(Diagnostic("no_session", "no stored session; nothing to flush"))
-            return 0, 0
-        if snap.memory_scope is None:
-            diagnostics.append(
-                Diagnostic("legacy_not_flushed", "legacy snapshot without scope; migrate it before flushing")
-            )
-            return 0, len(snap.resident)
-        plan = plan_eviction(snap.resident, self.limits.resident)
-        if not plan.evict:
-            return 0, len(snap.resident)
-        outcome = await self._commit(
-            key, snap.memory_scope, stored, snap.resident, boundary=snap.boundary, next_seq=snap.next_seq
-        )
-        diagnostics.extend(outcome.diagnostics)
-        return len(outcome.archived), len(outcome.resident)
-
     async def probe(self) -> list[tuple[str, str]]:
         """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``."""
         results: list[tuple[str, str]] = []
-        for role, adapter in (
-            ("archive", self.archive),
-            ("session_store", self.session_store),
-        ):
+        ticket = Ticket(None, "probe", self.limits.op_timeout_s)
+        for role, adapter in (("archive", self.archive), ("session_store", self.session_store)):
             caps = getattr(type(adapter), "capabilities", None)
             if getattr(caps, "health_check", False):
                 try:
-                    results.append((role, "ok: " + await adapter.health(self._ctx())))
+                    answer = await ticket.call(f"{role} health", adapter.health)
+                    results.append((role, f"ok: {answer}"))
                 except Exception as exc:
                     results.append((role, f"failed: {type(exc).__name__}: {exc}"))
             else:
                 results.append((role, "no health check declared"))
         return results
 
+    # -- shutdown --------------------------------------------------------------
+
     async def aclose(self) -> None:
-        """Refuse new runs, wait (bounded) for admitted ones, cancel the rest, close owned adapters only.
+        """Refuse new operations, settle or cancel admitted ones, close owned adapters; bounded.
 
-        A run cancelled here raises :class:`RuntimeClosedError` to its caller
-        and commits nothing.
-
-        Borrowed adapters and clients — everything passed to
-        :func:`create_harness_runtime` — are never closed. Idempotent.
+        Waits up to ``settle_timeout_s`` for admitted operations, cancels what
+        is left (its caller gets :class:`RuntimeClosedError`; nothing of it is
+        committed) and gives it ``close_timeout_s`` to stop; then closes every
+        owned adapter, each bounded by ``close_timeout_s``, even when one of
+        them fails. Returns within about ``settle_timeout_s + 2 * close_timeout_s``
+        whatever an adapter does, as long as the adapter does not block the
+        event loop itself. Any failure raises :class:`RuntimeCloseError` listing
+        all of them; the runtime then stays ``closing`` and ``aclose()`` may be
+        called again to retry what failed. Borrowed adapters are never closed.
         """
-        if self._state is LifecycleState.CLOSED:
+        admission = self._admission
+        if admission.state is LifecycleState.CLOSED:
             return
-        self._state = LifecycleState.CLOSING
-        with anyio.move_on_after(self.limits.settle_timeout_s):
-            for event in list(self._active.values()):
-                await event.wait()
-        # Runs still active after the settle timeout are cancelled and awaited
-        # before owned adapters close, so no run uses a closed adapter.
-        for cancel_scope in list(self._cancel_scopes.values()):
-            cancel_scope.cancel()
-        for event in list(self._active.values()):
-            await event.wait()
-        for adapter in self._owned:
+        first = admission.state is LifecycleState.OPEN
+        admission.state = LifecycleState.CLOSING
+        failures: list[str] = []
+        settled = await admission.wait_settled(self.limits.settle_timeout_s if first else 0.0)
+        if not settled:
+            stuck = await admission.cancel_all("runtime closing", self.limits.close_timeout_s)
+            failures.extend(
+                f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
+                for t in stuck
+            )
+        still_open: list[object] = []
+        for adapter, problem in await self._close_owned():
+            if problem is not None:
+                failures.append(problem)
+                still_open.append(adapter)
+        self._owned = still_open
+        if failures:
+            raise RuntimeCloseError(failures)
+        admission.state = LifecycleState.CLOSED
+
+    async def _close_owned(self) -> list[tuple[object, str | None]]:
+        """Close every owned adapter concurrently, each bounded; ``(adapter, problem or None)`` each."""
+        results: list[tuple[object, str | None]] = []
+        timeout = self.limits.close_timeout_s
+
+        async def close_one(adapter: object) -> None:
             closer = getattr(adapter, "aclose", None)
-            if closer is not None:
-                await closer()
-        self._state = LifecycleState.CLOSED
+            if closer is None:
+                results.append((adapter, None))
+                return
+            name = type(adapter).__name__
+            try:
+                with anyio.move_on_after(timeout) as scope:
+                    await closer()
+            except Exception as exc:
+                results.append((adapter, f"closing {name} failed: {type(exc).__name__}: {exc}"))
+                return
+            if scope.cancelled_caught:
+                results.append((adapter, f"closing {name} did not finish within {timeout}s"))
+            else:
+                results.append((adapter, None))
+
+        async with anyio.create_task_group() as tg:
+            for adapter in self._owned:
+                tg.start_soon(close_one, adapter)
+        return results
 
     async def __aenter__(self) -> HarnessRuntime:
         return self
@@ -660,17 +448,45 @@ class HarnessRuntime:
         await self.aclose()
 
 
+def _run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
+    """Validate the caller's identity, session id and recall scope into a :class:`Scope`."""
+    verified = require_identity(identity)
+    validate_id(session_id, "session_id")
+    assert isinstance(session_id, str)
+    if recall_scope is not None and not isinstance(recall_scope, RecallScope):
+        raise IdentityError(
+            f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "
+            "build it with RecallScope(project=..., repository=...)"
+        )
+    return Scope.of(verified, session_id, recall_scope)
+
+
+def _grants(grants: object) -> frozenset[str]:
+    """Tool grants as a set of names; a bare string is refused, not split into characters."""
+    if isinstance(grants, str | bytes) or not isinstance(grants, Iterable):
+        raise InvalidArgumentError(
+            f"grants must be a collection of tool names, got {type(grants).__name__} {grants!r}; "
+            'write grants=["shell"], not grants="shell"'
+        )
+    names = tuple(grants)
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"grants must hold tool names (str), got {type(name).__name__}")
+    return frozenset(names)
+
+
+def _sources(sources: object) -> tuple[SourceBlock, ...]:
+    if isinstance(sources, str | bytes) or not isinstance(sources, Iterable):
+        raise InvalidArgumentError(f"sources must be a sequence of SourceBlock, got {type(sources).__name__}")
+    blocks = tuple(sources)
+    for block in blocks:
+        if not isinstance(block, SourceBlock):
+            raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")
+    return blocks
+
+
 def _uncertainty(omitted: Sequence[str]) -> tuple[str, ...]:
     return tuple(f"source {s} omitted by the source budget" for s in omitted)
-
-
-def _check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
-    seqs = [g.seq for g in snap.resident]
-    if seqs != list(range(snap.boundary, snap.next_seq)):
-        raise SnapshotCorruptError(
-            f"snapshot of session {key.session!r} is inconsistent: boundary {snap.boundary}, "
-            f"next_seq {snap.next_seq}, resident seqs {seqs[:5]}{'…' if len(seqs) > 5 else ''}"
-        )
 
 
 def create_harness_runtime(
@@ -679,7 +495,7 @@ def create_harness_runtime(
     archive: HistoryArchive,
     session_store: SessionStore,
     recall: RecallStore | None = None,
-    summary: Summarizer | None = None,
+    summarizer: Summarizer | None = None,
     verifier: CompletionVerifier | None = None,
     memory: MemoryStore | None = None,
     limits: RuntimeLimits | None = None,
@@ -696,6 +512,11 @@ def create_harness_runtime(
     no model: no adapter method is called here. Everything passed in is
     borrowed and never closed by the runtime; ``owned`` lists adapters the
     caller hands over for :meth:`HarnessRuntime.aclose` to close.
+
+    Recall, summarizers, verifiers and memory stores are validated and then
+    refused with :class:`~agentium_harness.errors.FeatureUnavailableError`:
+    their engines are not part of this release, and a runtime that accepted
+    them and never called them would mislead.
     """
     check_adapter("provider", provider)
     check_adapter("archive", archive)
@@ -703,25 +524,30 @@ def create_harness_runtime(
     if recall is not None:
         caps = check_adapter("recall", recall)
         assert isinstance(caps, RecallCapabilities)
-        if summary is not None and not caps.canonical_archive_reads:
+        if summarizer is not None and not caps.canonical_archive_reads:
             raise CapabilityError(
                 f"recall store {type(recall).__name__} lacks canonical_archive_reads, which recall "
                 "together with summaries requires (R9)"
             )
-    if summary is not None:
-        check_adapter("summarizer", summary)
-    if verifier is not None:
-        check_adapter("verifier", verifier)
-    if memory is not None:
-        check_adapter("memory", memory)
+    optional = {"recall": recall, "summarizer": summarizer, "verifier": verifier, "memory": memory}
+    for kind, adapter in optional.items():
+        if adapter is not None and kind != "recall":
+            check_adapter(kind, adapter)
+    for kind, adapter in optional.items():
+        if adapter is not None:
+            raise FeatureUnavailableError(
+                f"a {kind} adapter ({type(adapter).__name__}) was given, but {_UNAVAILABLE[kind]} is not "
+                "available in this release of agentium-harness; remove it (see docs/index.md, "
+                "'What is not there yet')"
+            )
+    if limits is not None and not isinstance(limits, RuntimeLimits):
+        raise InvalidArgumentError(f"limits must be a RuntimeLimits, got {type(limits).__name__}")
+    if tools is not None and not isinstance(tools, ToolRegistry):
+        raise InvalidArgumentError(f"tools must be a ToolRegistry, got {type(tools).__name__}")
     return HarnessRuntime(
         provider=provider,
         archive=archive,
         session_store=session_store,
-        recall=recall,
-        summary=summary,
-        verifier=verifier,
-        memory=memory,
         limits=limits or RuntimeLimits(),
         instructions=instructions,
         tools=tools or ToolRegistry(),

@@ -38,6 +38,7 @@ class ToolStatus(enum.StrEnum):
     REFUSED_NOT_GRANTED = "refused_not_granted"
     REFUSED_UNKNOWN = "refused_unknown"
     FAILED = "failed"
+    TIMED_OUT = "timed_out"
 
 
 @attrs.frozen(slots=True)

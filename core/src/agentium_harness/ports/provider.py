@@ -11,10 +11,11 @@ import enum
 import html
 import re
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
+from ..errors import InvalidArgumentError
 from ..history import Message, estimate_tokens
 from ._base import Capabilities, OpContext, port_stub
 
@@ -78,6 +79,27 @@ def _attr(value: str) -> str:
     return html.escape(value, quote=True)
 
 
+#: Attribute names a source block may carry: they are written into the wrapper
+#: tag unescaped, so only this plain alphabet is accepted.
+_ATTRIBUTE_KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_RESERVED_KEYS = frozenset({"kind", "id"})
+
+
+def _check_attributes(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    assert isinstance(value, tuple)
+    for item in value:
+        if not (isinstance(item, tuple) and len(item) == 2 and all(isinstance(p, str) for p in item)):
+            raise InvalidArgumentError(
+                f"source block attributes must be (name, value) string pairs, got {item!r}"
+            )
+        key = item[0]
+        if not _ATTRIBUTE_KEY.fullmatch(key) or key in _RESERVED_KEYS:
+            raise InvalidArgumentError(
+                f"source block attribute name {key!r} is not allowed: use lower-case letters, digits, "
+                "'_' and '-', starting with a letter (and not 'kind' or 'id')"
+            )
+
+
 @attrs.frozen(slots=True)
 class SourceBlock:
     """Labeled source data in a model request. Its content is data, never instructions (R4, R38).
@@ -89,7 +111,9 @@ class SourceBlock:
     kind: SourceKind
     source_id: str
     content: str
-    attributes: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_tuple_of_tuple_str_str)
+    attributes: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=_tuple_of_tuple_str_str, validator=_check_attributes
+    )
 
     def render(self) -> str:
         """The block as the model sees it, wrapper included.
@@ -146,10 +170,17 @@ class ModelRequest:
 
 @attrs.frozen(slots=True)
 class Usage:
-    """Token usage of one model call (estimated where the provider gives none)."""
+    """Token usage of one model call, or of a run.
 
-    input_tokens: int = 0
-    output_tokens: int = 0
+    A provider sets the counts its backend reports and leaves the others
+    ``None`` (unknown); a reported ``0`` is kept as ``0``. In a run's result
+    the engine fills unknown counts with its estimate and sets
+    ``estimated=True``, so an estimate is never passed off as a measurement.
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    estimated: bool = False
 
 
 @attrs.frozen(slots=True)

@@ -1,0 +1,225 @@
+"""Step 8 of a turn: commit — archive what is over the resident bound, then save (R2, R3).
+
+Write-ahead, then commit: the oldest complete groups over the bound go to
+the archive first; every receipt's seq and digest is checked; only then is
+the snapshot saved with compare-and-set on its revision. A failure anywhere
+leaves the last committed state intact:
+
+- an archive that fails or times out *defers* eviction: the new group
+  commits, the boundary stays, the next commit retries;
+- an archive that holds *different* groups at seqs this session never
+  committed (another writer, a lost snapshot store) marks the session
+  ``diverged``; nothing is overwritten and an operator reconciles it
+  (:mod:`.maintenance`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from ..errors import (
+    ArchiveConflictError,
+    ContractViolationError,
+)
+from ..history import MessageGroup
+from ..ports.archive import ArchiveReceipt, HistoryArchive
+from ..ports.sessions import (
+    ArchiveDivergence,
+    SessionSnapshot,
+    SessionStore,
+    StoredSnapshot,
+    seal_snapshot,
+)
+from ..scope import Scope, SessionKey
+from .hooks import HookBroadcaster
+from .lifecycle import Ticket
+from .limits import ResidentLimits
+from .resident import EvictionPlan, plan_eviction
+from .results import Diagnostic, EvictionStatus, Severity
+
+__all__ = ["CommitOutcome", "archive_groups", "broadcast_archived", "commit", "plan_diagnostics"]
+
+#: How long a lifecycle hook broadcast may take before the commit stops waiting for it.
+HOOK_TIMEOUT_S = 5.0
+
+
+@attrs.frozen(slots=True)
+class CommitOutcome:
+    """What one commit did."""
+
+    revision: int
+    boundary: int
+    resident: tuple[MessageGroup, ...]
+    archived: tuple[ArchiveReceipt, ...]
+    eviction: EvictionStatus
+    diagnostics: tuple[Diagnostic, ...]
+    saved: bool = True
+
+
+def plan_diagnostics(plan: EvictionPlan) -> list[Diagnostic]:
+    """Diagnostics for a plan's oversized groups and for an incomplete group that blocks eviction."""
+    out = [
+        Diagnostic(
+            "oversized_group",
+            f"group {seq} alone exceeds a resident bound; kept whole, never split",
+            Severity.WARNING,
+        )
+        for seq in plan.oversized
+    ]
+    if plan.blocked_by_incomplete is not None:
+        out.append(
+            Diagnostic(
+                "eviction_blocked_incomplete",
+                f"group {plan.blocked_by_incomplete} is incomplete and cannot be archived; "
+                "eviction stopped there",
+                Severity.WARNING,
+            )
+        )
+    return out
+
+
+async def commit(
+    ticket: Ticket,
+    *,
+    archive: HistoryArchive,
+    store: SessionStore,
+    hooks: HookBroadcaster | None,
+    limits: ResidentLimits,
+    key: SessionKey,
+    scope: Scope | None,
+    stored: StoredSnapshot | None,
+    resident: Sequence[MessageGroup],
+    boundary: int,
+    next_seq: int,
+    divergence: ArchiveDivergence | None = None,
+    save_unchanged: bool = True,
+) -> CommitOutcome:
+    """Archive the groups over the resident bound, check every receipt, then save with compare-and-set.
+
+    ``save_unchanged=False`` (maintenance flushes) skips the save when nothing
+    was archived, so a flush that achieved nothing does not bump the revision.
+    """
+    plan = plan_eviction(resident, limits)
+    diagnostics = plan_diagnostics(plan)
+    keep: tuple[MessageGroup, ...] = tuple(resident)
+    new_boundary = boundary
+    receipts: tuple[ArchiveReceipt, ...] = ()
+    eviction = EvictionStatus.NOT_NEEDED
+    if divergence is not None:
+        eviction = EvictionStatus.DIVERGED
+        diagnostics.append(_diverged_diagnostic(divergence))
+    elif plan.evict:
+        try:
+            receipts = await archive_groups(ticket, archive, key, plan.evict)
+        except ArchiveConflictError as exc:
+            divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
+            eviction = EvictionStatus.DIVERGED
+            diagnostics.append(_diverged_diagnostic(divergence))
+        except Exception as exc:
+            eviction = EvictionStatus.DEFERRED
+            code = (
+                "archive_contract_violation"
+                if isinstance(exc, ContractViolationError)
+                else "eviction_deferred"
+            )
+            diagnostics.append(
+                Diagnostic(
+                    code,
+                    f"eviction of {len(plan.evict)} group(s) deferred, boundary unchanged: "
+                    f"{type(exc).__name__}: {exc}",
+                    Severity.WARNING,
+                )
+            )
+        else:
+            eviction = EvictionStatus.ARCHIVED
+            keep = plan.keep
+            new_boundary = plan.keep[0].seq if plan.keep else next_seq
+    if (
+        not save_unchanged
+        and stored is not None
+        and not receipts
+        and divergence == stored.snapshot.divergence
+    ):
+        return CommitOutcome(stored.revision, boundary, keep, (), eviction, tuple(diagnostics), saved=False)
+    memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
+    snapshot = seal_snapshot(
+        SessionSnapshot(
+            memory_scope=memory_scope,
+            boundary=new_boundary,
+            next_seq=next_seq,
+            resident=keep,
+            divergence=divergence,
+        )
+    )
+    expected = None if stored is None else stored.revision
+    revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
+    if (
+        not isinstance(revision, int)
+        or isinstance(revision, bool)
+        or (expected is not None and revision <= expected)
+    ):
+        raise ContractViolationError(
+            f"session store returned revision {revision!r} after saving on revision {expected}"
+        )
+    if receipts and hooks is not None:
+        diagnostics.extend(await broadcast_archived(hooks, key, receipts))
+    return CommitOutcome(revision, new_boundary, keep, receipts, eviction, tuple(diagnostics))
+
+
+def _diverged_diagnostic(divergence: ArchiveDivergence) -> Diagnostic:
+    return Diagnostic(
+        "archive_diverged",
+        f"the archive holds different groups at seq(s) {list(divergence.seqs)[:5]} that this session "
+        "never committed; eviction is stopped and the session needs reconciliation "
+        "(agentium session reconcile): " + divergence.detail,
+        Severity.ERROR,
+    )
+
+
+async def archive_groups(
+    ticket: Ticket, archive: HistoryArchive, key: SessionKey, groups: Sequence[MessageGroup]
+) -> tuple[ArchiveReceipt, ...]:
+    """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
+    raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
+    receipts = tuple(raw)
+    if len(receipts) != len(groups):
+        raise ContractViolationError(
+            f"archive returned {len(receipts)} receipt(s) for {len(groups)} group(s)"
+        )
+    for group, receipt in zip(groups, receipts, strict=True):
+        if not isinstance(receipt, ArchiveReceipt):
+            raise ContractViolationError(f"archive returned {type(receipt).__name__}, not an ArchiveReceipt")
+        if receipt.seq != group.seq or receipt.digest != group.digest:
+            raise ContractViolationError(
+                f"archive receipt for group {group.seq} says seq {receipt.seq} digest {receipt.digest}; "
+                f"expected digest {group.digest}"
+            )
+    return receipts
+
+
+async def broadcast_archived(
+    hooks: HookBroadcaster, key: SessionKey, receipts: tuple[ArchiveReceipt, ...]
+) -> list[Diagnostic]:
+    """Broadcast ``agentium_groups_archived`` in a worker thread, bounded, and report failures.
+
+    Hook implementations are plain functions that may block (a recall index
+    writing to its backend), so they run off the event loop; the commit waits
+    at most :data:`HOOK_TIMEOUT_S` and reports a slower broadcast instead of hanging.
+    """
+    call = partial(hooks.broadcast, "agentium_groups_archived", key=key, receipts=receipts)
+    with anyio.move_on_after(HOOK_TIMEOUT_S) as scope:
+        failures = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    if scope.cancelled_caught:
+        return [
+            Diagnostic(
+                "hook_timeout",
+                f"agentium_groups_archived did not return within {HOOK_TIMEOUT_S}s; not awaited further",
+                Severity.WARNING,
+            )
+        ]
+    return [Diagnostic("hook_failed", str(f), Severity.WARNING) for f in failures]
