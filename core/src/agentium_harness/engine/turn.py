@@ -157,6 +157,10 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
         seen.add(call.id)
     try:
         canonical_json(unstructure(reply))
+        for call in reply.tool_calls:
+            # The handler receives the arguments as plain JSON, so they must be
+            # JSON as given (a set or a nan is refused, not silently converted).
+            canonical_json(call.arguments)
     except (ValueError, TypeError) as exc:
         raise ContractViolationError(
             f"provider returned a message that cannot be encoded canonically ({exc}); "
