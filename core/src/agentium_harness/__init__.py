@@ -1,66 +1,148 @@
 """Agentium: continuity for LLM agent hosts.
 
-The public API is re-exported here. See ``docs/`` for the guide.
+This module is the public API for hosts: build a runtime
+(:func:`create_harness_runtime`, :func:`load_runtime`), run turns, read the
+results, and catch the errors, all from here. Adapter authors import from
+:mod:`agentium_harness.plugin_api`; test helpers and contract suites come from
+:mod:`agentium_harness.testing`. Every other module is an implementation
+detail and may change without notice. See ``docs/api.md`` for the reference.
 """
 
 from __future__ import annotations
 
-from .codec import canonical_json, converter, digest_of
+from .codec import canonical_json, digest_of
+from .engine.limits import ResidentLimits, RuntimeLimits
+from .engine.loader import load_runtime
+from .engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
+from .engine.results import (
+    CleanupReport,
+    CleanupStatus,
+    Diagnostic,
+    EvictionStatus,
+    RunResult,
+    RunStatus,
+    Severity,
+)
+from .engine.runtime import (
+    HarnessResources,
+    HarnessRuntime,
+    LifecycleState,
+    create_harness_runtime,
+)
+from .engine.sources import SourceStatus
+from .engine.tools import EffectLevel, Tool, ToolOutcome, ToolRegistry, ToolStatus
 from .errors import (
     AgentiumError,
+    AgentLifecycleError,
     ArchiveConflictError,
+    ArchiveError,
     CapabilityError,
     ConfigError,
+    ConfigIssue,
     ContractViolationError,
+    FeatureUnavailableError,
     IdentityError,
+    InvalidArgumentError,
     InvalidIdError,
     LegacySnapshotError,
+    MemoryDrainError,
     OperationCancelledError,
+    OperationTimeoutError,
     PluginError,
+    PluginLoadError,
+    PluginNotFoundError,
+    ProviderError,
+    ProviderTimeoutError,
+    RegistrationError,
+    RuntimeCloseError,
     RuntimeClosedError,
     ScopeMismatchError,
     SessionBusyError,
     SessionConflictError,
+    SessionDivergedError,
     SessionStoreError,
     SnapshotCorruptError,
     ToolNotGrantedError,
+    UnsupportedOperationError,
 )
 from .history import Message, MessageGroup, RetainedRecord, Role, ToolCall
 from .ports import OpContext
+from .ports.provider import SourceBlock, SourceKind, Usage
 from .scope import RecallScope, Scope, SessionKey, VerifiedIdentity
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentLifecycleError",
     "AgentiumError",
     "ArchiveConflictError",
+    "ArchiveError",
     "CapabilityError",
+    "CleanupReport",
+    "CleanupStatus",
     "ConfigError",
+    "ConfigIssue",
     "ContractViolationError",
+    "Diagnostic",
+    "EffectLevel",
+    "EvictionStatus",
+    "FeatureUnavailableError",
+    "HarnessResources",
+    "HarnessRuntime",
     "IdentityError",
+    "InvalidArgumentError",
     "InvalidIdError",
     "LegacySnapshotError",
-    "OperationCancelledError",
+    "LifecycleState",
+    "MemoryDrainError",
     "Message",
     "MessageGroup",
+    "MigrationReport",
     "OpContext",
+    "OperationCancelledError",
+    "OperationTimeoutError",
     "PluginError",
+    "PluginLoadError",
+    "PluginNotFoundError",
+    "ProviderError",
+    "ProviderTimeoutError",
     "RecallScope",
+    "ReconcileReport",
+    "RegistrationError",
+    "ResidentLimits",
     "RetainedRecord",
     "Role",
+    "RunResult",
+    "RunStatus",
+    "RuntimeCloseError",
     "RuntimeClosedError",
+    "RuntimeLimits",
     "Scope",
     "ScopeMismatchError",
     "SessionBusyError",
     "SessionConflictError",
-    "SessionStoreError",
+    "SessionDivergedError",
     "SessionKey",
+    "SessionState",
+    "SessionStoreError",
+    "SessionView",
+    "Severity",
     "SnapshotCorruptError",
+    "SourceBlock",
+    "SourceKind",
+    "SourceStatus",
+    "Tool",
     "ToolCall",
     "ToolNotGrantedError",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolStatus",
+    "UnsupportedOperationError",
+    "Usage",
     "VerifiedIdentity",
     "__version__",
     "canonical_json",
-    "converter",
+    "create_harness_runtime",
     "digest_of",
+    "load_runtime",
 ]
