@@ -544,3 +544,15 @@ async def test_groups_archived_hook_runs_off_the_event_loop() -> None:
 def test_scope_of_recall_is_accepted_when_typed() -> None:
     # The typed form keeps working; only the dict form is refused.
     assert Scope.of(ALICE, "s1", RecallScope("p", None)).project == "p"
+
+
+async def test_undeclared_port_operations_raise_a_typed_error_in_the_hierarchy() -> None:
+    from agentium_harness import AgentiumError, UnsupportedOperationError
+    from agentium_harness.ports.memory import MemoryStore
+    from agentium_harness.ports.recall import RecallStore
+
+    with pytest.raises(UnsupportedOperationError, match="forgetting") as info:
+        await MemoryStore().forget(Scope.of(ALICE, "s1"), "x", CTX)
+    assert isinstance(info.value, AgentiumError)
+    with pytest.raises(UnsupportedOperationError, match=r"RecallStore.open\(\)"):
+        await RecallStore().open(Scope.of(ALICE, "s1"), None, CTX)  # type: ignore[arg-type]

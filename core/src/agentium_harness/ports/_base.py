@@ -10,6 +10,7 @@ import attrs
 
 __all__ = [
     "CancelSignal",
+    "unsupported",
     "Capabilities",
     "OpContext",
     "is_port_stub",
@@ -173,3 +174,14 @@ class Capabilities:
     def declared(self) -> dict[str, bool]:
         """The flags as a plain dict."""
         return {a.name: bool(getattr(self, a.name)) for a in attrs.fields(type(self))}  # type: ignore[arg-type]
+
+
+def unsupported(adapter: object, method: str, flag: str | None = None) -> Exception:
+    """The error a port stub raises: an :class:`~agentium_harness.errors.UnsupportedOperationError`.
+
+    ``flag`` names the capability that declares the method, when it is optional.
+    """
+    from ..errors import UnsupportedOperationError  # errors stays importable without ports
+
+    why = f"it does not declare {flag!r}" if flag else "it does not implement it"
+    return UnsupportedOperationError(f"{type(adapter).__name__}.{method}() is not available: {why}")

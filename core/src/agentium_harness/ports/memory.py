@@ -9,7 +9,7 @@ from typing import ClassVar
 import attrs
 
 from ..scope import Scope
-from ._base import Capabilities, OpContext, port_stub
+from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
     "MemoryAck",
@@ -83,22 +83,22 @@ class MemoryStore:
     @port_stub
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
         """Store ``fact`` and acknowledge it."""
-        raise NotImplementedError
+        raise unsupported(self, "remember")
 
     @port_stub
     async def lookup(self, scope: Scope, query: str, limit: int, ctx: OpContext) -> Sequence[MemoryFact]:
         """Return at most ``limit`` facts of ``scope`` relevant to ``query``."""
-        raise NotImplementedError
+        raise unsupported(self, "lookup")
 
     @port_stub
     async def correct(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
         """Replace a fact by id. Declared by ``correction``."""
-        raise NotImplementedError("this memory store does not declare correction")
+        raise unsupported(self, "correct", "correction")
 
     @port_stub
     async def forget(self, scope: Scope, fact_id: str, ctx: OpContext) -> bool:
         """Remove a fact; return whether it existed. Declared by ``forgetting``."""
-        raise NotImplementedError("this memory store does not declare forgetting")
+        raise unsupported(self, "forget", "forgetting")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself."""

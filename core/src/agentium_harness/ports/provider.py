@@ -17,7 +17,7 @@ import attrs
 
 from ..errors import InvalidArgumentError
 from ..history import Message, estimate_tokens
-from ._base import Capabilities, OpContext, port_stub
+from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
     "ModelProvider",
@@ -199,7 +199,7 @@ class ModelProvider:
     @port_stub
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
         """Return the model's next message for ``request``."""
-        raise NotImplementedError
+        raise unsupported(self, "complete")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself."""

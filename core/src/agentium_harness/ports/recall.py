@@ -19,7 +19,7 @@ import attrs
 
 from ..history import MessageGroup
 from ..scope import Scope, SessionKey
-from ._base import Capabilities, OpContext, port_stub
+from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
     "Candidate",
@@ -155,24 +155,24 @@ class RecallSession:
     @port_stub
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
         """Return at most ``max_candidates`` candidates for ``query`` in rank order."""
-        raise NotImplementedError
+        raise unsupported(self, "discover")
 
     @port_stub
     async def read(
         self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
     ) -> Sequence[Excerpt]:
         """Read whole excerpts of ``refs`` (each at most ``max_excerpt_bytes``)."""
-        raise NotImplementedError
+        raise unsupported(self, "read")
 
     @port_stub
     async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
         """Check that each ref is still at its revision (revision validation)."""
-        raise NotImplementedError
+        raise unsupported(self, "validate")
 
     @port_stub
     async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
         """Bounded current-view validation before dispatch and commit (R24)."""
-        raise NotImplementedError("this recall store does not declare bounded_current_validation")
+        raise unsupported(self, "validate_current", "bounded_current_validation")
 
     async def close(self) -> None:
         """Release what the session acquired; must succeed after cancellation too."""
@@ -187,14 +187,14 @@ class RecallStore:
     @port_stub
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
         """Open a recall session confined to ``scope`` and ``limits``."""
-        raise NotImplementedError
+        raise unsupported(self, "open")
 
     @port_stub
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Directly seek complete canonical archive groups. Declared by ``canonical_archive_reads``."""
-        raise NotImplementedError("this recall store does not declare canonical_archive_reads")
+        raise unsupported(self, "seek_groups", "canonical_archive_reads")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""

@@ -8,7 +8,7 @@ from typing import ClassVar
 import attrs
 
 from ..history import MessageGroup
-from ._base import Capabilities, OpContext, port_stub
+from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = ["Citation", "Summarizer", "SummarizerCapabilities", "TaskSummary"]
 
@@ -67,7 +67,7 @@ class Summarizer:
         self, previous: TaskSummary | None, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> TaskSummary:
         """Fold complete ``groups`` (contiguous from ``previous.frontier``) into a new summary."""
-        raise NotImplementedError
+        raise unsupported(self, "summarize")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself."""

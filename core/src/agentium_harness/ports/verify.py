@@ -9,7 +9,7 @@ from typing import ClassVar
 import attrs
 
 from ..scope import Scope
-from ._base import Capabilities, OpContext, port_stub
+from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
@@ -98,7 +98,7 @@ class CompletionVerifier:
     @port_stub
     async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
         """Read current host evidence and judge ``candidate``; stay within the evidence budget."""
-        raise NotImplementedError
+        raise unsupported(self, "verify")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself."""
