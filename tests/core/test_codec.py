@@ -1,4 +1,4 @@
-"""The one converter and the canonical JSON encoding."""
+"""Converters made by make_converter (strict for stored data) and the canonical JSON encoding."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 import cattrs
 import pytest
+from cattrs.gen import make_dict_structure_fn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,11 +24,14 @@ from agentium_harness.codec import (
     digest_bytes,
     digest_of,
     from_json,
+    make_converter,
+    register_structure_hook,
     structure,
     to_json,
     unstructure,
 )
-from agentium_harness.history import Message, MessageGroup, Role
+from agentium_harness.errors import AgentiumError, EncodingError, RecordDecodeError
+from agentium_harness.history import Message, MessageGroup, Role, ToolCall
 from agentium_harness.ports.memory import MemoryEventKind
 from agentium_harness.ports.provider import SourceKind
 from agentium_harness.ports.recall import (
@@ -59,37 +63,200 @@ def _forbidden_extra_keys(exc: BaseException) -> list[cattrs.ForbiddenExtraKeysE
 
 def test_extra_top_level_key_is_refused() -> None:
     data = {"seq": 0, "messages": [], "retained": None, "extra": 1}
-    with pytest.raises(cattrs.BaseValidationError) as info:
+    with pytest.raises(RecordDecodeError) as info:
         structure(data, MessageGroup)
-    [found] = _forbidden_extra_keys(info.value)
+    [found] = _forbidden_extra_keys(info.value.__cause__)  # type: ignore[arg-type]
     assert found.extra_fields == {"extra"}
     assert found.cl is MessageGroup
+    assert info.value.record == "MessageGroup"
+    assert info.value.issues == ("extra fields found (extra) @ $",)
 
 
 def test_extra_nested_key_is_refused_with_its_path() -> None:
     message = {"role": "user", "content": "x", "tool_calls": [], "tool_call_id": None, "bogus": 2}
     data = {"seq": 0, "messages": [message], "retained": None}
-    with pytest.raises(cattrs.BaseValidationError) as info:
+    with pytest.raises(RecordDecodeError) as info:
         structure(data, MessageGroup)
-    [found] = _forbidden_extra_keys(info.value)
+    [found] = _forbidden_extra_keys(info.value.__cause__)  # type: ignore[arg-type]
     assert found.extra_fields == {"bogus"}
-    assert cattrs.transform_error(info.value) == ["extra fields found (bogus) @ $.messages[0]"]
+    assert info.value.issues == ("extra fields found (bogus) @ $.messages[0]",)
 
 
 def test_missing_required_key_is_refused() -> None:
-    with pytest.raises(cattrs.BaseValidationError):
+    with pytest.raises(RecordDecodeError, match=r"\$\.seq"):
         structure({"messages": []}, MessageGroup)
 
 
 def test_unknown_enum_value_is_refused() -> None:
     data = {"seq": 0, "messages": [{"role": "wizard"}], "retained": None}
-    with pytest.raises(cattrs.BaseValidationError):
+    with pytest.raises(RecordDecodeError, match=r"\$\.messages\[0\]\.role"):
         structure(data, MessageGroup)
 
 
-def test_module_exposes_one_converter() -> None:
+def test_decode_error_is_in_the_family_and_a_value_error() -> None:
+    with pytest.raises(AgentiumError):
+        structure({"seq": "0", "messages": []}, MessageGroup)
+    with pytest.raises(ValueError):
+        structure({"seq": "0", "messages": []}, MessageGroup)
+
+
+# ---------------------------------------------------------------------------
+# Strict decoding never coerces (stored data)
+# ---------------------------------------------------------------------------
+
+
+def _group(**overrides: Any) -> dict[str, Any]:
+    message = {"role": "user", "content": "hi", "tool_calls": [], "tool_call_id": None}
+    data: dict[str, Any] = {"seq": 3, "messages": [message], "retained": None}
+    for path, value in overrides.items():
+        if path == "content":
+            message["content"] = value
+        elif path == "tool_call_id":
+            message["tool_call_id"] = value
+        elif path == "messages":
+            data["messages"] = value
+        else:
+            data[path] = value
+    return data
+
+
+STRICT_CASES = {
+    "null where text belongs": (_group(content=None), "expected a string, got null @ $.messages[0].content"),
+    "number where text belongs": (
+        _group(content=12),
+        "expected a string, got a number (12) @ $.messages[0].content",
+    ),
+    "number where an id belongs": (
+        _group(tool_call_id=7),
+        "expected a string, got a number (7) @ $.messages[0].tool_call_id",
+    ),
+    "string where an int belongs": (_group(seq="3"), "expected an integer, got a string @ $.seq"),
+    "bool where an int belongs": (_group(seq=True), "expected an integer, got a boolean @ $.seq"),
+    "float where an int belongs": (_group(seq=3.0), "expected an integer, got a number (3.0) @ $.seq"),
+    "string where an array belongs": (_group(messages="abc"), "expected an array, got a string @ $.messages"),
+    "object where an array belongs": (_group(messages={}), "expected an array, got an object @ $.messages"),
+}
+
+
+@pytest.mark.parametrize("case", list(STRICT_CASES), ids=list(STRICT_CASES))
+def test_strict_structure_never_coerces(case: str) -> None:
+    data, issue = STRICT_CASES[case]
+    with pytest.raises(RecordDecodeError) as info:
+        structure(data, MessageGroup)
+    assert issue in info.value.issues
+
+
+def test_lenient_converter_coerces_what_strict_refuses() -> None:
+    lenient = make_converter(strict=False)
+    group = lenient.structure(_group(content=12, seq="3"), MessageGroup)
+    assert group.messages[0].content == "12" and group.seq == 3
+    assert lenient.structure(_group(content=None), MessageGroup).messages[0].content == "None"
+
+
+def test_strict_enum_refuses_other_json_types() -> None:
+    with pytest.raises(RecordDecodeError, match="expected one of"):
+        structure(True, _Level)
+    with pytest.raises(RecordDecodeError, match="expected one of"):
+        structure("3", _Level)
+    assert structure(3, _Level) is _Level.HIGH
+
+
+def test_strict_mapping_refuses_a_list_of_pairs() -> None:
+    data = {"id": "c1", "name": "t", "arguments": [["a", 1]]}
+    with pytest.raises(RecordDecodeError, match=r"expected an object, got an array @ \$\.arguments"):
+        structure(data, ToolCall)
+    assert structure({"id": "c1", "name": "t", "arguments": {"a": [1, None]}}, ToolCall).arguments == {
+        "a": [1, None]
+    }
+
+
+@attrs.frozen
+class _WithOptions:
+    options: dict[str, Any]
+
+
+def test_strict_mapping_check_holds_for_every_record_using_the_type() -> None:
+    # cattrs' own mapping generator registers its result as the type's direct
+    # hook; the next record with a dict field would then get the unchecked one.
+    conv = make_converter(strict=True)
+    assert conv.structure({"id": "c1", "name": "t", "arguments": {}}, ToolCall).arguments == {}
+    with pytest.raises(cattrs.ClassValidationError) as info:
+        conv.structure({"options": [["a", 1]]}, _WithOptions)
+    [problem] = info.value.exceptions
+    assert str(problem) == "expected an object, got an array"
+
+
+def test_from_json_refuses_nan_and_broken_text_with_a_typed_error() -> None:
+    with pytest.raises(RecordDecodeError, match="NaN is not valid canonical JSON"):
+        from_json('{"id": "c1", "name": "t", "arguments": {"x": NaN}}', ToolCall)
+    with pytest.raises(RecordDecodeError, match="not valid JSON"):
+        from_json(b'{"id": "c1"', ToolCall)
+    with pytest.raises(RecordDecodeError, match="not valid JSON"):
+        from_json(b"\xff\xfe{}", ToolCall)
+
+
+def test_strict_and_lenient_converters_are_new_each_time() -> None:
+    first, second = make_converter(strict=True), make_converter(strict=True)
+    assert first is not second
+    first.register_structure_hook(_Colour, lambda v, _: _Colour.RED)
+    # Changing one converter changes nothing else, the module's own included.
+    with pytest.raises(RecordDecodeError):
+        structure("blue", _Colour)
+    with pytest.raises(Exception, match="blue"):
+        second.structure("blue", _Colour)
+
+
+# ---------------------------------------------------------------------------
+# Adapter structure rules
+# ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Shout:
+    text: str
+    times: int = 1
+
+
+def _shout_rule(conv: cattrs.Converter) -> Any:
+    from_table = make_dict_structure_fn(_Shout, conv, _cattrs_forbid_extra_keys=True)
+
+    def hook(value: object, _: object) -> _Shout:
+        return _Shout(value.upper()) if isinstance(value, str) else from_table(value, _Shout)
+
+    return hook
+
+
+def test_registered_rule_applies_to_converters_made_afterwards_with_their_own_strictness() -> None:
+    before = make_converter(strict=True)
+    register_structure_hook(_Shout, _shout_rule)
+    assert structure("hey", _Shout) == _Shout("HEY")
+    assert make_converter(strict=False).structure("hey", _Shout) == _Shout("HEY")
+    # Nested fields follow the converter the rule is installed on.
+    with pytest.raises(RecordDecodeError, match=r"expected an integer, got a string @ \$\.times"):
+        structure({"text": "a", "times": "2"}, _Shout)
+    assert make_converter(strict=False).structure({"text": "a", "times": "2"}, _Shout) == _Shout("a", 2)
+    # A converter made before the rule is unchanged by it (cattrs fails on the string).
+    with pytest.raises(AttributeError):
+        before.structure("hey", _Shout)
+
+
+def test_register_structure_hook_checks_its_arguments() -> None:
+    with pytest.raises(TypeError, match="needs a class"):
+        register_structure_hook("Shout", _shout_rule)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be callable"):
+        register_structure_hook(_Shout, "rule")  # type: ignore[arg-type]
+
+
+def test_deprecated_converter_alias_is_read_only_and_copies_fresh() -> None:
     assert codec.converter is converter
     assert isinstance(converter, cattrs.Converter)
+    with pytest.raises(TypeError, match="register_structure_hook"):
+        converter.register_structure_hook(_Colour, lambda v, _: _Colour.RED)
+    copy = converter.copy()
+    assert copy is not converter.copy()
+    # The alias keeps the old lenient behaviour for code that still uses it.
+    assert converter.structure(_group(seq="3"), MessageGroup).seq == 3
+    assert copy.structure(_group(seq="3"), MessageGroup).seq == 3
 
 
 # ---------------------------------------------------------------------------
@@ -175,13 +342,20 @@ def test_canonical_json_keeps_non_ascii_as_utf8() -> None:
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
-def test_non_finite_floats_are_refused(bad: float) -> None:
-    with pytest.raises(ValueError):
+def test_non_finite_floats_are_refused_with_a_typed_error(bad: float) -> None:
+    with pytest.raises(EncodingError, match="canonical JSON"):
         canonical_json(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(EncodingError):
         canonical_json({"nested": [bad]})
-    with pytest.raises(ValueError):
+    with pytest.raises(EncodingError):
         canonical_json(Candidate(SourceRef("s", "r"), score=bad, size_bytes=1))
+    with pytest.raises(ValueError):  # still a ValueError for callers that caught that
+        digest_of({"x": bad})
+
+
+def test_non_json_values_are_refused_with_a_typed_error() -> None:
+    with pytest.raises(EncodingError):
+        canonical_json({"x": object()})
 
 
 def test_digests() -> None:

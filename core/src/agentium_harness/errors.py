@@ -297,3 +297,37 @@ class ProviderTimeoutError(ProviderError):
     def __init__(self, message: str, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         super().__init__(message)
+
+
+class EncodingError(AgentiumError, ValueError):
+    """A value cannot be encoded as canonical JSON (a ``nan`` or ``inf`` float, a non-JSON type).
+
+    Canonical JSON is what digests are computed over, so such a value can
+    never be stored or archived; it is refused before anything is written.
+    """
+
+
+class RecordDecodeError(AgentiumError, ValueError):
+    """Stored or supplied data does not decode strictly into the record it should be.
+
+    ``record`` names the record class; ``issues`` lists every problem, each
+    with its ``$``-path (for example ``expected a string, got null @
+    $.resident[0].messages[1].content``). Decoding never coerces, so a
+    ``null`` id or a number where text belongs is reported here instead of
+    becoming ``"None"`` or ``"12"``. Adapters turn it into their port's
+    corruption error (``SnapshotCorruptError``, ``ArchiveCorruptError``).
+    """
+
+    def __init__(self, record: str, issues: Sequence[str]) -> None:
+        self.record = record
+        self.issues = tuple(issues)
+        super().__init__(f"cannot decode {record}: " + "; ".join(self.issues))
+
+
+class ArchiveCorruptError(ArchiveError):
+    """An archived group read back is damaged or misfiled; it is not returned and nothing is changed.
+
+    Raised when a stored row does not match its digest, does not decode
+    strictly, holds another ``seq`` than its key, or belongs (by its retained
+    scope) to another session than the one it was read under.
+    """

@@ -16,10 +16,11 @@ from typing import Any, ClassVar
 
 import anyio
 import attrs
+import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from ..codec import converter
-from ..errors import ProviderError
+from ..codec import StructureHook, register_structure_hook, structure
+from ..errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
 from ..history import Message, Role, ToolCall
 from ..ports import OpContext
 from ..ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
@@ -59,20 +60,36 @@ class ScriptedReply:
         return Message(Role.ASSISTANT, self.content, tool_calls=calls)
 
 
-_reply_from_dict = make_dict_structure_fn(ScriptedReply, converter, _cattrs_forbid_extra_keys=True)
+def _reply_rule(conv: cattrs.Converter) -> StructureHook:
+    """How a converter structures a reply: a plain string (its text) or a table.
+
+    The table's fields (``content``, ``tool_calls``) are structured by the
+    converter this rule is installed on, so the strict stored-data converter
+    and the config loader refuse ``"content": 12`` instead of making it "12".
+    """
+    from_table = make_dict_structure_fn(ScriptedReply, conv, _cattrs_forbid_extra_keys=True)
+
+    def hook(item: object, _cls: object) -> ScriptedReply:
+        if isinstance(item, str):
+            return ScriptedReply(content=item)
+        if not isinstance(item, dict):
+            raise TypeError(f"a scripted reply must be a string or a table, got {type(item).__name__}")
+        return from_table(item, ScriptedReply)
+
+    return hook
 
 
-def _reply_from_plain(item: object, _cls: object = ScriptedReply) -> ScriptedReply:
-    """A reply is written as a plain string (its text) or a table with content and tool calls."""
-    if isinstance(item, str):
-        return ScriptedReply(content=item)
-    if not isinstance(item, dict):
-        raise TypeError(f"a scripted reply must be a string or a table, got {type(item).__name__}")
-    return _reply_from_dict(item, ScriptedReply)
+# Config and JSONL files may give a reply as a bare string; every converter
+# made from now on (config's included) learns that here.
+register_structure_hook(ScriptedReply, _reply_rule)
 
 
-# Config and JSONL files may give a reply as a bare string; the one converter learns that here.
-converter.register_structure_hook(ScriptedReply, _reply_from_plain)
+def _reply_from_plain(item: object, where: str, source: str | None = None) -> ScriptedReply:
+    """Structure one reply strictly; a bad one is a :class:`ConfigError` naming where it was."""
+    try:
+        return structure(item, ScriptedReply)
+    except RecordDecodeError as exc:
+        raise ConfigError([ConfigIssue(where, "; ".join(exc.issues))], source) from exc
 
 
 @attrs.frozen(slots=True)
@@ -89,8 +106,21 @@ class ScriptedProviderConfig:
     cycle: bool = False
 
 
+def _json_line(line: str, number: int, path: str) -> object:
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise ConfigError([ConfigIssue(f"line {number}", f"not valid JSON: {exc}")], path) from exc
+
+
 class ScriptedProvider(ModelProvider):
-    """Replays a fixed script of replies, one per model call."""
+    """Replays a fixed script of replies, one per model call.
+
+    Replies are checked strictly: a reply whose ``content`` is not a string,
+    with unknown keys or with a malformed tool call raises
+    :class:`~agentium_harness.errors.ConfigError` (inline replies when the
+    provider is built, a JSONL file's lines when it is first read).
+    """
 
     capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=True, deterministic=True)
 
@@ -107,7 +137,10 @@ class ScriptedProvider(ModelProvider):
         # Inline replies are validated now (no I/O); a file is read on first use.
         self._replies: list[ScriptedReply] | None = [
             *self._config.responses,
-            *(r if isinstance(r, ScriptedReply) else _reply_from_plain(r) for r in replies),
+            *(
+                r if isinstance(r, ScriptedReply) else _reply_from_plain(r, f"replies[{i}]")
+                for i, r in enumerate(replies)
+            ),
         ]
         if self._config.path is not None:
             self._replies = None
@@ -117,8 +150,13 @@ class ScriptedProvider(ModelProvider):
     async def _load(self) -> list[ScriptedReply]:
         if self._replies is None:
             assert self._config.path is not None
-            text = await anyio.Path(self._config.path).read_text(encoding="utf-8")
-            replies = [_reply_from_plain(json.loads(line)) for line in text.splitlines() if line.strip()]
+            path = self._config.path
+            text = await anyio.Path(path).read_text(encoding="utf-8")
+            replies = [
+                _reply_from_plain(_json_line(line, number, path), f"line {number}", path)
+                for number, line in enumerate(text.splitlines(), start=1)
+                if line.strip()
+            ]
             self._replies = [*self._config.responses, *replies]
         return self._replies
 
