@@ -82,22 +82,47 @@ class MemoryStore:
 
     @port_stub
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
-        """Store ``fact`` and acknowledge it."""
+        """Store ``fact`` and acknowledge it (R39).
+
+        Call ``ctx.raise_if_expired("memory remember")`` before writing; return
+        the acknowledgment only once the write is durable as declared.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "remember")
 
     @port_stub
     async def lookup(self, scope: Scope, query: str, limit: int, ctx: OpContext) -> Sequence[MemoryFact]:
-        """Return at most ``limit`` facts of ``scope`` relevant to ``query``."""
+        """Return at most ``limit`` facts of ``scope`` relevant to ``query``.
+
+        Call ``ctx.raise_if_expired("memory lookup")`` before starting.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "lookup")
 
     @port_stub
     async def correct(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
-        """Replace a fact by id. Declared by ``correction``."""
+        """Replace a fact by id. Declared by ``correction``.
+
+        Call ``ctx.raise_if_expired("memory correct")`` before writing.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
         raise unsupported(self, "correct", "correction")
 
     @port_stub
     async def forget(self, scope: Scope, fact_id: str, ctx: OpContext) -> bool:
-        """Remove a fact; return whether it existed. Declared by ``forgetting``."""
+        """Remove a fact; return whether it existed. Declared by ``forgetting``.
+
+        Call ``ctx.raise_if_expired("memory forget")`` before writing.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
         raise unsupported(self, "forget", "forgetting")
 
     async def aclose(self) -> None:

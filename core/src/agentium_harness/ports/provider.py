@@ -198,7 +198,17 @@ class ModelProvider:
 
     @port_stub
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        """Return the model's next message for ``request``."""
+        """Return the model's next message for ``request``.
+
+        Report the token counts the backend gives in ``usage`` and leave the
+        others ``None``. Return tool calls only when ``tool_calls`` is declared;
+        the engine refuses a reply that breaks this or that cannot be encoded
+        canonically. Call ``ctx.raise_if_expired("provider complete")`` before
+        sending the request.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        any other exception becomes ``ProviderError`` in the engine.
+        """
         raise unsupported(self, "complete")
 
     async def aclose(self) -> None:

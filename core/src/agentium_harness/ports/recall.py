@@ -154,24 +154,57 @@ class RecallSession:
 
     @port_stub
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
-        """Return at most ``max_candidates`` candidates for ``query`` in rank order."""
+        """Return at most ``max_candidates`` candidates for ``query`` in rank order.
+
+        Only sources the session's scope may see are discovered (R13); the
+        discovery reads stay within ``ctx.remaining_bytes``.
+
+        Call ``ctx.raise_if_expired("recall discover")`` before starting and
+        between backend pages; stop backend work when ``ctx.signal`` is cancelled.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "discover")
 
     @port_stub
     async def read(
         self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
     ) -> Sequence[Excerpt]:
-        """Read whole excerpts of ``refs`` (each at most ``max_excerpt_bytes``)."""
+        """Read whole excerpts of ``refs`` (each at most ``max_excerpt_bytes``).
+
+        An excerpt is never cut: one that does not fit is left out and its
+        omission reported through its ``completeness`` and ``omitted`` fields.
+
+        Call ``ctx.raise_if_expired("recall read")`` before starting and before
+        each ref; stop when ``ctx.signal`` is cancelled.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "read")
 
     @port_stub
     async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """Check that each ref is still at its revision (revision validation)."""
+        """Check that each ref is still at its revision (revision validation).
+
+        Call ``ctx.raise_if_expired("recall validate")`` before starting.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "validate")
 
     @port_stub
     async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """Bounded current-view validation before dispatch and commit (R24)."""
+        """Bounded current-view validation before dispatch and commit (R24).
+
+        Declared by ``bounded_current_validation``. Call
+        ``ctx.raise_if_expired("recall validate_current")`` before starting.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
         raise unsupported(self, "validate_current", "bounded_current_validation")
 
     async def close(self) -> None:
@@ -186,14 +219,29 @@ class RecallStore:
 
     @port_stub
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
-        """Open a recall session confined to ``scope`` and ``limits``."""
+        """Open a recall session confined to ``scope`` and ``limits``.
+
+        Authorization is enforced here and in every session call (R13). Call
+        ``ctx.raise_if_expired("recall open")`` before acquiring anything, and
+        release what was acquired if a later step fails.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "open")
 
     @port_stub
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
-        """Directly seek complete canonical archive groups. Declared by ``canonical_archive_reads``."""
+        """Directly seek complete canonical archive groups. Declared by ``canonical_archive_reads``.
+
+        Returns at most ``max_groups`` whole groups with ``seq >= start_seq``,
+        ascending. Call ``ctx.raise_if_expired("recall seek")`` before starting.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
         raise unsupported(self, "seek_groups", "canonical_archive_reads")
 
     async def aclose(self) -> None:

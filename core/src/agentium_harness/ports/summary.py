@@ -66,7 +66,14 @@ class Summarizer:
     async def summarize(
         self, previous: TaskSummary | None, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> TaskSummary:
-        """Fold complete ``groups`` (contiguous from ``previous.frontier``) into a new summary."""
+        """Fold complete ``groups`` (contiguous from ``previous.frontier``) into a new summary.
+
+        Call ``ctx.raise_if_expired("summarize")`` before starting and between
+        groups; the result must cite only groups it was given.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "summarize")
 
     async def aclose(self) -> None:

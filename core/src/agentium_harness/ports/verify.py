@@ -97,7 +97,15 @@ class CompletionVerifier:
 
     @port_stub
     async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
-        """Read current host evidence and judge ``candidate``; stay within the evidence budget."""
+        """Read current host evidence and judge ``candidate``; stay within the evidence budget.
+
+        Evidence is at most 32 entries and 8192 serialized bytes (R30). Call
+        ``ctx.raise_if_expired("verify")`` before reading evidence and between
+        reads.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` from the port stub.
+        """
         raise unsupported(self, "verify")
 
     async def aclose(self) -> None:
