@@ -10,6 +10,7 @@ or summarised.
 from __future__ import annotations
 
 import enum
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -104,6 +105,27 @@ class RetainedRecord:
     uncertainty: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
 
 
+# A group is frozen, and a turn asks for its bytes many times (eviction
+# planning, the archive append, the receipt check, the snapshot encoding), so
+# each group object is encoded once. The cache is keyed by object identity and
+# its entry removed when the object dies, so an id can never be reused while
+# its entry is alive. The one way to make an entry stale is to mutate a tool
+# call's arguments dict inside a committed group, which the engine never does
+# (tool handlers receive a copy).
+_ENCODED: dict[int, list[Any]] = {}
+
+
+def _encoding(group: MessageGroup) -> list[Any]:
+    """``[canonical bytes, digest or None]`` of ``group``, encoded on first use."""
+    key = id(group)
+    cached = _ENCODED.get(key)
+    if cached is None:
+        cached = [canonical_json(unstructure(group)), None]
+        _ENCODED[key] = cached
+        weakref.finalize(group, _ENCODED.pop, key, None)
+    return cached
+
+
 def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
@@ -129,13 +151,16 @@ class MessageGroup:
         return bool(self.messages) and not self.missing_tool_results
 
     def canonical_bytes(self) -> bytes:
-        """The canonical JSON encoding of this group."""
-        return canonical_json(unstructure(self))
+        """The canonical JSON encoding of this group (computed once per group object)."""
+        return _encoding(self)[0]
 
     @property
     def digest(self) -> str:
-        """``sha256:<hex>`` of :meth:`canonical_bytes`."""
-        return digest_bytes(self.canonical_bytes())
+        """``sha256:<hex>`` of :meth:`canonical_bytes` (computed once per group object)."""
+        cached = _encoding(self)
+        if cached[1] is None:
+            cached[1] = digest_bytes(cached[0])
+        return cached[1]
 
     @property
     def size_bytes(self) -> int:

@@ -9,11 +9,11 @@ commit on the same base.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import attrs
 
-from ..codec import digest_of
+from ..codec import canonical_json, digest_bytes, unstructure
 from ..errors import SnapshotCorruptError
 from ..history import MessageGroup
 from ..scope import Scope, SessionKey
@@ -27,6 +27,7 @@ __all__ = [
     "SessionStoreCapabilities",
     "StoredSnapshot",
     "seal_snapshot",
+    "snapshot_bytes",
     "snapshot_digest",
     "verify_snapshot",
 ]
@@ -107,15 +108,34 @@ class SessionSnapshot:
     digest: str | None = None
 
 
+_EMPTY_RESIDENT: Final = b'"resident":[]'
+
+
+def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
+    """The canonical JSON bytes of ``snapshot``, equal to ``canonical_json(unstructure(snapshot))``.
+
+    Built from each resident group's own (cached) canonical bytes, so a
+    snapshot whose groups were already encoded costs a join, not a re-encoding
+    of the whole history. Stores should write exactly these bytes.
+    """
+    head = canonical_json(unstructure(attrs.evolve(snapshot, resident=())))
+    if not snapshot.resident:
+        return head
+    # Keys are sorted and no other key at any depth is named "resident", and
+    # a quote inside a JSON string is always escaped: the marker occurs once.
+    joined = b",".join(g.canonical_bytes() for g in snapshot.resident)
+    return head.replace(_EMPTY_RESIDENT, b'"resident":[' + joined + b"]", 1)
+
+
 def snapshot_digest(snapshot: SessionSnapshot) -> str:
     """The digest of ``snapshot``'s canonical bytes, computed with its ``digest`` field empty."""
-    return digest_of(attrs.evolve(snapshot, digest=None))
+    return digest_bytes(snapshot_bytes(attrs.evolve(snapshot, digest=None)))
 
 
 def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
     """A copy at the current format version carrying its own digest; the engine saves only sealed ones."""
     current = attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None)
-    return attrs.evolve(current, digest=digest_of(current))
+    return attrs.evolve(current, digest=digest_bytes(snapshot_bytes(current)))
 
 
 def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
