@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -42,7 +43,14 @@ from .limits import ResidentLimits
 from .resident import EvictionPlan, plan_eviction
 from .results import Diagnostic, EvictionStatus, Severity
 
-__all__ = ["CommitOutcome", "archive_groups", "broadcast_archived", "commit", "plan_diagnostics"]
+__all__ = [
+    "CommitOutcome",
+    "archive_groups",
+    "broadcast",
+    "broadcast_archived",
+    "commit",
+    "plan_diagnostics",
+]
 
 #: How long a lifecycle hook broadcast may take before the commit stops waiting for it.
 HOOK_TIMEOUT_S = 5.0
@@ -205,20 +213,26 @@ async def archive_groups(
 async def broadcast_archived(
     hooks: HookBroadcaster, key: SessionKey, receipts: tuple[ArchiveReceipt, ...]
 ) -> list[Diagnostic]:
-    """Broadcast ``agentium_groups_archived`` in a worker thread, bounded, and report failures.
+    """Broadcast ``agentium_groups_archived`` off the event loop, bounded; report failures."""
+    return await broadcast(hooks, "agentium_groups_archived", key=key, receipts=receipts)
+
+
+async def broadcast(hooks: HookBroadcaster, hook: str, **kwargs: Any) -> list[Diagnostic]:
+    """Broadcast a lifecycle hook in a worker thread, bounded, and report failures as diagnostics.
 
     Hook implementations are plain functions that may block (a recall index
-    writing to its backend), so they run off the event loop; the commit waits
+    writing to its backend), so they run off the event loop; the caller waits
     at most :data:`HOOK_TIMEOUT_S` and reports a slower broadcast instead of hanging.
     """
-    call = partial(hooks.broadcast, "agentium_groups_archived", key=key, receipts=receipts)
+    call = partial(hooks.broadcast, hook, **kwargs)
+    failures: Sequence[object] = ()
     with anyio.move_on_after(HOOK_TIMEOUT_S) as scope:
         failures = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
     if scope.cancelled_caught:
         return [
             Diagnostic(
                 "hook_timeout",
-                f"agentium_groups_archived did not return within {HOOK_TIMEOUT_S}s; not awaited further",
+                f"{hook} did not return within {HOOK_TIMEOUT_S}s; not awaited further",
                 Severity.WARNING,
             )
         ]

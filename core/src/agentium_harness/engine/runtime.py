@@ -41,7 +41,7 @@ from ..ports.summary import Summarizer
 from ..ports.verify import CompletionVerifier
 from ..scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity, validate_id
 from .checks import check_adapter
-from .commit import commit
+from .commit import broadcast, commit
 from .hooks import HookBroadcaster
 from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
@@ -351,13 +351,9 @@ class HarnessRuntime:
             diagnostics=tuple(diagnostics),
         )
         if self._hooks is not None:
-            failures = self._hooks.broadcast("agentium_session_closed", key=key, report=report)
-            if failures:
-                report = attrs.evolve(
-                    report,
-                    diagnostics=report.diagnostics
-                    + tuple(Diagnostic("hook_failed", str(f), Severity.WARNING) for f in failures),
-                )
+            extra = await broadcast(self._hooks, "agentium_session_closed", key=key, report=report)
+            if extra:
+                report = attrs.evolve(report, diagnostics=report.diagnostics + tuple(extra))
         return report
 
     async def probe(self) -> list[tuple[str, str]]:
