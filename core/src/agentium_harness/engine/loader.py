@@ -44,7 +44,7 @@ def build_runtime(resolved: ResolvedConfig) -> HarnessRuntime:
         archive=built["archive"],
         session_store=built["session_store"],
         recall=built.get("recall"),
-        summary=built.get("summary"),
+        summarizer=built.get("summary"),
         verifier=built.get("verifier"),
         memory=built.get("memory"),
         limits=limits,
