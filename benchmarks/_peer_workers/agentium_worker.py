@@ -1,0 +1,183 @@
+"""Agentium worker: ``runtime.run`` on the built-in SQLite archive and session store (one file).
+
+Driven like ``benchmarks/turn_overhead.py``: the runtime runs in an anyio
+event loop on a blocking portal thread, each turn is timed inside the loop
+with ``perf_counter_ns``, and the provider is the built-in scripted provider
+(no model). The adapters run with their default options, which are the ones
+every system here uses: WAL, ``synchronous=FULL``.
+
+Seeding goes through Agentium's own ports in bulk rather than through
+thousands of turns. First a few real turns run through the runtime, so the
+snapshot and the groups have exactly the shape the runtime produces (memory
+scope, retained record, resident count). Then the archive gets the groups
+that a long session would have evicted, ``SEED_BATCH`` per ``append``
+transaction, and the session store gets one snapshot whose boundary,
+``next_seq`` and resident groups are those of the long session, sealed with
+``seal_snapshot`` and saved with compare-and-set on the runtime's revision.
+``inspect_session`` checks the result; the timing worker checks again that
+its first turn gets the expected ``seq``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+import anyio
+import attrs
+import common
+from anyio.from_thread import start_blocking_portal
+
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.engine.limits import ResidentLimits
+from agentium_harness.engine.runtime import create_harness_runtime
+from agentium_harness.history import MessageGroup, Role
+from agentium_harness.ports import OpContext
+from agentium_harness.ports.sessions import seal_snapshot
+from agentium_harness.scope import SessionKey, VerifiedIdentity
+
+IDENTITY = VerifiedIdentity("bench-tenant", "bench-user", "benchmark")
+INCLUDES = (
+    "runtime.run(identity, session, 500-char text): load the snapshot, build the request, call the "
+    "scripted provider (canned 500-char reply), archive the evicted group, save the snapshot (CAS)"
+)
+
+
+def _build(db_path: str) -> tuple[Any, SQLiteArchive, SQLiteSessionStore]:
+    archive = SQLiteArchive(SQLiteConfig(path=db_path))
+    store = SQLiteSessionStore(SQLiteConfig(path=db_path))
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=[common.REPLY], cycle=True), archive=archive, session_store=store
+    )
+    return runtime, archive, store
+
+
+def _user_text(seq: int) -> str:
+    # Group ``seq`` holds messages 2*seq (user) and 2*seq + 1 (assistant).
+    return common.message_text(2 * seq, "user")
+
+
+def _group_like(template: MessageGroup, seq: int) -> MessageGroup:
+    """Group ``seq`` with the template's shape: its user message's text is message 2*seq."""
+    messages = tuple(
+        attrs.evolve(m, content=_user_text(seq)) if m.role is Role.USER else m for m in template.messages
+    )
+    return attrs.evolve(template, seq=seq, messages=messages)
+
+
+async def _seed(db_path: str, messages: int) -> dict[str, Any]:
+    runtime, archive, store = _build(db_path)
+    key = SessionKey.of(IDENTITY, common.SESSION_ID)
+    ctx = OpContext.unbounded()
+    groups = messages // 2
+    try:
+        # A few real turns: past the resident limit, so the runtime has evicted and archived.
+        real = min(groups, ResidentLimits().max_groups + 2)
+        for seq in range(real):
+            await runtime.run(IDENTITY, common.SESSION_ID, _user_text(seq))
+        stored = await store.load(key, ctx)
+        assert stored is not None
+        snap = stored.snapshot
+        template = snap.resident[-1]
+        if len(template.messages) != 2:
+            raise SystemExit(f"a turn produced {len(template.messages)} messages, expected 2 (user, reply)")
+        if groups > real:
+            keep = len(snap.resident)
+            boundary = groups - keep
+            # What the long session would have archived beyond what the real turns archived:
+            # the real turns' resident groups as they are, then generated ones.
+            to_archive = [g for g in snap.resident if g.seq < boundary]
+            to_archive += [_group_like(template, s) for s in range(snap.next_seq, boundary)]
+            for start in range(0, len(to_archive), common.SEED_BATCH):
+                await archive.append(key, to_archive[start : start + common.SEED_BATCH], ctx)
+            resident = tuple(
+                next((g for g in snap.resident if g.seq == s), None) or _group_like(template, s)
+                for s in range(boundary, groups)
+            )
+            long_snap = seal_snapshot(
+                attrs.evolve(snap, boundary=boundary, next_seq=groups, resident=resident)
+            )
+            await store.save(key, long_snap, stored.revision, ctx)
+        view = await runtime.inspect_session(IDENTITY, common.SESSION_ID)
+        # The archive must hold every group below the boundary: check both ends.
+        first = [g.seq for g in await archive.read_groups(key, 0, 1, ctx)]
+        last = [g.seq for g in await archive.read_groups(key, max(0, view.boundary - 1), 2, ctx)]
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    if view.next_seq != groups or view.boundary != groups - len(view.resident_seqs):
+        raise SystemExit(f"seeded session is at next_seq={view.next_seq}, boundary={view.boundary}")
+    expected = ([0], [view.boundary - 1]) if view.boundary else ([], [])
+    if (first, last) != expected:
+        raise SystemExit(f"seeded archive starts at {first} and ends at {last}; boundary is {view.boundary}")
+    return {"groups": groups, "boundary": view.boundary, "resident": len(view.resident_seqs)}
+
+
+class Agentium:
+    """The runtime on a seeded database, turns driven through a blocking portal."""
+
+    includes = INCLUDES
+
+    def __init__(self, db_path: str, messages: int) -> None:
+        self.versions = {"agentium-harness": metadata.version("agentium-harness")}
+        self._portal_cm = start_blocking_portal()
+        self._portal = self._portal_cm.__enter__()
+        self._runtime, self._archive, self._store = self._portal.call(self._abuild, db_path)
+        self._next = messages // 2
+
+    @staticmethod
+    async def _abuild(db_path: str) -> tuple[Any, SQLiteArchive, SQLiteSessionStore]:
+        return _build(db_path)
+
+    async def _batch(self, n: int, max_seconds: float) -> list[int]:
+        times: list[int] = []
+        deadline = time.perf_counter() + max_seconds
+        for k in range(n):
+            if k and time.perf_counter() >= deadline:
+                break
+            seq = self._next
+            text = _user_text(seq)
+            start = time.perf_counter_ns()
+            result = await self._runtime.run(IDENTITY, common.SESSION_ID, text)
+            times.append(time.perf_counter_ns() - start)
+            if result.group_seq != seq:
+                raise SystemExit(f"turn got seq {result.group_seq}, expected {seq}: the seeded state is off")
+            self._next += 1
+        return times
+
+    def run(self, n: int, max_seconds: float) -> list[int]:
+        """Up to ``n`` timed ``runtime.run`` turns."""
+        return self._portal.call(self._batch, n, max_seconds)
+
+    def connections(self) -> Sequence[sqlite3.Connection]:
+        """The adapters' own connections, found by type (their attribute names are private)."""
+        found: dict[int, sqlite3.Connection] = {}
+        for adapter in (self._archive, self._store):
+            for value in vars(adapter).values():
+                if isinstance(value, sqlite3.Connection):
+                    found[id(value)] = value
+        return list(found.values())
+
+    def close(self) -> None:
+        """Close the adapters and stop the portal."""
+        self._portal.call(self._archive.aclose)
+        self._portal.call(self._store.aclose)
+        self._portal_cm.__exit__(None, None, None)
+
+
+def main() -> None:
+    """Seed, or serve timed turns."""
+    args = common.arguments(__doc__.splitlines()[0])
+    if args.seed:
+        common.seed_all(args.seed, lambda db, n: anyio.run(_seed, db, n))
+        return
+    common.serve(Agentium(args.db, args.messages))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,205 @@
+"""What every peer-benchmark worker shares: the messages, the command loop, commit counting, RSS.
+
+Standard library only: this module runs inside each peer's own venv, where
+neither Agentium nor the other peers are installed. ``benchmarks/peers.py``
+starts each worker as a script, so this directory is on ``sys.path``.
+
+A worker script runs in one of two modes:
+
+- ``--seed DB=N ...``: preload N prior messages into each fresh database DB,
+  check each, print one JSON line per database, exit. One seeder process per
+  system seeds every size, so that seeding memory never counts in a timed
+  worker's peak RSS and each heavy import is paid once.
+- ``--db DB --messages N``: open the seeded database, print a ``ready`` line,
+  then answer one JSON line per command read from stdin (see :func:`serve`).
+  One such process per (system, history size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import sqlite3
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import IO, Any, Protocol
+
+#: Every message of every system, history and timed turns alike, has exactly this many characters.
+MESSAGE_CHARS = 500
+
+#: Preload batch size where the system's API takes a batch (Agentium's archive, the Agents SDK session).
+SEED_BATCH = 1000
+
+#: Session / thread id used by every system.
+SESSION_ID = "bench-session"
+
+_FILLER = (
+    "The quick brown fox jumps over the lazy dog while the archive keeps every word. "
+    "Pack my box with five dozen liquor jugs, then list the jugs again for later. "
+)
+
+
+def message_text(i: int, role: str) -> str:
+    """Message ``i`` of the conversation (``role`` is ``user`` or ``assistant``), exactly 500 characters."""
+    head = f"[{role} message {i}] "
+    body = (_FILLER * (MESSAGE_CHARS // len(_FILLER) + 2))[: MESSAGE_CHARS - len(head)]
+    return head + body
+
+
+#: The canned model reply of every timed turn (no model is called by any system).
+REPLY = message_text(0, "canned reply")
+
+
+def role_of(i: int) -> str:
+    """Messages alternate user, assistant, user, ... from message 0."""
+    return "user" if i % 2 == 0 else "assistant"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MB (Linux reports kB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def durable_wal(conn: sqlite3.Connection) -> None:
+    """The settings every system runs with: WAL journal, ``synchronous=FULL`` (an fsync per commit)."""
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+    if mode is None or str(mode[0]).lower() != "wal":
+        raise SystemExit(f"could not switch the database to WAL (got {mode!r})")
+    conn.execute("PRAGMA synchronous = FULL")
+
+
+def pragmas(conns: Sequence[sqlite3.Connection]) -> list[dict[str, Any]]:
+    """``journal_mode`` and ``synchronous`` of each connection, as the parent reports them."""
+    names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+    out = []
+    for conn in conns:
+        journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+        out.append({"journal_mode": str(journal).lower(), "synchronous": names.get(sync, str(sync))})
+    return out
+
+
+class System(Protocol):
+    """One system under test, opened on a seeded database by a timing worker."""
+
+    #: Package versions measured, for the report.
+    versions: dict[str, str]
+    #: What one timed turn does, in one sentence, for the report.
+    includes: str
+
+    def run(self, n: int, max_seconds: float) -> list[int]:
+        """Run up to ``n`` turns (at least one), stopping once ``max_seconds`` have passed; ns per turn."""
+        ...
+
+    def connections(self) -> Sequence[sqlite3.Connection]:
+        """The SQLite connections the system writes through (for PRAGMAs and commit counting)."""
+        ...
+
+    def close(self) -> None:
+        """Release the system's resources."""
+        ...
+
+
+def timed_loop(turn: Callable[[int], None], first: int, n: int, max_seconds: float) -> list[int]:
+    """Time ``turn(first)``, ``turn(first + 1)``, ...: up to ``n`` turns, at least one, in ``max_seconds``."""
+    times: list[int] = []
+    deadline = time.perf_counter() + max_seconds
+    for k in range(n):
+        if k and time.perf_counter() >= deadline:
+            break
+        start = time.perf_counter_ns()
+        turn(first + k)
+        times.append(time.perf_counter_ns() - start)
+    return times
+
+
+def count_commits(system: System, turns: int) -> float | None:
+    """Commits per turn over ``turns`` untimed turns, counted with SQLite's statement trace.
+
+    Python's ``Connection.commit()`` and an explicit ``COMMIT`` both reach the
+    trace as a ``COMMIT`` statement. ``None`` when the system exposes no
+    connection to trace. The trace slows statements, so these turns are
+    never timed.
+    """
+    conns = list(system.connections())
+    if not conns:
+        return None
+    seen = [0]
+
+    def trace(statement: str) -> None:
+        head = statement.lstrip().upper()
+        if head.startswith(("COMMIT", "END")):
+            seen[0] += 1
+
+    for conn in conns:
+        conn.set_trace_callback(trace)
+    try:
+        system.run(turns, math.inf)
+    finally:
+        for conn in conns:
+            conn.set_trace_callback(None)
+    return seen[0] / turns
+
+
+def _reply(stream: IO[str], payload: dict[str, Any]) -> None:
+    stream.write(json.dumps(payload) + "\n")
+    stream.flush()
+
+
+def serve(system: System) -> None:
+    """Answer the parent's commands, one JSON line each, until ``quit`` or end of input.
+
+    - ``run N SECONDS``: ``{"ns": [...]}``, up to N timed turns within SECONDS;
+    - ``count N``: ``{"commits_per_turn": x}`` over N untimed turns;
+    - ``info``: versions, what a turn includes, each connection's PRAGMAs;
+    - ``rss``: ``{"peak_rss_mb": x}``;
+    - ``quit``.
+    """
+    out = sys.stdout
+    _reply(out, {"ready": True})
+    try:
+        for line in sys.stdin:
+            command, *args = line.split()
+            if command == "run":
+                _reply(out, {"ns": system.run(int(args[0]), float(args[1]))})
+            elif command == "count":
+                _reply(out, {"commits_per_turn": count_commits(system, int(args[0]))})
+            elif command == "info":
+                conns = system.connections()
+                _reply(
+                    out, {"versions": system.versions, "includes": system.includes, "pragmas": pragmas(conns)}
+                )
+            elif command == "rss":
+                _reply(out, {"peak_rss_mb": peak_rss_mb()})
+            elif command == "quit":
+                break
+            else:
+                raise SystemExit(f"unknown command {line!r}")
+    finally:
+        system.close()
+
+
+def arguments(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line every worker takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seed", nargs="+", metavar="DB=N", help="preload N messages into each DB and exit")
+    parser.add_argument("--db", help="timing: the seeded database file")
+    parser.add_argument("--messages", type=int, default=0, help="timing: prior messages in the history")
+    parser.add_argument("--commits", type=int, default=2, help="disk worker only: commits per turn")
+    args = parser.parse_args(argv)
+    if not args.seed and not args.db:
+        parser.error("give --seed DB=N ... or --db DB --messages N")
+    return args
+
+
+def seed_all(pairs: Sequence[str], seed: Callable[[str, int], dict[str, Any]]) -> None:
+    """Run ``seed(db, n)`` for each ``DB=N`` in turn; one JSON line per database on stdout."""
+    for pair in pairs:
+        db, _, n = pair.rpartition("=")
+        started = time.perf_counter()
+        info = seed(db, int(n))
+        _reply(sys.stdout, {"db": db, "messages": int(n), "seconds": time.perf_counter() - started, **info})

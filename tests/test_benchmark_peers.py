@@ -1,0 +1,113 @@
+"""The peer benchmark still runs end to end on tiny sizes (timings are not asserted).
+
+Nothing is installed from here: the script runs with ``--no-install``. The
+peer part runs when the peer packages are importable in this interpreter or a
+peer venv made by ``benchmarks/peers.py`` exists, and is skipped otherwise,
+saying so.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytest.importorskip("agentium_harness.adapters.sqlite", reason="the benchmark needs the SQLite adapters")
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "peers.py"
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_peers", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+peers = _load_script()
+
+
+def _run(*args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--no-install", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def _has(pattern: str, out: str) -> bool:
+    return re.search(pattern, out, re.M) is not None
+
+
+def _row(system: str, size: str) -> str:
+    # | system | prior messages | median | p10 | p90 | turns | commits/turn | peak RSS |
+    numbers = r" \| \d+\.\d+" * 3 + r" \| \d+ \| \d+\.\d\d \| \d+\.\d \|$"
+    return rf"^\| {re.escape(system)} \| {size}{numbers}"
+
+
+def _assert_agentium_and_disk(out: str) -> None:
+    for size in ("10", "100"):
+        assert _has(_row("agentium", size), out), out
+    assert _has(_row("disk limit (2 commits)", "-"), out), out
+    assert _has(r"^  agentium \(agentium-harness \S+; current interpreter\): runtime\.run", out), out
+    assert _has(r"^disk limit: 2 fsynced commits per turn \(Agentium's 2\.00 commits per turn", out), out
+    assert _has(r"^  Agentium median / disk limit: 10: \d+\.\d\d   100: \d+\.\d\d$", out), out
+    assert _has(r"^  Agentium / disk limit \(worst size\) <= 3: \d+\.\d\d  (PASS|MISS)$", out), out
+    assert "every connection checked after warm-up: journal_mode=wal, synchronous=FULL" in out, out
+
+
+def test_requirements_name_every_peer_distribution() -> None:
+    for peer in peers.PEERS.values():
+        lines = peers.peer_requirements(peer)
+        assert len(lines) == len(peer.distributions)
+        assert all("==" in line for line in lines), lines  # pinned, so reruns measure the same code
+
+
+def test_without_peers_it_measures_agentium_and_the_disk_and_says_peers_are_missing(tmp_path: Path) -> None:
+    venvs = tmp_path / "venvs"
+    out = _run("--peer-env", "venv", "--venv-dir", str(venvs))
+    for name in ("langgraph", "openai-agents"):
+        assert _has(rf"^PEER NOT INSTALLED: {name}: no peer venv at .*--no-install; skipped$", out), out
+        assert f"| {name} |" not in out, out
+    _assert_agentium_and_disk(out)
+    assert not venvs.exists(), "the benchmark created a venv despite --no-install"
+
+
+@pytest.fixture(scope="module")
+def available_peers() -> list[str]:
+    found = []
+    for name, peer in peers.PEERS.items():
+        env = peers.resolve_env(peer, "auto", False, peers.DEFAULT_VENVS)
+        if not isinstance(env, str):
+            found.append(name)
+    return found
+
+
+def test_with_peers_it_prints_their_rows_ratios_and_growth(available_peers: list[str]) -> None:
+    if not available_peers:
+        pytest.skip(
+            "peer packages not installed (langgraph, langgraph-checkpoint-sqlite, openai-agents): not "
+            "importable here and no venv under benchmarks/.venvs; `python benchmarks/peers.py` creates them"
+        )
+    out = _run()
+    _assert_agentium_and_disk(out)
+    for name in available_peers:
+        assert f"PEER NOT INSTALLED: {name}" not in out, out
+        for size in ("10", "100"):
+            assert _has(_row(name, size), out), out
+        assert _has(rf"^  vs {name}:\n    10: \d+\.\d+ \(.*\)\n    100: \d+\.\d+ \(", out), out
+        assert _has(rf"^  {re.escape(name)}\s+\d+\.\d+$", out), out  # growth 100 / 10
+        assert _has(rf"^  {re.escape(name)} \(.*\): \S", out), out  # what its turn includes
+    if "openai-agents" in available_peers:
+        assert _has(r"^  Agentium / openai-agents at 100 <= 1\.0: \d+\.\d+  (PASS|MISS)$", out), out
