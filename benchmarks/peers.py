@@ -34,6 +34,7 @@ Run ``python benchmarks/peers.py --help``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -328,12 +329,13 @@ def report(scenarios: list[Scenario], sizes: Sequence[int], systems: Sequence[st
                 parts.append(f"{n:,}: {ratio:.3f} ({who}){spread}")
             print(f"  vs {peer}:\n    " + "\n    ".join(parts))
 
-    base = 1000 if 1000 in sizes else min(sizes)
-    top = max(sizes)
-    if top != base:
-        print(f"\ngrowth, median at {top:,} / median at {base:,} prior messages:")
+    if len(sizes) > 1:
+        # Every step between consecutive sizes; the growth target below uses 10,000 / 1,000.
+        steps = list(itertools.pairwise(sizes))
+        print("\ngrowth, median at the larger size / median at the smaller:")
         for system in systems:
-            print(f"  {system:<14} {median[(system, top)] / median[(system, base)]:.3f}")
+            parts = [f"{b:,}/{a:,}: {median[(system, b)] / median[(system, a)]:.3f}" for a, b in steps]
+            print(f"  {system:<14} " + "   ".join(parts))
 
     how = disk.info.get("commits_how", "default")
     _, d10, d90 = disk.stats_ms()
@@ -421,9 +423,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.sizes, args.rounds, args.turns, args.warmup, args.batch_seconds = [10, 100], 2, 3, 1, 0.25
     sizes = sorted(set(args.sizes))
-    if min(sizes) < 0 or args.turns < 1 or args.rounds < 1 or args.warmup < 0:
-        parser.error("sizes must be >= 0, --turns and --rounds >= 1, --warmup >= 0")
+    if any(n < 2 or n % 2 for n in sizes):
+        parser.error(
+            f"--sizes must be even numbers >= 2 (a turn is a user and an assistant message): {sizes}"
+        )
+    if args.turns < 1 or args.rounds < 1 or args.warmup < 0 or args.batch_seconds <= 0:
+        parser.error("--turns and --rounds must be >= 1, --warmup >= 0, --batch-seconds > 0")
 
+    wall = time.perf_counter()
     print("peers: per-turn cost, 500-character messages, SQLite WAL + synchronous=FULL for all, no model")
     print(
         f"python {platform.python_version()} on {platform.system()} {platform.machine()}, "
@@ -520,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("  every connection checked after warm-up: journal_mode=wal, synchronous=FULL")
 
     report(scenarios, sizes, systems, disk)
+    print(f"\nwall time {time.perf_counter() - wall:.0f} s")
     return 0
 
 

@@ -81,7 +81,22 @@ def test_without_peers_it_measures_agentium_and_the_disk_and_says_peers_are_miss
         assert _has(rf"^PEER NOT INSTALLED: {name}: no peer venv at .*--no-install; skipped$", out), out
         assert f"| {name} |" not in out, out
     _assert_agentium_and_disk(out)
+    assert _has(r"^  agentium\s+100/10: \d+\.\d+$", out), out
     assert not venvs.exists(), "the benchmark created a venv despite --no-install"
+
+
+@pytest.mark.parametrize("sizes", [["3"], ["0"], ["100", "101"]])
+def test_odd_or_tiny_sizes_are_refused_before_anything_runs(sizes: list[str], tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--sizes", *sizes, "--no-install", "--venv-dir", str(tmp_path / "v")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "--sizes must be even numbers >= 2" in result.stderr
+    assert "seeded" not in result.stdout and not (tmp_path / "v").exists()
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +122,7 @@ def test_with_peers_it_prints_their_rows_ratios_and_growth(available_peers: list
         for size in ("10", "100"):
             assert _has(_row(name, size), out), out
         assert _has(rf"^  vs {name}:\n    10: \d+\.\d+ \(.*\)\n    100: \d+\.\d+ \(", out), out
-        assert _has(rf"^  {re.escape(name)}\s+\d+\.\d+$", out), out  # growth 100 / 10
+        assert _has(rf"^  {re.escape(name)}\s+100/10: \d+\.\d+$", out), out  # growth
         assert _has(rf"^  {re.escape(name)} \(.*\): \S", out), out  # what its turn includes
     if "openai-agents" in available_peers:
         assert _has(r"^  Agentium / openai-agents at 100 <= 1\.0: \d+\.\d+  (PASS|MISS)$", out), out
