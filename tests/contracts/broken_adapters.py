@@ -7,6 +7,7 @@ checks that the suites fail exactly the tests that describe each bug.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
@@ -15,8 +16,8 @@ import anyio.lowlevel
 import pytest
 
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.codec import canonical_json, digest_of, unstructure
-from agentium_harness.errors import OperationCancelledError, SessionConflictError
+from agentium_harness.codec import canonical_json, digest_of, from_json, make_converter, unstructure
+from agentium_harness.errors import ArchiveError, OperationCancelledError, SessionConflictError
 from agentium_harness.history import MessageGroup
 from agentium_harness.ports import OpContext
 from agentium_harness.ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
@@ -27,7 +28,7 @@ from agentium_harness.ports.sessions import (
     StoredSnapshot,
 )
 from agentium_harness.scope import SessionKey
-from agentium_harness.testing import ArchiveContract, SessionStoreContract
+from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
 
 _ARCHIVE_CAPS = InMemoryArchive.capabilities
 _STORE_CAPS = InMemorySessionStore.capabilities
@@ -215,7 +216,39 @@ class CloseOnceArchive(InMemoryArchive):
         self.closed = True
 
 
-def _archive_case(adapter: type[HistoryArchive]) -> type[ArchiveContract]:
+class NoDigestCheckArchive(InMemoryArchive):
+    """Decodes stored bytes and returns them without re-checking digest or scope."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        _check(ctx)
+        stored = self._groups.get(key, {})
+        seqs = sorted(s for s in stored if s >= start_seq)[: max(0, max_groups)]
+        return [from_json(stored[s][0], MessageGroup) for s in seqs]
+
+
+class NoScopeCheckArchive(InMemoryArchive):
+    """Re-checks digests but returns a group filed under another session's key."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        _check(ctx)
+        stored = self._groups.get(key, {})
+        seqs = sorted(s for s in stored if s >= start_seq)[: max(0, max_groups)]
+        groups = [from_json(stored[s][0], MessageGroup) for s in seqs]
+        for group in groups:
+            if group.digest != stored[group.seq][1]:
+                raise ArchiveError("damaged")
+        return groups
+
+
+def _archive_case(adapter: type[InMemoryArchive]) -> type[ArchiveContract]:
     class Case(ArchiveContract):
         @pytest.fixture
         def archive(self) -> HistoryArchive:
@@ -224,6 +257,16 @@ def _archive_case(adapter: type[HistoryArchive]) -> type[ArchiveContract]:
         @pytest.fixture
         def reopen_archive(self) -> Callable[[], HistoryArchive]:
             return adapter
+
+        @pytest.fixture
+        def corrupt_archived_group(self, archive: InMemoryArchive) -> CorruptStored:
+            def corrupt(key: SessionKey, seq: int, transform: Callable[[bytes], bytes]) -> None:
+                stored = archive.raw(key, seq)
+                if stored is None:
+                    raise LookupError(f"group {seq} is not stored under {key!r}")
+                archive.put_raw(key, seq, transform(stored[0]), stored[1])
+
+            return corrupt
 
     return Case
 
@@ -285,6 +328,14 @@ class TestSilentHealthArchive(_archive_case(SilentHealthArchive)):  # type: igno
 
 
 class TestCloseOnceArchive(_archive_case(CloseOnceArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestNoDigestCheckArchive(_archive_case(NoDigestCheckArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestNoScopeCheckArchive(_archive_case(NoScopeCheckArchive)):  # type: ignore[misc]
     pass
 
 
@@ -468,7 +519,24 @@ class CloseOnceStore(InMemorySessionStore):
         self.closed = True
 
 
-def _store_case(adapter: type[SessionStore]) -> type[SessionStoreContract]:
+_LENIENT = make_converter(strict=False)
+
+
+class NoVerifyStore(InMemorySessionStore):
+    """Decodes leniently and never checks the snapshot's digest."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        _check(ctx)
+        row = self._rows.get(key)
+        if row is None:
+            return None
+        snapshot = _LENIENT.structure(json.loads(row[1]), SessionSnapshot)
+        return StoredSnapshot(snapshot=snapshot, revision=row[0])
+
+
+def _store_case(adapter: type[InMemorySessionStore]) -> type[SessionStoreContract]:
     class Case(SessionStoreContract):
         @pytest.fixture
         def session_store(self) -> SessionStore:
@@ -477,6 +545,16 @@ def _store_case(adapter: type[SessionStore]) -> type[SessionStoreContract]:
         @pytest.fixture
         def reopen_session_store(self) -> Callable[[], SessionStore]:
             return adapter
+
+        @pytest.fixture
+        def corrupt_snapshot(self, session_store: InMemorySessionStore) -> CorruptStored:
+            def corrupt(key: SessionKey, transform: Callable[[bytes], bytes]) -> None:
+                row = session_store.raw(key)
+                if row is None:
+                    raise LookupError(f"no snapshot is stored under {key!r}")
+                session_store.put_raw(key, row[0], transform(row[1]))
+
+            return corrupt
 
     return Case
 
@@ -542,4 +620,8 @@ class TestSilentHealthStore(_store_case(SilentHealthStore)):  # type: ignore[mis
 
 
 class TestCloseOnceStore(_store_case(CloseOnceStore)):  # type: ignore[misc]
+    pass
+
+
+class TestNoVerifyStore(_store_case(NoVerifyStore)):  # type: ignore[misc]
     pass

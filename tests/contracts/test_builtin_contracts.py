@@ -1,7 +1,12 @@
-"""The built-in adapters run the same contract suites that third-party adapters run."""
+"""The built-in adapters run the same contract suites that third-party adapters run.
+
+Each also provides the corruption hooks: they rewrite stored bytes behind the
+adapter's back (directly in the dict, or with :mod:`sqlite3` in the file).
+"""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -11,24 +16,60 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.ports.archive import HistoryArchive
 from agentium_harness.ports.sessions import SessionStore
-from agentium_harness.testing import ArchiveContract, SessionStoreContract
+from agentium_harness.scope import SessionKey
+from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
+
+Transform = Callable[[bytes], bytes]
 
 
 class TestInMemoryArchive(ArchiveContract):
     @pytest.fixture
-    def archive(self) -> HistoryArchive:
+    def archive(self) -> InMemoryArchive:
         return InMemoryArchive()
+
+    @pytest.fixture
+    def corrupt_archived_group(self, archive: InMemoryArchive) -> CorruptStored:
+        def corrupt(key: SessionKey, seq: int, transform: Transform) -> None:
+            stored = archive.raw(key, seq)
+            if stored is None:
+                raise LookupError(f"no stored group {seq} of {key!r}")
+            data, digest = stored
+            archive.put_raw(key, seq, transform(data), digest)
+
+        return corrupt
 
 
 class TestInMemorySessionStore(SessionStoreContract):
     @pytest.fixture
-    def session_store(self) -> SessionStore:
+    def session_store(self) -> InMemorySessionStore:
         return InMemorySessionStore()
+
+    @pytest.fixture
+    def corrupt_snapshot(self, session_store: InMemorySessionStore) -> CorruptStored:
+        def corrupt(key: SessionKey, transform: Transform) -> None:
+            row = session_store.raw(key)
+            if row is None:
+                raise LookupError(f"no stored snapshot of {key!r}")
+            session_store.put_raw(key, row[0], transform(row[1]))
+
+        return corrupt
 
 
 @pytest.fixture
 def db_config(tmp_path: Path) -> SQLiteConfig:
     return SQLiteConfig(path=str(tmp_path / "contract.db"), busy_timeout_ms=10_000)
+
+
+def _rewrite(
+    path: str, select: str, update: str, key: SessionKey, extra: tuple[int, ...], fn: Transform
+) -> None:
+    ids = (key.tenant, key.user, key.session, *extra)
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        row = conn.execute(select, ids).fetchone()
+        if row is None:
+            raise LookupError(f"no stored row for {key!r} {extra}")
+        conn.execute(update, (fn(bytes(row[0])), *ids))
+    conn.close()
 
 
 class TestSQLiteArchive(ArchiveContract):
@@ -42,6 +83,23 @@ class TestSQLiteArchive(ArchiveContract):
     def reopen_archive(self, db_config: SQLiteConfig) -> Callable[[], HistoryArchive]:
         return lambda: SQLiteArchive(db_config)
 
+    @pytest.fixture
+    def corrupt_archived_group(self, db_config: SQLiteConfig) -> CorruptStored:
+        where = "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq = ?"
+
+        def corrupt(key: SessionKey, seq: int, transform: Transform) -> None:
+            # The digest column is left alone, as a flipped bit on disk would leave it.
+            _rewrite(
+                db_config.path,
+                f"SELECT data FROM archive_groups {where}",
+                f"UPDATE archive_groups SET data = ? {where}",
+                key,
+                (seq,),
+                transform,
+            )
+
+        return corrupt
+
 
 class TestSQLiteSessionStore(SessionStoreContract):
     @pytest.fixture
@@ -53,3 +111,19 @@ class TestSQLiteSessionStore(SessionStoreContract):
     @pytest.fixture
     def reopen_session_store(self, db_config: SQLiteConfig) -> Callable[[], SessionStore]:
         return lambda: SQLiteSessionStore(db_config)
+
+    @pytest.fixture
+    def corrupt_snapshot(self, db_config: SQLiteConfig) -> CorruptStored:
+        where = "WHERE tenant_id = ? AND user_id = ? AND session_id = ?"
+
+        def corrupt(key: SessionKey, transform: Transform) -> None:
+            _rewrite(
+                db_config.path,
+                f"SELECT data FROM session_snapshots {where}",
+                f"UPDATE session_snapshots SET data = ? {where}",
+                key,
+                (),
+                transform,
+            )
+
+        return corrupt

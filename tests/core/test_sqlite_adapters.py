@@ -36,7 +36,7 @@ from agentium_harness.errors import (
 from agentium_harness.plugins.registry import PluginRegistry
 from agentium_harness.ports import OpContext
 from agentium_harness.scope import SessionKey
-from agentium_harness.testing.contracts import plain_group, rich_group, scoped_snapshot
+from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -406,7 +406,7 @@ _ENDLESS = (
 async def test_a_deadline_interrupts_a_running_statement(archive: SQLiteArchive) -> None:
     started = time.monotonic()
     with pytest.raises(OperationCancelledError, match="deadline"):
-        await archive._run(OpContext.with_timeout(0.3), "endless", lambda c: c.execute(_ENDLESS).fetchone())
+        await archive.run(OpContext.with_timeout(0.3), "endless", lambda c: c.execute(_ENDLESS).fetchone())
     assert time.monotonic() - started < 10
     # The adapter is still usable afterwards.
     await archive.append(KEY, [plain_group(0)], OpContext())
@@ -420,7 +420,7 @@ async def test_a_signal_cancelled_mid_statement_interrupts_it(archive: SQLiteArc
     try:
         started = time.monotonic()
         with pytest.raises(OperationCancelledError, match="stop now"):
-            await archive._run(ctx, "endless", lambda c: c.execute(_ENDLESS).fetchone())
+            await archive.run(ctx, "endless", lambda c: c.execute(_ENDLESS).fetchone())
         assert time.monotonic() - started < 10
     finally:
         timer.cancel()
@@ -430,7 +430,7 @@ async def test_a_signal_cancelled_mid_statement_interrupts_it(archive: SQLiteArc
 async def test_anyio_cancellation_interrupts_the_worker_thread(archive: SQLiteArchive) -> None:
     started = time.monotonic()
     with anyio.move_on_after(0.3) as scope:
-        await archive._run(OpContext(), "endless", lambda c: c.execute(_ENDLESS).fetchone())
+        await archive.run(OpContext(), "endless", lambda c: c.execute(_ENDLESS).fetchone())
     assert scope.cancelled_caught, "the caller's cancel scope must see its own cancellation"
     assert time.monotonic() - started < 10
     await archive.append(KEY, [plain_group(0)], OpContext())
@@ -485,7 +485,7 @@ async def test_a_failed_commit_leaves_the_connection_usable(db: Path, archive: S
             conn.execute("INSERT INTO child (parent_id) VALUES (42)")
 
     with pytest.raises(ArchiveError, match="FOREIGN KEY"):
-        await archive._run(OpContext(), "bad commit", violate_at_commit)
+        await archive.run(OpContext(), "bad commit", violate_at_commit)
     assert count_rows(db, "child") == 0
     await archive.append(KEY, [plain_group(1)], OpContext())
     assert count_rows(db, "archive_groups") == 2

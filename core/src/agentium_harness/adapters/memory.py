@@ -15,12 +15,24 @@ from typing import ClassVar
 import anyio
 import attrs
 
-from ..codec import canonical_json, from_json, unstructure
-from ..errors import ArchiveConflictError, SessionConflictError, SnapshotCorruptError
+from ..codec import canonical_json, digest_bytes, from_json, unstructure
+from ..errors import (
+    ArchiveConflictError,
+    ArchiveCorruptError,
+    RecordDecodeError,
+    SessionConflictError,
+    SnapshotCorruptError,
+)
 from ..history import MessageGroup
 from ..ports import OpContext
-from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
-from ..ports.sessions import SessionSnapshot, SessionStore, SessionStoreCapabilities, StoredSnapshot
+from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from ..ports.sessions import (
+    SessionSnapshot,
+    SessionStore,
+    SessionStoreCapabilities,
+    StoredSnapshot,
+    verify_snapshot,
+)
 from ..scope import SessionKey
 
 __all__ = ["InMemoryArchive", "InMemoryArchiveConfig", "InMemorySessionStore", "InMemorySessionStoreConfig"]
@@ -83,7 +95,28 @@ class InMemoryArchive(HistoryArchive):
         ctx.raise_if_expired("archive read")
         stored = self._groups.get(key, {})
         seqs = sorted(s for s in stored if s >= start_seq)[: max(0, max_groups)]
-        return [from_json(stored[s][0], MessageGroup) for s in seqs]
+        return [self._decode(key, s, *stored[s]) for s in seqs]
+
+    @staticmethod
+    def _decode(key: SessionKey, seq: int, data: bytes, digest: str) -> MessageGroup:
+        """Decode strictly and re-check a stored group; any doubt is an ``ArchiveCorruptError``."""
+        where = f"group {seq} of session {key.key()} in the in-memory archive"
+        if digest_bytes(data) != digest:
+            raise ArchiveCorruptError(f"{where} does not match its stored digest; the row is damaged")
+        try:
+            group = from_json(data, MessageGroup)
+        except RecordDecodeError as exc:
+            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
+        check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
+        return group
+
+    def raw(self, key: SessionKey, seq: int) -> tuple[bytes, str] | None:
+        """The stored bytes and digest of one group, or ``None`` (for tools and corruption tests)."""
+        return self._groups.get(key, {}).get(seq)
+
+    def put_raw(self, key: SessionKey, seq: int, data: bytes, digest: str) -> None:
+        """Place raw bytes and a digest as a stored group, unchecked (for tools and corruption tests)."""
+        self._groups.setdefault(key, {})[seq] = (data, digest)
 
     async def health(self, ctx: OpContext) -> str:
         """Always healthy: report how many sessions are held."""
@@ -111,15 +144,24 @@ class InMemorySessionStore(SessionStore):
         revision, data = row
         try:
             snapshot = from_json(data, SessionSnapshot)
-        except Exception as exc:  # any decode failure means the row is unusable
+        except RecordDecodeError as exc:
             raise SnapshotCorruptError(f"snapshot of session {key.key()} cannot be decoded: {exc}") from exc
+        # Defence in depth (the engine checks too): a changed byte that still
+        # decodes fails closed here; the row is left as it is.
+        verify_snapshot(key, snapshot)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 
     async def save(
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
-        """Compare-and-set: store only if the current revision is ``expected_revision``."""
+        """Compare-and-set: store only if the current revision is ``expected_revision``.
+
+        A snapshot this store would refuse to load (format 3 or later without
+        its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
+        writes nothing.
+        """
         ctx.raise_if_expired("session save")
+        verify_snapshot(key, snapshot)
         data = canonical_json(unstructure(snapshot))
         async with self._lock:
             current = self._rows.get(key)
@@ -143,6 +185,10 @@ class InMemorySessionStore(SessionStore):
         ctx.raise_if_expired("session store health")
         return f"in-memory session store, {len(self._rows)} session(s)"
 
+    def raw(self, key: SessionKey) -> tuple[int, bytes] | None:
+        """The stored revision and bytes of one session, or ``None`` (for tools and corruption tests)."""
+        return self._rows.get(key)
+
     def put_raw(self, key: SessionKey, revision: int, data: bytes) -> None:
-        """Place raw bytes as a row (for migration tools and corruption tests)."""
+        """Place raw bytes as a row, unchecked (for migration tools and corruption tests)."""
         self._rows[key] = (revision, data)

@@ -11,11 +11,11 @@ closes it in :meth:`~SQLiteArchive.aclose`. Building an adapter does no I/O
 (the file is not even created), as :class:`~agentium_harness.plugins.spec.AdapterSpec`
 requires.
 
-Threads: sqlite3 calls block, so they run in worker threads through
-:func:`anyio.to_thread.run_sync` behind a per-adapter ``CapacityLimiter(1)``;
-one connection is used by one thread at a time. The connection is opened with
-``check_same_thread=False`` because successive calls may land on different
-worker threads.
+Threads: sqlite3 calls block, so they run in worker threads through the
+public :class:`~agentium_harness.adapters.threaded.ThreadBoundAdapter` base
+(a per-adapter ``CapacityLimiter(1)``; one connection is used by one thread at
+a time). The connection is opened with ``check_same_thread=False`` because
+successive calls may land on different worker threads.
 
 Cancellation: every call checks its :class:`~agentium_harness.ports.OpContext`
 before it starts and again when it reaches its worker thread, and raises
@@ -35,30 +35,35 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Final, TypeVar
 
-import anyio
-import anyio.from_thread
-import anyio.to_thread
 import attrs
 
 from ..codec import canonical_json, digest_bytes, from_json, unstructure
 from ..errors import (
     AgentiumError,
     ArchiveConflictError,
+    ArchiveCorruptError,
     ArchiveError,
-    OperationCancelledError,
+    RecordDecodeError,
     SessionConflictError,
     SessionStoreError,
     SnapshotCorruptError,
 )
 from ..history import MessageGroup
 from ..ports import OpContext
-from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
-from ..ports.sessions import SessionSnapshot, SessionStore, SessionStoreCapabilities, StoredSnapshot
+from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from ..ports.sessions import (
+    SessionSnapshot,
+    SessionStore,
+    SessionStoreCapabilities,
+    StoredSnapshot,
+    verify_snapshot,
+)
 from ..scope import SessionKey
+from .threaded import ThreadBoundAdapter, host_task_cancelled
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -171,15 +176,6 @@ class SQLiteConfig:
     synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
 
 
-def _host_task_cancelled() -> bool:
-    """True if the anyio task waiting for this worker thread has been cancelled."""
-    try:
-        anyio.from_thread.check_cancelled()
-    except BaseException:  # the backend's Cancelled class is not an Exception on every backend
-        return True
-    return False
-
-
 @contextmanager
 def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """Run the block in a ``BEGIN IMMEDIATE`` transaction; roll back on any exception.
@@ -209,22 +205,24 @@ def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-class _SQLiteAdapterBase:
-    """Connection handling shared by both adapters: lazy open, worker threads, close."""
+class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
+    """Connection handling shared by both adapters: lazy open, worker threads, close.
 
-    #: Error class raised for storage failures; each adapter picks its port's family.
-    _storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
-    #: Short name used in messages.
-    _what: ClassVar[str] = "sqlite adapter"
+    Built on the public :class:`~agentium_harness.adapters.threaded.ThreadBoundAdapter`;
+    SQLite adds WAL mode, the schema check and a progress handler that stops
+    a running statement when the call is cancelled.
+    """
+
+    storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
+    adapter_name: ClassVar[str] = "sqlite adapter"
+    backend_errors: ClassVar[tuple[type[BaseException], ...]] = (sqlite3.Error,)
 
     def __init__(self, config: SQLiteConfig | None = None) -> None:
+        super().__init__()
         self._config = config if config is not None else SQLiteConfig()
         # Resolved once, without touching the file system's contents, so a later
         # chdir does not move the database.
         self._path = os.path.abspath(self._config.path)
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
-        self._limiter = anyio.CapacityLimiter(1)
 
     @property
     def config(self) -> SQLiteConfig:
@@ -241,16 +239,14 @@ class _SQLiteAdapterBase:
 
     # -- connection ---------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
-        """Open (once) the adapter's own connection, switch to WAL and create the schema."""
-        if self._conn is not None:
-            return self._conn
+    def open_connection(self) -> sqlite3.Connection:
+        """Open the adapter's own connection, switch to WAL and create the schema (worker thread)."""
         conn = sqlite3.connect(
             self._path,
             timeout=self._config.busy_timeout_ms / 1000,
             # Transactions are begun and ended explicitly.
             isolation_level=None,
-            # Successive calls run on different worker threads; the limiter
+            # Successive calls run on different worker threads; the base class
             # guarantees only one of them uses the connection at a time.
             check_same_thread=False,
         )
@@ -258,8 +254,8 @@ class _SQLiteAdapterBase:
             conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_ms)}")
             mode = self._switch_to_wal(conn)
             if mode is None or str(mode[0]).lower() != "wal":
-                raise self._storage_error(
-                    f"{self._what}: could not switch {self._path} to WAL mode (got {mode!r}); "
+                raise self.storage_error(
+                    f"{self.adapter_name}: could not switch {self._path} to WAL mode (got {mode!r}); "
                     "is the file on a file system that supports shared memory?"
                 )
             # The level comes from a validated, closed set; PRAGMA takes no parameters.
@@ -269,8 +265,25 @@ class _SQLiteAdapterBase:
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
         return conn
+
+    def close_connection(self, conn: sqlite3.Connection) -> None:
+        """Close the connection (the WAL is checkpointed on the last close)."""
+        conn.close()
+
+    @contextmanager
+    def call_guard(self, conn: sqlite3.Connection, ctx: OpContext) -> Iterator[None]:
+        """Cap the lock wait by the deadline and abort a running statement when the call is cancelled."""
+        self._apply_deadline(conn, ctx)
+        conn.set_progress_handler(lambda: int(ctx.expired or host_task_cancelled()), _PROGRESS_STEPS)
+        try:
+            yield
+        finally:
+            conn.set_progress_handler(None, 0)
+
+    def failure_message(self, operation: str, exc: BaseException) -> str:
+        """Name the database file in the message."""
+        return f"{self.adapter_name}: {operation} failed on {self._path}: {exc}"
 
     def _switch_to_wal(self, conn: sqlite3.Connection) -> Any:
         """Set WAL mode, retrying while another connection holds a write lock, up to the busy timeout.
@@ -303,48 +316,11 @@ class _SQLiteAdapterBase:
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
                 )
             elif str(row[0]) != str(SCHEMA_VERSION):
-                raise self._storage_error(
-                    f"{self._what}: {self._path} has schema version {row[0]}, this version of "
+                raise self.storage_error(
+                    f"{self.adapter_name}: {self._path} has schema version {row[0]}, this version of "
                     f"agentium-harness understands {SCHEMA_VERSION}; upgrade agentium-harness or use "
                     "another file"
                 )
-
-    # -- running work -------------------------------------------------------------------------
-
-    async def _run(self, ctx: OpContext, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``work(conn)`` in a worker thread, one call at a time, honouring ``ctx``."""
-        ctx.raise_if_expired(operation)
-        if self._closed:
-            raise self._storage_error(f"{self._what}: {operation} refused: the adapter is closed")
-        return await anyio.to_thread.run_sync(
-            self._run_in_thread, ctx, operation, work, limiter=self._limiter
-        )
-
-    def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[sqlite3.Connection], T]) -> T:
-        # Checked again here: time may have passed waiting for the limiter, and
-        # aclose() may have run meanwhile.
-        ctx.raise_if_expired(operation)
-        if self._closed:
-            raise self._storage_error(f"{self._what}: {operation} refused: the adapter is closed")
-        try:
-            conn = self._connect()
-            self._apply_deadline(conn, ctx)
-            conn.set_progress_handler(lambda: int(ctx.expired or _host_task_cancelled()), _PROGRESS_STEPS)
-            try:
-                return work(conn)
-            finally:
-                conn.set_progress_handler(None, 0)
-        except sqlite3.Error as exc:
-            if _host_task_cancelled():
-                # The calling task was cancelled: raise the backend's own
-                # cancellation exception so the caller's cancel scope handles it.
-                anyio.from_thread.check_cancelled()
-            if ctx.expired:
-                reason = ctx.signal.reason or "deadline passed"
-                raise OperationCancelledError(
-                    f"{operation} stopped before it committed: {reason}; nothing was written", reason
-                ) from exc
-            raise self._storage_error(f"{self._what}: {operation} failed on {self._path}: {exc}") from exc
 
     def _apply_deadline(self, conn: sqlite3.Connection, ctx: OpContext) -> None:
         # Waiting for another writer's lock must not outlast the caller's deadline.
@@ -354,21 +330,6 @@ class _SQLiteAdapterBase:
             timeout_ms = min(timeout_ms, math.ceil(left * 1000))
         conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
 
-    async def aclose(self) -> None:
-        """Close the connection this adapter opened. Idempotent; later calls are refused."""
-        if self._closed:
-            return
-        self._closed = True
-        # Shielded so a cancelled caller still releases the file; waits for any
-        # call in flight because the limiter admits one thread at a time.
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self._close_in_thread, limiter=self._limiter)
-
-    def _close_in_thread(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
     def _health_probe(self, conn: sqlite3.Connection) -> str:
         # Bounded: constant-time statements only (no integrity scan, which
         # would read the whole file).
@@ -376,7 +337,7 @@ class _SQLiteAdapterBase:
         mode = conn.execute("PRAGMA journal_mode").fetchone()
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         return (
-            f"{self._what} ok: {os.path.basename(self._path)}, sqlite {sqlite3.sqlite_version}, "
+            f"{self.adapter_name} ok: {os.path.basename(self._path)}, sqlite {sqlite3.sqlite_version}, "
             f"journal_mode={mode[0] if mode else '?'}, schema v{version[0] if version else '?'}"
         )
 
@@ -392,8 +353,8 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
     capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
         durable=True, idempotent_append=True, bounded_reads=True, health_check=True
     )
-    _storage_error: ClassVar[type[AgentiumError]] = ArchiveError
-    _what: ClassVar[str] = "sqlite archive"
+    storage_error: ClassVar[type[AgentiumError]] = ArchiveError
+    adapter_name: ClassVar[str] = "sqlite archive"
 
     async def append(
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
@@ -428,7 +389,7 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
                     receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
             return receipts
 
-        return await self._run(ctx, "archive append", work)
+        return await self.run(ctx, "archive append", work)
 
     async def read_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
@@ -446,23 +407,30 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
             ).fetchall()
             return [self._decode_group(key, seq, digest, data) for seq, digest, data in rows]
 
-        return await self._run(ctx, "archive read", work)
+        return await self.run(ctx, "archive read", work)
 
     def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
-        where = f"group {seq} of session {key.key()} in {self._path}"
-        if not isinstance(data, bytes) or digest_bytes(data) != digest:
-            raise ArchiveError(f"{where} does not match its stored digest; the row is damaged")
+        """Decode one row strictly and re-check it; any doubt is an ``ArchiveCorruptError``.
+
+        The stored digest must match the stored bytes, the bytes must decode
+        without coercion, and the group must be the one filed under this key
+        (its ``seq``, its retained scope, and the digest of its canonical bytes).
+        """
+        where = f"group {seq!r} of session {key.key()} in {self._path}"
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise ArchiveCorruptError(f"{where} has a non-integer seq; the row is damaged")
+        if not isinstance(data, bytes) or not isinstance(digest, str) or digest_bytes(data) != digest:
+            raise ArchiveCorruptError(f"{where} does not match its stored digest; the row is damaged")
         try:
             group = from_json(data, MessageGroup)
-        except Exception as exc:  # any decode failure means the row is unusable
-            raise ArchiveError(f"{where} cannot be decoded: {exc}") from exc
-        if group.seq != seq:
-            raise ArchiveError(f"{where} holds a group numbered {group.seq}; the row is damaged")
+        except RecordDecodeError as exc:
+            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
+        check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
         return group
 
     async def health(self, ctx: OpContext) -> str:
         """Open the database if needed and run constant-time probe statements."""
-        return await self._run(ctx, "archive health", self._health_probe)
+        return await self.run(ctx, "archive health", self._health_probe)
 
 
 class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
@@ -476,8 +444,8 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
         compare_and_set=True, durable=True, listing=True, health_check=True
     )
-    _storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
-    _what: ClassVar[str] = "sqlite session store"
+    storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
+    adapter_name: ClassVar[str] = "sqlite session store"
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``."""
@@ -490,7 +458,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             ).fetchone()
             return None if row is None else (row[0], row[1])
 
-        row = await self._run(ctx, "session load", work)
+        row = await self.run(ctx, "session load", work)
         if row is None:
             return None
         revision, data = row
@@ -501,14 +469,23 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             raise SnapshotCorruptError(f"{where} holds {type(data).__name__}, not JSON; nothing was changed")
         try:
             snapshot = from_json(data, SessionSnapshot)
-        except Exception as exc:  # any decode failure means the row is unusable
+        except RecordDecodeError as exc:
             raise SnapshotCorruptError(f"{where} cannot be decoded ({exc}); nothing was changed") from exc
+        # Defence in depth (the engine checks too): a flipped bit that still
+        # decodes fails here, before it can reach a model or be re-archived.
+        verify_snapshot(key, snapshot)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 
     async def save(
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
-        """Compare-and-set: store only if the current revision is ``expected_revision``; return the new."""
+        """Compare-and-set: store only if the current revision is ``expected_revision``; return the new.
+
+        A snapshot this store would refuse to load (format 3 or later without
+        its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
+        writes nothing: seal it with :func:`~agentium_harness.ports.sessions.seal_snapshot`.
+        """
+        verify_snapshot(key, snapshot)
         data = canonical_json(unstructure(snapshot))
 
         def work(conn: sqlite3.Connection) -> int:
@@ -539,7 +516,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
                 )
                 return new_revision
 
-        return await self._run(ctx, "session save", work)
+        return await self.run(ctx, "session save", work)
 
     async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
         """Up to ``limit`` session ids of one user, sorted by code point."""
@@ -554,8 +531,8 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             ).fetchall()
             return [str(r[0]) for r in rows]
 
-        return await self._run(ctx, "session listing", work)
+        return await self.run(ctx, "session listing", work)
 
     async def health(self, ctx: OpContext) -> str:
         """Open the database if needed and run constant-time probe statements."""
-        return await self._run(ctx, "session store health", self._health_probe)
+        return await self.run(ctx, "session store health", self._health_probe)

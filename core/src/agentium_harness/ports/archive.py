@@ -14,11 +14,12 @@ from typing import ClassVar
 
 import attrs
 
+from ..errors import ArchiveCorruptError
 from ..history import MessageGroup
 from ..scope import SessionKey
 from ._base import Capabilities, OpContext, port_stub
 
-__all__ = ["ArchiveCapabilities", "ArchiveReceipt", "HistoryArchive"]
+__all__ = ["ArchiveCapabilities", "ArchiveReceipt", "HistoryArchive", "check_archived_group"]
 
 
 @attrs.frozen(slots=True)
@@ -47,6 +48,46 @@ class ArchiveReceipt:
     seq: int
     digest: str
     location: str
+
+
+def check_archived_group(
+    key: SessionKey,
+    group: MessageGroup,
+    expected_seq: int | None = None,
+    expected_digest: str | None = None,
+) -> None:
+    """Refuse an archived group read back under ``key`` unless it is the one that was stored there.
+
+    Call it in :meth:`HistoryArchive.read_groups` on every decoded group, with
+    the ``seq`` the row is keyed by and the digest stored beside it (when the
+    backend keeps one). It raises
+    :class:`~agentium_harness.errors.ArchiveCorruptError` when:
+
+    - the group's retained scope (``group.retained.scope.session_key``) is
+      another session's: a misfiled or copied row must not leak history
+      across sessions (a group without a retained record has no scope to check);
+    - ``expected_seq`` is given and differs from ``group.seq``;
+    - ``expected_digest`` is given and differs from ``group.digest``, the
+      digest of the group's canonical bytes.
+
+    It changes nothing; the caller returns no groups from a read that fails.
+    """
+    where = f"archived group {group.seq} read under session {key.key()}"
+    if group.retained is not None:
+        owner = group.retained.scope.session_key
+        if owner != key:
+            raise ArchiveCorruptError(
+                f"{where} belongs to session {owner.key()} by its retained scope; refusing to return it"
+            )
+    if expected_seq is not None and group.seq != expected_seq:
+        raise ArchiveCorruptError(f"{where} is stored at seq {expected_seq}; the row is damaged")
+    if expected_digest is not None:
+        actual = group.digest
+        if actual != expected_digest:
+            raise ArchiveCorruptError(
+                f"{where} does not match its stored digest (stored {expected_digest}, computed {actual}); "
+                "the row is damaged"
+            )
 
 
 class HistoryArchive:
@@ -79,7 +120,10 @@ class HistoryArchive:
         """Return up to ``max_groups`` archived groups with ``seq >= start_seq``, ascending.
 
         Declared by ``bounded_reads``. Must return whole groups only and never
-        more than ``max_groups``.
+        more than ``max_groups``. Each group is re-checked before it is
+        returned (:func:`check_archived_group`): a row that does not decode
+        strictly, does not match its digest or belongs to another session
+        raises ``ArchiveCorruptError``; nothing is changed.
         """
         raise NotImplementedError("this archive does not declare bounded_reads")
 

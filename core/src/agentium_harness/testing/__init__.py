@@ -1,26 +1,96 @@
 """Testing support for hosts and adapter authors.
 
-The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`)
-live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
-They need pytest, so they are imported on first access: importing this
-package alone does not require pytest.
+- The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`)
+  live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
+  They need pytest, so they are imported on first access: importing this
+  package alone does not require pytest.
+- Helpers that need no pytest (:mod:`agentium_harness.testing.helpers`):
+  :func:`plain_group`, :func:`rich_group`, :data:`TRICKY_SESSION_KEYS`,
+  :func:`scoped_snapshot`, :func:`legacy_snapshot`, the ``Reopen`` fixture
+  type with :func:`reopen` and :func:`reopened`, and the ``CorruptStored``
+  hook type with :func:`replace_once`.
+
+The suites' modules are registered for pytest's assertion rewriting before
+they are imported, so a failing standard test shows the values it compared.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
+
+from .helpers import (
+    TRICKY_SESSION_KEYS,
+    CorruptStored,
+    Reopen,
+    legacy_snapshot,
+    plain_group,
+    reopen,
+    reopened,
+    replace_once,
+    rich_group,
+    scoped_snapshot,
+)
 
 if TYPE_CHECKING:
     from .contracts import ArchiveContract, ContractSuite, SessionStoreContract
 
-__all__ = ["ArchiveContract", "ContractSuite", "SessionStoreContract"]
+__all__ = [
+    "SUITE_MODULES",
+    "TRICKY_SESSION_KEYS",
+    "ArchiveContract",
+    "ContractSuite",
+    "CorruptStored",
+    "Reopen",
+    "SessionStoreContract",
+    "legacy_snapshot",
+    "plain_group",
+    "register_assert_rewrite",
+    "reopen",
+    "reopened",
+    "replace_once",
+    "rich_group",
+    "scoped_snapshot",
+]
 
-_LAZY = frozenset(__all__)
+#: The modules whose ``assert`` statements are the standard tests' checks.
+SUITE_MODULES = (
+    "agentium_harness.testing._suite",
+    "agentium_harness.testing.archive_contract",
+    "agentium_harness.testing.session_store_contract",
+    "agentium_harness.testing.contracts",
+)
+
+_LAZY = frozenset({"ArchiveContract", "ContractSuite", "SessionStoreContract"})
+
+
+def register_assert_rewrite() -> None:
+    """Ask pytest to rewrite the suites' asserts (so failures show values), if pytest is in use.
+
+    Called before the suites are imported (here and in
+    :mod:`~agentium_harness.testing.contracts`); it has an effect only when the
+    modules are not imported yet and pytest is already loaded, so it never
+    imports pytest itself.
+    """
+    pytest = sys.modules.get("pytest")
+    if pytest is None:
+        return
+    pending = [name for name in SUITE_MODULES if name not in sys.modules]
+    if pending:
+        pytest.register_assert_rewrite(*pending)
+
+
+# Inside a pytest run this package is imported (by a test module) before the
+# suites, which is the moment registration must happen.
+register_assert_rewrite()
 
 
 def __getattr__(name: str) -> Any:
     """Import the contract suites (and pytest) only when one of them is used."""
     if name in _LAZY:
+        import pytest  # noqa: F401  (loaded first so the rewrite registration applies)
+
+        register_assert_rewrite()
         from . import contracts
 
         return getattr(contracts, name)

@@ -8,22 +8,30 @@ non-empty reason, so a known gap stays visible in every test report.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
 import pytest
 
-from ..history import Message, MessageGroup, RetainedRecord, Role, ToolCall
 from ..ports import Capabilities, OpContext
-from ..scope import Scope, SessionKey
+from .helpers import (
+    TRICKY_SESSION_KEYS,
+    CorruptStored,
+    Reopen,
+    plain_group,
+    reopen,
+    rich_group,
+)
 
 __all__ = [
     "GUARD_TEST_NAME",
     "TRICKY_SESSION_KEYS",
     "ContractSuite",
+    "CorruptStored",
     "Reopen",
+    "call_hook",
     "plain_group",
+    "reopen",
     "rich_group",
     "standard_tests",
     "unmarked_overrides",
@@ -34,87 +42,6 @@ CapT = TypeVar("CapT", bound=Capabilities)
 
 #: Name of the guard test. Overriding it is refused when the class is created.
 GUARD_TEST_NAME = "test_no_overrides_DO_NOT_OVERRIDE"
-
-#: The optional ``reopen_*`` fixtures return one of these: a zero-argument
-#: callable giving a *new* adapter instance over the same storage as the main
-#: fixture's adapter (sync or async). The suite closes what it returns.
-Reopen = Callable[[], T | Awaitable[T]]
-
-#: Session keys that break naive key building. Each pair that would collide
-#: under joining with ``:`` or ``/``, URL-decoding, case folding, Unicode
-#: normalisation or whitespace trimming is present; so are path tricks
-#: (``..``, ``/``), glob characters, quotes and non-ASCII text.
-TRICKY_SESSION_KEYS: tuple[SessionKey, ...] = (
-    SessionKey("a:b", "c", "s"),
-    SessionKey("a", "b:c", "s"),
-    SessionKey("a/b", "c", "s"),
-    SessionKey("a", "b/c", "s"),
-    SessionKey("t", "u", "../s"),
-    SessionKey("t", "u", ".."),
-    SessionKey("t", "u", "/"),
-    SessionKey("t", "u", "a/b"),
-    SessionKey("t", "u", "a%2Fb"),
-    SessionKey("t", "u", "*"),
-    SessionKey("t", "u", "?[x]"),
-    SessionKey("t", "u", "it's"),
-    SessionKey("t", "u", 'say "hi"'),
-    SessionKey("t", "u", "S"),
-    SessionKey("t", "u", "s"),
-    SessionKey("t", "u", "s "),
-    SessionKey("t", "u", "caf\u00e9"),
-    SessionKey("t", "u", "cafe\u0301"),
-    SessionKey("t", "u", "~"),
-    SessionKey("t", "u", "back\\slash"),
-    SessionKey("テナント", "usér", "セッション🙂"),
-    SessionKey("t", "u", "x" * 256),
-)
-
-
-def plain_group(seq: int, text: str = "") -> MessageGroup:
-    """A small complete group: one user message and one assistant answer."""
-    return MessageGroup(
-        seq=seq,
-        messages=(
-            Message(Role.USER, f"question {seq}{text}"),
-            Message(Role.ASSISTANT, f"answer {seq}{text}"),
-        ),
-    )
-
-
-def rich_group(seq: int, key: SessionKey, text: str = "") -> MessageGroup:
-    """A complete group with a tool call, its result, nested arguments and a retained record."""
-    call_id = f"call-{seq}"
-    return MessageGroup(
-        seq=seq,
-        messages=(
-            Message(Role.USER, f"find the release notes {seq}{text} — ünïcødé ✓"),
-            Message(
-                Role.ASSISTANT,
-                "",
-                tool_calls=(
-                    ToolCall(
-                        id=call_id,
-                        name="search",
-                        arguments={
-                            "query": f"release notes {text}",
-                            "limit": 3,
-                            "nested": {"ok": True, "values": [1, 2.5, None, "ü", ["deep"]]},
-                            "quote": 'he said "no" and it\'s fine',
-                        },
-                    ),
-                ),
-            ),
-            Message(Role.TOOL, '{"hits": ["notes.md"]}', tool_call_id=call_id),
-            Message(Role.ASSISTANT, f"The notes are in notes.md.{text}"),
-        ),
-        retained=RetainedRecord(
-            scope=Scope(key.tenant, key.user, key.session, "project-1", "repo/α"),
-            source_view_revision="view-7",
-            summary_policy="extractive",
-            summary_version="1",
-            uncertainty=("the index may lag the archive", "notes.md was not re-read"),
-        ),
-    )
 
 
 def expired_context() -> OpContext:
@@ -129,12 +56,19 @@ def past_deadline_context() -> OpContext:
     return OpContext.with_timeout(-1.0)
 
 
-async def reopen(factory: Reopen[T]) -> T:
-    """Call a ``reopen_*`` fixture's callable, awaiting it if it is async."""
-    result = factory()
-    if inspect.isawaitable(result):
-        return await result
-    return result
+async def call_hook(hook: Callable[..., Any], *args: Any) -> None:
+    """Call an adapter author's sync or async hook; skip the test if it says it cannot apply.
+
+    A hook raises ``LookupError`` (what :func:`~agentium_harness.testing.helpers.replace_once`
+    raises) when the stored form does not contain what the transform looks
+    for; the test then skips with that reason instead of passing untested.
+    """
+    try:
+        result = hook(*args)
+        if isinstance(result, Awaitable):
+            await result
+    except LookupError as exc:
+        pytest.skip(f"the corruption hook could not apply its change: {exc}")
 
 
 def _is_contract(cls: type) -> bool:

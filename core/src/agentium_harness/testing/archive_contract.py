@@ -8,8 +8,10 @@ Subclass it in a test module and provide the ``archive`` fixture::
             return MyArchive(MyArchiveConfig(...))
 
 Optionally provide ``reopen_archive`` (a callable returning a new adapter over
-the same storage) to run the durability test. Declared capabilities decide
-which tests run; the others skip and say why.
+the same storage) to run the durability test, and ``corrupt_archived_group``
+(a callable rewriting a stored group's bytes behind the adapter's back) to run
+the corruption test. Declared capabilities decide which tests run; the others
+skip and say why.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from ..errors import ArchiveConflictError, CapabilityError, OperationCancelledError
+from ..errors import (
+    ArchiveConflictError,
+    ArchiveError,
+    CapabilityError,
+    ContractViolationError,
+    OperationCancelledError,
+)
 from ..history import MessageGroup
 from ..ports import OpContext, is_port_stub
 from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
@@ -26,7 +34,9 @@ from ..scope import SessionKey
 from ._suite import (
     TRICKY_SESSION_KEYS,
     ContractSuite,
+    CorruptStored,
     Reopen,
+    call_hook,
     declared_capabilities,
     expired_context,
     past_deadline_context,
@@ -36,6 +46,7 @@ from ._suite import (
     require_not_flag,
     rich_group,
 )
+from .helpers import replace_once
 
 __all__ = ["ArchiveContract"]
 
@@ -80,6 +91,15 @@ class ArchiveContract(ContractSuite):
       that returns a *new* adapter instance over the same storage as
       ``archive``. Without it the durability test skips. The suite closes
       the instances it gets from it.
+    - ``corrupt_archived_group`` (optional): a callable
+      ``corrupt(key, seq, transform)`` (sync or async) that reads the stored
+      bytes of one archived group straight from the backend, passes them to
+      ``transform`` and writes the result back in place, leaving any stored
+      digest as it was (see :class:`~agentium_harness.testing.helpers.CorruptStored`).
+      Without it the corruption test skips.
+
+    Reads must re-check what they return: call
+    :func:`~agentium_harness.ports.archive.check_archived_group` on every group.
     """
 
     __agentium_contract__ = True
@@ -95,6 +115,11 @@ class ArchiveContract(ContractSuite):
     @pytest.fixture
     def reopen_archive(self) -> Reopen[HistoryArchive] | None:
         """Override to return a callable that opens a new adapter on the same storage as ``archive``."""
+        return None
+
+    @pytest.fixture
+    def corrupt_archived_group(self) -> CorruptStored | None:
+        """Override to return ``corrupt(key, seq, transform)`` rewriting a stored group's bytes in place."""
         return None
 
     # -- declarations ---------------------------------------------------------------------------
@@ -323,6 +348,51 @@ class ArchiveContract(ContractSuite):
         assert read == groups
         assert [g.digest for g in read] == [r.digest for r in receipts]
         assert all(g.is_complete for g in read)
+
+    async def test_reads_recheck_digests_of_stored_groups(
+        self, archive: HistoryArchive, corrupt_archived_group: CorruptStored | None
+    ) -> None:
+        """A stored group changed behind the archive's back makes every read of it raise ``ArchiveError``.
+
+        Runs when ``bounded_reads`` is declared and ``corrupt_archived_group``
+        is provided. One letter of a message is changed (still valid data, only
+        its digest disagrees). A failure means the read returned damaged
+        history instead of re-checking the digest, or repaired or dropped the
+        row; raise ``ArchiveCorruptError`` (an ``ArchiveError``).
+        """
+        _require(archive, "bounded_reads")
+        if corrupt_archived_group is None:
+            pytest.skip("no corrupt_archived_group fixture: digest re-checks are not tested")
+        groups = [plain_group(0), plain_group(1, " corruption-target"), plain_group(2)]
+        await archive.append(_KEY, groups, OpContext())
+        await call_hook(
+            corrupt_archived_group, _KEY, 1, replace_once(b"corruption-target", b"corruption-tarGet")
+        )
+        for attempt in ("first", "second"):
+            with pytest.raises(ArchiveError):
+                read = list(await archive.read_groups(_KEY, 0, 10, OpContext()))
+                pytest.fail(f"{attempt} read of a damaged group returned {read!r}")
+        # The groups before it are still readable on their own.
+        assert list(await archive.read_groups(_KEY, 0, 1, OpContext())) == groups[:1]
+
+    async def test_reads_refuse_a_group_of_another_session(self, archive: HistoryArchive) -> None:
+        """A group whose retained scope names another session is never returned under this key.
+
+        The archive may refuse it at ``append`` (``ArchiveError``,
+        ``ContractViolationError`` or ``ValueError``), or must refuse it at
+        ``read_groups`` with ``ArchiveError``. A failure means a misfiled or
+        copied group would leak one session's history into another's.
+        """
+        _require(archive, "bounded_reads")
+        other = SessionKey(_KEY.tenant, _KEY.user, "another-session")
+        misfiled = rich_group(0, other, " misfiled")
+        try:
+            await archive.append(_KEY, [misfiled], OpContext())
+        except (ArchiveError, ContractViolationError, ValueError):
+            return  # refused on the way in: nothing was stored
+        with pytest.raises(ArchiveError):
+            read = list(await archive.read_groups(_KEY, 0, 10, OpContext()))
+            pytest.fail(f"the read returned another session's group: {read!r}")
 
     async def test_cancelled_signal_refuses_read(self, archive: HistoryArchive) -> None:
         """A read whose context is cancelled raises ``OperationCancelledError``.

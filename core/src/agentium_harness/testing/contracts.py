@@ -8,7 +8,15 @@ module, provide the one fixture the suite names (``archive`` or
 
 from __future__ import annotations
 
-from ._suite import (
+import pytest  # noqa: F401  (loaded before the registration below, which needs it)
+
+from . import register_assert_rewrite
+
+# Before the suite modules are imported: their asserts then show the values
+# they compared when a standard test fails.
+register_assert_rewrite()
+
+from ._suite import (  # noqa: E402  (after the rewrite registration on purpose)
     GUARD_TEST_NAME,
     TRICKY_SESSION_KEYS,
     ContractSuite,
@@ -18,18 +26,21 @@ from ._suite import (
     standard_tests,
     unmarked_overrides,
 )
-from .archive_contract import ArchiveContract
-from .session_store_contract import SessionStoreContract, legacy_snapshot, scoped_snapshot
+from .archive_contract import ArchiveContract  # noqa: E402
+from .helpers import CorruptStored, replace_once  # noqa: E402
+from .session_store_contract import SessionStoreContract, legacy_snapshot, scoped_snapshot  # noqa: E402
 
 __all__ = [
     "GUARD_TEST_NAME",
     "TRICKY_SESSION_KEYS",
     "ArchiveContract",
     "ContractSuite",
+    "CorruptStored",
     "Reopen",
     "SessionStoreContract",
     "legacy_snapshot",
     "plain_group",
+    "replace_once",
     "rich_group",
     "scoped_snapshot",
     "standard_tests",

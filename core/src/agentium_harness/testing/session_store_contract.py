@@ -8,7 +8,9 @@ Subclass it in a test module and provide the ``session_store`` fixture::
             return MySessionStore(MySessionStoreConfig(...))
 
 Optionally provide ``reopen_session_store`` (a callable returning a new
-adapter over the same storage) to run the durability test.
+adapter over the same storage) to run the durability test, and
+``corrupt_snapshot`` (a callable rewriting a stored row's bytes behind the
+adapter's back) to run the corruption test.
 """
 
 from __future__ import annotations
@@ -16,25 +18,32 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from ..errors import CapabilityError, OperationCancelledError, SessionConflictError
+from ..errors import CapabilityError, OperationCancelledError, SessionConflictError, SnapshotCorruptError
 from ..ports import OpContext, is_port_stub
-from ..ports.sessions import SessionSnapshot, SessionStore, SessionStoreCapabilities, StoredSnapshot
+from ..ports.sessions import (
+    SessionSnapshot,
+    SessionStore,
+    SessionStoreCapabilities,
+    StoredSnapshot,
+    seal_snapshot,
+)
 from ..scope import Scope, SessionKey
 from ._suite import (
     TRICKY_SESSION_KEYS,
     ContractSuite,
+    CorruptStored,
     Reopen,
+    call_hook,
     declared_capabilities,
     expired_context,
     past_deadline_context,
-    plain_group,
     reopen,
     require_flag,
     require_not_flag,
-    rich_group,
 )
+from .helpers import legacy_snapshot, replace_once, scoped_snapshot
 
-__all__ = ["SessionStoreContract"]
+__all__ = ["SessionStoreContract", "legacy_snapshot", "scoped_snapshot"]
 
 _KEY = SessionKey("tenant-1", "user-1", "session-1")
 
@@ -49,28 +58,6 @@ def _require(store: SessionStore, flag: str) -> None:
 
 def _require_not(store: SessionStore, flag: str) -> None:
     require_not_flag(store, SessionStoreCapabilities, "session store", flag)
-
-
-def scoped_snapshot(key: SessionKey, marker: str = "", groups: int = 2) -> SessionSnapshot:
-    """A scoped snapshot of ``key`` with ``groups`` resident groups (rich and plain alternating)."""
-    boundary = 5
-    resident = tuple(
-        rich_group(boundary + i, key, marker) if i % 2 == 0 else plain_group(boundary + i, marker)
-        for i in range(groups)
-    )
-    return SessionSnapshot(
-        memory_scope=Scope(key.tenant, key.user, key.session, "project-1", None),
-        boundary=boundary,
-        next_seq=boundary + groups,
-        resident=resident,
-    )
-
-
-def legacy_snapshot(marker: str = "") -> SessionSnapshot:
-    """A format-1 snapshot without a memory scope (what legacy stores hold)."""
-    return SessionSnapshot(
-        memory_scope=None, boundary=0, next_seq=1, resident=(plain_group(0, marker),), format_version=1
-    )
 
 
 async def _load(store: SessionStore, key: SessionKey) -> StoredSnapshot | None:
@@ -94,6 +81,17 @@ class SessionStoreContract(ContractSuite):
     - ``reopen_session_store`` (optional): a zero-argument callable (sync or
       async) returning a *new* adapter instance over the same storage.
       Without it the durability test skips. The suite closes what it returns.
+    - ``corrupt_snapshot`` (optional): a callable ``corrupt(key, transform)``
+      (sync or async) that reads the stored bytes of ``key``'s snapshot
+      straight from the backend, passes them to ``transform`` and writes the
+      result back in place, bypassing the adapter (see
+      :class:`~agentium_harness.testing.helpers.CorruptStored`). Without it
+      the corruption test skips.
+
+    Snapshots the suite saves are sealed
+    (:func:`~agentium_harness.ports.sessions.seal_snapshot`), as the engine
+    saves them. A store should call
+    :func:`~agentium_harness.ports.sessions.verify_snapshot` on every load.
     """
 
     __agentium_contract__ = True
@@ -110,6 +108,11 @@ class SessionStoreContract(ContractSuite):
     @pytest.fixture
     def reopen_session_store(self) -> Reopen[SessionStore] | None:
         """Override to return a callable that opens a new adapter on the same storage."""
+        return None
+
+    @pytest.fixture
+    def corrupt_snapshot(self) -> CorruptStored | None:
+        """Override to return ``corrupt(key, transform)`` rewriting a stored snapshot's bytes in place."""
         return None
 
     # -- declarations ---------------------------------------------------------------------------
@@ -230,7 +233,9 @@ class SessionStoreContract(ContractSuite):
         cases = {
             SessionKey("t", "u", "scoped"): scoped_snapshot(SessionKey("t", "u", "scoped"), groups=3),
             SessionKey("t", "u", "legacy"): legacy_snapshot(),
-            SessionKey("t", "u", "empty"): SessionSnapshot(memory_scope=Scope("t", "u", "empty")),
+            SessionKey("t", "u", "empty"): seal_snapshot(
+                SessionSnapshot(memory_scope=Scope("t", "u", "empty"))
+            ),
         }
         for key, snapshot in cases.items():
             await session_store.save(key, snapshot, None, OpContext())
@@ -265,31 +270,75 @@ class SessionStoreContract(ContractSuite):
     ) -> None:
         """Of several concurrent saves on the same base revision, exactly one succeeds.
 
-        The others raise ``SessionConflictError`` and the stored snapshot is
-        the winner's. A failure means the compare and the write are not one
-        atomic step (a lock, a transaction or a conditional write).
+        Six writers load the same revision, wait for each other (a barrier),
+        then save together. The others raise ``SessionConflictError`` and the
+        stored snapshot is the winner's. A failure means the compare and the
+        write are not one atomic step (a lock, a transaction or a conditional
+        write).
         """
-        base = await session_store.save(_KEY, scoped_snapshot(_KEY, " base"), None, OpContext())
+        await session_store.save(_KEY, scoped_snapshot(_KEY, " base"), None, OpContext())
+        writers = 6
         outcomes: dict[int, int | str] = {}
+        loaded_bases: dict[int, int] = {}
+        arrived = 0
+        all_loaded = anyio.Event()
 
         async def attempt(i: int) -> None:
+            # Every writer loads the same base, then waits until all have:
+            # the saves are released together, as two runs racing would be,
+            # so the compare of each happens before any write it could see.
+            nonlocal arrived
+            stored = await _load(session_store, _KEY)
+            assert stored is not None
+            loaded_bases[i] = stored.revision
+            arrived += 1
+            if arrived == writers:
+                all_loaded.set()
+            await all_loaded.wait()
             try:
                 outcomes[i] = await session_store.save(
-                    _KEY, scoped_snapshot(_KEY, f" w{i}"), base, OpContext()
+                    _KEY, scoped_snapshot(_KEY, f" w{i}"), stored.revision, OpContext()
                 )
             except SessionConflictError:
                 outcomes[i] = "conflict"
 
         async with anyio.create_task_group() as tg:
-            for i in range(6):
+            for i in range(writers):
                 tg.start_soon(attempt, i)
+        assert len(set(loaded_bases.values())) == 1, f"writers saw different bases: {loaded_bases}"
         winners = [i for i, outcome in outcomes.items() if outcome != "conflict"]
-        assert len(outcomes) == 6
+        assert len(outcomes) == writers
         assert len(winners) == 1, f"expected one winner, got {outcomes}"
         loaded = await _load(session_store, _KEY)
         assert loaded is not None
         assert loaded.revision == outcomes[winners[0]]
         assert loaded.snapshot == scoped_snapshot(_KEY, f" w{winners[0]}")
+
+    # -- stored data is checked ------------------------------------------------------------------
+
+    async def test_corrupt_stored_snapshot_raises_snapshot_corrupt_error(
+        self, session_store: SessionStore, corrupt_snapshot: CorruptStored | None
+    ) -> None:
+        """A stored snapshot changed behind the store's back raises ``SnapshotCorruptError`` on every load.
+
+        Runs when ``corrupt_snapshot`` is provided. One row gets one letter of
+        a message changed (still valid data, only its digest disagrees), another
+        gets a number replaced by text. A failure means the store returned
+        damaged history (it does not call ``verify_snapshot`` or decodes
+        leniently), raised another error, or repaired or dropped the row.
+        """
+        if corrupt_snapshot is None:
+            pytest.skip("no corrupt_snapshot fixture: corruption detection is not checked")
+        flipped, retyped = SessionKey("t", "u", "flipped"), SessionKey("t", "u", "retyped")
+        await session_store.save(flipped, scoped_snapshot(flipped, " corruption-target"), None, OpContext())
+        await session_store.save(retyped, scoped_snapshot(retyped), None, OpContext())
+        await call_hook(corrupt_snapshot, flipped, replace_once(b"corruption-target", b"corruption-tarGet"))
+        await call_hook(corrupt_snapshot, retyped, replace_once(b'"boundary":5', b'"boundary":"5"'))
+        for key in (flipped, retyped):
+            for attempt in ("first", "second"):
+                with pytest.raises(SnapshotCorruptError):
+                    loaded = await _load(session_store, key)
+                    pytest.fail(f"{attempt} load of the damaged {key.session!r} row returned {loaded!r}")
 
     # -- cancellation ---------------------------------------------------------------------------
 

@@ -1,0 +1,268 @@
+"""A base for adapters over blocking clients: one lazily opened connection used from worker threads.
+
+The SQLite adapters are built on :class:`ThreadBoundAdapter`; any adapter
+whose backend client blocks (boto3 for S3 or DynamoDB, a database driver
+without async support, a file-system API) can reuse it instead of
+re-implementing the same care:
+
+- **Lazy connect.** Building the adapter does no I/O (as
+  :class:`~agentium_harness.plugins.spec.AdapterSpec` requires). The first call
+  runs :meth:`ThreadBoundAdapter.open_connection` in its worker thread; a
+  failure is retried by the next call.
+- **One call at a time.** Calls run through :func:`anyio.to_thread.run_sync`
+  behind a per-adapter ``CapacityLimiter(1)`` (waiting for it is bounded by
+  the deadline), and inside the thread under a lock, so the connection is
+  never used by two threads at once, even when a cancelled caller abandoned a
+  call whose thread is still running.
+- **Cancellation.** The :class:`~agentium_harness.ports.OpContext` is checked
+  before the call starts and again in the worker thread (time may pass
+  waiting for the previous call); a refused call raises
+  :class:`~agentium_harness.errors.OperationCancelledError` and touches
+  nothing. :meth:`ThreadBoundAdapter.call_guard` lets a backend stop work in
+  progress (SQLite installs a progress handler there).
+- **Typed errors.** Exceptions of the classes in ``backend_errors`` become the
+  port's error family (``storage_error``), or ``OperationCancelledError`` when
+  the context had expired meanwhile. Agentium's own errors pass through.
+- **Bounded close.** :meth:`ThreadBoundAdapter.aclose` is shielded from the
+  caller's cancellation, idempotent, and waits at most ``close_timeout_s`` for
+  a call still in its thread; past that it raises ``storage_error`` and the
+  connection is closed by that call's thread as soon as it returns (calling
+  ``aclose`` again waits again).
+
+An S3 archive, for example, would look like this (boto3 calls block and
+cannot be interrupted, so a cancelled caller should not wait for them)::
+
+    class S3Archive(ThreadBoundAdapter["S3Client"], HistoryArchive):
+        capabilities = ArchiveCapabilities(durable=True, idempotent_append=True)
+        storage_error = ArchiveError
+        adapter_name = "s3 archive"
+        backend_errors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+        abandon_on_cancel = True  # a stuck HTTP call must not hold the caller
+
+        def __init__(self, config: S3Config) -> None:
+            super().__init__()
+            self._config = config
+
+        def open_connection(self) -> S3Client:
+            # Runs in a worker thread on first use; credentials come from the
+            # host's environment, never from the config file.
+            return boto3.client("s3", region_name=self._config.region)
+
+        def close_connection(self, client: S3Client) -> None:
+            client.close()
+
+        async def append(self, key, groups, ctx):
+            body = [(g.seq, g.canonical_bytes()) for g in groups]  # encode on the loop
+            return await self.run(ctx, "archive append", lambda s3: self._put_all(s3, key, body, ctx))
+
+Inside ``work`` call ``ctx.raise_if_expired(operation)`` between backend
+steps, so a long batch stops at the next step once the deadline passes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ClassVar, Generic, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+
+from ..errors import AgentiumError, OperationCancelledError
+from ..ports import OpContext
+
+__all__ = ["ThreadBoundAdapter", "host_task_cancelled"]
+
+ConnT = TypeVar("ConnT")
+T = TypeVar("T")
+
+
+def host_task_cancelled() -> bool:
+    """In a worker thread: True if the anyio task waiting for this thread has been cancelled."""
+    try:
+        anyio.from_thread.check_cancelled()
+    except BaseException:  # the backend's Cancelled class is not an Exception on every backend
+        return True
+    return False
+
+
+class ThreadBoundAdapter(Generic[ConnT]):
+    """Lazy-connect, one-thread-at-a-time base for adapters over a blocking client ``ConnT``.
+
+    Subclasses implement :meth:`open_connection` (and usually
+    :meth:`close_connection`), set the class attributes below, and run every
+    backend call through :meth:`run`. Call ``super().__init__()`` from the
+    subclass's ``__init__``.
+    """
+
+    #: Error class for backend failures and refused calls; pick your port's
+    #: family (``ArchiveError``, ``SessionStoreError`` or a subclass).
+    storage_error: ClassVar[type[AgentiumError]] = AgentiumError
+    #: Short name used in messages ("sqlite archive", "s3 archive").
+    adapter_name: ClassVar[str] = "adapter"
+    #: The client library's exception classes, turned into ``storage_error``.
+    backend_errors: ClassVar[tuple[type[BaseException], ...]] = ()
+    #: True for clients whose calls cannot be interrupted (boto3): a cancelled
+    #: caller returns at once and the thread's result is discarded. The
+    #: connection stays locked until that thread returns, so the next call
+    #: waits for it (within its own deadline). False (the default) makes a
+    #: cancelled caller wait for the thread, which suits backends that stop
+    #: promptly through :meth:`call_guard` (SQLite).
+    abandon_on_cancel: ClassVar[bool] = False
+    #: How long :meth:`aclose` waits for a call still running in its thread.
+    close_timeout_s: ClassVar[float] = 10.0
+
+    def __init__(self) -> None:
+        self._conn: ConnT | None = None
+        self._closed = False
+        self._limiter = anyio.CapacityLimiter(1)
+        # Held by the thread using the connection, so an abandoned call still
+        # excludes the next one and close waits for it.
+        self._conn_lock = threading.Lock()
+
+    # -- what subclasses provide ----------------------------------------------------------------
+
+    def open_connection(self) -> ConnT:
+        """Open the backend client. Runs in a worker thread on the first call (and after a failed open)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement open_connection()")
+
+    def close_connection(self, conn: ConnT) -> None:
+        """Release ``conn``. Runs in a worker thread, never while a call uses it. Default: nothing."""
+
+    @contextmanager
+    def call_guard(self, conn: ConnT, ctx: OpContext) -> Iterator[None]:
+        """Wrap one call's work in the worker thread (install interrupts, per-call timeouts).
+
+        The default does nothing. Override to let the backend stop work when
+        ``ctx`` expires or :func:`host_task_cancelled` turns true.
+        """
+        yield
+
+    def failure_message(self, operation: str, exc: BaseException) -> str:
+        """The message of the ``storage_error`` raised for a backend exception ``exc``."""
+        return f"{self.adapter_name}: {operation} failed: {exc}"
+
+    # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` was called; later calls are refused."""
+        return self._closed
+
+    def _refuse_if_closed(self, operation: str) -> None:
+        if self._closed:
+            raise self.storage_error(f"{self.adapter_name}: {operation} refused: the adapter is closed")
+
+    def _connect(self) -> ConnT:
+        """The connection, opened on first use (in the calling worker thread)."""
+        if self._conn is None:
+            self._conn = self.open_connection()
+        return self._conn
+
+    # -- running work ---------------------------------------------------------------------------
+
+    async def run(self, ctx: OpContext, operation: str, work: Callable[[ConnT], T]) -> T:
+        """Run ``work(conn)`` in a worker thread, one call at a time, honouring ``ctx``.
+
+        :raises OperationCancelledError: ``ctx`` was cancelled or past its
+            deadline before the work started (nothing was done), or expired
+            while a backend error interrupted it.
+        :raises storage_error: the adapter is closed, or the backend raised
+            one of ``backend_errors``.
+        """
+        ctx.raise_if_expired(operation)
+        self._refuse_if_closed(operation)
+        # The limiter is taken here, not by run_sync, so waiting for it is
+        # bounded by the deadline and an abandoned call releases its token
+        # when its caller leaves (the lock in the thread still orders them).
+        left = ctx.time_left()
+        with anyio.move_on_after(math.inf if left is None else left) as waiting:
+            await self._limiter.acquire()
+        if waiting.cancelled_caught:
+            raise OperationCancelledError(
+                f"{operation} refused: the previous call on this adapter was still running at the "
+                "deadline; nothing was done",
+                "deadline passed",
+            )
+        try:
+            return await anyio.to_thread.run_sync(
+                self._run_in_thread, ctx, operation, work, abandon_on_cancel=self.abandon_on_cancel
+            )
+        finally:
+            self._limiter.release()
+
+    def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[ConnT], T]) -> T:
+        # Checked again here: time may have passed waiting for the limiter, and
+        # aclose() may have run meanwhile.
+        ctx.raise_if_expired(operation)
+        left = ctx.time_left()
+        if not self._conn_lock.acquire(timeout=-1 if left is None else max(0.0, left)):
+            raise OperationCancelledError(
+                f"{operation} refused: the previous call on this connection was still running at the "
+                "deadline; nothing was done",
+                "deadline passed",
+            )
+        try:
+            ctx.raise_if_expired(operation)
+            self._refuse_if_closed(operation)
+            try:
+                conn = self._connect()
+                with self.call_guard(conn, ctx):
+                    return work(conn)
+            except self.backend_errors as exc:
+                raise self._translate(ctx, operation, exc) from exc
+        finally:
+            try:
+                if self._closed:
+                    # aclose() gave up waiting for this call: close now that it is done.
+                    self._close_locked()
+            finally:
+                self._conn_lock.release()
+
+    def _translate(self, ctx: OpContext, operation: str, exc: BaseException) -> BaseException:
+        if host_task_cancelled():
+            # The calling task was cancelled: raise the backend's own
+            # cancellation exception so the caller's cancel scope handles it.
+            anyio.from_thread.check_cancelled()
+        if ctx.expired:
+            reason = ctx.signal.reason or "deadline passed"
+            return OperationCancelledError(
+                f"{operation} stopped before it committed: {reason}; nothing was written", reason
+            )
+        return self.storage_error(self.failure_message(operation, exc))
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def _close_locked(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self.close_connection(conn)
+
+    def _close_in_thread(self) -> None:
+        with self._conn_lock:
+            self._close_locked()
+
+    async def aclose(self) -> None:
+        """Close the connection this adapter opened. Idempotent; later calls are refused.
+
+        Shielded from the caller's cancellation and bounded by
+        ``close_timeout_s``. If a call is still running in its thread past
+        that, raises ``storage_error``; the connection is then closed when that
+        call returns, and calling ``aclose`` again waits for it again.
+        """
+        self._closed = True
+        if self._conn is None and not self._conn_lock.locked():
+            return
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self.close_timeout_s) as scope:
+                # No limiter: the lock inside the thread orders close after a
+                # call in flight, and an abandoned call holds no limiter token.
+                await anyio.to_thread.run_sync(self._close_in_thread, abandon_on_cancel=True)
+        if scope.cancelled_caught:
+            raise self.storage_error(
+                f"{self.adapter_name}: close did not finish within {self.close_timeout_s}s because a call "
+                "is still running in its worker thread; the connection is closed when that call returns"
+            )

@@ -1,0 +1,202 @@
+"""Test helpers for hosts and adapter authors: sample records, tricky keys, reopen and corruption hooks.
+
+Nothing here imports pytest, so a host's own test code (or a script) can use
+these without it. The contract suites use the same helpers, so a test written
+with them exercises the same records the suites do.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
+
+from ..history import Message, MessageGroup, RetainedRecord, Role, ToolCall
+from ..ports.sessions import SessionSnapshot, seal_snapshot
+from ..scope import Scope, SessionKey
+
+__all__ = [
+    "TRICKY_SESSION_KEYS",
+    "CorruptStored",
+    "Reopen",
+    "legacy_snapshot",
+    "plain_group",
+    "reopen",
+    "reopened",
+    "replace_once",
+    "rich_group",
+    "scoped_snapshot",
+]
+
+T = TypeVar("T")
+
+#: What the optional ``reopen_*`` fixtures of the contract suites return: a
+#: zero-argument callable giving a *new* adapter instance over the same
+#: storage as the main fixture's adapter (sync or async).
+Reopen = Callable[[], T | Awaitable[T]]
+
+
+class CorruptStored(Protocol):
+    """What the optional ``corrupt_*`` fixtures of the contract suites return.
+
+    Called as ``corrupt(key, transform)`` (``corrupt(key, seq, transform)`` for
+    archived groups): read the stored bytes of that record straight from the
+    backend, bypassing the adapter, pass them to ``transform`` and write the
+    result back in place, again bypassing the adapter (so no digest or
+    revision is updated). May be sync or async. ``transform`` raises
+    ``LookupError`` when the stored form does not contain what it looks for;
+    let that propagate (the suite then skips, saying why).
+    """
+
+    def __call__(self, *args: Any) -> Awaitable[None] | None:
+        """Rewrite one stored record's bytes with the transform given as the last argument."""
+
+
+#: Session keys that break naive key building. Each pair that would collide
+#: under joining with ``:`` or ``/``, URL-decoding, case folding, Unicode
+#: normalisation or whitespace trimming is present; so are path tricks
+#: (``..``, ``/``), glob characters, quotes and non-ASCII text.
+TRICKY_SESSION_KEYS: tuple[SessionKey, ...] = (
+    SessionKey("a:b", "c", "s"),
+    SessionKey("a", "b:c", "s"),
+    SessionKey("a/b", "c", "s"),
+    SessionKey("a", "b/c", "s"),
+    SessionKey("t", "u", "../s"),
+    SessionKey("t", "u", ".."),
+    SessionKey("t", "u", "/"),
+    SessionKey("t", "u", "a/b"),
+    SessionKey("t", "u", "a%2Fb"),
+    SessionKey("t", "u", "*"),
+    SessionKey("t", "u", "?[x]"),
+    SessionKey("t", "u", "it's"),
+    SessionKey("t", "u", 'say "hi"'),
+    SessionKey("t", "u", "S"),
+    SessionKey("t", "u", "s"),
+    SessionKey("t", "u", "s "),
+    SessionKey("t", "u", "caf\u00e9"),
+    SessionKey("t", "u", "cafe\u0301"),
+    SessionKey("t", "u", "~"),
+    SessionKey("t", "u", "back\\slash"),
+    SessionKey("テナント", "usér", "セッション🙂"),
+    SessionKey("t", "u", "x" * 256),
+)
+
+
+def plain_group(seq: int, text: str = "") -> MessageGroup:
+    """A small complete group numbered ``seq``: one user message and one assistant answer.
+
+    ``text`` is appended to both messages, so two calls with different
+    ``text`` give groups with different digests at the same ``seq``.
+    """
+    return MessageGroup(
+        seq=seq,
+        messages=(
+            Message(Role.USER, f"question {seq}{text}"),
+            Message(Role.ASSISTANT, f"answer {seq}{text}"),
+        ),
+    )
+
+
+def rich_group(seq: int, key: SessionKey, text: str = "") -> MessageGroup:
+    """A complete group with a tool call, its result, nested arguments and a retained record of ``key``."""
+    call_id = f"call-{seq}"
+    return MessageGroup(
+        seq=seq,
+        messages=(
+            Message(Role.USER, f"find the release notes {seq}{text} — ünïcødé ✓"),
+            Message(
+                Role.ASSISTANT,
+                "",
+                tool_calls=(
+                    ToolCall(
+                        id=call_id,
+                        name="search",
+                        arguments={
+                            "query": f"release notes {text}",
+                            "limit": 3,
+                            "nested": {"ok": True, "values": [1, 2.5, None, "ü", ["deep"]]},
+                            "quote": 'he said "no" and it\'s fine',
+                        },
+                    ),
+                ),
+            ),
+            Message(Role.TOOL, '{"hits": ["notes.md"]}', tool_call_id=call_id),
+            Message(Role.ASSISTANT, f"The notes are in notes.md.{text}"),
+        ),
+        retained=RetainedRecord(
+            scope=Scope(key.tenant, key.user, key.session, "project-1", "repo/α"),
+            source_view_revision="view-7",
+            summary_policy="extractive",
+            summary_version="1",
+            uncertainty=("the index may lag the archive", "notes.md was not re-read"),
+        ),
+    )
+
+
+def scoped_snapshot(key: SessionKey, marker: str = "", groups: int = 2) -> SessionSnapshot:
+    """A sealed, scoped snapshot of ``key`` with ``groups`` resident groups (rich and plain alternating).
+
+    Sealed (:func:`~agentium_harness.ports.sessions.seal_snapshot`) like every
+    snapshot the engine saves, so it loads back equal from a store that
+    verifies digests.
+    """
+    boundary = 5
+    resident = tuple(
+        rich_group(boundary + i, key, marker) if i % 2 == 0 else plain_group(boundary + i, marker)
+        for i in range(groups)
+    )
+    return seal_snapshot(
+        SessionSnapshot(
+            memory_scope=Scope(key.tenant, key.user, key.session, "project-1", None),
+            boundary=boundary,
+            next_seq=boundary + groups,
+            resident=resident,
+        )
+    )
+
+
+def legacy_snapshot(marker: str = "") -> SessionSnapshot:
+    """A format-1 snapshot without a memory scope or digest (what legacy stores hold)."""
+    return SessionSnapshot(
+        memory_scope=None, boundary=0, next_seq=1, resident=(plain_group(0, marker),), format_version=1
+    )
+
+
+async def reopen(factory: Reopen[T]) -> T:
+    """Call a ``reopen_*`` callable, awaiting its result if it is async."""
+    result = factory()
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+@asynccontextmanager
+async def reopened(factory: Reopen[T]) -> AsyncIterator[T]:
+    """A new adapter over the same storage for the ``async with`` block, closed at its exit.
+
+    Use as ``async with reopened(reopen_archive) as second: ...``.
+    """
+    adapter = await reopen(factory)
+    try:
+        yield adapter
+    finally:
+        aclose = getattr(adapter, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def replace_once(old: bytes, new: bytes) -> Callable[[bytes], bytes]:
+    """A transform for ``corrupt_*`` hooks: replace the first ``old`` in the stored bytes with ``new``.
+
+    Raises ``LookupError`` when ``old`` is not in the bytes (the stored form
+    is compressed or encrypted, say), so a suite can skip instead of passing
+    a test that corrupted nothing.
+    """
+
+    def transform(data: bytes) -> bytes:
+        if old not in data:
+            raise LookupError(f"{old!r} is not in the stored bytes")
+        return data.replace(old, new, 1)
+
+    return transform

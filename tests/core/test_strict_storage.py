@@ -1,0 +1,321 @@
+"""Stored rows are decoded strictly and re-checked: damage fails closed with a typed error, rows untouched.
+
+Rows are rewritten directly (with :mod:`sqlite3` in a temp database file, or
+in the in-memory adapters' dicts), as disk damage or a stray tool would.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.codec import canonical_json, digest_bytes, unstructure
+from agentium_harness.errors import ArchiveCorruptError, ArchiveError, SnapshotCorruptError
+from agentium_harness.ports import OpContext
+from agentium_harness.ports.archive import check_archived_group
+from agentium_harness.ports.sessions import (
+    SNAPSHOT_FORMAT_VERSION,
+    SessionSnapshot,
+    seal_snapshot,
+    snapshot_digest,
+)
+from agentium_harness.scope import SessionKey
+from agentium_harness.testing import legacy_snapshot, plain_group, rich_group, scoped_snapshot
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("tenant", "user", "session")
+OTHER = SessionKey("tenant", "user", "other")
+WHERE = "tenant_id = ? AND user_id = ? AND session_id = ?"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "agentium.db"
+
+
+@pytest.fixture
+async def store(db: Path) -> AsyncIterator[SQLiteSessionStore]:
+    adapter = SQLiteSessionStore(SQLiteConfig(path=str(db)))
+    yield adapter
+    await adapter.aclose()
+
+
+@pytest.fixture
+async def archive(db: Path) -> AsyncIterator[SQLiteArchive]:
+    adapter = SQLiteArchive(SQLiteConfig(path=str(db)))
+    yield adapter
+    await adapter.aclose()
+
+
+def _sql(db: Path, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(str(db), isolation_level=None)
+    try:
+        return conn.execute(statement, params).fetchall()
+    finally:
+        conn.close()
+
+
+def _snapshot_row(db: Path, key: SessionKey = KEY) -> tuple[Any, ...]:
+    [row] = _sql(db, f"SELECT revision, data FROM session_snapshots WHERE {WHERE}", *key.key_segments())
+    return row
+
+
+def _set_snapshot_data(db: Path, data: bytes, key: SessionKey = KEY) -> None:
+    _sql(db, f"UPDATE session_snapshots SET data = ? WHERE {WHERE}", data, *key.key_segments())
+
+
+def _edit_json(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes:
+    """Decode, change one field, re-encode canonically: a well-formed row with a wrong value."""
+    plain = json.loads(data)
+    edit(plain)
+    return canonical_json(plain)
+
+
+def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(plain: dict[str, Any]) -> None:
+        target: Any = plain
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = value
+
+    return edit
+
+
+# -- snapshots ----------------------------------------------------------------------------------
+
+SNAPSHOT_EDITS = {
+    "a flipped letter in a message": None,
+    "null where a memory scope id belongs": (("memory_scope", "tenant"), None),
+    "a number where message text belongs": (("resident", 0, "messages", 0, "content"), 12),
+    "a string where an int belongs": (("boundary",), "5"),
+    "a bool where an int belongs": (("next_seq",), True),
+    "a float where an int belongs": (("resident", 1, "seq"), 6.0),
+    "a null tool call id": (("resident", 0, "messages", 1, "tool_calls", 0, "id"), None),
+    "the digest removed": (("digest",), None),
+    "an unknown field": (("extra",), 1),
+}
+
+
+@pytest.mark.parametrize("case", list(SNAPSHOT_EDITS), ids=list(SNAPSHOT_EDITS))
+async def test_damaged_sqlite_snapshot_row_fails_closed_and_is_left_alone(
+    db: Path, store: SQLiteSessionStore, case: str
+) -> None:
+    await store.save(KEY, scoped_snapshot(KEY, " corruption-target"), None, OpContext())
+    revision, data = _snapshot_row(db)
+    edit = SNAPSHOT_EDITS[case]
+    if edit is None:
+        damaged = data.replace(b"corruption-target", b"corruption-tarGet", 1)
+    else:
+        damaged = _edit_json(data, _set(*edit))
+    assert damaged != data
+    _set_snapshot_data(db, damaged)
+    for _ in range(2):
+        with pytest.raises(SnapshotCorruptError):
+            await store.load(KEY, OpContext())
+    assert _snapshot_row(db) == (revision, damaged), "the damaged row must be left exactly as it was"
+
+
+async def test_a_random_bit_flip_anywhere_in_a_snapshot_row_fails_closed(
+    db: Path, store: SQLiteSessionStore
+) -> None:
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    _, data = _snapshot_row(db)
+    # Every 37th byte, lowest bit flipped: whatever it hits (syntax, a key, a
+    # digit, the digest), the load must fail closed, never return a snapshot.
+    for offset in range(0, len(data), 37):
+        damaged = data[:offset] + bytes([data[offset] ^ 1]) + data[offset + 1 :]
+        _set_snapshot_data(db, damaged)
+        with pytest.raises(SnapshotCorruptError):
+            loaded = await store.load(KEY, OpContext())
+            pytest.fail(f"a flip at byte {offset} loaded as {loaded!r}")
+        assert _snapshot_row(db)[1] == damaged
+
+
+async def test_legacy_and_format_2_snapshots_without_digest_still_load(
+    db: Path, store: SQLiteSessionStore
+) -> None:
+    await store.save(KEY, legacy_snapshot(), None, OpContext())
+    loaded = await store.load(KEY, OpContext())
+    assert loaded is not None and loaded.snapshot == legacy_snapshot()
+    v2 = SessionSnapshot(memory_scope=scoped_snapshot(OTHER).memory_scope, format_version=2)
+    _sql(
+        db,
+        "INSERT INTO session_snapshots (tenant_id, user_id, session_id, revision, data) "
+        "VALUES (?, ?, ?, 1, ?)",
+        *OTHER.key_segments(),
+        canonical_json(unstructure(v2)),
+    )
+    loaded = await store.load(OTHER, OpContext())
+    assert loaded is not None and loaded.snapshot == v2
+
+
+async def test_a_snapshot_from_a_newer_format_is_refused(db: Path, store: SQLiteSessionStore) -> None:
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    newer = attrs_evolve_sealed(scoped_snapshot(KEY), format_version=SNAPSHOT_FORMAT_VERSION + 1)
+    _set_snapshot_data(db, canonical_json(unstructure(newer)))
+    with pytest.raises(SnapshotCorruptError, match="newer"):
+        await store.load(KEY, OpContext())
+
+
+def attrs_evolve_sealed(snapshot: SessionSnapshot, **changes: Any) -> SessionSnapshot:
+    """A snapshot with ``changes`` whose digest matches them (so only the change is wrong)."""
+    changed = attrs.evolve(snapshot, digest=None, **changes)
+    return attrs.evolve(changed, digest=snapshot_digest(changed))
+
+
+async def test_saving_an_unsealed_current_snapshot_is_refused_and_writes_nothing(
+    db: Path, store: SQLiteSessionStore
+) -> None:
+    unsealed = SessionSnapshot(memory_scope=scoped_snapshot(KEY).memory_scope)
+    with pytest.raises(SnapshotCorruptError, match="no digest"):
+        await store.save(KEY, unsealed, None, OpContext())
+    stale = attrs.evolve(scoped_snapshot(KEY), boundary=4)  # keeps the old digest
+    with pytest.raises(SnapshotCorruptError, match="does not match"):
+        await store.save(KEY, stale, None, OpContext())
+    assert await store.load(KEY, OpContext()) is None
+
+
+async def test_memory_store_checks_snapshots_too() -> None:
+    store = InMemorySessionStore()
+    await store.save(KEY, scoped_snapshot(KEY, " corruption-target"), None, OpContext())
+    row = store.raw(KEY)
+    assert row is not None
+    damaged = row[1].replace(b"corruption-target", b"corruption-tarGet", 1)
+    store.put_raw(KEY, row[0], damaged)
+    with pytest.raises(SnapshotCorruptError, match="digest"):
+        await store.load(KEY, OpContext())
+    store.put_raw(KEY, row[0], _edit_json(row[1], _set(("boundary",), "5")))
+    with pytest.raises(SnapshotCorruptError, match="expected an integer"):
+        await store.load(KEY, OpContext())
+    with pytest.raises(SnapshotCorruptError, match="no digest"):
+        await store.save(OTHER, SessionSnapshot(memory_scope=None), None, OpContext())
+    assert store.raw(OTHER) is None
+
+
+def test_seal_is_stable_and_verifies() -> None:
+    sealed = scoped_snapshot(KEY)
+    assert sealed.digest == snapshot_digest(sealed)
+    assert seal_snapshot(sealed) == sealed
+
+
+# -- archived groups ----------------------------------------------------------------------------
+
+
+def _group_row(db: Path, seq: int, key: SessionKey = KEY) -> tuple[Any, ...]:
+    [row] = _sql(
+        db, f"SELECT digest, data FROM archive_groups WHERE {WHERE} AND seq = ?", *key.key_segments(), seq
+    )
+    return row
+
+
+GROUP_EDITS = {
+    "null where the tool call id belongs": (("messages", 1, "tool_calls", 0, "id"), None),
+    "a number where text belongs": (("messages", 0, "content"), 12),
+    "a string where the seq belongs": (("seq",), "1"),
+    "a null scope id": (("retained", "scope", "user"), None),
+}
+
+
+@pytest.mark.parametrize("case", list(GROUP_EDITS), ids=list(GROUP_EDITS))
+@pytest.mark.parametrize("fix_digest", [False, True], ids=["stale digest", "digest rewritten too"])
+async def test_damaged_sqlite_group_row_fails_closed_and_is_left_alone(
+    db: Path, archive: SQLiteArchive, case: str, fix_digest: bool
+) -> None:
+    await archive.append(KEY, [rich_group(0, KEY), rich_group(1, KEY)], OpContext())
+    digest, data = _group_row(db, 1)
+    damaged = _edit_json(data, _set(*GROUP_EDITS[case]))
+    new_digest = digest_bytes(damaged) if fix_digest else digest
+    _sql(
+        db,
+        f"UPDATE archive_groups SET data = ?, digest = ? WHERE {WHERE} AND seq = 1",
+        damaged,
+        new_digest,
+        *KEY.key_segments(),
+    )
+    with pytest.raises(ArchiveCorruptError):
+        await archive.read_groups(KEY, 0, 10, OpContext())
+    assert _group_row(db, 1) == (new_digest, damaged)
+    # The intact group before it still reads.
+    assert [g.seq for g in await archive.read_groups(KEY, 0, 1, OpContext())] == [0]
+
+
+async def test_a_row_copied_under_another_session_is_refused(db: Path, archive: SQLiteArchive) -> None:
+    await archive.append(KEY, [rich_group(0, KEY)], OpContext())
+    digest, data = _group_row(db, 0)
+    # A consistent row (data and digest agree) filed under the wrong key.
+    _sql(
+        db,
+        "INSERT INTO archive_groups (tenant_id, user_id, session_id, seq, digest, data) "
+        "VALUES (?, ?, ?, 0, ?, ?)",
+        *OTHER.key_segments(),
+        digest,
+        data,
+    )
+    with pytest.raises(ArchiveCorruptError, match="belongs to session tenant/user/session"):
+        await archive.read_groups(OTHER, 0, 10, OpContext())
+    assert len(await archive.read_groups(KEY, 0, 10, OpContext())) == 1
+
+
+async def test_a_row_moved_to_another_seq_is_refused(db: Path, archive: SQLiteArchive) -> None:
+    await archive.append(KEY, [plain_group(0)], OpContext())
+    _sql(db, f"UPDATE archive_groups SET seq = 7 WHERE {WHERE} AND seq = 0", *KEY.key_segments())
+    with pytest.raises(ArchiveCorruptError, match="seq 7"):
+        await archive.read_groups(KEY, 0, 10, OpContext())
+
+
+async def test_a_non_canonical_rewrite_with_a_matching_digest_is_refused(
+    db: Path, archive: SQLiteArchive
+) -> None:
+    # Same content, other bytes: the stored digest no longer describes the
+    # canonical group the archive would return, so the read refuses it.
+    await archive.append(KEY, [plain_group(0)], OpContext())
+    _, data = _group_row(db, 0)
+    spaced = json.dumps(json.loads(data), indent=1).encode()
+    _sql(
+        db,
+        f"UPDATE archive_groups SET data = ?, digest = ? WHERE {WHERE} AND seq = 0",
+        spaced,
+        digest_bytes(spaced),
+        *KEY.key_segments(),
+    )
+    with pytest.raises(ArchiveCorruptError, match="digest"):
+        await archive.read_groups(KEY, 0, 10, OpContext())
+
+
+async def test_memory_archive_rechecks_groups_too() -> None:
+    archive = InMemoryArchive()
+    await archive.append(KEY, [rich_group(0, KEY)], OpContext())
+    stored = archive.raw(KEY, 0)
+    assert stored is not None
+    archive.put_raw(KEY, 0, stored[0].replace(b"release", b"releasE", 1), stored[1])
+    with pytest.raises(ArchiveCorruptError, match="digest"):
+        await archive.read_groups(KEY, 0, 10, OpContext())
+    archive.put_raw(OTHER, 0, *stored)
+    with pytest.raises(ArchiveCorruptError, match="belongs to session"):
+        await archive.read_groups(OTHER, 0, 10, OpContext())
+    retyped = _edit_json(stored[0], _set(("seq",), "0"))
+    archive.put_raw(KEY, 0, retyped, digest_bytes(retyped))
+    with pytest.raises(ArchiveCorruptError, match="expected an integer"):
+        await archive.read_groups(KEY, 0, 10, OpContext())
+
+
+def test_check_archived_group_rules() -> None:
+    group = rich_group(3, KEY)
+    check_archived_group(KEY, group, expected_seq=3, expected_digest=group.digest)
+    check_archived_group(OTHER, plain_group(3))  # no retained record: no scope to compare
+    with pytest.raises(ArchiveCorruptError, match="belongs to session"):
+        check_archived_group(OTHER, group)
+    with pytest.raises(ArchiveCorruptError, match="seq 4"):
+        check_archived_group(KEY, group, expected_seq=4)
+    with pytest.raises(ArchiveCorruptError, match="digest"):
+        check_archived_group(KEY, group, expected_digest=plain_group(3).digest)
+    assert issubclass(ArchiveCorruptError, ArchiveError)
