@@ -410,7 +410,10 @@ async def test_archive_conflict_is_never_overwritten() -> None:
     # An archive that holds other content at an uncommitted seq is a typed
     # session state, not an eviction deferred forever.
     assert result.eviction is EvictionStatus.DIVERGED and result.has("archive_diverged")
-    assert "ArchiveConflictError" in result.diagnostics[-1].message or "archived" in result.diagnostics[-1].message
+    assert (
+        "ArchiveConflictError" in result.diagnostics[-1].message
+        or "archived" in result.diagnostics[-1].message
+    )
     assert (await archive.read_groups(key, 0, 10, CTX))[0] == squatter
     with pytest.raises(ArchiveConflictError):
         await archive.append(key, [MessageGroup(0, (Message(Role.USER, "q0"),))], CTX)

@@ -152,15 +152,17 @@ class MessageGroup:
 
     def canonical_bytes(self) -> bytes:
         """The canonical JSON encoding of this group (computed once per group object)."""
-        return _encoding(self)[0]
+        data: bytes = _encoding(self)[0]
+        return data
 
     @property
     def digest(self) -> str:
         """``sha256:<hex>`` of :meth:`canonical_bytes` (computed once per group object)."""
         cached = _encoding(self)
-        if cached[1] is None:
-            cached[1] = digest_bytes(cached[0])
-        return cached[1]
+        digest: str | None = cached[1]
+        if digest is None:
+            digest = cached[1] = digest_bytes(cached[0])
+        return digest
 
     @property
     def size_bytes(self) -> int:

@@ -17,7 +17,7 @@ import attrs
 from ..errors import ArchiveCorruptError
 from ..history import MessageGroup
 from ..scope import SessionKey
-from ._base import Capabilities, OpContext, port_stub
+from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = ["ArchiveCapabilities", "ArchiveReceipt", "HistoryArchive", "check_archived_group"]
 
@@ -109,9 +109,17 @@ class HistoryArchive:
         Return one receipt per group, in order, only after the groups are
         stored. Re-appending a stored group with an equal digest returns its
         receipt; a different digest at a stored ``seq`` raises
-        ``ArchiveConflictError`` and changes nothing.
+        ``ArchiveConflictError`` and changes nothing. A batch is all or
+        nothing: on any error no group of it is stored.
+
+        Call ``ctx.raise_if_expired("archive append")`` before writing, and
+        do not commit a write after ``ctx.signal`` is cancelled.
+
+        Raises: ``ArchiveConflictError`` for different content at a stored
+        seq; ``ArchiveError`` when the backend fails; ``OperationCancelledError``
+        when cancelled or past the deadline (nothing written).
         """
-        raise NotImplementedError
+        raise unsupported(self, "append")
 
     @port_stub
     async def read_groups(
@@ -124,13 +132,27 @@ class HistoryArchive:
         returned (:func:`check_archived_group`): a row that does not decode
         strictly, does not match its digest or belongs to another session
         raises ``ArchiveCorruptError``; nothing is changed.
+
+        Call ``ctx.raise_if_expired("archive read")`` before reading.
+
+        Raises: ``ArchiveCorruptError`` for a damaged or misfiled row;
+        ``ArchiveError`` when the backend fails; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError``
+        when not declared.
         """
-        raise NotImplementedError("this archive does not declare bounded_reads")
+        raise unsupported(self, "read_groups", "bounded_reads")
 
     @port_stub
     async def health(self, ctx: OpContext) -> str:
-        """Run a bounded health probe and return a short description. Declared by ``health_check``."""
-        raise NotImplementedError("this archive does not declare health_check")
+        """Run a bounded health probe and return a short description. Declared by ``health_check``.
+
+        Call ``ctx.raise_if_expired("archive health")`` before probing.
+
+        Raises: ``ArchiveError`` when the backend is unhealthy;
+        ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "health", "health_check")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""

@@ -17,7 +17,7 @@ from ..codec import canonical_json, digest_bytes, unstructure
 from ..errors import SnapshotCorruptError
 from ..history import MessageGroup
 from ..scope import Scope, SessionKey
-from ._base import Capabilities, OpContext, port_stub
+from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
@@ -183,10 +183,17 @@ class SessionStore:
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """Return the stored snapshot and its revision, or ``None`` if there is none.
 
-        A row that cannot be decoded raises ``SnapshotCorruptError``; the row is
-        left as it is.
+        A row that cannot be decoded strictly, or whose digest does not match
+        (:func:`verify_snapshot`), raises ``SnapshotCorruptError``; the row is
+        left as it is. The engine verifies again whatever the store returns.
+
+        Call ``ctx.raise_if_expired("session load")`` before reading.
+
+        Raises: ``SnapshotCorruptError`` for a damaged row; ``SessionStoreError``
+        when the backend fails; ``OperationCancelledError`` when cancelled or
+        past the deadline.
         """
-        raise NotImplementedError
+        raise unsupported(self, "load")
 
     @port_stub
     async def save(
@@ -195,20 +202,42 @@ class SessionStore:
         """Store ``snapshot`` if the current revision equals ``expected_revision``.
 
         ``expected_revision=None`` means the session must not exist yet. Return
-        the new revision. On mismatch raise ``SessionConflictError`` and change
-        nothing.
+        the new revision, greater than ``expected_revision``. On mismatch raise
+        ``SessionConflictError`` and change nothing. Store the snapshot's bytes
+        exactly (:func:`snapshot_bytes`), so its digest still matches on load.
+
+        Call ``ctx.raise_if_expired("session save")`` before writing, and do
+        not commit after ``ctx.signal`` is cancelled.
+
+        Raises: ``SessionConflictError`` on a revision mismatch;
+        ``SessionStoreError`` when the backend fails; ``OperationCancelledError``
+        when cancelled or past the deadline (nothing written).
         """
-        raise NotImplementedError
+        raise unsupported(self, "save")
 
     @port_stub
     async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
-        """Up to ``limit`` session ids of one user, sorted. Declared by ``listing``."""
-        raise NotImplementedError("this session store does not declare listing")
+        """Up to ``limit`` session ids of one user, sorted. Declared by ``listing``.
+
+        Call ``ctx.raise_if_expired("session listing")`` before reading.
+
+        Raises: ``SessionStoreError`` when the backend fails;
+        ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "list_sessions", "listing")
 
     @port_stub
     async def health(self, ctx: OpContext) -> str:
-        """Run a bounded health probe. Declared by ``health_check``."""
-        raise NotImplementedError("this session store does not declare health_check")
+        """Run a bounded health probe. Declared by ``health_check``.
+
+        Call ``ctx.raise_if_expired("session store health")`` before probing.
+
+        Raises: ``SessionStoreError`` when unhealthy; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError`` when
+        not declared.
+        """
+        raise unsupported(self, "health", "health_check")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""

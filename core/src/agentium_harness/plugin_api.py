@@ -1,0 +1,184 @@
+"""The public API for adapter and plugin authors.
+
+Everything an adapter needs comes from this one module: the ``@hookimpl``
+marker and :class:`AdapterSpec` to register, the seven ports with their
+records and capability classes, the operation context, the canonical
+encoding and digests, the injective key encoding for backend keys, the
+errors an adapter raises, and reusable bases such as
+:class:`ThreadBoundAdapter` for blocking clients. Hosts use
+:mod:`agentium_harness`; contract suites and test helpers are in
+:mod:`agentium_harness.testing`. See ``docs/api.md`` and ``docs/plugins.md``.
+"""
+
+from __future__ import annotations
+
+from .adapters.threaded import ThreadBoundAdapter
+from .codec import (
+    canonical_json,
+    digest_bytes,
+    digest_of,
+    from_json,
+    make_converter,
+    register_structure_hook,
+    to_json,
+)
+from .errors import (
+    ArchiveConflictError,
+    ArchiveCorruptError,
+    ArchiveError,
+    ContractViolationError,
+    EncodingError,
+    OperationCancelledError,
+    RecordDecodeError,
+    SessionConflictError,
+    SessionStoreError,
+    SnapshotCorruptError,
+    UnsupportedOperationError,
+)
+from .history import Message, MessageGroup, RetainedRecord, Role, ToolCall, estimate_tokens
+from .plugins.hookspecs import hookimpl
+from .plugins.spec import AdapterSpec, Register
+from .ports._base import CancelSignal, Capabilities, OpContext, port_stub
+from .ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from .ports.memory import (
+    MemoryAck,
+    MemoryCapabilities,
+    MemoryEvent,
+    MemoryEventKind,
+    MemoryFact,
+    MemoryStore,
+)
+from .ports.provider import (
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    ProviderCapabilities,
+    SourceBlock,
+    SourceKind,
+    ToolSpec,
+    Usage,
+)
+from .ports.recall import (
+    Candidate,
+    Completeness,
+    Excerpt,
+    OmittedContext,
+    RecallCapabilities,
+    RecallLimits,
+    RecallSession,
+    RecallStore,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+)
+from .ports.sessions import (
+    SNAPSHOT_FORMAT_VERSION,
+    ArchiveDivergence,
+    SessionSnapshot,
+    SessionStore,
+    SessionStoreCapabilities,
+    StoredSnapshot,
+    verify_snapshot,
+)
+from .ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary
+from .ports.verify import (
+    MAX_EVIDENCE_BYTES,
+    MAX_EVIDENCE_ENTRIES,
+    CompletionCandidate,
+    CompletionVerifier,
+    EvidenceEntry,
+    Verdict,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
+)
+from .scope import RecallScope, Scope, SessionKey, decode_segment, encode_segment
+
+__all__ = [
+    "MAX_EVIDENCE_BYTES",
+    "MAX_EVIDENCE_ENTRIES",
+    "SNAPSHOT_FORMAT_VERSION",
+    "AdapterSpec",
+    "ArchiveCapabilities",
+    "ArchiveConflictError",
+    "ArchiveCorruptError",
+    "ArchiveDivergence",
+    "ArchiveError",
+    "ArchiveReceipt",
+    "CancelSignal",
+    "Candidate",
+    "Capabilities",
+    "Citation",
+    "CompletionCandidate",
+    "CompletionVerifier",
+    "Completeness",
+    "ContractViolationError",
+    "EncodingError",
+    "EvidenceEntry",
+    "Excerpt",
+    "HistoryArchive",
+    "MemoryAck",
+    "MemoryCapabilities",
+    "MemoryEvent",
+    "MemoryEventKind",
+    "MemoryFact",
+    "MemoryStore",
+    "Message",
+    "MessageGroup",
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "OmittedContext",
+    "OpContext",
+    "OperationCancelledError",
+    "ProviderCapabilities",
+    "RecallCapabilities",
+    "RecallLimits",
+    "RecallScope",
+    "RecallSession",
+    "RecallStore",
+    "RecordDecodeError",
+    "Register",
+    "RetainedRecord",
+    "Role",
+    "Scope",
+    "SessionConflictError",
+    "SessionKey",
+    "SessionSnapshot",
+    "SessionStore",
+    "SessionStoreCapabilities",
+    "SessionStoreError",
+    "SnapshotCorruptError",
+    "SourceBlock",
+    "SourceKind",
+    "SourceRef",
+    "StoredSnapshot",
+    "Summarizer",
+    "SummarizerCapabilities",
+    "TaskSummary",
+    "ThreadBoundAdapter",
+    "ToolCall",
+    "ToolSpec",
+    "UnsupportedOperationError",
+    "Usage",
+    "Validation",
+    "ValidationStatus",
+    "Verdict",
+    "VerificationResult",
+    "VerifierCapabilities",
+    "VerifyContext",
+    "canonical_json",
+    "check_archived_group",
+    "decode_segment",
+    "digest_bytes",
+    "digest_of",
+    "encode_segment",
+    "estimate_tokens",
+    "from_json",
+    "hookimpl",
+    "make_converter",
+    "port_stub",
+    "register_structure_hook",
+    "to_json",
+    "verify_snapshot",
+]
