@@ -379,8 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sizes",
         type=int,
         nargs="+",
-        default=[100, 1000, 10_000],
-        help="prior messages (default 100 1000 10000)",
+        help="prior messages (default 100 1000 10000; with --quick 10 100)",
     )
     parser.add_argument(
         "--turns", type=int, default=20, help="max timed turns per worker per round (default 20)"
@@ -395,7 +394,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--warmup", type=int, default=3, help="untimed turns per worker first (default 3)")
     parser.add_argument(
-        "--quick", action="store_true", help="smoke run: sizes 10 100, 2 rounds of up to 3 turns"
+        "--quick",
+        action="store_true",
+        help="smoke run: 2 rounds of up to 3 turns, sizes 10 100 unless --sizes",
     )
     parser.add_argument(
         "--peer-env",
@@ -421,7 +422,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.rounds, args.turns, args.warmup, args.batch_seconds = [10, 100], 2, 3, 1, 0.25
+        args.rounds, args.turns, args.warmup, args.batch_seconds = 2, 3, 1, 0.25
+    if args.sizes is None:
+        args.sizes = [10, 100] if args.quick else [100, 1000, 10_000]
     sizes = sorted(set(args.sizes))
     if any(n < 2 or n % 2 for n in sizes):
         parser.error(

@@ -56,12 +56,24 @@ def _row(system: str, size: str) -> str:
     return rf"^\| {re.escape(system)} \| {size}{numbers}"
 
 
+def _assert_disk_limit_uses_agentiums_commit_count(out: str) -> None:
+    # N is whatever Agentium's turn commits at the largest size (2 before the fast path, 1 with it).
+    found = re.search(
+        r"^disk limit: (\d+) fsynced commits per turn \(Agentium's (\d+\.\d\d) commits per turn", out, re.M
+    )
+    assert found, out
+    n, counted = int(found.group(1)), float(found.group(2))
+    assert n >= 1 and n == max(1, round(counted)), out
+    assert _has(_row(f"disk limit ({n} commits)", "-"), out), out
+    # The disk worker's own count confirms it did N commits per timed turn.
+    assert _has(rf"^\| disk limit \({n} commits\) \| - \|.* \| {n}\.00 \| [\d.]+ \|$", out), out
+
+
 def _assert_agentium_and_disk(out: str) -> None:
     for size in ("10", "100"):
         assert _has(_row("agentium", size), out), out
-    assert _has(_row("disk limit (2 commits)", "-"), out), out
     assert _has(r"^  agentium \(agentium-harness \S+; current interpreter\): runtime\.run", out), out
-    assert _has(r"^disk limit: 2 fsynced commits per turn \(Agentium's 2\.00 commits per turn", out), out
+    _assert_disk_limit_uses_agentiums_commit_count(out)
     assert _has(r"^  Agentium median / disk limit: 10: \d+\.\d\d   100: \d+\.\d\d$", out), out
     assert _has(r"^  Agentium / disk limit \(worst size\) <= 3: \d+\.\d\d  (PASS|MISS)$", out), out
     assert "every connection checked after warm-up: journal_mode=wal, synchronous=FULL" in out, out
@@ -109,20 +121,22 @@ def available_peers() -> list[str]:
     return found
 
 
-def test_with_peers_it_prints_their_rows_ratios_and_growth(available_peers: list[str]) -> None:
+def test_with_peers_it_prints_their_rows_ratios_and_includes(available_peers: list[str]) -> None:
     if not available_peers:
         pytest.skip(
             "peer packages not installed (langgraph, langgraph-checkpoint-sqlite, openai-agents): not "
             "importable here and no venv under benchmarks/.venvs; `python benchmarks/peers.py` creates them"
         )
-    out = _run()
-    _assert_agentium_and_disk(out)
+    # One size keeps this under ~15 s: every peer process pays a 1.5-3 s import. Growth over two
+    # sizes goes through the same code as Agentium's, checked in the test without peers.
+    out = _run("--sizes", "100")
+    assert _has(_row("agentium", "100"), out), out
+    _assert_disk_limit_uses_agentiums_commit_count(out)
+    assert "every connection checked after warm-up: journal_mode=wal, synchronous=FULL" in out, out
     for name in available_peers:
         assert f"PEER NOT INSTALLED: {name}" not in out, out
-        for size in ("10", "100"):
-            assert _has(_row(name, size), out), out
-        assert _has(rf"^  vs {name}:\n    10: \d+\.\d+ \(.*\)\n    100: \d+\.\d+ \(", out), out
-        assert _has(rf"^  {re.escape(name)}\s+100/10: \d+\.\d+$", out), out  # growth
+        assert _has(_row(name, "100"), out), out
+        assert _has(rf"^  vs {name}:\n    100: \d+\.\d+ \(.* \d+\.\dx faster\)$", out), out
         assert _has(rf"^  {re.escape(name)} \(.*\): \S", out), out  # what its turn includes
     if "openai-agents" in available_peers:
         assert _has(r"^  Agentium / openai-agents at 100 <= 1\.0: \d+\.\d+  (PASS|MISS)$", out), out
