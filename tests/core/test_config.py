@@ -110,7 +110,7 @@ def test_minimal_config_gets_defaults() -> None:
     assert config.provider.options == {}
     assert config.runtime.instructions == DEFAULT_INSTRUCTIONS == "You are a helpful assistant."
     assert config.runtime.resident == ResidentLimits()
-    assert config.recall is None and config.summary is None
+    assert config.recall is None and config.summarizer is None
     assert config.verifier is None and config.memory is None
 
 
@@ -131,7 +131,7 @@ max_candidates = 4
 max_latency_s = 1
 [recall.options]
 index = "main"
-[summary]
+[summarizer]
 plugin = "tsum"
 [verifier]
 plugin = "tverify"
@@ -146,7 +146,7 @@ plugin = "tmemory"
     assert config.recall.budget == RecallLimits(max_candidates=4, max_latency_s=1.0)
     assert isinstance(config.recall.budget.max_latency_s, float)
     assert config.recall.options == {"index": "main"}
-    assert config.summary is not None and config.summary.plugin == "tsum"
+    assert config.summarizer is not None and config.summarizer.plugin == "tsum"
     assert config.component("verifier") is config.verifier
 
 
@@ -168,7 +168,7 @@ max_candidate = 2
     assert errors["$.colour"].startswith("unknown key; allowed keys: provider, archive, session_store")
     assert errors["$.runtime.instruction"] == (
         "unknown key; did you mean 'instructions'?; allowed keys: instructions, resident, max_steps, "
-        "source_tokens, settle_timeout_s, op_timeout_s"
+        "source_tokens, settle_timeout_s, op_timeout_s, tool_timeout_s, close_timeout_s"
     )
     assert "did you mean 'max_groups'?" in errors["$.runtime.resident.max_group"]
     assert "did you mean 'max_candidates'?" in errors["$.recall.budget.max_candidate"]
@@ -355,7 +355,7 @@ def test_plugin_options_are_structured_into_its_config_class(
         max_candidates = 3
         [recall.options]
         weights = [1, 0.5]
-        [summary]
+        [summarizer]
         plugin = "tsum"
         """,
     )
@@ -364,10 +364,10 @@ def test_plugin_options_are_structured_into_its_config_class(
     assert resolved.archive.options == good.GoodArchiveConfig(label="main", max_items=5)
     assert resolved.archive.distribution == "agentium-test-good"
     assert resolved.archive.version == "1.2.0"
-    assert resolved.recall is not None and resolved.summary is not None
+    assert resolved.recall is not None and resolved.summarizer is not None
     assert resolved.recall.options == good.RecallOptions(weights=[1.0, 0.5])
     assert resolved.recall_limits == RecallLimits(max_candidates=3)
-    assert resolved.summary.kind == "summarizer"
+    assert resolved.summarizer.kind == "summarizer"
 
 
 def test_bad_plugin_options_have_paths_under_options(tmp_path: Path, registry: PluginRegistry) -> None:
@@ -469,7 +469,7 @@ def test_broken_plugins_are_harmless_when_not_selected(tmp_path: Path, registry:
 
 
 def test_recall_with_summary_needs_canonical_archive_reads(tmp_path: Path, registry: PluginRegistry) -> None:
-    text = BASE + '\n[recall]\nplugin = "norecall"\n[summary]\nplugin = "tsum"\n'
+    text = BASE + '\n[recall]\nplugin = "norecall"\n[summarizer]\nplugin = "tsum"\n'
     with pytest.raises(ConfigError) as info:
         load_config(_write(tmp_path, text), registry, environ={})
     errors = _issues(info)
@@ -500,7 +500,7 @@ def test_every_error_of_both_phases_is_reported_together(tmp_path: Path, registr
         plugin = "norecall"
         [recall.options]
         index = "${INDEX_NAME}"
-        [summary]
+        [summarizer]
         plugin = "tsum"
         """,
     )

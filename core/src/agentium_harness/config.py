@@ -28,6 +28,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar, get_args, get_origin
 
 import attrs
@@ -45,15 +46,19 @@ from cattrs.errors import (
     IterableValidationError,
 )
 
-from .codec import converter
-from .engine.limits import ResidentLimits
+from .codec import make_converter
+from .engine.limits import ResidentLimits, RuntimeLimits
 from .errors import ConfigError, ConfigIssue, PluginNotFoundError
-from .plugins.registry import PluginRegistry, RegisteredAdapter
-from .plugins.spec import AdapterSpec
+from .plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
+from .plugins.spec import AdapterSpec, resolve_path_options
+from .ports import PORT_KIND_TABLE
 from .ports.recall import RecallLimits
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
+    "MAX_CONFIG_BYTES",
+    "MAX_NESTING",
+    "REQUIRED_SECTIONS",
     "SECTION_KINDS",
     "ComponentConfig",
     "HarnessConfig",
@@ -72,19 +77,23 @@ T = TypeVar("T")
 #: The instructions used when ``[runtime] instructions`` is not set.
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
-#: Config section → adapter kind (as in ``agentium_harness.ports.PORT_KINDS``).
-SECTION_KINDS: Mapping[str, str] = {
-    "provider": "provider",
-    "archive": "archive",
-    "session_store": "session_store",
-    "recall": "recall",
-    "summary": "summarizer",
-    "verifier": "verifier",
-    "memory": "memory",
-}
+#: Config section → adapter kind, derived from :data:`agentium_harness.ports.PORT_KIND_TABLE`
+#: (in table order, which is the order reports list sections in).
+SECTION_KINDS: Mapping[str, str] = MappingProxyType({k.section: k.name for k in PORT_KIND_TABLE})
 
-#: Sections that must be present.
-REQUIRED_SECTIONS: tuple[str, ...] = ("provider", "archive", "session_store")
+#: Sections that must be present (the kinds every runtime needs).
+REQUIRED_SECTIONS: tuple[str, ...] = tuple(k.section for k in PORT_KIND_TABLE if k.required)
+
+#: Largest config file read, in bytes. A config is a few kilobytes; the cap
+#: keeps ``agentium check /dev/zero`` or a mistyped path to a huge file from
+#: reading without end.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+#: Deepest nesting of tables and arrays accepted. The schema needs four
+#: levels (``[recall.budget]``, option tables of tables); the cap stops a
+#: small file nested hundreds of levels deep before the recursive TOML parser
+#: and the checks run out of stack.
+MAX_NESTING = 32
 
 
 # --------------------------------------------------------------------- schema
@@ -92,19 +101,41 @@ REQUIRED_SECTIONS: tuple[str, ...] = ("provider", "archive", "session_store")
 
 @attrs.frozen(slots=True)
 class RuntimeConfig:
-    """``[runtime]``: host instructions, run limits and resident history bounds (``[runtime.resident]``).
+    """``[runtime]``: host instructions and the runtime's limits.
 
-    ``max_steps`` (model calls per run), ``source_tokens`` (prompt budget of
-    labeled source data, wrappers included), ``settle_timeout_s`` and
-    ``op_timeout_s`` mirror :class:`~agentium_harness.engine.runtime.RuntimeLimits`.
+    In the file, the keys of :class:`~agentium_harness.engine.limits.RuntimeLimits`
+    sit directly in ``[runtime]`` next to ``instructions`` (``max_steps``,
+    ``source_tokens``, ``settle_timeout_s``, ``op_timeout_s``,
+    ``tool_timeout_s``, ``close_timeout_s``, and the ``[runtime.resident]``
+    table); here they are one ``limits`` record, so the limits are declared
+    once, in the engine, and a new limit is configurable without a change here.
     """
 
     instructions: str = DEFAULT_INSTRUCTIONS
-    resident: ResidentLimits = attrs.field(factory=ResidentLimits)
-    max_steps: int = attrs.field(default=8, validator=attrs.validators.gt(0))
-    source_tokens: int = attrs.field(default=2048, validator=attrs.validators.gt(0))
-    settle_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
-    op_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    limits: RuntimeLimits = attrs.field(
+        factory=RuntimeLimits, validator=attrs.validators.instance_of(RuntimeLimits)
+    )
+
+    @property
+    def resident(self) -> ResidentLimits:
+        """Resident history bounds (``[runtime.resident]``), from :attr:`limits`."""
+        return self.limits.resident
+
+
+def _runtime_table_class() -> type:
+    """The ``[runtime]`` table as TOML spells it: ``instructions`` plus every RuntimeLimits field.
+
+    Generated from :class:`RuntimeLimits` (types, defaults and validators), so
+    unknown keys, type errors and "did you mean" hints name the real keys and
+    nothing is declared twice.
+    """
+    fields: dict[str, Any] = {"instructions": attrs.field(default=DEFAULT_INSTRUCTIONS, type=str)}
+    for field in attrs.fields(attrs.resolve_types(RuntimeLimits)):
+        fields[field.name] = attrs.field(default=field.default, validator=field.validator, type=field.type)
+    return attrs.make_class("RuntimeTable", fields, frozen=True, slots=True)
+
+
+_RuntimeTable = _runtime_table_class()
 
 
 @attrs.frozen(slots=True)
@@ -136,7 +167,7 @@ class HarnessConfig:
     session_store: ComponentConfig
     runtime: RuntimeConfig = attrs.field(factory=RuntimeConfig)
     recall: RecallConfig | None = None
-    summary: ComponentConfig | None = None
+    summarizer: ComponentConfig | None = None
     verifier: ComponentConfig | None = None
     memory: ComponentConfig | None = None
 
@@ -168,8 +199,10 @@ class ResolvedComponent:
 class ResolvedConfig:
     """Everything the runtime needs to build itself from a config file, with nothing built yet.
 
-    ``base_dir`` is the config file's directory (``None`` for text), against
-    which adapters' relative paths are meant to be resolved. ``registry`` is the
+    ``base_dir`` is the config file's directory (``None`` for text). Option
+    fields marked as paths (see :data:`~agentium_harness.plugins.spec.PATH_OPTION`)
+    were already resolved against it, so each component's ``options`` are
+    ready to build from whatever the working directory is. ``registry`` is the
     registry the components came from; it also broadcasts lifecycle hooks.
     """
 
@@ -179,7 +212,7 @@ class ResolvedConfig:
     archive: ResolvedComponent
     session_store: ResolvedComponent
     recall: ResolvedComponent | None = None
-    summary: ResolvedComponent | None = None
+    summarizer: ResolvedComponent | None = None
     verifier: ResolvedComponent | None = None
     memory: ResolvedComponent | None = None
     base_dir: Path | None = None
@@ -191,9 +224,14 @@ class ResolvedConfig:
         return self.config.runtime.instructions
 
     @property
+    def limits(self) -> RuntimeLimits:
+        """The runtime's limits (``[runtime]`` and ``[runtime.resident]``)."""
+        return self.config.runtime.limits
+
+    @property
     def resident(self) -> ResidentLimits:
         """Resident history bounds (``[runtime.resident]``)."""
-        return self.config.runtime.resident
+        return self.config.runtime.limits.resident
 
     @property
     def recall_limits(self) -> RecallLimits | None:
@@ -359,15 +397,15 @@ def _is_collection(type_: Any) -> bool:
 
 
 def _config_converter() -> cattrs.Converter:
-    """The core converter, made strict about scalar and array types for hand-written files.
+    """A lenient core converter made strict about scalars and arrays, with messages for people.
 
-    The core's converter coerces (``int("12")``, ``int(True)``, ``list("abc")``)
-    because it reads data it wrote itself. A config file is written by a
-    person, so ``max_groups = "8"`` or ``max_groups = true`` must be an error,
-    not a silent conversion. A fresh copy per call picks up every hook other
-    modules registered on the core converter up to now.
+    A config file is written by a person, so ``max_groups = "8"`` or
+    ``max_groups = true`` must be an error, not a silent conversion; the
+    messages name TOML types ("expected an integer, got string"). A new
+    converter per call picks up every structure rule adapters registered
+    with :func:`agentium_harness.codec.register_structure_hook` up to now.
     """
-    base = converter.copy()
+    base = make_converter(strict=False)
     base.register_structure_hook(str, _strict_str)
     base.register_structure_hook(int, _strict_int)
     base.register_structure_hook(float, _strict_float)
@@ -392,6 +430,14 @@ def _config_converter() -> cattrs.Converter:
         return hook
 
     strict.register_structure_hook_factory(_is_collection, collection_factory)
+
+    def runtime_hook(value: Any, _: type) -> RuntimeConfig:
+        table: Any = strict.structure(value, _RuntimeTable)
+        values = attrs.asdict(table, recurse=False)
+        instructions = values.pop("instructions")
+        return RuntimeConfig(instructions=instructions, limits=RuntimeLimits(**values))
+
+    strict.register_structure_hook(RuntimeConfig, runtime_hook)
     return strict
 
 
@@ -500,29 +546,129 @@ def _structure(
 # ------------------------------------------------------------------ phase (a)
 
 
+def _too_large(source: str | None) -> ConfigError:
+    return ConfigError(
+        [
+            ConfigIssue(
+                "$", f"config file larger than {MAX_CONFIG_BYTES} bytes ({MAX_CONFIG_BYTES // 1024} KiB)"
+            )
+        ],
+        source,
+    )
+
+
 def _read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path | None]:
-    """Return (text, shown source name, base directory)."""
+    """Return (text, shown source name, base directory).
+
+    At most :data:`MAX_CONFIG_BYTES` + 1 bytes are read, so a device such as
+    ``/dev/zero`` or a huge file is refused after one bounded read.
+    """
     if isinstance(source, str):
+        if len(source) > MAX_CONFIG_BYTES:  # characters: a cheap bound before encoding
+            raise _too_large(None)
         return source, None, None
     path = Path(source)
+    shown = str(path)
     try:
-        return path.read_bytes().decode("utf-8"), str(path), path.resolve().parent
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        base_dir = path.resolve().parent
     except OSError as exc:
         raise ConfigError(
-            [ConfigIssue("$", f"cannot read config file: {exc.strerror or exc}")], str(path)
+            [ConfigIssue("$", f"cannot read config file: {exc.strerror or exc}")], shown
         ) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _too_large(shown)
+    try:
+        return data.decode("utf-8"), shown, base_dir
     except UnicodeDecodeError as exc:
-        raise ConfigError([ConfigIssue("$", f"config file is not UTF-8: {exc}")], str(path)) from exc
+        raise ConfigError([ConfigIssue("$", f"config file is not UTF-8: {exc}")], shown) from exc
+
+
+def _bracket_depth(text: str) -> tuple[int, int]:
+    """The deepest ``[``/``{`` nesting in TOML text outside strings and comments, and its line.
+
+    A small scanner, not a parser: it only has to find runaway nesting before
+    :mod:`tomllib`, which recurses once per level, can hit Python's recursion
+    limit. Table headers count one or two levels, which the cap allows.
+    """
+    depth = deepest = 0
+    deepest_line = line = 1
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "\"'":
+            triple = text.startswith(ch * 3, i)
+            quote = ch * 3 if triple else ch
+            j = i + len(quote)
+            while j < n:
+                if ch == '"' and text[j] == "\\":
+                    j += 2  # basic strings have escapes; literal strings do not
+                    continue
+                if text.startswith(quote, j):
+                    break
+                if text[j] == "\n":
+                    if not triple:
+                        break  # an unterminated one-line string: tomllib reports it
+                    line += 1
+                j += 1
+            i = j + len(quote)
+            continue
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_line = depth, line
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return deepest, deepest_line
+
+
+def _data_depth(data: Any) -> tuple[int, str]:
+    """The deepest nesting of parsed data (tables and arrays) and the path where it is, without recursion."""
+    deepest, where = 0, "$"
+    stack: list[tuple[Any, int, str]] = [(data, 0, "$")]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > deepest:
+            deepest, where = depth, path
+        if depth > MAX_NESTING:
+            break  # deep enough to refuse; no need to walk the rest
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, _join(path, k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, _join(path, i)) for i, v in enumerate(value))
+    return deepest, where
 
 
 def _parse_toml(text: str, source: str | None) -> dict[str, Any]:
+    depth, line = _bracket_depth(text)
+    if depth > MAX_NESTING:
+        raise ConfigError(
+            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (line {line})")],
+            source,
+        )
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         hint = ""
         if source is None and "=" not in text and "\n" not in text.strip():
             hint = " (parse_config takes TOML text; pass a pathlib.Path or use load_config to read a file)"
         raise ConfigError([ConfigIssue("$", f"invalid TOML: {exc}{hint}")], source) from exc
+    # Dotted keys (a.b.c... = 1) and table headers nest without brackets.
+    depth, where = _data_depth(data)
+    if depth > MAX_NESTING:
+        raise ConfigError(
+            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (at {where})")],
+            source,
+        )
+    return data
 
 
 def _phase_a(
@@ -571,15 +717,23 @@ def _resolve_component(
     options: Any,
     registry: PluginRegistry,
     conv: cattrs.Converter,
+    base_dir: Path | None,
 ) -> tuple[ResolvedComponent | None, RegisteredAdapter | None, list[ConfigIssue]]:
     kind = SECTION_KINDS[section]
     try:
         found = registry.adapter(kind, plugin)
     except PluginNotFoundError as exc:
         return None, None, [ConfigIssue(f"$.{section}.plugin", str(exc))]
-    structured, issues = _structure(options, found.spec.config_class, f"$.{section}.options", conv)
+    where = f"$.{section}.options"
+    structured, issues = _structure(options, found.spec.config_class, where, conv)
     if issues:
         return None, found, issues
+    if base_dir is not None:
+        try:
+            structured = resolve_path_options(structured, base_dir)
+        except (ValueError, TypeError) as exc:  # the config class refused the resolved path
+            field = _field_named_in(exc, found.spec.config_class)
+            return None, found, [ConfigIssue(_join(where, field) if field else where, str(exc))]
     component = ResolvedComponent(
         section=section,
         kind=kind,
@@ -596,28 +750,28 @@ def _combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set
     """Capability combinations the runtime would refuse at construction (R9, R10)."""
     issues: list[ConfigIssue] = []
     recall = adapters.get("recall")
-    if recall is not None and "summary" in sections:
+    if recall is not None and "summarizer" in sections:
         if not recall.capabilities.declared().get("canonical_archive_reads", False):
             issues.append(
                 ConfigIssue(
                     "$.recall.plugin",
                     f"recall store {recall.name!r} ({recall.distribution}) does not declare "
                     "canonical_archive_reads, which recall together with summaries requires (R9): "
-                    "choose a recall store that declares it, or remove [summary]",
+                    "choose a recall store that declares it, or remove [summarizer]",
                 )
             )
     return issues
 
 
 def _resolve_sections(
-    sections: Mapping[str, tuple[str, Any]], registry: PluginRegistry
+    sections: Mapping[str, tuple[str, Any]], registry: PluginRegistry, base_dir: Path | None
 ) -> tuple[dict[str, ResolvedComponent], list[ConfigIssue]]:
     conv = _config_converter()
     resolved: dict[str, ResolvedComponent] = {}
     adapters: dict[str, RegisteredAdapter] = {}
     issues: list[ConfigIssue] = []
     for section, (plugin, options) in sections.items():
-        component, adapter, found = _resolve_component(section, plugin, options, registry, conv)
+        component, adapter, found = _resolve_component(section, plugin, options, registry, conv, base_dir)
         issues.extend(found)
         if adapter is not None:
             adapters[section] = adapter
@@ -666,7 +820,7 @@ def _assemble(
         archive=resolved["archive"],
         session_store=resolved["session_store"],
         recall=resolved.get("recall"),
-        summary=resolved.get("summary"),
+        summarizer=resolved.get("summarizer"),
         verifier=resolved.get("verifier"),
         memory=resolved.get("memory"),
         base_dir=base_dir,
@@ -683,11 +837,14 @@ def resolve_config(
 ) -> ResolvedConfig:
     """Phase (b): select each component's registration and structure its options. Builds nothing.
 
+    With ``base_dir``, relative paths in option fields marked as paths
+    (:data:`~agentium_harness.plugins.spec.PATH_OPTION`) are resolved against it.
+
     :raises ConfigError: listing every unknown or ambiguous plugin (at ``$.<section>.plugin``),
         every bad option (at ``$.<section>.options.<key>``) and every capability
         combination the runtime would refuse.
     """
-    resolved, issues = _resolve_sections(_sections_of(config), registry)
+    resolved, issues = _resolve_sections(_sections_of(config), registry, base_dir)
     if issues:
         raise ConfigError(_ordered(issues), source)
     return _assemble(config, resolved, registry, base_dir, source)
@@ -701,16 +858,24 @@ def load_config(
 ) -> ResolvedConfig:
     """Both phases for the config file at ``path``, reporting every problem of both at once.
 
-    :param registry: where plugins are looked up; by default a registry loaded
-        with the same ``environ`` (so ``AGENTIUM_PLUGINS`` there applies).
+    Relative paths in option fields marked as paths are resolved against the
+    config file's folder, whatever the working directory.
+
+    :param registry: where plugins are looked up. By default a registry is
+        loaded under the operator's plugin lists: ``AGENTIUM_PLUGINS`` and
+        ``AGENTIUM_DISABLE_PLUGINS`` of the *process* environment always
+        apply, and those in ``environ`` can only narrow them further (see
+        :func:`~agentium_harness.plugins.registry.operator_plugin_lists`).
+    :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
     :raises ConfigError: listing every issue found.
     """
     text, shown, base_dir = _read_source(Path(path))
     data, config, issues, unset = _phase_a(text, shown, environ)
     if registry is None:
-        registry = PluginRegistry.load(environ=environ)
+        allow, block = operator_plugin_lists(environ)
+        registry = PluginRegistry.load(allow=allow, block=block)
     sections = _sections_of(config) if config is not None else _raw_sections(data)
-    resolved, resolve_issues = _resolve_sections(sections, registry)
+    resolved, resolve_issues = _resolve_sections(sections, registry, base_dir)
     issues.extend(_without(resolve_issues, unset))
     if issues or config is None:
         raise ConfigError(_ordered(issues), shown)

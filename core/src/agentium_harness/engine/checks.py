@@ -20,6 +20,10 @@ def _implemented(cls: type, method: str) -> bool:
 def adapter_problems(kind: str, cls: type, *, require_own_declaration: bool) -> list[str]:
     """Every reason why ``cls`` is not a valid ``kind`` adapter, as messages (empty when valid).
 
+    What is required comes from the kind's :class:`~agentium_harness.ports.PortKind`:
+    its capability class and required flags, its core methods, its session
+    methods, and the method behind every flag the class declares.
+
     ``require_own_declaration`` demands that ``capabilities`` be declared in the
     class body itself rather than inherited (load-time rule for registrations).
     """
@@ -50,13 +54,26 @@ def adapter_problems(kind: str, cls: type, *, require_own_declaration: bool) -> 
     for flag in port.capability_class.REQUIRED:
         if not flags.get(flag, False):
             problems.append(f"missing required capability flag {flag!r}")
-    session_cls = getattr(cls, "session_class", None) if kind == "recall" else None
-    wanted = [(m, "core method") for m in port.core_methods] + [
-        (port.capability_class.METHODS[f], f"declared capability {f!r}")
-        for f, on in flags.items()
-        if on and f in port.capability_class.METHODS
-    ]
+    # Session methods live on the class the adapter's ``open`` returns; only
+    # kinds whose table entry lists session methods have one.
+    has_sessions = bool(port.session_methods) or any(
+        target.startswith("session:") for target in port.capability_class.METHODS.values()
+    )
+    session_cls = getattr(cls, "session_class", None) if has_sessions else None
+    wanted = (
+        [(m, "core method") for m in port.core_methods]
+        + [(f"session:{m}", "session method") for m in port.session_methods]
+        + [
+            (port.capability_class.METHODS[f], f"declared capability {f!r}")
+            for f, on in flags.items()
+            if on and f in port.capability_class.METHODS
+        ]
+    )
+    checked: set[str] = set()
     for method, why in wanted:
+        if method in checked:
+            continue  # a required flag may name a core method again: report it once
+        checked.add(method)
         if method.startswith("session:"):
             name = method.removeprefix("session:")
             if not isinstance(session_cls, type):

@@ -9,46 +9,43 @@ from typing import Any
 from ..config import ResolvedConfig, load_config
 from ..errors import ConfigError, ConfigIssue
 from ..plugins.registry import PluginRegistry
-from .runtime import HarnessRuntime, RuntimeLimits, create_harness_runtime
+from ..ports import PORT_KINDS
+from .runtime import HarnessRuntime, create_harness_runtime
+from .tools import ToolRegistry
 
 __all__ = ["build_runtime", "load_runtime"]
 
 
-def build_runtime(resolved: ResolvedConfig) -> HarnessRuntime:
+def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None) -> HarnessRuntime:
     """Create every configured adapter and the runtime over them.
 
-    Adapters built here are owned by the runtime (closed by ``aclose``).
-    Building does no I/O: adapter factories must defer connections to first
-    use. A factory that raises is reported as a :class:`ConfigError` at the
-    section's path.
+    Adapters built here are owned by the runtime (closed by ``aclose``). Each
+    goes to ``create_harness_runtime`` under its kind's factory argument (from
+    :data:`~agentium_harness.ports.PORT_KINDS`). Building does no I/O: adapter
+    factories must defer connections to first use. A factory that raises is
+    reported as a :class:`ConfigError` at the section's path. ``tools`` is the
+    host's tool registry (a config file never names code, so tools come from
+    the host).
     """
     built: dict[str, Any] = {}
     issues: list[ConfigIssue] = []
     for section, component in resolved.components().items():
         try:
-            built[section] = component.spec.build(component.options)
+            # Options from load_config already hold resolved paths; base_dir
+            # also covers a ResolvedConfig a host assembled itself.
+            adapter = component.spec.build(component.options, base_dir=resolved.base_dir)
         except Exception as exc:  # a plugin factory's failure is a config problem for the user
             issues.append(ConfigIssue(f"$.{section}", f"plugin {component.plugin!r} failed to build: {exc}"))
+            continue
+        built[PORT_KINDS[component.kind].factory_arg] = adapter
     if issues:
         raise ConfigError(issues, resolved.source)
     runtime_cfg = resolved.config.runtime
-    limits = RuntimeLimits(
-        resident=runtime_cfg.resident,
-        max_steps=runtime_cfg.max_steps,
-        source_tokens=runtime_cfg.source_tokens,
-        settle_timeout_s=runtime_cfg.settle_timeout_s,
-        op_timeout_s=runtime_cfg.op_timeout_s,
-    )
     return create_harness_runtime(
-        provider=built["provider"],
-        archive=built["archive"],
-        session_store=built["session_store"],
-        recall=built.get("recall"),
-        summarizer=built.get("summary"),
-        verifier=built.get("verifier"),
-        memory=built.get("memory"),
-        limits=limits,
+        **built,
+        limits=runtime_cfg.limits,
         instructions=runtime_cfg.instructions,
+        tools=tools,
         hooks=resolved.registry,
         owned=list(built.values()),
     )
@@ -59,6 +56,11 @@ def load_runtime(
     *,
     registry: PluginRegistry | None = None,
     environ: Mapping[str, str] | None = None,
+    tools: ToolRegistry | None = None,
 ) -> HarnessRuntime:
-    """Parse, validate and resolve ``path``, then build the runtime it describes."""
-    return build_runtime(load_config(path, registry, environ=environ))
+    """Parse, validate and resolve ``path``, then build the runtime it describes.
+
+    ``environ`` feeds ``${VAR}`` substitution only; the operator's plugin
+    lists in the process environment always apply (see ``docs/config.md``).
+    """
+    return build_runtime(load_config(path, registry, environ=environ), tools=tools)

@@ -9,17 +9,19 @@ isolated, and reported in load errors or diagnostics.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import pluggy
 
+from ..ports import PORT_KIND_TABLE
 from ..ports.archive import ArchiveReceipt
 from ..ports.memory import MemoryEvent
 from ..scope import SessionKey
 from .spec import Register
 
-__all__ = ["PROJECT_NAME", "hookimpl", "hookspec"]
+__all__ = ["LIFECYCLE_HOOKS", "PROJECT_NAME", "REGISTRATION_HOOKS", "hookimpl", "hookspec"]
 
 #: The pluggy project name, entry-point group and CLI command.
 PROJECT_NAME = "agentium"
@@ -120,16 +122,10 @@ def agentium_session_closed(key: SessionKey, report: Any) -> None:
     """
 
 
-#: Registration hook name for each adapter kind (see ``agentium_harness.ports.PORT_KINDS``).
-REGISTRATION_HOOKS: dict[str, str] = {
-    "archive": "agentium_register_archives",
-    "session_store": "agentium_register_session_stores",
-    "recall": "agentium_register_recall_stores",
-    "summarizer": "agentium_register_summarizers",
-    "verifier": "agentium_register_verifiers",
-    "memory": "agentium_register_memory_stores",
-    "provider": "agentium_register_providers",
-}
+#: Registration hook name for each adapter kind, derived from ``agentium_harness.ports.PORT_KIND_TABLE``
+#: (the hook specifications above are written out so plugin authors can read them; a test
+#: checks that they and the table name the same hooks).
+REGISTRATION_HOOKS: Mapping[str, str] = MappingProxyType({k.name: k.hook for k in PORT_KIND_TABLE})
 
 #: Lifecycle (broadcast) hook names.
 LIFECYCLE_HOOKS: tuple[str, ...] = (

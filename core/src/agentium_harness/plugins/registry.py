@@ -29,6 +29,7 @@ import importlib.metadata
 import inspect
 import os
 import re
+import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -57,6 +58,7 @@ __all__ = [
     "RegisteredAdapter",
     "SkippedPlugin",
     "normalize_distribution_name",
+    "operator_plugin_lists",
 ]
 
 #: The distribution that ships the built-in adapters.
@@ -243,6 +245,7 @@ class PluginRegistry:
         self._rejected: dict[tuple[str, str], list[PluginProblem]] = {}
         self._problems: list[PluginProblem] = []
         self._skipped: list[SkippedPlugin] = []
+        self._stand_ins: dict[int, tuple[object, types.ModuleType]] = {}
 
     # ------------------------------------------------------------------ loading
 
@@ -356,6 +359,7 @@ class PluginRegistry:
         before = len(self._problems)
         state = self._distribution(distribution, version)
         state.modules.append(getattr(plugin, "__name__", type(plugin).__name__))
+        plugin = self._hashable(plugin)
         pname = plugin_name or distribution
         if self._pm.has_plugin(pname):
             pname = f"{pname}#{len(state.plugin_names) + 1}"
@@ -382,6 +386,35 @@ class PluginRegistry:
                     self._call_registration(kind, hook_name, impl, distribution, version)
         return tuple(self._problems[before:])
 
+    def _hashable(self, plugin: object) -> object:
+        """``plugin``, or a stand-in module holding its hook implementations if it is unhashable.
+
+        pluggy's subset callers (how :meth:`broadcast` isolates each
+        implementation) keep plugins in sets, and a
+        :class:`types.SimpleNamespace` is unhashable. The stand-in carries
+        exactly the marked functions pluggy would register from ``plugin``, and
+        the same object always gets the same stand-in, so registering it twice
+        is still refused.
+        """
+        try:
+            hash(plugin)
+        except TypeError:
+            pass
+        else:
+            return plugin
+        found = self._stand_ins.get(id(plugin))
+        if found is not None and found[0] is plugin:
+            return found[1]
+        stand_in = types.ModuleType(f"{type(plugin).__name__}-{id(plugin):x}")
+        marker = f"{PROJECT_NAME}_impl"  # the attribute pluggy's HookimplMarker sets
+        for name in dir(plugin):
+            value = getattr(plugin, name, None)
+            if callable(value) and hasattr(value, marker):
+                setattr(stand_in, name, value)
+        # The original is kept alive next to its stand-in, so its id is never reused.
+        self._stand_ins[id(plugin)] = (plugin, stand_in)
+        return stand_in
+
     def _validate_hooks(self, distribution: str, version: str, plugin: object) -> bool:
         """Refuse unknown (misspelt) hook names and wrappers; True when the plugin is acceptable."""
         ok = True
@@ -396,6 +429,19 @@ class PluginRegistry:
                     version,
                     ProblemStage.HOOK_VALIDATION,
                     f"unknown hook {caller.name!r}: no such hook specification{hint}",
+                    hook=caller.name,
+                )
+                ok = False
+            elif any(getattr(i.plugin, caller.name, None) != i.function for i in impls):
+                # Calls go through pluggy's subset callers, which tell plugins
+                # apart by an attribute named after the hook: a renamed
+                # implementation could not be isolated from the others.
+                self._problem(
+                    distribution,
+                    version,
+                    ProblemStage.HOOK_VALIDATION,
+                    f"{caller.name} is implemented under another name (specname); "
+                    f"name the function {caller.name}",
                     hook=caller.name,
                 )
                 ok = False
@@ -448,10 +494,12 @@ class PluginRegistry:
             accepted.append(spec)
 
         try:
-            result = impl.function(**{arg: register for arg in impl.argnames})
-            if inspect.isawaitable(result):
-                _discard_awaitable(result)
-                raise TypeError("registration hooks must be plain functions, not async")
+            # Through pluggy's hook caller, narrowed to this one plugin, so
+            # pluggy's tracing and monitoring see the call like any other.
+            for result in self._caller_for(hook_name, impl)(register=register):
+                if inspect.isawaitable(result):
+                    _discard_awaitable(result)
+                    raise TypeError("registration hooks must be plain functions, not async")
         except Exception as exc:  # the plugin's failure: discard what this call registered
             self._problem(
                 distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), kind=kind, hook=hook_name
@@ -658,11 +706,37 @@ class PluginRegistry:
 
     # ---------------------------------------------------------------- lifecycle
 
+    def _caller_for(self, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
+        """The pluggy hook caller for ``hook`` restricted to the plugin behind ``impl``.
+
+        ``PluginManager.subset_hook_caller`` is pluggy's public way to call a
+        hook on some plugins only: calling each implementation through its own
+        subset keeps pluggy's argument handling, tracing and monitoring while
+        one implementation's exception cannot stop the others.
+        """
+        others = [p for p in self._pm.get_plugins() if p is not impl.plugin]
+        caller = self._pm.subset_hook_caller(hook, remove_plugins=others)
+        # pluggy only removes plugins that have an attribute named after the
+        # hook; _validate_hooks refuses renamed (specname) implementations, so
+        # the subset holds exactly this one.
+        if caller.get_hookimpls() != [impl]:  # pragma: no cover - guarded at load time
+            raise PluginError(f"{hook}: cannot isolate the implementation of {impl.plugin_name}")
+        return caller
+
     def broadcast(self, hook: str, /, **kwargs: Any) -> list[HookFailure]:
         """Call each implementation of lifecycle ``hook`` on its own; return the ones that raised.
 
-        A raising implementation never stops the others and never raises
-        here. ``kwargs`` must be exactly the hook's arguments.
+        Each implementation is called through pluggy's hook caller for ``hook``
+        (narrowed to its plugin with ``PluginManager.subset_hook_caller``), in
+        registration order, built-ins first. A raising implementation never
+        stops the others and never raises here: it becomes a
+        :class:`HookFailure`. ``kwargs`` must be exactly the hook's arguments.
+
+        This call is synchronous and runs plugin code that may block. On an
+        event loop, call it from a worker thread (``anyio.to_thread.run_sync``),
+        as the engine does; it never touches the loop itself. Implementations
+        must be plain functions: one that returns an awaitable is reported as
+        a failure and the awaitable is closed unrun.
         """
         if hook not in LIFECYCLE_HOOKS:
             raise ValueError(
@@ -677,15 +751,36 @@ class PluginRegistry:
         for impl in caller.get_hookimpls():
             distribution = self._plugin_dist.get(impl.plugin_name, impl.plugin_name)
             try:
-                result = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
-                if inspect.isawaitable(result):
-                    _discard_awaitable(result)
-                    raise TypeError(
-                        "lifecycle hooks must be plain functions; the returned awaitable never ran"
-                    )
+                for result in self._caller_for(hook, impl)(**kwargs):
+                    if inspect.isawaitable(result):
+                        _discard_awaitable(result)
+                        raise TypeError(
+                            "lifecycle hooks must be plain functions; the returned awaitable never ran"
+                        )
             except Exception as exc:  # isolated and reported, by contract
                 failures.append(HookFailure(distribution, hook, _describe(exc)))
         return failures
+
+
+def operator_plugin_lists(
+    environ: Mapping[str, str] | None = None,
+) -> tuple[frozenset[str] | None, frozenset[str]]:
+    """The allow-list and block-list that hold for a load: ``(allow, block)`` for :meth:`PluginRegistry.load`.
+
+    The operator's lists in the *process* environment (``AGENTIUM_PLUGINS``,
+    ``AGENTIUM_DISABLE_PLUGINS`` in :data:`os.environ`) always apply. Lists in
+    ``environ`` (a mapping a host passes for ``${VAR}`` substitution, say) can
+    only narrow them: the allow-lists are intersected, the block-lists joined.
+    ``allow`` is ``None`` when neither sets ``AGENTIUM_PLUGINS`` (load every
+    plugin not blocked).
+    """
+    sources: list[Mapping[str, str]] = [os.environ]
+    if environ is not None and environ is not os.environ:
+        sources.append(environ)
+    allows = [_parse_name_list(env[ENV_ALLOW]) for env in sources if ENV_ALLOW in env]
+    allow = frozenset.intersection(*allows) if allows else None
+    block = frozenset().union(*(_parse_name_list(env.get(ENV_BLOCK, "")) for env in sources))
+    return allow, block
 
 
 def _check_kind(kind: str) -> None:

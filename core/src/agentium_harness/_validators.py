@@ -1,0 +1,130 @@
+"""Shared attrs validators and typed tuple converters, so each rule is written once.
+
+Validators follow the attrs signature ``validator(instance, attribute, value)``
+and raise :class:`ValueError` (or :class:`~agentium_harness.errors.InvalidIdError`
+for identifiers, itself a typed error) with a message that names the field, so
+the config loader can point at the key and a host sees which argument was bad.
+Booleans are refused where numbers belong: ``True`` is an ``int`` to Python but
+never a count or a timeout to a person.
+
+The tuple converters are plain named functions on purpose: mypy's attrs plugin
+only understands named functions as converters, and a generic ``tuple_of(T)``
+factory would erase the field's type to ``Any``. Modules whose records hold
+tuples of their own record types keep a one-line named converter of their own.
+
+This module depends on :mod:`agentium_harness.errors` only, so every layer
+(ports, engine, plugins, config) can use it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from .errors import InvalidIdError
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "identifier",
+    "int_tuple",
+    "non_empty_str",
+    "non_negative_int",
+    "optional_identifier",
+    "positive_float",
+    "positive_int",
+    "str_pair_tuple",
+    "str_tuple",
+    "validate_id",
+]
+
+#: Longest identifier accepted, in characters.
+MAX_ID_LENGTH = 256
+
+
+def positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An ``int`` of at least 1 (``bool`` refused)."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An ``int`` of at least 0 (``bool`` refused)."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+
+
+def positive_float(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A finite number above 0 (``int`` accepted, ``bool``, ``nan`` and ``inf`` refused)."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
+
+
+def non_empty_str(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A ``str`` with at least one non-whitespace character."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+
+
+def validate_id(value: object, field: str) -> str:
+    """Return ``value`` if it is an acceptable identifier, else raise :class:`InvalidIdError`.
+
+    An identifier is a non-empty ``str`` of at most :data:`MAX_ID_LENGTH`
+    characters with no control character (NUL, C0/C1, DEL) and no lone surrogate.
+    """
+    if not isinstance(value, str):
+        raise InvalidIdError(field, f"expected a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidIdError(field, "must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidIdError(field, f"{len(value)} characters; at most {MAX_ID_LENGTH} allowed")
+    for ch in value:
+        # Category "Cc" covers NUL, C0/C1 controls and DEL.
+        if unicodedata.category(ch) == "Cc":
+            raise InvalidIdError(field, f"contains control character U+{ord(ch):04X}")
+        if 0xD800 <= ord(ch) <= 0xDFFF:
+            raise InvalidIdError(field, "contains a lone surrogate")
+    return value
+
+
+def identifier(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An identifier (see :func:`validate_id`)."""
+    validate_id(value, attribute.name)
+
+
+def optional_identifier(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """``None`` or an identifier (see :func:`validate_id`)."""
+    if value is not None:
+        validate_id(value, attribute.name)
+
+
+def _items(value: Iterable[Any], what: str) -> tuple[Any, ...]:
+    # A lone string is iterable, so tuple("shell") would silently become
+    # ("s", "h", ...): refuse it instead of guessing.
+    if isinstance(value, str | bytes):
+        raise TypeError(f"expected a sequence of {what}, got a single {type(value).__name__}")
+    return tuple(value)
+
+
+def str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    """Typed tuple converter for ``tuple[str, ...]`` fields; a lone string is refused."""
+    return _items(value, "strings")
+
+
+def int_tuple(value: Iterable[int]) -> tuple[int, ...]:
+    """Typed tuple converter for ``tuple[int, ...]`` fields; a lone string is refused."""
+    return _items(value, "integers")
+
+
+def str_pair_tuple(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """Typed tuple converter for ``tuple[tuple[str, str], ...]`` fields (each pair made a tuple)."""
+    pairs: tuple[tuple[str, str], ...] = tuple((a, b) for a, b in _items(value, "pairs"))
+    return pairs
