@@ -8,13 +8,34 @@ whatever the content (including text that looks like the splice marker).
 from __future__ import annotations
 
 import gc
+import sqlite3
+from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentium_harness import Message, MessageGroup, RetainedRecord, Role, Scope, ToolCall
+from agentium_harness import (
+    EvictionStatus,
+    Message,
+    MessageGroup,
+    ResidentLimits,
+    RetainedRecord,
+    Role,
+    RuntimeLimits,
+    Scope,
+    SessionConflictError,
+    SessionKey,
+    ToolCall,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.codec import canonical_json, digest_bytes, unstructure
 from agentium_harness.history import _ENCODED
+from agentium_harness.ports import OpContext
 from agentium_harness.ports.sessions import (
     ArchiveDivergence,
     SessionSnapshot,
@@ -22,6 +43,8 @@ from agentium_harness.ports.sessions import (
     snapshot_bytes,
     snapshot_digest,
 )
+
+pytestmark = pytest.mark.anyio
 
 SCOPE = Scope("t", "u", "s")
 TEXT = st.one_of(st.text(max_size=40), st.sampled_from(['"resident":[]', '{"resident":[]}', "\\", '"']))
@@ -70,3 +93,102 @@ def test_the_group_encoding_cache_forgets_dead_groups() -> None:
     del groups, g
     gc.collect()
     assert len(_ENCODED) <= before
+
+
+# -- one transaction for archive and snapshot on one SQLite file -------------------------
+
+
+ALICE = VerifiedIdentity("tenant-a", "alice", "test")
+KEY = SessionKey("tenant-a", "alice", "s1")
+
+
+class CountingArchive(SQLiteArchive):
+    capabilities = SQLiteArchive.capabilities
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.appends = 0
+
+    async def append(self, key: Any, groups: Any, ctx: OpContext) -> Any:
+        self.appends += 1
+        return await super().append(key, groups, ctx)
+
+
+def _runtime(path: Path, archive_path: Path | None = None) -> tuple[Any, CountingArchive, SQLiteSessionStore]:
+    archive = CountingArchive(SQLiteConfig(path=str(archive_path or path)))
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        owned=[archive, store],
+    )
+    return rt, archive, store
+
+
+def _commits(path: Path) -> tuple[list[int], int | None]:
+    conn = sqlite3.connect(path)
+    try:
+        seqs = [r[0] for r in conn.execute("SELECT seq FROM archive_groups ORDER BY seq")]
+        row = conn.execute("SELECT revision FROM session_snapshots").fetchone()
+        return seqs, None if row is None else row[0]
+    finally:
+        conn.close()
+
+
+async def test_one_file_commits_archive_and_snapshot_in_one_transaction(tmp_path: Path) -> None:
+    rt, archive, _ = _runtime(tmp_path / "a.db")
+    async with rt:
+        for i in range(4):
+            result = await rt.run(ALICE, "s1", f"q{i}")
+        assert result.eviction is EvictionStatus.ARCHIVED and result.boundary == 3
+        assert archive.appends == 0  # every eviction went through the joint commit
+        assert [r.seq for r in result.archived] == [2]
+    assert _commits(tmp_path / "a.db") == ([0, 1, 2], 4)
+
+
+async def test_separate_files_still_use_two_calls(tmp_path: Path) -> None:
+    rt, archive, _ = _runtime(tmp_path / "s.db", tmp_path / "a.db")
+    async with rt:
+        for i in range(3):
+            await rt.run(ALICE, "s1", f"q{i}")
+    assert archive.appends == 2
+    assert _commits(tmp_path / "a.db")[0] == [0, 1]
+
+
+async def test_a_lost_compare_and_set_archives_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    rt, _, store = _runtime(path)
+    async with rt:
+        await rt.run(ALICE, "s1", "q0")
+        stored = await store.load(KEY, OpContext())
+        assert stored is not None
+
+        class Racing(ScriptedProvider):
+            async def complete(self, request: Any, ctx: OpContext) -> Any:
+                # Another writer commits the session while this turn runs.
+                other = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+                await other.save(KEY, stored.snapshot, stored.revision, OpContext())
+                await other.aclose()
+                return await super().complete(request, ctx)
+
+        rt.provider = Racing(replies=["late"])
+        with pytest.raises(SessionConflictError):
+            await rt.run(ALICE, "s1", "q1")
+    # The joint transaction rolled back whole: group 0 was not archived.
+    assert _commits(path) == ([], 2)
+
+
+async def test_a_conflicting_archive_in_the_joint_commit_marks_the_session_diverged(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    rt, _, _ = _runtime(path)
+    async with rt:
+        other = SQLiteArchive(SQLiteConfig(path=str(path)))
+        await other.append(KEY, [MessageGroup(0, (Message(Role.USER, "someone else"),))], OpContext())
+        await other.aclose()
+        await rt.run(ALICE, "s1", "q0")
+        result = await rt.run(ALICE, "s1", "q1")
+        assert result.eviction is EvictionStatus.DIVERGED and result.has("archive_diverged")
+        view = await rt.inspect_session(ALICE, "s1")
+        assert view.state.value == "diverged" and view.resident_seqs == (0, 1)

@@ -35,13 +35,14 @@ import math
 import os
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 
-from ..codec import canonical_json, digest_bytes, from_json, unstructure
+from ..codec import digest_bytes, from_json
 from ..errors import (
     AgentiumError,
     ArchiveConflictError,
@@ -60,6 +61,7 @@ from ..ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    snapshot_bytes,
     verify_snapshot,
 )
 from ..scope import SessionKey
@@ -88,6 +90,9 @@ SYNCHRONOUS_MODES: Final = frozenset({"NORMAL", "FULL", "EXTRA"})
 # Small enough to stop a long scan promptly, large enough to cost nothing on
 # the short statements these adapters issue.
 _PROGRESS_STEPS: Final = 1000
+
+#: Sessions whose last snapshot a store keeps decoded (see ``SQLiteSessionStore.load``).
+_RECENT_SNAPSHOTS: Final = 256
 
 _SCHEMA: Final = (
     """
@@ -203,6 +208,69 @@ def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _archive_rows(groups: Sequence[MessageGroup]) -> list[tuple[int, bytes, str]]:
+    """``(seq, canonical bytes, digest)`` per group, from the groups' cached encodings."""
+    return [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
+
+
+def _insert_archive_rows(
+    conn: sqlite3.Connection, key: SessionKey, rows: Sequence[tuple[int, bytes, str]], prefix: str
+) -> list[ArchiveReceipt]:
+    """Append rows inside the caller's transaction; identical rows are no-ops, different ones conflict."""
+    receipts: list[ArchiveReceipt] = []
+    for seq, data, digest in rows:
+        found = conn.execute(
+            "SELECT digest FROM archive_groups "
+            "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq = ?",
+            (key.tenant, key.user, key.session, seq),
+        ).fetchone()
+        if found is None:
+            conn.execute(
+                "INSERT INTO archive_groups (tenant_id, user_id, session_id, seq, digest, data) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (key.tenant, key.user, key.session, seq, digest, data),
+            )
+        elif found[0] != digest:
+            # Raising inside the transaction rolls back every earlier group of
+            # this batch as well (and, in a joint commit, the snapshot).
+            raise ArchiveConflictError(
+                f"group {seq} of session {key.key()} is archived with digest {found[0]}; "
+                f"refusing different content {digest}. Archived groups are never overwritten."
+            )
+        receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
+    return receipts
+
+
+def _compare_and_set(
+    conn: sqlite3.Connection, key: SessionKey, data: bytes, expected_revision: int | None
+) -> int:
+    """Write a snapshot inside the caller's transaction if its revision is ``expected_revision``."""
+    row = conn.execute(
+        "SELECT revision FROM session_snapshots WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
+        (key.tenant, key.user, key.session),
+    ).fetchone()
+    current = None if row is None else row[0]
+    if current != expected_revision:
+        raise SessionConflictError(
+            f"session {key.key()} is at revision {current}, expected {expected_revision}; "
+            "another writer committed first. Reload and retry."
+        )
+    if current is None:
+        conn.execute(
+            "INSERT INTO session_snapshots (tenant_id, user_id, session_id, revision, data) "
+            "VALUES (?, ?, ?, 1, ?)",
+            (key.tenant, key.user, key.session, data),
+        )
+        return 1
+    new_revision = int(current) + 1
+    conn.execute(
+        "UPDATE session_snapshots SET revision = ?, data = ? "
+        "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND revision = ?",
+        (new_revision, data, key.tenant, key.user, key.session, current),
+    )
+    return new_revision
 
 
 class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
@@ -360,34 +428,12 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append ``groups`` in one transaction; identical re-appends are no-ops, differing ones conflict."""
-        encoded = [(g.seq, g.canonical_bytes()) for g in groups]
-        rows = [(seq, data, digest_bytes(data)) for seq, data in encoded]
+        rows = _archive_rows(groups)
         prefix = f"{self._location_prefix()}#{key.key()}"
 
         def work(conn: sqlite3.Connection) -> list[ArchiveReceipt]:
-            receipts: list[ArchiveReceipt] = []
             with _immediate_transaction(conn):
-                for seq, data, digest in rows:
-                    found = conn.execute(
-                        "SELECT digest FROM archive_groups "
-                        "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq = ?",
-                        (key.tenant, key.user, key.session, seq),
-                    ).fetchone()
-                    if found is None:
-                        conn.execute(
-                            "INSERT INTO archive_groups (tenant_id, user_id, session_id, seq, digest, data) "
-                            "VALUES (?, ?, ?, ?, ?, ?)",
-                            (key.tenant, key.user, key.session, seq, digest, data),
-                        )
-                    elif found[0] != digest:
-                        # Raising inside the transaction rolls back every earlier
-                        # group of this batch as well.
-                        raise ArchiveConflictError(
-                            f"group {seq} of session {key.key()} is archived with digest {found[0]}; "
-                            f"refusing different content {digest}. Archived groups are never overwritten."
-                        )
-                    receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
-            return receipts
+                return _insert_archive_rows(conn, key, rows, prefix)
 
         return await self.run(ctx, "archive append", work)
 
@@ -442,10 +488,21 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
     """
 
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
-        compare_and_set=True, durable=True, listing=True, health_check=True
+        compare_and_set=True,
+        durable=True,
+        listing=True,
+        health_check=True,
+        joint_archive_commit=True,
     )
     storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
     adapter_name: ClassVar[str] = "sqlite session store"
+
+    def __init__(self, config: SQLiteConfig | None = None) -> None:
+        super().__init__(config)
+        # The last bytes written or decoded per session, with the snapshot they
+        # stand for: a load that finds the same revision and the same bytes
+        # skips decoding. Bounded, least recently used first out.
+        self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot]] = OrderedDict()
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``."""
@@ -467,14 +524,29 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             raise SnapshotCorruptError(f"{where} has an invalid revision {revision!r}; nothing was changed")
         if not isinstance(data, bytes | str):
             raise SnapshotCorruptError(f"{where} holds {type(data).__name__}, not JSON; nothing was changed")
+        raw = data if isinstance(data, bytes) else data.encode("utf-8")
+        recent = self._recent.get(key)
+        if recent is not None and recent[0] == revision and recent[1] == raw:
+            # The row holds exactly the bytes this store last wrote or decoded
+            # for this revision, so decoding them again would give an equal
+            # snapshot: hand back that one (its groups keep their encodings).
+            self._recent.move_to_end(key)
+            return StoredSnapshot(snapshot=recent[2], revision=revision)
         try:
-            snapshot = from_json(data, SessionSnapshot)
+            snapshot = from_json(raw, SessionSnapshot)
         except RecordDecodeError as exc:
             raise SnapshotCorruptError(f"{where} cannot be decoded ({exc}); nothing was changed") from exc
         # Defence in depth (the engine checks too): a flipped bit that still
         # decodes fails here, before it can reach a model or be re-archived.
         verify_snapshot(key, snapshot)
+        self._remember(key, revision, raw, snapshot)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
+
+    def _remember(self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot) -> None:
+        self._recent[key] = (revision, data, snapshot)
+        self._recent.move_to_end(key)
+        while len(self._recent) > _RECENT_SNAPSHOTS:
+            self._recent.popitem(last=False)
 
     async def save(
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
@@ -486,37 +558,63 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         writes nothing: seal it with :func:`~agentium_harness.ports.sessions.seal_snapshot`.
         """
         verify_snapshot(key, snapshot)
-        data = canonical_json(unstructure(snapshot))
+        # The exact canonical bytes, joined from the groups' cached encodings.
+        data = snapshot_bytes(snapshot)
 
         def work(conn: sqlite3.Connection) -> int:
             with _immediate_transaction(conn):
-                row = conn.execute(
-                    "SELECT revision FROM session_snapshots "
-                    "WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
-                    (key.tenant, key.user, key.session),
-                ).fetchone()
-                current = None if row is None else row[0]
-                if current != expected_revision:
-                    raise SessionConflictError(
-                        f"session {key.key()} is at revision {current}, expected {expected_revision}; "
-                        "another writer committed first. Reload and retry."
-                    )
-                if current is None:
-                    conn.execute(
-                        "INSERT INTO session_snapshots (tenant_id, user_id, session_id, revision, data) "
-                        "VALUES (?, ?, ?, 1, ?)",
-                        (key.tenant, key.user, key.session, data),
-                    )
-                    return 1
-                new_revision = int(current) + 1
-                conn.execute(
-                    "UPDATE session_snapshots SET revision = ?, data = ? "
-                    "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND revision = ?",
-                    (new_revision, data, key.tenant, key.user, key.session, current),
-                )
-                return new_revision
+                return _compare_and_set(conn, key, data, expected_revision)
 
-        return await self.run(ctx, "session save", work)
+        revision = await self.run(ctx, "session save", work)
+        self._remember(key, revision, data, snapshot)
+        return revision
+
+    def shares_transactions_with(self, archive: object) -> bool:
+        """True when ``archive`` is an open SQLite archive on this store's own database file."""
+        return (
+            isinstance(archive, SQLiteArchive)
+            and archive.path == self._path
+            and not archive.closed
+            and not self.closed
+        )
+
+    async def commit_with_archive(
+        self,
+        archive: HistoryArchive,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        snapshot: SessionSnapshot,
+        expected_revision: int | None,
+        ctx: OpContext,
+    ) -> tuple[int, Sequence[ArchiveReceipt]]:
+        """Append ``groups`` to the archive's table and save ``snapshot`` in ONE transaction.
+
+        Declared by ``joint_archive_commit``; the engine calls it only when
+        :meth:`shares_transactions_with` says the archive lives in this file.
+        Both writes commit together or neither does, so a crash can never
+        leave the boundary past what is archived (R3), and a turn costs one
+        fsynced commit instead of two. Conflicts raise exactly what the
+        separate calls raise (``ArchiveConflictError``, ``SessionConflictError``)
+        and write nothing.
+        """
+        if not self.shares_transactions_with(archive):
+            raise SQLiteStorageError(
+                f"{self.adapter_name}: commit_with_archive needs a SQLite archive on {self._path}"
+            )
+        assert isinstance(archive, SQLiteArchive)
+        verify_snapshot(key, snapshot)
+        data = snapshot_bytes(snapshot)
+        rows = _archive_rows(groups)
+        prefix = f"{archive._location_prefix()}#{key.key()}"
+
+        def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt]]:
+            with _immediate_transaction(conn):
+                receipts = _insert_archive_rows(conn, key, rows, prefix)
+                return _compare_and_set(conn, key, data, expected_revision), receipts
+
+        revision, receipts = await self.run(ctx, "session commit with archive", work)
+        self._remember(key, revision, data, snapshot)
+        return revision, receipts
 
     async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
         """Up to ``limit`` session ids of one user, sorted by code point."""

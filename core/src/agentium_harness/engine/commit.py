@@ -23,10 +23,7 @@ import anyio
 import anyio.to_thread
 import attrs
 
-from ..errors import (
-    ArchiveConflictError,
-    ContractViolationError,
-)
+from ..errors import ArchiveConflictError, ContractViolationError, SessionConflictError
 from ..history import MessageGroup
 from ..ports.archive import ArchiveReceipt, HistoryArchive
 from ..ports.sessions import (
@@ -106,11 +103,18 @@ async def commit(
     next_seq: int,
     divergence: ArchiveDivergence | None = None,
     save_unchanged: bool = True,
+    joint: bool = True,
 ) -> CommitOutcome:
     """Archive the groups over the resident bound, check every receipt, then save with compare-and-set.
 
     ``save_unchanged=False`` (maintenance flushes) skips the save when nothing
     was archived, so a flush that achieved nothing does not bump the revision.
+
+    When the session store declares ``joint_archive_commit`` and shares a
+    transaction with the archive (the built-in SQLite pair on one file), the
+    append and the save are one atomic transaction instead of two: one
+    fsynced commit per turn, and still never a boundary past what is
+    archived. ``joint=False`` forces the separate calls.
     """
     plan = plan_eviction(resident, limits)
     diagnostics = plan_diagnostics(plan)
@@ -121,6 +125,44 @@ async def commit(
     if divergence is not None:
         eviction = EvictionStatus.DIVERGED
         diagnostics.append(_diverged_diagnostic(divergence))
+    elif plan.evict and joint and _joint(store, archive):
+        try:
+            joined = await _joint_commit(ticket, archive, store, key, scope, stored, plan, next_seq)
+        except ArchiveConflictError as exc:
+            # Nothing was written; record the divergence with a separate save below.
+            divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
+            eviction = EvictionStatus.DIVERGED
+            diagnostics.append(_diverged_diagnostic(divergence))
+        except SessionConflictError:
+            raise
+        except Exception as exc:
+            # The joint transaction failed for another reason: take the
+            # ordinary path, which defers eviction if the archive really is down.
+            outcome = await commit(
+                ticket,
+                archive=archive,
+                store=store,
+                hooks=hooks,
+                limits=limits,
+                key=key,
+                scope=scope,
+                stored=stored,
+                resident=resident,
+                boundary=boundary,
+                next_seq=next_seq,
+                save_unchanged=save_unchanged,
+                joint=False,
+            )
+            note = Diagnostic(
+                "joint_commit_failed",
+                f"the joint archive-and-save transaction failed ({type(exc).__name__}: {exc}); "
+                "retried as separate calls",
+                Severity.WARNING,
+            )
+            return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
+        else:
+            extra = await broadcast_archived(hooks, key, joined.archived) if hooks is not None else []
+            return attrs.evolve(joined, diagnostics=(*diagnostics, *extra))
     elif plan.evict:
         try:
             receipts = await archive_groups(ticket, archive, key, plan.evict)
@@ -179,6 +221,58 @@ async def commit(
     return CommitOutcome(revision, new_boundary, keep, receipts, eviction, tuple(diagnostics))
 
 
+def _joint(store: SessionStore, archive: HistoryArchive) -> bool:
+    """True when the store declares joint commits and shares a transaction with this archive."""
+    caps = getattr(type(store), "capabilities", None)
+    if not getattr(caps, "joint_archive_commit", False):
+        return False
+    try:
+        return bool(store.shares_transactions_with(archive))
+    except Exception:  # an adapter's check failing only means: no joint commit
+        return False
+
+
+async def _joint_commit(
+    ticket: Ticket,
+    archive: HistoryArchive,
+    store: SessionStore,
+    key: SessionKey,
+    scope: Scope | None,
+    stored: StoredSnapshot | None,
+    plan: EvictionPlan,
+    next_seq: int,
+) -> CommitOutcome:
+    """Archive the plan's groups and save the new snapshot in one transaction; check the answer."""
+    new_boundary = plan.keep[0].seq if plan.keep else next_seq
+    memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
+    snapshot = seal_snapshot(
+        SessionSnapshot(
+            memory_scope=memory_scope, boundary=new_boundary, next_seq=next_seq, resident=plan.keep
+        )
+    )
+    expected = None if stored is None else stored.revision
+    revision, raw = await ticket.call(
+        "session commit with archive",
+        lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
+    )
+    # Checked like separate calls, although after the commit: a store that
+    # answers wrongly here is broken, and the run says so loudly.
+    receipts = _checked_receipts(plan.evict, tuple(raw))
+    _check_revision(revision, expected)
+    return CommitOutcome(revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, ())
+
+
+def _check_revision(revision: object, expected: int | None) -> None:
+    if (
+        not isinstance(revision, int)
+        or isinstance(revision, bool)
+        or (expected is not None and revision <= expected)
+    ):
+        raise ContractViolationError(
+            f"session store returned revision {revision!r} after saving on revision {expected}"
+        )
+
+
 def _diverged_diagnostic(divergence: ArchiveDivergence) -> Diagnostic:
     return Diagnostic(
         "archive_diverged",
@@ -194,11 +288,18 @@ async def archive_groups(
 ) -> tuple[ArchiveReceipt, ...]:
     """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
     raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
-    receipts = tuple(raw)
+    return _checked_receipts(groups, tuple(raw))
+
+
+def _checked_receipts(
+    groups: Sequence[MessageGroup], receipts: tuple[object, ...]
+) -> tuple[ArchiveReceipt, ...]:
+    """One receipt per group, in order, each with the group's seq and digest, or a contract violation."""
     if len(receipts) != len(groups):
         raise ContractViolationError(
             f"archive returned {len(receipts)} receipt(s) for {len(groups)} group(s)"
         )
+    checked: list[ArchiveReceipt] = []
     for group, receipt in zip(groups, receipts, strict=True):
         if not isinstance(receipt, ArchiveReceipt):
             raise ContractViolationError(f"archive returned {type(receipt).__name__}, not an ArchiveReceipt")
@@ -207,7 +308,8 @@ async def archive_groups(
                 f"archive receipt for group {group.seq} says seq {receipt.seq} digest {receipt.digest}; "
                 f"expected digest {group.digest}"
             )
-    return receipts
+        checked.append(receipt)
+    return tuple(checked)
 
 
 async def broadcast_archived(

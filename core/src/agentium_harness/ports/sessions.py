@@ -8,7 +8,7 @@ commit on the same base.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import ClassVar, Final
 
 import attrs
@@ -18,6 +18,7 @@ from ..errors import SnapshotCorruptError
 from ..history import MessageGroup
 from ..scope import Scope, SessionKey
 from ._base import Capabilities, OpContext, port_stub, unsupported
+from .archive import ArchiveReceipt, HistoryArchive
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
@@ -53,15 +54,23 @@ class SessionStoreCapabilities(Capabilities):
     - ``durable``: saved snapshots survive a process crash.
     - ``listing``: :meth:`SessionStore.list_sessions` enumerates a user's sessions under a bound.
     - ``health_check``: :meth:`SessionStore.health` runs a bounded probe.
+    - ``joint_archive_commit``: :meth:`SessionStore.commit_with_archive` appends
+      evicted groups and saves the snapshot in one atomic transaction when the
+      archive shares the store's backend (:meth:`SessionStore.shares_transactions_with`).
     """
 
-    METHODS: ClassVar[dict[str, str]] = {"listing": "list_sessions", "health_check": "health"}
+    METHODS: ClassVar[dict[str, str]] = {
+        "listing": "list_sessions",
+        "health_check": "health",
+        "joint_archive_commit": "commit_with_archive",
+    }
     REQUIRED: ClassVar[tuple[str, ...]] = ("compare_and_set",)
 
     compare_and_set: bool = False
     durable: bool = False
     listing: bool = False
     health_check: bool = False
+    joint_archive_commit: bool = False
 
 
 def _tuple_of_int(value: Iterable[int]) -> tuple[int, ...]:
@@ -238,6 +247,41 @@ class SessionStore:
         not declared.
         """
         raise unsupported(self, "health", "health_check")
+
+    def shares_transactions_with(self, archive: object) -> bool:
+        """True if :meth:`commit_with_archive` can write to ``archive`` in this store's transaction.
+
+        Only consulted when ``joint_archive_commit`` is declared; the default is False.
+        """
+        return False
+
+    @port_stub
+    async def commit_with_archive(
+        self,
+        archive: HistoryArchive,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        snapshot: SessionSnapshot,
+        expected_revision: int | None,
+        ctx: OpContext,
+    ) -> tuple[int, Sequence[ArchiveReceipt]]:
+        """Append ``groups`` to ``archive`` and save ``snapshot`` atomically: both or neither.
+
+        Declared by ``joint_archive_commit``, and called only when
+        :meth:`shares_transactions_with` is True for ``archive``. Returns the
+        new revision and one receipt per group, as ``save`` and
+        ``HistoryArchive.append`` would. It must keep R3: no outcome may store
+        the snapshot without the groups.
+
+        Call ``ctx.raise_if_expired("session commit with archive")`` before
+        writing, and do not commit after ``ctx.signal`` is cancelled.
+
+        Raises: ``ArchiveConflictError`` or ``SessionConflictError`` exactly as
+        the separate calls would, writing nothing; ``SessionStoreError`` when
+        the backend fails; ``OperationCancelledError`` when cancelled or past
+        the deadline; ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "commit_with_archive", "joint_archive_commit")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""
