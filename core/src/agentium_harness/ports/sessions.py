@@ -8,6 +8,7 @@ commit on the same base.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import ClassVar, Final
 
@@ -141,10 +142,27 @@ def snapshot_digest(snapshot: SessionSnapshot) -> str:
     return digest_bytes(snapshot_bytes(attrs.evolve(snapshot, digest=None)))
 
 
+# Snapshots whose digest is known to match their content, by object identity:
+# those sealed here and those already verified. A frozen snapshot cannot
+# change, so checking the same object twice (the store before saving, the
+# engine after loading the store's cached copy) would only repeat the hash.
+# Entries leave with their objects, so an id is never reused while listed.
+_VERIFIED: set[int] = set()
+
+
+def _mark_verified(snapshot: SessionSnapshot) -> None:
+    key = id(snapshot)
+    if key not in _VERIFIED:
+        _VERIFIED.add(key)
+        weakref.finalize(snapshot, _VERIFIED.discard, key)
+
+
 def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
     """A copy at the current format version carrying its own digest; the engine saves only sealed ones."""
     current = attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None)
-    return attrs.evolve(current, digest=digest_bytes(snapshot_bytes(current)))
+    sealed = attrs.evolve(current, digest=digest_bytes(snapshot_bytes(current)))
+    _mark_verified(sealed)
+    return sealed
 
 
 def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
@@ -167,12 +185,15 @@ def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
                 "nothing was changed"
             )
         return
+    if id(snapshot) in _VERIFIED:
+        return
     actual = snapshot_digest(snapshot)
     if actual != snapshot.digest:
         raise SnapshotCorruptError(
             f"snapshot of session {key.key()} does not match its digest (stored {snapshot.digest}, "
             f"computed {actual}); the stored data is damaged and was left as it is"
         )
+    _mark_verified(snapshot)
 
 
 @attrs.frozen(slots=True)
