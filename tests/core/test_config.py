@@ -26,11 +26,12 @@ from agentium_harness.config import (
     resolve_config,
     substitute_env,
 )
-from agentium_harness.engine.limits import ResidentLimits
+from agentium_harness.engine.limits import ResidentLimits, RuntimeLimits
+from agentium_harness.engine.loader import load_runtime
 from agentium_harness.errors import ConfigError, ConfigIssue
 from agentium_harness.plugins.hookspecs import hookimpl
-from agentium_harness.plugins.registry import PluginRegistry
-from agentium_harness.plugins.spec import AdapterSpec
+from agentium_harness.plugins.registry import PluginRegistry, operator_plugin_lists
+from agentium_harness.plugins.spec import PATH_OPTION, AdapterSpec, path_option_names, resolve_path_options
 from agentium_harness.ports.recall import RecallLimits
 
 
@@ -396,7 +397,7 @@ def test_bad_plugin_options_have_paths_under_options(tmp_path: Path, registry: P
     assert _issues(info) == {
         "$.provider.options.temperature": "unknown key; this table takes no keys",
         "$.archive.options.max_items": "expected an integer, got string",
-        "$.archive.options.colour": "unknown key; allowed keys: label, max_items",
+        "$.archive.options.colour": "unknown key; allowed keys: label, max_items, journal",
         "$.recall.options.weights": "expected an array, got string",
     }
 
@@ -586,3 +587,241 @@ def test_harness_config_is_frozen() -> None:
     config: HarnessConfig = parse_config(BASE, environ={})
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         config.archive = config.provider  # type: ignore[misc]
+
+
+# ------------------------------------------------------- bounded input (item 5)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "[" * 500 + "]" * 500,  # tomllib recursed into RecursionError here
+        "[" * 33 + "]" * 33,
+        "{a = " * 40 + "1" + "}" * 40,
+    ],
+    ids=["arrays-500", "arrays-33", "inline-tables-40"],
+)
+def test_deep_nesting_is_a_config_error_not_a_recursion_error(tmp_path: Path, value: str) -> None:
+    text = BASE + f"\n[archive.options]\nx = {value}\n"
+    assert len(text) < 1200  # about a kilobyte is enough
+    for source in (text, _write(tmp_path, text)):
+        with pytest.raises(ConfigError) as info:
+            parse_config(source, environ={})
+        (issue,) = info.value.issues
+        assert issue.path == "$"
+        assert "nested more than 32 levels deep (line 12)" in issue.message
+    with pytest.raises(ConfigError, match="nested more than 32"):
+        load_config(_write(tmp_path, text), PluginRegistry.load(autoload=False), environ={})
+
+
+def test_deep_dotted_keys_are_refused_with_the_path() -> None:
+    text = BASE + "\n[archive.options]\n" + ".".join(["k"] * 40) + " = 1\n"
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, environ={})
+    (issue,) = info.value.issues
+    assert "nested more than 32 levels deep (at $.archive.options.k.k" in issue.message
+
+
+def test_brackets_in_strings_and_comments_do_not_count_as_nesting() -> None:
+    deep = "[" * 100 + "{" * 100
+    text = (
+        BASE
+        + f'\n[runtime]\n# {deep}\ninstructions = "{deep}\\"{deep}"\n'
+        + f"[provider.options]\nlit = '{deep}'\n"
+        + f"multi = '''\n{deep}\n'''\n"
+        + f'basic = """{deep}\\"""{deep}"""\n'
+        + "nested = [[[1]], {a = [2]}]\n"
+    )
+    config = parse_config(text, environ={})
+    assert config.runtime.instructions == f'{deep}"{deep}'
+    assert config.provider.options["multi"] == deep + "\n"
+    assert config.provider.options["nested"] == [[[1]], {"a": [2]}]
+
+
+def test_a_file_over_one_mebibyte_is_refused_after_a_bounded_read(tmp_path: Path) -> None:
+    path = tmp_path / "huge.toml"
+    path.write_bytes(b"# " + b"x" * (1024 * 1024))
+    with pytest.raises(ConfigError) as info:
+        parse_config(path, environ={})
+    assert [i.message for i in info.value.issues] == ["config file larger than 1048576 bytes (1024 KiB)"]
+    assert info.value.source == str(path)
+    with pytest.raises(ConfigError, match="larger than"):
+        parse_config("# " + "x" * (1024 * 1024), environ={})
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_dev_zero_is_refused_not_read_forever() -> None:
+    with pytest.raises(ConfigError, match="larger than"):
+        load_config("/dev/zero", PluginRegistry.load(autoload=False), environ={})
+
+
+def test_a_directory_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        parse_config(tmp_path, environ={})
+
+
+# --------------------------------------------- the operator's plugin lists (item 6)
+
+
+@pytest.fixture
+def good_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The good fixture distribution installed, with no plugin list set in the process environment."""
+    fakedist.forget_modules()
+    site = tmp_path / "site"
+    site.mkdir()
+    fakedist.install(site, "good")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
+    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
+    yield site
+    fakedist.forget_modules()
+
+
+def test_environ_does_not_drop_the_process_allow_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, good_installed: Path
+) -> None:
+    monkeypatch.setenv("AGENTIUM_PLUGINS", "")  # the operator allows no external plugin
+    path = _write(tmp_path, BASE)
+    for environ in ({}, {"AGENTIUM_PLUGINS": "agentium-test-good"}):
+        with pytest.raises(ConfigError, match="no provider adapter named 'tprovider'"):
+            load_config(path, environ=environ)
+        with pytest.raises(ConfigError, match="no provider adapter named 'tprovider'"):
+            load_runtime(path, environ=environ)
+    assert "agtest_good" not in sys.modules  # never imported
+
+
+def test_environ_does_not_drop_the_process_block_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, good_installed: Path
+) -> None:
+    monkeypatch.setenv("AGENTIUM_DISABLE_PLUGINS", "agentium-test-good")
+    path = _write(tmp_path, BASE)
+    with pytest.raises(ConfigError, match="no provider adapter named 'tprovider'"):
+        load_config(path, environ={"AGENTIUM_PLUGINS": "agentium-test-good"})
+    assert "agtest_good" not in sys.modules
+
+
+def test_environ_lists_can_only_narrow(tmp_path: Path, good_installed: Path) -> None:
+    path = _write(tmp_path, BASE)
+    assert load_config(path, environ={}).provider.distribution == "agentium-test-good"
+    with pytest.raises(ConfigError, match="no provider adapter named 'tprovider'"):
+        load_config(path, environ={"AGENTIUM_DISABLE_PLUGINS": "agentium-test-good"})
+
+
+def test_operator_plugin_lists_combine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTIUM_PLUGINS", "a,B_c")
+    monkeypatch.setenv("AGENTIUM_DISABLE_PLUGINS", "x")
+    assert operator_plugin_lists() == (frozenset({"a", "b-c"}), frozenset({"x"}))
+    assert operator_plugin_lists({"AGENTIUM_PLUGINS": "b.c,d", "AGENTIUM_DISABLE_PLUGINS": "y"}) == (
+        frozenset({"b-c"}),
+        frozenset({"x", "y"}),
+    )
+    monkeypatch.delenv("AGENTIUM_PLUGINS")
+    assert operator_plugin_lists({"AGENTIUM_PLUGINS": "d"})[0] == frozenset({"d"})
+    assert operator_plugin_lists({})[0] is None
+
+
+# ------------------------------------------ paths resolve against the file (item 6)
+
+
+def test_relative_path_options_resolve_against_the_config_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, registry: PluginRegistry
+) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    text = BASE.replace('[archive]\nplugin = "memory"', '[archive]\nplugin = "tgood"')
+    path = _write(folder, text + '\n[archive.options]\njournal = "${SUB:-logs}/j.log"\n')
+    resolved = load_config(path, registry, environ={})
+    assert resolved.base_dir == folder.resolve()
+    assert resolved.archive.options.journal == str(folder.resolve() / "logs" / "j.log")
+    assert resolved.archive.options.label == "good"  # unmarked options are left alone
+    # An absolute path is kept as written.
+    absolute = str(tmp_path / "abs.log")
+    path = _write(folder, text + f'\n[archive.options]\njournal = "{absolute}"\n', "abs.toml")
+    assert load_config(path, registry, environ={}).archive.options.journal == absolute
+    # The built adapter gets the resolved path, whatever the working directory.
+    adapter = resolved.archive.spec.build(resolved.archive.options)
+    assert adapter.config.journal == str(folder.resolve() / "logs" / "j.log")
+
+
+def test_text_configs_keep_relative_paths(registry: PluginRegistry) -> None:
+    text = BASE.replace('[archive]\nplugin = "memory"', '[archive]\nplugin = "tgood"')
+    resolved = resolve_config(
+        parse_config(text + '[archive.options]\njournal = "j.log"\n', environ={}), registry
+    )
+    assert resolved.base_dir is None and resolved.archive.options.journal == "j.log"
+
+
+def test_a_resolved_path_the_options_refuse_is_reported_at_its_key(
+    tmp_path: Path, registry: PluginRegistry
+) -> None:
+    folder = tmp_path / "forbidden"
+    folder.mkdir()
+    text = BASE.replace('[archive]\nplugin = "memory"', '[archive]\nplugin = "tgood"')
+    path = _write(folder, text + '\n[archive.options]\njournal = "j.log"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, registry, environ={})
+    errors = _issues(info)
+    assert list(errors) == ["$.archive.options.journal"]
+    assert "forbidden folder" in errors["$.archive.options.journal"]
+
+
+def test_resolve_path_options_and_build_with_base_dir(tmp_path: Path) -> None:
+    @attrs.frozen
+    class Options:
+        a: str = attrs.field(default="x.db", metadata={PATH_OPTION: True})
+        b: Path = attrs.field(default=Path("y"), metadata={PATH_OPTION: True})
+        c: str | None = attrs.field(default=None, metadata={PATH_OPTION: True})
+        d: str = "plain"
+
+    assert path_option_names(Options) == ("a", "b", "c")
+    resolved = resolve_path_options(Options(), tmp_path)
+    assert resolved == Options(a=str(tmp_path / "x.db"), b=tmp_path / "y", c=None, d="plain")
+    assert resolve_path_options(resolved, tmp_path / "other") == resolved  # idempotent
+    built: list[Any] = []
+    spec = AdapterSpec("x", object, Options, factory=built.append)
+    spec.build(Options(), base_dir=tmp_path)
+    spec.build(Options())
+    assert built == [resolved, Options()]
+
+
+# ----------------------------------------------- [runtime] holds RuntimeLimits (item 9)
+
+
+def test_runtime_section_structures_into_runtime_limits() -> None:
+    config = parse_config(
+        BASE
+        + "\n[runtime]\nmax_steps = 3\nop_timeout_s = 2\ntool_timeout_s = 1.5\nclose_timeout_s = 4\n"
+        + "[runtime.resident]\nmax_groups = 5\n",
+        environ={},
+    )
+    assert config.runtime.limits == RuntimeLimits(
+        resident=ResidentLimits(max_groups=5),
+        max_steps=3,
+        op_timeout_s=2.0,
+        tool_timeout_s=1.5,
+        close_timeout_s=4.0,
+    )
+    assert isinstance(config.runtime.limits.op_timeout_s, float)
+    assert config.runtime.resident is config.runtime.limits.resident
+    assert parse_config(BASE, environ={}).runtime.limits == RuntimeLimits()
+
+
+def test_runtime_limit_errors_point_at_their_keys() -> None:
+    errors = _parse_errors(BASE + '\n[runtime]\nop_timeout_s = "soon"\n[runtime.resident]\nmax_groups = 0\n')
+    assert errors == {
+        "$.runtime.op_timeout_s": "expected a number, got string",
+        "$.runtime.resident.max_groups": "max_groups must be a positive integer, got 0",
+    }
+    # Range checks of the limits themselves run once every value has its type.
+    errors = _parse_errors(BASE + "\n[runtime]\ntool_timeout_s = -1\n")
+    assert list(errors) == ["$.runtime.tool_timeout_s"]
+    assert "tool_timeout_s" in errors["$.runtime.tool_timeout_s"]
+
+
+def test_load_runtime_uses_the_configured_limits(tmp_path: Path) -> None:
+    path = _write(tmp_path, MINIMAL_BUILTIN + "\n[runtime]\nmax_steps = 2\ntool_timeout_s = 3\n")
+    runtime = load_runtime(path, registry=PluginRegistry.load(autoload=False), environ={})
+    assert runtime.limits == RuntimeLimits(max_steps=2, tool_timeout_s=3.0)

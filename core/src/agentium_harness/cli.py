@@ -17,22 +17,35 @@ import argparse
 import importlib.metadata
 import json
 import sys
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, Union, get_args, get_origin
 
 import anyio
+import attrs
 
+from . import __version__
 from .codec import unstructure
 from .config import SECTION_KINDS, load_config
+from .demo import run_demo, run_demo_config
 from .engine.loader import build_runtime, load_runtime
 from .engine.results import RunResult
 from .engine.runtime import MigrationReport, SessionView
 from .errors import AgentiumError, ConfigError
 from .plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry, RegisteredAdapter
+from .plugins.spec import PATH_OPTION
 from .scope import RecallScope, VerifiedIdentity
 
-__all__ = ["EXIT_OK", "EXIT_USAGE", "build_parser", "main", "plugins_report"]
+__all__ = [
+    "DEFAULT_DEMO_DIR",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "options_report",
+    "plugins_report",
+]
 
 #: Success.
 EXIT_OK = 0
@@ -46,8 +59,6 @@ def _version() -> str:
     try:
         return importlib.metadata.version(BUILTIN_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
-        from . import __version__
-
         return __version__
 
 
@@ -56,6 +67,68 @@ def _print_json(data: Any, out: TextIO) -> None:
 
 
 # ------------------------------------------------------------------ plugins
+
+
+def _type_name(type_: object) -> str:
+    """A short, readable spelling of a field type: ``str``, ``int | None``, ``list[ScriptedReply]``."""
+    if type_ is None or type_ is type(None):
+        return "None"
+    if isinstance(type_, str):  # an annotation that could not be resolved
+        return type_
+    args = get_args(type_)
+    origin = get_origin(type_)
+    if origin is Union or isinstance(type_, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return (
+            f"{name}[{', '.join('...' if a is Ellipsis else _type_name(a) for a in args)}]" if args else name
+        )
+    if isinstance(type_, type):
+        return type_.__qualname__
+    return str(type_).replace("typing.", "")
+
+
+def _json_default(value: object) -> Any:
+    """A default as JSON data when it has a plain form, else its ``repr``."""
+    try:
+        data = unstructure(value)
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value)
+    return data
+
+
+def options_report(config_class: type) -> list[dict[str, Any]]:
+    """Each option of an adapter's config class: ``name``, ``type``, ``required``, ``default``, ``path``.
+
+    ``default`` is the JSON form of the default (``null`` for a required
+    option, the ``repr`` when it has no JSON form); a factory default is shown
+    by the value it makes. ``path`` is true for options resolved against the
+    config file's folder.
+    """
+    if not attrs.has(config_class):
+        return []
+    try:
+        fields = attrs.fields(attrs.resolve_types(config_class))
+    except Exception:  # an annotation a plugin left unresolvable; show it as written
+        fields = attrs.fields(config_class)
+    options = []
+    for field in fields:
+        default = field.default
+        required = default is attrs.NOTHING
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # attrs.Factory is a class at run time
+            default = "(computed)" if default.takes_self else default.factory()
+        options.append(
+            {
+                "name": field.alias or field.name,
+                "type": _type_name(field.type),
+                "required": required,
+                "default": None if required else _json_default(default),
+                "path": field.metadata.get(PATH_OPTION) is True,
+            }
+        )
+    return options
 
 
 def _adapter_json(adapter: RegisteredAdapter, registry: PluginRegistry) -> dict[str, Any]:
@@ -67,8 +140,17 @@ def _adapter_json(adapter: RegisteredAdapter, registry: PluginRegistry) -> dict[
         "capabilities": adapter.capabilities.declared(),
         "adapter_class": f"{spec.adapter_class.__module__}.{spec.adapter_class.__qualname__}",
         "config_class": f"{spec.config_class.__module__}.{spec.config_class.__qualname__}",
+        "options": options_report(spec.config_class),
         "conflicted": registry.is_conflicted(adapter.kind, adapter.name),
     }
+
+
+def _option_line(option: dict[str, Any]) -> str:
+    where = " (path, relative to the config file)" if option["path"] else ""
+    if option["required"]:
+        return f"{option['name']}: {option['type']} (required){where}"
+    shown = json.dumps(option["default"], ensure_ascii=False)
+    return f"{option['name']}: {option['type']} = {shown}{where}"
 
 
 def plugins_report(registry: PluginRegistry) -> dict[str, Any]:
@@ -138,6 +220,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             note = "  (CONFLICTED: registered twice, cannot be selected)" if adapter["conflicted"] else ""
             out.write(f"  {adapter['kind']:<14} {adapter['name']:<14} {adapter['description']}{note}\n")
             out.write(f"  {'':<14} {'':<14} capabilities: {_flags(adapter['capabilities'])}\n")
+            if not adapter["options"]:
+                out.write(f"  {'':<14} {'':<14} options: none\n")
+            for option in adapter["options"]:
+                out.write(f"  {'':<14} {'':<14} option {_option_line(option)}\n")
         lifecycle = [h for h in plugin["hooks"] if not h.startswith("agentium_register_")]
         if lifecycle:
             out.write(f"  lifecycle hooks: {', '.join(lifecycle)}\n")
@@ -265,19 +351,43 @@ def _add_identity_args(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run a scripted conversation on the embedded SQLite defaults and prove nothing was lost."""
-    from .demo import run_demo
+    """Run a scripted conversation and prove nothing was lost.
 
+    On the embedded SQLite defaults (in ``--dir``), or with ``--config FILE``
+    on the adapters that file configures.
+    """
     if not 1 <= args.turns <= 10_000:
         sys.stderr.write("agentium demo: --turns must be between 1 and 10000\n")
         return EXIT_USAGE
-    ok = anyio.run(run_demo, Path(args.dir), args.turns, sys.stdout)
+    if args.config is not None:
+        if args.dir is not None:
+            sys.stderr.write(
+                "agentium demo: give --dir or --config, not both (the config says where data goes)\n"
+            )
+            return EXIT_USAGE
+        ok = anyio.run(run_demo_config, Path(args.config), args.turns, sys.stdout)
+    else:
+        ok = anyio.run(run_demo, Path(args.dir or DEFAULT_DEMO_DIR), args.turns, sys.stdout)
     return EXIT_OK if ok else 1
+
+
+#: Where ``agentium demo`` keeps its database without ``--dir``.
+DEFAULT_DEMO_DIR = "agentium-demo"
 
 
 def _add_demo(subparsers: Any) -> None:
     parser = subparsers.add_parser("demo", help="run the embedded demo", description=cmd_demo.__doc__)
-    parser.add_argument("--dir", default="agentium-demo", help="directory for the demo database")
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help=f"folder for the demo database (default ./{DEFAULT_DEMO_DIR}; its parent must exist)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="run on the adapters this TOML config file configures instead",
+    )
     parser.add_argument("--turns", type=int, default=12, help="number of turns (default 12)")
     parser.set_defaults(func=cmd_demo)
 
