@@ -116,11 +116,11 @@ _ENCODED: dict[int, list[Any]] = {}
 
 
 def _encoding(group: MessageGroup) -> list[Any]:
-    """``[canonical bytes, digest or None]`` of ``group``, encoded on first use."""
+    """``[canonical bytes, digest or None, tokens or None]`` of ``group``, encoded on first use."""
     key = id(group)
     cached = _ENCODED.get(key)
     if cached is None:
-        cached = [canonical_json(unstructure(group)), None]
+        cached = [canonical_json(unstructure(group)), None, None]
         _ENCODED[key] = cached
         weakref.finalize(group, _ENCODED.pop, key, None)
     return cached
@@ -171,5 +171,9 @@ class MessageGroup:
 
     @property
     def estimated_tokens(self) -> int:
-        """Token estimate of all messages."""
-        return sum(m.estimated_tokens for m in self.messages)
+        """Token estimate of all messages (computed once per group object)."""
+        cached = _encoding(self)
+        tokens: int | None = cached[2]
+        if tokens is None:
+            tokens = cached[2] = sum(m.estimated_tokens for m in self.messages)
+        return tokens

@@ -70,8 +70,11 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
             f"snapshot of session {key.session!r} is inconsistent: boundary {snap.boundary}, "
             f"next_seq {snap.next_seq}, resident seqs {seqs[:5]}{'…' if len(seqs) > 5 else ''}"
         )
+    want = (key.tenant, key.user, key.session)
     for group in snap.resident:
-        if group.retained is not None and group.retained.scope.session_key != key:
+        scope = group.retained.scope if group.retained is not None else None
+        # Compared field by field: building a SessionKey per group re-validates ids.
+        if scope is not None and (scope.tenant, scope.user, scope.session) != want:
             raise SnapshotCorruptError(
                 f"snapshot of session {key.session!r} holds group {group.seq} retained under another scope"
             )
