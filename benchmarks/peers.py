@@ -14,9 +14,10 @@ called: each turn adds the user's message and a canned 500-character reply.
   turn, N = Agentium's commits per turn (counted in the same run).
 
 Method: each system's histories are preloaded by one seeder process through
-the system's own API in big batches; each (system, history size) is then
-timed in a fresh worker process in the system's own environment
-(``benchmarks/_peer_workers/``), so seeding never counts in its peak RSS.
+the system's own API in big batches; each (system, history size) is timed
+in its own worker process in the system's own environment
+(``benchmarks/_peer_workers/``), which opens its database only after the
+seeding, so seeding never counts in its peak RSS.
 After untimed warm-up turns, the parent asks each worker for a batch of
 turns in turn, forward then backward (ABBA), so drift in machine load hits
 all systems alike. It reports medians with p10-p90, Agentium's ratio to each
@@ -457,26 +458,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             for s in systems
         ]
         by_key = {(s.system, s.messages): s for s in scenarios}
-        started = time.perf_counter()
-        # One seeder process per system, all sizes; the systems' seeders run side by side.
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            seeded = [
-                r
-                for rs in pool.map(seed, [[s for s in scenarios if s.system == x] for x in systems])
-                for r in rs
-            ]
-        slowest = max(seeded, key=lambda r: float(r["seconds"]))
-        print(
-            f"seeded {len(seeded)} histories in {time.perf_counter() - started:.1f}s wall (slowest: "
-            f"{slowest['system']} @ {slowest['messages']}, {slowest['seconds']:.1f}s)"
-        )
         disk = Scenario("disk", 0, Env(sys.executable, "current interpreter"), "disk_worker.py", "")
         disk.db = os.path.join(workdir, "disk", "bench.db")
         try:
+            # Timing workers start first, so their imports (seconds for the peers) overlap the
+            # seeding; each opens its database only when told to, after seeding.
             for s in scenarios:
                 s.start()
+            started = time.perf_counter()
+            # One seeder process per system, all sizes; the systems' seeders run side by side.
+            with ThreadPoolExecutor(max_workers=len(systems)) as pool:
+                groups = [[s for s in scenarios if s.system == x] for x in systems]
+                seeded = [r for rs in pool.map(seed, groups) for r in rs]
+            slowest = max(seeded, key=lambda r: float(r["seconds"]))
+            print(
+                f"seeded {len(seeded)} histories in {time.perf_counter() - started:.1f}s wall (slowest: "
+                f"{slowest['system']} @ {slowest['messages']}, {slowest['seconds']:.1f}s)"
+            )
             for s in scenarios:
-                s.ask(None)  # ready
+                s.ask(None)  # loaded
+            for s in scenarios:
+                s.ask("open")  # ready
             for s in scenarios:
                 if args.warmup:
                     s.run(args.warmup, 1e9, keep=False)
@@ -498,6 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.makedirs(os.path.dirname(disk.db))
             disk.start()
             disk.ask(None)
+            disk.ask("open")
             disk.run(max(args.warmup, 1), 1e9, keep=False)
             disk.info = {**disk.info, **disk.ask("info")}
             disk.commits_per_turn = disk.ask("count 2")["commits_per_turn"]

@@ -176,7 +176,7 @@ def main() -> None:
     if args.seed:
         common.seed_all(args.seed, lambda db, n: anyio.run(_seed, db, n))
         return
-    common.serve(Agentium(args.db, args.messages))
+    common.serve(lambda: Agentium(args.db, args.messages))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ A worker script runs in one of two modes:
   check each, print one JSON line per database, exit. One seeder process per
   system seeds every size, so that seeding memory never counts in a timed
   worker's peak RSS and each heavy import is paid once.
-- ``--db DB --messages N``: open the seeded database, print a ``ready`` line,
-  then answer one JSON line per command read from stdin (see :func:`serve`).
+- ``--db DB --messages N``: import, wait for ``open``, open the seeded
+  database, then answer one JSON line per command read from stdin (see
+  :func:`serve`).
   One such process per (system, history size).
 """
 
@@ -150,8 +151,12 @@ def _reply(stream: IO[str], payload: dict[str, Any]) -> None:
     stream.flush()
 
 
-def serve(system: System) -> None:
+def serve(open_system: Callable[[], System]) -> None:
     """Answer the parent's commands, one JSON line each, until ``quit`` or end of input.
+
+    The worker first says ``loaded`` (its imports are done) and waits for
+    ``open``, so the parent can start it while the database is still being
+    seeded; it then opens the system and says ``ready``. Then:
 
     - ``run N SECONDS``: ``{"ns": [...]}``, up to N timed turns within SECONDS;
     - ``count N``: ``{"commits_per_turn": x}`` over N untimed turns;
@@ -160,6 +165,10 @@ def serve(system: System) -> None:
     - ``quit``.
     """
     out = sys.stdout
+    _reply(out, {"loaded": True})
+    if sys.stdin.readline().strip() != "open":
+        return
+    system = open_system()
     _reply(out, {"ready": True})
     try:
         for line in sys.stdin:

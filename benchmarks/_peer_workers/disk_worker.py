@@ -56,7 +56,7 @@ def main() -> None:
     if args.seed:
         common.seed_all(args.seed, lambda db, n: {})
         return
-    common.serve(DiskLimit(args.db, args.commits))
+    common.serve(lambda: DiskLimit(args.db, args.commits))
 
 
 if __name__ == "__main__":

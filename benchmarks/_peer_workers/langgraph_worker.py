@@ -114,7 +114,7 @@ def main() -> None:
     if args.seed:
         common.seed_all(args.seed, _seed)
         return
-    common.serve(LangGraph(args.db, args.messages))
+    common.serve(lambda: LangGraph(args.db, args.messages))
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ def main() -> None:
     if args.seed:
         common.seed_all(args.seed, lambda db, n: asyncio.run(_seed(db, n)))
         return
-    common.serve(OpenAIAgents(args.db, args.messages))
+    common.serve(lambda: OpenAIAgents(args.db, args.messages))
 
 
 if __name__ == "__main__":
