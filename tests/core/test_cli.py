@@ -17,10 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from _fakedist import fakedist
 
-from agentium_harness.cli import main
+from agentium_harness.cli import main, options_report
+from agentium_harness.plugins.spec import PATH_OPTION
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agentium.toml"
@@ -251,3 +253,75 @@ def test_console_script_check_examples(tmp_path: Path) -> None:
 def test_console_script_version() -> None:
     result = _script("--version")
     assert (result.returncode, result.stdout) == (0, f"agentium-harness {VERSION}\n")
+
+
+# ------------------------------------------------------------- plugin options
+
+
+def test_plugins_json_lists_each_adapters_options_with_types_and_defaults(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = _run(capsys, "plugins", "--json")
+    assert code == 0
+    core = next(p for p in json.loads(out)["plugins"] if p["distribution"] == "agentium-harness")
+    adapters = {(a["kind"], a["name"]): a for a in core["adapters"]}
+    sqlite = {o["name"]: o for o in adapters[("archive", "sqlite")]["options"]}
+    assert sqlite["busy_timeout_ms"] == {
+        "name": "busy_timeout_ms",
+        "type": "int",
+        "required": False,
+        "default": 5000,
+        "path": False,
+    }
+    assert sqlite["path"]["type"] == "str" and sqlite["path"]["default"] == "agentium.db"
+    scripted = {o["name"]: o for o in adapters[("provider", "scripted")]["options"]}
+    assert scripted["responses"]["type"] == "list[ScriptedReply]" and scripted["responses"]["default"] == []
+    assert scripted["path"]["type"] == "str | None" and scripted["path"]["default"] is None
+    assert scripted["cycle"] == {
+        "name": "cycle",
+        "type": "bool",
+        "required": False,
+        "default": False,
+        "path": False,
+    }
+    assert adapters[("archive", "memory")]["options"] == []
+
+
+def test_plugins_text_lists_options(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "plugins")
+    assert code == 0
+    assert "option busy_timeout_ms: int = 5000" in out
+    assert "option path: str | None = null" in out
+    assert "options: none" in out
+
+
+def test_options_report_marks_required_path_and_computed_options() -> None:
+    @attrs.frozen
+    class Options:
+        endpoint: str
+        cache: str = attrs.field(default="c.db", metadata={PATH_OPTION: True})
+        tags: tuple[str, ...] = ("a",)
+        limits: dict[str, int] = attrs.field(factory=lambda: {"n": 1})
+        odd: object = attrs.field(factory=object)
+
+    report = {o["name"]: o for o in options_report(Options)}
+    assert report["endpoint"] == {
+        "name": "endpoint",
+        "type": "str",
+        "required": True,
+        "default": None,
+        "path": False,
+    }
+    assert report["cache"]["path"] is True and report["cache"]["default"] == "c.db"
+    assert report["tags"]["type"] == "tuple[str, ...]" and report["tags"]["default"] == ["a"]
+    assert report["limits"]["type"] == "dict[str, int]" and report["limits"]["default"] == {"n": 1}
+    assert report["odd"]["default"].startswith("<object object")
+    assert options_report(int) == []
+
+
+def test_plugins_lists_fixture_plugin_options(
+    capsys: pytest.CaptureFixture[str], fixture_plugins: Path
+) -> None:
+    code, out, _ = _run(capsys, "plugins")
+    assert code == 0
+    assert "option journal: str | None = null (path, relative to the config file)" in out

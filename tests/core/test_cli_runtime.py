@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import anyio
 import pytest
 
+from agentium_harness import demo
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
 from agentium_harness.cli import main
+from agentium_harness.engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness.engine.loader import load_runtime
+from agentium_harness.engine.runtime import create_harness_runtime
 from agentium_harness.errors import ConfigError
 from agentium_harness.history import Message, MessageGroup, Role
 from agentium_harness.ports import OpContext
+from agentium_harness.ports.archive import ArchiveCapabilities
 from agentium_harness.ports.sessions import SessionSnapshot
 from agentium_harness.scope import SessionKey
 
@@ -184,3 +191,91 @@ def test_agentium_demo_console_script(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "recovered 5 groups" in result.stdout
     assert (tmp_path / "agentium-demo" / "demo.db").exists()
+
+
+# ------------------------------------------------------------ demo --dir and --config
+
+
+@pytest.mark.parametrize("case", ["file", "missing-parent", "parent-is-a-file", "unwritable-parent"])
+def test_demo_refuses_a_dir_it_cannot_use_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x", encoding="utf-8")
+    target = {
+        "file": a_file,
+        "missing-parent": tmp_path / "no" / "such" / "dir",
+        "parent-is-a-file": a_file / "sub",
+        # /proc refuses new folders even for root, who ignores permission bits.
+        "unwritable-parent": Path("/proc/agentium-demo-test"),
+    }[case]
+    if case == "unwritable-parent" and not Path("/proc").is_dir():
+        pytest.skip("needs /proc")
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert main(["demo", "--dir", str(target), "--turns", "2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"agentium demo: --dir {target}: ")
+    assert "Traceback" not in captured.err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    assert not target.exists() or target == a_file
+
+
+def test_demo_creates_only_the_last_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "new"
+    assert main(["demo", "--dir", str(target), "--turns", "1"]) == 0
+    assert (target / "demo.db").is_file()
+    assert "recovered 1 groups" in capsys.readouterr().out
+
+
+def test_demo_runs_on_a_configured_runtime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, max_groups=2)
+    assert main(["demo", "--config", str(cfg), "--turns", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"session 'demo-1', config {cfg}" in out
+    assert len([ln for ln in out.splitlines() if ln.startswith("turn")]) == 5
+    assert "recovered 5 groups (3 archived + 2 resident)" in out  # the config's bound of 2
+    assert (tmp_path / "state.db").is_file()  # the configured SQLite file holds it
+    assert main(["demo", "--config", str(cfg), "--turns", "1"]) == 0
+    assert "session 'demo-2'" in capsys.readouterr().out
+
+
+def test_demo_runs_on_any_configured_provider(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(
+        '[runtime.resident]\nmax_groups = 1\n[provider]\nplugin = "extractive"\n'
+        '[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
+        encoding="utf-8",
+    )
+    assert main(["demo", "--config", str(cfg), "--turns", "3"]) == 0
+    assert "recovered 3 groups (2 archived + 1 resident)" in capsys.readouterr().out
+
+
+class _WriteOnlyArchive(InMemoryArchive):
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(idempotent_append=True)
+
+
+def test_demo_proof_is_reported_not_checked_when_the_archive_cannot_be_read() -> None:
+    archive, store = _WriteOnlyArchive(), InMemorySessionStore()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["a", "b", "c"]),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        tools=demo._tools(),
+    )
+    out = io.StringIO()
+    assert anyio.run(demo._converse, runtime, ["x", "y", "z"], out, "test") is True
+    text = out.getvalue()
+    assert "proof not checked: archive _WriteOnlyArchive does not declare bounded_reads" in text
+    assert "recovered" not in text
+
+
+def test_demo_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, extra="[memory]\nplugin = 'nope'\n")
+    assert main(["demo", "--config", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert "$.memory.plugin" in err and "Traceback" not in err
+    assert not (tmp_path / "state.db").exists()
+    assert main(["demo", "--config", str(cfg), "--dir", str(tmp_path)]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -545,3 +545,82 @@ def _load_fixture_package(package: str) -> types.ModuleType:
     sys.modules[package] = module
     spec.loader.exec_module(module)
     return module
+
+
+# ------------------------------------------------- calls go through pluggy
+
+
+def _monitored(registry: PluginRegistry) -> list[tuple[str, list[str]]]:
+    calls: list[tuple[str, list[str]]] = []
+
+    def before(hook_name: str, impls: Any, kwargs: Any) -> None:
+        calls.append((hook_name, [impl.plugin_name for impl in impls]))
+
+    def after(outcome: Any, hook_name: str, impls: Any, kwargs: Any) -> None:
+        pass
+
+    registry.plugin_manager.add_hookcall_monitoring(before, after)
+    return calls
+
+
+def test_broadcast_calls_each_implementation_through_pluggys_hook_caller() -> None:
+    seen: list[str] = []
+
+    def first(key: SessionKey, report: Any) -> None:
+        seen.append("first")
+        raise RuntimeError("first fails")
+
+    def second(key: SessionKey, report: Any) -> None:
+        seen.append("second")
+
+    registry = PluginRegistry.load(
+        autoload=False,
+        extra_plugins=[
+            ("dist-one", _namespace(agentium_session_closed=first)),
+            ("dist-two", _namespace(agentium_session_closed=second)),
+        ],
+    )
+    calls = _monitored(registry)
+    failures = registry.broadcast("agentium_session_closed", key=_key(), report="r")
+    # pluggy's monitoring sees one call per implementation, each holding only that one.
+    assert calls == [("agentium_session_closed", ["dist-one"]), ("agentium_session_closed", ["dist-two"])]
+    assert seen == ["first", "second"]  # registration order; a failure stops nothing
+    assert failures == [HookFailure("dist-one", "agentium_session_closed", "RuntimeError: first fails")]
+
+
+def test_registration_hooks_are_called_through_pluggy_too() -> None:
+    registry = PluginRegistry(autoload=False)
+    calls = _monitored(registry)
+    spec = PluginRegistry.load(autoload=False).get("archive", "memory")
+
+    def agentium_register_archives(register: Any) -> None:
+        register(AdapterSpec("seen", spec.adapter_class, spec.config_class))
+
+    registry.register_plugin("reg-dist", _namespace(agentium_register_archives=agentium_register_archives))
+    assert calls == [("agentium_register_archives", ["reg-dist"])]
+    assert registry.names("archive") == ("seen",)
+
+
+def test_renamed_hook_implementations_are_refused() -> None:
+    def on_close(key: SessionKey, report: Any) -> None:
+        raise AssertionError("never called")
+
+    plugin = types.SimpleNamespace(on_close=hookimpl(specname="agentium_session_closed")(on_close))
+    registry = PluginRegistry.load(autoload=False, extra_plugins=[("renamed-dist", plugin)])
+    (problem,) = registry.problems
+    assert problem.stage is ProblemStage.HOOK_VALIDATION
+    assert "specname" in problem.error and "name the function agentium_session_closed" in problem.error
+    assert registry.broadcast("agentium_session_closed", key=_key(), report=None) == []
+
+
+def test_the_same_namespace_registered_twice_is_refused() -> None:
+    def agentium_session_closed(key: SessionKey, report: Any) -> None:
+        pass
+
+    plugin = _namespace(agentium_session_closed=agentium_session_closed)
+    registry = PluginRegistry.load(autoload=False, extra_plugins=[("ns-dist", plugin)])
+    problems = registry.register_plugin("ns-dist", plugin)
+    assert [p.stage for p in problems] == [ProblemStage.HOOK_VALIDATION]
+    calls = _monitored(registry)
+    assert registry.broadcast("agentium_session_closed", key=_key(), report=None) == []
+    assert len(calls) == 1  # still one implementation

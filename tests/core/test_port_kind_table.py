@@ -147,8 +147,9 @@ class _Record:
     ],
 )
 def test_shared_validators_refuse_bad_values_naming_the_field(field: str, value: object) -> None:
+    kwargs: dict[str, Any] = {field: value}
     with pytest.raises(ValueError, match=field):
-        _Record(**{field: value})
+        _Record(**kwargs)
 
 
 @pytest.mark.parametrize("value", ["", "a\x00b", "x" * 257, 5])
