@@ -272,7 +272,11 @@ class SessionStore:
     def shares_transactions_with(self, archive: object) -> bool:
         """True if :meth:`commit_with_archive` can write to ``archive`` in this store's transaction.
 
-        Only consulted when ``joint_archive_commit`` is declared; the default is False.
+        Only consulted when ``joint_archive_commit`` is declared; the default is
+        False. It must be a cheap, local check (no I/O), so it takes no context
+        and never needs ``ctx.raise_if_expired()``.
+
+        Raises: nothing; an exception here is treated as False by the engine.
         """
         return False
 
