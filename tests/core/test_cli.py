@@ -325,3 +325,25 @@ def test_plugins_lists_fixture_plugin_options(
     code, out, _ = _run(capsys, "plugins")
     assert code == 0
     assert "option journal: str | None = null (path, relative to the config file)" in out
+
+
+# ------------------------------------------------------------- bounded input
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_check_dev_zero_exits_2_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "check", "/dev/zero")
+    assert (code, out) == (2, "")
+    assert "$: config file larger than 1048576 bytes" in err and "Traceback" not in err
+
+
+def test_check_deeply_nested_file_exits_2_without_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text("x = " + "[" * 500 + "]" * 500 + "\n", encoding="utf-8")
+    code, _, err = _run(capsys, "check", str(path))
+    assert code == 2
+    assert "nested more than 32 levels deep (line 1)" in err and "Traceback" not in err
+    code, out, _ = _run(capsys, "check", "--json", str(path))
+    assert code == 2 and json.loads(out)["errors"][0]["path"] == "$"
