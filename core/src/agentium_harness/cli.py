@@ -31,7 +31,7 @@ from .config import SECTION_KINDS, load_config
 from .demo import run_demo, run_demo_config
 from .engine.loader import build_runtime, load_runtime
 from .engine.results import RunResult
-from .engine.runtime import MigrationReport, SessionView
+from .engine.runtime import MigrationReport, ReconcileReport, SessionView
 from .errors import AgentiumError, ConfigError
 from .plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry, RegisteredAdapter
 from .plugins.spec import PATH_OPTION
@@ -459,7 +459,37 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
             f"  archived groups {view.archived_count}\n"
             f"  resident groups {len(view.resident_seqs)} {list(view.resident_seqs)}\n"
             f"  next seq        {view.next_seq}\n"
+            f"  state           {view.state.value}\n"
         )
+        if view.divergence is not None:
+            sys.stdout.write(
+                f"  diverged at     {list(view.divergence.seqs)}: {view.divergence.detail}\n"
+                "  the archive holds other groups at these seqs; run "
+                "'agentium session reconcile' to keep both copies\n"
+            )
+    return EXIT_OK
+
+
+def cmd_session_reconcile(args: argparse.Namespace) -> int:
+    """Resolve a diverged session: keep the archive's groups and renumber the session's own after them."""
+    runtime = load_runtime(args.config)
+
+    async def go() -> ReconcileReport:
+        async with runtime:
+            return await runtime.reconcile_session(_identity(args), args.session)
+
+    report = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(report), sys.stdout)
+    else:
+        state = "reconciled" if report.changed else "unchanged"
+        sys.stdout.write(f"{state}: {report.message}\n")
+        if report.changed:
+            sys.stdout.write(
+                f"  revision {report.previous_revision} -> {report.revision}, boundary {report.boundary}\n"
+                f"  adopted archive seqs {list(report.adopted_seqs)}\n"
+                f"  renumbered {[f'{old}->{new}' for old, new in report.renumbered]}\n"
+            )
     return EXIT_OK
 
 
@@ -494,7 +524,7 @@ def cmd_session_migrate(args: argparse.Namespace) -> int:
 
 
 def _add_session(subparsers: Any) -> None:
-    parser = subparsers.add_parser("session", help="inspect or migrate a stored session")
+    parser = subparsers.add_parser("session", help="inspect, migrate or reconcile a stored session")
     inner = parser.add_subparsers(dest="session_command", metavar="ACTION", required=True)
     inspect = inner.add_parser(
         "inspect", help="show a stored session", description=cmd_session_inspect.__doc__
@@ -511,6 +541,13 @@ def _add_session(subparsers: Any) -> None:
         help="required: you verified the session's exact scope",
     )
     migrate.set_defaults(func=cmd_session_migrate)
+    reconcile = inner.add_parser(
+        "reconcile",
+        help="resolve a diverged session, keeping both copies",
+        description=cmd_session_reconcile.__doc__,
+    )
+    _add_identity_args(reconcile)
+    reconcile.set_defaults(func=cmd_session_reconcile)
 
 
 # --------------------------------------------------------------------- main

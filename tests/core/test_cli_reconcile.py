@@ -1,0 +1,78 @@
+"""The operator path for a diverged session on the command line (issue 6, item 4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentium_harness import Message, MessageGroup, Role, SessionKey
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
+from agentium_harness.cli import main
+from agentium_harness.ports import OpContext
+
+KEY = SessionKey("acme", "ana", "s1")
+IDS = ["--tenant", "acme", "--user", "ana", "--session", "s1"]
+
+
+def _config(tmp_path: Path) -> Path:
+    db = tmp_path / "state.db"
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(
+        f"""
+[runtime.resident]
+max_groups = 1
+[provider]
+plugin = "scripted"
+[provider.options]
+responses = ["ok"]
+cycle = true
+[archive]
+plugin = "sqlite"
+[archive.options]
+path = "{db}"
+[session_store]
+plugin = "sqlite"
+[session_store.options]
+path = "{db}"
+""",
+        encoding="utf-8",
+    )
+    return cfg
+
+
+def _squat(db: Path) -> None:
+    async def go() -> None:
+        archive = SQLiteArchive(SQLiteConfig(path=str(db)))
+        await archive.append(KEY, [MessageGroup(0, (Message(Role.USER, "another writer"),))], OpContext())
+        await archive.aclose()
+
+    anyio.run(go)
+
+
+def test_inspect_shows_the_diverged_state_and_reconcile_resolves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = _config(tmp_path)
+    _squat(tmp_path / "state.db")
+    assert main(["run", str(cfg), *IDS, "q0"]) == 0
+    assert main(["run", str(cfg), *IDS, "q1"]) == 0
+    capsys.readouterr()
+    assert main(["session", "inspect", str(cfg), *IDS]) == 0
+    out = capsys.readouterr().out
+    assert "state           diverged" in out and "agentium session reconcile" in out
+    # A run on a diverged session is refused with a clear message and exit 2.
+    assert main(["run", str(cfg), *IDS, "q2"]) == 2
+    assert "reconcile" in capsys.readouterr().err
+    assert main(["session", "reconcile", str(cfg), *IDS, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["changed"] and report["adopted_seqs"] == [0]
+    assert report["renumbered"] == [[0, 1], [1, 2]]
+    assert main(["session", "inspect", str(cfg), *IDS, "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["state"] == "ok" and view["divergence"] is None
+    assert main(["run", str(cfg), *IDS, "q2"]) == 0
+    assert main(["session", "reconcile", str(cfg), *IDS]) == 0
+    assert "unchanged" in capsys.readouterr().out
