@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from ._validators import non_negative_int, str_tuple
 from .codec import canonical_json, digest_bytes, unstructure
 from .scope import Scope, validate_id
 
@@ -30,11 +31,6 @@ __all__ = [
 
 
 def _tuple_of_toolcall(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
-
-
-def _tuple_of_str(value: Iterable[str]) -> tuple[str, ...]:
     """Typed tuple converter (keeps mypy precise at call sites)."""
     return tuple(value)
 
@@ -102,7 +98,7 @@ class RetainedRecord:
     source_view_revision: str | None = None
     summary_policy: str | None = None
     summary_version: str | None = None
-    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
 
 
 # A group is frozen, and a turn asks for its bytes many times (eviction
@@ -126,16 +122,11 @@ def _encoding(group: MessageGroup) -> list[Any]:
     return cached
 
 
-def _non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
-
-
 @attrs.frozen(slots=True)
 class MessageGroup:
     """A complete-or-not run of messages, numbered by ``seq`` within its session."""
 
-    seq: int = attrs.field(validator=_non_negative_int)
+    seq: int = attrs.field(validator=non_negative_int)
     messages: tuple[Message, ...] = attrs.field(converter=_tuple_of_message)
     retained: RetainedRecord | None = None
 

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
+from .._validators import positive_float, positive_int
+
 __all__ = ["ResidentLimits", "RuntimeLimits"]
-
-
-def _positive(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
 
 
 @attrs.frozen(slots=True)
@@ -21,19 +16,9 @@ class ResidentLimits:
     A single group larger than a bound is kept whole and flagged, never split.
     """
 
-    max_groups: int = attrs.field(default=8, validator=_positive)
-    max_tokens: int = attrs.field(default=8192, validator=_positive)
-    max_bytes: int = attrs.field(default=262_144, validator=_positive)
-
-
-def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
-
-
-def _positive_float(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-        raise ValueError(f"{attribute.name} must be a positive number, got {value!r}")
+    max_groups: int = attrs.field(default=8, validator=positive_int)
+    max_tokens: int = attrs.field(default=8192, validator=positive_int)
+    max_bytes: int = attrs.field(default=262_144, validator=positive_int)
 
 
 @attrs.frozen(slots=True)
@@ -52,9 +37,9 @@ class RuntimeLimits:
     """
 
     resident: ResidentLimits = attrs.field(factory=ResidentLimits)
-    max_steps: int = attrs.field(default=8, validator=_positive_int)
-    source_tokens: int = attrs.field(default=2048, validator=_positive_int)
-    settle_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
-    op_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
-    tool_timeout_s: float = attrs.field(default=30.0, validator=_positive_float)
-    close_timeout_s: float = attrs.field(default=5.0, validator=_positive_float)
+    max_steps: int = attrs.field(default=8, validator=positive_int)
+    source_tokens: int = attrs.field(default=2048, validator=positive_int)
+    settle_timeout_s: float = attrs.field(default=30.0, validator=positive_float)
+    op_timeout_s: float = attrs.field(default=30.0, validator=positive_float)
+    tool_timeout_s: float = attrs.field(default=30.0, validator=positive_float)
+    close_timeout_s: float = attrs.field(default=5.0, validator=positive_float)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from .._validators import str_pair_tuple
 from ..errors import InvalidArgumentError
 from ..history import Message, estimate_tokens
 from ._base import Capabilities, OpContext, port_stub, unsupported
@@ -29,11 +30,6 @@ __all__ = [
     "ToolSpec",
     "Usage",
 ]
-
-
-def _tuple_of_tuple_str_str(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
 
 
 def _tuple_of_sourceblock(value: Iterable[SourceBlock]) -> tuple[SourceBlock, ...]:
@@ -112,7 +108,7 @@ class SourceBlock:
     source_id: str
     content: str
     attributes: tuple[tuple[str, str], ...] = attrs.field(
-        default=(), converter=_tuple_of_tuple_str_str, validator=_check_attributes
+        default=(), converter=str_pair_tuple, validator=_check_attributes
     )
 
     def render(self) -> str:

@@ -14,6 +14,7 @@ from typing import ClassVar, Final
 
 import attrs
 
+from .._validators import int_tuple
 from ..codec import canonical_json, digest_bytes, unstructure
 from ..errors import SnapshotCorruptError
 from ..history import MessageGroup
@@ -74,11 +75,6 @@ class SessionStoreCapabilities(Capabilities):
     joint_archive_commit: bool = False
 
 
-def _tuple_of_int(value: Iterable[int]) -> tuple[int, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
-
-
 @attrs.frozen(slots=True)
 class ArchiveDivergence:
     """The archive holds groups that differ from this session's at seqs it never committed.
@@ -89,7 +85,7 @@ class ArchiveDivergence:
     reconciliation (docs/runtime.md), and neither copy is ever dropped.
     """
 
-    seqs: tuple[int, ...] = attrs.field(converter=_tuple_of_int)
+    seqs: tuple[int, ...] = attrs.field(converter=int_tuple)
     detail: str = ""
 
 

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import attrs
 
+from .._validators import str_tuple
 from ..history import MessageGroup
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
@@ -14,11 +15,6 @@ __all__ = ["Citation", "Summarizer", "SummarizerCapabilities", "TaskSummary"]
 
 
 def _tuple_of_citation(value: Iterable[Citation]) -> tuple[Citation, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
-
-
-def _tuple_of_str(value: Iterable[str]) -> tuple[str, ...]:
     """Typed tuple converter (keeps mypy precise at call sites)."""
     return tuple(value)
 
@@ -54,7 +50,7 @@ class TaskSummary:
     citations: tuple[Citation, ...] = attrs.field(default=(), converter=_tuple_of_citation)
     policy: str = "default"
     version: str = "1"
-    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
 
 
 class Summarizer:

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import attrs
 
+from .._validators import str_tuple
 from ..scope import Scope
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
@@ -26,11 +27,6 @@ __all__ = [
 #: Hard ceilings on verification evidence (R30); a context may narrow them.
 MAX_EVIDENCE_ENTRIES = 32
 MAX_EVIDENCE_BYTES = 8192
-
-
-def _tuple_of_str(value: Iterable[str]) -> tuple[str, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
 
 
 def _tuple_of_evidenceentry(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
@@ -59,7 +55,7 @@ class CompletionCandidate:
     """What the model claims is done. A claim is never proof (R29)."""
 
     claim: str
-    artifacts: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    artifacts: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
 
 
 @attrs.frozen(slots=True)
