@@ -76,3 +76,34 @@ def test_inspect_shows_the_diverged_state_and_reconcile_resolves_it(
     assert main(["run", str(cfg), *IDS, "q2"]) == 0
     assert main(["session", "reconcile", str(cfg), *IDS]) == 0
     assert "unchanged" in capsys.readouterr().out
+
+
+def test_builtin_sqlite_relative_path_resolves_against_the_config_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    cfg = conf_dir / "agentium.toml"
+    cfg.write_text(
+        """
+[provider]
+plugin = "scripted"
+[provider.options]
+responses = ["ok"]
+[archive]
+plugin = "sqlite"
+[archive.options]
+path = "data.db"
+[session_store]
+plugin = "sqlite"
+[session_store.options]
+path = "data.db"
+""",
+        encoding="utf-8",
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert main(["run", str(cfg), *IDS, "hi"]) == 0
+    assert (conf_dir / "data.db").exists()
+    assert not (elsewhere / "data.db").exists()

@@ -37,7 +37,7 @@ from .errors import (
 )
 from .history import Message, MessageGroup, RetainedRecord, Role, ToolCall, estimate_tokens
 from .plugins.hookspecs import hookimpl
-from .plugins.spec import AdapterSpec, Register
+from .plugins.spec import PATH_OPTION, AdapterSpec, Register
 from .ports._base import CancelSignal, Capabilities, OpContext, port_stub
 from .ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
 from .ports.memory import (
@@ -97,6 +97,7 @@ from .scope import RecallScope, Scope, SessionKey, decode_segment, encode_segmen
 __all__ = [
     "MAX_EVIDENCE_BYTES",
     "MAX_EVIDENCE_ENTRIES",
+    "PATH_OPTION",
     "SNAPSHOT_FORMAT_VERSION",
     "AdapterSpec",
     "ArchiveCapabilities",

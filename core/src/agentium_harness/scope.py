@@ -11,12 +11,12 @@ key prefix nor act as a pattern.
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Any
 
 import attrs
 
-from .errors import IdentityError, InvalidIdError
+from ._validators import MAX_ID_LENGTH, validate_id
+from .errors import IdentityError
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -30,8 +30,6 @@ __all__ = [
     "validate_id",
 ]
 
-#: Longest identifier accepted, in characters.
-MAX_ID_LENGTH = 256
 
 # Characters kept as they are by the key encoding; everything else (including
 # "%", ".", "/", "*", "?", "[", "\\" and "~") is percent-encoded byte by byte.
@@ -39,23 +37,6 @@ _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 _UPPER_HEX = frozenset("0123456789ABCDEF")
 #: Marker for an absent optional segment. "~" is never produced by the encoding.
 ABSENT_SEGMENT = "~"
-
-
-def validate_id(value: object, field: str) -> str:
-    """Return ``value`` if it is an acceptable identifier, else raise :class:`InvalidIdError`."""
-    if not isinstance(value, str):
-        raise InvalidIdError(field, f"expected a string, got {type(value).__name__}")
-    if not value:
-        raise InvalidIdError(field, "must not be empty")
-    if len(value) > MAX_ID_LENGTH:
-        raise InvalidIdError(field, f"{len(value)} characters; at most {MAX_ID_LENGTH} allowed")
-    for ch in value:
-        # Category "Cc" covers NUL, C0/C1 controls and DEL.
-        if unicodedata.category(ch) == "Cc":
-            raise InvalidIdError(field, f"contains control character U+{ord(ch):04X}")
-        if 0xD800 <= ord(ch) <= 0xDFFF:
-            raise InvalidIdError(field, "contains a lone surrogate")
-    return value
 
 
 def _id_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -22,6 +22,7 @@ from cattrs.gen import make_dict_structure_fn
 from ..codec import StructureHook, register_structure_hook, structure
 from ..errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
 from ..history import Message, Role, ToolCall
+from ..plugins.spec import PATH_OPTION
 from ..ports import OpContext
 from ..ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
 
@@ -97,12 +98,13 @@ class ScriptedProviderConfig:
     """Options of the scripted provider.
 
     - ``responses``: replies in order; each a string or a table with ``content`` and ``tool_calls``.
-    - ``path``: a JSONL file of replies (one JSON string or object per line), read on first use.
+    - ``path``: a JSONL file of replies (one JSON string or object per line), read on first use;
+      in a config file a relative path is resolved against the config file's folder.
     - ``cycle``: start again from the first reply when the script runs out (otherwise an error).
     """
 
     responses: list[ScriptedReply] = attrs.field(factory=list)
-    path: str | None = None
+    path: str | None = attrs.field(default=None, metadata={PATH_OPTION: True})
     cycle: bool = False
 
 

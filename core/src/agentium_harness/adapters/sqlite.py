@@ -54,6 +54,7 @@ from ..errors import (
     SnapshotCorruptError,
 )
 from ..history import MessageGroup
+from ..plugins.spec import PATH_OPTION
 from ..ports import OpContext
 from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
 from ..ports.sessions import (
@@ -166,9 +167,11 @@ def _synchronous_validator(instance: Any, attribute: attrs.Attribute[Any], value
 class SQLiteConfig:
     """Options of the SQLite archive and session store (the same for both).
 
-    - ``path``: the database file. Relative paths are resolved against the
-      working directory when the adapter is built. Both adapters default to
-      the same file, ``agentium.db``, each with its own tables.
+    - ``path``: the database file. In a config file a relative path is
+      resolved against the config file's folder (it is a path option); built
+      directly, against the working directory when the adapter is built. Both
+      adapters default to the same file, ``agentium.db``, each with its own
+      tables, which lets their commits share one transaction.
     - ``busy_timeout_ms``: how long a call waits for another writer's lock
       before failing (capped by the operation's deadline).
     - ``synchronous``: ``PRAGMA synchronous`` level, one of ``NORMAL``,
@@ -176,7 +179,7 @@ class SQLiteConfig:
       process crash but may lose the last commits on power loss.
     """
 
-    path: str = attrs.field(default="agentium.db", validator=_path_validator)
+    path: str = attrs.field(default="agentium.db", validator=_path_validator, metadata={PATH_OPTION: True})
     busy_timeout_ms: int = attrs.field(default=5000, validator=_busy_timeout_validator)
     synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
 
