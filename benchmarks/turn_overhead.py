@@ -48,9 +48,9 @@ SESSION_ID = "bench-session"
 
 def _build(db_path: str) -> tuple[Any, Any, Any]:
     """A runtime over SQLite adapters with default options on ``db_path``."""
+    from agentium_harness._engine.runtime import create_harness_runtime
     from agentium_harness.adapters.providers import ScriptedProvider
     from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteSessionStore
-    from agentium_harness.engine.runtime import create_harness_runtime
 
     archive, store = _sqlite_adapters(db_path, SQLiteArchive, SQLiteSessionStore)
     runtime = create_harness_runtime(
@@ -71,7 +71,7 @@ def _sqlite_adapters(db_path: str, archive_cls: Any, store_cls: Any) -> tuple[An
 
 
 def _identity() -> Any:
-    from agentium_harness.scope import VerifiedIdentity
+    from agentium_harness._scope import VerifiedIdentity
 
     return VerifiedIdentity("bench-tenant", "bench-user", "benchmark")
 
@@ -88,7 +88,7 @@ def _turn_text(i: int) -> str:
 def seed(db_path: str, turns: int) -> None:
     import anyio
 
-    from agentium_harness.engine.limits import ResidentLimits
+    from agentium_harness._engine.limits import ResidentLimits
 
     async def main() -> None:
         runtime, archive, store = _build(db_path)

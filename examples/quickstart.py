@@ -12,8 +12,7 @@ from pathlib import Path
 
 import anyio
 
-from agentium_harness import VerifiedIdentity
-from agentium_harness.engine.loader import load_runtime
+from agentium_harness import VerifiedIdentity, load_runtime
 
 CONFIG = Path(__file__).with_name("agentium.toml")
 

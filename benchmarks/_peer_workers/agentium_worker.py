@@ -32,14 +32,14 @@ import attrs
 import common
 from anyio.from_thread import start_blocking_portal
 
+from agentium_harness._engine.limits import ResidentLimits
+from agentium_harness._engine.runtime import create_harness_runtime
+from agentium_harness._history import MessageGroup, Role
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.sessions import seal_snapshot
+from agentium_harness._scope import SessionKey, VerifiedIdentity
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.engine.limits import ResidentLimits
-from agentium_harness.engine.runtime import create_harness_runtime
-from agentium_harness.history import MessageGroup, Role
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.sessions import seal_snapshot
-from agentium_harness.scope import SessionKey, VerifiedIdentity
 
 IDENTITY = VerifiedIdentity("bench-tenant", "bench-user", "benchmark")
 INCLUDES = (

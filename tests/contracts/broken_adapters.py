@@ -15,19 +15,19 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.codec import canonical_json, digest_of, from_json, make_converter, unstructure
-from agentium_harness.errors import ArchiveError, OperationCancelledError, SessionConflictError
-from agentium_harness.history import MessageGroup
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
-from agentium_harness.ports.sessions import (
+from agentium_harness._codec import canonical_json, digest_of, from_json, make_converter, unstructure
+from agentium_harness._errors import ArchiveError, OperationCancelledError, SessionConflictError
+from agentium_harness._history import MessageGroup
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from agentium_harness._ports.sessions import (
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
 )
-from agentium_harness.scope import SessionKey
+from agentium_harness._scope import SessionKey
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
 
 _ARCHIVE_CAPS = InMemoryArchive.capabilities

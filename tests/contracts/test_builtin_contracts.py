@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from agentium_harness._ports.archive import HistoryArchive
+from agentium_harness._ports.sessions import SessionStore
+from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.ports.archive import HistoryArchive
-from agentium_harness.ports.sessions import SessionStore
-from agentium_harness.scope import SessionKey
 from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
 
 Transform = Callable[[bytes], bytes]

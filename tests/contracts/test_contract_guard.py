@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
+from agentium_harness._ports.archive import HistoryArchive
+from agentium_harness._ports.sessions import SessionStore
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.ports.archive import HistoryArchive
-from agentium_harness.ports.sessions import SessionStore
 from agentium_harness.testing.contracts import (
     GUARD_TEST_NAME,
     ArchiveContract,

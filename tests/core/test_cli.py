@@ -1,6 +1,6 @@
 """The ``agentium`` command: ``--version``, ``plugins`` and ``check``.
 
-Most tests call :func:`agentium_harness.cli.main` in-process; the last ones run
+Most tests call :func:`agentium_harness._cli.main` in-process; the last ones run
 the installed console script in a subprocess, as a user would.
 """
 
@@ -21,8 +21,8 @@ import attrs
 import pytest
 from _fakedist import fakedist
 
-from agentium_harness.cli import main, options_report
-from agentium_harness.plugins.spec import PATH_OPTION
+from agentium_harness._cli import main, options_report
+from agentium_harness._plugins.spec import PATH_OPTION
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agentium.toml"

@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from agentium_harness import Message, MessageGroup, Role, SessionKey
+from agentium_harness._cli import main
+from agentium_harness._ports import OpContext
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
-from agentium_harness.cli import main
-from agentium_harness.ports import OpContext
 
 KEY = SessionKey("acme", "ana", "s1")
 IDS = ["--tenant", "acme", "--user", "ana", "--session", "s1"]

@@ -13,20 +13,20 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from agentium_harness import demo
+from agentium_harness import _demo as demo
+from agentium_harness._cli import main
+from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
+from agentium_harness._engine.loader import load_runtime
+from agentium_harness._engine.runtime import create_harness_runtime
+from agentium_harness._errors import ConfigError
+from agentium_harness._history import Message, MessageGroup, Role
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import ArchiveCapabilities
+from agentium_harness._ports.sessions import SessionSnapshot
+from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
-from agentium_harness.cli import main
-from agentium_harness.engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness.engine.loader import load_runtime
-from agentium_harness.engine.runtime import create_harness_runtime
-from agentium_harness.errors import ConfigError
-from agentium_harness.history import Message, MessageGroup, Role
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.archive import ArchiveCapabilities
-from agentium_harness.ports.sessions import SessionSnapshot
-from agentium_harness.scope import SessionKey
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,8 @@ from cattrs.gen import make_dict_structure_fn
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentium_harness import codec
-from agentium_harness.codec import (
+from agentium_harness import _codec as codec
+from agentium_harness._codec import (
     canonical_json,
     converter,
     digest_bytes,
@@ -30,11 +30,11 @@ from agentium_harness.codec import (
     to_json,
     unstructure,
 )
-from agentium_harness.errors import AgentiumError, EncodingError, RecordDecodeError
-from agentium_harness.history import Message, MessageGroup, Role, ToolCall
-from agentium_harness.ports.memory import MemoryEventKind
-from agentium_harness.ports.provider import SourceKind
-from agentium_harness.ports.recall import (
+from agentium_harness._errors import AgentiumError, EncodingError, RecordDecodeError
+from agentium_harness._history import Message, MessageGroup, Role, ToolCall
+from agentium_harness._ports.memory import MemoryEventKind
+from agentium_harness._ports.provider import SourceKind
+from agentium_harness._ports.recall import (
     Candidate,
     Completeness,
     Excerpt,
@@ -42,7 +42,7 @@ from agentium_harness.ports.recall import (
     SourceRef,
     ValidationStatus,
 )
-from agentium_harness.ports.verify import Verdict
+from agentium_harness._ports.verify import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 

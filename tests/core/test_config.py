@@ -17,7 +17,7 @@ import attrs
 import pytest
 from _fakedist import fakedist
 
-from agentium_harness.config import (
+from agentium_harness._config import (
     DEFAULT_INSTRUCTIONS,
     HarnessConfig,
     ResolvedConfig,
@@ -26,13 +26,13 @@ from agentium_harness.config import (
     resolve_config,
     substitute_env,
 )
-from agentium_harness.engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness.engine.loader import load_runtime
-from agentium_harness.errors import ConfigError, ConfigIssue
-from agentium_harness.plugins.hookspecs import hookimpl
-from agentium_harness.plugins.registry import PluginRegistry, operator_plugin_lists
-from agentium_harness.plugins.spec import PATH_OPTION, AdapterSpec, path_option_names, resolve_path_options
-from agentium_harness.ports.recall import RecallLimits
+from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
+from agentium_harness._engine.loader import load_runtime
+from agentium_harness._errors import ConfigError, ConfigIssue
+from agentium_harness._plugins.hookspecs import hookimpl
+from agentium_harness._plugins.registry import PluginRegistry, operator_plugin_lists
+from agentium_harness._plugins.spec import PATH_OPTION, AdapterSpec, path_option_names, resolve_path_options
+from agentium_harness._ports.recall import RecallLimits
 
 
 def _registry_with(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *keys: str) -> PluginRegistry:

@@ -31,23 +31,21 @@ from agentium_harness import (
     ToolCall,
     VerifiedIdentity,
 )
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.codec import canonical_json, unstructure
-from agentium_harness.engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness.engine.maintenance import SessionState
-from agentium_harness.engine.results import CleanupStatus, EvictionStatus
-from agentium_harness.engine.runtime import create_harness_runtime
-from agentium_harness.engine.tools import Tool, ToolRegistry, ToolStatus
-from agentium_harness.errors import (
+from agentium_harness._codec import canonical_json, unstructure
+from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
+from agentium_harness._engine.maintenance import SessionState
+from agentium_harness._engine.results import CleanupStatus, EvictionStatus
+from agentium_harness._engine.runtime import create_harness_runtime
+from agentium_harness._engine.tools import Tool, ToolRegistry, ToolStatus
+from agentium_harness._errors import (
     InvalidArgumentError,
     OperationTimeoutError,
     ProviderTimeoutError,
     RuntimeCloseError,
     SessionDivergedError,
 )
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.provider import (
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.provider import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
@@ -56,7 +54,9 @@ from agentium_harness.ports.provider import (
     SourceKind,
     Usage,
 )
-from agentium_harness.ports.sessions import SNAPSHOT_FORMAT_VERSION, SessionSnapshot, verify_snapshot
+from agentium_harness._ports.sessions import SNAPSHOT_FORMAT_VERSION, SessionSnapshot, verify_snapshot
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 
@@ -548,8 +548,8 @@ def test_scope_of_recall_is_accepted_when_typed() -> None:
 
 async def test_undeclared_port_operations_raise_a_typed_error_in_the_hierarchy() -> None:
     from agentium_harness import AgentiumError, UnsupportedOperationError
-    from agentium_harness.ports.memory import MemoryStore
-    from agentium_harness.ports.recall import RecallStore
+    from agentium_harness._ports.memory import MemoryStore
+    from agentium_harness._ports.recall import RecallStore
 
     with pytest.raises(UnsupportedOperationError, match="forgetting") as info:
         await MemoryStore().forget(Scope.of(ALICE, "s1"), "x", CTX)

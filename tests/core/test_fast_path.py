@@ -31,18 +31,18 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.codec import canonical_json, digest_bytes, unstructure
-from agentium_harness.history import _ENCODED
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.sessions import (
+from agentium_harness._codec import canonical_json, digest_bytes, unstructure
+from agentium_harness._history import _ENCODED
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.sessions import (
     ArchiveDivergence,
     SessionSnapshot,
     seal_snapshot,
     snapshot_bytes,
     snapshot_digest,
 )
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentium_harness.codec import from_json, structure, to_json, unstructure
-from agentium_harness.history import (
+from agentium_harness._codec import from_json, structure, to_json, unstructure
+from agentium_harness._history import (
     Message,
     MessageGroup,
     RetainedRecord,
@@ -20,7 +20,7 @@ from agentium_harness.history import (
     ToolCall,
     estimate_tokens,
 )
-from agentium_harness.scope import Scope
+from agentium_harness._scope import Scope
 
 SCOPE = Scope("acme", "alice", "s1", project="p")
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from agentium_harness.plugins import hookspecs
-from agentium_harness.ports import PORT_KINDS
+from agentium_harness._plugins import hookspecs
+from agentium_harness._ports import PORT_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS_DOC = ROOT / "docs" / "plugins.md"

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from _fakedist import fakedist
 
-from agentium_harness.errors import PluginError, PluginLoadError, PluginNotFoundError, RegistrationError
-from agentium_harness.plugins.hookspecs import hookimpl
-from agentium_harness.plugins.registry import (
+from agentium_harness._errors import PluginError, PluginLoadError, PluginNotFoundError, RegistrationError
+from agentium_harness._plugins.hookspecs import hookimpl
+from agentium_harness._plugins.registry import (
     BUILTIN_DISTRIBUTION,
     HookFailure,
     PluginRegistry,
@@ -30,10 +30,10 @@ from agentium_harness.plugins.registry import (
     ProblemStage,
     normalize_distribution_name,
 )
-from agentium_harness.plugins.spec import AdapterSpec
-from agentium_harness.plugins.validation import validate_adapter_spec
-from agentium_harness.ports.memory import MemoryEvent, MemoryEventKind
-from agentium_harness.scope import Scope, SessionKey
+from agentium_harness._plugins.spec import AdapterSpec
+from agentium_harness._plugins.validation import validate_adapter_spec
+from agentium_harness._ports.memory import MemoryEvent, MemoryEventKind
+from agentium_harness._scope import Scope, SessionKey
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plugins"
 

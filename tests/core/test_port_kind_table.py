@@ -12,26 +12,27 @@ from typing import Any
 import attrs
 import pytest
 
-from agentium_harness import _validators, scope
-from agentium_harness.config import (
+from agentium_harness import _scope as scope
+from agentium_harness import _validators
+from agentium_harness._config import (
     REQUIRED_SECTIONS,
     SECTION_KINDS,
     HarnessConfig,
     ResolvedConfig,
     parse_config,
 )
-from agentium_harness.engine.checks import adapter_problems
-from agentium_harness.engine.runtime import create_harness_runtime
-from agentium_harness.errors import ConfigError, InvalidIdError
-from agentium_harness.plugins import hookspecs
-from agentium_harness.ports import (
+from agentium_harness._engine.checks import adapter_problems
+from agentium_harness._engine.runtime import create_harness_runtime
+from agentium_harness._errors import ConfigError, InvalidIdError
+from agentium_harness._plugins import hookspecs
+from agentium_harness._ports import (
     OPTIONAL_KINDS,
     PORT_KIND_TABLE,
     PORT_KINDS,
     REQUIRED_KINDS,
     port_kind_by_section,
 )
-from agentium_harness.ports.recall import RecallCapabilities, RecallStore
+from agentium_harness._ports.recall import RecallCapabilities, RecallStore
 
 SRC = Path(__file__).resolve().parents[2] / "core" / "src"
 PACKAGE = SRC / "agentium_harness"
@@ -179,7 +180,7 @@ def test_scope_ids_follow_the_same_rule() -> None:
 # -------------------------------------------------------------- imports
 
 
-_LAYERS = ("agentium_harness.plugins", "agentium_harness.config", "agentium_harness.engine")
+_LAYERS = ("agentium_harness._plugins", "agentium_harness._config", "agentium_harness._engine")
 
 
 def _module_name(path: Path) -> str:
@@ -256,7 +257,7 @@ def _cycle(graph: dict[str, set[str]], nodes: set[str]) -> list[str] | None:
 def test_the_import_graph_of_plugins_config_and_engine_is_acyclic() -> None:
     graph = _import_graph()
     layered = {m for m in graph if m.startswith(_LAYERS)}
-    assert "agentium_harness.engine.loader" in layered and "agentium_harness.plugins.registry" in layered
+    assert "agentium_harness._engine.loader" in layered and "agentium_harness._plugins.registry" in layered
     # Walk everything these modules reach, so a cycle through ports or codec counts too.
     reach = set(layered)
     frontier = list(layered)
@@ -273,14 +274,14 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 
 _OWN_MODULES = [
-    "config.py",
-    "cli.py",
-    "demo.py",
+    "_config.py",
+    "_cli.py",
+    "_demo.py",
     "_validators.py",
-    "ports/__init__.py",
-    "engine/loader.py",
-    "engine/checks.py",
-    *(f"plugins/{p.name}" for p in sorted((PACKAGE / "plugins").glob("*.py"))),
+    "_ports/__init__.py",
+    "_engine/loader.py",
+    "_engine/checks.py",
+    *(f"_plugins/{p.name}" for p in sorted((PACKAGE / "_plugins").glob("*.py"))),
 ]
 
 
@@ -300,11 +301,11 @@ def test_no_import_hides_inside_a_function(relative: str) -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "agentium_harness.plugins.registry",
-        "agentium_harness.config",
-        "agentium_harness.engine.loader",
-        "agentium_harness.plugins.validation",
-        "agentium_harness.cli",
+        "agentium_harness._plugins.registry",
+        "agentium_harness._config",
+        "agentium_harness._engine.loader",
+        "agentium_harness._plugins.validation",
+        "agentium_harness._cli",
     ],
 )
 def test_each_layer_imports_first_in_a_fresh_interpreter(module: str) -> None:

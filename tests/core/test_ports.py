@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentium_harness.history import Message, Role, estimate_tokens
-from agentium_harness.plugins.hookspecs import REGISTRATION_HOOKS
-from agentium_harness.ports import PORT_KINDS, CancelSignal, Capabilities, OpContext, PortKind, is_port_stub
-from agentium_harness.ports.provider import ModelRequest, SourceBlock, SourceKind
-from agentium_harness.ports.recall import RecallCapabilities, RecallSession, RecallStore
+from agentium_harness._history import Message, Role, estimate_tokens
+from agentium_harness._plugins.hookspecs import REGISTRATION_HOOKS
+from agentium_harness._ports import PORT_KINDS, CancelSignal, Capabilities, OpContext, PortKind, is_port_stub
+from agentium_harness._ports.provider import ModelRequest, SourceBlock, SourceKind
+from agentium_harness._ports.recall import RecallCapabilities, RecallSession, RecallStore
 
 KINDS = sorted(PORT_KINDS)
 SEVEN = {"archive", "session_store", "recall", "summarizer", "verifier", "memory", "provider"}

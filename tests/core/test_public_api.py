@@ -39,7 +39,7 @@ def test_host_names_are_pinned() -> None:
 
 
 def test_the_whole_error_family_is_exported_and_rooted() -> None:
-    from agentium_harness import errors as errors_module
+    from agentium_harness import _errors as errors_module
 
     family = {
         name

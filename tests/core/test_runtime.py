@@ -27,27 +27,27 @@ from agentium_harness import (
     SnapshotCorruptError,
     VerifiedIdentity,
 )
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ABSTAIN_TEXT, ExtractiveProvider, ScriptedProvider
-from agentium_harness.codec import canonical_json, unstructure
-from agentium_harness.engine.limits import ResidentLimits
-from agentium_harness.engine.results import EvictionStatus, RunStatus
-from agentium_harness.engine.runtime import RuntimeLimits, create_harness_runtime
-from agentium_harness.engine.sources import SourceStatus
-from agentium_harness.engine.tools import EffectLevel, Tool, ToolRegistry, ToolStatus
-from agentium_harness.errors import FeatureUnavailableError, ProviderError
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.archive import ArchiveReceipt
-from agentium_harness.ports.provider import (
+from agentium_harness._codec import canonical_json, unstructure
+from agentium_harness._engine.limits import ResidentLimits
+from agentium_harness._engine.results import EvictionStatus, RunStatus
+from agentium_harness._engine.runtime import RuntimeLimits, create_harness_runtime
+from agentium_harness._engine.sources import SourceStatus
+from agentium_harness._engine.tools import EffectLevel, Tool, ToolRegistry, ToolStatus
+from agentium_harness._errors import FeatureUnavailableError, ProviderError
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import ArchiveReceipt
+from agentium_harness._ports.provider import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
     SourceBlock,
     SourceKind,
 )
-from agentium_harness.ports.recall import RecallCapabilities, RecallSession, RecallStore
-from agentium_harness.ports.sessions import SessionSnapshot, seal_snapshot
-from agentium_harness.ports.summary import Summarizer, SummarizerCapabilities, TaskSummary
+from agentium_harness._ports.recall import RecallCapabilities, RecallSession, RecallStore
+from agentium_harness._ports.sessions import SessionSnapshot, seal_snapshot
+from agentium_harness._ports.summary import Summarizer, SummarizerCapabilities, TaskSummary
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ABSTAIN_TEXT, ExtractiveProvider, ScriptedProvider
 
 pytestmark = pytest.mark.anyio
 

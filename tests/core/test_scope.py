@@ -12,8 +12,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from agentium_harness.errors import AgentiumError, IdentityError, InvalidIdError
-from agentium_harness.scope import (
+from agentium_harness._errors import AgentiumError, IdentityError, InvalidIdError
+from agentium_harness._scope import (
     MAX_ID_LENGTH,
     RecallScope,
     Scope,

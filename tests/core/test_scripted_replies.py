@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from agentium_harness._config import load_config
+from agentium_harness._errors import ConfigError
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.provider import ModelRequest
 from agentium_harness.adapters.providers import (
     ScriptedProvider,
     ScriptedProviderConfig,
     ScriptedReply,
     ScriptedToolCall,
 )
-from agentium_harness.config import load_config
-from agentium_harness.errors import ConfigError
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.provider import ModelRequest
 
 BAD_REPLIES = {
     "number as content": {"content": 12},

@@ -17,6 +17,17 @@ import anyio
 import attrs
 import pytest
 
+from agentium_harness._codec import structure
+from agentium_harness._errors import (
+    ArchiveConflictError,
+    ArchiveError,
+    OperationCancelledError,
+    SessionConflictError,
+    SnapshotCorruptError,
+)
+from agentium_harness._plugins.registry import PluginRegistry
+from agentium_harness._ports import OpContext
+from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.sqlite import (
     SCHEMA_VERSION,
     SQLiteArchive,
@@ -25,17 +36,6 @@ from agentium_harness.adapters.sqlite import (
     SQLiteStorageError,
     _immediate_transaction,
 )
-from agentium_harness.codec import structure
-from agentium_harness.errors import (
-    ArchiveConflictError,
-    ArchiveError,
-    OperationCancelledError,
-    SessionConflictError,
-    SnapshotCorruptError,
-)
-from agentium_harness.plugins.registry import PluginRegistry
-from agentium_harness.ports import OpContext
-from agentium_harness.scope import SessionKey
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 
 pytestmark = pytest.mark.anyio

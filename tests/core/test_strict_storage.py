@@ -15,19 +15,19 @@ from typing import Any
 import attrs
 import pytest
 
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.codec import canonical_json, digest_bytes, unstructure
-from agentium_harness.errors import ArchiveCorruptError, ArchiveError, SnapshotCorruptError
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.archive import check_archived_group
-from agentium_harness.ports.sessions import (
+from agentium_harness._codec import canonical_json, digest_bytes, unstructure
+from agentium_harness._errors import ArchiveCorruptError, ArchiveError, SnapshotCorruptError
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import check_archived_group
+from agentium_harness._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
     SessionSnapshot,
     seal_snapshot,
     snapshot_digest,
 )
-from agentium_harness.scope import SessionKey
+from agentium_harness._scope import SessionKey
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.testing import legacy_snapshot, plain_group, rich_group, scoped_snapshot
 
 pytestmark = pytest.mark.anyio

@@ -9,9 +9,9 @@ from typing import ClassVar
 import anyio
 import pytest
 
+from agentium_harness._errors import AgentiumError, ArchiveError, OperationCancelledError
+from agentium_harness._ports import OpContext
 from agentium_harness.adapters.threaded import ThreadBoundAdapter
-from agentium_harness.errors import AgentiumError, ArchiveError, OperationCancelledError
-from agentium_harness.ports import OpContext
 
 pytestmark = pytest.mark.anyio
 

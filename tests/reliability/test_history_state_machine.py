@@ -57,26 +57,26 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from agentium_harness.engine.limits import ResidentLimits
-from agentium_harness.engine.results import CleanupStatus, EvictionStatus, RunResult
-from agentium_harness.engine.runtime import (
+from agentium_harness._engine.limits import ResidentLimits
+from agentium_harness._engine.results import CleanupStatus, EvictionStatus, RunResult
+from agentium_harness._engine.runtime import (
     HarnessRuntime,
     LifecycleState,
     RuntimeLimits,
     create_harness_runtime,
 )
-from agentium_harness.errors import ArchiveError, RuntimeClosedError, SessionBusyError, SessionConflictError
-from agentium_harness.history import Message, MessageGroup, Role
-from agentium_harness.ports import OpContext
-from agentium_harness.ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
-from agentium_harness.ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
-from agentium_harness.ports.sessions import (
+from agentium_harness._errors import ArchiveError, RuntimeClosedError, SessionBusyError, SessionConflictError
+from agentium_harness._history import Message, MessageGroup, Role
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from agentium_harness._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
+from agentium_harness._ports.sessions import (
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
 )
-from agentium_harness.scope import Scope, SessionKey, VerifiedIdentity
+from agentium_harness._scope import Scope, SessionKey, VerifiedIdentity
 
 try:  # the SQLite adapters are optional for this file: they run when present
     from agentium_harness.adapters import sqlite as sqlite_adapters

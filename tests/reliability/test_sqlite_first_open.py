@@ -25,8 +25,8 @@ import pytest
 
 sqlite = pytest.importorskip("agentium_harness.adapters.sqlite", reason="needs the SQLite adapters")
 
-from agentium_harness.ports import OpContext  # noqa: E402
-from agentium_harness.scope import SessionKey  # noqa: E402
+from agentium_harness._ports import OpContext  # noqa: E402
+from agentium_harness._scope import SessionKey  # noqa: E402
 
 KEY = SessionKey("acme", "alice", "a/b")
 HOLD_S = 0.3

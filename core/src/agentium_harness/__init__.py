@@ -10,11 +10,11 @@ detail and may change without notice. See ``docs/api.md`` for the reference.
 
 from __future__ import annotations
 
-from .codec import canonical_json, digest_of
-from .engine.limits import ResidentLimits, RuntimeLimits
-from .engine.loader import load_runtime
-from .engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
-from .engine.results import (
+from ._codec import canonical_json, digest_of
+from ._engine.limits import ResidentLimits, RuntimeLimits
+from ._engine.loader import load_runtime
+from ._engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
+from ._engine.results import (
     CleanupReport,
     CleanupStatus,
     Diagnostic,
@@ -23,15 +23,15 @@ from .engine.results import (
     RunStatus,
     Severity,
 )
-from .engine.runtime import (
+from ._engine.runtime import (
     HarnessResources,
     HarnessRuntime,
     LifecycleState,
     create_harness_runtime,
 )
-from .engine.sources import SourceStatus
-from .engine.tools import EffectLevel, Tool, ToolOutcome, ToolRegistry, ToolStatus
-from .errors import (
+from ._engine.sources import SourceStatus
+from ._engine.tools import EffectLevel, Tool, ToolOutcome, ToolRegistry, ToolStatus
+from ._errors import (
     AgentiumError,
     AgentLifecycleError,
     ArchiveConflictError,
@@ -68,10 +68,10 @@ from .errors import (
     ToolNotGrantedError,
     UnsupportedOperationError,
 )
-from .history import Message, MessageGroup, RetainedRecord, Role, ToolCall
-from .ports import OpContext
-from .ports.provider import SourceBlock, SourceKind, Usage
-from .scope import RecallScope, Scope, SessionKey, VerifiedIdentity
+from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall
+from ._ports import OpContext
+from ._ports.provider import SourceBlock, SourceKind, Usage
+from ._scope import RecallScope, Scope, SessionKey, VerifiedIdentity
 
 __version__ = "0.1.0"
 

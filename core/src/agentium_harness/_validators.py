@@ -1,7 +1,7 @@
 """Shared attrs validators and typed tuple converters, so each rule is written once.
 
 Validators follow the attrs signature ``validator(instance, attribute, value)``
-and raise :class:`ValueError` (or :class:`~agentium_harness.errors.InvalidIdError`
+and raise :class:`ValueError` (or :class:`~agentium_harness._errors.InvalidIdError`
 for identifiers, itself a typed error) with a message that names the field, so
 the config loader can point at the key and a host sees which argument was bad.
 Booleans are refused where numbers belong: ``True`` is an ``int`` to Python but
@@ -12,7 +12,7 @@ only understands named functions as converters, and a generic ``tuple_of(T)``
 factory would erase the field's type to ``Any``. Modules whose records hold
 tuples of their own record types keep a one-line named converter of their own.
 
-This module depends on :mod:`agentium_harness.errors` only, so every layer
+This module depends on :mod:`agentium_harness._errors` only, so every layer
 (ports, engine, plugins, config) can use it without an import cycle.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from .errors import InvalidIdError
+from ._errors import InvalidIdError
 
 __all__ = [
     "MAX_ID_LENGTH",

@@ -12,8 +12,7 @@ errors an adapter raises, and reusable bases such as
 
 from __future__ import annotations
 
-from .adapters.threaded import ThreadBoundAdapter
-from .codec import (
+from ._codec import (
     canonical_json,
     digest_bytes,
     digest_of,
@@ -22,7 +21,7 @@ from .codec import (
     register_structure_hook,
     to_json,
 )
-from .errors import (
+from ._errors import (
     ArchiveConflictError,
     ArchiveCorruptError,
     ArchiveError,
@@ -35,12 +34,14 @@ from .errors import (
     SnapshotCorruptError,
     UnsupportedOperationError,
 )
-from .history import Message, MessageGroup, RetainedRecord, Role, ToolCall, estimate_tokens
-from .plugins.hookspecs import hookimpl
-from .plugins.spec import PATH_OPTION, AdapterSpec, Register
-from .ports._base import CancelSignal, Capabilities, OpContext, port_stub
-from .ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
-from .ports.memory import (
+from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall, estimate_tokens
+from ._plugins.hookspecs import hookimpl
+from ._plugins.registry import PluginRegistry, ProblemStage
+from ._plugins.spec import PATH_OPTION, AdapterSpec, Register
+from ._ports import PORT_KINDS, PortKind
+from ._ports._base import CancelSignal, Capabilities, OpContext, port_stub
+from ._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from ._ports.memory import (
     MemoryAck,
     MemoryCapabilities,
     MemoryEvent,
@@ -48,7 +49,7 @@ from .ports.memory import (
     MemoryFact,
     MemoryStore,
 )
-from .ports.provider import (
+from ._ports.provider import (
     ModelProvider,
     ModelRequest,
     ModelResponse,
@@ -58,7 +59,7 @@ from .ports.provider import (
     ToolSpec,
     Usage,
 )
-from .ports.recall import (
+from ._ports.recall import (
     Candidate,
     Completeness,
     Excerpt,
@@ -71,17 +72,19 @@ from .ports.recall import (
     Validation,
     ValidationStatus,
 )
-from .ports.sessions import (
+from ._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
     ArchiveDivergence,
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    seal_snapshot,
+    snapshot_bytes,
     verify_snapshot,
 )
-from .ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary
-from .ports.verify import (
+from ._ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary
+from ._ports.verify import (
     MAX_EVIDENCE_BYTES,
     MAX_EVIDENCE_ENTRIES,
     CompletionCandidate,
@@ -92,12 +95,14 @@ from .ports.verify import (
     VerifierCapabilities,
     VerifyContext,
 )
-from .scope import RecallScope, Scope, SessionKey, decode_segment, encode_segment
+from ._scope import RecallScope, Scope, SessionKey, decode_segment, encode_segment
+from .adapters.threaded import ThreadBoundAdapter
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
     "MAX_EVIDENCE_ENTRIES",
     "PATH_OPTION",
+    "PORT_KINDS",
     "SNAPSHOT_FORMAT_VERSION",
     "AdapterSpec",
     "ArchiveCapabilities",
@@ -132,6 +137,9 @@ __all__ = [
     "OmittedContext",
     "OpContext",
     "OperationCancelledError",
+    "PluginRegistry",
+    "PortKind",
+    "ProblemStage",
     "ProviderCapabilities",
     "RecallCapabilities",
     "RecallLimits",
@@ -180,6 +188,8 @@ __all__ = [
     "make_converter",
     "port_stub",
     "register_structure_hook",
+    "seal_snapshot",
+    "snapshot_bytes",
     "to_json",
     "verify_snapshot",
 ]

@@ -6,8 +6,8 @@ The registry registers this module first, under the distribution name
 
 from __future__ import annotations
 
-from ..plugins.hookspecs import hookimpl
-from ..plugins.spec import AdapterSpec, Register
+from .._plugins.hookspecs import hookimpl
+from .._plugins.spec import AdapterSpec, Register
 from .memory import InMemoryArchive, InMemoryArchiveConfig, InMemorySessionStore, InMemorySessionStoreConfig
 from .providers import (
     ExtractiveProvider,

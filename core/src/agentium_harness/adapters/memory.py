@@ -15,25 +15,25 @@ from typing import ClassVar
 import anyio
 import attrs
 
-from ..codec import canonical_json, digest_bytes, from_json, unstructure
-from ..errors import (
+from .._codec import canonical_json, digest_bytes, from_json, unstructure
+from .._errors import (
     ArchiveConflictError,
     ArchiveCorruptError,
     RecordDecodeError,
     SessionConflictError,
     SnapshotCorruptError,
 )
-from ..history import MessageGroup
-from ..ports import OpContext
-from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
-from ..ports.sessions import (
+from .._history import MessageGroup
+from .._ports import OpContext
+from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
     verify_snapshot,
 )
-from ..scope import SessionKey
+from .._scope import SessionKey
 
 __all__ = ["InMemoryArchive", "InMemoryArchiveConfig", "InMemorySessionStore", "InMemorySessionStoreConfig"]
 

@@ -19,12 +19,12 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from ..codec import StructureHook, register_structure_hook, structure
-from ..errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
-from ..history import Message, Role, ToolCall
-from ..plugins.spec import PATH_OPTION
-from ..ports import OpContext
-from ..ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
+from .._codec import StructureHook, register_structure_hook, structure
+from .._errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
+from .._history import Message, Role, ToolCall
+from .._plugins.spec import PATH_OPTION
+from .._ports import OpContext
+from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
 
 __all__ = [
     "ABSTAIN_TEXT",
@@ -120,7 +120,7 @@ class ScriptedProvider(ModelProvider):
 
     Replies are checked strictly: a reply whose ``content`` is not a string,
     with unknown keys or with a malformed tool call raises
-    :class:`~agentium_harness.errors.ConfigError` (inline replies when the
+    :class:`~agentium_harness._errors.ConfigError` (inline replies when the
     provider is built, a JSONL file's lines when it is first read).
     """
 

@@ -8,7 +8,7 @@ which lets readers proceed while one writer commits.
 
 Ownership: each adapter opens its connection lazily, on its first call, and
 closes it in :meth:`~SQLiteArchive.aclose`. Building an adapter does no I/O
-(the file is not even created), as :class:`~agentium_harness.plugins.spec.AdapterSpec`
+(the file is not even created), as :class:`~agentium_harness._plugins.spec.AdapterSpec`
 requires.
 
 Threads: sqlite3 calls block, so they run in worker threads through the
@@ -17,15 +17,15 @@ public :class:`~agentium_harness.adapters.threaded.ThreadBoundAdapter` base
 a time). The connection is opened with ``check_same_thread=False`` because
 successive calls may land on different worker threads.
 
-Cancellation: every call checks its :class:`~agentium_harness.ports.OpContext`
+Cancellation: every call checks its :class:`~agentium_harness._ports.OpContext`
 before it starts and again when it reaches its worker thread, and raises
-:class:`~agentium_harness.errors.OperationCancelledError` without touching the
+:class:`~agentium_harness._errors.OperationCancelledError` without touching the
 database. While a statement runs, a progress handler aborts it when the signal
 is cancelled, the deadline passes or the calling anyio task is cancelled; the
 transaction is then rolled back. Once a transaction reaches ``COMMIT`` it is
 allowed to finish, so an acknowledged write is never half-undone.
 
-Records are stored as canonical JSON (:func:`agentium_harness.codec.canonical_json`);
+Records are stored as canonical JSON (:func:`agentium_harness._codec.canonical_json`);
 no pickle is involved. Identifiers are always bound as SQL parameters.
 """
 
@@ -42,8 +42,8 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import attrs
 
-from ..codec import digest_bytes, from_json
-from ..errors import (
+from .._codec import digest_bytes, from_json
+from .._errors import (
     AgentiumError,
     ArchiveConflictError,
     ArchiveCorruptError,
@@ -53,11 +53,11 @@ from ..errors import (
     SessionStoreError,
     SnapshotCorruptError,
 )
-from ..history import MessageGroup
-from ..plugins.spec import PATH_OPTION
-from ..ports import OpContext
-from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
-from ..ports.sessions import (
+from .._history import MessageGroup
+from .._plugins.spec import PATH_OPTION
+from .._ports import OpContext
+from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
@@ -65,7 +65,7 @@ from ..ports.sessions import (
     snapshot_bytes,
     verify_snapshot,
 )
-from ..scope import SessionKey
+from .._scope import SessionKey
 from .threaded import ThreadBoundAdapter, host_task_cancelled
 
 __all__ = [
@@ -132,7 +132,7 @@ class SQLiteStorageError(SessionStoreError):
     Causes include a lock held past the busy timeout, a full disk, a file that
     is not a SQLite database, a database written by a newer version of this
     adapter, or use of an adapter after ``aclose()``. The session store raises
-    this; the archive raises :class:`~agentium_harness.errors.ArchiveError`
+    this; the archive raises :class:`~agentium_harness._errors.ArchiveError`
     for the same causes. Nothing was committed by the failed call.
     """
 
@@ -558,7 +558,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
 
         A snapshot this store would refuse to load (format 3 or later without
         its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
-        writes nothing: seal it with :func:`~agentium_harness.ports.sessions.seal_snapshot`.
+        writes nothing: seal it with :func:`~agentium_harness._ports.sessions.seal_snapshot`.
         """
         verify_snapshot(key, snapshot)
         # The exact canonical bytes, joined from the groups' cached encodings.

@@ -6,7 +6,7 @@ without async support, a file-system API) can reuse it instead of
 re-implementing the same care:
 
 - **Lazy connect.** Building the adapter does no I/O (as
-  :class:`~agentium_harness.plugins.spec.AdapterSpec` requires). The first call
+  :class:`~agentium_harness._plugins.spec.AdapterSpec` requires). The first call
   runs :meth:`ThreadBoundAdapter.open_connection` in its worker thread; a
   failure is retried by the next call.
 - **One call at a time.** Calls run through :func:`anyio.to_thread.run_sync`
@@ -14,10 +14,10 @@ re-implementing the same care:
   the deadline), and inside the thread under a lock, so the connection is
   never used by two threads at once, even when a cancelled caller abandoned a
   call whose thread is still running.
-- **Cancellation.** The :class:`~agentium_harness.ports.OpContext` is checked
+- **Cancellation.** The :class:`~agentium_harness._ports.OpContext` is checked
   before the call starts and again in the worker thread (time may pass
   waiting for the previous call); a refused call raises
-  :class:`~agentium_harness.errors.OperationCancelledError` and touches
+  :class:`~agentium_harness._errors.OperationCancelledError` and touches
   nothing. :meth:`ThreadBoundAdapter.call_guard` lets a backend stop work in
   progress (SQLite installs a progress handler there).
 - **Typed errors.** Exceptions of the classes in ``backend_errors`` become the
@@ -71,8 +71,8 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from ..errors import AgentiumError, OperationCancelledError
-from ..ports import OpContext
+from .._errors import AgentiumError, OperationCancelledError
+from .._ports import OpContext
 
 __all__ = ["ThreadBoundAdapter", "host_task_cancelled"]
 

@@ -97,13 +97,13 @@ def _signature(obj: Any) -> str:
 
 
 def _is_port(cls: type) -> bool:
-    from ..ports.archive import HistoryArchive
-    from ..ports.memory import MemoryStore
-    from ..ports.provider import ModelProvider
-    from ..ports.recall import RecallSession, RecallStore
-    from ..ports.sessions import SessionStore
-    from ..ports.summary import Summarizer
-    from ..ports.verify import CompletionVerifier
+    from .._ports.archive import HistoryArchive
+    from .._ports.memory import MemoryStore
+    from .._ports.provider import ModelProvider
+    from .._ports.recall import RecallSession, RecallStore
+    from .._ports.sessions import SessionStore
+    from .._ports.summary import Summarizer
+    from .._ports.verify import CompletionVerifier
 
     return cls in (
         HistoryArchive,

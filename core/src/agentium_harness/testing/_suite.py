@@ -13,7 +13,7 @@ from typing import Any, ClassVar, TypeVar
 
 import pytest
 
-from ..ports import Capabilities, OpContext
+from .._ports import Capabilities, OpContext
 from .helpers import (
     TRICKY_SESSION_KEYS,
     CorruptStored,

@@ -20,17 +20,17 @@ from collections.abc import Sequence
 
 import pytest
 
-from ..errors import (
+from .._errors import (
     ArchiveConflictError,
     ArchiveError,
     CapabilityError,
     ContractViolationError,
     OperationCancelledError,
 )
-from ..history import MessageGroup
-from ..ports import OpContext, is_port_stub
-from ..ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
-from ..scope import SessionKey
+from .._history import MessageGroup
+from .._ports import OpContext, is_port_stub
+from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from .._scope import SessionKey
 from ._suite import (
     TRICKY_SESSION_KEYS,
     ContractSuite,
@@ -80,7 +80,7 @@ def _assert_receipts(receipts: Sequence[ArchiveReceipt], groups: Sequence[Messag
 
 
 class ArchiveContract(ContractSuite):
-    """Standard tests every :class:`~agentium_harness.ports.archive.HistoryArchive` adapter must pass.
+    """Standard tests every :class:`~agentium_harness._ports.archive.HistoryArchive` adapter must pass.
 
     Fixtures the subclass provides:
 
@@ -99,7 +99,7 @@ class ArchiveContract(ContractSuite):
       Without it the corruption test skips.
 
     Reads must re-check what they return: call
-    :func:`~agentium_harness.ports.archive.check_archived_group` on every group.
+    :func:`~agentium_harness._ports.archive.check_archived_group` on every group.
     """
 
     __agentium_contract__ = True

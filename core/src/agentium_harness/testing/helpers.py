@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
-from ..history import Message, MessageGroup, RetainedRecord, Role, ToolCall
-from ..ports.sessions import SessionSnapshot, seal_snapshot
-from ..scope import Scope, SessionKey
+from .._history import Message, MessageGroup, RetainedRecord, Role, ToolCall
+from .._ports.sessions import SessionSnapshot, seal_snapshot
+from .._scope import Scope, SessionKey
 
 __all__ = [
     "TRICKY_SESSION_KEYS",
@@ -137,7 +137,7 @@ def rich_group(seq: int, key: SessionKey, text: str = "") -> MessageGroup:
 def scoped_snapshot(key: SessionKey, marker: str = "", groups: int = 2) -> SessionSnapshot:
     """A sealed, scoped snapshot of ``key`` with ``groups`` resident groups (rich and plain alternating).
 
-    Sealed (:func:`~agentium_harness.ports.sessions.seal_snapshot`) like every
+    Sealed (:func:`~agentium_harness._ports.sessions.seal_snapshot`) like every
     snapshot the engine saves, so it loads back equal from a store that
     verifies digests.
     """

@@ -18,16 +18,16 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from ..errors import CapabilityError, OperationCancelledError, SessionConflictError, SnapshotCorruptError
-from ..ports import OpContext, is_port_stub
-from ..ports.sessions import (
+from .._errors import CapabilityError, OperationCancelledError, SessionConflictError, SnapshotCorruptError
+from .._ports import OpContext, is_port_stub
+from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
     seal_snapshot,
 )
-from ..scope import Scope, SessionKey
+from .._scope import Scope, SessionKey
 from ._suite import (
     TRICKY_SESSION_KEYS,
     ContractSuite,
@@ -71,7 +71,7 @@ def _assert_revision(value: object) -> int:
 
 
 class SessionStoreContract(ContractSuite):
-    """Standard tests every :class:`~agentium_harness.ports.sessions.SessionStore` adapter must pass.
+    """Standard tests every :class:`~agentium_harness._ports.sessions.SessionStore` adapter must pass.
 
     Fixtures the subclass provides:
 
@@ -89,9 +89,9 @@ class SessionStoreContract(ContractSuite):
       the corruption test skips.
 
     Snapshots the suite saves are sealed
-    (:func:`~agentium_harness.ports.sessions.seal_snapshot`), as the engine
+    (:func:`~agentium_harness._ports.sessions.seal_snapshot`), as the engine
     saves them. A store should call
-    :func:`~agentium_harness.ports.sessions.verify_snapshot` on every load.
+    :func:`~agentium_harness._ports.sessions.verify_snapshot` on every load.
     """
 
     __agentium_contract__ = True

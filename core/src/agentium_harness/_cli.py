@@ -1,0 +1,593 @@
+"""The ``agentium`` command.
+
+Each subcommand is a function ``cmd_<name>(args) -> int`` plus an
+``_add_<name>(subparsers)`` that declares its arguments; :func:`build_parser`
+lists them. Add a subcommand by writing both and one line in
+:func:`build_parser`.
+
+Exit codes: 0 success, 2 a problem the user can fix (bad arguments, invalid
+config, any :class:`~agentium_harness._errors.AgentiumError`). User errors print
+a message on stderr, never a traceback. Anything else is a bug and keeps
+Python's traceback (exit 1) so it can be reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+import types
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO, Union, get_args, get_origin
+
+import anyio
+import attrs
+
+from . import __version__
+from ._codec import unstructure
+from ._config import SECTION_KINDS, load_config
+from ._demo import run_demo, run_demo_config
+from ._engine.loader import build_runtime, load_runtime
+from ._engine.results import RunResult
+from ._engine.runtime import MigrationReport, ReconcileReport, SessionView
+from ._errors import AgentiumError, ConfigError
+from ._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry, RegisteredAdapter
+from ._plugins.spec import PATH_OPTION
+from ._scope import RecallScope, VerifiedIdentity
+
+__all__ = [
+    "DEFAULT_DEMO_DIR",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "options_report",
+    "plugins_report",
+]
+
+#: Success.
+EXIT_OK = 0
+#: A problem the user can fix: bad arguments, an invalid config, a plugin error.
+EXIT_USAGE = 2
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version(BUILTIN_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree
+        return __version__
+
+
+def _print_json(data: Any, out: TextIO) -> None:
+    out.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+# ------------------------------------------------------------------ plugins
+
+
+def _type_name(type_: object) -> str:
+    """A short, readable spelling of a field type: ``str``, ``int | None``, ``list[ScriptedReply]``."""
+    if type_ is None or type_ is type(None):
+        return "None"
+    if isinstance(type_, str):  # an annotation that could not be resolved
+        return type_
+    args = get_args(type_)
+    origin = get_origin(type_)
+    if origin is Union or isinstance(type_, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return (
+            f"{name}[{', '.join('...' if a is Ellipsis else _type_name(a) for a in args)}]" if args else name
+        )
+    if isinstance(type_, type):
+        return type_.__qualname__
+    return str(type_).replace("typing.", "")
+
+
+def _json_default(value: object) -> Any:
+    """A default as JSON data when it has a plain form, else its ``repr``."""
+    try:
+        data = unstructure(value)
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value)
+    return data
+
+
+def options_report(config_class: type) -> list[dict[str, Any]]:
+    """Each option of an adapter's config class: ``name``, ``type``, ``required``, ``default``, ``path``.
+
+    ``default`` is the JSON form of the default (``null`` for a required
+    option, the ``repr`` when it has no JSON form); a factory default is shown
+    by the value it makes. ``path`` is true for options resolved against the
+    config file's folder.
+    """
+    if not attrs.has(config_class):
+        return []
+    try:
+        fields = attrs.fields(attrs.resolve_types(config_class))
+    except Exception:  # an annotation a plugin left unresolvable; show it as written
+        fields = attrs.fields(config_class)
+    options = []
+    for field in fields:
+        default = field.default
+        required = default is attrs.NOTHING
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # attrs.Factory is a class at run time
+            default = "(computed)" if default.takes_self else default.factory()
+        options.append(
+            {
+                "name": field.alias or field.name,
+                "type": _type_name(field.type),
+                "required": required,
+                "default": None if required else _json_default(default),
+                "path": field.metadata.get(PATH_OPTION) is True,
+            }
+        )
+    return options
+
+
+def _adapter_json(adapter: RegisteredAdapter, registry: PluginRegistry) -> dict[str, Any]:
+    spec = adapter.spec
+    return {
+        "kind": adapter.kind,
+        "name": adapter.name,
+        "description": spec.description,
+        "capabilities": adapter.capabilities.declared(),
+        "adapter_class": f"{spec.adapter_class.__module__}.{spec.adapter_class.__qualname__}",
+        "config_class": f"{spec.config_class.__module__}.{spec.config_class.__qualname__}",
+        "options": options_report(spec.config_class),
+        "conflicted": registry.is_conflicted(adapter.kind, adapter.name),
+    }
+
+
+def _option_line(option: dict[str, Any]) -> str:
+    where = " (path, relative to the config file)" if option["path"] else ""
+    if option["required"]:
+        return f"{option['name']}: {option['type']} (required){where}"
+    shown = json.dumps(option["default"], ensure_ascii=False)
+    return f"{option['name']}: {option['type']} = {shown}{where}"
+
+
+def plugins_report(registry: PluginRegistry) -> dict[str, Any]:
+    """The data ``agentium plugins --json`` prints (documented in ``docs/cli.md``)."""
+    by_dist: dict[str, list[dict[str, Any]]] = {}
+    for adapter in registry.adapters():
+        by_dist.setdefault(adapter.distribution, []).append(_adapter_json(adapter, registry))
+    plugins = [
+        {
+            "distribution": p.distribution,
+            "version": p.version,
+            "status": p.status.value,
+            "kinds": list(p.kinds),
+            "hooks": list(p.hooks),
+            "modules": list(p.modules),
+            "adapters": sorted(by_dist.get(p.distribution, []), key=lambda a: (a["kind"], a["name"])),
+        }
+        for p in registry.plugins
+    ]
+    problems = [
+        {
+            "distribution": p.distribution,
+            "version": p.version,
+            "stage": p.stage.value,
+            "kind": p.kind,
+            "name": p.name,
+            "hook": p.hook,
+            "error": p.error,
+        }
+        for p in registry.problems
+    ]
+    skipped = [
+        {
+            "distribution": s.distribution,
+            "version": s.version,
+            "entry_point": s.entry_point,
+            "reason": s.reason,
+        }
+        for s in registry.skipped
+    ]
+    return {
+        "plugins": sorted(plugins, key=lambda p: p["distribution"]),
+        "problems": sorted(
+            problems,
+            key=lambda p: (p["distribution"], p["stage"], p["kind"] or "", p["name"] or "", p["error"]),
+        ),
+        "skipped": sorted(skipped, key=lambda s: (s["distribution"], s["entry_point"])),
+    }
+
+
+def _flags(capabilities: dict[str, bool]) -> str:
+    on = [name for name, value in capabilities.items() if value]
+    return ", ".join(on) if on else "(no optional capabilities)"
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List loaded plugins, their adapters and capabilities, load problems and skipped plugins."""
+    registry = PluginRegistry.load()
+    report = plugins_report(registry)
+    out: TextIO = sys.stdout
+    if args.json:
+        _print_json(report, out)
+        return EXIT_OK
+    for plugin in report["plugins"]:
+        out.write(f"{plugin['distribution']} {plugin['version']} [{plugin['status']}]\n")
+        for adapter in plugin["adapters"]:
+            note = "  (CONFLICTED: registered twice, cannot be selected)" if adapter["conflicted"] else ""
+            out.write(f"  {adapter['kind']:<14} {adapter['name']:<14} {adapter['description']}{note}\n")
+            out.write(f"  {'':<14} {'':<14} capabilities: {_flags(adapter['capabilities'])}\n")
+            if not adapter["options"]:
+                out.write(f"  {'':<14} {'':<14} options: none\n")
+            for option in adapter["options"]:
+                out.write(f"  {'':<14} {'':<14} option {_option_line(option)}\n")
+        lifecycle = [h for h in plugin["hooks"] if not h.startswith("agentium_register_")]
+        if lifecycle:
+            out.write(f"  lifecycle hooks: {', '.join(lifecycle)}\n")
+    if report["problems"]:
+        out.write("\nproblems:\n")
+        for p in report["problems"]:
+            what = f" {p['kind']} {p['name']!r}" if p["kind"] and p["name"] else ""
+            hook = f" in {p['hook']}" if p["hook"] else ""
+            out.write(f"  {p['distribution']} {p['version']}{what} [{p['stage']}{hook}]: {p['error']}\n")
+    if report["skipped"]:
+        out.write("\nskipped:\n")
+        for s in report["skipped"]:
+            out.write(f"  {s['distribution']} {s['version']}: {s['reason']}\n")
+    return EXIT_OK
+
+
+def _add_plugins(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "plugins",
+        help="list loaded plugins, adapters, capabilities and load problems",
+        description=cmd_plugins.__doc__,
+    )
+    parser.add_argument("--json", action="store_true", help="print the stable JSON form (see docs/cli.md)")
+    parser.set_defaults(func=cmd_plugins)
+
+
+# -------------------------------------------------------------------- check
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Validate a config file (schema, plugins, options, capabilities) without building anything.
+
+    With ``--probe`` it also builds the runtime and runs each adapter's bounded health check.
+    """
+    path = Path(args.config)
+    try:
+        resolved = load_config(path)
+    except ConfigError as exc:
+        if args.json:
+            errors = [{"path": i.path, "message": i.message} for i in exc.issues]
+            _print_json({"config": str(path), "valid": False, "errors": errors, "components": {}}, sys.stdout)
+        else:
+            sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
+            for issue in exc.issues:
+                sys.stderr.write(f"  {issue.path}: {issue.message}\n")
+        return EXIT_USAGE
+    components = {
+        section: {
+            "kind": c.kind,
+            "plugin": c.plugin,
+            "distribution": c.distribution,
+            "version": c.version,
+        }
+        for section, c in resolved.components().items()
+    }
+    probes: dict[str, str] = {}
+    if args.probe:
+        runtime = build_runtime(resolved)
+
+        async def probe() -> list[tuple[str, str]]:
+            async with runtime:
+                return await runtime.probe()
+
+        probes = dict(anyio.run(probe))
+    failed = any(v.startswith("failed") for v in probes.values())
+    if args.json:
+        report = {"config": str(path), "valid": True, "errors": [], "components": components}
+        if args.probe:
+            report["probe"] = probes
+        _print_json(report, sys.stdout)
+    else:
+        sys.stdout.write(f"{path}: valid\n")
+        for section in SECTION_KINDS:
+            if section in components:
+                c = components[section]
+                sys.stdout.write(f"  {section:<14} {c['plugin']} ({c['distribution']} {c['version']})\n")
+        for role, outcome in probes.items():
+            sys.stdout.write(f"  probe {role:<14} {outcome}\n")
+    return EXIT_USAGE if failed else EXIT_OK
+
+
+def _add_check(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "check",
+        help="validate a config file without building anything",
+        description=cmd_check.__doc__,
+    )
+    parser.add_argument("config", help="path of the TOML config file")
+    parser.add_argument("--json", action="store_true", help="print the stable JSON form (see docs/cli.md)")
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="also build the runtime and run each adapter's bounded health check",
+    )
+    parser.set_defaults(func=cmd_check)
+
+
+# ---------------------------------------------------------------- runtime
+
+
+#: How the CLI attests identity: whoever runs the command on the host is the
+#: operator the host trusts, so identity given on the command line is verified
+#: by that operator (the library itself still takes only VerifiedIdentity).
+CLI_VERIFIER = "cli-operator"
+
+
+def _identity(args: argparse.Namespace) -> VerifiedIdentity:
+    return VerifiedIdentity(tenant=args.tenant, user=args.user, verified_by=CLI_VERIFIER)
+
+
+def _recall_scope(args: argparse.Namespace) -> RecallScope | None:
+    if args.project is None and args.repository is None:
+        return None
+    return RecallScope(project=args.project, repository=args.repository)
+
+
+def _add_identity_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="path of the TOML config file")
+    parser.add_argument("--tenant", required=True, help="tenant id")
+    parser.add_argument("--user", required=True, help="user id")
+    parser.add_argument("--session", required=True, help="session id")
+    parser.add_argument("--project", default=None, help="optional recall scope: project id")
+    parser.add_argument("--repository", default=None, help="optional recall scope: repository id")
+    parser.add_argument("--json", action="store_true", help="print the JSON form (see docs/cli.md)")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run a scripted conversation and prove nothing was lost.
+
+    On the embedded SQLite defaults (in ``--dir``), or with ``--config FILE``
+    on the adapters that file configures.
+    """
+    if not 1 <= args.turns <= 10_000:
+        sys.stderr.write("agentium demo: --turns must be between 1 and 10000\n")
+        return EXIT_USAGE
+    if args.config is not None:
+        if args.dir is not None:
+            sys.stderr.write(
+                "agentium demo: give --dir or --config, not both (the config says where data goes)\n"
+            )
+            return EXIT_USAGE
+        ok = anyio.run(run_demo_config, Path(args.config), args.turns, sys.stdout)
+    else:
+        ok = anyio.run(run_demo, Path(args.dir or DEFAULT_DEMO_DIR), args.turns, sys.stdout)
+    return EXIT_OK if ok else 1
+
+
+#: Where ``agentium demo`` keeps its database without ``--dir``.
+DEFAULT_DEMO_DIR = "agentium-demo"
+
+
+def _add_demo(subparsers: Any) -> None:
+    parser = subparsers.add_parser("demo", help="run the embedded demo", description=cmd_demo.__doc__)
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help=f"folder for the demo database (default ./{DEFAULT_DEMO_DIR}; its parent must exist)",
+    )
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="run on the adapters this TOML config file configures instead",
+    )
+    parser.add_argument("--turns", type=int, default=12, help="number of turns (default 12)")
+    parser.set_defaults(func=cmd_demo)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run one turn of a session on the runtime a config file describes."""
+    runtime = load_runtime(args.config)
+
+    async def go() -> RunResult:
+        async with runtime:
+            return await runtime.run(
+                _identity(args),
+                args.session,
+                args.text,
+                recall_scope=_recall_scope(args),
+                attest_legacy_memory_scope=args.attest_legacy_memory_scope,
+                grants=args.grant,
+            )
+
+    result = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(result), sys.stdout)
+    else:
+        sys.stdout.write(result.output + "\n")
+        sys.stderr.write(
+            f"[group {result.group_seq}, boundary {result.boundary}, resident {result.resident_groups}, "
+            f"revision {result.snapshot_revision}, run {result.status.value}, "
+            f"eviction {result.eviction.value}, sources {result.sources.value}]\n"
+        )
+        for d in result.diagnostics:
+            sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
+    return EXIT_OK
+
+
+def _add_run(subparsers: Any) -> None:
+    parser = subparsers.add_parser("run", help="run one turn", description=cmd_run.__doc__)
+    _add_identity_args(parser)
+    parser.add_argument("text", help="the user input")
+    parser.add_argument("--grant", action="append", default=[], help="grant a tool for this run (repeatable)")
+    parser.add_argument(
+        "--attest-legacy-memory-scope",
+        action="store_true",
+        help="load a legacy snapshot after you verified its exact scope",
+    )
+    parser.set_defaults(func=cmd_run)
+
+
+def cmd_session_inspect(args: argparse.Namespace) -> int:
+    """Show a stored session: boundary, resident groups, archived count, snapshot revision."""
+    runtime = load_runtime(args.config)
+
+    async def go() -> SessionView:
+        async with runtime:
+            return await runtime.inspect_session(_identity(args), args.session)
+
+    view = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(view), sys.stdout)
+    elif not view.exists:
+        sys.stdout.write(f"session {args.session!r}: not stored\n")
+    else:
+        scope = "legacy (no memory scope)" if view.memory_scope is None else view.memory_scope.key()
+        sys.stdout.write(
+            f"session {args.session!r}\n"
+            f"  revision        {view.revision}\n"
+            f"  format version  {view.format_version}\n"
+            f"  memory scope    {scope}\n"
+            f"  boundary        {view.boundary}\n"
+            f"  archived groups {view.archived_count}\n"
+            f"  resident groups {len(view.resident_seqs)} {list(view.resident_seqs)}\n"
+            f"  next seq        {view.next_seq}\n"
+            f"  state           {view.state.value}\n"
+        )
+        if view.divergence is not None:
+            sys.stdout.write(
+                f"  diverged at     {list(view.divergence.seqs)}: {view.divergence.detail}\n"
+                "  the archive holds other groups at these seqs; run "
+                "'agentium session reconcile' to keep both copies\n"
+            )
+    return EXIT_OK
+
+
+def cmd_session_reconcile(args: argparse.Namespace) -> int:
+    """Resolve a diverged session: keep the archive's groups and renumber the session's own after them."""
+    runtime = load_runtime(args.config)
+
+    async def go() -> ReconcileReport:
+        async with runtime:
+            return await runtime.reconcile_session(_identity(args), args.session)
+
+    report = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(report), sys.stdout)
+    else:
+        state = "reconciled" if report.changed else "unchanged"
+        sys.stdout.write(f"{state}: {report.message}\n")
+        if report.changed:
+            sys.stdout.write(
+                f"  revision {report.previous_revision} -> {report.revision}, boundary {report.boundary}\n"
+                f"  adopted archive seqs {list(report.adopted_seqs)}\n"
+                f"  renumbered {[f'{old}->{new}' for old, new in report.renumbered]}\n"
+            )
+    return EXIT_OK
+
+
+def cmd_session_migrate(args: argparse.Namespace) -> int:
+    """Stamp a legacy session snapshot with its verified memory scope (storage identity migration)."""
+    if not args.attest_legacy_memory_scope:
+        sys.stderr.write(
+            "agentium session migrate: verify the session's exact scope first, then pass "
+            "--attest-legacy-memory-scope\n"
+        )
+        return EXIT_USAGE
+    runtime = load_runtime(args.config)
+
+    async def go() -> MigrationReport:
+        async with runtime:
+            return await runtime.migrate_legacy_session(
+                _identity(args),
+                args.session,
+                recall_scope=_recall_scope(args),
+                attest_legacy_memory_scope=True,
+            )
+
+    report = anyio.run(go)
+    if args.json:
+        _print_json(unstructure(report), sys.stdout)
+    else:
+        state = "migrated" if report.changed else "unchanged"
+        sys.stdout.write(
+            f"{state}: {report.message} (revision {report.previous_revision} -> {report.revision})\n"
+        )
+    return EXIT_OK
+
+
+def _add_session(subparsers: Any) -> None:
+    parser = subparsers.add_parser("session", help="inspect, migrate or reconcile a stored session")
+    inner = parser.add_subparsers(dest="session_command", metavar="ACTION", required=True)
+    inspect = inner.add_parser(
+        "inspect", help="show a stored session", description=cmd_session_inspect.__doc__
+    )
+    _add_identity_args(inspect)
+    inspect.set_defaults(func=cmd_session_inspect)
+    migrate = inner.add_parser(
+        "migrate", help="stamp a legacy snapshot with its scope", description=cmd_session_migrate.__doc__
+    )
+    _add_identity_args(migrate)
+    migrate.add_argument(
+        "--attest-legacy-memory-scope",
+        action="store_true",
+        help="required: you verified the session's exact scope",
+    )
+    migrate.set_defaults(func=cmd_session_migrate)
+    reconcile = inner.add_parser(
+        "reconcile",
+        help="resolve a diverged session, keeping both copies",
+        description=cmd_session_reconcile.__doc__,
+    )
+    _add_identity_args(reconcile)
+    reconcile.set_defaults(func=cmd_session_reconcile)
+
+
+# --------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="agentium",
+        description="Agentium: continuity for LLM agent hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"{BUILTIN_DISTRIBUTION} {_version()}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_plugins(subparsers)
+    _add_check(subparsers)
+    _add_demo(subparsers)
+    _add_run(subparsers)
+    _add_session(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``agentium`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    func: Command | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    try:
+        return func(args)
+    except AgentiumError as exc:
+        sys.stderr.write(f"agentium {args.command}: {exc}\n")
+        return EXIT_USAGE
+    except BrokenPipeError:  # output piped into a command that exited early (``| head``)
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m agentium_harness._cli`
+    sys.exit(main())

@@ -1,0 +1,410 @@
+"""The one data language: cattrs converters made on demand and one canonical JSON encoding.
+
+Every record in Agentium is a frozen attrs class. A converter turns them into
+plain data (dicts, lists, strings, numbers) and back; unknown keys are always
+refused when structuring. :func:`canonical_json` gives the bytes digests are
+computed over: sorted keys, UTF-8, no insignificant whitespace, no ``NaN``.
+No pickle is used anywhere.
+
+Converters are made by :func:`make_converter`, never shared and mutated:
+
+- ``strict=True`` (what stored data is read with: :func:`structure`,
+  :func:`from_json`) never coerces. ``null`` where a string belongs, a number
+  where text belongs, a string, bool or float where an int belongs, a string
+  where an array belongs: each is an error, never ``"None"``, ``"12"`` or ``0``.
+- ``strict=False`` keeps cattrs' coercions; the config loader starts from it
+  and adds its own strict scalar rules with messages written for people.
+
+Adapters that need their own structure rule (a record that may also be
+written as a bare string, say) call :func:`register_structure_hook` once at
+import time. The rule is a *builder*: it gets the converter it is installed on
+and returns the hook, so nested fields are structured with that converter's
+own (strict or lenient) rules. Every converter made afterwards has the rule.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
+from typing import Any, TypeVar, get_args, get_origin
+
+import cattrs
+from cattrs.cols import (
+    homogenous_tuple_structure_factory,
+    is_any_set,
+    is_frozenset,
+    is_mapping,
+    is_sequence,
+    list_structure_factory,
+    mapping_structure_factory,
+)
+
+from ._errors import EncodingError, RecordDecodeError
+
+__all__ = [
+    "StructureHook",
+    "StructureRule",
+    "canonical_json",
+    "converter",
+    "digest_bytes",
+    "digest_of",
+    "from_json",
+    "make_converter",
+    "register_structure_hook",
+    "structure",
+    "to_json",
+    "unstructure",
+]
+
+T = TypeVar("T")
+
+#: A cattrs structure hook: ``hook(data, cls) -> record``.
+StructureHook = Callable[[Any, Any], Any]
+#: Builds a structure hook for the converter it is given (see :func:`register_structure_hook`).
+StructureRule = Callable[[cattrs.Converter], StructureHook]
+
+
+def _canonical_list(items: Iterable[Any]) -> list[Any]:
+    # Sets have no order of their own (and string hashing is randomised per
+    # process), so they become lists sorted by each item's canonical JSON.
+    return sorted(
+        items, key=lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    )
+
+
+# -- strict scalar and collection rules ---------------------------------------------------------
+
+
+class _StrictTypeError(TypeError):
+    """A value of the wrong JSON type; its message is shown as is in decode errors."""
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _strict_str(value: object, _: type) -> str:
+    if not isinstance(value, str):
+        raise _StrictTypeError(f"expected a string, got {_json_type(value)}")
+    return value
+
+
+def _strict_int(value: object, _: type) -> int:
+    # bool is an int subclass; True must not become 1.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _StrictTypeError(f"expected an integer, got {_json_type(value)}")
+    return value
+
+
+def _strict_float(value: object, _: type) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _StrictTypeError(f"expected a number, got {_json_type(value)}")
+    return float(value)
+
+
+def _strict_bool(value: object, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise _StrictTypeError(f"expected true or false, got {_json_type(value)}")
+    return value
+
+
+def _strict_bytes(value: object, _: type) -> bytes:
+    if not isinstance(value, bytes):
+        raise _StrictTypeError(f"expected bytes, got {_json_type(value)}")
+    return value
+
+
+_STRICT_SCALARS: dict[type, StructureHook] = {
+    str: _strict_str,
+    int: _strict_int,
+    float: _strict_float,
+    bool: _strict_bool,
+    bytes: _strict_bytes,
+}
+
+
+def _strict_enum(value: object, cls: Any) -> enum.Enum:
+    # Only the exact JSON type of the members' values is accepted: an IntEnum
+    # must not take True for 1, a StrEnum must not take 1 for "1".
+    members = list(cls)
+    if type(value) not in {type(member.value) for member in members}:
+        raise _StrictTypeError(f"expected one of {[m.value for m in members]}, got {_json_type(value)}")
+    result: enum.Enum = cls(value)
+    return result
+
+
+def _is_collection(type_: Any) -> bool:
+    return bool(is_sequence(type_) or is_any_set(type_) or is_mapping(type_))
+
+
+def _strict_collection_factory(type_: Any, conv: cattrs.Converter) -> StructureHook:
+    """Check the JSON container type first, then structure items with ``conv``'s own rules.
+
+    cattrs would build a tuple from a string (``"abc"`` -> ``("a", "b", "c")``)
+    or a dict from any iterable of pairs; stored data never means that.
+    """
+    inner: StructureHook
+    wanted: tuple[type, ...] = (list, tuple)
+    if is_mapping(type_):
+        # Not conv.gen_structure_mapping: it registers its result as the
+        # type's direct hook, which would replace this checking hook later.
+        origin = get_origin(type_) or type_
+        target = origin if isinstance(origin, type) and issubclass(origin, dict) else dict
+        inner = mapping_structure_factory(type_, conv, target, detailed_validation=conv.detailed_validation)
+        wanted = (dict,)
+    elif get_origin(type_) is tuple:
+        args = get_args(type_)
+        if len(args) == 2 and args[1] is Ellipsis:
+            inner = homogenous_tuple_structure_factory(type_, conv)
+        else:
+            inner = conv.gen_structure_hetero_tuple(type_)
+    elif is_any_set(type_):
+        # Sets are stored as (sorted) lists; the collection type is rebuilt here.
+        inner = conv._structure_frozenset if is_frozenset(type_) else conv._structure_set
+    elif get_origin(type_) in (list, None):
+        inner = list_structure_factory(type_, conv)
+    else:
+        # Abstract sequences (Sequence[T]) structure to tuples, as cattrs does.
+        inner = homogenous_tuple_structure_factory(type_, conv)
+
+    def hook(value: Any, target: Any) -> Any:
+        if not isinstance(value, wanted):
+            expected = "an object" if wanted == (dict,) else "an array"
+            raise _StrictTypeError(f"expected {expected}, got {_json_type(value)}")
+        return build(value, target)
+
+    # Declared once as the plain hook type: mypy would otherwise keep the
+    # narrower type of whichever branch assigned ``inner``.
+    build: StructureHook = inner
+    return hook
+
+
+# -- registry of adapter rules ------------------------------------------------------------------
+
+# Rules by record class, in registration order. Only register_structure_hook
+# changes it; converters copy the rules when they are made, so a converter in
+# use never changes under its caller.
+_RULES: dict[type, StructureRule] = {}
+_RULES_LOCK = threading.Lock()
+# Cached converters for structure()/unstructure(), keyed by strictness and
+# rebuilt when a rule is added after they were made.
+_CACHE: dict[bool, tuple[int, cattrs.Converter]] = {}
+_generation = 0
+
+
+def register_structure_hook(cls: type, rule: StructureRule) -> None:
+    """Teach every converter :func:`make_converter` makes from now on how to structure ``cls``.
+
+    ``rule(conv)`` returns the hook ``hook(data, cls) -> instance`` for the
+    converter ``conv`` it is installed on (the strict stored-data converter,
+    the lenient one, or a copy the config loader made). Build nested parts
+    with ``conv`` itself, e.g.
+    ``cattrs.gen.make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)``,
+    so they follow that converter's rules instead of a fixed one. Call it once,
+    at import time of the module that defines ``cls``; registering ``cls``
+    again replaces its rule. Converters made earlier are not changed.
+    """
+    global _generation
+    if not isinstance(cls, type):
+        raise TypeError(f"register_structure_hook needs a class, got {cls!r}")
+    if not callable(rule):
+        raise TypeError(f"the rule for {cls.__name__} must be callable, got {rule!r}")
+    with _RULES_LOCK:
+        _RULES.pop(cls, None)
+        _RULES[cls] = rule
+        _generation += 1
+
+
+def _install_rule(conv: cattrs.Converter, cls: type, rule: StructureRule) -> None:
+    def predicate(type_: Any) -> bool:
+        return type_ is cls
+
+    # Two required parameters: cattrs passes the converter actually in use,
+    # so a copy of ``conv`` builds its hook with its own rules.
+    def factory(type_: Any, current: cattrs.Converter) -> StructureHook:
+        return rule(current)
+
+    conv.register_structure_hook_factory(predicate, factory)
+
+
+def make_converter(*, strict: bool) -> cattrs.Converter:
+    """A new converter for Agentium records, with every rule registered so far.
+
+    Both kinds refuse unknown keys, unstructure enums to their values and sets
+    to sorted lists. ``strict=True`` never coerces a JSON value into another
+    type (see the module docstring); ``strict=False`` keeps cattrs' coercions
+    and is the base the config loader adds its own rules to. The converter is
+    the caller's: change it freely, it is not shared.
+    """
+    conv = cattrs.Converter(
+        forbid_extra_keys=True, unstruct_collection_overrides={AbstractSet: _canonical_list}
+    )
+    # Enums become their plain values, so the canonical encoding never depends
+    # on how a JSON library treats enum subclasses. StrEnum and IntEnum are
+    # named too: their MRO puts str/int before Enum, and cattrs would
+    # otherwise pick the str/int identity hook and hand back the member itself.
+    for enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
+        conv.register_unstructure_hook(enum_base, lambda member: member.value)
+    if strict:
+        for scalar, hook in _STRICT_SCALARS.items():
+            conv.register_structure_hook(scalar, hook)
+        # Class hooks dispatch along the MRO, where a StrEnum finds ``str``
+        # before ``Enum``: the enum bases are named so enums get the enum rule.
+        for enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
+            conv.register_structure_hook(enum_base, _strict_enum)
+        conv.register_structure_hook_factory(_is_collection, _strict_collection_factory)
+    with _RULES_LOCK:
+        rules = list(_RULES.items())
+    for cls, rule in rules:
+        _install_rule(conv, cls, rule)
+    return conv
+
+
+def _cached(strict: bool) -> cattrs.Converter:
+    """The module's private converter of one kind, remade when rules were added."""
+    found = _CACHE.get(strict)
+    if found is not None and found[0] == _generation:
+        return found[1]
+    generation = _generation
+    conv = make_converter(strict=strict)
+    _CACHE[strict] = (generation, conv)
+    return conv
+
+
+# -- encoding and decoding ----------------------------------------------------------------------
+
+
+def unstructure(obj: Any) -> Any:
+    """Turn a record (or container of records) into plain JSON-compatible data."""
+    return _cached(True).unstructure(obj)
+
+
+def _format_issue(exc: BaseException, type_: Any) -> str:
+    if isinstance(exc, _StrictTypeError):
+        return str(exc)
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _decode_error(exc: Exception, cls: type) -> RecordDecodeError:
+    if isinstance(exc, cattrs.BaseValidationError):
+        issues = cattrs.transform_error(exc, format_exception=_format_issue)
+    else:
+        issues = [f"{type(exc).__name__}: {exc} @ $"]
+    return RecordDecodeError(cls.__name__, issues)
+
+
+def structure(data: Any, cls: type[T]) -> T:
+    """Build a record of type ``cls`` from plain data, strictly (no coercion, no unknown keys).
+
+    :raises RecordDecodeError: listing every problem with its ``$``-path; the
+        underlying cattrs error is its ``__cause__``.
+    """
+    try:
+        return _cached(True).structure(data, cls)
+    except Exception as exc:  # cattrs groups, attrs validators (ValueError), enum lookups
+        raise _decode_error(exc, cls) from exc
+
+
+def _refuse_constant(name: str) -> Any:
+    # json.loads accepts NaN/Infinity by default; canonical JSON never holds them.
+    raise ValueError(f"{name} is not valid canonical JSON")
+
+
+def canonical_json(data: Any) -> bytes:
+    """Canonical JSON bytes of plain data or of a record: sorted keys, UTF-8, compact.
+
+    :raises EncodingError: the data holds a non-finite float (``nan``,
+        ``inf``) or something JSON cannot represent.
+    """
+    plain = (
+        data if isinstance(data, dict | list | str | int | float | bool | type(None)) else unstructure(data)
+    )
+    try:
+        text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError) as exc:
+        raise EncodingError(f"cannot encode as canonical JSON: {exc}") from exc
+    return text.encode("utf-8")
+
+
+def digest_bytes(data: bytes) -> str:
+    """``sha256:<hex>`` of raw bytes."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def digest_of(obj: Any) -> str:
+    """``sha256:<hex>`` of the canonical JSON of a record or plain value."""
+    return digest_bytes(canonical_json(obj))
+
+
+def to_json(obj: Any) -> str:
+    """Canonical JSON text of a record."""
+    return canonical_json(obj).decode("utf-8")
+
+
+def from_json(text: str | bytes, cls: type[T]) -> T:
+    """Parse JSON text (as stored) into a record of type ``cls``, strictly.
+
+    ``NaN``/``Infinity`` literals, invalid UTF-8 and malformed JSON are refused
+    like a wrong field type.
+
+    :raises RecordDecodeError: the text is not JSON or does not describe a ``cls``.
+    """
+    try:
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise RecordDecodeError(cls.__name__, [f"not valid JSON: {exc}"]) from exc
+    return structure(data, cls)
+
+
+# -- backwards compatibility --------------------------------------------------------------------
+
+
+class _LenientConverterAlias(cattrs.Converter):
+    """The old module-level ``converter``: a façade over a fresh lenient converter.
+
+    Deprecated; use :func:`make_converter` (``strict=False`` for the old
+    behaviour) or :func:`structure`/:func:`unstructure`. It is never changed:
+    :meth:`copy`, :meth:`structure` and :meth:`unstructure` use a converter
+    made with every rule registered at the time of the call, and registering
+    hooks on it is refused (use :func:`register_structure_hook`).
+    """
+
+    def copy(self, *args: Any, **kwargs: Any) -> Any:
+        """A new lenient converter with every registered rule (what ``copy()`` used to give)."""
+        base = make_converter(strict=False)
+        return base.copy(*args, **kwargs) if args or kwargs else base
+
+    def structure(self, obj: Any, cl: Any) -> Any:
+        """Structure leniently with every registered rule."""
+        return _cached(False).structure(obj, cl)
+
+    def unstructure(self, obj: Any, unstructure_as: Any = None) -> Any:
+        """Unstructure like :func:`unstructure`."""
+        return _cached(False).unstructure(obj, unstructure_as=unstructure_as)
+
+    def register_structure_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: the shared converter is not changed any more."""
+        raise TypeError(
+            "agentium_harness._codec.converter is read-only; use "
+            "agentium_harness._codec.register_structure_hook(cls, rule) instead"
+        )
+
+
+#: Deprecated alias kept for code that imported it: use :func:`make_converter`.
+converter: cattrs.Converter = _LenientConverterAlias(forbid_extra_keys=True)

@@ -1,0 +1,887 @@
+"""TOML config files: parse and validate, then resolve plugins by (kind, name).
+
+Two phases, as in ``docs/config.md``:
+
+(a) :func:`parse_config` reads TOML (stdlib :mod:`tomllib`), substitutes
+    ``${VAR}`` references inside string values, and structures the result into
+    :class:`HarnessConfig` with the core's cattrs converter. Every problem is
+    collected — unknown keys, wrong types, missing sections, unset variables —
+    each with the path to the bad key (``$.recall.budget.max_candidates``).
+(b) :func:`resolve_config` looks each component up in a
+    :class:`~agentium_harness._plugins.registry.PluginRegistry`, structures its
+    ``options`` table into the plugin's attrs config class, and checks
+    capability combinations (R9). Nothing is built and no backend is touched:
+    that is the runtime's job, from the :class:`ResolvedConfig` returned here.
+
+Config selects plugins by registered name only; it never names an import path,
+so reading a config file never runs code the host did not install.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import json
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from datetime import date, datetime, time
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, TypeVar, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.cols import (
+    homogenous_tuple_structure_factory,
+    is_any_set,
+    is_sequence,
+    list_structure_factory,
+)
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
+
+from ._codec import make_converter
+from ._engine.limits import ResidentLimits, RuntimeLimits
+from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
+from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
+from ._plugins.spec import AdapterSpec, resolve_path_options
+from ._ports import PORT_KIND_TABLE
+from ._ports.recall import RecallLimits
+
+__all__ = [
+    "DEFAULT_INSTRUCTIONS",
+    "MAX_CONFIG_BYTES",
+    "MAX_NESTING",
+    "REQUIRED_SECTIONS",
+    "SECTION_KINDS",
+    "ComponentConfig",
+    "HarnessConfig",
+    "RecallConfig",
+    "ResolvedComponent",
+    "ResolvedConfig",
+    "RuntimeConfig",
+    "load_config",
+    "parse_config",
+    "resolve_config",
+    "substitute_env",
+]
+
+T = TypeVar("T")
+
+#: The instructions used when ``[runtime] instructions`` is not set.
+DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
+
+#: Config section → adapter kind, derived from :data:`agentium_harness._ports.PORT_KIND_TABLE`
+#: (in table order, which is the order reports list sections in).
+SECTION_KINDS: Mapping[str, str] = MappingProxyType({k.section: k.name for k in PORT_KIND_TABLE})
+
+#: Sections that must be present (the kinds every runtime needs).
+REQUIRED_SECTIONS: tuple[str, ...] = tuple(k.section for k in PORT_KIND_TABLE if k.required)
+
+#: Largest config file read, in bytes. A config is a few kilobytes; the cap
+#: keeps ``agentium check /dev/zero`` or a mistyped path to a huge file from
+#: reading without end.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+#: Deepest nesting of tables and arrays accepted. The schema needs four
+#: levels (``[recall.budget]``, option tables of tables); the cap stops a
+#: small file nested hundreds of levels deep before the recursive TOML parser
+#: and the checks run out of stack.
+MAX_NESTING = 32
+
+
+# --------------------------------------------------------------------- schema
+
+
+@attrs.frozen(slots=True)
+class RuntimeConfig:
+    """``[runtime]``: host instructions and the runtime's limits.
+
+    In the file, the keys of :class:`~agentium_harness._engine.limits.RuntimeLimits`
+    sit directly in ``[runtime]`` next to ``instructions`` (``max_steps``,
+    ``source_tokens``, ``settle_timeout_s``, ``op_timeout_s``,
+    ``tool_timeout_s``, ``close_timeout_s``, and the ``[runtime.resident]``
+    table); here they are one ``limits`` record, so the limits are declared
+    once, in the engine, and a new limit is configurable without a change here.
+    """
+
+    instructions: str = DEFAULT_INSTRUCTIONS
+    limits: RuntimeLimits = attrs.field(
+        factory=RuntimeLimits, validator=attrs.validators.instance_of(RuntimeLimits)
+    )
+
+    @property
+    def resident(self) -> ResidentLimits:
+        """Resident history bounds (``[runtime.resident]``), from :attr:`limits`."""
+        return self.limits.resident
+
+
+def _runtime_table_class() -> type:
+    """The ``[runtime]`` table as TOML spells it: ``instructions`` plus every RuntimeLimits field.
+
+    Generated from :class:`RuntimeLimits` (types, defaults and validators), so
+    unknown keys, type errors and "did you mean" hints name the real keys and
+    nothing is declared twice.
+    """
+    fields: dict[str, Any] = {"instructions": attrs.field(default=DEFAULT_INSTRUCTIONS, type=str)}
+    for field in attrs.fields(attrs.resolve_types(RuntimeLimits)):
+        fields[field.name] = attrs.field(default=field.default, validator=field.validator, type=field.type)
+    return attrs.make_class("RuntimeTable", fields, frozen=True, slots=True)
+
+
+_RuntimeTable = _runtime_table_class()
+
+
+@attrs.frozen(slots=True)
+class ComponentConfig:
+    """A component section: the registered adapter name and its free ``[<section>.options]`` table.
+
+    The options are checked against the plugin's own config class in phase (b).
+    """
+
+    plugin: str
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
+class RecallConfig:
+    """``[recall]``: like :class:`ComponentConfig`, plus the recall budgets (``[recall.budget]``, R17)."""
+
+    plugin: str
+    budget: RecallLimits = attrs.field(factory=RecallLimits)
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
+class HarnessConfig:
+    """A whole config file after phase (a). Provider, archive and session store are required."""
+
+    provider: ComponentConfig
+    archive: ComponentConfig
+    session_store: ComponentConfig
+    runtime: RuntimeConfig = attrs.field(factory=RuntimeConfig)
+    recall: RecallConfig | None = None
+    summarizer: ComponentConfig | None = None
+    verifier: ComponentConfig | None = None
+    memory: ComponentConfig | None = None
+
+    def component(self, section: str) -> ComponentConfig | RecallConfig | None:
+        """The component section named ``section`` (a key of :data:`SECTION_KINDS`), if present."""
+        if section not in SECTION_KINDS:
+            raise KeyError(section)
+        value: ComponentConfig | RecallConfig | None = getattr(self, section)
+        return value
+
+
+@attrs.frozen(slots=True)
+class ResolvedComponent:
+    """One component after phase (b): which registration it selects and its structured options.
+
+    Build the adapter with ``component.spec.build(component.options)``.
+    """
+
+    section: str
+    kind: str
+    plugin: str
+    distribution: str
+    version: str
+    spec: AdapterSpec
+    options: Any
+
+
+@attrs.frozen(slots=True)
+class ResolvedConfig:
+    """Everything the runtime needs to build itself from a config file, with nothing built yet.
+
+    ``base_dir`` is the config file's directory (``None`` for text). Option
+    fields marked as paths (see :data:`~agentium_harness._plugins.spec.PATH_OPTION`)
+    were already resolved against it, so each component's ``options`` are
+    ready to build from whatever the working directory is. ``registry`` is the
+    registry the components came from; it also broadcasts lifecycle hooks.
+    """
+
+    config: HarnessConfig
+    registry: PluginRegistry = attrs.field(eq=False, repr=False)
+    provider: ResolvedComponent
+    archive: ResolvedComponent
+    session_store: ResolvedComponent
+    recall: ResolvedComponent | None = None
+    summarizer: ResolvedComponent | None = None
+    verifier: ResolvedComponent | None = None
+    memory: ResolvedComponent | None = None
+    base_dir: Path | None = None
+    source: str | None = None
+
+    @property
+    def instructions(self) -> str:
+        """Host instructions (``[runtime] instructions``)."""
+        return self.config.runtime.instructions
+
+    @property
+    def limits(self) -> RuntimeLimits:
+        """The runtime's limits (``[runtime]`` and ``[runtime.resident]``)."""
+        return self.config.runtime.limits
+
+    @property
+    def resident(self) -> ResidentLimits:
+        """Resident history bounds (``[runtime.resident]``)."""
+        return self.config.runtime.limits.resident
+
+    @property
+    def recall_limits(self) -> RecallLimits | None:
+        """Recall budgets (``[recall.budget]``), or ``None`` without recall."""
+        return self.config.recall.budget if self.config.recall is not None else None
+
+    def components(self) -> dict[str, ResolvedComponent]:
+        """The configured components by section name, in :data:`SECTION_KINDS` order."""
+        found: dict[str, ResolvedComponent] = {}
+        for section in SECTION_KINDS:
+            value = getattr(self, section)
+            if value is not None:
+                found[section] = value
+        return found
+
+
+# ------------------------------------------------------------ env substitution
+
+_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+
+
+def _join(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    text = str(key)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", text):
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(text, ensure_ascii=False)}]"
+
+
+def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> str:
+    if "$" not in text:
+        return text
+    failed = False
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal failed
+        whole = match.group(0)
+        if whole == "$${":
+            return "${"
+        name, default = match.group(1), match.group(2)
+        if name is None:
+            failed = True
+            issues.append(
+                ConfigIssue(
+                    path,
+                    "invalid ${...} reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${",
+                )
+            )
+            return whole
+        value = env.get(name)
+        if value is None or (value == "" and default is not None):
+            if default is not None:
+                return default
+            failed = True
+            issues.append(
+                ConfigIssue(
+                    path,
+                    f"environment variable {name} is not set (write ${{{name}:-default}} to give a default)",
+                )
+            )
+            return whole
+        return value
+
+    result = _REFERENCE.sub(replace, text)
+    # On failure keep the original text, so later checks see what was written
+    # rather than half-substituted text.
+    return text if failed else result
+
+
+def substitute_env(
+    data: Any, environ: Mapping[str, str] | None = None, *, path: str = "$"
+) -> tuple[Any, list[ConfigIssue]]:
+    """Substitute ``${VAR}`` references in every string value of parsed TOML data.
+
+    Only string values change, and only into strings: a variable's value never
+    becomes a key, a table or a number, whatever characters it holds. Keys are
+    left alone. ``${VAR:-default}`` uses ``default`` when ``VAR`` is unset or
+    empty; ``$${`` stands for a literal ``${``. Returns the new data and one
+    issue per unset variable or malformed reference.
+    """
+    env = os.environ if environ is None else environ
+    issues: list[ConfigIssue] = []
+
+    def walk(value: Any, where: str) -> Any:
+        if isinstance(value, str):
+            return _substitute_text(value, env, where, issues)
+        if isinstance(value, dict):
+            return {k: walk(v, _join(where, k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, _join(where, i)) for i, v in enumerate(value)]
+        return value
+
+    return walk(data, path), issues
+
+
+# ------------------------------------------------------ strict structuring
+
+
+class _ConfigTypeError(TypeError):
+    """A TOML value of the wrong type; the message is shown as is."""
+
+
+_TOML_TYPES: dict[type, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "float",
+    dict: "table",
+    list: "array",
+    datetime: "datetime",
+    date: "date",
+    time: "time",
+}
+
+
+def _toml_type(value: object) -> str:
+    for cls, name in _TOML_TYPES.items():
+        if type(value) is cls:
+            return name
+    return type(value).__name__
+
+
+def _expected(type_: object) -> str:
+    if isinstance(type_, type):
+        if attrs.has(type_):
+            return "table"
+        if issubclass(type_, enum.Enum):
+            return "one of " + ", ".join(repr(m.value) for m in type_)
+        return _TOML_TYPES.get(type_, type_.__name__)
+    args = [a for a in get_args(type_) if a is not type(None)]
+    if get_origin(type_) is not None and len(args) == 1 and type(None) in get_args(type_):
+        return _expected(args[0])
+    return str(type_).replace("typing.", "")
+
+
+def _strict_str(value: object, _: type) -> str:
+    if not isinstance(value, str):
+        raise _ConfigTypeError(f"expected a string, got {_toml_type(value)}")
+    return value
+
+
+def _strict_int(value: object, _: type) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _ConfigTypeError(f"expected an integer, got {_toml_type(value)}")
+    return value
+
+
+def _strict_float(value: object, _: type) -> float:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _ConfigTypeError(f"expected a number, got {_toml_type(value)}")
+    return float(value)
+
+
+def _strict_bool(value: object, _: type) -> bool:
+    if not isinstance(value, bool):
+        raise _ConfigTypeError(f"expected a boolean (true or false), got {_toml_type(value)}")
+    return value
+
+
+def _is_collection(type_: Any) -> bool:
+    return bool(is_sequence(type_) or is_any_set(type_))
+
+
+def _config_converter() -> cattrs.Converter:
+    """A lenient core converter made strict about scalars and arrays, with messages for people.
+
+    A config file is written by a person, so ``max_groups = "8"`` or
+    ``max_groups = true`` must be an error, not a silent conversion; the
+    messages name TOML types ("expected an integer, got string"). A new
+    converter per call picks up every structure rule adapters registered
+    with :func:`agentium_harness._codec.register_structure_hook` up to now.
+    """
+    base = make_converter(strict=False)
+    base.register_structure_hook(str, _strict_str)
+    base.register_structure_hook(int, _strict_int)
+    base.register_structure_hook(float, _strict_float)
+    base.register_structure_hook(bool, _strict_bool)
+    strict = base.copy()
+
+    def collection_factory(type_: Any) -> Callable[[Any, Any], Any]:
+        if is_sequence(type_) and get_origin(type_) is tuple:
+            inner = homogenous_tuple_structure_factory(type_, strict)
+        elif is_sequence(type_):
+            inner = list_structure_factory(type_, strict)
+        else:
+            # Sets are rare in config; the base converter still applies the
+            # strict scalar rules to their items.
+            inner = base.get_structure_hook(type_)
+
+        def hook(value: Any, target: Any) -> Any:
+            if not isinstance(value, list | tuple):
+                raise _ConfigTypeError(f"expected an array, got {_toml_type(value)}")
+            return inner(value, target)
+
+        return hook
+
+    strict.register_structure_hook_factory(_is_collection, collection_factory)
+
+    def runtime_hook(value: Any, _: type) -> RuntimeConfig:
+        table: Any = strict.structure(value, _RuntimeTable)
+        values = attrs.asdict(table, recurse=False)
+        instructions = values.pop("instructions")
+        return RuntimeConfig(instructions=instructions, limits=RuntimeLimits(**values))
+
+    strict.register_structure_hook(RuntimeConfig, runtime_hook)
+    return strict
+
+
+def _field_named_in(exc: BaseException, cls: type | None) -> str | None:
+    """Best effort: the attrs field an attrs validator complained about."""
+    if cls is None or not attrs.has(cls):
+        return None
+    names = {a.name for a in attrs.fields(cls)}
+    for arg in exc.args:
+        if isinstance(arg, attrs.Attribute) and arg.name in names:
+            return arg.name
+    words = str(exc).split()
+    if words:
+        first = words[0].strip("'\"`:,")
+        if first in names:
+            return first
+    return None
+
+
+_MISSING: Any = object()
+
+
+def _child(value: Any, key: object) -> Any:
+    if isinstance(value, dict):
+        return value.get(key, _MISSING)
+    if isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
+        return value[key]
+    return _MISSING
+
+
+def _wants_table(type_: object) -> bool:
+    if isinstance(type_, type) and attrs.has(type_):
+        return True
+    origin = get_origin(type_)
+    return isinstance(origin, type) and issubclass(origin, Mapping)
+
+
+def _describe_leaf(exc: BaseException, type_: object, path: str, value: Any) -> str:
+    if isinstance(exc, _ConfigTypeError):
+        return str(exc)
+    if isinstance(exc, KeyError) and value is _MISSING:
+        if isinstance(type_, type) and attrs.has(type_):
+            return f"missing required table [{path.removeprefix('$.')}]"
+        return "missing required key"
+    if _wants_table(type_) and value is not _MISSING and not isinstance(value, dict):
+        return f"expected a table, got {_toml_type(value)}"
+    if isinstance(exc, ValueError | TypeError):
+        detail = str(exc)
+        expected = _expected(type_) if type_ is not None else None
+        if expected and detail:
+            return f"invalid value (expected {expected}): {detail}"
+        return detail or f"invalid value (expected {expected})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _allowed_keys(cls: type) -> list[str]:
+    return [a.name for a in attrs.fields(cls)] if attrs.has(cls) else []
+
+
+def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> list[ConfigIssue]:
+    """Flatten a cattrs validation error tree into issues with ``$``-paths.
+
+    ``value`` is the raw data at ``path`` (or ``_MISSING``), carried down so a
+    message can say what was actually written.
+    """
+    issues: list[ConfigIssue] = []
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        with_notes, without = exc.group_exceptions()
+        for sub, note in with_notes:
+            key: object = note.name if isinstance(note, AttributeValidationNote) else note.index
+            issues.extend(_issues_from(sub, _join(path, key), note.type, _child(value, key)))
+        owner = getattr(exc, "cl", None)
+        for sub in without:
+            if isinstance(sub, ForbiddenExtraKeysError):
+                allowed = _allowed_keys(sub.cl)
+                hint = f"; allowed keys: {', '.join(allowed)}" if allowed else "; this table takes no keys"
+                for key in sorted(sub.extra_fields):
+                    close = difflib.get_close_matches(key, allowed, n=1)
+                    guess = f"; did you mean {close[0]!r}?" if close else ""
+                    issues.append(ConfigIssue(_join(path, key), f"unknown key{guess}{hint}"))
+            elif _wants_table(owner) and value is not _MISSING and not isinstance(value, dict):
+                issues.append(ConfigIssue(path, f"expected a table, got {_toml_type(value)}"))
+            else:
+                # The class itself refused the values (an attrs validator):
+                # point at the field when the message names it.
+                field = _field_named_in(sub, owner if isinstance(owner, type) else None)
+                where = _join(path, field) if field else path
+                issues.append(ConfigIssue(where, str(sub) or type(sub).__name__))
+        return issues
+    return [ConfigIssue(path, _describe_leaf(exc, type_, path, value))]
+
+
+def _structure(
+    data: Any, cls: type[T], path: str, conv: cattrs.Converter
+) -> tuple[T | None, list[ConfigIssue]]:
+    try:
+        return conv.structure(data, cls), []
+    except (ClassValidationError, IterableValidationError) as exc:
+        return None, _issues_from(exc, path, cls, data)
+    except Exception as exc:  # a config class's own __init__ or hook failed outside cattrs' net
+        field = _field_named_in(exc, cls)
+        where = _join(path, field) if field else path
+        return None, [ConfigIssue(where, _describe_leaf(exc, cls, path, data))]
+
+
+# ------------------------------------------------------------------ phase (a)
+
+
+def _too_large(source: str | None) -> ConfigError:
+    return ConfigError(
+        [
+            ConfigIssue(
+                "$", f"config file larger than {MAX_CONFIG_BYTES} bytes ({MAX_CONFIG_BYTES // 1024} KiB)"
+            )
+        ],
+        source,
+    )
+
+
+def _read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path | None]:
+    """Return (text, shown source name, base directory).
+
+    At most :data:`MAX_CONFIG_BYTES` + 1 bytes are read, so a device such as
+    ``/dev/zero`` or a huge file is refused after one bounded read.
+    """
+    if isinstance(source, str):
+        if len(source) > MAX_CONFIG_BYTES:  # characters: a cheap bound before encoding
+            raise _too_large(None)
+        return source, None, None
+    path = Path(source)
+    shown = str(path)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        base_dir = path.resolve().parent
+    except OSError as exc:
+        raise ConfigError(
+            [ConfigIssue("$", f"cannot read config file: {exc.strerror or exc}")], shown
+        ) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _too_large(shown)
+    try:
+        return data.decode("utf-8"), shown, base_dir
+    except UnicodeDecodeError as exc:
+        raise ConfigError([ConfigIssue("$", f"config file is not UTF-8: {exc}")], shown) from exc
+
+
+def _bracket_depth(text: str) -> tuple[int, int]:
+    """The deepest ``[``/``{`` nesting in TOML text outside strings and comments, and its line.
+
+    A small scanner, not a parser: it only has to find runaway nesting before
+    :mod:`tomllib`, which recurses once per level, can hit Python's recursion
+    limit. Table headers count one or two levels, which the cap allows.
+    """
+    depth = deepest = 0
+    deepest_line = line = 1
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "\"'":
+            triple = text.startswith(ch * 3, i)
+            quote = ch * 3 if triple else ch
+            j = i + len(quote)
+            while j < n:
+                if ch == '"' and text[j] == "\\":
+                    j += 2  # basic strings have escapes; literal strings do not
+                    continue
+                if text.startswith(quote, j):
+                    break
+                if text[j] == "\n":
+                    if not triple:
+                        break  # an unterminated one-line string: tomllib reports it
+                    line += 1
+                j += 1
+            i = j + len(quote)
+            continue
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_line = depth, line
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return deepest, deepest_line
+
+
+def _data_depth(data: Any) -> tuple[int, str]:
+    """The deepest nesting of parsed data (tables and arrays) and the path where it is, without recursion."""
+    deepest, where = 0, "$"
+    stack: list[tuple[Any, int, str]] = [(data, 0, "$")]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > deepest:
+            deepest, where = depth, path
+        if depth > MAX_NESTING:
+            break  # deep enough to refuse; no need to walk the rest
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, _join(path, k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, _join(path, i)) for i, v in enumerate(value))
+    return deepest, where
+
+
+def _parse_toml(text: str, source: str | None) -> dict[str, Any]:
+    depth, line = _bracket_depth(text)
+    if depth > MAX_NESTING:
+        raise ConfigError(
+            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (line {line})")],
+            source,
+        )
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        hint = ""
+        if source is None and "=" not in text and "\n" not in text.strip():
+            hint = " (parse_config takes TOML text; pass a pathlib.Path or use load_config to read a file)"
+        raise ConfigError([ConfigIssue("$", f"invalid TOML: {exc}{hint}")], source) from exc
+    # Dotted keys (a.b.c... = 1) and table headers nest without brackets.
+    depth, where = _data_depth(data)
+    if depth > MAX_NESTING:
+        raise ConfigError(
+            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (at {where})")],
+            source,
+        )
+    return data
+
+
+def _phase_a(
+    text: str, source: str | None, environ: Mapping[str, str] | None
+) -> tuple[dict[str, Any], HarnessConfig | None, list[ConfigIssue], set[str]]:
+    """Parse, substitute and structure; also return the paths of failed substitutions."""
+    raw = _parse_toml(text, source)
+    data, issues = substitute_env(raw, environ)
+    config, schema_issues = _structure(data, HarnessConfig, "$", _config_converter())
+    unset = {issue.path for issue in issues}
+    return data, config, issues + _without(schema_issues, unset), unset
+
+
+def _without(issues: list[ConfigIssue], unset: set[str]) -> list[ConfigIssue]:
+    """Drop issues at paths whose ``${NAME}`` could not be substituted.
+
+    The reference's text stays in place; a type error about that text would
+    only repeat the real problem (the unset variable).
+    """
+    return [issue for issue in issues if issue.path not in unset]
+
+
+def parse_config(
+    source: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None
+) -> HarnessConfig:
+    """Phase (a): parse TOML and validate it against the schema, reporting every problem.
+
+    :param source: TOML *text* (a ``str``) or the path of a file (a :class:`pathlib.Path`
+        or other path-like object).
+    :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
+    :raises ConfigError: listing every issue, each with its ``$``-path.
+    """
+    text, shown, _ = _read_source(source)
+    _, config, issues, _ = _phase_a(text, shown, environ)
+    if issues or config is None:
+        raise ConfigError(_ordered(issues), shown)
+    return config
+
+
+# ------------------------------------------------------------------ phase (b)
+
+
+def _resolve_component(
+    section: str,
+    plugin: str,
+    options: Any,
+    registry: PluginRegistry,
+    conv: cattrs.Converter,
+    base_dir: Path | None,
+) -> tuple[ResolvedComponent | None, RegisteredAdapter | None, list[ConfigIssue]]:
+    kind = SECTION_KINDS[section]
+    try:
+        found = registry.adapter(kind, plugin)
+    except PluginNotFoundError as exc:
+        return None, None, [ConfigIssue(f"$.{section}.plugin", str(exc))]
+    where = f"$.{section}.options"
+    structured, issues = _structure(options, found.spec.config_class, where, conv)
+    if issues:
+        return None, found, issues
+    if base_dir is not None:
+        try:
+            structured = resolve_path_options(structured, base_dir)
+        except (ValueError, TypeError) as exc:  # the config class refused the resolved path
+            field = _field_named_in(exc, found.spec.config_class)
+            return None, found, [ConfigIssue(_join(where, field) if field else where, str(exc))]
+    component = ResolvedComponent(
+        section=section,
+        kind=kind,
+        plugin=plugin,
+        distribution=found.distribution,
+        version=found.version,
+        spec=found.spec,
+        options=structured,
+    )
+    return component, found, []
+
+
+def _combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set[str]) -> list[ConfigIssue]:
+    """Capability combinations the runtime would refuse at construction (R9, R10)."""
+    issues: list[ConfigIssue] = []
+    recall = adapters.get("recall")
+    if recall is not None and "summarizer" in sections:
+        if not recall.capabilities.declared().get("canonical_archive_reads", False):
+            issues.append(
+                ConfigIssue(
+                    "$.recall.plugin",
+                    f"recall store {recall.name!r} ({recall.distribution}) does not declare "
+                    "canonical_archive_reads, which recall together with summaries requires (R9): "
+                    "choose a recall store that declares it, or remove [summarizer]",
+                )
+            )
+    return issues
+
+
+def _resolve_sections(
+    sections: Mapping[str, tuple[str, Any]], registry: PluginRegistry, base_dir: Path | None
+) -> tuple[dict[str, ResolvedComponent], list[ConfigIssue]]:
+    conv = _config_converter()
+    resolved: dict[str, ResolvedComponent] = {}
+    adapters: dict[str, RegisteredAdapter] = {}
+    issues: list[ConfigIssue] = []
+    for section, (plugin, options) in sections.items():
+        component, adapter, found = _resolve_component(section, plugin, options, registry, conv, base_dir)
+        issues.extend(found)
+        if adapter is not None:
+            adapters[section] = adapter
+        if component is not None:
+            resolved[section] = component
+    issues.extend(_combination_issues(adapters, set(sections)))
+    return resolved, issues
+
+
+def _sections_of(config: HarnessConfig) -> dict[str, tuple[str, Any]]:
+    found: dict[str, tuple[str, Any]] = {}
+    for section in SECTION_KINDS:
+        value = config.component(section)
+        if value is not None:
+            found[section] = (value.plugin, value.options)
+    return found
+
+
+def _raw_sections(data: Mapping[str, Any]) -> dict[str, tuple[str, Any]]:
+    """The component sections of unvalidated data that can still be resolved.
+
+    Used when phase (a) failed, so one report also covers unknown plugin names
+    and bad options of the sections that are well-formed enough to look up.
+    """
+    found: dict[str, tuple[str, Any]] = {}
+    for section in SECTION_KINDS:
+        value = data.get(section)
+        if isinstance(value, dict) and isinstance(value.get("plugin"), str):
+            options = value.get("options", {})
+            if isinstance(options, dict):
+                found[section] = (value["plugin"], options)
+    return found
+
+
+def _assemble(
+    config: HarnessConfig,
+    resolved: Mapping[str, ResolvedComponent],
+    registry: PluginRegistry,
+    base_dir: Path | None,
+    source: str | None,
+) -> ResolvedConfig:
+    return ResolvedConfig(
+        config=config,
+        registry=registry,
+        provider=resolved["provider"],
+        archive=resolved["archive"],
+        session_store=resolved["session_store"],
+        recall=resolved.get("recall"),
+        summarizer=resolved.get("summarizer"),
+        verifier=resolved.get("verifier"),
+        memory=resolved.get("memory"),
+        base_dir=base_dir,
+        source=source,
+    )
+
+
+def resolve_config(
+    config: HarnessConfig,
+    registry: PluginRegistry,
+    *,
+    base_dir: Path | None = None,
+    source: str | None = None,
+) -> ResolvedConfig:
+    """Phase (b): select each component's registration and structure its options. Builds nothing.
+
+    With ``base_dir``, relative paths in option fields marked as paths
+    (:data:`~agentium_harness._plugins.spec.PATH_OPTION`) are resolved against it.
+
+    :raises ConfigError: listing every unknown or ambiguous plugin (at ``$.<section>.plugin``),
+        every bad option (at ``$.<section>.options.<key>``) and every capability
+        combination the runtime would refuse.
+    """
+    resolved, issues = _resolve_sections(_sections_of(config), registry, base_dir)
+    if issues:
+        raise ConfigError(_ordered(issues), source)
+    return _assemble(config, resolved, registry, base_dir, source)
+
+
+def load_config(
+    path: str | os.PathLike[str],
+    registry: PluginRegistry | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> ResolvedConfig:
+    """Both phases for the config file at ``path``, reporting every problem of both at once.
+
+    Relative paths in option fields marked as paths are resolved against the
+    config file's folder, whatever the working directory.
+
+    :param registry: where plugins are looked up. By default a registry is
+        loaded under the operator's plugin lists: ``AGENTIUM_PLUGINS`` and
+        ``AGENTIUM_DISABLE_PLUGINS`` of the *process* environment always
+        apply, and those in ``environ`` can only narrow them further (see
+        :func:`~agentium_harness._plugins.registry.operator_plugin_lists`).
+    :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
+    :raises ConfigError: listing every issue found.
+    """
+    text, shown, base_dir = _read_source(Path(path))
+    data, config, issues, unset = _phase_a(text, shown, environ)
+    if registry is None:
+        allow, block = operator_plugin_lists(environ)
+        registry = PluginRegistry.load(allow=allow, block=block)
+    sections = _sections_of(config) if config is not None else _raw_sections(data)
+    resolved, resolve_issues = _resolve_sections(sections, registry, base_dir)
+    issues.extend(_without(resolve_issues, unset))
+    if issues or config is None:
+        raise ConfigError(_ordered(issues), shown)
+    return _assemble(config, resolved, registry, base_dir, shown)
+
+
+def _ordered(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    """Unique issues in a stable order: by path, then message."""
+    return sorted(set(issues), key=lambda i: (i.path, i.message))

@@ -1,0 +1,221 @@
+"""``agentium demo``: a scripted conversation, on the embedded SQLite defaults or on a config's adapters.
+
+It runs long enough to evict, prints one line per turn, and ends by proving
+that every message is recoverable from the archive plus resident history with
+matching digests. On the defaults no model and no network are involved; with
+``--config FILE`` the demo runs on whatever adapters the file configures, so
+a plugin author can watch their archive or session store at work.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import anyio.to_thread
+
+from ._engine.limits import ResidentLimits, RuntimeLimits
+from ._engine.loader import load_runtime
+from ._engine.runtime import HarnessRuntime, create_harness_runtime
+from ._engine.tools import EffectLevel, Tool, ToolRegistry
+from ._errors import InvalidArgumentError
+from ._history import MessageGroup, Role
+from ._ports import OpContext
+from ._ports.archive import ArchiveCapabilities, HistoryArchive
+from ._ports.sessions import SessionStore, SessionStoreCapabilities
+from ._scope import SessionKey, VerifiedIdentity
+from .adapters.providers import ScriptedProvider
+from .adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+
+__all__ = ["DEMO_DB", "prepare_demo_dir", "run_demo", "run_demo_config"]
+
+#: File the demo keeps its history in, inside ``--dir``.
+DEMO_DB = "demo.db"
+_IDENTITY = VerifiedIdentity(tenant="demo-tenant", user="demo-user", verified_by="agentium-demo")
+_TOPICS = ["milk", "eggs", "bread", "coffee", "apples", "rice", "tea", "cheese", "lemons", "oats"]
+
+
+def prepare_demo_dir(directory: Path) -> Path:
+    """Check ``directory`` for the demo and create it if needed; return it.
+
+    It may be an existing, writable folder, or a new folder whose parent
+    exists (only the last component is created, never a chain of parents).
+    Anything else — a file, a missing parent, a folder that cannot be
+    created or written — raises :class:`~agentium_harness._errors.InvalidArgumentError`
+    and creates nothing.
+    """
+    if not str(directory).strip():
+        raise InvalidArgumentError("--dir must name a folder")
+    if directory.exists():
+        if not directory.is_dir():
+            raise InvalidArgumentError(f"--dir {directory}: exists and is not a folder")
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise InvalidArgumentError(f"--dir {directory}: the folder is not writable")
+        return directory
+    parent = directory.parent
+    if not parent.exists():
+        raise InvalidArgumentError(
+            f"--dir {directory}: the parent folder {parent} does not exist; create it first"
+        )
+    if not parent.is_dir():
+        raise InvalidArgumentError(f"--dir {directory}: {parent} is not a folder")
+    try:
+        directory.mkdir()  # not parents=True: a typo must not leave a tree of folders behind
+    except OSError as exc:
+        raise InvalidArgumentError(
+            f"--dir {directory}: cannot create the folder: {exc.strerror or exc}"
+        ) from exc
+    return directory
+
+
+async def _word_count(args: Mapping[str, Any]) -> str:
+    return str(len(str(args.get("text", "")).split()))
+
+
+def _script(turns: int) -> tuple[list[str], list[object]]:
+    inputs: list[str] = []
+    replies: list[object] = []
+    for i in range(turns):
+        topic = _TOPICS[i % len(_TOPICS)]
+        inputs.append(f"Turn {i}: please remember {topic}.")
+        if i == 2:
+            # One turn uses a granted tool, so a tool call and its result are
+            # archived together as one complete group.
+            replies.append(
+                {
+                    "content": "",
+                    "tool_calls": [{"id": "call-1", "name": "word_count", "arguments": {"text": inputs[-1]}}],
+                }
+            )
+        replies.append(f"Noted {topic} (turn {i}).")
+    return inputs, replies
+
+
+def _tools() -> ToolRegistry:
+    return ToolRegistry([Tool("word_count", _word_count, EffectLevel.NONE, "count words")])
+
+
+async def run_demo(directory: Path, turns: int, out: TextIO) -> bool:
+    """Run the demo in ``directory`` for ``turns`` turns; return whether the final proof held.
+
+    :raises InvalidArgumentError: when ``directory`` cannot hold the demo (see :func:`prepare_demo_dir`).
+    """
+    await anyio.to_thread.run_sync(prepare_demo_dir, directory)
+    config = SQLiteConfig(path=str(directory / DEMO_DB))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    inputs, replies = _script(turns)
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=replies),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=4)),
+        tools=_tools(),
+        owned=[archive, store],
+    )
+    return await _converse(runtime, inputs, out, f"database {config.path}")
+
+
+async def run_demo_config(config_path: Path, turns: int, out: TextIO) -> bool:
+    """Run the demo on the runtime ``config_path`` describes; return whether the final proof held.
+
+    The demo's inputs go to the configured provider (a ``scripted`` one with
+    ``cycle = true`` is enough); the ``word_count`` tool is offered and
+    granted. The proof reads the configured archive back, which needs it to
+    declare ``bounded_reads``; without it the proof is reported as not checked.
+
+    :raises ConfigError: when the file is invalid.
+    """
+    runtime = load_runtime(config_path, tools=_tools())
+    inputs, _ = _script(turns)
+    return await _converse(runtime, inputs, out, f"config {config_path}")
+
+
+async def _session_id(store: SessionStore) -> str:
+    caps = getattr(type(store), "capabilities", None)
+    if isinstance(caps, SessionStoreCapabilities) and caps.listing:
+        existing = await store.list_sessions(_IDENTITY.tenant, _IDENTITY.user, 10_000, OpContext())
+        return f"demo-{len(existing) + 1}"
+    # A store that cannot list gets a fresh, time-based id instead.
+    return f"demo-{time.time_ns():x}"
+
+
+async def _converse(runtime: HarnessRuntime, inputs: list[str], out: TextIO, where: str) -> bool:
+    receipts: dict[int, str] = {}
+    try:
+        # Each invocation starts a new session, so earlier demo sessions in the
+        # same store stay as they were (and show the history persisted).
+        session_id = await _session_id(runtime.session_store)
+        print(f"agentium demo: {len(inputs)} turns, session {session_id!r}, {where}", file=out)
+        for i, text in enumerate(inputs):
+            result = await runtime.run(_IDENTITY, session_id, text, grants=["word_count"])
+            receipts.update({r.seq: r.digest for r in result.archived})
+            print(
+                f"turn {i:>3}  resident={result.resident_groups:<2} archived={result.boundary:<3} "
+                f"boundary={result.boundary:<3} run={result.status.value} eviction={result.eviction.value} "
+                f"sources={result.sources.value} tools={len(result.tool_outcomes)}",
+                file=out,
+            )
+        key = SessionKey.of(_IDENTITY, session_id)
+        ok = await _prove(runtime.archive, runtime.session_store, key, inputs, receipts, out)
+        report = await runtime.resources.close_session(_IDENTITY, session_id)
+        print(f"close_session: {report.status.value}, flushed {report.flushed_groups}", file=out)
+    finally:
+        await runtime.aclose()
+    return ok
+
+
+async def _prove(
+    archive: HistoryArchive,
+    store: SessionStore,
+    key: SessionKey,
+    inputs: list[str],
+    receipts: dict[int, str],
+    out: TextIO,
+) -> bool:
+    ctx = OpContext()
+    stored = await store.load(key, ctx)
+    if stored is None:
+        print("FAILED: the session was not stored", file=out)
+        return False
+    snap = stored.snapshot
+    caps = getattr(type(archive), "capabilities", None)
+    if snap.boundary and not (isinstance(caps, ArchiveCapabilities) and caps.bounded_reads):
+        print(
+            f"proof not checked: archive {type(archive).__name__} does not declare bounded_reads, "
+            f"so its {snap.boundary} archived groups cannot be read back",
+            file=out,
+        )
+        return True
+    archived: list[MessageGroup] = []
+    while len(archived) < snap.boundary:
+        page = await archive.read_groups(key, len(archived), 100, ctx)
+        if not page:
+            break
+        archived.extend(g for g in page if g.seq < snap.boundary)
+    groups = archived + list(snap.resident)
+    problems: list[str] = []
+    if [g.seq for g in groups] != list(range(len(inputs))):
+        problems.append(f"sequence numbers are not 0..{len(inputs) - 1}")
+    for group, text in zip(groups, inputs, strict=False):
+        if group.messages[0].role is not Role.USER or group.messages[0].content != text:
+            problems.append(f"group {group.seq} does not hold turn {group.seq}'s input")
+        if not group.is_complete:
+            problems.append(f"group {group.seq} is incomplete")
+    for group in archived:
+        if receipts.get(group.seq) != group.digest:
+            problems.append(f"group {group.seq}: archived digest differs from its receipt")
+    messages = sum(len(g.messages) for g in groups)
+    if problems:
+        for p in problems:
+            print(f"FAILED: {p}", file=out)
+        return False
+    print(
+        f"recovered {len(groups)} groups ({len(archived)} archived + {len(snap.resident)} resident), "
+        f"{messages} messages; every archived digest matches its receipt: yes",
+        file=out,
+    )
+    return True

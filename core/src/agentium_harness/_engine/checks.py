@@ -1,0 +1,97 @@
+"""Construction-time capability checks (R9, R10).
+
+They validate what adapters *declare*; they cannot certify what a backend
+does, so the engine still enforces every bound on what adapters return.
+"""
+
+from __future__ import annotations
+
+from .._errors import CapabilityError
+from .._ports import PORT_KINDS, Capabilities, is_port_stub
+
+__all__ = ["adapter_problems", "check_adapter"]
+
+
+def _implemented(cls: type, method: str) -> bool:
+    attr = getattr(cls, method, None)
+    return attr is not None and callable(attr) and not is_port_stub(attr)
+
+
+def adapter_problems(kind: str, cls: type, *, require_own_declaration: bool) -> list[str]:
+    """Every reason why ``cls`` is not a valid ``kind`` adapter, as messages (empty when valid).
+
+    What is required comes from the kind's :class:`~agentium_harness._ports.PortKind`:
+    its capability class and required flags, its core methods, its session
+    methods, and the method behind every flag the class declares.
+
+    ``require_own_declaration`` demands that ``capabilities`` be declared in the
+    class body itself rather than inherited (load-time rule for registrations).
+    """
+    port = PORT_KINDS[kind]
+    problems: list[str] = []
+    declared = (
+        cls.__dict__.get("capabilities") if require_own_declaration else getattr(cls, "capabilities", None)
+    )
+    if declared is None:
+        inherited = getattr(cls, "capabilities", None)
+        if require_own_declaration and inherited is not None:
+            problems.append(
+                f"capabilities declared only on a base class; declare {port.capability_class.__name__} "
+                f"on {cls.__name__} itself"
+            )
+        else:
+            problems.append(
+                f"no capabilities declared; set capabilities = {port.capability_class.__name__}(...)"
+            )
+        return problems
+    if type(declared) is not port.capability_class:
+        problems.append(
+            f"capabilities must be a {port.capability_class.__name__}, got {type(declared).__name__}"
+        )
+        return problems
+    assert isinstance(declared, Capabilities)
+    flags = declared.declared()
+    for flag in port.capability_class.REQUIRED:
+        if not flags.get(flag, False):
+            problems.append(f"missing required capability flag {flag!r}")
+    # Session methods live on the class the adapter's ``open`` returns; only
+    # kinds whose table entry lists session methods have one.
+    has_sessions = bool(port.session_methods) or any(
+        target.startswith("session:") for target in port.capability_class.METHODS.values()
+    )
+    session_cls = getattr(cls, "session_class", None) if has_sessions else None
+    wanted = (
+        [(m, "core method") for m in port.core_methods]
+        + [(f"session:{m}", "session method") for m in port.session_methods]
+        + [
+            (port.capability_class.METHODS[f], f"declared capability {f!r}")
+            for f, on in flags.items()
+            if on and f in port.capability_class.METHODS
+        ]
+    )
+    checked: set[str] = set()
+    for method, why in wanted:
+        if method in checked:
+            continue  # a required flag may name a core method again: report it once
+        checked.add(method)
+        if method.startswith("session:"):
+            name = method.removeprefix("session:")
+            if not isinstance(session_cls, type):
+                problems.append(f"{why} needs a session_class whose {name}() is implemented")
+            elif not _implemented(session_cls, name):
+                problems.append(f"{why} needs {session_cls.__name__}.{name}() implemented")
+        elif not _implemented(cls, method):
+            problems.append(f"{why} needs {cls.__name__}.{method}() implemented")
+    return problems
+
+
+def check_adapter(kind: str, adapter: object, role: str | None = None) -> Capabilities:
+    """Validate an adapter instance for ``kind`` and return its capabilities, or raise CapabilityError."""
+    cls = type(adapter)
+    problems = adapter_problems(kind, cls, require_own_declaration=False)
+    if problems:
+        who = role or kind
+        raise CapabilityError(f"{who} adapter {cls.__name__}: " + "; ".join(problems))
+    caps = getattr(cls, "capabilities")  # noqa: B009 - validated above
+    assert isinstance(caps, Capabilities)
+    return caps

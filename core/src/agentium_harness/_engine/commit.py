@@ -1,0 +1,341 @@
+"""Step 8 of a turn: commit — archive what is over the resident bound, then save (R2, R3).
+
+Write-ahead, then commit: the oldest complete groups over the bound go to
+the archive first; every receipt's seq and digest is checked; only then is
+the snapshot saved with compare-and-set on its revision. A failure anywhere
+leaves the last committed state intact:
+
+- an archive that fails or times out *defers* eviction: the new group
+  commits, the boundary stays, the next commit retries;
+- an archive that holds *different* groups at seqs this session never
+  committed (another writer, a lost snapshot store) marks the session
+  ``diverged``; nothing is overwritten and an operator reconciles it
+  (:mod:`.maintenance`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import attrs
+
+from .._errors import ArchiveConflictError, ContractViolationError, SessionConflictError
+from .._history import MessageGroup
+from .._ports.archive import ArchiveReceipt, HistoryArchive
+from .._ports.sessions import (
+    ArchiveDivergence,
+    SessionSnapshot,
+    SessionStore,
+    StoredSnapshot,
+    seal_snapshot,
+)
+from .._scope import Scope, SessionKey
+from .hooks import HookBroadcaster
+from .lifecycle import Ticket
+from .limits import ResidentLimits
+from .resident import EvictionPlan, plan_eviction
+from .results import Diagnostic, EvictionStatus, Severity
+
+__all__ = [
+    "CommitOutcome",
+    "archive_groups",
+    "broadcast",
+    "broadcast_archived",
+    "commit",
+    "plan_diagnostics",
+]
+
+#: How long a lifecycle hook broadcast may take before the commit stops waiting for it.
+HOOK_TIMEOUT_S = 5.0
+
+
+@attrs.frozen(slots=True)
+class CommitOutcome:
+    """What one commit did."""
+
+    revision: int
+    boundary: int
+    resident: tuple[MessageGroup, ...]
+    archived: tuple[ArchiveReceipt, ...]
+    eviction: EvictionStatus
+    diagnostics: tuple[Diagnostic, ...]
+    saved: bool = True
+
+
+def plan_diagnostics(plan: EvictionPlan) -> list[Diagnostic]:
+    """Diagnostics for a plan's oversized groups and for an incomplete group that blocks eviction."""
+    out = [
+        Diagnostic(
+            "oversized_group",
+            f"group {seq} alone exceeds a resident bound; kept whole, never split",
+            Severity.WARNING,
+        )
+        for seq in plan.oversized
+    ]
+    if plan.blocked_by_incomplete is not None:
+        out.append(
+            Diagnostic(
+                "eviction_blocked_incomplete",
+                f"group {plan.blocked_by_incomplete} is incomplete and cannot be archived; "
+                "eviction stopped there",
+                Severity.WARNING,
+            )
+        )
+    return out
+
+
+async def commit(
+    ticket: Ticket,
+    *,
+    archive: HistoryArchive,
+    store: SessionStore,
+    hooks: HookBroadcaster | None,
+    limits: ResidentLimits,
+    key: SessionKey,
+    scope: Scope | None,
+    stored: StoredSnapshot | None,
+    resident: Sequence[MessageGroup],
+    boundary: int,
+    next_seq: int,
+    divergence: ArchiveDivergence | None = None,
+    save_unchanged: bool = True,
+    joint: bool = True,
+) -> CommitOutcome:
+    """Archive the groups over the resident bound, check every receipt, then save with compare-and-set.
+
+    ``save_unchanged=False`` (maintenance flushes) skips the save when nothing
+    was archived, so a flush that achieved nothing does not bump the revision.
+
+    When the session store declares ``joint_archive_commit`` and shares a
+    transaction with the archive (the built-in SQLite pair on one file), the
+    append and the save are one atomic transaction instead of two: one
+    fsynced commit per turn, and still never a boundary past what is
+    archived. ``joint=False`` forces the separate calls.
+    """
+    plan = plan_eviction(resident, limits)
+    diagnostics = plan_diagnostics(plan)
+    keep: tuple[MessageGroup, ...] = tuple(resident)
+    new_boundary = boundary
+    receipts: tuple[ArchiveReceipt, ...] = ()
+    eviction = EvictionStatus.NOT_NEEDED
+    if divergence is not None:
+        eviction = EvictionStatus.DIVERGED
+        diagnostics.append(_diverged_diagnostic(divergence))
+    elif plan.evict and joint and _joint(store, archive):
+        try:
+            joined = await _joint_commit(ticket, archive, store, key, scope, stored, plan, next_seq)
+        except ArchiveConflictError as exc:
+            # Nothing was written; record the divergence with a separate save below.
+            divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
+            eviction = EvictionStatus.DIVERGED
+            diagnostics.append(_diverged_diagnostic(divergence))
+        except SessionConflictError:
+            raise
+        except Exception as exc:
+            # The joint transaction failed for another reason: take the
+            # ordinary path, which defers eviction if the archive really is down.
+            outcome = await commit(
+                ticket,
+                archive=archive,
+                store=store,
+                hooks=hooks,
+                limits=limits,
+                key=key,
+                scope=scope,
+                stored=stored,
+                resident=resident,
+                boundary=boundary,
+                next_seq=next_seq,
+                save_unchanged=save_unchanged,
+                joint=False,
+            )
+            note = Diagnostic(
+                "joint_commit_failed",
+                f"the joint archive-and-save transaction failed ({type(exc).__name__}: {exc}); "
+                "retried as separate calls",
+                Severity.WARNING,
+            )
+            return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
+        else:
+            extra = await broadcast_archived(hooks, key, joined.archived) if hooks is not None else []
+            return attrs.evolve(joined, diagnostics=(*diagnostics, *extra))
+    elif plan.evict:
+        try:
+            receipts = await archive_groups(ticket, archive, key, plan.evict)
+        except ArchiveConflictError as exc:
+            divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
+            eviction = EvictionStatus.DIVERGED
+            diagnostics.append(_diverged_diagnostic(divergence))
+        except Exception as exc:
+            eviction = EvictionStatus.DEFERRED
+            code = (
+                "archive_contract_violation"
+                if isinstance(exc, ContractViolationError)
+                else "eviction_deferred"
+            )
+            diagnostics.append(
+                Diagnostic(
+                    code,
+                    f"eviction of {len(plan.evict)} group(s) deferred, boundary unchanged: "
+                    f"{type(exc).__name__}: {exc}",
+                    Severity.WARNING,
+                )
+            )
+        else:
+            eviction = EvictionStatus.ARCHIVED
+            keep = plan.keep
+            new_boundary = plan.keep[0].seq if plan.keep else next_seq
+    if (
+        not save_unchanged
+        and stored is not None
+        and not receipts
+        and divergence == stored.snapshot.divergence
+    ):
+        return CommitOutcome(stored.revision, boundary, keep, (), eviction, tuple(diagnostics), saved=False)
+    memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
+    snapshot = seal_snapshot(
+        SessionSnapshot(
+            memory_scope=memory_scope,
+            boundary=new_boundary,
+            next_seq=next_seq,
+            resident=keep,
+            divergence=divergence,
+        )
+    )
+    expected = None if stored is None else stored.revision
+    revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
+    if (
+        not isinstance(revision, int)
+        or isinstance(revision, bool)
+        or (expected is not None and revision <= expected)
+    ):
+        raise ContractViolationError(
+            f"session store returned revision {revision!r} after saving on revision {expected}"
+        )
+    if receipts and hooks is not None:
+        diagnostics.extend(await broadcast_archived(hooks, key, receipts))
+    return CommitOutcome(revision, new_boundary, keep, receipts, eviction, tuple(diagnostics))
+
+
+def _joint(store: SessionStore, archive: HistoryArchive) -> bool:
+    """True when the store declares joint commits and shares a transaction with this archive."""
+    caps = getattr(type(store), "capabilities", None)
+    if not getattr(caps, "joint_archive_commit", False):
+        return False
+    try:
+        return bool(store.shares_transactions_with(archive))
+    except Exception:  # an adapter's check failing only means: no joint commit
+        return False
+
+
+async def _joint_commit(
+    ticket: Ticket,
+    archive: HistoryArchive,
+    store: SessionStore,
+    key: SessionKey,
+    scope: Scope | None,
+    stored: StoredSnapshot | None,
+    plan: EvictionPlan,
+    next_seq: int,
+) -> CommitOutcome:
+    """Archive the plan's groups and save the new snapshot in one transaction; check the answer."""
+    new_boundary = plan.keep[0].seq if plan.keep else next_seq
+    memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
+    snapshot = seal_snapshot(
+        SessionSnapshot(
+            memory_scope=memory_scope, boundary=new_boundary, next_seq=next_seq, resident=plan.keep
+        )
+    )
+    expected = None if stored is None else stored.revision
+    revision, raw = await ticket.call(
+        "session commit with archive",
+        lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
+    )
+    # Checked like separate calls, although after the commit: a store that
+    # answers wrongly here is broken, and the run says so loudly.
+    receipts = _checked_receipts(plan.evict, tuple(raw))
+    _check_revision(revision, expected)
+    return CommitOutcome(revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, ())
+
+
+def _check_revision(revision: object, expected: int | None) -> None:
+    if (
+        not isinstance(revision, int)
+        or isinstance(revision, bool)
+        or (expected is not None and revision <= expected)
+    ):
+        raise ContractViolationError(
+            f"session store returned revision {revision!r} after saving on revision {expected}"
+        )
+
+
+def _diverged_diagnostic(divergence: ArchiveDivergence) -> Diagnostic:
+    return Diagnostic(
+        "archive_diverged",
+        f"the archive holds different groups at seq(s) {list(divergence.seqs)[:5]} that this session "
+        "never committed; eviction is stopped and the session needs reconciliation "
+        "(agentium session reconcile): " + divergence.detail,
+        Severity.ERROR,
+    )
+
+
+async def archive_groups(
+    ticket: Ticket, archive: HistoryArchive, key: SessionKey, groups: Sequence[MessageGroup]
+) -> tuple[ArchiveReceipt, ...]:
+    """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
+    raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
+    return _checked_receipts(groups, tuple(raw))
+
+
+def _checked_receipts(
+    groups: Sequence[MessageGroup], receipts: tuple[object, ...]
+) -> tuple[ArchiveReceipt, ...]:
+    """One receipt per group, in order, each with the group's seq and digest, or a contract violation."""
+    if len(receipts) != len(groups):
+        raise ContractViolationError(
+            f"archive returned {len(receipts)} receipt(s) for {len(groups)} group(s)"
+        )
+    checked: list[ArchiveReceipt] = []
+    for group, receipt in zip(groups, receipts, strict=True):
+        if not isinstance(receipt, ArchiveReceipt):
+            raise ContractViolationError(f"archive returned {type(receipt).__name__}, not an ArchiveReceipt")
+        if receipt.seq != group.seq or receipt.digest != group.digest:
+            raise ContractViolationError(
+                f"archive receipt for group {group.seq} says seq {receipt.seq} digest {receipt.digest}; "
+                f"expected digest {group.digest}"
+            )
+        checked.append(receipt)
+    return tuple(checked)
+
+
+async def broadcast_archived(
+    hooks: HookBroadcaster, key: SessionKey, receipts: tuple[ArchiveReceipt, ...]
+) -> list[Diagnostic]:
+    """Broadcast ``agentium_groups_archived`` off the event loop, bounded; report failures."""
+    return await broadcast(hooks, "agentium_groups_archived", key=key, receipts=receipts)
+
+
+async def broadcast(hooks: HookBroadcaster, hook: str, **kwargs: Any) -> list[Diagnostic]:
+    """Broadcast a lifecycle hook in a worker thread, bounded, and report failures as diagnostics.
+
+    Hook implementations are plain functions that may block (a recall index
+    writing to its backend), so they run off the event loop; the caller waits
+    at most :data:`HOOK_TIMEOUT_S` and reports a slower broadcast instead of hanging.
+    """
+    call = partial(hooks.broadcast, hook, **kwargs)
+    failures: Sequence[object] = ()
+    with anyio.move_on_after(HOOK_TIMEOUT_S) as scope:
+        failures = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    if scope.cancelled_caught:
+        return [
+            Diagnostic(
+                "hook_timeout",
+                f"{hook} did not return within {HOOK_TIMEOUT_S}s; not awaited further",
+                Severity.WARNING,
+            )
+        ]
+    return [Diagnostic("hook_failed", str(f), Severity.WARNING) for f in failures]

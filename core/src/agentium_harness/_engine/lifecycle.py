@@ -1,0 +1,174 @@
+"""Admission and lifecycle: the one door every operation on a session goes through.
+
+Runs, ``close_session``, legacy migration and reconciliation are all admitted
+here. Admission is atomic on the event loop (check-and-insert without an
+await in between): one operation per session at a time, nothing at all once
+the runtime is closing. Each admitted operation gets a :class:`Ticket`, which
+holds the operation's cancel scope and its cancel signal, so ``aclose()`` can
+stop any of them, and which makes every adapter call under its deadline
+(:meth:`Ticket.call`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import anyio
+
+from .._errors import OperationCancelledError, OperationTimeoutError, RuntimeClosedError, SessionBusyError
+from .._ports import CancelSignal, OpContext
+from .._scope import SessionKey
+
+__all__ = ["Admission", "LifecycleState", "Ticket"]
+
+T = TypeVar("T")
+
+
+class LifecycleState(enum.StrEnum):
+    """Whether the runtime admits runs."""
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Ticket:
+    """One admitted operation on one session.
+
+    ``signal`` is the operation's cancel signal; every adapter call gets a child
+    of it, so cancelling the ticket (shutdown) reaches calls already running in
+    worker threads. ``done`` is set when the operation has left admission.
+    """
+
+    __slots__ = ("cancel_scope", "done", "key", "kind", "op_timeout_s", "signal")
+
+    def __init__(self, key: SessionKey | None, kind: str, op_timeout_s: float) -> None:
+        self.key = key
+        self.kind = kind
+        self.op_timeout_s = op_timeout_s
+        self.signal = CancelSignal()
+        self.cancel_scope = anyio.CancelScope()
+        self.done = anyio.Event()
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the operation: its signal first (threads see it), then its cancel scope."""
+        self.signal.cancel(reason)
+        self.cancel_scope.cancel()
+
+    def context(
+        self,
+        timeout_s: float | None = None,
+        *,
+        remaining_bytes: int | None = None,
+        remaining_tokens: int | None = None,
+    ) -> OpContext:
+        """A fresh :class:`OpContext` for one adapter call, child of this operation's signal."""
+        return OpContext.with_timeout(
+            self.op_timeout_s if timeout_s is None else timeout_s,
+            parent=self.signal,
+            remaining_bytes=remaining_bytes,
+            remaining_tokens=remaining_tokens,
+        )
+
+    async def call(
+        self,
+        operation: str,
+        work: Callable[[OpContext], Awaitable[T]],
+        *,
+        timeout_s: float | None = None,
+        remaining_bytes: int | None = None,
+        remaining_tokens: int | None = None,
+    ) -> T:
+        """Run one adapter call under its deadline (R10, R12) and cancel it past the deadline.
+
+        The engine enforces the deadline itself rather than trusting the adapter
+        to honour ``ctx.deadline``: the call runs in a cancel scope that fires at
+        the deadline, and the context's signal is set at the same moment. A call
+        that times out raises :class:`OperationTimeoutError`.
+        """
+        timeout = self.op_timeout_s if timeout_s is None else timeout_s
+        ctx = self.context(timeout, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens)
+        with anyio.move_on_after(timeout) as scope:
+            try:
+                return await work(ctx)
+            except OperationCancelledError:
+                if ctx.signal.cancelled and ctx.signal.reason == "deadline passed":
+                    raise _timeout(operation, timeout) from None
+                raise
+        # Reached only when the deadline's scope cancelled the call.
+        assert scope.cancelled_caught
+        ctx.signal.cancel("deadline passed")
+        raise _timeout(operation, timeout)
+
+
+def _timeout(operation: str, timeout: float) -> OperationTimeoutError:
+    return OperationTimeoutError(
+        f"{operation} did not finish within {timeout}s and was cancelled", operation, timeout
+    )
+
+
+class Admission:
+    """Admits operations per session and tracks them for shutdown.
+
+    Every operation — a run, ``close_session``, a migration, a reconciliation —
+    enters through :meth:`admit`. Nothing else touches ``active``.
+    """
+
+    def __init__(self, op_timeout_s: float) -> None:
+        self._op_timeout_s = op_timeout_s
+        self.state = LifecycleState.OPEN
+        self.active: dict[SessionKey, Ticket] = {}
+
+    def check_open(self) -> None:
+        """Raise :class:`RuntimeClosedError` unless the runtime is open."""
+        if self.state is not LifecycleState.OPEN:
+            raise RuntimeClosedError(f"runtime is {self.state.value}; it admits no new operations")
+
+    @asynccontextmanager
+    async def admit(self, key: SessionKey, kind: str) -> AsyncIterator[Ticket]:
+        """Admit one operation on ``key`` for the duration of the block.
+
+        Raises :class:`RuntimeClosedError` when closing or closed and
+        :class:`SessionBusyError` when the session already has an operation.
+        If shutdown cancels the operation, the block's cancellation surfaces
+        as :class:`RuntimeClosedError` and nothing was committed.
+        """
+        self.check_open()
+        if key in self.active:
+            busy = self.active[key].kind
+            raise SessionBusyError(
+                f"session {key.session!r} already has an admitted {busy}; one operation per session at a time"
+            )
+        ticket = Ticket(key, kind, self._op_timeout_s)
+        self.active[key] = ticket
+        try:
+            with ticket.cancel_scope:
+                yield ticket
+            if ticket.cancel_scope.cancelled_caught:
+                raise RuntimeClosedError(
+                    f"the {kind} was cancelled because the runtime closed; nothing was committed"
+                )
+        finally:
+            if self.active.get(key) is ticket:
+                del self.active[key]
+            ticket.done.set()
+
+    async def wait_settled(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every admitted operation to leave; True if all did."""
+        with anyio.move_on_after(timeout_s):
+            while self.active:
+                await next(iter(self.active.values())).done.wait()
+        return not self.active
+
+    async def cancel_all(self, reason: str, grace_s: float) -> list[Ticket]:
+        """Cancel every admitted operation and wait up to ``grace_s`` for them; return those still stuck."""
+        tickets = list(self.active.values())
+        for ticket in tickets:
+            ticket.cancel(reason)
+        with anyio.move_on_after(grace_s):
+            for ticket in tickets:
+                await ticket.done.wait()
+        return [t for t in tickets if not t.done.is_set()]

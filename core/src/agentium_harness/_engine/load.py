@@ -1,0 +1,80 @@
+"""Step 2 of a turn: load the revisioned snapshot and check it (R2, R15).
+
+The store's answer is not trusted: its type, the snapshot's shape (resident
+seqs exactly ``boundary..next_seq``), its digest and its memory scope are all
+checked here, whatever the adapter already checked.
+"""
+
+from __future__ import annotations
+
+from .._errors import (
+    ContractViolationError,
+    LegacySnapshotError,
+    ScopeMismatchError,
+    SnapshotCorruptError,
+)
+from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
+from .._scope import Scope, SessionKey
+from .lifecycle import Ticket
+
+__all__ = ["load_session"]
+
+
+async def load_session(
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    scope: Scope | None,
+    *,
+    attest_legacy: bool,
+) -> tuple[StoredSnapshot | None, SessionSnapshot]:
+    """Load and check the snapshot of ``key``; an absent session gives an empty snapshot.
+
+    ``scope=None`` (inspection and maintenance) checks only that the stored
+    scope belongs to ``key``. With a scope, a mismatch is always refused and a
+    legacy snapshot loads only with ``attest_legacy`` (R15).
+    """
+    stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    if stored is None:
+        return None, SessionSnapshot(memory_scope=scope)
+    if not isinstance(stored, StoredSnapshot) or not isinstance(stored.snapshot, SessionSnapshot):
+        raise ContractViolationError(
+            f"session store returned {type(stored).__name__}, not a StoredSnapshot or None"
+        )
+    if not isinstance(stored.revision, int) or isinstance(stored.revision, bool) or stored.revision < 1:
+        raise ContractViolationError(f"session store returned revision {stored.revision!r}")
+    snap = stored.snapshot
+    verify_snapshot(key, snap)
+    check_snapshot_shape(key, snap)
+    if snap.memory_scope is None:
+        if scope is not None and not attest_legacy:
+            raise LegacySnapshotError(
+                f"session {key.session!r} is a legacy snapshot without a memory scope; verify its "
+                "exact scope, then pass attest_legacy_memory_scope=True"
+            )
+    elif scope is not None and snap.memory_scope != scope:
+        raise ScopeMismatchError(
+            f"session {key.session!r} belongs to a different memory scope; refused "
+            "(attestation cannot override a mismatched scope)"
+        )
+    elif snap.memory_scope.session_key != key:
+        raise ScopeMismatchError(f"session {key.session!r} is stored under a different identity")
+    return stored, snap
+
+
+def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
+    """Resident seqs must be exactly ``boundary..next_seq-1``, and each group's scope the session's."""
+    seqs = [g.seq for g in snap.resident]
+    if snap.boundary < 0 or seqs != list(range(snap.boundary, snap.next_seq)):
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.session!r} is inconsistent: boundary {snap.boundary}, "
+            f"next_seq {snap.next_seq}, resident seqs {seqs[:5]}{'…' if len(seqs) > 5 else ''}"
+        )
+    want = (key.tenant, key.user, key.session)
+    for group in snap.resident:
+        scope = group.retained.scope if group.retained is not None else None
+        # Compared field by field: building a SessionKey per group re-validates ids.
+        if scope is not None and (scope.tenant, scope.user, scope.session) != want:
+            raise SnapshotCorruptError(
+                f"snapshot of session {key.session!r} holds group {group.seq} retained under another scope"
+            )

@@ -1,0 +1,66 @@
+"""Build a runtime from a config file through the plugin registry (D6)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .._config import ResolvedConfig, load_config
+from .._errors import ConfigError, ConfigIssue
+from .._plugins.registry import PluginRegistry
+from .._ports import PORT_KINDS
+from .runtime import HarnessRuntime, create_harness_runtime
+from .tools import ToolRegistry
+
+__all__ = ["build_runtime", "load_runtime"]
+
+
+def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None) -> HarnessRuntime:
+    """Create every configured adapter and the runtime over them.
+
+    Adapters built here are owned by the runtime (closed by ``aclose``). Each
+    goes to ``create_harness_runtime`` under its kind's factory argument (from
+    :data:`~agentium_harness._ports.PORT_KINDS`). Building does no I/O: adapter
+    factories must defer connections to first use. A factory that raises is
+    reported as a :class:`ConfigError` at the section's path. ``tools`` is the
+    host's tool registry (a config file never names code, so tools come from
+    the host).
+    """
+    built: dict[str, Any] = {}
+    issues: list[ConfigIssue] = []
+    for section, component in resolved.components().items():
+        try:
+            # Options from load_config already hold resolved paths; base_dir
+            # also covers a ResolvedConfig a host assembled itself.
+            adapter = component.spec.build(component.options, base_dir=resolved.base_dir)
+        except Exception as exc:  # a plugin factory's failure is a config problem for the user
+            issues.append(ConfigIssue(f"$.{section}", f"plugin {component.plugin!r} failed to build: {exc}"))
+            continue
+        built[PORT_KINDS[component.kind].factory_arg] = adapter
+    if issues:
+        raise ConfigError(issues, resolved.source)
+    runtime_cfg = resolved.config.runtime
+    return create_harness_runtime(
+        **built,
+        limits=runtime_cfg.limits,
+        instructions=runtime_cfg.instructions,
+        tools=tools,
+        hooks=resolved.registry,
+        owned=list(built.values()),
+    )
+
+
+def load_runtime(
+    path: str | os.PathLike[str],
+    *,
+    registry: PluginRegistry | None = None,
+    environ: Mapping[str, str] | None = None,
+    tools: ToolRegistry | None = None,
+) -> HarnessRuntime:
+    """Parse, validate and resolve ``path``, then build the runtime it describes.
+
+    ``environ`` feeds ``${VAR}`` substitution only; the operator's plugin
+    lists in the process environment always apply (see ``docs/config.md``).
+    """
+    return build_runtime(load_config(path, registry, environ=environ), tools=tools)

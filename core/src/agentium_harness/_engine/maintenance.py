@@ -1,0 +1,319 @@
+"""Maintenance outside a turn: close a session, flush, migrate, inspect, reconcile.
+
+Each function here runs inside an admitted operation (:class:`.lifecycle.Ticket`)
+so shutdown can cancel it like a run, and every adapter call in it is bounded.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+import attrs
+
+from .._errors import ArchiveError, CapabilityError, ContractViolationError
+from .._history import MessageGroup
+from .._ports.archive import HistoryArchive
+from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
+from .._scope import Scope, SessionKey
+from .commit import commit
+from .hooks import HookBroadcaster
+from .lifecycle import Ticket
+from .limits import ResidentLimits
+from .load import load_session
+from .resident import plan_eviction
+from .results import Diagnostic, Severity
+
+__all__ = [
+    "MigrationReport",
+    "ReconcileReport",
+    "SessionState",
+    "SessionView",
+    "flush_session",
+    "inspect_session",
+    "migrate_session",
+    "reconcile_session",
+]
+
+#: Archive groups read per page while reconciling, and in total at most.
+_RECONCILE_PAGE = 64
+_RECONCILE_MAX_GROUPS = 100_000
+
+
+class SessionState(enum.StrEnum):
+    """What an operator needs to know about a stored session."""
+
+    ABSENT = "absent"
+    OK = "ok"
+    LEGACY = "legacy"
+    #: Resident history is over its bound: an eviction was deferred and will be retried.
+    EVICTION_PENDING = "eviction_pending"
+    #: The archive disagrees with the session; runs are refused until reconciled.
+    DIVERGED = "diverged"
+
+
+@attrs.frozen(slots=True)
+class SessionView:
+    """A read-only view of a stored session, for inspection."""
+
+    exists: bool
+    revision: int | None
+    boundary: int
+    next_seq: int
+    resident_seqs: tuple[int, ...]
+    archived_count: int
+    memory_scope: Scope | None
+    format_version: int | None
+    state: SessionState = SessionState.OK
+    divergence: ArchiveDivergence | None = None
+
+
+@attrs.frozen(slots=True)
+class MigrationReport:
+    """What a legacy-scope migration changed."""
+
+    changed: bool
+    previous_revision: int | None
+    revision: int | None
+    memory_scope: Scope | None
+    message: str
+
+
+@attrs.frozen(slots=True)
+class ReconcileReport:
+    """What reconciling a diverged session did.
+
+    ``adopted_seqs`` are the archive's groups (the other copy) that are now part
+    of canonical history below the boundary; ``renumbered`` maps each of this
+    session's resident groups that the archive never had, as ``(old, new)``
+    seq, now placed after them. Nothing was deleted from either copy.
+    """
+
+    changed: bool
+    previous_revision: int | None
+    revision: int | None
+    boundary: int
+    adopted_seqs: tuple[int, ...]
+    renumbered: tuple[tuple[int, int], ...]
+    message: str
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+
+async def inspect_session(
+    ticket: Ticket, store: SessionStore, limits: ResidentLimits, key: SessionKey
+) -> SessionView:
+    """Boundary, resident groups, state and revision of a stored session (read-only)."""
+    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
+    if stored is None:
+        state = SessionState.ABSENT
+    elif snap.divergence is not None:
+        state = SessionState.DIVERGED
+    elif snap.memory_scope is None:
+        state = SessionState.LEGACY
+    elif plan_eviction(snap.resident, limits).evict:
+        state = SessionState.EVICTION_PENDING
+    else:
+        state = SessionState.OK
+    return SessionView(
+        exists=stored is not None,
+        revision=None if stored is None else stored.revision,
+        boundary=snap.boundary,
+        next_seq=snap.next_seq,
+        resident_seqs=tuple(g.seq for g in snap.resident),
+        archived_count=snap.boundary,
+        memory_scope=snap.memory_scope,
+        format_version=None if stored is None else snap.format_version,
+        state=state,
+        divergence=snap.divergence,
+    )
+
+
+async def flush_session(
+    ticket: Ticket,
+    *,
+    archive: HistoryArchive,
+    store: SessionStore,
+    hooks: HookBroadcaster | None,
+    limits: ResidentLimits,
+    key: SessionKey,
+    diagnostics: list[Diagnostic],
+) -> tuple[int, int]:
+    """Retry deferred eviction for a session; return (groups flushed, groups still resident).
+
+    Saves only when something was archived, so a flush that achieved nothing
+    leaves the revision as it was.
+    """
+    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
+    if stored is None:
+        diagnostics.append(Diagnostic("no_session", "no stored session; nothing to flush"))
+        return 0, 0
+    if snap.memory_scope is None:
+        over = bool(plan_eviction(snap.resident, limits).evict)
+        diagnostics.append(
+            Diagnostic(
+                "legacy_not_flushed",
+                "legacy snapshot without scope; migrate it before flushing"
+                + ("; resident history is over its bound and nothing was archived" if over else ""),
+                Severity.ERROR if over else Severity.INFO,
+            )
+        )
+        return 0, len(snap.resident)
+    if snap.divergence is None and not plan_eviction(snap.resident, limits).evict:
+        return 0, len(snap.resident)
+    outcome = await commit(
+        ticket,
+        archive=archive,
+        store=store,
+        hooks=hooks,
+        limits=limits,
+        key=key,
+        scope=snap.memory_scope,
+        stored=stored,
+        resident=snap.resident,
+        boundary=snap.boundary,
+        next_seq=snap.next_seq,
+        divergence=snap.divergence,
+        save_unchanged=False,
+    )
+    diagnostics.extend(outcome.diagnostics)
+    return len(outcome.archived), len(outcome.resident)
+
+
+async def migrate_session(
+    ticket: Ticket, store: SessionStore, key: SessionKey, scope: Scope, *, attest: bool
+) -> MigrationReport:
+    """Stamp a legacy snapshot with its verified memory scope at the current format (R15, R43)."""
+    stored, snap = await load_session(ticket, store, key, scope, attest_legacy=attest)
+    if stored is None:
+        return MigrationReport(False, None, None, None, "no stored session; nothing to migrate")
+    if snap.memory_scope is not None:
+        return MigrationReport(
+            False, stored.revision, stored.revision, snap.memory_scope, "already scoped; unchanged"
+        )
+    stamped = seal_snapshot(attrs.evolve(snap, memory_scope=scope))
+    revision = await ticket.call("session save", lambda ctx: store.save(key, stamped, stored.revision, ctx))
+    return MigrationReport(
+        True, stored.revision, revision, scope, "legacy snapshot stamped with the attested scope"
+    )
+
+
+async def reconcile_session(
+    ticket: Ticket,
+    *,
+    archive: HistoryArchive,
+    store: SessionStore,
+    hooks: HookBroadcaster | None,
+    limits: ResidentLimits,
+    key: SessionKey,
+) -> ReconcileReport:
+    """Resolve a diverged session without losing either copy.
+
+    The archive is append-only, so its groups at this session's uncommitted
+    seqs stay where they are and become canonical history below the boundary.
+    This session's resident groups that the archive does not hold identically
+    are renumbered to follow them (they were never archived, so no receipt
+    names their old seqs), and the snapshot is saved with compare-and-set.
+    Needs an archive that declares ``bounded_reads``.
+    """
+    if not getattr(getattr(type(archive), "capabilities", None), "bounded_reads", False):
+        raise CapabilityError(
+            f"archive {type(archive).__name__} does not declare bounded_reads; reconciliation needs to "
+            "read the archive's copy of the diverged groups"
+        )
+    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
+    if stored is None or snap.memory_scope is None:
+        what = "no stored session" if stored is None else "a legacy snapshot (migrate it first)"
+        return ReconcileReport(
+            False,
+            None if stored is None else stored.revision,
+            None if stored is None else stored.revision,
+            snap.boundary,
+            (),
+            (),
+            f"{what}; nothing to reconcile",
+        )
+    archived = await _read_from(ticket, archive, key, snap.boundary)
+    ours = {g.seq: g for g in snap.resident}
+    adopted = tuple(g.seq for g in archived if ours.get(g.seq) is None or ours[g.seq].digest != g.digest)
+    if not adopted and snap.divergence is None:
+        return ReconcileReport(
+            False,
+            stored.revision,
+            stored.revision,
+            snap.boundary,
+            (),
+            (),
+            "the archive agrees with the session; nothing to reconcile",
+        )
+    archived_seqs = {g.seq: g.digest for g in archived}
+    new_boundary = archived[-1].seq + 1 if archived else snap.boundary
+    kept: list[MessageGroup] = []
+    renumbered: list[tuple[int, int]] = []
+    for group in snap.resident:
+        if archived_seqs.get(group.seq) == group.digest:
+            continue  # already archived identically: it is canonical history at its seq
+        new_seq = new_boundary + len(kept)
+        kept.append(attrs.evolve(group, seq=new_seq))
+        if new_seq != group.seq:
+            renumbered.append((group.seq, new_seq))
+    outcome = await commit(
+        ticket,
+        archive=archive,
+        store=store,
+        hooks=hooks,
+        limits=limits,
+        key=key,
+        scope=snap.memory_scope,
+        stored=stored,
+        resident=kept,
+        boundary=new_boundary,
+        next_seq=new_boundary + len(kept),
+        divergence=None,
+    )
+    return ReconcileReport(
+        True,
+        stored.revision,
+        outcome.revision,
+        outcome.boundary,
+        adopted,
+        tuple(renumbered),
+        f"kept the archive's {len(adopted)} group(s) and renumbered {len(renumbered)} resident group(s) "
+        "after them; nothing was deleted",
+        outcome.diagnostics,
+    )
+
+
+async def _read_from(
+    ticket: Ticket, archive: HistoryArchive, key: SessionKey, start: int
+) -> list[MessageGroup]:
+    """Every archived group from ``start``, contiguous, checked; bounded in pages and in total."""
+    out: list[MessageGroup] = []
+    seq = start
+    while True:
+        page: Sequence[MessageGroup] = await ticket.call(
+            "archive read",
+            lambda ctx, s=seq: archive.read_groups(key, s, _RECONCILE_PAGE, ctx),  # type: ignore[misc]
+        )
+        if len(page) > _RECONCILE_PAGE:
+            raise ContractViolationError(
+                f"archive returned {len(page)} groups for a read of at most {_RECONCILE_PAGE}"
+            )
+        for group in page:
+            if not isinstance(group, MessageGroup) or group.seq != seq:
+                raise ContractViolationError(
+                    f"archive read from seq {start} returned {getattr(group, 'seq', group)!r} where "
+                    f"group {seq} belongs; reconcile needs a contiguous archive"
+                )
+            if group.retained is not None and group.retained.scope.session_key != key:
+                raise ArchiveError(
+                    f"archived group {group.seq} read under session {key.key()} is retained under "
+                    "another scope; refused"
+                )
+            out.append(group)
+            seq += 1
+        if len(page) < _RECONCILE_PAGE:
+            return out
+        if len(out) >= _RECONCILE_MAX_GROUPS:
+            raise ArchiveError(
+                f"more than {_RECONCILE_MAX_GROUPS} archived groups past the boundary; reconcile refused"
+            )

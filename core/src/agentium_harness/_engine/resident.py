@@ -1,0 +1,55 @@
+"""Resident history bounds and the eviction plan (R2, R3).
+
+Eviction takes the oldest groups first and stops at the first incomplete one,
+so the archive always receives a contiguous run of complete groups. The
+newest group always stays resident, even when it alone is over a bound; it is
+then flagged as oversized, never split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from .._history import MessageGroup
+from .limits import ResidentLimits
+
+__all__ = ["EvictionPlan", "plan_eviction"]
+
+
+@attrs.frozen(slots=True)
+class EvictionPlan:
+    """Which groups to archive and which to keep, and why eviction stopped short."""
+
+    evict: tuple[MessageGroup, ...]
+    keep: tuple[MessageGroup, ...]
+    oversized: tuple[int, ...] = ()
+    blocked_by_incomplete: int | None = None
+
+
+def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> EvictionPlan:
+    """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``."""
+    # Each group's size is measured once (a canonical encoding each) and the
+    # totals kept as running sums, so planning is linear in resident groups.
+    sizes = [(g.estimated_tokens, g.size_bytes) for g in resident]
+    tokens = sum(t for t, _ in sizes)
+    size = sum(b for _, b in sizes)
+    first = 0
+    blocked: int | None = None
+    while len(resident) - first > 1 and (
+        len(resident) - first > limits.max_groups or tokens > limits.max_tokens or size > limits.max_bytes
+    ):
+        oldest = resident[first]
+        if not oldest.is_complete:
+            blocked = oldest.seq
+            break
+        tokens -= sizes[first][0]
+        size -= sizes[first][1]
+        first += 1
+    oversized = tuple(
+        g.seq
+        for g, (t, b) in zip(resident[first:], sizes[first:], strict=True)
+        if t > limits.max_tokens or b > limits.max_bytes
+    )
+    return EvictionPlan(tuple(resident[:first]), tuple(resident[first:]), oversized, blocked)

@@ -1,0 +1,105 @@
+"""What a run and a session close report back: statuses, diagnostics, usage."""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from .._history import RetainedRecord
+from .._ports.archive import ArchiveReceipt
+from .._ports.provider import Usage
+from .sources import SourceStatus
+from .tools import ToolOutcome
+
+__all__ = [
+    "CleanupReport",
+    "CleanupStatus",
+    "Diagnostic",
+    "EvictionStatus",
+    "RunResult",
+    "RunStatus",
+    "Severity",
+]
+
+
+class Severity(enum.StrEnum):
+    """How much a diagnostic matters."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+@attrs.frozen(slots=True)
+class Diagnostic:
+    """One thing worth knowing about a run or a cleanup: a stable ``code`` and a message."""
+
+    code: str
+    message: str
+    severity: Severity = Severity.INFO
+
+
+class RunStatus(enum.StrEnum):
+    """How the model turn ended."""
+
+    COMPLETED = "completed"
+    STEP_LIMIT = "step_limit"
+
+
+class EvictionStatus(enum.StrEnum):
+    """What happened to resident history at commit."""
+
+    NOT_NEEDED = "not_needed"
+    ARCHIVED = "archived"
+    DEFERRED = "deferred"
+    DIVERGED = "diverged"
+
+
+@attrs.frozen(slots=True)
+class RunResult:
+    """The outcome of one committed run.
+
+    ``group_seq`` is the new group's number; ``boundary`` the first resident
+    ``seq`` after commit; ``archived`` the receipts the archive returned for
+    groups evicted by this commit; ``retained`` the record stored with the
+    group (R26).
+    """
+
+    output: str
+    status: RunStatus
+    eviction: EvictionStatus
+    sources: SourceStatus
+    group_seq: int
+    boundary: int
+    resident_groups: int
+    snapshot_revision: int
+    archived: tuple[ArchiveReceipt, ...]
+    tool_outcomes: tuple[ToolOutcome, ...]
+    usage: Usage
+    retained: RetainedRecord
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    def has(self, code: str) -> bool:
+        """True if a diagnostic with ``code`` was recorded."""
+        return any(d.code == code for d in self.diagnostics)
+
+
+class CleanupStatus(enum.StrEnum):
+    """Overall outcome of ``close_session``."""
+
+    CLEAN = "clean"
+    INCOMPLETE = "incomplete"
+
+
+@attrs.frozen(slots=True)
+class CleanupReport:
+    """What ``resources.close_session`` did: what it flushed, what failed, what remains."""
+
+    status: CleanupStatus
+    settled_runs: int
+    unsettled_runs: int
+    flushed_groups: int
+    remaining_resident: int
+    closed_resources: tuple[str, ...] = ()
+    diagnostics: tuple[Diagnostic, ...] = ()

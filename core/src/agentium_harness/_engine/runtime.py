@@ -1,0 +1,552 @@
+"""The harness runtime: a thin orchestrator over the stage modules of a turn.
+
+A turn, in order (see docs/runtime.md), each step in its own module:
+
+1. admission (:mod:`.lifecycle`): a :class:`~agentium_harness._scope.VerifiedIdentity`
+   only, one operation per session, nothing once closing;
+2. load (:mod:`.load`): the revisioned snapshot, its digest, shape and memory scope (R15);
+3. sources (:mod:`.sources`): labeled source data assembled whole under its budget;
+4. turn (:mod:`.turn`): the model request, the provider call, granted tools;
+5. commit (:mod:`.commit`): append the new group, archive the oldest complete
+   groups over the resident bound, check every receipt, and only then save the
+   snapshot with compare-and-set on its revision (R3).
+
+Maintenance outside a turn — close, flush, migrate, inspect, reconcile — is
+in :mod:`.maintenance`. Every adapter call anywhere runs under its deadline
+(:meth:`.lifecycle.Ticket.call`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import anyio
+import attrs
+
+from .._errors import (
+    CapabilityError,
+    FeatureUnavailableError,
+    IdentityError,
+    InvalidArgumentError,
+    RuntimeCloseError,
+    SessionDivergedError,
+)
+from .._history import MessageGroup, RetainedRecord, Role
+from .._ports.archive import HistoryArchive
+from .._ports.memory import MemoryStore
+from .._ports.provider import ModelProvider, SourceBlock
+from .._ports.recall import RecallCapabilities, RecallStore
+from .._ports.sessions import SessionStore
+from .._ports.summary import Summarizer
+from .._ports.verify import CompletionVerifier
+from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity, validate_id
+from .checks import check_adapter
+from .commit import broadcast, commit
+from .hooks import HookBroadcaster
+from .lifecycle import Admission, LifecycleState, Ticket
+from .limits import RuntimeLimits
+from .load import load_session
+from .maintenance import (
+    MigrationReport,
+    ReconcileReport,
+    SessionState,
+    SessionView,
+    flush_session,
+    inspect_session,
+    migrate_session,
+    reconcile_session,
+)
+from .results import CleanupReport, CleanupStatus, Diagnostic, RunResult, Severity
+from .sources import assemble_sources
+from .tools import ToolRegistry
+from .turn import run_turn
+
+__all__ = [
+    "DEFAULT_INSTRUCTIONS",
+    "HarnessResources",
+    "HarnessRuntime",
+    "HookBroadcaster",
+    "LifecycleState",
+    "MigrationReport",
+    "ReconcileReport",
+    "RuntimeLimits",
+    "SessionState",
+    "SessionView",
+    "create_harness_runtime",
+]
+
+DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
+
+#: Optional features whose engines have not landed yet: building a runtime
+#: with one of them is refused instead of accepting an adapter never called.
+_UNAVAILABLE = {
+    "recall": "recall (issue: recall sessions under budgets)",
+    "summarizer": "task summaries",
+    "verifier": "completion verification",
+    "memory": "the memory lifecycle",
+}
+
+
+class HarnessResources:
+    """Per-session resource management exposed as ``runtime.resources`` (R8)."""
+
+    def __init__(self, runtime: HarnessRuntime) -> None:
+        self._runtime = runtime
+
+    async def close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
+        """Settle admitted runs, flush deferred evictions and report what happened.
+
+        Waits (bounded by ``settle_timeout_s``) for an operation admitted on the
+        session, then retries any eviction an archive failure deferred, closes
+        per-session resources the runtime owns, and never closes borrowed
+        clients. Safe to call more than once.
+        """
+        return await self._runtime._close_session(identity, session_id)
+
+
+class HarnessRuntime:
+    """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
+
+    Adapters passed in are borrowed: the runtime never closes them. Adapters
+    it built itself from config (``owned``) are closed by :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: ModelProvider,
+        archive: HistoryArchive,
+        session_store: SessionStore,
+        limits: RuntimeLimits,
+        instructions: str,
+        tools: ToolRegistry,
+        hooks: HookBroadcaster | None,
+        owned: Sequence[object],
+    ) -> None:
+        self.provider = provider
+        self.archive = archive
+        self.session_store = session_store
+        self.limits = limits
+        self.instructions = instructions
+        self.tools = tools
+        self.resources = HarnessResources(self)
+        self._hooks = hooks
+        self._owned = list(owned)
+        self._admission = Admission(limits.op_timeout_s)
+
+    @property
+    def state(self) -> LifecycleState:
+        """``open``, ``closing`` or ``closed``."""
+        return self._admission.state
+
+    # -- the turn ------------------------------------------------------------
+
+    async def run(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        user_input: str,
+        *,
+        recall_scope: RecallScope | None = None,
+        attest_legacy_memory_scope: bool = False,
+        grants: Iterable[str] = (),
+        sources: Sequence[SourceBlock] = (),
+    ) -> RunResult:
+        """Run one turn for a verified identity on a session and commit it (R7).
+
+        ``grants`` names the tools the model may run in this turn. ``sources``
+        adds host-supplied labeled source data, assembled whole under the
+        ``source_tokens`` budget. Raises a typed error and changes nothing
+        when admission, loading, the provider or the snapshot save fails.
+        """
+        scope = _run_scope(identity, session_id, recall_scope)
+        if not isinstance(user_input, str):
+            raise InvalidArgumentError(f"user_input must be a string, got {type(user_input).__name__}")
+        granted = _grants(grants)
+        offered = _sources(sources)
+        key = scope.session_key
+        async with self._admission.admit(key, "run") as ticket:
+            return await self._run_admitted(
+                ticket, scope, user_input, attest_legacy_memory_scope, granted, offered
+            )
+        raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
+
+    async def _run_admitted(
+        self,
+        ticket: Ticket,
+        scope: Scope,
+        user_input: str,
+        attest_legacy: bool,
+        granted: frozenset[str],
+        offered: tuple[SourceBlock, ...],
+    ) -> RunResult:
+        key = scope.session_key
+        stored, snap = await load_session(ticket, self.session_store, key, scope, attest_legacy=attest_legacy)
+        if snap.divergence is not None:
+            raise SessionDivergedError(
+                f"session {key.session!r} is diverged from its archive at seq(s) "
+                f"{list(snap.divergence.seqs)[:5]}; reconcile it first (agentium session reconcile, "
+                "or runtime.reconcile_session); nothing was run"
+            )
+        diagnostics: list[Diagnostic] = []
+        if snap.memory_scope is None:
+            diagnostics.append(
+                Diagnostic(
+                    "legacy_scope_attested", "legacy snapshot loaded by attestation; stamped at commit"
+                )
+            )
+        assembly = assemble_sources(offered, self.limits.source_tokens)
+        for source_id in assembly.omitted:
+            diagnostics.append(
+                Diagnostic(
+                    "source_omitted",
+                    f"source {source_id!r} did not fit the source budget whole and was omitted",
+                    Severity.WARNING,
+                )
+            )
+        turn = await run_turn(
+            ticket,
+            provider=self.provider,
+            tools=self.tools,
+            limits=self.limits,
+            instructions=self.instructions,
+            sources=assembly.included,
+            history=tuple(m for g in snap.resident for m in g.messages),
+            user_input=user_input,
+            granted=granted,
+        )
+        diagnostics.extend(turn.diagnostics)
+        retained = RetainedRecord(scope=scope, uncertainty=_uncertainty(assembly.omitted))
+        group = MessageGroup(seq=snap.next_seq, messages=turn.messages, retained=retained)
+        outcome = await commit(
+            ticket,
+            archive=self.archive,
+            store=self.session_store,
+            hooks=self._hooks,
+            limits=self.limits.resident,
+            key=key,
+            scope=scope,
+            stored=stored,
+            resident=(*snap.resident, group),
+            boundary=snap.boundary,
+            next_seq=snap.next_seq + 1,
+        )
+        diagnostics.extend(outcome.diagnostics)
+        output = next((m.content for m in reversed(turn.messages) if m.role is Role.ASSISTANT), "")
+        return RunResult(
+            output=output,
+            status=turn.status,
+            eviction=outcome.eviction,
+            sources=assembly.status,
+            group_seq=group.seq,
+            boundary=outcome.boundary,
+            resident_groups=len(outcome.resident),
+            snapshot_revision=outcome.revision,
+            archived=outcome.archived,
+            tool_outcomes=turn.tool_outcomes,
+            usage=turn.usage,
+            retained=retained,
+            diagnostics=tuple(diagnostics),
+        )
+
+    # -- inspection and maintenance ------------------------------------------
+
+    async def inspect_session(self, identity: VerifiedIdentity, session_id: str) -> SessionView:
+        """Boundary, resident groups, state (ok, diverged …) and revision of a stored session (read-only)."""
+        key = SessionKey.of(require_identity(identity), session_id)
+        self._admission.check_open()
+        # Read-only and bounded by its deadline, so it is not admitted: it may
+        # look at a session while a run holds it.
+        ticket = Ticket(key, "inspection", self.limits.op_timeout_s)
+        return await inspect_session(ticket, self.session_store, self.limits.resident, key)
+
+    async def migrate_legacy_session(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        *,
+        recall_scope: RecallScope | None = None,
+        attest_legacy_memory_scope: bool = False,
+    ) -> MigrationReport:
+        """Stamp a legacy snapshot with its verified memory scope (R15, R43).
+
+        Requires the explicit attestation. A snapshot that already has a scope
+        is left alone when it matches and refused when it differs. The stamped
+        snapshot is written at the current format version with its digest.
+        """
+        scope = _run_scope(identity, session_id, recall_scope)
+        async with self._admission.admit(scope.session_key, "migration") as ticket:
+            return await migrate_session(
+                ticket, self.session_store, scope.session_key, scope, attest=attest_legacy_memory_scope
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
+        """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``)."""
+        key = SessionKey.of(require_identity(identity), session_id)
+        async with self._admission.admit(key, "reconciliation") as ticket:
+            return await reconcile_session(
+                ticket,
+                archive=self.archive,
+                store=self.session_store,
+                hooks=self._hooks,
+                limits=self.limits.resident,
+                key=key,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
+        key = SessionKey.of(require_identity(identity), session_id)
+        self._admission.check_open()
+        diagnostics: list[Diagnostic] = []
+        settled = 0
+        pending = self._admission.active.get(key)
+        if pending is not None:
+            with anyio.move_on_after(self.limits.settle_timeout_s):
+                await pending.done.wait()
+            if not pending.done.is_set():
+                diagnostics.append(
+                    Diagnostic(
+                        "run_unsettled",
+                        f"an admitted {pending.kind} did not settle within "
+                        f"{self.limits.settle_timeout_s}s; nothing was flushed",
+                        Severity.ERROR,
+                    )
+                )
+                return CleanupReport(CleanupStatus.INCOMPLETE, 0, 1, 0, 0, (), tuple(diagnostics))
+            settled = 1
+        flushed = remaining = unsettled = 0
+        if key in self._admission.active:
+            # A new operation was admitted while we waited; leave the session to it.
+            unsettled = 1
+            diagnostics.append(
+                Diagnostic("run_admitted", "another run was admitted; not flushed", Severity.ERROR)
+            )
+        else:
+            async with self._admission.admit(key, "close_session") as ticket:
+                try:
+                    flushed, remaining = await flush_session(
+                        ticket,
+                        archive=self.archive,
+                        store=self.session_store,
+                        hooks=self._hooks,
+                        limits=self.limits.resident,
+                        key=key,
+                        diagnostics=diagnostics,
+                    )
+                except Exception as exc:
+                    diagnostics.append(
+                        Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR)
+                    )
+        failed = any(d.severity is Severity.ERROR for d in diagnostics) or any(
+            d.code in ("eviction_deferred", "archive_contract_violation") for d in diagnostics
+        )
+        report = CleanupReport(
+            status=CleanupStatus.INCOMPLETE if failed else CleanupStatus.CLEAN,
+            settled_runs=settled,
+            unsettled_runs=unsettled,
+            flushed_groups=flushed,
+            remaining_resident=remaining,
+            closed_resources=(),
+            diagnostics=tuple(diagnostics),
+        )
+        if self._hooks is not None:
+            extra = await broadcast(self._hooks, "agentium_session_closed", key=key, report=report)
+            if extra:
+                report = attrs.evolve(report, diagnostics=report.diagnostics + tuple(extra))
+        return report
+
+    async def probe(self) -> list[tuple[str, str]]:
+        """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``."""
+        results: list[tuple[str, str]] = []
+        ticket = Ticket(None, "probe", self.limits.op_timeout_s)
+        for role, adapter in (("archive", self.archive), ("session_store", self.session_store)):
+            caps = getattr(type(adapter), "capabilities", None)
+            if getattr(caps, "health_check", False):
+                try:
+                    answer = await ticket.call(f"{role} health", adapter.health)
+                    results.append((role, f"ok: {answer}"))
+                except Exception as exc:
+                    results.append((role, f"failed: {type(exc).__name__}: {exc}"))
+            else:
+                results.append((role, "no health check declared"))
+        return results
+
+    # -- shutdown --------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Refuse new operations, settle or cancel admitted ones, close owned adapters; bounded.
+
+        Waits up to ``settle_timeout_s`` for admitted operations, cancels what
+        is left (its caller gets :class:`RuntimeClosedError`; nothing of it is
+        committed) and gives it ``close_timeout_s`` to stop; then closes every
+        owned adapter, each bounded by ``close_timeout_s``, even when one of
+        them fails. Returns within about ``settle_timeout_s + 2 * close_timeout_s``
+        whatever an adapter does, as long as the adapter does not block the
+        event loop itself. Any failure raises :class:`RuntimeCloseError` listing
+        all of them; the runtime then stays ``closing`` and ``aclose()`` may be
+        called again to retry what failed. Borrowed adapters are never closed.
+        """
+        admission = self._admission
+        if admission.state is LifecycleState.CLOSED:
+            return
+        first = admission.state is LifecycleState.OPEN
+        admission.state = LifecycleState.CLOSING
+        failures: list[str] = []
+        settled = await admission.wait_settled(self.limits.settle_timeout_s if first else 0.0)
+        if not settled:
+            stuck = await admission.cancel_all("runtime closing", self.limits.close_timeout_s)
+            failures.extend(
+                f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
+                for t in stuck
+            )
+        still_open: list[object] = []
+        for adapter, problem in await self._close_owned():
+            if problem is not None:
+                failures.append(problem)
+                still_open.append(adapter)
+        self._owned = still_open
+        if failures:
+            raise RuntimeCloseError(failures)
+        admission.state = LifecycleState.CLOSED
+
+    async def _close_owned(self) -> list[tuple[object, str | None]]:
+        """Close every owned adapter concurrently, each bounded; ``(adapter, problem or None)`` each."""
+        results: list[tuple[object, str | None]] = []
+        timeout = self.limits.close_timeout_s
+
+        async def close_one(adapter: object) -> None:
+            closer = getattr(adapter, "aclose", None)
+            if closer is None:
+                results.append((adapter, None))
+                return
+            name = type(adapter).__name__
+            try:
+                with anyio.move_on_after(timeout) as scope:
+                    await closer()
+            except Exception as exc:
+                results.append((adapter, f"closing {name} failed: {type(exc).__name__}: {exc}"))
+                return
+            if scope.cancelled_caught:
+                results.append((adapter, f"closing {name} did not finish within {timeout}s"))
+            else:
+                results.append((adapter, None))
+
+        async with anyio.create_task_group() as tg:
+            for adapter in self._owned:
+                tg.start_soon(close_one, adapter)
+        return results
+
+    async def __aenter__(self) -> HarnessRuntime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
+    """Validate the caller's identity, session id and recall scope into a :class:`Scope`."""
+    verified = require_identity(identity)
+    validate_id(session_id, "session_id")
+    assert isinstance(session_id, str)
+    if recall_scope is not None and not isinstance(recall_scope, RecallScope):
+        raise IdentityError(
+            f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "
+            "build it with RecallScope(project=..., repository=...)"
+        )
+    return Scope.of(verified, session_id, recall_scope)
+
+
+def _grants(grants: object) -> frozenset[str]:
+    """Tool grants as a set of names; a bare string is refused, not split into characters."""
+    if isinstance(grants, str | bytes) or not isinstance(grants, Iterable):
+        raise InvalidArgumentError(
+            f"grants must be a collection of tool names, got {type(grants).__name__} {grants!r}; "
+            'write grants=["shell"], not grants="shell"'
+        )
+    names = tuple(grants)
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"grants must hold tool names (str), got {type(name).__name__}")
+    return frozenset(names)
+
+
+def _sources(sources: object) -> tuple[SourceBlock, ...]:
+    if isinstance(sources, str | bytes) or not isinstance(sources, Iterable):
+        raise InvalidArgumentError(f"sources must be a sequence of SourceBlock, got {type(sources).__name__}")
+    blocks = tuple(sources)
+    for block in blocks:
+        if not isinstance(block, SourceBlock):
+            raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")
+    return blocks
+
+
+def _uncertainty(omitted: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"source {s} omitted by the source budget" for s in omitted)
+
+
+def create_harness_runtime(
+    *,
+    provider: ModelProvider,
+    archive: HistoryArchive,
+    session_store: SessionStore,
+    recall: RecallStore | None = None,
+    summarizer: Summarizer | None = None,
+    verifier: CompletionVerifier | None = None,
+    memory: MemoryStore | None = None,
+    limits: RuntimeLimits | None = None,
+    instructions: str = DEFAULT_INSTRUCTIONS,
+    tools: ToolRegistry | None = None,
+    hooks: HookBroadcaster | None = None,
+    owned: Sequence[object] = (),
+) -> HarnessRuntime:
+    """Build a runtime from adapters the application supplies (R6).
+
+    Validates every adapter's declared capabilities (R9, R10) and refuses
+    combinations they forbid, with a :class:`~agentium_harness._errors.CapabilityError`
+    naming the adapter and the flag. Building provisions no storage and calls
+    no model: no adapter method is called here. Everything passed in is
+    borrowed and never closed by the runtime; ``owned`` lists adapters the
+    caller hands over for :meth:`HarnessRuntime.aclose` to close.
+
+    Recall, summarizers, verifiers and memory stores are validated and then
+    refused with :class:`~agentium_harness._errors.FeatureUnavailableError`:
+    their engines are not part of this release, and a runtime that accepted
+    them and never called them would mislead.
+    """
+    check_adapter("provider", provider)
+    check_adapter("archive", archive)
+    check_adapter("session_store", session_store)
+    if recall is not None:
+        caps = check_adapter("recall", recall)
+        assert isinstance(caps, RecallCapabilities)
+        if summarizer is not None and not caps.canonical_archive_reads:
+            raise CapabilityError(
+                f"recall store {type(recall).__name__} lacks canonical_archive_reads, which recall "
+                "together with summaries requires (R9)"
+            )
+    optional = {"recall": recall, "summarizer": summarizer, "verifier": verifier, "memory": memory}
+    for kind, adapter in optional.items():
+        if adapter is not None and kind != "recall":
+            check_adapter(kind, adapter)
+    for kind, adapter in optional.items():
+        if adapter is not None:
+            raise FeatureUnavailableError(
+                f"a {kind} adapter ({type(adapter).__name__}) was given, but {_UNAVAILABLE[kind]} is not "
+                "available in this release of agentium-harness; remove it (see docs/index.md, "
+                "'What is not there yet')"
+            )
+    if limits is not None and not isinstance(limits, RuntimeLimits):
+        raise InvalidArgumentError(f"limits must be a RuntimeLimits, got {type(limits).__name__}")
+    if tools is not None and not isinstance(tools, ToolRegistry):
+        raise InvalidArgumentError(f"tools must be a ToolRegistry, got {type(tools).__name__}")
+    return HarnessRuntime(
+        provider=provider,
+        archive=archive,
+        session_store=session_store,
+        limits=limits or RuntimeLimits(),
+        instructions=instructions,
+        tools=tools or ToolRegistry(),
+        hooks=hooks,
+        owned=owned,
+    )

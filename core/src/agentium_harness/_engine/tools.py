@@ -1,0 +1,97 @@
+"""A small tool registry with effect levels and explicit grants.
+
+A model may ask for any tool; the runtime runs a call only if the tool is
+registered *and* granted for the run. Anything else is refused, recorded in
+the run result, and answered to the model with a refusal message so the
+message group stays complete. A refused call is never executed.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from .._errors import ToolNotGrantedError
+from .._ports.provider import ToolSpec
+from .._scope import validate_id
+
+__all__ = ["EffectLevel", "Tool", "ToolOutcome", "ToolRegistry", "ToolStatus"]
+
+ToolHandler = Callable[[Mapping[str, Any]], Awaitable[str]]
+
+
+class EffectLevel(enum.StrEnum):
+    """What running a tool may change: nothing, reads of host state, or writes."""
+
+    NONE = "none"
+    READ = "read"
+    WRITE = "write"
+
+
+class ToolStatus(enum.StrEnum):
+    """How one tool call ended."""
+
+    OK = "ok"
+    REFUSED_NOT_GRANTED = "refused_not_granted"
+    REFUSED_UNKNOWN = "refused_unknown"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+
+
+@attrs.frozen(slots=True)
+class Tool:
+    """A tool the host offers: a name, its effect level and an async handler returning text."""
+
+    name: str = attrs.field(validator=lambda _i, a, v: validate_id(v, a.name))
+    handler: ToolHandler
+    effect: EffectLevel = EffectLevel.NONE
+    description: str = ""
+
+
+@attrs.frozen(slots=True)
+class ToolOutcome:
+    """What happened to one tool call; refusals carry the typed error's message."""
+
+    call_id: str
+    name: str
+    status: ToolStatus
+    effect: EffectLevel | None
+    detail: str = ""
+
+
+class ToolRegistry:
+    """Tools by name. Registration is explicit; running needs a per-run grant."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        """Add a tool; a second tool with the same name is refused."""
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def specs(self, granted: frozenset[str]) -> tuple[ToolSpec, ...]:
+        """Specs of the granted tools, offered to the model, sorted by name."""
+        return tuple(
+            ToolSpec(name=t.name, description=t.description)
+            for name, t in sorted(self._tools.items())
+            if name in granted
+        )
+
+    def resolve(self, name: str, granted: frozenset[str]) -> Tool:
+        """Return the tool if registered and granted, else raise :class:`ToolNotGrantedError`."""
+        tool = self._tools.get(name)
+        if tool is None:
+            raise ToolNotGrantedError(f"tool {name!r} is not registered; the call was not executed")
+        if name not in granted:
+            raise ToolNotGrantedError(f"tool {name!r} is not granted for this run; the call was not executed")
+        return tool
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools

@@ -1,0 +1,194 @@
+"""Steps 6 and 7 of a turn: build the model request, dispatch it, run granted tools.
+
+Every provider answer is checked before anything acts on it: its type, that
+it only carries tool calls when the provider declared ``tool_calls``, that
+its tool call ids are unique, and that it encodes canonically (no ``nan``,
+no non-JSON values) — a response that fails any check is refused with
+:class:`~agentium_harness._errors.ContractViolationError` before a tool runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import attrs
+
+from .._codec import canonical_json, unstructure
+from .._errors import (
+    ContractViolationError,
+    OperationTimeoutError,
+    ProviderError,
+    ProviderTimeoutError,
+    ToolNotGrantedError,
+)
+from .._history import Message, Role, ToolCall
+from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
+from .lifecycle import Ticket
+from .limits import RuntimeLimits
+from .results import Diagnostic, RunStatus, Severity
+from .tools import ToolOutcome, ToolRegistry, ToolStatus
+
+__all__ = ["TurnOutcome", "run_turn"]
+
+
+@attrs.frozen(slots=True)
+class TurnOutcome:
+    """The messages of the turn and how it ended."""
+
+    messages: tuple[Message, ...]
+    status: RunStatus
+    tool_outcomes: tuple[ToolOutcome, ...]
+    usage: Usage
+    diagnostics: tuple[Diagnostic, ...]
+
+
+async def run_turn(
+    ticket: Ticket,
+    *,
+    provider: ModelProvider,
+    tools: ToolRegistry,
+    limits: RuntimeLimits,
+    instructions: str,
+    sources: tuple[SourceBlock, ...],
+    history: tuple[Message, ...],
+    user_input: str,
+    granted: frozenset[str],
+) -> TurnOutcome:
+    """Call the provider until it answers without tool calls, at most ``max_steps`` times."""
+    may_call_tools = bool(getattr(getattr(type(provider), "capabilities", None), "tool_calls", False))
+    diagnostics: list[Diagnostic] = []
+    turn: list[Message] = [Message(Role.USER, user_input)]
+    outcomes: list[ToolOutcome] = []
+    usage_in = usage_out = 0
+    estimated = False
+    status = RunStatus.STEP_LIMIT
+    specs = tools.specs(granted)
+    for _step in range(limits.max_steps):
+        request = ModelRequest(
+            instructions=instructions, sources=sources, history=history, turn=tuple(turn), tools=specs
+        )
+        response = await _complete(ticket, provider, request)
+        reply = _check_response(response, may_call_tools)
+        usage = response.usage
+        if usage.input_tokens is None:
+            usage_in += request.estimated_tokens
+            estimated = True
+        else:
+            usage_in += usage.input_tokens
+        if usage.output_tokens is None:
+            usage_out += reply.estimated_tokens
+            estimated = True
+        else:
+            usage_out += usage.output_tokens
+        turn.append(reply)
+        if not reply.tool_calls:
+            status = RunStatus.COMPLETED
+            break
+        for call in reply.tool_calls:
+            outcome, content = await _run_tool(tools, call, granted, limits.tool_timeout_s)
+            outcomes.append(outcome)
+            if outcome.status is not ToolStatus.OK:
+                code = "tool_timeout" if outcome.status is ToolStatus.TIMED_OUT else "tool_refused"
+                diagnostics.append(Diagnostic(code, outcome.detail, Severity.WARNING))
+            turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
+    if status is RunStatus.STEP_LIMIT:
+        diagnostics.append(
+            Diagnostic("step_limit", f"stopped after {limits.max_steps} model calls", Severity.WARNING)
+        )
+    if estimated:
+        diagnostics.append(
+            Diagnostic(
+                "usage_estimated",
+                "the provider reported no token counts for some calls; usage includes estimates",
+            )
+        )
+    return TurnOutcome(
+        messages=tuple(turn),
+        status=status,
+        tool_outcomes=tuple(outcomes),
+        usage=Usage(input_tokens=usage_in, output_tokens=usage_out, estimated=estimated),
+        diagnostics=tuple(diagnostics),
+    )
+
+
+async def _complete(ticket: Ticket, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
+    try:
+        return await ticket.call("provider complete", lambda ctx: provider.complete(request, ctx))
+    except OperationTimeoutError as exc:
+        raise ProviderTimeoutError(
+            f"provider did not answer within {exc.timeout_s}s and was cancelled; the session was not changed",
+            exc.timeout_s,
+        ) from exc
+    except ContractViolationError:
+        raise
+    except Exception as exc:
+        raise ProviderError(f"provider failed: {exc}; the session was not changed") from exc
+
+
+def _check_response(response: object, may_call_tools: bool) -> Message:
+    """The reply as an assistant message, or :class:`ContractViolationError` before anything runs."""
+    if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
+        raise ContractViolationError(
+            f"provider returned {type(response).__name__}, not a ModelResponse; the session was not changed"
+        )
+    usage = response.usage
+    if not isinstance(usage, Usage) or not all(
+        v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+        for v in (usage.input_tokens, usage.output_tokens)
+    ):
+        raise ContractViolationError(f"provider returned invalid usage {usage!r}")
+    reply = attrs.evolve(response.message, role=Role.ASSISTANT, tool_call_id=None)
+    if reply.tool_calls and not may_call_tools:
+        raise ContractViolationError(
+            "provider returned tool calls but does not declare the tool_calls capability; "
+            "no tool was run and the session was not changed"
+        )
+    # Ids must be unique within one reply: each result answers exactly one call.
+    seen: set[str] = set()
+    for call in reply.tool_calls:
+        if not isinstance(call, ToolCall) or not isinstance(call.arguments, dict):
+            raise ContractViolationError("provider returned a malformed tool call")
+        if call.id in seen:
+            raise ContractViolationError(
+                f"provider returned tool call id {call.id!r} twice in one reply; no tool was run"
+            )
+        seen.add(call.id)
+    try:
+        canonical_json(unstructure(reply))
+        for call in reply.tool_calls:
+            # The handler receives the arguments as plain JSON, so they must be
+            # JSON as given (a set or a nan is refused, not silently converted).
+            canonical_json(call.arguments)
+    except (ValueError, TypeError) as exc:
+        raise ContractViolationError(
+            f"provider returned a message that cannot be encoded canonically ({exc}); "
+            "no tool was run and the session was not changed"
+        ) from exc
+    return reply
+
+
+async def _run_tool(
+    tools: ToolRegistry, call: ToolCall, granted: frozenset[str], timeout_s: float
+) -> tuple[ToolOutcome, str]:
+    try:
+        tool = tools.resolve(call.name, granted)
+    except ToolNotGrantedError as exc:
+        status = ToolStatus.REFUSED_UNKNOWN if call.name not in tools else ToolStatus.REFUSED_NOT_GRANTED
+        detail = f"ToolNotGrantedError: {exc}"
+        return ToolOutcome(call.id, call.name, status, None, detail), f"refused: {exc}"
+    # The handler gets its own deep copy: the arguments stored in the frozen
+    # ToolCall are committed history and must not be rewritable by a tool.
+    arguments: dict[str, Any] = json.loads(canonical_json(call.arguments))
+    content: object = None
+    try:
+        with anyio.move_on_after(timeout_s) as scope:
+            content = await tool.handler(arguments)
+    except Exception as exc:  # a tool's failure is reported to the model, not raised
+        detail = f"{type(exc).__name__}: {exc}"
+        return ToolOutcome(call.id, call.name, ToolStatus.FAILED, tool.effect, detail), f"error: {detail}"
+    if scope.cancelled_caught:
+        detail = f"tool {call.name!r} did not finish within {timeout_s}s and was cancelled"
+        return ToolOutcome(call.id, call.name, ToolStatus.TIMED_OUT, tool.effect, detail), f"error: {detail}"
+    return ToolOutcome(call.id, call.name, ToolStatus.OK, tool.effect), str(content)

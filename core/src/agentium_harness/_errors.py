@@ -1,0 +1,342 @@
+"""One error hierarchy, rooted at :class:`AgentiumError`.
+
+Every error the library raises on purpose is a subclass of ``AgentiumError``,
+so a host can catch the family in one place. Messages say what went wrong and
+what to do next. Where a Python built-in category fits (a bad value, a wrong
+type) the error also derives from it, so ``except ValueError`` keeps working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "AgentLifecycleError",
+    "AgentiumError",
+    "ArchiveConflictError",
+    "ArchiveCorruptError",
+    "ArchiveError",
+    "CapabilityError",
+    "ConfigError",
+    "ContractViolationError",
+    "EncodingError",
+    "FeatureUnavailableError",
+    "IdentityError",
+    "InvalidArgumentError",
+    "InvalidIdError",
+    "LegacySnapshotError",
+    "MemoryDrainError",
+    "OperationCancelledError",
+    "OperationTimeoutError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginNotFoundError",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "RecordDecodeError",
+    "RegistrationError",
+    "RuntimeCloseError",
+    "RuntimeClosedError",
+    "ScopeMismatchError",
+    "SessionBusyError",
+    "SessionConflictError",
+    "SessionDivergedError",
+    "SessionStoreError",
+    "SnapshotCorruptError",
+    "ToolNotGrantedError",
+    "UnsupportedOperationError",
+]
+
+
+class AgentiumError(Exception):
+    """Root of every error raised on purpose by Agentium."""
+
+
+class InvalidIdError(AgentiumError, ValueError):
+    """An identifier (tenant, user, session, project, repository…) is not acceptable.
+
+    The message names the field. IDs must be non-empty strings of at most 256
+    characters without NUL or other control characters.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"invalid {field}: {reason}")
+
+
+class IdentityError(AgentiumError, TypeError):
+    """Something other than a :class:`~agentium_harness._scope.VerifiedIdentity` was given.
+
+    Identity a caller merely states (a dict, a tuple, a string) is not
+    authentication; verify it in the host and pass a ``VerifiedIdentity``.
+    """
+
+
+class CapabilityError(AgentiumError, ValueError):
+    """Declared capabilities are missing, malformed or incompatible.
+
+    Raised at load time (registration) and at construction time; capability
+    checks validate declarations, they do not certify backend behaviour.
+    """
+
+
+class ContractViolationError(AgentiumError):
+    """An adapter returned something its port contract forbids.
+
+    Examples: a receipt whose digest does not match the group that was
+    appended, more items than the bound that was passed in. The runtime does
+    not trust the result and changes nothing.
+    """
+
+
+class PluginError(AgentiumError):
+    """Base class of plugin loading and registration problems."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin distribution could not be imported or registered.
+
+    ``distribution`` and ``version`` name the culprit; ``error`` describes it.
+    """
+
+    def __init__(self, distribution: str, version: str, error: str) -> None:
+        self.distribution = distribution
+        self.version = version
+        self.error = error
+        super().__init__(f"plugin {distribution} {version}: {error}")
+
+
+class RegistrationError(PluginError, CapabilityError):
+    """One adapter registration was rejected by load-time validation."""
+
+    def __init__(self, kind: str, name: str, distribution: str, reason: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.distribution = distribution
+        self.reason = reason
+        super().__init__(f"{kind} adapter {name!r} from {distribution}: {reason}")
+
+
+class PluginNotFoundError(PluginError, LookupError):
+    """A config or call selected an adapter name that no loaded plugin provides."""
+
+
+class ConfigIssue:
+    """One problem found in a config file, with the path to the bad key."""
+
+    __slots__ = ("message", "path")
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"ConfigIssue({self.path!r}, {self.message!r})"
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConfigIssue) and (self.path, self.message) == (
+            other.path,
+            other.message,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.message))
+
+
+class ConfigError(AgentiumError, ValueError):
+    """A config file is invalid. ``issues`` lists every problem found, each with its path."""
+
+    def __init__(self, issues: Sequence[ConfigIssue], source: str | None = None) -> None:
+        self.issues = tuple(issues)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  {issue}" for issue in self.issues)
+        super().__init__(f"{len(self.issues)} config error(s){where}:\n{lines}")
+
+
+class SessionBusyError(AgentiumError):
+    """A run is already admitted for this session; one run per session at a time."""
+
+
+class RuntimeClosedError(AgentiumError):
+    """The runtime is closing or closed and admits no new runs."""
+
+
+class SessionStoreError(AgentiumError):
+    """The session store could not complete an operation; nothing was committed by the failed call."""
+
+
+class SessionConflictError(SessionStoreError):
+    """The session snapshot changed since it was loaded (compare-and-set failed).
+
+    Another writer committed first. Nothing was overwritten; reload and retry.
+    """
+
+
+class ArchiveError(AgentiumError):
+    """The history archive could not complete an operation."""
+
+
+class ArchiveConflictError(ArchiveError):
+    """A group was appended again with the same sequence number but different content.
+
+    Archived groups are never overwritten.
+    """
+
+
+class ScopeMismatchError(AgentiumError, PermissionError):
+    """A stored snapshot's memory scope differs from the requested scope.
+
+    This is always refused; ``attest_legacy_memory_scope`` cannot override it.
+    """
+
+
+class LegacySnapshotError(AgentiumError, PermissionError):
+    """A legacy snapshot has no memory scope and no attestation was given.
+
+    Verify the snapshot's exact scope in the host, then pass
+    ``attest_legacy_memory_scope=True`` (or run ``agentium session migrate``).
+    """
+
+
+class SnapshotCorruptError(SessionStoreError):
+    """A stored session snapshot cannot be decoded. Nothing was overwritten."""
+
+
+class ToolNotGrantedError(AgentiumError, PermissionError):
+    """A tool call named a tool that is unknown or not granted for this run."""
+
+
+class ProviderError(AgentiumError):
+    """The model provider failed. The session was not changed."""
+
+
+class AgentLifecycleError(AgentiumError):
+    """An agent is busy, closing or closed and rejects new admission."""
+
+
+class MemoryDrainError(AgentiumError):
+    """Owned memory work (summary, extraction, final writes) did not drain cleanly."""
+
+
+class OperationCancelledError(AgentiumError):
+    """An operation was refused or stopped because its ``OpContext`` was cancelled or past its deadline.
+
+    Raised by adapters that check the context before starting work (and,
+    where the backend allows, between steps). Work that was refused wrote
+    nothing; retry with a fresh context if the caller still wants it done.
+    ``reason`` is the signal's reason or ``"deadline passed"``.
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class OperationTimeoutError(OperationCancelledError):
+    """An adapter call (or a tool handler) did not finish within its deadline and was cancelled.
+
+    The engine runs every adapter call under its operation deadline; past it the
+    call's cancel scope fires and its ``OpContext`` signal is set. ``operation``
+    names the call (``"provider complete"``, ``"archive append"`` …). Nothing the
+    timed-out call would have committed is trusted.
+    """
+
+    def __init__(self, message: str, operation: str, timeout_s: float) -> None:
+        self.operation = operation
+        self.timeout_s = timeout_s
+        super().__init__(message, "deadline passed")
+
+
+class RuntimeCloseError(AgentiumError):
+    """``aclose()`` could not tear everything down. ``failures`` lists every problem.
+
+    The runtime stays ``closing`` (it admits nothing) and ``aclose()`` may be
+    called again: it retries only what failed. Borrowed adapters are never closed.
+    """
+
+    def __init__(self, failures: Sequence[str]) -> None:
+        self.failures = tuple(failures)
+        super().__init__(
+            f"runtime teardown failed ({len(self.failures)} problem(s)): " + "; ".join(self.failures)
+        )
+
+
+class SessionDivergedError(AgentiumError):
+    """The archive holds different groups at sequence numbers this session has not committed.
+
+    Another writer appended to the same archive session, or the session store
+    lost its snapshot while the archive kept its rows. The session is marked
+    ``diverged``; new runs are refused until an operator reconciles it with
+    ``runtime.reconcile_session(...)`` or ``agentium session reconcile``, which
+    keeps both copies (see docs/runtime.md).
+    """
+
+
+class FeatureUnavailableError(CapabilityError):
+    """An optional feature was configured whose engine is not part of this release.
+
+    Building a runtime with such an adapter is refused rather than accepting it
+    and never calling it.
+    """
+
+
+class UnsupportedOperationError(AgentiumError, NotImplementedError):
+    """An adapter was asked for an operation it did not declare (see its capabilities)."""
+
+
+class InvalidArgumentError(AgentiumError, TypeError, ValueError):
+    """An argument to a public call has the wrong type or an unacceptable value.
+
+    For example ``grants="shell"`` (a string where a collection of tool names
+    belongs) or a ``recall_scope`` given as a dict. Nothing was admitted or written.
+    """
+
+
+class ProviderTimeoutError(ProviderError):
+    """The model provider did not answer within its deadline; the call was cancelled.
+
+    The session was not changed.
+    """
+
+    def __init__(self, message: str, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        super().__init__(message)
+
+
+class EncodingError(AgentiumError, ValueError):
+    """A value cannot be encoded as canonical JSON (a ``nan`` or ``inf`` float, a non-JSON type).
+
+    Canonical JSON is what digests are computed over, so such a value can
+    never be stored or archived; it is refused before anything is written.
+    """
+
+
+class RecordDecodeError(AgentiumError, ValueError):
+    """Stored or supplied data does not decode strictly into the record it should be.
+
+    ``record`` names the record class; ``issues`` lists every problem, each
+    with its ``$``-path (for example ``expected a string, got null @
+    $.resident[0].messages[1].content``). Decoding never coerces, so a
+    ``null`` id or a number where text belongs is reported here instead of
+    becoming ``"None"`` or ``"12"``. Adapters turn it into their port's
+    corruption error (``SnapshotCorruptError``, ``ArchiveCorruptError``).
+    """
+
+    def __init__(self, record: str, issues: Sequence[str]) -> None:
+        self.record = record
+        self.issues = tuple(issues)
+        super().__init__(f"cannot decode {record}: " + "; ".join(self.issues))
+
+
+class ArchiveCorruptError(ArchiveError):
+    """An archived group read back is damaged or misfiled; it is not returned and nothing is changed.
+
+    Raised when a stored row does not match its digest, does not decode
+    strictly, holds another ``seq`` than its key, or belongs (by its retained
+    scope) to another session than the one it was read under.
+    """

@@ -1,0 +1,170 @@
+"""Canonical history records: messages, message groups and their digests.
+
+A :class:`MessageGroup` is the unit of canonical history: one user turn with
+everything the model and tools produced for it. A group is *complete* when
+every tool call it contains has its result; completeness is computed from the
+messages, never asserted by a flag. Only complete groups are evicted, archived
+or summarised.
+"""
+
+from __future__ import annotations
+
+import enum
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from ._codec import canonical_json, digest_bytes, unstructure
+from ._scope import Scope, validate_id
+from ._validators import non_negative_int, str_tuple
+
+__all__ = [
+    "Message",
+    "MessageGroup",
+    "RetainedRecord",
+    "Role",
+    "ToolCall",
+    "estimate_tokens",
+]
+
+
+def _tuple_of_toolcall(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_message(value: Iterable[Message]) -> tuple[Message, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def estimate_tokens(text: str) -> int:
+    """A deterministic, model-free token estimate: one token per 4 UTF-8 bytes, rounded up."""
+    n = len(text.encode("utf-8"))
+    return (n + 3) // 4
+
+
+class Role(enum.StrEnum):
+    """Who wrote a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+def _tool_call_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    validate_id(value, attribute.name)
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """A tool call requested by the model. ``arguments`` is plain JSON data."""
+
+    id: str = attrs.field(validator=_tool_call_id)
+    name: str = attrs.field(validator=_tool_call_id)
+    arguments: dict[str, Any] = attrs.field(factory=dict, hash=False)
+
+
+@attrs.frozen(slots=True)
+class Message:
+    """One message of canonical history."""
+
+    role: Role = attrs.field(converter=Role)
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple_of_toolcall)
+    tool_call_id: str | None = None
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Token estimate of the content and tool calls."""
+        extra = sum(estimate_tokens(c.name) + estimate_tokens(str(c.arguments)) for c in self.tool_calls)
+        return estimate_tokens(self.content) + extra + 4
+
+
+@attrs.frozen(slots=True)
+class RetainedRecord:
+    """What is kept with a committed group about how its answer was produced (R26).
+
+    ``source_view_revision`` identifies the validated view of recalled sources,
+    ``summary_policy``/``summary_version`` the summary that was in the request,
+    and ``uncertainty`` every caveat the run carried. Later features fill the
+    optional fields; the shape is fixed now.
+    """
+
+    scope: Scope
+    source_view_revision: str | None = None
+    summary_policy: str | None = None
+    summary_version: str | None = None
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
+
+
+# A group is frozen, and a turn asks for its bytes many times (eviction
+# planning, the archive append, the receipt check, the snapshot encoding), so
+# each group object is encoded once. The cache is keyed by object identity and
+# its entry removed when the object dies, so an id can never be reused while
+# its entry is alive. The one way to make an entry stale is to mutate a tool
+# call's arguments dict inside a committed group, which the engine never does
+# (tool handlers receive a copy).
+_ENCODED: dict[int, list[Any]] = {}
+
+
+def _encoding(group: MessageGroup) -> list[Any]:
+    """``[canonical bytes, digest or None, tokens or None]`` of ``group``, encoded on first use."""
+    key = id(group)
+    cached = _ENCODED.get(key)
+    if cached is None:
+        cached = [canonical_json(unstructure(group)), None, None]
+        _ENCODED[key] = cached
+        weakref.finalize(group, _ENCODED.pop, key, None)
+    return cached
+
+
+@attrs.frozen(slots=True)
+class MessageGroup:
+    """A complete-or-not run of messages, numbered by ``seq`` within its session."""
+
+    seq: int = attrs.field(validator=non_negative_int)
+    messages: tuple[Message, ...] = attrs.field(converter=_tuple_of_message)
+    retained: RetainedRecord | None = None
+
+    @property
+    def missing_tool_results(self) -> tuple[str, ...]:
+        """IDs of tool calls in this group that have no tool result message."""
+        answered = {m.tool_call_id for m in self.messages if m.role is Role.TOOL}
+        return tuple(c.id for m in self.messages for c in m.tool_calls if c.id not in answered)
+
+    @property
+    def is_complete(self) -> bool:
+        """True when the group is non-empty and every tool call has its result."""
+        return bool(self.messages) and not self.missing_tool_results
+
+    def canonical_bytes(self) -> bytes:
+        """The canonical JSON encoding of this group (computed once per group object)."""
+        data: bytes = _encoding(self)[0]
+        return data
+
+    @property
+    def digest(self) -> str:
+        """``sha256:<hex>`` of :meth:`canonical_bytes` (computed once per group object)."""
+        cached = _encoding(self)
+        digest: str | None = cached[1]
+        if digest is None:
+            digest = cached[1] = digest_bytes(cached[0])
+        return digest
+
+    @property
+    def size_bytes(self) -> int:
+        """Length of the canonical encoding in bytes."""
+        return len(self.canonical_bytes())
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Token estimate of all messages (computed once per group object)."""
+        cached = _encoding(self)
+        tokens: int | None = cached[2]
+        if tokens is None:
+            tokens = cached[2] = sum(m.estimated_tokens for m in self.messages)
+        return tokens

@@ -1,0 +1,797 @@
+"""The plugin registry: entry-point discovery, isolation, validation and lookup.
+
+Loading works like this (see ``docs/plugins.md``):
+
+1. A pluggy ``PluginManager("agentium")`` gets the hook specifications.
+2. The built-in module :mod:`agentium_harness.adapters.builtin` is registered
+   first, under the distribution name ``agentium-harness``, exactly as an
+   external plugin would be.
+3. Explicit plugin modules (``extra_plugins``) are registered next.
+4. With autoload on, every entry point of the ``agentium`` group is
+   considered in a stable order. The allow and block lists (arguments, or the
+   ``AGENTIUM_PLUGINS`` and ``AGENTIUM_DISABLE_PLUGINS`` environment
+   variables) are applied by distribution name *before* anything is imported.
+
+Each plugin module is isolated: an import error, a hook pluggy refuses (bad
+signature, misspelt hook name found by ``check_pending``), a registration hook
+that raises, and every rejected :class:`~agentium_harness._plugins.spec.AdapterSpec`
+become :class:`PluginProblem` records, and loading continues. A broken plugin
+is fatal only when a config selects one of its names; :meth:`PluginRegistry.get`
+then explains what went wrong.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import importlib
+import importlib.metadata
+import inspect
+import os
+import re
+import types
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+import pluggy
+
+from .._errors import PluginError, PluginLoadError, PluginNotFoundError, RegistrationError
+from .._ports import PORT_KINDS, Capabilities
+from . import hookspecs
+from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
+from .spec import AdapterSpec
+from .validation import spec_problems
+
+__all__ = [
+    "BUILTIN_DISTRIBUTION",
+    "BUILTIN_MODULE",
+    "ENV_ALLOW",
+    "ENV_BLOCK",
+    "KNOWN_PLUGINS",
+    "HookFailure",
+    "LoadedPlugin",
+    "PluginProblem",
+    "PluginRegistry",
+    "PluginStatus",
+    "ProblemStage",
+    "RegisteredAdapter",
+    "SkippedPlugin",
+    "normalize_distribution_name",
+    "operator_plugin_lists",
+]
+
+#: The distribution that ships the built-in adapters.
+BUILTIN_DISTRIBUTION = "agentium-harness"
+#: The module holding the built-in hook implementations.
+BUILTIN_MODULE = "agentium_harness.adapters.builtin"
+#: Comma-separated allow-list of plugin distributions. Empty: load no external plugin. Unset: load all.
+ENV_ALLOW = "AGENTIUM_PLUGINS"
+#: Comma-separated block-list of plugin distributions.
+ENV_BLOCK = "AGENTIUM_DISABLE_PLUGINS"
+
+#: Adapters published as separate distributions, for the "pip install" hint
+#: when a config selects one that is not installed.
+KNOWN_PLUGINS: Mapping[tuple[str, str], str] = {
+    ("archive", "s3"): "agentium-archive-s3",
+    ("recall", "redis"): "agentium-recall-redis",
+    ("verifier", "fs"): "agentium-verifier-fs",
+}
+
+# Stages whose failure means some or all of a distribution's adapters are
+# missing, so an unknown name may be explained by them.
+_LOAD_FAILURE_STAGES = frozenset({"import", "hook_validation", "register_hook"})
+
+
+def normalize_distribution_name(name: str) -> str:
+    """PEP 503 normalization: lowercase, runs of ``-``, ``_`` and ``.`` become one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _parse_name_list(value: str) -> frozenset[str]:
+    return frozenset(normalize_distribution_name(p.strip()) for p in value.split(",") if p.strip())
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class PluginStatus(enum.StrEnum):
+    """How a plugin distribution fared while loading."""
+
+    #: Everything it offered was registered.
+    OK = "ok"
+    #: It loaded, but some of its hooks or registrations were rejected (see ``problems``).
+    DEGRADED = "degraded"
+    #: Nothing of it is active: the module failed to import or pluggy refused it.
+    FAILED = "failed"
+
+
+class ProblemStage(enum.StrEnum):
+    """Where a :class:`PluginProblem` happened."""
+
+    #: Importing the entry point's module raised.
+    IMPORT = "import"
+    #: pluggy refused a hook implementation (bad signature, unknown or misspelt hook, wrapper).
+    HOOK_VALIDATION = "hook_validation"
+    #: A registration hook raised; its registrations from that call were discarded.
+    REGISTER_HOOK = "register_hook"
+    #: One adapter spec failed load-time validation.
+    REGISTRATION = "registration"
+    #: A second registration used a (kind, name) that was already taken.
+    CONFLICT = "conflict"
+    #: The allow list names a distribution that is not installed.
+    ALLOW_LIST = "allow_list"
+
+
+@attrs.frozen(slots=True)
+class PluginProblem:
+    """One thing that went wrong while loading plugins, with the culprit's distribution and version."""
+
+    distribution: str
+    version: str
+    stage: ProblemStage
+    error: str
+    kind: str | None = None
+    name: str | None = None
+    hook: str | None = None
+
+    def __str__(self) -> str:
+        where = f" {self.kind} {self.name!r}" if self.kind and self.name else ""
+        hook = f" in {self.hook}" if self.hook else ""
+        return f"{self.distribution} {self.version}{where} [{self.stage.value}{hook}]: {self.error}"
+
+    def to_error(self) -> PluginError:
+        """The typed error for this problem, for callers that want to raise it."""
+        if self.stage in (ProblemStage.REGISTRATION, ProblemStage.CONFLICT) and self.kind:
+            return RegistrationError(self.kind, self.name or "?", self.distribution, self.error)
+        return PluginLoadError(self.distribution, self.version, self.error)
+
+
+@attrs.frozen(slots=True)
+class SkippedPlugin:
+    """An installed plugin that was not imported, and why."""
+
+    distribution: str
+    version: str
+    entry_point: str
+    reason: str
+
+
+@attrs.frozen(slots=True)
+class HookFailure:
+    """A lifecycle hook implementation that raised during :meth:`PluginRegistry.broadcast`."""
+
+    distribution: str
+    hook: str
+    error: str
+
+
+@attrs.frozen(slots=True)
+class RegisteredAdapter:
+    """An accepted registration: the spec and the distribution that provided it."""
+
+    kind: str
+    name: str
+    distribution: str
+    version: str
+    spec: AdapterSpec
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The capability declaration (validated to exist at registration)."""
+        caps = self.spec.capabilities
+        if caps is None:  # pragma: no cover - validation guarantees it
+            raise RegistrationError(self.kind, self.name, self.distribution, "capabilities vanished")
+        return caps
+
+
+def _sorted_adapter_map(value: Mapping[str, Iterable[str]]) -> dict[str, tuple[str, ...]]:
+    return {kind: tuple(sorted(names)) for kind, names in sorted(value.items())}
+
+
+@attrs.frozen(slots=True)
+class LoadedPlugin:
+    """A plugin distribution the registry considered, with what it registered.
+
+    ``adapters`` maps kind to the adapter names it provides (sorted);
+    ``hooks`` lists the hook names it implements; ``modules`` the plugin modules.
+    """
+
+    distribution: str
+    version: str
+    status: PluginStatus
+    adapters: dict[str, tuple[str, ...]] = attrs.field(converter=_sorted_adapter_map)
+    hooks: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The adapter kinds it provides."""
+        return tuple(self.adapters)
+
+
+@attrs.define
+class _Distribution:
+    """Mutable load state of one distribution (internal)."""
+
+    name: str
+    version: str
+    modules: list[str] = attrs.field(factory=list)
+    plugin_names: list[str] = attrs.field(factory=list)
+    active: int = 0
+
+
+class PluginRegistry:
+    """Every adapter that plugins registered, the plugins themselves, and what went wrong.
+
+    Build one with :meth:`load`. Registrations are keyed by (kind, name); a
+    name registered twice within one kind is *conflicted* and cannot be
+    selected. Lookups (:meth:`get`) explain a missing name: installed names of
+    the kind, a close match, rejected registrations, load failures and the
+    ``pip install`` command of a known plugin distribution.
+    """
+
+    def __init__(self, *, autoload: bool = False) -> None:
+        """An empty registry with only the hook specifications; prefer :meth:`load`."""
+        self._pm = pluggy.PluginManager(PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+        self._autoload = autoload
+        self._dists: dict[str, _Distribution] = {}
+        self._plugin_dist: dict[str, str] = {}
+        self._adapters: dict[tuple[str, str], RegisteredAdapter] = {}
+        self._conflicts: dict[tuple[str, str], list[str]] = {}
+        self._rejected: dict[tuple[str, str], list[PluginProblem]] = {}
+        self._problems: list[PluginProblem] = []
+        self._skipped: list[SkippedPlugin] = []
+        self._stand_ins: dict[int, tuple[object, types.ModuleType]] = {}
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        autoload: bool = True,
+        allow: Iterable[str] | None = None,
+        block: Iterable[str] = (),
+        environ: Mapping[str, str] | None = None,
+        extra_plugins: Iterable[tuple[str, object]] = (),
+    ) -> PluginRegistry:
+        """Load the built-in plugin, ``extra_plugins`` and (with ``autoload``) installed plugins.
+
+        :param autoload: consider entry points of the ``agentium`` group. Off: only
+            the built-ins and ``extra_plugins`` load, and entry points are not read.
+        :param allow: distribution names to load (PEP 503 normalized). ``None``
+            defers to ``AGENTIUM_PLUGINS``; given, it replaces that variable.
+        :param block: distribution names never to load, combined with ``AGENTIUM_DISABLE_PLUGINS``.
+        :param environ: the environment to read (default :data:`os.environ`).
+        :param extra_plugins: ``(distribution, module)`` pairs registered as if they
+            were installed, for tests and embedding hosts; allow/block do not apply.
+        """
+        env = os.environ if environ is None else environ
+        registry = cls(autoload=autoload)
+        registry.register_plugin(BUILTIN_DISTRIBUTION, importlib.import_module(BUILTIN_MODULE))
+        for distribution, module in extra_plugins:
+            registry.register_plugin(distribution, module)
+        if autoload:
+            registry._autoload_entry_points(allow, block, env)
+        return registry
+
+    def _autoload_entry_points(
+        self, allow: Iterable[str] | None, block: Iterable[str], env: Mapping[str, str]
+    ) -> None:
+        allow_set: frozenset[str] | None
+        if allow is not None:
+            allow_set, allow_source = frozenset(normalize_distribution_name(a) for a in allow), "allow list"
+        elif ENV_ALLOW in env:
+            allow_set, allow_source = _parse_name_list(env[ENV_ALLOW]), ENV_ALLOW
+        else:
+            allow_set, allow_source = None, ""
+        explicit_block = frozenset(normalize_distribution_name(b) for b in block)
+        env_block = _parse_name_list(env.get(ENV_BLOCK, ""))
+
+        seen: set[str] = set()
+        entries = []
+        for ep in importlib.metadata.entry_points(group=PROJECT_NAME):
+            # A distribution without a Name in its metadata is still reported,
+            # under its entry point's module name, rather than crashing the load.
+            dist_name = (ep.dist.name if ep.dist is not None else None) or ep.value.split(":")[0]
+            version = (ep.dist.version if ep.dist is not None else None) or "unknown"
+            entries.append((normalize_distribution_name(dist_name), dist_name, version, ep))
+        # Sorted, so which of two clashing plugins registers first never
+        # depends on sys.path order or file-system listing order.
+        entries.sort(key=lambda e: (e[0], e[3].name, e[3].value))
+        for normalized, dist_name, version, ep in entries:
+            if normalized == BUILTIN_DISTRIBUTION:
+                continue  # already registered, from the module itself
+            seen.add(normalized)
+            reason = None
+            if normalized in explicit_block:
+                reason = "blocked by the block list"
+            elif normalized in env_block:
+                reason = f"blocked by {ENV_BLOCK}"
+            elif allow_set is not None and normalized not in allow_set:
+                reason = f"not in {allow_source}"
+            if reason is not None:
+                # Recorded without importing anything: a blocked plugin's code never runs.
+                self._skipped.append(SkippedPlugin(dist_name, version, f"{ep.name} = {ep.value}", reason))
+                continue
+            try:
+                module = ep.load()
+            except Exception as exc:  # any import-time failure is the plugin's, not ours
+                state = self._distribution(dist_name, version)
+                state.modules.append(ep.value)
+                self._problem(dist_name, version, ProblemStage.IMPORT, _describe(exc))
+                continue
+            self.register_plugin(dist_name, module, version=version, plugin_name=f"{dist_name}:{ep.name}")
+        for name in sorted((allow_set or frozenset()) - seen - {BUILTIN_DISTRIBUTION}):
+            self._problem(
+                name,
+                "",
+                ProblemStage.ALLOW_LIST,
+                f"{allow_source} names {name}, but no installed distribution with that name "
+                f"has an {PROJECT_NAME!r} entry point",
+            )
+
+    def register_plugin(
+        self,
+        distribution: str,
+        plugin: object,
+        *,
+        version: str | None = None,
+        plugin_name: str | None = None,
+    ) -> tuple[PluginProblem, ...]:
+        """Register one plugin module (or namespace) and run its registration hooks.
+
+        Everything is isolated: a refused hook, a raising registration hook or
+        a rejected spec is recorded and returned, and adapters registered
+        earlier (by this or other plugins) are never changed.
+
+        :returns: the problems this call recorded (empty when it all went well).
+        """
+        if version is None:
+            try:
+                version = importlib.metadata.version(distribution)
+            except importlib.metadata.PackageNotFoundError:
+                version = "unknown"
+        before = len(self._problems)
+        state = self._distribution(distribution, version)
+        state.modules.append(getattr(plugin, "__name__", type(plugin).__name__))
+        plugin = self._hashable(plugin)
+        pname = plugin_name or distribution
+        if self._pm.has_plugin(pname):
+            pname = f"{pname}#{len(state.plugin_names) + 1}"
+        try:
+            self._pm.register(plugin, name=pname)
+        except (pluggy.PluginValidationError, ValueError) as exc:
+            # Bad hook signature, or the same module registered twice. pluggy
+            # validates before changing state; unregistering anyway keeps this
+            # true should an older pluggy leave a partial registration behind.
+            if self._pm.get_plugin(pname) is plugin:
+                self._pm.unregister(name=pname)
+            self._problem(distribution, version, ProblemStage.HOOK_VALIDATION, _describe(exc))
+            return tuple(self._problems[before:])
+        if not self._validate_hooks(distribution, version, plugin):
+            self._pm.unregister(plugin)
+            return tuple(self._problems[before:])
+        self._plugin_dist[pname] = distribution
+        state.plugin_names.append(pname)
+        state.active += 1
+        for kind, hook_name in REGISTRATION_HOOKS.items():
+            caller = getattr(self._pm.hook, hook_name)
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin:
+                    self._call_registration(kind, hook_name, impl, distribution, version)
+        return tuple(self._problems[before:])
+
+    def _hashable(self, plugin: object) -> object:
+        """``plugin``, or a stand-in module holding its hook implementations if it is unhashable.
+
+        pluggy's subset callers (how :meth:`broadcast` isolates each
+        implementation) keep plugins in sets, and a
+        :class:`types.SimpleNamespace` is unhashable. The stand-in carries
+        exactly the marked functions pluggy would register from ``plugin``, and
+        the same object always gets the same stand-in, so registering it twice
+        is still refused.
+        """
+        try:
+            hash(plugin)
+        except TypeError:
+            pass
+        else:
+            return plugin
+        found = self._stand_ins.get(id(plugin))
+        if found is not None and found[0] is plugin:
+            return found[1]
+        stand_in = types.ModuleType(f"{type(plugin).__name__}-{id(plugin):x}")
+        marker = f"{PROJECT_NAME}_impl"  # the attribute pluggy's HookimplMarker sets
+        for name in dir(plugin):
+            value = getattr(plugin, name, None)
+            if callable(value) and hasattr(value, marker):
+                setattr(stand_in, name, value)
+        # The original is kept alive next to its stand-in, so its id is never reused.
+        self._stand_ins[id(plugin)] = (plugin, stand_in)
+        return stand_in
+
+    def _validate_hooks(self, distribution: str, version: str, plugin: object) -> bool:
+        """Refuse unknown (misspelt) hook names and wrappers; True when the plugin is acceptable."""
+        ok = True
+        known = sorted(REGISTRATION_HOOKS.values()) + list(LIFECYCLE_HOOKS)
+        for caller in self._pm.get_hookcallers(plugin) or []:
+            impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
+            if not caller.has_spec() and any(not i.optionalhook for i in impls):
+                close = difflib.get_close_matches(caller.name, known, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                self._problem(
+                    distribution,
+                    version,
+                    ProblemStage.HOOK_VALIDATION,
+                    f"unknown hook {caller.name!r}: no such hook specification{hint}",
+                    hook=caller.name,
+                )
+                ok = False
+            elif any(getattr(i.plugin, caller.name, None) != i.function for i in impls):
+                # Calls go through pluggy's subset callers, which tell plugins
+                # apart by an attribute named after the hook: a renamed
+                # implementation could not be isolated from the others.
+                self._problem(
+                    distribution,
+                    version,
+                    ProblemStage.HOOK_VALIDATION,
+                    f"{caller.name} is implemented under another name (specname); "
+                    f"name the function {caller.name}",
+                    hook=caller.name,
+                )
+                ok = False
+            elif any(i.hookwrapper or i.wrapper for i in impls):
+                # The registry calls implementations one by one to isolate them;
+                # a wrapper around the others has no meaning there.
+                self._problem(
+                    distribution,
+                    version,
+                    ProblemStage.HOOK_VALIDATION,
+                    f"{caller.name} is implemented as a wrapper; agentium hooks take plain functions",
+                    hook=caller.name,
+                )
+                ok = False
+        if ok:
+            # pluggy's own check as a safety net: it would name any pending
+            # hook that the loop above somehow did not.
+            try:
+                self._pm.check_pending()
+            except pluggy.PluginValidationError as exc:
+                self._problem(distribution, version, ProblemStage.HOOK_VALIDATION, _describe(exc))
+                ok = False
+        return ok
+
+    def _call_registration(
+        self, kind: str, hook_name: str, impl: pluggy.HookImpl, distribution: str, version: str
+    ) -> None:
+        """Call one registration hook implementation with a ``register`` bound to its distribution."""
+        accepted: list[AdapterSpec] = []
+        open_ = True
+
+        def register(spec: AdapterSpec) -> None:
+            if not open_:
+                raise PluginError(f"{hook_name}: register() called after the hook returned ({distribution})")
+            problems = spec_problems(kind, spec)
+            if problems:
+                name = getattr(spec, "name", None)
+                name = name if isinstance(name, str) else "?"
+                problem = self._problem(
+                    distribution,
+                    version,
+                    ProblemStage.REGISTRATION,
+                    "; ".join(problems),
+                    kind=kind,
+                    name=name,
+                    hook=hook_name,
+                )
+                self._rejected.setdefault((kind, name), []).append(problem)
+                return
+            accepted.append(spec)
+
+        try:
+            # Through pluggy's hook caller, narrowed to this one plugin, so
+            # pluggy's tracing and monitoring see the call like any other.
+            for result in self._caller_for(hook_name, impl)(register=register):
+                if inspect.isawaitable(result):
+                    _discard_awaitable(result)
+                    raise TypeError("registration hooks must be plain functions, not async")
+        except Exception as exc:  # the plugin's failure: discard what this call registered
+            self._problem(
+                distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), kind=kind, hook=hook_name
+            )
+            return
+        finally:
+            open_ = False
+        for spec in accepted:
+            self._accept(kind, spec, distribution, version, hook_name)
+
+    def _accept(self, kind: str, spec: AdapterSpec, distribution: str, version: str, hook_name: str) -> None:
+        key = (kind, spec.name)
+        existing = self._adapters.get(key)
+        if existing is None:
+            self._adapters[key] = RegisteredAdapter(kind, spec.name, distribution, version, spec)
+            return
+        owners = self._conflicts.setdefault(key, [existing.distribution])
+        owners.append(distribution)
+        both = (
+            f"registered twice by {distribution}"
+            if existing.distribution == distribution
+            else f"registered by both {existing.distribution} and {distribution}"
+        )
+        self._problem(
+            distribution,
+            version,
+            ProblemStage.CONFLICT,
+            f"{kind} name {spec.name!r} is {both}; it cannot be selected until one is uninstalled "
+            f"or blocked with {ENV_BLOCK}",
+            kind=kind,
+            name=spec.name,
+            hook=hook_name,
+        )
+
+    def _distribution(self, name: str, version: str) -> _Distribution:
+        key = normalize_distribution_name(name)
+        state = self._dists.get(key)
+        if state is None:
+            state = self._dists[key] = _Distribution(name, version)
+        return state
+
+    def _problem(
+        self,
+        distribution: str,
+        version: str,
+        stage: ProblemStage,
+        error: str,
+        *,
+        kind: str | None = None,
+        name: str | None = None,
+        hook: str | None = None,
+    ) -> PluginProblem:
+        problem = PluginProblem(distribution, version, stage, error, kind=kind, name=name, hook=hook)
+        self._problems.append(problem)
+        return problem
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def plugin_manager(self) -> pluggy.PluginManager:
+        """The underlying pluggy plugin manager (for inspection; register through :meth:`register_plugin`)."""
+        return self._pm
+
+    @property
+    def autoload(self) -> bool:
+        """Whether installed entry points were considered."""
+        return self._autoload
+
+    @property
+    def problems(self) -> tuple[PluginProblem, ...]:
+        """Every load problem, in the order found."""
+        return tuple(self._problems)
+
+    @property
+    def skipped(self) -> tuple[SkippedPlugin, ...]:
+        """Installed plugins that were not imported (allow/block lists)."""
+        return tuple(self._skipped)
+
+    @property
+    def plugins(self) -> tuple[LoadedPlugin, ...]:
+        """Every plugin distribution that was registered or failed to load, sorted by name."""
+        by_dist: dict[str, dict[str, list[str]]] = {}
+        for adapter in self._adapters.values():
+            by_dist.setdefault(normalize_distribution_name(adapter.distribution), {}).setdefault(
+                adapter.kind, []
+            ).append(adapter.name)
+        troubled = {
+            normalize_distribution_name(p.distribution)
+            for p in self._problems
+            if p.stage is not ProblemStage.ALLOW_LIST
+        }
+        result = []
+        for key, state in sorted(self._dists.items()):
+            if state.active == 0:
+                status = PluginStatus.FAILED
+            elif key in troubled:
+                status = PluginStatus.DEGRADED
+            else:
+                status = PluginStatus.OK
+            hooks = sorted(
+                {
+                    caller.name
+                    for pname in state.plugin_names
+                    for caller in self._pm.get_hookcallers(self._pm.get_plugin(pname)) or []
+                }
+            )
+            result.append(
+                LoadedPlugin(
+                    distribution=state.name,
+                    version=state.version,
+                    status=status,
+                    adapters=by_dist.get(key, {}),
+                    hooks=tuple(hooks),
+                    modules=tuple(state.modules),
+                )
+            )
+        return tuple(result)
+
+    def adapters(self, kind: str | None = None) -> tuple[RegisteredAdapter, ...]:
+        """Accepted registrations (of one kind, or all), sorted by kind then name."""
+        return tuple(a for key, a in sorted(self._adapters.items()) if kind is None or a.kind == kind)
+
+    def names(self, kind: str) -> tuple[str, ...]:
+        """Selectable adapter names of ``kind``, sorted (conflicted names excluded)."""
+        _check_kind(kind)
+        return tuple(
+            name for (k, name) in sorted(self._adapters) if k == kind and (k, name) not in self._conflicts
+        )
+
+    def is_conflicted(self, kind: str, name: str) -> bool:
+        """True when two registrations claimed ``name`` within ``kind``."""
+        return (kind, name) in self._conflicts
+
+    def conflict_owners(self, kind: str, name: str) -> tuple[str, ...]:
+        """The distributions that registered a conflicted ``(kind, name)``, first one first."""
+        return tuple(self._conflicts.get((kind, name), ()))
+
+    def adapter(self, kind: str, name: str) -> RegisteredAdapter:
+        """The registration selected by ``(kind, name)``; :class:`PluginNotFoundError` says why not."""
+        _check_kind(kind)
+        owners = self._conflicts.get((kind, name))
+        if owners:
+            raise PluginNotFoundError(
+                f"{kind} adapter {name!r} is ambiguous: it is registered by {' and '.join(owners)}; "
+                f"uninstall one or block it with {ENV_BLOCK}=<distribution>"
+            )
+        found = self._adapters.get((kind, name))
+        if found is None:
+            raise PluginNotFoundError(self.missing_message(kind, name))
+        return found
+
+    def get(self, kind: str, name: str) -> AdapterSpec:
+        """The :class:`AdapterSpec` selected by ``(kind, name)``; raises :class:`PluginNotFoundError`."""
+        return self.adapter(kind, name).spec
+
+    def missing_message(self, kind: str, name: str) -> str:
+        """Why ``(kind, name)`` cannot be selected, with installed names, a suggestion and an install hint."""
+        parts: list[str] = []
+        rejected = self._rejected.get((kind, name), [])
+        if rejected:
+            parts.extend(
+                f"{kind} adapter {name!r} from {p.distribution} {p.version} "
+                f"was rejected at load time: {p.error}"
+                for p in rejected
+            )
+        else:
+            parts.append(f"no {kind} adapter named {name!r}")
+        installed = self.names(kind)
+        parts.append(
+            f"installed {kind} adapters: {', '.join(installed)}"
+            if installed
+            else f"no {kind} adapters are installed"
+        )
+        close = difflib.get_close_matches(name, installed, n=1)
+        if close:
+            parts.append(f"did you mean {close[0]!r}?")
+        known = KNOWN_PLUGINS.get((kind, name))
+        if known is not None and not rejected:
+            parts.append(self._install_hint(known))
+        if not rejected:
+            failed = [
+                p
+                for p in self._problems
+                if p.stage.value in _LOAD_FAILURE_STAGES
+                and normalize_distribution_name(p.distribution) != normalize_distribution_name(known or "")
+            ]
+            if failed:
+                listed = "; ".join(f"{p.distribution} {p.version} ({p.error})" for p in failed)
+                parts.append(f"plugins that failed to load (one may provide it): {listed}")
+        return "; ".join(parts)
+
+    def _install_hint(self, distribution: str) -> str:
+        key = normalize_distribution_name(distribution)
+        for p in self._problems:
+            if normalize_distribution_name(p.distribution) == key and p.stage.value in _LOAD_FAILURE_STAGES:
+                return f"{distribution} {p.version} is installed but failed to load: {p.error}"
+        for s in self._skipped:
+            if normalize_distribution_name(s.distribution) == key:
+                return f"{distribution} {s.version} is installed but was skipped ({s.reason})"
+        hint = f"it is provided by {distribution}: pip install {distribution}"
+        if not self._autoload:
+            hint += " (plugin autoload is off, so installed plugins were not loaded)"
+        return hint
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def _caller_for(self, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
+        """The pluggy hook caller for ``hook`` restricted to the plugin behind ``impl``.
+
+        ``PluginManager.subset_hook_caller`` is pluggy's public way to call a
+        hook on some plugins only: calling each implementation through its own
+        subset keeps pluggy's argument handling, tracing and monitoring while
+        one implementation's exception cannot stop the others.
+        """
+        others = [p for p in self._pm.get_plugins() if p is not impl.plugin]
+        caller = self._pm.subset_hook_caller(hook, remove_plugins=others)
+        # pluggy only removes plugins that have an attribute named after the
+        # hook; _validate_hooks refuses renamed (specname) implementations, so
+        # the subset holds exactly this one.
+        if caller.get_hookimpls() != [impl]:  # pragma: no cover - guarded at load time
+            raise PluginError(f"{hook}: cannot isolate the implementation of {impl.plugin_name}")
+        return caller
+
+    def broadcast(self, hook: str, /, **kwargs: Any) -> list[HookFailure]:
+        """Call each implementation of lifecycle ``hook`` on its own; return the ones that raised.
+
+        Each implementation is called through pluggy's hook caller for ``hook``
+        (narrowed to its plugin with ``PluginManager.subset_hook_caller``), in
+        registration order, built-ins first. A raising implementation never
+        stops the others and never raises here: it becomes a
+        :class:`HookFailure`. ``kwargs`` must be exactly the hook's arguments.
+
+        This call is synchronous and runs plugin code that may block. On an
+        event loop, call it from a worker thread (``anyio.to_thread.run_sync``),
+        as the engine does; it never touches the loop itself. Implementations
+        must be plain functions: one that returns an awaitable is reported as
+        a failure and the awaitable is closed unrun.
+        """
+        if hook not in LIFECYCLE_HOOKS:
+            raise ValueError(
+                f"{hook!r} is not a lifecycle hook; expected one of {', '.join(LIFECYCLE_HOOKS)}"
+            )
+        caller = getattr(self._pm.hook, hook)
+        expected = set(caller.spec.argnames) if caller.spec is not None else set()
+        if set(kwargs) != expected:
+            raise TypeError(f"{hook} takes {sorted(expected)}, got {sorted(kwargs)}")
+        failures: list[HookFailure] = []
+        # Registration order (built-ins first), unlike pluggy's last-in-first-out calls.
+        for impl in caller.get_hookimpls():
+            distribution = self._plugin_dist.get(impl.plugin_name, impl.plugin_name)
+            try:
+                for result in self._caller_for(hook, impl)(**kwargs):
+                    if inspect.isawaitable(result):
+                        _discard_awaitable(result)
+                        raise TypeError(
+                            "lifecycle hooks must be plain functions; the returned awaitable never ran"
+                        )
+            except Exception as exc:  # isolated and reported, by contract
+                failures.append(HookFailure(distribution, hook, _describe(exc)))
+        return failures
+
+
+def operator_plugin_lists(
+    environ: Mapping[str, str] | None = None,
+) -> tuple[frozenset[str] | None, frozenset[str]]:
+    """The allow-list and block-list that hold for a load: ``(allow, block)`` for :meth:`PluginRegistry.load`.
+
+    The operator's lists in the *process* environment (``AGENTIUM_PLUGINS``,
+    ``AGENTIUM_DISABLE_PLUGINS`` in :data:`os.environ`) always apply. Lists in
+    ``environ`` (a mapping a host passes for ``${VAR}`` substitution, say) can
+    only narrow them: the allow-lists are intersected, the block-lists joined.
+    ``allow`` is ``None`` when neither sets ``AGENTIUM_PLUGINS`` (load every
+    plugin not blocked).
+    """
+    sources: list[Mapping[str, str]] = [os.environ]
+    if environ is not None and environ is not os.environ:
+        sources.append(environ)
+    allows = [_parse_name_list(env[ENV_ALLOW]) for env in sources if ENV_ALLOW in env]
+    allow = frozenset.intersection(*allows) if allows else None
+    block = frozenset().union(*(_parse_name_list(env.get(ENV_BLOCK, "")) for env in sources))
+    return allow, block
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in PORT_KINDS:
+        raise PluginNotFoundError(
+            f"unknown adapter kind {kind!r}; kinds are: {', '.join(sorted(PORT_KINDS))}"
+        )
+
+
+def _discard_awaitable(value: object) -> None:
+    """Close a coroutine that will never be awaited, so Python does not warn about it."""
+    close: Callable[[], object] | None = getattr(value, "close", None)
+    if close is not None:
+        close()

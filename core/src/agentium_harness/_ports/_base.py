@@ -1,0 +1,187 @@
+"""Pieces every port shares: the operation context and the capability plumbing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+
+__all__ = [
+    "CancelSignal",
+    "unsupported",
+    "Capabilities",
+    "OpContext",
+    "is_port_stub",
+    "port_stub",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def port_stub(func: F) -> F:
+    """Mark a port method as the port's default stub for an optional capability.
+
+    Load-time validation refuses an adapter that declares the matching
+    capability while still inheriting this stub (it declared what it did not
+    implement).
+    """
+    func.__agentium_stub__ = True  # type: ignore[attr-defined]
+    return func
+
+
+def is_port_stub(obj: object) -> bool:
+    """True if ``obj`` is (or wraps) a method marked with :func:`port_stub`."""
+    target = getattr(obj, "__func__", obj)
+    return bool(getattr(target, "__agentium_stub__", False))
+
+
+class CancelSignal:
+    """A cancellation flag an adapter checks during long work (R12, R13).
+
+    The runtime also cancels through anyio cancel scopes; the signal lets an
+    adapter that runs blocking work in a thread notice cancellation and stop
+    backend work between steps.
+
+    A signal may have a ``parent`` (the whole admitted operation: cancelling a
+    run cancels every call it makes) and a ``deadline`` on the
+    :func:`time.monotonic` clock. Past the deadline the signal reads as
+    cancelled with reason ``"deadline passed"`` even if nobody called
+    :meth:`cancel`, so a worker thread sees the deadline at the moment it
+    passes, not when the event loop gets round to it.
+    """
+
+    __slots__ = ("_cancelled", "_deadline", "_parent", "_reason")
+
+    def __init__(self, *, parent: CancelSignal | None = None, deadline: float | None = None) -> None:
+        self._cancelled = False
+        self._reason = ""
+        self._parent = parent
+        self._deadline = deadline
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called, the parent was cancelled or the deadline passed."""
+        if self._cancelled:
+            return True
+        if self._parent is not None and self._parent.cancelled:
+            self.cancel(self._parent.reason)
+            return True
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            self.cancel("deadline passed")
+            return True
+        return False
+
+    @property
+    def reason(self) -> str:
+        """Why it was cancelled, or an empty string."""
+        return self._reason
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Request cancellation. Idempotent: the first reason is kept."""
+        if not self._cancelled:
+            self._cancelled = True
+            self._reason = reason
+
+    def child(self, *, deadline: float | None = None) -> CancelSignal:
+        """A signal cancelled with this one, and also by its own ``deadline``."""
+        return CancelSignal(parent=self, deadline=deadline)
+
+
+@attrs.frozen(slots=True)
+class OpContext:
+    """What every port operation receives (R12).
+
+    ``deadline`` is on the :func:`time.monotonic` clock; ``remaining_bytes``
+    and ``remaining_tokens`` are the caller's remaining budgets (``None``:
+    unbounded for this operation). Adapters must stop when the signal is
+    cancelled or the deadline has passed, and must not return more than the
+    remaining budgets allow — the runtime checks, and reports a breach as a
+    contract violation.
+    """
+
+    signal: CancelSignal = attrs.field(factory=CancelSignal)
+    deadline: float | None = None
+    remaining_bytes: int | None = None
+    remaining_tokens: int | None = None
+
+    @classmethod
+    def unbounded(cls) -> OpContext:
+        """A context with a fresh signal and no deadline or budgets."""
+        return cls()
+
+    @classmethod
+    def with_timeout(
+        cls,
+        seconds: float,
+        *,
+        parent: CancelSignal | None = None,
+        remaining_bytes: int | None = None,
+        remaining_tokens: int | None = None,
+    ) -> OpContext:
+        """A context whose deadline is ``seconds`` from now; its signal follows ``parent`` and it."""
+        deadline = time.monotonic() + seconds
+        return cls(
+            signal=CancelSignal(parent=parent, deadline=deadline),
+            deadline=deadline,
+            remaining_bytes=remaining_bytes,
+            remaining_tokens=remaining_tokens,
+        )
+
+    @property
+    def expired(self) -> bool:
+        """True if cancelled or past the deadline."""
+        if self.signal.cancelled:
+            return True
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def raise_if_expired(self, operation: str) -> None:
+        """Raise :class:`~agentium_harness._errors.OperationCancelledError` if cancelled or past the deadline.
+
+        Adapters call this before starting work (and between steps where they
+        can), so refused work writes nothing.
+        """
+        from .._errors import OperationCancelledError  # errors must stay importable without ports
+
+        if self.signal.cancelled:
+            reason = self.signal.reason or "cancelled"
+            raise OperationCancelledError(
+                f"{operation} refused: the operation was cancelled ({reason})", reason
+            )
+        if self.expired:
+            raise OperationCancelledError(f"{operation} refused: its deadline has passed", "deadline passed")
+
+    def time_left(self) -> float | None:
+        """Seconds to the deadline (never negative), or ``None``."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+
+class Capabilities:
+    """Marker base of every kind's frozen capability class.
+
+    Subclasses are frozen attrs classes of boolean flags. ``METHODS`` maps a
+    flag to the adapter method (or ``"session:<name>"`` for the recall
+    session class) that must be implemented when the flag is declared.
+    ``REQUIRED`` lists flags an adapter of the kind must declare true.
+    """
+
+    METHODS: ClassVar[dict[str, str]] = {}
+    REQUIRED: ClassVar[tuple[str, ...]] = ()
+
+    def declared(self) -> dict[str, bool]:
+        """The flags as a plain dict."""
+        return {a.name: bool(getattr(self, a.name)) for a in attrs.fields(type(self))}  # type: ignore[arg-type]
+
+
+def unsupported(adapter: object, method: str, flag: str | None = None) -> Exception:
+    """The error a port stub raises: an :class:`~agentium_harness._errors.UnsupportedOperationError`.
+
+    ``flag`` names the capability that declares the method, when it is optional.
+    """
+    from .._errors import UnsupportedOperationError  # errors stays importable without ports
+
+    why = f"it does not declare {flag!r}" if flag else "it does not implement it"
+    return UnsupportedOperationError(f"{type(adapter).__name__}.{method}() is not available: {why}")

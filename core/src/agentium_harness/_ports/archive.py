@@ -1,0 +1,158 @@
+"""The history archive port: where evicted canonical groups go (R3).
+
+The runtime appends complete groups, waits for one receipt per group, and only
+then commits the session's new boundary. An archive is append-only: appending
+a group again with the same ``seq`` and digest is a no-op success, the same
+``seq`` with different content is an :class:`~agentium_harness._errors.ArchiveConflictError`,
+and nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import attrs
+
+from .._errors import ArchiveCorruptError
+from .._history import MessageGroup
+from .._scope import SessionKey
+from ._base import Capabilities, OpContext, port_stub, unsupported
+
+__all__ = ["ArchiveCapabilities", "ArchiveReceipt", "HistoryArchive", "check_archived_group"]
+
+
+@attrs.frozen(slots=True)
+class ArchiveCapabilities(Capabilities):
+    """What a history archive declares.
+
+    - ``durable``: an acknowledged append survives a process crash.
+    - ``idempotent_append``: re-appending an identical group is a no-op success (required).
+    - ``bounded_reads``: :meth:`HistoryArchive.read_groups` returns groups by ``seq`` range under a bound.
+    - ``health_check``: :meth:`HistoryArchive.health` runs a bounded probe.
+    """
+
+    METHODS: ClassVar[dict[str, str]] = {"bounded_reads": "read_groups", "health_check": "health"}
+    REQUIRED: ClassVar[tuple[str, ...]] = ("idempotent_append",)
+
+    durable: bool = False
+    idempotent_append: bool = False
+    bounded_reads: bool = False
+    health_check: bool = False
+
+
+@attrs.frozen(slots=True)
+class ArchiveReceipt:
+    """The archive's acknowledgment of one group: its ``seq``, the digest it stored, and where."""
+
+    seq: int
+    digest: str
+    location: str
+
+
+def check_archived_group(
+    key: SessionKey,
+    group: MessageGroup,
+    expected_seq: int | None = None,
+    expected_digest: str | None = None,
+) -> None:
+    """Refuse an archived group read back under ``key`` unless it is the one that was stored there.
+
+    Call it in :meth:`HistoryArchive.read_groups` on every decoded group, with
+    the ``seq`` the row is keyed by and the digest stored beside it (when the
+    backend keeps one). It raises
+    :class:`~agentium_harness._errors.ArchiveCorruptError` when:
+
+    - the group's retained scope (``group.retained.scope.session_key``) is
+      another session's: a misfiled or copied row must not leak history
+      across sessions (a group without a retained record has no scope to check);
+    - ``expected_seq`` is given and differs from ``group.seq``;
+    - ``expected_digest`` is given and differs from ``group.digest``, the
+      digest of the group's canonical bytes.
+
+    It changes nothing; the caller returns no groups from a read that fails.
+    """
+    where = f"archived group {group.seq} read under session {key.key()}"
+    if group.retained is not None:
+        owner = group.retained.scope.session_key
+        if owner != key:
+            raise ArchiveCorruptError(
+                f"{where} belongs to session {owner.key()} by its retained scope; refusing to return it"
+            )
+    if expected_seq is not None and group.seq != expected_seq:
+        raise ArchiveCorruptError(f"{where} is stored at seq {expected_seq}; the row is damaged")
+    if expected_digest is not None:
+        actual = group.digest
+        if actual != expected_digest:
+            raise ArchiveCorruptError(
+                f"{where} does not match its stored digest (stored {expected_digest}, computed {actual}); "
+                "the row is damaged"
+            )
+
+
+class HistoryArchive:
+    """Port for append-only storage of complete canonical message groups.
+
+    Adapters subclass this (or match it structurally) and declare a
+    ``capabilities`` class attribute of type :class:`ArchiveCapabilities` on
+    their own class.
+    """
+
+    capabilities: ClassVar[ArchiveCapabilities]
+
+    @port_stub
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        """Durably append ``groups`` (complete, ascending ``seq``) for session ``key``.
+
+        Return one receipt per group, in order, only after the groups are
+        stored. Re-appending a stored group with an equal digest returns its
+        receipt; a different digest at a stored ``seq`` raises
+        ``ArchiveConflictError`` and changes nothing. A batch is all or
+        nothing: on any error no group of it is stored.
+
+        Call ``ctx.raise_if_expired("archive append")`` before writing, and
+        do not commit a write after ``ctx.signal`` is cancelled.
+
+        Raises: ``ArchiveConflictError`` for different content at a stored
+        seq; ``ArchiveError`` when the backend fails; ``OperationCancelledError``
+        when cancelled or past the deadline (nothing written).
+        """
+        raise unsupported(self, "append")
+
+    @port_stub
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Return up to ``max_groups`` archived groups with ``seq >= start_seq``, ascending.
+
+        Declared by ``bounded_reads``. Must return whole groups only and never
+        more than ``max_groups``. Each group is re-checked before it is
+        returned (:func:`check_archived_group`): a row that does not decode
+        strictly, does not match its digest or belongs to another session
+        raises ``ArchiveCorruptError``; nothing is changed.
+
+        Call ``ctx.raise_if_expired("archive read")`` before reading.
+
+        Raises: ``ArchiveCorruptError`` for a damaged or misfiled row;
+        ``ArchiveError`` when the backend fails; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError``
+        when not declared.
+        """
+        raise unsupported(self, "read_groups", "bounded_reads")
+
+    @port_stub
+    async def health(self, ctx: OpContext) -> str:
+        """Run a bounded health probe and return a short description. Declared by ``health_check``.
+
+        Call ``ctx.raise_if_expired("archive health")`` before probing.
+
+        Raises: ``ArchiveError`` when the backend is unhealthy;
+        ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "health", "health_check")
+
+    async def aclose(self) -> None:
+        """Release what the adapter acquired itself. Borrowed clients are never closed."""

@@ -1,0 +1,211 @@
+"""The model provider port and the model request it receives (R4).
+
+A :class:`ModelRequest` keeps host instructions apart from source data:
+recall evidence, summaries and memory arrive as labeled
+:class:`SourceBlock` items, never as instructions.
+"""
+
+from __future__ import annotations
+
+import enum
+import html
+import re
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+import attrs
+
+from .._errors import InvalidArgumentError
+from .._history import Message, estimate_tokens
+from .._validators import str_pair_tuple
+from ._base import Capabilities, OpContext, port_stub, unsupported
+
+__all__ = [
+    "ModelProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "ProviderCapabilities",
+    "SourceBlock",
+    "SourceKind",
+    "ToolSpec",
+    "Usage",
+]
+
+
+def _tuple_of_sourceblock(value: Iterable[SourceBlock]) -> tuple[SourceBlock, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_message(value: Iterable[Message]) -> tuple[Message, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+def _tuple_of_toolspec(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class ProviderCapabilities(Capabilities):
+    """What a provider declares.
+
+    - ``tool_calls``: the provider may answer with tool calls.
+    - ``deterministic``: the same request always yields the same response (scripted, recorded, extractive).
+    """
+
+    tool_calls: bool = False
+    deterministic: bool = False
+
+
+class SourceKind(enum.StrEnum):
+    """Where a block of source data came from."""
+
+    RECALL = "recall"
+    SUMMARY = "summary"
+    MEMORY = "memory"
+
+
+#: An opening or closing ``source-data`` tag, however spaced or cased.
+_WRAPPER_TAG = re.compile(r"<(\s*/?\s*source-data)", re.IGNORECASE)
+
+
+def _attr(value: str) -> str:
+    return html.escape(value, quote=True)
+
+
+#: Attribute names a source block may carry: they are written into the wrapper
+#: tag unescaped, so only this plain alphabet is accepted.
+_ATTRIBUTE_KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+_RESERVED_KEYS = frozenset({"kind", "id"})
+
+
+def _check_attributes(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    assert isinstance(value, tuple)
+    for item in value:
+        if not (isinstance(item, tuple) and len(item) == 2 and all(isinstance(p, str) for p in item)):
+            raise InvalidArgumentError(
+                f"source block attributes must be (name, value) string pairs, got {item!r}"
+            )
+        key = item[0]
+        if not _ATTRIBUTE_KEY.fullmatch(key) or key in _RESERVED_KEYS:
+            raise InvalidArgumentError(
+                f"source block attribute name {key!r} is not allowed: use lower-case letters, digits, "
+                "'_' and '-', starting with a letter (and not 'kind' or 'id')"
+            )
+
+
+@attrs.frozen(slots=True)
+class SourceBlock:
+    """Labeled source data in a model request. Its content is data, never instructions (R4, R38).
+
+    ``attributes`` carries completeness, omissions, citations and coverage as
+    plain strings so the rendered wrapper shows them to the model.
+    """
+
+    kind: SourceKind
+    source_id: str
+    content: str
+    attributes: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=str_pair_tuple, validator=_check_attributes
+    )
+
+    def render(self) -> str:
+        """The block as the model sees it, wrapper included.
+
+        Attribute values are escaped and any ``source-data`` tag inside the
+        content is defused, so source text can neither close its wrapper nor
+        forge one: it stays data (R4).
+        """
+        attrs_text = "".join(f' {k}="{_attr(v)}"' for k, v in self.attributes)
+        content = _WRAPPER_TAG.sub(r"&lt;\1", self.content)
+        return (
+            f'<source-data kind="{self.kind.value}" id="{_attr(self.source_id)}"{attrs_text}>\n'
+            f"{content}\n</source-data>"
+        )
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Tokens of the whole rendered block: the wrapper counts against the budget (R19, R38)."""
+        return estimate_tokens(self.render())
+
+
+@attrs.frozen(slots=True)
+class ToolSpec:
+    """A tool offered to the model."""
+
+    name: str
+    description: str = ""
+
+
+@attrs.frozen(slots=True)
+class ModelRequest:
+    """Everything sent to the model for one step, in order.
+
+    instructions (host), then source blocks (labeled data), then resident
+    history, then the new input and any messages of the current turn so far.
+    """
+
+    instructions: str
+    sources: tuple[SourceBlock, ...] = attrs.field(default=(), converter=_tuple_of_sourceblock)
+    history: tuple[Message, ...] = attrs.field(default=(), converter=_tuple_of_message)
+    turn: tuple[Message, ...] = attrs.field(default=(), converter=_tuple_of_message)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tuple_of_toolspec)
+
+    @property
+    def estimated_tokens(self) -> int:
+        """Token estimate of the whole request."""
+        return (
+            estimate_tokens(self.instructions)
+            + sum(b.estimated_tokens for b in self.sources)
+            + sum(m.estimated_tokens for m in self.history)
+            + sum(m.estimated_tokens for m in self.turn)
+        )
+
+
+@attrs.frozen(slots=True)
+class Usage:
+    """Token usage of one model call, or of a run.
+
+    A provider sets the counts its backend reports and leaves the others
+    ``None`` (unknown); a reported ``0`` is kept as ``0``. In a run's result
+    the engine fills unknown counts with its estimate and sets
+    ``estimated=True``, so an estimate is never passed off as a measurement.
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    estimated: bool = False
+
+
+@attrs.frozen(slots=True)
+class ModelResponse:
+    """The model's answer: one assistant message, possibly with tool calls."""
+
+    message: Message
+    usage: Usage = Usage()
+
+
+class ModelProvider:
+    """Port for a model provider. Providers are lent by the host and never closed by the runtime."""
+
+    capabilities: ClassVar[ProviderCapabilities]
+
+    @port_stub
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        """Return the model's next message for ``request``.
+
+        Report the token counts the backend gives in ``usage`` and leave the
+        others ``None``. Return tool calls only when ``tool_calls`` is declared;
+        the engine refuses a reply that breaks this or that cannot be encoded
+        canonically. Call ``ctx.raise_if_expired("provider complete")`` before
+        sending the request.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        any other exception becomes ``ProviderError`` in the engine.
+        """
+        raise unsupported(self, "complete")
+
+    async def aclose(self) -> None:
+        """Release what the adapter acquired itself."""

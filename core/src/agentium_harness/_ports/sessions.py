@@ -1,0 +1,308 @@
+"""The session store port: revisioned snapshots of resident canonical history (R2, R15).
+
+A snapshot holds the session's resident (not yet archived) complete groups,
+the archive boundary and the memory scope it belongs to. Stores save with
+compare-and-set on the snapshot revision so that two writers can never both
+commit on the same base.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import ClassVar, Final
+
+import attrs
+
+from .._codec import canonical_json, digest_bytes, unstructure
+from .._errors import SnapshotCorruptError
+from .._history import MessageGroup
+from .._scope import Scope, SessionKey
+from .._validators import int_tuple
+from ._base import Capabilities, OpContext, port_stub, unsupported
+from .archive import ArchiveReceipt, HistoryArchive
+
+__all__ = [
+    "SNAPSHOT_FORMAT_VERSION",
+    "ArchiveDivergence",
+    "SessionSnapshot",
+    "SessionStore",
+    "SessionStoreCapabilities",
+    "StoredSnapshot",
+    "seal_snapshot",
+    "snapshot_bytes",
+    "snapshot_digest",
+    "verify_snapshot",
+]
+
+#: Current snapshot format. Version 1 snapshots had no memory scope (legacy);
+#: version 2 had no digest; version 3 carries the digest of its canonical bytes.
+SNAPSHOT_FORMAT_VERSION = 3
+
+#: First format version whose snapshots must carry a digest.
+DIGESTED_FORMAT_VERSION = 3
+
+
+def _tuple_of_messagegroup(value: Iterable[MessageGroup]) -> tuple[MessageGroup, ...]:
+    """Typed tuple converter (keeps mypy precise at call sites)."""
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class SessionStoreCapabilities(Capabilities):
+    """What a session store declares.
+
+    - ``compare_and_set``: :meth:`SessionStore.save` honours ``expected_revision`` atomically (required).
+    - ``durable``: saved snapshots survive a process crash.
+    - ``listing``: :meth:`SessionStore.list_sessions` enumerates a user's sessions under a bound.
+    - ``health_check``: :meth:`SessionStore.health` runs a bounded probe.
+    - ``joint_archive_commit``: :meth:`SessionStore.commit_with_archive` appends
+      evicted groups and saves the snapshot in one atomic transaction when the
+      archive shares the store's backend (:meth:`SessionStore.shares_transactions_with`).
+    """
+
+    METHODS: ClassVar[dict[str, str]] = {
+        "listing": "list_sessions",
+        "health_check": "health",
+        "joint_archive_commit": "commit_with_archive",
+    }
+    REQUIRED: ClassVar[tuple[str, ...]] = ("compare_and_set",)
+
+    compare_and_set: bool = False
+    durable: bool = False
+    listing: bool = False
+    health_check: bool = False
+    joint_archive_commit: bool = False
+
+
+@attrs.frozen(slots=True)
+class ArchiveDivergence:
+    """The archive holds groups that differ from this session's at seqs it never committed.
+
+    ``seqs`` are the conflicting sequence numbers found when eviction was
+    attempted; ``detail`` is the archive's error message. A snapshot carrying a
+    divergence is in the ``diverged`` state: runs are refused until
+    reconciliation (docs/runtime.md), and neither copy is ever dropped.
+    """
+
+    seqs: tuple[int, ...] = attrs.field(converter=int_tuple)
+    detail: str = ""
+
+
+@attrs.frozen(slots=True)
+class SessionSnapshot:
+    """The committed state of one session.
+
+    - ``memory_scope``: the scope the history belongs to; ``None`` only for a
+      legacy snapshot, which loads only with an explicit attestation.
+    - ``boundary``: the ``seq`` of the first group still resident; every group
+      below it is in the archive.
+    - ``next_seq``: the ``seq`` the next group will get.
+    - ``resident``: the resident groups, ascending, ``boundary <= seq < next_seq``.
+    - ``digest``: ``sha256:`` of the canonical bytes of the snapshot with
+      ``digest=None``; set by :func:`seal_snapshot`, checked by :func:`verify_snapshot`.
+    - ``divergence``: set when the archive was found to hold different groups at
+      seqs this session had not archived yet (the ``diverged`` state).
+    """
+
+    memory_scope: Scope | None
+    boundary: int = 0
+    next_seq: int = 0
+    resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=_tuple_of_messagegroup)
+    format_version: int = SNAPSHOT_FORMAT_VERSION
+    divergence: ArchiveDivergence | None = None
+    digest: str | None = None
+
+
+_EMPTY_RESIDENT: Final = b'"resident":[]'
+
+
+def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
+    """The canonical JSON bytes of ``snapshot``, equal to ``canonical_json(unstructure(snapshot))``.
+
+    Built from each resident group's own (cached) canonical bytes, so a
+    snapshot whose groups were already encoded costs a join, not a re-encoding
+    of the whole history. Stores should write exactly these bytes.
+    """
+    head = canonical_json(unstructure(attrs.evolve(snapshot, resident=())))
+    if not snapshot.resident:
+        return head
+    # Keys are sorted and no other key at any depth is named "resident", and
+    # a quote inside a JSON string is always escaped: the marker occurs once.
+    joined = b",".join(g.canonical_bytes() for g in snapshot.resident)
+    return head.replace(_EMPTY_RESIDENT, b'"resident":[' + joined + b"]", 1)
+
+
+def snapshot_digest(snapshot: SessionSnapshot) -> str:
+    """The digest of ``snapshot``'s canonical bytes, computed with its ``digest`` field empty."""
+    return digest_bytes(snapshot_bytes(attrs.evolve(snapshot, digest=None)))
+
+
+# Snapshots whose digest is known to match their content, by object identity:
+# those sealed here and those already verified. A frozen snapshot cannot
+# change, so checking the same object twice (the store before saving, the
+# engine after loading the store's cached copy) would only repeat the hash.
+# Entries leave with their objects, so an id is never reused while listed.
+_VERIFIED: set[int] = set()
+
+
+def _mark_verified(snapshot: SessionSnapshot) -> None:
+    key = id(snapshot)
+    if key not in _VERIFIED:
+        _VERIFIED.add(key)
+        weakref.finalize(snapshot, _VERIFIED.discard, key)
+
+
+def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
+    """A copy at the current format version carrying its own digest; the engine saves only sealed ones."""
+    current = attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None)
+    sealed = attrs.evolve(current, digest=digest_bytes(snapshot_bytes(current)))
+    _mark_verified(sealed)
+    return sealed
+
+
+def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
+    """Raise :class:`~agentium_harness._errors.SnapshotCorruptError` unless ``snapshot`` is intact.
+
+    A snapshot of format 3 or later must carry a digest equal to
+    :func:`snapshot_digest`; older formats (written before digests) are
+    accepted and sealed at their next save. A bit flip that still decodes
+    therefore fails closed instead of reaching the model.
+    """
+    if snapshot.format_version > SNAPSHOT_FORMAT_VERSION:
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.key()} has format {snapshot.format_version}, newer than this "
+            f"version of agentium-harness understands ({SNAPSHOT_FORMAT_VERSION}); nothing was changed"
+        )
+    if snapshot.digest is None:
+        if snapshot.format_version >= DIGESTED_FORMAT_VERSION:
+            raise SnapshotCorruptError(
+                f"snapshot of session {key.key()} (format {snapshot.format_version}) has no digest; "
+                "nothing was changed"
+            )
+        return
+    if id(snapshot) in _VERIFIED:
+        return
+    actual = snapshot_digest(snapshot)
+    if actual != snapshot.digest:
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.key()} does not match its digest (stored {snapshot.digest}, "
+            f"computed {actual}); the stored data is damaged and was left as it is"
+        )
+    _mark_verified(snapshot)
+
+
+@attrs.frozen(slots=True)
+class StoredSnapshot:
+    """A snapshot as loaded, with the store's revision of it (for compare-and-set)."""
+
+    snapshot: SessionSnapshot
+    revision: int
+
+
+class SessionStore:
+    """Port for revisioned session snapshots, keyed by :class:`~agentium_harness._scope.SessionKey`."""
+
+    capabilities: ClassVar[SessionStoreCapabilities]
+
+    @port_stub
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        """Return the stored snapshot and its revision, or ``None`` if there is none.
+
+        A row that cannot be decoded strictly, or whose digest does not match
+        (:func:`verify_snapshot`), raises ``SnapshotCorruptError``; the row is
+        left as it is. The engine verifies again whatever the store returns.
+
+        Call ``ctx.raise_if_expired("session load")`` before reading.
+
+        Raises: ``SnapshotCorruptError`` for a damaged row; ``SessionStoreError``
+        when the backend fails; ``OperationCancelledError`` when cancelled or
+        past the deadline.
+        """
+        raise unsupported(self, "load")
+
+    @port_stub
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        """Store ``snapshot`` if the current revision equals ``expected_revision``.
+
+        ``expected_revision=None`` means the session must not exist yet. Return
+        the new revision, greater than ``expected_revision``. On mismatch raise
+        ``SessionConflictError`` and change nothing. Store the snapshot's bytes
+        exactly (:func:`snapshot_bytes`), so its digest still matches on load.
+
+        Call ``ctx.raise_if_expired("session save")`` before writing, and do
+        not commit after ``ctx.signal`` is cancelled.
+
+        Raises: ``SessionConflictError`` on a revision mismatch;
+        ``SessionStoreError`` when the backend fails; ``OperationCancelledError``
+        when cancelled or past the deadline (nothing written).
+        """
+        raise unsupported(self, "save")
+
+    @port_stub
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
+        """Up to ``limit`` session ids of one user, sorted. Declared by ``listing``.
+
+        Call ``ctx.raise_if_expired("session listing")`` before reading.
+
+        Raises: ``SessionStoreError`` when the backend fails;
+        ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "list_sessions", "listing")
+
+    @port_stub
+    async def health(self, ctx: OpContext) -> str:
+        """Run a bounded health probe. Declared by ``health_check``.
+
+        Call ``ctx.raise_if_expired("session store health")`` before probing.
+
+        Raises: ``SessionStoreError`` when unhealthy; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError`` when
+        not declared.
+        """
+        raise unsupported(self, "health", "health_check")
+
+    def shares_transactions_with(self, archive: object) -> bool:
+        """True if :meth:`commit_with_archive` can write to ``archive`` in this store's transaction.
+
+        Only consulted when ``joint_archive_commit`` is declared; the default is
+        False. It must be a cheap, local check (no I/O), so it takes no context
+        and never needs ``ctx.raise_if_expired()``.
+
+        Raises: nothing; an exception here is treated as False by the engine.
+        """
+        return False
+
+    @port_stub
+    async def commit_with_archive(
+        self,
+        archive: HistoryArchive,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        snapshot: SessionSnapshot,
+        expected_revision: int | None,
+        ctx: OpContext,
+    ) -> tuple[int, Sequence[ArchiveReceipt]]:
+        """Append ``groups`` to ``archive`` and save ``snapshot`` atomically: both or neither.
+
+        Declared by ``joint_archive_commit``, and called only when
+        :meth:`shares_transactions_with` is True for ``archive``. Returns the
+        new revision and one receipt per group, as ``save`` and
+        ``HistoryArchive.append`` would. It must keep R3: no outcome may store
+        the snapshot without the groups.
+
+        Call ``ctx.raise_if_expired("session commit with archive")`` before
+        writing, and do not commit after ``ctx.signal`` is cancelled.
+
+        Raises: ``ArchiveConflictError`` or ``SessionConflictError`` exactly as
+        the separate calls would, writing nothing; ``SessionStoreError`` when
+        the backend fails; ``OperationCancelledError`` when cancelled or past
+        the deadline; ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "commit_with_archive", "joint_archive_commit")
+
+    async def aclose(self) -> None:
+        """Release what the adapter acquired itself. Borrowed clients are never closed."""

@@ -1,0 +1,186 @@
+"""Identity and scope: who a run is for, and how that reaches a backend key.
+
+Requirements: R14 (scope fields), R16 (only verified identity is accepted).
+
+Every identifier is validated once, at construction (non-empty, at most 256
+characters, no NUL or control characters). Backend keys are built from
+:func:`encode_segment`, an injective encoding whose output alphabet holds no
+path separator, dot, glob or escape character, so an ID can neither escape a
+key prefix nor act as a pattern.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ._errors import IdentityError
+from ._validators import MAX_ID_LENGTH, validate_id
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "RecallScope",
+    "Scope",
+    "SessionKey",
+    "VerifiedIdentity",
+    "decode_segment",
+    "encode_segment",
+    "require_identity",
+    "validate_id",
+]
+
+
+# Characters kept as they are by the key encoding; everything else (including
+# "%", ".", "/", "*", "?", "[", "\\" and "~") is percent-encoded byte by byte.
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_UPPER_HEX = frozenset("0123456789ABCDEF")
+#: Marker for an absent optional segment. "~" is never produced by the encoding.
+ABSENT_SEGMENT = "~"
+
+
+def _id_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    validate_id(value, attribute.name)
+
+
+def _optional_id_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        validate_id(value, attribute.name)
+
+
+def encode_segment(value: str) -> str:
+    r"""Encode one identifier as a backend key segment, injectively.
+
+    UTF-8 bytes outside ``[A-Za-z0-9_-]`` become ``%XX`` (upper-case hex). The
+    result never contains ``/``, ``.``, ``*``, ``?``, ``[``, ``\\`` or ``~``;
+    different inputs always give different outputs (``%`` itself is encoded).
+    """
+    out: list[str] = []
+    for byte in value.encode("utf-8"):
+        if byte in _SAFE:
+            out.append(chr(byte))
+        else:
+            out.append(f"%{byte:02X}")
+    return "".join(out)
+
+
+def decode_segment(segment: str) -> str:
+    """Invert :func:`encode_segment`. Raises ``ValueError`` on text it could not have produced."""
+    raw = bytearray()
+    i = 0
+    while i < len(segment):
+        ch = segment[i]
+        if ch == "%":
+            hexpart = segment[i + 1 : i + 3]
+            # Checked character by character: int(..., 16) alone would accept
+            # "+1", " 1" or "1 ", which the encoder never writes.
+            if len(hexpart) != 2 or not all(c in _UPPER_HEX for c in hexpart):
+                raise ValueError(f"bad escape in key segment {segment!r}")
+            byte = int(hexpart, 16)
+            if byte in _SAFE:
+                raise ValueError(f"non-canonical escape in key segment {segment!r}")
+            raw.append(byte)
+            i += 3
+        elif ord(ch) < 128 and ord(ch) in _SAFE:
+            raw.append(ord(ch))
+            i += 1
+        else:
+            raise ValueError(f"character {ch!r} cannot appear in a key segment")
+    return raw.decode("utf-8")
+
+
+@attrs.frozen(slots=True)
+class VerifiedIdentity:
+    """A tenant and user that the host has authenticated (R16).
+
+    ``verified_by`` names how the host verified it (an auth provider, a token
+    issuer, "cli-operator"…). The runtime takes only this type: an identity a
+    caller merely states is not authentication.
+    """
+
+    tenant: str = attrs.field(validator=_id_validator)
+    user: str = attrs.field(validator=_id_validator)
+    verified_by: str = attrs.field(validator=_id_validator)
+
+
+def require_identity(identity: object) -> VerifiedIdentity:
+    """Return ``identity`` if it is a :class:`VerifiedIdentity`, else raise :class:`IdentityError`."""
+    if not isinstance(identity, VerifiedIdentity):
+        raise IdentityError(
+            f"identity must be a VerifiedIdentity verified by the host, got {type(identity).__name__}; "
+            "caller-stated identity is not authentication"
+        )
+    return identity
+
+
+@attrs.frozen(slots=True)
+class RecallScope:
+    """Optional narrowing of a run to a project and/or repository (R7, R14)."""
+
+    project: str | None = attrs.field(default=None, validator=_optional_id_validator)
+    repository: str | None = attrs.field(default=None, validator=_optional_id_validator)
+
+
+@attrs.frozen(slots=True)
+class SessionKey:
+    """Where a session lives: tenant, user and session id. Stores are keyed by this."""
+
+    tenant: str = attrs.field(validator=_id_validator)
+    user: str = attrs.field(validator=_id_validator)
+    session: str = attrs.field(validator=_id_validator)
+
+    @classmethod
+    def of(cls, identity: VerifiedIdentity, session_id: str) -> SessionKey:
+        """Build the key of ``session_id`` for a verified identity."""
+        require_identity(identity)
+        return cls(identity.tenant, identity.user, session_id)
+
+    def key_segments(self) -> tuple[str, str, str]:
+        """Encoded segments (tenant, user, session) for backend keys and paths."""
+        return (encode_segment(self.tenant), encode_segment(self.user), encode_segment(self.session))
+
+    def key(self, sep: str = "/") -> str:
+        """The segments joined by ``sep``; injective because segments never contain ``/`` or ``:``."""
+        return sep.join(self.key_segments())
+
+
+@attrs.frozen(slots=True)
+class Scope:
+    """The memory scope of a session: tenant, user, session, optional project and repository (R14)."""
+
+    tenant: str = attrs.field(validator=_id_validator)
+    user: str = attrs.field(validator=_id_validator)
+    session: str = attrs.field(validator=_id_validator)
+    project: str | None = attrs.field(default=None, validator=_optional_id_validator)
+    repository: str | None = attrs.field(default=None, validator=_optional_id_validator)
+
+    @classmethod
+    def of(
+        cls,
+        identity: VerifiedIdentity,
+        session_id: str,
+        recall_scope: RecallScope | None = None,
+    ) -> Scope:
+        """The scope of a run: a verified identity, a session id and an optional recall scope."""
+        require_identity(identity)
+        rs = recall_scope or RecallScope()
+        return cls(identity.tenant, identity.user, session_id, rs.project, rs.repository)
+
+    @property
+    def session_key(self) -> SessionKey:
+        """The session this scope belongs to."""
+        return SessionKey(self.tenant, self.user, self.session)
+
+    def key_segments(self) -> tuple[str, str, str, str, str]:
+        """Five encoded segments, absent optionals as ``~``; the mapping is injective."""
+        return (
+            encode_segment(self.tenant),
+            encode_segment(self.user),
+            encode_segment(self.session),
+            ABSENT_SEGMENT if self.project is None else encode_segment(self.project),
+            ABSENT_SEGMENT if self.repository is None else encode_segment(self.repository),
+        )
+
+    def key(self, sep: str = "/") -> str:
+        """The segments joined by ``sep``."""
+        return sep.join(self.key_segments())
