@@ -179,14 +179,19 @@ class ThreadBoundAdapter(Generic[ConnT]):
         # bounded by the deadline and an abandoned call releases its token
         # when its caller leaves (the lock in the thread still orders them).
         left = ctx.time_left()
-        with anyio.move_on_after(math.inf if left is None else left) as waiting:
-            await self._limiter.acquire()
-        if waiting.cancelled_caught:
-            raise OperationCancelledError(
-                f"{operation} refused: the previous call on this adapter was still running at the "
-                "deadline; nothing was done",
-                "deadline passed",
-            )
+        if self._limiter.available_tokens >= 1:
+            # Free: take it without a cancel scope (the common case, and the
+            # cheap one); only a real wait needs the deadline around it.
+            self._limiter.acquire_nowait()
+        else:
+            with anyio.move_on_after(math.inf if left is None else left) as waiting:
+                await self._limiter.acquire()
+            if waiting.cancelled_caught:
+                raise OperationCancelledError(
+                    f"{operation} refused: the previous call on this adapter was still running at the "
+                    "deadline; nothing was done",
+                    "deadline passed",
+                )
         try:
             return await anyio.to_thread.run_sync(
                 self._run_in_thread, ctx, operation, work, abandon_on_cancel=self.abandon_on_cancel
