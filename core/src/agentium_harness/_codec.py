@@ -12,8 +12,10 @@ Converters are made by :func:`make_converter`, never shared and mutated:
   :func:`from_json`) never coerces. ``null`` where a string belongs, a number
   where text belongs, a string, bool or float where an int belongs, a string
   where an array belongs: each is an error, never ``"None"``, ``"12"`` or ``0``.
-- ``strict=False`` keeps cattrs' coercions; the config loader starts from it
-  and adds its own strict scalar rules with messages written for people.
+- ``strict=False`` keeps cattrs' coercions.
+
+The config loader uses the same strict rules with TOML's words for types
+(:class:`TypeWords`), so a person reads "expected an integer, got string".
 
 Adapters that need their own structure rule (a record that may also be
 written as a bare string, say) call :func:`register_structure_hook` once at
@@ -30,8 +32,9 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
-from typing import Any, TypeVar, get_args, get_origin
+from typing import Any, Final, TypeVar, get_args, get_origin
 
+import attrs
 import cattrs
 from cattrs.cols import (
     homogenous_tuple_structure_factory,
@@ -46,6 +49,8 @@ from cattrs.cols import (
 from ._errors import EncodingError, RecordDecodeError
 
 __all__ = [
+    "JSON_WORDS",
+    "StrictTypeError",
     "StructureHook",
     "StructureRule",
     "canonical_json",
@@ -57,6 +62,7 @@ __all__ = [
     "register_structure_hook",
     "structure",
     "to_json",
+    "TypeWords",
     "unstructure",
 ]
 
@@ -79,8 +85,8 @@ def _canonical_list(items: Iterable[Any]) -> list[Any]:
 # -- strict scalar and collection rules ---------------------------------------------------------
 
 
-class _StrictTypeError(TypeError):
-    """A value of the wrong JSON type; its message is shown as is in decode errors."""
+class StrictTypeError(TypeError):
+    """A value of the wrong type for a strict converter; its message is shown as is."""
 
 
 def _json_type(value: object) -> str:
@@ -99,100 +105,124 @@ def _json_type(value: object) -> str:
     return type(value).__name__
 
 
-def _strict_str(value: object, _: type) -> str:
-    if not isinstance(value, str):
-        raise _StrictTypeError(f"expected a string, got {_json_type(value)}")
-    return value
+@attrs.frozen(slots=True)
+class TypeWords:
+    """How a strict converter names types in its messages.
+
+    Stored data is JSON ("got null", "expected an object"); the config loader
+    passes TOML's words ("got string", "expected a table"). The rules are the
+    same either way: only the messages differ.
+    """
+
+    describe: Callable[[object], str] = _json_type
+    mapping: str = "an object"
+    array: str = "an array"
 
 
-def _strict_int(value: object, _: type) -> int:
-    # bool is an int subclass; True must not become 1.
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _StrictTypeError(f"expected an integer, got {_json_type(value)}")
-    return value
+#: The words of stored data.
+JSON_WORDS: Final = TypeWords()
 
 
-def _strict_float(value: object, _: type) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise _StrictTypeError(f"expected a number, got {_json_type(value)}")
-    return float(value)
+def _strict_scalars(words: TypeWords) -> dict[type, StructureHook]:
+    """Structure hooks for the scalar types that never convert a value of another type."""
+    describe = words.describe
+
+    def strict_str(value: object, _: type) -> str:
+        if not isinstance(value, str):
+            raise StrictTypeError(f"expected a string, got {describe(value)}")
+        return value
+
+    def strict_int(value: object, _: type) -> int:
+        # bool is an int subclass; True must not become 1.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise StrictTypeError(f"expected an integer, got {describe(value)}")
+        return value
+
+    def strict_float(value: object, _: type) -> float:
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            raise StrictTypeError(f"expected a number, got {describe(value)}")
+        return float(value)
+
+    def strict_bool(value: object, _: type) -> bool:
+        if not isinstance(value, bool):
+            raise StrictTypeError(f"expected true or false, got {describe(value)}")
+        return value
+
+    def strict_bytes(value: object, _: type) -> bytes:
+        if not isinstance(value, bytes):
+            raise StrictTypeError(f"expected bytes, got {describe(value)}")
+        return value
+
+    return {str: strict_str, int: strict_int, float: strict_float, bool: strict_bool, bytes: strict_bytes}
 
 
-def _strict_bool(value: object, _: type) -> bool:
-    if not isinstance(value, bool):
-        raise _StrictTypeError(f"expected true or false, got {_json_type(value)}")
-    return value
+def _strict_enum(words: TypeWords) -> StructureHook:
+    def hook(value: object, cls: Any) -> enum.Enum:
+        # Only the exact type of the members' values is accepted: an IntEnum
+        # must not take True for 1, a StrEnum must not take 1 for "1".
+        members = list(cls)
+        if type(value) not in {type(member.value) for member in members}:
+            raise StrictTypeError(
+                f"expected one of {[m.value for m in members]}, got {words.describe(value)}"
+            )
+        result: enum.Enum = cls(value)
+        return result
 
-
-def _strict_bytes(value: object, _: type) -> bytes:
-    if not isinstance(value, bytes):
-        raise _StrictTypeError(f"expected bytes, got {_json_type(value)}")
-    return value
-
-
-_STRICT_SCALARS: dict[type, StructureHook] = {
-    str: _strict_str,
-    int: _strict_int,
-    float: _strict_float,
-    bool: _strict_bool,
-    bytes: _strict_bytes,
-}
-
-
-def _strict_enum(value: object, cls: Any) -> enum.Enum:
-    # Only the exact JSON type of the members' values is accepted: an IntEnum
-    # must not take True for 1, a StrEnum must not take 1 for "1".
-    members = list(cls)
-    if type(value) not in {type(member.value) for member in members}:
-        raise _StrictTypeError(f"expected one of {[m.value for m in members]}, got {_json_type(value)}")
-    result: enum.Enum = cls(value)
-    return result
+    return hook
 
 
 def _is_collection(type_: Any) -> bool:
     return bool(is_sequence(type_) or is_any_set(type_) or is_mapping(type_))
 
 
-def _strict_collection_factory(type_: Any, conv: cattrs.Converter) -> StructureHook:
-    """Check the JSON container type first, then structure items with ``conv``'s own rules.
+def _strict_collection_factory(
+    words: TypeWords,
+) -> Callable[[Any, cattrs.Converter], StructureHook]:
+    """Check the container type first, then structure items with the converter's own rules.
 
     cattrs would build a tuple from a string (``"abc"`` -> ``("a", "b", "c")``)
     or a dict from any iterable of pairs; stored data never means that.
     """
-    inner: StructureHook
-    wanted: tuple[type, ...] = (list, tuple)
-    if is_mapping(type_):
-        # Not conv.gen_structure_mapping: it registers its result as the
-        # type's direct hook, which would replace this checking hook later.
-        origin = get_origin(type_) or type_
-        target = origin if isinstance(origin, type) and issubclass(origin, dict) else dict
-        inner = mapping_structure_factory(type_, conv, target, detailed_validation=conv.detailed_validation)
-        wanted = (dict,)
-    elif get_origin(type_) is tuple:
-        args = get_args(type_)
-        if len(args) == 2 and args[1] is Ellipsis:
-            inner = homogenous_tuple_structure_factory(type_, conv)
+
+    def factory(type_: Any, conv: cattrs.Converter) -> StructureHook:
+        inner: StructureHook
+        wanted: tuple[type, ...] = (list, tuple)
+        expected = words.array
+        if is_mapping(type_):
+            # Not conv.gen_structure_mapping: it registers its result as the
+            # type's direct hook, which would replace this checking hook later.
+            origin = get_origin(type_) or type_
+            target = origin if isinstance(origin, type) and issubclass(origin, dict) else dict
+            inner = mapping_structure_factory(
+                type_, conv, target, detailed_validation=conv.detailed_validation
+            )
+            wanted, expected = (dict,), words.mapping
+        elif get_origin(type_) is tuple:
+            args = get_args(type_)
+            if len(args) == 2 and args[1] is Ellipsis:
+                inner = homogenous_tuple_structure_factory(type_, conv)
+            else:
+                inner = conv.gen_structure_hetero_tuple(type_)
+        elif is_any_set(type_):
+            # Sets are stored as (sorted) lists; the collection type is rebuilt here.
+            inner = conv._structure_frozenset if is_frozenset(type_) else conv._structure_set
+        elif get_origin(type_) in (list, None):
+            inner = list_structure_factory(type_, conv)
         else:
-            inner = conv.gen_structure_hetero_tuple(type_)
-    elif is_any_set(type_):
-        # Sets are stored as (sorted) lists; the collection type is rebuilt here.
-        inner = conv._structure_frozenset if is_frozenset(type_) else conv._structure_set
-    elif get_origin(type_) in (list, None):
-        inner = list_structure_factory(type_, conv)
-    else:
-        # Abstract sequences (Sequence[T]) structure to tuples, as cattrs does.
-        inner = homogenous_tuple_structure_factory(type_, conv)
+            # Abstract sequences (Sequence[T]) structure to tuples, as cattrs does.
+            inner = homogenous_tuple_structure_factory(type_, conv)
 
-    def hook(value: Any, target: Any) -> Any:
-        if not isinstance(value, wanted):
-            expected = "an object" if wanted == (dict,) else "an array"
-            raise _StrictTypeError(f"expected {expected}, got {_json_type(value)}")
-        return build(value, target)
+        def hook(value: Any, target: Any) -> Any:
+            if not isinstance(value, wanted):
+                raise StrictTypeError(f"expected {expected}, got {words.describe(value)}")
+            return build(value, target)
 
-    # Declared once as the plain hook type: mypy would otherwise keep the
-    # narrower type of whichever branch assigned ``inner``.
-    build: StructureHook = inner
-    return hook
+        # Declared once as the plain hook type: mypy would otherwise keep the
+        # narrower type of whichever branch assigned ``inner``.
+        build: StructureHook = inner
+        return hook
+
+    return factory
 
 
 # -- registry of adapter rules ------------------------------------------------------------------
@@ -243,14 +273,15 @@ def _install_rule(conv: cattrs.Converter, cls: type, rule: StructureRule) -> Non
     conv.register_structure_hook_factory(predicate, factory)
 
 
-def make_converter(*, strict: bool) -> cattrs.Converter:
+def make_converter(*, strict: bool, words: TypeWords = JSON_WORDS) -> cattrs.Converter:
     """A new converter for Agentium records, with every rule registered so far.
 
     Both kinds refuse unknown keys, unstructure enums to their values and sets
-    to sorted lists. ``strict=True`` never coerces a JSON value into another
-    type (see the module docstring); ``strict=False`` keeps cattrs' coercions
-    and is the base the config loader adds its own rules to. The converter is
-    the caller's: change it freely, it is not shared.
+    to sorted lists. ``strict=True`` never coerces a value into another type
+    (see the module docstring); its messages name types with ``words`` (JSON's
+    by default; the config loader passes TOML's). ``strict=False`` keeps
+    cattrs' coercions. The converter is the caller's: change it freely, it is
+    not shared.
     """
     conv = cattrs.Converter(
         forbid_extra_keys=True, unstruct_collection_overrides={AbstractSet: _canonical_list}
@@ -262,13 +293,14 @@ def make_converter(*, strict: bool) -> cattrs.Converter:
     for enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
         conv.register_unstructure_hook(enum_base, lambda member: member.value)
     if strict:
-        for scalar, hook in _STRICT_SCALARS.items():
+        for scalar, hook in _strict_scalars(words).items():
             conv.register_structure_hook(scalar, hook)
         # Class hooks dispatch along the MRO, where a StrEnum finds ``str``
         # before ``Enum``: the enum bases are named so enums get the enum rule.
+        enum_hook = _strict_enum(words)
         for enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
-            conv.register_structure_hook(enum_base, _strict_enum)
-        conv.register_structure_hook_factory(_is_collection, _strict_collection_factory)
+            conv.register_structure_hook(enum_base, enum_hook)
+        conv.register_structure_hook_factory(_is_collection, _strict_collection_factory(words))
     with _RULES_LOCK:
         rules = list(_RULES.items())
     for cls, rule in rules:
@@ -296,7 +328,7 @@ def unstructure(obj: Any) -> Any:
 
 
 def _format_issue(exc: BaseException, type_: Any) -> str:
-    if isinstance(exc, _StrictTypeError):
+    if isinstance(exc, StrictTypeError):
         return str(exc)
     return cattrs.v.format_exception(exc, type_)
 

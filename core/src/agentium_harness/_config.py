@@ -25,7 +25,7 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import date, datetime, time
 from pathlib import Path
 from types import MappingProxyType
@@ -33,12 +33,6 @@ from typing import Any, TypeVar, get_args, get_origin
 
 import attrs
 import cattrs
-from cattrs.cols import (
-    homogenous_tuple_structure_factory,
-    is_any_set,
-    is_sequence,
-    list_structure_factory,
-)
 from cattrs.errors import (
     AttributeValidationNote,
     ClassValidationError,
@@ -46,7 +40,7 @@ from cattrs.errors import (
     IterableValidationError,
 )
 
-from ._codec import make_converter
+from ._codec import StrictTypeError, TypeWords, make_converter
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
@@ -331,10 +325,6 @@ def substitute_env(
 # ------------------------------------------------------ strict structuring
 
 
-class _ConfigTypeError(TypeError):
-    """A TOML value of the wrong type; the message is shown as is."""
-
-
 _TOML_TYPES: dict[type, str] = {
     str: "string",
     bool: "boolean",
@@ -368,36 +358,12 @@ def _expected(type_: object) -> str:
     return str(type_).replace("typing.", "")
 
 
-def _strict_str(value: object, _: type) -> str:
-    if not isinstance(value, str):
-        raise _ConfigTypeError(f"expected a string, got {_toml_type(value)}")
-    return value
-
-
-def _strict_int(value: object, _: type) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _ConfigTypeError(f"expected an integer, got {_toml_type(value)}")
-    return value
-
-
-def _strict_float(value: object, _: type) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        raise _ConfigTypeError(f"expected a number, got {_toml_type(value)}")
-    return float(value)
-
-
-def _strict_bool(value: object, _: type) -> bool:
-    if not isinstance(value, bool):
-        raise _ConfigTypeError(f"expected a boolean (true or false), got {_toml_type(value)}")
-    return value
-
-
-def _is_collection(type_: Any) -> bool:
-    return bool(is_sequence(type_) or is_any_set(type_))
+#: TOML's words for types, for the strict rules' messages ("expected a table, got string").
+_TOML_WORDS = TypeWords(describe=_toml_type, mapping="a table", array="an array")
 
 
 def _config_converter() -> cattrs.Converter:
-    """A lenient core converter made strict about scalars and arrays, with messages for people.
+    """The strict stored-data rules with TOML's words, plus the ``[runtime]`` table.
 
     A config file is written by a person, so ``max_groups = "8"`` or
     ``max_groups = true`` must be an error, not a silent conversion; the
@@ -405,31 +371,7 @@ def _config_converter() -> cattrs.Converter:
     converter per call picks up every structure rule adapters registered
     with :func:`agentium_harness._codec.register_structure_hook` up to now.
     """
-    base = make_converter(strict=False)
-    base.register_structure_hook(str, _strict_str)
-    base.register_structure_hook(int, _strict_int)
-    base.register_structure_hook(float, _strict_float)
-    base.register_structure_hook(bool, _strict_bool)
-    strict = base.copy()
-
-    def collection_factory(type_: Any) -> Callable[[Any, Any], Any]:
-        if is_sequence(type_) and get_origin(type_) is tuple:
-            inner = homogenous_tuple_structure_factory(type_, strict)
-        elif is_sequence(type_):
-            inner = list_structure_factory(type_, strict)
-        else:
-            # Sets are rare in config; the base converter still applies the
-            # strict scalar rules to their items.
-            inner = base.get_structure_hook(type_)
-
-        def hook(value: Any, target: Any) -> Any:
-            if not isinstance(value, list | tuple):
-                raise _ConfigTypeError(f"expected an array, got {_toml_type(value)}")
-            return inner(value, target)
-
-        return hook
-
-    strict.register_structure_hook_factory(_is_collection, collection_factory)
+    strict = make_converter(strict=True, words=_TOML_WORDS)
 
     def runtime_hook(value: Any, _: type) -> RuntimeConfig:
         table: Any = strict.structure(value, _RuntimeTable)
@@ -476,7 +418,7 @@ def _wants_table(type_: object) -> bool:
 
 
 def _describe_leaf(exc: BaseException, type_: object, path: str, value: Any) -> str:
-    if isinstance(exc, _ConfigTypeError):
+    if isinstance(exc, StrictTypeError):
         return str(exc)
     if isinstance(exc, KeyError) and value is _MISSING:
         if isinstance(type_, type) and attrs.has(type_):
