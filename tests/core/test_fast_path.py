@@ -192,3 +192,28 @@ async def test_a_conflicting_archive_in_the_joint_commit_marks_the_session_diver
         assert result.eviction is EvictionStatus.DIVERGED and result.has("archive_diverged")
         view = await rt.inspect_session(ALICE, "s1")
         assert view.state.value == "diverged" and view.resident_seqs == (0, 1)
+
+
+async def test_the_decoded_snapshot_cache_is_bounded_in_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentium_harness.adapters import sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_RECENT_BYTES", 4000)
+    store = SQLiteSessionStore(SQLiteConfig(path=str(tmp_path / "c.db")))
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=SQLiteArchive(SQLiteConfig(path=str(tmp_path / "c.db"))),
+        session_store=store,
+    )
+    async with rt:
+        for i in range(12):
+            await rt.run(ALICE, f"s{i}", "x" * 300)
+    assert 0 < store._recent_bytes <= 4000
+    assert store._recent_bytes == sum(len(data) for _, data, _ in store._recent.values())
+    assert len(store._recent) < 12
+    # A session that fell out of the cache still loads (decoded from its row).
+    loaded = await SQLiteSessionStore(SQLiteConfig(path=str(tmp_path / "c.db"))).load(
+        SessionKey("tenant-a", "alice", "s0"), OpContext()
+    )
+    assert loaded is not None and loaded.revision == 1

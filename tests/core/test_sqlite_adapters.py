@@ -28,13 +28,13 @@ from agentium_harness._errors import (
 from agentium_harness._plugins.registry import PluginRegistry
 from agentium_harness._ports import OpContext
 from agentium_harness._scope import SessionKey
+from agentium_harness.adapters._sqlite_sql import immediate_transaction
 from agentium_harness.adapters.sqlite import (
     SCHEMA_VERSION,
     SQLiteArchive,
     SQLiteConfig,
     SQLiteSessionStore,
     SQLiteStorageError,
-    _immediate_transaction,
 )
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 
@@ -481,7 +481,7 @@ async def test_a_failed_commit_leaves_the_connection_usable(db: Path, archive: S
     def violate_at_commit(conn: sqlite3.Connection) -> None:
         # A deferred foreign key is checked at COMMIT, which then fails with the
         # transaction still open.
-        with _immediate_transaction(conn):
+        with immediate_transaction(conn):
             conn.execute("INSERT INTO child (parent_id) VALUES (42)")
 
     with pytest.raises(ArchiveError, match="FOREIGN KEY"):

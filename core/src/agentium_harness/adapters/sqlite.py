@@ -45,11 +45,9 @@ import attrs
 from .._codec import digest_bytes, from_json
 from .._errors import (
     AgentiumError,
-    ArchiveConflictError,
     ArchiveCorruptError,
     ArchiveError,
     RecordDecodeError,
-    SessionConflictError,
     SessionStoreError,
     SnapshotCorruptError,
 )
@@ -66,6 +64,13 @@ from .._ports.sessions import (
     verify_snapshot,
 )
 from .._scope import SessionKey
+from ._sqlite_sql import (
+    SCHEMA,
+    archive_rows,
+    compare_and_set,
+    immediate_transaction,
+    insert_archive_rows,
+)
 from .threaded import ThreadBoundAdapter, host_task_cancelled
 
 __all__ = [
@@ -92,38 +97,10 @@ SYNCHRONOUS_MODES: Final = frozenset({"NORMAL", "FULL", "EXTRA"})
 # the short statements these adapters issue.
 _PROGRESS_STEPS: Final = 1000
 
-#: Sessions whose last snapshot a store keeps decoded (see ``SQLiteSessionStore.load``).
-_RECENT_SNAPSHOTS: Final = 256
-
-_SCHEMA: Final = (
-    """
-    CREATE TABLE IF NOT EXISTS meta (
-        key TEXT PRIMARY KEY NOT NULL,
-        value TEXT NOT NULL
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS archive_groups (
-        tenant_id TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        seq INTEGER NOT NULL CHECK (seq >= 0),
-        digest TEXT NOT NULL,
-        data BLOB NOT NULL,
-        PRIMARY KEY (tenant_id, user_id, session_id, seq)
-    ) WITHOUT ROWID
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS session_snapshots (
-        tenant_id TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        revision INTEGER NOT NULL CHECK (revision >= 1),
-        data BLOB NOT NULL,
-        PRIMARY KEY (tenant_id, user_id, session_id)
-    ) WITHOUT ROWID
-    """,
-)
+#: Bytes of snapshot rows a store keeps decoded, most recently used sessions
+#: first (see ``SQLiteSessionStore.load``); the decoded records cost about as
+#: much again. Bounded in bytes, not sessions, because a snapshot may be large.
+_RECENT_BYTES: Final = 8 * 1024 * 1024
 
 
 class SQLiteStorageError(SessionStoreError):
@@ -182,98 +159,6 @@ class SQLiteConfig:
     path: str = attrs.field(default="agentium.db", validator=_path_validator, metadata={PATH_OPTION: True})
     busy_timeout_ms: int = attrs.field(default=5000, validator=_busy_timeout_validator)
     synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
-
-
-@contextmanager
-def _immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """Run the block in a ``BEGIN IMMEDIATE`` transaction; roll back on any exception.
-
-    ``IMMEDIATE`` takes the write lock up front, so a read-then-write
-    (compare-and-set, conflict check) cannot be overtaken by another writer
-    between its read and its write.
-    """
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        # An interrupted statement may already have rolled the transaction back.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    # Stop honouring cancellation before COMMIT: once the work is done it is
-    # committed whole, never left to an interrupt halfway through.
-    conn.set_progress_handler(None, 0)
-    try:
-        conn.execute("COMMIT")
-    except BaseException:
-        # A failed COMMIT (disk full, I/O error) can leave the transaction open;
-        # close it so the connection is usable for the next call.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-
-
-def _archive_rows(groups: Sequence[MessageGroup]) -> list[tuple[int, bytes, str]]:
-    """``(seq, canonical bytes, digest)`` per group, from the groups' cached encodings."""
-    return [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
-
-
-def _insert_archive_rows(
-    conn: sqlite3.Connection, key: SessionKey, rows: Sequence[tuple[int, bytes, str]], prefix: str
-) -> list[ArchiveReceipt]:
-    """Append rows inside the caller's transaction; identical rows are no-ops, different ones conflict."""
-    receipts: list[ArchiveReceipt] = []
-    for seq, data, digest in rows:
-        found = conn.execute(
-            "SELECT digest FROM archive_groups "
-            "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq = ?",
-            (key.tenant, key.user, key.session, seq),
-        ).fetchone()
-        if found is None:
-            conn.execute(
-                "INSERT INTO archive_groups (tenant_id, user_id, session_id, seq, digest, data) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (key.tenant, key.user, key.session, seq, digest, data),
-            )
-        elif found[0] != digest:
-            # Raising inside the transaction rolls back every earlier group of
-            # this batch as well (and, in a joint commit, the snapshot).
-            raise ArchiveConflictError(
-                f"group {seq} of session {key.key()} is archived with digest {found[0]}; "
-                f"refusing different content {digest}. Archived groups are never overwritten."
-            )
-        receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
-    return receipts
-
-
-def _compare_and_set(
-    conn: sqlite3.Connection, key: SessionKey, data: bytes, expected_revision: int | None
-) -> int:
-    """Write a snapshot inside the caller's transaction if its revision is ``expected_revision``."""
-    row = conn.execute(
-        "SELECT revision FROM session_snapshots WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
-        (key.tenant, key.user, key.session),
-    ).fetchone()
-    current = None if row is None else row[0]
-    if current != expected_revision:
-        raise SessionConflictError(
-            f"session {key.key()} is at revision {current}, expected {expected_revision}; "
-            "another writer committed first. Reload and retry."
-        )
-    if current is None:
-        conn.execute(
-            "INSERT INTO session_snapshots (tenant_id, user_id, session_id, revision, data) "
-            "VALUES (?, ?, ?, 1, ?)",
-            (key.tenant, key.user, key.session, data),
-        )
-        return 1
-    new_revision = int(current) + 1
-    conn.execute(
-        "UPDATE session_snapshots SET revision = ?, data = ? "
-        "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND revision = ?",
-        (new_revision, data, key.tenant, key.user, key.session, current),
-    )
-    return new_revision
 
 
 class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
@@ -378,8 +263,8 @@ class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
             delay = min(delay * 2, 0.05)
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        with _immediate_transaction(conn):
-            for statement in _SCHEMA:
+        with immediate_transaction(conn):
+            for statement in SCHEMA:
                 conn.execute(statement)
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None:
@@ -431,12 +316,12 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append ``groups`` in one transaction; identical re-appends are no-ops, differing ones conflict."""
-        rows = _archive_rows(groups)
+        rows = archive_rows(groups)
         prefix = f"{self._location_prefix()}#{key.key()}"
 
         def work(conn: sqlite3.Connection) -> list[ArchiveReceipt]:
-            with _immediate_transaction(conn):
-                return _insert_archive_rows(conn, key, rows, prefix)
+            with immediate_transaction(conn):
+                return insert_archive_rows(conn, key, rows, prefix)
 
         return await self.run(ctx, "archive append", work)
 
@@ -506,6 +391,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         # stand for: a load that finds the same revision and the same bytes
         # skips decoding. Bounded, least recently used first out.
         self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot]] = OrderedDict()
+        self._recent_bytes = 0
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``."""
@@ -546,10 +432,16 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 
     def _remember(self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot) -> None:
+        previous = self._recent.pop(key, None)
+        if previous is not None:
+            self._recent_bytes -= len(previous[1])
+        if len(data) > _RECENT_BYTES:
+            return
         self._recent[key] = (revision, data, snapshot)
-        self._recent.move_to_end(key)
-        while len(self._recent) > _RECENT_SNAPSHOTS:
-            self._recent.popitem(last=False)
+        self._recent_bytes += len(data)
+        while self._recent_bytes > _RECENT_BYTES:
+            _, (_, dropped, _) = self._recent.popitem(last=False)
+            self._recent_bytes -= len(dropped)
 
     async def save(
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
@@ -565,8 +457,8 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         data = snapshot_bytes(snapshot)
 
         def work(conn: sqlite3.Connection) -> int:
-            with _immediate_transaction(conn):
-                return _compare_and_set(conn, key, data, expected_revision)
+            with immediate_transaction(conn):
+                return compare_and_set(conn, key, data, expected_revision)
 
         revision = await self.run(ctx, "session save", work)
         self._remember(key, revision, data, snapshot)
@@ -607,13 +499,13 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         assert isinstance(archive, SQLiteArchive)
         verify_snapshot(key, snapshot)
         data = snapshot_bytes(snapshot)
-        rows = _archive_rows(groups)
+        rows = archive_rows(groups)
         prefix = f"{archive._location_prefix()}#{key.key()}"
 
         def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt]]:
-            with _immediate_transaction(conn):
-                receipts = _insert_archive_rows(conn, key, rows, prefix)
-                return _compare_and_set(conn, key, data, expected_revision), receipts
+            with immediate_transaction(conn):
+                receipts = insert_archive_rows(conn, key, rows, prefix)
+                return compare_and_set(conn, key, data, expected_revision), receipts
 
         revision, receipts = await self.run(ctx, "session commit with archive", work)
         self._remember(key, revision, data, snapshot)
