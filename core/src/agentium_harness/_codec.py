@@ -273,13 +273,13 @@ def _install_rule(conv: cattrs.Converter, cls: type, rule: StructureRule) -> Non
     conv.register_structure_hook_factory(predicate, factory)
 
 
-def make_converter(*, strict: bool, words: TypeWords = JSON_WORDS) -> cattrs.Converter:
+def make_converter(*, strict: bool, words: TypeWords | None = None) -> cattrs.Converter:
     """A new converter for Agentium records, with every rule registered so far.
 
     Both kinds refuse unknown keys, unstructure enums to their values and sets
     to sorted lists. ``strict=True`` never coerces a value into another type
-    (see the module docstring); its messages name types with ``words`` (JSON's
-    by default; the config loader passes TOML's). ``strict=False`` keeps
+    (see the module docstring); its messages name types with ``words``
+    (:data:`JSON_WORDS` when ``None``; the config loader passes TOML's). ``strict=False`` keeps
     cattrs' coercions. The converter is the caller's: change it freely, it is
     not shared.
     """
@@ -293,6 +293,7 @@ def make_converter(*, strict: bool, words: TypeWords = JSON_WORDS) -> cattrs.Con
     for enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
         conv.register_unstructure_hook(enum_base, lambda member: member.value)
     if strict:
+        words = JSON_WORDS if words is None else words
         for scalar, hook in _strict_scalars(words).items():
             conv.register_structure_hook(scalar, hook)
         # Class hooks dispatch along the MRO, where a StrEnum finds ``str``

@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import difflib
 import enum
-import json
 import os
-import re
-import tomllib
 from collections.abc import Mapping
 from datetime import date, datetime, time
 from pathlib import Path
@@ -41,6 +38,14 @@ from cattrs.errors import (
 )
 
 from ._codec import StrictTypeError, TypeWords, make_converter
+from ._config_source import (
+    MAX_CONFIG_BYTES,
+    MAX_NESTING,
+    join_path,
+    parse_toml,
+    read_source,
+    substitute_env,
+)
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
@@ -77,18 +82,6 @@ SECTION_KINDS: Mapping[str, str] = MappingProxyType({k.section: k.name for k in 
 
 #: Sections that must be present (the kinds every runtime needs).
 REQUIRED_SECTIONS: tuple[str, ...] = tuple(k.section for k in PORT_KIND_TABLE if k.required)
-
-#: Largest config file read, in bytes. A config is a few kilobytes; the cap
-#: keeps ``agentium check /dev/zero`` or a mistyped path to a huge file from
-#: reading without end.
-MAX_CONFIG_BYTES = 1024 * 1024
-
-#: Deepest nesting of tables and arrays accepted. The schema needs four
-#: levels (``[recall.budget]``, option tables of tables); the cap stops a
-#: small file nested hundreds of levels deep before the recursive TOML parser
-#: and the checks run out of stack.
-MAX_NESTING = 32
-
 
 # --------------------------------------------------------------------- schema
 
@@ -242,86 +235,6 @@ class ResolvedConfig:
         return found
 
 
-# ------------------------------------------------------------ env substitution
-
-_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
-
-
-def _join(path: str, key: object) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    text = str(key)
-    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", text):
-        return f"{path}.{text}"
-    return f"{path}[{json.dumps(text, ensure_ascii=False)}]"
-
-
-def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> str:
-    if "$" not in text:
-        return text
-    failed = False
-
-    def replace(match: re.Match[str]) -> str:
-        nonlocal failed
-        whole = match.group(0)
-        if whole == "$${":
-            return "${"
-        name, default = match.group(1), match.group(2)
-        if name is None:
-            failed = True
-            issues.append(
-                ConfigIssue(
-                    path,
-                    "invalid ${...} reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${",
-                )
-            )
-            return whole
-        value = env.get(name)
-        if value is None or (value == "" and default is not None):
-            if default is not None:
-                return default
-            failed = True
-            issues.append(
-                ConfigIssue(
-                    path,
-                    f"environment variable {name} is not set (write ${{{name}:-default}} to give a default)",
-                )
-            )
-            return whole
-        return value
-
-    result = _REFERENCE.sub(replace, text)
-    # On failure keep the original text, so later checks see what was written
-    # rather than half-substituted text.
-    return text if failed else result
-
-
-def substitute_env(
-    data: Any, environ: Mapping[str, str] | None = None, *, path: str = "$"
-) -> tuple[Any, list[ConfigIssue]]:
-    """Substitute ``${VAR}`` references in every string value of parsed TOML data.
-
-    Only string values change, and only into strings: a variable's value never
-    becomes a key, a table or a number, whatever characters it holds. Keys are
-    left alone. ``${VAR:-default}`` uses ``default`` when ``VAR`` is unset or
-    empty; ``$${`` stands for a literal ``${``. Returns the new data and one
-    issue per unset variable or malformed reference.
-    """
-    env = os.environ if environ is None else environ
-    issues: list[ConfigIssue] = []
-
-    def walk(value: Any, where: str) -> Any:
-        if isinstance(value, str):
-            return _substitute_text(value, env, where, issues)
-        if isinstance(value, dict):
-            return {k: walk(v, _join(where, k)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [walk(v, _join(where, i)) for i, v in enumerate(value)]
-        return value
-
-    return walk(data, path), issues
-
-
 # ------------------------------------------------------ strict structuring
 
 
@@ -450,7 +363,7 @@ def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> li
         with_notes, without = exc.group_exceptions()
         for sub, note in with_notes:
             key: object = note.name if isinstance(note, AttributeValidationNote) else note.index
-            issues.extend(_issues_from(sub, _join(path, key), note.type, _child(value, key)))
+            issues.extend(_issues_from(sub, join_path(path, key), note.type, _child(value, key)))
         owner = getattr(exc, "cl", None)
         for sub in without:
             if isinstance(sub, ForbiddenExtraKeysError):
@@ -459,14 +372,14 @@ def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> li
                 for key in sorted(sub.extra_fields):
                     close = difflib.get_close_matches(key, allowed, n=1)
                     guess = f"; did you mean {close[0]!r}?" if close else ""
-                    issues.append(ConfigIssue(_join(path, key), f"unknown key{guess}{hint}"))
+                    issues.append(ConfigIssue(join_path(path, key), f"unknown key{guess}{hint}"))
             elif _wants_table(owner) and value is not _MISSING and not isinstance(value, dict):
                 issues.append(ConfigIssue(path, f"expected a table, got {_toml_type(value)}"))
             else:
                 # The class itself refused the values (an attrs validator):
                 # point at the field when the message names it.
                 field = _field_named_in(sub, owner if isinstance(owner, type) else None)
-                where = _join(path, field) if field else path
+                where = join_path(path, field) if field else path
                 issues.append(ConfigIssue(where, str(sub) or type(sub).__name__))
         return issues
     return [ConfigIssue(path, _describe_leaf(exc, type_, path, value))]
@@ -481,143 +394,18 @@ def _structure(
         return None, _issues_from(exc, path, cls, data)
     except Exception as exc:  # a config class's own __init__ or hook failed outside cattrs' net
         field = _field_named_in(exc, cls)
-        where = _join(path, field) if field else path
+        where = join_path(path, field) if field else path
         return None, [ConfigIssue(where, _describe_leaf(exc, cls, path, data))]
 
 
 # ------------------------------------------------------------------ phase (a)
 
 
-def _too_large(source: str | None) -> ConfigError:
-    return ConfigError(
-        [
-            ConfigIssue(
-                "$", f"config file larger than {MAX_CONFIG_BYTES} bytes ({MAX_CONFIG_BYTES // 1024} KiB)"
-            )
-        ],
-        source,
-    )
-
-
-def _read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path | None]:
-    """Return (text, shown source name, base directory).
-
-    At most :data:`MAX_CONFIG_BYTES` + 1 bytes are read, so a device such as
-    ``/dev/zero`` or a huge file is refused after one bounded read.
-    """
-    if isinstance(source, str):
-        if len(source) > MAX_CONFIG_BYTES:  # characters: a cheap bound before encoding
-            raise _too_large(None)
-        return source, None, None
-    path = Path(source)
-    shown = str(path)
-    try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-        base_dir = path.resolve().parent
-    except OSError as exc:
-        raise ConfigError(
-            [ConfigIssue("$", f"cannot read config file: {exc.strerror or exc}")], shown
-        ) from exc
-    if len(data) > MAX_CONFIG_BYTES:
-        raise _too_large(shown)
-    try:
-        return data.decode("utf-8"), shown, base_dir
-    except UnicodeDecodeError as exc:
-        raise ConfigError([ConfigIssue("$", f"config file is not UTF-8: {exc}")], shown) from exc
-
-
-def _bracket_depth(text: str) -> tuple[int, int]:
-    """The deepest ``[``/``{`` nesting in TOML text outside strings and comments, and its line.
-
-    A small scanner, not a parser: it only has to find runaway nesting before
-    :mod:`tomllib`, which recurses once per level, can hit Python's recursion
-    limit. Table headers count one or two levels, which the cap allows.
-    """
-    depth = deepest = 0
-    deepest_line = line = 1
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\n":
-            line += 1
-        elif ch == "#":
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            continue
-        elif ch in "\"'":
-            triple = text.startswith(ch * 3, i)
-            quote = ch * 3 if triple else ch
-            j = i + len(quote)
-            while j < n:
-                if ch == '"' and text[j] == "\\":
-                    j += 2  # basic strings have escapes; literal strings do not
-                    continue
-                if text.startswith(quote, j):
-                    break
-                if text[j] == "\n":
-                    if not triple:
-                        break  # an unterminated one-line string: tomllib reports it
-                    line += 1
-                j += 1
-            i = j + len(quote)
-            continue
-        elif ch in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest, deepest_line = depth, line
-        elif ch in "]}":
-            depth = max(depth - 1, 0)
-        i += 1
-    return deepest, deepest_line
-
-
-def _data_depth(data: Any) -> tuple[int, str]:
-    """The deepest nesting of parsed data (tables and arrays) and the path where it is, without recursion."""
-    deepest, where = 0, "$"
-    stack: list[tuple[Any, int, str]] = [(data, 0, "$")]
-    while stack:
-        value, depth, path = stack.pop()
-        if depth > deepest:
-            deepest, where = depth, path
-        if depth > MAX_NESTING:
-            break  # deep enough to refuse; no need to walk the rest
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1, _join(path, k)) for k, v in value.items())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1, _join(path, i)) for i, v in enumerate(value))
-    return deepest, where
-
-
-def _parse_toml(text: str, source: str | None) -> dict[str, Any]:
-    depth, line = _bracket_depth(text)
-    if depth > MAX_NESTING:
-        raise ConfigError(
-            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (line {line})")],
-            source,
-        )
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        hint = ""
-        if source is None and "=" not in text and "\n" not in text.strip():
-            hint = " (parse_config takes TOML text; pass a pathlib.Path or use load_config to read a file)"
-        raise ConfigError([ConfigIssue("$", f"invalid TOML: {exc}{hint}")], source) from exc
-    # Dotted keys (a.b.c... = 1) and table headers nest without brackets.
-    depth, where = _data_depth(data)
-    if depth > MAX_NESTING:
-        raise ConfigError(
-            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (at {where})")],
-            source,
-        )
-    return data
-
-
 def _phase_a(
     text: str, source: str | None, environ: Mapping[str, str] | None
 ) -> tuple[dict[str, Any], HarnessConfig | None, list[ConfigIssue], set[str]]:
     """Parse, substitute and structure; also return the paths of failed substitutions."""
-    raw = _parse_toml(text, source)
+    raw = parse_toml(text, source)
     data, issues = substitute_env(raw, environ)
     config, schema_issues = _structure(data, HarnessConfig, "$", _config_converter())
     unset = {issue.path for issue in issues}
@@ -643,7 +431,7 @@ def parse_config(
     :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
     :raises ConfigError: listing every issue, each with its ``$``-path.
     """
-    text, shown, _ = _read_source(source)
+    text, shown, _ = read_source(source)
     _, config, issues, _ = _phase_a(text, shown, environ)
     if issues or config is None:
         raise ConfigError(_ordered(issues), shown)
@@ -675,7 +463,7 @@ def _resolve_component(
             structured = resolve_path_options(structured, base_dir)
         except (ValueError, TypeError) as exc:  # the config class refused the resolved path
             field = _field_named_in(exc, found.spec.config_class)
-            return None, found, [ConfigIssue(_join(where, field) if field else where, str(exc))]
+            return None, found, [ConfigIssue(join_path(where, field) if field else where, str(exc))]
     component = ResolvedComponent(
         section=section,
         kind=kind,
@@ -811,7 +599,7 @@ def load_config(
     :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
     :raises ConfigError: listing every issue found.
     """
-    text, shown, base_dir = _read_source(Path(path))
+    text, shown, base_dir = read_source(Path(path))
     data, config, issues, unset = _phase_a(text, shown, environ)
     if registry is None:
         allow, block = operator_plugin_lists(environ)

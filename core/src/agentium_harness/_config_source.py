@@ -1,0 +1,244 @@
+"""Reading a config file: the bounded read, the nesting cap, TOML, and ``${VAR}`` substitution.
+
+The first half of phase (a) in :mod:`agentium_harness._config`: everything
+that happens to the text before it is structured against the schema. Each
+problem is a :class:`~agentium_harness._errors.ConfigIssue` with its path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ._errors import ConfigError, ConfigIssue
+
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_NESTING",
+    "join_path",
+    "parse_toml",
+    "read_source",
+    "substitute_env",
+]
+
+#: Largest config file read, in bytes. A config is a few kilobytes; the cap
+#: keeps ``agentium check /dev/zero`` or a mistyped path to a huge file from
+#: reading without end.
+MAX_CONFIG_BYTES = 1024 * 1024
+
+#: Deepest nesting of tables and arrays accepted. The schema needs four
+#: levels (``[recall.budget]``, option tables of tables); the cap stops a
+#: small file nested hundreds of levels deep before the recursive TOML parser
+#: and the checks run out of stack.
+MAX_NESTING = 32
+
+
+# ------------------------------------------------------------ env substitution
+
+_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+
+
+def join_path(path: str, key: object) -> str:
+    """The ``$``-path of ``key`` under ``path`` (``$.a.b``, ``$.a[0]``, ``$.a["x y"]``)."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    text = str(key)
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", text):
+        return f"{path}.{text}"
+    return f"{path}[{json.dumps(text, ensure_ascii=False)}]"
+
+
+def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> str:
+    if "$" not in text:
+        return text
+    failed = False
+
+    def replace(match: re.Match[str]) -> str:
+        nonlocal failed
+        whole = match.group(0)
+        if whole == "$${":
+            return "${"
+        name, default = match.group(1), match.group(2)
+        if name is None:
+            failed = True
+            issues.append(
+                ConfigIssue(
+                    path,
+                    "invalid ${...} reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${",
+                )
+            )
+            return whole
+        value = env.get(name)
+        if value is None or (value == "" and default is not None):
+            if default is not None:
+                return default
+            failed = True
+            issues.append(
+                ConfigIssue(
+                    path,
+                    f"environment variable {name} is not set (write ${{{name}:-default}} to give a default)",
+                )
+            )
+            return whole
+        return value
+
+    result = _REFERENCE.sub(replace, text)
+    # On failure keep the original text, so later checks see what was written
+    # rather than half-substituted text.
+    return text if failed else result
+
+
+def substitute_env(
+    data: Any, environ: Mapping[str, str] | None = None, *, path: str = "$"
+) -> tuple[Any, list[ConfigIssue]]:
+    """Substitute ``${VAR}`` references in every string value of parsed TOML data.
+
+    Only string values change, and only into strings: a variable's value never
+    becomes a key, a table or a number, whatever characters it holds. Keys are
+    left alone. ``${VAR:-default}`` uses ``default`` when ``VAR`` is unset or
+    empty; ``$${`` stands for a literal ``${``. Returns the new data and one
+    issue per unset variable or malformed reference.
+    """
+    env = os.environ if environ is None else environ
+    issues: list[ConfigIssue] = []
+
+    def walk(value: Any, where: str) -> Any:
+        if isinstance(value, str):
+            return _substitute_text(value, env, where, issues)
+        if isinstance(value, dict):
+            return {k: walk(v, join_path(where, k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, join_path(where, i)) for i, v in enumerate(value)]
+        return value
+
+    return walk(data, path), issues
+
+
+def _too_large(source: str | None) -> ConfigError:
+    return ConfigError(
+        [
+            ConfigIssue(
+                "$", f"config file larger than {MAX_CONFIG_BYTES} bytes ({MAX_CONFIG_BYTES // 1024} KiB)"
+            )
+        ],
+        source,
+    )
+
+
+def read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path | None]:
+    """Return (text, shown source name, base directory).
+
+    At most :data:`MAX_CONFIG_BYTES` + 1 bytes are read, so a device such as
+    ``/dev/zero`` or a huge file is refused after one bounded read.
+    """
+    if isinstance(source, str):
+        if len(source) > MAX_CONFIG_BYTES:  # characters: a cheap bound before encoding
+            raise _too_large(None)
+        return source, None, None
+    path = Path(source)
+    shown = str(path)
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+        base_dir = path.resolve().parent
+    except OSError as exc:
+        raise ConfigError(
+            [ConfigIssue("$", f"cannot read config file: {exc.strerror or exc}")], shown
+        ) from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise _too_large(shown)
+    try:
+        return data.decode("utf-8"), shown, base_dir
+    except UnicodeDecodeError as exc:
+        raise ConfigError([ConfigIssue("$", f"config file is not UTF-8: {exc}")], shown) from exc
+
+
+def _bracket_depth(text: str) -> tuple[int, int]:
+    """The deepest ``[``/``{`` nesting in TOML text outside strings and comments, and its line.
+
+    A small scanner, not a parser: it only has to find runaway nesting before
+    :mod:`tomllib`, which recurses once per level, can hit Python's recursion
+    limit. Table headers count one or two levels, which the cap allows.
+    """
+    depth = deepest = 0
+    deepest_line = line = 1
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+        elif ch == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif ch in "\"'":
+            triple = text.startswith(ch * 3, i)
+            quote = ch * 3 if triple else ch
+            j = i + len(quote)
+            while j < n:
+                if ch == '"' and text[j] == "\\":
+                    j += 2  # basic strings have escapes; literal strings do not
+                    continue
+                if text.startswith(quote, j):
+                    break
+                if text[j] == "\n":
+                    if not triple:
+                        break  # an unterminated one-line string: tomllib reports it
+                    line += 1
+                j += 1
+            i = j + len(quote)
+            continue
+        elif ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_line = depth, line
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        i += 1
+    return deepest, deepest_line
+
+
+def _data_depth(data: Any) -> tuple[int, str]:
+    """The deepest nesting of parsed data (tables and arrays) and the path where it is, without recursion."""
+    deepest, where = 0, "$"
+    stack: list[tuple[Any, int, str]] = [(data, 0, "$")]
+    while stack:
+        value, depth, path = stack.pop()
+        if depth > deepest:
+            deepest, where = depth, path
+        if depth > MAX_NESTING:
+            break  # deep enough to refuse; no need to walk the rest
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1, join_path(path, k)) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1, join_path(path, i)) for i, v in enumerate(value))
+    return deepest, where
+
+
+def parse_toml(text: str, source: str | None) -> dict[str, Any]:
+    depth, line = _bracket_depth(text)
+    if depth > MAX_NESTING:
+        raise ConfigError(
+            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (line {line})")],
+            source,
+        )
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        hint = ""
+        if source is None and "=" not in text and "\n" not in text.strip():
+            hint = " (parse_config takes TOML text; pass a pathlib.Path or use load_config to read a file)"
+        raise ConfigError([ConfigIssue("$", f"invalid TOML: {exc}{hint}")], source) from exc
+    # Dotted keys (a.b.c... = 1) and table headers nest without brackets.
+    depth, where = _data_depth(data)
+    if depth > MAX_NESTING:
+        raise ConfigError(
+            [ConfigIssue("$", f"tables and arrays nested more than {MAX_NESTING} levels deep (at {where})")],
+            source,
+        )
+    return data
