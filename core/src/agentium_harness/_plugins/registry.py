@@ -23,12 +23,10 @@ then explains what went wrong.
 from __future__ import annotations
 
 import difflib
-import enum
 import importlib
 import importlib.metadata
 import inspect
 import os
-import re
 import types
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -36,10 +34,26 @@ from typing import Any
 import attrs
 import pluggy
 
-from .._errors import PluginError, PluginLoadError, PluginNotFoundError, RegistrationError
-from .._ports import PORT_KINDS, Capabilities
+from .._errors import PluginError, PluginNotFoundError
+from .._ports import PORT_KINDS
 from . import hookspecs
 from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
+from .records import (
+    HookFailure,
+    LoadedPlugin,
+    PluginProblem,
+    PluginStatus,
+    ProblemStage,
+    RegisteredAdapter,
+    SkippedPlugin,
+)
+from .selection import (
+    ENV_ALLOW,
+    ENV_BLOCK,
+    normalize_distribution_name,
+    operator_plugin_lists,
+    parse_name_list,
+)
 from .spec import AdapterSpec
 from .validation import spec_problems
 
@@ -65,10 +79,6 @@ __all__ = [
 BUILTIN_DISTRIBUTION = "agentium-harness"
 #: The module holding the built-in hook implementations.
 BUILTIN_MODULE = "agentium_harness.adapters.builtin"
-#: Comma-separated allow-list of plugin distributions. Empty: load no external plugin. Unset: load all.
-ENV_ALLOW = "AGENTIUM_PLUGINS"
-#: Comma-separated block-list of plugin distributions.
-ENV_BLOCK = "AGENTIUM_DISABLE_PLUGINS"
 
 #: Adapters published as separate distributions, for the "pip install" hint
 #: when a config selects one that is not installed.
@@ -83,133 +93,9 @@ KNOWN_PLUGINS: Mapping[tuple[str, str], str] = {
 _LOAD_FAILURE_STAGES = frozenset({"import", "hook_validation", "register_hook"})
 
 
-def normalize_distribution_name(name: str) -> str:
-    """PEP 503 normalization: lowercase, runs of ``-``, ``_`` and ``.`` become one ``-``."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _parse_name_list(value: str) -> frozenset[str]:
-    return frozenset(normalize_distribution_name(p.strip()) for p in value.split(",") if p.strip())
-
-
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-class PluginStatus(enum.StrEnum):
-    """How a plugin distribution fared while loading."""
-
-    #: Everything it offered was registered.
-    OK = "ok"
-    #: It loaded, but some of its hooks or registrations were rejected (see ``problems``).
-    DEGRADED = "degraded"
-    #: Nothing of it is active: the module failed to import or pluggy refused it.
-    FAILED = "failed"
-
-
-class ProblemStage(enum.StrEnum):
-    """Where a :class:`PluginProblem` happened."""
-
-    #: Importing the entry point's module raised.
-    IMPORT = "import"
-    #: pluggy refused a hook implementation (bad signature, unknown or misspelt hook, wrapper).
-    HOOK_VALIDATION = "hook_validation"
-    #: A registration hook raised; its registrations from that call were discarded.
-    REGISTER_HOOK = "register_hook"
-    #: One adapter spec failed load-time validation.
-    REGISTRATION = "registration"
-    #: A second registration used a (kind, name) that was already taken.
-    CONFLICT = "conflict"
-    #: The allow list names a distribution that is not installed.
-    ALLOW_LIST = "allow_list"
-
-
-@attrs.frozen(slots=True)
-class PluginProblem:
-    """One thing that went wrong while loading plugins, with the culprit's distribution and version."""
-
-    distribution: str
-    version: str
-    stage: ProblemStage
-    error: str
-    kind: str | None = None
-    name: str | None = None
-    hook: str | None = None
-
-    def __str__(self) -> str:
-        where = f" {self.kind} {self.name!r}" if self.kind and self.name else ""
-        hook = f" in {self.hook}" if self.hook else ""
-        return f"{self.distribution} {self.version}{where} [{self.stage.value}{hook}]: {self.error}"
-
-    def to_error(self) -> PluginError:
-        """The typed error for this problem, for callers that want to raise it."""
-        if self.stage in (ProblemStage.REGISTRATION, ProblemStage.CONFLICT) and self.kind:
-            return RegistrationError(self.kind, self.name or "?", self.distribution, self.error)
-        return PluginLoadError(self.distribution, self.version, self.error)
-
-
-@attrs.frozen(slots=True)
-class SkippedPlugin:
-    """An installed plugin that was not imported, and why."""
-
-    distribution: str
-    version: str
-    entry_point: str
-    reason: str
-
-
-@attrs.frozen(slots=True)
-class HookFailure:
-    """A lifecycle hook implementation that raised during :meth:`PluginRegistry.broadcast`."""
-
-    distribution: str
-    hook: str
-    error: str
-
-
-@attrs.frozen(slots=True)
-class RegisteredAdapter:
-    """An accepted registration: the spec and the distribution that provided it."""
-
-    kind: str
-    name: str
-    distribution: str
-    version: str
-    spec: AdapterSpec
-
-    @property
-    def capabilities(self) -> Capabilities:
-        """The capability declaration (validated to exist at registration)."""
-        caps = self.spec.capabilities
-        if caps is None:  # pragma: no cover - validation guarantees it
-            raise RegistrationError(self.kind, self.name, self.distribution, "capabilities vanished")
-        return caps
-
-
-def _sorted_adapter_map(value: Mapping[str, Iterable[str]]) -> dict[str, tuple[str, ...]]:
-    return {kind: tuple(sorted(names)) for kind, names in sorted(value.items())}
-
-
-@attrs.frozen(slots=True)
-class LoadedPlugin:
-    """A plugin distribution the registry considered, with what it registered.
-
-    ``adapters`` maps kind to the adapter names it provides (sorted);
-    ``hooks`` lists the hook names it implements; ``modules`` the plugin modules.
-    """
-
-    distribution: str
-    version: str
-    status: PluginStatus
-    adapters: dict[str, tuple[str, ...]] = attrs.field(converter=_sorted_adapter_map)
-    hooks: tuple[str, ...] = ()
-    modules: tuple[str, ...] = ()
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """The adapter kinds it provides."""
-        return tuple(self.adapters)
 
 
 @attrs.define
@@ -286,11 +172,11 @@ class PluginRegistry:
         if allow is not None:
             allow_set, allow_source = frozenset(normalize_distribution_name(a) for a in allow), "allow list"
         elif ENV_ALLOW in env:
-            allow_set, allow_source = _parse_name_list(env[ENV_ALLOW]), ENV_ALLOW
+            allow_set, allow_source = parse_name_list(env[ENV_ALLOW]), ENV_ALLOW
         else:
             allow_set, allow_source = None, ""
         explicit_block = frozenset(normalize_distribution_name(b) for b in block)
-        env_block = _parse_name_list(env.get(ENV_BLOCK, ""))
+        env_block = parse_name_list(env.get(ENV_BLOCK, ""))
 
         seen: set[str] = set()
         entries = []
@@ -760,27 +646,6 @@ class PluginRegistry:
             except Exception as exc:  # isolated and reported, by contract
                 failures.append(HookFailure(distribution, hook, _describe(exc)))
         return failures
-
-
-def operator_plugin_lists(
-    environ: Mapping[str, str] | None = None,
-) -> tuple[frozenset[str] | None, frozenset[str]]:
-    """The allow-list and block-list that hold for a load: ``(allow, block)`` for :meth:`PluginRegistry.load`.
-
-    The operator's lists in the *process* environment (``AGENTIUM_PLUGINS``,
-    ``AGENTIUM_DISABLE_PLUGINS`` in :data:`os.environ`) always apply. Lists in
-    ``environ`` (a mapping a host passes for ``${VAR}`` substitution, say) can
-    only narrow them: the allow-lists are intersected, the block-lists joined.
-    ``allow`` is ``None`` when neither sets ``AGENTIUM_PLUGINS`` (load every
-    plugin not blocked).
-    """
-    sources: list[Mapping[str, str]] = [os.environ]
-    if environ is not None and environ is not os.environ:
-        sources.append(environ)
-    allows = [_parse_name_list(env[ENV_ALLOW]) for env in sources if ENV_ALLOW in env]
-    allow = frozenset.intersection(*allows) if allows else None
-    block = frozenset().union(*(_parse_name_list(env.get(ENV_BLOCK, "")) for env in sources))
-    return allow, block
 
 
 def _check_kind(kind: str) -> None:
