@@ -196,26 +196,10 @@ async def commit(
         and divergence == stored.snapshot.divergence
     ):
         return CommitOutcome(stored.revision, boundary, keep, (), eviction, tuple(diagnostics), saved=False)
-    memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
-    snapshot = seal_snapshot(
-        SessionSnapshot(
-            memory_scope=memory_scope,
-            boundary=new_boundary,
-            next_seq=next_seq,
-            resident=keep,
-            divergence=divergence,
-        )
-    )
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence)
     expected = None if stored is None else stored.revision
     revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
-    if (
-        not isinstance(revision, int)
-        or isinstance(revision, bool)
-        or (expected is not None and revision <= expected)
-    ):
-        raise ContractViolationError(
-            f"session store returned revision {revision!r} after saving on revision {expected}"
-        )
+    _check_revision(revision, expected)
     if receipts and hooks is not None:
         diagnostics.extend(await broadcast_archived(hooks, key, receipts))
     return CommitOutcome(revision, new_boundary, keep, receipts, eviction, tuple(diagnostics))
@@ -244,12 +228,7 @@ async def _joint_commit(
 ) -> CommitOutcome:
     """Archive the plan's groups and save the new snapshot in one transaction; check the answer."""
     new_boundary = plan.keep[0].seq if plan.keep else next_seq
-    memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
-    snapshot = seal_snapshot(
-        SessionSnapshot(
-            memory_scope=memory_scope, boundary=new_boundary, next_seq=next_seq, resident=plan.keep
-        )
-    )
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None)
     expected = None if stored is None else stored.revision
     revision, raw = await ticket.call(
         "session commit with archive",
@@ -260,6 +239,27 @@ async def _joint_commit(
     receipts = _checked_receipts(plan.evict, tuple(raw))
     _check_revision(revision, expected)
     return CommitOutcome(revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, ())
+
+
+def _sealed(
+    scope: Scope | None,
+    stored: StoredSnapshot | None,
+    boundary: int,
+    next_seq: int,
+    resident: tuple[MessageGroup, ...],
+    divergence: ArchiveDivergence | None,
+) -> SessionSnapshot:
+    """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept."""
+    memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
+    return seal_snapshot(
+        SessionSnapshot(
+            memory_scope=memory_scope,
+            boundary=boundary,
+            next_seq=next_seq,
+            resident=resident,
+            divergence=divergence,
+        )
+    )
 
 
 def _check_revision(revision: object, expected: int | None) -> None:

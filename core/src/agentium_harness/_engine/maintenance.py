@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from functools import partial
 
 import attrs
 
 from .._errors import ArchiveError, CapabilityError, ContractViolationError
 from .._history import MessageGroup
-from .._ports.archive import HistoryArchive
+from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._scope import Scope, SessionKey
 from .commit import commit
@@ -291,8 +292,7 @@ async def _read_from(
     seq = start
     while True:
         page: Sequence[MessageGroup] = await ticket.call(
-            "archive read",
-            lambda ctx, s=seq: archive.read_groups(key, s, _RECONCILE_PAGE, ctx),  # type: ignore[misc]
+            "archive read", partial(archive.read_groups, key, seq, _RECONCILE_PAGE)
         )
         if len(page) > _RECONCILE_PAGE:
             raise ContractViolationError(
@@ -304,11 +304,8 @@ async def _read_from(
                     f"archive read from seq {start} returned {getattr(group, 'seq', group)!r} where "
                     f"group {seq} belongs; reconcile needs a contiguous archive"
                 )
-            if group.retained is not None and group.retained.scope.session_key != key:
-                raise ArchiveError(
-                    f"archived group {group.seq} read under session {key.key()} is retained under "
-                    "another scope; refused"
-                )
+            # The archive should have checked this already; the engine does not trust it.
+            check_archived_group(key, group, expected_seq=seq)
             out.append(group)
             seq += 1
         if len(page) < _RECONCILE_PAGE:
