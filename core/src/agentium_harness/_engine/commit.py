@@ -63,7 +63,6 @@ class CommitOutcome:
     archived: tuple[ArchiveReceipt, ...]
     eviction: EvictionStatus
     diagnostics: tuple[Diagnostic, ...]
-    saved: bool = True
 
 
 def plan_diagnostics(plan: EvictionPlan) -> list[Diagnostic]:
@@ -195,7 +194,7 @@ async def commit(
         and not receipts
         and divergence == stored.snapshot.divergence
     ):
-        return CommitOutcome(stored.revision, boundary, keep, (), eviction, tuple(diagnostics), saved=False)
+        return CommitOutcome(stored.revision, boundary, keep, (), eviction, tuple(diagnostics))
     snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence)
     expected = None if stored is None else stored.revision
     revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
