@@ -39,6 +39,7 @@ from agentium_harness._ports.recall import (
     Completeness,
     Excerpt,
     OmittedContext,
+    SourceOwner,
     SourceRef,
     ValidationStatus,
 )
@@ -304,8 +305,9 @@ def test_enum_inside_a_record_is_plain() -> None:
 
 
 def test_sets_become_sorted_lists_and_round_trip() -> None:
-    a = Excerpt(SourceRef("s", "r1"), "text", omitted=[OmittedContext.SOURCE, OmittedContext.NEGATION])
-    b = Excerpt(SourceRef("s", "r1"), "text", omitted=[OmittedContext.NEGATION, OmittedContext.SOURCE])
+    ref, owner = SourceRef("s", "r1"), SourceOwner("t")
+    a = Excerpt(ref, owner, "text", omitted=[OmittedContext.SOURCE, OmittedContext.NEGATION])
+    b = Excerpt(ref, owner, "text", omitted=[OmittedContext.NEGATION, OmittedContext.SOURCE])
     plain = unstructure(a)
     assert plain["omitted"] == ["negation", "source"]
     assert canonical_json(a) == canonical_json(b)
@@ -348,7 +350,7 @@ def test_non_finite_floats_are_refused_with_a_typed_error(bad: float) -> None:
     with pytest.raises(EncodingError):
         canonical_json({"nested": [bad]})
     with pytest.raises(EncodingError):
-        canonical_json(Candidate(SourceRef("s", "r"), score=bad, size_bytes=1))
+        canonical_json(Candidate(SourceRef("s", "r"), SourceOwner("t"), score=bad, size_bytes=1))
     with pytest.raises(ValueError):  # still a ValueError for callers that caught that
         digest_of({"x": bad})
 

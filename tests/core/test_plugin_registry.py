@@ -398,7 +398,7 @@ def test_lifecycle_broadcast_isolates_a_raising_hook(install: Installer) -> None
     install("good", "raising")
     registry = PluginRegistry.load(environ=NO_ENV)
     good = sys.modules["agtest_good"]
-    failures = registry.broadcast("agentium_groups_archived", key=_key(), receipts=[])
+    failures = registry.broadcast("agentium_groups_archived", key=_key(), receipts=[], groups=[])
     assert failures == [
         HookFailure(
             "agentium-test-raising", "agentium_groups_archived", "RuntimeError: lifecycle hook exploded"

@@ -63,6 +63,8 @@ class CommitOutcome:
     archived: tuple[ArchiveReceipt, ...]
     eviction: EvictionStatus
     diagnostics: tuple[Diagnostic, ...]
+    #: The groups ``archived`` acknowledges, same order: what a recall index follows.
+    archived_groups: tuple[MessageGroup, ...] = ()
 
 
 def plan_diagnostics(plan: EvictionPlan) -> list[Diagnostic]:
@@ -160,8 +162,10 @@ async def commit(
             )
             return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
         else:
-            extra = await broadcast_archived(hooks, key, joined.archived) if hooks is not None else []
-            return attrs.evolve(joined, diagnostics=(*diagnostics, *extra))
+            extra = (
+                await broadcast_archived(hooks, key, joined.archived, plan.evict) if hooks is not None else []
+            )
+            return attrs.evolve(joined, diagnostics=(*diagnostics, *extra), archived_groups=plan.evict)
     elif plan.evict:
         try:
             receipts = await archive_groups(ticket, archive, key, plan.evict)
@@ -199,9 +203,12 @@ async def commit(
     expected = None if stored is None else stored.revision
     revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
     _check_revision(revision, expected)
+    archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
-        diagnostics.extend(await broadcast_archived(hooks, key, receipts))
-    return CommitOutcome(revision, new_boundary, keep, receipts, eviction, tuple(diagnostics))
+        diagnostics.extend(await broadcast_archived(hooks, key, receipts, archived_groups))
+    return CommitOutcome(
+        revision, new_boundary, keep, receipts, eviction, tuple(diagnostics), archived_groups
+    )
 
 
 def _joint(store: SessionStore, archive: HistoryArchive) -> bool:
@@ -312,10 +319,13 @@ def _checked_receipts(
 
 
 async def broadcast_archived(
-    hooks: HookBroadcaster, key: SessionKey, receipts: tuple[ArchiveReceipt, ...]
+    hooks: HookBroadcaster,
+    key: SessionKey,
+    receipts: tuple[ArchiveReceipt, ...],
+    groups: tuple[MessageGroup, ...],
 ) -> list[Diagnostic]:
     """Broadcast ``agentium_groups_archived`` off the event loop, bounded; report failures."""
-    return await broadcast(hooks, "agentium_groups_archived", key=key, receipts=receipts)
+    return await broadcast(hooks, "agentium_groups_archived", key=key, receipts=receipts, groups=groups)
 
 
 async def broadcast(hooks: HookBroadcaster, hook: str, **kwargs: Any) -> list[Diagnostic]:

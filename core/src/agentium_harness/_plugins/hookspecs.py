@@ -15,6 +15,7 @@ from typing import Any
 
 import pluggy
 
+from .._history import MessageGroup
 from .._ports import PORT_KIND_TABLE
 from .._ports.archive import ArchiveReceipt
 from .._ports.memory import MemoryEvent
@@ -93,15 +94,20 @@ def agentium_register_providers(register: Register) -> None:
 
 
 @hookspec
-def agentium_groups_archived(key: SessionKey, receipts: Sequence[ArchiveReceipt]) -> None:
+def agentium_groups_archived(
+    key: SessionKey, receipts: Sequence[ArchiveReceipt], groups: Sequence[MessageGroup]
+) -> None:
     """Called after the archive acknowledged groups and the session boundary committed.
 
-    A recall index can follow the archive from here. The call happens after
+    An external index can follow the archive from here (the runtime's own
+    recall store, when it declares ``archive_indexing``, is called directly
+    by the engine in the same step). The call happens after
     the commit, so raising cannot undo it; a raising implementation is
     isolated and reported in the run's diagnostics.
 
     :param key: the session whose groups were archived.
     :param receipts: one receipt per archived group, ascending ``seq``.
+    :param groups: the archived groups, in the same order as ``receipts``.
     """
 
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
 from .._history import MessageGroup
-from .._scope import Scope, SessionKey
+from .._scope import ABSENT_SEGMENT, Scope, SessionKey, encode_segment
+from .._validators import validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
+from .archive import ArchiveReceipt
 
 __all__ = [
     "Candidate",
@@ -30,9 +32,12 @@ __all__ = [
     "RecallLimits",
     "RecallSession",
     "RecallStore",
+    "SourceOwner",
     "SourceRef",
     "Validation",
     "ValidationStatus",
+    "document_source_id",
+    "group_source_id",
 ]
 
 
@@ -48,7 +53,11 @@ class RecallCapabilities(Capabilities):
     The first four are required for any recall store. ``canonical_archive_reads``
     (direct bounded seeks of complete canonical archive groups through
     :meth:`RecallStore.seek_groups`) is additionally required to use recall
-    together with task summaries.
+    together with task summaries. ``document_indexing`` (host documents through
+    :meth:`RecallStore.index_document` and :meth:`RecallStore.delete_document`)
+    and ``archive_indexing`` (following the archive through
+    :meth:`RecallStore.index_groups`, which the engine calls after each
+    eviction commits) are optional.
     """
 
     METHODS: ClassVar[dict[str, str]] = {
@@ -57,6 +66,8 @@ class RecallCapabilities(Capabilities):
         "revision_validation": "session:validate",
         "bounded_current_validation": "session:validate_current",
         "canonical_archive_reads": "seek_groups",
+        "document_indexing": "index_document",
+        "archive_indexing": "index_groups",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = (
         "bounded_discovery",
@@ -70,6 +81,8 @@ class RecallCapabilities(Capabilities):
     revision_validation: bool = False
     bounded_current_validation: bool = False
     canonical_archive_reads: bool = False
+    document_indexing: bool = False
+    archive_indexing: bool = False
 
 
 @attrs.frozen(slots=True)
@@ -102,6 +115,72 @@ class OmittedContext(enum.StrEnum):
     NEGATION = "negation"
 
 
+def _owner_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        validate_id(value, attribute.name)
+
+
+def _tenant_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    validate_id(value, attribute.name)
+
+
+@attrs.frozen(slots=True)
+class SourceOwner:
+    """Who may see a source: a tenant and, optionally, one user, session, project and repository.
+
+    A field left ``None`` does not narrow: a document owned by
+    ``SourceOwner("acme")`` is visible to every run of tenant ``acme``; one
+    owned by ``SourceOwner("acme", project="p")`` only to runs whose recall
+    scope names project ``p``. Archived groups are owned by their session
+    (tenant, user and session). The engine checks :meth:`visible_to` on every
+    candidate and excerpt an adapter returns (R13).
+    """
+
+    tenant: str = attrs.field(validator=_tenant_id)
+    user: str | None = attrs.field(default=None, validator=_owner_id)
+    session: str | None = attrs.field(default=None, validator=_owner_id)
+    project: str | None = attrs.field(default=None, validator=_owner_id)
+    repository: str | None = attrs.field(default=None, validator=_owner_id)
+
+    @classmethod
+    def of_session(cls, key: SessionKey) -> SourceOwner:
+        """The owner of a session's archived groups."""
+        return cls(key.tenant, key.user, key.session)
+
+    def visible_to(self, scope: Scope) -> bool:
+        """True if a run in ``scope`` may see a source with this owner."""
+        return (
+            self.tenant == scope.tenant
+            and (self.user is None or self.user == scope.user)
+            and (self.session is None or self.session == scope.session)
+            and (self.project is None or self.project == scope.project)
+            and (self.repository is None or self.repository == scope.repository)
+        )
+
+    def key_segments(self) -> tuple[str, str, str, str, str]:
+        """Five encoded segments, absent fields as ``~``; injective like :meth:`Scope.key_segments`."""
+        return tuple(  # type: ignore[return-value]
+            ABSENT_SEGMENT if v is None else encode_segment(v)
+            for v in (self.tenant, self.user, self.session, self.project, self.repository)
+        )
+
+
+def document_source_id(owner: SourceOwner, doc_id: str) -> str:
+    """The source id of host document ``doc_id`` owned by ``owner``: ``doc/<owner segments>/<doc id>``.
+
+    Built from :func:`~agentium_harness._scope.encode_segment`, so it is
+    injective: two (owner, doc id) pairs never share a source id.
+    """
+    validate_id(doc_id, "doc_id")
+    return "/".join(("doc", *owner.key_segments(), encode_segment(doc_id)))
+
+
+def group_source_id(key: SessionKey, seq: int) -> str:
+    """The source id of archived group ``seq`` of session ``key``: ``group/<t>/<u>/<s>/<seq>``."""
+    parts = (encode_segment(key.tenant), encode_segment(key.user), encode_segment(key.session))
+    return "/".join(("group", *parts, str(seq)))
+
+
 @attrs.frozen(slots=True)
 class SourceRef:
     """A source and the revision of it that was seen."""
@@ -112,9 +191,10 @@ class SourceRef:
 
 @attrs.frozen(slots=True)
 class Candidate:
-    """A discovered source, with its rank score and size, before it is read."""
+    """A discovered source, with its owner, rank score and size in bytes, before it is read."""
 
     ref: SourceRef
+    owner: SourceOwner
     score: float
     size_bytes: int
     title: str = ""
@@ -122,9 +202,10 @@ class Candidate:
 
 @attrs.frozen(slots=True)
 class Excerpt:
-    """Text read from a source, with its completeness and what context it omitted."""
+    """Text read from a source, with its owner, its completeness and what context it omitted."""
 
     ref: SourceRef
+    owner: SourceOwner
     text: str
     completeness: Completeness = Completeness.COMPLETE
     omitted: frozenset[OmittedContext] = attrs.field(default=frozenset(), converter=_frozenset_of_omitted)
@@ -243,6 +324,56 @@ class RecallStore:
         ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "seek_groups", "canonical_archive_reads")
+
+    @port_stub
+    async def index_document(
+        self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
+    ) -> SourceRef:
+        """Add or replace host document ``doc_id`` of ``owner``. Declared by ``document_indexing``.
+
+        Returns the document's ref; its revision changes whenever its text or
+        title does, so a ref read earlier no longer validates as current. The
+        source id is :func:`document_source_id`. Call
+        ``ctx.raise_if_expired("recall index")`` before writing anything.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``InvalidArgumentError`` for a bad id or non-string text (nothing written);
+        ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "index_document", "document_indexing")
+
+    @port_stub
+    async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
+        """Remove host document ``doc_id`` of ``owner``; ``True`` if it existed (``document_indexing``).
+
+        Call ``ctx.raise_if_expired("recall delete")`` before writing anything.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "delete_document", "document_indexing")
+
+    @port_stub
+    async def index_groups(
+        self,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        receipts: Sequence[ArchiveReceipt],
+        ctx: OpContext,
+    ) -> int:
+        """Index archived groups of ``key`` with the archive's receipts. Declared by ``archive_indexing``.
+
+        The engine calls this after an eviction committed (the groups-archived
+        step) and from ``agentium recall rebuild``. Indexing a group again is
+        idempotent. Keep each receipt's digest: ``seek_groups`` checks the
+        stored bytes against it. Returns how many groups were newly indexed.
+        Call ``ctx.raise_if_expired("recall index")`` before writing anything.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``InvalidArgumentError`` when a receipt does not match its group
+        (nothing written); ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "index_groups", "archive_indexing")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""
