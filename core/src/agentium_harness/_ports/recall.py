@@ -199,6 +199,15 @@ class Candidate:
     size_bytes: int
     title: str = ""
 
+    @property
+    def discovery_bytes(self) -> int:
+        """What this candidate costs of the discovery byte budget: its id, revision and title (UTF-8)."""
+        return (
+            len(self.ref.source_id.encode("utf-8", "surrogatepass"))
+            + len(self.ref.revision.encode("utf-8", "surrogatepass"))
+            + len(self.title.encode("utf-8", "surrogatepass"))
+        )
+
 
 @attrs.frozen(slots=True)
 class Excerpt:
