@@ -1,0 +1,222 @@
+"""The SQL of the SQLite recall store: schema, the discovery statement and row writes.
+
+Kept apart from :mod:`agentium_harness.adapters.sqlite_recall` (sessions,
+threads, validation, decoding). Every function here runs in a worker thread,
+inside the caller's connection. Identifiers, query terms and limits are always
+bound as SQL parameters; the only text built at run time is the discovery
+statement's shape (one fixed sub-select per query term), never its values.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+
+from .._ports.recall import SourceOwner
+from .._scope import Scope
+
+__all__ = [
+    "OWNER_COLUMNS",
+    "SCHEMA",
+    "SourceRow",
+    "discovery_sql",
+    "discovery_params",
+    "fts_phrase",
+    "insert_source",
+    "scope_params",
+]
+
+#: Owner columns of ``recall_sources``, in :class:`SourceOwner` field order.
+OWNER_COLUMNS: Final = "tenant_id, user_id, session_id, project_id, repository_id"
+
+#: Every recall table is prefixed ``recall_``, so the store can share a file
+#: with the SQLite archive and session store (each creates only its own tables).
+SCHEMA: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS recall_meta (
+        key TEXT PRIMARY KEY NOT NULL,
+        value TEXT NOT NULL
+    )
+    """,
+    # One row per source. NULL owner fields are absent (they do not narrow).
+    # Groups also keep their canonical bytes and the archive receipt's digest,
+    # which seek_groups checks; documents have neither.
+    """
+    CREATE TABLE IF NOT EXISTS recall_sources (
+        id INTEGER PRIMARY KEY,
+        source_id TEXT NOT NULL UNIQUE,
+        kind TEXT NOT NULL CHECK (kind IN ('document', 'group')),
+        tenant_id TEXT NOT NULL,
+        user_id TEXT,
+        session_id TEXT,
+        project_id TEXT,
+        repository_id TEXT,
+        revision TEXT NOT NULL,
+        title TEXT NOT NULL,
+        text TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL CHECK (size_bytes >= 0),
+        seq INTEGER CHECK (seq >= 0),
+        data BLOB,
+        receipt_digest TEXT,
+        CHECK ((kind = 'group') = (seq IS NOT NULL AND data IS NOT NULL AND receipt_digest IS NOT NULL))
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS recall_sources_groups
+        ON recall_sources (tenant_id, user_id, session_id, seq) WHERE kind = 'group'
+    """,
+    # External content: the text is stored once, in recall_sources; the
+    # triggers keep the index in step with every insert, update and delete.
+    """
+    CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(
+        title, text, content = 'recall_sources', content_rowid = 'id',
+        tokenize = 'unicode61 remove_diacritics 2'
+    )
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS recall_sources_ai AFTER INSERT ON recall_sources BEGIN
+        INSERT INTO recall_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
+    END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS recall_sources_ad AFTER DELETE ON recall_sources BEGIN
+        INSERT INTO recall_fts (recall_fts, rowid, title, text)
+            VALUES ('delete', old.id, old.title, old.text);
+    END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS recall_sources_au AFTER UPDATE OF title, text ON recall_sources BEGIN
+        INSERT INTO recall_fts (recall_fts, rowid, title, text)
+            VALUES ('delete', old.id, old.title, old.text);
+        INSERT INTO recall_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
+    END
+    """,
+)
+
+# Visibility (SourceOwner.visible_to) as SQL: tenant equal, every other owner
+# field NULL or equal to the scope's. A scope field that is None binds NULL,
+# and "column = NULL" is never true, so only NULL columns pass for it.
+_SCOPE_FILTER: Final = (
+    "s.tenant_id = :tenant"
+    " AND (s.user_id IS NULL OR s.user_id = :user)"
+    " AND (s.session_id IS NULL OR s.session_id = :session)"
+    " AND (s.project_id IS NULL OR s.project_id = :project)"
+    " AND (s.repository_id IS NULL OR s.repository_id = :repository)"
+)
+
+# Title matches weigh twice as much as body matches.
+_BM25: Final = "bm25(recall_fts, 2.0, 1.0)"
+
+
+def fts_phrase(term: str) -> str:
+    """``term`` as one quoted FTS5 string: inside quotes nothing is syntax (quotes are doubled)."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def discovery_sql(term_count: int) -> str:
+    """The discovery statement for ``term_count`` (>= 1) query terms.
+
+    Each term gets its own sub-select: the term's newest visible matches
+    (rowid descending, so FTS5 stops early), at most ``:per_term`` of them,
+    each with that term's bm25 contribution. The scope filter is inside every
+    sub-select, before its LIMIT, so foreign sources never take a place.
+    Summing the contributions per source gives its bm25 for the whole OR
+    query (bm25 is a sum over phrases); it is exact when no term has more
+    than ``:per_term`` visible matches. Only ids, revisions, titles, sizes
+    and owners are read, never the text.
+    """
+    if term_count < 1:
+        raise ValueError("discovery needs at least one term")
+    # Only constant text and the loop index go into the statement; values are parameters.
+    per_term = (
+        "SELECT * FROM ("  # noqa: S608
+        f"SELECT recall_fts.rowid AS rid, {_BM25} AS score "
+        "FROM recall_fts JOIN recall_sources AS s ON s.id = recall_fts.rowid "
+        f"WHERE recall_fts MATCH :t{{i}} AND {_SCOPE_FILTER} "
+        "ORDER BY recall_fts.rowid DESC LIMIT :per_term)"
+    )
+    union = " UNION ALL ".join(per_term.format(i=i) for i in range(term_count))
+    return (
+        f"SELECT s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, m.total "  # noqa: S608
+        f"FROM (SELECT rid, sum(score) AS total FROM ({union}) GROUP BY rid) AS m "
+        "JOIN recall_sources AS s ON s.id = m.rid "
+        "ORDER BY m.total, s.id DESC LIMIT :max_candidates"
+    )
+
+
+def scope_params(scope: Scope) -> dict[str, str | None]:
+    """The named parameters of the scope filter."""
+    return {
+        "tenant": scope.tenant,
+        "user": scope.user,
+        "session": scope.session,
+        "project": scope.project,
+        "repository": scope.repository,
+    }
+
+
+def discovery_params(
+    scope: Scope, terms: Sequence[str], per_term: int, max_candidates: int
+) -> dict[str, str | int | None]:
+    """Every parameter of :func:`discovery_sql`: the scope, one quoted phrase per term, the limits."""
+    params: dict[str, str | int | None] = dict(scope_params(scope))
+    params.update({f"t{i}": fts_phrase(term) for i, term in enumerate(terms)})
+    params["per_term"] = per_term
+    params["max_candidates"] = max_candidates
+    return params
+
+
+@attrs.frozen(slots=True)
+class SourceRow:
+    """One ``recall_sources`` row to write (groups fill the last three fields)."""
+
+    source_id: str
+    kind: str
+    owner: SourceOwner
+    revision: str
+    title: str
+    text: str
+    seq: int | None = None
+    data: bytes | None = None
+    receipt_digest: str | None = None
+
+
+def insert_source(conn: sqlite3.Connection, row: SourceRow) -> bool:
+    """Write ``row`` inside the caller's transaction unless an equal revision is stored; True if written.
+
+    A stored row at another revision is deleted and the new one inserted with
+    a new (larger) rowid, so a changed source counts as the newest for
+    discovery's newest-first cap.
+    """
+    found = conn.execute("SELECT id, revision FROM recall_sources WHERE source_id = ?", (row.source_id,))
+    existing = found.fetchone()
+    if existing is not None:
+        if existing[1] == row.revision:
+            return False
+        conn.execute("DELETE FROM recall_sources WHERE id = ?", (existing[0],))
+    owner = row.owner
+    conn.execute(
+        # OWNER_COLUMNS is a constant; every value is a parameter.
+        f"INSERT INTO recall_sources (source_id, kind, {OWNER_COLUMNS}, revision, title, text, size_bytes, "  # noqa: S608
+        "seq, data, receipt_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            row.source_id,
+            row.kind,
+            owner.tenant,
+            owner.user,
+            owner.session,
+            owner.project,
+            owner.repository,
+            row.revision,
+            row.title,
+            row.text,
+            len(row.text.encode("utf-8")),
+            row.seq,
+            row.data,
+            row.receipt_digest,
+        ),
+    )
+    return True

@@ -1,0 +1,577 @@
+"""The embedded SQLite recall store: an FTS5 index over archived groups and host documents.
+
+:class:`SQLiteRecallStore` is the built-in recall store (plugin name
+``sqlite``). It declares every recall capability and implements each one:
+bounded discovery, bounded reads, revision and current-view validation,
+canonical archive reads (:meth:`~SQLiteRecallStore.seek_groups`), document
+indexing and archive indexing.
+
+Storage: the tables are prefixed ``recall_`` (``recall_meta``,
+``recall_sources``, the FTS5 table ``recall_fts``), so by default the store
+shares ``agentium.db`` with the SQLite archive and session store. Each source
+row holds its owner (tenant, user, session, project, repository; NULL when
+absent), its source id, kind, revision, title, text and size; archived groups
+also keep their ``seq``, canonical bytes and the archive receipt's digest.
+Connections, WAL mode, worker threads, the busy timeout and closing work as
+in :mod:`agentium_harness.adapters.sqlite` (the same base class).
+
+Scope: discovery is one SQL statement with the scope filter inside it, before
+any LIMIT, so a foreign source can neither be returned nor take a place.
+Reads and validations decide visibility from the source id alone (source ids
+are injective in their owner), so a foreign id is ``FORBIDDEN`` whether or
+not it exists. Queries become quoted FTS5 strings joined by ``OR``, built
+only from :func:`~agentium_harness.adapters._excerpts.query_terms` and bound
+as parameters, so FTS5 syntax in a query is matched as words. Identifiers
+are always bound as parameters.
+
+Ranking and scale (the trade-off): ranking every match of a common word by
+bm25 costs time linear in the number of matches (about 250 ms for a word in
+most of 100,000 groups, against well under 1 ms at 1,000). So each query
+term contributes at most ``max_ranked_matches / terms`` of its newest visible
+matches (rowid order, where FTS5 stops early), with that term's bm25
+contribution; a source's score is the sum of its contributions, which is its
+exact bm25 for the whole query whenever no term has more matches than its
+share. When a term is that common, older sources matched *only through it*
+are not ranked, and a source's score may lack that (low-idf) term's part.
+Rare terms, the ones that find evidence, are always ranked in full. Discovery
+latency is then bounded by ``max_ranked_matches``, not by the index size
+(``benchmarks/recall.py`` measures 100k ÷ 1k).
+
+Revisions: a document's revision is the digest of the canonical JSON of
+``{"title": ..., "text": ...}``, a group's the archive receipt's digest, so a
+revision changes exactly when the content does. Re-indexing identical content
+writes nothing; a changed document gets a new row (and counts as newest).
+
+Cancellation: every call checks its context before it starts, again in its
+worker thread and between steps; a progress handler aborts a running
+statement once the signal is cancelled, the deadline passes or the calling
+task is cancelled, and the transaction is rolled back, so a cancelled call
+writes nothing. If the local SQLite lacks FTS5, building the store raises
+:class:`FTS5UnavailableError`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+from collections.abc import Sequence
+from typing import Any, ClassVar, Final
+
+import attrs
+
+from .._codec import digest_bytes, digest_of, from_json
+from .._errors import (
+    AgentiumError,
+    ArchiveCorruptError,
+    CapabilityError,
+    InvalidArgumentError,
+    RecordDecodeError,
+)
+from .._history import MessageGroup, estimate_tokens
+from .._ports import OpContext
+from .._ports.archive import ArchiveReceipt, check_archived_group
+from .._ports.recall import (
+    Candidate,
+    Excerpt,
+    RecallCapabilities,
+    RecallLimits,
+    RecallSession,
+    RecallStore,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+    document_source_id,
+    group_source_id,
+)
+from .._scope import Scope, SessionKey, decode_segment
+from .._validators import positive_int
+from ._excerpts import make_excerpt, query_terms
+from ._sqlite_recall_sql import SCHEMA, SourceRow, discovery_params, discovery_sql, insert_source
+from ._sqlite_sql import immediate_transaction
+from .sqlite import SQLiteConfig, _SQLiteAdapterBase
+
+__all__ = [
+    "RECALL_SCHEMA_VERSION",
+    "FTS5UnavailableError",
+    "SQLiteRecallConfig",
+    "SQLiteRecallError",
+    "SQLiteRecallSession",
+    "SQLiteRecallStore",
+]
+
+#: Version of the ``recall_`` tables, kept in ``recall_meta``.
+RECALL_SCHEMA_VERSION: Final = 1
+
+# A group seq in a source id: canonical decimal, as str(int) writes it.
+_SEQ: Final = re.compile(r"0|[1-9][0-9]*")
+
+
+class SQLiteRecallError(AgentiumError):
+    """The SQLite recall store could not complete an operation, or was used after closing.
+
+    Causes include a lock held past the busy timeout, a full disk, a file that
+    is not a SQLite database or holds newer recall tables, and calls on a
+    closed store or session. Nothing was written by the failed call.
+    """
+
+
+class FTS5UnavailableError(SQLiteRecallError, CapabilityError):
+    """The local SQLite library was built without the FTS5 extension the recall store needs.
+
+    Use a Python whose ``sqlite3`` module links a SQLite with FTS5 (most
+    builds do; check with ``python -c "import sqlite3; sqlite3.connect(':memory:')
+    .execute('CREATE VIRTUAL TABLE t USING fts5(x)')"``), or another recall store.
+    """
+
+
+@functools.cache
+def _fts5_available() -> bool:
+    """True if this process's SQLite can create an FTS5 table (an in-memory probe, no file I/O)."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute("CREATE VIRTUAL TABLE probe USING fts5(x)")
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        conn.close()
+    return True
+
+
+def _fts5_missing(where: str) -> FTS5UnavailableError:
+    return FTS5UnavailableError(
+        f"sqlite recall store: {where}: the SQLite library in use ({sqlite3.sqlite_version}) has no FTS5 "
+        "full-text extension; use a Python build whose sqlite3 includes FTS5, or another recall store"
+    )
+
+
+@attrs.frozen(slots=True)
+class SQLiteRecallConfig(SQLiteConfig):
+    """Options of the SQLite recall store: those of the SQLite archive, plus the ranking cap.
+
+    - ``path`` (a path option), ``busy_timeout_ms`` and ``synchronous`` as for
+      the SQLite archive; the default file is the same ``agentium.db``.
+    - ``max_ranked_matches``: how many matches one discovery ranks at most,
+      shared between the query's terms (each term's newest visible matches).
+      Larger ranks more of a very common word's matches at a cost linear in
+      it; see the module docs for the trade-off.
+    """
+
+    max_ranked_matches: int = attrs.field(default=1000, validator=positive_int)
+
+
+def _utf8(text: str, what: str) -> int:
+    """UTF-8 length of ``text``; refuse what SQLite cannot store (a non-str, a lone surrogate)."""
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"{what} must be a str, got {type(text).__name__}; nothing was written")
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(f"{what} is not valid Unicode text ({exc}); nothing was written") from exc
+
+
+def _owner_of_source_id(source_id: str) -> SourceOwner | None:
+    """The owner a source id names, or ``None`` if this store could not have made the id."""
+    if not isinstance(source_id, str):
+        return None
+    parts = source_id.split("/")
+    try:
+        if parts[0] == "doc" and len(parts) == 7:
+            tenant = decode_segment(parts[1])
+            rest = [None if p == "~" else decode_segment(p) for p in parts[2:6]]
+            owner = SourceOwner(tenant, *rest)
+            return owner if document_source_id(owner, decode_segment(parts[6])) == source_id else None
+        if parts[0] == "group" and len(parts) == 5 and _SEQ.fullmatch(parts[4]):
+            key = SessionKey(*(decode_segment(p) for p in parts[1:4]))
+            return SourceOwner.of_session(key) if group_source_id(key, int(parts[4])) == source_id else None
+    except (ValueError, TypeError):  # bad escapes and invalid ids (InvalidIdError is a ValueError)
+        return None
+    return None
+
+
+def _group_text(group: MessageGroup) -> str:
+    """The indexed text of a group: one ``"<role>: <content>"`` line per message."""
+    return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages)
+
+
+def _row_owner(values: Sequence[Any]) -> SourceOwner:
+    return SourceOwner(*values)
+
+
+class SQLiteRecallSession(RecallSession):
+    """A recall session of :class:`SQLiteRecallStore`, confined to one scope.
+
+    Holds no connection of its own (calls run on the store's connection, one
+    at a time); :meth:`close` marks it closed, after which calls are refused.
+    :meth:`read` picks excerpt windows with the terms of this session's latest
+    :meth:`discover` query.
+    """
+
+    def __init__(self, store: SQLiteRecallStore, scope: Scope, limits: RecallLimits) -> None:
+        self._store = store
+        self._scope = scope
+        self._limits = limits
+        self._terms: tuple[str, ...] = ()
+        self._closed = False
+
+    @property
+    def scope(self) -> Scope:
+        """The scope this session was opened for."""
+        return self._scope
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def _begin(self, ctx: OpContext, operation: str) -> None:
+        ctx.raise_if_expired(operation)
+        if self._closed:
+            raise SQLiteRecallError(f"sqlite recall store: {operation} refused: the recall session is closed")
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        """Up to ``max_candidates`` visible sources for ``query``, best first, within ``ctx.remaining_bytes``.
+
+        An empty or all-punctuation query finds nothing. See the module docs
+        for how matches are ranked.
+        """
+        self._begin(ctx, "recall discover")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        terms = query_terms(query)
+        self._terms = terms
+        limit = max(0, max_candidates)
+        if not terms or limit == 0:
+            return []
+        cap = self._store.config.max_ranked_matches
+        per_term = max(limit, -(-cap // len(terms)))
+        sql = discovery_sql(len(terms))
+        params = discovery_params(self._scope, terms, per_term, limit)
+        budget = ctx.remaining_bytes
+
+        def work(conn: sqlite3.Connection) -> list[Candidate]:
+            rows = conn.execute(sql, params).fetchall()
+            found: list[Candidate] = []
+            spent = 0
+            for source_id, revision, title, size, *owner_and_score in rows:
+                owner = _row_owner(owner_and_score[:5])
+                candidate = Candidate(
+                    ref=SourceRef(source_id, revision),
+                    owner=owner,
+                    score=-float(owner_and_score[5]),
+                    size_bytes=int(size),
+                    title=title,
+                )
+                if not owner.visible_to(self._scope):  # the SQL filter already holds; never trust one check
+                    continue
+                spent += candidate.discovery_bytes
+                if budget is not None and spent > budget:
+                    break
+                found.append(candidate)
+            return found
+
+        return await self._store.run(ctx, "recall discover", work)
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets."""
+        self._begin(ctx, "recall read")
+        wanted = [(ref, _owner_of_source_id(ref.source_id)) for ref in refs]
+        terms = self._terms
+        cap = max(0, max_excerpt_bytes)
+
+        def work(conn: sqlite3.Connection) -> list[Excerpt]:
+            out: list[Excerpt] = []
+            spent_bytes = spent_tokens = 0
+            for ref, owner in wanted:
+                ctx.raise_if_expired("recall read")
+                if owner is None or not owner.visible_to(self._scope):
+                    continue
+                row = conn.execute(
+                    "SELECT revision, text FROM recall_sources WHERE source_id = ?", (ref.source_id,)
+                ).fetchone()
+                if row is None or row[0] != ref.revision:
+                    continue  # deleted or changed: validation reports it
+                excerpt = make_excerpt(ref, owner, row[1], terms, cap)
+                spent_bytes += len(excerpt.text.encode("utf-8"))
+                spent_tokens += estimate_tokens(excerpt.text)
+                if ctx.remaining_bytes is not None and spent_bytes > ctx.remaining_bytes:
+                    break
+                if ctx.remaining_tokens is not None and spent_tokens > ctx.remaining_tokens:
+                    break
+                out.append(excerpt)
+            return out
+
+        return await self._store.run(ctx, "recall read", work)
+
+    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """One validation per ref, in order, all read from one snapshot of the database."""
+        return await self._validate(refs, ctx, "recall validate")
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """As :meth:`validate`: one bounded primary-key lookup per ref, in one read transaction."""
+        return await self._validate(refs, ctx, "recall validate_current")
+
+    async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
+        self._begin(ctx, operation)
+        wanted = [(ref, _owner_of_source_id(ref.source_id)) for ref in refs]
+
+        def work(conn: sqlite3.Connection) -> list[Validation]:
+            out: list[Validation] = []
+            # One read transaction: every ref is judged against the same view.
+            conn.execute("BEGIN")
+            try:
+                for ref, owner in wanted:
+                    ctx.raise_if_expired(operation)
+                    if owner is None:
+                        out.append(Validation(ref, ValidationStatus.UNKNOWN))
+                    elif not owner.visible_to(self._scope):
+                        out.append(Validation(ref, ValidationStatus.FORBIDDEN))
+                    else:
+                        row = conn.execute(
+                            "SELECT revision FROM recall_sources WHERE source_id = ?", (ref.source_id,)
+                        ).fetchone()
+                        if row is None:
+                            out.append(Validation(ref, ValidationStatus.DELETED))
+                        elif row[0] == ref.revision:
+                            out.append(Validation(ref, ValidationStatus.CURRENT, row[0]))
+                        else:
+                            out.append(Validation(ref, ValidationStatus.CHANGED, row[0]))
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+            return out
+
+        return await self._store.run(ctx, operation, work)
+
+    async def close(self) -> None:
+        """Mark the session closed. Always succeeds (also after a cancelled call); idempotent."""
+        self._closed = True
+        self._terms = ()
+
+
+class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
+    """The built-in recall store: FTS5 over archived groups and host documents in a SQLite file.
+
+    Build it with a :class:`SQLiteRecallConfig` (default file ``agentium.db``,
+    shared with the SQLite archive and session store). Building does no file
+    I/O; it raises :class:`FTS5UnavailableError` if SQLite lacks FTS5.
+    """
+
+    capabilities: ClassVar[RecallCapabilities] = RecallCapabilities(
+        bounded_discovery=True,
+        bounded_reads=True,
+        revision_validation=True,
+        bounded_current_validation=True,
+        canonical_archive_reads=True,
+        document_indexing=True,
+        archive_indexing=True,
+    )
+    session_class: ClassVar[type[RecallSession]] = SQLiteRecallSession
+    storage_error: ClassVar[type[AgentiumError]] = SQLiteRecallError
+    adapter_name: ClassVar[str] = "sqlite recall store"
+
+    def __init__(self, config: SQLiteRecallConfig | None = None) -> None:
+        if not _fts5_available():
+            raise _fts5_missing("cannot build the store")
+        recall_config = config if config is not None else SQLiteRecallConfig()
+        if not isinstance(recall_config, SQLiteRecallConfig):
+            raise InvalidArgumentError(f"config must be a SQLiteRecallConfig, got {type(config).__name__}")
+        super().__init__(recall_config)
+        self._recall_config = recall_config
+
+    @property
+    def config(self) -> SQLiteRecallConfig:
+        """The options this store was built with."""
+        return self._recall_config
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        with immediate_transaction(conn):
+            try:
+                for statement in SCHEMA:
+                    conn.execute(statement)
+            except sqlite3.OperationalError as exc:
+                if "fts5" in str(exc).lower():
+                    raise _fts5_missing(f"cannot open {self._path}") from exc
+                raise
+            row = conn.execute("SELECT value FROM recall_meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO recall_meta (key, value) VALUES ('schema_version', ?)",
+                    (str(RECALL_SCHEMA_VERSION),),
+                )
+            elif str(row[0]) != str(RECALL_SCHEMA_VERSION):
+                raise SQLiteRecallError(
+                    f"{self.adapter_name}: {self._path} has recall schema version {row[0]}, this version of "
+                    f"agentium-harness understands {RECALL_SCHEMA_VERSION}; upgrade or use another file"
+                )
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        """A session confined to ``scope``. Acquires nothing: calls share the store's connection."""
+        ctx.raise_if_expired("recall open")
+        if not isinstance(scope, Scope):
+            raise InvalidArgumentError(f"scope must be a Scope, got {type(scope).__name__}")
+        if not isinstance(limits, RecallLimits):
+            raise InvalidArgumentError(f"limits must be RecallLimits, got {type(limits).__name__}")
+        self._refuse_if_closed("recall open")
+        return SQLiteRecallSession(self, scope, limits)
+
+    async def index_document(
+        self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
+    ) -> SourceRef:
+        """Add or replace document ``doc_id`` of ``owner``; identical content writes nothing."""
+        ctx.raise_if_expired("recall index")
+        if not isinstance(owner, SourceOwner):
+            raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
+        try:
+            source_id = document_source_id(owner, doc_id)
+        except AgentiumError as exc:  # InvalidIdError: the port promises InvalidArgumentError
+            raise InvalidArgumentError(f"{exc}; nothing was written") from exc
+        _utf8(text, "text")
+        _utf8(title, "title")
+        revision = digest_of({"title": title, "text": text})
+        row = SourceRow(source_id, "document", owner, revision, title, text)
+
+        def work(conn: sqlite3.Connection) -> None:
+            with immediate_transaction(conn):
+                ctx.raise_if_expired("recall index")
+                insert_source(conn, row)
+
+        await self.run(ctx, "recall index", work)
+        return SourceRef(source_id, revision)
+
+    async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
+        """Remove document ``doc_id`` of ``owner``; True if it was indexed."""
+        ctx.raise_if_expired("recall delete")
+        if not isinstance(owner, SourceOwner):
+            raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
+        try:
+            source_id = document_source_id(owner, doc_id)
+        except AgentiumError as exc:
+            raise InvalidArgumentError(f"{exc}; nothing was written") from exc
+
+        def work(conn: sqlite3.Connection) -> bool:
+            with immediate_transaction(conn):
+                ctx.raise_if_expired("recall delete")
+                cursor = conn.execute(
+                    "DELETE FROM recall_sources WHERE source_id = ? AND kind = 'document'", (source_id,)
+                )
+                return cursor.rowcount > 0
+
+        return await self.run(ctx, "recall delete", work)
+
+    async def index_groups(
+        self,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        receipts: Sequence[ArchiveReceipt],
+        ctx: OpContext,
+    ) -> int:
+        """Index archived groups of ``key`` in one transaction; already indexed ones cost one lookup.
+
+        Every group is checked against its receipt before anything is
+        written. A group indexed earlier with another digest (the archive was
+        reconciled) is replaced: the receipts are the archive's word.
+        """
+        ctx.raise_if_expired("recall index")
+        rows = self._group_rows(key, groups, receipts)
+
+        def work(conn: sqlite3.Connection) -> int:
+            written = 0
+            with immediate_transaction(conn):
+                for i, row in enumerate(rows):
+                    if i % 256 == 0:
+                        ctx.raise_if_expired("recall index")
+                    written += insert_source(conn, row)
+                ctx.raise_if_expired("recall index")
+            return written
+
+        return await self.run(ctx, "recall index", work)
+
+    def _group_rows(
+        self, key: SessionKey, groups: Sequence[MessageGroup], receipts: Sequence[ArchiveReceipt]
+    ) -> list[SourceRow]:
+        """Check the batch and build its rows; any mismatch raises before anything is written."""
+        if not isinstance(key, SessionKey):
+            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        if len(groups) != len(receipts):
+            raise InvalidArgumentError(
+                f"{len(groups)} groups but {len(receipts)} receipts for session {key.key()}; "
+                "nothing was written"
+            )
+        owner = SourceOwner.of_session(key)
+        rows: list[SourceRow] = []
+        seen: dict[int, str] = {}
+        for group, receipt in zip(groups, receipts, strict=True):
+            if not isinstance(group, MessageGroup) or not isinstance(receipt, ArchiveReceipt):
+                raise InvalidArgumentError("index_groups takes MessageGroup and ArchiveReceipt items")
+            where = f"group {group.seq} of session {key.key()}"
+            digest = group.digest
+            if receipt.seq != group.seq or receipt.digest != digest:
+                raise InvalidArgumentError(
+                    f"{where}: its receipt (seq {receipt.seq}, digest {receipt.digest}) does not match the "
+                    f"group (digest {digest}); nothing was written"
+                )
+            if group.retained is not None and group.retained.scope.session_key != key:
+                raise InvalidArgumentError(
+                    f"{where} belongs to session {group.retained.scope.session_key.key()} by its retained "
+                    "scope; nothing was written"
+                )
+            if seen.setdefault(group.seq, digest) != digest:
+                raise InvalidArgumentError(
+                    f"{where} appears twice with different content; nothing was written"
+                )
+            rows.append(
+                SourceRow(
+                    source_id=group_source_id(key, group.seq),
+                    kind="group",
+                    owner=owner,
+                    revision=digest,
+                    title="",
+                    text=_group_text(group),
+                    seq=group.seq,
+                    data=group.canonical_bytes(),
+                    receipt_digest=receipt.digest,
+                )
+            )
+        return rows
+
+    async def seek_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Up to ``max_groups`` indexed groups of ``key`` with ``seq >= start_seq``, ascending, checked.
+
+        Each is decoded strictly from its stored canonical bytes and checked
+        against the receipt digest kept at indexing; a damaged or misfiled
+        row raises :class:`~agentium_harness._errors.ArchiveCorruptError`.
+        """
+        ctx.raise_if_expired("recall seek")
+        if not isinstance(key, SessionKey):
+            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        limit = max(0, max_groups)  # a negative LIMIT would mean "no limit" to SQLite
+
+        def work(conn: sqlite3.Connection) -> list[tuple[object, object, object]]:
+            return conn.execute(
+                "SELECT seq, receipt_digest, data FROM recall_sources "
+                "WHERE kind = 'group' AND tenant_id = ? AND user_id = ? AND session_id = ? AND seq >= ? "
+                "ORDER BY seq LIMIT ?",
+                (key.tenant, key.user, key.session, start_seq, limit),
+            ).fetchall()
+
+        rows = await self.run(ctx, "recall seek", work)
+        return [self._decode_group(key, seq, digest, data) for seq, digest, data in rows]
+
+    def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
+        where = f"indexed group {seq!r} of session {key.key()} in {self._path}"
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise ArchiveCorruptError(f"{where} has a non-integer seq; the row is damaged")
+        if not isinstance(data, bytes) or not isinstance(digest, str) or digest_bytes(data) != digest:
+            raise ArchiveCorruptError(f"{where} does not match its receipt digest; the row is damaged")
+        try:
+            group = from_json(data, MessageGroup)
+        except RecordDecodeError as exc:
+            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
+        check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
+        return group
