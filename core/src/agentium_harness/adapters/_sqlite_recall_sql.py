@@ -9,6 +9,7 @@ statement's shape (one fixed sub-select per query term), never its values.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Sequence
 from typing import Final
@@ -20,8 +21,11 @@ from .._scope import Scope
 
 __all__ = [
     "OWNER_COLUMNS",
+    "ROWID_SPAN_SQL",
     "SCHEMA",
+    "TERM_PROBE_SQL",
     "SourceRow",
+    "common_term_weight",
     "discovery_sql",
     "discovery_params",
     "fts_phrase",
@@ -41,9 +45,10 @@ SCHEMA: Final = (
         value TEXT NOT NULL
     )
     """,
-    # One row per source. NULL owner fields are absent (they do not narrow).
-    # Groups also keep their canonical bytes and the archive receipt's digest,
-    # which seek_groups checks; documents have neither.
+    # One narrow row per source: what discovery, validation and the scope
+    # filter read. NULL owner fields are absent (they do not narrow). The
+    # bulky text and canonical bytes live in recall_texts, so ranking many
+    # matches touches few pages.
     """
     CREATE TABLE IF NOT EXISTS recall_sources (
         id INTEGER PRIMARY KEY,
@@ -56,42 +61,56 @@ SCHEMA: Final = (
         repository_id TEXT,
         revision TEXT NOT NULL,
         title TEXT NOT NULL,
-        text TEXT NOT NULL,
         size_bytes INTEGER NOT NULL CHECK (size_bytes >= 0),
         seq INTEGER CHECK (seq >= 0),
-        data BLOB,
         receipt_digest TEXT,
-        CHECK ((kind = 'group') = (seq IS NOT NULL AND data IS NOT NULL AND receipt_digest IS NOT NULL))
+        CHECK ((kind = 'group') = (seq IS NOT NULL AND receipt_digest IS NOT NULL))
     )
     """,
     """
     CREATE INDEX IF NOT EXISTS recall_sources_groups
         ON recall_sources (tenant_id, user_id, session_id, seq) WHERE kind = 'group'
     """,
-    # External content: the text is stored once, in recall_sources; the
+    # The text (and, for groups, the canonical bytes) of each source, same id.
+    """
+    CREATE TABLE IF NOT EXISTS recall_texts (
+        id INTEGER PRIMARY KEY REFERENCES recall_sources (id) ON DELETE CASCADE,
+        title TEXT NOT NULL,
+        text TEXT NOT NULL,
+        data BLOB
+    )
+    """,
+    # External content: the text is stored once, in recall_texts; the
     # triggers keep the index in step with every insert, update and delete.
     """
     CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(
-        title, text, content = 'recall_sources', content_rowid = 'id',
+        title, text, content = 'recall_texts', content_rowid = 'id',
         tokenize = 'unicode61 remove_diacritics 2'
     )
     """,
     """
-    CREATE TRIGGER IF NOT EXISTS recall_sources_ai AFTER INSERT ON recall_sources BEGIN
+    CREATE TRIGGER IF NOT EXISTS recall_texts_ai AFTER INSERT ON recall_texts BEGIN
         INSERT INTO recall_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
     END
     """,
+    """
+    CREATE TRIGGER IF NOT EXISTS recall_texts_ad AFTER DELETE ON recall_texts BEGIN
+        INSERT INTO recall_fts (recall_fts, rowid, title, text)
+            VALUES ('delete', old.id, old.title, old.text);
+    END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS recall_texts_au AFTER UPDATE OF title, text ON recall_texts BEGIN
+        INSERT INTO recall_fts (recall_fts, rowid, title, text)
+            VALUES ('delete', old.id, old.title, old.text);
+        INSERT INTO recall_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
+    END
+    """,
+    # Deleting a source deletes its text (and so its index entry) in the same
+    # statement, whether or not foreign keys are enforced on the connection.
     """
     CREATE TRIGGER IF NOT EXISTS recall_sources_ad AFTER DELETE ON recall_sources BEGIN
-        INSERT INTO recall_fts (recall_fts, rowid, title, text)
-            VALUES ('delete', old.id, old.title, old.text);
-    END
-    """,
-    """
-    CREATE TRIGGER IF NOT EXISTS recall_sources_au AFTER UPDATE OF title, text ON recall_sources BEGIN
-        INSERT INTO recall_fts (recall_fts, rowid, title, text)
-            VALUES ('delete', old.id, old.title, old.text);
-        INSERT INTO recall_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
+        DELETE FROM recall_texts WHERE id = old.id;
     END
     """,
 )
@@ -116,35 +135,75 @@ def fts_phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
-def discovery_sql(term_count: int) -> str:
-    """The discovery statement for ``term_count`` (>= 1) query terms.
+#: Probe of one term's frequency: how many of its newest matches (up to the
+#: limit) there are and the smallest rowid among them. FTS5 stops after the
+#: limit, so the probe costs at most that many matches, whatever the index size.
+TERM_PROBE_SQL: Final = (
+    "SELECT count(*), min(rid) FROM ("
+    "SELECT rowid AS rid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
+)
+
+#: The rowid span of the index, an O(log n) stand-in for the number of rows,
+#: and the largest rowid. Each min/max is its own sub-select: SQLite answers a
+#: lone min() or max() from the end of the b-tree, but scans every row when
+#: one query holds both.
+ROWID_SPAN_SQL: Final = (
+    "SELECT coalesce(hi - lo + 1, 0), coalesce(hi, 0) FROM ("
+    "SELECT (SELECT max(id) FROM recall_sources) AS hi, (SELECT min(id) FROM recall_sources) AS lo)"
+)
+
+
+def discovery_sql(weights: Sequence[float | None]) -> str:
+    """The discovery statement for one term per item of ``weights`` (at least one).
 
     Each term gets its own sub-select: the term's newest visible matches
     (rowid descending, so FTS5 stops early), at most ``:per_term`` of them,
-    each with that term's bm25 contribution. The scope filter is inside every
-    sub-select, before its LIMIT, so foreign sources never take a place.
-    Summing the contributions per source gives its bm25 for the whole OR
-    query (bm25 is a sum over phrases); it is exact when no term has more
-    than ``:per_term`` visible matches. Only ids, revisions, titles, sizes
-    and owners are read, never the text.
+    each with the term's score contribution: its bm25 part when its weight is
+    ``None`` (a rare term), else the constant ``:w<i>`` (a common term, whose
+    bm25 would count every one of its matches to find its idf). The scope
+    filter is inside every sub-select, before its LIMIT, so foreign sources
+    never take a place. Summing the contributions per source gives its bm25
+    for the whole OR query (bm25 is a sum over phrases); it is exact when no
+    term is common. Only ids, revisions, titles, sizes and owners are read,
+    never the text.
     """
-    if term_count < 1:
+    if not weights:
         raise ValueError("discovery needs at least one term")
-    # Only constant text and the loop index go into the statement; values are parameters.
-    per_term = (
-        "SELECT * FROM ("  # noqa: S608
-        f"SELECT recall_fts.rowid AS rid, {_BM25} AS score "
-        "FROM recall_fts JOIN recall_sources AS s ON s.id = recall_fts.rowid "
-        f"WHERE recall_fts MATCH :t{{i}} AND {_SCOPE_FILTER} "
-        "ORDER BY recall_fts.rowid DESC LIMIT :per_term)"
-    )
-    union = " UNION ALL ".join(per_term.format(i=i) for i in range(term_count))
+    parts = []
+    for i, weight in enumerate(weights):
+        score = _BM25 if weight is None else f":w{i}"
+        # Only constant text and the loop index go into the statement; values are parameters.
+        parts.append(
+            "SELECT * FROM ("  # noqa: S608
+            f"SELECT recall_fts.rowid AS rid, {score} AS score "
+            "FROM recall_fts JOIN recall_sources AS s ON s.id = recall_fts.rowid "
+            f"WHERE recall_fts MATCH :t{i} AND {_SCOPE_FILTER} "
+            "ORDER BY recall_fts.rowid DESC LIMIT :per_term)"
+        )
+    union = " UNION ALL ".join(parts)
     return (
         f"SELECT s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, m.total "  # noqa: S608
         f"FROM (SELECT rid, sum(score) AS total FROM ({union}) GROUP BY rid) AS m "
         "JOIN recall_sources AS s ON s.id = m.rid "
         "ORDER BY m.total, s.id DESC LIMIT :max_candidates"
     )
+
+
+def common_term_weight(probe: int, probed: int, min_rowid: int, max_rowid: int, span: int) -> float | None:
+    """``None`` for a rare term (fewer than ``probe`` matches: bm25 is cheap), else its score weight.
+
+    For a common term the number of matching rows is estimated from how
+    densely its newest ``probe`` matches fill the rowid range, and the weight
+    is bm25's contribution of one occurrence in a row of average length:
+    minus the idf, ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6 as FTS5
+    floors it (bm25 scores are negative, lower is better).
+    """
+    if probed < probe:
+        return None
+    density = probed / max(1, max_rowid - min_rowid + 1)
+    n = min(float(span), density * span)
+    idf = math.log((span - n + 0.5) / (n + 0.5)) if span > 0 else 0.0
+    return -max(idf, 1e-6)
 
 
 def scope_params(scope: Scope) -> dict[str, str | None]:
@@ -159,11 +218,12 @@ def scope_params(scope: Scope) -> dict[str, str | None]:
 
 
 def discovery_params(
-    scope: Scope, terms: Sequence[str], per_term: int, max_candidates: int
-) -> dict[str, str | int | None]:
-    """Every parameter of :func:`discovery_sql`: the scope, one quoted phrase per term, the limits."""
-    params: dict[str, str | int | None] = dict(scope_params(scope))
+    scope: Scope, terms: Sequence[str], weights: Sequence[float | None], per_term: int, max_candidates: int
+) -> dict[str, str | int | float | None]:
+    """Every parameter of :func:`discovery_sql`: scope, one quoted phrase per term, weights, limits."""
+    params: dict[str, str | int | float | None] = dict(scope_params(scope))
     params.update({f"t{i}": fts_phrase(term) for i, term in enumerate(terms)})
+    params.update({f"w{i}": w for i, w in enumerate(weights) if w is not None})
     params["per_term"] = per_term
     params["max_candidates"] = max_candidates
     return params
@@ -198,10 +258,10 @@ def insert_source(conn: sqlite3.Connection, row: SourceRow) -> bool:
             return False
         conn.execute("DELETE FROM recall_sources WHERE id = ?", (existing[0],))
     owner = row.owner
-    conn.execute(
+    cursor = conn.execute(
         # OWNER_COLUMNS is a constant; every value is a parameter.
-        f"INSERT INTO recall_sources (source_id, kind, {OWNER_COLUMNS}, revision, title, text, size_bytes, "  # noqa: S608
-        "seq, data, receipt_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO recall_sources (source_id, kind, {OWNER_COLUMNS}, revision, title, size_bytes, "  # noqa: S608
+        "seq, receipt_digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             row.source_id,
             row.kind,
@@ -212,11 +272,13 @@ def insert_source(conn: sqlite3.Connection, row: SourceRow) -> bool:
             owner.repository,
             row.revision,
             row.title,
-            row.text,
             len(row.text.encode("utf-8")),
             row.seq,
-            row.data,
             row.receipt_digest,
         ),
+    )
+    conn.execute(
+        "INSERT INTO recall_texts (id, title, text, data) VALUES (?, ?, ?, ?)",
+        (cursor.lastrowid, row.title, row.text, row.data),
     )
     return True

@@ -7,16 +7,18 @@ canonical archive reads (:meth:`~SQLiteRecallStore.seek_groups`), document
 indexing and archive indexing.
 
 Storage: the tables are prefixed ``recall_`` (``recall_meta``,
-``recall_sources``, the FTS5 table ``recall_fts``), so by default the store
-shares ``agentium.db`` with the SQLite archive and session store. Each source
-row holds its owner (tenant, user, session, project, repository; NULL when
-absent), its source id, kind, revision, title, text and size; archived groups
-also keep their ``seq``, canonical bytes and the archive receipt's digest.
+``recall_sources``, ``recall_texts``, the FTS5 table ``recall_fts``), so by
+default the store shares ``agentium.db`` with the SQLite archive and session
+store. A source row holds its owner (tenant, user, session, project,
+repository; NULL when absent), source id, kind, revision, title and size;
+groups also keep their ``seq`` and the archive receipt's digest. The text
+(and a group's canonical bytes) is in ``recall_texts``, same id.
 Connections, WAL mode, worker threads, the busy timeout and closing work as
 in :mod:`agentium_harness.adapters.sqlite` (the same base class).
 
-Scope: discovery is one SQL statement with the scope filter inside it, before
-any LIMIT, so a foreign source can neither be returned nor take a place.
+Scope: discovery ranks in one SQL statement with the scope filter inside it,
+before any LIMIT, so a foreign source can neither be returned nor take a
+place (the term-frequency probes before it return counts, not sources).
 Reads and validations decide visibility from the source id alone (source ids
 are injective in their owner), so a foreign id is ``FORBIDDEN`` whether or
 not it exists. Queries become quoted FTS5 strings joined by ``OR``, built
@@ -24,18 +26,26 @@ only from :func:`~agentium_harness.adapters._excerpts.query_terms` and bound
 as parameters, so FTS5 syntax in a query is matched as words. Identifiers
 are always bound as parameters.
 
-Ranking and scale (the trade-off): ranking every match of a common word by
-bm25 costs time linear in the number of matches (about 250 ms for a word in
-most of 100,000 groups, against well under 1 ms at 1,000). So each query
-term contributes at most ``max_ranked_matches / terms`` of its newest visible
-matches (rowid order, where FTS5 stops early), with that term's bm25
-contribution; a source's score is the sum of its contributions, which is its
-exact bm25 for the whole query whenever no term has more matches than its
-share. When a term is that common, older sources matched *only through it*
-are not ranked, and a source's score may lack that (low-idf) term's part.
-Rare terms, the ones that find evidence, are always ranked in full. Discovery
-latency is then bounded by ``max_ranked_matches``, not by the index size
-(``benchmarks/recall.py`` measures 100k ÷ 1k).
+Ranking and scale (the trade-off): FTS5's bm25 costs time linear in the
+number of matches, twice over: it scores every match, and it counts every
+match of each phrase to find its idf. Plain bm25 ordering of a common word in
+most of 100,000 groups takes about 250 ms, against well under 1 ms at 1,000.
+So discovery (a) probes each term's frequency by reading at most
+``max_ranked_matches`` of its newest matches; (b) for each term takes at most
+``max_ranked_matches / terms`` of its newest *visible* matches (rowid order,
+where FTS5 stops early; the scope filter is applied inside, before the
+limit); (c) scores a rare term (fewer matches than the probe) with its real
+bm25 contribution, and a common one with a constant: bm25's contribution of
+one occurrence, from an idf estimated by how densely its newest matches fill
+the rowid range; (d) sums the contributions per source, since bm25 is a sum
+over phrases, and keeps the best. When no term is common the ranking is
+exactly bm25 over all matches. When one is, older sources matched *only*
+through it are not ranked, and its part of a score ignores term frequency
+and length; rare terms, the ones that find evidence, are always ranked in
+full. Discovery latency is then bounded by ``max_ranked_matches``, not by the
+index size: ``benchmarks/recall.py`` measures 100k ÷ 1k at about 2
+(target <= 3). Text and canonical bytes live in their own table
+(``recall_texts``), so ranking reads only narrow rows.
 
 Revisions: a document's revision is the digest of the canonical JSON of
 ``{"title": ..., "text": ...}``, a group's the archive receipt's digest, so a
@@ -88,7 +98,17 @@ from .._ports.recall import (
 from .._scope import Scope, SessionKey, decode_segment
 from .._validators import positive_int
 from ._excerpts import make_excerpt, query_terms
-from ._sqlite_recall_sql import SCHEMA, SourceRow, discovery_params, discovery_sql, insert_source
+from ._sqlite_recall_sql import (
+    ROWID_SPAN_SQL,
+    SCHEMA,
+    TERM_PROBE_SQL,
+    SourceRow,
+    common_term_weight,
+    discovery_params,
+    discovery_sql,
+    fts_phrase,
+    insert_source,
+)
 from ._sqlite_sql import immediate_transaction
 from .sqlite import SQLiteConfig, _SQLiteAdapterBase
 
@@ -103,6 +123,9 @@ __all__ = [
 
 #: Version of the ``recall_`` tables, kept in ``recall_meta``.
 RECALL_SCHEMA_VERSION: Final = 1
+
+# Page cache of the store's connection, in KiB.
+_CACHE_KIB: Final = 16 * 1024
 
 # A group seq in a source id: canonical decimal, as str(int) writes it.
 _SEQ: Final = re.compile(r"0|[1-9][0-9]*")
@@ -246,11 +269,29 @@ class SQLiteRecallSession(RecallSession):
             return []
         cap = self._store.config.max_ranked_matches
         per_term = max(limit, -(-cap // len(terms)))
-        sql = discovery_sql(len(terms))
-        params = discovery_params(self._scope, terms, per_term, limit)
+        phrases = [fts_phrase(t) for t in terms]
+        scope = self._scope
         budget = ctx.remaining_bytes
 
         def work(conn: sqlite3.Connection) -> list[Candidate]:
+            # One read transaction: the probes and the ranking see the same index.
+            conn.execute("BEGIN")
+            try:
+                return ranked(conn)
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+
+        def ranked(conn: sqlite3.Connection) -> list[Candidate]:
+            span, max_rowid = conn.execute(ROWID_SPAN_SQL).fetchone()
+            weights: list[float | None] = []
+            for phrase in phrases:
+                ctx.raise_if_expired("recall discover")
+                probed, min_rowid = conn.execute(TERM_PROBE_SQL, (phrase, cap)).fetchone()
+                weights.append(common_term_weight(cap, probed, min_rowid or 0, max_rowid, span))
+            ctx.raise_if_expired("recall discover")
+            sql = discovery_sql(weights)
+            params = discovery_params(scope, terms, weights, per_term, limit)
             rows = conn.execute(sql, params).fetchall()
             found: list[Candidate] = []
             spent = 0
@@ -290,7 +331,9 @@ class SQLiteRecallSession(RecallSession):
                 if owner is None or not owner.visible_to(self._scope):
                     continue
                 row = conn.execute(
-                    "SELECT revision, text FROM recall_sources WHERE source_id = ?", (ref.source_id,)
+                    "SELECT s.revision, t.text FROM recall_sources AS s "
+                    "JOIN recall_texts AS t ON t.id = s.id WHERE s.source_id = ?",
+                    (ref.source_id,),
                 ).fetchone()
                 if row is None or row[0] != ref.revision:
                     continue  # deleted or changed: validation reports it
@@ -388,6 +431,9 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         return self._recall_config
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        # A larger page cache than SQLite's 2 MiB default keeps the index's
+        # inner pages and the hot source rows in memory (a bounded 16 MiB).
+        conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         with immediate_transaction(conn):
             try:
                 for statement in SCHEMA:
@@ -554,9 +600,10 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
 
         def work(conn: sqlite3.Connection) -> list[tuple[object, object, object]]:
             return conn.execute(
-                "SELECT seq, receipt_digest, data FROM recall_sources "
-                "WHERE kind = 'group' AND tenant_id = ? AND user_id = ? AND session_id = ? AND seq >= ? "
-                "ORDER BY seq LIMIT ?",
+                "SELECT s.seq, s.receipt_digest, t.data FROM recall_sources AS s "
+                "JOIN recall_texts AS t ON t.id = s.id "
+                "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? "
+                "AND s.seq >= ? ORDER BY s.seq LIMIT ?",
                 (key.tenant, key.user, key.session, start_seq, limit),
             ).fetchall()
 
