@@ -20,6 +20,12 @@ from agentium_harness.testing._api_docs import PUBLIC_MODULES, port_methods, ren
 ROOT = Path(__file__).resolve().parents[2]
 
 HOST_NAMES = {
+    # recall (issue 8)
+    "RecallUsage", "PolicyDecision", "PolicyInput", "QueryInput", "RecallDecision", "RecallFence",
+    "RecallPolicy", "RecallStatus", "current_session_recall_policy", "latest_user_text", "score_order",
+    "store_order", "RecallOutcome", "ConditionalPublication", "RecallView", "source_view_revision",
+    "Completeness", "OmittedContext", "RecallLimits", "SourceOwner", "SourceRef", "Validation",
+    "ValidationStatus",
     "create_harness_runtime", "load_runtime", "HarnessRuntime", "HarnessResources", "RuntimeLimits",
     "ResidentLimits", "RunResult", "RunStatus", "EvictionStatus", "SourceStatus", "CleanupReport",
     "CleanupStatus", "Diagnostic", "Severity", "SessionView", "SessionState", "MigrationReport",

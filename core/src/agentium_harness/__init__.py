@@ -14,6 +14,22 @@ from ._codec import canonical_json, digest_of
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.loader import load_runtime
 from ._engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
+from ._engine.recall import RecallUsage
+from ._engine.recall_policy import (
+    PolicyDecision,
+    PolicyInput,
+    QueryInput,
+    RecallDecision,
+    RecallFence,
+    RecallPolicy,
+    RecallStatus,
+    current_session_recall_policy,
+    latest_user_text,
+    score_order,
+    store_order,
+)
+from ._engine.recall_turn import RecallOutcome
+from ._engine.recall_view import ConditionalPublication, RecallView, source_view_revision
 from ._engine.results import (
     CleanupReport,
     CleanupStatus,
@@ -55,6 +71,8 @@ from ._errors import (
     PluginNotFoundError,
     ProviderError,
     ProviderTimeoutError,
+    PublicationRefusedError,
+    RecallUnavailableError,
     RecordDecodeError,
     RegistrationError,
     RuntimeClosedError,
@@ -71,11 +89,45 @@ from ._errors import (
 from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall
 from ._ports import OpContext
 from ._ports.provider import SourceBlock, SourceKind, Usage
+from ._ports.recall import (
+    Completeness,
+    OmittedContext,
+    RecallLimits,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+)
 from ._scope import RecallScope, Scope, SessionKey, VerifiedIdentity
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "RecallUsage",
+    "PolicyDecision",
+    "PolicyInput",
+    "QueryInput",
+    "RecallDecision",
+    "RecallFence",
+    "RecallPolicy",
+    "RecallStatus",
+    "current_session_recall_policy",
+    "latest_user_text",
+    "score_order",
+    "store_order",
+    "RecallOutcome",
+    "ConditionalPublication",
+    "RecallView",
+    "source_view_revision",
+    "PublicationRefusedError",
+    "RecallUnavailableError",
+    "Completeness",
+    "OmittedContext",
+    "RecallLimits",
+    "SourceOwner",
+    "SourceRef",
+    "Validation",
+    "ValidationStatus",
     "AgentLifecycleError",
     "AgentiumError",
     "ArchiveConflictError",

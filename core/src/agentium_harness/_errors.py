@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "PublicationRefusedError",
+    "RecallUnavailableError",
     "AgentLifecycleError",
     "AgentiumError",
     "ArchiveConflictError",
@@ -340,3 +342,11 @@ class ArchiveCorruptError(ArchiveError):
     strictly, holds another ``seq`` than its key, or belongs (by its retained
     scope) to another session than the one it was read under.
     """
+
+
+class PublicationRefusedError(AgentiumError):
+    """The host's conditional publication refused the commit (R25); the session was not changed."""
+
+
+class RecallUnavailableError(CapabilityError):
+    """A recall store cannot work here (for example: the local SQLite has no FTS5); nothing was created."""

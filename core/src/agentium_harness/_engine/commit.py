@@ -26,6 +26,7 @@ import attrs
 from .._errors import ArchiveConflictError, ContractViolationError, SessionConflictError
 from .._history import MessageGroup
 from .._ports.archive import ArchiveReceipt, HistoryArchive
+from .._ports.recall import RecallStore
 from .._ports.sessions import (
     ArchiveDivergence,
     SessionSnapshot,
@@ -46,6 +47,7 @@ __all__ = [
     "broadcast",
     "broadcast_archived",
     "commit",
+    "index_archived",
     "plan_diagnostics",
 ]
 
@@ -348,3 +350,31 @@ async def broadcast(hooks: HookBroadcaster, hook: str, **kwargs: Any) -> list[Di
             )
         ]
     return [Diagnostic("hook_failed", str(f), Severity.WARNING) for f in failures]
+
+
+async def index_archived(
+    store: RecallStore | None,
+    ticket: Ticket,
+    key: SessionKey,
+    groups: tuple[MessageGroup, ...],
+    receipts: tuple[ArchiveReceipt, ...],
+) -> list[Diagnostic]:
+    """The groups-archived step for the runtime's own recall store (``archive_indexing``).
+
+    Runs after the commit, so a failure cannot undo it: it is reported,
+    and ``agentium recall rebuild`` brings the index back in line.
+    """
+    if store is None or not getattr(type(store).capabilities, "archive_indexing", False):
+        return []
+    try:
+        await ticket.call("recall index", lambda ctx: store.index_groups(key, groups, receipts, ctx))
+    except Exception as exc:
+        return [
+            Diagnostic(
+                "recall_index_failed",
+                f"archived groups {[g.seq for g in groups]} were not indexed for recall "
+                f"({type(exc).__name__}: {exc}); run `agentium recall rebuild`",
+                Severity.WARNING,
+            )
+        ]
+    return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -11,6 +12,9 @@ from .._ports.archive import ArchiveReceipt
 from .._ports.provider import Usage
 from .sources import SourceStatus
 from .tools import ToolOutcome
+
+if TYPE_CHECKING:  # recall_turn imports this module for Diagnostic
+    from .recall_turn import RecallOutcome
 
 __all__ = [
     "CleanupReport",
@@ -45,6 +49,12 @@ class RunStatus(enum.StrEnum):
 
     COMPLETED = "completed"
     STEP_LIMIT = "step_limit"
+    #: The recall policy stopped the run (``diagnostics`` say why; ``recall_assembly_omitted`` among them
+    #: when a clarification could not help). Nothing was committed.
+    STOPPED = "stopped"
+    #: The recall policy asks a clarification and no clarifier was given; ``output`` is the question.
+    #: Nothing was committed.
+    NEEDS_CLARIFICATION = "needs_clarification"
 
 
 class EvictionStatus(enum.StrEnum):
@@ -63,14 +73,18 @@ class RunResult:
     ``group_seq`` is the new group's number; ``boundary`` the first resident
     ``seq`` after commit; ``archived`` the receipts the archive returned for
     groups evicted by this commit; ``retained`` the record stored with the
-    group (R26).
+    group (R26); ``recall`` what recall did (``None`` without recall).
+
+    A run the recall policy ended early (status ``stopped`` or
+    ``needs_clarification``) has ``committed=False`` and ``group_seq=None``;
+    the other fields then describe the session as it was loaded.
     """
 
     output: str
     status: RunStatus
     eviction: EvictionStatus
     sources: SourceStatus
-    group_seq: int
+    group_seq: int | None
     boundary: int
     resident_groups: int
     snapshot_revision: int
@@ -79,6 +93,8 @@ class RunResult:
     usage: Usage
     retained: RetainedRecord
     diagnostics: tuple[Diagnostic, ...] = ()
+    recall: RecallOutcome | None = None
+    committed: bool = True
 
     def has(self, code: str) -> bool:
         """True if a diagnostic with ``code`` was recorded."""

@@ -5,11 +5,17 @@ A turn, in order (see docs/runtime.md), each step in its own module:
 1. admission (:mod:`.lifecycle`): a :class:`~agentium_harness._scope.VerifiedIdentity`
    only, one operation per session, nothing once closing;
 2. load (:mod:`.load`): the revisioned snapshot, its digest, shape and memory scope (R15);
-3. sources (:mod:`.sources`): labeled source data assembled whole under its budget;
-4. turn (:mod:`.turn`): the model request, the provider call, granted tools;
-5. commit (:mod:`.commit`): append the new group, archive the oldest complete
+3. recall (:mod:`.recall`, :mod:`.recall_policy`, :mod:`.recall_turn`), when
+   configured: bounded discovery and reads checked item by item, whole
+   evidence assembly, validation before dispatch, and the policy's decision;
+4. sources (:mod:`.sources`): labeled source data assembled whole under its budget;
+5. turn (:mod:`.turn`): the model request, the provider call, granted tools;
+6. the commit fence (:mod:`.recall_turn`, :mod:`.recall_view`): recalled sources
+   validated again, the policy decides, optional conditional publication;
+7. commit (:mod:`.commit`): append the new group, archive the oldest complete
    groups over the resident bound, check every receipt, and only then save the
-   snapshot with compare-and-set on its revision (R3).
+   snapshot with compare-and-set on its revision (R3); a recall store that
+   declares ``archive_indexing`` then indexes the archived groups.
 
 Maintenance outside a turn — close, flush, migrate, inspect, reconcile — is
 in :mod:`.maintenance`. Every adapter call anywhere runs under its deadline
@@ -26,8 +32,8 @@ import attrs
 from .._errors import (
     CapabilityError,
     FeatureUnavailableError,
-    IdentityError,
     InvalidArgumentError,
+    PublicationRefusedError,
     RuntimeCloseError,
     SessionDivergedError,
 )
@@ -35,13 +41,14 @@ from .._history import MessageGroup, RetainedRecord, Role
 from .._ports.archive import HistoryArchive
 from .._ports.memory import MemoryStore
 from .._ports.provider import ModelProvider, SourceBlock
-from .._ports.recall import RecallCapabilities, RecallStore
+from .._ports.recall import RecallCapabilities, RecallLimits, RecallStore
 from .._ports.sessions import SessionStore
 from .._ports.summary import Summarizer
 from .._ports.verify import CompletionVerifier
-from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity, validate_id
+from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
+from .arguments import check_grants, check_sources, run_scope, source_uncertainty
 from .checks import check_adapter
-from .commit import broadcast, commit
+from .commit import CommitOutcome, broadcast, commit, index_archived
 from .hooks import HookBroadcaster
 from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
@@ -56,7 +63,17 @@ from .maintenance import (
     migrate_session,
     reconcile_session,
 )
-from .results import CleanupReport, CleanupStatus, Diagnostic, RunResult, Severity
+from .recall_policy import RecallPolicy, current_session_recall_policy
+from .recall_turn import (
+    Clarifier,
+    RecallEnd,
+    RecallStep,
+    recall_before_commit,
+    recall_before_dispatch,
+    uncommitted_result,
+)
+from .recall_view import ConditionalPublication, RecallView, publish
+from .results import CleanupReport, CleanupStatus, Diagnostic, RunResult, RunStatus, Severity
 from .sources import assemble_sources
 from .tools import ToolRegistry
 from .turn import run_turn
@@ -80,7 +97,6 @@ DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 #: Optional features whose engines have not landed yet: building a runtime
 #: with one of them is refused instead of accepting an adapter never called.
 _UNAVAILABLE = {
-    "recall": "recall (issue: recall sessions under budgets)",
     "summarizer": "task summaries",
     "verifier": "completion verification",
     "memory": "the memory lifecycle",
@@ -122,7 +138,15 @@ class HarnessRuntime:
         tools: ToolRegistry,
         hooks: HookBroadcaster | None,
         owned: Sequence[object],
+        recall: RecallStore | None = None,
+        recall_limits: RecallLimits | None = None,
+        recall_policy: RecallPolicy | None = None,
+        publication: ConditionalPublication | None = None,
     ) -> None:
+        self.recall = recall
+        self.recall_limits = recall_limits or RecallLimits()
+        self.recall_policy = recall_policy or current_session_recall_policy()
+        self.publication = publication
         self.provider = provider
         self.archive = archive
         self.session_store = session_store
@@ -151,23 +175,31 @@ class HarnessRuntime:
         attest_legacy_memory_scope: bool = False,
         grants: Iterable[str] = (),
         sources: Sequence[SourceBlock] = (),
+        clarify: Clarifier | None = None,
     ) -> RunResult:
         """Run one turn for a verified identity on a session and commit it (R7).
 
         ``grants`` names the tools the model may run in this turn. ``sources``
         adds host-supplied labeled source data, assembled whole under the
-        ``source_tokens`` budget. Raises a typed error and changes nothing
-        when admission, loading, the provider or the snapshot save fails.
+        ``source_tokens`` budget. With recall configured, evidence is
+        recalled first and the recall policy decides; ``clarify`` (an async
+        callable taking the question and returning the user's answer) lets
+        the policy ask one clarification in this run. A run the policy stops
+        commits nothing and returns ``committed=False``. Raises a typed error
+        and changes nothing when admission, loading, the provider or the
+        snapshot save fails.
         """
-        scope = _run_scope(identity, session_id, recall_scope)
+        if clarify is not None and not callable(clarify):
+            raise InvalidArgumentError(f"clarify must be an async callable, got {type(clarify).__name__}")
+        scope = run_scope(identity, session_id, recall_scope)
         if not isinstance(user_input, str):
             raise InvalidArgumentError(f"user_input must be a string, got {type(user_input).__name__}")
-        granted = _grants(grants)
-        offered = _sources(sources)
+        granted = check_grants(grants)
+        offered = check_sources(sources)
         key = scope.session_key
         async with self._admission.admit(key, "run") as ticket:
             return await self._run_admitted(
-                ticket, scope, user_input, attest_legacy_memory_scope, granted, offered
+                ticket, scope, user_input, attest_legacy_memory_scope, granted, offered, clarify
             )
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
@@ -179,6 +211,7 @@ class HarnessRuntime:
         attest_legacy: bool,
         granted: frozenset[str],
         offered: tuple[SourceBlock, ...],
+        clarify: Clarifier | None = None,
     ) -> RunResult:
         key = scope.session_key
         stored, snap = await load_session(ticket, self.session_store, key, scope, attest_legacy=attest_legacy)
@@ -195,6 +228,28 @@ class HarnessRuntime:
                     "legacy_scope_attested", "legacy snapshot loaded by attestation; stamped at commit"
                 )
             )
+        history = tuple(m for g in snap.resident for m in g.messages)
+        step: RecallStep | None = None
+        if self.recall is not None:
+            step = await recall_before_dispatch(
+                ticket,
+                store=self.recall,
+                scope=scope,
+                limits=self.recall_limits,
+                policy=self.recall_policy,
+                user_input=user_input,
+                history=history,
+                clarify=clarify,
+                clarify_timeout_s=self.limits.op_timeout_s,
+            )
+            diagnostics.extend(step.diagnostics)
+            if step.end is not None:
+                status = (
+                    RunStatus.NEEDS_CLARIFICATION
+                    if step.end is RecallEnd.NEEDS_CLARIFICATION
+                    else RunStatus.STOPPED
+                )
+                return uncommitted_result(scope, stored, snap, status, step.question, step, diagnostics)
         assembly = assemble_sources(offered, self.limits.source_tokens)
         for source_id in assembly.omitted:
             diagnostics.append(
@@ -210,28 +265,67 @@ class HarnessRuntime:
             tools=self.tools,
             limits=self.limits,
             instructions=self.instructions,
-            sources=assembly.included,
-            history=tuple(m for g in snap.resident for m in g.messages),
+            sources=(*(step.blocks if step is not None else ()), *assembly.included),
+            history=history,
             user_input=user_input,
             granted=granted,
         )
         diagnostics.extend(turn.diagnostics)
-        retained = RetainedRecord(scope=scope, uncertainty=_uncertainty(assembly.omitted))
-        group = MessageGroup(seq=snap.next_seq, messages=turn.messages, retained=retained)
-        outcome = await commit(
-            ticket,
-            archive=self.archive,
-            store=self.session_store,
-            hooks=self._hooks,
-            limits=self.limits.resident,
-            key=key,
+        recall_outcome = step.outcome if step is not None else None
+        if step is not None and recall_outcome is not None and self.recall is not None:
+            recall_outcome, stop, fence_notes = await recall_before_commit(
+                ticket,
+                store=self.recall,
+                scope=scope,
+                limits=self.recall_limits,
+                policy=self.recall_policy,
+                outcome=recall_outcome,
+            )
+            diagnostics.extend(fence_notes)
+            if stop:
+                step = attrs.evolve(step, outcome=recall_outcome)
+                return uncommitted_result(scope, stored, snap, RunStatus.STOPPED, "", step, diagnostics)
+        retained = RetainedRecord(
             scope=scope,
-            stored=stored,
-            resident=(*snap.resident, group),
-            boundary=snap.boundary,
-            next_seq=snap.next_seq + 1,
+            source_view_revision=recall_outcome.source_view_revision if recall_outcome is not None else None,
+            uncertainty=(
+                *source_uncertainty(assembly.omitted),
+                *(recall_outcome.uncertainty if recall_outcome else ()),
+            ),
         )
+        group = MessageGroup(seq=snap.next_seq, messages=turn.messages, retained=retained)
+        done: list[CommitOutcome] = []
+
+        async def do_commit() -> None:
+            if done:
+                raise PublicationRefusedError("the publication hook called commit() twice")
+            done.append(
+                await commit(
+                    ticket,
+                    archive=self.archive,
+                    store=self.session_store,
+                    hooks=self._hooks,
+                    limits=self.limits.resident,
+                    key=key,
+                    scope=scope,
+                    stored=stored,
+                    resident=(*snap.resident, group),
+                    boundary=snap.boundary,
+                    next_seq=snap.next_seq + 1,
+                )
+            )
+
+        if self.publication is not None and recall_outcome is not None and recall_outcome.included:
+            view = RecallView(scope, recall_outcome.included, recall_outcome.source_view_revision or "")
+            await publish(self.publication, view, do_commit, done, self.limits.op_timeout_s * 3)
+        else:
+            await do_commit()
+        outcome = done[0]
         diagnostics.extend(outcome.diagnostics)
+        if outcome.archived_groups:
+            diagnostics.extend(
+                await index_archived(self.recall, ticket, key, outcome.archived_groups, outcome.archived)
+            )
         output = next((m.content for m in reversed(turn.messages) if m.role is Role.ASSISTANT), "")
         return RunResult(
             output=output,
@@ -247,6 +341,7 @@ class HarnessRuntime:
             usage=turn.usage,
             retained=retained,
             diagnostics=tuple(diagnostics),
+            recall=recall_outcome,
         )
 
     # -- inspection and maintenance ------------------------------------------
@@ -274,7 +369,7 @@ class HarnessRuntime:
         is left alone when it matches and refused when it differs. The stamped
         snapshot is written at the current format version with its digest.
         """
-        scope = _run_scope(identity, session_id, recall_scope)
+        scope = run_scope(identity, session_id, recall_scope)
         async with self._admission.admit(scope.session_key, "migration") as ticket:
             return await migrate_session(
                 ticket, self.session_store, scope.session_key, scope, attest=attest_legacy_memory_scope
@@ -444,47 +539,6 @@ class HarnessRuntime:
         await self.aclose()
 
 
-def _run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
-    """Validate the caller's identity, session id and recall scope into a :class:`Scope`."""
-    verified = require_identity(identity)
-    validate_id(session_id, "session_id")
-    assert isinstance(session_id, str)
-    if recall_scope is not None and not isinstance(recall_scope, RecallScope):
-        raise IdentityError(
-            f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "
-            "build it with RecallScope(project=..., repository=...)"
-        )
-    return Scope.of(verified, session_id, recall_scope)
-
-
-def _grants(grants: object) -> frozenset[str]:
-    """Tool grants as a set of names; a bare string is refused, not split into characters."""
-    if isinstance(grants, str | bytes) or not isinstance(grants, Iterable):
-        raise InvalidArgumentError(
-            f"grants must be a collection of tool names, got {type(grants).__name__} {grants!r}; "
-            'write grants=["shell"], not grants="shell"'
-        )
-    names = tuple(grants)
-    for name in names:
-        if not isinstance(name, str):
-            raise InvalidArgumentError(f"grants must hold tool names (str), got {type(name).__name__}")
-    return frozenset(names)
-
-
-def _sources(sources: object) -> tuple[SourceBlock, ...]:
-    if isinstance(sources, str | bytes) or not isinstance(sources, Iterable):
-        raise InvalidArgumentError(f"sources must be a sequence of SourceBlock, got {type(sources).__name__}")
-    blocks = tuple(sources)
-    for block in blocks:
-        if not isinstance(block, SourceBlock):
-            raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")
-    return blocks
-
-
-def _uncertainty(omitted: Sequence[str]) -> tuple[str, ...]:
-    return tuple(f"source {s} omitted by the source budget" for s in omitted)
-
-
 def create_harness_runtime(
     *,
     provider: ModelProvider,
@@ -499,6 +553,9 @@ def create_harness_runtime(
     tools: ToolRegistry | None = None,
     hooks: HookBroadcaster | None = None,
     owned: Sequence[object] = (),
+    recall_limits: RecallLimits | None = None,
+    recall_policy: RecallPolicy | None = None,
+    publication: ConditionalPublication | None = None,
 ) -> HarnessRuntime:
     """Build a runtime from adapters the application supplies (R6).
 
@@ -509,10 +566,15 @@ def create_harness_runtime(
     borrowed and never closed by the runtime; ``owned`` lists adapters the
     caller hands over for :meth:`HarnessRuntime.aclose` to close.
 
-    Recall, summarizers, verifiers and memory stores are validated and then
-    refused with :class:`~agentium_harness._errors.FeatureUnavailableError`:
-    their engines are not part of this release, and a runtime that accepted
-    them and never called them would mislead.
+    ``recall`` is optional (R1): without it a run works exactly as before.
+    With it, ``recall_limits`` (default :class:`RecallLimits`) bounds each run,
+    ``recall_policy`` (default :func:`current_session_recall_policy`) decides,
+    and ``publication`` optionally hooks the commit (R25).
+
+    Summarizers, verifiers and memory stores are validated and then refused
+    with :class:`~agentium_harness._errors.FeatureUnavailableError`: their
+    engines are not part of this release, and a runtime that accepted them
+    and never called them would mislead.
     """
     check_adapter("provider", provider)
     check_adapter("archive", archive)
@@ -530,7 +592,7 @@ def create_harness_runtime(
         if adapter is not None and kind != "recall":
             check_adapter(kind, adapter)
     for kind, adapter in optional.items():
-        if adapter is not None:
+        if adapter is not None and kind in _UNAVAILABLE:
             raise FeatureUnavailableError(
                 f"a {kind} adapter ({type(adapter).__name__}) was given, but {_UNAVAILABLE[kind]} is not "
                 "available in this release of agentium-harness; remove it (see docs/index.md, "
@@ -540,6 +602,21 @@ def create_harness_runtime(
         raise InvalidArgumentError(f"limits must be a RuntimeLimits, got {type(limits).__name__}")
     if tools is not None and not isinstance(tools, ToolRegistry):
         raise InvalidArgumentError(f"tools must be a ToolRegistry, got {type(tools).__name__}")
+    if recall_limits is not None and not isinstance(recall_limits, RecallLimits):
+        raise InvalidArgumentError(
+            f"recall_limits must be a RecallLimits, got {type(recall_limits).__name__}"
+        )
+    if recall_policy is not None and not isinstance(recall_policy, RecallPolicy):
+        raise InvalidArgumentError(
+            f"recall_policy must be a RecallPolicy (see current_session_recall_policy()), "
+            f"got {type(recall_policy).__name__}"
+        )
+    if publication is not None and not isinstance(publication, ConditionalPublication):
+        raise InvalidArgumentError(
+            f"publication must have an async publish(view, commit) method, got {type(publication).__name__}"
+        )
+    if recall is None and (recall_limits, recall_policy, publication) != (None, None, None):
+        raise InvalidArgumentError("recall_limits, recall_policy and publication need a recall store")
     return HarnessRuntime(
         provider=provider,
         archive=archive,
@@ -549,4 +626,8 @@ def create_harness_runtime(
         tools=tools or ToolRegistry(),
         hooks=hooks,
         owned=owned,
+        recall=recall,
+        recall_limits=recall_limits,
+        recall_policy=recall_policy,
+        publication=publication,
     )

@@ -12,11 +12,12 @@ still checks every bound on what they return.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import attrs
 
+from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._scope import ABSENT_SEGMENT, Scope, SessionKey, encode_segment
 from .._validators import validate_id
@@ -85,18 +86,33 @@ class RecallCapabilities(Capabilities):
     archive_indexing: bool = False
 
 
+def _count(minimum: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InvalidArgumentError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
+
+    return check
+
+
+def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise InvalidArgumentError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
 @attrs.frozen(slots=True)
 class RecallLimits:
-    """Recall budgets (R17). Every field is a hard ceiling for one run."""
+    """Recall budgets (R17). Every field is a hard ceiling for one run; the engine enforces each one."""
 
-    max_queries: int = 1
-    max_candidates: int = 8
-    max_discovery_bytes: int = 16_384
-    max_source_bytes: int = 65_536
-    max_excerpt_bytes: int = 2_048
-    max_evidence_tokens: int = 1_024
-    max_latency_s: float = 2.0
-    max_validations: int = 16
+    max_queries: int = attrs.field(default=1, validator=_count(1))
+    max_candidates: int = attrs.field(default=8, validator=_count(1))
+    max_discovery_bytes: int = attrs.field(default=16_384, validator=_count(1))
+    max_source_bytes: int = attrs.field(default=65_536, validator=_count(1))
+    max_excerpt_bytes: int = attrs.field(default=2_048, validator=_count(1))
+    max_evidence_tokens: int = attrs.field(default=1_024, validator=_count(1))
+    max_latency_s: float = attrs.field(default=2.0, validator=_seconds)
+    max_validations: int = attrs.field(default=16, validator=_count(2))
+    #: The query sent to discovery is cut to this many UTF-8 bytes (a pasted 1 MB input stays a normal run).
+    max_query_bytes: int = attrs.field(default=2_048, validator=_count(1))
 
 
 class Completeness(enum.StrEnum):

@@ -1,0 +1,56 @@
+"""Admission's argument checks: a run's identity, session id, recall scope, grants and sources.
+
+Each is checked before anything is admitted, so a bad argument raises a
+typed error and changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from .._errors import IdentityError, InvalidArgumentError
+from .._ports.provider import SourceBlock
+from .._scope import RecallScope, Scope, require_identity, validate_id
+
+__all__ = ["check_grants", "check_sources", "run_scope", "source_uncertainty"]
+
+
+def run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
+    """Validate the caller's identity, session id and recall scope into a :class:`Scope`."""
+    verified = require_identity(identity)
+    validate_id(session_id, "session_id")
+    assert isinstance(session_id, str)
+    if recall_scope is not None and not isinstance(recall_scope, RecallScope):
+        raise IdentityError(
+            f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "
+            "build it with RecallScope(project=..., repository=...)"
+        )
+    return Scope.of(verified, session_id, recall_scope)
+
+
+def check_grants(grants: object) -> frozenset[str]:
+    """Tool grants as a set of names; a bare string is refused, not split into characters."""
+    if isinstance(grants, str | bytes) or not isinstance(grants, Iterable):
+        raise InvalidArgumentError(
+            f"grants must be a collection of tool names, got {type(grants).__name__} {grants!r}; "
+            'write grants=["shell"], not grants="shell"'
+        )
+    names = tuple(grants)
+    for name in names:
+        if not isinstance(name, str):
+            raise InvalidArgumentError(f"grants must hold tool names (str), got {type(name).__name__}")
+    return frozenset(names)
+
+
+def check_sources(sources: object) -> tuple[SourceBlock, ...]:
+    if isinstance(sources, str | bytes) or not isinstance(sources, Iterable):
+        raise InvalidArgumentError(f"sources must be a sequence of SourceBlock, got {type(sources).__name__}")
+    blocks = tuple(sources)
+    for block in blocks:
+        if not isinstance(block, SourceBlock):
+            raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")
+    return blocks
+
+
+def source_uncertainty(omitted: Sequence[str]) -> tuple[str, ...]:
+    return tuple(f"source {s} omitted by the source budget" for s in omitted)

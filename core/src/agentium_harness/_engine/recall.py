@@ -1,0 +1,511 @@
+"""Step 3a of a turn: recall evidence under budgets the engine enforces itself (R11–R13, R17–R19).
+
+:func:`gather_evidence` opens a scoped recall session, discovers, reads and
+validates, and closes the session on every path (also when a call is
+cancelled or times out). Every adapter call runs under the recall latency
+budget through :meth:`.lifecycle.Ticket.call`. Whatever the adapter declared,
+everything it returns is checked here: item types, scope (on every item),
+count, discovery bytes, excerpt bytes, source bytes and estimated tokens.
+An item that breaks a bound is dropped whole and reported as a contract
+violation, and the status becomes ``partial``. Nothing is ever cut inside an
+excerpt: excerpts become labeled source blocks and are assembled whole, in
+rank order, under the evidence token budget with their wrappers counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
+
+import anyio
+import attrs
+
+from .._history import estimate_tokens
+from .._ports._base import OpContext
+from .._ports.provider import SourceBlock, SourceKind
+from .._ports.recall import (
+    Candidate,
+    Completeness,
+    Excerpt,
+    OmittedContext,
+    RecallLimits,
+    RecallSession,
+    RecallStore,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+)
+from .._scope import Scope
+from .lifecycle import Ticket
+from .recall_policy import QueryInput, RecallPolicy, RecallStatus
+from .sources import assemble_sources
+
+__all__ = ["Evidence", "RecallUsage", "gather_evidence", "revalidate", "truncate_utf8"]
+
+T = TypeVar("T")
+
+#: How long closing a recall session may take; it runs shielded after a cancellation.
+CLOSE_TIMEOUT_S = 0.1
+
+
+@attrs.frozen(slots=True)
+class RecallUsage:
+    """What a run used of each recall budget (R17)."""
+
+    queries: int = 0
+    candidates: int = 0
+    discovery_bytes: int = 0
+    source_bytes: int = 0
+    evidence_tokens: int = 0
+    validations: int = 0
+    latency_s: float = 0.0
+
+
+@attrs.frozen(slots=True)
+class Evidence:
+    """What one round of recall produced, before the policy decides.
+
+    ``blocks`` are the included source blocks in rank order, ``refs`` the refs
+    behind them (same order); ``omitted`` the source ids left out by
+    allocation; ``violations`` every contract violation found (each dropped
+    item); ``invalidated`` the validations that removed a source;
+    ``problems`` every reason the status is not ``complete``.
+    """
+
+    status: RecallStatus
+    query: str
+    blocks: tuple[SourceBlock, ...] = ()
+    refs: tuple[SourceRef, ...] = ()
+    omitted: tuple[str, ...] = ()
+    violations: tuple[str, ...] = ()
+    invalidated: tuple[Validation, ...] = ()
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    usage: RecallUsage = attrs.field(factory=RecallUsage)
+
+    @property
+    def allocation_omitted(self) -> bool:
+        """True when whole excerpts were left out because a budget could not hold them (R22)."""
+        return bool(self.omitted)
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` UTF-8 bytes at a character boundary."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode("utf-8", "ignore")
+
+
+class _Round:
+    """The mutable state of one recall round: counters, findings and the latency deadline."""
+
+    def __init__(self, limits: RecallLimits, queries_used: int) -> None:
+        self.limits = limits
+        self.started = time.monotonic()
+        self.deadline = self.started + limits.max_latency_s
+        self.queries = queries_used
+        self.candidates = 0
+        self.discovery_bytes = 0
+        self.source_bytes = 0
+        self.tokens = 0
+        self.validations = 0
+        self.violations: list[str] = []
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+
+    def left(self, ticket: Ticket) -> float:
+        """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
+        return max(0.0, min(self.deadline - time.monotonic(), ticket.op_timeout_s))
+
+    def violation(self, what: str) -> None:
+        self.violations.append(what)
+        self.problems.append(f"contract violation: {what}")
+
+    def usage(self) -> RecallUsage:
+        return RecallUsage(
+            queries=self.queries,
+            candidates=self.candidates,
+            discovery_bytes=self.discovery_bytes,
+            source_bytes=self.source_bytes,
+            evidence_tokens=self.tokens,
+            validations=self.validations,
+            latency_s=round(time.monotonic() - self.started, 6),
+        )
+
+
+class _Failed(Exception):
+    """Recall failed as a whole (the store raised, timed out or returned nonsense)."""
+
+
+async def _call(
+    ticket: Ticket,
+    state: _Round,
+    operation: str,
+    work: Callable[[OpContext], Awaitable[T]],
+    *,
+    remaining_bytes: int | None = None,
+    remaining_tokens: int | None = None,
+) -> T:
+    left = state.left(ticket)
+    if left <= 0:
+        raise _Failed(
+            f"{operation} not started: the recall latency budget of {state.limits.max_latency_s}s is spent"
+        )
+    try:
+        return await ticket.call(
+            operation,
+            work,
+            timeout_s=left,
+            remaining_bytes=remaining_bytes,
+            remaining_tokens=remaining_tokens,
+        )
+    except Exception as exc:
+        raise _Failed(f"{operation} failed: {type(exc).__name__}: {exc}") from exc
+
+
+async def _close(session: object, state: _Round) -> None:
+    """Close the recall session on every path, shielded from the run's cancellation and bounded."""
+    closer = getattr(session, "close", None)
+    if closer is None:
+        return
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+        try:
+            await closer()
+        except Exception as exc:
+            state.notes.append(f"recall session close failed: {type(exc).__name__}: {exc}")
+    if scope.cancelled_caught:
+        state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s")
+
+
+async def gather_evidence(
+    ticket: Ticket,
+    store: RecallStore,
+    scope: Scope,
+    limits: RecallLimits,
+    policy: RecallPolicy,
+    turn: QueryInput,
+    *,
+    queries_used: int = 0,
+) -> Evidence:
+    """One round of recall for ``turn``: query, discover, rank, read, assemble, validate (fence 1)."""
+    state = _Round(limits, queries_used)
+    try:
+        query = policy.query(turn)
+    except Exception as exc:
+        return _failed(state, "", f"query formulation raised {type(exc).__name__}: {exc}")
+    if not isinstance(query, str):
+        return _failed(state, "", f"query formulation returned {type(query).__name__}, not str")
+    query = query.strip()
+    if len(query.encode("utf-8", "surrogatepass")) > limits.max_query_bytes:
+        query = truncate_utf8(query, limits.max_query_bytes)
+        state.notes.append(f"recall query truncated to {limits.max_query_bytes} bytes")
+    if not query:
+        state.notes.append("recall query is empty; no store call was made")
+        return Evidence(
+            RecallStatus.NO_ACCESSIBLE_EVIDENCE, "", notes=tuple(state.notes), usage=state.usage()
+        )
+    if state.queries >= limits.max_queries:
+        return _failed(state, query, f"the query budget ({limits.max_queries}) is spent")
+    state.queries += 1
+    session: RecallSession | None = None
+    try:
+        try:
+            opened = await _call(ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx))
+            if not callable(getattr(opened, "discover", None)):
+                raise _Failed(f"recall open returned {type(opened).__name__}, not a recall session")
+            session = opened
+            return await _gather_open(ticket, state, session, scope, policy, query)
+        finally:
+            if session is not None:
+                await _close(session, state)
+    except _Failed as exc:
+        return _failed(state, query, str(exc))
+
+
+def _failed(state: _Round, query: str, why: str) -> Evidence:
+    state.problems.append(why)
+    return Evidence(
+        RecallStatus.FAILED,
+        query,
+        violations=tuple(state.violations),
+        problems=tuple(state.problems),
+        notes=tuple(state.notes),
+        usage=state.usage(),
+    )
+
+
+async def _gather_open(
+    ticket: Ticket, state: _Round, session: RecallSession, scope: Scope, policy: RecallPolicy, query: str
+) -> Evidence:
+    limits = state.limits
+    raw = await _call(
+        ticket,
+        state,
+        "recall discover",
+        lambda ctx: session.discover(query, limits.max_candidates, ctx),
+        remaining_bytes=limits.max_discovery_bytes,
+    )
+    candidates = _checked_candidates(raw, state, scope)
+    try:
+        ranked_raw = policy.rank(list(candidates))
+        ranked = _same_candidates(ranked_raw, candidates, state)
+    except Exception as exc:
+        raise _Failed(f"ranking raised {type(exc).__name__}: {exc}") from exc
+    # Each included source is validated twice (before dispatch and before
+    # commit), so the validation budget caps how many sources are read.
+    readable = max(0, limits.max_validations // 2)
+    to_read, omitted = ranked[:readable], [c.ref.source_id for c in ranked[readable:]]
+    for source_id in omitted:
+        state.problems.append(f"source {source_id} left out: the validation budget covers {readable} sources")
+    excerpts: list[Excerpt] = []
+    if to_read:
+        refs = [c.ref for c in to_read]
+        raw_excerpts = await _call(
+            ticket,
+            state,
+            "recall read",
+            lambda ctx: session.read(refs, limits.max_excerpt_bytes, ctx),
+            remaining_bytes=limits.max_source_bytes,
+            remaining_tokens=limits.max_evidence_tokens,
+        )
+        excerpts = _checked_excerpts(raw_excerpts, state, scope, to_read)
+    blocks = [_block(e, rank) for rank, e in enumerate(excerpts, start=1)]
+    assembly = assemble_sources(blocks, limits.max_evidence_tokens)
+    for source_id in assembly.omitted:
+        omitted.append(source_id)
+        state.problems.append(f"source {source_id} left out whole: it did not fit the evidence token budget")
+    included = [e for e in excerpts if e.ref.source_id not in set(assembly.omitted)]
+    kept_blocks = list(assembly.included)
+    invalidated: list[Validation] = []
+    if included:
+        checked = await validate_refs(ticket, state, session, [e.ref for e in included])
+        invalidated = [v for v in checked if v.status is not ValidationStatus.CURRENT]
+        gone = {v.ref.source_id for v in invalidated}
+        for v in invalidated:
+            state.problems.append(f"source {v.ref.source_id} is {v.status.value} at the dispatch fence")
+        included = [e for e in included if e.ref.source_id not in gone]
+        kept_blocks = [b for b in kept_blocks if b.source_id not in gone]
+    state.tokens = sum(b.estimated_tokens for b in kept_blocks)
+    if state.problems:
+        status = RecallStatus.PARTIAL
+    elif not included:
+        status = RecallStatus.NO_ACCESSIBLE_EVIDENCE
+    else:
+        status = RecallStatus.COMPLETE
+    return Evidence(
+        status,
+        query,
+        blocks=tuple(kept_blocks),
+        refs=tuple(e.ref for e in included),
+        omitted=tuple(omitted),
+        violations=tuple(state.violations),
+        invalidated=tuple(invalidated),
+        problems=tuple(state.problems),
+        notes=tuple(state.notes),
+        usage=state.usage(),
+    )
+
+
+def _checked_candidates(raw: object, state: _Round, scope: Scope) -> list[Candidate]:
+    limits = state.limits
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise _Failed(f"recall discover returned {type(raw).__name__}, not a sequence of candidates")
+    kept: list[Candidate] = []
+    seen: set[str] = set()
+    for item in raw:
+        if not isinstance(item, Candidate) or not isinstance(item.ref, SourceRef):
+            state.violation(f"discover returned {type(item).__name__}, not a Candidate; dropped")
+            continue
+        sid = item.ref.source_id
+        if not _visible(item.owner, scope):
+            state.violation(f"discover returned {sid!r} from outside the run's scope; dropped")
+            continue
+        if len(kept) >= limits.max_candidates:
+            state.violation(
+                f"discover returned more than max_candidates={limits.max_candidates}; {sid!r} dropped"
+            )
+            continue
+        if sid in seen:
+            state.violation(f"discover returned {sid!r} twice; the repeat was dropped")
+            continue
+        cost = item.discovery_bytes
+        if state.discovery_bytes + cost > limits.max_discovery_bytes:
+            state.violation(
+                f"discover exceeded max_discovery_bytes={limits.max_discovery_bytes}; {sid!r} dropped"
+            )
+            continue
+        state.discovery_bytes += cost
+        seen.add(sid)
+        kept.append(item)
+    state.candidates = len(kept)
+    return kept
+
+
+def _same_candidates(ranked: object, candidates: list[Candidate], state: _Round) -> list[Candidate]:
+    """The ranker's order, holding only candidates it was given, each once."""
+    if isinstance(ranked, str | bytes) or not isinstance(ranked, Sequence):
+        raise _Failed(f"ranking returned {type(ranked).__name__}, not a sequence")
+    allowed = {id(c) for c in candidates}
+    out: list[Candidate] = []
+    used: set[int] = set()
+    for c in ranked:
+        if id(c) not in allowed or id(c) in used:
+            state.problems.append("ranking returned a candidate it was not given (or twice); dropped")
+            continue
+        used.add(id(c))
+        out.append(c)
+    return out
+
+
+def _checked_excerpts(raw: object, state: _Round, scope: Scope, asked: list[Candidate]) -> list[Excerpt]:
+    limits = state.limits
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise _Failed(f"recall read returned {type(raw).__name__}, not a sequence of excerpts")
+    wanted = {c.ref: c for c in asked}
+    got: dict[SourceRef, Excerpt] = {}
+    for item in raw:
+        if (
+            not isinstance(item, Excerpt)
+            or not isinstance(item.ref, SourceRef)
+            or not isinstance(item.text, str)
+        ):
+            state.violation(f"read returned {type(item).__name__}, not an Excerpt; dropped")
+            continue
+        sid = item.ref.source_id
+        candidate = wanted.get(item.ref)
+        if not _visible(item.owner, scope):
+            state.violation(f"read returned {sid!r} from outside the run's scope; dropped")
+            continue
+        if candidate is None:
+            state.violation(
+                f"read returned {sid!r} at revision {item.ref.revision!r}, which was not asked for; dropped"
+            )
+            continue
+        if item.owner != candidate.owner:
+            state.violation(f"read returned {sid!r} with another owner than discovery reported; dropped")
+            continue
+        if item.ref in got:
+            state.violation(f"read returned {sid!r} twice; the repeat was dropped")
+            continue
+        if not isinstance(item.completeness, Completeness) or not all(
+            isinstance(o, OmittedContext) for o in item.omitted
+        ):
+            state.violation(f"read returned {sid!r} with malformed completeness flags; dropped")
+            continue
+        size = len(item.text.encode("utf-8", "surrogatepass"))
+        if size > limits.max_excerpt_bytes:
+            state.violation(
+                f"read returned {size} bytes for {sid!r}, "
+                f"over max_excerpt_bytes={limits.max_excerpt_bytes}; dropped"
+            )
+            continue
+        if state.source_bytes + size > limits.max_source_bytes:
+            state.violation(f"read exceeded max_source_bytes={limits.max_source_bytes}; {sid!r} dropped")
+            continue
+        tokens = estimate_tokens(item.text)
+        if state.tokens + tokens > limits.max_evidence_tokens:
+            state.violation(
+                f"read exceeded max_evidence_tokens={limits.max_evidence_tokens}; {sid!r} dropped"
+            )
+            continue
+        state.source_bytes += size
+        state.tokens += tokens
+        got[item.ref] = item
+    for candidate in asked:
+        if candidate.ref not in got and not any(candidate.ref.source_id in v for v in state.violations):
+            state.problems.append(f"source {candidate.ref.source_id} was discovered but not read")
+    # Rank order is the ranker's, whatever order the store answered in.
+    return [got[c.ref] for c in asked if c.ref in got]
+
+
+def _visible(owner: object, scope: Scope) -> bool:
+    visible = getattr(owner, "visible_to", None)
+    try:
+        return bool(visible(scope)) if visible is not None else False
+    except Exception:
+        return False
+
+
+def _block(excerpt: Excerpt, rank: int) -> SourceBlock:
+    """An excerpt as a labeled source block: source id, revision, completeness and omissions (R18, R19)."""
+    omitted = ",".join(sorted(o.value for o in excerpt.omitted)) or "none"
+    return SourceBlock(
+        SourceKind.RECALL,
+        excerpt.ref.source_id,
+        excerpt.text,
+        (
+            ("revision", excerpt.ref.revision),
+            ("completeness", excerpt.completeness.value),
+            ("omitted-context", omitted),
+            ("rank", str(rank)),
+        ),
+    )
+
+
+async def validate_refs(
+    ticket: Ticket, state: _Round, session: RecallSession, refs: list[SourceRef]
+) -> list[Validation]:
+    """Current-view validation of ``refs`` (R24): one answer per ref, or the ref counts as unknown."""
+    if state.validations + len(refs) > state.limits.max_validations:
+        raise _Failed(
+            f"validating {len(refs)} sources would exceed max_validations={state.limits.max_validations}"
+        )
+    state.validations += len(refs)
+    raw = await _call(
+        ticket, state, "recall validate_current", lambda ctx: session.validate_current(refs, ctx)
+    )
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise _Failed(f"recall validate_current returned {type(raw).__name__}, not a sequence")
+    answers: dict[SourceRef, Validation] = {}
+    for item in raw:
+        if not isinstance(item, Validation) or not isinstance(item.status, ValidationStatus):
+            state.violation(f"validate_current returned {type(item).__name__}, not a Validation; ignored")
+            continue
+        if item.ref not in refs or item.ref in answers:
+            state.violation(
+                f"validate_current answered for {item.ref.source_id!r}, which was not asked (or twice)"
+            )
+            continue
+        answers[item.ref] = item
+    out: list[Validation] = []
+    for ref in refs:
+        found = answers.get(ref)
+        if found is None:
+            state.violation(f"validate_current gave no answer for {ref.source_id!r}; treated as unknown")
+            found = Validation(ref, ValidationStatus.UNKNOWN)
+        out.append(found)
+    return out
+
+
+async def revalidate(
+    ticket: Ticket,
+    store: RecallStore,
+    scope: Scope,
+    limits: RecallLimits,
+    refs: Sequence[SourceRef],
+    validations_used: int,
+) -> tuple[list[Validation], list[str], str | None]:
+    """The commit fence (R24): validate the included sources again in a fresh, closed-on-every-path session.
+
+    Returns ``(validations, notes, failure)``; ``failure`` is set when the
+    fence could not run (the store raised or timed out), which counts as
+    ``failed``.
+    """
+    state = _Round(limits, 0)
+    state.validations = validations_used
+    session: RecallSession | None = None
+    try:
+        try:
+            opened = await _call(ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx))
+            if not callable(getattr(opened, "validate_current", None)):
+                raise _Failed(f"recall open returned {type(opened).__name__}, not a recall session")
+            session = opened
+            checked = await validate_refs(ticket, state, session, list(refs))
+        finally:
+            if session is not None:
+                await _close(session, state)
+    except _Failed as exc:
+        return [], [*state.violations, *state.notes], str(exc)
+    return checked, [*state.violations, *state.notes], None

@@ -1,0 +1,364 @@
+"""Recall in a turn: the policy's decision at the dispatch fence and at the commit fence (R20–R26).
+
+Before the model is called, :func:`recall_before_dispatch` gathers evidence
+(:mod:`.recall`) and asks the policy: proceed, stop, clarify (at most one
+clarification per run, and never after an allocation omission, which returns
+``recall_assembly_omitted``), or continue with explicit uncertainty. After the
+model answered and before the session commit, :func:`recall_before_commit`
+validates the included sources again; a changed, deleted or no-longer
+authorized source is recorded and the policy decides again.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+
+import anyio
+import attrs
+
+from .._history import Message, RetainedRecord
+from .._ports.provider import SourceBlock, SourceKind, Usage
+from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
+from .._ports.sessions import SessionSnapshot, StoredSnapshot
+from .._scope import Scope
+from .lifecycle import Ticket
+from .recall import Evidence, RecallUsage, gather_evidence, revalidate
+from .recall_policy import (
+    PolicyDecision,
+    PolicyInput,
+    QueryInput,
+    RecallDecision,
+    RecallFence,
+    RecallPolicy,
+    RecallStatus,
+)
+from .recall_view import source_view_revision
+from .results import Diagnostic, EvictionStatus, RunResult, RunStatus, Severity
+from .sources import SourceStatus
+
+__all__ = [
+    "Clarifier",
+    "RecallEnd",
+    "RecallOutcome",
+    "RecallStep",
+    "recall_before_commit",
+    "recall_before_dispatch",
+]
+
+#: A host callable that asks the user one clarification question and returns the answer.
+Clarifier = Callable[[str], Awaitable[str]]
+
+
+class RecallEnd(enum.StrEnum):
+    """Why a run ended before committing because of recall (``None`` when it went on)."""
+
+    STOPPED = "stopped"
+    NEEDS_CLARIFICATION = "needs_clarification"
+    ASSEMBLY_OMITTED = "recall_assembly_omitted"
+
+
+@attrs.frozen(slots=True)
+class RecallOutcome:
+    """What recall did in a run, as the host sees it in ``RunResult.recall``.
+
+    ``included`` are the sources in the request (rank order), ``omitted`` the
+    source ids left out by allocation, ``invalidated`` the sources a fence
+    removed or found changed, ``violations`` the adapter's contract
+    violations (each dropped item), ``uncertainty`` what the run carries on
+    (also in the retained record), ``clarification`` the (question, answer)
+    pair when one was asked, ``fence`` where the last decision was taken.
+    """
+
+    status: RecallStatus
+    decision: RecallDecision
+    policy: str
+    query: str
+    reason: str
+    fence: RecallFence
+    included: tuple[SourceRef, ...] = ()
+    omitted: tuple[str, ...] = ()
+    invalidated: tuple[Validation, ...] = ()
+    violations: tuple[str, ...] = ()
+    uncertainty: tuple[str, ...] = ()
+    source_view_revision: str | None = None
+    usage: RecallUsage = attrs.field(factory=RecallUsage)
+    clarification: tuple[str, str] | None = None
+
+
+@attrs.frozen(slots=True)
+class RecallStep:
+    """The dispatch fence's result: the outcome, the blocks for the request, and whether the run ends."""
+
+    outcome: RecallOutcome
+    blocks: tuple[SourceBlock, ...]
+    end: RecallEnd | None
+    diagnostics: tuple[Diagnostic, ...]
+    #: The clarification question when ``end`` is ``needs_clarification``.
+    question: str = ""
+
+
+def _decide(policy: RecallPolicy, seen: PolicyInput) -> PolicyDecision:
+    """The policy's decision; a policy that raises or answers nonsense stops the run (fail closed)."""
+    try:
+        decision = policy.decide(seen)
+    except Exception as exc:
+        return PolicyDecision(RecallDecision.STOP, f"recall policy raised {type(exc).__name__}: {exc}")
+    if not isinstance(decision, PolicyDecision) or not isinstance(decision.decision, RecallDecision):
+        return PolicyDecision(RecallDecision.STOP, f"recall policy returned {type(decision).__name__}")
+    return decision
+
+
+def _uncertainty(evidence: Evidence) -> tuple[str, ...]:
+    return tuple(f"recall {evidence.status.value}: {p}" for p in evidence.problems) or (
+        (f"recall {evidence.status.value}",) if evidence.status is not RecallStatus.COMPLETE else ()
+    )
+
+
+def _status_block(uncertainty: tuple[str, ...]) -> SourceBlock:
+    text = "Recalled evidence is incomplete; treat what is missing as unknown:\n" + "\n".join(
+        f"- {u}" for u in uncertainty
+    )
+    return SourceBlock(SourceKind.RECALL, "recall-status", text, (("completeness", "partial"),))
+
+
+def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
+    out = [Diagnostic("recall_contract_violation", v, Severity.WARNING) for v in evidence.violations]
+    out += [
+        Diagnostic("recall_omitted", f"source {s} left out whole", Severity.WARNING) for s in evidence.omitted
+    ]
+    out += [Diagnostic("recall_note", n) for n in evidence.notes]
+    if evidence.status is RecallStatus.FAILED:
+        out.append(Diagnostic("recall_failed", "; ".join(evidence.problems), Severity.ERROR))
+    return out
+
+
+async def recall_before_dispatch(
+    ticket: Ticket,
+    *,
+    store: RecallStore,
+    scope: Scope,
+    limits: RecallLimits,
+    policy: RecallPolicy,
+    user_input: str,
+    history: tuple[Message, ...],
+    clarify: Clarifier | None,
+    clarify_timeout_s: float,
+) -> RecallStep:
+    """Gather evidence and apply the policy's decision at the dispatch fence."""
+    turn = QueryInput(user_input, history)
+    evidence = await gather_evidence(ticket, store, scope, limits, policy, turn)
+    diagnostics = _diagnostics(evidence)
+    clarification: tuple[str, str] | None = None
+    decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=False))
+    if decision.decision is RecallDecision.CLARIFY:
+        end, why = None, ""
+        if evidence.allocation_omitted:
+            end, why = (
+                RecallEnd.ASSEMBLY_OMITTED,
+                (
+                    "clarification refused: evidence was omitted by a budget, and more input cannot fix an "
+                    "unchanged ceiling"
+                ),
+            )
+        elif clarify is None:
+            end, why = (
+                RecallEnd.NEEDS_CLARIFICATION,
+                "the policy asks a clarification; no clarifier was given",
+            )
+        elif evidence.usage.queries >= limits.max_queries:
+            end, why = (
+                RecallEnd.STOPPED,
+                f"clarification needs a second query; max_queries={limits.max_queries}",
+            )
+        if end is not None:
+            diagnostics.append(Diagnostic(end.value, why, Severity.WARNING))
+            outcome = _outcome(policy, evidence, decision, RecallFence.DISPATCH, why)
+            question = decision.question or "" if end is RecallEnd.NEEDS_CLARIFICATION else ""
+            return RecallStep(outcome, (), end, tuple(diagnostics), question)
+        assert clarify is not None
+        question = decision.question or "Could you say more?"
+        answer = await _ask(clarify, question, clarify_timeout_s)
+        if answer is None:
+            why = f"the clarifier did not answer within {clarify_timeout_s}s (or failed)"
+            diagnostics.append(Diagnostic("clarification_failed", why, Severity.WARNING))
+            stop = PolicyDecision(RecallDecision.STOP, why)
+            return RecallStep(
+                _outcome(policy, evidence, stop, RecallFence.DISPATCH, why),
+                (),
+                RecallEnd.STOPPED,
+                tuple(diagnostics),
+            )
+        clarification = (question, answer)
+        evidence = await gather_evidence(
+            ticket,
+            store,
+            scope,
+            limits,
+            policy,
+            attrs.evolve(turn, clarification=answer),
+            queries_used=evidence.usage.queries,
+        )
+        diagnostics.extend(_diagnostics(evidence))
+        decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
+        if decision.decision is RecallDecision.CLARIFY:
+            decision = PolicyDecision(RecallDecision.STOP, "at most one clarification per run")
+    outcome = _outcome(policy, evidence, decision, RecallFence.DISPATCH, decision.reason, clarification)
+    if decision.decision is RecallDecision.STOP:
+        diagnostics.append(
+            Diagnostic(
+                "recall_stopped", decision.reason or "the recall policy stopped the run", Severity.WARNING
+            )
+        )
+        return RecallStep(outcome, (), RecallEnd.STOPPED, tuple(diagnostics))
+    blocks = list(evidence.blocks)
+    if decision.decision is RecallDecision.CONTINUE:
+        uncertainty = outcome.uncertainty
+        status = _status_block(uncertainty)
+        # The status block is wrapper metadata: it must fit the same evidence
+        # budget, so the lowest-ranked evidence makes room for it (R19).
+        budget = limits.max_evidence_tokens
+        dropped: list[str] = []
+        while blocks and sum(b.estimated_tokens for b in blocks) + status.estimated_tokens > budget:
+            dropped.append(blocks.pop().source_id)
+        if status.estimated_tokens <= budget:
+            blocks.append(status)
+        if dropped:
+            kept = {b.source_id for b in blocks}
+            refs = tuple(r for r in outcome.included if r.source_id in kept)
+            outcome = attrs.evolve(
+                outcome,
+                included=refs,
+                omitted=outcome.omitted + tuple(dropped),
+                source_view_revision=source_view_revision(refs),
+                uncertainty=uncertainty
+                + tuple(f"source {d} left out to make room for the recall status" for d in dropped),
+            )
+        diagnostics.append(Diagnostic("recall_uncertain", "; ".join(outcome.uncertainty), Severity.WARNING))
+    return RecallStep(outcome, tuple(blocks), None, tuple(diagnostics))
+
+
+async def _ask(clarify: Clarifier, question: str, timeout_s: float) -> str | None:
+    answer: object = None
+    try:
+        with anyio.move_on_after(timeout_s):
+            answer = await clarify(question)
+    except Exception:
+        return None
+    return answer if isinstance(answer, str) else None
+
+
+def _seen(evidence: Evidence, fence: RecallFence, *, clarified: bool) -> PolicyInput:
+    return PolicyInput(
+        status=evidence.status,
+        fence=fence,
+        allocation_omitted=evidence.allocation_omitted,
+        problems=evidence.problems,
+        clarified=clarified,
+    )
+
+
+def _outcome(
+    policy: RecallPolicy,
+    evidence: Evidence,
+    decision: PolicyDecision,
+    fence: RecallFence,
+    reason: str,
+    clarification: tuple[str, str] | None = None,
+) -> RecallOutcome:
+    carries = decision.decision is RecallDecision.CONTINUE
+    return RecallOutcome(
+        status=evidence.status,
+        decision=decision.decision,
+        policy=policy.name,
+        query=evidence.query,
+        reason=reason,
+        fence=fence,
+        included=evidence.refs,
+        omitted=evidence.omitted,
+        invalidated=evidence.invalidated,
+        violations=evidence.violations,
+        uncertainty=_uncertainty(evidence) if carries else (),
+        source_view_revision=source_view_revision(evidence.refs),
+        usage=evidence.usage,
+        clarification=clarification,
+    )
+
+
+async def recall_before_commit(
+    ticket: Ticket,
+    *,
+    store: RecallStore,
+    scope: Scope,
+    limits: RecallLimits,
+    policy: RecallPolicy,
+    outcome: RecallOutcome,
+) -> tuple[RecallOutcome, bool, list[Diagnostic]]:
+    """The commit fence: validate the included sources again; ``(outcome, stop, diagnostics)``."""
+    if not outcome.included:
+        return outcome, False, []
+    validations, notes, failure = await revalidate(
+        ticket, store, scope, limits, outcome.included, outcome.usage.validations
+    )
+    diagnostics = [Diagnostic("recall_note", n) for n in notes]
+    changed = [v for v in validations if v.status is not ValidationStatus.CURRENT]
+    usage = attrs.evolve(outcome.usage, validations=outcome.usage.validations + len(outcome.included))
+    if failure is None and not changed:
+        return attrs.evolve(outcome, usage=usage), False, diagnostics
+    problems = (
+        (failure,)
+        if failure is not None
+        else tuple(f"source {v.ref.source_id} is {v.status.value} at the commit fence" for v in changed)
+    )
+    status = RecallStatus.FAILED if failure is not None else RecallStatus.PARTIAL
+    decision = _decide(policy, PolicyInput(status, RecallFence.COMMIT, False, problems, True))
+    for p in problems:
+        diagnostics.append(Diagnostic("recall_source_changed", p, Severity.WARNING))
+    stop = decision.decision not in (RecallDecision.PROCEED, RecallDecision.CONTINUE)
+    updated = attrs.evolve(
+        outcome,
+        status=status,
+        decision=RecallDecision.STOP if stop else decision.decision,
+        fence=RecallFence.COMMIT,
+        reason=decision.reason,
+        invalidated=outcome.invalidated + tuple(changed),
+        uncertainty=outcome.uncertainty + tuple(f"recall {status.value}: {p}" for p in problems),
+        usage=usage,
+    )
+    if stop:
+        diagnostics.append(
+            Diagnostic("recall_stopped", decision.reason or "stopped at the commit fence", Severity.WARNING)
+        )
+    return updated, stop, diagnostics
+
+
+def uncommitted_result(
+    scope: Scope,
+    stored: StoredSnapshot | None,
+    snap: SessionSnapshot,
+    status: RunStatus,
+    output: str,
+    step: RecallStep,
+    diagnostics: list[Diagnostic],
+) -> RunResult:
+    """The result of a run the recall policy ended: nothing committed, the session as loaded."""
+    outcome = step.outcome
+    return RunResult(
+        output=output,
+        status=status,
+        eviction=EvictionStatus.NOT_NEEDED,
+        sources=SourceStatus.NONE,
+        group_seq=None,
+        boundary=snap.boundary,
+        resident_groups=len(snap.resident),
+        snapshot_revision=stored.revision if stored is not None else 0,
+        archived=(),
+        tool_outcomes=(),
+        usage=Usage(input_tokens=0, output_tokens=0),
+        retained=RetainedRecord(
+            scope=scope, source_view_revision=outcome.source_view_revision, uncertainty=outcome.uncertainty
+        ),
+        diagnostics=tuple(diagnostics),
+        recall=outcome,
+        committed=False,
+    )

@@ -1,0 +1,99 @@
+"""The validated source view of a run and the conditional-publication extension point (R24–R26).
+
+The engine validates included sources before dispatch and again before the
+session commit (:mod:`.recall_turn`). A race after that second fence is still
+possible (R25): a source may change between the fence and the commit. Hosts
+that need atomic publication supply a :class:`ConditionalPublication`; the
+engine hands it the :class:`RecallView` and a ``commit`` callable, and the
+host commits only under its own condition (a lock, a transaction, a
+revision check on its document store), or refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, runtime_checkable
+
+import anyio
+import attrs
+
+from .._codec import digest_of
+from .._errors import PublicationRefusedError
+from .._ports.recall import SourceRef
+from .._scope import Scope
+from .commit import CommitOutcome
+
+__all__ = ["ConditionalPublication", "RecallView", "publish", "source_view_revision"]
+
+
+def source_view_revision(refs: Sequence[SourceRef]) -> str:
+    """A digest over the included source ids and revisions, order-independent (R26).
+
+    Two runs that saw the same sources at the same revisions get the same
+    value; any changed revision, added or removed source changes it.
+    """
+    pairs = sorted({(r.source_id, r.revision) for r in refs})
+    return digest_of([list(p) for p in pairs])
+
+
+@attrs.frozen(slots=True)
+class RecallView:
+    """What a run's answer was built on: its scope, the included sources and their view revision."""
+
+    scope: Scope
+    refs: tuple[SourceRef, ...]
+    source_view_revision: str
+
+
+@runtime_checkable
+class ConditionalPublication(Protocol):
+    """Hook the session commit for atomic publication (R25).
+
+    ``publish`` is called once per run that recalled sources, after the
+    commit fence. It must ``await commit()`` exactly once to commit the
+    session, under whatever condition the host needs (for example while
+    holding the lock its document writers take, after checking that every
+    ``view.refs`` revision is still current), or raise to refuse: the engine
+    then commits nothing and raises
+    :class:`~agentium_harness._errors.PublicationRefusedError`. Returning
+    without calling ``commit`` is also a refusal.
+    """
+
+    async def publish(self, view: RecallView, commit: Callable[[], Awaitable[None]]) -> None:
+        """Commit the run with ``await commit()`` under the host's condition, or raise to refuse."""
+        ...
+
+
+async def publish(
+    publication: ConditionalPublication,
+    view: RecallView,
+    do_commit: Callable[[], Awaitable[None]],
+    done: list[CommitOutcome],
+    timeout_s: float,
+) -> None:
+    """Hand the commit to the host's conditional publication (R25), bounded; refusal commits nothing."""
+    try:
+        with anyio.fail_after(timeout_s):
+            await publication.publish(view, do_commit)
+    except PublicationRefusedError:
+        raise
+    except TimeoutError as exc:
+        if done:
+            return  # committed; only the host's code after commit() was slow
+        raise PublicationRefusedError(
+            f"the publication hook did not commit within {timeout_s}s; the session was not changed"
+        ) from exc
+    except Exception as exc:
+        if done:
+            raise PublicationRefusedError(
+                f"the publication hook raised after committing ({type(exc).__name__}: {exc}); "
+                "the session WAS committed"
+            ) from exc
+        raise PublicationRefusedError(
+            f"the publication hook refused the commit ({type(exc).__name__}: {exc}); "
+            "the session was not changed"
+        ) from exc
+    if not done:
+        raise PublicationRefusedError(
+            "the publication hook returned without calling commit(); the session was not changed"
+        )
