@@ -67,8 +67,25 @@ class SourceKind(enum.StrEnum):
     MEMORY = "memory"
 
 
-#: An opening or closing ``source-data`` tag, however spaced or cased.
-_WRAPPER_TAG = re.compile(r"<(\s*/?\s*source-data)", re.IGNORECASE)
+#: Anything that could read as an opening or closing ``source-data`` tag: any
+#: case and spacing, any separator between the words (``source_data``,
+#: ``source data``, dashes of every width), a fullwidth or small ``<`` or
+#: ``/``, or an HTML/numeric entity for ``<``. Its bracket is defused, so
+#: the text stays as data and no spelling of the marker can close or open a
+#: wrapper (R4).
+_WRAPPER_TAG = re.compile(
+    r"(<|\uFF1C|\uFE64|\u2039|\u3008|&lt;?|&#0*60;?|&#x0*3c;?)"
+    r"(\s*[/\uFF0F\u2215\u2044]?\s*source[\s_\-\u2010-\u2015\u2212\uFE58\uFE63\uFF0D.]*data)",
+    re.IGNORECASE,
+)
+
+
+def _defuse(match: re.Match[str]) -> str:
+    bracket = match.group(1)
+    # "<" and its look-alikes become "&lt;"; an entity gets its "&" escaped,
+    # so "&lt;/source-data&gt;" reads as the literal text it was.
+    escaped = "&lt;" if not bracket.startswith("&") else "&amp;" + bracket[1:]
+    return escaped + match.group(2)
 
 
 def _attr(value: str) -> str:
@@ -119,7 +136,7 @@ class SourceBlock:
         forge one: it stays data (R4).
         """
         attrs_text = "".join(f' {k}="{_attr(v)}"' for k, v in self.attributes)
-        content = _WRAPPER_TAG.sub(r"&lt;\1", self.content)
+        content = _WRAPPER_TAG.sub(_defuse, self.content)
         return (
             f'<source-data kind="{self.kind.value}" id="{_attr(self.source_id)}"{attrs_text}>\n'
             f"{content}\n</source-data>"
