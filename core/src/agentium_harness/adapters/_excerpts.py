@@ -138,7 +138,8 @@ def make_excerpt(
     while grown:
         grown = False
         # Context after the matching sentence first (it often qualifies it), then before.
-        for new_lo, new_hi in ((lo, hi + 1), (lo - 1, hi)):
+        for forward in (True, False):
+            new_lo, new_hi = (lo, hi + 1) if forward else (lo - 1, hi)
             if 0 <= new_lo and new_hi < len(spans):
                 s, e, candidate = window(new_lo, new_hi)
                 if _utf8_len(candidate) <= max_bytes:
