@@ -1,0 +1,39 @@
+"""The recall benchmark still runs end to end in its quick form (timings are not asserted)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "agentium_harness.adapters.sqlite_recall", reason="the benchmark needs the SQLite recall store"
+)
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "recall.py"
+
+
+def test_quick_benchmark_prints_medians_and_the_ratio_against_its_target() -> None:
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--repetitions", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    # Both sizes were indexed and measured...
+    for size in (200, 2000):
+        assert re.search(rf"^\s+indexed\s+{size} groups in\s+\d+\.\d s", out, re.M), out
+        assert re.search(
+            rf"^\s+size=\s*{size}: median discover\+read\s+\d+\.\d+ ms \(\d+\.\d excerpts per query\)$",
+            out,
+            re.M,
+        ), out
+    # ...every query found evidence at the larger size, and the ratio is compared with its target.
+    assert re.search(r"size=\s*2000: .*\(8\.0 excerpts per query\)", out), out
+    assert re.search(r"^ratio 2k/200: \d+\.\d+\s+target <= 3\s+(PASS|MISS)$", out, re.M), out
