@@ -21,6 +21,7 @@ from agentium_harness._errors import (
     CapabilityError,
     InvalidArgumentError,
     OperationCancelledError,
+    RecallUnavailableError,
 )
 from agentium_harness._history import Message, MessageGroup, RetainedRecord, Role
 from agentium_harness._plugins.spec import path_option_names
@@ -134,7 +135,8 @@ def test_missing_fts5_fails_construction_with_a_typed_error(
     monkeypatch.setattr(sqlite_recall, "_fts5_available", lambda: False)
     with pytest.raises(FTS5UnavailableError, match="FTS5") as caught:
         SQLiteRecallStore(SQLiteRecallConfig(path=str(db)))
-    assert isinstance(caught.value, CapabilityError) and isinstance(caught.value, SQLiteRecallError)
+    assert isinstance(caught.value, RecallUnavailableError) and isinstance(caught.value, SQLiteRecallError)
+    assert isinstance(caught.value, CapabilityError)
     assert not db.exists()
 
 
@@ -798,3 +800,36 @@ async def test_discovery_never_reads_source_text(db: Path) -> None:
         assert not [t for t in touched if t[0] == "recall_texts" and t[1] in {"text", "data"}]
     finally:
         await adapter.aclose()
+
+
+# -- ranking under the cap -------------------------------------------------------------------------
+
+
+async def test_old_evidence_with_a_rare_word_is_found_past_the_ranking_cap(db: Path) -> None:
+    adapter = SQLiteRecallStore(SQLiteRecallConfig(path=str(db), max_ranked_matches=5))
+    try:
+        owner = SourceOwner("acme")
+        oldest = await adapter.index_document(owner, "old", "what about kubernetes then", CTX())
+        for i in range(30):
+            await adapter.index_document(owner, f"n{i}", f"what about lunch then {i}", CTX())
+        found = await (await session_of(adapter)).discover("what about kubernetes", 3, CTX())
+        assert found[0].ref == oldest
+    finally:
+        await adapter.aclose()
+
+
+async def test_ranking_is_plain_bm25_when_no_term_is_common(store: SQLiteRecallStore, db: Path) -> None:
+    owner = SourceOwner("acme")
+    texts = ["red apple pie", "green apple", "red red wine", "blue sky", "apple apple apple red", "pie chart"]
+    for i, text in enumerate(texts):
+        await store.index_document(owner, f"d{i}", text, CTX(), title="apple" if i == 3 else "")
+    session = await session_of(store)
+    for query in ("red apple", "pie", "apple sky wine"):
+        found = await session.discover(query, 10, CTX())
+        phrase = " OR ".join(f'"{w}"' for w in query.split())
+        expected = rows(
+            db,
+            "SELECT s.source_id FROM recall_fts JOIN recall_sources AS s ON s.id = recall_fts.rowid "
+            f"WHERE recall_fts MATCH '{phrase}' ORDER BY bm25(recall_fts, 2.0, 1.0), s.id DESC",
+        )
+        assert [c.ref.source_id for c in found] == [r[0] for r in expected], query

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
 import attrs
 
@@ -30,6 +30,7 @@ __all__ = [
     "discovery_params",
     "fts_phrase",
     "insert_source",
+    "ranked_sources",
     "scope_params",
 ]
 
@@ -204,6 +205,38 @@ def common_term_weight(probe: int, probed: int, min_rowid: int, max_rowid: int, 
     n = min(float(span), density * span)
     idf = math.log((span - n + 0.5) / (n + 0.5)) if span > 0 else 0.0
     return -max(idf, 1e-6)
+
+
+def ranked_sources(
+    conn: sqlite3.Connection,
+    scope: Scope,
+    terms: Sequence[str],
+    max_candidates: int,
+    max_ranked: int,
+    check: Callable[[], None],
+) -> list[tuple[Any, ...]]:
+    """The best ``max_candidates`` visible sources for ``terms``, ranked as the store's docs describe.
+
+    Rows are ``(source_id, revision, title, size_bytes, <5 owner columns>,
+    bm25 total)``, best (lowest total) first. ``check`` runs between steps
+    (it raises to stop). The frequency probes and the ranking statement run
+    in one read transaction, so they see the same index.
+    """
+    per_term = max(max_candidates, -(-max_ranked // len(terms)))
+    conn.execute("BEGIN")
+    try:
+        span, max_rowid = conn.execute(ROWID_SPAN_SQL).fetchone()
+        weights: list[float | None] = []
+        for term in terms:
+            check()
+            probed, min_rowid = conn.execute(TERM_PROBE_SQL, (fts_phrase(term), max_ranked)).fetchone()
+            weights.append(common_term_weight(max_ranked, probed, min_rowid or 0, max_rowid, span))
+        check()
+        params = discovery_params(scope, terms, weights, per_term, max_candidates)
+        return conn.execute(discovery_sql(weights), params).fetchall()
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
 
 
 def scope_params(scope: Scope) -> dict[str, str | None]:

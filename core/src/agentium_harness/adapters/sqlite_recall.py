@@ -74,8 +74,8 @@ from .._codec import digest_bytes, digest_of, from_json
 from .._errors import (
     AgentiumError,
     ArchiveCorruptError,
-    CapabilityError,
     InvalidArgumentError,
+    RecallUnavailableError,
     RecordDecodeError,
 )
 from .._history import MessageGroup, estimate_tokens
@@ -98,17 +98,7 @@ from .._ports.recall import (
 from .._scope import Scope, SessionKey, decode_segment
 from .._validators import positive_int
 from ._excerpts import make_excerpt, query_terms
-from ._sqlite_recall_sql import (
-    ROWID_SPAN_SQL,
-    SCHEMA,
-    TERM_PROBE_SQL,
-    SourceRow,
-    common_term_weight,
-    discovery_params,
-    discovery_sql,
-    fts_phrase,
-    insert_source,
-)
+from ._sqlite_recall_sql import SCHEMA, SourceRow, insert_source, ranked_sources
 from ._sqlite_sql import immediate_transaction
 from .sqlite import SQLiteConfig, _SQLiteAdapterBase
 
@@ -140,7 +130,7 @@ class SQLiteRecallError(AgentiumError):
     """
 
 
-class FTS5UnavailableError(SQLiteRecallError, CapabilityError):
+class FTS5UnavailableError(SQLiteRecallError, RecallUnavailableError):
     """The local SQLite library was built without the FTS5 extension the recall store needs.
 
     Use a Python whose ``sqlite3`` module links a SQLite with FTS5 (most
@@ -268,31 +258,13 @@ class SQLiteRecallSession(RecallSession):
         if not terms or limit == 0:
             return []
         cap = self._store.config.max_ranked_matches
-        per_term = max(limit, -(-cap // len(terms)))
-        phrases = [fts_phrase(t) for t in terms]
         scope = self._scope
         budget = ctx.remaining_bytes
 
         def work(conn: sqlite3.Connection) -> list[Candidate]:
-            # One read transaction: the probes and the ranking see the same index.
-            conn.execute("BEGIN")
-            try:
-                return ranked(conn)
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-
-        def ranked(conn: sqlite3.Connection) -> list[Candidate]:
-            span, max_rowid = conn.execute(ROWID_SPAN_SQL).fetchone()
-            weights: list[float | None] = []
-            for phrase in phrases:
-                ctx.raise_if_expired("recall discover")
-                probed, min_rowid = conn.execute(TERM_PROBE_SQL, (phrase, cap)).fetchone()
-                weights.append(common_term_weight(cap, probed, min_rowid or 0, max_rowid, span))
-            ctx.raise_if_expired("recall discover")
-            sql = discovery_sql(weights)
-            params = discovery_params(scope, terms, weights, per_term, limit)
-            rows = conn.execute(sql, params).fetchall()
+            rows = ranked_sources(
+                conn, scope, terms, limit, cap, lambda: ctx.raise_if_expired("recall discover")
+            )
             found: list[Candidate] = []
             spent = 0
             for source_id, revision, title, size, *owner_and_score in rows:
