@@ -22,7 +22,7 @@ from __future__ import annotations
 import difflib
 import enum
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime, time
 from pathlib import Path
 from types import MappingProxyType
@@ -136,13 +136,38 @@ class ComponentConfig:
     options: dict[str, Any] = attrs.field(factory=dict)
 
 
+def _one_of(*choices: str, none: bool = False) -> Callable[[Any, attrs.Attribute[Any], object], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        if (value is None and none) or value in choices:
+            return
+        raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}; got {value!r}")
+
+    return check
+
+
 @attrs.frozen(slots=True)
 class RecallConfig:
-    """``[recall]``: like :class:`ComponentConfig`, plus the recall budgets (``[recall.budget]``, R17)."""
+    """``[recall]``: a component section plus the budgets (``[recall.budget]``, R17) and the policy.
+
+    ``policy`` is ``current_session`` (stop on failed or partial, permit no
+    evidence) or ``current_session_strict`` (also stop on no evidence);
+    ``on_partial``, ``on_failed`` and ``on_no_evidence`` override its
+    decisions; ``query`` and ``ranking`` name registered recall strategies.
+    """
 
     plugin: str
     budget: RecallLimits = attrs.field(factory=RecallLimits)
     options: dict[str, Any] = attrs.field(factory=dict)
+    policy: str = attrs.field(
+        default="current_session", validator=_one_of("current_session", "current_session_strict")
+    )
+    on_partial: str = attrs.field(default="stop", validator=_one_of("stop", "continue", "clarify"))
+    on_failed: str = attrs.field(default="stop", validator=_one_of("stop", "continue"))
+    on_no_evidence: str | None = attrs.field(
+        default=None, validator=_one_of("proceed", "stop", "clarify", none=True)
+    )
+    query: str = "latest_user_text"
+    ranking: str = "store_order"
 
 
 @attrs.frozen(slots=True)
@@ -575,9 +600,31 @@ def resolve_config(
         combination the runtime would refuse.
     """
     resolved, issues = _resolve_sections(_sections_of(config), registry, base_dir)
+    issues.extend(_strategy_issues(config, registry))
     if issues:
         raise ConfigError(_ordered(issues), source)
     return _assemble(config, resolved, registry, base_dir, source)
+
+
+def _strategy_issues(config: HarnessConfig, registry: PluginRegistry) -> list[ConfigIssue]:
+    """``[recall] query`` and ``ranking`` must name registered strategies; the policy must be coherent."""
+    recall = config.recall
+    if recall is None:
+        return []
+    issues: list[ConfigIssue] = []
+    for field, kind in (("query", "query"), ("ranking", "ranking")):
+        try:
+            registry.recall_strategy(kind, getattr(recall, field))  # type: ignore[arg-type]
+        except PluginNotFoundError as exc:
+            issues.append(ConfigIssue(f"$.recall.{field}", str(exc)))
+    if recall.policy == "current_session_strict" and recall.on_no_evidence == "proceed":
+        issues.append(
+            ConfigIssue(
+                "$.recall.on_no_evidence",
+                "policy current_session_strict stops on no evidence; on_no_evidence='proceed' contradicts it",
+            )
+        )
+    return issues
 
 
 def load_config(
@@ -607,6 +654,8 @@ def load_config(
     sections = _sections_of(config) if config is not None else _raw_sections(data)
     resolved, resolve_issues = _resolve_sections(sections, registry, base_dir)
     issues.extend(_without(resolve_issues, unset))
+    if config is not None:
+        issues.extend(_strategy_issues(config, registry))
     if issues or config is None:
         raise ConfigError(_ordered(issues), shown)
     return _assemble(config, resolved, registry, base_dir, shown)

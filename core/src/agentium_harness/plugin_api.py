@@ -21,6 +21,7 @@ from ._codec import (
     register_structure_hook,
     to_json,
 )
+from ._engine.recall_policy import QueryInput
 from ._errors import (
     ArchiveConflictError,
     ArchiveCorruptError,
@@ -38,6 +39,7 @@ from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall, est
 from ._plugins.hookspecs import hookimpl
 from ._plugins.registry import PluginRegistry, ProblemStage
 from ._plugins.spec import PATH_OPTION, AdapterSpec, Register
+from ._plugins.strategies import RecallStrategy
 from ._ports import PORT_KINDS, PortKind
 from ._ports._base import CancelSignal, Capabilities, OpContext, port_stub
 from ._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
@@ -102,6 +104,8 @@ from ._scope import RecallScope, Scope, SessionKey, decode_segment, encode_segme
 from .adapters.threaded import ThreadBoundAdapter
 
 __all__ = [
+    "QueryInput",
+    "RecallStrategy",
     "MAX_EVIDENCE_BYTES",
     "MAX_EVIDENCE_ENTRIES",
     "PATH_OPTION",

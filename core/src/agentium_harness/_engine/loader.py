@@ -10,6 +10,7 @@ from .._config import ResolvedConfig, load_config
 from .._errors import ConfigError, ConfigIssue
 from .._plugins.registry import PluginRegistry
 from .._ports import PORT_KINDS
+from .recall_policy import current_session_recall_policy
 from .runtime import HarnessRuntime, create_harness_runtime
 from .tools import ToolRegistry
 
@@ -41,8 +42,24 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
     if issues:
         raise ConfigError(issues, resolved.source)
     runtime_cfg = resolved.config.runtime
+    recall_cfg = resolved.config.recall
+    recall_args: dict[str, Any] = {}
+    if recall_cfg is not None and "recall" in built:
+        registry = resolved.registry
+        recall_args = {
+            "recall_limits": recall_cfg.budget,
+            "recall_policy": current_session_recall_policy(
+                strict=recall_cfg.policy == "current_session_strict",
+                on_partial=recall_cfg.on_partial,  # type: ignore[arg-type]  # validated by the config
+                on_failed=recall_cfg.on_failed,  # type: ignore[arg-type]
+                on_no_evidence=recall_cfg.on_no_evidence,  # type: ignore[arg-type]
+                query=registry.recall_strategy("query", recall_cfg.query).function,
+                rank=registry.recall_strategy("ranking", recall_cfg.ranking).function,
+            ),
+        }
     return create_harness_runtime(
         **built,
+        **recall_args,
         limits=runtime_cfg.limits,
         instructions=runtime_cfg.instructions,
         tools=tools,

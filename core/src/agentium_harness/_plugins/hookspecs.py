@@ -94,6 +94,18 @@ def agentium_register_providers(register: Register) -> None:
 
 
 @hookspec
+def agentium_register_recall_strategies(register: Any) -> None:
+    """Register named recall strategies: query formulators and rankings.
+
+    Call ``register(RecallStrategy(kind="query" | "ranking", name=..., function=...))``
+    for each; a config selects them by name in ``[recall] query`` and
+    ``[recall] ranking``.
+
+    :param register: validates and records one ``RecallStrategy``.
+    """
+
+
+@hookspec
 def agentium_groups_archived(
     key: SessionKey, receipts: Sequence[ArchiveReceipt], groups: Sequence[MessageGroup]
 ) -> None:

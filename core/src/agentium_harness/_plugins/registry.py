@@ -55,6 +55,7 @@ from .selection import (
     parse_name_list,
 )
 from .spec import AdapterSpec
+from .strategies import STRATEGY_HOOK, RecallStrategy, StrategyKind, StrategyTable
 from .validation import spec_problems
 
 __all__ = [
@@ -132,6 +133,7 @@ class PluginRegistry:
         self._problems: list[PluginProblem] = []
         self._skipped: list[SkippedPlugin] = []
         self._stand_ins: dict[int, tuple[object, types.ModuleType]] = {}
+        self._strategies = StrategyTable()
 
     # ------------------------------------------------------------------ loading
 
@@ -270,7 +272,42 @@ class PluginRegistry:
             for impl in caller.get_hookimpls():
                 if impl.plugin is plugin:
                     self._call_registration(kind, hook_name, impl, distribution, version)
+        for impl in getattr(self._pm.hook, STRATEGY_HOOK).get_hookimpls():
+            if impl.plugin is plugin:
+                self._call_strategies(impl, distribution, version)
         return tuple(self._problems[before:])
+
+    def _call_strategies(self, impl: pluggy.HookImpl, distribution: str, version: str) -> None:
+        """Call one plugin's strategy registration hook; a refused strategy is a registration problem."""
+        accepted: list[RecallStrategy] = []
+
+        def register(strategy: RecallStrategy) -> None:
+            problem = self._strategies.problems_for(strategy, distribution)
+            if problem is not None:
+                self._problem(distribution, version, ProblemStage.REGISTRATION, problem, hook=STRATEGY_HOOK)
+                return
+            accepted.append(strategy)
+
+        try:
+            for result in self._caller_for(STRATEGY_HOOK, impl)(register=register):
+                if inspect.isawaitable(result):
+                    _discard_awaitable(result)
+                    raise TypeError("registration hooks must be plain functions, not async")
+        except Exception as exc:
+            self._problem(
+                distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), hook=STRATEGY_HOOK
+            )
+            return
+        for strategy in accepted:
+            self._strategies.add(strategy, distribution)
+
+    def recall_strategy(self, kind: StrategyKind, name: str) -> RecallStrategy:
+        """The recall strategy of ``kind`` named ``name``; :class:`PluginNotFoundError` if none."""
+        return self._strategies.get(kind, name)
+
+    def recall_strategy_names(self, kind: StrategyKind) -> tuple[str, ...]:
+        """Registered recall strategy names of ``kind``."""
+        return self._strategies.names(kind)
 
     def _hashable(self, plugin: object) -> object:
         """``plugin``, or a stand-in module holding its hook implementations if it is unhashable.
@@ -304,7 +341,7 @@ class PluginRegistry:
     def _validate_hooks(self, distribution: str, version: str, plugin: object) -> bool:
         """Refuse unknown (misspelt) hook names and wrappers; True when the plugin is acceptable."""
         ok = True
-        known = sorted(REGISTRATION_HOOKS.values()) + list(LIFECYCLE_HOOKS)
+        known = [*sorted(REGISTRATION_HOOKS.values()), STRATEGY_HOOK, *LIFECYCLE_HOOKS]
         for caller in self._pm.get_hookcallers(plugin) or []:
             impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
             if not caller.has_spec() and any(not i.optionalhook for i in impls):

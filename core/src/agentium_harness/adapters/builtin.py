@@ -6,8 +6,15 @@ The registry registers this module first, under the distribution name
 
 from __future__ import annotations
 
+from .._engine.recall_policy import (
+    latest_user_text,
+    previous_and_latest_user_text,
+    score_order,
+    store_order,
+)
 from .._plugins.hookspecs import hookimpl
 from .._plugins.spec import AdapterSpec, Register
+from .._plugins.strategies import RecallStrategy, RegisterStrategy
 from .memory import InMemoryArchive, InMemoryArchiveConfig, InMemorySessionStore, InMemorySessionStoreConfig
 from .providers import (
     ExtractiveProvider,
@@ -16,6 +23,7 @@ from .providers import (
     ScriptedProviderConfig,
 )
 from .sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from .sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 
 
 @hookimpl
@@ -79,3 +87,32 @@ def agentium_register_providers(register: Register) -> None:
             description="quotes the best-matching labeled source sentence, or abstains",
         )
     )
+
+
+@hookimpl
+def agentium_register_recall_stores(register: Register) -> None:
+    """Register the built-in recall store."""
+    register(
+        AdapterSpec(
+            name="sqlite",
+            adapter_class=SQLiteRecallStore,
+            config_class=SQLiteRecallConfig,
+            description="FTS5 recall over archived groups and host documents in one SQLite file",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_recall_strategies(register: RegisterStrategy) -> None:
+    """Register the built-in query formulators and rankings."""
+    register(RecallStrategy("query", "latest_user_text", latest_user_text, "the latest user text (R21)"))
+    register(
+        RecallStrategy(
+            "query",
+            "previous_and_latest_user_text",
+            previous_and_latest_user_text,
+            "the previous resident user message and the latest user text",
+        )
+    )
+    register(RecallStrategy("ranking", "store_order", store_order, "the store's own rank order"))
+    register(RecallStrategy("ranking", "score", score_order, "highest score first, ties by source id"))
