@@ -15,9 +15,10 @@ import attrs
 from .._errors import ArchiveError, CapabilityError, ContractViolationError
 from .._history import MessageGroup
 from .._ports.archive import HistoryArchive, check_archived_group
+from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._scope import Scope, SessionKey
-from .commit import commit
+from .commit import commit, index_archived
 from .hooks import HookBroadcaster
 from .lifecycle import Ticket
 from .limits import ResidentLimits
@@ -138,11 +139,13 @@ async def flush_session(
     limits: ResidentLimits,
     key: SessionKey,
     diagnostics: list[Diagnostic],
+    recall: RecallStore | None = None,
 ) -> tuple[int, int]:
     """Retry deferred eviction for a session; return (groups flushed, groups still resident).
 
     Saves only when something was archived, so a flush that achieved nothing
-    leaves the revision as it was.
+    leaves the revision as it was. A ``recall`` store that declares
+    ``archive_indexing`` indexes what the flush archived, as after a run.
     """
     stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
     if stored is None:
@@ -177,6 +180,10 @@ async def flush_session(
         save_unchanged=False,
     )
     diagnostics.extend(outcome.diagnostics)
+    if outcome.archived_groups:
+        diagnostics.extend(
+            await index_archived(recall, ticket, key, outcome.archived_groups, outcome.archived)
+        )
     return len(outcome.archived), len(outcome.resident)
 
 

@@ -428,6 +428,7 @@ class HarnessRuntime:
                         limits=self.limits.resident,
                         key=key,
                         diagnostics=diagnostics,
+                        recall=self.recall,
                     )
                 except Exception as exc:
                     diagnostics.append(

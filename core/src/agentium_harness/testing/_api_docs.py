@@ -34,7 +34,7 @@ _HEADER = """\
      Regenerate: python -m agentium_harness.testing._api_docs docs/api.md -->
 
 Three modules are public, plus the built-in adapter classes under
-`agentium_harness.adapters` (`memory`, `sqlite`, `providers`, `threaded`; see
+`agentium_harness.adapters` (`memory`, `sqlite`, `sqlite_recall`, `providers`, `threaded`; see
 `docs/adapters.md`). Every other module is private by name (`_engine`,
 `_ports`, `_plugins`, `_config`, …) and may change without notice. A test pins the public names
 (`tests/core/test_public_api.py`) and keeps this page current.
