@@ -154,11 +154,18 @@ async def measure(store: Any, scope: Any, query_set: Sequence[str]) -> dict[str,
     of every candidate found). The engine owner extends this with the engine's
     assembly time (say ``assembly_ms``) measured on the same excerpts.
     """
+    from agentium_harness._engine.lifecycle import Ticket
+    from agentium_harness._engine.recall import _block, gather_evidence
+    from agentium_harness._engine.recall_policy import QueryInput, current_session_recall_policy
+    from agentium_harness._engine.sources import assemble_sources
     from agentium_harness._ports import OpContext
     from agentium_harness._ports.recall import RecallLimits
 
     limits = RecallLimits()
+    policy = current_session_recall_policy()
     times: list[float] = []
+    assembly: list[float] = []
+    rounds: list[float] = []
     found = 0
     for query in query_set:
         began = time.perf_counter_ns()
@@ -170,7 +177,21 @@ async def measure(store: Any, scope: Any, query_set: Sequence[str]) -> dict[str,
             await session.close()
         times.append((time.perf_counter_ns() - began) / 1e6)
         found += len(excerpts)
-    return {"adapter_ms": statistics.median(times), "excerpts": found / max(1, len(query_set))}
+        # The engine's own work on the same excerpts: labeled blocks and whole assembly.
+        began = time.perf_counter_ns()
+        blocks = [_block(e, rank) for rank, e in enumerate(excerpts, start=1)]
+        assemble_sources(blocks, limits.max_evidence_tokens)
+        assembly.append((time.perf_counter_ns() - began) / 1e6)
+        # A whole engine round as a run makes it: every item checked, the fence validation included.
+        began = time.perf_counter_ns()
+        await gather_evidence(Ticket(None, "bench", 30.0), store, scope, limits, policy, QueryInput(query))
+        rounds.append((time.perf_counter_ns() - began) / 1e6)
+    return {
+        "adapter_ms": statistics.median(times),
+        "assembly_ms": statistics.median(assembly),
+        "engine_round_ms": statistics.median(rounds),
+        "excerpts": found / max(1, len(query_set)),
+    }
 
 
 def _label(size: int) -> str:
@@ -194,12 +215,14 @@ async def main_async(sizes: Sequence[int], repetitions: int) -> None:
             for store in stores.values():  # warm the page cache and the statement cache
                 await measure(store, scope, query_set)
             samples: dict[int, list[float]] = {size: [] for size in sizes}
+            engine: dict[int, list[tuple[float, float]]] = {size: [] for size in sizes}
             found: dict[int, float] = {}
             for rep in range(repetitions):
                 order = list(sizes[rep % len(sizes) :]) + list(sizes[: rep % len(sizes)])
                 for size in order:
                     result = await measure(stores[size], scope, query_set)
                     samples[size].append(result["adapter_ms"])
+                    engine[size].append((result["assembly_ms"], result["engine_round_ms"]))
                     found[size] = result["excerpts"]
         finally:
             for store in stores.values():
@@ -209,6 +232,14 @@ async def main_async(sizes: Sequence[int], repetitions: int) -> None:
         print(
             f"  size={size:>7}: median discover+read {medians[size]:8.3f} ms "
             f"({found[size]:.1f} excerpts per query)"
+        )
+    for size in sizes:
+        assembly = statistics.median(a for a, _ in engine[size])
+        full = statistics.median(r for _, r in engine[size])
+        print(
+            f"  size={size:>7}: engine assembly {assembly:8.3f} ms "
+            f"({100 * assembly / max(medians[size], 1e-9):.1f}% of the adapter's time); "
+            f"whole engine round {full:8.3f} ms"
         )
     base = sizes[0]
     for size in sizes[1:]:

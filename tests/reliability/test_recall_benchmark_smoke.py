@@ -7,12 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip(
-    "agentium_harness.adapters.sqlite_recall", reason="the benchmark needs the SQLite recall store"
-)
-
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "recall.py"
 
 
@@ -34,6 +28,13 @@ def test_quick_benchmark_prints_medians_and_the_ratio_against_its_target() -> No
             out,
             re.M,
         ), out
+    # ...the engine's own assembly is reported next to the adapter's time...
+    assert re.search(
+        r"^\s+size=\s*2000: engine assembly\s+\d+\.\d+ ms \(\d+\.\d% of the adapter's time\); "
+        r"whole engine round\s+\d+\.\d+ ms$",
+        out,
+        re.M,
+    ), out
     # ...every query found evidence at the larger size, and the ratio is compared with its target.
     assert re.search(r"size=\s*2000: .*\(8\.0 excerpts per query\)", out), out
     assert re.search(r"^ratio 2k/200: \d+\.\d+\s+target <= 3\s+(PASS|MISS)$", out, re.M), out
