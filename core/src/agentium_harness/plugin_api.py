@@ -101,9 +101,13 @@ from ._ports.verify import (
     VerifyContext,
 )
 from ._scope import RecallScope, Scope, SessionKey, decode_segment, encode_segment
+from .adapters._excerpts import MAX_QUERY_TERMS, make_excerpt, query_terms
 from .adapters.threaded import ThreadBoundAdapter
 
 __all__ = [
+    "MAX_QUERY_TERMS",
+    "make_excerpt",
+    "query_terms",
     "QueryInput",
     "RecallStrategy",
     "MAX_EVIDENCE_BYTES",
