@@ -26,6 +26,7 @@ import anyio
 import attrs
 
 from . import __version__
+from ._cli_recall import add_recall_commands
 from ._codec import unstructure
 from ._config import SECTION_KINDS, load_config
 from ._demo import run_demo, run_demo_config
@@ -417,6 +418,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"revision {result.snapshot_revision}, run {result.status.value}, "
             f"eviction {result.eviction.value}, sources {result.sources.value}]\n"
         )
+        if result.recall is not None:
+            r = result.recall
+            sys.stderr.write(
+                f"[recall {r.status.value}, decision {r.decision.value}, "
+                f"{len(r.included)} source(s) included, "
+                f"{r.usage.evidence_tokens} evidence tokens, {r.usage.candidates} candidate(s), "
+                f"{r.usage.latency_s * 1000:.1f} ms]\n"
+            )
         for d in result.diagnostics:
             sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
     return EXIT_OK
@@ -566,6 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(subparsers)
     _add_run(subparsers)
     _add_session(subparsers)
+    add_recall_commands(subparsers, _add_identity_args)
     return parser
 
 

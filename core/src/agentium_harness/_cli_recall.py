@@ -1,0 +1,210 @@
+"""``agentium recall``: index host documents, search as a run would, rebuild a session's index.
+
+Every command builds the runtime a config file describes and uses its recall
+store, so what ``search`` shows is exactly what a run in that scope would
+include: it goes through the engine's own recall round (scope and budget
+checks, whole assembly, validation), not around it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from ._engine.lifecycle import Ticket
+from ._engine.loader import load_runtime
+from ._engine.recall import Evidence, gather_evidence
+from ._engine.recall_policy import QueryInput
+from ._engine.runtime import HarnessRuntime
+from ._errors import CapabilityError, InvalidArgumentError
+from ._ports import OpContext
+from ._ports.archive import ArchiveReceipt
+from ._ports.recall import RecallStore, SourceOwner
+from ._scope import RecallScope, Scope, SessionKey, validate_id
+
+__all__ = ["add_recall_commands"]
+
+#: Files larger than this are skipped by ``recall add`` (a recall excerpt is a few KiB).
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+#: Archived groups read per page by ``recall rebuild``.
+REBUILD_PAGE = 200
+
+
+def _store(runtime: HarnessRuntime, flag: str | None = None) -> RecallStore:
+    store = runtime.recall
+    if store is None:
+        raise InvalidArgumentError("the config has no [recall] section; nothing to do")
+    if flag is not None and not getattr(type(store).capabilities, flag, False):
+        raise CapabilityError(f"recall store {type(store).__name__} does not declare {flag}")
+    return store
+
+
+def _files(paths: list[str]) -> list[tuple[str, Path]]:
+    """``(doc id, path)`` for every file named or under a folder named; ids are relative to what was given."""
+    found: list[tuple[str, Path]] = []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise InvalidArgumentError(f"{given}: no such file or folder; nothing was indexed")
+        if root.is_file():
+            found.append((root.name, root))
+            continue
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            found.append((path.relative_to(root).as_posix(), path))
+    for doc_id, _ in found:
+        validate_id(doc_id, "document id")
+    return found
+
+
+class _Progress:
+    """A one-line progress counter on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.on = sys.stderr.isatty() and total > 20
+
+    def step(self, done: int) -> None:
+        if self.on:
+            sys.stderr.write(f"\r  indexing {done}/{self.total}")
+            sys.stderr.flush()
+
+    def end(self) -> None:
+        if self.on:
+            sys.stderr.write("\n")
+
+
+def cmd_recall_add(args: argparse.Namespace) -> int:
+    """Index host documents (files, or folders walked recursively) into the configured recall store."""
+    owner = SourceOwner(args.tenant, args.user, None, args.project, args.repository)
+    files = _files(args.paths)  # every id is checked before anything is written
+    runtime = load_runtime(args.config)
+    counts = {"indexed": 0, "skipped": 0}
+
+    async def go() -> None:
+        async with runtime:
+            store = _store(runtime, "document_indexing")
+            progress = _Progress(len(files))
+            for done, (doc_id, path) in enumerate(files, start=1):
+                data = path.read_bytes()
+                if len(data) > MAX_DOCUMENT_BYTES or b"\0" in data:
+                    counts["skipped"] += 1
+                    sys.stderr.write(f"  skipped {path}: binary or larger than {MAX_DOCUMENT_BYTES} bytes\n")
+                    continue
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    counts["skipped"] += 1
+                    sys.stderr.write(f"  skipped {path}: not UTF-8 text\n")
+                    continue
+                await store.index_document(owner, doc_id, text, OpContext.with_timeout(30.0), title=doc_id)
+                counts["indexed"] += 1
+                progress.step(done)
+            progress.end()
+
+    anyio.run(go)
+    sys.stdout.write(", ".join(f"{v} {k}" for k, v in counts.items()) + "\n")
+    return 0
+
+
+def _search_scope(args: argparse.Namespace) -> Scope:
+    scope = RecallScope(args.project, args.repository)
+    return Scope(args.tenant, args.user, args.session, scope.project, scope.repository)
+
+
+def cmd_recall_search(args: argparse.Namespace) -> int:
+    """Show what recall would include for QUERY in a scope: candidates, excerpts, status and budget use."""
+    if not args.query.strip():
+        raise InvalidArgumentError("the query is empty; give the words to search for")
+    scope = _search_scope(args)
+    runtime = load_runtime(args.config)
+
+    async def go() -> Evidence:
+        async with runtime:
+            store = _store(runtime)
+            ticket = Ticket(scope.session_key, "recall search", runtime.limits.op_timeout_s)
+            return await gather_evidence(
+                ticket, store, scope, runtime.recall_limits, runtime.recall_policy, QueryInput(args.query)
+            )
+
+    evidence = anyio.run(go)
+    out = sys.stdout
+    out.write(f"status {evidence.status.value}, query {evidence.query[:80]!r}\n")
+    for block in evidence.blocks:
+        attrs = dict(block.attributes)
+        out.write(
+            f"  [{attrs.get('rank')}] {block.source_id} revision {attrs.get('revision')} "
+            f"completeness {attrs.get('completeness')} omitted-context {attrs.get('omitted-context')}\n"
+        )
+        for line in block.content.splitlines()[:6]:
+            out.write(f"      {line[:160]}\n")
+    for source_id in evidence.omitted:
+        out.write(f"  omitted (did not fit whole): {source_id}\n")
+    for problem in evidence.problems:
+        out.write(f"  problem: {problem}\n")
+    u = evidence.usage
+    limits = runtime.recall_limits
+    out.write(
+        f"budget: queries {u.queries}/{limits.max_queries}, "
+        f"candidates {u.candidates}/{limits.max_candidates}, "
+        f"discovery bytes {u.discovery_bytes}/{limits.max_discovery_bytes}, "
+        f"source bytes {u.source_bytes}/{limits.max_source_bytes}, "
+        f"evidence tokens {u.evidence_tokens}/{limits.max_evidence_tokens}, "
+        f"validations {u.validations}/{limits.max_validations}, latency {u.latency_s * 1000:.1f} ms\n"
+    )
+    return 0
+
+
+def cmd_recall_rebuild(args: argparse.Namespace) -> int:
+    """Re-index a session's archived groups from the archive into the recall store (idempotent)."""
+    key = SessionKey(args.tenant, args.user, args.session)
+    runtime = load_runtime(args.config)
+    total = 0
+
+    async def go() -> None:
+        nonlocal total
+        async with runtime:
+            store = _store(runtime, "archive_indexing")
+            start = 0
+            while True:
+                page = list(
+                    await runtime.archive.read_groups(key, start, REBUILD_PAGE, OpContext.with_timeout(30.0))
+                )
+                if not page:
+                    return
+                # The archive checked each group against its stored digest when it read it.
+                receipts = [ArchiveReceipt(g.seq, g.digest, "rebuild") for g in page]
+                total += await store.index_groups(key, page, receipts, OpContext.with_timeout(30.0))
+                start = page[-1].seq + 1
+
+    anyio.run(go)
+    sys.stdout.write(f"{total} group(s) newly indexed for session {args.session!r}\n")
+    return 0
+
+
+def add_recall_commands(subparsers: Any, add_config: Any) -> None:
+    """Add ``agentium recall add|search|rebuild`` to the CLI's subparsers."""
+    parser = subparsers.add_parser("recall", help="index documents, search, rebuild the recall index")
+    inner = parser.add_subparsers(dest="recall_command", metavar="SUBCOMMAND", required=True)
+    add = inner.add_parser("add", help="index host documents", description=cmd_recall_add.__doc__)
+    add.add_argument("config", help="path of the TOML config file")
+    add.add_argument("--tenant", required=True, help="owning tenant id")
+    add.add_argument("--user", default=None, help="narrow to one user (default: the whole tenant)")
+    add.add_argument("--project", default=None, help="narrow to one project")
+    add.add_argument("--repository", default=None, help="narrow to one repository")
+    add.add_argument("paths", nargs="+", metavar="PATH", help="files or folders")
+    add.set_defaults(func=cmd_recall_add)
+    search = inner.add_parser(
+        "search", help="show what recall would include", description=cmd_recall_search.__doc__
+    )
+    add_config(search)
+    search.add_argument("query", help="the query text")
+    search.set_defaults(func=cmd_recall_search)
+    rebuild = inner.add_parser(
+        "rebuild", help="re-index archived groups", description=cmd_recall_rebuild.__doc__
+    )
+    add_config(rebuild)
+    rebuild.set_defaults(func=cmd_recall_rebuild)

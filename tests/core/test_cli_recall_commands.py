@@ -1,0 +1,112 @@
+"""``agentium recall add|search|rebuild`` and the recall line of ``agentium run``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentium_harness._cli import main
+
+CONFIG = """
+[provider]
+plugin = "extractive"
+[archive]
+plugin = "sqlite"
+options = {{ path = "{db}" }}
+[session_store]
+plugin = "sqlite"
+options = {{ path = "{db}" }}
+[runtime.resident]
+max_groups = 2
+{recall}
+"""
+RECALL = '[recall]\nplugin = "sqlite"\noptions = {{ path = "{db}" }}\n'
+ANA = ["--tenant", "acme", "--user", "ana", "--session", "s1"]
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    db = (tmp_path / "a.db").as_posix()
+    path = tmp_path / "a.toml"
+    path.write_text(CONFIG.format(db=db, recall=RECALL.format(db=db)))
+    docs = tmp_path / "docs"
+    (docs / "ops").mkdir(parents=True)
+    (docs / "vpn.md").write_text("The VPN certificate expires on March 3rd. Renew it a week before.")
+    (docs / "ops" / "lunch.txt").write_text("Lunch is at noon.")
+    (docs / "blob.bin").write_bytes(b"\x00\x01\x02")
+    return path
+
+
+def test_add_then_search_shows_what_a_run_would_include(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = config.parent / "docs"
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    out, err = capsys.readouterr()
+    assert "2 indexed, 1 skipped" in out and "blob.bin" in err
+    assert main(["recall", "search", str(config), *ANA, "When does the VPN certificate expire?"]) == 0
+    out, _ = capsys.readouterr()
+    assert "status complete" in out
+    assert "vpn%2Emd" in out and "completeness complete" in out and "March 3rd" in out
+    assert "budget: queries 1/1, candidates 1/8" in out
+    # Another tenant sees nothing of acme's documents.
+    assert (
+        main(["recall", "search", str(config), "--tenant", "globex", "--user", "x", "--session", "s", "VPN"])
+        == 0
+    )
+    out, _ = capsys.readouterr()
+    assert "status no_accessible_evidence" in out and "March" not in out
+
+
+def test_run_prints_the_recall_outcome(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["recall", "add", str(config), "--tenant", "acme", str(config.parent / "docs" / "vpn.md")])
+    capsys.readouterr()
+    assert main(["run", str(config), *ANA, "When does the VPN certificate expire?"]) == 0
+    out, err = capsys.readouterr()
+    assert "March 3rd" in out
+    assert "[recall complete, decision proceed, 1 source(s) included" in err
+
+
+def test_rebuild_reindexes_archived_groups(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for i in range(4):
+        assert main(["run", str(config), *ANA, f"note {i}: the zebra{i} code"]) == 0
+    capsys.readouterr()
+    # The engine indexed the evicted groups already, so a rebuild finds nothing new: it is idempotent.
+    assert main(["recall", "rebuild", str(config), *ANA]) == 0
+    out, _ = capsys.readouterr()
+    assert "0 group(s) newly indexed" in out
+    assert main(["recall", "search", str(config), *ANA, "zebra0"]) == 0
+    out, _ = capsys.readouterr()
+    assert "group/acme/ana/s1/0" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["search", "{cfg}", *ANA, "   "], "the query is empty"),
+        (["add", "{cfg}", "--tenant", "acme", "{missing}"], "no such file or folder"),
+        (["add", "{cfg}", "--tenant", "", "{docs}"], "tenant"),
+    ],
+    ids=["empty-query", "missing-path", "bad-tenant"],
+)
+def test_bad_input_exits_2_and_writes_nothing(
+    config: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    args = [a.format(cfg=config, missing=config.parent / "nope", docs=config.parent / "docs") for a in argv]
+    assert main(["recall", *args]) == 2
+    _, err = capsys.readouterr()
+    assert says in err
+    assert main(["recall", "search", str(config), *ANA, "VPN certificate"]) == 0
+    out, _ = capsys.readouterr()
+    assert "status no_accessible_evidence" in out  # nothing was indexed
+
+
+def test_without_recall_configured_the_commands_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = (tmp_path / "a.db").as_posix()
+    path = tmp_path / "a.toml"
+    path.write_text(CONFIG.format(db=db, recall=""))
+    assert main(["recall", "search", str(path), *ANA, "anything"]) == 2
+    assert "no [recall] section" in capsys.readouterr().err
