@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,11 @@ def test_demo_proves_recoverability(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "eviction=archived" in lines[-1]
     assert "recovered 9 groups (5 archived + 4 resident)" in out
     assert "digest matches its receipt: yes" in out
+    # The first turn's fact was evicted, indexed and recalled into the prompt.
+    assert "recall: 'What is the warehouse door code?' -> status complete, decision proceed" in out
+    assert "in the prompt as labeled source data: group/demo-tenant/demo-user/demo-1/0" in out
+    assert re.search(r"budget use: 1 candidate\(s\), \d+ discovery bytes", out), out
+    assert "4719" in out.split("answer:")[1]
     # A second demo in the same directory is a new session; the first one persists.
     assert main(["demo", "--dir", str(tmp_path), "--turns", "2"]) == 0
     assert "session 'demo-2'" in capsys.readouterr().out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -20,6 +20,7 @@ import anyio.to_thread
 
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.loader import load_runtime
+from ._engine.recall_policy import current_session_recall_policy
 from ._engine.runtime import HarnessRuntime, create_harness_runtime
 from ._engine.tools import EffectLevel, Tool, ToolRegistry
 from ._errors import InvalidArgumentError
@@ -28,14 +29,18 @@ from ._ports import OpContext
 from ._ports.archive import ArchiveCapabilities, HistoryArchive
 from ._ports.sessions import SessionStore, SessionStoreCapabilities
 from ._scope import SessionKey, VerifiedIdentity
-from .adapters.providers import ScriptedProvider
+from .adapters.providers import ExtractiveProvider, ScriptedProvider
 from .adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from .adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 
 __all__ = ["DEMO_DB", "prepare_demo_dir", "run_demo", "run_demo_config"]
 
 #: File the demo keeps its history in, inside ``--dir``.
 DEMO_DB = "demo.db"
 _IDENTITY = VerifiedIdentity(tenant="demo-tenant", user="demo-user", verified_by="agentium-demo")
+#: Stated in the first turn, evicted as the conversation goes on, recalled at the end.
+FACT = "the warehouse door code is 4719"
+QUESTION = "What is the warehouse door code?"
 _TOPICS = ["milk", "eggs", "bread", "coffee", "apples", "rice", "tea", "cheese", "lemons", "oats"]
 
 
@@ -81,7 +86,7 @@ def _script(turns: int) -> tuple[list[str], list[object]]:
     replies: list[object] = []
     for i in range(turns):
         topic = _TOPICS[i % len(_TOPICS)]
-        inputs.append(f"Turn {i}: please remember {topic}.")
+        inputs.append(f"Turn {i}: note that {FACT}." if i == 0 else f"Turn {i}: please remember {topic}.")
         if i == 2:
             # One turn uses a granted tool, so a tool call and its result are
             # archived together as one complete group.
@@ -107,16 +112,51 @@ async def run_demo(directory: Path, turns: int, out: TextIO) -> bool:
     await anyio.to_thread.run_sync(prepare_demo_dir, directory)
     config = SQLiteConfig(path=str(directory / DEMO_DB))
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    # The recall index lives in the same file; the engine indexes each group it archives.
+    recall = SQLiteRecallStore(SQLiteRecallConfig(path=config.path))
     inputs, replies = _script(turns)
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=4))
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=replies),
         archive=archive,
         session_store=store,
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=4)),
+        recall=recall,
+        # The scripted turns are not about earlier evidence: recall that finds
+        # only part of it must not stop them. The final question uses the default.
+        recall_policy=current_session_recall_policy(on_partial="continue"),
+        limits=limits,
         tools=_tools(),
-        owned=[archive, store],
+        owned=[archive, store, recall],
     )
-    return await _converse(runtime, inputs, out, f"database {config.path}")
+
+    async def recall_the_fact(session_id: str) -> bool:
+        stored = await store.load(SessionKey.of(_IDENTITY, session_id), OpContext())
+        if stored is None or stored.snapshot.boundary == 0:
+            print("recall: not shown; the first turn is still resident (give more --turns)", file=out)
+            return True
+        asker = create_harness_runtime(
+            provider=ExtractiveProvider(), archive=archive, session_store=store, recall=recall, limits=limits
+        )
+        result = await asker.run(_IDENTITY, session_id, QUESTION)
+        outcome = result.recall
+        assert outcome is not None
+        included = ", ".join(r.source_id for r in outcome.included) or "nothing"
+        u = outcome.usage
+        print(
+            f"recall: {QUESTION!r} -> status {outcome.status.value}, decision {outcome.decision.value}",
+            file=out,
+        )
+        print(f"  in the prompt as labeled source data: {included}", file=out)
+        print(
+            f"  budget use: {u.candidates} candidate(s), {u.discovery_bytes} discovery bytes, "
+            f"{u.source_bytes} source bytes, {u.evidence_tokens} evidence tokens, "
+            f"{u.validations} validations, {u.latency_s * 1000:.1f} ms",
+            file=out,
+        )
+        print(f"  answer: {result.output}", file=out)
+        return outcome.status.value == "complete" and "4719" in result.output
+
+    return await _converse(runtime, inputs, out, f"database {config.path}", finale=recall_the_fact)
 
 
 async def run_demo_config(config_path: Path, turns: int, out: TextIO) -> bool:
@@ -143,7 +183,13 @@ async def _session_id(store: SessionStore) -> str:
     return f"demo-{time.time_ns():x}"
 
 
-async def _converse(runtime: HarnessRuntime, inputs: list[str], out: TextIO, where: str) -> bool:
+async def _converse(
+    runtime: HarnessRuntime,
+    inputs: list[str],
+    out: TextIO,
+    where: str,
+    finale: Callable[[str], Awaitable[bool]] | None = None,
+) -> bool:
     receipts: dict[int, str] = {}
     try:
         # Each invocation starts a new session, so earlier demo sessions in the
@@ -161,6 +207,8 @@ async def _converse(runtime: HarnessRuntime, inputs: list[str], out: TextIO, whe
             )
         key = SessionKey.of(_IDENTITY, session_id)
         ok = await _prove(runtime.archive, runtime.session_store, key, inputs, receipts, out)
+        if ok and finale is not None:
+            ok = await finale(session_id)
         report = await runtime.resources.close_session(_IDENTITY, session_id)
         print(f"close_session: {report.status.value}, flushed {report.flushed_groups}", file=out)
     finally:
