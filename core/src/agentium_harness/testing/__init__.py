@@ -1,6 +1,7 @@
 """Testing support for hosts and adapter authors.
 
-- The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`)
+- The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`,
+  :class:`RecallStoreContract`)
   live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
   They need pytest, so they are imported on first access: importing this
   package alone does not require pytest.
@@ -33,7 +34,7 @@ from .helpers import (
 )
 
 if TYPE_CHECKING:
-    from .contracts import ArchiveContract, ContractSuite, SessionStoreContract
+    from .contracts import ArchiveContract, ContractSuite, RecallStoreContract, SessionStoreContract
 
 __all__ = [
     "SUITE_MODULES",
@@ -41,6 +42,7 @@ __all__ = [
     "ArchiveContract",
     "ContractSuite",
     "CorruptStored",
+    "RecallStoreContract",
     "Reopen",
     "SessionStoreContract",
     "legacy_snapshot",
@@ -58,10 +60,11 @@ SUITE_MODULES = (
     "agentium_harness.testing._suite",
     "agentium_harness.testing.archive_contract",
     "agentium_harness.testing.session_store_contract",
+    "agentium_harness.testing.recall_contract",
     "agentium_harness.testing.contracts",
 )
 
-_LAZY = frozenset({"ArchiveContract", "ContractSuite", "SessionStoreContract"})
+_LAZY = frozenset({"ArchiveContract", "ContractSuite", "RecallStoreContract", "SessionStoreContract"})
 
 
 def register_assert_rewrite() -> None:

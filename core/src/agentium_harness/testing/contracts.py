@@ -28,14 +28,17 @@ from ._suite import (  # noqa: E402  (after the rewrite registration on purpose)
 )
 from .archive_contract import ArchiveContract  # noqa: E402
 from .helpers import CorruptStored, replace_once  # noqa: E402
+from .recall_contract import HOSTILE_IDS, RecallStoreContract  # noqa: E402
 from .session_store_contract import SessionStoreContract, legacy_snapshot, scoped_snapshot  # noqa: E402
 
 __all__ = [
     "GUARD_TEST_NAME",
     "TRICKY_SESSION_KEYS",
+    "HOSTILE_IDS",
     "ArchiveContract",
     "ContractSuite",
     "CorruptStored",
+    "RecallStoreContract",
     "Reopen",
     "SessionStoreContract",
     "legacy_snapshot",

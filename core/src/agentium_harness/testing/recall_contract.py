@@ -1,0 +1,404 @@
+"""The recall store contract suite: :class:`RecallStoreContract`.
+
+Subclass it in a test module and provide the ``recall_store`` fixture::
+
+    class TestMyRecallStore(RecallStoreContract):
+        @pytest.fixture
+        async def recall_store(self, tmp_path):
+            store = MyRecallStore(MyConfig(...))
+            yield store
+            await store.aclose()
+
+Declared capabilities choose the tests: the data-driven tests put their
+sources in through ``index_document`` (``document_indexing``), the archive
+tests need ``archive_indexing`` and ``canonical_archive_reads``; the others
+skip and say why. Stores that index in another way override
+``add_document`` (an async ``(store, owner, doc_id, text) -> SourceRef``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from .._errors import AgentiumError, InvalidArgumentError, OperationCancelledError
+from .._history import estimate_tokens
+from .._ports import OpContext, is_port_stub
+from .._ports.archive import ArchiveReceipt
+from .._ports.recall import (
+    Candidate,
+    Completeness,
+    OmittedContext,
+    RecallCapabilities,
+    RecallLimits,
+    RecallSession,
+    RecallStore,
+    SourceOwner,
+    SourceRef,
+    ValidationStatus,
+    document_source_id,
+)
+from .._scope import Scope, SessionKey
+from ._suite import (
+    ContractSuite,
+    declared_capabilities,
+    expired_context,
+    past_deadline_context,
+    plain_group,
+    require_flag,
+    rich_group,
+)
+
+__all__ = ["HOSTILE_IDS", "RecallStoreContract"]
+
+#: Ids that break naive key building, glob patterns and full-text query syntax.
+HOSTILE_IDS = (
+    "a/b",
+    "a%2Fb",
+    "*",
+    "?",
+    "[a-z]",
+    "..",
+    "a:b",
+    "x\\y",
+    '"quoted"',
+    "NEAR",
+    "OR",
+    "-neg",
+    "日本",
+    "~",
+    "a b",
+)
+
+AddDocument = Callable[[RecallStore, SourceOwner, str, str], Awaitable[SourceRef]]
+
+
+def _caps(store: RecallStore) -> RecallCapabilities:
+    return declared_capabilities(store, RecallCapabilities, "recall store")
+
+
+def _scope(owner: SourceOwner, user: str = "u", session: str = "s") -> Scope:
+    return Scope(owner.tenant, owner.user or user, owner.session or session, owner.project, owner.repository)
+
+
+async def _session(store: RecallStore, scope: Scope, limits: RecallLimits | None = None) -> RecallSession:
+    return await store.open(scope, limits or RecallLimits(), OpContext.with_timeout(10.0))
+
+
+async def _discover(
+    store: RecallStore, scope: Scope, query: str, n: int = 8, remaining_bytes: int | None = None
+) -> list[Candidate]:
+    session = await _session(store, scope)
+    try:
+        ctx = OpContext.with_timeout(10.0, remaining_bytes=remaining_bytes)
+        return list(await session.discover(query, n, ctx))
+    finally:
+        await session.close()
+
+
+class RecallStoreContract(ContractSuite):
+    """Standard tests every :class:`~agentium_harness._ports.recall.RecallStore` adapter must pass.
+
+    Fixtures the subclass provides: ``recall_store`` (required), a fresh,
+    empty store for each test, closed in its teardown.
+    """
+
+    __agentium_contract__ = True
+
+    @pytest.fixture
+    def recall_store(self) -> RecallStore:
+        """Override this fixture: return (or yield) a fresh, empty recall store."""
+        pytest.fail(
+            f"{type(self).__name__} must provide a `recall_store` fixture that yields a fresh, empty store",
+            pytrace=False,
+        )
+
+    @pytest.fixture
+    def add_document(self) -> AddDocument:
+        """Override to index documents another way than ``index_document``."""
+
+        async def add(store: RecallStore, owner: SourceOwner, doc_id: str, text: str) -> SourceRef:
+            require_flag(store, RecallCapabilities, "recall store", "document_indexing")
+            return await store.index_document(owner, doc_id, text, OpContext.with_timeout(10.0))
+
+        return add
+
+    # -- declarations ---------------------------------------------------------------------------
+
+    async def test_declares_capabilities(self, recall_store: RecallStore) -> None:
+        """The store class declares ``capabilities = RecallCapabilities(...)`` with the four required flags.
+
+        A failure means the declaration is missing, inherited, of the wrong
+        type, or lacks bounded discovery, bounded reads, revision validation
+        or bounded current validation (R9).
+        """
+        declared = type(recall_store).__dict__.get("capabilities")
+        assert isinstance(declared, RecallCapabilities), (
+            f"{type(recall_store).__name__} must declare `capabilities = RecallCapabilities(...)` in its own "
+            f"class body, found {declared!r}"
+        )
+        for flag in RecallCapabilities.REQUIRED:
+            assert getattr(declared, flag), f"required capability {flag} is not declared"
+
+    async def test_declared_capabilities_are_implemented(self, recall_store: RecallStore) -> None:
+        """Every declared capability has a real method on the store or its session class, not the port's stub.
+
+        A failure names a flag declared true whose method is still the stub.
+        """
+        caps = _caps(recall_store)
+        for flag, method in RecallCapabilities.METHODS.items():
+            if not getattr(caps, flag):
+                continue
+            owner: type = type(recall_store)
+            if method.startswith("session:"):
+                owner, method = type(recall_store).session_class, method.removeprefix("session:")
+            assert not is_port_stub(getattr(owner, method)), f"{flag} is declared but {method} is the stub"
+
+    # -- scope ----------------------------------------------------------------------------------
+
+    async def test_no_scope_sees_another_scopes_sources(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """Over many generated owners with hostile ids and identical words, no scope sees a foreign source.
+
+        Every owner gets a document with the same words. For each scope,
+        discovery returns only sources its owner rules allow, a read of every
+        other owner's ref returns nothing, and validating a foreign ref says
+        ``forbidden`` (R13). A failure is a leak across tenants, users,
+        sessions, projects or repositories, often through key building that
+        is not injective or a glob/query pattern built from an id.
+        """
+        rng = random.Random(8)  # a seeded property test: the same owners every run
+        owners: list[SourceOwner] = []
+        for i in range(24):
+            tenant = rng.choice(HOSTILE_IDS) + str(i % 6)
+            owners.append(
+                SourceOwner(
+                    tenant,
+                    rng.choice([None, rng.choice(HOSTILE_IDS)]),
+                    None,
+                    rng.choice([None, None, rng.choice(HOSTILE_IDS)]),
+                    rng.choice([None, None, rng.choice(HOSTILE_IDS)]),
+                )
+            )
+        refs: dict[SourceOwner, SourceRef] = {}
+        for i, owner in enumerate(dict.fromkeys(owners)):
+            refs[owner] = await add_document(recall_store, owner, f"doc{i}", "shared marker words zebra")
+        for owner in refs:
+            scope = _scope(owner)
+            found = await _discover(recall_store, scope, "zebra marker", 64)
+            for candidate in found:
+                assert candidate.owner.visible_to(scope), f"{candidate.ref.source_id} leaked into {scope}"
+            assert refs[owner].source_id in {c.ref.source_id for c in found}
+            foreign = [r for o, r in refs.items() if not o.visible_to(scope)]
+            session = await _session(recall_store, scope)
+            try:
+                excerpts = await session.read(foreign, 4096, OpContext.with_timeout(10.0))
+                assert list(excerpts) == [], f"read returned foreign excerpts in {scope}"
+                if foreign:
+                    checked = await session.validate(foreign, OpContext.with_timeout(10.0))
+                    assert {v.status for v in checked} == {ValidationStatus.FORBIDDEN}
+            finally:
+                await session.close()
+
+    # -- bounds ---------------------------------------------------------------------------------
+
+    async def test_discovery_respects_its_bounds(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """``discover`` returns at most ``max_candidates``, best first, within ``ctx.remaining_bytes``.
+
+        Discovery bytes are counted as ``Candidate.discovery_bytes``. A failure
+        means the store ignores the count or the byte budget it was given.
+        """
+        owner = SourceOwner("t-bounds")
+        for i in range(12):
+            await add_document(recall_store, owner, f"d{i}", f"alpha bravo charlie item {i}")
+        scope = _scope(owner)
+        assert len(await _discover(recall_store, scope, "alpha bravo", 3)) == 3
+        found = await _discover(recall_store, scope, "alpha bravo", 12, remaining_bytes=120)
+        assert sum(c.discovery_bytes for c in found) <= 120
+        scores = [c.score for c in await _discover(recall_store, scope, "alpha", 12)]
+        assert scores == sorted(scores, reverse=True), "candidates must come best first"
+
+    async def test_reads_respect_their_bounds(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """``read`` keeps each excerpt within ``max_excerpt_bytes`` and the total within ctx's budgets.
+
+        A long source yields a whole-sentence window marked ``partial`` with
+        ``source`` among its omitted context (R18). A failure means an
+        excerpt over its cap, a total over the budget, or a window without
+        its completeness flags.
+        """
+        owner = SourceOwner("t-read")
+        long_text = " ".join(f"Sentence {i} about the kiwi harvest." for i in range(200))
+        ref = await add_document(recall_store, owner, "long", long_text)
+        small = [await add_document(recall_store, owner, f"s{i}", f"kiwi note {i}.") for i in range(6)]
+        session = await _session(recall_store, _scope(owner))
+        try:
+            [excerpt] = await session.read([ref], 300, OpContext.with_timeout(10.0))
+            assert len(excerpt.text.encode()) <= 300
+            assert excerpt.completeness is not Completeness.COMPLETE
+            assert OmittedContext.SOURCE in excerpt.omitted
+            out = await session.read(small, 300, OpContext.with_timeout(10.0, remaining_bytes=30))
+            assert sum(len(e.text.encode()) for e in out) <= 30
+            out = await session.read(small, 300, OpContext.with_timeout(10.0, remaining_tokens=8))
+            assert sum(estimate_tokens(e.text) for e in out) <= 8
+        finally:
+            await session.close()
+
+    # -- revisions ------------------------------------------------------------------------------
+
+    async def test_revisions_are_truthful_after_update_and_delete(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """Validation says current, then changed (with the new revision) after an update, then deleted.
+
+        Both ``validate`` and ``validate_current`` must tell the truth, and a
+        read of a stale ref returns no excerpt. A failure means revisions
+        that do not move with content or deletes that leave the source alive.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "document_indexing")
+        owner = SourceOwner("t-rev")
+        first = await add_document(recall_store, owner, "doc", "version one of the mango plan")
+        scope = _scope(owner)
+        for method in ("validate", "validate_current"):
+            session = await _session(recall_store, scope)
+            try:
+                [v] = await getattr(session, method)([first], OpContext.with_timeout(10.0))
+                assert v.status is ValidationStatus.CURRENT, method
+            finally:
+                await session.close()
+        second = await add_document(recall_store, owner, "doc", "version two of the mango plan")
+        assert second.revision != first.revision
+        session = await _session(recall_store, scope)
+        try:
+            for method in ("validate", "validate_current"):
+                [v] = await getattr(session, method)([first], OpContext.with_timeout(10.0))
+                assert v.status is ValidationStatus.CHANGED and v.current_revision == second.revision, method
+            assert list(await session.read([first], 1000, OpContext.with_timeout(10.0))) == []
+        finally:
+            await session.close()
+        assert await recall_store.delete_document(owner, "doc", OpContext.with_timeout(10.0)) is True
+        session = await _session(recall_store, scope)
+        try:
+            for method in ("validate", "validate_current"):
+                [v] = await getattr(session, method)([second], OpContext.with_timeout(10.0))
+                assert v.status is ValidationStatus.DELETED, method
+            assert await _discover(recall_store, scope, "mango") == []
+        finally:
+            await session.close()
+
+    # -- queries --------------------------------------------------------------------------------
+
+    async def test_query_syntax_is_matched_as_words(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """Full-text and glob syntax in queries and documents is inert: no error, literal words match.
+
+        A failure means a query was passed to a query language (FTS5 MATCH, a
+        regex, a glob) without quoting.
+        """
+        owner = SourceOwner("t-syntax")
+        await add_document(recall_store, owner, "d", 'the "NEAR" operator OR * glob - minus (paren')
+        scope = _scope(owner)
+        for query in ['"', "*", "NEAR(", "a OR", "-x", "(", "AND NOT", 'q"uote', "x:y", "^"]:
+            await _discover(recall_store, scope, query)
+        found = await _discover(recall_store, scope, 'NEAR "operator" glob*')
+        assert [c.ref.source_id for c in found] == [document_source_id(owner, "d")]
+
+    async def test_empty_and_huge_queries(self, recall_store: RecallStore, add_document: AddDocument) -> None:
+        """An empty query finds nothing without error; a 1 MB query works and stays bounded.
+
+        A failure is an error on either, or a store that tries to use every
+        word of a huge query.
+        """
+        owner = SourceOwner("t-huge")
+        await add_document(recall_store, owner, "d", "papaya export rules")
+        scope = _scope(owner)
+        assert await _discover(recall_store, scope, "") == []
+        assert await _discover(recall_store, scope, "   \n") == []
+        huge = "papaya " + " ".join(f"w{i}" for i in range(150_000))
+        assert len(await _discover(recall_store, scope, huge)) <= 8
+
+    # -- cancellation ---------------------------------------------------------------------------
+
+    async def test_cancelled_calls_raise_and_write_nothing(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """A cancelled or expired context raises ``OperationCancelledError`` and writes nothing.
+
+        A failure means work started (a document written) although the
+        context was already cancelled or past its deadline.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "document_indexing")
+        owner = SourceOwner("t-cancel")
+        for ctx in (expired_context(), past_deadline_context()):
+            with pytest.raises(OperationCancelledError):
+                await recall_store.index_document(owner, "d", "durian", ctx)
+        assert await _discover(recall_store, _scope(owner), "durian") == []
+        with pytest.raises(OperationCancelledError):
+            await recall_store.open(_scope(owner), RecallLimits(), expired_context())
+
+    async def test_close_after_a_cancelled_call_and_twice(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """``close`` succeeds after a cancelled call and again after that; the store still works.
+
+        A failure means a session left unusable resources behind or raised
+        from ``close`` (the engine closes on every path, cancellation included).
+        """
+        owner = SourceOwner("t-close")
+        await add_document(recall_store, owner, "d", "lychee facts")
+        session = await _session(recall_store, _scope(owner))
+        with pytest.raises(OperationCancelledError):
+            await session.discover("lychee", 4, expired_context())
+        await session.close()
+        await session.close()
+        assert len(await _discover(recall_store, _scope(owner), "lychee")) == 1
+
+    # -- archive indexing -----------------------------------------------------------------------
+
+    async def test_archived_groups_round_trip_through_seek(self, recall_store: RecallStore) -> None:
+        """Indexed archived groups are discoverable in their session and come back whole from ``seek_groups``.
+
+        ``seek_groups`` returns complete groups with ``seq >= start``,
+        ascending, at most ``max_groups``, equal to what was indexed.
+        Re-indexing is idempotent. A failure is a lost, reordered, altered or
+        over-returned group.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
+        require_flag(recall_store, RecallCapabilities, "recall store", "canonical_archive_reads")
+        key = SessionKey("t-arch", "u", "s")
+        groups = [rich_group(0, key, "papaya seed"), plain_group(1), rich_group(2, key, "plum tree")]
+        receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
+        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
+        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
+        got = list(await recall_store.seek_groups(key, 1, 10, OpContext.with_timeout(10.0)))
+        assert got == groups[1:]
+        assert list(await recall_store.seek_groups(key, 0, 2, OpContext.with_timeout(10.0))) == groups[:2]
+        scope = Scope("t-arch", "u", "s")
+        assert len(await _discover(recall_store, scope, "plum")) == 1
+        assert await _discover(recall_store, Scope("t-arch", "u", "other"), "plum") == []
+
+    async def test_mismatched_receipts_are_refused_and_nothing_is_written(
+        self, recall_store: RecallStore
+    ) -> None:
+        """``index_groups`` refuses receipts that do not match their groups and writes none of the batch.
+
+        A failure means a group was indexed under a digest the archive never
+        gave, so ``seek_groups`` could not check it.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
+        key = SessionKey("t-receipts", "u", "s")
+        groups = [plain_group(0), plain_group(1)]
+        bad = [ArchiveReceipt(0, groups[0].digest, "x"), ArchiveReceipt(1, "sha256:" + "0" * 64, "x")]
+        with pytest.raises((InvalidArgumentError, AgentiumError)):
+            await recall_store.index_groups(key, groups, bad, OpContext.with_timeout(10.0))
+        with pytest.raises((InvalidArgumentError, AgentiumError)):
+            await recall_store.index_groups(key, groups, bad[:1], OpContext.with_timeout(10.0))
+        if _caps(recall_store).canonical_archive_reads:
+            assert list(await recall_store.seek_groups(key, 0, 10, OpContext.with_timeout(10.0))) == []

@@ -1,0 +1,313 @@
+"""Recall stores with one realistic bug each, run through RecallStoreContract by a pytester session.
+
+Each wraps the real SQLite recall store and changes one behaviour, so every
+other standard test still passes and the failing ones name the bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from agentium_harness import InvalidArgumentError
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.plugin_api import (
+    ArchiveReceipt,
+    Candidate,
+    Excerpt,
+    OpContext,
+    RecallCapabilities,
+    RecallLimits,
+    RecallSession,
+    RecallStore,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+    document_source_id,
+)
+from agentium_harness.testing import RecallStoreContract
+
+pytestmark = pytest.mark.anyio
+
+ALL = RecallCapabilities(
+    bounded_discovery=True,
+    bounded_reads=True,
+    revision_validation=True,
+    bounded_current_validation=True,
+    canonical_archive_reads=True,
+    document_indexing=True,
+    archive_indexing=True,
+)
+
+
+class WrapSession(RecallSession):
+    def __init__(self, inner: RecallSession, store: Wrap) -> None:
+        self.inner, self.store = inner, store
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        return await self.inner.discover(query, max_candidates, ctx)
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        return await self.inner.read(refs, max_excerpt_bytes, ctx)
+
+    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        return await self.inner.validate(refs, ctx)
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        return await self.inner.validate_current(refs, ctx)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class Wrap(RecallStore):
+    capabilities: ClassVar[RecallCapabilities] = ALL
+    session_class: ClassVar[type[RecallSession]] = WrapSession
+
+    def __init__(self, path: Path) -> None:
+        self.inner = SQLiteRecallStore(SQLiteRecallConfig(path=str(path)))
+        self.seen: list[tuple[SourceOwner, str, str]] = []
+
+    async def open(self, scope: Any, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        return type(self).session_class(await self.inner.open(scope, limits, ctx), self)  # type: ignore[call-arg]
+
+    async def index_document(
+        self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
+    ) -> SourceRef:
+        ref = await self.inner.index_document(owner, doc_id, text, ctx, title=title)
+        self.seen.append((owner, doc_id, text))
+        return ref
+
+    async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
+        return await self.inner.delete_document(owner, doc_id, ctx)
+
+    async def index_groups(self, key: Any, groups: Any, receipts: Any, ctx: OpContext) -> int:
+        return await self.inner.index_groups(key, groups, receipts, ctx)
+
+    async def seek_groups(self, key: Any, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        return await self.inner.seek_groups(key, start_seq, max_groups, ctx)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class _Suite(RecallStoreContract):
+    store_class: ClassVar[type[Wrap]] = Wrap
+
+    @pytest.fixture
+    async def recall_store(self, tmp_path: Path) -> AsyncIterator[Wrap]:
+        store = self.store_class(tmp_path / "r.db")
+        yield store
+        await store.aclose()
+
+
+# -- the bugs ----------------------------------------------------------------------------------
+
+
+class InheritedCaps(Wrap):
+    """Declares nothing in its own class body."""
+
+    capabilities = Wrap.capabilities
+    del capabilities  # inherits Wrap's declaration instead
+
+
+class StubSeek(Wrap):
+    """Declares canonical_archive_reads but leaves seek_groups as the port's stub."""
+
+    capabilities = ALL
+    seek_groups = RecallStore.seek_groups  # type: ignore[assignment]
+
+
+class LeakySession(WrapSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        found = list(await self.inner.discover(query, max_candidates, ctx))
+        words = set(query.lower().split())
+        for owner, doc_id, text in self.store.seen:  # every owner's documents, whoever asks
+            if words & set(text.lower().split()):
+                ref = SourceRef(document_source_id(owner, doc_id), "r")
+                if ref.source_id not in {c.ref.source_id for c in found}:
+                    found.append(Candidate(ref, owner, 0.0, len(text)))
+        return found
+
+
+class Leaky(Wrap):
+    """Discovery matches documents of every owner, not only the session's scope."""
+
+    capabilities = ALL
+    session_class = LeakySession
+
+
+class CountlessSession(WrapSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        return await self.inner.discover(query, max_candidates + 5, OpContext())
+
+
+class IgnoresDiscoveryBounds(Wrap):
+    """Asks the backend for more than max_candidates and drops the byte budget."""
+
+    capabilities = ALL
+    session_class = CountlessSession
+
+
+class GreedySession(WrapSession):
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        return await self.inner.read(refs, max_excerpt_bytes * 4, OpContext())
+
+
+class IgnoresReadBounds(Wrap):
+    """Reads four times the excerpt cap and ignores the remaining bytes and tokens."""
+
+    capabilities = ALL
+    session_class = GreedySession
+
+
+class StaleSession(WrapSession):
+    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        return [Validation(r, ValidationStatus.CURRENT, r.revision) for r in refs]
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        return await self.validate(refs, ctx)
+
+
+class StaleValidation(Wrap):
+    """Says every ref is current, whatever happened to it."""
+
+    capabilities = ALL
+    session_class = StaleSession
+
+
+class SyntaxSession(WrapSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        if any(ch in query for ch in '"*('):
+            raise InvalidArgumentError(f"fts5: syntax error near {query!r}")
+        return await self.inner.discover(query, max_candidates, ctx)
+
+
+class InterpretsSyntax(Wrap):
+    """Hands the query to a query language, so its syntax errors surface."""
+
+    capabilities = ALL
+    session_class = SyntaxSession
+
+
+class EmptySession(WrapSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        if not query.strip():
+            raise InvalidArgumentError("empty query")
+        return await self.inner.discover(query, max_candidates, ctx)
+
+
+class RefusesEmptyQuery(Wrap):
+    """Raises on an empty query instead of finding nothing."""
+
+    capabilities = ALL
+    session_class = EmptySession
+
+
+class WritesFirst(Wrap):
+    """Writes the document before looking at the context."""
+
+    capabilities = ALL
+
+    async def index_document(
+        self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
+    ) -> SourceRef:
+        ref = await self.inner.index_document(owner, doc_id, text, OpContext(), title=title)
+        ctx.raise_if_expired("recall index")
+        return ref
+
+
+class FragileSession(WrapSession):
+    cancelled = False
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        if ctx.expired:
+            self.cancelled = True
+        return await self.inner.discover(query, max_candidates, ctx)
+
+    async def close(self) -> None:
+        await self.inner.close()
+        if self.cancelled:
+            raise RuntimeError("cursor left open by the cancelled call")
+
+
+class CloseFailsAfterCancel(Wrap):
+    """Its session's close raises after a cancelled call."""
+
+    capabilities = ALL
+    session_class = FragileSession
+
+
+class SeekIgnoresBounds(Wrap):
+    """seek_groups returns every group from the start, however many were asked for."""
+
+    capabilities = ALL
+
+    async def seek_groups(self, key: Any, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        return await self.inner.seek_groups(key, 0, 10_000, ctx)
+
+
+class TrustsItsOwnDigests(Wrap):
+    """Indexes groups under digests it computes itself, ignoring the receipts it was given."""
+
+    capabilities = ALL
+
+    async def index_groups(self, key: Any, groups: Any, receipts: Any, ctx: OpContext) -> int:
+        mine = [ArchiveReceipt(g.seq, g.digest, "mine") for g in groups]
+        return await self.inner.index_groups(key, groups, mine, ctx)
+
+
+class TestInheritedCaps(_Suite):
+    store_class = InheritedCaps
+
+
+class TestStubSeek(_Suite):
+    store_class = StubSeek
+
+
+class TestLeaky(_Suite):
+    store_class = Leaky
+
+
+class TestIgnoresDiscoveryBounds(_Suite):
+    store_class = IgnoresDiscoveryBounds
+
+
+class TestIgnoresReadBounds(_Suite):
+    store_class = IgnoresReadBounds
+
+
+class TestStaleValidation(_Suite):
+    store_class = StaleValidation
+
+
+class TestInterpretsSyntax(_Suite):
+    store_class = InterpretsSyntax
+
+
+class TestRefusesEmptyQuery(_Suite):
+    store_class = RefusesEmptyQuery
+
+
+class TestWritesFirst(_Suite):
+    store_class = WritesFirst
+
+
+class TestCloseFailsAfterCancel(_Suite):
+    store_class = CloseFailsAfterCancel
+
+
+class TestSeekIgnoresBounds(_Suite):
+    store_class = SeekIgnoresBounds
+
+
+class TestTrustsItsOwnDigests(_Suite):
+    store_class = TrustsItsOwnDigests

@@ -1,0 +1,21 @@
+"""The built-in SQLite recall store passes the recall contract suite."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.testing import RecallStoreContract
+
+pytestmark = pytest.mark.anyio
+
+
+class TestSQLiteRecallStore(RecallStoreContract):
+    @pytest.fixture
+    async def recall_store(self, tmp_path: Path) -> AsyncIterator[SQLiteRecallStore]:
+        store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+        yield store
+        await store.aclose()

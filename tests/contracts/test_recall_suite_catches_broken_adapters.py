@@ -1,0 +1,67 @@
+"""RecallStoreContract can fail: each broken recall store fails exactly the tests naming its bug.
+
+Together they make every standard recall test fail at least once, so no
+standard test is one that cannot fail.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from agentium_harness.testing.contracts import GUARD_TEST_NAME, RecallStoreContract, standard_tests
+
+pytest_plugins = ["pytester"]
+
+HERE = Path(__file__).parent
+
+EXPECTED_FAILURES: dict[str, set[str]] = {
+    "TestInheritedCaps": {"test_declares_capabilities"},
+    "TestStubSeek": {
+        "test_declared_capabilities_are_implemented",
+        "test_archived_groups_round_trip_through_seek",
+        "test_mismatched_receipts_are_refused_and_nothing_is_written",
+    },
+    # Leaked candidates also break the count and outlive a delete.
+    "TestLeaky": {
+        "test_no_scope_sees_another_scopes_sources",
+        "test_discovery_respects_its_bounds",
+        "test_revisions_are_truthful_after_update_and_delete",
+    },
+    # Dropping the caller's context also drops its cancellation.
+    "TestIgnoresDiscoveryBounds": {
+        "test_discovery_respects_its_bounds",
+        "test_close_after_a_cancelled_call_and_twice",
+    },
+    "TestIgnoresReadBounds": {"test_reads_respect_their_bounds"},
+    "TestStaleValidation": {
+        "test_no_scope_sees_another_scopes_sources",
+        "test_revisions_are_truthful_after_update_and_delete",
+    },
+    "TestInterpretsSyntax": {"test_query_syntax_is_matched_as_words"},
+    "TestRefusesEmptyQuery": {"test_empty_and_huge_queries"},
+    "TestWritesFirst": {"test_cancelled_calls_raise_and_write_nothing"},
+    "TestCloseFailsAfterCancel": {"test_close_after_a_cancelled_call_and_twice"},
+    "TestSeekIgnoresBounds": {"test_archived_groups_round_trip_through_seek"},
+    "TestTrustsItsOwnDigests": {"test_mismatched_receipts_are_refused_and_nothing_is_written"},
+}
+
+
+def test_each_broken_recall_store_fails_exactly_its_bugs(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_broken_recall=(HERE / "broken_recall_adapters.py").read_text("utf-8"))
+    reprec = pytester.inline_run("-p", "no:cacheprovider")
+    failed: dict[str, set[str]] = defaultdict(set)
+    ran: set[str] = set()
+    for report in reprec.getreports("pytest_runtest_logreport"):
+        _, cls, test = report.nodeid.split("::")
+        ran.add(cls)
+        if report.failed:
+            failed[cls].add(test.partition("[")[0])
+    assert ran == set(EXPECTED_FAILURES), "every broken recall store must have run"
+    actual = {cls: failed[cls] for cls in EXPECTED_FAILURES}
+    assert actual == EXPECTED_FAILURES
+    # Every standard test (the guard aside) is made to fail by at least one bug.
+    caught = set().union(*EXPECTED_FAILURES.values())
+    assert caught == set(standard_tests(RecallStoreContract)) - {GUARD_TEST_NAME}
