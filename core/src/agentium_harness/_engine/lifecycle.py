@@ -12,7 +12,7 @@ stop any of them, and which makes every adapter call under its deadline
 from __future__ import annotations
 
 import enum
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
 
@@ -22,7 +22,7 @@ from .._errors import OperationCancelledError, OperationTimeoutError, RuntimeClo
 from .._ports import CancelSignal, OpContext
 from .._scope import SessionKey
 
-__all__ = ["Admission", "LifecycleState", "Ticket"]
+__all__ = ["close_owned", "Admission", "LifecycleState", "Ticket"]
 
 T = TypeVar("T")
 
@@ -172,3 +172,30 @@ class Admission:
             for ticket in tickets:
                 await ticket.done.wait()
         return [t for t in tickets if not t.done.is_set()]
+
+
+async def close_owned(owned: Sequence[object], each_s: float) -> list[tuple[object, str | None]]:
+    """Close every owned adapter concurrently, each bounded; ``(adapter, problem or None)`` each."""
+    results: list[tuple[object, str | None]] = []
+
+    async def close_one(adapter: object) -> None:
+        closer = getattr(adapter, "aclose", None)
+        if closer is None:
+            results.append((adapter, None))
+            return
+        name = type(adapter).__name__
+        try:
+            with anyio.move_on_after(each_s) as scope:
+                await closer()
+        except Exception as exc:
+            results.append((adapter, f"closing {name} failed: {type(exc).__name__}: {exc}"))
+            return
+        if scope.cancelled_caught:
+            results.append((adapter, f"closing {name} did not finish within {each_s}s"))
+        else:
+            results.append((adapter, None))
+
+    async with anyio.create_task_group() as tg:
+        for adapter in owned:
+            tg.start_soon(close_one, adapter)
+    return results

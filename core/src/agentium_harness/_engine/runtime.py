@@ -50,7 +50,7 @@ from .arguments import check_grants, check_sources, run_scope, source_uncertaint
 from .checks import check_adapter
 from .commit import CommitOutcome, broadcast, commit, index_archived
 from .hooks import HookBroadcaster
-from .lifecycle import Admission, LifecycleState, Ticket
+from .lifecycle import Admission, LifecycleState, Ticket, close_owned
 from .limits import RuntimeLimits
 from .load import load_session
 from .maintenance import (
@@ -497,7 +497,7 @@ class HarnessRuntime:
                 for t in stuck
             )
         still_open: list[object] = []
-        for adapter, problem in await self._close_owned():
+        for adapter, problem in await close_owned(self._owned, self.limits.close_timeout_s):
             if problem is not None:
                 failures.append(problem)
                 still_open.append(adapter)
@@ -505,33 +505,6 @@ class HarnessRuntime:
         if failures:
             raise RuntimeCloseError(failures)
         admission.state = LifecycleState.CLOSED
-
-    async def _close_owned(self) -> list[tuple[object, str | None]]:
-        """Close every owned adapter concurrently, each bounded; ``(adapter, problem or None)`` each."""
-        results: list[tuple[object, str | None]] = []
-        timeout = self.limits.close_timeout_s
-
-        async def close_one(adapter: object) -> None:
-            closer = getattr(adapter, "aclose", None)
-            if closer is None:
-                results.append((adapter, None))
-                return
-            name = type(adapter).__name__
-            try:
-                with anyio.move_on_after(timeout) as scope:
-                    await closer()
-            except Exception as exc:
-                results.append((adapter, f"closing {name} failed: {type(exc).__name__}: {exc}"))
-                return
-            if scope.cancelled_caught:
-                results.append((adapter, f"closing {name} did not finish within {timeout}s"))
-            else:
-                results.append((adapter, None))
-
-        async with anyio.create_task_group() as tg:
-            for adapter in self._owned:
-                tg.start_soon(close_one, adapter)
-        return results
 
     async def __aenter__(self) -> HarnessRuntime:
         return self
