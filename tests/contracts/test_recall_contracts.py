@@ -1,4 +1,4 @@
-"""The built-in SQLite recall store passes the recall contract suite."""
+"""The built-in recall stores (SQLite and in-memory) pass the recall contract suite."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.testing import RecallStoreContract
 
@@ -19,3 +20,9 @@ class TestSQLiteRecallStore(RecallStoreContract):
         store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
         yield store
         await store.aclose()
+
+
+class TestInMemoryRecallStore(RecallStoreContract):
+    @pytest.fixture
+    def recall_store(self) -> InMemoryRecallStore:
+        return InMemoryRecallStore()

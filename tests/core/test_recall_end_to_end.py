@@ -92,3 +92,22 @@ async def test_close_session_flush_indexes_what_it_archives(tmp_path: Path) -> N
     indexed = list(await store.seek_groups(KEY, 0, 10, OpContext()))
     assert [g.seq for g in indexed] == list(range(report.flushed_groups))
     await store.aclose()
+
+
+async def test_the_in_memory_recall_store_recalls_an_evicted_fact() -> None:
+    from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+
+    provider = Recording()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=InMemoryRecallStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    await runtime.run(ANA, "s1", "Remember: the badge office closes at 16:30.")
+    for i in range(3):
+        await runtime.run(ANA, "s1", f"Unrelated chatter number {i}.")
+    result = await runtime.run(ANA, "s1", "When does the badge office close?")
+    assert result.recall is not None and result.recall.status is RecallStatus.COMPLETE
+    assert "16:30" in result.output

@@ -16,6 +16,7 @@ from .._plugins.hookspecs import hookimpl
 from .._plugins.spec import AdapterSpec, Register
 from .._plugins.strategies import RecallStrategy, RegisterStrategy
 from .memory import InMemoryArchive, InMemoryArchiveConfig, InMemorySessionStore, InMemorySessionStoreConfig
+from .memory_recall import InMemoryRecallConfig, InMemoryRecallStore
 from .providers import (
     ExtractiveProvider,
     ExtractiveProviderConfig,
@@ -91,7 +92,15 @@ def agentium_register_providers(register: Register) -> None:
 
 @hookimpl
 def agentium_register_recall_stores(register: Register) -> None:
-    """Register the built-in recall store."""
+    """Register the built-in recall stores."""
+    register(
+        AdapterSpec(
+            name="memory",
+            adapter_class=InMemoryRecallStore,
+            config_class=InMemoryRecallConfig,
+            description="in-process recall store for tests and development (not durable)",
+        )
+    )
     register(
         AdapterSpec(
             name="sqlite",

@@ -1,0 +1,280 @@
+"""An in-process recall store for tests and development (not durable).
+
+``InMemoryRecallStore`` follows the same rules as the SQLite recall store:
+sources are owned by a :class:`~agentium_harness._ports.recall.SourceOwner`,
+ids are :func:`~agentium_harness._ports.recall.document_source_id` and
+:func:`~agentium_harness._ports.recall.group_source_id`, revisions are content
+digests, excerpts come from the shared excerpt rules, and archived groups are
+kept as canonical bytes checked against the archive's receipt digests.
+Ranking is a plain term-frequency × inverse-document-frequency score over the
+visible sources; discovery scans the index, so it is meant for small data.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import ClassVar
+
+import attrs
+
+from .._codec import canonical_json, digest_of, from_json, unstructure
+from .._errors import InvalidArgumentError
+from .._history import MessageGroup, estimate_tokens
+from .._ports import OpContext
+from .._ports.archive import ArchiveReceipt, check_archived_group
+from .._ports.recall import (
+    Candidate,
+    Excerpt,
+    RecallCapabilities,
+    RecallLimits,
+    RecallSession,
+    RecallStore,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+    document_source_id,
+    group_source_id,
+)
+from .._scope import Scope, SessionKey
+from .._validators import validate_id
+from ._excerpts import make_excerpt, query_terms
+from .sqlite_recall import _group_text, _owner_of_source_id
+
+__all__ = ["InMemoryRecallConfig", "InMemoryRecallSession", "InMemoryRecallStore"]
+
+_WORD = re.compile(r"\w+")
+
+
+@attrs.frozen(slots=True)
+class InMemoryRecallConfig:
+    """The in-memory recall store has no options."""
+
+
+@attrs.frozen(slots=True)
+class _Source:
+    owner: SourceOwner
+    revision: str
+    title: str
+    text: str
+    terms: dict[str, int]
+    seq: int | None = None
+    canonical: bytes | None = None
+
+
+def _terms(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for word in _WORD.findall(text.lower()):
+        counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a str, got {type(value).__name__}; nothing was written")
+    return value
+
+
+class InMemoryRecallSession(RecallSession):
+    """A recall session over an :class:`InMemoryRecallStore`, confined to one scope."""
+
+    def __init__(self, store: InMemoryRecallStore, scope: Scope) -> None:
+        self._store = store
+        self._scope = scope
+        self._terms: tuple[str, ...] = ()
+        self._closed = False
+
+    def _check(self, ctx: OpContext, operation: str) -> None:
+        if self._closed:
+            raise InvalidArgumentError(f"{operation} on a closed recall session")
+        ctx.raise_if_expired(operation)
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        """Visible sources ranked by tf × idf over the query's terms, best first, within the byte budget."""
+        self._check(ctx, "recall discover")
+        terms = query_terms(query)
+        self._terms = terms
+        if not terms:
+            return []
+        visible = [(sid, s) for sid, s in self._store._sources.items() if s.owner.visible_to(self._scope)]
+        n = len(visible) or 1
+        df = {t: sum(1 for _, s in visible if t in s.terms) for t in terms}
+        scored: list[tuple[float, str, _Source]] = []
+        for sid, source in visible:
+            score = sum(source.terms.get(t, 0) * math.log(1 + n / df[t]) for t in terms if df[t])
+            if score > 0:
+                scored.append((score, sid, source))
+        scored.sort(key=lambda item: (-item[0], item[1]))
+        out: list[Candidate] = []
+        budget = ctx.remaining_bytes
+        used = 0
+        for score, sid, source in scored[: max(0, max_candidates)]:
+            candidate = Candidate(
+                SourceRef(sid, source.revision), source.owner, score, len(source.text.encode()), source.title
+            )
+            if budget is not None and used + candidate.discovery_bytes > budget:
+                break
+            used += candidate.discovery_bytes
+            out.append(candidate)
+        return out
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        """One excerpt per visible ref still at its revision, within the excerpt cap and ctx's budgets."""
+        self._check(ctx, "recall read")
+        out: list[Excerpt] = []
+        used_bytes = used_tokens = 0
+        for ref in refs:
+            ctx.raise_if_expired("recall read")
+            source = self._store._sources.get(ref.source_id)
+            if source is None or source.revision != ref.revision or not source.owner.visible_to(self._scope):
+                continue
+            excerpt = make_excerpt(ref, source.owner, source.text, self._terms, max_excerpt_bytes)
+            size, tokens = len(excerpt.text.encode()), estimate_tokens(excerpt.text)
+            if ctx.remaining_bytes is not None and used_bytes + size > ctx.remaining_bytes:
+                break
+            if ctx.remaining_tokens is not None and used_tokens + tokens > ctx.remaining_tokens:
+                break
+            used_bytes += size
+            used_tokens += tokens
+            out.append(excerpt)
+        return out
+
+    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """Current, changed, deleted, forbidden (decided from the id alone) or unknown, per ref."""
+        self._check(ctx, "recall validate")
+        out: list[Validation] = []
+        for ref in refs:
+            owner = _owner_of_source_id(ref.source_id)
+            if owner is None:
+                out.append(Validation(ref, ValidationStatus.UNKNOWN))
+            elif not owner.visible_to(self._scope):
+                out.append(Validation(ref, ValidationStatus.FORBIDDEN))
+            else:
+                source = self._store._sources.get(ref.source_id)
+                if source is None:
+                    out.append(Validation(ref, ValidationStatus.DELETED))
+                elif source.revision == ref.revision:
+                    out.append(Validation(ref, ValidationStatus.CURRENT, source.revision))
+                else:
+                    out.append(Validation(ref, ValidationStatus.CHANGED, source.revision))
+        return out
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """The same truthful answers as :meth:`validate` (the index is the current view)."""
+        self._check(ctx, "recall validate_current")
+        return await self.validate(refs, ctx)
+
+    async def close(self) -> None:
+        """Nothing is held; idempotent."""
+        self._closed = True
+
+
+class InMemoryRecallStore(RecallStore):
+    """An in-process recall store declaring every recall capability; contents live as long as the object."""
+
+    capabilities: ClassVar[RecallCapabilities] = RecallCapabilities(
+        bounded_discovery=True,
+        bounded_reads=True,
+        revision_validation=True,
+        bounded_current_validation=True,
+        canonical_archive_reads=True,
+        document_indexing=True,
+        archive_indexing=True,
+    )
+    session_class: ClassVar[type[RecallSession]] = InMemoryRecallSession
+
+    def __init__(self, config: InMemoryRecallConfig | None = None) -> None:
+        self.config = config or InMemoryRecallConfig()
+        self._sources: dict[str, _Source] = {}
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        """A session confined to ``scope``."""
+        ctx.raise_if_expired("recall open")
+        if not isinstance(scope, Scope):
+            raise InvalidArgumentError(f"scope must be a Scope, got {type(scope).__name__}")
+        return InMemoryRecallSession(self, scope)
+
+    async def index_document(
+        self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
+    ) -> SourceRef:
+        """Add or replace a host document; its revision is a digest of its title and text."""
+        if not isinstance(owner, SourceOwner):
+            raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
+        validate_id(doc_id, "doc_id")
+        text, title = _text(text, "text"), _text(title, "title")
+        ctx.raise_if_expired("recall index")
+        sid = document_source_id(owner, doc_id)
+        revision = digest_of({"title": title, "text": text})
+        self._sources[sid] = _Source(owner, revision, title, text, _terms(f"{title}\n{text}"))
+        return SourceRef(sid, revision)
+
+    async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
+        """Remove a host document; ``True`` if it existed."""
+        ctx.raise_if_expired("recall delete")
+        return self._sources.pop(document_source_id(owner, doc_id), None) is not None
+
+    async def index_groups(
+        self,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        receipts: Sequence[ArchiveReceipt],
+        ctx: OpContext,
+    ) -> int:
+        """Index archived groups under their receipts' digests; the whole batch is checked first."""
+        if len(groups) != len(receipts):
+            raise InvalidArgumentError(
+                f"{len(groups)} groups but {len(receipts)} receipts; nothing was written"
+            )
+        rows: list[tuple[str, _Source]] = []
+        for group, receipt in zip(groups, receipts, strict=True):
+            if receipt.seq != group.seq or receipt.digest != group.digest:
+                raise InvalidArgumentError(
+                    f"receipt for group {group.seq} (seq {receipt.seq}, digest {receipt.digest}) "
+                    "does not match the group; nothing was written"
+                )
+            check_archived_group(key, group)
+            canonical = canonical_json(unstructure(group))
+            text = _group_text(group)
+            rows.append(
+                (
+                    group_source_id(key, group.seq),
+                    _Source(
+                        SourceOwner.of_session(key),
+                        receipt.digest,
+                        "",
+                        text,
+                        _terms(text),
+                        group.seq,
+                        canonical,
+                    ),
+                )
+            )
+        ctx.raise_if_expired("recall index")
+        fresh = 0
+        for sid, source in rows:
+            fresh += self._sources.get(sid) != source
+            self._sources[sid] = source
+        return fresh
+
+    async def seek_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Archived groups of ``key`` from ``start_seq``, ascending, decoded strictly, digests checked."""
+        ctx.raise_if_expired("recall seek")
+        owner = SourceOwner.of_session(key)
+        found = sorted(
+            (s.seq, s)
+            for s in self._sources.values()
+            if s.seq is not None and s.owner == owner and s.seq >= start_seq
+        )
+        out: list[MessageGroup] = []
+        for seq, source in found[: max(0, max_groups)]:
+            assert source.canonical is not None
+            group = from_json(source.canonical.decode(), MessageGroup)
+            check_archived_group(key, group, seq, source.revision)
+            out.append(group)
+        return out
