@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,6 +42,7 @@ from agentium_harness._ports.sessions import (
     snapshot_bytes,
     snapshot_digest,
 )
+from agentium_harness._ports.summary import SummaryState, TaskSummary
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 
@@ -72,7 +74,11 @@ def test_snapshot_bytes_equal_the_plain_canonical_encoding(
     snap = SessionSnapshot(SCOPE, 0, len(groups), groups, divergence=divergence)
     if seal:
         snap = seal_snapshot(snap)
-    assert snapshot_bytes(snap) == canonical_json(unstructure(snap))
+    plain = unstructure(snap)
+    assert plain.pop("summary") is None  # an absent summary is left out, not written as null
+    assert snapshot_bytes(snap) == canonical_json(plain)
+    with_summary = attrs.evolve(snap, summary=SummaryState(TaskSummary(detail or "", 0)))
+    assert snapshot_bytes(with_summary) == canonical_json(unstructure(with_summary))
     for group in groups:
         assert group.canonical_bytes() == canonical_json(unstructure(group))
         assert group.digest == digest_bytes(canonical_json(unstructure(group)))
@@ -81,7 +87,9 @@ def test_snapshot_bytes_equal_the_plain_canonical_encoding(
 def test_sealed_digest_matches_a_full_reencoding() -> None:
     snap = seal_snapshot(SessionSnapshot(SCOPE, 0, 2, (_group(0, "a", "b"), _group(1, "c", "d"))))
     plain = SessionSnapshot(SCOPE, 0, 2, snap.resident, format_version=snap.format_version)
-    assert snap.digest == digest_bytes(canonical_json(unstructure(plain))) == snapshot_digest(snap)
+    data = unstructure(plain)
+    del data["summary"]  # absent, so left out of the canonical bytes
+    assert snap.digest == digest_bytes(canonical_json(data)) == snapshot_digest(snap)
 
 
 def test_the_group_encoding_cache_forgets_dead_groups() -> None:

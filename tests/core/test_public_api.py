@@ -20,6 +20,8 @@ from agentium_harness.testing._api_docs import PUBLIC_MODULES, port_methods, ren
 ROOT = Path(__file__).resolve().parents[2]
 
 HOST_NAMES = {
+    # summaries (issue 9)
+    "Citation", "CoverageGap", "GapReason", "SummaryLimits", "SummaryState", "TaskSummary",
     # recall (issue 8)
     "RecallUsage", "PolicyDecision", "PolicyInput", "QueryInput", "RecallDecision", "RecallFence",
     "RecallPolicy", "RecallStatus", "current_session_recall_policy", "latest_user_text", "score_order",

@@ -98,6 +98,7 @@ from ._ports.recall import (
     Validation,
     ValidationStatus,
 )
+from ._ports.summary import Citation, CoverageGap, GapReason, SummaryLimits, SummaryState, TaskSummary
 from ._scope import RecallScope, Scope, SessionKey, VerifiedIdentity
 
 __version__ = "0.1.0"
@@ -124,6 +125,12 @@ __all__ = [
     "Completeness",
     "OmittedContext",
     "RecallLimits",
+    "Citation",
+    "CoverageGap",
+    "GapReason",
+    "SummaryLimits",
+    "SummaryState",
+    "TaskSummary",
     "SourceOwner",
     "SourceRef",
     "Validation",

@@ -88,7 +88,16 @@ from ._ports.sessions import (
     snapshot_bytes,
     verify_snapshot,
 )
-from ._ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary
+from ._ports.summary import (
+    Citation,
+    CoverageGap,
+    GapReason,
+    Summarizer,
+    SummarizerCapabilities,
+    SummaryLimits,
+    SummaryState,
+    TaskSummary,
+)
 from ._ports.verify import (
     MAX_EVIDENCE_BYTES,
     MAX_EVIDENCE_ENTRIES,
@@ -126,6 +135,10 @@ __all__ = [
     "Candidate",
     "Capabilities",
     "Citation",
+    "CoverageGap",
+    "GapReason",
+    "SummaryLimits",
+    "SummaryState",
     "CompletionCandidate",
     "CompletionVerifier",
     "Completeness",

@@ -266,6 +266,8 @@ def _sealed(
             next_seq=next_seq,
             resident=resident,
             divergence=divergence,
+            # The task summary is carried over unchanged: only a summary update moves it.
+            summary=stored.snapshot.summary if stored else None,
         )
     )
 

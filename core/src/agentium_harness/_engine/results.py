@@ -10,6 +10,7 @@ import attrs
 from .._history import RetainedRecord
 from .._ports.archive import ArchiveReceipt
 from .._ports.provider import Usage
+from .._ports.summary import SummaryState
 from .sources import SourceStatus
 from .tools import ToolOutcome
 
@@ -95,6 +96,8 @@ class RunResult:
     diagnostics: tuple[Diagnostic, ...] = ()
     recall: RecallOutcome | None = None
     committed: bool = True
+    #: The session's task summary after this run (``None`` without summaries or before the first one).
+    summary: SummaryState | None = None
 
     def has(self, code: str) -> bool:
         """True if a diagnostic with ``code`` was recorded."""

@@ -43,7 +43,7 @@ from .._ports.memory import MemoryStore
 from .._ports.provider import ModelProvider, SourceBlock
 from .._ports.recall import RecallCapabilities, RecallLimits, RecallStore
 from .._ports.sessions import SessionStore
-from .._ports.summary import Summarizer
+from .._ports.summary import Summarizer, SummaryLimits
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .arguments import check_grants, check_sources, run_scope, source_uncertainty
@@ -75,6 +75,7 @@ from .recall_turn import (
 from .recall_view import ConditionalPublication, RecallView, publish
 from .results import CleanupReport, CleanupStatus, Diagnostic, RunResult, RunStatus, Severity
 from .sources import assemble_sources
+from .summary import GroupReader, summarize_after_commit, summary_block, summary_reader
 from .tools import ToolRegistry
 from .turn import run_turn
 
@@ -97,7 +98,6 @@ DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 #: Optional features whose engines have not landed yet: building a runtime
 #: with one of them is refused instead of accepting an adapter never called.
 _UNAVAILABLE = {
-    "summarizer": "task summaries",
     "verifier": "completion verification",
     "memory": "the memory lifecycle",
 }
@@ -142,7 +142,13 @@ class HarnessRuntime:
         recall_limits: RecallLimits | None = None,
         recall_policy: RecallPolicy | None = None,
         publication: ConditionalPublication | None = None,
+        summarizer: Summarizer | None = None,
+        summary_limits: SummaryLimits | None = None,
+        summary_reader: GroupReader | None = None,
     ) -> None:
+        self.summarizer = summarizer
+        self.summary_limits = summary_limits or SummaryLimits()
+        self._summary_reader = summary_reader
         self.recall = recall
         self.recall_limits = recall_limits or RecallLimits()
         self.recall_policy = recall_policy or current_session_recall_policy()
@@ -250,6 +256,9 @@ class HarnessRuntime:
                     else RunStatus.STOPPED
                 )
                 return uncommitted_result(scope, stored, snap, status, step.question, step, diagnostics)
+        summary = snap.summary if self.summarizer is not None else None
+        has_text = summary is not None and bool(summary.summary.text)
+        summary_sources = (summary_block(key, summary),) if summary is not None and has_text else ()
         assembly = assemble_sources(offered, self.limits.source_tokens)
         for source_id in assembly.omitted:
             diagnostics.append(
@@ -265,7 +274,7 @@ class HarnessRuntime:
             tools=self.tools,
             limits=self.limits,
             instructions=self.instructions,
-            sources=(*(step.blocks if step is not None else ()), *assembly.included),
+            sources=(*summary_sources, *(step.blocks if step is not None else ()), *assembly.included),
             history=history,
             user_input=user_input,
             granted=granted,
@@ -288,6 +297,8 @@ class HarnessRuntime:
         retained = RetainedRecord(
             scope=scope,
             source_view_revision=recall_outcome.source_view_revision if recall_outcome is not None else None,
+            summary_policy=summary.summary.policy if summary_sources and summary else None,
+            summary_version=summary.summary.version if summary_sources and summary else None,
             uncertainty=(
                 *source_uncertainty(assembly.omitted),
                 *(recall_outcome.uncertainty if recall_outcome else ()),
@@ -326,6 +337,19 @@ class HarnessRuntime:
             diagnostics.extend(
                 await index_archived(self.recall, ticket, key, outcome.archived_groups, outcome.archived)
             )
+        revision = outcome.revision
+        if self.summarizer is not None and self._summary_reader is not None:
+            revision, summary, notes = await summarize_after_commit(
+                ticket,
+                summarizer=self.summarizer,
+                reader=self._summary_reader,
+                store=self.session_store,
+                key=key,
+                current=summary,
+                outcome=outcome,
+                limits=self.summary_limits,
+            )
+            diagnostics.extend(notes)
         output = next((m.content for m in reversed(turn.messages) if m.role is Role.ASSISTANT), "")
         return RunResult(
             output=output,
@@ -335,13 +359,14 @@ class HarnessRuntime:
             group_seq=group.seq,
             boundary=outcome.boundary,
             resident_groups=len(outcome.resident),
-            snapshot_revision=outcome.revision,
+            snapshot_revision=revision,
             archived=outcome.archived,
             tool_outcomes=turn.tool_outcomes,
             usage=turn.usage,
             retained=retained,
             diagnostics=tuple(diagnostics),
             recall=recall_outcome,
+            summary=summary,
         )
 
     # -- inspection and maintenance ------------------------------------------
@@ -530,6 +555,7 @@ def create_harness_runtime(
     recall_limits: RecallLimits | None = None,
     recall_policy: RecallPolicy | None = None,
     publication: ConditionalPublication | None = None,
+    summary_limits: SummaryLimits | None = None,
 ) -> HarnessRuntime:
     """Build a runtime from adapters the application supplies (R6).
 
@@ -589,6 +615,15 @@ def create_harness_runtime(
         raise InvalidArgumentError(
             f"publication must have an async publish(view, commit) method, got {type(publication).__name__}"
         )
+    reader: GroupReader | None = None
+    if summarizer is not None:
+        reader = summary_reader(recall, archive)
+    if summary_limits is not None and not isinstance(summary_limits, SummaryLimits):
+        raise InvalidArgumentError(
+            f"summary_limits must be a SummaryLimits, got {type(summary_limits).__name__}"
+        )
+    if summarizer is None and summary_limits is not None:
+        raise InvalidArgumentError("summary_limits needs a summarizer")
     if recall is None and (recall_limits, recall_policy, publication) != (None, None, None):
         raise InvalidArgumentError("recall_limits, recall_policy and publication need a recall store")
     return HarnessRuntime(
@@ -604,4 +639,7 @@ def create_harness_runtime(
         recall_limits=recall_limits,
         recall_policy=recall_policy,
         publication=publication,
+        summarizer=summarizer,
+        summary_limits=summary_limits,
+        summary_reader=reader,
     )

@@ -21,6 +21,7 @@ from .._scope import Scope, SessionKey
 from .._validators import int_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt, HistoryArchive
+from .summary import SummaryState
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
@@ -103,6 +104,10 @@ class SessionSnapshot:
       ``digest=None``; set by :func:`seal_snapshot`, checked by :func:`verify_snapshot`.
     - ``divergence``: set when the archive was found to hold different groups at
       seqs this session had not archived yet (the ``diverged`` state).
+    - ``summary``: the session's task summary and its coverage gaps, when
+      summaries are configured; absent (``None``) otherwise, and then left out
+      of the canonical bytes, so snapshots written before summaries existed
+      keep their digests.
     """
 
     memory_scope: Scope | None
@@ -112,19 +117,24 @@ class SessionSnapshot:
     format_version: int = SNAPSHOT_FORMAT_VERSION
     divergence: ArchiveDivergence | None = None
     digest: str | None = None
+    summary: SummaryState | None = None
 
 
 _EMPTY_RESIDENT: Final = b'"resident":[]'
 
 
 def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
-    """The canonical JSON bytes of ``snapshot``, equal to ``canonical_json(unstructure(snapshot))``.
+    """The canonical JSON bytes of ``snapshot``; an absent ``summary`` is left out, not written as null.
 
     Built from each resident group's own (cached) canonical bytes, so a
     snapshot whose groups were already encoded costs a join, not a re-encoding
     of the whole history. Stores should write exactly these bytes.
     """
-    head = canonical_json(unstructure(attrs.evolve(snapshot, resident=())))
+    data = unstructure(attrs.evolve(snapshot, resident=()))
+    if snapshot.summary is None:
+        # Absent, not null: a snapshot without a summary has the bytes (and digest) it had before.
+        del data["summary"]
+    head = canonical_json(data)
     if not snapshot.resident:
         return head
     # Keys are sorted and no other key at any depth is named "resident", and

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
+from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._validators import str_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
-__all__ = ["Citation", "Summarizer", "SummarizerCapabilities", "TaskSummary"]
+__all__ = [
+    "Citation",
+    "CoverageGap",
+    "GapReason",
+    "Summarizer",
+    "SummarizerCapabilities",
+    "SummaryLimits",
+    "SummaryState",
+    "TaskSummary",
+]
 
 
 def _tuple_of_citation(value: Iterable[Citation]) -> tuple[Citation, ...]:
@@ -51,6 +62,83 @@ class TaskSummary:
     policy: str = "default"
     version: str = "1"
     uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
+
+
+class GapReason(enum.StrEnum):
+    """Why the summary frontier stopped at a group (R23)."""
+
+    #: The archive (or recall store) could not be read, or did not return the group.
+    UNAVAILABLE = "unavailable"
+    #: The group's bytes no longer match the digest the archive acknowledged.
+    CHANGED = "changed"
+    #: A group came back out of order, incomplete (missing tool results) or not at all.
+    INCOMPLETE = "incomplete"
+    #: The group belongs to another session's scope; it was never offered to the summarizer.
+    FOREIGN = "foreign"
+    #: The group alone is larger than the update's input byte budget.
+    TOO_LARGE = "too_large"
+
+
+@attrs.frozen(slots=True)
+class CoverageGap:
+    """A group the frontier could not pass, and why. The next update retries it."""
+
+    seq: int
+    reason: GapReason
+    detail: str = ""
+
+
+def _tuple_of_gap(value: Iterable[CoverageGap]) -> tuple[CoverageGap, ...]:
+    """Typed tuple converter."""
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class SummaryState:
+    """A session's task summary as stored in its snapshot: the summary and its coverage gaps.
+
+    Every canonical group below ``summary.frontier`` is covered; ``gaps``
+    names the group the frontier stopped at, when an update could not pass
+    it. The state is saved inside the session snapshot, so it shares the
+    snapshot's compare-and-set and digest: two runtimes never both advance
+    it, and a crash mid-update leaves the previous state intact.
+    """
+
+    summary: TaskSummary
+    gaps: tuple[CoverageGap, ...] = attrs.field(default=(), converter=_tuple_of_gap)
+
+    def coverage(self) -> str:
+        """Coverage as the model and operators read it, e.g. ``groups 0–41 summarized; 42 unavailable``."""
+        frontier = self.summary.frontier
+        head = f"groups 0\u2013{frontier - 1} summarized" if frontier > 0 else "no groups summarized"
+        tail = "".join(f"; {g.seq} {g.reason.value}" for g in self.gaps)
+        return head + tail
+
+
+def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{attribute.name} must be an integer >= 1, got {value!r}")
+
+
+def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        raise InvalidArgumentError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class SummaryLimits:
+    """The budget of one summary update; the engine enforces each field.
+
+    - ``max_groups``: groups read and folded per update (the rest wait for the next one);
+    - ``max_input_bytes``: canonical bytes of the groups offered to the summarizer;
+    - ``max_summary_bytes``: UTF-8 bytes of the summary text; a longer one is refused whole;
+    - ``timeout_s``: the deadline of the group read and of the summarizer call, each.
+    """
+
+    max_groups: int = attrs.field(default=32, validator=_positive_int)
+    max_input_bytes: int = attrs.field(default=262_144, validator=_positive_int)
+    max_summary_bytes: int = attrs.field(default=4_096, validator=_positive_int)
+    timeout_s: float = attrs.field(default=10.0, validator=_positive_seconds)
 
 
 class Summarizer:

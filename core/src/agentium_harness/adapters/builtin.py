@@ -25,6 +25,7 @@ from .providers import (
 )
 from .sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from .sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from .summarizers import ExtractiveSummarizer, ExtractiveSummarizerConfig
 
 
 @hookimpl
@@ -107,6 +108,19 @@ def agentium_register_recall_stores(register: Register) -> None:
             adapter_class=SQLiteRecallStore,
             config_class=SQLiteRecallConfig,
             description="FTS5 recall over archived groups and host documents in one SQLite file",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_summarizers(register: Register) -> None:
+    """Register the built-in summarizers."""
+    register(
+        AdapterSpec(
+            name="extractive",
+            adapter_class=ExtractiveSummarizer,
+            config_class=ExtractiveSummarizerConfig,
+            description="deterministic, model-free task summaries with citations",
         )
     )
 

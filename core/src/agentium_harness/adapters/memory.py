@@ -15,7 +15,7 @@ from typing import ClassVar
 import anyio
 import attrs
 
-from .._codec import canonical_json, digest_bytes, from_json, unstructure
+from .._codec import digest_bytes, from_json
 from .._errors import (
     ArchiveConflictError,
     ArchiveCorruptError,
@@ -31,6 +31,7 @@ from .._ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    snapshot_bytes,
     verify_snapshot,
 )
 from .._scope import SessionKey
@@ -162,7 +163,7 @@ class InMemorySessionStore(SessionStore):
         """
         ctx.raise_if_expired("session save")
         verify_snapshot(key, snapshot)
-        data = canonical_json(unstructure(snapshot))
+        data = snapshot_bytes(snapshot)
         async with self._lock:
             current = self._rows.get(key)
             current_rev = None if current is None else current[0]

@@ -1,0 +1,379 @@
+"""Step 9 of a turn, when summaries are configured: fold newly archived groups into the task summary.
+
+The frontier rule (R23): the update reads the groups from the summary's
+frontier up to the session's archive boundary, at most
+``SummaryLimits.max_groups`` of them, and keeps only the contiguous run of
+complete, readable, unchanged groups of this session. The first group that
+is unavailable, changed, incomplete, foreign or too large stops the
+frontier there and becomes an explicit :class:`CoverageGap`; the frontier
+never jumps over it, and the next update retries it. Only that run is
+offered to the summarizer, and what it answers is checked by the engine:
+the frontier it claims, every citation (a group it was given, or one the
+previous summary already cited), and the size of the text. A summarizer
+that raises, hangs or answers wrongly leaves the previous summary in place.
+
+Citations prove identity, not content (R5): a citation is a group seq and
+digest, and the block the model sees carries the summary text, its coverage
+and uncertainty as labeled source data of kind ``summary`` (R4), apart from
+raw archive text that recall may include.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+
+from .._errors import ArchiveCorruptError, CapabilityError, SessionConflictError
+from .._history import MessageGroup
+from .._ports import OpContext
+from .._ports.archive import HistoryArchive
+from .._ports.provider import SourceBlock, SourceKind
+from .._ports.recall import RecallStore
+from .._ports.sessions import SessionStore, seal_snapshot, verify_snapshot
+from .._ports.summary import (
+    Citation,
+    CoverageGap,
+    GapReason,
+    Summarizer,
+    SummaryLimits,
+    SummaryState,
+    TaskSummary,
+)
+from .._scope import SessionKey, encode_segment
+from .commit import CommitOutcome
+from .lifecycle import Ticket
+from .results import Diagnostic, Severity
+
+__all__ = [
+    "GroupReader",
+    "SummaryUpdate",
+    "save_summary",
+    "summarize_after_commit",
+    "summary_block",
+    "summary_reader",
+    "update_summary",
+]
+
+#: Reads up to ``max_groups`` archived groups of a session from ``start_seq``, ascending.
+GroupReader = Callable[[SessionKey, int, int, OpContext], Awaitable[Sequence[MessageGroup]]]
+
+#: Digest characters shown per citation in the model request: enough to tell groups apart, few tokens.
+_SHOWN_DIGEST = 19  # "sha256:" and 12 hex digits
+
+
+@attrs.frozen(slots=True)
+class SummaryUpdate:
+    """What one summary update did: the new state (``None`` if nothing changed) and its diagnostics."""
+
+    state: SummaryState | None
+    folded: int
+    diagnostics: tuple[Diagnostic, ...]
+
+
+def summary_block(key: SessionKey, state: SummaryState) -> SourceBlock:
+    """The summary as labeled source data: text, coverage, citations, policy and uncertainty."""
+    summary = state.summary
+    cited = " ".join(f"{c.seq}:{c.digest[:_SHOWN_DIGEST]}" for c in summary.citations)
+    attributes = [
+        ("coverage", state.coverage()),
+        ("policy", f"{summary.policy}@{summary.version}"),
+        ("citations", cited),
+    ]
+    if summary.uncertainty:
+        attributes.append(("uncertainty", "; ".join(summary.uncertainty)))
+    return SourceBlock(
+        SourceKind.SUMMARY,
+        f"summary/{encode_segment(key.session)}",
+        summary.text,
+        tuple(attributes),
+    )
+
+
+def _violation(message: str) -> Diagnostic:
+    return Diagnostic("summarizer_contract_violation", message, Severity.ERROR)
+
+
+def _gap_diagnostic(gap: CoverageGap) -> Diagnostic:
+    return Diagnostic(
+        "summary_gap",
+        f"the summary frontier stopped at group {gap.seq} ({gap.reason.value}): {gap.detail}; "
+        "the next update retries it",
+        Severity.WARNING,
+    )
+
+
+async def _read(
+    ticket: Ticket, reader: GroupReader, key: SessionKey, start: int, count: int, timeout_s: float
+) -> tuple[list[MessageGroup], CoverageGap | None]:
+    """Read ``count`` groups from ``start``; on a failure, find the first group that cannot be read."""
+
+    def batch(ctx: OpContext) -> Awaitable[Sequence[MessageGroup]]:
+        return reader(key, start, count, ctx)
+
+    try:
+        return list(await ticket.call("summary group read", batch, timeout_s=timeout_s)), None
+    except Exception as exc:
+        # Any failure is narrowed down below, group by group; the batch error is not reported as such.
+        del exc
+    # The batch failed as a whole: read one group at a time (still bounded by
+    # ``count``) so the groups before the bad one can be folded and the gap
+    # names the exact seq.
+    good: list[MessageGroup] = []
+    for seq in range(start, start + count):
+
+        def single(ctx: OpContext, seq: int = seq) -> Awaitable[Sequence[MessageGroup]]:
+            return reader(key, seq, 1, ctx)
+
+        try:
+            one = await ticket.call("summary group read", single, timeout_s=timeout_s)
+        except ArchiveCorruptError as exc:
+            return good, CoverageGap(seq, GapReason.CHANGED, str(exc))
+        except Exception as exc:
+            return good, CoverageGap(seq, GapReason.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
+        if not one:
+            return good, CoverageGap(seq, GapReason.UNAVAILABLE, "the archive did not return it")
+        good.append(one[0])
+    return good, None
+
+
+def _admissible(
+    key: SessionKey,
+    start: int,
+    end: int,
+    groups: Sequence[MessageGroup],
+    receipts: dict[int, str],
+    limits: SummaryLimits,
+) -> tuple[list[MessageGroup], CoverageGap | None]:
+    """The contiguous run of acceptable groups from ``start``, and the gap that ended it, if any."""
+    run: list[MessageGroup] = []
+    used = 0
+    for offset, group in enumerate(groups):
+        expected = start + offset
+        if not isinstance(group, MessageGroup):
+            return run, CoverageGap(expected, GapReason.INCOMPLETE, f"read returned a {type(group).__name__}")
+        if group.seq != expected:
+            return run, CoverageGap(
+                expected, GapReason.INCOMPLETE, f"read returned group {group.seq} instead"
+            )
+        if group.retained is not None and group.retained.scope.session_key != key:
+            return run, CoverageGap(
+                expected, GapReason.FOREIGN, "the group belongs to another session; it was not offered"
+            )
+        if not group.is_complete:
+            return run, CoverageGap(expected, GapReason.INCOMPLETE, "the group is not complete")
+        known = receipts.get(expected)
+        if known is not None and known != group.digest:
+            return run, CoverageGap(
+                expected, GapReason.CHANGED, f"digest {group.digest} differs from the receipt's {known}"
+            )
+        size = len(group.canonical_bytes())
+        if size > limits.max_input_bytes:
+            return run, CoverageGap(
+                expected,
+                GapReason.TOO_LARGE,
+                f"{size} bytes, over the update's input budget of {limits.max_input_bytes}",
+            )
+        if used + size > limits.max_input_bytes:
+            return run, None  # the budget is spent: the rest waits for the next update
+        used += size
+        run.append(group)
+    if start + len(run) < end and len(run) == len(groups):
+        return run, CoverageGap(start + len(run), GapReason.UNAVAILABLE, "the archive did not return it")
+    return run, None
+
+
+def _checked(
+    answer: object,
+    previous: TaskSummary | None,
+    given: Sequence[MessageGroup],
+    start: int,
+    limits: SummaryLimits,
+) -> tuple[TaskSummary | None, list[Diagnostic]]:
+    """The summarizer's answer with its citations checked, or ``None`` when it must be refused whole."""
+    notes: list[Diagnostic] = []
+    if not isinstance(answer, TaskSummary):
+        return None, [_violation(f"summarizer returned a {type(answer).__name__}, not a TaskSummary")]
+    end = start + len(given)
+    if not start <= answer.frontier <= end:
+        return None, [
+            _violation(
+                f"summarizer claimed frontier {answer.frontier}, outside the groups it was given "
+                f"({start}..{end}); refused, the previous summary stays"
+            )
+        ]
+    size = len(answer.text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_summary_bytes:
+        return None, [
+            Diagnostic(
+                "summary_too_large",
+                f"the summary is {size} bytes, over max_summary_bytes={limits.max_summary_bytes}; "
+                "refused whole (never cut), the previous summary stays",
+                Severity.ERROR,
+            )
+        ]
+    allowed = {(g.seq, g.digest) for g in given if g.seq < answer.frontier}
+    if previous is not None:
+        allowed.update((c.seq, c.digest) for c in previous.citations)
+    kept: list[Citation] = []
+    for citation in answer.citations:
+        if isinstance(citation, Citation) and (citation.seq, citation.digest) in allowed:
+            kept.append(citation)
+        else:
+            notes.append(
+                _violation(f"dropped citation {citation!r}: it names no group the summarizer was given")
+            )
+    return attrs.evolve(answer, citations=tuple(kept)), notes
+
+
+async def update_summary(
+    ticket: Ticket,
+    *,
+    summarizer: Summarizer,
+    reader: GroupReader,
+    key: SessionKey,
+    current: SummaryState | None,
+    boundary: int,
+    receipts: dict[int, str],
+    limits: SummaryLimits,
+) -> SummaryUpdate:
+    """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
+
+    ``receipts`` maps seqs archived by this commit to the digests the archive
+    acknowledged; a group read back with another digest is a ``changed`` gap.
+    Returns the state to save (``None`` when nothing changed).
+    """
+    previous = current.summary if current is not None else None
+    start = previous.frontier if previous is not None else 0
+    if start >= boundary:
+        return SummaryUpdate(None, 0, ())
+    count = min(boundary - start, limits.max_groups)
+    groups, read_gap = await _read(ticket, reader, key, start, count, limits.timeout_s)
+    run, gap = _admissible(key, start, start + count, groups, receipts, limits)
+    if read_gap is not None and len(run) == len(groups):
+        # The read itself says why it stopped there (changed, unavailable): that beats a guess.
+        gap = read_gap
+    diagnostics: list[Diagnostic] = []
+    summary = previous
+    if run:
+        try:
+            answer = await ticket.call(
+                "summarize",
+                lambda ctx: summarizer.summarize(previous, tuple(run), ctx),
+                timeout_s=limits.timeout_s,
+            )
+        except Exception as exc:
+            diagnostics.append(
+                Diagnostic(
+                    "summary_failed",
+                    f"the summarizer failed ({type(exc).__name__}: {exc}); the previous summary and its "
+                    "frontier stay",
+                    Severity.ERROR,
+                )
+            )
+            return SummaryUpdate(None, 0, tuple(diagnostics))
+        checked, notes = _checked(answer, previous, run, start, limits)
+        diagnostics.extend(notes)
+        if checked is None:
+            return SummaryUpdate(None, 0, tuple(diagnostics))
+        summary = checked
+        if checked.frontier < start + len(run):
+            gap = None  # it folded fewer than offered: the rest is retried, nothing is known missing
+    if summary is None:
+        summary = TaskSummary(text="", frontier=start, policy="none", version="0")
+    gaps = (gap,) if gap is not None and gap.seq == summary.frontier else ()
+    diagnostics.extend(_gap_diagnostic(g) for g in gaps)
+    state = SummaryState(summary, gaps)
+    if state == current:
+        return SummaryUpdate(None, 0, tuple(diagnostics))
+    return SummaryUpdate(state, summary.frontier - start, tuple(diagnostics))
+
+
+async def save_summary(
+    ticket: Ticket, store: SessionStore, key: SessionKey, revision: int, state: SummaryState
+) -> tuple[int | None, list[Diagnostic]]:
+    """Save ``state`` into the session snapshot at ``revision`` with compare-and-set.
+
+    Returns the new revision, or ``None`` when the snapshot moved on since
+    (another runtime committed or advanced the summary first: its state
+    stands, and this update is dropped whole, never merged).
+    """
+    stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    if stored is None or stored.revision != revision:
+        return None, [
+            Diagnostic(
+                "summary_conflict",
+                "the session changed before the summary was saved; the update was dropped",
+                Severity.WARNING,
+            )
+        ]
+    verify_snapshot(key, stored.snapshot)
+    sealed = seal_snapshot(attrs.evolve(stored.snapshot, summary=state))
+    try:
+        new_revision = await ticket.call("session save", lambda ctx: store.save(key, sealed, revision, ctx))
+    except SessionConflictError:
+        return None, [
+            Diagnostic(
+                "summary_conflict",
+                "another writer saved the session first; the summary update was dropped",
+                Severity.WARNING,
+            )
+        ]
+    return new_revision, []
+
+
+def summary_reader(recall: RecallStore | None, archive: HistoryArchive) -> GroupReader:
+    """Where summaries read archived groups: the recall store's canonical reads, else the archive's.
+
+    The caller has already checked that a recall store declares
+    ``canonical_archive_reads``; without one the archive must declare
+    ``bounded_reads``, or summaries are refused with a :class:`CapabilityError`.
+    """
+    if recall is not None:
+        return recall.seek_groups
+    caps = getattr(type(archive), "capabilities", None)
+    if not getattr(caps, "bounded_reads", False):
+        raise CapabilityError(
+            f"archive {type(archive).__name__} lacks bounded_reads, which task summaries need to read "
+            "archived groups when no recall store is configured (R9)"
+        )
+    return archive.read_groups
+
+
+async def summarize_after_commit(
+    ticket: Ticket,
+    *,
+    summarizer: Summarizer,
+    reader: GroupReader,
+    store: SessionStore,
+    key: SessionKey,
+    current: SummaryState | None,
+    outcome: CommitOutcome,
+    limits: SummaryLimits,
+) -> tuple[int, SummaryState | None, list[Diagnostic]]:
+    """Run one update when the commit archived groups or the frontier lags; save it if it moved.
+
+    Returns the snapshot revision after it, the summary state now stored,
+    and the update's diagnostics (gaps, refusals, conflicts).
+    """
+    frontier = current.summary.frontier if current is not None else 0
+    if not outcome.archived_groups and frontier >= outcome.boundary:
+        return outcome.revision, current, []
+    update = await update_summary(
+        ticket,
+        summarizer=summarizer,
+        reader=reader,
+        key=key,
+        current=current,
+        boundary=outcome.boundary,
+        receipts={r.seq: r.digest for r in outcome.archived},
+        limits=limits,
+    )
+    diagnostics = list(update.diagnostics)
+    if update.state is None:
+        return outcome.revision, current, diagnostics
+    saved, notes = await save_summary(ticket, store, key, outcome.revision, update.state)
+    diagnostics.extend(notes)
+    if saved is None:
+        return outcome.revision, current, diagnostics
+    return saved, update.state, diagnostics
