@@ -466,3 +466,45 @@ async def test_interleaved_turns_faults_and_crashes_never_pass_an_uncovered_grou
             break
     assert result.summary is not None and result.summary.summary.frontier == result.boundary
     assert result.summary.gaps == ()
+
+
+CONFIG = """
+[runtime.resident]
+max_groups = 2
+[provider]
+plugin = "extractive"
+[archive]
+plugin = "sqlite"
+[archive.options]
+path = "a.db"
+[session_store]
+plugin = "sqlite"
+[session_store.options]
+path = "a.db"
+[summarizer]
+plugin = "extractive"
+options = { sentences_per_group = 1 }
+"""
+
+
+def test_the_cli_runs_summaries_from_config_and_inspect_shows_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from agentium_harness._cli import main
+
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(CONFIG)
+    ids = ["--tenant", "t", "--user", "u", "--session", "s"]
+    for text in ["The release is Friday.", "Python 3.11 builds it.", "CI runs the tests.", "Ship."]:
+        assert main(["run", str(cfg), *ids, text]) == 0
+    assert "[summary: groups 0\u20131 summarized]" in capsys.readouterr().err
+    assert main(["run", "--json", str(cfg), *ids, "What day?"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"]["summary"]["frontier"] == 3
+    assert "Friday" in data["summary"]["summary"]["text"]
+    assert main(["session", "inspect", str(cfg), *ids]) == 0
+    out = capsys.readouterr().out
+    assert "summary         groups 0\u20132 summarized (extractive@1)" in out
+    assert "citations       0 sha256:" in out

@@ -426,6 +426,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"{r.usage.evidence_tokens} evidence tokens, {r.usage.candidates} candidate(s), "
                 f"{r.usage.latency_s * 1000:.1f} ms]\n"
             )
+        if result.summary is not None:
+            sys.stderr.write(f"[summary: {result.summary.coverage()}]\n")
         for d in result.diagnostics:
             sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
     return EXIT_OK
@@ -476,6 +478,16 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
                 "  the archive holds other groups at these seqs; run "
                 "'agentium session reconcile' to keep both copies\n"
             )
+        if view.summary is not None:
+            summary = view.summary.summary
+            cited = ", ".join(f"{c.seq} {c.digest[:19]}" for c in summary.citations)
+            sys.stdout.write(
+                f"  summary         {view.summary.coverage()} ({summary.policy}@{summary.version})\n"
+                f"  frontier        {summary.frontier}\n"
+                f"  citations       {cited or '-'}\n"
+            )
+            for gap in view.summary.gaps:
+                sys.stdout.write(f"  coverage gap    group {gap.seq} {gap.reason.value}: {gap.detail}\n")
     return EXIT_OK
 
 

@@ -17,6 +17,7 @@ from .._history import MessageGroup
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
+from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .commit import commit, index_archived
 from .hooks import HookBroadcaster
@@ -68,6 +69,8 @@ class SessionView:
     format_version: int | None
     state: SessionState = SessionState.OK
     divergence: ArchiveDivergence | None = None
+    #: The stored task summary and its coverage gaps, if the session has one.
+    summary: SummaryState | None = None
 
 
 @attrs.frozen(slots=True)
@@ -127,6 +130,7 @@ async def inspect_session(
         format_version=None if stored is None else snap.format_version,
         state=state,
         divergence=snap.divergence,
+        summary=snap.summary,
     )
 
 

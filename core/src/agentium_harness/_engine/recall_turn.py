@@ -362,3 +362,9 @@ def uncommitted_result(
         recall=outcome,
         committed=False,
     )
+
+
+# RunResult names RecallOutcome only under TYPE_CHECKING (this module imports
+# results); resolve it here, once both exist, so cattrs can encode a result
+# (``agentium run --json``) without a NameError.
+attrs.resolve_types(RunResult, localns={"RecallOutcome": RecallOutcome})

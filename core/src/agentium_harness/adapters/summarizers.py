@@ -1,7 +1,8 @@
 """The built-in ``extractive`` summarizer: deterministic and model-free.
 
 It keeps, from each new group, its most informative sentences (the ones
-with the most distinct words), each as one line tagged with the group it
+with the most distinct words, what the user said weighed up, and none the
+summary already holds word for word), each as one line tagged with the group it
 came from (``[g12] ...``), and cites each kept group by seq and digest. The
 text is bounded by ``max_chars``: when a new fold would pass it, the oldest
 lines go first, whole (a sentence is never cut), and the summary says so
@@ -55,26 +56,32 @@ class ExtractiveSummarizerConfig:
     max_chars: int = attrs.field(default=2_000, validator=_bounded(64, 1_000_000))
 
 
-def _sentences(group: MessageGroup, limit: int) -> list[str]:
-    out: list[str] = []
+def _sentences(group: MessageGroup, limit: int) -> list[tuple[str, bool]]:
+    """Whole sentences of the group's user and assistant text, each with whether the user said it."""
+    out: list[tuple[str, bool]] = []
     for message in group.messages:
         if message.role not in (Role.USER, Role.ASSISTANT):
             continue
         for raw in _SENTENCE_END.split(message.content):
             sentence = " ".join(raw.split())
             if sentence and len(sentence) <= limit:
-                out.append(sentence)
+                out.append((sentence, message.role is Role.USER))
     return out
 
 
-def _pick(sentences: list[str], count: int) -> list[str]:
-    """The ``count`` sentences with the most distinct words, in their original order."""
-    scored = sorted(
-        range(len(sentences)),
-        key=lambda i: (-len({w.lower() for w in _WORD.findall(sentences[i])}), i),
-    )
-    chosen = sorted(scored[:count])
-    return [sentences[i] for i in chosen]
+#: What the user states carries the task; it outweighs this many distinct words of a reply.
+_USER_WEIGHT = 8
+
+
+def _pick(sentences: list[tuple[str, bool]], count: int) -> list[str]:
+    """The ``count`` sentences with the most distinct words (the user's weighed up), in original order."""
+
+    def score(i: int) -> tuple[int, int]:
+        text, by_user = sentences[i]
+        return (-(len({w.lower() for w in _WORD.findall(text)}) + (_USER_WEIGHT if by_user else 0)), i)
+
+    chosen = sorted(sorted(range(len(sentences)), key=score)[:count])
+    return [sentences[i][0] for i in chosen]
 
 
 class ExtractiveSummarizer(Summarizer):
@@ -97,7 +104,10 @@ class ExtractiveSummarizer(Summarizer):
         frontier = previous.frontier if previous else 0
         for group in groups:
             ctx.raise_if_expired("summarize")
-            picked = _pick(_sentences(group, config.max_sentence_chars), config.sentences_per_group)
+            # A sentence the summary already holds (a boilerplate reply) says nothing new.
+            held = {line.split("] ", 1)[-1] for line in lines}
+            fresh = [t for t in _sentences(group, config.max_sentence_chars) if t[0] not in held]
+            picked = _pick(fresh, config.sentences_per_group)
             lines.extend(f"[g{group.seq}] {s}" for s in picked)
             if picked:
                 citations[group.seq] = Citation(group.seq, group.digest)
