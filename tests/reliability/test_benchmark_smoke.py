@@ -30,3 +30,14 @@ def test_small_benchmark_prints_ratio_and_rss_lines() -> None:
     # ...and the figures are compared with their targets.
     assert re.search(r"^ratio 100/10: \d+\.\d+\s+target <= 1\.2\s+(PASS|MISS)$", out, re.M), out
     assert re.search(r"^peak RSS difference: [+-]\d+\.\d+ MB\s+target < 10 MB\s+(PASS|MISS)$", out, re.M), out
+
+
+def test_summary_benchmark_prints_its_ratio() -> None:
+    script = SCRIPT.parent / "summary.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--quick"], capture_output=True, text=True, timeout=120, check=False
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert re.search(r"^\s+archived=\s+20: median\s+\d+\.\d+ ms/update$", out, re.M), out
+    assert re.search(r"^ratio 400/20: \d+\.\d+\s+target <= 1\.2\s+(PASS|MISS)$", out, re.M), out
