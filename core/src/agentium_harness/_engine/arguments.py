@@ -10,9 +10,15 @@ from collections.abc import Iterable, Sequence
 
 from .._errors import IdentityError, InvalidArgumentError
 from .._ports.provider import SourceBlock
+from .._ports.recall import RecallLimits
+from .._ports.summary import SummaryLimits
 from .._scope import RecallScope, Scope, require_identity, validate_id
+from .limits import RuntimeLimits
+from .recall_policy import RecallPolicy
+from .recall_view import ConditionalPublication
+from .tools import ToolRegistry
 
-__all__ = ["check_grants", "check_sources", "run_scope", "source_uncertainty"]
+__all__ = ["check_grants", "check_options", "check_sources", "run_scope", "source_uncertainty"]
 
 
 def run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
@@ -54,3 +60,42 @@ def check_sources(sources: object) -> tuple[SourceBlock, ...]:
 
 def source_uncertainty(omitted: Sequence[str]) -> tuple[str, ...]:
     return tuple(f"source {s} omitted by the source budget" for s in omitted)
+
+
+def check_options(
+    *,
+    limits: object,
+    tools: object,
+    recall: object,
+    recall_limits: object,
+    recall_policy: object,
+    publication: object,
+    summarizer: object,
+    summary_limits: object,
+) -> None:
+    """Refuse option values of the wrong type, and options given without the adapter they tune."""
+    if limits is not None and not isinstance(limits, RuntimeLimits):
+        raise InvalidArgumentError(f"limits must be a RuntimeLimits, got {type(limits).__name__}")
+    if tools is not None and not isinstance(tools, ToolRegistry):
+        raise InvalidArgumentError(f"tools must be a ToolRegistry, got {type(tools).__name__}")
+    if recall_limits is not None and not isinstance(recall_limits, RecallLimits):
+        raise InvalidArgumentError(
+            f"recall_limits must be a RecallLimits, got {type(recall_limits).__name__}"
+        )
+    if recall_policy is not None and not isinstance(recall_policy, RecallPolicy):
+        raise InvalidArgumentError(
+            f"recall_policy must be a RecallPolicy (see current_session_recall_policy()), "
+            f"got {type(recall_policy).__name__}"
+        )
+    if publication is not None and not isinstance(publication, ConditionalPublication):
+        raise InvalidArgumentError(
+            f"publication must have an async publish(view, commit) method, got {type(publication).__name__}"
+        )
+    if summary_limits is not None and not isinstance(summary_limits, SummaryLimits):
+        raise InvalidArgumentError(
+            f"summary_limits must be a SummaryLimits, got {type(summary_limits).__name__}"
+        )
+    if summarizer is None and summary_limits is not None:
+        raise InvalidArgumentError("summary_limits needs a summarizer")
+    if recall is None and (recall_limits, recall_policy, publication) != (None, None, None):
+        raise InvalidArgumentError("recall_limits, recall_policy and publication need a recall store")

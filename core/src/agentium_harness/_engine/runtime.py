@@ -46,7 +46,7 @@ from .._ports.sessions import SessionStore
 from .._ports.summary import Summarizer, SummaryLimits
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
-from .arguments import check_grants, check_sources, run_scope, source_uncertainty
+from .arguments import check_grants, check_options, check_sources, run_scope, source_uncertainty
 from .checks import check_adapter
 from .commit import CommitOutcome, broadcast, commit, index_archived
 from .hooks import HookBroadcaster
@@ -571,10 +571,16 @@ def create_harness_runtime(
     ``recall_policy`` (default :func:`current_session_recall_policy`) decides,
     and ``publication`` optionally hooks the commit (R25).
 
-    Summarizers, verifiers and memory stores are validated and then refused
-    with :class:`~agentium_harness._errors.FeatureUnavailableError`: their
-    engines are not part of this release, and a runtime that accepted them
-    and never called them would mislead.
+    ``summarizer`` is optional too: with it, each commit that archives groups
+    folds them into the session's task summary (docs/summaries.md), bounded
+    by ``summary_limits`` (default :class:`SummaryLimits`). Summaries read
+    archived groups through the recall store's ``canonical_archive_reads``,
+    or the archive's ``bounded_reads`` without recall.
+
+    Verifiers and memory stores are validated and then refused with
+    :class:`~agentium_harness._errors.FeatureUnavailableError`: their engines
+    are not part of this release, and a runtime that accepted them and never
+    called them would mislead.
     """
     check_adapter("provider", provider)
     check_adapter("archive", archive)
@@ -598,34 +604,17 @@ def create_harness_runtime(
                 "available in this release of agentium-harness; remove it (see docs/index.md, "
                 "'What is not there yet')"
             )
-    if limits is not None and not isinstance(limits, RuntimeLimits):
-        raise InvalidArgumentError(f"limits must be a RuntimeLimits, got {type(limits).__name__}")
-    if tools is not None and not isinstance(tools, ToolRegistry):
-        raise InvalidArgumentError(f"tools must be a ToolRegistry, got {type(tools).__name__}")
-    if recall_limits is not None and not isinstance(recall_limits, RecallLimits):
-        raise InvalidArgumentError(
-            f"recall_limits must be a RecallLimits, got {type(recall_limits).__name__}"
-        )
-    if recall_policy is not None and not isinstance(recall_policy, RecallPolicy):
-        raise InvalidArgumentError(
-            f"recall_policy must be a RecallPolicy (see current_session_recall_policy()), "
-            f"got {type(recall_policy).__name__}"
-        )
-    if publication is not None and not isinstance(publication, ConditionalPublication):
-        raise InvalidArgumentError(
-            f"publication must have an async publish(view, commit) method, got {type(publication).__name__}"
-        )
-    reader: GroupReader | None = None
-    if summarizer is not None:
-        reader = summary_reader(recall, archive)
-    if summary_limits is not None and not isinstance(summary_limits, SummaryLimits):
-        raise InvalidArgumentError(
-            f"summary_limits must be a SummaryLimits, got {type(summary_limits).__name__}"
-        )
-    if summarizer is None and summary_limits is not None:
-        raise InvalidArgumentError("summary_limits needs a summarizer")
-    if recall is None and (recall_limits, recall_policy, publication) != (None, None, None):
-        raise InvalidArgumentError("recall_limits, recall_policy and publication need a recall store")
+    check_options(
+        limits=limits,
+        tools=tools,
+        recall=recall,
+        recall_limits=recall_limits,
+        recall_policy=recall_policy,
+        publication=publication,
+        summarizer=summarizer,
+        summary_limits=summary_limits,
+    )
+    reader = summary_reader(recall, archive) if summarizer is not None else None
     return HarnessRuntime(
         provider=provider,
         archive=archive,
