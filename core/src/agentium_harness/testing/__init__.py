@@ -1,7 +1,7 @@
 """Testing support for hosts and adapter authors.
 
 - The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`,
-  :class:`RecallStoreContract`)
+  :class:`RecallStoreContract`, :class:`SummarizerContract`)
   live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
   They need pytest, so they are imported on first access: importing this
   package alone does not require pytest.
@@ -34,7 +34,13 @@ from .helpers import (
 )
 
 if TYPE_CHECKING:
-    from .contracts import ArchiveContract, ContractSuite, RecallStoreContract, SessionStoreContract
+    from .contracts import (
+        ArchiveContract,
+        ContractSuite,
+        RecallStoreContract,
+        SessionStoreContract,
+        SummarizerContract,
+    )
 
 __all__ = [
     "SUITE_MODULES",
@@ -45,6 +51,7 @@ __all__ = [
     "RecallStoreContract",
     "Reopen",
     "SessionStoreContract",
+    "SummarizerContract",
     "legacy_snapshot",
     "plain_group",
     "register_assert_rewrite",
@@ -61,10 +68,13 @@ SUITE_MODULES = (
     "agentium_harness.testing.archive_contract",
     "agentium_harness.testing.session_store_contract",
     "agentium_harness.testing.recall_contract",
+    "agentium_harness.testing.summarizer_contract",
     "agentium_harness.testing.contracts",
 )
 
-_LAZY = frozenset({"ArchiveContract", "ContractSuite", "RecallStoreContract", "SessionStoreContract"})
+_LAZY = frozenset(
+    {"ArchiveContract", "ContractSuite", "RecallStoreContract", "SessionStoreContract", "SummarizerContract"}
+)
 
 
 def register_assert_rewrite() -> None:

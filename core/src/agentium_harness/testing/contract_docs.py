@@ -40,10 +40,16 @@ def _rule(func: object) -> str:
 
 def render_contracts_markdown() -> str:
     """The Markdown text of ``docs/contracts.md``."""
-    from .contracts import ArchiveContract, RecallStoreContract, SessionStoreContract, standard_tests
+    from .contracts import (
+        ArchiveContract,
+        RecallStoreContract,
+        SessionStoreContract,
+        SummarizerContract,
+        standard_tests,
+    )
 
     parts = [_HEADER]
-    for suite in (ArchiveContract, SessionStoreContract, RecallStoreContract):
+    for suite in (ArchiveContract, SessionStoreContract, RecallStoreContract, SummarizerContract):
         parts.append(f"\n## {suite.__name__}\n\n{_rule(suite)}\n\n| test | rule |\n| --- | --- |")
         for name, func in standard_tests(suite).items():
             rule = _rule(func).replace("|", r"\|")

@@ -30,6 +30,7 @@ from .archive_contract import ArchiveContract  # noqa: E402
 from .helpers import CorruptStored, replace_once  # noqa: E402
 from .recall_contract import HOSTILE_IDS, RecallStoreContract  # noqa: E402
 from .session_store_contract import SessionStoreContract, legacy_snapshot, scoped_snapshot  # noqa: E402
+from .summarizer_contract import SummarizerContract  # noqa: E402
 
 __all__ = [
     "GUARD_TEST_NAME",
@@ -41,6 +42,7 @@ __all__ = [
     "RecallStoreContract",
     "Reopen",
     "SessionStoreContract",
+    "SummarizerContract",
     "legacy_snapshot",
     "plain_group",
     "replace_once",
