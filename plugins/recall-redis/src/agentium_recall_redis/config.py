@@ -1,0 +1,140 @@
+"""The options of the Redis recall store (``[recall.options]``) and credential-free URL rendering.
+
+:class:`RedisRecallConfig` is a frozen attrs class, structured from a config
+file by the core's strict loader: unknown keys and wrong types are errors at
+``$.recall.options.<key>``. Its validators never echo the URL or the password
+in a message, and its ``repr`` shows the URL through :func:`redact_url`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import attrs
+
+from agentium_harness.plugin_api import PATH_OPTION
+
+__all__ = ["DEFAULT_URL", "SCHEMES", "RedisRecallConfig", "redact_url"]
+
+#: Where the store connects when no URL is given: a local server, database 0.
+DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
+
+#: URL schemes redis-py connects with: plain TCP, TLS, a Unix socket.
+SCHEMES: Final = ("redis", "rediss", "unix")
+
+# A key prefix is plain ASCII without Redis hash-tag braces (the tenant's tag
+# must be the first "{...}" of every key) and without glob characters, so no
+# prefix can widen a pattern or move keys to another cluster slot.
+_PREFIX: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials or query: ``redis://***@host:6379/0``; never raises.
+
+    The user name, the password and the query string (redis-py also reads a
+    ``password=`` query argument) are all replaced, so the result is safe for
+    messages, logs and ``repr``.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "<unparsable url>"
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    auth = "***@" if (parts.username or parts.password) else ""
+    query = "?***" if parts.query else ""
+    return f"{parts.scheme}://{auth}{host}{port}{parts.path}{query}"
+
+
+def _url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError("url must be a non-empty string such as redis://127.0.0.1:6379/0")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  # evaluated for its ValueError on a bad port
+    except ValueError:
+        # The URL may hold a password: only say what is wrong, never show it.
+        raise ValueError("url is not a valid URL (check its host and port)") from None
+    if parts.scheme not in SCHEMES:
+        shown = parts.scheme if re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]{0,15}", parts.scheme) else "?"
+        raise ValueError(
+            f"url scheme {shown!r} is not supported; use redis://host:port/db, rediss:// (TLS) or unix://path"
+        )
+    if parts.scheme == "unix" and not parts.path:
+        raise ValueError("a unix:// url needs the socket's path, for example unix:///run/redis.sock")
+
+
+def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not _PREFIX.fullmatch(value):
+        raise ValueError(
+            "key_prefix must be 1-64 characters of letters, digits, '_', '.', ':' and '-', starting with a "
+            "letter or digit (no braces or glob characters)"
+        )
+
+
+def _optional_text(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError(f"{attribute.name} must be a non-empty string or left out")
+
+
+def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
+        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
+
+
+def _secret_repr(value: object) -> str:
+    return "None" if value is None else "'***'"
+
+
+@attrs.frozen(slots=True)
+class RedisRecallConfig:
+    """Options of the Redis recall store.
+
+    - ``url``: ``redis://[user[:password]@]host[:port][/db]``, ``rediss://``
+      (TLS) or ``unix:///path/to.sock``. Ignored when a host lends the store
+      its own client.
+    - ``username`` / ``password``: credentials; they override those of the
+      URL. Prefer ``password = "${REDIS_PASSWORD}"`` to writing it in the file.
+      Neither is ever shown in a message or ``repr``.
+    - ``key_prefix``: the first part of every key (default ``agentium:recall``);
+      one server can hold several independent stores under different prefixes.
+    - ``connect_timeout_s`` / ``socket_timeout_s``: bounds on connecting and
+      on waiting for one reply (an operation's deadline can only shorten them).
+    - ``max_connections``: the owned client's pool size.
+    - ``max_ranked_matches``: how many postings one discovery ranks at most,
+      shared between the query's terms (each term's newest visible matches).
+    - ``max_read_bytes``: how much of one source's text a read fetches
+      (``GETRANGE``); a longer text is excerpted from its first
+      ``max_read_bytes`` and the excerpt says what it left out.
+    - ``max_value_bytes``: the largest text or archived group accepted for
+      indexing, and the most ``seek_groups`` reads of one stored group.
+    - ``settle_timeout_s``: how long settling a cut-off write may take.
+    - ``ssl_ca_certs``: a CA bundle for ``rediss://`` (a path option).
+    - ``client_name``: the name the owned client's connections show in
+      ``CLIENT LIST``.
+    """
+
+    url: str = attrs.field(default=DEFAULT_URL, validator=_url, repr=redact_url)
+    key_prefix: str = attrs.field(default="agentium:recall", validator=_prefix)
+    username: str | None = attrs.field(default=None, validator=_optional_text)
+    password: str | None = attrs.field(default=None, validator=_optional_text, repr=_secret_repr)
+    connect_timeout_s: float = attrs.field(default=2.0, validator=_seconds)
+    socket_timeout_s: float = attrs.field(default=5.0, validator=_seconds)
+    max_connections: int = attrs.field(default=64, validator=_positive_int)
+    max_ranked_matches: int = attrs.field(default=1000, validator=_positive_int)
+    max_read_bytes: int = attrs.field(default=65_536, validator=_positive_int)
+    max_value_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_positive_int)
+    settle_timeout_s: float = attrs.field(default=2.0, validator=_seconds)
+    ssl_ca_certs: str | None = attrs.field(
+        default=None, validator=_optional_text, metadata={PATH_OPTION: True}
+    )
+    client_name: str = attrs.field(default="agentium-recall", validator=_prefix)

@@ -1,0 +1,143 @@
+r"""Key layout, owners and terms of the Redis recall store (pure functions, no I/O).
+
+Every key of a tenant starts with ``<key_prefix>:{<tenant>}:`` where
+``<tenant>`` is the tenant id through the core's injective
+:func:`~agentium_harness.plugin_api.encode_segment`. The braces are a Redis
+Cluster hash tag: all of a tenant's keys live in one slot, so one Lua script
+can read and write them together. The encoding's alphabet is
+``[A-Za-z0-9_-]`` plus ``%XX`` escapes, so no id can bring ``{``, ``}``,
+``:``, ``*``, ``?``, ``[``, ``\`` or ``/`` into a key: two different tenants,
+owners or terms never share a key, and no id can act as a pattern (the store
+uses no pattern at all: no ``KEYS``, no ``SCAN``).
+
+Under the tenant prefix (``P``):
+
+=====================  ======  =====================================================
+``P:ids``              hash    source id -> internal number ``n`` of its current row
+``P:rev``              hash    source id -> current revision, or ``-<revision>`` (deleted)
+``P:bk``               hash    owner key -> bucket number (one bucket per owner)
+``P:bn``               hash    bucket number -> how many sources it holds
+``P:nb`` / ``P:n``     string  counters of buckets and of rows
+``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,
+                               terms, and for groups seq and receipt digest
+``P:t:<n>``            string  the source's text (read with ``GETRANGE``)
+``P:c:<n>``            string  an archived group's canonical bytes
+``P:p:<b>:<term>``     zset    postings of ``term`` in bucket ``b``: member ``n``,
+                               score ``n * 1024 + min(tf, 1023)`` (newest first)
+``P:g:<b>``            zset    archived groups of a session's bucket: member ``n``, score seq
+``P:w:<token>``        string  a write's settlement token (expires after 10 minutes)
+=====================  ======  =====================================================
+
+An *owner key* is the owner's user, session, project and repository
+segments joined by ``/``, ``~`` for an absent field (the tenant is in the
+prefix). A scope sees at most 16 owner keys (each narrowing field either
+absent or equal to the scope's), so discovery reads exactly the buckets the
+scope may see and no foreign source can take a place before the limit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Final
+
+from agentium_harness.plugin_api import (
+    MessageGroup,
+    Scope,
+    SessionKey,
+    SourceOwner,
+    decode_segment,
+    document_source_id,
+    encode_segment,
+    group_source_id,
+)
+
+__all__ = [
+    "ABSENT",
+    "group_text",
+    "owner_from_key",
+    "owner_key",
+    "owner_of_source_id",
+    "tenant_prefix",
+    "term_counts",
+    "visible_owner_keys",
+]
+
+#: The segment of an absent owner field; :func:`encode_segment` never produces it.
+ABSENT: Final = "~"
+
+_WORD: Final = re.compile(r"\w+")
+# A group seq in a source id: canonical decimal, as str(int) writes it.
+_SEQ: Final = re.compile(r"0|[1-9][0-9]*")
+
+
+def tenant_prefix(key_prefix: str, tenant: str) -> str:
+    """``<key_prefix>:{<encoded tenant>}``: the start of every key of ``tenant`` (one cluster slot)."""
+    return f"{key_prefix}:{{{encode_segment(tenant)}}}"
+
+
+def owner_key(owner: SourceOwner) -> str:
+    """The owner's four narrowing segments joined by ``/`` (``~`` when absent); injective per tenant."""
+    return "/".join(owner.key_segments()[1:])
+
+
+def owner_from_key(tenant: str, key: str) -> SourceOwner:
+    """Invert :func:`owner_key` for ``tenant``. Raises ``ValueError`` on a key it could not have made."""
+    parts = key.split("/")
+    if len(parts) != 4:
+        raise ValueError("an owner key has four segments")
+    return SourceOwner(tenant, *(None if p == ABSENT else decode_segment(p) for p in parts))
+
+
+def visible_owner_keys(scope: Scope) -> tuple[str, ...]:
+    """Every owner key a run in ``scope`` may see (``SourceOwner.visible_to``): at most 16."""
+    choices = [
+        (ABSENT, encode_segment(value)) if value is not None else (ABSENT,)
+        for value in (scope.user, scope.session, scope.project, scope.repository)
+    ]
+    return tuple("/".join(combo) for combo in itertools.product(*choices))
+
+
+def owner_of_source_id(source_id: object) -> SourceOwner | None:
+    """The owner a source id names, or ``None`` if no recall store could have made the id.
+
+    Source ids are :func:`document_source_id` and :func:`group_source_id`
+    (the core's, shared by every recall store); an id is accepted only if
+    building it again from what it decodes to gives the same text.
+    """
+    if not isinstance(source_id, str):
+        return None
+    parts = source_id.split("/")
+    try:
+        if parts[0] == "doc" and len(parts) == 7:
+            owner = SourceOwner(
+                decode_segment(parts[1]), *(None if p == ABSENT else decode_segment(p) for p in parts[2:6])
+            )
+            return owner if document_source_id(owner, decode_segment(parts[6])) == source_id else None
+        if parts[0] == "group" and len(parts) == 5 and _SEQ.fullmatch(parts[4]):
+            key = SessionKey(*(decode_segment(p) for p in parts[1:4]))
+            return SourceOwner.of_session(key) if group_source_id(key, int(parts[4])) == source_id else None
+    except (ValueError, TypeError):  # bad escapes and invalid ids (InvalidIdError is a ValueError)
+        return None
+    return None
+
+
+def term_counts(text: str) -> dict[str, int]:
+    r"""How often each lower-cased ``\w+`` token occurs in ``text``.
+
+    Tokens are lower-cased one by one, exactly as the core's ``query_terms``
+    lower-cases a query, so a word is the same term on both sides.
+    """
+    counts: dict[str, int] = {}
+    for match in _WORD.finditer(text):
+        term = match.group().lower()
+        counts[term] = counts.get(term, 0) + 1
+    return counts
+
+
+def group_text(group: MessageGroup) -> str:
+    """The indexed text of an archived group: one ``"<role>: <content>"`` line per message.
+
+    The same text the built-in recall stores index, so excerpts read alike.
+    """
+    return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages)
