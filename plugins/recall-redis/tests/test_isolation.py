@@ -1,0 +1,114 @@
+"""Scope isolation with glob and delimiter injection ids; no KEYS, no SCAN; keys built injectively (R13, D4)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from redis_servers import ServerProcess
+
+from agentium_harness import OpContext, RecallLimits, Scope, SourceOwner, SourceRef, ValidationStatus
+from agentium_harness.plugin_api import decode_segment
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from conftest import new_prefix
+
+pytestmark = pytest.mark.anyio
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "agentium_recall_redis"
+
+# Ids that a naive store would turn into patterns or key delimiters: each must stay its own tenant.
+INJECTION = [
+    "*",
+    "?",
+    "[a-z]",
+    "\\",
+    ":",
+    "a",
+    "b",
+    "a:b",
+    "a*",
+    "{a}",
+    "}{",
+    "a}b",
+    "*:*",
+    "[",
+    "\\*",
+    "%2A",
+]
+
+
+def ctx() -> OpContext:
+    return OpContext.with_timeout(10)
+
+
+async def _discover(store: RedisRecallStore, scope: Scope, query: str) -> list[str]:
+    session = await store.open(scope, RecallLimits(), ctx())
+    try:
+        return [c.ref.source_id for c in await session.discover(query, 64, ctx())]
+    finally:
+        await session.close()
+
+
+async def test_injection_ids_never_match_another_scope(store: RedisRecallStore) -> None:
+    refs: dict[str, SourceRef] = {}
+    for tenant in INJECTION:
+        refs[tenant] = await store.index_document(SourceOwner(tenant), "doc", "shared zebra words", ctx())
+        # The same ids as user, project and repository of one tenant, too.
+        await store.index_document(SourceOwner("t", user=tenant), "doc", "shared zebra words", ctx())
+        await store.index_document(SourceOwner("t", project=tenant), "doc", "shared zebra words", ctx())
+    for tenant in INJECTION:
+        scope = Scope(tenant, "u", "s")
+        assert await _discover(store, scope, "zebra") == [refs[tenant].source_id]
+        session = await store.open(scope, RecallLimits(), ctx())
+        foreign = [r for t, r in refs.items() if t != tenant]
+        assert list(await session.read(foreign, 4096, ctx())) == []
+        checked = await session.validate(foreign, ctx())
+        assert {v.status for v in checked} == {ValidationStatus.FORBIDDEN}
+        await session.close()
+        # Within tenant "t": a user/project id seen only by the scope that names it (and no "~" confusion).
+        mine = await _discover(store, Scope("t", tenant, "s", project=tenant), "zebra")
+        assert len(mine) == 2, (tenant, mine)
+        others = await _discover(store, Scope("t", tenant + "x", "s"), "zebra")
+        assert not set(mine) & set(others)
+
+
+async def test_every_key_is_under_its_tenants_hash_tag(server: ServerProcess, admin: aioredis.Redis) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        for tenant in INJECTION:
+            await store.index_document(SourceOwner(tenant, user=tenant), "d", "zebra quartz", ctx())
+    finally:
+        await store.aclose()
+    # A test may look with SCAN (the prefix is ours and plain); the store itself never does.
+    keys = [k.decode() async for k in admin.scan_iter(match=f"{prefix}:*", count=1000)]
+    tags = set()
+    for key in keys:
+        match = re.fullmatch(rf"{re.escape(prefix)}:\{{([A-Za-z0-9_%-]+)\}}:[A-Za-z0-9_%:~/-]+", key)
+        assert match, key  # no raw glob, brace, backslash or space in any key
+        tags.add(decode_segment(match.group(1)))
+    assert tags == set(INJECTION)
+
+
+def test_the_store_never_uses_keys_or_scan_and_imports_only_public_core_modules() -> None:
+    for path in SRC.glob("*.py"):
+        text = path.read_text("utf-8")
+        code = re.sub(r'"""[\s\S]*?"""', "", text)  # docstrings may name what the store does not do
+        for command in ("KEYS", "SCAN", "SSCAN", "HSCAN", "ZSCAN", "FLUSHDB", "FLUSHALL"):
+            assert not re.search(rf"""['"]{command}['"]""", code, re.IGNORECASE), (path.name, command)
+        private = re.findall(r"^\s*(?:from|import)\s+agentium_harness\.(\S*)", text, re.MULTILINE)
+        assert all(not part.startswith("_") and "._" not in part for part in private), (path.name, private)
+
+
+async def test_commandstats_show_no_keys_or_scan_from_the_store(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    await admin.config_resetstat()
+    owner = SourceOwner("*", user="?")
+    await store.index_document(owner, "d", "zebra", ctx())
+    await _discover(store, Scope("*", "?", "s"), "zebra")
+    await store.delete_document(owner, "d", ctx())
+    stats = await admin.info("commandstats")
+    assert not {name for name in stats if name.split("_", 1)[1] in {"keys", "scan"}}, stats
