@@ -119,7 +119,7 @@ async def test_a_delete_racing_an_update_leaves_a_consistent_source(server: Serv
             first = await a.index_document(owner, "doc", "first text melon", ctx())
             updated: list[SourceRef] = []
 
-            async def update() -> None:
+            async def update(updated: list[SourceRef] = updated) -> None:
                 updated.append(await b.index_document(owner, "doc", "second text papaya", ctx()))
 
             async def delete() -> None:

@@ -1,4 +1,4 @@
-"""Scope isolation with glob and delimiter injection ids; no KEYS, no SCAN; keys built injectively (R13, D4)."""
+"""Scope isolation with glob and delimiter injection ids; no KEYS or SCAN; injective keys (R13, D4)."""
 
 from __future__ import annotations
 
