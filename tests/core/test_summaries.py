@@ -91,7 +91,7 @@ def _runtime(
         archive=archive if archive is not None else InMemoryArchive(),
         session_store=store if store is not None else InMemorySessionStore(),
         summarizer=summarizer,
-        summary_limits=summary_limits,
+        summary_limits=summary_limits or SummaryLimits(background=False),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
     )
 
@@ -195,7 +195,7 @@ class Hanging(ExtractiveSummarizer):
 
 
 async def test_a_summarizer_that_hangs_is_cancelled_at_its_deadline() -> None:
-    runtime = _runtime(Hanging(), summary_limits=SummaryLimits(timeout_s=0.2))
+    runtime = _runtime(Hanging(), summary_limits=SummaryLimits(timeout_s=0.2, background=False))
     with anyio.fail_after(5):
         result = await _turns(runtime, 4)
     assert result.has("summary_failed") and result.summary is None
@@ -235,7 +235,9 @@ class Verbose(ExtractiveSummarizer):
 
 
 async def test_a_summary_over_its_budget_is_refused_whole() -> None:
-    result = await _turns(_runtime(Verbose(), summary_limits=SummaryLimits(max_summary_bytes=500)), 4)
+    result = await _turns(
+        _runtime(Verbose(), summary_limits=SummaryLimits(max_summary_bytes=500, background=False)), 4
+    )
     assert result.has("summary_too_large") and result.summary is None
 
 
@@ -425,7 +427,9 @@ async def test_interleaved_turns_faults_and_crashes_never_pass_an_uncovered_grou
     store = InMemorySessionStore()
     summarizer = Raising()
     summarizer.fail = False
-    runtime = _runtime(summarizer, archive=archive, store=store, summary_limits=SummaryLimits(max_groups=3))
+    runtime = _runtime(
+        summarizer, archive=archive, store=store, summary_limits=SummaryLimits(max_groups=3, background=False)
+    )
     for i in range(40):
         archive.down = rng.random() < 0.2
         summarizer.fail = rng.random() < 0.15
@@ -436,7 +440,10 @@ async def test_interleaved_turns_faults_and_crashes_never_pass_an_uncovered_grou
         if rng.random() < 0.1:
             # A crash: a fresh runtime over the same store and archive.
             runtime = _runtime(
-                summarizer, archive=archive, store=store, summary_limits=SummaryLimits(max_groups=3)
+                summarizer,
+                archive=archive,
+                store=store,
+                summary_limits=SummaryLimits(max_groups=3, background=False),
             )
         result = await runtime.run(ANA, "s1", f"Turn {i}: the part {i} is blue.")
         assert result.committed
@@ -508,3 +515,95 @@ def test_the_cli_runs_summaries_from_config_and_inspect_shows_them(
     out = capsys.readouterr().out
     assert "summary         groups 0\u20132 summarized (extractive@1)" in out
     assert "citations       0 sha256:" in out
+
+
+# -- background updates (the default) ---------------------------------------------------------
+
+
+class Gated(ExtractiveSummarizer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = anyio.Event()
+        self.started = anyio.Event()
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> TaskSummary:
+        self.started.set()
+        await self.gate.wait()
+        return await super().summarize(previous, groups, ctx)
+
+
+def _background(summarizer: Any, store: Any = None, **limits: Any) -> Any:
+    return create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=InMemoryArchive(),
+        session_store=store if store is not None else InMemorySessionStore(),
+        summarizer=summarizer,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2), **limits),
+    )
+
+
+async def test_a_background_update_runs_after_the_turn_has_returned() -> None:
+    summarizer = Gated()
+    runtime = _background(summarizer)
+    with anyio.fail_after(5):
+        await _turns(runtime, 3)  # group 0 archived: its update waits on the gate, the run has returned
+        await summarizer.started.wait()
+    assert runtime._work.busy(KEY)
+    stored = await runtime.session_store.load(KEY, OpContext.with_timeout(1))
+    assert stored.snapshot.summary is None  # not saved yet
+    summarizer.gate.set()
+    report = await runtime.resources.settle_summary(ANA, "s1")
+    assert report is not None and report.status.value == "completed"
+    assert report.state is not None and report.state.summary.frontier == 1
+    stored = await runtime.session_store.load(KEY, OpContext.with_timeout(1))
+    assert stored.snapshot.summary == report.state
+    await runtime.aclose()
+
+
+async def test_the_next_run_waits_for_the_update_and_never_conflicts() -> None:
+    store = InMemorySessionStore()
+    runtime = _background(ExtractiveSummarizer(), store=store)
+    for i in range(8):
+        result = await runtime.run(ANA, "s1", f"Fact {i}: bolt {i} is {i} mm.")
+        assert result.committed
+    await runtime.resources.settle_summary(ANA, "s1")
+    stored = await store.load(KEY, OpContext.with_timeout(1))
+    assert stored is not None and stored.snapshot.summary is not None
+    assert stored.snapshot.summary.summary.frontier == stored.snapshot.boundary == 6
+    # The request of a later run carries the summary the background work saved.
+    later = await runtime.run(ANA, "s1", "What size is bolt 2?")
+    assert later.retained.summary_policy == "extractive"
+    await runtime.aclose()
+
+
+async def test_close_session_cancels_a_hung_update_and_says_so() -> None:
+    runtime = _background(Hanging(), settle_timeout_s=0.2)
+    await _turns(runtime, 3)
+    assert runtime._work.busy(KEY)
+    with anyio.fail_after(5):
+        report = await runtime.resources.close_session(ANA, "s1")
+    assert any(d.code == "summary_update_cancelled" for d in report.diagnostics)
+    stored = await runtime.session_store.load(KEY, OpContext.with_timeout(1))
+    assert stored.snapshot.summary is None  # nothing half-saved
+    await runtime.aclose()
+
+
+async def test_close_session_waits_for_an_update_that_finishes() -> None:
+    runtime = _background(ExtractiveSummarizer())
+    await _turns(runtime, 3)
+    report = await runtime.resources.close_session(ANA, "s1")
+    assert any(d.code == "summary_update_completed" for d in report.diagnostics) or not runtime._work.busy(
+        KEY
+    )
+    stored = await runtime.session_store.load(KEY, OpContext.with_timeout(1))
+    assert stored.snapshot.summary is not None and stored.snapshot.summary.summary.frontier == 1
+    await runtime.aclose()
+
+
+async def test_aclose_is_bounded_with_a_hung_update() -> None:
+    runtime = _background(Hanging(), settle_timeout_s=0.2, close_timeout_s=0.2)
+    await _turns(runtime, 3)
+    with anyio.fail_after(5):
+        await runtime.aclose()
+    assert runtime.state.value == "closed"
+    assert not runtime._work.busy(KEY)

@@ -399,7 +399,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     async def go() -> RunResult:
         async with runtime:
-            return await runtime.run(
+            result = await runtime.run(
                 _identity(args),
                 args.session,
                 args.text,
@@ -407,6 +407,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 attest_legacy_memory_scope=args.attest_legacy_memory_scope,
                 grants=args.grant,
             )
+            # One turn per process: let a background summary update land, and show the summary after it.
+            report = await runtime.resources.settle_summary(_identity(args), args.session)
+            if report is not None:
+                result = attrs.evolve(
+                    result,
+                    summary=report.state or result.summary,
+                    diagnostics=result.diagnostics + report.diagnostics,
+                )
+            return result
 
     result = anyio.run(go)
     if args.json:

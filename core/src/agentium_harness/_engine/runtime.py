@@ -24,7 +24,7 @@ in :mod:`.maintenance`. Every adapter call anywhere runs under its deadline
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 
 import anyio
 import attrs
@@ -43,7 +43,7 @@ from .._ports.memory import MemoryStore
 from .._ports.provider import ModelProvider, SourceBlock
 from .._ports.recall import RecallCapabilities, RecallLimits, RecallStore
 from .._ports.sessions import SessionStore
-from .._ports.summary import Summarizer, SummaryLimits
+from .._ports.summary import Summarizer, SummaryLimits, SummaryState
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .arguments import check_grants, check_options, check_sources, run_scope, source_uncertainty
@@ -63,6 +63,7 @@ from .maintenance import (
     migrate_session,
     reconcile_session,
 )
+from .owned_work import OwnedWork, SummaryReport
 from .recall_policy import RecallPolicy, current_session_recall_policy
 from .recall_turn import (
     Clarifier,
@@ -119,6 +120,15 @@ class HarnessResources:
         """
         return await self._runtime._close_session(identity, session_id)
 
+    async def settle_summary(self, identity: VerifiedIdentity, session_id: str) -> SummaryReport | None:
+        """Wait (bounded by ``settle_timeout_s``, then cancel) for the session's background summary update.
+
+        Returns the report of its last update that ended, or ``None`` if none ran.
+        """
+        key = SessionKey.of(require_identity(identity), session_id)
+        await self._runtime._work.settle(key, self._runtime.limits.settle_timeout_s)
+        return self._runtime._work.last_report(key)
+
 
 class HarnessRuntime:
     """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
@@ -163,6 +173,7 @@ class HarnessRuntime:
         self._hooks = hooks
         self._owned = list(owned)
         self._admission = Admission(limits.op_timeout_s)
+        self._work = OwnedWork(limits.op_timeout_s)
 
     @property
     def state(self) -> LifecycleState:
@@ -220,6 +231,11 @@ class HarnessRuntime:
         clarify: Clarifier | None = None,
     ) -> RunResult:
         key = scope.session_key
+        if self._work.busy(key):
+            # The previous turn's summary update saves into this snapshot: let it land (bounded) first,
+            # so it never makes this run's commit conflict.
+            await self._work.settle(key, self.summary_limits.timeout_s * 2 + self.limits.op_timeout_s)
+        earlier = self._work.take_report(key)
         stored, snap = await load_session(ticket, self.session_store, key, scope, attest_legacy=attest_legacy)
         if snap.divergence is not None:
             raise SessionDivergedError(
@@ -227,7 +243,7 @@ class HarnessRuntime:
                 f"{list(snap.divergence.seqs)[:5]}; reconcile it first (agentium session reconcile, "
                 "or runtime.reconcile_session); nothing was run"
             )
-        diagnostics: list[Diagnostic] = []
+        diagnostics: list[Diagnostic] = list(earlier.diagnostics) if earlier is not None else []
         if snap.memory_scope is None:
             diagnostics.append(
                 Diagnostic(
@@ -339,17 +355,25 @@ class HarnessRuntime:
             )
         revision = outcome.revision
         if self.summarizer is not None and self._summary_reader is not None:
-            revision, summary, notes = await summarize_after_commit(
-                ticket,
-                summarizer=self.summarizer,
-                reader=self._summary_reader,
-                store=self.session_store,
-                key=key,
-                current=summary,
-                outcome=outcome,
-                limits=self.summary_limits,
-            )
-            diagnostics.extend(notes)
+            summarizer, reader, limits = self.summarizer, self._summary_reader, self.summary_limits
+
+            async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
+                return await summarize_after_commit(
+                    on,
+                    summarizer=summarizer,
+                    reader=reader,
+                    store=self.session_store,
+                    key=key,
+                    current=summary,
+                    outcome=outcome,
+                    limits=limits,
+                )
+
+            if limits.background:
+                self._work.start(key, lambda on: _state_and_notes(summarize(on)))
+            else:
+                revision, summary, notes = await summarize(ticket)
+                diagnostics.extend(notes)
         output = next((m.content for m in reversed(turn.messages) if m.role is Role.ASSISTANT), "")
         return RunResult(
             output=output,
@@ -459,6 +483,11 @@ class HarnessRuntime:
                     diagnostics.append(
                         Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR)
                     )
+        summary_status = await self._work.settle(key, self.limits.settle_timeout_s)
+        if summary_status is not None:
+            diagnostics.append(
+                Diagnostic(f"summary_update_{summary_status.value}", "the background summary update ended")
+            )
         failed = any(d.severity is Severity.ERROR for d in diagnostics) or any(
             d.code in ("eviction_deferred", "archive_contract_violation") for d in diagnostics
         )
@@ -521,6 +550,8 @@ class HarnessRuntime:
                 f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
                 for t in stuck
             )
+        for stuck_key in await self._work.settle_all(self.limits.settle_timeout_s if first else 0.0):
+            failures.append(f"the summary update of session {stuck_key.session!r} did not stop")
         still_open: list[object] = []
         for adapter, problem in await close_owned(self._owned, self.limits.close_timeout_s):
             if problem is not None:
@@ -632,3 +663,10 @@ def create_harness_runtime(
         summary_limits=summary_limits,
         summary_reader=reader,
     )
+
+
+async def _state_and_notes(
+    work: Awaitable[tuple[int, SummaryState | None, list[Diagnostic]]],
+) -> tuple[SummaryState | None, list[Diagnostic]]:
+    _, state, notes = await work
+    return state, notes

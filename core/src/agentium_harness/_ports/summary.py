@@ -132,13 +132,17 @@ class SummaryLimits:
     - ``max_groups``: groups read and folded per update (the rest wait for the next one);
     - ``max_input_bytes``: canonical bytes of the groups offered to the summarizer;
     - ``max_summary_bytes``: UTF-8 bytes of the summary text; a longer one is refused whole;
-    - ``timeout_s``: the deadline of the group read and of the summarizer call, each.
+    - ``timeout_s``: the deadline of the group read and of the summarizer call, each;
+    - ``background``: run the update after the turn has returned (the default), as owned
+      work of the runtime that the next run on the session, ``close_session`` and
+      ``aclose`` wait for or cancel; ``False`` runs it inline, before the run returns.
     """
 
     max_groups: int = attrs.field(default=32, validator=_positive_int)
     max_input_bytes: int = attrs.field(default=262_144, validator=_positive_int)
     max_summary_bytes: int = attrs.field(default=4_096, validator=_positive_int)
     timeout_s: float = attrs.field(default=10.0, validator=_positive_seconds)
+    background: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
 
 class Summarizer:

@@ -1,0 +1,164 @@
+"""Owned background work of a runtime: summary updates that run after a turn has returned.
+
+A job runs as a task of the event loop itself (``asyncio`` task or ``trio``
+system task), not of the caller's task group, so the turn that started it
+returns at once. Each job has its own cancel scope and ticket (so every
+adapter call in it still runs under its deadline) and at most one job runs
+per session. The runtime waits for a session's job before the next run on
+that session loads its snapshot, so background work never makes a run's
+commit conflict; ``close_session`` and ``aclose`` wait for it or cancel it
+and say which.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import attrs
+import sniffio
+
+from .._ports.summary import SummaryState
+from .._scope import SessionKey
+from .lifecycle import Ticket
+from .results import Diagnostic, Severity
+
+__all__ = ["OwnedWork", "SummaryReport", "WorkStatus"]
+
+
+class WorkStatus(enum.StrEnum):
+    """How a background summary update ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@attrs.frozen(slots=True)
+class SummaryReport:
+    """The outcome of the last background summary update of a session."""
+
+    status: WorkStatus
+    state: SummaryState | None
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+
+Work = Callable[[Ticket], Awaitable[tuple[SummaryState | None, list[Diagnostic]]]]
+
+
+class _Job:
+    __slots__ = ("done", "report", "scope", "task", "ticket")
+
+    def __init__(self, ticket: Ticket) -> None:
+        self.ticket = ticket
+        self.done = anyio.Event()
+        self.scope: anyio.CancelScope | None = None
+        self.report: SummaryReport | None = None
+        self.task: Any = None  # the asyncio task, kept referenced so it is not collected
+
+    def cancel(self, reason: str) -> None:
+        self.ticket.cancel(reason)
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+def _spawn(run: Callable[[], Awaitable[None]]) -> Any:
+    """Start ``run`` as a task of the running event loop, detached from the caller's task."""
+    library = sniffio.current_async_library()
+    if library == "asyncio":
+        import asyncio
+
+        return asyncio.get_running_loop().create_task(run())  # type: ignore[arg-type]
+    if library == "trio":
+        import trio
+
+        trio.lowlevel.spawn_system_task(run)
+        return None
+    raise RuntimeError(f"background summaries need asyncio or trio, not {library}")  # pragma: no cover
+
+
+class OwnedWork:
+    """The runtime's background jobs, one per session at most."""
+
+    def __init__(self, op_timeout_s: float) -> None:
+        self._op_timeout_s = op_timeout_s
+        self._jobs: dict[SessionKey, _Job] = {}
+        self._last: dict[SessionKey, SummaryReport] = {}
+
+    def start(self, key: SessionKey, work: Work) -> None:
+        """Run ``work`` in the background for ``key``; the caller has waited for any earlier job."""
+        job = _Job(Ticket(key, "summary update", self._op_timeout_s))
+        self._jobs[key] = job
+
+        async def run() -> None:
+            try:
+                with anyio.CancelScope() as scope:
+                    job.scope = scope
+                    try:
+                        state, notes = await work(job.ticket)
+                        job.report = SummaryReport(WorkStatus.COMPLETED, state, tuple(notes))
+                    except Exception as exc:
+                        job.report = SummaryReport(
+                            WorkStatus.FAILED,
+                            None,
+                            (Diagnostic("summary_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR),),
+                        )
+                if scope.cancelled_caught or job.report is None:
+                    job.report = SummaryReport(
+                        WorkStatus.CANCELLED,
+                        None,
+                        (
+                            Diagnostic(
+                                "summary_cancelled", "the summary update was cancelled", Severity.WARNING
+                            ),
+                        ),
+                    )
+            finally:
+                if job.report is not None:
+                    self._last[key] = job.report
+                if self._jobs.get(key) is job:
+                    del self._jobs[key]
+                job.done.set()
+
+        job.task = _spawn(run)
+
+    def busy(self, key: SessionKey) -> bool:
+        """True while a job of ``key`` is running."""
+        return key in self._jobs
+
+    def last_report(self, key: SessionKey) -> SummaryReport | None:
+        """The report of the last job of ``key`` that ended."""
+        return self._last.get(key)
+
+    def take_report(self, key: SessionKey) -> SummaryReport | None:
+        """The last report of ``key``, removed (a run surfaces it once in its diagnostics)."""
+        return self._last.pop(key, None)
+
+    async def settle(self, key: SessionKey, timeout_s: float) -> WorkStatus | None:
+        """Wait up to ``timeout_s`` for the job of ``key``; cancel it past that. ``None`` if none ran."""
+        job = self._jobs.get(key)
+        if job is None:
+            return None
+        with anyio.move_on_after(timeout_s):
+            await job.done.wait()
+        if not job.done.is_set():
+            job.cancel("summary update cancelled: its session is settling")
+            with anyio.move_on_after(timeout_s):
+                await job.done.wait()
+        report = job.report
+        return report.status if report is not None else WorkStatus.CANCELLED
+
+    async def settle_all(self, timeout_s: float) -> list[SessionKey]:
+        """Wait for every job up to ``timeout_s``, cancel the rest; the sessions whose job did not stop."""
+        with anyio.move_on_after(timeout_s):
+            for job in list(self._jobs.values()):
+                await job.done.wait()
+        stuck = list(self._jobs.values())
+        for job in stuck:
+            job.cancel("runtime closing")
+        with anyio.move_on_after(timeout_s):
+            for job in stuck:
+                await job.done.wait()
+        return [k for k, j in self._jobs.items() if not j.done.is_set()]
