@@ -646,6 +646,9 @@ def create_harness_runtime(
         summary_limits=summary_limits,
     )
     reader = summary_reader(recall, archive) if summarizer is not None else None
+    bind = getattr(summarizer, "bind_provider", None)
+    if callable(bind):
+        bind(provider)  # a summarizer that asks a model uses the runtime's unless it has its own
     return HarnessRuntime(
         provider=provider,
         archive=archive,

@@ -25,7 +25,12 @@ from .providers import (
 )
 from .sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from .sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from .summarizers import ExtractiveSummarizer, ExtractiveSummarizerConfig
+from .summarizers import (
+    ExtractiveSummarizer,
+    ExtractiveSummarizerConfig,
+    ModelSummarizer,
+    ModelSummarizerConfig,
+)
 
 
 @hookimpl
@@ -121,6 +126,14 @@ def agentium_register_summarizers(register: Register) -> None:
             adapter_class=ExtractiveSummarizer,
             config_class=ExtractiveSummarizerConfig,
             description="deterministic, model-free task summaries with citations",
+        )
+    )
+    register(
+        AdapterSpec(
+            name="model",
+            adapter_class=ModelSummarizer,
+            config_class=ModelSummarizerConfig,
+            description="task summaries written by the runtime's model provider, citations checked",
         )
     )
 
