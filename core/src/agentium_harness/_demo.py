@@ -28,10 +28,12 @@ from ._history import MessageGroup, Role
 from ._ports import OpContext
 from ._ports.archive import ArchiveCapabilities, HistoryArchive
 from ._ports.sessions import SessionStore, SessionStoreCapabilities
+from ._ports.summary import SummaryLimits, SummaryState
 from ._scope import SessionKey, VerifiedIdentity
 from .adapters.providers import ExtractiveProvider, ScriptedProvider
 from .adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from .adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from .adapters.summarizers import ExtractiveSummarizer, ExtractiveSummarizerConfig
 
 __all__ = ["DEMO_DB", "prepare_demo_dir", "run_demo", "run_demo_config"]
 
@@ -127,6 +129,9 @@ async def run_demo(directory: Path, turns: int, out: TextIO) -> bool:
         limits=limits,
         tools=_tools(),
         owned=[archive, store, recall],
+        # Inline, so each turn's line shows the summary it just folded.
+        summarizer=ExtractiveSummarizer(ExtractiveSummarizerConfig(sentences_per_group=1)),
+        summary_limits=SummaryLimits(background=False),
     )
 
     async def recall_the_fact(session_id: str) -> bool:
@@ -191,6 +196,8 @@ async def _converse(
     finale: Callable[[str], Awaitable[bool]] | None = None,
 ) -> bool:
     receipts: dict[int, str] = {}
+    frontier = 0
+    state: SummaryState | None = None
     try:
         # Each invocation starts a new session, so earlier demo sessions in the
         # same store stay as they were (and show the history persisted).
@@ -205,6 +212,15 @@ async def _converse(
                 f"sources={result.sources.value} tools={len(result.tool_outcomes)}",
                 file=out,
             )
+            state = result.summary
+            if state is not None and state.summary.frontier != frontier:
+                frontier = state.summary.frontier
+                cited = ", ".join(str(c.seq) for c in state.summary.citations)
+                print(f"          summary: {state.coverage()}; citations [{cited}]", file=out)
+        if state is not None and state.summary.text:
+            print("summary text (each line cites its group):", file=out)
+            for line in state.summary.text.splitlines()[:4]:
+                print(f"  {line}", file=out)
         key = SessionKey.of(_IDENTITY, session_id)
         ok = await _prove(runtime.archive, runtime.session_store, key, inputs, receipts, out)
         if ok and finale is not None:
