@@ -607,3 +607,24 @@ async def test_aclose_is_bounded_with_a_hung_update() -> None:
         await runtime.aclose()
     assert runtime.state.value == "closed"
     assert not runtime._work.busy(KEY)
+
+
+def test_the_summary_budget_comes_from_config_with_path_precise_errors(tmp_path: Path) -> None:
+    from agentium_harness._config import load_config
+    from agentium_harness._engine.loader import load_runtime
+    from agentium_harness._errors import ConfigError
+
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(CONFIG + "[summarizer.budget]\nmax_groups = 4\nbackground = false\n")
+    runtime = load_runtime(cfg)
+    assert runtime.summary_limits == SummaryLimits(max_groups=4, background=False)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG + "[summarizer.budget]\nmax_groups = 0\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(bad)
+    assert any(i.path.startswith("$.summarizer.budget") for i in info.value.issues), info.value.issues
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(CONFIG + "[summarizer.budget]\nmax_grups = 4\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(unknown)
+    assert any("max_grups" in i.path or "max_grups" in i.message for i in info.value.issues)

@@ -52,6 +52,7 @@ from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugi
 from ._plugins.spec import AdapterSpec, resolve_path_options
 from ._ports import PORT_KIND_TABLE
 from ._ports.recall import RecallLimits
+from ._ports.summary import SummaryLimits
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -62,6 +63,7 @@ __all__ = [
     "ComponentConfig",
     "HarnessConfig",
     "RecallConfig",
+    "SummarizerConfig",
     "ResolvedComponent",
     "ResolvedConfig",
     "RuntimeConfig",
@@ -171,6 +173,19 @@ class RecallConfig:
 
 
 @attrs.frozen(slots=True)
+class SummarizerConfig:
+    """``[summarizer]``: a component section plus the update budget (``[summarizer.budget]``).
+
+    The budget's keys are those of :class:`~agentium_harness._ports.summary.SummaryLimits`:
+    ``max_groups``, ``max_input_bytes``, ``max_summary_bytes``, ``timeout_s`` and ``background``.
+    """
+
+    plugin: str
+    budget: SummaryLimits = attrs.field(factory=SummaryLimits)
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
 class HarnessConfig:
     """A whole config file after phase (a). Provider, archive and session store are required."""
 
@@ -179,15 +194,15 @@ class HarnessConfig:
     session_store: ComponentConfig
     runtime: RuntimeConfig = attrs.field(factory=RuntimeConfig)
     recall: RecallConfig | None = None
-    summarizer: ComponentConfig | None = None
+    summarizer: SummarizerConfig | None = None
     verifier: ComponentConfig | None = None
     memory: ComponentConfig | None = None
 
-    def component(self, section: str) -> ComponentConfig | RecallConfig | None:
+    def component(self, section: str) -> ComponentConfig | RecallConfig | SummarizerConfig | None:
         """The component section named ``section`` (a key of :data:`SECTION_KINDS`), if present."""
         if section not in SECTION_KINDS:
             raise KeyError(section)
-        value: ComponentConfig | RecallConfig | None = getattr(self, section)
+        value: ComponentConfig | RecallConfig | SummarizerConfig | None = getattr(self, section)
         return value
 
 

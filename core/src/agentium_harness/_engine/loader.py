@@ -57,6 +57,9 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
                 rank=registry.recall_strategy("ranking", recall_cfg.ranking).function,
             ),
         }
+    summarizer_cfg = resolved.config.summarizer
+    if summarizer_cfg is not None and "summarizer" in built:
+        recall_args["summary_limits"] = summarizer_cfg.budget
     return create_harness_runtime(
         **built,
         **recall_args,
