@@ -37,6 +37,7 @@ scope may see and no foreign source can take a place before the limit.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from typing import Final
@@ -54,6 +55,7 @@ from agentium_harness.plugin_api import (
 
 __all__ = [
     "ABSENT",
+    "encode_term",
     "group_text",
     "owner_from_key",
     "owner_key",
@@ -120,6 +122,12 @@ def owner_of_source_id(source_id: object) -> SourceOwner | None:
     except (ValueError, TypeError):  # bad escapes and invalid ids (InvalidIdError is a ValueError)
         return None
     return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def encode_term(term: str) -> str:
+    """A term as a key segment (:func:`encode_segment`), cached: the same terms recur in every source."""
+    return encode_segment(term)
 
 
 def term_counts(text: str) -> dict[str, int]:

@@ -94,7 +94,6 @@ from agentium_harness.plugin_api import (
     digest_bytes,
     digest_of,
     document_source_id,
-    encode_segment,
     estimate_tokens,
     from_json,
     group_source_id,
@@ -112,6 +111,7 @@ from .errors import (
     RedisRecallValueTooLargeError,
 )
 from .keys import (
+    encode_term,
     group_text,
     owner_from_key,
     owner_key,
@@ -202,7 +202,7 @@ def _source_args(
     """One source's part of the ``INDEX`` script's ARGV (terms encoded for keys)."""
     args: list[Arg] = [sid, revision, kind, okey, title, text, canonical, seq, digest, len(terms)]
     for term, tf in terms.items():
-        args.append(encode_segment(term))
+        args.append(encode_term(term))
         args.append(tf)
     return args
 
@@ -280,7 +280,7 @@ class RedisRecallSession(RecallSession):
         per_term = max(limit, -(-cap // len(terms)))
         budget = -1 if ctx.remaining_bytes is None else max(0, ctx.remaining_bytes)
         args: list[Arg] = [self._prefix, limit, per_term, budget, len(terms), len(self._owner_keys)]
-        args.extend(encode_segment(t) for t in terms)
+        args.extend(encode_term(t) for t in terms)
         args.extend(self._owner_keys)
         rows = await self._store._script(DISCOVER, [f"{self._prefix}:bk"], args, ctx, "recall discover")
         found: list[Candidate] = []

