@@ -15,10 +15,13 @@ A turn, in order (see docs/runtime.md), each step in its own module:
 7. commit (:mod:`.commit`): append the new group, archive the oldest complete
    groups over the resident bound, check every receipt, and only then save the
    snapshot with compare-and-set on its revision (R3); a recall store that
-   declares ``archive_indexing`` then indexes the archived groups.
+   declares ``archive_indexing`` then indexes the archived groups;
+8. summary (:mod:`.summary`, :mod:`.owned_work`), when a summarizer is
+   configured: the groups between the frontier and the boundary are folded
+   into the task summary, in the background by default.
 
-Maintenance outside a turn — close, flush, migrate, inspect, reconcile — is
-in :mod:`.maintenance`. Every adapter call anywhere runs under its deadline
+Maintenance outside a turn — flush, migrate, inspect, reconcile — is in
+:mod:`.maintenance`; closing a session in :mod:`.closing`. Every adapter call anywhere runs under its deadline
 (:meth:`.lifecycle.Ticket.call`).
 """
 
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
 
-import anyio
 import attrs
 
 from .._errors import (
@@ -48,7 +50,8 @@ from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .arguments import check_grants, check_options, check_sources, run_scope, source_uncertainty
 from .checks import check_adapter
-from .commit import CommitOutcome, broadcast, commit, index_archived
+from .closing import close_session
+from .commit import CommitOutcome, commit, index_archived
 from .hooks import HookBroadcaster
 from .lifecycle import Admission, LifecycleState, Ticket, close_owned
 from .limits import RuntimeLimits
@@ -58,7 +61,6 @@ from .maintenance import (
     ReconcileReport,
     SessionState,
     SessionView,
-    flush_session,
     inspect_session,
     migrate_session,
     reconcile_session,
@@ -74,7 +76,7 @@ from .recall_turn import (
     uncommitted_result,
 )
 from .recall_view import ConditionalPublication, RecallView, publish
-from .results import CleanupReport, CleanupStatus, Diagnostic, RunResult, RunStatus, Severity
+from .results import CleanupReport, Diagnostic, RunResult, RunStatus, Severity
 from .sources import assemble_sources
 from .summary import GroupReader, summarize_after_commit, summary_block, summary_reader
 from .tools import ToolRegistry
@@ -442,69 +444,7 @@ class HarnessRuntime:
     async def _close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
         key = SessionKey.of(require_identity(identity), session_id)
         self._admission.check_open()
-        diagnostics: list[Diagnostic] = []
-        settled = 0
-        pending = self._admission.active.get(key)
-        if pending is not None:
-            with anyio.move_on_after(self.limits.settle_timeout_s):
-                await pending.done.wait()
-            if not pending.done.is_set():
-                diagnostics.append(
-                    Diagnostic(
-                        "run_unsettled",
-                        f"an admitted {pending.kind} did not settle within "
-                        f"{self.limits.settle_timeout_s}s; nothing was flushed",
-                        Severity.ERROR,
-                    )
-                )
-                return CleanupReport(CleanupStatus.INCOMPLETE, 0, 1, 0, 0, (), tuple(diagnostics))
-            settled = 1
-        flushed = remaining = unsettled = 0
-        if key in self._admission.active:
-            # A new operation was admitted while we waited; leave the session to it.
-            unsettled = 1
-            diagnostics.append(
-                Diagnostic("run_admitted", "another run was admitted; not flushed", Severity.ERROR)
-            )
-        else:
-            async with self._admission.admit(key, "close_session") as ticket:
-                try:
-                    flushed, remaining = await flush_session(
-                        ticket,
-                        archive=self.archive,
-                        store=self.session_store,
-                        hooks=self._hooks,
-                        limits=self.limits.resident,
-                        key=key,
-                        diagnostics=diagnostics,
-                        recall=self.recall,
-                    )
-                except Exception as exc:
-                    diagnostics.append(
-                        Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR)
-                    )
-        summary_status = await self._work.settle(key, self.limits.settle_timeout_s)
-        if summary_status is not None:
-            diagnostics.append(
-                Diagnostic(f"summary_update_{summary_status.value}", "the background summary update ended")
-            )
-        failed = any(d.severity is Severity.ERROR for d in diagnostics) or any(
-            d.code in ("eviction_deferred", "archive_contract_violation") for d in diagnostics
-        )
-        report = CleanupReport(
-            status=CleanupStatus.INCOMPLETE if failed else CleanupStatus.CLEAN,
-            settled_runs=settled,
-            unsettled_runs=unsettled,
-            flushed_groups=flushed,
-            remaining_resident=remaining,
-            closed_resources=(),
-            diagnostics=tuple(diagnostics),
-        )
-        if self._hooks is not None:
-            extra = await broadcast(self._hooks, "agentium_session_closed", key=key, report=report)
-            if extra:
-                report = attrs.evolve(report, diagnostics=report.diagnostics + tuple(extra))
-        return report
+        return await close_session(self, key)
 
     async def probe(self) -> list[tuple[str, str]]:
         """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``."""
