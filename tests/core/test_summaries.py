@@ -628,3 +628,28 @@ def test_the_summary_budget_comes_from_config_with_path_precise_errors(tmp_path:
     with pytest.raises(ConfigError) as info:
         load_config(unknown)
     assert any("max_grups" in i.path or "max_grups" in i.message for i in info.value.issues)
+
+
+async def test_a_background_gap_reaches_the_next_runs_diagnostics() -> None:
+    archive = FaultyArchive()
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        summarizer=ExtractiveSummarizer(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    await _turns(runtime, 2)
+    archive.down = True
+    await _turns(runtime, 1, start=2)  # group 0 archived; its background read fails
+    failed = await runtime.resources.settle_summary(ANA, "s1")
+    assert failed is not None and failed.state is not None and failed.state.gaps[0].seq == 0
+    archive.down = False
+    result = await runtime.run(ANA, "s1", "next")
+    assert result.has("summary_gap")
+    gap = next(d for d in result.diagnostics if d.code == "summary_gap")
+    assert "group 0 (unavailable)" in gap.message
+    report = await runtime.resources.settle_summary(ANA, "s1")
+    assert report is not None and report.state is not None and report.state.gaps == ()
+    assert report.state.summary.frontier == 2
+    await runtime.aclose()
