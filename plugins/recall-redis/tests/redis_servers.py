@@ -12,7 +12,6 @@ Every process a test starts is stopped by its own PID.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import platform
@@ -177,6 +176,3 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-        if proc.stderr is not None:
-            with contextlib.suppress(OSError):
-                proc.stderr.close()
