@@ -179,11 +179,6 @@ def test_unknown_and_mistyped_options_are_config_errors_at_their_paths(tmp_path:
     assert {"$.recall.options.urll", "$.recall.options.max_read_bytes"} <= paths
 
 
-@pytest.mark.xfail(
-    reason="the core's runtime.probe() (agentium check --probe) probes only the archive and session store; "
-    "RedisRecallStore.health() reports durability but nothing calls it",
-    strict=True,
-)
 def test_agentium_check_probe_shows_the_recall_stores_durability(
     server: ServerProcess, tmp_path: Path
 ) -> None:

@@ -28,6 +28,7 @@ Maintenance outside a turn — flush, migrate, inspect, reconcile — is in
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any
 
 import attrs
 
@@ -450,7 +451,13 @@ class HarnessRuntime:
         """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``."""
         results: list[tuple[str, str]] = []
         ticket = Ticket(None, "probe", self.limits.op_timeout_s)
-        for role, adapter in (("archive", self.archive), ("session_store", self.session_store)):
+        adapters: list[tuple[str, Any]] = [
+            ("archive", self.archive),
+            ("session_store", self.session_store),
+        ]
+        if self.recall is not None:
+            adapters.append(("recall", self.recall))
+        for role, adapter in adapters:
             caps = getattr(type(adapter), "capabilities", None)
             if getattr(caps, "health_check", False):
                 try:

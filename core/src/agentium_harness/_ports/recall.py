@@ -58,7 +58,9 @@ class RecallCapabilities(Capabilities):
     :meth:`RecallStore.index_document` and :meth:`RecallStore.delete_document`)
     and ``archive_indexing`` (following the archive through
     :meth:`RecallStore.index_groups`, which the engine calls after each
-    eviction commits) are optional.
+    eviction commits) are optional, and so is ``health_check``
+    (:meth:`RecallStore.health`, a bounded probe that ``agentium check
+    --probe`` shows).
     """
 
     METHODS: ClassVar[dict[str, str]] = {
@@ -69,6 +71,7 @@ class RecallCapabilities(Capabilities):
         "canonical_archive_reads": "seek_groups",
         "document_indexing": "index_document",
         "archive_indexing": "index_groups",
+        "health_check": "health",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = (
         "bounded_discovery",
@@ -84,6 +87,7 @@ class RecallCapabilities(Capabilities):
     canonical_archive_reads: bool = False
     document_indexing: bool = False
     archive_indexing: bool = False
+    health_check: bool = False
 
 
 def _count(minimum: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
@@ -399,6 +403,18 @@ class RecallStore:
         (nothing written); ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "index_groups", "archive_indexing")
+
+    @port_stub
+    async def health(self, ctx: OpContext) -> str:
+        """Run a bounded health probe and describe the backend. Declared by ``health_check``.
+
+        Call ``ctx.raise_if_expired("recall health")`` before probing.
+
+        Raises: the store's backend errors when unhealthy; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError`` when
+        not declared.
+        """
+        raise unsupported(self, "health", "health_check")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""

@@ -423,6 +423,7 @@ class RedisRecallStore(RecallStore):
         canonical_archive_reads=True,
         document_indexing=True,
         archive_indexing=True,
+        health_check=True,
     )
     session_class: ClassVar[type[RecallSession]] = RedisRecallSession
 
