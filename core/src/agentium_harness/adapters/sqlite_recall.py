@@ -63,6 +63,7 @@ writes nothing. If the local SQLite lacks FTS5, building the store raises
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sqlite3
 from collections.abc import Sequence
@@ -383,6 +384,7 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         canonical_archive_reads=True,
         document_indexing=True,
         archive_indexing=True,
+        health_check=True,
     )
     session_class: ClassVar[type[RecallSession]] = SQLiteRecallSession
     storage_error: ClassVar[type[AgentiumError]] = SQLiteRecallError
@@ -555,6 +557,19 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
                 )
             )
         return rows
+
+    async def health(self, ctx: OpContext) -> str:
+        """Open the database if needed and run constant-time probe statements (no index scan)."""
+
+        def probe(conn: sqlite3.Connection) -> str:
+            conn.execute("SELECT 1").fetchone()
+            mode = conn.execute("PRAGMA journal_mode").fetchone()
+            return (
+                f"sqlite recall ok: {os.path.basename(self.path)}, sqlite {sqlite3.sqlite_version}, "
+                f"journal_mode={mode[0] if mode else '?'}"
+            )
+
+        return await self.run(ctx, "recall health", probe)
 
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
