@@ -108,6 +108,8 @@ from ._ports.verify import (
     VerificationResult,
     VerifierCapabilities,
     VerifyContext,
+    evidence_size,
+    fit_evidence,
 )
 from ._scope import RecallScope, Scope, SessionKey, decode_segment, encode_segment
 from .adapters._excerpts import MAX_QUERY_TERMS, make_excerpt, query_terms
@@ -219,4 +221,6 @@ __all__ = [
     "snapshot_bytes",
     "to_json",
     "verify_snapshot",
+    "evidence_size",
+    "fit_evidence",
 ]

@@ -65,6 +65,8 @@ class SourceKind(enum.StrEnum):
     RECALL = "recall"
     SUMMARY = "summary"
     MEMORY = "memory"
+    #: A verifier's reasons for a failed completion, fed back for a revision (R28).
+    VERIFICATION = "verification"
 
 
 #: Anything that could read as an opening or closing ``source-data`` tag: any
