@@ -85,6 +85,7 @@ BUILTIN_MODULE = "agentium_harness.adapters.builtin"
 #: when a config selects one that is not installed.
 KNOWN_PLUGINS: Mapping[tuple[str, str], str] = {
     ("archive", "s3"): "agentium-archive-s3",
+    ("provider", "openai"): "agentium-provider-openai",
     ("recall", "redis"): "agentium-recall-redis",
     ("verifier", "fs"): "agentium-verifier-fs",
 }

@@ -53,10 +53,14 @@ class ProviderCapabilities(Capabilities):
 
     - ``tool_calls``: the provider may answer with tool calls.
     - ``deterministic``: the same request always yields the same response (scripted, recorded, extractive).
+    - ``health_check``: :meth:`ModelProvider.health` runs a bounded probe (``agentium check --probe``).
     """
+
+    METHODS: ClassVar[dict[str, str]] = {"health_check": "health"}
 
     tool_calls: bool = False
     deterministic: bool = False
+    health_check: bool = False
 
 
 class SourceKind(enum.StrEnum):
@@ -225,6 +229,17 @@ class ModelProvider:
         any other exception becomes ``ProviderError`` in the engine.
         """
         raise unsupported(self, "complete")
+
+    @port_stub
+    async def health(self, ctx: OpContext) -> str:
+        """Run a bounded health probe and describe the backend. Declared by ``health_check``.
+
+        Call ``ctx.raise_if_expired("provider health")`` before probing.
+
+        Raises: the provider's errors when the backend is unhealthy;
+        ``OperationCancelledError`` when cancelled or past the deadline.
+        """
+        raise unsupported(self, "health", "health_check")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself."""

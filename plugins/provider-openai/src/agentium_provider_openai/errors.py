@@ -1,0 +1,90 @@
+"""The errors the OpenAI-compatible provider raises, all rooted at the core's error family.
+
+Every message says what went wrong and what to do next. None of them ever
+contains the API key: server messages are passed through
+:func:`scrub`, which removes the key if a server echoes it, and URLs are
+shown through :func:`agentium_provider_openai.config.redact_url`.
+"""
+
+from __future__ import annotations
+
+from agentium_harness import AgentiumError, ProviderError
+
+__all__ = [
+    "OpenAIConfigError",
+    "OpenAIMalformedReplyError",
+    "OpenAIProviderError",
+    "OpenAIRetriesExhaustedError",
+    "OpenAIStatusError",
+    "OpenAIStreamingOnlyError",
+    "scrub",
+]
+
+#: At most this much of a server's error text is quoted in a message.
+MAX_QUOTED_CHARS = 500
+
+
+def scrub(text: str, secret: str | None) -> str:
+    """``text`` shortened to :data:`MAX_QUOTED_CHARS`, with ``secret`` (the API key) replaced by ``***``."""
+    if secret:
+        text = text.replace(secret, "***")
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 1] + "…"
+
+
+class OpenAIConfigError(AgentiumError, ValueError):
+    """The provider cannot be built as configured: the variable ``api_key_env`` names is unset or empty.
+
+    Set the variable (``export OPENAI_API_KEY=...``) or, for a server that needs
+    no key, set ``api_key_env = ""``. The message names the variable, never a value.
+    """
+
+
+class OpenAIProviderError(ProviderError):
+    """The OpenAI-compatible endpoint could not give a usable answer. The session was not changed.
+
+    The subclasses name the causes; this class itself covers a server that
+    could not be reached at all (``status`` is ``None``).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1) -> None:
+        self.status = status
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class OpenAIStatusError(OpenAIProviderError):
+    """The server refused the request with an HTTP status that retrying cannot fix (400, 401, 404, …).
+
+    ``status`` is the HTTP status. Check the model name, ``base_url`` and the
+    key; a 400 often means the server does not support a field that was sent
+    (tools, ``developer`` role, an ``extra_body`` field).
+    """
+
+
+class OpenAIRetriesExhaustedError(OpenAIProviderError):
+    """Every attempt failed with a retryable failure, or the next wait would pass the deadline.
+
+    Retryable failures are HTTP 429, 500, 502, 503, 504, connection errors and
+    an attempt's timeout. ``attempts`` is how many requests were sent; ``status`` the last HTTP status
+    (``None`` for a connection failure). Raise ``max_retries`` or the runtime's
+    ``op_timeout_s``, or check the server's load.
+    """
+
+
+class OpenAIMalformedReplyError(OpenAIProviderError):
+    """The server answered 200 but the body is not a usable chat completion.
+
+    For example: no JSON object, no ``choices``, a message that is not an
+    object, a tool call whose ``arguments`` are not a JSON object, or a tool
+    call without an id or name. Nothing from the reply was used; no tool ran.
+    """
+
+
+class OpenAIStreamingOnlyError(OpenAIProviderError):
+    """The server answered with an event stream (``text/event-stream``), or refused a non-streamed request.
+
+    This provider sends non-streamed Chat Completions requests
+    (``"stream": false``) and needs one JSON answer. Configure the server to
+    serve non-streamed requests, or put an OpenAI-compatible proxy in front of it.
+    """

@@ -1,0 +1,400 @@
+"""The OpenAI-compatible model provider: one Chat Completions call per model step.
+
+How a call is bounded. The whole call — every attempt and every wait between
+attempts — runs inside one cancel scope that ends at the operation's deadline,
+and a watcher cancels it as soon as the operation's signal is cancelled; each
+attempt is also bounded by ``timeout_s``. The official client is used with
+``max_retries=0`` (a lent client through ``with_options``): retrying is done
+here, so that it is bounded by ``max_retries``, limited to retryable failures
+(HTTP 429, 500, 502, 503, 504, connection errors, an attempt's timeout) and
+never waits past the deadline. A call cut off by the deadline or the signal
+raises :class:`OperationCancelledError`; nothing partial is returned.
+
+Owned versus lent. A provider built from config creates its
+``AsyncOpenAI`` client on first use and closes it in :meth:`aclose` (the
+runtime closes config-built adapters). A client the host lends is never
+closed, and its own retry setting is bypassed as above.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, ClassVar, Final, TypeVar
+
+import anyio
+import openai
+from openai import AsyncOpenAI
+
+from agentium_harness import OperationCancelledError
+from agentium_harness.plugin_api import (
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    OpContext,
+    ProviderCapabilities,
+)
+
+from .config import OpenAIProviderConfig, redact_url
+from .errors import (
+    OpenAIConfigError,
+    OpenAIMalformedReplyError,
+    OpenAIProviderError,
+    OpenAIRetriesExhaustedError,
+    OpenAIStatusError,
+    OpenAIStreamingOnlyError,
+    scrub,
+)
+from .wire import parse_completion, request_messages, request_tools
+
+__all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider"]
+
+T = TypeVar("T")
+
+#: HTTP statuses worth another attempt: rate limiting and transient server trouble.
+RETRYABLE_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+
+#: The key sent to a server that needs none (the client requires some value).
+NO_KEY: Final = "no-key"
+
+#: How often the watcher looks at the operation's signal while a call is in flight.
+_SIGNAL_POLL_S: Final = 0.02
+
+#: How many model names the probe shows.
+_PROBE_NAMES: Final = 10
+
+
+class _Retryable(Exception):
+    """One failed attempt that may be retried: its HTTP status (or ``None``) and what happened."""
+
+    def __init__(self, detail: str, status: int | None = None, retry_after: float | None = None) -> None:
+        self.detail = detail
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(detail)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The server's requested wait in seconds (``retry-after-ms`` or ``retry-after`` in seconds), if any."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            continue  # an HTTP date is not worth parsing: the backoff applies instead
+        if seconds >= 0:
+            return seconds
+    return None
+
+
+def _read_key(config: OpenAIProviderConfig, environ: Mapping[str, str]) -> str | None:
+    name = config.api_key_env
+    if not name:
+        return None
+    value = environ.get(name, "")
+    if not value.strip():
+        raise OpenAIConfigError(
+            f"the environment variable {name} (api_key_env) is not set or empty; export the API key "
+            f'as {name}, or set api_key_env = "" for a server that needs no key'
+        )
+    return value
+
+
+class OpenAIProvider(ModelProvider):
+    """A model provider for OpenAI-compatible Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, LiteLLM).
+
+    Build it from :class:`OpenAIProviderConfig`; building does no I/O. Pass
+    ``client`` to lend an ``openai.AsyncOpenAI`` of your own (its base URL and
+    key are then used, and it is never closed here). ``environ`` is where
+    ``api_key_env`` is looked up (default :data:`os.environ`).
+    """
+
+    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(
+        tool_calls=True, deterministic=False, health_check=True
+    )
+
+    def __init__(
+        self,
+        config: OpenAIProviderConfig,
+        *,
+        client: AsyncOpenAI | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        if not isinstance(config, OpenAIProviderConfig):
+            raise TypeError(f"config must be an OpenAIProviderConfig, got {type(config).__name__}")
+        if client is not None and not isinstance(client, AsyncOpenAI):
+            raise TypeError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
+        self._config = config
+        self._owns_client = client is None
+        self._closed = False
+        self._client: AsyncOpenAI | None = None
+        if client is None:
+            self._api_key = _read_key(config, os.environ if environ is None else environ)
+        else:
+            lent_key = getattr(client, "api_key", None)
+            self._api_key = lent_key if isinstance(lent_key, str) else None
+            # A copy sharing the host's connection pool, without its retries:
+            # retries are ours, so they honour the deadline.
+            self._client = client.with_options(max_retries=0)
+        #: Requests sent (every attempt counts); for tests and diagnostics.
+        self.attempts = 0
+
+    @property
+    def owns_client(self) -> bool:
+        """True when the client was built from config (and is closed by :meth:`aclose`)."""
+        return self._owns_client
+
+    @property
+    def config(self) -> OpenAIProviderConfig:
+        """The options this provider was built with."""
+        return self._config
+
+    def __repr__(self) -> str:
+        where = redact_url(self._config.base_url) if self._owns_client else "lent client"
+        return f"OpenAIProvider(model={self._config.model!r}, {where})"
+
+    # -- client ------------------------------------------------------------------
+
+    def _get_client(self) -> AsyncOpenAI:
+        if self._closed:
+            raise OpenAIProviderError("the OpenAI provider was closed; build a new one")
+        if self._client is None:
+            self._client = AsyncOpenAI(
+                api_key=self._api_key or NO_KEY,
+                base_url=self._config.base_url,
+                organization=self._config.organization,
+                project=self._config.project,
+                timeout=self._config.timeout_s,
+                max_retries=0,
+            )
+        return self._client
+
+    def _where(self) -> str:
+        client = self._client
+        url = str(client.base_url) if client is not None else self._config.base_url
+        return redact_url(url)
+
+    # -- bounding ----------------------------------------------------------------
+
+    async def _bounded(self, ctx: OpContext, operation: str, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` until it ends, the deadline passes or the signal is cancelled."""
+        ctx.raise_if_expired(operation)
+        left = ctx.time_left()
+        box: list[T] = []
+        async with anyio.create_task_group() as group:
+
+            async def watch() -> None:
+                # CancelSignal is a flag (it may be set from a worker thread or
+                # read as expired by its deadline), so it is polled, not awaited.
+                while not ctx.signal.cancelled:  # noqa: ASYNC110
+                    await anyio.sleep(_SIGNAL_POLL_S)
+                group.cancel_scope.cancel()
+
+            group.start_soon(watch)
+            with anyio.move_on_after(left if left is not None else float("inf")):
+                box.append(await work())
+            group.cancel_scope.cancel()
+        if box:
+            return box[0]
+        if ctx.signal.cancelled and ctx.signal.reason != "deadline passed":
+            raise OperationCancelledError(
+                f"{operation} stopped: the operation was cancelled ({ctx.signal.reason}); "
+                "the request was abandoned and nothing of it was used",
+                ctx.signal.reason,
+            )
+        ctx.signal.cancel("deadline passed")
+        raise OperationCancelledError(
+            f"{operation} stopped: its deadline passed before the server answered; nothing of it was used",
+            "deadline passed",
+        )
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        cap = self._config.retry_backoff_max_s
+        if retry_after is not None:
+            return min(retry_after, cap)
+        return float(min(self._config.retry_backoff_s * 2 ** (attempt - 1), cap))
+
+    def _status_error(self, exc: openai.APIStatusError) -> OpenAIProviderError:
+        status = exc.status_code
+        detail = scrub(str(exc.message), self._api_key)
+        if status in (400, 404, 405, 415, 422) and "stream" in detail.lower():
+            return OpenAIStreamingOnlyError(
+                f"the server at {self._where()} refused a non-streamed request (HTTP {status}: {detail}); "
+                "this provider needs non-streamed Chat Completions",
+                status=status,
+            )
+        hint = {
+            401: "check the API key in the variable api_key_env names",
+            403: "the key is not allowed to use this model or endpoint",
+            404: f"check base_url and that the server serves model {self._config.model!r}",
+        }.get(status, "the request was not accepted")
+        return OpenAIStatusError(
+            f"the server at {self._where()} answered HTTP {status}: {detail} ({hint})", status=status
+        )
+
+    async def _attempts(self, ctx: OpContext, operation: str, send: Callable[[float], Awaitable[T]]) -> T:
+        """Call ``send(timeout)`` up to ``1 + max_retries`` times, retrying only retryable failures.
+
+        A wait that would end past the deadline is not started: the last
+        failure is reported at once instead of a bare "deadline passed".
+        """
+        total = 1 + self._config.max_retries
+        attempt = 0
+        while True:
+            attempt += 1
+            self.attempts += 1
+            left = ctx.time_left()
+            timeout = self._config.timeout_s if left is None else min(self._config.timeout_s, left)
+            try:
+                try:
+                    with anyio.fail_after(timeout):
+                        return await send(timeout)
+                except TimeoutError:
+                    raise _Retryable(f"no answer within timeout_s={timeout:g}s") from None
+                except openai.APIStatusError as exc:
+                    if exc.status_code not in RETRYABLE_STATUSES:
+                        raise self._status_error(exc) from None
+                    headers: Mapping[str, str] = exc.response.headers
+                    detail = scrub(str(exc.message), self._api_key)
+                    raise _Retryable(
+                        f"HTTP {exc.status_code}: {detail}", exc.status_code, _retry_after(headers)
+                    ) from None
+                except openai.APIConnectionError as exc:
+                    raise _Retryable(
+                        f"connection failed ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
+                    ) from None
+            except _Retryable as failure:
+                wait = self._backoff(attempt, failure.retry_after)
+                left = ctx.time_left()
+                why = ""
+                if attempt >= total:
+                    why = f"max_retries={self._config.max_retries}"
+                elif left is not None and wait >= left:
+                    why = f"the next attempt, after {wait:g}s, would start past the deadline"
+                if why:
+                    raise OpenAIRetriesExhaustedError(
+                        f"{operation} failed after {attempt} attempt(s) at {self._where()}; "
+                        f"last: {failure.detail} ({why})",
+                        status=failure.status,
+                        attempts=attempt,
+                    ) from None
+                await anyio.sleep(wait)
+
+    # -- the port ----------------------------------------------------------------
+
+    def _body(self) -> dict[str, Any]:
+        config = self._config
+        body: dict[str, Any] = dict(config.extra_body)
+        if config.temperature is not None:
+            body["temperature"] = config.temperature
+        if config.max_completion_tokens is not None:
+            body["max_completion_tokens"] = config.max_completion_tokens
+        if config.seed is not None:
+            body["seed"] = config.seed
+        return body
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        """Send ``request`` as one non-streamed Chat Completions call and return the first choice.
+
+        Raises :class:`OperationCancelledError` when cancelled or past the
+        deadline (before sending or while waiting), and an
+        :class:`OpenAIProviderError` subclass for every failure of the server
+        or its answer; the engine reports either as a provider failure and
+        changes nothing.
+        """
+        ctx.raise_if_expired("provider complete")
+        client = self._get_client()
+        messages = request_messages(
+            request,
+            instructions_role=self._config.instructions_role,
+            source_placement=self._config.source_placement,
+        )
+        tools = request_tools(request.tools)
+        extra = self._body()
+        optional: dict[str, Any] = {"tools": tools} if tools else {}
+
+        async def send(timeout: float) -> ModelResponse:  # noqa: ASYNC109  # the client's own bound
+            raw = await client.chat.completions.with_raw_response.create(
+                model=self._config.model,
+                messages=messages,  # type: ignore[arg-type]  # plain dicts in the wire format
+                stream=False,
+                timeout=timeout,
+                extra_body=extra or None,
+                **optional,
+            )
+            return self._parse(raw.headers.get("content-type", ""), raw.text)
+
+        return await self._bounded(
+            ctx, "provider complete", lambda: self._attempts(ctx, "provider complete", send)
+        )
+
+    def _parse(self, content_type: str, text: str) -> ModelResponse:
+        if "text/event-stream" in content_type.lower() or text.lstrip().startswith("data:"):
+            raise OpenAIStreamingOnlyError(
+                f"the server at {self._where()} answered a non-streamed request with an event stream; "
+                "this provider needs one JSON chat completion (configure the server to serve "
+                '"stream": false requests)'
+            )
+        try:
+            body = json.loads(text)
+        except ValueError:
+            raise OpenAIMalformedReplyError(
+                f"the server at {self._where()} answered with a body that is not JSON "
+                f"({scrub(text, self._api_key)[:120]!r}); nothing from it was used"
+            ) from None
+        return parse_completion(body)
+
+    async def health(self, ctx: OpContext) -> str:
+        """List the server's models (``GET /models``) within ``probe_timeout_s`` and the deadline.
+
+        Returns how many models the server lists, the first few names and
+        whether the configured model is among them (a server such as
+        llama.cpp may accept any name, so an unlisted model is reported, not
+        failed). Raises an :class:`OpenAIProviderError` when the server cannot
+        be reached in time or refuses.
+        """
+        ctx.raise_if_expired("provider health")
+        client = self._get_client()
+        bound = self._config.probe_timeout_s
+
+        async def probe() -> str:
+            try:
+                with anyio.fail_after(bound):
+                    raw = await client.models.with_raw_response.list(timeout=bound)
+                    text = raw.text
+            except TimeoutError:
+                raise OpenAIProviderError(
+                    f"the server at {self._where()} did not list its models within probe_timeout_s={bound:g}s"
+                ) from None
+            except openai.APIStatusError as exc:
+                raise self._status_error(exc) from None
+            except openai.APIConnectionError as exc:
+                raise OpenAIProviderError(
+                    f"the server at {self._where()} could not be reached ({type(exc).__name__})"
+                ) from None
+            try:
+                body = json.loads(text)
+                ids = sorted({str(item["id"]) for item in body["data"]})
+            except (ValueError, KeyError, TypeError):
+                raise OpenAIMalformedReplyError(
+                    f"the server at {self._where()} answered GET /models with no model list"
+                ) from None
+            more = len(ids) - _PROBE_NAMES
+            shown = ", ".join(ids[:_PROBE_NAMES]) + (f" (+{more} more)" if more > 0 else "")
+            model = self._config.model
+            listed = "listed" if model in ids else "not listed (the server may still accept it)"
+            return f"{len(ids)} model(s) at {self._where()}: {shown or '-'}; model {model!r} {listed}"
+
+        return await self._bounded(ctx, "provider health", probe)
+
+    async def aclose(self) -> None:
+        """Close the client if it was built from config; a lent client is left open. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        client, self._client = self._client, None
+        if self._owns_client and client is not None:
+            await client.close()
