@@ -48,7 +48,7 @@ SESSION_ID = "bench-session"
 
 def _build(db_path: str) -> tuple[Any, Any, Any]:
     """A runtime over SQLite adapters with default options on ``db_path``."""
-    from agentium_harness._engine.runtime import create_harness_runtime
+    from agentium_harness import create_harness_runtime
     from agentium_harness.adapters.providers import ScriptedProvider
     from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteSessionStore
 

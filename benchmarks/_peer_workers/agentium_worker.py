@@ -32,8 +32,8 @@ import attrs
 import common
 from anyio.from_thread import start_blocking_portal
 
+from agentium_harness import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
-from agentium_harness._engine.runtime import create_harness_runtime
 from agentium_harness._history import MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.sessions import seal_snapshot

@@ -32,10 +32,10 @@ from agentium_harness import (
     VerifiedIdentity,
 )
 from agentium_harness._codec import canonical_json, unstructure
+from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._engine.maintenance import SessionState
 from agentium_harness._engine.results import CleanupStatus, EvictionStatus
-from agentium_harness._engine.runtime import create_harness_runtime
 from agentium_harness._engine.tools import Tool, ToolRegistry, ToolStatus
 from agentium_harness._errors import (
     InvalidArgumentError,

@@ -21,8 +21,8 @@ from agentium_harness._config import (
     ResolvedConfig,
     parse_config,
 )
+from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.checks import adapter_problems
-from agentium_harness._engine.runtime import create_harness_runtime
 from agentium_harness._errors import ConfigError, InvalidIdError
 from agentium_harness._plugins import hookspecs
 from agentium_harness._ports import (

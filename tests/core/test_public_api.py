@@ -20,6 +20,9 @@ from agentium_harness.testing._api_docs import PUBLIC_MODULES, port_methods, ren
 ROOT = Path(__file__).resolve().parents[2]
 
 HOST_NAMES = {
+    # completion verification (issue 10)
+    "CompletionPolicy", "EvidenceEntry", "EvidenceLimits", "Verdict", "VerificationAttempt",
+    "VerificationRecord", "verified_completion_policy",
     # summaries (issue 9)
     "Citation", "CoverageGap", "GapReason", "SummaryLimits", "SummaryState", "TaskSummary",
     # recall (issue 8)

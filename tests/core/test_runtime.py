@@ -28,9 +28,10 @@ from agentium_harness import (
     VerifiedIdentity,
 )
 from agentium_harness._codec import canonical_json, unstructure
+from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._engine.results import EvictionStatus, RunStatus
-from agentium_harness._engine.runtime import RuntimeLimits, create_harness_runtime
+from agentium_harness._engine.runtime import RuntimeLimits
 from agentium_harness._engine.sources import SourceStatus
 from agentium_harness._engine.tools import EffectLevel, Tool, ToolRegistry, ToolStatus
 from agentium_harness._errors import ProviderError

@@ -57,13 +57,13 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._engine.results import CleanupStatus, EvictionStatus, RunResult
 from agentium_harness._engine.runtime import (
     HarnessRuntime,
     LifecycleState,
     RuntimeLimits,
-    create_harness_runtime,
 )
 from agentium_harness._errors import ArchiveError, RuntimeClosedError, SessionBusyError, SessionConflictError
 from agentium_harness._history import Message, MessageGroup, Role

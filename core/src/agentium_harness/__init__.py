@@ -11,6 +11,7 @@ detail and may change without notice. See ``docs/api.md`` for the reference.
 from __future__ import annotations
 
 from ._codec import canonical_json, digest_of
+from ._engine.build import create_harness_runtime
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.loader import load_runtime
 from ._engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
@@ -43,10 +44,10 @@ from ._engine.runtime import (
     HarnessResources,
     HarnessRuntime,
     LifecycleState,
-    create_harness_runtime,
 )
 from ._engine.sources import SourceStatus
 from ._engine.tools import EffectLevel, Tool, ToolOutcome, ToolRegistry, ToolStatus
+from ._engine.verification import CompletionPolicy, verified_completion_policy
 from ._errors import (
     AgentiumError,
     AgentLifecycleError,
@@ -100,10 +101,18 @@ from ._ports.recall import (
 )
 from ._ports.summary import Citation, CoverageGap, GapReason, SummaryLimits, SummaryState, TaskSummary
 from ._scope import RecallScope, Scope, SessionKey, VerifiedIdentity
+from ._verdicts import EvidenceEntry, EvidenceLimits, Verdict, VerificationAttempt, VerificationRecord
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CompletionPolicy",
+    "EvidenceEntry",
+    "EvidenceLimits",
+    "Verdict",
+    "VerificationAttempt",
+    "VerificationRecord",
+    "verified_completion_policy",
     "RecallUsage",
     "PolicyDecision",
     "PolicyInput",

@@ -45,6 +45,7 @@ from cattrs.cols import (
     list_structure_factory,
     mapping_structure_factory,
 )
+from cattrs.gen import make_dict_unstructure_fn
 
 from ._errors import EncodingError, RecordDecodeError
 
@@ -302,11 +303,35 @@ def make_converter(*, strict: bool, words: TypeWords | None = None) -> cattrs.Co
         for enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
             conv.register_structure_hook(enum_base, enum_hook)
         conv.register_structure_hook_factory(_is_collection, _strict_collection_factory(words))
+    # A record that gained an optional field later names it in
+    # ``__agentium_omit_if_none__``: absent stays absent in the encoding, so
+    # records written before the field existed keep their bytes and digests.
+    conv.register_unstructure_hook_factory(_omits_none, _omit_none_factory)
     with _RULES_LOCK:
         rules = list(_RULES.items())
     for cls, rule in rules:
         _install_rule(conv, cls, rule)
     return conv
+
+
+def _omits_none(type_: Any) -> bool:
+    return (
+        isinstance(type_, type) and attrs.has(type_) and bool(getattr(type_, "__agentium_omit_if_none__", ()))
+    )
+
+
+def _omit_none_factory(type_: Any, current: cattrs.Converter) -> Callable[[Any], Any]:
+    fields: tuple[str, ...] = type_.__agentium_omit_if_none__
+    base = make_dict_unstructure_fn(type_, current)
+
+    def unstructure_omitting(obj: Any) -> Any:
+        data = base(obj)
+        for name in fields:
+            if data.get(name, 0) is None:
+                del data[name]
+        return data
+
+    return unstructure_omitting
 
 
 def _cached(strict: bool) -> cattrs.Converter:

@@ -47,12 +47,14 @@ from ._config_source import (
     substitute_env,
 )
 from ._engine.limits import ResidentLimits, RuntimeLimits
+from ._engine.verification import CompletionPolicy
 from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
 from ._plugins.spec import AdapterSpec, resolve_path_options
 from ._ports import PORT_KIND_TABLE
 from ._ports.recall import RecallLimits
 from ._ports.summary import SummaryLimits
+from ._verdicts import EvidenceLimits
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -64,6 +66,7 @@ __all__ = [
     "HarnessConfig",
     "RecallConfig",
     "SummarizerConfig",
+    "VerifierConfig",
     "ResolvedComponent",
     "ResolvedConfig",
     "RuntimeConfig",
@@ -138,6 +141,13 @@ class ComponentConfig:
     options: dict[str, Any] = attrs.field(factory=dict)
 
 
+def _optional_seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 3600:
+        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600), got {value!r}")
+
+
 def _one_of(*choices: str, none: bool = False) -> Callable[[Any, attrs.Attribute[Any], object], None]:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
         if (value is None and none) or value in choices:
@@ -186,6 +196,23 @@ class SummarizerConfig:
 
 
 @attrs.frozen(slots=True)
+class VerifierConfig:
+    """``[verifier]``: a component section plus the completion policy and evidence budget.
+
+    ``[verifier.policy]`` holds ``on_fail`` (``stop`` or ``revise``), ``max_revisions`` (0–8) and
+    ``allow_revision_effects``; ``[verifier.budget]`` holds ``max_entries`` (at most 32) and
+    ``max_bytes`` (at most 8192), which narrow the evidence budget and may not widen it (R30);
+    ``timeout_s`` bounds each verifier call (default: ``[runtime] op_timeout_s``).
+    """
+
+    plugin: str
+    options: dict[str, Any] = attrs.field(factory=dict)
+    policy: CompletionPolicy = attrs.field(factory=CompletionPolicy)
+    budget: EvidenceLimits = attrs.field(factory=EvidenceLimits)
+    timeout_s: float | None = attrs.field(default=None, validator=_optional_seconds)
+
+
+@attrs.frozen(slots=True)
 class HarnessConfig:
     """A whole config file after phase (a). Provider, archive and session store are required."""
 
@@ -195,14 +222,18 @@ class HarnessConfig:
     runtime: RuntimeConfig = attrs.field(factory=RuntimeConfig)
     recall: RecallConfig | None = None
     summarizer: SummarizerConfig | None = None
-    verifier: ComponentConfig | None = None
+    verifier: VerifierConfig | None = None
     memory: ComponentConfig | None = None
 
-    def component(self, section: str) -> ComponentConfig | RecallConfig | SummarizerConfig | None:
+    def component(
+        self, section: str
+    ) -> ComponentConfig | RecallConfig | SummarizerConfig | VerifierConfig | None:
         """The component section named ``section`` (a key of :data:`SECTION_KINDS`), if present."""
         if section not in SECTION_KINDS:
             raise KeyError(section)
-        value: ComponentConfig | RecallConfig | SummarizerConfig | None = getattr(self, section)
+        value: ComponentConfig | RecallConfig | SummarizerConfig | VerifierConfig | None = getattr(
+            self, section
+        )
         return value
 
 

@@ -21,7 +21,8 @@ import anyio.to_thread
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.loader import load_runtime
 from ._engine.recall_policy import current_session_recall_policy
-from ._engine.runtime import HarnessRuntime, create_harness_runtime
+from ._engine.runtime import HarnessRuntime
+from ._engine.build import create_harness_runtime
 from ._engine.tools import EffectLevel, Tool, ToolRegistry
 from ._errors import InvalidArgumentError
 from ._history import MessageGroup, Role

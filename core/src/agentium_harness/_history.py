@@ -12,13 +12,14 @@ from __future__ import annotations
 import enum
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
 from ._codec import canonical_json, digest_bytes, unstructure
 from ._scope import Scope, validate_id
 from ._validators import non_negative_int, str_tuple
+from ._verdicts import VerificationRecord
 
 __all__ = [
     "Message",
@@ -90,15 +91,22 @@ class RetainedRecord:
 
     ``source_view_revision`` identifies the validated view of recalled sources,
     ``summary_policy``/``summary_version`` the summary that was in the request,
-    and ``uncertainty`` every caveat the run carried. Later features fill the
+    ``uncertainty`` every caveat the run carried, and ``verification`` the
+    verdict, evidence and revision count of a verified completion. Later features fill the
     optional fields; the shape is fixed now.
     """
+
+    #: Left out of the encoding when ``None``: groups committed before
+    #: verification existed keep their bytes and digests.
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("verification",)
 
     scope: Scope
     source_view_revision: str | None = None
     summary_policy: str | None = None
     summary_version: str | None = None
     uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
+    #: How the turn's completion was judged, when it was verified (R27).
+    verification: VerificationRecord | None = None
 
 
 # A group is frozen, and a turn asks for its bytes many times (eviction

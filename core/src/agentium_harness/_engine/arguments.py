@@ -12,13 +12,24 @@ from .._errors import IdentityError, InvalidArgumentError
 from .._ports.provider import SourceBlock
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
+from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, require_identity, validate_id
+from .._verdicts import EvidenceLimits
 from .limits import RuntimeLimits
 from .recall_policy import RecallPolicy
 from .recall_view import ConditionalPublication
 from .tools import ToolRegistry
+from .verification import CompletionPolicy
 
-__all__ = ["check_grants", "check_options", "check_sources", "run_scope", "source_uncertainty"]
+__all__ = [
+    "check_completion",
+    "check_grants",
+    "check_options",
+    "check_sources",
+    "check_verification",
+    "run_scope",
+    "source_uncertainty",
+]
 
 
 def run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
@@ -99,3 +110,38 @@ def check_options(
         raise InvalidArgumentError("summary_limits needs a summarizer")
     if recall is None and (recall_limits, recall_policy, publication) != (None, None, None):
         raise InvalidArgumentError("recall_limits, recall_policy and publication need a recall store")
+
+
+def check_completion(
+    completion: object, default: CompletionPolicy, verifier: CompletionVerifier | None
+) -> CompletionPolicy | None:
+    """The run's completion policy: ``None``/``False`` none, ``True`` the runtime's, or the one given."""
+    if completion is None or completion is False:
+        return None
+    if completion is not True and not isinstance(completion, CompletionPolicy):
+        raise InvalidArgumentError(
+            "completion must be True, False, None or a CompletionPolicy from verified_completion_policy(), "
+            f"got {type(completion).__name__}"
+        )
+    if verifier is None:
+        raise InvalidArgumentError(
+            "completion verification was asked for, but the runtime has no verifier; configure "
+            "[verifier] (or pass verifier=) — nothing was run"
+        )
+    return default if completion is True else completion
+
+
+def check_verification(policy: object, limits: object, timeout_s: object) -> None:
+    """Refuse a wrong-typed completion policy, evidence budget or verifier deadline."""
+    if policy is not None and not isinstance(policy, CompletionPolicy):
+        raise InvalidArgumentError(
+            f"completion_policy must be a CompletionPolicy, got {type(policy).__name__}"
+        )
+    if limits is not None and not isinstance(limits, EvidenceLimits):
+        raise InvalidArgumentError(f"evidence_limits must be EvidenceLimits, got {type(limits).__name__}")
+    if timeout_s is not None and (
+        isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not 0 < timeout_s < 3600
+    ):
+        raise InvalidArgumentError(
+            f"verify_timeout_s must be a number of seconds in (0, 3600), got {timeout_s!r}"
+        )

@@ -6,10 +6,14 @@ does, so the engine still enforces every bound on what adapters return.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from .._errors import CapabilityError
 from .._ports import PORT_KINDS, Capabilities, is_port_stub
+from .lifecycle import Ticket
 
-__all__ = ["adapter_problems", "check_adapter"]
+__all__ = ["adapter_problems", "check_adapter", "probe_adapters"]
 
 
 def _implemented(cls: type, method: str) -> bool:
@@ -95,3 +99,22 @@ def check_adapter(kind: str, adapter: object, role: str | None = None) -> Capabi
     caps = getattr(cls, "capabilities")  # noqa: B009 - validated above
     assert isinstance(caps, Capabilities)
     return caps
+
+
+async def probe_adapters(ticket: Ticket, adapters: Sequence[tuple[str, Any]]) -> list[tuple[str, str]]:
+    """Call each adapter's ``health`` if its capabilities declare ``health_check``; bounded each.
+
+    Returns ``[(role, "ok: …" | "failed: …" | "no health check declared")]`` in order.
+    """
+    results: list[tuple[str, str]] = []
+    for role, adapter in adapters:
+        caps = getattr(type(adapter), "capabilities", None)
+        if getattr(caps, "health_check", False):
+            try:
+                answer = await ticket.call(f"{role} health", adapter.health)
+                results.append((role, f"ok: {answer}"))
+            except Exception as exc:
+                results.append((role, f"failed: {type(exc).__name__}: {exc}"))
+        else:
+            results.append((role, "no health check declared"))
+    return results

@@ -10,8 +10,9 @@ from .._config import ResolvedConfig, load_config
 from .._errors import ConfigError, ConfigIssue
 from .._plugins.registry import PluginRegistry
 from .._ports import PORT_KINDS
+from .build import create_harness_runtime
 from .recall_policy import current_session_recall_policy
-from .runtime import HarnessRuntime, create_harness_runtime
+from .runtime import HarnessRuntime
 from .tools import ToolRegistry
 
 __all__ = ["build_runtime", "load_runtime"]
@@ -60,6 +61,11 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
     summarizer_cfg = resolved.config.summarizer
     if summarizer_cfg is not None and "summarizer" in built:
         recall_args["summary_limits"] = summarizer_cfg.budget
+    verifier_cfg = resolved.config.verifier
+    if verifier_cfg is not None and "verifier" in built:
+        recall_args["completion_policy"] = verifier_cfg.policy
+        recall_args["evidence_limits"] = verifier_cfg.budget
+        recall_args["verify_timeout_s"] = verifier_cfg.timeout_s
     return create_harness_runtime(
         **built,
         **recall_args,

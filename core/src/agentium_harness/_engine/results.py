@@ -11,6 +11,7 @@ from .._history import RetainedRecord
 from .._ports.archive import ArchiveReceipt
 from .._ports.provider import Usage
 from .._ports.summary import SummaryState
+from .._verdicts import VerificationRecord
 from .sources import SourceStatus
 from .tools import ToolOutcome
 
@@ -56,6 +57,9 @@ class RunStatus(enum.StrEnum):
     #: The recall policy asks a clarification and no clarifier was given; ``output`` is the question.
     #: Nothing was committed.
     NEEDS_CLARIFICATION = "needs_clarification"
+    #: The turn completed, but its completion was verified and not accepted (verdict ``fail`` or
+    #: ``unknown``; ``verification`` says why). The turn is committed, with the verdict in its record.
+    NOT_ACCEPTED = "not_accepted"
 
 
 class EvictionStatus(enum.StrEnum):
@@ -74,7 +78,9 @@ class RunResult:
     ``group_seq`` is the new group's number; ``boundary`` the first resident
     ``seq`` after commit; ``archived`` the receipts the archive returned for
     groups evicted by this commit; ``retained`` the record stored with the
-    group (R26); ``recall`` what recall did (``None`` without recall).
+    group (R26); ``recall`` what recall did (``None`` without recall);
+    ``verification`` the verdict, evidence and revision count when the run
+    was verified (also kept in ``retained``).
 
     A run the recall policy ended early (status ``stopped`` or
     ``needs_clarification``) has ``committed=False`` and ``group_seq=None``;
@@ -98,6 +104,8 @@ class RunResult:
     committed: bool = True
     #: The session's task summary after this run (``None`` without summaries or before the first one).
     summary: SummaryState | None = None
+    #: How the completion was judged (``None`` when the run did not ask for verification).
+    verification: VerificationRecord | None = None
 
     def has(self, code: str) -> bool:
         """True if a diagnostic with ``code`` was recorded."""

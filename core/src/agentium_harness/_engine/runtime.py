@@ -10,6 +10,9 @@ A turn, in order (see docs/runtime.md), each step in its own module:
    evidence assembly, validation before dispatch, and the policy's decision;
 4. sources (:mod:`.sources`): labeled source data assembled whole under its budget;
 5. turn (:mod:`.turn`): the model request, the provider call, granted tools;
+   then, when the run asks for it, verification (:mod:`.verification`): the
+   final answer checked against current host evidence, with revisions as the
+   completion policy allows;
 6. the commit fence (:mod:`.recall_turn`, :mod:`.recall_view`): recalled sources
    validated again, the policy decides, optional conditional publication;
 7. commit (:mod:`.commit`): append the new group, archive the oldest complete
@@ -27,30 +30,35 @@ Maintenance outside a turn — flush, migrate, inspect, reconcile — is in
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any
 
 import attrs
 
 from .._errors import (
-    CapabilityError,
-    FeatureUnavailableError,
     InvalidArgumentError,
     PublicationRefusedError,
     RuntimeCloseError,
     SessionDivergedError,
 )
-from .._history import MessageGroup, RetainedRecord, Role
+from .._history import Message, MessageGroup, RetainedRecord
 from .._ports.archive import HistoryArchive
-from .._ports.memory import MemoryStore
 from .._ports.provider import ModelProvider, SourceBlock
-from .._ports.recall import RecallCapabilities, RecallLimits, RecallStore
+from .._ports.recall import RecallLimits, RecallStore
 from .._ports.sessions import SessionStore
 from .._ports.summary import Summarizer, SummaryLimits, SummaryState
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
-from .arguments import check_grants, check_options, check_sources, run_scope, source_uncertainty
-from .checks import check_adapter
+from .._verdicts import EvidenceLimits, VerificationRecord
+from .arguments import (
+    check_completion,
+    check_grants,
+    check_sources,
+    run_scope,
+    source_uncertainty,
+)
+from .checks import probe_adapters
 from .closing import close_session
 from .commit import CommitOutcome, commit, index_archived
 from .hooks import HookBroadcaster
@@ -79,9 +87,16 @@ from .recall_turn import (
 from .recall_view import ConditionalPublication, RecallView, publish
 from .results import CleanupReport, Diagnostic, RunResult, RunStatus, Severity
 from .sources import assemble_sources
-from .summary import GroupReader, summarize_after_commit, summary_block, summary_reader
+from .summary import GroupReader, summarize_after_commit, summary_block
 from .tools import ToolRegistry
-from .turn import run_turn
+from .turn import TurnOutcome, run_turn
+from .verification import (
+    REVISION_REQUEST,
+    CompletionPolicy,
+    final_answer,
+    verified_completion_policy,
+    verify_completed_turn,
+)
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -94,17 +109,9 @@ __all__ = [
     "RuntimeLimits",
     "SessionState",
     "SessionView",
-    "create_harness_runtime",
 ]
 
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
-
-#: Optional features whose engines have not landed yet: building a runtime
-#: with one of them is refused instead of accepting an adapter never called.
-_UNAVAILABLE = {
-    "verifier": "completion verification",
-    "memory": "the memory lifecycle",
-}
 
 
 class HarnessResources:
@@ -158,7 +165,15 @@ class HarnessRuntime:
         summarizer: Summarizer | None = None,
         summary_limits: SummaryLimits | None = None,
         summary_reader: GroupReader | None = None,
+        verifier: CompletionVerifier | None = None,
+        completion_policy: CompletionPolicy | None = None,
+        evidence_limits: EvidenceLimits | None = None,
+        verify_timeout_s: float | None = None,
     ) -> None:
+        self.verifier = verifier
+        self.completion_policy = completion_policy or verified_completion_policy()
+        self.evidence_limits = evidence_limits or EvidenceLimits()
+        self.verify_timeout_s = verify_timeout_s or limits.op_timeout_s
         self.summarizer = summarizer
         self.summary_limits = summary_limits or SummaryLimits()
         self._summary_reader = summary_reader
@@ -196,8 +211,16 @@ class HarnessRuntime:
         grants: Iterable[str] = (),
         sources: Sequence[SourceBlock] = (),
         clarify: Clarifier | None = None,
+        completion: CompletionPolicy | bool | None = None,
     ) -> RunResult:
         """Run one turn for a verified identity on a session and commit it (R7).
+
+        ``completion`` asks for the turn's final answer to be verified as a
+        completion candidate (R27): ``True`` uses the runtime's policy
+        (``completion_policy``, from ``[verifier.policy]``), a
+        :class:`CompletionPolicy` overrides it for this run. The verdict is in
+        ``result.verification`` and the retained record; an unaccepted one
+        makes the status ``not_accepted``. It needs a configured verifier.
 
         ``grants`` names the tools the model may run in this turn. ``sources``
         adds host-supplied labeled source data, assembled whole under the
@@ -216,10 +239,11 @@ class HarnessRuntime:
             raise InvalidArgumentError(f"user_input must be a string, got {type(user_input).__name__}")
         granted = check_grants(grants)
         offered = check_sources(sources)
+        policy = check_completion(completion, self.completion_policy, self.verifier)
         key = scope.session_key
         async with self._admission.admit(key, "run") as ticket:
             return await self._run_admitted(
-                ticket, scope, user_input, attest_legacy_memory_scope, granted, offered, clarify
+                ticket, scope, user_input, attest_legacy_memory_scope, granted, offered, clarify, policy
             )
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
@@ -232,7 +256,9 @@ class HarnessRuntime:
         granted: frozenset[str],
         offered: tuple[SourceBlock, ...],
         clarify: Clarifier | None = None,
+        policy: CompletionPolicy | None = None,
     ) -> RunResult:
+        started_at = time.time()
         key = scope.session_key
         if self._work.busy(key):
             # The previous turn's summary update saves into this snapshot: let it land (bounded) first,
@@ -287,17 +313,48 @@ class HarnessRuntime:
                     Severity.WARNING,
                 )
             )
+        request_sources = (*summary_sources, *(step.blocks if step is not None else ()), *assembly.included)
         turn = await run_turn(
             ticket,
             provider=self.provider,
             tools=self.tools,
             limits=self.limits,
             instructions=self.instructions,
-            sources=(*summary_sources, *(step.blocks if step is not None else ()), *assembly.included),
+            sources=request_sources,
             history=history,
             user_input=user_input,
             granted=granted,
         )
+        verification: VerificationRecord | None = None
+        if policy is not None and self.verifier is not None:
+
+            async def rerun(prior: tuple[Message, ...], block: SourceBlock, refuse: bool) -> TurnOutcome:
+                return await run_turn(
+                    ticket,
+                    provider=self.provider,
+                    tools=self.tools,
+                    limits=self.limits,
+                    instructions=self.instructions,
+                    sources=(*request_sources, block),
+                    history=history,
+                    user_input=REVISION_REQUEST,
+                    granted=granted,
+                    prior=prior,
+                    refuse_write_effects=refuse,
+                )
+
+            turn, verification, verify_notes = await verify_completed_turn(
+                ticket,
+                turn,
+                rerun,
+                verifier=self.verifier,
+                policy=policy,
+                limits=self.evidence_limits,
+                scope=scope,
+                started_at=started_at,
+                timeout_s=self.verify_timeout_s,
+            )
+            diagnostics.extend(verify_notes)
         diagnostics.extend(turn.diagnostics)
         recall_outcome = step.outcome if step is not None else None
         if step is not None and recall_outcome is not None and self.recall is not None:
@@ -322,6 +379,7 @@ class HarnessRuntime:
                 *source_uncertainty(assembly.omitted),
                 *(recall_outcome.uncertainty if recall_outcome else ()),
             ),
+            verification=verification,
         )
         group = MessageGroup(seq=snap.next_seq, messages=turn.messages, retained=retained)
         done: list[CommitOutcome] = []
@@ -377,7 +435,7 @@ class HarnessRuntime:
             else:
                 revision, summary, notes = await summarize(ticket)
                 diagnostics.extend(notes)
-        output = next((m.content for m in reversed(turn.messages) if m.role is Role.ASSISTANT), "")
+        output = final_answer(turn.messages)
         return RunResult(
             output=output,
             status=turn.status,
@@ -394,6 +452,7 @@ class HarnessRuntime:
             diagnostics=tuple(diagnostics),
             recall=recall_outcome,
             summary=summary,
+            verification=verification,
         )
 
     # -- inspection and maintenance ------------------------------------------
@@ -449,25 +508,15 @@ class HarnessRuntime:
 
     async def probe(self) -> list[tuple[str, str]]:
         """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``."""
-        results: list[tuple[str, str]] = []
-        ticket = Ticket(None, "probe", self.limits.op_timeout_s)
-        adapters: list[tuple[str, Any]] = [
-            ("archive", self.archive),
-            ("session_store", self.session_store),
-        ]
-        if self.recall is not None:
-            adapters.append(("recall", self.recall))
-        for role, adapter in adapters:
-            caps = getattr(type(adapter), "capabilities", None)
-            if getattr(caps, "health_check", False):
-                try:
-                    answer = await ticket.call(f"{role} health", adapter.health)
-                    results.append((role, f"ok: {answer}"))
-                except Exception as exc:
-                    results.append((role, f"failed: {type(exc).__name__}: {exc}"))
-            else:
-                results.append((role, "no health check declared"))
-        return results
+        adapters: list[tuple[str, Any]] = [("archive", self.archive), ("session_store", self.session_store)]
+        for role, adapter in (
+            ("recall", self.recall),
+            ("verifier", self.verifier),
+            ("provider", self.provider),
+        ):
+            if adapter is not None:
+                adapters.append((role, adapter))
+        return await probe_adapters(Ticket(None, "probe", self.limits.op_timeout_s), adapters)
 
     # -- shutdown --------------------------------------------------------------
 
@@ -514,105 +563,6 @@ class HarnessRuntime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-def create_harness_runtime(
-    *,
-    provider: ModelProvider,
-    archive: HistoryArchive,
-    session_store: SessionStore,
-    recall: RecallStore | None = None,
-    summarizer: Summarizer | None = None,
-    verifier: CompletionVerifier | None = None,
-    memory: MemoryStore | None = None,
-    limits: RuntimeLimits | None = None,
-    instructions: str = DEFAULT_INSTRUCTIONS,
-    tools: ToolRegistry | None = None,
-    hooks: HookBroadcaster | None = None,
-    owned: Sequence[object] = (),
-    recall_limits: RecallLimits | None = None,
-    recall_policy: RecallPolicy | None = None,
-    publication: ConditionalPublication | None = None,
-    summary_limits: SummaryLimits | None = None,
-) -> HarnessRuntime:
-    """Build a runtime from adapters the application supplies (R6).
-
-    Validates every adapter's declared capabilities (R9, R10) and refuses
-    combinations they forbid, with a :class:`~agentium_harness._errors.CapabilityError`
-    naming the adapter and the flag. Building provisions no storage and calls
-    no model: no adapter method is called here. Everything passed in is
-    borrowed and never closed by the runtime; ``owned`` lists adapters the
-    caller hands over for :meth:`HarnessRuntime.aclose` to close.
-
-    ``recall`` is optional (R1): without it a run works exactly as before.
-    With it, ``recall_limits`` (default :class:`RecallLimits`) bounds each run,
-    ``recall_policy`` (default :func:`current_session_recall_policy`) decides,
-    and ``publication`` optionally hooks the commit (R25).
-
-    ``summarizer`` is optional too: with it, each commit that archives groups
-    folds them into the session's task summary (docs/summaries.md), bounded
-    by ``summary_limits`` (default :class:`SummaryLimits`). Summaries read
-    archived groups through the recall store's ``canonical_archive_reads``,
-    or the archive's ``bounded_reads`` without recall.
-
-    Verifiers and memory stores are validated and then refused with
-    :class:`~agentium_harness._errors.FeatureUnavailableError`: their engines
-    are not part of this release, and a runtime that accepted them and never
-    called them would mislead.
-    """
-    check_adapter("provider", provider)
-    check_adapter("archive", archive)
-    check_adapter("session_store", session_store)
-    if recall is not None:
-        caps = check_adapter("recall", recall)
-        assert isinstance(caps, RecallCapabilities)
-        if summarizer is not None and not caps.canonical_archive_reads:
-            raise CapabilityError(
-                f"recall store {type(recall).__name__} lacks canonical_archive_reads, which recall "
-                "together with summaries requires (R9)"
-            )
-    optional = {"recall": recall, "summarizer": summarizer, "verifier": verifier, "memory": memory}
-    for kind, adapter in optional.items():
-        if adapter is not None and kind != "recall":
-            check_adapter(kind, adapter)
-    for kind, adapter in optional.items():
-        if adapter is not None and kind in _UNAVAILABLE:
-            raise FeatureUnavailableError(
-                f"a {kind} adapter ({type(adapter).__name__}) was given, but {_UNAVAILABLE[kind]} is not "
-                "available in this release of agentium-harness; remove it (see docs/index.md, "
-                "'What is not there yet')"
-            )
-    check_options(
-        limits=limits,
-        tools=tools,
-        recall=recall,
-        recall_limits=recall_limits,
-        recall_policy=recall_policy,
-        publication=publication,
-        summarizer=summarizer,
-        summary_limits=summary_limits,
-    )
-    reader = summary_reader(recall, archive) if summarizer is not None else None
-    bind = getattr(summarizer, "bind_provider", None)
-    if callable(bind):
-        bind(provider)  # a summarizer that asks a model uses the runtime's unless it has its own
-    return HarnessRuntime(
-        provider=provider,
-        archive=archive,
-        session_store=session_store,
-        limits=limits or RuntimeLimits(),
-        instructions=instructions,
-        tools=tools or ToolRegistry(),
-        hooks=hooks,
-        owned=owned,
-        recall=recall,
-        recall_limits=recall_limits,
-        recall_policy=recall_policy,
-        publication=publication,
-        summarizer=summarizer,
-        summary_limits=summary_limits,
-        summary_reader=reader,
-    )
 
 
 async def _state_and_notes(

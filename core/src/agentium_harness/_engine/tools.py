@@ -37,6 +37,8 @@ class ToolStatus(enum.StrEnum):
     OK = "ok"
     REFUSED_NOT_GRANTED = "refused_not_granted"
     REFUSED_UNKNOWN = "refused_unknown"
+    #: A write-effect tool asked for during a verification revision without ``allow_revision_effects``.
+    REFUSED_EFFECT = "refused_effect"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
 

@@ -28,7 +28,7 @@ from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, Source
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
-from .tools import ToolOutcome, ToolRegistry, ToolStatus
+from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 
 __all__ = ["TurnOutcome", "run_turn"]
 
@@ -55,11 +55,19 @@ async def run_turn(
     history: tuple[Message, ...],
     user_input: str,
     granted: frozenset[str],
+    prior: tuple[Message, ...] = (),
+    refuse_write_effects: bool = False,
 ) -> TurnOutcome:
-    """Call the provider until it answers without tool calls, at most ``max_steps`` times."""
+    """Call the provider until it answers without tool calls, at most ``max_steps`` times.
+
+    ``prior`` continues a turn already under way (a verification revision):
+    its messages stay first and ``user_input`` follows them. With
+    ``refuse_write_effects``, a granted tool whose effect is ``write`` is
+    refused and recorded instead of run (R31).
+    """
     may_call_tools = bool(getattr(getattr(type(provider), "capabilities", None), "tool_calls", False))
     diagnostics: list[Diagnostic] = []
-    turn: list[Message] = [Message(Role.USER, user_input)]
+    turn: list[Message] = [*prior, Message(Role.USER, user_input)]
     outcomes: list[ToolOutcome] = []
     usage_in = usage_out = 0
     estimated = False
@@ -87,10 +95,15 @@ async def run_turn(
             status = RunStatus.COMPLETED
             break
         for call in reply.tool_calls:
-            outcome, content = await _run_tool(tools, call, granted, limits.tool_timeout_s)
+            outcome, content = await _run_tool(
+                tools, call, granted, limits.tool_timeout_s, refuse_write_effects
+            )
             outcomes.append(outcome)
             if outcome.status is not ToolStatus.OK:
-                code = "tool_timeout" if outcome.status is ToolStatus.TIMED_OUT else "tool_refused"
+                code = {
+                    ToolStatus.TIMED_OUT: "tool_timeout",
+                    ToolStatus.REFUSED_EFFECT: "revision_effect_refused",
+                }.get(outcome.status, "tool_refused")
                 diagnostics.append(Diagnostic(code, outcome.detail, Severity.WARNING))
             turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
     if status is RunStatus.STEP_LIMIT:
@@ -170,7 +183,7 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
 
 
 async def _run_tool(
-    tools: ToolRegistry, call: ToolCall, granted: frozenset[str], timeout_s: float
+    tools: ToolRegistry, call: ToolCall, granted: frozenset[str], timeout_s: float, refuse_write: bool
 ) -> tuple[ToolOutcome, str]:
     try:
         tool = tools.resolve(call.name, granted)
@@ -178,6 +191,15 @@ async def _run_tool(
         status = ToolStatus.REFUSED_UNKNOWN if call.name not in tools else ToolStatus.REFUSED_NOT_GRANTED
         detail = f"ToolNotGrantedError: {exc}"
         return ToolOutcome(call.id, call.name, status, None, detail), f"refused: {exc}"
+    if refuse_write and tool.effect is EffectLevel.WRITE:
+        # Grants were checked first: a revision never widens what the run may do (R31).
+        detail = (
+            f"tool {call.name!r} has write effects, which are not allowed during a verification "
+            "revision (allow_revision_effects is off); the call was not executed"
+        )
+        return ToolOutcome(
+            call.id, call.name, ToolStatus.REFUSED_EFFECT, tool.effect, detail
+        ), f"refused: {detail}"
     # The handler gets its own deep copy: the arguments stored in the frozen
     # ToolCall are committed history and must not be rewritable by a tool.
     arguments: dict[str, Any] = json.loads(canonical_json(call.arguments))

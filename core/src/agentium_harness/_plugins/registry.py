@@ -55,6 +55,7 @@ from .selection import (
     parse_name_list,
 )
 from .spec import AdapterSpec
+from .graders import GRADER_HOOK, GraderTable
 from .strategies import STRATEGY_HOOK, RecallStrategy, StrategyKind, StrategyTable
 from .validation import spec_problems
 
@@ -135,6 +136,7 @@ class PluginRegistry:
         self._skipped: list[SkippedPlugin] = []
         self._stand_ins: dict[int, tuple[object, types.ModuleType]] = {}
         self._strategies = StrategyTable()
+        self._graders = GraderTable()
 
     # ------------------------------------------------------------------ loading
 
@@ -276,7 +278,42 @@ class PluginRegistry:
         for impl in getattr(self._pm.hook, STRATEGY_HOOK).get_hookimpls():
             if impl.plugin is plugin:
                 self._call_strategies(impl, distribution, version)
+        for impl in getattr(self._pm.hook, GRADER_HOOK).get_hookimpls():
+            if impl.plugin is plugin:
+                self._call_graders(impl, distribution, version)
         return tuple(self._problems[before:])
+
+    def _call_graders(self, impl: pluggy.HookImpl, distribution: str, version: str) -> None:
+        """Call one plugin's grader registration hook; a refused grader is a registration problem."""
+        accepted: list[Any] = []
+
+        def register(grader: Any) -> None:
+            problem = self._graders.problems_for(grader, distribution)
+            if problem is None and any(g.name == grader.name for g in accepted):
+                problem = f"grader {grader.name!r} is registered twice by {distribution}"
+            if problem is not None:
+                self._problem(distribution, version, ProblemStage.REGISTRATION, problem, hook=GRADER_HOOK)
+                return
+            accepted.append(grader)
+
+        try:
+            for result in self._caller_for(GRADER_HOOK, impl)(register=register):
+                if inspect.isawaitable(result):
+                    _discard_awaitable(result)
+                    raise TypeError("registration hooks must be plain functions, not async")
+        except Exception as exc:
+            self._problem(distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), hook=GRADER_HOOK)
+            return
+        for grader in accepted:
+            self._graders.add(grader, distribution)
+
+    def grader(self, name: str) -> Any:
+        """The eval grader named ``name``; :class:`PluginNotFoundError` (with a close match) if none."""
+        return self._graders.get(name)
+
+    def grader_names(self) -> tuple[str, ...]:
+        """Registered eval grader names, built-ins first."""
+        return self._graders.names()
 
     def _call_strategies(self, impl: pluggy.HookImpl, distribution: str, version: str) -> None:
         """Call one plugin's strategy registration hook; a refused strategy is a registration problem."""
@@ -342,7 +379,7 @@ class PluginRegistry:
     def _validate_hooks(self, distribution: str, version: str, plugin: object) -> bool:
         """Refuse unknown (misspelt) hook names and wrappers; True when the plugin is acceptable."""
         ok = True
-        known = [*sorted(REGISTRATION_HOOKS.values()), STRATEGY_HOOK, *LIFECYCLE_HOOKS]
+        known = [*sorted(REGISTRATION_HOOKS.values()), STRATEGY_HOOK, GRADER_HOOK, *LIFECYCLE_HOOKS]
         for caller in self._pm.get_hookcallers(plugin) or []:
             impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
             if not caller.has_spec() and any(not i.optionalhook for i in impls):

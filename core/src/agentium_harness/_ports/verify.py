@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from typing import ClassVar
 
 import attrs
 
-from .._codec import canonical_json
 from .._scope import Scope
 from .._validators import str_tuple
+from .._verdicts import (
+    MAX_EVIDENCE_BYTES,
+    MAX_EVIDENCE_ENTRIES,
+    EvidenceEntry,
+    EvidenceLimits,
+    Verdict,
+    evidence_size,
+    fit_evidence,
+)
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -19,6 +26,7 @@ __all__ = [
     "CompletionCandidate",
     "CompletionVerifier",
     "EvidenceEntry",
+    "EvidenceLimits",
     "Verdict",
     "VerificationResult",
     "VerifierCapabilities",
@@ -27,18 +35,13 @@ __all__ = [
     "fit_evidence",
 ]
 
-#: Hard ceilings on verification evidence (R30); a context may narrow them.
-MAX_EVIDENCE_ENTRIES = 32
-MAX_EVIDENCE_BYTES = 8192
+
+def _entries(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
+    return tuple(value)
 
 
 def _pairs(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     return tuple((str(a), str(b)) for a, b in value)
-
-
-def _tuple_of_evidenceentry(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -47,14 +50,6 @@ class VerifierCapabilities(Capabilities):
 
     artifact_digests: bool = False
     test_records: bool = False
-
-
-class Verdict(enum.StrEnum):
-    """A verifier's verdict. ``UNKNOWN`` always stops (R28)."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    UNKNOWN = "unknown"
 
 
 @attrs.frozen(slots=True)
@@ -82,14 +77,9 @@ class VerifyContext:
     #: 0 for the first verification of a turn, then 1, 2, … for each revision.
     revision: int = 0
 
-
-@attrs.frozen(slots=True)
-class EvidenceEntry:
-    """One piece of current host evidence (an artifact digest, a test record…)."""
-
-    kind: str
-    ref: str
-    detail: str
+    def raise_if_expired(self, what: str) -> None:
+        """Raise ``OperationCancelledError`` when cancelled or past the deadline (see :class:`OpContext`)."""
+        self.op.raise_if_expired(what)
 
 
 @attrs.frozen(slots=True)
@@ -97,33 +87,8 @@ class VerificationResult:
     """The verdict with the evidence it rests on."""
 
     verdict: Verdict
-    evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=_tuple_of_evidenceentry)
+    evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=_entries)
     reason: str = ""
-
-
-def evidence_size(entry: EvidenceEntry) -> int:
-    """Bytes of ``entry`` as canonical JSON: what the evidence budget counts (R30)."""
-    return len(canonical_json({"kind": entry.kind, "ref": entry.ref, "detail": entry.detail}))
-
-
-def fit_evidence(
-    entries: Iterable[EvidenceEntry], max_entries: int, max_bytes: int
-) -> tuple[tuple[EvidenceEntry, ...], int]:
-    """Keep whole entries in order while they fit; return ``(kept, omitted_count)``.
-
-    Nothing is cut inside an entry: the first entry that would pass either
-    limit, and every entry after it, is omitted and counted (R30).
-    """
-    kept: list[EvidenceEntry] = []
-    used = 0
-    items = list(entries)
-    for index, entry in enumerate(items):
-        size = evidence_size(entry)
-        if len(kept) >= max_entries or used + size > max_bytes:
-            return tuple(kept), len(items) - index
-        kept.append(entry)
-        used += size
-    return tuple(kept), 0
 
 
 class CompletionVerifier:

@@ -1,0 +1,151 @@
+"""Building a runtime from adapters the application supplies (R6).
+
+Construction validates every adapter's declared capabilities and every
+option, provisions no storage and calls no model. The runtime itself is
+:class:`~.runtime.HarnessRuntime`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._errors import CapabilityError, FeatureUnavailableError
+from .._ports.archive import HistoryArchive
+from .._ports.memory import MemoryStore
+from .._ports.provider import ModelProvider
+from .._ports.recall import RecallCapabilities, RecallLimits, RecallStore
+from .._ports.sessions import SessionStore
+from .._ports.summary import Summarizer, SummaryLimits
+from .._ports.verify import CompletionVerifier
+from .._verdicts import EvidenceLimits
+from .arguments import check_options, check_verification
+from .checks import check_adapter
+from .hooks import HookBroadcaster
+from .limits import RuntimeLimits
+from .recall_policy import RecallPolicy
+from .recall_view import ConditionalPublication
+from .runtime import DEFAULT_INSTRUCTIONS, HarnessRuntime
+from .summary import summary_reader
+from .tools import ToolRegistry
+from .verification import CompletionPolicy
+
+__all__ = ["create_harness_runtime"]
+
+#: Optional features whose engines have not landed yet: building a runtime
+#: with one of them is refused instead of accepting an adapter never called.
+_UNAVAILABLE = {
+    "memory": "the memory lifecycle",
+}
+
+
+def create_harness_runtime(
+    *,
+    provider: ModelProvider,
+    archive: HistoryArchive,
+    session_store: SessionStore,
+    recall: RecallStore | None = None,
+    summarizer: Summarizer | None = None,
+    verifier: CompletionVerifier | None = None,
+    memory: MemoryStore | None = None,
+    limits: RuntimeLimits | None = None,
+    instructions: str = DEFAULT_INSTRUCTIONS,
+    tools: ToolRegistry | None = None,
+    hooks: HookBroadcaster | None = None,
+    owned: Sequence[object] = (),
+    recall_limits: RecallLimits | None = None,
+    recall_policy: RecallPolicy | None = None,
+    publication: ConditionalPublication | None = None,
+    summary_limits: SummaryLimits | None = None,
+    completion_policy: CompletionPolicy | None = None,
+    evidence_limits: EvidenceLimits | None = None,
+    verify_timeout_s: float | None = None,
+) -> HarnessRuntime:
+    """Build a runtime from adapters the application supplies (R6).
+
+    Validates every adapter's declared capabilities (R9, R10) and refuses
+    combinations they forbid, with a :class:`~agentium_harness._errors.CapabilityError`
+    naming the adapter and the flag. Building provisions no storage and calls
+    no model: no adapter method is called here. Everything passed in is
+    borrowed and never closed by the runtime; ``owned`` lists adapters the
+    caller hands over for :meth:`HarnessRuntime.aclose` to close.
+
+    ``recall`` is optional (R1): without it a run works exactly as before.
+    With it, ``recall_limits`` (default :class:`RecallLimits`) bounds each run,
+    ``recall_policy`` (default :func:`current_session_recall_policy`) decides,
+    and ``publication`` optionally hooks the commit (R25).
+
+    ``summarizer`` is optional too: with it, each commit that archives groups
+    folds them into the session's task summary (docs/summaries.md), bounded
+    by ``summary_limits`` (default :class:`SummaryLimits`). Summaries read
+    archived groups through the recall store's ``canonical_archive_reads``,
+    or the archive's ``bounded_reads`` without recall.
+
+    ``verifier`` is optional: with it, a run that passes ``completion=`` has
+    its final answer verified against current host evidence (docs/verification.md)
+    under ``completion_policy`` (default :func:`verified_completion_policy`),
+    ``evidence_limits`` (default 32 entries, 8192 bytes) and
+    ``verify_timeout_s`` (default ``limits.op_timeout_s``).
+
+    Memory stores are validated and then refused with
+    :class:`~agentium_harness._errors.FeatureUnavailableError`: the memory
+    engine is not part of this release, and a runtime that accepted a store
+    and never called it would mislead.
+    """
+    check_adapter("provider", provider)
+    check_adapter("archive", archive)
+    check_adapter("session_store", session_store)
+    if recall is not None:
+        caps = check_adapter("recall", recall)
+        assert isinstance(caps, RecallCapabilities)
+        if summarizer is not None and not caps.canonical_archive_reads:
+            raise CapabilityError(
+                f"recall store {type(recall).__name__} lacks canonical_archive_reads, which recall "
+                "together with summaries requires (R9)"
+            )
+    optional = {"recall": recall, "summarizer": summarizer, "verifier": verifier, "memory": memory}
+    for kind, adapter in optional.items():
+        if adapter is not None and kind != "recall":
+            check_adapter(kind, adapter)
+    for kind, adapter in optional.items():
+        if adapter is not None and kind in _UNAVAILABLE:
+            raise FeatureUnavailableError(
+                f"a {kind} adapter ({type(adapter).__name__}) was given, but {_UNAVAILABLE[kind]} is not "
+                "available in this release of agentium-harness; remove it (see docs/index.md, "
+                "'What is not there yet')"
+            )
+    check_options(
+        limits=limits,
+        tools=tools,
+        recall=recall,
+        recall_limits=recall_limits,
+        recall_policy=recall_policy,
+        publication=publication,
+        summarizer=summarizer,
+        summary_limits=summary_limits,
+    )
+    check_verification(completion_policy, evidence_limits, verify_timeout_s)
+    reader = summary_reader(recall, archive) if summarizer is not None else None
+    bind = getattr(summarizer, "bind_provider", None)
+    if callable(bind):
+        bind(provider)  # a summarizer that asks a model uses the runtime's unless it has its own
+    return HarnessRuntime(
+        provider=provider,
+        archive=archive,
+        session_store=session_store,
+        limits=limits or RuntimeLimits(),
+        instructions=instructions,
+        tools=tools or ToolRegistry(),
+        hooks=hooks,
+        owned=owned,
+        recall=recall,
+        recall_limits=recall_limits,
+        recall_policy=recall_policy,
+        publication=publication,
+        summarizer=summarizer,
+        summary_limits=summary_limits,
+        summary_reader=reader,
+        verifier=verifier,
+        completion_policy=completion_policy,
+        evidence_limits=evidence_limits,
+        verify_timeout_s=verify_timeout_s,
+    )

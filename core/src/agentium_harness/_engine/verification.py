@@ -1,0 +1,372 @@
+"""Step 5b of a turn: verify a completion candidate against current host evidence (R27–R31).
+
+When a run asks for verification and the model's turn completed, its final
+answer is a completion candidate. The engine calls the configured verifier
+under its deadline; a verifier that raises, times out, or returns something
+other than a :class:`VerificationResult` yields ``unknown`` with the error in
+diagnostics. The evidence is cut to the turn's budget by whole entries, in
+order, with the omitted count kept (R30); revisions share that one budget.
+
+The policy (:func:`verified_completion_policy`) decides what follows: ``pass``
+accepts; ``fail`` stops, or asks the model for a revision with the
+verifier's reasons as labeled source data (kind ``verification``), at most
+``max_revisions`` times; ``unknown`` always stops (R28). A claim is never
+evidence (R29): the verifier sees the candidate, but judges host evidence.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+import attrs
+
+from .._errors import InvalidArgumentError, OperationTimeoutError
+from .._history import Message, Role
+from .._ports.provider import SourceBlock, SourceKind, Usage
+from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
+from .._scope import Scope
+from .._verdicts import (
+    EvidenceEntry,
+    EvidenceLimits,
+    Verdict,
+    VerificationAttempt,
+    VerificationRecord,
+    evidence_size,
+    fit_evidence,
+)
+from .lifecycle import Ticket
+from .results import Diagnostic, RunStatus, Severity
+from .turn import TurnOutcome
+
+__all__ = [
+    "MAX_REVISIONS_CEILING",
+    "REVISION_REQUEST",
+    "CompletionPolicy",
+    "Reviser",
+    "Rerun",
+    "verification_block",
+    "verified_completion_policy",
+    "verify_completed_turn",
+    "verify_turn",
+]
+
+#: The user-role message that opens a revision; the reasons themselves travel as labeled source data.
+REVISION_REQUEST = (
+    "Verification did not accept the completion. The verifier's verdict, reasons and evidence are in "
+    "the source data of kind verification. Revise the work, then answer again."
+)
+
+#: No policy asks for more revisions than this: each one is a full model turn.
+MAX_REVISIONS_CEILING = 8
+
+OnFail = Literal["stop", "revise"]
+
+
+def _on_fail(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if value not in ("stop", "revise"):
+        raise InvalidArgumentError(f'on_fail must be "stop" or "revise", got {value!r}')
+
+
+def _revisions(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REVISIONS_CEILING:
+        raise InvalidArgumentError(
+            f"max_revisions must be an integer from 0 to {MAX_REVISIONS_CEILING}, got {value!r}"
+        )
+
+
+def _flag(instance: object, attribute: attrs.Attribute[bool], value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{attribute.name} must be true or false, got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class CompletionPolicy:
+    """What a verdict leads to (R28); build it with :func:`verified_completion_policy`.
+
+    - ``on_fail``: ``"stop"`` (the default) ends the turn unaccepted;
+      ``"revise"`` asks the model to revise, with the verifier's reasons;
+    - ``max_revisions``: revisions at most, 0 to :data:`MAX_REVISIONS_CEILING`;
+    - ``allow_revision_effects``: tools with write effects may run during a
+      revision (refused and recorded otherwise, R31); grants still apply.
+    """
+
+    on_fail: str = attrs.field(default="stop", validator=_on_fail)
+    max_revisions: int = attrs.field(default=1, validator=_revisions)
+    allow_revision_effects: bool = attrs.field(default=False, validator=_flag)
+
+    @property
+    def label(self) -> str:
+        """A short name for records: ``stop`` or ``revise(max=2, effects=no)``."""
+        if self.on_fail == "stop":
+            return "stop"
+        effects = "yes" if self.allow_revision_effects else "no"
+        return f"revise(max={self.max_revisions}, effects={effects})"
+
+
+def verified_completion_policy(
+    on_fail: OnFail = "stop", max_revisions: int = 1, allow_revision_effects: bool = False
+) -> CompletionPolicy:
+    """A completion policy: pass accepts, fail stops or revises, unknown always stops (R28).
+
+    Raises :class:`~agentium_harness._errors.InvalidArgumentError` for an
+    ``on_fail`` other than ``"stop"``/``"revise"`` or ``max_revisions``
+    outside 0–8.
+    """
+    return CompletionPolicy(
+        on_fail=on_fail, max_revisions=max_revisions, allow_revision_effects=allow_revision_effects
+    )
+
+
+#: Continue the turn for revision ``n`` with the feedback block; returns the new final answer,
+#: or ``None`` when the revised turn did not complete (step limit).
+Reviser = Callable[[int, SourceBlock], Awaitable[str | None]]
+
+
+def verification_block(scope: Scope, revision: int, attempt: VerificationAttempt) -> SourceBlock:
+    """The verifier's reasons and evidence as labeled source data for a revision (R28)."""
+    lines = [f"verdict: {attempt.verdict.value}", f"reason: {attempt.reason or '(none given)'}"]
+    lines.extend(f"evidence {e.kind} {e.ref}: {e.detail}" for e in attempt.evidence)
+    if attempt.omitted:
+        lines.append(f"evidence omitted for the budget: {attempt.omitted} entries")
+    return SourceBlock(
+        kind=SourceKind.VERIFICATION,
+        source_id=f"verification/{scope.session}/{revision}",
+        content="\n".join(lines),
+        attributes=(("verdict", attempt.verdict.value), ("revision", str(revision))),
+    )
+
+
+async def verify_turn(
+    ticket: Ticket,
+    *,
+    verifier: CompletionVerifier,
+    policy: CompletionPolicy,
+    limits: EvidenceLimits,
+    scope: Scope,
+    answer: str,
+    started_at: float,
+    timeout_s: float,
+    revise: Reviser,
+) -> tuple[VerificationRecord, list[Diagnostic]]:
+    """Verify ``answer``, revising as the policy allows; the record of every attempt.
+
+    The evidence budget is the turn's: each attempt gets what earlier attempts
+    left, and an attempt that would start with nothing left is not made (the
+    turn stops on the last verdict, noted in diagnostics).
+    """
+    diagnostics: list[Diagnostic] = []
+    attempts: list[VerificationAttempt] = []
+    used_entries = used_bytes = 0
+    revision = 0
+    while True:
+        attempt, notes = await _attempt(
+            ticket,
+            verifier,
+            CompletionCandidate(claim=answer),
+            scope,
+            revision=revision,
+            max_entries=limits.max_entries - used_entries,
+            max_bytes=limits.max_bytes - used_bytes,
+            started_at=started_at,
+            timeout_s=timeout_s,
+        )
+        diagnostics.extend(notes)
+        attempts.append(attempt)
+        used_entries += len(attempt.evidence)
+        used_bytes += sum(evidence_size(e) for e in attempt.evidence)
+        if attempt.verdict is not Verdict.FAIL or policy.on_fail == "stop":
+            break
+        if revision >= policy.max_revisions:
+            diagnostics.append(
+                Diagnostic(
+                    "revisions_exhausted",
+                    f"verification still failed after {revision} revision(s); the completion is not accepted",
+                    Severity.WARNING,
+                )
+            )
+            break
+        if used_entries >= limits.max_entries or used_bytes >= limits.max_bytes:
+            diagnostics.append(
+                Diagnostic(
+                    "evidence_budget_exhausted",
+                    "the turn's evidence budget is used up, so no revision can be verified; "
+                    "the completion is not accepted",
+                    Severity.WARNING,
+                )
+            )
+            break
+        revision += 1
+        diagnostics.append(
+            Diagnostic("revision_requested", f"verification failed ({attempt.reason}); revision {revision}")
+        )
+        revised = await revise(revision, verification_block(scope, revision, attempt))
+        if revised is None:
+            diagnostics.append(
+                Diagnostic(
+                    "revision_incomplete",
+                    f"revision {revision} did not complete within the step limit; not accepted",
+                    Severity.WARNING,
+                )
+            )
+            attempts.append(
+                VerificationAttempt(revision, Verdict.UNKNOWN, "the revision did not complete; not verified")
+            )
+            break
+        answer = revised
+    record = VerificationRecord(
+        verdict=attempts[-1].verdict, revisions=revision, policy=policy.label, attempts=tuple(attempts)
+    )
+    if not record.accepted:
+        diagnostics.append(
+            Diagnostic(
+                "completion_not_accepted",
+                f"verdict {record.verdict.value}: {record.reason}",
+                Severity.WARNING,
+            )
+        )
+    return record, diagnostics
+
+
+#: Run the model again: ``(turn so far, feedback block, refuse write effects) -> the continued turn``.
+Rerun = Callable[[tuple[Message, ...], SourceBlock, bool], Awaitable[TurnOutcome]]
+
+
+async def verify_completed_turn(
+    ticket: Ticket,
+    turn: TurnOutcome,
+    rerun: Rerun,
+    *,
+    verifier: CompletionVerifier,
+    policy: CompletionPolicy,
+    limits: EvidenceLimits,
+    scope: Scope,
+    started_at: float,
+    timeout_s: float,
+) -> tuple[TurnOutcome, VerificationRecord | None, list[Diagnostic]]:
+    """Verify a finished turn; the turn (with any revisions appended) and the record.
+
+    A turn that did not complete (step limit) has no candidate: it is not
+    verified (record ``None``) and a ``not_verified`` diagnostic says so.
+    """
+    if turn.status is not RunStatus.COMPLETED:
+        note = Diagnostic(
+            "not_verified",
+            "the turn did not complete, so there was no completion to verify",
+            Severity.WARNING,
+        )
+        return turn, None, [note]
+    current = turn
+
+    async def revise(revision: int, block: SourceBlock) -> str | None:
+        nonlocal current
+        more = await rerun(current.messages, block, not policy.allow_revision_effects)
+        current = TurnOutcome(
+            messages=more.messages,
+            status=more.status,
+            tool_outcomes=(*current.tool_outcomes, *more.tool_outcomes),
+            usage=Usage(
+                input_tokens=(current.usage.input_tokens or 0) + (more.usage.input_tokens or 0),
+                output_tokens=(current.usage.output_tokens or 0) + (more.usage.output_tokens or 0),
+                estimated=current.usage.estimated or more.usage.estimated,
+            ),
+            diagnostics=(*current.diagnostics, *more.diagnostics),
+        )
+        return final_answer(more.messages) if more.status is RunStatus.COMPLETED else None
+
+    record, notes = await verify_turn(
+        ticket,
+        verifier=verifier,
+        policy=policy,
+        limits=limits,
+        scope=scope,
+        answer=final_answer(turn.messages),
+        started_at=started_at,
+        timeout_s=timeout_s,
+        revise=revise,
+    )
+    status = RunStatus.COMPLETED if record.accepted else RunStatus.NOT_ACCEPTED
+    return attrs.evolve(current, status=status), record, notes
+
+
+def final_answer(messages: tuple[Message, ...]) -> str:
+    """The last assistant message's text (the completion candidate's claim)."""
+    return next((m.content for m in reversed(messages) if m.role is Role.ASSISTANT), "")
+
+
+def _well_formed(result: object) -> bool:
+    """A real VerificationResult: a Verdict, evidence entries, a string reason (nothing coerced)."""
+    try:
+        return (
+            isinstance(result, VerificationResult)
+            and isinstance(result.verdict, Verdict)
+            and isinstance(result.reason, str)
+            and all(isinstance(e, EvidenceEntry) for e in result.evidence)
+        )
+    except AttributeError:  # an instance built without its fields (``__new__``)
+        return False
+
+
+async def _attempt(
+    ticket: Ticket,
+    verifier: CompletionVerifier,
+    candidate: CompletionCandidate,
+    scope: Scope,
+    *,
+    revision: int,
+    max_entries: int,
+    max_bytes: int,
+    started_at: float,
+    timeout_s: float,
+) -> tuple[VerificationAttempt, list[Diagnostic]]:
+    def context(op: object) -> VerifyContext:
+        return VerifyContext(
+            scope=scope,
+            op=op,  # type: ignore[arg-type]  # an OpContext from Ticket.call
+            max_entries=max_entries,
+            max_bytes=max_bytes,
+            run_started_at=started_at,
+            revision=revision,
+        )
+
+    began = time.monotonic()
+    try:
+        result = await ticket.call(
+            "verifier verify", lambda op: verifier.verify(candidate, context(op)), timeout_s=timeout_s
+        )
+    except OperationTimeoutError as exc:
+        detail = f"the verifier did not answer within {exc.timeout_s}s and was cancelled"
+        return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
+            Diagnostic("verifier_timeout", detail, Severity.WARNING)
+        ]
+    except Exception as exc:  # a verifier's failure is an unknown verdict, never an accepted one
+        detail = f"the verifier failed: {type(exc).__name__}: {exc}"
+        return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
+            Diagnostic("verifier_failed", detail, Severity.WARNING)
+        ]
+    if not _well_formed(result):
+        detail = f"the verifier returned {type(result).__name__}, not a VerificationResult with a Verdict"
+        return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
+            Diagnostic("verifier_contract", detail, Severity.WARNING)
+        ]
+    notes: list[Diagnostic] = []
+    kept, omitted = fit_evidence(result.evidence, max_entries, max_bytes)
+    if omitted:
+        notes.append(
+            Diagnostic(
+                "evidence_omitted",
+                f"{omitted} evidence entr{'y' if omitted == 1 else 'ies'} did not fit the evidence budget "
+                f"whole ({max_entries} entries, {max_bytes} bytes left) and were omitted",
+                Severity.WARNING,
+            )
+        )
+    elapsed = time.monotonic() - began
+    notes.append(
+        Diagnostic(
+            "verified",
+            f"revision {revision}: {result.verdict.value} with {len(kept)} evidence entries "
+            f"in {elapsed:.3f}s",
+        )
+    )
+    return VerificationAttempt(revision, result.verdict, result.reason, kept, omitted), notes

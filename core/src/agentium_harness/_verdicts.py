@@ -1,0 +1,163 @@
+"""Verdicts and evidence: the records completion verification keeps (R27–R30).
+
+They live apart from the verifier port because a committed group's
+:class:`~agentium_harness._history.RetainedRecord` carries them too, and the
+history module must not import the ports.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+import attrs
+
+from ._codec import canonical_json
+from ._validators import non_negative_int
+
+__all__ = [
+    "MAX_EVIDENCE_BYTES",
+    "MAX_EVIDENCE_ENTRIES",
+    "EvidenceEntry",
+    "EvidenceLimits",
+    "Verdict",
+    "VerificationAttempt",
+    "VerificationRecord",
+    "evidence_size",
+    "fit_evidence",
+]
+
+#: Hard ceilings on verification evidence (R30); configuration may narrow them, never widen them.
+MAX_EVIDENCE_ENTRIES = 32
+MAX_EVIDENCE_BYTES = 8192
+
+
+class Verdict(enum.StrEnum):
+    """A verifier's verdict. ``UNKNOWN`` always stops (R28)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+
+def _plain_str(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a string, got {type(value).__name__}")
+
+
+@attrs.frozen(slots=True)
+class EvidenceEntry:
+    """One piece of current host evidence (an artifact digest, a test record…)."""
+
+    kind: str = attrs.field(validator=_plain_str)
+    ref: str = attrs.field(validator=_plain_str)
+    detail: str = attrs.field(validator=_plain_str)
+
+
+def evidence_size(entry: EvidenceEntry) -> int:
+    """Bytes of ``entry`` as canonical JSON: what the evidence budget counts (R30)."""
+    return len(canonical_json({"kind": entry.kind, "ref": entry.ref, "detail": entry.detail}))
+
+
+def fit_evidence(
+    entries: Iterable[EvidenceEntry], max_entries: int, max_bytes: int
+) -> tuple[tuple[EvidenceEntry, ...], int]:
+    """Keep whole entries in order while they fit; return ``(kept, omitted_count)``.
+
+    Nothing is cut inside an entry: the first entry that would pass either
+    limit, and every entry after it, is omitted and counted (R30).
+    """
+    kept: list[EvidenceEntry] = []
+    used = 0
+    items = list(entries)
+    for index, entry in enumerate(items):
+        size = evidence_size(entry)
+        if len(kept) >= max_entries or used + size > max_bytes:
+            return tuple(kept), len(items) - index
+        kept.append(entry)
+        used += size
+    return tuple(kept), 0
+
+
+def _entries_ceiling(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    _bounded(attribute.name, value, MAX_EVIDENCE_ENTRIES)
+
+
+def _bytes_ceiling(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    _bounded(attribute.name, value, MAX_EVIDENCE_BYTES)
+
+
+def _bounded(name: str, value: object, ceiling: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if value > ceiling:
+        # The ceiling is the requirement's (R30): config may narrow the budget, never widen it.
+        raise ValueError(f"{name} may narrow the evidence budget but not widen it: {value} > {ceiling}")
+
+
+@attrs.frozen(slots=True)
+class EvidenceLimits:
+    """The evidence budget of one turn's verification, shared by its revisions (R30).
+
+    At most :data:`MAX_EVIDENCE_ENTRIES` entries and :data:`MAX_EVIDENCE_BYTES`
+    bytes of canonical JSON; a larger value is refused, not clamped.
+    """
+
+    max_entries: int = attrs.field(default=MAX_EVIDENCE_ENTRIES, validator=_entries_ceiling)
+    max_bytes: int = attrs.field(default=MAX_EVIDENCE_BYTES, validator=_bytes_ceiling)
+
+
+def _tuple_of_evidenceentry(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class VerificationAttempt:
+    """One call of the verifier: which revision it judged, its verdict and what it kept."""
+
+    revision: int = attrs.field(validator=non_negative_int)
+    verdict: Verdict
+    reason: str = ""
+    evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=_tuple_of_evidenceentry)
+    #: Entries the verifier returned that did not fit the remaining budget whole.
+    omitted: int = attrs.field(default=0, validator=non_negative_int)
+
+
+def _tuple_of_attempt(value: Iterable[VerificationAttempt]) -> tuple[VerificationAttempt, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class VerificationRecord:
+    """How a turn's completion was judged; kept in the run result and the retained record.
+
+    ``verdict`` is the last attempt's; ``revisions`` counts the revisions the
+    model was asked for; ``policy`` names the policy (``stop`` or
+    ``revise(max=2, effects=no)``); ``attempts`` lists every verification in
+    order, with the evidence each kept. ``accepted`` is true only for ``pass``.
+    """
+
+    verdict: Verdict
+    revisions: int = attrs.field(validator=non_negative_int)
+    policy: str
+    attempts: tuple[VerificationAttempt, ...] = attrs.field(converter=_tuple_of_attempt)
+
+    @property
+    def accepted(self) -> bool:
+        """True when the completion was verified (``pass``)."""
+        return self.verdict is Verdict.PASS
+
+    @property
+    def evidence(self) -> tuple[EvidenceEntry, ...]:
+        """Every evidence entry kept, across attempts, in order."""
+        return tuple(e for a in self.attempts for e in a.evidence)
+
+    @property
+    def omitted(self) -> int:
+        """Evidence entries left out for the budget, across attempts."""
+        return sum(a.omitted for a in self.attempts)
+
+    @property
+    def reason(self) -> str:
+        """The last attempt's reason."""
+        return self.attempts[-1].reason if self.attempts else ""
