@@ -184,6 +184,7 @@ class OpenAIProvider(ModelProvider):
         ctx.raise_if_expired(operation)
         left = ctx.time_left()
         box: list[T] = []
+        failed: list[Exception] = []
         async with anyio.create_task_group() as group:
 
             async def watch() -> None:
@@ -195,8 +196,13 @@ class OpenAIProvider(ModelProvider):
 
             group.start_soon(watch)
             with anyio.move_on_after(left if left is not None else float("inf")):
-                box.append(await work())
+                try:
+                    box.append(await work())
+                except Exception as exc:  # raised below, outside the group, not as an ExceptionGroup
+                    failed.append(exc)
             group.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
         if box:
             return box[0]
         if ctx.signal.cancelled and ctx.signal.reason != "deadline passed":
@@ -217,9 +223,15 @@ class OpenAIProvider(ModelProvider):
             return min(retry_after, cap)
         return float(min(self._config.retry_backoff_s * 2 ** (attempt - 1), cap))
 
+    def _detail(self, exc: openai.APIStatusError) -> str:
+        """The server's own error message (its ``error.message``), scrubbed of the key."""
+        body = exc.body
+        message = body.get("message") if isinstance(body, dict) else None
+        return scrub(message if isinstance(message, str) else str(exc.message), self._api_key)
+
     def _status_error(self, exc: openai.APIStatusError) -> OpenAIProviderError:
         status = exc.status_code
-        detail = scrub(str(exc.message), self._api_key)
+        detail = self._detail(exc)
         if status in (400, 404, 405, 415, 422) and "stream" in detail.lower():
             return OpenAIStreamingOnlyError(
                 f"the server at {self._where()} refused a non-streamed request (HTTP {status}: {detail}); "
@@ -258,7 +270,7 @@ class OpenAIProvider(ModelProvider):
                     if exc.status_code not in RETRYABLE_STATUSES:
                         raise self._status_error(exc) from None
                     headers: Mapping[str, str] = exc.response.headers
-                    detail = scrub(str(exc.message), self._api_key)
+                    detail = self._detail(exc)
                     raise _Retryable(
                         f"HTTP {exc.status_code}: {detail}", exc.status_code, _retry_after(headers)
                     ) from None
