@@ -1,0 +1,241 @@
+"""The eval runner: cases run concurrently within a bound, graded separately, never stopped by one failure.
+
+A case whose target raises (the provider failed, a replay missed, a store
+was down) is an *infrastructure failure*: it is recorded with its error and
+counted apart, and it receives no grades, so it can neither pass nor fail a
+grader (R34). Every other case is graded by every grader it names.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, TextIO
+
+import anyio
+import attrs
+
+from ._cases import EvalCase
+from ._graders import Grade, Grader, GradeStatus
+from ._trace import CaseTrace
+
+__all__ = [
+    "CONTRACTS_STATEMENT",
+    "CaseResult",
+    "EvalRun",
+    "EvalTarget",
+    "InfraFailure",
+    "Progress",
+    "TargetInfo",
+    "installed_graders",
+    "run_eval",
+]
+
+#: What every report of a deterministic (scripted, extractive or recorded) run states (R35).
+CONTRACTS_STATEMENT = (
+    "This run used a deterministic provider ({provider}); it establishes that the runtime keeps its "
+    "contracts (evidence discovered, read, included and labeled, scope, abstention) and does not prove "
+    "live-model quality."
+)
+
+
+@attrs.frozen(slots=True)
+class TargetInfo:
+    """What a target runs on, for reports: its label, config, provider and whether recall is on."""
+
+    label: str
+    provider: str
+    deterministic: bool
+    recall: bool
+    config: str | None = None
+    recorded_mode: str | None = None
+
+    @property
+    def statement(self) -> str | None:
+        """The contracts-not-quality statement when the provider is deterministic or recorded, else ``None``."""
+        if self.deterministic or self.recorded_mode is not None:
+            return CONTRACTS_STATEMENT.format(provider=self.provider)
+        return None
+
+
+class EvalTarget(Protocol):
+    """What the runner needs: a description and one traced case at a time (see ``create_harness_eval_target``)."""
+
+    @property
+    def info(self) -> TargetInfo:
+        """The target's description."""
+        ...
+
+    async def run_case(self, case: EvalCase) -> CaseTrace:
+        """Run ``case``'s setup and probe; raise when the infrastructure failed."""
+        ...
+
+
+@attrs.frozen(slots=True)
+class InfraFailure:
+    """Why a case could not be graded: the error type (with its causes) and message."""
+
+    error: str
+    message: str
+
+    @classmethod
+    def of(cls, exc: BaseException) -> InfraFailure:
+        """Name the error and the chain of causes behind it (a provider error caused by a replay miss …)."""
+        names = [type(exc).__name__]
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and len(names) < 5:
+            names.append(type(cause).__name__)
+            cause = cause.__cause__ or cause.__context__
+        return cls(" <- ".join(names), str(exc))
+
+
+@attrs.frozen(slots=True)
+class CaseResult:
+    """One case's result: its trace and grades, or the infrastructure failure that stopped it."""
+
+    case: EvalCase
+    trace: CaseTrace | None
+    grades: Mapping[str, Grade]
+    failure: InfraFailure | None = None
+
+    @property
+    def graded(self) -> bool:
+        """True when the case ran and was graded."""
+        return self.failure is None
+
+
+@attrs.frozen(slots=True)
+class EvalRun:
+    """A whole run over one target: every case result, in case-file order, and the graders used."""
+
+    info: TargetInfo
+    results: tuple[CaseResult, ...]
+    graders: tuple[str, ...]
+    evidence_graders: tuple[str, ...]
+    cases_file: str
+    started_at: float
+    finished_at: float
+
+    def counts(self, grader: str) -> dict[str, int]:
+        """``pass``, ``fail`` and ``absent`` counts of ``grader`` over graded cases, and ``valid`` = pass + fail."""
+        out = {s.value: 0 for s in GradeStatus}
+        for r in self.results:
+            grade = r.grades.get(grader)
+            if grade is not None:
+                out[grade.status.value] += 1
+        out["valid"] = out["pass"] + out["fail"]
+        return out
+
+    def pass_rate(self, grader: str) -> float | None:
+        """Passes over valid grades (``None`` when there is no valid grade; absent never counts)."""
+        counts = self.counts(grader)
+        return counts["pass"] / counts["valid"] if counts["valid"] else None
+
+    @property
+    def infrastructure_failures(self) -> tuple[CaseResult, ...]:
+        """The cases that could not be graded."""
+        return tuple(r for r in self.results if r.failure is not None)
+
+
+class Progress:
+    """A one-line progress bar on ``stream`` (stderr), drawn only when it is a terminal."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, *, label: str = "eval") -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.total = total
+        self.label = label
+        self.done = 0
+        self.failed = 0
+        isatty = getattr(self.stream, "isatty", None)
+        self.enabled = bool(isatty is not None and isatty())
+
+    def step(self, failed: bool) -> None:
+        """Count one finished case and redraw."""
+        self.done += 1
+        self.failed += int(failed)
+        if self.enabled:
+            width = 30
+            filled = int(width * self.done / max(1, self.total))
+            bar = "#" * filled + "." * (width - filled)
+            infra = f", {self.failed} infra" if self.failed else ""
+            self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}{infra}")
+            self.stream.flush()
+
+    def end(self) -> None:
+        """Finish the line."""
+        if self.enabled:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def installed_graders(registry: Any = None) -> dict[str, Grader]:
+    """The graders the plugin registry holds, by name (built-ins first); loads the registry if not given."""
+    if registry is None:
+        from .._plugins.registry import PluginRegistry
+
+        registry = PluginRegistry.load()
+    return {name: registry.grader(name) for name in registry.grader_names()}
+
+
+def _grade(grader: Grader, case: EvalCase, trace: CaseTrace) -> Grade:
+    try:
+        grade = grader.grade(case, trace)
+    except Exception as exc:  # a grader's own bug: recorded, never a pass
+        return Grade.absent(f"grader error: {type(exc).__name__}: {exc}")
+    if not isinstance(grade, Grade):
+        return Grade.absent(f"grader error: returned {type(grade).__name__}, not a Grade")
+    return grade
+
+
+async def run_eval(
+    cases: Sequence[EvalCase],
+    target: EvalTarget,
+    graders: Mapping[str, Grader],
+    *,
+    concurrency: int = 4,
+    progress: Progress | None = None,
+    cases_file: str = "",
+) -> EvalRun:
+    """Run every case on ``target`` (at most ``concurrency`` at once) and grade each.
+
+    A case that raises becomes an infrastructure failure and the others go
+    on; a grader that raises yields ``absent`` with the error as its reason.
+    Cancellation still stops the run.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    names = tuple(graders)
+    results: list[CaseResult | None] = [None] * len(cases)
+    limiter = anyio.CapacityLimiter(concurrency)
+    started = time.time()
+
+    async def one(index: int, case: EvalCase) -> None:
+        async with limiter:
+            wanted = [n for n in names if case.graders is None or n in case.graders]
+            try:
+                trace = await target.run_case(case)
+            except Exception as exc:  # any failure of one case is that case's; the others go on
+                results[index] = CaseResult(case, None, {}, InfraFailure.of(exc))
+            else:
+                grades = {n: _grade(graders[n], case, trace) for n in wanted}
+                results[index] = CaseResult(case, trace, grades)
+        if progress is not None:
+            found = results[index]
+            progress.step(failed=found is not None and found.failure is not None)
+
+    async with anyio.create_task_group() as tg:
+        for index, case in enumerate(cases):
+            tg.start_soon(one, index, case)
+    if progress is not None:
+        progress.end()
+    done = tuple(r for r in results if r is not None)
+    return EvalRun(
+        info=target.info,
+        results=done,
+        graders=names,
+        evidence_graders=tuple(n for n in names if getattr(graders[n], "evidence", False)),
+        cases_file=cases_file,
+        started_at=started,
+        finished_at=time.time(),
+    )
