@@ -106,6 +106,19 @@ def agentium_register_recall_strategies(register: Any) -> None:
 
 
 @hookspec
+def agentium_register_graders(register: Any) -> None:
+    """Register named eval graders (``agentium eval``, ``agentium_harness.eval``).
+
+    Called once when the registry loads. Call ``register(grader)`` for each:
+    an object with an identifier ``name``, a ``description``, an ``evidence``
+    flag and ``grade(case, trace)`` returning a ``Grade`` (pass, fail or
+    absent with a reason). A case file selects graders by name.
+
+    :param register: validates and records one grader.
+    """
+
+
+@hookspec
 def agentium_groups_archived(
     key: SessionKey, receipts: Sequence[ArchiveReceipt], groups: Sequence[MessageGroup]
 ) -> None:

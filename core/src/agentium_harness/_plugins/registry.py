@@ -37,6 +37,7 @@ import pluggy
 from .._errors import PluginError, PluginNotFoundError
 from .._ports import PORT_KINDS
 from . import hookspecs
+from .graders import GRADER_HOOK, GraderTable
 from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
 from .records import (
     HookFailure,
@@ -55,7 +56,6 @@ from .selection import (
     parse_name_list,
 )
 from .spec import AdapterSpec
-from .graders import GRADER_HOOK, GraderTable
 from .strategies import STRATEGY_HOOK, RecallStrategy, StrategyKind, StrategyTable
 from .validation import spec_problems
 

@@ -12,6 +12,7 @@ from .._engine.recall_policy import (
     score_order,
     store_order,
 )
+from .._plugins.graders import RegisterGrader
 from .._plugins.hookspecs import hookimpl
 from .._plugins.spec import AdapterSpec, Register
 from .._plugins.strategies import RecallStrategy, RegisterStrategy
@@ -23,6 +24,7 @@ from .providers import (
     ScriptedProvider,
     ScriptedProviderConfig,
 )
+from .recorded import RecordedProvider, RecordedProviderConfig
 from .sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from .sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from .summarizers import (
@@ -94,6 +96,14 @@ def agentium_register_providers(register: Register) -> None:
             description="quotes the best-matching labeled source sentence, or abstains",
         )
     )
+    register(
+        AdapterSpec(
+            name="recorded",
+            adapter_class=RecordedProvider,
+            config_class=RecordedProviderConfig,
+            description="records another provider's requests and responses to JSONL, or replays them",
+        )
+    )
 
 
 @hookimpl
@@ -152,3 +162,12 @@ def agentium_register_recall_strategies(register: RegisterStrategy) -> None:
     )
     register(RecallStrategy("ranking", "store_order", store_order, "the store's own rank order"))
     register(RecallStrategy("ranking", "score", score_order, "highest score first, ties by source id"))
+
+
+@hookimpl
+def agentium_register_graders(register: RegisterGrader) -> None:
+    """Register the built-in eval graders (``agentium_harness.eval``)."""
+    from ..eval._graders import BUILTIN_GRADERS  # the eval package is loaded only when graders are
+
+    for grader in BUILTIN_GRADERS:
+        register(grader)
