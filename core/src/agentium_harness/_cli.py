@@ -27,6 +27,7 @@ import attrs
 
 from . import __version__
 from ._cli_recall import add_recall_commands
+from ._cli_verify import add_verify_commands, print_verification
 from ._codec import unstructure
 from ._config import SECTION_KINDS, load_config
 from ._demo import run_demo, run_demo_config
@@ -406,6 +407,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 recall_scope=_recall_scope(args),
                 attest_legacy_memory_scope=args.attest_legacy_memory_scope,
                 grants=args.grant,
+                completion=args.task or None,
             )
             # One turn per process: let a background summary update land, and show the summary after it.
             report = await runtime.resources.settle_summary(_identity(args), args.session)
@@ -437,6 +439,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
         if result.summary is not None:
             sys.stderr.write(f"[summary: {result.summary.coverage()}]\n")
+        if result.verification is not None:
+            print_verification(result.verification, sys.stderr)
         for d in result.diagnostics:
             sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
     return EXIT_OK
@@ -451,6 +455,11 @@ def _add_run(subparsers: Any) -> None:
         "--attest-legacy-memory-scope",
         action="store_true",
         help="load a legacy snapshot after you verified its exact scope",
+    )
+    parser.add_argument(
+        "--task",
+        action="store_true",
+        help="verify the answer as a completion with the configured [verifier] and its policy",
     )
     parser.set_defaults(func=cmd_run)
 
@@ -597,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(subparsers)
     _add_session(subparsers)
     add_recall_commands(subparsers, _add_identity_args)
+    add_verify_commands(subparsers, _add_identity_args, _identity)
     return parser
 
 

@@ -18,11 +18,12 @@ from typing import Any, TextIO
 import anyio
 import anyio.to_thread
 
+from ._demo_task import run_task
+from ._engine.build import create_harness_runtime
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.loader import load_runtime
 from ._engine.recall_policy import current_session_recall_policy
 from ._engine.runtime import HarnessRuntime
-from ._engine.build import create_harness_runtime
 from ._engine.tools import EffectLevel, Tool, ToolRegistry
 from ._errors import InvalidArgumentError
 from ._history import MessageGroup, Role
@@ -139,7 +140,7 @@ async def run_demo(directory: Path, turns: int, out: TextIO) -> bool:
         stored = await store.load(SessionKey.of(_IDENTITY, session_id), OpContext())
         if stored is None or stored.snapshot.boundary == 0:
             print("recall: not shown; the first turn is still resident (give more --turns)", file=out)
-            return True
+            return await run_task(archive, store, _IDENTITY, f"{session_id}-task", directory, out)
         asker = create_harness_runtime(
             provider=ExtractiveProvider(), archive=archive, session_store=store, recall=recall, limits=limits
         )
@@ -160,7 +161,9 @@ async def run_demo(directory: Path, turns: int, out: TextIO) -> bool:
             file=out,
         )
         print(f"  answer: {result.output}", file=out)
-        return outcome.status.value == "complete" and "4719" in result.output
+        recalled = outcome.status.value == "complete" and "4719" in result.output
+        verified = await run_task(archive, store, _IDENTITY, f"{session_id}-task", directory, out)
+        return recalled and verified
 
     return await _converse(runtime, inputs, out, f"database {config.path}", finale=recall_the_fact)
 

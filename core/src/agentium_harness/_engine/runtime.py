@@ -96,6 +96,7 @@ from .verification import (
     final_answer,
     verified_completion_policy,
     verify_completed_turn,
+    verify_on_demand,
 )
 
 __all__ = [
@@ -505,6 +506,39 @@ class HarnessRuntime:
         key = SessionKey.of(require_identity(identity), session_id)
         self._admission.check_open()
         return await close_session(self, key)
+
+    async def verify(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        claim: str = "",
+        *,
+        recall_scope: RecallScope | None = None,
+        since: float = 0.0,
+    ) -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
+        """Run the configured verifier now, outside a turn (``agentium verify``); nothing is stored.
+
+        ``claim`` is the candidate's text (it proves nothing, R29); ``since``
+        stands in for the run's start time (evidence older than it is stale).
+        The call runs under ``verify_timeout_s`` and the evidence budget, as in
+        a turn. Raises :class:`InvalidArgumentError` without a verifier.
+        """
+        scope = run_scope(identity, session_id, recall_scope)
+        if self.verifier is None:
+            raise InvalidArgumentError("the runtime has no verifier; configure [verifier]")
+        if not isinstance(claim, str):
+            raise InvalidArgumentError(f"claim must be a string, got {type(claim).__name__}")
+        self._admission.check_open()
+        record, notes = await verify_on_demand(
+            Ticket(scope.session_key, "verification", self.verify_timeout_s),
+            verifier=self.verifier,
+            limits=self.evidence_limits,
+            scope=scope,
+            claim=claim,
+            started_at=since,
+            timeout_s=self.verify_timeout_s,
+        )
+        return record, tuple(notes)
 
     async def probe(self) -> list[tuple[str, str]]:
         """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``."""

@@ -49,6 +49,7 @@ __all__ = [
     "verification_block",
     "verified_completion_policy",
     "verify_completed_turn",
+    "verify_on_demand",
     "verify_turn",
 ]
 
@@ -288,6 +289,31 @@ async def verify_completed_turn(
     )
     status = RunStatus.COMPLETED if record.accepted else RunStatus.NOT_ACCEPTED
     return attrs.evolve(current, status=status), record, notes
+
+
+async def verify_on_demand(
+    ticket: Ticket,
+    *,
+    verifier: CompletionVerifier,
+    limits: EvidenceLimits,
+    scope: Scope,
+    claim: str,
+    started_at: float,
+    timeout_s: float,
+) -> tuple[VerificationRecord, list[Diagnostic]]:
+    """One verification outside a turn (``agentium verify``): same deadline, budget and checks."""
+    attempt, notes = await _attempt(
+        ticket,
+        verifier,
+        CompletionCandidate(claim=claim),
+        scope,
+        revision=0,
+        max_entries=limits.max_entries,
+        max_bytes=limits.max_bytes,
+        started_at=started_at,
+        timeout_s=timeout_s,
+    )
+    return VerificationRecord(attempt.verdict, 0, "on-demand", (attempt,)), notes
 
 
 def final_answer(messages: tuple[Message, ...]) -> str:

@@ -1,0 +1,92 @@
+"""``agentium verify``: run the configured verifier on demand and print its evidence.
+
+It builds the runtime the config file describes and calls
+:meth:`~agentium_harness._engine.runtime.HarnessRuntime.verify`, so the
+verdict is reached exactly as in a turn: under the verifier's deadline and
+the evidence budget, with a failing verifier reported as ``unknown``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import anyio
+
+from ._codec import unstructure
+from ._engine.loader import load_runtime
+from ._engine.results import Diagnostic
+from ._scope import VerifiedIdentity
+from ._verdicts import Verdict, VerificationRecord
+
+__all__ = ["EXIT_NOT_ACCEPTED", "add_verify_commands", "print_verification"]
+
+#: ``agentium verify`` exits 0 on ``pass`` and this on ``fail`` or ``unknown`` (2 stays bad usage).
+EXIT_NOT_ACCEPTED = 3
+
+
+def print_verification(record: VerificationRecord, out: TextIO) -> None:
+    """Each attempt's verdict, reason and evidence, one line per entry."""
+    for attempt in record.attempts:
+        label = (
+            "verification" if record.policy == "on-demand" else f"verification (revision {attempt.revision})"
+        )
+        out.write(f"[{label}: {attempt.verdict.value}: {attempt.reason or 'no reason given'}]\n")
+        for entry in attempt.evidence:
+            out.write(f"  evidence {entry.kind} {entry.ref}: {entry.detail}\n")
+        if attempt.omitted:
+            out.write(f"  ({attempt.omitted} evidence entries omitted for the budget)\n")
+
+
+def _cmd_verify(
+    identity: Callable[[argparse.Namespace], VerifiedIdentity],
+) -> Callable[[argparse.Namespace], int]:
+    def cmd_verify(args: argparse.Namespace) -> int:
+        """Run the configured verifier now and print the verdict with its evidence."""
+        runtime = load_runtime(args.config)
+
+        async def go() -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
+            async with runtime:
+                return await runtime.verify(identity(args), args.session, args.claim, since=args.since)
+
+        record, notes = anyio.run(go)
+        if args.json:
+            data: dict[str, Any] = {
+                "verdict": record.verdict.value,
+                "record": unstructure(record),
+                "diagnostics": unstructure(list(notes)),
+            }
+            sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        else:
+            print_verification(record, sys.stdout)
+            for d in notes:
+                if d.code != "verified":
+                    sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
+        return 0 if record.verdict is Verdict.PASS else EXIT_NOT_ACCEPTED
+
+    return cmd_verify
+
+
+def add_verify_commands(
+    subparsers: Any,
+    add_identity_args: Callable[[argparse.ArgumentParser], None],
+    identity: Callable[[argparse.Namespace], VerifiedIdentity],
+) -> None:
+    """Declare ``agentium verify CONFIG --tenant … --user … --session … [--claim TEXT] [--json]``."""
+    command = _cmd_verify(identity)
+    parser = subparsers.add_parser(
+        "verify", help="run the configured verifier now and print its evidence", description=command.__doc__
+    )
+    add_identity_args(parser)
+    parser.add_argument("--claim", default="", help="the completion claim to judge (it proves nothing)")
+    parser.add_argument(
+        "--since",
+        type=float,
+        default=0.0,
+        metavar="EPOCH",
+        help="treat evidence older than this Unix time as stale (default: accept any age)",
+    )
+    parser.set_defaults(func=command)

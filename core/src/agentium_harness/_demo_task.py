@@ -1,0 +1,156 @@
+"""The demo's last part: a task the model claims is done, checked by the filesystem verifier.
+
+The model (scripted) runs the task's tests, which write a JUnit record, and
+claims completion while the report artifact is still a draft. The ``fs``
+verifier — from the separately installed ``agentium-verifier-fs``
+distribution, found through the plugin registry like any plugin — compares
+the artifact with the digest the *host's* task names, so the claim is
+refused (``fail``) and a revision is requested with the verifier's reasons;
+the model rewrites the report and the second verdict is ``pass``. Without
+the plugin installed, the part is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio.to_thread
+
+from ._codec import structure
+from ._engine.build import create_harness_runtime
+from ._engine.tools import EffectLevel, Tool, ToolRegistry
+from ._engine.verification import verified_completion_policy
+from ._errors import PluginNotFoundError
+from ._plugins.registry import PluginRegistry
+from ._ports.archive import HistoryArchive
+from ._ports.sessions import SessionStore
+from ._scope import VerifiedIdentity
+from .adapters.providers import ScriptedProvider
+
+__all__ = ["FINAL_REPORT", "TASK_DIR", "run_task"]
+
+#: Folder under the demo directory holding the task's artifact and test record.
+TASK_DIR = "task"
+#: What the host's task specification says the report must hold (its sha256 is the expectation).
+FINAL_REPORT = "Inventory report: every item noted, nothing lost.\n"
+_RESULTS = "results.xml"
+_REPORT = "report.txt"
+
+
+def _junit(tests: int) -> str:
+    cases = "".join(f'<testcase classname="inventory" name="test_{i}" time="0.01"/>' for i in range(tests))
+    return (
+        '<?xml version="1.0" encoding="utf-8"?>'
+        f'<testsuites><testsuite name="inventory" tests="{tests}" failures="0" errors="0" skipped="0">'
+        f"{cases}</testsuite></testsuites>\n"
+    )
+
+
+def _tools(task: Path) -> ToolRegistry:
+    async def run_tests(args: Mapping[str, Any]) -> str:
+        await anyio.to_thread.run_sync((task / _RESULTS).write_text, _junit(3))
+        return f"3 tests passed; record written to {TASK_DIR}/{_RESULTS}"
+
+    async def write_report(args: Mapping[str, Any]) -> str:
+        await anyio.to_thread.run_sync((task / _REPORT).write_text, str(args.get("text", "")))
+        return f"wrote {TASK_DIR}/{_REPORT}"
+
+    return ToolRegistry(
+        [
+            Tool("run_tests", run_tests, EffectLevel.WRITE, "run the task's tests (writes a JUnit record)"),
+            Tool("write_report", write_report, EffectLevel.WRITE, "write the report artifact"),
+        ]
+    )
+
+
+def _script() -> list[object]:
+    return [
+        {"content": "", "tool_calls": [{"id": "t-1", "name": "run_tests", "arguments": {}}]},
+        "Task complete: the report is written and all tests pass.",
+        {
+            "content": "",
+            "tool_calls": [{"id": "t-2", "name": "write_report", "arguments": {"text": FINAL_REPORT}}],
+        },
+        "Revised: the report now holds the final text, and the tests still pass.",
+    ]
+
+
+def _verifier(registry: PluginRegistry, task: Path) -> Any:
+    found = registry.adapter("verifier", "fs")
+    expected = hashlib.sha256(FINAL_REPORT.encode()).hexdigest()
+    options: Any = structure(
+        {
+            "root": str(task),
+            "artifacts": [{"path": _REPORT, "sha256": expected}],
+            "test_records": [_RESULTS],
+        },
+        found.spec.config_class,
+    )
+    return found.spec.build(options)
+
+
+async def run_task(
+    archive: HistoryArchive,
+    store: SessionStore,
+    identity: VerifiedIdentity,
+    session_id: str,
+    directory: Path,
+    out: TextIO,
+    registry: PluginRegistry | None = None,
+) -> bool:
+    """Run the task turn on ``session_id``; return whether its verdicts came out as shown."""
+    registry = registry if registry is not None else await anyio.to_thread.run_sync(PluginRegistry.load)
+    try:
+        registry.adapter("verifier", "fs")
+    except PluginNotFoundError:
+        print(
+            "verification: not shown; install the filesystem verifier (pip install ./plugins/verifier-fs)",
+            file=out,
+        )
+        return True
+    task = directory / TASK_DIR
+    await anyio.to_thread.run_sync(lambda: task.mkdir(exist_ok=True))
+    await anyio.to_thread.run_sync((task / _REPORT).write_text, "Inventory report: DRAFT\n")
+    verifier = _verifier(registry, task)
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=_script()),
+        archive=archive,
+        session_store=store,
+        verifier=verifier,
+        tools=_tools(task),
+        owned=[verifier],
+        # The demo lets the revision rewrite the report; by default a revision may not write.
+        completion_policy=verified_completion_policy(
+            on_fail="revise", max_revisions=1, allow_revision_effects=True
+        ),
+    )
+    async with runtime:
+        result = await runtime.run(
+            identity,
+            session_id,
+            f"Finish the task: write {TASK_DIR}/{_REPORT} and make the tests pass.",
+            grants=["run_tests", "write_report"],
+            completion=True,
+        )
+    record = result.verification
+    print(
+        f"task: the model ran the tests and claimed completion; the fs verifier checked {TASK_DIR}/ "
+        "against the host's expected digest and test record",
+        file=out,
+    )
+    if record is None:
+        print("FAILED: the task turn was not verified", file=out)
+        return False
+    for attempt in record.attempts:
+        print(f"  verdict {attempt.verdict.value} (revision {attempt.revision}): {attempt.reason}", file=out)
+        for entry in attempt.evidence:
+            print(f"    evidence {entry.kind} {entry.ref}: {entry.detail}", file=out)
+    print(
+        f"  completion {'accepted' if record.accepted else 'not accepted'} after {record.revisions} "
+        f"revision(s); final answer: {result.output}",
+        file=out,
+    )
+    return [a.verdict.value for a in record.attempts] == ["fail", "pass"]
