@@ -65,7 +65,9 @@ class Reply:
     @classmethod
     def error(cls, status: int, message: str, **changes: Any) -> Reply:
         """An OpenAI-style error body with ``status``."""
-        kind = "rate_limit_exceeded" if status == 429 else "server_error" if status >= 500 else "invalid_request"
+        kind = (
+            "rate_limit_exceeded" if status == 429 else "server_error" if status >= 500 else "invalid_request"
+        )
         return cls(body={"error": {"message": message, "type": kind, "code": None}}, status=status, **changes)
 
     @classmethod
@@ -93,7 +95,9 @@ class Received:
 class StubServer:
     """The server; use :func:`running` to start and stop it."""
 
-    def __init__(self, *, api_key: str | None = "sk-test-0123456789", models: tuple[str, ...] = ("stub-model",)):
+    def __init__(
+        self, *, api_key: str | None = "sk-test-0123456789", models: tuple[str, ...] = ("stub-model",)
+    ) -> None:
         self.api_key = api_key
         self.models = list(models)
         self.script: deque[Reply] = deque()
@@ -177,7 +181,9 @@ class StubServer:
                 pending.add(call.get("id"))
             if role == "tool":
                 if message.get("tool_call_id") not in pending:
-                    problems.append(f"messages[{i}] answers unknown tool call {message.get('tool_call_id')!r}")
+                    problems.append(
+                        f"messages[{i}] answers unknown tool call {message.get('tool_call_id')!r}"
+                    )
                 pending.discard(message.get("tool_call_id"))
         for tool in body.get("tools") or []:
             function = tool.get("function", {}) if isinstance(tool, dict) else {}
@@ -205,7 +211,7 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002  # quiet test output
+        def log_message(self, format: str, *args: Any) -> None:  # quiet test output
             return
 
         def _answer(self, reply: Reply) -> None:

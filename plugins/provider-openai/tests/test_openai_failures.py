@@ -10,7 +10,6 @@ import threading
 
 import anyio
 import pytest
-from conftest import make_provider
 from openai_stub_server import Reply, StubServer, recording
 
 from agentium_harness import OperationCancelledError
@@ -22,6 +21,7 @@ from agentium_provider_openai import (
     OpenAIStatusError,
     OpenAIStreamingOnlyError,
 )
+from conftest import make_provider
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +29,7 @@ REQUEST = ModelRequest(instructions="Be brief.", turn=(Message(Role.USER, "hi"),
 
 
 async def test_past_its_deadline_the_call_stops(stub: StubServer, provider: OpenAIProvider) -> None:
-    """A server that does not answer before the deadline: OperationCancelledError, reason 'deadline passed'."""
+    """The server does not answer before the deadline: OperationCancelledError, 'deadline passed'."""
     release = threading.Event()
     stub.add(Reply.recorded("plain_answer", hold=release))
     try:
@@ -71,7 +71,7 @@ async def test_cancelling_the_signal_abandons_the_request(stub: StubServer, prov
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(call)
-            while not stub.completions:  # the request reached the server
+            while not stub.completions:  # noqa: ASYNC110  # the request reached the server
                 await anyio.sleep(0.01)
             parent.cancel("run cancelled by the host")
     finally:
@@ -90,7 +90,7 @@ async def test_cancel_scope_cancellation_propagates(stub: StubServer, provider: 
         with anyio.CancelScope() as scope:
 
             async def cancel_when_sent() -> None:
-                while not stub.completions:
+                while not stub.completions:  # noqa: ASYNC110  # a list filled by the server thread
                     await anyio.sleep(0.01)
                 scope.cancel()
 
@@ -203,7 +203,7 @@ async def test_a_slow_attempt_times_out_and_is_retried(stub: StubServer) -> None
 
 
 async def test_malformed_tool_arguments_are_a_clear_error(stub: StubServer, provider: OpenAIProvider) -> None:
-    """Arguments that are not valid JSON raise OpenAIMalformedReplyError naming the call; nothing is retried."""
+    """Arguments that are not valid JSON: OpenAIMalformedReplyError naming the call; no retry."""
     stub.add(Reply.recorded("malformed_arguments"))
     with pytest.raises(OpenAIMalformedReplyError, match=r"tool call 0 \('get_weather'\) are not valid JSON"):
         await provider.complete(REQUEST, OpContext.with_timeout(10))
@@ -268,7 +268,9 @@ async def test_an_event_stream_answer_is_refused_clearly(stub: StubServer, provi
     assert stub.completions[0].body["stream"] is False  # we asked for one JSON answer
 
 
-async def test_a_server_that_refuses_non_streamed_requests(stub: StubServer, provider: OpenAIProvider) -> None:
+async def test_a_server_that_refuses_non_streamed_requests(
+    stub: StubServer, provider: OpenAIProvider
+) -> None:
     """A 400 that says only streaming is served is reported as streaming-only, not as a bad request."""
     stub.add(Reply.error(400, "This endpoint only supports stream=true requests"))
     with pytest.raises(OpenAIStreamingOnlyError, match="refused a non-streamed request"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import make_provider
 from openai_stub_server import Reply, StubServer
 
 from agentium_harness.plugin_api import (
@@ -20,6 +19,7 @@ from agentium_harness.plugin_api import (
     Usage,
 )
 from agentium_provider_openai import SOURCE_PREAMBLE, OpenAIProvider
+from conftest import make_provider
 
 pytestmark = pytest.mark.anyio
 
@@ -30,8 +30,12 @@ def _request(**changes: object) -> ModelRequest:
     base: dict[str, object] = {
         "instructions": "You help with deploys.",
         "sources": (
-            SourceBlock(SourceKind.RECALL, "wiki/deploy#3", "Deploys run from the release branch.",
-                        (("completeness", "complete"),)),
+            SourceBlock(
+                SourceKind.RECALL,
+                "wiki/deploy#3",
+                "Deploys run from the release branch.",
+                (("completeness", "complete"),),
+            ),
             SourceBlock(SourceKind.MEMORY, "ticket-9", HOSTILE),
         ),
         "history": (Message(Role.USER, "hello"), Message(Role.ASSISTANT, "Hi, how can I help?")),
@@ -109,7 +113,9 @@ async def test_sources_without_a_turn_still_go_as_a_user_message(stub: StubServe
     assert messages[1]["content"].startswith(SOURCE_PREAMBLE)
 
 
-async def test_tool_calls_results_and_tools_in_the_wire_format(stub: StubServer, provider: OpenAIProvider) -> None:
+async def test_tool_calls_results_and_tools_in_the_wire_format(
+    stub: StubServer, provider: OpenAIProvider
+) -> None:
     """Assistant tool calls go out with JSON-string arguments, results by tool_call_id, tools as functions."""
     stub.add(Reply.recorded("tool_call"))
     turn = (
@@ -118,7 +124,9 @@ async def test_tool_calls_results_and_tools_in_the_wire_format(stub: StubServer,
         Message(Role.TOOL, "18 °C, cloudy", tool_call_id="call_0"),
     )
     tools = (ToolSpec("get_weather", "Current weather for a city."), ToolSpec("noop"))
-    response = await provider.complete(_request(sources=(), turn=turn, tools=tools), OpContext.with_timeout(10))
+    response = await provider.complete(
+        _request(sources=(), turn=turn, tools=tools), OpContext.with_timeout(10)
+    )
     assert stub.violations == []
     body = stub.completions[0].body
     assert body["messages"][-2:] == [
@@ -126,8 +134,11 @@ async def test_tool_calls_results_and_tools_in_the_wire_format(stub: StubServer,
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_0", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city":"Porto"}'}}
+                {
+                    "id": "call_0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Porto"}'},
+                }
             ],
         },
         {"role": "tool", "tool_call_id": "call_0", "content": "18 °C, cloudy"},
@@ -172,7 +183,11 @@ async def test_options_reach_the_request_body(stub: StubServer) -> None:
         await plain.aclose()
     first, second = (r.body for r in stub.completions)
     assert {k: first[k] for k in ("temperature", "max_completion_tokens", "seed", "top_p", "max_tokens")} == {
-        "temperature": 0.2, "max_completion_tokens": 64, "seed": 7, "top_p": 0.9, "max_tokens": 64,
+        "temperature": 0.2,
+        "max_completion_tokens": 64,
+        "seed": 7,
+        "top_p": 0.9,
+        "max_tokens": 64,
     }
     assert not {"temperature", "max_completion_tokens", "seed", "top_p", "max_tokens"} & set(second)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Final, Literal
+from collections.abc import Callable
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import attrs
@@ -115,6 +116,15 @@ def _temperature(instance: Any, attribute: attrs.Attribute[Any], value: object) 
         raise ValueError(f"temperature must be a number from 0 to 2 or left out, got {value!r}")
 
 
+def _one_of(*choices: str) -> Callable[[Any, attrs.Attribute[Any], object], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in choices:
+            shown = " or ".join(repr(c) for c in choices)
+            raise ValueError(f"{attribute.name} must be {shown}, got {value!r}")
+
+    return check
+
+
 def _json_value(value: object, where: str) -> None:
     if value is None or isinstance(value, bool | int | str):
         return
@@ -189,12 +199,8 @@ class OpenAIProviderConfig:
     retry_backoff_s: float = attrs.field(default=0.5, validator=_seconds)
     retry_backoff_max_s: float = attrs.field(default=8.0, validator=_seconds)
     probe_timeout_s: float = attrs.field(default=5.0, validator=_seconds)
-    instructions_role: Literal["system", "developer"] = attrs.field(
-        default="system", validator=attrs.validators.in_(("system", "developer"))
-    )
-    source_placement: Literal["separate", "with_input"] = attrs.field(
-        default="separate", validator=attrs.validators.in_(("separate", "with_input"))
-    )
+    instructions_role: str = attrs.field(default="system", validator=_one_of("system", "developer"))
+    source_placement: str = attrs.field(default="separate", validator=_one_of("separate", "with_input"))
     temperature: float | None = attrs.field(default=None, validator=_temperature)
     max_completion_tokens: int | None = attrs.field(default=None, validator=_optional_positive_int)
     seed: int | None = attrs.field(default=None, validator=_optional_int)
