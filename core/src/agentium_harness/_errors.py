@@ -14,6 +14,12 @@ __all__ = [
     "PublicationRefusedError",
     "RecallUnavailableError",
     "AgentLifecycleError",
+    "AgentCloseError",
+    "ExtractionConflictError",
+    "MemoryFactForgottenError",
+    "MemoryFactNotFoundError",
+    "MemoryRejectedError",
+    "MemoryStoreError",
     "AgentiumError",
     "ArchiveConflictError",
     "ArchiveCorruptError",
@@ -222,7 +228,65 @@ class AgentLifecycleError(AgentiumError):
 
 
 class MemoryDrainError(AgentiumError):
-    """Owned memory work (summary, extraction, final writes) did not drain cleanly."""
+    """Owned memory work (summary, extraction, final writes) did not drain cleanly.
+
+    ``result`` is the :class:`~agentium_harness._memory.work.DrainResult`: every
+    item by name, as completed, failed or cancelled.
+    """
+
+    def __init__(self, message: str, result: object = None) -> None:
+        self.result = result
+        super().__init__(message)
+
+
+class AgentCloseError(AgentLifecycleError):
+    """``Agent.close()`` could not tear everything down; ``failures`` lists every problem.
+
+    The agent stays ``closing`` (it admits nothing) and ``close()`` may be
+    called again: it retries only what failed. Borrowed resources are never closed.
+    ``drain`` is the drain result of that attempt, if the drain ran.
+    """
+
+    def __init__(self, failures: Sequence[str], drain: object = None) -> None:
+        self.failures = tuple(failures)
+        self.drain = drain
+        super().__init__(
+            f"agent teardown failed ({len(self.failures)} problem(s)): " + "; ".join(self.failures)
+        )
+
+
+class MemoryStoreError(AgentiumError):
+    """The memory store could not complete an operation; nothing was written by the failed call."""
+
+
+class MemoryRejectedError(MemoryStoreError, ValueError):
+    """A fact was refused (over the size limit, a validity window ending before it starts, source-data
+    markers in its text, or the host's own rule); ``reason`` says which. Nothing was written.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"fact rejected: {reason}; nothing was written")
+
+
+class MemoryFactNotFoundError(MemoryStoreError, LookupError):
+    """No fact with this id is visible to the caller's tenant and user.
+
+    The same error (and message) is raised whether the id does not exist or
+    belongs to someone else, so a refusal never reveals another tenant's ids.
+    """
+
+
+class MemoryFactForgottenError(MemoryStoreError):
+    """The fact was forgotten: its content is gone and it cannot be corrected. Remember a new fact."""
+
+
+class ExtractionConflictError(AgentiumError, ValueError):
+    """Agent memory extraction was configured for a session whose canonical history the harness owns.
+
+    Extracting there twice (once by the agent, once from the harness's own
+    history) would duplicate memory (R37). Turn one of them off.
+    """
 
 
 class OperationCancelledError(AgentiumError):

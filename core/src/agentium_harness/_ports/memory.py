@@ -1,60 +1,338 @@
-"""The memory store port: durable facts whose lifecycle the host controls (R36–R40)."""
+"""The memory store port: durable facts whose lifecycle the host controls (R36–R40).
+
+A fact belongs to a :class:`MemoryScope` (tenant, user, optional project and
+repository), carries a validity window, its provenance (the message groups it
+came from) and a revision. The host decides what is remembered, corrected and
+forgotten; the store keeps every revision:
+
+- ``remember`` stores a new fact (revision 1) or acknowledges a duplicate of a
+  current fact in the same scope;
+- ``correct`` writes revision *n + 1* and marks revision *n* superseded, so the
+  history stays readable;
+- ``forget`` writes a tombstone revision and removes the text of every
+  revision; a forgotten fact is never returned by ``lookup`` again and cannot
+  be corrected;
+- ``lookup`` (injection) returns only current facts valid at the given time;
+  ``list_facts`` (operators) returns current facts, expired ones included.
+  Both are bounded by :data:`MAX_LOOKUP_LIMIT`.
+
+Ownership is tenant and user: ``correct``, ``forget`` and ``history`` of a
+fact another tenant or user owns raise :class:`MemoryFactNotFoundError` with
+the same message as for an id that does not exist, and change nothing.
+"""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from typing import ClassVar
+import re
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 import attrs
 
-from .._scope import Scope
+from .._errors import InvalidArgumentError, MemoryRejectedError
+from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
+from .provider import _WRAPPER_TAG
 
 __all__ = [
+    "MAX_FACT_BYTES",
+    "MAX_LOOKUP_LIMIT",
+    "MAX_PROVENANCE",
+    "AckStatus",
+    "FactStatus",
+    "GroupRef",
     "MemoryAck",
     "MemoryCapabilities",
     "MemoryEvent",
     "MemoryEventKind",
     "MemoryFact",
+    "MemoryScope",
     "MemoryStore",
+    "StoredFact",
+    "check_fact",
+    "check_limit",
+    "iso_utc",
+    "parse_iso_utc",
+    "rejection_reason",
 ]
+
+#: Largest fact text, in UTF-8 bytes, any store accepts.
+MAX_FACT_BYTES = 4096
+#: Most facts one ``lookup``, ``list_facts`` or ``history`` call may return.
+MAX_LOOKUP_LIMIT = 200
+#: Most provenance references one fact may carry.
+MAX_PROVENANCE = 32
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    validate_id(value, attribute.name)
+
+
+def _optional_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        validate_id(value, attribute.name)
 
 
 @attrs.frozen(slots=True)
-class MemoryCapabilities(Capabilities):
-    """What a memory store declares.
+class MemoryScope:
+    """Who a fact belongs to: tenant and user, optionally narrowed to a project and a repository.
 
-    - ``acknowledged_writes``: ``remember`` returns only after the write is durable (required).
-    - ``correction``: :meth:`MemoryStore.correct` replaces a fact, keeping its history.
-    - ``forgetting``: :meth:`MemoryStore.forget` removes a fact.
+    Every id is validated like a session's (non-empty, at most 256 characters,
+    no control characters). A fact whose project (or repository) is ``None``
+    applies in every project (repository) of its user; a fact with a project
+    applies only there.
     """
 
-    METHODS: ClassVar[dict[str, str]] = {"correction": "correct", "forgetting": "forget"}
-    REQUIRED: ClassVar[tuple[str, ...]] = ("acknowledged_writes",)
+    tenant: str = attrs.field(validator=_id)
+    user: str = attrs.field(validator=_id)
+    project: str | None = attrs.field(default=None, validator=_optional_id)
+    repository: str | None = attrs.field(default=None, validator=_optional_id)
 
-    acknowledged_writes: bool = False
-    correction: bool = False
-    forgetting: bool = False
+    @classmethod
+    def of(
+        cls, identity: VerifiedIdentity, project: str | None = None, repository: str | None = None
+    ) -> MemoryScope:
+        """The memory scope of a verified identity (R16: only verified identity is accepted)."""
+        require_identity(identity)
+        return cls(identity.tenant, identity.user, project, repository)
+
+    @classmethod
+    def of_session(cls, scope: Scope) -> MemoryScope:
+        """The memory scope of a run's :class:`~agentium_harness._scope.Scope` (its session dropped)."""
+        return cls(scope.tenant, scope.user, scope.project, scope.repository)
+
+    def owns(self, other: MemoryScope) -> bool:
+        """True if ``other`` belongs to the same tenant and user (who may correct and forget it)."""
+        return self.tenant == other.tenant and self.user == other.user
+
+    def sees(self, fact_scope: MemoryScope) -> bool:
+        """True if a fact of ``fact_scope`` may be injected into a request of this scope."""
+        return (
+            self.owns(fact_scope)
+            and fact_scope.project in (None, self.project)
+            and fact_scope.repository in (None, self.repository)
+        )
+
+    def key_segments(self) -> tuple[str, str, str, str]:
+        """Four encoded segments, absent optionals as ``~``; the mapping is injective."""
+        return (
+            encode_segment(self.tenant),
+            encode_segment(self.user),
+            ABSENT_SEGMENT if self.project is None else encode_segment(self.project),
+            ABSENT_SEGMENT if self.repository is None else encode_segment(self.repository),
+        )
+
+    def key(self, sep: str = "/") -> str:
+        """The segments joined by ``sep``."""
+        return sep.join(self.key_segments())
+
+
+def _memory_scope(value: object) -> MemoryScope:
+    """Accept a :class:`MemoryScope`, or a session :class:`Scope` (its session dropped)."""
+    if isinstance(value, MemoryScope):
+        return value
+    if isinstance(value, Scope):
+        return MemoryScope.of_session(value)
+    raise InvalidArgumentError(f"scope must be a MemoryScope, got {type(value).__name__}")
+
+
+def _optional_memory_scope(value: object) -> MemoryScope | None:
+    return None if value is None else _memory_scope(value)
+
+
+def _aware(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a timezone-aware datetime (or None), got {value!r}; "
+            "nothing was written"
+        )
+
+
+@attrs.frozen(slots=True)
+class GroupRef:
+    """A message group a fact came from: its session, ``seq`` and archive digest (provenance)."""
+
+    session: str = attrs.field(validator=_id)
+    seq: int = attrs.field()
+    digest: str = attrs.field()
+
+    @seq.validator
+    def _seq(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidArgumentError(f"provenance seq must be an int >= 0, got {value!r}")
+
+    @digest.validator
+    def _digest(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+            raise InvalidArgumentError(f"provenance digest must be 'sha256:<64 hex>', got {value!r}")
+
+    def label(self) -> str:
+        """``<session>#<seq>``, as shown in a memory block's ``provenance`` attribute."""
+        return f"{encode_segment(self.session)}#{self.seq}"
+
+
+def _provenance(value: Iterable[GroupRef]) -> tuple[GroupRef, ...]:
+    if isinstance(value, str | bytes):
+        raise InvalidArgumentError("provenance must be a collection of GroupRef, not a string")
+    refs = tuple(value)
+    for ref in refs:
+        if not isinstance(ref, GroupRef):
+            raise InvalidArgumentError(f"provenance items must be GroupRef, got {type(ref).__name__}")
+    return refs
 
 
 @attrs.frozen(slots=True)
 class MemoryFact:
-    """A fact the host chose to keep, with its scope and validity."""
+    """A fact the host asks to keep: its scope, text, validity window and provenance.
 
-    fact_id: str
-    scope: Scope
-    text: str
-    valid_until: str | None = None
+    Types are checked here; what a store accepts (size, window order, no
+    source-data markers) is :func:`check_fact`, so a rejected fact can still
+    be reported through :class:`MemoryAck`.
+    """
+
+    scope: MemoryScope = attrs.field(converter=_memory_scope)
+    text: str = attrs.field()
+    valid_from: datetime | None = attrs.field(default=None, validator=_aware)
+    valid_until: datetime | None = attrs.field(default=None, validator=_aware)
+    provenance: tuple[GroupRef, ...] = attrs.field(default=(), converter=_provenance)
+
+    @text.validator
+    def _text(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str):
+            raise InvalidArgumentError(f"fact text must be a str, got {type(value).__name__}")
+
+    def valid_at(self, when: datetime) -> bool:
+        """True if ``when`` lies in ``[valid_from, valid_until)``."""
+        return (self.valid_from is None or self.valid_from <= when) and (
+            self.valid_until is None or when < self.valid_until
+        )
+
+
+def rejection_reason(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> str | None:
+    """Why a store must refuse ``fact``, or ``None`` if it is acceptable."""
+    if not fact.text.strip():
+        return "the fact text is empty"
+    try:
+        size = len(fact.text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "the fact text is not valid Unicode"
+    if size > max_bytes:
+        return f"the fact text is {size} bytes, over the limit of {max_bytes}"
+    if "\x00" in fact.text:
+        return "the fact text contains NUL"
+    if _WRAPPER_TAG.search(fact.text):
+        return "the fact text holds a source-data wrapper marker; facts are data and may not forge a wrapper"
+    if fact.valid_from is not None and fact.valid_until is not None and fact.valid_until <= fact.valid_from:
+        return "the validity window ends before (or when) it starts"
+    if len(fact.provenance) > MAX_PROVENANCE:
+        return f"the fact cites {len(fact.provenance)} groups, over the limit of {MAX_PROVENANCE}"
+    return None
+
+
+def check_fact(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> None:
+    """Raise :class:`~agentium_harness._errors.MemoryRejectedError` if a store must refuse ``fact``."""
+    if not isinstance(fact, MemoryFact):
+        raise InvalidArgumentError(f"expected a MemoryFact, got {type(fact).__name__}; nothing was written")
+    reason = rejection_reason(fact, max_bytes)
+    if reason is not None:
+        raise MemoryRejectedError(reason)
+
+
+def check_limit(limit: object) -> int:
+    """``limit`` if it is an int in ``1..MAX_LOOKUP_LIMIT``; else :class:`InvalidArgumentError`."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LOOKUP_LIMIT:
+        raise InvalidArgumentError(f"limit must be an int between 1 and {MAX_LOOKUP_LIMIT}, got {limit!r}")
+    return limit
+
+
+def iso_utc(when: datetime) -> str:
+    """A fixed-width UTC text form (``0001-01-01T00:00:00.000000Z``): text order is time order."""
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+
+
+def parse_iso_utc(text: object) -> datetime:
+    """Invert :func:`iso_utc`; ``ValueError`` on anything it could not have written."""
+    if not isinstance(text, str) or not _ISO.fullmatch(text):
+        raise ValueError(f"not a stored UTC time: {text!r}")
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+
+
+class FactStatus(enum.StrEnum):
+    """Where a revision stands: the current one, one a correction replaced, or a tombstone."""
+
+    CURRENT = "current"
+    SUPERSEDED = "superseded"
+    FORGOTTEN = "forgotten"
+
+
+@attrs.frozen(slots=True)
+class StoredFact:
+    """One stored revision of a fact, as a store returns it.
+
+    A forgotten fact's revisions all read ``status=FORGOTTEN`` with empty
+    ``text`` and no provenance: forgetting removes the content, the tombstone
+    only says that a fact existed and when it was forgotten.
+    """
+
+    fact_id: str = attrs.field(validator=_id)
+    revision: int
+    status: FactStatus = attrs.field(converter=FactStatus)
+    fact: MemoryFact
+    recorded_at: datetime = attrs.field(validator=_aware)
+
+    @property
+    def scope(self) -> MemoryScope:
+        """The fact's scope."""
+        return self.fact.scope
+
+    @property
+    def text(self) -> str:
+        """The fact's text (empty once forgotten)."""
+        return self.fact.text
+
+    def current_at(self, when: datetime) -> bool:
+        """True if this revision is current and valid at ``when`` (what injection may use)."""
+        return self.status is FactStatus.CURRENT and self.fact.valid_at(when)
+
+
+class AckStatus(enum.StrEnum):
+    """What a write did (R39)."""
+
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+    REJECTED = "rejected"
 
 
 @attrs.frozen(slots=True)
 class MemoryAck:
-    """The store's acknowledgment of a write (R39)."""
+    """The acknowledgment of a write (R39): stored, duplicate of a current fact, or rejected and why.
 
-    fact_id: str
-    revision: str
-    durable: bool
+    ``fact_id`` and ``revision`` name what is now current (for a duplicate:
+    the existing fact; for a forget: the tombstone). ``durable`` says the
+    store acknowledged a durable write. ``notes`` lists lifecycle hooks that
+    raised after the write (the write stands).
+    """
+
+    status: AckStatus = attrs.field(converter=AckStatus)
+    fact_id: str | None = None
+    revision: int | None = None
+    reason: str = ""
+    durable: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """True unless rejected."""
+        return self.status is not AckStatus.REJECTED
 
 
 class MemoryEventKind(enum.StrEnum):
@@ -68,62 +346,127 @@ class MemoryEventKind(enum.StrEnum):
 
 @attrs.frozen(slots=True)
 class MemoryEvent:
-    """A memory lifecycle event."""
+    """A memory lifecycle event: what happened, in which scope, to which fact and revision.
 
-    kind: MemoryEventKind
-    scope: Scope
+    ``scope`` is ``None`` for ``drained`` (a drain covers every scope);
+    ``detail`` is a short summary (for ``drained``: the counts).
+    """
+
+    kind: MemoryEventKind = attrs.field(converter=MemoryEventKind)
+    scope: MemoryScope | None = attrs.field(default=None, converter=_optional_memory_scope)
     fact_id: str | None = None
+    revision: int | None = None
+    detail: str = ""
+
+
+@attrs.frozen(slots=True)
+class MemoryCapabilities(Capabilities):
+    """What a memory store declares.
+
+    - ``acknowledged_writes``: ``remember`` returns only after the write is done as declared (required).
+    - ``durable``: acknowledged writes survive a process crash.
+    - ``correction``: :meth:`MemoryStore.correct` writes a new revision, keeping the history.
+    - ``forgetting``: :meth:`MemoryStore.forget` tombstones a fact and removes its content.
+    - ``listing``: :meth:`MemoryStore.list_facts` lists a scope's current facts, bounded.
+    - ``history``: :meth:`MemoryStore.history` returns every revision of a fact.
+    """
+
+    METHODS: ClassVar[dict[str, str]] = {
+        "correction": "correct",
+        "forgetting": "forget",
+        "listing": "list_facts",
+        "history": "history",
+    }
+    REQUIRED: ClassVar[tuple[str, ...]] = ("acknowledged_writes",)
+
+    acknowledged_writes: bool = False
+    durable: bool = False
+    correction: bool = False
+    forgetting: bool = False
+    listing: bool = False
+    history: bool = False
 
 
 class MemoryStore:
-    """Port for durable memory."""
+    """Port for durable memory. Every method checks ``ctx`` before it starts and writes nothing if refused."""
 
     capabilities: ClassVar[MemoryCapabilities]
 
     @port_stub
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
-        """Store ``fact`` and acknowledge it (R39).
+        """Store ``fact`` as revision 1 of a new fact id and acknowledge it (R39).
 
-        Call ``ctx.raise_if_expired("memory remember")`` before writing; return
-        the acknowledgment only once the write is durable as declared.
+        Call ``ctx.raise_if_expired("memory remember")`` and :func:`check_fact`
+        before writing. A current fact of the same scope with the same text
+        and validity is a duplicate: acknowledge it with ``DUPLICATE`` and
+        its id and revision, writing nothing. Return only once the write is
+        done as declared.
 
-        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
-        ``UnsupportedOperationError`` from the port stub.
+        Raises: ``MemoryRejectedError`` for a fact :func:`check_fact` refuses;
+        ``OperationCancelledError`` when cancelled or past the deadline.
         """
         raise unsupported(self, "remember")
 
     @port_stub
-    async def lookup(self, scope: Scope, query: str, limit: int, ctx: OpContext) -> Sequence[MemoryFact]:
-        """Return at most ``limit`` facts of ``scope`` relevant to ``query``.
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        """At most ``limit`` current facts ``scope`` sees (:meth:`MemoryScope.sees`), valid at ``at``.
 
-        Call ``ctx.raise_if_expired("memory lookup")`` before starting.
-
-        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
-        ``UnsupportedOperationError`` from the port stub.
+        ``at`` defaults to now. Facts matching more of the query's words come
+        first, then the most recently recorded; an empty query lists the most
+        recent. Never returns a superseded or forgotten revision, an expired
+        or not yet valid fact, or another scope's fact. ``limit`` is checked
+        with :func:`check_limit`.
         """
         raise unsupported(self, "lookup")
 
     @port_stub
-    async def correct(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
-        """Replace a fact by id. Declared by ``correction``.
+    async def correct(
+        self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+    ) -> MemoryAck:
+        """Write ``replacement`` as the next revision of ``fact_id``; the old one becomes superseded.
 
-        Call ``ctx.raise_if_expired("memory correct")`` before writing.
+        Declared by ``correction``. ``replacement.scope`` must be owned by
+        ``scope``'s tenant and user. Identical content is a ``DUPLICATE``.
 
-        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
-        ``UnsupportedOperationError`` when not declared.
+        Raises: ``MemoryFactNotFoundError`` when the id does not exist or
+        belongs to another tenant or user (one message for both);
+        ``MemoryFactForgottenError`` for a forgotten fact; ``MemoryRejectedError``;
+        ``OperationCancelledError``; ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "correct", "correction")
 
     @port_stub
-    async def forget(self, scope: Scope, fact_id: str, ctx: OpContext) -> bool:
-        """Remove a fact; return whether it existed. Declared by ``forgetting``.
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        """Tombstone ``fact_id`` and remove the text of every revision. Declared by ``forgetting``.
 
-        Call ``ctx.raise_if_expired("memory forget")`` before writing.
+        Returns ``STORED`` with the tombstone's revision, or ``DUPLICATE`` if
+        it was already forgotten.
 
-        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
-        ``UnsupportedOperationError`` when not declared.
+        Raises: ``MemoryFactNotFoundError`` (missing or foreign, one message);
+        ``OperationCancelledError``; ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "forget", "forgetting")
+
+    @port_stub
+    async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+        """At most ``limit`` current facts owned by ``scope``'s tenant and user, newest first.
+
+        Expired facts are included (an operator sees them); superseded and
+        forgotten revisions are not. Declared by ``listing``.
+        """
+        raise unsupported(self, "list_facts", "listing")
+
+    @port_stub
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
+        """Every revision of ``fact_id``, oldest first (at most :data:`MAX_LOOKUP_LIMIT`).
+
+        Declared by ``history``.
+
+        Raises: ``MemoryFactNotFoundError`` (missing or foreign, one message).
+        """
+        raise unsupported(self, "history", "history")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself."""

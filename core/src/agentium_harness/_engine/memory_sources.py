@@ -1,0 +1,112 @@
+"""Memory in model requests: selected facts as labeled source blocks under a token budget (R38).
+
+One stage for the harness turn and the :class:`~agentium_harness._memory.agent.Agent`:
+:func:`memory_blocks` asks the selection (the manager's, or the default over
+a bare store) for facts, keeps only those that may be injected, renders each
+as a ``SourceBlock(kind=SourceKind.MEMORY)`` and assembles them with the
+same :func:`~agentium_harness._engine.sources.assemble_sources` as recall:
+whole blocks in rank order, the rendered wrapper counted against the
+budget, a block that does not fit omitted whole and reported. A failing
+store or selection never fails the run: the stage reports it and injects
+nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import attrs
+
+from .._memory.manager import MemoryManager
+from .._memory.selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
+from .._ports._base import OpContext
+from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
+from .._ports.provider import SourceBlock, SourceKind
+from .sources import assemble_sources
+
+__all__ = ["MEMORY_SOURCE_PREFIX", "MemoryOmitted", "memory_block", "memory_blocks"]
+
+#: Source ids of memory blocks are ``memory/<fact id>``.
+MEMORY_SOURCE_PREFIX = "memory/"
+
+
+@attrs.frozen(slots=True)
+class MemoryOmitted:
+    """What the memory stage left out, and why.
+
+    - ``over_budget``: fact ids selected but left out whole: their block did not fit the budget.
+    - ``refused``: ``(fact id, why)`` for facts the selection returned that may not be injected.
+    - ``problems``: a store or selection failure (nothing was injected then).
+    """
+
+    over_budget: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+    problems: tuple[str, ...] = ()
+
+    @property
+    def any(self) -> bool:
+        """True if anything was left out or went wrong."""
+        return bool(self.over_budget or self.refused or self.problems)
+
+
+def memory_block(fact: StoredFact, rank: int) -> SourceBlock:
+    """One fact as labeled source data: id, revision, validity, provenance and rank as attributes."""
+    valid_until = fact.fact.valid_until
+    provenance = ",".join(ref.label() for ref in fact.fact.provenance) or "none"
+    return SourceBlock(
+        SourceKind.MEMORY,
+        MEMORY_SOURCE_PREFIX + fact.fact_id,
+        fact.text,
+        (
+            ("revision", str(fact.revision)),
+            ("valid-until", "open" if valid_until is None else iso_utc(valid_until)),
+            ("provenance", provenance),
+            ("rank", str(rank)),
+        ),
+    )
+
+
+async def memory_blocks(
+    source: MemoryManager | MemoryStore,
+    selection: MemorySelection | None,
+    scope: MemoryScope,
+    query: str,
+    budget_tokens: int,
+    op: OpContext,
+    *,
+    limit: int | None = None,
+    at: datetime | None = None,
+) -> tuple[tuple[SourceBlock, ...], MemoryOmitted]:
+    """The memory blocks for a request in ``scope``, within ``budget_tokens`` (wrappers included).
+
+    ``source`` is a :class:`MemoryManager` (its selection, limits and
+    forgotten set apply; ``selection`` overrides its selection when given)
+    or a bare :class:`MemoryStore` (``selection`` or the default). ``op``
+    bounds the selection call. Returns the included blocks in rank order and
+    what was omitted.
+    """
+    if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 0:
+        raise ValueError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
+    when = at or datetime.now(UTC)
+    forgotten: frozenset[str] = frozenset()
+    if isinstance(source, MemoryManager):
+        store = source.store
+        chosen = selection or source.selection
+        bound = check_limit(limit if limit is not None else source.limits.max_injected_facts)
+        forgotten = source.forgotten_ids
+    else:
+        store = source
+        chosen = selection or recent_and_relevant
+        bound = check_limit(limit if limit is not None else 8)
+    if budget_tokens == 0:
+        return (), MemoryOmitted()
+    try:
+        op.raise_if_expired("memory select")
+        raw = await chosen(SelectionRequest(store, scope, query, bound, when, op))
+    except Exception as exc:
+        return (), MemoryOmitted(problems=(f"memory selection failed: {type(exc).__name__}: {exc}",))
+    kept, refused = checked_selection(raw, scope, bound, when, forgotten)
+    blocks = [memory_block(fact, rank) for rank, fact in enumerate(kept, start=1)]
+    assembly = assemble_sources(blocks, budget_tokens)
+    over = tuple(sid[len(MEMORY_SOURCE_PREFIX) :] for sid in assembly.omitted)
+    return assembly.included, MemoryOmitted(over_budget=over, refused=tuple(refused))

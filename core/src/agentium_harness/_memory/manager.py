@@ -1,0 +1,428 @@
+"""The memory manager: the host's calls on durable memory, its owned work and its drain (R36, R39, R40).
+
+Nothing becomes memory unless the host calls :meth:`MemoryManager.remember`
+(or :meth:`~MemoryManager.remember_with_result`) or configures an extractor;
+correction and forgetting are host calls too. Every write is checked before
+the store sees it (:func:`~agentium_harness._ports.memory.rejection_reason`
+plus the host's own ``accept`` rule), runs under a deadline, and is
+broadcast through the ``agentium_memory_event`` hook; a hook that raises is
+isolated and reported in the acknowledgment's ``notes``.
+
+Extraction and final writes run as named owned work; :meth:`MemoryManager.drain`
+covers them and any :class:`~agentium_harness._memory.work.WorkSource` handed
+over with :meth:`MemoryManager.track` (a runtime's summary updates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Literal, Protocol, TypeVar
+
+import attrs
+
+from .._engine.checks import check_adapter
+from .._engine.commit import broadcast
+from .._engine.hooks import HookBroadcaster
+from .._engine.lifecycle import Ticket, close_owned
+from .._errors import (
+    AgentCloseError,
+    AgentLifecycleError,
+    ContractViolationError,
+    ExtractionConflictError,
+    InvalidArgumentError,
+    MemoryDrainError,
+    MemoryRejectedError,
+)
+from .._history import Message
+from .._ports._base import OpContext
+from .._ports.memory import (
+    MAX_FACT_BYTES,
+    MAX_LOOKUP_LIMIT,
+    AckStatus,
+    MemoryAck,
+    MemoryCapabilities,
+    MemoryEvent,
+    MemoryEventKind,
+    MemoryFact,
+    MemoryScope,
+    MemoryStore,
+    StoredFact,
+    check_limit,
+    rejection_reason,
+)
+from .._scope import SessionKey, validate_id
+from .._validators import positive_int
+from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
+from .work import DrainResult, WorkSource, WorkTracker
+
+__all__ = ["HistoryOwner", "MemoryExtractor", "MemoryLimits", "MemoryManager"]
+
+T = TypeVar("T")
+
+#: Who extracts memory from a session's history: the harness (canonical sessions) or an agent.
+HistoryOwner = Literal["harness", "agent"]
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 86_400:
+        raise InvalidArgumentError(f"{attribute.name} must be seconds in (0, 86400), got {value!r}")
+
+
+def _fact_bytes(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FACT_BYTES:
+        raise InvalidArgumentError(f"{attribute.name} must be an int in 1..{MAX_FACT_BYTES}, got {value!r}")
+
+
+def _facts(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    check_limit(value)
+
+
+@attrs.frozen(slots=True)
+class MemoryLimits:
+    """Bounds of a memory manager.
+
+    - ``max_fact_bytes``: largest fact text accepted (at most :data:`MAX_FACT_BYTES`).
+    - ``max_injected_facts``: most facts one selection may inject.
+    - ``injection_tokens``: token budget of the memory blocks of one request, wrappers included.
+    - ``op_timeout_s``: deadline of each store call.
+    - ``drain_timeout_s``: default timeout of :meth:`MemoryManager.drain`.
+    - ``max_extracted_facts``: most facts one extraction may write.
+    """
+
+    max_fact_bytes: int = attrs.field(default=MAX_FACT_BYTES, validator=_fact_bytes)
+    max_injected_facts: int = attrs.field(default=8, validator=_facts)
+    injection_tokens: int = attrs.field(default=512, validator=positive_int)
+    op_timeout_s: float = attrs.field(default=10.0, validator=_seconds)
+    drain_timeout_s: float = attrs.field(default=10.0, validator=_seconds)
+    max_extracted_facts: int = attrs.field(default=8, validator=_facts)
+
+
+class MemoryExtractor(Protocol):
+    """Host-configured extraction: facts worth keeping from a turn's messages (R36).
+
+    It only proposes; the manager checks and writes each fact as owned work.
+    """
+
+    async def extract(
+        self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext
+    ) -> Sequence[MemoryFact]:
+        """The facts to remember from ``messages``, in ``scope`` (or narrower)."""
+        ...
+
+
+#: The host's own admission rule for a fact: a reason to reject it, or ``None``.
+AcceptRule = Callable[[MemoryFact], str | None]
+
+
+class MemoryManager:
+    """The host's handle on durable memory: remember, correct, forget, list, select, drain.
+
+    ``store`` is borrowed unless ``owns_store`` is true (then :meth:`aclose`
+    closes it). ``hooks`` broadcasts lifecycle events (the plugin registry);
+    ``selection`` replaces the default :func:`recent_and_relevant`;
+    ``extractor`` turns on extraction; ``accept`` adds the host's own rule.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        *,
+        hooks: HookBroadcaster | None = None,
+        selection: MemorySelection | None = None,
+        extractor: MemoryExtractor | None = None,
+        accept: AcceptRule | None = None,
+        limits: MemoryLimits | None = None,
+        owns_store: bool = False,
+    ) -> None:
+        caps = check_adapter("memory", store)
+        assert isinstance(caps, MemoryCapabilities)
+        if limits is not None and not isinstance(limits, MemoryLimits):
+            raise InvalidArgumentError(f"limits must be MemoryLimits, got {type(limits).__name__}")
+        for name, value in (("selection", selection), ("accept", accept)):
+            if value is not None and not callable(value):
+                raise InvalidArgumentError(f"{name} must be callable, got {type(value).__name__}")
+        if extractor is not None and not callable(getattr(extractor, "extract", None)):
+            raise InvalidArgumentError(
+                f"extractor must have an async extract(), got {type(extractor).__name__}"
+            )
+        self.store = store
+        self.capabilities = caps
+        self.limits = limits or MemoryLimits()
+        self.selection: MemorySelection = selection or recent_and_relevant
+        self.extractor = extractor
+        self._accept = accept
+        self._hooks = hooks
+        self._owns_store = owns_store
+        self._work = WorkTracker()
+        self._forgotten: set[str] = set()
+        self._claims: dict[SessionKey, HistoryOwner] = {}
+        self._closed = False
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` ran; every later call raises :class:`AgentLifecycleError`."""
+        return self._closed
+
+    @property
+    def forgotten_ids(self) -> frozenset[str]:
+        """Fact ids forgotten through this manager (never injected again, whatever a selection returns)."""
+        return frozenset(self._forgotten)
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise AgentLifecycleError(f"{what} refused: the memory manager is closed; nothing was written")
+
+    async def _call(self, operation: str, work: Callable[[OpContext], Awaitable[T]]) -> T:
+        return await Ticket(None, operation, self.limits.op_timeout_s).call(operation, work)
+
+    async def _event(self, kind: MemoryEventKind, ack: MemoryAck, scope: MemoryScope | None) -> MemoryAck:
+        if self._hooks is None or ack.status is not AckStatus.STORED:
+            return ack
+        event = MemoryEvent(kind, scope, ack.fact_id, ack.revision)
+        notes = await broadcast(self._hooks, "agentium_memory_event", event=event)
+        if not notes:
+            return ack
+        return attrs.evolve(ack, notes=ack.notes + tuple(d.message for d in notes))
+
+    def _reject_reason(self, fact: object) -> str | None:
+        if not isinstance(fact, MemoryFact):
+            raise InvalidArgumentError(
+                f"expected a MemoryFact, got {type(fact).__name__}; nothing was written"
+            )
+        reason = rejection_reason(fact, self.limits.max_fact_bytes)
+        if reason is None and self._accept is not None:
+            reason = self._accept(fact)
+            if reason is not None and not isinstance(reason, str):
+                raise InvalidArgumentError("the accept rule must return a reason string or None")
+        return reason
+
+    @staticmethod
+    def _checked_ack(ack: object, operation: str) -> MemoryAck:
+        if not isinstance(ack, MemoryAck) or ack.status is AckStatus.REJECTED or ack.fact_id is None:
+            raise ContractViolationError(
+                f"{operation} returned {ack!r}: a store acknowledges with a MemoryAck naming the fact "
+                "(and raises MemoryRejectedError to refuse)"
+            )
+        return ack
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def remember_with_result(self, fact: MemoryFact) -> MemoryAck:
+        """Store ``fact`` and return the acknowledgment: stored, duplicate, or rejected with the reason (R39).
+
+        A rejected fact writes nothing and broadcasts nothing.
+        """
+        self._check_open("remember")
+        reason = self._reject_reason(fact)
+        if reason is not None:
+            return MemoryAck(AckStatus.REJECTED, reason=reason)
+        try:
+            raw = await self._call("memory remember", lambda ctx: self.store.remember(fact, ctx))
+        except MemoryRejectedError as exc:
+            return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
+        ack = self._checked_ack(raw, "memory remember")
+        return await self._event(MemoryEventKind.REMEMBERED, ack, fact.scope)
+
+    async def remember(self, fact: MemoryFact) -> MemoryAck:
+        """Like :meth:`remember_with_result`, but a rejection raises :class:`MemoryRejectedError`."""
+        ack = await self.remember_with_result(fact)
+        if ack.status is AckStatus.REJECTED:
+            raise MemoryRejectedError(ack.reason)
+        return ack
+
+    async def correct(self, scope: MemoryScope, fact_id: str, replacement: MemoryFact) -> MemoryAck:
+        """Write ``replacement`` as the next revision of ``fact_id``, keeping the history.
+
+        Raises :class:`MemoryRejectedError` for a replacement the checks
+        refuse, :class:`MemoryFactNotFoundError` for a missing or foreign id
+        (the same error either way) and :class:`MemoryFactForgottenError` for
+        a forgotten fact; nothing changes in any of these cases.
+        """
+        self._check_open("correct")
+        scope = _scope(scope)
+        validate_id(fact_id, "fact id")
+        reason = self._reject_reason(replacement)
+        if reason is not None:
+            raise MemoryRejectedError(reason)
+        if not scope.owns(replacement.scope):
+            raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
+        raw = await self._call(
+            "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
+        )
+        ack = self._checked_ack(raw, "memory correct")
+        return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
+
+    async def forget(self, scope: MemoryScope, fact_id: str) -> MemoryAck:
+        """Tombstone ``fact_id`` and remove its content; it is never injected again.
+
+        Raises :class:`MemoryFactNotFoundError` for a missing or foreign id
+        (one message for both); nothing changes then.
+        """
+        self._check_open("forget")
+        scope = _scope(scope)
+        validate_id(fact_id, "fact id")
+        raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
+        ack = self._checked_ack(raw, "memory forget")
+        self._forgotten.add(fact_id)
+        return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def list(self, scope: MemoryScope, limit: int = 50) -> tuple[StoredFact, ...]:
+        """Up to ``limit`` current facts of ``scope``'s tenant and user, newest first (expired ones too)."""
+        self._check_open("list")
+        scope = _scope(scope)
+        check_limit(limit)
+        raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
+        return _checked_facts(raw, scope, limit, "memory list")
+
+    async def history(self, scope: MemoryScope, fact_id: str) -> tuple[StoredFact, ...]:
+        """Every revision of ``fact_id``, oldest first (a forgotten fact's content reads empty)."""
+        self._check_open("history")
+        scope = _scope(scope)
+        validate_id(fact_id, "fact id")
+        raw = await self._call("memory history", lambda ctx: self.store.history(scope, fact_id, ctx))
+        return _checked_facts(raw, scope, MAX_LOOKUP_LIMIT, "memory history")
+
+    async def select(
+        self, scope: MemoryScope, query: str, *, limit: int | None = None, at: datetime | None = None
+    ) -> tuple[tuple[StoredFact, ...], tuple[tuple[str, str], ...]]:
+        """The facts to inject for ``query`` in ``scope`` through the selection, checked; and those dropped.
+
+        Bounded by ``limit`` (default ``limits.max_injected_facts``). Only
+        current facts valid at ``at`` (default now) that ``scope`` sees are
+        kept; every other fact the selection returned is listed with why.
+        """
+        self._check_open("select")
+        scope = _scope(scope)
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        bound = check_limit(limit if limit is not None else self.limits.max_injected_facts)
+        when = at or datetime.now(UTC)
+        selection = self.selection
+        raw = await self._call(
+            "memory select",
+            lambda ctx: selection(SelectionRequest(self.store, scope, query, bound, when, ctx)),
+        )
+        kept, dropped = checked_selection(raw, scope, bound, when, self._forgotten)
+        return tuple(kept), tuple(dropped)
+
+    # -- history ownership (R37) ------------------------------------------------------------
+
+    def claim_history(self, key: SessionKey, owner: HistoryOwner) -> None:
+        """Record who extracts memory from session ``key``; a second, different claim raises.
+
+        The harness claims a session whose canonical history it owns; an
+        agent with extraction claims its own. Both for one session would
+        extract twice, so that is :class:`ExtractionConflictError`.
+        """
+        if owner not in ("harness", "agent"):
+            raise InvalidArgumentError(f"owner must be 'harness' or 'agent', got {owner!r}")
+        if not isinstance(key, SessionKey):
+            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        held = self._claims.get(key)
+        if held is not None and held != owner:
+            raise ExtractionConflictError(
+                f"session {key.session!r} of {key.tenant}/{key.user}: the harness owns its canonical history "
+                "and an agent also extracts memory from it; turn off the agent's extraction (or use a "
+                "separate session) so memory is not extracted twice (R37)"
+            )
+        self._claims[key] = owner
+
+    def release_history(self, key: SessionKey) -> None:
+        """Forget the claim on ``key`` (its agent closed)."""
+        self._claims.pop(key, None)
+
+    # -- owned work -------------------------------------------------------------------------
+
+    def start_work(self, name: str, kind: str, work: Callable[[], Awaitable[object]]) -> str:
+        """Run ``work`` as named owned work (``kind``: ``extraction``, ``final-write``…) until drained."""
+        self._check_open("owned work")
+        return self._work.start(name, kind, work)
+
+    def track(self, source: WorkSource) -> None:
+        """Cover another component's background work in every drain (``OwnedWorkSource(work)``)."""
+        self._work.track(source)
+
+    def running(self) -> tuple[str, ...]:
+        """Names of the owned and tracked work running now."""
+        return self._work.running()
+
+    def extract_in_background(self, scope: MemoryScope, messages: Sequence[Message], name: str) -> str | None:
+        """Start extraction of ``messages`` as owned work named ``name``; ``None`` without an extractor.
+
+        Each fact the extractor proposes is checked and written like a host's
+        ``remember``; a rejected one is skipped (it never becomes memory); the
+        work fails if the extractor raises or proposes more than ``max_extracted_facts``.
+        """
+        extractor = self.extractor
+        if extractor is None:
+            return None
+        given = tuple(messages)
+
+        async def work() -> None:
+            facts = await self._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx))
+            facts = list(facts)
+            if len(facts) > self.limits.max_extracted_facts:
+                raise ContractViolationError(
+                    f"the extractor proposed {len(facts)} facts, over max_extracted_facts "
+                    f"{self.limits.max_extracted_facts}; none was written"
+                )
+            for fact in facts:
+                if not isinstance(fact, MemoryFact) or not scope.owns(fact.scope):
+                    raise ContractViolationError("the extractor proposed a fact outside its scope")
+            for fact in facts:
+                await self.remember_with_result(fact)
+
+        return self.start_work(name, "extraction", work)
+
+    async def drain(self, timeout_s: float | None = None) -> DrainResult:
+        """Wait for all owned and tracked work, cancel what outlasts ``timeout_s``; say what happened (R40).
+
+        Broadcasts a ``drained`` event. Raises :class:`MemoryDrainError`
+        carrying the :class:`DrainResult` when any item failed or was cancelled.
+        """
+        timeout = self.limits.drain_timeout_s if timeout_s is None else timeout_s
+        result = await self._work.drain(timeout)
+        if self._hooks is not None:
+            event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
+            notes = await broadcast(self._hooks, "agentium_memory_event", event=event)
+            if notes:
+                result = attrs.evolve(result, notes=tuple(d.message for d in notes))
+        if not result.ok:
+            raise MemoryDrainError(f"memory drain: {result.describe()}", result)
+        return result
+
+    async def aclose(self, timeout_s: float = 10.0) -> None:
+        """Refuse further calls and close the store if owned (bounded). Call :meth:`drain` first.
+
+        A failing close of an owned store raises; calling again retries it.
+        """
+        self._closed = True
+        if not self._owns_store:
+            return
+        [(_, problem)] = await close_owned([self.store], timeout_s)
+        if problem is not None:
+            raise AgentCloseError([problem])
+        self._owns_store = False
+
+
+def _scope(scope: object) -> MemoryScope:
+    if not isinstance(scope, MemoryScope):
+        raise InvalidArgumentError(f"scope must be a MemoryScope, got {type(scope).__name__}")
+    return scope
+
+
+def _checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) -> tuple[StoredFact, ...]:
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise ContractViolationError(f"{operation} returned {type(raw).__name__}, not a sequence")
+    facts = tuple(raw)
+    if len(facts) > limit:
+        raise ContractViolationError(f"{operation} returned {len(facts)} facts, over the limit of {limit}")
+    for fact in facts:
+        if not isinstance(fact, StoredFact) or not scope.owns(fact.scope):
+            raise ContractViolationError(f"{operation} returned a fact of another tenant or user")
+    return facts

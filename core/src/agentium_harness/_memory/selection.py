@@ -1,0 +1,77 @@
+"""Which facts are injected into a request: a host-replaceable selection, checked by the engine (R36, R38).
+
+A :data:`MemorySelection` receives a :class:`SelectionRequest` and returns
+stored facts, best first. The default, :func:`recent_and_relevant`, asks the
+store's ``lookup`` (facts matching more of the query's words first, then
+the most recent), bounded by the request's ``limit``. Whatever a selection
+returns, :func:`checked_selection` keeps only facts that may be injected —
+current, valid at the request's time, visible to its scope, not forgotten
+through this manager, within the limit — and reports every other one with
+why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from datetime import datetime
+
+import attrs
+
+from .._ports._base import OpContext
+from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit
+
+__all__ = ["MemorySelection", "SelectionRequest", "checked_selection", "recent_and_relevant"]
+
+
+@attrs.frozen(slots=True)
+class SelectionRequest:
+    """What a selection is asked: the store, the request's scope, query text, the most facts, and when."""
+
+    store: MemoryStore
+    scope: MemoryScope
+    query: str
+    limit: int
+    at: datetime
+    ctx: OpContext
+
+
+#: A host-replaceable selection: the facts to inject, best first.
+MemorySelection = Callable[[SelectionRequest], Awaitable[Sequence[StoredFact]]]
+
+
+async def recent_and_relevant(request: SelectionRequest) -> Sequence[StoredFact]:
+    """The default selection: the store's ``lookup`` for the query, bounded by ``request.limit``."""
+    return await request.store.lookup(request.scope, request.query, request.limit, request.ctx, at=request.at)
+
+
+def checked_selection(
+    raw: object, scope: MemoryScope, limit: int, at: datetime, forgotten: Collection[str] = ()
+) -> tuple[list[StoredFact], list[tuple[str, str]]]:
+    """Keep the facts of ``raw`` that may be injected; ``(kept, [(fact id, why dropped)])``."""
+    check_limit(limit)
+    kept: list[StoredFact] = []
+    dropped: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        return [], [("?", f"the selection returned {type(raw).__name__}, not a sequence of StoredFact")]
+    for fact in raw:
+        if not isinstance(fact, StoredFact):
+            dropped.append(("?", f"the selection returned a {type(fact).__name__}, not a StoredFact"))
+            continue
+        why = None
+        if fact.fact_id in seen:
+            why = "returned twice"
+        elif not scope.sees(fact.scope):
+            why = "outside the request's scope"
+        elif fact.fact_id in forgotten:
+            why = "forgotten"
+        elif not fact.current_at(at):
+            why = fact.status.value if fact.status.value != "current" else "not valid at the request's time"
+        elif len(kept) >= limit:
+            why = f"over the selection limit of {limit}"
+        if why is not None:
+            dropped.append((fact.fact_id, why))
+            continue
+        seen.add(fact.fact_id)
+        kept.append(fact)
+    return kept, dropped

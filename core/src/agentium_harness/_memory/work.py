@@ -1,0 +1,274 @@
+"""Owned memory work and its truthful drain (R40).
+
+Extraction and final writes that a :class:`~agentium_harness._memory.manager.MemoryManager`
+starts run as background tasks of the event loop (like the runtime's summary
+updates, :mod:`agentium_harness._engine.owned_work`), each with its own cancel
+scope and a name. Work that another component owns — the runtime's summary
+updates — is covered through a :class:`WorkSource`, so one ``drain`` waits
+for all of it.
+
+:meth:`WorkTracker.drain` waits up to its timeout, cancels what is still
+running, gives it a bounded grace to stop, and returns a :class:`DrainResult`
+naming every item as completed, failed or cancelled. An item that did not
+stop even after cancellation is reported as cancelled with that said, and
+stays tracked, so the next drain looks at it again.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import anyio
+import attrs
+
+from .._engine.owned_work import OwnedWork, WorkStatus, _spawn
+from .._errors import InvalidArgumentError
+
+__all__ = [
+    "DrainItem",
+    "DrainResult",
+    "DrainStatus",
+    "OwnedWorkSource",
+    "WorkSource",
+    "WorkTracker",
+]
+
+#: Longest a drain waits for cancelled work to stop, on top of its timeout.
+CANCEL_GRACE_S = 2.0
+
+
+class DrainStatus(enum.StrEnum):
+    """How one item of owned work ended, as a drain saw it."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@attrs.frozen(slots=True)
+class DrainItem:
+    """One item of owned work: its name, kind (``extraction``, ``final-write``, ``summary``…), how it ended.
+
+    ``stopped`` is False only for a cancelled item that had not stopped when
+    the drain returned (it is still tracked).
+    """
+
+    name: str
+    kind: str
+    status: DrainStatus = attrs.field(converter=DrainStatus)
+    detail: str = ""
+    stopped: bool = True
+
+
+@attrs.frozen(slots=True)
+class DrainResult:
+    """What one drain saw, item by item (R40). ``notes`` lists lifecycle hooks that raised."""
+
+    items: tuple[DrainItem, ...] = ()
+    timeout_s: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    def _names(self, status: DrainStatus) -> tuple[str, ...]:
+        return tuple(i.name for i in self.items if i.status is status)
+
+    @property
+    def completed(self) -> tuple[str, ...]:
+        """Names of the items that completed."""
+        return self._names(DrainStatus.COMPLETED)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Names of the items that raised."""
+        return self._names(DrainStatus.FAILED)
+
+    @property
+    def cancelled(self) -> tuple[str, ...]:
+        """Names of the items that were cancelled (past the timeout, or by their owner)."""
+        return self._names(DrainStatus.CANCELLED)
+
+    @property
+    def still_running(self) -> tuple[str, ...]:
+        """Names of cancelled items that had not stopped yet when the drain returned."""
+        return tuple(i.name for i in self.items if not i.stopped)
+
+    @property
+    def ok(self) -> bool:
+        """True when every item completed."""
+        return all(i.status is DrainStatus.COMPLETED for i in self.items)
+
+    def describe(self) -> str:
+        """One line: the counts, then each item that did not complete, with why."""
+        head = f"{len(self.completed)} completed, {len(self.failed)} failed, {len(self.cancelled)} cancelled"
+        bad = [
+            f"{i.name} {i.status.value}: {i.detail}"
+            for i in self.items
+            if i.status is not DrainStatus.COMPLETED
+        ]
+        return head + ("" if not bad else " (" + "; ".join(bad) + ")")
+
+
+@runtime_checkable
+class WorkSource(Protocol):
+    """Background work another component owns that a drain must cover (the runtime's summary updates)."""
+
+    def pending(self) -> Sequence[str]:
+        """Names of the items running now."""
+        ...
+
+    async def settle(self, timeout_s: float) -> Sequence[DrainItem]:
+        """Wait up to ``timeout_s`` for the running items, cancel the rest; one :class:`DrainItem` each."""
+        ...
+
+
+class OwnedWorkSource:
+    """The runtime's :class:`~agentium_harness._engine.owned_work.OwnedWork` as a :class:`WorkSource`.
+
+    Each background summary update is one item, named
+    ``summary update <tenant>/<user>/<session>`` (encoded segments).
+    """
+
+    def __init__(self, work: OwnedWork) -> None:
+        self._work = work
+
+    def _keys(self) -> list[Any]:
+        # OwnedWork keeps its running jobs by session key; a read-only snapshot.
+        return list(getattr(self._work, "_jobs", {}))
+
+    def pending(self) -> Sequence[str]:
+        """Names of the summary updates running now."""
+        return [f"summary update {k.key()}" for k in self._keys()]
+
+    async def settle(self, timeout_s: float) -> Sequence[DrainItem]:
+        """Settle every running summary update concurrently (OwnedWork waits, then cancels)."""
+        items: list[DrainItem] = []
+        # OwnedWork.settle waits its timeout, cancels, then waits as long again.
+        each = max(0.0, timeout_s) / 2
+
+        async def one(key: Any) -> None:
+            name = f"summary update {key.key()}"
+            status = await self._work.settle(key, each)
+            if status is None:
+                report = self._work.last_report(key)
+                status = report.status if report is not None else WorkStatus.COMPLETED
+            report = self._work.last_report(key)
+            detail = "; ".join(d.message for d in report.diagnostics) if report is not None else ""
+            stopped = not self._work.busy(key)
+            if not stopped:
+                detail = "did not stop after cancellation"
+            items.append(DrainItem(name, "summary", DrainStatus(status.value), detail, stopped))
+
+        async with anyio.create_task_group() as tg:
+            for key in self._keys():
+                tg.start_soon(one, key)
+        return sorted(items, key=lambda i: i.name)
+
+
+class _Item:
+    __slots__ = ("detail", "done", "kind", "name", "scope", "status", "task")
+
+    def __init__(self, name: str, kind: str) -> None:
+        self.name = name
+        self.kind = kind
+        self.done = anyio.Event()
+        self.scope = anyio.CancelScope()
+        self.status: DrainStatus | None = None
+        self.detail = ""
+        self.task: Any = None  # the asyncio task, kept referenced so it is not collected
+
+    def item(self, stopped: bool = True) -> DrainItem:
+        status = self.status or DrainStatus.CANCELLED
+        return DrainItem(self.name, self.kind, status, self.detail, stopped)
+
+
+class WorkTracker:
+    """Owned background work by name, plus the :class:`WorkSource` objects it also drains."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, _Item] = {}
+        self._ended: list[_Item] = []
+        self._sources: list[WorkSource] = []
+        self._counter = 0
+
+    def track(self, source: WorkSource) -> None:
+        """Cover ``source``'s work in every drain from now on (idempotent)."""
+        if not isinstance(source, WorkSource):
+            raise InvalidArgumentError(
+                f"track() takes a WorkSource (pending() and settle()), got {type(source).__name__}; "
+                "wrap a runtime's OwnedWork in OwnedWorkSource"
+            )
+        if not any(s is source for s in self._sources):
+            self._sources.append(source)
+
+    def running(self) -> tuple[str, ...]:
+        """Names of the owned items running now, and those of every tracked source."""
+        names = list(self._running)
+        for source in self._sources:
+            names.extend(source.pending())
+        return tuple(names)
+
+    def start(self, name: str, kind: str, work: Callable[[], Awaitable[object]]) -> str:
+        """Run ``work`` in the background as ``name``; returns the name used (made unique)."""
+        self._counter += 1
+        unique = name if name not in self._running else f"{name} #{self._counter}"
+        item = _Item(unique, kind)
+        self._running[unique] = item
+
+        async def run() -> None:
+            try:
+                with item.scope:
+                    try:
+                        await work()
+                        item.status = DrainStatus.COMPLETED
+                    except Exception as exc:
+                        item.status = DrainStatus.FAILED
+                        item.detail = f"{type(exc).__name__}: {exc}"
+                if item.status is None:
+                    item.status = DrainStatus.CANCELLED
+                    item.detail = item.detail or "cancelled"
+            finally:
+                self._running.pop(unique, None)
+                self._ended.append(item)
+                item.done.set()
+
+        item.task = _spawn(run)
+        return unique
+
+    async def drain(self, timeout_s: float, grace_s: float = CANCEL_GRACE_S) -> DrainResult:
+        """Wait up to ``timeout_s`` for all work, cancel what is left, and say what happened to each item."""
+        if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or not timeout_s >= 0:
+            raise InvalidArgumentError(f"drain timeout must be a number of seconds >= 0, got {timeout_s!r}")
+        if math.isinf(timeout_s):
+            raise InvalidArgumentError("drain timeout must be finite: a drain always ends")
+        pending = list(self._running.values())
+        from_sources: list[DrainItem] = []
+
+        async def own() -> None:
+            with anyio.move_on_after(timeout_s):
+                for item in pending:
+                    await item.done.wait()
+            late = [i for i in pending if not i.done.is_set()]
+            for item in late:
+                item.detail = f"did not finish within {timeout_s}s; cancelled"
+                item.scope.cancel()
+            with anyio.move_on_after(grace_s):
+                for item in late:
+                    await item.done.wait()
+
+        async def source(src: WorkSource) -> None:
+            from_sources.extend(await src.settle(timeout_s))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(own)
+            for src in self._sources:
+                tg.start_soon(source, src)
+        ended, self._ended = self._ended, []
+        items = [i.item() for i in ended]
+        for item in pending:
+            if not item.done.is_set():
+                item.detail = "did not stop after cancellation; still tracked"
+                items.append(item.item(stopped=False))
+        items.extend(from_sources)
+        return DrainResult(tuple(items), float(timeout_s))
