@@ -23,7 +23,10 @@ def verifier_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     fakedist.forget_modules()
 
 
-def write_config(tmp_path: Path, *, responses: str = '["Done: the report is final."]', policy: str = "") -> Path:
+DONE = '["Done: the report is final."]'
+
+
+def write_config(tmp_path: Path, *, responses: str = DONE, policy: str = "") -> Path:
     db = tmp_path / "state.db"
     cfg = tmp_path / "agentium.toml"
     cfg.write_text(
@@ -81,7 +84,9 @@ def test_verify_exits_3_on_fail_and_on_unknown(
     ]
 
 
-def test_verify_without_a_verifier_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verify_without_a_verifier_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cfg = write_config(tmp_path)
     text = cfg.read_text(encoding="utf-8").split("[verifier]")[0]
     cfg.write_text(text, encoding="utf-8")
