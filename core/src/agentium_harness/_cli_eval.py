@@ -52,7 +52,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         for target in targets:
             progress = Progress(len(cases), sys.stderr, label=f"eval {target.info.label}")
             runs.append(
-                await run_eval(cases, target, graders, concurrency=concurrency, progress=progress, cases_file=args.cases)
+                await run_eval(
+                    cases, target, graders, concurrency=concurrency, progress=progress, cases_file=args.cases
+                )
             )
         return runs
 
@@ -87,7 +89,11 @@ def add_eval_commands(subparsers: Any) -> None:
     p.add_argument("config", metavar="CONFIG", help="the runtime's config file")
     p.add_argument("cases", metavar="CASES", help="a JSONL case file, or 'bundled' for the bundled set")
     p.add_argument("--compare", metavar="OTHER_CONFIG", help="also run on this config and compare")
-    p.add_argument("--out", metavar="DIR", default=DEFAULT_OUT, help=f"report directory (default {DEFAULT_OUT})")
+    p.add_argument(
+        "--out", metavar="DIR", default=DEFAULT_OUT, help=f"report directory (default {DEFAULT_OUT})"
+    )
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the summary")
-    p.add_argument("--concurrency", type=_positive, default=4, metavar="N", help="cases run at once (default 4)")
+    p.add_argument(
+        "--concurrency", type=_positive, default=4, metavar="N", help="cases run at once (default 4)"
+    )
     p.set_defaults(func=cmd_eval)

@@ -51,7 +51,7 @@ REDACTED = "[redacted]"
 SECRET_FIELDS = frozenset(
     {"api_key", "apikey", "authorization", "password", "secret", "token", "access_token"}
 )
-#: Secret-looking text redacted inside any string: API keys, AWS key ids, bearer tokens, GitHub and Slack tokens.
+#: Secret-looking text redacted inside any string: API keys, AWS key ids, bearer, GitHub and Slack tokens.
 _SECRET_TEXT = re.compile(
     r"sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|(?i:bearer)\s+[A-Za-z0-9._\-]{16,}"
     r"|gh[pousr]_[A-Za-z0-9]{20,}|xox[abprs]-[A-Za-z0-9\-]{10,}"
@@ -94,7 +94,7 @@ class RecordedProviderConfig:
 
 
 def redact(data: Any, fields: frozenset[str] = frozenset()) -> Any:
-    """``data`` (plain JSON) with secret keys, ``fields`` and secret-looking text replaced by ``[redacted]``."""
+    """``data`` (plain JSON) with secret keys, ``fields`` and secret-looking text made ``[redacted]``."""
     keys = SECRET_FIELDS | {f.lower() for f in fields}
     if isinstance(data, dict):
         return {k: REDACTED if k.lower() in keys else redact(v, fields) for k, v in data.items()}
@@ -130,7 +130,7 @@ def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
     registry = PluginRegistry.load()
     try:
         spec = registry.get("provider", config.provider)
-        options = structure(config.provider_options, spec.config_class)
+        options: Any = structure(config.provider_options, spec.config_class)
     except RecordDecodeError as exc:
         raise ConfigError(
             [ConfigIssue("$.provider.options.provider_options", "; ".join(exc.issues))]

@@ -144,7 +144,7 @@ def bundled_cases_path() -> Path:
 
 
 class _Checker:
-    """Collects issues for one line; every ``want_*`` returns a value or ``None`` after recording a problem."""
+    """Collects issues for one line; each check returns a value, or ``None`` after recording a problem."""
 
     def __init__(self, file: str, line: int, issues: list[CaseIssue]) -> None:
         self.file, self.line, self.issues = file, line, issues

@@ -88,11 +88,20 @@ class Grade:
 class Grader(Protocol):
     """What a grader is: a name, a description, whether it judges evidence, and ``grade``."""
 
-    name: str
-    description: str
-    #: True for graders of evidence handling (discovered, read, prompt inclusion): reports
-    #: compare runs on these first.
-    evidence: bool
+    @property
+    def name(self) -> str:
+        """The name cases and reports use (an identifier)."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """One line saying what the grader checks."""
+        ...
+
+    @property
+    def evidence(self) -> bool:
+        """True for graders of evidence handling (discovered, read, prompt inclusion)."""
+        ...
 
     def grade(self, case: EvalCase, trace: CaseTrace) -> Grade:
         """Judge ``trace`` against ``case``; must not raise for an ordinary trace."""
@@ -280,7 +289,7 @@ class StaleFactsGrader:
 
 @attrs.frozen(slots=True)
 class AbstentionGrader:
-    """The runtime abstains when no accessible evidence supports an answer (and answers when told it should)."""
+    """The runtime abstains when no accessible evidence supports an answer (and answers when it should)."""
 
     name: str = "abstention"
     description: str = "abstains when no accessible evidence supports an answer"
@@ -329,7 +338,7 @@ class ScopeGrader:
     evidence: bool = False
 
     def grade(self, case: EvalCase, trace: CaseTrace) -> Grade:
-        """Fail on any candidate, excerpt or request block outside the probe's scope, or foreign text shown."""
+        """Fail on a candidate, excerpt or request block outside the probe's scope, or foreign text shown."""
         foreign = {
             info.source_id: label
             for label, info in trace.labels.items()

@@ -12,6 +12,8 @@ from typing import Any
 
 __all__ = ["render_html"]
 
+#: Nothing may load: no script, no fetch, no remote image or font.
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 _COLOURS = {"pass": "#2e7d32", "fail": "#c62828", "absent": "#9e9e9e"}
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2rem;color:#212121;max-width:72rem}
@@ -64,7 +66,8 @@ def _chart(name: str, description: str, runs: list[dict[str, Any]]) -> str:
             else f"{score['pass']}/{score['valid']} valid pass ({100 * rate:.0f}%)"
         )
         parts.append(
-            f'<text x="{left}" y="{y + bar_h + 11}" font-size="10">{_e(shown)}, {score["absent"]} absent</text>'
+            f'<text x="{left}" y="{y + bar_h + 11}" font-size="10">'
+            f"{_e(shown)}, {score['absent']} absent</text>"
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -95,7 +98,8 @@ def _infra(runs: list[dict[str, Any]]) -> str:
     ]
     if not rows:
         return "<p>No infrastructure failure.</p>"
-    return f'<table class="infra"><tr><th>run</th><th>case</th><th>error</th><th>message</th></tr>{"".join(rows)}</table>'
+    head = "<tr><th>run</th><th>case</th><th>error</th><th>message</th></tr>"
+    return f'<table class="infra">{head}{"".join(rows)}</table>'
 
 
 def render_html(report: dict[str, Any]) -> str:
@@ -116,11 +120,11 @@ def render_html(report: dict[str, Any]) -> str:
     legend = " ".join(f'<span style="color:{c}">&#9632; {s}</span>' for s, c in _COLOURS.items())
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-        'img-src data:">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
         f"<title>agentium eval report</title><style>{_CSS}</style></head><body>"
-        f"<h1>agentium eval report</h1><p>Cases: {_e(report['cases_file'])} · schema {_e(report['schema'])} · "
-        f"agentium {_e(report['agentium_version'])}</p>{note}<ul>{totals}</ul>"
+        f"<h1>agentium eval report</h1><p>Cases: {_e(report['cases_file'])} · "
+        f"schema {_e(report['schema'])} · agentium {_e(report['agentium_version'])}</p>"
+        f"{note}<ul>{totals}</ul>"
         f"<h2>Scores per grader</h2><p>{legend}. Pass rates are over valid grades (pass + fail); "
         f"absent grades and infrastructure failures are never counted as passes.</p>"
         f'<div class="charts">{charts}</div>'

@@ -130,7 +130,7 @@ def _rate(score: dict[str, Any]) -> str:
 
 
 def render_summary(report: dict[str, Any], paths: Sequence[str] = ()) -> str:
-    """A one-screen terminal summary: each grader's passes over valid grades per run, absent and infra counts."""
+    """A one-screen terminal summary: each grader's passes over valid grades per run, absent, infra."""
     runs = report["runs"]
     lines = [f"agentium eval: {report['cases_file']}"]
     for run in runs:
@@ -168,7 +168,7 @@ def render_summary(report: dict[str, Any], paths: Sequence[str] = ()) -> str:
 
 
 def check_out_dir(out_dir: str | os.PathLike[str]) -> Path:
-    """Create ``out_dir`` if needed and prove it writable (a probe file, removed); :class:`ReportWriteError` if not.
+    """Create ``out_dir`` if needed and prove it writable (a probe file), else :class:`ReportWriteError`.
 
     Called before any case runs, so an unwritable directory costs nothing.
     """
@@ -180,7 +180,8 @@ def check_out_dir(out_dir: str | os.PathLike[str]) -> Path:
         os.unlink(probe)
     except OSError as exc:
         raise ReportWriteError(
-            f"cannot write reports to {path}: {exc.strerror or exc}; choose another --out directory (nothing was run)"
+            f"cannot write reports to {path}: {exc.strerror or exc}; "
+            "choose another --out directory (nothing was run)"
         ) from exc
     return path
 

@@ -53,14 +53,14 @@ class TargetInfo:
 
     @property
     def statement(self) -> str | None:
-        """The contracts-not-quality statement when the provider is deterministic or recorded, else ``None``."""
+        """The contracts-not-quality statement for a deterministic or recorded provider, else ``None``."""
         if self.deterministic or self.recorded_mode is not None:
             return CONTRACTS_STATEMENT.format(provider=self.provider)
         return None
 
 
 class EvalTarget(Protocol):
-    """What the runner needs: a description and one traced case at a time (see ``create_harness_eval_target``)."""
+    """What the runner needs: a description and one traced case at a time (``create_harness_eval_target``)."""
 
     @property
     def info(self) -> TargetInfo:
@@ -118,7 +118,7 @@ class EvalRun:
     finished_at: float
 
     def counts(self, grader: str) -> dict[str, int]:
-        """``pass``, ``fail`` and ``absent`` counts of ``grader`` over graded cases, and ``valid`` = pass + fail."""
+        """``pass``, ``fail``, ``absent`` counts of ``grader`` over graded cases; ``valid`` = pass + fail."""
         out = {s.value: 0 for s in GradeStatus}
         for r in self.results:
             grade = r.grades.get(grader)

@@ -93,7 +93,7 @@ class _ProbeProvider(ModelProvider):
 
     async def health(self, ctx: OpContext) -> str:
         """The real provider's health check."""
-        return str(await self._inner.health(ctx))  # type: ignore[attr-defined]
+        return str(await self._inner.health(ctx))
 
 
 class _ProbeSession(RecallSession):
@@ -246,7 +246,7 @@ def _rebased(resolved: ResolvedConfig, folder: Path, recall_budget: Mapping[str,
                 original = os.path.abspath(os.fspath(value))
                 if original not in moved:
                     moved[original] = str(folder / f"{len(moved)}-{os.path.basename(original)}")
-                updates[name] = moved[original] if isinstance(value, str) else type(value)(moved[original])
+                updates[name] = moved[original] if isinstance(value, str) else Path(moved[original])
         if updates:
             changes[section] = attrs.evolve(component, options=attrs.evolve(component.options, **updates))
     config = resolved.config
