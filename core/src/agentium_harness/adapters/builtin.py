@@ -26,6 +26,7 @@ from .providers import (
 )
 from .recorded import RecordedProvider, RecordedProviderConfig
 from .sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from .sqlite_memory import SQLiteMemoryStore
 from .sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from .summarizers import (
     ExtractiveSummarizer,
@@ -144,6 +145,19 @@ def agentium_register_summarizers(register: Register) -> None:
             adapter_class=ModelSummarizer,
             config_class=ModelSummarizerConfig,
             description="task summaries written by the runtime's model provider, citations checked",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_memory_stores(register: Register) -> None:
+    """Register the built-in memory store."""
+    register(
+        AdapterSpec(
+            name="sqlite",
+            adapter_class=SQLiteMemoryStore,
+            config_class=SQLiteConfig,
+            description="durable, revisioned, forgettable memory facts in one SQLite file (WAL)",
         )
     )
 

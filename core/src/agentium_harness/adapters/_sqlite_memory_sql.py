@@ -1,0 +1,204 @@
+"""The SQL of the SQLite memory store: schema, row encoding and strict decoding.
+
+Every function runs in a worker thread inside the caller's connection;
+identifiers and query terms are always bound as SQL parameters. A row keeps
+a digest of its canonical JSON (``row_digest``): a row that was changed
+behind the store's back does not decode and is reported, never returned.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from .._codec import canonical_json, digest_bytes, from_json
+from .._errors import MemoryStoreError, RecordDecodeError
+from .._ports.memory import (
+    FactStatus,
+    GroupRef,
+    MemoryFact,
+    MemoryScope,
+    StoredFact,
+    iso_utc,
+    parse_iso_utc,
+)
+
+__all__ = [
+    "COLUMNS",
+    "SCHEMA",
+    "SQLiteMemoryError",
+    "content_digest",
+    "decode_row",
+    "encode_row",
+    "rewrite_row",
+]
+
+
+class SQLiteMemoryError(MemoryStoreError):
+    """The SQLite memory store could not complete an operation, or found a damaged row.
+
+    Causes include a lock held past the busy timeout, a full disk, a file that
+    is not a SQLite database or holds newer memory tables, a row changed
+    outside the store, and calls after ``aclose()``. Nothing was written by
+    the failed call.
+    """
+
+
+SCHEMA: Final = (
+    """
+    CREATE TABLE IF NOT EXISTS memory_meta (
+        key TEXT PRIMARY KEY NOT NULL,
+        value TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS memory_facts (
+        fact_id TEXT NOT NULL,
+        revision INTEGER NOT NULL CHECK (revision >= 1),
+        tenant_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        project_id TEXT,
+        repository_id TEXT,
+        status TEXT NOT NULL CHECK (status IN ('current', 'superseded', 'forgotten')),
+        text TEXT NOT NULL,
+        text_lower TEXT NOT NULL,
+        valid_from TEXT,
+        valid_until TEXT,
+        provenance TEXT NOT NULL,
+        recorded_at TEXT NOT NULL,
+        content_digest TEXT NOT NULL,
+        row_digest TEXT NOT NULL,
+        PRIMARY KEY (fact_id, revision)
+    )
+    """,
+    """
+    CREATE INDEX IF NOT EXISTS memory_facts_owner
+        ON memory_facts (tenant_id, user_id, status)
+    """,
+)
+
+#: Columns read back, in :func:`decode_row` order.
+COLUMNS: Final = (
+    "fact_id, revision, tenant_id, user_id, project_id, repository_id, status, text, "
+    "valid_from, valid_until, provenance, recorded_at, content_digest, row_digest"
+)
+
+
+def _when(value: datetime | None) -> str | None:
+    return None if value is None else iso_utc(value)
+
+
+def content_digest(fact: MemoryFact) -> str:
+    """What makes two facts duplicates: scope, text and validity (not provenance)."""
+    s = fact.scope
+    return digest_bytes(
+        canonical_json(
+            [
+                s.tenant,
+                s.user,
+                s.project,
+                s.repository,
+                fact.text,
+                _when(fact.valid_from),
+                _when(fact.valid_until),
+            ]
+        )
+    )
+
+
+def _provenance_json(fact: MemoryFact) -> str:
+    return canonical_json([[r.session, r.seq, r.digest] for r in fact.provenance]).decode("utf-8")
+
+
+def _row_digest(values: Sequence[Any]) -> str:
+    # Everything but the digest itself; text order of COLUMNS.
+    return digest_bytes(canonical_json(list(values)))
+
+
+def encode_row(
+    fact_id: str, revision: int, status: FactStatus, fact: MemoryFact, recorded_at: datetime
+) -> tuple[Any, ...]:
+    """The values of one row, for ``INSERT INTO memory_facts`` in schema column order."""
+    s = fact.scope
+    forgotten = status is FactStatus.FORGOTTEN
+    text = "" if forgotten else fact.text
+    core = (
+        fact_id,
+        revision,
+        s.tenant,
+        s.user,
+        s.project,
+        s.repository,
+        status.value,
+        text,
+        None if forgotten else _when(fact.valid_from),
+        None if forgotten else _when(fact.valid_until),
+        "[]" if forgotten else _provenance_json(fact),
+        iso_utc(recorded_at),
+        "" if forgotten else content_digest(fact),
+    )
+    # text_lower sits after text in the table; it is derived, so not digested.
+    return (*core[:8], text.lower(), *core[8:], _row_digest(core))
+
+
+INSERT: Final = (
+    "INSERT INTO memory_facts (fact_id, revision, tenant_id, user_id, project_id, repository_id, status, "
+    "text, text_lower, valid_from, valid_until, provenance, recorded_at, content_digest, row_digest) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def rewrite_row(conn: sqlite3.Connection, old: StoredFact, status: FactStatus) -> None:
+    """Rewrite one stored revision with a new status (forgotten: content removed), digest renewed."""
+    values = encode_row(old.fact_id, old.revision, status, old.fact, old.recorded_at)
+    conn.execute("DELETE FROM memory_facts WHERE fact_id = ? AND revision = ?", (old.fact_id, old.revision))
+    conn.execute(INSERT, values)
+
+
+def _str(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} is {type(value).__name__}, not text")
+    return value
+
+
+def _opt_str(value: object, what: str) -> str | None:
+    return None if value is None else _str(value, what)
+
+
+def decode_row(row: Sequence[Any]) -> StoredFact:
+    """A row as a :class:`StoredFact`, strictly; :class:`SQLiteMemoryError` if it is damaged."""
+    try:
+        if len(row) != 14:
+            raise ValueError("wrong number of columns")
+        fact_id = _str(row[0], "fact_id")
+        revision = row[1]
+        if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
+            raise ValueError(f"revision {revision!r}")
+        core = list(row[:13])
+        if _row_digest(core) != row[13]:
+            raise ValueError("the row does not match its digest")
+        scope = MemoryScope(
+            _str(row[2], "tenant"),
+            _str(row[3], "user"),
+            _opt_str(row[4], "project"),
+            _opt_str(row[5], "repo"),
+        )
+        status = FactStatus(_str(row[6], "status"))
+        raw_refs = from_json(_str(row[10], "provenance"), list[list[Any]])
+        refs = tuple(GroupRef(_str(r[0], "session"), r[1], _str(r[2], "digest")) for r in raw_refs)
+        valid_from = _opt_str(row[8], "valid_from")
+        valid_until = _opt_str(row[9], "valid_until")
+        fact = MemoryFact(
+            scope,
+            _str(row[7], "text"),
+            None if valid_from is None else parse_iso_utc(valid_from),
+            None if valid_until is None else parse_iso_utc(valid_until),
+            refs,
+        )
+        return StoredFact(fact_id, revision, status, fact, parse_iso_utc(row[11]))
+    except (ValueError, TypeError, IndexError, RecordDecodeError) as exc:
+        raise SQLiteMemoryError(
+            f"sqlite memory store: a stored fact row is damaged ({exc}); it is not returned"
+        ) from exc

@@ -1,0 +1,270 @@
+"""The embedded SQLite memory store (plugin name ``sqlite``): durable, revisioned, forgettable facts.
+
+:class:`SQLiteMemoryStore` declares every memory capability and implements
+each one. Its tables are prefixed ``memory_`` (``memory_meta``,
+``memory_facts``), so by default it shares ``agentium.db`` with the SQLite
+archive, session store and recall store. Connections, WAL mode, worker
+threads, the busy timeout, cancellation and closing work as in
+:mod:`agentium_harness.adapters.sqlite` (the same base class).
+
+One row per revision, keyed by (fact id, revision). ``remember`` writes
+revision 1 under a fresh random id, unless a current fact of the same scope
+has the same text and validity (a duplicate: nothing is written).
+``correct`` marks the latest revision superseded and writes the next one, in
+one transaction. ``forget`` rewrites every revision with its text,
+provenance and validity removed, and adds a tombstone revision. Ownership is
+tenant and user: a fact of another tenant or user reads exactly like a
+missing one. Lookups filter by scope, status and validity inside the SQL
+statement, before its ``LIMIT``, so a foreign, expired or forgotten fact
+can neither be returned nor take a place. Query words are matched with
+``instr`` on the lower-cased text, each bound as a parameter (at most
+32 words), so no query text is ever SQL or a pattern.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import ClassVar, Final
+
+from .._errors import (
+    AgentiumError,
+    MemoryFactForgottenError,
+    MemoryFactNotFoundError,
+)
+from .._ports import OpContext
+from .._ports.memory import (
+    MAX_LOOKUP_LIMIT,
+    AckStatus,
+    FactStatus,
+    MemoryAck,
+    MemoryCapabilities,
+    MemoryFact,
+    MemoryScope,
+    MemoryStore,
+    StoredFact,
+    check_fact,
+    check_limit,
+    iso_utc,
+)
+from .._scope import validate_id
+from ._excerpts import query_terms
+from ._sqlite_memory_sql import (
+    COLUMNS,
+    INSERT,
+    SCHEMA,
+    SQLiteMemoryError,
+    content_digest,
+    decode_row,
+    encode_row,
+    rewrite_row,
+)
+from ._sqlite_sql import immediate_transaction
+from .sqlite import SQLiteConfig, _SQLiteAdapterBase
+
+__all__ = ["MEMORY_SCHEMA_VERSION", "SQLiteMemoryError", "SQLiteMemoryStore", "new_fact_id"]
+
+#: Version of the ``memory_`` tables, kept in ``memory_meta``.
+MEMORY_SCHEMA_VERSION: Final = 1
+
+
+def new_fact_id() -> str:
+    """A fresh fact id: ``m-`` and 32 random hex digits (never derived from content or scope)."""
+    return "m-" + secrets.token_hex(16)
+
+
+def _not_found(fact_id: str) -> MemoryFactNotFoundError:
+    # One message whether the id is missing or another tenant's: a refusal reveals nothing.
+    return MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
+
+
+def _scope_args(scope: MemoryScope) -> tuple[str, str]:
+    return (scope.tenant, scope.user)
+
+
+class SQLiteMemoryStore(_SQLiteAdapterBase, MemoryStore):
+    """Durable memory in one SQLite file (WAL): revisions, tombstones, bounded scoped lookups."""
+
+    capabilities: ClassVar[MemoryCapabilities] = MemoryCapabilities(
+        acknowledged_writes=True,
+        durable=True,
+        correction=True,
+        forgetting=True,
+        listing=True,
+        history=True,
+    )
+    storage_error: ClassVar[type[AgentiumError]] = SQLiteMemoryError
+    adapter_name: ClassVar[str] = "sqlite memory store"
+
+    def __init__(self, config: SQLiteConfig | None = None) -> None:
+        super().__init__(config)
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        with immediate_transaction(conn):
+            for statement in SCHEMA:
+                conn.execute(statement)
+            row = conn.execute("SELECT value FROM memory_meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO memory_meta (key, value) VALUES ('schema_version', ?)",
+                    (str(MEMORY_SCHEMA_VERSION),),
+                )
+            elif str(row[0]) != str(MEMORY_SCHEMA_VERSION):
+                raise SQLiteMemoryError(
+                    f"{self.adapter_name}: {self._path} has memory schema version {row[0]}, this version of "
+                    f"agentium-harness understands {MEMORY_SCHEMA_VERSION}; upgrade or use another file"
+                )
+
+    # -- helpers (worker thread) --------------------------------------------------------------
+
+    @staticmethod
+    def _latest(conn: sqlite3.Connection, scope: MemoryScope, fact_id: str) -> StoredFact:
+        row = conn.execute(
+            f"SELECT {COLUMNS} FROM memory_facts WHERE fact_id = ? ORDER BY revision DESC LIMIT 1",  # noqa: S608
+            (fact_id,),
+        ).fetchone()
+        if row is None:
+            raise _not_found(fact_id)
+        # Ownership is checked on the raw columns before decoding, so another
+        # tenant's damaged row is refused the same way as a missing one.
+        if (row[2], row[3]) != _scope_args(scope):
+            raise _not_found(fact_id)
+        return decode_row(row)
+
+    @staticmethod
+    def _all(conn: sqlite3.Connection, fact_id: str) -> list[StoredFact]:
+        rows = conn.execute(
+            f"SELECT {COLUMNS} FROM memory_facts WHERE fact_id = ? ORDER BY revision LIMIT ?",  # noqa: S608
+            (fact_id, MAX_LOOKUP_LIMIT),
+        ).fetchall()
+        return [decode_row(r) for r in rows]
+
+    # -- writes -------------------------------------------------------------------------------
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        """Write ``fact`` as revision 1 of a new id, or acknowledge the current duplicate."""
+        ctx.raise_if_expired("memory remember")
+        check_fact(fact)
+        digest = content_digest(fact)
+        fact_id = new_fact_id()
+        values = encode_row(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))
+        s = fact.scope
+
+        def work(conn: sqlite3.Connection) -> MemoryAck:
+            with immediate_transaction(conn):
+                dup = conn.execute(
+                    "SELECT fact_id, revision FROM memory_facts WHERE tenant_id = ? AND user_id = ? "
+                    "AND project_id IS ? AND repository_id IS ? AND status = 'current' "
+                    "AND content_digest = ? LIMIT 1",
+                    (s.tenant, s.user, s.project, s.repository, digest),
+                ).fetchone()
+                if dup is not None:
+                    return MemoryAck(AckStatus.DUPLICATE, str(dup[0]), int(dup[1]), durable=True)
+                conn.execute(INSERT, values)
+            return MemoryAck(AckStatus.STORED, fact_id, 1, durable=True)
+
+        return await self.run(ctx, "memory remember", work)
+
+    async def correct(
+        self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+    ) -> MemoryAck:
+        """Supersede the latest revision of ``fact_id`` with ``replacement`` (one transaction)."""
+        ctx.raise_if_expired("memory correct")
+        validate_id(fact_id, "fact id")
+        check_fact(replacement)
+        if not scope.owns(replacement.scope):
+            raise _not_found(fact_id)
+        digest = content_digest(replacement)
+        now = datetime.now(UTC)
+
+        def work(conn: sqlite3.Connection) -> MemoryAck:
+            with immediate_transaction(conn):
+                latest = self._latest(conn, scope, fact_id)
+                if latest.status is FactStatus.FORGOTTEN:
+                    raise MemoryFactForgottenError(
+                        f"fact {fact_id!r} was forgotten; it cannot be corrected "
+                        "(remember a new fact instead)"
+                    )
+                if content_digest(latest.fact) == digest:
+                    return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+                rewrite_row(conn, latest, FactStatus.SUPERSEDED)
+                conn.execute(
+                    INSERT, encode_row(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now)
+                )
+            return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
+
+        return await self.run(ctx, "memory correct", work)
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        """Remove the content of every revision of ``fact_id`` and add a tombstone revision."""
+        ctx.raise_if_expired("memory forget")
+        validate_id(fact_id, "fact id")
+        now = datetime.now(UTC)
+
+        def work(conn: sqlite3.Connection) -> MemoryAck:
+            with immediate_transaction(conn):
+                latest = self._latest(conn, scope, fact_id)
+                if latest.status is FactStatus.FORGOTTEN:
+                    return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+                for old in self._all(conn, fact_id):
+                    rewrite_row(conn, old, FactStatus.FORGOTTEN)
+                conn.execute(
+                    INSERT, encode_row(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, latest.fact, now)
+                )
+            return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
+
+        return await self.run(ctx, "memory forget", work)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        """Current facts ``scope`` sees, valid at ``at``: most query words matched first, then newest."""
+        ctx.raise_if_expired("memory lookup")
+        check_limit(limit)
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a str, got {type(query).__name__}")
+        when = iso_utc(at or datetime.now(UTC))
+        terms = query_terms(query)
+        score = " + ".join("(instr(text_lower, ?) > 0)" for _ in terms) or "0"
+        sql = (
+            f"SELECT {COLUMNS} FROM memory_facts "  # noqa: S608 - only placeholders are interpolated
+            "WHERE tenant_id = ? AND user_id = ? AND status = 'current' "
+            "AND (project_id IS NULL OR project_id = ?) AND (repository_id IS NULL OR repository_id = ?) "
+            "AND (valid_from IS NULL OR valid_from <= ?) AND (valid_until IS NULL OR valid_until > ?) "
+            f"ORDER BY ({score}) DESC, rowid DESC LIMIT ?"
+        )
+        params = (scope.tenant, scope.user, scope.project, scope.repository, when, when, *terms, limit)
+
+        def work(conn: sqlite3.Connection) -> list[StoredFact]:
+            return [decode_row(r) for r in conn.execute(sql, params).fetchall()]
+
+        return await self.run(ctx, "memory lookup", work)
+
+    async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+        """Current facts of ``scope``'s tenant and user (any project), newest first; expired ones too."""
+        ctx.raise_if_expired("memory list")
+        check_limit(limit)
+        sql = (
+            f"SELECT {COLUMNS} FROM memory_facts WHERE tenant_id = ? AND user_id = ? "  # noqa: S608
+            "AND status = 'current' ORDER BY rowid DESC LIMIT ?"
+        )
+
+        def work(conn: sqlite3.Connection) -> list[StoredFact]:
+            return [decode_row(r) for r in conn.execute(sql, (scope.tenant, scope.user, limit)).fetchall()]
+
+        return await self.run(ctx, "memory list", work)
+
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
+        """Every revision of ``fact_id``, oldest first."""
+        ctx.raise_if_expired("memory history")
+        validate_id(fact_id, "fact id")
+
+        def work(conn: sqlite3.Connection) -> list[StoredFact]:
+            self._latest(conn, scope, fact_id)  # ownership, with the not-found refusal
+            return self._all(conn, fact_id)
+
+        return await self.run(ctx, "memory history", work)
