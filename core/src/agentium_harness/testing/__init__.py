@@ -1,7 +1,8 @@
 """Testing support for hosts and adapter authors.
 
 - The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`,
-  :class:`RecallStoreContract`, :class:`SummarizerContract`)
+  :class:`RecallStoreContract`, :class:`SummarizerContract`,
+  :class:`VerifierContract`)
   live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
   They need pytest, so they are imported on first access: importing this
   package alone does not require pytest.
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         RecallStoreContract,
         SessionStoreContract,
         SummarizerContract,
+        VerifierContract,
     )
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "Reopen",
     "SessionStoreContract",
     "SummarizerContract",
+    "VerifierContract",
     "legacy_snapshot",
     "plain_group",
     "register_assert_rewrite",
@@ -69,11 +72,19 @@ SUITE_MODULES = (
     "agentium_harness.testing.session_store_contract",
     "agentium_harness.testing.recall_contract",
     "agentium_harness.testing.summarizer_contract",
+    "agentium_harness.testing.verifier_contract",
     "agentium_harness.testing.contracts",
 )
 
 _LAZY = frozenset(
-    {"ArchiveContract", "ContractSuite", "RecallStoreContract", "SessionStoreContract", "SummarizerContract"}
+    {
+        "ArchiveContract",
+        "ContractSuite",
+        "RecallStoreContract",
+        "SessionStoreContract",
+        "SummarizerContract",
+        "VerifierContract",
+    }
 )
 
 

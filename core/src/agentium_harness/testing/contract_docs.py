@@ -45,11 +45,14 @@ def render_contracts_markdown() -> str:
         RecallStoreContract,
         SessionStoreContract,
         SummarizerContract,
+        VerifierContract,
         standard_tests,
     )
 
     parts = [_HEADER]
-    for suite in (ArchiveContract, SessionStoreContract, RecallStoreContract, SummarizerContract):
+    suites = (ArchiveContract, SessionStoreContract, RecallStoreContract, SummarizerContract)
+    suites += (VerifierContract,)
+    for suite in suites:
         parts.append(f"\n## {suite.__name__}\n\n{_rule(suite)}\n\n| test | rule |\n| --- | --- |")
         for name, func in standard_tests(suite).items():
             rule = _rule(func).replace("|", r"\|")

@@ -31,6 +31,7 @@ from .helpers import CorruptStored, replace_once  # noqa: E402
 from .recall_contract import HOSTILE_IDS, RecallStoreContract  # noqa: E402
 from .session_store_contract import SessionStoreContract, legacy_snapshot, scoped_snapshot  # noqa: E402
 from .summarizer_contract import SummarizerContract  # noqa: E402
+from .verifier_contract import VerifierContract  # noqa: E402
 
 __all__ = [
     "GUARD_TEST_NAME",
@@ -43,6 +44,7 @@ __all__ = [
     "Reopen",
     "SessionStoreContract",
     "SummarizerContract",
+    "VerifierContract",
     "legacy_snapshot",
     "plain_group",
     "replace_once",
