@@ -1,0 +1,423 @@
+"""The S3 history archive: one create-only object per group, verified on every read (R3, R8).
+
+Append (per group, concurrently within the link's limiter):
+
+1. ``PutObject`` with ``IfNoneMatch="*"`` (create-only), ``Content-MD5`` and
+   ``x-amz-checksum-sha256`` of the group's canonical bytes, and the group's
+   digest in the object's metadata. Nothing is ever overwritten.
+2. **200**: the returned ETag is checked against the bytes' MD5 (when
+   ``etag_is_md5``): a mismatch means the server stored other bytes (a
+   corrupted upload on a server that does not verify checksums); that object,
+   which this call created, is deleted and the upload is tried again.
+3. **412**: the key exists. It is read back (bounded) and its digest compared:
+   equal is success — this is how a lost acknowledgment followed by an SDK
+   retry resolves — and different is an :class:`ArchiveConflictError`.
+4. **409** (a conflicting concurrent request): retried ``conflict_retries``
+   times with backoff, then :class:`~agentium_archive_s3.errors.S3ConflictRetriesExhaustedError`.
+
+A batch is all or nothing as far as S3 allows: every check that needs no
+request (sizes, a seq repeated with different content, a group of another
+session) runs before the first upload, and when any upload of the batch fails
+the objects this call itself created are deleted again before the error is
+raised. Objects the call found already stored (equal digests) are left: they
+are the same bytes, and re-appending them is a no-op.
+
+Reads list the session's folder from ``start_seq`` (pagination, ``StartAfter``),
+fetch each object with a ranged GET bounded by ``max_object_bytes``, and
+re-check every group: the bytes against the stored digest, strict decoding,
+and :func:`~agentium_harness.plugin_api.check_archived_group`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import random
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import anyio
+import attrs
+import botocore.exceptions
+
+from agentium_harness.plugin_api import (
+    ArchiveCapabilities,
+    ArchiveConflictError,
+    ArchiveCorruptError,
+    ArchiveReceipt,
+    HistoryArchive,
+    MessageGroup,
+    OpContext,
+    RecordDecodeError,
+    SessionKey,
+    check_archived_group,
+    digest_bytes,
+    from_json,
+)
+
+from .config import S3Config
+from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError
+from .keys import archive_key, archive_prefix, parse_archive_key
+from .link import S3Client, S3Link, error_code, error_status
+from .probe import run_probe
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
+
+__all__ = ["ForgetReport", "S3Archive"]
+
+#: Metadata key holding the group's digest (``x-amz-meta-agentium-digest``).
+DIGEST_META: Final = "agentium-digest"
+
+_LIST_PAGE: Final = 1000
+_CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
+
+
+@attrs.frozen(slots=True)
+class ForgetReport:
+    """What :meth:`S3Archive.forget_session` did: objects deleted, and whether any are left."""
+
+    deleted: int
+    complete: bool
+
+
+@attrs.frozen(slots=True)
+class _Upload:
+    seq: int
+    key: str
+    data: bytes
+    digest: str
+    md5_b64: str
+    md5_hex: str
+    sha256_b64: str
+
+
+class S3Archive(HistoryArchive):
+    """An append-only history archive on S3 or an S3-compatible server (Ceph RGW, MinIO).
+
+    Build it from :class:`~agentium_archive_s3.config.S3Config`, optionally
+    lending it a boto3 S3 client (``client=``), which it then never closes.
+    """
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True
+    )
+
+    def __init__(self, config: S3Config, *, client: S3Client | None = None) -> None:
+        self._config = config
+        self._link = S3Link(config, client, family=S3ArchiveError, name="s3 archive")
+
+    @property
+    def config(self) -> S3Config:
+        """The options this archive was built with."""
+        return self._config
+
+    @property
+    def link(self) -> S3Link:
+        """The client link (owned or lent client, limiter)."""
+        return self._link
+
+    # -- append ---------------------------------------------------------------------------------
+
+    def _uploads(self, key: SessionKey, groups: Sequence[MessageGroup]) -> list[_Upload]:
+        """Encode and check the whole batch before any request; repeated identical groups are one."""
+        seen: dict[int, _Upload] = {}
+        uploads: list[_Upload] = []
+        for group in groups:
+            data = group.canonical_bytes()
+            if len(data) > self._config.max_object_bytes:
+                raise S3ObjectTooLargeError(
+                    f"s3 archive: group {group.seq} of session {key.key()} is {len(data)} bytes, more than "
+                    f"max_object_bytes={self._config.max_object_bytes}; nothing of the batch was written",
+                    code="TooLarge",
+                )
+            # A group of another session must never be filed under this one.
+            check_archived_group(key, group)
+            previous = seen.get(group.seq)
+            if previous is not None:
+                if previous.digest != group.digest:
+                    raise ArchiveConflictError(
+                        f"s3 archive: the batch carries seq {group.seq} of session {key.key()} twice with "
+                        "different content; nothing of the batch was written"
+                    )
+                continue
+            md5 = hashlib.md5(data, usedforsecurity=False).digest()
+            upload = _Upload(
+                seq=group.seq,
+                key=archive_key(self._config.prefix, key, group.seq),
+                data=data,
+                digest=group.digest,
+                md5_b64=base64.b64encode(md5).decode("ascii"),
+                md5_hex=md5.hex(),
+                sha256_b64=base64.b64encode(hashlib.sha256(data).digest()).decode("ascii"),
+            )
+            seen[group.seq] = upload
+            uploads.append(upload)
+        return uploads
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        """One create-only object per group, in parallel; equal re-appends pass, different ones conflict."""
+        ctx.raise_if_expired("archive append")
+        uploads = self._uploads(key, groups)
+        created: dict[int, str] = {}  # seq -> key, objects this call created
+        failures: list[BaseException] = []
+
+        async def one(upload: _Upload) -> None:
+            try:
+                if await self._link.call(ctx, "archive append", lambda s3: self._put(s3, upload, ctx)):
+                    created[upload.seq] = upload.key
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for upload in uploads:
+                tg.start_soon(one, upload)
+        if failures:
+            await self._roll_back(ctx, created)
+            raise _first(failures)
+        bucket = self._config.bucket
+        by_seq = {u.seq: u for u in uploads}
+        return [
+            ArchiveReceipt(seq=g.seq, digest=g.digest, location=f"s3://{bucket}/{by_seq[g.seq].key}")
+            for g in groups
+        ]
+
+    def _put(self, s3: S3Client, upload: _Upload, ctx: OpContext) -> bool:
+        """Store ``upload`` create-only (worker thread). True if this call created the object."""
+        conflicts = 0
+        damaged = 0
+        while True:
+            ctx.raise_if_expired("archive append")
+            try:
+                reply = s3.put_object(
+                    Bucket=self._config.bucket,
+                    Key=upload.key,
+                    Body=upload.data,
+                    IfNoneMatch="*",
+                    ContentMD5=upload.md5_b64,
+                    ChecksumSHA256=upload.sha256_b64,
+                    ContentType="application/json",
+                    Metadata={DIGEST_META: upload.digest},
+                )
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc), error_status(exc)
+                if code == "PreconditionFailed" or status == 412:
+                    self._compare_stored(s3, upload)
+                    return False
+                if code in _CONFLICT_CODES or status == 409:
+                    conflicts += 1
+                    if conflicts > self._config.conflict_retries:
+                        raise S3ConflictRetriesExhaustedError(
+                            f"s3 archive: group {upload.seq} at {upload.key!r} kept answering 409 ({code}) "
+                            f"after {conflicts} attempts; nothing was acknowledged",
+                            code=code,
+                            status=status,
+                        ) from None
+                    _backoff(ctx, conflicts)
+                    continue
+                raise
+            etag = _unquote(str(reply.get("ETag", "")))
+            if not self._config.etag_is_md5 or etag == upload.md5_hex:
+                return True
+            # The server stored bytes other than those sent (it did not verify
+            # Content-MD5). The object is ours and never acknowledged: remove it.
+            s3.delete_object(Bucket=self._config.bucket, Key=upload.key)
+            damaged += 1
+            if damaged > self._config.conflict_retries:
+                raise S3ArchiveError(
+                    f"s3 archive: group {upload.seq} at {upload.key!r} was stored damaged {damaged} times "
+                    "(ETag does not match the bytes sent); nothing was acknowledged",
+                    code="BadDigest",
+                )
+
+    def _compare_stored(self, s3: S3Client, upload: _Upload) -> None:
+        """The key exists: succeed if it holds these bytes, else raise ``ArchiveConflictError``."""
+        data, stored_digest = self._get(s3, upload.key)
+        if digest_bytes(data) == upload.digest and stored_digest == upload.digest:
+            return
+        raise ArchiveConflictError(
+            f"s3 archive: {upload.key!r} already holds a different group {upload.seq} (stored "
+            f"{digest_bytes(data)}, appending {upload.digest}); archived groups are never overwritten"
+        )
+
+    async def _roll_back(self, ctx: OpContext, created: dict[int, str]) -> None:
+        """Delete what this failed batch created (best effort, bounded by a fresh short deadline)."""
+        if not created:
+            return
+        undo = OpContext.with_timeout(self._config.connect_timeout_s + self._config.read_timeout_s)
+
+        def delete(s3: S3Client) -> None:
+            for object_key in created.values():
+                s3.delete_object(Bucket=self._config.bucket, Key=object_key)
+
+        try:
+            await self._link.call(undo, "archive append roll-back", delete)
+        except Exception:  # noqa: S110  # the batch's own error is the one to report
+            # Left objects are groups at seqs no snapshot committed; the next
+            # append of the same groups finds them equal.
+            pass
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _get(self, s3: S3Client, object_key: str) -> tuple[bytes, str | None]:
+        """At most ``max_object_bytes`` of one object, with its stored digest (worker thread)."""
+        limit = self._config.max_object_bytes
+        reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
+        with reply["Body"] as body:
+            data = body.read(limit + 1)
+        if len(data) > limit:
+            raise S3ObjectTooLargeError(
+                f"s3 archive: {object_key!r} is larger than max_object_bytes={limit}; refusing to read it",
+                code="TooLarge",
+            )
+        meta: dict[str, str] = reply.get("Metadata", {})
+        return data, meta.get(DIGEST_META)
+
+    def _decode(
+        self, key: SessionKey, seq: int, object_key: str, data: bytes, stored: str | None
+    ) -> MessageGroup:
+        where = f"s3 archive: group {seq} of session {key.key()} at {object_key!r}"
+        if stored is None or digest_bytes(data) != stored:
+            raise ArchiveCorruptError(
+                f"{where} does not match its stored digest ({stored or 'none stored'}); it was changed "
+                "outside the archive or damaged, and is not returned"
+            )
+        try:
+            group = from_json(data, MessageGroup)
+        except RecordDecodeError as exc:
+            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
+        check_archived_group(key, group, expected_seq=seq, expected_digest=stored)
+        return group
+
+    def _list(self, s3: S3Client, key: SessionKey, start_seq: int, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` (seq, key) of the session from ``start_seq``, ascending (worker thread)."""
+        folder = archive_prefix(self._config.prefix, key)
+        found: list[tuple[int, str]] = []
+        args: dict[str, Any] = {"Bucket": self._config.bucket, "Prefix": folder}
+        if start_seq > 0:
+            args["StartAfter"] = archive_key(self._config.prefix, key, start_seq - 1)
+        while len(found) < limit:
+            page = s3.list_objects_v2(**args, MaxKeys=min(_LIST_PAGE, limit - len(found)))
+            for item in page.get("Contents", []):
+                seq = parse_archive_key(folder, item["Key"])
+                if seq is None:
+                    raise ArchiveCorruptError(
+                        f"s3 archive: {item['Key']!r} in the folder of session {key.key()} is not an "
+                        "archived group; the folder was changed outside the archive"
+                    )
+                if item.get("Size", 0) > self._config.max_object_bytes:
+                    raise S3ObjectTooLargeError(
+                        f"s3 archive: {item['Key']!r} is larger than max_object_bytes="
+                        f"{self._config.max_object_bytes}; refusing to read it",
+                        code="TooLarge",
+                    )
+                found.append((seq, item["Key"]))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                break
+            args["ContinuationToken"] = token
+        return found[:limit]
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Up to ``max_groups`` whole, re-checked groups with ``seq >= start_seq``, ascending."""
+        ctx.raise_if_expired("archive read")
+        limit = max(0, max_groups)
+        if limit == 0:
+            return []
+        listed = await self._link.call(
+            ctx, "archive read", lambda s3: self._list(s3, key, max(0, start_seq), limit)
+        )
+        fetched: dict[int, MessageGroup] = {}
+        failures: list[BaseException] = []
+
+        async def one(seq: int, object_key: str) -> None:
+            try:
+                data, stored = await self._link.call(
+                    ctx, "archive read", lambda s3: self._get(s3, object_key)
+                )
+                fetched[seq] = self._decode(key, seq, object_key, data, stored)
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for seq, object_key in listed:
+                tg.start_soon(one, seq, object_key)
+        if failures:
+            raise _first(failures)
+        return [fetched[seq] for seq, _ in listed]
+
+    # -- forgetting -----------------------------------------------------------------------------
+
+    async def forget_session(
+        self, key: SessionKey, ctx: OpContext, *, max_objects: int = 1000
+    ) -> ForgetReport:
+        """Delete up to ``max_objects`` archived groups of session ``key``; report what was done.
+
+        Bounded: one listing page and one ``DeleteObjects`` request per 1000
+        objects. ``complete`` is False when objects are left (call again).
+        This is the host's explicit erasure, outside the append-only port.
+        """
+        ctx.raise_if_expired("archive forget")
+        bound = max(0, max_objects)
+        folder = archive_prefix(self._config.prefix, key)
+
+        def work(s3: S3Client) -> ForgetReport:
+            deleted = 0
+            while deleted < bound:
+                ctx.raise_if_expired("archive forget")
+                page = s3.list_objects_v2(
+                    Bucket=self._config.bucket, Prefix=folder, MaxKeys=min(_LIST_PAGE, bound - deleted)
+                )
+                keys: list[ObjectIdentifierTypeDef] = [
+                    {"Key": item["Key"]} for item in page.get("Contents", [])
+                ]
+                if not keys:
+                    return ForgetReport(deleted=deleted, complete=True)
+                reply = s3.delete_objects(Bucket=self._config.bucket, Delete={"Objects": keys, "Quiet": True})
+                errors = reply.get("Errors", [])
+                if errors:
+                    raise S3ArchiveError(
+                        f"s3 archive: forgetting session {key.key()} deleted {deleted} object(s), then "
+                        f"{len(errors)} deletion(s) failed ({errors[0].get('Code', '?')})",
+                        code=str(errors[0].get("Code", "")),
+                    )
+                deleted += len(keys)
+            rest = s3.list_objects_v2(Bucket=self._config.bucket, Prefix=folder, MaxKeys=1)
+            return ForgetReport(deleted=deleted, complete=not rest.get("Contents"))
+
+        return await self._link.call(ctx, "archive forget", work)
+
+    # -- health and lifecycle -------------------------------------------------------------------
+
+    async def health(self, ctx: OpContext) -> str:
+        """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""
+        return await run_probe(self._link, ctx, "archive health")
+
+    async def aclose(self) -> None:
+        """Close the client this archive created; a lent client is left open. Idempotent."""
+        await self._link.aclose()
+
+
+def _unquote(etag: str) -> str:
+    return etag[1:-1] if len(etag) >= 2 and etag[0] == etag[-1] == '"' else etag
+
+
+def _backoff(ctx: OpContext, attempt: int) -> None:
+    """Sleep (in the worker thread) before retrying a 409, never past the deadline."""
+    delay = min(1.0, 0.02 * 2**attempt) * (0.5 + random.random() / 2)  # jitter, not crypto
+    left = ctx.time_left()
+    time.sleep(delay if left is None else min(delay, left))
+
+
+def _first(failures: list[BaseException]) -> BaseException:
+    """The error to raise for a batch: a conflict first, then cancellation, then the first failure."""
+    for wanted in (ArchiveConflictError, ArchiveCorruptError):
+        for exc in failures:
+            if isinstance(exc, wanted):
+                return exc
+    return failures[0]

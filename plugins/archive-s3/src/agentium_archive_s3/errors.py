@@ -1,0 +1,67 @@
+"""The plugin's typed errors, each in the port's own family.
+
+Every error the archive raises is an :class:`~agentium_harness.plugin_api.ArchiveError`
+and every error the session store raises is a
+:class:`~agentium_harness.plugin_api.SessionStoreError`; the classes that
+both adapters raise (a missing bucket, refused credentials, a throttling storm)
+derive from both, so a host catching either family catches them. Messages
+name the bucket and the key's operation, never a credential.
+"""
+
+from __future__ import annotations
+
+from agentium_harness import AgentiumError
+from agentium_harness.plugin_api import ArchiveError, SessionStoreError
+
+__all__ = [
+    "S3AccessDeniedError",
+    "S3ArchiveError",
+    "S3BucketNotFoundError",
+    "S3ConflictRetriesExhaustedError",
+    "S3Error",
+    "S3ObjectTooLargeError",
+    "S3SessionStoreError",
+    "S3UnavailableError",
+]
+
+
+class S3Error(AgentiumError):
+    """Base of every error this plugin raises (each is also in its port's family).
+
+    ``code`` is S3's error code (``NoSuchBucket``, ``SlowDown``, ...) or a
+    short name of the local cause; ``status`` is the HTTP status when there
+    was one.
+    """
+
+    def __init__(self, message: str, *, code: str = "", status: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+class S3ArchiveError(S3Error, ArchiveError):
+    """An archive operation failed on S3 (a request error not covered by a narrower class)."""
+
+
+class S3SessionStoreError(S3Error, SessionStoreError):
+    """A session store operation failed on S3 (a request error not covered by a narrower class)."""
+
+
+class S3BucketNotFoundError(S3ArchiveError, S3SessionStoreError, LookupError):
+    """The configured bucket does not exist (or the endpoint does not serve it). Nothing was written."""
+
+
+class S3AccessDeniedError(S3ArchiveError, S3SessionStoreError, PermissionError):
+    """The server refused the credentials or the request (wrong key, bad signature, missing permission)."""
+
+
+class S3UnavailableError(S3ArchiveError, S3SessionStoreError):
+    """The server kept answering 5xx or throttling, or could not be reached, past the retry bound."""
+
+
+class S3ConflictRetriesExhaustedError(S3ArchiveError, S3SessionStoreError):
+    """A key kept answering 409 (a conflicting concurrent request) past ``conflict_retries``."""
+
+
+class S3ObjectTooLargeError(S3ArchiveError, S3SessionStoreError, ValueError):
+    """A group or snapshot is larger than ``max_object_bytes``: refused before any request."""

@@ -1,0 +1,94 @@
+"""Object keys: built only from injectively encoded id segments, parsed back strictly.
+
+Layout below the configured prefix ``P`` (``t``, ``u``, ``s`` are the
+tenant, user and session ids through :func:`~agentium_harness.plugin_api.encode_segment`,
+which never yields ``/`` or ``.``)::
+
+    P/archive/v1/t/u/s/00000000000000000042.json   one archived group (seq zero-padded to 20 digits)
+    P/sessions/v1/t/u/s.json                       one session snapshot
+    P/probe/<random hex>                           the health probe's create-only object
+
+Because a segment cannot hold ``/``, a listing below ``P/archive/v1/t/u/s/``
+or ``P/sessions/v1/t/u/`` can only ever return that session's or that user's
+objects: ``../``, ``/`` and ``%2F`` inside an id are encoded, not followed.
+Zero padding makes S3's byte order of archive keys the numeric order of
+``seq``, so a read resumes with ``StartAfter``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from typing import Final
+
+from agentium_harness.plugin_api import SessionKey, decode_segment, encode_segment
+
+__all__ = [
+    "MAX_SEQ",
+    "archive_key",
+    "archive_prefix",
+    "parse_archive_key",
+    "parse_session_key",
+    "probe_key",
+    "session_object_key",
+    "sessions_prefix",
+]
+
+#: The largest ``seq`` a 20-digit key can hold.
+MAX_SEQ: Final = 10**20 - 1
+
+_SEQ_NAME: Final = re.compile(r"([0-9]{20})\.json")
+_SESSION_NAME: Final = re.compile(r"([A-Za-z0-9_%-]+)\.json")
+
+
+def archive_prefix(prefix: str, key: SessionKey) -> str:
+    """The folder of one session's archived groups, ending in ``/``."""
+    tenant, user, session = key.key_segments()
+    return f"{prefix}/archive/v1/{tenant}/{user}/{session}/"
+
+
+def archive_key(prefix: str, key: SessionKey, seq: int) -> str:
+    """The object key of group ``seq`` of session ``key``.
+
+    :raises ValueError: ``seq`` is negative or does not fit in 20 digits.
+    """
+    if not 0 <= seq <= MAX_SEQ:
+        raise ValueError(f"seq {seq} is outside [0, {MAX_SEQ}] and cannot be archived on S3")
+    return f"{archive_prefix(prefix, key)}{seq:020d}.json"
+
+
+def parse_archive_key(folder: str, object_key: str) -> int | None:
+    """The ``seq`` of ``object_key`` listed below ``folder``; ``None`` for a key this plugin never writes."""
+    if not object_key.startswith(folder):
+        return None
+    match = _SEQ_NAME.fullmatch(object_key[len(folder) :])
+    return int(match.group(1)) if match else None
+
+
+def session_object_key(prefix: str, key: SessionKey) -> str:
+    """The object key of session ``key``'s snapshot."""
+    tenant, user, session = key.key_segments()
+    return f"{prefix}/sessions/v1/{tenant}/{user}/{session}.json"
+
+
+def sessions_prefix(prefix: str, tenant: str, user: str) -> str:
+    """The folder of one user's snapshots, ending in ``/``."""
+    return f"{prefix}/sessions/v1/{encode_segment(tenant)}/{encode_segment(user)}/"
+
+
+def parse_session_key(folder: str, object_key: str) -> str | None:
+    """The session id of a snapshot key listed below ``folder``, or ``None`` for any other key."""
+    if not object_key.startswith(folder):
+        return None
+    match = _SESSION_NAME.fullmatch(object_key[len(folder) :])
+    if match is None:
+        return None
+    try:
+        return decode_segment(match.group(1))
+    except ValueError:
+        return None
+
+
+def probe_key(prefix: str) -> str:
+    """A fresh key for one health probe's create-only object."""
+    return f"{prefix}/probe/{secrets.token_hex(12)}"

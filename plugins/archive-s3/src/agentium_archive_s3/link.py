@@ -1,0 +1,322 @@
+"""The S3 link: one boto3 client, used from worker threads behind a capacity limiter.
+
+Why not the core's :class:`~agentium_harness.plugin_api.ThreadBoundAdapter`:
+it runs one call at a time on one connection, which suits SQLite. A boto3
+client is thread-safe and an eviction uploads many groups, so the link lets up
+to ``max_concurrency`` requests run at once (one :class:`anyio.CapacityLimiter`
+per adapter) and keeps the rest of that base's care:
+
+- **Lazy client.** Building an adapter does no I/O; the first call creates
+  the client (from :class:`~agentium_archive_s3.config.S3Config`: endpoint,
+  region, credentials from the config or boto3's standard chain).
+- **Owned or lent.** A client the link created is closed by :meth:`S3Link.aclose`;
+  a client the host lent is never closed (its event handler is removed).
+- **Cancellation.** The context is checked before a call, again in its worker
+  thread, and before every HTTP attempt (a ``before-send`` event handler), so a
+  cancelled or expired operation sends no further request — botocore's own
+  retries included. A boto3 request cannot be interrupted, so a cancelled
+  caller returns at once and the thread's result is discarded.
+- **Typed errors.** botocore's exceptions become the plugin's errors
+  (:mod:`agentium_archive_s3.errors`) with messages that name the bucket,
+  the operation and S3's error code, and never a credential.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import anyio
+import anyio.to_thread
+import boto3
+import botocore.config
+import botocore.exceptions
+
+from agentium_harness import AgentiumError
+from agentium_harness.plugin_api import OpContext, OperationCancelledError
+
+from .config import S3Config, redact_endpoint
+from .errors import (
+    S3AccessDeniedError,
+    S3BucketNotFoundError,
+    S3Error,
+    S3UnavailableError,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+else:
+    S3Client = Any
+
+__all__ = ["S3Client", "S3Link", "error_code", "error_status", "make_client"]
+
+T = TypeVar("T")
+
+_DENIED: Final = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "AuthorizationHeaderMalformed",
+    }
+)
+_UNAVAILABLE: Final = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "ServiceUnavailable",
+        "InternalError",
+        "RequestTimeout",
+        "503",
+        "500",
+    }
+)
+_CONNECTION_ERRORS: Final = (
+    botocore.exceptions.EndpointConnectionError,
+    botocore.exceptions.ConnectionClosedError,
+    botocore.exceptions.ReadTimeoutError,
+    botocore.exceptions.ConnectTimeoutError,
+    botocore.exceptions.ResponseStreamingError,
+)
+_NO_CREDENTIALS: Final = (
+    botocore.exceptions.NoCredentialsError,
+    botocore.exceptions.PartialCredentialsError,
+)
+
+
+def error_code(exc: BaseException) -> str:
+    """S3's error code of a ``ClientError`` (``"NoSuchKey"``, ``"PreconditionFailed"``...), else ``""``."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def error_status(exc: BaseException) -> int | None:
+    """The HTTP status of a ``ClientError``, else ``None``."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return int(status) if isinstance(status, int) else None
+    return None
+
+
+def make_client(config: S3Config) -> S3Client:
+    """A new boto3 S3 client for ``config`` (no request is sent).
+
+    botocore's ``standard`` retry mode retries 5xx, throttling and dropped
+    connections up to ``max_attempts``; checksums are computed only where an
+    operation requires one (this plugin sends its own SHA-256 and MD5 on every
+    upload), because S3-compatible servers differ on botocore's newer defaults.
+    """
+    session = boto3.session.Session(profile_name=config.profile)
+    client_config = botocore.config.Config(
+        region_name=config.region,
+        connect_timeout=config.connect_timeout_s,
+        read_timeout=config.read_timeout_s,
+        retries={"max_attempts": config.max_attempts, "mode": "standard"},
+        max_pool_connections=max(10, config.max_concurrency),
+        s3={"addressing_style": config.addressing_style},  # type: ignore[arg-type]  # a str, not the Literal
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+        user_agent_extra="agentium-archive-s3",
+    )
+    client: S3Client = session.client(
+        "s3",
+        endpoint_url=config.endpoint_url,
+        aws_access_key_id=config.access_key_id,
+        aws_secret_access_key=config.secret_access_key,
+        aws_session_token=config.session_token,
+        config=client_config,
+    )
+    return client
+
+
+class _CallState(threading.local):
+    """The context of the call a worker thread is running, for the ``before-send`` handler."""
+
+    ctx: OpContext | None = None
+    operation: str = ""
+
+
+class S3Link:
+    """A lazily created (or lent) boto3 client, run in worker threads, ``max_concurrency`` at a time.
+
+    ``family`` is the adapter's error class for failures no narrower plugin
+    error covers (:class:`~agentium_archive_s3.errors.S3ArchiveError` or
+    :class:`~agentium_archive_s3.errors.S3SessionStoreError`).
+    """
+
+    def __init__(
+        self, config: S3Config, client: S3Client | None, *, family: type[S3Error], name: str
+    ) -> None:
+        self.config = config
+        self.family = family
+        self.name = name
+        self._client: S3Client | None = client
+        self._owned = client is None
+        self._hooked = False
+        self._closed = False
+        self._lock = threading.Lock()
+        self._state = _CallState()
+        self._hook_id = f"agentium-archive-s3-{id(self)}"
+        self.limiter = anyio.CapacityLimiter(config.max_concurrency)
+        self._busy = 0
+        self._idle = threading.Condition(self._lock)
+
+    @property
+    def owns_client(self) -> bool:
+        """True when the link created its client (and closes it); False for a lent client."""
+        return self._owned
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` ran; later calls are refused."""
+        return self._closed
+
+    def describe(self) -> str:
+        """Bucket and endpoint, for messages (no credentials)."""
+        return f"bucket {self.config.bucket!r} at {redact_endpoint(self.config.endpoint_url)}"
+
+    # -- the client -----------------------------------------------------------------------------
+
+    def _get_client(self) -> S3Client:
+        with self._lock:
+            if self._client is None:
+                self._client = make_client(self.config)
+            if not self._hooked:
+                # Checked before every HTTP attempt, botocore's retries included.
+                self._client.meta.events.register(
+                    "before-send.s3", self._before_send, unique_id=self._hook_id
+                )
+                self._hooked = True
+            return self._client
+
+    def _before_send(self, **kwargs: Any) -> None:
+        ctx = self._state.ctx
+        if ctx is not None:
+            # Raised through botocore to the caller: no request leaves after the deadline.
+            ctx.raise_if_expired(self._state.operation)
+
+    # -- running requests -----------------------------------------------------------------------
+
+    async def call(self, ctx: OpContext, operation: str, work: Callable[[S3Client], T]) -> T:
+        """Run ``work(client)`` in a worker thread within the limiter, honouring ``ctx``.
+
+        :raises OperationCancelledError: cancelled or past the deadline before
+            or while waiting (nothing more is sent).
+        :raises S3Error: the request failed (see :meth:`translate`).
+        """
+        ctx.raise_if_expired(operation)
+        if self._closed:
+            raise self.family(f"{self.name}: {operation} refused: the adapter is closed", code="closed")
+        left = ctx.time_left()
+        with anyio.move_on_after(math.inf if left is None else left) as scope:
+            return await anyio.to_thread.run_sync(
+                self._in_thread, ctx, operation, work, limiter=self.limiter, abandon_on_cancel=True
+            )
+        assert scope.cancelled_caught
+        raise OperationCancelledError(
+            f"{operation} stopped at its deadline; a request already sent may still complete on the server",
+            "deadline passed",
+        )
+
+    def _in_thread(self, ctx: OpContext, operation: str, work: Callable[[S3Client], T]) -> T:
+        ctx.raise_if_expired(operation)
+        with self._lock:
+            if self._closed:
+                raise self.family(f"{self.name}: {operation} refused: the adapter is closed", code="closed")
+            self._busy += 1
+        self._state.ctx, self._state.operation = ctx, operation
+        try:
+            return work(self._get_client())
+        except AgentiumError:
+            raise
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            if ctx.expired:
+                reason = ctx.signal.reason or "deadline passed"
+                raise OperationCancelledError(f"{operation} stopped: {reason}", reason) from exc
+            raise self.translate(operation, exc) from None
+        finally:
+            self._state.ctx = None
+            with self._lock:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def translate(self, operation: str, exc: BaseException) -> S3Error:
+        """The plugin error for a botocore exception; the message never holds a credential.
+
+        ``from None`` at the raise site keeps botocore's own exception (whose
+        text is the server's) out of the traceback's chained message.
+        """
+        where = f"{self.name}: {operation} on {self.describe()}"
+        code, status = error_code(exc), error_status(exc)
+        if isinstance(exc, _NO_CREDENTIALS):
+            return S3AccessDeniedError(
+                f"{where} failed: no usable credentials (set access_key_id / secret_access_key, or "
+                "configure boto3's standard chain)",
+                code="NoCredentials",
+            )
+        if isinstance(exc, _CONNECTION_ERRORS):
+            return S3UnavailableError(
+                f"{where} failed: the server could not be reached or dropped the connection "
+                f"({type(exc).__name__}) after {self.config.max_attempts} attempt(s)",
+                code=type(exc).__name__,
+            )
+        if not isinstance(exc, botocore.exceptions.ClientError):
+            return self.family(f"{where} failed: {type(exc).__name__}", code=type(exc).__name__)
+        shown = f"{code or '?'} (HTTP {status if status is not None else '?'})"
+        if code == "NoSuchBucket" or (code in ("404", "NotFound") and operation.endswith("bucket check")):
+            return S3BucketNotFoundError(
+                f"{where} failed: the bucket does not exist ({shown}); create it first, the adapters "
+                "never create buckets",
+                code="NoSuchBucket",
+                status=status,
+            )
+        if code in _DENIED or status == 403:
+            return S3AccessDeniedError(
+                f"{where} failed: the server refused the credentials or the request ({shown}); check "
+                "the access key, the secret and the bucket policy",
+                code=code,
+                status=status,
+            )
+        if code in _UNAVAILABLE or (status is not None and status >= 500):
+            return S3UnavailableError(
+                f"{where} failed: the server kept answering {shown} after {self.config.max_attempts} "
+                "attempt(s)",
+                code=code,
+                status=status,
+            )
+        return self.family(f"{where} failed: {shown}", code=code, status=status)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close an owned client once no request uses it; a lent client only loses the event handler.
+
+        Idempotent and shielded from the caller's cancellation. Requests still
+        running in abandoned threads are waited for up to ``read_timeout_s``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._close_in_thread, abandon_on_cancel=True)
+
+    def _close_in_thread(self) -> None:
+        with self._lock:
+            self._idle.wait_for(lambda: self._busy == 0, timeout=self.config.read_timeout_s)
+            client, hooked = self._client, self._hooked
+            self._hooked = False
+            if client is None:
+                return
+            if hooked:
+                client.meta.events.unregister("before-send.s3", unique_id=self._hook_id)
+            if self._owned:
+                self._client = None
+                client.close()

@@ -1,0 +1,318 @@
+r"""The S3 session store: one snapshot object per session, compare-and-set through conditional writes.
+
+The object's body is one header line naming the revision, then the snapshot's
+canonical bytes (:func:`~agentium_harness.plugin_api.snapshot_bytes`)::
+
+    agentium-s3-snapshot/1 revision=7\n{"boundary":...}
+
+Keeping the revision in the body makes every revision's ETag different, even
+when a snapshot is saved again unchanged, so ``IfMatch=<etag>`` can never
+match an older revision.
+
+- **Create** (``expected_revision=None``): ``PutObject`` with ``IfNoneMatch="*"``.
+- **Replace**: ``PutObject`` with ``IfMatch=<etag of expected_revision>``;
+  the ETag comes from the last load or save of this instance, or a ranged
+  read of the header.
+- **412**: the object is read back. If it holds exactly the bytes sent, the
+  write had landed and its acknowledgment was lost (success). If it is still
+  the expected object, the server compares ``IfMatch`` against the other ETag
+  form (Ceph RGW compares the unquoted ETag; AWS and moto the quoted one):
+  the write is retried once in the other form, which is then kept. Anything
+  else is a :class:`~agentium_harness.plugin_api.SessionConflictError`.
+- **409**: retried ``conflict_retries`` times, then a typed error.
+
+Loads are bounded by ``max_object_bytes``, decode strictly and verify the
+snapshot's digest; a damaged object raises ``SnapshotCorruptError`` and is
+left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar, Final
+
+import botocore.exceptions
+
+from agentium_harness.plugin_api import (
+    OpContext,
+    RecordDecodeError,
+    SessionConflictError,
+    SessionKey,
+    SessionSnapshot,
+    SessionStore,
+    SessionStoreCapabilities,
+    SnapshotCorruptError,
+    StoredSnapshot,
+    from_json,
+    snapshot_bytes,
+    verify_snapshot,
+)
+
+from .archive import _backoff, _unquote
+from .config import S3Config
+from .errors import (
+    S3ConflictRetriesExhaustedError,
+    S3ObjectTooLargeError,
+    S3SessionStoreError,
+)
+from .keys import parse_session_key, session_object_key, sessions_prefix
+from .link import S3Client, S3Link, error_code, error_status
+from .probe import run_probe
+
+__all__ = ["S3SessionStore"]
+
+_HEADER: Final = re.compile(rb"agentium-s3-snapshot/1 revision=([1-9][0-9]{0,18})\n")
+_HEADER_BYTES: Final = 64
+_CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
+
+
+def _body(revision: int, data: bytes) -> bytes:
+    return b"agentium-s3-snapshot/1 revision=%d\n" % revision + data
+
+
+def _is_412(exc: botocore.exceptions.ClientError) -> bool:
+    return error_code(exc) == "PreconditionFailed" or error_status(exc) == 412
+
+
+def _is_missing(exc: botocore.exceptions.ClientError) -> bool:
+    return error_code(exc) in ("NoSuchKey", "404", "NotFound") or error_status(exc) == 404
+
+
+class S3SessionStore(SessionStore):
+    """Revisioned session snapshots on S3, saved with create-only and ``IfMatch`` conditional writes.
+
+    Build it from :class:`~agentium_archive_s3.config.S3Config`, optionally
+    lending it a boto3 S3 client (``client=``), which it then never closes.
+    """
+
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
+        compare_and_set=True, durable=True, listing=True, health_check=True
+    )
+
+    def __init__(self, config: S3Config, *, client: S3Client | None = None) -> None:
+        self._config = config
+        self._link = S3Link(config, client, family=S3SessionStoreError, name="s3 session store")
+        # The ETag of the last revision this instance loaded or saved, per session.
+        self._etags: dict[SessionKey, tuple[int, str]] = {}
+        # Whether IfMatch is sent quoted (AWS, moto) or unquoted (Ceph RGW); learned on a 412.
+        self._quoted_if_match = True
+
+    @property
+    def config(self) -> S3Config:
+        """The options this store was built with."""
+        return self._config
+
+    @property
+    def link(self) -> S3Link:
+        """The client link (owned or lent client, limiter)."""
+        return self._link
+
+    # -- load -----------------------------------------------------------------------------------
+
+    def _read(self, s3: S3Client, object_key: str, limit: int) -> tuple[bytes, str] | None:
+        """Up to ``limit`` bytes (plus one, to tell overflow) and the ETag, or ``None`` (worker thread)."""
+        try:
+            reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
+        except botocore.exceptions.ClientError as exc:
+            if _is_missing(exc):
+                return None
+            raise
+        with reply["Body"] as body:
+            data = body.read(limit + 1)
+        return data, _unquote(str(reply.get("ETag", "")))
+
+    def _parse(self, key: SessionKey, data: bytes) -> tuple[int, bytes]:
+        where = f"s3 session store: snapshot of session {key.key()}"
+        if len(data) > self._limit():
+            raise S3ObjectTooLargeError(
+                f"{where} is larger than max_object_bytes={self._config.max_object_bytes}; not loaded",
+                code="TooLarge",
+            )
+        match = _HEADER.match(data)
+        if match is None:
+            raise SnapshotCorruptError(f"{where} has no valid revision header; nothing was changed")
+        return int(match.group(1)), data[match.end() :]
+
+    def _limit(self) -> int:
+        return self._config.max_object_bytes + _HEADER_BYTES
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        """The snapshot and its revision, or ``None``; a damaged object raises ``SnapshotCorruptError``."""
+        ctx.raise_if_expired("session load")
+        object_key = session_object_key(self._config.prefix, key)
+        found = await self._link.call(
+            ctx, "session load", lambda s3: self._read(s3, object_key, self._limit())
+        )
+        if found is None:
+            self._etags.pop(key, None)
+            return None
+        data, etag = found
+        revision, payload = self._parse(key, data)
+        try:
+            snapshot = from_json(payload, SessionSnapshot)
+        except RecordDecodeError as exc:
+            raise SnapshotCorruptError(
+                f"s3 session store: snapshot of session {key.key()} cannot be decoded ({exc}); nothing was "
+                "changed"
+            ) from exc
+        verify_snapshot(key, snapshot)
+        self._etags[key] = (revision, etag)
+        return StoredSnapshot(snapshot=snapshot, revision=revision)
+
+    # -- save -----------------------------------------------------------------------------------
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        """Compare-and-set: write only over ``expected_revision`` (``None``: only if absent); new revision."""
+        ctx.raise_if_expired("session save")
+        verify_snapshot(key, snapshot)
+        data = snapshot_bytes(snapshot)
+        if len(data) > self._config.max_object_bytes:
+            raise S3ObjectTooLargeError(
+                f"s3 session store: the snapshot of session {key.key()} is {len(data)} bytes, more than "
+                f"max_object_bytes={self._config.max_object_bytes}; nothing was written",
+                code="TooLarge",
+            )
+        revision = 1 if expected_revision is None else expected_revision + 1
+        body = _body(revision, data)
+        object_key = session_object_key(self._config.prefix, key)
+        cached = self._etags.get(key)
+        known = cached[1] if cached is not None and cached[0] == expected_revision else None
+        etag = await self._link.call(
+            ctx,
+            "session save",
+            lambda s3: self._write(s3, key, object_key, body, expected_revision, known, ctx),
+        )
+        self._etags[key] = (revision, etag)
+        return revision
+
+    def _conflict(self, key: SessionKey, expected: int | None, detail: str) -> SessionConflictError:
+        wanted = "no snapshot" if expected is None else f"revision {expected}"
+        return SessionConflictError(
+            f"s3 session store: session {key.key()} expected {wanted} but {detail}; nothing was written"
+        )
+
+    def _write(
+        self,
+        s3: S3Client,
+        key: SessionKey,
+        object_key: str,
+        body: bytes,
+        expected: int | None,
+        known_etag: str | None,
+        ctx: OpContext,
+    ) -> str:
+        """The conditional write (worker thread); returns the new object's ETag (unquoted)."""
+        condition: dict[str, str]
+        if expected is None:
+            condition = {"IfNoneMatch": "*"}
+        else:
+            etag = known_etag
+            if etag is None:
+                head = self._read(s3, object_key, _HEADER_BYTES)
+                if head is None:
+                    raise self._conflict(key, expected, "the session does not exist")
+                stored, _ = self._parse_header(key, head[0])
+                if stored != expected:
+                    raise self._conflict(key, expected, f"it is at revision {stored}")
+                etag = head[1]
+            condition = {"IfMatch": self._if_match(etag)}
+        flipped = False
+        conflicts = 0
+        while True:
+            ctx.raise_if_expired("session save")
+            try:
+                reply = s3.put_object(
+                    Bucket=self._config.bucket,
+                    Key=object_key,
+                    Body=body,
+                    ContentType="text/plain; charset=utf-8",
+                    **condition,  # type: ignore[arg-type]
+                )
+                return _unquote(str(reply.get("ETag", "")))
+            except botocore.exceptions.ClientError as exc:
+                code, status = error_code(exc), error_status(exc)
+                if code in _CONFLICT_CODES or status == 409:
+                    conflicts += 1
+                    if conflicts > self._config.conflict_retries:
+                        raise S3ConflictRetriesExhaustedError(
+                            f"s3 session store: saving session {key.key()} kept answering 409 ({code}) "
+                            f"after {conflicts} attempts; nothing was acknowledged",
+                            code=code,
+                            status=status,
+                        ) from None
+                    _backoff(ctx, conflicts)
+                    continue
+                if not _is_412(exc):
+                    raise
+            # 412: decide from what the object holds now.
+            current = self._read(s3, object_key, self._limit())
+            if current is not None and current[0] == body:
+                return current[1]  # our write landed; its acknowledgment was lost
+            if current is None:
+                raise self._conflict(key, expected, "the session was removed")
+            if expected is None:
+                raise self._conflict(key, expected, "the session already exists")
+            if not flipped and "IfMatch" in condition and current[1] == _unquote(condition["IfMatch"]):
+                # Unchanged object, refused precondition: the server wants the other ETag form.
+                flipped = True
+                self._quoted_if_match = not self._quoted_if_match
+                condition = {"IfMatch": self._if_match(current[1])}
+                continue
+            now = str(self._parse_header(key, current[0])[0]) if _HEADER.match(current[0]) else "?"
+            raise self._conflict(key, expected, f"another writer saved it first (now revision {now})")
+
+    def _parse_header(self, key: SessionKey, data: bytes) -> tuple[int, bytes]:
+        match = _HEADER.match(data)
+        if match is None:
+            raise SnapshotCorruptError(
+                f"s3 session store: snapshot of session {key.key()} has no valid revision header; nothing "
+                "was changed"
+            )
+        return int(match.group(1)), data[match.end() :]
+
+    def _if_match(self, etag: str) -> str:
+        bare = _unquote(etag)
+        return f'"{bare}"' if self._quoted_if_match else bare
+
+    # -- listing, health, lifecycle -------------------------------------------------------------
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
+        """Up to ``limit`` session ids of one user, sorted by code point (reads the user's whole folder)."""
+        ctx.raise_if_expired("session listing")
+        if limit <= 0:
+            return []
+        folder = sessions_prefix(self._config.prefix, tenant, user)
+        most = self._config.max_listed_sessions
+
+        def work(s3: S3Client) -> list[str]:
+            found: list[str] = []
+            args: dict[str, Any] = {"Bucket": self._config.bucket, "Prefix": folder, "MaxKeys": 1000}
+            while True:
+                ctx.raise_if_expired("session listing")
+                page = s3.list_objects_v2(**args)
+                for item in page.get("Contents", []):
+                    session = parse_session_key(folder, item["Key"])
+                    if session is not None:
+                        found.append(session)
+                if len(found) > most:
+                    raise S3SessionStoreError(
+                        f"s3 session store: user {user!r} of tenant {tenant!r} has more than "
+                        f"max_listed_sessions={most} sessions; raise the option to list them",
+                        code="TooMany",
+                    )
+                token = page.get("NextContinuationToken")
+                if not page.get("IsTruncated") or not token:
+                    return found
+                args["ContinuationToken"] = token
+
+        return sorted(await self._link.call(ctx, "session listing", work))[:limit]
+
+    async def health(self, ctx: OpContext) -> str:
+        """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""
+        return await run_probe(self._link, ctx, "session store health")
+
+    async def aclose(self) -> None:
+        """Close the client this store created; a lent client is left open. Idempotent."""
+        await self._link.aclose()
