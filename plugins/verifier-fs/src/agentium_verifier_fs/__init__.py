@@ -1,0 +1,31 @@
+"""A completion verifier for Agentium that reads current evidence from the file system.
+
+Register it by installing the distribution (``agentium-verifier-fs``); select
+it with ``[verifier] plugin = "fs"`` and configure ``[verifier.options]``
+(:class:`FsVerifierConfig`). See the README for the confinement rules and the
+hardlink policy.
+"""
+
+from __future__ import annotations
+
+from .config import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_RECORD_BYTES,
+    DEFAULT_READ_TIMEOUT_S,
+    ExpectedArtifact,
+    FsVerifierConfig,
+    RootNotFoundError,
+)
+from .verifier import ARTIFACT, TEST_RECORD, FsVerifier
+
+__all__ = [
+    "ARTIFACT",
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_RECORD_BYTES",
+    "DEFAULT_READ_TIMEOUT_S",
+    "TEST_RECORD",
+    "ExpectedArtifact",
+    "FsVerifier",
+    "FsVerifierConfig",
+    "RootNotFoundError",
+]

@@ -1,0 +1,214 @@
+"""Opening evidence confined to the root, and reading it within size and time bounds.
+
+Everything here is blocking and runs in a worker thread. The walk never
+interprets a path as a string: the root is opened once, and each component
+is opened relative to the directory opened before it (``dir_fd=``) with
+``O_NOFOLLOW``, so a symbolic link anywhere on the way — to a file or a
+directory, inside or outside the root — is refused by the kernel at the
+moment of the open. The final file is opened with ``O_NOFOLLOW |
+O_NONBLOCK`` (a FIFO cannot block the open), then ``fstat`` of that
+descriptor decides: only a regular file with exactly one link is read, and
+the bytes hashed are the descriptor's. Swapping the file for a symlink
+between any check and the open therefore cannot make the outside file's
+bytes count.
+
+Hardlink policy: a file with ``st_nlink > 1`` is refused (``unknown``). A
+hard link to a file outside the root looks exactly like a file inside it,
+so the only safe rule is to read files that have no other name.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Final
+
+__all__ = [
+    "CHUNK_BYTES",
+    "EvidenceUnavailable",
+    "OpenedFile",
+    "hash_file",
+    "open_confined",
+    "read_file",
+    "root_descriptor",
+]
+
+#: Bytes read per step; the cancel and time checks run between steps.
+CHUNK_BYTES: Final = 1024 * 1024
+
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class EvidenceUnavailable(Exception):
+    """A piece of evidence could not be read as evidence; ``reason`` says why (it becomes ``unknown``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@contextmanager
+def root_descriptor(root: str) -> Iterator[int]:
+    """The root directory opened once for a verification; closed at exit.
+
+    The root itself is the host's own configured path and may be reached
+    through a symlink; everything below it may not.
+    """
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EvidenceUnavailable(f"root cannot be opened: {_why(exc)}") from exc
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+class OpenedFile:
+    """A confined, opened regular file: its descriptor and the ``fstat`` taken on it."""
+
+    __slots__ = ("fd", "stat")
+
+    def __init__(self, fd: int, st: os.stat_result) -> None:
+        self.fd = fd
+        self.stat = st
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or type(exc).__name__
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _open_dir(name: str, parent: int, shown: str) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError as exc:
+        raise EvidenceUnavailable(f"missing: directory {shown!r} does not exist") from exc
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK, errno.ENOTDIR):
+            # Linux answers ENOTDIR for a symlink opened with O_DIRECTORY | O_NOFOLLOW;
+            # lstat only names what was refused, the refusal itself was the kernel's.
+            raise EvidenceUnavailable(f"refused: {shown!r} is {_entry_kind(name, parent)}") from exc
+        raise EvidenceUnavailable(f"unreadable: directory {shown!r}: {_why(exc)}") from exc
+
+
+def _entry_kind(name: str, parent: int) -> str:
+    try:
+        mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+    except OSError:
+        return "not a directory"
+    return "a symbolic link" if stat.S_ISLNK(mode) else "not a directory"
+
+
+@contextmanager
+def open_confined(root_fd: int, parts: tuple[str, ...]) -> Iterator[OpenedFile]:
+    """Open ``parts`` under ``root_fd`` without following any symlink; yield the checked file.
+
+    :raises EvidenceUnavailable: the file is missing, unreadable, reached through a
+        symlink, not a regular file, or has more than one link.
+    """
+    if not parts or any(p in ("", ".", "..") or "/" in p or "\x00" in p for p in parts):
+        # The config refuses such paths; this is the walk's own guard, not the first line.
+        raise EvidenceUnavailable("refused: the path is not a confined relative path")
+    opened: list[int] = []
+    try:
+        parent = root_fd
+        for index, name in enumerate(parts[:-1]):
+            parent = _open_dir(name, parent, "/".join(parts[: index + 1]))
+            opened.append(parent)
+        yield _open_file(parts[-1], parent, "/".join(parts), opened)
+    finally:
+        for fd in reversed(opened):
+            os.close(fd)
+
+
+def _open_file(name: str, parent: int, shown: str, opened: list[int]) -> OpenedFile:
+    # lstat first so a FIFO or device is refused without ever being opened
+    # (opening a device can have effects of its own); the fstat below is the
+    # check that counts, because the entry can change between the two.
+    try:
+        before = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError as exc:
+        raise EvidenceUnavailable("missing: no such file") from exc
+    except OSError as exc:
+        raise EvidenceUnavailable(f"unreadable: {_why(exc)}") from exc
+    if not stat.S_ISREG(before.st_mode):
+        raise EvidenceUnavailable(f"refused: {shown!r} is {_kind(before.st_mode)}")
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+    except FileNotFoundError as exc:
+        raise EvidenceUnavailable("missing: no such file") from exc
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK):
+            raise EvidenceUnavailable(f"refused: {shown!r} is a symbolic link") from exc
+        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EISDIR):
+            raise EvidenceUnavailable(f"refused: {shown!r} is not a regular file") from exc
+        raise EvidenceUnavailable(f"unreadable: {_why(exc)}") from exc
+    opened.append(fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise EvidenceUnavailable(f"refused: {shown!r} is {_kind(st.st_mode)}")
+    if st.st_nlink > 1:
+        raise EvidenceUnavailable(
+            f"refused: {shown!r} has {st.st_nlink} hard links (files with other names are not read)"
+        )
+    return OpenedFile(fd, st)
+
+
+def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> str:
+    """sha256 hex of the descriptor's bytes, read in chunks; ``check()`` runs before each chunk.
+
+    :raises EvidenceUnavailable: the file is (or grows) larger than ``max_bytes``, or a read fails.
+    """
+    size = opened.stat.st_size
+    if size > max_bytes:
+        raise EvidenceUnavailable(f"too large: {size} bytes, more than max_file_bytes={max_bytes}; not read")
+    digest = hashlib.sha256()
+    for chunk in _chunks(opened.fd, max_bytes, "max_file_bytes", check):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> bytes:
+    """The descriptor's bytes (at most ``max_bytes``), read in chunks with ``check()`` between them."""
+    size = opened.stat.st_size
+    if size > max_bytes:
+        raise EvidenceUnavailable(
+            f"too large: {size} bytes, more than max_record_bytes={max_bytes}; not read"
+        )
+    return b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", check))
+
+
+def _chunks(fd: int, max_bytes: int, option: str, check: Callable[[], None]) -> Iterator[bytes]:
+    total = 0
+    while True:
+        check()
+        try:
+            chunk = os.read(fd, CHUNK_BYTES)
+        except OSError as exc:
+            raise EvidenceUnavailable(f"unreadable: {_why(exc)}") from exc
+        if not chunk:
+            return
+        total += len(chunk)
+        if total > max_bytes:
+            # The file grew after fstat: the bound holds for what is read, not what was promised.
+            raise EvidenceUnavailable(f"too large: grew past {option}={max_bytes} while being read")
+        yield chunk

@@ -1,0 +1,116 @@
+"""JUnit XML test records, parsed with defusedxml and summarized as counts.
+
+A record may be written by the model's own tools, so it is untrusted input:
+it is parsed with :mod:`defusedxml` with DTDs forbidden (a JUnit record never
+needs one), which refuses entity-expansion bombs and external entities
+before anything is expanded. Only counts and a few test names (shortened,
+control characters removed) come out of it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+from xml.etree.ElementTree import Element, ParseError
+
+import attrs
+from defusedxml import DefusedXmlException
+from defusedxml.ElementTree import fromstring
+
+from ._confined import EvidenceUnavailable
+
+__all__ = ["TestCounts", "parse_junit"]
+
+_ROOTS: Final = ("testsuites", "testsuite")
+_NAME_CHARS: Final = 60
+_NAMES: Final = 3
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@attrs.frozen(slots=True)
+class TestCounts:
+    """What one record reports: test cases, those that ran, failures, errors, skips, failing names."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    cases: int
+    failures: int
+    errors: int
+    skipped: int
+    failing: tuple[str, ...] = ()
+
+    @property
+    def ran(self) -> int:
+        """Test cases that were not skipped."""
+        return self.cases - self.skipped
+
+    def describe(self) -> str:
+        """``"3 tests ran, 0 failures, 0 errors, 1 skipped"``."""
+        return f"{self.ran} tests ran, {self.failures} failures, {self.errors} errors, {self.skipped} skipped"
+
+
+def _count(element: Element, name: str) -> int:
+    raw = element.get(name)
+    if raw is None:
+        return 0
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise EvidenceUnavailable(f"unparseable: <{element.tag}> has {name}={raw[:20]!r}, not a count") from None
+    if value < 0:
+        raise EvidenceUnavailable(f"unparseable: <{element.tag}> has a negative {name}")
+    return value
+
+
+def _name(case: Element) -> str:
+    raw = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+    clean = _CONTROL.sub(" ", raw) or "(unnamed)"
+    return clean if len(clean) <= _NAME_CHARS else clean[: _NAME_CHARS - 1] + "…"
+
+
+def parse_junit(data: bytes) -> TestCounts:
+    """Count the test cases, failures, errors and skips of a JUnit XML record.
+
+    A failure or error is counted when a ``<testcase>`` holds a ``<failure>``
+    or ``<error>`` element, or when a suite's ``failures`` / ``errors``
+    attribute says so (the larger of the two counts is kept, so a record
+    cannot hide a failing test by leaving the attribute at zero or the other
+    way round).
+
+    :raises EvidenceUnavailable: the bytes are not well-formed XML, declare a DTD or
+        entities, or are not a JUnit record.
+    """
+    try:
+        root = fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+    except DefusedXmlException as exc:
+        raise EvidenceUnavailable(
+            f"refused: the XML declares a DTD or entities ({type(exc).__name__}); a test record needs neither"
+        ) from None
+    except ParseError as exc:
+        raise EvidenceUnavailable(f"unparseable: not well-formed XML ({exc})") from None
+    if root.tag not in _ROOTS:
+        raise EvidenceUnavailable(f"unparseable: root element <{root.tag[:40]}> is not <testsuites> or <testsuite>")
+    suites = [root, *root.iter("testsuite")] if root.tag == "testsuites" else list(root.iter("testsuite"))
+    attr_failures = max((_count(s, "failures") for s in suites), default=0)
+    attr_errors = max((_count(s, "errors") for s in suites), default=0)
+    cases = failures = errors = skipped = 0
+    failing: list[str] = []
+    for case in root.iter("testcase"):
+        cases += 1
+        tags = {child.tag for child in case}
+        if "failure" in tags:
+            failures += 1
+        if "error" in tags:
+            errors += 1
+        if tags & {"failure", "error"}:
+            if len(failing) < _NAMES:
+                failing.append(_name(case))
+        elif "skipped" in tags:
+            skipped += 1
+    return TestCounts(
+        cases=cases,
+        failures=max(failures, attr_failures),
+        errors=max(errors, attr_errors),
+        skipped=skipped,
+        failing=tuple(failing),
+    )

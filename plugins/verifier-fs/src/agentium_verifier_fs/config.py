@@ -1,0 +1,200 @@
+"""The options of the file-system verifier (``[verifier.options]``): root, expected facts, bounds.
+
+Everything here is the *host's* statement of what a finished task looks like:
+which artifacts must exist under ``root`` with which sha256, and which JUnit
+XML records the task's tests must have written. Nothing in it ever comes from
+the model's candidate (R29).
+
+Paths are checked when the options are built, so a bad one is an error at
+``$.verifier.options.<key>`` in ``agentium check``: artifact and record paths
+are relative, ``/``-separated, without ``..``, ``.``, empty components, NUL or
+backslashes. ``root`` is resolved against the config file's folder (a path
+option) and must be an existing directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from typing import Any, Final
+
+import attrs
+
+from agentium_harness.plugin_api import PATH_OPTION
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_RECORD_BYTES",
+    "DEFAULT_READ_TIMEOUT_S",
+    "ExpectedArtifact",
+    "FsVerifierConfig",
+    "RootNotFoundError",
+    "check_root",
+    "normalize_sha256",
+    "split_relative_path",
+]
+
+#: Largest artifact hashed by default (bytes). Larger files are ``unknown``, never read whole.
+DEFAULT_MAX_FILE_BYTES: Final = 256 * 1024 * 1024
+#: Largest JUnit XML record parsed by default (bytes): records are parsed in memory.
+DEFAULT_MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
+#: Seconds one verification may spend reading evidence by default.
+DEFAULT_READ_TIMEOUT_S: Final = 30.0
+
+#: Ceilings on the bounds themselves, so a config cannot switch the bounds off.
+_MAX_FILE_CEILING: Final = 64 * 1024**3
+_MAX_RECORD_CEILING: Final = 256 * 1024 * 1024
+_MAX_ITEMS: Final = 256
+_MAX_PATH_CHARS: Final = 1024
+
+_HEX64: Final = re.compile(r"[0-9a-f]{64}")
+
+
+class RootNotFoundError(ValueError):
+    """The configured ``root`` is not an existing directory.
+
+    Create the directory (or fix the path: a relative ``root`` in a config
+    file is relative to the config file's folder), then run ``agentium check``
+    again. Raised when the options are built, so no verification runs.
+    """
+
+
+def split_relative_path(value: object, what: str) -> tuple[str, ...]:
+    """The components of a confined relative path, or ``ValueError`` saying why it is refused.
+
+    Refused: non-strings, empty paths, absolute paths, backslashes, NUL, and
+    ``..``, ``.`` or empty components (``a//b``, a trailing ``/``). What is
+    left names exactly one place under the root, so the walk that opens it
+    can refuse anything unexpected instead of interpreting it.
+    """
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty relative path, got {value!r}")
+    if len(value) > _MAX_PATH_CHARS:
+        raise ValueError(f"{what} is longer than {_MAX_PATH_CHARS} characters")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL")
+    if "\\" in value:
+        raise ValueError(f"{what} {value!r} must use '/' separators, not backslashes")
+    if value.startswith("/"):
+        raise ValueError(f"{what} {value!r} must be relative to root, not absolute")
+    parts = tuple(value.split("/"))
+    for part in parts:
+        if part in ("", ".", ".."):
+            shown = part or "an empty component"
+            raise ValueError(f"{what} {value!r} must not contain {shown!r}: paths stay under root")
+    return parts
+
+
+def normalize_sha256(value: object, what: str = "sha256") -> str:
+    """``value`` as 64 lowercase hex digits; a ``sha256:`` prefix is accepted and dropped."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string of 64 hex digits, got {type(value).__name__}")
+    text = value.strip().lower().removeprefix("sha256:")
+    if not _HEX64.fullmatch(text):
+        raise ValueError(f"{what} must be 64 hex digits (optionally prefixed 'sha256:'), got {value!r}")
+    return text
+
+
+def check_root(root: str) -> str:
+    """``root`` as an absolute path, or :class:`RootNotFoundError` when it is not an existing directory."""
+    resolved = os.path.abspath(root)
+    if not os.path.isdir(resolved):
+        why = "does not exist" if not os.path.lexists(resolved) else "is not a directory"
+        raise RootNotFoundError(
+            f"root {resolved!r} {why}; the verifier reads evidence only under an existing directory "
+            "(a relative root in a config file is relative to the config file's folder)"
+        )
+    return resolved
+
+
+def _relative(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    split_relative_path(value, attribute.name)
+
+
+def _root(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"root must be a non-empty directory path, got {value!r}")
+    if "\x00" in value:
+        raise ValueError("root must not contain NUL")
+    # A relative root is checked once it is resolved: the config loader resolves
+    # it against the config file's folder (and validates again), and a host that
+    # builds the options itself gets the check when the verifier is built.
+    if os.path.isabs(value):
+        check_root(value)
+
+
+def _artifacts(value: Iterable[Any]) -> tuple[ExpectedArtifact, ...]:
+    return tuple(a if isinstance(a, ExpectedArtifact) else ExpectedArtifact(**a) for a in value)
+
+
+def _records(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise ValueError("test_records must be a list of paths, not one string")
+    return tuple(value)
+
+
+def _positive(ceiling: int) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= ceiling:
+            raise ValueError(f"{attribute.name} must be an integer from 1 to {ceiling}, got {value!r}")
+
+    return check
+
+
+def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
+        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
+
+
+@attrs.frozen(slots=True)
+class ExpectedArtifact:
+    """One artifact the host expects: its path under ``root`` and the sha256 of its bytes."""
+
+    path: str = attrs.field(validator=_relative)
+    sha256: str = attrs.field(converter=normalize_sha256)
+
+
+@attrs.frozen(slots=True)
+class FsVerifierConfig:
+    """Options of the ``fs`` verifier.
+
+    - ``root``: the directory all evidence is read under (a path option: relative to the
+      config file's folder). It must exist.
+    - ``artifacts``: the host's expected artifacts, each ``{path, sha256}``; ``path`` is
+      relative to ``root``.
+    - ``test_records``: JUnit XML files under ``root`` that the task's tests must write
+      during the run.
+    - ``max_file_bytes``: the largest artifact hashed; a larger one is ``unknown``.
+    - ``max_record_bytes``: the largest test record parsed; a larger one is ``unknown``.
+    - ``read_timeout_s``: time one verification may spend reading; evidence not read in time is
+      ``unknown``.
+
+    At least one artifact or test record is required (a verifier with nothing to check would
+    pass anything), and no path may be listed twice.
+    """
+
+    root: str = attrs.field(validator=_root, metadata={PATH_OPTION: True})
+    artifacts: tuple[ExpectedArtifact, ...] = attrs.field(default=(), converter=_artifacts)
+    test_records: tuple[str, ...] = attrs.field(
+        default=(), converter=_records, validator=attrs.validators.deep_iterable(_relative)
+    )
+    max_file_bytes: int = attrs.field(default=DEFAULT_MAX_FILE_BYTES, validator=_positive(_MAX_FILE_CEILING))
+    max_record_bytes: int = attrs.field(
+        default=DEFAULT_MAX_RECORD_BYTES, validator=_positive(_MAX_RECORD_CEILING)
+    )
+    read_timeout_s: float = attrs.field(default=DEFAULT_READ_TIMEOUT_S, validator=_seconds)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.artifacts and not self.test_records:
+            raise ValueError(
+                "artifacts and test_records are both empty: list at least one expected artifact or "
+                "test record, or the verifier would pass any claim"
+            )
+        if len(self.artifacts) + len(self.test_records) > _MAX_ITEMS:
+            raise ValueError(f"artifacts and test_records may list at most {_MAX_ITEMS} paths together")
+        seen: set[str] = set()
+        for path in (*(a.path for a in self.artifacts), *self.test_records):
+            if path in seen:
+                raise ValueError(f"artifacts {path!r} is listed twice; list each path once")
+            seen.add(path)

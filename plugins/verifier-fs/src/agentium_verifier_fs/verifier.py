@@ -1,0 +1,240 @@
+"""The ``fs`` completion verifier: the host's expected facts checked against the files under a root.
+
+The verdict rests only on what the host configured (artifact digests, test
+record paths) and what the file system holds now. The candidate — its claim,
+the artifacts it names and the digests it asserts — is never read (R29).
+
+Per item the outcome is:
+
+- artifact: ``pass`` when the confined, opened file's sha256 equals the
+  expected one; ``fail`` when it differs; ``unknown`` when it is missing,
+  unreadable, refused by confinement (a symlink anywhere on its path, a
+  FIFO or device, a file with several hard links) or over ``max_file_bytes``;
+- test record: ``unknown`` when missing, refused, over ``max_record_bytes``,
+  last written before the run started, not well-formed or not JUnit, or
+  holding no test that ran; ``fail`` when it reports failures or errors;
+  ``pass`` otherwise.
+
+The verdict is ``fail`` when any item failed (the evidence contradicts the
+claim), else ``unknown`` when any item could not be established, else
+``pass``. Evidence not read within ``read_timeout_s`` is ``unknown``; a
+cancelled or expired operation context raises ``OperationCancelledError``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Final
+
+import anyio.to_thread
+import attrs
+
+from agentium_harness.plugin_api import (
+    CompletionCandidate,
+    CompletionVerifier,
+    EvidenceEntry,
+    Verdict,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
+    fit_evidence,
+)
+
+from ._confined import EvidenceUnavailable, hash_file, open_confined, read_file, root_descriptor
+from ._junit import parse_junit
+from .config import ExpectedArtifact, FsVerifierConfig, check_root, split_relative_path
+
+__all__ = ["ARTIFACT", "TEST_RECORD", "FsVerifier"]
+
+#: ``EvidenceEntry.kind`` of an artifact's outcome.
+ARTIFACT: Final = "artifact"
+#: ``EvidenceEntry.kind`` of a test record's outcome.
+TEST_RECORD: Final = "test_record"
+
+_SEVERITY: Final = {Verdict.FAIL: 0, Verdict.UNKNOWN: 1, Verdict.PASS: 2}
+_REASON_REFS: Final = 3
+
+
+class _TimeBound(Exception):
+    """``read_timeout_s`` ran out: what is not read yet is ``unknown``."""
+
+
+class _Abandoned(Exception):
+    """The awaiting task was cancelled and left the worker thread: stop at once."""
+
+
+@attrs.frozen(slots=True)
+class _Outcome:
+    verdict: Verdict
+    entry: EvidenceEntry
+    short: str
+
+
+def _outcome(kind: str, ref: str, verdict: Verdict, text: str, short: str) -> _Outcome:
+    return _Outcome(verdict, EvidenceEntry(kind=kind, ref=ref, detail=f"{verdict.value}: {text}"), short)
+
+
+class FsVerifier(CompletionVerifier):
+    """Verifies completion from artifact digests and JUnit XML test records under a root directory.
+
+    Building it checks that ``root`` is an existing directory (a clear
+    :class:`~agentium_verifier_fs.config.RootNotFoundError` otherwise) and
+    reads nothing else; every :meth:`verify` opens the root afresh, so it
+    always judges the evidence as it is at that moment.
+    """
+
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(
+        artifact_digests=True, test_records=True
+    )
+
+    def __init__(self, config: FsVerifierConfig) -> None:
+        if not isinstance(config, FsVerifierConfig):
+            raise TypeError(f"FsVerifier takes an FsVerifierConfig, got {type(config).__name__}")
+        if os.open not in os.supports_dir_fd or not hasattr(os, "O_NOFOLLOW"):
+            raise RuntimeError("the fs verifier needs openat-style os.open(dir_fd=...) and O_NOFOLLOW (POSIX)")
+        self._config = config
+        self._root = check_root(config.root)
+        self._artifacts = tuple((a, split_relative_path(a.path, "artifact")) for a in config.artifacts)
+        self._records = tuple((r, split_relative_path(r, "test record")) for r in config.test_records)
+
+    @property
+    def config(self) -> FsVerifierConfig:
+        """The options it was built with."""
+        return self._config
+
+    @property
+    def root(self) -> str:
+        """The absolute root directory evidence is read under."""
+        return self._root
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        """Judge the configured evidence as it is now; ``candidate`` is deliberately not consulted.
+
+        Raises ``OperationCancelledError`` when ``ctx`` is cancelled or past its
+        deadline, before reading or between chunks. The returned evidence is
+        already within ``ctx.max_entries`` / ``ctx.max_bytes``: whole entries,
+        problems first, the omitted count in the reason.
+        """
+        ctx.raise_if_expired("verify")
+        bound = time.monotonic() + self._config.read_timeout_s
+        left = threading.Event()
+
+        def check() -> None:
+            if left.is_set():
+                raise _Abandoned
+            ctx.raise_if_expired("verify")
+            if time.monotonic() >= bound:
+                raise _TimeBound
+
+        try:
+            outcomes = await anyio.to_thread.run_sync(
+                self._collect, ctx.run_started_at, check, abandon_on_cancel=True
+            )
+        except BaseException:
+            # Cancelled while the thread runs: the thread stops before its next chunk
+            # and closes its descriptors; nobody waits for it.
+            left.set()
+            raise
+        return _judge(outcomes, ctx)
+
+    async def aclose(self) -> None:
+        """Nothing to release: every verification opens and closes its own descriptors."""
+
+    # ------------------------------------------------------------- worker thread
+
+    def _collect(self, run_started_at: float, check: Callable[[], None]) -> list[_Outcome]:
+        """Every item's outcome, in config order (artifacts, then records). Runs in a worker thread."""
+        items: list[tuple[str, str, Callable[[int], _Outcome]]] = []
+        for artifact, parts in self._artifacts:
+            items.append((ARTIFACT, artifact.path, self._artifact_reader(artifact, parts, check)))
+        for record, parts in self._records:
+            items.append((TEST_RECORD, record, self._record_reader(record, parts, run_started_at, check)))
+        outcomes: list[_Outcome] = []
+        try:
+            with root_descriptor(self._root) as root_fd:
+                for index, (kind, ref, read) in enumerate(items):
+                    try:
+                        check()
+                        outcomes.append(read(root_fd))
+                    except _TimeBound:
+                        why = f"not read within read_timeout_s={self._config.read_timeout_s}"
+                        outcomes.extend(_outcome(k, r, Verdict.UNKNOWN, why, "time bound") for k, r, _ in items[index:])
+                        break
+        except EvidenceUnavailable as exc:  # the root itself went away after the verifier was built
+            done = len(outcomes)
+            outcomes.extend(_outcome(k, r, Verdict.UNKNOWN, exc.reason, "root") for k, r, _ in items[done:])
+        return outcomes
+
+    def _artifact_reader(
+        self, artifact: ExpectedArtifact, parts: tuple[str, ...], check: Callable[[], None]
+    ) -> Callable[[int], _Outcome]:
+        def read(root_fd: int) -> _Outcome:
+            try:
+                with open_confined(root_fd, parts) as opened:
+                    actual = hash_file(opened, self._config.max_file_bytes, check)
+            except EvidenceUnavailable as exc:
+                return _outcome(ARTIFACT, artifact.path, Verdict.UNKNOWN, exc.reason, exc.reason.split(":")[0])
+            if actual == artifact.sha256:
+                return _outcome(ARTIFACT, artifact.path, Verdict.PASS, f"sha256 {actual} as expected", "ok")
+            text = f"sha256 is {actual}, expected {artifact.sha256}"
+            return _outcome(ARTIFACT, artifact.path, Verdict.FAIL, text, "sha256 mismatch")
+
+        return read
+
+    def _record_reader(
+        self, record: str, parts: tuple[str, ...], run_started_at: float, check: Callable[[], None]
+    ) -> Callable[[int], _Outcome]:
+        def read(root_fd: int) -> _Outcome:
+            try:
+                with open_confined(root_fd, parts) as opened:
+                    mtime = opened.stat.st_mtime
+                    if mtime < run_started_at:
+                        raise EvidenceUnavailable(
+                            f"stale: last written {run_started_at - mtime:.3f}s before the run started"
+                        )
+                    data = read_file(opened, self._config.max_record_bytes, check)
+                counts = parse_junit(data)
+            except EvidenceUnavailable as exc:
+                return _outcome(TEST_RECORD, record, Verdict.UNKNOWN, exc.reason, exc.reason.split(":")[0])
+            if counts.failures or counts.errors:
+                names = f"; failing: {', '.join(counts.failing)}" if counts.failing else ""
+                return _outcome(TEST_RECORD, record, Verdict.FAIL, counts.describe() + names, "tests failed")
+            if counts.ran < 1:
+                text = f"holds no test that ran ({counts.describe()})"
+                return _outcome(TEST_RECORD, record, Verdict.UNKNOWN, text, "no tests")
+            return _outcome(TEST_RECORD, record, Verdict.PASS, counts.describe(), "ok")
+
+        return read
+
+
+def _judge(outcomes: Sequence[_Outcome], ctx: VerifyContext) -> VerificationResult:
+    """The verdict of all outcomes and the evidence that fits ``ctx``'s budget, problems first."""
+    verdicts = {o.verdict for o in outcomes}
+    if Verdict.FAIL in verdicts:
+        verdict = Verdict.FAIL
+    elif Verdict.UNKNOWN in verdicts or not outcomes:
+        verdict = Verdict.UNKNOWN
+    else:
+        verdict = Verdict.PASS
+    # Stable sort: the entries a revision needs (what failed, what is unknown) survive a tight budget.
+    ordered = sorted(outcomes, key=lambda o: _SEVERITY[o.verdict])
+    kept, omitted = fit_evidence((o.entry for o in ordered), ctx.max_entries, ctx.max_bytes)
+    reason = _reason(verdict, ordered)
+    if omitted:
+        reason += f"; {omitted} evidence entries omitted for the evidence budget"
+    return VerificationResult(verdict=verdict, evidence=kept, reason=reason)
+
+
+def _reason(verdict: Verdict, ordered: Sequence[_Outcome]) -> str:
+    total = len(ordered)
+    if verdict is Verdict.PASS:
+        return f"all {total} checks passed: every expected artifact matches and every test record passed"
+    problems = [o for o in ordered if o.verdict is verdict]
+    shown = ", ".join(f"{o.entry.ref} ({o.short})" for o in problems[:_REASON_REFS])
+    more = f" and {len(problems) - _REASON_REFS} more" if len(problems) > _REASON_REFS else ""
+    if verdict is Verdict.FAIL:
+        return f"{len(problems)} of {total} checks failed: {shown}{more}"
+    return f"{len(problems)} of {total} checks could not be established: {shown}{more}"
