@@ -41,10 +41,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Validate everything first (exit 2 on bad input, nothing run), then run, report and exit 0."""
     graders = installed_graders()
     cases = load_cases(args.cases, graders=list(graders))
-    out = check_out_dir(args.out)
     targets = [create_harness_eval_target(args.config)]
     if args.compare:
         targets.append(create_harness_eval_target(args.compare))
+    out = check_out_dir(args.out)  # last: a bad config or case file leaves no directory behind
     concurrency: int = args.concurrency
 
     async def main() -> list[Any]:
