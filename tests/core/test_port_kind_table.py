@@ -72,8 +72,11 @@ def test_registration_hooks_match_the_table_and_the_hookspecs() -> None:
         spec = getattr(hookspecs, kind.hook)
         assert getattr(spec, "agentium_spec", None) is not None, f"{kind.hook} is not a hook specification"
     written = {name for name in vars(hookspecs) if name.startswith("agentium_register_")}
-    # Plus the one registration hook that is not an adapter kind: named recall strategies.
-    assert written == {k.hook for k in PORT_KIND_TABLE} | {"agentium_register_recall_strategies"}
+    # Plus the registration hooks that are not adapter kinds: named recall strategies and eval graders.
+    assert written == {k.hook for k in PORT_KIND_TABLE} | {
+        "agentium_register_recall_strategies",
+        "agentium_register_graders",
+    }
 
 
 def test_factory_arguments_are_parameters_of_create_harness_runtime() -> None:
