@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 from openai_stub_server import Reply, StubServer
 
+from agentium_harness import OperationCancelledError
 from agentium_harness.plugin_api import (
     Message,
     ModelRequest,
@@ -202,3 +204,20 @@ async def test_a_server_without_a_key(stub: StubServer) -> None:
     finally:
         await provider.aclose()
     assert stub.completions[0].headers["authorization"] == "Bearer no-key"
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_it_runs_on_trio_too(stub: StubServer, provider: OpenAIProvider) -> None:
+    """The runtime runs under asyncio and trio: an answer, a retry and a deadline behave the same on trio."""
+    stub.add(Reply.recorded("plain_answer"), Reply.error(503, "busy"), Reply.recorded("after_tool"))
+    first = await provider.complete(_request(), OpContext.with_timeout(10))
+    second = await provider.complete(_request(), OpContext.with_timeout(10))
+    assert first.message.content == "The deploy runs from the release branch."
+    assert second.message.content == "It is 21 °C and sunny in Lisbon." and len(stub.completions) == 3
+    release = threading.Event()
+    stub.add(Reply.recorded("plain_answer", hold=release))
+    try:
+        with pytest.raises(OperationCancelledError, match="deadline passed"):
+            await provider.complete(_request(), OpContext.with_timeout(0.3))
+    finally:
+        release.set()
