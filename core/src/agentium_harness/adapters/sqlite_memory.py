@@ -229,13 +229,15 @@ class SQLiteMemoryStore(_SQLiteAdapterBase, MemoryStore):
             raise TypeError(f"query must be a str, got {type(query).__name__}")
         when = iso_utc(at or datetime.now(UTC))
         terms = query_terms(query)
-        score = " + ".join("(instr(text_lower, ?) > 0)" for _ in terms) or "0"
+        # Without terms, order by recency alone (a constant ORDER BY term would read as a column number).
+        score = " + ".join("(instr(text_lower, ?) > 0)" for _ in terms)
+        order = f"({score}) DESC, rowid DESC" if terms else "rowid DESC"
         sql = (
             f"SELECT {COLUMNS} FROM memory_facts "  # noqa: S608 - only placeholders are interpolated
             "WHERE tenant_id = ? AND user_id = ? AND status = 'current' "
             "AND (project_id IS NULL OR project_id = ?) AND (repository_id IS NULL OR repository_id = ?) "
             "AND (valid_from IS NULL OR valid_from <= ?) AND (valid_until IS NULL OR valid_until > ?) "
-            f"ORDER BY ({score}) DESC, rowid DESC LIMIT ?"
+            f"ORDER BY {order} LIMIT ?"
         )
         params = (scope.tenant, scope.user, scope.project, scope.repository, when, when, *terms, limit)
 

@@ -2,7 +2,7 @@
 
 - The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`,
   :class:`RecallStoreContract`, :class:`SummarizerContract`,
-  :class:`VerifierContract`)
+  :class:`VerifierContract`, :class:`MemoryStoreContract`)
   live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
   They need pytest, so they are imported on first access: importing this
   package alone does not require pytest.
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .contracts import (
         ArchiveContract,
         ContractSuite,
+        MemoryStoreContract,
         RecallStoreContract,
         SessionStoreContract,
         SummarizerContract,
@@ -50,6 +51,7 @@ __all__ = [
     "ArchiveContract",
     "ContractSuite",
     "CorruptStored",
+    "MemoryStoreContract",
     "RecallStoreContract",
     "Reopen",
     "SessionStoreContract",
@@ -73,6 +75,7 @@ SUITE_MODULES = (
     "agentium_harness.testing.recall_contract",
     "agentium_harness.testing.summarizer_contract",
     "agentium_harness.testing.verifier_contract",
+    "agentium_harness.testing.memory_contract",
     "agentium_harness.testing.contracts",
 )
 
@@ -84,6 +87,7 @@ _LAZY = frozenset(
         "SessionStoreContract",
         "SummarizerContract",
         "VerifierContract",
+        "MemoryStoreContract",
     }
 )
 

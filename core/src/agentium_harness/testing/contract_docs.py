@@ -48,10 +48,13 @@ def render_contracts_markdown() -> str:
         VerifierContract,
         standard_tests,
     )
+    from .memory_contract import MemoryStoreContract
 
     parts = [_HEADER]
-    suites = (ArchiveContract, SessionStoreContract, RecallStoreContract, SummarizerContract)
+    suites: tuple[type, ...] = (ArchiveContract, SessionStoreContract, RecallStoreContract)
+    suites += (SummarizerContract,)
     suites += (VerifierContract,)
+    suites += (MemoryStoreContract,)
     for suite in suites:
         parts.append(f"\n## {suite.__name__}\n\n{_rule(suite)}\n\n| test | rule |\n| --- | --- |")
         for name, func in standard_tests(suite).items():

@@ -28,6 +28,7 @@ from ._suite import (  # noqa: E402  (after the rewrite registration on purpose)
 )
 from .archive_contract import ArchiveContract  # noqa: E402
 from .helpers import CorruptStored, replace_once  # noqa: E402
+from .memory_contract import MemoryStoreContract  # noqa: E402
 from .recall_contract import HOSTILE_IDS, RecallStoreContract  # noqa: E402
 from .session_store_contract import SessionStoreContract, legacy_snapshot, scoped_snapshot  # noqa: E402
 from .summarizer_contract import SummarizerContract  # noqa: E402
@@ -40,6 +41,7 @@ __all__ = [
     "ArchiveContract",
     "ContractSuite",
     "CorruptStored",
+    "MemoryStoreContract",
     "RecallStoreContract",
     "Reopen",
     "SessionStoreContract",

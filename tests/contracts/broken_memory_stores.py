@@ -1,0 +1,304 @@
+"""Memory stores with one realistic bug each, run through MemoryStoreContract by a pytester session.
+
+Each wraps the real SQLite memory store and changes one behaviour.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+from agentium_harness.adapters._sqlite_memory_sql import COLUMNS, decode_row
+from agentium_harness.adapters.sqlite import SQLiteConfig
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.plugin_api import (
+    AckStatus,
+    MemoryAck,
+    MemoryCapabilities,
+    MemoryFact,
+    MemoryFactNotFoundError,
+    MemoryScope,
+    OpContext,
+    StoredFact,
+)
+from agentium_harness.testing import MemoryStoreContract
+
+pytestmark = pytest.mark.anyio
+
+CAPS = SQLiteMemoryStore.capabilities
+
+
+async def _raw(
+    store: SQLiteMemoryStore, sql: str, params: tuple[Any, ...], ctx: OpContext
+) -> list[StoredFact]:
+    def work(conn: sqlite3.Connection) -> list[StoredFact]:
+        return [decode_row(r) for r in conn.execute(sql, params).fetchall()]
+
+    return await store.run(ctx, "broken lookup", work)
+
+
+class InheritedCaps(SQLiteMemoryStore):
+    pass
+
+
+class NoDuplicates(SQLiteMemoryStore):
+    """Reports a duplicate as a newly stored fact."""
+
+    capabilities = CAPS
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        ack = await super().remember(fact, ctx)
+        return attrs.evolve(ack, status=AckStatus.STORED) if ack.status is AckStatus.DUPLICATE else ack
+
+
+class LosesProvenance(SQLiteMemoryStore):
+    """Drops the groups a fact came from."""
+
+    capabilities = CAPS
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        return await super().remember(attrs.evolve(fact, provenance=()), ctx)
+
+
+class RepairsBadFacts(SQLiteMemoryStore):
+    """Silently truncates, defuses and reorders instead of refusing."""
+
+    capabilities = CAPS
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        text = fact.text[:4000].replace("<", "(")
+        start, end = fact.valid_from, fact.valid_until
+        if start is not None and end is not None and end <= start:
+            start, end = end, start
+        return await super().remember(attrs.evolve(fact, text=text, valid_from=start, valid_until=end), ctx)
+
+
+class LeaksTenants(SQLiteMemoryStore):
+    """Looks up by user id only: another tenant's user of the same id sees the facts."""
+
+    capabilities = CAPS
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        ctx.raise_if_expired("memory lookup")
+        sql = f"SELECT {COLUMNS} FROM memory_facts WHERE user_id = ? AND status = 'current' LIMIT ?"
+        found = await _raw(self, sql, (scope.user, limit), ctx)
+        return [f for f in found if f.fact.valid_at(at or datetime.now().astimezone())]
+
+
+class FiltersAfterLimit(SQLiteMemoryStore):
+    """Takes the newest rows of everyone, then filters: foreign rows take the places."""
+
+    capabilities = CAPS
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        ctx.raise_if_expired("memory lookup")
+        sql = f"SELECT {COLUMNS} FROM memory_facts WHERE status = 'current' ORDER BY rowid DESC LIMIT ?"
+        found = await _raw(self, sql, (limit,), ctx)
+        when = at or datetime.now().astimezone()
+        return [f for f in found if scope.sees(f.scope) and f.fact.valid_at(when)]
+
+
+class ReturnsExpired(SQLiteMemoryStore):
+    """Ignores validity windows."""
+
+    capabilities = CAPS
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        ctx.raise_if_expired("memory lookup")
+        sql = (
+            f"SELECT {COLUMNS} FROM memory_facts WHERE tenant_id = ? AND user_id = ? AND status = 'current' "
+            "ORDER BY rowid DESC LIMIT ?"
+        )
+        found = await _raw(self, sql, (scope.tenant, scope.user, limit), ctx)
+        return [f for f in found if scope.sees(f.scope)]
+
+
+class LosesHistory(SQLiteMemoryStore):
+    """Shows only the latest revision in the history (a correction that overwrites)."""
+
+    capabilities = CAPS
+
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
+        return list(await super().history(scope, fact_id, ctx))[-1:]
+
+
+class ForgetDoesNothing(SQLiteMemoryStore):
+    """Acknowledges a forget without removing anything."""
+
+    capabilities = CAPS
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        ctx.raise_if_expired("memory forget")
+        found = await super().history(scope, fact_id, ctx)
+        return MemoryAck(AckStatus.STORED, fact_id, found[-1].revision, durable=True)
+
+
+class RevealsForeignIds(SQLiteMemoryStore):
+    """Says when an id exists but belongs to someone else."""
+
+    capabilities = CAPS
+
+    async def _exists(self, fact_id: str, ctx: OpContext) -> bool:
+        sql = f"SELECT {COLUMNS} FROM memory_facts WHERE fact_id = ? LIMIT 1"
+        return bool(await _raw(self, sql, (fact_id,), ctx))
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        try:
+            return await super().forget(scope, fact_id, ctx)
+        except MemoryFactNotFoundError:
+            if await self._exists(fact_id, OpContext.with_timeout(5.0)):
+                raise MemoryFactNotFoundError(f"fact {fact_id!r} belongs to another tenant") from None
+            raise
+
+
+class IgnoresDeadline(SQLiteMemoryStore):
+    capabilities = CAPS
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        return await super().remember(fact, OpContext.with_timeout(10.0))
+
+
+class ForgetsUndeclared(SQLiteMemoryStore):
+    """Declares no forgetting but forgets anyway."""
+
+    capabilities = MemoryCapabilities(acknowledged_writes=True, correction=True, listing=True, history=True)
+
+
+class ListsOldestFirst(SQLiteMemoryStore):
+    capabilities = CAPS
+
+    async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+        ctx.raise_if_expired("memory list")
+        sql = (
+            f"SELECT {COLUMNS} FROM memory_facts WHERE tenant_id = ? AND user_id = ? AND status = 'current' "
+            "ORDER BY rowid LIMIT ?"
+        )
+        return await _raw(self, sql, (scope.tenant, scope.user, limit), ctx)
+
+
+class JoinsIds(SQLiteMemoryStore):
+    """Keys scopes by joining tenant and user with '/' (not injective)."""
+
+    capabilities = CAPS
+
+    @staticmethod
+    def _j(scope: MemoryScope) -> MemoryScope:
+        return MemoryScope(f"{scope.tenant}/{scope.user}", "-", scope.project, scope.repository)
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        return await super().remember(attrs.evolve(fact, scope=self._j(fact.scope)), ctx)
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        found = await super().lookup(self._j(scope), query, limit, ctx, at=at)
+        return [attrs.evolve(f, fact=attrs.evolve(f.fact, scope=scope)) for f in found]
+
+    async def correct(
+        self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+    ) -> MemoryAck:
+        fixed = attrs.evolve(replacement, scope=self._j(replacement.scope))
+        return await super().correct(self._j(scope), fact_id, fixed, ctx)
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        return await super().forget(self._j(scope), fact_id, ctx)
+
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
+        found = await super().history(self._j(scope), fact_id, ctx)
+        return [attrs.evolve(f, fact=attrs.evolve(f.fact, scope=scope)) for f in found]
+
+    async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+        found = await super().list_facts(self._j(scope), limit, ctx)
+        return [attrs.evolve(f, fact=attrs.evolve(f.fact, scope=scope)) for f in found]
+
+
+class NotDurable(SQLiteMemoryStore):
+    """Acknowledges durable writes, but a reopened store starts from a different (empty) file."""
+
+    capabilities = CAPS
+
+
+def _store(cls: type[SQLiteMemoryStore]) -> Callable[..., Any]:
+    @pytest.fixture
+    async def memory_store(self: Any, tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
+        store = cls(SQLiteConfig(path=str(tmp_path / "memory.db")))
+        yield store
+        await store.aclose()
+
+    return memory_store
+
+
+class TestInheritedCaps(MemoryStoreContract):
+    memory_store = _store(InheritedCaps)
+
+
+class TestNoDuplicates(MemoryStoreContract):
+    memory_store = _store(NoDuplicates)
+
+
+class TestLosesProvenance(MemoryStoreContract):
+    memory_store = _store(LosesProvenance)
+
+
+class TestRepairsBadFacts(MemoryStoreContract):
+    memory_store = _store(RepairsBadFacts)
+
+
+class TestLeaksTenants(MemoryStoreContract):
+    memory_store = _store(LeaksTenants)
+
+
+class TestFiltersAfterLimit(MemoryStoreContract):
+    memory_store = _store(FiltersAfterLimit)
+
+
+class TestReturnsExpired(MemoryStoreContract):
+    memory_store = _store(ReturnsExpired)
+
+
+class TestLosesHistory(MemoryStoreContract):
+    memory_store = _store(LosesHistory)
+
+
+class TestForgetDoesNothing(MemoryStoreContract):
+    memory_store = _store(ForgetDoesNothing)
+
+
+class TestRevealsForeignIds(MemoryStoreContract):
+    memory_store = _store(RevealsForeignIds)
+
+
+class TestIgnoresDeadline(MemoryStoreContract):
+    memory_store = _store(IgnoresDeadline)
+
+
+class TestForgetsUndeclared(MemoryStoreContract):
+    memory_store = _store(ForgetsUndeclared)
+
+
+class TestListsOldestFirst(MemoryStoreContract):
+    memory_store = _store(ListsOldestFirst)
+
+
+class TestJoinsIds(MemoryStoreContract):
+    memory_store = _store(JoinsIds)
+
+
+class TestNotDurable(MemoryStoreContract):
+    memory_store = _store(NotDurable)
+
+    @pytest.fixture
+    def reopen_memory_store(self, tmp_path: Path) -> Callable[[], SQLiteMemoryStore]:
+        return lambda: NotDurable(SQLiteConfig(path=str(tmp_path / "elsewhere.db")))

@@ -1,0 +1,98 @@
+"""The built-in SQLite memory store passes MemoryStoreContract; broken stores fail exactly their bugs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from agentium_harness.adapters.sqlite import SQLiteConfig
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.testing import MemoryStoreContract
+from agentium_harness.testing.contracts import GUARD_TEST_NAME, standard_tests
+
+pytestmark = pytest.mark.anyio
+pytest_plugins = ["pytester"]
+
+HERE = Path(__file__).parent
+
+
+class TestSQLiteMemoryStore(MemoryStoreContract):
+    @pytest.fixture
+    async def memory_store(self, tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
+        store = SQLiteMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
+        yield store
+        await store.aclose()
+
+    @pytest.fixture
+    def reopen_memory_store(self, tmp_path: Path) -> Callable[[], SQLiteMemoryStore]:
+        return lambda: SQLiteMemoryStore(SQLiteConfig(path=str(tmp_path / "memory.db")))
+
+
+class TestSQLiteMemoryStoreSharingTheHarnessFile(MemoryStoreContract):
+    """The memory tables live beside the archive's and session store's in one agentium.db."""
+
+    @pytest.fixture
+    async def memory_store(self, tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
+        from agentium_harness.adapters.sqlite import SQLiteArchive
+        from agentium_harness.plugin_api import OpContext, SessionKey
+
+        path = str(tmp_path / "agentium.db")
+        archive = SQLiteArchive(SQLiteConfig(path=path))
+        await archive.read_groups(SessionKey("t", "u", "s"), 0, 1, OpContext.with_timeout(5.0))
+        await archive.aclose()
+        store = SQLiteMemoryStore(SQLiteConfig(path=path))
+        yield store
+        await store.aclose()
+
+
+EXPECTED_FAILURES: dict[str, set[str]] = {
+    "TestInheritedCaps": {"test_declares_capabilities"},
+    "TestNoDuplicates": {"test_an_identical_current_fact_is_acknowledged_as_a_duplicate"},
+    "TestLosesProvenance": {"test_remember_acknowledges_and_lookup_returns_the_fact"},
+    "TestRepairsBadFacts": {"test_bad_facts_are_rejected_and_nothing_is_written"},
+    "TestLeaksTenants": {"test_lookup_is_bounded_and_never_crosses_scopes", "test_hostile_ids_stay_apart"},
+    "TestFiltersAfterLimit": {"test_lookup_is_bounded_and_never_crosses_scopes"},
+    "TestReturnsExpired": {
+        "test_facts_outside_their_validity_window_are_not_returned",
+        "test_lookup_is_bounded_and_never_crosses_scopes",
+    },
+    "TestLosesHistory": {"test_correct_writes_a_new_revision_and_keeps_the_history"},
+    "TestForgetDoesNothing": {
+        "test_forget_tombstones_the_fact_and_removes_its_content",
+        "test_a_forgotten_fact_cannot_be_corrected",
+    },
+    "TestRevealsForeignIds": {"test_another_tenants_fact_is_refused_exactly_like_a_missing_one"},
+    "TestIgnoresDeadline": {"test_an_expired_context_is_refused_before_any_work"},
+    "TestForgetsUndeclared": {"test_undeclared_operations_raise_unsupported"},
+    "TestListsOldestFirst": {"test_list_facts_is_bounded_newest_first_and_shows_expired_facts"},
+    "TestJoinsIds": {"test_hostile_ids_stay_apart"},
+    "TestNotDurable": {"test_acknowledged_writes_survive_a_reopen"},
+}
+
+
+def _failures(pytester: pytest.Pytester) -> tuple[dict[str, set[str]], set[str]]:
+    pytester.makepyfile(test_broken=(HERE / "broken_memory_stores.py").read_text("utf-8"))
+    reprec = pytester.inline_run("-p", "no:cacheprovider")
+    failed: dict[str, set[str]] = defaultdict(set)
+    ran: set[str] = set()
+    for report in reprec.getreports("pytest_runtest_logreport"):
+        if report.when != "call" and not report.failed:
+            continue
+        _, cls, test = report.nodeid.split("::")
+        ran.add(cls)
+        if report.failed:
+            failed[cls].add(test.split("[")[0])
+    return failed, ran
+
+
+def test_each_broken_memory_store_fails_exactly_its_bugs(pytester: pytest.Pytester) -> None:
+    failed, ran = _failures(pytester)
+    assert ran == set(EXPECTED_FAILURES)
+    for cls, expected in EXPECTED_FAILURES.items():
+        assert failed[cls] == expected, (cls, failed[cls])
+    # Together the broken stores make every standard test fail at least once.
+    every = set(standard_tests(MemoryStoreContract)) - {GUARD_TEST_NAME}
+    assert set().union(*failed.values()) == every
