@@ -6,6 +6,8 @@
   live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
   They need pytest, so they are imported on first access: importing this
   package alone does not require pytest.
+- :func:`create_harness_eval_target` (:mod:`agentium_harness.testing.eval_target`):
+  an eval target over the actual runtime for :mod:`agentium_harness.eval` (R32).
 - Helpers that need no pytest (:mod:`agentium_harness.testing.helpers`):
   :func:`plain_group`, :func:`rich_group`, :data:`TRICKY_SESSION_KEYS`,
   :func:`scoped_snapshot`, :func:`legacy_snapshot`, the ``Reopen`` fixture
@@ -21,6 +23,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .eval_target import HarnessEvalTarget, create_harness_eval_target
 from .helpers import (
     TRICKY_SESSION_KEYS,
     CorruptStored,
@@ -51,12 +54,14 @@ __all__ = [
     "ArchiveContract",
     "ContractSuite",
     "CorruptStored",
+    "HarnessEvalTarget",
     "MemoryStoreContract",
     "RecallStoreContract",
     "Reopen",
     "SessionStoreContract",
     "SummarizerContract",
     "VerifierContract",
+    "create_harness_eval_target",
     "legacy_snapshot",
     "plain_group",
     "register_assert_rewrite",
