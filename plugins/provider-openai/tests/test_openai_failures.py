@@ -212,12 +212,16 @@ async def test_malformed_tool_arguments_are_a_clear_error(stub: StubServer, prov
 
 @pytest.mark.parametrize(
     ("arguments", "expected"),
-    [('"just a string"', "JSON str, not an object"), ("[1, 2]", "JSON list, not an object")],
+    [
+        ('"just a string"', "JSON str, not an object"),
+        ("[1, 2]", "JSON list, not an object"),
+        (12, "are not a JSON string"),
+    ],
 )
 async def test_arguments_must_be_an_object(
-    stub: StubServer, provider: OpenAIProvider, arguments: str, expected: str
+    stub: StubServer, provider: OpenAIProvider, arguments: object, expected: str
 ) -> None:
-    """Valid JSON that is not an object cannot be a tool's arguments."""
+    """Valid JSON that is not an object cannot be a tool's arguments (nor can a bare number)."""
     body = recording("tool_call")
     body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = arguments
     stub.add(Reply(body=body))

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from openai import AsyncOpenAI
 from openai_stub_server import Reply, StubServer
@@ -25,6 +26,7 @@ from agentium_harness import (
     ProviderError,
     ProviderTimeoutError,
     RunStatus,
+    RuntimeClosedError,
     SourceBlock,
     SourceKind,
     Tool,
@@ -169,6 +171,36 @@ async def test_a_deadline_past_in_the_runtime_changes_nothing(
     finally:
         release.set()
     assert not view.exists
+
+
+async def test_closing_the_runtime_cancels_a_call_in_flight(
+    tmp_path: Path, stub: StubServer, key_in_env: str
+) -> None:
+    """aclose() while the server holds an answer: the run is cancelled, nothing commits, the client closes."""
+    release = threading.Event()
+    stub.add(Reply.recorded("plain_answer", hold=release))
+    runtime = load_runtime(write_config(tmp_path, stub, runtime="settle_timeout_s = 0.2"))
+    provider = runtime.provider
+    assert isinstance(provider, OpenAIProvider)
+    failures: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await runtime.run(ME, "s1", "hello?")
+        except Exception as exc:
+            failures.append(exc)
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            while not stub.completions:  # noqa: ASYNC110  # filled by the server thread
+                await anyio.sleep(0.01)
+            await runtime.aclose()
+    finally:
+        release.set()
+    assert len(failures) == 1 and isinstance(failures[0], RuntimeClosedError)
+    assert provider._client is None  # the owned client was closed and dropped
+    assert len(stub.completions) == 1
 
 
 async def test_a_provider_failure_is_a_provider_error_and_commits_nothing(

@@ -258,8 +258,10 @@ class OpenAIProvider(ModelProvider):
         while True:
             attempt += 1
             self.attempts += 1
-            left = ctx.time_left()
-            timeout = self._config.timeout_s if left is None else min(self._config.timeout_s, left)
+            # Not shortened to the time left: the deadline is the outer scope's
+            # (see _bounded), so a call cut off by it reads as the deadline, not
+            # as a retryable attempt timeout.
+            timeout = self._config.timeout_s
             try:
                 try:
                     with anyio.fail_after(timeout):
@@ -279,6 +281,12 @@ class OpenAIProvider(ModelProvider):
                         f"connection failed ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
                     ) from None
             except _Retryable as failure:
+                if ctx.expired:
+                    raise OperationCancelledError(
+                        f"{operation} stopped: its deadline passed during attempt {attempt} "
+                        f"({failure.detail}); nothing of it was used",
+                        ctx.signal.reason or "deadline passed",
+                    ) from None
                 wait = self._backoff(attempt, failure.retry_after)
                 left = ctx.time_left()
                 why = ""

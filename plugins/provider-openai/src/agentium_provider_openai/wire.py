@@ -152,6 +152,8 @@ def _tool_call(index: int, item: object) -> ToolCall:
             raise _malformed(
                 f"the arguments of tool call {index} ({name!r}) are not valid JSON ({exc.msg}): {shown!r}"
             ) from None
+    elif isinstance(raw, dict):
+        arguments = raw  # not the standard wire form, but unambiguous: an object already
     else:
         raise _malformed(f"the arguments of tool call {index} ({name!r}) are not a JSON string")
     if not isinstance(arguments, dict):
