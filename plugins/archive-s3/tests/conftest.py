@@ -50,8 +50,7 @@ def raw_client(server: S3Server, **config: Any) -> Any:
             s3={"addressing_style": "path"},
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            retries={"max_attempts": 2, "mode": "standard"},
-            **config,
+            **{"retries": {"total_max_attempts": 2, "mode": "standard"}, **config},
         ),
     )
 

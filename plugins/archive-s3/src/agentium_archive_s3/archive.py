@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import random
 import time
 from collections.abc import Sequence
@@ -72,6 +73,7 @@ DIGEST_META: Final = "agentium-digest"
 
 _LIST_PAGE: Final = 1000
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
+_DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
 
 
 @attrs.frozen(slots=True)
@@ -162,13 +164,14 @@ class S3Archive(HistoryArchive):
         """One create-only object per group, in parallel; equal re-appends pass, different ones conflict."""
         ctx.raise_if_expired("archive append")
         uploads = self._uploads(key, groups)
-        created: dict[int, str] = {}  # seq -> key, objects this call created
+        created: dict[int, tuple[str, str]] = {}  # seq -> (key, version id), objects this call created
         failures: list[BaseException] = []
 
         async def one(upload: _Upload) -> None:
             try:
-                if await self._link.call(ctx, "archive append", lambda s3: self._put(s3, upload, ctx)):
-                    created[upload.seq] = upload.key
+                version = await self._link.call(ctx, "archive append", lambda s3: self._put(s3, upload, ctx))
+                if version is not None:
+                    created[upload.seq] = (upload.key, version)
             except Exception as exc:
                 failures.append(exc)
 
@@ -185,8 +188,12 @@ class S3Archive(HistoryArchive):
             for g in groups
         ]
 
-    def _put(self, s3: S3Client, upload: _Upload, ctx: OpContext) -> bool:
-        """Store ``upload`` create-only (worker thread). True if this call created the object."""
+    def _put(self, s3: S3Client, upload: _Upload, ctx: OpContext) -> str | None:
+        """Store ``upload`` create-only (worker thread).
+
+        Returns the version id of the object this call created (``""`` in an
+        unversioned bucket), or ``None`` when an equal group was already stored.
+        """
         conflicts = 0
         damaged = 0
         while True:
@@ -195,7 +202,9 @@ class S3Archive(HistoryArchive):
                 reply = s3.put_object(
                     Bucket=self._config.bucket,
                     Key=upload.key,
-                    Body=upload.data,
+                    # A stream, as large uploads are: botocore then sends Expect: 100-continue
+                    # and rewinds it for its own retries.
+                    Body=io.BytesIO(upload.data),
                     IfNoneMatch="*",
                     ContentMD5=upload.md5_b64,
                     ChecksumSHA256=upload.sha256_b64,
@@ -206,7 +215,12 @@ class S3Archive(HistoryArchive):
                 code, status = error_code(exc), error_status(exc)
                 if code == "PreconditionFailed" or status == 412:
                     self._compare_stored(s3, upload)
-                    return False
+                    return None
+                if code in _DIGEST_CODES:
+                    # The server received other bytes than those sent and refused them.
+                    damaged += 1
+                    self._check_damaged(upload, damaged)
+                    continue
                 if code in _CONFLICT_CODES or status == 409:
                     conflicts += 1
                     if conflicts > self._config.conflict_retries:
@@ -220,18 +234,24 @@ class S3Archive(HistoryArchive):
                     continue
                 raise
             etag = _unquote(str(reply.get("ETag", "")))
+            version = str(reply.get("VersionId") or "")
             if not self._config.etag_is_md5 or etag == upload.md5_hex:
-                return True
+                return version
             # The server stored bytes other than those sent (it did not verify
-            # Content-MD5). The object is ours and never acknowledged: remove it.
-            s3.delete_object(Bucket=self._config.bucket, Key=upload.key)
+            # Content-MD5). The object is ours and never acknowledged: remove it,
+            # by its version in a versioned bucket, so no damaged version stays behind.
+            self._delete(s3, upload.key, version)
             damaged += 1
-            if damaged > self._config.conflict_retries:
-                raise S3ArchiveError(
-                    f"s3 archive: group {upload.seq} at {upload.key!r} was stored damaged {damaged} times "
-                    "(ETag does not match the bytes sent); nothing was acknowledged",
-                    code="BadDigest",
-                )
+            self._check_damaged(upload, damaged)
+
+    def _check_damaged(self, upload: _Upload, damaged: int) -> None:
+        """Past ``conflict_retries`` damaged uploads of one group, give up (nothing acknowledged)."""
+        if damaged > self._config.conflict_retries:
+            raise S3ArchiveError(
+                f"s3 archive: group {upload.seq} at {upload.key!r} reached the server damaged {damaged} "
+                "times (its checksum or ETag did not match the bytes sent); nothing was acknowledged",
+                code="BadDigest",
+            )
 
     def _compare_stored(self, s3: S3Client, upload: _Upload) -> None:
         """The key exists: succeed if it holds these bytes, else raise ``ArchiveConflictError``."""
@@ -243,15 +263,22 @@ class S3Archive(HistoryArchive):
             f"{digest_bytes(data)}, appending {upload.digest}); archived groups are never overwritten"
         )
 
-    async def _roll_back(self, ctx: OpContext, created: dict[int, str]) -> None:
+    def _delete(self, s3: S3Client, object_key: str, version: str) -> None:
+        """Delete an object this call created: by its version when the bucket has versions."""
+        if version and version != "null":
+            s3.delete_object(Bucket=self._config.bucket, Key=object_key, VersionId=version)
+        else:
+            s3.delete_object(Bucket=self._config.bucket, Key=object_key)
+
+    async def _roll_back(self, ctx: OpContext, created: dict[int, tuple[str, str]]) -> None:
         """Delete what this failed batch created (best effort, bounded by a fresh short deadline)."""
         if not created:
             return
         undo = OpContext.with_timeout(self._config.connect_timeout_s + self._config.read_timeout_s)
 
         def delete(s3: S3Client) -> None:
-            for object_key in created.values():
-                s3.delete_object(Bucket=self._config.bucket, Key=object_key)
+            for object_key, version in created.values():
+                self._delete(s3, object_key, version)
 
         try:
             await self._link.call(undo, "archive append roll-back", delete)

@@ -119,7 +119,7 @@ def make_client(config: S3Config) -> S3Client:
         region_name=config.region,
         connect_timeout=config.connect_timeout_s,
         read_timeout=config.read_timeout_s,
-        retries={"max_attempts": config.max_attempts, "mode": "standard"},
+        retries={"total_max_attempts": config.max_attempts, "mode": "standard"},
         max_pool_connections=max(10, config.max_concurrency),
         s3={"addressing_style": config.addressing_style},  # type: ignore[arg-type]  # a str, not the Literal
         request_checksum_calculation="when_required",

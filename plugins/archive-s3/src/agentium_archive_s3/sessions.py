@@ -28,6 +28,7 @@ left as it is.
 
 from __future__ import annotations
 
+import io
 import re
 from typing import Any, ClassVar, Final
 
@@ -226,7 +227,7 @@ class S3SessionStore(SessionStore):
                 reply = s3.put_object(
                     Bucket=self._config.bucket,
                     Key=object_key,
-                    Body=body,
+                    Body=io.BytesIO(body),
                     ContentType="text/plain; charset=utf-8",
                     **condition,  # type: ignore[arg-type]
                 )
