@@ -20,6 +20,11 @@ from agentium_harness.testing._api_docs import PUBLIC_MODULES, port_methods, ren
 ROOT = Path(__file__).resolve().parents[2]
 
 HOST_NAMES = {
+    # memory lifecycle (issue 11)
+    "Agent", "AgentReply", "AgentState", "DrainItem", "DrainResult", "DrainStatus", "MemoryExtractor",
+    "MemoryLimits", "MemoryManager", "MemorySelection", "OwnedWorkSource", "SelectionRequest", "WorkSource",
+    "recent_and_relevant", "AckStatus", "FactStatus", "GroupRef", "MemoryAck", "MemoryEvent",
+    "MemoryEventKind", "MemoryFact", "MemoryScope", "StoredFact", "MemoryOmitted", "memory_blocks",
     # completion verification (issue 10)
     "CompletionPolicy", "EvidenceEntry", "EvidenceLimits", "Verdict", "VerificationAttempt",
     "VerificationRecord", "verified_completion_policy",

@@ -15,6 +15,7 @@ from ._engine.build import create_harness_runtime
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.loader import load_runtime
 from ._engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
+from ._engine.memory_sources import MemoryOmitted, memory_blocks
 from ._engine.recall import RecallUsage
 from ._engine.recall_policy import (
     PolicyDecision,
@@ -49,6 +50,7 @@ from ._engine.sources import SourceStatus
 from ._engine.tools import EffectLevel, Tool, ToolOutcome, ToolRegistry, ToolStatus
 from ._engine.verification import CompletionPolicy, verified_completion_policy
 from ._errors import (
+    AgentCloseError,
     AgentiumError,
     AgentLifecycleError,
     ArchiveConflictError,
@@ -59,12 +61,17 @@ from ._errors import (
     ConfigIssue,
     ContractViolationError,
     EncodingError,
+    ExtractionConflictError,
     FeatureUnavailableError,
     IdentityError,
     InvalidArgumentError,
     InvalidIdError,
     LegacySnapshotError,
     MemoryDrainError,
+    MemoryFactForgottenError,
+    MemoryFactNotFoundError,
+    MemoryRejectedError,
+    MemoryStoreError,
     OperationCancelledError,
     OperationTimeoutError,
     PluginError,
@@ -88,7 +95,22 @@ from ._errors import (
     UnsupportedOperationError,
 )
 from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall
+from ._memory.agent import Agent, AgentReply, AgentState
+from ._memory.manager import MemoryExtractor, MemoryLimits, MemoryManager
+from ._memory.selection import MemorySelection, SelectionRequest, recent_and_relevant
+from ._memory.work import DrainItem, DrainResult, DrainStatus, OwnedWorkSource, WorkSource
 from ._ports import OpContext
+from ._ports.memory import (
+    AckStatus,
+    FactStatus,
+    GroupRef,
+    MemoryAck,
+    MemoryEvent,
+    MemoryEventKind,
+    MemoryFact,
+    MemoryScope,
+    StoredFact,
+)
 from ._ports.provider import SourceBlock, SourceKind, Usage
 from ._ports.recall import (
     Completeness,
@@ -106,6 +128,38 @@ from ._verdicts import EvidenceEntry, EvidenceLimits, Verdict, VerificationAttem
 __version__ = "0.1.0"
 
 __all__ = [
+    # memory lifecycle (issue 11)
+    "Agent",
+    "AgentReply",
+    "AgentState",
+    "DrainItem",
+    "DrainResult",
+    "DrainStatus",
+    "MemoryExtractor",
+    "MemoryLimits",
+    "MemoryManager",
+    "MemorySelection",
+    "OwnedWorkSource",
+    "SelectionRequest",
+    "WorkSource",
+    "recent_and_relevant",
+    "AckStatus",
+    "FactStatus",
+    "GroupRef",
+    "MemoryAck",
+    "MemoryEvent",
+    "MemoryEventKind",
+    "MemoryFact",
+    "MemoryScope",
+    "StoredFact",
+    "MemoryOmitted",
+    "memory_blocks",
+    "AgentCloseError",
+    "ExtractionConflictError",
+    "MemoryFactForgottenError",
+    "MemoryFactNotFoundError",
+    "MemoryRejectedError",
+    "MemoryStoreError",
     "CompletionPolicy",
     "EvidenceEntry",
     "EvidenceLimits",

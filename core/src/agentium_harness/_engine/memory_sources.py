@@ -14,15 +14,19 @@ nothing.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import attrs
 
-from .._memory.manager import MemoryManager
 from .._memory.selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 from .._ports._base import OpContext
 from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
 from .._ports.provider import SourceBlock, SourceKind
 from .sources import assemble_sources
+
+if TYPE_CHECKING:
+    # Only for the annotation: the manager imports this stage through the Agent.
+    from .._memory.manager import MemoryManager
 
 __all__ = ["MEMORY_SOURCE_PREFIX", "MemoryOmitted", "memory_block", "memory_blocks"]
 
@@ -89,7 +93,7 @@ async def memory_blocks(
         raise ValueError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
     when = at or datetime.now(UTC)
     forgotten: frozenset[str] = frozenset()
-    if isinstance(source, MemoryManager):
+    if not isinstance(source, MemoryStore):  # a MemoryManager
         store = source.store
         chosen = selection or source.selection
         bound = check_limit(limit if limit is not None else source.limits.max_injected_facts)

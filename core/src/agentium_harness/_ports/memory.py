@@ -417,7 +417,11 @@ class MemoryStore:
         first, then the most recently recorded; an empty query lists the most
         recent. Never returns a superseded or forgotten revision, an expired
         or not yet valid fact, or another scope's fact. ``limit`` is checked
-        with :func:`check_limit`.
+        with :func:`check_limit`. Call ``ctx.raise_if_expired("memory lookup")``
+        before starting.
+
+        Raises: ``InvalidArgumentError`` for a bad ``limit``;
+        ``OperationCancelledError`` when cancelled or past the deadline.
         """
         raise unsupported(self, "lookup")
 
@@ -429,6 +433,7 @@ class MemoryStore:
 
         Declared by ``correction``. ``replacement.scope`` must be owned by
         ``scope``'s tenant and user. Identical content is a ``DUPLICATE``.
+        Call ``ctx.raise_if_expired("memory correct")`` before writing.
 
         Raises: ``MemoryFactNotFoundError`` when the id does not exist or
         belongs to another tenant or user (one message for both);
@@ -442,7 +447,8 @@ class MemoryStore:
         """Tombstone ``fact_id`` and remove the text of every revision. Declared by ``forgetting``.
 
         Returns ``STORED`` with the tombstone's revision, or ``DUPLICATE`` if
-        it was already forgotten.
+        it was already forgotten. Call ``ctx.raise_if_expired("memory forget")``
+        before writing.
 
         Raises: ``MemoryFactNotFoundError`` (missing or foreign, one message);
         ``OperationCancelledError``; ``UnsupportedOperationError`` when not declared.
@@ -454,7 +460,11 @@ class MemoryStore:
         """At most ``limit`` current facts owned by ``scope``'s tenant and user, newest first.
 
         Expired facts are included (an operator sees them); superseded and
-        forgotten revisions are not. Declared by ``listing``.
+        forgotten revisions are not. Declared by ``listing``. Call
+        ``ctx.raise_if_expired("memory list")`` before starting.
+
+        Raises: ``OperationCancelledError`` when cancelled or past the deadline;
+        ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "list_facts", "listing")
 
@@ -462,9 +472,11 @@ class MemoryStore:
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
         """Every revision of ``fact_id``, oldest first (at most :data:`MAX_LOOKUP_LIMIT`).
 
-        Declared by ``history``.
+        Declared by ``history``. Call ``ctx.raise_if_expired("memory history")``
+        before starting.
 
-        Raises: ``MemoryFactNotFoundError`` (missing or foreign, one message).
+        Raises: ``MemoryFactNotFoundError`` (missing or foreign, one message);
+        ``OperationCancelledError``; ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "history", "history")
 
