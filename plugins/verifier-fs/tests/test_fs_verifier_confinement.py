@@ -14,10 +14,10 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import ARTIFACT_BYTES, CLAIM, context, details, junit, sha256, verifier_for, write
 
 from agentium_harness.plugin_api import Verdict
 from agentium_verifier_fs import ExpectedArtifact, FsVerifierConfig
+from conftest import ARTIFACT_BYTES, CLAIM, context, details, junit, sha256, verifier_for, write
 
 pytestmark = pytest.mark.anyio
 
@@ -40,7 +40,7 @@ BAD_PATHS = [
 
 @pytest.mark.parametrize("path", BAD_PATHS)
 def test_escaping_or_ambiguous_artifact_paths_are_refused_as_config(root: Path, path: str) -> None:
-    with pytest.raises(ValueError, match="path|relative|NUL|backslash"):
+    with pytest.raises(ValueError, match=r"path|relative|NUL|backslash"):
         FsVerifierConfig(root=str(root), artifacts=(ExpectedArtifact(path=path, sha256=sha256(b"")),))
 
 
@@ -97,7 +97,8 @@ async def test_a_deep_symlinked_component_is_refused(root: Path, tmp_path: Path)
 
 async def test_a_file_where_a_directory_is_expected_is_refused(root: Path) -> None:
     write(root / "dist", ARTIFACT_BYTES)
-    assert await _one(root, "dist/report.txt") == (Verdict.UNKNOWN, "unknown: refused: 'dist' is not a directory")
+    expected = (Verdict.UNKNOWN, "unknown: refused: 'dist' is not a directory")
+    assert await _one(root, "dist/report.txt") == expected
 
 
 async def test_a_fifo_is_refused_without_blocking(root: Path) -> None:
@@ -168,7 +169,7 @@ async def test_a_root_reached_through_a_symlink_is_the_hosts_choice(root: Path, 
 
 async def test_a_root_removed_after_build_makes_every_item_unknown(root: Path) -> None:
     verifier = verifier_for(root, "report.txt", records=("junit.xml",))
-    root.rmdir()
+    root.rmdir()  # noqa: ASYNC240  (arranging the test, not the code under test)
     result = await verifier.verify(CLAIM, context())
     assert result.verdict is Verdict.UNKNOWN
     assert all(e.detail.startswith("unknown: root cannot be opened") for e in result.evidence)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ARTIFACT_BYTES, CLAIM, context, details, junit, sha256, verifier_for, write
 
 from agentium_harness.plugin_api import CompletionCandidate, Verdict, evidence_size
 from agentium_verifier_fs import ARTIFACT, TEST_RECORD
+from conftest import ARTIFACT_BYTES, CLAIM, context, details, junit, sha256, verifier_for, write
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +33,8 @@ async def test_a_wrong_digest_fails_and_names_both_digests(root: Path) -> None:
     write(root / "report.txt", wrong)
     result = await verifier_for(root, "report.txt").verify(CLAIM, context())
     assert result.verdict is Verdict.FAIL
-    assert details(result)["report.txt"] == f"fail: sha256 is {sha256(wrong)}, expected {sha256(ARTIFACT_BYTES)}"
+    expected = f"fail: sha256 is {sha256(wrong)}, expected {sha256(ARTIFACT_BYTES)}"
+    assert details(result)["report.txt"] == expected
     assert result.reason == "1 of 1 checks failed: report.txt (sha256 mismatch)"
 
 

@@ -14,7 +14,10 @@ bytes count.
 
 Hardlink policy: a file with ``st_nlink > 1`` is refused (``unknown``). A
 hard link to a file outside the root looks exactly like a file inside it,
-so the only safe rule is to read files that have no other name.
+so the only safe rule is to read files that have no other name. The link
+count is checked on the descriptor right after the open, and again after
+the read together with the name (see :meth:`OpenedFile.check_still_in_place`),
+so a link that existed only while the file was being opened is caught too.
 """
 
 from __future__ import annotations
@@ -70,13 +73,38 @@ def root_descriptor(root: str) -> Iterator[int]:
 
 
 class OpenedFile:
-    """A confined, opened regular file: its descriptor and the ``fstat`` taken on it."""
+    """A confined, opened regular file: its descriptor, the ``fstat`` taken on it, and where it was opened."""
 
-    __slots__ = ("fd", "stat")
+    __slots__ = ("_name", "_parent", "_shown", "fd", "stat")
 
-    def __init__(self, fd: int, st: os.stat_result) -> None:
+    def __init__(self, fd: int, st: os.stat_result, parent: int, name: str, shown: str) -> None:
         self.fd = fd
         self.stat = st
+        self._parent = parent
+        self._name = name
+        self._shown = shown
+
+    def check_still_in_place(self) -> None:
+        """After reading: the file still has one link, and that link is the name it was opened by.
+
+        Without this a hard link to an outside file, opened in the moment it
+        existed and then removed (so ``st_nlink`` is back to 1 when
+        ``fstat`` runs), would have its bytes counted. When the opened inode
+        has exactly one link and that link is the confined name, the bytes
+        read are those of a file under the root.
+
+        :raises EvidenceUnavailable: the link count or the name changed while the file was read.
+        """
+        now = os.fstat(self.fd)
+        try:
+            named = os.stat(self._name, dir_fd=self._parent, follow_symlinks=False)
+        except OSError:
+            named = None
+        same = named is not None and (named.st_dev, named.st_ino) == (now.st_dev, now.st_ino)
+        if now.st_nlink != 1 or not same:
+            raise EvidenceUnavailable(
+                f"refused: {self._shown!r} was replaced or linked elsewhere while it was read"
+            )
 
 
 def _why(exc: OSError) -> str:
@@ -170,7 +198,7 @@ def _open_file(name: str, parent: int, shown: str, opened: list[int]) -> OpenedF
         raise EvidenceUnavailable(
             f"refused: {shown!r} has {st.st_nlink} hard links (files with other names are not read)"
         )
-    return OpenedFile(fd, st)
+    return OpenedFile(fd, st, parent, name, shown)
 
 
 def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> str:
@@ -184,6 +212,7 @@ def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> 
     digest = hashlib.sha256()
     for chunk in _chunks(opened.fd, max_bytes, "max_file_bytes", check):
         digest.update(chunk)
+    opened.check_still_in_place()
     return digest.hexdigest()
 
 
@@ -194,7 +223,9 @@ def read_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> 
         raise EvidenceUnavailable(
             f"too large: {size} bytes, more than max_record_bytes={max_bytes}; not read"
         )
-    return b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", check))
+    data = b"".join(_chunks(opened.fd, max_bytes, "max_record_bytes", check))
+    opened.check_still_in_place()
+    return data
 
 
 def _chunks(fd: int, max_bytes: int, option: str, check: Callable[[], None]) -> Iterator[bytes]:

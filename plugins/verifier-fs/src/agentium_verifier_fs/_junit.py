@@ -56,7 +56,8 @@ def _count(element: Element, name: str) -> int:
     try:
         value = int(raw.strip())
     except ValueError:
-        raise EvidenceUnavailable(f"unparseable: <{element.tag}> has {name}={raw[:20]!r}, not a count") from None
+        shown = raw[:20]
+        raise EvidenceUnavailable(f"unparseable: <{element.tag}> has {name}={shown!r}, not a count") from None
     if value < 0:
         raise EvidenceUnavailable(f"unparseable: <{element.tag}> has a negative {name}")
     return value
@@ -89,7 +90,8 @@ def parse_junit(data: bytes) -> TestCounts:
     except ParseError as exc:
         raise EvidenceUnavailable(f"unparseable: not well-formed XML ({exc})") from None
     if root.tag not in _ROOTS:
-        raise EvidenceUnavailable(f"unparseable: root element <{root.tag[:40]}> is not <testsuites> or <testsuite>")
+        tag = root.tag[:40]
+        raise EvidenceUnavailable(f"unparseable: root element <{tag}> is not <testsuites> or <testsuite>")
     suites = [root, *root.iter("testsuite")] if root.tag == "testsuites" else list(root.iter("testsuite"))
     attr_failures = max((_count(s, "failures") for s in suites), default=0)
     attr_errors = max((_count(s, "errors") for s in suites), default=0)

@@ -94,7 +94,7 @@ class FsVerifier(CompletionVerifier):
         if not isinstance(config, FsVerifierConfig):
             raise TypeError(f"FsVerifier takes an FsVerifierConfig, got {type(config).__name__}")
         if os.open not in os.supports_dir_fd or not hasattr(os, "O_NOFOLLOW"):
-            raise RuntimeError("the fs verifier needs openat-style os.open(dir_fd=...) and O_NOFOLLOW (POSIX)")
+            raise RuntimeError("the fs verifier needs os.open(dir_fd=...) and O_NOFOLLOW (POSIX systems)")
         self._config = config
         self._root = check_root(config.root)
         self._artifacts = tuple((a, split_relative_path(a.path, "artifact")) for a in config.artifacts)
@@ -155,13 +155,14 @@ class FsVerifier(CompletionVerifier):
         outcomes: list[_Outcome] = []
         try:
             with root_descriptor(self._root) as root_fd:
-                for index, (kind, ref, read) in enumerate(items):
+                for index, (_, _, read) in enumerate(items):
                     try:
                         check()
                         outcomes.append(read(root_fd))
                     except _TimeBound:
                         why = f"not read within read_timeout_s={self._config.read_timeout_s}"
-                        outcomes.extend(_outcome(k, r, Verdict.UNKNOWN, why, "time bound") for k, r, _ in items[index:])
+                        for kind, ref, _ in items[index:]:
+                            outcomes.append(_outcome(kind, ref, Verdict.UNKNOWN, why, "time bound"))
                         break
         except EvidenceUnavailable as exc:  # the root itself went away after the verifier was built
             done = len(outcomes)
@@ -176,7 +177,7 @@ class FsVerifier(CompletionVerifier):
                 with open_confined(root_fd, parts) as opened:
                     actual = hash_file(opened, self._config.max_file_bytes, check)
             except EvidenceUnavailable as exc:
-                return _outcome(ARTIFACT, artifact.path, Verdict.UNKNOWN, exc.reason, exc.reason.split(":")[0])
+                return _unknown(ARTIFACT, artifact.path, exc)
             if actual == artifact.sha256:
                 return _outcome(ARTIFACT, artifact.path, Verdict.PASS, f"sha256 {actual} as expected", "ok")
             text = f"sha256 is {actual}, expected {artifact.sha256}"
@@ -198,7 +199,7 @@ class FsVerifier(CompletionVerifier):
                     data = read_file(opened, self._config.max_record_bytes, check)
                 counts = parse_junit(data)
             except EvidenceUnavailable as exc:
-                return _outcome(TEST_RECORD, record, Verdict.UNKNOWN, exc.reason, exc.reason.split(":")[0])
+                return _unknown(TEST_RECORD, record, exc)
             if counts.failures or counts.errors:
                 names = f"; failing: {', '.join(counts.failing)}" if counts.failing else ""
                 return _outcome(TEST_RECORD, record, Verdict.FAIL, counts.describe() + names, "tests failed")
@@ -208,6 +209,11 @@ class FsVerifier(CompletionVerifier):
             return _outcome(TEST_RECORD, record, Verdict.PASS, counts.describe(), "ok")
 
         return read
+
+
+def _unknown(kind: str, ref: str, exc: EvidenceUnavailable) -> _Outcome:
+    # The reason's first word ("missing", "refused", "stale"…) is its short form in the verdict's reason.
+    return _outcome(kind, ref, Verdict.UNKNOWN, exc.reason, exc.reason.split(":")[0])
 
 
 def _judge(outcomes: Sequence[_Outcome], ctx: VerifyContext) -> VerificationResult:

@@ -1,0 +1,139 @@
+"""Bounds: size, time and cancellation. A 2 GiB sparse artifact is never read whole or held in memory."""
+
+from __future__ import annotations
+
+import os
+import threading
+import tracemalloc
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentium_harness.plugin_api import OpContext, OperationCancelledError, Verdict
+from conftest import ARTIFACT_BYTES, CLAIM, context, details, verifier_for, write
+
+pytestmark = pytest.mark.anyio
+
+TWO_GIB = 2 * 1024**3
+THREE_GIB = 3 * 1024**3
+
+
+@pytest.fixture
+def sparse(root: Path) -> Path:
+    """A 2 GiB artifact with no data blocks (``truncate``): cheap on disk, huge to read."""
+    path = root / "big.bin"
+    with open(path, "wb") as f:
+        f.truncate(TWO_GIB)
+    return path
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else -1
+
+
+async def test_a_2gib_sparse_artifact_over_the_bound_is_unknown_unread(root: Path, sparse: Path) -> None:
+    tracemalloc.start()
+    try:
+        result = await verifier_for(root, "big.bin").verify(CLAIM, context())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result)["big.bin"] == (
+        f"unknown: too large: {TWO_GIB} bytes, more than max_file_bytes=268435456; not read"
+    )
+    assert peak < 4 * 1024 * 1024, f"peak Python allocation {peak} bytes"
+
+
+async def test_a_2gib_artifact_within_the_size_bound_stops_at_the_time_bound(
+    root: Path, sparse: Path
+) -> None:
+    """With the size bound raised, the time bound still stops the read; memory stays at one chunk."""
+    verifier = verifier_for(root, "big.bin", "after.txt", max_file_bytes=THREE_GIB, read_timeout_s=0.05)
+    write(root / "after.txt", ARTIFACT_BYTES)
+    tracemalloc.start()
+    try:
+        result = await verifier.verify(CLAIM, context())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.verdict is Verdict.UNKNOWN
+    # Hashing 2 GiB takes far longer than 50 ms on any machine, so the bound, not the end of file, ends it;
+    # what was not read yet is unknown as well.
+    assert details(result) == {
+        "big.bin": "unknown: not read within read_timeout_s=0.05",
+        "after.txt": "unknown: not read within read_timeout_s=0.05",
+    }
+    assert peak < 8 * 1024 * 1024, f"peak Python allocation {peak} bytes"
+
+
+async def test_an_artifact_that_grows_past_the_bound_while_read_is_refused(root: Path) -> None:
+    path = write(root / "growing.bin", b"x" * 1024)
+    verifier = verifier_for(root, "growing.bin", max_file_bytes=3 * 1024 * 1024)
+    stop = threading.Event()
+
+    def grow() -> None:
+        with open(path, "ab") as f:
+            while not stop.is_set() and f.tell() < 64 * 1024 * 1024:
+                f.write(b"y" * 65536)
+                f.flush()
+
+    thread = threading.Thread(target=grow)
+    thread.start()
+    try:
+        outcomes = set()
+        for _ in range(50):
+            outcomes.add(details(await verifier.verify(CLAIM, context()))["growing.bin"].split(";")[0])
+            if (root / "growing.bin").stat().st_size > 3 * 1024 * 1024:
+                break
+    finally:
+        stop.set()
+        thread.join()
+    final = details(await verifier.verify(CLAIM, context()))["growing.bin"]
+    assert final.startswith("unknown: too large:")
+    assert all(o.startswith(("fail: sha256", "unknown: too large")) for o in outcomes), outcomes
+
+
+async def test_a_cancelled_context_raises_before_reading(root: Path) -> None:
+    write(root / "report.txt", ARTIFACT_BYTES)
+    op = OpContext()
+    op.signal.cancel("host shut down")
+    with pytest.raises(OperationCancelledError, match="host shut down"):
+        await verifier_for(root, "report.txt").verify(CLAIM, context(op=op))
+
+
+async def test_a_deadline_passing_mid_read_raises_and_closes_every_descriptor(
+    root: Path, sparse: Path
+) -> None:
+    verifier = verifier_for(root, "big.bin", max_file_bytes=THREE_GIB)
+    before = _open_fds()
+    with pytest.raises(OperationCancelledError, match="deadline"):
+        await verifier.verify(CLAIM, context(op=OpContext.with_timeout(0.05)))
+    assert _open_fds() == before
+
+
+async def test_cancelling_the_signal_from_another_thread_stops_a_read(root: Path, sparse: Path) -> None:
+    verifier = verifier_for(root, "big.bin", max_file_bytes=THREE_GIB)
+    op = OpContext()
+    timer = threading.Timer(0.05, op.signal.cancel, args=("operator pressed stop",))
+    timer.start()
+    try:
+        with pytest.raises(OperationCancelledError, match="operator pressed stop"):
+            await verifier.verify(CLAIM, context(op=op))
+    finally:
+        timer.cancel()
+
+
+async def test_a_cancelled_caller_does_not_wait_and_the_thread_stops(root: Path, sparse: Path) -> None:
+    """The awaiting task leaves at once; the worker stops at its next chunk and closes its descriptors."""
+    verifier = verifier_for(root, "big.bin", max_file_bytes=THREE_GIB)
+    before = _open_fds()
+    threads = threading.active_count()
+    with anyio.move_on_after(0.05) as scope:
+        await verifier.verify(CLAIM, context())
+    assert scope.cancelled_caught
+    with anyio.fail_after(20):  # the abandoned worker notices within one chunk
+        while _open_fds() != before:  # noqa: ASYNC110  (polling the kernel's table: no event to wait on)
+            await anyio.sleep(0.01)
+    assert threading.active_count() <= threads + 1  # anyio may keep its idle worker

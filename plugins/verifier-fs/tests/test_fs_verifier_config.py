@@ -1,0 +1,173 @@
+"""Options: bad options are clear errors; `agentium check` and `agentium plugins` see `fs`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig, RootNotFoundError
+from conftest import ARTIFACT_BYTES, sha256, write
+
+DIGEST = sha256(ARTIFACT_BYTES)
+
+
+def agentium(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``agentium`` command (the one beside this interpreter) and capture its output."""
+    found = Path(sys.executable).with_name("agentium")
+    command = str(found) if found.exists() else shutil.which("agentium")
+    assert command, "the agentium command is not installed beside the interpreter or on PATH"
+    return subprocess.run([command, *args], capture_output=True, text=True, timeout=120, check=False, cwd=cwd)
+
+
+def _config(root: str, extra: str = "") -> str:
+    return f"""
+[provider]
+plugin = "scripted"
+[provider.options]
+responses = ["Done."]
+[archive]
+plugin = "memory"
+[session_store]
+plugin = "memory"
+
+[verifier]
+plugin = "fs"
+
+[verifier.options]
+root = "{root}"
+test_records = ["reports/junit.xml"]
+{extra}
+[[verifier.options.artifacts]]
+path = "dist/report.txt"
+sha256 = "{DIGEST}"
+"""
+
+
+def test_a_root_that_does_not_exist_is_refused_when_the_options_are_built(tmp_path: Path) -> None:
+    with pytest.raises(RootNotFoundError, match="does not exist"):
+        FsVerifierConfig(root=str(tmp_path / "nowhere"), test_records=("junit.xml",))
+
+
+def test_a_relative_root_that_does_not_exist_is_refused_when_the_verifier_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = FsVerifierConfig(root="nowhere", test_records=("junit.xml",))
+    with pytest.raises(RootNotFoundError, match="nowhere' does not exist"):
+        FsVerifier(config)
+
+
+def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "file", b"")
+    with pytest.raises(RootNotFoundError, match="is not a directory"):
+        FsVerifierConfig(root=str(tmp_path / "file"), test_records=("junit.xml",))
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [(DIGEST, DIGEST), (DIGEST.upper(), DIGEST), (f"sha256:{DIGEST}", DIGEST), (f" {DIGEST} ", DIGEST)],
+)
+def test_expected_digests_are_normalized(given: str, stored: str) -> None:
+    assert ExpectedArtifact(path="a.txt", sha256=given).sha256 == stored
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "g" * 64, DIGEST + "0", "md5:" + DIGEST, 12])
+def test_a_digest_that_is_not_sha256_hex_is_refused(bad: object) -> None:
+    with pytest.raises(ValueError, match="64 hex digits"):
+        ExpectedArtifact(path="a.txt", sha256=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "both empty"),
+        ({"test_records": ("a.xml", "a.xml")}, "listed twice"),
+        ({"test_records": "a.xml"}, "list of paths"),
+        ({"test_records": ("a.xml",), "max_file_bytes": 0}, "max_file_bytes"),
+        ({"test_records": ("a.xml",), "max_record_bytes": True}, "max_record_bytes"),
+        ({"test_records": ("a.xml",), "read_timeout_s": 0}, "read_timeout_s"),
+        ({"test_records": ("a.xml",), "read_timeout_s": 7200}, "read_timeout_s"),
+    ],
+)
+def test_bad_options_are_refused(root: Path, options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        FsVerifierConfig(root=str(root), **options)  # type: ignore[arg-type]
+
+
+def test_an_artifact_and_a_record_may_not_share_a_path(root: Path) -> None:
+    with pytest.raises(ValueError, match="listed twice"):
+        FsVerifierConfig(
+            root=str(root),
+            artifacts=(ExpectedArtifact(path="a.xml", sha256=DIGEST),),
+            test_records=("a.xml",),
+        )
+
+
+def test_agentium_plugins_lists_the_fs_verifier() -> None:
+    done = agentium("plugins", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    ours = [p for p in report["plugins"] if p["distribution"] == "agentium-verifier-fs"]
+    adapters = [a for p in ours for a in p["adapters"]]
+    assert [(a["kind"], a["name"]) for a in adapters] == [("verifier", "fs")]
+    assert adapters[0]["capabilities"] == {"artifact_digests": True, "test_records": True}
+    options = {o["name"]: o for o in adapters[0]["options"]}
+    assert options["root"]["required"] and options["root"]["path"]
+
+
+def test_a_config_using_fs_passes_agentium_check(tmp_path: Path) -> None:
+    (tmp_path / "workspace").mkdir()
+    path = write(tmp_path / "agentium.toml", _config("workspace").encode())
+    done = agentium("check", str(path))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert f"{path}: valid" in out
+    assert "verifier       fs (agentium-verifier-fs 0.1.0)" in out
+
+
+def test_a_relative_root_is_resolved_against_the_config_files_folder(tmp_path: Path) -> None:
+    (tmp_path / "conf" / "workspace").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    path = write(tmp_path / "conf" / "agentium.toml", _config("workspace").encode())
+    # Run from a folder without "workspace": only resolving against the file's folder finds it.
+    done = agentium("check", str(path), cwd=tmp_path / "elsewhere")
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_missing_root_is_a_clear_error_at_agentium_check(tmp_path: Path) -> None:
+    path = write(tmp_path / "agentium.toml", _config("no-such-dir").encode())
+    done = agentium("check", str(path))
+    assert done.returncode == 2
+    err = done.stderr
+    assert "1 error(s)" in err
+    assert "$.verifier.options.root:" in err
+    assert f"{tmp_path / 'no-such-dir'}' does not exist" in err
+    report = json.loads(agentium("check", "--json", str(path)).stdout)
+    assert [e["path"] for e in report["errors"]] == ["$.verifier.options.root"]
+
+
+def test_an_escaping_artifact_path_is_an_error_at_its_config_path(tmp_path: Path) -> None:
+    (tmp_path / "workspace").mkdir()
+    text = _config("workspace").replace('path = "dist/report.txt"', 'path = "../workspace-evil/report.txt"')
+    path = write(tmp_path / "agentium.toml", text.encode())
+    done = agentium("check", "--json", str(path))
+    assert done.returncode == 2
+    report = json.loads(done.stdout)
+    assert report["valid"] is False
+    [error] = report["errors"]
+    assert error["path"].startswith("$.verifier.options.artifacts")
+    assert "'..'" in error["message"]
+
+
+def test_an_unknown_option_is_named_with_a_suggestion(tmp_path: Path) -> None:
+    (tmp_path / "workspace").mkdir()
+    path = write(tmp_path / "agentium.toml", _config("workspace", "max_file_byte = 10\n").encode())
+    report = json.loads(agentium("check", "--json", str(path)).stdout)
+    [error] = report["errors"]
+    assert error["path"] == "$.verifier.options.max_file_byte"
+    assert "did you mean 'max_file_bytes'" in error["message"]

@@ -1,0 +1,169 @@
+"""JUnit XML test records: fresh, well-formed, at least one test run, no failures — or a clear outcome."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from agentium_harness.plugin_api import Verdict
+from conftest import CLAIM, context, details, junit, verifier_for, write
+
+pytestmark = pytest.mark.anyio
+
+RECORD = "reports/junit.xml"
+
+BILLION_LAUGHS = b"""<?xml version="1.0"?>
+<!DOCTYPE lolz [
+ <!ENTITY lol "lol">
+ <!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
+ <!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">
+ <!ENTITY lol4 "&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;&lol3;">
+ <!ENTITY lol5 "&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;&lol4;">
+ <!ENTITY lol6 "&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;&lol5;">
+ <!ENTITY lol7 "&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;&lol6;">
+ <!ENTITY lol8 "&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;&lol7;">
+ <!ENTITY lol9 "&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;&lol8;">
+]>
+<testsuites><testsuite tests="1"><testcase name="&lol9;"/></testsuite></testsuites>"""
+
+EXTERNAL_ENTITY = b"""<?xml version="1.0"?>
+<!DOCTYPE t [<!ENTITY secret SYSTEM "file:///etc/passwd">]>
+<testsuite tests="1"><testcase name="&secret;"/></testsuite>"""
+
+
+async def _record(root: Path, data: bytes, **ctx: float) -> tuple[Verdict, str]:
+    write(root / RECORD, data)
+    result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context(**ctx))
+    return result.verdict, details(result)[RECORD]
+
+
+async def test_a_fresh_passing_record_passes(root: Path) -> None:
+    assert await _record(root, junit(tests=3, skipped=1)) == (
+        Verdict.PASS,
+        "pass: 2 tests ran, 0 failures, 0 errors, 1 skipped",
+    )
+
+
+async def test_a_single_testsuite_root_is_accepted(root: Path) -> None:
+    data = b'<testsuite name="x" tests="1"><testcase classname="c" name="t"/></testsuite>'
+    assert (await _record(root, data))[0] is Verdict.PASS
+
+
+async def test_failures_fail_and_name_the_failing_tests(root: Path) -> None:
+    verdict, detail = await _record(root, junit(tests=5, failures=2))
+    assert verdict is Verdict.FAIL
+    assert detail == (
+        "fail: 5 tests ran, 2 failures, 0 errors, 0 skipped; "
+        "failing: tests.test_x::test_0, tests.test_x::test_1"
+    )
+
+
+async def test_errors_fail(root: Path) -> None:
+    assert (await _record(root, junit(tests=3, errors=1)))[0] is Verdict.FAIL
+
+
+async def test_a_failure_count_without_failure_elements_still_fails(root: Path) -> None:
+    data = b'<testsuites><testsuite tests="1" failures="1"><testcase name="t"/></testsuite></testsuites>'
+    verdict, detail = await _record(root, data)
+    assert verdict is Verdict.FAIL
+    assert "1 failures" in detail
+
+
+async def test_a_record_older_than_the_run_is_stale(root: Path) -> None:
+    write(root / RECORD, junit())
+    an_hour_ago = time.time() - 3600
+    os.utime(root / RECORD, (an_hour_ago, an_hour_ago))
+    result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context(started=time.time() - 60))
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result)[RECORD].startswith("unknown: stale: last written 3540.")
+
+
+async def test_a_stale_failing_record_is_unknown_not_fail(root: Path) -> None:
+    """Failures from an earlier run say nothing about this run."""
+    write(root / RECORD, junit(tests=2, failures=2))
+    os.utime(root / RECORD, (1_000_000, 1_000_000))
+    result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"<testsuites><testsuite><testcase>",
+        b"not xml at all",
+        b"",
+        b"\xff\xfe<\x00t\x00",
+    ],
+)
+async def test_malformed_xml_is_unknown(root: Path, data: bytes) -> None:
+    verdict, detail = await _record(root, data)
+    assert verdict is Verdict.UNKNOWN
+    assert detail.startswith("unknown: unparseable: not well-formed XML")
+
+
+async def test_a_billion_laughs_bomb_is_refused_before_expansion(root: Path) -> None:
+    verdict, detail = await _record(root, BILLION_LAUGHS)
+    assert (verdict, detail) == (
+        Verdict.UNKNOWN,
+        "unknown: refused: the XML declares a DTD or entities (DTDForbidden); a test record needs neither",
+    )
+
+
+async def test_an_external_entity_is_refused(root: Path) -> None:
+    verdict, detail = await _record(root, EXTERNAL_ENTITY)
+    assert verdict is Verdict.UNKNOWN
+    assert "refused: the XML declares a DTD" in detail
+
+
+async def test_a_record_with_zero_tests_is_unknown(root: Path) -> None:
+    data = b'<testsuites><testsuite name="empty" tests="0"/></testsuites>'
+    assert await _record(root, data) == (
+        Verdict.UNKNOWN,
+        "unknown: holds no test that ran (0 tests ran, 0 failures, 0 errors, 0 skipped)",
+    )
+
+
+async def test_a_record_whose_tests_were_all_skipped_is_unknown(root: Path) -> None:
+    assert (await _record(root, junit(tests=2, skipped=2)))[0] is Verdict.UNKNOWN
+
+
+async def test_xml_that_is_not_junit_is_unknown(root: Path) -> None:
+    verdict, detail = await _record(root, b"<html><body>all tests passed</body></html>")
+    assert (verdict, detail) == (
+        Verdict.UNKNOWN,
+        "unknown: unparseable: root element <html> is not <testsuites> or <testsuite>",
+    )
+
+
+async def test_a_count_that_is_not_a_number_is_unknown(root: Path) -> None:
+    data = b'<testsuite tests="1" failures="none"><testcase name="t"/></testsuite>'
+    verdict, detail = await _record(root, data)
+    assert verdict is Verdict.UNKNOWN
+    assert detail == "unknown: unparseable: <testsuite> has failures='none', not a count"
+
+
+async def test_a_record_over_its_size_bound_is_not_read(root: Path) -> None:
+    write(root / RECORD, junit(tests=200))
+    size = (root / RECORD).stat().st_size
+    result = await verifier_for(root, records=(RECORD,), max_record_bytes=1024).verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result)[RECORD] == (
+        f"unknown: too large: {size} bytes, more than max_record_bytes=1024; not read"
+    )
+
+
+async def test_a_missing_record_is_unknown(root: Path) -> None:
+    result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context())
+    assert details(result)[RECORD] == "unknown: missing: directory 'reports' does not exist"
+
+
+async def test_failing_test_names_are_shortened_and_cleaned(root: Path) -> None:
+    name = "\x7f" + "x" * 200  # DEL: a control character XML 1.0 allows
+    data = f'<testsuite tests="1"><testcase name="{name}"><failure/></testcase></testsuite>'.encode()
+    verdict, detail = await _record(root, data)
+    assert verdict is Verdict.FAIL
+    shown = detail.split("failing: ", 1)[1]
+    assert len(shown) == 60 and shown.endswith("…") and "\x7f" not in detail
