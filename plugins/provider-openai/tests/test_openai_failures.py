@@ -39,7 +39,8 @@ async def test_past_its_deadline_the_call_stops(stub: StubServer, provider: Open
         release.set()
     assert caught.value.reason == "deadline passed"
     assert "deadline" in str(caught.value)
-    assert len(stub.completions) == 1  # sent once, never retried past the deadline
+    # At most one request (on a loaded machine it may not even have arrived), never a retry.
+    assert len(stub.completions) <= 1
 
 
 async def test_an_expired_context_sends_nothing(stub: StubServer, provider: OpenAIProvider) -> None:
@@ -192,7 +193,7 @@ async def test_a_slow_attempt_times_out_and_is_retried(stub: StubServer) -> None
     """An attempt longer than timeout_s is abandoned and retried; the next answer is used."""
     release = threading.Event()
     stub.add(Reply.recorded("plain_answer", hold=release), Reply.recorded("after_tool"))
-    provider = make_provider(stub, timeout_s=0.3, max_retries=1)
+    provider = make_provider(stub, timeout_s=1.0, max_retries=1)
     try:
         response = await provider.complete(REQUEST, OpContext.with_timeout(20))
     finally:
