@@ -1,0 +1,125 @@
+"""Owned work and drain: each item named as completed, failed or cancelled; a hanging task is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+from _memory_support import sqlite_store
+
+from agentium_harness import (
+    DrainStatus,
+    InvalidArgumentError,
+    MemoryDrainError,
+    MemoryManager,
+    OwnedWorkSource,
+)
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness._engine.owned_work import OwnedWork
+from agentium_harness._memory.work import WorkTracker
+from agentium_harness.plugin_api import SessionKey
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_drain_names_completed_failed_and_hanging_work(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path)
+    manager = MemoryManager(store)
+    stopped = anyio.Event()
+
+    async def fine() -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def broken() -> None:
+        raise RuntimeError("the final write failed")
+
+    async def hangs() -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stopped.set()
+
+    manager.start_work("final-write fact-1", "final-write", fine)
+    manager.start_work("final-write fact-2", "final-write", broken)
+    manager.start_work("extraction turn 3", "extraction", hangs)
+    assert set(manager.running()) == {"final-write fact-1", "final-write fact-2", "extraction turn 3"}
+    with pytest.raises(MemoryDrainError, match="extraction turn 3") as info:
+        await manager.drain(0.2)
+    result = info.value.result
+    assert result.completed == ("final-write fact-1",)
+    assert result.failed == ("final-write fact-2",)
+    assert result.cancelled == ("extraction turn 3",)
+    by_name = {i.name: i for i in result.items}
+    assert "RuntimeError: the final write failed" in by_name["final-write fact-2"].detail
+    assert "did not finish within 0.2s" in by_name["extraction turn 3"].detail
+    assert by_name["extraction turn 3"].kind == "extraction" and by_name["extraction turn 3"].stopped
+    assert stopped.is_set() and manager.running() == ()
+    # Reported once: the next drain has nothing left to say.
+    again = await manager.drain(0.1)
+    assert again.items == () and again.ok
+    await store.aclose()
+
+
+async def test_work_that_ignores_cancellation_is_reported_still_running_and_stays_tracked() -> None:
+    tracker = WorkTracker()
+    release = anyio.Event()
+    ended = anyio.Event()
+
+    async def stubborn() -> None:
+        with anyio.CancelScope(shield=True):
+            await release.wait()
+        ended.set()
+
+    tracker.start("stubborn write", "final-write", stubborn)
+    first = await tracker.drain(0.05, grace_s=0.05)
+    assert first.cancelled == ("stubborn write",) and first.still_running == ("stubborn write",)
+    assert tracker.running() == ("stubborn write",)
+    release.set()
+    with anyio.fail_after(5):
+        await ended.wait()
+    await anyio.lowlevel.checkpoint()  # let its task record the end
+    second = await tracker.drain(0.1)
+    # It ended on its own after all: the next drain says so truthfully.
+    assert second.completed == ("stubborn write",) and second.still_running == ()
+
+
+async def test_the_runtimes_owned_work_is_drained_through_a_work_source() -> None:
+    work = OwnedWork(op_timeout_s=30.0)
+    key = SessionKey("tenant-a", "alice", "s/1")
+    quick = SessionKey("tenant-a", "alice", "s2")
+
+    async def hanging_summary(ticket: Ticket) -> tuple[None, list[object]]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def quick_summary(ticket: Ticket) -> tuple[None, list[object]]:
+        await anyio.lowlevel.checkpoint()
+        return None, []
+
+    work.start(key, hanging_summary)  # type: ignore[arg-type]
+    work.start(quick, quick_summary)  # type: ignore[arg-type]
+    tracker = WorkTracker()
+    source = OwnedWorkSource(work)
+    tracker.track(source)
+    tracker.track(source)  # idempotent
+    assert set(tracker.running()) >= {f"summary update {key.key()}"}
+    result = await tracker.drain(0.2)
+    names = {i.name: i for i in result.items}
+    hung = names[f"summary update {key.key()}"]
+    assert hung.status is DrainStatus.CANCELLED and hung.kind == "summary" and hung.stopped
+    assert not work.busy(key) and tracker.running() == ()
+    assert list(names) == sorted(names) and len(names) <= 2
+
+
+def test_track_refuses_what_is_not_a_work_source() -> None:
+    with pytest.raises(InvalidArgumentError, match="WorkSource"):
+        WorkTracker().track(object())  # type: ignore[arg-type]
+
+
+async def test_drain_timeout_must_be_finite_and_not_negative() -> None:
+    tracker = WorkTracker()
+    for bad in (-1, float("inf"), float("nan"), "1", True):
+        with pytest.raises(InvalidArgumentError):
+            await tracker.drain(bad)  # type: ignore[arg-type]
