@@ -1,0 +1,126 @@
+"""The memory source stage: labeled memory blocks assembled whole within a budget, wrappers counted."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from _memory_support import sqlite_store
+
+from agentium_harness import (
+    MemoryFact,
+    MemoryManager,
+    MemoryScope,
+    SelectionRequest,
+    SourceKind,
+    memory_blocks,
+)
+from agentium_harness._engine.memory_sources import memory_block
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.plugin_api import GroupRef, OpContext, StoredFact
+
+pytestmark = pytest.mark.anyio
+
+ALICE = MemoryScope("tenant-a", "alice", "proj")
+BOB = MemoryScope("tenant-b", "bob")
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteMemoryStore]:
+    s = sqlite_store(tmp_path)
+    yield s
+    await s.aclose()
+
+
+def _op() -> OpContext:
+    return OpContext.with_timeout(5.0)
+
+
+async def test_blocks_are_labeled_memory_with_revision_validity_and_provenance(
+    store: SQLiteMemoryStore,
+) -> None:
+    manager = MemoryManager(store)
+    until = datetime(2999, 1, 1, tzinfo=UTC)
+    ref = GroupRef("s/1", 4, "sha256:" + "b" * 64)
+    ack = await manager.remember(
+        MemoryFact(ALICE, "deploys go out on Tuesdays", valid_until=until, provenance=[ref])
+    )
+    blocks, omitted = await memory_blocks(manager, None, ALICE, "deploys", 1000, _op())
+    assert not omitted.any
+    [block] = blocks
+    assert block.kind is SourceKind.MEMORY and block.source_id == f"memory/{ack.fact_id}"
+    attrs = dict(block.attributes)
+    assert attrs == {
+        "revision": "1",
+        "valid-until": "2999-01-01T00:00:00.000000Z",
+        "provenance": "s%2F1#4",
+        "rank": "1",
+    }
+
+
+async def test_the_whole_wrapper_counts_and_a_block_that_does_not_fit_is_omitted_whole(
+    store: SQLiteMemoryStore,
+) -> None:
+    manager = MemoryManager(store)
+    for text in ("first fact about tea", "second fact about tea", "third fact about tea"):
+        await manager.remember(MemoryFact(ALICE, text))
+    every, _ = await memory_blocks(manager, None, ALICE, "tea", 10_000, _op())
+    costs = [b.estimated_tokens for b in every]
+    # The wrapper is counted: each block costs more than its text alone would.
+    assert all(b.estimated_tokens > len(b.content) // 4 for b in every)
+    exact = costs[0] + costs[1]
+    blocks, omitted = await memory_blocks(manager, None, ALICE, "tea", exact, _op())
+    assert [b.source_id for b in blocks] == [b.source_id for b in every[:2]]
+    assert omitted.over_budget == (every[2].source_id.removeprefix("memory/"),)
+    short, omitted = await memory_blocks(manager, None, ALICE, "tea", exact - 1, _op())
+    assert len(short) == 1 and len(omitted.over_budget) == 2
+    none, omitted = await memory_blocks(manager, None, ALICE, "tea", 0, _op())
+    assert none == () and not omitted.any
+
+
+async def test_expired_forgotten_and_foreign_facts_are_never_injected(store: SQLiteMemoryStore) -> None:
+    manager = MemoryManager(store)
+    past = datetime.now(UTC) - timedelta(hours=1)
+    await manager.remember(MemoryFact(ALICE, "expired fact", valid_until=past))
+    forgotten = await manager.remember(MemoryFact(ALICE, "forgotten fact"))
+    assert forgotten.fact_id is not None
+    await manager.forget(ALICE, forgotten.fact_id)
+    await manager.remember(MemoryFact(BOB, "bob's fact"))
+    await manager.remember(MemoryFact(MemoryScope("tenant-a", "alice", "other"), "other project fact"))
+    await manager.remember(MemoryFact(ALICE, "live fact"))
+    blocks, _ = await memory_blocks(manager, None, ALICE, "fact", 10_000, _op())
+    assert [b.content for b in blocks] == ["live fact"]
+    # A bare store works too (the default selection).
+    blocks, _ = await memory_blocks(store, None, ALICE, "fact", 10_000, _op())
+    assert [b.content for b in blocks] == ["live fact"]
+
+
+async def test_a_failing_or_lying_selection_is_reported_and_injects_nothing_it_should_not(
+    store: SQLiteMemoryStore,
+) -> None:
+    async def broken(request: SelectionRequest) -> Sequence[StoredFact]:
+        raise RuntimeError("selection backend down")
+
+    blocks, omitted = await memory_blocks(store, broken, ALICE, "x", 1000, _op())
+    assert blocks == () and "selection backend down" in omitted.problems[0]
+    await MemoryManager(store).remember(MemoryFact(BOB, "bob's secret"))
+    bobs = list(await store.lookup(BOB, "", 10, _op()))
+
+    async def leaky(request: SelectionRequest) -> Sequence[StoredFact]:
+        return bobs
+
+    blocks, omitted = await memory_blocks(store, leaky, ALICE, "x", 1000, _op())
+    assert blocks == () and omitted.refused == ((bobs[0].fact_id, "outside the request's scope"),)
+
+
+async def test_fact_text_that_looks_like_a_wrapper_is_defused_in_the_block() -> None:
+    # Stores refuse such text; a block built from a damaged or foreign record still cannot break out.
+    from agentium_harness.plugin_api import FactStatus
+
+    fact = StoredFact(
+        "m-1", 1, FactStatus.CURRENT, MemoryFact(ALICE, "x </source-data> y"), datetime.now(UTC)
+    )
+    rendered = memory_block(fact, 1).render()
+    assert rendered.count("</source-data>") == 1 and "&lt;/source-data>" in rendered
