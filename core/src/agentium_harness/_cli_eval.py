@@ -43,7 +43,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cases = load_cases(args.cases, graders=list(graders))
     targets = [create_harness_eval_target(args.config)]
     if args.compare:
-        targets.append(create_harness_eval_target(args.compare))
+        other = create_harness_eval_target(args.compare)
+        if other.info.label == targets[0].info.label:  # two configs of the same file name
+            other = create_harness_eval_target(args.compare, label=f"{other.info.label} (compare)")
+        targets.append(other)
     out = check_out_dir(args.out)  # last: a bad config or case file leaves no directory behind
     concurrency: int = args.concurrency
 

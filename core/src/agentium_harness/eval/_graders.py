@@ -161,7 +161,10 @@ class DiscoveredEvidenceGrader:
         found, missing = _resolve(trace, labels)
         if not trace.has_recall:
             return Grade.failed(f"expected {_listing(list(labels))} but the runtime has no recall store")
-        seen = {c.source_id for c in trace.candidates}
+        # A candidate the run's scope may not see is a leak (the scope grader's), never a discovery.
+        seen = {
+            c.source_id for c in trace.candidates if c.owner is not None and c.owner.visible_to(trace.scope)
+        }
         missing += [
             f"{label!r} ({sid}) was not discovered" for label, sid in found.items() if sid not in seen
         ]
@@ -186,7 +189,9 @@ class ReadEvidenceGrader:
         found, missing = _resolve(trace, labels)
         if not trace.has_recall:
             return Grade.failed(f"expected {_listing(list(labels))} read but the runtime has no recall store")
-        by_id = {e.source_id: e for e in trace.excerpts}
+        by_id = {
+            e.source_id: e for e in trace.excerpts if e.owner is not None and e.owner.visible_to(trace.scope)
+        }
         for label, sid in found.items():
             excerpt = by_id.get(sid)
             if excerpt is None:

@@ -34,9 +34,9 @@ __all__ = [
 
 #: What every report of a deterministic (scripted, extractive or recorded) run states (R35).
 CONTRACTS_STATEMENT = (
-    "This run used a deterministic provider ({provider}); it establishes that the runtime keeps its "
-    "contracts (evidence discovered, read, included and labeled, scope, abstention) and does not prove "
-    "live-model quality."
+    "This run used a scripted, extractive or recorded provider ({provider}); it establishes that the "
+    "runtime keeps its contracts (evidence discovered, read, included and labeled, scope, abstention) "
+    "and does not prove live-model quality."
 )
 
 
@@ -55,7 +55,8 @@ class TargetInfo:
     def statement(self) -> str | None:
         """The contracts-not-quality statement for a deterministic or recorded provider, else ``None``."""
         if self.deterministic or self.recorded_mode is not None:
-            return CONTRACTS_STATEMENT.format(provider=self.provider)
+            mode = f", mode {self.recorded_mode}" if self.recorded_mode else ""
+            return CONTRACTS_STATEMENT.format(provider=f"{self.provider}{mode}")
         return None
 
 

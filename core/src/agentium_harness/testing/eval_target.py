@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ import attrs
 
 from .._codec import unstructure
 from .._config import ResolvedConfig, load_config
-from .._engine.build import create_harness_runtime
 from .._engine.loader import build_runtime
 from .._engine.results import RunResult
 from .._engine.runtime import HarnessRuntime
@@ -34,31 +33,13 @@ from .._errors import InvalidArgumentError
 from .._plugins.registry import PluginRegistry
 from .._plugins.spec import path_option_names
 from .._ports import OpContext
-from .._ports.provider import ModelProvider, ModelRequest, ModelResponse
-from .._ports.recall import (
-    Candidate,
-    Excerpt,
-    RecallLimits,
-    RecallSession,
-    RecallStore,
-    SourceOwner,
-    SourceRef,
-    Validation,
-    group_source_id,
-)
+from .._ports.recall import SourceOwner, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity
 from ..adapters.memory import InMemorySessionStore
 from ..eval._cases import EvalCase, SetupStep
 from ..eval._runner import TargetInfo
-from ..eval._trace import (
-    BlockSeen,
-    CandidateSeen,
-    CaseTrace,
-    ExcerptSeen,
-    LabelInfo,
-    RequestSeen,
-    StepOutcome,
-)
+from ..eval._trace import CaseTrace, LabelInfo, StepOutcome
+from ._eval_recording import Recorder, candidates_seen, excerpts_seen, recording_runtime, requests_seen
 
 __all__ = ["HarnessEvalTarget", "create_harness_eval_target"]
 
@@ -66,169 +47,6 @@ __all__ = ["HarnessEvalTarget", "create_harness_eval_target"]
 VERIFIED_BY = "agentium-eval"
 #: Sections whose path options are storage, moved into each case's own folder.
 _STORAGE_SECTIONS = ("archive", "session_store", "recall", "summarizer", "memory")
-
-
-class _Recorder:
-    """What the wrappers saw while ``active`` (the probe turn only)."""
-
-    def __init__(self) -> None:
-        self.active = False
-        self.candidates: list[object] = []
-        self.excerpts: list[object] = []
-        self.requests: list[ModelRequest] = []
-
-
-class _ProbeProvider(ModelProvider):
-    """Passes every request to the real provider; notes the probe turn's requests. Never closes it."""
-
-    def __init__(self, inner: ModelProvider, recorder: _Recorder) -> None:
-        self._inner = inner
-        self._recorder = recorder
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        """The real provider's answer, unchanged."""
-        if self._recorder.active:
-            self._recorder.requests.append(request)
-        return await self._inner.complete(request, ctx)
-
-    async def health(self, ctx: OpContext) -> str:
-        """The real provider's health check."""
-        return str(await self._inner.health(ctx))
-
-
-class _ProbeSession(RecallSession):
-    """Passes every call to the real recall session; notes what discover and read returned."""
-
-    def __init__(self, inner: RecallSession, recorder: _Recorder) -> None:
-        self._inner = inner
-        self._recorder = recorder
-
-    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
-        """The real session's candidates, unchanged."""
-        found = await self._inner.discover(query, max_candidates, ctx)
-        if self._recorder.active and isinstance(found, list | tuple):
-            self._recorder.candidates.extend(found)
-        return found
-
-    async def read(
-        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
-    ) -> Sequence[Excerpt]:
-        """The real session's excerpts, unchanged."""
-        found = await self._inner.read(refs, max_excerpt_bytes, ctx)
-        if self._recorder.active and isinstance(found, list | tuple):
-            self._recorder.excerpts.extend(found)
-        return found
-
-    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """The real session's validation."""
-        return await self._inner.validate(refs, ctx)
-
-    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """The real session's current validation."""
-        return await self._inner.validate_current(refs, ctx)
-
-    async def close(self) -> None:
-        """Close the real session."""
-        await self._inner.close()
-
-
-class _ProbeRecall(RecallStore):
-    """Passes every call to the real recall store; its sessions note the probe's recall traffic."""
-
-    session_class = _ProbeSession
-
-    def __init__(self, inner: RecallStore, recorder: _Recorder) -> None:
-        self._inner = inner
-        self._recorder = recorder
-
-    @property
-    def inner(self) -> RecallStore:
-        """The real store."""
-        return self._inner
-
-    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
-        """A recording session over the real one."""
-        return _ProbeSession(await self._inner.open(scope, limits, ctx), self._recorder)
-
-    async def seek_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
-        """The real store's canonical reads."""
-        return await self._inner.seek_groups(key, start_seq, max_groups, ctx)
-
-    async def index_document(
-        self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
-    ) -> SourceRef:
-        """Index on the real store."""
-        return await self._inner.index_document(owner, doc_id, text, ctx, title=title)
-
-    async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
-        """Delete on the real store."""
-        return await self._inner.delete_document(owner, doc_id, ctx)
-
-    async def index_groups(self, key: SessionKey, groups: Any, receipts: Any, ctx: OpContext) -> int:
-        """Index archived groups on the real store."""
-        return await self._inner.index_groups(key, groups, receipts, ctx)
-
-    async def health(self, ctx: OpContext) -> str:
-        """The real store's health check."""
-        return await self._inner.health(ctx)
-
-
-_PROBE_CLASSES: dict[tuple[type, type], type] = {}
-
-
-def _probe(base: type, inner: object, recorder: _Recorder) -> Any:
-    """A wrapper of ``inner`` whose class declares exactly the capabilities ``inner``'s class declares."""
-    key = (base, type(inner))
-    cls = _PROBE_CLASSES.get(key)
-    if cls is None:
-        cls = type(f"Recording{type(inner).__name__}", (base,), {"capabilities": type(inner).capabilities})  # type: ignore[attr-defined]
-        _PROBE_CLASSES[key] = cls
-    return cls(inner, recorder)
-
-
-def _recording_runtime(
-    base: HarnessRuntime,
-    recorder: _Recorder,
-    *,
-    hooks: Any,
-    session_store: Any = None,
-    recall_budget: Mapping[str, Any] | None = None,
-) -> HarnessRuntime:
-    """A runtime over ``base``'s adapters (borrowed), with recording provider and recall wrappers."""
-    extra: dict[str, Any] = {}
-    if base.recall is not None:
-        limits = base.recall_limits
-        if recall_budget:
-            limits = attrs.evolve(limits, **recall_budget)
-        extra.update(
-            recall=_probe(_ProbeRecall, base.recall, recorder),
-            recall_limits=limits,
-            recall_policy=base.recall_policy,
-        )
-        if base.publication is not None:
-            extra["publication"] = base.publication
-    if base.summarizer is not None:
-        extra.update(summarizer=base.summarizer, summary_limits=base.summary_limits)
-    if base.verifier is not None:
-        extra.update(
-            verifier=base.verifier,
-            completion_policy=base.completion_policy,
-            evidence_limits=base.evidence_limits,
-            verify_timeout_s=base.verify_timeout_s,
-        )
-    memory = getattr(base, "memory", None)
-    if memory is not None:
-        extra["memory"] = memory
-    return create_harness_runtime(
-        provider=_probe(_ProbeProvider, base.provider, recorder),
-        archive=base.archive,
-        session_store=session_store if session_store is not None else base.session_store,
-        limits=base.limits,
-        instructions=base.instructions,
-        tools=base.tools,
-        hooks=hooks,
-        **extra,
-    )
 
 
 def _rebased(resolved: ResolvedConfig, folder: Path, recall_budget: Mapping[str, Any]) -> ResolvedConfig:
@@ -256,50 +74,6 @@ def _rebased(resolved: ResolvedConfig, folder: Path, recall_budget: Mapping[str,
     return attrs.evolve(resolved, config=config, **changes)
 
 
-def _seen_owner(item: object) -> SourceOwner | None:
-    owner = getattr(item, "owner", None)
-    return owner if isinstance(owner, SourceOwner) else None
-
-
-def _candidates(raw: Sequence[object]) -> tuple[CandidateSeen, ...]:
-    out = []
-    for item in raw:
-        ref = getattr(item, "ref", None)
-        if isinstance(ref, SourceRef):
-            out.append(CandidateSeen(ref.source_id, ref.revision, _seen_owner(item)))
-    return tuple(out)
-
-
-def _excerpts(raw: Sequence[object]) -> tuple[ExcerptSeen, ...]:
-    out = []
-    for item in raw:
-        ref = getattr(item, "ref", None)
-        if isinstance(ref, SourceRef):
-            completeness = getattr(item, "completeness", "unknown")
-            omitted = getattr(item, "omitted", ())
-            out.append(
-                ExcerptSeen(
-                    ref.source_id,
-                    _seen_owner(item),
-                    str(getattr(item, "text", "")),
-                    str(getattr(completeness, "value", completeness)),
-                    tuple(sorted(str(getattr(o, "value", o)) for o in omitted)),
-                )
-            )
-    return tuple(out)
-
-
-def _requests(raw: Sequence[ModelRequest], probe: str) -> tuple[RequestSeen, ...]:
-    out = []
-    for request in raw:
-        # Only the probe turn's own requests: a summary update running beside it asks about other text.
-        if not any(m.content == probe for m in request.turn):
-            continue
-        blocks = tuple(BlockSeen(b.kind.value, b.source_id, b.content, b.attributes) for b in request.sources)
-        out.append(RequestSeen(blocks, len(request.history)))
-    return tuple(out)
-
-
 Rename = Callable[[str, str | None, str | None], tuple[str, str | None, str | None]]
 
 
@@ -307,7 +81,7 @@ def _same(tenant: str, user: str | None, session: str | None) -> tuple[str, str 
     return tenant, user, session
 
 
-async def _drive(runtime: HarnessRuntime, case: EvalCase, recorder: _Recorder, rename: Rename) -> CaseTrace:
+async def _drive(runtime: HarnessRuntime, case: EvalCase, recorder: Recorder, rename: Rename) -> CaseTrace:
     recall_scope = (
         RecallScope(case.project, case.repository)
         if case.project is not None or case.repository is not None
@@ -384,7 +158,7 @@ def _trace(
     scope: Scope,
     labels: dict[str, LabelInfo],
     outcomes: list[StepOutcome],
-    recorder: _Recorder,
+    recorder: Recorder,
     has_recall: bool,
 ) -> CaseTrace:
     recall = result.recall
@@ -403,9 +177,9 @@ def _trace(
         recall_decision=recall.decision.value if recall is not None else None,
         recall_included=tuple(r.source_id for r in recall.included) if recall is not None else (),
         recall_omitted=tuple(recall.omitted) if recall is not None else (),
-        candidates=_candidates(recorder.candidates),
-        excerpts=_excerpts(recorder.excerpts),
-        requests=_requests(recorder.requests, case.probe),
+        candidates=candidates_seen(recorder.candidates),
+        excerpts=excerpts_seen(recorder.excerpts),
+        requests=requests_seen(recorder.requests, case.probe),
         verdict=str(getattr(verdict, "value", verdict)) if verdict is not None else None,
         verification_reason=getattr(verification, "reason", None),
         retained=unstructure(result.retained) if result.committed else None,
@@ -473,11 +247,11 @@ class HarnessEvalTarget:
         Raises whatever the runtime raised (a provider failure, a replay miss …):
         the runner counts it as an infrastructure failure.
         """
-        recorder = _Recorder()
+        recorder = Recorder()
         if self._resolved is None:
             assert self._runtime is not None
             base = self._runtime
-            runtime = _recording_runtime(
+            runtime = recording_runtime(
                 base,
                 recorder,
                 hooks=getattr(base, "_hooks", None),
@@ -502,7 +276,7 @@ class HarnessEvalTarget:
         try:
             built = build_runtime(_rebased(self._resolved, folder, case.recall_budget), tools=self._tools)
             try:
-                runtime = _recording_runtime(built, recorder, hooks=self._resolved.registry)
+                runtime = recording_runtime(built, recorder, hooks=self._resolved.registry)
                 try:
                     return await _drive(runtime, case, recorder, _same)
                 finally:
