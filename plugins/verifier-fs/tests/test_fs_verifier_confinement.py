@@ -8,8 +8,10 @@ refused as config) instead.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -176,9 +178,46 @@ async def test_a_root_removed_after_build_makes_every_item_unknown(root: Path) -
     assert len(result.evidence) == 2
 
 
-async def test_an_unreadable_file_is_unknown(root: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads files whatever their mode; run as another user to check EACCES")
-    write(root / "report.txt", ARTIFACT_BYTES)
-    os.chmod(root / "report.txt", 0)
-    assert await _one(root) == (Verdict.UNKNOWN, "unknown: unreadable: Permission denied")
+def _verify_as_nobody(root: Path) -> str:
+    """The detail of ``report.txt`` when verified by a forked child that dropped root's privileges.
+
+    Root reads any file whatever its mode, so the child switches to uid/gid
+    65534 (nobody) after the parent has imported and warmed everything up;
+    it reports through a pipe and exits without running any cleanup.
+    """
+    verifier = verifier_for(root, "report.txt")
+    anyio.run(verifier.verify, CLAIM, context())  # warm: every module is imported before the fork
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            result = anyio.run(verifier.verify, CLAIM, context())
+            os.write(write_end, details(result)["report.txt"].encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        detail = pipe.read().decode()
+    os.waitpid(pid, 0)
+    return detail
+
+
+def test_an_unreadable_file_is_unknown() -> None:
+    # A world-traversable root: pytest's own temporary folders are private to their owner.
+    root = Path(tempfile.mkdtemp(prefix="vfs-unreadable-"))
+    try:
+        root.chmod(0o755)
+        write(root / "report.txt", ARTIFACT_BYTES)
+        (root / "report.txt").chmod(0)
+        if os.geteuid() == 0:
+            detail = _verify_as_nobody(root)
+        else:
+            result = anyio.run(verifier_for(root, "report.txt").verify, CLAIM, context())
+            detail = details(result)["report.txt"]
+        assert detail == "unknown: unreadable: Permission denied"
+    finally:
+        shutil.rmtree(root)
