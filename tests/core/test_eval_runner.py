@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import pytest
@@ -17,6 +18,7 @@ from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.eval import (
     CaseTrace,
     EvalCase,
+    EvalCaseError,
     Grade,
     GradeStatus,
     Progress,
@@ -25,6 +27,14 @@ from agentium_harness.eval import (
     installed_graders,
     parse_cases,
     run_eval,
+)
+from agentium_harness.plugin_api import (
+    CompletionCandidate,
+    CompletionVerifier,
+    Verdict,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
 )
 from agentium_harness.testing.eval_target import create_harness_eval_target
 
@@ -169,3 +179,49 @@ def test_the_target_needs_exactly_one_source(tmp_path: Path) -> None:
         create_harness_eval_target(tmp_path / "x.toml", runtime=object())  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         create_harness_eval_target(runtime="not a runtime")  # type: ignore[arg-type]
+
+
+class _AnswerMentions12(CompletionVerifier):
+    """A verifier over the answer text only (enough to see the verdict reach the trace)."""
+
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(test_records=True)
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        ctx.raise_if_expired("verify")
+        if "12" in candidate.claim:
+            return VerificationResult(Verdict.PASS, reason="the answer names locker 12")
+        return VerificationResult(Verdict.FAIL, reason="no locker number in the answer")
+
+
+def test_a_verified_probe_carries_its_verdict_into_the_trace() -> None:
+    async def main() -> None:
+        runtime = create_harness_runtime(
+            provider=ExtractiveProvider(),
+            archive=InMemoryArchive(),
+            session_store=InMemorySessionStore(),
+            recall=InMemoryRecallStore(),
+            verifier=_AnswerMentions12(),
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+        )
+        verified = {**FACT_CASE, "id": "verified", "completion": True}
+        unknown = {"id": "none", "probe": "Who won the chess tournament?", "completion": True}
+        run = await run_eval(
+            _cases(verified, unknown, FACT_CASE), create_harness_eval_target(runtime=runtime), GRADERS
+        )
+        passed, failed, plain = (r.trace for r in run.results)
+        assert (
+            passed is not None
+            and passed.verdict == "pass"
+            and passed.verification_reason == "the answer names locker 12"
+        )
+        assert passed.retained is not None and passed.retained["verification"]["verdict"] == "pass"
+        assert failed is not None and failed.verdict == "fail" and failed.status == "not_accepted"
+        assert plain is not None and plain.verdict is None
+        await runtime.aclose()
+
+    anyio.run(main)
+
+
+def test_completion_must_be_a_boolean() -> None:
+    with pytest.raises(EvalCaseError, match=r"\$\.completion: expected true or false, got string"):
+        parse_cases(json.dumps({**FACT_CASE, "completion": "yes"}))

@@ -128,6 +128,8 @@ class EvalCase:
     recall_budget: Mapping[str, int | float] = attrs.field(factory=dict)
     graders: tuple[str, ...] | None = None
     extra: Mapping[str, Any] = attrs.field(factory=dict)
+    #: Ask the runtime to verify the probe's answer (``run(completion=True)``; needs a verifier).
+    completion: bool = False
     line: int | None = None
 
     def labels(self) -> dict[str, SetupStep]:
@@ -206,7 +208,7 @@ def _kind(value: object) -> str:
 
 _CASE_KEYS = (
     "id", "probe", "setup", "expect", "tenant", "user", "session", "project", "repository",
-    "description", "tags", "recall_budget", "graders", "extra",
+    "description", "tags", "recall_budget", "graders", "extra", "completion",
 )  # fmt: skip
 _EXPECT_KEYS = (
     "evidence", "discovered", "read", "in_prompt", "excluded", "answer", "stale", "abstain", "foreign_text",
@@ -372,6 +374,9 @@ def _case(c: _Checker, data: dict[str, Any], graders: Sequence[str] | None) -> E
     if "graders" in data and data["graders"] is not None:
         names = c.strings(data["graders"], "$.graders")
     extra = c.obj(data["extra"], "$.extra") if "extra" in data else {}
+    completion = data.get("completion", False)
+    if not isinstance(completion, bool):
+        c.bad("$.completion", f"expected true or false, got {_kind(completion)}")
     if len(c.issues) > before:
         return None
     assert case_id is not None and probe is not None and expect is not None
@@ -390,6 +395,7 @@ def _case(c: _Checker, data: dict[str, Any], graders: Sequence[str] | None) -> E
         recall_budget=budget or {},
         graders=names,
         extra=extra or {},
+        completion=completion is True,
         line=c.line,
     )
     if names is not None and graders is not None:

@@ -137,7 +137,13 @@ async def _drive(runtime: HarnessRuntime, case: EvalCase, recorder: Recorder, re
         await runtime.resources.settle_summary(identity, session)
     recorder.active = True
     try:
-        result = await runtime.run(identity, session, case.probe, recall_scope=recall_scope)
+        result = await runtime.run(
+            identity,
+            session,
+            case.probe,
+            recall_scope=recall_scope,
+            completion=True if case.completion else None,
+        )
     finally:
         recorder.active = False
     return _trace(
@@ -181,10 +187,17 @@ def _trace(
         excerpts=excerpts_seen(recorder.excerpts),
         requests=requests_seen(recorder.requests, case.probe),
         verdict=str(getattr(verdict, "value", verdict)) if verdict is not None else None,
-        verification_reason=getattr(verification, "reason", None),
+        verification_reason=_verification_reason(verification),
         retained=unstructure(result.retained) if result.committed else None,
         diagnostics=tuple(d.code for d in result.diagnostics),
     )
+
+
+def _verification_reason(verification: object) -> str | None:
+    """The reason of the last verification attempt, when the run was verified."""
+    attempts = getattr(verification, "attempts", ())
+    reason = getattr(attempts[-1], "reason", None) if attempts else getattr(verification, "reason", None)
+    return str(reason) if reason is not None else None
 
 
 class HarnessEvalTarget:
