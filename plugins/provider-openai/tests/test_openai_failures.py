@@ -10,6 +10,7 @@ import threading
 
 import anyio
 import pytest
+from openai_helpers import make_provider
 from openai_stub_server import Reply, StubServer, recording
 
 from agentium_harness import OperationCancelledError
@@ -21,7 +22,6 @@ from agentium_provider_openai import (
     OpenAIStatusError,
     OpenAIStreamingOnlyError,
 )
-from conftest import make_provider
 
 pytestmark = pytest.mark.anyio
 

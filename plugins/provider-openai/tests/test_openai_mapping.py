@@ -6,6 +6,7 @@ import json
 import threading
 
 import pytest
+from openai_helpers import make_provider
 from openai_stub_server import Reply, StubServer
 
 from agentium_harness import OperationCancelledError
@@ -21,7 +22,6 @@ from agentium_harness.plugin_api import (
     Usage,
 )
 from agentium_provider_openai import SOURCE_PREAMBLE, OpenAIProvider
-from conftest import make_provider
 
 pytestmark = pytest.mark.anyio
 

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 from openai import AsyncOpenAI
+from openai_helpers import KEY_ENV
 from openai_stub_server import Reply, StubServer
 
 from agentium_harness import (
@@ -38,7 +39,6 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import PluginRegistry
 from agentium_provider_openai import OpenAIProvider, OpenAIProviderConfig
-from conftest import KEY_ENV
 
 pytestmark = pytest.mark.anyio
 
