@@ -1,4 +1,4 @@
-"""Faults between the archive and a real server: a TCP fault proxy and botocore-injected 503 / 409 / throttling.
+"""Faults between the archive and a real server: a TCP fault proxy, and injected 503, 409 and throttling.
 
 Each test checks what matters for R3: an append either returns receipts for
 groups that are durably stored with the right bytes, or raises and leaves no

@@ -76,7 +76,9 @@ def _is_412(exc: botocore.exceptions.ClientError) -> bool:
 
 
 def _is_missing(exc: botocore.exceptions.ClientError) -> bool:
-    return error_code(exc) in ("NoSuchKey", "404", "NotFound") or error_status(exc) == 404
+    # A missing bucket is a 404 too, and must not read as "no snapshot yet".
+    code = error_code(exc)
+    return code != "NoSuchBucket" and (code in ("NoSuchKey", "404", "NotFound") or error_status(exc) == 404)
 
 
 class S3SessionStore(SessionStore):

@@ -1,0 +1,266 @@
+"""Bad input: each gets a clear, typed error and nothing is written or lost.
+
+Missing bucket, wrong credentials (never echoed), hostile scope ids, objects
+replaced out of band, oversized groups and snapshots, bad options.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import pytest
+from s3_servers import S3Server, free_port
+
+from agentium_archive_s3 import (
+    S3AccessDeniedError,
+    S3Archive,
+    S3BucketNotFoundError,
+    S3Config,
+    S3ObjectTooLargeError,
+    S3SessionStore,
+    S3UnavailableError,
+)
+from agentium_archive_s3.keys import archive_key
+from agentium_harness.plugin_api import (
+    ArchiveConflictError,
+    ArchiveCorruptError,
+    OpContext,
+    SessionKey,
+)
+from agentium_harness.testing import plain_group, scoped_snapshot
+from conftest import BUCKET, live_keys, make_config
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "bad-input")
+SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
+
+
+def _all_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc)
+
+
+# -- the bucket and the credentials -----------------------------------------------------------------
+
+
+async def test_a_missing_bucket_is_a_typed_error_at_first_use(server: S3Server) -> None:
+    config = make_config(server, bucket="no-such-bucket-at-all")
+    archive, store = S3Archive(config), S3SessionStore(config)
+    try:
+        with pytest.raises(S3BucketNotFoundError, match="no-such-bucket-at-all"):
+            await archive.append(KEY, [plain_group(0)], OpContext.with_timeout(20))
+        with pytest.raises(S3BucketNotFoundError):
+            await archive.read_groups(KEY, 0, 10, OpContext.with_timeout(20))
+        with pytest.raises(S3BucketNotFoundError):
+            await store.save(KEY, scoped_snapshot(KEY), None, OpContext.with_timeout(20))
+        with pytest.raises(S3BucketNotFoundError):
+            await store.load(KEY, OpContext.with_timeout(20))
+        with pytest.raises(S3BucketNotFoundError, match="does not exist"):
+            await archive.health(OpContext.with_timeout(20))
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_wrong_credentials_are_refused_and_the_secret_is_never_echoed(
+    server: S3Server, admin: Any
+) -> None:
+    if server.flavour == "moto":
+        pytest.skip("moto's server accepts any signature; wrong credentials are tested on Ceph RGW")
+    config = make_config(server, secret_access_key=SECRET)
+    archive, store = S3Archive(config), S3SessionStore(config)
+    try:
+        with pytest.raises(S3AccessDeniedError) as caught:
+            await archive.append(KEY, [plain_group(0)], OpContext.with_timeout(20))
+        assert caught.value.code == "SignatureDoesNotMatch"
+        assert SECRET not in _all_text(caught.value)
+        with pytest.raises(S3AccessDeniedError) as again:
+            await store.save(KEY, scoped_snapshot(KEY), None, OpContext.with_timeout(20))
+        assert SECRET not in _all_text(again.value)
+        with pytest.raises(S3AccessDeniedError):
+            await archive.health(OpContext.with_timeout(20))
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    assert live_keys(admin, config.prefix) == []
+
+
+async def test_an_unreachable_endpoint_is_typed_and_never_shows_the_secret() -> None:
+    config = S3Config(
+        bucket="agentium-tests",
+        endpoint_url=f"http://127.0.0.1:{free_port()}",
+        region="us-east-1",
+        access_key_id="AKIDEXAMPLE",
+        secret_access_key=SECRET,
+        session_token="token-" + SECRET,
+        max_attempts=1,
+        connect_timeout_s=0.5,
+    )
+    archive = S3Archive(config)
+    try:
+        with pytest.raises(S3UnavailableError) as caught:
+            await archive.append(KEY, [plain_group(0)], OpContext.with_timeout(20))
+        assert SECRET not in _all_text(caught.value)
+    finally:
+        await archive.aclose()
+    assert SECRET not in repr(config) and "AKIDEXAMPLE" not in repr(config)
+
+
+def test_options_are_checked_without_echoing_secrets() -> None:
+    with pytest.raises(ValueError, match="bucket"):
+        S3Config(bucket="Not_A_Bucket")
+    for prefix in ("", "/abs", "a//b", "a/../b", "a/./b", "trailing/", "sp ace"):
+        with pytest.raises(ValueError, match="prefix"):
+            S3Config(bucket="agentium-tests", prefix=prefix)
+    with pytest.raises(ValueError, match="endpoint_url") as caught:
+        S3Config(bucket="agentium-tests", endpoint_url=f"http://user:{SECRET}@127.0.0.1:9000")
+    assert SECRET not in str(caught.value)
+    with pytest.raises(ValueError, match="together"):
+        S3Config(bucket="agentium-tests", secret_access_key=SECRET)
+    with pytest.raises(ValueError, match="secret_access_key") as multi:
+        S3Config(bucket="agentium-tests", access_key_id="AKID", secret_access_key=SECRET + "\nx")
+    assert SECRET not in str(multi.value)
+
+
+# -- hostile scope ids ------------------------------------------------------------------------------
+
+
+HOSTILE = [
+    SessionKey("tenant-a", "u", "../tenant-b/u/s"),
+    SessionKey("tenant-a", "u/../../tenant-b", "s"),
+    SessionKey("tenant-a", "u%2Fx", "s"),
+    SessionKey("tenant-a", "u/x", "s"),
+    SessionKey("tenant-a/..", "u", "s"),
+]
+
+
+async def test_hostile_ids_stay_inside_their_own_folders(config: S3Config, admin: Any) -> None:
+    archive, store = S3Archive(config), S3SessionStore(config)
+    victim = SessionKey("tenant-b", "u", "s")
+    try:
+        await archive.append(victim, [plain_group(0, " tenant b's")], OpContext.with_timeout(20))
+        await store.save(victim, scoped_snapshot(victim), None, OpContext.with_timeout(20))
+        for key in HOSTILE:
+            group = plain_group(0, f" {key!r}")
+            await archive.append(key, [group], OpContext.with_timeout(20))
+            await store.save(key, scoped_snapshot(key), None, OpContext.with_timeout(20))
+            assert list(await archive.read_groups(key, 0, 10, OpContext.with_timeout(20))) == [group]
+        # Tenant B's history is untouched and only its own.
+        assert list(await archive.read_groups(victim, 0, 10, OpContext.with_timeout(20))) == [
+            plain_group(0, " tenant b's")
+        ]
+        assert await store.list_sessions("tenant-b", "u", 10, OpContext.with_timeout(20)) == ["s"]
+        assert await store.list_sessions("tenant-a", "u", 10, OpContext.with_timeout(20)) == [
+            "../tenant-b/u/s"
+        ]
+        assert await store.list_sessions("tenant-a", "u%2Fx", 10, OpContext.with_timeout(20)) == ["s"]
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    for object_key in live_keys(admin, config.prefix):
+        segments = object_key.split("/")
+        assert ".." not in segments and "" not in segments, object_key
+    # Every key is one of the fixed layout's: prefix / kind / v1 / tenant / user / session[/seq].
+    assert {len(k.split("/")) for k in live_keys(admin, config.prefix + "/archive/")} == {7}
+    assert {len(k.split("/")) for k in live_keys(admin, config.prefix + "/sessions/")} == {6}
+
+
+# -- out-of-band changes --------------------------------------------------------------------------
+
+
+async def test_an_object_replaced_out_of_band_fails_closed_and_is_never_overwritten(
+    config: S3Config, admin: Any
+) -> None:
+    archive = S3Archive(config)
+    groups = [plain_group(0, " original zero"), plain_group(1, " original one")]
+    try:
+        await archive.append(KEY, groups, OpContext.with_timeout(20))
+        # Group 1's object, bytes and digest, copied over group 0's key: valid data, wrong place.
+        source = admin.get_object(Bucket=BUCKET, Key=archive_key(config.prefix, KEY, 1))
+        admin.put_object(
+            Bucket=BUCKET,
+            Key=archive_key(config.prefix, KEY, 0),
+            Body=source["Body"].read(),
+            Metadata=source["Metadata"],
+        )
+        with pytest.raises(ArchiveCorruptError, match="seq"):
+            await archive.read_groups(KEY, 0, 10, OpContext.with_timeout(20))
+        # Re-appending the original finds different content there: a conflict, never an overwrite.
+        with pytest.raises(ArchiveConflictError):
+            await archive.append(KEY, groups[:1], OpContext.with_timeout(20))
+        assert list(await archive.read_groups(KEY, 1, 10, OpContext.with_timeout(20))) == groups[1:]
+        # A stranger object inside the session's folder is refused too.
+        admin.put_object(Bucket=BUCKET, Key=archive_key(config.prefix, KEY, 1)[:-5] + "x.json", Body=b"{}")
+        with pytest.raises(ArchiveCorruptError, match="not an archived group"):
+            await archive.read_groups(KEY, 1, 10, OpContext.with_timeout(20))
+    finally:
+        await archive.aclose()
+
+
+# -- sizes ------------------------------------------------------------------------------------------
+
+
+async def test_a_group_over_the_object_limit_is_refused_before_any_write(
+    server: S3Server, admin: Any
+) -> None:
+    config = make_config(server, max_object_bytes=2048)
+    archive = S3Archive(config)
+    try:
+        with pytest.raises(S3ObjectTooLargeError, match="max_object_bytes=2048"):
+            await archive.append(
+                KEY, [plain_group(0), plain_group(1, " " + "x" * 4096)], OpContext.with_timeout(20)
+            )
+    finally:
+        await archive.aclose()
+    assert live_keys(admin, config.prefix) == []  # not even group 0
+
+
+async def test_an_object_grown_out_of_band_past_the_limit_is_not_read(server: S3Server, admin: Any) -> None:
+    config = make_config(server, max_object_bytes=2048)
+    archive = S3Archive(config)
+    try:
+        await archive.append(KEY, [plain_group(0)], OpContext.with_timeout(20))
+        admin.put_object(Bucket=BUCKET, Key=archive_key(config.prefix, KEY, 0), Body=b"x" * 5000)
+        with pytest.raises(S3ObjectTooLargeError):
+            await archive.read_groups(KEY, 0, 10, OpContext.with_timeout(20))
+    finally:
+        await archive.aclose()
+
+
+async def test_a_snapshot_over_the_object_limit_is_refused_and_nothing_is_written(
+    server: S3Server, admin: Any
+) -> None:
+    config = make_config(server, max_object_bytes=1024)
+    store = S3SessionStore(config)
+    try:
+        with pytest.raises(S3ObjectTooLargeError):
+            await store.save(KEY, scoped_snapshot(KEY, " " + "y" * 2000), None, OpContext.with_timeout(20))
+        assert await store.load(KEY, OpContext.with_timeout(20)) is None
+    finally:
+        await store.aclose()
+    assert live_keys(admin, config.prefix) == []
+
+
+async def test_forgetting_a_session_is_bounded_and_reported(config: S3Config, admin: Any) -> None:
+    archive = S3Archive(config)
+    other = SessionKey("acme", "ana", "kept")
+    try:
+        await archive.append(KEY, [plain_group(s) for s in range(5)], OpContext.with_timeout(20))
+        await archive.append(other, [plain_group(0)], OpContext.with_timeout(20))
+        first = await archive.forget_session(KEY, OpContext.with_timeout(20), max_objects=3)
+        assert (first.deleted, first.complete) == (3, False)
+        second = await archive.forget_session(KEY, OpContext.with_timeout(20), max_objects=3)
+        assert (second.deleted, second.complete) == (2, True)
+        assert list(await archive.read_groups(KEY, 0, 10, OpContext.with_timeout(20))) == []
+        assert len(list(await archive.read_groups(other, 0, 10, OpContext.with_timeout(20)))) == 1
+    finally:
+        await archive.aclose()
+
+
+async def test_a_lent_client_is_never_closed(server: S3Server, admin: Any, config: S3Config) -> None:
+    archive = S3Archive(config, client=admin)
+    assert not archive.link.owns_client
+    await archive.append(KEY, [plain_group(0)], OpContext.with_timeout(20))
+    await archive.aclose()
+    admin.head_bucket(Bucket=BUCKET)  # still usable: the host owns it
