@@ -117,6 +117,7 @@ def test_a_replay_miss_through_the_cli_is_reported_and_exits_0(tmp_path: Path) -
     cases = write_cases(tmp_path / "cases.jsonl", [FACT_CASE])
     out = tmp_path / "out"
     assert main(["eval", str(config), str(cases), "--out", str(out)]) == 0
+    assert recording.read_text() == ""  # replay never writes the recording
     (run,) = json.loads((out / "report.json").read_text())["runs"]
     assert run["totals"] == {"cases": 1, "graded": 0, "infrastructure_failures": 1}
     assert "ReplayMissError" in run["infrastructure_failures"][0]["error"]
