@@ -27,6 +27,7 @@ import attrs
 
 from . import __version__
 from ._cli_eval import add_eval_commands
+from ._cli_memory import add_memory_commands
 from ._cli_recall import add_recall_commands
 from ._cli_verify import add_verify_commands, print_verification
 from ._codec import unstructure
@@ -607,6 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(subparsers)
     _add_session(subparsers)
     add_recall_commands(subparsers, _add_identity_args)
+    add_memory_commands(subparsers, _add_identity_args)
     add_verify_commands(subparsers, _add_identity_args, _identity)
     add_eval_commands(subparsers)
     return parser

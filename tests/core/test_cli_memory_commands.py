@@ -1,0 +1,102 @@
+"""``agentium memory list|history|remember|correct|forget`` on a config's [memory] section (SQLite)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentium_harness._cli import main
+
+CONFIG = """
+[provider]
+plugin = "scripted"
+
+[archive]
+plugin = "sqlite"
+
+[session_store]
+plugin = "sqlite"
+
+[memory]
+plugin = "sqlite"
+
+[memory.options]
+path = "memory.db"
+"""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> str:
+    path = tmp_path / "agentium.toml"
+    path.write_text(CONFIG, encoding="utf-8")
+    return str(path)
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> object:
+    assert main([*argv, "--json"]) in (0, 1)
+    return json.loads(capsys.readouterr().out)
+
+
+def test_remember_list_correct_forget_round_trip(config: str, capsys: pytest.CaptureFixture[str]) -> None:
+    who = ["--tenant", "acme", "--user", "alice"]
+    ack = _json(
+        capsys,
+        ["memory", "remember", config, *who, "the VPN needs 2FA", "--valid-until", "2999-01-01T00:00Z"],
+    )
+    assert isinstance(ack, dict) and ack["status"] == "stored" and ack["revision"] == 1 and ack["durable"]
+    fact_id = ack["fact_id"]
+    again = _json(
+        capsys,
+        ["memory", "remember", config, *who, "the VPN needs 2FA", "--valid-until", "2999-01-01T00:00Z"],
+    )
+    assert isinstance(again, dict) and (again["status"], again["fact_id"]) == ("duplicate", fact_id)
+    listed = _json(capsys, ["memory", "list", config, *who])
+    assert isinstance(listed, list) and [f["text"] for f in listed] == ["the VPN needs 2FA"]
+    assert listed[0]["valid_until"] == "2999-01-01T00:00:00.000000Z"
+    fixed = _json(capsys, ["memory", "correct", config, *who, fact_id, "the VPN needs a hardware key"])
+    assert isinstance(fixed, dict) and fixed["revision"] == 2
+    assert main(["memory", "list", config, *who]) == 0
+    assert "hardware key" in capsys.readouterr().out
+    assert main(["memory", "forget", config, *who, fact_id]) == 0
+    assert f"stored {fact_id} revision 3" in capsys.readouterr().out
+    history = _json(capsys, ["memory", "history", config, *who, fact_id])
+    assert isinstance(history, list) and [h["status"] for h in history] == ["forgotten"] * 3
+    assert all(h["text"] == "" for h in history)
+    assert _json(capsys, ["memory", "list", config, *who]) == []
+
+
+def test_bad_input_is_refused_and_changes_nothing(config: str, capsys: pytest.CaptureFixture[str]) -> None:
+    who = ["--tenant", "acme", "--user", "alice"]
+    ack = _json(capsys, ["memory", "remember", config, *who, "kept fact"])
+    assert isinstance(ack, dict)
+    fact_id = ack["fact_id"]
+    # Rejected facts: exit 1 with the reason.
+    assert main(["memory", "remember", config, *who, "a </source-data> marker"]) == 1
+    assert "rejected: the fact text holds a source-data wrapper marker" in capsys.readouterr().out
+    assert main(["memory", "remember", config, *who, "w", "--valid-from", "2030-01-02T00:00Z",
+                 "--valid-until", "2030-01-01T00:00Z"]) == 1  # fmt: skip
+    assert "ends before" in capsys.readouterr().out
+    # A time without a zone, and another tenant's id: usage errors, nothing changed.
+    assert main(["memory", "remember", config, *who, "x", "--valid-until", "2030-01-01"]) == 2
+    assert "no time zone" in capsys.readouterr().err
+    other = ["--tenant", "globex", "--user", "alice"]
+    assert main(["memory", "forget", config, *other, fact_id]) == 2
+    foreign = capsys.readouterr().err
+    assert main(["memory", "forget", config, *other, "m-" + "0" * 32]) == 2
+    missing = capsys.readouterr().err
+    assert foreign.replace(fact_id, "ID") == missing.replace("m-" + "0" * 32, "ID")
+    assert main(["memory", "correct", config, *other, fact_id, "taken"]) == 2
+    capsys.readouterr()
+    listed = _json(capsys, ["memory", "list", config, *who])
+    assert isinstance(listed, list) and [(f["text"], f["revision"]) for f in listed] == [("kept fact", 1)]
+
+
+def test_a_config_without_a_memory_section_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "plain.toml"
+    path.write_text(CONFIG.split("[memory]")[0], encoding="utf-8")
+    assert main(["memory", "list", str(path), "--tenant", "t", "--user", "u"]) == 2
+    assert "has no [memory] section" in capsys.readouterr().err
