@@ -446,3 +446,27 @@ async def test_the_probe_is_bounded(stub: StubServer) -> None:
     finally:
         release.set()
         await provider.aclose()
+
+
+def test_a_provider_declaring_health_check_must_implement_health() -> None:
+    """The core's new ProviderCapabilities.health_check flag is honest both ways (checked at construction)."""
+    from typing import ClassVar
+
+    from agentium_harness import CapabilityError
+    from agentium_harness.plugin_api import ModelProvider, ProviderCapabilities
+
+    class Claims(ModelProvider):
+        capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(health_check=True)
+
+        async def complete(self, request: object, ctx: object) -> object:  # type: ignore[override]
+            raise NotImplementedError
+
+    registry = PluginRegistry.load()
+    archive_spec = registry.adapter("archive", "memory").spec
+    store_spec = registry.adapter("session_store", "memory").spec
+    with pytest.raises(CapabilityError, match=r"health_check.*health\(\)"):
+        create_harness_runtime(
+            provider=Claims(),
+            archive=archive_spec.build(archive_spec.config_class()),
+            session_store=store_spec.build(store_spec.config_class()),
+        )
