@@ -20,7 +20,7 @@ body{font-family:system-ui,sans-serif;margin:2rem;color:#212121;max-width:72rem}
 h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}
 .note{background:#fff8e1;border-left:4px solid #f9a825;padding:.6rem 1rem}
 .charts{display:flex;flex-wrap:wrap;gap:1rem}
-figure{margin:0;border:1px solid #e0e0e0;padding:.5rem;border-radius:4px}
+figure{margin:0;border:1px solid #e0e0e0;padding:.5rem;border-radius:4px;width:34rem}
 figcaption{font-weight:600;margin-bottom:.3rem}
 table{border-collapse:collapse;width:100%;font-size:.9rem}
 td,th{border:1px solid #e0e0e0;padding:.3rem .5rem;text-align:left;vertical-align:top}

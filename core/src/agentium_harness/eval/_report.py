@@ -191,6 +191,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o644)  # a report is for reading; mkstemp makes files private
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
