@@ -1,36 +1,35 @@
-"""Fixtures and helpers for the fs verifier's tests: a root in a temporary directory, records, contexts.
+"""Helpers for the fs verifier's tests: a root in a temporary directory, records, contexts.
 
 Everything is real: files, directories, symlinks, FIFOs and sparse files on
 the local file system. Nothing of the file system is mocked.
+
+There is deliberately no ``conftest.py`` here: pytest keeps every
+``conftest.py`` under the one module name ``conftest``, so test modules of
+different plugins importing helpers from theirs would see each other's. Each
+test module declares the fixture it needs with ``root = root_fixture()``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentium_harness.plugin_api import CompletionCandidate, OpContext, Scope, VerifyContext
+from agentium_harness.plugin_api import (
+    CompletionCandidate,
+    OpContext,
+    Scope,
+    VerificationResult,
+    VerifyContext,
+)
 from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 SCOPE = Scope("tenant", "user", "session")
 ARTIFACT_BYTES = b"the expected report\n"
 CLAIM = CompletionCandidate(claim="The task is complete: report written and all tests pass.")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    """The verifier runs its reads through anyio's worker threads; asyncio is enough here.
-
-    The contract suite's own test class runs on trio as well.
-    """
-    return "asyncio"
 
 
 def sha256(data: bytes) -> str:
@@ -81,14 +80,18 @@ def context(
     )
 
 
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    """An empty root directory with an evil sibling beside it holding the expected bytes."""
+def _make_root(tmp_path: Path) -> Path:
+    """An empty root directory, with an evil sibling and an outside file holding the expected bytes."""
     base = tmp_path / "root"
     base.mkdir()
     write(tmp_path / "root-evil" / "report.txt", ARTIFACT_BYTES)
     write(tmp_path / "outside.txt", ARTIFACT_BYTES)
     return base
+
+
+def root_fixture() -> Any:
+    """The ``root`` fixture, for a test module to bind: ``root = root_fixture()``."""
+    return pytest.fixture(_make_root, name="root")
 
 
 def verifier_for(root: Path, *paths: str, records: tuple[str, ...] = (), **options: object) -> FsVerifier:
@@ -97,11 +100,6 @@ def verifier_for(root: Path, *paths: str, records: tuple[str, ...] = (), **optio
     return FsVerifier(FsVerifierConfig(root=str(root), artifacts=artifacts, test_records=records, **options))  # type: ignore[arg-type]
 
 
-def details(result: object) -> dict[str, str]:
+def details(result: VerificationResult) -> dict[str, str]:
     """``ref -> detail`` of a result's evidence."""
-    return {e.ref: e.detail for e in result.evidence}  # type: ignore[attr-defined]
-
-
-def fifo_supported() -> bool:
-    """True where ``os.mkfifo`` exists (every POSIX system this plugin supports)."""
-    return hasattr(os, "mkfifo")
+    return {e.ref: e.detail for e in result.evidence}

@@ -9,11 +9,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from fs_verifier_helpers import ARTIFACT_BYTES, CLAIM, context, details, root_fixture, verifier_for, write
 
 from agentium_harness.plugin_api import OpContext, OperationCancelledError, Verdict
-from conftest import ARTIFACT_BYTES, CLAIM, context, details, verifier_for, write
 
 pytestmark = pytest.mark.anyio
+
+root = root_fixture()
 
 TWO_GIB = 2 * 1024**3
 THREE_GIB = 3 * 1024**3

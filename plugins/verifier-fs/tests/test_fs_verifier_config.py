@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from fs_verifier_helpers import ARTIFACT_BYTES, root_fixture, sha256, write
 
 from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig, RootNotFoundError
-from conftest import ARTIFACT_BYTES, sha256, write
+
+root = root_fixture()
 
 DIGEST = sha256(ARTIFACT_BYTES)
 

@@ -16,12 +16,24 @@ from pathlib import Path
 
 import anyio
 import pytest
+from fs_verifier_helpers import (
+    ARTIFACT_BYTES,
+    CLAIM,
+    context,
+    details,
+    junit,
+    root_fixture,
+    sha256,
+    verifier_for,
+    write,
+)
 
 from agentium_harness.plugin_api import Verdict
 from agentium_verifier_fs import ExpectedArtifact, FsVerifierConfig
-from conftest import ARTIFACT_BYTES, CLAIM, context, details, junit, sha256, verifier_for, write
 
 pytestmark = pytest.mark.anyio
+
+root = root_fixture()
 
 BAD_PATHS = [
     "../root-evil/report.txt",

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fs_verifier_helpers import ARTIFACT_BYTES, junit, sha256, write
 
 from agentium_harness.testing import VerifierContract
 from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig
-from conftest import ARTIFACT_BYTES, junit, sha256, write
 
 ARTIFACTS = ("dist/report.txt", "dist/nested/summary.txt")
 RECORD = "reports/junit.xml"

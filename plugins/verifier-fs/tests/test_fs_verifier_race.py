@@ -19,12 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from fs_verifier_helpers import ARTIFACT_BYTES, CLAIM, context, root_fixture, verifier_for, write
 
 from agentium_harness.plugin_api import Verdict
 from agentium_verifier_fs import FsVerifier
-from conftest import ARTIFACT_BYTES, CLAIM, context, verifier_for, write
 
 pytestmark = pytest.mark.anyio
+
+root = root_fixture()
 
 WRONG = b"the inside file, with the wrong bytes\n"
 MIN_RUNS = 200

@@ -7,11 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
+from fs_verifier_helpers import CLAIM, context, details, junit, root_fixture, verifier_for, write
 
 from agentium_harness.plugin_api import Verdict
-from conftest import CLAIM, context, details, junit, verifier_for, write
 
 pytestmark = pytest.mark.anyio
+
+root = root_fixture()
 
 RECORD = "reports/junit.xml"
 

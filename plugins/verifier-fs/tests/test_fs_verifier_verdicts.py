@@ -5,12 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fs_verifier_helpers import (
+    ARTIFACT_BYTES,
+    CLAIM,
+    context,
+    details,
+    junit,
+    root_fixture,
+    sha256,
+    verifier_for,
+    write,
+)
 
 from agentium_harness.plugin_api import CompletionCandidate, Verdict, evidence_size
 from agentium_verifier_fs import ARTIFACT, TEST_RECORD
-from conftest import ARTIFACT_BYTES, CLAIM, context, details, junit, sha256, verifier_for, write
 
 pytestmark = pytest.mark.anyio
+
+root = root_fixture()
 
 
 async def test_every_expected_fact_present_passes(root: Path) -> None:
