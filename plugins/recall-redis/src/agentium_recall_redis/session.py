@@ -1,0 +1,239 @@
+"""The Redis recall store's session: discovery, reads and validations confined to one scope.
+
+:class:`RedisRecallSession` is what :meth:`RedisRecallStore.open
+<agentium_recall_redis.store.RedisRecallStore.open>` returns. It holds no
+connection: each call is one round trip on the store's link (ranking and
+round trips are described in :mod:`agentium_recall_redis.store`).
+
+Scope: the scope filter is the choice of buckets, applied before any limit,
+so a foreign source can neither be returned nor take a place. Reads and
+validations decide visibility from the source id alone (ids are injective in
+their owner): a foreign id is ``FORBIDDEN`` and never looked up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+import attrs
+from redis.exceptions import ResponseError
+
+from agentium_harness import InvalidArgumentError
+from agentium_harness.plugin_api import (
+    Candidate,
+    Completeness,
+    Excerpt,
+    OmittedContext,
+    OpContext,
+    RecallLimits,
+    RecallSession,
+    Scope,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+    estimate_tokens,
+    make_excerpt,
+    query_terms,
+)
+
+from .errors import RedisRecallError
+from .keys import encode_term, owner_from_key, owner_of_source_id, tenant_prefix, visible_owner_keys
+from .link import as_text
+from .scripts import DISCOVER, READ
+from .server import Arg
+
+if TYPE_CHECKING:
+    from .store import RedisRecallStore
+
+__all__ = ["RedisRecallSession", "check_count"]
+
+# What an excerpt of a text read only in part may have left out: anything, since the rest is unread.
+_UNREAD: Final = frozenset({OmittedContext.SOURCE, OmittedContext.CORRECTION, OmittedContext.NEGATION})
+
+
+def check_count(value: object, what: str) -> int:
+    """``value``, an int argument named ``what``; refuse a bool or a non-int."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
+    return value
+
+
+def _unread_rest(excerpt: Excerpt) -> Excerpt:
+    """An excerpt of a text read only up to the read cap: never complete, and anything may be left out."""
+    completeness = (
+        Completeness.PARTIAL if excerpt.completeness is Completeness.COMPLETE else excerpt.completeness
+    )
+    return attrs.evolve(excerpt, completeness=completeness, omitted=excerpt.omitted | _UNREAD)
+
+
+class RedisRecallSession(RecallSession):
+    """A recall session of :class:`RedisRecallStore`, confined to one scope.
+
+    Holds no connection of its own (calls borrow one from the store's pool
+    for one round trip); :meth:`close` marks it closed, after which calls are
+    refused. :meth:`read` picks excerpt windows with the terms of this
+    session's latest :meth:`discover` query.
+    """
+
+    def __init__(self, store: RedisRecallStore, scope: Scope, limits: RecallLimits) -> None:
+        self._store = store
+        self._scope = scope
+        self._limits = limits
+        self._prefix = tenant_prefix(store.config.key_prefix, scope.tenant)
+        self._owner_keys = visible_owner_keys(scope)
+        self._owners: dict[bytes, SourceOwner | None] = {}
+        self._terms: tuple[str, ...] = ()
+        self._closed = False
+
+    @property
+    def scope(self) -> Scope:
+        """The scope this session was opened for."""
+        return self._scope
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def _begin(self, ctx: OpContext, operation: str) -> None:
+        ctx.raise_if_expired(operation)
+        if self._closed:
+            raise RedisRecallError(f"redis recall store: {operation} refused: the recall session is closed")
+
+    def _owner(self, key: bytes) -> SourceOwner | None:
+        """The owner an owner key names (cached per session: a scope sees at most 16)."""
+        if key not in self._owners:
+            try:
+                self._owners[key] = owner_from_key(self._scope.tenant, key.decode("ascii"))
+            except (ValueError, UnicodeDecodeError):
+                self._owners[key] = None
+        return self._owners[key]
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        """Up to ``max_candidates`` visible sources for ``query``, best first, within ``ctx.remaining_bytes``.
+
+        One round trip (see the module docs for the ranking). An empty or
+        all-punctuation query finds nothing and makes no call.
+        """
+        self._begin(ctx, "recall discover")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        terms = query_terms(query)
+        self._terms = terms
+        limit = max(0, check_count(max_candidates, "max_candidates"))
+        if not terms or limit == 0:
+            return []
+        cap = self._store.config.max_ranked_matches
+        per_term = max(limit, -(-cap // len(terms)))
+        budget = -1 if ctx.remaining_bytes is None else max(0, ctx.remaining_bytes)
+        args: list[Arg] = [self._prefix, limit, per_term, budget, len(terms), len(self._owner_keys)]
+        args.extend(encode_term(t) for t in terms)
+        args.extend(self._owner_keys)
+        rows = await self._store._script(DISCOVER, [f"{self._prefix}:bk"], args, ctx, "recall discover")
+        found: list[Candidate] = []
+        spent = 0
+        for sid, revision, title, size, okey, score in rows or ():
+            owner = self._owner(okey)
+            if owner is None or not owner.visible_to(
+                self._scope
+            ):  # the buckets already hold; never trust one check
+                continue
+            candidate = Candidate(
+                SourceRef(sid.decode(), revision.decode()),
+                owner,
+                float(score),
+                int(size),
+                title.decode("utf-8", "replace"),
+            )
+            spent += candidate.discovery_bytes
+            if budget >= 0 and spent > budget:
+                break
+            found.append(candidate)
+        return found
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets.
+
+        One round trip. Each text is fetched with ``GETRANGE`` up to
+        ``max_read_bytes``; an excerpt of a longer text is marked partial,
+        with source, correction and negation context possibly left out.
+        """
+        self._begin(ctx, "recall read")
+        cap = max(0, check_count(max_excerpt_bytes, "max_excerpt_bytes"))
+        wanted: list[tuple[SourceRef, SourceOwner]] = []
+        for ref in refs:
+            owner = owner_of_source_id(getattr(ref, "source_id", None))
+            if owner is not None and owner.visible_to(self._scope) and isinstance(ref.revision, str):
+                wanted.append((ref, owner))
+        if not wanted:
+            return []
+        args: list[Arg] = [self._prefix, self._store.config.max_read_bytes]
+        for ref, _ in wanted:
+            args.extend((ref.source_id, ref.revision))
+        rows = await self._store._script(READ, [f"{self._prefix}:ids"], args, ctx, "recall read")
+        out: list[Excerpt] = []
+        spent_bytes = spent_tokens = 0
+        for (ref, owner), row in zip(wanted, rows or (), strict=False):
+            if row is None:
+                continue  # deleted, changed or never indexed: validation reports it
+            size, data = int(row[0]), bytes(row[1])
+            cut = size > len(data)
+            # A cut can split the last character; the stored text itself is valid UTF-8.
+            text = data.decode("utf-8", "ignore" if cut else "replace")
+            excerpt = make_excerpt(ref, owner, text, self._terms, cap)
+            if cut:
+                excerpt = _unread_rest(excerpt)
+            spent_bytes += len(excerpt.text.encode("utf-8", "surrogatepass"))
+            spent_tokens += estimate_tokens(excerpt.text)
+            if ctx.remaining_bytes is not None and spent_bytes > ctx.remaining_bytes:
+                break
+            if ctx.remaining_tokens is not None and spent_tokens > ctx.remaining_tokens:
+                break
+            out.append(excerpt)
+        return out
+
+    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """One validation per ref, in order, all read by one ``HMGET`` (one consistent view)."""
+        return await self._validate(refs, ctx, "recall validate")
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """As :meth:`validate`: one bounded ``HMGET`` of the current revisions, one round trip."""
+        return await self._validate(refs, ctx, "recall validate_current")
+
+    async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
+        self._begin(ctx, operation)
+        out: list[Validation | None] = []
+        lookups: list[int] = []
+        for i, ref in enumerate(refs):
+            owner = owner_of_source_id(getattr(ref, "source_id", None))
+            if owner is None:
+                out.append(Validation(ref, ValidationStatus.UNKNOWN))
+            elif not owner.visible_to(self._scope):
+                out.append(Validation(ref, ValidationStatus.FORBIDDEN))
+            else:
+                out.append(None)
+                lookups.append(i)
+        if lookups:
+            command: list[Arg] = ["HMGET", f"{self._prefix}:rev", *(refs[i].source_id for i in lookups)]
+            [reply] = await self._store._call([command], ctx, operation)
+            if isinstance(reply, ResponseError):
+                self._store._errors.refused(reply, operation)
+            for i, value in zip(lookups, reply, strict=True):
+                ref = refs[i]
+                current = None if value is None else as_text(value)
+                if current is None or current.startswith("-"):
+                    out[i] = Validation(ref, ValidationStatus.DELETED)
+                elif current == ref.revision:
+                    out[i] = Validation(ref, ValidationStatus.CURRENT, current)
+                else:
+                    out[i] = Validation(ref, ValidationStatus.CHANGED, current)
+        return [v for v in out if v is not None]
+
+    async def close(self) -> None:
+        """Mark the session closed. Always succeeds (also after a cancelled call); idempotent."""
+        self._closed = True
+        self._terms = ()
