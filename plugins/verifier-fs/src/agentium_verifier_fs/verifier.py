@@ -120,10 +120,10 @@ class FsVerifier(CompletionVerifier):
         """
         ctx.raise_if_expired("verify")
         bound = time.monotonic() + self._config.read_timeout_s
-        left = threading.Event()
+        abandoned = threading.Event()
 
         def check() -> None:
-            if left.is_set():
+            if abandoned.is_set():
                 raise _Abandoned
             ctx.raise_if_expired("verify")
             if time.monotonic() >= bound:
@@ -136,7 +136,7 @@ class FsVerifier(CompletionVerifier):
         except BaseException:
             # Cancelled while the thread runs: the thread stops before its next chunk
             # and closes its descriptors; nobody waits for it.
-            left.set()
+            abandoned.set()
             raise
         return _judge(outcomes, ctx)
 
@@ -197,6 +197,7 @@ class FsVerifier(CompletionVerifier):
                             f"stale: last written {run_started_at - mtime:.3f}s before the run started"
                         )
                     data = read_file(opened, self._config.max_record_bytes, check)
+                check()  # parsing runs uninterrupted, so the bounds are checked right before it
                 counts = parse_junit(data)
             except EvidenceUnavailable as exc:
                 return _unknown(TEST_RECORD, record, exc)
