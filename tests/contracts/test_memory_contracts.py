@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.sqlite import SQLiteConfig
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.testing import MemoryStoreContract
@@ -46,6 +47,12 @@ class TestSQLiteMemoryStoreSharingTheHarnessFile(MemoryStoreContract):
         store = SQLiteMemoryStore(SQLiteConfig(path=path))
         yield store
         await store.aclose()
+
+
+class TestInMemoryMemoryStore(MemoryStoreContract):
+    @pytest.fixture
+    def memory_store(self) -> InMemoryMemoryStore:
+        return InMemoryMemoryStore()
 
 
 EXPECTED_FAILURES: dict[str, set[str]] = {

@@ -17,6 +17,7 @@ from .._plugins.hookspecs import hookimpl
 from .._plugins.spec import AdapterSpec, Register
 from .._plugins.strategies import RecallStrategy, RegisterStrategy
 from .memory import InMemoryArchive, InMemoryArchiveConfig, InMemorySessionStore, InMemorySessionStoreConfig
+from .memory_facts import InMemoryMemoryConfig, InMemoryMemoryStore
 from .memory_recall import InMemoryRecallConfig, InMemoryRecallStore
 from .providers import (
     ExtractiveProvider,
@@ -151,7 +152,15 @@ def agentium_register_summarizers(register: Register) -> None:
 
 @hookimpl
 def agentium_register_memory_stores(register: Register) -> None:
-    """Register the built-in memory store."""
+    """Register the built-in memory stores."""
+    register(
+        AdapterSpec(
+            name="memory",
+            adapter_class=InMemoryMemoryStore,
+            config_class=InMemoryMemoryConfig,
+            description="in-process memory store for tests and development (not durable)",
+        )
+    )
     register(
         AdapterSpec(
             name="sqlite",

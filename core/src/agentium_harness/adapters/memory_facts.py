@@ -1,0 +1,165 @@
+"""An in-process memory store (plugin name ``memory``) for tests and development; not durable.
+
+Same semantics as the SQLite memory store (:mod:`agentium_harness.adapters.sqlite_memory`):
+revisions per fact id, duplicates acknowledged, correction keeps the
+history, forgetting removes the content of every revision and adds a
+tombstone, foreign ids refused like missing ones, lookups filtered before
+they are bounded. Every call checks its context first and then runs without
+awaiting, so no two calls interleave.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import ClassVar
+
+import attrs
+
+from .._errors import MemoryFactForgottenError, MemoryFactNotFoundError, MemoryStoreError
+from .._ports import OpContext
+from .._ports.memory import (
+    MAX_LOOKUP_LIMIT,
+    AckStatus,
+    FactStatus,
+    MemoryAck,
+    MemoryCapabilities,
+    MemoryFact,
+    MemoryScope,
+    MemoryStore,
+    StoredFact,
+    check_fact,
+    check_limit,
+)
+from .._scope import validate_id
+from ._excerpts import query_terms
+from .sqlite_memory import new_fact_id
+
+__all__ = ["InMemoryMemoryConfig", "InMemoryMemoryStore"]
+
+
+@attrs.frozen(slots=True)
+class InMemoryMemoryConfig:
+    """The in-process memory store takes no options."""
+
+
+def _key(fact: MemoryFact) -> tuple[object, ...]:
+    s = fact.scope
+    return (s.tenant, s.user, s.project, s.repository, fact.text, fact.valid_from, fact.valid_until)
+
+
+def _removed(fact: MemoryFact) -> MemoryFact:
+    return MemoryFact(fact.scope, "")
+
+
+class InMemoryMemoryStore(MemoryStore):
+    """Facts in a dict, lost with the process. Declares every capability except ``durable``."""
+
+    capabilities: ClassVar[MemoryCapabilities] = MemoryCapabilities(
+        acknowledged_writes=True, correction=True, forgetting=True, listing=True, history=True
+    )
+
+    def __init__(self, config: InMemoryMemoryConfig | None = None) -> None:
+        self._revisions: dict[str, list[StoredFact]] = {}
+        self._order: list[str] = []  # fact ids by the time their current revision was written
+        self._closed = False
+
+    def _begin(self, ctx: OpContext, operation: str) -> None:
+        ctx.raise_if_expired(operation)
+        if self._closed:
+            raise MemoryStoreError(f"in-memory memory store: {operation} refused: the store is closed")
+
+    def _latest(self, scope: MemoryScope, fact_id: str) -> StoredFact:
+        revisions = self._revisions.get(fact_id)
+        if not revisions or not scope.owns(revisions[-1].scope):
+            raise MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
+        return revisions[-1]
+
+    def _touch(self, fact_id: str) -> None:
+        if fact_id in self._order:
+            self._order.remove(fact_id)
+        self._order.append(fact_id)
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        """Store ``fact`` as revision 1 of a new id, or acknowledge the current duplicate."""
+        self._begin(ctx, "memory remember")
+        check_fact(fact)
+        for fact_id, revisions in self._revisions.items():
+            last = revisions[-1]
+            if last.status is FactStatus.CURRENT and _key(last.fact) == _key(fact):
+                return MemoryAck(AckStatus.DUPLICATE, fact_id, last.revision)
+        fact_id = new_fact_id()
+        self._revisions[fact_id] = [StoredFact(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))]
+        self._touch(fact_id)
+        return MemoryAck(AckStatus.STORED, fact_id, 1)
+
+    async def correct(
+        self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+    ) -> MemoryAck:
+        """Supersede the latest revision with ``replacement``."""
+        self._begin(ctx, "memory correct")
+        validate_id(fact_id, "fact id")
+        check_fact(replacement)
+        latest = self._latest(scope, fact_id)
+        if not scope.owns(replacement.scope):
+            raise MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
+        if latest.status is FactStatus.FORGOTTEN:
+            raise MemoryFactForgottenError(f"fact {fact_id!r} was forgotten; it cannot be corrected")
+        if _key(latest.fact) == _key(replacement):
+            return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
+        revisions = self._revisions[fact_id]
+        revisions[-1] = attrs.evolve(latest, status=FactStatus.SUPERSEDED)
+        now = datetime.now(UTC)
+        revisions.append(StoredFact(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now))
+        self._touch(fact_id)
+        return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1)
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        """Remove the content of every revision and add a tombstone."""
+        self._begin(ctx, "memory forget")
+        validate_id(fact_id, "fact id")
+        latest = self._latest(scope, fact_id)
+        if latest.status is FactStatus.FORGOTTEN:
+            return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
+        revisions = self._revisions[fact_id]
+        revisions[:] = [
+            attrs.evolve(r, status=FactStatus.FORGOTTEN, fact=_removed(r.fact)) for r in revisions
+        ]
+        tombstone = StoredFact(
+            fact_id, latest.revision + 1, FactStatus.FORGOTTEN, _removed(latest.fact), datetime.now(UTC)
+        )
+        revisions.append(tombstone)
+        return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1)
+
+    def _current(self) -> list[StoredFact]:
+        newest_first = [self._revisions[fid][-1] for fid in reversed(self._order)]
+        return [f for f in newest_first if f.status is FactStatus.CURRENT]
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        """Current facts ``scope`` sees, valid at ``at``: most query words matched first, then newest."""
+        self._begin(ctx, "memory lookup")
+        check_limit(limit)
+        when = at or datetime.now(UTC)
+        terms = query_terms(query)
+        visible = [f for f in self._current() if scope.sees(f.scope) and f.fact.valid_at(when)]
+        scored = sorted(enumerate(visible), key=lambda p: (-sum(t in p[1].text.lower() for t in terms), p[0]))
+        return [f for _, f in scored[:limit]]
+
+    async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+        """Current facts of the tenant and user, newest first; expired ones too."""
+        self._begin(ctx, "memory list")
+        check_limit(limit)
+        return [f for f in self._current() if scope.owns(f.scope)][:limit]
+
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
+        """Every revision of ``fact_id``, oldest first."""
+        self._begin(ctx, "memory history")
+        validate_id(fact_id, "fact id")
+        self._latest(scope, fact_id)
+        return list(self._revisions[fact_id][:MAX_LOOKUP_LIMIT])
+
+    async def aclose(self) -> None:
+        """Refuse later calls (the facts are dropped with the object)."""
+        self._closed = True
