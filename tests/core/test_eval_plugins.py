@@ -27,6 +27,7 @@ from agentium_harness.eval import (
 )
 from agentium_harness.plugin_api import (
     Candidate,
+    Excerpt,
     OpContext,
     PluginRegistry,
     RecallLimits,
@@ -191,6 +192,53 @@ def test_only_the_probe_turn_is_traced() -> None:
             and block.attribute("completeness") == "complete"
         )
         assert trace.retained is not None and trace.retained["scope"]["tenant"].startswith("acme@")
+        await runtime.aclose()
+
+    anyio.run(main)
+
+
+class _OversizedSession(InMemoryRecallSession):
+    """A broken store: read ignores ``max_excerpt_bytes`` and returns whole texts."""
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        return await super().read(refs, 1_000_000, ctx)
+
+
+class _OversizedStore(InMemoryRecallStore):
+    session_class = _OversizedSession
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        return _OversizedSession(self, scope)
+
+
+def test_an_excerpt_the_engine_drops_is_not_read_evidence() -> None:
+    text = "The release captain signs off with the code word marigold. " * 4
+    case = {
+        "id": "oversized",
+        "setup": [{"document": text, "id": "checklist", "label": "checklist"}],
+        "probe": "Which code word does the release captain sign off with?",
+        "recall_budget": {"max_excerpt_bytes": 64},
+        "expect": {"evidence": ["checklist"], "in_prompt": [], "abstain": True},
+    }
+
+    async def main() -> None:
+        runtime = create_harness_runtime(
+            provider=ExtractiveProvider(),
+            archive=InMemoryArchive(),
+            session_store=InMemorySessionStore(),
+            recall=_OversizedStore(),
+        )
+        target = create_harness_eval_target(runtime=runtime)
+        (result,) = (await run_eval(parse_cases(json.dumps(case)), target, installed_graders())).results
+        assert result.trace is not None and result.trace.dropped_excerpts == (
+            result.trace.labels["checklist"].source_id,
+        )
+        read = result.grades["read_evidence"]
+        assert read.status is GradeStatus.FAIL and "dropped by the engine" in read.reason
+        assert result.grades["discovered_evidence"].status is GradeStatus.PASS
+        assert result.grades["abstention"].status is GradeStatus.PASS  # partial recall: the policy stopped
         await runtime.aclose()
 
     anyio.run(main)

@@ -138,6 +138,17 @@ def _resolve(trace: CaseTrace, labels: Sequence[str]) -> tuple[dict[str, str], l
     return found, missing
 
 
+def _kept(trace: CaseTrace, source_id: str, owner: SourceOwner | None, dropped: tuple[str, ...]) -> bool:
+    """True for an item the engine accepted: in the run's scope and not dropped as a contract violation."""
+    return owner is not None and owner.visible_to(trace.scope) and source_id not in dropped
+
+
+def _not(dropped: tuple[str, ...], source_id: str, what: str) -> str:
+    if source_id in dropped:
+        return f"was returned by the store but dropped by the engine as a contract violation (not {what})"
+    return f"was not {what}"
+
+
 def _listing(items: Sequence[str]) -> str:
     return ", ".join(items) if items else "none"
 
@@ -161,12 +172,16 @@ class DiscoveredEvidenceGrader:
         found, missing = _resolve(trace, labels)
         if not trace.has_recall:
             return Grade.failed(f"expected {_listing(list(labels))} but the runtime has no recall store")
-        # A candidate the run's scope may not see is a leak (the scope grader's), never a discovery.
+        # What the engine refused (out of scope, over a budget) was not discovered (a leak is scope's).
         seen = {
-            c.source_id for c in trace.candidates if c.owner is not None and c.owner.visible_to(trace.scope)
+            c.source_id
+            for c in trace.candidates
+            if _kept(trace, c.source_id, c.owner, trace.dropped_candidates)
         }
         missing += [
-            f"{label!r} ({sid}) was not discovered" for label, sid in found.items() if sid not in seen
+            f"{label!r} ({sid}) {_not(trace.dropped_candidates, sid, 'discovered')}"
+            for label, sid in found.items()
+            if sid not in seen
         ]
         if missing:
             return Grade.failed("; ".join(missing) + f"; candidates: {_listing(sorted(seen))}")
@@ -190,12 +205,14 @@ class ReadEvidenceGrader:
         if not trace.has_recall:
             return Grade.failed(f"expected {_listing(list(labels))} read but the runtime has no recall store")
         by_id = {
-            e.source_id: e for e in trace.excerpts if e.owner is not None and e.owner.visible_to(trace.scope)
+            e.source_id: e
+            for e in trace.excerpts
+            if _kept(trace, e.source_id, e.owner, trace.dropped_excerpts)
         }
         for label, sid in found.items():
             excerpt = by_id.get(sid)
             if excerpt is None:
-                missing.append(f"{label!r} ({sid}) was not read")
+                missing.append(f"{label!r} ({sid}) {_not(trace.dropped_excerpts, sid, 'read')}")
             elif not excerpt.whole:
                 missing.append(
                     f"{label!r} was read {excerpt.completeness} "

@@ -128,6 +128,10 @@ class CaseTrace:
     verification_reason: str | None = None
     retained: Any = None
     diagnostics: tuple[str, ...] = ()
+    #: Source ids the engine dropped from what the store's discover and read returned, as contract
+    #: violations (out of scope, over a budget, not asked for …), from the run's diagnostics.
+    dropped_candidates: tuple[str, ...] = ()
+    dropped_excerpts: tuple[str, ...] = ()
 
     def request_blocks(self) -> tuple[BlockSeen, ...]:
         """Every source block of every model request, in order."""
@@ -146,4 +150,6 @@ class CaseTrace:
             "model_requests": len(self.requests),
             "verdict": self.verdict,
             "diagnostics": list(self.diagnostics),
+            "dropped_candidates": list(self.dropped_candidates),
+            "dropped_excerpts": list(self.dropped_excerpts),
         }

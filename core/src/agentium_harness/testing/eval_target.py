@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,20 @@ def _trace(
         verification_reason=_verification_reason(verification),
         retained=unstructure(result.retained) if result.committed else None,
         diagnostics=tuple(d.code for d in result.diagnostics),
+        dropped_candidates=_dropped(result, recorder.candidates, "discover "),
+        dropped_excerpts=_dropped(result, recorder.excerpts, "read "),
     )
+
+
+def _dropped(result: RunResult, items: Sequence[object], stage: str) -> tuple[str, ...]:
+    """Source ids of ``items`` the engine refused at ``stage`` (its ``recall_contract_violation`` notes)."""
+    notes = [
+        d.message
+        for d in result.diagnostics
+        if d.code == "recall_contract_violation" and d.message.startswith(stage)
+    ]
+    seen = dict.fromkeys(getattr(getattr(item, "ref", None), "source_id", None) for item in items)
+    return tuple(s for s in seen if isinstance(s, str) and any(repr(s) in note for note in notes))
 
 
 def _verification_reason(verification: object) -> str | None:
