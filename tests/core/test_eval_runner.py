@@ -225,3 +225,10 @@ def test_a_verified_probe_carries_its_verdict_into_the_trace() -> None:
 def test_completion_must_be_a_boolean() -> None:
     with pytest.raises(EvalCaseError, match=r"\$\.completion: expected true or false, got string"):
         parse_cases(json.dumps({**FACT_CASE, "completion": "yes"}))
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_eval_runs_under_asyncio_and_trio(backend: str, tmp_path: Path) -> None:
+    target = create_harness_eval_target(EXAMPLES / "recall-on.toml", workdir=tmp_path)
+    run = anyio.run(lambda: run_eval(_cases(FACT_CASE), target, GRADERS), backend=backend)
+    assert run.results[0].grades["supported_answer"].status is GradeStatus.PASS
