@@ -124,3 +124,14 @@ async def test_fact_text_that_looks_like_a_wrapper_is_defused_in_the_block() -> 
     )
     rendered = memory_block(fact, 1).render()
     assert rendered.count("</source-data>") == 1 and "&lt;/source-data>" in rendered
+
+
+def test_omissions_become_run_diagnostics() -> None:
+    from agentium_harness._engine.memory_sources import MemoryOmitted, memory_diagnostics
+
+    notes = memory_diagnostics(
+        MemoryOmitted(over_budget=("m-1", "m-2"), refused=(("m-3", "forgotten"),), problems=("store down",))
+    )
+    assert [n.code for n in notes] == ["memory_omitted", "memory_refused", "memory_failed"]
+    assert "m-1, m-2" in notes[0].message and "forgotten" in notes[1].message
+    assert memory_diagnostics(MemoryOmitted()) == []

@@ -22,13 +22,14 @@ from .._memory.selection import MemorySelection, SelectionRequest, checked_selec
 from .._ports._base import OpContext
 from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
 from .._ports.provider import SourceBlock, SourceKind
+from .results import Diagnostic, Severity
 from .sources import assemble_sources
 
 if TYPE_CHECKING:
     # Only for the annotation: the manager imports this stage through the Agent.
     from .._memory.manager import MemoryManager
 
-__all__ = ["MEMORY_SOURCE_PREFIX", "MemoryOmitted", "memory_block", "memory_blocks"]
+__all__ = ["MEMORY_SOURCE_PREFIX", "MemoryOmitted", "memory_block", "memory_blocks", "memory_diagnostics"]
 
 #: Source ids of memory blocks are ``memory/<fact id>``.
 MEMORY_SOURCE_PREFIX = "memory/"
@@ -114,3 +115,24 @@ async def memory_blocks(
     assembly = assemble_sources(blocks, budget_tokens)
     over = tuple(sid[len(MEMORY_SOURCE_PREFIX) :] for sid in assembly.omitted)
     return assembly.included, MemoryOmitted(over_budget=over, refused=tuple(refused))
+
+
+def memory_diagnostics(omitted: MemoryOmitted) -> list[Diagnostic]:
+    """What a run reports about its memory blocks: omissions, refusals and failures (warnings)."""
+    notes: list[Diagnostic] = []
+    if omitted.over_budget:
+        notes.append(
+            Diagnostic(
+                "memory_omitted",
+                f"{len(omitted.over_budget)} memory fact(s) left out whole: they did not fit the memory "
+                "token budget (" + ", ".join(omitted.over_budget) + ")",
+                Severity.WARNING,
+            )
+        )
+    for fact_id, why in omitted.refused:
+        notes.append(
+            Diagnostic("memory_refused", f"memory fact {fact_id} not injected: {why}", Severity.WARNING)
+        )
+    for problem in omitted.problems:
+        notes.append(Diagnostic("memory_failed", problem, Severity.WARNING))
+    return notes
