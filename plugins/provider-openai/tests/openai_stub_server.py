@@ -210,6 +210,9 @@ class StubServer:
 def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body are written separately; without TCP_NODELAY the
+        # client's delayed ACK adds ~40 ms to every keep-alive answer.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet test output
             return
