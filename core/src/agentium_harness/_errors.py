@@ -260,8 +260,10 @@ class MemoryStoreError(AgentiumError):
 
 
 class MemoryRejectedError(MemoryStoreError, ValueError):
-    """A fact was refused (over the size limit, a validity window ending before it starts, source-data
-    markers in its text, or the host's own rule); ``reason`` says which. Nothing was written.
+    """A fact was refused; ``reason`` says why. Nothing was written.
+
+    Causes: text over the size limit, a validity window ending before it
+    starts, source-data wrapper markers in the text, or the host's own rule.
     """
 
     def __init__(self, reason: str) -> None:
