@@ -136,8 +136,10 @@ def _flip(body: bytes) -> bytes:
 class FaultProxy:
     """The proxy: ``endpoint`` is what a client points at; ``faults`` is consumed in order."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, *, latency_s: float = 0.0) -> None:
         self.upstream_port = upstream_port
+        #: Added before every response (a network round trip, for benchmarks).
+        self.latency_s = latency_s
         self.faults: list[Fault] = []
         self.requests: list[tuple[str, str]] = []
         self.continues = 0
@@ -235,6 +237,8 @@ class FaultProxy:
                     return  # the server did the work; the client never hears of it
                 if fault is not None and fault.mode == "delay":
                     time.sleep(fault.seconds)
+                elif self.latency_s:
+                    time.sleep(self.latency_s)
                 out_body = response.body
                 if fault is not None and fault.mode == "corrupt_response":
                     out_body = _flip(out_body)

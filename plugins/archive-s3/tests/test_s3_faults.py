@@ -80,7 +80,6 @@ async def test_a_dropped_acknowledgment_resolves_through_the_sdk_retry(
         receipts = await archive.append(KEY, groups, OpContext.with_timeout(30))
         assert [r.digest for r in receipts] == [g.digest for g in groups]
         assert drop.applied == 1
-        assert proxy.continues >= 3  # every upload asked for 100-continue and got it from the proxy
         assert await _read(archive) == groups
     finally:
         await archive.aclose()
@@ -261,6 +260,7 @@ async def test_session_saves_ride_out_a_409_and_a_dropped_acknowledgment(
         # the store reads the object back, finds its own bytes, and reports success.
         second = await store.save(KEY, scoped_snapshot(KEY, " two"), first, OpContext.with_timeout(30))
         assert second == first + 1
+        assert proxy.continues >= 2  # snapshot uploads ask for 100-continue; the proxy answers it
         loaded = await store.load(KEY, OpContext.with_timeout(30))
         assert loaded is not None and loaded.revision == second
         assert loaded.snapshot == scoped_snapshot(KEY, " two")

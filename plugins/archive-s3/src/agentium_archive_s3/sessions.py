@@ -229,6 +229,8 @@ class S3SessionStore(SessionStore):
                 reply = s3.put_object(
                     Bucket=self._config.bucket,
                     Key=object_key,
+                    # A stream: botocore sends Expect: 100-continue, so a refused condition
+                    # (412) is answered before a large snapshot is uploaded in vain.
                     Body=io.BytesIO(body),
                     ContentType="text/plain; charset=utf-8",
                     **condition,  # type: ignore[arg-type]
