@@ -1,0 +1,93 @@
+"""The SQLite memory store beyond the contract: damaged rows, schema versions, races, inert queries."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import anyio
+import pytest
+from _memory_support import sqlite_store
+
+from agentium_harness import AckStatus, MemoryFact, MemoryScope
+from agentium_harness.adapters._sqlite_memory_sql import SQLiteMemoryError
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+ALICE = MemoryScope("tenant-a", "alice")
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(5.0)
+
+
+async def test_a_row_changed_outside_the_store_is_reported_not_returned(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path)
+    ack = await store.remember(MemoryFact(ALICE, "the safe code is private"), _ctx())
+    conn = sqlite3.connect(tmp_path / "memory.db")
+    with conn:
+        conn.execute(
+            "UPDATE memory_facts SET text = 'the safe code is 1234' WHERE fact_id = ?", (ack.fact_id,)
+        )
+    conn.close()
+    with pytest.raises(SQLiteMemoryError, match="damaged"):
+        await store.lookup(ALICE, "", 10, _ctx())
+    with pytest.raises(SQLiteMemoryError, match="damaged"):
+        await store.list_facts(ALICE, 10, _ctx())
+    await store.aclose()
+
+
+async def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path)
+    await store.lookup(ALICE, "", 1, _ctx())
+    await store.aclose()
+    conn = sqlite3.connect(tmp_path / "memory.db")
+    with conn:
+        conn.execute("UPDATE memory_meta SET value = '99' WHERE key = 'schema_version'")
+    conn.close()
+    again = sqlite_store(tmp_path)
+    with pytest.raises(SQLiteMemoryError, match="schema version 99"):
+        await again.lookup(ALICE, "", 1, _ctx())
+    await again.aclose()
+
+
+async def test_two_stores_racing_to_remember_the_same_fact_store_it_once(tmp_path: Path) -> None:
+    stores = [sqlite_store(tmp_path) for _ in range(4)]
+    acks = []
+
+    async def remember(i: int) -> None:
+        acks.append(await stores[i].remember(MemoryFact(ALICE, "raced fact"), _ctx()))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(stores)):
+            tg.start_soon(remember, i)
+    assert sorted(a.status for a in acks) == [AckStatus.DUPLICATE] * 3 + [AckStatus.STORED]
+    assert len({a.fact_id for a in acks}) == 1
+    assert [f.text for f in await stores[0].list_facts(ALICE, 10, _ctx())] == ["raced fact"]
+    for store in stores:
+        await store.aclose()
+
+
+async def test_query_text_is_never_sql_or_a_pattern(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path)
+    await store.remember(MemoryFact(ALICE, "plain fact about tea"), _ctx())
+    for query in ("'; DROP TABLE memory_facts; --", "%", "_", "*", '" OR 1=1 --', "x" * 100_000):
+        found = await store.lookup(ALICE, query, 10, _ctx())
+        # Recency still fills the result; nothing was dropped and nothing else matched.
+        assert [f.text for f in found] == ["plain fact about tea"]
+    await store.aclose()
+
+
+async def test_a_cancelled_call_writes_nothing_and_a_closed_store_refuses(tmp_path: Path) -> None:
+    store = sqlite_store(tmp_path)
+    cancelled = OpContext()
+    cancelled.signal.cancel("test")
+    from agentium_harness import OperationCancelledError
+
+    with pytest.raises(OperationCancelledError):
+        await store.remember(MemoryFact(ALICE, "never"), cancelled)
+    assert await store.list_facts(ALICE, 10, _ctx()) == []
+    await store.aclose()
+    with pytest.raises(SQLiteMemoryError, match="closed"):
+        await store.remember(MemoryFact(ALICE, "after close"), _ctx())
