@@ -199,7 +199,7 @@ async def test_closing_the_runtime_cancels_a_call_in_flight(
     finally:
         release.set()
     assert len(failures) == 1 and isinstance(failures[0], RuntimeClosedError)
-    assert provider._client is None  # the owned client was closed and dropped
+    assert provider.client is None  # the owned client was closed and dropped
     assert len(stub.completions) == 1
 
 
@@ -247,7 +247,7 @@ async def test_an_owned_client_is_closed_with_the_runtime(
     assert isinstance(provider, OpenAIProvider) and provider.owns_client
     async with runtime:
         await runtime.run(ME, "s1", "hi")
-        client = provider._client
+        client = provider.client
         assert client is not None and not client.is_closed()
     assert client.is_closed()
 

@@ -148,6 +148,15 @@ class OpenAIProvider(ModelProvider):
         return self._owns_client
 
     @property
+    def client(self) -> AsyncOpenAI | None:
+        """The client calls go through: ``None`` before an owned client's first use and after :meth:`aclose`.
+
+        For a lent client this is a copy (``with_options(max_retries=0)``) that
+        shares the host's connection pool.
+        """
+        return self._client
+
+    @property
     def config(self) -> OpenAIProviderConfig:
         """The options this provider was built with."""
         return self._config
