@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from openai_stub_server import StubServer
 
 from agentium_provider_openai import OpenAIProvider, OpenAIProviderConfig
@@ -27,3 +28,11 @@ def make_provider(server: StubServer, **options: Any) -> OpenAIProvider:
     }
     settings.update(options)
     return OpenAIProvider(OpenAIProviderConfig(**settings), environ={KEY_ENV: server.api_key or ""})
+
+
+async def request_arrived(server: StubServer, timeout_s: float = 30.0) -> None:
+    """Wait until ``server`` has received a chat completion request (bounded, so a test never hangs)."""
+    with anyio.fail_after(timeout_s):
+        # The list is filled by the server's thread: there is no event to await.
+        while not server.completions:  # noqa: ASYNC110
+            await anyio.sleep(0.01)

@@ -10,7 +10,7 @@ import threading
 
 import anyio
 import pytest
-from openai_helpers import make_provider
+from openai_helpers import make_provider, request_arrived
 from openai_stub_server import Reply, StubServer, recording
 
 from agentium_harness import OperationCancelledError
@@ -72,8 +72,7 @@ async def test_cancelling_the_signal_abandons_the_request(stub: StubServer, prov
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(call)
-            while not stub.completions:  # noqa: ASYNC110  # the request reached the server
-                await anyio.sleep(0.01)
+            await request_arrived(stub)
             parent.cancel("run cancelled by the host")
     finally:
         release.set()
@@ -91,8 +90,7 @@ async def test_cancel_scope_cancellation_propagates(stub: StubServer, provider: 
         with anyio.CancelScope() as scope:
 
             async def cancel_when_sent() -> None:
-                while not stub.completions:  # noqa: ASYNC110  # a list filled by the server thread
-                    await anyio.sleep(0.01)
+                await request_arrived(stub)
                 scope.cancel()
 
             async with anyio.create_task_group() as group:

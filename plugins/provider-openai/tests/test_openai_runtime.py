@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 from openai import AsyncOpenAI
-from openai_helpers import KEY_ENV
+from openai_helpers import KEY_ENV, request_arrived
 from openai_stub_server import Reply, StubServer
 
 from agentium_harness import (
@@ -193,8 +193,7 @@ async def test_closing_the_runtime_cancels_a_call_in_flight(
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(run)
-            while not stub.completions:  # noqa: ASYNC110  # filled by the server thread
-                await anyio.sleep(0.01)
+            await request_arrived(stub)
             await runtime.aclose()
     finally:
         release.set()
