@@ -10,6 +10,7 @@ import traceback
 from typing import Any
 
 import pytest
+from s3_helpers import BUCKET, live_keys, make_config
 from s3_servers import S3Server, free_port
 
 from agentium_archive_s3 import (
@@ -29,7 +30,6 @@ from agentium_harness.plugin_api import (
     SessionKey,
 )
 from agentium_harness.testing import plain_group, scoped_snapshot
-from conftest import BUCKET, live_keys, make_config
 
 pytestmark = pytest.mark.anyio
 

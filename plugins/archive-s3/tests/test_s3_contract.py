@@ -6,13 +6,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from s3_helpers import BUCKET
 from s3_servers import S3Server
 
 from agentium_archive_s3 import S3Archive, S3Config, S3SessionStore
 from agentium_archive_s3.keys import archive_key, session_object_key
 from agentium_harness.plugin_api import SessionKey
 from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
-from conftest import BUCKET
 
 Transform = Callable[[bytes], bytes]
 

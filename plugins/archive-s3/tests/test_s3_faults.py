@@ -15,6 +15,7 @@ import attrs
 import pytest
 from s3_fault_proxy import Fault, FaultProxy
 from s3_faults import InjectedErrors
+from s3_helpers import live_keys, make_config, raw_client, versions
 from s3_servers import S3Server
 
 from agentium_archive_s3 import (
@@ -32,7 +33,6 @@ from agentium_harness.plugin_api import (
     SessionKey,
 )
 from agentium_harness.testing import plain_group, scoped_snapshot
-from conftest import live_keys, make_config, raw_client, versions
 
 pytestmark = pytest.mark.anyio
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from s3_helpers import BUCKET, VERSIONED_BUCKET, live_keys, make_config, new_prefix, versions
 from s3_servers import S3Server
 
 from agentium_archive_s3 import S3Archive, S3Config, S3SessionStore
@@ -29,7 +30,6 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import OpContext, PluginRegistry
-from conftest import BUCKET, VERSIONED_BUCKET, live_keys, make_config, new_prefix, versions
 
 pytestmark = pytest.mark.anyio
 
