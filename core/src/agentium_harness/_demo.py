@@ -187,7 +187,8 @@ async def _session_id(store: SessionStore) -> str:
     caps = getattr(type(store), "capabilities", None)
     if isinstance(caps, SessionStoreCapabilities) and caps.listing:
         existing = await store.list_sessions(_IDENTITY.tenant, _IDENTITY.user, 10_000, OpContext())
-        return f"demo-{len(existing) + 1}"
+        # Each demo's task turn has a session of its own, "<session>-task": not a demo of its own.
+        return f"demo-{sum(1 for s in existing if not s.endswith('-task')) + 1}"
     # A store that cannot list gets a fresh, time-based id instead.
     return f"demo-{time.time_ns():x}"
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._errors import CapabilityError, FeatureUnavailableError
+from .._errors import CapabilityError
+from .._memory.manager import MemoryManager
 from .._ports.archive import HistoryArchive
 from .._ports.memory import MemoryStore
 from .._ports.provider import ModelProvider
@@ -31,12 +32,6 @@ from .verification import CompletionPolicy
 
 __all__ = ["create_harness_runtime"]
 
-#: Optional features whose engines have not landed yet: building a runtime
-#: with one of them is refused instead of accepting an adapter never called.
-_UNAVAILABLE = {
-    "memory": "the memory lifecycle",
-}
-
 
 def create_harness_runtime(
     *,
@@ -46,7 +41,7 @@ def create_harness_runtime(
     recall: RecallStore | None = None,
     summarizer: Summarizer | None = None,
     verifier: CompletionVerifier | None = None,
-    memory: MemoryStore | None = None,
+    memory: MemoryStore | MemoryManager | None = None,
     limits: RuntimeLimits | None = None,
     instructions: str = DEFAULT_INSTRUCTIONS,
     tools: ToolRegistry | None = None,
@@ -86,10 +81,12 @@ def create_harness_runtime(
     ``evidence_limits`` (default 32 entries, 8192 bytes) and
     ``verify_timeout_s`` (default ``limits.op_timeout_s``).
 
-    Memory stores are validated and then refused with
-    :class:`~agentium_harness._errors.FeatureUnavailableError`: the memory
-    engine is not part of this release, and a runtime that accepted a store
-    and never called it would mislead.
+    ``memory`` is optional: a :class:`MemoryManager` the host built (borrowed),
+    or a bare memory store the runtime wraps in one (docs/memory.md). Its
+    selected facts go into each request as labeled source data of kind
+    ``memory`` under the manager's ``injection_tokens`` budget, and
+    :meth:`HarnessRuntime.drain` and ``aclose`` drain its owned work along
+    with the runtime's background summary updates.
     """
     check_adapter("provider", provider)
     check_adapter("archive", archive)
@@ -102,17 +99,12 @@ def create_harness_runtime(
                 f"recall store {type(recall).__name__} lacks canonical_archive_reads, which recall "
                 "together with summaries requires (R9)"
             )
-    optional = {"recall": recall, "summarizer": summarizer, "verifier": verifier, "memory": memory}
+    optional: dict[str, object] = {"summarizer": summarizer, "verifier": verifier}
+    if memory is not None and not isinstance(memory, MemoryManager):
+        optional["memory"] = memory
     for kind, adapter in optional.items():
-        if adapter is not None and kind != "recall":
+        if adapter is not None:
             check_adapter(kind, adapter)
-    for kind, adapter in optional.items():
-        if adapter is not None and kind in _UNAVAILABLE:
-            raise FeatureUnavailableError(
-                f"a {kind} adapter ({type(adapter).__name__}) was given, but {_UNAVAILABLE[kind]} is not "
-                "available in this release of agentium-harness; remove it (see docs/index.md, "
-                "'What is not there yet')"
-            )
     check_options(
         limits=limits,
         tools=tools,
@@ -148,4 +140,10 @@ def create_harness_runtime(
         completion_policy=completion_policy,
         evidence_limits=evidence_limits,
         verify_timeout_s=verify_timeout_s,
+        memory=(
+            memory
+            if isinstance(memory, MemoryManager) or memory is None
+            else MemoryManager(memory, hooks=hooks)
+        ),
+        owns_memory_manager=memory is not None and not isinstance(memory, MemoryManager),
     )

@@ -10,15 +10,19 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from .._scope import SessionKey
+from .._errors import MemoryDrainError, RuntimeCloseError
+from .._memory.work import DrainResult
+from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .commit import broadcast
+from .lifecycle import LifecycleState, close_owned
 from .maintenance import flush_session
+from .owned_work import SummaryReport
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
 
-__all__ = ["close_session"]
+__all__ = ["HarnessResources", "close_session", "shutdown_runtime"]
 
 
 async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupReport:
@@ -89,3 +93,75 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
         if extra:
             report = attrs.evolve(report, diagnostics=report.diagnostics + tuple(extra))
     return report
+
+
+async def shutdown_runtime(runtime: HarnessRuntime) -> None:
+    """``HarnessRuntime.aclose``: settle or cancel operations, drain owned work, close owned adapters.
+
+    Every step is bounded (see the method's docstring); every failure is
+    collected and raised together as :class:`RuntimeCloseError`, leaving the
+    runtime ``closing`` so a second call retries what failed.
+    """
+    admission = runtime._admission
+    if admission.state is LifecycleState.CLOSED:
+        return
+    first = admission.state is LifecycleState.OPEN
+    admission.state = LifecycleState.CLOSING
+    failures: list[str] = []
+    settled = await admission.wait_settled(runtime.limits.settle_timeout_s if first else 0.0)
+    if not settled:
+        stuck = await admission.cancel_all("runtime closing", runtime.limits.close_timeout_s)
+        failures.extend(
+            f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
+            for t in stuck
+        )
+    try:
+        await runtime._drainer.drain(runtime.limits.settle_timeout_s if first else 0.0)
+    except MemoryDrainError as exc:
+        drained = exc.result
+        if isinstance(drained, DrainResult):
+            # Failed work is reported once; work that would not stop keeps the runtime closing.
+            failures.extend(f"owned work {name} did not stop" for name in drained.still_running)
+            failures.extend(f"owned work {name} failed during shutdown" for name in drained.failed if first)
+    if runtime.memory is not None and runtime._owns_memory_manager:
+        try:
+            await runtime.memory.aclose(runtime.limits.close_timeout_s)
+        except Exception as exc:
+            failures.append(f"closing the memory manager failed: {type(exc).__name__}: {exc}")
+    for stuck_key in await runtime._work.settle_all(runtime.limits.settle_timeout_s if first else 0.0):
+        failures.append(f"the summary update of session {stuck_key.session!r} did not stop")
+    still_open: list[object] = []
+    for adapter, problem in await close_owned(runtime._owned, runtime.limits.close_timeout_s):
+        if problem is not None:
+            failures.append(problem)
+            still_open.append(adapter)
+    runtime._owned = still_open
+    if failures:
+        raise RuntimeCloseError(failures)
+    admission.state = LifecycleState.CLOSED
+
+
+class HarnessResources:
+    """Per-session resource management exposed as ``runtime.resources`` (R8)."""
+
+    def __init__(self, runtime: HarnessRuntime) -> None:
+        self._runtime = runtime
+
+    async def close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
+        """Settle admitted runs, flush deferred evictions and report what happened.
+
+        Waits (bounded by ``settle_timeout_s``) for an operation admitted on the
+        session, then retries any eviction an archive failure deferred, closes
+        per-session resources the runtime owns, and never closes borrowed
+        clients. Safe to call more than once.
+        """
+        return await self._runtime._close_session(identity, session_id)
+
+    async def settle_summary(self, identity: VerifiedIdentity, session_id: str) -> SummaryReport | None:
+        """Wait (bounded by ``settle_timeout_s``, then cancel) for the session's background summary update.
+
+        Returns the report of its last update that ended, or ``None`` if none ran.
+        """
+        key = SessionKey.of(require_identity(identity), session_id)
+        await self._runtime._work.settle(key, self._runtime.limits.settle_timeout_s)
+        return self._runtime._work.last_report(key)

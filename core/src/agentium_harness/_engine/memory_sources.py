@@ -22,6 +22,8 @@ from .._memory.selection import MemorySelection, SelectionRequest, checked_selec
 from .._ports._base import OpContext
 from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
 from .._ports.provider import SourceBlock, SourceKind
+from .._scope import Scope
+from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 from .sources import assemble_sources
 
@@ -29,7 +31,14 @@ if TYPE_CHECKING:
     # Only for the annotation: the manager imports this stage through the Agent.
     from .._memory.manager import MemoryManager
 
-__all__ = ["MEMORY_SOURCE_PREFIX", "MemoryOmitted", "memory_block", "memory_blocks", "memory_diagnostics"]
+__all__ = [
+    "MEMORY_SOURCE_PREFIX",
+    "MemoryOmitted",
+    "harness_memory_blocks",
+    "memory_block",
+    "memory_blocks",
+    "memory_diagnostics",
+]
 
 #: Source ids of memory blocks are ``memory/<fact id>``.
 MEMORY_SOURCE_PREFIX = "memory/"
@@ -136,3 +145,20 @@ def memory_diagnostics(omitted: MemoryOmitted) -> list[Diagnostic]:
     for problem in omitted.problems:
         notes.append(Diagnostic("memory_failed", problem, Severity.WARNING))
     return notes
+
+
+async def harness_memory_blocks(
+    manager: MemoryManager, ticket: Ticket, scope: Scope, user_input: str
+) -> tuple[tuple[SourceBlock, ...], list[Diagnostic]]:
+    """The memory blocks of a harness run in ``scope``, with what was left out as diagnostics."""
+    # The harness owns this session's canonical history: an agent extracting from it too is refused.
+    manager.claim_history(scope.session_key, "harness")
+    blocks, omitted = await memory_blocks(
+        manager,
+        None,
+        MemoryScope.of_session(scope),
+        user_input,
+        manager.limits.injection_tokens,
+        ticket.context(manager.limits.op_timeout_s),
+    )
+    return blocks, memory_diagnostics(omitted)

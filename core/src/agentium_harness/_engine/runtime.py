@@ -39,10 +39,12 @@ import attrs
 from .._errors import (
     InvalidArgumentError,
     PublicationRefusedError,
-    RuntimeCloseError,
     SessionDivergedError,
 )
 from .._history import Message, MessageGroup, RetainedRecord
+from .._memory.manager import MemoryManager
+from .._memory.work import DrainResult, OwnedWorkSource
+from .._memory.work import WorkTracker as MemoryWorkDrainer
 from .._ports.archive import HistoryArchive
 from .._ports.provider import ModelProvider, SourceBlock
 from .._ports.recall import RecallLimits, RecallStore
@@ -59,10 +61,10 @@ from .arguments import (
     source_uncertainty,
 )
 from .checks import probe_adapters
-from .closing import close_session
+from .closing import HarnessResources, close_session, shutdown_runtime
 from .commit import CommitOutcome, commit, index_archived
 from .hooks import HookBroadcaster
-from .lifecycle import Admission, LifecycleState, Ticket, close_owned
+from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
 from .load import load_session
 from .maintenance import (
@@ -74,7 +76,8 @@ from .maintenance import (
     migrate_session,
     reconcile_session,
 )
-from .owned_work import OwnedWork, SummaryReport
+from .memory_sources import harness_memory_blocks
+from .owned_work import OwnedWork
 from .recall_policy import RecallPolicy, current_session_recall_policy
 from .recall_turn import (
     Clarifier,
@@ -115,32 +118,6 @@ __all__ = [
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 
-class HarnessResources:
-    """Per-session resource management exposed as ``runtime.resources`` (R8)."""
-
-    def __init__(self, runtime: HarnessRuntime) -> None:
-        self._runtime = runtime
-
-    async def close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
-        """Settle admitted runs, flush deferred evictions and report what happened.
-
-        Waits (bounded by ``settle_timeout_s``) for an operation admitted on the
-        session, then retries any eviction an archive failure deferred, closes
-        per-session resources the runtime owns, and never closes borrowed
-        clients. Safe to call more than once.
-        """
-        return await self._runtime._close_session(identity, session_id)
-
-    async def settle_summary(self, identity: VerifiedIdentity, session_id: str) -> SummaryReport | None:
-        """Wait (bounded by ``settle_timeout_s``, then cancel) for the session's background summary update.
-
-        Returns the report of its last update that ended, or ``None`` if none ran.
-        """
-        key = SessionKey.of(require_identity(identity), session_id)
-        await self._runtime._work.settle(key, self._runtime.limits.settle_timeout_s)
-        return self._runtime._work.last_report(key)
-
-
 class HarnessRuntime:
     """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
 
@@ -170,7 +147,11 @@ class HarnessRuntime:
         completion_policy: CompletionPolicy | None = None,
         evidence_limits: EvidenceLimits | None = None,
         verify_timeout_s: float | None = None,
+        memory: MemoryManager | None = None,
+        owns_memory_manager: bool = False,
     ) -> None:
+        self.memory = memory
+        self._owns_memory_manager = owns_memory_manager
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()
@@ -193,6 +174,9 @@ class HarnessRuntime:
         self._owned = list(owned)
         self._admission = Admission(limits.op_timeout_s)
         self._work = OwnedWork(limits.op_timeout_s)
+        # One place drains all owned work (R40): the memory manager's, with the summary jobs tracked in it.
+        self._drainer = memory if memory is not None else MemoryWorkDrainer()
+        self._drainer.track(OwnedWorkSource(self._work))
 
     @property
     def state(self) -> LifecycleState:
@@ -314,7 +298,16 @@ class HarnessRuntime:
                     Severity.WARNING,
                 )
             )
-        request_sources = (*summary_sources, *(step.blocks if step is not None else ()), *assembly.included)
+        memory_sources: tuple[SourceBlock, ...] = ()
+        if self.memory is not None:
+            memory_sources, memory_notes = await harness_memory_blocks(self.memory, ticket, scope, user_input)
+            diagnostics.extend(memory_notes)
+        request_sources = (
+            *summary_sources,
+            *(step.blocks if step is not None else ()),
+            *memory_sources,
+            *assembly.included,
+        )
         turn = await run_turn(
             ticket,
             provider=self.provider,
@@ -507,6 +500,17 @@ class HarnessRuntime:
         self._admission.check_open()
         return await close_session(self, key)
 
+    async def drain(self, timeout_s: float | None = None) -> DrainResult:
+        """Wait for owned background work (summary updates, memory extraction, writes); say what happened.
+
+        Work still running after ``timeout_s`` (default ``settle_timeout_s``)
+        is cancelled. The result names each item completed, failed or
+        cancelled; any failure or cancellation raises
+        :class:`~agentium_harness._errors.MemoryDrainError` carrying it (R40).
+        """
+        timeout = self.limits.settle_timeout_s if timeout_s is None else timeout_s
+        return await self._drainer.drain(timeout)
+
     async def verify(
         self,
         identity: VerifiedIdentity,
@@ -567,30 +571,7 @@ class HarnessRuntime:
         all of them; the runtime then stays ``closing`` and ``aclose()`` may be
         called again to retry what failed. Borrowed adapters are never closed.
         """
-        admission = self._admission
-        if admission.state is LifecycleState.CLOSED:
-            return
-        first = admission.state is LifecycleState.OPEN
-        admission.state = LifecycleState.CLOSING
-        failures: list[str] = []
-        settled = await admission.wait_settled(self.limits.settle_timeout_s if first else 0.0)
-        if not settled:
-            stuck = await admission.cancel_all("runtime closing", self.limits.close_timeout_s)
-            failures.extend(
-                f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
-                for t in stuck
-            )
-        for stuck_key in await self._work.settle_all(self.limits.settle_timeout_s if first else 0.0):
-            failures.append(f"the summary update of session {stuck_key.session!r} did not stop")
-        still_open: list[object] = []
-        for adapter, problem in await close_owned(self._owned, self.limits.close_timeout_s):
-            if problem is not None:
-                failures.append(problem)
-                still_open.append(adapter)
-        self._owned = still_open
-        if failures:
-            raise RuntimeCloseError(failures)
-        admission.state = LifecycleState.CLOSED
+        await shutdown_runtime(self)
 
     async def __aenter__(self) -> HarnessRuntime:
         return self
