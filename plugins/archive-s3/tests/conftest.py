@@ -15,12 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from s3_helpers import BUCKET, VERSIONED_BUCKET, make_config, new_prefix, raw_client
-
-# Plugins' test folders run in one pytest session and pytest imports each folder's conftest as the
-# module "conftest": another plugin's tests that do `from conftest import new_prefix` may get this
-# one. It offers the same helper (a fresh, simple prefix), so such an import works either way.
-__all__ = ["new_prefix"]
+from s3_helpers import BUCKET, VERSIONED_BUCKET, make_config, raw_client
 from s3_servers import FLAVOURS, S3Server, ServerUnavailable, rgw_required, start_server
 
 from agentium_archive_s3 import S3Config

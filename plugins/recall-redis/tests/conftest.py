@@ -5,7 +5,6 @@ Server fixtures FAIL when no binary is found; they never skip (see ``redis_serve
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -15,16 +14,9 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from redis_servers import FLAVOURS, ServerNotFound, ServerProcess
+from redis_servers import FLAVOURS, ServerNotFound, ServerProcess, new_prefix
 
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
-
-_prefixes = itertools.count()
-
-
-def new_prefix() -> str:
-    """A key prefix no other test uses, so each store starts empty on a shared server."""
-    return f"t{next(_prefixes)}"
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ Every process a test starts is stopped by its own PID.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import os
 import platform
 import shutil
@@ -176,3 +177,15 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+_prefixes = itertools.count()
+
+
+def new_prefix() -> str:
+    """A key prefix no other test uses, so each store starts empty on a shared server.
+
+    It lives here, not in conftest.py: pytest imports every test folder's
+    conftest as the module ``conftest``, so another plugin's would shadow it.
+    """
+    return f"t{next(_prefixes)}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import ServerProcess
+from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness import (
     ArchiveCorruptError,
@@ -24,7 +24,6 @@ from agentium_harness.plugin_api import ArchiveReceipt
 from agentium_harness.testing import rich_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore, RedisRecallValueTooLargeError
 from agentium_recall_redis.keys import tenant_prefix
-from conftest import new_prefix
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import time
 import anyio
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import ServerProcess
+from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness import OpContext, OperationCancelledError, RecallLimits, Scope, SourceOwner, SourceRef
 from agentium_harness import ValidationStatus as V
@@ -20,7 +20,6 @@ from agentium_harness.testing import plain_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore, RedisRecallTimeoutError
 from agentium_recall_redis.keys import tenant_prefix
 from agentium_recall_redis.scripts import DELETE, SETTLE, TOKEN_TTL_MS
-from conftest import new_prefix
 
 pytestmark = pytest.mark.anyio
 

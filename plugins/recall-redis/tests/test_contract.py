@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from redis_servers import ServerProcess
+from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness.testing import RecallStoreContract
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
-from conftest import new_prefix
 
 
 class TestRedisRecallContract(RecallStoreContract):

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import ServerProcess
+from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness import OpContext, RecallLimits, Scope, SourceOwner, SourceRef, ValidationStatus
 from agentium_harness.plugin_api import decode_segment
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
-from conftest import new_prefix
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import ServerProcess, free_port
+from redis_servers import ServerProcess, free_port, new_prefix
 
 from agentium_harness import (
     AgentiumError,
@@ -33,7 +33,6 @@ from agentium_recall_redis import (
     RedisRecallStore,
     redact_url,
 )
-from conftest import new_prefix
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_servers import ServerProcess
+from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness import (
     ConfigError,
@@ -35,7 +35,6 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import ModelRequest, ModelResponse, PluginRegistry
 from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
-from conftest import new_prefix
 
 pytestmark = pytest.mark.anyio
 

@@ -13,11 +13,10 @@ from typing import Any
 import anyio
 import pytest
 import redis.asyncio as aioredis
-from redis_servers import ServerProcess
+from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness import OpContext, RecallLimits, Scope, SourceOwner
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
-from conftest import new_prefix
 
 pytestmark = pytest.mark.anyio
 
