@@ -211,7 +211,12 @@ class ModelResponse:
 
 
 class ModelProvider:
-    """Port for a model provider. Providers are lent by the host and never closed by the runtime."""
+    """Port for a model provider.
+
+    A provider the host passes to ``create_harness_runtime`` is borrowed and
+    never closed by the runtime; one the runtime built from a config file is
+    owned and closed (``aclose``) with the runtime.
+    """
 
     capabilities: ClassVar[ProviderCapabilities]
 
