@@ -19,25 +19,16 @@ so reading a config file never runs code the host did not install.
 
 from __future__ import annotations
 
-import difflib
-import enum
 import os
 from collections.abc import Callable, Mapping
-from datetime import date, datetime, time
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, get_args, get_origin
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
-from cattrs.errors import (
-    AttributeValidationNote,
-    ClassValidationError,
-    ForbiddenExtraKeysError,
-    IterableValidationError,
-)
 
-from ._codec import StrictTypeError, TypeWords, make_converter
+from ._codec import make_converter
 from ._config_source import (
     MAX_CONFIG_BYTES,
     MAX_NESTING,
@@ -46,6 +37,7 @@ from ._config_source import (
     read_source,
     substitute_env,
 )
+from ._config_structure import TOML_WORDS, field_named_in, structure_config
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.verification import CompletionPolicy
 from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
@@ -306,47 +298,7 @@ class ResolvedConfig:
         return found
 
 
-# ------------------------------------------------------ strict structuring
-
-
-_TOML_TYPES: dict[type, str] = {
-    str: "string",
-    bool: "boolean",
-    int: "integer",
-    float: "float",
-    dict: "table",
-    list: "array",
-    datetime: "datetime",
-    date: "date",
-    time: "time",
-}
-
-
-def _toml_type(value: object) -> str:
-    for cls, name in _TOML_TYPES.items():
-        if type(value) is cls:
-            return name
-    return type(value).__name__
-
-
-def _expected(type_: object) -> str:
-    if isinstance(type_, type):
-        if attrs.has(type_):
-            return "table"
-        if issubclass(type_, enum.Enum):
-            return "one of " + ", ".join(repr(m.value) for m in type_)
-        return _TOML_TYPES.get(type_, type_.__name__)
-    args = [a for a in get_args(type_) if a is not type(None)]
-    if get_origin(type_) is not None and len(args) == 1 and type(None) in get_args(type_):
-        return _expected(args[0])
-    return str(type_).replace("typing.", "")
-
-
-#: TOML's words for types, for the strict rules' messages ("expected a table, got string").
-_TOML_WORDS = TypeWords(describe=_toml_type, mapping="a table", array="an array")
-
-
-def _config_converter() -> cattrs.Converter:
+def config_converter() -> cattrs.Converter:
     """The strict stored-data rules with TOML's words, plus the ``[runtime]`` table.
 
     A config file is written by a person, so ``max_groups = "8"`` or
@@ -355,7 +307,7 @@ def _config_converter() -> cattrs.Converter:
     converter per call picks up every structure rule adapters registered
     with :func:`agentium_harness._codec.register_structure_hook` up to now.
     """
-    strict = make_converter(strict=True, words=_TOML_WORDS)
+    strict = make_converter(strict=True, words=TOML_WORDS)
 
     def runtime_hook(value: Any, _: type) -> RuntimeConfig:
         table: Any = strict.structure(value, _RuntimeTable)
@@ -367,108 +319,6 @@ def _config_converter() -> cattrs.Converter:
     return strict
 
 
-def _field_named_in(exc: BaseException, cls: type | None) -> str | None:
-    """Best effort: the attrs field an attrs validator complained about."""
-    if cls is None or not attrs.has(cls):
-        return None
-    names = {a.name for a in attrs.fields(cls)}
-    for arg in exc.args:
-        if isinstance(arg, attrs.Attribute) and arg.name in names:
-            return arg.name
-    words = str(exc).split()
-    if words:
-        first = words[0].strip("'\"`:,")
-        if first in names:
-            return first
-    return None
-
-
-_MISSING: Any = object()
-
-
-def _child(value: Any, key: object) -> Any:
-    if isinstance(value, dict):
-        return value.get(key, _MISSING)
-    if isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
-        return value[key]
-    return _MISSING
-
-
-def _wants_table(type_: object) -> bool:
-    if isinstance(type_, type) and attrs.has(type_):
-        return True
-    origin = get_origin(type_)
-    return isinstance(origin, type) and issubclass(origin, Mapping)
-
-
-def _describe_leaf(exc: BaseException, type_: object, path: str, value: Any) -> str:
-    if isinstance(exc, StrictTypeError):
-        return str(exc)
-    if isinstance(exc, KeyError) and value is _MISSING:
-        if isinstance(type_, type) and attrs.has(type_):
-            return f"missing required table [{path.removeprefix('$.')}]"
-        return "missing required key"
-    if _wants_table(type_) and value is not _MISSING and not isinstance(value, dict):
-        return f"expected a table, got {_toml_type(value)}"
-    if isinstance(exc, ValueError | TypeError):
-        detail = str(exc)
-        expected = _expected(type_) if type_ is not None else None
-        if expected and detail:
-            return f"invalid value (expected {expected}): {detail}"
-        return detail or f"invalid value (expected {expected})"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _allowed_keys(cls: type) -> list[str]:
-    return [a.name for a in attrs.fields(cls)] if attrs.has(cls) else []
-
-
-def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> list[ConfigIssue]:
-    """Flatten a cattrs validation error tree into issues with ``$``-paths.
-
-    ``value`` is the raw data at ``path`` (or ``_MISSING``), carried down so a
-    message can say what was actually written.
-    """
-    issues: list[ConfigIssue] = []
-    if isinstance(exc, ClassValidationError | IterableValidationError):
-        with_notes, without = exc.group_exceptions()
-        for sub, note in with_notes:
-            key: object = note.name if isinstance(note, AttributeValidationNote) else note.index
-            issues.extend(_issues_from(sub, join_path(path, key), note.type, _child(value, key)))
-        owner = getattr(exc, "cl", None)
-        for sub in without:
-            if isinstance(sub, ForbiddenExtraKeysError):
-                allowed = _allowed_keys(sub.cl)
-                hint = f"; allowed keys: {', '.join(allowed)}" if allowed else "; this table takes no keys"
-                for key in sorted(sub.extra_fields):
-                    close = difflib.get_close_matches(key, allowed, n=1)
-                    guess = f"; did you mean {close[0]!r}?" if close else ""
-                    issues.append(ConfigIssue(join_path(path, key), f"unknown key{guess}{hint}"))
-            elif _wants_table(owner) and value is not _MISSING and not isinstance(value, dict):
-                issues.append(ConfigIssue(path, f"expected a table, got {_toml_type(value)}"))
-            else:
-                # The class itself refused the values (an attrs validator):
-                # point at the field when the message names it.
-                field = _field_named_in(sub, owner if isinstance(owner, type) else None)
-                where = join_path(path, field) if field else path
-                issues.append(ConfigIssue(where, str(sub) or type(sub).__name__))
-        return issues
-    return [ConfigIssue(path, _describe_leaf(exc, type_, path, value))]
-
-
-def _structure(
-    data: Any, cls: type[T], path: str, conv: cattrs.Converter
-) -> tuple[T | None, list[ConfigIssue]]:
-    try:
-        return conv.structure(data, cls), []
-    except (ClassValidationError, IterableValidationError) as exc:
-        return None, _issues_from(exc, path, cls, data)
-    except Exception as exc:  # a config class's own __init__ or hook failed outside cattrs' net
-        field = _field_named_in(exc, cls)
-        where = join_path(path, field) if field else path
-        return None, [ConfigIssue(where, _describe_leaf(exc, cls, path, data))]
-
-
 # ------------------------------------------------------------------ phase (a)
 
 
@@ -478,7 +328,7 @@ def _phase_a(
     """Parse, substitute and structure; also return the paths of failed substitutions."""
     raw = parse_toml(text, source)
     data, issues = substitute_env(raw, environ)
-    config, schema_issues = _structure(data, HarnessConfig, "$", _config_converter())
+    config, schema_issues = structure_config(data, HarnessConfig, "$", config_converter())
     unset = {issue.path for issue in issues}
     return data, config, issues + _without(schema_issues, unset), unset
 
@@ -526,14 +376,14 @@ def _resolve_component(
     except PluginNotFoundError as exc:
         return None, None, [ConfigIssue(f"$.{section}.plugin", str(exc))]
     where = f"$.{section}.options"
-    structured, issues = _structure(options, found.spec.config_class, where, conv)
+    structured, issues = structure_config(options, found.spec.config_class, where, conv)
     if issues:
         return None, found, issues
     if base_dir is not None:
         try:
             structured = resolve_path_options(structured, base_dir)
         except (ValueError, TypeError) as exc:  # the config class refused the resolved path
-            field = _field_named_in(exc, found.spec.config_class)
+            field = field_named_in(exc, found.spec.config_class)
             return None, found, [ConfigIssue(join_path(where, field) if field else where, str(exc))]
     component = ResolvedComponent(
         section=section,
@@ -567,7 +417,7 @@ def _combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set
 def _resolve_sections(
     sections: Mapping[str, tuple[str, Any]], registry: PluginRegistry, base_dir: Path | None
 ) -> tuple[dict[str, ResolvedComponent], list[ConfigIssue]]:
-    conv = _config_converter()
+    conv = config_converter()
     resolved: dict[str, ResolvedComponent] = {}
     adapters: dict[str, RegisteredAdapter] = {}
     issues: list[ConfigIssue] = []

@@ -22,7 +22,6 @@ then explains what went wrong.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import inspect
@@ -38,6 +37,7 @@ from .._errors import PluginError, PluginNotFoundError
 from .._ports import PORT_KINDS
 from . import hookspecs
 from .graders import GRADER_HOOK, GraderTable
+from .hints import KNOWN_PLUGINS, missing_message
 from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
 from .records import (
     HookFailure,
@@ -57,7 +57,7 @@ from .selection import (
 )
 from .spec import AdapterSpec
 from .strategies import STRATEGY_HOOK, RecallStrategy, StrategyKind, StrategyTable
-from .validation import spec_problems
+from .validation import hashable_plugin, hook_problems, spec_problems
 
 __all__ = [
     "BUILTIN_DISTRIBUTION",
@@ -81,19 +81,6 @@ __all__ = [
 BUILTIN_DISTRIBUTION = "agentium-harness"
 #: The module holding the built-in hook implementations.
 BUILTIN_MODULE = "agentium_harness.adapters.builtin"
-
-#: Adapters published as separate distributions, for the "pip install" hint
-#: when a config selects one that is not installed.
-KNOWN_PLUGINS: Mapping[tuple[str, str], str] = {
-    ("archive", "s3"): "agentium-archive-s3",
-    ("provider", "openai"): "agentium-provider-openai",
-    ("recall", "redis"): "agentium-recall-redis",
-    ("verifier", "fs"): "agentium-verifier-fs",
-}
-
-# Stages whose failure means some or all of a distribution's adapters are
-# missing, so an unknown name may be explained by them.
-_LOAD_FAILURE_STAGES = frozenset({"import", "hook_validation", "register_hook"})
 
 
 def _describe(exc: BaseException) -> str:
@@ -277,35 +264,42 @@ class PluginRegistry:
                     self._call_registration(kind, hook_name, impl, distribution, version)
         for impl in getattr(self._pm.hook, STRATEGY_HOOK).get_hookimpls():
             if impl.plugin is plugin:
-                self._call_strategies(impl, distribution, version)
+                self._call_table_hook(STRATEGY_HOOK, impl, self._strategies, distribution, version)
         for impl in getattr(self._pm.hook, GRADER_HOOK).get_hookimpls():
             if impl.plugin is plugin:
-                self._call_graders(impl, distribution, version)
+                self._call_table_hook(GRADER_HOOK, impl, self._graders, distribution, version)
         return tuple(self._problems[before:])
 
-    def _call_graders(self, impl: pluggy.HookImpl, distribution: str, version: str) -> None:
-        """Call one plugin's grader registration hook; a refused grader is a registration problem."""
+    def _call_table_hook(
+        self, hook: str, impl: pluggy.HookImpl, table: Any, distribution: str, version: str
+    ) -> None:
+        """Call one plugin's grader or strategy hook; a refused item is a registration problem.
+
+        ``table`` (a :class:`GraderTable` or :class:`StrategyTable`) judges each
+        item; items are added only once the hook returned, so a hook that raises
+        half-way adds nothing.
+        """
         accepted: list[Any] = []
 
-        def register(grader: Any) -> None:
-            problem = self._graders.problems_for(grader, distribution)
-            if problem is None and any(g.name == grader.name for g in accepted):
-                problem = f"grader {grader.name!r} is registered twice by {distribution}"
+        def register(item: Any) -> None:
+            problem = table.problems_for(item, distribution)
+            if problem is None and hook == GRADER_HOOK and any(g.name == item.name for g in accepted):
+                problem = f"grader {item.name!r} is registered twice by {distribution}"
             if problem is not None:
-                self._problem(distribution, version, ProblemStage.REGISTRATION, problem, hook=GRADER_HOOK)
+                self._problem(distribution, version, ProblemStage.REGISTRATION, problem, hook=hook)
                 return
-            accepted.append(grader)
+            accepted.append(item)
 
         try:
-            for result in self._caller_for(GRADER_HOOK, impl)(register=register):
+            for result in self._caller_for(hook, impl)(register=register):
                 if inspect.isawaitable(result):
                     _discard_awaitable(result)
                     raise TypeError("registration hooks must be plain functions, not async")
         except Exception as exc:
-            self._problem(distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), hook=GRADER_HOOK)
+            self._problem(distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), hook=hook)
             return
-        for grader in accepted:
-            self._graders.add(grader, distribution)
+        for item in accepted:
+            table.add(item, distribution)
 
     def grader(self, name: str) -> Any:
         """The eval grader named ``name``; :class:`PluginNotFoundError` (with a close match) if none."""
@@ -314,30 +308,6 @@ class PluginRegistry:
     def grader_names(self) -> tuple[str, ...]:
         """Registered eval grader names, built-ins first."""
         return self._graders.names()
-
-    def _call_strategies(self, impl: pluggy.HookImpl, distribution: str, version: str) -> None:
-        """Call one plugin's strategy registration hook; a refused strategy is a registration problem."""
-        accepted: list[RecallStrategy] = []
-
-        def register(strategy: RecallStrategy) -> None:
-            problem = self._strategies.problems_for(strategy, distribution)
-            if problem is not None:
-                self._problem(distribution, version, ProblemStage.REGISTRATION, problem, hook=STRATEGY_HOOK)
-                return
-            accepted.append(strategy)
-
-        try:
-            for result in self._caller_for(STRATEGY_HOOK, impl)(register=register):
-                if inspect.isawaitable(result):
-                    _discard_awaitable(result)
-                    raise TypeError("registration hooks must be plain functions, not async")
-        except Exception as exc:
-            self._problem(
-                distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), hook=STRATEGY_HOOK
-            )
-            return
-        for strategy in accepted:
-            self._strategies.add(strategy, distribution)
 
     def recall_strategy(self, kind: StrategyKind, name: str) -> RecallStrategy:
         """The recall strategy of ``kind`` named ``name``; :class:`PluginNotFoundError` if none."""
@@ -348,84 +318,15 @@ class PluginRegistry:
         return self._strategies.names(kind)
 
     def _hashable(self, plugin: object) -> object:
-        """``plugin``, or a stand-in module holding its hook implementations if it is unhashable.
-
-        pluggy's subset callers (how :meth:`broadcast` isolates each
-        implementation) keep plugins in sets, and a
-        :class:`types.SimpleNamespace` is unhashable. The stand-in carries
-        exactly the marked functions pluggy would register from ``plugin``, and
-        the same object always gets the same stand-in, so registering it twice
-        is still refused.
-        """
-        try:
-            hash(plugin)
-        except TypeError:
-            pass
-        else:
-            return plugin
-        found = self._stand_ins.get(id(plugin))
-        if found is not None and found[0] is plugin:
-            return found[1]
-        stand_in = types.ModuleType(f"{type(plugin).__name__}-{id(plugin):x}")
-        marker = f"{PROJECT_NAME}_impl"  # the attribute pluggy's HookimplMarker sets
-        for name in dir(plugin):
-            value = getattr(plugin, name, None)
-            if callable(value) and hasattr(value, marker):
-                setattr(stand_in, name, value)
-        # The original is kept alive next to its stand-in, so its id is never reused.
-        self._stand_ins[id(plugin)] = (plugin, stand_in)
-        return stand_in
+        """``plugin``, or the stand-in module for it if it is unhashable (see :func:`hashable_plugin`)."""
+        return hashable_plugin(plugin, self._stand_ins)
 
     def _validate_hooks(self, distribution: str, version: str, plugin: object) -> bool:
-        """Refuse unknown (misspelt) hook names and wrappers; True when the plugin is acceptable."""
-        ok = True
-        known = [*sorted(REGISTRATION_HOOKS.values()), STRATEGY_HOOK, GRADER_HOOK, *LIFECYCLE_HOOKS]
-        for caller in self._pm.get_hookcallers(plugin) or []:
-            impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
-            if not caller.has_spec() and any(not i.optionalhook for i in impls):
-                close = difflib.get_close_matches(caller.name, known, n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                self._problem(
-                    distribution,
-                    version,
-                    ProblemStage.HOOK_VALIDATION,
-                    f"unknown hook {caller.name!r}: no such hook specification{hint}",
-                    hook=caller.name,
-                )
-                ok = False
-            elif any(getattr(i.plugin, caller.name, None) != i.function for i in impls):
-                # Calls go through pluggy's subset callers, which tell plugins
-                # apart by an attribute named after the hook: a renamed
-                # implementation could not be isolated from the others.
-                self._problem(
-                    distribution,
-                    version,
-                    ProblemStage.HOOK_VALIDATION,
-                    f"{caller.name} is implemented under another name (specname); "
-                    f"name the function {caller.name}",
-                    hook=caller.name,
-                )
-                ok = False
-            elif any(i.hookwrapper or i.wrapper for i in impls):
-                # The registry calls implementations one by one to isolate them;
-                # a wrapper around the others has no meaning there.
-                self._problem(
-                    distribution,
-                    version,
-                    ProblemStage.HOOK_VALIDATION,
-                    f"{caller.name} is implemented as a wrapper; agentium hooks take plain functions",
-                    hook=caller.name,
-                )
-                ok = False
-        if ok:
-            # pluggy's own check as a safety net: it would name any pending
-            # hook that the loop above somehow did not.
-            try:
-                self._pm.check_pending()
-            except pluggy.PluginValidationError as exc:
-                self._problem(distribution, version, ProblemStage.HOOK_VALIDATION, _describe(exc))
-                ok = False
-        return ok
+        """Refuse misspelt hook names, renamed implementations and wrappers; True when acceptable."""
+        found = hook_problems(self._pm, plugin)
+        for message, hook in found:
+            self._problem(distribution, version, ProblemStage.HOOK_VALIDATION, message, hook=hook)
+        return not found
 
     def _call_registration(
         self, kind: str, hook_name: str, impl: pluggy.HookImpl, distribution: str, version: str
@@ -618,52 +519,15 @@ class PluginRegistry:
 
     def missing_message(self, kind: str, name: str) -> str:
         """Why ``(kind, name)`` cannot be selected, with installed names, a suggestion and an install hint."""
-        parts: list[str] = []
-        rejected = self._rejected.get((kind, name), [])
-        if rejected:
-            parts.extend(
-                f"{kind} adapter {name!r} from {p.distribution} {p.version} "
-                f"was rejected at load time: {p.error}"
-                for p in rejected
-            )
-        else:
-            parts.append(f"no {kind} adapter named {name!r}")
-        installed = self.names(kind)
-        parts.append(
-            f"installed {kind} adapters: {', '.join(installed)}"
-            if installed
-            else f"no {kind} adapters are installed"
+        return missing_message(
+            kind,
+            name,
+            rejected=self._rejected.get((kind, name), []),
+            installed=self.names(kind),
+            problems=self._problems,
+            skipped=self._skipped,
+            autoload=self._autoload,
         )
-        close = difflib.get_close_matches(name, installed, n=1)
-        if close:
-            parts.append(f"did you mean {close[0]!r}?")
-        known = KNOWN_PLUGINS.get((kind, name))
-        if known is not None and not rejected:
-            parts.append(self._install_hint(known))
-        if not rejected:
-            failed = [
-                p
-                for p in self._problems
-                if p.stage.value in _LOAD_FAILURE_STAGES
-                and normalize_distribution_name(p.distribution) != normalize_distribution_name(known or "")
-            ]
-            if failed:
-                listed = "; ".join(f"{p.distribution} {p.version} ({p.error})" for p in failed)
-                parts.append(f"plugins that failed to load (one may provide it): {listed}")
-        return "; ".join(parts)
-
-    def _install_hint(self, distribution: str) -> str:
-        key = normalize_distribution_name(distribution)
-        for p in self._problems:
-            if normalize_distribution_name(p.distribution) == key and p.stage.value in _LOAD_FAILURE_STAGES:
-                return f"{distribution} {p.version} is installed but failed to load: {p.error}"
-        for s in self._skipped:
-            if normalize_distribution_name(s.distribution) == key:
-                return f"{distribution} {s.version} is installed but was skipped ({s.reason})"
-        hint = f"it is provided by {distribution}: pip install {distribution}"
-        if not self._autoload:
-            hint += " (plugin autoload is off, so installed plugins were not loaded)"
-        return hint
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -9,16 +9,28 @@ enforces every bound on what an adapter returns.
 
 from __future__ import annotations
 
+import difflib
 import re
+import types
 
 import attrs
+import pluggy
 
 from .._engine.checks import adapter_problems
 from .._errors import RegistrationError
 from .._ports import PORT_KINDS
+from .graders import GRADER_HOOK
+from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
 from .spec import AdapterSpec
+from .strategies import STRATEGY_HOOK
 
-__all__ = ["ADAPTER_NAME_PATTERN", "spec_problems", "validate_adapter_spec"]
+__all__ = [
+    "ADAPTER_NAME_PATTERN",
+    "hashable_plugin",
+    "hook_problems",
+    "spec_problems",
+    "validate_adapter_spec",
+]
 
 #: What an adapter name may look like: it is typed into config files and shell
 #: commands, so it stays lowercase, short and free of quoting trouble.
@@ -66,3 +78,77 @@ def validate_adapter_spec(kind: str, spec: AdapterSpec, *, distribution: str = "
     if problems:
         name = spec.name if isinstance(spec, AdapterSpec) and isinstance(spec.name, str) else "?"
         raise RegistrationError(kind, name, distribution, "; ".join(problems))
+
+
+def hashable_plugin(plugin: object, stand_ins: dict[int, tuple[object, types.ModuleType]]) -> object:
+    """``plugin``, or a stand-in module holding its hook implementations if it is unhashable.
+
+    pluggy's subset callers (how the registry's ``broadcast`` isolates each
+    implementation) keep plugins in sets, and a
+    :class:`types.SimpleNamespace` is unhashable. The stand-in carries
+    exactly the marked functions pluggy would register from ``plugin``, and
+    the same object always gets the same stand-in (kept in ``stand_ins``), so
+    registering it twice is still refused.
+    """
+    try:
+        hash(plugin)
+    except TypeError:
+        pass
+    else:
+        return plugin
+    found = stand_ins.get(id(plugin))
+    if found is not None and found[0] is plugin:
+        return found[1]
+    stand_in = types.ModuleType(f"{type(plugin).__name__}-{id(plugin):x}")
+    marker = f"{PROJECT_NAME}_impl"  # the attribute pluggy's HookimplMarker sets
+    for name in dir(plugin):
+        value = getattr(plugin, name, None)
+        if callable(value) and hasattr(value, marker):
+            setattr(stand_in, name, value)
+    # The original is kept alive next to its stand-in, so its id is never reused.
+    stand_ins[id(plugin)] = (plugin, stand_in)
+    return stand_in
+
+
+def hook_problems(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, str | None]]:
+    """``(message, hook)`` for each hook of ``plugin`` the registry refuses; empty when acceptable.
+
+    Unknown (misspelt) hook names, implementations under another name
+    (``specname``) and wrappers are refused; then pluggy's own
+    ``check_pending`` runs as a safety net.
+    """
+    found: list[tuple[str, str | None]] = []
+    known = [*sorted(REGISTRATION_HOOKS.values()), STRATEGY_HOOK, GRADER_HOOK, *LIFECYCLE_HOOKS]
+    for caller in pm.get_hookcallers(plugin) or []:
+        impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
+        if not caller.has_spec() and any(not i.optionalhook for i in impls):
+            close = difflib.get_close_matches(caller.name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            found.append((f"unknown hook {caller.name!r}: no such hook specification{hint}", caller.name))
+        elif any(getattr(i.plugin, caller.name, None) != i.function for i in impls):
+            # Calls go through pluggy's subset callers, which tell plugins
+            # apart by an attribute named after the hook: a renamed
+            # implementation could not be isolated from the others.
+            found.append(
+                (
+                    f"{caller.name} is implemented under another name (specname); "
+                    f"name the function {caller.name}",
+                    caller.name,
+                )
+            )
+        elif any(i.hookwrapper or i.wrapper for i in impls):
+            # The registry calls implementations one by one to isolate them;
+            # a wrapper around the others has no meaning there.
+            found.append(
+                (
+                    f"{caller.name} is implemented as a wrapper; agentium hooks take plain functions",
+                    caller.name,
+                )
+            )
+    if not found:
+        try:
+            pm.check_pending()
+        except pluggy.PluginValidationError as exc:
+            text = str(exc)
+            found.append((f"{type(exc).__name__}: {text}" if text else type(exc).__name__, None))
+    return found

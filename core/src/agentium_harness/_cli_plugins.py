@@ -1,0 +1,210 @@
+"""``agentium plugins``: the loaded plugins, their adapters, capabilities and options.
+
+:func:`plugins_report` is the JSON form (``--json``); :func:`options_report`
+describes one adapter's config class, field by field, for both forms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import types
+from typing import Any, TextIO, Union, get_args, get_origin
+
+import attrs
+
+from ._codec import unstructure
+from ._plugins.registry import PluginRegistry, RegisteredAdapter
+from ._plugins.spec import PATH_OPTION
+
+#: Exit status of a command that ran.
+EXIT_OK = 0
+
+__all__ = ["add_plugins_command", "options_report", "plugins_report"]
+
+
+def _print_json(data: Any, out: TextIO) -> None:
+    out.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def _type_name(type_: object) -> str:
+    """A short, readable spelling of a field type: ``str``, ``int | None``, ``list[ScriptedReply]``."""
+    if type_ is None or type_ is type(None):
+        return "None"
+    if isinstance(type_, str):  # an annotation that could not be resolved
+        return type_
+    args = get_args(type_)
+    origin = get_origin(type_)
+    if origin is Union or isinstance(type_, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return (
+            f"{name}[{', '.join('...' if a is Ellipsis else _type_name(a) for a in args)}]" if args else name
+        )
+    if isinstance(type_, type):
+        return type_.__qualname__
+    return str(type_).replace("typing.", "")
+
+
+def _json_default(value: object) -> Any:
+    """A default as JSON data when it has a plain form, else its ``repr``."""
+    try:
+        data = unstructure(value)
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value)
+    return data
+
+
+def options_report(config_class: type) -> list[dict[str, Any]]:
+    """Each option of an adapter's config class: ``name``, ``type``, ``required``, ``default``, ``path``.
+
+    ``default`` is the JSON form of the default (``null`` for a required
+    option, the ``repr`` when it has no JSON form); a factory default is shown
+    by the value it makes. ``path`` is true for options resolved against the
+    config file's folder.
+    """
+    if not attrs.has(config_class):
+        return []
+    try:
+        fields = attrs.fields(attrs.resolve_types(config_class))
+    except Exception:  # an annotation a plugin left unresolvable; show it as written
+        fields = attrs.fields(config_class)
+    options = []
+    for field in fields:
+        default = field.default
+        required = default is attrs.NOTHING
+        if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # attrs.Factory is a class at run time
+            default = "(computed)" if default.takes_self else default.factory()
+        options.append(
+            {
+                "name": field.alias or field.name,
+                "type": _type_name(field.type),
+                "required": required,
+                "default": None if required else _json_default(default),
+                "path": field.metadata.get(PATH_OPTION) is True,
+            }
+        )
+    return options
+
+
+def _adapter_json(adapter: RegisteredAdapter, registry: PluginRegistry) -> dict[str, Any]:
+    spec = adapter.spec
+    return {
+        "kind": adapter.kind,
+        "name": adapter.name,
+        "description": spec.description,
+        "capabilities": adapter.capabilities.declared(),
+        "adapter_class": f"{spec.adapter_class.__module__}.{spec.adapter_class.__qualname__}",
+        "config_class": f"{spec.config_class.__module__}.{spec.config_class.__qualname__}",
+        "options": options_report(spec.config_class),
+        "conflicted": registry.is_conflicted(adapter.kind, adapter.name),
+    }
+
+
+def _option_line(option: dict[str, Any]) -> str:
+    where = " (path, relative to the config file)" if option["path"] else ""
+    if option["required"]:
+        return f"{option['name']}: {option['type']} (required){where}"
+    shown = json.dumps(option["default"], ensure_ascii=False)
+    return f"{option['name']}: {option['type']} = {shown}{where}"
+
+
+def plugins_report(registry: PluginRegistry) -> dict[str, Any]:
+    """The data ``agentium plugins --json`` prints (documented in ``docs/cli.md``)."""
+    by_dist: dict[str, list[dict[str, Any]]] = {}
+    for adapter in registry.adapters():
+        by_dist.setdefault(adapter.distribution, []).append(_adapter_json(adapter, registry))
+    plugins = [
+        {
+            "distribution": p.distribution,
+            "version": p.version,
+            "status": p.status.value,
+            "kinds": list(p.kinds),
+            "hooks": list(p.hooks),
+            "modules": list(p.modules),
+            "adapters": sorted(by_dist.get(p.distribution, []), key=lambda a: (a["kind"], a["name"])),
+        }
+        for p in registry.plugins
+    ]
+    problems = [
+        {
+            "distribution": p.distribution,
+            "version": p.version,
+            "stage": p.stage.value,
+            "kind": p.kind,
+            "name": p.name,
+            "hook": p.hook,
+            "error": p.error,
+        }
+        for p in registry.problems
+    ]
+    skipped = [
+        {
+            "distribution": s.distribution,
+            "version": s.version,
+            "entry_point": s.entry_point,
+            "reason": s.reason,
+        }
+        for s in registry.skipped
+    ]
+    return {
+        "plugins": sorted(plugins, key=lambda p: p["distribution"]),
+        "problems": sorted(
+            problems,
+            key=lambda p: (p["distribution"], p["stage"], p["kind"] or "", p["name"] or "", p["error"]),
+        ),
+        "skipped": sorted(skipped, key=lambda s: (s["distribution"], s["entry_point"])),
+    }
+
+
+def _flags(capabilities: dict[str, bool]) -> str:
+    on = [name for name, value in capabilities.items() if value]
+    return ", ".join(on) if on else "(no optional capabilities)"
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List loaded plugins, their adapters and capabilities, load problems and skipped plugins."""
+    registry = PluginRegistry.load()
+    report = plugins_report(registry)
+    out: TextIO = sys.stdout
+    if args.json:
+        _print_json(report, out)
+        return EXIT_OK
+    for plugin in report["plugins"]:
+        out.write(f"{plugin['distribution']} {plugin['version']} [{plugin['status']}]\n")
+        for adapter in plugin["adapters"]:
+            note = "  (CONFLICTED: registered twice, cannot be selected)" if adapter["conflicted"] else ""
+            out.write(f"  {adapter['kind']:<14} {adapter['name']:<14} {adapter['description']}{note}\n")
+            out.write(f"  {'':<14} {'':<14} capabilities: {_flags(adapter['capabilities'])}\n")
+            if not adapter["options"]:
+                out.write(f"  {'':<14} {'':<14} options: none\n")
+            for option in adapter["options"]:
+                out.write(f"  {'':<14} {'':<14} option {_option_line(option)}\n")
+        lifecycle = [h for h in plugin["hooks"] if not h.startswith("agentium_register_")]
+        if lifecycle:
+            out.write(f"  lifecycle hooks: {', '.join(lifecycle)}\n")
+    if report["problems"]:
+        out.write("\nproblems:\n")
+        for p in report["problems"]:
+            what = f" {p['kind']} {p['name']!r}" if p["kind"] and p["name"] else ""
+            hook = f" in {p['hook']}" if p["hook"] else ""
+            out.write(f"  {p['distribution']} {p['version']}{what} [{p['stage']}{hook}]: {p['error']}\n")
+    if report["skipped"]:
+        out.write("\nskipped:\n")
+        for s in report["skipped"]:
+            out.write(f"  {s['distribution']} {s['version']}: {s['reason']}\n")
+    return EXIT_OK
+
+
+def add_plugins_command(subparsers: Any) -> None:
+    """Declare ``agentium plugins [--json]``."""
+    parser = subparsers.add_parser(
+        "plugins",
+        help="list loaded plugins, adapters, capabilities and load problems",
+        description=cmd_plugins.__doc__,
+    )
+    parser.add_argument("--json", action="store_true", help="print the stable JSON form (see docs/cli.md)")
+    parser.set_defaults(func=cmd_plugins)

@@ -1,0 +1,173 @@
+"""Strict structuring of config data, with every problem reported at its ``$``-path.
+
+The config loader (:mod:`agentium_harness._config`) structures each table
+with the converter built here: no coercion between TOML types, unknown keys
+refused with "did you mean", and cattrs' nested validation errors turned
+into :class:`~agentium_harness._errors.ConfigIssue` entries that name the
+exact key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+from collections.abc import Mapping
+from datetime import date, datetime, time
+from typing import Any, TypeVar, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
+
+from ._codec import StrictTypeError, TypeWords
+from ._config_source import join_path
+from ._errors import ConfigIssue
+
+__all__ = ["TOML_WORDS", "field_named_in", "structure_config"]
+
+T = TypeVar("T")
+
+
+_TOML_TYPES: dict[type, str] = {
+    str: "string",
+    bool: "boolean",
+    int: "integer",
+    float: "float",
+    dict: "table",
+    list: "array",
+    datetime: "datetime",
+    date: "date",
+    time: "time",
+}
+
+
+def _toml_type(value: object) -> str:
+    for cls, name in _TOML_TYPES.items():
+        if type(value) is cls:
+            return name
+    return type(value).__name__
+
+
+def _expected(type_: object) -> str:
+    if isinstance(type_, type):
+        if attrs.has(type_):
+            return "table"
+        if issubclass(type_, enum.Enum):
+            return "one of " + ", ".join(repr(m.value) for m in type_)
+        return _TOML_TYPES.get(type_, type_.__name__)
+    args = [a for a in get_args(type_) if a is not type(None)]
+    if get_origin(type_) is not None and len(args) == 1 and type(None) in get_args(type_):
+        return _expected(args[0])
+    return str(type_).replace("typing.", "")
+
+
+#: TOML's words for types, for the strict rules' messages ("expected a table, got string").
+#: How config errors name TOML types ("expected an integer, got string").
+TOML_WORDS = TypeWords(describe=_toml_type, mapping="a table", array="an array")
+
+
+def field_named_in(exc: BaseException, cls: type | None) -> str | None:
+    """Best effort: the attrs field an attrs validator complained about."""
+    if cls is None or not attrs.has(cls):
+        return None
+    names = {a.name for a in attrs.fields(cls)}
+    for arg in exc.args:
+        if isinstance(arg, attrs.Attribute) and arg.name in names:
+            return arg.name
+    words = str(exc).split()
+    if words:
+        first = words[0].strip("'\"`:,")
+        if first in names:
+            return first
+    return None
+
+
+_MISSING: Any = object()
+
+
+def _child(value: Any, key: object) -> Any:
+    if isinstance(value, dict):
+        return value.get(key, _MISSING)
+    if isinstance(value, list) and isinstance(key, int) and 0 <= key < len(value):
+        return value[key]
+    return _MISSING
+
+
+def _wants_table(type_: object) -> bool:
+    if isinstance(type_, type) and attrs.has(type_):
+        return True
+    origin = get_origin(type_)
+    return isinstance(origin, type) and issubclass(origin, Mapping)
+
+
+def _describe_leaf(exc: BaseException, type_: object, path: str, value: Any) -> str:
+    if isinstance(exc, StrictTypeError):
+        return str(exc)
+    if isinstance(exc, KeyError) and value is _MISSING:
+        if isinstance(type_, type) and attrs.has(type_):
+            return f"missing required table [{path.removeprefix('$.')}]"
+        return "missing required key"
+    if _wants_table(type_) and value is not _MISSING and not isinstance(value, dict):
+        return f"expected a table, got {_toml_type(value)}"
+    if isinstance(exc, ValueError | TypeError):
+        detail = str(exc)
+        expected = _expected(type_) if type_ is not None else None
+        if expected and detail:
+            return f"invalid value (expected {expected}): {detail}"
+        return detail or f"invalid value (expected {expected})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _allowed_keys(cls: type) -> list[str]:
+    return [a.name for a in attrs.fields(cls)] if attrs.has(cls) else []
+
+
+def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> list[ConfigIssue]:
+    """Flatten a cattrs validation error tree into issues with ``$``-paths.
+
+    ``value`` is the raw data at ``path`` (or ``_MISSING``), carried down so a
+    message can say what was actually written.
+    """
+    issues: list[ConfigIssue] = []
+    if isinstance(exc, ClassValidationError | IterableValidationError):
+        with_notes, without = exc.group_exceptions()
+        for sub, note in with_notes:
+            key: object = note.name if isinstance(note, AttributeValidationNote) else note.index
+            issues.extend(_issues_from(sub, join_path(path, key), note.type, _child(value, key)))
+        owner = getattr(exc, "cl", None)
+        for sub in without:
+            if isinstance(sub, ForbiddenExtraKeysError):
+                allowed = _allowed_keys(sub.cl)
+                hint = f"; allowed keys: {', '.join(allowed)}" if allowed else "; this table takes no keys"
+                for key in sorted(sub.extra_fields):
+                    close = difflib.get_close_matches(key, allowed, n=1)
+                    guess = f"; did you mean {close[0]!r}?" if close else ""
+                    issues.append(ConfigIssue(join_path(path, key), f"unknown key{guess}{hint}"))
+            elif _wants_table(owner) and value is not _MISSING and not isinstance(value, dict):
+                issues.append(ConfigIssue(path, f"expected a table, got {_toml_type(value)}"))
+            else:
+                # The class itself refused the values (an attrs validator):
+                # point at the field when the message names it.
+                field = field_named_in(sub, owner if isinstance(owner, type) else None)
+                where = join_path(path, field) if field else path
+                issues.append(ConfigIssue(where, str(sub) or type(sub).__name__))
+        return issues
+    return [ConfigIssue(path, _describe_leaf(exc, type_, path, value))]
+
+
+def structure_config(
+    data: Any, cls: type[T], path: str, conv: cattrs.Converter
+) -> tuple[T | None, list[ConfigIssue]]:
+    try:
+        return conv.structure(data, cls), []
+    except (ClassValidationError, IterableValidationError) as exc:
+        return None, _issues_from(exc, path, cls, data)
+    except Exception as exc:  # a config class's own __init__ or hook failed outside cattrs' net
+        field = field_named_in(exc, cls)
+        where = join_path(path, field) if field else path
+        return None, [ConfigIssue(where, _describe_leaf(exc, cls, path, data))]
