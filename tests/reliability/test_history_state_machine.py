@@ -959,7 +959,10 @@ class SQLiteHistoryMachine(HistoryMachine):
 
 if sqlite_adapters is not None:
     TestHistoryOnSQLite = SQLiteHistoryMachine.TestCase
-    TestHistoryOnSQLite.settings = STATEFUL_SETTINGS
+    # Each SQLite step is a worker-thread round trip: half the examples cost as much as the in-memory run.
+    TestHistoryOnSQLite.settings = settings(
+        max_examples=max(1, STATEFUL_EXAMPLES // 2), stateful_step_count=20, deadline=None
+    )
 else:  # pragma: no cover - depends on the tree
 
     @pytest.mark.skip(reason="agentium_harness.adapters.sqlite is not in the tree yet")
