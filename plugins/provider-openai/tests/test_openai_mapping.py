@@ -125,7 +125,8 @@ async def test_tool_calls_results_and_tools_in_the_wire_format(
         Message(Role.ASSISTANT, "", tool_calls=(ToolCall("call_0", "get_weather", {"city": "Porto"}),)),
         Message(Role.TOOL, "18 °C, cloudy", tool_call_id="call_0"),
     )
-    tools = (ToolSpec("get_weather", "Current weather for a city."), ToolSpec("noop"))
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tools = (ToolSpec("get_weather", "Current weather for a city.", schema), ToolSpec("noop"))
     response = await provider.complete(
         _request(sources=(), turn=turn, tools=tools), OpContext.with_timeout(10)
     )
@@ -146,14 +147,16 @@ async def test_tool_calls_results_and_tools_in_the_wire_format(
         {"role": "tool", "tool_call_id": "call_0", "content": "18 °C, cloudy"},
     ]
     assert [t["function"]["name"] for t in body["tools"]] == ["get_weather", "noop"]
+    # The host's JSON Schema goes out as given; a tool without one takes any JSON object.
     assert body["tools"][0] == {
         "type": "function",
         "function": {
             "name": "get_weather",
             "description": "Current weather for a city.",
-            "parameters": {"type": "object", "additionalProperties": True},
+            "parameters": schema,
         },
     }
+    assert body["tools"][1]["function"]["parameters"] == {"type": "object", "additionalProperties": True}
     # The reply's tool call, with its arguments parsed from JSON.
     assert response.message.content == ""
     assert response.message.tool_calls == (

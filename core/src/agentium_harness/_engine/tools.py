@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from .._errors import ToolNotGrantedError
-from .._ports.provider import ToolSpec
+from .._ports.provider import ToolSpec, json_schema_object
 from .._scope import validate_id
 
 __all__ = ["EffectLevel", "Tool", "ToolOutcome", "ToolRegistry", "ToolStatus"]
@@ -45,12 +45,19 @@ class ToolStatus(enum.StrEnum):
 
 @attrs.frozen(slots=True)
 class Tool:
-    """A tool the host offers: a name, its effect level and an async handler returning text."""
+    """A tool the host offers: a name, its effect level, an async handler returning text.
+
+    ``parameters`` is an optional JSON Schema (``"type": "object"``) of its
+    arguments, offered to the model with the tool; it is checked and copied
+    when the tool is built. The runtime does not validate arguments against
+    it: the handler checks what it receives.
+    """
 
     name: str = attrs.field(validator=lambda _i, a, v: validate_id(v, a.name))
     handler: ToolHandler
     effect: EffectLevel = EffectLevel.NONE
     description: str = ""
+    parameters: dict[str, Any] | None = attrs.field(default=None, converter=json_schema_object, hash=False)
 
 
 @attrs.frozen(slots=True)
@@ -81,7 +88,7 @@ class ToolRegistry:
     def specs(self, granted: frozenset[str]) -> tuple[ToolSpec, ...]:
         """Specs of the granted tools, offered to the model, sorted by name."""
         return tuple(
-            ToolSpec(name=t.name, description=t.description)
+            ToolSpec(name=t.name, description=t.description, parameters=t.parameters)
             for name, t in sorted(self._tools.items())
             if name in granted
         )

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import enum
 import html
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
 
+from .._codec import canonical_json
 from .._errors import InvalidArgumentError
 from .._history import Message, estimate_tokens
 from .._validators import str_pair_tuple
@@ -154,12 +156,36 @@ class SourceBlock:
         return estimate_tokens(self.render())
 
 
+def json_schema_object(value: object) -> dict[str, Any] | None:
+    """A private deep copy of a tool's parameter schema, refused unless it is a plain JSON object."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            f"tool parameters must be a JSON Schema object, got {type(value).__name__}"
+        )
+    try:
+        copied: dict[str, Any] = json.loads(canonical_json(dict(value)))
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"tool parameters must be plain JSON: {exc}") from exc
+    if copied.get("type") != "object":
+        raise InvalidArgumentError('tool parameters must be a JSON Schema with "type": "object"')
+    return copied
+
+
 @attrs.frozen(slots=True)
 class ToolSpec:
-    """A tool offered to the model."""
+    """A tool offered to the model: its name, description and optional JSON Schema of its arguments.
+
+    ``parameters`` is ``None`` when the host gave no schema (a provider then
+    offers the tool as taking any JSON object). It is a deep copy, checked to
+    be plain JSON with ``"type": "object"``; the runtime does not validate
+    arguments against it — handlers check what they receive.
+    """
 
     name: str
     description: str = ""
+    parameters: dict[str, Any] | None = attrs.field(default=None, converter=json_schema_object, hash=False)
 
 
 @attrs.frozen(slots=True)
