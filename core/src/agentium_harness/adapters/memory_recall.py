@@ -41,7 +41,8 @@ from .._ports.recall import (
 from .._scope import Scope, SessionKey
 from .._validators import validate_id
 from ._excerpts import make_excerpt, query_terms
-from .sqlite_recall import _group_text, _owner_of_source_id
+from ._sqlite_recall_session import _owner_of_source_id
+from .sqlite_recall import _group_text
 
 __all__ = ["InMemoryRecallConfig", "InMemoryRecallSession", "InMemoryRecallStore"]
 

@@ -1,0 +1,230 @@
+"""The SQLite recall store's session: bounded discovery, reads and validation in one scope.
+
+Split from :mod:`agentium_harness.adapters.sqlite_recall`, whose docstring
+describes the store as a whole; the session uses the store's connection and
+helpers, and holds no state of its own beyond its scope, budgets and whether
+it is closed.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from .._errors import (
+    AgentiumError,
+    InvalidArgumentError,
+)
+from .._history import estimate_tokens
+from .._ports import OpContext
+from .._ports.recall import (
+    Candidate,
+    Excerpt,
+    RecallLimits,
+    RecallSession,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+    document_source_id,
+    group_source_id,
+)
+from .._scope import Scope, SessionKey, decode_segment
+from ._excerpts import make_excerpt, query_terms
+from ._sqlite_recall_sql import ranked_sources
+
+if TYPE_CHECKING:
+    from .sqlite_recall import SQLiteRecallStore
+
+__all__ = ["SQLiteRecallError", "SQLiteRecallSession"]
+
+_SEQ: Final = re.compile(r"0|[1-9][0-9]*")
+
+
+class SQLiteRecallError(AgentiumError):
+    """The SQLite recall store could not complete an operation, or was used after closing.
+
+    Causes include a lock held past the busy timeout, a full disk, a file that
+    is not a SQLite database or holds newer recall tables, and calls on a
+    closed store or session. Nothing was written by the failed call.
+    """
+
+
+def _owner_of_source_id(source_id: str) -> SourceOwner | None:
+    """The owner a source id names, or ``None`` if this store could not have made the id."""
+    if not isinstance(source_id, str):
+        return None
+    parts = source_id.split("/")
+    try:
+        if parts[0] == "doc" and len(parts) == 7:
+            tenant = decode_segment(parts[1])
+            rest = [None if p == "~" else decode_segment(p) for p in parts[2:6]]
+            owner = SourceOwner(tenant, *rest)
+            return owner if document_source_id(owner, decode_segment(parts[6])) == source_id else None
+        if parts[0] == "group" and len(parts) == 5 and _SEQ.fullmatch(parts[4]):
+            key = SessionKey(*(decode_segment(p) for p in parts[1:4]))
+            return SourceOwner.of_session(key) if group_source_id(key, int(parts[4])) == source_id else None
+    except (ValueError, TypeError):  # bad escapes and invalid ids (InvalidIdError is a ValueError)
+        return None
+    return None
+
+
+def _row_owner(values: Sequence[Any]) -> SourceOwner:
+    return SourceOwner(*values)
+
+
+class SQLiteRecallSession(RecallSession):
+    """A recall session of :class:`SQLiteRecallStore`, confined to one scope.
+
+    Holds no connection of its own (calls run on the store's connection, one
+    at a time); :meth:`close` marks it closed, after which calls are refused.
+    :meth:`read` picks excerpt windows with the terms of this session's latest
+    :meth:`discover` query.
+    """
+
+    def __init__(self, store: SQLiteRecallStore, scope: Scope, limits: RecallLimits) -> None:
+        self._store = store
+        self._scope = scope
+        self._limits = limits
+        self._terms: tuple[str, ...] = ()
+        self._closed = False
+
+    @property
+    def scope(self) -> Scope:
+        """The scope this session was opened for."""
+        return self._scope
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def _begin(self, ctx: OpContext, operation: str) -> None:
+        ctx.raise_if_expired(operation)
+        if self._closed:
+            raise SQLiteRecallError(f"sqlite recall store: {operation} refused: the recall session is closed")
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        """Up to ``max_candidates`` visible sources for ``query``, best first, within ``ctx.remaining_bytes``.
+
+        An empty or all-punctuation query finds nothing. See the module docs
+        for how matches are ranked.
+        """
+        self._begin(ctx, "recall discover")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        terms = query_terms(query)
+        self._terms = terms
+        limit = max(0, max_candidates)
+        if not terms or limit == 0:
+            return []
+        cap = self._store.config.max_ranked_matches
+        scope = self._scope
+        budget = ctx.remaining_bytes
+
+        def work(conn: sqlite3.Connection) -> list[Candidate]:
+            rows = ranked_sources(
+                conn, scope, terms, limit, cap, lambda: ctx.raise_if_expired("recall discover")
+            )
+            found: list[Candidate] = []
+            spent = 0
+            for source_id, revision, title, size, *owner_and_score in rows:
+                owner = _row_owner(owner_and_score[:5])
+                candidate = Candidate(
+                    ref=SourceRef(source_id, revision),
+                    owner=owner,
+                    score=-float(owner_and_score[5]),
+                    size_bytes=int(size),
+                    title=title,
+                )
+                if not owner.visible_to(self._scope):  # the SQL filter already holds; never trust one check
+                    continue
+                spent += candidate.discovery_bytes
+                if budget is not None and spent > budget:
+                    break
+                found.append(candidate)
+            return found
+
+        return await self._store.run(ctx, "recall discover", work)
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets."""
+        self._begin(ctx, "recall read")
+        wanted = [(ref, _owner_of_source_id(ref.source_id)) for ref in refs]
+        terms = self._terms
+        cap = max(0, max_excerpt_bytes)
+
+        def work(conn: sqlite3.Connection) -> list[Excerpt]:
+            out: list[Excerpt] = []
+            spent_bytes = spent_tokens = 0
+            for ref, owner in wanted:
+                ctx.raise_if_expired("recall read")
+                if owner is None or not owner.visible_to(self._scope):
+                    continue
+                row = conn.execute(
+                    "SELECT s.revision, t.text FROM recall_sources AS s "
+                    "JOIN recall_texts AS t ON t.id = s.id WHERE s.source_id = ?",
+                    (ref.source_id,),
+                ).fetchone()
+                if row is None or row[0] != ref.revision:
+                    continue  # deleted or changed: validation reports it
+                excerpt = make_excerpt(ref, owner, row[1], terms, cap)
+                spent_bytes += len(excerpt.text.encode("utf-8"))
+                spent_tokens += estimate_tokens(excerpt.text)
+                if ctx.remaining_bytes is not None and spent_bytes > ctx.remaining_bytes:
+                    break
+                if ctx.remaining_tokens is not None and spent_tokens > ctx.remaining_tokens:
+                    break
+                out.append(excerpt)
+            return out
+
+        return await self._store.run(ctx, "recall read", work)
+
+    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """One validation per ref, in order, all read from one snapshot of the database."""
+        return await self._validate(refs, ctx, "recall validate")
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """As :meth:`validate`: one bounded primary-key lookup per ref, in one read transaction."""
+        return await self._validate(refs, ctx, "recall validate_current")
+
+    async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
+        self._begin(ctx, operation)
+        wanted = [(ref, _owner_of_source_id(ref.source_id)) for ref in refs]
+
+        def work(conn: sqlite3.Connection) -> list[Validation]:
+            out: list[Validation] = []
+            # One read transaction: every ref is judged against the same view.
+            conn.execute("BEGIN")
+            try:
+                for ref, owner in wanted:
+                    ctx.raise_if_expired(operation)
+                    if owner is None:
+                        out.append(Validation(ref, ValidationStatus.UNKNOWN))
+                    elif not owner.visible_to(self._scope):
+                        out.append(Validation(ref, ValidationStatus.FORBIDDEN))
+                    else:
+                        row = conn.execute(
+                            "SELECT revision FROM recall_sources WHERE source_id = ?", (ref.source_id,)
+                        ).fetchone()
+                        if row is None:
+                            out.append(Validation(ref, ValidationStatus.DELETED))
+                        elif row[0] == ref.revision:
+                            out.append(Validation(ref, ValidationStatus.CURRENT, row[0]))
+                        else:
+                            out.append(Validation(ref, ValidationStatus.CHANGED, row[0]))
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+            return out
+
+        return await self._store.run(ctx, operation, work)
+
+    async def close(self) -> None:
+        """Mark the session closed. Always succeeds (also after a cancelled call); idempotent."""
+        self._closed = True
+        self._terms = ()
