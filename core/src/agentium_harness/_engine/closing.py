@@ -115,6 +115,8 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
             f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
             for t in stuck
         )
+    # One drain covers all owned work: the memory manager's and the background summary
+    # updates (tracked in it through OwnedWorkSource), each waited for, then cancelled.
     try:
         await runtime._drainer.drain(runtime.limits.settle_timeout_s if first else 0.0)
     except MemoryDrainError as exc:
@@ -128,8 +130,6 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
             await runtime.memory.aclose(runtime.limits.close_timeout_s)
         except Exception as exc:
             failures.append(f"closing the memory manager failed: {type(exc).__name__}: {exc}")
-    for stuck_key in await runtime._work.settle_all(runtime.limits.settle_timeout_s if first else 0.0):
-        failures.append(f"the summary update of session {stuck_key.session!r} did not stop")
     still_open: list[object] = []
     for adapter, problem in await close_owned(runtime._owned, runtime.limits.close_timeout_s):
         if problem is not None:

@@ -150,15 +150,3 @@ class OwnedWork:
         report = job.report
         return report.status if report is not None else WorkStatus.CANCELLED
 
-    async def settle_all(self, timeout_s: float) -> list[SessionKey]:
-        """Wait for every job up to ``timeout_s``, cancel the rest; the sessions whose job did not stop."""
-        with anyio.move_on_after(timeout_s):
-            for job in list(self._jobs.values()):
-                await job.done.wait()
-        stuck = list(self._jobs.values())
-        for job in stuck:
-            job.cancel("runtime closing")
-        with anyio.move_on_after(timeout_s):
-            for job in stuck:
-                await job.done.wait()
-        return [k for k, j in self._jobs.items() if not j.done.is_set()]
