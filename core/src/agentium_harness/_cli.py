@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import anyio
 import attrs
@@ -27,6 +26,7 @@ import attrs
 from . import __version__
 from ._cli_eval import add_eval_commands
 from ._cli_memory import add_memory_commands
+from ._cli_output import EXIT_OK, EXIT_USAGE, print_json
 from ._cli_plugins import add_plugins_command, options_report, plugins_report
 from ._cli_recall import add_recall_commands
 from ._cli_verify import add_verify_commands, print_verification
@@ -50,11 +50,6 @@ __all__ = [
     "plugins_report",
 ]
 
-#: Success.
-EXIT_OK = 0
-#: A problem the user can fix: bad arguments, an invalid config, a plugin error.
-EXIT_USAGE = 2
-
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -63,10 +58,6 @@ def _version() -> str:
         return importlib.metadata.version(BUILTIN_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
         return __version__
-
-
-def _print_json(data: Any, out: TextIO) -> None:
-    out.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 # -------------------------------------------------------------------- check
@@ -83,7 +74,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         if args.json:
             errors = [{"path": i.path, "message": i.message} for i in exc.issues]
-            _print_json({"config": str(path), "valid": False, "errors": errors, "components": {}}, sys.stdout)
+            print_json({"config": str(path), "valid": False, "errors": errors, "components": {}}, sys.stdout)
         else:
             sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
             for issue in exc.issues:
@@ -112,7 +103,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = {"config": str(path), "valid": True, "errors": [], "components": components}
         if args.probe:
             report["probe"] = probes
-        _print_json(report, sys.stdout)
+        print_json(report, sys.stdout)
     else:
         sys.stdout.write(f"{path}: valid\n")
         for section in SECTION_KINDS:
@@ -238,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     result = anyio.run(go)
     if args.json:
-        _print_json(unstructure(result), sys.stdout)
+        print_json(unstructure(result), sys.stdout)
     else:
         sys.stdout.write(result.output + "\n")
         sys.stderr.write(
@@ -291,7 +282,7 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
 
     view = anyio.run(go)
     if args.json:
-        _print_json(unstructure(view), sys.stdout)
+        print_json(unstructure(view), sys.stdout)
     elif not view.exists:
         sys.stdout.write(f"session {args.session!r}: not stored\n")
     else:
@@ -336,7 +327,7 @@ def cmd_session_reconcile(args: argparse.Namespace) -> int:
 
     report = anyio.run(go)
     if args.json:
-        _print_json(unstructure(report), sys.stdout)
+        print_json(unstructure(report), sys.stdout)
     else:
         state = "reconciled" if report.changed else "unchanged"
         sys.stdout.write(f"{state}: {report.message}\n")
@@ -370,7 +361,7 @@ def cmd_session_migrate(args: argparse.Namespace) -> int:
 
     report = anyio.run(go)
     if args.json:
-        _print_json(unstructure(report), sys.stdout)
+        print_json(unstructure(report), sys.stdout)
     else:
         state = "migrated" if report.changed else "unchanged"
         sys.stdout.write(

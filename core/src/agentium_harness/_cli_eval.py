@@ -13,12 +13,12 @@ directory that cannot be written — with nothing run. See ``docs/eval.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 import anyio
 
+from ._cli_output import print_json
 from .eval import (
     Progress,
     build_report,
@@ -65,7 +65,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     report = build_report(runs, list(graders.values()))
     json_path, html_path = write_reports(report, out)
     if args.json:
-        sys.stdout.write(json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+        print_json(report)
     else:
         sys.stdout.write(render_summary(report, [str(json_path), str(html_path)]))
     return 0

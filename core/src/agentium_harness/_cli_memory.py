@@ -12,7 +12,6 @@ it did not exist.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from ._cli_output import print_json
 from ._config import load_config
 from ._errors import InvalidArgumentError
 from ._memory.manager import MemoryManager
@@ -109,13 +109,9 @@ def _ack_json(ack: MemoryAck) -> dict[str, Any]:
     }
 
 
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-
-
 def _show_facts(args: argparse.Namespace, facts: tuple[StoredFact, ...]) -> None:
     if args.json:
-        _print_json([_fact_json(f) for f in facts])
+        print_json([_fact_json(f) for f in facts])
         return
     now = datetime.now().astimezone()
     for fact in facts:
@@ -135,7 +131,7 @@ def _show_facts(args: argparse.Namespace, facts: tuple[StoredFact, ...]) -> None
 
 def _show_ack(args: argparse.Namespace, ack: MemoryAck) -> int:
     if args.json:
-        _print_json(_ack_json(ack))
+        print_json(_ack_json(ack))
     else:
         line = f"{ack.status.value}"
         if ack.fact_id is not None:

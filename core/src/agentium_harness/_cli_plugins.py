@@ -14,18 +14,12 @@ from typing import Any, TextIO, Union, get_args, get_origin
 
 import attrs
 
+from ._cli_output import EXIT_OK, print_json
 from ._codec import unstructure
 from ._plugins.registry import PluginRegistry, RegisteredAdapter
 from ._plugins.spec import PATH_OPTION
 
-#: Exit status of a command that ran.
-EXIT_OK = 0
-
 __all__ = ["add_plugins_command", "options_report", "plugins_report"]
-
-
-def _print_json(data: Any, out: TextIO) -> None:
-    out.write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def _type_name(type_: object) -> str:
@@ -171,7 +165,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     report = plugins_report(registry)
     out: TextIO = sys.stdout
     if args.json:
-        _print_json(report, out)
+        print_json(report, out)
         return EXIT_OK
     for plugin in report["plugins"]:
         out.write(f"{plugin['distribution']} {plugin['version']} [{plugin['status']}]\n")

@@ -9,13 +9,13 @@ the evidence budget, with a failing verifier reported as ``unknown``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
 import anyio
 
+from ._cli_output import print_json
 from ._codec import unstructure
 from ._engine.loader import load_runtime
 from ._engine.results import Diagnostic
@@ -59,7 +59,7 @@ def _cmd_verify(
                 "record": unstructure(record),
                 "diagnostics": unstructure(list(notes)),
             }
-            sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+            print_json(data)
         else:
             print_verification(record, sys.stdout)
             for d in notes:
