@@ -149,4 +149,3 @@ class OwnedWork:
                 await job.done.wait()
         report = job.report
         return report.status if report is not None else WorkStatus.CANCELLED
-
