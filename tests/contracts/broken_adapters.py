@@ -15,7 +15,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from agentium_harness._codec import canonical_json, digest_of, from_json, make_converter, unstructure
+from agentium_harness._codec import digest_of, from_json, make_converter, unstructure
 from agentium_harness._errors import ArchiveError, OperationCancelledError, SessionConflictError
 from agentium_harness._history import MessageGroup
 from agentium_harness._ports import OpContext
@@ -25,6 +25,7 @@ from agentium_harness._ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    snapshot_bytes,
 )
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -353,7 +354,7 @@ class NoCompareStore(InMemorySessionStore):
         _check(ctx)
         current = self._rows.get(key)
         revision = 1 if current is None else current[0] + 1
-        self._rows[key] = (revision, canonical_json(unstructure(snapshot)))
+        self._rows[key] = (revision, snapshot_bytes(snapshot))
         return revision
 
 
@@ -372,7 +373,7 @@ class YieldingCompareStore(InMemorySessionStore):
             raise SessionConflictError("stale")
         await anyio.lowlevel.checkpoint()  # a network round trip would sit here
         revision = 1 if current_revision is None else current_revision + 1
-        self._rows[key] = (revision, canonical_json(unstructure(snapshot)))
+        self._rows[key] = (revision, snapshot_bytes(snapshot))
         return revision
 
 
@@ -401,7 +402,7 @@ class StaticRevisionStore(InMemorySessionStore):
         _check(ctx)
         if expected_revision is None and key in self._rows:
             raise SessionConflictError("exists")
-        self._rows[key] = (1, canonical_json(unstructure(snapshot)))
+        self._rows[key] = (1, snapshot_bytes(snapshot))
         return 1
 
 

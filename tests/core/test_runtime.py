@@ -27,7 +27,6 @@ from agentium_harness import (
     SnapshotCorruptError,
     VerifiedIdentity,
 )
-from agentium_harness._codec import canonical_json, unstructure
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._engine.results import EvictionStatus, RunStatus
@@ -45,7 +44,7 @@ from agentium_harness._ports.provider import (
     SourceKind,
 )
 from agentium_harness._ports.recall import RecallCapabilities, RecallSession, RecallStore
-from agentium_harness._ports.sessions import SessionSnapshot, seal_snapshot
+from agentium_harness._ports.sessions import SessionSnapshot, seal_snapshot, snapshot_bytes
 from agentium_harness._ports.summary import Summarizer, SummarizerCapabilities, TaskSummary
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ABSTAIN_TEXT, ExtractiveProvider, ScriptedProvider
@@ -338,7 +337,7 @@ async def test_inconsistent_snapshot_is_corrupt() -> None:
     bad = seal_snapshot(
         SessionSnapshot(memory_scope=Scope("tenant-a", "alice", "s1"), boundary=0, next_seq=5, resident=())
     )
-    store.put_raw(key, 1, canonical_json(unstructure(bad)))
+    store.put_raw(key, 1, snapshot_bytes(bad))
     with pytest.raises(SnapshotCorruptError, match="inconsistent"):
         await runtime(store=store).run(ALICE, "s1", "hi")
     assert store._rows[key][0] == 1

@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import json
+import math
+import re
 import threading
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
@@ -47,18 +50,23 @@ from cattrs.cols import (
 )
 from cattrs.gen import make_dict_unstructure_fn
 
-from ._errors import EncodingError, RecordDecodeError
+from ._errors import EncodingError, InvalidJSONError, RecordDecodeError
 
 __all__ = [
     "JSON_WORDS",
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
     "StrictTypeError",
     "StructureHook",
     "StructureRule",
     "canonical_json",
     "converter",
+    "decode_json",
     "digest_bytes",
     "digest_of",
     "from_json",
+    "json_depth_exceeds",
     "make_converter",
     "register_structure_hook",
     "structure",
@@ -379,25 +387,145 @@ def structure(data: Any, cls: type[T]) -> T:
         raise _decode_error(exc, cls) from exc
 
 
+#: Deepest nesting of arrays and objects :func:`decode_json` accepts by default.
+#: A snapshot's own records nest about ten deep; the rest is room for tool
+#: call arguments, which the engine caps at :data:`MAX_ARGUMENT_DEPTH`.
+MAX_JSON_DEPTH: Final = 128
+#: Largest JSON text, in UTF-8 bytes, :func:`decode_json` accepts by default (256 MiB).
+MAX_JSON_BYTES: Final = 256 * 1024 * 1024
+#: Deepest nesting a tool call's arguments may have (the engine refuses a
+#: reply with deeper ones), so every stored group decodes under :data:`MAX_JSON_DEPTH`.
+MAX_ARGUMENT_DEPTH: Final = 64
+
+# A JSON string: a quote, then anything but a quote or a backslash, or a
+# backslash and any one byte, then a quote. UTF-8 continuation bytes are never
+# ASCII, so this is exact on the encoded text.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# +1 for an opening bracket, -1 for a closing one, indexed by byte value.
+_BRACKET_STEP = [1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256)]
+# A \uD800-\uDFFF escape: only then can the decoded text hold a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def json_depth_exceeds(data: bytes, max_depth: int) -> bool:
+    """Whether JSON text ``data`` nests arrays and objects deeper than ``max_depth``, without parsing it.
+
+    Strings are skipped first (a bracket inside a string is text), then the
+    running count of open brackets is taken over what remains. An
+    unterminated string makes the scan count more than the parser would
+    reach, never less, so a refusal can be too eager only for text that is
+    not JSON anyway. Runs at C speed: no recursion, whatever the input.
+    """
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    if brackets.count(b"[") + brackets.count(b"{") <= max_depth:
+        return False
+    return max(itertools.accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0) > max_depth
+
+
 def _refuse_constant(name: str) -> Any:
     # json.loads accepts NaN/Infinity by default; canonical JSON never holds them.
-    raise ValueError(f"{name} is not valid canonical JSON")
+    raise InvalidJSONError(f"{name} is not valid canonical JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        # "1e999" parses as inf, which canonical JSON cannot hold.
+        raise InvalidJSONError(f"the number {text[:40]} is too large to be finite")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidJSONError(f"the object key {key[:80]!r} appears twice")
+            seen.add(key)
+    return result
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_unique_keys, parse_constant=_refuse_constant, parse_float=_finite_float
+)
+
+
+def decode_json(
+    data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, max_bytes: int = MAX_JSON_BYTES
+) -> Any:
+    r"""Parse JSON text strictly and within bounds; the one way Agentium reads JSON it did not just write.
+
+    Refused with :class:`~agentium_harness._errors.InvalidJSONError` (before
+    parsing where it can be told from the bytes, so no ``RecursionError`` or
+    ``MemoryError`` can escape):
+
+    - text over ``max_bytes`` UTF-8 bytes, or nesting arrays/objects deeper
+      than ``max_depth`` (checked on the bytes before parsing);
+    - bytes that are not UTF-8, or a ``str`` holding a lone surrogate;
+    - malformed JSON, a duplicate object key, ``NaN``/``Infinity``, a
+      number too large to be finite, an integer too long to convert, and a
+      string whose ``\u`` escapes leave a lone surrogate (it could never be
+      encoded again).
+
+    Use it for stored rows, provider replies, case files: anything read
+    from outside. Plugins get it from :mod:`agentium_harness.plugin_api`.
+    """
+    if isinstance(data, str):
+        if len(data) > max_bytes:  # characters: a cheap bound before encoding
+            raise InvalidJSONError(f"the JSON text is larger than {max_bytes} bytes")
+        try:
+            raw = data.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidJSONError(f"the JSON text holds a lone surrogate at index {exc.start}") from exc
+    elif isinstance(data, bytes | bytearray | memoryview):
+        raw = bytes(data)
+    else:
+        raise InvalidJSONError(f"expected JSON text (str or bytes), got {type(data).__name__}")
+    if len(raw) > max_bytes:
+        raise InvalidJSONError(f"the JSON text is {len(raw)} bytes, larger than {max_bytes}")
+    if json_depth_exceeds(raw, max_depth):
+        raise InvalidJSONError(f"the JSON text nests arrays or objects deeper than {max_depth} levels")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidJSONError(f"the JSON text is not valid UTF-8 (byte {exc.start})") from exc
+    try:
+        value = _DECODER.decode(text)
+    except InvalidJSONError:
+        raise
+    except RecursionError as exc:  # pragma: no cover - the depth scan above bounds the parser's recursion
+        raise InvalidJSONError("the JSON text nests too deeply to parse") from exc
+    except (ValueError, TypeError) as exc:  # JSONDecodeError, int digit limits
+        raise InvalidJSONError(f"not valid JSON: {exc}") from exc
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidJSONError("a string in the JSON text holds a lone surrogate escape") from exc
+    return value
 
 
 def canonical_json(data: Any) -> bytes:
     """Canonical JSON bytes of plain data or of a record: sorted keys, UTF-8, compact.
 
     :raises EncodingError: the data holds a non-finite float (``nan``,
-        ``inf``) or something JSON cannot represent.
+        ``inf``), a string with a lone surrogate (not encodable as UTF-8) or
+        something JSON cannot represent.
     """
     plain = (
         data if isinstance(data, dict | list | str | int | float | bool | type(None)) else unstructure(data)
     )
     try:
         text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (ValueError, TypeError) as exc:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EncodingError(
+            f"cannot encode as canonical JSON: a string holds a lone surrogate ({exc.reason})"
+        ) from exc
+    except (ValueError, TypeError, RecursionError) as exc:
         raise EncodingError(f"cannot encode as canonical JSON: {exc}") from exc
-    return text.encode("utf-8")
 
 
 def digest_bytes(data: bytes) -> str:
@@ -415,18 +543,21 @@ def to_json(obj: Any) -> str:
     return canonical_json(obj).decode("utf-8")
 
 
-def from_json(text: str | bytes, cls: type[T]) -> T:
-    """Parse JSON text (as stored) into a record of type ``cls``, strictly.
+def from_json(
+    text: str | bytes, cls: type[T], *, max_depth: int = MAX_JSON_DEPTH, max_bytes: int = MAX_JSON_BYTES
+) -> T:
+    """Parse JSON text (as stored) into a record of type ``cls``, strictly and within bounds.
 
-    ``NaN``/``Infinity`` literals, invalid UTF-8 and malformed JSON are refused
-    like a wrong field type.
+    The text is read with :func:`decode_json` (size and depth caps, no
+    duplicate keys, no ``NaN``/``Infinity``, valid UTF-8), then structured
+    without coercion.
 
-    :raises RecordDecodeError: the text is not JSON or does not describe a ``cls``.
+    :raises RecordDecodeError: the text is not acceptable JSON or does not describe a ``cls``.
     """
     try:
-        data = json.loads(text, parse_constant=_refuse_constant)
-    except (ValueError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise RecordDecodeError(cls.__name__, [f"not valid JSON: {exc}"]) from exc
+        data = decode_json(text, max_depth=max_depth, max_bytes=max_bytes)
+    except InvalidJSONError as exc:
+        raise RecordDecodeError(cls.__name__, [f"not valid JSON: {exc.reason}"]) from exc
     return structure(data, cls)
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "IdentityError",
     "InvalidArgumentError",
     "InvalidIdError",
+    "InvalidJSONError",
     "LegacySnapshotError",
     "MemoryDrainError",
     "OperationCancelledError",
@@ -399,6 +400,23 @@ class RecordDecodeError(AgentiumError, ValueError):
         self.record = record
         self.issues = tuple(issues)
         super().__init__(f"cannot decode {record}: " + "; ".join(self.issues))
+
+
+class InvalidJSONError(RecordDecodeError):
+    """JSON text was refused before (or while) it was parsed; ``reason`` says why.
+
+    Raised by :func:`~agentium_harness._codec.decode_json` for text that is
+    larger than its byte cap, nested deeper than its depth cap, not UTF-8, not
+    JSON, or JSON that canonical data never holds: a duplicate object key,
+    ``NaN``/``Infinity`` (or a number too large to be finite), a lone
+    surrogate escape. It is a :class:`RecordDecodeError`, so an adapter that
+    turns decode errors into its corruption error (``SnapshotCorruptError``,
+    ``ArchiveCorruptError``) handles it too. Nothing was decoded or changed.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__("JSON", [reason])
 
 
 class ArchiveCorruptError(ArchiveError):

@@ -14,8 +14,8 @@ from typing import ClassVar, Final
 
 import attrs
 
-from .._codec import canonical_json, digest_bytes, unstructure
-from .._errors import SnapshotCorruptError
+from .._codec import canonical_json, digest_bytes, from_json, unstructure
+from .._errors import RecordDecodeError, SnapshotCorruptError
 from .._history import MessageGroup
 from .._scope import Scope, SessionKey
 from .._validators import int_tuple
@@ -30,6 +30,7 @@ __all__ = [
     "SessionStore",
     "SessionStoreCapabilities",
     "StoredSnapshot",
+    "decode_snapshot",
     "seal_snapshot",
     "snapshot_bytes",
     "snapshot_digest",
@@ -200,6 +201,36 @@ def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
             f"computed {actual}); the stored data is damaged and was left as it is"
         )
     _mark_verified(snapshot)
+
+
+def decode_snapshot(key: SessionKey, data: bytes, where: str) -> SessionSnapshot:
+    """Decode a stored snapshot's bytes strictly and check them; any doubt is ``SnapshotCorruptError``.
+
+    What every session store's ``load`` does with the bytes it read: a
+    bounded strict decode (:func:`~agentium_harness._codec.from_json`: size
+    and depth caps, no duplicate keys, no coercion, no missing required
+    field), :func:`verify_snapshot`, and, for a digested snapshot (format 3
+    or later), a check that the bytes are exactly :func:`snapshot_bytes` of
+    what they decoded to: other whitespace, key order, escapes or a field left
+    out are damage too, even where the digest (computed over the canonical
+    form) would still match. ``where`` names the row in the message. The
+    stored bytes are never changed.
+    """
+    if not isinstance(data, bytes):
+        raise SnapshotCorruptError(
+            f"{where} holds {type(data).__name__}, not JSON bytes; nothing was changed"
+        )
+    try:
+        snapshot = from_json(data, SessionSnapshot)
+    except RecordDecodeError as exc:
+        raise SnapshotCorruptError(f"{where} cannot be decoded ({exc}); nothing was changed") from exc
+    verify_snapshot(key, snapshot)
+    if snapshot.digest is not None and snapshot_bytes(snapshot) != data:
+        raise SnapshotCorruptError(
+            f"{where} is not in canonical form (the bytes differ from the canonical encoding of what "
+            "they hold); the stored data is damaged and was left as it is"
+        )
+    return snapshot
 
 
 @attrs.frozen(slots=True)

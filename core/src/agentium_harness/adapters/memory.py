@@ -21,7 +21,6 @@ from .._errors import (
     ArchiveCorruptError,
     RecordDecodeError,
     SessionConflictError,
-    SnapshotCorruptError,
 )
 from .._history import MessageGroup
 from .._ports import OpContext
@@ -31,6 +30,7 @@ from .._ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    decode_snapshot,
     snapshot_bytes,
     verify_snapshot,
 )
@@ -143,13 +143,9 @@ class InMemorySessionStore(SessionStore):
         if row is None:
             return None
         revision, data = row
-        try:
-            snapshot = from_json(data, SessionSnapshot)
-        except RecordDecodeError as exc:
-            raise SnapshotCorruptError(f"snapshot of session {key.key()} cannot be decoded: {exc}") from exc
         # Defence in depth (the engine checks too): a changed byte that still
         # decodes fails closed here; the row is left as it is.
-        verify_snapshot(key, snapshot)
+        snapshot = decode_snapshot(key, data, f"snapshot of session {key.key()}")
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 
     async def save(

@@ -60,6 +60,7 @@ from .._ports.sessions import (
     SessionStore,
     SessionStoreCapabilities,
     StoredSnapshot,
+    decode_snapshot,
     snapshot_bytes,
     verify_snapshot,
 )
@@ -421,13 +422,9 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             # snapshot: hand back that one (its groups keep their encodings).
             self._recent.move_to_end(key)
             return StoredSnapshot(snapshot=recent[2], revision=revision)
-        try:
-            snapshot = from_json(raw, SessionSnapshot)
-        except RecordDecodeError as exc:
-            raise SnapshotCorruptError(f"{where} cannot be decoded ({exc}); nothing was changed") from exc
         # Defence in depth (the engine checks too): a flipped bit that still
         # decodes fails here, before it can reach a model or be re-archived.
-        verify_snapshot(key, snapshot)
+        snapshot = decode_snapshot(key, raw, where)
         self._remember(key, revision, raw, snapshot)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 

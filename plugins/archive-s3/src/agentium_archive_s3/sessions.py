@@ -36,7 +36,6 @@ import botocore.exceptions
 
 from agentium_harness.plugin_api import (
     OpContext,
-    RecordDecodeError,
     SessionConflictError,
     SessionKey,
     SessionSnapshot,
@@ -44,7 +43,7 @@ from agentium_harness.plugin_api import (
     SessionStoreCapabilities,
     SnapshotCorruptError,
     StoredSnapshot,
-    from_json,
+    decode_snapshot,
     snapshot_bytes,
     verify_snapshot,
 )
@@ -151,14 +150,7 @@ class S3SessionStore(SessionStore):
             return None
         data, etag = found
         revision, payload = self._parse(key, data)
-        try:
-            snapshot = from_json(payload, SessionSnapshot)
-        except RecordDecodeError as exc:
-            raise SnapshotCorruptError(
-                f"s3 session store: snapshot of session {key.key()} cannot be decoded ({exc}); nothing was "
-                "changed"
-            ) from exc
-        verify_snapshot(key, snapshot)
+        snapshot = decode_snapshot(key, payload, f"s3 session store: snapshot of session {key.key()}")
         self._etags[key] = (revision, etag)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 
