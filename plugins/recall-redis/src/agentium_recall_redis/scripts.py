@@ -54,8 +54,39 @@ class Script:
         return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
 
-# Removing a row: its postings, its group entry, its keys and its bucket count.
+# Checking before writing. A Lua script is not a transaction: a command that fails part way leaves
+# the writes before it in place. So every writing script first checks each key it will write (its
+# type, and that a counter holds an integer) and only then writes; a check that fails raises before
+# the first write. Messages name no key: keys hold tenant ids and words of the content.
+_CHECK = """
+local checked = {}
+local function refuse(what)
+  error('WRONGTYPE ' .. what .. ' under the key prefix holds another type of value')
+end
+local function need(key, kind)
+  if checked[key] then return end
+  local t = redis.call('TYPE', key)
+  t = t['ok'] or t
+  if t ~= 'none' and t ~= kind then refuse('a key') end
+  checked[key] = true
+end
+local function need_int(value)
+  if value and not string.match(value, '^%-?%d+$') then refuse('a counter') end
+end
+local function need_count(P, b)
+  need(P .. ':bn', 'hash')
+  need_int(redis.call('HGET', P .. ':bn', b))
+end
+"""
+
+# Removing a row: its postings, its group entry, its keys and its bucket count; check_row checks
+# every key remove_row writes.
 _REMOVE = """
+local function check_row(P, b, terms, kind)
+  for term in string.gmatch(terms or '', '%S+') do need(P .. ':p:' .. b .. ':' .. term, 'zset') end
+  if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
+  need_count(P, b)
+end
 local function remove_row(P, n, b, terms, kind)
   for term in string.gmatch(terms or '', '%S+') do
     redis.call('ZREM', P .. ':p:' .. b .. ':' .. term, n)
@@ -71,7 +102,8 @@ end
 #: (term, tf)*. Returns {'ok', fresh} or {'settled', token value}.
 INDEX = Script(
     "index",
-    _REMOVE
+    _CHECK
+    + _REMOVE
     + """
 local P = ARGV[1]
 local settled = redis.call('GET', KEYS[2])
@@ -97,7 +129,32 @@ for s = 1, count do
   if not src.same then src.b = redis.call('HGET', P .. ':bk', src.okey) end
   plan[s] = src
 end
-local last = tonumber(redis.call('GET', P .. ':n') or '0')
+for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
+need(P .. ':n', 'string')
+need(P .. ':nb', 'string')
+local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
+need_int(lastv)
+need_int(nbv)
+local last = tonumber(lastv or '0')
+-- Every key phase 2 writes, checked with the bucket and row numbers it will use.
+local nb, planned, row = tonumber(nbv or '0'), {}, last
+for s = 1, count do
+  local src = plan[s]
+  if not src.same then
+    if src.old and src.oldb then check_row(P, src.oldb, src.oldterms, src.oldkind) end
+    local b = planned[src.okey] or src.b
+    if not b then
+      nb = nb + 1
+      b = string.format('%d', nb)
+    end
+    planned[src.okey] = b
+    row = row + 1
+    need(P .. ':m:' .. string.format('%d', row), 'hash')
+    for k = 0, src.nt - 1 do need(P .. ':p:' .. b .. ':' .. ARGV[src.t0 + 2 * k], 'zset') end
+    if src.kind == 'g' then need(P .. ':g:' .. b, 'zset') end
+    need_count(P, b)
+  end
+end
 -- Phase 2: write.
 local fresh = 0
 local buckets = {}
@@ -146,7 +203,8 @@ return {'ok', result}
 #: Leaves the revision tombstone ``-<revision>`` in P:rev. Returns {'ok', '1'|'0'} or {'settled', value}.
 DELETE = Script(
     "delete",
-    _REMOVE
+    _CHECK
+    + _REMOVE
     + """
 local P = ARGV[1]
 local settled = redis.call('GET', KEYS[2])
@@ -156,6 +214,8 @@ local result = '0'
 if n then
   local old = redis.call('HMGET', P .. ':m:' .. n, 'rev', 'b', 'terms', 'kind')
   if old[4] == ARGV[4] and old[1] and old[2] then
+    need(P .. ':rev', 'hash')
+    check_row(P, old[2], old[3], old[4])
     remove_row(P, n, old[2], old[3], old[4])
     redis.call('HDEL', P .. ':ids', ARGV[3])
     redis.call('HSET', P .. ':rev', ARGV[3], '-' .. old[1])

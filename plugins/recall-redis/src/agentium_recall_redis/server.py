@@ -178,8 +178,9 @@ class ServerErrors:
             )
         if "WRONGTYPE" in upper:
             raise RedisRecallError(
-                f"{operation}: a key under key_prefix {self.key_prefix!r} holds another type: "
-                "something else writes there; use a key_prefix of the store's own"
+                f"{operation}: a key under key_prefix {self.key_prefix!r} holds another type of value; "
+                "nothing was written (every write checks its keys before its first write). Something else "
+                "writes there: use a key_prefix of the store's own"
             )
         raise RedisRecallError(f"{operation}: the server at {self.where} refused: {message}")
 

@@ -1,0 +1,130 @@
+"""A write the server refuses part way changes nothing: every key a script writes is checked first.
+
+Lua scripts are not transactions: a command that fails in the middle of a
+script leaves the writes before it in place. A foreign key of the wrong type
+under the store's prefix (or a damaged counter) must therefore stop a write
+before its first write, never after its postings (issue 21, item 12).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from redis_servers import new_prefix
+
+from agentium_harness import OpContext, RecallLimits, Scope, SessionKey, SourceOwner
+from agentium_harness import ValidationStatus as V
+from agentium_harness.plugin_api import ArchiveReceipt
+from agentium_harness.testing import plain_group
+from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
+from agentium_recall_redis.keys import tenant_prefix
+
+pytestmark = pytest.mark.anyio
+
+OWNER, SCOPE = SourceOwner("wi"), Scope("wi", "u", "s")
+
+
+def ctx() -> OpContext:
+    return OpContext.with_timeout(10)
+
+
+async def key_space(admin: aioredis.Redis, prefix: str) -> dict[bytes, Any]:
+    """Every key under ``prefix`` with its type and whole value (the test may SCAN; the store never does)."""
+    out: dict[bytes, Any] = {}
+    async for key in admin.scan_iter(match=f"{prefix}:*", count=1000):
+        kind = (await admin.type(key)).decode()
+        if kind == "string":
+            value: Any = await admin.get(key)
+        elif kind == "hash":
+            value = await admin.hgetall(key)
+        elif kind == "zset":
+            value = await admin.zrange(key, 0, -1, withscores=True)
+        elif kind == "list":
+            value = await admin.lrange(key, 0, -1)
+        else:
+            value = await admin.smembers(key) if kind == "set" else None
+        out[key] = (kind, value)
+    return out
+
+
+async def _discover(store: RedisRecallStore, query: str) -> list[str]:
+    session = await store.open(SCOPE, RecallLimits(), ctx())
+    try:
+        return [c.ref.source_id for c in await session.discover(query, 16, ctx())]
+    finally:
+        await session.close()
+
+
+@pytest.fixture
+async def fresh(server: Any) -> Any:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    yield store, tenant_prefix(prefix, "wi")
+    await store.aclose()
+
+
+async def test_a_wrong_typed_posting_key_stops_an_index_before_any_write(
+    fresh: Any, admin: aioredis.Redis
+) -> None:
+    store, tp = fresh
+    first = await store.index_document(OWNER, "a", "apple orchard", ctx())  # bucket 1 exists now
+    await admin.set(f"{tp}:p:1:zebra", "not a sorted set")  # something else writes under the prefix
+    before = await key_space(admin, store.config.key_prefix)
+    with pytest.raises(RedisRecallError, match="another type"):
+        await store.index_document(OWNER, "b", "banana zebra", ctx())
+    assert await key_space(admin, store.config.key_prefix) == before  # not one key changed
+    session = await store.open(SCOPE, RecallLimits(), ctx())
+    [v] = await session.validate([first], ctx())
+    assert v.status is V.CURRENT
+    await session.close()
+    assert await _discover(store, "banana") == []
+    # Once the foreign key is gone, the write succeeds, and the next source inherits nothing from it.
+    await admin.delete(f"{tp}:p:1:zebra")
+    second = await store.index_document(OWNER, "b", "banana zebra", ctx())
+    third = await store.index_document(OWNER, "c", "cherry", ctx())
+    assert await _discover(store, "banana") == [second.source_id]
+    assert await _discover(store, "cherry") == [third.source_id]
+    assert await _discover(store, "zebra") == [second.source_id]
+
+
+async def test_a_wrong_typed_key_stops_a_replacement_and_a_delete_before_any_write(
+    fresh: Any, admin: aioredis.Redis
+) -> None:
+    store, tp = fresh
+    ref = await store.index_document(OWNER, "d", "cherry zebra", ctx())
+    await admin.set(f"{tp}:p:1:zebra", "not a sorted set")  # a posting the old row's removal must touch
+    before = await key_space(admin, store.config.key_prefix)
+    with pytest.raises(RedisRecallError, match="another type"):
+        await store.index_document(OWNER, "d", "plum", ctx())
+    with pytest.raises(RedisRecallError, match="another type"):
+        await store.delete_document(OWNER, "d", ctx())
+    assert await key_space(admin, store.config.key_prefix) == before
+    session = await store.open(SCOPE, RecallLimits(), ctx())
+    [v] = await session.validate([ref], ctx())
+    assert v.status is V.CURRENT  # neither half-replaced nor half-deleted
+    await session.close()
+    assert await _discover(store, "cherry") == [ref.source_id]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [(":n", "not a number"), (":nb", "x"), (":bn", None), (":g:2", "a string"), (":ids", "a string")],
+)
+async def test_damaged_counters_and_wrong_typed_store_keys_stop_a_write_before_any_write(
+    fresh: Any, admin: aioredis.Redis, key: str, value: str | None
+) -> None:
+    store, tp = fresh
+    group = plain_group(0, "group about figs")
+    key_ = SessionKey("wi", "u", "s")
+    await store.index_document(OWNER, "a", "apple", ctx())  # bucket 1 (the owner "wi")
+    if value is None:
+        await admin.hset(f"{tp}{key}", "2", "not a number")  # a bucket count the group's write must bump
+    else:
+        await admin.delete(f"{tp}{key}")
+        await admin.set(f"{tp}{key}", value)
+    before = await key_space(admin, store.config.key_prefix)
+    with pytest.raises(RedisRecallError):
+        await store.index_groups(key_, [group], [ArchiveReceipt(0, group.digest, "x")], ctx())
+    assert await key_space(admin, store.config.key_prefix) == before
