@@ -36,9 +36,10 @@ from ._demo import run_demo, run_demo_config
 from ._engine.loader import build_runtime, load_runtime
 from ._engine.results import RunResult
 from ._engine.runtime import MigrationReport, ReconcileReport, SessionView
-from ._errors import AgentiumError, ConfigError
+from ._errors import AgentiumError, ConfigError, InvalidArgumentError
 from ._plugins.registry import BUILTIN_DISTRIBUTION
 from ._scope import RecallScope, VerifiedIdentity
+from ._validators import lone_surrogate_at
 
 __all__ = [
     "DEFAULT_DEMO_DIR",
@@ -202,8 +203,38 @@ def _add_demo(subparsers: Any) -> None:
     parser.set_defaults(func=cmd_demo)
 
 
+#: Most user input ``agentium run -`` reads from standard input (16 MiB).
+MAX_STDIN_BYTES = 16 * 1024 * 1024
+
+
+def _user_input(args: argparse.Namespace) -> str:
+    """The run's input: the TEXT argument, or standard input for ``-``; refused unless valid UTF-8."""
+    if args.text == "-":
+        data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+        if len(data) > MAX_STDIN_BYTES:
+            raise InvalidArgumentError(
+                f"the input on standard input is larger than {MAX_STDIN_BYTES} bytes; nothing was run"
+            )
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(
+                f"the input on standard input is not valid UTF-8 (byte {exc.start}); "
+                "re-encode it as UTF-8. Nothing was run"
+            ) from None
+    # Python decodes argv bytes that are not UTF-8 into lone surrogates.
+    at = lone_surrogate_at(args.text)
+    if at is not None:
+        raise InvalidArgumentError(
+            f"the TEXT argument is not valid UTF-8 (a bad byte at character {at}); "
+            "re-encode it as UTF-8. Nothing was run"
+        )
+    return str(args.text)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one turn of a session on the runtime a config file describes."""
+    text = _user_input(args)
     runtime = load_runtime(args.config)
 
     async def go() -> RunResult:
@@ -211,7 +242,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = await runtime.run(
                 _identity(args),
                 args.session,
-                args.text,
+                text,
                 recall_scope=_recall_scope(args),
                 attest_legacy_memory_scope=args.attest_legacy_memory_scope,
                 grants=args.grant,
@@ -257,7 +288,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _add_run(subparsers: Any) -> None:
     parser = subparsers.add_parser("run", help="run one turn", description=cmd_run.__doc__)
     _add_identity_args(parser)
-    parser.add_argument("text", help="the user input")
+    parser.add_argument("text", help="the user input; - reads it from standard input (UTF-8)")
     parser.add_argument("--grant", action="append", default=[], help="grant a tool for this run (repeatable)")
     parser.add_argument(
         "--attest-legacy-memory-scope",

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "identifier",
     "int_tuple",
+    "lone_surrogate_at",
     "non_empty_str",
     "non_negative_int",
     "optional_identifier",
@@ -93,6 +94,21 @@ def validate_id(value: object, field: str) -> str:
         if 0xD800 <= ord(ch) <= 0xDFFF:
             raise InvalidIdError(field, "contains a lone surrogate")
     return value
+
+
+def lone_surrogate_at(text: str) -> int | None:
+    """Index of the first lone surrogate in ``text``, or ``None`` when it is valid Unicode text.
+
+    A lone surrogate (U+D800..U+DFFF not in a pair) is what Python makes of
+    bytes that were not UTF-8 (``surrogateescape``, ``sys.argv``) or of a
+    JSON escape of half a pair; it cannot be encoded as UTF-8, so it can never be
+    stored, hashed or sent. Text is checked with this before it is used.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 def identifier(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

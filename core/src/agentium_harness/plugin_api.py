@@ -13,6 +13,7 @@ errors an adapter raises, and reusable bases such as
 from __future__ import annotations
 
 from ._codec import (
+    MAX_ARGUMENT_DEPTH,
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
     canonical_json,
@@ -166,6 +167,7 @@ __all__ = [
     "ContractViolationError",
     "EncodingError",
     "InvalidJSONError",
+    "MAX_ARGUMENT_DEPTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "EvidenceEntry",

@@ -14,6 +14,7 @@ from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, require_identity, validate_id
+from .._validators import lone_surrogate_at
 from .._verdicts import EvidenceLimits
 from .limits import RuntimeLimits
 from .recall_policy import RecallPolicy
@@ -26,6 +27,8 @@ __all__ = [
     "check_grants",
     "check_options",
     "check_sources",
+    "check_text",
+    "check_user_input",
     "check_verification",
     "run_scope",
     "source_uncertainty",
@@ -59,13 +62,43 @@ def check_grants(grants: object) -> frozenset[str]:
     return frozenset(names)
 
 
+def check_text(value: object, name: str) -> str:
+    """``value`` if it is a ``str`` of valid Unicode text, else :class:`InvalidArgumentError`.
+
+    A lone surrogate (what Python makes of bytes that were not UTF-8) cannot
+    be encoded, stored or hashed: finding it only when the turn is committed
+    would be after the model and the tools ran, so it is refused here.
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a string, got {type(value).__name__}")
+    at = lone_surrogate_at(value)
+    if at is not None:
+        raise InvalidArgumentError(
+            f"{name} is not valid Unicode text: it holds a lone surrogate (U+{ord(value[at]):04X}) at "
+            f"index {at}, as text decoded from bytes that were not UTF-8 does; decode it strictly "
+            "(or replace the bad bytes) and try again. Nothing was run"
+        )
+    return value
+
+
+def check_user_input(user_input: object) -> str:
+    """The run's user input: a ``str`` of valid Unicode text (see :func:`check_text`)."""
+    return check_text(user_input, "user_input")
+
+
 def check_sources(sources: object) -> tuple[SourceBlock, ...]:
+    """Host sources as a tuple of :class:`SourceBlock`, each holding only valid Unicode text."""
     if isinstance(sources, str | bytes) or not isinstance(sources, Iterable):
         raise InvalidArgumentError(f"sources must be a sequence of SourceBlock, got {type(sources).__name__}")
     blocks = tuple(sources)
-    for block in blocks:
+    for i, block in enumerate(blocks):
         if not isinstance(block, SourceBlock):
             raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")
+        check_text(block.source_id, f"sources[{i}].source_id")
+        check_text(block.content, f"sources[{i}].content")
+        for key, value in block.attributes:
+            check_text(key, f"sources[{i}].attributes")
+            check_text(value, f"sources[{i}].attributes[{key!r}]")
     return blocks
 
 

@@ -37,6 +37,7 @@ from .._ports.recall import (
     ValidationStatus,
 )
 from .._scope import Scope
+from .._validators import lone_surrogate_at
 from .lifecycle import Ticket
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
 from .sources import assemble_sources
@@ -374,6 +375,15 @@ def _checked_excerpts(raw: object, state: _Round, scope: Scope, asked: list[Cand
             state.violation(f"read returned {type(item).__name__}, not an Excerpt; dropped")
             continue
         sid = item.ref.source_id
+        if any(
+            not isinstance(t, str) or lone_surrogate_at(t) is not None
+            for t in (item.text, sid, item.ref.revision)
+        ):
+            # It could never be rendered, stored or hashed: refused before it reaches the request.
+            state.violation(
+                f"read returned {sid!r} with text that is not valid Unicode (a lone surrogate); dropped"
+            )
+            continue
         candidate = wanted.get(item.ref)
         if not _visible(item.owner, scope):
             state.violation(f"read returned {sid!r} from outside the run's scope; dropped")

@@ -57,6 +57,7 @@ from .arguments import (
     check_completion,
     check_grants,
     check_sources,
+    check_user_input,
     run_scope,
     source_uncertainty,
 )
@@ -220,8 +221,7 @@ class HarnessRuntime:
         if clarify is not None and not callable(clarify):
             raise InvalidArgumentError(f"clarify must be an async callable, got {type(clarify).__name__}")
         scope = run_scope(identity, session_id, recall_scope)
-        if not isinstance(user_input, str):
-            raise InvalidArgumentError(f"user_input must be a string, got {type(user_input).__name__}")
+        check_user_input(user_input)
         granted = check_grants(grants)
         offered = check_sources(sources)
         policy = check_completion(completion, self.completion_policy, self.verifier)

@@ -41,6 +41,9 @@ class ToolStatus(enum.StrEnum):
     REFUSED_EFFECT = "refused_effect"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
+    #: The handler ran (its effects happened) but returned text that is not
+    #: valid Unicode (a lone surrogate); the model got an error text instead of it.
+    INVALID_OUTPUT = "invalid_output"
 
 
 @attrs.frozen(slots=True)

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import attrs
 
-from .._codec import canonical_json, unstructure
+from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unstructure
 from .._errors import (
     ContractViolationError,
     OperationTimeoutError,
@@ -25,6 +25,7 @@ from .._errors import (
 )
 from .._history import Message, Role, ToolCall
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
+from .._validators import lone_surrogate_at
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
@@ -103,6 +104,7 @@ async def run_turn(
                 code = {
                     ToolStatus.TIMED_OUT: "tool_timeout",
                     ToolStatus.REFUSED_EFFECT: "revision_effect_refused",
+                    ToolStatus.INVALID_OUTPUT: "tool_invalid_output",
                 }.get(outcome.status, "tool_refused")
                 diagnostics.append(Diagnostic(code, outcome.detail, Severity.WARNING))
             turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
@@ -172,8 +174,10 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
         canonical_json(unstructure(reply))
         for call in reply.tool_calls:
             # The handler receives the arguments as plain JSON, so they must be
-            # JSON as given (a set or a nan is refused, not silently converted).
-            canonical_json(call.arguments)
+            # JSON as given (a set or a nan is refused, not silently converted),
+            # and nested no deeper than a stored group may be read back.
+            if json_depth_exceeds(canonical_json(call.arguments), MAX_ARGUMENT_DEPTH):
+                raise ValueError(f"tool call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
     except (ValueError, TypeError) as exc:
         raise ContractViolationError(
             f"provider returned a message that cannot be encoded canonically ({exc}); "
@@ -213,4 +217,16 @@ async def _run_tool(
     if scope.cancelled_caught:
         detail = f"tool {call.name!r} did not finish within {timeout_s}s and was cancelled"
         return ToolOutcome(call.id, call.name, ToolStatus.TIMED_OUT, tool.effect, detail), f"error: {detail}"
-    return ToolOutcome(call.id, call.name, ToolStatus.OK, tool.effect), str(content)
+    text = str(content)
+    at = lone_surrogate_at(text)
+    if at is not None:
+        # The tool ran and its effects stand; only its text is unusable (it could
+        # never be stored or sent), so the outcome says so and the model is told.
+        detail = (
+            f"tool {call.name!r} ran but returned text that is not valid Unicode "
+            f"(a lone surrogate at index {at}); its output was replaced by this error"
+        )
+        return ToolOutcome(
+            call.id, call.name, ToolStatus.INVALID_OUTPUT, tool.effect, detail
+        ), f"error: {detail}"
+    return ToolOutcome(call.id, call.name, ToolStatus.OK, tool.effect), text

@@ -9,7 +9,6 @@ source supports an answer.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -19,7 +18,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn
 
-from .._codec import StructureHook, register_structure_hook, structure
+from .._codec import StructureHook, decode_json, register_structure_hook, structure
 from .._errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
 from .._history import Message, Role, ToolCall
 from .._plugins.spec import PATH_OPTION
@@ -110,8 +109,8 @@ class ScriptedProviderConfig:
 
 def _json_line(line: str, number: int, path: str) -> object:
     try:
-        return json.loads(line)
-    except ValueError as exc:
+        return decode_json(line)
+    except ValueError as exc:  # InvalidJSONError: malformed, too deep, duplicate keys, NaN
         raise ConfigError([ConfigIssue(f"line {number}", f"not valid JSON: {exc}")], path) from exc
 
 

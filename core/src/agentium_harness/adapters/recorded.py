@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import anyio
 import attrs
 
-from .._codec import digest_of, structure, unstructure
+from .._codec import decode_json, digest_of, structure, unstructure
 from .._errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
 from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
@@ -214,15 +214,17 @@ class RecordedProvider(ModelProvider):
         if self._replies is None:
             path = str(self._config.path)
             try:
-                text = await anyio.Path(path).read_text(encoding="utf-8")
+                text = (await anyio.Path(path).read_bytes()).decode("utf-8")
             except OSError as exc:
                 raise RecordingError(f"cannot read the recording {path}: {exc.strerror or exc}") from exc
+            except UnicodeDecodeError as exc:
+                raise RecordingError(f"the recording {path} is not valid UTF-8 (byte {exc.start})") from exc
             replies: dict[str, ModelResponse] = {}
             for number, line in enumerate(text.splitlines(), start=1):
                 if not line.strip():
                     continue
                 try:
-                    data = json.loads(line)
+                    data = decode_json(line)
                     if not isinstance(data, dict) or data.get("format") != RECORDING_FORMAT:
                         raise ValueError(f"not a {RECORDING_FORMAT} line")
                     digest = data["digest"]

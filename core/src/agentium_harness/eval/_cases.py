@@ -12,7 +12,6 @@ file and reports *every* problem at once, each as ``file:line: $.path: message``
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -22,6 +21,8 @@ from typing import Any, Literal
 
 import attrs
 
+from .._codec import decode_json
+from .._errors import InvalidJSONError
 from .._ports.recall import RecallLimits
 from ._errors import CaseIssue, EvalCaseError, UnknownGraderError
 
@@ -430,9 +431,9 @@ def parse_cases(text: str, *, file: str = "<text>", graders: Sequence[str] | Non
             continue
         c = _Checker(file, number, issues)
         try:
-            data = json.loads(line)
-        except ValueError as exc:
-            c.bad("$", f"not valid JSON: {exc}")
+            data = decode_json(line)
+        except InvalidJSONError as exc:  # malformed, nested too deep, duplicate keys, NaN
+            c.bad("$", f"not valid JSON: {exc.reason}")
             continue
         if not isinstance(data, dict):
             c.bad("$", f"each line must be a JSON object, got {_kind(data)}")
