@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from net_proxy import BlackHoleProxy
 from redis_servers import FLAVOURS, ServerNotFound, ServerProcess, new_prefix
 
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
@@ -82,3 +83,11 @@ async def store(server: ServerProcess) -> AsyncIterator[RedisRecallStore]:
     recall = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
     yield recall
     await recall.aclose()
+
+
+@pytest.fixture
+def proxy(server: ServerProcess) -> Iterator[BlackHoleProxy]:
+    """A loopback proxy in front of the shared server that can black-hole the traffic (``net_proxy``)."""
+    forwarder = BlackHoleProxy(server.port).start()
+    yield forwarder
+    forwarder.close()

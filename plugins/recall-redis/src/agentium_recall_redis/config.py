@@ -117,7 +117,9 @@ class RedisRecallConfig:
       ``max_read_bytes`` and the excerpt says what it left out.
     - ``max_value_bytes``: the largest text or archived group accepted for
       indexing, and the most ``seek_groups`` reads of one stored group.
-    - ``settle_timeout_s``: how long settling a cut-off write may take.
+    - ``settle_timeout_s``: how long settling a cut-off write may take; a
+      write with a deadline settles by its deadline, and what is left then
+      (or after a cancellation) goes on in the background for this long.
     - ``ssl_ca_certs``: a CA bundle for ``rediss://`` (a path option).
     - ``client_name``: the name the owned client's connections show in
       ``CLIENT LIST``.

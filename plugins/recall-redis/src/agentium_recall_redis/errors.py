@@ -73,8 +73,9 @@ class RedisRecallTimeoutError(RedisRecallError, OperationCancelledError):
     is raised: ``applied`` is ``False`` when the write (or, for a batch, some
     of its chunks) had not taken effect and is now fenced, so a copy still in
     flight can never apply later; it is ``None`` when the server could not be
-    reached to settle it (validate before relying on the source). Indexing
-    again is always safe: it is idempotent.
+    reached to settle it by the write's deadline (validate before relying on
+    the source; settling goes on in the background for up to
+    ``settle_timeout_s``). Indexing again is always safe: it is idempotent.
     """
 
     def __init__(self, message: str, applied: bool | None, reason: str = "deadline passed") -> None:

@@ -342,6 +342,8 @@ class RedisRecallStore(RecallStore):
         if self._closed:
             return
         self._closed = True
+        # Writes cut off earlier may still be settling: give them settle_timeout_s at most.
+        await self._writer.settlements.drain(self._config.settle_timeout_s)
         client, self._client = self._client, None
         if client is not None and self._lent is None:
             with anyio.CancelScope(shield=True):

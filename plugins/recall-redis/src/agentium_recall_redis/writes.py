@@ -7,13 +7,26 @@ connection) is never re-sent: the ``SETTLE`` script reads each token's
 outcome and fences every call that has not run, so each call runs at most
 once and the caller learns how many did (see
 :mod:`agentium_recall_redis.scripts`).
+
+Deadlines hold, settling included. A write with a deadline spends at most
+three quarters of its remaining time (and never more than all but
+``settle_timeout_s``) on the round trip itself and keeps the rest to settle
+it, so a definite answer (applied, or fenced) usually arrives by the
+deadline. A settlement that cannot finish by then (a network black hole)
+reports the outcome unknown and goes on in the background for up to
+``settle_timeout_s``, so a copy still in flight is fenced as soon as the
+server can be reached. A cancelled write returns at once: its settlement
+runs in the background. :meth:`Settlements.drain` (called by the store's
+``aclose()``) waits for those, at most ``settle_timeout_s``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
-from collections.abc import Sequence
-from typing import Final
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any, Final
 
 import anyio
 import attrs
@@ -27,22 +40,59 @@ from .link import Attempt, Command, Link, Reply, as_text
 from .scripts import INDEX, SETTLE, TOKEN_TTL_MS, Script
 from .server import Arg, ServerErrors
 
-__all__ = ["CALLS_PER_TRIP", "Writer"]
+__all__ = ["CALLS_PER_TRIP", "SETTLE_SHARE", "Settlements", "Writer"]
 
 #: Writing script calls per round trip (each call blocks the server while it runs, so calls stay small;
 #: pipelining them keeps bulk indexing fast).
 CALLS_PER_TRIP: Final = 16
+
+#: The share of a write's remaining time kept to settle it if its reply is lost (at most settle_timeout_s).
+SETTLE_SHARE: Final = 0.25
+
+
+class Settlements:
+    """Settlements that go on after their write returned (cancelled, or unsettled by its deadline).
+
+    Each is an asyncio task bounded by its own deadline; :meth:`drain`
+    waits for the ones still running, at most ``within_s`` seconds, and
+    cancels the rest.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def start(self, settle: Coroutine[Any, Any, Any]) -> None:
+        """Run ``settle`` in the background (a task of the running loop), tracked until it ends."""
+        task = asyncio.get_running_loop().create_task(settle)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, within_s: float) -> None:
+        """Wait at most ``within_s`` seconds for the running settlements; cancel what is left."""
+        tasks = set(self._tasks)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=within_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
 
 
 @attrs.frozen
 class Writer:
     """Runs the store's writing scripts on a link, mapping errors with ``errors``.
 
-    ``settle_timeout_s`` bounds settling a round trip that lost its reply.
+    ``settle_timeout_s`` bounds settling a round trip that lost its reply;
+    settlements that outlive their write run in ``settlements``.
     """
 
     errors: ServerErrors
     settle_timeout_s: float
+    settlements: Settlements = attrs.field(factory=Settlements)
 
     async def write(
         self,
@@ -110,8 +160,14 @@ class Writer:
     ) -> list[Reply]:
         ctx.raise_if_expired(operation)
         attempt = Attempt()
+        deadline = ctx.deadline
+        if deadline is not None:  # keep part of the time to settle the write if its reply is lost
+            remaining = max(0.0, deadline - time.monotonic())
+            send_by: float | None = deadline - min(self.settle_timeout_s, SETTLE_SHARE * remaining)
+        else:
+            send_by = None
         try:
-            return await link.call(commands, deadline=ctx.deadline, attempt=attempt)
+            return await link.call(commands, deadline=send_by, attempt=attempt)
         except BaseException as exc:
             if not attempt.sent:
                 if isinstance(exc, TimeoutError):
@@ -123,9 +179,23 @@ class Writer:
                 if isinstance(exc, RedisError | OSError):
                     self.errors.fail(exc, operation)
                 raise
-            outcome = await self._settle(link, tokens)
             if isinstance(exc, anyio.get_cancelled_exc_class()):
-                raise  # cancelled: the write is settled (applied once, or fenced); the caller is gone
+                # The caller is gone and must not wait: settle (apply once, or fence) in the background.
+                self._settle_later(link, tokens)
+                raise
+            now = time.monotonic()
+            settle_by = (
+                now + self.settle_timeout_s
+                if deadline is None
+                else min(deadline, now + self.settle_timeout_s)
+            )
+            try:
+                outcome = await self._settle(link, tokens, settle_by)
+            except anyio.get_cancelled_exc_class():
+                self._settle_later(link, tokens)
+                raise
+            if outcome is None:  # not settled by the deadline: fence it as soon as the server answers
+                self._settle_later(link, tokens)
             if outcome is not None and all(v.startswith("done:") for v in outcome):
                 return list(outcome)  # it ran, exactly once: report it as the success it was
             why = (
@@ -136,8 +206,9 @@ class Writer:
             if outcome is None:
                 raise RedisRecallTimeoutError(
                     f"{operation}: the write lost its reply ({why}) and the server at {self.errors.where} "
-                    "could not be reached to settle it; its outcome is unknown: validate the source, or "
-                    "index it again (indexing is idempotent)",
+                    "could not be reached to settle it by its deadline; its outcome is unknown (settling "
+                    f"goes on in the background for up to settle_timeout_s, {self.settle_timeout_s} s): "
+                    "validate the source, or index it again (indexing is idempotent)",
                     None,
                 ) from None
             applied = sum(v.startswith("done:") for v in outcome)
@@ -149,19 +220,23 @@ class Writer:
                 False,
             ) from None
 
-    async def _settle(self, link: Link, tokens: Sequence[str]) -> list[str] | None:
+    def _settle_later(self, link: Link, tokens: Sequence[str]) -> None:
+        self.settlements.start(self._settle(link, tokens, time.monotonic() + self.settle_timeout_s))
+
+    async def _settle(self, link: Link, tokens: Sequence[str], deadline: float) -> list[str] | None:
         """Each token's outcome (``done:...`` or ``fenced``), fencing what has not run; ``None``: unreachable.
 
-        Shielded from cancellation and bounded by ``settle_timeout_s``.
+        Bounded by ``deadline`` (on the :func:`time.monotonic` clock). Not
+        shielded: a cancelled caller hands its settlement to the background
+        instead of waiting for it.
         """
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self.settle_timeout_s):
-            try:
-                args: tuple[Arg, ...] = (len(tokens), *tokens, TOKEN_TTL_MS)
-                [reply] = await link.call([("EVALSHA", SETTLE.sha, *args)], deadline=None)
-                if isinstance(reply, NoScriptError):
-                    [reply] = await link.call([("EVAL", SETTLE.source, *args)], deadline=None)
-                if isinstance(reply, list):
-                    return [as_text(v) for v in reply]
-            except (RedisError, OSError, TimeoutError):
-                return None
+        args: tuple[Arg, ...] = (len(tokens), *tokens, TOKEN_TTL_MS)
+        try:
+            [reply] = await link.call([("EVALSHA", SETTLE.sha, *args)], deadline=deadline)
+            if isinstance(reply, NoScriptError):
+                [reply] = await link.call([("EVAL", SETTLE.source, *args)], deadline=deadline)
+        except (RedisError, OSError, TimeoutError):
+            return None
+        if isinstance(reply, list):
+            return [as_text(v) for v in reply]
         return None
