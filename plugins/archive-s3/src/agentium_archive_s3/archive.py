@@ -1,31 +1,49 @@
 """The S3 history archive: one create-only object per group, verified on every read (R3, R8).
 
-Append (per group, concurrently within the link's limiter):
+Append (a batch sorted by seq):
 
-1. ``PutObject`` with ``IfNoneMatch="*"`` (create-only), ``Content-MD5`` and
-   ``x-amz-checksum-sha256`` of the group's canonical bytes, and the group's
-   digest in the object's metadata. Nothing is ever overwritten.
-2. **200**: the returned ETag is checked against the bytes' MD5 (when
+1. The lowest group goes alone: ``PutObject`` with ``IfNoneMatch="*"``
+   (create-only), ``Content-MD5`` and ``x-amz-checksum-sha256`` of the group's
+   canonical bytes, the group's digest in the object's metadata, and its
+   *link* (below). Nothing is ever overwritten.
+2. If it was created, the rest of the batch is uploaded concurrently within
+   the link's limiter. If it was already stored (equal bytes: a retry, or
+   another writer), the batch meets stored groups: one listing finds which
+   of the rest exist, every one of those is compared first, and only then
+   are the missing ones created — so a conflict stored before the call
+   leaves nothing of the batch behind.
+3. **200**: the returned ETag is checked against the bytes' MD5 (when
    ``etag_is_md5``): a mismatch means the server stored other bytes (a
    corrupted upload on a server that does not verify checksums); that object,
-   which this call created, is deleted and the upload is tried again.
-3. **412**: the key exists. It is read back (bounded) and its digest compared:
+   which this call created and nobody can hold a receipt for, is deleted and
+   the upload is tried again.
+4. **412**: the key exists. It is read back (bounded) and its digest compared:
    equal is success — this is how a lost acknowledgment followed by an SDK
-   retry resolves — and different is an :class:`ArchiveConflictError`.
-4. **409** (a conflicting concurrent request): retried ``conflict_retries``
+   retry resolves, and how a second writer of the same group gets its
+   receipt — and different is an :class:`ArchiveConflictError`.
+5. **409** (a conflicting concurrent request): retried ``conflict_retries``
    times with backoff, then :class:`~agentium_archive_s3.errors.S3ConflictRetriesExhaustedError`.
 
-A batch is all or nothing as far as S3 allows: every check that needs no
-request (sizes, a seq repeated with different content, a group of another
-session) runs before the first upload, and when any upload of the batch fails
-the objects this call itself created are deleted again before the error is
-raised. Objects the call found already stored (equal digests) are left: they
-are the same bytes, and re-appending them is a no-op.
+**A failed batch deletes nothing.** A group this call stored may already be
+another writer's receipt (its upload answered 412, equal bytes) under a
+boundary that writer committed, and nothing here can prove otherwise; so the
+groups a failed batch stored stay. They are exactly the bytes the caller
+sent for those seqs (the engine only archives groups of a committed
+snapshot), no receipt of this call named them, and appending them again is
+a no-op.
+
+**Links.** Each group records, in its metadata, the highest seq below it that
+its writer had seen archived before sending it (the batch's lowest group,
+groups of the batch found stored, or groups the same adapter appended or
+read earlier). A read that covers a linked seq without
+finding it fails closed with ``ArchiveCorruptError``: a group that was
+archived and is gone is never skipped over. A group whose writer knew of no
+earlier group carries no link (sparse seqs stay legal, as the port allows).
 
 Reads list the session's folder from ``start_seq`` (pagination, ``StartAfter``),
 fetch each object with a ranged GET bounded by ``max_object_bytes``, and
 re-check every group: the bytes against the stored digest, strict decoding,
-and :func:`~agentium_harness.plugin_api.check_archived_group`.
+:func:`~agentium_harness.plugin_api.check_archived_group`, and the links.
 """
 
 from __future__ import annotations
@@ -33,8 +51,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import random
+import re
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import anyio
@@ -70,7 +90,14 @@ __all__ = ["ForgetReport", "S3Archive"]
 #: Metadata key holding the group's digest (``x-amz-meta-agentium-digest``).
 DIGEST_META: Final = "agentium-digest"
 
+#: Metadata key holding the seq of an archived group this group's writer had seen stored
+#: (``x-amz-meta-agentium-after``): a read that reaches that seq without finding it fails closed.
+LINK_META: Final = "agentium-after"
+
 _LIST_PAGE: Final = 1000
+#: Sessions whose highest archived seq an adapter remembers (for links), least recent dropped first.
+_KNOWN_SESSIONS: Final = 4096
+_LINK: Final = re.compile(r"0|[1-9][0-9]{0,18}")
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
 _DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
 
@@ -108,6 +135,8 @@ class S3Archive(HistoryArchive):
     def __init__(self, config: S3Config, *, client: S3Client | None = None) -> None:
         self._config = config
         self._link = S3Link(config, client, family=S3ArchiveError, name="s3 archive")
+        # Per session, the highest seq this adapter saw archived (appended or read).
+        self._known: OrderedDict[SessionKey, int] = OrderedDict()
 
     @property
     def config(self) -> S3Config:
@@ -160,26 +189,15 @@ class S3Archive(HistoryArchive):
     async def append(
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
-        """One create-only object per group, in parallel; equal re-appends pass, different ones conflict."""
+        """Create-only objects, lowest seq first; equal re-appends pass, different ones conflict.
+
+        Nothing is ever deleted on failure (see the module docstring): a group
+        this call stored may already be another writer's receipt.
+        """
         ctx.raise_if_expired("archive append")
-        uploads = self._uploads(key, groups)
-        created: dict[int, tuple[str, str]] = {}  # seq -> (key, version id), objects this call created
-        failures: list[BaseException] = []
-
-        async def one(upload: _Upload) -> None:
-            try:
-                version = await self._link.call(ctx, "archive append", lambda s3: self._put(s3, upload, ctx))
-                if version is not None:
-                    created[upload.seq] = (upload.key, version)
-            except Exception as exc:
-                failures.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            for upload in uploads:
-                tg.start_soon(one, upload)
-        if failures:
-            await self._roll_back(ctx, created)
-            raise _first(failures)
+        uploads = sorted(self._uploads(key, groups), key=lambda u: u.seq)
+        if uploads:
+            await self._store(key, uploads, ctx)
         bucket = self._config.bucket
         by_seq = {u.seq: u for u in uploads}
         return [
@@ -187,12 +205,73 @@ class S3Archive(HistoryArchive):
             for g in groups
         ]
 
-    def _put(self, s3: S3Client, upload: _Upload, ctx: OpContext) -> str | None:
-        """Store ``upload`` create-only (worker thread).
+    async def _store(self, key: SessionKey, uploads: list[_Upload], ctx: OpContext) -> None:
+        """Store the sorted batch: the lowest group alone, then a check of what exists, then the rest."""
+        known = self._known.get(key)
+        lowest, rest = uploads[0], uploads[1:]
+        first_link = known if known is not None and known < lowest.seq else None
+        created = await self._link.call(
+            ctx, "archive append", lambda s3: self._put(s3, lowest, first_link, ctx)
+        )
+        stored = [lowest.seq]
+        if rest and not created:
+            # The batch meets groups already stored (a retry, or another writer): compare every
+            # stored one before creating any, so a conflict leaves nothing of the batch behind.
+            existing = await self._existing(key, lowest.seq, rest[-1].seq, ctx)
+            await self._each(ctx, [u for u in rest if u.seq in existing], self._compare_stored)
+            stored.extend(sorted(existing))
+            rest = [u for u in rest if u.seq not in existing]
+        if known is not None:
+            stored.append(known)
 
-        Returns the version id of the object this call created (``""`` in an
-        unversioned bucket), or ``None`` when an equal group was already stored.
+        def put(s3: S3Client, upload: _Upload) -> None:
+            self._put(s3, upload, max((s for s in stored if s < upload.seq), default=None), ctx)
+
+        await self._each(ctx, rest, put)
+        self._remember(key, uploads[-1].seq)
+
+    async def _each(
+        self, ctx: OpContext, uploads: Sequence[_Upload], work: Callable[[S3Client, _Upload], object]
+    ) -> None:
+        """``work(s3, upload)`` for every upload, concurrently within the limiter; raise the worst failure."""
+        failures: list[BaseException] = []
+
+        async def one(upload: _Upload) -> None:
+            try:
+                await self._link.call(ctx, "archive append", lambda s3: work(s3, upload))
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for upload in uploads:
+                tg.start_soon(one, upload)
+        if failures:
+            raise _first(failures)
+
+    async def _existing(self, key: SessionKey, after: int, last: int, ctx: OpContext) -> set[int]:
+        """The seqs in ``(after, last]`` the session's folder holds (one listing, paginated)."""
+        listed = await self._link.call(
+            ctx, "archive append", lambda s3: self._list(s3, key, after + 1, last - after)
+        )
+        return {seq for seq, _ in listed if seq <= last}
+
+    def _remember(self, key: SessionKey, seq: int) -> None:
+        """Note that ``seq`` of ``key`` is archived: later groups of the session link to it."""
+        if seq > self._known.get(key, -1):
+            self._known[key] = seq
+        self._known.move_to_end(key)
+        while len(self._known) > _KNOWN_SESSIONS:
+            self._known.popitem(last=False)
+
+    def _put(self, s3: S3Client, upload: _Upload, link: int | None, ctx: OpContext) -> bool:
+        """Store ``upload`` create-only (worker thread), linked to the archived group ``link``.
+
+        Returns True when this call created the object, False when an equal
+        group was already stored.
         """
+        metadata = {DIGEST_META: upload.digest}
+        if link is not None:
+            metadata[LINK_META] = str(link)
         conflicts = 0
         damaged = 0
         while True:
@@ -208,13 +287,13 @@ class S3Archive(HistoryArchive):
                     ContentMD5=upload.md5_b64,
                     ChecksumSHA256=upload.sha256_b64,
                     ContentType="application/json",
-                    Metadata={DIGEST_META: upload.digest},
+                    Metadata=metadata,
                 )
             except botocore.exceptions.ClientError as exc:
                 code, status = error_code(exc), error_status(exc)
                 if code == "PreconditionFailed" or status == 412:
                     self._compare_stored(s3, upload)
-                    return None
+                    return False
                 if code in _DIGEST_CODES:
                     # The server received other bytes than those sent and refused them.
                     damaged += 1
@@ -235,10 +314,11 @@ class S3Archive(HistoryArchive):
             etag = _unquote(str(reply.get("ETag", "")))
             version = str(reply.get("VersionId") or "")
             if not self._config.etag_is_md5 or etag == upload.md5_hex:
-                return version
+                return True
             # The server stored bytes other than those sent (it did not verify
-            # Content-MD5). The object is ours and never acknowledged: remove it,
-            # by its version in a versioned bucket, so no damaged version stays behind.
+            # Content-MD5). The object is ours and nobody can hold a receipt for it
+            # (every receipt checks the stored bytes' digest): remove it, by its
+            # version in a versioned bucket, so no damaged version stays behind.
             self._delete(s3, upload.key, version)
             damaged += 1
             self._check_damaged(upload, damaged)
@@ -254,7 +334,7 @@ class S3Archive(HistoryArchive):
 
     def _compare_stored(self, s3: S3Client, upload: _Upload) -> None:
         """The key exists: succeed if it holds these bytes, else raise ``ArchiveConflictError``."""
-        data, stored_digest = self._get(s3, upload.key)
+        data, stored_digest, _ = self._get(s3, upload.key)
         if digest_bytes(data) == upload.digest and stored_digest == upload.digest:
             return
         raise ArchiveConflictError(
@@ -269,27 +349,10 @@ class S3Archive(HistoryArchive):
         else:
             s3.delete_object(Bucket=self._config.bucket, Key=object_key)
 
-    async def _roll_back(self, ctx: OpContext, created: dict[int, tuple[str, str]]) -> None:
-        """Delete what this failed batch created (best effort, bounded by a fresh short deadline)."""
-        if not created:
-            return
-        undo = OpContext.with_timeout(self._config.connect_timeout_s + self._config.read_timeout_s)
-
-        def delete(s3: S3Client) -> None:
-            for object_key, version in created.values():
-                self._delete(s3, object_key, version)
-
-        try:
-            await self._link.call(undo, "archive append roll-back", delete)
-        except Exception:  # noqa: S110  # the batch's own error is the one to report
-            # Left objects are groups at seqs no snapshot committed; the next
-            # append of the same groups finds them equal.
-            pass
-
     # -- reads ----------------------------------------------------------------------------------
 
-    def _get(self, s3: S3Client, object_key: str) -> tuple[bytes, str | None]:
-        """At most ``max_object_bytes`` of one object, with its stored digest (worker thread)."""
+    def _get(self, s3: S3Client, object_key: str) -> tuple[bytes, str | None, str | None]:
+        """At most ``max_object_bytes`` of one object, its stored digest and link (worker thread)."""
         limit = self._config.max_object_bytes
         reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
         with reply["Body"] as body:
@@ -300,12 +363,12 @@ class S3Archive(HistoryArchive):
                 code="TooLarge",
             )
         meta: dict[str, str] = reply.get("Metadata", {})
-        return data, meta.get(DIGEST_META)
+        return data, meta.get(DIGEST_META), meta.get(LINK_META)
 
     def _decode(
         self, key: SessionKey, seq: int, object_key: str, data: bytes, stored: str | None
     ) -> MessageGroup:
-        where = f"s3 archive: group {seq} of session {key.key()} at {object_key!r}"
+        where = _where(key, seq, object_key)
         if stored is None or digest_bytes(data) != stored:
             raise ArchiveCorruptError(
                 f"{where} does not match its stored digest ({stored or 'none stored'}); it was changed "
@@ -358,15 +421,18 @@ class S3Archive(HistoryArchive):
         listed = await self._link.call(
             ctx, "archive read", lambda s3: self._list(s3, key, max(0, start_seq), limit)
         )
-        fetched: dict[int, MessageGroup] = {}
+        fetched: dict[int, tuple[MessageGroup, int | None]] = {}
         failures: list[BaseException] = []
 
         async def one(seq: int, object_key: str) -> None:
             try:
-                data, stored = await self._link.call(
+                data, stored, link = await self._link.call(
                     ctx, "archive read", lambda s3: self._get(s3, object_key)
                 )
-                fetched[seq] = self._decode(key, seq, object_key, data, stored)
+                fetched[seq] = (
+                    self._decode(key, seq, object_key, data, stored),
+                    _parse_link(key, seq, object_key, link),
+                )
             except Exception as exc:
                 failures.append(exc)
 
@@ -375,7 +441,20 @@ class S3Archive(HistoryArchive):
                 tg.start_soon(one, seq, object_key)
         if failures:
             raise _first(failures)
-        return [fetched[seq] for seq, _ in listed]
+        present = {seq for seq, _ in listed}
+        for seq, object_key in listed:
+            link = fetched[seq][1]
+            if link is not None and link >= start_seq and link not in present:
+                # The group was written after its writer had seen group ``link`` archived:
+                # that group was deleted since. Skipping it would hand out the wrong history.
+                raise ArchiveCorruptError(
+                    f"s3 archive: group {link} of session {key.key()} is missing, yet "
+                    f"{_where(key, seq, object_key)} was archived after it; it was deleted outside the "
+                    "archive (or partly forgotten), and the read stops here"
+                )
+        if listed:
+            self._remember(key, listed[-1][0])
+        return [fetched[seq][0] for seq, _ in listed]
 
     # -- forgetting -----------------------------------------------------------------------------
 
@@ -389,6 +468,7 @@ class S3Archive(HistoryArchive):
         This is the host's explicit erasure, outside the append-only port.
         """
         ctx.raise_if_expired("archive forget")
+        self._known.pop(key, None)
         bound = max(0, max_objects)
         folder = archive_prefix(self._config.prefix, key)
 
@@ -427,6 +507,22 @@ class S3Archive(HistoryArchive):
     async def aclose(self) -> None:
         """Close the client this archive created; a lent client is left open. Idempotent."""
         await self._link.aclose()
+
+
+def _where(key: SessionKey, seq: int, object_key: str) -> str:
+    return f"s3 archive: group {seq} of session {key.key()} at {object_key!r}"
+
+
+def _parse_link(key: SessionKey, seq: int, object_key: str, link: str | None) -> int | None:
+    """The archived group a group was linked to when it was written (``None``: no link)."""
+    if link is None:
+        return None
+    if _LINK.fullmatch(link) is None or int(link) >= seq:
+        raise ArchiveCorruptError(
+            f"{_where(key, seq, object_key)} carries an invalid link {link[:40]!r}; it was changed "
+            "outside the archive, and is not returned"
+        )
+    return int(link)
 
 
 def _unquote(etag: str) -> str:
