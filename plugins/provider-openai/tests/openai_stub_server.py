@@ -48,7 +48,9 @@ class Reply:
 
     ``body`` is sent as JSON (or as is when it is ``bytes``); ``delay_s`` holds
     the answer back (ended early when the server stops); ``hold`` holds it until
-    the event is set; ``headers`` are added (``Retry-After``, a content type).
+    the event is set; ``headers`` are added (``Retry-After``, a content type);
+    ``chunked`` sends the body in 64 KiB chunks with ``Transfer-Encoding: chunked``
+    and no ``Content-Length``, so its size is known only by reading it.
     """
 
     body: Any = None
@@ -56,6 +58,7 @@ class Reply:
     headers: dict[str, str] = attrs.field(factory=dict)
     delay_s: float = 0.0
     hold: threading.Event | None = None
+    chunked: bool = False
 
     @classmethod
     def recorded(cls, name: str, **changes: Any) -> Reply:
@@ -229,6 +232,14 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                 headers = {"Content-Type": "application/json", **reply.headers}
                 for name, value in headers.items():
                     self.send_header(name, value)
+                if reply.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for start in range(0, len(payload), 65536):
+                        piece = payload[start : start + 65536]
+                        self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                    self.wfile.write(b"0\r\n\r\n")
+                    return
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)

@@ -11,11 +11,12 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 from openai_stub_server import Reply, StubServer, running
 
 from agentium_harness import ProviderError, VerifiedIdentity, load_runtime
-from agentium_provider_openai import OpenAIProvider
+from agentium_provider_openai import OpenAIProvider, OpenAIProviderConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -125,3 +126,18 @@ async def test_the_readme_lent_client_example_runs() -> None:
     await provider.aclose()
     assert not client.is_closed()  # type: ignore[attr-defined]
     await client.close()  # type: ignore[attr-defined]
+
+
+def test_the_readme_lists_every_option_with_its_default() -> None:
+    """Each option of OpenAIProviderConfig is a row of the README's options table, with its default."""
+    text = README.read_text("utf-8")
+    table = text[text.index("## Options") : text.index("Options are checked")]
+    for field in attrs.fields(OpenAIProviderConfig):
+        rows = [
+            line
+            for line in table.splitlines()
+            if line.startswith("|") and f"`{field.name}`" in line.split("|")[1]
+        ]
+        assert rows, f"{field.name} is not in the README's options table"
+        if isinstance(field.default, int) and not isinstance(field.default, bool) and field.default > 1000:
+            assert str(field.default) in rows[0], f"{field.name}'s default {field.default} is not stated"

@@ -8,31 +8,57 @@ pass it to ``create_harness_runtime(provider=...)``, optionally lending it an
 
 from __future__ import annotations
 
-from .config import DEFAULT_BASE_URL, RESERVED_BODY_KEYS, OpenAIProviderConfig, redact_url
+from .config import (
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_REPLY_BYTES,
+    DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
+    MAX_REPLY_BYTES_CEILING,
+    MAX_TOOL_ARGUMENTS_DEPTH,
+    REPLY_ENVELOPE_DEPTH,
+    RESERVED_BODY_KEYS,
+    OpenAIProviderConfig,
+    redact_url,
+)
 from .errors import (
     OpenAIConfigError,
+    OpenAIIncompleteReplyError,
     OpenAIMalformedReplyError,
     OpenAIProviderError,
+    OpenAIReplyLimitError,
     OpenAIRetriesExhaustedError,
     OpenAIStatusError,
     OpenAIStreamingOnlyError,
 )
 from .provider import NO_KEY, RETRYABLE_STATUSES, OpenAIProvider
-from .wire import SOURCE_PREAMBLE, parse_completion, request_messages, request_tools
+from .wire import (
+    INCOMPLETE_FINISH_REASONS,
+    SOURCE_PREAMBLE,
+    parse_completion,
+    request_messages,
+    request_tools,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_REPLY_BYTES",
+    "DEFAULT_MAX_TOOL_ARGUMENTS_BYTES",
+    "INCOMPLETE_FINISH_REASONS",
+    "MAX_REPLY_BYTES_CEILING",
+    "MAX_TOOL_ARGUMENTS_DEPTH",
     "NO_KEY",
+    "REPLY_ENVELOPE_DEPTH",
     "RESERVED_BODY_KEYS",
     "RETRYABLE_STATUSES",
     "SOURCE_PREAMBLE",
     "OpenAIConfigError",
+    "OpenAIIncompleteReplyError",
     "OpenAIMalformedReplyError",
     "OpenAIProvider",
     "OpenAIProviderConfig",
     "OpenAIProviderError",
+    "OpenAIReplyLimitError",
     "OpenAIRetriesExhaustedError",
     "OpenAIStatusError",
     "OpenAIStreamingOnlyError",

@@ -20,6 +20,11 @@ import attrs
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_REPLY_BYTES",
+    "DEFAULT_MAX_TOOL_ARGUMENTS_BYTES",
+    "MAX_REPLY_BYTES_CEILING",
+    "MAX_TOOL_ARGUMENTS_DEPTH",
+    "REPLY_ENVELOPE_DEPTH",
     "RESERVED_BODY_KEYS",
     "OpenAIProviderConfig",
     "redact_url",
@@ -34,6 +39,27 @@ DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 RESERVED_BODY_KEYS: Final = frozenset(
     {"messages", "model", "tools", "tool_choice", "stream", "stream_options", "n", "functions"}
 )
+
+#: The largest chat completion body read (after any content decoding), in bytes. A
+#: reply holds one answer; OpenAI's longest outputs are well under 1 MiB of JSON.
+DEFAULT_MAX_REPLY_BYTES: Final = 4 * 1024 * 1024
+
+#: The most ``max_reply_bytes`` may be set to.
+MAX_REPLY_BYTES_CEILING: Final = 256 * 1024 * 1024
+
+#: The largest ``arguments`` of one tool call, in UTF-8 bytes of its JSON text.
+DEFAULT_MAX_TOOL_ARGUMENTS_BYTES: Final = 1024 * 1024
+
+#: The deepest nesting of arrays and objects in one tool call's arguments
+#: (``{}`` is depth 1): the default of ``max_tool_arguments_depth`` and the most it
+#: may be set to. It matches the engine's own bound on a tool call's arguments,
+#: so arguments that pass here are never refused later when the turn is stored.
+MAX_TOOL_ARGUMENTS_DEPTH: Final = 64
+
+#: How much deeper than ``max_tool_arguments_depth`` a whole reply body may nest:
+#: its own envelope (body, ``choices``, a choice, its ``message``, ``tool_calls``,
+#: a call and its ``function`` are 7 levels; ``logprobs`` reach 9).
+REPLY_ENVELOPE_DEPTH: Final = 10
 
 # An environment variable name as POSIX shells spell them.
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -107,6 +133,14 @@ def _optional_positive_int(instance: Any, attribute: attrs.Attribute[Any], value
 def _optional_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise ValueError(f"{attribute.name} must be an integer or left out, got {value!r}")
+
+
+def _int_in(low: int, high: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{attribute.name} must be an integer from {low} to {high}, got {value!r}")
+
+    return check
 
 
 def _temperature(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -187,6 +221,15 @@ class OpenAIProviderConfig:
     - ``temperature``, ``max_completion_tokens``, ``seed``: sampling options, sent only when set.
     - ``extra_body``: further plain-JSON request fields (``top_p``, ``max_tokens`` for servers
       that want it); it may not set the conversation, model, tools, ``stream`` or ``n``.
+    - ``max_reply_bytes``: the largest chat completion body read, in bytes (default 4 MiB,
+      1024 to 256 MiB). A larger body is refused while it arrives, before any of it is parsed.
+    - ``max_tool_arguments_bytes``: the largest ``arguments`` of one tool call, in UTF-8
+      bytes (default 1 MiB, 2 to 256 MiB; the arguments arrive inside the reply, so
+      ``max_reply_bytes`` bounds them too). A reply with a larger one is refused and none
+      of its tool calls runs.
+    - ``max_tool_arguments_depth``: the deepest nesting of arrays and objects in one tool
+      call's arguments (default and most 64, the engine's own bound; least 1). The whole
+      body may nest :data:`REPLY_ENVELOPE_DEPTH` (10) levels deeper.
     """
 
     model: str = attrs.field(validator=_model)
@@ -205,3 +248,12 @@ class OpenAIProviderConfig:
     max_completion_tokens: int | None = attrs.field(default=None, validator=_optional_positive_int)
     seed: int | None = attrs.field(default=None, validator=_optional_int)
     extra_body: dict[str, Any] = attrs.field(factory=dict, validator=_extra_body)
+    max_reply_bytes: int = attrs.field(
+        default=DEFAULT_MAX_REPLY_BYTES, validator=_int_in(1024, MAX_REPLY_BYTES_CEILING)
+    )
+    max_tool_arguments_bytes: int = attrs.field(
+        default=DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, validator=_int_in(2, MAX_REPLY_BYTES_CEILING)
+    )
+    max_tool_arguments_depth: int = attrs.field(
+        default=MAX_TOOL_ARGUMENTS_DEPTH, validator=_int_in(1, MAX_TOOL_ARGUMENTS_DEPTH)
+    )

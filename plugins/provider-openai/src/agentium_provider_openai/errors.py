@@ -12,8 +12,10 @@ from agentium_harness import AgentiumError, ProviderError
 
 __all__ = [
     "OpenAIConfigError",
+    "OpenAIIncompleteReplyError",
     "OpenAIMalformedReplyError",
     "OpenAIProviderError",
+    "OpenAIReplyLimitError",
     "OpenAIRetriesExhaustedError",
     "OpenAIStatusError",
     "OpenAIStreamingOnlyError",
@@ -79,6 +81,38 @@ class OpenAIMalformedReplyError(OpenAIProviderError):
     object, a tool call whose ``arguments`` are not a JSON object, or a tool
     call without an id or name. Nothing from the reply was used; no tool ran.
     """
+
+
+class OpenAIReplyLimitError(OpenAIMalformedReplyError):
+    """The server's answer is past one of the provider's reply limits. Nothing from it was used; no tool ran.
+
+    ``limit`` names the option (``max_reply_bytes``, ``max_tool_arguments_bytes``
+    or ``max_tool_arguments_depth``) and ``value`` its setting. A body past
+    ``max_reply_bytes`` is refused while it arrives, before any of it is
+    parsed. Raise the option if such answers are expected, or lower what the
+    model may produce (``max_completion_tokens``, the tool's schema).
+    """
+
+    def __init__(self, message: str, *, limit: str, value: int) -> None:
+        self.limit = limit
+        self.value = value
+        super().__init__(message)
+
+
+class OpenAIIncompleteReplyError(OpenAIProviderError):
+    """The server says its answer is incomplete: ``finish_reason`` ``"length"`` or ``"content_filter"``.
+
+    ``finish_reason`` is the server's value; ``tool_calls`` how many tool calls
+    the cut-off answer held. None of them ran (their arguments may be cut off
+    too) and nothing of the answer was used. For ``"length"``, raise
+    ``max_completion_tokens`` (or the server's own output limit) or shorten the
+    request; ``"content_filter"`` is the server's moderation.
+    """
+
+    def __init__(self, message: str, *, finish_reason: str, tool_calls: int) -> None:
+        self.finish_reason = finish_reason
+        self.tool_calls = tool_calls
+        super().__init__(message)
 
 
 class OpenAIStreamingOnlyError(OpenAIProviderError):

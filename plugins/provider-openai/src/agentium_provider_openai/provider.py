@@ -18,9 +18,8 @@ closed, and its own retry setting is bypassed as above.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Final, TypeVar
 
 import anyio
@@ -36,11 +35,13 @@ from agentium_harness.plugin_api import (
     ProviderCapabilities,
 )
 
-from .config import OpenAIProviderConfig, redact_url
+from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, redact_url
+from .decoding import JsonRefused, check_tree, loads_strict
 from .errors import (
     OpenAIConfigError,
     OpenAIMalformedReplyError,
     OpenAIProviderError,
+    OpenAIReplyLimitError,
     OpenAIRetriesExhaustedError,
     OpenAIStatusError,
     OpenAIStreamingOnlyError,
@@ -346,35 +347,87 @@ class OpenAIProvider(ModelProvider):
         optional: dict[str, Any] = {"tools": tools} if tools else {}
 
         async def send(timeout: float) -> ModelResponse:  # noqa: ASYNC109  # the client's own bound
-            raw = await client.chat.completions.with_raw_response.create(
+            # A streamed raw response: the body is read here, chunk by chunk,
+            # so a body past max_reply_bytes is refused before it is all in memory.
+            async with client.chat.completions.with_streaming_response.create(
                 model=self._config.model,
                 messages=messages,  # type: ignore[arg-type]  # plain dicts in the wire format
                 stream=False,
                 timeout=timeout,
                 extra_body=extra or None,
                 **optional,
-            )
-            return self._parse(raw.headers.get("content-type", ""), raw.text)
+            ) as raw:
+                content_type = raw.headers.get("content-type", "")
+                data = await self._read_capped(raw.headers, raw.iter_bytes(), "the chat completion")
+            return self._parse(content_type, data)
 
         return await self._bounded(
             ctx, "provider complete", lambda: self._attempts(ctx, "provider complete", send)
         )
 
-    def _parse(self, content_type: str, text: str) -> ModelResponse:
-        if "text/event-stream" in content_type.lower() or text.lstrip().startswith("data:"):
+    async def _read_capped(
+        self, headers: Mapping[str, str], chunks: AsyncIterator[bytes], what: str
+    ) -> bytes:
+        """The body from ``chunks``, or :class:`OpenAIReplyLimitError` once it passes ``max_reply_bytes``."""
+        limit = self._config.max_reply_bytes
+
+        def too_large(size: str) -> OpenAIReplyLimitError:
+            return OpenAIReplyLimitError(
+                f"the server at {self._where()} sent {what} of {size}, more than max_reply_bytes={limit}; "
+                "it was not read further, nothing from it was used and no tool ran",
+                limit="max_reply_bytes",
+                value=limit,
+            )
+
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large(f"{int(declared)} bytes (its Content-Length)")
+        received: list[bytes] = []
+        size = 0
+        # iter_bytes yields the decoded body: a compressed body is capped at what it expands to.
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                raise too_large(f"more than {limit} bytes")
+            received.append(chunk)
+        return b"".join(received)
+
+    def _parse(self, content_type: str, data: bytes) -> ModelResponse:
+        if "text/event-stream" in content_type.lower() or data.lstrip().startswith(b"data:"):
             raise OpenAIStreamingOnlyError(
                 f"the server at {self._where()} answered a non-streamed request with an event stream; "
                 "this provider needs one JSON chat completion (configure the server to serve "
                 '"stream": false requests)'
             )
+        config = self._config
         try:
-            body = json.loads(text)
-        except ValueError:
+            # JSON is UTF-8 (RFC 8259); a body in another encoding is not one we can read.
+            body = loads_strict(data.decode("utf-8"))
+        except (UnicodeDecodeError, JsonRefused) as exc:
+            if isinstance(exc, JsonRefused) and exc.too_deep:
+                depth = config.max_tool_arguments_depth
+                raise OpenAIReplyLimitError(
+                    f"the server at {self._where()} answered with a body nested deeper than "
+                    f"max_tool_arguments_depth={depth} plus {REPLY_ENVELOPE_DEPTH} levels of its own "
+                    f"({exc.reason}); nothing from it was used and no tool ran",
+                    limit="max_tool_arguments_depth",
+                    value=depth,
+                ) from None
+            if isinstance(exc, JsonRefused):
+                what = "is not JSON" if exc.syntax is not None else "cannot be used"
+                why = exc.reason
+            else:
+                what, why = "is not JSON", "it is not UTF-8 text"
+            shown = scrub(data[:200].decode("utf-8", "replace"), self._api_key)[:120]
             raise OpenAIMalformedReplyError(
-                f"the server at {self._where()} answered with a body that is not JSON "
-                f"({scrub(text, self._api_key)[:120]!r}); nothing from it was used"
+                f"the server at {self._where()} answered with a body that {what} ({why}): "
+                f"{shown!r}; nothing from it was used and no tool ran"
             ) from None
-        return parse_completion(body)
+        return parse_completion(
+            body,
+            max_tool_arguments_bytes=config.max_tool_arguments_bytes,
+            max_tool_arguments_depth=config.max_tool_arguments_depth,
+        )
 
     async def health(self, ctx: OpContext) -> str:
         """List the server's models (``GET /models``) within ``probe_timeout_s`` and the deadline.
@@ -392,8 +445,8 @@ class OpenAIProvider(ModelProvider):
         async def probe() -> str:
             try:
                 with anyio.fail_after(bound):
-                    raw = await client.models.with_raw_response.list(timeout=bound)
-                    text = raw.text
+                    async with client.models.with_streaming_response.list(timeout=bound) as raw:
+                        data = await self._read_capped(raw.headers, raw.iter_bytes(), "a model list")
             except TimeoutError:
                 raise OpenAIProviderError(
                     f"the server at {self._where()} did not list its models within probe_timeout_s={bound:g}s"
@@ -405,9 +458,10 @@ class OpenAIProvider(ModelProvider):
                     f"the server at {self._where()} could not be reached ({type(exc).__name__})"
                 ) from None
             try:
-                body = json.loads(text)
-                ids = sorted({str(item["id"]) for item in body["data"]})
-            except (ValueError, KeyError, TypeError):
+                body = loads_strict(data.decode("utf-8"))
+                check_tree(body, self._config.max_tool_arguments_depth + REPLY_ENVELOPE_DEPTH)
+                ids = sorted({str(item["id"]) for item in body["data"]})  # type: ignore[index]
+            except (JsonRefused, UnicodeDecodeError, KeyError, TypeError):
                 raise OpenAIMalformedReplyError(
                     f"the server at {self._where()} answered GET /models with no model list"
                 ) from None

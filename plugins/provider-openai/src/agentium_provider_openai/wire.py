@@ -13,8 +13,11 @@ Out (:func:`request_messages`, :func:`request_tools`):
 
 Back (:func:`parse_completion`): the first choice's message becomes an
 assistant :class:`Message`; its tool calls become :class:`ToolCall` with
-``arguments`` parsed as a JSON object; usage is taken from ``usage``. Any
-shape this cannot use is an :class:`OpenAIMalformedReplyError`, never a crash.
+``arguments`` parsed as a JSON object (size-capped, strictly, depth-capped);
+usage is taken from ``usage``. Any shape this cannot use is an
+:class:`OpenAIMalformedReplyError`, never a crash; an answer the server says
+it cut off (``finish_reason`` ``length`` or ``content_filter``) is an
+:class:`OpenAIIncompleteReplyError`, and none of its tool calls is parsed or run.
 """
 
 from __future__ import annotations
@@ -33,9 +36,21 @@ from agentium_harness.plugin_api import (
     Usage,
 )
 
-from .errors import OpenAIMalformedReplyError
+from .config import DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, MAX_TOOL_ARGUMENTS_DEPTH, REPLY_ENVELOPE_DEPTH
+from .decoding import JsonRefused, check_tree, loads_strict
+from .errors import OpenAIIncompleteReplyError, OpenAIMalformedReplyError, OpenAIReplyLimitError
 
-__all__ = ["SOURCE_PREAMBLE", "parse_completion", "request_messages", "request_tools"]
+__all__ = [
+    "INCOMPLETE_FINISH_REASONS",
+    "SOURCE_PREAMBLE",
+    "parse_completion",
+    "request_messages",
+    "request_tools",
+]
+
+#: ``finish_reason`` values that say the answer was cut off: its text may be
+#: partial and its tool calls' arguments truncated, so none of it is used.
+INCOMPLETE_FINISH_REASONS: Final = frozenset({"length", "content_filter"})
 
 #: The first line of the source-data message. It says what the blocks are; the
 #: blocks themselves follow unchanged.
@@ -128,6 +143,20 @@ def _malformed(what: str) -> OpenAIMalformedReplyError:
     )
 
 
+def _refused(
+    what: str, refused: JsonRefused, max_depth: int, body: bool = False
+) -> OpenAIMalformedReplyError:
+    if refused.too_deep:
+        allowance = f" plus {REPLY_ENVELOPE_DEPTH} levels of the reply's own" if body else ""
+        return OpenAIReplyLimitError(
+            f"the server's chat completion is past a limit: {what}: {refused.reason} "
+            f"(max_tool_arguments_depth={max_depth}{allowance}); nothing from it was used and no tool ran",
+            limit="max_tool_arguments_depth",
+            value=max_depth,
+        )
+    return _malformed(f"{what}: {refused.reason}")
+
+
 def _count(usage: dict[str, Any], key: str) -> int | None:
     value = usage.get(key)
     # A count the server does not give (or gives as nonsense) stays unknown:
@@ -137,7 +166,49 @@ def _count(usage: dict[str, Any], key: str) -> int | None:
     return None
 
 
-def _tool_call(index: int, item: object) -> ToolCall:
+def _utf8_size(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _arguments(index: int, name: object, raw: object, max_bytes: int, max_depth: int) -> object:
+    """The decoded arguments of tool call ``index``: sized, then strictly parsed, then depth-checked."""
+    what = f"the arguments of tool call {index} ({name!r})"
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}  # some servers send "" for a call without arguments
+    if isinstance(raw, dict):
+        # Not the standard wire form, but unambiguous: an object already. The
+        # body's depth check bounds it, so encoding it to measure is safe.
+        try:
+            check_tree(raw, max_depth)
+        except JsonRefused as refused:
+            raise _refused(what, refused, max_depth) from None
+        size = _utf8_size(json.dumps(raw, ensure_ascii=False, separators=(",", ":")))
+    elif isinstance(raw, str):
+        # A character is at least one byte: a long string is refused without encoding it.
+        size = len(raw) if len(raw) > max_bytes else _utf8_size(raw)
+    else:
+        raise _malformed(f"{what} are not a JSON string")
+    if size > max_bytes:
+        raise OpenAIReplyLimitError(
+            f"the server's chat completion is past a limit: {what} are {size} bytes, more than "
+            f"max_tool_arguments_bytes={max_bytes}; nothing from it was used and no tool ran",
+            limit="max_tool_arguments_bytes",
+            value=max_bytes,
+        )
+    if isinstance(raw, dict):
+        return raw
+    try:
+        arguments = loads_strict(raw)
+        check_tree(arguments, max_depth)
+    except JsonRefused as refused:
+        if refused.syntax is None:
+            raise _refused(what, refused, max_depth) from None
+        shown = raw if len(raw) <= 80 else raw[:79] + "…"
+        raise _malformed(f"{what} are not valid JSON ({refused.syntax}): {shown!r}") from None
+    return arguments
+
+
+def _tool_call(index: int, item: object, max_bytes: int, max_depth: int) -> ToolCall:
     if not isinstance(item, dict):
         raise _malformed(f"tool_calls[{index}] is not an object")
     kind = item.get("type", "function")
@@ -145,21 +216,7 @@ def _tool_call(index: int, item: object) -> ToolCall:
     if kind != "function" or not isinstance(function, dict):
         raise _malformed(f"tool_calls[{index}] is not a function call (type {kind!r})")
     name = function.get("name")
-    raw = function.get("arguments")
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        arguments: object = {}  # some servers send "" for a call without arguments
-    elif isinstance(raw, str):
-        try:
-            arguments = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            shown = raw if len(raw) <= 80 else raw[:79] + "…"
-            raise _malformed(
-                f"the arguments of tool call {index} ({name!r}) are not valid JSON ({exc.msg}): {shown!r}"
-            ) from None
-    elif isinstance(raw, dict):
-        arguments = raw  # not the standard wire form, but unambiguous: an object already
-    else:
-        raise _malformed(f"the arguments of tool call {index} ({name!r}) are not a JSON string")
+    arguments = _arguments(index, name, function.get("arguments"), max_bytes, max_depth)
     if not isinstance(arguments, dict):
         raise _malformed(
             f"the arguments of tool call {index} ({name!r}) are JSON {type(arguments).__name__}, "
@@ -171,13 +228,50 @@ def _tool_call(index: int, item: object) -> ToolCall:
         raise _malformed(f"tool call {index} has no usable id or name ({exc})") from None
 
 
-def parse_completion(body: object) -> ModelResponse:
+def _refuse_incomplete(choice: dict[str, Any], message: dict[str, Any]) -> None:
+    """Refuse an answer the server says it cut off, before any of its tool calls is even parsed."""
+    reason = choice.get("finish_reason")
+    if reason not in INCOMPLETE_FINISH_REASONS:
+        return
+    raw_calls = message.get("tool_calls")
+    calls = len(raw_calls) if isinstance(raw_calls, list) else 0
+    held = f" with {calls} tool call(s), none of which ran" if calls else ""
+    hint = (
+        "raise max_completion_tokens (or the server's output limit) or shorten the request"
+        if reason == "length"
+        else "the server's content filter stopped the answer"
+    )
+    raise OpenAIIncompleteReplyError(
+        f"the server cut its answer off (finish_reason {reason!r}){held}; nothing of the answer was used "
+        f"({hint})",
+        finish_reason=str(reason),
+        tool_calls=calls,
+    )
+
+
+def parse_completion(
+    body: object,
+    *,
+    max_tool_arguments_bytes: int = DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
+    max_tool_arguments_depth: int = MAX_TOOL_ARGUMENTS_DEPTH,
+) -> ModelResponse:
     """The model's answer in a chat completion body (a decoded JSON value).
 
     Raises :class:`OpenAIMalformedReplyError` for any body it cannot use: not
     an object, an ``error`` object, no ``choices``, a choice without a message,
-    content that is not text, or a malformed tool call.
+    content that is not text, or a malformed tool call; its subclass
+    :class:`OpenAIReplyLimitError` for a tool call whose arguments are larger
+    than ``max_tool_arguments_bytes`` or nested deeper than
+    ``max_tool_arguments_depth``, or a body nested deeper than that depth plus
+    :data:`REPLY_ENVELOPE_DEPTH`.
+    Raises :class:`OpenAIIncompleteReplyError` when the first choice's
+    ``finish_reason`` is ``"length"`` or ``"content_filter"``: a cut-off answer
+    is never used, and none of its tool calls runs.
     """
+    try:
+        check_tree(body, max_tool_arguments_depth + REPLY_ENVELOPE_DEPTH)
+    except JsonRefused as refused:
+        raise _refused("the body", refused, max_tool_arguments_depth, body=True) from None
     if not isinstance(body, dict):
         raise _malformed(f"the body is JSON {type(body).__name__}, not an object")
     if "error" in body and "choices" not in body:
@@ -191,6 +285,7 @@ def parse_completion(body: object) -> ModelResponse:
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
         raise _malformed("its first choice has no message object")
+    _refuse_incomplete(choice, message)
     content = message.get("content")
     if content is None:
         content = ""
@@ -199,7 +294,10 @@ def parse_completion(body: object) -> ModelResponse:
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise _malformed("tool_calls is not a list")
-    calls = tuple(_tool_call(i, item) for i, item in enumerate(raw_calls))
+    calls = tuple(
+        _tool_call(i, item, max_tool_arguments_bytes, max_tool_arguments_depth)
+        for i, item in enumerate(raw_calls)
+    )
     usage = body.get("usage")
     counts = usage if isinstance(usage, dict) else {}
     return ModelResponse(
