@@ -100,11 +100,16 @@ def test_decode_json_accepts_what_canonical_json_holds() -> None:
     assert decode_json(text.encode()) == json.loads(text)
     at_cap = b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH
     assert decode_json(at_cap) is not None
-    with pytest.raises(InvalidJSONError, match="deeper than 4"):
+    with pytest.raises(InvalidJSONError, match="deeper than 4") as deep:
         decode_json(b"[[[[[1]]]]]", max_depth=4)
+    assert deep.value.limit == "max_depth"
     assert decode_json(b"[[[[1]]]]", max_depth=4) == [[[[1]]]]
-    with pytest.raises(InvalidJSONError, match="larger than 8"):
+    with pytest.raises(InvalidJSONError, match="larger than 8") as large:
         decode_json(b'"123456789"', max_bytes=8)
+    assert large.value.limit == "max_bytes"
+    with pytest.raises(InvalidJSONError) as other:
+        decode_json(b'{"a":1,"a":2}')
+    assert other.value.limit is None  # refused for what it holds, not for a cap
 
 
 def test_from_json_reports_deep_text_as_a_record_decode_error() -> None:

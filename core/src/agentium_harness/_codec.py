@@ -474,7 +474,7 @@ def decode_json(
     """
     if isinstance(data, str):
         if len(data) > max_bytes:  # characters: a cheap bound before encoding
-            raise InvalidJSONError(f"the JSON text is larger than {max_bytes} bytes")
+            raise InvalidJSONError(f"the JSON text is larger than {max_bytes} bytes", limit="max_bytes")
         try:
             raw = data.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -484,9 +484,13 @@ def decode_json(
     else:
         raise InvalidJSONError(f"expected JSON text (str or bytes), got {type(data).__name__}")
     if len(raw) > max_bytes:
-        raise InvalidJSONError(f"the JSON text is {len(raw)} bytes, larger than {max_bytes}")
+        raise InvalidJSONError(
+            f"the JSON text is {len(raw)} bytes, larger than {max_bytes}", limit="max_bytes"
+        )
     if json_depth_exceeds(raw, max_depth):
-        raise InvalidJSONError(f"the JSON text nests arrays or objects deeper than {max_depth} levels")
+        raise InvalidJSONError(
+            f"the JSON text nests arrays or objects deeper than {max_depth} levels", limit="max_depth"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -496,7 +500,7 @@ def decode_json(
     except InvalidJSONError:
         raise
     except RecursionError as exc:  # pragma: no cover - the depth scan above bounds the parser's recursion
-        raise InvalidJSONError("the JSON text nests too deeply to parse") from exc
+        raise InvalidJSONError("the JSON text nests too deeply to parse", limit="max_depth") from exc
     except (ValueError, TypeError) as exc:  # JSONDecodeError, int digit limits
         raise InvalidJSONError(f"not valid JSON: {exc}") from exc
     if _SURROGATE_ESCAPE.search(raw):

@@ -412,10 +412,15 @@ class InvalidJSONError(RecordDecodeError):
     surrogate escape. It is a :class:`RecordDecodeError`, so an adapter that
     turns decode errors into its corruption error (``SnapshotCorruptError``,
     ``ArchiveCorruptError``) handles it too. Nothing was decoded or changed.
+
+    ``limit`` is ``"max_bytes"`` or ``"max_depth"`` when the text was refused
+    for passing that cap of :func:`~agentium_harness._codec.decode_json`
+    (a caller with its own option names can report it as a limit), else ``None``.
     """
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, limit: str | None = None) -> None:
         self.reason = reason
+        self.limit = limit
         super().__init__("JSON", [reason])
 
 

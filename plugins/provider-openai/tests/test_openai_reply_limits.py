@@ -314,8 +314,9 @@ async def test_a_lower_depth_cap_is_honoured(stub: StubServer) -> None:
     ("arguments", "expected"),
     [
         ('{"path":"a","path":"/etc/passwd"}', "'path' appears twice"),
-        ('{"n":NaN}', "NaN is not a JSON number"),
-        ('{"n":-Infinity}', "-Infinity is not a JSON number"),
+        ('{"n":NaN}', "NaN is not valid"),
+        ('{"n":-Infinity}', "-Infinity is not valid"),
+        ('{"n":1e999}', "too large to be finite"),
         ('{"path":"\\ud800"}', "lone surrogate"),
     ],
 )

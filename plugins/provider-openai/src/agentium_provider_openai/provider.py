@@ -28,15 +28,16 @@ from openai import AsyncOpenAI
 
 from agentium_harness import OperationCancelledError
 from agentium_harness.plugin_api import (
+    InvalidJSONError,
     ModelProvider,
     ModelRequest,
     ModelResponse,
     OpContext,
     ProviderCapabilities,
+    decode_json,
 )
 
 from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, redact_url
-from .decoding import JsonRefused, check_tree, loads_strict
 from .errors import (
     OpenAIConfigError,
     OpenAIMalformedReplyError,
@@ -47,7 +48,7 @@ from .errors import (
     OpenAIStreamingOnlyError,
     scrub,
 )
-from .wire import parse_completion, request_messages, request_tools
+from .wire import decode_reply, parse_completion, request_messages, request_tools
 
 __all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider"]
 
@@ -400,29 +401,7 @@ class OpenAIProvider(ModelProvider):
                 '"stream": false requests)'
             )
         config = self._config
-        try:
-            # JSON is UTF-8 (RFC 8259); a body in another encoding is not one we can read.
-            body = loads_strict(data.decode("utf-8"))
-        except (UnicodeDecodeError, JsonRefused) as exc:
-            if isinstance(exc, JsonRefused) and exc.too_deep:
-                depth = config.max_tool_arguments_depth
-                raise OpenAIReplyLimitError(
-                    f"the server at {self._where()} answered with a body nested deeper than "
-                    f"max_tool_arguments_depth={depth} plus {REPLY_ENVELOPE_DEPTH} levels of its own "
-                    f"({exc.reason}); nothing from it was used and no tool ran",
-                    limit="max_tool_arguments_depth",
-                    value=depth,
-                ) from None
-            if isinstance(exc, JsonRefused):
-                what = "is not JSON" if exc.syntax is not None else "cannot be used"
-                why = exc.reason
-            else:
-                what, why = "is not JSON", "it is not UTF-8 text"
-            shown = scrub(data[:200].decode("utf-8", "replace"), self._api_key)[:120]
-            raise OpenAIMalformedReplyError(
-                f"the server at {self._where()} answered with a body that {what} ({why}): "
-                f"{shown!r}; nothing from it was used and no tool ran"
-            ) from None
+        body = decode_reply(data, max_tool_arguments_depth=config.max_tool_arguments_depth)
         return parse_completion(
             body,
             max_tool_arguments_bytes=config.max_tool_arguments_bytes,
@@ -458,10 +437,9 @@ class OpenAIProvider(ModelProvider):
                     f"the server at {self._where()} could not be reached ({type(exc).__name__})"
                 ) from None
             try:
-                body = loads_strict(data.decode("utf-8"))
-                check_tree(body, self._config.max_tool_arguments_depth + REPLY_ENVELOPE_DEPTH)
-                ids = sorted({str(item["id"]) for item in body["data"]})  # type: ignore[index]
-            except (JsonRefused, UnicodeDecodeError, KeyError, TypeError):
+                body = decode_json(data, max_depth=REPLY_ENVELOPE_DEPTH, max_bytes=len(data))
+                ids = sorted({str(item["id"]) for item in body["data"]})
+            except (InvalidJSONError, KeyError, TypeError):
                 raise OpenAIMalformedReplyError(
                     f"the server at {self._where()} answered GET /models with no model list"
                 ) from None

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from agentium_harness import InvalidIdError
 from agentium_harness.plugin_api import (
+    InvalidJSONError,
     Message,
     ModelRequest,
     ModelResponse,
@@ -34,15 +35,16 @@ from agentium_harness.plugin_api import (
     ToolCall,
     ToolSpec,
     Usage,
+    decode_json,
 )
 
 from .config import DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, MAX_TOOL_ARGUMENTS_DEPTH, REPLY_ENVELOPE_DEPTH
-from .decoding import JsonRefused, check_tree, loads_strict
 from .errors import OpenAIIncompleteReplyError, OpenAIMalformedReplyError, OpenAIReplyLimitError
 
 __all__ = [
     "INCOMPLETE_FINISH_REASONS",
     "SOURCE_PREAMBLE",
+    "decode_reply",
     "parse_completion",
     "request_messages",
     "request_tools",
@@ -143,18 +145,14 @@ def _malformed(what: str) -> OpenAIMalformedReplyError:
     )
 
 
-def _refused(
-    what: str, refused: JsonRefused, max_depth: int, body: bool = False
-) -> OpenAIMalformedReplyError:
-    if refused.too_deep:
-        allowance = f" plus {REPLY_ENVELOPE_DEPTH} levels of the reply's own" if body else ""
-        return OpenAIReplyLimitError(
-            f"the server's chat completion is past a limit: {what}: {refused.reason} "
-            f"(max_tool_arguments_depth={max_depth}{allowance}); nothing from it was used and no tool ran",
-            limit="max_tool_arguments_depth",
-            value=max_depth,
-        )
-    return _malformed(f"{what}: {refused.reason}")
+def _depth_limit(what: str, max_depth: int, *, body: bool = False) -> OpenAIReplyLimitError:
+    allowance = f" plus {REPLY_ENVELOPE_DEPTH} levels of its own" if body else ""
+    return OpenAIReplyLimitError(
+        f"the server's chat completion is past a limit: {what} nest arrays and objects deeper than "
+        f"max_tool_arguments_depth={max_depth}{allowance}; nothing from it was used and no tool ran",
+        limit="max_tool_arguments_depth",
+        value=max_depth,
+    )
 
 
 def _count(usage: dict[str, Any], key: str) -> int | None:
@@ -171,23 +169,25 @@ def _utf8_size(text: str) -> int:
 
 
 def _arguments(index: int, name: object, raw: object, max_bytes: int, max_depth: int) -> object:
-    """The decoded arguments of tool call ``index``: sized, then strictly parsed, then depth-checked."""
+    """The decoded arguments of tool call ``index``: sized, then parsed strictly within the depth cap."""
     what = f"the arguments of tool call {index} ({name!r})"
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}  # some servers send "" for a call without arguments
     if isinstance(raw, dict):
-        # Not the standard wire form, but unambiguous: an object already. The
-        # body's depth check bounds it, so encoding it to measure is safe.
+        # Not the standard wire form, but unambiguous: an object already. It
+        # goes through its JSON text like the standard form, so the same caps
+        # and the same strictness apply.
         try:
-            check_tree(raw, max_depth)
-        except JsonRefused as refused:
-            raise _refused(what, refused, max_depth) from None
-        size = _utf8_size(json.dumps(raw, ensure_ascii=False, separators=(",", ":")))
-    elif isinstance(raw, str):
-        # A character is at least one byte: a long string is refused without encoding it.
-        size = len(raw) if len(raw) > max_bytes else _utf8_size(raw)
-    else:
+            raw = json.dumps(raw, ensure_ascii=False, separators=(",", ":"))
+        except RecursionError:
+            raise _depth_limit(what, max_depth) from None
+        except (ValueError, TypeError) as exc:
+            raise _malformed(f"{what} are not JSON data ({exc})") from None
+    elif not isinstance(raw, str):
         raise _malformed(f"{what} are not a JSON string")
+    assert isinstance(raw, str)
+    # A character is at least one byte: a long string is refused without encoding it.
+    size = len(raw) if len(raw) > max_bytes else len(raw.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
         raise OpenAIReplyLimitError(
             f"the server's chat completion is past a limit: {what} are {size} bytes, more than "
@@ -195,17 +195,14 @@ def _arguments(index: int, name: object, raw: object, max_bytes: int, max_depth:
             limit="max_tool_arguments_bytes",
             value=max_bytes,
         )
-    if isinstance(raw, dict):
-        return raw
     try:
-        arguments = loads_strict(raw)
-        check_tree(arguments, max_depth)
-    except JsonRefused as refused:
-        if refused.syntax is None:
-            raise _refused(what, refused, max_depth) from None
+        return decode_json(raw, max_depth=max_depth, max_bytes=max_bytes)
+    except InvalidJSONError as exc:
+        if exc.limit == "max_depth":
+            raise _depth_limit(what, max_depth) from None
         shown = raw if len(raw) <= 80 else raw[:79] + "…"
-        raise _malformed(f"{what} are not valid JSON ({refused.syntax}): {shown!r}") from None
-    return arguments
+        reason = exc.reason.removeprefix("not valid JSON: ")
+        raise _malformed(f"{what} are not valid JSON ({reason}): {shown!r}") from None
 
 
 def _tool_call(index: int, item: object, max_bytes: int, max_depth: int) -> ToolCall:
@@ -249,29 +246,43 @@ def _refuse_incomplete(choice: dict[str, Any], message: dict[str, Any]) -> None:
     )
 
 
+def decode_reply(data: bytes, *, max_tool_arguments_depth: int = MAX_TOOL_ARGUMENTS_DEPTH) -> object:
+    """A reply body (already read within ``max_reply_bytes``) decoded strictly, as plain JSON data.
+
+    The core's :func:`decode_json` does the work: nesting deeper than
+    ``max_tool_arguments_depth`` plus :data:`REPLY_ENVELOPE_DEPTH` is refused
+    from the bytes before parsing (an :class:`OpenAIReplyLimitError`), as are
+    text that is not UTF-8 or not JSON, a duplicate object key, ``NaN`` or
+    ``Infinity``, and a lone surrogate escape (an :class:`OpenAIMalformedReplyError`).
+    """
+    try:
+        return decode_json(
+            data, max_depth=max_tool_arguments_depth + REPLY_ENVELOPE_DEPTH, max_bytes=len(data)
+        )
+    except InvalidJSONError as exc:
+        if exc.limit == "max_depth":
+            raise _depth_limit("the body", max_tool_arguments_depth, body=True) from None
+        raise _malformed(f"the body is not JSON it can use ({exc.reason})") from None
+
+
 def parse_completion(
     body: object,
     *,
     max_tool_arguments_bytes: int = DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
     max_tool_arguments_depth: int = MAX_TOOL_ARGUMENTS_DEPTH,
 ) -> ModelResponse:
-    """The model's answer in a chat completion body (a decoded JSON value).
+    """The model's answer in a chat completion body (a JSON value decoded by :func:`decode_reply`).
 
     Raises :class:`OpenAIMalformedReplyError` for any body it cannot use: not
     an object, an ``error`` object, no ``choices``, a choice without a message,
     content that is not text, or a malformed tool call; its subclass
     :class:`OpenAIReplyLimitError` for a tool call whose arguments are larger
     than ``max_tool_arguments_bytes`` or nested deeper than
-    ``max_tool_arguments_depth``, or a body nested deeper than that depth plus
-    :data:`REPLY_ENVELOPE_DEPTH`.
+    ``max_tool_arguments_depth``.
     Raises :class:`OpenAIIncompleteReplyError` when the first choice's
     ``finish_reason`` is ``"length"`` or ``"content_filter"``: a cut-off answer
     is never used, and none of its tool calls runs.
     """
-    try:
-        check_tree(body, max_tool_arguments_depth + REPLY_ENVELOPE_DEPTH)
-    except JsonRefused as refused:
-        raise _refused("the body", refused, max_tool_arguments_depth, body=True) from None
     if not isinstance(body, dict):
         raise _malformed(f"the body is JSON {type(body).__name__}, not an object")
     if "error" in body and "choices" not in body:
