@@ -39,6 +39,7 @@ from agentium_harness._ports.recall import (
     SourceRef,
     Validation,
     ValidationStatus,
+    document_source_id,
 )
 from agentium_harness._ports.summary import Summarizer, SummarizerCapabilities
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -49,6 +50,11 @@ pytestmark = pytest.mark.anyio
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
 MINE = SourceOwner("acme", "ana", "s1")
+
+
+def sid(name: str, owner: SourceOwner = MINE) -> str:
+    """The source id the staged store gives document ``name``."""
+    return document_source_id(owner, name)
 
 
 class Recording(ExtractiveProvider):
@@ -69,7 +75,8 @@ class Staged(RecallStore):
     )
 
     def __init__(self, docs: Sequence[tuple[str, SourceOwner, str]] = ()) -> None:
-        self.docs = {sid: (owner, text) for sid, owner, text in docs}
+        # Source ids are the core's: each encodes its owner, as the engine checks.
+        self.docs = {document_source_id(owner, name): (owner, text) for name, owner, text in docs}
         self.revision: dict[str, str] = {sid: "r1" for sid in self.docs}
         self.status: dict[str, ValidationStatus] = {}
         self.hang_in: str | None = None
@@ -157,7 +164,7 @@ async def test_complete_recall_puts_whole_labeled_evidence_in_the_request() -> N
     result = await rt.run(ANA, "s1", "When does the release train leave?")
     assert result.recall.status is RecallStatus.COMPLETE
     blocks = provider.requests[-1].sources
-    assert [b.source_id for b in blocks] == ["doc-1", "doc-2"]  # rank order
+    assert [b.source_id for b in blocks] == [sid("doc-1"), sid("doc-2")]  # rank order
     assert blocks[0].content == FACT[2]  # whole, never cut
     attrs = dict(blocks[0].attributes)
     assert attrs == {"revision": "r1", "completeness": "complete", "omitted-context": "none", "rank": "1"}
@@ -183,7 +190,7 @@ async def test_foreign_scope_items_are_dropped_and_reported(foreign: SourceOwner
     assert result.recall.status is RecallStatus.PARTIAL
     assert result.has("recall_contract_violation")
     assert all("FOREIGN" not in b.content for r in provider.requests for b in r.sources)
-    assert "leak" not in {ref.source_id for ref in result.recall.included}
+    assert sid("leak", foreign) not in {ref.source_id for ref in result.recall.included}
 
 
 async def test_a_foreign_excerpt_smuggled_into_read_is_dropped() -> None:
@@ -309,24 +316,24 @@ async def test_clarify_after_an_allocation_omission_returns_recall_assembly_omit
 )
 async def test_an_invalid_source_at_the_dispatch_fence_is_removed(status: ValidationStatus) -> None:
     store = Staged([FACT, ("doc-2", MINE, "Also on Thursday.")])
-    store.status["doc-1"] = status
+    store.status[sid("doc-1")] = status
     policy = current_session_recall_policy(on_partial="continue")
     rt, provider, _ = _runtime(store, recall_policy=policy)
     result = await rt.run(ANA, "s1", "Thursday?")
-    assert [v.ref.source_id for v in result.recall.invalidated] == ["doc-1"]
-    assert "doc-1" not in [b.source_id for b in provider.requests[-1].sources]
+    assert [v.ref.source_id for v in result.recall.invalidated] == [sid("doc-1")]
+    assert sid("doc-1") not in [b.source_id for b in provider.requests[-1].sources]
 
 
 async def test_a_source_changed_before_commit_stops_the_run_or_is_kept_as_uncertainty() -> None:
     store = Staged([FACT])
-    store.flip_after_first_validation = "doc-1"
+    store.flip_after_first_validation = sid("doc-1")
     rt, provider, sessions = _runtime(store)
     result = await rt.run(ANA, "s1", "release train?")
     assert provider.requests  # the model ran...
     assert result.status is RunStatus.STOPPED and not result.committed  # ...but nothing was committed
     assert result.has("recall_source_changed") and await _revision(sessions) is None
     store2 = Staged([FACT])
-    store2.flip_after_first_validation = "doc-1"
+    store2.flip_after_first_validation = sid("doc-1")
     lenient, _, _sessions2 = _runtime(
         store2, recall_policy=current_session_recall_policy(on_partial="continue")
     )

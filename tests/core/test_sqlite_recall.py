@@ -287,7 +287,7 @@ FOREIGN_OWNERS = (
     SourceOwner("other"),
     SourceOwner("ACME"),
     SourceOwner("acme", user="bob"),
-    SourceOwner("acme", session="s2"),
+    SourceOwner("acme", "bob", "s1"),  # the same session id under another user
     SourceOwner("acme", project="other-proj"),
     SourceOwner("acme", repository="other-repo"),
     SourceOwner("acme", "alice", "s2"),
@@ -366,8 +366,8 @@ async def test_hostile_ids_are_bound_not_interpolated(store: SQLiteRecallStore, 
 
 
 async def test_lookalike_ids_stay_apart(store: SQLiteRecallStore) -> None:
-    a = await store.index_document(SourceOwner("t", session="a/b"), "d", "lookalike one", CTX())
-    b = await store.index_document(SourceOwner("t", session="a%2Fb"), "d", "lookalike two", CTX())
+    a = await store.index_document(SourceOwner("t", "u", "a/b"), "d", "lookalike one", CTX())
+    b = await store.index_document(SourceOwner("t", "u", "a%2Fb"), "d", "lookalike two", CTX())
     assert a.source_id != b.source_id
     found = await (await session_of(store, Scope("t", "u", "a/b"))).discover("lookalike", 8, CTX())
     assert [c.ref for c in found] == [a]

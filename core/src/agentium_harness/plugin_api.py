@@ -95,6 +95,7 @@ from ._ports.recall import (
     ValidationStatus,
     document_source_id,
     group_source_id,
+    source_owner,
 )
 from ._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
@@ -259,6 +260,7 @@ __all__ = [
     "register_structure_hook",
     "seal_snapshot",
     "snapshot_bytes",
+    "source_owner",
     "to_json",
     "verify_snapshot",
     "evidence_size",

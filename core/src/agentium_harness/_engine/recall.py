@@ -26,19 +26,19 @@ from .._ports._base import OpContext
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import (
     Candidate,
-    Completeness,
     Excerpt,
-    OmittedContext,
     RecallLimits,
     RecallSession,
     RecallStore,
     SourceRef,
     Validation,
     ValidationStatus,
+    source_owner,
 )
 from .._scope import Scope
 from .._validators import lone_surrogate_at
 from .lifecycle import Ticket
+from .recall_items import candidate_fault, excerpt_fault, validation_fault, visible
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
 from .sources import assemble_sources
 
@@ -100,18 +100,26 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
 
 
 class _Round:
-    """The mutable state of one recall round: counters, findings and the latency deadline."""
+    """The mutable state of one recall round: counters, findings and the latency deadline.
 
-    def __init__(self, limits: RecallLimits, queries_used: int) -> None:
+    A run's budgets are shared by all its rounds (the first one, the one after
+    a clarification, the commit fence): a round starts from what the earlier
+    ones ``spent``, so its counters and its latency deadline are what is left
+    of the run's. Only the evidence token count is per round: it bounds the
+    blocks of the one request the round builds.
+    """
+
+    def __init__(self, limits: RecallLimits, spent: RecallUsage) -> None:
         self.limits = limits
         self.started = time.monotonic()
-        self.deadline = self.started + limits.max_latency_s
-        self.queries = queries_used
-        self.candidates = 0
-        self.discovery_bytes = 0
-        self.source_bytes = 0
+        self.spent_latency = spent.latency_s
+        self.deadline = self.started + max(0.0, limits.max_latency_s - spent.latency_s)
+        self.queries = spent.queries
+        self.candidates = spent.candidates
+        self.discovery_bytes = spent.discovery_bytes
+        self.source_bytes = spent.source_bytes
         self.tokens = 0
-        self.validations = 0
+        self.validations = spent.validations
         self.violations: list[str] = []
         self.problems: list[str] = []
         self.notes: list[str] = []
@@ -132,7 +140,7 @@ class _Round:
             source_bytes=self.source_bytes,
             evidence_tokens=self.tokens,
             validations=self.validations,
-            latency_s=round(time.monotonic() - self.started, 6),
+            latency_s=round(self.spent_latency + time.monotonic() - self.started, 6),
         )
 
 
@@ -188,10 +196,14 @@ async def gather_evidence(
     policy: RecallPolicy,
     turn: QueryInput,
     *,
-    queries_used: int = 0,
+    spent: RecallUsage | None = None,
 ) -> Evidence:
-    """One round of recall for ``turn``: query, discover, rank, read, assemble, validate (fence 1)."""
-    state = _Round(limits, queries_used)
+    """One round of recall for ``turn``: query, discover, rank, read, assemble, validate (fence 1).
+
+    ``spent`` is what earlier rounds of the same run used; this round gets
+    only what is left of each budget, and its usage includes theirs.
+    """
+    state = _Round(limits, spent if spent is not None else RecallUsage())
     try:
         query = policy.query(turn)
     except Exception as exc:
@@ -241,12 +253,19 @@ async def _gather_open(
     ticket: Ticket, state: _Round, session: RecallSession, scope: Scope, policy: RecallPolicy, query: str
 ) -> Evidence:
     limits = state.limits
+    wanted = limits.max_candidates - state.candidates
+    discovery_left = limits.max_discovery_bytes - state.discovery_bytes
+    if wanted <= 0 or discovery_left <= 0:
+        raise _Failed(
+            f"discovery not started: the run's candidate budget (max_candidates={limits.max_candidates}, "
+            f"max_discovery_bytes={limits.max_discovery_bytes}) is spent"
+        )
     raw = await _call(
         ticket,
         state,
         "recall discover",
-        lambda ctx: session.discover(query, limits.max_candidates, ctx),
-        remaining_bytes=limits.max_discovery_bytes,
+        lambda ctx: session.discover(query, wanted, ctx),
+        remaining_bytes=discovery_left,
     )
     candidates = _checked_candidates(raw, state, scope)
     try:
@@ -255,11 +274,19 @@ async def _gather_open(
     except Exception as exc:
         raise _Failed(f"ranking raised {type(exc).__name__}: {exc}") from exc
     # Each included source is validated twice (before dispatch and before
-    # commit), so the validation budget caps how many sources are read.
-    readable = max(0, limits.max_validations // 2)
+    # commit), so what is left of the validation budget caps how many sources are read.
+    readable = max(0, (limits.max_validations - state.validations) // 2)
+    source_left = limits.max_source_bytes - state.source_bytes
+    if source_left <= 0:
+        readable = 0
     to_read, omitted = ranked[:readable], [c.ref.source_id for c in ranked[readable:]]
     for source_id in omitted:
-        state.problems.append(f"source {source_id} left out: the validation budget covers {readable} sources")
+        why = (
+            f"the run's source byte budget (max_source_bytes={limits.max_source_bytes}) is spent"
+            if source_left <= 0
+            else f"what is left of the validation budget covers {readable} sources"
+        )
+        state.problems.append(f"source {source_id} left out: {why}")
     excerpts: list[Excerpt] = []
     if to_read:
         refs = [c.ref for c in to_read]
@@ -268,7 +295,7 @@ async def _gather_open(
             state,
             "recall read",
             lambda ctx: session.read(refs, limits.max_excerpt_bytes, ctx),
-            remaining_bytes=limits.max_source_bytes,
+            remaining_bytes=source_left,
             remaining_tokens=limits.max_evidence_tokens,
         )
         excerpts = _checked_excerpts(raw_excerpts, state, scope, to_read)
@@ -313,19 +340,37 @@ def _checked_candidates(raw: object, state: _Round, scope: Scope) -> list[Candid
     limits = state.limits
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
         raise _Failed(f"recall discover returned {type(raw).__name__}, not a sequence of candidates")
+    left = limits.max_candidates - state.candidates
     kept: list[Candidate] = []
     seen: set[str] = set()
     for item in raw:
-        if not isinstance(item, Candidate) or not isinstance(item.ref, SourceRef):
-            state.violation(f"discover returned {type(item).__name__}, not a Candidate; dropped")
+        fault = candidate_fault(item)
+        if fault is not None:
+            state.violation(f"discover returned {fault}; dropped")
             continue
+        assert isinstance(item, Candidate)
         sid = item.ref.source_id
-        if not _visible(item.owner, scope):
+        encoded = source_owner(sid)
+        if encoded is None:
+            state.violation(
+                f"discover returned {sid!r}, which is not a recall source id "
+                "(document_source_id or group_source_id); dropped"
+            )
+            continue
+        if encoded != item.owner:
+            # A store that mislabels the owner could otherwise pass another
+            # tenant's source off as visible: the id is what it indexed under.
+            state.violation(
+                f"discover returned {sid!r} declaring an owner other than the one its id encodes; dropped"
+            )
+            continue
+        if not visible(item.owner, scope):
             state.violation(f"discover returned {sid!r} from outside the run's scope; dropped")
             continue
-        if len(kept) >= limits.max_candidates:
+        if len(kept) >= left:
             state.violation(
-                f"discover returned more than max_candidates={limits.max_candidates}; {sid!r} dropped"
+                f"discover returned more than the {left} candidates left of "
+                f"max_candidates={limits.max_candidates}; {sid!r} dropped"
             )
             continue
         if sid in seen:
@@ -340,7 +385,7 @@ def _checked_candidates(raw: object, state: _Round, scope: Scope) -> list[Candid
         state.discovery_bytes += cost
         seen.add(sid)
         kept.append(item)
-    state.candidates = len(kept)
+    state.candidates += len(kept)
     return kept
 
 
@@ -367,13 +412,11 @@ def _checked_excerpts(raw: object, state: _Round, scope: Scope, asked: list[Cand
     wanted = {c.ref: c for c in asked}
     got: dict[SourceRef, Excerpt] = {}
     for item in raw:
-        if (
-            not isinstance(item, Excerpt)
-            or not isinstance(item.ref, SourceRef)
-            or not isinstance(item.text, str)
-        ):
-            state.violation(f"read returned {type(item).__name__}, not an Excerpt; dropped")
+        fault = excerpt_fault(item)
+        if fault is not None:
+            state.violation(f"read returned {fault}; dropped")
             continue
+        assert isinstance(item, Excerpt)
         sid = item.ref.source_id
         if any(
             not isinstance(t, str) or lone_surrogate_at(t) is not None
@@ -385,7 +428,7 @@ def _checked_excerpts(raw: object, state: _Round, scope: Scope, asked: list[Cand
             )
             continue
         candidate = wanted.get(item.ref)
-        if not _visible(item.owner, scope):
+        if not visible(item.owner, scope):
             state.violation(f"read returned {sid!r} from outside the run's scope; dropped")
             continue
         if candidate is None:
@@ -398,11 +441,6 @@ def _checked_excerpts(raw: object, state: _Round, scope: Scope, asked: list[Cand
             continue
         if item.ref in got:
             state.violation(f"read returned {sid!r} twice; the repeat was dropped")
-            continue
-        if not isinstance(item.completeness, Completeness) or not all(
-            isinstance(o, OmittedContext) for o in item.omitted
-        ):
-            state.violation(f"read returned {sid!r} with malformed completeness flags; dropped")
             continue
         size = len(item.text.encode("utf-8", "surrogatepass"))
         if size > limits.max_excerpt_bytes:
@@ -428,14 +466,6 @@ def _checked_excerpts(raw: object, state: _Round, scope: Scope, asked: list[Cand
             state.problems.append(f"source {candidate.ref.source_id} was discovered but not read")
     # Rank order is the ranker's, whatever order the store answered in.
     return [got[c.ref] for c in asked if c.ref in got]
-
-
-def _visible(owner: object, scope: Scope) -> bool:
-    visible = getattr(owner, "visible_to", None)
-    try:
-        return bool(visible(scope)) if visible is not None else False
-    except Exception:
-        return False
 
 
 def _block(excerpt: Excerpt, rank: int) -> SourceBlock:
@@ -470,14 +500,27 @@ async def validate_refs(
         raise _Failed(f"recall validate_current returned {type(raw).__name__}, not a sequence")
     answers: dict[SourceRef, Validation] = {}
     for item in raw:
-        if not isinstance(item, Validation) or not isinstance(item.status, ValidationStatus):
-            state.violation(f"validate_current returned {type(item).__name__}, not a Validation; ignored")
+        fault = validation_fault(item)
+        if fault is not None:
+            state.violation(f"validate_current returned {fault}; ignored")
             continue
+        assert isinstance(item, Validation)
         if item.ref not in refs or item.ref in answers:
             state.violation(
                 f"validate_current answered for {item.ref.source_id!r}, which was not asked (or twice)"
             )
             continue
+        if (
+            item.status is ValidationStatus.CURRENT
+            and item.current_revision is not None
+            and item.current_revision != item.ref.revision
+        ):
+            # "Current" at another revision than the one read is a change, whatever the store calls it.
+            state.violation(
+                f"validate_current called {item.ref.source_id!r} current at revision "
+                f"{item.current_revision!r}, not the {item.ref.revision!r} that was read; treated as changed"
+            )
+            item = Validation(item.ref, ValidationStatus.CHANGED, item.current_revision)
         answers[item.ref] = item
     out: list[Validation] = []
     for ref in refs:
@@ -495,16 +538,17 @@ async def revalidate(
     scope: Scope,
     limits: RecallLimits,
     refs: Sequence[SourceRef],
-    validations_used: int,
-) -> tuple[list[Validation], list[str], str | None]:
+    spent: RecallUsage,
+) -> tuple[list[Validation], list[str], str | None, RecallUsage]:
     """The commit fence (R24): validate the included sources again in a fresh, closed-on-every-path session.
 
-    Returns ``(validations, notes, failure)``; ``failure`` is set when the
-    fence could not run (the store raised or timed out), which counts as
-    ``failed``.
+    It runs on what the dispatch rounds left of the run's budgets
+    (``spent``). Returns ``(validations, notes, failure, usage)``;
+    ``failure`` is set when the fence could not run (the store raised or
+    timed out, or a budget was spent), which counts as ``failed``; ``usage``
+    is the run's, this fence included.
     """
-    state = _Round(limits, 0)
-    state.validations = validations_used
+    state = _Round(limits, spent)
     session: RecallSession | None = None
     try:
         try:
@@ -517,5 +561,10 @@ async def revalidate(
             if session is not None:
                 await _close(session, state)
     except _Failed as exc:
-        return [], [*state.violations, *state.notes], str(exc)
-    return checked, [*state.violations, *state.notes], None
+        return [], [*state.violations, *state.notes], str(exc), _fence_usage(state, spent)
+    return checked, [*state.violations, *state.notes], None, _fence_usage(state, spent)
+
+
+def _fence_usage(state: _Round, spent: RecallUsage) -> RecallUsage:
+    """The run's usage after the commit fence: its validations and latency added; the evidence as sent."""
+    return attrs.evolve(state.usage(), evidence_tokens=spent.evidence_tokens)

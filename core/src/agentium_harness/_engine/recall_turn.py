@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import attrs
 
-from .._history import Message, RetainedRecord
+from .._history import Message, RetainedRecord, Role
 from .._ports.provider import SourceBlock, SourceKind, Usage
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
@@ -42,6 +42,7 @@ __all__ = [
     "RecallEnd",
     "RecallOutcome",
     "RecallStep",
+    "opening_messages",
     "recall_before_commit",
     "recall_before_dispatch",
 ]
@@ -115,11 +116,31 @@ def _uncertainty(evidence: Evidence) -> tuple[str, ...]:
     )
 
 
-def _status_block(uncertainty: tuple[str, ...]) -> SourceBlock:
-    text = "Recalled evidence is incomplete; treat what is missing as unknown:\n" + "\n".join(
-        f"- {u}" for u in uncertainty
-    )
+#: The first line of the recall-status notice; shown whatever the evidence budget (R19, R22).
+_NOTICE_HEAD = "Recalled evidence is incomplete; treat what is missing as unknown"
+
+
+def _notice(text: str) -> SourceBlock:
     return SourceBlock(SourceKind.RECALL, "recall-status", text, (("completeness", "partial"),))
+
+
+def _status_block(uncertainty: tuple[str, ...], budget: int) -> SourceBlock:
+    """The recall-status notice, as much of it as fits ``budget`` tokens, and never less than its head.
+
+    Every line is in ``RunResult.recall.uncertainty`` and the retained
+    record; the notice names how many it had to leave out. When even the
+    head does not fit the budget, the head is shown anyway: a run that
+    continues with uncertainty always tells the model so.
+    """
+    lines = [f"- {u}" for u in uncertainty]
+    for shown in range(len(lines), -1, -1):
+        rest = len(lines) - shown
+        tail = [f"- and {rest} more not shown"] if rest else []
+        body = lines[:shown] + tail
+        block = _notice(_NOTICE_HEAD + (":\n" + "\n".join(body) if body else "."))
+        if block.estimated_tokens <= budget:
+            return block
+    return _notice(_NOTICE_HEAD + ".")
 
 
 def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
@@ -152,6 +173,8 @@ async def recall_before_dispatch(
     clarification: tuple[str, str] | None = None
     decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=False))
     if decision.decision is RecallDecision.CLARIFY:
+        asked = decision.question
+        question = asked if isinstance(asked, str) and asked.strip() else "Could you say more?"
         end, why = None, ""
         if evidence.allocation_omitted:
             end, why = (
@@ -174,10 +197,9 @@ async def recall_before_dispatch(
         if end is not None:
             diagnostics.append(Diagnostic(end.value, why, Severity.WARNING))
             outcome = _outcome(policy, evidence, decision, RecallFence.DISPATCH, why)
-            question = decision.question or "" if end is RecallEnd.NEEDS_CLARIFICATION else ""
-            return RecallStep(outcome, (), end, tuple(diagnostics), question)
+            shown = question if end is RecallEnd.NEEDS_CLARIFICATION else ""
+            return RecallStep(outcome, (), end, tuple(diagnostics), shown)
         assert clarify is not None
-        question = decision.question or "Could you say more?"
         answer = await _ask(clarify, question, clarify_timeout_s)
         if answer is None:
             why = f"the clarifier did not answer within {clarify_timeout_s}s (or failed)"
@@ -197,7 +219,7 @@ async def recall_before_dispatch(
             limits,
             policy,
             attrs.evolve(turn, clarification=answer),
-            queries_used=evidence.usage.queries,
+            spent=evidence.usage,
         )
         diagnostics.extend(_diagnostics(evidence))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))
@@ -214,15 +236,24 @@ async def recall_before_dispatch(
     blocks = list(evidence.blocks)
     if decision.decision is RecallDecision.CONTINUE:
         uncertainty = outcome.uncertainty
-        status = _status_block(uncertainty)
-        # The status block is wrapper metadata: it must fit the same evidence
-        # budget, so the lowest-ranked evidence makes room for it (R19).
         budget = limits.max_evidence_tokens
+        # The notice is wrapper metadata: it must fit the same evidence budget,
+        # so room is reserved for it first and the lowest-ranked evidence makes
+        # way (R19). It is always shown, even when it alone is over the budget.
+        status = _status_block(uncertainty, budget)
         dropped: list[str] = []
         while blocks and sum(b.estimated_tokens for b in blocks) + status.estimated_tokens > budget:
             dropped.append(blocks.pop().source_id)
-        if status.estimated_tokens <= budget:
-            blocks.append(status)
+        blocks.append(status)
+        if status.estimated_tokens > budget:
+            diagnostics.append(
+                Diagnostic(
+                    "recall_status_over_budget",
+                    f"the recall-status notice ({status.estimated_tokens} tokens) alone exceeds "
+                    f"max_evidence_tokens={budget}; it was shown anyway and no evidence was included",
+                    Severity.WARNING,
+                )
+            )
         if dropped:
             kept = {b.source_id for b in blocks}
             refs = tuple(r for r in outcome.included if r.source_id in kept)
@@ -238,6 +269,21 @@ async def recall_before_dispatch(
     return RecallStep(outcome, tuple(blocks), None, tuple(diagnostics))
 
 
+def opening_messages(user_input: str, step: RecallStep | None) -> tuple[tuple[Message, ...], str]:
+    """How the turn opens: ``(prior messages, user text)`` for :func:`.turn.run_turn`.
+
+    After a clarification the turn is the input, the question asked and the
+    user's answer, in that order: the model sees the whole exchange, and the
+    committed group keeps it as canonical history (R21). Otherwise it is the
+    input alone.
+    """
+    clarification = step.outcome.clarification if step is not None else None
+    if clarification is None:
+        return (), user_input
+    question, answer = clarification
+    return (Message(Role.USER, user_input), Message(Role.ASSISTANT, question)), answer
+
+
 async def _ask(clarify: Clarifier, question: str, timeout_s: float) -> str | None:
     answer: object = None
     try:
@@ -245,7 +291,13 @@ async def _ask(clarify: Clarifier, question: str, timeout_s: float) -> str | Non
             answer = await clarify(question)
     except Exception:
         return None
-    return answer if isinstance(answer, str) else None
+    if not isinstance(answer, str):
+        return None
+    try:
+        answer.encode("utf-8")  # it becomes a message of canonical history: text only
+    except UnicodeEncodeError:
+        return None
+    return answer
 
 
 def _seen(evidence: Evidence, fence: RecallFence, *, clarified: bool) -> PolicyInput:
@@ -297,12 +349,11 @@ async def recall_before_commit(
     """The commit fence: validate the included sources again; ``(outcome, stop, diagnostics)``."""
     if not outcome.included:
         return outcome, False, []
-    validations, notes, failure = await revalidate(
-        ticket, store, scope, limits, outcome.included, outcome.usage.validations
+    validations, notes, failure, usage = await revalidate(
+        ticket, store, scope, limits, outcome.included, outcome.usage
     )
     diagnostics = [Diagnostic("recall_note", n) for n in notes]
     changed = [v for v in validations if v.status is not ValidationStatus.CURRENT]
-    usage = attrs.evolve(outcome.usage, validations=outcome.usage.validations + len(outcome.included))
     if failure is None and not changed:
         return attrs.evolve(outcome, usage=usage), False, diagnostics
     problems = (

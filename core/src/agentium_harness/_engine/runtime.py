@@ -84,6 +84,7 @@ from .recall_turn import (
     Clarifier,
     RecallEnd,
     RecallStep,
+    opening_messages,
     recall_before_commit,
     recall_before_dispatch,
     uncommitted_result,
@@ -308,6 +309,7 @@ class HarnessRuntime:
             *memory_sources,
             *assembly.included,
         )
+        prior, opening = opening_messages(user_input, step)
         turn = await run_turn(
             ticket,
             provider=self.provider,
@@ -316,8 +318,9 @@ class HarnessRuntime:
             instructions=self.instructions,
             sources=request_sources,
             history=history,
-            user_input=user_input,
+            user_input=opening,
             granted=granted,
+            prior=prior,
         )
         verification: VerificationRecord | None = None
         if policy is not None and self.verifier is not None:

@@ -12,14 +12,15 @@ still checks every bound on what they return.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import attrs
 
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
-from .._scope import ABSENT_SEGMENT, Scope, SessionKey, encode_segment
+from .._scope import ABSENT_SEGMENT, Scope, SessionKey, decode_segment, encode_segment
 from .._validators import validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt
@@ -39,6 +40,7 @@ __all__ = [
     "ValidationStatus",
     "document_source_id",
     "group_source_id",
+    "source_owner",
 ]
 
 
@@ -105,7 +107,13 @@ def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> N
 
 @attrs.frozen(slots=True)
 class RecallLimits:
-    """Recall budgets (R17). Every field is a hard ceiling for one run; the engine enforces each one."""
+    """Recall budgets (R17). Every field is a hard ceiling for one run; the engine enforces each one.
+
+    A run's rounds share them: the round after a clarification and the
+    commit fence get what the earlier rounds left. ``max_evidence_tokens``
+    bounds the evidence of the one request sent; ``max_latency_s`` the time
+    spent in recall calls (not a clarifier's wait for the user).
+    """
 
     max_queries: int = attrs.field(default=1, validator=_count(1))
     max_candidates: int = attrs.field(default=8, validator=_count(1))
@@ -154,6 +162,12 @@ class SourceOwner:
     scope names project ``p``. Archived groups are owned by their session
     (tenant, user and session). The engine checks :meth:`visible_to` on every
     candidate and excerpt an adapter returns (R13).
+
+    A session id is only unique within its user (sessions are keyed by
+    tenant, user and session), so an owner naming a ``session`` must name its
+    ``user`` too: ``SourceOwner("acme", session="s1")`` raises
+    :class:`~agentium_harness._errors.InvalidArgumentError` rather than
+    meaning "session ``s1`` of any user".
     """
 
     tenant: str = attrs.field(validator=_tenant_id)
@@ -161,6 +175,13 @@ class SourceOwner:
     session: str | None = attrs.field(default=None, validator=_owner_id)
     project: str | None = attrs.field(default=None, validator=_owner_id)
     repository: str | None = attrs.field(default=None, validator=_owner_id)
+
+    def __attrs_post_init__(self) -> None:
+        if self.session is not None and self.user is None:
+            raise InvalidArgumentError(
+                f"SourceOwner names session {self.session!r} but no user; a session id is unique only "
+                "within its user, so give user= as well (or leave session out for every session)"
+            )
 
     @classmethod
     def of_session(cls, key: SessionKey) -> SourceOwner:
@@ -199,6 +220,36 @@ def group_source_id(key: SessionKey, seq: int) -> str:
     """The source id of archived group ``seq`` of session ``key``: ``group/<t>/<u>/<s>/<seq>``."""
     parts = (encode_segment(key.tenant), encode_segment(key.user), encode_segment(key.session))
     return "/".join(("group", *parts, str(seq)))
+
+
+#: A group seq in a source id: canonical decimal, as ``str(int)`` writes it.
+_SEQ: Final = re.compile(r"0|[1-9][0-9]*")
+
+
+def source_owner(source_id: object) -> SourceOwner | None:
+    """The owner encoded in ``source_id``, or ``None`` if no recall store could have made the id.
+
+    Every recall source id is :func:`document_source_id` or
+    :func:`group_source_id`; an id is accepted only if building it again from
+    what it decodes to gives the same text. The engine drops a candidate whose
+    declared owner is not the one its id encodes (R13).
+    """
+    if not isinstance(source_id, str):
+        return None
+    parts = source_id.split("/")
+    try:
+        if parts[0] == "doc" and len(parts) == 7:
+            owner = SourceOwner(
+                decode_segment(parts[1]),
+                *(None if p == ABSENT_SEGMENT else decode_segment(p) for p in parts[2:6]),
+            )
+            return owner if document_source_id(owner, decode_segment(parts[6])) == source_id else None
+        if parts[0] == "group" and len(parts) == 5 and _SEQ.fullmatch(parts[4]):
+            key = SessionKey(*(decode_segment(p) for p in parts[1:4]))
+            return SourceOwner.of_session(key) if group_source_id(key, int(parts[4])) == source_id else None
+    except (ValueError, TypeError):  # bad escapes and invalid ids (InvalidIdError is a ValueError)
+        return None
+    return None
 
 
 @attrs.frozen(slots=True)
@@ -267,7 +318,10 @@ class RecallSession:
         """Return at most ``max_candidates`` candidates for ``query`` in rank order.
 
         Only sources the session's scope may see are discovered (R13); the
-        discovery reads stay within ``ctx.remaining_bytes``.
+        discovery reads stay within ``ctx.remaining_bytes``. Source ids are
+        :func:`document_source_id` or :func:`group_source_id`, and each
+        candidate's ``owner`` is the one its id encodes (:func:`source_owner`);
+        the engine drops any other candidate as a contract violation.
 
         Call ``ctx.raise_if_expired("recall discover")`` before starting and
         between backend pages; stop backend work when ``ctx.signal`` is cancelled.

@@ -8,10 +8,9 @@ it is closed.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from .._errors import (
     AgentiumError,
@@ -28,10 +27,9 @@ from .._ports.recall import (
     SourceRef,
     Validation,
     ValidationStatus,
-    document_source_id,
-    group_source_id,
+    source_owner,
 )
-from .._scope import Scope, SessionKey, decode_segment
+from .._scope import Scope
 from ._excerpts import make_excerpt, query_terms
 from ._sqlite_recall_sql import ranked_sources
 
@@ -39,8 +37,6 @@ if TYPE_CHECKING:
     from .sqlite_recall import SQLiteRecallStore
 
 __all__ = ["SQLiteRecallError", "SQLiteRecallSession"]
-
-_SEQ: Final = re.compile(r"0|[1-9][0-9]*")
 
 
 class SQLiteRecallError(AgentiumError):
@@ -54,25 +50,19 @@ class SQLiteRecallError(AgentiumError):
 
 def _owner_of_source_id(source_id: str) -> SourceOwner | None:
     """The owner a source id names, or ``None`` if this store could not have made the id."""
-    if not isinstance(source_id, str):
-        return None
-    parts = source_id.split("/")
+    return source_owner(source_id)
+
+
+def _row_owner(values: Sequence[Any]) -> SourceOwner | None:
+    """The owner stored in a row, or ``None`` for one no longer valid.
+
+    A document indexed before owners naming a session had to name its user
+    too is never discovered again (it was ambiguous across users).
+    """
     try:
-        if parts[0] == "doc" and len(parts) == 7:
-            tenant = decode_segment(parts[1])
-            rest = [None if p == "~" else decode_segment(p) for p in parts[2:6]]
-            owner = SourceOwner(tenant, *rest)
-            return owner if document_source_id(owner, decode_segment(parts[6])) == source_id else None
-        if parts[0] == "group" and len(parts) == 5 and _SEQ.fullmatch(parts[4]):
-            key = SessionKey(*(decode_segment(p) for p in parts[1:4]))
-            return SourceOwner.of_session(key) if group_source_id(key, int(parts[4])) == source_id else None
-    except (ValueError, TypeError):  # bad escapes and invalid ids (InvalidIdError is a ValueError)
+        return SourceOwner(*values)
+    except InvalidArgumentError:
         return None
-    return None
-
-
-def _row_owner(values: Sequence[Any]) -> SourceOwner:
-    return SourceOwner(*values)
 
 
 class SQLiteRecallSession(RecallSession):
@@ -132,6 +122,8 @@ class SQLiteRecallSession(RecallSession):
             spent = 0
             for source_id, revision, title, size, *owner_and_score in rows:
                 owner = _row_owner(owner_and_score[:5])
+                if owner is None:
+                    continue
                 candidate = Candidate(
                     ref=SourceRef(source_id, revision),
                     owner=owner,

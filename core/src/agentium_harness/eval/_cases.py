@@ -235,6 +235,10 @@ def _owner(c: _Checker, value: object, path: str, tenant: str) -> OwnerSpec | No
     for key in _OWNER_KEYS:
         if key in data and data[key] is not None:
             fields[key] = c.ident(data[key], f"{path}.{key}")
+    if fields.get("session") is not None and fields.get("user") is None:
+        # A session id is unique only within its user (SourceOwner refuses this too).
+        c.bad(path, "an owner naming a session must name its user")
+        return None
     return OwnerSpec(
         tenant=fields.get("tenant") or tenant,
         user=fields.get("user"),

@@ -39,6 +39,7 @@ from .._ports.recall import (
     SourceRef,
     ValidationStatus,
     document_source_id,
+    source_owner,
 )
 from .._scope import Scope, SessionKey
 from ._suite import (
@@ -164,11 +165,13 @@ class RecallStoreContract(ContractSuite):
         """Over many generated owners with hostile ids and identical words, no scope sees a foreign source.
 
         Every owner gets a document with the same words. For each scope,
-        discovery returns only sources its owner rules allow, a read of every
-        other owner's ref returns nothing, and validating a foreign ref says
-        ``forbidden`` (R13). A failure is a leak across tenants, users,
-        sessions, projects or repositories, often through key building that
-        is not injective or a glob/query pattern built from an id.
+        discovery returns only sources its owner rules allow, each with the
+        owner its source id encodes (:func:`source_owner`, which the engine
+        checks), a read of every other owner's ref returns nothing, and
+        validating a foreign ref says ``forbidden`` (R13). A failure is a leak
+        across tenants, users, sessions, projects or repositories, often
+        through key building that is not injective or a glob/query pattern
+        built from an id.
         """
         rng = random.Random(8)  # a seeded property test: the same owners every run
         owners: list[SourceOwner] = []
@@ -191,6 +194,9 @@ class RecallStoreContract(ContractSuite):
             found = await _discover(recall_store, scope, "zebra marker", 64)
             for candidate in found:
                 assert candidate.owner.visible_to(scope), f"{candidate.ref.source_id} leaked into {scope}"
+                assert source_owner(candidate.ref.source_id) == candidate.owner, (
+                    f"{candidate.ref.source_id} declares owner {candidate.owner}, not the one its id encodes"
+                )
             assert refs[owner].source_id in {c.ref.source_id for c in found}
             foreign = [r for o, r in refs.items() if not o.visible_to(scope)]
             session = await _session(recall_store, scope)
