@@ -312,12 +312,16 @@ class OperationTimeoutError(OperationCancelledError):
     The engine runs every adapter call under its operation deadline; past it the
     call's cancel scope fires and its ``OpContext`` signal is set. ``operation``
     names the call (``"provider complete"``, ``"archive append"`` …). Nothing the
-    timed-out call would have committed is trusted.
+    timed-out call would have committed is trusted. ``abandoned`` is true when
+    the call had not stopped even after its cancellation (it was blocked in a
+    worker thread, say): the engine returned without it and discards whatever
+    it produces later.
     """
 
-    def __init__(self, message: str, operation: str, timeout_s: float) -> None:
+    def __init__(self, message: str, operation: str, timeout_s: float, *, abandoned: bool = False) -> None:
         self.operation = operation
         self.timeout_s = timeout_s
+        self.abandoned = abandoned
         super().__init__(message, "deadline passed")
 
 

@@ -13,7 +13,7 @@ import attrs
 from .._errors import MemoryDrainError, RuntimeCloseError
 from .._memory.work import DrainResult
 from .._scope import SessionKey, VerifiedIdentity, require_identity
-from .commit import broadcast
+from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
 from .maintenance import flush_session
 from .owned_work import SummaryReport
@@ -89,7 +89,9 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
         diagnostics=tuple(diagnostics),
     )
     if runtime._hooks is not None:
-        extra = await broadcast(runtime._hooks, "agentium_session_closed", key=key, report=report)
+        extra = await broadcast(
+            runtime._hooks, "agentium_session_closed", runtime.limits.close_timeout_s, key=key, report=report
+        )
         if extra:
             report = attrs.evolve(report, diagnostics=report.diagnostics + tuple(extra))
     return report

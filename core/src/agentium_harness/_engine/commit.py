@@ -16,11 +16,7 @@ leaves the last committed state intact:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
-from typing import Any
 
-import anyio
-import anyio.to_thread
 import attrs
 
 from .._errors import ArchiveConflictError, ContractViolationError, SessionConflictError
@@ -35,7 +31,7 @@ from .._ports.sessions import (
     seal_snapshot,
 )
 from .._scope import Scope, SessionKey
-from .hooks import HookBroadcaster
+from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
 from .resident import EvictionPlan, plan_eviction
@@ -44,15 +40,11 @@ from .results import Diagnostic, EvictionStatus, Severity
 __all__ = [
     "CommitOutcome",
     "archive_groups",
-    "broadcast",
     "broadcast_archived",
     "commit",
     "index_archived",
     "plan_diagnostics",
 ]
-
-#: How long a lifecycle hook broadcast may take before the commit stops waiting for it.
-HOOK_TIMEOUT_S = 5.0
 
 
 @attrs.frozen(slots=True)
@@ -165,7 +157,9 @@ async def commit(
             return attrs.evolve(outcome, diagnostics=(note, *outcome.diagnostics))
         else:
             extra = (
-                await broadcast_archived(hooks, key, joined.archived, plan.evict) if hooks is not None else []
+                await broadcast_archived(hooks, key, joined.archived, plan.evict, ticket.hook_timeout_s)
+                if hooks is not None
+                else []
             )
             return attrs.evolve(joined, diagnostics=(*diagnostics, *extra), archived_groups=plan.evict)
     elif plan.evict:
@@ -207,7 +201,9 @@ async def commit(
     _check_revision(revision, expected)
     archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
-        diagnostics.extend(await broadcast_archived(hooks, key, receipts, archived_groups))
+        diagnostics.extend(
+            await broadcast_archived(hooks, key, receipts, archived_groups, ticket.hook_timeout_s)
+        )
     return CommitOutcome(
         revision, new_boundary, keep, receipts, eviction, tuple(diagnostics), archived_groups
     )
@@ -327,31 +323,12 @@ async def broadcast_archived(
     key: SessionKey,
     receipts: tuple[ArchiveReceipt, ...],
     groups: tuple[MessageGroup, ...],
+    timeout_s: float,
 ) -> list[Diagnostic]:
     """Broadcast ``agentium_groups_archived`` off the event loop, bounded; report failures."""
-    return await broadcast(hooks, "agentium_groups_archived", key=key, receipts=receipts, groups=groups)
-
-
-async def broadcast(hooks: HookBroadcaster, hook: str, **kwargs: Any) -> list[Diagnostic]:
-    """Broadcast a lifecycle hook in a worker thread, bounded, and report failures as diagnostics.
-
-    Hook implementations are plain functions that may block (a recall index
-    writing to its backend), so they run off the event loop; the caller waits
-    at most :data:`HOOK_TIMEOUT_S` and reports a slower broadcast instead of hanging.
-    """
-    call = partial(hooks.broadcast, hook, **kwargs)
-    failures: Sequence[object] = ()
-    with anyio.move_on_after(HOOK_TIMEOUT_S) as scope:
-        failures = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-    if scope.cancelled_caught:
-        return [
-            Diagnostic(
-                "hook_timeout",
-                f"{hook} did not return within {HOOK_TIMEOUT_S}s; not awaited further",
-                Severity.WARNING,
-            )
-        ]
-    return [Diagnostic("hook_failed", str(f), Severity.WARNING) for f in failures]
+    return await broadcast(
+        hooks, "agentium_groups_archived", timeout_s, key=key, receipts=receipts, groups=groups
+    )
 
 
 async def index_archived(

@@ -6,7 +6,8 @@ await in between): one operation per session at a time, nothing at all once
 the runtime is closing. Each admitted operation gets a :class:`Ticket`, which
 holds the operation's cancel scope and its cancel signal, so ``aclose()`` can
 stop any of them, and which makes every adapter call under its deadline
-(:meth:`Ticket.call`).
+(:meth:`Ticket.call`, through :func:`~.bounded.bounded`: a call blocked where
+cancellation cannot reach it is abandoned at its deadline, not waited for).
 """
 
 from __future__ import annotations
@@ -17,14 +18,18 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import anyio
+import attrs
 
 from .._errors import OperationCancelledError, OperationTimeoutError, RuntimeClosedError, SessionBusyError
 from .._ports import CancelSignal, OpContext
 from .._scope import SessionKey
+from .bounded import ABANDON_GRACE_S, Overrun, bounded
+from .results import Diagnostic, Severity
 
 __all__ = ["close_owned", "Admission", "LifecycleState", "Ticket"]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class LifecycleState(enum.StrEnum):
@@ -41,17 +46,33 @@ class Ticket:
     ``signal`` is the operation's cancel signal; every adapter call gets a child
     of it, so cancelling the ticket (shutdown) reaches calls already running in
     worker threads. ``done`` is set when the operation has left admission.
+    ``abandoned`` describes each call the operation had to walk away from.
+    ``hook_timeout_s`` bounds each lifecycle-hook broadcast the operation makes
+    (the runtime's ``close_timeout_s``; ``op_timeout_s`` when not given).
     """
 
-    __slots__ = ("cancel_scope", "done", "key", "kind", "op_timeout_s", "signal")
+    __slots__ = (
+        "abandoned",
+        "cancel_scope",
+        "done",
+        "hook_timeout_s",
+        "key",
+        "kind",
+        "op_timeout_s",
+        "signal",
+    )
 
-    def __init__(self, key: SessionKey | None, kind: str, op_timeout_s: float) -> None:
+    def __init__(
+        self, key: SessionKey | None, kind: str, op_timeout_s: float, hook_timeout_s: float | None = None
+    ) -> None:
         self.key = key
         self.kind = kind
         self.op_timeout_s = op_timeout_s
+        self.hook_timeout_s = op_timeout_s if hook_timeout_s is None else hook_timeout_s
         self.signal = CancelSignal()
         self.cancel_scope = anyio.CancelScope()
         self.done = anyio.Event()
+        self.abandoned: list[str] = []
 
     def cancel(self, reason: str) -> None:
         """Cancel the operation: its signal first (threads see it), then its cancel scope."""
@@ -82,31 +103,55 @@ class Ticket:
         remaining_bytes: int | None = None,
         remaining_tokens: int | None = None,
     ) -> T:
-        """Run one adapter call under its deadline (R10, R12) and cancel it past the deadline.
+        """Run one adapter call under its deadline (R10, R12) and walk away from it past the deadline.
 
         The engine enforces the deadline itself rather than trusting the adapter
-        to honour ``ctx.deadline``: the call runs in a cancel scope that fires at
-        the deadline, and the context's signal is set at the same moment. A call
-        that times out raises :class:`OperationTimeoutError`.
+        to honour ``ctx.deadline``: the call runs in its own task
+        (:func:`~.bounded.bounded`); at the deadline the context's signal is set
+        and the call cancelled. A call that times out raises
+        :class:`OperationTimeoutError`; one that did not even stop after its
+        cancellation (blocked in a worker thread) is abandoned: the error says
+        so (``abandoned``), the ticket records it, and its late result is discarded.
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
         ctx = self.context(timeout, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens)
-        with anyio.move_on_after(timeout) as scope:
-            try:
-                return await work(ctx)
-            except OperationCancelledError:
-                if ctx.signal.cancelled and ctx.signal.reason == "deadline passed":
-                    raise _timeout(operation, timeout) from None
-                raise
-        # Reached only when the deadline's scope cancelled the call.
-        assert scope.cancelled_caught
-        ctx.signal.cancel("deadline passed")
-        raise _timeout(operation, timeout)
+        try:
+            return await bounded(
+                lambda: work(ctx), timeout, on_deadline=lambda: ctx.signal.cancel("deadline passed")
+            )
+        except Overrun as over:
+            if over.abandoned:
+                self.abandoned.append(abandonment(operation, timeout))
+            raise _timeout(operation, timeout, abandoned=over.abandoned) from None
+        except OperationCancelledError:
+            if ctx.signal.cancelled and ctx.signal.reason == "deadline passed":
+                raise _timeout(operation, timeout) from None
+            raise
+
+    def abandonment_diagnostics(self) -> list[Diagnostic]:
+        """One ``call_abandoned`` warning per call this operation walked away from."""
+        return [Diagnostic("call_abandoned", text, Severity.WARNING) for text in self.abandoned]
+
+    def report(self, result: R) -> R:
+        """``result`` (a frozen record with ``diagnostics``) with this operation's abandonments added."""
+        if not self.abandoned:
+            return result
+        notes: tuple[Diagnostic, ...] = getattr(result, "diagnostics")  # noqa: B009 - any report record
+        return attrs.evolve(result, diagnostics=(*notes, *self.abandonment_diagnostics()))  # type: ignore[misc]
 
 
-def _timeout(operation: str, timeout: float) -> OperationTimeoutError:
+def abandonment(operation: str, timeout_s: float) -> str:
+    """How an abandoned call is reported (diagnostics, close failures)."""
+    return (
+        f"{operation} did not finish within {timeout_s}s and did not stop within {ABANDON_GRACE_S}s of "
+        "its cancellation (blocked in a worker thread?); it was abandoned and its late result is discarded"
+    )
+
+
+def _timeout(operation: str, timeout: float, *, abandoned: bool = False) -> OperationTimeoutError:
+    how = "abandoned (it did not stop when cancelled)" if abandoned else "cancelled"
     return OperationTimeoutError(
-        f"{operation} did not finish within {timeout}s and was cancelled", operation, timeout
+        f"{operation} did not finish within {timeout}s and was {how}", operation, timeout, abandoned=abandoned
     )
 
 
@@ -117,8 +162,9 @@ class Admission:
     enters through :meth:`admit`. Nothing else touches ``active``.
     """
 
-    def __init__(self, op_timeout_s: float) -> None:
+    def __init__(self, op_timeout_s: float, hook_timeout_s: float | None = None) -> None:
         self._op_timeout_s = op_timeout_s
+        self._hook_timeout_s = hook_timeout_s
         self.state = LifecycleState.OPEN
         self.active: dict[SessionKey, Ticket] = {}
 
@@ -142,7 +188,7 @@ class Admission:
             raise SessionBusyError(
                 f"session {key.session!r} already has an admitted {busy}; one operation per session at a time"
             )
-        ticket = Ticket(key, kind, self._op_timeout_s)
+        ticket = Ticket(key, kind, self._op_timeout_s, self._hook_timeout_s)
         self.active[key] = ticket
         try:
             with ticket.cancel_scope:
@@ -175,7 +221,11 @@ class Admission:
 
 
 async def close_owned(owned: Sequence[object], each_s: float) -> list[tuple[object, str | None]]:
-    """Close every owned adapter concurrently, each bounded; ``(adapter, problem or None)`` each."""
+    """Close every owned adapter concurrently, each bounded; ``(adapter, problem or None)`` each.
+
+    Each ``aclose`` runs through :func:`~.bounded.bounded`, so one blocked in a
+    worker thread is abandoned at ``each_s`` (and reported) instead of holding shutdown.
+    """
     results: list[tuple[object, str | None]] = []
 
     async def close_one(adapter: object) -> None:
@@ -185,13 +235,14 @@ async def close_owned(owned: Sequence[object], each_s: float) -> list[tuple[obje
             return
         name = type(adapter).__name__
         try:
-            with anyio.move_on_after(each_s) as scope:
-                await closer()
+            await bounded(closer, each_s)
+        except Overrun as over:
+            if over.abandoned:
+                results.append((adapter, abandonment(f"closing {name}", each_s)))
+            else:
+                results.append((adapter, f"closing {name} did not finish within {each_s}s"))
         except Exception as exc:
             results.append((adapter, f"closing {name} failed: {type(exc).__name__}: {exc}"))
-            return
-        if scope.cancelled_caught:
-            results.append((adapter, f"closing {name} did not finish within {each_s}s"))
         else:
             results.append((adapter, None))
 

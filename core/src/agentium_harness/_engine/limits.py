@@ -33,7 +33,8 @@ class RuntimeLimits:
     - ``tool_timeout_s``: deadline of each tool handler call; past it the call is cancelled
       and reported to the model as timed out.
     - ``close_timeout_s``: how long ``aclose`` gives cancelled operations to stop and each
-      owned adapter's ``aclose`` to finish, on top of ``settle_timeout_s``.
+      owned adapter's ``aclose`` to finish, on top of ``settle_timeout_s``; also how long
+      the runtime waits for each lifecycle-hook broadcast.
     """
 
     resident: ResidentLimits = attrs.field(factory=ResidentLimits)

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .._errors import OperationTimeoutError
 from .._memory.selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 from .._ports._base import OpContext
 from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
 from .._ports.provider import SourceBlock, SourceKind
 from .._scope import Scope
-from .lifecycle import Ticket
+from .bounded import Overrun, bounded
+from .lifecycle import Ticket, abandonment
 from .results import Diagnostic, Severity
 from .sources import assemble_sources
 
@@ -96,9 +98,45 @@ async def memory_blocks(
     ``source`` is a :class:`MemoryManager` (its selection, limits and
     forgotten set apply; ``selection`` overrides its selection when given)
     or a bare :class:`MemoryStore` (``selection`` or the default). ``op``
-    bounds the selection call. Returns the included blocks in rank order and
+    bounds the selection call: past its deadline the call is cancelled, or
+    abandoned if it does not stop (a store blocked in a worker thread), and
+    reported in ``problems``. Returns the included blocks in rank order and
     what was omitted.
     """
+    return await _memory_blocks(source, selection, scope, query, budget_tokens, op, limit=limit, at=at)
+
+
+async def _select(chosen: MemorySelection, request: SelectionRequest, ticket: Ticket | None) -> object:
+    """Run the selection under ``request.ctx``'s deadline; a call past it is walked away from (R10)."""
+    op = request.ctx
+    left = op.time_left()
+    if left is None:
+        return await chosen(request)  # an unbounded context: the caller bounds the call
+    try:
+        return await bounded(
+            lambda: chosen(request), left, on_deadline=lambda: op.signal.cancel("deadline passed")
+        )
+    except Overrun as over:
+        text = f"memory select did not finish within {left:.3g}s and was cancelled"
+        if over.abandoned:
+            text = abandonment("memory select", round(left, 3))
+            if ticket is not None:
+                ticket.abandoned.append(text)
+        raise OperationTimeoutError(text, "memory select", left, abandoned=over.abandoned) from None
+
+
+async def _memory_blocks(
+    source: MemoryManager | MemoryStore,
+    selection: MemorySelection | None,
+    scope: MemoryScope,
+    query: str,
+    budget_tokens: int,
+    op: OpContext,
+    *,
+    limit: int | None = None,
+    at: datetime | None = None,
+    ticket: Ticket | None = None,
+) -> tuple[tuple[SourceBlock, ...], MemoryOmitted]:
     if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 0:
         raise ValueError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
     when = at or datetime.now(UTC)
@@ -116,7 +154,7 @@ async def memory_blocks(
         return (), MemoryOmitted()
     try:
         op.raise_if_expired("memory select")
-        raw = await chosen(SelectionRequest(store, scope, query, bound, when, op))
+        raw = await _select(chosen, SelectionRequest(store, scope, query, bound, when, op), ticket)
     except Exception as exc:
         return (), MemoryOmitted(problems=(f"memory selection failed: {type(exc).__name__}: {exc}",))
     kept, refused = checked_selection(raw, scope, bound, when, forgotten)
@@ -153,12 +191,15 @@ async def harness_memory_blocks(
     """The memory blocks of a harness run in ``scope``, with what was left out as diagnostics."""
     # The harness owns this session's canonical history: an agent extracting from it too is refused.
     manager.claim_history(scope.session_key, "harness")
-    blocks, omitted = await memory_blocks(
+    # The run's own deadline bounds the selection too: a store slower than either does not hold the run.
+    timeout_s = min(manager.limits.op_timeout_s, ticket.op_timeout_s)
+    blocks, omitted = await _memory_blocks(
         manager,
         None,
         MemoryScope.of_session(scope),
         user_input,
         manager.limits.injection_tokens,
-        ticket.context(manager.limits.op_timeout_s),
+        ticket.context(timeout_s),
+        ticket=ticket,
     )
     return blocks, memory_diagnostics(omitted)

@@ -18,10 +18,10 @@ from typing import Any
 
 import anyio
 import attrs
-import sniffio
 
 from .._ports.summary import SummaryState
 from .._scope import SessionKey
+from .bounded import spawn
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 
@@ -62,21 +62,6 @@ class _Job:
         self.ticket.cancel(reason)
         if self.scope is not None:
             self.scope.cancel()
-
-
-def _spawn(run: Callable[[], Awaitable[None]]) -> Any:
-    """Start ``run`` as a task of the running event loop, detached from the caller's task."""
-    library = sniffio.current_async_library()
-    if library == "asyncio":
-        import asyncio
-
-        return asyncio.get_running_loop().create_task(run())  # type: ignore[arg-type]
-    if library == "trio":
-        import trio
-
-        trio.lowlevel.spawn_system_task(run)
-        return None
-    raise RuntimeError(f"background summaries need asyncio or trio, not {library}")  # pragma: no cover
 
 
 class OwnedWork:
@@ -122,7 +107,7 @@ class OwnedWork:
                     del self._jobs[key]
                 job.done.set()
 
-        job.task = _spawn(run)
+        job.task = spawn(run)
 
     def busy(self, key: SessionKey) -> bool:
         """True while a job of ``key`` is running."""

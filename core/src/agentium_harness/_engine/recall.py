@@ -37,6 +37,7 @@ from .._ports.recall import (
 )
 from .._scope import Scope
 from .._validators import lone_surrogate_at
+from .bounded import Overrun, bounded
 from .lifecycle import Ticket
 from .recall_items import candidate_fault, excerpt_fault, validation_fault, visible
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
@@ -179,13 +180,14 @@ async def _close(session: object, state: _Round) -> None:
     closer = getattr(session, "close", None)
     if closer is None:
         return
-    with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_TIMEOUT_S) as scope:
+    with anyio.CancelScope(shield=True):
         try:
-            await closer()
+            await bounded(closer, CLOSE_TIMEOUT_S)  # a close blocked in a worker thread is abandoned
+        except Overrun as over:
+            gone = "; abandoned (it did not stop when cancelled)" if over.abandoned else ""
+            state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s{gone}")
         except Exception as exc:
             state.notes.append(f"recall session close failed: {type(exc).__name__}: {exc}")
-    if scope.cancelled_caught:
-        state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s")
 
 
 async def gather_evidence(

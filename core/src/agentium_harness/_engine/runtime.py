@@ -174,7 +174,7 @@ class HarnessRuntime:
         self.resources = HarnessResources(self)
         self._hooks = hooks
         self._owned = list(owned)
-        self._admission = Admission(limits.op_timeout_s)
+        self._admission = Admission(limits.op_timeout_s, hook_timeout_s=limits.close_timeout_s)
         self._work = OwnedWork(limits.op_timeout_s)
         # One place drains all owned work (R40): the memory manager's, with the summary jobs tracked in it.
         self._drainer = memory if memory is not None else MemoryWorkDrainer()
@@ -228,8 +228,10 @@ class HarnessRuntime:
         policy = check_completion(completion, self.completion_policy, self.verifier)
         key = scope.session_key
         async with self._admission.admit(key, "run") as ticket:
-            return await self._run_admitted(
-                ticket, scope, user_input, attest_legacy_memory_scope, granted, offered, clarify, policy
+            return ticket.report(
+                await self._run_admitted(
+                    ticket, scope, user_input, attest_legacy_memory_scope, granted, offered, clarify, policy
+                )
             )
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 import attrs
 
 from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unstructure
@@ -26,6 +25,7 @@ from .._errors import (
 from .._history import Message, Role, ToolCall
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from .._validators import lone_surrogate_at
+from .bounded import Overrun, bounded
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
@@ -207,16 +207,19 @@ async def _run_tool(
     # The handler gets its own deep copy: the arguments stored in the frozen
     # ToolCall are committed history and must not be rewritable by a tool.
     arguments: dict[str, Any] = json.loads(canonical_json(call.arguments))
-    content: object = None
     try:
-        with anyio.move_on_after(timeout_s) as scope:
-            content = await tool.handler(arguments)
+        # In its own task, so a handler blocked in a worker thread cannot hold the run past its deadline.
+        content = await bounded(lambda: tool.handler(arguments), timeout_s)
+    except Overrun as over:
+        detail = f"tool {call.name!r} did not finish within {timeout_s}s and was cancelled"
+        if over.abandoned:
+            detail += (
+                "; it did not stop, so it was abandoned (it may still complete; its result is discarded)"
+            )
+        return ToolOutcome(call.id, call.name, ToolStatus.TIMED_OUT, tool.effect, detail), f"error: {detail}"
     except Exception as exc:  # a tool's failure is reported to the model, not raised
         detail = f"{type(exc).__name__}: {exc}"
         return ToolOutcome(call.id, call.name, ToolStatus.FAILED, tool.effect, detail), f"error: {detail}"
-    if scope.cancelled_caught:
-        detail = f"tool {call.name!r} did not finish within {timeout_s}s and was cancelled"
-        return ToolOutcome(call.id, call.name, ToolStatus.TIMED_OUT, tool.effect, detail), f"error: {detail}"
     text = str(content)
     at = lone_surrogate_at(text)
     if at is not None:

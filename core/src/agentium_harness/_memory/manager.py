@@ -22,8 +22,7 @@ from typing import Literal, Protocol, TypeVar
 import attrs
 
 from .._engine.checks import check_adapter
-from .._engine.commit import broadcast
-from .._engine.hooks import HookBroadcaster
+from .._engine.hooks import HookBroadcaster, broadcast
 from .._engine.lifecycle import Ticket, close_owned
 from .._errors import (
     AgentCloseError,
@@ -86,7 +85,8 @@ class MemoryLimits:
     - ``max_injected_facts``: most facts one selection may inject.
     - ``injection_tokens``: token budget of the memory blocks of one request, wrappers included.
     - ``op_timeout_s``: deadline of each store call.
-    - ``drain_timeout_s``: default timeout of :meth:`MemoryManager.drain`.
+    - ``drain_timeout_s``: default timeout of :meth:`MemoryManager.drain`, and how long each
+      ``agentium_memory_event`` broadcast is waited for.
     - ``max_extracted_facts``: most facts one extraction may write.
     """
 
@@ -182,7 +182,9 @@ class MemoryManager:
         if self._hooks is None or ack.status is not AckStatus.STORED:
             return ack
         event = MemoryEvent(kind, scope, ack.fact_id, ack.revision)
-        notes = await broadcast(self._hooks, "agentium_memory_event", event=event)
+        notes = await broadcast(
+            self._hooks, "agentium_memory_event", self.limits.drain_timeout_s, event=event
+        )
         if not notes:
             return ack
         return attrs.evolve(ack, notes=ack.notes + tuple(d.message for d in notes))
@@ -389,7 +391,9 @@ class MemoryManager:
         result = await self._work.drain(timeout)
         if self._hooks is not None:
             event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
-            notes = await broadcast(self._hooks, "agentium_memory_event", event=event)
+            notes = await broadcast(
+                self._hooks, "agentium_memory_event", self.limits.drain_timeout_s, event=event
+            )
             if notes:
                 result = attrs.evolve(result, notes=tuple(d.message for d in notes))
         if not result.ok:

@@ -24,7 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import attrs
 
-from .._engine.owned_work import OwnedWork, WorkStatus, _spawn
+from .._engine.bounded import spawn
+from .._engine.owned_work import OwnedWork, WorkStatus
 from .._errors import InvalidArgumentError
 
 __all__ = [
@@ -233,7 +234,7 @@ class WorkTracker:
                 self._ended.append(item)
                 item.done.set()
 
-        item.task = _spawn(run)
+        item.task = spawn(run)
         return unique
 
     async def drain(self, timeout_s: float, grace_s: float = CANCEL_GRACE_S) -> DrainResult:

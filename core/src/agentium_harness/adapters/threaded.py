@@ -19,7 +19,10 @@ re-implementing the same care:
   waiting for the previous call); a refused call raises
   :class:`~agentium_harness._errors.OperationCancelledError` and touches
   nothing. :meth:`ThreadBoundAdapter.call_guard` lets a backend stop work in
-  progress (SQLite installs a progress handler there).
+  progress (SQLite installs a progress handler there). A cancelled caller
+  waits at most ``cancel_grace_s`` for its thread to stop (nothing at all with
+  ``abandon_on_cancel``), then abandons it: a blocked client never holds its
+  caller past that.
 - **Typed errors.** Exceptions of the classes in ``backend_errors`` become the
   port's error family (``storage_error``), or ``OperationCancelledError`` when
   the context had expired meanwhile. Agentium's own errors pass through.
@@ -109,9 +112,14 @@ class ThreadBoundAdapter(Generic[ConnT]):
     #: caller returns at once and the thread's result is discarded. The
     #: connection stays locked until that thread returns, so the next call
     #: waits for it (within its own deadline). False (the default) makes a
-    #: cancelled caller wait for the thread, which suits backends that stop
-    #: promptly through :meth:`call_guard` (SQLite).
+    #: cancelled caller wait for the thread to stop — up to ``cancel_grace_s``,
+    #: then it is abandoned the same way — which suits backends that stop
+    #: promptly through :meth:`call_guard` (SQLite rolls back first, so the
+    #: caller learns the outcome).
     abandon_on_cancel: ClassVar[bool] = False
+    #: With ``abandon_on_cancel`` False: how long a cancelled caller waits for
+    #: its thread to stop before abandoning it.
+    cancel_grace_s: ClassVar[float] = 1.0
     #: How long :meth:`aclose` waits for a call still running in its thread.
     close_timeout_s: ClassVar[float] = 10.0
 
@@ -192,10 +200,23 @@ class ThreadBoundAdapter(Generic[ConnT]):
                     "deadline; nothing was done",
                     "deadline passed",
                 )
+        stopped = threading.Event()
+
+        def in_thread() -> T:
+            try:
+                return self._run_in_thread(ctx, operation, work)
+            finally:
+                stopped.set()
+
         try:
-            return await anyio.to_thread.run_sync(
-                self._run_in_thread, ctx, operation, work, abandon_on_cancel=self.abandon_on_cancel
-            )
+            # Always abandonable, so a thread that will not stop cannot hold its caller forever;
+            # without abandon_on_cancel the caller first gives it cancel_grace_s to stop.
+            return await anyio.to_thread.run_sync(in_thread, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            if not self.abandon_on_cancel and not stopped.is_set():
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(stopped.wait, self.cancel_grace_s, abandon_on_cancel=True)
+            raise
         finally:
             self._limiter.release()
 

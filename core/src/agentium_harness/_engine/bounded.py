@@ -1,0 +1,145 @@
+"""Calls the engine can walk away from: every adapter call and close returns by its deadline (R10, R12).
+
+A cancel scope only stops work that reaches a checkpoint. An adapter blocked
+in a worker thread that does not abandon on cancellation
+(``anyio.to_thread.run_sync(...)`` without ``abandon_on_cancel``) reaches none
+until the thread returns, so a scope around it would hold the run for as long
+as the thread runs and then hand back its late result as if it were on time.
+
+So the engine never awaits an adapter in its own task. :func:`bounded` runs
+the call as a separate task of the event loop (an asyncio task or a trio
+system task; :func:`spawn`) and waits for its completion up to the deadline.
+Past it, the call's own cancel scope is cancelled and the engine waits a short
+grace (:data:`ABANDON_GRACE_S`) for it to unwind, which a cooperative adapter
+does at once. A call still running after that is *abandoned*: the engine stops
+waiting, the call's eventual result or error is discarded (nothing it returns
+late reaches the engine, which only reads what the waiter received), and the
+caller learns it from :class:`Overrun` so it can report it. A caller that is
+itself cancelled (shutdown) cancels the call the same way and leaves after the
+same grace.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import anyio
+import sniffio
+
+from .._errors import OperationCancelledError
+
+__all__ = ["ABANDON_GRACE_S", "Overrun", "bounded", "spawn"]
+
+T = TypeVar("T")
+
+#: How long a call past its deadline gets to unwind after its cancellation before
+#: the engine abandons it. Cooperative adapters unwind at their next checkpoint,
+#: well within it; only a call blocked where cancellation cannot reach waits it out.
+ABANDON_GRACE_S = 0.1
+
+# Detached asyncio tasks are kept referenced until they end (the loop holds only weak references).
+_TASKS: set[Any] = set()
+
+
+def spawn(run: Callable[[], Awaitable[None]]) -> Any:
+    """Start ``run`` as a task of the running event loop, detached from the caller's task.
+
+    Returns the asyncio task (``None`` on trio). ``run`` must not raise
+    anything but a cancellation: on trio an exception escaping a system task
+    ends the whole run.
+    """
+    library = sniffio.current_async_library()
+    if library == "asyncio":
+        import asyncio
+
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(run())  # type: ignore[arg-type]
+        _TASKS.add(task)
+        task.add_done_callback(_TASKS.discard)
+        return task
+    if library == "trio":
+        import trio
+
+        # A system task starts with an empty context; give it the caller's, as asyncio does.
+        trio.lowlevel.spawn_system_task(run, context=contextvars.copy_context())
+        return None
+    raise RuntimeError(f"the engine needs asyncio or trio, not {library}")  # pragma: no cover
+
+
+class Overrun(Exception):
+    """The work did not finish by its deadline. ``abandoned``: it had not stopped after the grace either."""
+
+    def __init__(self, timeout_s: float, abandoned: bool) -> None:
+        super().__init__(f"did not finish within {timeout_s}s")
+        self.timeout_s = timeout_s
+        self.abandoned = abandoned
+
+
+class _Call(Generic[T]):
+    __slots__ = ("done", "error", "finished", "scope", "value")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.scope = anyio.CancelScope()
+        self.finished = False
+        self.value: T | None = None
+        self.error: Exception | None = None
+
+    async def run(self, work: Callable[[], Awaitable[T]]) -> None:
+        try:
+            with self.scope:
+                self.value = await work()
+                self.finished = True
+        except Exception as exc:  # handed to the waiter, who re-raises it (or drops it if it left)
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def result(self) -> T:
+        if self.error is not None:
+            raise self.error
+        if not self.finished:
+            # Cancelled from outside the engine (the event loop shutting down).
+            raise OperationCancelledError("the call was cancelled before it finished", "cancelled")
+        return self.value  # type: ignore[return-value]  # set when finished
+
+    async def stop(self, grace_s: float) -> bool:
+        """Cancel the call and wait up to ``grace_s`` for it to unwind; True if it stopped."""
+        self.scope.cancel()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(grace_s):
+            await self.done.wait()
+        return self.done.is_set()
+
+
+async def bounded(
+    work: Callable[[], Awaitable[T]],
+    timeout_s: float,
+    *,
+    on_deadline: Callable[[], None] | None = None,
+    grace_s: float = ABANDON_GRACE_S,
+) -> T:
+    """Run ``work()`` in its own task and return its result if it finishes within ``timeout_s``.
+
+    Past the deadline ``on_deadline`` runs first (set the call's cancel signal,
+    so code in a worker thread sees it), then the call is cancelled and given
+    ``grace_s`` to unwind; :class:`Overrun` is raised either way, with
+    ``abandoned=True`` when the call was still running (its late result is
+    discarded). An exception ``work`` raises in time is re-raised here.
+    """
+    call: _Call[T] = _Call()
+    spawn(lambda: call.run(work))
+    try:
+        with anyio.move_on_after(timeout_s):
+            await call.done.wait()
+    except BaseException:
+        # The caller was cancelled (shutdown): stop the call, wait no longer than the grace.
+        if not call.done.is_set():
+            await call.stop(grace_s)
+        raise
+    if call.done.is_set():
+        return call.result()
+    if on_deadline is not None:
+        on_deadline()
+    stopped = await call.stop(grace_s)
+    raise Overrun(timeout_s, abandoned=not stopped)
