@@ -1,10 +1,12 @@
-"""SIGKILL of a server with AOF ``appendfsync always`` loses no acknowledged write (D2)."""
+"""SIGKILL of a server with AOF ``appendfsync always`` loses no acknowledged write (D2); restarts are seen."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import pytest
-from redis_servers import ServerProcess
+from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness import (
     OpContext,
@@ -84,3 +86,31 @@ async def test_sigkill_with_aof_always_loses_no_acknowledged_write(aof_server: S
         assert list(await after.seek_groups(key, 0, len(groups), ctx()))[: len(groups)] == groups
     finally:
         await after.aclose()
+
+
+async def test_a_restart_without_persistence_is_reported_without_asking(
+    aof_server: ServerProcess, tmp_path: Path
+) -> None:
+    """The report follows the server: a restart without AOF is seen on the next call, not only by health()."""
+    store = RedisRecallStore(RedisRecallConfig(url=aof_server.url, key_prefix=new_prefix()))
+    owner = SourceOwner("dur")
+    plain: ServerProcess | None = None
+    try:
+        ref = await store.index_document(owner, "d", "kiwi text", ctx())
+        before = store.server_report
+        assert before is not None and before.durable is True
+        aof_server.kill()
+        # The same address now answers from a server without persistence: what was indexed is gone.
+        plain = ServerProcess(aof_server.flavour, tmp_path / "plain").start(aof_server.port)
+        session = await store.open(Scope("dur", "u", "s"), RecallLimits(), ctx())
+        [v] = await session.validate([ref], ctx())
+        await session.close()
+        assert v.status is V.DELETED
+        after = store.server_report
+        assert after is not None and (after.appendonly, after.durable) == ("no", False)
+        assert after.run_id != before.run_id and (before.restarts, after.restarts) == (0, 1)
+        assert "not durable" in after.describe() and "restarted" in after.describe()
+    finally:
+        await store.aclose()
+        if plain is not None:
+            plain.stop()

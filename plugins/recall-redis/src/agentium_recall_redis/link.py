@@ -18,15 +18,17 @@ first connects (:class:`ServerReport`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import anyio
 import attrs
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-__all__ = ["Attempt", "Link", "Reply", "ServerReport", "as_text", "config_value"]
+__all__ = ["CHECK_COMMANDS", "Attempt", "Link", "Reply", "ServerReport", "as_text", "config_value"]
 
 #: A reply as read with decoding off: bytes, an int, a list, a dict (RESP3 maps), None, or the error reply.
 Reply = Any
@@ -40,9 +42,10 @@ MIN_VERSION: Final = (6, 2)
 
 @attrs.define
 class Attempt:
-    """Records whether a round trip's commands may have reached the server (set just before sending)."""
+    """Whether a round trip's commands may have reached the server (``sent``) and any reply came back."""
 
     sent: bool = False
+    replied: bool = False
 
 
 def as_text(value: object) -> str:
@@ -68,17 +71,24 @@ def config_value(reply: Reply, name: str) -> str | None:
 
 @attrs.frozen(slots=True)
 class ServerReport:
-    """What the store learnt about its server when it connected: flavour, version and durability.
+    """What the store learnt about its server: flavour, version, durability, and restarts it noticed.
 
+    Read when the store first connects, and again on every connection that
+    (re)connects and by ``health()``, so it follows a restart or a failover.
     ``appendonly`` is ``"yes"``, ``"no"`` or ``"unknown"`` (``CONFIG`` is
     disabled or not allowed for this user); ``appendfsync`` is ``"always"``,
-    ``"everysec"``, ``"no"`` or ``"unknown"``.
+    ``"everysec"``, ``"no"`` or ``"unknown"``. ``run_id`` is the server
+    process's ``run_id`` (``""`` if ``INFO`` did not say); ``restarts``
+    counts the times the store found a different ``run_id`` than before (a
+    restart, or another server at the address).
     """
 
     flavour: str
     version: str
     appendonly: str
     appendfsync: str
+    run_id: str = ""
+    restarts: int = 0
 
     @property
     def durable(self) -> bool | None:
@@ -89,6 +99,15 @@ class ServerReport:
 
     def describe(self) -> str:
         """One line: the server and what its persistence promises for acknowledged writes."""
+        text = self._persistence()
+        if self.restarts:
+            text += (
+                f"; restarted {self.restarts} time(s) since the store first connected (without "
+                "persistence, what was indexed before a restart is gone)"
+            )
+        return text
+
+    def _persistence(self) -> str:
         server = f"{self.flavour} {self.version}"
         if self.appendonly == "unknown":
             return f"{server}; durability unknown (CONFIG GET is not available to this client)"
@@ -132,45 +151,94 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+#: What a connection re-reads about the server the first time the store uses it after it (re)connected.
+CHECK_COMMANDS: Final[tuple[Command, ...]] = (
+    ("INFO", "server"),
+    ("CONFIG", "GET", "appendonly"),
+    ("CONFIG", "GET", "appendfsync"),
+)
+
+
 class Link:
     """Round trips to one server through a ``redis.asyncio.Redis`` client's connection pool.
 
     ``round_trips`` counts the round trips made (one per :meth:`call`), for
     tests and benchmarks. The link never closes the client: the store decides
     whether it owns it.
+
+    Reconnections: a pooled connection the server has closed (a restart, a
+    failover) is reconnected before anything is sent on it, so a restart
+    does not fail the next call (a read that still meets one, because the
+    event loop has not seen it close yet, is sent again once). Once ``on_check`` is set, the first round
+    trip on every connection after it (re)connected also carries
+    :data:`CHECK_COMMANDS` (in the same round trip), and ``on_check``
+    receives their replies: a restarted server is noticed on the next call,
+    with its persistence as it is now.
     """
 
     def __init__(self, client: Redis) -> None:
         self.client = client
         self.round_trips = 0
+        self.on_check: Callable[[list[Reply]], None] | None = None
+        self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
 
     async def call(
-        self, commands: Sequence[Command], *, deadline: float | None, attempt: Attempt | None = None
+        self,
+        commands: Sequence[Command],
+        *,
+        deadline: float | None,
+        attempt: Attempt | None = None,
+        checked: bool = False,
     ) -> list[Reply]:
         """Send ``commands`` in one write and return their replies, error replies included as values.
 
         ``deadline`` is on the :func:`time.monotonic` clock; past it the
         round trip is cancelled and :class:`TimeoutError` raised. Connection
         problems raise redis-py's ``ConnectionError`` / ``TimeoutError`` /
-        ``AuthenticationError``; nothing is retried.
+        ``AuthenticationError``. A write (``attempt`` given) is never sent
+        twice; a read whose connection broke before any reply is sent once
+        more on a new connection (reads change nothing). ``checked`` says that
+        ``commands`` read what :data:`CHECK_COMMANDS` would (the open).
         """
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         with anyio.fail_after(timeout):
-            return await self._roundtrip(commands, attempt)
+            if attempt is not None:  # a write: sent once, whatever happens
+                return await self._roundtrip(commands, attempt, checked)
+            progress = Attempt()
+            try:
+                return await self._roundtrip(commands, progress, checked)
+            except RedisConnectionError:
+                if progress.replied:
+                    raise
+                # A read whose pooled connection the server had closed (a restart the event loop has not
+                # noticed yet) is sent once more, on a new connection: reading twice changes nothing.
+                return await self._roundtrip(commands, Attempt(), checked)
 
-    async def _roundtrip(self, commands: Sequence[Command], attempt: Attempt | None) -> list[Reply]:
+    def _reconnected(self, conn: Any) -> None:
+        """redis-py's connect callback: a connection that (re)connected is checked again on its next use."""
+        self._checked.discard(conn)
+
+    async def _roundtrip(
+        self, commands: Sequence[Command], attempt: Attempt | None, checked: bool
+    ) -> list[Reply]:
         pool = self.client.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         try:
+            await self._fresh(conn)
+            check = self.on_check is not None and not checked and conn not in self._checked
+            sent = [*CHECK_COMMANDS, *commands] if check else commands
             if attempt is not None:
                 attempt.sent = True  # a partly sent write counts as sent: its outcome is unknown
-            await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+            await conn.send_packed_command(conn.pack_commands(sent), check_health=False)
             replies: list[Reply] = []
-            for _ in commands:
+            for _ in sent:
                 try:
                     replies.append(await conn.read_response(disable_decoding=True))
                 except ResponseError as exc:  # read whole: the stream stays in step
                     replies.append(exc)
+                if attempt is not None:
+                    attempt.replied = True
         except BaseException:
             # The reply stream may be mid-frame: never hand this socket to anyone again.
             with anyio.CancelScope(shield=True):
@@ -180,4 +248,23 @@ class Link:
             with anyio.CancelScope(shield=True):
                 await pool.release(conn)
         self.round_trips += 1
+        if check or checked:
+            self._checked.add(conn)
+        if check:
+            head, replies = replies[: len(CHECK_COMMANDS)], replies[len(CHECK_COMMANDS) :]
+            assert self.on_check is not None
+            self.on_check(head)
         return replies
+
+    async def _fresh(self, conn: Any) -> None:
+        """Make sure ``conn`` is live: reconnect it if the server closed it (or it holds stray data)."""
+        if conn not in self._seen:
+            self._seen.add(conn)
+            conn.register_connect_callback(self._reconnected)
+        try:
+            stale = await conn.can_read()  # EOF (the server closed it) or unread bytes: not usable as is
+        except (RedisConnectionError, OSError):
+            stale = True
+        if stale:
+            await conn.disconnect()
+            await conn.connect()

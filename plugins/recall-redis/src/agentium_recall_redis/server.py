@@ -59,6 +59,7 @@ __all__ = [
     "config_or_unknown",
     "describe_client",
     "make_client",
+    "recheck",
     "require_asyncio",
 ]
 
@@ -210,6 +211,34 @@ def make_client(config: RedisRecallConfig, errors: ServerErrors) -> Redis:
         ) from None
 
 
+def _identity(info: dict[str, str]) -> tuple[str, str | None]:
+    """The server's flavour (``redis`` or ``valkey``) and its own version, from ``INFO server``."""
+    flavour = "valkey" if info.get("server_name") == "valkey" or "valkey_version" in info else "redis"
+    return flavour, info.get("valkey_version") if flavour == "valkey" else info.get("redis_version")
+
+
+def recheck(report: ServerReport, replies: list[Reply]) -> ServerReport:
+    """``report`` brought up to date by the replies to :data:`~agentium_recall_redis.link.CHECK_COMMANDS`.
+
+    A different ``run_id`` counts as a restart. A reply the server refused
+    leaves what it would have said as it was.
+    """
+    info_reply, appendonly, appendfsync = replies
+    info = {} if isinstance(info_reply, ResponseError) else parse_info(as_text(info_reply))
+    flavour, version = _identity(info) if info else (report.flavour, report.version)
+    run_id = info.get("run_id", "") or report.run_id
+    restarted = bool(report.run_id) and run_id != report.run_id
+    return attrs.evolve(
+        report,
+        flavour=flavour,
+        version=version or report.version,
+        appendonly=config_or_unknown(appendonly, "appendonly"),
+        appendfsync=config_or_unknown(appendfsync, "appendfsync"),
+        run_id=run_id,
+        restarts=report.restarts + restarted,
+    )
+
+
 def check_server(replies: list[Reply], errors: ServerErrors) -> ServerReport:
     """The server's report from the replies to :data:`OPEN_COMMANDS`; refuse a server the store cannot use."""
     where = errors.where
@@ -217,8 +246,7 @@ def check_server(replies: list[Reply], errors: ServerErrors) -> ServerReport:
     if isinstance(info_reply, ResponseError):
         errors.refused(info_reply, "recall open")
     info = parse_info(as_text(info_reply))
-    flavour = "valkey" if info.get("server_name") == "valkey" or "valkey_version" in info else "redis"
-    version = info.get("valkey_version") if flavour == "valkey" else info.get("redis_version")
+    flavour, version = _identity(info)
     compat = info.get("redis_version", "0")
     if version_tuple(compat) < MIN_VERSION:
         raise RedisRecallServerError(
@@ -245,4 +273,5 @@ def check_server(replies: list[Reply], errors: ServerErrors) -> ServerReport:
         version or compat,
         config_or_unknown(appendonly, "appendonly"),
         config_or_unknown(appendfsync, "appendfsync"),
+        info.get("run_id", ""),
     )

@@ -54,7 +54,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import anyio
-import attrs
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 
@@ -87,7 +86,7 @@ from agentium_harness.plugin_api import (
 from .config import RedisRecallConfig, redact_url
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
 from .keys import owner_key, tenant_prefix, term_counts
-from .link import Command, Link, Reply, ServerReport, as_text
+from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
 from .scripts import DELETE, INDEX, SEEK, Script
 from .server import (
     OPEN_COMMANDS,
@@ -95,9 +94,9 @@ from .server import (
     ServerErrors,
     check_server,
     collect_secrets,
-    config_or_unknown,
     describe_client,
     make_client,
+    recheck,
     require_asyncio,
 )
 from .session import RedisRecallSession, check_count
@@ -199,19 +198,32 @@ class RedisRecallStore(RecallStore):
         disk"``. Raises the store's connection and server errors.
         """
         ctx.raise_if_expired("recall health")
-        await self._ready(ctx, "recall health")
-        replies = await self._call(
-            [("CONFIG", "GET", "appendonly"), ("CONFIG", "GET", "appendfsync")], ctx, "recall health"
-        )
+        link = await self._ready(ctx, "recall health")
+        replies = await self._call(CHECK_COMMANDS, ctx, "recall health", ready=link, checked=True)
+        self._note_check(replies)
         report = self._report
         assert report is not None
-        report = attrs.evolve(
-            report,
-            appendonly=config_or_unknown(replies[0], "appendonly"),
-            appendfsync=config_or_unknown(replies[1], "appendfsync"),
-        )
-        self._report = report
         return report.describe().replace(";", f" at {self._where};", 1)
+
+    def _note_check(self, replies: list[Reply]) -> None:
+        """Bring :attr:`server_report` up to date (a (re)connected connection's check, or ``health()``)."""
+        before = self._report
+        if before is None:
+            return
+        after = recheck(before, replies)
+        self._report = after
+        if after.restarts > before.restarts:
+            logger.warning(
+                "redis recall store at %s: the server restarted (its run_id changed): %s",
+                self._where,
+                after.describe(),
+            )
+        elif (after.appendonly, after.appendfsync) != (before.appendonly, before.appendfsync):
+            logger.warning(
+                "redis recall store at %s: the server's persistence changed: %s",
+                self._where,
+                after.describe(),
+            )
 
     # -- the port ----------------------------------------------------------------------------------
 
@@ -365,19 +377,28 @@ class RedisRecallStore(RecallStore):
                 self._client = make_client(self._config, self._errors)
             link = self._link if self._link is not None else Link(self._client)
             self._link = link
-            replies = await self._call(OPEN_COMMANDS, ctx, operation, ready=link)
+            replies = await self._call(OPEN_COMMANDS, ctx, operation, ready=link, checked=True)
             self._report = check_server(replies, self._errors)
+            # From now on every connection that (re)connects re-reads the server's identity and
+            # persistence on its first round trip: a restart is noticed on the next call.
+            link.on_check = self._note_check
             logger.info("redis recall store at %s: %s", self._where, self._report.describe())
         return link
 
     async def _call(
-        self, commands: Sequence[Command], ctx: OpContext, operation: str, *, ready: Link | None = None
+        self,
+        commands: Sequence[Command],
+        ctx: OpContext,
+        operation: str,
+        *,
+        ready: Link | None = None,
+        checked: bool = False,
     ) -> list[Reply]:
         """One round trip of read-only commands; errors become the store's typed errors."""
         link = ready if ready is not None else await self._ready(ctx, operation)
         ctx.raise_if_expired(operation)
         try:
-            return await link.call(commands, deadline=ctx.deadline)
+            return await link.call(commands, deadline=ctx.deadline, checked=checked)
         except TimeoutError:
             raise OperationCancelledError(
                 f"{operation} stopped: its deadline passed before the server at {self._where} answered; "
