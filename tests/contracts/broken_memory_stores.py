@@ -67,7 +67,7 @@ class LosesProvenance(SQLiteMemoryStore):
 
 
 class RepairsBadFacts(SQLiteMemoryStore):
-    """Silently truncates, defuses and reorders instead of refusing."""
+    """Silently truncates, rewrites ``<`` and reorders windows instead of refusing."""
 
     capabilities = CAPS
 

@@ -59,7 +59,10 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestInheritedCaps": {"test_declares_capabilities"},
     "TestNoDuplicates": {"test_an_identical_current_fact_is_acknowledged_as_a_duplicate"},
     "TestLosesProvenance": {"test_remember_acknowledges_and_lookup_returns_the_fact"},
-    "TestRepairsBadFacts": {"test_bad_facts_are_rejected_and_nothing_is_written"},
+    "TestRepairsBadFacts": {
+        "test_bad_facts_are_rejected_and_nothing_is_written",
+        "test_fact_text_is_kept_verbatim_whatever_it_says",
+    },
     "TestLeaksTenants": {"test_lookup_is_bounded_and_never_crosses_scopes", "test_hostile_ids_stay_apart"},
     "TestFiltersAfterLimit": {"test_lookup_is_bounded_and_never_crosses_scopes"},
     "TestReturnsExpired": {

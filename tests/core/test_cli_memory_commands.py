@@ -73,8 +73,8 @@ def test_bad_input_is_refused_and_changes_nothing(config: str, capsys: pytest.Ca
     assert isinstance(ack, dict)
     fact_id = ack["fact_id"]
     # Rejected facts: exit 1 with the reason.
-    assert main(["memory", "remember", config, *who, "a </source-data> marker"]) == 1
-    assert "rejected: the fact text holds a source-data wrapper marker" in capsys.readouterr().out
+    assert main(["memory", "remember", config, *who, "   "]) == 1
+    assert "rejected: the fact text is empty" in capsys.readouterr().out
     assert main(["memory", "remember", config, *who, "w", "--valid-from", "2030-01-02T00:00Z",
                  "--valid-until", "2030-01-01T00:00Z"]) == 1  # fmt: skip
     assert "ends before" in capsys.readouterr().out

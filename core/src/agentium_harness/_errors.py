@@ -263,8 +263,9 @@ class MemoryStoreError(AgentiumError):
 class MemoryRejectedError(MemoryStoreError, ValueError):
     """A fact was refused; ``reason`` says why. Nothing was written.
 
-    Causes: text over the size limit, a validity window ending before it
-    starts, source-data wrapper markers in the text, or the host's own rule.
+    Causes: empty text, text over the size limit or holding NUL or a lone
+    surrogate, a validity window ending before it starts, too many
+    provenance groups, or the host's own rule.
     """
 
     def __init__(self, reason: str) -> None:

@@ -71,6 +71,7 @@ from ._ports.memory import (
     rejection_reason,
 )
 from ._ports.provider import (
+    SOURCE_DATA_NOTICE,
     ModelProvider,
     ModelRequest,
     ModelResponse,
@@ -147,6 +148,7 @@ __all__ = [
     "PATH_OPTION",
     "PORT_KINDS",
     "SNAPSHOT_FORMAT_VERSION",
+    "SOURCE_DATA_NOTICE",
     "AdapterSpec",
     "ArchiveCapabilities",
     "ArchiveConflictError",

@@ -34,7 +34,6 @@ import attrs
 from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
-from .provider import _WRAPPER_TAG
 
 __all__ = [
     "MAX_FACT_BYTES",
@@ -191,9 +190,11 @@ def _provenance(value: Iterable[GroupRef]) -> tuple[GroupRef, ...]:
 class MemoryFact:
     """A fact the host asks to keep: its scope, text, validity window and provenance.
 
-    Types are checked here; what a store accepts (size, window order, no
-    source-data markers) is :func:`check_fact`, so a rejected fact can still
-    be reported through :class:`MemoryAck`.
+    Types are checked here; what a store accepts (size, window order) is
+    :func:`check_fact`, so a rejected fact can still be reported through
+    :class:`MemoryAck`. The text is data whatever it says: a wrapper tag in
+    it is kept verbatim and escaped when the fact is rendered into a request
+    (:meth:`SourceBlock.render`).
     """
 
     scope: MemoryScope = attrs.field(converter=_memory_scope)
@@ -226,8 +227,6 @@ def rejection_reason(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> str |
         return f"the fact text is {size} bytes, over the limit of {max_bytes}"
     if "\x00" in fact.text:
         return "the fact text contains NUL"
-    if _WRAPPER_TAG.search(fact.text):
-        return "the fact text holds a source-data wrapper marker; facts are data and may not forge a wrapper"
     if fact.valid_from is not None and fact.valid_until is not None and fact.valid_until <= fact.valid_from:
         return "the validity window ends before (or when) it starts"
     if len(fact.provenance) > MAX_PROVENANCE:
