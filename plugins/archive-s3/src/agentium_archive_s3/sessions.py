@@ -1,9 +1,17 @@
 r"""The S3 session store: one snapshot object per session, compare-and-set through conditional writes.
 
-The object's body is one header line naming the revision, then the snapshot's
-canonical bytes (:func:`~agentium_harness.plugin_api.snapshot_bytes`)::
+The object's body is one header line naming the revision and the SHA-256 of
+everything the revision vouches for, then the snapshot's canonical bytes
+(:func:`~agentium_harness.plugin_api.snapshot_bytes`)::
 
-    agentium-s3-snapshot/1 revision=7\n{"boundary":...}
+    agentium-s3-snapshot/2 revision=7 sha256=<hex>\n{"boundary":...}
+
+where ``<hex>`` is the SHA-256 of ``agentium-s3-snapshot/2 revision=7\n``
+followed by the snapshot's bytes. The snapshot seals its own digest, but the
+revision is the store's: inside this checksum, a flipped bit in it fails the
+load closed instead of reporting one revision for two commits. Objects of
+format 1 (``agentium-s3-snapshot/1 revision=7\n...``, no checksum) still load
+and are written in format 2 at their next save.
 
 Keeping the revision in the body makes every revision's ETag different, even
 when a snapshot is saved again unchanged, so ``IfMatch=<etag>`` can never
@@ -28,6 +36,7 @@ left as it is.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import re
 from typing import Any, ClassVar, Final
@@ -61,13 +70,29 @@ from .probe import run_probe
 
 __all__ = ["S3SessionStore"]
 
-_HEADER: Final = re.compile(rb"agentium-s3-snapshot/1 revision=([1-9][0-9]{0,18})\n")
-_HEADER_BYTES: Final = 64
+_HEADER: Final = re.compile(rb"agentium-s3-snapshot/2 revision=([1-9][0-9]{0,18}) sha256=([0-9a-f]{64})\n")
+#: Format 1 (no checksum): read, never written.
+_HEADER_V1: Final = re.compile(rb"agentium-s3-snapshot/1 revision=([1-9][0-9]{0,18})\n")
+_HEADER_BYTES: Final = 160
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
 
 
+def _checksum(revision: int, data: bytes) -> str:
+    return hashlib.sha256(b"agentium-s3-snapshot/2 revision=%d\n" % revision + data).hexdigest()
+
+
 def _body(revision: int, data: bytes) -> bytes:
-    return b"agentium-s3-snapshot/1 revision=%d\n" % revision + data
+    header = b"agentium-s3-snapshot/2 revision=%d sha256=%s\n" % (
+        revision,
+        _checksum(revision, data).encode(),
+    )
+    return header + data
+
+
+def _revision_shown(data: bytes) -> str:
+    """The revision a header names, unverified, for messages only."""
+    match = _HEADER.match(data) or _HEADER_V1.match(data)
+    return match.group(1).decode() if match is not None else "?"
 
 
 def _is_412(exc: botocore.exceptions.ClientError) -> bool:
@@ -124,6 +149,7 @@ class S3SessionStore(SessionStore):
         return data, _unquote(str(reply.get("ETag", "")))
 
     def _parse(self, key: SessionKey, data: bytes) -> tuple[int, bytes]:
+        """The revision and the snapshot's bytes of a stored object, its checksum verified."""
         where = f"s3 session store: snapshot of session {key.key()}"
         if len(data) > self._limit():
             raise S3ObjectTooLargeError(
@@ -131,9 +157,18 @@ class S3SessionStore(SessionStore):
                 code="TooLarge",
             )
         match = _HEADER.match(data)
-        if match is None:
+        if match is not None:
+            revision, payload = int(match.group(1)), data[match.end() :]
+            if _checksum(revision, payload) != match.group(2).decode():
+                raise SnapshotCorruptError(
+                    f"{where} does not match its checksum (revision {revision} as stored); its revision "
+                    "or content was damaged or changed outside the store; nothing was changed"
+                )
+            return revision, payload
+        legacy = _HEADER_V1.match(data)
+        if legacy is None:
             raise SnapshotCorruptError(f"{where} has no valid revision header; nothing was changed")
-        return int(match.group(1)), data[match.end() :]
+        return int(legacy.group(1)), data[legacy.end() :]
 
     def _limit(self) -> int:
         return self._config.max_object_bytes + _HEADER_BYTES
@@ -205,10 +240,11 @@ class S3SessionStore(SessionStore):
         else:
             etag = known_etag
             if etag is None:
-                head = self._read(s3, object_key, _HEADER_BYTES)
+                # The whole object: its revision is only trusted with its checksum verified.
+                head = self._read(s3, object_key, self._limit())
                 if head is None:
                     raise self._conflict(key, expected, "the session does not exist")
-                stored, _ = self._parse_header(key, head[0])
+                stored, _ = self._parse(key, head[0])
                 if stored != expected:
                     raise self._conflict(key, expected, f"it is at revision {stored}")
                 etag = head[1]
@@ -257,17 +293,8 @@ class S3SessionStore(SessionStore):
                 self._quoted_if_match = not self._quoted_if_match
                 condition = {"IfMatch": self._if_match(current[1])}
                 continue
-            now = str(self._parse_header(key, current[0])[0]) if _HEADER.match(current[0]) else "?"
+            now = _revision_shown(current[0])
             raise self._conflict(key, expected, f"another writer saved it first (now revision {now})")
-
-    def _parse_header(self, key: SessionKey, data: bytes) -> tuple[int, bytes]:
-        match = _HEADER.match(data)
-        if match is None:
-            raise SnapshotCorruptError(
-                f"s3 session store: snapshot of session {key.key()} has no valid revision header; nothing "
-                "was changed"
-            )
-        return int(match.group(1)), data[match.end() :]
 
     def _if_match(self, etag: str) -> str:
         bare = _unquote(etag)
