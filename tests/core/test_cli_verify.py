@@ -99,9 +99,14 @@ def test_run_task_shows_the_verdict_and_marks_the_run_not_accepted(
 ) -> None:
     cfg = write_config(tmp_path)
     (tmp_path / "report.txt").write_text("draft", encoding="utf-8")
-    assert main(["run", str(cfg), *IDS, "--task", "finish the report"]) == 0
+    # Not accepted exits 3, as agentium verify does for the same verdict; the turn was committed.
+    assert main(["run", str(cfg), *IDS, "--task", "finish the report"]) == 3
     captured = capsys.readouterr()
     assert captured.out.strip() == "Done: the report is final."
+    assert captured.err.startswith(
+        "agentium run: the completion was verified and not accepted (verdict fail: content differs); "
+        "the turn was committed with the verdict (exit status 3)"
+    )
     assert "run not_accepted" in captured.err
     assert "[verification (revision 0): fail: content differs]" in captured.err
     assert "evidence artifact report.txt: holds 'draft'" in captured.err

@@ -26,7 +26,7 @@ import attrs
 from . import __version__
 from ._cli_eval import add_eval_commands
 from ._cli_memory import add_memory_commands
-from ._cli_output import EXIT_OK, EXIT_USAGE, print_json
+from ._cli_output import EXIT_OK, EXIT_USAGE, RUN_EXIT_STATUS, print_json
 from ._cli_plugins import add_plugins_command, options_report, plugins_report
 from ._cli_recall import add_recall_commands
 from ._cli_verify import add_verify_commands, print_verification
@@ -34,7 +34,7 @@ from ._codec import unstructure
 from ._config import SECTION_KINDS, load_config
 from ._demo import run_demo, run_demo_config
 from ._engine.loader import build_runtime, load_runtime
-from ._engine.results import RunResult
+from ._engine.results import RunResult, RunStatus, Severity
 from ._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from ._errors import AgentiumError, ConfigError, InvalidArgumentError
 from ._plugins.registry import BUILTIN_DISTRIBUTION
@@ -259,10 +259,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             return result
 
     result = anyio.run(go)
+    status = RUN_EXIT_STATUS[result.status]
     if args.json:
         print_json(unstructure(result), sys.stdout)
-    else:
+    elif result.committed:
+        # Only a committed turn has a reply: a stopped run has none, and a
+        # clarification question is not an answer (it is in the line below).
         sys.stdout.write(result.output + "\n")
+    if status != EXIT_OK:
+        sys.stderr.write(f"agentium run: {_run_outcome(result)} (exit status {status})\n")
+    if not args.json:
         sys.stderr.write(
             f"[group {result.group_seq}, boundary {result.boundary}, resident {result.resident_groups}, "
             f"revision {result.snapshot_revision}, run {result.status.value}, "
@@ -282,7 +288,35 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_verification(result.verification, sys.stderr)
         for d in result.diagnostics:
             sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
-    return EXIT_OK
+    return status
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    # One line of stderr: the full text is in the lines below it and in --json.
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _run_outcome(result: RunResult) -> str:
+    """Why a run did not complete, and what became of the turn, in one line for stderr."""
+    recall = result.recall
+    why = _shorten(
+        (recall.reason if recall is not None else "")
+        or "; ".join(d.message for d in result.diagnostics if d.severity is not Severity.INFO)
+    )
+    kept = "the turn was committed" if result.committed else "nothing was committed"
+    if result.status is RunStatus.STOPPED:
+        return f"the recall policy stopped the run: {why or 'no reason given'}; {kept}"
+    if result.status is RunStatus.NEEDS_CLARIFICATION:
+        question = _shorten(result.output) or "no question given"
+        return (
+            f"the recall policy asks a clarification: {question!r}; {kept}; run again with the answer in TEXT"
+        )
+    if result.status is RunStatus.NOT_ACCEPTED:
+        record = result.verification
+        verdict = f"{record.verdict.value}: {_shorten(record.reason)}" if record is not None else "unknown"
+        return f"the completion was verified and not accepted (verdict {verdict}); {kept} with the verdict"
+    return f"the model was still calling tools at max_steps; {kept} as it stood"
 
 
 def _add_run(subparsers: Any) -> None:

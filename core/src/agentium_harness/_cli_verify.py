@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import anyio
 
-from ._cli_output import print_json
+from ._cli_output import EXIT_NOT_ACCEPTED, print_json
 from ._codec import unstructure
 from ._engine.loader import load_runtime
 from ._engine.results import Diagnostic
@@ -23,9 +23,6 @@ from ._scope import VerifiedIdentity
 from ._verdicts import Verdict, VerificationRecord
 
 __all__ = ["EXIT_NOT_ACCEPTED", "add_verify_commands", "print_verification"]
-
-#: ``agentium verify`` exits 0 on ``pass`` and this on ``fail`` or ``unknown`` (2 stays bad usage).
-EXIT_NOT_ACCEPTED = 3
 
 
 def print_verification(record: VerificationRecord, out: TextIO) -> None:

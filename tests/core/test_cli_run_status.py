@@ -1,0 +1,163 @@
+"""``agentium run`` says why a run did not complete, on stderr, and exits with its documented status.
+
+Driven through the installed ``agentium`` command, with configs whose recall
+store yields partial or failed evidence (the default policy stops), a
+policy that asks a clarification, and a model still calling tools at
+``max_steps``. Exit statuses: ``docs/cli.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFIG = """
+[provider]
+plugin = "extractive"
+[archive]
+plugin = "sqlite"
+options = {{ path = "{db}" }}
+[session_store]
+plugin = "sqlite"
+options = {{ path = "{db}" }}
+[recall]
+plugin = "sqlite"
+options = {{ path = "{db}" }}
+{policy}
+[recall.budget]
+{budget}
+"""
+IDS = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+QUESTION = "When does the VPN certificate expire?"
+
+
+def _console_script() -> str:
+    candidate = Path(sys.executable).with_name("agentium")
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("agentium")
+    assert found, "the agentium console script is not installed (pip install -e ./core)"
+    return found
+
+
+def agentium(*args: str) -> subprocess.CompletedProcess[str]:
+    """The installed command, as a user runs it (no AGENTIUM_* settings from the test environment)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIUM_")}
+    return subprocess.run(
+        [_console_script(), *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def recall_config(tmp_path: Path, *, budget: str, policy: str = "") -> Path:
+    """A config with SQLite recall holding one indexed document, and the given budget and policy."""
+    db = (tmp_path / "a.db").as_posix()
+    path = tmp_path / "agentium.toml"
+    path.write_text(CONFIG.format(db=db, policy=policy, budget=budget), encoding="utf-8")
+    doc = tmp_path / "vpn.md"
+    doc.write_text("The VPN certificate expires on March 3rd. Renew it a week before.", encoding="utf-8")
+    added = agentium("recall", "add", str(path), "--tenant", "acme", str(doc))
+    assert added.returncode == 0, added.stderr
+    return path
+
+
+def assert_nothing_committed(config: Path) -> None:
+    shown = agentium("session", "inspect", str(config), *IDS, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["exists"] is False
+
+
+@pytest.mark.parametrize(
+    ("budget", "evidence"),
+    [
+        # The one source does not fit the evidence budget: partial.
+        ("max_evidence_tokens = 3", "recall partial: source doc/acme/"),
+        # The latency budget is spent before the store is opened: failed.
+        ("max_latency_s = 0.000001", "recall failed: "),
+    ],
+    ids=["partial", "failed"],
+)
+def test_a_run_the_recall_policy_stopped_says_why_and_exits_4(
+    tmp_path: Path, budget: str, evidence: str
+) -> None:
+    config = recall_config(tmp_path, budget=budget)
+    done = agentium("run", str(config), *IDS, QUESTION)
+    assert done.returncode == 4, done.stderr
+    assert done.stdout == ""  # no reply: not even an empty line
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("agentium run: the recall policy stopped the run: " + evidence), first
+    assert first.endswith("nothing was committed (exit status 4)")
+    assert "run stopped" in done.stderr and "Traceback" not in done.stderr
+    assert_nothing_committed(config)
+
+
+def test_json_carries_the_stopped_status(tmp_path: Path) -> None:
+    config = recall_config(tmp_path, budget="max_evidence_tokens = 3")
+    done = agentium("run", "--json", str(config), *IDS, QUESTION)
+    assert done.returncode == 4, done.stderr
+    data = json.loads(done.stdout)  # stdout is only the JSON
+    assert data["status"] == "stopped" and data["committed"] is False and data["group_seq"] is None
+    assert data["recall"]["status"] == "partial" and data["recall"]["decision"] == "stop"
+    assert done.stderr.startswith("agentium run: the recall policy stopped the run: recall partial")
+    assert_nothing_committed(config)
+
+
+def test_a_clarification_nobody_can_answer_exits_5(tmp_path: Path) -> None:
+    config = recall_config(tmp_path, budget="max_evidence_tokens = 3", policy='on_partial = "clarify"')
+    done = agentium("run", str(config), *IDS, QUESTION)
+    assert done.returncode == 5, done.stderr
+    assert done.stdout == ""  # the question is not an answer
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("agentium run: the recall policy asks a clarification: '")
+    assert first.endswith("nothing was committed; run again with the answer in TEXT (exit status 5)")
+    as_json = agentium("run", "--json", str(config), *IDS, QUESTION)
+    assert as_json.returncode == 5
+    data = json.loads(as_json.stdout)
+    assert data["status"] == "needs_clarification" and data["committed"] is False
+    assert data["output"] and data["output"] in first  # the question, in both
+    assert_nothing_committed(config)
+
+
+def test_a_completed_run_still_exits_0_with_its_reply(tmp_path: Path) -> None:
+    config = recall_config(tmp_path, budget="max_evidence_tokens = 400")
+    done = agentium("run", str(config), *IDS, QUESTION)
+    assert done.returncode == 0, done.stderr
+    assert "March 3rd" in done.stdout
+    assert "agentium run:" not in done.stderr and "run completed" in done.stderr
+
+
+def test_a_run_cut_off_at_max_steps_exits_6_and_was_committed(tmp_path: Path) -> None:
+    db = (tmp_path / "a.db").as_posix()
+    config = tmp_path / "agentium.toml"
+    config.write_text(
+        f"""
+[runtime]
+max_steps = 1
+[provider]
+plugin = "scripted"
+[provider.options]
+cycle = true
+responses = [{{ content = "", tool_calls = [{{ id = "c1", name = "lookup" }}] }}]
+[archive]
+plugin = "sqlite"
+options = {{ path = "{db}" }}
+[session_store]
+plugin = "sqlite"
+options = {{ path = "{db}" }}
+""",
+        encoding="utf-8",
+    )
+    done = agentium("run", str(config), *IDS, "look it up")
+    assert done.returncode == 6, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first == (
+        "agentium run: the model was still calling tools at max_steps; "
+        "the turn was committed as it stood (exit status 6)"
+    )
+    shown = agentium("session", "inspect", str(config), *IDS, "--json")
+    assert json.loads(shown.stdout)["exists"] is True
