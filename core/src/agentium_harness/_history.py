@@ -2,7 +2,8 @@
 
 A :class:`MessageGroup` is the unit of canonical history: one user turn with
 everything the model and tools produced for it. A group is *complete* when
-every tool call it contains has its result; completeness is computed from the
+every tool call it contains has its result and every tool result answers an
+earlier call of the group, once; completeness is computed from the
 messages, never asserted by a flag. Only complete groups are evicted, archived
 or summarised.
 """
@@ -130,6 +131,30 @@ def _encoding(group: MessageGroup) -> list[Any]:
     return cached
 
 
+def _match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """``(ids of calls left unanswered, indexes of results answering no open call)``, in message order.
+
+    Ids are unique within one reply, not within a turn: a model may reuse an
+    id on a later step, so each result answers the earliest call with its id
+    that is still open, and a call is open until a result after it answers it.
+    """
+    open_calls: dict[str, list[int]] = {}
+    order: list[tuple[int, str]] = []
+    orphans: list[int] = []
+    for index, message in enumerate(messages):
+        for call in message.tool_calls:
+            open_calls.setdefault(call.id, []).append(len(order))
+            order.append((index, call.id))
+        if message.role is Role.TOOL:
+            pending = open_calls.get(message.tool_call_id or "")
+            if message.tool_call_id is None or not pending:
+                orphans.append(index)
+            else:
+                pending.pop(0)
+    still_open = sorted(n for positions in open_calls.values() for n in positions)
+    return tuple(order[n][1] for n in still_open), tuple(orphans)
+
+
 @attrs.frozen(slots=True)
 class MessageGroup:
     """A complete-or-not run of messages, numbered by ``seq`` within its session."""
@@ -140,14 +165,23 @@ class MessageGroup:
 
     @property
     def missing_tool_results(self) -> tuple[str, ...]:
-        """IDs of tool calls in this group that have no tool result message."""
-        answered = {m.tool_call_id for m in self.messages if m.role is Role.TOOL}
-        return tuple(c.id for m in self.messages for c in m.tool_calls if c.id not in answered)
+        """IDs of tool calls in this group that have no tool result message after them."""
+        return _match_tool_results(self.messages)[0]
+
+    @property
+    def orphan_tool_results(self) -> tuple[int, ...]:
+        """Indexes of tool results that answer no open tool call made earlier in this group.
+
+        A result must follow the call it answers, in the same group, once:
+        a group that is only a tool result (its call lost or in another
+        group) is not a turn anyone can read back.
+        """
+        return _match_tool_results(self.messages)[1]
 
     @property
     def is_complete(self) -> bool:
-        """True when the group is non-empty and every tool call has its result."""
-        return bool(self.messages) and not self.missing_tool_results
+        """True when the group is non-empty, every tool call has its result, and every result its call."""
+        return bool(self.messages) and not self.missing_tool_results and not self.orphan_tool_results
 
     def canonical_bytes(self) -> bytes:
         """The canonical JSON encoding of this group (computed once per group object)."""

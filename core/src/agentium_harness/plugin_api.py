@@ -100,6 +100,7 @@ from ._ports.recall import (
 )
 from ._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
+    ArchivedDigest,
     ArchiveDivergence,
     SessionSnapshot,
     SessionStore,
@@ -154,6 +155,7 @@ __all__ = [
     "ArchiveConflictError",
     "ArchiveCorruptError",
     "ArchiveDivergence",
+    "ArchivedDigest",
     "ArchiveError",
     "ArchiveReceipt",
     "CancelSignal",

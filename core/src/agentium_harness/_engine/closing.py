@@ -68,6 +68,7 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                     key=key,
                     diagnostics=diagnostics,
                     recall=runtime.recall,
+                    keep_receipts=runtime.summarizer is not None,
                 )
             except Exception as exc:
                 diagnostics.append(Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR))

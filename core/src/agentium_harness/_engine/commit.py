@@ -24,6 +24,7 @@ from .._history import MessageGroup
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.recall import RecallStore
 from .._ports.sessions import (
+    ArchivedDigest,
     ArchiveDivergence,
     SessionSnapshot,
     SessionStore,
@@ -59,6 +60,8 @@ class CommitOutcome:
     diagnostics: tuple[Diagnostic, ...]
     #: The groups ``archived`` acknowledges, same order: what a recall index follows.
     archived_groups: tuple[MessageGroup, ...] = ()
+    #: The receipt digests the snapshot now holds (``SessionSnapshot.receipts``): what the summary checks.
+    receipts: tuple[ArchivedDigest, ...] = ()
 
 
 def plan_diagnostics(plan: EvictionPlan) -> list[Diagnostic]:
@@ -99,6 +102,7 @@ async def commit(
     divergence: ArchiveDivergence | None = None,
     save_unchanged: bool = True,
     joint: bool = True,
+    keep_receipts: bool = False,
 ) -> CommitOutcome:
     """Archive the groups over the resident bound, check every receipt, then save with compare-and-set.
 
@@ -110,6 +114,11 @@ async def commit(
     append and the save are one atomic transaction instead of two: one
     fsynced commit per turn, and still never a boundary past what is
     archived. ``joint=False`` forces the separate calls.
+
+    ``keep_receipts`` (a summarizer is configured) saves the digest of each
+    group archived here in the snapshot, with the boundary move
+    (``SessionSnapshot.receipts``): the summary frontier checks what it reads
+    back against them. Receipts the summary has already passed are dropped.
     """
     plan = plan_eviction(resident, limits)
     diagnostics = plan_diagnostics(plan)
@@ -122,7 +131,9 @@ async def commit(
         diagnostics.append(_diverged_diagnostic(divergence))
     elif plan.evict and joint and _joint(store, archive):
         try:
-            joined = await _joint_commit(ticket, archive, store, key, scope, stored, plan, next_seq)
+            joined = await _joint_commit(
+                ticket, archive, store, key, scope, stored, plan, next_seq, keep_receipts
+            )
         except ArchiveConflictError as exc:
             # Nothing was written; record the divergence with a separate save below.
             divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
@@ -147,6 +158,7 @@ async def commit(
                 next_seq=next_seq,
                 save_unchanged=save_unchanged,
                 joint=False,
+                keep_receipts=keep_receipts,
             )
             note = Diagnostic(
                 "joint_commit_failed",
@@ -194,8 +206,17 @@ async def commit(
         and not receipts
         and divergence == stored.snapshot.divergence
     ):
-        return CommitOutcome(stored.revision, boundary, keep, (), eviction, tuple(diagnostics))
-    snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence)
+        return CommitOutcome(
+            stored.revision,
+            boundary,
+            keep,
+            (),
+            eviction,
+            tuple(diagnostics),
+            receipts=stored.snapshot.receipts,
+        )
+    kept = _kept_receipts(stored, [(r.seq, r.digest) for r in receipts] if keep_receipts else [])
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept)
     expected = None if stored is None else stored.revision
     revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
     _check_revision(revision, expected)
@@ -205,7 +226,7 @@ async def commit(
             await broadcast_archived(hooks, key, receipts, archived_groups, ticket.hook_timeout_s)
         )
     return CommitOutcome(
-        revision, new_boundary, keep, receipts, eviction, tuple(diagnostics), archived_groups
+        revision, new_boundary, keep, receipts, eviction, tuple(diagnostics), archived_groups, kept
     )
 
 
@@ -229,10 +250,15 @@ async def _joint_commit(
     stored: StoredSnapshot | None,
     plan: EvictionPlan,
     next_seq: int,
+    keep_receipts: bool,
 ) -> CommitOutcome:
     """Archive the plan's groups and save the new snapshot in one transaction; check the answer."""
     new_boundary = plan.keep[0].seq if plan.keep else next_seq
-    snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None)
+    # The snapshot is written in the same transaction as the groups, before
+    # their receipts exist: it keeps the digests the archive must acknowledge,
+    # which the receipts are checked against right after.
+    kept = _kept_receipts(stored, [(g.seq, g.digest) for g in plan.evict] if keep_receipts else [])
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None, kept)
     expected = None if stored is None else stored.revision
     revision, raw = await ticket.call(
         "session commit with archive",
@@ -242,7 +268,9 @@ async def _joint_commit(
     # answers wrongly here is broken, and the run says so loudly.
     receipts = _checked_receipts(plan.evict, tuple(raw))
     _check_revision(revision, expected)
-    return CommitOutcome(revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, ())
+    return CommitOutcome(
+        revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), receipts=kept
+    )
 
 
 def _sealed(
@@ -252,6 +280,7 @@ def _sealed(
     next_seq: int,
     resident: tuple[MessageGroup, ...],
     divergence: ArchiveDivergence | None,
+    receipts: tuple[ArchivedDigest, ...],
 ) -> SessionSnapshot:
     """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept."""
     memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
@@ -264,8 +293,27 @@ def _sealed(
             divergence=divergence,
             # The task summary is carried over unchanged: only a summary update moves it.
             summary=stored.snapshot.summary if stored else None,
+            receipts=receipts,
         )
     )
+
+
+def _kept_receipts(
+    stored: StoredSnapshot | None, archived: Sequence[tuple[int, str]]
+) -> tuple[ArchivedDigest, ...]:
+    """The stored receipt digests the summary frontier has not passed, and those of the groups just archived.
+
+    A seq already held keeps the digest acknowledged first: nothing here
+    may replace what an earlier eviction recorded.
+    """
+    held = stored.snapshot.receipts if stored is not None else ()
+    summary = stored.snapshot.summary if stored is not None else None
+    frontier = summary.summary.frontier if summary is not None else 0
+    kept = {r.seq: r for r in held if r.seq >= frontier}
+    for seq, digest in archived:
+        if seq >= frontier:
+            kept.setdefault(seq, ArchivedDigest(seq, digest))
+    return tuple(kept[seq] for seq in sorted(kept))
 
 
 def _check_revision(revision: object, expected: int | None) -> None:

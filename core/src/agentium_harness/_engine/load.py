@@ -63,7 +63,12 @@ async def load_session(
 
 
 def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
-    """Resident seqs must be exactly ``boundary..next_seq-1``, and each group's scope the session's."""
+    """The snapshot must be one the engine could have saved, or :class:`SnapshotCorruptError`.
+
+    Resident seqs are exactly ``boundary..next_seq-1``, each group's scope is
+    the session's, and the summary state and receipts are possible for the
+    boundary (see :func:`_impossible_summary_state`).
+    """
     seqs = [g.seq for g in snap.resident]
     if snap.boundary < 0 or seqs != list(range(snap.boundary, snap.next_seq)):
         raise SnapshotCorruptError(
@@ -78,3 +83,37 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
             raise SnapshotCorruptError(
                 f"snapshot of session {key.session!r} holds group {group.seq} retained under another scope"
             )
+    impossible = _impossible_summary_state(snap)
+    if impossible is not None:
+        # The summary would be shown to the model as coverage it does not have:
+        # refused like any other damage, never repaired or shown.
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.session!r} holds a summary state impossible for it ({impossible}); "
+            "the stored data is damaged and was left as it is"
+        )
+
+
+def _impossible_summary_state(snap: SessionSnapshot) -> str | None:
+    """Why the snapshot's summary state or receipts cannot have been written by the engine, if they cannot.
+
+    The frontier only passes archived groups (``frontier <= boundary``), a
+    summary cites only groups below its frontier, a gap is the group the
+    frontier stopped at, and a receipt names an archived group, once.
+    """
+    seen: set[int] = set()
+    for receipt in snap.receipts:
+        if not 0 <= receipt.seq < snap.boundary or receipt.seq in seen:
+            return f"a receipt for group {receipt.seq}: not archived (boundary {snap.boundary}), or twice"
+        seen.add(receipt.seq)
+    if snap.summary is None:
+        return None
+    frontier = snap.summary.summary.frontier
+    if not 0 <= frontier <= snap.boundary:
+        return f"frontier {frontier} outside the archived groups 0..{snap.boundary}"
+    for citation in snap.summary.summary.citations:
+        if not 0 <= citation.seq < frontier:
+            return f"a citation of group {citation.seq}, not below the frontier {frontier}"
+    gaps = snap.summary.gaps
+    if len(gaps) > 1 or any(gap.seq != frontier for gap in gaps):
+        return f"coverage gaps at {[gap.seq for gap in gaps]}, not the one group at the frontier {frontier}"
+    return None

@@ -144,12 +144,15 @@ async def flush_session(
     key: SessionKey,
     diagnostics: list[Diagnostic],
     recall: RecallStore | None = None,
+    keep_receipts: bool = False,
 ) -> tuple[int, int]:
     """Retry deferred eviction for a session; return (groups flushed, groups still resident).
 
     Saves only when something was archived, so a flush that achieved nothing
     leaves the revision as it was. A ``recall`` store that declares
     ``archive_indexing`` indexes what the flush archived, as after a run.
+    ``keep_receipts`` keeps the archive's digests for the summary frontier,
+    as a run's commit does (:func:`.commit.commit`).
     """
     stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
     if stored is None:
@@ -182,6 +185,7 @@ async def flush_session(
         next_seq=snap.next_seq,
         divergence=snap.divergence,
         save_unchanged=False,
+        keep_receipts=keep_receipts,
     )
     diagnostics.extend(outcome.diagnostics)
     if outcome.archived_groups:
@@ -217,6 +221,7 @@ async def reconcile_session(
     hooks: HookBroadcaster | None,
     limits: ResidentLimits,
     key: SessionKey,
+    keep_receipts: bool = False,
 ) -> ReconcileReport:
     """Resolve a diverged session without losing either copy.
 
@@ -281,6 +286,7 @@ async def reconcile_session(
         boundary=new_boundary,
         next_seq=new_boundary + len(kept),
         divergence=None,
+        keep_receipts=keep_receipts,
     )
     return ReconcileReport(
         True,

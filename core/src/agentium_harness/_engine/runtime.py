@@ -399,6 +399,7 @@ class HarnessRuntime:
                     resident=(*snap.resident, group),
                     boundary=snap.boundary,
                     next_seq=snap.next_seq + 1,
+                    keep_receipts=self.summarizer is not None,
                 )
             )
 
@@ -497,6 +498,7 @@ class HarnessRuntime:
                 hooks=self._hooks,
                 limits=self.limits.resident,
                 key=key,
+                keep_receipts=self.summarizer is not None,
             )
         raise AssertionError("unreachable")  # pragma: no cover
 

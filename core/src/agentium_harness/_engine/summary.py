@@ -239,8 +239,11 @@ async def update_summary(
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
-    ``receipts`` maps seqs archived by this commit to the digests the archive
-    acknowledged; a group read back with another digest is a ``changed`` gap.
+    ``receipts`` maps archived seqs to the digests the archive acknowledged
+    when they were evicted (kept in the snapshot until the frontier passes
+    them); a group read back with another digest is a ``changed`` gap. A
+    group with no receipt (archived before summaries were configured) is
+    checked by the reader alone.
     Returns the state to save (``None`` when nothing changed).
     """
     previous = current.summary if current is not None else None
@@ -308,7 +311,10 @@ async def save_summary(
             )
         ]
     verify_snapshot(key, stored.snapshot)
-    sealed = seal_snapshot(attrs.evolve(stored.snapshot, summary=state))
+    # Receipts the new frontier has passed are no longer needed: the snapshot
+    # keeps only those of archived groups the summary has yet to fold.
+    receipts = tuple(r for r in stored.snapshot.receipts if r.seq >= state.summary.frontier)
+    sealed = seal_snapshot(attrs.evolve(stored.snapshot, summary=state, receipts=receipts))
     try:
         new_revision = await ticket.call("session save", lambda ctx: store.save(key, sealed, revision, ctx))
     except SessionConflictError:
@@ -340,6 +346,20 @@ def summary_reader(recall: RecallStore | None, archive: HistoryArchive) -> Group
     return archive.read_groups
 
 
+def _receipts(outcome: CommitOutcome) -> dict[int, str]:
+    """The acknowledged digest of each archived group the frontier reads: the snapshot's, then this commit's.
+
+    The snapshot keeps the digest each group had when the archive
+    acknowledged it, even when the summary fell behind for many commits, so
+    a group whose stored bytes were rewritten since (with a row digest
+    recomputed to match) is a ``changed`` gap, never folded or cited.
+    """
+    known = {r.seq: r.digest for r in outcome.receipts}
+    for receipt in outcome.archived:
+        known.setdefault(receipt.seq, receipt.digest)
+    return known
+
+
 async def summarize_after_commit(
     ticket: Ticket,
     *,
@@ -366,7 +386,7 @@ async def summarize_after_commit(
         key=key,
         current=current,
         boundary=outcome.boundary,
-        receipts={r.seq: r.digest for r in outcome.archived},
+        receipts=_receipts(outcome),
         limits=limits,
     )
     diagnostics = list(update.diagnostics)

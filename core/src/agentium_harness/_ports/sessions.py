@@ -26,6 +26,7 @@ from .summary import SummaryState
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
     "ArchiveDivergence",
+    "ArchivedDigest",
     "SessionSnapshot",
     "SessionStore",
     "SessionStoreCapabilities",
@@ -92,6 +93,19 @@ class ArchiveDivergence:
 
 
 @attrs.frozen(slots=True)
+class ArchivedDigest:
+    """The digest the archive acknowledged for group ``seq`` when it was evicted (its receipt's digest)."""
+
+    seq: int
+    digest: str
+
+
+def _tuple_of_archived_digest(value: Iterable[ArchivedDigest]) -> tuple[ArchivedDigest, ...]:
+    """Typed tuple converter."""
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
 class SessionSnapshot:
     """The committed state of one session.
 
@@ -109,6 +123,13 @@ class SessionSnapshot:
       summaries are configured; absent (``None``) otherwise, and then left out
       of the canonical bytes, so snapshots written before summaries existed
       keep their digests.
+    - ``receipts``: when summaries are configured, the digest the archive
+      acknowledged for each archived group the summary has not folded yet
+      (``summary frontier <= seq < boundary``), saved with the boundary move
+      that archived it. A summary update folds a group only if the bytes it
+      reads back have that digest, whatever digest the archive recomputes
+      for them now. Empty, and then left out of the canonical bytes, without
+      a summarizer.
     """
 
     memory_scope: Scope | None
@@ -119,13 +140,14 @@ class SessionSnapshot:
     divergence: ArchiveDivergence | None = None
     digest: str | None = None
     summary: SummaryState | None = None
+    receipts: tuple[ArchivedDigest, ...] = attrs.field(default=(), converter=_tuple_of_archived_digest)
 
 
 _EMPTY_RESIDENT: Final = b'"resident":[]'
 
 
 def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
-    """The canonical JSON bytes of ``snapshot``; an absent ``summary`` is left out, not written as null.
+    """The canonical JSON bytes of ``snapshot``; an absent ``summary`` or empty ``receipts`` is left out.
 
     Built from each resident group's own (cached) canonical bytes, so a
     snapshot whose groups were already encoded costs a join, not a re-encoding
@@ -135,6 +157,8 @@ def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
     if snapshot.summary is None:
         # Absent, not null: a snapshot without a summary has the bytes (and digest) it had before.
         del data["summary"]
+    if not snapshot.receipts:
+        del data["receipts"]  # likewise: snapshots written before receipts were kept keep their bytes
     head = canonical_json(data)
     if not snapshot.resident:
         return head
