@@ -231,7 +231,9 @@ def test_missing_required_sections_and_keys() -> None:
 
 def test_validator_errors_point_at_the_field() -> None:
     errors = _parse_errors(BASE + "\n[runtime.resident]\nmax_bytes = 0\n")
-    assert errors == {"$.runtime.resident.max_bytes": "max_bytes must be a positive integer, got 0"}
+    assert errors == {
+        "$.runtime.resident.max_bytes": "max_bytes must be an integer from 1 to 1000000000000, got 0"
+    }
 
 
 def test_invalid_toml_is_one_issue_with_the_location() -> None:
@@ -813,7 +815,7 @@ def test_runtime_limit_errors_point_at_their_keys() -> None:
     errors = _parse_errors(BASE + '\n[runtime]\nop_timeout_s = "soon"\n[runtime.resident]\nmax_groups = 0\n')
     assert errors == {
         "$.runtime.op_timeout_s": "expected a number, got string",
-        "$.runtime.resident.max_groups": "max_groups must be a positive integer, got 0",
+        "$.runtime.resident.max_groups": "max_groups must be an integer from 1 to 1000000000000, got 0",
     }
     # Range checks of the limits themselves run once every value has its type.
     errors = _parse_errors(BASE + "\n[runtime]\ntool_timeout_s = -1\n")

@@ -46,6 +46,7 @@ from ._plugins.spec import AdapterSpec, resolve_path_options
 from ._ports import PORT_KIND_TABLE
 from ._ports.recall import RecallLimits
 from ._ports.summary import SummaryLimits
+from ._validators import bounded_duration
 from ._verdicts import EvidenceLimits
 
 __all__ = [
@@ -133,13 +134,6 @@ class ComponentConfig:
     options: dict[str, Any] = attrs.field(factory=dict)
 
 
-def _optional_seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 3600:
-        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600), got {value!r}")
-
-
 def _one_of(*choices: str, none: bool = False) -> Callable[[Any, attrs.Attribute[Any], object], None]:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
         if (value is None and none) or value in choices:
@@ -201,7 +195,7 @@ class VerifierConfig:
     options: dict[str, Any] = attrs.field(factory=dict)
     policy: CompletionPolicy = attrs.field(factory=CompletionPolicy)
     budget: EvidenceLimits = attrs.field(factory=EvidenceLimits)
-    timeout_s: float | None = attrs.field(default=None, validator=_optional_seconds)
+    timeout_s: float | None = attrs.field(default=None, validator=bounded_duration(optional=True))
 
 
 @attrs.frozen(slots=True)

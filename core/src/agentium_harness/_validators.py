@@ -21,14 +21,22 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
-from ._errors import InvalidIdError
+from ._errors import InvalidArgumentError, InvalidIdError
 
 __all__ = [
+    "MAX_COUNT",
+    "MAX_DURATION_S",
     "MAX_ID_LENGTH",
+    "BoundedCount",
+    "BoundedDuration",
+    "bounded_count",
+    "bounded_duration",
+    "check_count",
+    "check_duration",
     "identifier",
     "int_tuple",
     "lone_surrogate_at",
@@ -46,27 +54,104 @@ __all__ = [
 MAX_ID_LENGTH = 256
 
 
-def positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An ``int`` of at least 1 (``bool`` refused)."""
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+#: Ceiling of every duration Agentium accepts, in seconds (one hour): each
+#: timeout, deadline, latency budget and wait. Finite and above 0 too, so no
+#: setting (``1e308``, ``inf``) can void a deadline.
+MAX_DURATION_S: Final = 3600.0
+#: Ceiling of every count, size and budget (items, bytes, tokens, steps) unless
+#: a field documents a tighter one: 10**12, inside every backend's integers and exact as a float.
+MAX_COUNT: Final = 1_000_000_000_000
+
+
+def check_duration(value: object, name: str, *, ceiling: float = MAX_DURATION_S) -> float:
+    """``value`` as a float if it is a finite number of seconds in ``(0, ceiling]``.
+
+    The one duration rule: config keys and Python arguments alike. ``bool``,
+    ``nan`` and ``inf`` are refused. Raises :class:`InvalidArgumentError`
+    (a ``ValueError``) naming ``name``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= ceiling
+    ):
+        raise InvalidArgumentError(
+            f"{name} must be a finite number of seconds in (0, {ceiling:g}], got {value!r}"
+        )
+    return float(value)
+
+
+def check_count(value: object, name: str, *, minimum: int = 1, ceiling: int = MAX_COUNT) -> int:
+    """``value`` if it is an ``int`` in ``minimum..ceiling`` (``bool`` refused).
+
+    The one count rule (items, bytes, tokens, steps): config keys and Python
+    arguments alike. Raises :class:`InvalidArgumentError` (a ``ValueError``)
+    naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= ceiling:
+        raise InvalidArgumentError(f"{name} must be an integer from {minimum} to {ceiling}, got {value!r}")
+    return value
+
+
+@attrs.frozen(slots=True)
+class BoundedDuration:
+    """attrs validator for a duration field: :func:`check_duration` with this ``ceiling``.
+
+    ``optional`` also lets ``None`` through (meaning "use the default"). Every
+    duration field of every limits record uses one, which a test checks by
+    introspection, so a new field cannot escape the rule.
+    """
+
+    ceiling: float = MAX_DURATION_S
+    optional: bool = False
+
+    def __call__(self, instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        """Raise :class:`InvalidArgumentError` unless ``value`` is an acceptable duration."""
+        if value is None and self.optional:
+            return
+        check_duration(value, attribute.name, ceiling=self.ceiling)
+
+
+@attrs.frozen(slots=True)
+class BoundedCount:
+    """attrs validator for a count field: :func:`check_count` with this ``minimum`` and ``ceiling``."""
+
+    minimum: int = 1
+    ceiling: int = MAX_COUNT
+    optional: bool = False
+
+    def __call__(self, instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        """Raise :class:`InvalidArgumentError` unless ``value`` is an acceptable count."""
+        if value is None and self.optional:
+            return
+        check_count(value, attribute.name, minimum=self.minimum, ceiling=self.ceiling)
+
+
+def bounded_duration(*, ceiling: float = MAX_DURATION_S, optional: bool = False) -> BoundedDuration:
+    """The validator of a duration field in seconds: finite, above 0, at most ``ceiling``."""
+    if not 0 < ceiling <= MAX_DURATION_S:
+        raise ValueError(f"a duration ceiling must be in (0, {MAX_DURATION_S:g}], got {ceiling!r}")
+    return BoundedDuration(ceiling, optional)
+
+
+def bounded_count(*, minimum: int = 1, ceiling: int = MAX_COUNT, optional: bool = False) -> BoundedCount:
+    """The validator of a count field: an int from ``minimum`` to ``ceiling``."""
+    if not 0 <= minimum <= ceiling <= MAX_COUNT:
+        raise ValueError(f"a count range must lie within 0..{MAX_COUNT}, got {minimum}..{ceiling}")
+    return BoundedCount(minimum, ceiling, optional)
+
+
+#: A count of at least 1 (``bool`` refused), at most :data:`MAX_COUNT`.
+positive_int: Final = bounded_count()
+#: A duration in seconds: finite, above 0, at most :data:`MAX_DURATION_S`.
+positive_float: Final = bounded_duration()
 
 
 def non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An ``int`` of at least 0 (``bool`` refused)."""
+    """An ``int`` of at least 0 (``bool`` refused): a position such as a ``seq``, not a limit."""
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
         raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
-
-
-def positive_float(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    """A finite number above 0 (``int`` accepted, ``bool``, ``nan`` and ``inf`` refused)."""
-    if (
-        not isinstance(value, int | float)
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise ValueError(f"{attribute.name} must be a positive finite number, got {value!r}")
 
 
 def non_empty_str(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import attrs
 
 from ._codec import canonical_json
-from ._validators import non_negative_int
+from ._validators import bounded_count, non_negative_int
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
@@ -79,32 +79,21 @@ def fit_evidence(
     return tuple(kept), 0
 
 
-def _entries_ceiling(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    _bounded(attribute.name, value, MAX_EVIDENCE_ENTRIES)
-
-
-def _bytes_ceiling(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    _bounded(attribute.name, value, MAX_EVIDENCE_BYTES)
-
-
-def _bounded(name: str, value: object, ceiling: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if value > ceiling:
-        # The ceiling is the requirement's (R30): config may narrow the budget, never widen it.
-        raise ValueError(f"{name} may narrow the evidence budget but not widen it: {value} > {ceiling}")
-
-
 @attrs.frozen(slots=True)
 class EvidenceLimits:
     """The evidence budget of one turn's verification, shared by its revisions (R30).
 
     At most :data:`MAX_EVIDENCE_ENTRIES` entries and :data:`MAX_EVIDENCE_BYTES`
-    bytes of canonical JSON; a larger value is refused, not clamped.
+    bytes of canonical JSON; a larger value is refused, not clamped: config may
+    narrow the budget, never widen it.
     """
 
-    max_entries: int = attrs.field(default=MAX_EVIDENCE_ENTRIES, validator=_entries_ceiling)
-    max_bytes: int = attrs.field(default=MAX_EVIDENCE_BYTES, validator=_bytes_ceiling)
+    max_entries: int = attrs.field(
+        default=MAX_EVIDENCE_ENTRIES, validator=bounded_count(ceiling=MAX_EVIDENCE_ENTRIES)
+    )
+    max_bytes: int = attrs.field(
+        default=MAX_EVIDENCE_BYTES, validator=bounded_count(ceiling=MAX_EVIDENCE_BYTES)
+    )
 
 
 def _tuple_of_evidenceentry(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:

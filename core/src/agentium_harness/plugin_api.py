@@ -135,6 +135,14 @@ from ._ports.verify import (
     fit_evidence,
 )
 from ._scope import RecallScope, Scope, SessionKey, decode_segment, encode_segment
+from ._validators import (
+    MAX_COUNT,
+    MAX_DURATION_S,
+    bounded_count,
+    bounded_duration,
+    check_count,
+    check_duration,
+)
 from .adapters._excerpts import MAX_QUERY_TERMS, make_excerpt, query_terms
 from .adapters.threaded import ThreadBoundAdapter
 
@@ -173,6 +181,8 @@ __all__ = [
     "EncodingError",
     "InvalidJSONError",
     "MAX_ARGUMENT_DEPTH",
+    "MAX_COUNT",
+    "MAX_DURATION_S",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "EvidenceEntry",
@@ -247,7 +257,11 @@ __all__ = [
     "VerifierCapabilities",
     "VerifyContext",
     "canonical_json",
+    "bounded_count",
+    "bounded_duration",
     "check_archived_group",
+    "check_count",
+    "check_duration",
     "decode_json",
     "decode_segment",
     "decode_snapshot",

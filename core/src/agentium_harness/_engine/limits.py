@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from .._validators import positive_float, positive_int
+from .._validators import bounded_count, bounded_duration
 
 __all__ = ["ResidentLimits", "RuntimeLimits"]
 
@@ -16,14 +16,20 @@ class ResidentLimits:
     A single group larger than a bound is kept whole and flagged, never split.
     """
 
-    max_groups: int = attrs.field(default=8, validator=positive_int)
-    max_tokens: int = attrs.field(default=8192, validator=positive_int)
-    max_bytes: int = attrs.field(default=262_144, validator=positive_int)
+    max_groups: int = attrs.field(default=8, validator=bounded_count())
+    max_tokens: int = attrs.field(default=8192, validator=bounded_count())
+    max_bytes: int = attrs.field(default=262_144, validator=bounded_count())
 
 
 @attrs.frozen(slots=True)
 class RuntimeLimits:
     """Limits of the runtime as a whole.
+
+    Every count is an integer from 1 to
+    :data:`~agentium_harness._validators.MAX_COUNT` and every duration a finite
+    number of seconds above 0 and at most
+    :data:`~agentium_harness._validators.MAX_DURATION_S` (3600), here and in
+    ``[runtime]`` alike.
 
     - ``resident``: resident history bounds (groups, estimated tokens, bytes).
     - ``max_steps``: model calls per run (tool loops end there with ``STEP_LIMIT``).
@@ -38,9 +44,9 @@ class RuntimeLimits:
     """
 
     resident: ResidentLimits = attrs.field(factory=ResidentLimits)
-    max_steps: int = attrs.field(default=8, validator=positive_int)
-    source_tokens: int = attrs.field(default=2048, validator=positive_int)
-    settle_timeout_s: float = attrs.field(default=30.0, validator=positive_float)
-    op_timeout_s: float = attrs.field(default=30.0, validator=positive_float)
-    tool_timeout_s: float = attrs.field(default=30.0, validator=positive_float)
-    close_timeout_s: float = attrs.field(default=5.0, validator=positive_float)
+    max_steps: int = attrs.field(default=8, validator=bounded_count())
+    source_tokens: int = attrs.field(default=2048, validator=bounded_count())
+    settle_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
+    op_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
+    tool_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
+    close_timeout_s: float = attrs.field(default=5.0, validator=bounded_duration())

@@ -27,6 +27,7 @@ from .._history import Message, Role
 from .._ports.provider import SourceBlock, SourceKind, Usage
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
+from .._validators import bounded_count
 from .._verdicts import (
     EvidenceEntry,
     EvidenceLimits,
@@ -70,13 +71,6 @@ def _on_fail(instance: object, attribute: attrs.Attribute[str], value: object) -
         raise InvalidArgumentError(f'on_fail must be "stop" or "revise", got {value!r}')
 
 
-def _revisions(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_REVISIONS_CEILING:
-        raise InvalidArgumentError(
-            f"max_revisions must be an integer from 0 to {MAX_REVISIONS_CEILING}, got {value!r}"
-        )
-
-
 def _flag(instance: object, attribute: attrs.Attribute[bool], value: object) -> None:
     if not isinstance(value, bool):
         raise InvalidArgumentError(f"{attribute.name} must be true or false, got {value!r}")
@@ -94,7 +88,9 @@ class CompletionPolicy:
     """
 
     on_fail: str = attrs.field(default="stop", validator=_on_fail)
-    max_revisions: int = attrs.field(default=1, validator=_revisions)
+    max_revisions: int = attrs.field(
+        default=1, validator=bounded_count(minimum=0, ceiling=MAX_REVISIONS_CEILING)
+    )
     allow_revision_effects: bool = attrs.field(default=False, validator=_flag)
 
     @property

@@ -48,6 +48,7 @@ from .._ports._base import OpContext
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from .._scope import SessionKey
+from .._validators import check_count, check_duration
 from .manager import MemoryManager
 from .work import DrainResult
 
@@ -116,8 +117,12 @@ class Agent:
             raise InvalidArgumentError(f"scope must be a MemoryScope, got {type(scope).__name__}")
         if not callable(getattr(provider, "complete", None)):
             raise InvalidArgumentError(f"provider must be a ModelProvider, got {type(provider).__name__}")
-        if not isinstance(max_history_messages, int) or max_history_messages < 0:
-            raise InvalidArgumentError("max_history_messages must be an int >= 0")
+        check_count(max_history_messages, "max_history_messages", minimum=0)
+        # The one duration rule (finite, above 0, at most MAX_DURATION_S), as in config.
+        check_duration(op_timeout_s, "op_timeout_s")
+        if drain_timeout_s is not None:
+            check_duration(drain_timeout_s, "drain_timeout_s")
+        check_duration(close_timeout_s, "close_timeout_s")
         extract = memory.extractor is not None if extraction is None else bool(extraction)
         if extract and memory.extractor is None:
             raise InvalidArgumentError("extraction=True needs a memory manager configured with an extractor")

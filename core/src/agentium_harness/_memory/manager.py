@@ -51,7 +51,7 @@ from .._ports.memory import (
     rejection_reason,
 )
 from .._scope import SessionKey, validate_id
-from .._validators import positive_int
+from .._validators import bounded_count, bounded_duration
 from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 from .work import DrainResult, WorkSource, WorkTracker
 
@@ -61,20 +61,6 @@ T = TypeVar("T")
 
 #: Who extracts memory from a session's history: the harness (canonical sessions) or an agent.
 HistoryOwner = Literal["harness", "agent"]
-
-
-def _seconds(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 < value < 86_400:
-        raise InvalidArgumentError(f"{attribute.name} must be seconds in (0, 86400), got {value!r}")
-
-
-def _fact_bytes(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FACT_BYTES:
-        raise InvalidArgumentError(f"{attribute.name} must be an int in 1..{MAX_FACT_BYTES}, got {value!r}")
-
-
-def _facts(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    check_limit(value)
 
 
 @attrs.frozen(slots=True)
@@ -90,12 +76,12 @@ class MemoryLimits:
     - ``max_extracted_facts``: most facts one extraction may write.
     """
 
-    max_fact_bytes: int = attrs.field(default=MAX_FACT_BYTES, validator=_fact_bytes)
-    max_injected_facts: int = attrs.field(default=8, validator=_facts)
-    injection_tokens: int = attrs.field(default=512, validator=positive_int)
-    op_timeout_s: float = attrs.field(default=10.0, validator=_seconds)
-    drain_timeout_s: float = attrs.field(default=10.0, validator=_seconds)
-    max_extracted_facts: int = attrs.field(default=8, validator=_facts)
+    max_fact_bytes: int = attrs.field(default=MAX_FACT_BYTES, validator=bounded_count(ceiling=MAX_FACT_BYTES))
+    max_injected_facts: int = attrs.field(default=8, validator=bounded_count(ceiling=MAX_LOOKUP_LIMIT))
+    injection_tokens: int = attrs.field(default=512, validator=bounded_count())
+    op_timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
+    drain_timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
+    max_extracted_facts: int = attrs.field(default=8, validator=bounded_count(ceiling=MAX_LOOKUP_LIMIT))
 
 
 class MemoryExtractor(Protocol):

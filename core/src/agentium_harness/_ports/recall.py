@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -21,7 +21,7 @@ import attrs
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._scope import ABSENT_SEGMENT, Scope, SessionKey, decode_segment, encode_segment
-from .._validators import validate_id
+from .._validators import bounded_count, bounded_duration, validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt
 
@@ -92,19 +92,6 @@ class RecallCapabilities(Capabilities):
     health_check: bool = False
 
 
-def _count(minimum: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidArgumentError(f"{attribute.name} must be an integer >= {minimum}, got {value!r}")
-
-    return check
-
-
-def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
-        raise InvalidArgumentError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
-
-
 @attrs.frozen(slots=True)
 class RecallLimits:
     """Recall budgets (R17). Every field is a hard ceiling for one run; the engine enforces each one.
@@ -115,16 +102,16 @@ class RecallLimits:
     spent in recall calls (not a clarifier's wait for the user).
     """
 
-    max_queries: int = attrs.field(default=1, validator=_count(1))
-    max_candidates: int = attrs.field(default=8, validator=_count(1))
-    max_discovery_bytes: int = attrs.field(default=16_384, validator=_count(1))
-    max_source_bytes: int = attrs.field(default=65_536, validator=_count(1))
-    max_excerpt_bytes: int = attrs.field(default=2_048, validator=_count(1))
-    max_evidence_tokens: int = attrs.field(default=1_024, validator=_count(1))
-    max_latency_s: float = attrs.field(default=2.0, validator=_seconds)
-    max_validations: int = attrs.field(default=16, validator=_count(2))
+    max_queries: int = attrs.field(default=1, validator=bounded_count())
+    max_candidates: int = attrs.field(default=8, validator=bounded_count())
+    max_discovery_bytes: int = attrs.field(default=16_384, validator=bounded_count())
+    max_source_bytes: int = attrs.field(default=65_536, validator=bounded_count())
+    max_excerpt_bytes: int = attrs.field(default=2_048, validator=bounded_count())
+    max_evidence_tokens: int = attrs.field(default=1_024, validator=bounded_count())
+    max_latency_s: float = attrs.field(default=2.0, validator=bounded_duration())
+    max_validations: int = attrs.field(default=16, validator=bounded_count(minimum=2))
     #: The query sent to discovery is cut to this many UTF-8 bytes (a pasted 1 MB input stays a normal run).
-    max_query_bytes: int = attrs.field(default=2_048, validator=_count(1))
+    max_query_bytes: int = attrs.field(default=2_048, validator=bounded_count())
 
 
 class Completeness(enum.StrEnum):

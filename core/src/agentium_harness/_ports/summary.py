@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 
-from .._errors import InvalidArgumentError
 from .._history import MessageGroup
-from .._validators import str_tuple
+from .._validators import bounded_count, bounded_duration, str_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -115,16 +114,6 @@ class SummaryState:
         return head + tail
 
 
-def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{attribute.name} must be an integer >= 1, got {value!r}")
-
-
-def _positive_seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
-        raise InvalidArgumentError(f"{attribute.name} must be a positive number of seconds, got {value!r}")
-
-
 @attrs.frozen(slots=True)
 class SummaryLimits:
     """The budget of one summary update; the engine enforces each field.
@@ -138,10 +127,10 @@ class SummaryLimits:
       ``aclose`` wait for or cancel; ``False`` runs it inline, before the run returns.
     """
 
-    max_groups: int = attrs.field(default=32, validator=_positive_int)
-    max_input_bytes: int = attrs.field(default=262_144, validator=_positive_int)
-    max_summary_bytes: int = attrs.field(default=4_096, validator=_positive_int)
-    timeout_s: float = attrs.field(default=10.0, validator=_positive_seconds)
+    max_groups: int = attrs.field(default=32, validator=bounded_count())
+    max_input_bytes: int = attrs.field(default=262_144, validator=bounded_count())
+    max_summary_bytes: int = attrs.field(default=4_096, validator=bounded_count())
+    timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
     background: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
 

@@ -24,6 +24,7 @@ from .._history import Message, Role, ToolCall
 from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
+from .._validators import bounded_count
 
 __all__ = [
     "ABSTAIN_TEXT",
@@ -181,7 +182,7 @@ class ExtractiveProviderConfig:
     - ``min_overlap``: how many query words a sentence must share to be quoted.
     """
 
-    min_overlap: int = 1
+    min_overlap: int = attrs.field(default=1, validator=bounded_count(minimum=0))
 
 
 _WORD = re.compile(r"[\w']+", re.UNICODE)

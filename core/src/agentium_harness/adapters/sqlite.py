@@ -65,6 +65,7 @@ from .._ports.sessions import (
     verify_snapshot,
 )
 from .._scope import SessionKey
+from .._validators import bounded_count
 from ._sqlite_sql import (
     SCHEMA,
     archive_rows,
@@ -129,11 +130,6 @@ def _path_validator(instance: Any, attribute: attrs.Attribute[Any], value: objec
         raise ValueError(f"{attribute.name} must not contain NUL")
 
 
-def _busy_timeout_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 600_000:
-        raise ValueError(f"{attribute.name} must be an int between 0 and 600000 (ms), got {value!r}")
-
-
 def _synchronous_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in SYNCHRONOUS_MODES:
         raise ValueError(
@@ -158,7 +154,7 @@ class SQLiteConfig:
     """
 
     path: str = attrs.field(default="agentium.db", validator=_path_validator, metadata={PATH_OPTION: True})
-    busy_timeout_ms: int = attrs.field(default=5000, validator=_busy_timeout_validator)
+    busy_timeout_ms: int = attrs.field(default=5000, validator=bounded_count(minimum=0, ceiling=600_000))
     synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
 
 

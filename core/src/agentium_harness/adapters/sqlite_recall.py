@@ -93,7 +93,7 @@ from .._ports.recall import (
     group_source_id,
 )
 from .._scope import Scope, SessionKey
-from .._validators import positive_int
+from .._validators import bounded_count
 from ._sqlite_recall_session import SQLiteRecallError, SQLiteRecallSession
 from ._sqlite_recall_sql import SCHEMA, SourceRow, insert_source
 from ._sqlite_sql import immediate_transaction
@@ -159,7 +159,7 @@ class SQLiteRecallConfig(SQLiteConfig):
       it; see the module docs for the trade-off.
     """
 
-    max_ranked_matches: int = attrs.field(default=1000, validator=positive_int)
+    max_ranked_matches: int = attrs.field(default=1000, validator=bounded_count())
 
 
 def _utf8(text: str, what: str) -> int:

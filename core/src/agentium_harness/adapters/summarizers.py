@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import attrs
 
@@ -29,6 +29,7 @@ from .._history import MessageGroup, Role
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, SourceKind
 from .._ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary
+from .._validators import bounded_count
 
 __all__ = ["ExtractiveSummarizer", "ExtractiveSummarizerConfig", "ModelSummarizer", "ModelSummarizerConfig"]
 
@@ -40,14 +41,6 @@ POLICY = "extractive"
 VERSION = "1"
 
 
-def _bounded(low: int, high: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise InvalidArgumentError(f"{attribute.name} must be an integer in {low}..{high}, got {value!r}")
-
-    return check
-
-
 @attrs.frozen(slots=True)
 class ExtractiveSummarizerConfig:
     """Options of the extractive summarizer.
@@ -57,9 +50,9 @@ class ExtractiveSummarizerConfig:
     - ``max_chars``: the whole summary text stays within this many characters.
     """
 
-    sentences_per_group: int = attrs.field(default=2, validator=_bounded(1, 16))
-    max_sentence_chars: int = attrs.field(default=240, validator=_bounded(16, 4_000))
-    max_chars: int = attrs.field(default=2_000, validator=_bounded(64, 1_000_000))
+    sentences_per_group: int = attrs.field(default=2, validator=bounded_count(minimum=1, ceiling=16))
+    max_sentence_chars: int = attrs.field(default=240, validator=bounded_count(minimum=16, ceiling=4_000))
+    max_chars: int = attrs.field(default=2_000, validator=bounded_count(minimum=64, ceiling=1_000_000))
 
 
 def _sentences(group: MessageGroup, limit: int) -> list[tuple[str, bool]]:
@@ -157,7 +150,7 @@ class ModelSummarizerConfig:
     - ``policy_version``: recorded with each summary, so a prompt change shows in retained records.
     """
 
-    max_group_chars: int = attrs.field(default=4_000, validator=_bounded(64, 1_000_000))
+    max_group_chars: int = attrs.field(default=4_000, validator=bounded_count(minimum=64, ceiling=1_000_000))
     policy_version: str = attrs.field(default="1", validator=attrs.validators.instance_of(str))
 
 

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from agentium_harness.plugin_api import bounded_count, bounded_duration
+
 __all__ = ["ADDRESSING_STYLES", "S3Config", "redact_endpoint"]
 
 #: botocore's ``s3.addressing_style`` values.
@@ -95,16 +97,12 @@ def _optional_text(instance: Any, attribute: attrs.Attribute[Any], value: object
 
 
 def _bounded_int(low: int, high: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"{attribute.name} must be an integer in [{low}, {high}], got {value!r}")
-
-    return check
+    # The core's one count rule (plugin_api.bounded_count), with this option's range.
+    return bounded_count(minimum=low, ceiling=high)
 
 
-def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
-        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
+#: The core's one duration rule: finite seconds above 0, at most MAX_DURATION_S (3600).
+_seconds = bounded_duration()
 
 
 def _addressing(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from agentium_harness.plugin_api import bounded_count, bounded_duration
+
 __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_REPLY_BYTES",
@@ -115,19 +117,14 @@ def _env_name(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
         )
 
 
-def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
-        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
+#: The core's one duration rule: finite seconds above 0, at most MAX_DURATION_S (3600).
+_seconds = bounded_duration()
 
 
-def _retries(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 10:
-        raise ValueError(f"{attribute.name} must be an integer from 0 to 10, got {value!r}")
+_retries = bounded_count(minimum=0, ceiling=10)
 
 
-def _optional_positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{attribute.name} must be a positive integer or left out, got {value!r}")
+_optional_positive_int = bounded_count(optional=True)
 
 
 def _optional_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from agentium_harness.plugin_api import PATH_OPTION
+from agentium_harness.plugin_api import PATH_OPTION, bounded_count, bounded_duration
 
 __all__ = ["DEFAULT_URL", "SCHEMES", "RedisRecallConfig", "redact_url"]
 
@@ -81,14 +81,12 @@ def _optional_text(instance: Any, attribute: attrs.Attribute[Any], value: object
         raise ValueError(f"{attribute.name} must be a non-empty string or left out")
 
 
-def _positive_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+#: The core's one count rule (plugin_api.bounded_count): an integer from 1 to MAX_COUNT.
+_positive_int = bounded_count()
 
 
-def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
-        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
+#: The core's one duration rule: finite seconds above 0, at most MAX_DURATION_S (3600).
+_seconds = bounded_duration()
 
 
 def _secret_repr(value: object) -> str:

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 import attrs
 
-from agentium_harness.plugin_api import PATH_OPTION
+from agentium_harness.plugin_api import PATH_OPTION, bounded_count, bounded_duration
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -134,19 +134,6 @@ def _records(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _positive(ceiling: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= ceiling:
-            raise ValueError(f"{attribute.name} must be an integer from 1 to {ceiling}, got {value!r}")
-
-    return check
-
-
-def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
-        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
-
-
 @attrs.frozen(slots=True)
 class ExpectedArtifact:
     """One artifact the host expects: its path under ``root`` and the sha256 of its bytes."""
@@ -179,11 +166,13 @@ class FsVerifierConfig:
     test_records: tuple[str, ...] = attrs.field(
         default=(), converter=_records, validator=attrs.validators.deep_iterable(_relative)
     )
-    max_file_bytes: int = attrs.field(default=DEFAULT_MAX_FILE_BYTES, validator=_positive(_MAX_FILE_CEILING))
-    max_record_bytes: int = attrs.field(
-        default=DEFAULT_MAX_RECORD_BYTES, validator=_positive(_MAX_RECORD_CEILING)
+    max_file_bytes: int = attrs.field(
+        default=DEFAULT_MAX_FILE_BYTES, validator=bounded_count(ceiling=_MAX_FILE_CEILING)
     )
-    read_timeout_s: float = attrs.field(default=DEFAULT_READ_TIMEOUT_S, validator=_seconds)
+    max_record_bytes: int = attrs.field(
+        default=DEFAULT_MAX_RECORD_BYTES, validator=bounded_count(ceiling=_MAX_RECORD_CEILING)
+    )
+    read_timeout_s: float = attrs.field(default=DEFAULT_READ_TIMEOUT_S, validator=bounded_duration())
 
     def __attrs_post_init__(self) -> None:
         if not self.artifacts and not self.test_records:
