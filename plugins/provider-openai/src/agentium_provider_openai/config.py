@@ -133,11 +133,8 @@ def _optional_int(instance: Any, attribute: attrs.Attribute[Any], value: object)
 
 
 def _int_in(low: int, high: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"{attribute.name} must be an integer from {low} to {high}, got {value!r}")
-
-    return check
+    # The core's one count rule (plugin_api.bounded_count), with this option's range.
+    return bounded_count(minimum=low, ceiling=high)
 
 
 def _temperature(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
