@@ -11,6 +11,7 @@ import anyio
 import attrs
 
 from .._errors import MemoryDrainError, RuntimeCloseError
+from .._memory.manager import MemoryManager
 from .._memory.work import DrainResult
 from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .hooks import broadcast
@@ -22,7 +23,7 @@ from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
 
-__all__ = ["HarnessResources", "close_session", "shutdown_runtime"]
+__all__ = ["CloseAttempt", "HarnessResources", "close_session", "drain_runtime", "shutdown_runtime"]
 
 
 async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupReport:
@@ -98,50 +99,123 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
     return report
 
 
+class CloseAttempt:
+    """One ``aclose()`` in progress; concurrent calls wait for it and share its outcome."""
+
+    __slots__ = ("done", "error", "finished")
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.finished = False
+        self.error: RuntimeCloseError | None = None
+
+
 async def shutdown_runtime(runtime: HarnessRuntime) -> None:
     """``HarnessRuntime.aclose``: settle or cancel operations, drain owned work, close owned adapters.
 
-    Every step is bounded (see the method's docstring); every failure is
-    collected and raised together as :class:`RuntimeCloseError`, leaving the
-    runtime ``closing`` so a second call retries what failed.
+    One attempt at a time: a second ``aclose()`` while one runs waits for it
+    and gets its outcome (it neither cuts the first one's settle short nor
+    closes anything twice); if that attempt was itself cancelled, the waiter
+    makes its own. Every failure is collected and raised together as
+    :class:`RuntimeCloseError`, leaving the runtime ``closing`` so a later
+    call retries what failed.
+    """
+    while (attempt := runtime._close_attempt) is not None:
+        await attempt.done.wait()
+        if attempt.finished:
+            if attempt.error is not None:
+                raise RuntimeCloseError(attempt.error.failures)
+            return
+    if runtime._admission.state is LifecycleState.CLOSED:
+        return
+    attempt = runtime._close_attempt = CloseAttempt()
+    try:
+        failures = await _shutdown_once(runtime)
+        attempt.error = RuntimeCloseError(failures) if failures else None
+        attempt.finished = True
+    finally:
+        runtime._close_attempt = None
+        attempt.done.set()
+    if attempt.error is not None:
+        raise attempt.error
+
+
+async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
+    """One shutdown attempt in three bounded phases; returns the failures.
+
+    1. Up to ``settle_timeout_s``: admitted operations and owned work (the
+       memory manager's and the background summary updates) settle, side by side.
+    2. Up to ``close_timeout_s``: what is left is cancelled and given that long to stop.
+    3. Up to ``close_timeout_s``: the ``drained`` hook, the memory manager's
+       store and every owned adapter close, side by side (each bounded, a
+       close blocked in a worker thread abandoned).
+
+    So an attempt returns within about ``settle_timeout_s + 2 * close_timeout_s``
+    (a retry skips the settle).
     """
     admission = runtime._admission
-    if admission.state is LifecycleState.CLOSED:
-        return
+    limits = runtime.limits
     first = admission.state is LifecycleState.OPEN
     admission.state = LifecycleState.CLOSING
+    settle = limits.settle_timeout_s if first else 0.0
     failures: list[str] = []
-    settled = await admission.wait_settled(runtime.limits.settle_timeout_s if first else 0.0)
-    if not settled:
-        stuck = await admission.cancel_all("runtime closing", runtime.limits.close_timeout_s)
-        failures.extend(
-            f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
-            for t in stuck
-        )
-    # One drain covers all owned work: the memory manager's and the background summary
-    # updates (tracked in it through OwnedWorkSource), each waited for, then cancelled.
-    try:
-        await runtime._drainer.drain(runtime.limits.settle_timeout_s if first else 0.0)
-    except MemoryDrainError as exc:
-        drained = exc.result
-        if isinstance(drained, DrainResult):
-            # Failed work is reported once; work that would not stop keeps the runtime closing.
-            failures.extend(f"owned work {name} did not stop" for name in drained.still_running)
-            failures.extend(f"owned work {name} failed during shutdown" for name in drained.failed if first)
-    if runtime.memory is not None and runtime._owns_memory_manager:
-        try:
-            await runtime.memory.aclose(runtime.limits.close_timeout_s)
-        except Exception as exc:
-            failures.append(f"closing the memory manager failed: {type(exc).__name__}: {exc}")
-    still_open: list[object] = []
-    for adapter, problem in await close_owned(runtime._owned, runtime.limits.close_timeout_s):
-        if problem is not None:
-            failures.append(problem)
-            still_open.append(adapter)
-    runtime._owned = still_open
-    if failures:
-        raise RuntimeCloseError(failures)
-    admission.state = LifecycleState.CLOSED
+    drained: list[DrainResult] = []
+
+    async def operations() -> None:
+        if not await admission.wait_settled(settle):
+            stuck = await admission.cancel_all("runtime closing", limits.close_timeout_s)
+            failures.extend(
+                f"{t.kind} on session {t.key.session if t.key else '?'!r} did not stop after cancellation"
+                for t in stuck
+            )
+
+    async def owned_work() -> None:
+        drainer = runtime._drainer
+        tracker = drainer._work if isinstance(drainer, MemoryManager) else drainer
+        drained.append(await tracker.drain(settle, limits.close_timeout_s))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(operations)
+        tg.start_soon(owned_work)
+    [result] = drained
+    # Failed work is reported once; work that would not stop keeps the runtime closing.
+    failures.extend(f"owned work {name} did not stop" for name in result.still_running)
+    failures.extend(f"owned work {name} failed during shutdown" for name in result.failed if first)
+
+    async def announce() -> None:
+        if isinstance(runtime._drainer, MemoryManager):
+            await runtime._drainer._announce_drain(result, limits.close_timeout_s)
+
+    async def close_memory() -> None:
+        if runtime.memory is not None and runtime._owns_memory_manager:
+            try:
+                await runtime.memory.aclose(limits.close_timeout_s)
+            except Exception as exc:
+                failures.append(f"closing the memory manager failed: {type(exc).__name__}: {exc}")
+
+    async def close_adapters() -> None:
+        still_open: list[object] = []
+        for adapter, problem in await close_owned(runtime._owned, limits.close_timeout_s):
+            if problem is not None:
+                failures.append(problem)
+                still_open.append(adapter)
+        runtime._owned = still_open
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(announce)
+        tg.start_soon(close_memory)
+        tg.start_soon(close_adapters)
+    if not failures:
+        admission.state = LifecycleState.CLOSED
+    return failures
+
+
+async def drain_runtime(runtime: HarnessRuntime, timeout_s: float) -> DrainResult:
+    """``HarnessRuntime.drain``: one drain over all owned work; raises when anything did not complete."""
+    result = await runtime._drainer.drain(timeout_s)  # the memory manager raises itself
+    if not result.ok:
+        raise MemoryDrainError(f"drain: {result.describe()}", result)
+    return result
 
 
 class HarnessResources:

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
+
+import anyio
 
 from .._config import ResolvedConfig, load_config
 from .._errors import ConfigError, ConfigIssue
 from .._plugins.registry import PluginRegistry
 from .._ports import PORT_KINDS
+from .bounded import ABANDON_GRACE_S
 from .build import create_harness_runtime
+from .lifecycle import close_owned
 from .recall_policy import current_session_recall_policy
 from .runtime import HarnessRuntime
 from .tools import ToolRegistry
 
-__all__ = ["build_runtime", "load_runtime"]
+__all__ = ["build_runtime", "close_built", "load_runtime"]
 
 
 def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None) -> HarnessRuntime:
@@ -25,12 +30,15 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
     goes to ``create_harness_runtime`` under its kind's factory argument (from
     :data:`~agentium_harness._ports.PORT_KINDS`). Building does no I/O: adapter
     factories must defer connections to first use. A factory that raises is
-    reported as a :class:`ConfigError` at the section's path. ``tools`` is the
+    reported as a :class:`ConfigError` at the section's path, and the adapters
+    already built are closed (bounded by ``close_timeout_s``), as they are when
+    the runtime itself is refused. ``tools`` is the
     host's tool registry (a config file never names code, so tools come from
     the host).
     """
     built: dict[str, Any] = {}
     issues: list[ConfigIssue] = []
+    close_s = resolved.config.runtime.limits.close_timeout_s
     for section, component in resolved.components().items():
         try:
             # Options from load_config already hold resolved paths; base_dir
@@ -41,6 +49,8 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
             continue
         built[PORT_KINDS[component.kind].factory_arg] = adapter
     if issues:
+        # What was built before the failure is closed, not leaked (its problems are listed too).
+        issues.extend(ConfigIssue("$", problem) for problem in close_built(list(built.values()), close_s))
         raise ConfigError(issues, resolved.source)
     runtime_cfg = resolved.config.runtime
     recall_cfg = resolved.config.recall
@@ -66,15 +76,51 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
         recall_args["completion_policy"] = verifier_cfg.policy
         recall_args["evidence_limits"] = verifier_cfg.budget
         recall_args["verify_timeout_s"] = verifier_cfg.timeout_s
-    return create_harness_runtime(
-        **built,
-        **recall_args,
-        limits=runtime_cfg.limits,
-        instructions=runtime_cfg.instructions,
-        tools=tools,
-        hooks=resolved.registry,
-        owned=list(built.values()),
-    )
+    try:
+        return create_harness_runtime(
+            **built,
+            **recall_args,
+            limits=runtime_cfg.limits,
+            instructions=runtime_cfg.instructions,
+            tools=tools,
+            hooks=resolved.registry,
+            owned=list(built.values()),
+        )
+    except BaseException as exc:
+        for problem in close_built(list(built.values()), close_s):
+            exc.add_note(problem)
+        raise
+
+
+def close_built(adapters: list[Any], timeout_s: float) -> list[str]:
+    """Close adapters a failed build made, each bounded by ``timeout_s``; the problems, if any.
+
+    ``build_runtime`` is synchronous (it may run inside a host's event loop),
+    so the closes run on an event loop of their own in a daemon thread, joined
+    for at most about ``timeout_s``. The adapters have done no I/O yet (factories
+    must defer it), so closing them away from the host's loop is safe.
+    """
+    closable = [a for a in adapters if callable(getattr(a, "aclose", None))]
+    if not closable:
+        return []
+    problems: list[str] = []
+
+    def closing() -> None:
+        try:
+            outcome = anyio.run(close_owned, closable, timeout_s)
+        except BaseException as exc:  # reported: nothing may escape a daemon thread
+            problems.append(f"closing the adapters built before the failure failed: {exc!r}")
+            return
+        problems.extend(
+            f"after the failed build, {problem}" for _adapter, problem in outcome if problem is not None
+        )
+
+    worker = threading.Thread(target=closing, name="agentium-build-cleanup", daemon=True)
+    worker.start()
+    worker.join(timeout_s + ABANDON_GRACE_S + 1.0)
+    if worker.is_alive():
+        problems.append(f"closing the adapters built before the failure did not finish within {timeout_s}s")
+    return list(problems)
 
 
 def load_runtime(

@@ -71,6 +71,9 @@ class OwnedWork:
         self._op_timeout_s = op_timeout_s
         self._jobs: dict[SessionKey, _Job] = {}
         self._last: dict[SessionKey, SummaryReport] = {}
+        # Updates that failed or were cancelled since the last drain (the latest per session),
+        # so a drain reports them even when they ended before it began.
+        self._unreported: dict[SessionKey, _Job] = {}
 
     def start(self, key: SessionKey, work: Work) -> None:
         """Run ``work`` in the background for ``key``; the caller has waited for any earlier job."""
@@ -83,7 +86,11 @@ class OwnedWork:
                     job.scope = scope
                     try:
                         state, notes = await work(job.ticket)
-                        job.report = SummaryReport(WorkStatus.COMPLETED, state, tuple(notes))
+                        notes = [*notes, *job.ticket.abandonment_diagnostics()]
+                        # The summarizer's failure is reported, not raised: it still failed the update.
+                        failed = any(n.severity is Severity.ERROR for n in notes)
+                        status = WorkStatus.FAILED if failed else WorkStatus.COMPLETED
+                        job.report = SummaryReport(status, state, tuple(notes))
                     except Exception as exc:
                         job.report = SummaryReport(
                             WorkStatus.FAILED,
@@ -103,6 +110,8 @@ class OwnedWork:
             finally:
                 if job.report is not None:
                     self._last[key] = job.report
+                    if job.report.status is not WorkStatus.COMPLETED:
+                        self._unreported[key] = job
                 if self._jobs.get(key) is job:
                     del self._jobs[key]
                 job.done.set()
@@ -134,3 +143,41 @@ class OwnedWork:
                 await job.done.wait()
         report = job.report
         return report.status if report is not None else WorkStatus.CANCELLED
+
+    async def drain(self, timeout_s: float) -> list[tuple[SessionKey, SummaryReport, bool]]:
+        """Settle every update for a drain: ``(key, report, stopped)`` for each it saw.
+
+        Waits half of ``timeout_s`` for the running updates — including those
+        started while it waits — cancels the rest and waits the other half for
+        them to stop. Reports every update it saw, plus each that failed or was
+        cancelled since the last drain; a report is given once.
+        """
+        each = max(0.0, timeout_s) / 2
+        seen: dict[int, tuple[SessionKey, _Job]] = {}
+
+        def look() -> None:
+            for key, job in self._jobs.items():
+                seen.setdefault(id(job), (key, job))
+
+        with anyio.move_on_after(each):
+            while self._jobs:
+                look()
+                await next(iter(self._jobs.values())).done.wait()
+        with anyio.move_on_after(each):
+            while self._jobs:
+                look()
+                for job in self._jobs.values():
+                    job.cancel("summary update cancelled: the runtime is draining")
+                await next(iter(self._jobs.values())).done.wait()
+        look()
+        for key, job in self._unreported.items():
+            seen.setdefault(id(job), (key, job))
+        self._unreported = {k: j for k, j in self._unreported.items() if not j.done.is_set()}
+        out: list[tuple[SessionKey, SummaryReport, bool]] = []
+        for key, job in seen.values():
+            if job.done.is_set() and job.report is not None:
+                out.append((key, job.report, True))
+            else:
+                note = Diagnostic("summary_cancelled", "did not stop after cancellation", Severity.WARNING)
+                out.append((key, SummaryReport(WorkStatus.CANCELLED, None, (note,)), False))
+        return out

@@ -62,7 +62,7 @@ from .arguments import (
     source_uncertainty,
 )
 from .checks import probe_adapters
-from .closing import HarnessResources, close_session, shutdown_runtime
+from .closing import CloseAttempt, HarnessResources, close_session, drain_runtime, shutdown_runtime
 from .commit import CommitOutcome, commit, index_archived
 from .hooks import HookBroadcaster
 from .lifecycle import Admission, LifecycleState, Ticket
@@ -179,6 +179,7 @@ class HarnessRuntime:
         # One place drains all owned work (R40): the memory manager's, with the summary jobs tracked in it.
         self._drainer = memory if memory is not None else MemoryWorkDrainer()
         self._drainer.track(OwnedWorkSource(self._work))
+        self._close_attempt: CloseAttempt | None = None
 
     @property
     def state(self) -> LifecycleState:
@@ -510,13 +511,13 @@ class HarnessRuntime:
     async def drain(self, timeout_s: float | None = None) -> DrainResult:
         """Wait for owned background work (summary updates, memory extraction, writes); say what happened.
 
-        Work still running after ``timeout_s`` (default ``settle_timeout_s``)
-        is cancelled. The result names each item completed, failed or
-        cancelled; any failure or cancellation raises
-        :class:`~agentium_harness._errors.MemoryDrainError` carrying it (R40).
+        Work started while it waits is waited for too; work still running
+        after ``timeout_s`` (default ``settle_timeout_s``) is cancelled. The
+        result names each item completed, failed (a summary update whose
+        summarizer failed included) or cancelled; any failure or cancellation
+        raises :class:`~agentium_harness._errors.MemoryDrainError` carrying it (R40).
         """
-        timeout = self.limits.settle_timeout_s if timeout_s is None else timeout_s
-        return await self._drainer.drain(timeout)
+        return await drain_runtime(self, self.limits.settle_timeout_s if timeout_s is None else timeout_s)
 
     async def verify(
         self,
@@ -568,15 +569,17 @@ class HarnessRuntime:
     async def aclose(self) -> None:
         """Refuse new operations, settle or cancel admitted ones, close owned adapters; bounded.
 
-        Waits up to ``settle_timeout_s`` for admitted operations, cancels what
-        is left (its caller gets :class:`RuntimeClosedError`; nothing of it is
-        committed) and gives it ``close_timeout_s`` to stop; then closes every
-        owned adapter, each bounded by ``close_timeout_s``, even when one of
-        them fails. Returns within about ``settle_timeout_s + 2 * close_timeout_s``
-        whatever an adapter does, as long as the adapter does not block the
-        event loop itself. Any failure raises :class:`RuntimeCloseError` listing
-        all of them; the runtime then stays ``closing`` and ``aclose()`` may be
-        called again to retry what failed. Borrowed adapters are never closed.
+        Waits up to ``settle_timeout_s`` for admitted operations and owned
+        background work, cancels what is left (its caller gets
+        :class:`RuntimeClosedError`; nothing of it is committed) and gives it
+        ``close_timeout_s`` to stop; then closes every owned adapter, each
+        bounded by ``close_timeout_s``, even when one of them fails. Returns
+        within about ``settle_timeout_s + 2 * close_timeout_s`` whatever an
+        adapter does (one blocked in a worker thread is abandoned), as long as
+        it does not block the event loop itself. Concurrent calls share one
+        attempt and its outcome. Any failure raises :class:`RuntimeCloseError`
+        listing all of them; the runtime then stays ``closing`` and ``aclose()``
+        may be called again to retry what failed. Borrowed adapters are never closed.
         """
         await shutdown_runtime(self)
 

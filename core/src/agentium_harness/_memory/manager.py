@@ -53,7 +53,7 @@ from .._ports.memory import (
 from .._scope import SessionKey, validate_id
 from .._validators import bounded_count, bounded_duration
 from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
-from .work import DrainResult, WorkSource, WorkTracker
+from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
 __all__ = ["HistoryOwner", "MemoryExtractor", "MemoryLimits", "MemoryManager"]
 
@@ -367,24 +367,28 @@ class MemoryManager:
 
         return self.start_work(name, "extraction", work)
 
-    async def drain(self, timeout_s: float | None = None) -> DrainResult:
+    async def drain(self, timeout_s: float | None = None, *, grace_s: float | None = None) -> DrainResult:
         """Wait for all owned and tracked work, cancel what outlasts ``timeout_s``; say what happened (R40).
 
-        Broadcasts a ``drained`` event. Raises :class:`MemoryDrainError`
-        carrying the :class:`DrainResult` when any item failed or was cancelled.
+        Work started while the drain waits is waited for too. Cancelled work
+        gets ``grace_s`` (default 2 s) to stop. Broadcasts a ``drained`` event.
+        Raises :class:`MemoryDrainError` carrying the :class:`DrainResult` when
+        any item failed or was cancelled.
         """
         timeout = self.limits.drain_timeout_s if timeout_s is None else timeout_s
-        result = await self._work.drain(timeout)
-        if self._hooks is not None:
-            event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
-            notes = await broadcast(
-                self._hooks, "agentium_memory_event", self.limits.drain_timeout_s, event=event
-            )
-            if notes:
-                result = attrs.evolve(result, notes=tuple(d.message for d in notes))
+        result = await self._work.drain(timeout, CANCEL_GRACE_S if grace_s is None else grace_s)
+        result = await self._announce_drain(result, self.limits.drain_timeout_s)
         if not result.ok:
             raise MemoryDrainError(f"memory drain: {result.describe()}", result)
         return result
+
+    async def _announce_drain(self, result: DrainResult, timeout_s: float) -> DrainResult:
+        """Broadcast the ``drained`` event (bounded by ``timeout_s``); hook failures go in ``notes``."""
+        if self._hooks is None:
+            return result
+        event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
+        notes = await broadcast(self._hooks, "agentium_memory_event", timeout_s, event=event)
+        return attrs.evolve(result, notes=tuple(d.message for d in notes)) if notes else result
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Refuse further calls and close the store if owned (bounded). Call :meth:`drain` first.

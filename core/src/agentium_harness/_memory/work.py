@@ -25,7 +25,7 @@ import anyio
 import attrs
 
 from .._engine.bounded import spawn
-from .._engine.owned_work import OwnedWork, WorkStatus
+from .._engine.owned_work import OwnedWork
 from .._errors import InvalidArgumentError
 
 __all__ = [
@@ -143,27 +143,23 @@ class OwnedWorkSource:
         return [f"summary update {k.key()}" for k in self._keys()]
 
     async def settle(self, timeout_s: float) -> Sequence[DrainItem]:
-        """Settle every running summary update concurrently (OwnedWork waits, then cancels)."""
-        items: list[DrainItem] = []
-        # OwnedWork.settle waits its timeout, cancels, then waits as long again.
-        each = max(0.0, timeout_s) / 2
+        """Settle the summary updates (OwnedWork waits half, cancels, waits the other half).
 
-        async def one(key: Any) -> None:
-            name = f"summary update {key.key()}"
-            status = await self._work.settle(key, each)
-            if status is None:
-                report = self._work.last_report(key)
-                status = report.status if report is not None else WorkStatus.COMPLETED
-            report = self._work.last_report(key)
-            detail = "; ".join(d.message for d in report.diagnostics) if report is not None else ""
-            stopped = not self._work.busy(key)
-            if not stopped:
-                detail = "did not stop after cancellation"
-            items.append(DrainItem(name, "summary", DrainStatus(status.value), detail, stopped))
-
-        async with anyio.create_task_group() as tg:
-            for key in self._keys():
-                tg.start_soon(one, key)
+        Updates started while it waits are covered too, and one that failed
+        or was cancelled since the last drain is reported even if it ended before.
+        """
+        items = []
+        for key, report, stopped in await self._work.drain(timeout_s):
+            detail = "; ".join(d.message for d in report.diagnostics)
+            items.append(
+                DrainItem(
+                    f"summary update {key.key()}",
+                    "summary",
+                    DrainStatus(report.status.value),
+                    detail,
+                    stopped,
+                )
+            )
         return sorted(items, key=lambda i: i.name)
 
 
@@ -243,20 +239,25 @@ class WorkTracker:
             raise InvalidArgumentError(f"drain timeout must be a number of seconds >= 0, got {timeout_s!r}")
         if math.isinf(timeout_s):
             raise InvalidArgumentError("drain timeout must be finite: a drain always ends")
-        pending = list(self._running.values())
         from_sources: list[DrainItem] = []
 
+        def cancel_running() -> None:
+            for item in self._running.values():
+                if not item.scope.cancel_called:
+                    item.detail = f"did not finish within {timeout_s}s; cancelled"
+                    item.scope.cancel()
+
         async def own() -> None:
+            # Work started while the drain waits (an extraction queuing its final
+            # write) is waited for too, then cancelled with the rest.
             with anyio.move_on_after(timeout_s):
-                for item in pending:
-                    await item.done.wait()
-            late = [i for i in pending if not i.done.is_set()]
-            for item in late:
-                item.detail = f"did not finish within {timeout_s}s; cancelled"
-                item.scope.cancel()
+                while self._running:
+                    await next(iter(self._running.values())).done.wait()
             with anyio.move_on_after(grace_s):
-                for item in late:
-                    await item.done.wait()
+                while self._running:
+                    cancel_running()
+                    await next(iter(self._running.values())).done.wait()
+            cancel_running()
 
         async def source(src: WorkSource) -> None:
             from_sources.extend(await src.settle(timeout_s))
@@ -267,9 +268,8 @@ class WorkTracker:
                 tg.start_soon(source, src)
         ended, self._ended = self._ended, []
         items = [i.item() for i in ended]
-        for item in pending:
-            if not item.done.is_set():
-                item.detail = "did not stop after cancellation; still tracked"
-                items.append(item.item(stopped=False))
+        for item in self._running.values():
+            item.detail = "did not stop after cancellation; still tracked"
+            items.append(item.item(stopped=False))
         items.extend(from_sources)
         return DrainResult(tuple(items), float(timeout_s))
