@@ -322,19 +322,28 @@ class SessionStoreContract(ContractSuite):
         """A stored snapshot changed behind the store's back raises ``SnapshotCorruptError`` on every load.
 
         Runs when ``corrupt_snapshot`` is provided. One row gets one letter of
-        a message changed (still valid data, only its digest disagrees), another
-        gets a number replaced by text. A failure means the store returned
-        damaged history (it does not call ``verify_snapshot`` or decodes
-        leniently), raised another error, or repaired or dropped the row.
+        a message changed (still valid data, only its digest disagrees), one
+        a number replaced by text, one a value nested 1,100 levels deep, one
+        a key written twice. A failure means the store returned damaged
+        history (it does not call ``verify_snapshot`` or decodes leniently),
+        raised another error (a ``RecursionError`` from an unbounded JSON
+        parser), or repaired or dropped the row: decode with
+        ``plugin_api.decode_snapshot``.
         """
         if corrupt_snapshot is None:
             pytest.skip("no corrupt_snapshot fixture: corruption detection is not checked")
         flipped, retyped = SessionKey("t", "u", "flipped"), SessionKey("t", "u", "retyped")
+        deep, doubled = SessionKey("t", "u", "deep"), SessionKey("t", "u", "doubled")
         await session_store.save(flipped, scoped_snapshot(flipped, " corruption-target"), None, OpContext())
-        await session_store.save(retyped, scoped_snapshot(retyped), None, OpContext())
+        for key in (retyped, deep, doubled):
+            await session_store.save(key, scoped_snapshot(key), None, OpContext())
         await call_hook(corrupt_snapshot, flipped, replace_once(b"corruption-target", b"corruption-tarGet"))
         await call_hook(corrupt_snapshot, retyped, replace_once(b'"boundary":5', b'"boundary":"5"'))
-        for key in (flipped, retyped):
+        nested = b"[" * 1100 + b"]" * 1100
+        await call_hook(corrupt_snapshot, deep, replace_once(b'"boundary":5', b'"boundary":5,"x":' + nested))
+        twice = replace_once(b'"boundary":5', b'"boundary":6,"boundary":5')
+        await call_hook(corrupt_snapshot, doubled, twice)
+        for key in (flipped, retyped, deep, doubled):
             for attempt in ("first", "second"):
                 with pytest.raises(SnapshotCorruptError):
                     loaded = await _load(session_store, key)
