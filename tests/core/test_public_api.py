@@ -43,6 +43,8 @@ HOST_NAMES = {
     "EffectLevel", "SourceBlock", "SourceKind", "Usage", "VerifiedIdentity", "RecallScope", "Scope",
     "SessionKey", "Message", "MessageGroup", "Role", "ToolCall", "RetainedRecord", "OpContext",
     "canonical_json", "digest_of", "__version__", "ConfigIssue",
+    # issue 21: what a run says about its commit, and why a committed turn has no answer
+    "CommitState", "TurnInterruption", "InterruptionCause",
 }  # fmt: skip
 
 

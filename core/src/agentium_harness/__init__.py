@@ -35,6 +35,7 @@ from ._engine.recall_view import ConditionalPublication, RecallView, source_view
 from ._engine.results import (
     CleanupReport,
     CleanupStatus,
+    CommitState,
     Diagnostic,
     EvictionStatus,
     RunResult,
@@ -95,7 +96,15 @@ from ._errors import (
     ToolNotGrantedError,
     UnsupportedOperationError,
 )
-from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall
+from ._history import (
+    InterruptionCause,
+    Message,
+    MessageGroup,
+    RetainedRecord,
+    Role,
+    ToolCall,
+    TurnInterruption,
+)
 from ._memory.agent import Agent, AgentReply, AgentState
 from ._memory.manager import MemoryExtractor, MemoryLimits, MemoryManager
 from ._memory.selection import MemorySelection, SelectionRequest, recent_and_relevant
@@ -207,6 +216,7 @@ __all__ = [
     "CapabilityError",
     "CleanupReport",
     "CleanupStatus",
+    "CommitState",
     "ConfigError",
     "ConfigIssue",
     "ContractViolationError",
@@ -221,6 +231,7 @@ __all__ = [
     "IdentityError",
     "InvalidArgumentError",
     "InvalidIdError",
+    "InterruptionCause",
     "LegacySnapshotError",
     "LifecycleState",
     "MemoryDrainError",
@@ -267,6 +278,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRegistry",
     "ToolStatus",
+    "TurnInterruption",
     "UnsupportedOperationError",
     "Usage",
     "VerifiedIdentity",

@@ -9,6 +9,10 @@ type) the error also derives from it, so ``except ValueError`` keeps working.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the engine's records import this module
+    from ._engine.results import CommitState, RunResult
 
 __all__ = [
     "PublicationRefusedError",
@@ -58,7 +62,20 @@ __all__ = [
 
 
 class AgentiumError(Exception):
-    """Root of every error raised on purpose by Agentium."""
+    """Root of every error raised on purpose by Agentium.
+
+    An error raised out of ``HarnessRuntime.run()`` says whether the turn was
+    committed: ``commit_state`` is ``not_committed``, ``committed`` or
+    ``unknown`` (a save failed and reading the session back could not settle
+    it). Once the session was loaded, ``run_result`` also reports what ran —
+    every tool call in ``tool_outcomes``, the model calls in ``usage`` —
+    with status ``interrupted``. Elsewhere both stay ``None``.
+    """
+
+    #: Whether the run's turn is in the session (set on errors raised out of ``run()``).
+    commit_state: CommitState | None = None
+    #: What the run did before it failed (set on errors raised out of ``run()`` after loading).
+    run_result: RunResult | None = None
 
 
 class InvalidIdError(AgentiumError, ValueError):
@@ -176,7 +193,13 @@ class RuntimeClosedError(AgentiumError):
 
 
 class SessionStoreError(AgentiumError):
-    """The session store could not complete an operation; nothing was committed by the failed call."""
+    """The session store could not complete an operation.
+
+    A store cannot always know whether a failed write landed (a lost reply, a
+    timeout after the backend accepted it). Out of ``run()``, the engine has
+    read the session back before raising, and ``commit_state`` says what it
+    found.
+    """
 
 
 class SessionConflictError(SessionStoreError):

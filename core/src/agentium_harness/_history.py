@@ -23,11 +23,13 @@ from ._validators import non_negative_int, str_tuple
 from ._verdicts import VerificationRecord
 
 __all__ = [
+    "InterruptionCause",
     "Message",
     "MessageGroup",
     "RetainedRecord",
     "Role",
     "ToolCall",
+    "TurnInterruption",
     "estimate_tokens",
 ]
 
@@ -86,6 +88,28 @@ class Message:
         return estimate_tokens(self.content) + extra + 4
 
 
+class InterruptionCause(enum.StrEnum):
+    """What stopped a turn after its tools had run."""
+
+    #: The provider failed (or answered out of contract) on a later step.
+    PROVIDER_FAILED = "provider_failed"
+    #: The recall policy stopped the turn at the commit fence.
+    RECALL_STOPPED = "recall_stopped"
+
+
+@attrs.frozen(slots=True)
+class TurnInterruption:
+    """Why a committed group has no final answer: the turn stopped after its tools had run.
+
+    Tools that ran changed the world, so their calls and results are
+    committed, never dropped; the model's answer (if it gave one) is not.
+    ``detail`` is the error or the policy's reason, cut to a bound.
+    """
+
+    cause: InterruptionCause = attrs.field(converter=InterruptionCause)
+    detail: str = ""
+
+
 @attrs.frozen(slots=True)
 class RetainedRecord:
     """What is kept with a committed group about how its answer was produced (R26).
@@ -93,13 +117,13 @@ class RetainedRecord:
     ``source_view_revision`` identifies the validated view of recalled sources,
     ``summary_policy``/``summary_version`` the summary that was in the request,
     ``uncertainty`` every caveat the run carried, and ``verification`` the
-    verdict, evidence and revision count of a verified completion. Later features fill the
-    optional fields; the shape is fixed now.
+    verdict, evidence and revision count of a verified completion, and
+    ``interruption`` why a group committed after its tools ran has no answer.
     """
 
     #: Left out of the encoding when ``None``: groups committed before
-    #: verification existed keep their bytes and digests.
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("verification",)
+    #: these fields existed keep their bytes and digests.
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("verification", "interruption")
 
     scope: Scope
     source_view_revision: str | None = None
@@ -108,6 +132,8 @@ class RetainedRecord:
     uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
     #: How the turn's completion was judged, when it was verified (R27).
     verification: VerificationRecord | None = None
+    #: Set when the turn stopped after its tools ran: the group holds what ran, not an answer.
+    interruption: TurnInterruption | None = None
 
 
 # A group is frozen, and a turn asks for its bytes many times (eviction

@@ -18,6 +18,7 @@ from ._validators import bounded_count, non_negative_int
 __all__ = [
     "MAX_EVIDENCE_BYTES",
     "MAX_EVIDENCE_ENTRIES",
+    "MAX_REASON_BYTES",
     "EvidenceEntry",
     "EvidenceLimits",
     "Verdict",
@@ -30,6 +31,9 @@ __all__ = [
 #: Hard ceilings on verification evidence (R30); configuration may narrow them, never widen them.
 MAX_EVIDENCE_ENTRIES = 32
 MAX_EVIDENCE_BYTES = 8192
+#: A verifier's free-text reason (or its error) is cut to this many UTF-8 bytes, marker included:
+#: it is kept in the retained record and shown to the model in a revision, like evidence.
+MAX_REASON_BYTES = 1024
 
 
 class Verdict(enum.StrEnum):

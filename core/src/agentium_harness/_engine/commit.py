@@ -36,7 +36,8 @@ from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
 from .resident import EvictionPlan, plan_eviction
-from .results import Diagnostic, EvictionStatus, Severity
+from .results import CommitState, Diagnostic, EvictionStatus, Severity
+from .settle import Settled, mark_commit_state, settle_save
 
 __all__ = [
     "CommitOutcome",
@@ -139,9 +140,21 @@ async def commit(
             divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
             eviction = EvictionStatus.DIVERGED
             diagnostics.append(_diverged_diagnostic(divergence))
-        except SessionConflictError:
-            raise
         except Exception as exc:
+            # The transaction may have landed although the call failed: settle that first, so a
+            # landed commit is neither reported failed nor retried into a conflict.
+            landed = plan.keep[0].seq if plan.keep else next_seq
+            digests = [(g.seq, g.digest) for g in plan.evict] if keep_receipts else []
+            kept = _kept_receipts(stored, digests)
+            saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept)
+            settled = await settle_save(
+                ticket, store, key, saved, _expected(stored), _new(stored, resident), exc
+            )
+            if settled.state is CommitState.COMMITTED:
+                found = await _landed_joint(ticket, archive, hooks, key, plan, landed, settled, exc)
+                return attrs.evolve(found, diagnostics=(*diagnostics, *found.diagnostics), receipts=kept)
+            if settled.state is CommitState.UNKNOWN or isinstance(exc, SessionConflictError):
+                raise mark_commit_state(exc, settled.state, settled.how)  # noqa: B904 - the same error, marked
             # The joint transaction failed for another reason: take the
             # ordinary path, which defers eviction if the archive really is down.
             outcome = await commit(
@@ -217,9 +230,7 @@ async def commit(
         )
     kept = _kept_receipts(stored, [(r.seq, r.digest) for r in receipts] if keep_receipts else [])
     snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept)
-    expected = None if stored is None else stored.revision
-    revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
-    _check_revision(revision, expected)
+    revision = await _save(ticket, store, key, snapshot, stored, _new(stored, resident), diagnostics)
     archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
         diagnostics.extend(
@@ -227,6 +238,103 @@ async def commit(
         )
     return CommitOutcome(
         revision, new_boundary, keep, receipts, eviction, tuple(diagnostics), archived_groups, kept
+    )
+
+
+def _expected(stored: StoredSnapshot | None) -> int | None:
+    """The revision a save must find (``None``: the session must not exist yet)."""
+    return None if stored is None else stored.revision
+
+
+def _new(stored: StoredSnapshot | None, resident: Sequence[MessageGroup]) -> tuple[MessageGroup, ...]:
+    """The groups this commit adds to the session (none for a maintenance flush)."""
+    first = stored.snapshot.next_seq if stored is not None else 0
+    return tuple(g for g in resident if g.seq >= first)
+
+
+async def _save(
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    snapshot: SessionSnapshot,
+    stored: StoredSnapshot | None,
+    new_groups: tuple[MessageGroup, ...],
+    diagnostics: list[Diagnostic],
+) -> int:
+    """Save with compare-and-set; a save that raises is settled by reading back before anything is said.
+
+    A save found to have landed returns its revision (diagnostic
+    ``save_settled``); otherwise the save's error is raised carrying
+    ``commit_state`` ``not_committed`` or ``unknown``.
+    """
+    expected = _expected(stored)
+    try:
+        revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
+        _check_revision(revision, expected)
+    except Exception as exc:
+        settled = await settle_save(ticket, store, key, snapshot, expected, new_groups, exc)
+        if settled.state is not CommitState.COMMITTED:
+            raise mark_commit_state(exc, settled.state, settled.how)  # noqa: B904 - the same error, marked
+        assert settled.revision is not None
+        broken = isinstance(exc, ContractViolationError)
+        diagnostics.append(
+            Diagnostic(
+                "save_settled",
+                f"the session save raised {type(exc).__name__}: {exc}; {settled.how}, so the turn is "
+                "committed" + ("; the session store broke its contract" if broken else ""),
+                Severity.ERROR if broken else Severity.WARNING,
+            )
+        )
+        return settled.revision
+    return revision
+
+
+async def _landed_joint(
+    ticket: Ticket,
+    archive: HistoryArchive,
+    hooks: HookBroadcaster | None,
+    key: SessionKey,
+    plan: EvictionPlan,
+    boundary: int,
+    settled: Settled,
+    exc: Exception,
+) -> CommitOutcome:
+    """The outcome of a joint commit that raised but had landed (read back): its receipts asked again.
+
+    The archive holds the groups (the store commits both or neither), so
+    appending them again is a no-op that returns their receipts; if even that
+    fails the commit stands and only the receipts are missing.
+    """
+    assert settled.revision is not None
+    notes = [
+        Diagnostic(
+            "save_settled",
+            f"the joint archive-and-save transaction raised {type(exc).__name__}: {exc}; {settled.how}, "
+            "so the turn is committed",
+            Severity.WARNING,
+        )
+    ]
+    receipts: tuple[ArchiveReceipt, ...] = ()
+    try:
+        receipts = await archive_groups(ticket, archive, key, plan.evict)
+    except Exception as again:
+        notes.append(
+            Diagnostic(
+                "archive_receipts_missing",
+                f"the archived groups' receipts could not be read again ({type(again).__name__}: {again})",
+                Severity.WARNING,
+            )
+        )
+    if receipts and hooks is not None:
+        notes.extend(await broadcast_archived(hooks, key, receipts, plan.evict, ticket.hook_timeout_s))
+    return CommitOutcome(
+        settled.revision,
+        boundary,
+        plan.keep,
+        receipts,
+        EvictionStatus.ARCHIVED,
+        tuple(notes),
+        plan.evict if receipts else (),
     )
 
 
@@ -259,7 +367,7 @@ async def _joint_commit(
     # which the receipts are checked against right after.
     kept = _kept_receipts(stored, [(g.seq, g.digest) for g in plan.evict] if keep_receipts else [])
     snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None, kept)
-    expected = None if stored is None else stored.revision
+    expected = _expected(stored)
     revision, raw = await ticket.call(
         "session commit with archive",
         lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),

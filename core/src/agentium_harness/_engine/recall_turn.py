@@ -34,7 +34,7 @@ from .recall_policy import (
     RecallStatus,
 )
 from .recall_view import source_view_revision
-from .results import Diagnostic, EvictionStatus, RunResult, RunStatus, Severity
+from .results import CommitState, Diagnostic, EvictionStatus, RunResult, RunStatus, Severity
 from .sources import SourceStatus
 
 __all__ = [
@@ -411,7 +411,7 @@ def uncommitted_result(
         ),
         diagnostics=tuple(diagnostics),
         recall=outcome,
-        committed=False,
+        commit_state=CommitState.NOT_COMMITTED,
     )
 
 

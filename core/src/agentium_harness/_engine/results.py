@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # recall_turn imports this module for Diagnostic
 __all__ = [
     "CleanupReport",
     "CleanupStatus",
+    "CommitState",
     "Diagnostic",
     "EvictionStatus",
     "RunResult",
@@ -52,7 +53,9 @@ class RunStatus(enum.StrEnum):
     COMPLETED = "completed"
     STEP_LIMIT = "step_limit"
     #: The recall policy stopped the run (``diagnostics`` say why; ``recall_assembly_omitted`` among them
-    #: when a clarification could not help). Nothing was committed.
+    #: when a clarification could not help). Nothing was committed, unless the commit fence stopped a
+    #: turn whose tools had already run: its tool calls and results are then committed without the
+    #: answer (``commit_state`` ``committed``, ``retained.interruption`` says why).
     STOPPED = "stopped"
     #: The recall policy asks a clarification and no clarifier was given; ``output`` is the question.
     #: Nothing was committed.
@@ -60,6 +63,22 @@ class RunStatus(enum.StrEnum):
     #: The turn completed, but its completion was verified and not accepted (verdict ``fail`` or
     #: ``unknown``; ``verification`` says why). The turn is committed, with the verdict in its record.
     NOT_ACCEPTED = "not_accepted"
+    #: The run raised an error after it had started. Seen only on the ``run_result`` attached to that
+    #: error: ``commit_state`` says whether what ran was committed, ``tool_outcomes`` and ``usage`` what ran.
+    INTERRUPTED = "interrupted"
+
+
+class CommitState(enum.StrEnum):
+    """Whether a run's turn is in the session, on ``RunResult`` and on every error ``run()`` raises.
+
+    ``unknown`` is said only when a save failed and reading the session back
+    (bounded) could not settle it: inspect the session before retrying, or the
+    turn may be duplicated.
+    """
+
+    COMMITTED = "committed"
+    NOT_COMMITTED = "not_committed"
+    UNKNOWN = "unknown"
 
 
 class EvictionStatus(enum.StrEnum):
@@ -83,8 +102,12 @@ class RunResult:
     was verified (also kept in ``retained``).
 
     A run the recall policy ended early (status ``stopped`` or
-    ``needs_clarification``) has ``committed=False`` and ``group_seq=None``;
-    the other fields then describe the session as it was loaded.
+    ``needs_clarification``) has ``commit_state=not_committed`` and
+    ``group_seq=None``; the other fields then describe the session as it was
+    loaded. A turn stopped at the commit fence after its tools had run is
+    committed without its answer (``retained.interruption`` says why).
+    ``tool_outcomes`` and ``usage`` always report every tool call and model
+    call the run made, committed or not.
     """
 
     output: str
@@ -101,11 +124,18 @@ class RunResult:
     retained: RetainedRecord
     diagnostics: tuple[Diagnostic, ...] = ()
     recall: RecallOutcome | None = None
-    committed: bool = True
+    #: Whether the turn is in the session (see :class:`CommitState`).
+    commit_state: CommitState = CommitState.COMMITTED
+    #: ``commit_state is CommitState.COMMITTED``, kept for hosts and the ``--json`` form.
+    committed: bool = attrs.field(init=False)
     #: The session's task summary after this run (``None`` without summaries or before the first one).
     summary: SummaryState | None = None
     #: How the completion was judged (``None`` when the run did not ask for verification).
     verification: VerificationRecord | None = None
+
+    @committed.default
+    def _committed(self) -> bool:
+        return self.commit_state is CommitState.COMMITTED
 
     def has(self, code: str) -> bool:
         """True if a diagnostic with ``code`` was recorded."""

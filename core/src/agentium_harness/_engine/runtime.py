@@ -31,17 +31,14 @@ Maintenance outside a turn — flush, migrate, inspect, reconcile — is in
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
 
-from .._errors import (
-    InvalidArgumentError,
-    PublicationRefusedError,
-    SessionDivergedError,
-)
-from .._history import Message, MessageGroup, RetainedRecord
+from .._errors import AgentiumError, InvalidArgumentError, SessionDivergedError
+from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
 from .._memory.manager import MemoryManager
 from .._memory.work import DrainResult, OwnedWorkSource
 from .._memory.work import WorkTracker as MemoryWorkDrainer
@@ -49,21 +46,13 @@ from .._ports.archive import HistoryArchive
 from .._ports.provider import ModelProvider, SourceBlock
 from .._ports.recall import RecallLimits, RecallStore
 from .._ports.sessions import SessionStore
-from .._ports.summary import Summarizer, SummaryLimits, SummaryState
+from .._ports.summary import Summarizer, SummaryLimits
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._verdicts import EvidenceLimits, VerificationRecord
-from .arguments import (
-    check_completion,
-    check_grants,
-    check_sources,
-    check_user_input,
-    run_scope,
-    source_uncertainty,
-)
+from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
 from .checks import probe_adapters
 from .closing import CloseAttempt, HarnessResources, close_session, drain_runtime, shutdown_runtime
-from .commit import CommitOutcome, commit, index_archived
 from .hooks import HookBroadcaster
 from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
@@ -79,6 +68,7 @@ from .maintenance import (
 )
 from .memory_sources import harness_memory_blocks
 from .owned_work import OwnedWork
+from .progress import RunProgress, failed_run, with_result
 from .recall_policy import RecallPolicy, current_session_recall_policy
 from .recall_turn import (
     Clarifier,
@@ -89,16 +79,16 @@ from .recall_turn import (
     recall_before_dispatch,
     uncommitted_result,
 )
-from .recall_view import ConditionalPublication, RecallView, publish
+from .recall_view import ConditionalPublication
 from .results import CleanupReport, Diagnostic, RunResult, RunStatus, Severity
 from .sources import assemble_sources
-from .summary import GroupReader, summarize_after_commit, summary_block
+from .summary import GroupReader, summary_block
 from .tools import ToolRegistry
-from .turn import TurnOutcome, run_turn
+from .turn import TurnInterrupted, TurnOutcome, executed, run_turn
+from .turn_commit import commit_turn, interruption, retained_record
 from .verification import (
     REVISION_REQUEST,
     CompletionPolicy,
-    final_answer,
     verified_completion_policy,
     verify_completed_turn,
     verify_on_demand,
@@ -220,20 +210,36 @@ class HarnessRuntime:
         and changes nothing when admission, loading, the provider or the
         snapshot save fails.
         """
-        if clarify is not None and not callable(clarify):
-            raise InvalidArgumentError(f"clarify must be an async callable, got {type(clarify).__name__}")
-        scope = run_scope(identity, session_id, recall_scope)
-        check_user_input(user_input)
-        granted = check_grants(grants)
-        offered = check_sources(sources)
-        policy = check_completion(completion, self.completion_policy, self.verifier)
-        key = scope.session_key
-        async with self._admission.admit(key, "run") as ticket:
-            return ticket.report(
-                await self._run_admitted(
-                    ticket, scope, user_input, attest_legacy_memory_scope, granted, offered, clarify, policy
+        progress = RunProgress()
+        ticket: Ticket | None = None
+        try:
+            if clarify is not None and not callable(clarify):
+                raise InvalidArgumentError(f"clarify must be an async callable, got {type(clarify).__name__}")
+            scope = run_scope(identity, session_id, recall_scope)
+            check_user_input(user_input)
+            granted = check_grants(grants)
+            offered = check_sources(sources)
+            policy = check_completion(completion, self.completion_policy, self.verifier)
+            async with self._admission.admit(scope.session_key, "run") as ticket:
+                return ticket.report(
+                    await self._run_admitted(
+                        ticket,
+                        scope,
+                        user_input,
+                        attest_legacy_memory_scope,
+                        granted,
+                        offered,
+                        clarify,
+                        policy,
+                        progress,
+                    )
                 )
-            )
+        except AgentiumError as exc:
+            # Every error says whether the turn was committed, and what ran before it (docs/runtime.md).
+            error = failed_run(exc, progress)
+            if ticket is not None and error.run_result is not None:
+                error.run_result = ticket.report(error.run_result)
+            raise error  # noqa: B904 - the same error, marked
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
     async def _run_admitted(
@@ -244,8 +250,9 @@ class HarnessRuntime:
         attest_legacy: bool,
         granted: frozenset[str],
         offered: tuple[SourceBlock, ...],
-        clarify: Clarifier | None = None,
-        policy: CompletionPolicy | None = None,
+        clarify: Clarifier | None,
+        policy: CompletionPolicy | None,
+        progress: RunProgress,
     ) -> RunResult:
         started_at = time.time()
         key = scope.session_key
@@ -261,7 +268,9 @@ class HarnessRuntime:
                 f"{list(snap.divergence.seqs)[:5]}; reconcile it first (agentium session reconcile, "
                 "or runtime.reconcile_session); nothing was run"
             )
-        diagnostics: list[Diagnostic] = list(earlier.diagnostics) if earlier is not None else []
+        progress.scope, progress.stored, progress.snap = scope, stored, snap
+        diagnostics = progress.diagnostics
+        diagnostics.extend(earlier.diagnostics if earlier is not None else ())
         if snap.memory_scope is None:
             diagnostics.append(
                 Diagnostic(
@@ -283,6 +292,7 @@ class HarnessRuntime:
                 clarify_timeout_s=self.limits.op_timeout_s,
             )
             diagnostics.extend(step.diagnostics)
+            progress.recall = step.outcome
             if step.end is not None:
                 status = (
                     RunStatus.NEEDS_CLARIFICATION
@@ -291,8 +301,8 @@ class HarnessRuntime:
                 )
                 return uncommitted_result(scope, stored, snap, status, step.question, step, diagnostics)
         summary = snap.summary if self.summarizer is not None else None
-        has_text = summary is not None and bool(summary.summary.text)
-        summary_sources = (summary_block(key, summary),) if summary is not None and has_text else ()
+        in_request = summary if summary is not None and summary.summary.text else None
+        summary_sources = (summary_block(key, in_request),) if in_request is not None else ()
         assembly = assemble_sources(offered, self.limits.source_tokens)
         for source_id in assembly.omitted:
             diagnostics.append(
@@ -313,148 +323,109 @@ class HarnessRuntime:
             *assembly.included,
         )
         prior, opening = opening_messages(user_input, step)
-        turn = await run_turn(
+        ask = partial(
+            run_turn,
             ticket,
             provider=self.provider,
             tools=self.tools,
             limits=self.limits,
             instructions=self.instructions,
-            sources=request_sources,
             history=history,
-            user_input=opening,
             granted=granted,
-            prior=prior,
         )
         verification: VerificationRecord | None = None
-        if policy is not None and self.verifier is not None:
 
-            async def rerun(prior: tuple[Message, ...], block: SourceBlock, refuse: bool) -> TurnOutcome:
-                return await run_turn(
-                    ticket,
-                    provider=self.provider,
-                    tools=self.tools,
-                    limits=self.limits,
-                    instructions=self.instructions,
-                    sources=(*request_sources, block),
-                    history=history,
-                    user_input=REVISION_REQUEST,
-                    granted=granted,
-                    prior=prior,
-                    refuse_write_effects=refuse,
-                )
-
-            turn, verification, verify_notes = await verify_completed_turn(
-                ticket,
-                turn,
-                rerun,
-                verifier=self.verifier,
-                policy=policy,
-                limits=self.evidence_limits,
-                scope=scope,
-                started_at=started_at,
-                timeout_s=self.verify_timeout_s,
+        def retained(stopped: TurnInterruption | None = None) -> RetainedRecord:
+            return retained_record(
+                scope,
+                recall=progress.recall,
+                summary=in_request,
+                omitted_sources=assembly.omitted,
+                verification=verification,
+                stopped=stopped,
             )
-            diagnostics.extend(verify_notes)
+
+        async def commit_as(turn: TurnOutcome, status: RunStatus, record: RetainedRecord) -> RunResult:
+            return await commit_turn(
+                self,
+                ticket,
+                progress,
+                scope=scope,
+                turn=turn,
+                retained=record,
+                summary=summary,
+                status=status,
+                sources=assembly.status,
+            )
+
+        try:
+            turn = await ask(sources=request_sources, user_input=opening, prior=prior)
+            if policy is not None and self.verifier is not None:
+
+                async def rerun(
+                    prior: tuple[Message, ...], block: SourceBlock, refuse: bool, steps: int
+                ) -> TurnOutcome:
+                    return await ask(
+                        sources=(*request_sources, block),
+                        user_input=REVISION_REQUEST,
+                        prior=prior,
+                        refuse_write_effects=refuse,
+                        max_steps=steps,
+                    )
+
+                turn, verification, verify_notes = await verify_completed_turn(
+                    ticket,
+                    turn,
+                    rerun,
+                    verifier=self.verifier,
+                    policy=policy,
+                    limits=self.evidence_limits,
+                    scope=scope,
+                    started_at=started_at,
+                    timeout_s=self.verify_timeout_s,
+                    max_steps=self.limits.max_steps,
+                )
+                diagnostics.extend(verify_notes)
+        except TurnInterrupted as stop:
+            # A model call failed mid-turn. Tools that already ran are committed, never dropped;
+            # the error is raised either way, carrying what ran and whether it was committed.
+            progress.turn = stop.partial
+            diagnostics.extend(stop.partial.diagnostics)
+            if not executed(stop.partial):
+                raise stop.error from stop.error.__cause__
+            why = interruption(
+                InterruptionCause.PROVIDER_FAILED, f"{type(stop.error).__name__}: {stop.error}"
+            )
+            try:
+                done = await commit_as(stop.partial, RunStatus.INTERRUPTED, retained(why))
+            except AgentiumError as failed:
+                diagnostics.append(
+                    Diagnostic(
+                        "interrupted_commit_failed", f"{type(failed).__name__}: {failed}", Severity.ERROR
+                    )
+                )
+                raise failed_run(stop.error, progress) from stop.error.__cause__
+            raise with_result(stop.error, done) from stop.error.__cause__
+        progress.turn = turn
         diagnostics.extend(turn.diagnostics)
-        recall_outcome = step.outcome if step is not None else None
-        if step is not None and recall_outcome is not None and self.recall is not None:
-            recall_outcome, stop, fence_notes = await recall_before_commit(
+        if step is not None and progress.recall is not None and self.recall is not None:
+            progress.recall, stop_run, fence_notes = await recall_before_commit(
                 ticket,
                 store=self.recall,
                 scope=scope,
                 limits=self.recall_limits,
                 policy=self.recall_policy,
-                outcome=recall_outcome,
+                outcome=progress.recall,
             )
             diagnostics.extend(fence_notes)
-            if stop:
-                step = attrs.evolve(step, outcome=recall_outcome)
-                return uncommitted_result(scope, stored, snap, RunStatus.STOPPED, "", step, diagnostics)
-        retained = RetainedRecord(
-            scope=scope,
-            source_view_revision=recall_outcome.source_view_revision if recall_outcome is not None else None,
-            summary_policy=summary.summary.policy if summary_sources and summary else None,
-            summary_version=summary.summary.version if summary_sources and summary else None,
-            uncertainty=(
-                *source_uncertainty(assembly.omitted),
-                *(recall_outcome.uncertainty if recall_outcome else ()),
-            ),
-            verification=verification,
-        )
-        group = MessageGroup(seq=snap.next_seq, messages=turn.messages, retained=retained)
-        done: list[CommitOutcome] = []
-
-        async def do_commit() -> None:
-            if done:
-                raise PublicationRefusedError("the publication hook called commit() twice")
-            done.append(
-                await commit(
-                    ticket,
-                    archive=self.archive,
-                    store=self.session_store,
-                    hooks=self._hooks,
-                    limits=self.limits.resident,
-                    key=key,
-                    scope=scope,
-                    stored=stored,
-                    resident=(*snap.resident, group),
-                    boundary=snap.boundary,
-                    next_seq=snap.next_seq + 1,
-                    keep_receipts=self.summarizer is not None,
-                )
-            )
-
-        if self.publication is not None and recall_outcome is not None and recall_outcome.included:
-            view = RecallView(scope, recall_outcome.included, recall_outcome.source_view_revision or "")
-            await publish(self.publication, view, do_commit, done, self.limits.op_timeout_s * 3)
-        else:
-            await do_commit()
-        outcome = done[0]
-        diagnostics.extend(outcome.diagnostics)
-        if outcome.archived_groups:
-            diagnostics.extend(
-                await index_archived(self.recall, ticket, key, outcome.archived_groups, outcome.archived)
-            )
-        revision = outcome.revision
-        if self.summarizer is not None and self._summary_reader is not None:
-            summarizer, reader, limits = self.summarizer, self._summary_reader, self.summary_limits
-
-            async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
-                return await summarize_after_commit(
-                    on,
-                    summarizer=summarizer,
-                    reader=reader,
-                    store=self.session_store,
-                    key=key,
-                    current=summary,
-                    outcome=outcome,
-                    limits=limits,
-                )
-
-            if limits.background:
-                self._work.start(key, lambda on: _state_and_notes(summarize(on)))
-            else:
-                revision, summary, notes = await summarize(ticket)
-                diagnostics.extend(notes)
-        output = final_answer(turn.messages)
-        return RunResult(
-            output=output,
-            status=turn.status,
-            eviction=outcome.eviction,
-            sources=assembly.status,
-            group_seq=group.seq,
-            boundary=outcome.boundary,
-            resident_groups=len(outcome.resident),
-            snapshot_revision=revision,
-            archived=outcome.archived,
-            tool_outcomes=turn.tool_outcomes,
-            usage=turn.usage,
-            retained=retained,
-            diagnostics=tuple(diagnostics),
-            recall=recall_outcome,
-            summary=summary,
-            verification=verification,
-        )
+            if stop_run:
+                if executed(turn):
+                    why = interruption(InterruptionCause.RECALL_STOPPED, progress.recall.reason or "stopped")
+                    return await commit_as(turn, RunStatus.STOPPED, retained(why))
+                step = attrs.evolve(step, outcome=progress.recall)
+                stopped = uncommitted_result(scope, stored, snap, RunStatus.STOPPED, "", step, diagnostics)
+                return attrs.evolve(stopped, tool_outcomes=turn.tool_outcomes, usage=turn.usage)
+        return await commit_as(turn, turn.status, retained())
 
     # -- inspection and maintenance ------------------------------------------
 
@@ -571,7 +542,7 @@ class HarnessRuntime:
 
         Waits up to ``settle_timeout_s`` for admitted operations and owned
         background work, cancels what is left (its caller gets
-        :class:`RuntimeClosedError`; nothing of it is committed) and gives it
+        :class:`RuntimeClosedError` saying, in ``commit_state``, whether it committed) and gives it
         ``close_timeout_s`` to stop; then closes every owned adapter, each
         bounded by ``close_timeout_s``, even when one of them fails. Returns
         within about ``settle_timeout_s + 2 * close_timeout_s`` whatever an
@@ -588,10 +559,3 @@ class HarnessRuntime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-
-async def _state_and_notes(
-    work: Awaitable[tuple[int, SummaryState | None, list[Diagnostic]]],
-) -> tuple[SummaryState | None, list[Diagnostic]]:
-    _, state, notes = await work
-    return state, notes

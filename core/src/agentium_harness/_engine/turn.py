@@ -16,6 +16,7 @@ import attrs
 
 from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unstructure
 from .._errors import (
+    AgentiumError,
     ContractViolationError,
     OperationTimeoutError,
     ProviderError,
@@ -31,18 +32,56 @@ from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 
-__all__ = ["TurnOutcome", "run_turn"]
+__all__ = ["TurnInterrupted", "TurnOutcome", "executed", "merge_turns", "run_turn"]
 
 
 @attrs.frozen(slots=True)
 class TurnOutcome:
-    """The messages of the turn and how it ended."""
+    """The messages of the turn, how it ended, and how many model calls (``steps``) it made."""
 
     messages: tuple[Message, ...]
     status: RunStatus
     tool_outcomes: tuple[ToolOutcome, ...]
     usage: Usage
     diagnostics: tuple[Diagnostic, ...]
+    steps: int = 0
+
+
+class TurnInterrupted(Exception):
+    """A model call failed mid-turn: ``error`` is what to raise, ``partial`` the turn up to it.
+
+    ``partial`` holds every message, tool outcome and model call made before
+    the failure, so tools that already ran are never dropped (the runtime
+    commits them) and the usage is still reported.
+    """
+
+    def __init__(self, error: AgentiumError, partial: TurnOutcome) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.partial = partial
+
+
+def executed(turn: TurnOutcome) -> bool:
+    """True when a tool handler ran in ``turn`` (ok, failed or timed out): it may have had effects."""
+    return any(
+        o.status in (ToolStatus.OK, ToolStatus.FAILED, ToolStatus.TIMED_OUT) for o in turn.tool_outcomes
+    )
+
+
+def merge_turns(first: TurnOutcome, more: TurnOutcome) -> TurnOutcome:
+    """``more`` (which continued ``first``: its messages include ``first``'s) with both turns' counts."""
+    return TurnOutcome(
+        messages=more.messages,
+        status=more.status,
+        tool_outcomes=(*first.tool_outcomes, *more.tool_outcomes),
+        usage=Usage(
+            input_tokens=(first.usage.input_tokens or 0) + (more.usage.input_tokens or 0),
+            output_tokens=(first.usage.output_tokens or 0) + (more.usage.output_tokens or 0),
+            estimated=first.usage.estimated or more.usage.estimated,
+        ),
+        diagnostics=(*first.diagnostics, *more.diagnostics),
+        steps=first.steps + more.steps,
+    )
 
 
 async def run_turn(
@@ -58,14 +97,18 @@ async def run_turn(
     granted: frozenset[str],
     prior: tuple[Message, ...] = (),
     refuse_write_effects: bool = False,
+    max_steps: int | None = None,
 ) -> TurnOutcome:
     """Call the provider until it answers without tool calls, at most ``max_steps`` times.
 
-    ``prior`` continues a turn already under way (a verification revision):
-    its messages stay first and ``user_input`` follows them. With
+    ``max_steps`` defaults to the limits'; a verification revision passes what
+    the run has left. ``prior`` continues a turn already under way (a
+    revision): its messages stay first and ``user_input`` follows them. With
     ``refuse_write_effects``, a granted tool whose effect is ``write`` is
-    refused and recorded instead of run (R31).
+    refused and recorded instead of run (R31). A failing model call raises
+    :class:`TurnInterrupted` with the turn so far.
     """
+    steps = limits.max_steps if max_steps is None else max_steps
     may_call_tools = bool(getattr(getattr(type(provider), "capabilities", None), "tool_calls", False))
     diagnostics: list[Diagnostic] = []
     turn: list[Message] = [*prior, Message(Role.USER, user_input)]
@@ -74,12 +117,25 @@ async def run_turn(
     estimated = False
     status = RunStatus.STEP_LIMIT
     specs = tools.specs(granted)
-    for _step in range(limits.max_steps):
+    made = 0
+    for _step in range(steps):
         request = ModelRequest(
             instructions=instructions, sources=sources, history=history, turn=tuple(turn), tools=specs
         )
-        response = await _complete(ticket, provider, request)
-        reply = _check_response(response, may_call_tools)
+        try:
+            response = await _complete(ticket, provider, request)
+            reply = _check_response(response, may_call_tools)
+        except AgentiumError as exc:
+            partial = TurnOutcome(
+                tuple(turn),
+                RunStatus.INTERRUPTED,
+                tuple(outcomes),
+                Usage(input_tokens=usage_in, output_tokens=usage_out, estimated=estimated),
+                tuple(diagnostics),
+                made,
+            )
+            raise TurnInterrupted(exc, partial) from exc
+        made += 1
         usage = response.usage
         if usage.input_tokens is None:
             usage_in += request.estimated_tokens
@@ -109,9 +165,7 @@ async def run_turn(
                 diagnostics.append(Diagnostic(code, outcome.detail, Severity.WARNING))
             turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
     if status is RunStatus.STEP_LIMIT:
-        diagnostics.append(
-            Diagnostic("step_limit", f"stopped after {limits.max_steps} model calls", Severity.WARNING)
-        )
+        diagnostics.append(Diagnostic("step_limit", f"stopped after {made} model call(s)", Severity.WARNING))
     if estimated:
         diagnostics.append(
             Diagnostic(
@@ -125,6 +179,7 @@ async def run_turn(
         tool_outcomes=tuple(outcomes),
         usage=Usage(input_tokens=usage_in, output_tokens=usage_out, estimated=estimated),
         diagnostics=tuple(diagnostics),
+        steps=made,
     )
 
 

@@ -24,11 +24,13 @@ import attrs
 
 from .._errors import InvalidArgumentError, OperationTimeoutError
 from .._history import Message, Role
-from .._ports.provider import SourceBlock, SourceKind, Usage
+from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
+from .._text import cut_text
 from .._validators import bounded_count
 from .._verdicts import (
+    MAX_REASON_BYTES,
     EvidenceEntry,
     EvidenceLimits,
     Verdict,
@@ -39,7 +41,7 @@ from .._verdicts import (
 )
 from .lifecycle import Ticket
 from .results import Diagnostic, RunStatus, Severity
-from .turn import TurnOutcome
+from .turn import TurnInterrupted, TurnOutcome, merge_turns
 
 __all__ = [
     "MAX_REVISIONS_CEILING",
@@ -146,12 +148,14 @@ async def verify_turn(
     started_at: float,
     timeout_s: float,
     revise: Reviser,
+    steps_left: Callable[[], int] | None = None,
 ) -> tuple[VerificationRecord, list[Diagnostic]]:
     """Verify ``answer``, revising as the policy allows; the record of every attempt.
 
     The evidence budget is the turn's: each attempt gets what earlier attempts
     left, and an attempt that would start with nothing left is not made (the
-    turn stops on the last verdict, noted in diagnostics).
+    turn stops on the last verdict, noted in diagnostics). So is the step
+    budget: with ``steps_left`` at 0 no revision is asked for.
     """
     diagnostics: list[Diagnostic] = []
     attempts: list[VerificationAttempt] = []
@@ -194,6 +198,16 @@ async def verify_turn(
                 )
             )
             break
+        if steps_left is not None and steps_left() <= 0:
+            diagnostics.append(
+                Diagnostic(
+                    "step_budget_exhausted",
+                    "the run's max_steps model calls are used up, so no revision can run; "
+                    "the completion is not accepted",
+                    Severity.WARNING,
+                )
+            )
+            break
         revision += 1
         diagnostics.append(
             Diagnostic("revision_requested", f"verification failed ({attempt.reason}); revision {revision}")
@@ -226,8 +240,9 @@ async def verify_turn(
     return record, diagnostics
 
 
-#: Run the model again: ``(turn so far, feedback block, refuse write effects) -> the continued turn``.
-Rerun = Callable[[tuple[Message, ...], SourceBlock, bool], Awaitable[TurnOutcome]]
+#: Run the model again: ``(turn so far, feedback block, refuse write effects, model calls left)``
+#: ``-> the continued turn``.
+Rerun = Callable[[tuple[Message, ...], SourceBlock, bool, int], Awaitable[TurnOutcome]]
 
 
 async def verify_completed_turn(
@@ -241,11 +256,16 @@ async def verify_completed_turn(
     scope: Scope,
     started_at: float,
     timeout_s: float,
+    max_steps: int,
 ) -> tuple[TurnOutcome, VerificationRecord | None, list[Diagnostic]]:
     """Verify a finished turn; the turn (with any revisions appended) and the record.
 
     A turn that did not complete (step limit) has no candidate: it is not
     verified (record ``None``) and a ``not_verified`` diagnostic says so.
+    Revisions share the run's ``max_steps`` with the turn: a revision gets
+    the model calls the run has left, and none is asked for when none are
+    left. A model call failing in a revision raises :class:`TurnInterrupted`
+    with the whole turn so far.
     """
     if turn.status is not RunStatus.COMPLETED:
         note = Diagnostic(
@@ -258,18 +278,13 @@ async def verify_completed_turn(
 
     async def revise(revision: int, block: SourceBlock) -> str | None:
         nonlocal current
-        more = await rerun(current.messages, block, not policy.allow_revision_effects)
-        current = TurnOutcome(
-            messages=more.messages,
-            status=more.status,
-            tool_outcomes=(*current.tool_outcomes, *more.tool_outcomes),
-            usage=Usage(
-                input_tokens=(current.usage.input_tokens or 0) + (more.usage.input_tokens or 0),
-                output_tokens=(current.usage.output_tokens or 0) + (more.usage.output_tokens or 0),
-                estimated=current.usage.estimated or more.usage.estimated,
-            ),
-            diagnostics=(*current.diagnostics, *more.diagnostics),
-        )
+        try:
+            more = await rerun(
+                current.messages, block, not policy.allow_revision_effects, max_steps - current.steps
+            )
+        except TurnInterrupted as stop:
+            raise TurnInterrupted(stop.error, merge_turns(current, stop.partial)) from stop.error
+        current = merge_turns(current, more)
         return final_answer(more.messages) if more.status is RunStatus.COMPLETED else None
 
     record, notes = await verify_turn(
@@ -282,6 +297,7 @@ async def verify_completed_turn(
         started_at=started_at,
         timeout_s=timeout_s,
         revise=revise,
+        steps_left=lambda: max_steps - current.steps,
     )
     status = RunStatus.COMPLETED if record.accepted else RunStatus.NOT_ACCEPTED
     return attrs.evolve(current, status=status), record, notes
@@ -363,7 +379,7 @@ async def _attempt(
             Diagnostic("verifier_timeout", detail, Severity.WARNING)
         ]
     except Exception as exc:  # a verifier's failure is an unknown verdict, never an accepted one
-        detail = f"the verifier failed: {type(exc).__name__}: {exc}"
+        detail, _ = cut_text(f"the verifier failed: {type(exc).__name__}: {exc}", MAX_REASON_BYTES)
         return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
             Diagnostic("verifier_failed", detail, Severity.WARNING)
         ]
@@ -373,6 +389,16 @@ async def _attempt(
             Diagnostic("verifier_contract", detail, Severity.WARNING)
         ]
     notes: list[Diagnostic] = []
+    # The reason is free text kept in the record and shown to the model: bounded like the evidence.
+    reason, cut = cut_text(result.reason, MAX_REASON_BYTES)
+    if cut:
+        notes.append(
+            Diagnostic(
+                "verifier_reason_cut",
+                f"the verifier's reason was cut to {MAX_REASON_BYTES} bytes ({cut} bytes left out)",
+                Severity.WARNING,
+            )
+        )
     kept, omitted = fit_evidence(result.evidence, max_entries, max_bytes)
     if omitted:
         notes.append(
@@ -391,4 +417,4 @@ async def _attempt(
             f"in {elapsed:.3f}s",
         )
     )
-    return VerificationAttempt(revision, result.verdict, result.reason, kept, omitted), notes
+    return VerificationAttempt(revision, result.verdict, reason, kept, omitted), notes

@@ -1,0 +1,183 @@
+"""Settling a save whose outcome is unknown: read the session back before saying what happened.
+
+A session save that raises has not necessarily failed: a store may lose the
+reply to a write the backend accepted (a timeout, a dropped connection, a
+retried conditional write that then sees its own first attempt as a
+conflict). Reporting "nothing was committed" then makes a host retry a turn
+that is already there. So every failed save is settled here, bounded, before
+the run reports: the session is read back and
+
+- holds the snapshot that was saved (its digest), or a later one that still
+  holds the new groups → ``committed``;
+- holds another revision than the one the save expected, without the new
+  groups → ``not_committed`` (the compare-and-set save can never land now);
+- still holds the revision the save expected, seen twice a moment apart →
+  ``not_committed`` (a store must not commit after its call returned, see
+  the port's ``save``) — unless the engine had to abandon the save in a
+  worker thread, which may still land: then ``unknown``;
+- cannot be read, or answers nonsense, within :data:`READS` reads → ``unknown``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import attrs
+
+from .._errors import AgentiumError, OperationTimeoutError, SessionStoreError
+from .._history import MessageGroup
+from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
+from .._scope import SessionKey
+from .lifecycle import Ticket
+from .results import CommitState
+
+__all__ = ["READS", "Settled", "mark_commit_state", "settle_save"]
+
+#: Pauses before each read-back: at most this many reads, each under the operation deadline.
+READS: tuple[float, ...] = (0.0, 0.05, 0.25)
+
+
+@attrs.frozen(slots=True)
+class Settled:
+    """What a read-back found: the state, the stored revision when committed, and how it was decided."""
+
+    state: CommitState
+    revision: int | None
+    how: str
+
+
+async def settle_save(
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    saved: SessionSnapshot,
+    expected: int | None,
+    new_groups: Sequence[MessageGroup],
+    error: BaseException | None = None,
+) -> Settled:
+    """Read ``key`` back after a save of ``saved`` on revision ``expected`` raised ``error``; never raises.
+
+    ``new_groups`` are the groups the save added (none for a maintenance
+    flush): a later revision written on top of the save still holds them.
+    A save the engine had to abandon (blocked in a worker thread past its
+    cancellation) may still land after any read, so an unchanged session
+    then settles nothing: it is ``unknown``.
+    """
+    in_flight = isinstance(error, OperationTimeoutError) and error.abandoned
+    problems: list[str] = []
+    unchanged = 0
+    for pause in READS:
+        if pause:
+            await anyio.sleep(pause)
+        try:
+            stored = await ticket.call("session read-back", lambda ctx: store.load(key, ctx))
+            if stored is not None:
+                if not isinstance(stored, StoredSnapshot) or not isinstance(stored.snapshot, SessionSnapshot):
+                    raise TypeError(f"the store returned {type(stored).__name__}, not a StoredSnapshot")
+                verify_snapshot(key, stored.snapshot)
+        except Exception as exc:  # a failed read settles nothing; the next one may
+            problems.append(f"{type(exc).__name__}: {exc}")
+            continue
+        found = _judge(stored, saved, expected, new_groups)
+        if found is not None:
+            return found
+        unchanged += 1
+        if in_flight:
+            problems.append(f"the abandoned save may still land; the session is at revision {expected}")
+        elif unchanged >= 2:
+            return Settled(
+                CommitState.NOT_COMMITTED,
+                None,
+                f"read back twice: the session is still at revision {expected}, the save did not land",
+            )
+    why = "; ".join(list(dict.fromkeys(problems))[-2:]) or "the session was read only once"
+    return Settled(CommitState.UNKNOWN, None, f"{len(READS)} read-backs could not settle it ({why})")
+
+
+def _judge(
+    stored: StoredSnapshot | None,
+    saved: SessionSnapshot,
+    expected: int | None,
+    new_groups: Sequence[MessageGroup],
+) -> Settled | None:
+    """The state one read shows, or ``None`` when it shows the session unchanged (read again)."""
+    if stored is None:
+        if expected is None:
+            return None
+        # The session existed at ``expected`` and is gone now: not ours, and no CAS on it can land.
+        return Settled(CommitState.NOT_COMMITTED, None, "the session is gone; the save did not land")
+    revision = stored.revision
+    if stored.snapshot.digest == saved.digest:
+        if (
+            isinstance(revision, int)
+            and not isinstance(revision, bool)
+            and (expected is None or revision > expected)
+        ):
+            return Settled(
+                CommitState.COMMITTED, revision, f"read back: the saved snapshot is at revision {revision}"
+            )
+        return Settled(
+            CommitState.UNKNOWN, None, f"read back: the saved snapshot, under revision {revision!r}"
+        )
+    if revision == expected:
+        return None
+    # Another revision: the save's compare-and-set on ``expected`` can never land any more. It may
+    # have landed first and been built upon: then the new groups are still there, or archived.
+    snap = stored.snapshot
+    held = {g.seq: g.digest for g in snap.resident}
+    if new_groups and all(held.get(g.seq) == g.digest for g in new_groups):
+        return Settled(
+            CommitState.COMMITTED,
+            revision,
+            f"read back: revision {revision}, written on top of the save, holds its group(s)",
+        )
+    if new_groups and any(g.seq < snap.boundary for g in new_groups):
+        return Settled(
+            CommitState.UNKNOWN,
+            None,
+            f"read back: revision {revision} has already archived past the saved group(s)",
+        )
+    return Settled(
+        CommitState.NOT_COMMITTED,
+        None,
+        f"read back: another writer's revision {revision}; the save did not land",
+    )
+
+
+#: What each state tells the host at the end of an error message.
+_TOLD = {
+    CommitState.COMMITTED: "the turn was committed (commit_state committed); do not retry it",
+    CommitState.NOT_COMMITTED: "nothing was committed",
+    CommitState.UNKNOWN: (
+        "whether it was committed is unknown (commit_state unknown); inspect the session "
+        "before retrying, or the turn may be duplicated"
+    ),
+}
+
+# Phrases raise sites use for the common case; replaced when the state turned out otherwise.
+_CLAIMS = ("; the session was not changed", " and the session was not changed", "; nothing was committed")
+
+
+def mark_commit_state(exc: BaseException, state: CommitState, how: str = "") -> AgentiumError:
+    """``exc`` as a typed error carrying ``state``, its message saying so truthfully.
+
+    An error that is not an :class:`AgentiumError` (an adapter's own) becomes
+    a :class:`SessionStoreError` caused by it. A message that claimed nothing
+    was changed loses the claim when something was, or may have been.
+    """
+    error = exc if isinstance(exc, AgentiumError) else SessionStoreError(f"{type(exc).__name__}: {exc}")
+    if error is not exc:
+        error.__cause__ = exc
+    if error.commit_state is state:
+        return error  # already said
+    error.commit_state = state
+    if len(error.args) == 1 and isinstance(error.args[0], str):
+        message = error.args[0]
+        for claim in _CLAIMS:
+            message = message.replace(claim, "")
+        told = _TOLD[state]
+        if state is not CommitState.NOT_COMMITTED or how or message != error.args[0]:
+            message = f"{message}; {how + '; ' if how else ''}{told}"
+        error.args = (message,)
+    return error

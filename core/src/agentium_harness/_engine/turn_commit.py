@@ -1,0 +1,207 @@
+"""Steps 7 and 8 of a turn, as the orchestrator runs them: the group, its commit, what follows it.
+
+The turn becomes a :class:`~agentium_harness._history.MessageGroup` with its
+retained record (R26); the commit (:mod:`.commit`) runs directly or under
+the host's conditional publication (R25); archived groups are indexed for
+recall; the task summary is updated, in the background by default.
+
+A turn that stopped after its tools ran — the provider failed on a later
+step, or the recall policy stopped it at the commit fence — is committed
+too: tools changed the world, so their calls and results are canonical
+history. Its group keeps the turn up to its last tool result (a complete
+group: every call answered) and leaves out the answer; the retained
+record's ``interruption`` says why. Such a commit records what happened,
+so it is never handed to the publication hook, whose condition is about
+publishing an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from .._errors import AgentiumError, PublicationRefusedError
+from .._history import InterruptionCause, Message, MessageGroup, RetainedRecord, Role, TurnInterruption
+from .._ports.summary import SummaryState
+from .._scope import Scope
+from .._text import cut_text
+from .._verdicts import VerificationRecord
+from .arguments import source_uncertainty
+from .commit import CommitOutcome, commit, index_archived
+from .lifecycle import Ticket
+from .progress import RunProgress
+from .recall_view import RecallView, publish
+from .results import CommitState, Diagnostic, RunResult, RunStatus, Severity
+from .sources import SourceStatus
+from .summary import summarize_after_commit
+from .turn import TurnOutcome
+from .verification import final_answer
+
+if TYPE_CHECKING:
+    from .recall_turn import RecallOutcome
+    from .runtime import HarnessRuntime
+
+__all__ = ["MAX_INTERRUPTION_BYTES", "answered_part", "commit_turn", "interruption", "retained_record"]
+
+#: The interruption's detail (an error message, a policy's reason) is cut to this many bytes.
+MAX_INTERRUPTION_BYTES = 1024
+
+
+def answered_part(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """The turn up to and including its last tool result: what ran, without the answer after it.
+
+    Tools run only between model calls, all calls of one reply before the
+    next call, so the turn cut after its last tool result answers every call.
+    """
+    last = max((i for i, m in enumerate(messages) if m.role is Role.TOOL), default=-1)
+    return messages[: last + 1]
+
+
+def interruption(cause: InterruptionCause, detail: str) -> TurnInterruption:
+    """The record of why a committed turn has no answer, its detail bounded."""
+    return TurnInterruption(cause, cut_text(detail, MAX_INTERRUPTION_BYTES)[0])
+
+
+def retained_record(
+    scope: Scope,
+    *,
+    recall: RecallOutcome | None,
+    summary: SummaryState | None,
+    omitted_sources: tuple[str, ...],
+    verification: VerificationRecord | None,
+    stopped: TurnInterruption | None = None,
+) -> RetainedRecord:
+    """What is kept with the group about how it was produced (R26); ``summary`` if it was in the request."""
+    return RetainedRecord(
+        scope=scope,
+        source_view_revision=recall.source_view_revision if recall is not None else None,
+        summary_policy=summary.summary.policy if summary is not None else None,
+        summary_version=summary.summary.version if summary is not None else None,
+        uncertainty=(*source_uncertainty(omitted_sources), *(recall.uncertainty if recall else ())),
+        verification=verification,
+        interruption=stopped,
+    )
+
+
+async def commit_turn(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    progress: RunProgress,
+    *,
+    scope: Scope,
+    turn: TurnOutcome,
+    retained: RetainedRecord,
+    summary: SummaryState | None,
+    status: RunStatus,
+    sources: SourceStatus,
+) -> RunResult:
+    """Commit ``turn`` as the session's next group, then index and summarize; the run's result.
+
+    With ``retained.interruption`` set only the answered part of the turn is
+    committed, directly. ``progress`` follows the commit, so an error or a
+    cancellation on the way still reports whether the group landed.
+    """
+    assert progress.snap is not None
+    snap, stored, key = progress.snap, progress.stored, scope.session_key
+    stopped = retained.interruption is not None
+    messages = answered_part(turn.messages) if stopped else turn.messages
+    group = MessageGroup(seq=snap.next_seq, messages=messages, retained=retained)
+    progress.group = group
+    done: list[CommitOutcome] = []
+
+    async def do_commit() -> None:
+        if done:
+            raise PublicationRefusedError("the publication hook called commit() twice")
+        progress.commit_state = CommitState.UNKNOWN  # a save may be in flight from here
+        try:
+            outcome = await commit(
+                ticket,
+                archive=runtime.archive,
+                store=runtime.session_store,
+                hooks=runtime._hooks,
+                limits=runtime.limits.resident,
+                key=key,
+                scope=scope,
+                stored=stored,
+                resident=(*snap.resident, group),
+                boundary=snap.boundary,
+                next_seq=snap.next_seq + 1,
+                keep_receipts=runtime.summarizer is not None,
+            )
+        except AgentiumError as exc:
+            # Settled by the commit when its save failed; anything else failed before the save.
+            progress.commit_state = exc.commit_state or CommitState.NOT_COMMITTED
+            raise
+        progress.commit_state = CommitState.COMMITTED
+        progress.outcome = outcome
+        done.append(outcome)
+
+    recall = progress.recall
+    if runtime.publication is not None and not stopped and recall is not None and recall.included:
+        view = RecallView(scope, recall.included, recall.source_view_revision or "")
+        await publish(runtime.publication, view, do_commit, done, runtime.limits.op_timeout_s * 3)
+    else:
+        await do_commit()
+    outcome = done[0]
+    diagnostics = progress.diagnostics
+    diagnostics.extend(outcome.diagnostics)
+    if outcome.archived_groups:
+        diagnostics.extend(
+            await index_archived(runtime.recall, ticket, key, outcome.archived_groups, outcome.archived)
+        )
+    revision = outcome.revision
+    if runtime.summarizer is not None and runtime._summary_reader is not None:
+        summarizer, reader, limits = runtime.summarizer, runtime._summary_reader, runtime.summary_limits
+
+        async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
+            return await summarize_after_commit(
+                on,
+                summarizer=summarizer,
+                reader=reader,
+                store=runtime.session_store,
+                key=key,
+                current=summary,
+                outcome=outcome,
+                limits=limits,
+            )
+
+        if limits.background:
+            runtime._work.start(key, lambda on: _state_and_notes(summarize(on)))
+        else:
+            revision, summary, notes = await summarize(ticket)
+            diagnostics.extend(notes)
+    if stopped:
+        assert retained.interruption is not None
+        diagnostics.append(
+            Diagnostic(
+                "turn_interrupted_committed",
+                f"the turn stopped after its tools ran ({retained.interruption.cause.value}); its tool "
+                f"calls and results are committed as group {group.seq}, without an answer",
+                Severity.WARNING,
+            )
+        )
+    return RunResult(
+        output="" if stopped else final_answer(turn.messages),
+        status=status,
+        eviction=outcome.eviction,
+        sources=sources,
+        group_seq=group.seq,
+        boundary=outcome.boundary,
+        resident_groups=len(outcome.resident),
+        snapshot_revision=revision,
+        archived=outcome.archived,
+        tool_outcomes=turn.tool_outcomes,
+        usage=turn.usage,
+        retained=retained,
+        diagnostics=tuple(diagnostics),
+        recall=recall,
+        summary=summary,
+        verification=retained.verification,
+    )
+
+
+async def _state_and_notes(
+    work: Awaitable[tuple[int, SummaryState | None, list[Diagnostic]]],
+) -> tuple[SummaryState | None, list[Diagnostic]]:
+    _, state, notes = await work
+    return state, notes
