@@ -47,6 +47,10 @@ class TurnOutcome:
     steps: int = 0
 
 
+#: Outcomes of calls that were never executed: only these had no effect.
+_REFUSALS = frozenset({ToolStatus.REFUSED_NOT_GRANTED, ToolStatus.REFUSED_UNKNOWN, ToolStatus.REFUSED_EFFECT})
+
+
 class TurnInterrupted(Exception):
     """A model call failed mid-turn: ``error`` is what to raise, ``partial`` the turn up to it.
 
@@ -62,10 +66,8 @@ class TurnInterrupted(Exception):
 
 
 def executed(turn: TurnOutcome) -> bool:
-    """True when a tool handler ran in ``turn`` (ok, failed or timed out): it may have had effects."""
-    return any(
-        o.status in (ToolStatus.OK, ToolStatus.FAILED, ToolStatus.TIMED_OUT) for o in turn.tool_outcomes
-    )
+    """True when a tool handler ran in ``turn`` (any outcome but a refusal): it may have had effects."""
+    return any(o.status not in _REFUSALS for o in turn.tool_outcomes)
 
 
 def merge_turns(first: TurnOutcome, more: TurnOutcome) -> TurnOutcome:
