@@ -262,9 +262,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     status = RUN_EXIT_STATUS[result.status]
     if args.json:
         print_json(unstructure(result), sys.stdout)
-    elif result.committed:
-        # Only a committed turn has a reply: a stopped run has none, and a
-        # clarification question is not an answer (it is in the line below).
+    elif result.committed and result.status is not RunStatus.STOPPED:
+        # Only a committed turn has a reply: a stopped run has none (even one whose tool calls were
+        # committed), and a clarification question is not an answer (it is in the line below).
         sys.stdout.write(result.output + "\n")
     if status != EXIT_OK:
         sys.stderr.write(f"agentium run: {_run_outcome(result)} (exit status {status})\n")

@@ -23,12 +23,14 @@ __all__ = [
 #: Success. ``agentium run``: the turn completed and was committed.
 EXIT_OK: Final = 0
 #: A problem the user can fix: bad arguments, an invalid config, a plugin error.
-#: ``agentium run``: also a run that failed (a provider error, a deadline); nothing was committed.
+#: ``agentium run``: also a run that failed (a provider error, a deadline); the error message says
+#: whether the turn was committed (``commit_state``: a tool that already ran is committed).
 EXIT_USAGE: Final = 2
 #: A completion was verified and not accepted (verdict ``fail`` or ``unknown``):
 #: ``agentium verify``, and ``agentium run --task`` (status ``not_accepted``; the turn was committed).
 EXIT_NOT_ACCEPTED: Final = 3
-#: ``agentium run``: the recall policy stopped the run (status ``stopped``); nothing was committed.
+#: ``agentium run``: the recall policy stopped the run (status ``stopped``); nothing was committed,
+#: unless tools had already run: their calls and results are, without the answer.
 EXIT_STOPPED: Final = 4
 #: ``agentium run``: the recall policy asks a clarification (status ``needs_clarification``) and the
 #: command has no one to ask; nothing was committed.
@@ -45,6 +47,8 @@ RUN_EXIT_STATUS: Final = MappingProxyType(
         RunStatus.STOPPED: EXIT_STOPPED,
         RunStatus.NEEDS_CLARIFICATION: EXIT_NEEDS_CLARIFICATION,
         RunStatus.STEP_LIMIT: EXIT_STEP_LIMIT,
+        # Only on an error's ``run_result``: run() raised, which the command reports as a failure.
+        RunStatus.INTERRUPTED: EXIT_USAGE,
     }
 )
 
