@@ -124,6 +124,7 @@ from ._ports.summary import (
 from ._ports.verify import (
     MAX_EVIDENCE_BYTES,
     MAX_EVIDENCE_ENTRIES,
+    MAX_REASON_BYTES,
     CompletionCandidate,
     CompletionVerifier,
     EvidenceEntry,
@@ -154,6 +155,7 @@ __all__ = [
     "RecallStrategy",
     "MAX_EVIDENCE_BYTES",
     "MAX_EVIDENCE_ENTRIES",
+    "MAX_REASON_BYTES",
     "PATH_OPTION",
     "PORT_KINDS",
     "SNAPSHOT_FORMAT_VERSION",

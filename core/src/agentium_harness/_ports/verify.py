@@ -12,6 +12,7 @@ from .._validators import str_tuple
 from .._verdicts import (
     MAX_EVIDENCE_BYTES,
     MAX_EVIDENCE_ENTRIES,
+    MAX_REASON_BYTES,
     EvidenceEntry,
     EvidenceLimits,
     Verdict,
@@ -23,6 +24,7 @@ from ._base import Capabilities, OpContext, port_stub, unsupported
 __all__ = [
     "MAX_EVIDENCE_BYTES",
     "MAX_EVIDENCE_ENTRIES",
+    "MAX_REASON_BYTES",
     "CompletionCandidate",
     "CompletionVerifier",
     "EvidenceEntry",
