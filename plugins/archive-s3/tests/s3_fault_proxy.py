@@ -8,6 +8,8 @@ substring of the path):
   reads the server's full response, then closes the client's connection
   without sending a byte of it (a lost acknowledgment).
 - ``delay``: the response is held for ``seconds`` before it is sent.
+- ``hold``: the request is held for ``seconds`` before it is forwarded (it
+  lands late, after the client may have given up).
 - ``corrupt_request``: one byte of the request body is flipped on the way to
   the server (its checksum headers are left as they were).
 - ``corrupt_response``: one byte of the response body is flipped on the way back.
@@ -28,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-MODES = ("drop", "delay", "corrupt_request", "corrupt_response", "refuse")
+MODES = ("drop", "delay", "hold", "corrupt_request", "corrupt_response", "refuse")
 
 
 @dataclass
@@ -228,6 +230,8 @@ class FaultProxy:
                 body = request.body
                 if fault is not None and fault.mode == "corrupt_request":
                     body = _flip(body)
+                if fault is not None and fault.mode == "hold":
+                    time.sleep(fault.seconds)
                 if upstream is None:
                     upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
                     up_reader = _Reader(upstream)

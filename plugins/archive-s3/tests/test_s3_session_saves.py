@@ -3,23 +3,51 @@
 - A bit flipped in the stored revision fails the load closed (it is covered
   by the object's digest); objects of the previous format still load and are
   rewritten in the current one at their next save.
+- A save whose outcome the client did not see (the reply lost, the server
+  answering 5xx, the deadline passing with the request on the wire) is
+  settled by reading the session back: landed is success, unchanged is a
+  failure that says nothing was written, and anything the store cannot tell
+  is :class:`~agentium_archive_s3.S3SaveOutcomeUnknownError`. A load waits
+  (within its deadline) for a save of the same store still in flight, so a
+  read-back never reports the state from before a write that then lands.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
-from s3_helpers import BUCKET
+from s3_fault_proxy import Fault, FaultProxy
+from s3_faults import InjectedErrors
+from s3_helpers import BUCKET, raw_client
+from s3_servers import S3Server
 
-from agentium_archive_s3 import S3Config, S3SessionStore
+from agentium_archive_s3 import (
+    S3Archive,
+    S3Config,
+    S3SaveOutcomeUnknownError,
+    S3SessionStore,
+    S3UnavailableError,
+)
 from agentium_archive_s3.keys import session_object_key
-from agentium_harness.plugin_api import OpContext, SessionKey, SnapshotCorruptError, snapshot_bytes
+from agentium_harness import VerifiedIdentity, create_harness_runtime
+from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.plugin_api import (
+    OpContext,
+    OperationCancelledError,
+    SessionKey,
+    SnapshotCorruptError,
+    snapshot_bytes,
+)
 from agentium_harness.testing import scoped_snapshot
 
 pytestmark = pytest.mark.anyio
 
 KEY = SessionKey("acme", "ana", "saves")
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
 
 
 def _object(admin: Any, config: S3Config) -> bytes:
@@ -71,3 +99,135 @@ async def test_a_snapshot_of_the_previous_format_loads_and_is_rewritten_at_its_n
         assert again is not None and again.revision == 5 and again.snapshot == scoped_snapshot(KEY, " next")
     finally:
         await store.aclose()
+
+
+# -- saves whose outcome the client did not see -----------------------------------------------------
+
+
+@pytest.fixture
+def proxy(server: S3Server) -> Iterator[FaultProxy]:
+    """A fault proxy in front of the shared server."""
+    p = FaultProxy(server.port)
+    yield p
+    p.close()
+
+
+async def _loaded(config: S3Config) -> Any:
+    store = S3SessionStore(config)
+    try:
+        return await store.load(KEY, OpContext.with_timeout(30))
+    finally:
+        await store.aclose()
+
+
+async def _two_saves(store: S3SessionStore) -> int:
+    """Create and replace once: the store has learnt the server's IfMatch form (RGW: unquoted)."""
+    first = await store.save(KEY, scoped_snapshot(KEY, " one"), None, OpContext.with_timeout(30))
+    return await store.save(KEY, scoped_snapshot(KEY, " two"), first, OpContext.with_timeout(30))
+
+
+async def test_a_save_that_landed_but_whose_reply_was_lost_returns_its_revision(
+    config: S3Config, proxy: FaultProxy
+) -> None:
+    # No SDK retry (max_attempts=1): the lost reply is the last word botocore hears.
+    through = attrs.evolve(config, endpoint_url=proxy.endpoint, max_attempts=1)
+    store = S3SessionStore(through)
+    try:
+        first = await store.save(KEY, scoped_snapshot(KEY, " one"), None, OpContext.with_timeout(30))
+        drop = proxy.add(Fault("drop", "PUT", "/sessions/", count=1))
+        second = await store.save(KEY, scoped_snapshot(KEY, " two"), first, OpContext.with_timeout(30))
+        assert drop.applied == 1 and second == first + 1
+        # A create whose reply is lost settles the same way.
+        other = SessionKey("acme", "ana", "saves-created")
+        proxy.add(Fault("drop", "PUT", "/sessions/", count=1))
+        assert await store.save(other, scoped_snapshot(other), None, OpContext.with_timeout(30)) == 1
+    finally:
+        await store.aclose()
+    loaded = await _loaded(config)
+    assert loaded is not None and loaded.revision == 2 and loaded.snapshot == scoped_snapshot(KEY, " two")
+
+
+async def test_a_save_refused_by_the_server_says_nothing_was_written(
+    server: S3Server, config: S3Config
+) -> None:
+    client = raw_client(server, retries={"total_max_attempts": 2, "mode": "standard"})
+    store = S3SessionStore(config, client=client)
+    try:
+        first = await store.save(KEY, scoped_snapshot(KEY, " one"), None, OpContext.with_timeout(30))
+        storm = InjectedErrors(client, 503)  # answered before the server sees anything
+        with pytest.raises(S3UnavailableError, match="nothing was written") as caught:
+            await store.save(KEY, scoped_snapshot(KEY, " two"), first, OpContext.with_timeout(30))
+        assert not isinstance(caught.value, S3SaveOutcomeUnknownError)
+        assert "revision 1" in str(caught.value)
+        assert storm.answered == 2
+        storm.remove()
+    finally:
+        await store.aclose()
+        client.close()
+    loaded = await _loaded(config)
+    assert loaded is not None and loaded.revision == 1 and loaded.snapshot == scoped_snapshot(KEY, " one")
+
+
+async def test_a_save_that_cannot_be_read_back_is_reported_unknown_never_as_not_written(
+    config: S3Config, proxy: FaultProxy
+) -> None:
+    through = attrs.evolve(config, endpoint_url=proxy.endpoint, max_attempts=1)
+    store = S3SessionStore(through)
+    try:
+        first = await _two_saves(store)
+        proxy.add(Fault("drop", "PUT", "/sessions/", count=1))  # lands, reply lost
+        proxy.add(Fault("refuse", "GET", "/sessions/", count=100))  # and the read-back cannot see
+        with pytest.raises(S3SaveOutcomeUnknownError, match="may have landed") as caught:
+            await store.save(KEY, scoped_snapshot(KEY, " three"), first, OpContext.with_timeout(30))
+        # Never in the family a host retries blindly: retrying would duplicate the turn.
+        assert not isinstance(caught.value, S3UnavailableError)
+    finally:
+        await store.aclose()
+    loaded = await _loaded(config)  # it had landed
+    assert loaded is not None and loaded.revision == 3 and loaded.snapshot == scoped_snapshot(KEY, " three")
+
+
+async def test_a_load_waits_for_a_save_still_in_flight_so_a_read_back_sees_where_it_landed(
+    config: S3Config, proxy: FaultProxy
+) -> None:
+    through = attrs.evolve(config, endpoint_url=proxy.endpoint)
+    store = S3SessionStore(through)
+    try:
+        first = await _two_saves(store)
+        # The update reaches the server 2 s late, long after its caller gave up.
+        proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=2.0))
+        with pytest.raises(OperationCancelledError):
+            await store.save(KEY, scoped_snapshot(KEY, " three"), first, OpContext.with_timeout(0.5))
+        # A read-back with too little time left cannot tell yet: it fails, never reports revision 2.
+        with pytest.raises(OperationCancelledError, match="in flight"):
+            await store.load(KEY, OpContext.with_timeout(0.2))
+        started = time.monotonic()
+        loaded = await store.load(KEY, OpContext.with_timeout(20))
+        assert loaded is not None and loaded.revision == 3, "the read-back saw the write that landed"
+        assert loaded.snapshot == scoped_snapshot(KEY, " three")
+        assert time.monotonic() - started < 15
+    finally:
+        await store.aclose()
+
+
+async def test_a_run_whose_save_landed_with_its_reply_lost_reports_committed_once(
+    config: S3Config, proxy: FaultProxy
+) -> None:
+    """The soak's case: the save landed, the client saw a failure. The run must say committed."""
+    through = attrs.evolve(config, endpoint_url=proxy.endpoint, max_attempts=1)
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(), archive=S3Archive(config), session_store=S3SessionStore(through)
+    )
+    try:
+        await runtime.run(ANA, KEY.session, "The first turn.")
+        await runtime.run(ANA, KEY.session, "The second turn.")
+        drop = proxy.add(Fault("drop", "PUT", "/sessions/", count=1))
+        result = await runtime.run(ANA, KEY.session, "The turn whose reply is lost.")
+        assert drop.applied == 1
+        assert result.committed and result.snapshot_revision == 3 and result.group_seq == 2
+    finally:
+        await runtime.aclose()
+    loaded = await _loaded(config)
+    assert loaded is not None and loaded.revision == 3
+    texts = [m.content for g in loaded.snapshot.resident for m in g.messages if m.role == "user"]
+    assert texts.count("The turn whose reply is lost.") == 1, texts

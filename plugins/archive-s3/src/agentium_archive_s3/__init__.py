@@ -17,6 +17,7 @@ from .errors import (
     S3ConflictRetriesExhaustedError,
     S3Error,
     S3ObjectTooLargeError,
+    S3SaveOutcomeUnknownError,
     S3SessionStoreError,
     S3UnavailableError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "S3ConflictRetriesExhaustedError",
     "S3Error",
     "S3ObjectTooLargeError",
+    "S3SaveOutcomeUnknownError",
     "S3SessionStore",
     "S3SessionStoreError",
     "S3UnavailableError",

@@ -20,6 +20,7 @@ __all__ = [
     "S3ConflictRetriesExhaustedError",
     "S3Error",
     "S3ObjectTooLargeError",
+    "S3SaveOutcomeUnknownError",
     "S3SessionStoreError",
     "S3UnavailableError",
 ]
@@ -65,3 +66,15 @@ class S3ConflictRetriesExhaustedError(S3ArchiveError, S3SessionStoreError):
 
 class S3ObjectTooLargeError(S3ArchiveError, S3SessionStoreError, ValueError):
     """A group or snapshot is larger than ``max_object_bytes``: refused before any request."""
+
+
+class S3SaveOutcomeUnknownError(S3SessionStoreError):
+    """A session save failed in a way that may have written it, and reading it back could not tell.
+
+    The snapshot may be stored (the request reached the server, its answer
+    did not come back) and the read-back that would decide it failed too.
+    Load the session before doing anything else: its revision and content
+    say whether the save landed. Deliberately not an
+    :class:`S3UnavailableError`: retrying the same turn blindly could commit
+    it twice.
+    """

@@ -29,22 +29,42 @@ match an older revision.
   else is a :class:`~agentium_harness.plugin_api.SessionConflictError`.
 - **409**: retried ``conflict_retries`` times, then a typed error.
 
+- **No answer, or a 5xx** (the write may have been stored): the session is
+  read back. Our bytes: the write landed (success). Unchanged after a 5xx:
+  the error says nothing was written. Unchanged after no answer at all: the
+  same write is sent once more (equal bytes, same condition, so whichever
+  copy lands the other finds it via 412). Another writer's next revision:
+  ``SessionConflictError`` (compare-and-set: ours can no longer land).
+  Anything else, or a read-back that fails too:
+  :class:`~agentium_archive_s3.errors.S3SaveOutcomeUnknownError`.
+
 Loads are bounded by ``max_object_bytes``, decode strictly and verify the
-snapshot's digest; a damaged object raises ``SnapshotCorruptError`` and is
-left as it is.
+snapshot's digest and the header's checksum; a damaged object raises
+``SnapshotCorruptError`` and is left as it is. A load first waits (within
+its deadline) for any save of the same session by this store still running
+in a worker thread — one whose caller gave up at its deadline may still
+land — so a read-back after a failed save sees where it landed; past its
+deadline it raises ``OperationCancelledError`` rather than report the
+state from before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import math
 import re
+import threading
+from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
+import anyio
 import botocore.exceptions
 
+from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
     OpContext,
+    OperationCancelledError,
     SessionConflictError,
     SessionKey,
     SessionSnapshot,
@@ -61,7 +81,9 @@ from .archive import _backoff, _unquote
 from .config import S3Config
 from .errors import (
     S3ConflictRetriesExhaustedError,
+    S3Error,
     S3ObjectTooLargeError,
+    S3SaveOutcomeUnknownError,
     S3SessionStoreError,
 )
 from .keys import parse_session_key, session_object_key, sessions_prefix
@@ -75,6 +97,12 @@ _HEADER: Final = re.compile(rb"agentium-s3-snapshot/2 revision=([1-9][0-9]{0,18}
 _HEADER_V1: Final = re.compile(rb"agentium-s3-snapshot/1 revision=([1-9][0-9]{0,18})\n")
 _HEADER_BYTES: Final = 160
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
+#: Failures with no answer from the server: the request may have been stored, or may still be.
+_NO_REPLY: Final = (
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.HTTPClientError,
+    botocore.exceptions.ResponseStreamingError,
+)
 
 
 def _checksum(revision: int, data: bytes) -> str:
@@ -123,6 +151,10 @@ class S3SessionStore(SessionStore):
         self._etags: dict[SessionKey, tuple[int, str]] = {}
         # Whether IfMatch is sent quoted (AWS, moto) or unquoted (Ceph RGW); learned on a 412.
         self._quoted_if_match = True
+        # Saves running in worker threads, per session: one its caller gave up on (a deadline)
+        # may still land, so a load waits for it rather than report the state from before.
+        self._writing: dict[SessionKey, int] = {}
+        self._writing_lock = threading.Lock()
 
     @property
     def config(self) -> S3Config:
@@ -176,6 +208,7 @@ class S3SessionStore(SessionStore):
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; a damaged object raises ``SnapshotCorruptError``."""
         ctx.raise_if_expired("session load")
+        await self._after_saves(key, ctx)
         object_key = session_object_key(self._config.prefix, key)
         found = await self._link.call(
             ctx, "session load", lambda s3: self._read(s3, object_key, self._limit())
@@ -188,6 +221,23 @@ class S3SessionStore(SessionStore):
         snapshot = decode_snapshot(key, payload, f"s3 session store: snapshot of session {key.key()}")
         self._etags[key] = (revision, etag)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
+
+    async def _after_saves(self, key: SessionKey, ctx: OpContext) -> None:
+        """Wait, within ``ctx``, until no save of ``key`` by this store is still running."""
+        if key not in self._writing:
+            return
+        left = ctx.time_left()
+        with anyio.move_on_after(math.inf if left is None else left):
+            # Polled: the writer is a worker thread the caller may have abandoned, with no
+            # event loop of its own to signal; this only runs while such a save is in flight.
+            while key in self._writing and not ctx.expired:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        if key in self._writing:
+            raise OperationCancelledError(
+                f"session load of {key.key()} stopped: a save of it by this store was still in flight "
+                "(its caller had given up), so what the session holds is not known yet; load it again later",
+                ctx.signal.reason or "deadline passed",
+            )
 
     # -- save -----------------------------------------------------------------------------------
 
@@ -212,10 +262,24 @@ class S3SessionStore(SessionStore):
         etag = await self._link.call(
             ctx,
             "session save",
-            lambda s3: self._write(s3, key, object_key, body, expected_revision, known, ctx),
+            lambda s3: self._tracked(
+                key, lambda: self._write(s3, key, object_key, body, expected_revision, known, ctx)
+            ),
         )
         self._etags[key] = (revision, etag)
         return revision
+
+    def _tracked(self, key: SessionKey, work: Callable[[], str]) -> str:
+        """Run a save's ``work`` (worker thread), counted as in flight for ``key`` until it returns."""
+        with self._writing_lock:
+            self._writing[key] = self._writing.get(key, 0) + 1
+        try:
+            return work()
+        finally:
+            with self._writing_lock:
+                self._writing[key] -= 1
+                if not self._writing[key]:
+                    del self._writing[key]
 
     def _conflict(self, key: SessionKey, expected: int | None, detail: str) -> SessionConflictError:
         wanted = "no snapshot" if expected is None else f"revision {expected}"
@@ -251,6 +315,7 @@ class S3SessionStore(SessionStore):
             condition = {"IfMatch": self._if_match(etag)}
         flipped = False
         conflicts = 0
+        resent = False
         while True:
             ctx.raise_if_expired("session save")
             try:
@@ -278,7 +343,30 @@ class S3SessionStore(SessionStore):
                     _backoff(ctx, conflicts)
                     continue
                 if not _is_412(exc):
+                    if status is None or status >= 500:
+                        # The server answered a failure, perhaps after storing the body.
+                        return self._settle(
+                            s3, key, object_key, body, expected, condition, exc, answered=True
+                        )
                     raise
+            except OperationCancelledError as exc:
+                # Stopped before an SDK retry was sent: an earlier attempt may still land.
+                raise OperationCancelledError(
+                    f"session save of {key.key()} stopped ({exc.reason}); a request already sent may still "
+                    "land: load the session to see its revision",
+                    exc.reason,
+                ) from None
+            except _NO_REPLY as exc:
+                if resent:
+                    return self._settle(s3, key, object_key, body, expected, condition, exc, answered=False)
+                # No answer at all: the write may have landed, or may still. Read back; if the
+                # session is unchanged, send the same write again (equal bytes, same condition:
+                # whichever copy lands, the other gets 412 and finds our bytes).
+                landed = self._settle(s3, key, object_key, body, expected, condition, exc, answered=None)
+                if landed:
+                    return landed
+                resent = True
+                continue
             # 412: decide from what the object holds now.
             current = self._read(s3, object_key, self._limit())
             if current is not None and current[0] == body:
@@ -295,6 +383,68 @@ class S3SessionStore(SessionStore):
                 continue
             now = _revision_shown(current[0])
             raise self._conflict(key, expected, f"another writer saved it first (now revision {now})")
+
+    def _settle(
+        self,
+        s3: S3Client,
+        key: SessionKey,
+        object_key: str,
+        body: bytes,
+        expected: int | None,
+        condition: dict[str, str],
+        exc: Exception,
+        *,
+        answered: bool | None,
+    ) -> str:
+        """A write that may have reached the server failed: read the session back and decide (worker thread).
+
+        Returns the ETag when our bytes are stored (the write landed). When the
+        session is unchanged: with ``answered=None`` returns ``""`` (the caller
+        sends the write again); with ``answered=True`` (the server answered the
+        failure) raises the failure, saying nothing was written. Raises
+        ``SessionConflictError`` when another writer's next revision is stored
+        (compare-and-set: then ours cannot land), and
+        :class:`S3SaveOutcomeUnknownError` when nothing else can be told.
+        """
+        cause = exc if isinstance(exc, S3Error) else self._link.translate("session save", exc)
+        where = f"s3 session store: saving session {key.key()}"
+        try:
+            current = self._read(s3, object_key, self._limit())
+        except (AgentiumError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as failed:
+            raise S3SaveOutcomeUnknownError(
+                f"{where} failed ({cause}) and reading it back failed too ({type(failed).__name__}"
+                f"{' ' + error_code(failed) if error_code(failed) else ''}): the write may have landed; "
+                "load the session before retrying (its revision tells whether it did)",
+                code=cause.code,
+                status=cause.status,
+            ) from None
+        if current is not None and current[0] == body:
+            return current[1]  # it landed
+        if expected is None:
+            unchanged = current is None
+        else:
+            unchanged = current is not None and current[1] == _unquote(condition["IfMatch"])
+        if unchanged and answered is None:
+            return ""
+        if unchanged and answered:
+            state = "absent" if expected is None else f"at revision {expected}"
+            raise type(cause)(
+                f"{cause}; nothing was written (read back after the failure: the session is still {state})",
+                code=cause.code,
+                status=cause.status,
+            ) from None
+        next_revision = str(1 if expected is None else expected + 1)
+        if current is not None and _revision_shown(current[0]) == next_revision:
+            raise self._conflict(
+                key, expected, f"another writer saved it first (now revision {next_revision})"
+            )
+        now = "removed" if current is None else f"now at revision {_revision_shown(current[0])}"
+        raise S3SaveOutcomeUnknownError(
+            f"{where} failed ({cause}) and the session has changed since ({now}): the write may have landed "
+            "and been replaced; load the session before retrying",
+            code=cause.code,
+            status=cause.status,
+        )
 
     def _if_match(self, etag: str) -> str:
         bare = _unquote(etag)
