@@ -6,7 +6,8 @@ verifier — from the separately installed ``agentium-verifier-fs``
 distribution, found through the plugin registry like any plugin — compares
 the artifact with the digest the *host's* task names, so the claim is
 refused (``fail``) and a revision is requested with the verifier's reasons;
-the model rewrites the report and the second verdict is ``pass``. Without
+the model rewrites the report, runs the tests again on it, and the second
+verdict is ``pass``. Without
 the plugin installed, the part is skipped with a note.
 """
 
@@ -71,10 +72,15 @@ def _script() -> list[object]:
         {"content": "", "tool_calls": [{"id": "t-1", "name": "run_tests", "arguments": {}}]},
         "Task complete: the report is written and all tests pass.",
         {
+            # The tests run again after the rewrite: a record written before the report changed
+            # did not test it, and the verifier would not count it.
             "content": "",
-            "tool_calls": [{"id": "t-2", "name": "write_report", "arguments": {"text": FINAL_REPORT}}],
+            "tool_calls": [
+                {"id": "t-2", "name": "write_report", "arguments": {"text": FINAL_REPORT}},
+                {"id": "t-3", "name": "run_tests", "arguments": {}},
+            ],
         },
-        "Revised: the report now holds the final text, and the tests still pass.",
+        "Revised: the report now holds the final text, and the tests pass on it.",
     ]
 
 

@@ -6,8 +6,18 @@ import os
 import time
 from pathlib import Path
 
+import anyio
 import pytest
-from fs_verifier_helpers import CLAIM, context, details, junit, root_fixture, verifier_for, write
+from fs_verifier_helpers import (
+    ARTIFACT_BYTES,
+    CLAIM,
+    context,
+    details,
+    junit,
+    root_fixture,
+    verifier_for,
+    write,
+)
 
 from agentium_harness.plugin_api import Verdict
 
@@ -89,6 +99,46 @@ async def test_a_stale_failing_record_is_unknown_not_fail(root: Path) -> None:
     os.utime(root / RECORD, (1_000_000, 1_000_000))
     result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context())
     assert result.verdict is Verdict.UNKNOWN
+
+
+REPORT = "dist/report.txt"
+
+
+def _ten_seconds_ago(path: Path) -> float:
+    """Set ``path``'s times ten seconds back (within the run, which started a minute ago)."""
+    then = time.time() - 10
+    os.utime(path, (then, then))
+    return then
+
+
+async def test_a_record_written_before_the_artifact_last_changed_is_stale(root: Path) -> None:
+    """The tests ran on an earlier artifact: their record says nothing about the one there now."""
+    write(root / RECORD, junit(tests=3))
+    _ten_seconds_ago(root / RECORD)
+    write(root / REPORT, ARTIFACT_BYTES)  # the artifact changes after the tests ran
+    result = await verifier_for(root, REPORT, records=(RECORD,)).verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result)[REPORT].startswith("pass: sha256")  # the artifact itself is right...
+    assert details(result)[RECORD].startswith("unknown: stale: last written 1")  # ...but untested
+    assert f"before artifact {REPORT!r} last changed" in details(result)[RECORD]
+
+
+async def test_backdating_the_artifact_does_not_hide_its_change(root: Path) -> None:
+    write(root / RECORD, junit(tests=3))
+    _ten_seconds_ago(root / RECORD)
+    write(root / REPORT, ARTIFACT_BYTES)
+    earlier = time.time() - 30  # touch -d: the modification time now predates the record
+    os.utime(root / REPORT, (earlier, earlier))
+    result = await verifier_for(root, REPORT, records=(RECORD,)).verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN and "stale" in details(result)[RECORD]
+
+
+async def test_a_record_written_after_the_artifact_passes(root: Path) -> None:
+    write(root / REPORT, ARTIFACT_BYTES)
+    await anyio.sleep(0.05)  # past the file system's timestamp tick
+    write(root / RECORD, junit(tests=3))
+    result = await verifier_for(root, REPORT, records=(RECORD,)).verify(CLAIM, context())
+    assert result.verdict is Verdict.PASS, result.reason
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ __all__ = [
     "EvidenceUnavailable",
     "OpenedFile",
     "hash_file",
+    "last_changed",
     "open_confined",
     "read_file",
     "root_descriptor",
@@ -214,6 +215,17 @@ def hash_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> 
         digest.update(chunk)
     opened.check_still_in_place()
     return digest.hexdigest()
+
+
+def last_changed(opened: OpenedFile) -> float:
+    """When the opened file last changed, as read from its descriptor now (after reading it).
+
+    The later of its modification and status-change times: ``mtime`` can be
+    set back by anyone who can write the file (``touch -d``), but doing so
+    moves ``ctime`` to now, so the pair cannot make a change look older.
+    """
+    now = os.fstat(opened.fd)
+    return max(now.st_mtime, now.st_ctime)
 
 
 def read_file(opened: OpenedFile, max_bytes: int, check: Callable[[], None]) -> bytes:

@@ -11,9 +11,10 @@ Per item the outcome is:
   unreadable, refused by confinement (a symlink anywhere on its path, a
   FIFO or device, a file with several hard links) or over ``max_file_bytes``;
 - test record: ``unknown`` when missing, refused, over ``max_record_bytes``,
-  last written before the run started, not well-formed or not JUnit, or
-  holding no test that ran; ``fail`` when it reports failures or errors;
-  ``pass`` otherwise.
+  last written before the run started or before any expected artifact last
+  changed (it did not test the artifact as it is), not well-formed or not
+  JUnit, or holding no test that ran; ``fail`` when it reports failures or
+  errors; ``pass`` otherwise.
 
 The verdict is ``fail`` when any item failed (the evidence contradicts the
 claim), else ``unknown`` when any item could not be established, else
@@ -43,7 +44,14 @@ from agentium_harness.plugin_api import (
     fit_evidence,
 )
 
-from ._confined import EvidenceUnavailable, hash_file, open_confined, read_file, root_descriptor
+from ._confined import (
+    EvidenceUnavailable,
+    hash_file,
+    last_changed,
+    open_confined,
+    read_file,
+    root_descriptor,
+)
 from ._junit import parse_junit
 from .config import ExpectedArtifact, FsVerifierConfig, check_root, split_relative_path
 
@@ -148,10 +156,14 @@ class FsVerifier(CompletionVerifier):
     def _collect(self, run_started_at: float, check: Callable[[], None]) -> list[_Outcome]:
         """Every item's outcome, in config order (artifacts, then records). Runs in a worker thread."""
         items: list[tuple[str, str, Callable[[int], _Outcome]]] = []
+        # When each artifact read last changed, filled as artifacts are read (they come first):
+        # a test record must be written after the artifacts it vouches for.
+        changed: list[tuple[float, str]] = []
         for artifact, parts in self._artifacts:
-            items.append((ARTIFACT, artifact.path, self._artifact_reader(artifact, parts, check)))
+            items.append((ARTIFACT, artifact.path, self._artifact_reader(artifact, parts, check, changed)))
         for record, parts in self._records:
-            items.append((TEST_RECORD, record, self._record_reader(record, parts, run_started_at, check)))
+            reader = self._record_reader(record, parts, run_started_at, check, changed)
+            items.append((TEST_RECORD, record, reader))
         outcomes: list[_Outcome] = []
         try:
             with root_descriptor(self._root) as root_fd:
@@ -170,12 +182,17 @@ class FsVerifier(CompletionVerifier):
         return outcomes
 
     def _artifact_reader(
-        self, artifact: ExpectedArtifact, parts: tuple[str, ...], check: Callable[[], None]
+        self,
+        artifact: ExpectedArtifact,
+        parts: tuple[str, ...],
+        check: Callable[[], None],
+        changed: list[tuple[float, str]],
     ) -> Callable[[int], _Outcome]:
         def read(root_fd: int) -> _Outcome:
             try:
                 with open_confined(root_fd, parts) as opened:
                     actual = hash_file(opened, self._config.max_file_bytes, check)
+                    changed.append((last_changed(opened), artifact.path))
             except EvidenceUnavailable as exc:
                 return _unknown(ARTIFACT, artifact.path, exc)
             if actual == artifact.sha256:
@@ -186,7 +203,12 @@ class FsVerifier(CompletionVerifier):
         return read
 
     def _record_reader(
-        self, record: str, parts: tuple[str, ...], run_started_at: float, check: Callable[[], None]
+        self,
+        record: str,
+        parts: tuple[str, ...],
+        run_started_at: float,
+        check: Callable[[], None],
+        changed: list[tuple[float, str]],
     ) -> Callable[[int], _Outcome]:
         def read(root_fd: int) -> _Outcome:
             try:
@@ -196,6 +218,15 @@ class FsVerifier(CompletionVerifier):
                         raise EvidenceUnavailable(
                             f"stale: last written {run_started_at - mtime:.3f}s before the run started"
                         )
+                    if changed:
+                        # The tests it records ran on the artifacts as they were then: an artifact
+                        # changed after it was written was never tested.
+                        latest, path = max(changed)
+                        if mtime < latest:
+                            raise EvidenceUnavailable(
+                                f"stale: last written {latest - mtime:.3f}s before artifact {path!r} "
+                                "last changed, so it did not test the artifact as it is"
+                            )
                     data = read_file(opened, self._config.max_record_bytes, check)
                 check()  # parsing runs uninterrupted, so the bounds are checked right before it
                 counts = parse_junit(data)
