@@ -114,6 +114,8 @@ async def test_a_provider_failure_after_a_write_tool_ran_commits_what_ran() -> N
     assert group.is_complete and group.retained == report.retained
     assert [m.role.value for m in group.messages] == ["user", "assistant", "tool"]
     assert group.messages[-1].content == "deployed v2 to prod"
+    view = await runtime.inspect_session(ANA, "s1")
+    assert view.interrupted == ((0, report.retained.interruption),)
     # The next turn's model sees that the deploy already ran, so a retry does not deploy blindly.
     again = ScriptedProvider(replies=["It is already deployed."])
     runtime.provider = again

@@ -363,6 +363,10 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
             f"  next seq        {view.next_seq}\n"
             f"  state           {view.state.value}\n"
         )
+        for seq, why in view.interrupted:
+            sys.stdout.write(
+                f"  group {seq} has no answer: its turn stopped after its tools ran ({why.cause.value})\n"
+            )
         if view.divergence is not None:
             sys.stdout.write(
                 f"  diverged at     {list(view.divergence.seqs)}: {view.divergence.detail}\n"

@@ -13,7 +13,7 @@ from functools import partial
 import attrs
 
 from .._errors import ArchiveError, CapabilityError, ContractViolationError
-from .._history import MessageGroup
+from .._history import MessageGroup, TurnInterruption
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
@@ -71,6 +71,9 @@ class SessionView:
     divergence: ArchiveDivergence | None = None
     #: The stored task summary and its coverage gaps, if the session has one.
     summary: SummaryState | None = None
+    #: Resident groups committed without an answer because the turn stopped after its tools ran:
+    #: ``(seq, why)`` pairs (the group's ``retained.interruption``).
+    interrupted: tuple[tuple[int, TurnInterruption], ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -131,6 +134,11 @@ async def inspect_session(
         state=state,
         divergence=snap.divergence,
         summary=snap.summary,
+        interrupted=tuple(
+            (g.seq, g.retained.interruption)
+            for g in snap.resident
+            if g.retained is not None and g.retained.interruption is not None
+        ),
     )
 
 
