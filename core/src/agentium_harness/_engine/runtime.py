@@ -206,9 +206,15 @@ class HarnessRuntime:
         recalled first and the recall policy decides; ``clarify`` (an async
         callable taking the question and returning the user's answer) lets
         the policy ask one clarification in this run. A run the policy stops
-        commits nothing and returns ``committed=False``. Raises a typed error
-        and changes nothing when admission, loading, the provider or the
-        snapshot save fails.
+        commits nothing (``commit_state`` ``not_committed``) — unless tools
+        already ran, whose calls and results are committed without the answer.
+
+        A failure raises a typed error carrying ``commit_state`` (and, once
+        the session was loaded, ``run_result`` with every tool outcome and the
+        usage): nothing is committed, except the tool calls and results of a
+        turn whose provider failed after a tool ran (``committed``); a save
+        that failed is read back first, and one that cannot be settled is
+        ``unknown``. See docs/runtime.md, "Errors and what was committed".
         """
         progress = RunProgress()
         ticket: Ticket | None = None
