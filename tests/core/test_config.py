@@ -423,7 +423,8 @@ def test_unknown_plugin_lists_installed_names_suggests_and_gives_pip_hint(tmp_pa
     assert "no archive adapter named 's3'" in errors["$.archive.plugin"]
     assert "installed archive adapters: " in errors["$.archive.plugin"]
     assert "memory" in errors["$.archive.plugin"]
-    assert "pip install agentium-archive-s3" in errors["$.archive.plugin"]
+    assert "provided by agentium-archive-s3" in errors["$.archive.plugin"]
+    assert "pip install ./plugins/archive-s3" in errors["$.archive.plugin"]
     assert "did you mean 'scripted'?" in errors["$.provider.plugin"]
 
 

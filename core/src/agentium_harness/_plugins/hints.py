@@ -84,7 +84,13 @@ def _install_hint(
     for s in skipped:
         if normalize_distribution_name(s.distribution) == key:
             return f"{distribution} {s.version} is installed but was skipped ({s.reason})"
-    hint = f"it is provided by {distribution}: pip install {distribution}"
+    # No distribution is on PyPI yet, and installing an unclaimed name from an index is how
+    # dependency confusion happens: point at the checkout folder until the first release.
+    folder = "./plugins/" + distribution.removeprefix("agentium-")
+    hint = (
+        f"it is provided by {distribution}, which is not published on PyPI yet: "
+        f"from a checkout of the Agentium repository, pip install {folder}"
+    )
     if not autoload:
         hint += " (plugin autoload is off, so installed plugins were not loaded)"
     return hint

@@ -18,6 +18,8 @@ from .config import (
 )
 from .verifier import ARTIFACT, TEST_RECORD, FsVerifier
 
+__version__ = "0.1.0"
+
 __all__ = [
     "ARTIFACT",
     "DEFAULT_MAX_FILE_BYTES",
@@ -28,4 +30,5 @@ __all__ = [
     "FsVerifier",
     "FsVerifierConfig",
     "RootNotFoundError",
+    "__version__",
 ]

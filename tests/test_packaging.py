@@ -1,0 +1,431 @@
+"""Every distribution in the repository is ready to publish, and the docs do not promise PyPI yet.
+
+A distribution folder is ``core/`` and every folder under ``plugins/`` and
+``integrations/``: a new one is checked as soon as it exists, with no list to
+update. For each, the ``pyproject.toml`` must carry the project's metadata
+(licence expression and file, single-sourced version, project URLs under the
+repository URL kept in the root ``pyproject.toml``, classifiers, a core
+dependency bounded at the next 0.x minor), and the sdist and wheel built from
+it must contain the Apache-2.0 licence text and pass ``twine check --strict``.
+
+The builds run without build isolation (``hatchling``, ``build`` and ``twine``
+come from ``requirements-dev.txt``), so the whole module takes seconds, not
+minutes. ``CONTRIBUTING.md`` ("Writing a new plugin" and "Releasing") lists
+the same requirements for authors.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+import agentium_harness
+
+ROOT = Path(__file__).resolve().parents[1]
+LICENSE = ROOT / "LICENSE"
+#: SHA-256 of the Apache License 2.0 text exactly as the ASF publishes it
+#: (https://www.apache.org/licenses/LICENSE-2.0.txt, 202 lines, 11,358 bytes).
+APACHE_2_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+#: The one place the repository URL is kept.
+REPOSITORY: str = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["agentium"][
+    "repository"
+]
+#: Folders whose every subfolder is a distribution (besides core/).
+DISTRIBUTION_GROUPS = ("plugins", "integrations")
+PYTHONS = ("3.11", "3.12", "3.13")
+REQUIRED_CLASSIFIERS = {
+    "Development Status :: 3 - Alpha",
+    "Programming Language :: Python :: 3",
+    "Programming Language :: Python :: 3 :: Only",
+    *(f"Programming Language :: Python :: {v}" for v in PYTHONS),
+    "Typing :: Typed",
+}
+URL_LABELS = ("Homepage", "Source", "Issues", "Documentation")
+VERSION_LINE = re.compile(r'^__version__\s*=\s*"([^"]+)"\s*$', re.M)
+
+
+def distribution_folders() -> list[Path]:
+    """``core/`` and every folder under ``plugins/`` and ``integrations/`` (caches and dot-folders aside)."""
+    folders = [ROOT / "core"]
+    for group in DISTRIBUTION_GROUPS:
+        if (ROOT / group).is_dir():
+            folders.extend(
+                sorted(
+                    p for p in (ROOT / group).iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+                )
+            )
+    return folders
+
+
+FOLDERS = distribution_folders()
+IDS = [str(f.relative_to(ROOT)) for f in FOLDERS]
+
+
+def _pyproject(folder: Path) -> dict[str, Any]:
+    path = folder / "pyproject.toml"
+    assert path.is_file(), f"{folder.relative_to(ROOT)} is a distribution folder but has no pyproject.toml"
+    return tomllib.loads(path.read_text("utf-8"))
+
+
+def _source_version(folder: Path) -> str:
+    """The ``__version__`` in the file hatch reads the version from."""
+    version_path = _pyproject(folder)["tool"]["hatch"]["version"]["path"]
+    found = VERSION_LINE.findall((folder / version_path).read_text("utf-8"))
+    assert len(found) == 1, f"{folder.name}: {version_path} must assign __version__ exactly once"
+    return found[0]
+
+
+CORE_VERSION = Version(_source_version(ROOT / "core"))
+
+
+def test_the_distribution_folders_are_found() -> None:
+    names = {f.relative_to(ROOT).as_posix() for f in FOLDERS}
+    assert {"core", "plugins/archive-s3", "plugins/recall-redis", "plugins/verifier-fs"} <= names
+
+
+def test_the_root_licence_is_the_apache_2_text() -> None:
+    assert hashlib.sha256(LICENSE.read_bytes()).hexdigest() == APACHE_2_SHA256
+
+
+def test_the_core_version_is_agentium_harness_version() -> None:
+    assert Version(agentium_harness.__version__) == CORE_VERSION
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=IDS)
+def test_distribution_metadata(folder: Path) -> None:
+    data = _pyproject(folder)
+    project = data["project"]
+    name = project["name"]
+    rel = folder.relative_to(ROOT).as_posix()
+
+    # Names: agentium-<...>, never the bare name of the unrelated PyPI project.
+    if rel == "core":
+        assert name == "agentium-harness"
+    else:
+        assert name.startswith("agentium-"), name
+
+    # Licence: an SPDX expression (PEP 639), the file shipped, identical to the root copy.
+    assert project["license"] == "Apache-2.0"
+    assert project["license-files"] == ["LICENSE"]
+    assert (folder / "LICENSE").read_bytes() == LICENSE.read_bytes(), f"{rel}/LICENSE differs from LICENSE"
+    assert not [c for c in project.get("classifiers", []) if c.startswith("License ::")], (
+        "PEP 639: the licence is the SPDX expression, not a classifier"
+    )
+    (hatchling,) = [r for r in map(Requirement, data["build-system"]["requires"]) if r.name == "hatchling"]
+    assert data["build-system"]["build-backend"] == "hatchling.build"
+    assert "1.27.0" in hatchling.specifier and "1.26.3" not in hatchling.specifier, (
+        "license-files (PEP 639) needs hatchling >= 1.27"
+    )
+
+    # Version: one place, __version__ in the package, read by hatch.
+    assert "version" not in project, f"{rel}: the version is dynamic, read from __version__"
+    assert project["dynamic"] == ["version"]
+    Version(_source_version(folder))
+
+    # Typed: the wheel's package has a py.typed marker.
+    (package,) = data["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    assert (folder / package / "py.typed").is_file()
+
+    # Python versions and status.
+    assert project["requires-python"] == ">=3.11"
+    classifiers = set(project["classifiers"])
+    assert classifiers >= REQUIRED_CLASSIFIERS
+    listed = {
+        c.rsplit(" :: ", 1)[1]
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    }
+    assert listed == set(PYTHONS)
+
+    # Project URLs, all under the one repository URL.
+    urls = project["urls"]
+    assert set(urls) == set(URL_LABELS)
+    assert urls["Homepage"] == REPOSITORY
+    assert urls["Issues"] == f"{REPOSITORY}/issues"
+    assert urls["Source"] == f"{REPOSITORY}/tree/main/{rel}"
+    assert urls["Documentation"].startswith(f"{REPOSITORY}/")
+
+    # The core dependency: at 0.x a minor release may break plugins, so the bound stops before it.
+    if rel != "core":
+        (core_req,) = [
+            Requirement(d) for d in project["dependencies"] if Requirement(d).name == "agentium-harness"
+        ]
+        spec = core_req.specifier
+        assert CORE_VERSION in spec, f"{name} does not accept the current core {CORE_VERSION}"
+        ceiling = (
+            Version(f"0.{CORE_VERSION.minor + 1}")
+            if CORE_VERSION.major == 0
+            else Version(f"{CORE_VERSION.major + 1}")
+        )
+        assert ceiling not in spec and Version(f"{ceiling}.post1") not in spec, (
+            f"{name} must require agentium-harness below {ceiling}, got {spec}"
+        )
+        assert Version("0.0.1") not in spec, f"{name} needs a lower bound on agentium-harness"
+
+
+# ------------------------------------------------------------------ built distributions
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, tuple[Path, Path]]:
+    """Each folder's (sdist, wheel), built as a release would: the wheel is built from the sdist."""
+    out = tmp_path_factory.mktemp("dist")
+    result: dict[Path, tuple[Path, Path]] = {}
+    for folder in FOLDERS:
+        target = out / folder.name
+        proc = subprocess.run(
+            [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(target), str(folder)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, (
+            f"building {folder.relative_to(ROOT)} failed:\n{proc.stdout}\n{proc.stderr}"
+        )
+        (sdist,) = target.glob("*.tar.gz")
+        (wheel,) = target.glob("*.whl")
+        result[folder] = (sdist, wheel)
+    return result
+
+
+def _metadata(text: str) -> Message:
+    return email.parser.Parser().parsestr(text)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=IDS)
+def test_built_distributions_carry_the_licence_and_metadata(
+    built: dict[Path, tuple[Path, Path]], folder: Path
+) -> None:
+    sdist, wheel = built[folder]
+    project = _pyproject(folder)["project"]
+    version = _source_version(folder)
+    base = f"{_normalized(project['name'])}-{version}"
+    assert sdist.name == f"{base}.tar.gz" and wheel.name == f"{base}-py3-none-any.whl"
+    licence = LICENSE.read_bytes()
+
+    with tarfile.open(sdist) as tar:
+        member = tar.extractfile(f"{base}/LICENSE")
+        assert member is not None and member.read() == licence, f"{sdist.name} lacks the licence"
+        pkg_info = tar.extractfile(f"{base}/PKG-INFO")
+        assert pkg_info is not None
+        sdist_meta = _metadata(pkg_info.read().decode("utf-8"))
+    with zipfile.ZipFile(wheel) as zf:
+        assert zf.read(f"{base}.dist-info/licenses/LICENSE") == licence, f"{wheel.name} lacks the licence"
+        wheel_meta = _metadata(zf.read(f"{base}.dist-info/METADATA").decode("utf-8"))
+
+    for meta in (sdist_meta, wheel_meta):
+        assert meta["Version"] == version
+        assert meta["License-Expression"] == "Apache-2.0"
+        assert meta.get_all("License-File") == ["LICENSE"]
+        assert meta["Requires-Python"] == ">=3.11"
+        assert set(meta.get_all("Classifier") or []) >= REQUIRED_CLASSIFIERS
+        urls = dict(u.split(", ", 1) for u in meta.get_all("Project-URL") or [])
+        assert set(urls) == set(URL_LABELS)
+        assert all(u.startswith(REPOSITORY) for u in urls.values())
+        if folder.name != "core":
+            (core_req,) = [
+                Requirement(r)
+                for r in meta.get_all("Requires-Dist") or []
+                if r.startswith("agentium-harness")
+            ]
+            assert CORE_VERSION in core_req.specifier and core_req.specifier.contains(
+                f"0.{CORE_VERSION.minor}.9"
+            )
+            assert not core_req.specifier.contains(f"0.{CORE_VERSION.minor + 1}.0")
+
+
+def test_twine_check_strict_passes_on_every_sdist_and_wheel(built: dict[Path, tuple[Path, Path]]) -> None:
+    files = [str(p) for pair in built.values() for p in pair]
+    proc = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("PASSED") == len(files), proc.stdout
+
+
+# ------------------------------------------------------------------ install instructions
+
+#: ``pip install`` of a name from an index (not a path): ``pip install [options] agentium-x[extra]``.
+PYPI_INSTALL = re.compile(
+    r"pip3?\s+install\s+(?:(?:-\S+|--\S+)\s+)*['\"]?(agentium(?:-[a-z0-9]+)*)(?:\[[^\]]*\])?['\"]?(?=[\s`'\",;)]|$)",
+    re.I,
+)
+#: How many lines either side of a PyPI install the checkout alternative may be.
+NEARBY = 3
+#: Folders never scanned: virtual environments (CI's is ``.ci-venv`` at the root), caches, build output.
+SKIP_DIRS = {"node_modules", "build", "dist", "__pycache__", "venv"}
+#: Python files are scanned under these top folders (tests/ asserts on hint texts, so it is left out).
+PYTHON_TOPS = {"core", "plugins", "integrations", "examples", "benchmarks"}
+
+
+def _documents() -> Iterator[Path]:
+    """Markdown anywhere in the repository, and the Python of the distributions, examples and benchmarks."""
+    for dirpath, dirnames, filenames in os.walk(ROOT):
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if not d.startswith(".") and d not in SKIP_DIRS and not d.endswith(".egg-info")
+        )
+        here = Path(dirpath)
+        top = here.relative_to(ROOT).parts[:1]
+        for filename in sorted(filenames):
+            if filename.endswith(".md") or (filename.endswith(".py") and top and top[0] in PYTHON_TOPS):
+                yield here / filename
+
+
+def _checkout_folders() -> dict[str, str]:
+    return {_pyproject(f)["project"]["name"]: f.relative_to(ROOT).as_posix() for f in FOLDERS}
+
+
+def pypi_installs_without_checkout(text: str, folders: dict[str, str]) -> list[str]:
+    """Lines telling the reader to ``pip install`` an ``agentium`` name from PyPI, no checkout near."""
+    lines = text.splitlines()
+    problems: list[str] = []
+    for n, line in enumerate(lines):
+        for match in PYPI_INSTALL.finditer(line):
+            name = match.group(1).lower()
+            folder = folders.get(name)
+            if folder is None:
+                problems.append(f"{n + 1}: {name} is not a distribution in this repository: {line.strip()}")
+                continue
+            window = "\n".join(lines[max(0, n - NEARBY) : n + NEARBY + 1])
+            checkout = re.compile(
+                r"pip3?\s+install\b[^\n]*?['\"]?\./" + re.escape(folder) + r"(?:[\[/'\"\s`]|$)"
+            )
+            if not checkout.search(window):
+                problems.append(f"{n + 1}: no `pip install ./{folder}` within {NEARBY} lines: {line.strip()}")
+    return problems
+
+
+def test_the_install_scan_catches_a_pypi_promise() -> None:
+    folders = {"agentium-harness": "core", "agentium-archive-s3": "plugins/archive-s3"}
+    assert pypi_installs_without_checkout("python -m pip install agentium-harness\n", folders)
+    assert pypi_installs_without_checkout("`pip install agentium-archive-s3` alone gives it", folders)
+    assert pypi_installs_without_checkout("pip install -U 'agentium-archive-s3[test]'", folders)
+    assert pypi_installs_without_checkout("pip install agentium", folders)  # the unrelated project
+    # The wrong checkout folder does not count.
+    assert pypi_installs_without_checkout("pip install agentium-harness\npip install ./plugins/x\n", folders)
+    assert not pypi_installs_without_checkout(
+        "pip install agentium-harness   # or: pip install ./core\n", folders
+    )
+    assert not pypi_installs_without_checkout("pip install ./core ./plugins/archive-s3\n", folders)
+    assert not pypi_installs_without_checkout("pip install -e './plugins/archive-s3[test]'\n", folders)
+
+
+def test_docs_install_from_a_checkout_until_a_release_exists() -> None:
+    folders = _checkout_folders()
+    problems = [
+        f"{path.relative_to(ROOT)}:{problem}"
+        for path in _documents()
+        for problem in pypi_installs_without_checkout(path.read_text("utf-8"), folders)
+    ]
+    assert problems == [], "no release is on PyPI yet; give the checkout install:\n" + "\n".join(problems)
+
+
+# ------------------------------------------------------------------ release procedure
+
+RELEASE_TARGET = ROOT / ".github" / "scripts" / "release_target.py"
+RELEASE_WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
+
+
+def _release_target(tag: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(RELEASE_TARGET), tag], capture_output=True, text=True, check=False
+    )
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=IDS)
+def test_a_release_tag_names_its_folder_at_the_source_version(folder: Path) -> None:
+    name = _pyproject(folder)["project"]["name"]
+    version = Version(_source_version(folder))
+    proc = _release_target(f"refs/tags/{name}-v{version}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == folder.relative_to(ROOT).as_posix()
+    # A tag ahead of the source is refused: the tag can only publish what the source says.
+    ahead = f"{version.major}.{version.minor}.{version.micro + 1}"
+    proc = _release_target(f"{name}-v{ahead}")
+    assert proc.returncode == 2 and "bump the source first" in proc.stderr
+
+
+def test_a_release_tag_must_name_a_distribution() -> None:
+    proc = _release_target("agentium-nope-v0.1.0")
+    assert proc.returncode == 2 and "not a distribution in this repository" in proc.stderr
+    proc = _release_target("v0.1.0")
+    assert proc.returncode == 2 and "<distribution>-v<version>" in proc.stderr
+
+
+def test_the_release_workflow_publishes_with_trusted_publishing() -> None:
+    text = RELEASE_WORKFLOW.read_text("utf-8")
+    assert '- "agentium-*-v*"' in text  # triggered by a distribution's tag
+    assert "python .github/scripts/release_target.py" in text
+    assert "python -m twine check --strict dist/*" in text
+    assert "tests/test_packaging.py" in text
+    # OIDC trusted publishing: the id-token permission and the PyPA action, no stored token.
+    assert "id-token: write" in text and "pypa/gh-action-pypi-publish@release/v1" in text
+    assert "password:" not in text and "PYPI_API_TOKEN" not in text and "secrets." not in text
+
+
+# ------------------------------------------------------------------ the README's Quick start
+
+#: What the first Quick start command pulls from PyPI besides the checkout's folders. It took
+#: 9.5 s in a fresh venv on a two-core machine (the README says so); a new dependency of the
+#: core or of verifier-fs must be re-measured there (it has to stay under a minute) and added here.
+QUICK_START_DEPENDENCIES = {"pluggy", "attrs", "cattrs", "anyio", "sniffio", "defusedxml"}
+
+
+def _quick_start() -> tuple[list[str], str]:
+    text = (ROOT / "README.md").read_text("utf-8")
+    section = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()], section
+
+
+def test_quick_start_says_how_long_and_what_runs() -> None:
+    commands, section = _quick_start()
+    assert len(commands) == 2
+    assert re.search(r"first command takes well under a minute\*\* \(\d+(\.\d+)? s measured", section)
+    assert re.search(r"second command takes several minutes\*\*", section)
+    assert "starts no server" in section  # what the first one starts
+    assert "child processes listening on free loopback ports" in section  # what the second one starts
+
+
+def test_quick_start_first_command_installs_only_small_dependencies() -> None:
+    commands, _ = _quick_start()
+    install, demo = commands[0].split(" && ")
+    assert demo == "agentium demo"
+    folders = re.findall(r"\s\./(\S+)", install)
+    assert install.startswith("python3 -m pip install ") and folders, install
+    names = {_pyproject(ROOT / f)["project"]["name"] for f in folders}
+    assert "agentium-harness" in names
+    pulled = {
+        Requirement(d).name.lower()
+        for f in folders
+        for d in _pyproject(ROOT / f)["project"]["dependencies"]
+        if Requirement(d).name not in names
+    }
+    assert pulled <= QUICK_START_DEPENDENCIES, (
+        f"the first Quick start command now also installs {sorted(pulled - QUICK_START_DEPENDENCIES)}: "
+        "time it in a fresh venv (it must stay under a minute), update README.md, then this list"
+    )
