@@ -10,6 +10,10 @@
   is :class:`~agentium_archive_s3.S3SaveOutcomeUnknownError`. A load waits
   (within its deadline) for a save of the same store still in flight, so a
   read-back never reports the state from before a write that then lands.
+- Through a runtime: a save that lands with its reply lost, or after the
+  engine's deadline (the request held by the proxy), gives a run whose
+  ``commit_state`` is ``committed`` (or ``unknown`` when every read-back
+  gave up first), never ``not_committed``, and the turn is stored once.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 import attrs
 import pytest
 from s3_fault_proxy import Fault, FaultProxy
@@ -33,7 +38,13 @@ from agentium_archive_s3 import (
     S3UnavailableError,
 )
 from agentium_archive_s3.keys import session_object_key
-from agentium_harness import VerifiedIdentity, create_harness_runtime
+from agentium_harness import (
+    AgentiumError,
+    CommitState,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import (
     OpContext,
@@ -229,5 +240,72 @@ async def test_a_run_whose_save_landed_with_its_reply_lost_reports_committed_onc
         await runtime.aclose()
     loaded = await _loaded(config)
     assert loaded is not None and loaded.revision == 3
-    texts = [m.content for g in loaded.snapshot.resident for m in g.messages if m.role == "user"]
-    assert texts.count("The turn whose reply is lost.") == 1, texts
+    assert _user_texts(loaded).count("The turn whose reply is lost.") == 1
+
+
+def _user_texts(stored: Any) -> list[str]:
+    return [m.content for g in stored.snapshot.resident for m in g.messages if m.role == "user"]
+
+
+async def _runtime_through(config: S3Config, proxy: FaultProxy, op_timeout_s: float) -> Any:
+    through = attrs.evolve(config, endpoint_url=proxy.endpoint)
+    archive, store = S3Archive(config), S3SessionStore(through)
+    # Their boto3 clients are built on first use (a second or more on a loaded machine): not
+    # under the short deadlines below.
+    await archive.read_groups(KEY, 0, 1, OpContext.with_timeout(30))
+    await store.load(KEY, OpContext.with_timeout(30))
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(op_timeout_s=op_timeout_s),
+    )
+    # Two turns first: the store has learnt the server's IfMatch form (RGW answers one 412).
+    await runtime.run(ANA, KEY.session, "The first turn.")
+    await runtime.run(ANA, KEY.session, "The second turn.")
+    return runtime
+
+
+async def test_a_save_past_its_deadline_that_lands_late_is_reported_committed_by_the_engine(
+    config: S3Config, proxy: FaultProxy
+) -> None:
+    """The engine times the save out; the request reaches the server later. The run says committed.
+
+    The engine reads the session back after the failed save; the store's load
+    waits for its save still in flight, so the read-back sees it land instead
+    of the session as it was (which would say not committed, and a host
+    retrying would duplicate the turn).
+    """
+    runtime = await _runtime_through(config, proxy, op_timeout_s=1.5)
+    try:
+        held = proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=2.2))
+        result = await runtime.run(ANA, KEY.session, "The turn whose save lands late.")
+        assert held.applied == 1
+        assert result.commit_state is CommitState.COMMITTED and result.committed
+        assert result.snapshot_revision == 3 and result.has("save_settled")
+    finally:
+        await runtime.aclose()
+    loaded = await _loaded(config)
+    assert loaded is not None and loaded.revision == 3
+    assert _user_texts(loaded).count("The turn whose save lands late.") == 1
+
+
+async def test_a_save_that_lands_after_every_read_back_gave_up_is_reported_unknown_never_not_committed(
+    config: S3Config, proxy: FaultProxy
+) -> None:
+    runtime = await _runtime_through(config, proxy, op_timeout_s=0.4)
+    try:
+        proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=4.0))
+        with pytest.raises(AgentiumError) as caught:
+            await runtime.run(ANA, KEY.session, "The turn whose save lands very late.")
+        assert caught.value.commit_state is CommitState.UNKNOWN, caught.value
+    finally:
+        await runtime.aclose()
+    # It did land: "not committed" would have been false, and a retry a duplicate.
+    deadline = time.monotonic() + 20
+    loaded = await _loaded(config)
+    while (loaded is None or loaded.revision < 3) and time.monotonic() < deadline:
+        await anyio.sleep(0.2)
+        loaded = await _loaded(config)
+    assert loaded is not None and loaded.revision == 3
+    assert _user_texts(loaded).count("The turn whose save lands very late.") == 1
