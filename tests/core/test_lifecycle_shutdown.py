@@ -23,8 +23,10 @@ from agentium_harness import (
     MemoryManager,
     ResidentLimits,
     RunResult,
+    RuntimeClosedError,
     RuntimeLimits,
     SummaryLimits,
+    Verdict,
     VerifiedIdentity,
     create_harness_runtime,
     load_runtime,
@@ -35,10 +37,15 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import (
     AdapterSpec,
+    CompletionCandidate,
+    CompletionVerifier,
     ModelRequest,
     ModelResponse,
     OpContext,
     PluginRegistry,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
     hookimpl,
 )
 
@@ -270,3 +277,192 @@ async def test_a_build_refused_after_every_factory_ran_closes_them_all(tmp_path:
     with pytest.raises(Exception, match="session_store"):
         load_runtime(path, registry=_registry(lambda _: NotAStore()), environ={})
     assert CLOSED == ["archive"]
+
+
+# -- verify(), inspect_session() and probe() are admitted (issue 21, item 8) ---------------------
+
+
+class SlowVerifier(CompletionVerifier):
+    """An owned verifier whose check takes ``delay`` seconds; it records whether it was closed mid-call."""
+
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities()
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.started = anyio.Event()
+        self.in_call = False
+        self.closed_during_call = False
+        self.closes = 0
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        self.in_call = True
+        self.started.set()
+        try:
+            await anyio.sleep(self.delay)
+            return VerificationResult(Verdict.PASS, reason="checked")
+        finally:
+            self.in_call = False
+
+    async def aclose(self) -> None:
+        self.closed_during_call = self.closed_during_call or self.in_call
+        self.closes += 1
+
+
+def _verifying_runtime(verifier: SlowVerifier, limits: RuntimeLimits) -> Any:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=verifier,
+        limits=limits,
+        owned=[verifier],
+    )
+
+
+async def test_aclose_waits_for_a_running_verify_before_closing_the_verifier() -> None:
+    verifier = SlowVerifier(0.4)
+    rt = _verifying_runtime(verifier, RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=1.0))
+    got: list[Any] = []
+
+    async def verify() -> None:
+        got.append(await rt.verify(ANA, "s1", "done"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(verify)
+        await verifier.started.wait()
+        await rt.aclose()
+    [(record, _notes)] = got
+    assert record.verdict is Verdict.PASS
+    assert verifier.closes == 1 and not verifier.closed_during_call
+    with pytest.raises(RuntimeClosedError):
+        await rt.verify(ANA, "s1", "done")
+
+
+async def test_aclose_cancels_a_hung_verify_before_closing_the_verifier() -> None:
+    verifier = SlowVerifier(3600)
+    limits = RuntimeLimits(settle_timeout_s=0.3, close_timeout_s=0.3)
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=verifier,
+        verify_timeout_s=3600,
+        limits=limits,
+        owned=[verifier],
+    )
+    errors: list[BaseException] = []
+
+    async def verify() -> None:
+        try:
+            await rt.verify(ANA, "s1", "done")
+        except BaseException as exc:
+            errors.append(exc)
+
+    # Bounded as a whole: before, aclose() left the hung verify running (and the test waiting).
+    with anyio.fail_after(limits.settle_timeout_s + 2 * limits.close_timeout_s + 2.0):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(verify)
+            await verifier.started.wait()
+            await rt.aclose()
+    assert isinstance(errors[0], RuntimeClosedError)
+    assert verifier.closes == 1 and not verifier.closed_during_call
+
+
+class SlowLoadStore(InMemorySessionStore):
+    capabilities = InMemorySessionStore.capabilities
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slow = False
+        self.loading = anyio.Event()
+        self.closed_during_load = False
+        self.in_load = False
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if self.slow:
+            self.in_load = True
+            self.loading.set()
+            try:
+                await anyio.sleep(0.4)
+            finally:
+                self.in_load = False
+        return await super().load(key, ctx)
+
+    async def aclose(self) -> None:
+        self.closed_during_load = self.closed_during_load or self.in_load
+
+
+async def test_an_inspection_runs_beside_a_run_and_aclose_waits_for_it() -> None:
+    provider, store = SlowProvider(0.3), SlowLoadStore()
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=store,
+        limits=RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=1.0),
+        owned=[store],
+    )
+    views: list[Any] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rt.run, ANA, "s1", "q")
+        await provider.started.wait()
+        # Read-only: allowed while the run holds the session.
+        views.append(await rt.inspect_session(ANA, "s1"))
+    store.slow = True
+
+    async def inspect() -> None:
+        views.append(await rt.inspect_session(ANA, "s1"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(inspect)
+        await store.loading.wait()
+        await rt.aclose()
+    assert len(views) == 2 and views[1].resident_seqs == (0,)
+    assert not store.closed_during_load
+    with pytest.raises(RuntimeClosedError):
+        await rt.inspect_session(ANA, "s1")
+    with pytest.raises(RuntimeClosedError):
+        await rt.probe()
+
+
+class SlowHealthArchive(InMemoryArchive):
+    capabilities = attrs.evolve(InMemoryArchive.capabilities, health_check=True)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.probing = anyio.Event()
+        self.in_health = False
+        self.closed_during_health = False
+
+    async def health(self, ctx: OpContext) -> str:
+        self.in_health = True
+        self.probing.set()
+        try:
+            await anyio.sleep(0.4)
+            return "fine"
+        finally:
+            self.in_health = False
+
+    async def aclose(self) -> None:
+        self.closed_during_health = self.closed_during_health or self.in_health
+
+
+async def test_aclose_waits_for_a_running_probe() -> None:
+    archive = SlowHealthArchive()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=1.0),
+        owned=[archive],
+    )
+    results: list[Any] = []
+
+    async def probe() -> None:
+        results.append(await rt.probe())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(probe)
+        await archive.probing.wait()
+        await rt.aclose()
+    assert ("archive", "ok: fine") in results[0]
+    assert not archive.closed_during_health

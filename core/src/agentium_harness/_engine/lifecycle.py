@@ -158,8 +158,14 @@ def _timeout(operation: str, timeout: float, *, abandoned: bool = False) -> Oper
 class Admission:
     """Admits operations per session and tracks them for shutdown.
 
-    Every operation — a run, ``close_session``, a migration, a reconciliation —
-    enters through :meth:`admit`. Nothing else touches ``active``.
+    Every operation that changes a session — a run, ``close_session``, a
+    migration, a reconciliation — enters through :meth:`admit`: one per
+    session at a time. Read-only operations — ``verify()``,
+    ``inspect_session()``, ``probe()`` — enter through :meth:`admit_shared`:
+    they do not take the session's slot (an inspection may look at a session
+    while a run holds it) but are tracked the same way, so shutdown waits for
+    them and cancels them before it closes any adapter they use. Nothing else
+    touches ``active`` or ``shared``.
     """
 
     def __init__(self, op_timeout_s: float, hook_timeout_s: float | None = None) -> None:
@@ -167,6 +173,11 @@ class Admission:
         self._hook_timeout_s = hook_timeout_s
         self.state = LifecycleState.OPEN
         self.active: dict[SessionKey, Ticket] = {}
+        self.shared: set[Ticket] = set()
+
+    def tickets(self) -> list[Ticket]:
+        """Every admitted operation, exclusive and shared."""
+        return [*self.active.values(), *self.shared]
 
     def check_open(self) -> None:
         """Raise :class:`RuntimeClosedError` unless the runtime is open."""
@@ -202,16 +213,38 @@ class Admission:
                 del self.active[key]
             ticket.done.set()
 
+    @asynccontextmanager
+    async def admit_shared(
+        self, key: SessionKey | None, kind: str, op_timeout_s: float | None = None
+    ) -> AsyncIterator[Ticket]:
+        """Admit one read-only operation: tracked for shutdown, but not exclusive on ``key``.
+
+        Raises :class:`RuntimeClosedError` when closing or closed; a shutdown
+        cancellation surfaces as :class:`RuntimeClosedError` too.
+        """
+        self.check_open()
+        timeout = self._op_timeout_s if op_timeout_s is None else op_timeout_s
+        ticket = Ticket(key, kind, timeout, self._hook_timeout_s)
+        self.shared.add(ticket)
+        try:
+            with ticket.cancel_scope:
+                yield ticket
+            if ticket.cancel_scope.cancelled_caught:
+                raise RuntimeClosedError(f"the {kind} was cancelled because the runtime closed")
+        finally:
+            self.shared.discard(ticket)
+            ticket.done.set()
+
     async def wait_settled(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for every admitted operation to leave; True if all did."""
         with anyio.move_on_after(timeout_s):
-            while self.active:
-                await next(iter(self.active.values())).done.wait()
-        return not self.active
+            while tickets := self.tickets():
+                await tickets[0].done.wait()
+        return not self.tickets()
 
     async def cancel_all(self, reason: str, grace_s: float) -> list[Ticket]:
         """Cancel every admitted operation and wait up to ``grace_s`` for them; return those still stuck."""
-        tickets = list(self.active.values())
+        tickets = self.tickets()
         for ticket in tickets:
             ticket.cancel(reason)
         with anyio.move_on_after(grace_s):

@@ -436,13 +436,18 @@ class HarnessRuntime:
     # -- inspection and maintenance ------------------------------------------
 
     async def inspect_session(self, identity: VerifiedIdentity, session_id: str) -> SessionView:
-        """Boundary, resident groups, state (ok, diverged …) and revision of a stored session (read-only)."""
+        """Boundary, resident groups, state (ok, diverged …) and revision of a stored session (read-only).
+
+        Admitted shared: it may run alongside a run on the same session, is
+        refused once the runtime is closing (:class:`RuntimeClosedError`), and
+        ``aclose()`` waits for it or cancels it before closing the store.
+        """
         key = SessionKey.of(require_identity(identity), session_id)
-        self._admission.check_open()
-        # Read-only and bounded by its deadline, so it is not admitted: it may
-        # look at a session while a run holds it.
-        ticket = Ticket(key, "inspection", self.limits.op_timeout_s)
-        return await inspect_session(ticket, self.session_store, self.limits.resident, key)
+        # Read-only: admitted shared, so it may look at a session while a run holds it,
+        # and shutdown waits for it (or cancels it) before closing the store.
+        async with self._admission.admit_shared(key, "inspection") as ticket:
+            return await inspect_session(ticket, self.session_store, self.limits.resident, key)
+        raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation
 
     async def migrate_legacy_session(
         self,
@@ -510,36 +515,40 @@ class HarnessRuntime:
         ``claim`` is the candidate's text (it proves nothing, R29); ``since``
         stands in for the run's start time (evidence older than it is stale).
         The call runs under ``verify_timeout_s`` and the evidence budget, as in
-        a turn. Raises :class:`InvalidArgumentError` without a verifier.
+        a turn. Raises :class:`InvalidArgumentError` without a verifier. Admitted
+        shared like :meth:`inspect_session`: ``aclose()`` never closes the
+        verifier under a running call.
         """
         scope = run_scope(identity, session_id, recall_scope)
         if self.verifier is None:
             raise InvalidArgumentError("the runtime has no verifier; configure [verifier]")
         if not isinstance(claim, str):
             raise InvalidArgumentError(f"claim must be a string, got {type(claim).__name__}")
-        self._admission.check_open()
-        record, notes = await verify_on_demand(
-            Ticket(scope.session_key, "verification", self.verify_timeout_s),
-            verifier=self.verifier,
-            limits=self.evidence_limits,
-            scope=scope,
-            claim=claim,
-            started_at=since,
-            timeout_s=self.verify_timeout_s,
-        )
-        return record, tuple(notes)
+        admitted = self._admission.admit_shared(scope.session_key, "verification", self.verify_timeout_s)
+        async with admitted as ticket:
+            record, notes = await verify_on_demand(
+                ticket,
+                verifier=self.verifier,
+                limits=self.evidence_limits,
+                scope=scope,
+                claim=claim,
+                started_at=since,
+                timeout_s=self.verify_timeout_s,
+            )
+            return record, (*notes, *ticket.abandonment_diagnostics())
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def probe(self) -> list[tuple[str, str]]:
-        """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``."""
-        adapters: list[tuple[str, Any]] = [("archive", self.archive), ("session_store", self.session_store)]
-        for role, adapter in (
-            ("recall", self.recall),
-            ("verifier", self.verifier),
-            ("provider", self.provider),
-        ):
-            if adapter is not None:
-                adapters.append((role, adapter))
-        return await probe_adapters(Ticket(None, "probe", self.limits.op_timeout_s), adapters)
+        """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``.
+
+        Admitted shared like :meth:`inspect_session`, so ``aclose()`` waits for it.
+        """
+        roles: dict[str, Any] = {"archive": self.archive, "session_store": self.session_store}
+        roles.update(recall=self.recall, verifier=self.verifier, provider=self.provider)
+        adapters = [(role, adapter) for role, adapter in roles.items() if adapter is not None]
+        async with self._admission.admit_shared(None, "probe") as ticket:
+            return await probe_adapters(ticket, adapters)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- shutdown --------------------------------------------------------------
 
