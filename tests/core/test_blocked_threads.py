@@ -177,6 +177,44 @@ async def test_recall_discovery_blocked_in_a_thread_keeps_the_latency_budget(gat
     await rt.aclose()
 
 
+class SlowOpenRecall(BlockingRecall):
+    """Its ``open`` blocks its thread; the session it opens late must still be closed."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__(gate)
+        self.closed = anyio.Event()
+
+    async def open(self, scope: Any, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        await anyio.to_thread.run_sync(blocking, self.gate)
+        store = self
+
+        class Late(BlockingSession):
+            async def close(self) -> None:
+                store.closed.set()
+
+        return Late(self)
+
+
+async def test_a_recall_session_opened_after_the_budget_is_closed_not_leaked(gate: threading.Event) -> None:
+    store = SlowOpenRecall(gate)
+    rt = create_harness_runtime(
+        provider=Recording(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        recall_limits=RecallLimits(max_latency_s=0.3),
+        recall_policy=current_session_recall_policy(on_failed="continue"),
+    )
+    result = await rt.run(ANA, "s1", "when does the release train leave?")
+    assert result.recall is not None and result.recall.status is RecallStatus.FAILED
+    assert any(d.code == "call_abandoned" and "recall open" in d.message for d in result.diagnostics)
+    assert not store.closed.is_set()
+    gate.set()
+    with anyio.fail_after(BLOCK_S + 2):
+        await store.closed.wait()
+    await rt.aclose()
+
+
 # -- archive append -----------------------------------------------------------------------------
 
 

@@ -38,6 +38,8 @@ T = TypeVar("T")
 #: the engine abandons it. Cooperative adapters unwind at their next checkpoint,
 #: well within it; only a call blocked where cancellation cannot reach waits it out.
 ABANDON_GRACE_S = 0.1
+#: How long the release of a late result (``on_late``) may take.
+LATE_CLEANUP_S = 5.0
 
 # Detached asyncio tasks are kept referenced until they end (the loop holds only weak references).
 _TASKS: set[Any] = set()
@@ -77,12 +79,14 @@ class Overrun(Exception):
 
 
 class _Call(Generic[T]):
-    __slots__ = ("done", "error", "finished", "scope", "value")
+    __slots__ = ("done", "error", "finished", "left", "on_late", "scope", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, on_late: Callable[[T], Awaitable[None]] | None) -> None:
         self.done = anyio.Event()
         self.scope = anyio.CancelScope()
         self.finished = False
+        self.left = False  # the waiter walked away: whatever comes now is late
+        self.on_late = on_late
         self.value: T | None = None
         self.error: Exception | None = None
 
@@ -95,6 +99,17 @@ class _Call(Generic[T]):
             self.error = exc
         finally:
             self.done.set()
+        if self.finished and self.left and self.on_late is not None:
+            await self._discard(self.on_late, self.value)  # type: ignore[arg-type]  # set when finished
+
+    @staticmethod
+    async def _discard(on_late: Callable[[T], Awaitable[None]], value: T) -> None:
+        """Release a result that arrived after the waiter left (close a late-opened session), bounded."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await bounded(lambda: on_late(value), LATE_CLEANUP_S)
+            except Exception:  # noqa: S110 - nobody is left to tell; the result was discarded either way
+                pass
 
     def result(self) -> T:
         if self.error is not None:
@@ -117,6 +132,7 @@ async def bounded(
     timeout_s: float,
     *,
     on_deadline: Callable[[], None] | None = None,
+    on_late: Callable[[T], Awaitable[None]] | None = None,
     grace_s: float = ABANDON_GRACE_S,
 ) -> T:
     """Run ``work()`` in its own task and return its result if it finishes within ``timeout_s``.
@@ -125,9 +141,10 @@ async def bounded(
     so code in a worker thread sees it), then the call is cancelled and given
     ``grace_s`` to unwind; :class:`Overrun` is raised either way, with
     ``abandoned=True`` when the call was still running (its late result is
-    discarded). An exception ``work`` raises in time is re-raised here.
+    discarded, after ``on_late`` released it if given). An exception ``work``
+    raises in time is re-raised here.
     """
-    call: _Call[T] = _Call()
+    call: _Call[T] = _Call(on_late)
     spawn(lambda: call.run(work))
     try:
         with anyio.move_on_after(timeout_s):
@@ -135,11 +152,17 @@ async def bounded(
     except BaseException:
         # The caller was cancelled (shutdown): stop the call, wait no longer than the grace.
         if not call.done.is_set():
-            await call.stop(grace_s)
+            call.left = not await call.stop(grace_s)
         raise
     if call.done.is_set():
         return call.result()
     if on_deadline is not None:
         on_deadline()
     stopped = await call.stop(grace_s)
+    if not stopped:
+        call.left = True
+    elif call.finished and on_late is not None:
+        # It finished during the grace: past its deadline all the same, so released, not used.
+        call.left = True
+        spawn(lambda: call._discard(on_late, call.value))  # type: ignore[arg-type]
     raise Overrun(timeout_s, abandoned=not stopped)

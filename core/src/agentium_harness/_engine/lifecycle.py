@@ -102,6 +102,7 @@ class Ticket:
         timeout_s: float | None = None,
         remaining_bytes: int | None = None,
         remaining_tokens: int | None = None,
+        on_late: Callable[[T], Awaitable[None]] | None = None,
     ) -> T:
         """Run one adapter call under its deadline (R10, R12) and walk away from it past the deadline.
 
@@ -111,13 +112,18 @@ class Ticket:
         and the call cancelled. A call that times out raises
         :class:`OperationTimeoutError`; one that did not even stop after its
         cancellation (blocked in a worker thread) is abandoned: the error says
-        so (``abandoned``), the ticket records it, and its late result is discarded.
+        so (``abandoned``), the ticket records it, and its late result is
+        discarded — released through ``on_late`` first when it holds something
+        (a late-opened recall session is closed).
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
         ctx = self.context(timeout, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens)
         try:
             return await bounded(
-                lambda: work(ctx), timeout, on_deadline=lambda: ctx.signal.cancel("deadline passed")
+                lambda: work(ctx),
+                timeout,
+                on_deadline=lambda: ctx.signal.cancel("deadline passed"),
+                on_late=on_late,
             )
         except Overrun as over:
             if over.abandoned:

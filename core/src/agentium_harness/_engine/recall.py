@@ -157,6 +157,7 @@ async def _call(
     *,
     remaining_bytes: int | None = None,
     remaining_tokens: int | None = None,
+    on_late: Callable[[T], Awaitable[None]] | None = None,
 ) -> T:
     left = state.left(ticket)
     if left <= 0:
@@ -170,9 +171,17 @@ async def _call(
             timeout_s=left,
             remaining_bytes=remaining_bytes,
             remaining_tokens=remaining_tokens,
+            on_late=on_late,
         )
     except Exception as exc:
         raise _Failed(f"{operation} failed: {type(exc).__name__}: {exc}") from exc
+
+
+async def _close_late(session: object) -> None:
+    """Close a session whose ``open`` returned after the run gave up on it."""
+    closer = getattr(session, "close", None)
+    if closer is not None:
+        await closer()
 
 
 async def _close(session: object, state: _Round) -> None:
@@ -227,7 +236,9 @@ async def gather_evidence(
     session: RecallSession | None = None
     try:
         try:
-            opened = await _call(ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx))
+            opened = await _call(
+                ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx), on_late=_close_late
+            )
             if not callable(getattr(opened, "discover", None)):
                 raise _Failed(f"recall open returned {type(opened).__name__}, not a recall session")
             session = opened
@@ -554,7 +565,9 @@ async def revalidate(
     session: RecallSession | None = None
     try:
         try:
-            opened = await _call(ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx))
+            opened = await _call(
+                ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx), on_late=_close_late
+            )
             if not callable(getattr(opened, "validate_current", None)):
                 raise _Failed(f"recall open returned {type(opened).__name__}, not a recall session")
             session = opened
