@@ -1,0 +1,260 @@
+"""The PostgreSQL history archive: one immutable row per group, a batch in one transaction (R3).
+
+Append inserts the whole batch with one ``INSERT ... SELECT FROM unnest(...)
+ON CONFLICT DO NOTHING RETURNING seq``; the seqs it did not insert were
+already stored, and one ``SELECT`` compares their digests: equal is the
+idempotent success a retry or a second writer gets, different is an
+:class:`~agentium_harness.plugin_api.ArchiveConflictError` that rolls the
+whole batch back. Rows are never updated (a trigger refuses it, and the
+application role is granted no ``UPDATE``) and never deleted except by
+erasure.
+
+Reads fetch whole rows by ``seq`` range under a ``LIMIT``, refuse a row over
+``max_row_bytes`` before transferring it, and re-check each group: its bytes
+against the stored digest, strict decoding, and
+:func:`~agentium_harness.plugin_api.check_archived_group`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from psycopg_pool import AsyncConnectionPool
+
+from agentium_harness.plugin_api import (
+    ArchiveCapabilities,
+    ArchiveConflictError,
+    ArchiveCorruptError,
+    ArchiveReceipt,
+    HistoryArchive,
+    MessageGroup,
+    OpContext,
+    RecordDecodeError,
+    SessionKey,
+    check_archived_group,
+    digest_bytes,
+    from_json,
+)
+
+from .config import PostgresConfig
+from .errors import PostgresArchiveError, PostgresRowTooLargeError
+from .keys import q, session_keys
+from .link import Conn, PgLink
+
+__all__ = ["GroupRow", "PostgresArchive", "decode_group", "group_rows", "insert_groups"]
+
+#: (seq, digest, canonical bytes) of one group to store.
+GroupRow = tuple[int, str, bytes]
+
+
+def group_rows(key: SessionKey, groups: Sequence[MessageGroup], max_bytes: int, who: str) -> list[GroupRow]:
+    """Check and encode a batch before any statement; a seq repeated with equal content is one row.
+
+    Raises :class:`ArchiveConflictError` for a seq repeated with different
+    content, :class:`PostgresRowTooLargeError` for a group over ``max_bytes``,
+    and :class:`ArchiveCorruptError` for a group of another session (its
+    retained scope).
+    """
+    rows: dict[int, GroupRow] = {}
+    for group in groups:
+        check_archived_group(key, group)
+        data = group.canonical_bytes()
+        if len(data) > max_bytes:
+            raise PostgresRowTooLargeError(
+                f"{who}: group {group.seq} of session {key.key()} is {len(data)} bytes, more than "
+                f"max_row_bytes={max_bytes}; nothing of the batch was written"
+            )
+        found = rows.get(group.seq)
+        if found is not None:
+            if found[1] != group.digest:
+                raise ArchiveConflictError(
+                    f"{who}: the batch carries seq {group.seq} of session {key.key()} twice with different "
+                    "content; nothing of the batch was written"
+                )
+            continue
+        rows[group.seq] = (group.seq, group.digest, data)
+    return sorted(rows.values())
+
+
+async def insert_groups(conn: Conn, schema: str, key: SessionKey, rows: Sequence[GroupRow], who: str) -> None:
+    """Insert ``rows`` inside the caller's transaction; stored equal rows pass, different ones conflict.
+
+    Raising rolls back every row of the batch (and, in a joint commit, the snapshot).
+    """
+    if not rows:
+        return
+    t, u, s = session_keys(key)
+    seqs = [r[0] for r in rows]
+    inserted = await conn.execute(
+        q(
+            "INSERT INTO {s}.archive_groups (tenant_key, user_key, session_key, seq, digest, data) "
+            "SELECT %s, %s, %s, g.seq, g.digest, g.data "
+            "FROM unnest(%s::bigint[], %s::text[], %s::bytea[]) AS g(seq, digest, data) "
+            "ON CONFLICT DO NOTHING RETURNING seq",
+            schema,
+        ),
+        (t, u, s, seqs, [r[1] for r in rows], [r[2] for r in rows]),
+    )
+    new = {int(r[0]) for r in await inserted.fetchall()}
+    if len(new) == len(rows):
+        return
+    stored = await conn.execute(
+        q(
+            "SELECT seq, digest FROM {s}.archive_groups "
+            "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND seq = ANY(%s::bigint[])",
+            schema,
+        ),
+        (t, u, s, [seq for seq in seqs if seq not in new]),
+    )
+    digests = {int(seq): str(digest) for seq, digest in await stored.fetchall()}
+    for seq, digest, _ in rows:
+        if seq in new:
+            continue
+        found = digests.get(seq)
+        if found != digest:
+            raise ArchiveConflictError(
+                f"{who}: group {seq} of session {key.key()} is archived with digest {found}; refusing "
+                f"different content {digest}. Archived groups are never overwritten; nothing of the "
+                "batch was written."
+            )
+
+
+def decode_group(key: SessionKey, seq: object, digest: object, data: object, where: str) -> MessageGroup:
+    """Decode one stored row strictly and re-check it; any doubt is an ``ArchiveCorruptError``."""
+    what = f"{where}: group {seq!r} of session {key.key()}"
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise ArchiveCorruptError(f"{what} has a non-integer seq; the row is damaged")
+    if not isinstance(data, bytes) or not isinstance(digest, str) or digest_bytes(data) != digest:
+        raise ArchiveCorruptError(f"{what} does not match its stored digest; the row is damaged")
+    try:
+        group = from_json(data, MessageGroup)
+    except RecordDecodeError as exc:
+        raise ArchiveCorruptError(f"{what} cannot be decoded: {exc}") from exc
+    check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
+    return group
+
+
+async def read_groups(
+    conn: Conn, schema: str, key: SessionKey, start_seq: int, limit: int, max_bytes: int, where: str
+) -> list[MessageGroup]:
+    """Up to ``limit`` whole groups with ``seq >= start_seq``, ascending, each re-checked."""
+    if limit <= 0:
+        return []
+    t, u, s = session_keys(key)
+    cursor = await conn.execute(
+        q(
+            "SELECT seq, digest, CASE WHEN octet_length(data) <= %s THEN data END, octet_length(data) "
+            "FROM {s}.archive_groups "
+            "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND seq >= %s "
+            "ORDER BY seq LIMIT %s",
+            schema,
+        ),
+        (max_bytes, t, u, s, max(0, start_seq), limit),
+    )
+    out = []
+    for seq, digest, data, size in await cursor.fetchall():
+        if data is None:
+            raise PostgresRowTooLargeError(
+                f"{where}: group {seq} of session {key.key()} is {size} bytes, more than "
+                f"max_row_bytes={max_bytes}; not read"
+            )
+        out.append(decode_group(key, seq, digest, bytes(data), where))
+    return out
+
+
+class PostgresArchive(HistoryArchive):
+    """An append-only history archive in PostgreSQL (``archive_groups``), one transaction per batch.
+
+    Build it from :class:`~agentium_postgres.config.PostgresConfig`, optionally
+    lending it a ``psycopg_pool.AsyncConnectionPool`` (``pool=``) or an
+    ``AsyncConnection`` (``connection=``), which it then never closes.
+    Building does no I/O.
+    """
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True
+    )
+
+    def __init__(
+        self,
+        config: PostgresConfig,
+        *,
+        pool: AsyncConnectionPool[Any] | None = None,
+        connection: Any = None,
+    ) -> None:
+        self._config = config
+        self._link = PgLink(
+            config,
+            pool=pool,
+            connection=connection,
+            family=PostgresArchiveError,
+            name="postgres archive",
+            needs=("schema_meta", "archive_groups"),
+        )
+
+    @property
+    def config(self) -> PostgresConfig:
+        """The options this archive was built with."""
+        return self._config
+
+    @property
+    def link(self) -> PgLink:
+        """The connection link (owned or lent pool or connection)."""
+        return self._link
+
+    def location(self, key: SessionKey, seq: int) -> str:
+        """Where group ``seq`` of ``key`` is stored, for its receipt (no password)."""
+        return f"{self._config.server()}#{self._config.schema}.archive_groups/{key.key()}/{seq}"
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        """Append the batch in one transaction: all of it stored (or already stored equal), or nothing."""
+        ctx.raise_if_expired("archive append")
+        rows = group_rows(key, groups, self._config.max_row_bytes, self._link.name)
+        if rows:
+            schema = self._config.schema
+
+            async def work(conn: Conn) -> None:
+                await insert_groups(conn, schema, key, rows, self._link.name)
+
+            await self._link.run(ctx, "archive append", key.key_segments()[0], work)
+        return [ArchiveReceipt(g.seq, g.digest, self.location(key, g.seq)) for g in groups]
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending, each re-checked."""
+        ctx.raise_if_expired("archive read")
+        schema, cap = self._config.schema, self._config.max_row_bytes
+
+        async def work(conn: Conn) -> list[MessageGroup]:
+            return await read_groups(conn, schema, key, start_seq, max_groups, cap, self._link.name)
+
+        return await self._link.run(ctx, "archive read", key.key_segments()[0], work)
+
+    async def health(self, ctx: OpContext) -> str:
+        """Connect if needed, check the schema and privileges, and describe the server."""
+        return await health_probe(self._link, ctx, "archive health")
+
+    async def aclose(self) -> None:
+        """Close the pool this archive created; a lent pool or connection is left open. Idempotent."""
+        await self._link.aclose()
+
+
+async def health_probe(link: PgLink, ctx: OpContext, operation: str) -> str:
+    """A bounded probe (``SELECT 1`` after the first-use checks) and what the link learnt."""
+
+    async def work(conn: Conn) -> None:
+        await conn.execute("SELECT 1")
+
+    await link.run(ctx, operation, None, work)
+    facts = link.facts
+    assert facts is not None
+    rls = "bypasses row-level security" if facts.bypasses_row_security else "row-level security enforced"
+    return (
+        f"{link.name} ok: {link.config.server()}, PostgreSQL {facts.server_version}, schema "
+        f"{link.config.schema!r} v{facts.schema_version}, role {facts.role!r} ({rls}), "
+        f"{'lent' if link.lent else 'owned'} connections"
+    )

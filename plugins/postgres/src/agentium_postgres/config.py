@@ -1,0 +1,155 @@
+"""The options of every PostgreSQL adapter (``[archive.options]``, ``[session_store.options]``, ...).
+
+:class:`PostgresConfig` is a frozen attrs class, structured from a config file
+by the core's strict loader: unknown keys and wrong types are errors at
+``$.archive.options.<key>``. Its validators never echo a credential, and its
+``repr`` hides the password (in ``password`` or inside ``dsn``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import attrs
+import psycopg.conninfo
+
+__all__ = ["PostgresConfig", "redact_dsn", "server_label"]
+
+# An unquoted PostgreSQL identifier in lower case: safe to splice into DDL and
+# statements without quoting trouble (it is still always double-quoted there).
+_IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def _conninfo(dsn: str) -> dict[str, Any]:
+    """The parsed connection options; ``ValueError`` (never echoing the text) if it does not parse."""
+    try:
+        return psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        # libpq's message may quote the malformed text, password included: say only where to look.
+        raise ValueError(
+            "dsn is not a valid libpq connection string or postgresql:// URL (the text is not shown)"
+        ) from None
+
+
+def redact_dsn(dsn: str) -> str:
+    """``dsn`` as ``postgresql://user@host:port/dbname``: never the password, never raises."""
+    try:
+        info = _conninfo(dsn)
+    except ValueError:
+        return "<unparsable dsn>"
+    return server_label(info)
+
+
+def server_label(info: dict[str, Any]) -> str:
+    """A short name of the server for messages: ``user@host:port/dbname`` (libpq defaults shown as such)."""
+    host = str(info.get("host") or info.get("hostaddr") or "local socket")
+    port = str(info.get("port") or "5432")
+    dbname = str(info.get("dbname") or info.get("user") or "default database")
+    user = str(info.get("user") or "default user")
+    return f"postgresql://{user}@{host}:{port}/{dbname}"
+
+
+def _dsn(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("dsn must be a non-empty libpq connection string or postgresql:// URL")
+    if "\x00" in value:
+        raise ValueError("dsn must not contain NUL")
+    _conninfo(value)
+
+
+def _identifier(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value) or value.startswith("pg_"):
+        raise ValueError(
+            f"{attribute.name} must be a lower-case PostgreSQL identifier (a-z, 0-9, '_', starting with a "
+            f"letter or '_', at most 63 characters, not starting with 'pg_'), got {value!r}"
+        )
+
+
+def _password(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # The value is a secret: say what is wrong without showing it.
+    if value is not None and (not isinstance(value, str) or not value or "\x00" in value or "\n" in value):
+        raise ValueError("password must be a non-empty single-line string without NUL, or left out")
+
+
+def _bounded_int(low: int, high: int) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{attribute.name} must be an integer in [{low}, {high}], got {value!r}")
+
+    return check
+
+
+def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
+        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
+
+
+def _secret_repr(value: object) -> str:
+    return "None" if value is None else "'***'"
+
+
+@attrs.frozen(slots=True)
+class PostgresConfig:
+    """Options of the PostgreSQL archive, session store, recall store and memory store (one class for all).
+
+    - ``dsn`` (required): a libpq connection string (``host=... dbname=...``)
+      or a ``postgresql://`` URL. Prefer ``dsn = "${AGENTIUM_PG_DSN}"`` and
+      keep the password out of the file (``password``, ``PGPASSWORD`` or
+      ``~/.pgpass``). It is never shown in a message or ``repr``.
+    - ``password``: the password, when it is not in ``dsn`` or libpq's
+      environment; never shown.
+    - ``schema``: the PostgreSQL schema holding the tables (default
+      ``agentium``); ``agentium postgres migrate`` creates it.
+    - ``min_pool_size`` / ``max_pool_size``: connections of the pool an
+      adapter owns (each adapter built from config owns one; lend one pool to
+      all four to share it).
+    - ``connect_timeout_s``: bound on opening one connection.
+    - ``statement_timeout_s``: ceiling of every statement
+      (``SET LOCAL statement_timeout``); a call's own deadline narrows it.
+    - ``max_row_bytes``: the largest group, snapshot or document written or
+      read (default 16 MiB); larger ones are refused before any statement.
+    - ``max_ranked_matches``: how many of the newest matches one recall
+      discovery ranks at most (see the README's recall section).
+    - ``require_row_security``: refuse to run when the connected role
+      bypasses row-level security (a superuser, a role with ``BYPASSRLS``):
+      with it, the database's own tenant isolation is guaranteed, not just
+      configured.
+    """
+
+    dsn: str = attrs.field(validator=_dsn, repr=lambda v: repr(redact_dsn(v)))
+    password: str | None = attrs.field(default=None, validator=_password, repr=_secret_repr)
+    schema: str = attrs.field(default="agentium", validator=_identifier)
+    min_pool_size: int = attrs.field(default=1, validator=_bounded_int(0, 64))
+    max_pool_size: int = attrs.field(default=8, validator=_bounded_int(1, 256))
+    connect_timeout_s: float = attrs.field(default=5.0, validator=_seconds)
+    statement_timeout_s: float = attrs.field(default=30.0, validator=_seconds)
+    max_row_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_bounded_int(1024, 1024**3))
+    max_ranked_matches: int = attrs.field(default=1000, validator=_bounded_int(1, 1_000_000))
+    require_row_security: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        """The pool's bounds must be in order."""
+        if self.min_pool_size > self.max_pool_size:
+            raise ValueError("min_pool_size must not exceed max_pool_size")
+
+    def conninfo(self) -> str:
+        """The connection string handed to psycopg (``password`` added when given)."""
+        if self.password is None:
+            return self.dsn
+        return psycopg.conninfo.make_conninfo(self.dsn, password=self.password)
+
+    def server(self) -> str:
+        """``postgresql://user@host:port/dbname`` of the server, for messages (no password)."""
+        return redact_dsn(self.dsn)
+
+    def identity(self) -> tuple[str, str, str, str, str]:
+        """(host, port, dbname, user, schema): two adapters with equal identities share one database."""
+        info = _conninfo(self.dsn)
+        return (
+            str(info.get("host") or info.get("hostaddr") or ""),
+            str(info.get("port") or ""),
+            str(info.get("dbname") or ""),
+            str(info.get("user") or ""),
+            self.schema,
+        )

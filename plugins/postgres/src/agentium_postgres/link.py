@@ -1,0 +1,508 @@
+"""The adapters' way to the server: one transaction per call, on a pooled (owned or lent) connection.
+
+:class:`PgLink` runs a call's statements in one transaction that first sets
+two transaction-local settings: ``statement_timeout`` (the smaller of the
+configured ceiling and what is left of the call's deadline) and
+``agentium.tenant`` (the verified scope's tenant segment, which the
+row-level security policies compare every row with).
+
+**Owned versus lent.** Built from config, an adapter creates its own
+``psycopg_pool.AsyncConnectionPool`` on its first call and closes it in
+``aclose()``. A host may lend an ``AsyncConnectionPool`` (``pool=``) or a
+single ``AsyncConnection`` (``connection=``); those are never closed. A lent
+connection serves one call at a time.
+
+**Deadlines and cancellation.** The server cancels a statement past
+``statement_timeout``; the client also runs the call under an anyio cancel
+scope ending shortly after the deadline, and psycopg answers a cancellation
+by sending the server a cancel request. Either way the transaction is rolled
+back (shielded from the cancellation, so the rollback itself runs) and a
+connection of a pool that saw its statement interrupted is closed rather
+than reused: the in-flight work is discarded, never half kept. ``COMMIT``
+itself is shielded: once a call's work is done it commits whole or the
+server rolls it back; a commit the connection lost is reported as
+:class:`~agentium_postgres.errors.PostgresUnavailableError` (nothing is
+acknowledged).
+
+**First use.** Before its first transaction a link checks, once, that the
+schema exists at the version this release understands and that the role has
+the privileges the adapter needs, and reads whether the role bypasses
+row-level security.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import anyio
+import attrs
+import psycopg
+import psycopg.errors
+import sniffio
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from agentium_harness import AgentiumError
+from agentium_harness.plugin_api import OpContext, OperationCancelledError
+
+from .config import PostgresConfig
+from .errors import (
+    PostgresAsyncioRequiredError,
+    PostgresAuthenticationError,
+    PostgresError,
+    PostgresPrivilegeError,
+    PostgresSchemaError,
+    PostgresStatementTimeoutError,
+    PostgresUnavailableError,
+)
+from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, TENANT_SETTING
+
+__all__ = ["Conn", "PgLink", "ServerFacts"]
+
+T = TypeVar("T")
+
+#: The connection type the adapters use (rows are tuples).
+Conn = psycopg.AsyncConnection[Any]
+
+#: How long past the call's deadline the client waits before cancelling it itself: the server's
+#: statement_timeout (set to the deadline) normally fires first and leaves the connection usable.
+_CLIENT_SLACK_S: Final = 0.25
+#: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
+_SETTLE_S: Final = 10.0
+
+_AUTH_STATES: Final = frozenset({"28P01", "28000"})
+_AUTH_WORDS: Final = ("password authentication failed", "no password supplied", "authentication failed")
+_SCHEMA_STATES: Final = frozenset({"42P01", "3F000", "42883"})
+
+
+@attrs.frozen(slots=True)
+class ServerFacts:
+    """What a link learnt on its first call: the server's version, the role, and whether it bypasses RLS."""
+
+    server_version: str
+    role: str
+    bypasses_row_security: bool
+    schema_version: int
+
+
+def _require_asyncio(operation: str) -> None:
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = "none"
+    if library != "asyncio":
+        raise PostgresAsyncioRequiredError(
+            f"{operation} refused: agentium-postgres runs under asyncio only (psycopg's async API), "
+            f"this call came from {library}; run the host under asyncio"
+        )
+
+
+class PgLink:
+    """An adapter's connections: an owned pool, a lent pool or a lent connection, with the first-use check.
+
+    ``family`` is the adapter's error class for causes no narrower class
+    covers; ``needs`` lists the tables whose privileges the adapter checks on
+    first use.
+    """
+
+    def __init__(
+        self,
+        config: PostgresConfig,
+        *,
+        pool: AsyncConnectionPool[Any] | None = None,
+        connection: Conn | None = None,
+        family: type[PostgresError],
+        name: str,
+        needs: tuple[str, ...],
+    ) -> None:
+        if pool is not None and connection is not None:
+            raise ValueError("lend a pool or a connection, not both")
+        self._config = config
+        self._lent_pool = pool
+        self._lent_connection = connection
+        self._owned: AsyncConnectionPool[Any] | None = None
+        self._family = family
+        self._name = name
+        self._needs = needs
+        self._facts: ServerFacts | None = None
+        self._connection_lock: anyio.Lock | None = None
+        self._ready_lock: anyio.Lock | None = None
+        self._closed = False
+        # The owned pool's last failure to connect (None once a connection succeeded).
+        self._last_connect_error: BaseException | None = None
+
+    # -- properties -----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> PostgresConfig:
+        """The options the link was built with."""
+        return self._config
+
+    @property
+    def name(self) -> str:
+        """The adapter's name in messages (``postgres archive``, ...)."""
+        return self._name
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` ran."""
+        return self._closed
+
+    @property
+    def lent(self) -> bool:
+        """True when the host lent the pool or connection (it is then never closed here)."""
+        return self._lent_pool is not None or self._lent_connection is not None
+
+    @property
+    def facts(self) -> ServerFacts | None:
+        """What the first-use check learnt, or ``None`` before the first call."""
+        return self._facts
+
+    def shares_database_with(self, other: PgLink) -> bool:
+        """True when both links reach the same database and schema (one transaction can write both)."""
+        if self._closed or other._closed:
+            return False
+        if self._lent_connection is not None or other._lent_connection is not None:
+            return (
+                self._lent_connection is other._lent_connection
+                and self._config.schema == other._config.schema
+            )
+        if self._lent_pool is not None and self._lent_pool is other._lent_pool:
+            return self._config.schema == other._config.schema
+        return self._config.identity() == other._config.identity()
+
+    # -- running a call -------------------------------------------------------------------------
+
+    async def run(
+        self,
+        ctx: OpContext,
+        operation: str,
+        tenant_key: str | None,
+        work: Callable[[Conn], Awaitable[T]],
+    ) -> T:
+        """Run ``work(conn)`` in one transaction for tenant ``tenant_key`` under ``ctx``'s deadline.
+
+        ``tenant_key`` is the tenant's key segment (``None``: no tenant, no
+        tenant row is visible). Raises the plugin's typed errors;
+        :class:`~agentium_harness.plugin_api.OperationCancelledError` when the
+        context was cancelled or its deadline passed (nothing committed).
+        """
+        ctx.raise_if_expired(operation)
+        _require_asyncio(operation)
+        if self._closed:
+            raise self._family(f"{self._name}: {operation} refused: the adapter is closed")
+        left = ctx.time_left()
+        client_deadline = math.inf if left is None else anyio.current_time() + left + _CLIENT_SLACK_S
+        with anyio.CancelScope(deadline=client_deadline) as scope:
+            try:
+                return await self._run(ctx, operation, tenant_key, work)
+            except anyio.get_cancelled_exc_class():
+                raise
+            except AgentiumError:
+                raise
+            except (psycopg.Error, PoolTimeout, OSError) as exc:
+                raise self.translate(exc, operation, ctx) from None
+        # Only reached when the scope's own deadline cancelled the call.
+        assert scope.cancelled_caught
+        raise OperationCancelledError(
+            f"{self._name}: {operation} did not finish by its deadline; its transaction was rolled back "
+            "and nothing was committed",
+            "deadline passed",
+        )
+
+    async def _run(
+        self, ctx: OpContext, operation: str, tenant_key: str | None, work: Callable[[Conn], Awaitable[T]]
+    ) -> T:
+        if self._lent_connection is not None:
+            if self._connection_lock is None:
+                self._connection_lock = anyio.Lock()
+            async with self._connection_lock:
+                return await self._transaction(self._lent_connection, ctx, operation, tenant_key, work, False)
+        if self._facts is None and self._lent_pool is None:
+            # The first call checks on a connection of its own, before the pool exists: a refused
+            # password or a missing schema is reported at once, not after the pool's retries.
+            await self._check_directly(ctx, operation)
+        pool = await self._pool()
+        left = ctx.time_left()
+        timeout = self._config.statement_timeout_s if left is None else max(0.001, left)
+        try:
+            async with pool.connection(timeout=timeout) as conn:
+                return await self._transaction(conn, ctx, operation, tenant_key, work, True)
+        except PoolTimeout:
+            failure = self._last_connect_error
+            if failure is not None:  # the pool could not connect: say why, as a first call would
+                raise self.translate(failure, operation, ctx) from None
+            raise
+
+    async def _check_directly(self, ctx: OpContext, operation: str) -> None:
+        left = ctx.time_left()
+        budget = self._config.connect_timeout_s if left is None else min(self._config.connect_timeout_s, left)
+        conn = await psycopg.AsyncConnection.connect(
+            self._config.conninfo(), autocommit=True, connect_timeout=max(2, math.ceil(budget))
+        )
+        try:
+            await self._first_use(conn, ctx, operation)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+
+    async def _pool(self) -> AsyncConnectionPool[Any]:
+        if self._lent_pool is not None:
+            return self._lent_pool
+        if self._owned is None:
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self._config.conninfo(),
+                min_size=self._config.min_pool_size,
+                max_size=self._config.max_pool_size,
+                kwargs={
+                    "autocommit": True,
+                    "connect_timeout": max(1, math.ceil(self._config.connect_timeout_s)),
+                },
+                open=False,
+                name=self._name,
+                # A connection found broken when taken is replaced, not handed out.
+                check=AsyncConnectionPool.check_connection,
+                connection_class=_recording_connection_class(self),
+            )
+            await pool.open(wait=False)
+            self._owned = pool
+        return self._owned
+
+    async def _transaction(
+        self,
+        conn: Conn,
+        ctx: OpContext,
+        operation: str,
+        tenant_key: str | None,
+        work: Callable[[Conn], Awaitable[T]],
+        pooled: bool,
+    ) -> T:
+        if self._facts is None:
+            await self._first_use(conn, ctx, operation)
+        left = ctx.time_left()
+        ceiling = self._config.statement_timeout_s
+        timeout_ms = max(1, math.ceil(1000 * (ceiling if left is None else min(ceiling, left))))
+        finished = False
+        tx = conn.transaction()
+        await tx.__aenter__()
+        try:
+            # Both settings are LOCAL: they end with this transaction, whatever happens.
+            await conn.execute(
+                "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true)",
+                (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
+            )
+            result = await work(conn)
+            ctx.raise_if_expired(operation)
+            finished = True
+        except BaseException as exc:
+            await self._settle(conn, tx, exc, pooled)
+            raise
+        # The work is done: commit it whole, even if the caller is cancelled meanwhile.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S) as settle:
+            await tx.__aexit__(None, None, None)
+        if settle.cancelled_caught:
+            await self._discard(conn, pooled)
+            raise PostgresUnavailableError(
+                f"{self._name}: {operation}: the server did not confirm the commit within {_SETTLE_S:g} s; "
+                "the outcome is unknown to this call and nothing is acknowledged"
+            )
+        assert finished
+        return result
+
+    async def _settle(self, conn: Conn, tx: Any, exc: BaseException, pooled: bool) -> None:
+        """Roll back after a failure (shielded); discard a pooled connection a statement was cut off on."""
+        interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+            try:
+                await tx.__aexit__(type(exc), exc, exc.__traceback__)
+            except Exception:  # a broken connection cannot roll back; the server does
+                interrupted = True
+        if interrupted:
+            await self._discard(conn, pooled)
+
+    async def _discard(self, conn: Conn, pooled: bool) -> None:
+        """Close a pooled connection so the pool replaces it (a lent single connection is never closed)."""
+        if not pooled:
+            return
+        with anyio.CancelScope(shield=True):
+            # Closing a broken connection may fail; it is gone either way.
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    # -- first use ------------------------------------------------------------------------------
+
+    async def _first_use(self, conn: Conn, ctx: OpContext, operation: str) -> None:
+        """Check the schema version and the privileges once; learn whether the role bypasses RLS."""
+        if self._ready_lock is None:
+            self._ready_lock = anyio.Lock()
+        async with self._ready_lock:
+            if self._facts is not None:
+                return
+            schema = self._config.schema
+            async with conn.transaction():
+                found = await (
+                    await conn.execute(
+                        "SELECT to_regclass(format('%%I.schema_meta', %s::text)) IS NOT NULL", (schema,)
+                    )
+                ).fetchone()
+                if found is None or not found[0]:
+                    raise PostgresSchemaError(
+                        f"{self._name}: {self._config.server()} has no Agentium schema {schema!r}; run "
+                        "`agentium postgres migrate CONFIG` as the schema's owner. Nothing was written."
+                    )
+                row = await (
+                    await conn.execute(
+                        sql.SQL("SELECT version FROM {}.schema_meta").format(sql.Identifier(schema))
+                    )
+                ).fetchone()
+                version = None if row is None else int(row[0])
+                if version != SCHEMA_VERSION:
+                    advice = (
+                        "upgrade agentium-postgres"
+                        if version is not None and version > SCHEMA_VERSION
+                        else "run `agentium postgres migrate CONFIG` as the schema's owner"
+                    )
+                    raise PostgresSchemaError(
+                        f"{self._name}: schema {schema!r} on {self._config.server()} is at version "
+                        f"{version}, "
+                        f"this agentium-postgres understands version {SCHEMA_VERSION}; {advice}. "
+                        "Nothing was written."
+                    )
+                missing = []
+                for table in self._needs:
+                    for privilege in TABLE_PRIVILEGES[table]:
+                        ok = await (
+                            await conn.execute(
+                                "SELECT has_table_privilege(format('%%I.%%I', %s::text, %s::text), %s)",
+                                (schema, table, privilege),
+                            )
+                        ).fetchone()
+                        if ok is None or not ok[0]:
+                            missing.append(f"{privilege} on {schema}.{table}")
+                facts = await (
+                    await conn.execute(
+                        "SELECT current_user, current_setting('server_version'), "
+                        "coalesce((SELECT rolsuper OR rolbypassrls FROM pg_roles "
+                        "WHERE rolname = current_user), false)"
+                    )
+                ).fetchone()
+            assert facts is not None
+            if missing:
+                raise PostgresPrivilegeError(
+                    f"{self._name}: role {facts[0]!r} lacks {', '.join(missing)}; the schema's owner grants "
+                    f"them with `agentium postgres migrate CONFIG --grant {facts[0]}`. Nothing was written.",
+                    sqlstate="42501",
+                )
+            if facts[2] and self._config.require_row_security:
+                raise PostgresPrivilegeError(
+                    f"{self._name}: role {facts[0]!r} bypasses row-level security (superuser or BYPASSRLS) "
+                    "and require_row_security is set; connect as an ordinary application role. "
+                    "Nothing was written.",
+                    sqlstate="42501",
+                )
+            self._facts = ServerFacts(str(facts[1]), str(facts[0]), bool(facts[2]), SCHEMA_VERSION)
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def _scrub(self, text: str) -> str:
+        """``text`` with any password of the config replaced by ``***``."""
+        for secret in (self._config.password, _dsn_password(self._config.dsn)):
+            if secret:
+                text = text.replace(secret, "***")
+        return text
+
+    def translate(self, exc: BaseException, operation: str, ctx: OpContext) -> Exception:
+        """The plugin's typed error for a driver or pool failure (never echoing a password)."""
+        where = f"{self._name}: {operation} on {self._config.server()}"
+        state = getattr(exc, "sqlstate", None) or ""
+        detail = self._scrub(_primary(exc))
+        if isinstance(exc, PoolTimeout):
+            return PostgresUnavailableError(
+                f"{where}: no connection became available in time (the server may be down or the pool of "
+                f"{self._config.max_pool_size} busy); nothing was written"
+            )
+        if isinstance(exc, TimeoutError):
+            return PostgresUnavailableError(
+                f"{where}: the server did not answer in time; nothing was written"
+            )
+        if state in _AUTH_STATES or any(w in detail.lower() for w in _AUTH_WORDS):
+            return PostgresAuthenticationError(
+                f"{where}: the server refused the credentials (the password is not shown); check dsn and "
+                "password",
+                sqlstate=state,
+            )
+        if isinstance(exc, psycopg.errors.QueryCanceled) or state == "57014":
+            if ctx.expired:
+                return OperationCancelledError(
+                    f"{where}: stopped at its deadline; the transaction was rolled back and nothing was "
+                    "committed",
+                    "deadline passed",
+                )
+            return PostgresStatementTimeoutError(
+                f"{where}: a statement ran past statement_timeout_s={self._config.statement_timeout_s:g}; "
+                "the transaction was rolled back"
+            )
+        if state == "42501":
+            return PostgresPrivilegeError(
+                f"{where}: {detail}; the schema's owner grants what the adapters need with "
+                "`agentium postgres migrate CONFIG --grant ROLE`",
+                sqlstate=state,
+            )
+        if state in _SCHEMA_STATES:
+            return PostgresSchemaError(
+                f"{where}: {detail}; the schema is missing or damaged: run "
+                "`agentium postgres migrate CONFIG`",
+                sqlstate=state,
+            )
+        if isinstance(exc, psycopg.OperationalError | OSError) or state[:2] in ("08", "57", "53"):
+            return PostgresUnavailableError(
+                f"{where}: the connection failed ({detail or type(exc).__name__}); nothing was acknowledged",
+                sqlstate=state,
+            )
+        return self._family(f"{where} failed: {detail or type(exc).__name__}", sqlstate=state)
+
+    # -- closing --------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the pool this link created; never a lent pool or connection. Idempotent."""
+        self._closed = True
+        pool, self._owned = self._owned, None
+        if pool is not None:
+            with anyio.CancelScope(shield=True):
+                await pool.close(timeout=_SETTLE_S)
+
+
+def _recording_connection_class(link: PgLink) -> type[Conn]:
+    """A connection class whose ``connect`` records the outcome on ``link`` (for pool timeouts)."""
+
+    class RecordingConnection(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = await super().connect(*args, **kwargs)
+            except Exception as exc:
+                link._last_connect_error = exc
+                raise
+            link._last_connect_error = None
+            return conn
+
+    return RecordingConnection
+
+
+def _primary(exc: BaseException) -> str:
+    """The server's primary message (never its DETAIL, which may quote row values) or the client's."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    text = primary or str(exc).splitlines()[0] if (primary or str(exc)) else ""
+    return str(text).strip()
+
+
+def _dsn_password(dsn: str) -> str | None:
+    try:
+        value = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
+    except psycopg.ProgrammingError:
+        return None
+    return str(value) if value else None

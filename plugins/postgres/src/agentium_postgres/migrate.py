@@ -1,0 +1,66 @@
+"""Applying the schema: :func:`migrate` (what ``agentium postgres migrate CONFIG`` runs).
+
+The adapters never create or change tables. The schema's owner (a role
+allowed to create a schema in the database) applies it explicitly, once per
+release that changes it; the application role may be another, granted
+exactly what the adapters need with ``grant_to``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import psycopg
+
+from agentium_harness.plugin_api import OpContext
+
+from .config import PostgresConfig
+from .errors import PostgresError
+from .link import PgLink, _require_asyncio
+from .schema import MigrationReport, apply_migrations
+
+__all__ = ["migrate"]
+
+
+async def migrate(
+    config: PostgresConfig,
+    *,
+    grant_to: Sequence[str] = (),
+    connection: psycopg.AsyncConnection[Any] | None = None,
+    timeout_s: float = 120.0,
+) -> MigrationReport:
+    """Create or upgrade ``config.schema`` to this release's version, in one transaction.
+
+    ``grant_to`` names roles to grant what the adapters need (``USAGE`` on
+    the schema, the table privileges listed in the README). A lent
+    ``connection`` is used and left open; otherwise one is opened with
+    ``config`` and closed. Running it again at the current version changes
+    nothing (grants are re-applied).
+
+    Raises :class:`~agentium_postgres.errors.PostgresSchemaError` for a schema
+    newer than this release understands (nothing changed),
+    :class:`~agentium_postgres.errors.PostgresPrivilegeError` when the role may
+    not create the schema, and the connection errors of the adapters.
+    """
+    operation = "migrate"
+    _require_asyncio(operation)
+    link = PgLink(config, family=PostgresError, name="postgres migrate", needs=())
+    ctx = OpContext.with_timeout(timeout_s)
+    try:
+        with anyio.fail_after(timeout_s):
+            conn = connection
+            if conn is None:
+                conn = await psycopg.AsyncConnection.connect(
+                    config.conninfo(), connect_timeout=max(1, math.ceil(config.connect_timeout_s))
+                )
+            try:
+                async with conn.transaction():
+                    return await apply_migrations(conn, config.schema, grant_to)
+            finally:
+                if connection is None:
+                    await conn.close()
+    except (psycopg.Error, OSError, TimeoutError) as exc:
+        raise link.translate(exc, operation, ctx) from None

@@ -1,0 +1,42 @@
+"""The plugin module named by the ``agentium`` entry point: registers the ``postgres`` adapters."""
+
+from __future__ import annotations
+
+from agentium_harness.plugin_api import AdapterSpec, Register, hookimpl
+
+from .archive import PostgresArchive
+from .config import PostgresConfig
+from .sessions import PostgresSessionStore
+
+__all__ = ["agentium_register_archives", "agentium_register_session_stores"]
+
+
+@hookimpl
+def agentium_register_archives(register: Register) -> None:
+    """Register the PostgreSQL history archive as archive adapter ``postgres`` (options: ``PostgresConfig``).
+
+    Building it does no I/O; the pool is opened on the first call.
+    """
+    register(
+        AdapterSpec(
+            name="postgres",
+            adapter_class=PostgresArchive,
+            config_class=PostgresConfig,
+            description="PostgreSQL history archive: immutable rows, one transaction per batch, "
+            "row-level security",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_session_stores(register: Register) -> None:
+    """Register the PostgreSQL session store as session store adapter ``postgres``."""
+    register(
+        AdapterSpec(
+            name="postgres",
+            adapter_class=PostgresSessionStore,
+            config_class=PostgresConfig,
+            description="PostgreSQL session snapshots: compare-and-set, archive and boundary in one "
+            "transaction",
+        )
+    )

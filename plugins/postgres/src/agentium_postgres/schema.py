@@ -1,0 +1,283 @@
+"""The versioned schema and its migrations, applied only by an explicit ``migrate``.
+
+The adapters never create or change tables: they read ``schema_meta`` on
+their first call and refuse (:class:`~agentium_postgres.errors.PostgresSchemaError`)
+a database without the schema or with another version. The owner applies the
+schema with ``agentium postgres migrate CONFIG`` (or :func:`migrate`), which
+runs every missing step in one transaction under an advisory lock, records
+the new version, and optionally grants an application role exactly the
+privileges the adapters need.
+
+Every key column holds the scope's injective key segments
+(:func:`~agentium_harness.plugin_api.encode_segment`: ASCII, ``COLLATE "C"``),
+so keys compare byte for byte whatever the database's collation, and the
+tenant set for row-level security is the tenant's segment.
+
+Row-level security: every table but ``schema_meta`` has a policy keyed on
+``tenant_key = <schema>.current_tenant()``, the transaction-local setting
+``agentium.tenant`` that the adapters set from the verified scope at the
+start of every transaction. The policies are ``FORCE``d, so they bind the
+tables' owner too; only a superuser or a role with ``BYPASSRLS`` is exempt
+(``require_row_security`` refuses such a role).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final, LiteralString
+
+import attrs
+import psycopg
+from psycopg import sql
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TABLE_PRIVILEGES",
+    "MigrationReport",
+    "apply_migrations",
+    "grant_statements",
+    "tenant_guc",
+]
+
+#: The schema version this release writes and reads.
+SCHEMA_VERSION: Final = 1
+
+#: The transaction-local setting holding the tenant's key segment.
+TENANT_SETTING: Final = "agentium.tenant"
+
+#: What the application role needs on each table (granted by ``migrate --grant``).
+TABLE_PRIVILEGES: Final[dict[str, tuple[LiteralString, ...]]] = {
+    "schema_meta": ("SELECT",),
+    "archive_groups": ("SELECT", "INSERT"),
+    "session_snapshots": ("SELECT", "INSERT", "UPDATE"),
+    "recall_sources": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    "memory_facts": ("SELECT", "INSERT", "UPDATE"),
+}
+
+#: Tables under row-level security (all but ``schema_meta``).
+TENANT_TABLES: Final = ("archive_groups", "session_snapshots", "recall_sources", "memory_facts")
+
+# Step 1: the whole schema of version 1. "{schema}" is the (validated,
+# double-quoted) schema identifier; nothing else is ever spliced in.
+_V1: Final[tuple[LiteralString, ...]] = (
+    "CREATE SCHEMA IF NOT EXISTS {schema}",
+    """
+    CREATE TABLE {schema}.schema_meta (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        version integer NOT NULL CHECK (version >= 1),
+        migrated_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+    # The tenant the current transaction acts for: NULL (no row visible) when unset.
+    """
+    CREATE FUNCTION {schema}.current_tenant() RETURNS text
+        LANGUAGE sql STABLE PARALLEL SAFE
+        AS $$ SELECT nullif(current_setting('agentium.tenant', true), '') $$
+    """,
+    # Archived groups are immutable: an UPDATE is refused by the database itself.
+    """
+    CREATE FUNCTION {schema}.refuse_update() RETURNS trigger
+        LANGUAGE plpgsql
+        AS $$ BEGIN
+            RAISE EXCEPTION 'archived groups are immutable; % refused', TG_OP
+                USING ERRCODE = 'integrity_constraint_violation';
+        END $$
+    """,
+    """
+    CREATE TABLE {schema}.archive_groups (
+        tenant_key text COLLATE "C" NOT NULL,
+        user_key text COLLATE "C" NOT NULL,
+        session_key text COLLATE "C" NOT NULL,
+        seq bigint NOT NULL CHECK (seq >= 0),
+        digest text COLLATE "C" NOT NULL,
+        data bytea NOT NULL,
+        archived_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant_key, user_key, session_key, seq)
+    )
+    """,
+    """
+    CREATE TRIGGER archive_groups_immutable BEFORE UPDATE ON {schema}.archive_groups
+        FOR EACH ROW EXECUTE FUNCTION {schema}.refuse_update()
+    """,
+    """
+    CREATE TABLE {schema}.session_snapshots (
+        tenant_key text COLLATE "C" NOT NULL,
+        user_key text COLLATE "C" NOT NULL,
+        session_key text COLLATE "C" NOT NULL,
+        session_id text COLLATE "C" NOT NULL,
+        revision bigint NOT NULL CHECK (revision >= 1),
+        data bytea NOT NULL,
+        saved_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (tenant_key, user_key, session_key)
+    )
+    """,
+    # Listing orders by the raw id under "C": byte order of UTF-8 is code point order.
+    "CREATE INDEX session_snapshots_listing ON {schema}.session_snapshots (tenant_key, user_key, session_id)",
+    # One row per recall source. NULL owner keys are absent (they do not narrow).
+    """
+    CREATE TABLE {schema}.recall_sources (
+        id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        tenant_key text COLLATE "C" NOT NULL,
+        source_id text COLLATE "C" NOT NULL,
+        kind text NOT NULL CHECK (kind IN ('document', 'group')),
+        user_key text COLLATE "C",
+        session_key text COLLATE "C",
+        project_key text COLLATE "C",
+        repository_key text COLLATE "C",
+        revision text COLLATE "C" NOT NULL,
+        title text NOT NULL,
+        size_bytes bigint NOT NULL CHECK (size_bytes >= 0),
+        seq bigint CHECK (seq >= 0),
+        body text NOT NULL,
+        tsv tsvector NOT NULL,
+        CHECK ((kind = 'group') = (seq IS NOT NULL)),
+        UNIQUE (tenant_key, source_id)
+    )
+    """,
+    "CREATE INDEX recall_sources_tsv ON {schema}.recall_sources USING gin (tsv)",
+    "CREATE INDEX recall_sources_newest ON {schema}.recall_sources (tenant_key, id)",
+    """
+    CREATE TABLE {schema}.memory_facts (
+        ord bigint GENERATED ALWAYS AS IDENTITY,
+        tenant_key text COLLATE "C" NOT NULL,
+        fact_id text COLLATE "C" NOT NULL,
+        revision integer NOT NULL CHECK (revision >= 1),
+        user_key text COLLATE "C" NOT NULL,
+        project_key text COLLATE "C",
+        repository_key text COLLATE "C",
+        status text NOT NULL CHECK (status IN ('current', 'superseded', 'forgotten')),
+        text text NOT NULL,
+        valid_from timestamptz,
+        valid_until timestamptz,
+        provenance text NOT NULL,
+        recorded_at timestamptz NOT NULL,
+        content_digest text COLLATE "C" NOT NULL,
+        PRIMARY KEY (tenant_key, fact_id, revision)
+    )
+    """,
+    "CREATE INDEX memory_facts_owner ON {schema}.memory_facts (tenant_key, user_key, status, ord)",
+)
+
+
+def _rls(table: LiteralString) -> tuple[LiteralString, ...]:
+    """Row-level security on ``table``: enabled, forced on the owner too, keyed on the tenant."""
+    return (
+        "ALTER TABLE {schema}." + table + " ENABLE ROW LEVEL SECURITY",
+        "ALTER TABLE {schema}." + table + " FORCE ROW LEVEL SECURITY",
+        "CREATE POLICY tenant_isolation ON {schema}."
+        + table
+        + " USING (tenant_key = {schema}.current_tenant())"
+        + " WITH CHECK (tenant_key = {schema}.current_tenant())",
+    )
+
+
+#: Every step, by the version it brings the schema to.
+MIGRATIONS: Final[dict[int, tuple[LiteralString, ...]]] = {
+    1: (
+        *_V1,
+        *_rls("archive_groups"),
+        *_rls("session_snapshots"),
+        *_rls("recall_sources"),
+        *_rls("memory_facts"),
+    ),
+}
+
+
+def tenant_guc() -> str:
+    """The name of the transaction-local tenant setting."""
+    return TENANT_SETTING
+
+
+@attrs.frozen(slots=True)
+class MigrationReport:
+    """What :func:`migrate` did: the version found (``None``: no schema), the version now, roles granted."""
+
+    schema: str
+    from_version: int | None
+    to_version: int
+    applied: tuple[int, ...]
+    granted: tuple[str, ...]
+
+
+def _compose(template: LiteralString, schema: str) -> sql.Composed:
+    return sql.SQL(template).format(schema=sql.Identifier(schema))
+
+
+def grant_statements(schema: str, role: str) -> list[sql.Composed]:
+    """The statements granting ``role`` what the adapters need on ``schema`` (and nothing more)."""
+    ident = sql.Identifier(role)
+    out = [
+        sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(schema=sql.Identifier(schema), role=ident),
+        sql.SQL("GRANT EXECUTE ON FUNCTION {schema}.current_tenant() TO {role}").format(
+            schema=sql.Identifier(schema), role=ident
+        ),
+    ]
+    for table, privileges in TABLE_PRIVILEGES.items():
+        out.append(
+            sql.SQL("GRANT {privileges} ON {schema}.{table} TO {role}").format(
+                privileges=sql.SQL(", ").join(sql.SQL(p) for p in privileges),
+                schema=sql.Identifier(schema),
+                table=sql.Identifier(table),
+                role=ident,
+            )
+        )
+    return out
+
+
+async def current_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int | None:
+    """The recorded schema version, or ``None`` when the schema or its ``schema_meta`` table is absent."""
+    row = await (
+        await conn.execute("SELECT to_regclass(format('%%I.schema_meta', %s::text)) IS NOT NULL", (schema,))
+    ).fetchone()
+    if row is None or not row[0]:
+        return None
+    found = await (
+        await conn.execute(_compose("SELECT version FROM {schema}.schema_meta", schema))
+    ).fetchone()
+    return None if found is None else int(found[0])
+
+
+async def apply_migrations(
+    conn: psycopg.AsyncConnection[Any], schema: str, grant_to: Sequence[str] = ()
+) -> MigrationReport:
+    """Bring ``schema`` to :data:`SCHEMA_VERSION` in the caller's transaction; refuse a newer one.
+
+    Takes a transaction-level advisory lock first, so two migrators never run
+    the same step twice. Returns what was found and done.
+    """
+    from .errors import PostgresSchemaError  # errors import nothing from here; kept local for clarity
+
+    await conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('agentium-postgres migrate ' || %s))", (schema,)
+    )
+    found = await current_version(conn, schema)
+    if found is not None and found > SCHEMA_VERSION:
+        raise PostgresSchemaError(
+            f"schema {schema!r} is at version {found}, newer than this agentium-postgres understands "
+            f"({SCHEMA_VERSION}); upgrade agentium-postgres. Nothing was changed."
+        )
+    applied: list[int] = []
+    start = 0 if found is None else found
+    for version in range(start + 1, SCHEMA_VERSION + 1):
+        for template in MIGRATIONS[version]:
+            await conn.execute(_compose(template, schema))
+        applied.append(version)
+    if applied:
+        await conn.execute(
+            _compose(
+                "INSERT INTO {schema}.schema_meta (singleton, version) VALUES (true, %s) "
+                "ON CONFLICT (singleton) DO UPDATE SET version = excluded.version, migrated_at = now()",
+                schema,
+            ),
+            (SCHEMA_VERSION,),
+        )
+    for role in grant_to:
+        for statement in grant_statements(schema, role):
+            await conn.execute(statement)
+    return MigrationReport(
+        schema=schema,
+        from_version=found,
+        to_version=SCHEMA_VERSION,
+        applied=tuple(applied),
+        granted=tuple(grant_to),
+    )

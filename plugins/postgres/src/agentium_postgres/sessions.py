@@ -1,0 +1,296 @@
+"""The PostgreSQL session store: compare-and-set snapshots, and archive-and-boundary in one transaction.
+
+- **Create** (``expected_revision=None``): ``INSERT ... ON CONFLICT DO NOTHING
+  RETURNING revision``; no row back means the session exists.
+- **Replace**: ``UPDATE ... SET revision = revision + 1 ... WHERE revision =
+  expected RETURNING revision``. Two writers on one base serialize on the
+  row lock; the second re-reads the row after the first commits, finds
+  another revision and updates nothing: exactly one wins, across processes.
+- **Joint commit** (``joint_archive_commit``): when the archive is a
+  :class:`~agentium_postgres.archive.PostgresArchive` on the same database and
+  schema, the evicted groups and the new snapshot are written in one
+  transaction, so no crash can leave the boundary ahead of the archive (R3)
+  and a turn costs one commit.
+
+Snapshots are stored as their exact canonical bytes
+(:func:`~agentium_harness.plugin_api.snapshot_bytes`) and loaded through
+:func:`~agentium_harness.plugin_api.decode_snapshot` (strict, digest and
+canonical form checked); a damaged row raises ``SnapshotCorruptError`` and is
+left as it is.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any, ClassVar, Final
+
+from psycopg_pool import AsyncConnectionPool
+
+from agentium_harness.plugin_api import (
+    ArchiveReceipt,
+    HistoryArchive,
+    MessageGroup,
+    OpContext,
+    SessionConflictError,
+    SessionKey,
+    SessionSnapshot,
+    SessionStore,
+    SessionStoreCapabilities,
+    SnapshotCorruptError,
+    StoredSnapshot,
+    decode_snapshot,
+    encode_segment,
+    snapshot_bytes,
+    verify_snapshot,
+)
+
+from .archive import PostgresArchive, group_rows, health_probe, insert_groups
+from .config import PostgresConfig
+from .errors import PostgresRowTooLargeError, PostgresSessionStoreError
+from .keys import q, session_keys
+from .link import Conn, PgLink
+
+__all__ = ["PostgresSessionStore"]
+
+#: Bytes of snapshot rows a store keeps decoded (most recently used first), so a load that finds
+#: the bytes it last wrote or decoded skips decoding them again.
+_RECENT_BYTES: Final = 8 * 1024 * 1024
+
+
+class PostgresSessionStore(SessionStore):
+    """Revisioned session snapshots in PostgreSQL (``session_snapshots``), saved with compare-and-set.
+
+    Build it from :class:`~agentium_postgres.config.PostgresConfig`, optionally
+    lending it a pool (``pool=``) or a connection (``connection=``), which it
+    then never closes. Building does no I/O.
+    """
+
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
+        compare_and_set=True, durable=True, listing=True, health_check=True, joint_archive_commit=True
+    )
+
+    def __init__(
+        self,
+        config: PostgresConfig,
+        *,
+        pool: AsyncConnectionPool[Any] | None = None,
+        connection: Any = None,
+    ) -> None:
+        self._config = config
+        self._link = PgLink(
+            config,
+            pool=pool,
+            connection=connection,
+            family=PostgresSessionStoreError,
+            name="postgres session store",
+            needs=("schema_meta", "session_snapshots"),
+        )
+        self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot]] = OrderedDict()
+        self._recent_bytes = 0
+
+    @property
+    def config(self) -> PostgresConfig:
+        """The options this store was built with."""
+        return self._config
+
+    @property
+    def link(self) -> PgLink:
+        """The connection link (owned or lent pool or connection)."""
+        return self._link
+
+    # -- load -----------------------------------------------------------------------------------
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        """The snapshot and its revision, or ``None``; a damaged row raises ``SnapshotCorruptError``."""
+        ctx.raise_if_expired("session load")
+        t, u, s = session_keys(key)
+        cap = self._config.max_row_bytes
+
+        async def work(conn: Conn) -> tuple[Any, ...] | None:
+            cursor = await conn.execute(
+                q(
+                    "SELECT revision, CASE WHEN octet_length(data) <= %s THEN data END, octet_length(data) "
+                    "FROM {s}.session_snapshots WHERE tenant_key = %s AND user_key = %s AND session_key = %s",
+                    self._config.schema,
+                ),
+                (cap, t, u, s),
+            )
+            return await cursor.fetchone()
+
+        row = await self._link.run(ctx, "session load", t, work)
+        if row is None:
+            self._forget(key)
+            return None
+        revision, data, size = row
+        where = f"postgres session store: snapshot of session {key.key()}"
+        if data is None:
+            raise PostgresRowTooLargeError(
+                f"{where} is {size} bytes, more than max_row_bytes={cap}; not loaded"
+            )
+        if not isinstance(revision, int) or revision < 1:
+            raise SnapshotCorruptError(f"{where} has an invalid revision {revision!r}; nothing was changed")
+        raw = bytes(data)
+        recent = self._recent.get(key)
+        if recent is not None and recent[0] == revision and recent[1] == raw:
+            # Exactly the bytes this store last wrote or decoded for this revision: the same snapshot.
+            self._recent.move_to_end(key)
+            return StoredSnapshot(snapshot=recent[2], revision=revision)
+        snapshot = decode_snapshot(key, raw, where)
+        self._remember(key, revision, raw, snapshot)
+        return StoredSnapshot(snapshot=snapshot, revision=revision)
+
+    def _remember(self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot) -> None:
+        self._forget(key)
+        if len(data) > _RECENT_BYTES:
+            return
+        self._recent[key] = (revision, data, snapshot)
+        self._recent_bytes += len(data)
+        while self._recent_bytes > _RECENT_BYTES:
+            _, (_, dropped, _) = self._recent.popitem(last=False)
+            self._recent_bytes -= len(dropped)
+
+    def _forget(self, key: SessionKey) -> None:
+        previous = self._recent.pop(key, None)
+        if previous is not None:
+            self._recent_bytes -= len(previous[1])
+
+    # -- save -----------------------------------------------------------------------------------
+
+    def _snapshot_data(self, key: SessionKey, snapshot: SessionSnapshot) -> bytes:
+        verify_snapshot(key, snapshot)
+        data = snapshot_bytes(snapshot)
+        if len(data) > self._config.max_row_bytes:
+            raise PostgresRowTooLargeError(
+                f"postgres session store: the snapshot of session {key.key()} is {len(data)} bytes, more "
+                f"than max_row_bytes={self._config.max_row_bytes}; nothing was written"
+            )
+        return data
+
+    async def _compare_and_set(self, conn: Conn, key: SessionKey, data: bytes, expected: int | None) -> int:
+        """Write the snapshot inside the caller's transaction if the stored revision is ``expected``."""
+        schema = self._config.schema
+        t, u, s = session_keys(key)
+        if expected is None:
+            cursor = await conn.execute(
+                q(
+                    "INSERT INTO {s}.session_snapshots "
+                    "(tenant_key, user_key, session_key, session_id, revision, data) "
+                    "VALUES (%s, %s, %s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING revision",
+                    schema,
+                ),
+                (t, u, s, key.session, data),
+            )
+        else:
+            cursor = await conn.execute(
+                q(
+                    "UPDATE {s}.session_snapshots SET revision = revision + 1, data = %s, saved_at = now() "
+                    "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND revision = %s "
+                    "RETURNING revision",
+                    schema,
+                ),
+                (data, t, u, s, expected),
+            )
+        row = await cursor.fetchone()
+        if row is not None:
+            return int(row[0])
+        current = await (
+            await conn.execute(
+                q(
+                    "SELECT revision FROM {s}.session_snapshots "
+                    "WHERE tenant_key = %s AND user_key = %s AND session_key = %s",
+                    schema,
+                ),
+                (t, u, s),
+            )
+        ).fetchone()
+        found = "no snapshot" if current is None else f"revision {current[0]}"
+        wanted = "no snapshot" if expected is None else f"revision {expected}"
+        raise SessionConflictError(
+            f"postgres session store: session {key.key()} expected {wanted} but holds {found}; another "
+            "writer committed first. Reload and retry; nothing was written."
+        )
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        """Compare-and-set: store only over ``expected_revision`` (``None``: only if absent); new revision."""
+        ctx.raise_if_expired("session save")
+        data = self._snapshot_data(key, snapshot)
+
+        async def work(conn: Conn) -> int:
+            return await self._compare_and_set(conn, key, data, expected_revision)
+
+        revision = await self._link.run(ctx, "session save", key.key_segments()[0], work)
+        self._remember(key, revision, data, snapshot)
+        return revision
+
+    # -- joint commit ---------------------------------------------------------------------------
+
+    def shares_transactions_with(self, archive: object) -> bool:
+        """True when ``archive`` is an open PostgreSQL archive on this store's database and schema."""
+        return isinstance(archive, PostgresArchive) and self._link.shares_database_with(archive.link)
+
+    async def commit_with_archive(
+        self,
+        archive: HistoryArchive,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        snapshot: SessionSnapshot,
+        expected_revision: int | None,
+        ctx: OpContext,
+    ) -> tuple[int, Sequence[ArchiveReceipt]]:
+        """Insert ``groups`` into the archive's table and save ``snapshot`` in ONE transaction.
+
+        Both commit or neither does. Conflicts raise what the separate calls
+        raise (``ArchiveConflictError`` first, then ``SessionConflictError``)
+        and write nothing.
+        """
+        ctx.raise_if_expired("session commit with archive")
+        if not self.shares_transactions_with(archive):
+            raise PostgresSessionStoreError(
+                "postgres session store: commit_with_archive needs an open PostgresArchive on the same "
+                "database and schema; nothing was written"
+            )
+        assert isinstance(archive, PostgresArchive)
+        rows = group_rows(key, groups, self._config.max_row_bytes, archive.link.name)
+        data = self._snapshot_data(key, snapshot)
+        schema = self._config.schema
+
+        async def work(conn: Conn) -> int:
+            await insert_groups(conn, schema, key, rows, archive.link.name)
+            return await self._compare_and_set(conn, key, data, expected_revision)
+
+        revision = await self._link.run(ctx, "session commit with archive", key.key_segments()[0], work)
+        self._remember(key, revision, data, snapshot)
+        return revision, [ArchiveReceipt(g.seq, g.digest, archive.location(key, g.seq)) for g in groups]
+
+    # -- listing, health, lifecycle -------------------------------------------------------------
+
+    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
+        """Up to ``limit`` session ids of one user, sorted by code point (``COLLATE "C"`` on UTF-8)."""
+        ctx.raise_if_expired("session listing")
+        if limit <= 0:
+            return []
+        t, u = encode_segment(tenant), encode_segment(user)
+
+        async def work(conn: Conn) -> list[str]:
+            cursor = await conn.execute(
+                q(
+                    "SELECT session_id FROM {s}.session_snapshots WHERE tenant_key = %s AND user_key = %s "
+                    "ORDER BY session_id LIMIT %s",
+                    self._config.schema,
+                ),
+                (t, u, limit),
+            )
+            return [str(r[0]) for r in await cursor.fetchall()]
+
+        return await self._link.run(ctx, "session listing", t, work)
+
+    async def health(self, ctx: OpContext) -> str:
+        """Connect if needed, check the schema and privileges, and describe the server."""
+        return await health_probe(self._link, ctx, "session store health")
+
+    async def aclose(self) -> None:
+        """Close the pool this store created; a lent pool or connection is left open. Idempotent."""
+        await self._link.aclose()

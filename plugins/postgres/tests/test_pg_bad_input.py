@@ -1,0 +1,217 @@
+"""Bad input, each refused with a clear typed error that changes nothing.
+
+A DSN with a wrong password (never echoed), an unreachable server, a schema
+of another version (and none at all), a role without the needed privileges,
+hostile ids (quotes, NUL, backslashes, 1 KB), oversized rows, bad options.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+from pg_server import APP_PASSWORD, APP_USER, PostgresServer, free_port
+
+from agentium_harness import InvalidIdError
+from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
+from agentium_postgres import (
+    PostgresArchive,
+    PostgresAsyncioRequiredError,
+    PostgresAuthenticationError,
+    PostgresConfig,
+    PostgresPrivilegeError,
+    PostgresRowTooLargeError,
+    PostgresSchemaError,
+    PostgresSessionStore,
+    PostgresUnavailableError,
+    migrate,
+)
+
+pytestmark = pytest.mark.anyio
+
+KEY = SessionKey("acme", "ana", "s1")
+WRONG = "wrong-Pa55word-never-shown"
+
+
+def _ctx(seconds: float = 10) -> OpContext:
+    return OpContext.with_timeout(seconds)
+
+
+def _rows(admin: psycopg.Connection[Any], schema: str, table: str) -> int:
+    row = admin.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_wrong_password_is_refused_and_never_echoed(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    for config in (
+        attrs.evolve(app_config, dsn=app_config.dsn.replace(APP_PASSWORD, WRONG)),
+        attrs.evolve(app_config, dsn=app_config.dsn.replace(f"password={APP_PASSWORD}", ""), password=WRONG),
+    ):
+        assert WRONG not in repr(config)
+        archive = PostgresArchive(config)
+        try:
+            with pytest.raises(PostgresAuthenticationError) as caught:
+                await archive.append(KEY, [plain_group(0)], _ctx())
+        finally:
+            await archive.aclose()
+        assert WRONG not in str(caught.value) and APP_PASSWORD not in str(caught.value)
+        assert "password is not shown" in str(caught.value)
+        assert APP_USER in str(caught.value)
+    assert _rows(admin, schema, "archive_groups") == 0
+
+
+def test_an_unparsable_dsn_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ValueError) as caught:
+        PostgresConfig(dsn=f"host=x password={WRONG} 'unterminated")
+    assert WRONG not in str(caught.value)
+    with pytest.raises(ValueError):
+        PostgresConfig(dsn="host=x", schema="Bad-Name")
+    with pytest.raises(ValueError):
+        PostgresConfig(dsn="host=x", schema="pg_catalog")
+    with pytest.raises(ValueError):
+        PostgresConfig(dsn="host=x", min_pool_size=5, max_pool_size=2)
+
+
+async def test_an_unreachable_server_fails_by_the_deadline_with_a_typed_error() -> None:
+    config = PostgresConfig(
+        dsn=f"host=127.0.0.1 port={free_port()} dbname=x user=u password={WRONG}", connect_timeout_s=1
+    )
+    store = PostgresSessionStore(config)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PostgresUnavailableError) as caught:
+            await store.save(KEY, scoped_snapshot(KEY), None, _ctx(3))
+        assert time.monotonic() - started < 3 + 5  # the deadline, plus generous slack on a loaded machine
+        assert WRONG not in str(caught.value)
+    finally:
+        await store.aclose()
+
+
+async def test_a_schema_of_another_version_is_refused_and_nothing_is_written(
+    app_config: PostgresConfig, admin_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    admin.execute(f'UPDATE "{schema}".schema_meta SET version = 99')
+    store = PostgresSessionStore(app_config)
+    try:
+        with pytest.raises(PostgresSchemaError, match=r"version 99.*upgrade agentium-postgres"):
+            await store.save(KEY, scoped_snapshot(KEY), None, _ctx())
+    finally:
+        await store.aclose()
+    assert _rows(admin, schema, "session_snapshots") == 0
+    with pytest.raises(PostgresSchemaError, match="newer"):
+        await migrate(admin_config)
+    row = admin.execute(f'SELECT version FROM "{schema}".schema_meta').fetchone()
+    assert row == (99,)
+
+
+async def test_a_database_without_the_schema_says_to_migrate(app_config: PostgresConfig) -> None:
+    archive = PostgresArchive(attrs.evolve(app_config, schema="never_migrated"))
+    try:
+        with pytest.raises(PostgresSchemaError, match="agentium postgres migrate"):
+            await archive.read_groups(KEY, 0, 10, _ctx())
+    finally:
+        await archive.aclose()
+
+
+async def test_a_role_without_the_needed_privileges_is_told_what_to_grant(
+    pg_server: PostgresServer, admin: psycopg.Connection[Any]
+) -> None:
+    from conftest import new_schema_name
+
+    name = new_schema_name()
+    await migrate(PostgresConfig(dsn=pg_server.admin_dsn(), schema=name))  # no grant
+    config = PostgresConfig(dsn=pg_server.app_dsn(), schema=name, min_pool_size=0)
+    archive = PostgresArchive(config)
+    try:
+        with pytest.raises(PostgresPrivilegeError, match="--grant"):
+            await archive.append(KEY, [plain_group(0)], _ctx())
+    finally:
+        await archive.aclose()
+    admin.execute(f'GRANT USAGE ON SCHEMA "{name}" TO {APP_USER}')
+    admin.execute(f'GRANT SELECT ON "{name}".schema_meta, "{name}".archive_groups TO {APP_USER}')
+    archive = PostgresArchive(config)
+    try:
+        with pytest.raises(PostgresPrivilegeError, match=r"INSERT on .*archive_groups"):
+            await archive.append(KEY, [plain_group(0)], _ctx())
+    finally:
+        await archive.aclose()
+    assert _rows(admin, name, "archive_groups") == 0
+
+
+async def test_nul_in_an_id_is_refused_before_anything_is_written() -> None:
+    for bad in ("a\x00b", "\x00", "x" * 257):
+        with pytest.raises(InvalidIdError):
+            SessionKey("acme", "ana", bad)
+
+
+async def test_quotes_backslashes_and_one_kilobyte_ids_round_trip_and_stay_apart(
+    app_config: PostgresConfig,
+) -> None:
+    kilobyte = "😀" * 256  # 256 characters (the id limit), 1,024 UTF-8 bytes
+    assert len(kilobyte.encode()) == 1024
+    ids = ["'", "''", '"', "\\", "\\'", "a'; DROP TABLE session_snapshots; --", "%s", "$1", kilobyte, "é"]
+    keys = [SessionKey(t, u, s) for t in ids[:4] for u in ids[4:7] for s in (ids[7], ids[8], ids[9])]
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    try:
+        for key in keys:
+            await archive.append(key, [rich_group(0, key, repr(key))], _ctx())
+            await store.save(key, scoped_snapshot(key, f" {key!r}"), None, _ctx())
+        for key in keys:
+            [group] = await archive.read_groups(key, 0, 5, _ctx())
+            assert group == rich_group(0, key, repr(key))
+            stored = await store.load(key, _ctx())
+            assert stored is not None and stored.snapshot == scoped_snapshot(key, f" {key!r}")
+        listed = await store.list_sessions("'", "\\'", 10, _ctx())
+        assert listed == sorted([ids[7], ids[8], ids[9]])
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_rows_over_max_row_bytes_are_refused_before_any_statement(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    small = attrs.evolve(app_config, max_row_bytes=1024)
+    archive, store = PostgresArchive(small), PostgresSessionStore(small)
+    try:
+        with pytest.raises(PostgresRowTooLargeError):
+            await archive.append(KEY, [plain_group(0), plain_group(1, "x" * 2000)], _ctx())
+        with pytest.raises(PostgresRowTooLargeError):
+            await store.save(KEY, scoped_snapshot(KEY, "y" * 2000), None, _ctx())
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    assert _rows(admin, schema, "archive_groups") == 0
+    assert _rows(admin, schema, "session_snapshots") == 0
+    # A row stored under a larger bound is refused on read, not transferred.
+    big = PostgresArchive(app_config)
+    try:
+        await big.append(KEY, [plain_group(0, "z" * 2000)], _ctx())
+    finally:
+        await big.aclose()
+    archive = PostgresArchive(small)
+    try:
+        with pytest.raises(PostgresRowTooLargeError):
+            await archive.read_groups(KEY, 0, 10, _ctx())
+    finally:
+        await archive.aclose()
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_under_trio_the_adapters_refuse_with_a_clear_error(
+    anyio_backend: str, app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    archive = PostgresArchive(app_config)
+    try:
+        with pytest.raises(PostgresAsyncioRequiredError, match="asyncio"):
+            await archive.append(KEY, [plain_group(0)], _ctx())
+    finally:
+        await archive.aclose()
+    assert _rows(admin, schema, "archive_groups") == 0

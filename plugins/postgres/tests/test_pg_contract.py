@@ -1,0 +1,79 @@
+"""The core's contract suites, unchanged, against a real PostgreSQL (as the application role)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentium_harness.plugin_api import SessionKey
+from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+
+Transform = Callable[[bytes], bytes]
+Admin = psycopg.Connection[Any]
+
+
+def _rewrite(
+    admin: Admin, schema: str, table: str, where: str, args: tuple[Any, ...], transform: Transform
+) -> None:
+    """Replace one row's ``data`` behind the adapters' back (superuser, triggers off for this transaction)."""
+    with admin.transaction():
+        # The archive's immutability trigger refuses every UPDATE; replica mode skips triggers.
+        admin.execute("SET LOCAL session_replication_role = replica")
+        row = admin.execute(f'SELECT data FROM "{schema}".{table} WHERE {where}', args).fetchone()
+        if row is None:
+            raise LookupError(f"no row in {table} for {args!r}")
+        admin.execute(
+            f'UPDATE "{schema}".{table} SET data = %s WHERE {where}', (transform(bytes(row[0])), *args)
+        )
+
+
+_SESSION = "tenant_key = %s AND user_key = %s AND session_key = %s"
+
+
+class TestPostgresArchive(ArchiveContract):
+    @pytest.fixture
+    async def archive(self, app_config: PostgresConfig) -> AsyncIterator[PostgresArchive]:
+        adapter = PostgresArchive(app_config)
+        yield adapter
+        await adapter.aclose()
+
+    @pytest.fixture
+    def reopen_archive(self, app_config: PostgresConfig) -> Callable[[], PostgresArchive]:
+        return lambda: PostgresArchive(app_config)
+
+    @pytest.fixture
+    def corrupt_archived_group(self, admin: Admin, schema: str) -> CorruptStored:
+        def corrupt(key: SessionKey, seq: int, transform: Transform) -> None:
+            _rewrite(
+                admin,
+                schema,
+                "archive_groups",
+                _SESSION + " AND seq = %s",
+                (*key.key_segments(), seq),
+                transform,
+            )
+
+        return corrupt
+
+
+class TestPostgresSessionStore(SessionStoreContract):
+    @pytest.fixture
+    async def session_store(self, app_config: PostgresConfig) -> AsyncIterator[PostgresSessionStore]:
+        adapter = PostgresSessionStore(app_config)
+        yield adapter
+        await adapter.aclose()
+
+    @pytest.fixture
+    def reopen_session_store(self, app_config: PostgresConfig) -> Callable[[], PostgresSessionStore]:
+        return lambda: PostgresSessionStore(app_config)
+
+    @pytest.fixture
+    def corrupt_snapshot(self, admin: Admin, schema: str) -> CorruptStored:
+        def corrupt(key: SessionKey, transform: Transform) -> None:
+            _rewrite(admin, schema, "session_snapshots", _SESSION, key.key_segments(), transform)
+
+        return corrupt

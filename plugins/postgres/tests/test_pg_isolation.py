@@ -1,0 +1,132 @@
+"""Tenant isolation enforced by the database itself: row-level security keyed on the tenant.
+
+Raw SQL issued as the application role (the role the adapters connect as)
+sees no row of a tenant other than the one set in ``agentium.tenant``, and no
+row at all with none set, whatever query it writes; it cannot write a row for
+another tenant, nor change an archived group.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.testing import plain_group, scoped_snapshot
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+
+pytestmark = pytest.mark.anyio
+
+AppConn = psycopg.AsyncConnection[Any]
+TABLES = ("archive_groups", "session_snapshots")
+HOSTILE = ["'", '"', "\\", "%", "_", "*", "a'; DROP TABLE x; --", "é", "日本", "~", "a/b", " ", "\\x00", "$1"]
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
+async def _count(conn: AppConn, schema: str, table: str, tenant: str | None) -> int:
+    async with conn.transaction():
+        if tenant is not None:
+            await conn.execute("SELECT set_config('agentium.tenant', %s, true)", (tenant,))
+        # Deliberately no WHERE clause: a query that forgets the tenant must still see only its own rows.
+        row = await (await conn.execute(f'SELECT count(*) FROM "{schema}".{table}')).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothing(
+    app_config: PostgresConfig, app_conn: AppConn, schema: str
+) -> None:
+    key = SessionKey("acme", "ana", "s1")
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    try:
+        await archive.append(key, [plain_group(0, "secret"), plain_group(1, "more secret")], _ctx())
+        await store.save(key, scoped_snapshot(key, " secret"), None, _ctx())
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    own = key.key_segments()[0]
+    assert await _count(app_conn, schema, "archive_groups", own) == 2
+    assert await _count(app_conn, schema, "session_snapshots", own) == 1
+    for wrong in ("globex", "acme2", "ACME", "", "%", "acme' OR '1'='1"):
+        for table in TABLES:
+            assert await _count(app_conn, schema, table, wrong) == 0, (table, wrong)
+    for table in TABLES:
+        assert await _count(app_conn, schema, table, None) == 0, table
+
+
+async def test_the_application_role_cannot_write_for_another_tenant_or_change_an_archived_group(
+    app_config: PostgresConfig, app_conn: AppConn, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    key = SessionKey("acme", "ana", "s1")
+    archive = PostgresArchive(app_config)
+    try:
+        await archive.append(key, [plain_group(0, "kept")], _ctx())
+    finally:
+        await archive.aclose()
+    t, u, s = key.key_segments()
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # WITH CHECK: a row for another tenant
+        async with app_conn.transaction():
+            await app_conn.execute("SELECT set_config('agentium.tenant', 'globex', true)")
+            await app_conn.execute(
+                f'INSERT INTO "{schema}".archive_groups '
+                "(tenant_key, user_key, session_key, seq, digest, data) VALUES (%s, %s, %s, 5, 'x', 'x')",
+                (t, u, s),
+            )
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):  # no UPDATE granted on the archive
+        async with app_conn.transaction():
+            await app_conn.execute("SELECT set_config('agentium.tenant', %s, true)", (t,))
+            await app_conn.execute(f"UPDATE \"{schema}\".archive_groups SET data = 'y'")
+    with pytest.raises(psycopg.errors.IntegrityConstraintViolation):  # not even the superuser may
+        admin.execute(f"UPDATE \"{schema}\".archive_groups SET data = 'y'")
+    row = admin.execute(f'SELECT count(*), (array_agg(data))[1] FROM "{schema}".archive_groups').fetchone()
+    assert row is not None and row[0] == 1 and bytes(row[1]) == plain_group(0, "kept").canonical_bytes()
+
+
+def _hostile_id(rng: random.Random) -> str:
+    parts = [rng.choice(HOSTILE) for _ in range(rng.randint(1, 4))]
+    return "".join(parts) + str(rng.randint(0, 99))
+
+
+async def test_no_cross_tenant_row_in_a_thousand_random_id_pairs(
+    app_config: PostgresConfig, app_conn: AppConn, schema: str
+) -> None:
+    """1,000 pairs of distinct hostile tenant ids: as tenant B, raw SQL never sees a row of tenant A."""
+    rng = random.Random(26)
+    tenants: set[str] = set()
+    while len(tenants) < 200:
+        tenants.add(_hostile_id(rng))
+    ordered = sorted(tenants)
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    try:
+        for tenant in ordered:
+            key = SessionKey(tenant, _hostile_id(rng), _hostile_id(rng))
+            await archive.append(key, [plain_group(0, tenant)], _ctx())
+            await store.save(key, scoped_snapshot(key), None, _ctx())
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    pairs = set()
+    while len(pairs) < 1000:
+        a, b = rng.sample(ordered, 2)
+        pairs.add((a, b))
+    segment = {t: SessionKey(t, "u", "s").key_segments()[0] for t in ordered}
+    for a, b in sorted(pairs):
+        for table in TABLES:
+            async with app_conn.transaction():
+                await app_conn.execute("SELECT set_config('agentium.tenant', %s, true)", (segment[b],))
+                cursor = await app_conn.execute(
+                    "SELECT count(*) FILTER (WHERE tenant_key = %s), "
+                    f'count(*) FILTER (WHERE tenant_key <> %s) FROM "{schema}".{table}',
+                    (segment[a], segment[b]),
+                )
+                row = await cursor.fetchone()
+            assert row == (0, 0), (a, b, table)
+    for tenant in ordered[:20]:  # and each tenant does see its own rows
+        for table in TABLES:
+            assert await _count(app_conn, schema, table, segment[tenant]) == 1

@@ -1,0 +1,142 @@
+"""Archive and boundary in one transaction, in a harness runtime and through the port (R3).
+
+The session store declares ``joint_archive_commit``; with a PostgreSQL archive
+on the same database and schema, the engine commits an eviction's groups and
+the new snapshot together, and a failure of either writes neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from agentium_harness import ResidentLimits, RuntimeLimits, VerifiedIdentity, create_harness_runtime
+from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.plugin_api import (
+    ArchiveConflictError,
+    OpContext,
+    SessionConflictError,
+    SessionKey,
+)
+from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(20)
+
+
+def archived_seqs(admin: psycopg.Connection[Any], schema: str, key: SessionKey) -> list[int]:
+    rows = admin.execute(
+        f'SELECT seq FROM "{schema}".archive_groups '
+        "WHERE tenant_key = %s AND user_key = %s AND session_key = %s ORDER BY seq",
+        key.key_segments(),
+    ).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+async def test_a_runtime_evicts_through_the_joint_commit_and_loses_nothing(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    assert store.shares_transactions_with(archive)
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    try:
+        for i in range(6):
+            result = await runtime.run(ANA, "s1", f"Message number {i}.")
+            assert result.committed
+        stored = await store.load(KEY, _ctx())
+        assert stored is not None
+        snapshot = stored.snapshot
+        assert snapshot.boundary >= 3
+        archived = list(await archive.read_groups(KEY, 0, 100, _ctx()))
+        assert [g.seq for g in archived] == list(range(snapshot.boundary))
+        assert [g.seq for g in snapshot.resident] == list(range(snapshot.boundary, snapshot.next_seq))
+        assert archived_seqs(admin, schema, KEY) == list(range(snapshot.boundary))
+        # now() is the transaction's start: the last evicted group and the snapshot share it only
+        # when they were written by one transaction (the joint commit), not by two.
+        same = admin.execute(
+            f'SELECT (SELECT max(archived_at) FROM "{schema}".archive_groups) = '
+            f'(SELECT saved_at FROM "{schema}".session_snapshots)'
+        ).fetchone()
+        assert same == (True,)
+    finally:
+        await runtime.aclose()
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_a_session_conflict_in_the_joint_commit_archives_nothing(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    try:
+        base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+        groups = [rich_group(0, KEY, "evicted zero"), rich_group(1, KEY, "evicted one")]
+        with pytest.raises(SessionConflictError):
+            await store.commit_with_archive(
+                archive, KEY, groups, scoped_snapshot(KEY, " next"), base + 1, _ctx()
+            )
+        assert archived_seqs(admin, schema, KEY) == []
+        revision, receipts = await store.commit_with_archive(
+            archive, KEY, groups, scoped_snapshot(KEY, " next"), base, _ctx()
+        )
+        assert revision == base + 1
+        assert [(r.seq, r.digest) for r in receipts] == [(g.seq, g.digest) for g in groups]
+        assert archived_seqs(admin, schema, KEY) == [0, 1]
+        assert list(await archive.read_groups(KEY, 0, 10, _ctx())) == groups
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_an_archive_conflict_in_the_joint_commit_saves_no_snapshot(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    try:
+        base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+        await archive.append(KEY, [plain_group(1, "stored first")], _ctx())
+        groups = [plain_group(0, "zero"), plain_group(1, "different content")]
+        with pytest.raises(ArchiveConflictError):
+            await store.commit_with_archive(archive, KEY, groups, scoped_snapshot(KEY, " next"), base, _ctx())
+        stored = await store.load(KEY, _ctx())
+        assert stored is not None and stored.revision == base
+        assert stored.snapshot == scoped_snapshot(KEY, " base")
+        assert archived_seqs(admin, schema, KEY) == [1]  # group 0 of the failed batch was rolled back
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_shares_transactions_only_with_an_open_archive_on_the_same_schema(
+    app_config: PostgresConfig, pg_server: Any
+) -> None:
+    store = PostgresSessionStore(app_config)
+    same = PostgresArchive(app_config)
+    other_schema = PostgresArchive(PostgresConfig(dsn=app_config.dsn, schema="elsewhere"))
+    other_database = PostgresArchive(
+        PostgresConfig(dsn=pg_server.app_dsn("postgres"), schema=app_config.schema)
+    )
+    try:
+        assert store.shares_transactions_with(same)
+        assert not store.shares_transactions_with(other_schema)
+        assert not store.shares_transactions_with(other_database)
+        assert not store.shares_transactions_with(object())
+        await same.aclose()
+        assert not store.shares_transactions_with(same)
+    finally:
+        for adapter in (store, same, other_schema, other_database):
+            await adapter.aclose()
