@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agentium_harness._plugins import hookspecs
+from agentium_harness._plugins.commands import COMMAND_HOOK
 from agentium_harness._plugins.graders import GRADER_HOOK
 from agentium_harness._plugins.strategies import STRATEGY_HOOK
 from agentium_harness._ports import PORT_KINDS
@@ -43,7 +44,7 @@ def _signature(fn: Callable[..., Any]) -> str:
 def test_there_are_hookspecs_to_check() -> None:
     # Guards the discovery above: an empty dict would make the tests below vacuous.
     assert "agentium_register_archives" in SPECS
-    assert len(SPECS) == 12
+    assert len(SPECS) == 13
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -71,7 +72,7 @@ def test_hook_is_used_by_a_test(name: str) -> None:
 def test_every_hook_is_classified_and_every_kind_has_a_registration_hook() -> None:
     registration = set(hookspecs.REGISTRATION_HOOKS.values())
     lifecycle = set(hookspecs.LIFECYCLE_HOOKS)
-    assert registration | lifecycle | {STRATEGY_HOOK, GRADER_HOOK} == set(SPECS)
+    assert registration | lifecycle | {STRATEGY_HOOK, GRADER_HOOK, COMMAND_HOOK} == set(SPECS)
     assert not registration & lifecycle
     assert set(hookspecs.REGISTRATION_HOOKS) == set(PORT_KINDS)
     for name in registration:

@@ -5,6 +5,10 @@ Each subcommand is a function ``cmd_<name>(args) -> int`` plus an
 lists them. Add a subcommand by writing both and one line in
 :func:`build_parser`.
 
+Plugins add subcommands through the ``agentium_register_commands`` hook
+(:class:`~agentium_harness._plugins.commands.CliCommand`); they are loaded
+only when the first word is not one of the core's commands.
+
 Exit codes: 0 success, 2 a problem the user can fix (bad arguments, invalid
 config, any :class:`~agentium_harness._errors.AgentiumError`). User errors print
 a message on stderr, never a traceback. Anything else is a bug and keeps
@@ -37,7 +41,8 @@ from ._engine.loader import build_runtime, load_runtime
 from ._engine.results import RunResult, RunStatus, Severity
 from ._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from ._errors import AgentiumError, ConfigError, InvalidArgumentError
-from ._plugins.registry import BUILTIN_DISTRIBUTION
+from ._plugins.commands import CORE_COMMANDS, CliCommand
+from ._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
 from ._scope import RecallScope, VerifiedIdentity
 from ._validators import lone_surrogate_at
 
@@ -469,8 +474,8 @@ def _add_session(subparsers: Any) -> None:
 # --------------------------------------------------------------------- main
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser:
+    """The argument parser with every core subcommand, and ``commands`` that plugins registered."""
     parser = argparse.ArgumentParser(
         prog="agentium",
         description="Agentium: continuity for LLM agent hosts.",
@@ -486,12 +491,48 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_commands(subparsers, _add_identity_args)
     add_verify_commands(subparsers, _add_identity_args, _identity)
     add_eval_commands(subparsers)
+    for command in commands:
+        sub = subparsers.add_parser(
+            command.name, help=command.help, description=command.description or command.help
+        )
+        try:
+            command.configure(sub)
+        except Exception as exc:  # a plugin's bug must not break the core's commands
+            sys.stderr.write(
+                f"agentium: plugin command {command.name!r} could not declare its arguments: {exc}\n"
+            )
+            continue
+        sub.set_defaults(func=command.run)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``agentium`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
-    parser = build_parser()
+def _first_word(argv: Sequence[str]) -> str | None:
+    """The subcommand word of ``argv`` (the first argument not starting with ``-``), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def plugin_commands(argv: Sequence[str], registry: PluginRegistry | None = None) -> list[CliCommand]:
+    """The plugin subcommands to offer for ``argv``: none when it names a core command.
+
+    Plugins are loaded (``registry`` or the installed ones) only when the
+    first word is not a core command, so ``agentium run`` never imports them.
+    """
+    word = _first_word(argv)
+    if word is not None and word in CORE_COMMANDS:
+        return []
+    loaded = registry if registry is not None else PluginRegistry.load()
+    return [command for command, _ in loaded.commands()]
+
+
+def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None) -> int:
+    """Run the ``agentium`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
+
+    ``registry`` supplies the plugins whose subcommands are offered (default:
+    the installed plugins, loaded only for a word that is not a core command).
+    """
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(plugin_commands(args_list, registry))
+    argv = args_list
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help, --version and usage errors

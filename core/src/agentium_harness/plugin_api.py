@@ -45,6 +45,7 @@ from ._errors import (
     UnsupportedOperationError,
 )
 from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall, estimate_tokens
+from ._plugins.commands import CliCommand
 from ._plugins.hookspecs import hookimpl
 from ._plugins.registry import PluginRegistry, ProblemStage
 from ._plugins.spec import PATH_OPTION, AdapterSpec, Register
@@ -169,6 +170,7 @@ __all__ = [
     "ArchiveError",
     "ArchiveReceipt",
     "CancelSignal",
+    "CliCommand",
     "Candidate",
     "Capabilities",
     "Citation",

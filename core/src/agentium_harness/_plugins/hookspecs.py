@@ -119,6 +119,20 @@ def agentium_register_graders(register: Any) -> None:
 
 
 @hookspec
+def agentium_register_commands(register: Any) -> None:
+    """Register subcommands of the ``agentium`` command line (``agentium <name> ...``).
+
+    Called once when the registry loads. Call
+    ``register(CliCommand(name=..., help=..., configure=..., run=...))`` for
+    each: ``configure(parser)`` declares the arguments (no I/O), ``run(args)``
+    returns the exit status. A name the core uses, a malformed name or a
+    name registered twice is refused and reported by ``agentium plugins``.
+
+    :param register: validates and records one ``CliCommand``.
+    """
+
+
+@hookspec
 def agentium_groups_archived(
     key: SessionKey, receipts: Sequence[ArchiveReceipt], groups: Sequence[MessageGroup]
 ) -> None:

@@ -36,6 +36,7 @@ import pluggy
 from .._errors import PluginError, PluginNotFoundError
 from .._ports import PORT_KINDS
 from . import hookspecs
+from .commands import COMMAND_HOOK, CliCommand, CommandTable
 from .graders import GRADER_HOOK, GraderTable
 from .hints import KNOWN_PLUGINS, missing_message
 from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
@@ -124,6 +125,7 @@ class PluginRegistry:
         self._stand_ins: dict[int, tuple[object, types.ModuleType]] = {}
         self._strategies = StrategyTable()
         self._graders = GraderTable()
+        self._commands = CommandTable()
 
     # ------------------------------------------------------------------ loading
 
@@ -268,6 +270,9 @@ class PluginRegistry:
         for impl in getattr(self._pm.hook, GRADER_HOOK).get_hookimpls():
             if impl.plugin is plugin:
                 self._call_table_hook(GRADER_HOOK, impl, self._graders, distribution, version)
+        for impl in getattr(self._pm.hook, COMMAND_HOOK).get_hookimpls():
+            if impl.plugin is plugin:
+                self._call_table_hook(COMMAND_HOOK, impl, self._commands, distribution, version)
         return tuple(self._problems[before:])
 
     def _call_table_hook(
@@ -285,6 +290,8 @@ class PluginRegistry:
             problem = table.problems_for(item, distribution)
             if problem is None and hook == GRADER_HOOK and any(g.name == item.name for g in accepted):
                 problem = f"grader {item.name!r} is registered twice by {distribution}"
+            if problem is None and hook == COMMAND_HOOK and any(c.name == item.name for c in accepted):
+                problem = f"command {item.name!r} is registered twice by {distribution}"
             if problem is not None:
                 self._problem(distribution, version, ProblemStage.REGISTRATION, problem, hook=hook)
                 return
@@ -308,6 +315,11 @@ class PluginRegistry:
     def grader_names(self) -> tuple[str, ...]:
         """Registered eval grader names, built-ins first."""
         return self._graders.names()
+
+    def commands(self) -> tuple[tuple[CliCommand, str], ...]:
+        """Every plugin subcommand with the distribution that registered it, sorted by name."""
+        table = self._commands
+        return tuple((table.get(name), table.distribution(name)) for name in table.names())
 
     def recall_strategy(self, kind: StrategyKind, name: str) -> RecallStrategy:
         """The recall strategy of ``kind`` named ``name``; :class:`PluginNotFoundError` if none."""

@@ -19,6 +19,7 @@ import pluggy
 from .._engine.checks import adapter_problems
 from .._errors import RegistrationError
 from .._ports import PORT_KINDS
+from .commands import COMMAND_HOOK
 from .graders import GRADER_HOOK
 from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
 from .spec import AdapterSpec
@@ -118,7 +119,7 @@ def hook_problems(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, s
     ``check_pending`` runs as a safety net.
     """
     found: list[tuple[str, str | None]] = []
-    known = [*sorted(REGISTRATION_HOOKS.values()), STRATEGY_HOOK, GRADER_HOOK, *LIFECYCLE_HOOKS]
+    known = [*sorted(REGISTRATION_HOOKS.values()), STRATEGY_HOOK, GRADER_HOOK, COMMAND_HOOK, *LIFECYCLE_HOOKS]
     for caller in pm.get_hookcallers(plugin) or []:
         impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
         if not caller.has_spec() and any(not i.optionalhook for i in impls):

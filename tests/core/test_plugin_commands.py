@@ -1,0 +1,105 @@
+"""Plugin subcommands of the ``agentium`` command line (the ``agentium_register_commands`` hook).
+
+A plugin registers ``CliCommand``s; ``agentium <name> ...`` parses with the
+arguments the plugin declared and runs it, its Agentium errors are reported
+like the core's (exit 2, message on stderr), a core command's name or a
+malformed one is refused at registration, and the core's commands never load
+plugins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import types
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
+
+import pytest
+
+from agentium_harness import InvalidArgumentError
+from agentium_harness._cli import build_parser, main, plugin_commands
+from agentium_harness._plugins.commands import CORE_COMMANDS
+from agentium_harness.plugin_api import CliCommand, PluginRegistry, hookimpl
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    inner = parser.add_subparsers(dest="action", required=True)
+    greet = inner.add_parser("greet")
+    greet.add_argument("who")
+    greet.add_argument("--fail", action="store_true")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.fail:
+        raise InvalidArgumentError(f"cannot greet {args.who}; nothing was done")
+    print(f"hello {args.who}")
+    return 0
+
+
+def _plugin(*commands: CliCommand) -> types.ModuleType:
+    module = types.ModuleType("agtest_commands")
+
+    @hookimpl
+    def agentium_register_commands(register: object) -> None:
+        for command in commands:
+            register(command)  # type: ignore[operator]
+
+    module.agentium_register_commands = agentium_register_commands  # type: ignore[attr-defined]
+    return module
+
+
+def _registry(*commands: CliCommand) -> PluginRegistry:
+    return PluginRegistry.load(autoload=False, extra_plugins=[("agentium-test-commands", _plugin(*commands))])
+
+
+GREETER = CliCommand(name="greeter", help="say hello", configure=_configure, run=_run)
+
+
+def test_a_plugin_subcommand_parses_its_arguments_and_runs() -> None:
+    out, err = StringIO(), StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = main(["greeter", "greet", "ana"], registry=_registry(GREETER))
+    assert status == 0, err.getvalue()
+    assert out.getvalue() == "hello ana\n"
+
+
+def test_an_agentium_error_from_a_plugin_command_exits_2_with_its_message() -> None:
+    err = StringIO()
+    with redirect_stderr(err):
+        status = main(["greeter", "greet", "bob", "--fail"], registry=_registry(GREETER))
+    assert status == 2
+    assert err.getvalue() == "agentium greeter: cannot greet bob; nothing was done\n"
+
+
+def test_help_lists_plugin_subcommands() -> None:
+    out = StringIO()
+    with redirect_stdout(out):
+        assert main(["--help"], registry=_registry(GREETER)) == 0
+    assert "greeter" in out.getvalue() and "say hello" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["run", "plugins", "Bad", "9lives", "with space", "x" * 33, ""])
+def test_core_and_malformed_names_are_refused_at_registration(name: str) -> None:
+    registry = _registry(CliCommand(name=name, help="h", configure=_configure, run=_run))
+    assert registry.commands() == ()
+    [problem] = registry.problems
+    assert problem.distribution == "agentium-test-commands"
+    assert "agentium_register_commands" in str(problem)
+
+
+def test_a_name_registered_twice_keeps_the_first() -> None:
+    second = CliCommand(name="greeter", help="another", configure=_configure, run=lambda a: 1)
+    registry = _registry(GREETER, second)
+    assert [c for c, _ in registry.commands()] == [GREETER]
+    assert len(registry.problems) == 1
+
+
+def test_core_commands_do_not_load_plugins_and_the_reserved_names_match_the_parser() -> None:
+    class Exploding:
+        def commands(self) -> object:
+            raise AssertionError("plugins were loaded for a core command")
+
+    for word in sorted(CORE_COMMANDS):
+        assert plugin_commands([word, "--help"], Exploding()) == []  # type: ignore[arg-type]
+    choices = next(a.choices for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(choices) == CORE_COMMANDS
