@@ -25,6 +25,7 @@ from ._codec import (
     register_structure_hook,
     to_json,
 )
+from ._config import ResolvedComponent, ResolvedConfig, load_config
 from ._engine.recall_policy import QueryInput
 from ._errors import (
     ArchiveConflictError,
@@ -230,6 +231,8 @@ __all__ = [
     "RecallSession",
     "RecallStore",
     "RecordDecodeError",
+    "ResolvedComponent",
+    "ResolvedConfig",
     "Register",
     "RetainedRecord",
     "Role",
@@ -277,6 +280,7 @@ __all__ = [
     "from_json",
     "group_source_id",
     "hookimpl",
+    "load_config",
     "make_converter",
     "port_stub",
     "register_structure_hook",
