@@ -59,13 +59,19 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
-from agentium_harness._engine.results import CleanupStatus, EvictionStatus, RunResult
+from agentium_harness._engine.results import CleanupStatus, CommitState, EvictionStatus, RunResult
 from agentium_harness._engine.runtime import (
     HarnessRuntime,
     LifecycleState,
     RuntimeLimits,
 )
-from agentium_harness._errors import ArchiveError, RuntimeClosedError, SessionBusyError, SessionConflictError
+from agentium_harness._errors import (
+    ArchiveError,
+    RuntimeClosedError,
+    SessionBusyError,
+    SessionConflictError,
+    SessionStoreError,
+)
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
@@ -596,8 +602,12 @@ class HistoryMachine(RuleBasedStateMachine):
         archived_before = len(self.call(lambda: self.archive.read_groups(key, 0, BIG, ctx())))
         self.plan.fail_next_save = True
         try:
-            with pytest.raises(SimulatedCrash):
+            # The engine reads the session back before it reports, then raises a typed error
+            # saying the turn was not committed, caused by the store's own failure.
+            with pytest.raises(SessionStoreError) as failed:
                 self.call(lambda: self.runtime.run(identity_of(key), key.session, text))
+            assert isinstance(failed.value.__cause__, SimulatedCrash)
+            assert failed.value.commit_state is CommitState.NOT_COMMITTED
         finally:
             self.plan.fail_next_save = False
         assert self.plan.log[calls_before:] == consumed
@@ -665,6 +675,9 @@ class HistoryMachine(RuleBasedStateMachine):
         finally:
             self.plan.hang = None
         assert isinstance(cancelled, RuntimeClosedError), "the stuck run was not cancelled by aclose()"
+        # It says what it knows: a run stuck in its save cannot tell whether the save landed.
+        stuck_in_save = where == "save"
+        assert cancelled.commit_state is (CommitState.UNKNOWN if stuck_in_save else CommitState.NOT_COMMITTED)
         assert isinstance(refused, RuntimeClosedError), "a closed runtime admitted a run"
         assert runtime.state is LifecycleState.CLOSED
         assert self.plan.log[calls_before:] == consumed

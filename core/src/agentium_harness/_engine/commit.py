@@ -15,7 +15,7 @@ leaves the last committed state intact:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -104,6 +104,7 @@ async def commit(
     save_unchanged: bool = True,
     joint: bool = True,
     keep_receipts: bool = False,
+    before_save: Callable[[], None] | None = None,
 ) -> CommitOutcome:
     """Archive the groups over the resident bound, check every receipt, then save with compare-and-set.
 
@@ -115,6 +116,9 @@ async def commit(
     append and the save are one atomic transaction instead of two: one
     fsynced commit per turn, and still never a boundary past what is
     archived. ``joint=False`` forces the separate calls.
+
+    ``before_save`` is called right before the snapshot is written (a run
+    marks its commit state ``unknown`` from then until the save settles).
 
     ``keep_receipts`` (a summarizer is configured) saves the digest of each
     group archived here in the snapshot, with the boundary move
@@ -133,7 +137,7 @@ async def commit(
     elif plan.evict and joint and _joint(store, archive):
         try:
             joined = await _joint_commit(
-                ticket, archive, store, key, scope, stored, plan, next_seq, keep_receipts
+                ticket, archive, store, key, scope, stored, plan, next_seq, keep_receipts, before_save
             )
         except ArchiveConflictError as exc:
             # Nothing was written; record the divergence with a separate save below.
@@ -172,6 +176,7 @@ async def commit(
                 save_unchanged=save_unchanged,
                 joint=False,
                 keep_receipts=keep_receipts,
+                before_save=before_save,
             )
             note = Diagnostic(
                 "joint_commit_failed",
@@ -230,6 +235,8 @@ async def commit(
         )
     kept = _kept_receipts(stored, [(r.seq, r.digest) for r in receipts] if keep_receipts else [])
     snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept)
+    if before_save is not None:
+        before_save()
     revision = await _save(ticket, store, key, snapshot, stored, _new(stored, resident), diagnostics)
     archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
@@ -359,6 +366,7 @@ async def _joint_commit(
     plan: EvictionPlan,
     next_seq: int,
     keep_receipts: bool,
+    before_save: Callable[[], None] | None,
 ) -> CommitOutcome:
     """Archive the plan's groups and save the new snapshot in one transaction; check the answer."""
     new_boundary = plan.keep[0].seq if plan.keep else next_seq
@@ -368,6 +376,8 @@ async def _joint_commit(
     kept = _kept_receipts(stored, [(g.seq, g.digest) for g in plan.evict] if keep_receipts else [])
     snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None, kept)
     expected = _expected(stored)
+    if before_save is not None:
+        before_save()
     revision, raw = await ticket.call(
         "session commit with archive",
         lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),

@@ -57,6 +57,10 @@ class RunProgress:
         self.group: MessageGroup | None = None
         self.outcome: CommitOutcome | None = None
 
+    def saving(self) -> None:
+        """The snapshot save starts: until it settles, a cancellation cannot tell whether it landed."""
+        self.commit_state = CommitState.UNKNOWN
+
     def result(self, state: CommitState, status: RunStatus = RunStatus.INTERRUPTED) -> RunResult | None:
         """A result describing the run so far, or ``None`` before the session was loaded."""
         if self.scope is None or self.snap is None:

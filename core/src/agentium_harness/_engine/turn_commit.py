@@ -112,7 +112,6 @@ async def commit_turn(
     async def do_commit() -> None:
         if done:
             raise PublicationRefusedError("the publication hook called commit() twice")
-        progress.commit_state = CommitState.UNKNOWN  # a save may be in flight from here
         try:
             outcome = await commit(
                 ticket,
@@ -127,10 +126,12 @@ async def commit_turn(
                 boundary=snap.boundary,
                 next_seq=snap.next_seq + 1,
                 keep_receipts=runtime.summarizer is not None,
+                before_save=progress.saving,
             )
         except AgentiumError as exc:
             # Settled by the commit when its save failed; anything else failed before the save.
-            progress.commit_state = exc.commit_state or CommitState.NOT_COMMITTED
+            if exc.commit_state is not None:
+                progress.commit_state = exc.commit_state
             raise
         progress.commit_state = CommitState.COMMITTED
         progress.outcome = outcome
