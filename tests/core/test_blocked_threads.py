@@ -32,6 +32,7 @@ from agentium_harness import (
     EvictionStatus,
     MemoryScope,
     OperationCancelledError,
+    PublicationRefusedError,
     RecallLimits,
     RecallStatus,
     ResidentLimits,
@@ -61,6 +62,7 @@ from agentium_harness.plugin_api import (
     ThreadBoundAdapter,
     Validation,
     ValidationStatus,
+    document_source_id,
 )
 
 pytestmark = pytest.mark.anyio
@@ -127,7 +129,7 @@ class BlockingSession(RecallSession):
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
         await anyio.to_thread.run_sync(blocking, self.store.gate)  # cannot be cancelled
         self.store.returned.set()
-        return [Candidate(SourceRef("late-doc", "r1"), MINE, 1.0, 40)]
+        return [Candidate(SourceRef(document_source_id(MINE, "late-doc"), "r1"), MINE, 1.0, 40)]
 
     async def read(
         self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
@@ -212,6 +214,92 @@ async def test_a_recall_session_opened_after_the_budget_is_closed_not_leaked(gat
     gate.set()
     with anyio.fail_after(BLOCK_S + 2):
         await store.closed.wait()
+    await rt.aclose()
+
+
+class QuickRecall(BlockingRecall):
+    """Answers at once: one current document, or none when ``empty``."""
+
+    def __init__(self, gate: threading.Event, *, empty: bool = False) -> None:
+        super().__init__(gate)
+        self.empty = empty
+
+    async def open(self, scope: Any, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        return QuickSession(self)
+
+
+class QuickSession(BlockingSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        assert isinstance(self.store, QuickRecall)
+        doc = SourceRef(document_source_id(MINE, "doc-1"), "r1")
+        return [] if self.store.empty else [Candidate(doc, MINE, 1.0, 40)]
+
+
+async def test_a_clarifier_blocked_in_a_thread_does_not_hold_the_run(gate: threading.Event) -> None:
+    limits = RuntimeLimits(op_timeout_s=0.3)
+    rt = create_harness_runtime(
+        provider=Recording(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=QuickRecall(gate, empty=True),
+        recall_policy=current_session_recall_policy(on_no_evidence="clarify"),
+        recall_limits=RecallLimits(max_queries=2),
+        limits=limits,
+    )
+
+    async def clarify(question: str) -> str:
+        await anyio.to_thread.run_sync(blocking, gate)
+        return "the Thursday train"
+
+    started = time.monotonic()
+    result = await rt.run(ANA, "s1", "when?", clarify=clarify)
+    elapsed = time.monotonic() - started
+    assert elapsed < limits.op_timeout_s + SLACK_S, f"the clarifier held the run {elapsed:.2f}s"
+    assert result.has("clarification_failed") and not result.committed
+
+
+class BlockingPublication:
+    """A host's conditional publication whose condition check blocks its thread, then commits."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+        self.late: list[str] = []
+        self.answered = anyio.Event()
+
+    async def publish(self, view: Any, commit: Any) -> None:
+        await anyio.to_thread.run_sync(blocking, self.gate)
+        try:
+            await commit()
+        except PublicationRefusedError as exc:
+            self.late.append(str(exc))
+        finally:
+            self.answered.set()
+
+
+async def test_a_publication_blocked_in_a_thread_is_refused_at_its_deadline_and_cannot_commit_late(
+    gate: threading.Event,
+) -> None:
+    sessions = InMemorySessionStore()
+    publication = BlockingPublication(gate)
+    limits = RuntimeLimits(op_timeout_s=0.2)
+    rt = create_harness_runtime(
+        provider=Recording(),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        recall=QuickRecall(gate),
+        publication=publication,
+        limits=limits,
+    )
+    started = time.monotonic()
+    with pytest.raises(PublicationRefusedError, match="did not commit"):
+        await rt.run(ANA, "s1", "when does the release train leave?")
+    elapsed = time.monotonic() - started
+    assert elapsed < 3 * limits.op_timeout_s + SLACK_S, f"the publication held the run {elapsed:.2f}s"
+    gate.set()
+    with anyio.fail_after(BLOCK_S + 2):
+        await publication.answered.wait()
+    assert "after the publication hook's" in publication.late[0]
+    assert await sessions.load(KEY, OpContext()) is None  # nothing was committed, early or late
     await rt.aclose()
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 
-import anyio
 import attrs
 
 from .._history import Message, RetainedRecord, Role
@@ -22,6 +21,7 @@ from .._ports.provider import SourceBlock, SourceKind, Usage
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
+from .bounded import bounded
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
 from .recall_policy import (
@@ -285,11 +285,10 @@ def opening_messages(user_input: str, step: RecallStep | None) -> tuple[tuple[Me
 
 
 async def _ask(clarify: Clarifier, question: str, timeout_s: float) -> str | None:
-    answer: object = None
     try:
-        with anyio.move_on_after(timeout_s):
-            answer = await clarify(question)
-    except Exception:
+        # In its own task: a clarifier blocked in a worker thread cannot hold the run past its deadline.
+        answer: object = await bounded(lambda: clarify(question), timeout_s)
+    except Exception:  # failed, timed out or abandoned: no answer
         return None
     if not isinstance(answer, str):
         return None

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-import anyio
 import attrs
 
 from .._codec import digest_of
 from .._errors import PublicationRefusedError
 from .._ports.recall import SourceRef
 from .._scope import Scope
+from .bounded import Overrun, bounded
 from .commit import CommitOutcome
 
 __all__ = ["ConditionalPublication", "RecallView", "publish", "source_view_revision"]
@@ -71,15 +71,44 @@ async def publish(
     done: list[CommitOutcome],
     timeout_s: float,
 ) -> None:
-    """Hand the commit to the host's conditional publication (R25), bounded; refusal commits nothing."""
+    """Hand the commit to the host's conditional publication (R25), bounded; refusal commits nothing.
+
+    The hook runs in its own task (:func:`~.bounded.bounded`), so one blocked
+    in a worker thread cannot hold the run past ``timeout_s``; from the
+    deadline on, a late ``commit()`` from it is refused.
+    """
+    late = False
+    committing = False
+
+    async def guarded_commit() -> None:
+        nonlocal committing
+        if late:
+            raise PublicationRefusedError(
+                f"commit() came after the publication hook's {timeout_s}s deadline; nothing was committed"
+            )
+        committing = True
+        try:
+            await do_commit()
+        finally:
+            committing = False
+
+    def deadline() -> None:
+        nonlocal late
+        late = True
+
     try:
-        with anyio.fail_after(timeout_s):
-            await publication.publish(view, do_commit)
+        await bounded(lambda: publication.publish(view, guarded_commit), timeout_s, on_deadline=deadline)
     except PublicationRefusedError:
         raise
-    except TimeoutError as exc:
+    except Overrun as exc:
         if done:
             return  # committed; only the host's code after commit() was slow
+        if exc.abandoned and committing:
+            raise PublicationRefusedError(
+                f"the publication hook did not return within {timeout_s}s and was abandoned while its "
+                "commit() was still running; whether the session was committed is unknown: inspect it "
+                "before retrying"
+            ) from exc
         raise PublicationRefusedError(
             f"the publication hook did not commit within {timeout_s}s; the session was not changed"
         ) from exc
