@@ -8,8 +8,6 @@ the admin connection looks behind their back (as superuser it bypasses RLS).
 
 from __future__ import annotations
 
-import itertools
-import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,11 +18,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from pg_server import APP_USER, PostgresServer, ServerNotFound
+from pg_server import APP_USER, PostgresServer, ServerNotFound, new_schema_name
 
 from agentium_postgres import PostgresConfig, migrate
-
-_SCHEMAS = itertools.count()
 
 
 @pytest.fixture
@@ -45,11 +41,6 @@ def pg_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.cleanup()
-
-
-def new_schema_name() -> str:
-    """A schema name no other test of this session uses."""
-    return f"t{os.getpid()}_{next(_SCHEMAS)}"
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ session and stopped by its own PID (the whole process group on a kill).
 
 from __future__ import annotations
 
+import itertools
 import os
 import pwd
 import shutil
@@ -37,6 +38,14 @@ DATABASE = "agentium_test"
 _INSTALL = (
     "apt-get install postgresql (Debian), or set AGENTIUM_PG_BINDIR to a folder with initdb and postgres"
 )
+
+
+_SCHEMAS = itertools.count()
+
+
+def new_schema_name() -> str:
+    """A schema name no other test of this process uses."""
+    return f"t{os.getpid()}_{next(_SCHEMAS)}"
 
 
 class ServerNotFound(RuntimeError):

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 import psycopg
 import pytest
-from pg_server import APP_PASSWORD, APP_USER, PostgresServer, free_port
+from pg_server import APP_PASSWORD, APP_USER, PostgresServer, free_port, new_schema_name
 
 from agentium_harness import InvalidIdError
 from agentium_harness.plugin_api import OpContext, SessionKey
@@ -123,8 +123,6 @@ async def test_a_database_without_the_schema_says_to_migrate(app_config: Postgre
 async def test_a_role_without_the_needed_privileges_is_told_what_to_grant(
     pg_server: PostgresServer, admin: psycopg.Connection[Any]
 ) -> None:
-    from conftest import new_schema_name
-
     name = new_schema_name()
     await migrate(PostgresConfig(dsn=pg_server.admin_dsn(), schema=name))  # no grant
     config = PostgresConfig(dsn=pg_server.app_dsn(), schema=name, min_pool_size=0)

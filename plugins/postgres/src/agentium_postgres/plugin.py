@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentium_harness.plugin_api import AdapterSpec, Register, hookimpl
 
 from .archive import PostgresArchive
+from .cli import COMMAND
 from .config import PostgresConfig
 from .sessions import PostgresSessionStore
 
-__all__ = ["agentium_register_archives", "agentium_register_session_stores"]
+__all__ = ["agentium_register_archives", "agentium_register_commands", "agentium_register_session_stores"]
 
 
 @hookimpl
@@ -40,3 +43,9 @@ def agentium_register_session_stores(register: Register) -> None:
             "transaction",
         )
     )
+
+
+@hookimpl
+def agentium_register_commands(register: Any) -> None:
+    """Register ``agentium postgres migrate CONFIG``."""
+    register(COMMAND)
