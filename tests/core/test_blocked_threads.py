@@ -40,6 +40,7 @@ from agentium_harness import (
     RuntimeLimits,
     SessionKey,
     StoredFact,
+    SummaryLimits,
     VerifiedIdentity,
     create_harness_runtime,
     current_session_recall_policy,
@@ -47,6 +48,7 @@ from agentium_harness import (
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import (
     Candidate,
     Excerpt,
@@ -556,3 +558,48 @@ async def test_a_thread_bound_adapter_abandons_a_thread_that_will_not_stop(gate:
     gate.set()
     assert await store.get(OpContext.with_timeout(5)) == "value"
     await store.aclose()
+
+
+# -- shutdown with background work blocked in a thread ------------------------------------------
+
+
+class BlockingSummarizer(ExtractiveSummarizer):
+    """A summarizer over a blocking client: every summarize blocks its worker thread."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+        self.started = anyio.Event()
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> Any:
+        self.started.set()
+        await anyio.to_thread.run_sync(blocking, self.gate)
+        return await super().summarize(previous, groups, ctx)
+
+
+async def test_aclose_keeps_its_bound_with_a_summary_update_blocked_in_a_thread(
+    gate: threading.Event,
+) -> None:
+    summarizer = BlockingSummarizer(gate)
+    limits = RuntimeLimits(
+        resident=ResidentLimits(max_groups=1), op_timeout_s=60, settle_timeout_s=0.3, close_timeout_s=0.3
+    )
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        summarizer=summarizer,
+        summary_limits=SummaryLimits(background=True, timeout_s=60),
+        memory=InMemoryMemoryStore(),  # its drain covers the summary updates too
+        limits=limits,
+    )
+    await rt.run(ANA, "s1", "q0")
+    await rt.run(ANA, "s1", "q1")
+    with anyio.fail_after(5):
+        await summarizer.started.wait()
+    started = time.monotonic()
+    await rt.aclose()  # the update is cancelled and, blocked, abandoned: not a failure to close
+    elapsed = time.monotonic() - started
+    bound = limits.settle_timeout_s + 2 * limits.close_timeout_s
+    assert elapsed < bound + SLACK_S, f"aclose() took {elapsed:.2f}s against its documented bound {bound}s"
+    assert rt.state.value == "closed"

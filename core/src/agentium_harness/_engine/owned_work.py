@@ -144,26 +144,30 @@ class OwnedWork:
         report = job.report
         return report.status if report is not None else WorkStatus.CANCELLED
 
-    async def drain(self, timeout_s: float) -> list[tuple[SessionKey, SummaryReport, bool]]:
+    async def drain(
+        self, timeout_s: float, grace_s: float | None = None
+    ) -> list[tuple[SessionKey, SummaryReport, bool]]:
         """Settle every update for a drain: ``(key, report, stopped)`` for each it saw.
 
-        Waits half of ``timeout_s`` for the running updates — including those
-        started while it waits — cancels the rest and waits the other half for
-        them to stop. Reports every update it saw, plus each that failed or was
-        cancelled since the last drain; a report is given once.
+        Waits up to ``timeout_s`` for the running updates — including those
+        started while it waits — cancels the rest and waits up to ``grace_s``
+        for them to stop (without ``grace_s``: half of ``timeout_s`` each).
+        Reports every update it saw, plus each that failed or was cancelled
+        since the last drain; a report is given once.
         """
-        each = max(0.0, timeout_s) / 2
+        wait = max(0.0, timeout_s) if grace_s is not None else max(0.0, timeout_s) / 2
+        grace = grace_s if grace_s is not None else wait
         seen: dict[int, tuple[SessionKey, _Job]] = {}
 
         def look() -> None:
             for key, job in self._jobs.items():
                 seen.setdefault(id(job), (key, job))
 
-        with anyio.move_on_after(each):
+        with anyio.move_on_after(wait):
             while self._jobs:
                 look()
                 await next(iter(self._jobs.values())).done.wait()
-        with anyio.move_on_after(each):
+        with anyio.move_on_after(grace):
             while self._jobs:
                 look()
                 for job in self._jobs.values():

@@ -142,14 +142,15 @@ class OwnedWorkSource:
         """Names of the summary updates running now."""
         return [f"summary update {k.key()}" for k in self._keys()]
 
-    async def settle(self, timeout_s: float) -> Sequence[DrainItem]:
-        """Settle the summary updates (OwnedWork waits half, cancels, waits the other half).
+    async def settle(self, timeout_s: float, grace_s: float | None = None) -> Sequence[DrainItem]:
+        """Settle the summary updates: wait ``timeout_s``, cancel, wait ``grace_s`` for them to stop.
 
-        Updates started while it waits are covered too, and one that failed
-        or was cancelled since the last drain is reported even if it ended before.
+        Without ``grace_s`` the timeout is split in two halves. Updates started
+        while it waits are covered too, and one that failed or was cancelled
+        since the last drain is reported even if it ended before.
         """
         items = []
-        for key, report, stopped in await self._work.drain(timeout_s):
+        for key, report, stopped in await self._work.drain(timeout_s, grace_s):
             detail = "; ".join(d.message for d in report.diagnostics)
             items.append(
                 DrainItem(
@@ -260,7 +261,11 @@ class WorkTracker:
             cancel_running()
 
         async def source(src: WorkSource) -> None:
-            from_sources.extend(await src.settle(timeout_s))
+            if isinstance(src, OwnedWorkSource):
+                # The runtime's summary updates get the same grace as owned items once cancelled.
+                from_sources.extend(await src.settle(timeout_s, grace_s))
+            else:
+                from_sources.extend(await src.settle(timeout_s))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(own)
