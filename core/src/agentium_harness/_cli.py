@@ -266,7 +266,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     result = anyio.run(go)
     status = RUN_EXIT_STATUS[result.status]
     if args.json:
-        print_json(unstructure(result), sys.stdout)
+        # ``committed`` is derived (init=False), so the converter leaves it out: add it for scripts.
+        print_json({**unstructure(result), "committed": result.committed}, sys.stdout)
     elif result.committed and result.status is not RunStatus.STOPPED:
         # Only a committed turn has a reply: a stopped run has none (even one whose tool calls were
         # committed), and a clarification question is not an answer (it is in the line below).
