@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 from agentium_harness.plugin_api import SessionKey
-from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+from agentium_harness.testing import ArchiveContract, CorruptStored, RecallStoreContract, SessionStoreContract
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresRecallStore, PostgresSessionStore
 
 Transform = Callable[[bytes], bytes]
 Admin = psycopg.Connection[Any]
@@ -77,3 +77,11 @@ class TestPostgresSessionStore(SessionStoreContract):
             _rewrite(admin, schema, "session_snapshots", _SESSION, key.key_segments(), transform)
 
         return corrupt
+
+
+class TestPostgresRecallStore(RecallStoreContract):
+    @pytest.fixture
+    async def recall_store(self, app_config: PostgresConfig) -> AsyncIterator[PostgresRecallStore]:
+        adapter = PostgresRecallStore(app_config)
+        yield adapter
+        await adapter.aclose()

@@ -14,14 +14,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.plugin_api import OpContext, SessionKey, SourceOwner
 from agentium_harness.testing import plain_group, scoped_snapshot
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresRecallStore, PostgresSessionStore
 
 pytestmark = pytest.mark.anyio
 
 AppConn = psycopg.AsyncConnection[Any]
-TABLES = ("archive_groups", "session_snapshots")
+TABLES = ("archive_groups", "session_snapshots", "recall_sources")
 HOSTILE = ["'", '"', "\\", "%", "_", "*", "a'; DROP TABLE x; --", "é", "日本", "~", "a/b", " ", "\\x00", "$1"]
 
 
@@ -44,15 +44,18 @@ async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothin
 ) -> None:
     key = SessionKey("acme", "ana", "s1")
     archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    recall = PostgresRecallStore(app_config)
     try:
         await archive.append(key, [plain_group(0, "secret"), plain_group(1, "more secret")], _ctx())
         await store.save(key, scoped_snapshot(key, " secret"), None, _ctx())
+        await recall.index_document(SourceOwner("acme"), "doc", "secret plans", _ctx())
     finally:
-        await archive.aclose()
-        await store.aclose()
+        for adapter in (archive, store, recall):
+            await adapter.aclose()
     own = key.key_segments()[0]
     assert await _count(app_conn, schema, "archive_groups", own) == 2
     assert await _count(app_conn, schema, "session_snapshots", own) == 1
+    assert await _count(app_conn, schema, "recall_sources", own) == 1
     for wrong in ("globex", "acme2", "ACME", "", "%", "acme' OR '1'='1"):
         for table in TABLES:
             assert await _count(app_conn, schema, table, wrong) == 0, (table, wrong)
@@ -103,14 +106,16 @@ async def test_no_cross_tenant_row_in_a_thousand_random_id_pairs(
         tenants.add(_hostile_id(rng))
     ordered = sorted(tenants)
     archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    recall = PostgresRecallStore(app_config)
     try:
         for tenant in ordered:
             key = SessionKey(tenant, _hostile_id(rng), _hostile_id(rng))
             await archive.append(key, [plain_group(0, tenant)], _ctx())
             await store.save(key, scoped_snapshot(key), None, _ctx())
+            await recall.index_document(SourceOwner(tenant), "doc", "shared words", _ctx())
     finally:
-        await archive.aclose()
-        await store.aclose()
+        for adapter in (archive, store, recall):
+            await adapter.aclose()
     pairs = set()
     while len(pairs) < 1000:
         a, b = rng.sample(ordered, 2)

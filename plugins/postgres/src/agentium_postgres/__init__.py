@@ -28,6 +28,7 @@ from .errors import (
     PostgresUnavailableError,
 )
 from .migrate import migrate
+from .recall import PostgresRecallSession, PostgresRecallStore
 from .schema import SCHEMA_VERSION, MigrationReport
 from .sessions import PostgresSessionStore
 
@@ -45,6 +46,8 @@ __all__ = [
     "PostgresMemoryError",
     "PostgresPrivilegeError",
     "PostgresRecallError",
+    "PostgresRecallSession",
+    "PostgresRecallStore",
     "PostgresRowTooLargeError",
     "PostgresSchemaError",
     "PostgresSessionStoreError",

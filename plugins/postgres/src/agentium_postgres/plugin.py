@@ -9,9 +9,15 @@ from agentium_harness.plugin_api import AdapterSpec, Register, hookimpl
 from .archive import PostgresArchive
 from .cli import COMMAND
 from .config import PostgresConfig
+from .recall import PostgresRecallStore
 from .sessions import PostgresSessionStore
 
-__all__ = ["agentium_register_archives", "agentium_register_commands", "agentium_register_session_stores"]
+__all__ = [
+    "agentium_register_archives",
+    "agentium_register_commands",
+    "agentium_register_recall_stores",
+    "agentium_register_session_stores",
+]
 
 
 @hookimpl
@@ -41,6 +47,21 @@ def agentium_register_session_stores(register: Register) -> None:
             config_class=PostgresConfig,
             description="PostgreSQL session snapshots: compare-and-set, archive and boundary in one "
             "transaction",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_recall_stores(register: Register) -> None:
+    """Register the PostgreSQL recall store as recall store adapter ``postgres``."""
+    register(
+        AdapterSpec(
+            name="postgres",
+            adapter_class=PostgresRecallStore,
+            config_class=PostgresConfig,
+            description="PostgreSQL full-text recall (tsvector, GIN): bounded discovery, reads and "
+            "validation, "
+            "canonical archive reads",
         )
     )
 

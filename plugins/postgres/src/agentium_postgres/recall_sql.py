@@ -1,0 +1,218 @@
+r"""The recall store's statements: source rows, the term probe and the ranked discovery.
+
+Queries never reach PostgreSQL as syntax. A query becomes at most 32 words
+(:func:`~agentium_harness.plugin_api.query_terms`: lower-cased ``\w+``
+tokens), each sent as a bound parameter, double-quoted, to
+``websearch_to_tsquery('simple', ...)``: a quoted word is a plain lexeme to
+it, so ``OR``, ``-``, ``"``, ``*``, ``:`` or ``<->`` in a user's text are
+matched as words or dropped, never obeyed. The only text built at run time is
+the statements' shape (one branch per term), never a value.
+
+Ranking is bounded by ``max_ranked_matches``, not by the index's size:
+
+1. **probe**: for each term, count its visible matches up to the cap (a
+   ``LIMIT`` inside; the GIN index finds them);
+2. **weights**: a term with ``n`` matches weighs ``ln(1 + cap / n)``: a rare
+   word (the one that finds evidence) weighs several times a common one,
+   a term with no match is dropped;
+3. **candidates**: for each term its newest ``cap / terms`` visible matches
+   (at least ``max_candidates``), so a rare word's matches are always all
+   ranked however many newer sources a common word matches;
+4. **score**: the sum of the weights of the terms a source contains, plus
+   ``ts_rank_cd`` scaled down as a tie-breaker (term frequency, proximity).
+
+The scope filter (tenant, and each owner key NULL or equal to the scope's)
+is inside every branch, before every ``LIMIT``, so a foreign source can
+neither be returned nor take a place; row-level security filters the tenant
+again.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, Final, LiteralString
+
+import attrs
+from psycopg import sql
+
+from agentium_harness.plugin_api import Scope, encode_segment
+
+__all__ = [
+    "SourceRow",
+    "discovery_statement",
+    "insert_sources",
+    "probe_statement",
+    "scope_params",
+    "search_words",
+    "term_query",
+    "term_weight",
+]
+
+#: Characters of a source's text that are indexed for search (a tsvector holds at most 1 MB).
+INDEXED_CHARS: Final = 262_144
+
+_WORD: Final = re.compile(r"\w+")
+
+#: How much a source's ts_rank_cd adds to its score: enough to order equal weights, never more.
+RANK_SCALE: Final = 0.001
+
+_VISIBLE: Final[LiteralString] = (
+    "s.tenant_key = %(tenant)s "
+    "AND (s.user_key IS NULL OR s.user_key = %(user)s) "
+    "AND (s.session_key IS NULL OR s.session_key = %(session)s) "
+    "AND (s.project_key IS NULL OR s.project_key = %(project)s) "
+    "AND (s.repository_key IS NULL OR s.repository_key = %(repository)s)"
+)
+
+
+def search_words(text: str) -> str:
+    r"""The text PostgreSQL indexes for ``text``: its lower-cased ``\w+`` words, space-separated.
+
+    The same tokenization as :func:`~agentium_harness.plugin_api.query_terms`,
+    so a word a query can name is a word the index holds (PostgreSQL's own
+    parser would read ``notes.md.plum`` as one file name, not three words).
+    """
+    return " ".join(_WORD.findall(text[: INDEXED_CHARS * 2].lower()))[:INDEXED_CHARS]
+
+
+def term_query(term: str) -> str:
+    """The ``websearch_to_tsquery`` text of one term: the word, double-quoted (a plain lexeme)."""
+    # A term is a \\w+ token: it holds no quote, so quoting it cannot be escaped from.
+    return f'"{term}"'
+
+
+def scope_params(scope: Scope) -> dict[str, Any]:
+    """The named parameters of the visibility filter: the scope's key segments (``None`` when absent)."""
+    return {
+        "tenant": encode_segment(scope.tenant),
+        "user": encode_segment(scope.user),
+        "session": encode_segment(scope.session),
+        "project": None if scope.project is None else encode_segment(scope.project),
+        "repository": None if scope.repository is None else encode_segment(scope.repository),
+    }
+
+
+# Only constant text is concatenated into these; every value is a placeholder.
+_PROBE_BRANCH: Final[LiteralString] = (
+    "SELECT {i}::int AS i, (SELECT count(*) FROM (SELECT 1 FROM {s}.recall_sources AS s "  # noqa: S608
+    "WHERE s.tsv @@ websearch_to_tsquery('simple', {term}) AND " + _VISIBLE + " LIMIT %(cap)s) AS x)"
+)
+_NEWEST_BRANCH: Final[LiteralString] = (
+    "(SELECT s.id FROM {s}.recall_sources AS s WHERE s.tsv @@ websearch_to_tsquery('simple', {term}) AND "  # noqa: S608
+    + _VISIBLE
+    + " ORDER BY s.id DESC LIMIT %(per_term)s)"
+)
+
+
+def term_weight(cap: int, matches: int) -> float:
+    """The weight of a term with ``matches`` visible matches (counted up to ``cap``): ``ln(1 + cap / n)``."""
+    return math.log1p(cap / max(1, matches))
+
+
+def probe_statement(schema: str, count: int) -> sql.Composed:
+    """One row ``(i, matches)`` per term ``t<i>``, each count stopping at ``%(cap)s``."""
+    branches = [
+        sql.SQL(_PROBE_BRANCH).format(
+            i=sql.Literal(i), s=sql.Identifier(schema), term=sql.Placeholder(f"t{i}")
+        )
+        for i in range(count)
+    ]
+    return sql.SQL(" UNION ALL ").join(branches)
+
+
+def discovery_statement(schema: str, count: int) -> sql.Composed:
+    """The best ``%(limit)s`` visible sources for terms ``t<i>`` weighted ``w<i>`` (see the module docs)."""
+    s = sql.Identifier(schema)
+    branches = [sql.SQL(_NEWEST_BRANCH).format(s=s, term=sql.Placeholder(f"t{i}")) for i in range(count)]
+    weights = [
+        sql.SQL("CASE WHEN s.tsv @@ websearch_to_tsquery('simple', {term}) THEN {w} ELSE 0 END").format(
+            term=sql.Placeholder(f"t{i}"), w=sql.Placeholder(f"w{i}")
+        )
+        for i in range(count)
+    ]
+    return sql.SQL(
+        "SELECT s.source_id, s.revision, s.title, s.size_bytes, "
+        "({weights}) + {scale} * ts_rank_cd(s.tsv, websearch_to_tsquery('simple', %(all)s)) AS score "
+        "FROM (SELECT DISTINCT id FROM ({branches}) AS b) AS c "
+        "JOIN {s}.recall_sources AS s ON s.id = c.id "
+        "ORDER BY score DESC, s.id DESC LIMIT %(limit)s"
+    ).format(
+        weights=sql.SQL(" + ").join(weights),
+        scale=sql.Literal(RANK_SCALE),
+        branches=sql.SQL(" UNION ALL ").join(branches),
+        s=s,
+    )
+
+
+@attrs.frozen(slots=True)
+class SourceRow:
+    """One ``recall_sources`` row to write: owner key segments, text, and a group's ``seq``."""
+
+    source_id: str
+    kind: str
+    tenant_key: str
+    user_key: str | None
+    session_key: str | None
+    project_key: str | None
+    repository_key: str | None
+    revision: str
+    title: str
+    body: str
+    seq: int | None = None
+
+
+_COLUMNS: Final[tuple[LiteralString, ...]] = (
+    "source_id",
+    "kind",
+    "tenant_key",
+    "user_key",
+    "session_key",
+    "project_key",
+    "repository_key",
+    "revision",
+    "title",
+    "size_bytes",
+    "seq",
+    "body",
+)
+
+
+async def insert_sources(conn: Any, schema: str, rows: Sequence[SourceRow]) -> int:
+    """Write ``rows`` (one tenant) inside the caller's transaction; return how many were new or changed.
+
+    A row stored at the same revision is left alone; one at another revision
+    is deleted and inserted again, so a changed source gets a new (larger) id
+    and counts as the newest for discovery's newest-first cap.
+    """
+    if not rows:
+        return 0
+    s = sql.Identifier(schema)
+    ids = [r.source_id for r in rows]
+    revisions = [r.revision for r in rows]
+    await conn.execute(
+        sql.SQL(
+            "DELETE FROM {s}.recall_sources AS s "
+            "USING unnest(%s::text[], %s::text[]) AS n(source_id, revision) "
+            "WHERE s.tenant_key = %s AND s.source_id = n.source_id AND s.revision <> n.revision"
+        ).format(s=s),
+        (ids, revisions, rows[0].tenant_key),
+    )
+    columns = [[getattr(r, c) if c != "size_bytes" else len(r.body.encode()) for r in rows] for c in _COLUMNS]
+    titles = [search_words(r.title) for r in rows]
+    bodies = [search_words(r.body) for r in rows]
+    names = sql.SQL(", ").join(sql.Identifier(c) for c in _COLUMNS)
+    cursor = await conn.execute(
+        sql.SQL(
+            "INSERT INTO {s}.recall_sources ({columns}, tsv) "
+            "SELECT {picked}, setweight(to_tsvector('simple', n.title_words), 'A') "
+            "|| to_tsvector('simple', n.body_words) "
+            "FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::text[]) "
+            "AS n({columns}, title_words, body_words) "
+            "ON CONFLICT (tenant_key, source_id) DO NOTHING RETURNING id"
+        ).format(s=s, columns=names, picked=sql.SQL(", ").join(sql.Identifier("n", c) for c in _COLUMNS)),
+        (*columns, titles, bodies),
+    )
+    return len(await cursor.fetchall())
