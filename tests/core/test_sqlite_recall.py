@@ -206,6 +206,8 @@ async def test_rank_order_best_first(store: SQLiteRecallStore) -> None:
     await store.index_document(owner, "weak", "kubernetes appears once among many other words here", CTX())
     await store.index_document(owner, "strong", "kubernetes kubernetes kubernetes cluster", CTX())
     await store.index_document(owner, "none", "nothing relevant", CTX())
+    for i in range(4):  # kubernetes is rare, so matching it alone clears the relevance floor
+        await store.index_document(owner, f"other{i}", f"unrelated text number {i}", CTX())
     found = await (await session_of(store)).discover("kubernetes cluster", 8, CTX())
     assert [c.ref.source_id for c in found] == [
         document_source_id(owner, "strong"),
@@ -818,7 +820,9 @@ async def test_old_evidence_with_a_rare_word_is_found_past_the_ranking_cap(db: P
         await adapter.aclose()
 
 
-async def test_ranking_is_plain_bm25_when_no_term_is_common(store: SQLiteRecallStore, db: Path) -> None:
+async def test_ranking_is_plain_bm25_when_no_term_is_common(db: Path) -> None:
+    # Without the relevance floor, discovery is bm25 over the OR of the query's words.
+    store = SQLiteRecallStore(SQLiteRecallConfig(path=str(db), min_relevance=0))
     owner = SourceOwner("acme")
     texts = ["red apple pie", "green apple", "red red wine", "blue sky", "apple apple apple red", "pie chart"]
     for i, text in enumerate(texts):
@@ -830,6 +834,7 @@ async def test_ranking_is_plain_bm25_when_no_term_is_common(store: SQLiteRecallS
         expected = rows(
             db,
             "SELECT s.source_id FROM recall_fts JOIN recall_sources AS s ON s.id = recall_fts.rowid "
-            f"WHERE recall_fts MATCH '{phrase}' ORDER BY bm25(recall_fts, 2.0, 1.0), s.id DESC",
+            f"WHERE recall_fts MATCH '{phrase}' ORDER BY bm25(recall_fts, 2.0, 1.0, 0.5), s.id DESC",
         )
         assert [c.ref.source_id for c in found] == [r[0] for r in expected], query
+    await store.aclose()

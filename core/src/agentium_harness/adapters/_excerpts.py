@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 from .._ports.recall import Completeness, Excerpt, OmittedContext, SourceOwner, SourceRef
 
-__all__ = ["MAX_QUERY_TERMS", "make_excerpt", "query_terms"]
+__all__ = ["MAX_QUERY_TERMS", "content_terms", "make_excerpt", "query_terms"]
 
 #: At most this many distinct terms are taken from a query, so a 1 MB query
 #: costs what a short one costs.
@@ -50,6 +51,29 @@ def query_terms(query: str) -> tuple[str, ...]:
         seen.setdefault(match.group().lower(), None)
         if len(seen) >= MAX_QUERY_TERMS:
             break
+    return tuple(seen)
+
+
+# A query's tokens are scanned at most this far, so a 1 MB query of stop words is cheap too.
+_MAX_SCANNED_TOKENS: Final = 4096
+
+
+def content_terms(query: str, stopwords: AbstractSet[str]) -> tuple[str, ...]:
+    r"""The distinct lower-cased ``\w+`` tokens of ``query`` that are not in ``stopwords``, at most 32.
+
+    As :func:`query_terms`, but the 32 are counted after the stop words are
+    dropped, and at most 4,096 tokens are scanned. A query made only of stop
+    words has no terms (it names no topic).
+    """
+    seen: dict[str, None] = {}
+    for scanned, match in enumerate(_WORD.finditer(query)):
+        if scanned >= _MAX_SCANNED_TOKENS:
+            break
+        word = match.group().lower()
+        if word not in stopwords:
+            seen.setdefault(word, None)
+            if len(seen) >= MAX_QUERY_TERMS:
+                break
     return tuple(seen)
 
 

@@ -30,11 +30,15 @@ from .._ports.recall import (
     source_owner,
 )
 from .._scope import Scope
-from ._excerpts import make_excerpt, query_terms
+from ._excerpts import content_terms, make_excerpt
 from ._sqlite_recall_sql import ranked_sources
+from ._stopwords import ENGLISH_STOPWORDS
 
 if TYPE_CHECKING:
     from .sqlite_recall import SQLiteRecallStore
+
+#: Stop-word lists a store can drop from queries, by ``stopwords`` option value.
+STOPWORD_LISTS: dict[str, frozenset[str]] = {"english": ENGLISH_STOPWORDS, "none": frozenset()}
 
 __all__ = ["SQLiteRecallError", "SQLiteRecallSession"]
 
@@ -95,28 +99,32 @@ class SQLiteRecallSession(RecallSession):
         ctx.raise_if_expired(operation)
         if self._closed:
             raise SQLiteRecallError(f"sqlite recall store: {operation} refused: the recall session is closed")
+        # A closed store refuses even a call that would not reach it (a query of stop words).
+        self._store._refuse_if_closed(operation)
 
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
         """Up to ``max_candidates`` visible sources for ``query``, best first, within ``ctx.remaining_bytes``.
 
-        An empty or all-punctuation query finds nothing. See the module docs
-        for how matches are ranked.
+        An empty query, or one of stop words and punctuation only, finds
+        nothing; a source below the store's relevance floor is never
+        returned. See the module docs for how matches are ranked.
         """
         self._begin(ctx, "recall discover")
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
-        terms = query_terms(query)
+        config = self._store.config
+        terms = content_terms(query, STOPWORD_LISTS[config.stopwords])
         self._terms = terms
         limit = max(0, max_candidates)
         if not terms or limit == 0:
             return []
-        cap = self._store.config.max_ranked_matches
+        cap, floor = config.max_ranked_matches, config.min_relevance
         scope = self._scope
         budget = ctx.remaining_bytes
 
         def work(conn: sqlite3.Connection) -> list[Candidate]:
             rows = ranked_sources(
-                conn, scope, terms, limit, cap, lambda: ctx.raise_if_expired("recall discover")
+                conn, scope, terms, limit, cap, lambda: ctx.raise_if_expired("recall discover"), floor
             )
             found: list[Candidate] = []
             spent = 0

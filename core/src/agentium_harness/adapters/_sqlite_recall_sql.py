@@ -5,6 +5,14 @@ threads, validation, decoding). Every function here runs in a worker thread,
 inside the caller's connection. Identifiers, query terms and limits are always
 bound as SQL parameters; the only text built at run time is the discovery
 statement's shape (one fixed sub-select per query term), never its values.
+
+Schema version 2 (version 1 is migrated in place, see :func:`migrate_v1`):
+the index stems words (FTS5's ``porter`` tokenizer over ``unicode61``) and
+has a third column, ``context``: for an archived group, the last message line
+of the group before it and the first of the group after it in the same
+session (each cut to :data:`CONTEXT_LINE_BYTES`), so a turn such as "Yes, last
+week!" is found by the question it answers. The context is indexed only:
+reads return the group's own text, and revisions do not depend on it.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from .._ports.recall import SourceOwner
 from .._scope import Scope
 
 __all__ = [
+    "CONTEXT_LINE_BYTES",
     "OWNER_COLUMNS",
     "ROWID_SPAN_SQL",
     "SCHEMA",
@@ -29,9 +38,13 @@ __all__ = [
     "discovery_sql",
     "discovery_params",
     "fts_phrase",
+    "insert_groups",
     "insert_source",
+    "migrate_v1",
     "ranked_sources",
     "scope_params",
+    "term_idf",
+    "term_matches",
 ]
 
 #: Owner columns of ``recall_sources``, in :class:`SourceOwner` field order.
@@ -72,39 +85,44 @@ SCHEMA: Final = (
     CREATE INDEX IF NOT EXISTS recall_sources_groups
         ON recall_sources (tenant_id, user_id, session_id, seq) WHERE kind = 'group'
     """,
-    # The text (and, for groups, the canonical bytes) of each source, same id.
+    # The text (and, for groups, the canonical bytes) of each source, same id,
+    # and the neighbouring context indexed with a group (empty for documents).
     """
     CREATE TABLE IF NOT EXISTS recall_texts (
         id INTEGER PRIMARY KEY REFERENCES recall_sources (id) ON DELETE CASCADE,
         title TEXT NOT NULL,
         text TEXT NOT NULL,
-        data BLOB
+        data BLOB,
+        context TEXT NOT NULL DEFAULT ''
     )
     """,
     # External content: the text is stored once, in recall_texts; the
     # triggers keep the index in step with every insert, update and delete.
+    # Words are stemmed (porter), so "lives" finds "live" and "living".
     """
     CREATE VIRTUAL TABLE IF NOT EXISTS recall_fts USING fts5(
-        title, text, content = 'recall_texts', content_rowid = 'id',
-        tokenize = 'unicode61 remove_diacritics 2'
+        title, text, context, content = 'recall_texts', content_rowid = 'id',
+        tokenize = 'porter unicode61 remove_diacritics 2'
     )
     """,
     """
     CREATE TRIGGER IF NOT EXISTS recall_texts_ai AFTER INSERT ON recall_texts BEGIN
-        INSERT INTO recall_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
+        INSERT INTO recall_fts (rowid, title, text, context)
+            VALUES (new.id, new.title, new.text, new.context);
     END
     """,
     """
     CREATE TRIGGER IF NOT EXISTS recall_texts_ad AFTER DELETE ON recall_texts BEGIN
-        INSERT INTO recall_fts (recall_fts, rowid, title, text)
-            VALUES ('delete', old.id, old.title, old.text);
+        INSERT INTO recall_fts (recall_fts, rowid, title, text, context)
+            VALUES ('delete', old.id, old.title, old.text, old.context);
     END
     """,
     """
-    CREATE TRIGGER IF NOT EXISTS recall_texts_au AFTER UPDATE OF title, text ON recall_texts BEGIN
-        INSERT INTO recall_fts (recall_fts, rowid, title, text)
-            VALUES ('delete', old.id, old.title, old.text);
-        INSERT INTO recall_fts (rowid, title, text) VALUES (new.id, new.title, new.text);
+    CREATE TRIGGER IF NOT EXISTS recall_texts_au AFTER UPDATE OF title, text, context ON recall_texts BEGIN
+        INSERT INTO recall_fts (recall_fts, rowid, title, text, context)
+            VALUES ('delete', old.id, old.title, old.text, old.context);
+        INSERT INTO recall_fts (rowid, title, text, context)
+            VALUES (new.id, new.title, new.text, new.context);
     END
     """,
     # Deleting a source deletes its text (and so its index entry) in the same
@@ -127,8 +145,14 @@ _SCOPE_FILTER: Final = (
     " AND (s.repository_id IS NULL OR s.repository_id = :repository)"
 )
 
-# Title matches weigh twice as much as body matches.
-_BM25: Final = "bm25(recall_fts, 2.0, 1.0)"
+# Title matches weigh twice as much as body matches, neighbouring context half.
+_BM25: Final = "bm25(recall_fts, 2.0, 1.0, 0.5)"
+
+#: How much of a neighbouring group's line goes into a group's context (UTF-8 bytes).
+CONTEXT_LINE_BYTES: Final = 512
+
+# FTS5 floors a term's idf here (a word in most rows still counts a little).
+_MIN_IDF: Final = 1e-6
 
 
 def fts_phrase(term: str) -> str:
@@ -161,12 +185,14 @@ def discovery_sql(weights: Sequence[float | None]) -> str:
     (rowid descending, so FTS5 stops early), at most ``:per_term`` of them,
     each with the term's score contribution: its bm25 part when its weight is
     ``None`` (a rare term), else the constant ``:w<i>`` (a common term, whose
-    bm25 would count every one of its matches to find its idf). The scope
-    filter is inside every sub-select, before its LIMIT, so foreign sources
-    never take a place. Summing the contributions per source gives its bm25
-    for the whole OR query (bm25 is a sum over phrases); it is exact when no
-    term is common. Only ids, revisions, titles, sizes and owners are read,
-    never the text.
+    bm25 would count every one of its matches to find its idf), and the
+    term's idf ``:q<i>``. The scope filter is inside every sub-select, before
+    its LIMIT, so foreign sources never take a place. Summing the
+    contributions per source gives its bm25 for the whole OR query (bm25 is a
+    sum over phrases; exact when no term is common); summing the idfs gives
+    the query weight the source matches, and a source below
+    ``:min_matched`` is dropped before the LIMIT (the relevance floor). Only
+    ids, revisions, titles, sizes and owners are read, never the text.
     """
     if not weights:
         raise ValueError("discovery needs at least one term")
@@ -176,7 +202,7 @@ def discovery_sql(weights: Sequence[float | None]) -> str:
         # Only constant text and the loop index go into the statement; values are parameters.
         parts.append(
             "SELECT * FROM ("  # noqa: S608
-            f"SELECT recall_fts.rowid AS rid, {score} AS score "
+            f"SELECT recall_fts.rowid AS rid, {score} AS score, :q{i} AS weight "
             "FROM recall_fts JOIN recall_sources AS s ON s.id = recall_fts.rowid "
             f"WHERE recall_fts MATCH :t{i} AND {_SCOPE_FILTER} "
             "ORDER BY recall_fts.rowid DESC LIMIT :per_term)"
@@ -184,27 +210,52 @@ def discovery_sql(weights: Sequence[float | None]) -> str:
     union = " UNION ALL ".join(parts)
     return (
         f"SELECT s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, m.total "  # noqa: S608
-        f"FROM (SELECT rid, sum(score) AS total FROM ({union}) GROUP BY rid) AS m "
+        f"FROM (SELECT rid, sum(score) AS total FROM ({union}) GROUP BY rid "
+        "HAVING sum(weight) >= :min_matched) AS m "
         "JOIN recall_sources AS s ON s.id = m.rid "
         "ORDER BY m.total, s.id DESC LIMIT :max_candidates"
     )
 
 
+def term_matches(probe: int, probed: int, min_rowid: int, max_rowid: int, span: int) -> float:
+    """How many rows a term matches: exact below ``probe``, else estimated.
+
+    A rare term's count is exact (fewer than ``probe`` matches, all counted);
+    a common one's is estimated from how densely its newest ``probe``
+    matches fill the rowid range, out of ``span`` (the index's rowid span).
+    """
+    if probed < probe:
+        return float(probed)
+    density = probed / max(1, max_rowid - min_rowid + 1)
+    return min(float(span), density * span)
+
+
+def term_idf(matches: float, span: int) -> float:
+    """A term's weight in the relevance floor: ``ln(1 + (N - n + 0.5) / (n + 0.5))``, always positive.
+
+    The smoothed idf (as Lucene's BM25 has it), so a word found in every row
+    still weighs a little and no weight is negative. A word the index has
+    never seen weighs as a word found once: it counts against a source that
+    lacks it, but a typo does not outweigh every other word.
+    """
+    n = max(1.0, matches)
+    total = max(float(span), n)
+    return math.log(1.0 + (total - n + 0.5) / (n + 0.5))
+
+
 def common_term_weight(probe: int, probed: int, min_rowid: int, max_rowid: int, span: int) -> float | None:
     """``None`` for a rare term (fewer than ``probe`` matches: bm25 is cheap), else its score weight.
 
-    For a common term the number of matching rows is estimated from how
-    densely its newest ``probe`` matches fill the rowid range, and the weight
-    is bm25's contribution of one occurrence in a row of average length:
-    minus the idf, ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6 as FTS5
-    floors it (bm25 scores are negative, lower is better).
+    For a common term the weight is bm25's contribution of one occurrence in
+    a row of average length: minus the idf as FTS5 computes it,
+    ``ln((N - n + 0.5) / (n + 0.5))`` floored at 1e-6 (bm25 scores are
+    negative, lower is better), with ``n`` from :func:`term_matches`.
     """
     if probed < probe:
         return None
-    density = probed / max(1, max_rowid - min_rowid + 1)
-    n = min(float(span), density * span)
+    n = term_matches(probe, probed, min_rowid, max_rowid, span)
     idf = math.log((span - n + 0.5) / (n + 0.5)) if span > 0 else 0.0
-    return -max(idf, 1e-6)
+    return -max(idf, _MIN_IDF)
 
 
 def ranked_sources(
@@ -214,26 +265,38 @@ def ranked_sources(
     max_candidates: int,
     max_ranked: int,
     check: Callable[[], None],
+    min_relevance: float = 0.0,
 ) -> list[tuple[Any, ...]]:
     """The best ``max_candidates`` visible sources for ``terms``, ranked as the store's docs describe.
 
     Rows are ``(source_id, revision, title, size_bytes, <5 owner columns>,
-    bm25 total)``, best (lowest total) first. ``check`` runs between steps
-    (it raises to stop). The frequency probes and the ranking statement run
-    in one read transaction, so they see the same index.
+    bm25 total)``, best (lowest total) first. A source must match terms
+    holding at least ``min_relevance`` of the query's idf (the relevance
+    floor; 0 keeps every match). ``check`` runs between steps (it raises to
+    stop). The frequency probes and the ranking statement run in one read
+    transaction, so they see the same index.
     """
-    per_term = max(max_candidates, -(-max_ranked // len(terms)))
     conn.execute("BEGIN")
     try:
         span, max_rowid = conn.execute(ROWID_SPAN_SQL).fetchone()
-        weights: list[float | None] = []
+        present: list[tuple[str, float | None, float]] = []
+        total_idf = 0.0
         for term in terms:
             check()
             probed, min_rowid = conn.execute(TERM_PROBE_SQL, (fts_phrase(term), max_ranked)).fetchone()
-            weights.append(common_term_weight(max_ranked, probed, min_rowid or 0, max_rowid, span))
+            idf = term_idf(term_matches(max_ranked, probed, min_rowid or 0, max_rowid, span), span)
+            total_idf += idf
+            if probed:  # a term with no match anywhere only weighs in the floor
+                weight = common_term_weight(max_ranked, probed, min_rowid or 0, max_rowid, span)
+                present.append((term, weight, idf))
+        if not present:
+            return []
         check()
-        params = discovery_params(scope, terms, weights, per_term, max_candidates)
-        return conn.execute(discovery_sql(weights), params).fetchall()
+        per_term = max(max_candidates, -(-max_ranked // len(present)))
+        # A hair under the exact share, so a source matching every term passes at 1.0.
+        min_matched = min_relevance * total_idf * (1 - 1e-9)
+        params = discovery_params(scope, present, per_term, max_candidates, min_matched)
+        return conn.execute(discovery_sql([w for _, w, _ in present]), params).fetchall()
     finally:
         if conn.in_transaction:
             conn.execute("COMMIT")
@@ -251,20 +314,28 @@ def scope_params(scope: Scope) -> dict[str, str | None]:
 
 
 def discovery_params(
-    scope: Scope, terms: Sequence[str], weights: Sequence[float | None], per_term: int, max_candidates: int
+    scope: Scope,
+    terms: Sequence[tuple[str, float | None, float]],
+    per_term: int,
+    max_candidates: int,
+    min_matched: float,
 ) -> dict[str, str | int | float | None]:
-    """Every parameter of :func:`discovery_sql`: scope, one quoted phrase per term, weights, limits."""
+    """Every parameter of :func:`discovery_sql`: scope, per term (phrase, weight, idf), limits, floor."""
     params: dict[str, str | int | float | None] = dict(scope_params(scope))
-    params.update({f"t{i}": fts_phrase(term) for i, term in enumerate(terms)})
-    params.update({f"w{i}": w for i, w in enumerate(weights) if w is not None})
+    for i, (term, weight, idf) in enumerate(terms):
+        params[f"t{i}"] = fts_phrase(term)
+        params[f"q{i}"] = idf
+        if weight is not None:
+            params[f"w{i}"] = weight
     params["per_term"] = per_term
     params["max_candidates"] = max_candidates
+    params["min_matched"] = min_matched
     return params
 
 
 @attrs.frozen(slots=True)
 class SourceRow:
-    """One ``recall_sources`` row to write (groups fill the last three fields)."""
+    """One ``recall_sources`` row to write (groups fill the last four fields)."""
 
     source_id: str
     kind: str
@@ -275,6 +346,7 @@ class SourceRow:
     seq: int | None = None
     data: bytes | None = None
     receipt_digest: str | None = None
+    context: str = ""
 
 
 def insert_source(conn: sqlite3.Connection, row: SourceRow) -> bool:
@@ -282,12 +354,14 @@ def insert_source(conn: sqlite3.Connection, row: SourceRow) -> bool:
 
     A stored row at another revision is deleted and the new one inserted with
     a new (larger) rowid, so a changed source counts as the newest for
-    discovery's newest-first cap.
+    discovery's newest-first cap. A row at the same revision keeps its place
+    and only its context is brought up to date.
     """
     found = conn.execute("SELECT id, revision FROM recall_sources WHERE source_id = ?", (row.source_id,))
     existing = found.fetchone()
     if existing is not None:
         if existing[1] == row.revision:
+            _set_context(conn, existing[0], row.context)
             return False
         conn.execute("DELETE FROM recall_sources WHERE id = ?", (existing[0],))
     owner = row.owner
@@ -311,7 +385,132 @@ def insert_source(conn: sqlite3.Connection, row: SourceRow) -> bool:
         ),
     )
     conn.execute(
-        "INSERT INTO recall_texts (id, title, text, data) VALUES (?, ?, ?, ?)",
-        (cursor.lastrowid, row.title, row.text, row.data),
+        "INSERT INTO recall_texts (id, title, text, data, context) VALUES (?, ?, ?, ?, ?)",
+        (cursor.lastrowid, row.title, row.text, row.data, row.context),
     )
     return True
+
+
+def _set_context(conn: sqlite3.Connection, rowid: int, context: str) -> None:
+    # Only a changed context is written: an equal one would re-index the row for nothing.
+    conn.execute(
+        "UPDATE recall_texts SET context = ? WHERE id = ? AND context != ?", (context, rowid, context)
+    )
+
+
+def _cut(line: str) -> str:
+    data = line.encode("utf-8")
+    if len(data) <= CONTEXT_LINE_BYTES:
+        return line
+    return data[:CONTEXT_LINE_BYTES].decode("utf-8", "ignore")
+
+
+def _edge_line(text: str | None, last: bool) -> str:
+    """The first (or last) non-blank line of a group's text, cut to :data:`CONTEXT_LINE_BYTES`.
+
+    A line is ``role: content``; a line with nothing after the role (an empty
+    reply) is blank here, so the neighbour's last words are used instead.
+    """
+    if not text:
+        return ""
+    lines = text.split("\n")
+    for line in reversed(lines) if last else lines:
+        if line.partition(": ")[2].strip():
+            return _cut(line)
+    return ""
+
+
+def group_context(before: str | None, after: str | None) -> str:
+    """A group's indexed context: the previous group's last line and the next group's first."""
+    return "\n".join(p for p in (_edge_line(before, True), _edge_line(after, False)) if p)
+
+
+_GROUP_AT: Final = (
+    "SELECT s.id, t.text FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+    "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? AND s.seq = ?"
+)
+
+
+def insert_groups(conn: sqlite3.Connection, rows: Sequence[SourceRow], check: Callable[[], None]) -> int:
+    """Write the group rows of one session with their contexts; the number written.
+
+    A row's context comes from its neighbours (seq - 1 and seq + 1), in the
+    batch or already stored; the stored neighbours' contexts are refreshed,
+    since they may now name a group of this batch. Runs inside the caller's
+    transaction; ``check`` runs every 256 rows (it raises to stop).
+    """
+    if not rows:
+        return 0
+    owner = rows[0].owner
+    key = (owner.tenant, owner.user, owner.session)
+    batch = {row.seq: row for row in rows if row.seq is not None}
+    stored: dict[int, tuple[int, str] | None] = {}
+
+    def stored_at(seq: int) -> tuple[int, str] | None:
+        if seq not in stored:
+            found = conn.execute(_GROUP_AT, (*key, seq)).fetchone() if seq >= 0 else None
+            stored[seq] = (int(found[0]), str(found[1])) if found is not None else None
+        return stored[seq]
+
+    def text_at(seq: int) -> str | None:
+        if seq in batch:
+            return batch[seq].text
+        found = stored_at(seq)
+        return found[1] if found is not None else None
+
+    written = 0
+    for i, row in enumerate(rows):
+        if i % 256 == 0:
+            check()
+        assert row.seq is not None
+        context = group_context(text_at(row.seq - 1), text_at(row.seq + 1))
+        written += insert_source(conn, attrs.evolve(row, context=context))
+    for seq in sorted({s + d for s in batch for d in (-1, 1)} - batch.keys()):
+        neighbour = stored_at(seq)
+        if neighbour is not None:
+            _set_context(conn, neighbour[0], group_context(text_at(seq - 1), text_at(seq + 1)))
+    return written
+
+
+# Pages of one session's groups read at a time while migrating.
+_MIGRATION_PAGE: Final = 1000
+
+
+def migrate_v1(conn: sqlite3.Connection) -> None:
+    """Bring version-1 recall tables to version 2 inside the caller's transaction.
+
+    Drops the old index and its triggers, adds the ``context`` column and
+    fills every group's context, session by session in pages (memory stays
+    bounded). The caller then creates the new index and triggers and
+    rebuilds the index from ``recall_texts`` (FTS5's ``rebuild``). Sources,
+    revisions and canonical bytes are untouched.
+    """
+    for trigger in ("recall_texts_ai", "recall_texts_ad", "recall_texts_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    conn.execute("DROP TABLE IF EXISTS recall_fts")
+    conn.execute("ALTER TABLE recall_texts ADD COLUMN context TEXT NOT NULL DEFAULT ''")
+    sessions = conn.execute(
+        "SELECT DISTINCT tenant_id, user_id, session_id FROM recall_sources WHERE kind = 'group'"
+    ).fetchall()
+    for key in sessions:
+        previous: tuple[int, int, str] | None = None  # (id, seq, text) of the last group seen
+        before: str | None = None  # the text of the group before ``previous``, if adjacent
+        start = 0
+        while True:
+            page = conn.execute(
+                "SELECT s.id, s.seq, t.text FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+                "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? "
+                "AND s.seq >= ? ORDER BY s.seq LIMIT ?",
+                (*key, start, _MIGRATION_PAGE),
+            ).fetchall()
+            for rowid, seq, text in page:
+                if previous is not None:
+                    after = text if seq == previous[1] + 1 else None
+                    _set_context(conn, previous[0], group_context(before, after))
+                    before = previous[2] if seq == previous[1] + 1 else None
+                previous = (int(rowid), int(seq), str(text))
+            if len(page) < _MIGRATION_PAGE:
+                break
+            start = int(page[-1][1]) + 1
+        if previous is not None:
+            _set_context(conn, previous[0], group_context(before, None))

@@ -21,10 +21,20 @@ before any LIMIT, so a foreign source can neither be returned nor take a
 place (the term-frequency probes before it return counts, not sources).
 Reads and validations decide visibility from the source id alone (source ids
 are injective in their owner), so a foreign id is ``FORBIDDEN`` whether or
-not it exists. Queries become quoted FTS5 strings joined by ``OR``, built
-only from :func:`~agentium_harness.adapters._excerpts.query_terms` and bound
-as parameters, so FTS5 syntax in a query is matched as words. Identifiers
-are always bound as parameters.
+not it exists. Queries become quoted FTS5 strings, one per term, built only
+from :func:`~agentium_harness.adapters._excerpts.content_terms` (stop words
+dropped, per the ``stopwords`` option) and bound as parameters, so FTS5
+syntax in a query is matched as words. Identifiers are always bound as
+parameters.
+
+Relevance (schema version 2): words are stemmed (FTS5's ``porter``
+tokenizer), each archived group is indexed with its neighbours' edge lines
+as a half-weight ``context`` column (see
+:mod:`agentium_harness.adapters._sqlite_recall_sql`), and a source is only
+returned if the terms it matches hold at least ``min_relevance`` of the
+query's weight (each term weighs its smoothed idf): the relevance floor,
+inside the ranking statement and before its LIMIT. A version-1 file is
+migrated in place, in one transaction, when first opened.
 
 Ranking and scale (the trade-off): FTS5's bm25 costs time linear in the
 number of matches, twice over: it scores every match, and it counts every
@@ -94,13 +104,14 @@ from .._ports.recall import (
 )
 from .._scope import Scope, SessionKey
 from .._validators import bounded_count
-from ._sqlite_recall_session import SQLiteRecallError, SQLiteRecallSession
-from ._sqlite_recall_sql import SCHEMA, SourceRow, insert_source
+from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
+from ._sqlite_recall_sql import SCHEMA, SourceRow, insert_groups, insert_source, migrate_v1
 from ._sqlite_sql import immediate_transaction
 from .sqlite import SQLiteConfig, _SQLiteAdapterBase
 
 __all__ = [
     "RECALL_SCHEMA_VERSION",
+    "STOPWORD_LISTS",
     "FTS5UnavailableError",
     "SQLiteRecallConfig",
     "SQLiteRecallError",
@@ -108,8 +119,10 @@ __all__ = [
     "SQLiteRecallStore",
 ]
 
-#: Version of the ``recall_`` tables, kept in ``recall_meta``.
-RECALL_SCHEMA_VERSION: Final = 1
+#: Version of the ``recall_`` tables, kept in ``recall_meta``. Version 1 files
+#: (no stemming, no context column) are migrated in place when first opened.
+RECALL_SCHEMA_VERSION: Final = 2
+
 
 # Page cache of the store's connection, in KiB.
 _CACHE_KIB: Final = 16 * 1024
@@ -147,9 +160,21 @@ def _fts5_missing(where: str) -> FTS5UnavailableError:
     )
 
 
+def _stopwords_name(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if value not in STOPWORD_LISTS:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be one of {', '.join(sorted(STOPWORD_LISTS))}, got {value!r}"
+        )
+
+
+def _share(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise InvalidArgumentError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
+
+
 @attrs.frozen(slots=True)
 class SQLiteRecallConfig(SQLiteConfig):
-    """Options of the SQLite recall store: those of the SQLite archive, plus the ranking cap.
+    """Options of the SQLite recall store: those of the SQLite archive, plus ranking.
 
     - ``path`` (a path option), ``busy_timeout_ms`` and ``synchronous`` as for
       the SQLite archive; the default file is the same ``agentium.db``.
@@ -157,9 +182,16 @@ class SQLiteRecallConfig(SQLiteConfig):
       shared between the query's terms (each term's newest visible matches).
       Larger ranks more of a very common word's matches at a cost linear in
       it; see the module docs for the trade-off.
+    - ``stopwords``: the words dropped from queries, ``"english"`` (the
+      built-in list) or ``"none"``.
+    - ``min_relevance``: the relevance floor, from 0 to 1: the share of the
+      query's weight (the sum of its terms' idf) a source must match to be
+      returned at all. 0 returns every source that matches any term.
     """
 
     max_ranked_matches: int = attrs.field(default=1000, validator=bounded_count())
+    stopwords: str = attrs.field(default="english", validator=_stopwords_name)
+    min_relevance: float = attrs.field(default=0.3, validator=_share)
 
 
 def _utf8(text: str, what: str) -> int:
@@ -219,22 +251,30 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
         with immediate_transaction(conn):
             try:
-                for statement in SCHEMA:
+                conn.execute(SCHEMA[0])  # recall_meta, which says what the other tables are
+                row = conn.execute("SELECT value FROM recall_meta WHERE key = 'schema_version'").fetchone()
+                found = None if row is None else str(row[0])
+                if found not in (None, "1", str(RECALL_SCHEMA_VERSION)):
+                    raise SQLiteRecallError(
+                        f"{self.adapter_name}: {self._path} has recall schema version {found}, this "
+                        f"version of agentium-harness understands {RECALL_SCHEMA_VERSION}; upgrade or use "
+                        "another file"
+                    )
+                # Version 1 to 2, in this transaction: a crash leaves version 1 whole.
+                if found == "1":
+                    migrate_v1(conn)
+                for statement in SCHEMA[1:]:
                     conn.execute(statement)
+                if found == "1":
+                    conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('rebuild')")
             except sqlite3.OperationalError as exc:
                 if "fts5" in str(exc).lower():
                     raise _fts5_missing(f"cannot open {self._path}") from exc
                 raise
-            row = conn.execute("SELECT value FROM recall_meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
+            if found != str(RECALL_SCHEMA_VERSION):
                 conn.execute(
-                    "INSERT INTO recall_meta (key, value) VALUES ('schema_version', ?)",
+                    "INSERT OR REPLACE INTO recall_meta (key, value) VALUES ('schema_version', ?)",
                     (str(RECALL_SCHEMA_VERSION),),
-                )
-            elif str(row[0]) != str(RECALL_SCHEMA_VERSION):
-                raise SQLiteRecallError(
-                    f"{self.adapter_name}: {self._path} has recall schema version {row[0]}, this version of "
-                    f"agentium-harness understands {RECALL_SCHEMA_VERSION}; upgrade or use another file"
                 )
 
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
@@ -308,12 +348,8 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         rows = self._group_rows(key, groups, receipts)
 
         def work(conn: sqlite3.Connection) -> int:
-            written = 0
             with immediate_transaction(conn):
-                for i, row in enumerate(rows):
-                    if i % 256 == 0:
-                        ctx.raise_if_expired("recall index")
-                    written += insert_source(conn, row)
+                written = insert_groups(conn, rows, lambda: ctx.raise_if_expired("recall index"))
                 ctx.raise_if_expired("recall index")
             return written
 
