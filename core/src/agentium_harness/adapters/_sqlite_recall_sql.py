@@ -41,6 +41,7 @@ __all__ = [
     "insert_groups",
     "insert_source",
     "migrate_v1",
+    "probe_phrase",
     "ranked_sources",
     "scope_params",
     "term_idf",
@@ -160,9 +161,17 @@ def fts_phrase(term: str) -> str:
     return '"' + term.replace('"', '""') + '"'
 
 
+def probe_phrase(term: str) -> str:
+    """``term`` as a quoted FTS5 string restricted to the ``title`` and ``text`` columns."""
+    return "{title text} : " + fts_phrase(term)
+
+
 #: Probe of one term's frequency: how many of its newest matches (up to the
 #: limit) there are and the smallest rowid among them. FTS5 stops after the
 #: limit, so the probe costs at most that many matches, whatever the index size.
+#: The term is probed in the title and text only (:func:`probe_phrase`): a
+#: group's words also sit in its neighbours' context, and counting those
+#: would make every word look three times as common as it is.
 TERM_PROBE_SQL: Final = (
     "SELECT count(*), min(rid) FROM ("
     "SELECT rowid AS rid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
@@ -283,7 +292,7 @@ def ranked_sources(
         total_idf = 0.0
         for term in terms:
             check()
-            probed, min_rowid = conn.execute(TERM_PROBE_SQL, (fts_phrase(term), max_ranked)).fetchone()
+            probed, min_rowid = conn.execute(TERM_PROBE_SQL, (probe_phrase(term), max_ranked)).fetchone()
             idf = term_idf(term_matches(max_ranked, probed, min_rowid or 0, max_rowid, span), span)
             total_idf += idf
             if probed:  # a term with no match anywhere only weighs in the floor
