@@ -169,9 +169,11 @@ def probe_phrase(term: str) -> str:
 #: Probe of one term's frequency: how many of its newest matches (up to the
 #: limit) there are and the smallest rowid among them. FTS5 stops after the
 #: limit, so the probe costs at most that many matches, whatever the index size.
-#: The term is probed in the title and text only (:func:`probe_phrase`): a
-#: group's words also sit in its neighbours' context, and counting those
-#: would make every word look three times as common as it is.
+#: Each term is probed twice: in every column, which decides whether its
+#: bm25 is cheap (bm25 counts every match of the phrase), and in the title
+#: and text only (:func:`probe_phrase`), for its weight in the relevance
+#: floor: a group's words also sit in its neighbours' context, and counting
+#: those would make every word look three times as common as it is.
 TERM_PROBE_SQL: Final = (
     "SELECT count(*), min(rid) FROM ("
     "SELECT rowid AS rid FROM recall_fts WHERE recall_fts MATCH ? ORDER BY rowid DESC LIMIT ?)"
@@ -292,9 +294,12 @@ def ranked_sources(
         total_idf = 0.0
         for term in terms:
             check()
-            probed, min_rowid = conn.execute(TERM_PROBE_SQL, (probe_phrase(term), max_ranked)).fetchone()
-            idf = term_idf(term_matches(max_ranked, probed, min_rowid or 0, max_rowid, span), span)
+            # Two bounded probes: in title and text, for the term's weight in the floor;
+            # in every column, for whether bm25 (which counts every match) stays cheap.
+            own, own_min = conn.execute(TERM_PROBE_SQL, (probe_phrase(term), max_ranked)).fetchone()
+            idf = term_idf(term_matches(max_ranked, own, own_min or 0, max_rowid, span), span)
             total_idf += idf
+            probed, min_rowid = conn.execute(TERM_PROBE_SQL, (fts_phrase(term), max_ranked)).fetchone()
             if probed:  # a term with no match anywhere only weighs in the floor
                 weight = common_term_weight(max_ranked, probed, min_rowid or 0, max_rowid, span)
                 present.append((term, weight, idf))
