@@ -50,9 +50,10 @@ def test_agentium_plugins_lists_the_postgres_adapters_with_their_capabilities() 
     report = json.loads(out)
     [plugin] = [p for p in report["plugins"] if p["distribution"] == "agentium-postgres"]
     adapters = {(a["kind"], a["name"]): a for a in plugin["adapters"]}
-    for kind in (*KINDS, "recall"):
+    for kind in (*KINDS, "recall", "memory"):
         assert (kind, "postgres") in adapters, adapters.keys()
     assert all(adapters[("recall", "postgres")]["capabilities"].values())
+    assert all(adapters[("memory", "postgres")]["capabilities"].values())
     assert adapters[("session_store", "postgres")]["capabilities"]["joint_archive_commit"] is True
     assert adapters[("archive", "postgres")]["capabilities"]["idempotent_append"] is True
 

@@ -9,8 +9,20 @@ import psycopg
 import pytest
 
 from agentium_harness.plugin_api import SessionKey
-from agentium_harness.testing import ArchiveContract, CorruptStored, RecallStoreContract, SessionStoreContract
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresRecallStore, PostgresSessionStore
+from agentium_harness.testing import (
+    ArchiveContract,
+    CorruptStored,
+    MemoryStoreContract,
+    RecallStoreContract,
+    SessionStoreContract,
+)
+from agentium_postgres import (
+    PostgresArchive,
+    PostgresConfig,
+    PostgresMemoryStore,
+    PostgresRecallStore,
+    PostgresSessionStore,
+)
 
 Transform = Callable[[bytes], bytes]
 Admin = psycopg.Connection[Any]
@@ -85,3 +97,15 @@ class TestPostgresRecallStore(RecallStoreContract):
         adapter = PostgresRecallStore(app_config)
         yield adapter
         await adapter.aclose()
+
+
+class TestPostgresMemoryStore(MemoryStoreContract):
+    @pytest.fixture
+    async def memory_store(self, app_config: PostgresConfig) -> AsyncIterator[PostgresMemoryStore]:
+        adapter = PostgresMemoryStore(app_config)
+        yield adapter
+        await adapter.aclose()
+
+    @pytest.fixture
+    def reopen_memory_store(self, app_config: PostgresConfig) -> Callable[[], PostgresMemoryStore]:
+        return lambda: PostgresMemoryStore(app_config)

@@ -14,14 +14,20 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentium_harness.plugin_api import OpContext, SessionKey, SourceOwner
+from agentium_harness.plugin_api import MemoryFact, MemoryScope, OpContext, SessionKey, SourceOwner
 from agentium_harness.testing import plain_group, scoped_snapshot
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresRecallStore, PostgresSessionStore
+from agentium_postgres import (
+    PostgresArchive,
+    PostgresConfig,
+    PostgresMemoryStore,
+    PostgresRecallStore,
+    PostgresSessionStore,
+)
 
 pytestmark = pytest.mark.anyio
 
 AppConn = psycopg.AsyncConnection[Any]
-TABLES = ("archive_groups", "session_snapshots", "recall_sources")
+TABLES = ("archive_groups", "session_snapshots", "recall_sources", "memory_facts")
 HOSTILE = ["'", '"', "\\", "%", "_", "*", "a'; DROP TABLE x; --", "é", "日本", "~", "a/b", " ", "\\x00", "$1"]
 
 
@@ -44,18 +50,20 @@ async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothin
 ) -> None:
     key = SessionKey("acme", "ana", "s1")
     archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
-    recall = PostgresRecallStore(app_config)
+    recall, memory = PostgresRecallStore(app_config), PostgresMemoryStore(app_config)
     try:
         await archive.append(key, [plain_group(0, "secret"), plain_group(1, "more secret")], _ctx())
         await store.save(key, scoped_snapshot(key, " secret"), None, _ctx())
         await recall.index_document(SourceOwner("acme"), "doc", "secret plans", _ctx())
+        await memory.remember(MemoryFact(MemoryScope("acme", "ana"), "a secret fact"), _ctx())
     finally:
-        for adapter in (archive, store, recall):
+        for adapter in (archive, store, recall, memory):
             await adapter.aclose()
     own = key.key_segments()[0]
     assert await _count(app_conn, schema, "archive_groups", own) == 2
     assert await _count(app_conn, schema, "session_snapshots", own) == 1
     assert await _count(app_conn, schema, "recall_sources", own) == 1
+    assert await _count(app_conn, schema, "memory_facts", own) == 1
     for wrong in ("globex", "acme2", "ACME", "", "%", "acme' OR '1'='1"):
         for table in TABLES:
             assert await _count(app_conn, schema, table, wrong) == 0, (table, wrong)
@@ -106,15 +114,16 @@ async def test_no_cross_tenant_row_in_a_thousand_random_id_pairs(
         tenants.add(_hostile_id(rng))
     ordered = sorted(tenants)
     archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
-    recall = PostgresRecallStore(app_config)
+    recall, memory = PostgresRecallStore(app_config), PostgresMemoryStore(app_config)
     try:
         for tenant in ordered:
             key = SessionKey(tenant, _hostile_id(rng), _hostile_id(rng))
             await archive.append(key, [plain_group(0, tenant)], _ctx())
             await store.save(key, scoped_snapshot(key), None, _ctx())
             await recall.index_document(SourceOwner(tenant), "doc", "shared words", _ctx())
+            await memory.remember(MemoryFact(MemoryScope(tenant, key.user), "shared fact"), _ctx())
     finally:
-        for adapter in (archive, store, recall):
+        for adapter in (archive, store, recall, memory):
             await adapter.aclose()
     pairs = set()
     while len(pairs) < 1000:

@@ -27,6 +27,7 @@ from .errors import (
     PostgresStatementTimeoutError,
     PostgresUnavailableError,
 )
+from .memory import PostgresMemoryStore
 from .migrate import migrate
 from .recall import PostgresRecallSession, PostgresRecallStore
 from .schema import SCHEMA_VERSION, MigrationReport
@@ -44,6 +45,7 @@ __all__ = [
     "PostgresConfig",
     "PostgresError",
     "PostgresMemoryError",
+    "PostgresMemoryStore",
     "PostgresPrivilegeError",
     "PostgresRecallError",
     "PostgresRecallSession",

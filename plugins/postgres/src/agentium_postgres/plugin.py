@@ -9,12 +9,14 @@ from agentium_harness.plugin_api import AdapterSpec, Register, hookimpl
 from .archive import PostgresArchive
 from .cli import COMMAND
 from .config import PostgresConfig
+from .memory import PostgresMemoryStore
 from .recall import PostgresRecallStore
 from .sessions import PostgresSessionStore
 
 __all__ = [
     "agentium_register_archives",
     "agentium_register_commands",
+    "agentium_register_memory_stores",
     "agentium_register_recall_stores",
     "agentium_register_session_stores",
 ]
@@ -62,6 +64,19 @@ def agentium_register_recall_stores(register: Register) -> None:
             description="PostgreSQL full-text recall (tsvector, GIN): bounded discovery, reads and "
             "validation, "
             "canonical archive reads",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_memory_stores(register: Register) -> None:
+    """Register the PostgreSQL memory store as memory store adapter ``postgres``."""
+    register(
+        AdapterSpec(
+            name="postgres",
+            adapter_class=PostgresMemoryStore,
+            config_class=PostgresConfig,
+            description="PostgreSQL memory: revisions, tombstones, scoped bounded lookups",
         )
     )
 

@@ -147,6 +147,7 @@ _V1: Final[tuple[LiteralString, ...]] = (
         repository_key text COLLATE "C",
         status text NOT NULL CHECK (status IN ('current', 'superseded', 'forgotten')),
         text text NOT NULL,
+        text_lower text NOT NULL,
         valid_from timestamptz,
         valid_until timestamptz,
         provenance text NOT NULL,
