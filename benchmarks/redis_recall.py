@@ -23,6 +23,13 @@ vocabulary; common, mid-frequency and rare words). One timing is one
 ``discover`` (default ``RecallLimits``: 8 candidates) plus one ``read`` of
 every candidate found.
 
+4. **How long one script call holds the server** for one large document
+   (issue 21): a document of ``--big-words`` distinct words (default
+   460,000 in about 4 MiB, the most ``max_value_bytes`` allows; ``--quick``:
+   20,000) is indexed with ``max_terms_per_source`` raised to fit it, while a
+   thread pings the server. The server's ``SLOWLOG`` gives the longest single
+   script call; the pings give the longest wait another client saw.
+
 Prints medians and ratios with PASS or MISS; exits 0 either way: it is a
 benchmark, not a test. ``--quick`` uses 2,000 groups and fewer repetitions.
 """
@@ -33,9 +40,12 @@ import argparse
 import asyncio
 import os
 import platform
+import random
 import statistics
+import string
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -140,11 +150,73 @@ async def sqlite_round(store: Any, scope: Any, query: str) -> float:
     return (time.perf_counter_ns() - began) / 1e6
 
 
+def big_text(count: int) -> str:
+    """``count`` distinct 8-letter words (seeded), space-separated: 9 bytes a word."""
+    rnd = random.Random(SEED)
+    seen: set[str] = set()
+    while len(seen) < count:
+        seen.add("".join(rnd.choices(string.ascii_lowercase, k=8)))
+    return " ".join(sorted(seen))
+
+
+async def big_document(url: str, count: int) -> str:
+    """Index one document of ``count`` distinct words while a thread pings; the figures as one line."""
+    import redis
+    import redis.asyncio as aioredis
+
+    from agentium_harness import OpContext, SourceOwner
+    from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+    text = big_text(count)
+    store = RedisRecallStore(RedisRecallConfig(url=url, key_prefix="big", max_terms_per_source=count + 1))
+    admin = aioredis.Redis.from_url(url)
+    pings: list[float] = []
+    stop = threading.Event()
+
+    def ping() -> None:  # its own thread and connection: it waits only for the server
+        client = redis.Redis.from_url(url)
+        while not stop.is_set():
+            began = time.perf_counter()
+            client.ping()
+            pings.append(time.perf_counter() - began)
+            stop.wait(0.005)
+        client.close()
+
+    try:
+        await store.health(OpContext())
+        await admin.slowlog_reset()
+        pinger = threading.Thread(target=ping)
+        pinger.start()
+        began = time.perf_counter()
+        try:
+            await store.index_document(SourceOwner(TENANT), "big", text, OpContext())
+        finally:
+            took = time.perf_counter() - began
+            stop.set()
+            pinger.join()
+        # Commands a script runs inside are logged too (client "?:0"): only the calls themselves count.
+        scripts = {b"EVALSHA", b"EVAL"}
+        calls = [
+            e["duration"] / 1000
+            for e in await admin.slowlog_get(100_000)
+            if e["client_address"] != b"?:0" and e["command"].split(b" ", 1)[0].upper() in scripts
+        ]
+    finally:
+        await store.aclose()
+        await admin.aclose()
+    return (
+        f"large document: {count:,} distinct words ({len(text.encode()) / 2**20:.1f} MiB) indexed in "
+        f"{took:.1f} s, {len(calls)} script calls over 1 ms (max_terms_per_call "
+        f"{store.config.max_terms_per_call:,}); longest script call {max(calls, default=0):.1f} ms; "
+        f"longest concurrent PING {max(pings, default=0) * 1000:.1f} ms"
+    )
+
+
 def _verdict(value: float, target: float) -> str:
     return "PASS" if value <= target else "MISS"
 
 
-async def main_async(size: int, repetitions: int, server_path: str | None) -> None:
+async def main_async(size: int, repetitions: int, server_path: str | None, big_words: int) -> None:
     import redis.asyncio as aioredis
     from redis_servers import ServerProcess
 
@@ -157,7 +229,9 @@ async def main_async(size: int, repetitions: int, server_path: str | None) -> No
     scope = Scope(TENANT, USER, SESSION)
     query_set = queries(TextGenerator(SEED))
     with tempfile.TemporaryDirectory(prefix="agentium-redis-bench-") as folder:
-        server = ServerProcess("redis", Path(folder) / "redis").start()
+        # The SLOWLOG keeps every command over 1 ms: the large document's script calls, for figure 4.
+        slowlog = ("--slowlog-log-slower-than", "1000", "--slowlog-max-len", "100000")
+        server = ServerProcess("redis", Path(folder) / "redis", extra=slowlog).start()
         raw = aioredis.Redis.from_url(server.url)
         store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix="bench"))
         sqlite = SQLiteRecallStore(
@@ -201,6 +275,7 @@ async def main_async(size: int, repetitions: int, server_path: str | None) -> No
             stats = await raw.info("commandstats")
             rounds = repetitions * len(query_set)
             server_evalsha = stats["cmdstat_evalsha"]["calls"]
+            big = await big_document(server.url, big_words)
         finally:
             await store.aclose()
             await sqlite.aclose()
@@ -220,6 +295,7 @@ async def main_async(size: int, repetitions: int, server_path: str | None) -> No
     ratio = plugin_med / raw_med
     print(f"ratio plugin/raw: {ratio:.2f}  target <= {RATIO_TARGET:g}  {_verdict(ratio, RATIO_TARGET)}")
     print(f"ratio redis/sqlite: {plugin_med / sqlite_med:.2f}  (for comparison; no target)")
+    print(big)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,11 +304,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2,000 groups, 3 repetitions (a smoke run)")
     parser.add_argument("--repetitions", type=int, default=None, help="timed rounds over the query set")
     parser.add_argument("--server", default=None, help="path of the redis-server (or valkey-server) binary")
+    parser.add_argument(
+        "--big-words", type=int, default=None, help="distinct words of the large document (default 460,000)"
+    )
     args = parser.parse_args(argv)
     size = args.groups or (2_000 if args.quick else 100_000)
     repetitions = args.repetitions or (3 if args.quick else 15)
+    big_words = args.big_words or (20_000 if args.quick else 460_000)
     # redis.asyncio needs asyncio: run on it directly rather than through anyio's backend choice.
-    asyncio.run(main_async(size, repetitions, args.server))
+    asyncio.run(main_async(size, repetitions, args.server, big_words))
     return 0
 
 

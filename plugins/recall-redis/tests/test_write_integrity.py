@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from keyspace import key_space
 from redis_servers import new_prefix
 
 from agentium_harness import OpContext, RecallLimits, Scope, SessionKey, SourceOwner
@@ -28,25 +29,6 @@ OWNER, SCOPE = SourceOwner("wi"), Scope("wi", "u", "s")
 
 def ctx() -> OpContext:
     return OpContext.with_timeout(10)
-
-
-async def key_space(admin: aioredis.Redis, prefix: str) -> dict[bytes, Any]:
-    """Every key under ``prefix`` with its type and whole value (the test may SCAN; the store never does)."""
-    out: dict[bytes, Any] = {}
-    async for key in admin.scan_iter(match=f"{prefix}:*", count=1000):
-        kind = (await admin.type(key)).decode()
-        if kind == "string":
-            value: Any = await admin.get(key)
-        elif kind == "hash":
-            value = await admin.hgetall(key)
-        elif kind == "zset":
-            value = await admin.zrange(key, 0, -1, withscores=True)
-        elif kind == "list":
-            value = await admin.lrange(key, 0, -1)
-        else:
-            value = await admin.smembers(key) if kind == "set" else None
-        out[key] = (kind, value)
-    return out
 
 
 async def _discover(store: RedisRecallStore, query: str) -> list[str]:

@@ -16,7 +16,14 @@ import attrs
 
 from agentium_harness.plugin_api import PATH_OPTION, bounded_count, bounded_duration
 
-__all__ = ["DEFAULT_URL", "SCHEMES", "RedisRecallConfig", "redact_url"]
+__all__ = [
+    "DEFAULT_URL",
+    "MAX_TERMS_PER_CALL_CEILING",
+    "MAX_TERMS_PER_SOURCE_CEILING",
+    "SCHEMES",
+    "RedisRecallConfig",
+    "redact_url",
+]
 
 #: Where the store connects when no URL is given: a local server, database 0.
 DEFAULT_URL: Final = "redis://127.0.0.1:6379/0"
@@ -88,6 +95,12 @@ _positive_int = bounded_count()
 #: The core's one duration rule: finite seconds above 0, at most MAX_DURATION_S (3600).
 _seconds = bounded_duration()
 
+#: Ceilings of the per-call and per-source term limits (see :class:`RedisRecallConfig`).
+MAX_TERMS_PER_CALL_CEILING: Final = 65_536
+MAX_TERMS_PER_SOURCE_CEILING: Final = 10_000_000
+_terms_per_call = bounded_count(ceiling=MAX_TERMS_PER_CALL_CEILING)
+_terms_per_source = bounded_count(ceiling=MAX_TERMS_PER_SOURCE_CEILING)
+
 
 def _secret_repr(value: object) -> str:
     return "None" if value is None else "'***'"
@@ -115,6 +128,14 @@ class RedisRecallConfig:
       ``max_read_bytes`` and the excerpt says what it left out.
     - ``max_value_bytes``: the largest text or archived group accepted for
       indexing, and the most ``seek_groups`` reads of one stored group.
+    - ``max_terms_per_source``: the most distinct words one document or
+      archived group may have (at most 10,000,000); a larger one is refused
+      before anything is written. It bounds the work of writing one source.
+    - ``max_terms_per_call``: the most postings one script call adds (and
+      the most it removes), at most 65,536. It bounds how long one call
+      holds the server, which runs nothing else meanwhile; a source with
+      more distinct words is written over several calls and published by
+      one, atomically for readers.
     - ``settle_timeout_s``: how long settling a cut-off write may take; a
       write with a deadline settles by its deadline, and what is left then
       (or after a cancellation) goes on in the background for this long.
@@ -133,6 +154,8 @@ class RedisRecallConfig:
     max_ranked_matches: int = attrs.field(default=1000, validator=_positive_int)
     max_read_bytes: int = attrs.field(default=65_536, validator=_positive_int)
     max_value_bytes: int = attrs.field(default=4 * 1024 * 1024, validator=_positive_int)
+    max_terms_per_source: int = attrs.field(default=100_000, validator=_terms_per_source)
+    max_terms_per_call: int = attrs.field(default=4_096, validator=_terms_per_call)
     settle_timeout_s: float = attrs.field(default=2.0, validator=_seconds)
     ssl_ca_certs: str | None = attrs.field(
         default=None, validator=_optional_text, metadata={PATH_OPTION: True}

@@ -19,14 +19,23 @@ Under the tenant prefix (``P``):
 ``P:bn``               hash    bucket number -> how many sources it holds
 ``P:nb`` / ``P:n``     string  counters of buckets and of rows
 ``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,
-                               terms, and for groups seq and receipt digest
+                               and for groups seq and receipt digest (rows written by
+                               an earlier version also hold ``terms``)
 ``P:t:<n>``            string  the source's text (read with ``GETRANGE``)
 ``P:c:<n>``            string  an archived group's canonical bytes
+``P:k:<n>``            list    the row's terms: what removing its postings reads
 ``P:p:<b>:<term>``     zset    postings of ``term`` in bucket ``b``: member ``n``,
                                score ``n * 1024 + min(tf, 1023)`` (newest first)
 ``P:g:<b>``            zset    archived groups of a session's bucket: member ``n``, score seq
+``P:pend``             zset    staged rows not yet published: member ``"<b> <n>"``,
+                               score the lease's end (server time, ms)
+``P:gc``               list    removed or abandoned rows (``"<b> <n>"``) whose postings
+                               are still to be collected
 ``P:w:<token>``        string  a write's settlement token (expires after 10 minutes)
 =====================  ======  =====================================================
+
+Postings without a row hash (a staged row, a removed one not yet
+collected) are never returned by any script.
 
 An *owner key* is the owner's user, session, project and repository
 segments joined by ``/``, ``~`` for an absent field (the tenant is in the

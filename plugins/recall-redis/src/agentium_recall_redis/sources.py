@@ -1,9 +1,10 @@
-"""What the Redis recall store writes for a source: the ``INDEX`` script's arguments, checked before any I/O.
+"""What the Redis recall store writes for a source (:class:`Source`), checked before any I/O.
 
 A document or an archived group becomes one source: its id, revision, kind,
 owner key, title, text, canonical bytes (groups only), sequence number and
 receipt digest, and its term counts (layout in
-:mod:`agentium_recall_redis.keys`). Every check here raises
+:mod:`agentium_recall_redis.keys`); :func:`chunk_calls` packs sources into
+``INDEX`` calls of at most ``max_terms_per_call`` terms. Every check here raises
 ``InvalidArgumentError`` before anything is sent, so a bad batch writes
 nothing.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Final
+
+import attrs
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
@@ -25,7 +28,16 @@ from agentium_harness.plugin_api import (
 from .keys import encode_term, group_text, owner_key, term_counts
 from .server import Arg
 
-__all__ = ["args_bytes", "check_size", "chunk_calls", "group_sources", "source_args", "utf8"]
+__all__ = [
+    "Source",
+    "args_bytes",
+    "check_size",
+    "chunk_calls",
+    "flat_terms",
+    "group_sources",
+    "make_source",
+    "utf8",
+]
 
 # index_groups: sources per script call and their argument bytes per call (calls per round trip: see
 # writes.CALLS_PER_TRIP). A call blocks the server while it runs, so chunks stay small; pipelining them
@@ -52,7 +64,50 @@ def check_size(size: int, what: str, max_value_bytes: int) -> None:
         )
 
 
-def source_args(
+@attrs.frozen(slots=True)
+class Source:
+    """One source as the writing scripts take it: its row fields and its encoded terms with their counts."""
+
+    sid: str
+    revision: str
+    kind: str  # "d" (a document) or "g" (an archived group)
+    okey: str
+    title: bytes
+    text: bytes
+    canonical: bytes
+    seq: str
+    digest: str
+    terms: tuple[tuple[str, int], ...]
+
+    def row(self) -> list[Arg]:
+        """The row fields in script order: sid, rev, kind, owner key, title, text, canonical, seq, digest."""
+        return [
+            self.sid,
+            self.revision,
+            self.kind,
+            self.okey,
+            self.title,
+            self.text,
+            self.canonical,
+            self.seq,
+            self.digest,
+        ]
+
+    def index_args(self) -> list[Arg]:
+        """The source's part of an ``INDEX`` call: its row fields, term count, then (term, tf) pairs."""
+        return [*self.row(), len(self.terms), *flat_terms(self.terms)]
+
+
+def flat_terms(terms: Sequence[tuple[str, int]]) -> list[Arg]:
+    """(term, tf) pairs as one flat argument list."""
+    out: list[Arg] = []
+    for term, tf in terms:
+        out.append(term)
+        out.append(tf)
+    return out
+
+
+def make_source(
     sid: str,
     revision: str,
     kind: str,
@@ -62,14 +117,18 @@ def source_args(
     canonical: bytes,
     seq: str,
     digest: str,
-    terms: dict[str, int],
-) -> list[Arg]:
-    """One source's part of the ``INDEX`` script's ARGV (terms encoded for keys)."""
-    args: list[Arg] = [sid, revision, kind, okey, title, text, canonical, seq, digest, len(terms)]
-    for term, tf in terms.items():
-        args.append(encode_term(term))
-        args.append(tf)
-    return args
+    counts: dict[str, int],
+    max_terms: int,
+    what: str,
+) -> Source:
+    """A :class:`Source` (terms encoded for keys); more than ``max_terms`` distinct terms is refused."""
+    if len(counts) > max_terms:
+        raise InvalidArgumentError(
+            f"{what} has {len(counts)} distinct words, more than max_terms_per_source ({max_terms}); "
+            "nothing was written. Split it, or raise max_terms_per_source"
+        )
+    terms = tuple((encode_term(term), tf) for term, tf in counts.items())
+    return Source(sid, revision, kind, okey, title, text, canonical, seq, digest, terms)
 
 
 def args_bytes(args: Sequence[Arg]) -> int:
@@ -77,26 +136,38 @@ def args_bytes(args: Sequence[Arg]) -> int:
     return sum(len(a) if isinstance(a, bytes | str) else 8 for a in args)
 
 
-def chunk_calls(sources: Sequence[list[Arg]]) -> list[list[Arg]]:
-    """The ``INDEX`` script calls for ``sources``: up to 256 sources and about 1 MiB of arguments each."""
+def chunk_calls(sources: Sequence[Source], room: int) -> list[list[Arg]]:
+    """The ``INDEX`` calls (``room``, count, sources...) for sources of at most ``room`` terms each.
+
+    Each call holds up to 256 sources, about 1 MiB of arguments and at most
+    ``room`` terms in all, so no call adds more than ``room`` postings.
+    """
     calls: list[list[Arg]] = []
     chunk: list[Arg] = []
-    count = size = 0
-    for args in sources:
-        if count and (count >= _CHUNK_SOURCES or size + args_bytes(args) > _CHUNK_BYTES):
-            calls.append([count, *chunk])
-            chunk, count, size = [], 0, 0
+    count = size = terms = 0
+    for source in sources:
+        args = source.index_args()
+        nt = len(source.terms)
+        if count and (count >= _CHUNK_SOURCES or size + args_bytes(args) > _CHUNK_BYTES or terms + nt > room):
+            calls.append([room, count, *chunk])
+            chunk, count, size, terms = [], 0, 0, 0
         chunk.extend(args)
         count += 1
         size += args_bytes(args)
-    calls.append([count, *chunk])
+        terms += nt
+    if count:
+        calls.append([room, count, *chunk])
     return calls
 
 
 def group_sources(
-    key: SessionKey, groups: Sequence[MessageGroup], receipts: Sequence[ArchiveReceipt], max_value_bytes: int
-) -> list[list[Arg]]:
-    """Check the batch and build each group's script arguments; any mismatch raises before I/O."""
+    key: SessionKey,
+    groups: Sequence[MessageGroup],
+    receipts: Sequence[ArchiveReceipt],
+    max_value_bytes: int,
+    max_terms: int,
+) -> list[Source]:
+    """Check the batch and build each group's :class:`Source`; any mismatch raises before I/O."""
     if not isinstance(key, SessionKey):
         raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
     if len(groups) != len(receipts):
@@ -105,7 +176,7 @@ def group_sources(
         )
     okey = owner_key(SourceOwner.of_session(key))
     seen: dict[int, str] = {}
-    out: list[list[Arg]] = []
+    out: list[Source] = []
     for group, receipt in zip(groups, receipts, strict=True):
         if not isinstance(group, MessageGroup) or not isinstance(receipt, ArchiveReceipt):
             raise InvalidArgumentError("index_groups takes MessageGroup and ArchiveReceipt items")
@@ -133,7 +204,7 @@ def group_sources(
         text_bytes = utf8(text, f"the text of {where}")
         check_size(max(len(text_bytes), len(canonical)), where, max_value_bytes)
         out.append(
-            source_args(
+            make_source(
                 group_source_id(key, group.seq),
                 digest,
                 "g",
@@ -144,6 +215,8 @@ def group_sources(
                 str(group.seq),
                 receipt.digest,
                 term_counts(text),
+                max_terms,
+                where,
             )
         )
     return out

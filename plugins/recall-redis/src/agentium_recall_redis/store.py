@@ -15,7 +15,9 @@ Round trips (each is one write of commands and one read of their replies):
 - ``read``: 1 (``EVALSHA``; ``GETRANGE`` inside); ``validate`` and
   ``validate_current``: 1 (``HMGET``); ``seek_groups``: 1.
 - ``index_document`` / ``delete_document``: 1; ``index_groups``: one per 16
-  chunks of up to 256 groups.
+  chunks of up to 256 groups and ``max_terms_per_call`` words. A source with
+  more words than one call takes is staged over several calls and
+  published by one (:mod:`agentium_recall_redis.write_scripts`).
 - The store's first call (its *open*) adds 1: ``INFO``, ``COMMAND INFO``,
   ``CONFIG GET appendonly``/``appendfsync`` and ``SCRIPT LOAD`` pipelined.
 
@@ -87,7 +89,7 @@ from .config import RedisRecallConfig, redact_url
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
 from .keys import owner_key, tenant_prefix, term_counts
 from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
-from .scripts import DELETE, INDEX, SEEK, Script
+from .scripts import DELETE, SEEK, Script
 from .server import (
     OPEN_COMMANDS,
     Arg,
@@ -100,8 +102,8 @@ from .server import (
     require_asyncio,
 )
 from .session import RedisRecallSession, check_count
-from .sources import check_size, chunk_calls, group_sources, source_args, utf8
-from .writes import Writer
+from .sources import check_size, group_sources, make_source, utf8
+from .writes import Call, Writer
 
 __all__ = ["RedisRecallSession", "RedisRecallStore"]
 
@@ -157,7 +159,7 @@ class RedisRecallStore(RecallStore):
         self._errors = ServerErrors(
             self._where, collect_secrets(config, client), config.socket_timeout_s, config.key_prefix
         )
-        self._writer = Writer(self._errors, config.settle_timeout_s)
+        self._writer = Writer(self._errors, config.settle_timeout_s, config.max_terms_per_call)
 
     def __repr__(self) -> str:
         owned = "lent client" if self._lent is not None else "owned client"
@@ -242,8 +244,12 @@ class RedisRecallStore(RecallStore):
     ) -> SourceRef:
         """Add or replace document ``doc_id`` of ``owner`` atomically; identical content writes nothing.
 
-        One round trip. Raises ``InvalidArgumentError`` (nothing written) for
-        a bad owner or id, non-text, or a text larger than ``max_value_bytes``.
+        One round trip, or, for more distinct words than
+        ``max_terms_per_call``, a staged write published by one call (readers
+        see the old version or the new one, whole). Raises
+        ``InvalidArgumentError`` (nothing written) for a bad owner or id,
+        non-text, a text larger than ``max_value_bytes`` or more distinct
+        words than ``max_terms_per_source``.
         """
         ctx.raise_if_expired("recall index")
         if not isinstance(owner, SourceOwner):
@@ -253,14 +259,27 @@ class RedisRecallStore(RecallStore):
         except AgentiumError as exc:  # InvalidIdError: the port promises InvalidArgumentError
             raise InvalidArgumentError(f"{exc}; nothing was written") from exc
         text_bytes, title_bytes = utf8(text, "text"), utf8(title, "title")
-        check_size(len(text_bytes) + len(title_bytes), f"document {doc_id!r}", self._config.max_value_bytes)
+        what = f"document {doc_id!r}"
+        check_size(len(text_bytes) + len(title_bytes), what, self._config.max_value_bytes)
         revision = digest_of({"title": title, "text": text})
         terms = term_counts(f"{title}\n{text}")
-        args = source_args(
-            source_id, revision, "d", owner_key(owner), title_bytes, text_bytes, b"", "", "", terms
+        source = make_source(
+            source_id,
+            revision,
+            "d",
+            owner_key(owner),
+            title_bytes,
+            text_bytes,
+            b"",
+            "",
+            "",
+            terms,
+            self._config.max_terms_per_source,
+            what,
         )
         prefix = tenant_prefix(self._config.key_prefix, owner.tenant)
-        await self._write(prefix, [[1, *args]], ctx, "recall index")
+        link = await self._ready(ctx, "recall index")
+        await self._writer.index(link, prefix, [source], ctx, "recall index")
         return SourceRef(source_id, revision)
 
     async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
@@ -273,8 +292,11 @@ class RedisRecallStore(RecallStore):
         except AgentiumError as exc:
             raise InvalidArgumentError(f"{exc}; nothing was written") from exc
         prefix = tenant_prefix(self._config.key_prefix, owner.tenant)
-        [result] = await self._write(prefix, [[source_id, "d"]], ctx, "recall delete", script=DELETE)
-        return result == "1"
+        link = await self._ready(ctx, "recall delete")
+        call: Call = (DELETE, [source_id, "d", self._config.max_terms_per_call])
+        written = await self._writer.write(link, prefix, [call], ctx, "recall delete")
+        self._writer.collect_later(link, prefix, written.backlog)
+        return written.results == ["1"]
 
     async def index_groups(
         self,
@@ -285,21 +307,23 @@ class RedisRecallStore(RecallStore):
     ) -> int:
         """Index archived groups of ``key`` under their receipts' digests; returns how many were new.
 
-        Every group is checked against its receipt before anything is sent.
-        Each chunk of up to 256 groups is one atomic script; chunks go 16 to
-        a round trip. If a call fails part way, earlier chunks stay indexed
-        and indexing again completes the rest (it is idempotent). A group
+        Every group is checked against its receipt (and the size and word
+        limits) before anything is sent. Each chunk of up to 256 groups and
+        ``max_terms_per_call`` words is one atomic script; chunks go 16 to a
+        round trip, and a group with more words is staged on its own. If a
+        call fails part way, earlier chunks stay indexed and indexing again
+        completes the rest (it is idempotent). A group
         indexed earlier with another digest is replaced: the receipts are the
         archive's word.
         """
         ctx.raise_if_expired("recall index")
-        sources = group_sources(key, groups, receipts, self._config.max_value_bytes)
+        config = self._config
+        sources = group_sources(key, groups, receipts, config.max_value_bytes, config.max_terms_per_source)
         if not sources:
             return 0
-        calls = chunk_calls(sources)
-        prefix = tenant_prefix(self._config.key_prefix, key.tenant)
-        results = await self._write(prefix, calls, ctx, "recall index")
-        return sum(int(r) for r in results)
+        prefix = tenant_prefix(config.key_prefix, key.tenant)
+        link = await self._ready(ctx, "recall index")
+        return await self._writer.index(link, prefix, sources, ctx, "recall index")
 
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
@@ -418,21 +442,3 @@ class RedisRecallStore(RecallStore):
         if isinstance(reply, ResponseError):
             self._errors.refused(reply, operation)
         return reply
-
-    async def _write(
-        self,
-        prefix: str,
-        calls: Sequence[Sequence[Arg]],
-        ctx: OpContext,
-        operation: str,
-        *,
-        script: Script = INDEX,
-    ) -> list[str]:
-        """Run writing script calls (each with a fresh token), up to 16 per round trip; their results.
-
-        A round trip that may have reached the server but lost its reply
-        (deadline, cancellation, a broken connection) is settled, never
-        re-sent: see :class:`~agentium_recall_redis.writes.Writer`.
-        """
-        link = await self._ready(ctx, operation)
-        return await self._writer.write(link, prefix, calls, ctx, operation, script=script)

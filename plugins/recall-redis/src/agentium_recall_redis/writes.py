@@ -23,9 +23,10 @@ runs in the background. :meth:`Settlements.drain` (called by the store's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final
 
 import anyio
@@ -37,10 +38,11 @@ from agentium_harness.plugin_api import OpContext
 
 from .errors import RedisRecallError, RedisRecallTimeoutError
 from .link import Attempt, Command, Link, Reply, as_text
-from .scripts import INDEX, SETTLE, TOKEN_TTL_MS, Script
+from .scripts import ABORT, BEGIN, COLLECT, COMMIT, INDEX, LEASE_MS, SETTLE, STAGE, TOKEN_TTL_MS, Script
 from .server import Arg, ServerErrors
+from .sources import Source, chunk_calls, flat_terms
 
-__all__ = ["CALLS_PER_TRIP", "SETTLE_SHARE", "Settlements", "Writer"]
+__all__ = ["CALLS_PER_TRIP", "MAX_COLLECT_CALLS", "SETTLE_SHARE", "Call", "Settlements", "Writer", "Written"]
 
 #: Writing script calls per round trip (each call blocks the server while it runs, so calls stay small;
 #: pipelining them keeps bulk indexing fast).
@@ -51,35 +53,61 @@ SETTLE_SHARE: Final = 0.25
 
 
 class Settlements:
-    """Settlements that go on after their write returned (cancelled, or unsettled by its deadline).
+    """Work that goes on after its write returned: settling, giving up stagings, collecting garbage.
 
-    Each is an asyncio task bounded by its own deadline; :meth:`drain`
-    waits for the ones still running, at most ``within_s`` seconds, and
-    cancels the rest.
+    A write is settled in the background when it was cancelled or could not
+    be settled by its deadline. Each is an asyncio task bounded by its own deadline; :meth:`drain`
+    waits for the ones still running (and those they start), at most
+    ``within_s`` seconds in all, cancels the rest and starts nothing more.
     """
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
 
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def start(self, settle: Coroutine[Any, Any, Any]) -> None:
-        """Run ``settle`` in the background (a task of the running loop), tracked until it ends."""
-        task = asyncio.get_running_loop().create_task(settle)
+    def start(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` in the background (a task of the running loop), tracked until it ends."""
+        if self._closed:
+            work.close()  # drained: the store is closing, and later writes collect what is left
+            return
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self, within_s: float) -> None:
-        """Wait at most ``within_s`` seconds for the running settlements; cancel what is left."""
-        tasks = set(self._tasks)
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=within_s)
+        """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while self._tasks and loop.time() < deadline:
+            await asyncio.wait(set(self._tasks), timeout=deadline - loop.time())
+        self._closed = True
+        pending = set(self._tasks)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=1.0)
+
+
+#: A writing script call: the script and its arguments after the tenant prefix and the token's ttl.
+Call = tuple[Script, Sequence[Arg]]
+
+#: What a write's settlement that finished in the background hands on: each call's token value, or
+#: ``None`` when the server could not be reached.
+Later = Callable[[list[str] | None], Awaitable[None]]
+
+#: Most ``COLLECT`` calls one background collection makes before it leaves the rest to later writes.
+MAX_COLLECT_CALLS: Final = 1024
+
+
+@attrs.frozen
+class Written:
+    """What a run of writing calls returned: each call's result, and the garbage still queued after it."""
+
+    results: list[str]
+    backlog: int
 
 
 @attrs.frozen
@@ -87,65 +115,186 @@ class Writer:
     """Runs the store's writing scripts on a link, mapping errors with ``errors``.
 
     ``settle_timeout_s`` bounds settling a round trip that lost its reply;
-    settlements that outlive their write run in ``settlements``.
+    settlements that outlive their write, abandoned stagings and garbage
+    collection run in ``settlements``. ``room`` is ``max_terms_per_call``:
+    the most postings one call adds (and removes).
     """
 
     errors: ServerErrors
     settle_timeout_s: float
+    room: int
     settlements: Settlements = attrs.field(factory=Settlements)
+    _collecting: set[str] = attrs.field(factory=set)
+
+    async def index(
+        self, link: Link, prefix: str, sources: Sequence[Source], ctx: OpContext, operation: str
+    ) -> int:
+        """Index ``sources``; how many were new. Small ones go in ``INDEX`` batches, large ones staged.
+
+        A source with at most ``room`` terms goes in a batch with others (at
+        most ``room`` terms per call); a larger one is staged over several
+        calls and published by one (:meth:`_staged`).
+        """
+        small = [s for s in sources if len(s.terms) <= self.room]
+        fresh = 0
+        if small:
+            calls: list[Call] = [(INDEX, call) for call in chunk_calls(small, self.room)]
+            written = await self.write(link, prefix, calls, ctx, operation)
+            fresh += sum(int(r) for r in written.results)
+            self.collect_later(link, prefix, written.backlog)
+        for source in sources:
+            if len(source.terms) > self.room:
+                fresh += await self._staged(link, prefix, source, ctx, operation)
+        return fresh
+
+    async def _staged(self, link: Link, prefix: str, source: Source, ctx: OpContext, operation: str) -> int:
+        """Stage a source of more than ``room`` terms slice by slice, then publish it in one call.
+
+        ``BEGIN`` (its own round trip: it names the staged row), then the
+        ``STAGE`` calls and ``COMMIT`` pipelined. Readers see the old
+        version until ``COMMIT`` and the new one after it. If anything
+        fails before ``COMMIT`` ran, the staging is given up in the
+        background (``ABORT``); its postings are collected as garbage.
+        """
+        room = self.room
+        slices = [source.terms[i : i + room] for i in range(0, len(source.terms), room)]
+        first = slices[0]
+        begin: Call = (
+            BEGIN,
+            [LEASE_MS, source.sid, source.revision, source.okey, len(first), *flat_terms(first)],
+        )
+
+        async def begun(outcome: list[str] | None) -> None:
+            # BEGIN lost its reply and was settled in the background: if it ran, give its staging up now
+            # rather than when its lease runs out.
+            value = outcome[0].removeprefix("done:") if outcome and outcome[0].startswith("done:") else ""
+            if value and value != "same":
+                await self._abort(link, prefix, value)
+
+        [member] = (await self.write(link, prefix, [begin], ctx, operation, settled_later=begun)).results
+        if member == "same":
+            return 0
+        commit: Call = (COMMIT, [room, member, len(source.terms), *source.row()])
+        calls: list[Call] = [(STAGE, [member, len(s), *flat_terms(s)]) for s in slices[1:]]
+        published = False
+        try:
+            written = await self.write(link, prefix, [*calls, commit], ctx, operation)
+            outcome = written.results[-1]
+            if outcome == "short":  # a slice retried after NOSCRIPT ran after the commit: commit again
+                written = await self.write(link, prefix, [commit], ctx, operation)
+                outcome = written.results[-1]
+            published = outcome in {"0", "1"}
+        finally:
+            if not published:
+                self.settlements.start(self._abort(link, prefix, member))
+        self.collect_later(link, prefix, written.backlog)
+        if outcome == "gone":
+            raise RedisRecallError(
+                f"{operation}: staging a large source took longer than its lease ({LEASE_MS // 1000} s) and "
+                "was given up; nothing was written. Index it again"
+            )
+        return int(outcome)
+
+    async def _abort(self, link: Link, prefix: str, member: str) -> None:
+        """Give up a staged row (idempotent) within ``settle_timeout_s``; a failure leaves it to its lease."""
+        command: Command = ("EVALSHA", ABORT.sha, 1, f"{prefix}:pend", prefix, member)
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            [reply] = await link.call([command], deadline=time.monotonic() + self.settle_timeout_s)
+            if isinstance(reply, NoScriptError):
+                await link.call([("EVAL", ABORT.source, *command[2:])], deadline=time.monotonic() + 1.0)
+            self.collect_later(link, prefix, 1)
+
+    def collect_later(self, link: Link, prefix: str, backlog: int) -> None:
+        """Collect a tenant's queued garbage in the background, one bounded call at a time."""
+        if backlog > 0 and prefix not in self._collecting:
+            self._collecting.add(prefix)
+            self.settlements.start(self._collect(link, prefix))
+
+    async def _collect(self, link: Link, prefix: str) -> None:
+        # Garbage has no row, so readers never see it; collecting it frees memory and keeps document
+        # frequencies exact. Each call removes at most `room` postings; a failure leaves the rest to later
+        # writes, which collect with the room they have left.
+        try:
+            command: Command = ("EVALSHA", COLLECT.sha, 1, f"{prefix}:gc", prefix, self.room)
+            for _ in range(MAX_COLLECT_CALLS):
+                deadline = time.monotonic() + self.settle_timeout_s
+                [reply] = await link.call([command], deadline=deadline)
+                if isinstance(reply, NoScriptError):
+                    [reply] = await link.call([("EVAL", COLLECT.source, *command[2:])], deadline=deadline)
+                if not isinstance(reply, int) or reply <= 0:
+                    return
+        except (RedisError, OSError, TimeoutError):
+            return
+        finally:
+            self._collecting.discard(prefix)
 
     async def write(
         self,
         link: Link,
         prefix: str,
-        calls: Sequence[Sequence[Arg]],
+        calls: Sequence[Call],
         ctx: OpContext,
         operation: str,
         *,
-        script: Script = INDEX,
-    ) -> list[str]:
-        """Run writing script calls (each with a fresh token), up to 16 per round trip; their results.
+        settled_later: Later | None = None,
+    ) -> Written:
+        """Run writing script calls (each with a fresh token), up to 16 per round trip, in order.
 
         A round trip that may have reached the server but lost its reply
         (deadline, cancellation, a broken connection) is settled, never
-        re-sent: see :meth:`_settle`.
+        re-sent: see :meth:`_send_write`. When its settlement finishes in
+        the background, ``settled_later`` gets the round trip's outcome.
         """
         results: list[str] = []
+        backlog = 0
         for start in range(0, len(calls), CALLS_PER_TRIP):
             batch = calls[start : start + CALLS_PER_TRIP]
             tokens = [f"{prefix}:w:{secrets.token_hex(16)}" for _ in batch]
             keys = [[f"{prefix}:ids", token] for token in tokens]
-            args = [[prefix, TOKEN_TTL_MS, *call] for call in batch]
+            args = [[prefix, TOKEN_TTL_MS, *call] for _, call in batch]
             commands: list[Command] = [
-                ("EVALSHA", script.sha, 2, *k, *a) for k, a in zip(keys, args, strict=True)
+                ("EVALSHA", script.sha, 2, *k, *a)
+                for (script, _), k, a in zip(batch, keys, args, strict=True)
             ]
-            replies = await self._send_write(link, commands, tokens, ctx, operation, done=len(results))
+            replies = await self._send_write(
+                link, commands, tokens, ctx, operation, done=len(results), later=settled_later
+            )
             # NOSCRIPT means the script never ran: sending it again with its body is safe.
             again = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
             if again:
-                retry: list[Command] = [("EVAL", script.source, 2, *keys[i], *args[i]) for i in again]
+                retry: list[Command] = [("EVAL", batch[i][0].source, 2, *keys[i], *args[i]) for i in again]
                 for i, reply in zip(
                     again,
                     await self._send_write(
-                        link, retry, [tokens[i] for i in again], ctx, operation, done=len(results)
+                        link,
+                        retry,
+                        [tokens[i] for i in again],
+                        ctx,
+                        operation,
+                        done=len(results),
+                        later=settled_later,
                     ),
                     strict=True,
                 ):
                     replies[i] = reply
             for reply in replies:
-                results.append(self._write_result(reply, operation))
-        return results
+                result, more = self._write_result(reply, operation)
+                results.append(result)
+                # A call settled by re-reading its token did not say what garbage it left: look.
+                backlog = more if more is not None else max(backlog, 1)
+        return Written(results, backlog)
 
-    def _write_result(self, reply: Reply, operation: str) -> str:
+    def _write_result(self, reply: Reply, operation: str) -> tuple[str, int | None]:
+        """A call's result, and the garbage backlog it reported (``None``: settled, so not reported)."""
         if isinstance(reply, ResponseError):
             self.errors.refused(reply, operation)
         if isinstance(reply, str):  # settled: the token's value
-            return reply.removeprefix("done:")
+            return reply.removeprefix("done:"), None
         status, value = as_text(reply[0]), as_text(reply[1])
-        if status == "ok":
-            return value
+        if status == "ok":  # scripts that can leave garbage report the backlog third
+            return value, int(reply[2]) if len(reply) > 2 and isinstance(reply[2], int) else 0
         if value.startswith("done:"):
-            return value.removeprefix("done:")
+            return value.removeprefix("done:"), None
         raise RedisRecallError(f"{operation}: the write was fenced before it ran; nothing was written")
 
     async def _send_write(
@@ -157,6 +306,7 @@ class Writer:
         operation: str,
         *,
         done: int,
+        later: Later | None = None,
     ) -> list[Reply]:
         ctx.raise_if_expired(operation)
         attempt = Attempt()
@@ -181,7 +331,7 @@ class Writer:
                 raise
             if isinstance(exc, anyio.get_cancelled_exc_class()):
                 # The caller is gone and must not wait: settle (apply once, or fence) in the background.
-                self._settle_later(link, tokens)
+                self._settle_later(link, tokens, later)
                 raise
             now = time.monotonic()
             settle_by = (
@@ -192,10 +342,10 @@ class Writer:
             try:
                 outcome = await self._settle(link, tokens, settle_by)
             except anyio.get_cancelled_exc_class():
-                self._settle_later(link, tokens)
+                self._settle_later(link, tokens, later)
                 raise
             if outcome is None:  # not settled by the deadline: fence it as soon as the server answers
-                self._settle_later(link, tokens)
+                self._settle_later(link, tokens, later)
             if outcome is not None and all(v.startswith("done:") for v in outcome):
                 return list(outcome)  # it ran, exactly once: report it as the success it was
             why = (
@@ -220,8 +370,13 @@ class Writer:
                 False,
             ) from None
 
-    def _settle_later(self, link: Link, tokens: Sequence[str]) -> None:
-        self.settlements.start(self._settle(link, tokens, time.monotonic() + self.settle_timeout_s))
+    def _settle_later(self, link: Link, tokens: Sequence[str], later: Later | None) -> None:
+        self.settlements.start(self._settle_then(link, tokens, later))
+
+    async def _settle_then(self, link: Link, tokens: Sequence[str], later: Later | None) -> None:
+        outcome = await self._settle(link, tokens, time.monotonic() + self.settle_timeout_s)
+        if later is not None:
+            await later(outcome)
 
     async def _settle(self, link: Link, tokens: Sequence[str], deadline: float) -> list[str] | None:
         """Each token's outcome (``done:...`` or ``fenced``), fencing what has not run; ``None``: unreachable.

@@ -1,0 +1,184 @@
+"""What the Redis recall store's Lua scripts share: the :class:`Script` record and common Lua pieces.
+
+The pieces are Lua source text, prepended to the writing scripts of
+:mod:`agentium_recall_redis.write_scripts`:
+
+- :data:`CHECK`: checking before writing. A Lua script is not a
+  transaction: a command that fails part way leaves the writes before it in
+  place. So every writing script first checks each key it will write (its
+  type, and that a counter holds an integer) and only then writes; a check
+  that fails raises before the first write. Messages name no key: keys hold
+  tenant ids and words of the content.
+- :data:`ROWS`: removing a row and collecting garbage, each split into a
+  plan (reads and checks, phase 1) and its execution (writes, phase 2), so
+  a script can plan everything before it writes anything. A removed row
+  disappears at once (its row hash, text, group entry and bucket count);
+  its postings go in the same call when they fit the call's removal room,
+  else its term list is queued on ``P:gc`` and collected in later calls, at
+  most ``room`` postings per call. Postings without a row are invisible to
+  readers (every script that returns rows reads the row hash first).
+
+Numbers go into keys and scores through ``string.format`` (``%d`` / ``%.0f``):
+Lua's ``tostring`` would write large numbers in exponent form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+import attrs
+
+__all__ = ["CHECK", "LEASE_MS", "ROWS", "TOKEN_TTL_MS", "Script"]
+
+#: How long a write's settlement token lives: far longer than any write can stay in flight.
+TOKEN_TTL_MS: Final = 600_000
+
+#: How long a staged source (a source written over several calls) may take before it is abandoned and
+#: its postings collected. A staged write that outlives it fails, having written nothing visible.
+LEASE_MS: Final = 600_000
+
+
+@attrs.frozen(slots=True)
+class Script:
+    """A Lua script's name, source and SHA1 (what ``SCRIPT LOAD`` returns for it)."""
+
+    name: str
+    source: str
+    sha: str = attrs.field(init=False)
+
+    @sha.default
+    def _sha(self) -> str:
+        return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
+
+
+CHECK: Final = """
+local checked = {}
+local function refuse(what)
+  error('WRONGTYPE ' .. what .. ' under the key prefix holds another type of value')
+end
+local function type_of(key)
+  local t = redis.call('TYPE', key)
+  return t['ok'] or t
+end
+local function need(key, kind)
+  if checked[key] then return end
+  local t = type_of(key)
+  if t ~= 'none' and t ~= kind then refuse('a key') end
+  checked[key] = true
+end
+local function need_int(value)
+  if value and not string.match(value, '^%-?%d+$') then refuse('a counter') end
+end
+local function need_count(P, b)
+  need(P .. ':bn', 'hash')
+  need_int(redis.call('HGET', P .. ':bn', b))
+end
+local function fmt(x) return string.format('%d', x) end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Postings of row n in bucket b for the terms ARGV[t0], ARGV[t0 + 2], ... with their tf after each.
+local function need_postings(P, b, t0, nt)
+  for k = 0, nt - 1 do need(P .. ':p:' .. b .. ':' .. ARGV[t0 + 2 * k], 'zset') end
+end
+local function add_postings(P, b, n, t0, nt)
+  local score, list, terms = tonumber(n) * 1024, P .. ':k:' .. n, {}
+  for k = 0, nt - 1 do
+    local term = ARGV[t0 + 2 * k]
+    local tf = tonumber(ARGV[t0 + 2 * k + 1])
+    if tf > 1023 then tf = 1023 end
+    redis.call('ZADD', P .. ':p:' .. b .. ':' .. term, string.format('%.0f', score + tf), n)
+    terms[#terms + 1] = term
+    if #terms == 512 then
+      redis.call('RPUSH', list, unpack(terms))
+      terms = {}
+    end
+  end
+  if #terms > 0 then redis.call('RPUSH', list, unpack(terms)) end
+end
+local function backlog(P)
+  if type_of(P .. ':gc') == 'list' then return redis.call('LLEN', P .. ':gc') end
+  return 0
+end
+"""
+
+ROWS: Final = """
+-- Removing row n (bucket b, kind) of a source. Its term list is P:k:n; a row written before term lists
+-- existed keeps its terms in the row hash ('legacy') and is removed whole, as it always was.
+local function plan_drop(P, n, b, kind, legacy, room)
+  local d = {n = n, b = b, kind = kind, later = false, terms = {}}
+  local list = P .. ':k:' .. n
+  need(list, 'list')
+  if legacy then
+    for term in string.gmatch(legacy, '%S+') do d.terms[#d.terms + 1] = term end
+  elseif redis.call('LLEN', list) <= room then
+    d.terms = redis.call('LRANGE', list, 0, -1)
+  else
+    d.later = true
+    need(P .. ':gc', 'list')
+  end
+  for _, term in ipairs(d.terms) do need(P .. ':p:' .. b .. ':' .. term, 'zset') end
+  if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
+  need_count(P, b)
+  return d, #d.terms
+end
+local function drop(P, d)
+  for _, term in ipairs(d.terms) do redis.call('ZREM', P .. ':p:' .. d.b .. ':' .. term, d.n) end
+  if d.kind == 'g' then redis.call('ZREM', P .. ':g:' .. d.b, d.n) end
+  redis.call('DEL', P .. ':m:' .. d.n, P .. ':t:' .. d.n, P .. ':c:' .. d.n)
+  if d.later then
+    redis.call('RPUSH', P .. ':gc', d.b .. ' ' .. d.n)
+  else
+    redis.call('DEL', P .. ':k:' .. d.n)
+  end
+  redis.call('HINCRBY', P .. ':bn', d.b, -1)
+end
+-- Collecting garbage: staged rows whose lease ran out are queued, then up to `room` postings of queued
+-- rows are removed, oldest first. Best effort: a key of another type is skipped, never an error, so
+-- damage in the garbage can never stop a write.
+local function plan_collect(P, room)
+  local c = {reap = {}, zrem = {}, trim = nil, dels = {}, pops = 0}
+  local gc = type_of(P .. ':gc')
+  if gc ~= 'list' and gc ~= 'none' then return c end
+  if type_of(P .. ':pend') == 'zset' then
+    c.reap = redis.call('ZRANGEBYSCORE', P .. ':pend', '-inf', now_ms(), 'LIMIT', 0, 16)
+  end
+  if gc == 'none' then return c end
+  for _, entry in ipairs(redis.call('LRANGE', P .. ':gc', 0, 63)) do
+    if room <= 0 then break end
+    local b, n = string.match(entry, '^(%d+) (%d+)$')
+    if b then
+      local list = P .. ':k:' .. n
+      local len, ours = 0, type_of(list) == 'list'
+      if ours then len = redis.call('LLEN', list) end
+      local take = math.min(len, room)
+      if take > 0 then
+        for _, term in ipairs(redis.call('LRANGE', list, 0, take - 1)) do
+          local key = P .. ':p:' .. b .. ':' .. term
+          if type_of(key) == 'zset' then c.zrem[#c.zrem + 1] = {key, n} end
+        end
+      end
+      room = room - take
+      if take < len then
+        c.trim = {list, take}
+        break
+      end
+      if ours then c.dels[#c.dels + 1] = list end
+    end
+    c.pops = c.pops + 1
+  end
+  return c
+end
+local function collect(P, c)
+  for _, z in ipairs(c.zrem) do redis.call('ZREM', z[1], z[2]) end
+  if c.trim then redis.call('LTRIM', c.trim[1], c.trim[2], -1) end
+  for _, list in ipairs(c.dels) do redis.call('DEL', list) end
+  if c.pops > 0 then redis.call('LTRIM', P .. ':gc', c.pops, -1) end
+  for _, member in ipairs(c.reap) do
+    redis.call('ZREM', P .. ':pend', member)
+    redis.call('RPUSH', P .. ':gc', member)
+  end
+end
+"""

@@ -1,0 +1,319 @@
+"""The Redis recall store's writing Lua scripts: bounded per call, checked before the first write.
+
+Every script touches one tenant's keys (one hash-tag slot) and runs
+atomically. Each first plans: it reads and checks every key it will write
+(:data:`~agentium_recall_redis.lua.CHECK`), and only then writes, so a
+refusal or a foreign key of the wrong type changes nothing.
+
+Work per call is bounded by ``room`` (the store's ``max_terms_per_call``): a
+call adds at most ``room`` postings and removes at most ``room`` (the
+replaced or deleted row's, when they fit, then queued garbage).
+
+- ``INDEX`` writes a batch of sources whose terms fit one call together.
+- A source with more terms is **staged**: ``BEGIN`` allocates its row and
+  adds the first slice of postings, ``STAGE`` adds one slice each, and
+  ``COMMIT`` publishes the row (row hash, text, ids, revision) and removes
+  the old one in one atomic step. Until ``COMMIT`` the staged postings have
+  no row, so readers see the old version whole; after it, the new one whole.
+  A staged row holds a lease in ``P:pend``; ``ABORT`` gives it up, and one
+  whose lease ran out is collected as garbage.
+- ``DELETE`` removes one source, ``COLLECT`` only collects garbage.
+
+Each writing call but ``ABORT`` and ``COLLECT`` (which are safe to repeat)
+carries a one-time token (``KEYS[2]``): a script whose token is already
+settled does nothing, and the token records the outcome. After a write
+loses its reply the store never re-sends it; ``SETTLE`` reads the token and,
+if the write has not run, fences it, so a copy of it still in flight can
+never apply later.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from .lua import CHECK, ROWS, Script
+
+__all__ = ["ABORT", "BEGIN", "COLLECT", "COMMIT", "DELETE", "INDEX", "SETTLE", "STAGE", "WRITE_SCRIPTS"]
+
+_TOKEN = """
+local P = ARGV[1]
+local settled = redis.call('GET', KEYS[2])
+if settled then return {'settled', settled} end
+local function done(result, more)
+  redis.call('SET', KEYS[2], 'done:' .. result, 'PX', ARGV[2])
+  return {'ok', result, more}
+end
+"""
+
+# Writing a row's hash, text and canonical bytes, and making it the source's current row.
+_PUBLISH = """
+local function publish(P, n, b, src)
+  redis.call('HSET', P .. ':m:' .. n, 'sid', src.sid, 'rev', src.rev, 'title', src.title,
+             'size', string.format('%d', #src.text), 'o', src.okey, 'b', b, 'kind', src.kind,
+             'seq', src.seq, 'dg', src.dg)
+  redis.call('SET', P .. ':t:' .. n, src.text)
+  if src.kind == 'g' then
+    redis.call('SET', P .. ':c:' .. n, src.canon)
+    redis.call('ZADD', P .. ':g:' .. b, src.seq, n)
+  end
+  redis.call('HSET', P .. ':ids', src.sid, n)
+  redis.call('HSET', P .. ':rev', src.sid, src.rev)
+  redis.call('HINCRBY', P .. ':bn', b, 1)
+end
+local function need_publish(P, n, b, kind)
+  need(P .. ':m:' .. n, 'hash')
+  if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
+  need_count(P, b)
+end
+"""
+
+_PRELUDE = CHECK + ROWS + _TOKEN + _PUBLISH
+
+#: Index a batch of sources. KEYS: P:ids, token. ARGV: P, token ttl, room, count, then per source sid,
+#: rev, kind (d|g), owner key, title, text, canonical bytes, seq, receipt digest, term count, (term, tf)*.
+#: The client keeps the batch's terms within room. Returns {'ok', fresh, garbage backlog} or
+#: {'settled', token value}.
+INDEX = Script(
+    "index",
+    _PRELUDE
+    + """
+local room, count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local plan, i = {}, 5
+for s = 1, count do
+  plan[s] = {sid = ARGV[i], rev = ARGV[i + 1], kind = ARGV[i + 2], okey = ARGV[i + 3], title = ARGV[i + 4],
+             text = ARGV[i + 5], canon = ARGV[i + 6], seq = ARGV[i + 7], dg = ARGV[i + 8],
+             nt = tonumber(ARGV[i + 9]), t0 = i + 10}
+  i = i + 10 + 2 * plan[s].nt
+end
+-- Phase 1: read and check everything; no write before phase 2.
+for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
+need(P .. ':n', 'string')
+need(P .. ':nb', 'string')
+local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
+need_int(lastv)
+need_int(nbv)
+local last, nb, nb0 = tonumber(lastv or '0'), tonumber(nbv or '0'), tonumber(nbv or '0')
+local buckets, out = {}, room
+for s = 1, count do
+  local src = plan[s]
+  local cur = redis.call('HGET', P .. ':ids', src.sid)
+  if cur then
+    local old = redis.call('HMGET', P .. ':m:' .. cur, 'rev', 'b', 'kind', 'terms')
+    if old[1] == src.rev then
+      src.same = true
+    elseif old[2] then
+      local used
+      src.drop, used = plan_drop(P, cur, old[2], old[3], old[4], out)
+      out = out - used
+    end
+  end
+  if not src.same then
+    local b = buckets[src.okey] or redis.call('HGET', P .. ':bk', src.okey)
+    if not b then
+      nb = nb + 1
+      b = fmt(nb)
+      src.newb = true
+    end
+    buckets[src.okey] = b
+    last = last + 1
+    src.b, src.n = b, fmt(last)
+    need(P .. ':k:' .. src.n, 'list')
+    need_postings(P, b, src.t0, src.nt)
+    need_publish(P, src.n, b, src.kind)
+  end
+end
+local c = plan_collect(P, out)
+-- Phase 2: write.
+local fresh = 0
+for s = 1, count do
+  local src = plan[s]
+  if not src.same then
+    if src.drop then drop(P, src.drop) end
+    if src.newb then redis.call('HSET', P .. ':bk', src.okey, src.b) end
+    redis.call('DEL', P .. ':k:' .. src.n)
+    add_postings(P, src.b, src.n, src.t0, src.nt)
+    publish(P, src.n, src.b, src)
+    fresh = fresh + 1
+  end
+end
+redis.call('SET', P .. ':n', fmt(last))
+if nb ~= nb0 then redis.call('SET', P .. ':nb', fmt(nb)) end
+collect(P, c)
+return done(fmt(fresh), backlog(P))
+""",
+)
+
+#: Delete one source of a kind. KEYS: P:ids, token. ARGV: P, token ttl, sid, kind, room.
+#: Leaves the revision tombstone ``-<revision>`` in P:rev. Returns {'ok', '1'|'0', backlog} or
+#: {'settled', value}.
+DELETE = Script(
+    "delete",
+    _PRELUDE
+    + """
+local sid, room = ARGV[3], tonumber(ARGV[5])
+local n = redis.call('HGET', P .. ':ids', sid)
+local d, old, used = nil, nil, 0
+if n then
+  old = redis.call('HMGET', P .. ':m:' .. n, 'rev', 'b', 'kind', 'terms')
+  if old[3] == ARGV[4] and old[1] and old[2] then
+    need(P .. ':rev', 'hash')
+    d, used = plan_drop(P, n, old[2], old[3], old[4], room)
+  end
+end
+local c = plan_collect(P, room - used)
+local result = '0'
+if d then
+  drop(P, d)
+  redis.call('HDEL', P .. ':ids', sid)
+  redis.call('HSET', P .. ':rev', sid, '-' .. old[1])
+  result = '1'
+end
+collect(P, c)
+return done(result, backlog(P))
+""",
+)
+
+#: Begin staging a source too large for one call. KEYS: P:ids, token. ARGV: P, token ttl, lease ms,
+#: sid, rev, owner key, term count, (term, tf)*. Returns {'ok', 'same'} when the source already holds
+#: this revision, else {'ok', '<bucket> <row>'}: the staged row's member in P:pend.
+BEGIN = Script(
+    "begin",
+    _PRELUDE
+    + """
+local sid, rev, okey, nt = ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
+need(P .. ':ids', 'hash')
+local cur = redis.call('HGET', P .. ':ids', sid)
+if cur and redis.call('HGET', P .. ':m:' .. cur, 'rev') == rev then return done('same') end
+need(P .. ':bk', 'hash')
+need(P .. ':pend', 'zset')
+need(P .. ':n', 'string')
+need(P .. ':nb', 'string')
+local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
+need_int(lastv)
+need_int(nbv)
+local b = redis.call('HGET', P .. ':bk', okey)
+local newb = not b
+if newb then b = fmt(tonumber(nbv or '0') + 1) end
+local n = fmt(tonumber(lastv or '0') + 1)
+need(P .. ':k:' .. n, 'list')
+need_postings(P, b, 8, nt)
+local expires = now_ms() + tonumber(ARGV[3])
+if newb then
+  redis.call('SET', P .. ':nb', b)
+  redis.call('HSET', P .. ':bk', okey, b)
+end
+redis.call('SET', P .. ':n', n)
+redis.call('ZADD', P .. ':pend', expires, b .. ' ' .. n)
+redis.call('DEL', P .. ':k:' .. n)
+add_postings(P, b, n, 8, nt)
+return done(b .. ' ' .. n)
+""",
+)
+
+#: Add one slice of a staged source's postings. KEYS: P:ids, token. ARGV: P, token ttl, member,
+#: term count, (term, tf)*. Returns {'ok', 'ok'}, or {'ok', 'gone'} when the staging's lease was lost.
+STAGE = Script(
+    "stage",
+    _PRELUDE
+    + """
+local member, nt = ARGV[3], tonumber(ARGV[4])
+need(P .. ':pend', 'zset')
+if not redis.call('ZSCORE', P .. ':pend', member) then return done('gone') end
+local b, n = string.match(member, '^(%d+) (%d+)$')
+need(P .. ':k:' .. n, 'list')
+need_postings(P, b, 5, nt)
+add_postings(P, b, n, 5, nt)
+return done('ok')
+""",
+)
+
+#: Publish a staged source. KEYS: P:ids, token. ARGV: P, token ttl, room, member, term count staged in
+#: all, sid, rev, kind, owner key, title, text, canonical bytes, seq, receipt digest. Returns {'ok',
+#: '1'|'0'|'gone'|'short', backlog}: '0' when the source holds this revision already (the staging is given
+#: up), 'gone' when its lease was lost, 'short' when not every slice has been staged yet (nothing done).
+COMMIT = Script(
+    "commit",
+    _PRELUDE
+    + """
+local room, member, total = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
+local src = {sid = ARGV[6], rev = ARGV[7], kind = ARGV[8], okey = ARGV[9], title = ARGV[10], text = ARGV[11],
+             canon = ARGV[12], seq = ARGV[13], dg = ARGV[14]}
+need(P .. ':pend', 'zset')
+if not redis.call('ZSCORE', P .. ':pend', member) then return done('gone', backlog(P)) end
+local b, n = string.match(member, '^(%d+) (%d+)$')
+need(P .. ':k:' .. n, 'list')
+-- Publish only a whole staging: a slice sent in another round trip may not have run yet.
+if redis.call('LLEN', P .. ':k:' .. n) ~= total then return done('short', backlog(P)) end
+for _, key in ipairs({':ids', ':rev', ':bn'}) do need(P .. key, 'hash') end
+need(P .. ':gc', 'list')
+local cur = redis.call('HGET', P .. ':ids', src.sid)
+local d, used = nil, 0
+if cur then
+  local old = redis.call('HMGET', P .. ':m:' .. cur, 'rev', 'b', 'kind', 'terms')
+  if old[1] == src.rev then  -- the same content is current already: give the staged row up
+    redis.call('ZREM', P .. ':pend', member)
+    redis.call('RPUSH', P .. ':gc', member)
+    return done('0', backlog(P))
+  elseif old[2] then
+    d, used = plan_drop(P, cur, old[2], old[3], old[4], room)
+  end
+end
+need_publish(P, n, b, src.kind)
+local c = plan_collect(P, room - used)
+if d then drop(P, d) end
+redis.call('ZREM', P .. ':pend', member)
+publish(P, n, b, src)
+collect(P, c)
+return done('1', backlog(P))
+""",
+)
+
+#: Give up a staged source (idempotent; no token). KEYS: P:pend. ARGV: P, member. Its postings are
+#: queued as garbage. Returns the garbage backlog.
+ABORT = Script(
+    "abort",
+    CHECK
+    + """
+local P, member = ARGV[1], ARGV[2]
+local gc = type_of(P .. ':gc')
+local ours = type_of(KEYS[1]) == 'zset' and (gc == 'list' or gc == 'none')
+if ours and redis.call('ZSCORE', KEYS[1], member) then
+  redis.call('ZREM', KEYS[1], member)
+  redis.call('RPUSH', P .. ':gc', member)
+end
+return backlog(P)
+""",
+)
+
+#: Collect garbage only (safe to repeat; no token). KEYS: P:gc. ARGV: P, room. Returns the backlog.
+COLLECT = Script(
+    "collect",
+    CHECK
+    + ROWS
+    + """
+local P = ARGV[1]
+collect(P, plan_collect(P, tonumber(ARGV[2])))
+return backlog(P)
+""",
+)
+
+#: Settle cut-off writes. KEYS: their token keys. ARGV: token ttl. A token not yet settled is fenced.
+#: Returns each token's value: 'done:<result>' (the write ran) or 'fenced' (it never will).
+SETTLE = Script(
+    "settle",
+    """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local value = redis.call('GET', key)
+  if not value then
+    redis.call('SET', key, 'fenced', 'PX', ARGV[1])
+    value = 'fenced'
+  end
+  out[i] = value
+end
+return out
+""",
+)
+
+#: Every writing script.
+WRITE_SCRIPTS: Final = (INDEX, DELETE, BEGIN, STAGE, COMMIT, ABORT, COLLECT, SETTLE)
