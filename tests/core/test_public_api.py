@@ -20,6 +20,8 @@ from agentium_harness.testing._api_docs import PUBLIC_MODULES, port_methods, ren
 ROOT = Path(__file__).resolve().parents[2]
 
 HOST_NAMES = {
+    # observability (issue 24)
+    "Telemetry",
     # memory lifecycle (issue 11)
     "Agent", "AgentReply", "AgentState", "DrainItem", "DrainResult", "DrainStatus", "MemoryExtractor",
     "MemoryLimits", "MemoryManager", "MemorySelection", "OwnedWorkSource", "SelectionRequest", "WorkSource",

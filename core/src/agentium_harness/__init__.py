@@ -109,6 +109,7 @@ from ._memory.agent import Agent, AgentReply, AgentState
 from ._memory.manager import MemoryExtractor, MemoryLimits, MemoryManager
 from ._memory.selection import MemorySelection, SelectionRequest, recent_and_relevant
 from ._memory.work import DrainItem, DrainResult, DrainStatus, OwnedWorkSource, WorkSource
+from ._observe.settings import Telemetry
 from ._ports import OpContext
 from ._ports.memory import (
     AckStatus,
@@ -138,6 +139,8 @@ from ._verdicts import EvidenceEntry, EvidenceLimits, Verdict, VerificationAttem
 __version__ = "0.1.0"
 
 __all__ = [
+    # observability (issue 24)
+    "Telemetry",
     # memory lifecycle (issue 11)
     "Agent",
     "AgentReply",

@@ -41,6 +41,7 @@ from ._engine.loader import build_runtime, load_runtime
 from ._engine.results import RunResult, RunStatus, Severity
 from ._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from ._errors import AgentiumError, ConfigError, InvalidArgumentError
+from ._observe import tree
 from ._plugins.commands import CORE_COMMANDS, CliCommand
 from ._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
 from ._scope import RecallScope, VerifiedIdentity
@@ -239,6 +240,22 @@ def _user_input(args: argparse.Namespace) -> str:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one turn of a session on the runtime a config file describes."""
+    if not args.trace:
+        return _run_turn(args)
+    try:
+        exporter = tree.capture()
+    except tree.SdkMissingError as exc:
+        sys.stderr.write(f"agentium run: {exc}; nothing was run\n")
+        return EXIT_USAGE
+    try:
+        return _run_turn(args)
+    finally:
+        # The tree is printed whatever happened: a failed run's spans say where it failed.
+        spans = exporter.get_finished_spans()
+        sys.stderr.write("trace:\n" + (tree.render(spans) or "(no spans)") + "\n")
+
+
+def _run_turn(args: argparse.Namespace) -> int:
     text = _user_input(args)
     runtime = load_runtime(args.config)
 
@@ -339,6 +356,11 @@ def _add_run(subparsers: Any) -> None:
         "--task",
         action="store_true",
         help="verify the answer as a completion with the configured [verifier] and its policy",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="print the turn's span tree on stderr (needs agentium-harness[otel]; docs/observability.md)",
     )
     parser.set_defaults(func=cmd_run)
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._errors import CapabilityError
+from .._errors import CapabilityError, InvalidArgumentError
 from .._memory.manager import MemoryManager
+from .._observe.settings import Telemetry
 from .._ports.archive import HistoryArchive
 from .._ports.memory import MemoryStore
 from .._ports.provider import ModelProvider
@@ -54,6 +55,7 @@ def create_harness_runtime(
     completion_policy: CompletionPolicy | None = None,
     evidence_limits: EvidenceLimits | None = None,
     verify_timeout_s: float | None = None,
+    telemetry: Telemetry | None = None,
 ) -> HarnessRuntime:
     """Build a runtime from adapters the application supplies (R6).
 
@@ -87,7 +89,13 @@ def create_harness_runtime(
     ``memory`` under the manager's ``injection_tokens`` budget, and
     :meth:`HarnessRuntime.drain` and ``aclose`` drain its owned work along
     with the runtime's background summary updates.
+
+    ``telemetry`` chooses where spans and metrics go (the global OpenTelemetry
+    providers by default), whether content is captured (off by default) and
+    how scope ids are shown (hashed by default): docs/observability.md.
     """
+    if telemetry is not None and not isinstance(telemetry, Telemetry):
+        raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
     check_adapter("provider", provider)
     check_adapter("archive", archive)
     check_adapter("session_store", session_store)
@@ -143,7 +151,8 @@ def create_harness_runtime(
         memory=(
             memory
             if isinstance(memory, MemoryManager) or memory is None
-            else MemoryManager(memory, hooks=hooks)
+            else MemoryManager(memory, hooks=hooks, telemetry=telemetry)
         ),
         owns_memory_manager=memory is not None and not isinstance(memory, MemoryManager),
+        telemetry=telemetry,
     )

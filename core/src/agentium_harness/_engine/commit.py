@@ -21,6 +21,7 @@ import attrs
 
 from .._errors import ArchiveConflictError, ContractViolationError, SessionConflictError
 from .._history import MessageGroup
+from .._observe import spans as observe
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.recall import RecallStore
 from .._ports.sessions import (
@@ -378,13 +379,15 @@ async def _joint_commit(
     expected = _expected(stored)
     if before_save is not None:
         before_save()
-    revision, raw = await ticket.call(
-        "session commit with archive",
-        lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
-    )
-    # Checked like separate calls, although after the commit: a store that
-    # answers wrongly here is broken, and the run says so loudly.
-    receipts = _checked_receipts(plan.evict, tuple(raw))
+    attributes = {"agentium.eviction.groups": len(plan.evict), "agentium.eviction.joint": True}
+    with observe.stage("eviction", attributes):
+        revision, raw = await ticket.call(
+            "session commit with archive",
+            lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
+        )
+        # Checked like separate calls, although after the commit: a store that
+        # answers wrongly here is broken, and the run says so loudly.
+        receipts = _checked_receipts(plan.evict, tuple(raw))
     _check_revision(revision, expected)
     return CommitOutcome(
         revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), receipts=kept
@@ -459,8 +462,9 @@ async def archive_groups(
     ticket: Ticket, archive: HistoryArchive, key: SessionKey, groups: Sequence[MessageGroup]
 ) -> tuple[ArchiveReceipt, ...]:
     """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
-    raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
-    return _checked_receipts(groups, tuple(raw))
+    with observe.stage("eviction", {"agentium.eviction.groups": len(groups)}):
+        raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
+        return _checked_receipts(groups, tuple(raw))
 
 
 def _checked_receipts(

@@ -21,6 +21,7 @@ import anyio
 import attrs
 
 from .._errors import OperationCancelledError, OperationTimeoutError, RuntimeClosedError, SessionBusyError
+from .._observe import spans as observe
 from .._ports import CancelSignal, OpContext
 from .._scope import SessionKey
 from .bounded import ABANDON_GRACE_S, Overrun, bounded
@@ -118,21 +119,26 @@ class Ticket:
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
         ctx = self.context(timeout, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens)
-        try:
-            return await bounded(
-                lambda: work(ctx),
-                timeout,
-                on_deadline=lambda: ctx.signal.cancel("deadline passed"),
-                on_late=on_late,
-            )
-        except Overrun as over:
-            if over.abandoned:
-                self.abandoned.append(abandonment(operation, timeout))
-            raise _timeout(operation, timeout, abandoned=over.abandoned) from None
-        except OperationCancelledError:
-            if ctx.signal.cancelled and ctx.signal.reason == "deadline passed":
-                raise _timeout(operation, timeout) from None
-            raise
+        # The call's span is current while it runs, so an instrumented client's spans nest under it.
+        with observe.adapter_call(operation) as span:
+            try:
+                value = await bounded(
+                    lambda: work(ctx),
+                    timeout,
+                    on_deadline=lambda: ctx.signal.cancel("deadline passed"),
+                    on_late=on_late,
+                )
+            except Overrun as over:
+                if over.abandoned:
+                    self.abandoned.append(abandonment(operation, timeout))
+                    span.set("agentium.call.abandoned", True)
+                raise _timeout(operation, timeout, abandoned=over.abandoned) from None
+            except OperationCancelledError:
+                if ctx.signal.cancelled and ctx.signal.reason == "deadline passed":
+                    raise _timeout(operation, timeout) from None
+                raise
+            span.result(value)
+            return value
 
     def abandonment_diagnostics(self) -> list[Diagnostic]:
         """One ``call_abandoned`` warning per call this operation walked away from."""
@@ -199,14 +205,16 @@ class Admission:
         If shutdown cancels the operation, the block's cancellation surfaces
         as :class:`RuntimeClosedError` and nothing was committed.
         """
-        self.check_open()
-        if key in self.active:
-            busy = self.active[key].kind
-            raise SessionBusyError(
-                f"session {key.session!r} already has an admitted {busy}; one operation per session at a time"
-            )
-        ticket = Ticket(key, kind, self._op_timeout_s, self._hook_timeout_s)
-        self.active[key] = ticket
+        with observe.stage("admission", {"agentium.operation": kind}):
+            self.check_open()
+            if key in self.active:
+                busy = self.active[key].kind
+                raise SessionBusyError(
+                    f"session {key.session!r} already has an admitted {busy}; "
+                    "one operation per session at a time"
+                )
+            ticket = Ticket(key, kind, self._op_timeout_s, self._hook_timeout_s)
+            self.active[key] = ticket
         try:
             with ticket.cancel_scope:
                 yield ticket

@@ -13,6 +13,7 @@ from .._errors import (
     ScopeMismatchError,
     SnapshotCorruptError,
 )
+from .._observe import spans as observe
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
 from .._scope import Scope, SessionKey
 from .lifecycle import Ticket
@@ -34,6 +35,16 @@ async def load_session(
     scope belongs to ``key``. With a scope, a mismatch is always refused and a
     legacy snapshot loads only with ``attest_legacy`` (R15).
     """
+    with observe.stage("load") as span:
+        stored, snap = await _load_checked(ticket, store, key, scope, attest_legacy=attest_legacy)
+        span.set("agentium.snapshot.revision", stored.revision if stored is not None else 0)
+        span.set("agentium.resident.groups", len(snap.resident))
+        return stored, snap
+
+
+async def _load_checked(
+    ticket: Ticket, store: SessionStore, key: SessionKey, scope: Scope | None, *, attest_legacy: bool
+) -> tuple[StoredSnapshot | None, SessionSnapshot]:
     stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
     if stored is None:
         return None, SessionSnapshot(memory_scope=scope)

@@ -20,6 +20,7 @@ import attrs
 
 from .._errors import OperationTimeoutError
 from .._memory.selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
+from .._observe import spans as observe
 from .._ports._base import OpContext
 from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
 from .._ports.provider import SourceBlock, SourceKind
@@ -193,13 +194,22 @@ async def harness_memory_blocks(
     manager.claim_history(scope.session_key, "harness")
     # The run's own deadline bounds the selection too: a store slower than either does not hold the run.
     timeout_s = min(manager.limits.op_timeout_s, ticket.op_timeout_s)
-    blocks, omitted = await _memory_blocks(
-        manager,
-        None,
-        MemoryScope.of_session(scope),
-        user_input,
-        manager.limits.injection_tokens,
-        ticket.context(timeout_s),
-        ticket=ticket,
-    )
+    store = type(manager.store).__name__
+    with observe.operation(
+        "search_memory", "search_memory", metric_stage="memory", **{"gen_ai.memory.store.id": store}
+    ) as span:
+        blocks, omitted = await _memory_blocks(
+            manager,
+            None,
+            MemoryScope.of_session(scope),
+            user_input,
+            manager.limits.injection_tokens,
+            ticket.context(timeout_s),
+            ticket=ticket,
+        )
+        span.set("gen_ai.memory.record.count", len(blocks))
+        span.set("agentium.memory.omitted", len(omitted.over_budget) + len(omitted.refused))
+        span.content("gen_ai.memory.query.text", user_input)
+        if omitted.problems:
+            span.fail("memory_selection_failed")
     return blocks, memory_diagnostics(omitted)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 
 from .._history import Message, RetainedRecord, Role
+from .._observe import spans as observe
 from .._ports.provider import SourceBlock, SourceKind, Usage
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
@@ -154,6 +155,18 @@ def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
     return out
 
 
+def _describe(span: observe.Span | observe._Null, outcome: RecallOutcome) -> None:
+    """A recall outcome on its span: statuses and counts; the query only with content capture."""
+    span.set("agentium.recall.status", outcome.status.value)
+    span.set("agentium.recall.decision", outcome.decision.value)
+    span.set("agentium.recall.included", len(outcome.included))
+    span.set("agentium.recall.omitted", len(outcome.omitted))
+    span.set("agentium.recall.invalidated", len(outcome.invalidated))
+    span.set("agentium.recall.violations", len(outcome.violations))
+    span.set("agentium.recall.evidence_tokens", outcome.usage.evidence_tokens)
+    span.content("gen_ai.retrieval.query.text", outcome.query)
+
+
 async def recall_before_dispatch(
     ticket: Ticket,
     *,
@@ -166,7 +179,39 @@ async def recall_before_dispatch(
     clarify: Clarifier | None,
     clarify_timeout_s: float,
 ) -> RecallStep:
-    """Gather evidence and apply the policy's decision at the dispatch fence."""
+    """Gather evidence and apply the policy's decision at the dispatch fence (span ``retrieval``)."""
+    source = type(store).__name__
+    attributes = {"gen_ai.data_source.id": source}
+    with observe.operation("retrieval", f"retrieval {source}", metric_stage="recall", **attributes) as span:
+        step = await _dispatch_fence(
+            ticket,
+            store=store,
+            scope=scope,
+            limits=limits,
+            policy=policy,
+            user_input=user_input,
+            history=history,
+            clarify=clarify,
+            clarify_timeout_s=clarify_timeout_s,
+        )
+        _describe(span, step.outcome)
+        if step.end is not None:
+            span.set("agentium.recall.end", step.end.value)
+        return step
+
+
+async def _dispatch_fence(
+    ticket: Ticket,
+    *,
+    store: RecallStore,
+    scope: Scope,
+    limits: RecallLimits,
+    policy: RecallPolicy,
+    user_input: str,
+    history: tuple[Message, ...],
+    clarify: Clarifier | None,
+    clarify_timeout_s: float,
+) -> RecallStep:
     turn = QueryInput(user_input, history)
     evidence = await gather_evidence(ticket, store, scope, limits, policy, turn)
     diagnostics = _diagnostics(evidence)
@@ -348,11 +393,16 @@ async def recall_before_commit(
     """The commit fence: validate the included sources again; ``(outcome, stop, diagnostics)``."""
     if not outcome.included:
         return outcome, False, []
-    validations, notes, failure, usage = await revalidate(
-        ticket, store, scope, limits, outcome.included, outcome.usage
-    )
+    with observe.stage("recall_validation", span_name="agentium.recall.validate") as span:
+        validations, notes, failure, usage = await revalidate(
+            ticket, store, scope, limits, outcome.included, outcome.usage
+        )
+        changed = [v for v in validations if v.status is not ValidationStatus.CURRENT]
+        span.set("agentium.recall.validated", len(validations))
+        span.set("agentium.recall.invalidated", len(changed))
+        if failure is not None:
+            span.fail("validation_failed")
     diagnostics = [Diagnostic("recall_note", n) for n in notes]
-    changed = [v for v in validations if v.status is not ValidationStatus.CURRENT]
     if failure is None and not changed:
         return attrs.evolve(outcome, usage=usage), False, diagnostics
     problems = (

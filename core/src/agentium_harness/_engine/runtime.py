@@ -42,6 +42,8 @@ from .._history import InterruptionCause, Message, RetainedRecord, TurnInterrupt
 from .._memory.manager import MemoryManager
 from .._memory.work import DrainResult, OwnedWorkSource
 from .._memory.work import WorkTracker as MemoryWorkDrainer
+from .._observe.settings import Telemetry
+from .._observe.turn import traced_run
 from .._ports.archive import HistoryArchive
 from .._ports.provider import ModelProvider, SourceBlock
 from .._ports.recall import RecallLimits, RecallStore
@@ -66,7 +68,6 @@ from .maintenance import (
     migrate_session,
     reconcile_session,
 )
-from .memory_sources import harness_memory_blocks
 from .owned_work import OwnedWork
 from .progress import RunProgress, failed_run, with_result
 from .recall_policy import RecallPolicy, current_session_recall_policy
@@ -80,9 +81,9 @@ from .recall_turn import (
     uncommitted_result,
 )
 from .recall_view import ConditionalPublication
+from .request import assemble_request
 from .results import CleanupReport, Diagnostic, RunResult, RunStatus, Severity
-from .sources import assemble_sources
-from .summary import GroupReader, summary_block
+from .summary import GroupReader
 from .tools import ToolRegistry
 from .turn import TurnInterrupted, TurnOutcome, executed, run_turn
 from .turn_commit import commit_turn, interruption, retained_record
@@ -141,7 +142,11 @@ class HarnessRuntime:
         verify_timeout_s: float | None = None,
         memory: MemoryManager | None = None,
         owns_memory_manager: bool = False,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        #: Where spans and metrics go, and whether content is captured (docs/observability.md).
+        self.telemetry = telemetry or Telemetry()
+        self._telemetry_resolved = self.telemetry.resolve()
         self.memory = memory
         self._owns_memory_manager = owns_memory_manager
         self.verifier = verifier
@@ -178,6 +183,7 @@ class HarnessRuntime:
 
     # -- the turn ------------------------------------------------------------
 
+    @traced_run
     async def run(
         self,
         identity: VerifiedIdentity,
@@ -306,28 +312,9 @@ class HarnessRuntime:
                     else RunStatus.STOPPED
                 )
                 return uncommitted_result(scope, stored, snap, status, step.question, step, diagnostics)
-        summary = snap.summary if self.summarizer is not None else None
-        in_request = summary if summary is not None and summary.summary.text else None
-        summary_sources = (summary_block(key, in_request),) if in_request is not None else ()
-        assembly = assemble_sources(offered, self.limits.source_tokens)
-        for source_id in assembly.omitted:
-            diagnostics.append(
-                Diagnostic(
-                    "source_omitted",
-                    f"source {source_id!r} did not fit the source budget whole and was omitted",
-                    Severity.WARNING,
-                )
-            )
-        memory_sources: tuple[SourceBlock, ...] = ()
-        if self.memory is not None:
-            memory_sources, memory_notes = await harness_memory_blocks(self.memory, ticket, scope, user_input)
-            diagnostics.extend(memory_notes)
-        request_sources = (
-            *summary_sources,
-            *(step.blocks if step is not None else ()),
-            *memory_sources,
-            *assembly.included,
-        )
+        request = await assemble_request(self, ticket, scope, snap, offered, step, user_input, diagnostics)
+        summary, in_request, assembly = request.summary, request.in_request, request.assembly
+        request_sources = request.blocks
         prior, opening = opening_messages(user_input, step)
         ask = partial(
             run_turn,

@@ -26,6 +26,7 @@ import attrs
 
 from .._errors import ArchiveCorruptError, CapabilityError, SessionConflictError
 from .._history import MessageGroup
+from .._observe import spans as observe
 from .._ports import OpContext
 from .._ports.archive import HistoryArchive
 from .._ports.provider import SourceBlock, SourceKind
@@ -379,21 +380,26 @@ async def summarize_after_commit(
     frontier = current.summary.frontier if current is not None else 0
     if not outcome.archived_groups and frontier >= outcome.boundary:
         return outcome.revision, current, []
-    update = await update_summary(
-        ticket,
-        summarizer=summarizer,
-        reader=reader,
-        key=key,
-        current=current,
-        boundary=outcome.boundary,
-        receipts=_receipts(outcome),
-        limits=limits,
-    )
-    diagnostics = list(update.diagnostics)
-    if update.state is None:
-        return outcome.revision, current, diagnostics
-    saved, notes = await save_summary(ticket, store, key, outcome.revision, update.state)
-    diagnostics.extend(notes)
-    if saved is None:
-        return outcome.revision, current, diagnostics
-    return saved, update.state, diagnostics
+    with observe.stage("summary", {"agentium.summary.frontier": frontier}) as span:
+        update = await update_summary(
+            ticket,
+            summarizer=summarizer,
+            reader=reader,
+            key=key,
+            current=current,
+            boundary=outcome.boundary,
+            receipts=_receipts(outcome),
+            limits=limits,
+        )
+        diagnostics = list(update.diagnostics)
+        span.set("agentium.summary.diagnostics", len(diagnostics))
+        if update.state is None:
+            span.set("agentium.summary.moved", False)
+            return outcome.revision, current, diagnostics
+        saved, notes = await save_summary(ticket, store, key, outcome.revision, update.state)
+        diagnostics.extend(notes)
+        span.set("agentium.summary.moved", saved is not None)
+        if saved is None:
+            return outcome.revision, current, diagnostics
+        span.set("agentium.summary.frontier", update.state.summary.frontier)
+        return saved, update.state, diagnostics

@@ -24,6 +24,7 @@ from .._errors import (
     ToolNotGrantedError,
 )
 from .._history import Message, Role, ToolCall
+from .._observe import spans as observe
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
@@ -154,9 +155,16 @@ async def run_turn(
             status = RunStatus.COMPLETED
             break
         for call in reply.tool_calls:
-            outcome, content = await _run_tool(
-                tools, call, granted, limits.tool_timeout_s, refuse_write_effects
-            )
+            with observe.tool(call.name, call.id) as span:
+                span.content("gen_ai.tool.call.arguments", call.arguments)
+                outcome, content = await _run_tool(
+                    tools, call, granted, limits.tool_timeout_s, refuse_write_effects
+                )
+                span.set("agentium.tool.status", outcome.status.value)
+                if outcome.status is not ToolStatus.OK:
+                    span.fail(outcome.status.value)
+                else:
+                    span.content("gen_ai.tool.call.result", content)
             outcomes.append(outcome)
             if outcome.status is not ToolStatus.OK:
                 code = {
@@ -186,6 +194,35 @@ async def run_turn(
 
 
 async def _complete(ticket: Ticket, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
+    # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
+    with observe.chat(provider) as span:
+        span.content("gen_ai.system_instructions", [{"type": "text", "content": request.instructions}])
+        span.content("gen_ai.input.messages", observe.messages_json(request.turn))
+        response = await _complete_bounded(ticket, provider, request)
+        if span.recording or observe.current() is not None:
+            _describe(span, request, response)
+        return response
+
+
+def _describe(span: observe.Span | observe._Null, request: ModelRequest, response: object) -> None:
+    """Token usage (the engine's estimate where the provider gave none, as the run counts it)."""
+    message = getattr(response, "message", None)
+    usage = getattr(response, "usage", None)
+    if not isinstance(message, Message) or not isinstance(usage, Usage):
+        return  # refused by the response check right after
+    given_in, given_out = usage.input_tokens, usage.output_tokens
+    if given_in is None or given_out is None:
+        span.set("agentium.usage.estimated", True)
+    observe.tokens(
+        span,
+        request.estimated_tokens if given_in is None else given_in,
+        message.estimated_tokens if given_out is None else given_out,
+    )
+    span.set("agentium.tool_calls", len(message.tool_calls))
+    span.content("gen_ai.output.messages", observe.messages_json((message,)))
+
+
+async def _complete_bounded(ticket: Ticket, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
     try:
         return await ticket.call("provider complete", lambda ctx: provider.complete(request, ctx))
     except OperationTimeoutError as exc:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import AgentiumError, PublicationRefusedError
 from .._history import InterruptionCause, Message, MessageGroup, RetainedRecord, Role, TurnInterruption
+from .._observe import spans as observe
 from .._ports.summary import SummaryState
 from .._scope import Scope
 from .._text import cut_text
@@ -112,27 +113,32 @@ async def commit_turn(
     async def do_commit() -> None:
         if done:
             raise PublicationRefusedError("the publication hook called commit() twice")
-        try:
-            outcome = await commit(
-                ticket,
-                archive=runtime.archive,
-                store=runtime.session_store,
-                hooks=runtime._hooks,
-                limits=runtime.limits.resident,
-                key=key,
-                scope=scope,
-                stored=stored,
-                resident=(*snap.resident, group),
-                boundary=snap.boundary,
-                next_seq=snap.next_seq + 1,
-                keep_receipts=runtime.summarizer is not None,
-                before_save=progress.saving,
-            )
-        except AgentiumError as exc:
-            # Settled by the commit when its save failed; anything else failed before the save.
-            if exc.commit_state is not None:
-                progress.commit_state = exc.commit_state
-            raise
+        with observe.stage("commit", {"agentium.group.seq": group.seq}) as span:
+            try:
+                outcome = await commit(
+                    ticket,
+                    archive=runtime.archive,
+                    store=runtime.session_store,
+                    hooks=runtime._hooks,
+                    limits=runtime.limits.resident,
+                    key=key,
+                    scope=scope,
+                    stored=stored,
+                    resident=(*snap.resident, group),
+                    boundary=snap.boundary,
+                    next_seq=snap.next_seq + 1,
+                    keep_receipts=runtime.summarizer is not None,
+                    before_save=progress.saving,
+                )
+            except AgentiumError as exc:
+                # Settled by the commit when its save failed; anything else failed before the save.
+                if exc.commit_state is not None:
+                    progress.commit_state = exc.commit_state
+                span.set("agentium.commit_state", progress.commit_state.value)
+                raise
+            span.set("agentium.commit_state", CommitState.COMMITTED.value)
+            span.set("agentium.eviction.status", outcome.eviction.value)
+            span.set("agentium.snapshot.revision", outcome.revision)
         progress.commit_state = CommitState.COMMITTED
         progress.outcome = outcome
         done.append(outcome)

@@ -24,6 +24,7 @@ import attrs
 
 from .._errors import InvalidArgumentError, OperationTimeoutError
 from .._history import Message, Role
+from .._observe import spans as observe
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
@@ -287,18 +288,20 @@ async def verify_completed_turn(
         current = merge_turns(current, more)
         return final_answer(more.messages) if more.status is RunStatus.COMPLETED else None
 
-    record, notes = await verify_turn(
-        ticket,
-        verifier=verifier,
-        policy=policy,
-        limits=limits,
-        scope=scope,
-        answer=final_answer(turn.messages),
-        started_at=started_at,
-        timeout_s=timeout_s,
-        revise=revise,
-        steps_left=lambda: max_steps - current.steps,
-    )
+    with observe.stage("verification", {"agentium.verification.policy": policy.label}) as span:
+        record, notes = await verify_turn(
+            ticket,
+            verifier=verifier,
+            policy=policy,
+            limits=limits,
+            scope=scope,
+            answer=final_answer(turn.messages),
+            started_at=started_at,
+            timeout_s=timeout_s,
+            revise=revise,
+            steps_left=lambda: max_steps - current.steps,
+        )
+        _describe(span, record)
     status = RunStatus.COMPLETED if record.accepted else RunStatus.NOT_ACCEPTED
     return attrs.evolve(current, status=status), record, notes
 
@@ -314,18 +317,31 @@ async def verify_on_demand(
     timeout_s: float,
 ) -> tuple[VerificationRecord, list[Diagnostic]]:
     """One verification outside a turn (``agentium verify``): same deadline, budget and checks."""
-    attempt, notes = await _attempt(
-        ticket,
-        verifier,
-        CompletionCandidate(claim=claim),
-        scope,
-        revision=0,
-        max_entries=limits.max_entries,
-        max_bytes=limits.max_bytes,
-        started_at=started_at,
-        timeout_s=timeout_s,
-    )
-    return VerificationRecord(attempt.verdict, 0, "on-demand", (attempt,)), notes
+    with observe.stage("verification", {"agentium.verification.policy": "on-demand"}) as span:
+        attempt, notes = await _attempt(
+            ticket,
+            verifier,
+            CompletionCandidate(claim=claim),
+            scope,
+            revision=0,
+            max_entries=limits.max_entries,
+            max_bytes=limits.max_bytes,
+            started_at=started_at,
+            timeout_s=timeout_s,
+        )
+        record = VerificationRecord(attempt.verdict, 0, "on-demand", (attempt,))
+        _describe(span, record)
+    observe.record("verdicts", 1, {"agentium.verification.verdict": record.verdict.value})
+    return record, notes
+
+
+def _describe(span: observe.Span | observe._Null, record: VerificationRecord) -> None:
+    """A verification's verdict and counts on its span (the reason is content: only with capture)."""
+    span.set("agentium.verification.verdict", record.verdict.value)
+    span.set("agentium.verification.revisions", record.revisions)
+    span.set("agentium.verification.attempts", len(record.attempts))
+    if record.attempts:
+        span.content("agentium.verification.reason", record.attempts[-1].reason)
 
 
 def final_answer(messages: tuple[Message, ...]) -> str:

@@ -34,6 +34,8 @@ from .._errors import (
     MemoryRejectedError,
 )
 from .._history import Message
+from .._observe import spans as observe
+from .._observe.settings import Telemetry
 from .._ports._base import OpContext
 from .._ports.memory import (
     MAX_FACT_BYTES,
@@ -108,6 +110,8 @@ class MemoryManager:
     closes it). ``hooks`` broadcasts lifecycle events (the plugin registry);
     ``selection`` replaces the default :func:`recent_and_relevant`;
     ``extractor`` turns on extraction; ``accept`` adds the host's own rule.
+    ``telemetry`` chooses where the spans of its calls go outside a turn (inside
+    one they follow the runtime's); the global OpenTelemetry providers by default.
     """
 
     def __init__(
@@ -120,6 +124,7 @@ class MemoryManager:
         accept: AcceptRule | None = None,
         limits: MemoryLimits | None = None,
         owns_store: bool = False,
+        telemetry: Telemetry | None = None,
     ) -> None:
         caps = check_adapter("memory", store)
         assert isinstance(caps, MemoryCapabilities)
@@ -144,6 +149,9 @@ class MemoryManager:
         self._forgotten: set[str] = set()
         self._claims: dict[SessionKey, HistoryOwner] = {}
         self._closed = False
+        if telemetry is not None and not isinstance(telemetry, Telemetry):
+            raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
+        self._telemetry = telemetry.resolve() if telemetry is not None else None
 
     # -- state ------------------------------------------------------------------------------
 
@@ -162,7 +170,9 @@ class MemoryManager:
             raise AgentLifecycleError(f"{what} refused: the memory manager is closed; nothing was written")
 
     async def _call(self, operation: str, work: Callable[[OpContext], Awaitable[T]]) -> T:
-        return await Ticket(None, operation, self.limits.op_timeout_s).call(operation, work)
+        # Spans: ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory`` (Ticket.call).
+        with observe.using(self._telemetry):
+            return await Ticket(None, operation, self.limits.op_timeout_s).call(operation, work)
 
     async def _event(self, kind: MemoryEventKind, ack: MemoryAck, scope: MemoryScope | None) -> MemoryAck:
         if self._hooks is None or ack.status is not AckStatus.STORED:

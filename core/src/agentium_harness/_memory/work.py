@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,6 +28,8 @@ import attrs
 from .._engine.bounded import spawn
 from .._engine.owned_work import OwnedWork
 from .._errors import InvalidArgumentError
+from .._observe import spans as observe
+from .._observe.turn import observed_drain
 
 __all__ = [
     "DrainItem",
@@ -235,7 +238,23 @@ class WorkTracker:
         return unique
 
     async def drain(self, timeout_s: float, grace_s: float = CANCEL_GRACE_S) -> DrainResult:
-        """Wait up to ``timeout_s`` for all work, cancel what is left, and say what happened to each item."""
+        """Wait up to ``timeout_s`` for all work, cancel what is left, and say what happened to each item.
+
+        Every drain is logged (``agentium.engine.lifecycle``: WARNING when an
+        item failed or was cancelled) and counted (``agentium.drain.items``).
+        """
+        started = time.perf_counter()
+        with observe.stage("drain") as span:
+            result = await self._drain(timeout_s, grace_s)
+            span.set("agentium.drain.completed", len(result.completed))
+            span.set("agentium.drain.failed", len(result.failed))
+            span.set("agentium.drain.cancelled", len(result.cancelled))
+            if not result.ok:
+                span.fail("drain_incomplete")
+        observed_drain(result, time.perf_counter() - started)
+        return result
+
+    async def _drain(self, timeout_s: float, grace_s: float) -> DrainResult:
         if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or not timeout_s >= 0:
             raise InvalidArgumentError(f"drain timeout must be a number of seconds >= 0, got {timeout_s!r}")
         if math.isinf(timeout_s):

@@ -1,0 +1,135 @@
+"""The loggers: one per stage of a turn, and what each record carries.
+
+Every logger is under ``agentium`` (which has a :class:`logging.NullHandler`,
+so nothing is printed unless the host configures logging). Records carry
+structured fields through ``extra=`` (``agentium_code``, ``agentium_session``
+…); the free text of a diagnostic, which may quote content (an adapter's
+error message, a verifier's reason), is added only when the host opts in to
+content capture (:class:`~.settings.Telemetry`). Levels: WARNING or ERROR for
+every degraded outcome (each diagnostic of that severity), INFO for
+lifecycle events, DEBUG for decisions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "stage_logger"]
+
+#: Every logger of the core, with what it reports (docs/observability.md lists the same).
+LOGGERS: dict[str, str] = {
+    "agentium": "the root: holds a NullHandler; configure it to see everything below",
+    "agentium.engine": "runs: each run's end (INFO) and each error that leaves run() (WARNING)",
+    "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
+    "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
+    "agentium.engine.recall": "recall partial or failed, omitted sources, contract violations, policy stops",
+    "agentium.engine.request": "host sources omitted from the request (over the source budget)",
+    "agentium.engine.turn": "model calls and tools: failed, timed out or refused tools, step limit",
+    "agentium.engine.verification": "verifier unknown, failed or timed out, revisions, verdicts not accepted",
+    "agentium.engine.commit": "eviction deferred or blocked, archive diverged, save settled, commit state",
+    "agentium.engine.summary": "summary updates: gaps, conflicts, failures, contract violations",
+    "agentium.engine.memory": "memory facts omitted or refused, selection failures, memory writes (DEBUG)",
+    "agentium.engine.lifecycle": "abandoned adapter calls, drains (incomplete: WARNING), shutdown",
+    "agentium.engine.hooks": "lifecycle hooks that failed or timed out",
+    "agentium.engine.maintenance": "session close, flush and reconciliation problems",
+    "agentium.telemetry": "the instrumentation itself: a span processor or metric reader that failed",
+}
+
+for _name in LOGGERS:
+    logging.getLogger(_name)
+logging.getLogger("agentium").addHandler(logging.NullHandler())
+
+#: Diagnostic codes whose stage is not their prefix (the prefixes are matched below).
+_CODES: dict[str, str] = {
+    "call_abandoned": "lifecycle",
+    "step_limit": "turn",
+    "usage_estimated": "turn",
+    "revision_effect_refused": "verification",
+    "source_omitted": "request",
+    "legacy_scope_attested": "load",
+    "needs_clarification": "recall",
+    "clarification_failed": "recall",
+    "evidence_budget_exhausted": "verification",
+    "evidence_omitted": "verification",
+    "not_verified": "verification",
+    "completion_not_accepted": "verification",
+    "step_budget_exhausted": "verification",
+    "turn_interrupted_committed": "commit",
+    "interrupted_commit_failed": "commit",
+    "save_settled": "commit",
+    "oversized_group": "commit",
+    "joint_commit_failed": "commit",
+    "recall_index_failed": "commit",
+    "run_unsettled": "maintenance",
+    "run_admitted": "maintenance",
+    "legacy_not_flushed": "maintenance",
+    "flush_failed": "maintenance",
+    "no_session": "maintenance",
+    "summarizer_contract_violation": "summary",
+}
+_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("recall_", "recall"),
+    ("tool_", "turn"),
+    ("verif", "verification"),
+    ("revision", "verification"),
+    ("eviction_", "commit"),
+    ("archive_", "commit"),
+    ("summary_", "summary"),
+    ("memory_", "memory"),
+    ("hook_", "hooks"),
+)
+
+# An informational diagnostic (a note, an estimate) is a decision's detail, not a lifecycle event.
+_LEVELS = {"info": logging.DEBUG, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def stage_logger(stage: str) -> logging.Logger:
+    """The logger of ``stage`` (``agentium.engine.<stage>``); must be one listed in :data:`LOGGERS`."""
+    name = f"agentium.engine.{stage}"
+    if name not in LOGGERS:
+        raise KeyError(f"no logger {name!r}; add it to LOGGERS and docs/observability.md")
+    return logging.getLogger(name)
+
+
+def diagnostic_stage(code: str) -> str:
+    """The stage a diagnostic ``code`` belongs to (its logger); ``engine`` when none matches."""
+    stage = _CODES.get(code)
+    if stage is not None:
+        return stage
+    for prefix, named in _PREFIXES:
+        if code.startswith(prefix):
+            return named
+    return ""
+
+
+def _logger(stage: str) -> logging.Logger:
+    return logging.getLogger(f"agentium.engine.{stage}" if stage else "agentium.engine")
+
+
+def log_diagnostics(
+    diagnostics: Iterable[Any], fields: Mapping[str, object], *, capture_content: bool
+) -> None:
+    """One record per diagnostic, on its stage's logger at its severity's level.
+
+    ``fields`` are added to each record (``extra=``). The diagnostic's text is
+    in the message only with ``capture_content``: it may quote content.
+    """
+    for diagnostic in diagnostics:
+        severity = str(getattr(diagnostic.severity, "value", diagnostic.severity))
+        level = _LEVELS.get(severity, logging.DEBUG)
+        stage = diagnostic_stage(diagnostic.code)
+        log = _logger(stage)
+        if not log.isEnabledFor(level):
+            continue
+        extra = {
+            **fields,
+            "agentium_code": diagnostic.code,
+            "agentium_severity": severity,
+            "agentium_stage": stage or "engine",
+        }
+        if capture_content:
+            log.log(level, "%s: %s", diagnostic.code, diagnostic.message, extra=extra)
+        else:
+            log.log(level, "%s (%s)", diagnostic.code, severity, extra=extra)

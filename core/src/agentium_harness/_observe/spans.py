@@ -1,0 +1,502 @@
+"""Spans and metrics through OpenTelemetry, when it is installed and configured; nothing otherwise.
+
+The core imports and runs without ``opentelemetry-api``. With it but with no
+SDK configured (the global providers are still the API's proxies) a turn
+records nothing either: :func:`begin` finds no live provider once per turn,
+and every helper below then returns :data:`NULL`, whose ``with`` costs a
+method call (``benchmarks/otel_overhead.py`` measures it).
+
+Inside a turn the live state travels in a context variable, so stage
+modules, adapter calls in their own tasks (:func:`~.._engine.bounded.bounded`)
+and worker threads (``anyio.to_thread`` copies the context) all see it, and
+OpenTelemetry's own context (also a context variable) makes the spans of
+instrumented clients — botocore, redis, httpx — children of the adapter call
+that made them.
+
+Nothing here may fail a turn: every call into OpenTelemetry is guarded, and
+a failure (a span processor or metric reader that raises) is logged once on
+``agentium.telemetry`` and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from time import perf_counter
+from typing import Any
+
+from .metrics import Instruments, instruments_of, version
+from .settings import Resolved, Telemetry
+
+__all__ = [
+    "HAVE_OTEL",
+    "NULL",
+    "Active",
+    "Span",
+    "adapter_call",
+    "begin",
+    "chat",
+    "current",
+    "error_type",
+    "operation",
+    "stage",
+    "tool",
+]
+
+try:
+    from opentelemetry import context as _context
+    from opentelemetry import trace as _trace
+except ImportError:  # the core runs without OpenTelemetry (tests/core/test_observability_off.py)
+    _context = _trace = None  # type: ignore[assignment]
+
+#: True when ``opentelemetry-api`` is importable.
+HAVE_OTEL = _trace is not None
+
+_log = logging.getLogger("agentium.telemetry")
+_reported: set[tuple[str, type[BaseException]]] = set()
+
+# Span kinds by name, so this module never touches the API when it is absent.
+_CLIENT = _trace.SpanKind.CLIENT if _trace is not None else None
+_INTERNAL = _trace.SpanKind.INTERNAL if _trace is not None else None
+
+
+def _broken(what: str, exc: BaseException) -> None:
+    """Report an instrumentation failure once per kind; the turn goes on."""
+    # Once per kind of failure and exception class: a broken exporter must not flood the log.
+    if (what, type(exc)) not in _reported:
+        _reported.add((what, type(exc)))
+        _log.warning(
+            "telemetry: %s failed (%s); the run goes on without it",
+            what,
+            type(exc).__name__,
+            extra={"agentium_error_type": type(exc).__name__},
+        )
+
+
+def error_type(exc: BaseException) -> str:
+    """The low-cardinality ``error.type`` of an exception: its class name, never its message."""
+    name = type(exc).__qualname__
+    return "cancelled" if name in ("CancelledError", "Cancelled") else name
+
+
+# -- providers ----------------------------------------------------------------------------------
+
+
+_TRACERS: dict[int, tuple[Any, Any]] = {}
+
+
+def _tracer(provider: Any) -> Any:
+    """The agentium tracer of ``provider`` (the global one when ``None``), or ``None`` if nothing records."""
+    if _trace is None:
+        return None
+    if provider is None:
+        provider = _trace.get_tracer_provider()
+        if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
+            return None
+    held = _TRACERS.get(id(provider))
+    if held is not None and held[0] is provider:
+        return held[1]
+    try:
+        tracer = provider.get_tracer("agentium_harness", version())
+    except Exception as exc:
+        _broken("getting a tracer", exc)
+        return None
+    _TRACERS[id(provider)] = (provider, tracer)
+    return tracer
+
+
+# -- the live state of one operation -------------------------------------------------------------
+
+
+class Active:
+    """What one operation (a turn, a drain, a memory call) records through: tracer, instruments, settings."""
+
+    __slots__ = ("instruments", "settings", "tracer")
+
+    def __init__(self, tracer: Any, instruments: Instruments | None, settings: Resolved) -> None:
+        self.tracer = tracer
+        self.instruments = instruments
+        self.settings = settings
+
+    @property
+    def on(self) -> bool:
+        """True when anything records."""
+        return self.tracer is not None or self.instruments is not None
+
+
+_ACTIVE: contextvars.ContextVar[Active | None] = contextvars.ContextVar("agentium_telemetry", default=None)
+_DEFAULT: list[tuple[Any, Any, Active]] = []
+
+
+def begin(settings: Resolved) -> Active:
+    """The live state for one operation under ``settings`` (checks the providers once)."""
+    chosen = settings.settings
+    return Active(_tracer(chosen.tracer_provider), instruments_of(chosen.meter_provider), settings)
+
+
+def current() -> Active | None:
+    """The state of the operation under way, or of a standalone call (global providers, default settings)."""
+    active = _ACTIVE.get()
+    if active is not None:
+        return active if active.on else None
+    if _trace is None:
+        return None
+    tracer, instruments = _tracer(None), instruments_of(None)
+    if tracer is None and instruments is None:
+        return None
+    if _DEFAULT and _DEFAULT[0][0] is tracer and _DEFAULT[0][1] is instruments:
+        return _DEFAULT[0][2]
+    active = Active(tracer, instruments, Telemetry().resolve())
+    _DEFAULT[:] = [(tracer, instruments, active)]
+    return active
+
+
+def enter(active: Active) -> contextvars.Token[Active | None]:
+    """Make ``active`` the state of this task (and of the tasks and threads it starts)."""
+    return _ACTIVE.set(active)
+
+
+def leave(token: contextvars.Token[Active | None]) -> None:
+    """Undo :func:`enter`."""
+    _ACTIVE.reset(token)
+
+
+class using:
+    """Record under ``settings`` for the block, unless an operation (a turn) is already under way.
+
+    ``None`` changes nothing (the global providers and default settings apply).
+    """
+
+    __slots__ = ("_settings", "_token")
+
+    def __init__(self, settings: Resolved | None) -> None:
+        self._settings = settings
+        self._token: contextvars.Token[Active | None] | None = None
+
+    def __enter__(self) -> None:
+        if self._settings is not None and _ACTIVE.get() is None:
+            self._token = _ACTIVE.set(begin(self._settings))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
+
+
+# -- spans ---------------------------------------------------------------------------------------
+
+
+class _Null:
+    """The span of an operation nothing records: every method does nothing."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> _Null:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def set(self, key: str, value: object) -> None:
+        """Nothing records."""
+
+    def content(self, key: str, value: object) -> None:
+        """Nothing records."""
+
+    def event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        """Nothing records."""
+
+    def fail(self, kind: str) -> None:
+        """Nothing records."""
+
+    def result(self, value: object) -> None:
+        """Nothing records."""
+
+    @property
+    def recording(self) -> bool:
+        """False: nothing records."""
+        return False
+
+
+#: The span every helper returns when nothing records.
+NULL = _Null()
+
+
+class Span:
+    """One span (and its duration metric) of a live operation; use it as a context manager.
+
+    An exception leaving the block marks it failed with the exception's type
+    only (``error.type``, status ``ERROR``, an ``exception`` event with
+    ``exception.type``); the message is added only with content capture on,
+    since it may quote content.
+    """
+
+    __slots__ = (
+        "_active",
+        "_attrs",
+        "_error",
+        "_kind",
+        "_metric",
+        "_name",
+        "_otel",
+        "_stage",
+        "_started",
+        "_token",
+    )
+
+    def __init__(
+        self,
+        active: Active,
+        name: str,
+        kind: Any,
+        attributes: dict[str, Any],
+        metric: tuple[str, dict[str, Any]] | None = None,
+        stage: str | None = None,
+    ) -> None:
+        self._active = active
+        self._stage = stage
+        self._name = name
+        self._kind = kind
+        self._attrs = attributes
+        self._metric = metric
+        self._otel: Any = None
+        self._token: Any = None
+        self._error: str | None = None
+        self._started = 0.0
+
+    @property
+    def recording(self) -> bool:
+        """True when this span goes to a tracer (attributes set on it are kept)."""
+        return self._otel is not None
+
+    def __enter__(self) -> Span:
+        self._started = perf_counter()
+        tracer = self._active.tracer
+        if tracer is not None:
+            try:
+                span = tracer.start_span(self._name, kind=self._kind, attributes=self._attrs)
+                self._token = _context.attach(_trace.set_span_in_context(span))
+                self._otel = span
+            except Exception as exc:
+                _broken("starting a span", exc)
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is not None:
+            self.fail(error_type(exc), exc)
+        elapsed = perf_counter() - self._started
+        span, self._otel = self._otel, None
+        if span is not None:
+            try:
+                _context.detach(self._token)
+            except Exception as err:  # pragma: no cover - only a foreign context could refuse it
+                _broken("leaving a span's context", err)
+            try:
+                span.end()
+            except Exception as err:
+                _broken("ending a span", err)
+        instruments = self._active.instruments
+        if instruments is None:
+            return
+        failed = {"error.type": self._error} if self._error is not None else {}
+        if self._metric is not None:
+            name, attributes = self._metric
+            instruments.record(name, elapsed, {**attributes, **failed})
+        if self._stage is not None:
+            instruments.record("stage_duration", elapsed, {"agentium.stage": self._stage, **failed})
+
+    def set(self, key: str, value: object) -> None:
+        """Set one attribute (``None`` is skipped); also on the duration metric when it is a GenAI one."""
+        if value is None:
+            return
+        if self._metric is not None and key in _METRIC_KEYS:
+            self._metric[1][key] = value
+        if self._otel is not None:
+            try:
+                self._otel.set_attribute(key, value)
+            except Exception as exc:
+                _broken("setting a span attribute", exc)
+
+    def content(self, key: str, value: object) -> None:
+        """Set an attribute that carries content: only when the host opted in to content capture."""
+        if self._otel is not None and self._active.settings.capture_content and value is not None:
+            self.set(key, value if isinstance(value, str | int | float | bool) else _json(value))
+
+    def event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        """Add an event (a diagnostic, a decision) to the span."""
+        if self._otel is not None:
+            try:
+                self._otel.add_event(name, dict(attributes or {}))
+            except Exception as exc:
+                _broken("adding a span event", exc)
+
+    def fail(self, kind: str, exc: BaseException | None = None) -> None:
+        """Mark the operation failed with ``kind`` as its ``error.type`` (a type name, never a message)."""
+        self._error = kind
+        span = self._otel
+        if span is None:
+            return
+        try:
+            span.set_attribute("error.type", kind)
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR, kind))
+            if exc is not None:
+                event = {"exception.type": type(exc).__qualname__}
+                if self._active.settings.capture_content:
+                    event["exception.message"] = str(exc)
+                span.add_event("exception", event)
+        except Exception as err:
+            _broken("marking a span failed", err)
+
+    def result(self, value: object) -> None:
+        """Describe an adapter call's result (a memory acknowledgment, a count of records)."""
+        if self._otel is None or self._attrs.get("gen_ai.operation.name") not in _MEMORY_NAMES:
+            return
+        fact_id = getattr(value, "fact_id", None)
+        if isinstance(fact_id, str):
+            self.set("gen_ai.memory.record.id", fact_id)
+            self.set("gen_ai.memory.record.count", 1)
+            status = getattr(value, "status", None)
+            self.set("agentium.memory.ack", str(getattr(status, "value", status)))
+        elif isinstance(value, Sequence) and not isinstance(value, str | bytes):
+            self.set("gen_ai.memory.record.count", len(value))
+
+
+#: Attributes that also go on a GenAI duration metric (low cardinality).
+_METRIC_KEYS = frozenset({"gen_ai.request.model", "gen_ai.response.model"})
+
+
+def _json(value: object) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str, sort_keys=True)
+    except Exception:
+        return str(value)
+
+
+def stage(
+    name: str, attributes: Mapping[str, Any] | None = None, *, span_name: str | None = None
+) -> Span | _Null:
+    """The span of one stage of a turn (``agentium.<name>`` unless ``span_name``) and its duration."""
+    active = current()
+    if active is None:
+        return NULL
+    return Span(active, span_name or f"agentium.{name}", _INTERNAL, dict(attributes or {}), stage=name)
+
+
+def operation(
+    name: str, span_name: str, kind: str = "client", metric_stage: str | None = None, **attributes: Any
+) -> Span | _Null:
+    """A GenAI operation span (``gen_ai.operation.name`` = ``name``) with the GenAI duration metric.
+
+    ``metric_stage`` also records it as that stage of the turn.
+    """
+    active = current()
+    if active is None:
+        return NULL
+    attributes["gen_ai.operation.name"] = name
+    metric = ("operation_duration", {"gen_ai.operation.name": name})
+    if "gen_ai.provider.name" in attributes:
+        metric[1]["gen_ai.provider.name"] = attributes["gen_ai.provider.name"]
+    if "gen_ai.request.model" in attributes:
+        metric[1]["gen_ai.request.model"] = attributes["gen_ai.request.model"]
+    span_kind = _CLIENT if kind == "client" else _INTERNAL
+    return Span(active, span_name, span_kind, attributes, metric, metric_stage)
+
+
+#: Adapter calls that are GenAI memory operations (``gen_ai.operation.name``).
+MEMORY_OPERATIONS: dict[str, str] = {
+    "memory remember": "create_memory",
+    "memory correct": "update_memory",
+    "memory forget": "delete_memory",
+    "memory select": "search_memory",
+    "memory list": "search_memory",
+    "memory history": "search_memory",
+}
+_MEMORY_NAMES = frozenset(MEMORY_OPERATIONS.values())
+#: Adapter calls whose span the caller opens itself, with what only it knows (the chat span).
+CALLER_TRACED = frozenset({"provider complete"})
+
+
+def adapter_call(operation_name: str) -> Span | _Null:
+    """The span of one adapter call through ``Ticket.call``: ``agentium.<operation>``, or a GenAI one."""
+    active = current()
+    if active is None or operation_name in CALLER_TRACED:
+        return NULL
+    memory = MEMORY_OPERATIONS.get(operation_name)
+    if memory is not None:
+        return operation(memory, memory, **{"agentium.operation": operation_name})
+    if active.tracer is None:
+        return NULL  # plain adapter calls have no metric of their own
+    name = "agentium." + operation_name.replace(" ", ".")
+    return Span(active, name, _CLIENT, {"agentium.operation": operation_name})
+
+
+def chat(provider: object) -> Span | _Null:
+    """The span of one model call: ``chat {model}``, with the provider's GenAI name and model if it says them.
+
+    A provider may declare ``gen_ai_provider_name`` (e.g. ``"openai"``) and
+    ``gen_ai_request_model``; otherwise its class name is the provider name.
+    """
+    if current() is None:
+        return NULL
+    name = getattr(provider, "gen_ai_provider_name", None)
+    model = getattr(provider, "gen_ai_request_model", None)
+    attributes: dict[str, Any] = {
+        "gen_ai.provider.name": name if isinstance(name, str) and name else type(provider).__name__
+    }
+    if isinstance(model, str) and model:
+        attributes["gen_ai.request.model"] = model
+    span_name = f"chat {model}" if "gen_ai.request.model" in attributes else "chat"
+    return operation("chat", span_name, **attributes)
+
+
+def tool(name: str, call_id: str) -> Span | _Null:
+    """The span of one tool call: ``execute_tool {name}``."""
+    if current() is None:
+        return NULL
+    return operation(
+        "execute_tool",
+        f"execute_tool {name}",
+        kind="internal",
+        **{"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function"},
+    )
+
+
+def record(instrument: str, value: float, attributes: Mapping[str, Any]) -> None:
+    """Add to one metric instrument of the operation under way, if metrics record."""
+    active = current()
+    if active is not None and active.instruments is not None:
+        active.instruments.record(instrument, value, attributes)
+
+
+def tokens(span: Span | _Null, input_tokens: int | None, output_tokens: int | None) -> None:
+    """Put a model call's token usage on its span and on ``gen_ai.client.token.usage``."""
+    if not isinstance(span, Span):
+        return
+    span.set("gen_ai.usage.input_tokens", input_tokens)
+    span.set("gen_ai.usage.output_tokens", output_tokens)
+    instruments = span._active.instruments
+    if instruments is None or span._metric is None:
+        return
+    base = dict(span._metric[1])
+    for kind, count in (("input", input_tokens), ("output", output_tokens)):
+        if count is not None:
+            instruments.record("token_usage", count, {**base, "gen_ai.token.type": kind})
+
+
+def messages_json(messages: Sequence[Any]) -> list[dict[str, Any]]:
+    """Messages in the GenAI conventions' shape (role and text parts), for content capture only."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = getattr(getattr(message, "role", None), "value", "user")
+        parts: list[dict[str, Any]] = []
+        text = getattr(message, "content", "")
+        if text and role == "tool":
+            parts.append({"type": "tool_call_response", "id": message.tool_call_id, "result": text})
+        elif text:
+            parts.append({"type": "text", "content": text})
+        for call in getattr(message, "tool_calls", ()) or ():
+            parts.append({"type": "tool_call", "id": call.id, "name": call.name, "arguments": call.arguments})
+        out.append({"role": role, "parts": parts})
+    return out

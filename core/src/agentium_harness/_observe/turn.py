@@ -1,0 +1,213 @@
+"""The span, metrics and log records of one run (``HarnessRuntime.run``), and of a drain.
+
+:func:`traced_run` wraps ``run()``: it opens the turn's span (``invoke_agent
+agentium``, with ``gen_ai.conversation.id``, the hashed scope and, at the
+end, every status of the result), makes it the parent of every stage span,
+and when the run ends logs each diagnostic on its stage's logger, adds it
+to the span as an event and counts the outcomes in the metrics. With nothing
+recording, only the logging remains (one ``isEnabledFor`` per record).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from time import perf_counter
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
+
+from .._errors import AgentiumError
+from .logs import log_diagnostics
+from .settings import Resolved, Telemetry
+from .spans import _INTERNAL, NULL, Active, Span, _Null, begin, enter, error_type, leave
+
+__all__ = ["AGENT_NAME", "observed_drain", "settings_of", "traced_run"]
+
+#: ``gen_ai.agent.name`` of the turn span.
+AGENT_NAME = "agentium"
+
+_log = logging.getLogger("agentium.engine")
+_lifecycle = logging.getLogger("agentium.engine.lifecycle")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+_DEFAULT: list[Resolved] = []
+
+
+def settings_of(owner: object) -> Resolved:
+    """The resolved telemetry settings of a runtime (``owner.telemetry``), the defaults without one."""
+    resolved = getattr(owner, "_telemetry_resolved", None)
+    if isinstance(resolved, Resolved):
+        return resolved
+    if not _DEFAULT:
+        _DEFAULT.append(Telemetry().resolve())
+    return _DEFAULT[0]
+
+
+def _scope_attributes(settings: Resolved, identity: Any, session_id: object) -> dict[str, Any]:
+    tenant, user = str(getattr(identity, "tenant", "")), str(getattr(identity, "user", ""))
+    session = str(session_id)
+    return {
+        "gen_ai.conversation.id": settings.ident(tenant, user, session),
+        "agentium.scope.tenant": settings.ident(tenant),
+        "agentium.scope.user": settings.ident(tenant, user),
+    }
+
+
+def _value(x: object) -> object:
+    return getattr(x, "value", x)
+
+
+def _outcome(result: Any) -> dict[str, Any]:
+    """The statuses of a run's result, as span attributes and log fields (no content)."""
+    usage = result.usage
+    out: dict[str, Any] = {
+        "agentium.run.status": _value(result.status),
+        "agentium.commit_state": _value(result.commit_state),
+        "agentium.eviction.status": _value(result.eviction),
+        "agentium.sources.status": _value(result.sources),
+        "agentium.snapshot.revision": result.snapshot_revision,
+        "agentium.tool_calls": len(result.tool_outcomes),
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+    }
+    if result.group_seq is not None:
+        out["agentium.group.seq"] = result.group_seq
+    if result.recall is not None:
+        out["agentium.recall.status"] = _value(result.recall.status)
+        out["agentium.recall.decision"] = _value(result.recall.decision)
+    if result.verification is not None:
+        out["agentium.verification.verdict"] = _value(result.verification.verdict)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _field(key: str) -> str:
+    """The log field of a span attribute: ``agentium.run.status`` → ``agentium_run_status``."""
+    if key == "gen_ai.conversation.id":
+        return "agentium_session"
+    if key.startswith("agentium."):
+        return key.replace(".", "_")
+    return "agentium_" + key.removeprefix("gen_ai.usage.").replace(".", "_")
+
+
+def _fields(attributes: Mapping[str, Any]) -> dict[str, object]:
+    """Log ``extra=`` fields from span attributes (no content: statuses, counts, hashed ids)."""
+    return {_field(k): v for k, v in attributes.items()}
+
+
+def _finish(
+    span: Span | _Null,
+    active: Active | None,
+    settings: Resolved,
+    scope: dict[str, Any],
+    diagnostics: Iterable[Any],
+    outcome: dict[str, Any],
+    elapsed: float,
+) -> None:
+    """Everything said about a run once it ended: span attributes and events, metrics, log records."""
+    notes = tuple(diagnostics)
+    for key, value in outcome.items():
+        span.set(key, value)
+    instruments = active.instruments if active is not None else None
+    for note in notes:
+        severity = str(_value(note.severity))
+        event = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": severity}
+        if settings.capture_content:
+            event["agentium.diagnostic.message"] = note.message
+        span.event("agentium.diagnostic", event)
+        if instruments is not None:
+            counted = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": severity}
+            instruments.record("diagnostics", 1, counted)
+    if instruments is not None:
+        status = {"agentium.run.status": outcome.get("agentium.run.status", "error")}
+        if "error.type" in outcome:
+            status["error.type"] = outcome["error.type"]
+        instruments.record("turn_duration", elapsed, status)
+        if "agentium.recall.status" in outcome:
+            instruments.record("recall", 1, {"agentium.recall.status": outcome["agentium.recall.status"]})
+        eviction = outcome.get("agentium.eviction.status")
+        if eviction not in (None, "not_needed"):
+            instruments.record("evictions", 1, {"agentium.eviction.status": eviction})
+        if outcome.get("agentium.archived", 0):
+            instruments.record("archived_groups", outcome["agentium.archived"], {})
+        if "agentium.verification.verdict" in outcome:
+            verdict = outcome["agentium.verification.verdict"]
+            instruments.record("verdicts", 1, {"agentium.verification.verdict": verdict})
+    failed = "error.type" in outcome
+    fields = _fields({**scope, **outcome}) if notes or failed or _log.isEnabledFor(logging.INFO) else {}
+    if notes:
+        log_diagnostics(notes, fields, capture_content=settings.capture_content)
+    if failed:
+        _log.warning("run failed: %s", outcome["error.type"], extra=fields)
+    elif _log.isEnabledFor(logging.INFO):
+        run_status, state = outcome.get("agentium.run.status"), outcome.get("agentium.commit_state")
+        _log.info("run %s, %s", run_status, state, extra=fields)
+
+
+def traced_run(
+    run: Callable[Concatenate[Any, Any, Any, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[Any, Any, Any, P], Coroutine[Any, Any, R]]:
+    """Wrap ``HarnessRuntime.run(self, identity, session_id, …)`` in the turn's span, metrics and logs."""
+
+    @functools.wraps(run)
+    async def observed(self: Any, identity: Any, session_id: Any, *args: P.args, **kwargs: P.kwargs) -> R:
+        settings = settings_of(self)
+        active = begin(settings)
+        token = enter(active)
+        started = perf_counter()
+        scope: dict[str, Any] = {}
+        span: Span | _Null = NULL
+        try:
+            if active.on or _log.isEnabledFor(logging.INFO):
+                scope = _scope_attributes(settings, identity, session_id)
+            if active.on:
+                attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME}
+                attributes.update(scope)
+                span = Span(active, f"invoke_agent {AGENT_NAME}", _INTERNAL, attributes)
+            with span:
+                try:
+                    result = await run(self, identity, session_id, *args, **kwargs)
+                except AgentiumError as exc:
+                    failed = getattr(exc, "run_result", None)
+                    outcome = _outcome(failed) if failed is not None else {}
+                    outcome["error.type"] = error_type(exc)
+                    if exc.commit_state is not None:
+                        outcome["agentium.commit_state"] = _value(exc.commit_state)
+                    notes = failed.diagnostics if failed is not None else ()
+                    _finish(span, active, settings, scope, notes, outcome, perf_counter() - started)
+                    raise
+                outcome = _outcome(result)
+                outcome["agentium.archived"] = len(getattr(result, "archived", ()))
+                _finish(span, active, settings, scope, result.diagnostics, outcome, perf_counter() - started)  # type: ignore[attr-defined]
+                return result
+        finally:
+            leave(token)
+
+    return cast(Callable[Concatenate[Any, Any, Any, P], Coroutine[Any, Any, R]], observed)
+
+
+def observed_drain(result: Any, elapsed_s: float) -> None:
+    """Log a drain's outcome (WARNING when anything failed or was cancelled) and count its items."""
+    from .spans import current
+
+    counts = {
+        "completed": len(getattr(result, "completed", ())),
+        "failed": len(getattr(result, "failed", ())),
+        "cancelled": len(getattr(result, "cancelled", ())),
+    }
+    active = current()
+    if active is not None and active.instruments is not None:
+        for outcome, count in counts.items():
+            if count:
+                active.instruments.record("drain", count, {"agentium.drain.outcome": outcome})
+    fields = {f"agentium_drain_{k}": v for k, v in counts.items()}
+    if counts["failed"] or counts["cancelled"]:
+        _lifecycle.warning(
+            "drain incomplete: %d completed, %d failed, %d cancelled",
+            counts["completed"],
+            counts["failed"],
+            counts["cancelled"],
+            extra=fields,
+        )
+    else:
+        _lifecycle.info("drain settled %d item(s) in %.3fs", counts["completed"], elapsed_s, extra=fields)
