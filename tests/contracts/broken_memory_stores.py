@@ -15,9 +15,11 @@ import attrs
 import pytest
 
 from agentium_harness.adapters._sqlite_memory_sql import COLUMNS, decode_row
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.sqlite import SQLiteConfig
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.plugin_api import (
+    MAX_LOOKUP_LIMIT,
     AckStatus,
     MemoryAck,
     MemoryCapabilities,
@@ -224,6 +226,54 @@ class JoinsIds(SQLiteMemoryStore):
         return [attrs.evolve(f, fact=attrs.evolve(f.fact, scope=scope)) for f in found]
 
 
+class JoinsOwnerOnChange(SQLiteMemoryStore):
+    """Checks who may change a fact by comparing ``tenant/user`` joined with '/' (lookup is right).
+
+    Tenant ``a`` with user ``b/c`` is then tenant ``a/b`` with user ``c``: one
+    tenant corrects, forgets and reads the history of another's fact.
+    """
+
+    capabilities = CAPS
+
+    @staticmethod
+    def _latest(conn: sqlite3.Connection, scope: MemoryScope, fact_id: str) -> StoredFact:
+        row = conn.execute(
+            f"SELECT {COLUMNS} FROM memory_facts WHERE fact_id = ? ORDER BY revision DESC LIMIT 1",
+            (fact_id,),
+        ).fetchone()
+        if row is None or f"{row[2]}/{row[3]}" != f"{scope.tenant}/{scope.user}":
+            raise MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user")
+        return decode_row(row)
+
+
+class NotesAbsentAsTilde(InMemoryMemoryStore):
+    """Keys facts by scope with an absent project or repository written as '~' (another id can spell it)."""
+
+    capabilities = InMemoryMemoryStore.capabilities
+
+    @staticmethod
+    def _k(scope: MemoryScope) -> MemoryScope:
+        return MemoryScope(scope.tenant, scope.user, scope.project or "~", scope.repository or "~")
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        # Every fact of the tenant and user, filtered on the '~'-keyed project and repository.
+        found = await super().lookup(
+            MemoryScope(scope.tenant, scope.user), query, MAX_LOOKUP_LIMIT, ctx, at=at
+        )
+        owner = await self.list_facts(scope, MAX_LOOKUP_LIMIT, ctx)
+        wanted = self._k(scope)
+        keep = [
+            f
+            for f in {f.fact_id: f for f in [*found, *owner]}.values()
+            if self._k(f.scope).project in (wanted.project, "~")
+            and self._k(f.scope).repository in (wanted.repository, "~")
+            and f.fact.valid_at(at or datetime.now().astimezone())
+        ]
+        return keep[:limit]
+
+
 class NotDurable(SQLiteMemoryStore):
     """Acknowledges durable writes, but a reopened store starts from a different (empty) file."""
 
@@ -294,6 +344,16 @@ class TestListsOldestFirst(MemoryStoreContract):
 
 class TestJoinsIds(MemoryStoreContract):
     memory_store = _store(JoinsIds)
+
+
+class TestJoinsOwnerOnChange(MemoryStoreContract):
+    memory_store = _store(JoinsOwnerOnChange)
+
+
+class TestNotesAbsentAsTilde(MemoryStoreContract):
+    @pytest.fixture
+    def memory_store(self) -> InMemoryMemoryStore:
+        return NotesAbsentAsTilde()
 
 
 class TestNotDurable(MemoryStoreContract):

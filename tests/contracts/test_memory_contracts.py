@@ -63,8 +63,16 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_bad_facts_are_rejected_and_nothing_is_written",
         "test_fact_text_is_kept_verbatim_whatever_it_says",
     },
-    "TestLeaksTenants": {"test_lookup_is_bounded_and_never_crosses_scopes", "test_hostile_ids_stay_apart"},
-    "TestFiltersAfterLimit": {"test_lookup_is_bounded_and_never_crosses_scopes"},
+    "TestLeaksTenants": {
+        "test_lookup_is_bounded_and_never_crosses_scopes",
+        "test_hostile_ids_stay_apart",
+        "test_colliding_scopes_stay_apart_in_every_operation",
+    },
+    # Foreign rows take the places of the scope's own in the colliding set too.
+    "TestFiltersAfterLimit": {
+        "test_lookup_is_bounded_and_never_crosses_scopes",
+        "test_colliding_scopes_stay_apart_in_every_operation",
+    },
     "TestReturnsExpired": {
         "test_facts_outside_their_validity_window_are_not_returned",
         "test_lookup_is_bounded_and_never_crosses_scopes",
@@ -78,7 +86,17 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestIgnoresDeadline": {"test_an_expired_context_is_refused_before_any_work"},
     "TestForgetsUndeclared": {"test_undeclared_operations_raise_unsupported"},
     "TestListsOldestFirst": {"test_list_facts_is_bounded_newest_first_and_shows_expired_facts"},
-    "TestJoinsIds": {"test_hostile_ids_stay_apart"},
+    "TestJoinsIds": {
+        "test_hostile_ids_stay_apart",
+        "test_colliding_scopes_stay_apart_in_every_operation",
+        "test_every_mutation_checks_scope_directly_and_through_the_manager",
+    },
+    # Issue 29's misses: a change checked on joined ids, an absent id keyed as '~'.
+    "TestJoinsOwnerOnChange": {
+        "test_colliding_scopes_stay_apart_in_every_operation",
+        "test_every_mutation_checks_scope_directly_and_through_the_manager",
+    },
+    "TestNotesAbsentAsTilde": {"test_colliding_scopes_stay_apart_in_every_operation"},
     "TestNotDurable": {"test_acknowledged_writes_survive_a_reopen"},
 }
 

@@ -14,6 +14,12 @@ Converters are made by :func:`make_converter`, never shared and mutated:
   where an array belongs: each is an error, never ``"None"``, ``"12"`` or ``0``.
 - ``strict=False`` keeps cattrs' coercions.
 
+Times (:class:`datetime.datetime`) are encoded as fixed-width UTC text,
+``2026-01-31T09:30:00.000000Z`` (:func:`iso_utc`), so text order is time
+order and a record with a time has one canonical encoding. Only
+timezone-aware times are encoded (a naive one raises :class:`EncodingError`),
+and only text :func:`iso_utc` could have written decodes back.
+
 The config loader uses the same strict rules with TOML's words for types
 (:class:`TypeWords`), so a person reads "expected an integer, got string".
 
@@ -35,6 +41,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar, get_args, get_origin
 
 import attrs
@@ -66,8 +73,10 @@ __all__ = [
     "digest_bytes",
     "digest_of",
     "from_json",
+    "iso_utc",
     "json_depth_exceeds",
     "make_converter",
+    "parse_iso_utc",
     "register_structure_hook",
     "structure",
     "to_json",
@@ -89,6 +98,44 @@ def _canonical_list(items: Iterable[Any]) -> list[Any]:
     return sorted(
         items, key=lambda v: json.dumps(v, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     )
+
+
+# -- times ---------------------------------------------------------------------------------------
+
+
+def iso_utc(when: datetime) -> str:
+    """A fixed-width UTC text form (``0001-01-01T00:00:00.000000Z``): text order is time order.
+
+    A naive ``when`` is taken as local time (what :meth:`datetime.astimezone`
+    does); records are encoded with :func:`_unstructure_datetime`, which refuses it.
+    """
+    return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+_ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+
+
+def parse_iso_utc(text: object) -> datetime:
+    """Invert :func:`iso_utc`; ``ValueError`` on anything it could not have written."""
+    if not isinstance(text, str) or not _ISO.fullmatch(text):
+        raise ValueError(f"not a stored UTC time: {text!r}")
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
+
+
+def _unstructure_datetime(when: datetime) -> str:
+    if when.tzinfo is None or when.utcoffset() is None:
+        # A naive time names no instant: encoding it would store whatever the machine's zone says.
+        raise EncodingError(f"cannot encode {when!r}: only timezone-aware datetimes are encoded")
+    return iso_utc(when)
+
+
+def _structure_datetime(value: object, _: type) -> datetime:
+    try:
+        return parse_iso_utc(value)
+    except ValueError as exc:
+        raise StrictTypeError(
+            f"expected a UTC time like 2026-01-31T09:30:00.000000Z, got {_json_type(value)}"
+        ) from exc
 
 
 # -- strict scalar and collection rules ---------------------------------------------------------
@@ -301,6 +348,9 @@ def make_converter(*, strict: bool, words: TypeWords | None = None) -> cattrs.Co
     # otherwise pick the str/int identity hook and hand back the member itself.
     for enum_base in (enum.Enum, enum.StrEnum, enum.IntEnum):
         conv.register_unstructure_hook(enum_base, lambda member: member.value)
+    # Times are one canonical text form, strict or lenient (a datetime has no JSON type of its own).
+    conv.register_unstructure_hook(datetime, _unstructure_datetime)
+    conv.register_structure_hook(datetime, _structure_datetime)
     if strict:
         words = JSON_WORDS if words is None else words
         for scalar, hook in _strict_scalars(words).items():

@@ -78,11 +78,21 @@ class AgentiumError(Exception):
     run_result: RunResult | None = None
 
 
-class InvalidIdError(AgentiumError, ValueError):
+class InvalidArgumentError(AgentiumError, TypeError, ValueError):
+    """An argument to a public call has the wrong type or an unacceptable value.
+
+    For example ``grants="shell"`` (a string where a collection of tool names
+    belongs) or a ``recall_scope`` given as a dict. Nothing was admitted or written.
+    """
+
+
+class InvalidIdError(InvalidArgumentError):
     """An identifier (tenant, user, session, project, repository…) is not acceptable.
 
     The message names the field. IDs must be non-empty strings of at most 256
-    characters without NUL or other control characters.
+    characters without NUL or other control characters. It is an
+    :class:`InvalidArgumentError`, the error the ports name for a bad
+    argument, so ``except InvalidArgumentError`` covers a bad id too.
     """
 
     def __init__(self, field: str, reason: str) -> None:
@@ -384,14 +394,6 @@ class FeatureUnavailableError(CapabilityError):
 
 class UnsupportedOperationError(AgentiumError, NotImplementedError):
     """An adapter was asked for an operation it did not declare (see its capabilities)."""
-
-
-class InvalidArgumentError(AgentiumError, TypeError, ValueError):
-    """An argument to a public call has the wrong type or an unacceptable value.
-
-    For example ``grants="shell"`` (a string where a collection of tool names
-    belongs) or a ``recall_scope`` given as a dict. Nothing was admitted or written.
-    """
 
 
 class ProviderTimeoutError(ProviderError):

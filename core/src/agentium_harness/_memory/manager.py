@@ -237,7 +237,10 @@ class MemoryManager:
         Raises :class:`MemoryRejectedError` for a replacement the checks
         refuse, :class:`MemoryFactNotFoundError` for a missing or foreign id
         (the same error either way) and :class:`MemoryFactForgottenError` for
-        a forgotten fact; nothing changes in any of these cases.
+        a forgotten fact; nothing changes in any of these cases. With a store
+        declaring ``history``, the fact's revisions are read first and must be
+        owned by ``scope`` (:class:`ContractViolationError` if the store
+        returns another tenant's: its own check is wrong).
         """
         self._check_open("correct")
         scope = _scope(scope)
@@ -247,6 +250,7 @@ class MemoryManager:
             raise MemoryRejectedError(reason)
         if not scope.owns(replacement.scope):
             raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
+        await self._check_owner(scope, fact_id, "memory correct")
         raw = await self._call(
             "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
         )
@@ -257,15 +261,40 @@ class MemoryManager:
         """Tombstone ``fact_id`` and remove its content; it is never injected again.
 
         Raises :class:`MemoryFactNotFoundError` for a missing or foreign id
-        (one message for both); nothing changes then.
+        (one message for both); nothing changes then. The owner is re-checked
+        first as for :meth:`correct`.
         """
         self._check_open("forget")
         scope = _scope(scope)
         validate_id(fact_id, "fact id")
+        await self._check_owner(scope, fact_id, "memory forget")
         raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
         ack = self._checked_ack(raw, "memory forget")
         self._forgotten.add(fact_id)
         return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
+
+    async def _check_owner(self, scope: MemoryScope, fact_id: str, operation: str) -> None:
+        """Before a change, the fact's revisions must be ``fact_id``'s, owned by ``scope`` (defence in depth).
+
+        Like recall's owner check on every candidate: a store whose own check
+        is wrong (keys joined from ids, so tenant ``a`` + user ``b/c`` is
+        tenant ``a/b`` + user ``c``) must not let one tenant change another's
+        fact. Needs ``history``; a store without it is trusted on its own
+        check. A missing or foreign id is refused by the store's ``history``
+        (``MemoryFactNotFoundError``); revisions of another tenant or user, or
+        of another id, are a :class:`ContractViolationError`, and nothing is changed.
+        """
+        if not self.capabilities.history:
+            return
+        raw = await self._call(
+            f"{operation} owner check", lambda ctx: self.store.history(scope, fact_id, ctx)
+        )
+        revisions = _checked_facts(raw, scope, MAX_LOOKUP_LIMIT, f"{operation} owner check")
+        if any(r.fact_id != fact_id for r in revisions):
+            raise ContractViolationError(
+                f"{operation} owner check: the store's history of {fact_id!r} holds another fact; "
+                "nothing was changed"
+            )
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -428,5 +457,7 @@ def _checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) 
         raise ContractViolationError(f"{operation} returned {len(facts)} facts, over the limit of {limit}")
     for fact in facts:
         if not isinstance(fact, StoredFact) or not scope.owns(fact.scope):
-            raise ContractViolationError(f"{operation} returned a fact of another tenant or user")
+            raise ContractViolationError(
+                f"{operation} returned a fact of another tenant or user; nothing was changed"
+            )
     return facts

@@ -26,11 +26,12 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 import attrs
 
+from .._codec import iso_utc, parse_iso_utc
 from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
@@ -248,21 +249,6 @@ def check_limit(limit: object) -> int:
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LOOKUP_LIMIT:
         raise InvalidArgumentError(f"limit must be an int between 1 and {MAX_LOOKUP_LIMIT}, got {limit!r}")
     return limit
-
-
-def iso_utc(when: datetime) -> str:
-    """A fixed-width UTC text form (``0001-01-01T00:00:00.000000Z``): text order is time order."""
-    return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
-_ISO = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
-
-
-def parse_iso_utc(text: object) -> datetime:
-    """Invert :func:`iso_utc`; ``ValueError`` on anything it could not have written."""
-    if not isinstance(text, str) or not _ISO.fullmatch(text):
-        raise ValueError(f"not a stored UTC time: {text!r}")
-    return datetime.fromisoformat(text[:-1]).replace(tzinfo=UTC)
 
 
 class FactStatus(enum.StrEnum):

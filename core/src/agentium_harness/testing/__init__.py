@@ -10,6 +10,9 @@
   an eval target over the actual runtime for :mod:`agentium_harness.eval` (R32).
 - Helpers that need no pytest (:mod:`agentium_harness.testing.helpers`):
   :func:`plain_group`, :func:`rich_group`, :data:`TRICKY_SESSION_KEYS`,
+  :data:`HOSTILE_IDS`, the collision sets (:func:`collision_pairs`,
+  :data:`COLLIDING_SESSION_KEYS`, :data:`COLLIDING_MEMORY_SCOPES`,
+  :data:`COLLIDING_SOURCE_OWNERS`),
   :func:`scoped_snapshot`, :func:`legacy_snapshot`, the ``Reopen`` fixture
   type with :func:`reopen` and :func:`reopened`, and the ``CorruptStored``
   hook type with :func:`replace_once`.
@@ -25,9 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from .eval_target import HarnessEvalTarget, create_harness_eval_target
 from .helpers import (
+    ABSENT_MARKERS,
+    COLLIDING_MEMORY_SCOPES,
+    COLLIDING_SESSION_KEYS,
+    COLLIDING_SOURCE_OWNERS,
+    COLLISION_SEPARATORS,
+    HOSTILE_IDS,
     TRICKY_SESSION_KEYS,
     CorruptStored,
     Reopen,
+    collision_pairs,
     legacy_snapshot,
     plain_group,
     reopen,
@@ -49,6 +59,12 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "ABSENT_MARKERS",
+    "COLLIDING_MEMORY_SCOPES",
+    "COLLIDING_SESSION_KEYS",
+    "COLLIDING_SOURCE_OWNERS",
+    "COLLISION_SEPARATORS",
+    "HOSTILE_IDS",
     "SUITE_MODULES",
     "TRICKY_SESSION_KEYS",
     "ArchiveContract",
@@ -61,6 +77,7 @@ __all__ = [
     "SessionStoreContract",
     "SummarizerContract",
     "VerifierContract",
+    "collision_pairs",
     "create_harness_eval_target",
     "legacy_snapshot",
     "plain_group",

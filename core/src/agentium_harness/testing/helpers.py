@@ -1,4 +1,4 @@
-"""Test helpers for hosts and adapter authors: sample records, tricky keys, reopen and corruption hooks.
+"""Test helpers for adapter authors: sample records, tricky and colliding ids, reopen and corruption hooks.
 
 Nothing here imports pytest, so a host's own test code (or a script) can use
 these without it. The contract suites use the same helpers, so a test written
@@ -8,15 +8,24 @@ with them exercises the same records the suites do.
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, TypeVar
 
+from .._errors import InvalidArgumentError
 from .._history import Message, MessageGroup, RetainedRecord, Role, ToolCall
+from .._ports.memory import MemoryScope
+from .._ports.recall import SourceOwner
 from .._ports.sessions import SessionSnapshot, seal_snapshot
 from .._scope import Scope, SessionKey
 
 __all__ = [
+    "ABSENT_MARKERS",
+    "COLLIDING_MEMORY_SCOPES",
+    "COLLIDING_SESSION_KEYS",
+    "COLLIDING_SOURCE_OWNERS",
+    "COLLISION_SEPARATORS",
+    "HOSTILE_IDS",
     "TRICKY_SESSION_KEYS",
     "CorruptStored",
     "Reopen",
@@ -25,6 +34,7 @@ __all__ = [
     "reopen",
     "reopened",
     "replace_once",
+    "collision_pairs",
     "rich_group",
     "scoped_snapshot",
 ]
@@ -80,6 +90,125 @@ TRICKY_SESSION_KEYS: tuple[SessionKey, ...] = (
     SessionKey("t", "u", "back\\slash"),
     SessionKey("テナント", "usér", "セッション🙂"),
     SessionKey("t", "u", "x" * 256),
+)
+
+
+#: Ids that break naive key building, glob patterns and full-text query syntax.
+HOSTILE_IDS: tuple[str, ...] = (
+    "a/b",
+    "a%2Fb",
+    "*",
+    "?",
+    "[a-z]",
+    "..",
+    "a:b",
+    "x\\y",
+    '"quoted"',
+    "NEAR",
+    "OR",
+    "-neg",
+    "日本",
+    "~",
+    "a b",
+)
+
+#: What naive key builders join ids with (``""`` is plain concatenation,
+#: ``%2F`` a URL-decoded ``/``). :func:`collision_pairs` moves one id's tail
+#: across a field boundary with each of them.
+COLLISION_SEPARATORS: tuple[str, ...] = ("/", ":", "|", "#", ".", "-", "_", " ", "\\", "%2F", "")
+
+#: What naive key builders write for an absent optional id: ``~`` (the
+#: encoded form's own marker), ``str(None)``, JSON's ``null`` and a dash.
+ABSENT_MARKERS: tuple[str, ...] = ("~", "None", "null", "-")
+
+IdFields = dict[str, str | None]
+
+
+def collision_pairs(
+    fields: Sequence[str], optional: Collection[str] = ()
+) -> tuple[tuple[IdFields, IdFields], ...]:
+    """Pairs of id tuples that are different but whose naive keys collide, as ``{field: id or None}``.
+
+    For each boundary between two neighbouring ``fields`` and each of
+    :data:`COLLISION_SEPARATORS`, one pair moves an id's tail across the
+    boundary (``a/b`` + ``c`` against ``a`` + ``b/c``): joined with that
+    separator, the two are the same text. Where the right-hand field is
+    ``optional``, a pair also sets it absent on one side (``a/b`` + absent
+    against ``a`` + ``b``, equal when a builder skips absent ids), and one
+    pair per :data:`ABSENT_MARKERS` entry sets it absent against that marker.
+    Every pair gets its own ids (numbered), so the pairs never share an id
+    tuple and can all be written to one store. Fields not in play are
+    ``f"{field[0]}{n}"`` when required and absent when optional.
+    """
+    pairs: list[tuple[IdFields, IdFields]] = []
+
+    def base(n: int) -> IdFields:
+        return {f: (None if f in optional else f"{f[0]}{n}") for f in fields}
+
+    for k in range(len(fields) - 1):
+        left_field, right_field = fields[k], fields[k + 1]
+        for sep in COLLISION_SEPARATORS:
+            n = len(pairs)
+            one, other = base(n), base(n)
+            one.update({left_field: f"a{n}{sep}b", right_field: "c"})
+            other.update({left_field: f"a{n}", right_field: f"b{sep}c"})
+            pairs.append((one, other))
+            if right_field in optional:
+                n = len(pairs)
+                one, other = base(n), base(n)
+                one.update({left_field: f"a{n}{sep}b", right_field: None})
+                other.update({left_field: f"a{n}", right_field: "b"})
+                pairs.append((one, other))
+    for field in fields:
+        if field not in optional:
+            continue
+        for marker in ABSENT_MARKERS:
+            n = len(pairs)
+            one, other = base(n), base(n)
+            one[fields[0]] = other[fields[0]] = f"m{n}"
+            one[field], other[field] = None, marker
+            pairs.append((one, other))
+    return tuple(pairs)
+
+
+def _built(
+    pairs: tuple[tuple[IdFields, IdFields], ...], make: Callable[[IdFields], T]
+) -> tuple[tuple[T, T], ...]:
+    out: list[tuple[T, T]] = []
+    for one, other in pairs:
+        try:
+            built = (make(one), make(other))
+        except InvalidArgumentError:
+            continue  # a combination the record itself refuses (a session without its user)
+        if built[0] != built[1]:
+            out.append(built)
+    return tuple(out)
+
+
+def _owner(ids: IdFields) -> SourceOwner:
+    # A session id is unique only within its user: an owner naming a session names its user.
+    user = ids["user"] if ids["user"] is not None or ids["session"] is None else "u"
+    return SourceOwner(ids["tenant"] or "", user, ids["session"], ids["project"], ids["repository"])
+
+
+#: Pairs of different session keys whose naive keys collide (tenant/user and user/session boundaries).
+COLLIDING_SESSION_KEYS: tuple[tuple[SessionKey, SessionKey], ...] = _built(
+    collision_pairs(("tenant", "user", "session")),
+    lambda ids: SessionKey(ids["tenant"] or "", ids["user"] or "", ids["session"] or ""),
+)
+
+#: Pairs of different memory scopes whose naive keys collide, absent project and repository included.
+COLLIDING_MEMORY_SCOPES: tuple[tuple[MemoryScope, MemoryScope], ...] = _built(
+    collision_pairs(("tenant", "user", "project", "repository"), ("project", "repository")),
+    lambda ids: MemoryScope(ids["tenant"] or "", ids["user"] or "", ids["project"], ids["repository"]),
+)
+
+#: Pairs of different recall source owners whose naive keys collide, absent fields included.
+COLLIDING_SOURCE_OWNERS: tuple[tuple[SourceOwner, SourceOwner], ...] = _built(
+    collision_pairs(
+        ("tenant", "user", "session", "project", "repository"), ("user", "session", "project", "repository")
+    ),
+    _owner,
 )
 
 

@@ -29,6 +29,7 @@ from .._errors import (
     OperationCancelledError,
     UnsupportedOperationError,
 )
+from .._memory.manager import MemoryManager
 from .._ports import OpContext
 from .._ports.memory import (
     MAX_FACT_BYTES,
@@ -41,7 +42,7 @@ from .._ports.memory import (
     MemoryStore,
 )
 from ._suite import ContractSuite, declared_capabilities, expired_context, require_flag
-from .helpers import Reopen, reopened
+from .helpers import COLLIDING_MEMORY_SCOPES, Reopen, reopened
 
 __all__ = ["MemoryStoreContract"]
 
@@ -371,3 +372,113 @@ class MemoryStoreContract(ContractSuite):
             pytest.skip("the store does not acknowledge durable writes")
         async with reopened(reopen_memory_store) as second:
             assert [f.fact_id for f in await second.lookup(ALICE, "durable", 5, _ctx())] == [ack.fact_id]
+
+    async def test_colliding_scopes_stay_apart_in_every_operation(self, memory_store: MemoryStore) -> None:
+        """Scopes whose naive keys collide (``COLLIDING_MEMORY_SCOPES``) stay apart in every scoped call.
+
+        Both scopes of each pair remember the same text: each gets its own
+        fact. ``lookup`` and ``list_facts`` of every scope return exactly the
+        facts it sees (owns); ``correct``, ``forget`` and ``history`` of a
+        fact through the other scope of its pair raise ``MemoryFactNotFoundError``
+        and change nothing. A failure means keys are built by joining ids
+        (``a/b`` + ``c`` is ``a`` + ``b/c``) or absent ids are written as a
+        marker another id can spell: one tenant then reads, corrects or
+        forgets another's fact.
+        """
+        caps = declared_capabilities(memory_store, MemoryCapabilities, _WHAT)
+        ids: dict[MemoryScope, str] = {}
+        for i, pair in enumerate(COLLIDING_MEMORY_SCOPES):
+            for scope in pair:
+                ack = await memory_store.remember(_fact(f"collision fact {i}", scope), _ctx())
+                assert ack.status is AckStatus.STORED and ack.fact_id, (
+                    f"remember in {scope} answered {ack.status}: its key collides with {pair}"
+                )
+                assert ack.fact_id not in ids.values(), f"{scope} got the fact id of another scope"
+                ids[scope] = ack.fact_id
+        await _check_colliding_reads(memory_store, caps, ids)
+        for one, other in COLLIDING_MEMORY_SCOPES:
+            for actor, victim in ((one, other), (other, one)):
+                if actor.owns(victim):
+                    continue  # same tenant and user: the actor may change it
+                for name, call in _mutations(memory_store, caps, actor).items():
+                    with pytest.raises(MemoryFactNotFoundError):
+                        await call(ids[victim])
+                        pytest.fail(f"{name} of {victim}'s fact through {actor} was not refused")
+        await _check_colliding_reads(memory_store, caps, ids)
+
+    async def test_every_mutation_checks_scope_directly_and_through_the_manager(
+        self, memory_store: MemoryStore
+    ) -> None:
+        """``correct``, ``forget`` and ``history`` as another owner are refused, via ``MemoryManager`` too.
+
+        Scopes tried against one fact: another tenant with the same user id,
+        another user of the same tenant, and ids that join to the same text.
+        Each call raises ``MemoryFactNotFoundError``, on the store and
+        through ``MemoryManager.correct``/``forget``/``history``; the fact
+        keeps its text and revision. A failure means a mutation checks less
+        of the scope than ``lookup`` does (the tenant, or an injective key).
+        """
+        caps = declared_capabilities(memory_store, MemoryCapabilities, _WHAT)
+        victim = MemoryScope("tenant-a/b", "c")
+        ack = await memory_store.remember(_fact("the vault code is 1234", victim), _ctx())
+        assert ack.fact_id is not None
+        intruders = [
+            MemoryScope("tenant-b", "c"),
+            MemoryScope("tenant-a/b", "d"),
+            MemoryScope("tenant-a", "b/c"),
+            MemoryScope("tenant-a/b/c", "c"),
+        ]
+        manager = MemoryManager(memory_store)
+        for actor in intruders:
+            calls = _mutations(memory_store, caps, actor)
+            calls.update(_manager_mutations(manager, caps, actor))
+            if not calls:
+                pytest.skip("the store declares neither correction, forgetting nor history")
+            for name, call in calls.items():
+                with pytest.raises(MemoryFactNotFoundError):
+                    await call(ack.fact_id)
+                    pytest.fail(f"{name} through {actor} changed or read {victim}'s fact")
+        [kept] = await memory_store.lookup(victim, "vault", 5, _ctx())
+        assert (kept.fact_id, kept.revision, kept.text) == (ack.fact_id, 1, "the vault code is 1234")
+
+
+def _manager_mutations(
+    manager: MemoryManager, caps: MemoryCapabilities, actor: MemoryScope
+) -> dict[str, Callable[[str], Awaitable[object]]]:
+    """The declared calls that name a fact id, made as ``actor`` through ``manager``."""
+    calls: dict[str, Callable[[str], Awaitable[object]]] = {}
+    if caps.correction:
+        calls["MemoryManager.correct"] = lambda fid: manager.correct(actor, fid, _fact("mine", actor))
+    if caps.forgetting:
+        calls["MemoryManager.forget"] = lambda fid: manager.forget(actor, fid)
+    if caps.history:
+        calls["MemoryManager.history"] = lambda fid: manager.history(actor, fid)
+    return calls
+
+
+def _mutations(
+    store: MemoryStore, caps: MemoryCapabilities, actor: MemoryScope
+) -> dict[str, Callable[[str], Awaitable[object]]]:
+    """The declared calls that name a fact id, made as ``actor``."""
+    calls: dict[str, Callable[[str], Awaitable[object]]] = {}
+    if caps.correction:
+        calls["correct"] = lambda fid: store.correct(actor, fid, _fact("taken over", actor), _ctx())
+    if caps.forgetting:
+        calls["forget"] = lambda fid: store.forget(actor, fid, _ctx())
+    if caps.history:
+        calls["history"] = lambda fid: store.history(actor, fid, _ctx())
+    return calls
+
+
+async def _check_colliding_reads(
+    store: MemoryStore, caps: MemoryCapabilities, ids: dict[MemoryScope, str]
+) -> None:
+    """Every scope's ``lookup`` (and ``list_facts``) returns exactly the facts it sees (owns)."""
+    for scope in ids:
+        seen = sorted(ids[s] for s in ids if scope.sees(s))
+        found = sorted(f.fact_id for f in await store.lookup(scope, "collision", 50, _ctx()))
+        assert found == seen, f"lookup in {scope} returned {found}, expected {seen}"
+        if caps.listing:
+            owned = sorted(ids[s] for s in ids if scope.owns(s))
+            listed = sorted(f.fact_id for f in await store.list_facts(scope, 50, _ctx()))
+            assert listed == owned, f"list_facts in {scope} returned {listed}, expected {owned}"

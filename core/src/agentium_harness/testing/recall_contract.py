@@ -51,27 +51,9 @@ from ._suite import (
     require_flag,
     rich_group,
 )
+from .helpers import HOSTILE_IDS
 
 __all__ = ["HOSTILE_IDS", "RecallStoreContract"]
-
-#: Ids that break naive key building, glob patterns and full-text query syntax.
-HOSTILE_IDS = (
-    "a/b",
-    "a%2Fb",
-    "*",
-    "?",
-    "[a-z]",
-    "..",
-    "a:b",
-    "x\\y",
-    '"quoted"',
-    "NEAR",
-    "OR",
-    "-neg",
-    "日本",
-    "~",
-    "a b",
-)
 
 AddDocument = Callable[[RecallStore, SourceOwner, str, str], Awaitable[SourceRef]]
 
