@@ -133,6 +133,8 @@ class PgLink:
         self._closed = False
         # The owned pool's last failure to connect (None once a connection succeeded).
         self._last_connect_error: BaseException | None = None
+        # Set after a connection failure: the next call connects directly first.
+        self._suspect = False
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -204,7 +206,10 @@ class PgLink:
             except AgentiumError:
                 raise
             except (psycopg.Error, PoolTimeout, OSError) as exc:
-                raise self.translate(exc, operation, ctx) from None
+                error = self.translate(exc, operation, ctx)
+                if isinstance(error, PostgresUnavailableError):
+                    await self._reset_pool()
+                raise error from None
         # Only reached when the scope's own deadline cancelled the call.
         assert scope.cancelled_caught
         raise OperationCancelledError(
@@ -221,10 +226,19 @@ class PgLink:
                 self._connection_lock = anyio.Lock()
             async with self._connection_lock:
                 return await self._transaction(self._lent_connection, ctx, operation, tenant_key, work, False)
-        if self._facts is None and self._lent_pool is None:
+        if self._lent_pool is None and (
+            self._facts is None or self._suspect or self._last_connect_error is not None
+        ):
             # The first call checks on a connection of its own, before the pool exists: a refused
-            # password or a missing schema is reported at once, not after the pool's retries.
+            # password or a missing schema is reported at once, not after the pool's retries. So
+            # does the first call after the pool failed to connect: while the server is down calls
+            # fail at once, and once it is back the pool is replaced by a fresh one instead of
+            # waiting out the old one's growing reconnection backoff.
             await self._check_directly(ctx, operation)
+            self._suspect = False
+            if self._last_connect_error is not None:
+                self._last_connect_error = None
+                await self._reset_pool()
         pool = await self._pool()
         left = ctx.time_left()
         timeout = self._config.statement_timeout_s if left is None else max(0.001, left)
@@ -237,6 +251,20 @@ class PgLink:
                 raise self.translate(failure, operation, ctx) from None
             raise
 
+    async def _reset_pool(self) -> None:
+        """Drop the owned pool after a connection failure: the next call reconnects at once.
+
+        A pool whose connections broke (a restarted server, a dropped
+        network) would otherwise retry in the background with a growing
+        backoff, and the next calls would wait for it.
+        """
+        pool, self._owned = self._owned, None
+        # Until a direct connection succeeds again, calls check first and fail at once.
+        self._suspect = True
+        if pool is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+                await pool.close(timeout=1.0)
+
     async def _check_directly(self, ctx: OpContext, operation: str) -> None:
         left = ctx.time_left()
         budget = self._config.connect_timeout_s if left is None else min(self._config.connect_timeout_s, left)
@@ -244,7 +272,8 @@ class PgLink:
             self._config.conninfo(), autocommit=True, connect_timeout=max(2, math.ceil(budget))
         )
         try:
-            await self._first_use(conn, ctx, operation)
+            if self._facts is None:
+                await self._first_use(conn, ctx, operation)
         finally:
             with anyio.CancelScope(shield=True):
                 await conn.close()
