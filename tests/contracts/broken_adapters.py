@@ -425,7 +425,9 @@ class LeakyListingStore(InMemorySessionStore):
 
     capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
 
-    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
         return sorted(k.session for k in self._rows if k.tenant == tenant)
 
 

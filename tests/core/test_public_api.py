@@ -47,6 +47,11 @@ HOST_NAMES = {
     "canonical_json", "digest_of", "__version__", "ConfigIssue",
     # issue 21: what a run says about its commit, and why a committed turn has no answer
     "CommitState", "TurnInterruption", "InterruptionCause",
+    # issue 22: the history API for hosts that run their own agent loop
+    "AppendResult", "HistoryGroup", "HistoryPage", "ResetResult", "RetractResult", "SessionPage",
+    "ControlKind", "HistoryControl", "MessageRef", "RetractedSpan", "ViewState", "MAX_APPEND_BYTES",
+    "MAX_APPEND_MESSAGES", "MAX_LIST_LIMIT", "MAX_PAGE_BYTES", "MAX_PAGE_GROUPS", "MAX_PAYLOAD_BYTES",
+    "MAX_RETRACT_COUNT",
 }  # fmt: skip
 
 

@@ -288,8 +288,10 @@ class FaultySessionStore(SessionStore):
             raise SimulatedCrash("process died before the snapshot commit")
         return await self.inner.save(key, snapshot, expected_revision, ctx)
 
-    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
-        return await self.inner.list_sessions(tenant, user, limit, ctx)
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
+        return await self.inner.list_sessions(tenant, user, limit, ctx, after=after)
 
     async def aclose(self) -> None:
         await self.inner.aclose()  # see FaultyArchive.aclose

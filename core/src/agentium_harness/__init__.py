@@ -12,6 +12,22 @@ from __future__ import annotations
 
 from ._codec import canonical_json, digest_of
 from ._engine.build import create_harness_runtime
+from ._engine.history_checks import (
+    MAX_APPEND_BYTES,
+    MAX_APPEND_MESSAGES,
+    MAX_LIST_LIMIT,
+    MAX_PAGE_BYTES,
+    MAX_PAGE_GROUPS,
+    MAX_RETRACT_COUNT,
+)
+from ._engine.history_records import (
+    AppendResult,
+    HistoryGroup,
+    HistoryPage,
+    ResetResult,
+    RetractResult,
+    SessionPage,
+)
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.loader import load_runtime
 from ._engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
@@ -65,9 +81,11 @@ from ._errors import (
     ExtractionConflictError,
     FeatureUnavailableError,
     IdentityError,
+    IncompleteGroupError,
     InvalidArgumentError,
     InvalidIdError,
     InvalidJSONError,
+    InvalidPayloadError,
     LegacySnapshotError,
     MemoryDrainError,
     MemoryFactForgottenError,
@@ -85,6 +103,7 @@ from ._errors import (
     RecallUnavailableError,
     RecordDecodeError,
     RegistrationError,
+    RetractionRefusedError,
     RuntimeClosedError,
     RuntimeCloseError,
     ScopeMismatchError,
@@ -97,13 +116,19 @@ from ._errors import (
     UnsupportedOperationError,
 )
 from ._history import (
+    MAX_PAYLOAD_BYTES,
+    ControlKind,
+    HistoryControl,
     InterruptionCause,
     Message,
     MessageGroup,
+    MessageRef,
     RetainedRecord,
+    RetractedSpan,
     Role,
     ToolCall,
     TurnInterruption,
+    ViewState,
 )
 from ._memory.agent import Agent, AgentReply, AgentState
 from ._memory.manager import MemoryExtractor, MemoryLimits, MemoryManager
@@ -141,6 +166,28 @@ __version__ = "0.1.0"
 __all__ = [
     # observability (issue 24)
     "Telemetry",
+    # history API (issue 22)
+    "MAX_APPEND_BYTES",
+    "MAX_APPEND_MESSAGES",
+    "MAX_LIST_LIMIT",
+    "MAX_PAGE_BYTES",
+    "MAX_PAGE_GROUPS",
+    "MAX_PAYLOAD_BYTES",
+    "MAX_RETRACT_COUNT",
+    "AppendResult",
+    "ControlKind",
+    "HistoryControl",
+    "HistoryGroup",
+    "HistoryPage",
+    "IncompleteGroupError",
+    "InvalidPayloadError",
+    "MessageRef",
+    "ResetResult",
+    "RetractResult",
+    "RetractedSpan",
+    "RetractionRefusedError",
+    "SessionPage",
+    "ViewState",
     # memory lifecycle (issue 11)
     "Agent",
     "AgentReply",

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the engine's records import this module
 __all__ = [
     "PublicationRefusedError",
     "RecallUnavailableError",
+    "RetractionRefusedError",
     "AgentLifecycleError",
     "AgentCloseError",
     "ExtractionConflictError",
@@ -34,7 +35,9 @@ __all__ = [
     "EncodingError",
     "FeatureUnavailableError",
     "IdentityError",
+    "IncompleteGroupError",
     "InvalidArgumentError",
+    "InvalidPayloadError",
     "InvalidIdError",
     "InvalidJSONError",
     "LegacySnapshotError",
@@ -394,6 +397,39 @@ class FeatureUnavailableError(CapabilityError):
 
 class UnsupportedOperationError(AgentiumError, NotImplementedError):
     """An adapter was asked for an operation it did not declare (see its capabilities)."""
+
+
+class InvalidPayloadError(InvalidArgumentError):
+    """A message's ``payload`` is not plain JSON, is nested too deeply or is too large; nothing was written.
+
+    Plain JSON is objects with string keys, lists, strings (valid Unicode),
+    finite numbers, booleans and ``None``: exactly what canonical JSON can
+    store and give back unchanged. ``nan`` and ``inf`` are refused (canonical
+    JSON cannot hold them), and so are tuples and non-string keys (they would
+    come back as lists and strings). ``payload_format`` must name the payload.
+    """
+
+
+class IncompleteGroupError(InvalidArgumentError):
+    """Messages given to ``append`` would not form a complete group; nothing was written.
+
+    A group is complete when it has at least one message, every tool call in
+    it has its result after it, and every tool result answers an earlier call
+    of the same group, once. Append a tool call together with its result.
+    """
+
+
+class RetractionRefusedError(InvalidArgumentError):
+    """``retract`` asked for more messages than the session's view holds; nothing was written.
+
+    A retraction takes the last ``count`` messages of the view; it never
+    reaches past the view's start (the latest ``reset_view``) or takes a
+    message twice. ``available`` is how many messages the view holds.
+    """
+
+    def __init__(self, message: str, available: int) -> None:
+        self.available = available
+        super().__init__(message)
 
 
 class ProviderTimeoutError(ProviderError):

@@ -1,11 +1,18 @@
 """Canonical history records: messages, message groups and their digests.
 
 A :class:`MessageGroup` is the unit of canonical history: one user turn with
-everything the model and tools produced for it. A group is *complete* when
-every tool call it contains has its result and every tool result answers an
+everything the model and tools produced for it, or the messages one
+``HarnessRuntime.append`` call committed. A group is *complete* when every
+tool call it contains has its result and every tool result answers an
 earlier call of the group, once; completeness is computed from the
 messages, never asserted by a flag. Only complete groups are evicted, archived
 or summarised.
+
+A *control group* holds no messages but a :class:`HistoryControl` record: a
+retraction or a view reset, appended to canonical history like any group
+(never a deletion, never a message that looks like one). The session's
+:class:`ViewState` (kept in its snapshot) says which committed messages the
+view shows; see docs/history-api.md.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import enum
 import weakref
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 import attrs
 
@@ -23,15 +30,27 @@ from ._validators import non_negative_int, str_tuple
 from ._verdicts import VerificationRecord
 
 __all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "MAX_PAYLOAD_FORMAT_LENGTH",
+    "ControlKind",
+    "HistoryControl",
     "InterruptionCause",
     "Message",
     "MessageGroup",
+    "MessageRef",
     "RetainedRecord",
+    "RetractedSpan",
     "Role",
     "ToolCall",
     "TurnInterruption",
+    "ViewState",
     "estimate_tokens",
 ]
+
+#: Largest ``Message.payload``, in bytes of its canonical JSON encoding (8 MiB).
+MAX_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
+#: Longest ``Message.payload_format`` name, in characters.
+MAX_PAYLOAD_FORMAT_LENGTH: Final = 128
 
 
 def _tuple_of_toolcall(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
@@ -74,12 +93,34 @@ class ToolCall:
 
 @attrs.frozen(slots=True)
 class Message:
-    """One message of canonical history."""
+    """One message of canonical history.
+
+    ``content`` is the readable text: what ``run()`` sends the model, what
+    recall indexes and summaries read. A host that keeps history in another
+    framework's item format stores the item itself in ``payload`` (plain
+    JSON: objects with string keys, arrays, strings, finite numbers, booleans,
+    null) named by ``payload_format`` (for example
+    ``openai.responses.input_item/v1``); the item is part of the group's
+    canonical bytes and digest and comes back from ``read_history`` exactly
+    as it was appended. ``HarnessRuntime.append`` checks it: a value that is
+    not plain JSON (a tuple, a non-string key, ``nan`` or ``inf``, a lone
+    surrogate), nested deeper than 64 levels or larger than
+    :data:`MAX_PAYLOAD_BYTES` is refused with
+    :class:`~agentium_harness._errors.InvalidPayloadError`. ``run()`` never
+    sends a payload to the model. Both fields are left out of the encoding
+    when ``None``, so messages without a payload keep their bytes and digests.
+    """
+
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("payload", "payload_format")
 
     role: Role = attrs.field(converter=Role)
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple_of_toolcall)
     tool_call_id: str | None = None
+    #: A foreign framework's item, kept exactly (plain JSON); ``None`` when there is none.
+    payload: Any = attrs.field(default=None, hash=False)
+    #: What ``payload`` is, e.g. ``openai.responses.input_item/v1``; set exactly when ``payload`` is.
+    payload_format: str | None = None
 
     @property
     def estimated_tokens(self) -> int:
@@ -136,6 +177,81 @@ class RetainedRecord:
     interruption: TurnInterruption | None = None
 
 
+class ControlKind(enum.StrEnum):
+    """What a control group records."""
+
+    #: ``HarnessRuntime.retract``: the last messages of the view leave it.
+    RETRACT = "retract"
+    #: ``HarnessRuntime.reset_view``: the view starts after this group; nothing before it is shown.
+    RESET_VIEW = "reset_view"
+
+
+@attrs.frozen(slots=True, order=True)
+class MessageRef:
+    """The position of one committed message: message ``index`` of group ``seq``."""
+
+    seq: int = attrs.field(validator=non_negative_int)
+    index: int = attrs.field(validator=non_negative_int)
+
+
+def _tuple_of_ref(value: Iterable[MessageRef]) -> tuple[MessageRef, ...]:
+    """Typed tuple converter."""
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class HistoryControl:
+    """A control record: the one thing a control group holds (it has no messages).
+
+    ``reason`` is the host's, cut to 1,024 bytes. A retraction names the
+    messages it took out of the view in ``retracted`` (oldest first); they
+    stay committed, byte for byte, and ``read_history(view=False)`` returns
+    them. A view reset names nothing: every group before it is out of the view.
+    """
+
+    kind: ControlKind = attrs.field(converter=ControlKind)
+    reason: str = ""
+    retracted: tuple[MessageRef, ...] = attrs.field(default=(), converter=_tuple_of_ref)
+
+
+@attrs.frozen(slots=True)
+class RetractedSpan:
+    """Messages out of the view, from message ``first_index`` of group ``first_seq`` on.
+
+    The span reaches up to and including every message of group ``last_seq``
+    (the control group of the retraction that made it).
+    """
+
+    first_seq: int = attrs.field(validator=non_negative_int)
+    first_index: int = attrs.field(validator=non_negative_int)
+    last_seq: int = attrs.field(validator=non_negative_int)
+
+    def covers(self, seq: int) -> bool:
+        """True when group ``seq`` has at least one message inside the span."""
+        return self.first_seq <= seq <= self.last_seq
+
+
+def _tuple_of_span(value: Iterable[RetractedSpan]) -> tuple[RetractedSpan, ...]:
+    """Typed tuple converter."""
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class ViewState:
+    """Which committed messages a session's view shows; kept in its snapshot, derived from its control groups.
+
+    The view is every message of the groups from ``start`` on (the group
+    after the latest view reset; 0 when there was none), except those in
+    ``spans`` (ascending, disjoint). ``retracted`` counts the messages
+    retractions took out of the current view. Nothing outside the view is
+    deleted: it is canonical history, read back with ``read_history(view=False)``.
+    """
+
+    start: int = attrs.field(default=0, validator=non_negative_int)
+    spans: tuple[RetractedSpan, ...] = attrs.field(default=(), converter=_tuple_of_span)
+    retracted: int = attrs.field(default=0, validator=non_negative_int)
+
+
 # A group is frozen, and a turn asks for its bytes many times (eviction
 # planning, the archive append, the receipt check, the snapshot encoding), so
 # each group object is encoded once. The cache is keyed by object identity and
@@ -181,13 +297,27 @@ def _match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...],
     return tuple(order[n][1] for n in still_open), tuple(orphans)
 
 
+def _control_has_no_messages(instance: MessageGroup, attribute: Any, value: HistoryControl | None) -> None:
+    if value is not None and instance.messages:
+        raise ValueError("a control group holds a control record and no messages")
+
+
 @attrs.frozen(slots=True)
 class MessageGroup:
-    """A complete-or-not run of messages, numbered by ``seq`` within its session."""
+    """A complete-or-not run of messages, numbered by ``seq`` within its session.
+
+    A control group has no messages and a ``control`` record (a retraction or
+    a view reset); ``control`` is left out of the encoding when ``None``, so
+    message groups keep their bytes and digests.
+    """
+
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("control",)
 
     seq: int = attrs.field(validator=non_negative_int)
     messages: tuple[Message, ...] = attrs.field(converter=_tuple_of_message)
     retained: RetainedRecord | None = None
+    #: Set on a control group (which then has no messages): what it records.
+    control: HistoryControl | None = attrs.field(default=None, validator=_control_has_no_messages)
 
     @property
     def missing_tool_results(self) -> tuple[str, ...]:
@@ -206,7 +336,12 @@ class MessageGroup:
 
     @property
     def is_complete(self) -> bool:
-        """True when the group is non-empty, every tool call has its result, and every result its call."""
+        """True for a control group, and for a non-empty group whose every call and result pair up.
+
+        Every tool call has its result after it, and every result answers a call.
+        """
+        if self.control is not None:
+            return True
         return bool(self.messages) and not self.missing_tool_results and not self.orphan_tool_results
 
     def canonical_bytes(self) -> bytes:

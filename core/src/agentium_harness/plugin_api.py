@@ -49,7 +49,19 @@ from ._errors import (
     SnapshotCorruptError,
     UnsupportedOperationError,
 )
-from ._history import Message, MessageGroup, RetainedRecord, Role, ToolCall, estimate_tokens
+from ._history import (
+    ControlKind,
+    HistoryControl,
+    Message,
+    MessageGroup,
+    MessageRef,
+    RetainedRecord,
+    RetractedSpan,
+    Role,
+    ToolCall,
+    ViewState,
+    estimate_tokens,
+)
 from ._plugins.commands import CliCommand
 from ._plugins.hookspecs import hookimpl
 from ._plugins.registry import PluginRegistry, ProblemStage
@@ -219,8 +231,13 @@ __all__ = [
     "MemoryEventKind",
     "MemoryFact",
     "MemoryStore",
+    "ControlKind",
+    "HistoryControl",
     "Message",
     "MessageGroup",
+    "MessageRef",
+    "RetractedSpan",
+    "ViewState",
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",

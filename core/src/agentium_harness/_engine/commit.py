@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from .._errors import ArchiveConflictError, ContractViolationError, SessionConflictError
-from .._history import MessageGroup
+from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.recall import RecallStore
@@ -32,6 +32,7 @@ from .._ports.sessions import (
     StoredSnapshot,
     seal_snapshot,
 )
+from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
@@ -106,6 +107,8 @@ async def commit(
     joint: bool = True,
     keep_receipts: bool = False,
     before_save: Callable[[], None] | None = None,
+    view: ViewState | None = None,
+    summary: SummaryState | None = None,
 ) -> CommitOutcome:
     """Archive the groups over the resident bound, check every receipt, then save with compare-and-set.
 
@@ -125,7 +128,12 @@ async def commit(
     group archived here in the snapshot, with the boundary move
     (``SessionSnapshot.receipts``): the summary frontier checks what it reads
     back against them. Receipts the summary has already passed are dropped.
+
+    ``view`` and ``summary``, when given, replace the stored view state and
+    task summary in the saved snapshot (a retraction or a view reset);
+    otherwise both are carried over unchanged.
     """
+    changes = _Changes(view, summary)
     plan = plan_eviction(resident, limits)
     diagnostics = plan_diagnostics(plan)
     keep: tuple[MessageGroup, ...] = tuple(resident)
@@ -138,7 +146,17 @@ async def commit(
     elif plan.evict and joint and _joint(store, archive):
         try:
             joined = await _joint_commit(
-                ticket, archive, store, key, scope, stored, plan, next_seq, keep_receipts, before_save
+                ticket,
+                archive,
+                store,
+                key,
+                scope,
+                stored,
+                plan,
+                next_seq,
+                keep_receipts,
+                before_save,
+                changes,
             )
         except ArchiveConflictError as exc:
             # Nothing was written; record the divergence with a separate save below.
@@ -151,7 +169,7 @@ async def commit(
             landed = plan.keep[0].seq if plan.keep else next_seq
             digests = [(g.seq, g.digest) for g in plan.evict] if keep_receipts else []
             kept = _kept_receipts(stored, digests)
-            saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept)
+            saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept, changes)
             settled = await settle_save(
                 ticket, store, key, saved, _expected(stored), _new(stored, resident), exc
             )
@@ -178,6 +196,8 @@ async def commit(
                 joint=False,
                 keep_receipts=keep_receipts,
                 before_save=before_save,
+                view=view,
+                summary=summary,
             )
             note = Diagnostic(
                 "joint_commit_failed",
@@ -224,6 +244,7 @@ async def commit(
         and stored is not None
         and not receipts
         and divergence == stored.snapshot.divergence
+        and changes == _Changes()
     ):
         return CommitOutcome(
             stored.revision,
@@ -235,7 +256,7 @@ async def commit(
             receipts=stored.snapshot.receipts,
         )
     kept = _kept_receipts(stored, [(r.seq, r.digest) for r in receipts] if keep_receipts else [])
-    snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept)
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept, changes)
     if before_save is not None:
         before_save()
     revision = await _save(ticket, store, key, snapshot, stored, _new(stored, resident), diagnostics)
@@ -368,6 +389,7 @@ async def _joint_commit(
     next_seq: int,
     keep_receipts: bool,
     before_save: Callable[[], None] | None,
+    changes: _Changes,
 ) -> CommitOutcome:
     """Archive the plan's groups and save the new snapshot in one transaction; check the answer."""
     new_boundary = plan.keep[0].seq if plan.keep else next_seq
@@ -375,7 +397,7 @@ async def _joint_commit(
     # their receipts exist: it keeps the digests the archive must acknowledge,
     # which the receipts are checked against right after.
     kept = _kept_receipts(stored, [(g.seq, g.digest) for g in plan.evict] if keep_receipts else [])
-    snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None, kept)
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None, kept, changes)
     expected = _expected(stored)
     if before_save is not None:
         before_save()
@@ -394,6 +416,14 @@ async def _joint_commit(
     )
 
 
+@attrs.frozen(slots=True)
+class _Changes:
+    """What a commit replaces besides history: the view state and the task summary (``None``: kept)."""
+
+    view: ViewState | None = None
+    summary: SummaryState | None = None
+
+
 def _sealed(
     scope: Scope | None,
     stored: StoredSnapshot | None,
@@ -402,9 +432,11 @@ def _sealed(
     resident: tuple[MessageGroup, ...],
     divergence: ArchiveDivergence | None,
     receipts: tuple[ArchivedDigest, ...],
+    changes: _Changes,
 ) -> SessionSnapshot:
     """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept."""
     memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
+    old = stored.snapshot if stored is not None else None
     return seal_snapshot(
         SessionSnapshot(
             memory_scope=memory_scope,
@@ -412,9 +444,11 @@ def _sealed(
             next_seq=next_seq,
             resident=resident,
             divergence=divergence,
-            # The task summary is carried over unchanged: only a summary update moves it.
-            summary=stored.snapshot.summary if stored else None,
+            # The task summary is carried over unchanged: only a summary update moves it, or a
+            # retraction or reset that restarts it (its text may describe what left the view).
+            summary=changes.summary if changes.summary is not None else (old.summary if old else None),
             receipts=receipts,
+            view=changes.view if changes.view is not None else (old.view if old else None),
         )
     )
 

@@ -13,6 +13,7 @@ from .._errors import (
     ScopeMismatchError,
     SnapshotCorruptError,
 )
+from .._history import ControlKind
 from .._observe import spans as observe
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
 from .._scope import Scope, SessionKey
@@ -94,7 +95,7 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
             raise SnapshotCorruptError(
                 f"snapshot of session {key.session!r} holds group {group.seq} retained under another scope"
             )
-    impossible = _impossible_summary_state(snap)
+    impossible = _impossible_summary_state(snap) or _impossible_view(snap)
     if impossible is not None:
         # The summary would be shown to the model as coverage it does not have:
         # refused like any other damage, never repaired or shown.
@@ -102,6 +103,41 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
             f"snapshot of session {key.session!r} holds a summary state impossible for it ({impossible}); "
             "the stored data is damaged and was left as it is"
         )
+
+
+def _impossible_view(snap: SessionSnapshot) -> str | None:
+    """Why the snapshot's view state cannot have been written by the engine, if it cannot.
+
+    The view starts after a reset at or below ``next_seq``; its spans are
+    ascending, disjoint, inside the view, each ending at a retraction's
+    control group, and the retracted count is 0 exactly when there are none.
+    Resident groups are checked too: a span's first message exists, its last
+    group is a retraction, and the group before the start is a reset.
+    """
+    view = snap.view
+    if view is None:
+        return None
+    if view.start > snap.next_seq:
+        return f"a view starting at group {view.start}, past next_seq {snap.next_seq}"
+    if (view.retracted == 0) != (not view.spans) or view.retracted < len(view.spans):
+        return f"{view.retracted} retracted message(s) in {len(view.spans)} span(s)"
+    resident = {g.seq: g for g in snap.resident}
+    below = view.start - 1
+    reset = resident.get(view.start - 1)
+    if reset is not None and (reset.control is None or reset.control.kind is not ControlKind.RESET_VIEW):
+        return f"a view starting after group {view.start - 1}, which is not a view reset"
+    for span in view.spans:
+        if not below < span.first_seq <= span.last_seq < snap.next_seq:
+            return f"a retracted span {span.first_seq}..{span.last_seq} out of order or outside the view"
+        below = span.last_seq
+        first, last = resident.get(span.first_seq), resident.get(span.last_seq)
+        if first is not None and span.first_index >= max(1, len(first.messages)):
+            return (
+                f"a retracted span from message {span.first_index} of group {span.first_seq}, which it lacks"
+            )
+        if last is not None and (last.control is None or last.control.kind is not ControlKind.RETRACT):
+            return f"a retracted span ending at group {span.last_seq}, which is not a retraction"
+    return None
 
 
 def _impossible_summary_state(snap: SessionSnapshot) -> str | None:

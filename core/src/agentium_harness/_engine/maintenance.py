@@ -13,7 +13,7 @@ from functools import partial
 import attrs
 
 from .._errors import ArchiveError, CapabilityError, ContractViolationError
-from .._history import MessageGroup, TurnInterruption
+from .._history import MessageGroup, RetractedSpan, TurnInterruption, ViewState
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
@@ -74,6 +74,10 @@ class SessionView:
     #: Resident groups committed without an answer because the turn stopped after its tools ran:
     #: ``(seq, why)`` pairs (the group's ``retained.interruption``).
     interrupted: tuple[tuple[int, TurnInterruption], ...] = ()
+    #: The seq the session's view starts at: the group after its latest ``reset_view`` (0 when none).
+    view_start: int = 0
+    #: How many messages retractions took out of the current view (none is deleted).
+    retracted: int = 0
 
 
 @attrs.frozen(slots=True)
@@ -139,6 +143,8 @@ async def inspect_session(
             for g in snap.resident
             if g.retained is not None and g.retained.interruption is not None
         ),
+        view_start=snap.view.start if snap.view is not None else 0,
+        retracted=snap.view.retracted if snap.view is not None else 0,
     )
 
 
@@ -295,6 +301,7 @@ async def reconcile_session(
         next_seq=new_boundary + len(kept),
         divergence=None,
         keep_receipts=keep_receipts,
+        view=_renumbered_view(snap.view, dict(renumbered)),
     )
     return ReconcileReport(
         True,
@@ -306,6 +313,26 @@ async def reconcile_session(
         f"kept the archive's {len(adopted)} group(s) and renumbered {len(renumbered)} resident group(s) "
         "after them; nothing was deleted",
         outcome.diagnostics,
+    )
+
+
+def _renumbered_view(view: ViewState | None, moved: dict[int, int]) -> ViewState | None:
+    """The view with the seqs of renumbered groups moved (``None`` when there is no view to move).
+
+    Renumbering keeps the order of the groups it moves, so the spans stay
+    ascending. The control records inside renumbered groups keep naming the
+    seqs they were committed with; the reconcile report lists the moves.
+    """
+    if view is None or not moved:
+        return None
+
+    def at(seq: int) -> int:
+        return moved.get(seq, seq)
+
+    return ViewState(
+        start=at(view.start - 1) + 1 if view.start > 0 else 0,
+        spans=tuple(RetractedSpan(at(s.first_seq), s.first_index, at(s.last_seq)) for s in view.spans),
+        retracted=view.retracted,
     )
 
 

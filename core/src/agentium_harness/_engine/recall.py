@@ -110,8 +110,12 @@ class _Round:
     blocks of the one request the round builds.
     """
 
-    def __init__(self, limits: RecallLimits, spent: RecallUsage) -> None:
+    def __init__(
+        self, limits: RecallLimits, spent: RecallUsage, hidden: Callable[[str], bool] | None = None
+    ) -> None:
         self.limits = limits
+        #: Source ids the session's view hides (retracted or cleared groups): left out, not read.
+        self.hidden = hidden
         self.started = time.monotonic()
         self.spent_latency = spent.latency_s
         self.deadline = self.started + max(0.0, limits.max_latency_s - spent.latency_s)
@@ -208,13 +212,16 @@ async def gather_evidence(
     turn: QueryInput,
     *,
     spent: RecallUsage | None = None,
+    hidden: Callable[[str], bool] | None = None,
 ) -> Evidence:
     """One round of recall for ``turn``: query, discover, rank, read, assemble, validate (fence 1).
 
     ``spent`` is what earlier rounds of the same run used; this round gets
     only what is left of each budget, and its usage includes theirs.
+    ``hidden`` says which source ids the session's view hides (groups a
+    retraction touched or a reset cleared): they are left out before reading.
     """
-    state = _Round(limits, spent if spent is not None else RecallUsage())
+    state = _Round(limits, spent if spent is not None else RecallUsage(), hidden)
     try:
         query = policy.query(turn)
     except Exception as exc:
@@ -379,6 +386,9 @@ def _checked_candidates(raw: object, state: _Round, scope: Scope) -> list[Candid
             continue
         if not visible(item.owner, scope):
             state.violation(f"discover returned {sid!r} from outside the run's scope; dropped")
+            continue
+        if state.hidden is not None and state.hidden(sid):
+            state.notes.append(f"source {sid} left out: retracted or cleared from the session's view")
             continue
         if len(kept) >= left:
             state.violation(

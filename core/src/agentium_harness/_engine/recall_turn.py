@@ -178,8 +178,12 @@ async def recall_before_dispatch(
     history: tuple[Message, ...],
     clarify: Clarifier | None,
     clarify_timeout_s: float,
+    hidden: Callable[[str], bool] | None = None,
 ) -> RecallStep:
-    """Gather evidence and apply the policy's decision at the dispatch fence (span ``retrieval``)."""
+    """Gather evidence and apply the policy's decision at the dispatch fence (span ``retrieval``).
+
+    ``hidden`` names the sources the session's view hides (see ``gather_evidence``).
+    """
     source = type(store).__name__
     attributes = {"gen_ai.data_source.id": source}
     with observe.operation("retrieval", f"retrieval {source}", metric_stage="recall", **attributes) as span:
@@ -193,6 +197,7 @@ async def recall_before_dispatch(
             history=history,
             clarify=clarify,
             clarify_timeout_s=clarify_timeout_s,
+            hidden=hidden,
         )
         _describe(span, step.outcome)
         if step.end is not None:
@@ -211,9 +216,10 @@ async def _dispatch_fence(
     history: tuple[Message, ...],
     clarify: Clarifier | None,
     clarify_timeout_s: float,
+    hidden: Callable[[str], bool] | None = None,
 ) -> RecallStep:
     turn = QueryInput(user_input, history)
-    evidence = await gather_evidence(ticket, store, scope, limits, policy, turn)
+    evidence = await gather_evidence(ticket, store, scope, limits, policy, turn, hidden=hidden)
     diagnostics = _diagnostics(evidence)
     clarification: tuple[str, str] | None = None
     decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=False))
@@ -265,6 +271,7 @@ async def _dispatch_fence(
             policy,
             attrs.evolve(turn, clarification=answer),
             spent=evidence.usage,
+            hidden=hidden,
         )
         diagnostics.extend(_diagnostics(evidence))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))

@@ -56,7 +56,11 @@ async def assemble_request(
     with observe.stage("request") as span:
         summary = snap.summary if runtime.summarizer is not None else None
         in_request = summary if summary is not None and summary.summary.text else None
-        summary_sources = (summary_block(scope.session_key, in_request),) if in_request is not None else ()
+        # After a view reset the summary's coverage says what came before was cleared.
+        view_start = snap.view.start if snap.view is not None else 0
+        summary_sources = (
+            (summary_block(scope.session_key, in_request, view_start),) if in_request is not None else ()
+        )
         assembly = assemble_sources(offered, runtime.limits.source_tokens)
         for source_id in assembly.omitted:
             diagnostics.append(

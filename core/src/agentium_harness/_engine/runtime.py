@@ -24,8 +24,11 @@ A turn, in order (see docs/runtime.md), each step in its own module:
    into the task summary, in the background by default.
 
 Maintenance outside a turn — flush, migrate, inspect, reconcile — is in
-:mod:`.maintenance`; closing a session in :mod:`.closing`. Every adapter call anywhere runs under its deadline
-(:meth:`.lifecycle.Ticket.call`).
+:mod:`.maintenance`; closing a session in :mod:`.closing`. The history API
+for hosts that run their own agent loop (``append``, ``read_history``,
+``list_sessions``, ``retract``, ``reset_view``) is mixed in from
+:mod:`.history_api` and commits through the same path as a run. Every
+adapter call anywhere runs under its deadline (:meth:`.lifecycle.Ticket.call`).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ from .._verdicts import EvidenceLimits, VerificationRecord
 from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
 from .checks import probe_adapters
 from .closing import CloseAttempt, HarnessResources, close_session, drain_runtime, shutdown_runtime
+from .history_api import HistoryOperations
+from .history_view import model_history, recall_hidden
 from .hooks import HookBroadcaster
 from .lifecycle import Admission, LifecycleState, Ticket
 from .limits import RuntimeLimits
@@ -86,7 +91,7 @@ from .results import CleanupReport, Diagnostic, RunResult, RunStatus, Severity
 from .summary import GroupReader
 from .tools import ToolRegistry
 from .turn import TurnInterrupted, TurnOutcome, executed, run_turn
-from .turn_commit import commit_turn, interruption, retained_record
+from .turn_commit import commit_turn, interruption, retained_record, settle_earlier
 from .verification import (
     REVISION_REQUEST,
     CompletionPolicy,
@@ -111,11 +116,15 @@ __all__ = [
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 
-class HarnessRuntime:
+class HarnessRuntime(HistoryOperations):
     """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
 
     Adapters passed in are borrowed: the runtime never closes them. Adapters
     it built itself from config (``owned``) are closed by :meth:`aclose`.
+    Besides :meth:`run`, hosts that run their own agent loop write and read
+    canonical history with :meth:`append`, :meth:`read_history`,
+    :meth:`list_sessions`, :meth:`retract` and :meth:`reset_view`
+    (docs/history-api.md).
     """
 
     def __init__(
@@ -147,7 +156,7 @@ class HarnessRuntime:
         #: Where spans and metrics go, and whether content is captured (docs/observability.md).
         self.telemetry = telemetry or Telemetry()
         self._telemetry_resolved = self.telemetry.resolve()
-        self.memory = memory
+        self._memory = memory
         self._owns_memory_manager = owns_memory_manager
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
@@ -180,6 +189,16 @@ class HarnessRuntime:
     def state(self) -> LifecycleState:
         """``open``, ``closing`` or ``closed``."""
         return self._admission.state
+
+    @property
+    def memory(self) -> MemoryManager | None:
+        """The runtime's memory manager (``[memory]``), or ``None`` when memory is not configured.
+
+        A multi-tenant host uses it to remember, correct, forget and list facts
+        per :class:`MemoryScope`; runs read from it. The runtime drains it on
+        ``aclose()`` and closes it when it built it from config.
+        """
+        return self._memory
 
     # -- the turn ------------------------------------------------------------
 
@@ -268,11 +287,7 @@ class HarnessRuntime:
     ) -> RunResult:
         started_at = time.time()
         key = scope.session_key
-        if self._work.busy(key):
-            # The previous turn's summary update saves into this snapshot: let it land (bounded) first,
-            # so it never makes this run's commit conflict.
-            await self._work.settle(key, self.summary_limits.timeout_s * 2 + self.limits.op_timeout_s)
-        earlier = self._work.take_report(key)
+        earlier = await settle_earlier(self, key)
         stored, snap = await load_session(ticket, self.session_store, key, scope, attest_legacy=attest_legacy)
         if snap.divergence is not None:
             raise SessionDivergedError(
@@ -282,14 +297,15 @@ class HarnessRuntime:
             )
         progress.scope, progress.stored, progress.snap = scope, stored, snap
         diagnostics = progress.diagnostics
-        diagnostics.extend(earlier.diagnostics if earlier is not None else ())
+        diagnostics.extend(earlier)
         if snap.memory_scope is None:
             diagnostics.append(
                 Diagnostic(
                     "legacy_scope_attested", "legacy snapshot loaded by attestation; stamped at commit"
                 )
             )
-        history = tuple(m for g in snap.resident for m in g.messages)
+        # The view's messages only: no control record, nothing retracted or cleared, no payloads.
+        history = model_history(snap.resident, snap.view)
         step: RecallStep | None = None
         if self.recall is not None:
             step = await recall_before_dispatch(
@@ -302,6 +318,7 @@ class HarnessRuntime:
                 history=history,
                 clarify=clarify,
                 clarify_timeout_s=self.limits.op_timeout_s,
+                hidden=recall_hidden(key, snap.view),
             )
             diagnostics.extend(step.diagnostics)
             progress.recall = step.outcome

@@ -16,6 +16,13 @@ Citations prove identity, not content (R5): a citation is a group seq and
 digest, and the block the model sees carries the summary text, its coverage
 and uncertainty as labeled source data of kind ``summary`` (R4), apart from
 raw archive text that recall may include.
+
+The summary follows the session's view (docs/history-api.md): a group out
+of the view (before its start, a control group, or retracted whole) is
+passed over without being offered; a partly retracted group is offered as
+the view shows it (no half tool exchanges), and a citation of it is stored
+with the canonical group's digest. A retraction or view reset that takes
+away something the summary already covers restarts it (:func:`restarted`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import attrs
 
 from .._errors import ArchiveCorruptError, CapabilityError, SessionConflictError
-from .._history import MessageGroup
+from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports import OpContext
 from .._ports.archive import HistoryArchive
@@ -43,12 +50,14 @@ from .._ports.summary import (
 )
 from .._scope import SessionKey, encode_segment
 from .commit import CommitOutcome
+from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 
 __all__ = [
     "GroupReader",
     "SummaryUpdate",
+    "restarted",
     "save_summary",
     "summarize_after_commit",
     "summary_block",
@@ -72,12 +81,19 @@ class SummaryUpdate:
     diagnostics: tuple[Diagnostic, ...]
 
 
-def summary_block(key: SessionKey, state: SummaryState) -> SourceBlock:
-    """The summary as labeled source data: text, coverage, citations, policy and uncertainty."""
+def summary_block(key: SessionKey, state: SummaryState, view_start: int = 0) -> SourceBlock:
+    """The summary as labeled source data: text, coverage, citations, policy and uncertainty.
+
+    After a view reset (``view_start`` above 0) the coverage says the summary
+    starts at the view: what came before was cleared and is not summarized.
+    """
     summary = state.summary
     cited = " ".join(f"{c.seq}:{c.digest[:_SHOWN_DIGEST]}" for c in summary.citations)
+    coverage = state.coverage()
+    if view_start > 0:
+        coverage += f"; history before group {view_start} was cleared from the view and is not summarized"
     attributes = [
-        ("coverage", state.coverage()),
+        ("coverage", coverage),
         ("policy", f"{summary.policy}@{summary.version}"),
         ("citations", cited),
     ]
@@ -190,12 +206,16 @@ def _checked(
     given: Sequence[MessageGroup],
     start: int,
     limits: SummaryLimits,
+    end: int,
 ) -> tuple[TaskSummary | None, list[Diagnostic]]:
-    """The summarizer's answer with its citations checked, or ``None`` when it must be refused whole."""
+    """The summarizer's answer with its citations checked, or ``None`` when it must be refused whole.
+
+    ``end`` is one past the last group of the run the groups were offered
+    from (groups out of the view are not offered, so it may pass the last one given).
+    """
     notes: list[Diagnostic] = []
     if not isinstance(answer, TaskSummary):
         return None, [_violation(f"summarizer returned a {type(answer).__name__}, not a TaskSummary")]
-    end = start + len(given)
     if not start <= answer.frontier <= end:
         return None, [
             _violation(
@@ -227,6 +247,49 @@ def _checked(
     return attrs.evolve(answer, citations=tuple(kept)), notes
 
 
+def restarted(state: SummaryState | None, frontier: int) -> SummaryState | None:
+    """The summary started again empty at ``frontier`` (policy kept), or ``None`` when there is none.
+
+    Used when a retraction or a view reset takes away something the summary
+    covers: its text may state it, so it is never shown again; the next
+    updates fold what the view shows from ``frontier`` on.
+    """
+    if state is None:
+        return None
+    old = state.summary
+    return SummaryState(TaskSummary(text="", frontier=frontier, policy=old.policy, version=old.version))
+
+
+def _offered(
+    run: Sequence[MessageGroup], view: ViewState | None
+) -> tuple[list[MessageGroup], dict[tuple[int, str], str]]:
+    """What the summarizer is given of ``run``: the view's part of each group, and canonical digests.
+
+    Groups out of the view are left out; a partly retracted group is given
+    as the view shows it. The map takes the digest of each such copy to the
+    canonical group's, so the stored citation names what was committed.
+    """
+    if view is None:
+        return list(run), {}
+    index = ViewIndex(view)
+    offered: list[MessageGroup] = []
+    canonical: dict[tuple[int, str], str] = {}
+    for group in run:
+        shown = index.shown(group.seq)
+        if group.control is not None or shown == 0:
+            continue
+        if shown is None:
+            offered.append(group)
+            continue
+        messages = paired_messages(group.messages[:shown])
+        if not messages:
+            continue
+        copy = attrs.evolve(group, messages=messages)
+        canonical[(copy.seq, copy.digest)] = group.digest
+        offered.append(copy)
+    return offered, canonical
+
+
 async def update_summary(
     ticket: Ticket,
     *,
@@ -237,6 +300,7 @@ async def update_summary(
     boundary: int,
     receipts: dict[int, str],
     limits: SummaryLimits,
+    view: ViewState | None = None,
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
@@ -245,6 +309,8 @@ async def update_summary(
     them); a group read back with another digest is a ``changed`` gap. A
     group with no receipt (archived before summaries were configured) is
     checked by the reader alone.
+    ``view`` (the session's) decides what of each group is offered
+    (:func:`_offered`); groups out of it are passed over.
     Returns the state to save (``None`` when nothing changed).
     """
     previous = current.summary if current is not None else None
@@ -259,11 +325,17 @@ async def update_summary(
         gap = read_gap
     diagnostics: list[Diagnostic] = []
     summary = previous
-    if run:
+    offered, canonical = _offered(run, view)
+    passed = start + len(run)
+    if run and not offered:
+        # Nothing of these groups is in the view: the frontier passes them, the text stays.
+        empty = TaskSummary(text="", frontier=start, policy="none", version="0")
+        summary = attrs.evolve(previous if previous is not None else empty, frontier=passed)
+    if offered:
         try:
             answer = await ticket.call(
                 "summarize",
-                lambda ctx: summarizer.summarize(previous, tuple(run), ctx),
+                lambda ctx: summarizer.summarize(previous, tuple(offered), ctx),
                 timeout_s=limits.timeout_s,
             )
         except Exception as exc:
@@ -276,12 +348,20 @@ async def update_summary(
                 )
             )
             return SummaryUpdate(None, 0, tuple(diagnostics))
-        checked, notes = _checked(answer, previous, run, start, limits)
+        checked, notes = _checked(answer, previous, offered, start, limits, passed)
         diagnostics.extend(notes)
         if checked is None:
             return SummaryUpdate(None, 0, tuple(diagnostics))
+        if canonical:
+            cited = tuple(
+                attrs.evolve(c, digest=canonical.get((c.seq, c.digest), c.digest)) for c in checked.citations
+            )
+            checked = attrs.evolve(checked, citations=cited)
+        if checked.frontier > offered[-1].seq:
+            # It folded everything it was given: the groups after the last one are out of the view.
+            checked = attrs.evolve(checked, frontier=max(checked.frontier, passed))
         summary = checked
-        if checked.frontier < start + len(run):
+        if checked.frontier < passed:
             gap = None  # it folded fewer than offered: the rest is retried, nothing is known missing
     if summary is None:
         summary = TaskSummary(text="", frontier=start, policy="none", version="0")
@@ -371,6 +451,7 @@ async def summarize_after_commit(
     current: SummaryState | None,
     outcome: CommitOutcome,
     limits: SummaryLimits,
+    view: ViewState | None = None,
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 
@@ -390,6 +471,7 @@ async def summarize_after_commit(
             boundary=outcome.boundary,
             receipts=_receipts(outcome),
             limits=limits,
+            view=view,
         )
         diagnostics = list(update.diagnostics)
         span.set("agentium.summary.diagnostics", len(diagnostics))

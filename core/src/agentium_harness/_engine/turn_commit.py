@@ -1,6 +1,8 @@
 """Steps 7 and 8 of a turn, as the orchestrator runs them: the group, its commit, what follows it.
 
-The turn becomes a :class:`~agentium_harness._history.MessageGroup` with its
+:func:`commit_group` is the one commit path: ``run()`` and the history API
+(``append``, ``retract``, ``reset_view``) all commit through it. The turn
+becomes a :class:`~agentium_harness._history.MessageGroup` with its
 retained record (R26); the commit (:mod:`.commit`) runs directly or under
 the host's conditional publication (R25); archived groups are indexed for
 recall; the task summary is updated, in the background by default.
@@ -20,11 +22,21 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
+import attrs
+
 from .._errors import AgentiumError, PublicationRefusedError
-from .._history import InterruptionCause, Message, MessageGroup, RetainedRecord, Role, TurnInterruption
+from .._history import (
+    InterruptionCause,
+    Message,
+    MessageGroup,
+    RetainedRecord,
+    Role,
+    TurnInterruption,
+    ViewState,
+)
 from .._observe import spans as observe
 from .._ports.summary import SummaryState
-from .._scope import Scope
+from .._scope import Scope, SessionKey
 from .._text import cut_text
 from .._verdicts import VerificationRecord
 from .arguments import source_uncertainty
@@ -42,7 +54,16 @@ if TYPE_CHECKING:
     from .recall_turn import RecallOutcome
     from .runtime import HarnessRuntime
 
-__all__ = ["MAX_INTERRUPTION_BYTES", "answered_part", "commit_turn", "interruption", "retained_record"]
+__all__ = [
+    "MAX_INTERRUPTION_BYTES",
+    "GroupCommit",
+    "answered_part",
+    "commit_group",
+    "commit_turn",
+    "interruption",
+    "retained_record",
+    "settle_earlier",
+]
 
 #: The interruption's detail (an error message, a policy's reason) is cut to this many bytes.
 MAX_INTERRUPTION_BYTES = 1024
@@ -84,29 +105,52 @@ def retained_record(
     )
 
 
-async def commit_turn(
+async def settle_earlier(runtime: HarnessRuntime, key: SessionKey) -> list[Diagnostic]:
+    """Let the session's previous summary update land (bounded) before a new commit; its report.
+
+    The update saves into the snapshot the next commit is based on: waiting
+    for it first means it never makes this commit conflict.
+    """
+    if runtime._work.busy(key):
+        await runtime._work.settle(key, runtime.summary_limits.timeout_s * 2 + runtime.limits.op_timeout_s)
+    earlier = runtime._work.take_report(key)
+    return list(earlier.diagnostics) if earlier is not None else []
+
+
+@attrs.frozen(slots=True)
+class GroupCommit:
+    """One group committed, and what followed: the revision and summary after the summary update."""
+
+    outcome: CommitOutcome
+    revision: int
+    summary: SummaryState | None
+
+
+async def commit_group(
     runtime: HarnessRuntime,
     ticket: Ticket,
     progress: RunProgress,
     *,
     scope: Scope,
-    turn: TurnOutcome,
-    retained: RetainedRecord,
+    group: MessageGroup,
     summary: SummaryState | None,
-    status: RunStatus,
-    sources: SourceStatus,
-) -> RunResult:
-    """Commit ``turn`` as the session's next group, then index and summarize; the run's result.
+    publication: RecallView | None = None,
+    view: ViewState | None = None,
+    restarted_summary: SummaryState | None = None,
+) -> GroupCommit:
+    """Commit ``group`` as the session's next group, index what was archived, update the summary.
 
-    With ``retained.interruption`` set only the answered part of the turn is
-    committed, directly. ``progress`` follows the commit, so an error or a
+    The one commit path of ``run()``, ``append``, ``retract`` and
+    ``reset_view``. ``progress`` follows the commit, so an error or a
     cancellation on the way still reports whether the group landed.
+    ``publication`` hands the commit to the host's conditional publication
+    first (R25). ``view`` and ``restarted_summary`` are saved with the
+    group when given (a retraction or a reset moves the view, and restarts a
+    summary that covers what left it); otherwise the stored ones are kept.
+    Diagnostics go to ``progress.diagnostics``.
     """
     assert progress.snap is not None
     snap, stored, key = progress.snap, progress.stored, scope.session_key
-    stopped = retained.interruption is not None
-    messages = answered_part(turn.messages) if stopped else turn.messages
-    group = MessageGroup(seq=snap.next_seq, messages=messages, retained=retained)
     progress.group = group
     done: list[CommitOutcome] = []
 
@@ -129,6 +173,8 @@ async def commit_turn(
                     next_seq=snap.next_seq + 1,
                     keep_receipts=runtime.summarizer is not None,
                     before_save=progress.saving,
+                    view=view,
+                    summary=restarted_summary,
                 )
             except AgentiumError as exc:
                 # Settled by the commit when its save failed; anything else failed before the save.
@@ -143,10 +189,8 @@ async def commit_turn(
         progress.outcome = outcome
         done.append(outcome)
 
-    recall = progress.recall
-    if runtime.publication is not None and not stopped and recall is not None and recall.included:
-        view = RecallView(scope, recall.included, recall.source_view_revision or "")
-        await publish(runtime.publication, view, do_commit, done, runtime.limits.op_timeout_s * 3)
+    if publication is not None and runtime.publication is not None:
+        await publish(runtime.publication, publication, do_commit, done, runtime.limits.op_timeout_s * 3)
     else:
         await do_commit()
     outcome = done[0]
@@ -157,6 +201,8 @@ async def commit_turn(
             await index_archived(runtime.recall, ticket, key, outcome.archived_groups, outcome.archived)
         )
     revision = outcome.revision
+    current = restarted_summary if restarted_summary is not None else summary
+    saved_view = view if view is not None else snap.view
     if runtime.summarizer is not None and runtime._summary_reader is not None:
         summarizer, reader, limits = runtime.summarizer, runtime._summary_reader, runtime.summary_limits
 
@@ -167,16 +213,50 @@ async def commit_turn(
                 reader=reader,
                 store=runtime.session_store,
                 key=key,
-                current=summary,
+                current=current,
                 outcome=outcome,
                 limits=limits,
+                view=saved_view,
             )
 
         if limits.background:
             runtime._work.start(key, lambda on: _state_and_notes(summarize(on)))
         else:
-            revision, summary, notes = await summarize(ticket)
+            revision, current, notes = await summarize(ticket)
             diagnostics.extend(notes)
+    return GroupCommit(outcome, revision, current)
+
+
+async def commit_turn(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    progress: RunProgress,
+    *,
+    scope: Scope,
+    turn: TurnOutcome,
+    retained: RetainedRecord,
+    summary: SummaryState | None,
+    status: RunStatus,
+    sources: SourceStatus,
+) -> RunResult:
+    """Commit ``turn`` as the session's next group, then index and summarize; the run's result.
+
+    With ``retained.interruption`` set only the answered part of the turn is
+    committed, directly. ``progress`` follows the commit, so an error or a
+    cancellation on the way still reports whether the group landed.
+    """
+    assert progress.snap is not None
+    stopped = retained.interruption is not None
+    messages = answered_part(turn.messages) if stopped else turn.messages
+    group = MessageGroup(seq=progress.snap.next_seq, messages=messages, retained=retained)
+    recall = progress.recall
+    publication = None
+    if runtime.publication is not None and not stopped and recall is not None and recall.included:
+        publication = RecallView(scope, recall.included, recall.source_view_revision or "")
+    done = await commit_group(
+        runtime, ticket, progress, scope=scope, group=group, summary=summary, publication=publication
+    )
+    outcome, diagnostics = done.outcome, progress.diagnostics
     if stopped:
         assert retained.interruption is not None
         diagnostics.append(
@@ -195,14 +275,14 @@ async def commit_turn(
         group_seq=group.seq,
         boundary=outcome.boundary,
         resident_groups=len(outcome.resident),
-        snapshot_revision=revision,
+        snapshot_revision=done.revision,
         archived=outcome.archived,
         tool_outcomes=turn.tool_outcomes,
         usage=turn.usage,
         retained=retained,
         diagnostics=tuple(diagnostics),
         recall=recall,
-        summary=summary,
+        summary=done.summary,
         verification=retained.verification,
     )
 

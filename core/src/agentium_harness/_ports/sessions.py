@@ -16,7 +16,7 @@ import attrs
 
 from .._codec import canonical_json, digest_bytes, from_json, unstructure
 from .._errors import RecordDecodeError, SnapshotCorruptError
-from .._history import MessageGroup
+from .._history import MessageGroup, ViewState
 from .._scope import Scope, SessionKey
 from .._validators import int_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
@@ -130,7 +130,15 @@ class SessionSnapshot:
       reads back have that digest, whatever digest the archive recomputes
       for them now. Empty, and then left out of the canonical bytes, without
       a summarizer.
+    - ``view``: which committed messages the session's view shows, after its
+      retractions and view resets (:class:`~agentium_harness._history.ViewState`);
+      derived from its control groups and saved with them. Absent (``None``,
+      left out of the canonical bytes) until the first one, so snapshots
+      written before views existed keep their digests.
     """
+
+    #: Left out of the encoding when ``None`` (see ``view`` above).
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("view",)
 
     memory_scope: Scope | None
     boundary: int = 0
@@ -141,13 +149,14 @@ class SessionSnapshot:
     digest: str | None = None
     summary: SummaryState | None = None
     receipts: tuple[ArchivedDigest, ...] = attrs.field(default=(), converter=_tuple_of_archived_digest)
+    view: ViewState | None = None
 
 
 _EMPTY_RESIDENT: Final = b'"resident":[]'
 
 
 def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
-    """The canonical JSON bytes of ``snapshot``; an absent ``summary`` or empty ``receipts`` is left out.
+    """The canonical JSON bytes of ``snapshot``; absent ``summary``/``view`` or empty ``receipts`` left out.
 
     Built from each resident group's own (cached) canonical bytes, so a
     snapshot whose groups were already encoded costs a join, not a re-encoding
@@ -307,8 +316,13 @@ class SessionStore:
         raise unsupported(self, "save")
 
     @port_stub
-    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
-        """Up to ``limit`` session ids of one user, sorted. Declared by ``listing``.
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
+        """Up to ``limit`` session ids of one user, sorted by code point. Declared by ``listing``.
+
+        With ``after``, only ids sorting after it (strictly): the next page of a
+        listing whose previous page ended at ``after``.
 
         Call ``ctx.raise_if_expired("session listing")`` before reading.
 

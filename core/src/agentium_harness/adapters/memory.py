@@ -171,10 +171,16 @@ class InMemorySessionStore(SessionStore):
             self._rows[key] = (new_rev, data)
             return new_rev
 
-    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
-        """Sorted session ids of one user, at most ``limit``."""
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
+        """Sorted session ids of one user (after ``after``, when given), at most ``limit``."""
         ctx.raise_if_expired("session listing")
-        ids = sorted(k.session for k in self._rows if k.tenant == tenant and k.user == user)
+        ids = sorted(
+            k.session
+            for k in self._rows
+            if k.tenant == tenant and k.user == user and (after is None or k.session > after)
+        )
         return ids[: max(0, limit)]
 
     async def health(self, ctx: OpContext) -> str:

@@ -504,16 +504,18 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         self._remember(key, revision, data, snapshot)
         return revision, receipts
 
-    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
-        """Up to ``limit`` session ids of one user, sorted by code point."""
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
+        """Up to ``limit`` session ids of one user (after ``after``, when given), sorted by code point."""
         bound = max(0, limit)  # a negative LIMIT would mean "no limit" to SQLite
 
         def work(conn: sqlite3.Connection) -> list[str]:
             # BINARY collation orders UTF-8 text by code point, the same order as sorted().
             rows = conn.execute(
                 "SELECT session_id FROM session_snapshots WHERE tenant_id = ? AND user_id = ? "
-                "ORDER BY session_id LIMIT ?",
-                (tenant, user, bound),
+                "AND session_id > ? ORDER BY session_id LIMIT ?",
+                (tenant, user, "" if after is None else after, bound),
             ).fetchall()
             return [str(r[0]) for r in rows]
 

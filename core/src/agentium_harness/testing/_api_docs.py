@@ -128,8 +128,17 @@ def port_methods(cls: type) -> Iterator[tuple[str, Any]]:
 
 
 def _public_members(cls: type) -> Iterator[tuple[str, Any, str]]:
-    """Public methods and properties defined on ``cls`` itself: ``(name, member, kind)``."""
-    for name, member in vars(cls).items():
+    """Public methods and properties defined on ``cls`` itself: ``(name, member, kind)``.
+
+    Members of a private base that declares ``__agentium_documented_mixin__``
+    (a part of the class kept in its own module) are documented with the class.
+    """
+    own = dict(vars(cls))
+    for base in cls.__mro__[1:]:
+        if base.__dict__.get("__agentium_documented_mixin__", False):
+            for name, member in vars(base).items():
+                own.setdefault(name, member)
+    for name, member in own.items():
         if name.startswith("_"):
             continue
         if isinstance(member, property):

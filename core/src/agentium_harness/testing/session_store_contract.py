@@ -377,9 +377,11 @@ class SessionStoreContract(ContractSuite):
     async def test_list_sessions_sorted_bounded_and_per_user(self, session_store: SessionStore) -> None:
         """``list_sessions`` returns one user's session ids, sorted by code point, at most ``limit``.
 
+        With ``after``, only the ids sorting strictly after it (the next page).
+
         A failure means the listing leaks other users' or tenants' sessions
-        (including ids that collide under naive joining), is unsorted, or
-        ignores the bound.
+        (including ids that collide under naive joining), is unsorted,
+        ignores the bound, or pages wrongly (repeats ``after`` or skips ids).
         """
         _require(session_store, "listing")
         mine = ["b", "a", "Z", "é", "a/b", "a b", "..", "*"]
@@ -401,6 +403,13 @@ class SessionStoreContract(ContractSuite):
         assert await session_store.list_sessions("a:b", "c", 10, ctx) == ["left"]
         assert await session_store.list_sessions("a", "b:c", 10, ctx) == ["right"]
         assert await session_store.list_sessions("nobody", "u", 10, ctx) == []
+        ordered = sorted(mine)
+        assert await session_store.list_sessions("t", "u", 3, ctx, after=ordered[2]) == ordered[3:6]
+        assert await session_store.list_sessions("t", "u", 100, ctx, after=ordered[-1]) == []
+        assert await session_store.list_sessions("t", "u", 100, ctx, after="a") == [
+            s for s in ordered if s > "a"
+        ]
+        assert await session_store.list_sessions("t", "u2", 10, ctx, after="a") == ["other-user"]
 
     async def test_list_sessions_refused_when_undeclared(self, session_store: SessionStore) -> None:
         """Without ``listing``, ``list_sessions`` raises ``NotImplementedError`` or ``CapabilityError``.

@@ -452,8 +452,13 @@ class S3SessionStore(SessionStore):
 
     # -- listing, health, lifecycle -------------------------------------------------------------
 
-    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
-        """Up to ``limit`` session ids of one user, sorted by code point (reads the user's whole folder)."""
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
+        """Up to ``limit`` session ids of one user after ``after`` (when given), sorted by code point.
+
+        It reads the user's whole folder.
+        """
         ctx.raise_if_expired("session listing")
         if limit <= 0:
             return []
@@ -481,7 +486,8 @@ class S3SessionStore(SessionStore):
                     return found
                 args["ContinuationToken"] = token
 
-        return sorted(await self._link.call(ctx, "session listing", work))[:limit]
+        listed = sorted(await self._link.call(ctx, "session listing", work))
+        return [s for s in listed if after is None or s > after][:limit]
 
     async def health(self, ctx: OpContext) -> str:
         """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""

@@ -267,8 +267,13 @@ class PostgresSessionStore(SessionStore):
 
     # -- listing, health, lifecycle -------------------------------------------------------------
 
-    async def list_sessions(self, tenant: str, user: str, limit: int, ctx: OpContext) -> list[str]:
-        """Up to ``limit`` session ids of one user, sorted by code point (``COLLATE "C"`` on UTF-8)."""
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
+        """Up to ``limit`` session ids of one user after ``after`` (when given), sorted by code point.
+
+        Ids are ordered ``COLLATE "C"`` on UTF-8, the same order as ``sorted()``.
+        """
         ctx.raise_if_expired("session listing")
         if limit <= 0:
             return []
@@ -278,10 +283,10 @@ class PostgresSessionStore(SessionStore):
             cursor = await conn.execute(
                 q(
                     "SELECT session_id FROM {s}.session_snapshots WHERE tenant_key = %s AND user_key = %s "
-                    "ORDER BY session_id LIMIT %s",
+                    "AND session_id > %s ORDER BY session_id LIMIT %s",
                     self._config.schema,
                 ),
-                (t, u, limit),
+                (t, u, "" if after is None else after, limit),
             )
             return [str(r[0]) for r in await cursor.fetchall()]
 

@@ -1,0 +1,223 @@
+"""The history API of :class:`~.runtime.HarnessRuntime`: use Agentium under an agent loop the host runs.
+
+``append``, ``retract`` and ``reset_view`` write canonical history without a
+model call, through the same admission, compare-and-set, eviction, receipts,
+recall indexing and summary path as ``run()`` (:mod:`.history_write`);
+``read_history`` and ``list_sessions`` read it back in bounded pages
+(:mod:`.history_read`). The methods live here, mixed into the runtime, so
+the orchestrator stays small; arguments are checked before anything is
+admitted (:mod:`.history_checks`), and every error says in ``commit_state``
+whether the operation committed. See docs/history-api.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
+
+from .._errors import AgentiumError
+from .._history import Message
+from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
+from .._validators import check_count, validate_id
+from .arguments import run_scope
+from .history_checks import (
+    MAX_LIST_LIMIT,
+    check_expected_revision,
+    check_messages,
+    check_page,
+    check_reason,
+    check_retract_count,
+)
+from .history_read import list_page, read_page
+from .history_records import AppendResult, HistoryPage, ResetResult, RetractResult, SessionPage
+from .history_write import append_group, reset_session_view, retract_messages
+from .lifecycle import Ticket
+from .progress import RunProgress
+from .settle import mark_commit_state
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
+
+__all__ = ["HistoryOperations"]
+
+R = TypeVar("R")
+
+
+class HistoryOperations:
+    """The history methods of the runtime (mixed into :class:`~.runtime.HarnessRuntime`)."""
+
+    __slots__ = ()
+    #: docs/api.md documents these methods with :class:`~.runtime.HarnessRuntime` (testing._api_docs).
+    __agentium_documented_mixin__ = True
+
+    def _runtime(self) -> HarnessRuntime:
+        return cast("HarnessRuntime", self)
+
+    async def _write(
+        self,
+        scope: Scope,
+        kind: str,
+        work: Callable[[HarnessRuntime, Ticket, RunProgress], Awaitable[R]],
+    ) -> R:
+        """Run ``work`` admitted exclusively on the session; errors marked with what was committed."""
+        runtime = self._runtime()
+        progress = RunProgress()
+        try:
+            async with runtime._admission.admit(scope.session_key, kind) as ticket:
+                return ticket.report(await work(runtime, ticket, progress))
+        except AgentiumError as exc:
+            state = exc.commit_state if exc.commit_state is not None else progress.commit_state
+            raise mark_commit_state(exc, state)  # noqa: B904 - the same error, marked
+        raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
+
+    async def append(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        recall_scope: RecallScope | None = None,
+        expected_revision: int | None = None,
+    ) -> AppendResult:
+        """Commit ``messages`` as the session's next group, with no model call.
+
+        One call is one group, and the group must be complete: every tool call
+        with its result after it, every tool result answering an earlier call
+        of the same call's messages (:class:`IncompleteGroupError` otherwise).
+        Messages are checked and copied first: ``content`` valid text, tool
+        arguments and ``payload`` plain JSON within their bounds
+        (:class:`InvalidPayloadError`). ``expected_revision`` (0: the session
+        must not exist yet) refuses the append with :class:`SessionConflictError`
+        unless the session is at that revision. Admitted like a run (one
+        operation per session: :class:`SessionBusyError` while a run, another
+        append, a retraction or a reset holds it), and committed like one:
+        eviction with archive receipts, compare-and-set, recall indexing of
+        archived groups, the summary update. Refused input changes nothing;
+        an error raised after loading carries ``commit_state``.
+        """
+        checked = check_messages(messages)
+        expected = check_expected_revision(expected_revision)
+        scope = run_scope(identity, session_id, recall_scope)
+        return await self._write(
+            scope,
+            "append",
+            lambda rt, ticket, progress: append_group(rt, ticket, progress, scope, checked, expected),
+        )
+
+    async def read_history(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        *,
+        before_seq: int | None = None,
+        max_groups: int,
+        max_bytes: int | None = None,
+        view: bool = True,
+    ) -> HistoryPage:
+        """One page of the session's groups, newest first below ``before_seq``, returned oldest first.
+
+        ``max_groups`` (1 to 1,000) and ``max_bytes`` (canonical bytes, 1 to
+        256 MiB; a single group over it is refused, never cut) bound the page;
+        ``next_before_seq`` pages further back, over resident and archived
+        history alike. With ``view=True`` only groups with a message in the
+        session's view are returned, each with the indexes it shows; with
+        ``view=False`` every group, control groups included, for audit.
+        Archived groups are checked (seq, owner, receipt digest) and damage
+        fails the read with a typed error (``ArchiveCorruptError``,
+        ``SnapshotCorruptError``): nothing is skipped. A session that does not
+        exist reads as empty. Admitted shared, like :meth:`inspect_session`.
+        """
+        groups, size = check_page(max_groups, max_bytes)
+        if not isinstance(view, bool):
+            raise TypeError("view must be True or False")
+        key = SessionKey.of(require_identity(identity), session_id)
+        runtime = self._runtime()
+        async with runtime._admission.admit_shared(key, "history read") as ticket:
+            return await read_page(
+                ticket,
+                archive=runtime.archive,
+                store=runtime.session_store,
+                key=key,
+                before_seq=before_seq,
+                max_groups=groups,
+                max_bytes=size,
+                view=view,
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def list_sessions(
+        self, identity: VerifiedIdentity, *, after: str | None = None, limit: int
+    ) -> SessionPage:
+        """One page of the identity's session ids, sorted by code point, after ``after``.
+
+        ``limit`` is 1 to 1,000; ``next_after`` continues the listing. Needs a
+        session store that declares ``listing`` (:class:`CapabilityError`
+        otherwise). Only the identity's own sessions are ever listed.
+        """
+        who = require_identity(identity)
+        count = check_count(limit, "limit", ceiling=MAX_LIST_LIMIT)
+        if after is not None:
+            validate_id(after, "after")
+        runtime = self._runtime()
+        async with runtime._admission.admit_shared(None, "session listing") as ticket:
+            return await list_page(ticket, runtime.session_store, who.tenant, who.user, after, count)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def retract(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        *,
+        count: int = 1,
+        reason: str,
+        recall_scope: RecallScope | None = None,
+    ) -> RetractResult:
+        """Take the last ``count`` messages of the session's view out of it; nothing is deleted.
+
+        The unit is the message: a retraction takes the view's last ``count``
+        messages, across groups if need be (``pop`` in an SDK is ``count=1``).
+        It commits a control group naming them (a typed record in canonical
+        history, never a deletion and never a message), and the result
+        returns them as committed. A retraction that would reach past the
+        view's start is refused (:class:`RetractionRefusedError`). Retracted
+        messages are not sent to the model by ``run()``, recall leaves out
+        the groups they are in, and a summary that covered them starts again.
+        The session keeps the scope it was stored with (``recall_scope``,
+        when given, must match it). Admitted and committed like :meth:`append`.
+        """
+        n = check_retract_count(count)
+        why = check_reason(reason)
+        scope = run_scope(identity, session_id, recall_scope)
+        return await self._write(
+            scope,
+            "retraction",
+            lambda rt, ticket, progress: retract_messages(
+                rt, ticket, progress, scope, n, why, stored_scope=recall_scope is None
+            ),
+        )
+
+    async def reset_view(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        *,
+        reason: str,
+        recall_scope: RecallScope | None = None,
+    ) -> ResetResult:
+        """Start the session's view afresh: nothing before the reset is shown; nothing is deleted.
+
+        Commits a control group; the view starts after it (``clear`` in an
+        SDK). Earlier groups stay canonical history: ``read_history(view=False)``
+        reads them, ``run()`` no longer sends them, recall leaves them out, and
+        a summary with text starts again. Admitted and committed like
+        :meth:`append`; the session keeps the scope it was stored with.
+        """
+        why = check_reason(reason)
+        scope = run_scope(identity, session_id, recall_scope)
+        return await self._write(
+            scope,
+            "view reset",
+            lambda rt, ticket, progress: reset_session_view(
+                rt, ticket, progress, scope, why, stored_scope=recall_scope is None
+            ),
+        )

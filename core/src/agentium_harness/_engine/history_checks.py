@@ -1,0 +1,227 @@
+"""Arguments of the history API, checked before anything is admitted (bad input changes nothing).
+
+Messages given to ``append`` become canonical history as they are, so each
+one is checked and copied here: text that is valid Unicode, tool-call
+arguments and payloads that are plain JSON (what canonical JSON stores and
+gives back unchanged), bounded in depth and size, and a payload format that
+names the payload. The copies are private: a host that mutates its dicts
+after the call cannot change what was committed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, decode_json
+from .._errors import (
+    EncodingError,
+    IncompleteGroupError,
+    InvalidArgumentError,
+    InvalidJSONError,
+    InvalidPayloadError,
+)
+from .._history import (
+    MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_FORMAT_LENGTH,
+    Message,
+    MessageGroup,
+    Role,
+    ToolCall,
+)
+from .._text import cut_text
+from .._validators import check_count, lone_surrogate_at, validate_id
+
+__all__ = [
+    "MAX_APPEND_BYTES",
+    "MAX_APPEND_MESSAGES",
+    "MAX_LIST_LIMIT",
+    "MAX_PAGE_BYTES",
+    "MAX_PAGE_GROUPS",
+    "MAX_REASON_BYTES",
+    "MAX_RETRACT_COUNT",
+    "check_before_seq",
+    "check_expected_revision",
+    "check_messages",
+    "check_reason",
+    "plain_json",
+]
+
+#: Messages one ``append`` call may commit (one group).
+MAX_APPEND_MESSAGES: Final = 10_000
+#: Canonical bytes of the group one ``append`` call commits (32 MiB).
+MAX_APPEND_BYTES: Final = 32 * 1024 * 1024
+#: Groups one ``read_history`` page may hold (its ``max_groups`` ceiling).
+MAX_PAGE_GROUPS: Final = 1_000
+#: Canonical bytes one ``read_history`` page may hold (its ``max_bytes`` ceiling, 256 MiB).
+MAX_PAGE_BYTES: Final = 256 * 1024 * 1024
+#: Session ids one ``list_sessions`` page may hold (its ``limit`` ceiling).
+MAX_LIST_LIMIT: Final = 1_000
+#: Messages one ``retract`` call may take out of the view.
+MAX_RETRACT_COUNT: Final = 10_000
+#: A retraction's or reset's reason is cut to this many UTF-8 bytes.
+MAX_REASON_BYTES: Final = 1024
+
+_FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*")
+
+
+def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> Any:
+    """A private copy of ``value`` if it is plain JSON within the bounds, else :class:`InvalidPayloadError`.
+
+    The value is encoded canonically and decoded strictly again; it must come
+    back equal, so a tuple (a list again), a non-string key (a string again),
+    ``nan``/``inf``, a lone surrogate or an integer too long to decode is refused,
+    and so is nesting deeper than 64 levels. The decoded copy is returned.
+    """
+    try:
+        encoded = canonical_json(value)
+    except EncodingError as exc:
+        raise InvalidPayloadError(f"{what} is not plain JSON: {exc}; nothing was written") from exc
+    if len(encoded) > max_bytes:
+        raise InvalidPayloadError(
+            f"{what} is {len(encoded)} bytes as canonical JSON, over the limit of {max_bytes}; "
+            "nothing was written"
+        )
+    try:
+        copy = decode_json(encoded, max_depth=MAX_ARGUMENT_DEPTH)
+    except InvalidJSONError as exc:
+        raise InvalidPayloadError(f"{what} is not storable JSON: {exc.reason}; nothing was written") from exc
+    if copy != value:
+        raise InvalidPayloadError(
+            f"{what} is not plain JSON (only dicts with string keys, lists, strings, finite numbers, "
+            "booleans and None come back unchanged; a tuple or a non-string key would not); "
+            "nothing was written"
+        )
+    return copy
+
+
+def _format(value: object, index: int) -> str:
+    if not isinstance(value, str) or len(value) > MAX_PAYLOAD_FORMAT_LENGTH or not _FORMAT.fullmatch(value):
+        raise InvalidPayloadError(
+            f"message {index}: payload_format must be a name such as 'openai.responses.input_item/v1' "
+            f"(letters, digits and . _ : / + -, at most {MAX_PAYLOAD_FORMAT_LENGTH} characters), "
+            f"got {value!r}; nothing was written"
+        )
+    return value
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentError(
+            f"{what} must be a string, got {type(value).__name__}; nothing was written"
+        )
+    bad = lone_surrogate_at(value)
+    if bad is not None:
+        raise InvalidArgumentError(
+            f"{what} holds a lone surrogate at index {bad} (not valid Unicode); nothing was written"
+        )
+    return value
+
+
+def _message(message: object, index: int) -> Message:
+    """A checked private copy of one message."""
+    if not isinstance(message, Message):
+        raise InvalidArgumentError(
+            f"message {index} must be a Message, got {type(message).__name__}; nothing was written"
+        )
+    if not isinstance(message.role, Role):
+        raise InvalidArgumentError(f"message {index}: role must be a Role; nothing was written")
+    content = _text(message.content, f"message {index}: content")
+    calls: list[ToolCall] = []
+    for call in message.tool_calls:
+        if not isinstance(call, ToolCall):
+            raise InvalidArgumentError(f"message {index}: tool_calls must hold ToolCall records")
+        if not isinstance(call.arguments, dict):
+            raise InvalidPayloadError(f"message {index}: tool call {call.id!r} arguments must be a dict")
+        arguments = plain_json(call.arguments, f"message {index}: tool call {call.id!r} arguments")
+        calls.append(ToolCall(call.id, call.name, arguments))
+    if message.tool_call_id is not None:
+        validate_id(message.tool_call_id, f"message {index}: tool_call_id")
+    payload, payload_format = message.payload, message.payload_format
+    if (payload is None) != (payload_format is None):
+        raise InvalidPayloadError(
+            f"message {index}: give payload and payload_format together (or neither); nothing was written"
+        )
+    if payload is not None:
+        payload_format = _format(payload_format, index)
+        payload = plain_json(payload, f"message {index}: payload")
+    return attrs.evolve(
+        message, content=content, tool_calls=tuple(calls), payload=payload, payload_format=payload_format
+    )
+
+
+def check_messages(messages: object) -> tuple[Message, ...]:
+    """Checked private copies of the messages of one ``append``: a complete group within its bounds."""
+    if isinstance(messages, str | bytes | Message) or not isinstance(messages, Sequence):
+        raise InvalidArgumentError(
+            f"messages must be a sequence of Message, got {type(messages).__name__}; nothing was written"
+        )
+    if not messages:
+        raise IncompleteGroupError("append needs at least one message; nothing was written")
+    if len(messages) > MAX_APPEND_MESSAGES:
+        raise InvalidArgumentError(
+            f"{len(messages)} messages in one append; at most {MAX_APPEND_MESSAGES}; nothing was written"
+        )
+    checked = tuple(_message(m, i) for i, m in enumerate(messages))
+    group = MessageGroup(seq=0, messages=checked)
+    missing, orphans = group.missing_tool_results, group.orphan_tool_results
+    if missing or orphans:
+        what = []
+        if missing:
+            what.append(f"tool call(s) {list(missing)[:5]} have no result after them")
+        if orphans:
+            what.append(f"message(s) {list(orphans)[:5]} answer no earlier tool call")
+        raise IncompleteGroupError(
+            "the messages would form an incomplete group: " + "; ".join(what) + ". Append a tool call "
+            "together with its result, in one call; nothing was written"
+        )
+    if group.size_bytes > MAX_APPEND_BYTES:
+        raise InvalidArgumentError(
+            f"the group is {group.size_bytes} bytes as canonical JSON, over the limit of "
+            f"{MAX_APPEND_BYTES}; nothing was written"
+        )
+    return checked
+
+
+def check_reason(reason: object) -> str:
+    """A retraction's or reset's reason: valid text, cut to :data:`MAX_REASON_BYTES`."""
+    text = _text(reason, "reason")
+    return cut_text(text, MAX_REASON_BYTES)[0]
+
+
+def check_expected_revision(value: object) -> int | None:
+    """``None``, or a revision: an ``int`` of at least 0 (0: the session must not exist yet)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(
+            f"expected_revision must be None or an integer of at least 0, got {value!r}; nothing was written"
+        )
+    return value
+
+
+def check_before_seq(value: object, next_seq: int) -> int:
+    """The exclusive upper seq of a page: ``next_seq`` for ``None``, else an int in ``0..next_seq``."""
+    if value is None:
+        return next_seq
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= next_seq:
+        raise InvalidArgumentError(
+            f"before_seq must be None or an integer from 0 to {next_seq} (the session's next seq), "
+            f"got {value!r}"
+        )
+    return value
+
+
+def check_page(max_groups: object, max_bytes: object) -> tuple[int, int | None]:
+    """``max_groups`` and ``max_bytes`` of a page, by the one count rule with their ceilings."""
+    groups = check_count(max_groups, "max_groups", ceiling=MAX_PAGE_GROUPS)
+    size = None if max_bytes is None else check_count(max_bytes, "max_bytes", ceiling=MAX_PAGE_BYTES)
+    return groups, size
+
+
+def check_retract_count(count: object) -> int:
+    """How many messages one ``retract`` takes: 1 to :data:`MAX_RETRACT_COUNT`."""
+    return check_count(count, "count", ceiling=MAX_RETRACT_COUNT)

@@ -1,0 +1,152 @@
+"""Reading history back: pages of a session's groups, and pages of a user's sessions.
+
+A page is read backwards from ``before_seq``: the snapshot first (loaded and
+digest-checked like a run's), then the resident groups it holds and the
+archived ones below its boundary, read in contiguous runs from the archive
+and checked group by group (seq, owner, and the receipt digest the snapshot
+keeps for it, when it keeps one). Damage fails the whole read with a typed
+error; a group is never skipped. With ``view=True`` only groups with a
+message in the session's view are returned, and retracted groups are
+stepped over without being read (:class:`.history_view.ViewIndex`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from functools import partial
+
+from .._errors import ArchiveCorruptError, CapabilityError, ContractViolationError, InvalidArgumentError
+from .._history import MessageGroup
+from .._ports.archive import HistoryArchive, check_archived_group
+from .._ports.sessions import SessionSnapshot, SessionStore
+from .._scope import SessionKey
+from .history_checks import check_before_seq
+from .history_records import HistoryGroup, HistoryPage, SessionPage
+from .history_view import ViewIndex
+from .lifecycle import Ticket
+from .load import load_session
+
+__all__ = ["fetch_groups", "list_page", "read_page"]
+
+
+async def read_page(
+    ticket: Ticket,
+    *,
+    archive: HistoryArchive,
+    store: SessionStore,
+    key: SessionKey,
+    before_seq: int | None,
+    max_groups: int,
+    max_bytes: int | None,
+    view: bool,
+) -> HistoryPage:
+    """The newest groups of ``key`` below ``before_seq`` within the bounds, ascending (see the module)."""
+    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
+    before = check_before_seq(before_seq, snap.next_seq)
+    index = ViewIndex(snap.view)
+    candidates = index.visible_desc(before) if view else ((seq, None) for seq in range(before - 1, -1, -1))
+    chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
+    more = next(candidates, None) is not None
+    groups = await fetch_groups(ticket, archive, key, snap, chosen)
+    entries: list[HistoryGroup] = []
+    size = 0
+    for seq in chosen:  # newest first: the bytes bound keeps the newest groups
+        group = groups[seq]
+        shown = index.shown_indexes(group)
+        if view and not shown:
+            continue
+        if max_bytes is not None:
+            size += group.size_bytes
+            if size > max_bytes:
+                if not entries:
+                    raise InvalidArgumentError(
+                        f"group {seq} alone is {group.size_bytes} bytes, over max_bytes={max_bytes}; "
+                        "read it with a larger max_bytes"
+                    )
+                more = True
+                break
+        entries.append(HistoryGroup(group, shown))
+    entries.reverse()
+    view_state = index.view
+    return HistoryPage(
+        groups=entries,
+        next_before_seq=entries[0].seq if more and entries else None,
+        view_start=view_state.start,
+        view_retracted=view_state.retracted,
+        next_seq=snap.next_seq,
+        snapshot_revision=stored.revision if stored is not None else 0,
+        boundary=snap.boundary,
+    )
+
+
+async def fetch_groups(
+    ticket: Ticket, archive: HistoryArchive, key: SessionKey, snap: SessionSnapshot, seqs: Sequence[int]
+) -> dict[int, MessageGroup]:
+    """Groups ``seqs`` of the session: resident ones from ``snap``, archived ones from ``archive``, checked.
+
+    Archived groups are read in contiguous runs; each must come back whole,
+    at its seq, owned by this session and, where the snapshot keeps the
+    archive's receipt digest for it, with that digest. Anything else raises
+    :class:`ArchiveCorruptError` (or :class:`ContractViolationError` for an
+    archive that returns more than it was asked for): nothing is skipped.
+    """
+    asked = set(seqs)
+    out = {g.seq: g for g in snap.resident if g.seq in asked}
+    wanted = sorted(s for s in asked if s < snap.boundary)
+    if not wanted:
+        return out
+    if not getattr(getattr(type(archive), "capabilities", None), "bounded_reads", False):
+        raise CapabilityError(
+            f"archive {type(archive).__name__} does not declare bounded_reads; reading archived history "
+            "needs it"
+        )
+    receipts = {r.seq: r.digest for r in snap.receipts}
+    for _, run in itertools.groupby(enumerate(wanted), key=lambda pair: pair[1] - pair[0]):
+        seqs_in_run = [seq for _, seq in run]
+        first, count = seqs_in_run[0], len(seqs_in_run)
+        page: Sequence[MessageGroup] = await ticket.call(
+            "archive read", partial(archive.read_groups, key, first, count)
+        )
+        if len(page) > count:
+            raise ContractViolationError(f"archive returned {len(page)} groups for a read of at most {count}")
+        for offset, seq in enumerate(seqs_in_run):
+            group = page[offset] if offset < len(page) else None
+            if not isinstance(group, MessageGroup) or group.seq != seq:
+                raise ArchiveCorruptError(
+                    f"archived group {seq} of session {key.key()} is missing or out of place in the archive "
+                    "(it is below the session's boundary, so it was archived); nothing was skipped"
+                )
+            check_archived_group(key, group, expected_seq=seq, expected_digest=receipts.get(seq))
+            out[seq] = group
+    return out
+
+
+async def list_page(
+    ticket: Ticket, store: SessionStore, tenant: str, user: str, after: str | None, limit: int
+) -> SessionPage:
+    """Up to ``limit`` session ids of one user after ``after``; checked, with the cursor of the next page."""
+    caps = getattr(type(store), "capabilities", None)
+    if not getattr(caps, "listing", False):
+        raise CapabilityError(
+            f"session store {type(store).__name__} does not declare listing; list_sessions needs it"
+        )
+    raw = await ticket.call(
+        "session listing", lambda ctx: store.list_sessions(tenant, user, limit + 1, ctx, after=after)
+    )
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence) or len(raw) > limit + 1:
+        raise ContractViolationError(
+            f"session store returned {type(raw).__name__} for a listing of at most {limit + 1} ids"
+        )
+    ids = list(raw)
+    if (
+        not all(isinstance(i, str) for i in ids)
+        or ids != sorted(set(ids))
+        or (after is not None and ids and ids[0] <= after)
+    ):
+        raise ContractViolationError(
+            "session store returned a listing that is not sorted, unique strings after the cursor"
+        )
+    more = len(ids) > limit
+    page = tuple(ids[:limit])
+    return SessionPage(page, page[-1] if more and page else None)

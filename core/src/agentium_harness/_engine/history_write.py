@@ -1,0 +1,269 @@
+"""Writing history without a model: ``append``, ``retract`` and ``reset_view``.
+
+Each is one admitted operation on the session (like a run: one at a time,
+refused while closing), loads and checks the snapshot like a run, and
+commits one group through the one commit path
+(:func:`.turn_commit.commit_group`): archive what is over the resident
+bound, check every receipt, save with compare-and-set, index the archived
+groups for recall, update the summary. ``append`` commits the host's
+messages as a group; ``retract`` and ``reset_view`` commit a control group
+and move the view (:mod:`.history_view`) in the same save. Nothing is ever
+deleted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from .._errors import (
+    LegacySnapshotError,
+    RetractionRefusedError,
+    SessionConflictError,
+    SessionDivergedError,
+)
+from .._history import (
+    ControlKind,
+    HistoryControl,
+    Message,
+    MessageGroup,
+    MessageRef,
+    RetainedRecord,
+    ViewState,
+)
+from .._ports.summary import SummaryState
+from .._scope import Scope
+from .history_read import fetch_groups
+from .history_records import AppendResult, ResetResult, RetractResult
+from .history_view import ViewIndex, after_reset, after_retraction
+from .lifecycle import Ticket
+from .load import load_session
+from .progress import RunProgress
+from .results import CommitState, Diagnostic, Severity
+from .summary import restarted
+from .turn_commit import GroupCommit, commit_group, settle_earlier
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
+
+__all__ = ["append_group", "reset_session_view", "retract_messages"]
+
+#: Groups read per archive round trip while looking for the messages a retraction takes.
+_RETRACT_CHUNK = 256
+
+
+async def _load(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    progress: RunProgress,
+    scope: Scope,
+    *,
+    stored_scope: bool,
+    expected_revision: int | None = None,
+) -> None:
+    """Load the session into ``progress`` as a run does; refuse a diverged one or a stale revision.
+
+    ``stored_scope`` (retract, reset) acts on the session in the scope it was
+    stored with, which must belong to the caller's identity; otherwise the
+    scope must match exactly, as for a run.
+    """
+    key = scope.session_key
+    progress.diagnostics.extend(await settle_earlier(runtime, key))
+    if stored_scope:
+        stored, snap = await load_session(ticket, runtime.session_store, key, None, attest_legacy=False)
+        if stored is not None and snap.memory_scope is None:
+            raise LegacySnapshotError(
+                f"session {key.session!r} is a legacy snapshot without a memory scope; migrate it first "
+                "(runtime.migrate_legacy_session); nothing was written"
+            )
+        if snap.memory_scope is not None:
+            scope = snap.memory_scope
+    else:
+        stored, snap = await load_session(ticket, runtime.session_store, key, scope, attest_legacy=False)
+    if snap.divergence is not None:
+        raise SessionDivergedError(
+            f"session {key.session!r} is diverged from its archive at seq(s) "
+            f"{list(snap.divergence.seqs)[:5]}; reconcile it first (agentium session reconcile, "
+            "or runtime.reconcile_session); nothing was written"
+        )
+    current = stored.revision if stored is not None else 0
+    if expected_revision is not None and expected_revision != current:
+        raise SessionConflictError(
+            f"session {key.session!r} is at revision {current}, not the expected {expected_revision}; "
+            "read it again and retry; nothing was committed"
+        )
+    progress.scope, progress.stored, progress.snap = scope, stored, snap
+
+
+def _summary(runtime: HarnessRuntime, progress: RunProgress) -> SummaryState | None:
+    """The stored summary when summaries are configured (what a run hands the commit)."""
+    assert progress.snap is not None
+    return progress.snap.summary if runtime.summarizer is not None else None
+
+
+async def append_group(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    progress: RunProgress,
+    scope: Scope,
+    messages: tuple[Message, ...],
+    expected_revision: int | None,
+) -> AppendResult:
+    """Commit ``messages`` (checked, a complete group) as the session's next group."""
+    await _load(runtime, ticket, progress, scope, stored_scope=False, expected_revision=expected_revision)
+    assert progress.snap is not None
+    group = MessageGroup(seq=progress.snap.next_seq, messages=messages, retained=RetainedRecord(scope))
+    done = await commit_group(
+        runtime, ticket, progress, scope=scope, group=group, summary=_summary(runtime, progress)
+    )
+    return AppendResult(
+        seq=group.seq,
+        snapshot_revision=done.revision,
+        boundary=done.outcome.boundary,
+        resident_groups=len(done.outcome.resident),
+        eviction=done.outcome.eviction,
+        commit_state=CommitState.COMMITTED,
+        archived=done.outcome.archived,
+        diagnostics=tuple(progress.diagnostics),
+    )
+
+
+async def _last_visible(
+    runtime: HarnessRuntime, ticket: Ticket, progress: RunProgress, count: int
+) -> list[tuple[MessageRef, Message]]:
+    """Up to ``count`` of the view's last messages, newest first, read back as committed."""
+    assert progress.snap is not None and progress.scope is not None
+    snap, key = progress.snap, progress.scope.session_key
+    candidates = ViewIndex(snap.view).visible_desc(snap.next_seq)
+    found: list[tuple[MessageRef, Message]] = []
+    while len(found) < count:
+        # Every visible group shows at least one message: no more groups than messages are needed.
+        batch = list(itertools.islice(candidates, min(count - len(found), _RETRACT_CHUNK)))
+        if not batch:
+            break
+        groups = await fetch_groups(ticket, runtime.archive, key, snap, [seq for seq, _ in batch])
+        for seq, shown in batch:
+            group = groups[seq]
+            if group.control is not None:
+                continue
+            n = len(group.messages) if shown is None else min(shown, len(group.messages))
+            for i in range(n - 1, -1, -1):
+                found.append((MessageRef(seq, i), group.messages[i]))
+                if len(found) == count:
+                    return found
+    return found
+
+
+async def _commit_control(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    progress: RunProgress,
+    control: HistoryControl,
+    view: ViewState,
+    restart: SummaryState | None,
+) -> tuple[MessageGroup, GroupCommit]:
+    """Commit ``control`` as a control group, saving ``view`` (and a restarted summary) with it."""
+    assert progress.snap is not None and progress.scope is not None
+    scope = progress.scope
+    group = MessageGroup(
+        seq=progress.snap.next_seq, messages=(), retained=RetainedRecord(scope), control=control
+    )
+    if restart is not None:
+        progress.diagnostics.append(
+            Diagnostic(
+                "summary_restarted",
+                f"the task summary covered what the {control.kind.value} took out of the view; it starts "
+                f"again, empty, at group {restart.summary.frontier}",
+                Severity.WARNING,
+            )
+        )
+    done = await commit_group(
+        runtime,
+        ticket,
+        progress,
+        scope=scope,
+        group=group,
+        summary=_summary(runtime, progress),
+        view=view,
+        restarted_summary=restart,
+    )
+    return group, done
+
+
+async def retract_messages(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    progress: RunProgress,
+    scope: Scope,
+    count: int,
+    reason: str,
+    *,
+    stored_scope: bool,
+) -> RetractResult:
+    """Take the view's last ``count`` messages out of it with a control group (nothing is deleted)."""
+    await _load(runtime, ticket, progress, scope, stored_scope=stored_scope)
+    assert progress.snap is not None
+    snap = progress.snap
+    found = await _last_visible(runtime, ticket, progress, count)
+    if len(found) < count:
+        raise RetractionRefusedError(
+            f"the view of session {scope.session!r} holds {len(found)} message(s); retract(count={count}) "
+            "would reach past its start; nothing was written",
+            available=len(found),
+        )
+    found.reverse()
+    refs = tuple(ref for ref, _ in found)
+    view = after_retraction(snap.view, refs, snap.next_seq)
+    summary = _summary(runtime, progress)
+    restart = None
+    if summary is not None and refs[0].seq < summary.summary.frontier:
+        restart = restarted(summary, view.start)
+    group, done = await _commit_control(
+        runtime, ticket, progress, HistoryControl(ControlKind.RETRACT, reason, refs), view, restart
+    )
+    return RetractResult(
+        seq=group.seq,
+        retracted=refs,
+        messages=tuple(m for _, m in found),
+        view_start=view.start,
+        view_retracted=view.retracted,
+        snapshot_revision=done.revision,
+        boundary=done.outcome.boundary,
+        eviction=done.outcome.eviction,
+        commit_state=CommitState.COMMITTED,
+        archived=done.outcome.archived,
+        diagnostics=tuple(progress.diagnostics),
+    )
+
+
+async def reset_session_view(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    progress: RunProgress,
+    scope: Scope,
+    reason: str,
+    *,
+    stored_scope: bool,
+) -> ResetResult:
+    """Start the view after a new control group: everything before it leaves the view (nothing is deleted)."""
+    await _load(runtime, ticket, progress, scope, stored_scope=stored_scope)
+    assert progress.snap is not None
+    snap = progress.snap
+    view = after_reset(snap.next_seq)
+    summary = _summary(runtime, progress)
+    restart = None
+    if summary is not None and (summary.summary.text or summary.summary.citations):
+        restart = restarted(summary, summary.summary.frontier)
+    group, done = await _commit_control(
+        runtime, ticket, progress, HistoryControl(ControlKind.RESET_VIEW, reason), view, restart
+    )
+    return ResetResult(
+        seq=group.seq,
+        view_start=view.start,
+        snapshot_revision=done.revision,
+        boundary=done.outcome.boundary,
+        eviction=done.outcome.eviction,
+        commit_state=CommitState.COMMITTED,
+        archived=done.outcome.archived,
+        diagnostics=tuple(progress.diagnostics),
+    )

@@ -1,0 +1,578 @@
+"""The history API: append, read_history, list_sessions, retract and reset_view (issue 22, item 1).
+
+Each test drives the public runtime over the real in-memory (or SQLite)
+adapters, as a host running its own agent loop would: it appends groups
+without a model, reads them back in pages, retracts and resets the view,
+and checks what ``run()`` then sends the model. Every refused input is
+checked to change nothing (revision, stored bytes and archive unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    MAX_PAGE_GROUPS,
+    MAX_PAYLOAD_BYTES,
+    AppendResult,
+    ArchiveCorruptError,
+    CapabilityError,
+    CommitState,
+    ControlKind,
+    EvictionStatus,
+    HarnessRuntime,
+    IncompleteGroupError,
+    InvalidArgumentError,
+    InvalidPayloadError,
+    Message,
+    MessageRef,
+    ResidentLimits,
+    RetractionRefusedError,
+    Role,
+    RuntimeLimits,
+    SessionBusyError,
+    SessionConflictError,
+    SessionKey,
+    ToolCall,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.plugin_api import (
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    OpContext,
+    ProviderCapabilities,
+    SessionStoreCapabilities,
+)
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+FORMAT = "openai.responses.input_item/v1"
+
+
+class Recorder(ModelProvider):
+    """Answers ``echo <latest user text>`` and keeps every request; optionally waits at a gate."""
+
+    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=False, deterministic=True)
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+        self.gate: anyio.Event | None = None
+        self.entered = anyio.Event()
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.requests.append(request)
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        latest = next(m.content for m in reversed(request.turn) if m.role is Role.USER)
+        return ModelResponse(message=Message(Role.ASSISTANT, f"echo {latest}"))
+
+
+def runtime(
+    *,
+    max_groups: int = 8,
+    provider: Recorder | None = None,
+    archive: InMemoryArchive | None = None,
+    store: Any = None,
+) -> tuple[HarnessRuntime, Recorder, InMemoryArchive, Any]:
+    provider = provider or Recorder()
+    archive = archive or InMemoryArchive()
+    store = store or InMemorySessionStore()
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=max_groups)),
+    )
+    return rt, provider, archive, store
+
+
+def pair(n: int) -> list[Message]:
+    return [Message(Role.USER, f"u{n}"), Message(Role.ASSISTANT, f"a{n}")]
+
+
+def texts(messages: Any) -> list[str]:
+    return [m.content for m in messages]
+
+
+def stored_state(store: InMemorySessionStore, archive: InMemoryArchive, key: SessionKey = KEY) -> Any:
+    """Everything stored for ``key``: the snapshot row and every archived row (compared before/after)."""
+    rows = {seq: archive.raw(key, seq) for seq in range(64)}
+    return store.raw(key), {s: r for s, r in rows.items() if r is not None}
+
+
+# -- append -----------------------------------------------------------------------------------------
+
+
+async def test_append_commits_one_group_without_a_model_call() -> None:
+    rt, provider, _, _ = runtime()
+    first = await rt.append(ANA, "s1", pair(0))
+    assert isinstance(first, AppendResult)
+    assert (first.seq, first.snapshot_revision, first.commit_state) == (0, 1, CommitState.COMMITTED)
+    assert first.eviction is EvictionStatus.NOT_NEEDED
+    second = await rt.append(ANA, "s1", pair(1), expected_revision=1)
+    assert (second.seq, second.snapshot_revision) == (1, 2)
+    page = await rt.read_history(ANA, "s1", max_groups=10)
+    assert texts(page.messages) == ["u0", "a0", "u1", "a1"]
+    assert [g.seq for g in page.groups] == [0, 1] and page.next_before_seq is None
+    assert provider.requests == []
+
+
+async def test_a_tool_call_with_its_result_is_one_complete_group() -> None:
+    rt, _, _, _ = runtime()
+    call = ToolCall("c1", "lookup", {"q": "x"})
+    done = await rt.append(
+        ANA,
+        "s1",
+        [
+            Message(Role.USER, "find x"),
+            Message(Role.ASSISTANT, "", tool_calls=(call,)),
+            Message(Role.TOOL, "found", tool_call_id="c1"),
+            Message(Role.ASSISTANT, "x is found"),
+        ],
+    )
+    page = await rt.read_history(ANA, "s1", max_groups=1)
+    assert page.groups[0].group.is_complete and done.seq == 0
+    assert page.groups[0].messages[1].tool_calls == (call,)
+
+
+async def test_payload_round_trips_exactly_and_is_never_sent_to_the_model() -> None:
+    rt, provider, _, _ = runtime()
+    item = {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "héllo \u2603"}],
+        "n": [1, -0.5, 1e300, 0, True, None],
+        "nested": {"a": {"b": []}},
+    }
+    await rt.append(ANA, "s1", [Message(Role.USER, "héllo", payload=item, payload_format=FORMAT)])
+    item["n"].append("mutated after the call")  # the committed copy is private
+    page = await rt.read_history(ANA, "s1", max_groups=1)
+    (message,) = page.messages
+    assert message.payload_format == FORMAT
+    assert message.payload["n"] == [1, -0.5, 1e300, 0, True, None]
+    assert type(message.payload["n"][0]) is int and type(message.payload["n"][1]) is float
+    assert message.content == "héllo"
+    result = await rt.run(ANA, "s1", "next")
+    (history,) = provider.requests[0].history
+    assert history.content == "héllo" and history.payload is None and history.payload_format is None
+    assert result.output == "echo next"
+
+
+async def test_messages_without_payload_keep_their_canonical_bytes() -> None:
+    """A message without a payload encodes exactly as before payloads existed (digests unchanged)."""
+    rt, _, _, _ = runtime()
+    await rt.append(ANA, "s1", [Message(Role.USER, "hi")])
+    (group,) = (await rt.read_history(ANA, "s1", max_groups=1)).groups
+    assert b"payload" not in group.group.canonical_bytes()
+    assert b"control" not in group.group.canonical_bytes()
+    assert group.group.canonical_bytes().startswith(
+        b'{"messages":[{"content":"hi","role":"user","tool_call_id":null,"tool_calls":[]}],"retained":'
+    )
+
+
+def _deep(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(math.nan, id="nan"),
+        pytest.param({"x": math.inf}, id="inf"),
+        pytest.param({"x": -math.inf}, id="minus-inf"),
+        pytest.param({"x": (1, 2)}, id="tuple"),
+        pytest.param({1: "int key"}, id="int-key"),
+        pytest.param({"x": {1, 2}}, id="set"),
+        pytest.param({"x": b"bytes"}, id="bytes"),
+        pytest.param({"x": "\ud800"}, id="lone-surrogate"),
+        pytest.param({"x": object()}, id="object"),
+        pytest.param({"x": 10**5000}, id="huge-int"),
+        pytest.param(_deep(65), id="too-deep"),
+        pytest.param("x" * (MAX_PAYLOAD_BYTES + 1), id="too-large"),
+    ],
+)
+async def test_a_payload_that_is_not_plain_json_or_too_large_is_refused_and_changes_nothing(
+    payload: Any,
+) -> None:
+    rt, _, archive, store = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    before = stored_state(store, archive)
+    with pytest.raises(InvalidPayloadError) as caught:
+        await rt.append(ANA, "s1", [Message(Role.USER, "x", payload=payload, payload_format=FORMAT)])
+    assert caught.value.commit_state in (None, CommitState.NOT_COMMITTED)
+    assert "nothing was written" in str(caught.value)
+    assert stored_state(store, archive) == before
+
+
+async def test_payload_depth_64_is_accepted() -> None:
+    rt, _, _, _ = runtime()
+    await rt.append(ANA, "s1", [Message(Role.USER, "x", payload=_deep(63), payload_format=FORMAT)])
+    (message,) = (await rt.read_history(ANA, "s1", max_groups=1)).messages
+    assert message.payload == _deep(63)
+
+
+@pytest.mark.parametrize(
+    ("payload", "payload_format"),
+    [({"a": 1}, None), (None, FORMAT), ({"a": 1}, ""), ({"a": 1}, "has space"), ({"a": 1}, "x" * 129)],
+)
+async def test_payload_and_its_format_go_together(payload: Any, payload_format: Any) -> None:
+    rt, _, archive, store = runtime()
+    with pytest.raises(InvalidPayloadError):
+        await rt.append(ANA, "s1", [Message(Role.USER, "x", payload=payload, payload_format=payload_format)])
+    assert stored_state(store, archive) == (None, {})
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        pytest.param([], id="empty"),
+        pytest.param(
+            [Message(Role.USER, "q"), Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t"),))],
+            id="call-without-result",
+        ),
+        pytest.param([Message(Role.TOOL, "out", tool_call_id="c1")], id="result-without-call"),
+        pytest.param(
+            [
+                Message(Role.TOOL, "early", tool_call_id="c1"),
+                Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t"),)),
+            ],
+            id="result-before-call",
+        ),
+    ],
+)
+async def test_messages_that_would_form_an_incomplete_group_are_refused(messages: list[Message]) -> None:
+    rt, _, archive, store = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    before = stored_state(store, archive)
+    with pytest.raises(IncompleteGroupError):
+        await rt.append(ANA, "s1", messages)
+    assert stored_state(store, archive) == before
+
+
+@pytest.mark.parametrize(
+    "messages", ["text", Message(Role.USER, "x"), [object()], [Message(Role.USER, "\udcff")]]
+)
+async def test_messages_of_the_wrong_kind_are_refused(messages: Any) -> None:
+    rt, _, archive, store = runtime()
+    with pytest.raises(InvalidArgumentError):
+        await rt.append(ANA, "s1", messages)
+    assert stored_state(store, archive) == (None, {})
+
+
+async def test_a_stale_expected_revision_is_a_conflict_and_changes_nothing() -> None:
+    rt, _, archive, store = runtime()
+    with pytest.raises(SessionConflictError) as caught:
+        await rt.append(ANA, "s1", pair(0), expected_revision=3)
+    assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    await rt.append(ANA, "s1", pair(0), expected_revision=0)
+    before = stored_state(store, archive)
+    for stale in (0, 2):
+        with pytest.raises(SessionConflictError):
+            await rt.append(ANA, "s1", pair(1), expected_revision=stale)
+    assert stored_state(store, archive) == before
+    with pytest.raises(InvalidArgumentError):
+        await rt.append(ANA, "s1", pair(1), expected_revision=-1)
+
+
+async def test_append_evicts_archives_and_pages_back_over_the_archive() -> None:
+    rt, _, archive, _ = runtime(max_groups=2)
+    results = [await rt.append(ANA, "s1", pair(n)) for n in range(7)]
+    assert results[-1].boundary == 5 and results[-1].eviction is EvictionStatus.ARCHIVED
+    assert archive.raw(KEY, 4) is not None
+    seen: list[str] = []
+    before: int | None = None
+    while True:
+        page = await rt.read_history(ANA, "s1", before_seq=before, max_groups=3)
+        assert len(page.groups) <= 3
+        seen[:0] = texts(page.messages)
+        before = page.next_before_seq
+        if before is None:
+            break
+    assert seen == [t for n in range(7) for t in (f"u{n}", f"a{n}")]
+
+
+async def test_max_bytes_keeps_the_newest_groups_and_refuses_a_group_over_it() -> None:
+    rt, _, _, _ = runtime()
+    for n in range(4):
+        await rt.append(ANA, "s1", pair(n))
+    one = (await rt.read_history(ANA, "s1", max_groups=1)).groups[0].group.size_bytes
+    page = await rt.read_history(ANA, "s1", max_groups=4, max_bytes=2 * one + 2)
+    assert [g.seq for g in page.groups] == [2, 3] and page.next_before_seq == 2
+    with pytest.raises(InvalidArgumentError, match="larger max_bytes"):
+        await rt.read_history(ANA, "s1", max_groups=4, max_bytes=one // 2)
+
+
+@pytest.mark.parametrize("before_seq", [-1, 3, True, 1.0, "1"])
+async def test_before_seq_out_of_range_is_refused(before_seq: Any) -> None:
+    rt, _, _, _ = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    await rt.append(ANA, "s1", pair(1))
+    with pytest.raises(InvalidArgumentError, match="before_seq"):
+        await rt.read_history(ANA, "s1", before_seq=before_seq, max_groups=1)
+    assert (await rt.read_history(ANA, "s1", before_seq=0, max_groups=1)).groups == ()
+
+
+@pytest.mark.parametrize(
+    ("max_groups", "max_bytes"),
+    [(0, None), (MAX_PAGE_GROUPS + 1, None), (10**12, None), (True, None), (1, 0)],
+)
+async def test_page_bounds_follow_the_one_count_rule(max_groups: Any, max_bytes: Any) -> None:
+    rt, _, _, _ = runtime()
+    with pytest.raises(InvalidArgumentError):
+        await rt.read_history(ANA, "s1", max_groups=max_groups, max_bytes=max_bytes)
+
+
+async def test_another_identity_never_reads_or_changes_a_session_of_the_same_id() -> None:
+    rt, _, archive, store = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    before = stored_state(store, archive)
+    page = await rt.read_history(BOB, "s1", max_groups=10, view=False)
+    assert page.groups == () and page.snapshot_revision == 0
+    with pytest.raises(RetractionRefusedError):
+        await rt.retract(BOB, "s1", reason="pop")
+    assert stored_state(store, archive) == before
+    assert (await rt.list_sessions(BOB, limit=10)).sessions == ()
+
+
+# -- concurrency ------------------------------------------------------------------------------------
+
+
+async def test_append_on_a_session_a_run_holds_is_busy_and_changes_nothing() -> None:
+    rt, provider, _, _ = runtime()
+    provider.gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rt.run, ANA, "s1", "first")
+        await provider.entered.wait()
+        with pytest.raises(SessionBusyError):
+            await rt.append(ANA, "s1", pair(9))
+        with pytest.raises(SessionBusyError):
+            await rt.retract(ANA, "s1", reason="pop")
+        with pytest.raises(SessionBusyError):
+            await rt.reset_view(ANA, "s1", reason="clear")
+        provider.gate.set()
+    page = await rt.read_history(ANA, "s1", max_groups=10, view=False)
+    assert texts(page.messages) == ["first", "echo first"]
+
+
+class GatedSaves(InMemorySessionStore):
+    """The public in-memory store whose saves wait at a gate once ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: anyio.Event | None = None
+        self.saving = anyio.Event()
+
+    async def save(
+        self, key: SessionKey, snapshot: Any, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        if self.gate is not None:
+            self.saving.set()
+            await self.gate.wait()
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+async def test_a_run_on_a_session_an_append_holds_is_busy_before_any_model_call() -> None:
+    store = GatedSaves()
+    rt, provider, _, _ = runtime(store=store)
+    store.gate = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rt.append, ANA, "s1", pair(0))
+        await store.saving.wait()
+        with pytest.raises(SessionBusyError):
+            await rt.run(ANA, "s1", "refused")
+        store.gate.set()
+    assert provider.requests == []
+    assert texts((await rt.read_history(ANA, "s1", max_groups=5)).messages) == ["u0", "a0"]
+
+
+async def test_two_runtimes_racing_on_one_session_lose_nothing() -> None:
+    """Across processes (two runtimes, one store) compare-and-set decides: one conflict, nothing lost."""
+    store = GatedSaves()
+    archive = InMemoryArchive()
+    rt_a, _, _, _ = runtime(store=store, archive=archive)
+    rt_b, _, _, _ = runtime(store=store, archive=archive)
+    store.gate = anyio.Event()
+    outcomes: list[Any] = []
+
+    async def attempt(rt: HarnessRuntime, n: int) -> None:
+        try:
+            outcomes.append(await rt.append(ANA, "s1", pair(n)))
+        except SessionConflictError as exc:
+            outcomes.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(attempt, rt_a, 0)
+        tg.start_soon(attempt, rt_b, 1)
+        await anyio.wait_all_tasks_blocked()
+        store.gate.set()
+    assert sorted(type(o).__name__ for o in outcomes) == ["AppendResult", "SessionConflictError"]
+    conflict = next(o for o in outcomes if isinstance(o, SessionConflictError))
+    assert conflict.commit_state is CommitState.NOT_COMMITTED
+    assert len((await rt_a.read_history(ANA, "s1", max_groups=5)).groups) == 1
+
+
+# -- list_sessions ----------------------------------------------------------------------------------
+
+
+async def test_list_sessions_pages_the_identitys_own_sessions() -> None:
+    rt, _, _, _ = runtime()
+    for sid in ("b", "a", "d", "c", "e"):
+        await rt.append(ANA, sid, pair(0))
+    await rt.append(BOB, "zz", pair(0))
+    first = await rt.list_sessions(ANA, limit=2)
+    assert first.sessions == ("a", "b") and first.next_after == "b"
+    second = await rt.list_sessions(ANA, after=first.next_after, limit=2)
+    assert second.sessions == ("c", "d") and second.next_after == "d"
+    last = await rt.list_sessions(ANA, after=second.next_after, limit=2)
+    assert last.sessions == ("e",) and last.next_after is None
+    for limit in (0, 1001, True):
+        with pytest.raises(InvalidArgumentError):
+            await rt.list_sessions(ANA, limit=limit)
+
+
+class NoListing(InMemorySessionStore):
+    capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(compare_and_set=True)
+
+
+async def test_list_sessions_without_the_listing_capability_is_a_capability_error() -> None:
+    rt, _, _, _ = runtime(store=NoListing())
+    with pytest.raises(CapabilityError, match="listing"):
+        await rt.list_sessions(ANA, limit=10)
+
+
+# -- retract and reset_view -------------------------------------------------------------------------
+
+
+async def test_retract_takes_the_last_messages_of_the_view_and_deletes_nothing() -> None:
+    rt, provider, _, _ = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    await rt.append(ANA, "s1", pair(1))
+    popped = await rt.retract(ANA, "s1", reason="pop")
+    assert texts(popped.messages) == ["a1"] and popped.retracted == (MessageRef(1, 1),)
+    assert (popped.seq, popped.view_retracted, popped.commit_state) == (2, 1, CommitState.COMMITTED)
+    assert texts((await rt.read_history(ANA, "s1", max_groups=10)).messages) == ["u0", "a0", "u1"]
+    # Two more: across the group boundary.
+    again = await rt.retract(ANA, "s1", count=2, reason="undo")
+    assert texts(again.messages) == ["a0", "u1"]
+    view = await rt.read_history(ANA, "s1", max_groups=10)
+    assert texts(view.messages) == ["u0"] and view.view_retracted == 3
+    audit = await rt.read_history(ANA, "s1", max_groups=10, view=False)
+    assert texts(m for g in audit.groups for m in g.group.messages) == ["u0", "a0", "u1", "a1"]
+    controls = [g.control for g in audit.groups if g.control is not None]
+    assert [c.kind for c in controls] == [ControlKind.RETRACT, ControlKind.RETRACT]
+    assert controls[1].retracted == (MessageRef(0, 1), MessageRef(1, 0)) and controls[1].reason == "undo"
+    await rt.run(ANA, "s1", "next")
+    assert texts(provider.requests[-1].history) == ["u0"]
+    view = await rt.inspect_session(ANA, "s1")
+    assert (view.view_start, view.retracted) == (0, 3)
+    assert texts((await rt.read_history(ANA, "s1", max_groups=10)).messages) == ["u0", "next", "echo next"]
+
+
+async def test_retract_past_the_view_start_is_refused_and_changes_nothing() -> None:
+    rt, _, archive, store = runtime()
+    with pytest.raises(RetractionRefusedError) as caught:
+        await rt.retract(ANA, "s1", reason="pop")
+    assert caught.value.available == 0
+    await rt.append(ANA, "s1", pair(0))
+    await rt.reset_view(ANA, "s1", reason="clear")
+    await rt.append(ANA, "s1", [Message(Role.USER, "after")])
+    before = stored_state(store, archive)
+    with pytest.raises(RetractionRefusedError) as caught:
+        await rt.retract(ANA, "s1", count=2, reason="pop")
+    assert caught.value.available == 1
+    assert stored_state(store, archive) == before
+    for count in (0, 10_001, True):
+        with pytest.raises(InvalidArgumentError):
+            await rt.retract(ANA, "s1", count=count, reason="pop")
+    with pytest.raises(InvalidArgumentError):
+        await rt.retract(ANA, "s1", reason=None)  # type: ignore[arg-type]
+    assert stored_state(store, archive) == before
+
+
+async def test_reset_view_clears_the_view_and_run_sends_none_of_it() -> None:
+    rt, provider, _, _ = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    await rt.run(ANA, "s1", "hello")
+    reset = await rt.reset_view(ANA, "s1", reason="clear")
+    assert (reset.seq, reset.view_start, reset.commit_state) == (2, 3, CommitState.COMMITTED)
+    page = await rt.read_history(ANA, "s1", max_groups=10)
+    assert page.groups == () and page.view_start == 3 and page.next_before_seq is None
+    audit = await rt.read_history(ANA, "s1", max_groups=10, view=False)
+    assert texts(audit.groups[0].group.messages) == ["u0", "a0"] and audit.groups[0].shown == ()
+    assert audit.groups[-1].control is not None and audit.groups[-1].control.kind is ControlKind.RESET_VIEW
+    await rt.run(ANA, "s1", "fresh")
+    assert provider.requests[-1].history == ()
+    assert (await rt.inspect_session(ANA, "s1")).view_start == 3
+
+
+async def test_the_model_never_gets_half_a_tool_exchange() -> None:
+    rt, provider, _, _ = runtime()
+    await rt.append(
+        ANA,
+        "s1",
+        [
+            Message(Role.USER, "find x"),
+            Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "lookup", {}),)),
+            Message(Role.TOOL, "found", tool_call_id="c1"),
+            Message(Role.ASSISTANT, "x is found"),
+        ],
+    )
+    await rt.retract(ANA, "s1", count=2, reason="pop the result and the answer")
+    await rt.run(ANA, "s1", "again")
+    history = provider.requests[-1].history
+    assert [(m.role, m.content, m.tool_calls) for m in history] == [(Role.USER, "find x", ())]
+    # The view itself keeps exactly what was not retracted, the unanswered call included.
+    view = (await rt.read_history(ANA, "s1", max_groups=1, before_seq=1)).messages
+    assert [m.role for m in view] == [Role.USER, Role.ASSISTANT] and view[1].tool_calls
+
+
+async def test_retract_reaches_into_archived_groups_and_read_skips_retracted_ones() -> None:
+    rt, provider, _, _ = runtime(max_groups=2)
+    for n in range(5):
+        await rt.append(ANA, "s1", pair(n))
+    popped = await rt.retract(ANA, "s1", count=7, reason="undo most")
+    assert texts(popped.messages) == ["a1", "u2", "a2", "u3", "a3", "u4", "a4"]
+    page = await rt.read_history(ANA, "s1", max_groups=1)
+    assert [g.seq for g in page.groups] == [1] and texts(page.messages) == ["u1"]
+    assert page.next_before_seq == 1
+    older = await rt.read_history(ANA, "s1", before_seq=1, max_groups=5)
+    assert texts(older.messages) == ["u0", "a0"] and older.next_before_seq is None
+    await rt.append(ANA, "s1", pair(9))
+    await rt.retract(ANA, "s1", count=3, reason="more")
+    assert texts((await rt.read_history(ANA, "s1", max_groups=10)).messages) == ["u0", "a0"]
+    await rt.run(ANA, "s1", "now")
+    assert texts(provider.requests[-1].history) == []  # the view's messages are archived, not resident
+
+
+async def test_a_damaged_archived_group_fails_the_read_closed() -> None:
+    rt, _, archive, _ = runtime(max_groups=1)
+    for n in range(3):
+        await rt.append(ANA, "s1", pair(n))
+    data, digest = archive.raw(KEY, 0)  # type: ignore[misc]
+    archive.put_raw(KEY, 0, data.replace(b"u0", b"uX"), digest)
+    assert texts((await rt.read_history(ANA, "s1", max_groups=2)).messages) == ["u1", "a1", "u2", "a2"]
+    with pytest.raises(ArchiveCorruptError):
+        await rt.read_history(ANA, "s1", max_groups=3)
+    with pytest.raises(ArchiveCorruptError):
+        await rt.retract(ANA, "s1", count=5, reason="reaches the damaged group")
+
+
+async def test_memory_is_a_read_only_property() -> None:
+    rt, _, _, _ = runtime()
+    assert rt.memory is None
+    with pytest.raises(AttributeError):
+        rt.memory = None  # type: ignore[misc]
