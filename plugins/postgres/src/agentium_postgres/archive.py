@@ -82,11 +82,19 @@ async def insert_groups(conn: Conn, schema: str, key: SessionKey, rows: Sequence
 
     Raising rolls back every row of the batch (and, in a joint commit, the snapshot).
     """
+    await check_inserted(conn, schema, key, rows, await queue_insert(conn, schema, key, rows), who)
+
+
+async def queue_insert(conn: Conn, schema: str, key: SessionKey, rows: Sequence[GroupRow]) -> Any:
+    """Send the batch's ``INSERT ... ON CONFLICT DO NOTHING RETURNING seq``; its cursor, not yet read.
+
+    In pipeline mode the statement travels with the ones queued after it
+    (the joint commit's snapshot update) until the cursor is read.
+    """
     if not rows:
-        return
+        return None
     t, u, s = session_keys(key)
-    seqs = [r[0] for r in rows]
-    inserted = await conn.execute(
+    return await conn.execute(
         q(
             "INSERT INTO {s}.archive_groups (tenant_key, user_key, session_key, seq, digest, data) "
             "SELECT %s, %s, %s, g.seq, g.digest, g.data "
@@ -94,8 +102,22 @@ async def insert_groups(conn: Conn, schema: str, key: SessionKey, rows: Sequence
             "ON CONFLICT DO NOTHING RETURNING seq",
             schema,
         ),
-        (t, u, s, seqs, [r[1] for r in rows], [r[2] for r in rows]),
+        (t, u, s, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
     )
+
+
+async def check_inserted(
+    conn: Conn, schema: str, key: SessionKey, rows: Sequence[GroupRow], inserted: Any, who: str
+) -> None:
+    """Read what :func:`queue_insert` inserted; compare the rows it found stored; conflict if any differs.
+
+    The comparison is a new statement (a new snapshot), so it sees a row a
+    concurrent writer committed while the insert waited for it.
+    """
+    if not rows:
+        return
+    t, u, s = session_keys(key)
+    seqs = [r[0] for r in rows]
     new = {int(r[0]) for r in await inserted.fetchall()}
     if len(new) == len(rows):
         return

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -72,6 +73,8 @@ Conn = psycopg.AsyncConnection[Any]
 _CLIENT_SLACK_S: Final = 0.25
 #: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
 _SETTLE_S: Final = 10.0
+#: A pooled connection idle longer than this is checked (one round trip) before a call uses it.
+_IDLE_CHECK_S: Final = 1.0
 
 _AUTH_STATES: Final = frozenset({"28P01", "28000"})
 _AUTH_WORDS: Final = ("password authentication failed", "no password supplied", "authentication failed")
@@ -135,6 +138,8 @@ class PgLink:
         self._last_connect_error: BaseException | None = None
         # Set after a connection failure: the next call connects directly first.
         self._suspect = False
+        # When each pooled connection was last used (anyio clock), for the idle check.
+        self._last_used: weakref.WeakKeyDictionary[Conn, float] = weakref.WeakKeyDictionary()
 
     # -- properties -----------------------------------------------------------------------------
 
@@ -243,8 +248,14 @@ class PgLink:
         left = ctx.time_left()
         timeout = self._config.statement_timeout_s if left is None else max(0.001, left)
         try:
-            async with pool.connection(timeout=timeout) as conn:
-                return await self._transaction(conn, ctx, operation, tenant_key, work, True)
+            for attempt in (1, 2):
+                try:
+                    async with pool.connection(timeout=timeout) as conn:
+                        return await self._transaction(conn, ctx, operation, tenant_key, work, True)
+                except _StaleConnection as stale:
+                    if attempt == 2:
+                        raise stale.error from None
+            raise AssertionError("unreachable")  # pragma: no cover
         except PoolTimeout:
             failure = self._last_connect_error
             if failure is not None:  # the pool could not connect: say why, as a first call would
@@ -292,8 +303,9 @@ class PgLink:
                 },
                 open=False,
                 name=self._name,
-                # A connection found broken when taken is replaced, not handed out.
-                check=AsyncConnectionPool.check_connection,
+                # No check query when a connection is taken (it would cost a round trip per call):
+                # a connection found broken by a call's first statement is replaced and the call
+                # retried once on another (see _run), since nothing of it reached the server.
                 connection_class=_recording_connection_class(self),
             )
             await pool.open(wait=False)
@@ -314,22 +326,93 @@ class PgLink:
         left = ctx.time_left()
         ceiling = self._config.statement_timeout_s
         timeout_ms = max(1, math.ceil(1000 * (ceiling if left is None else min(ceiling, left))))
-        finished = False
-        tx = conn.transaction()
-        await tx.__aenter__()
+        if not conn.autocommit:
+            # A lent connection outside autocommit: psycopg's own transaction handling.
+            return await self._managed_transaction(conn, ctx, operation, tenant_key, work, timeout_ms, pooled)
+        if pooled:
+            await self._check_if_idle(conn)
+        # Pipeline mode: BEGIN, the two settings and the work's statements travel together up to
+        # the work's first fetch; COMMIT goes with whatever the work left unfetched (a read-only
+        # call is one round trip, a joint commit two).
+        pipeline = conn.pipeline()
+        await pipeline.__aenter__()
         try:
-            # Both settings are LOCAL: they end with this transaction, whatever happens.
+            await conn.execute("BEGIN")
             await conn.execute(
                 "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true)",
                 (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
             )
             result = await work(conn)
             ctx.raise_if_expired(operation)
-            finished = True
+        except BaseException as exc:
+            await self._abandon_pipeline(pipeline, exc)
+            await self._settle_manual(conn, exc, pooled)
+            raise
+        # The work is done: commit it whole, even if the caller is cancelled meanwhile.
+        failure: BaseException | None = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S) as settle:
+            try:
+                await conn.execute("COMMIT")
+                await pipeline.__aexit__(None, None, None)
+            except BaseException as exc:  # a statement the work queued failed, or the COMMIT did
+                failure = exc
+        if settle.cancelled_caught:
+            await self._discard(conn, pooled)
+            raise PostgresUnavailableError(
+                f"{self._name}: {operation}: the server did not confirm the commit within {_SETTLE_S:g} s; "
+                "the outcome is unknown to this call and nothing is acknowledged"
+            )
+        if failure is not None:
+            await self._abandon_pipeline(pipeline, failure)
+            await self._settle_manual(conn, failure, pooled)
+            raise failure
+        return result
+
+    async def _abandon_pipeline(self, pipeline: Any, exc: BaseException) -> None:
+        """Leave pipeline mode after a failure (shielded); its own errors add nothing to ``exc``."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+            with contextlib.suppress(Exception):
+                await pipeline.__aexit__(type(exc), exc, exc.__traceback__)
+
+    async def _check_if_idle(self, conn: Conn) -> None:
+        """Check a pooled connection that sat idle (one round trip); a broken one is replaced.
+
+        A server restart breaks idle connections silently; checking only those
+        idle for a while keeps busy calls free of the extra round trip.
+        """
+        now = anyio.current_time()
+        last = self._last_used.get(conn)
+        self._last_used[conn] = now
+        if last is not None and now - last < _IDLE_CHECK_S:
+            return
+        try:
+            await conn.execute("")
+        except psycopg.OperationalError as exc:
+            await self._discard(conn, True)
+            raise _StaleConnection(exc) from exc
+
+    async def _managed_transaction(
+        self,
+        conn: Conn,
+        ctx: OpContext,
+        operation: str,
+        tenant_key: str | None,
+        work: Callable[[Conn], Awaitable[T]],
+        timeout_ms: int,
+        pooled: bool,
+    ) -> T:
+        tx = conn.transaction()
+        await tx.__aenter__()
+        try:
+            await conn.execute(
+                "SELECT set_config('statement_timeout', %s, true), set_config(%s, %s, true)",
+                (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
+            )
+            result = await work(conn)
+            ctx.raise_if_expired(operation)
         except BaseException as exc:
             await self._settle(conn, tx, exc, pooled)
             raise
-        # The work is done: commit it whole, even if the caller is cancelled meanwhile.
         with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S) as settle:
             await tx.__aexit__(None, None, None)
         if settle.cancelled_caught:
@@ -338,8 +421,19 @@ class PgLink:
                 f"{self._name}: {operation}: the server did not confirm the commit within {_SETTLE_S:g} s; "
                 "the outcome is unknown to this call and nothing is acknowledged"
             )
-        assert finished
         return result
+
+    async def _settle_manual(self, conn: Conn, exc: BaseException, pooled: bool) -> None:
+        """ROLLBACK after a failure (shielded); discard a pooled connection a statement was cut off on."""
+        interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+            try:
+                if not conn.broken:
+                    await conn.execute("ROLLBACK")
+            except Exception:  # a broken connection cannot roll back; the server does
+                interrupted = True
+        if interrupted or conn.broken:
+            await self._discard(conn, pooled)
 
     async def _settle(self, conn: Conn, tx: Any, exc: BaseException, pooled: bool) -> None:
         """Roll back after a failure (shielded); discard a pooled connection a statement was cut off on."""
@@ -502,6 +596,14 @@ class PgLink:
         if pool is not None:
             with anyio.CancelScope(shield=True):
                 await pool.close(timeout=_SETTLE_S)
+
+
+class _StaleConnection(Exception):
+    """A pooled connection failed before any of the call's work reached the server."""
+
+    def __init__(self, error: psycopg.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _recording_connection_class(link: PgLink) -> type[Conn]:

@@ -45,7 +45,7 @@ from agentium_harness.plugin_api import (
     verify_snapshot,
 )
 
-from .archive import PostgresArchive, group_rows, health_probe, insert_groups
+from .archive import PostgresArchive, check_inserted, group_rows, health_probe, queue_insert
 from .config import PostgresConfig
 from .errors import PostgresRowTooLargeError, PostgresSessionStoreError
 from .keys import q, session_keys
@@ -107,8 +107,9 @@ class PostgresSessionStore(SessionStore):
         t, u, s = session_keys(key)
         cap = self._config.max_row_bytes
 
-        async def work(conn: Conn) -> tuple[Any, ...] | None:
-            cursor = await conn.execute(
+        async def work(conn: Conn) -> Any:
+            # Left unread: the SELECT travels with BEGIN and COMMIT in one round trip.
+            return await conn.execute(
                 q(
                     "SELECT revision, CASE WHEN octet_length(data) <= %s THEN data END, octet_length(data) "
                     "FROM {s}.session_snapshots WHERE tenant_key = %s AND user_key = %s AND session_key = %s",
@@ -116,9 +117,9 @@ class PostgresSessionStore(SessionStore):
                 ),
                 (cap, t, u, s),
             )
-            return await cursor.fetchone()
 
-        row = await self._link.run(ctx, "session load", t, work)
+        cursor = await self._link.run(ctx, "session load", t, work)
+        row = await cursor.fetchone()
         if row is None:
             self._forget(key)
             return None
@@ -167,12 +168,12 @@ class PostgresSessionStore(SessionStore):
             )
         return data
 
-    async def _compare_and_set(self, conn: Conn, key: SessionKey, data: bytes, expected: int | None) -> int:
-        """Write the snapshot inside the caller's transaction if the stored revision is ``expected``."""
+    async def _queue_cas(self, conn: Conn, key: SessionKey, data: bytes, expected: int | None) -> Any:
+        """Send the compare-and-set write of the snapshot; its cursor, not yet read."""
         schema = self._config.schema
         t, u, s = session_keys(key)
         if expected is None:
-            cursor = await conn.execute(
+            return await conn.execute(
                 q(
                     "INSERT INTO {s}.session_snapshots "
                     "(tenant_key, user_key, session_key, session_id, revision, data) "
@@ -181,25 +182,28 @@ class PostgresSessionStore(SessionStore):
                 ),
                 (t, u, s, key.session, data),
             )
-        else:
-            cursor = await conn.execute(
-                q(
-                    "UPDATE {s}.session_snapshots SET revision = revision + 1, data = %s, saved_at = now() "
-                    "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND revision = %s "
-                    "RETURNING revision",
-                    schema,
-                ),
-                (data, t, u, s, expected),
-            )
-        row = await cursor.fetchone()
+        return await conn.execute(
+            q(
+                "UPDATE {s}.session_snapshots SET revision = revision + 1, data = %s, saved_at = now() "
+                "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND revision = %s "
+                "RETURNING revision",
+                schema,
+            ),
+            (data, t, u, s, expected),
+        )
+
+    async def _check_cas(self, conn: Conn, key: SessionKey, written: Any, expected: int | None) -> int:
+        """The new revision the compare-and-set wrote, or ``SessionConflictError`` (the caller rolls back)."""
+        row = await written.fetchone()
         if row is not None:
             return int(row[0])
+        t, u, s = session_keys(key)
         current = await (
             await conn.execute(
                 q(
                     "SELECT revision FROM {s}.session_snapshots "
                     "WHERE tenant_key = %s AND user_key = %s AND session_key = %s",
-                    schema,
+                    self._config.schema,
                 ),
                 (t, u, s),
             )
@@ -219,7 +223,8 @@ class PostgresSessionStore(SessionStore):
         data = self._snapshot_data(key, snapshot)
 
         async def work(conn: Conn) -> int:
-            return await self._compare_and_set(conn, key, data, expected_revision)
+            written = await self._queue_cas(conn, key, data, expected_revision)
+            return await self._check_cas(conn, key, written, expected_revision)
 
         revision = await self._link.run(ctx, "session save", key.key_segments()[0], work)
         self._remember(key, revision, data, snapshot)
@@ -258,8 +263,12 @@ class PostgresSessionStore(SessionStore):
         schema = self._config.schema
 
         async def work(conn: Conn) -> int:
-            await insert_groups(conn, schema, key, rows, archive.link.name)
-            return await self._compare_and_set(conn, key, data, expected_revision)
+            # Both writes travel in one round trip (pipeline mode) with BEGIN; then each is checked,
+            # the archive first, so conflicts surface as the separate calls would raise them.
+            inserted = await queue_insert(conn, schema, key, rows)
+            written = await self._queue_cas(conn, key, data, expected_revision)
+            await check_inserted(conn, schema, key, rows, inserted, archive.link.name)
+            return await self._check_cas(conn, key, written, expected_revision)
 
         revision = await self._link.run(ctx, "session commit with archive", key.key_segments()[0], work)
         self._remember(key, revision, data, snapshot)
