@@ -1,0 +1,264 @@
+"""What honours a session's view after ``retract`` and ``reset_view`` (issue 22, item 1).
+
+Recall leaves out the archived groups the view no longer shows, summaries
+are offered only the view's part of each group and restart when what they
+cover leaves the view, the snapshot's view state is checked on load, and
+everything works the same on the SQLite pair (one joint transaction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentium_harness import (
+    Message,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    SessionKey,
+    SnapshotCorruptError,
+    SummaryLimits,
+    TaskSummary,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+from agentium_harness.plugin_api import MessageGroup, ModelRequest, ModelResponse, OpContext, SourceKind
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+FACT = "Remember: the badge office closes at 16:30."
+QUESTION = "When does the badge office close?"
+
+
+class Recording(ExtractiveProvider):
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.requests.append(request)
+        return await super().complete(request, ctx)
+
+
+class Watching(ExtractiveSummarizer):
+    """The real extractive summarizer, keeping every batch of groups it was offered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offered: list[list[MessageGroup]] = []
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        self.offered.append(list(groups))
+        return await super().summarize(previous, groups, ctx)
+
+
+def chatter(n: int) -> list[Message]:
+    return [Message(Role.USER, f"Unrelated chatter number {n}."), Message(Role.ASSISTANT, "Noted.")]
+
+
+def recalled_groups(request: ModelRequest) -> list[str]:
+    return [b.source_id for b in request.sources if b.source_id.startswith("group/")]
+
+
+def recall_runtime() -> tuple[Any, Recording]:
+    provider = Recording()
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=InMemoryRecallStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    return rt, provider
+
+
+async def test_recall_brings_back_an_archived_fact_until_the_view_is_reset() -> None:
+    rt, provider = recall_runtime()
+    await rt.append(ANA, "s1", [Message(Role.USER, FACT), Message(Role.ASSISTANT, "Noted.")])
+    for n in range(3):
+        await rt.append(ANA, "s1", chatter(n))
+    await rt.run(ANA, "s1", QUESTION)
+    assert "group/acme/ana/s1/0" in recalled_groups(provider.requests[-1])  # the test can fail
+    await rt.reset_view(ANA, "s1", reason="clear_session")
+    result = await rt.run(ANA, "s1", QUESTION)
+    assert recalled_groups(provider.requests[-1]) == []
+    assert "16:30" not in result.output
+    notes = [d.message for d in result.diagnostics if d.code == "recall_note"]
+    assert any("group/acme/ana/s1/0" in n and "view" in n for n in notes), result.diagnostics
+
+
+async def test_recall_leaves_out_an_archived_group_a_retraction_touched() -> None:
+    rt, provider = recall_runtime()
+    await rt.append(ANA, "s1", [Message(Role.USER, "Hello there."), Message(Role.ASSISTANT, FACT)])
+    await rt.retract(ANA, "s1", reason="the reply was wrong")
+    for n in range(3):
+        await rt.append(ANA, "s1", chatter(n))
+    result = await rt.run(ANA, "s1", QUESTION)
+    assert recalled_groups(provider.requests[-1]) == []
+    assert "16:30" not in result.output
+    assert not any("16:30" in m.content for m in provider.requests[-1].history)
+
+
+def summary_runtime(summarizer: ExtractiveSummarizer, provider: Any = None) -> Any:
+    return create_harness_runtime(
+        provider=provider or Recording(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        summarizer=summarizer,
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+
+
+async def test_the_summarizer_is_offered_only_what_the_view_shows() -> None:
+    watching = Watching()
+    rt = summary_runtime(watching)
+    await rt.append(
+        ANA, "s1", [Message(Role.USER, "What is the code word?"), Message(Role.ASSISTANT, "ZEBRA.")]
+    )
+    await rt.retract(ANA, "s1", reason="never say it")
+    for n in range(3):
+        await rt.append(ANA, "s1", chatter(n))
+    offered = [g for batch in watching.offered for g in batch]
+    assert offered and offered[0].seq == 0
+    assert [m.content for m in offered[0].messages] == ["What is the code word?"]
+    assert all(g.control is None for g in offered)  # the retraction's control group is passed over
+    view = await rt.inspect_session(ANA, "s1")
+    assert view.summary is not None and "ZEBRA" not in view.summary.summary.text
+    # The citation names the canonical group as committed, not the copy the summarizer saw.
+    canonical = (await rt.read_history(ANA, "s1", before_seq=1, max_groups=1, view=False)).groups[0]
+    cited = {c.seq: c.digest for c in view.summary.summary.citations}
+    assert cited.get(0) == canonical.digest
+
+
+async def test_a_summary_restarts_when_a_retraction_or_reset_takes_what_it_covers() -> None:
+    rt = summary_runtime(ExtractiveSummarizer())
+    await rt.append(
+        ANA, "s1", [Message(Role.USER, "The launch site is Kourou."), Message(Role.ASSISTANT, "OK.")]
+    )
+    for n in range(3):
+        await rt.append(ANA, "s1", chatter(n))
+    before = (await rt.inspect_session(ANA, "s1")).summary
+    assert before is not None and before.summary.frontier >= 1
+    assert "Kourou" in before.summary.text and "OK." in before.summary.text
+    popped = await rt.retract(ANA, "s1", count=7, reason="undo back to the first question")
+    assert popped.messages[0].content == "OK."
+    assert any(d.code == "summary_restarted" for d in popped.diagnostics)
+    # Started again from the view's start and folded inline: the retracted reply is gone from it.
+    folded = (await rt.inspect_session(ANA, "s1")).summary
+    assert folded is not None and "Kourou" in folded.summary.text and "OK." not in folded.summary.text
+    for n in range(3, 6):
+        await rt.append(ANA, "s1", chatter(n))
+    folded = (await rt.inspect_session(ANA, "s1")).summary
+    assert folded is not None and "Kourou" in folded.summary.text and "OK." not in folded.summary.text
+    reset = await rt.reset_view(ANA, "s1", reason="clear")
+    assert any(d.code == "summary_restarted" for d in reset.diagnostics)
+    cleared = (await rt.inspect_session(ANA, "s1")).summary
+    assert cleared is not None and cleared.summary.text == ""
+    for n in range(6, 10):
+        await rt.append(ANA, "s1", chatter(n))
+    after = (await rt.inspect_session(ANA, "s1")).summary
+    assert after is not None and "Kourou" not in after.summary.text
+
+
+async def test_the_summary_block_says_history_before_the_view_was_cleared() -> None:
+    provider = Recording()
+    rt = summary_runtime(ExtractiveSummarizer(), provider)
+    await rt.append(ANA, "s1", chatter(0))
+    await rt.reset_view(ANA, "s1", reason="clear")
+    for n in range(1, 6):
+        await rt.append(
+            ANA,
+            "s1",
+            [Message(Role.USER, f"Fact {n}: the depot {n} is open."), Message(Role.ASSISTANT, "OK.")],
+        )
+    await rt.run(ANA, "s1", "Which depots are open?")
+    (block,) = [b for b in provider.requests[-1].sources if b.kind is SourceKind.SUMMARY]
+    coverage = dict(block.attributes)["coverage"]
+    assert "history before group 2 was cleared from the view" in coverage
+    assert "chatter" not in block.content
+
+
+async def test_reset_view_of_a_new_session_creates_it_with_the_reset_only() -> None:
+    rt, _ = recall_runtime()
+    reset = await rt.reset_view(ANA, "fresh", reason="clear before use")
+    assert (reset.seq, reset.view_start, reset.snapshot_revision) == (0, 1, 1)
+    await rt.append(ANA, "fresh", chatter(0))
+    page = await rt.read_history(ANA, "fresh", max_groups=5)
+    assert [m.content for m in page.messages] == ["Unrelated chatter number 0.", "Noted."]
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        {"retracted": 0, "spans": [{"first_seq": 0, "first_index": 1, "last_seq": 1}], "start": 0},
+        {"retracted": 1, "spans": [], "start": 0},
+        {"retracted": 1, "spans": [{"first_seq": 0, "first_index": 5, "last_seq": 1}], "start": 0},
+        {"retracted": 1, "spans": [{"first_seq": 0, "first_index": 1, "last_seq": 0}], "start": 0},
+        {"retracted": 0, "spans": [], "start": 9},
+        {"retracted": 0, "spans": [], "start": 1},
+    ],
+)
+async def test_an_impossible_view_state_is_corruption(view: dict[str, Any]) -> None:
+    from agentium_harness.plugin_api import RetractedSpan, SessionSnapshot, ViewState, seal_snapshot
+
+    store = InMemorySessionStore()
+    rt = create_harness_runtime(provider=Recording(), archive=InMemoryArchive(), session_store=store)
+    await rt.append(ANA, "s1", chatter(0))
+    await rt.retract(ANA, "s1", reason="pop")
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    damaged = seal_snapshot(SessionSnapshot(**{
+        **{f: getattr(stored.snapshot, f) for f in ("memory_scope", "boundary", "next_seq", "resident")},
+        "view": ViewState(view["start"], [RetractedSpan(**s) for s in view["spans"]], view["retracted"]),
+    }))  # fmt: skip
+    await store.save(KEY, damaged, stored.revision, OpContext())
+    with pytest.raises(SnapshotCorruptError, match="impossible"):
+        await rt.read_history(ANA, "s1", max_groups=5)
+    with pytest.raises(SnapshotCorruptError):
+        await rt.run(ANA, "s1", "hello")
+
+
+async def test_the_history_api_on_the_sqlite_pair(tmp_path: Path) -> None:
+    """The SQLite archive and store commit in one transaction; the view rides in the same snapshot."""
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    provider = Recording()
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    try:
+        for n in range(5):
+            await rt.append(ANA, "s1", chatter(n), expected_revision=n)
+        popped = await rt.retract(ANA, "s1", count=3, reason="undo")
+        assert [m.content for m in popped.messages] == ["Noted.", "Unrelated chatter number 4.", "Noted."]
+        page = await rt.read_history(ANA, "s1", max_groups=10)
+        assert [m.content for m in page.messages][-3:] == [
+            "Unrelated chatter number 2.",
+            "Noted.",
+            "Unrelated chatter number 3.",
+        ]
+        assert page.boundary > 0  # part of it was read from the archive
+        await rt.reset_view(ANA, "s1", reason="clear")
+        await rt.run(ANA, "s1", "fresh start")
+        assert provider.requests[-1].history == ()
+        assert (await rt.list_sessions(ANA, limit=5)).sessions == ("s1",)
+        audit = await rt.read_history(ANA, "s1", max_groups=100, view=False)
+        assert len(audit.groups) == 8 and audit.next_before_seq is None
+    finally:
+        await archive.aclose()
+        await store.aclose()
