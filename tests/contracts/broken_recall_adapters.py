@@ -265,6 +265,16 @@ class TrustsItsOwnDigests(Wrap):
         return await self.inner.index_groups(key, groups, mine, ctx)
 
 
+class CountsPastTheEnd(Wrap):
+    """Reports the unindexed seqs below ``end_seq``, and ``end_seq`` itself (an off-by-one)."""
+
+    capabilities = ALL
+
+    async def unindexed_groups(self, key: Any, end_seq: int, max_groups: int, ctx: OpContext) -> list[int]:
+        held = {g.seq for g in await self.inner.seek_groups(key, 0, end_seq + 1, ctx)}
+        return [seq for seq in range(end_seq + 1) if seq not in held][:max_groups]
+
+
 class TestInheritedCaps(_Suite):
     store_class = InheritedCaps
 
@@ -311,3 +321,7 @@ class TestSeekIgnoresBounds(_Suite):
 
 class TestTrustsItsOwnDigests(_Suite):
     store_class = TrustsItsOwnDigests
+
+
+class TestCountsPastTheEnd(_Suite):
+    store_class = CountsPastTheEnd

@@ -34,6 +34,7 @@ from .._ports.sessions import (
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
+from .catch_up import catch_up_index
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
@@ -541,11 +542,14 @@ async def index_archived(
     key: SessionKey,
     groups: tuple[MessageGroup, ...],
     receipts: tuple[ArchiveReceipt, ...],
+    archive: HistoryArchive | None = None,
 ) -> list[Diagnostic]:
     """The groups-archived step for the runtime's own recall store (``archive_indexing``).
 
-    Runs after the commit, so a failure cannot undo it: it is reported,
-    and ``agentium recall rebuild`` brings the index back in line.
+    Runs after the commit, so a failure cannot undo it: it is reported.
+    Once indexing succeeds again, the archived groups the index lacks are
+    caught up from ``archive``, a bounded number per commit
+    (:mod:`.catch_up`); ``agentium recall rebuild`` does it all at once.
     """
     if store is None or not getattr(type(store).capabilities, "archive_indexing", False):
         return []
@@ -556,8 +560,11 @@ async def index_archived(
             Diagnostic(
                 "recall_index_failed",
                 f"archived groups {[g.seq for g in groups]} were not indexed for recall "
-                f"({type(exc).__name__}: {exc}); run `agentium recall rebuild`",
+                f"({type(exc).__name__}: {exc}); a later archiving commit indexes them once the store "
+                "works again, or run `agentium recall rebuild`",
                 Severity.WARNING,
             )
         ]
-    return []
+    if archive is None or not groups:
+        return []
+    return await catch_up_index(store, archive, ticket, key, min(g.seq for g in groups))

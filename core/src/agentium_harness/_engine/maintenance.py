@@ -204,7 +204,7 @@ async def flush_session(
     diagnostics.extend(outcome.diagnostics)
     if outcome.archived_groups:
         diagnostics.extend(
-            await index_archived(recall, ticket, key, outcome.archived_groups, outcome.archived)
+            await index_archived(recall, ticket, key, outcome.archived_groups, outcome.archived, archive)
         )
     return len(outcome.archived), len(outcome.resident)
 

@@ -198,7 +198,9 @@ async def commit_group(
     diagnostics.extend(outcome.diagnostics)
     if outcome.archived_groups:
         diagnostics.extend(
-            await index_archived(runtime.recall, ticket, key, outcome.archived_groups, outcome.archived)
+            await index_archived(
+                runtime.recall, ticket, key, outcome.archived_groups, outcome.archived, runtime.archive
+            )
         )
     revision = outcome.revision
     current = restarted_summary if restarted_summary is not None else summary

@@ -445,6 +445,30 @@ class RecallStore:
         """
         raise unsupported(self, "index_groups", "archive_indexing")
 
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[int] | None:
+        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+
+        Optional, for ``archive_indexing`` stores. Archived groups hold every
+        seq from 0 up to the session's boundary, so a seq missing here is an
+        archived group the index lacks: archived while the store was down, or
+        lost when its server restarted without persistence. After each
+        successful ``index_groups`` the engine asks, with ``end_seq`` the
+        first seq it just indexed, and indexes up to ``max_groups`` of the
+        missing groups from the archive (docs/recall.md, "Catching up").
+        Keep the work bounded (``max_groups``, not the index size). Call
+        ``ctx.raise_if_expired("recall index")`` before reading.
+
+        The default returns ``None``: the store cannot tell, and nothing is
+        caught up automatically (``agentium recall rebuild`` still is).
+
+        Raises: ``OperationCancelledError`` when cancelled or past the
+        deadline; the store's backend errors when it cannot read its index
+        (the engine reports them and tries again at the next commit).
+        """
+        return None
+
     @port_stub
     async def health(self, ctx: OpContext) -> str:
         """Run a bounded health probe and describe the backend. Declared by ``health_check``.

@@ -261,6 +261,19 @@ class InMemoryRecallStore(RecallStore):
             self._sources[sid] = source
         return fresh
 
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[int]:
+        """Seqs below ``end_seq`` with no indexed group of ``key``, ascending, at most ``max_groups``."""
+        ctx.raise_if_expired("recall index")
+        missing: list[int] = []
+        for seq in range(max(0, end_seq)):
+            if len(missing) >= max_groups:
+                break
+            if group_source_id(key, seq) not in self._sources:
+                missing.append(seq)
+        return missing
+
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:

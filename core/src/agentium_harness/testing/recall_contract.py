@@ -372,6 +372,32 @@ class RecallStoreContract(ContractSuite):
         assert len(await _discover(recall_store, scope, "plum")) == 1
         assert await _discover(recall_store, Scope("t-arch", "u", "other"), "plum") == []
 
+    async def test_unindexed_groups_lists_exactly_the_missing_seqs(self, recall_store: RecallStore) -> None:
+        """``unindexed_groups`` lists the seqs below ``end_seq`` with no indexed group: ascending, bounded.
+
+        Optional: a store that keeps the port's default (``None``, it cannot
+        tell) skips this test. The engine indexes what it lists from the
+        archive, so a failure means archived groups the index lacks are
+        never caught up, or groups it holds are indexed again and again.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
+        if type(recall_store).unindexed_groups is RecallStore.unindexed_groups:
+            pytest.skip("the store does not report unindexed groups (optional)")
+        key = SessionKey("t-gaps", "u", "s")
+        groups = [plain_group(seq) for seq in (0, 1, 4, 6)]
+        receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
+        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
+
+        async def gaps(end_seq: int, max_groups: int, session: str = "s") -> list[int]:
+            where = SessionKey("t-gaps", "u", session)
+            ctx = OpContext.with_timeout(10.0)
+            return list(await recall_store.unindexed_groups(where, end_seq, max_groups, ctx) or ())
+
+        assert await gaps(9, 16) == [2, 3, 5, 7, 8]
+        assert await gaps(9, 2) == [2, 3]
+        assert await gaps(2, 16) == []
+        assert await gaps(3, 16, "other") == [0, 1, 2]  # another session's groups are not this one's
+
     async def test_mismatched_receipts_are_refused_and_nothing_is_written(
         self, recall_store: RecallStore
     ) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "DISCOVER",
     "INDEX",
     "LEASE_MS",
+    "MISSING",
     "READ",
     "REQUIRED_COMMANDS",
     "SCRIPTS",
@@ -163,8 +164,46 @@ return out
 """,
 )
 
+#: Archived groups a session's index lacks. KEYS: P:bk. ARGV: P, owner key, end seq, max seqs, window.
+#: Returns ascending seqs below end with no indexed group: at most max, all within `window` seqs of the
+#: first one. Bounded: a binary search of ZCOUNTs for the first, then one ZRANGE over the window.
+MISSING = Script(
+    "missing",
+    """
+local P = ARGV[1]
+local stop, max, window = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local out = {}
+if stop <= 0 or max <= 0 then return out end
+local b = redis.call('HGET', P .. ':bk', ARGV[2])
+local g = b and (P .. ':g:' .. b)
+-- Indexed groups with seq in [0, hi]; seqs are distinct in a session's group set.
+local function count(hi)
+  if not g then return 0 end
+  return redis.call('ZCOUNT', g, 0, hi)
+end
+if count(stop - 1) >= stop then return out end
+-- The first missing seq: the smallest s with fewer than s + 1 indexed groups in [0, s].
+local lo, hi = 0, stop - 1
+while lo < hi do
+  local mid = math.floor((lo + hi) / 2)
+  if count(mid) < mid + 1 then hi = mid else lo = mid + 1 end
+end
+local last = math.min(stop - 1, lo + window - 1)
+local present = {}
+if g then
+  local rows = redis.call('ZRANGE', g, lo, last, 'BYSCORE', 'WITHSCORES')
+  for j = 2, #rows, 2 do present[tonumber(rows[j])] = true end
+end
+for s = lo, last do
+  if #out >= max then break end
+  if not present[s] then out[#out + 1] = s end
+end
+return out
+""",
+)
+
 #: Every script, loaded with ``SCRIPT LOAD`` when the store first connects.
-SCRIPTS: Final = (*WRITE_SCRIPTS, DISCOVER, READ, SEEK)
+SCRIPTS: Final = (*WRITE_SCRIPTS, DISCOVER, READ, SEEK, MISSING)
 
 #: Every command the store and its scripts call: each must exist on the server (``COMMAND INFO``).
 REQUIRED_COMMANDS: Final = (
@@ -186,6 +225,7 @@ REQUIRED_COMMANDS: Final = (
     "zadd",
     "zrem",
     "zcard",
+    "zcount",
     "zrange",
     "zrangebyscore",
     "zscore",

@@ -89,7 +89,7 @@ from .config import RedisRecallConfig, redact_url
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
 from .keys import owner_key, tenant_prefix, term_counts
 from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
-from .scripts import DELETE, SEEK, Script
+from .scripts import DELETE, MISSING, SEEK, Script
 from .server import (
     OPEN_COMMANDS,
     Arg,
@@ -324,6 +324,30 @@ class RedisRecallStore(RecallStore):
         prefix = tenant_prefix(config.key_prefix, key.tenant)
         link = await self._ready(ctx, "recall index")
         return await self._writer.index(link, prefix, sources, ctx, "recall index")
+
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[int]:
+        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+
+        One round trip, bounded whatever the index holds: a binary search
+        (``ZCOUNT``) finds the first missing seq, and one range read over the
+        next ``4 × max_groups`` seqs finds the rest. The engine calls it after
+        each ``index_groups`` to catch up groups archived while the server was
+        down or lost by a restart without persistence.
+        """
+        ctx.raise_if_expired("recall index")
+        if not isinstance(key, SessionKey):
+            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        end, limit = check_count(end_seq, "end_seq"), max(0, check_count(max_groups, "max_groups"))
+        if end <= 0 or limit == 0:
+            return []
+        prefix = tenant_prefix(self._config.key_prefix, key.tenant)
+        okey = owner_key(SourceOwner.of_session(key))
+        rows = await self._script(
+            MISSING, [f"{prefix}:bk"], [prefix, okey, end, limit, 4 * limit], ctx, "recall index"
+        )
+        return [int(seq) for seq in rows or ()]
 
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext

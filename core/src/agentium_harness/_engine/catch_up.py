@@ -1,0 +1,155 @@
+"""After the groups-archived step: catch the recall index up with archived groups it lacks, bounded.
+
+A recall store that was down when a commit archived groups (the index
+step failed and said so), or whose server restarted without persistence,
+lacks archived groups that nothing would otherwise index again until an
+operator runs ``agentium recall rebuild``. So after each successful
+``index_groups`` the engine asks the store which seqs below the first one
+it just indexed have no indexed group
+(:meth:`~agentium_harness._ports.recall.RecallStore.unindexed_groups`; a
+store that cannot tell answers ``None``), reads up to
+:data:`CATCH_UP_GROUPS` of them from the archive in one bounded read, and
+indexes them. Each commit that archives does a little more, and a
+diagnostic says what was caught up and whether more is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from .._history import MessageGroup
+from .._ports.archive import ArchiveReceipt, HistoryArchive
+from .._ports.recall import RecallStore
+from .._scope import SessionKey
+from .lifecycle import Ticket
+from .results import Diagnostic, Severity
+
+__all__ = ["CATCH_UP_GROUPS", "CATCH_UP_SPAN", "catch_up_index"]
+
+#: Most archived groups one commit indexes for the recall index to catch up.
+CATCH_UP_GROUPS: Final = 16
+#: Most seqs one catch-up reads from the archive (missing groups may lie between indexed ones).
+CATCH_UP_SPAN: Final = 64
+
+
+def _seqs(seqs: Sequence[int]) -> str:
+    """``0-3, 7`` for ``[0, 1, 2, 3, 7]``."""
+    runs: list[list[int]] = []
+    for seq in seqs:
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _checked(missing: object, end_seq: int) -> list[int] | None:
+    """The store's answer if it keeps its contract (ascending distinct seqs below ``end_seq``), else None."""
+    if missing is None:
+        return []
+    if not isinstance(missing, list | tuple) or len(missing) > CATCH_UP_GROUPS:
+        return None
+    seqs = list(missing)
+    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < end_seq for s in seqs):
+        return None
+    if seqs != sorted(set(seqs)):
+        return None
+    return seqs
+
+
+async def catch_up_index(
+    store: RecallStore,
+    archive: HistoryArchive,
+    ticket: Ticket,
+    key: SessionKey,
+    end_seq: int,
+) -> list[Diagnostic]:
+    """Index up to :data:`CATCH_UP_GROUPS` archived groups below ``end_seq`` the recall index lacks.
+
+    Called after ``index_groups`` succeeded for groups from ``end_seq`` on.
+    Every failure is a diagnostic, never an error: the commit stands, and
+    the next archiving commit tries again.
+    """
+    if type(store).unindexed_groups is RecallStore.unindexed_groups or end_seq <= 0:
+        return []  # the store cannot tell what it lacks (the port's default)
+    try:
+        answer = await ticket.call(
+            "recall index", lambda ctx: store.unindexed_groups(key, end_seq, CATCH_UP_GROUPS, ctx)
+        )
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        return [_failed(f"the recall store could not say which groups it lacks ({why})")]
+    missing = _checked(answer, end_seq)
+    if missing is None:
+        return [
+            Diagnostic(
+                "contract_violation",
+                f"recall store {type(store).__name__}.unindexed_groups returned {answer!r:.200}: it must be "
+                f"at most {CATCH_UP_GROUPS} ascending distinct seqs below {end_seq}; nothing was caught up",
+                Severity.WARNING,
+            )
+        ]
+    if not missing:
+        return []
+    caps = getattr(type(archive), "capabilities", None)
+    if not getattr(caps, "bounded_reads", False):
+        return [
+            Diagnostic(
+                "recall_index_behind",
+                f"the recall index lacks archived groups {_seqs(missing)} of this session, and the archive "
+                "cannot be read back (no bounded_reads); run `agentium recall rebuild`",
+                Severity.WARNING,
+            )
+        ]
+    first = missing[0]
+    span = min(missing[-1] - first + 1, CATCH_UP_SPAN)
+    wanted = {s for s in missing if s < first + span}
+    try:
+        page = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
+        groups = [g for g in page if isinstance(g, MessageGroup) and g.seq in wanted][:CATCH_UP_GROUPS]
+        if groups:
+            # The archive checked each group against its stored digest when it read it (its contract).
+            receipts = [ArchiveReceipt(g.seq, g.digest, "catch-up") for g in groups]
+            await ticket.call("recall index", lambda ctx: store.index_groups(key, groups, receipts, ctx))
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        return [_failed(f"archived groups {_seqs(sorted(wanted))} could not be indexed ({why})")]
+    notes: list[Diagnostic] = []
+    if groups:
+        notes.append(
+            Diagnostic(
+                "recall_index_caught_up",
+                f"indexed {len(groups)} archived group(s) the recall index lacked (seqs "
+                f"{_seqs([g.seq for g in groups])})",
+            )
+        )
+    absent = sorted(wanted - {g.seq for g in groups})
+    if absent:
+        notes.append(
+            Diagnostic(
+                "recall_index_behind",
+                f"the recall index lacks archived groups {_seqs(absent)}, which the archive did not return; "
+                "run `agentium recall rebuild`",
+                Severity.WARNING,
+            )
+        )
+    elif len(missing) >= CATCH_UP_GROUPS or len(wanted) < len(missing):
+        notes.append(
+            Diagnostic(
+                "recall_index_behind",
+                f"the recall index may lack more archived groups of this session; each archiving commit "
+                f"indexes up to {CATCH_UP_GROUPS} more, or run `agentium recall rebuild`",
+                Severity.WARNING,
+            )
+        )
+    return notes
+
+
+def _failed(why: str) -> Diagnostic:
+    return Diagnostic(
+        "recall_catch_up_failed",
+        f"catching the recall index up failed: {why}; the next archiving commit tries again, or run "
+        "`agentium recall rebuild`",
+        Severity.WARNING,
+    )

@@ -1,0 +1,119 @@
+"""Archived groups the recall index missed are indexed again automatically, a bounded number per commit.
+
+A recall store that is down when a commit archives groups misses them (the
+run reports ``recall_index_failed``). Once indexing works again, each
+archiving commit asks the store what it lacks and indexes up to
+``CATCH_UP_GROUPS`` of those groups from the archive, saying so in a
+diagnostic (issue 21, item 12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from agentium_harness import (
+    OpContext,
+    RecallUnavailableError,
+    ResidentLimits,
+    RuntimeLimits,
+    SessionKey,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.plugin_api import ArchiveReceipt, MessageGroup
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+
+
+class FlakyIndex(InMemoryRecallStore):
+    """The in-memory recall store, whose archive indexing fails while ``down`` (its server is away)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    async def index_groups(
+        self,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        receipts: Sequence[ArchiveReceipt],
+        ctx: OpContext,
+    ) -> int:
+        if self.down:
+            raise RecallUnavailableError("the index is down")
+        return await super().index_groups(key, groups, receipts, ctx)
+
+
+def _codes(result: object) -> list[str]:
+    return [d.code for d in getattr(result, "diagnostics", ())]
+
+
+async def _indexed(store: InMemoryRecallStore) -> list[int]:
+    return [g.seq for g in await store.seek_groups(KEY, 0, 1000, OpContext.with_timeout(5))]
+
+
+async def test_groups_archived_while_the_index_was_down_are_indexed_by_a_later_commit() -> None:
+    store = FlakyIndex()
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    try:
+        for i in range(3):
+            await runtime.run(ANA, "s1", f"note {i} about kiwis")
+        assert await _indexed(store) == [0]
+        store.down = True
+        for i in range(3, 6):
+            result = await runtime.run(ANA, "s1", f"note {i} about plums")
+            assert "recall_index_failed" in _codes(result)
+        assert await _indexed(store) == [0]  # groups 1-3 were archived while the index was down
+        store.down = False
+        result = await runtime.run(ANA, "s1", "note 6 about figs")
+        assert "recall_index_caught_up" in _codes(result)
+        [note] = [d for d in result.diagnostics if d.code == "recall_index_caught_up"]
+        assert "seqs 1-3" in note.message
+        assert await _indexed(store) == [0, 1, 2, 3, 4]
+        quiet = await runtime.run(ANA, "s1", "note 7 about pears")
+        assert not {"recall_index_caught_up", "recall_index_behind"} & set(_codes(quiet))
+    finally:
+        await runtime.aclose()
+
+
+CATCH_UP_GROUPS = 16  # docs/recall.md, "Catching up": archived groups one commit indexes at most
+
+
+async def test_catching_up_is_bounded_per_commit_and_says_when_more_is_left() -> None:
+    store = FlakyIndex()
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        store.down = True
+        missed = CATCH_UP_GROUPS + 4
+        for i in range(missed + 1):
+            await runtime.run(ANA, "s1", f"note {i}")
+        assert await _indexed(store) == []
+        store.down = False
+        first = await runtime.run(ANA, "s1", "one more note")
+        assert {"recall_index_caught_up", "recall_index_behind"} <= set(_codes(first))
+        assert len(await _indexed(store)) == CATCH_UP_GROUPS + 1  # the commit's own group, and the bound
+        second = await runtime.run(ANA, "s1", "and another")
+        assert "recall_index_caught_up" in _codes(second)
+        assert await _indexed(store) == list(range(missed + 2))
+    finally:
+        await runtime.aclose()
