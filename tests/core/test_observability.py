@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -59,6 +60,8 @@ from agentium_harness.plugin_api import (
 )
 
 pytestmark = pytest.mark.anyio
+
+DOC = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text(encoding="utf-8")
 
 ANA = VerifiedIdentity("acme-tenant", "ana-user", "test-auth")
 SESSION = "session-s1"
@@ -590,3 +593,26 @@ async def test_telemetry_refuses_what_is_not_a_provider() -> None:
             session_store=InMemorySessionStore(),
             telemetry={"capture_content": True},  # type: ignore[arg-type]
         )
+
+
+async def test_every_span_and_attribute_a_turn_records_is_in_the_docs() -> None:
+    doc = DOC
+    t = Telemetered()
+    await two_turns(t, telemetry=t.telemetry(capture_content=True))
+    manager = MemoryManager(InMemoryMemoryStore(), telemetry=t.telemetry(capture_content=True))
+    scope = MemoryScope("acme-tenant", "ana-user")
+    ack = await manager.remember(MemoryFact(scope, SECRET_FACT))
+    assert ack.fact_id is not None
+    await manager.correct(scope, ack.fact_id, MemoryFact(scope, "corrected"))
+    await manager.forget(scope, ack.fact_id)
+    generic = {"retrieval": "retrieval {store}", "execute_tool": "execute_tool {name}", "chat": "chat"}
+    for span in t.spans:
+        kind = span.name.split(" ", 1)[0]
+        name = generic.get(kind, span.name) if " " in span.name else span.name
+        assert f"`{name}`" in doc, f"span {span.name!r} is not in docs/observability.md"
+        for key in span.attributes or {}:
+            assert f"`{key}`" in doc, f"attribute {key!r} of {span.name!r} is not in docs/observability.md"
+        for event in span.events:
+            assert f"`{event.name}`" in doc
+            for key in event.attributes or {}:
+                assert f"`{key}`" in doc, f"event attribute {key!r} is not in docs/observability.md"

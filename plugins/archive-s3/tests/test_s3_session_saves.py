@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -138,7 +139,7 @@ async def _two_saves(store: S3SessionStore) -> int:
 
 
 async def test_a_save_that_landed_but_whose_reply_was_lost_returns_its_revision(
-    config: S3Config, proxy: FaultProxy
+    config: S3Config, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     # No SDK retry (max_attempts=1): the lost reply is the last word botocore hears.
     through = attrs.evolve(config, endpoint_url=proxy.endpoint, max_attempts=1)
@@ -146,8 +147,11 @@ async def test_a_save_that_landed_but_whose_reply_was_lost_returns_its_revision(
     try:
         first = await store.save(KEY, scoped_snapshot(KEY, " one"), None, OpContext.with_timeout(30))
         drop = proxy.add(Fault("drop", "PUT", "/sessions/", count=1))
-        second = await store.save(KEY, scoped_snapshot(KEY, " two"), first, OpContext.with_timeout(30))
+        with caplog.at_level(logging.WARNING, logger="agentium.plugins.archive_s3"):
+            second = await store.save(KEY, scoped_snapshot(KEY, " two"), first, OpContext.with_timeout(30))
         assert drop.applied == 1 and second == first + 1
+        # Settled by reading back (and sent again where it had not landed yet): a WARNING (issue 24).
+        assert [r for r in caplog.records if r.name == "agentium.plugins.archive_s3"]
         # A create whose reply is lost settles the same way.
         other = SessionKey("acme", "ana", "saves-created")
         proxy.add(Fault("drop", "PUT", "/sessions/", count=1))
@@ -180,7 +184,7 @@ async def test_a_save_refused_by_the_server_says_nothing_was_written(
 
 
 async def test_a_save_that_cannot_be_read_back_is_reported_unknown_never_as_not_written(
-    config: S3Config, proxy: FaultProxy
+    config: S3Config, proxy: FaultProxy, caplog: pytest.LogCaptureFixture
 ) -> None:
     through = attrs.evolve(config, endpoint_url=proxy.endpoint, max_attempts=1)
     store = S3SessionStore(through)
@@ -188,8 +192,12 @@ async def test_a_save_that_cannot_be_read_back_is_reported_unknown_never_as_not_
         first = await _two_saves(store)
         proxy.add(Fault("drop", "PUT", "/sessions/", count=1))  # lands, reply lost
         proxy.add(Fault("refuse", "GET", "/sessions/", count=100))  # and the read-back cannot see
-        with pytest.raises(S3SaveOutcomeUnknownError, match="may have landed") as caught:
+        with (
+            caplog.at_level(logging.WARNING, logger="agentium.plugins.archive_s3"),
+            pytest.raises(S3SaveOutcomeUnknownError, match="may have landed") as caught,
+        ):
             await store.save(KEY, scoped_snapshot(KEY, " three"), first, OpContext.with_timeout(30))
+        assert any("outcome unknown" in r.getMessage() for r in caplog.records)
         # Never in the family a host retries blindly: retrying would duplicate the turn.
         assert not isinstance(caught.value, S3UnavailableError)
     finally:

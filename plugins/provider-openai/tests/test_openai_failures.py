@@ -6,6 +6,7 @@ server until the test releases it, so returning at all proves it stopped.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import anyio
@@ -279,3 +280,28 @@ async def test_a_server_that_refuses_non_streamed_requests(
     with pytest.raises(OpenAIStreamingOnlyError, match="refused a non-streamed request"):
         await provider.complete(REQUEST, OpContext.with_timeout(10))
     assert len(stub.completions) == 1
+
+
+async def test_retries_and_giving_up_are_warnings_without_the_server_text(
+    stub: StubServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each retried attempt and the give-up are WARNINGs on agentium.plugins.provider_openai (issue 24)."""
+    stub.add(*(Reply.error(503, "overloaded: your prompt was hi") for _ in range(3)))
+    provider = make_provider(stub, max_retries=2)
+    with caplog.at_level(logging.WARNING, logger="agentium.plugins.provider_openai"):
+        try:
+            with pytest.raises(OpenAIRetriesExhaustedError):
+                await provider.complete(REQUEST, OpContext.with_timeout(10))
+        finally:
+            await provider.aclose()
+    records = [r for r in caplog.records if r.name == "agentium.plugins.provider_openai"]
+    assert [r.agentium_attempts for r in records] == [1, 2, 3]
+    assert all(r.levelno == logging.WARNING and r.agentium_http_status == 503 for r in records)
+    assert "giving up" in records[-1].getMessage()
+    assert not any("your prompt" in r.getMessage() for r in records)
+
+
+def test_the_provider_names_itself_for_genai_spans(stub: StubServer) -> None:
+    provider = make_provider(stub)
+    assert provider.gen_ai_provider_name == "openai"
+    assert provider.gen_ai_request_model == provider.config.model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import anyio
@@ -89,7 +90,7 @@ async def test_sigkill_with_aof_always_loses_no_acknowledged_write(aof_server: S
 
 
 async def test_a_restart_without_persistence_is_reported_without_asking(
-    aof_server: ServerProcess, tmp_path: Path
+    aof_server: ServerProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The report follows the server: a restart without AOF is seen on the next call, not only by health()."""
     store = RedisRecallStore(RedisRecallConfig(url=aof_server.url, key_prefix=new_prefix()))
@@ -102,10 +103,13 @@ async def test_a_restart_without_persistence_is_reported_without_asking(
         aof_server.kill()
         # The same address now answers from a server without persistence: what was indexed is gone.
         plain = ServerProcess(aof_server.flavour, tmp_path / "plain").start(aof_server.port)
-        session = await store.open(Scope("dur", "u", "s"), RecallLimits(), ctx())
-        [v] = await session.validate([ref], ctx())
-        await session.close()
+        with caplog.at_level(logging.WARNING, logger="agentium.plugins.recall_redis"):
+            session = await store.open(Scope("dur", "u", "s"), RecallLimits(), ctx())
+            [v] = await session.validate([ref], ctx())
+            await session.close()
         assert v.status is V.DELETED
+        # The restart is a WARNING on the plugin's logger (issue 24).
+        assert any("restarted" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
         after = store.server_report
         assert after is not None and (after.appendonly, after.durable) == ("no", False)
         assert after.run_id != before.run_id and (before.restarts, after.restarts) == (0, 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import tracemalloc
@@ -139,3 +140,16 @@ async def test_a_cancelled_caller_does_not_wait_and_the_thread_stops(root: Path,
         while _open_fds() != before:  # noqa: ASYNC110  (polling the kernel's table: no event to wait on)
             await anyio.sleep(0.01)
     assert threading.active_count() <= threads + 1  # anyio may keep its idle worker
+
+
+async def test_an_unknown_verdict_is_a_warning_without_paths(
+    root: Path, sparse: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Evidence that cannot be judged is a WARNING on agentium.plugins.verifier_fs (issue 24)."""
+    with caplog.at_level(logging.DEBUG, logger="agentium.plugins.verifier_fs"):
+        result = await verifier_for(root, "big.bin").verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+    [record] = [r for r in caplog.records if r.name == "agentium.plugins.verifier_fs"]
+    assert record.levelno == logging.WARNING
+    assert record.agentium_unknown_checks == 1 and record.agentium_checks == 1
+    assert "big.bin" not in record.getMessage() and "too large" in record.getMessage()

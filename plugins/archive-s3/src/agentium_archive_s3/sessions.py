@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import math
 import re
 import threading
@@ -91,6 +92,9 @@ from .link import S3Client, S3Link, error_code, error_status
 from .probe import run_probe
 
 __all__ = ["S3SessionStore"]
+
+#: Saves settled by reading back, and outcomes that stayed unknown (WARNING); never snapshot content.
+logger = logging.getLogger("agentium.plugins.archive_s3")
 
 _HEADER: Final = re.compile(rb"agentium-s3-snapshot/2 revision=([1-9][0-9]{0,18}) sha256=([0-9a-f]{64})\n")
 #: Format 1 (no checksum): read, never written.
@@ -365,11 +369,13 @@ class S3SessionStore(SessionStore):
                 landed = self._settle(s3, key, object_key, body, expected, condition, exc, answered=None)
                 if landed:
                     return landed
+                logger.warning("session save: a reply was lost, the session is unchanged; sending it again")
                 resent = True
                 continue
             # 412: decide from what the object holds now.
             current = self._read(s3, object_key, self._limit())
             if current is not None and current[0] == body:
+                logger.warning("session save: a reply was lost; the read-back shows the write landed")
                 return current[1]  # our write landed; its acknowledgment was lost
             if current is None:
                 raise self._conflict(key, expected, "the session was removed")
@@ -411,6 +417,12 @@ class S3SessionStore(SessionStore):
         try:
             current = self._read(s3, object_key, self._limit())
         except (AgentiumError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as failed:
+            logger.warning(
+                "session save failed (%s) and the read-back failed too (%s): outcome unknown",
+                cause.code or type(cause).__name__,
+                type(failed).__name__,
+                extra={"agentium_s3_code": cause.code, "agentium_http_status": cause.status},
+            )
             raise S3SaveOutcomeUnknownError(
                 f"{where} failed ({cause}) and reading it back failed too ({type(failed).__name__}"
                 f"{' ' + error_code(failed) if error_code(failed) else ''}): the write may have landed; "
@@ -419,6 +431,11 @@ class S3SessionStore(SessionStore):
                 status=cause.status,
             ) from None
         if current is not None and current[0] == body:
+            logger.warning(
+                "session save failed (%s) but the read-back shows it landed",
+                cause.code or type(cause).__name__,
+                extra={"agentium_s3_code": cause.code, "agentium_http_status": cause.status},
+            )
             return current[1]  # it landed
         if expected is None:
             unchanged = current is None
@@ -439,6 +456,11 @@ class S3SessionStore(SessionStore):
                 key, expected, f"another writer saved it first (now revision {next_revision})"
             )
         now = "removed" if current is None else f"now at revision {_revision_shown(current[0])}"
+        logger.warning(
+            "session save failed (%s) and the session changed since: outcome unknown",
+            cause.code or type(cause).__name__,
+            extra={"agentium_s3_code": cause.code, "agentium_http_status": cause.status},
+        )
         raise S3SaveOutcomeUnknownError(
             f"{where} failed ({cause}) and the session has changed since ({now}): the write may have landed "
             "and been replaced; load the session before retrying",

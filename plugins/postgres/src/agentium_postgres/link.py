@@ -33,6 +33,7 @@ row-level security.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import weakref
 from collections.abc import Awaitable, Callable
@@ -62,6 +63,9 @@ from .errors import (
 from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, TENANT_SETTING
 
 __all__ = ["Conn", "PgLink", "ServerFacts"]
+
+#: Commits whose outcome stayed unknown, discarded connections (WARNING); never statements or rows.
+logger = logging.getLogger("agentium.plugins.postgres")
 
 T = TypeVar("T")
 
@@ -417,6 +421,12 @@ class PgLink:
             await tx.__aexit__(None, None, None)
         if settle.cancelled_caught:
             await self._discard(conn, pooled)
+            logger.warning(
+                "%s: the server did not confirm the commit within %gs; outcome unknown",
+                operation,
+                _SETTLE_S,
+                extra={"agentium_operation": operation},
+            )
             raise PostgresUnavailableError(
                 f"{self._name}: {operation}: the server did not confirm the commit within {_SETTLE_S:g} s; "
                 "the outcome is unknown to this call and nothing is acknowledged"

@@ -18,6 +18,7 @@ closed, and its own retry setting is bypassed as above.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, ClassVar, Final, TypeVar
@@ -40,6 +41,7 @@ from agentium_harness.plugin_api import (
 from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, redact_url
 from .errors import (
     OpenAIConfigError,
+    OpenAIIncompleteReplyError,
     OpenAIMalformedReplyError,
     OpenAIProviderError,
     OpenAIReplyLimitError,
@@ -51,6 +53,9 @@ from .errors import (
 from .wire import decode_reply, parse_completion, request_messages, request_tools
 
 __all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider"]
+
+#: Retries and give-ups (WARNING); never the request or the server's error text.
+logger = logging.getLogger("agentium.plugins.provider_openai")
 
 T = TypeVar("T")
 
@@ -117,6 +122,8 @@ class OpenAIProvider(ModelProvider):
     capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(
         tool_calls=True, deterministic=False, health_check=True
     )
+    #: The provider as the GenAI conventions name it (``gen_ai.provider.name`` on ``chat`` spans).
+    gen_ai_provider_name: ClassVar[str] = "openai"
 
     def __init__(
         self,
@@ -162,6 +169,11 @@ class OpenAIProvider(ModelProvider):
     def config(self) -> OpenAIProviderConfig:
         """The options this provider was built with."""
         return self._config
+
+    @property
+    def gen_ai_request_model(self) -> str:
+        """The model every request names (``gen_ai.request.model``; the span is ``chat {model}``)."""
+        return self._config.model
 
     def __repr__(self) -> str:
         where = redact_url(self._config.base_url) if self._owns_client else "lent client"
@@ -306,12 +318,29 @@ class OpenAIProvider(ModelProvider):
                 elif left is not None and wait >= left:
                     why = f"the next attempt, after {wait:g}s, would start past the deadline"
                 if why:
+                    logger.warning(
+                        "%s failed after %d attempt(s) (%s); giving up: %s",
+                        operation,
+                        attempt,
+                        failure.status or "no HTTP status",
+                        why,
+                        extra={"agentium_attempts": attempt, "agentium_http_status": failure.status},
+                    )
                     raise OpenAIRetriesExhaustedError(
                         f"{operation} failed after {attempt} attempt(s) at {self._where()}; "
                         f"last: {failure.detail} ({why})",
                         status=failure.status,
                         attempts=attempt,
                     ) from None
+                # The detail stays out of the record: a server's error body may echo the request.
+                logger.warning(
+                    "%s attempt %d failed (%s); retrying in %.3gs",
+                    operation,
+                    attempt,
+                    failure.status or "no HTTP status",
+                    wait,
+                    extra={"agentium_attempts": attempt, "agentium_http_status": failure.status},
+                )
                 await anyio.sleep(wait)
 
     # -- the port ----------------------------------------------------------------
@@ -402,11 +431,19 @@ class OpenAIProvider(ModelProvider):
             )
         config = self._config
         body = decode_reply(data, max_tool_arguments_depth=config.max_tool_arguments_depth)
-        return parse_completion(
-            body,
-            max_tool_arguments_bytes=config.max_tool_arguments_bytes,
-            max_tool_arguments_depth=config.max_tool_arguments_depth,
-        )
+        try:
+            return parse_completion(
+                body,
+                max_tool_arguments_bytes=config.max_tool_arguments_bytes,
+                max_tool_arguments_depth=config.max_tool_arguments_depth,
+            )
+        except OpenAIIncompleteReplyError as exc:
+            logger.warning(
+                "the server cut its answer off (finish_reason %s); it was refused",
+                exc.finish_reason,
+                extra={"agentium_finish_reason": exc.finish_reason},
+            )
+            raise
 
     async def health(self, ctx: OpContext) -> str:
         """List the server's models (``GET /models``) within ``probe_timeout_s`` and the deadline.

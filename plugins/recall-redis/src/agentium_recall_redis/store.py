@@ -107,7 +107,7 @@ from .writes import Call, Writer
 
 __all__ = ["RedisRecallSession", "RedisRecallStore"]
 
-logger = logging.getLogger("agentium_recall_redis")
+logger = logging.getLogger("agentium.plugins.recall_redis")
 
 
 class RedisRecallStore(RecallStore):

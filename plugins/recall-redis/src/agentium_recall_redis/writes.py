@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -43,6 +44,9 @@ from .server import Arg, ServerErrors
 from .sources import Source, chunk_calls, flat_terms
 
 __all__ = ["CALLS_PER_TRIP", "MAX_COLLECT_CALLS", "SETTLE_SHARE", "Call", "Settlements", "Writer", "Written"]
+
+#: Writes whose outcome had to be settled (WARNING); the same logger as the store's.
+logger = logging.getLogger("agentium.plugins.recall_redis")
 
 #: Writing script calls per round trip (each call blocks the server while it runs, so calls stay small;
 #: pipelining them keeps bulk indexing fast).
@@ -354,6 +358,12 @@ class Writer:
                 else self.errors.scrub(f"{type(exc).__name__}: {exc}")
             )
             if outcome is None:
+                logger.warning(
+                    "%s: the write lost its reply and could not be settled by its deadline; "
+                    "its outcome is unknown (settling goes on in the background)",
+                    operation,
+                    extra={"agentium_operation": operation},
+                )
                 raise RedisRecallTimeoutError(
                     f"{operation}: the write lost its reply ({why}) and the server at {self.errors.where} "
                     "could not be reached to settle it by its deadline; its outcome is unknown (settling "
@@ -362,6 +372,13 @@ class Writer:
                     None,
                 ) from None
             applied = sum(v.startswith("done:") for v in outcome)
+            logger.warning(
+                "%s: the write lost its reply; settled: %d of %d script call(s) had run, the rest are fenced",
+                operation,
+                applied,
+                len(outcome),
+                extra={"agentium_operation": operation, "agentium_applied": applied},
+            )
             earlier = f"; {done} earlier chunk(s) of this call were written" if done else ""
             raise RedisRecallTimeoutError(
                 f"{operation}: the write lost its reply ({why}); settled by re-reading: {applied} of "

@@ -24,6 +24,7 @@ cancelled or expired operation context raises ``OperationCancelledError``.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -56,6 +57,9 @@ from ._junit import parse_junit
 from .config import ExpectedArtifact, FsVerifierConfig, check_root, split_relative_path
 
 __all__ = ["ARTIFACT", "TEST_RECORD", "FsVerifier"]
+
+#: Verdicts left unknown by unavailable or stale evidence (WARNING); never paths or file content.
+logger = logging.getLogger("agentium.plugins.verifier_fs")
 
 #: ``EvidenceEntry.kind`` of an artifact's outcome.
 ARTIFACT: Final = "artifact"
@@ -146,7 +150,19 @@ class FsVerifier(CompletionVerifier):
             # and closes its descriptors; nobody waits for it.
             abandoned.set()
             raise
-        return _judge(outcomes, ctx)
+        result = _judge(outcomes, ctx)
+        unknown = [o for o in outcomes if o.verdict is Verdict.UNKNOWN]
+        if result.verdict is Verdict.UNKNOWN:
+            # Degraded evidence: the kinds of problem only (a path or a record's text stays out).
+            kinds = sorted({o.short for o in unknown}) or ["nothing to check"]
+            logger.warning(
+                "verdict unknown: %d of %d check(s) could not be judged (%s)",
+                len(unknown),
+                len(outcomes),
+                ", ".join(kinds),
+                extra={"agentium_unknown_checks": len(unknown), "agentium_checks": len(outcomes)},
+            )
+        return result
 
     async def aclose(self) -> None:
         """Nothing to release: every verification opens and closes its own descriptors."""
