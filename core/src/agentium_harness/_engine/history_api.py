@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from .._errors import AgentiumError
 from .._history import Message
+from .._observe.turn import traced_operation
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._validators import check_count, validate_id
 from .arguments import run_scope
@@ -62,12 +63,16 @@ class HistoryOperations:
         """Run ``work`` admitted exclusively on the session; errors marked with what was committed."""
         runtime = self._runtime()
         progress = RunProgress()
-        try:
-            async with runtime._admission.admit(scope.session_key, kind) as ticket:
-                return ticket.report(await work(runtime, ticket, progress))
-        except AgentiumError as exc:
-            state = exc.commit_state if exc.commit_state is not None else progress.commit_state
-            raise mark_commit_state(exc, state)  # noqa: B904 - the same error, marked
+        key = scope.session_key
+        # A span of its own (agentium.history.<kind>), parent of its load, commit and summary spans.
+        with traced_operation(runtime, kind, key.tenant, key.user, key.session) as span:
+            try:
+                async with runtime._admission.admit(key, kind) as ticket:
+                    return ticket.report(await work(runtime, ticket, progress))
+            except AgentiumError as exc:
+                state = exc.commit_state if exc.commit_state is not None else progress.commit_state
+                span.set("agentium.commit_state", state.value)
+                raise mark_commit_state(exc, state)  # noqa: B904 - the same error, marked
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
     async def append(

@@ -10,9 +10,10 @@ recording, only the logging remains (one ``isEnabledFor`` per record).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
 from time import perf_counter
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -21,7 +22,7 @@ from .logs import log_diagnostics
 from .settings import Resolved, Telemetry
 from .spans import _INTERNAL, NULL, Active, Span, _Null, begin, enter, error_type, leave
 
-__all__ = ["AGENT_NAME", "observed_drain", "settings_of", "traced_run"]
+__all__ = ["AGENT_NAME", "observed_drain", "settings_of", "traced_operation", "traced_run"]
 
 #: ``gen_ai.agent.name`` of the turn span.
 AGENT_NAME = "agentium"
@@ -184,6 +185,37 @@ def traced_run(
             leave(token)
 
     return cast(Callable[Concatenate[Any, Any, Any, P], Coroutine[Any, Any, R]], observed)
+
+
+@contextlib.contextmanager
+def traced_operation(
+    owner: object, kind: str, tenant: str, user: str, session: str
+) -> Iterator[Span | _Null]:
+    """The root span of a host operation other than a run (``agentium.history.append`` …) and its state.
+
+    Its stages (load, commit, eviction, summary) become its children, under
+    the owner's telemetry settings, as in a run.
+    """
+    settings = settings_of(owner)
+    active = begin(settings)
+    token = enter(active)
+    try:
+        if not active.on:
+            yield NULL
+            return
+        attributes = {"agentium.operation": kind, **_scope_attributes(settings, _Who(tenant, user), session)}
+        name = "agentium.history." + kind.replace(" ", "_")
+        with Span(active, name, _INTERNAL, attributes) as span:
+            yield span
+    finally:
+        leave(token)
+
+
+class _Who:
+    __slots__ = ("tenant", "user")
+
+    def __init__(self, tenant: str, user: str) -> None:
+        self.tenant, self.user = tenant, user
 
 
 def observed_drain(result: Any, elapsed_s: float) -> None:
