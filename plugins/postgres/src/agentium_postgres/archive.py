@@ -77,69 +77,35 @@ def group_rows(key: SessionKey, groups: Sequence[MessageGroup], max_bytes: int, 
     return sorted(rows.values())
 
 
-async def insert_groups(conn: Conn, schema: str, key: SessionKey, rows: Sequence[GroupRow], who: str) -> None:
-    """Insert ``rows`` inside the caller's transaction; stored equal rows pass, different ones conflict.
+async def insert_groups(conn: Conn, schema: str, key: SessionKey, rows: Sequence[GroupRow]) -> None:
+    """Send the batch's insert and its conflict check inside the caller's transaction (nothing is read).
 
-    Raising rolls back every row of the batch (and, in a joint commit, the snapshot).
-    """
-    await check_inserted(conn, schema, key, rows, await queue_insert(conn, schema, key, rows), who)
-
-
-async def queue_insert(conn: Conn, schema: str, key: SessionKey, rows: Sequence[GroupRow]) -> Any:
-    """Send the batch's ``INSERT ... ON CONFLICT DO NOTHING RETURNING seq``; its cursor, not yet read.
-
-    In pipeline mode the statement travels with the ones queued after it
-    (the joint commit's snapshot update) until the cursor is read.
+    ``INSERT ... ON CONFLICT DO NOTHING`` stores the new groups; then the
+    schema's ``check_archived`` compares every group of the batch with the
+    stored row (a fresh snapshot: it sees a row a concurrent writer committed
+    while the insert waited) and raises SQLSTATE ``AG001`` if a digest
+    differs, which aborts the transaction, its COMMIT included; the link turns
+    it into :class:`ArchiveConflictError`. In pipeline mode both statements
+    travel with the transaction's BEGIN and COMMIT: one round trip.
     """
     if not rows:
-        return None
+        return
     t, u, s = session_keys(key)
-    return await conn.execute(
+    seqs, digests = [r[0] for r in rows], [r[1] for r in rows]
+    await conn.execute(
         q(
             "INSERT INTO {s}.archive_groups (tenant_key, user_key, session_key, seq, digest, data) "
             "SELECT %s, %s, %s, g.seq, g.digest, g.data "
             "FROM unnest(%s::bigint[], %s::text[], %s::bytea[]) AS g(seq, digest, data) "
-            "ON CONFLICT DO NOTHING RETURNING seq",
+            "ON CONFLICT DO NOTHING",
             schema,
         ),
-        (t, u, s, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
+        (t, u, s, seqs, digests, [r[2] for r in rows]),
     )
-
-
-async def check_inserted(
-    conn: Conn, schema: str, key: SessionKey, rows: Sequence[GroupRow], inserted: Any, who: str
-) -> None:
-    """Read what :func:`queue_insert` inserted; compare the rows it found stored; conflict if any differs.
-
-    The comparison is a new statement (a new snapshot), so it sees a row a
-    concurrent writer committed while the insert waited for it.
-    """
-    if not rows:
-        return
-    t, u, s = session_keys(key)
-    seqs = [r[0] for r in rows]
-    new = {int(r[0]) for r in await inserted.fetchall()}
-    if len(new) == len(rows):
-        return
-    stored = await conn.execute(
-        q(
-            "SELECT seq, digest FROM {s}.archive_groups "
-            "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND seq = ANY(%s::bigint[])",
-            schema,
-        ),
-        (t, u, s, [seq for seq in seqs if seq not in new]),
+    await conn.execute(
+        q("SELECT {s}.check_archived(%s, %s, %s, %s::bigint[], %s::text[])", schema),
+        (t, u, s, seqs, digests),
     )
-    digests = {int(seq): str(digest) for seq, digest in await stored.fetchall()}
-    for seq, digest, _ in rows:
-        if seq in new:
-            continue
-        found = digests.get(seq)
-        if found != digest:
-            raise ArchiveConflictError(
-                f"{who}: group {seq} of session {key.key()} is archived with digest {found}; refusing "
-                f"different content {digest}. Archived groups are never overwritten; nothing of the "
-                "batch was written."
-            )
 
 
 def decode_group(key: SessionKey, seq: object, digest: object, data: object, where: str) -> MessageGroup:
@@ -239,7 +205,7 @@ class PostgresArchive(HistoryArchive):
             schema = self._config.schema
 
             async def work(conn: Conn) -> None:
-                await insert_groups(conn, schema, key, rows, self._link.name)
+                await insert_groups(conn, schema, key, rows)
 
             await self._link.run(ctx, "archive append", key.key_segments()[0], work)
         return [ArchiveReceipt(g.seq, g.digest, self.location(key, g.seq)) for g in groups]
@@ -254,7 +220,7 @@ class PostgresArchive(HistoryArchive):
         async def work(conn: Conn) -> list[MessageGroup]:
             return await read_groups(conn, schema, key, start_seq, max_groups, cap, self._link.name)
 
-        return await self._link.run(ctx, "archive read", key.key_segments()[0], work)
+        return await self._link.run(ctx, "archive read", key.key_segments()[0], work, write=False)
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""
@@ -271,7 +237,7 @@ async def health_probe(link: PgLink, ctx: OpContext, operation: str) -> str:
     async def work(conn: Conn) -> None:
         await conn.execute("SELECT 1")
 
-    await link.run(ctx, operation, None, work)
+    await link.run(ctx, operation, None, work, write=False)
     facts = link.facts
     assert facts is not None
     rls = "bypasses row-level security" if facts.bypasses_row_security else "row-level security enforced"

@@ -48,7 +48,12 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentium_harness import AgentiumError
-from agentium_harness.plugin_api import OpContext, OperationCancelledError
+from agentium_harness.plugin_api import (
+    ArchiveConflictError,
+    OpContext,
+    OperationCancelledError,
+    SessionConflictError,
+)
 
 from .config import PostgresConfig
 from .errors import (
@@ -83,6 +88,9 @@ _IDLE_CHECK_S: Final = 1.0
 _AUTH_STATES: Final = frozenset({"28P01", "28000"})
 _AUTH_WORDS: Final = ("password authentication failed", "no password supplied", "authentication failed")
 _SCHEMA_STATES: Final = frozenset({"42P01", "3F000", "42883"})
+#: The SQLSTATEs the schema's check functions raise (``check_archived``, ``check_revision``).
+_ARCHIVE_CONFLICT: Final = "AG001"
+_SESSION_CONFLICT: Final = "AG002"
 
 
 @attrs.frozen(slots=True)
@@ -193,11 +201,16 @@ class PgLink:
         operation: str,
         tenant_key: str | None,
         work: Callable[[Conn], Awaitable[T]],
+        *,
+        write: bool = True,
     ) -> T:
         """Run ``work(conn)`` in one transaction for tenant ``tenant_key`` under ``ctx``'s deadline.
 
         ``tenant_key`` is the tenant's key segment (``None``: no tenant, no
-        tenant row is visible). Raises the plugin's typed errors;
+        tenant row is visible). ``write=False`` says the work only reads: its
+        statements and COMMIT may then travel in one round trip. A write's
+        statements are all executed (and cancellable) before its COMMIT is
+        sent, shielded. Raises the plugin's typed errors;
         :class:`~agentium_harness.plugin_api.OperationCancelledError` when the
         context was cancelled or its deadline passed (nothing committed).
         """
@@ -209,7 +222,7 @@ class PgLink:
         client_deadline = math.inf if left is None else anyio.current_time() + left + _CLIENT_SLACK_S
         with anyio.CancelScope(deadline=client_deadline) as scope:
             try:
-                return await self._run(ctx, operation, tenant_key, work)
+                return await self._run(ctx, operation, tenant_key, work, write)
             except anyio.get_cancelled_exc_class():
                 raise
             except AgentiumError:
@@ -228,13 +241,20 @@ class PgLink:
         )
 
     async def _run(
-        self, ctx: OpContext, operation: str, tenant_key: str | None, work: Callable[[Conn], Awaitable[T]]
+        self,
+        ctx: OpContext,
+        operation: str,
+        tenant_key: str | None,
+        work: Callable[[Conn], Awaitable[T]],
+        write: bool,
     ) -> T:
         if self._lent_connection is not None:
             if self._connection_lock is None:
                 self._connection_lock = anyio.Lock()
             async with self._connection_lock:
-                return await self._transaction(self._lent_connection, ctx, operation, tenant_key, work, False)
+                return await self._transaction(
+                    self._lent_connection, ctx, operation, tenant_key, work, False, write
+                )
         if self._lent_pool is None and (
             self._facts is None or self._suspect or self._last_connect_error is not None
         ):
@@ -255,7 +275,7 @@ class PgLink:
             for attempt in (1, 2):
                 try:
                     async with pool.connection(timeout=timeout) as conn:
-                        return await self._transaction(conn, ctx, operation, tenant_key, work, True)
+                        return await self._transaction(conn, ctx, operation, tenant_key, work, True, write)
                 except _StaleConnection as stale:
                     if attempt == 2:
                         raise stale.error from None
@@ -324,6 +344,7 @@ class PgLink:
         tenant_key: str | None,
         work: Callable[[Conn], Awaitable[T]],
         pooled: bool,
+        write: bool,
     ) -> T:
         if self._facts is None:
             await self._first_use(conn, ctx, operation)
@@ -336,10 +357,11 @@ class PgLink:
         if pooled:
             await self._check_if_idle(conn)
         # Pipeline mode: BEGIN, the two settings and the work's statements travel together up to
-        # the work's first fetch; COMMIT goes with whatever the work left unfetched (a read-only
-        # call is one round trip, a joint commit two).
+        # the work's first read. A write's statements are then all executed (cancellable: a cut-off
+        # statement aborts the transaction) before COMMIT is sent, shielded: two round trips for
+        # a joint commit. A read's COMMIT travels with whatever it left unread: one round trip.
         pipeline = conn.pipeline()
-        await pipeline.__aenter__()
+        batch = await pipeline.__aenter__()
         try:
             await conn.execute("BEGIN")
             await conn.execute(
@@ -347,6 +369,8 @@ class PgLink:
                 (str(timeout_ms), TENANT_SETTING, tenant_key or ""),
             )
             result = await work(conn)
+            if write:
+                await batch.sync()
             ctx.raise_if_expired(operation)
         except BaseException as exc:
             await self._abandon_pipeline(pipeline, exc)
@@ -552,6 +576,14 @@ class PgLink:
         where = f"{self._name}: {operation} on {self._config.server()}"
         state = getattr(exc, "sqlstate", None) or ""
         detail = self._scrub(_primary(exc))
+        if state == _ARCHIVE_CONFLICT:
+            return ArchiveConflictError(
+                f"{where}: {detail}. Archived groups are never overwritten; nothing of the batch was written."
+            )
+        if state == _SESSION_CONFLICT:
+            return SessionConflictError(
+                f"{where}: {detail}; another writer committed first. Reload and retry; nothing was written."
+            )
         if isinstance(exc, PoolTimeout):
             return PostgresUnavailableError(
                 f"{where}: no connection became available in time (the server may be down or the pool of "

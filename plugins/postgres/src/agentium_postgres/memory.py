@@ -342,7 +342,7 @@ class PostgresMemoryStore(MemoryStore):
         async def work(conn: Conn) -> list[StoredFact]:
             return [_decode(r) for r in await (await conn.execute(statement, params)).fetchall()]
 
-        return await self._link.run(ctx, "memory lookup", t, work)
+        return await self._link.run(ctx, "memory lookup", t, work, write=False)
 
     async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
         """Current facts of ``scope``'s tenant and user (any project), newest first; expired ones too."""
@@ -357,7 +357,7 @@ class PostgresMemoryStore(MemoryStore):
         async def work(conn: Conn) -> list[StoredFact]:
             return [_decode(r) for r in await (await conn.execute(statement, (t, u, limit))).fetchall()]
 
-        return await self._link.run(ctx, "memory list", t, work)
+        return await self._link.run(ctx, "memory list", t, work, write=False)
 
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
         """Every revision of ``fact_id``, oldest first (at most ``MAX_LOOKUP_LIMIT``)."""
@@ -376,7 +376,7 @@ class PostgresMemoryStore(MemoryStore):
             )
             return [_decode(r) for r in await cursor.fetchall()]
 
-        return await self._link.run(ctx, "memory history", t, work)
+        return await self._link.run(ctx, "memory history", t, work, write=False)
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""

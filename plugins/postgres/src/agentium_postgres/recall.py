@@ -164,7 +164,7 @@ class PostgresRecallSession(RecallSession):
             cursor = await conn.execute(discovery_statement(config.schema, len(found)), ranked)
             return list(await cursor.fetchall())
 
-        rows = await self._store.link.run(ctx, "recall discover", params["tenant"], work)
+        rows = await self._store.link.run(ctx, "recall discover", params["tenant"], work, write=False)
         budget = ctx.remaining_bytes
         spent = 0
         out: list[Candidate] = []
@@ -208,7 +208,7 @@ class PostgresRecallSession(RecallSession):
             )
             return {str(r[0]): (str(r[1]), str(r[2])) for r in await cursor.fetchall()}
 
-        found = await self._store.link.run(ctx, "recall read", tenant, work)
+        found = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
         cap = max(0, max_excerpt_bytes)
         out: list[Excerpt] = []
         spent_bytes = spent_tokens = 0
@@ -252,7 +252,7 @@ class PostgresRecallSession(RecallSession):
             )
             return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
 
-        current = await self._store.link.run(ctx, operation, tenant, work) if visible else {}
+        current = await self._store.link.run(ctx, operation, tenant, work, write=False) if visible else {}
         out: list[Validation] = []
         for ref in refs:
             if source_owner(ref.source_id) is None:
@@ -464,7 +464,7 @@ class PostgresRecallStore(RecallStore):
         schema = self._config.schema
 
         async def work(conn: Conn) -> int:
-            await insert_groups(conn, schema, key, archived, self._link.name)
+            await insert_groups(conn, schema, key, archived)
             return await insert_sources(conn, schema, rows)
 
         return await self._link.run(ctx, "recall index", t, work)
@@ -481,7 +481,7 @@ class PostgresRecallStore(RecallStore):
         async def work(conn: Conn) -> list[MessageGroup]:
             return await read_groups(conn, schema, key, start_seq, max_groups, cap, self._link.name)
 
-        return await self._link.run(ctx, "recall seek", key.key_segments()[0], work)
+        return await self._link.run(ctx, "recall seek", key.key_segments()[0], work, write=False)
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""

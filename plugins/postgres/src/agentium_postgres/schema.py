@@ -113,6 +113,37 @@ _V1: Final[tuple[LiteralString, ...]] = (
     """,
     # Listing orders by the raw id under "C": byte order of UTF-8 is code point order.
     "CREATE INDEX session_snapshots_listing ON {schema}.session_snapshots (tenant_key, user_key, session_id)",
+    # Conflicts are raised by the server, inside the writing transaction, so a write, its
+    # check and COMMIT travel in one round trip and a conflict aborts the COMMIT. Each runs as
+    # the caller (row-level security applies) and, being VOLATILE, reads with a fresh snapshot:
+    # it sees a row another writer committed while this one's INSERT waited for it.
+    """
+    CREATE FUNCTION {schema}.check_archived(t text, u text, s text, seqs bigint[], digests text[])
+        RETURNS void LANGUAGE plpgsql VOLATILE
+        AS $$ DECLARE bad record; BEGIN
+            SELECT a.seq, a.digest AS stored, g.digest AS sent INTO bad
+                FROM {schema}.archive_groups AS a
+                JOIN unnest(seqs, digests) AS g(seq, digest) ON a.seq = g.seq
+                WHERE a.tenant_key = t AND a.user_key = u AND a.session_key = s AND a.digest <> g.digest
+                ORDER BY a.seq LIMIT 1;
+            IF FOUND THEN
+                RAISE EXCEPTION 'group % is archived with digest %; refusing different content %',
+                    bad.seq, bad.stored, bad.sent USING ERRCODE = 'AG001';
+            END IF;
+        END $$
+    """,
+    """
+    CREATE FUNCTION {schema}.check_revision(written bigint, t text, u text, s text, expected bigint)
+        RETURNS bigint LANGUAGE plpgsql VOLATILE
+        AS $$ DECLARE current bigint; BEGIN
+            IF written IS NOT NULL THEN RETURN written; END IF;
+            SELECT revision INTO current FROM {schema}.session_snapshots
+                WHERE tenant_key = t AND user_key = u AND session_key = s;
+            RAISE EXCEPTION 'expected %, found %',
+                coalesce('revision ' || expected::text, 'no snapshot'),
+                coalesce('revision ' || current::text, 'no snapshot') USING ERRCODE = 'AG002';
+        END $$
+    """,
     # One row per recall source. NULL owner keys are absent (they do not narrow).
     """
     CREATE TABLE {schema}.recall_sources (

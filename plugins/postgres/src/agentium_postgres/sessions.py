@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, LiteralString
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -32,7 +32,6 @@ from agentium_harness.plugin_api import (
     HistoryArchive,
     MessageGroup,
     OpContext,
-    SessionConflictError,
     SessionKey,
     SessionSnapshot,
     SessionStore,
@@ -45,7 +44,7 @@ from agentium_harness.plugin_api import (
     verify_snapshot,
 )
 
-from .archive import PostgresArchive, check_inserted, group_rows, health_probe, queue_insert
+from .archive import PostgresArchive, group_rows, health_probe, insert_groups
 from .config import PostgresConfig
 from .errors import PostgresRowTooLargeError, PostgresSessionStoreError
 from .keys import q, session_keys
@@ -56,6 +55,14 @@ __all__ = ["PostgresSessionStore"]
 #: Bytes of snapshot rows a store keeps decoded (most recently used first), so a load that finds
 #: the bytes it last wrote or decoded skips decoding them again.
 _RECENT_BYTES: Final = 8 * 1024 * 1024
+
+
+async def _revision(written: Any) -> int:
+    """The revision a committed compare-and-set returned."""
+    row = await written.fetchone()
+    if row is None or not isinstance(row[0], int):
+        raise PostgresSessionStoreError(f"postgres session store: the server returned no revision ({row!r})")
+    return int(row[0])
 
 
 class PostgresSessionStore(SessionStore):
@@ -118,7 +125,7 @@ class PostgresSessionStore(SessionStore):
                 (cap, t, u, s),
             )
 
-        cursor = await self._link.run(ctx, "session load", t, work)
+        cursor = await self._link.run(ctx, "session load", t, work, write=False)
         row = await cursor.fetchone()
         if row is None:
             self._forget(key)
@@ -169,50 +176,38 @@ class PostgresSessionStore(SessionStore):
         return data
 
     async def _queue_cas(self, conn: Conn, key: SessionKey, data: bytes, expected: int | None) -> Any:
-        """Send the compare-and-set write of the snapshot; its cursor, not yet read."""
-        schema = self._config.schema
+        """Send the compare-and-set write; its cursor (unread) yields the new revision.
+
+        The schema's ``check_revision`` raises SQLSTATE ``AG002`` when no row
+        was written (another revision, or none, is stored), which aborts the
+        transaction, its COMMIT included; the link turns it into
+        :class:`~agentium_harness.plugin_api.SessionConflictError`. Creation is an insert that does
+        nothing when the session exists; a replacement an update that does
+        nothing unless the stored revision is ``expected``.
+        """
         t, u, s = session_keys(key)
         if expected is None:
-            return await conn.execute(
-                q(
-                    "INSERT INTO {s}.session_snapshots "
-                    "(tenant_key, user_key, session_key, session_id, revision, data) "
-                    "VALUES (%s, %s, %s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING revision",
-                    schema,
-                ),
-                (t, u, s, key.session, data),
+            write: LiteralString = (
+                "INSERT INTO {s}.session_snapshots "
+                "(tenant_key, user_key, session_key, session_id, revision, data) "
+                "VALUES (%s, %s, %s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING revision"
             )
-        return await conn.execute(
-            q(
+            args: tuple[Any, ...] = (t, u, s, key.session, data)
+        else:
+            write = (
                 "UPDATE {s}.session_snapshots SET revision = revision + 1, data = %s, saved_at = now() "
                 "WHERE tenant_key = %s AND user_key = %s AND session_key = %s AND revision = %s "
-                "RETURNING revision",
-                schema,
-            ),
-            (data, t, u, s, expected),
-        )
-
-    async def _check_cas(self, conn: Conn, key: SessionKey, written: Any, expected: int | None) -> int:
-        """The new revision the compare-and-set wrote, or ``SessionConflictError`` (the caller rolls back)."""
-        row = await written.fetchone()
-        if row is not None:
-            return int(row[0])
-        t, u, s = session_keys(key)
-        current = await (
-            await conn.execute(
-                q(
-                    "SELECT revision FROM {s}.session_snapshots "
-                    "WHERE tenant_key = %s AND user_key = %s AND session_key = %s",
-                    self._config.schema,
-                ),
-                (t, u, s),
+                "RETURNING revision"
             )
-        ).fetchone()
-        found = "no snapshot" if current is None else f"revision {current[0]}"
-        wanted = "no snapshot" if expected is None else f"revision {expected}"
-        raise SessionConflictError(
-            f"postgres session store: session {key.key()} expected {wanted} but holds {found}; another "
-            "writer committed first. Reload and retry; nothing was written."
+            args = (data, t, u, s, expected)
+        return await conn.execute(
+            q(
+                # Only the constant text above is concatenated; every value is a parameter.
+                "WITH w AS (" + write + ") "  # noqa: S608
+                "SELECT {s}.check_revision((SELECT revision FROM w), %s, %s, %s, %s::bigint)",
+                self._config.schema,
+            ),
+            (*args, t, u, s, expected),
         )
 
     async def save(
@@ -222,11 +217,12 @@ class PostgresSessionStore(SessionStore):
         ctx.raise_if_expired("session save")
         data = self._snapshot_data(key, snapshot)
 
-        async def work(conn: Conn) -> int:
-            written = await self._queue_cas(conn, key, data, expected_revision)
-            return await self._check_cas(conn, key, written, expected_revision)
+        async def work(conn: Conn) -> Any:
+            # Left unread: the write travels with BEGIN and COMMIT in one round trip.
+            return await self._queue_cas(conn, key, data, expected_revision)
 
-        revision = await self._link.run(ctx, "session save", key.key_segments()[0], work)
+        written = await self._link.run(ctx, "session save", key.key_segments()[0], work)
+        revision = await _revision(written)
         self._remember(key, revision, data, snapshot)
         return revision
 
@@ -262,15 +258,15 @@ class PostgresSessionStore(SessionStore):
         data = self._snapshot_data(key, snapshot)
         schema = self._config.schema
 
-        async def work(conn: Conn) -> int:
-            # Both writes travel in one round trip (pipeline mode) with BEGIN; then each is checked,
-            # the archive first, so conflicts surface as the separate calls would raise them.
-            inserted = await queue_insert(conn, schema, key, rows)
-            written = await self._queue_cas(conn, key, data, expected_revision)
-            await check_inserted(conn, schema, key, rows, inserted, archive.link.name)
-            return await self._check_cas(conn, key, written, expected_revision)
+        async def work(conn: Conn) -> Any:
+            # The groups, their check, the snapshot and its check travel with BEGIN and COMMIT in
+            # one round trip (pipeline mode); the archive's check runs first, so conflicts surface
+            # as the separate calls would raise them, and either aborts the COMMIT.
+            await insert_groups(conn, schema, key, rows)
+            return await self._queue_cas(conn, key, data, expected_revision)
 
-        revision = await self._link.run(ctx, "session commit with archive", key.key_segments()[0], work)
+        written = await self._link.run(ctx, "session commit with archive", key.key_segments()[0], work)
+        revision = await _revision(written)
         self._remember(key, revision, data, snapshot)
         return revision, [ArchiveReceipt(g.seq, g.digest, archive.location(key, g.seq)) for g in groups]
 
@@ -299,7 +295,7 @@ class PostgresSessionStore(SessionStore):
             )
             return [str(r[0]) for r in await cursor.fetchall()]
 
-        return await self._link.run(ctx, "session listing", t, work)
+        return await self._link.run(ctx, "session listing", t, work, write=False)
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""
