@@ -6,10 +6,13 @@ ones on a file in a temp dir when that module is present — through runs,
 evictions, archive faults (outage, wrong receipts), a crash between the
 archive write and the snapshot commit, runtime restarts, ``aclose()`` with a
 run stuck in flight, concurrent writers on one session (two runtimes), a
-second run on a busy session, and ``close_session``. A plain model records
-every acknowledged turn and predicts every commit's seq, eviction status,
-boundary and revision; after every step the stored state is read back through
-the adapters and compared with it:
+second run (and an append) on a busy session, and ``close_session``; and
+through the history API: ``append`` (with foreign payloads), ``retract``,
+``reset_view`` and ``read_history`` paged over archive and resident history.
+A plain model records every acknowledged group (a turn, an appended group or
+a control group) and the session's view, and predicts every commit's seq,
+eviction status, boundary and revision; after every step the stored state is
+read back through the adapters and compared with it:
 
 - nothing acknowledged is lost or duplicated: archive groups below the
   boundary followed by the resident groups are exactly the acknowledged turns,
@@ -22,6 +25,9 @@ the adapters and compared with it:
   resident groups with the same ``seq`` and are not counted twice;
 - a committed group never changes once seen, and every receipt's digest equals
   the digest of the group read back;
+- a retraction or a view reset deletes nothing: every message stays, the
+  control groups name exactly what the model expects, and the view
+  ``read_history`` pages back (and the history ``run()`` sends) is the model's;
 - no read crosses a scope: every text carries its tenant, user and session, and
   a session's archive, snapshot and model request hold only its own texts.
 
@@ -57,6 +63,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from agentium_harness import ControlKind, MessageRef, RetractionRefusedError
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._engine.results import CleanupStatus, CommitState, EvictionStatus, RunResult
@@ -381,17 +388,47 @@ class SQLiteBackend:
 # ---------------------------------------------------------------------------
 
 
+PAYLOAD_FORMAT = "test.item/v1"
+
+
+@attrs.frozen
+class GroupModel:
+    """One acknowledged group: its messages (with their payloads), or a control record."""
+
+    messages: tuple[tuple[Role, str], ...] = ()
+    payloads: tuple[Any, ...] = ()
+    control: ControlKind | None = None
+    refs: tuple[tuple[int, int], ...] = ()
+
+
+def turn_group(text: str) -> GroupModel:
+    return GroupModel(((Role.USER, text), (Role.ASSISTANT, echo(text))), (None, None))
+
+
 @attrs.define
 class SessionModel:
     """What the test knows about one session from acknowledged results only."""
 
-    texts: list[str] = attrs.field(factory=list)
+    groups: list[GroupModel] = attrs.field(factory=list)
+    #: The view: groups from ``view_start`` on, less the retracted ``(seq, index)`` positions.
+    view_start: int = 0
+    retracted: set[tuple[int, int]] = attrs.field(factory=set)
     boundary: int = 0
     revision: int | None = None
     #: Digest of each group the first time it was read back; it must never change.
     digests: dict[int, str] = attrs.field(factory=dict)
     #: Digest the archive acknowledged, per seq, from successful results.
     receipts: dict[int, str] = attrs.field(factory=dict)
+
+    def view(self) -> list[tuple[int, int]]:
+        """The positions of the messages in the view, in order."""
+        return [
+            (seq, i)
+            for seq, group in enumerate(self.groups)
+            if seq >= self.view_start
+            for i in range(len(group.messages))
+            if (seq, i) not in self.retracted
+        ]
 
 
 @attrs.frozen
@@ -489,16 +526,21 @@ class HistoryMachine(RuleBasedStateMachine):
     def expect(self, key: SessionKey, *, appends: int = 1) -> tuple[Expectation, list[str]]:
         """Expectation for one new group on ``key``; consume ``appends`` archive outcomes if it evicts."""
         m = self.sessions[key]
-        n = len(m.texts)
+        n = len(m.groups)
         evict = max(0, (n + 1 - m.boundary) - self.max_groups)
         consumed = [self.model_consume() for _ in range(appends)] if evict else []
         return Expectation(n, m.boundary, evict, frozenset(consumed)), consumed
 
     def check_result(self, key: SessionKey, text: str, result: RunResult, exp: Expectation) -> None:
         """Check a committed run against the model and record it."""
-        m = self.sessions[key]
         assert result.group_seq == exp.seq, (result.group_seq, exp)
         assert result.output == echo(text)
+        assert result.retained.scope == Scope(key.tenant, key.user, key.session)
+        self.check_commit(key, turn_group(text), result, exp)
+
+    def check_commit(self, key: SessionKey, group: GroupModel, result: Any, exp: Expectation) -> None:
+        """Check any commit's eviction, boundary, resident count and revision; record the group."""
+        m = self.sessions[key]
         if exp.evict == 0:
             assert result.eviction is EvictionStatus.NOT_NEEDED, result
             outcome = None
@@ -517,10 +559,10 @@ class HistoryMachine(RuleBasedStateMachine):
             assert result.has("eviction_deferred") or result.has("archive_contract_violation"), result
         event(f"commit: eviction {result.eviction.value}")
         assert result.boundary == new_boundary, (result.boundary, new_boundary, exp)
-        assert result.resident_groups == exp.seq + 1 - new_boundary
+        if hasattr(result, "resident_groups"):
+            assert result.resident_groups == exp.seq + 1 - new_boundary
         assert result.snapshot_revision == (m.revision or 0) + 1
-        assert result.retained.scope == Scope(key.tenant, key.user, key.session)
-        m.texts.append(text)
+        m.groups.append(group)
         m.boundary = new_boundary
         m.revision = result.snapshot_revision
 
@@ -528,10 +570,10 @@ class HistoryMachine(RuleBasedStateMachine):
         """The model saw exactly this session's resident history, then the new text."""
         m = self.sessions[key]
         request = next(r for r in reversed(provider.requests) if r.turn and r.turn[0].content == text)
-        expected: list[tuple[Role, str]] = []
-        for t in m.texts[m.boundary : seq]:
-            expected += [(Role.USER, t), (Role.ASSISTANT, echo(t))]
+        # The view's resident messages only: no control record, nothing retracted or cleared.
+        expected = [m.groups[s].messages[i] for s, i in m.view() if m.boundary <= s < seq]
         assert [(msg.role, msg.content) for msg in request.history] == expected
+        assert all(msg.payload is None for msg in request.history), "a payload was sent to the model"
         assert request.turn[0].content.startswith(tag(key))
 
     def race(
@@ -623,6 +665,111 @@ class HistoryMachine(RuleBasedStateMachine):
             assert archived_after == max(archived_before, exp.old_boundary + exp.evict)
         else:
             assert archived_after == archived_before
+
+    # -- rules: the history API --------------------------------------------------
+
+    @rule(key=KEYS, frees=st.lists(FREE_TEXT, min_size=1, max_size=3), with_payload=st.booleans())
+    def append(self, key: SessionKey, frees: list[str], with_payload: bool) -> None:
+        """A host appends one group (no model call); it commits and evicts exactly like a turn."""
+        self.dirty.add(key)
+        texts = [self.next_text(key, free) for free in frees]
+        roles = [Role.USER if i % 2 == 0 else Role.ASSISTANT for i in range(len(texts))]
+        payloads = tuple(
+            {"n": i, "text": t, "x": [1.5, None, True]} if with_payload else None for i, t in enumerate(texts)
+        )
+        messages = [
+            Message(r, t, payload=p, payload_format=PAYLOAD_FORMAT if p is not None else None)
+            for r, t, p in zip(roles, texts, payloads, strict=True)
+        ]
+        exp, consumed = self.expect(key)
+        calls_before = len(self.plan.log)
+        result = self.call(lambda: self.runtime.append(identity_of(key), key.session, messages))
+        assert self.plan.log[calls_before:] == consumed
+        assert result.seq == exp.seq and result.commit_state is CommitState.COMMITTED
+        self.check_commit(key, GroupModel(tuple(zip(roles, texts, strict=True)), payloads), result, exp)
+
+    # Mostly the hot sessions: they have messages to pop, so most retractions commit.
+    @rule(key=st.one_of(st.sampled_from(HOT_KEYS), KEYS), count=st.integers(1, 3))
+    def retract(self, key: SessionKey, count: int) -> None:
+        """Pop the view's last ``count`` messages (a control group); past its start: refused, unwritten."""
+        self.dirty.add(key)
+        m = self.sessions[key]
+        view = m.view()
+        if count > len(view):
+            revision = m.revision
+            with pytest.raises(RetractionRefusedError) as refused:
+                self.call(
+                    lambda: self.runtime.retract(identity_of(key), key.session, count=count, reason="pop")
+                )
+            assert refused.value.available == len(view)
+            stored = self.call(lambda: self.store.load(key, ctx()))
+            assert (stored.revision if stored else None) == revision, "a refused retraction wrote"
+            event("retract: refused past the view start")
+            return
+        taken = view[-count:]
+        exp, consumed = self.expect(key)
+        calls_before = len(self.plan.log)
+        result = self.call(
+            lambda: self.runtime.retract(identity_of(key), key.session, count=count, reason="pop")
+        )
+        assert self.plan.log[calls_before:] == consumed
+        assert result.seq == exp.seq
+        assert result.retracted == tuple(MessageRef(s, i) for s, i in taken)
+        assert [(msg.role, msg.content) for msg in result.messages] == [
+            m.groups[s].messages[i] for s, i in taken
+        ]
+        self.check_commit(key, GroupModel(control=ControlKind.RETRACT, refs=tuple(taken)), result, exp)
+        m.retracted.update(taken)
+        event("retract: committed" + (", reaching the archive" if taken[0][0] < m.boundary else ""))
+
+    @rule(key=KEYS)
+    def reset_view(self, key: SessionKey) -> None:
+        """Clear: a control group after which the view starts empty; nothing is deleted."""
+        self.dirty.add(key)
+        m = self.sessions[key]
+        exp, consumed = self.expect(key)
+        calls_before = len(self.plan.log)
+        result = self.call(lambda: self.runtime.reset_view(identity_of(key), key.session, reason="clear"))
+        assert self.plan.log[calls_before:] == consumed
+        assert (result.seq, result.view_start) == (exp.seq, exp.seq + 1)
+        self.check_commit(key, GroupModel(control=ControlKind.RESET_VIEW), result, exp)
+        m.view_start = exp.seq + 1
+        event("reset_view")
+
+    @rule(key=KEYS, max_groups=st.integers(1, 4), view=st.booleans())
+    def read_history(self, key: SessionKey, max_groups: int, view: bool) -> None:
+        """Page back over the whole session: the view (or, for audit, every group) is the model's."""
+        m = self.sessions[key]
+
+        async def read_all() -> list[Any]:
+            groups: list[Any] = []
+            before: int | None = None
+            while True:
+                page = await self.runtime.read_history(
+                    identity_of(key), key.session, before_seq=before, max_groups=max_groups, view=view
+                )
+                assert 0 < len(page.groups) <= max_groups or (
+                    not page.groups and page.next_before_seq is None
+                )
+                assert page.view_start == m.view_start
+                groups[:0] = page.groups
+                if page.next_before_seq is None:
+                    return groups
+                before = page.next_before_seq
+
+        groups = self.call(read_all)
+        if view:
+            got = [(g.seq, i) for g in groups for i in g.shown]
+            assert got == m.view(), (key, got, m.view())
+            assert [(msg.role, msg.content) for g in groups for msg in g.messages] == [
+                m.groups[s].messages[i] for s, i in got
+            ]
+        else:
+            assert [g.seq for g in groups] == list(range(len(m.groups)))
+            for g in groups:
+                want = m.groups[g.seq]
+                assert tuple((msg.role, msg.content) for msg in g.group.messages) == want.messages
+                assert (g.control.kind if g.control else None) is want.control
 
     # -- rules: processes ------------------------------------------------------
 
@@ -798,6 +945,9 @@ class HistoryMachine(RuleBasedStateMachine):
                 # Admitted by mistake, the second run would wait at the gate: bound it.
                 with anyio.move_on_after(0.5) as waited, pytest.raises(SessionBusyError):
                     await rt.run(identity_of(key), key.session, refused_text)
+                # The history API goes through the same door: refused too, before any read.
+                with pytest.raises(SessionBusyError):
+                    await rt.append(identity_of(key), key.session, [Message(Role.USER, refused_text)])
                 box["second_admitted"] = waited.cancelled_caught
                 tg.start_soon(close)
                 await anyio.wait_all_tasks_blocked()
@@ -823,7 +973,7 @@ class HistoryMachine(RuleBasedStateMachine):
     def check_close(self, key: SessionKey, report: Any, *, log_from: int) -> None:
         """close_session flushes deferred eviction exactly as the model predicts."""
         m = self.sessions[key]
-        n = len(m.texts)
+        n = len(m.groups)
         resident = n - m.boundary
         allowed_revisions = {m.revision}
         if n and resident > self.max_groups:
@@ -887,7 +1037,7 @@ class HistoryMachine(RuleBasedStateMachine):
             expected = sorted(
                 k.session
                 for k, m in self.sessions.items()
-                if m.texts and (k.tenant, k.user) == (ident.tenant, ident.user)
+                if m.groups and (k.tenant, k.user) == (ident.tenant, ident.user)
             )
             assert listings[(ident.tenant, ident.user)] == expected
         for key in keys:
@@ -897,7 +1047,7 @@ class HistoryMachine(RuleBasedStateMachine):
         self, key: SessionKey, stored: StoredSnapshot | None, archived: list[MessageGroup]
     ) -> None:
         m = self.sessions[key]
-        n = len(m.texts)
+        n = len(m.groups)
         if n == 0:
             assert stored is None and archived == [], (key, stored, archived)
             return
@@ -914,10 +1064,18 @@ class HistoryMachine(RuleBasedStateMachine):
         for seq, group in enumerate(history):
             assert group.seq == seq
             assert group.is_complete
-            assert [(msg.role, msg.content) for msg in group.messages] == [
-                (Role.USER, m.texts[seq]),
-                (Role.ASSISTANT, echo(m.texts[seq])),
-            ], (key, seq, group)
+            want = m.groups[seq]
+            assert tuple((msg.role, msg.content) for msg in group.messages) == want.messages, (
+                key,
+                seq,
+                group,
+            )
+            assert tuple(msg.payload for msg in group.messages) == want.payloads, (key, seq, group)
+            if want.control is None:
+                assert group.control is None, (key, seq, group)
+            else:
+                assert group.control is not None and group.control.kind is want.control, (key, seq, group)
+                assert tuple((r.seq, r.index) for r in group.control.retracted) == want.refs
             assert group.retained is not None and group.retained.scope == Scope(
                 key.tenant, key.user, key.session
             )
@@ -930,6 +1088,11 @@ class HistoryMachine(RuleBasedStateMachine):
             assert group.canonical_bytes() == snap.resident[group.seq - m.boundary].canonical_bytes()
         for seq, digest in m.receipts.items():
             assert seq < len(archived) and archived[seq].digest == digest, (key, seq)
+        # The view the snapshot keeps is the model's.
+        view = snap.view
+        assert (view.start if view else 0) == m.view_start, (key, view, m.view_start)
+        in_view = sum(1 for s, _ in m.retracted if s >= m.view_start)
+        assert (view.retracted if view else 0) == in_view, (key, view, in_view)
 
     def teardown(self) -> None:
         try:

@@ -52,6 +52,10 @@ class AppendResult:
     archived: tuple[ArchiveReceipt, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
 
+    def has(self, code: str) -> bool:
+        """True if a diagnostic with ``code`` was recorded."""
+        return any(d.code == code for d in self.diagnostics)
+
 
 @attrs.frozen(slots=True)
 class RetractResult:
@@ -76,6 +80,10 @@ class RetractResult:
     archived: tuple[ArchiveReceipt, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
 
+    def has(self, code: str) -> bool:
+        """True if a diagnostic with ``code`` was recorded."""
+        return any(d.code == code for d in self.diagnostics)
+
 
 @attrs.frozen(slots=True)
 class ResetResult:
@@ -94,6 +102,10 @@ class ResetResult:
     commit_state: CommitState
     archived: tuple[ArchiveReceipt, ...] = ()
     diagnostics: tuple[Diagnostic, ...] = ()
+
+    def has(self, code: str) -> bool:
+        """True if a diagnostic with ``code`` was recorded."""
+        return any(d.code == code for d in self.diagnostics)
 
 
 @attrs.frozen(slots=True)
