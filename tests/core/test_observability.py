@@ -654,3 +654,25 @@ async def test_a_history_append_is_a_span_with_its_stages_under_it() -> None:
         == (t.named("agentium.history.append")[0].attributes or {})["gen_ai.conversation.id"]
     )
     assert not any(secret in x for x in texts(t.spans) for secret in (*CONTENT, *RAW_IDS))
+
+
+async def test_an_incomplete_session_close_and_its_diagnostics_are_warnings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=FlakyArchive(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    with caplog.at_level(logging.INFO, logger="agentium"):
+        async with runtime:
+            await runtime.run(ANA, SESSION, "one")
+            await runtime.run(ANA, SESSION, "two")
+            report = await runtime.resources.close_session(ANA, SESSION)
+    assert report.status.value == "incomplete"
+    [closed] = [r for r in caplog.records if r.name == "agentium.engine.maintenance"]
+    assert closed.levelno == logging.WARNING and closed.agentium_cleanup_status == "incomplete"
+    assert any(getattr(r, "agentium_code", None) == "eviction_deferred" for r in caplog.records)
+    lifecycle = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.lifecycle"]
+    assert "runtime closing" in lifecycle and "runtime closed" in lifecycle

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import anyio
@@ -13,6 +14,8 @@ import attrs
 from .._errors import MemoryDrainError, RuntimeCloseError
 from .._memory.manager import MemoryManager
 from .._memory.work import DrainResult
+from .._observe.logs import log_diagnostics
+from .._observe.turn import settings_of
 from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
@@ -24,6 +27,9 @@ if TYPE_CHECKING:
     from .runtime import HarnessRuntime
 
 __all__ = ["CloseAttempt", "HarnessResources", "close_session", "drain_runtime", "shutdown_runtime"]
+
+_lifecycle = logging.getLogger("agentium.engine.lifecycle")
+_maintenance = logging.getLogger("agentium.engine.maintenance")
 
 
 async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupReport:
@@ -48,7 +54,8 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                     Severity.ERROR,
                 )
             )
-            return CleanupReport(CleanupStatus.INCOMPLETE, 0, 1, 0, 0, (), tuple(diagnostics))
+            unsettled_report = CleanupReport(CleanupStatus.INCOMPLETE, 0, 1, 0, 0, (), tuple(diagnostics))
+            return _logged(runtime, unsettled_report)
         settled = 1
     flushed = remaining = unsettled = 0
     if key in runtime._admission.active:
@@ -96,6 +103,16 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
         )
         if extra:
             report = attrs.evolve(report, diagnostics=report.diagnostics + tuple(extra))
+    return _logged(runtime, report)
+
+
+def _logged(runtime: HarnessRuntime, report: CleanupReport) -> CleanupReport:
+    """``report``, its diagnostics logged on their stages' loggers and its outcome on maintenance's."""
+    settings = settings_of(runtime)
+    fields = {"agentium_cleanup_status": report.status.value, "agentium_flushed": report.flushed_groups}
+    log_diagnostics(report.diagnostics, fields, capture_content=settings.capture_content)
+    level = logging.INFO if report.status is CleanupStatus.CLEAN else logging.WARNING
+    _maintenance.log(level, "session closed: %s", report.status.value, extra=fields)
     return report
 
 
@@ -129,6 +146,7 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
     if runtime._admission.state is LifecycleState.CLOSED:
         return
     attempt = runtime._close_attempt = CloseAttempt()
+    _lifecycle.info("runtime closing")
     try:
         failures = await _shutdown_once(runtime)
         attempt.error = RuntimeCloseError(failures) if failures else None
@@ -137,7 +155,14 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
         runtime._close_attempt = None
         attempt.done.set()
     if attempt.error is not None:
+        # The failures' texts may quote an adapter's error: only their count here (they are on the error).
+        _lifecycle.warning(
+            "runtime close incomplete: %d problem(s); it stays closing",
+            len(attempt.error.failures),
+            extra={"agentium_close_failures": len(attempt.error.failures)},
+        )
         raise attempt.error
+    _lifecycle.info("runtime closed")
 
 
 async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:

@@ -13,6 +13,7 @@ cancellation cannot reach it is abandoned at its deadline, not waited for).
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -31,6 +32,8 @@ __all__ = ["close_owned", "Admission", "LifecycleState", "Ticket"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_log = logging.getLogger("agentium.engine.admission")
 
 
 class LifecycleState(enum.StrEnum):
@@ -206,6 +209,9 @@ class Admission:
         as :class:`RuntimeClosedError` and nothing was committed.
         """
         with observe.stage("admission", {"agentium.operation": kind}):
+            if self.state is not LifecycleState.OPEN or key in self.active:
+                busy_now = key in self.active
+                _log.debug("%s refused: runtime %s, session busy: %s", kind, self.state.value, busy_now)
             self.check_open()
             if key in self.active:
                 busy = self.active[key].kind
