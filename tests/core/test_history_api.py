@@ -29,6 +29,7 @@ from agentium_harness import (
     InvalidArgumentError,
     InvalidPayloadError,
     Message,
+    MessageGroup,
     MessageRef,
     ResidentLimits,
     RetractionRefusedError,
@@ -36,6 +37,7 @@ from agentium_harness import (
     RuntimeLimits,
     SessionBusyError,
     SessionConflictError,
+    SessionDivergedError,
     SessionKey,
     ToolCall,
     VerifiedIdentity,
@@ -576,3 +578,22 @@ async def test_memory_is_a_read_only_property() -> None:
     assert rt.memory is None
     with pytest.raises(AttributeError):
         rt.memory = None  # type: ignore[misc]
+
+
+async def test_a_diverged_session_refuses_append_retract_and_reset_and_changes_nothing() -> None:
+    """Another writer's group sits in the archive at a seq this session never archived: diverged."""
+    rt, _, archive, store = runtime(max_groups=1)
+    await rt.append(ANA, "s1", pair(0))
+    theirs = MessageGroup(seq=0, messages=[Message(Role.USER, "theirs")])
+    archive.put_raw(KEY, 0, theirs.canonical_bytes(), theirs.digest)  # another writer archived seq 0
+    diverging = await rt.append(ANA, "s1", pair(1))  # its eviction meets the other copy
+    assert diverging.eviction is EvictionStatus.DIVERGED and diverging.has("archive_diverged")
+    before = stored_state(store, archive)
+    with pytest.raises(SessionDivergedError) as caught:
+        await rt.append(ANA, "s1", pair(2))
+    assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    with pytest.raises(SessionDivergedError):
+        await rt.retract(ANA, "s1", reason="pop")
+    with pytest.raises(SessionDivergedError):
+        await rt.reset_view(ANA, "s1", reason="clear")
+    assert stored_state(store, archive) == before

@@ -134,7 +134,7 @@ class HistoryGroup:
 
     @property
     def messages(self) -> tuple[Message, ...]:
-        """The messages the view shows, in order."""
+        """The messages the view shows, in order (all of them: ``group.messages``)."""
         all_messages = self.group.messages
         return tuple(all_messages[i] for i in self.shown)
 
@@ -170,7 +170,11 @@ class HistoryPage:
 
     @property
     def messages(self) -> tuple[Message, ...]:
-        """The messages the page shows, oldest first (``view=True``: the view's)."""
+        """The view's messages among the page's groups, oldest first.
+
+        With ``view=False`` the page holds every group, but this still gives
+        only what the view shows; read ``g.group.messages`` of each group for all of them.
+        """
         return tuple(m for g in self.groups for m in g.messages)
 
 
