@@ -104,6 +104,31 @@ def test_run_and_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert view["memory_scope"]["session"] == "s/1"
 
 
+def test_inspect_shows_the_view_after_a_retraction_and_a_reset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentium_harness import VerifiedIdentity
+
+    cfg = write_config(tmp_path)
+    ana = VerifiedIdentity("acme", "ana", "test")
+
+    async def go() -> None:
+        async with load_runtime(cfg) as runtime:
+            await runtime.append(ana, "s/1", [Message(Role.USER, "q"), Message(Role.ASSISTANT, "a")])
+            await runtime.reset_view(ana, "s/1", reason="clear")
+            await runtime.append(ana, "s/1", [Message(Role.USER, "q2"), Message(Role.ASSISTANT, "a2")])
+            await runtime.retract(ana, "s/1", reason="pop")
+
+    anyio.run(go)
+    assert main(["session", "inspect", str(cfg), *ids()]) == 0
+    assert (
+        "  view            from group 2, 1 message(s) retracted (nothing deleted)" in capsys.readouterr().out
+    )
+    assert main(["session", "inspect", str(cfg), *ids(), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["view_start"], shown["retracted"], shown["next_seq"]) == (2, 1, 4)
+
+
 def test_run_refuses_mismatched_scope(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = write_config(tmp_path)
     assert main(["run", str(cfg), *ids(), "--project", "p1", "hi"]) == 0

@@ -391,6 +391,11 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
             f"  next seq        {view.next_seq}\n"
             f"  state           {view.state.value}\n"
         )
+        if view.view_start or view.retracted:
+            sys.stdout.write(
+                f"  view            from group {view.view_start}, {view.retracted} message(s) retracted "
+                "(nothing deleted)\n"
+            )
         for seq, why in view.interrupted:
             sys.stdout.write(
                 f"  group {seq} has no answer: its turn stopped after its tools ran ({why.cause.value})\n"
