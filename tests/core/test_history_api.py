@@ -34,6 +34,7 @@ from agentium_harness import (
     ResidentLimits,
     RetractionRefusedError,
     Role,
+    RuntimeClosedError,
     RuntimeLimits,
     SessionBusyError,
     SessionConflictError,
@@ -597,3 +598,33 @@ async def test_a_diverged_session_refuses_append_retract_and_reset_and_changes_n
     with pytest.raises(SessionDivergedError):
         await rt.reset_view(ANA, "s1", reason="clear")
     assert stored_state(store, archive) == before
+
+
+async def test_an_append_cancelled_by_aclose_in_its_save_says_unknown() -> None:
+    """As for a run: a save that may have landed is neither reported committed nor not committed."""
+    store = GatedSaves()
+    provider = Recorder()
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=store,
+        limits=RuntimeLimits(settle_timeout_s=0.05, close_timeout_s=1.0),
+    )
+    store.gate = anyio.Event()
+    caught: list[BaseException] = []
+
+    async def victim() -> None:
+        try:
+            await rt.append(ANA, "s1", pair(0))
+        except RuntimeClosedError as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(victim)
+        await store.saving.wait()
+        await rt.aclose()
+    (error,) = caught
+    assert error.commit_state is CommitState.UNKNOWN
+    assert "unknown" in str(error)
+    with pytest.raises(RuntimeClosedError):
+        await rt.append(ANA, "s1", pair(1))
