@@ -62,6 +62,7 @@ from ._history import (
     ViewState,
     estimate_tokens,
 )
+from ._observe.spans import client_span
 from ._plugins.commands import CliCommand
 from ._plugins.hookspecs import hookimpl
 from ._plugins.registry import PluginRegistry, ProblemStage
@@ -166,6 +167,8 @@ from .adapters._excerpts import MAX_QUERY_TERMS, make_excerpt, query_terms
 from .adapters.threaded import ThreadBoundAdapter
 
 __all__ = [
+    # observability (issue 24)
+    "client_span",
     "MAX_QUERY_TERMS",
     "make_excerpt",
     "query_terms",

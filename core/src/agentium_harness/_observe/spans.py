@@ -38,6 +38,7 @@ __all__ = [
     "adapter_call",
     "begin",
     "chat",
+    "client_span",
     "current",
     "error_type",
     "operation",
@@ -461,6 +462,24 @@ def tool(name: str, call_id: str) -> Span | _Null:
         kind="internal",
         **{"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function"},
     )
+
+
+def client_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span | _Null:
+    """A span for one request an adapter sends its backend (kind ``CLIENT``), under the adapter call's span.
+
+    For a backend whose client library has no OpenTelemetry instrumentation,
+    or that the adapter drives below the instrumented layer (raw pipelines).
+    Use it as a context manager: ``with client_span("redis PIPELINE",
+    {"db.system.name": "redis"}) as span:``; ``span.set(key, value)`` adds an
+    attribute, and an exception leaving the block marks it failed with the
+    exception's type. Nothing is recorded (and nearly nothing paid) unless
+    the runtime's telemetry records. Attributes must not carry content:
+    no keys, values or statements with data (docs/observability.md).
+    """
+    active = current()
+    if active is None or active.tracer is None:
+        return NULL
+    return Span(active, name, _CLIENT, dict(attributes or {}))
 
 
 def record(instrument: str, value: float, attributes: Mapping[str, Any]) -> None:

@@ -1,6 +1,7 @@
 """The span tree of finished spans as text (``agentium run --trace``), and the SDK set-up behind it.
 
-Needs ``opentelemetry-sdk`` (``pip install 'agentium-harness[otel]'``).
+Needs ``opentelemetry-sdk`` (``pip install 'agentium-harness[otel]'``; from a checkout,
+``pip install './core[otel]'``).
 :func:`capture` adds an in-memory exporter to the global SDK tracer provider
 (creating one when the application has none), so the tree also shows the
 spans of instrumented clients; :func:`render` prints one line per span,
@@ -49,7 +50,8 @@ def capture() -> Any:
         from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     except ImportError as exc:
         raise SdkMissingError(
-            "--trace needs the OpenTelemetry SDK: pip install 'agentium-harness[otel]'"
+            "--trace needs the OpenTelemetry SDK: pip install 'agentium-harness[otel]' "
+            "(from a checkout: pip install './core[otel]')"
         ) from exc
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):

@@ -28,6 +28,8 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
+from agentium_harness.plugin_api import client_span
+
 __all__ = ["CHECK_COMMANDS", "Attempt", "Link", "Reply", "ServerReport", "as_text", "config_value"]
 
 #: A reply as read with decoding off: bytes, an int, a list, a dict (RESP3 maps), None, or the error reply.
@@ -222,6 +224,22 @@ class Link:
     async def _roundtrip(
         self, commands: Sequence[Command], attempt: Attempt | None, checked: bool
     ) -> list[Reply]:
+        # One client span per round trip: the store pipelines below redis-py's instrumented layer,
+        # so RedisInstrumentor never sees these. Command names only: keys and arguments may be content.
+        names = sorted({_name(c) for c in commands})
+        operation = names[0] if len(names) == 1 else "PIPELINE"
+        attributes = {
+            "db.system.name": "redis",
+            "db.operation.name": operation,
+            "db.operation.batch.size": len(commands),
+            "agentium.redis.commands": ",".join(names),
+        }
+        with client_span(f"redis {operation}", attributes):
+            return await self._roundtrip_once(commands, attempt, checked)
+
+    async def _roundtrip_once(
+        self, commands: Sequence[Command], attempt: Attempt | None, checked: bool
+    ) -> list[Reply]:
         pool = self.client.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         try:
@@ -268,3 +286,10 @@ class Link:
         if stale:
             await conn.disconnect()
             await conn.connect()
+
+
+def _name(command: Command) -> str:
+    """A command's name (``EVALSHA``, ``HGET`` …): all a span may say about it."""
+    head = command[0] if command else "?"
+    text = head.decode("ascii", "replace") if isinstance(head, bytes) else str(head)
+    return text.upper()
