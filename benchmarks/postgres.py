@@ -26,8 +26,8 @@ commit is durable), in one process and one asyncio event loop.
    p10-p90, LangGraph / Agentium at each size, and each system's growth
    (10k ÷ 1k) are printed, with the targets of issue 26.
 2. **Recall discovery** at 100,000 archived groups of one session (and at
-   1,000, for the growth), indexed through ``index_groups``: the median of a
-   rare-word, a common-word and a mixed query.
+   1,000, for the growth), indexed through ``index_groups`` and then
+   ``ANALYZE``d: the median of a rare-word, a common-word and a mixed query.
 3. **Archive append**: 100 groups in one ``append`` against 100 appends of
    one group each (fresh sessions; medians of a few repeats).
 
@@ -331,7 +331,7 @@ def _recall_group(key: SessionKey, seq: int, rng: random.Random) -> MessageGroup
     )
 
 
-async def recall(app: PostgresConfig, args: argparse.Namespace) -> None:
+async def recall(server: PostgresServer, app: PostgresConfig, args: argparse.Namespace) -> None:
     print("\n== 2. Recall discovery (postgres recall store) ==")
     store = PostgresRecallStore(app)
     rng = random.Random(26)
@@ -349,6 +349,10 @@ async def recall(app: PostgresConfig, args: argparse.Namespace) -> None:
                 receipts = [ArchiveReceipt(g.seq, g.digest, "seed") for g in batch]
                 await store.index_groups(key, batch, receipts, OpContext.unbounded())
             seeded = time.perf_counter() - started
+            # The planner needs the table's statistics to send a rare word through the GIN index;
+            # autovacuum gathers them in time, a bulk load should not wait for it.
+            with __import__("psycopg").connect(server.admin_dsn(), autocommit=True) as conn:
+                conn.execute(f'ANALYZE "{SCHEMA}".recall_sources')
             scope = Scope(key.tenant, key.user, key.session)
             session = await store.open(scope, RecallLimits(), OpContext.unbounded())
             try:
@@ -421,7 +425,7 @@ async def main(args: argparse.Namespace) -> None:
         if "turns" in args.parts:
             await per_turn(server, app, args)
         if "recall" in args.parts:
-            await recall(app, args)
+            await recall(server, app, args)
         if "append" in args.parts:
             await archive_append(app, args)
     finally:

@@ -69,6 +69,17 @@ async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothin
             assert await _count(app_conn, schema, table, wrong) == 0, (table, wrong)
     for table in TABLES:
         assert await _count(app_conn, schema, table, None) == 0, table
+    # The discovery function runs as the schema's owner: it too sees only the transaction's tenant.
+    for tenant, expected in ((own, 1), ("globex", 0), (None, 0)):
+        async with app_conn.transaction():
+            if tenant is not None:
+                await app_conn.execute("SELECT set_config('agentium.tenant', %s, true)", (tenant,))
+            cursor = await app_conn.execute(
+                f'SELECT count(*) FROM "{schema}".recall_discover('
+                "%s::text[], NULL, NULL, NULL, NULL, 100, 10)",
+                (['"secret"'],),
+            )
+            assert await cursor.fetchone() == (expected,), tenant
 
 
 async def test_the_application_role_cannot_write_for_another_tenant_or_change_an_archived_group(

@@ -24,7 +24,6 @@ it exists; every statement also runs under the tenant's row-level security.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -62,15 +61,7 @@ from .config import PostgresConfig
 from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
 from .link import Conn, PgLink
-from .recall_sql import (
-    SourceRow,
-    discovery_statement,
-    insert_sources,
-    probe_statement,
-    scope_params,
-    term_query,
-    term_weight,
-)
+from .recall_sql import SourceRow, insert_sources, scope_params, term_query
 
 __all__ = ["PostgresRecallSession", "PostgresRecallStore"]
 
@@ -142,29 +133,26 @@ class PostgresRecallSession(RecallSession):
         if not terms or limit == 0:
             return []
         config = self._store.config
-        cap = config.max_ranked_matches
-        params: dict[str, Any] = scope_params(self._scope)
-        params.update({f"t{i}": term_query(t) for i, t in enumerate(terms)})
-        params["cap"] = cap
+        keys = scope_params(self._scope)
 
-        async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            probed = await (await conn.execute(probe_statement(config.schema, len(terms)), params)).fetchall()
-            counts = {int(i): int(n) for i, n in probed}
-            found = [i for i in range(len(terms)) if counts.get(i, 0) > 0]
-            if not found:
-                return []
-            ranked: dict[str, Any] = scope_params(self._scope)
-            for j, i in enumerate(found):
-                ranked[f"t{j}"] = term_query(terms[i])
-                ranked[f"w{j}"] = term_weight(cap, counts[i])
-            ranked["all"] = " or ".join(term_query(terms[i]) for i in found)
-            ranked["per_term"] = max(limit, math.ceil(cap / len(found)))
-            ranked["limit"] = limit
-            ctx.raise_if_expired("recall discover")
-            cursor = await conn.execute(discovery_statement(config.schema, len(found)), ranked)
-            return list(await cursor.fetchall())
+        async def work(conn: Conn) -> Any:
+            # Left unread: one round trip. Never prepared: the function plans each search itself.
+            return await conn.execute(
+                q("SELECT * FROM {s}.recall_discover(%s::text[], %s, %s, %s, %s, %s, %s)", config.schema),
+                (
+                    [term_query(t) for t in terms],
+                    keys["user"],
+                    keys["session"],
+                    keys["project"],
+                    keys["repository"],
+                    config.max_ranked_matches,
+                    limit,
+                ),
+                prepare=False,
+            )
 
-        rows = await self._store.link.run(ctx, "recall discover", params["tenant"], work, write=False)
+        cursor = await self._store.link.run(ctx, "recall discover", keys["tenant"], work, write=False)
+        rows = await cursor.fetchall()
         budget = ctx.remaining_bytes
         spent = 0
         out: list[Candidate] = []

@@ -1,12 +1,20 @@
-r"""The recall store's statements: source rows, the term probe and the ranked discovery.
+r"""The recall store's statements and how discovery ranks (the search itself: ``recall_discover``).
 
 Queries never reach PostgreSQL as syntax. A query becomes at most 32 words
 (:func:`~agentium_harness.plugin_api.query_terms`: lower-cased ``\w+``
 tokens), each sent as a bound parameter, double-quoted, to
 ``websearch_to_tsquery('simple', ...)``: a quoted word is a plain lexeme to
 it, so ``OR``, ``-``, ``"``, ``*``, ``:`` or ``<->`` in a user's text are
-matched as words or dropped, never obeyed. The only text built at run time is
-the statements' shape (one branch per term), never a value.
+matched as words or dropped, never obeyed.
+
+Discovery is one call of the schema's ``recall_discover`` function
+(:mod:`agentium_postgres.schema`), which runs as the schema's owner, confined
+to the tenant of the caller's transaction, so that PostgreSQL may use the GIN
+index (row-level security would forbid it for the application role, ``@@``
+not being leakproof). Each of its statements is planned with its values, so
+a rare word goes through the GIN index and a common one through the newest
+rows; planning needs the table's statistics (``ANALYZE``, which autovacuum
+runs; after a bulk index, run it at once).
 
 Ranking is bounded by ``max_ranked_matches``, not by the index's size:
 
@@ -22,14 +30,12 @@ Ranking is bounded by ``max_ranked_matches``, not by the index's size:
    ``ts_rank_cd`` scaled down as a tie-breaker (term frequency, proximity).
 
 The scope filter (tenant, and each owner key NULL or equal to the scope's)
-is inside every branch, before every ``LIMIT``, so a foreign source can
-neither be returned nor take a place; row-level security filters the tenant
-again.
+is inside every statement, before every ``LIMIT``, so a foreign source can
+neither be returned nor take a place.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any, Final, LiteralString
@@ -41,30 +47,16 @@ from agentium_harness.plugin_api import Scope, encode_segment
 
 __all__ = [
     "SourceRow",
-    "discovery_statement",
     "insert_sources",
-    "probe_statement",
     "scope_params",
     "search_words",
     "term_query",
-    "term_weight",
 ]
 
 #: Characters of a source's text that are indexed for search (a tsvector holds at most 1 MB).
 INDEXED_CHARS: Final = 262_144
 
 _WORD: Final = re.compile(r"\w+")
-
-#: How much a source's ts_rank_cd adds to its score: enough to order equal weights, never more.
-RANK_SCALE: Final = 0.001
-
-_VISIBLE: Final[LiteralString] = (
-    "s.tenant_key = %(tenant)s "
-    "AND (s.user_key IS NULL OR s.user_key = %(user)s) "
-    "AND (s.session_key IS NULL OR s.session_key = %(session)s) "
-    "AND (s.project_key IS NULL OR s.project_key = %(project)s) "
-    "AND (s.repository_key IS NULL OR s.repository_key = %(repository)s)"
-)
 
 
 def search_words(text: str) -> str:
@@ -92,58 +84,6 @@ def scope_params(scope: Scope) -> dict[str, Any]:
         "project": None if scope.project is None else encode_segment(scope.project),
         "repository": None if scope.repository is None else encode_segment(scope.repository),
     }
-
-
-# Only constant text is concatenated into these; every value is a placeholder.
-_PROBE_BRANCH: Final[LiteralString] = (
-    "SELECT {i}::int AS i, (SELECT count(*) FROM (SELECT 1 FROM {s}.recall_sources AS s "  # noqa: S608
-    "WHERE s.tsv @@ websearch_to_tsquery('simple', {term}) AND " + _VISIBLE + " LIMIT %(cap)s) AS x)"
-)
-_NEWEST_BRANCH: Final[LiteralString] = (
-    "(SELECT s.id FROM {s}.recall_sources AS s WHERE s.tsv @@ websearch_to_tsquery('simple', {term}) AND "  # noqa: S608
-    + _VISIBLE
-    + " ORDER BY s.id DESC LIMIT %(per_term)s)"
-)
-
-
-def term_weight(cap: int, matches: int) -> float:
-    """The weight of a term with ``matches`` visible matches (counted up to ``cap``): ``ln(1 + cap / n)``."""
-    return math.log1p(cap / max(1, matches))
-
-
-def probe_statement(schema: str, count: int) -> sql.Composed:
-    """One row ``(i, matches)`` per term ``t<i>``, each count stopping at ``%(cap)s``."""
-    branches = [
-        sql.SQL(_PROBE_BRANCH).format(
-            i=sql.Literal(i), s=sql.Identifier(schema), term=sql.Placeholder(f"t{i}")
-        )
-        for i in range(count)
-    ]
-    return sql.SQL(" UNION ALL ").join(branches)
-
-
-def discovery_statement(schema: str, count: int) -> sql.Composed:
-    """The best ``%(limit)s`` visible sources for terms ``t<i>`` weighted ``w<i>`` (see the module docs)."""
-    s = sql.Identifier(schema)
-    branches = [sql.SQL(_NEWEST_BRANCH).format(s=s, term=sql.Placeholder(f"t{i}")) for i in range(count)]
-    weights = [
-        sql.SQL("CASE WHEN s.tsv @@ websearch_to_tsquery('simple', {term}) THEN {w} ELSE 0 END").format(
-            term=sql.Placeholder(f"t{i}"), w=sql.Placeholder(f"w{i}")
-        )
-        for i in range(count)
-    ]
-    return sql.SQL(
-        "SELECT s.source_id, s.revision, s.title, s.size_bytes, "
-        "({weights}) + {scale} * ts_rank_cd(s.tsv, websearch_to_tsquery('simple', %(all)s)) AS score "
-        "FROM (SELECT DISTINCT id FROM ({branches}) AS b) AS c "
-        "JOIN {s}.recall_sources AS s ON s.id = c.id "
-        "ORDER BY score DESC, s.id DESC LIMIT %(limit)s"
-    ).format(
-        weights=sql.SQL(" + ").join(weights),
-        scale=sql.Literal(RANK_SCALE),
-        branches=sql.SQL(" UNION ALL ").join(branches),
-        s=s,
-    )
 
 
 @attrs.frozen(slots=True)

@@ -165,7 +165,10 @@ _V1: Final[tuple[LiteralString, ...]] = (
         UNIQUE (tenant_key, source_id)
     )
     """,
-    "CREATE INDEX recall_sources_tsv ON {schema}.recall_sources USING gin (tsv)",
+    # fastupdate off: entries go straight into the index. With it on, new entries wait in an
+    # unsorted pending list that every search scans whole (milliseconds per word after a bulk
+    # index, until a vacuum merges it); indexing here happens per eviction, searches per run.
+    "CREATE INDEX recall_sources_tsv ON {schema}.recall_sources USING gin (tsv) WITH (fastupdate = off)",
     "CREATE INDEX recall_sources_newest ON {schema}.recall_sources (tenant_key, id)",
     """
     CREATE TABLE {schema}.memory_facts (
@@ -191,11 +194,82 @@ _V1: Final[tuple[LiteralString, ...]] = (
 )
 
 
-def _rls(table: LiteralString) -> tuple[LiteralString, ...]:
-    """Row-level security on ``table``: enabled, forced on the owner too, keyed on the tenant."""
+# Discovery for the application role. Row-level security keeps PostgreSQL from using the GIN
+# index for a role it binds (``@@`` is not leakproof, so it may not run before the policy),
+# which would make every search a scan of the tenant's rows. This function runs as the schema's
+# owner, whom the policy on recall_sources does not bind, and is a fixed query confined to the
+# tenant of the caller's transaction (``current_tenant()``, set from the verified scope): no
+# argument names a tenant. Terms are double-quoted \w+ words (plain lexemes to
+# websearch_to_tsquery). Each statement is planned with its values (EXECUTE ... USING), so a
+# rare word goes through the GIN index and a common one through the newest rows. Bounds and
+# ranking: agentium_postgres.recall_sql.
+_RECALL_DISCOVER: Final[LiteralString] = """
+    CREATE FUNCTION {schema}.recall_discover(
+        terms text[], uk text, sk text, pk text, rk text, cap integer, lim integer
+    ) RETURNS TABLE (source_id text, revision text, title text, size_bytes bigint, score double precision)
+        LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+        AS $$
+        #variable_conflict use_column
+        DECLARE
+            t text := {schema}.current_tenant();
+            visible constant text := ' AND s.tenant_key = $1 AND (s.user_key IS NULL OR s.user_key = $3)'
+                ' AND (s.session_key IS NULL OR s.session_key = $4)'
+                ' AND (s.project_key IS NULL OR s.project_key = $5)'
+                ' AND (s.repository_key IS NULL OR s.repository_key = $6)';
+            found text[] := ARRAY[]::text[];
+            weights double precision[] := ARRAY[]::double precision[];
+            ids bigint[] := ARRAY[]::bigint[];
+            more bigint[];
+            n bigint;
+            per_term integer;
+            k integer;
+        BEGIN
+            IF t IS NULL OR coalesce(array_length(terms, 1), 0) = 0 THEN
+                RETURN;
+            END IF;
+            FOR k IN 1 .. array_length(terms, 1) LOOP
+                EXECUTE 'SELECT count(*) FROM (SELECT 1 FROM {schema}.recall_sources AS s '
+                    'WHERE s.tsv @@ websearch_to_tsquery(''simple'', $2)' || visible || ' LIMIT $7) AS x'
+                    INTO n USING t, terms[k], uk, sk, pk, rk, cap;
+                IF n > 0 THEN
+                    found := found || terms[k];
+                    weights := weights || ln(1 + cap::double precision / n);
+                END IF;
+            END LOOP;
+            IF coalesce(array_length(found, 1), 0) = 0 THEN
+                RETURN;
+            END IF;
+            per_term := greatest(lim, ceil(cap::double precision / array_length(found, 1))::integer);
+            FOR k IN 1 .. array_length(found, 1) LOOP
+                EXECUTE 'SELECT array_agg(id) FROM (SELECT s.id FROM {schema}.recall_sources AS s '
+                    'WHERE s.tsv @@ websearch_to_tsquery(''simple'', $2)' || visible
+                    || ' ORDER BY s.id DESC LIMIT $7) AS x'
+                    INTO more USING t, found[k], uk, sk, pk, rk, per_term;
+                ids := ids || coalesce(more, ARRAY[]::bigint[]);
+            END LOOP;
+            RETURN QUERY
+                SELECT s.source_id::text, s.revision::text, s.title, s.size_bytes,
+                    (SELECT sum(w.weight) FROM unnest(found, weights) AS w(term, weight)
+                        WHERE s.tsv @@ websearch_to_tsquery('simple', w.term))
+                    + 0.001 * ts_rank_cd(
+                        s.tsv, websearch_to_tsquery('simple', array_to_string(found, ' or ')))
+                    AS score
+                FROM {schema}.recall_sources AS s
+                WHERE s.id = ANY (ids) AND s.tenant_key = t
+                ORDER BY score DESC, s.id DESC
+                LIMIT lim;
+        END $$
+"""
+
+
+def _rls(table: LiteralString, *, force: bool = True) -> tuple[LiteralString, ...]:
+    """Row-level security on ``table``: enabled, forced on its owner too (``force``), keyed on the tenant."""
+    forced: tuple[LiteralString, ...] = (
+        ("ALTER TABLE {schema}." + table + " FORCE ROW LEVEL SECURITY",) if force else ()
+    )
     return (
         "ALTER TABLE {schema}." + table + " ENABLE ROW LEVEL SECURITY",
-        "ALTER TABLE {schema}." + table + " FORCE ROW LEVEL SECURITY",
+        *forced,
         "CREATE POLICY tenant_isolation ON {schema}."
         + table
         + " USING (tenant_key = {schema}.current_tenant())"
@@ -209,7 +283,11 @@ MIGRATIONS: Final[dict[int, tuple[LiteralString, ...]]] = {
         *_V1,
         *_rls("archive_groups"),
         *_rls("session_snapshots"),
-        *_rls("recall_sources"),
+        # Not forced on its owner: the owner's recall_discover (below) must use the GIN index.
+        *_rls("recall_sources", force=False),
+        _RECALL_DISCOVER,
+        "REVOKE ALL ON FUNCTION {schema}.recall_discover(text[], text, text, text, text, integer, integer) "
+        "FROM PUBLIC",
         *_rls("memory_facts"),
     ),
 }
@@ -243,6 +321,10 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
         sql.SQL("GRANT EXECUTE ON FUNCTION {schema}.current_tenant() TO {role}").format(
             schema=sql.Identifier(schema), role=ident
         ),
+        sql.SQL(
+            "GRANT EXECUTE ON FUNCTION "
+            "{schema}.recall_discover(text[], text, text, text, text, integer, integer) TO {role}"
+        ).format(schema=sql.Identifier(schema), role=ident),
     ]
     for table, privileges in TABLE_PRIVILEGES.items():
         out.append(
