@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -676,3 +677,18 @@ async def test_an_incomplete_session_close_and_its_diagnostics_are_warnings(
     assert any(getattr(r, "agentium_code", None) == "eviction_deferred" for r in caplog.records)
     lifecycle = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.lifecycle"]
     assert "runtime closing" in lifecycle and "runtime closed" in lifecycle
+
+
+async def test_a_drain_counts_its_items_by_outcome() -> None:
+    t = Telemetered()
+    manager = MemoryManager(InMemoryMemoryStore(), telemetry=t.telemetry())
+
+    async def quick() -> None:
+        await anyio.lowlevel.checkpoint()
+
+    manager.start_work("quick-extraction", "extraction", quick)
+    result = await manager.drain(5)
+    assert result.completed == ("quick-extraction",)
+    [items] = t.metrics()["agentium.drain.items"]
+    assert items.value == 1 and dict(items.attributes) == {"agentium.drain.outcome": "completed"}
+    assert (t.one("agentium.drain").attributes or {})["agentium.drain.completed"] == 1

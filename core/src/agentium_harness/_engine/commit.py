@@ -15,6 +15,7 @@ leaves the last committed state intact:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -50,6 +51,8 @@ __all__ = [
     "index_archived",
     "plan_diagnostics",
 ]
+
+_log = logging.getLogger("agentium.engine.commit")
 
 
 @attrs.frozen(slots=True)
@@ -136,6 +139,8 @@ async def commit(
     """
     changes = _Changes(view, summary)
     plan = plan_eviction(resident, limits)
+    if plan.evict:
+        _log.debug("evicting %d group(s) over the resident bound", len(plan.evict))
     diagnostics = plan_diagnostics(plan)
     keep: tuple[MessageGroup, ...] = tuple(resident)
     new_boundary = boundary

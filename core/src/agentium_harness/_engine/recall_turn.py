@@ -12,6 +12,7 @@ authorized source is recorded and the policy decides again.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Awaitable, Callable
 
 import attrs
@@ -47,6 +48,8 @@ __all__ = [
     "recall_before_commit",
     "recall_before_dispatch",
 ]
+
+_log = logging.getLogger("agentium.engine.recall")
 
 #: A host callable that asks the user one clarification question and returns the answer.
 Clarifier = Callable[[str], Awaitable[str]]
@@ -156,7 +159,19 @@ def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
 
 
 def _describe(span: observe.Span | observe._Null, outcome: RecallOutcome) -> None:
-    """A recall outcome on its span: statuses and counts; the query only with content capture."""
+    """A recall outcome as a DEBUG record and on its span: statuses and counts (the query: span, opt-in)."""
+    _log.debug(
+        "recall %s at the %s fence: %s, %d source(s) included, %d omitted",
+        outcome.status.value,
+        outcome.fence.value,
+        outcome.decision.value,
+        len(outcome.included),
+        len(outcome.omitted),
+        extra={
+            "agentium_recall_status": outcome.status.value,
+            "agentium_recall_decision": outcome.decision.value,
+        },
+    )
     span.set("agentium.recall.status", outcome.status.value)
     span.set("agentium.recall.decision", outcome.decision.value)
     span.set("agentium.recall.included", len(outcome.included))

@@ -415,7 +415,8 @@ class MemoryManager:
         any item failed or was cancelled.
         """
         timeout = self.limits.drain_timeout_s if timeout_s is None else timeout_s
-        result = await self._work.drain(timeout, CANCEL_GRACE_S if grace_s is None else grace_s)
+        with observe.using(self._telemetry):
+            result = await self._work.drain(timeout, CANCEL_GRACE_S if grace_s is None else grace_s)
         result = await self._announce_drain(result, self.limits.drain_timeout_s)
         if not result.ok:
             raise MemoryDrainError(f"memory drain: {result.describe()}", result)
