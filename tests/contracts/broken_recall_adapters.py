@@ -17,17 +17,22 @@ from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRe
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
     Candidate,
+    EmbeddingModel,
     Excerpt,
     OpContext,
     RecallCapabilities,
     RecallLimits,
     RecallSession,
     RecallStore,
+    Scope,
     SourceOwner,
     SourceRef,
+    SourceVector,
     Validation,
     ValidationStatus,
+    Vector,
     document_source_id,
+    source_owner,
 )
 from agentium_harness.testing import RecallStoreContract
 
@@ -325,3 +330,157 @@ class TestTrustsItsOwnDigests(_Suite):
 
 class TestCountsPastTheEnd(_Suite):
     store_class = CountsPastTheEnd
+
+
+# -- hybrid recall bugs (issue 25): the store keeps vectors and fuses, with one bug each -----------
+
+HYBRID = RecallCapabilities(
+    bounded_discovery=True,
+    bounded_reads=True,
+    revision_validation=True,
+    bounded_current_validation=True,
+    canonical_archive_reads=True,
+    document_indexing=True,
+    archive_indexing=True,
+    vector_indexing=True,
+    hybrid_discovery=True,
+)
+
+
+class HybridSession(WrapSession):
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        return await self.inner.discover_hybrid(query, vector, max_candidates, ctx)
+
+
+class Hybrid(Wrap):
+    capabilities = HYBRID
+    session_class = HybridSession
+
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        return await self.inner.index_vectors(vectors, ctx)
+
+
+class WordsOnlySession(HybridSession):
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        return await self.inner.discover(query, max_candidates, ctx)  # the vector is ignored
+
+
+class HybridIsWordsOnly(Hybrid):
+    capabilities = HYBRID
+    session_class = WordsOnlySession
+
+
+class VectorsOnlySession(HybridSession):
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        return await self.inner.discover_hybrid("", vector, max_candidates, ctx)  # the words are dropped
+
+
+class HybridIsVectorsOnly(Hybrid):
+    capabilities = HYBRID
+    session_class = VectorsOnlySession
+
+
+class UncappedSession(HybridSession):
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        return await self.inner.discover_hybrid(
+            query, vector, max_candidates * 10, OpContext.with_timeout(10.0)
+        )
+
+
+class HybridIgnoresBounds(Hybrid):
+    capabilities = HYBRID
+    session_class = UncappedSession
+
+
+class LeakyVectorSession(HybridSession):
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        # The vector scan forgot the tenant: it looks at every tenant the store has seen.
+        found = list(await self.inner.discover_hybrid(query, vector, max_candidates, ctx))
+        scope = self.inner.scope  # type: ignore[attr-defined]
+        for owner, _doc, _text in self.store.seen:
+            if owner.tenant != scope.tenant:
+                other = await self.store.inner.open(
+                    Scope(owner.tenant, scope.user, scope.session), RecallLimits(), ctx
+                )
+                found += await other.discover_hybrid("", vector, max_candidates, ctx)
+                await other.close()
+        return found[:max_candidates]
+
+
+class HybridLeaks(Hybrid):
+    capabilities = HYBRID
+    session_class = LeakyVectorSession
+
+
+class MixingSession(HybridSession):
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        model = self.store.model or vector.model  # type: ignore[attr-defined]
+        return await self.inner.discover_hybrid(query, Vector(model, vector.values), max_candidates, ctx)
+
+
+class MixesModels(Hybrid):
+    """Relabels every vector with the first model it saw: two spaces silently become one."""
+
+    capabilities = HYBRID
+    session_class = MixingSession
+    model: EmbeddingModel | None = None
+
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        if vectors and self.model is None:
+            self.model = vectors[0].vector.model
+        relabeled = [SourceVector(v.ref, Vector(self.model, v.vector.values)) for v in vectors]  # type: ignore[arg-type]
+        return await self.inner.index_vectors(relabeled, ctx)
+
+
+class KeepsStaleVectors(Hybrid):
+    """Stores a vector for whatever revision the source has now, not the one it was computed from."""
+
+    capabilities = HYBRID
+
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        fixed = []
+        for entry in vectors:
+            owner = source_owner(entry.ref.source_id)
+            assert owner is not None
+            session = await self.inner.open(Scope(owner.tenant, "u", "s"), RecallLimits(), ctx)
+            (now,) = await session.validate([entry.ref], ctx)
+            await session.close()
+            revision = now.current_revision or entry.ref.revision
+            fixed.append(SourceVector(SourceRef(entry.ref.source_id, revision), entry.vector))
+        return await self.inner.index_vectors(fixed, ctx)
+
+
+class TestHybridIsWordsOnly(_Suite):
+    store_class = HybridIsWordsOnly
+
+
+class TestHybridIsVectorsOnly(_Suite):
+    store_class = HybridIsVectorsOnly
+
+
+class TestHybridIgnoresBounds(_Suite):
+    store_class = HybridIgnoresBounds
+
+
+class TestHybridLeaks(_Suite):
+    store_class = HybridLeaks
+
+
+class TestMixesModels(_Suite):
+    store_class = MixesModels
+
+
+class TestKeepsStaleVectors(_Suite):
+    store_class = KeepsStaleVectors

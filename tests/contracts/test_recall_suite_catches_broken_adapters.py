@@ -47,6 +47,20 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestSeekIgnoresBounds": {"test_archived_groups_round_trip_through_seek"},
     "TestTrustsItsOwnDigests": {"test_mismatched_receipts_are_refused_and_nothing_is_written"},
     "TestCountsPastTheEnd": {"test_unindexed_groups_lists_exactly_the_missing_seqs"},
+    # Hybrid recall (issue 25).
+    # Ignoring the vector also ignores its model; dropping the words also loses the scope test's own match.
+    "TestHybridIsWordsOnly": {
+        "test_vectors_find_a_source_that_shares_no_word_with_the_query",
+        "test_vectors_of_another_model_are_refused_and_nothing_is_mixed",
+    },
+    "TestHybridIsVectorsOnly": {
+        "test_hybrid_discovery_keeps_lexical_matches_and_its_bounds",
+        "test_hybrid_discovery_never_crosses_scopes",
+    },
+    "TestHybridIgnoresBounds": {"test_hybrid_discovery_keeps_lexical_matches_and_its_bounds"},
+    "TestHybridLeaks": {"test_hybrid_discovery_never_crosses_scopes"},
+    "TestMixesModels": {"test_vectors_of_another_model_are_refused_and_nothing_is_mixed"},
+    "TestKeepsStaleVectors": {"test_stale_vectors_are_skipped_and_dropped_with_their_revision"},
 }
 
 

@@ -108,6 +108,7 @@ def test_builtin_entry_point_of_the_core_itself_is_not_loaded_twice(install: Ins
         ("agentium_register_archives", "archive", "tgood"),
         ("agentium_register_session_stores", "session_store", "tgood"),
         ("agentium_register_recall_stores", "recall", "norecall"),
+        ("agentium_register_embedders", "embedder", "tembed"),
         ("agentium_register_summarizers", "summarizer", "tsum"),
         ("agentium_register_verifiers", "verifier", "tverify"),
         ("agentium_register_memory_stores", "memory", "tmemory"),

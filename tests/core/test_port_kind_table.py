@@ -52,7 +52,7 @@ def test_one_name_per_kind_everywhere() -> None:
 def test_config_sections_and_required_kinds_come_from_the_table() -> None:
     assert dict(SECTION_KINDS) == {k.section: k.name for k in PORT_KIND_TABLE}
     assert REQUIRED_SECTIONS == REQUIRED_KINDS == ("provider", "archive", "session_store")
-    assert set(OPTIONAL_KINDS) == {"recall", "summarizer", "verifier", "memory"}
+    assert set(OPTIONAL_KINDS) == {"recall", "embedder", "summarizer", "verifier", "memory"}
 
 
 def test_schema_classes_have_one_field_per_section() -> None:
@@ -76,6 +76,7 @@ def test_registration_hooks_match_the_table_and_the_hookspecs() -> None:
     assert written == {k.hook for k in PORT_KIND_TABLE} | {
         "agentium_register_recall_strategies",
         "agentium_register_graders",
+        "agentium_register_commands",
     }
 
 

@@ -20,7 +20,7 @@ from agentium_harness._ports.provider import ModelRequest, SourceBlock, SourceKi
 from agentium_harness._ports.recall import RecallCapabilities, RecallSession, RecallStore
 
 KINDS = sorted(PORT_KINDS)
-SEVEN = {"archive", "session_store", "recall", "summarizer", "verifier", "memory", "provider"}
+EIGHT = {"archive", "session_store", "recall", "embedder", "summarizer", "verifier", "memory", "provider"}
 
 
 def _method_owner(kind: PortKind, target: str) -> tuple[type, str]:
@@ -36,9 +36,9 @@ def _method_owner(kind: PortKind, target: str) -> tuple[type, str]:
 # ---------------------------------------------------------------------------
 
 
-def test_there_are_seven_kinds_each_with_a_registration_hook() -> None:
-    assert set(PORT_KINDS) == SEVEN
-    assert set(REGISTRATION_HOOKS) == SEVEN
+def test_there_are_eight_kinds_each_with_a_registration_hook() -> None:
+    assert set(PORT_KINDS) == EIGHT
+    assert set(REGISTRATION_HOOKS) == EIGHT
     for name, kind in PORT_KINDS.items():
         assert kind.name == name
 

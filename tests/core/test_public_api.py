@@ -52,6 +52,8 @@ HOST_NAMES = {
     "ControlKind", "HistoryControl", "MessageRef", "RetractedSpan", "ViewState", "MAX_APPEND_BYTES",
     "MAX_APPEND_MESSAGES", "MAX_LIST_LIMIT", "MAX_PAGE_BYTES", "MAX_PAGE_GROUPS", "MAX_PAYLOAD_BYTES",
     "MAX_RETRACT_COUNT",
+    # issue 25: hybrid recall's embedder bounds and vector space
+    "EmbeddingLimits", "EmbeddingModel",
 }  # fmt: skip
 
 
@@ -104,8 +106,8 @@ def test_every_public_name_has_a_docstring(module_name: str) -> None:
 def test_port_methods_say_when_to_check_the_context_and_what_they_raise() -> None:
     api = importlib.import_module("agentium_harness.plugin_api")
     ports = [
-        api.HistoryArchive, api.SessionStore, api.RecallStore, api.RecallSession, api.Summarizer,
-        api.CompletionVerifier, api.MemoryStore, api.ModelProvider,
+        api.HistoryArchive, api.SessionStore, api.RecallStore, api.RecallSession, api.Embedder,
+        api.Summarizer, api.CompletionVerifier, api.MemoryStore, api.ModelProvider,
     ]  # fmt: skip
     problems = []
     for port in ports:

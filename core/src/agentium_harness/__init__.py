@@ -77,6 +77,8 @@ from ._errors import (
     ConfigError,
     ConfigIssue,
     ContractViolationError,
+    EmbeddingError,
+    EmbeddingModelMismatchError,
     EncodingError,
     ExtractionConflictError,
     FeatureUnavailableError,
@@ -136,6 +138,7 @@ from ._memory.selection import MemorySelection, SelectionRequest, recent_and_rel
 from ._memory.work import DrainItem, DrainResult, DrainStatus, OwnedWorkSource, WorkSource
 from ._observe.settings import Telemetry
 from ._ports import OpContext
+from ._ports.embedder import EmbeddingLimits, EmbeddingModel
 from ._ports.memory import (
     AckStatus,
     FactStatus,
@@ -245,6 +248,10 @@ __all__ = [
     "source_view_revision",
     "PublicationRefusedError",
     "RecallUnavailableError",
+    "EmbeddingError",
+    "EmbeddingModelMismatchError",
+    "EmbeddingLimits",
+    "EmbeddingModel",
     "Completeness",
     "OmittedContext",
     "RecallLimits",

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from ._engine.embedding import embedding_text, index_sources
 from ._engine.lifecycle import Ticket
 from ._engine.loader import load_runtime
 from ._engine.recall import Evidence, gather_evidence
@@ -23,7 +24,7 @@ from ._engine.runtime import HarnessRuntime
 from ._errors import CapabilityError, InvalidArgumentError
 from ._ports import OpContext
 from ._ports.archive import ArchiveReceipt
-from ._ports.recall import RecallStore, SourceOwner
+from ._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from ._scope import RecallScope, Scope, SessionKey, validate_id
 
 __all__ = ["add_recall_commands"]
@@ -100,7 +101,12 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                     counts["skipped"] += 1
                     sys.stderr.write(f"  skipped {path}: not UTF-8 text\n")
                     continue
-                await store.index_document(owner, doc_id, text, OpContext.with_timeout(30.0), title=doc_id)
+                ref = await store.index_document(
+                    owner, doc_id, text, OpContext.with_timeout(30.0), title=doc_id
+                )
+                if runtime.hybrid is not None:  # hybrid recall: the document's vector goes in beside it
+                    ticket = Ticket(None, "recall add", runtime.limits.op_timeout_s)
+                    await index_sources(ticket, runtime.hybrid, store, [(ref, text)])
                 counts["indexed"] += 1
                 progress.step(done)
             progress.end()
@@ -178,6 +184,12 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
                 # The archive checked each group against its stored digest when it read it.
                 receipts = [ArchiveReceipt(g.seq, g.digest, "rebuild") for g in page]
                 total += await store.index_groups(key, page, receipts, OpContext.with_timeout(30.0))
+                if runtime.hybrid is not None:  # hybrid recall: (re)embed what was indexed
+                    ticket = Ticket(key, "recall rebuild", runtime.limits.op_timeout_s)
+                    sources = [
+                        (SourceRef(group_source_id(key, g.seq), g.digest), embedding_text(g)) for g in page
+                    ]
+                    await index_sources(ticket, runtime.hybrid, store, sources)
                 start = page[-1].seq + 1
 
     anyio.run(go)

@@ -44,6 +44,7 @@ from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
 from ._plugins.spec import AdapterSpec, resolve_path_options
 from ._ports import PORT_KIND_TABLE
+from ._ports.embedder import EmbeddingLimits
 from ._ports.recall import RecallLimits
 from ._ports.summary import SummaryLimits
 from ._validators import bounded_duration
@@ -57,6 +58,7 @@ __all__ = [
     "SECTION_KINDS",
     "ComponentConfig",
     "HarnessConfig",
+    "EmbedderConfig",
     "RecallConfig",
     "SummarizerConfig",
     "VerifierConfig",
@@ -169,6 +171,21 @@ class RecallConfig:
 
 
 @attrs.frozen(slots=True)
+class EmbedderConfig:
+    """``[embedder]``: a component section plus the embedding bounds (``[embedder.budget]``).
+
+    The budget's keys are those of :class:`~agentium_harness._ports.embedder.EmbeddingLimits`:
+    ``max_batch``, ``max_input_bytes`` and ``timeout_s``. An embedder makes
+    recall hybrid; it needs ``[recall]`` with a store that declares
+    ``vector_indexing`` and ``hybrid_discovery``.
+    """
+
+    plugin: str
+    budget: EmbeddingLimits = attrs.field(factory=EmbeddingLimits)
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(slots=True)
 class SummarizerConfig:
     """``[summarizer]``: a component section plus the update budget (``[summarizer.budget]``).
 
@@ -207,18 +224,19 @@ class HarnessConfig:
     session_store: ComponentConfig
     runtime: RuntimeConfig = attrs.field(factory=RuntimeConfig)
     recall: RecallConfig | None = None
+    embedder: EmbedderConfig | None = None
     summarizer: SummarizerConfig | None = None
     verifier: VerifierConfig | None = None
     memory: ComponentConfig | None = None
 
     def component(
         self, section: str
-    ) -> ComponentConfig | RecallConfig | SummarizerConfig | VerifierConfig | None:
+    ) -> ComponentConfig | RecallConfig | EmbedderConfig | SummarizerConfig | VerifierConfig | None:
         """The component section named ``section`` (a key of :data:`SECTION_KINDS`), if present."""
         if section not in SECTION_KINDS:
             raise KeyError(section)
-        value: ComponentConfig | RecallConfig | SummarizerConfig | VerifierConfig | None = getattr(
-            self, section
+        value: ComponentConfig | RecallConfig | EmbedderConfig | SummarizerConfig | VerifierConfig | None = (
+            getattr(self, section)
         )
         return value
 
@@ -256,6 +274,7 @@ class ResolvedConfig:
     archive: ResolvedComponent
     session_store: ResolvedComponent
     recall: ResolvedComponent | None = None
+    embedder: ResolvedComponent | None = None
     summarizer: ResolvedComponent | None = None
     verifier: ResolvedComponent | None = None
     memory: ResolvedComponent | None = None
@@ -405,6 +424,29 @@ def _combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set
                     "choose a recall store that declares it, or remove [summarizer]",
                 )
             )
+    embedder = adapters.get("embedder")
+    if embedder is not None and "recall" not in sections:
+        issues.append(
+            ConfigIssue(
+                "$.embedder",
+                f"embedder {embedder.name!r} ({embedder.distribution}) serves hybrid recall, and there is no "
+                "[recall] section: add one with a recall store that declares vector_indexing and "
+                "hybrid_discovery, or remove [embedder]",
+            )
+        )
+    elif embedder is not None and recall is not None:
+        declared = recall.capabilities.declared()
+        missing = [f for f in ("vector_indexing", "hybrid_discovery") if not declared.get(f, False)]
+        if missing:
+            issues.append(
+                ConfigIssue(
+                    "$.embedder",
+                    f"recall store {recall.name!r} ({recall.distribution}) does not declare "
+                    f"{' and '.join(missing)}, which hybrid recall with [embedder] requires: choose a "
+                    "recall store with vectors (the built-in 'sqlite' store has them), or remove [embedder] "
+                    "for lexical recall",
+                )
+            )
     return issues
 
 
@@ -465,6 +507,7 @@ def _assemble(
         archive=resolved["archive"],
         session_store=resolved["session_store"],
         recall=resolved.get("recall"),
+        embedder=resolved.get("embedder"),
         summarizer=resolved.get("summarizer"),
         verifier=resolved.get("verifier"),
         memory=resolved.get("memory"),

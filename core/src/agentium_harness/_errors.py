@@ -15,6 +15,8 @@ if TYPE_CHECKING:  # the engine's records import this module
     from ._engine.results import CommitState, RunResult
 
 __all__ = [
+    "EmbeddingError",
+    "EmbeddingModelMismatchError",
     "PublicationRefusedError",
     "RecallUnavailableError",
     "RetractionRefusedError",
@@ -505,3 +507,25 @@ class PublicationRefusedError(AgentiumError):
 
 class RecallUnavailableError(CapabilityError):
     """A recall store cannot work here (for example: the local SQLite has no FTS5); nothing was created."""
+
+
+class EmbeddingError(AgentiumError):
+    """An embedder failed, or returned something the engine refuses; no vector of that call was used.
+
+    Raised (and reported as a diagnostic, or as a recall problem) when an
+    embedder returns too many or too few vectors, a vector of another
+    dimension than its model declares, NaN, infinity or a zero vector, or
+    raises or times out. Nothing is written: a batch with one bad vector is
+    dropped whole. Fix or replace the embedder; ``agentium recall rebuild``
+    embeds what was missed.
+    """
+
+
+class EmbeddingModelMismatchError(EmbeddingError, ValueError):
+    """A recall index holds vectors of one embedding model and was given a vector of another.
+
+    Vectors of two models (or two dimensions) are never compared or mixed:
+    the store refuses the vector and writes nothing. Configure the embedder
+    the index was built with (the message names it), or point the recall
+    store at a new index and run ``agentium recall rebuild``.
+    """

@@ -1,8 +1,8 @@
 """The public API for adapter and plugin authors.
 
 Everything an adapter needs comes from this one module: the ``@hookimpl``
-marker and :class:`AdapterSpec` to register, the seven ports with their
-records and capability classes, the operation context, the canonical
+marker and :class:`AdapterSpec` to register, the eight ports with their
+records and capability classes (the embedder port among them), the operation context, the canonical
 encoding and digests, the injective key encoding for backend keys, the
 errors an adapter raises, and reusable bases such as
 :class:`ThreadBoundAdapter` for blocking clients. Hosts use
@@ -34,6 +34,8 @@ from ._errors import (
     ArchiveCorruptError,
     ArchiveError,
     ContractViolationError,
+    EmbeddingError,
+    EmbeddingModelMismatchError,
     EncodingError,
     InvalidArgumentError,
     InvalidIdError,
@@ -71,6 +73,7 @@ from ._plugins.strategies import RecallStrategy
 from ._ports import PORT_KINDS, PortKind
 from ._ports._base import CancelSignal, Capabilities, OpContext, port_stub
 from ._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from ._ports.embedder import Embedder, EmbedderCapabilities, EmbeddingLimits, EmbeddingModel, Vector
 from ._ports.memory import (
     MAX_FACT_BYTES,
     MAX_LOOKUP_LIMIT,
@@ -111,10 +114,12 @@ from ._ports.recall import (
     RecallStore,
     SourceOwner,
     SourceRef,
+    SourceVector,
     Validation,
     ValidationStatus,
     document_source_id,
     group_source_id,
+    reciprocal_rank_fusion,
     source_owner,
 )
 from ._ports.sessions import (
@@ -202,6 +207,12 @@ __all__ = [
     "CompletionVerifier",
     "Completeness",
     "ContractViolationError",
+    "Embedder",
+    "EmbedderCapabilities",
+    "EmbeddingError",
+    "EmbeddingLimits",
+    "EmbeddingModel",
+    "EmbeddingModelMismatchError",
     "EncodingError",
     "InvalidArgumentError",
     "InvalidIdError",
@@ -274,6 +285,7 @@ __all__ = [
     "SourceKind",
     "SourceOwner",
     "SourceRef",
+    "SourceVector",
     "StoredSnapshot",
     "Summarizer",
     "SummarizerCapabilities",
@@ -285,6 +297,7 @@ __all__ = [
     "Usage",
     "Validation",
     "ValidationStatus",
+    "Vector",
     "Verdict",
     "VerificationResult",
     "VerifierCapabilities",
@@ -311,6 +324,7 @@ __all__ = [
     "load_config",
     "make_converter",
     "port_stub",
+    "reciprocal_rank_fusion",
     "register_structure_hook",
     "seal_snapshot",
     "snapshot_bytes",

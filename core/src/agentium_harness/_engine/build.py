@@ -13,6 +13,7 @@ from .._errors import CapabilityError, InvalidArgumentError
 from .._memory.manager import MemoryManager
 from .._observe.settings import Telemetry
 from .._ports.archive import HistoryArchive
+from .._ports.embedder import Embedder, EmbeddingLimits
 from .._ports.memory import MemoryStore
 from .._ports.provider import ModelProvider
 from .._ports.recall import RecallCapabilities, RecallLimits, RecallStore
@@ -22,6 +23,7 @@ from .._ports.verify import CompletionVerifier
 from .._verdicts import EvidenceLimits
 from .arguments import check_options, check_verification
 from .checks import check_adapter
+from .embedding import make_hybrid
 from .hooks import HookBroadcaster
 from .limits import RuntimeLimits
 from .recall_policy import RecallPolicy
@@ -56,6 +58,8 @@ def create_harness_runtime(
     evidence_limits: EvidenceLimits | None = None,
     verify_timeout_s: float | None = None,
     telemetry: Telemetry | None = None,
+    embedder: Embedder | None = None,
+    embedding_limits: EmbeddingLimits | None = None,
 ) -> HarnessRuntime:
     """Build a runtime from adapters the application supplies (R6).
 
@@ -93,6 +97,12 @@ def create_harness_runtime(
     ``telemetry`` chooses where spans and metrics go (the global OpenTelemetry
     providers by default), whether content is captured (off by default) and
     how scope ids are shown (hashed by default): docs/observability.md.
+    ``embedder`` is optional: with it, recall is hybrid (docs/recall.md):
+    queries and archived groups are embedded under ``embedding_limits``
+    (default :class:`EmbeddingLimits`) and the recall store fuses lexical
+    and vector candidates. It needs a recall store that declares
+    ``vector_indexing`` and ``hybrid_discovery``; anything else is refused
+    here with a :class:`~agentium_harness._errors.CapabilityError`.
     """
     if telemetry is not None and not isinstance(telemetry, Telemetry):
         raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
@@ -124,6 +134,7 @@ def create_harness_runtime(
         summary_limits=summary_limits,
     )
     check_verification(completion_policy, evidence_limits, verify_timeout_s)
+    hybrid = make_hybrid(embedder, embedding_limits, recall) if embedder is not None else None
     reader = summary_reader(recall, archive) if summarizer is not None else None
     bind = getattr(summarizer, "bind_provider", None)
     if callable(bind):
@@ -155,4 +166,5 @@ def create_harness_runtime(
         ),
         owns_memory_manager=memory is not None and not isinstance(memory, MemoryManager),
         telemetry=telemetry,
+        hybrid=hybrid,
     )

@@ -76,6 +76,7 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                     key=key,
                     diagnostics=diagnostics,
                     recall=runtime.recall,
+                    hybrid=runtime.hybrid,
                     keep_receipts=runtime.summarizer is not None,
                 )
             except Exception as exc:

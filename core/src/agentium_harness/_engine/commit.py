@@ -24,7 +24,7 @@ from .._errors import ArchiveConflictError, ContractViolationError, SessionConfl
 from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports.archive import ArchiveReceipt, HistoryArchive
-from .._ports.recall import RecallStore
+from .._ports.recall import RecallStore, SourceRef, group_source_id
 from .._ports.sessions import (
     ArchivedDigest,
     ArchiveDivergence,
@@ -36,6 +36,7 @@ from .._ports.sessions import (
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .catch_up import catch_up_index
+from .embedding import Hybrid, embedding_text, index_sources
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
@@ -548,6 +549,7 @@ async def index_archived(
     groups: tuple[MessageGroup, ...],
     receipts: tuple[ArchiveReceipt, ...],
     archive: HistoryArchive | None = None,
+    hybrid: Hybrid | None = None,
 ) -> list[Diagnostic]:
     """The groups-archived step for the runtime's own recall store (``archive_indexing``).
 
@@ -555,6 +557,9 @@ async def index_archived(
     Once indexing succeeds again, the archived groups the index lacks are
     caught up from ``archive``, a bounded number per commit
     (:mod:`.catch_up`); ``agentium recall rebuild`` does it all at once.
+    With ``hybrid``, the indexed groups are then embedded and their vectors
+    stored (``vector_indexing``); a failure there leaves them found by their
+    words only, and is reported as ``recall_embed_failed``.
     """
     if store is None or not getattr(type(store).capabilities, "archive_indexing", False):
         return []
@@ -570,6 +575,20 @@ async def index_archived(
                 Severity.WARNING,
             )
         ]
+    notes: list[Diagnostic] = []
+    if hybrid is not None and groups:
+        sources = [(SourceRef(group_source_id(key, g.seq), g.digest), embedding_text(g)) for g in groups]
+        try:
+            await index_sources(ticket, hybrid, store, sources)
+        except Exception as exc:
+            notes.append(
+                Diagnostic(
+                    "recall_embed_failed",
+                    f"archived groups {[g.seq for g in groups]} were indexed by their words but not embedded "
+                    f"({type(exc).__name__}: {exc}); run `agentium recall rebuild` once the embedder works",
+                    Severity.WARNING,
+                )
+            )
     if archive is None or not groups:
-        return []
-    return await catch_up_index(store, archive, ticket, key, min(g.seq for g in groups))
+        return notes
+    return notes + await catch_up_index(store, archive, ticket, key, min(g.seq for g in groups))

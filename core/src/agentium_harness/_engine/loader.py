@@ -68,6 +68,9 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
                 rank=registry.recall_strategy("ranking", recall_cfg.ranking).function,
             ),
         }
+    embedder_cfg = resolved.config.embedder
+    if embedder_cfg is not None and "embedder" in built:
+        recall_args["embedding_limits"] = embedder_cfg.budget
     summarizer_cfg = resolved.config.summarizer
     if summarizer_cfg is not None and "summarizer" in built:
         recall_args["summary_limits"] = summarizer_cfg.budget

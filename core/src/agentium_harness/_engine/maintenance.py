@@ -20,6 +20,7 @@ from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .commit import commit, index_archived
+from .embedding import Hybrid
 from .hooks import HookBroadcaster
 from .lifecycle import Ticket
 from .limits import ResidentLimits
@@ -159,6 +160,7 @@ async def flush_session(
     diagnostics: list[Diagnostic],
     recall: RecallStore | None = None,
     keep_receipts: bool = False,
+    hybrid: Hybrid | None = None,
 ) -> tuple[int, int]:
     """Retry deferred eviction for a session; return (groups flushed, groups still resident).
 
@@ -204,7 +206,9 @@ async def flush_session(
     diagnostics.extend(outcome.diagnostics)
     if outcome.archived_groups:
         diagnostics.extend(
-            await index_archived(recall, ticket, key, outcome.archived_groups, outcome.archived, archive)
+            await index_archived(
+                recall, ticket, key, outcome.archived_groups, outcome.archived, archive, hybrid=hybrid
+            )
         )
     return len(outcome.archived), len(outcome.resident)
 

@@ -23,6 +23,7 @@ import attrs
 
 from .._history import estimate_tokens
 from .._ports._base import OpContext
+from .._ports.embedder import Vector
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import (
     Candidate,
@@ -38,6 +39,7 @@ from .._ports.recall import (
 from .._scope import Scope
 from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
+from .embedding import Hybrid, embed_query
 from .lifecycle import Ticket
 from .recall_items import candidate_fault, excerpt_fault, validation_fault, visible
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
@@ -85,6 +87,8 @@ class Evidence:
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     usage: RecallUsage = attrs.field(factory=RecallUsage)
+    #: Why the query could not be embedded (hybrid recall fell back to words), or empty.
+    embedding_failure: str = ""
 
     @property
     def allocation_omitted(self) -> bool:
@@ -128,6 +132,7 @@ class _Round:
         self.violations: list[str] = []
         self.problems: list[str] = []
         self.notes: list[str] = []
+        self.embedding_failure = ""
 
     def left(self, ticket: Ticket) -> float:
         """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
@@ -213,6 +218,7 @@ async def gather_evidence(
     *,
     spent: RecallUsage | None = None,
     hidden: Callable[[str], bool] | None = None,
+    hybrid: Hybrid | None = None,
 ) -> Evidence:
     """One round of recall for ``turn``: query, discover, rank, read, assemble, validate (fence 1).
 
@@ -220,6 +226,9 @@ async def gather_evidence(
     only what is left of each budget, and its usage includes theirs.
     ``hidden`` says which source ids the session's view hides (groups a
     retraction touched or a reset cleared): they are left out before reading.
+    With ``hybrid``, the query is embedded and discovery is the store's
+    ``discover_hybrid`` (lexical and vector candidates fused); if embedding
+    fails, discovery is lexical and the round is ``partial``, saying why.
     """
     state = _Round(limits, spent if spent is not None else RecallUsage(), hidden)
     try:
@@ -249,7 +258,7 @@ async def gather_evidence(
             if not callable(getattr(opened, "discover", None)):
                 raise _Failed(f"recall open returned {type(opened).__name__}, not a recall session")
             session = opened
-            return await _gather_open(ticket, state, session, scope, policy, query)
+            return await _gather_open(ticket, state, session, scope, policy, query, hybrid)
         finally:
             if session is not None:
                 await _close(session, state)
@@ -266,11 +275,37 @@ def _failed(state: _Round, query: str, why: str) -> Evidence:
         problems=tuple(state.problems),
         notes=tuple(state.notes),
         usage=state.usage(),
+        embedding_failure=state.embedding_failure,
     )
 
 
+async def _query_vector(ticket: Ticket, state: _Round, hybrid: Hybrid, query: str) -> Vector | None:
+    """The query's vector, or ``None`` (and a problem recorded) when embedding failed.
+
+    The embedding gets at most half of what is left of the recall latency
+    budget, so an embedder that hangs still leaves lexical discovery its time.
+    """
+    left = state.left(ticket) / 2
+    if left <= 0:
+        why = "query embedding not started: the recall latency budget is spent; discovery was lexical only"
+    else:
+        try:
+            return await embed_query(ticket, hybrid, query, left)
+        except Exception as exc:
+            why = f"query embedding failed ({type(exc).__name__}: {exc}); discovery was lexical only"
+    state.problems.append(why)
+    state.embedding_failure = why
+    return None
+
+
 async def _gather_open(
-    ticket: Ticket, state: _Round, session: RecallSession, scope: Scope, policy: RecallPolicy, query: str
+    ticket: Ticket,
+    state: _Round,
+    session: RecallSession,
+    scope: Scope,
+    policy: RecallPolicy,
+    query: str,
+    hybrid: Hybrid | None,
 ) -> Evidence:
     limits = state.limits
     wanted = limits.max_candidates - state.candidates
@@ -280,13 +315,23 @@ async def _gather_open(
             f"discovery not started: the run's candidate budget (max_candidates={limits.max_candidates}, "
             f"max_discovery_bytes={limits.max_discovery_bytes}) is spent"
         )
-    raw = await _call(
-        ticket,
-        state,
-        "recall discover",
-        lambda ctx: session.discover(query, wanted, ctx),
-        remaining_bytes=discovery_left,
-    )
+    vector = await _query_vector(ticket, state, hybrid, query) if hybrid is not None else None
+    if vector is not None:
+        raw = await _call(
+            ticket,
+            state,
+            "recall discover_hybrid",
+            lambda ctx: session.discover_hybrid(query, vector, wanted, ctx),
+            remaining_bytes=discovery_left,
+        )
+    else:
+        raw = await _call(
+            ticket,
+            state,
+            "recall discover",
+            lambda ctx: session.discover(query, wanted, ctx),
+            remaining_bytes=discovery_left,
+        )
     candidates = _checked_candidates(raw, state, scope)
     try:
         ranked_raw = policy.rank(list(candidates))
@@ -353,6 +398,7 @@ async def _gather_open(
         problems=tuple(state.problems),
         notes=tuple(state.notes),
         usage=state.usage(),
+        embedding_failure=state.embedding_failure,
     )
 
 

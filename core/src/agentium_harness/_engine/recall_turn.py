@@ -24,6 +24,7 @@ from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, Va
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
 from .bounded import bounded
+from .embedding import Hybrid
 from .lifecycle import Ticket
 from .recall import Evidence, RecallUsage, gather_evidence, revalidate
 from .recall_policy import (
@@ -153,6 +154,8 @@ def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
         Diagnostic("recall_omitted", f"source {s} left out whole", Severity.WARNING) for s in evidence.omitted
     ]
     out += [Diagnostic("recall_note", n) for n in evidence.notes]
+    if evidence.embedding_failure:
+        out.append(Diagnostic("recall_embed_failed", evidence.embedding_failure, Severity.WARNING))
     if evidence.status is RecallStatus.FAILED:
         out.append(Diagnostic("recall_failed", "; ".join(evidence.problems), Severity.ERROR))
     return out
@@ -194,10 +197,12 @@ async def recall_before_dispatch(
     clarify: Clarifier | None,
     clarify_timeout_s: float,
     hidden: Callable[[str], bool] | None = None,
+    hybrid: Hybrid | None = None,
 ) -> RecallStep:
     """Gather evidence and apply the policy's decision at the dispatch fence (span ``retrieval``).
 
-    ``hidden`` names the sources the session's view hides (see ``gather_evidence``).
+    ``hidden`` names the sources the session's view hides (see ``gather_evidence``); with
+    ``hybrid``, discovery fuses lexical and vector candidates.
     """
     source = type(store).__name__
     attributes = {"gen_ai.data_source.id": source}
@@ -213,6 +218,7 @@ async def recall_before_dispatch(
             clarify=clarify,
             clarify_timeout_s=clarify_timeout_s,
             hidden=hidden,
+            hybrid=hybrid,
         )
         _describe(span, step.outcome)
         if step.end is not None:
@@ -232,9 +238,10 @@ async def _dispatch_fence(
     clarify: Clarifier | None,
     clarify_timeout_s: float,
     hidden: Callable[[str], bool] | None = None,
+    hybrid: Hybrid | None = None,
 ) -> RecallStep:
     turn = QueryInput(user_input, history)
-    evidence = await gather_evidence(ticket, store, scope, limits, policy, turn, hidden=hidden)
+    evidence = await gather_evidence(ticket, store, scope, limits, policy, turn, hidden=hidden, hybrid=hybrid)
     diagnostics = _diagnostics(evidence)
     clarification: tuple[str, str] | None = None
     decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=False))
@@ -287,6 +294,7 @@ async def _dispatch_fence(
             attrs.evolve(turn, clarification=answer),
             spent=evidence.usage,
             hidden=hidden,
+            hybrid=hybrid,
         )
         diagnostics.extend(_diagnostics(evidence))
         decision = _decide(policy, _seen(evidence, RecallFence.DISPATCH, clarified=True))

@@ -58,6 +58,7 @@ from .._verdicts import EvidenceLimits, VerificationRecord
 from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
 from .checks import probe_adapters
 from .closing import CloseAttempt, HarnessResources, close_session, drain_runtime, shutdown_runtime
+from .embedding import Hybrid
 from .history_api import HistoryOperations
 from .history_view import model_history, recall_hidden
 from .hooks import HookBroadcaster
@@ -152,6 +153,7 @@ class HarnessRuntime(HistoryOperations):
         memory: MemoryManager | None = None,
         owns_memory_manager: bool = False,
         telemetry: Telemetry | None = None,
+        hybrid: Hybrid | None = None,
     ) -> None:
         #: Where spans and metrics go, and whether content is captured (docs/observability.md).
         self.telemetry = telemetry or Telemetry()
@@ -166,6 +168,8 @@ class HarnessRuntime(HistoryOperations):
         self.summary_limits = summary_limits or SummaryLimits()
         self._summary_reader = summary_reader
         self.recall = recall
+        #: Hybrid recall (an embedder beside the recall store), or ``None`` for lexical recall.
+        self.hybrid = hybrid
         self.recall_limits = recall_limits or RecallLimits()
         self.recall_policy = recall_policy or current_session_recall_policy()
         self.publication = publication
@@ -319,6 +323,7 @@ class HarnessRuntime(HistoryOperations):
                 clarify=clarify,
                 clarify_timeout_s=self.limits.op_timeout_s,
                 hidden=recall_hidden(key, snap.view),
+                hybrid=self.hybrid,
             )
             diagnostics.extend(step.diagnostics)
             progress.recall = step.outcome

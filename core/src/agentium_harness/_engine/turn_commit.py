@@ -199,7 +199,13 @@ async def commit_group(
     if outcome.archived_groups:
         diagnostics.extend(
             await index_archived(
-                runtime.recall, ticket, key, outcome.archived_groups, outcome.archived, runtime.archive
+                runtime.recall,
+                ticket,
+                key,
+                outcome.archived_groups,
+                outcome.archived,
+                runtime.archive,
+                hybrid=runtime.hybrid,
             )
         )
     revision = outcome.revision

@@ -62,6 +62,17 @@ def agentium_register_recall_stores(register: Register) -> None:
 
 
 @hookspec
+def agentium_register_embedders(register: Register) -> None:
+    """Register embedder adapters (capabilities: ``EmbedderCapabilities``).
+
+    An embedder beside a recall store that declares ``vector_indexing`` and
+    ``hybrid_discovery`` makes recall hybrid (``[embedder]`` in a config).
+
+    :param register: validates and records one adapter spec.
+    """
+
+
+@hookspec
 def agentium_register_summarizers(register: Register) -> None:
     """Register summarizer adapters (capabilities: ``SummarizerCapabilities``).
 

@@ -1,4 +1,4 @@
-"""The seven ports: archive, sessions, recall, summarizer, verifier, memory, provider.
+"""The eight ports: archive, sessions, recall, embedder, summarizer, verifier, memory, provider.
 
 Each module holds the port class, its records and its frozen capability class.
 :data:`PORT_KIND_TABLE` is *the* list of adapter kinds: one :class:`PortKind`
@@ -18,6 +18,7 @@ import attrs
 from .._validators import non_empty_str, str_tuple
 from ._base import CancelSignal, Capabilities, OpContext, is_port_stub, port_stub
 from .archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from .embedder import Embedder, EmbedderCapabilities
 from .memory import MemoryCapabilities, MemoryStore
 from .provider import ModelProvider, ProviderCapabilities
 from .recall import RecallCapabilities, RecallStore
@@ -134,6 +135,14 @@ PORT_KIND_TABLE: tuple[PortKind, ...] = (
         ("open",),
         "agentium_register_recall_stores",
         session_methods=("discover", "read", "validate", "validate_current"),
+    ),
+    _kind(
+        "embedder",
+        "embedder",
+        Embedder,
+        EmbedderCapabilities,
+        ("embed",),
+        "agentium_register_embedders",
     ),
     _kind(
         "summarizer",

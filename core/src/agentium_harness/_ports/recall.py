@@ -24,6 +24,7 @@ from .._scope import ABSENT_SEGMENT, Scope, SessionKey, decode_segment, encode_s
 from .._validators import bounded_count, bounded_duration, validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt
+from .embedder import Vector
 
 __all__ = [
     "Candidate",
@@ -36,10 +37,12 @@ __all__ = [
     "RecallStore",
     "SourceOwner",
     "SourceRef",
+    "SourceVector",
     "Validation",
     "ValidationStatus",
     "document_source_id",
     "group_source_id",
+    "reciprocal_rank_fusion",
     "source_owner",
 ]
 
@@ -63,6 +66,12 @@ class RecallCapabilities(Capabilities):
     eviction commits) are optional, and so is ``health_check``
     (:meth:`RecallStore.health`, a bounded probe that ``agentium check
     --probe`` shows).
+
+    Hybrid recall (an ``[embedder]`` beside the store) needs both
+    ``vector_indexing`` (:meth:`RecallStore.index_vectors`: the store keeps one
+    vector per source, at the source's revision, of one embedding model) and
+    ``hybrid_discovery`` (:meth:`RecallSession.discover_hybrid`: lexical and
+    vector candidates fused into one ranked list under the same budgets).
     """
 
     METHODS: ClassVar[dict[str, str]] = {
@@ -74,6 +83,8 @@ class RecallCapabilities(Capabilities):
         "document_indexing": "index_document",
         "archive_indexing": "index_groups",
         "health_check": "health",
+        "vector_indexing": "index_vectors",
+        "hybrid_discovery": "session:discover_hybrid",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = (
         "bounded_discovery",
@@ -90,6 +101,13 @@ class RecallCapabilities(Capabilities):
     document_indexing: bool = False
     archive_indexing: bool = False
     health_check: bool = False
+    vector_indexing: bool = False
+    hybrid_discovery: bool = False
+
+    @property
+    def hybrid(self) -> bool:
+        """True when the store declares everything hybrid recall needs (vectors and fused discovery)."""
+        return self.vector_indexing and self.hybrid_discovery
 
 
 @attrs.frozen(slots=True)
@@ -239,12 +257,55 @@ def source_owner(source_id: object) -> SourceOwner | None:
     return None
 
 
+#: The ``k`` of reciprocal rank fusion: 60, as in Cormack, Clarke and Büttcher (SIGIR 2009).
+RRF_K: Final = 60
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[str]], *, k: int = RRF_K, weights: Sequence[float] | None = None
+) -> list[tuple[str, float]]:
+    """Fuse ranked lists of source ids into one: ``[(source_id, score)]``, best first.
+
+    Each list adds ``weight / (k + rank)`` (rank from 1) to the score of every
+    id in it; an id found by several lists sums its parts, so agreement
+    between the lexical and the vector ranking lifts a source above one that
+    only one of them found. Ties keep the order of first appearance (the
+    first list's order first). A repeated id within one list counts once,
+    at its best rank. Deterministic, no I/O: stores call it inside
+    :meth:`RecallSession.discover_hybrid`.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        raise InvalidArgumentError(f"k must be an integer >= 0, got {k!r}")
+    if weights is None:
+        weights = [1.0] * len(rankings)
+    if len(weights) != len(rankings):
+        raise InvalidArgumentError(f"{len(weights)} weights for {len(rankings)} rankings")
+    scores: dict[str, float] = {}
+    for ranking, weight in zip(rankings, weights, strict=True):
+        seen: set[str] = set()
+        for rank, source_id in enumerate(ranking, start=1):
+            if source_id in seen:
+                continue
+            seen.add(source_id)
+            scores[source_id] = scores.get(source_id, 0.0) + float(weight) / (k + rank)
+    order = {sid: i for i, sid in enumerate(scores)}
+    return sorted(scores.items(), key=lambda item: (-item[1], order[item[0]]))
+
+
 @attrs.frozen(slots=True)
 class SourceRef:
     """A source and the revision of it that was seen."""
 
     source_id: str
     revision: str
+
+
+@attrs.frozen(slots=True)
+class SourceVector:
+    """The vector of one source at one revision, as :meth:`RecallStore.index_vectors` receives it."""
+
+    ref: SourceRef
+    vector: Vector
 
 
 @attrs.frozen(slots=True)
@@ -317,6 +378,31 @@ class RecallSession:
         ``UnsupportedOperationError`` from the port stub.
         """
         raise unsupported(self, "discover")
+
+    @port_stub
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        """As :meth:`discover`, with lexical and vector candidates fused. Declared by ``hybrid_discovery``.
+
+        ``vector`` is the query's embedding (unit length, checked by the
+        engine). The store ranks sources by ``query``'s words as in
+        :meth:`discover` and by cosine similarity to ``vector``, and fuses the
+        two rankings (reciprocal rank fusion, :func:`reciprocal_rank_fusion`,
+        or better) into at most ``max_candidates`` candidates in rank order,
+        under the same rules as :meth:`discover`: only sources the scope may
+        see, within ``ctx.remaining_bytes``, ids and owners as there. A source
+        may be found by its vector alone (it shares no word with the query).
+
+        Call ``ctx.raise_if_expired("recall discover")`` before starting and
+        between backend pages; stop backend work when ``ctx.signal`` is cancelled.
+
+        Raises: ``EmbeddingModelMismatchError`` when the index holds vectors of
+        another model than ``vector.model`` (vectors of two models are never
+        compared); ``OperationCancelledError`` when cancelled or past the
+        deadline; ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "discover_hybrid", "hybrid_discovery")
 
     @port_stub
     async def read(
@@ -468,6 +554,27 @@ class RecallStore:
         (the engine reports them and tries again at the next commit).
         """
         return None
+
+    @port_stub
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        """Keep each source's vector beside its index entry. Declared by ``vector_indexing``.
+
+        A vector is stored only if its source is indexed at exactly
+        ``ref.revision`` (one computed from an older revision is skipped), and
+        replaces the source's previous vector; a source that changes or is
+        deleted loses its vector with its old revision. The store keeps the
+        :class:`~agentium_harness._ports.embedder.EmbeddingModel` of its
+        vectors (model id and dimension) and refuses vectors of another one.
+        All or nothing: a refused batch writes nothing. Returns how many
+        vectors were stored. Call ``ctx.raise_if_expired("recall index")``
+        before writing anything.
+
+        Raises: ``EmbeddingModelMismatchError`` when the store already holds
+        vectors of another model, or the batch mixes models (nothing
+        written); ``OperationCancelledError`` when cancelled or past the
+        deadline; ``UnsupportedOperationError`` when not declared.
+        """
+        raise unsupported(self, "index_vectors", "vector_indexing")
 
     @port_stub
     async def health(self, ctx: OpContext) -> str:

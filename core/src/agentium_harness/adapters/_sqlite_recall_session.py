@@ -9,7 +9,7 @@ it is closed.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._errors import (
@@ -18,6 +18,7 @@ from .._errors import (
 )
 from .._history import estimate_tokens
 from .._ports import OpContext
+from .._ports.embedder import Vector
 from .._ports.recall import (
     Candidate,
     Excerpt,
@@ -32,6 +33,7 @@ from .._ports.recall import (
 from .._scope import Scope
 from ._excerpts import content_terms, make_excerpt
 from ._sqlite_recall_sql import ranked_sources
+from ._sqlite_recall_vectors import hybrid_rows
 from ._stopwords import ENGLISH_STOPWORDS
 
 if TYPE_CHECKING:
@@ -126,28 +128,83 @@ class SQLiteRecallSession(RecallSession):
             rows = ranked_sources(
                 conn, scope, terms, limit, cap, lambda: ctx.raise_if_expired("recall discover"), floor
             )
-            found: list[Candidate] = []
-            spent = 0
-            for source_id, revision, title, size, *owner_and_score in rows:
-                owner = _row_owner(owner_and_score[:5])
-                if owner is None:
-                    continue
-                candidate = Candidate(
-                    ref=SourceRef(source_id, revision),
-                    owner=owner,
-                    score=-float(owner_and_score[5]),
-                    size_bytes=int(size),
-                    title=title,
-                )
-                if not owner.visible_to(self._scope):  # the SQL filter already holds; never trust one check
-                    continue
-                spent += candidate.discovery_bytes
-                if budget is not None and spent > budget:
-                    break
-                found.append(candidate)
-            return found
+            # bm25 totals are negative, lower is better; candidates carry higher-is-better scores.
+            return self._candidates(rows, budget, lambda total: -total)
 
         return await self._store.run(ctx, "recall discover", work)
+
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        """Up to ``max_candidates`` sources by lexical and vector rank, fused (reciprocal rank fusion).
+
+        Each candidate's ``score`` is its fused score (higher is better). See
+        :mod:`agentium_harness.adapters._sqlite_recall_vectors` for the
+        bounded candidate set, the two floors and the fusion. Raises
+        :class:`~agentium_harness._errors.EmbeddingModelMismatchError` when the
+        index holds vectors of another model than ``vector``'s.
+        """
+        self._begin(ctx, "recall discover")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        if not isinstance(vector, Vector):
+            raise InvalidArgumentError(f"vector must be a Vector, got {type(vector).__name__}")
+        config = self._store.config
+        terms = content_terms(query, STOPWORD_LISTS[config.stopwords])
+        self._terms = terms
+        limit = max(0, max_candidates)
+        if limit == 0:
+            return []
+        scope = self._scope
+        budget = ctx.remaining_bytes
+        path = self._store.path
+
+        def work(conn: sqlite3.Connection) -> list[Candidate]:
+            rows = hybrid_rows(
+                conn,
+                scope,
+                terms,
+                vector,
+                path=path,
+                max_candidates=limit,
+                max_ranked=config.max_ranked_matches,
+                min_relevance=config.min_relevance,
+                min_similarity=config.min_similarity,
+                max_vector_scan=config.max_vector_scan,
+                depth=max(limit, config.hybrid_depth),
+                check=lambda: ctx.raise_if_expired("recall discover"),
+            )
+            return self._candidates([(*row, score) for row, score in rows], budget, lambda s: s)
+
+        return await self._store.run(ctx, "recall discover", work)
+
+    def _candidates(
+        self, rows: Sequence[Sequence[Any]], budget: int | None, score_of: Callable[[float], float]
+    ) -> list[Candidate]:
+        """Candidates from ``(source_id, revision, title, size, <5 owner columns>, score)`` rows, in order.
+
+        Rows whose stored owner is no longer valid or not visible are skipped
+        (the SQL filter already holds; never trust one check); the list stops
+        where the discovery byte budget would be passed.
+        """
+        found: list[Candidate] = []
+        spent = 0
+        for source_id, revision, title, size, *owner_and_score in rows:
+            owner = _row_owner(owner_and_score[:5])
+            if owner is None or not owner.visible_to(self._scope):
+                continue
+            candidate = Candidate(
+                ref=SourceRef(source_id, revision),
+                owner=owner,
+                score=score_of(float(owner_and_score[5])),
+                size_bytes=int(size),
+                title=title,
+            )
+            spent += candidate.discovery_bytes
+            if budget is not None and spent > budget:
+                break
+            found.append(candidate)
+        return found
 
     async def read(
         self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext

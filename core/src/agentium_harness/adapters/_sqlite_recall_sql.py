@@ -32,6 +32,7 @@ __all__ = [
     "OWNER_COLUMNS",
     "ROWID_SPAN_SQL",
     "SCHEMA",
+    "SCOPE_FILTER",
     "TERM_PROBE_SQL",
     "SourceRow",
     "common_term_weight",
@@ -133,6 +134,22 @@ SCHEMA: Final = (
         DELETE FROM recall_texts WHERE id = old.id;
     END
     """,
+    # Hybrid recall: one vector per source (little-endian float32, unit length),
+    # of the one embedding model recall_meta names ('vector_model'). Keyed by the
+    # source row, so a changed source (a new row) or a deleted one loses its old
+    # vector in the same statement. Added without a version bump: a file from
+    # before simply has no vectors yet.
+    """
+    CREATE TABLE IF NOT EXISTS recall_vectors (
+        id INTEGER PRIMARY KEY REFERENCES recall_sources (id) ON DELETE CASCADE,
+        vector BLOB NOT NULL
+    )
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS recall_sources_ad_vectors AFTER DELETE ON recall_sources BEGIN
+        DELETE FROM recall_vectors WHERE id = old.id;
+    END
+    """,
 )
 
 # Visibility (SourceOwner.visible_to) as SQL: tenant equal, every other owner
@@ -145,6 +162,9 @@ _SCOPE_FILTER: Final = (
     " AND (s.project_id IS NULL OR s.project_id = :project)"
     " AND (s.repository_id IS NULL OR s.repository_id = :repository)"
 )
+
+#: The scope filter of every statement that lists sources (``s`` is ``recall_sources``).
+SCOPE_FILTER: Final = _SCOPE_FILTER
 
 # Title matches weigh twice as much as body matches, neighbouring context half.
 _BM25: Final = "bm25(recall_fts, 2.0, 1.0, 0.5)"
@@ -220,8 +240,8 @@ def discovery_sql(weights: Sequence[float | None]) -> str:
         )
     union = " UNION ALL ".join(parts)
     return (
-        f"SELECT s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, m.total "  # noqa: S608
-        f"FROM (SELECT rid, sum(score) AS total FROM ({union}) GROUP BY rid "
+        f"SELECT s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, m.total, m.matched, s.id "  # noqa: S608
+        f"FROM (SELECT rid, sum(score) AS total, sum(weight) AS matched FROM ({union}) GROUP BY rid "
         "HAVING sum(weight) >= :min_matched) AS m "
         "JOIN recall_sources AS s ON s.id = m.rid "
         "ORDER BY m.total, s.id DESC LIMIT :max_candidates"
@@ -281,39 +301,56 @@ def ranked_sources(
     """The best ``max_candidates`` visible sources for ``terms``, ranked as the store's docs describe.
 
     Rows are ``(source_id, revision, title, size_bytes, <5 owner columns>,
-    bm25 total)``, best (lowest total) first. A source must match terms
-    holding at least ``min_relevance`` of the query's idf (the relevance
-    floor; 0 keeps every match). ``check`` runs between steps (it raises to
-    stop). The frequency probes and the ranking statement run in one read
-    transaction, so they see the same index.
+    bm25 total, matched idf, rowid)``, best (lowest total) first. A source
+    must match terms holding at least ``min_relevance`` of the query's idf
+    (the relevance floor; 0 keeps every match). ``check`` runs between steps
+    (it raises to stop). The frequency probes and the ranking statement run
+    in one read transaction, so they see the same index.
     """
     conn.execute("BEGIN")
     try:
-        span, max_rowid = conn.execute(ROWID_SPAN_SQL).fetchone()
-        present: list[tuple[str, float | None, float]] = []
-        total_idf = 0.0
-        for term in terms:
-            check()
-            # Two bounded probes: in title and text, for the term's weight in the floor;
-            # in every column, for whether bm25 (which counts every match) stays cheap.
-            own, own_min = conn.execute(TERM_PROBE_SQL, (probe_phrase(term), max_ranked)).fetchone()
-            idf = term_idf(term_matches(max_ranked, own, own_min or 0, max_rowid, span), span)
-            total_idf += idf
-            probed, min_rowid = conn.execute(TERM_PROBE_SQL, (fts_phrase(term), max_ranked)).fetchone()
-            if probed:  # a term with no match anywhere only weighs in the floor
-                weight = common_term_weight(max_ranked, probed, min_rowid or 0, max_rowid, span)
-                present.append((term, weight, idf))
-        if not present:
-            return []
-        check()
-        per_term = max(max_candidates, -(-max_ranked // len(present)))
-        # A hair under the exact share, so a source matching every term passes at 1.0.
-        min_matched = min_relevance * total_idf * (1 - 1e-9)
-        params = discovery_params(scope, present, per_term, max_candidates, min_matched)
-        return conn.execute(discovery_sql([w for _, w, _ in present]), params).fetchall()
+        return ranked_in_transaction(conn, scope, terms, max_candidates, max_ranked, check, min_relevance)[0]
     finally:
         if conn.in_transaction:
             conn.execute("COMMIT")
+
+
+def ranked_in_transaction(
+    conn: sqlite3.Connection,
+    scope: Scope,
+    terms: Sequence[str],
+    max_candidates: int,
+    max_ranked: int,
+    check: Callable[[], None],
+    min_relevance: float = 0.0,
+) -> tuple[list[tuple[Any, ...]], float]:
+    """:func:`ranked_sources` inside the caller's transaction, with the query's total idf.
+
+    The total lets a caller that ranked with no floor apply it itself: a row
+    passes ``min_relevance`` when its matched idf is at least that share of it.
+    """
+    span, max_rowid = conn.execute(ROWID_SPAN_SQL).fetchone()
+    present: list[tuple[str, float | None, float]] = []
+    total_idf = 0.0
+    for term in terms:
+        check()
+        # Two bounded probes: in title and text, for the term's weight in the floor;
+        # in every column, for whether bm25 (which counts every match) stays cheap.
+        own, own_min = conn.execute(TERM_PROBE_SQL, (probe_phrase(term), max_ranked)).fetchone()
+        idf = term_idf(term_matches(max_ranked, own, own_min or 0, max_rowid, span), span)
+        total_idf += idf
+        probed, min_rowid = conn.execute(TERM_PROBE_SQL, (fts_phrase(term), max_ranked)).fetchone()
+        if probed:  # a term with no match anywhere only weighs in the floor
+            weight = common_term_weight(max_ranked, probed, min_rowid or 0, max_rowid, span)
+            present.append((term, weight, idf))
+    if not present:
+        return [], total_idf
+    check()
+    per_term = max(max_candidates, -(-max_ranked // len(present)))
+    # A hair under the exact share, so a source matching every term passes at 1.0.
+    min_matched = min_relevance * total_idf * (1 - 1e-9)
+    params = discovery_params(scope, present, per_term, max_candidates, min_matched)
+    return conn.execute(discovery_sql([w for _, w, _ in present]), params).fetchall(), total_idf
 
 
 def scope_params(scope: Scope) -> dict[str, str | None]:

@@ -16,6 +16,7 @@ from .._plugins.graders import RegisterGrader
 from .._plugins.hookspecs import hookimpl
 from .._plugins.spec import AdapterSpec, Register
 from .._plugins.strategies import RecallStrategy, RegisterStrategy
+from .embedders import HashingEmbedder, HashingEmbedderConfig
 from .memory import InMemoryArchive, InMemoryArchiveConfig, InMemorySessionStore, InMemorySessionStoreConfig
 from .memory_facts import InMemoryMemoryConfig, InMemoryMemoryStore
 from .memory_recall import InMemoryRecallConfig, InMemoryRecallStore
@@ -146,6 +147,19 @@ def agentium_register_summarizers(register: Register) -> None:
             adapter_class=ModelSummarizer,
             config_class=ModelSummarizerConfig,
             description="task summaries written by the runtime's model provider, citations checked",
+        )
+    )
+
+
+@hookimpl
+def agentium_register_embedders(register: Register) -> None:
+    """Register the built-in embedder."""
+    register(
+        AdapterSpec(
+            name="hashing",
+            adapter_class=HashingEmbedder,
+            config_class=HashingEmbedderConfig,
+            description="model-free word and trigram hashing, offline and deterministic (tests, examples)",
         )
     )
 

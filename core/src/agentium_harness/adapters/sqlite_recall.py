@@ -85,6 +85,7 @@ from .._codec import digest_bytes, digest_of, from_json
 from .._errors import (
     AgentiumError,
     ArchiveCorruptError,
+    EmbeddingModelMismatchError,
     InvalidArgumentError,
     RecallUnavailableError,
     RecordDecodeError,
@@ -92,6 +93,7 @@ from .._errors import (
 from .._history import MessageGroup
 from .._ports import OpContext
 from .._ports.archive import ArchiveReceipt, check_archived_group
+from .._ports.embedder import Vector
 from .._ports.recall import (
     RecallCapabilities,
     RecallLimits,
@@ -99,6 +101,7 @@ from .._ports.recall import (
     RecallStore,
     SourceOwner,
     SourceRef,
+    SourceVector,
     document_source_id,
     group_source_id,
 )
@@ -106,6 +109,7 @@ from .._scope import Scope, SessionKey
 from .._validators import bounded_count
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
 from ._sqlite_recall_sql import SCHEMA, SourceRow, insert_groups, insert_source, migrate_v1
+from ._sqlite_recall_vectors import write_vectors
 from ._sqlite_sql import immediate_transaction
 from .sqlite import SQLiteConfig, _SQLiteAdapterBase
 
@@ -167,6 +171,11 @@ def _stopwords_name(instance: object, attribute: attrs.Attribute[str], value: ob
         )
 
 
+def _similarity(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
+        raise InvalidArgumentError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
+
+
 def _share(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
         raise InvalidArgumentError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
@@ -187,11 +196,21 @@ class SQLiteRecallConfig(SQLiteConfig):
     - ``min_relevance``: the relevance floor, from 0 to 1: the share of the
       query's weight (the sum of its terms' idf) a source must match to be
       returned at all. 0 returns every source that matches any term.
+    - ``min_similarity`` (hybrid recall): the cosine similarity, from -1 to 1,
+      a source's vector must reach for the vector ranking to return it.
+    - ``max_vector_scan`` (hybrid recall): how many of the scope's newest
+      sources have their vectors scored, besides every source the query's
+      words reach; the bound on a hybrid discovery's vector work.
+    - ``hybrid_depth`` (hybrid recall): how many of each ranking (lexical,
+      vector) enter reciprocal rank fusion.
     """
 
     max_ranked_matches: int = attrs.field(default=1000, validator=bounded_count())
     stopwords: str = attrs.field(default="english", validator=_stopwords_name)
     min_relevance: float = attrs.field(default=0.3, validator=_share)
+    min_similarity: float = attrs.field(default=0.3, validator=_similarity)
+    max_vector_scan: int = attrs.field(default=2000, validator=bounded_count(ceiling=1_000_000))
+    hybrid_depth: int = attrs.field(default=50, validator=bounded_count(ceiling=10_000))
 
 
 def _utf8(text: str, what: str) -> int:
@@ -226,6 +245,8 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         document_indexing=True,
         archive_indexing=True,
         health_check=True,
+        vector_indexing=True,
+        hybrid_discovery=True,
     )
     session_class: ClassVar[type[RecallSession]] = SQLiteRecallSession
     storage_error: ClassVar[type[AgentiumError]] = SQLiteRecallError
@@ -402,6 +423,36 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
                 )
             )
         return rows
+
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        """Store each source's vector beside its index entry, in one transaction; how many were stored.
+
+        A vector whose source is not indexed at its ref's revision is skipped.
+        Every vector is of one model, the index's: a batch that mixes models,
+        or is of another model than the vectors already stored, raises
+        :class:`~agentium_harness._errors.EmbeddingModelMismatchError` and
+        writes nothing.
+        """
+        ctx.raise_if_expired("recall index")
+        entries = list(vectors)
+        for entry in entries:
+            if not isinstance(entry, SourceVector) or not isinstance(entry.vector, Vector):
+                raise InvalidArgumentError("index_vectors takes SourceVector items; nothing was written")
+        models = {entry.vector.model for entry in entries}
+        if len(models) > 1:
+            raise EmbeddingModelMismatchError(
+                f"index_vectors was given vectors of {len(models)} models "
+                f"({', '.join(sorted(m.key() for m in models))}); one batch, one model; nothing was written"
+            )
+        path = self._path
+
+        def work(conn: sqlite3.Connection) -> int:
+            with immediate_transaction(conn):
+                stored = write_vectors(conn, entries, path, lambda: ctx.raise_if_expired("recall index"))
+                ctx.raise_if_expired("recall index")
+            return stored
+
+        return await self.run(ctx, "recall index", work)
 
     async def health(self, ctx: OpContext) -> str:
         """Open the database if needed and run constant-time probe statements (no index scan)."""

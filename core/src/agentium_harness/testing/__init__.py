@@ -1,7 +1,7 @@
 """Testing support for hosts and adapter authors.
 
 - The contract suites (:class:`ArchiveContract`, :class:`SessionStoreContract`,
-  :class:`RecallStoreContract`, :class:`SummarizerContract`,
+  :class:`RecallStoreContract`, :class:`EmbedderContract`, :class:`SummarizerContract`,
   :class:`VerifierContract`, :class:`MemoryStoreContract`)
   live in :mod:`agentium_harness.testing.contracts` and are re-exported here.
   They need pytest, so they are imported on first access: importing this
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .contracts import (
         ArchiveContract,
         ContractSuite,
+        EmbedderContract,
         MemoryStoreContract,
         RecallStoreContract,
         SessionStoreContract,
@@ -70,6 +71,7 @@ __all__ = [
     "ArchiveContract",
     "ContractSuite",
     "CorruptStored",
+    "EmbedderContract",
     "HarnessEvalTarget",
     "MemoryStoreContract",
     "RecallStoreContract",
@@ -95,6 +97,7 @@ SUITE_MODULES = (
     "agentium_harness.testing.archive_contract",
     "agentium_harness.testing.session_store_contract",
     "agentium_harness.testing.recall_contract",
+    "agentium_harness.testing.embedder_contract",
     "agentium_harness.testing.summarizer_contract",
     "agentium_harness.testing.verifier_contract",
     "agentium_harness.testing.memory_contract",
@@ -105,6 +108,7 @@ _LAZY = frozenset(
     {
         "ArchiveContract",
         "ContractSuite",
+        "EmbedderContract",
         "RecallStoreContract",
         "SessionStoreContract",
         "SummarizerContract",

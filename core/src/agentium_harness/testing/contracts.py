@@ -27,6 +27,7 @@ from ._suite import (  # noqa: E402  (after the rewrite registration on purpose)
     unmarked_overrides,
 )
 from .archive_contract import ArchiveContract  # noqa: E402
+from .embedder_contract import EmbedderContract  # noqa: E402
 from .helpers import CorruptStored, replace_once  # noqa: E402
 from .memory_contract import MemoryStoreContract  # noqa: E402
 from .recall_contract import HOSTILE_IDS, RecallStoreContract  # noqa: E402
@@ -41,6 +42,7 @@ __all__ = [
     "ArchiveContract",
     "ContractSuite",
     "CorruptStored",
+    "EmbedderContract",
     "MemoryStoreContract",
     "RecallStoreContract",
     "Reopen",

@@ -1,0 +1,195 @@
+"""Embedding under the engine's bounds: hybrid recall's query vectors and the vectors it indexes.
+
+An embedder is only ever called from here. :func:`embed_texts` cuts each
+text to :attr:`EmbeddingLimits.max_input_bytes`, sends batches of at most
+``min(limits.max_batch, embedder.max_batch)`` texts, runs each call under its
+deadline through :meth:`.lifecycle.Ticket.call` (a call that hangs, even in a
+worker thread, is walked away from at the deadline) and checks every answer
+whole: one vector per text, each of the model's dimension, finite, not
+zero. A batch that breaks any rule raises :class:`EmbeddingError` and none
+of its vectors is used. What passes is a unit-length
+:class:`~agentium_harness._ports.embedder.Vector` tagged with the model, so a
+recall store can refuse to mix models.
+
+Where vectors go: :func:`index_sources` embeds sources (archived groups
+after an eviction commits, host documents, ``agentium recall rebuild``) and
+hands them to the store's ``index_vectors``; :func:`embed_query` embeds a
+recall query for ``discover_hybrid`` (see :mod:`.recall`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+
+from .._errors import CapabilityError, EmbeddingError, InvalidArgumentError
+from .._history import MessageGroup
+from .._ports._base import OpContext
+from .._ports.embedder import Embedder, EmbeddingLimits, EmbeddingModel, Vector
+from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, SourceVector
+from .checks import check_adapter
+from .lifecycle import Ticket
+
+__all__ = ["Hybrid", "embed_query", "embed_texts", "embedding_text", "index_sources", "make_hybrid"]
+
+
+@attrs.frozen(slots=True)
+class Hybrid:
+    """What hybrid recall needs: the embedder, its bounds, and the model it declared at build time."""
+
+    embedder: Embedder
+    limits: EmbeddingLimits
+    model: EmbeddingModel
+
+
+def make_hybrid(embedder: Embedder, limits: EmbeddingLimits | None, recall: RecallStore | None) -> Hybrid:
+    """Check an embedder and the recall store beside it at build time; :class:`CapabilityError` if unfit.
+
+    Hybrid recall needs a recall store that declares ``vector_indexing`` and
+    ``hybrid_discovery``; an embedder without a recall store has nothing to do.
+    """
+    check_adapter("embedder", embedder)
+    if limits is not None and not isinstance(limits, EmbeddingLimits):
+        raise InvalidArgumentError(f"embedding_limits must be EmbeddingLimits, got {type(limits).__name__}")
+    if recall is None:
+        raise CapabilityError(
+            f"embedder {type(embedder).__name__} was given without a recall store: an embedder only "
+            "serves hybrid recall; add a recall store that declares vector_indexing and hybrid_discovery, "
+            "or leave the embedder out"
+        )
+    caps = getattr(type(recall), "capabilities", None)
+    if not isinstance(caps, RecallCapabilities) or not caps.hybrid:
+        missing = [f for f in ("vector_indexing", "hybrid_discovery") if not getattr(caps, f, False)]
+        raise CapabilityError(
+            f"recall store {type(recall).__name__} does not declare {' and '.join(missing)}, which hybrid "
+            "recall with an embedder requires: choose a recall store with vectors (the built-in 'sqlite' "
+            "store has them), or leave the embedder out for lexical recall"
+        )
+    try:
+        model = embedder.model
+    except Exception as exc:
+        raise CapabilityError(
+            f"embedder {type(embedder).__name__} has no model ({type(exc).__name__}: {exc}); it must "
+            "declare model = EmbeddingModel(model_id, dimension)"
+        ) from exc
+    if not isinstance(model, EmbeddingModel):
+        raise CapabilityError(
+            f"embedder {type(embedder).__name__}.model must be an EmbeddingModel, got {type(model).__name__}"
+        )
+    batch = getattr(embedder, "max_batch", None)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise CapabilityError(
+            f"embedder {type(embedder).__name__}.max_batch must be an integer >= 1, got {batch!r}"
+        )
+    return Hybrid(embedder, limits or EmbeddingLimits(), model)
+
+
+def _cut(text: str, max_bytes: int) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    return data[:max_bytes].decode("utf-8", "ignore")
+
+
+def embedding_text(group: MessageGroup) -> str:
+    """The text a group is embedded as: its messages' contents, one per line.
+
+    Roles are left out: every group has them, so they would only pull all
+    vectors together.
+    """
+    return "\n".join(m.content for m in group.messages if m.content.strip())
+
+
+def _checked(raw: object, batch: Sequence[str], model: EmbeddingModel, who: str) -> list[Vector]:
+    if isinstance(raw, str | bytes) or not hasattr(raw, "__len__") or not hasattr(raw, "__iter__"):
+        raise EmbeddingError(f"{who} returned {type(raw).__name__}, not a sequence of vectors; none was used")
+    if len(raw) != len(batch):
+        raise EmbeddingError(
+            f"{who} returned {len(raw)} vectors for {len(batch)} texts; the batch was dropped whole"
+        )
+    vectors: list[Vector] = []
+    for i, item in enumerate(raw):
+        values = item.tolist() if callable(getattr(item, "tolist", None)) else item
+        if isinstance(values, str | bytes) or not isinstance(values, Sequence):
+            raise EmbeddingError(f"{who} returned {type(item).__name__} as vector {i}; the batch was dropped")
+        if len(values) != model.dimension:
+            raise EmbeddingError(
+                f"{who} returned a vector of dimension {len(values)} where its model {model.key()} "
+                f"declares {model.dimension}; the batch was dropped"
+            )
+        try:
+            vectors.append(Vector.normalized(model, values))
+        except InvalidArgumentError as exc:
+            raise EmbeddingError(
+                f"{who} returned an unusable vector {i} ({exc}); the batch was dropped"
+            ) from exc
+    return vectors
+
+
+def _embed_call(
+    embedder: Embedder, batch: list[str]
+) -> Callable[[OpContext], Awaitable[Sequence[Sequence[float]]]]:
+    return lambda ctx: embedder.embed(batch, ctx)
+
+
+def _index_call(store: RecallStore, entries: list[SourceVector]) -> Callable[[OpContext], Awaitable[int]]:
+    return lambda ctx: store.index_vectors(entries, ctx)
+
+
+async def embed_texts(
+    ticket: Ticket, hybrid: Hybrid, texts: Sequence[str], *, timeout_s: float | None = None
+) -> list[Vector]:
+    """One checked vector per text, in order, in bounded batches; :class:`EmbeddingError` on any fault.
+
+    Each call has ``timeout_s`` (default ``hybrid.limits.timeout_s``); a call
+    that raises, hangs or answers badly fails the whole request.
+    """
+    limits = hybrid.limits
+    size = max(1, min(limits.max_batch, hybrid.embedder.max_batch))
+    cut = [_cut(t, limits.max_input_bytes) for t in texts]
+    if any(not t.strip() for t in cut):
+        raise EmbeddingError("an empty text cannot be embedded; nothing was sent")
+    who = f"embedder {type(hybrid.embedder).__name__}"
+    timeout = limits.timeout_s if timeout_s is None else min(timeout_s, limits.timeout_s)
+    out: list[Vector] = []
+    for start in range(0, len(cut), size):
+        batch = cut[start : start + size]
+        try:
+            raw = await ticket.call("embed", _embed_call(hybrid.embedder, batch), timeout_s=timeout)
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"{who} failed: {type(exc).__name__}: {exc}") from exc
+        out.extend(_checked(raw, batch, hybrid.model, who))
+    return out
+
+
+async def embed_query(ticket: Ticket, hybrid: Hybrid, query: str, timeout_s: float) -> Vector:
+    """The checked vector of one recall query (already cut to ``max_query_bytes``), within ``timeout_s``."""
+    (vector,) = await embed_texts(ticket, hybrid, [query], timeout_s=timeout_s)
+    return vector
+
+
+async def index_sources(
+    ticket: Ticket, hybrid: Hybrid, store: RecallStore, sources: Sequence[tuple[SourceRef, str]]
+) -> int:
+    """Embed ``(ref, text)`` pairs and store the vectors with ``store.index_vectors``; how many were stored.
+
+    Sources with blank text are skipped (nothing to embed). Raises
+    :class:`EmbeddingError` when embedding fails (nothing stored) and what
+    the store raises (``EmbeddingModelMismatchError`` among them).
+    """
+    wanted = [(ref, text) for ref, text in sources if text.strip()]
+    if not wanted:
+        return 0
+    stored = 0
+    step = max(1, min(hybrid.limits.max_batch, hybrid.embedder.max_batch))
+    # One store write per embedding batch: memory stays bounded by the batch, and what was
+    # embedded before a failure is kept.
+    for start in range(0, len(wanted), step):
+        part = wanted[start : start + step]
+        vectors = await embed_texts(ticket, hybrid, [text for _, text in part])
+        entries = [SourceVector(ref, vector) for (ref, _), vector in zip(part, vectors, strict=True)]
+        stored += await ticket.call("recall index vectors", _index_call(store, entries))
+    return stored

@@ -1,0 +1,240 @@
+"""Vectors in the SQLite recall store: storage, the model check and hybrid discovery.
+
+Vectors live in ``recall_vectors`` beside the index: one little-endian
+float32 blob per source row, unit length, all of one embedding model, named
+in ``recall_meta`` (``vector_model``, as ``"<model id>/<dimension>"``). No
+SQLite extension is needed: similarity is computed here, over a bounded
+candidate set, with NumPy when it is installed and plain Python otherwise.
+
+Hybrid discovery (:func:`hybrid_rows`), in one read transaction:
+
+1. **Lexical pool.** The same ranking as lexical discovery
+   (:func:`~._sqlite_recall_sql.ranked_in_transaction`), without the floor and
+   with up to ``max_ranked`` rows: every source the query's words reach
+   within the lexical cost bound.
+2. **Vector candidates.** The vectors of that pool and of the scope's newest
+   ``max_vector_scan`` sources that have one (rowid order, scope filter in the
+   statement before the limit). At most ``max_ranked + max_vector_scan``
+   vectors are read and scored, whatever the index size: that is the bound,
+   and its price is that an old source sharing no word with the query is
+   found by its vector only while it is among the newest ``max_vector_scan``.
+3. **Two rankings.** Lexical: the pool's sources that pass the relevance
+   floor (``min_relevance``), by bm25. Vector: the scored sources whose
+   cosine similarity is at least ``min_similarity``, most similar first. Each
+   is cut to ``depth``.
+4. **Fusion.** Reciprocal rank fusion
+   (:func:`~agentium_harness._ports.recall.reciprocal_rank_fusion`, k = 60);
+   the best ``max_candidates``. A source below both floors is never returned,
+   so a question about nothing in the history still finds nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import operator
+import sqlite3
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from .._errors import EmbeddingModelMismatchError
+from .._ports.embedder import EmbeddingModel, Vector
+from .._ports.recall import SourceVector, reciprocal_rank_fusion
+from .._scope import Scope
+from ._sqlite_recall_sql import OWNER_COLUMNS, SCOPE_FILTER, ranked_in_transaction, scope_params
+
+__all__ = [
+    "MODEL_KEY",
+    "check_model",
+    "cosine_scores",
+    "hybrid_rows",
+    "stored_model",
+    "write_vectors",
+]
+
+#: The ``recall_meta`` key naming the model of the stored vectors.
+MODEL_KEY: Final = "vector_model"
+
+# Rowids looked up per statement (well under SQLite's variable limit).
+_CHUNK: Final = 500
+
+
+def stored_model(conn: sqlite3.Connection) -> str | None:
+    """The model key (``"<model>/<dimension>"``) of the stored vectors, or ``None`` when there are none."""
+    if conn.execute("SELECT 1 FROM recall_vectors LIMIT 1").fetchone() is None:
+        return None
+    row = conn.execute("SELECT value FROM recall_meta WHERE key = ?", (MODEL_KEY,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def check_model(conn: sqlite3.Connection, model: EmbeddingModel, path: str) -> bool:
+    """Raise :class:`EmbeddingModelMismatchError` if the index holds vectors of another model.
+
+    Returns whether the index holds vectors at all (of ``model``, then).
+    """
+    found = stored_model(conn)
+    if found is not None and found != model.key():
+        raise EmbeddingModelMismatchError(
+            f"sqlite recall store: {path} holds vectors of {found}, not of {model.key()}; vectors of two "
+            f"models are never mixed: configure the embedder the index was built with ({found}), or point "
+            "the recall store at a new file and run `agentium recall rebuild`"
+        )
+    return found is not None
+
+
+def write_vectors(
+    conn: sqlite3.Connection, entries: Sequence[SourceVector], path: str, check: Callable[[], None]
+) -> int:
+    """Store each entry's vector if its source is indexed at the entry's revision; how many were stored.
+
+    Runs inside the caller's transaction. The batch is of one model (checked
+    by the caller); a store with vectors of another model raises before
+    anything is written. With no vector stored (a new index, or every source
+    deleted) the batch's model becomes the index's.
+    """
+    if not entries:
+        return 0
+    model = entries[0].vector.model
+    if not check_model(conn, model, path):
+        conn.execute(
+            "INSERT OR REPLACE INTO recall_meta (key, value) VALUES (?, ?)", (MODEL_KEY, model.key())
+        )
+    stored = 0
+    for i, entry in enumerate(entries):
+        if i % 256 == 0:
+            check()
+        row = conn.execute(
+            "SELECT id FROM recall_sources WHERE source_id = ? AND revision = ?",
+            (entry.ref.source_id, entry.ref.revision),
+        ).fetchone()
+        if row is None:
+            continue  # deleted, or changed since the text was embedded: a stale vector is never kept
+        blob = entry.vector.to_bytes()
+        conn.execute("INSERT OR REPLACE INTO recall_vectors (id, vector) VALUES (?, ?)", (row[0], blob))
+        stored += 1
+    return stored
+
+
+@functools.cache
+def _numpy() -> Any:
+    """NumPy if it is installed (the offline embedder brings it), else ``None``: scoring falls back."""
+    try:
+        return importlib.import_module("numpy")
+    except ImportError:  # pragma: no cover - exercised where NumPy is absent
+        return None
+
+
+def cosine_scores(query: Vector, blobs: Sequence[bytes]) -> list[float]:
+    """The dot product of ``query`` with each stored unit vector (their cosine similarity).
+
+    A blob of the wrong size (a damaged row) scores ``-inf`` and so is never
+    returned. NumPy scores a few thousand 384-value vectors in about a
+    millisecond; plain Python takes tens of milliseconds (see docs/recall.md).
+    """
+    size = 4 * query.model.dimension
+    np = _numpy()
+    good = [i for i, b in enumerate(blobs) if isinstance(b, bytes) and len(b) == size]
+    scores = [-math.inf] * len(blobs)
+    if not good:
+        return scores
+    if np is not None:
+        matrix = np.frombuffer(b"".join(blobs[i] for i in good), dtype="<f4").reshape(len(good), -1)
+        values = matrix @ np.asarray(query.values, dtype=np.float32)
+        for i, value in zip(good, values.tolist(), strict=True):
+            scores[i] = float(value) if math.isfinite(value) else -math.inf
+        return scores
+    q = array("f", query.values)
+    mul = operator.mul
+    for i in good:
+        v = array("f")
+        v.frombytes(blobs[i])
+        value = sum(map(mul, q, v))
+        scores[i] = value if math.isfinite(value) else -math.inf
+    return scores
+
+
+_ROW: Final = f"s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, s.id"
+
+#: The scope's newest sources that have a vector, with their vectors (scope filter before the LIMIT).
+_NEWEST_SQL: Final = (
+    f"SELECT {_ROW}, v.vector FROM recall_sources AS s JOIN recall_vectors AS v ON v.id = s.id "  # noqa: S608
+    f"WHERE {SCOPE_FILTER} ORDER BY s.id DESC LIMIT :scan"
+)
+
+
+def hybrid_rows(
+    conn: sqlite3.Connection,
+    scope: Scope,
+    terms: Sequence[str],
+    query: Vector,
+    *,
+    path: str,
+    max_candidates: int,
+    max_ranked: int,
+    min_relevance: float,
+    min_similarity: float,
+    max_vector_scan: int,
+    depth: int,
+    check: Callable[[], None],
+) -> list[tuple[tuple[Any, ...], float]]:
+    """The best ``max_candidates`` sources by fused rank: ``[(row, fused score)]``, best first.
+
+    ``row`` is ``(source_id, revision, title, size_bytes, <5 owner columns>)``.
+    See the module docs for the steps. Raises
+    :class:`EmbeddingModelMismatchError` when the index holds vectors of
+    another model than ``query``'s.
+    """
+    conn.execute("BEGIN")
+    try:
+        has_vectors = check_model(conn, query.model, path)
+        rows: dict[int, tuple[Any, ...]] = {}
+        lexical: list[int] = []  # every pool source, best bm25 first
+        lexical_pass: set[int] = set()  # those past the relevance floor
+        sims: dict[int, float] = {}
+        if terms:
+            pool, total_idf = ranked_in_transaction(conn, scope, terms, max_ranked, max_ranked, check, 0.0)
+            floor = min_relevance * total_idf * (1 - 1e-9)
+            for found in pool:
+                rowid = int(found[-1])
+                rows[rowid] = tuple(found[:9])
+                lexical.append(rowid)
+                if float(found[-2]) >= floor:
+                    lexical_pass.add(rowid)
+        similar: list[int] = []  # every scored source, most similar first
+        if has_vectors:
+            check()
+            blobs: dict[int, bytes] = {}
+            for found in conn.execute(_NEWEST_SQL, {**scope_params(scope), "scan": max_vector_scan}):
+                rowid = int(found[9])
+                rows.setdefault(rowid, tuple(found[:9]))
+                blobs[rowid] = found[10]
+            missing = [r for r in rows if r not in blobs]
+            for start in range(0, len(missing), _CHUNK):
+                check()
+                part = missing[start : start + _CHUNK]
+                marks = ",".join("?" * len(part))
+                blobs.update(
+                    (int(rowid), blob)
+                    for rowid, blob in conn.execute(
+                        f"SELECT id, vector FROM recall_vectors WHERE id IN ({marks})",  # noqa: S608
+                        part,
+                    )
+                )
+            check()
+            ids = list(blobs)
+            scored = list(zip(ids, cosine_scores(query, [blobs[i] for i in ids]), strict=True))
+            sims.update(scored)
+            # Most similar first; the newer source first among equals.
+            similar = [r for r, s in sorted(scored, key=lambda x: (-x[1], -x[0])) if math.isfinite(s)]
+        # Each ranking holds only what passes its own floor, cut to ``depth``; fusion rewards agreement.
+        rankings = [
+            [r for r in lexical if r in lexical_pass][:depth],
+            [r for r in similar if sims[r] >= min_similarity][:depth],
+        ]
+        fused = reciprocal_rank_fusion([[str(r) for r in ranking] for ranking in rankings])
+        return [(rows[int(key)], score) for key, score in fused[:max_candidates]]
+    finally:
+        if conn.in_transaction:
+            conn.execute("COMMIT")
