@@ -254,10 +254,13 @@ async def per_turn(server: PostgresServer, app: PostgresConfig, args: argparse.N
     print("\n== 1. Per turn: Agentium (postgres archive + session store) vs LangGraph PostgresSaver ==")
     agentium = AgentiumTurns(app)
     langgraph: LangGraphTurns | None = None
-    try:
-        langgraph = LangGraphTurns(server.admin_dsn())
-    except ImportError as exc:
-        print(f"LangGraph skipped: {exc} (pip install -r benchmarks/requirements-peers.txt)")
+    if args.no_langgraph:
+        print("LangGraph skipped: --no-langgraph")
+    else:
+        try:
+            langgraph = LangGraphTurns(server.admin_dsn())
+        except ImportError as exc:
+            print(f"LangGraph skipped: {exc} (pip install -r benchmarks/requirements-peers.txt)")
     times: dict[tuple[str, int], list[int]] = {}
     try:
         for size in args.sizes:
@@ -443,6 +446,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--recall-repeats", type=int, default=25, help="discoveries per query")
     parser.add_argument("--append-repeats", type=int, default=6, help="repeats of each append mode")
     parser.add_argument("--parts", nargs="+", default=["turns", "recall", "append"], help="what to run")
+    parser.add_argument(
+        "--no-langgraph",
+        action="store_true",
+        help="time Agentium alone (no LangGraph turns between its batches)",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, figures meaningless")
     args = parser.parse_args(argv)
     if args.quick:

@@ -120,16 +120,17 @@ _V1: Final[tuple[LiteralString, ...]] = (
     """
     CREATE FUNCTION {schema}.check_archived(t text, u text, s text, seqs bigint[], digests text[])
         RETURNS void LANGUAGE plpgsql VOLATILE
-        AS $$ DECLARE bad record; BEGIN
-            SELECT a.seq, a.digest AS stored, g.digest AS sent INTO bad
-                FROM {schema}.archive_groups AS a
-                JOIN unnest(seqs, digests) AS g(seq, digest) ON a.seq = g.seq
-                WHERE a.tenant_key = t AND a.user_key = u AND a.session_key = s AND a.digest <> g.digest
-                ORDER BY a.seq LIMIT 1;
-            IF FOUND THEN
-                RAISE EXCEPTION 'group % is archived with digest %; refusing different content %',
-                    bad.seq, bad.stored, bad.sent USING ERRCODE = 'AG001';
-            END IF;
+        AS $$ DECLARE stored text; k integer; BEGIN
+            -- One primary-key lookup per group of the batch: the cost follows the batch, never
+            -- the session's history (a join may be planned as a scan of every archived group).
+            FOR k IN 1 .. coalesce(array_length(seqs, 1), 0) LOOP
+                SELECT a.digest INTO stored FROM {schema}.archive_groups AS a
+                    WHERE a.tenant_key = t AND a.user_key = u AND a.session_key = s AND a.seq = seqs[k];
+                IF stored IS DISTINCT FROM digests[k] THEN
+                    RAISE EXCEPTION 'group % is archived with digest %; refusing different content %',
+                        seqs[k], stored, digests[k] USING ERRCODE = 'AG001';
+                END IF;
+            END LOOP;
         END $$
     """,
     """
