@@ -16,7 +16,16 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_ruff_lint_is_clean() -> None:
     result = _run(
-        sys.executable, "-m", "ruff", "check", "core/src", "plugins", "tests", "benchmarks", "examples"
+        sys.executable,
+        "-m",
+        "ruff",
+        "check",
+        "core/src",
+        "plugins",
+        "integrations",
+        "tests",
+        "benchmarks",
+        "examples",
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -36,6 +45,16 @@ def test_mypy_strict_on_plugin_srcs_is_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+#: Every integration distribution's src (an agent framework's package is typed and installed with it).
+INTEGRATION_SRCS = sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("integrations/*/src"))
+
+
+def test_mypy_strict_on_integration_srcs_is_clean() -> None:
+    assert INTEGRATION_SRCS, "no integration src folders found"
+    result = _run(sys.executable, "-m", "mypy", "--strict", *INTEGRATION_SRCS)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_ruff_format_is_clean() -> None:
     result = _run(
         sys.executable,
@@ -45,6 +64,7 @@ def test_ruff_format_is_clean() -> None:
         "--check",
         "core/src",
         "plugins",
+        "integrations",
         "tests",
         "benchmarks",
         "examples",
@@ -57,11 +77,20 @@ def test_no_pickle_and_no_bare_agentium_dependency() -> None:
     forbidden = re.compile(r"^\s*(import|from)\s+(pickle|dill|cloudpickle|agentium)(\s|\.|$)")
     offenders = [
         f"{path}:{n}: {line.strip()}"
-        for path in [*ROOT.glob("core/src/**/*.py"), *ROOT.glob("plugins/*/src/**/*.py")]
+        for path in [
+            *ROOT.glob("core/src/**/*.py"),
+            *ROOT.glob("plugins/*/src/**/*.py"),
+            *ROOT.glob("integrations/*/src/**/*.py"),
+        ]
         for n, line in enumerate(path.read_text("utf-8").splitlines(), 1)
         if forbidden.match(line)
     ]
     assert offenders == []
     requirement = re.compile(r"""["']agentium\s*([<>=!~;\[]|["'])""")
-    for pyproject in [ROOT / "core" / "pyproject.toml", *ROOT.glob("plugins/*/pyproject.toml")]:
+    pyprojects = [
+        ROOT / "core" / "pyproject.toml",
+        *ROOT.glob("plugins/*/pyproject.toml"),
+        *ROOT.glob("integrations/*/pyproject.toml"),
+    ]
+    for pyproject in pyprojects:
         assert not requirement.search(pyproject.read_text("utf-8")), pyproject

@@ -1,0 +1,28 @@
+"""Agentium under the OpenAI Agents SDK: a ``Session`` whose history is Agentium canonical history.
+
+``AgentiumSession(runtime, identity, session_id)`` is passed as ``session=``
+to ``Runner.run``, ``Runner.run_sync`` or ``Runner.run_streamed``. Every item
+is kept exactly (``Message.payload``, format :data:`ITEM_FORMAT`) with
+readable text beside it; pop and clear move the session's view and delete
+nothing. See this distribution's README and ``docs/history-api.md``.
+"""
+
+from __future__ import annotations
+
+from ._errors import ForeignItemError, HistoryChangedError, SessionClosedError
+from ._items import ITEM_FORMAT, MAX_CONTENT_CHARS, item_to_message, message_to_item
+from ._session import AgentiumSession
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ITEM_FORMAT",
+    "MAX_CONTENT_CHARS",
+    "AgentiumSession",
+    "ForeignItemError",
+    "HistoryChangedError",
+    "SessionClosedError",
+    "__version__",
+    "item_to_message",
+    "message_to_item",
+]

@@ -1,0 +1,27 @@
+"""Errors of the OpenAI Agents SDK integration (rooted at ``AgentiumError``)."""
+
+from __future__ import annotations
+
+from agentium_harness import AgentiumError, InvalidArgumentError
+
+__all__ = ["ForeignItemError", "HistoryChangedError", "SessionClosedError"]
+
+
+class ForeignItemError(InvalidArgumentError):
+    """An item is not an SDK item, or committed history holds something that is not one.
+
+    On ``add_items`` nothing was written. On ``get_items`` or ``pop_item`` the
+    read failed closed: no item was skipped and nothing was changed.
+    """
+
+
+class HistoryChangedError(AgentiumError):
+    """``get_items`` read several pages and the session's view kept changing between them.
+
+    Another writer retracted or reset the view while the pages were read,
+    every time it was retried; nothing was changed. Call ``get_items`` again.
+    """
+
+
+class SessionClosedError(AgentiumError, RuntimeError):
+    """The session was closed; it admits no more operations (create a new one)."""

@@ -1,0 +1,137 @@
+"""OpenAI Agents SDK items to Agentium messages and back.
+
+Every item the SDK stores is kept whole in ``Message.payload`` (plain JSON,
+part of the group's canonical bytes and digest) under :data:`ITEM_FORMAT`,
+so ``get_items`` gives back exactly what ``add_items`` was given. ``content``
+is a readable rendering of the item — what recall indexes, what summaries
+read and what Agentium's own ``run()`` would send — never the item's JSON.
+
+Roles: a message item keeps its role (``developer`` is Agentium's
+``system``); an item that answers a call (``function_call_output`` and the
+other ``*_output`` items) is ``user`` input, since the client supplies it;
+every other item (``function_call``, ``reasoning``, hosted tool calls…) is
+``assistant`` output. Tool calls are not mapped onto Agentium's structured
+``tool_calls``: the SDK may store a call and its output in different
+``add_items`` calls (an approval interrupts a run between them), and
+Agentium refuses a group that holds half a tool exchange.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from agentium_harness import Message, Role
+
+from ._errors import ForeignItemError
+
+__all__ = ["ITEM_FORMAT", "MAX_CONTENT_CHARS", "item_to_message", "message_to_item"]
+
+#: ``Message.payload_format`` of an SDK item: a Responses API input item, as the SDK stores it.
+ITEM_FORMAT: Final = "openai.responses.input_item/v1"
+#: The readable ``content`` is cut to this many characters (the item itself is never cut).
+MAX_CONTENT_CHARS: Final = 16_384
+
+_MESSAGE_ROLES: Final = {
+    "user": Role.USER,
+    "assistant": Role.ASSISTANT,
+    "system": Role.SYSTEM,
+    "developer": Role.SYSTEM,
+}
+
+
+def _text_of_parts(parts: object) -> str:
+    """The text of a message's content: a string, or the text of each part of a list."""
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    texts: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping):
+            text = part.get("text", part.get("refusal"))
+            if isinstance(text, str):
+                texts.append(text)
+            elif isinstance(part.get("type"), str):
+                texts.append(f"[{part['type']}]")
+    return "\n".join(texts)
+
+
+def _readable(item: Mapping[str, Any]) -> str:
+    """A short, readable text for ``item`` (its kind and its words), never its raw JSON."""
+    kind = item.get("type")
+    if "role" in item and kind in (None, "message"):
+        return _text_of_parts(item.get("content"))
+    if kind == "function_call":
+        return f"[function_call {item.get('name', '?')}] {item.get('arguments', '')}"
+    if isinstance(kind, str) and kind.endswith("_output"):
+        output = item.get("output")
+        text = output if isinstance(output, str) else _text_of_parts(output)
+        if not text and output is not None:
+            text = json.dumps(output, ensure_ascii=False, allow_nan=False, default=str)[:MAX_CONTENT_CHARS]
+        return f"[{kind} {item.get('call_id', '?')}] {text}"
+    if kind == "reasoning":
+        return "[reasoning] " + _text_of_parts(item.get("summary"))
+    return f"[{kind if isinstance(kind, str) else 'item'}]"
+
+
+def _role(item: Mapping[str, Any]) -> Role:
+    kind = item.get("type")
+    role = item.get("role")
+    if isinstance(role, str) and kind in (None, "message"):
+        mapped = _MESSAGE_ROLES.get(role)
+        if mapped is not None:
+            return mapped
+    if isinstance(kind, str) and kind.endswith("_output"):
+        return Role.USER
+    return Role.ASSISTANT
+
+
+def item_to_message(item: object) -> Message:
+    """The Agentium message for one SDK item: the item whole as its payload, readable text as content.
+
+    The item must be a mapping; whether it is plain JSON (no ``nan``, no
+    tuples, no non-string keys…) is checked by ``HarnessRuntime.append``,
+    which refuses the whole call with ``InvalidPayloadError`` otherwise.
+    """
+    if not isinstance(item, Mapping):
+        raise ForeignItemError(
+            f"an SDK item is a mapping (a Responses API input item), got {type(item).__name__}; "
+            "pass the items the SDK gives you, or build dicts"
+        )
+    text = _readable(item)
+    if len(text) > MAX_CONTENT_CHARS:
+        text = text[: MAX_CONTENT_CHARS - 1] + "…"
+    # The payload is passed as given: append() checks and copies it (and refuses it whole).
+    return Message(_role(item), text, payload=item, payload_format=ITEM_FORMAT)
+
+
+def message_to_item(message: Message, where: str) -> dict[str, Any]:
+    """The SDK item a committed message stands for.
+
+    A message this integration wrote gives back its payload exactly. A
+    message without a payload (committed by Agentium's own ``run()``) is read
+    as an easy input message of its role (a tool result as ``user`` text).
+    A payload of any other format is another framework's item: reading it as
+    an SDK item would be a guess, so :class:`ForeignItemError` is raised and
+    nothing is skipped.
+    """
+    if message.payload_format == ITEM_FORMAT:
+        payload = message.payload
+        if not isinstance(payload, dict):
+            raise ForeignItemError(
+                f"{where} has payload_format {ITEM_FORMAT} but its payload is a {type(payload).__name__}, "
+                "not an item; the history is damaged (read it with read_history(view=False) to audit it)"
+            )
+        return payload
+    if message.payload_format is not None:
+        raise ForeignItemError(
+            f"{where} holds a {message.payload_format!r} item, not an OpenAI Agents SDK item "
+            f"({ITEM_FORMAT}); this session id is used by another framework's integration: "
+            "use another session id"
+        )
+    role = "user" if message.role is Role.TOOL else message.role.value
+    return {"role": role, "content": message.content}

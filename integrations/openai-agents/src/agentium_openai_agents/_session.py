@@ -1,0 +1,245 @@
+"""``AgentiumSession``: an OpenAI Agents SDK session over Agentium's history API."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+
+import anyio
+from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
+
+from agentium_harness import (
+    MAX_PAGE_GROUPS,
+    CommitState,
+    HarnessRuntime,
+    HistoryPage,
+    Message,
+    RecallScope,
+    RetractionRefusedError,
+    SessionBusyError,
+    SessionConflictError,
+    VerifiedIdentity,
+)
+from agentium_harness.plugin_api import SessionKey
+
+from ._errors import HistoryChangedError, SessionClosedError
+from ._items import item_to_message, message_to_item
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+__all__ = ["AgentiumSession"]
+
+T = TypeVar("T")
+
+#: How many times ``get_items`` starts again when the view changed between two of its pages.
+_READ_RESTARTS: Final = 3
+
+
+class AgentiumSession:
+    """An OpenAI Agents SDK ``Session`` whose history is Agentium canonical history.
+
+    Pass it as ``session=`` to ``Runner.run``, ``Runner.run_sync`` or
+    ``Runner.run_streamed``. It implements the SDK's ``Session`` protocol
+    over :class:`~agentium_harness.HarnessRuntime`'s history API:
+
+    - ``add_items(items)`` is one ``append``: one call, one group (a
+      function call and its output, when the SDK passes them together), each
+      item kept whole as the message's payload (``openai.responses.input_item/v1``)
+      with readable text as its content;
+    - ``get_items(limit)`` reads the view backwards in bounded pages, only as
+      many groups as ``limit`` items need; damaged history fails the read
+      (``SnapshotCorruptError``, ``ArchiveCorruptError``, :class:`ForeignItemError`),
+      never skips an item;
+    - ``pop_item()`` is a ``retract`` of the view's last message and returns
+      it; ``clear_session()`` is a ``reset_view``. Neither deletes anything:
+      the items stay in canonical history (``read_history(view=False)``).
+
+    The identity is bound here, by the host that verified it, and never
+    taken from the SDK: ``session_id`` only names a session of that
+    identity. The runtime is borrowed (the host opens and closes it); one
+    runtime serves any number of sessions. Writes that find the session busy
+    (another operation of this runtime holds it) or lose a compare-and-set
+    race to another process are retried, with back-off, for up to
+    ``busy_timeout_s``; they committed nothing when refused.
+    """
+
+    session_id: str
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        runtime: HarnessRuntime,
+        identity: VerifiedIdentity,
+        session_id: str,
+        *,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        recall_scope: RecallScope | None = None,
+        busy_timeout_s: float = 30.0,
+    ) -> None:
+        """Bind the session to ``runtime``, the host-verified ``identity`` and ``session_id``.
+
+        ``session_settings`` (``limit``: the default ``get_items`` limit) is
+        coerced like the SDK's own sessions do. ``recall_scope`` narrows the
+        session's recall as ``HarnessRuntime.append`` does. Bad arguments
+        raise at once (``IdentityError``, ``InvalidIdError``, ``TypeError``).
+        """
+        if not isinstance(runtime, HarnessRuntime):
+            raise TypeError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
+        # Checks the identity's type and the id's syntax now, not on the first call.
+        SessionKey.of(identity, session_id)
+        if not isinstance(busy_timeout_s, int | float) or not 0 <= busy_timeout_s <= 3600:
+            raise ValueError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
+        self.runtime = runtime
+        self.identity = identity
+        self.session_id = session_id
+        self.recall_scope = recall_scope
+        self.busy_timeout_s = float(busy_timeout_s)
+        self.session_settings = (
+            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
+        )
+        self._closed = False
+
+    # -- the SDK's Session protocol ---------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The latest ``limit`` items of the view (all of it when ``None``), oldest first.
+
+        ``limit`` falls back to ``session_settings.limit``; 0 gives ``[]`` and
+        a negative limit means no limit, as for the SDK's ``SQLiteSession``.
+        Reads only the newest groups it needs (a group holds at least one item).
+        """
+        self._check_open()
+        wanted = resolve_session_limit(limit, self.session_settings)
+        if wanted is not None and wanted < 0:
+            wanted = None
+        if wanted == 0:
+            return []
+        for _ in range(_READ_RESTARTS):
+            messages = await self._read_view(wanted)
+            if messages is not None:
+                items = [
+                    message_to_item(m, f"message {i} of the view of session {self.session_id!r}")
+                    for i, m in enumerate(messages)
+                ]
+                return cast("list[TResponseInputItem]", items)
+        raise HistoryChangedError(
+            f"the view of session {self.session_id!r} changed between the pages of every read "
+            f"({_READ_RESTARTS} attempts); nothing was changed: call get_items again"
+        )
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Commit ``items`` as one group (nothing for ``[]``); refused input writes nothing."""
+        self._check_open()
+        if not items:
+            return
+        messages = [item_to_message(item) for item in items]
+        await self._retrying(
+            lambda: self.runtime.append(
+                self.identity, self.session_id, messages, recall_scope=self.recall_scope
+            )
+        )
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Retract the view's last item and return it; ``None`` when the view is empty.
+
+        The item stays in canonical history; it leaves the view, so it is not
+        read again, sent to a model by ``run()``, recalled or summarized.
+        """
+        self._check_open()
+        try:
+            result = await self._retrying(
+                lambda: self.runtime.retract(
+                    self.identity, self.session_id, count=1, reason="pop_item", recall_scope=self.recall_scope
+                )
+            )
+        except RetractionRefusedError as exc:
+            if exc.available == 0:
+                return None
+            raise
+        (message,) = result.messages
+        (ref,) = result.retracted
+        item = message_to_item(message, f"message {ref.index} of group {ref.seq} of {self.session_id!r}")
+        return cast("TResponseInputItem", item)
+
+    async def clear_session(self) -> None:
+        """Start the view afresh (``reset_view``); nothing committed is deleted.
+
+        A view that is already empty is left as it is (no control group is written).
+        """
+        self._check_open()
+        page = await self.runtime.read_history(self.identity, self.session_id, max_groups=1)
+        if not page.groups:
+            return
+        await self._retrying(
+            lambda: self.runtime.reset_view(
+                self.identity, self.session_id, reason="clear_session", recall_scope=self.recall_scope
+            )
+        )
+
+    # -- closing ----------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` or :meth:`aclose` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Refuse further calls on this session object; the runtime (borrowed) stays open."""
+        self._closed = True
+
+    async def aclose(self) -> None:
+        """Like :meth:`close`, for hosts that close sessions with ``await``."""
+        self.close()
+
+    # -- helpers ------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"{type(self).__name__} is closed; create a new session object")
+
+    async def _read_view(self, wanted: int | None) -> list[Message] | None:
+        """The view's newest ``wanted`` messages (all when ``None``); ``None`` when it changed mid-read."""
+        collected: list[Message] = []
+        before: int | None = None
+        first: HistoryPage | None = None
+        while True:
+            if wanted is None:
+                groups = MAX_PAGE_GROUPS
+            elif first is None:
+                # The SDK stores at least two items per turn (the input and the answer): half as
+                # many groups as items is the first guess, so a page reads no group it does not need.
+                groups = min(MAX_PAGE_GROUPS, (wanted + 1) // 2)
+            else:
+                # Every group shown holds at least one item: this many groups are always enough.
+                groups = min(MAX_PAGE_GROUPS, wanted - len(collected))
+            page = await self.runtime.read_history(
+                self.identity, self.session_id, before_seq=before, max_groups=groups
+            )
+            if first is None:
+                first = page
+            elif (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted):
+                # A retraction or reset landed between two pages: the pages do not form one view.
+                return None
+            collected[:0] = page.messages
+            if (wanted is not None and len(collected) >= wanted) or page.next_before_seq is None:
+                break
+            before = page.next_before_seq
+        return collected if wanted is None else collected[-wanted:]
+
+    async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
+        """Run ``write``; while it is refused as busy or loses a race uncommitted, back off and retry."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        delay = 0.002
+        while True:
+            try:
+                return await write()
+            except (SessionBusyError, SessionConflictError) as exc:
+                retryable = isinstance(exc, SessionBusyError) or exc.commit_state is CommitState.NOT_COMMITTED
+                if not retryable or time.monotonic() + delay > deadline:
+                    raise
+            # Jitter keeps writers that collided from colliding again in step.
+            await anyio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.1)

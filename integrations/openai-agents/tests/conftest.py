@@ -1,0 +1,42 @@
+"""Fixtures of the OpenAI Agents SDK integration's tests: runtimes on real SQLite files and in memory.
+
+``sdk_sessions`` (the class under test for the SDK's own suite, and the
+identities the tests use) and the suite runner ``sdk_suite`` live beside
+this file; tests import from them, never from this conftest (another
+folder's conftest may hold that module name in a whole-repository run).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from sdk_sessions import build_runtime
+from sdk_suite import SUMMARY
+
+from agentium_harness import HarnessRuntime
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
+    """A runtime on Agentium's SQLite archive and session store in a fresh file (WAL, FULL), closed after."""
+    built = build_runtime(tmp_path / "agentium.db")
+    try:
+        yield built
+    finally:
+        await built.aclose()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for line in SUMMARY:
+        terminalreporter.write_line(line)

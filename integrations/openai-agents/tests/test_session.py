@@ -1,0 +1,266 @@
+"""AgentiumSession over the history API, on Agentium's real SQLite adapters (a file per test)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sdk_sessions import ANA, BOB
+
+from agentium_harness import (
+    ArchiveCorruptError,
+    HarnessRuntime,
+    IdentityError,
+    InvalidIdError,
+    InvalidPayloadError,
+    Message,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    SnapshotCorruptError,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_openai_agents import ITEM_FORMAT, AgentiumSession, ForeignItemError, SessionClosedError
+
+pytestmark = pytest.mark.anyio
+
+CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+ANSWER = {
+    "type": "message",
+    "role": "assistant",
+    "id": "msg_1",
+    "status": "completed",
+    "content": [{"type": "output_text", "text": "It is sunny in Paris.", "annotations": []}],
+}
+
+
+def turn(n: int) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": f"answer {n}"}]
+
+
+class CountingArchive(SQLiteArchive):
+    """The SQLite archive, counting the groups each read returns (to check that reads are bounded)."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.groups_read = 0
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[Any]:
+        groups = await super().read_groups(key, start_seq, max_groups, ctx)
+        self.groups_read += len(groups)
+        return groups
+
+
+def small_runtime(path: Path, archive: SQLiteArchive | None = None) -> HarnessRuntime:
+    """A runtime keeping 2 groups resident, so older history is read from the archive."""
+    config = SQLiteConfig(path=str(path))
+    archive = archive if archive is not None else SQLiteArchive(config)
+    store = SQLiteSessionStore(config)
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["(not called)"]),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+
+
+async def test_items_come_back_exactly_with_readable_content_and_their_format(
+    runtime: HarnessRuntime,
+) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    items = [{"role": "user", "content": "Weather in Paris?"}, CALL, OUTPUT, ANSWER]
+    await session.add_items(items)
+    assert await session.get_items() == items
+
+    page = await runtime.read_history(ANA, "chat-1", max_groups=10)
+    (group,) = page.groups  # one add_items call is one group: the call and its output together
+    assert [m.payload for m in group.messages] == items
+    assert {m.payload_format for m in group.messages} == {ITEM_FORMAT}
+    assert [(m.role, m.content) for m in group.messages] == [
+        (Role.USER, "Weather in Paris?"),
+        (Role.ASSISTANT, '[function_call get_weather] {"city": "Paris"}'),
+        (Role.USER, "[function_call_output call_1] sunny"),
+        (Role.ASSISTANT, "It is sunny in Paris."),
+    ]
+
+
+async def test_each_add_items_call_is_one_group_and_limit_reads_the_newest(runtime: HarnessRuntime) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    for n in range(5):
+        await session.add_items(turn(n))
+    assert [g.seq for g in (await runtime.read_history(ANA, "chat-1", max_groups=10)).groups] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+    assert [i["content"] for i in await session.get_items(3)] == ["answer 3", "question 4", "answer 4"]
+    assert await session.get_items(0) == []
+    assert len(await session.get_items(-1)) == 10  # negative: no limit, as the SDK's SQLiteSession
+    await session.add_items([])  # nothing to add: no group
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 5
+
+
+async def test_session_settings_limit_is_the_default_and_an_explicit_limit_wins(
+    runtime: HarnessRuntime,
+) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1", session_settings={"limit": 2})
+    for n in range(3):
+        await session.add_items(turn(n))
+    assert [i["content"] for i in await session.get_items()] == ["question 2", "answer 2"]
+    assert len(await session.get_items(5)) == 5
+
+
+async def test_the_identity_is_bound_at_construction_never_taken_from_the_session_id(
+    runtime: HarnessRuntime,
+) -> None:
+    ana, bob = AgentiumSession(runtime, ANA, "chat-1"), AgentiumSession(runtime, BOB, "chat-1")
+    await ana.add_items(turn(0))
+    assert await bob.get_items() == []  # the same session id names Bob's own, empty session
+    assert await bob.pop_item() is None
+    await bob.clear_session()
+    assert len(await ana.get_items()) == 2
+    assert (await runtime.list_sessions(BOB, limit=10)).sessions == ()
+    with pytest.raises(IdentityError):
+        AgentiumSession(runtime, "acme/ana", "chat-1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidIdError):
+        AgentiumSession(runtime, ANA, "")
+
+
+async def test_pop_retracts_the_last_item_and_returns_it_nothing_is_deleted(runtime: HarnessRuntime) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    assert await session.pop_item() is None
+    await session.add_items([{"role": "user", "content": "Weather?"}, CALL, OUTPUT])
+    assert await session.pop_item() == OUTPUT
+    assert await session.get_items() == [{"role": "user", "content": "Weather?"}, CALL]
+    assert await session.pop_item() == CALL
+    assert await session.pop_item() == {"role": "user", "content": "Weather?"}
+    assert await session.pop_item() is None
+    # Canonical history still has every item; the control groups say what was retracted.
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert [m.payload for m in audit.groups[0].group.messages] == [
+        {"role": "user", "content": "Weather?"},
+        CALL,
+        OUTPUT,
+    ]
+    assert [g.control.kind.value for g in audit.groups if g.control] == ["retract"] * 3
+
+
+async def test_clear_resets_the_view_and_keeps_history(runtime: HarnessRuntime) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.clear_session()  # an empty view: nothing is written
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
+    await session.add_items(turn(0))
+    await session.clear_session()
+    assert await session.get_items() == []
+    assert await session.pop_item() is None  # a pop never reaches past the clear
+    await session.add_items(turn(1))
+    assert [i["content"] for i in await session.get_items()] == ["question 1", "answer 1"]
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert [m.content for g in audit.groups for m in g.group.messages] == [
+        "question 0",
+        "answer 0",
+        "question 1",
+        "answer 1",
+    ]
+
+
+async def test_get_items_reads_only_the_groups_its_limit_needs(tmp_path: Path) -> None:
+    archive = CountingArchive(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+    async with small_runtime(tmp_path / "agentium.db", archive) as runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        for n in range(40):
+            await session.add_items(turn(n))
+        archive.groups_read = 0
+        assert [i["content"] for i in await session.get_items(6)] == [
+            "question 37",
+            "answer 37",
+            "question 38",
+            "answer 38",
+            "question 39",
+            "answer 39",
+        ]
+        assert archive.groups_read == 1  # 3 groups: 2 resident, 1 archived
+        archive.groups_read = 0
+        assert len(await session.get_items()) == 80
+        assert archive.groups_read == 38
+
+
+async def test_damaged_history_fails_closed_never_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "agentium.db"
+    async with small_runtime(path) as runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        for n in range(4):
+            await session.add_items(turn(n))
+        with sqlite3.connect(path) as db:  # flip the archived group 0's bytes (its digest is kept)
+            (data,) = db.execute("SELECT data FROM archive_groups WHERE seq = 0").fetchone()
+            db.execute(
+                "UPDATE archive_groups SET data = ? WHERE seq = 0",
+                (data.replace(b"question 0", b"question X"),),
+            )
+        assert len(await session.get_items(4)) == 4  # the newest groups do not touch the damage
+        with pytest.raises(ArchiveCorruptError):
+            await session.get_items()
+        with sqlite3.connect(path) as db:
+            (data,) = db.execute("SELECT data FROM session_snapshots").fetchone()
+            db.execute("UPDATE session_snapshots SET data = ?", (data.replace(b"answer 3", b"answer X"),))
+        for call in (session.get_items, session.pop_item, lambda: session.add_items(turn(9))):
+            with pytest.raises(SnapshotCorruptError):
+                await call()
+
+
+async def test_another_frameworks_items_fail_closed(runtime: HarnessRuntime) -> None:
+    await runtime.append(
+        ANA,
+        "chat-1",
+        [Message(Role.USER, "hi", payload={"type": "message"}, payload_format="other.framework/v1")],
+    )
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    with pytest.raises(ForeignItemError, match=r"other\.framework/v1"):
+        await session.get_items()
+
+
+async def test_history_written_by_runs_reads_as_plain_messages(runtime: HarnessRuntime) -> None:
+    await runtime.append(ANA, "chat-1", [Message(Role.USER, "hi"), Message(Role.ASSISTANT, "hello")])
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    assert await session.get_items() == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+
+
+async def test_bad_items_are_refused_and_nothing_is_written(runtime: HarnessRuntime) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items(turn(0))
+    bad: list[list[Any]] = [
+        [{"role": "user", "content": "ok"}, "not an item"],
+        [{"role": "user", "content": float("nan")}],
+        [{"role": "user", "content": "x", "extra": (1, 2)}],
+        [{"role": "user", "content": "x", 1: "non-string key"}],
+        [{"role": "user", "content": object()}],
+    ]
+    for items in bad:
+        with pytest.raises((ForeignItemError, InvalidPayloadError)):
+            await session.add_items(items)
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 1
+    assert len(await session.get_items()) == 2
+
+
+async def test_a_closed_session_refuses_every_call(runtime: HarnessRuntime) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    session.close()
+    for call in (session.get_items, session.pop_item, session.clear_session, lambda: session.add_items([])):
+        with pytest.raises(SessionClosedError, match="AgentiumSession is closed"):
+            await call()
+    assert session.closed and (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
