@@ -150,10 +150,13 @@ def test_the_verifier_deadline_argument_follows_the_rule() -> None:
 
 # -- the table: every numeric field found by introspection --------------------------------------
 
-#: Numeric options that are not a duration or a count (a sampling setting, an RNG seed).
+#: Numeric options that are not a duration or a count (a sampling setting, an RNG seed, a score
+#: threshold in a fixed range that its own validator checks).
 NOT_LIMITS = {
     ("OpenAIProviderConfig", "temperature"),
     ("OpenAIProviderConfig", "seed"),
+    ("SQLiteRecallConfig", "min_relevance"),
+    ("SQLiteRecallConfig", "min_similarity"),
 }
 DURATION = type(bounded_duration())
 COUNT = type(bounded_count())

@@ -35,6 +35,8 @@ def test_quick_benchmark_prints_medians_and_the_ratio_against_its_target() -> No
         out,
         re.M,
     ), out
-    # ...every query found evidence at the larger size, and the ratio is compared with its target.
-    assert re.search(r"size=\s*2000: .*\(8\.0 excerpts per query\)", out), out
+    # ...queries found evidence at the larger size (the relevance floor may leave weak ones out), and
+    # the ratio is compared with its target.
+    found = re.search(r"size=\s*2000: .*\((\d+\.\d) excerpts per query\)", out)
+    assert found is not None and float(found.group(1)) >= 1.0, out
     assert re.search(r"^ratio 2k/200: \d+\.\d+\s+target <= 3\s+(PASS|MISS)$", out, re.M), out
