@@ -52,7 +52,18 @@ def test_agentium_plugins_lists_the_postgres_adapters_with_their_capabilities() 
     adapters = {(a["kind"], a["name"]): a for a in plugin["adapters"]}
     for kind in (*KINDS, "recall", "memory"):
         assert (kind, "postgres") in adapters, adapters.keys()
-    assert all(adapters[("recall", "postgres")]["capabilities"].values())
+    recall = adapters[("recall", "postgres")]["capabilities"]
+    declared = {
+        "bounded_discovery",
+        "bounded_reads",
+        "revision_validation",
+        "bounded_current_validation",
+        "canonical_archive_reads",
+        "document_indexing",
+        "archive_indexing",
+        "health_check",
+    }
+    assert {flag for flag, on in recall.items() if on} == declared  # no vectors yet: not declared
     assert all(adapters[("memory", "postgres")]["capabilities"].values())
     assert adapters[("session_store", "postgres")]["capabilities"]["joint_archive_commit"] is True
     assert adapters[("archive", "postgres")]["capabilities"]["idempotent_append"] is True
