@@ -1,13 +1,18 @@
 """A small OpenAI-compatible HTTP server of the project's own, for the provider's tests.
 
 It listens on a free 127.0.0.1 port in a background thread (stdlib
-``http.server``), and serves ``POST /v1/chat/completions`` and
-``GET /v1/models`` like a real server does:
+``http.server``), and serves ``POST /v1/chat/completions``,
+``POST /v1/embeddings`` and ``GET /v1/models`` like a real server does:
 
 - replies come from a script of :class:`Reply` items, consumed one per
   request; most carry a chat completion body recorded in the OpenAI format
   (``tests/recordings/*.json``), others an HTTP error, a delay, an event
   stream or a malformed body;
+- embeddings are computed (:func:`embedding_of`: words hashed into
+  ``embedding_dimension`` values, so texts that share words are similar)
+  unless a scripted :class:`Reply` in :attr:`StubServer.embedding_script`
+  answers instead; the request is checked (key, model, ``input`` a list of
+  strings, ``encoding_format`` ``float``);
 - every request is kept (:attr:`StubServer.requests`: path, headers, decoded
   JSON body), and checked as a strict server would check it: the bearer key,
   ``model``, ``stream`` false, the roles, tool results answering earlier tool
@@ -105,6 +110,8 @@ class StubServer:
         self.models = list(models)
         self.script: deque[Reply] = deque()
         self.model_replies: deque[Reply] = deque()
+        self.embedding_script: deque[Reply] = deque()
+        self.embedding_dimension = 8
         self.requests: list[Received] = []
         self.violations: list[str] = []
         self.stopping = threading.Event()
@@ -196,6 +203,35 @@ class StubServer:
                 problems.append(f"tool {function.get('name')!r} parameters are not a schema object")
         return problems
 
+    def check_embeddings(self, headers: dict[str, str], body: Any) -> list[str]:
+        """Every problem a strict server would refuse an embeddings request for."""
+        problems: list[str] = []
+        if self.api_key is not None and headers.get("authorization") != f"Bearer {self.api_key}":
+            problems.append("missing or wrong bearer key")
+        if not isinstance(body, dict):
+            return [*problems, "body is not a JSON object"]
+        if not isinstance(body.get("model"), str) or not body["model"]:
+            problems.append("no model")
+        texts = body.get("input")
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            problems.append("input is not a non-empty list of non-empty strings")
+        if body.get("encoding_format") != "float":
+            problems.append("encoding_format is not float")
+        return problems
+
+    def embeddings_reply(self, body: dict[str, Any]) -> Reply:
+        """The scripted reply, or embeddings computed for ``body['input']``."""
+        with self._lock:
+            if self.embedding_script:
+                return self.embedding_script.popleft()
+        dimension = int(body.get("dimensions", self.embedding_dimension))
+        data = [
+            {"object": "embedding", "index": i, "embedding": embedding_of(text, dimension)}
+            for i, text in enumerate(body["input"])
+        ]
+        usage = {"prompt_tokens": sum(len(t.split()) for t in body["input"]), "total_tokens": 0}
+        return Reply(body={"object": "list", "data": data, "model": body["model"], "usage": usage})
+
     def next_reply(self, path: str) -> Reply:
         """The scripted reply for a request to ``path`` (a 500 when the script ran out)."""
         with self._lock:
@@ -266,6 +302,15 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
             except ValueError:
                 body = raw
             self._receive(body)
+            if self.path.endswith("/v1/embeddings"):
+                problems = server.check_embeddings({k.lower(): v for k, v in self.headers.items()}, body)
+                if problems:
+                    with server._lock:
+                        server.violations.extend(problems)
+                    self._answer(Reply.error(400, "; ".join(problems)))
+                    return
+                self._answer(server.embeddings_reply(body))
+                return
             if not self.path.endswith("/v1/chat/completions"):
                 self._answer(Reply.error(404, f"no route {self.path}"))
                 return
@@ -278,6 +323,18 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
             self._answer(server.next_reply(self.path))
 
     return Handler
+
+
+def embedding_of(text: str, dimension: int) -> list[float]:
+    """A deterministic embedding: each lower-cased word adds 1 to a bucket chosen by a stable hash."""
+    import zlib
+
+    out = [0.0] * dimension
+    for word in text.lower().split():
+        out[zlib.crc32(word.strip(".,!?").encode()) % dimension] += 1.0
+    if not any(out):
+        out[0] = 1.0
+    return out
 
 
 @contextmanager

@@ -362,15 +362,18 @@ def test_the_entry_point_registers_openai() -> None:
 
 
 def test_agentium_plugins_lists_openai() -> None:
-    """`agentium plugins --json` shows the distribution, adapter openai and its declared capabilities."""
+    """`agentium plugins --json` shows the distribution, its provider and embedder, and their capabilities."""
     out = subprocess.run(
         [_agentium(), "plugins", "--json"], capture_output=True, text=True, check=True
     ).stdout
     plugin = next(p for p in json.loads(out)["plugins"] if p["distribution"] == "agentium-provider-openai")
-    (adapter,) = plugin["adapters"]
-    assert (adapter["kind"], adapter["name"]) == ("provider", "openai")
+    adapters = {(a["kind"], a["name"]): a for a in plugin["adapters"]}
+    assert set(adapters) == {("provider", "openai"), ("embedder", "openai")}
+    adapter = adapters["provider", "openai"]
     assert adapter["capabilities"]["tool_calls"] and adapter["capabilities"]["health_check"]
     assert not adapter["capabilities"]["deterministic"]
+    embedder = adapters["embedder", "openai"]
+    assert embedder["capabilities"]["batch_embedding"] and embedder["capabilities"]["health_check"]
 
 
 def test_agentium_run_against_the_stub_server(tmp_path: Path, stub: StubServer) -> None:

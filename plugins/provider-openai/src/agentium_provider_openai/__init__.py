@@ -19,8 +19,10 @@ from .config import (
     OpenAIProviderConfig,
     redact_url,
 )
+from .embedder import OpenAIEmbedder, OpenAIEmbedderConfig
 from .errors import (
     OpenAIConfigError,
+    OpenAIEmbeddingReplyError,
     OpenAIIncompleteReplyError,
     OpenAIMalformedReplyError,
     OpenAIProviderError,
@@ -53,6 +55,9 @@ __all__ = [
     "RETRYABLE_STATUSES",
     "SOURCE_PREAMBLE",
     "OpenAIConfigError",
+    "OpenAIEmbedder",
+    "OpenAIEmbedderConfig",
+    "OpenAIEmbeddingReplyError",
     "OpenAIIncompleteReplyError",
     "OpenAIMalformedReplyError",
     "OpenAIProvider",

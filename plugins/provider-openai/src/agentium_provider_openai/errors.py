@@ -12,6 +12,7 @@ from agentium_harness import AgentiumError, ProviderError
 
 __all__ = [
     "OpenAIConfigError",
+    "OpenAIEmbeddingReplyError",
     "OpenAIIncompleteReplyError",
     "OpenAIMalformedReplyError",
     "OpenAIProviderError",
@@ -121,4 +122,15 @@ class OpenAIStreamingOnlyError(OpenAIProviderError):
     This provider sends non-streamed Chat Completions requests
     (``"stream": false``) and needs one JSON answer. Configure the server to
     serve non-streamed requests, or put an OpenAI-compatible proxy in front of it.
+    """
+
+
+class OpenAIEmbeddingReplyError(OpenAIProviderError):
+    """The server's embeddings answer is unusable; nothing of it was used.
+
+    Causes: not JSON, too many or too few embeddings, an index out of range
+    or repeated, a vector of another dimension than configured, or a value
+    that is not a finite number.
+
+    Check ``model`` and ``dimension`` against what the server serves.
     """
