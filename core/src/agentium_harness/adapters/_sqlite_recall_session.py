@@ -173,6 +173,8 @@ class SQLiteRecallSession(RecallSession):
                 max_vector_scan=config.max_vector_scan,
                 depth=max(limit, config.hybrid_depth),
                 check=lambda: ctx.raise_if_expired("recall discover"),
+                vector_weight=config.vector_weight,
+                fusion_k=config.fusion_k,
             )
             return self._candidates([(*row, score) for row, score in rows], budget, lambda s: s)
 

@@ -178,6 +178,8 @@ def hybrid_rows(
     max_vector_scan: int,
     depth: int,
     check: Callable[[], None],
+    vector_weight: float = 1.0,
+    fusion_k: int = 60,
 ) -> list[tuple[tuple[Any, ...], float]]:
     """The best ``max_candidates`` sources by fused rank: ``[(row, fused score)]``, best first.
 
@@ -233,7 +235,9 @@ def hybrid_rows(
             [r for r in lexical if r in lexical_pass][:depth],
             [r for r in similar if sims[r] >= min_similarity][:depth],
         ]
-        fused = reciprocal_rank_fusion([[str(r) for r in ranking] for ranking in rankings])
+        fused = reciprocal_rank_fusion(
+            [[str(r) for r in ranking] for ranking in rankings], k=fusion_k, weights=(1.0, vector_weight)
+        )
         return [(rows[int(key)], score) for key, score in fused[:max_candidates]]
     finally:
         if conn.in_transaction:

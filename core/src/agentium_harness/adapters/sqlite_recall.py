@@ -203,6 +203,10 @@ class SQLiteRecallConfig(SQLiteConfig):
       words reach; the bound on a hybrid discovery's vector work.
     - ``hybrid_depth`` (hybrid recall): how many of each ranking (lexical,
       vector) enter reciprocal rank fusion.
+    - ``vector_weight`` (hybrid recall, 0 to 1): what the vector ranking
+      counts in the fusion against the lexical ranking's 1.
+    - ``fusion_k`` (hybrid recall): reciprocal rank fusion's ``k``; smaller
+      favours the top of each ranking more.
     """
 
     max_ranked_matches: int = attrs.field(default=1000, validator=bounded_count())
@@ -211,6 +215,8 @@ class SQLiteRecallConfig(SQLiteConfig):
     min_similarity: float = attrs.field(default=0.3, validator=_similarity)
     max_vector_scan: int = attrs.field(default=2000, validator=bounded_count(ceiling=1_000_000))
     hybrid_depth: int = attrs.field(default=50, validator=bounded_count(ceiling=10_000))
+    vector_weight: float = attrs.field(default=1.0, validator=_share)
+    fusion_k: int = attrs.field(default=60, validator=bounded_count(minimum=0, ceiling=10_000))
 
 
 def _utf8(text: str, what: str) -> int:
