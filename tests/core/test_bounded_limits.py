@@ -157,6 +157,7 @@ NOT_LIMITS = {
     ("OpenAIProviderConfig", "seed"),
     ("SQLiteRecallConfig", "min_relevance"),
     ("SQLiteRecallConfig", "min_similarity"),
+    ("SQLiteRecallConfig", "vector_weight"),
 }
 DURATION = type(bounded_duration())
 COUNT = type(bounded_count())
