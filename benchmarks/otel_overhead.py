@@ -1,7 +1,11 @@
 """What observability costs a turn when nothing records (issue 24, item 4).
 
-Three modes, each in its own worker process, timed side by side in one run:
+Four modes, each in its own worker processes, timed side by side in one run:
 
+- ``bare``: ``opentelemetry`` unimportable and ``run()`` called past its
+  observability wrapper (``HarnessRuntime.run.__wrapped__``): what a turn cost
+  before the wrapper existed, for scale (the stage helpers are still called;
+  each is a shared no-op, measured at about half a microsecond);
 - ``none``: ``opentelemetry`` made unimportable (as where it is not installed);
 - ``api``: ``opentelemetry-api`` installed, no SDK configured (the global
   providers are the API's proxies): the state of a host that installed the
@@ -14,10 +18,13 @@ the harshest case: nothing else dilutes the instrumentation) and the built-in
 SQLite pair with its default options (a realistic turn, fsync included). The
 scripted provider answers; no recall, no summaries; default ``ResidentLimits``.
 
-The parent drives the workers a batch of turns at a time, rotating the order
-(ABC, CBA, BCA, …), so drift in machine load falls on every mode alike; only
-one worker runs at a time. Each turn is one ``runtime.run(...)`` timed inside
-the event loop with ``perf_counter_ns``, after untimed warm-up turns. Prints
+Each mode runs in ``--workers`` processes (default 2), pooled: two processes
+running the same code differ by a few per cent on their own (memory layout,
+hash seeds), which one process per mode would read as the mode's cost. The
+parent drives the workers a batch of turns at a time, rotating the order, so
+drift in machine load falls on every mode alike; only one worker runs at a
+time. Each turn is one ``runtime.run(...)`` timed inside the event loop with
+``perf_counter_ns``, after untimed warm-up turns. Prints
 each mode's median and its ratio to ``none``, against the target with PASS or
 MISS. Exits 0 either way: a benchmark on a shared machine is not a test.
 """
@@ -35,7 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 RATIO_TARGET = 1.03
-MODES = ("none", "api", "sdk")
+MODES = ("bare", "none", "api", "sdk")
 ADAPTERS = ("memory", "sqlite")
 
 _BLOCK = """
@@ -55,7 +62,7 @@ sys.meta_path.insert(0, _Block())
 
 
 def _configure(mode: str) -> None:
-    if mode == "none":
+    if mode in ("bare", "none"):
         exec(_BLOCK, {})  # a fixed import blocker, run before anything imports opentelemetry
         return
     if mode == "sdk":
@@ -94,8 +101,11 @@ def work(mode: str, adapters: str, workdir: str) -> None:
         archive: Any = InMemoryArchive()
         store: Any = InMemorySessionStore()
     else:
+        import os
+
         from agentium_harness.adapters import sqlite
 
+        os.makedirs(workdir, exist_ok=True)
         path = f"{workdir}/{mode}-{adapters}.db"
         archive = sqlite.SQLiteArchive(sqlite.SQLiteConfig(path=path))
         store = sqlite.SQLiteSessionStore(sqlite.SQLiteConfig(path=path))
@@ -103,13 +113,14 @@ def work(mode: str, adapters: str, workdir: str) -> None:
     runtime = create_harness_runtime(provider=provider, archive=archive, session_store=store)
     who = VerifiedIdentity("bench-tenant", "bench-user", "bench")
     counter = [0]
+    run = type(runtime).run.__wrapped__ if mode == "bare" else type(runtime).run  # type: ignore[attr-defined]
 
     async def turns(n: int) -> list[int]:
         out = []
         for _ in range(n):
             counter[0] += 1
             start = time.perf_counter_ns()
-            await runtime.run(who, "bench-session", f"turn {counter[0]}: carry on with the plan")
+            await run(runtime, who, "bench-session", f"turn {counter[0]}: carry on with the plan")
             out.append(time.perf_counter_ns() - start)
         exporter = _STATE.get("exporter")
         if exporter is not None:
@@ -119,7 +130,7 @@ def work(mode: str, adapters: str, workdir: str) -> None:
     async def serve() -> None:
         async with runtime:
             await turns(20)  # warm-up: imports, first SQLite statements, caches
-            ok = spans.HAVE_OTEL == (mode != "none")
+            ok = spans.HAVE_OTEL == (mode not in ("bare", "none"))
             sys.stdout.write(json.dumps({"ready": True, "have_otel": spans.HAVE_OTEL, "ok": ok}) + "\n")
             sys.stdout.flush()
             for line in sys.stdin:
@@ -177,7 +188,8 @@ class Worker:
 def main(argv: Sequence[str] | None = None) -> int:
     raw = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
-    parser.add_argument("--rounds", type=int, default=60, help="batches per worker (default 60)")
+    parser.add_argument("--rounds", type=int, default=40, help="batches per worker (default 40)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes per mode (default 2)")
     parser.add_argument("--batch", type=int, default=10, help="turns per batch (default 10)")
     parser.add_argument("--adapters", nargs="+", choices=ADAPTERS, default=list(ADAPTERS))
     parser.add_argument("--small", action="store_true", help="a smoke run: 4 rounds of 5 turns")
@@ -187,19 +199,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         work(*args.work)
         return 0
     rounds, batch = (4, 5) if args.small else (args.rounds, args.batch)
-    print(f"otel_overhead: python {platform.python_version()}, {rounds} rounds x {batch} turns per mode")
+    per_mode = 1 if args.small else max(1, args.workers)
+    print(
+        f"otel_overhead: python {platform.python_version()}, {per_mode} worker(s) per mode, "
+        f"{rounds} rounds x {batch} turns per worker"
+    )
     with tempfile.TemporaryDirectory(prefix="agentium-otel-bench-") as workdir:
         for adapters in args.adapters:
-            workers = [Worker(mode, adapters, workdir) for mode in MODES]
+            workers = [Worker(mode, adapters, f"{workdir}/{i}") for i in range(per_mode) for mode in MODES]
             try:
                 for r in range(rounds):
-                    order = workers[r % 3 :] + workers[: r % 3]
+                    shift = r % len(workers)
+                    order = workers[shift:] + workers[:shift]
                     for worker in order if r % 2 == 0 else reversed(order):
                         worker.run(batch)
             finally:
                 for worker in workers:
                     worker.finish()
-            medians = {w.mode: statistics.median(w.samples) / 1e3 for w in workers}
+            medians = {
+                mode: statistics.median(s for w in workers if w.mode == mode for s in w.samples) / 1e3
+                for mode in MODES
+            }
             base = medians["none"]
             for mode in MODES:
                 ratio = medians[mode] / base

@@ -31,6 +31,7 @@ from agentium_harness import (
     MemoryFact,
     MemoryManager,
     MemoryScope,
+    RecallLimits,
     ResidentLimits,
     RunStatus,
     RuntimeLimits,
@@ -162,6 +163,8 @@ def rich_runtime(t: Telemetered, **kw: Any) -> Any:
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         recall=recall,
+        # A loaded two-core machine must not turn the recall partial: the spans asserted assume it complete.
+        recall_limits=RecallLimits(max_latency_s=120),
         memory=InMemoryMemoryStore(),
         verifier=Pass(),
         tools=ToolRegistry([lookup_tool()]),

@@ -53,3 +53,12 @@ def test_every_metric_is_documented_and_every_documented_metric_exists() -> None
     documented = _table_names(_section("Metrics"))
     assert len(created) >= 10
     assert created == documented
+
+
+def test_each_core_logger_is_described_in_the_docs_as_in_the_code() -> None:
+    rows = {
+        m.group(1): m.group(2).replace("`", "")
+        for m in re.finditer(r"^\| `(agentium[^`]*)` \| ([^|]+) \|$", _section("Logging"), re.M)
+    }
+    for name, text in LOGGERS.items():
+        assert rows.get(name, "").strip() == text, name

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "stage_logger"]
+__all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "stage_logger", "would_log"]
 
 #: Every logger of the core, with what it reports (docs/observability.md lists the same).
 LOGGERS: dict[str, str] = {
@@ -30,7 +30,7 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.verification": "verifier unknown, failed or timed out, revisions, verdicts not accepted",
     "agentium.engine.commit": "eviction deferred or blocked, archive diverged, save settled, commit state",
     "agentium.engine.summary": "summary updates: gaps, conflicts, failures, contract violations",
-    "agentium.engine.memory": "memory facts omitted or refused, selection failures, memory writes (DEBUG)",
+    "agentium.engine.memory": "memory facts omitted or refused, selection failures",
     "agentium.engine.lifecycle": "abandoned adapter calls, drains (incomplete: WARNING), shutdown",
     "agentium.engine.hooks": "lifecycle hooks that failed or timed out",
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
@@ -104,8 +104,24 @@ def diagnostic_stage(code: str) -> str:
     return ""
 
 
+_BY_STAGE: dict[str, logging.Logger] = {}
+
+
 def _logger(stage: str) -> logging.Logger:
-    return logging.getLogger(f"agentium.engine.{stage}" if stage else "agentium.engine")
+    # Cached: getLogger takes the logging module's lock on every call.
+    log = _BY_STAGE.get(stage)
+    if log is None:
+        log = _BY_STAGE[stage] = logging.getLogger(f"agentium.engine.{stage}" if stage else "agentium.engine")
+    return log
+
+
+def would_log(diagnostics: Iterable[Any]) -> bool:
+    """True when :func:`log_diagnostics` would emit a record for any of ``diagnostics``."""
+    for diagnostic in diagnostics:
+        level = _LEVELS.get(str(getattr(diagnostic.severity, "value", diagnostic.severity)), logging.DEBUG)
+        if _logger(diagnostic_stage(diagnostic.code)).isEnabledFor(level):
+            return True
+    return False
 
 
 def log_diagnostics(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,8 +11,12 @@ __all__ = ["Instruments", "instruments_of"]
 
 try:
     from opentelemetry import metrics as _metrics
+    from opentelemetry.metrics import _internal
 except ImportError:  # the core runs without OpenTelemetry
-    _metrics = None  # type: ignore[assignment]
+    _metrics = _internal = None  # type: ignore[assignment]
+
+_ABSENT = object()
+_UNSET_FAST = "OTEL_PYTHON_METER_PROVIDER" not in os.environ
 
 _log = logging.getLogger("agentium.telemetry")
 _reported: set[tuple[str, type[BaseException]]] = set()
@@ -100,6 +105,8 @@ def instruments_of(provider: Any) -> Instruments | None:
     if _metrics is None:
         return None
     if provider is None:
+        if _UNSET_FAST and getattr(_internal, "_METER_PROVIDER", _ABSENT) is None:
+            return None  # no provider set, none named in the environment (see spans._UNSET_FAST)
         provider = _metrics.get_meter_provider()
         # Until the application sets one, the global provider is the API's proxy (a private class).
         if isinstance(provider, _metrics.NoOpMeterProvider) or type(provider).__name__.startswith("_Proxy"):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any
@@ -56,6 +57,12 @@ except ImportError:  # the core runs without OpenTelemetry (tests/core/test_obse
 HAVE_OTEL = _trace is not None
 
 _log = logging.getLogger("agentium.telemetry")
+
+_ABSENT = object()
+#: ``get_tracer_provider()`` reads the environment on every call until a provider is set; when no
+#: provider is named there (OTEL_PYTHON_TRACER_PROVIDER), an unset global means nothing records,
+#: which a read of the API's global tells at once. Any other state takes the API's own path.
+_UNSET_FAST = "OTEL_PYTHON_TRACER_PROVIDER" not in os.environ
 _reported: set[tuple[str, type[BaseException]]] = set()
 
 # Span kinds by name, so this module never touches the API when it is absent.
@@ -93,6 +100,8 @@ def _tracer(provider: Any) -> Any:
     if _trace is None:
         return None
     if provider is None:
+        if _UNSET_FAST and getattr(_trace, "_TRACER_PROVIDER", _ABSENT) is None:
+            return None  # no provider set, none to load from the environment: the common disabled case
         provider = _trace.get_tracer_provider()
         if isinstance(provider, _trace.ProxyTracerProvider | _trace.NoOpTracerProvider):
             return None

@@ -18,7 +18,7 @@ from time import perf_counter
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from .._errors import AgentiumError
-from .logs import log_diagnostics
+from .logs import log_diagnostics, would_log
 from .settings import Resolved, Telemetry
 from .spans import _INTERNAL, NULL, Active, Span, _Null, begin, enter, error_type, leave
 
@@ -177,9 +177,12 @@ def traced_run(
                     notes = failed.diagnostics if failed is not None else ()
                     _finish(span, active, settings, scope, notes, outcome, perf_counter() - started)
                     raise
-                outcome = _outcome(result)
-                outcome["agentium.archived"] = len(getattr(result, "archived", ()))
-                _finish(span, active, settings, scope, result.diagnostics, outcome, perf_counter() - started)  # type: ignore[attr-defined]
+                notes = result.diagnostics  # type: ignore[attr-defined]
+                # Nothing records and no record would be emitted: the run pays for nothing more.
+                if active.on or _log.isEnabledFor(logging.INFO) or would_log(notes):
+                    outcome = _outcome(result)
+                    outcome["agentium.archived"] = len(getattr(result, "archived", ()))
+                    _finish(span, active, settings, scope, notes, outcome, perf_counter() - started)
                 return result
         finally:
             leave(token)
