@@ -14,6 +14,8 @@ from typing import Any, Final
 import attrs
 import psycopg.conninfo
 
+from agentium_harness.plugin_api import bounded_count, bounded_duration
+
 __all__ = ["PostgresConfig", "redact_dsn", "server_label"]
 
 # An unquoted PostgreSQL identifier in lower case: safe to splice into DDL and
@@ -72,19 +74,6 @@ def _password(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
         raise ValueError("password must be a non-empty single-line string without NUL, or left out")
 
 
-def _bounded_int(low: int, high: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"{attribute.name} must be an integer in [{low}, {high}], got {value!r}")
-
-    return check
-
-
-def _seconds(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
-        raise ValueError(f"{attribute.name} must be a number of seconds in (0, 3600], got {value!r}")
-
-
 def _secret_repr(value: object) -> str:
     return "None" if value is None else "'***'"
 
@@ -120,12 +109,14 @@ class PostgresConfig:
     dsn: str = attrs.field(validator=_dsn, repr=lambda v: repr(redact_dsn(v)))
     password: str | None = attrs.field(default=None, validator=_password, repr=_secret_repr)
     schema: str = attrs.field(default="agentium", validator=_identifier)
-    min_pool_size: int = attrs.field(default=1, validator=_bounded_int(0, 64))
-    max_pool_size: int = attrs.field(default=8, validator=_bounded_int(1, 256))
-    connect_timeout_s: float = attrs.field(default=5.0, validator=_seconds)
-    statement_timeout_s: float = attrs.field(default=30.0, validator=_seconds)
-    max_row_bytes: int = attrs.field(default=16 * 1024 * 1024, validator=_bounded_int(1024, 1024**3))
-    max_ranked_matches: int = attrs.field(default=1000, validator=_bounded_int(1, 1_000_000))
+    min_pool_size: int = attrs.field(default=1, validator=bounded_count(minimum=0, ceiling=64))
+    max_pool_size: int = attrs.field(default=8, validator=bounded_count(ceiling=256))
+    connect_timeout_s: float = attrs.field(default=5.0, validator=bounded_duration())
+    statement_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
+    max_row_bytes: int = attrs.field(
+        default=16 * 1024 * 1024, validator=bounded_count(minimum=1024, ceiling=1024**3)
+    )
+    max_ranked_matches: int = attrs.field(default=1000, validator=bounded_count(ceiling=1_000_000))
     require_row_security: bool = False
 
     def __attrs_post_init__(self) -> None:
