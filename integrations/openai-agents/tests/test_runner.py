@@ -106,3 +106,26 @@ def test_the_runner_keeps_its_history_in_agentium(method: str, runtime: HarnessR
     model.enqueue([assistant_message("ok")])
     run_turn(method, agent, "Again?", session)
     assert "You asked about Paris." not in str(model.calls[-1].input)
+
+
+def test_the_history_read_benchmark_runs_and_prints_its_ratios() -> None:
+    """benchmarks/history_read.py --small still runs end to end (its timings are not asserted)."""
+    import re
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "history_read.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--small"], capture_output=True, text=True, timeout=300, check=False
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    for label, target in (
+        ("add_items\\(2\\) at 100", "1"),
+        ("add_items\\(2\\) at 400", "1"),
+        ("get_items\\(20\\) at 400", "1.5"),
+        ("get_items\\(\\) at 400", "2"),
+    ):
+        figures = r"\s+agentium\s+\d+\.\d+ ms\s+sdk\s+\d+\.\d+ ms\s+ratio\s+\d+\.\d+\s+"
+        pattern = rf"^{label}{figures}target <= {target}\s+(PASS|MISS)$"
+        assert re.search(pattern, out, re.M), out

@@ -72,20 +72,26 @@ def check_archived_group(
 
     It changes nothing; the caller returns no groups from a read that fails.
     """
-    where = f"archived group {group.seq} read under session {key.key()}"
-    if group.retained is not None:
-        owner = group.retained.scope.session_key
+
+    def where() -> str:  # only built for an error: a history read checks thousands of groups
+        return f"archived group {group.seq} read under session {key.key()}"
+
+    scope = group.retained.scope if group.retained is not None else None
+    # Compared field by field: building the owner's SessionKey (validating each id again) for
+    # every group of a long read costs more than the rest of this check.
+    if scope is not None and (scope.tenant, scope.user, scope.session) != (key.tenant, key.user, key.session):
+        owner = scope.session_key
         if owner != key:
             raise ArchiveCorruptError(
-                f"{where} belongs to session {owner.key()} by its retained scope; refusing to return it"
+                f"{where()} belongs to session {owner.key()} by its retained scope; refusing to return it"
             )
     if expected_seq is not None and group.seq != expected_seq:
-        raise ArchiveCorruptError(f"{where} is stored at seq {expected_seq}; the row is damaged")
+        raise ArchiveCorruptError(f"{where()} is stored at seq {expected_seq}; the row is damaged")
     if expected_digest is not None:
         actual = group.digest
         if actual != expected_digest:
             raise ArchiveCorruptError(
-                f"{where} does not match its stored digest (stored {expected_digest}, computed {actual}); "
+                f"{where()} does not match its stored digest (stored {expected_digest}, computed {actual}); "
                 "the row is damaged"
             )
 

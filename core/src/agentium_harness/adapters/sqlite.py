@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -309,6 +310,18 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
     storage_error: ClassVar[type[AgentiumError]] = ArchiveError
     adapter_name: ClassVar[str] = "sqlite archive"
 
+    def __init__(self, config: SQLiteConfig | None = None) -> None:
+        super().__init__(config)
+        # Groups this archive decoded, by session and seq, with the exact row bytes they came
+        # from: a read that finds the same bytes again (an agent loop reads the same history
+        # every turn) hands back that group instead of decoding and re-checking it. Rows never
+        # change once written, and a row whose bytes differ in any way is decoded and checked
+        # afresh. Bounded in bytes, least recently used first out; reads may run in several
+        # worker threads at once (one per event loop), hence the lock.
+        self._decoded: OrderedDict[tuple[SessionKey, int], tuple[bytes, MessageGroup]] = OrderedDict()
+        self._decoded_bytes = 0
+        self._decoded_lock = threading.Lock()
+
     async def append(
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
@@ -336,9 +349,31 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
                 "ORDER BY seq LIMIT ?",
                 (key.tenant, key.user, key.session, start_seq, limit),
             ).fetchall()
-            return [self._decode_group(key, seq, digest, data) for seq, digest, data in rows]
+            return [self._cached_group(key, seq, digest, data) for seq, digest, data in rows]
 
         return await self.run(ctx, "archive read", work)
+
+    def _cached_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
+        """The group of this row: the one decoded from exactly these bytes before, else decoded now."""
+        if isinstance(seq, int) and isinstance(data, bytes):
+            with self._decoded_lock:
+                hit = self._decoded.get((key, seq))
+                if hit is not None and hit[0] == data and isinstance(digest, str) and hit[1].digest == digest:
+                    self._decoded.move_to_end((key, seq))
+                    return hit[1]
+        group = self._decode_group(key, seq, digest, data)
+        assert isinstance(data, bytes) and isinstance(seq, int)  # _decode_group refused anything else
+        if len(data) <= _RECENT_BYTES:
+            with self._decoded_lock:
+                previous = self._decoded.pop((key, seq), None)
+                if previous is not None:
+                    self._decoded_bytes -= len(previous[0])
+                self._decoded[(key, seq)] = (data, group)
+                self._decoded_bytes += len(data)
+                while self._decoded_bytes > _RECENT_BYTES:
+                    _, (dropped, _) = self._decoded.popitem(last=False)
+                    self._decoded_bytes -= len(dropped)
+        return group
 
     def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
         """Decode one row strictly and re-check it; any doubt is an ``ArchiveCorruptError``.
@@ -347,15 +382,18 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         without coercion, and the group must be the one filed under this key
         (its ``seq``, its retained scope, and the digest of its canonical bytes).
         """
-        where = f"group {seq!r} of session {key.key()} in {self._path}"
+
+        def where() -> str:  # only built for an error: a read decodes thousands of rows
+            return f"group {seq!r} of session {key.key()} in {self._path}"
+
         if not isinstance(seq, int) or isinstance(seq, bool):
-            raise ArchiveCorruptError(f"{where} has a non-integer seq; the row is damaged")
+            raise ArchiveCorruptError(f"{where()} has a non-integer seq; the row is damaged")
         if not isinstance(data, bytes) or not isinstance(digest, str) or digest_bytes(data) != digest:
-            raise ArchiveCorruptError(f"{where} does not match its stored digest; the row is damaged")
+            raise ArchiveCorruptError(f"{where()} does not match its stored digest; the row is damaged")
         try:
             group = from_json(data, MessageGroup)
         except RecordDecodeError as exc:
-            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
+            raise ArchiveCorruptError(f"{where()} cannot be decoded: {exc}") from exc
         check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
         return group
 
