@@ -1,0 +1,263 @@
+"""``AgentiumHistoryProvider``: Microsoft Agent Framework's ``HistoryProvider`` over the history API."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, TypeVar
+
+import anyio
+from agent_framework import HistoryProvider
+from agent_framework import Message as AFMessage
+
+from agentium_harness import (
+    MAX_PAGE_GROUPS,
+    CommitState,
+    HarnessRuntime,
+    InvalidArgumentError,
+    Message,
+    RecallScope,
+    Role,
+    SessionBusyError,
+    SessionConflictError,
+    VerifiedIdentity,
+)
+from agentium_harness.plugin_api import SessionKey
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGES",
+    "MESSAGE_FORMAT",
+    "AgentiumHistoryProvider",
+    "ForeignMessageError",
+    "MissingSessionIdError",
+]
+
+T = TypeVar("T")
+
+#: ``Message.payload_format`` of an Agent Framework message: ``agent_framework.Message.to_dict()``.
+MESSAGE_FORMAT: Final = "agent_framework.message/v1"
+#: How many messages ``get_messages`` returns at most, unless the provider is built with another bound.
+DEFAULT_MAX_MESSAGES: Final = 200
+#: The largest ``max_messages`` a provider takes.
+MAX_MESSAGES_CEILING: Final = 10_000
+#: The readable ``content`` is cut to this many characters (the message itself is never cut).
+MAX_CONTENT_CHARS: Final = 16_384
+
+_ROLES: Final = {
+    "user": Role.USER,
+    "assistant": Role.ASSISTANT,
+    "system": Role.SYSTEM,
+    "developer": Role.SYSTEM,
+}
+
+
+class ForeignMessageError(InvalidArgumentError):
+    """History holds something that is not an Agent Framework message, or a message cannot be stored.
+
+    On ``save_messages`` nothing was written. On ``get_messages`` the read
+    failed closed: nothing was skipped and nothing was changed.
+    """
+
+
+class MissingSessionIdError(InvalidArgumentError):
+    """The framework called the provider without a session id; nothing was read or written.
+
+    Run the agent with an ``AgentSession`` (``agent.create_session()``):
+    Agentium keeps history per session of the bound identity.
+    """
+
+
+def _readable(message: AFMessage) -> str:
+    """Readable text for ``message``: its text, and a short line per call or result (never raw JSON)."""
+    parts: list[str] = []
+    for content in message.contents:
+        kind = getattr(content, "type", None)
+        if kind == "text":
+            parts.append(str(getattr(content, "text", "") or ""))
+        elif kind == "function_call":
+            parts.append(
+                f"[function_call {getattr(content, 'name', '?')}] {getattr(content, 'arguments', '')}"
+            )
+        elif kind == "function_result":
+            parts.append(
+                f"[function_result {getattr(content, 'call_id', '?')}] {getattr(content, 'result', '')}"
+            )
+        elif isinstance(kind, str):
+            parts.append(f"[{kind}]")
+    text = "\n".join(p for p in parts if p)
+    return text if len(text) <= MAX_CONTENT_CHARS else text[: MAX_CONTENT_CHARS - 1] + "…"
+
+
+def to_agentium(message: AFMessage) -> Message:
+    """The Agentium message for one framework message: ``to_dict()`` as payload, readable text as content.
+
+    Roles: ``user``, ``assistant`` and ``system`` keep theirs (``developer``
+    is ``system``); a ``tool`` message (function results) is ``user`` input,
+    because Agentium's ``tool`` role needs its call in the same group and a
+    run may store a call and its result in different saves.
+    """
+    if not isinstance(message, AFMessage):
+        raise ForeignMessageError(
+            f"save_messages takes agent_framework.Message objects, got {type(message).__name__}; "
+            "nothing was written"
+        )
+    role = _ROLES.get(str(message.role), Role.USER)
+    return Message(role, _readable(message), payload=message.to_dict(), payload_format=MESSAGE_FORMAT)
+
+
+def from_agentium(message: Message, where: str) -> AFMessage:
+    """The framework message a committed message stands for; another format fails closed."""
+    if message.payload_format == MESSAGE_FORMAT:
+        if not isinstance(message.payload, dict):
+            raise ForeignMessageError(f"{where} has payload_format {MESSAGE_FORMAT} but no message object")
+        try:
+            return AFMessage.from_dict(message.payload)
+        except Exception as exc:  # the framework's own decoder: any failure is damage, never skipped
+            raise ForeignMessageError(
+                f"{where} does not decode as an Agent Framework message: {exc}"
+            ) from exc
+    if message.payload_format is not None:
+        raise ForeignMessageError(
+            f"{where} holds a {message.payload_format!r} item, not an Agent Framework message "
+            f"({MESSAGE_FORMAT}); this session id is used by another framework's integration"
+        )
+    role = "user" if message.role is Role.TOOL else message.role.value
+    return AFMessage(role, [message.content])
+
+
+class AgentiumHistoryProvider(HistoryProvider):
+    """Agent Framework conversation history kept as Agentium canonical history.
+
+    Add it to an agent's ``context_providers``. As the framework's
+    ``HistoryProvider`` contract defines: before a run, ``get_messages``
+    loads the session's history into the context (unless ``load_messages``
+    is false); after a run, ``save_messages`` stores the run's input and
+    response messages (per ``store_inputs``, ``store_outputs`` and
+    ``store_context_messages``/``store_context_from``).
+
+    - ``save_messages`` is one ``HarnessRuntime.append``: one call, one group,
+      each message kept whole as its payload (``to_dict()``, format
+      :data:`MESSAGE_FORMAT`) with readable text as its content.
+    - ``get_messages`` returns the newest messages of the session's view,
+      oldest first, **at most** ``max_messages`` (whole groups, so a call and
+      its result stay together; only a single group larger than the bound
+      is cut to its newest ``max_messages`` messages) and it reads at most
+      that many groups. Damaged history fails the load with a typed error.
+    - The identity is bound here, by the host that verified it; the
+      framework's ``session_id`` only names a session of that identity.
+      ``state`` (the framework's session state) is not used: history lives
+      in Agentium, not in the serialized session.
+
+    The runtime is borrowed. Writes refused as busy (another operation of
+    this runtime holds the session) or losing a compare-and-set race
+    uncommitted are retried with back-off for up to ``busy_timeout_s``.
+    """
+
+    DEFAULT_SOURCE_ID: Final = "agentium"
+
+    def __init__(
+        self,
+        runtime: HarnessRuntime,
+        identity: VerifiedIdentity,
+        *,
+        source_id: str = DEFAULT_SOURCE_ID,
+        max_messages: int = DEFAULT_MAX_MESSAGES,
+        recall_scope: RecallScope | None = None,
+        busy_timeout_s: float = 30.0,
+        load_messages: bool = True,
+        store_inputs: bool = True,
+        store_context_messages: bool = False,
+        store_context_from: set[str] | None = None,
+        store_outputs: bool = True,
+    ) -> None:
+        """Bind the provider to ``runtime`` and the host-verified ``identity``; bad arguments raise."""
+        if not isinstance(runtime, HarnessRuntime):
+            raise TypeError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
+        SessionKey.of(identity, "probe")  # checks the identity's type now, not on the first run
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int):
+            raise TypeError(f"max_messages must be an int, got {type(max_messages).__name__}")
+        if not 1 <= max_messages <= MAX_MESSAGES_CEILING:
+            raise ValueError(f"max_messages must be 1 to {MAX_MESSAGES_CEILING}, got {max_messages}")
+        if not isinstance(busy_timeout_s, int | float) or not 0 <= busy_timeout_s <= 3600:
+            raise ValueError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
+        super().__init__(
+            source_id,
+            load_messages=load_messages,
+            store_inputs=store_inputs,
+            store_context_messages=store_context_messages,
+            store_context_from=store_context_from,
+            store_outputs=store_outputs,
+        )
+        self.runtime = runtime
+        self.identity = identity
+        self.max_messages = max_messages
+        self.recall_scope = recall_scope
+        self.busy_timeout_s = float(busy_timeout_s)
+
+    def _session(self, session_id: str | None) -> str:
+        if session_id is None:
+            raise MissingSessionIdError(
+                "the agent ran without a session id; run it with an AgentSession (agent.create_session())"
+            )
+        SessionKey.of(self.identity, session_id)  # InvalidIdError for an id Agentium cannot key
+        return session_id
+
+    async def get_messages(
+        self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
+    ) -> list[AFMessage]:
+        """The newest messages of the session's view, oldest first: at most ``max_messages``, whole groups."""
+        sid = self._session(session_id)
+        chosen: list[Message] = []
+        before: int | None = None
+        while True:
+            # Each group shown holds at least one message: never more groups than messages still wanted.
+            wanted = self.max_messages - len(chosen)
+            page = await self.runtime.read_history(
+                self.identity, sid, before_seq=before, max_groups=min(MAX_PAGE_GROUPS, wanted)
+            )
+            for group in reversed(page.groups):  # newest first
+                shown = group.messages
+                if len(chosen) + len(shown) > self.max_messages:
+                    if not chosen:  # one group over the bound alone: its newest messages
+                        chosen = list(shown[-self.max_messages :])
+                    return self._decode(sid, chosen)
+                chosen[:0] = shown
+            if page.next_before_seq is None or len(chosen) >= self.max_messages:
+                return self._decode(sid, chosen)
+            before = page.next_before_seq
+
+    def _decode(self, sid: str, messages: Sequence[Message]) -> list[AFMessage]:
+        return [
+            from_agentium(m, f"message {i} of the view of session {sid!r}") for i, m in enumerate(messages)
+        ]
+
+    async def save_messages(
+        self,
+        session_id: str | None,
+        messages: Sequence[AFMessage],
+        *,
+        state: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Commit ``messages`` as one group (nothing for none); refused input writes nothing."""
+        sid = self._session(session_id)
+        if not messages:
+            return
+        converted = [to_agentium(m) for m in messages]
+        await self._retrying(
+            lambda: self.runtime.append(self.identity, sid, converted, recall_scope=self.recall_scope)
+        )
+
+    async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
+        deadline = time.monotonic() + self.busy_timeout_s
+        delay = 0.002
+        while True:
+            try:
+                return await write()
+            except (SessionBusyError, SessionConflictError) as exc:
+                retryable = isinstance(exc, SessionBusyError) or exc.commit_state is CommitState.NOT_COMMITTED
+                if not retryable or time.monotonic() + delay > deadline:
+                    raise
+            await anyio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.1)

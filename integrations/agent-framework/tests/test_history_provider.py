@@ -1,0 +1,248 @@
+"""AgentiumHistoryProvider against the HistoryProvider contract as Agent Framework's source defines it.
+
+The package ships no tests; its ``HistoryProvider`` docstrings define the
+contract: ``get_messages(session_id)`` returns the session's stored
+messages, ``save_messages(session_id, messages)`` persists them; the default
+``before_run`` loads history into the run's context (skipped when
+``load_messages`` is false) and ``after_run`` stores the run's input and
+response messages per ``store_inputs`` and ``store_outputs``. Agents run
+here with a chat client of the test's own (``BaseChatClient`` subclass, no
+network) that records what it was sent. Storage is Agentium's real SQLite
+archive and session store in a file per test.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_framework import Agent, BaseChatClient, ChatResponse, Content
+from agent_framework import Message as AFMessage
+
+from agentium_agent_framework import (
+    MESSAGE_FORMAT,
+    AgentiumHistoryProvider,
+    ForeignMessageError,
+    MissingSessionIdError,
+)
+from agentium_harness import (
+    ArchiveCorruptError,
+    HarnessRuntime,
+    Message,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import OpContext, SessionKey
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "sso")
+BOB = VerifiedIdentity("acme", "bob", "sso")
+
+
+class ScriptedChatClient(BaseChatClient):  # type: ignore[type-arg]
+    """Answers with queued texts and records the messages of every request."""
+
+    def __init__(self, *replies: str) -> None:
+        super().__init__()
+        self.replies = list(replies)
+        self.requests: list[list[AFMessage]] = []
+
+    async def _inner_get_response(  # type: ignore[override]
+        self, *, messages: Sequence[AFMessage], stream: bool, options: Mapping[str, Any], **kwargs: Any
+    ) -> ChatResponse:
+        self.requests.append(list(messages))
+        return ChatResponse(messages=[AFMessage("assistant", [self.replies.pop(0)])], response_id="r")
+
+
+class CountingArchive(SQLiteArchive):
+    """The SQLite archive, counting the groups its reads return."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.groups_read = 0
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        groups = await super().read_groups(key, start_seq, max_groups, ctx)
+        self.groups_read += len(groups)
+        return groups
+
+
+def build(path: Path, archive: SQLiteArchive | None = None, resident: int = 8) -> HarnessRuntime:
+    config = SQLiteConfig(path=str(path))
+    archive = archive if archive is not None else SQLiteArchive(config)
+    store = SQLiteSessionStore(config)
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["(not called)"]),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=resident)),
+    )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
+    built = build(tmp_path / "agentium.db")
+    try:
+        yield built
+    finally:
+        await built.aclose()
+
+
+def texts(messages: Sequence[AFMessage]) -> list[tuple[str, str]]:
+    return [(str(m.role), m.text) for m in messages]
+
+
+async def test_saved_messages_come_back_exactly_in_order(runtime: HarnessRuntime) -> None:
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    call = AFMessage(
+        "assistant", [Content.from_function_call(call_id="c1", name="weather", arguments={"city": "Paris"})]
+    )
+    result = AFMessage("tool", [Content.from_function_result(call_id="c1", result="sunny")])
+    saved = [AFMessage("user", ["Weather in Paris?"]), call, result, AFMessage("assistant", ["Sunny."])]
+    await provider.save_messages("chat-1", saved)
+    loaded = await provider.get_messages("chat-1")
+    assert [m.to_dict() for m in loaded] == [m.to_dict() for m in saved]
+    (group,) = (await runtime.read_history(ANA, "chat-1", max_groups=10)).groups  # one save, one group
+    assert {m.payload_format for m in group.messages} == {MESSAGE_FORMAT}
+    assert [(m.role, m.content) for m in group.messages] == [
+        (Role.USER, "Weather in Paris?"),
+        (Role.ASSISTANT, "[function_call weather] {'city': 'Paris'}"),
+        (Role.USER, "[function_result c1] sunny"),
+        (Role.ASSISTANT, "Sunny."),
+    ]
+
+
+async def test_an_agent_loads_history_before_a_run_and_stores_input_and_response_after(
+    runtime: HarnessRuntime,
+) -> None:
+    client = ScriptedChatClient("Paris.", "You asked about France.")
+    agent = Agent(client, "Be brief.", context_providers=[AgentiumHistoryProvider(runtime, ANA)])
+    session = agent.create_session()
+    await agent.run("What is the capital of France?", session=session)
+    await agent.run("What did I ask?", session=session)
+    sent = [(r, t) for r, t in texts(client.requests[-1]) if r != "system"]
+    assert sent == [
+        ("user", "What is the capital of France?"),
+        ("assistant", "Paris."),
+        ("user", "What did I ask?"),
+    ]
+    page = await runtime.read_history(ANA, session.session_id, max_groups=10)
+    assert [[m.content for m in g.messages] for g in page.groups] == [
+        ["What is the capital of France?", "Paris."],
+        ["What did I ask?", "You asked about France."],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "stored"),
+    [
+        ({"store_inputs": False}, ["Paris."]),
+        ({"store_outputs": False}, ["Capital of France?"]),
+    ],
+)
+async def test_store_flags_choose_what_after_run_stores(
+    runtime: HarnessRuntime, flags: dict[str, bool], stored: list[str]
+) -> None:
+    agent = Agent(
+        ScriptedChatClient("Paris."), context_providers=[AgentiumHistoryProvider(runtime, ANA, **flags)]
+    )
+    session = agent.create_session()
+    await agent.run("Capital of France?", session=session)
+    page = await runtime.read_history(ANA, session.session_id, max_groups=10)
+    assert [m.content for m in page.messages] == stored
+
+
+async def test_load_messages_false_skips_loading_and_still_stores(runtime: HarnessRuntime) -> None:
+    loads: list[str | None] = []
+
+    class Recording(AgentiumHistoryProvider):
+        async def get_messages(self, session_id: str | None, **kwargs: Any) -> list[AFMessage]:
+            loads.append(session_id)
+            return await super().get_messages(session_id, **kwargs)
+
+    client = ScriptedChatClient("one", "two")
+    agent = Agent(client, context_providers=[Recording(runtime, ANA, load_messages=False)])
+    session = agent.create_session()
+    await agent.run("first", session=session)
+    await agent.run("second", session=session)
+    assert loads == []  # the agent never asked this provider for history
+    page = await runtime.read_history(ANA, session.session_id, max_groups=10)
+    assert [m.content for m in page.messages] == ["first", "one", "second", "two"]
+
+
+async def test_get_messages_returns_at_most_max_messages_in_whole_groups_and_reads_no_more(
+    tmp_path: Path,
+) -> None:
+    archive = CountingArchive(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+    async with build(tmp_path / "agentium.db", archive, resident=2) as runtime:
+        provider = AgentiumHistoryProvider(runtime, ANA, max_messages=5)
+        for n in range(30):
+            await provider.save_messages(
+                "chat-1", [AFMessage("user", [f"q{n}"]), AFMessage("assistant", [f"a{n}"])]
+            )
+        archive.groups_read = 0
+        loaded = await provider.get_messages("chat-1")
+        # Whole groups only: 2 groups (4 messages) fit under 5; a third would not.
+        assert [m.text for m in loaded] == ["q28", "a28", "q29", "a29"]
+        assert archive.groups_read <= 3  # at most max_messages groups, 2 of them resident
+        big = [AFMessage("user", [f"part {i}"]) for i in range(8)]
+        await provider.save_messages("chat-1", big)
+        assert [m.text for m in await provider.get_messages("chat-1")] == [f"part {i}" for i in range(3, 8)]
+    with pytest.raises(ValueError, match="max_messages"):
+        AgentiumHistoryProvider(runtime, ANA, max_messages=0)
+
+
+async def test_the_identity_is_bound_at_construction(runtime: HarnessRuntime) -> None:
+    await AgentiumHistoryProvider(runtime, ANA).save_messages("chat-1", [AFMessage("user", ["mine"])])
+    assert await AgentiumHistoryProvider(runtime, BOB).get_messages("chat-1") == []
+    with pytest.raises(TypeError):
+        AgentiumHistoryProvider(runtime, "acme/ana")  # type: ignore[arg-type]
+
+
+async def test_bad_input_is_refused_and_nothing_is_written(runtime: HarnessRuntime) -> None:
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    with pytest.raises(MissingSessionIdError):
+        await provider.save_messages(None, [AFMessage("user", ["x"])])
+    with pytest.raises(MissingSessionIdError):
+        await provider.get_messages(None)
+    with pytest.raises(ForeignMessageError):
+        await provider.save_messages("chat-1", [AFMessage("user", ["ok"]), {"role": "user"}])  # type: ignore[list-item]
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
+
+
+async def test_foreign_or_damaged_history_fails_closed(tmp_path: Path) -> None:
+    path = tmp_path / "agentium.db"
+    async with build(path, resident=1) as runtime:
+        await runtime.append(
+            ANA, "other", [Message(Role.USER, "hi", payload={"x": 1}, payload_format="openai.x/v1")]
+        )
+        provider = AgentiumHistoryProvider(runtime, ANA)
+        with pytest.raises(ForeignMessageError, match=r"openai\.x/v1"):
+            await provider.get_messages("other")
+        for n in range(3):
+            await provider.save_messages("chat-1", [AFMessage("user", [f"q{n}"])])
+        with sqlite3.connect(path) as db:
+            (data,) = db.execute(
+                "SELECT data FROM archive_groups WHERE session_id = 'chat-1' AND seq = 0"
+            ).fetchone()
+            db.execute(
+                "UPDATE archive_groups SET data = ? WHERE session_id = 'chat-1' AND seq = 0",
+                (data.replace(b"q0", b"qX"),),
+            )
+        with pytest.raises(ArchiveCorruptError):
+            await provider.get_messages("chat-1")
