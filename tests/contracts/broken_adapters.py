@@ -47,6 +47,16 @@ def _colon_key(key: SessionKey) -> SessionKey:
     return SessionKey("all", "all", joined[:256])
 
 
+class _PipeKeys:
+    """Backend keys are ``tenant|user|session`` (ids may contain the separator); first key seen owns each."""
+
+    def __init__(self) -> None:
+        self.owners: dict[str, SessionKey] = {}
+
+    def __call__(self, key: SessionKey) -> SessionKey:
+        return self.owners.setdefault(f"{key.tenant}|{key.user}|{key.session}", key)
+
+
 # -- archives -----------------------------------------------------------------------------------
 
 
@@ -93,6 +103,26 @@ class ColonKeyArchive(InMemoryArchive):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         return await super().read_groups(_colon_key(key), start_seq, max_groups, ctx)
+
+
+class PipeKeyArchive(InMemoryArchive):
+    """Keys sessions by ``tenant|user|session``: tenant ``a|b`` + user ``c`` shares ``a`` + ``b|c``."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend_key = _PipeKeys()
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        return await super().append(self.backend_key(key), groups, ctx)
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        return await super().read_groups(self.backend_key(key), start_seq, max_groups, ctx)
 
 
 class UnboundedReadArchive(InMemoryArchive):
@@ -284,6 +314,10 @@ class TestColonKeyArchive(_archive_case(ColonKeyArchive)):  # type: ignore[misc]
     pass
 
 
+class TestPipeKeyArchive(_archive_case(PipeKeyArchive)):  # type: ignore[misc]
+    pass
+
+
 class TestUnboundedReadArchive(_archive_case(UnboundedReadArchive)):  # type: ignore[misc]
     pass
 
@@ -389,6 +423,24 @@ class ColonKeyStore(InMemorySessionStore):
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
         return await super().save(_colon_key(key), snapshot, expected_revision, ctx)
+
+
+class PipeKeyStore(InMemorySessionStore):
+    """Keys sessions by ``tenant|user|session``: colliding keys share one snapshot."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend_key = _PipeKeys()
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        return await super().load(self.backend_key(key), ctx)
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        return await super().save(self.backend_key(key), snapshot, expected_revision, ctx)
 
 
 class StaticRevisionStore(InMemorySessionStore):
@@ -571,6 +623,10 @@ class TestYieldingCompareStore(_store_case(YieldingCompareStore)):  # type: igno
 
 
 class TestColonKeyStore(_store_case(ColonKeyStore)):  # type: ignore[misc]
+    pass
+
+
+class TestPipeKeyStore(_store_case(PipeKeyStore)):  # type: ignore[misc]
     pass
 
 

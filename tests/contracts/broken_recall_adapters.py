@@ -6,10 +6,12 @@ other standard test still passes and the failing ones name the bug.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 
 from agentium_harness import InvalidArgumentError
@@ -19,12 +21,14 @@ from agentium_harness.plugin_api import (
     Candidate,
     EmbeddingModel,
     Excerpt,
+    MessageGroup,
     OpContext,
     RecallCapabilities,
     RecallLimits,
     RecallSession,
     RecallStore,
     Scope,
+    SessionKey,
     SourceOwner,
     SourceRef,
     SourceVector,
@@ -32,6 +36,7 @@ from agentium_harness.plugin_api import (
     ValidationStatus,
     Vector,
     document_source_id,
+    from_json,
     source_owner,
 )
 from agentium_harness.testing import RecallStoreContract
@@ -74,13 +79,17 @@ class WrapSession(RecallSession):
 class Wrap(RecallStore):
     capabilities: ClassVar[RecallCapabilities] = ALL
     session_class: ClassVar[type[RecallSession]] = WrapSession
+    inner_class: ClassVar[type[SQLiteRecallStore]] = SQLiteRecallStore
 
     def __init__(self, path: Path) -> None:
-        self.inner = SQLiteRecallStore(SQLiteRecallConfig(path=str(path)))
+        self.inner = self.inner_class(SQLiteRecallConfig(path=str(path)))
         self.seen: list[tuple[SourceOwner, str, str]] = []
+        self.scopes: dict[int, Scope] = {}
 
     async def open(self, scope: Any, limits: RecallLimits, ctx: OpContext) -> RecallSession:
-        return type(self).session_class(await self.inner.open(scope, limits, ctx), self)  # type: ignore[call-arg]
+        session = type(self).session_class(await self.inner.open(scope, limits, ctx), self)  # type: ignore[call-arg]
+        self.scopes[id(session)] = scope
+        return session
 
     async def index_document(
         self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
@@ -110,6 +119,23 @@ class _Suite(RecallStoreContract):
         store = self.store_class(tmp_path / "r.db")
         yield store
         await store.aclose()
+
+    @pytest.fixture
+    def corrupt_indexed_group(self, tmp_path: Path) -> Callable[..., None]:
+        def corrupt(key: SessionKey, seq: int, transform: Callable[[bytes], bytes]) -> None:
+            conn = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+            try:
+                row = conn.execute(
+                    "SELECT t.id, t.data FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+                    "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? "
+                    "AND s.seq = ?",
+                    (key.tenant, key.user, key.session, seq),
+                ).fetchone()
+                conn.execute("UPDATE recall_texts SET data = ? WHERE id = ?", (transform(row[1]), row[0]))
+            finally:
+                conn.close()
+
+        return corrupt
 
 
 # -- the bugs ----------------------------------------------------------------------------------
@@ -278,6 +304,74 @@ class CountsPastTheEnd(Wrap):
     async def unindexed_groups(self, key: Any, end_seq: int, max_groups: int, ctx: OpContext) -> list[int]:
         held = {g.seq for g in await self.inner.seek_groups(key, 0, end_seq + 1, ctx)}
         return [seq for seq in range(end_seq + 1) if seq not in held][:max_groups]
+
+
+def joined(*ids: str | None) -> str:
+    """The naive key: ids joined with '/', absent ones skipped (not injective)."""
+    return "/".join(i for i in ids if i is not None)
+
+
+class JoinedOwnerSession(WrapSession):
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        found = list(await self.inner.discover(query, max_candidates, ctx))
+        scope = self.store.scopes[id(self)]
+        mine = joined(scope.tenant, scope.user)
+        for owner, _, _ in self.store.seen:
+            if owner.tenant != scope.tenant and joined(owner.tenant, owner.user) == mine:
+                # The index is keyed by the joined owner: the other tenant's bucket is "ours".
+                other = Scope(owner.tenant, owner.user or scope.user, scope.session)
+                session = await self.store.inner.open(other, RecallLimits(), ctx)
+                try:
+                    extra = await session.discover(query, max_candidates, ctx)
+                finally:
+                    await session.close()
+                known = {c.ref.source_id for c in found}
+                found += [c for c in extra if c.ref.source_id not in known]
+        return found[:max_candidates]
+
+
+class JoinsOwnerKeys(Wrap):
+    """Buckets documents by tenant and user joined with '/': tenant a + user b/c is tenant a/b + user c."""
+
+    capabilities = ALL
+    session_class = JoinedOwnerSession
+
+
+class JoinsSessionKeys(Wrap):
+    """Keys archived groups by tenant/user/session joined with '/': colliding sessions share groups."""
+
+    capabilities = ALL
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.keys: dict[str, SessionKey] = {}
+
+    async def index_groups(self, key: Any, groups: Any, receipts: Any, ctx: OpContext) -> int:
+        first = self.keys.setdefault(joined(key.tenant, key.user, key.session), key)
+        return await self.inner.index_groups(key, groups, receipts, ctx) if first == key else 0
+
+    async def seek_groups(self, key: Any, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        stored = self.keys.get(joined(key.tenant, key.user, key.session), key)
+        return await self.inner.seek_groups(stored, start_seq, max_groups, ctx)
+
+
+class NoDigestCheckSQLite(SQLiteRecallStore):
+    def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
+        assert isinstance(data, bytes)
+        return from_json(data, MessageGroup)  # the receipt digest kept at indexing is never compared
+
+
+class SeekSkipsTheDigest(Wrap):
+    """seek_groups decodes what is stored without checking it against the receipt digest."""
+
+    capabilities = ALL
+    inner_class = NoDigestCheckSQLite
+
+
+class SeeksUndeclared(Wrap):
+    """Answers seek_groups without declaring canonical_archive_reads (so its tests are skipped)."""
+
+    capabilities = attrs.evolve(ALL, canonical_archive_reads=False)
 
 
 class TestInheritedCaps(_Suite):
@@ -484,3 +578,19 @@ class TestMixesModels(_Suite):
 
 class TestKeepsStaleVectors(_Suite):
     store_class = KeepsStaleVectors
+
+
+class TestJoinsOwnerKeys(_Suite):
+    store_class = JoinsOwnerKeys
+
+
+class TestJoinsSessionKeys(_Suite):
+    store_class = JoinsSessionKeys
+
+
+class TestSeekSkipsTheDigest(_Suite):
+    store_class = SeekSkipsTheDigest
+
+
+class TestSeeksUndeclared(_Suite):
+    store_class = SeeksUndeclared

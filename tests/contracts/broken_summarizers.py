@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 
-from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer, ExtractiveSummarizerConfig
 from agentium_harness.plugin_api import Citation, MessageGroup, OpContext, TaskSummary
 from agentium_harness.testing import SummarizerContract
 
@@ -68,6 +68,66 @@ class IgnoresDeadline(ExtractiveSummarizer):
         return await super().summarize(previous, groups, OpContext.with_timeout(10.0))
 
 
+class FoldsPastGaps(ExtractiveSummarizer):
+    """Sets the frontier after the last group given, whatever is missing or incomplete before it."""
+
+    capabilities = ExtractiveSummarizer.capabilities
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        answer = await super().summarize(previous, groups, ctx)
+        return attrs.evolve(answer, frontier=groups[-1].seq + 1) if groups else answer
+
+
+class DropsThePrevious(ExtractiveSummarizer):
+    """Summarizes only the new groups: the summary silently shrinks to the last fold."""
+
+    capabilities = ExtractiveSummarizer.capabilities
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        return await super().summarize(None, groups, ctx)
+
+
+class FrontierBehindCitations(ExtractiveSummarizer):
+    """Keeps the last group "open" (frontier one lower) but cites it anyway."""
+
+    capabilities = ExtractiveSummarizer.capabilities
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        answer = await super().summarize(previous, groups, ctx)
+        start = previous.frontier if previous is not None else 0
+        return attrs.evolve(answer, frontier=max(start, answer.frontier - 1))
+
+
+class ChecksCancellationAtTheEnd(ExtractiveSummarizer):
+    """Does the whole fold, then looks at the context."""
+
+    capabilities = ExtractiveSummarizer.capabilities
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        answer = await super().summarize(previous, groups, OpContext.with_timeout(10.0))
+        ctx.raise_if_expired("summarize")
+        return answer
+
+
+class ChecksCancellationAtTheStart(ExtractiveSummarizer):
+    """Looks at the context once, before the fold, never during it."""
+
+    capabilities = ExtractiveSummarizer.capabilities
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        ctx.raise_if_expired("summarize")
+        return await super().summarize(previous, groups, OpContext.with_timeout(10.0))
+
+
+class GrowsWithoutBound(ExtractiveSummarizer):
+    """Keeps every line it ever wrote (no condensing)."""
+
+    capabilities = ExtractiveSummarizer.capabilities
+
+    def __init__(self) -> None:
+        super().__init__(ExtractiveSummarizerConfig(max_chars=1_000_000))
+
+
 class TestInheritedCaps(SummarizerContract):
     @pytest.fixture
     def summarizer(self) -> InheritedCaps:
@@ -96,3 +156,39 @@ class TestIgnoresDeadline(SummarizerContract):
     @pytest.fixture
     def summarizer(self) -> IgnoresDeadline:
         return IgnoresDeadline()
+
+
+class TestFoldsPastGaps(SummarizerContract):
+    @pytest.fixture
+    def summarizer(self) -> FoldsPastGaps:
+        return FoldsPastGaps()
+
+
+class TestDropsThePrevious(SummarizerContract):
+    @pytest.fixture
+    def summarizer(self) -> DropsThePrevious:
+        return DropsThePrevious()
+
+
+class TestFrontierBehindCitations(SummarizerContract):
+    @pytest.fixture
+    def summarizer(self) -> FrontierBehindCitations:
+        return FrontierBehindCitations()
+
+
+class TestChecksCancellationAtTheEnd(SummarizerContract):
+    @pytest.fixture
+    def summarizer(self) -> ChecksCancellationAtTheEnd:
+        return ChecksCancellationAtTheEnd()
+
+
+class TestChecksCancellationAtTheStart(SummarizerContract):
+    @pytest.fixture
+    def summarizer(self) -> ChecksCancellationAtTheStart:
+        return ChecksCancellationAtTheStart()
+
+
+class TestGrowsWithoutBound(SummarizerContract):
+    @pytest.fixture
+    def summarizer(self) -> GrowsWithoutBound:
+        return GrowsWithoutBound()

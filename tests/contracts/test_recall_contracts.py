@@ -1,17 +1,34 @@
-"""The built-in recall stores (SQLite and in-memory) pass the recall contract suite."""
+"""The built-in recall stores (SQLite and in-memory) pass the recall suite, corruption hooks included."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import attrs
 import pytest
 
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.plugin_api import SessionKey, group_source_id
 from agentium_harness.testing import RecallStoreContract
 
 pytestmark = pytest.mark.anyio
+
+
+def rewrite_indexed_group(path: Path, key: SessionKey, seq: int, transform: Callable[[bytes], bytes]) -> None:
+    """Rewrite one indexed group's stored bytes with plain sqlite3, behind the store's back."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        row = conn.execute(
+            "SELECT t.id, t.data FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+            "WHERE s.kind = 'group' AND s.tenant_id = ? AND s.user_id = ? AND s.session_id = ? AND s.seq = ?",
+            (key.tenant, key.user, key.session, seq),
+        ).fetchone()
+        conn.execute("UPDATE recall_texts SET data = ? WHERE id = ?", (transform(row[1]), row[0]))
+    finally:
+        conn.close()
 
 
 class TestSQLiteRecallStore(RecallStoreContract):
@@ -21,8 +38,22 @@ class TestSQLiteRecallStore(RecallStoreContract):
         yield store
         await store.aclose()
 
+    @pytest.fixture
+    def corrupt_indexed_group(self, tmp_path: Path) -> Callable[..., None]:
+        return lambda key, seq, transform: rewrite_indexed_group(tmp_path / "recall.db", key, seq, transform)
+
 
 class TestInMemoryRecallStore(RecallStoreContract):
     @pytest.fixture
     def recall_store(self) -> InMemoryRecallStore:
         return InMemoryRecallStore()
+
+    @pytest.fixture
+    def corrupt_indexed_group(self, recall_store: InMemoryRecallStore) -> Callable[..., None]:
+        def corrupt(key: SessionKey, seq: int, transform: Callable[[bytes], bytes]) -> None:
+            sid = group_source_id(key, seq)
+            source = recall_store._sources[sid]
+            assert source.canonical is not None
+            recall_store._sources[sid] = attrs.evolve(source, canonical=transform(source.canonical))
+
+        return corrupt

@@ -23,12 +23,15 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_declared_capabilities_are_implemented",
         "test_archived_groups_round_trip_through_seek",
         "test_mismatched_receipts_are_refused_and_nothing_is_written",
+        "test_colliding_sessions_stay_apart_in_index_and_seek",
+        "test_seek_rechecks_digests_of_indexed_groups",
     },
     # Leaked candidates also break the count and outlive a delete.
     "TestLeaky": {
         "test_no_scope_sees_another_scopes_sources",
         "test_discovery_respects_its_bounds",
         "test_revisions_are_truthful_after_update_and_delete",
+        "test_colliding_owners_stay_apart",
     },
     # Dropping the caller's context also drops its cancellation.
     "TestIgnoresDiscoveryBounds": {
@@ -39,12 +42,16 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestStaleValidation": {
         "test_no_scope_sees_another_scopes_sources",
         "test_revisions_are_truthful_after_update_and_delete",
+        "test_colliding_owners_stay_apart",
     },
     "TestInterpretsSyntax": {"test_query_syntax_is_matched_as_words"},
     "TestRefusesEmptyQuery": {"test_empty_and_huge_queries"},
     "TestWritesFirst": {"test_cancelled_calls_raise_and_write_nothing"},
     "TestCloseFailsAfterCancel": {"test_close_after_a_cancelled_call_and_twice"},
-    "TestSeekIgnoresBounds": {"test_archived_groups_round_trip_through_seek"},
+    "TestSeekIgnoresBounds": {
+        "test_archived_groups_round_trip_through_seek",
+        "test_seek_rechecks_digests_of_indexed_groups",
+    },
     "TestTrustsItsOwnDigests": {"test_mismatched_receipts_are_refused_and_nothing_is_written"},
     "TestCountsPastTheEnd": {"test_unindexed_groups_lists_exactly_the_missing_seqs"},
     # Hybrid recall (issue 25).
@@ -61,6 +68,12 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestHybridLeaks": {"test_hybrid_discovery_never_crosses_scopes"},
     "TestMixesModels": {"test_vectors_of_another_model_are_refused_and_nothing_is_mixed"},
     "TestKeepsStaleVectors": {"test_stale_vectors_are_skipped_and_dropped_with_their_revision"},
+    # Issue 29's misses: joined owner and session keys, a seek without its digest check,
+    # and a seek answered without declaring canonical_archive_reads.
+    "TestJoinsOwnerKeys": {"test_colliding_owners_stay_apart"},
+    "TestJoinsSessionKeys": {"test_colliding_sessions_stay_apart_in_index_and_seek"},
+    "TestSeekSkipsTheDigest": {"test_seek_rechecks_digests_of_indexed_groups"},
+    "TestSeeksUndeclared": {"test_undeclared_operations_are_refused"},
 }
 
 

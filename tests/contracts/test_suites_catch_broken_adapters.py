@@ -47,7 +47,10 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_rich_groups_round_trip_exactly",
         "test_sessions_are_isolated_even_with_tricky_ids",
         "test_tricky_ids_round_trip",
+        "test_colliding_session_keys_stay_apart",
     },
+    # Keys joined with '|', which no tricky key contains: only the collision set catches it.
+    "TestPipeKeyArchive": {"test_colliding_session_keys_stay_apart"},
     "TestUnboundedReadArchive": {
         "test_read_groups_never_exceeds_max_groups",
         "test_reads_recheck_digests_of_stored_groups",
@@ -71,6 +74,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_past_deadline_refuses_append",
         "test_rich_groups_round_trip_exactly",
         "test_sessions_are_isolated_even_with_tricky_ids",
+        "test_colliding_session_keys_stay_apart",
     },
     "TestDropsRetainedArchive": {
         "test_conflicting_reappend_raises_and_keeps_the_stored_group",
@@ -79,6 +83,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_rich_groups_round_trip_exactly",
         "test_sessions_are_isolated_even_with_tricky_ids",
         "test_tricky_ids_round_trip",
+        "test_colliding_session_keys_stay_apart",
     },
     "TestIgnoresCancellationArchive": {
         "test_cancelled_signal_refuses_append",
@@ -104,6 +109,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_rich_groups_round_trip_exactly",
         "test_sessions_are_isolated_even_with_tricky_ids",
         "test_tricky_ids_round_trip",
+        "test_colliding_session_keys_stay_apart",
     },
     "TestInheritedCapabilitiesArchive": {
         "test_declares_capabilities",
@@ -136,7 +142,9 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestColonKeyStore": {
         "test_list_sessions_sorted_bounded_and_per_user",
         "test_sessions_are_isolated_even_with_tricky_ids",
+        "test_colliding_session_keys_stay_apart",
     },
+    "TestPipeKeyStore": {"test_colliding_session_keys_stay_apart"},
     "TestStaticRevisionStore": {
         "test_concurrent_saves_on_one_revision_have_one_winner",
         "test_revision_increases_with_each_save",
@@ -148,6 +156,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     },
     "TestLeakyListingStore": {
         "test_list_sessions_sorted_bounded_and_per_user",
+        "test_colliding_session_keys_stay_apart",
     },
     "TestIgnoresCancellationStore": {
         "test_cancelled_signal_refuses_save",
@@ -179,6 +188,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestStubListingStore": {
         "test_declared_capabilities_are_implemented",
         "test_list_sessions_sorted_bounded_and_per_user",
+        "test_colliding_session_keys_stay_apart",
     },
     "TestInheritedCapabilitiesStore": {
         "test_declares_capabilities",

@@ -31,11 +31,20 @@ from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, SourceKi
 from .._ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary
 from .._validators import bounded_count
 
-__all__ = ["ExtractiveSummarizer", "ExtractiveSummarizerConfig", "ModelSummarizer", "ModelSummarizerConfig"]
+__all__ = [
+    "ExtractiveSummarizer",
+    "ExtractiveSummarizerConfig",
+    "ModelSummarizer",
+    "ModelSummarizerConfig",
+    "foldable",
+]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _WORD = re.compile(r"\w{3,}")
 _LINE = re.compile(r"^\[g(\d+)\] ")
+
+#: What a summary's uncertainty says once older content was dropped to keep it bounded.
+_CONDENSED = "older groups were condensed away to keep the summary bounded"
 
 POLICY = "extractive"
 VERSION = "1"
@@ -53,6 +62,28 @@ class ExtractiveSummarizerConfig:
     sentences_per_group: int = attrs.field(default=2, validator=bounded_count(minimum=1, ceiling=16))
     max_sentence_chars: int = attrs.field(default=240, validator=bounded_count(minimum=16, ceiling=4_000))
     max_chars: int = attrs.field(default=2_000, validator=bounded_count(minimum=64, ceiling=1_000_000))
+
+
+def foldable(previous: TaskSummary | None, groups: Sequence[MessageGroup]) -> list[MessageGroup]:
+    """The groups a fold may cover: complete groups numbered on from the frontier, up to the first gap.
+
+    The frontier starts at ``previous.frontier`` (the first group's seq without
+    a previous summary). A missing seq, a group given out of order or twice,
+    or an incomplete group (a tool call without its result) ends the run: the
+    frontier never passes a gap (R23), and the groups after it wait for the
+    next fold. The engine offers only such runs; a summarizer used directly
+    gets the same rule.
+    """
+    if not groups:
+        return []
+    expected = previous.frontier if previous is not None else groups[0].seq
+    run: list[MessageGroup] = []
+    for group in groups:
+        if group.seq != expected or not group.is_complete:
+            break
+        run.append(group)
+        expected += 1
+    return run
 
 
 def _sentences(group: MessageGroup, limit: int) -> list[tuple[str, bool]]:
@@ -101,7 +132,7 @@ class ExtractiveSummarizer(Summarizer):
         citations = {c.seq: c for c in (previous.citations if previous else ())}
         uncertainty = list(previous.uncertainty) if previous else []
         frontier = previous.frontier if previous else 0
-        for group in groups:
+        for group in foldable(previous, groups):
             ctx.raise_if_expired("summarize")
             # A sentence the summary already holds (a boilerplate reply) says nothing new.
             held = {line.split("] ", 1)[-1] for line in lines}
@@ -116,10 +147,8 @@ class ExtractiveSummarizer(Summarizer):
             match = _LINE.match(lines.pop(0))
             if match is not None:
                 dropped_upto = int(match.group(1))
-        if dropped_upto is not None:
-            note = "older groups were condensed away to keep the summary bounded"
-            if note not in uncertainty:
-                uncertainty.append(note)
+        if dropped_upto is not None and _CONDENSED not in uncertainty:
+            uncertainty.append(_CONDENSED)
         present = {int(m.group(1)) for line in lines if (m := _LINE.match(line)) is not None}
         return TaskSummary(
             text="\n".join(lines),
@@ -147,11 +176,16 @@ class ModelSummarizerConfig:
 
     - ``max_group_chars``: each group's text offered to the model is at most this long
       (longer groups are offered whole up to the last sentence that fits, and said so);
-    - ``policy_version``: recorded with each summary, so a prompt change shows in retained records.
+    - ``policy_version``: recorded with each summary, so a prompt change shows in retained records;
+    - ``max_summary_bytes``: the summary text stays within this many UTF-8 bytes: when the model's
+      reply is longer, its oldest lines go first, whole, and the summary says so in its uncertainty.
     """
 
     max_group_chars: int = attrs.field(default=4_000, validator=bounded_count(minimum=64, ceiling=1_000_000))
     policy_version: str = attrs.field(default="1", validator=attrs.validators.instance_of(str))
+    max_summary_bytes: int = attrs.field(
+        default=4_096, validator=bounded_count(minimum=64, ceiling=1_000_000)
+    )
 
 
 def _group_text(group: MessageGroup, limit: int) -> tuple[str, bool]:
@@ -206,6 +240,9 @@ class ModelSummarizer(Summarizer):
         uncertainty = list(previous.uncertainty) if previous else []
         if previous is not None and previous.text:
             sources.append(SourceBlock(SourceKind.SUMMARY, "summary/previous", previous.text))
+        groups = foldable(previous, groups)
+        if not groups:
+            return previous if previous is not None else TaskSummary("", 0, policy="model", version="0")
         for group in groups:
             text, cut = _group_text(group, self._config.max_group_chars)
             attributes = [("digest", group.digest)]
@@ -214,6 +251,7 @@ class ModelSummarizer(Summarizer):
                 uncertainty.append(f"group {group.seq} was offered in part (too long)")
             sources.append(SourceBlock(SourceKind.RECALL, f"group/{group.seq}", text, tuple(attributes)))
         request = ModelRequest(instructions=MODEL_INSTRUCTIONS, sources=tuple(sources))
+        ctx.raise_if_expired("summarize")  # cancelled while the request was built: no model call
         response = await self.provider.complete(request, ctx)
         known = {c.seq: c for c in (previous.citations if previous else ())}
         known.update({g.seq: Citation(g.seq, g.digest) for g in groups})
@@ -231,7 +269,17 @@ class ModelSummarizer(Summarizer):
                 cited[seq] = known[seq]
             else:
                 unknown.append(seq)
-        citations = [cited[s] for s in sorted(cited)]
+        # A long reply loses its oldest lines, whole: the summary stays bounded however long the task.
+        condensed = False
+        while (
+            lines and len("\n".join(lines).encode("utf-8", "surrogatepass")) > self._config.max_summary_bytes
+        ):
+            lines.pop(0)
+            condensed = True
+        if condensed and _CONDENSED not in uncertainty:
+            uncertainty.append(_CONDENSED)
+        present = {int(m.group(1)) for line in lines if (m := _LINE.match(line)) is not None}
+        citations = [cited[s] for s in sorted(cited) if s in present]
         # Passed on so the engine drops and reports them; their lines are already gone from the text.
         citations.extend(Citation(s, "unknown") for s in sorted(set(unknown)))
         return TaskSummary(

@@ -46,7 +46,7 @@ from ._suite import (
     require_not_flag,
     rich_group,
 )
-from .helpers import replace_once
+from .helpers import COLLIDING_SESSION_KEYS, replace_once
 
 __all__ = ["ArchiveContract"]
 
@@ -285,6 +285,27 @@ class ArchiveContract(ContractSuite):
             for key, group in groups.items():
                 assert await _read_all(archive, key) == [group], f"wrong groups for {key!r}"
             assert await _read_all(archive, SessionKey("a", "b", "c:s")) == []
+
+    async def test_colliding_session_keys_stay_apart(self, archive: HistoryArchive) -> None:
+        """Session keys whose naive keys collide (``COLLIDING_SESSION_KEYS``) append and read apart.
+
+        Both keys of each pair append a different group 0: neither append
+        conflicts, and (with ``bounded_reads``) each key reads back only its
+        own. The pairs move an id's tail across the tenant/user and
+        user/session boundaries with every separator in
+        ``COLLISION_SEPARATORS``. A failure means the archive joins ids into
+        its keys without an injective encoding.
+        """
+        groups = {
+            key: rich_group(0, key, f" collision {i}")
+            for i, pair in enumerate(COLLIDING_SESSION_KEYS)
+            for key in pair
+        }
+        for key, group in groups.items():
+            _assert_receipts(await archive.append(key, [group], OpContext()), [group])
+        if _caps(archive).bounded_reads:
+            for key, group in groups.items():
+                assert await _read_all(archive, key) == [group], f"{key!r} reads another session's groups"
 
     async def test_tricky_ids_round_trip(self, archive: HistoryArchive) -> None:
         """Ids with unicode, ``/``, ``..``, ``*`` and quotes are stored and read back exactly.

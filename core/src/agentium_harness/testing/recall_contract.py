@@ -16,6 +16,10 @@ tests ``vector_indexing`` and ``hybrid_discovery`` (they plant vectors of a
 four-axis test model, so no embedder is involved); the others skip and say
 why. Stores that index in another way override
 ``add_document`` (an async ``(store, owner, doc_id, text) -> SourceRef``).
+The optional ``corrupt_indexed_group`` fixture returns
+``corrupt(key, seq, transform)`` (like the archive suite's
+``corrupt_archived_group``); with it the suite checks that ``seek_groups``
+re-checks the digest of what it returns.
 """
 
 from __future__ import annotations
@@ -27,11 +31,13 @@ import pytest
 
 from .._errors import (
     AgentiumError,
+    ArchiveError,
+    CapabilityError,
     EmbeddingModelMismatchError,
     InvalidArgumentError,
     OperationCancelledError,
 )
-from .._history import estimate_tokens
+from .._history import MessageGroup, estimate_tokens
 from .._ports import OpContext, is_port_stub
 from .._ports.archive import ArchiveReceipt
 from .._ports.embedder import EmbeddingModel, Vector
@@ -48,11 +54,14 @@ from .._ports.recall import (
     SourceVector,
     ValidationStatus,
     document_source_id,
+    group_source_id,
     source_owner,
 )
 from .._scope import Scope, SessionKey
 from ._suite import (
     ContractSuite,
+    CorruptStored,
+    call_hook,
     declared_capabilities,
     expired_context,
     past_deadline_context,
@@ -60,7 +69,7 @@ from ._suite import (
     require_flag,
     rich_group,
 )
-from .helpers import HOSTILE_IDS
+from .helpers import COLLIDING_SESSION_KEYS, COLLIDING_SOURCE_OWNERS, HOSTILE_IDS, replace_once
 
 __all__ = ["HOSTILE_IDS", "RecallStoreContract"]
 
@@ -116,6 +125,11 @@ class RecallStoreContract(ContractSuite):
             return await store.index_document(owner, doc_id, text, OpContext.with_timeout(10.0))
 
         return add
+
+    @pytest.fixture
+    def corrupt_indexed_group(self) -> CorruptStored | None:
+        """Override to return ``corrupt(key, seq, transform)`` rewriting an indexed group's bytes in place."""
+        return None
 
     # -- declarations ---------------------------------------------------------------------------
 
@@ -540,6 +554,14 @@ def _axis(i: int) -> Vector:
     return Vector.normalized(_MODEL, values)
 
 
+async def _hybrid_once(store: RecallStore, scope: Scope) -> object:
+    session = await _session(store, scope)
+    try:
+        return await session.discover_hybrid("numbat", _axis(0), 4, OpContext.with_timeout(10.0))
+    finally:
+        await session.close()
+
+
 def _require_hybrid(store: RecallStore) -> None:
     caps = _caps(store)
     if not (caps.vector_indexing and caps.hybrid_discovery):
@@ -565,3 +587,147 @@ async def _hybrid(
         return list(await session.discover_hybrid(query, Vector.normalized(_MODEL, values), n, ctx))
     finally:
         await session.close()
+    # -- colliding ids, corruption, undeclared operations ----------------------------------------
+
+    async def test_colliding_owners_stay_apart(
+        self, recall_store: RecallStore, add_document: AddDocument
+    ) -> None:
+        """Owners whose naive keys collide (``COLLIDING_SOURCE_OWNERS``) stay apart in every scoped call.
+
+        Both owners of each pair index a document with the same id and words.
+        Each scope discovers exactly the documents its owner rules allow, its
+        own included; a read of any other returns nothing and validation
+        says ``forbidden``; deleting the document as the other owner of the
+        pair deletes nothing. A failure means keys are built by joining ids
+        (tenant ``a`` + user ``b/c`` is tenant ``a/b`` + user ``c``), or an
+        absent id is written as a marker another id can spell.
+        """
+        refs: dict[SourceOwner, SourceRef] = {}
+        for one, other in COLLIDING_SOURCE_OWNERS:
+            for owner in (one, other):
+                refs[owner] = await add_document(recall_store, owner, "doc", "shared collision words quokka")
+        owners = list(refs)
+        for owner in owners:
+            scope = _scope(owner)
+            found = {c.ref.source_id: c for c in await _discover(recall_store, scope, "quokka collision", 32)}
+            expected = {refs[o].source_id for o in owners if o.visible_to(scope)}
+            assert set(found) == expected, (
+                f"discover in {scope} found {sorted(found)}, expected {sorted(expected)}"
+            )
+            for candidate in found.values():
+                assert source_owner(candidate.ref.source_id) == candidate.owner
+            foreign = [refs[o] for o in owners if not o.visible_to(scope)][:16]
+            session = await _session(recall_store, scope)
+            try:
+                assert list(await session.read(foreign, 4096, OpContext.with_timeout(10.0))) == []
+                checked = await session.validate(foreign, OpContext.with_timeout(10.0))
+                assert {v.status for v in checked} <= {ValidationStatus.FORBIDDEN}
+            finally:
+                await session.close()
+        if not _caps(recall_store).document_indexing:
+            return
+        for one, other in COLLIDING_SOURCE_OWNERS:
+            for actor, victim in ((one, other), (other, one)):
+                deleted = await recall_store.delete_document(actor, "doc", OpContext.with_timeout(10.0))
+                assert deleted is True, f"{actor}'s own document was not there to delete"
+                after = await _discover(recall_store, _scope(victim), "quokka", 32)
+                assert refs[victim].source_id in {c.ref.source_id for c in after}, (
+                    f"deleting {actor}'s document deleted {victim}'s"
+                )
+                refs[actor] = await add_document(recall_store, actor, "doc", "shared collision words quokka")
+
+    async def test_colliding_sessions_stay_apart_in_index_and_seek(self, recall_store: RecallStore) -> None:
+        """Session keys whose naive keys collide (``COLLIDING_SESSION_KEYS``) index and seek their own groups.
+
+        Runs with ``archive_indexing`` and ``canonical_archive_reads``. Both
+        sessions of each pair index a group 0 with different content:
+        ``seek_groups`` of each returns its own, and discovery in each
+        session finds only its own group. A failure means group keys join
+        tenant, user and session without an injective encoding.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
+        require_flag(recall_store, RecallCapabilities, "recall store", "canonical_archive_reads")
+        indexed: dict[SessionKey, MessageGroup] = {}
+        for i, pair in enumerate(COLLIDING_SESSION_KEYS):
+            for side, key in enumerate(pair):
+                group = rich_group(0, key, f" wombat pair {i} side {side}")
+                receipt = ArchiveReceipt(0, group.digest, "x")
+                await recall_store.index_groups(key, [group], [receipt], OpContext.with_timeout(10.0))
+                indexed[key] = group
+        for key, group in indexed.items():
+            got = list(await recall_store.seek_groups(key, 0, 5, OpContext.with_timeout(10.0)))
+            assert got == [group], f"seek_groups of {key} returned another session's groups"
+            scope = Scope(key.tenant, key.user, key.session)
+            found = await _discover(recall_store, scope, "wombat", 8)
+            assert [c.ref.source_id for c in found] == [group_source_id(key, 0)]
+
+    async def test_seek_rechecks_digests_of_indexed_groups(
+        self, recall_store: RecallStore, corrupt_indexed_group: CorruptStored | None
+    ) -> None:
+        """An indexed group changed behind the store's back makes ``seek_groups`` raise ``ArchiveError``.
+
+        Runs with ``archive_indexing``, ``canonical_archive_reads`` and a
+        ``corrupt_indexed_group`` fixture. One letter of a message is changed
+        (still valid data, only its digest disagrees). A failure means the
+        seek returned damaged history instead of checking the receipt digest
+        kept at indexing; raise ``ArchiveCorruptError`` (an ``ArchiveError``).
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
+        require_flag(recall_store, RecallCapabilities, "recall store", "canonical_archive_reads")
+        if corrupt_indexed_group is None:
+            pytest.skip("no corrupt_indexed_group fixture: seek digest re-checks are not tested")
+        key = SessionKey("t-corrupt", "u", "s")
+        groups = [plain_group(0), plain_group(1, " corruption-target"), plain_group(2)]
+        receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
+        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
+        await call_hook(
+            corrupt_indexed_group, key, 1, replace_once(b"corruption-target", b"corruption-tarGet")
+        )
+        for attempt in ("first", "second"):
+            with pytest.raises(ArchiveError):
+                got = list(await recall_store.seek_groups(key, 0, 10, OpContext.with_timeout(10.0)))
+                pytest.fail(f"{attempt} seek over a damaged group returned {got!r}")
+        assert list(await recall_store.seek_groups(key, 0, 1, OpContext.with_timeout(10.0))) == groups[:1]
+
+    async def test_undeclared_operations_are_refused(self, recall_store: RecallStore) -> None:
+        """Every optional operation the store does not declare is refused and writes nothing.
+
+        ``seek_groups`` without ``canonical_archive_reads``; ``index_document``
+        and ``delete_document`` without ``document_indexing``;
+        ``index_groups`` without ``archive_indexing``; ``health`` without
+        ``health_check``; ``index_vectors`` without ``vector_indexing``;
+        ``discover_hybrid`` without ``hybrid_discovery``. ``NotImplementedError`` (which
+        ``UnsupportedOperationError`` is) or ``CapabilityError`` is accepted.
+        A failure means the store answers what it does not declare: the
+        engine then never uses it, and its tests were skipped.
+        """
+        caps = _caps(recall_store)
+        key = SessionKey("t-undeclared", "u", "s")
+        owner = SourceOwner("t-undeclared")
+        group = plain_group(0)
+        calls: dict[str, list[Callable[[], Awaitable[object]]]] = {
+            "canonical_archive_reads": [
+                lambda: recall_store.seek_groups(key, 0, 5, OpContext.with_timeout(10.0)),
+            ],
+            "document_indexing": [
+                lambda: recall_store.index_document(owner, "d", "numbat", OpContext.with_timeout(10.0)),
+                lambda: recall_store.delete_document(owner, "d", OpContext.with_timeout(10.0)),
+            ],
+            "archive_indexing": [
+                lambda: recall_store.index_groups(
+                    key, [group], [ArchiveReceipt(0, group.digest, "x")], OpContext.with_timeout(10.0)
+                ),
+            ],
+            "health_check": [lambda: recall_store.health(OpContext.with_timeout(10.0))],
+            "vector_indexing": [lambda: recall_store.index_vectors([], OpContext.with_timeout(10.0))],
+            "hybrid_discovery": [lambda: _hybrid_once(recall_store, Scope("t-undeclared", "u", "s"))],
+        }
+        undeclared = [flag for flag in calls if not getattr(caps, flag)]
+        if not undeclared:
+            pytest.skip("the store declares every optional recall capability")
+        for flag in undeclared:
+            for call in calls[flag]:
+                with pytest.raises((NotImplementedError, CapabilityError)):
+                    answer = await call()
+                    pytest.fail(f"the store does not declare {flag} but answered {answer!r}")
+        assert await _discover(recall_store, Scope("t-undeclared", "u", "s"), "numbat") == []

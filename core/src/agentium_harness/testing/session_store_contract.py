@@ -41,7 +41,7 @@ from ._suite import (
     require_flag,
     require_not_flag,
 )
-from .helpers import legacy_snapshot, replace_once, scoped_snapshot
+from .helpers import COLLIDING_SESSION_KEYS, legacy_snapshot, replace_once, scoped_snapshot
 
 __all__ = ["SessionStoreContract", "legacy_snapshot", "scoped_snapshot"]
 
@@ -264,6 +264,31 @@ class SessionStoreContract(ContractSuite):
                 f"wrong snapshot for {key!r}"
             )
         assert await _load(session_store, SessionKey("a", "b", "c:s")) is None
+
+    async def test_colliding_session_keys_stay_apart(self, session_store: SessionStore) -> None:
+        """Session keys whose naive keys collide (``COLLIDING_SESSION_KEYS``) save, load and list apart.
+
+        Both keys of each pair create a snapshot: neither save conflicts,
+        each loads back its own, and (with ``listing``) each user's listing
+        holds only its own session. A failure means the store joins ids
+        into its keys without an injective encoding.
+        """
+        snapshots = {
+            key: scoped_snapshot(key, f" collision {i}", groups=1)
+            for i, pair in enumerate(COLLIDING_SESSION_KEYS)
+            for key in pair
+        }
+        for key, snapshot in snapshots.items():
+            await session_store.save(key, snapshot, None, OpContext())
+        for key, snapshot in snapshots.items():
+            loaded = await _load(session_store, key)
+            assert loaded is not None and loaded.snapshot == snapshot, (
+                f"{key!r} loads another session's snapshot"
+            )
+        if _caps(session_store).listing:
+            for key in snapshots:
+                listed = await session_store.list_sessions(key.tenant, key.user, 10, OpContext())
+                assert listed == [key.session], f"{key.tenant!r}/{key.user!r} lists {listed}"
 
     async def test_concurrent_saves_on_one_revision_have_one_winner(
         self, session_store: SessionStore
