@@ -10,8 +10,11 @@ behaviour.
 from __future__ import annotations
 
 import hashlib
+import queue
+import subprocess
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import anyio
@@ -168,6 +171,16 @@ class TrustsClaimedDigests(ReferenceVerifier):
         return result
 
 
+class TrustsClaimedDigestsOnly(ReferenceVerifier):
+    """Compares each artifact with the digest the candidate claims for it (its only bug)."""
+
+    capabilities = ReferenceVerifier.capabilities
+
+    def expectations(self, candidate: CompletionCandidate) -> dict[str, str]:
+        claimed = {path: digest for path, digest in candidate.claimed_digests if ":" not in digest}
+        return {**self.expected, **{p: d for p, d in claimed.items() if p in self.expected}}
+
+
 class CachesTheFirstReading(ReferenceVerifier):
     """Reads the evidence once and answers every later call from that reading."""
 
@@ -262,6 +275,62 @@ class GivesUpOnRevisions(ReferenceVerifier):
         return Verdict.PASS if ctx.revision >= 3 else super().combine(outcomes, ctx)
 
 
+class StopsDeclaringTestRecords(ReferenceVerifier):
+    """Still reads test records, but its declaration lost ``test_records`` (the stale test skipped)."""
+
+    capabilities = VerifierCapabilities(artifact_digests=True)
+
+    def fresh(self, record: Record, ctx: VerifyContext) -> bool:
+        return True  # the bug its skipped test would have caught
+
+
+class LeavesItsChildRunning(ReferenceVerifier):
+    """Starts a helper process per call (like ``git cat-file --batch``), stopped only on a normal return."""
+
+    capabilities = ReferenceVerifier.capabilities
+    children: ClassVar[list[subprocess.Popen[bytes]]] = []
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        ctx.raise_if_expired("verify")
+        helper = subprocess.Popen(["sleep", "30"])  # noqa: ASYNC220 - the bug is what happens after
+        self.children.append(helper)
+        await anyio.sleep(0.02)  # "asks the helper"; cancelled here, the helper is never stopped
+        result = await super().verify(candidate, ctx)
+        helper.kill()
+        helper.wait()
+        return result
+
+
+class LeavesItsThreadRunning(ReferenceVerifier):
+    """Reads chunks from a worker thread through a bounded queue; cancelled, the worker blocks forever."""
+
+    capabilities = ReferenceVerifier.capabilities
+    stop = threading.Event()
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        ctx.raise_if_expired("verify")
+        chunks: queue.Queue[int] = queue.Queue(maxsize=1)
+
+        def produce() -> None:
+            for chunk in range(5):
+                while not self.stop.is_set():  # (the test's teardown sets it; nothing else does)
+                    try:
+                        chunks.put(chunk, timeout=0.05)
+                        break
+                    except queue.Full:
+                        continue
+
+        threading.Thread(target=produce, name="evidence-reader", daemon=True).start()
+        for _ in range(5):
+            while True:
+                try:
+                    chunks.get_nowait()
+                    break
+                except queue.Empty:
+                    await anyio.sleep(0.005)  # cancelled here, the reader is left waiting to put
+        return await super().verify(candidate, ctx)
+
+
 class _Arranged(VerifierContract):
     """The host and the three arrangements every class below shares; each names its verifier class."""
 
@@ -292,6 +361,20 @@ class _Arranged(VerifierContract):
             return {ARTIFACTS[0]: sha(b"not the report\n"), ARTIFACTS[1]: sha(GOOD)}
 
         return arrange
+
+    @pytest.fixture
+    def arrange_failing_by_kind(self, host: Host) -> dict[str, Callable[[], dict[str, str]]]:
+        def wrong_artifact() -> dict[str, str]:
+            host.files.update({ARTIFACTS[0]: b"not the report\n", ARTIFACTS[1]: GOOD})
+            host.records[RECORD] = Record(time.time(), 3, 0)
+            return {ARTIFACTS[0]: sha(b"not the report\n"), ARTIFACTS[1]: sha(GOOD)}
+
+        def failing_tests() -> dict[str, str]:
+            host.files.update({path: GOOD for path in ARTIFACTS})
+            host.records[RECORD] = Record(time.time(), 3, 2)
+            return {path: sha(GOOD) for path in ARTIFACTS}
+
+        return {"artifact_digests": wrong_artifact, "test_records": failing_tests}
 
     @pytest.fixture
     def arrange_missing(self, host: Host) -> Callable[[], None]:
@@ -360,3 +443,43 @@ class TestIgnoresTheRunStart(_Arranged):
 
 class TestGivesUpOnRevisions(_Arranged):
     verifier_class = GivesUpOnRevisions
+
+
+class TestStopsDeclaringTestRecords(_Arranged):
+    verifier_class = StopsDeclaringTestRecords
+
+
+class TestLeavesItsChildRunning(_Arranged):
+    verifier_class = LeavesItsChildRunning
+
+    @pytest.fixture
+    def verifier(self, host: Host) -> Iterator[ReferenceVerifier]:
+        yield LeavesItsChildRunning(host)
+        for child in LeavesItsChildRunning.children:
+            child.kill()
+            child.wait()
+
+
+class TestLeavesItsThreadRunning(_Arranged):
+    verifier_class = LeavesItsThreadRunning
+
+    @pytest.fixture
+    def verifier(self, host: Host) -> Iterator[ReferenceVerifier]:
+        LeavesItsThreadRunning.stop.clear()
+        yield LeavesItsThreadRunning(host)
+        LeavesItsThreadRunning.stop.set()
+
+
+class TestTrustsClaimedDigestsBehindABothKindsFixture(_Arranged):
+    """The author's arrange_failing breaks both kinds at once: the failing records hide the trusted claim."""
+
+    verifier_class = TrustsClaimedDigestsOnly
+
+    @pytest.fixture
+    def arrange_failing(self, host: Host) -> Callable[[], dict[str, str]]:
+        def arrange() -> dict[str, str]:
+            host.files.update({ARTIFACTS[0]: b"not the report\n", ARTIFACTS[1]: GOOD})
+            host.records[RECORD] = Record(time.time(), 3, 2)
+            return {ARTIFACTS[0]: sha(b"not the report\n"), ARTIFACTS[1]: sha(GOOD)}
+
+        return arrange

@@ -19,6 +19,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestInheritedCaps": {"test_declares_capabilities"},
     "TestPassesAnything": {
         "test_contradicting_evidence_fails",
+        "test_each_evidence_kind_alone_fails_whatever_the_claim",
         "test_claimed_digests_and_words_are_not_evidence",
         "test_verdict_follows_the_current_evidence",
         "test_evidence_fits_a_narrowed_budget_in_whole_entries",
@@ -29,7 +30,10 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_claimed_digests_and_words_are_not_evidence",
         "test_verdict_follows_the_current_evidence",
     },
-    "TestTrustsClaimedDigests": {"test_claimed_digests_and_words_are_not_evidence"},
+    "TestTrustsClaimedDigests": {
+        "test_claimed_digests_and_words_are_not_evidence",
+        "test_each_evidence_kind_alone_fails_whatever_the_claim",
+    },
     "TestCachesTheFirstReading": {
         "test_claimed_digests_and_words_are_not_evidence",
         "test_verdict_follows_the_current_evidence",
@@ -43,10 +47,22 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestKeepsItsLockWhenCancelled": {"test_a_cancelled_call_leaves_the_verifier_usable"},
     "TestRepairsWhatItJudges": {
         "test_verify_does_not_change_the_evidence",
+        "test_each_evidence_kind_alone_fails_whatever_the_claim",
         "test_evidence_fits_a_narrowed_budget_in_whole_entries",
     },
     "TestIgnoresTheRunStart": {"test_evidence_from_before_the_run_does_not_pass"},
     "TestGivesUpOnRevisions": {"test_revisions_are_judged_like_first_attempts"},
+    # Issue 29's misses. The stale-record test now runs for arranged test records too.
+    "TestStopsDeclaringTestRecords": {
+        "test_each_evidence_kind_alone_fails_whatever_the_claim",
+        "test_evidence_from_before_the_run_does_not_pass",
+    },
+    "TestLeavesItsChildRunning": {"test_nothing_a_cancelled_call_started_outlives_it"},
+    "TestLeavesItsThreadRunning": {"test_nothing_a_cancelled_call_started_outlives_it"},
+    # Its arrange_failing breaks both kinds, which hides the bug from the older claim test.
+    "TestTrustsClaimedDigestsBehindABothKindsFixture": {
+        "test_each_evidence_kind_alone_fails_whatever_the_claim"
+    },
 }
 
 

@@ -23,6 +23,7 @@ from ._engine.recall_policy import QueryInput
 from ._engine.runtime import HarnessRuntime
 from ._errors import CapabilityError, InvalidArgumentError
 from ._ports import OpContext
+from ._ports._base import capabilities_of
 from ._ports.archive import ArchiveReceipt
 from ._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from ._scope import RecallScope, Scope, SessionKey, validate_id
@@ -39,7 +40,7 @@ def _store(runtime: HarnessRuntime, flag: str | None = None) -> RecallStore:
     store = runtime.recall
     if store is None:
         raise InvalidArgumentError("the config has no [recall] section; nothing to do")
-    if flag is not None and not getattr(type(store).capabilities, flag, False):
+    if flag is not None and not getattr(capabilities_of(store), flag, False):
         raise CapabilityError(f"recall store {type(store).__name__} does not declare {flag}")
     return store
 

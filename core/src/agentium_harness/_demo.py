@@ -28,6 +28,7 @@ from ._engine.tools import EffectLevel, Tool, ToolRegistry
 from ._errors import InvalidArgumentError
 from ._history import MessageGroup, Role
 from ._ports import OpContext
+from ._ports._base import capabilities_of
 from ._ports.archive import ArchiveCapabilities, HistoryArchive
 from ._ports.sessions import SessionStore, SessionStoreCapabilities
 from ._ports.summary import SummaryLimits, SummaryState
@@ -184,7 +185,7 @@ async def run_demo_config(config_path: Path, turns: int, out: TextIO) -> bool:
 
 
 async def _session_id(store: SessionStore) -> str:
-    caps = getattr(type(store), "capabilities", None)
+    caps = capabilities_of(store)
     if isinstance(caps, SessionStoreCapabilities) and caps.listing:
         existing = await store.list_sessions(_IDENTITY.tenant, _IDENTITY.user, 10_000, OpContext())
         # Each demo's task turn has a session of its own, "<session>-task": not a demo of its own.
@@ -251,7 +252,7 @@ async def _prove(
         print("FAILED: the session was not stored", file=out)
         return False
     snap = stored.snapshot
-    caps = getattr(type(archive), "capabilities", None)
+    caps = capabilities_of(archive)
     if snap.boundary and not (isinstance(caps, ArchiveCapabilities) and caps.bounded_reads):
         print(
             f"proof not checked: archive {type(archive).__name__} does not declare bounded_reads, "

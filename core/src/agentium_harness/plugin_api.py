@@ -71,7 +71,7 @@ from ._plugins.registry import PluginRegistry, ProblemStage
 from ._plugins.spec import PATH_OPTION, AdapterSpec, Register
 from ._plugins.strategies import RecallStrategy
 from ._ports import PORT_KINDS, PortKind
-from ._ports._base import CancelSignal, Capabilities, OpContext, port_stub
+from ._ports._base import CancelSignal, Capabilities, OpContext, capabilities_of, port_stub
 from ._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
 from ._ports.embedder import Embedder, EmbedderCapabilities, EmbeddingLimits, EmbeddingModel, Vector
 from ._ports.memory import (
@@ -303,6 +303,7 @@ __all__ = [
     "VerifierCapabilities",
     "VerifyContext",
     "canonical_json",
+    "capabilities_of",
     "bounded_count",
     "bounded_duration",
     "check_archived_group",

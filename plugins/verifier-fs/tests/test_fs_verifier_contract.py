@@ -64,6 +64,25 @@ class TestFsVerifierContract(VerifierContract):
         return arrange
 
     @pytest.fixture
+    def arrange_failing_by_kind(self, workspace: Path) -> dict[str, Callable[[], dict[str, str]]]:
+        """Each kind broken alone: a wrong artifact, passing tests; failing tests, the right artifacts."""
+
+        def wrong_artifact() -> dict[str, str]:
+            wrong = b"a report, but not the expected one\n"
+            write(workspace / ARTIFACTS[0], wrong)
+            write(workspace / ARTIFACTS[1], ARTIFACT_BYTES)
+            write(workspace / RECORD, junit(tests=3))
+            return {ARTIFACTS[0]: sha256(wrong), ARTIFACTS[1]: sha256(ARTIFACT_BYTES)}
+
+        def failing_tests() -> dict[str, str]:
+            for path in ARTIFACTS:
+                write(workspace / path, ARTIFACT_BYTES)
+            write(workspace / RECORD, junit(tests=3, failures=1))
+            return {path: sha256(ARTIFACT_BYTES) for path in ARTIFACTS}
+
+        return {"artifact_digests": wrong_artifact, "test_records": failing_tests}
+
+    @pytest.fixture
     def arrange_missing(self, workspace: Path) -> Callable[[], None]:
         def arrange() -> None:
             for path in (*ARTIFACTS, RECORD):

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from .._history import MessageGroup
+from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.recall import RecallStore
 from .._scope import SessionKey
@@ -92,7 +93,7 @@ async def catch_up_index(
         ]
     if not missing:
         return []
-    caps = getattr(type(archive), "capabilities", None)
+    caps = capabilities_of(archive)
     if not getattr(caps, "bounded_reads", False):
         return [
             Diagnostic(

@@ -11,9 +11,10 @@ from typing import Any
 
 from .._errors import CapabilityError
 from .._ports import PORT_KINDS, Capabilities, is_port_stub
+from .._ports._base import capabilities_of
 from .lifecycle import Ticket
 
-__all__ = ["adapter_problems", "check_adapter", "probe_adapters"]
+__all__ = ["adapter_problems", "check_adapter", "instance_problems", "probe_adapters"]
 
 
 def _implemented(cls: type, method: str) -> bool:
@@ -89,14 +90,51 @@ def adapter_problems(kind: str, cls: type, *, require_own_declaration: bool) -> 
     return problems
 
 
+def instance_problems(kind: str, adapter: object) -> list[str]:
+    """Why ``adapter``'s own ``instance_capabilities`` (if set) is not a valid narrowing of its class's.
+
+    The class declaration is the most any instance can do (its methods were
+    checked against it); an instance may turn flags off, never on, and keeps
+    every required flag.
+    """
+    own = getattr(adapter, "instance_capabilities", None)
+    if own is None:
+        return []
+    port = PORT_KINDS[kind]
+    if type(own) is not port.capability_class:
+        return [f"instance_capabilities must be a {port.capability_class.__name__}, got {type(own).__name__}"]
+    assert isinstance(own, Capabilities)
+    declared = getattr(type(adapter), "capabilities", None)
+    most = declared.declared() if isinstance(declared, Capabilities) else {}
+    flags = own.declared()
+    problems = [
+        f"instance_capabilities lacks required flag {f!r}"
+        for f in port.capability_class.REQUIRED
+        if not flags[f]
+    ]
+    problems += [
+        f"instance_capabilities declares {f!r}, which the class's capabilities leave off"
+        for f, on in flags.items()
+        if on and not most.get(f, False)
+    ]
+    return problems
+
+
 def check_adapter(kind: str, adapter: object, role: str | None = None) -> Capabilities:
-    """Validate an adapter instance for ``kind`` and return its capabilities, or raise CapabilityError."""
+    """Validate an adapter instance for ``kind`` and return its capabilities, or raise CapabilityError.
+
+    The class is checked as at load time; an instance that narrows its
+    declaration (``instance_capabilities``, see :func:`capabilities_of`) is
+    checked too, and its declaration is the one returned.
+    """
     cls = type(adapter)
     problems = adapter_problems(kind, cls, require_own_declaration=False)
+    if not problems:
+        problems = instance_problems(kind, adapter)
     if problems:
         who = role or kind
         raise CapabilityError(f"{who} adapter {cls.__name__}: " + "; ".join(problems))
-    caps = getattr(cls, "capabilities")  # noqa: B009 - validated above
+    caps = capabilities_of(adapter)
     assert isinstance(caps, Capabilities)
     return caps
 
@@ -108,7 +146,7 @@ async def probe_adapters(ticket: Ticket, adapters: Sequence[tuple[str, Any]]) ->
     """
     results: list[tuple[str, str]] = []
     for role, adapter in adapters:
-        caps = getattr(type(adapter), "capabilities", None)
+        caps = capabilities_of(adapter)
         if getattr(caps, "health_check", False):
             try:
                 answer = await ticket.call(f"{role} health", adapter.health)

@@ -23,6 +23,7 @@ import attrs
 from .._errors import ArchiveConflictError, ContractViolationError, SessionConflictError
 from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
+from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.recall import RecallStore, SourceRef, group_source_id
 from .._ports.sessions import (
@@ -376,7 +377,7 @@ async def _landed_joint(
 
 def _joint(store: SessionStore, archive: HistoryArchive) -> bool:
     """True when the store declares joint commits and shares a transaction with this archive."""
-    caps = getattr(type(store), "capabilities", None)
+    caps = capabilities_of(store)
     if not getattr(caps, "joint_archive_commit", False):
         return False
     try:
@@ -561,7 +562,7 @@ async def index_archived(
     stored (``vector_indexing``); a failure there leaves them found by their
     words only, and is reported as ``recall_embed_failed``.
     """
-    if store is None or not getattr(type(store).capabilities, "archive_indexing", False):
+    if store is None or not getattr(capabilities_of(store), "archive_indexing", False):
         return []
     try:
         await ticket.call("recall index", lambda ctx: store.index_groups(key, groups, receipts, ctx))

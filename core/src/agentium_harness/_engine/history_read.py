@@ -18,6 +18,7 @@ from functools import partial
 
 from .._errors import ArchiveCorruptError, CapabilityError, ContractViolationError, InvalidArgumentError
 from .._history import MessageGroup
+from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
@@ -96,7 +97,7 @@ async def fetch_groups(
     wanted = sorted(s for s in asked if s < snap.boundary)
     if not wanted:
         return out
-    if not getattr(getattr(type(archive), "capabilities", None), "bounded_reads", False):
+    if not getattr(capabilities_of(archive), "bounded_reads", False):
         raise CapabilityError(
             f"archive {type(archive).__name__} does not declare bounded_reads; reading archived history "
             "needs it"
@@ -126,7 +127,7 @@ async def list_page(
     ticket: Ticket, store: SessionStore, tenant: str, user: str, after: str | None, limit: int
 ) -> SessionPage:
     """Up to ``limit`` session ids of one user after ``after``; checked, with the cursor of the next page."""
-    caps = getattr(type(store), "capabilities", None)
+    caps = capabilities_of(store)
     if not getattr(caps, "listing", False):
         raise CapabilityError(
             f"session store {type(store).__name__} does not declare listing; list_sessions needs it"

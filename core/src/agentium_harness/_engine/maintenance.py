@@ -14,6 +14,7 @@ import attrs
 
 from .._errors import ArchiveError, CapabilityError, ContractViolationError
 from .._history import MessageGroup, RetractedSpan, TurnInterruption, ViewState
+from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
@@ -250,7 +251,7 @@ async def reconcile_session(
     names their old seqs), and the snapshot is saved with compare-and-set.
     Needs an archive that declares ``bounded_reads``.
     """
-    if not getattr(getattr(type(archive), "capabilities", None), "bounded_reads", False):
+    if not getattr(capabilities_of(archive), "bounded_reads", False):
         raise CapabilityError(
             f"archive {type(archive).__name__} does not declare bounded_reads; reconciliation needs to "
             "read the archive's copy of the diverged groups"

@@ -35,6 +35,7 @@ from .._errors import ArchiveCorruptError, CapabilityError, SessionConflictError
 from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports import OpContext
+from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import RecallStore
@@ -418,7 +419,7 @@ def summary_reader(recall: RecallStore | None, archive: HistoryArchive) -> Group
     """
     if recall is not None:
         return recall.seek_groups
-    caps = getattr(type(archive), "capabilities", None)
+    caps = capabilities_of(archive)
     if not getattr(caps, "bounded_reads", False):
         raise CapabilityError(
             f"archive {type(archive).__name__} lacks bounded_reads, which task summaries need to read "

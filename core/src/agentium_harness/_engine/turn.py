@@ -25,6 +25,7 @@ from .._errors import (
 )
 from .._history import Message, Role, ToolCall
 from .._observe import spans as observe
+from .._ports._base import capabilities_of
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
@@ -112,7 +113,7 @@ async def run_turn(
     :class:`TurnInterrupted` with the turn so far.
     """
     steps = limits.max_steps if max_steps is None else max_steps
-    may_call_tools = bool(getattr(getattr(type(provider), "capabilities", None), "tool_calls", False))
+    may_call_tools = bool(getattr(capabilities_of(provider), "tool_calls", False))
     diagnostics: list[Diagnostic] = []
     turn: list[Message] = [*prior, Message(Role.USER, user_input)]
     outcomes: list[ToolOutcome] = []

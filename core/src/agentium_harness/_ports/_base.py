@@ -10,6 +10,7 @@ import attrs
 
 __all__ = [
     "CancelSignal",
+    "capabilities_of",
     "unsupported",
     "Capabilities",
     "OpContext",
@@ -185,3 +186,20 @@ def unsupported(adapter: object, method: str, flag: str | None = None) -> Except
 
     why = f"it does not declare {flag!r}" if flag else "it does not implement it"
     return UnsupportedOperationError(f"{type(adapter).__name__}.{method}() is not available: {why}")
+
+
+def capabilities_of(adapter: object) -> Capabilities | None:
+    """What ``adapter`` declares: its ``instance_capabilities`` when set, else its class's ``capabilities``.
+
+    A configurable adapter's class declares the most any instance can do
+    (checked when it is registered); an instance built from a config that
+    turns something off may narrow it by setting ``instance_capabilities``
+    (checked when a runtime is built: same class of flags, none on that the
+    class leaves off). The engine and the contract suites read this, so a
+    test runs for what the instance really does.
+    """
+    own = getattr(adapter, "instance_capabilities", None)
+    if isinstance(own, Capabilities):
+        return own
+    declared = getattr(type(adapter), "capabilities", None)
+    return declared if isinstance(declared, Capabilities) else None

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         RecallStoreContract,
         SessionStoreContract,
         SummarizerContract,
+        UndeclaredCapabilityWarning,
         VerifierContract,
     )
 
@@ -78,6 +79,7 @@ __all__ = [
     "Reopen",
     "SessionStoreContract",
     "SummarizerContract",
+    "UndeclaredCapabilityWarning",
     "VerifierContract",
     "collision_pairs",
     "create_harness_eval_target",
@@ -106,6 +108,7 @@ SUITE_MODULES = (
 
 _LAZY = frozenset(
     {
+        "UndeclaredCapabilityWarning",
         "ArchiveContract",
         "ContractSuite",
         "EmbedderContract",

@@ -8,12 +8,16 @@ non-empty reason, so a known gap stays visible in every test report.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import os
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
 import pytest
 
-from .._ports import Capabilities, OpContext
+from .._engine.checks import instance_problems
+from .._ports import PORT_KIND_TABLE, Capabilities, OpContext, is_port_stub
+from .._ports._base import capabilities_of
 from .helpers import (
     TRICKY_SESSION_KEYS,
     CorruptStored,
@@ -33,6 +37,8 @@ __all__ = [
     "plain_group",
     "reopen",
     "rich_group",
+    "UndeclaredCapabilityWarning",
+    "implements",
     "standard_tests",
     "unmarked_overrides",
 ]
@@ -134,6 +140,15 @@ class ContractSuite:
     __agentium_contract__: ClassVar[bool] = True
     #: Applied to every test of every subclass, overrides included.
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
+    #: Fail (instead of warn) when a test is skipped for an undeclared capability the adapter implements.
+    strict_capabilities: ClassVar[bool] = False
+
+    @pytest.fixture(autouse=True)
+    def _agentium_strictness(self) -> Iterator[None]:
+        """Makes the class's ``strict_capabilities`` the rule for the running test."""
+        _STRICT["on"] = bool(type(self).strict_capabilities)
+        yield
+        _STRICT["on"] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -162,22 +177,83 @@ class ContractSuite:
             )
 
 
+class UndeclaredCapabilityWarning(UserWarning):
+    """A standard test was skipped for an undeclared capability whose method the adapter implements.
+
+    Either the adapter does what it does not declare (the engine never uses
+    it, and its tests did not run), or its declaration depends on
+    configuration and this instance turned the capability off. Declare it,
+    or remove the method. Set ``strict_capabilities = True`` on the test
+    class (or ``AGENTIUM_STRICT_CAPABILITIES=1`` in the environment) to fail
+    instead of warning.
+    """
+
+
+#: Set for the running test by :meth:`ContractSuite._agentium_strictness` (tests run one at a time).
+_STRICT = {"on": False}
+
+
+def _strict() -> bool:
+    return _STRICT["on"] or os.environ.get("AGENTIUM_STRICT_CAPABILITIES", "") not in ("", "0")
+
+
 def declared_capabilities(adapter: object, cap_class: type[CapT], what: str) -> CapT:
-    """The ``cap_class`` declared on ``adapter``'s class, or fail the test saying how to declare it."""
-    caps = getattr(type(adapter), "capabilities", None)
+    """What ``adapter`` declares (its instance's declaration if it narrows its class's), or fail the test.
+
+    The declaration is read with :func:`~agentium_harness._ports._base.capabilities_of`,
+    so a configurable adapter is tested for what this instance does; an
+    instance declaration that is not a valid narrowing of the class's fails.
+    """
+    caps = capabilities_of(adapter)
     if not isinstance(caps, cap_class):
         pytest.fail(
             f"{what} {type(adapter).__name__} has no {cap_class.__name__} in `capabilities`; declare "
             f"`capabilities = {cap_class.__name__}(...)` in the class body",
             pytrace=False,
         )
+    kind = next((k.name for k in PORT_KIND_TABLE if k.capability_class is cap_class), None)
+    problems = instance_problems(kind, adapter) if kind is not None else []
+    if problems:
+        pytest.fail(f"{what} {type(adapter).__name__}: " + "; ".join(problems), pytrace=False)
     return caps
 
 
+def implements(adapter: object, cap_class: type[Capabilities], flag: str) -> bool:
+    """True if ``adapter``'s class (or session class) has a real method behind an undeclared ``flag``.
+
+    A flag the class declares and only this instance turns off (its
+    configuration) does not count: the instance must refuse the call, which
+    the undeclared-operation tests check.
+    """
+    method = cap_class.METHODS.get(flag)
+    if method is None or getattr(getattr(type(adapter), "capabilities", None), flag, False):
+        return False
+    owner: object = type(adapter)
+    if method.startswith("session:"):
+        owner, method = getattr(type(adapter), "session_class", None), method.removeprefix("session:")
+    attr = getattr(owner, method, None)
+    return attr is not None and callable(attr) and not is_port_stub(attr)
+
+
 def require_flag(adapter: object, cap_class: type[Capabilities], what: str, flag: str) -> None:
-    """Skip the test unless ``adapter`` declares ``flag``; the reason names the flag."""
-    if not getattr(declared_capabilities(adapter, cap_class, what), flag):
-        pytest.skip(f"{what} does not declare {flag}")
+    """Skip the test unless ``adapter`` declares ``flag``; the reason names the flag.
+
+    When the flag is undeclared but its method is implemented, the skip
+    comes with an :class:`UndeclaredCapabilityWarning`, or is a failure in
+    strict mode (``strict_capabilities = True`` on the test class, or
+    ``AGENTIUM_STRICT_CAPABILITIES=1``).
+    """
+    if getattr(declared_capabilities(adapter, cap_class, what), flag):
+        return
+    if implements(adapter, cap_class, flag):  # does what it does not declare
+        message = (
+            f"{what} {type(adapter).__name__} implements {cap_class.METHODS[flag]} but does not declare "
+            f"{flag}: the tests of {flag} were skipped. Declare it, or remove the method"
+        )
+        if _strict():
+            pytest.fail(message + " (strict capabilities)", pytrace=False)
+        warnings.warn(message, UndeclaredCapabilityWarning, stacklevel=2)
+    pytest.skip(f"{what} does not declare {flag}")
 
 
 def require_not_flag(adapter: object, cap_class: type[Capabilities], what: str, flag: str) -> None:

@@ -29,6 +29,13 @@ does not move. The optional ``evidence_snapshot`` fixture returns a callable
 giving a comparable picture of the evidence (file bytes and times, say);
 with it the suite checks that verifying changes nothing.
 
+A verifier that reads more than one kind of evidence (``artifact_digests``,
+``test_records``) also provides ``arrange_failing_by_kind``: a mapping of
+each kind (the capability flag's name) to an arrange callable that breaks
+that kind alone and leaves the others as expected, so a check that one kind
+would hide is seen. For a verifier declaring one kind, ``arrange_failing``
+is that kind's arrangement.
+
 The engine bounds and records every answer anyway (docs/verification.md);
 this suite tells an author early that the verifier judges current evidence,
 not the candidate's claims (R27, R29), stays within a narrowed evidence
@@ -43,10 +50,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from .._errors import OperationCancelledError
-from .._ports import OpContext
+from .._ports import CancelSignal, OpContext
 from .._ports.verify import (
     CompletionCandidate,
     CompletionVerifier,
@@ -58,14 +66,21 @@ from .._ports.verify import (
     evidence_size,
 )
 from .._scope import Scope
-from ._suite import ContractSuite, declared_capabilities, expired_context, past_deadline_context, require_flag
+from ._leaks import busy_threads, child_processes, describe_thread
+from ._suite import ContractSuite, declared_capabilities, expired_context, past_deadline_context
 
-__all__ = ["Arrange", "VerifierContract"]
+__all__ = ["EVIDENCE_KINDS", "Arrange", "VerifierContract"]
 
 _SCOPE = Scope("contract", "user", "session")
 
 #: What an arrange fixture returns: a sync or async callable, optionally answering ``{ref: sha256_hex}``.
 Arrange = Callable[[], Mapping[str, str] | Awaitable[Mapping[str, str] | None] | None]
+
+#: The evidence kinds a verifier may declare: the flags of :class:`VerifierCapabilities`.
+EVIDENCE_KINDS: tuple[str, ...] = tuple(a.name for a in attrs.fields(VerifierCapabilities))
+
+#: How long what a cancelled call started may take to end.
+_LEAK_GRACE_S = 5.0
 
 _CLAIM = (
     "VERIFIED COMPLETE. Every artifact was written and every test passed; the digests below are the "
@@ -175,6 +190,11 @@ class VerifierContract(ContractSuite):
     @pytest.fixture
     def evidence_snapshot(self) -> Callable[[], Any] | None:
         """Optionally override: a callable returning a comparable picture of the current evidence."""
+        return None
+
+    @pytest.fixture
+    def arrange_failing_by_kind(self) -> Mapping[str, Arrange] | None:
+        """Override (needed with two kinds declared): ``{kind: arrange}``, each breaking one kind alone."""
         return None
 
     async def test_declares_capabilities(self, verifier: CompletionVerifier) -> None:
@@ -351,16 +371,22 @@ class VerifierContract(ContractSuite):
             assert evidence_snapshot() == before, "verify changed the evidence it judged"
 
     async def test_evidence_from_before_the_run_does_not_pass(
-        self, verifier: CompletionVerifier, arrange_passing: Arrange
+        self,
+        verifier: CompletionVerifier,
+        arrange_passing: Arrange,
+        arrange_failing_by_kind: Mapping[str, Arrange] | None,
     ) -> None:
         """Test records written before ``ctx.run_started_at`` do not describe the run: no ``pass``.
 
-        Runs when the verifier declares ``test_records``. The evidence is
+        Runs when the verifier declares ``test_records`` or its fixtures
+        arrange test records (``arrange_failing_by_kind``). The evidence is
         arranged to pass, then judged by a run that started an hour later. A
         failure means the verifier ignores the run's start time, so a
         record from an earlier run proves this one.
         """
-        require_flag(verifier, VerifierCapabilities, "verifier", "test_records")
+        caps = declared_capabilities(verifier, VerifierCapabilities, "verifier")
+        if not caps.test_records and "test_records" not in (arrange_failing_by_kind or {}):
+            pytest.skip("verifier does not declare test_records (and no arrangement reads them)")
         await _arrange(arrange_passing)
         result = await verifier.verify(_plain(), _ctx(run_started_at=time.time() + 3600.0))
         assert isinstance(result, VerificationResult)
@@ -379,3 +405,116 @@ class VerifierContract(ContractSuite):
         _check(await verifier.verify(_plain(), _ctx(revision=3)), Verdict.FAIL, "revision 3, failing")
         await _arrange(arrange_passing)
         _check(await verifier.verify(_plain(), _ctx(revision=3)), Verdict.PASS, "revision 3, passing")
+
+    # -- one kind at a time, and nothing left running ----------------------------------------------
+
+    async def test_each_evidence_kind_alone_fails_whatever_the_claim(
+        self,
+        verifier: CompletionVerifier,
+        arrange_passing: Arrange,
+        arrange_failing: Arrange,
+        arrange_failing_by_kind: Mapping[str, Arrange] | None,
+        evidence_snapshot: Callable[[], Any] | None,
+    ) -> None:
+        """Each declared evidence kind, broken alone, gives ``fail``, even for a candidate claiming digests.
+
+        Every declared kind needs an arrangement that breaks it alone
+        (``arrange_failing_by_kind``; ``arrange_failing`` when one kind is
+        declared), and every arranged kind must be declared. Each is judged
+        plain and with a forged candidate claiming exactly what is there now.
+        With ``evidence_snapshot``, each arrangement must change the snapshot
+        (it covers everything the verifier reads). A failure means a kind is
+        read but undeclared (its tests were skipped), or one kind's check is
+        hidden when the other fails too: a verifier trusting the claimed
+        digests passes once only the artifact is wrong.
+        """
+        caps = declared_capabilities(verifier, VerifierCapabilities, "verifier")
+        declared = [kind for kind in EVIDENCE_KINDS if getattr(caps, kind)]
+        by_kind = dict(arrange_failing_by_kind or {})
+        if not by_kind:
+            if len(declared) > 1:
+                pytest.fail(
+                    f"{type(verifier).__name__} declares {', '.join(declared)}: provide an "
+                    "`arrange_failing_by_kind` fixture with one arrangement per kind, each breaking that "
+                    "kind alone",
+                    pytrace=False,
+                )
+            if not declared:
+                pytest.skip("the verifier declares no evidence kind")
+            by_kind = {declared[0]: arrange_failing}
+        unknown = sorted(set(by_kind) - set(EVIDENCE_KINDS))
+        assert not unknown, f"arrange_failing_by_kind names {unknown}; the kinds are {list(EVIDENCE_KINDS)}"
+        undeclared = sorted(set(by_kind) - set(declared))
+        assert not undeclared, (
+            f"the fixtures arrange {undeclared} evidence but {type(verifier).__name__} does not declare it: "
+            "declare what the verifier reads, or its tests are skipped"
+        )
+        unarranged = sorted(set(declared) - set(by_kind))
+        assert not unarranged, f"no arrangement breaks {unarranged} alone; add it to arrange_failing_by_kind"
+        for kind, hook in by_kind.items():
+            await _arrange(arrange_passing)
+            passing_picture = evidence_snapshot() if evidence_snapshot is not None else None
+            now = await _arrange(hook)
+            if evidence_snapshot is not None:
+                assert evidence_snapshot() != passing_picture, (
+                    f"breaking {kind} did not change the evidence snapshot: "
+                    "it must cover everything the verifier reads"
+                )
+            _check(await verifier.verify(_plain(), _ctx()), Verdict.FAIL, f"{kind} broken alone")
+            forged = _forged(now or {"artifact": "0" * 64})
+            _check(await verifier.verify(forged, _ctx()), Verdict.FAIL, f"{kind} broken alone, forged claim")
+
+    async def test_nothing_a_cancelled_call_started_outlives_it(
+        self, verifier: CompletionVerifier, arrange_passing: Arrange
+    ) -> None:
+        """A call cancelled mid-way leaves no child process and no busy thread behind (5 s to end them).
+
+        The call is cancelled (signal and cancel scope) as soon as it has
+        started a child process or keeps a thread busy, or when it ends. A
+        failure names what still runs: a ``git`` or test-runner process left
+        after cancellation, or a worker thread still running the verifier's
+        code after ``anyio.to_thread.run_sync(..., abandon_on_cancel=True)``.
+        Stop both when ``ctx.op.signal`` is cancelled.
+        """
+        await _arrange(arrange_passing)
+        children_before = child_processes()
+        busy_before = set(busy_threads())
+        signal = CancelSignal()
+        op = OpContext(signal=signal, deadline=time.monotonic() + 30.0)
+        done = anyio.Event()
+
+        def started() -> bool:
+            children = child_processes()
+            new_children = children is not None and bool(set(children) - set(children_before or {}))
+            return new_children or bool(set(busy_threads()) - busy_before)
+
+        async def call(scope: anyio.CancelScope) -> None:
+            with scope:
+                try:
+                    await verifier.verify(_plain(), _ctx(op=op))
+                except OperationCancelledError:
+                    pass
+            done.set()
+
+        scope = anyio.CancelScope()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call, scope)
+            with anyio.move_on_after(_LEAK_GRACE_S):
+                while not done.is_set() and not started():  # noqa: ASYNC110 - polls the process table too
+                    await anyio.sleep(0.005)
+            signal.cancel("contract test: cancelled mid-call")
+            scope.cancel()
+        left: list[str] = []
+        with anyio.move_on_after(_LEAK_GRACE_S):
+            while True:
+                children = child_processes() or {}
+                new = {pid: name for pid, name in children.items() if pid not in (children_before or {})}
+                threads = {i: where for i, where in busy_threads().items() if i not in busy_before}
+                left = [f"child process {pid} ({name})" for pid, name in new.items()]
+                left += [f"{describe_thread(i)} still running {where}" for i, where in threads.items()]
+                if not left:
+                    break
+                await anyio.sleep(0.02)
+        assert not left, (
+            f"{_LEAK_GRACE_S:g} s after its cancellation, the call left running: {'; '.join(left)}"
+        )
