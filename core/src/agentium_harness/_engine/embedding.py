@@ -25,7 +25,7 @@ import attrs
 
 from .._errors import CapabilityError, EmbeddingError, InvalidArgumentError
 from .._history import MessageGroup
-from .._ports._base import OpContext
+from .._ports._base import OpContext, capabilities_of
 from .._ports.embedder import Embedder, EmbeddingLimits, EmbeddingModel, Vector
 from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, SourceVector
 from .checks import check_adapter
@@ -58,7 +58,7 @@ def make_hybrid(embedder: Embedder, limits: EmbeddingLimits | None, recall: Reca
             "serves hybrid recall; add a recall store that declares vector_indexing and hybrid_discovery, "
             "or leave the embedder out"
         )
-    caps = getattr(type(recall), "capabilities", None)
+    caps = capabilities_of(recall)
     if not isinstance(caps, RecallCapabilities) or not caps.hybrid:
         missing = [f for f in ("vector_indexing", "hybrid_discovery") if not getattr(caps, f, False)]
         raise CapabilityError(

@@ -543,50 +543,7 @@ class RecallStoreContract(ContractSuite):
         await add_document(recall_store, owner, "doc", "the garden is new")
         assert await _hybrid(recall_store, _scope(owner), "zebra", [1.0, 0.0, 0.0, 0.0]) == []
 
-
-#: The vector space of the hybrid tests: four axes, so each test plants exactly the similarities it needs.
-_MODEL = EmbeddingModel("contract-axes", 4)
-
-
-def _axis(i: int) -> Vector:
-    values = [0.0] * _MODEL.dimension
-    values[i] = 1.0
-    return Vector.normalized(_MODEL, values)
-
-
-async def _hybrid_once(store: RecallStore, scope: Scope) -> object:
-    session = await _session(store, scope)
-    try:
-        return await session.discover_hybrid("numbat", _axis(0), 4, OpContext.with_timeout(10.0))
-    finally:
-        await session.close()
-
-
-def _require_hybrid(store: RecallStore) -> None:
-    caps = _caps(store)
-    if not (caps.vector_indexing and caps.hybrid_discovery):
-        pytest.skip("recall store does not declare vector_indexing and hybrid_discovery")
-
-
-async def _index(store: RecallStore, *pairs: tuple[SourceRef, Vector]) -> int:
-    entries = [SourceVector(ref, vector) for ref, vector in pairs]
-    return await store.index_vectors(entries, OpContext.with_timeout(10.0))
-
-
-async def _hybrid(
-    store: RecallStore,
-    scope: Scope,
-    query: str,
-    values: list[float],
-    n: int = 8,
-    remaining: int | None = None,
-) -> list[Candidate]:
-    session = await _session(store, scope)
-    try:
-        ctx = OpContext.with_timeout(10.0, remaining_bytes=remaining)
-        return list(await session.discover_hybrid(query, Vector.normalized(_MODEL, values), n, ctx))
-    finally:
-        await session.close()
+    #: The vector space of the hybrid tests: four axes, so each test plants exactly the similarities it needs.
     # -- colliding ids, corruption, undeclared operations ----------------------------------------
 
     async def test_colliding_owners_stay_apart(
@@ -731,3 +688,47 @@ async def _hybrid(
                     answer = await call()
                     pytest.fail(f"the store does not declare {flag} but answered {answer!r}")
         assert await _discover(recall_store, Scope("t-undeclared", "u", "s"), "numbat") == []
+
+
+_MODEL = EmbeddingModel("contract-axes", 4)
+
+
+def _axis(i: int) -> Vector:
+    values = [0.0] * _MODEL.dimension
+    values[i] = 1.0
+    return Vector.normalized(_MODEL, values)
+
+
+async def _hybrid_once(store: RecallStore, scope: Scope) -> object:
+    session = await _session(store, scope)
+    try:
+        return await session.discover_hybrid("numbat", _axis(0), 4, OpContext.with_timeout(10.0))
+    finally:
+        await session.close()
+
+
+def _require_hybrid(store: RecallStore) -> None:
+    caps = _caps(store)
+    if not (caps.vector_indexing and caps.hybrid_discovery):
+        pytest.skip("recall store does not declare vector_indexing and hybrid_discovery")
+
+
+async def _index(store: RecallStore, *pairs: tuple[SourceRef, Vector]) -> int:
+    entries = [SourceVector(ref, vector) for ref, vector in pairs]
+    return await store.index_vectors(entries, OpContext.with_timeout(10.0))
+
+
+async def _hybrid(
+    store: RecallStore,
+    scope: Scope,
+    query: str,
+    values: list[float],
+    n: int = 8,
+    remaining: int | None = None,
+) -> list[Candidate]:
+    session = await _session(store, scope)
+    try:
+        ctx = OpContext.with_timeout(10.0, remaining_bytes=remaining)
+        return list(await session.discover_hybrid(query, Vector.normalized(_MODEL, values), n, ctx))
+    finally:
+        await session.close()
