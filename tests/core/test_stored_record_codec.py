@@ -86,3 +86,19 @@ def test_a_bad_id_is_the_invalid_argument_error_the_ports_name() -> None:
     assert issubclass(InvalidIdError, InvalidArgumentError)
     with pytest.raises(InvalidArgumentError, match="doc_id"):
         document_source_id(SourceOwner("acme"), "bad\x00id")
+
+
+def test_every_error_a_port_names_is_exported_from_plugin_api() -> None:
+    import re
+    from pathlib import Path
+
+    import agentium_harness
+    import agentium_harness.plugin_api as plugin_api
+
+    ports = Path(agentium_harness.__file__).parent / "_ports"
+    named = set()
+    for source in ports.glob("*.py"):
+        named |= set(re.findall(r"``([A-Z]\w*Error)``", source.read_text("utf-8")))
+    builtins = {"KeyError", "TypeError", "ValueError", "UnicodeEncodeError"}
+    missing = sorted(n for n in named - builtins if not hasattr(plugin_api, n))
+    assert not missing, f"port docs name errors plugin_api does not export: {missing}"

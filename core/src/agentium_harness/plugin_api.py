@@ -30,9 +30,11 @@ from ._codec import (
 from ._config import ResolvedComponent, ResolvedConfig, load_config
 from ._engine.recall_policy import QueryInput
 from ._errors import (
+    AgentiumError,
     ArchiveConflictError,
     ArchiveCorruptError,
     ArchiveError,
+    CapabilityError,
     ContractViolationError,
     EmbeddingError,
     EmbeddingModelMismatchError,
@@ -45,6 +47,7 @@ from ._errors import (
     MemoryRejectedError,
     MemoryStoreError,
     OperationCancelledError,
+    ProviderError,
     RecordDecodeError,
     SessionConflictError,
     SessionStoreError,
@@ -187,6 +190,9 @@ __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
     "SOURCE_DATA_NOTICE",
     "AdapterSpec",
+    "AgentiumError",
+    "CapabilityError",
+    "ProviderError",
     "ArchiveCapabilities",
     "ArchiveConflictError",
     "ArchiveCorruptError",
