@@ -25,8 +25,11 @@ parent drives the workers a batch of turns at a time, rotating the order, so
 drift in machine load falls on every mode alike; only one worker runs at a
 time. Each turn is one ``runtime.run(...)`` timed inside the event loop with
 ``perf_counter_ns``, after untimed warm-up turns. Prints
-each mode's median and its ratio to ``none``, against the target with PASS or
-MISS. Exits 0 either way: a benchmark on a shared machine is not a test.
+each mode's median and its ratio to ``none`` (the median over rounds of the
+ratio of the round's batch medians, so load bursts cancel), against the target
+with PASS or MISS; then the median process CPU time per turn and its ratio,
+which waiting for a core on a loaded machine does not inflate. Exits 0 either
+way: a benchmark on a shared machine is not a test.
 """
 
 from __future__ import annotations
@@ -115,13 +118,17 @@ def work(mode: str, adapters: str, workdir: str) -> None:
     counter = [0]
     run = type(runtime).run.__wrapped__ if mode == "bare" else type(runtime).run  # type: ignore[attr-defined]
 
+    cpu: list[int] = []
+
     async def turns(n: int) -> list[int]:
         out = []
+        cpu.clear()
         for _ in range(n):
             counter[0] += 1
-            start = time.perf_counter_ns()
+            start, start_cpu = time.perf_counter_ns(), time.process_time_ns()
             await run(runtime, who, "bench-session", f"turn {counter[0]}: carry on with the plan")
             out.append(time.perf_counter_ns() - start)
+            cpu.append(time.process_time_ns() - start_cpu)
         exporter = _STATE.get("exporter")
         if exporter is not None:
             exporter.clear()  # keep memory flat; exporting itself was paid inside the turns
@@ -137,7 +144,8 @@ def work(mode: str, adapters: str, workdir: str) -> None:
                 command = line.split()
                 if not command or command[0] == "quit":
                     break
-                sys.stdout.write(json.dumps({"ns": await turns(int(command[1]))}) + "\n")
+                wall = await turns(int(command[1]))
+                sys.stdout.write(json.dumps({"ns": wall, "cpu": cpu}) + "\n")
                 sys.stdout.flush()
 
     anyio.run(serve)
@@ -160,6 +168,9 @@ class Worker:
             text=True,
         )
         self.samples: list[int] = []
+        self.cpu: list[int] = []
+        #: The median of each batch, in round order: paired with the other modes' batches of that round.
+        self.batches: list[float] = []
         ready = self._read()
         if not ready.get("ok"):
             raise SystemExit(f"worker {mode}/{adapters} is not in its mode: {ready}")
@@ -176,13 +187,31 @@ class Worker:
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"run {n}\n")
         self.proc.stdin.flush()
-        self.samples.extend(self._read()["ns"])
+        answer = self._read()
+        got = answer["ns"]
+        self.samples.extend(got)
+        self.cpu.extend(answer["cpu"])
+        self.batches.append(statistics.median(got))
 
     def finish(self) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write("quit\n")
         self.proc.stdin.close()
         self.proc.wait(timeout=60)
+
+
+def _paired_ratio(workers: Sequence[Worker], mode: str, rounds: int) -> float:
+    """The median over rounds of (this mode's batch medians ÷ ``none``'s) in the same round.
+
+    A round's batches run back to back, so a burst of load from elsewhere on
+    the machine falls on one round of every mode; pairing by round cancels
+    it where pooling all samples would not.
+    """
+
+    def in_round(which: str, r: int) -> float:
+        return statistics.mean(w.batches[r] for w in workers if w.mode == which)
+
+    return statistics.median(in_round(mode, r) / in_round("none", r) for r in range(rounds))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -220,14 +249,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mode: statistics.median(s for w in workers if w.mode == mode for s in w.samples) / 1e3
                 for mode in MODES
             }
-            base = medians["none"]
+            cpu = {
+                mode: statistics.median(s for w in workers if w.mode == mode for s in w.cpu) / 1e3
+                for mode in MODES
+            }
             for mode in MODES:
-                ratio = medians[mode] / base
+                ratio = _paired_ratio(workers, mode, rounds)
                 target = ""
                 if mode == "api":
                     target = f"  target <= {RATIO_TARGET}  {'PASS' if ratio <= RATIO_TARGET else 'MISS'}"
                 line = f"{adapters:>6} {mode:>4}: median {medians[mode]:9.1f} us per turn  ratio {ratio:.3f}"
-                print(line + target)
+                cpu_ratio = cpu[mode] / cpu["none"]
+                print(line + target + f"  | CPU {cpu[mode]:8.1f} us  ratio {cpu_ratio:.3f}")
     return 0
 
 

@@ -22,4 +22,5 @@ def test_small_run_prints_each_mode_and_the_ratio_against_its_target() -> None:
     assert result.returncode == 0, out + result.stderr
     for mode in ("bare", "none", "api", "sdk"):
         assert re.search(rf"^memory\s+{mode}: median\s+\d+\.\d+ us per turn  ratio \d+\.\d+", out, re.M), out
-    assert re.search(r"^memory\s+api: .* target <= 1\.03  (PASS|MISS)$", out, re.M), out
+    target = r"^memory\s+api: .* target <= 1\.03  (PASS|MISS)  \| CPU\s+\d+\.\d+ us  ratio \d+\.\d+$"
+    assert re.search(target, out, re.M), out
