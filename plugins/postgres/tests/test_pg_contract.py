@@ -98,6 +98,22 @@ class TestPostgresRecallStore(RecallStoreContract):
         yield adapter
         await adapter.aclose()
 
+    @pytest.fixture
+    def corrupt_indexed_group(self, admin: Admin, schema: str) -> CorruptStored:
+        """Seeks read the archive's own rows: the indexed group's bytes are its archive row's."""
+
+        def corrupt(key: SessionKey, seq: int, transform: Transform) -> None:
+            _rewrite(
+                admin,
+                schema,
+                "archive_groups",
+                _SESSION + " AND seq = %s",
+                (*key.key_segments(), seq),
+                transform,
+            )
+
+        return corrupt
+
 
 class TestPostgresMemoryStore(MemoryStoreContract):
     @pytest.fixture

@@ -2,20 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
+import redis
 from redis_servers import ServerProcess, new_prefix
 
+from agentium_harness.plugin_api import SessionKey, group_source_id
 from agentium_harness.testing import RecallStoreContract
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis.keys import tenant_prefix
 
 
 class TestRedisRecallContract(RecallStoreContract):
     """Runs once per server flavour (the ``server`` fixture is parametrized: redis, valkey)."""
 
     @pytest.fixture
-    async def recall_store(self, server: ServerProcess) -> AsyncIterator[RedisRecallStore]:
-        store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    def prefix(self) -> str:
+        return new_prefix()
+
+    @pytest.fixture
+    async def recall_store(self, server: ServerProcess, prefix: str) -> AsyncIterator[RedisRecallStore]:
+        store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
         yield store
         await store.aclose()
+
+    @pytest.fixture
+    def corrupt_indexed_group(self, server: ServerProcess, prefix: str) -> Callable[..., None]:
+        """Rewrites an indexed group's canonical bytes (``P:c:<n>``) with a plain client, behind the store."""
+
+        def corrupt(key: SessionKey, seq: int, transform: Callable[[bytes], bytes]) -> None:
+            client = redis.Redis.from_url(server.url)
+            try:
+                tenant = tenant_prefix(prefix, key.tenant)
+                row = client.hget(f"{tenant}:ids", group_source_id(key, seq))
+                if row is None:
+                    raise LookupError(f"group {seq} of {key} is not indexed")
+                data = client.get(f"{tenant}:c:{row.decode()}")
+                if data is None:
+                    raise LookupError(f"group {seq} of {key} keeps no canonical bytes")
+                client.set(f"{tenant}:c:{row.decode()}", transform(data))
+            finally:
+                client.close()
+
+        return corrupt
