@@ -50,13 +50,21 @@ def _has(pattern: str, out: str) -> bool:
     return re.search(pattern, out, re.M) is not None
 
 
-def _row(system: str, size: str) -> str:
-    # | system | prior messages | median | p10 | p90 | turns | commits/turn | peak RSS |
-    numbers = r" \| \d+\.\d+" * 3 + r" \| \d+ \| \d+\.\d\d \| \d+\.\d \|$"
+def _row(system: str, size: str, commits: str = r"\d+\.\d\d") -> str:
+    # | system | prior msgs | median | p10 | p90 | turns | commits/turn | writes/turn | KB/turn | peak RSS |
+    numbers = r" \| \d+\.\d+" * 3 + rf" \| \d+ \| {commits}" + r" \| \d+\.\d" * 3 + r" \|$"
     return rf"^\| {re.escape(system)} \| {size}{numbers}"
 
 
-def _assert_disk_limit_uses_agentiums_commit_count(out: str) -> None:
+def _section(out: str, shape: str) -> str:
+    """The part of the output about one shape of history."""
+    found = re.search(rf"^## history {shape} .*?(?=^## history |^targets)", out, re.M | re.S)
+    assert found, out
+    return found.group(0)
+
+
+def _assert_disk_limit_uses_agentiums_commit_count(whole: str) -> None:
+    out = _section(whole, "growing")
     # N is whatever Agentium's turn commits at the largest size (2 before the fast path, 1 with it).
     found = re.search(
         r"^disk limit: (\d+) fsynced commits per turn \(Agentium's (\d+\.\d\d) commits per turn", out, re.M
@@ -64,18 +72,25 @@ def _assert_disk_limit_uses_agentiums_commit_count(out: str) -> None:
     assert found, out
     n, counted = int(found.group(1)), float(found.group(2))
     assert n >= 1 and n == max(1, round(counted)), out
-    assert _has(_row(f"disk limit ({n} commits)", "-"), out), out
     # The disk worker's own count confirms it did N commits per timed turn.
-    assert _has(rf"^\| disk limit \({n} commits\) \| - \|.* \| {n}\.00 \| [\d.]+ \|$", out), out
+    assert _has(_row(f"disk limit ({n} commits)", "-", rf"{n}\.00"), out), out
 
 
 def _assert_agentium_and_disk(out: str) -> None:
-    for size in ("10", "100"):
-        assert _has(_row("agentium", size), out), out
+    for shape in ("growing", "held"):
+        section = _section(out, shape)
+        for size in ("10", "100"):
+            # Held: the restore after each turn writes too, but only the turn's own commit counts.
+            assert _has(_row("agentium", size, "1.00" if shape == "held" else r"\d+\.\d\d"), section), out
+        assert _has(r"^  Agentium median / one durable commit: 10: \d+\.\d\d   100: \d+\.\d\d$", section), out
     assert _has(r"^  agentium \(agentium-harness \S+; current interpreter\): runtime\.run", out), out
     _assert_disk_limit_uses_agentiums_commit_count(out)
-    assert _has(r"^  Agentium median / disk limit: 10: \d+\.\d\d   100: \d+\.\d\d$", out), out
-    assert _has(r"^  Agentium / disk limit \(worst size\) <= 3: \d+\.\d\d  (PASS|MISS)$", out), out
+    for target in (
+        r"Agentium / one durable commit \(worst size\) <= 4",
+        r"Agentium writes per turn \(worst size\) <= 8",
+    ):
+        verdict = r"\d+(\.\d+)? (PASS|MISS)"
+        assert _has(rf"^  {target}: growing {verdict}   held {verdict}$", out), out
     assert "every connection checked after warm-up: journal_mode=wal, synchronous=FULL" in out, out
 
 
@@ -93,7 +108,8 @@ def test_without_peers_it_measures_agentium_and_the_disk_and_says_peers_are_miss
         assert _has(rf"^PEER NOT INSTALLED: {name}: no peer venv at .*--no-install; skipped$", out), out
         assert f"| {name} |" not in out, out
     _assert_agentium_and_disk(out)
-    assert _has(r"^  agentium\s+100/10: \d+\.\d+$", out), out
+    for shape in ("growing", "held"):
+        assert _has(r"^  agentium\s+100/10: \d+\.\d+$", _section(out, shape)), out
     assert not venvs.exists(), "the benchmark created a venv despite --no-install"
 
 
@@ -130,13 +146,20 @@ def test_with_peers_it_prints_their_rows_ratios_and_includes(available_peers: li
     # One size keeps this under ~15 s: every peer process pays a 1.5-3 s import. Growth over two
     # sizes goes through the same code as Agentium's, checked in the test without peers.
     out = _run("--sizes", "100")
-    assert _has(_row("agentium", "100"), out), out
     _assert_disk_limit_uses_agentiums_commit_count(out)
     assert "every connection checked after warm-up: journal_mode=wal, synchronous=FULL" in out, out
+    held_commits = {"agentium": "1.00", "openai-agents": "1.00", "langgraph": r"\d+\.\d\d"}
+    for shape in ("growing", "held"):
+        section = _section(out, shape)
+        assert _has(_row("agentium", "100"), section), out
+        for name in available_peers:
+            commits = held_commits[name] if shape == "held" else r"\d+\.\d\d"
+            assert _has(_row(name, "100", commits), section), out
+            assert _has(rf"^  vs {name}:\n    100: \d+\.\d+ \(.* \d+\.\dx faster\)$", section), out
     for name in available_peers:
         assert f"PEER NOT INSTALLED: {name}" not in out, out
-        assert _has(_row(name, "100"), out), out
-        assert _has(rf"^  vs {name}:\n    100: \d+\.\d+ \(.* \d+\.\dx faster\)$", out), out
         assert _has(rf"^  {re.escape(name)} \(.*\): \S", out), out  # what its turn includes
+    verdict = r"\d+(\.\d+)? (PASS|MISS)"
     if "openai-agents" in available_peers:
-        assert _has(r"^  Agentium / openai-agents at 100 <= 1\.0: \d+\.\d+  (PASS|MISS)$", out), out
+        target = r"Agentium / openai-agents at 100 <= 1"
+        assert _has(rf"^  {target}: growing {verdict}   held {verdict}$", out), out

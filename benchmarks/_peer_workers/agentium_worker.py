@@ -16,6 +16,14 @@ transaction, and the session store gets one snapshot whose boundary,
 ``seal_snapshot`` and saved with compare-and-set on the runtime's revision.
 ``inspect_session`` checks the result; the timing worker checks again that
 its first turn gets the expected ``seq``.
+
+Held shape: after each timed turn, untimed, the session is put back to the
+seeded state: the archive rows the turn added (``seq`` at or past the seeded
+boundary) are deleted on the archive's own connection (the archive port has
+no delete; this is the adapter's table), and the seeded snapshot is saved
+again through the store's ``save``, with compare-and-set on the turn's
+revision. The next turn then loads exactly the seeded snapshot, at a new
+revision, as it would after any other writer's commit.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from agentium_harness import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._history import MessageGroup, Role
 from agentium_harness._ports import OpContext
-from agentium_harness._ports.sessions import seal_snapshot
+from agentium_harness._ports.sessions import StoredSnapshot, seal_snapshot
 from agentium_harness._scope import SessionKey, VerifiedIdentity
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
@@ -123,34 +131,60 @@ class Agentium:
 
     includes = INCLUDES
 
-    def __init__(self, db_path: str, messages: int) -> None:
+    def __init__(self, db_path: str, messages: int, shape: str) -> None:
         self.versions = {"agentium-harness": metadata.version("agentium-harness")}
         self._portal_cm = start_blocking_portal()
         self._portal = self._portal_cm.__enter__()
         self._runtime, self._archive, self._store = self._portal.call(self._abuild, db_path)
         self._next = messages // 2
+        self._key = SessionKey.of(IDENTITY, common.SESSION_ID)
+        self._base: StoredSnapshot | None = None
+        if shape == "held":
+            self._base = self._portal.call(self._store.load, self._key, OpContext.unbounded())
+            if self._base is None or self._base.snapshot.next_seq != self._next:
+                raise SystemExit(f"the seeded session is not at next_seq {self._next}")
 
     @staticmethod
     async def _abuild(db_path: str) -> tuple[Any, SQLiteArchive, SQLiteSessionStore]:
         return _build(db_path)
 
-    async def _batch(self, n: int, max_seconds: float) -> list[int]:
-        times: list[int] = []
+    async def _restore(self, revision: int) -> None:
+        """Put the session back to the seeded state (held shape, untimed)."""
+        assert self._base is not None
+        key, boundary, ctx = self._key, self._base.snapshot.boundary, OpContext.unbounded()
+
+        def drop(conn: sqlite3.Connection) -> None:
+            with conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(
+                    "DELETE FROM archive_groups "
+                    "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq >= ?",
+                    (key.tenant, key.user, key.session, boundary),
+                )
+
+        await self._archive.run(ctx, "benchmark restore", drop)
+        await self._store.save(key, self._base.snapshot, revision, ctx)
+
+    async def _batch(self, n: int, max_seconds: float) -> common.TurnLog:
+        log = common.TurnLog()
         deadline = time.perf_counter() + max_seconds
         for k in range(n):
             if k and time.perf_counter() >= deadline:
                 break
             seq = self._next
             text = _user_text(seq)
-            start = time.perf_counter_ns()
+            log.start()
             result = await self._runtime.run(IDENTITY, common.SESSION_ID, text)
-            times.append(time.perf_counter_ns() - start)
+            log.stop()
             if result.group_seq != seq:
                 raise SystemExit(f"turn got seq {result.group_seq}, expected {seq}: the seeded state is off")
-            self._next += 1
-        return times
+            if self._base is not None:
+                await self._restore(result.snapshot_revision)
+            else:
+                self._next += 1
+        return log
 
-    def run(self, n: int, max_seconds: float) -> list[int]:
+    def run(self, n: int, max_seconds: float) -> common.TurnLog:
         """Up to ``n`` timed ``runtime.run`` turns."""
         return self._portal.call(self._batch, n, max_seconds)
 
@@ -176,7 +210,7 @@ def main() -> None:
     if args.seed:
         common.seed_all(args.seed, lambda db, n: anyio.run(_seed, db, n))
         return
-    common.serve(lambda: Agentium(args.db, args.messages))
+    common.serve(lambda: Agentium(args.db, args.messages, args.shape))
 
 
 if __name__ == "__main__":

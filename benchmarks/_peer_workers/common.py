@@ -10,10 +10,22 @@ A worker script runs in one of two modes:
   check each, print one JSON line per database, exit. One seeder process per
   system seeds every size, so that seeding memory never counts in a timed
   worker's peak RSS and each heavy import is paid once.
-- ``--db DB --messages N``: import, wait for ``open``, open the seeded
-  database, then answer one JSON line per command read from stdin (see
-  :func:`serve`).
-  One such process per (system, history size).
+- ``--db DB --messages N --shape SHAPE``: import, wait for ``open``, open
+  the seeded database, then answer one JSON line per command read from stdin
+  (see :func:`serve`). One such process per (system, history size, shape).
+
+Two shapes of history, because they measure different things:
+
+- ``growing``: each timed turn adds its two messages, as a real session
+  does; a worker that started at N prior messages ends a few hundred past it.
+- ``held``: after each timed turn, and untimed, the system is put back to the
+  N messages it had before the turn (each worker does it through its
+  system's own API where there is one: see its ``restore``), so every timed
+  turn sees exactly N prior messages.
+
+Each timed turn also records the write system calls and the bytes written
+that the whole process made during it, from ``/proc/self/io`` (``syscw`` and
+``wchar``, every thread included; read outside the timed span).
 """
 
 from __future__ import annotations
@@ -36,6 +48,9 @@ SEED_BATCH = 1000
 
 #: Session / thread id used by every system.
 SESSION_ID = "bench-session"
+
+#: The shapes of history a worker can run (see the module docstring).
+SHAPES = ("growing", "held")
 
 _FILLER = (
     "The quick brown fox jumps over the lazy dog while the archive keeps every word. "
@@ -65,6 +80,62 @@ def peak_rss_mb() -> float:
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
+def io_counters() -> tuple[int, int] | None:
+    """``(syscw, wchar)`` of this whole process so far, from ``/proc/self/io``; ``None`` where it is missing.
+
+    ``syscw`` counts write system calls (``write``, ``pwrite64``, ...), ``wchar``
+    the bytes they were asked to write, whether or not they reached the disk
+    yet. SQLite in WAL mode writes each page of a commit as two calls (a
+    24-byte frame header and the page), so these count what a commit costs
+    the file system, fsyncs aside.
+    """
+    try:
+        with open("/proc/self/io", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    values = dict(line.split(b":", 1) for line in text.splitlines() if b":" in line)
+    return int(values[b"syscw"]), int(values[b"wchar"])
+
+
+#: True while a timed turn runs (between ``TurnLog.start`` and ``stop``): commits are counted only then,
+#: so the untimed restores of the ``held`` shape are not.
+_IN_TURN = [False]
+
+
+class TurnLog:
+    """What each timed turn cost: wall time, and the writes the process made meanwhile."""
+
+    def __init__(self) -> None:
+        self.ns: list[int] = []
+        self.syscw: list[int] = []
+        self.wchar: list[int] = []
+        self._io: tuple[int, int] | None = None
+        self._start = 0
+
+    def __len__(self) -> int:
+        return len(self.ns)
+
+    def start(self) -> None:
+        """Right before the turn: the I/O counters first, then the clock (so reading them is not timed)."""
+        self._io = io_counters()
+        _IN_TURN[0] = True
+        self._start = time.perf_counter_ns()
+
+    def stop(self) -> None:
+        """Right after the turn: the clock first, then the counters."""
+        self.ns.append(time.perf_counter_ns() - self._start)
+        _IN_TURN[0] = False
+        after = io_counters()
+        if after is not None and self._io is not None:
+            self.syscw.append(after[0] - self._io[0])
+            self.wchar.append(after[1] - self._io[1])
+
+    def payload(self) -> dict[str, list[int]]:
+        """The reply to a ``run`` command."""
+        return {"ns": self.ns, "syscw": self.syscw, "wchar": self.wchar}
+
+
 def durable_wal(conn: sqlite3.Connection) -> None:
     """The settings every system runs with: WAL journal, ``synchronous=FULL`` (an fsync per commit)."""
     mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
@@ -92,8 +163,12 @@ class System(Protocol):
     #: What one timed turn does, in one sentence, for the report.
     includes: str
 
-    def run(self, n: int, max_seconds: float) -> list[int]:
-        """Run up to ``n`` turns (at least one), stopping once ``max_seconds`` have passed; ns per turn."""
+    def run(self, n: int, max_seconds: float) -> TurnLog:
+        """Run up to ``n`` turns (at least one), stopping once ``max_seconds`` have passed.
+
+        In the ``held`` shape each turn is followed, untimed, by putting the
+        history back to where it was before it.
+        """
         ...
 
     def connections(self) -> Sequence[sqlite3.Connection]:
@@ -105,24 +180,37 @@ class System(Protocol):
         ...
 
 
-def timed_loop(turn: Callable[[int], None], first: int, n: int, max_seconds: float) -> list[int]:
-    """Time ``turn(first)``, ``turn(first + 1)``, ...: up to ``n`` turns, at least one, in ``max_seconds``."""
-    times: list[int] = []
+def timed_loop(
+    turn: Callable[[int], None],
+    first: int,
+    n: int,
+    max_seconds: float,
+    restore: Callable[[], None] | None = None,
+) -> TurnLog:
+    """Time ``turn(first)``, ``turn(first + 1)``, ...: up to ``n`` turns, at least one, in ``max_seconds``.
+
+    With ``restore`` (the ``held`` shape) every turn is ``turn(first)``,
+    followed by ``restore()`` outside the timed span.
+    """
+    log = TurnLog()
     deadline = time.perf_counter() + max_seconds
     for k in range(n):
         if k and time.perf_counter() >= deadline:
             break
-        start = time.perf_counter_ns()
-        turn(first + k)
-        times.append(time.perf_counter_ns() - start)
-    return times
+        log.start()
+        turn(first if restore is not None else first + k)
+        log.stop()
+        if restore is not None:
+            restore()
+    return log
 
 
 def count_commits(system: System, turns: int) -> float | None:
     """Commits per turn over ``turns`` untimed turns, counted with SQLite's statement trace.
 
     Python's ``Connection.commit()`` and an explicit ``COMMIT`` both reach the
-    trace as a ``COMMIT`` statement. ``None`` when the system exposes no
+    trace as a ``COMMIT`` statement. Only commits inside a turn count (not the
+    ``held`` shape's restores after it). ``None`` when the system exposes no
     connection to trace. The trace slows statements, so these turns are
     never timed.
     """
@@ -133,7 +221,7 @@ def count_commits(system: System, turns: int) -> float | None:
 
     def trace(statement: str) -> None:
         head = statement.lstrip().upper()
-        if head.startswith(("COMMIT", "END")):
+        if _IN_TURN[0] and head.startswith(("COMMIT", "END")):
             seen[0] += 1
 
     for conn in conns:
@@ -158,7 +246,8 @@ def serve(open_system: Callable[[], System]) -> None:
     ``open``, so the parent can start it while the database is still being
     seeded; it then opens the system and says ``ready``. Then:
 
-    - ``run N SECONDS``: ``{"ns": [...]}``, up to N timed turns within SECONDS;
+    - ``run N SECONDS``: ``{"ns": [...], "syscw": [...], "wchar": [...]}``, up to
+      N timed turns within SECONDS (the lists are empty without ``/proc/self/io``);
     - ``count N``: ``{"commits_per_turn": x}`` over N untimed turns;
     - ``info``: versions, what a turn includes, each connection's PRAGMAs;
     - ``rss``: ``{"peak_rss_mb": x}``;
@@ -174,7 +263,7 @@ def serve(open_system: Callable[[], System]) -> None:
         for line in sys.stdin:
             command, *args = line.split()
             if command == "run":
-                _reply(out, {"ns": system.run(int(args[0]), float(args[1]))})
+                _reply(out, system.run(int(args[0]), float(args[1])).payload())
             elif command == "count":
                 _reply(out, {"commits_per_turn": count_commits(system, int(args[0]))})
             elif command == "info":
@@ -198,6 +287,7 @@ def arguments(description: str, argv: Sequence[str] | None = None) -> argparse.N
     parser.add_argument("--seed", nargs="+", metavar="DB=N", help="preload N messages into each DB and exit")
     parser.add_argument("--db", help="timing: the seeded database file")
     parser.add_argument("--messages", type=int, default=0, help="timing: prior messages in the history")
+    parser.add_argument("--shape", choices=SHAPES, default="growing", help="timing: history growing or held")
     parser.add_argument("--commits", type=int, default=2, help="disk worker only: commits per turn")
     args = parser.parse_args(argv)
     if not args.seed and not args.db:

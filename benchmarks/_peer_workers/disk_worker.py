@@ -37,7 +37,7 @@ class DiskLimit:
             self._conn.execute("INSERT INTO rows (data) VALUES (?)", (self._payload,))
             self._conn.execute("COMMIT")
 
-    def run(self, n: int, max_seconds: float) -> list[int]:
+    def run(self, n: int, max_seconds: float) -> common.TurnLog:
         """Up to ``n`` timed turns of ``commits`` commits each."""
         return common.timed_loop(self._turn, 0, n, max_seconds)
 

@@ -13,6 +13,13 @@ it and sets WAL and ``synchronous=FULL`` on it before handing it over.
 Seeding: one ``graph.update_state`` call with every prior message, as the
 ``respond`` node. LangGraph keeps the whole message list in each checkpoint,
 so smaller batches would only write more checkpoints.
+
+Held shape: after each timed turn the checkpoints and writes that the turn
+added (checkpoint ids are time-ordered, so: those past the seeded thread's
+latest id) are deleted in one transaction on the saver's connection, which
+puts the thread back to its N messages (checked after the first restore).
+``SqliteSaver`` has no API to drop checkpoints; deleting its rows is what its
+own ``delete_thread`` does for a whole thread.
 """
 
 from __future__ import annotations
@@ -76,13 +83,20 @@ class LangGraph:
 
     includes = INCLUDES
 
-    def __init__(self, db_path: str, messages: int) -> None:
+    def __init__(self, db_path: str, messages: int, shape: str) -> None:
         self.versions = {
             name: metadata.version(name)
             for name in ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langchain-core")
         }
         self._conn, self._graph = _open(db_path)
+        self._messages = messages
         self._next = messages
+        self._held = shape == "held"
+        self._checked = False
+        row = self._conn.execute(
+            "SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = ?", (common.SESSION_ID,)
+        ).fetchone()
+        self._base = "" if row is None or row[0] is None else str(row[0])
 
     def _turn(self, i: int) -> None:
         # Message numbers of the conversation: a turn adds a user and an assistant message.
@@ -92,12 +106,27 @@ class LangGraph:
             durability="sync",
         )
 
-    def run(self, n: int, max_seconds: float) -> list[int]:
+    def _restore(self) -> None:
+        """Drop what the last turn checkpointed (held shape, untimed)."""
+        with self._conn:
+            for table in ("checkpoints", "writes"):
+                self._conn.execute(
+                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_id > ?",
+                    (common.SESSION_ID, self._base),
+                )
+        if not self._checked:
+            held = len(self._graph.get_state(CONFIG).values.get("messages", []))
+            if held != self._messages:
+                raise SystemExit(f"restored thread holds {held} messages, expected {self._messages}")
+            self._checked = True
+
+    def run(self, n: int, max_seconds: float) -> common.TurnLog:
         """Up to ``n`` timed ``graph.invoke`` turns."""
         first = self._next // 2
-        times = common.timed_loop(self._turn, first, n, max_seconds)
-        self._next += 2 * len(times)
-        return times
+        log = common.timed_loop(self._turn, first, n, max_seconds, self._restore if self._held else None)
+        if not self._held:
+            self._next += 2 * len(log)
+        return log
 
     def connections(self) -> Sequence[sqlite3.Connection]:
         """The one connection the checkpointer writes through."""
@@ -114,7 +143,7 @@ def main() -> None:
     if args.seed:
         common.seed_all(args.seed, _seed)
         return
-    common.serve(lambda: LangGraph(args.db, args.messages))
+    common.serve(lambda: LangGraph(args.db, args.messages, args.shape))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ the commits on, the connections the session tracks. Nothing else of the
 session is changed.
 
 Seeding: ``add_items`` with ``SEED_BATCH`` items per call.
+
+Held shape: after each timed turn, untimed, ``pop_item()`` twice removes the
+turn's two items through the SDK's own API.
 """
 
 from __future__ import annotations
@@ -82,14 +85,15 @@ class OpenAIAgents:
 
     includes = INCLUDES
 
-    def __init__(self, db_path: str, messages: int) -> None:
+    def __init__(self, db_path: str, messages: int, shape: str) -> None:
         self.versions = {name: metadata.version(name) for name in ("openai-agents", "openai")}
         self._loop = asyncio.new_event_loop()
         self._session = DurableSQLiteSession(common.SESSION_ID, db_path)
         self._next = messages
+        self._held = shape == "held"
 
-    async def _batch(self, n: int, max_seconds: float) -> list[int]:
-        times: list[int] = []
+    async def _batch(self, n: int, max_seconds: float) -> common.TurnLog:
+        log = common.TurnLog()
         deadline = time.perf_counter() + max_seconds
         for k in range(n):
             if k and time.perf_counter() >= deadline:
@@ -97,16 +101,23 @@ class OpenAIAgents:
             i = self._next
             user = {"role": "user", "content": common.message_text(i, "user")}
             reply = _assistant(f"msg_{i + 1}", common.REPLY)
-            start = time.perf_counter_ns()
+            log.start()
             history = await self._session.get_items()
             await self._session.add_items([user, reply])
-            times.append(time.perf_counter_ns() - start)
+            log.stop()
             if len(history) != i:
                 raise SystemExit(f"turn read {len(history)} items, expected {i}")
-            self._next += 2
-        return times
+            if self._held:
+                # The turn's two items, newest first, through the SDK's own API (untimed).
+                for expected in (reply, user):
+                    popped = await self._session.pop_item()
+                    if popped != expected:
+                        raise SystemExit(f"pop_item returned {popped!r:.80}, not the turn's item")
+            else:
+                self._next += 2
+        return log
 
-    def run(self, n: int, max_seconds: float) -> list[int]:
+    def run(self, n: int, max_seconds: float) -> common.TurnLog:
         """Up to ``n`` timed get + add turns."""
         return self._loop.run_until_complete(self._batch(n, max_seconds))
 
@@ -126,7 +137,7 @@ def main() -> None:
     if args.seed:
         common.seed_all(args.seed, lambda db, n: asyncio.run(_seed(db, n)))
         return
-    common.serve(lambda: OpenAIAgents(args.db, args.messages))
+    common.serve(lambda: OpenAIAgents(args.db, args.messages, args.shape))
 
 
 if __name__ == "__main__":
