@@ -36,6 +36,7 @@ from agentium_harness._codec import canonical_json, digest_bytes, unstructure
 from agentium_harness._history import _ENCODED
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.sessions import (
+    _SNAPSHOTS,
     ArchiveDivergence,
     SessionSnapshot,
     seal_snapshot,
@@ -105,6 +106,19 @@ def test_the_group_encoding_cache_forgets_dead_groups() -> None:
     del groups, g
     gc.collect()
     assert len(_ENCODED) <= before
+
+
+def test_the_snapshot_encoding_cache_forgets_dead_snapshots_and_encodes_each_once() -> None:
+    before = len(_SNAPSHOTS)
+    groups = (_group(0, "x", "y"), _group(1, "z", "w"))
+    snaps = [seal_snapshot(SessionSnapshot(SCOPE, 0, 2, groups)) for _ in range(20)]
+    for snap in snaps:
+        # Sealing leaves the sealed bytes behind: the store's write and a verification reuse them.
+        assert _SNAPSHOTS[id(snap)][0] is snapshot_bytes(snap) is snapshot_bytes(snap)
+    assert len(_SNAPSHOTS) >= before + 20
+    del snaps, snap
+    gc.collect()
+    assert len(_SNAPSHOTS) <= before
 
 
 # -- one transaction for archive and snapshot on one SQLite file -------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
@@ -154,14 +154,26 @@ class SessionSnapshot:
 
 _EMPTY_RESIDENT: Final = b'"resident":[]'
 
+# A snapshot is frozen and a turn asks for its bytes several times (the seal's
+# digest, the store's write, the store's read-back cache, a verification), so
+# each snapshot object is encoded once. Keyed by object identity, like the
+# groups' encodings (``_history._ENCODED``); an entry leaves with its object,
+# so an id is never reused while listed. ``[bytes, verified]``: ``verified``
+# says the digest is known to match the content (sealed here, or checked).
+_SNAPSHOTS: dict[int, list[Any]] = {}
 
-def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
-    """The canonical JSON bytes of ``snapshot``; absent ``summary``/``view`` or empty ``receipts`` left out.
 
-    Built from each resident group's own (cached) canonical bytes, so a
-    snapshot whose groups were already encoded costs a join, not a re-encoding
-    of the whole history. Stores should write exactly these bytes.
-    """
+def _entry(snapshot: SessionSnapshot) -> list[Any]:
+    key = id(snapshot)
+    entry = _SNAPSHOTS.get(key)
+    if entry is None:
+        entry = _SNAPSHOTS[key] = [None, False]
+        weakref.finalize(snapshot, _SNAPSHOTS.pop, key, None)
+    return entry
+
+
+def _encode(snapshot: SessionSnapshot) -> bytes:
+    """The canonical bytes of ``snapshot``, joined from its groups' cached encodings."""
     data = unstructure(attrs.evolve(snapshot, resident=()))
     if snapshot.summary is None:
         # Absent, not null: a snapshot without a summary has the bytes (and digest) it had before.
@@ -177,31 +189,66 @@ def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
     return head.replace(_EMPTY_RESIDENT, b'"resident":[' + joined + b"]", 1)
 
 
+def snapshot_bytes(snapshot: SessionSnapshot) -> bytes:
+    """The canonical JSON bytes of ``snapshot``; absent ``summary``/``view`` or empty ``receipts`` left out.
+
+    Built from each resident group's own (cached) canonical bytes, so a
+    snapshot whose groups were already encoded costs a join, not a re-encoding
+    of the whole history; and computed once per snapshot object. Stores should
+    write exactly these bytes.
+    """
+    entry = _entry(snapshot)
+    data: bytes | None = entry[0]
+    if data is None:
+        data = entry[0] = _encode(snapshot)
+    return data
+
+
 def snapshot_digest(snapshot: SessionSnapshot) -> str:
     """The digest of ``snapshot``'s canonical bytes, computed with its ``digest`` field empty."""
-    return digest_bytes(snapshot_bytes(attrs.evolve(snapshot, digest=None)))
+    data = snapshot_bytes(snapshot)
+    if snapshot.digest is not None:
+        # Only the digest field differs from the encoding with it empty.
+        swapped = _with_digest(data, snapshot.boundary, snapshot.digest, None)
+        data = swapped if swapped is not None else _encode(attrs.evolve(snapshot, digest=None))
+    return digest_bytes(data)
 
 
-# Snapshots whose digest is known to match their content, by object identity:
-# those sealed here and those already verified. A frozen snapshot cannot
-# change, so checking the same object twice (the store before saving, the
-# engine after loading the store's cached copy) would only repeat the hash.
-# Entries leave with their objects, so an id is never reused while listed.
-_VERIFIED: set[int] = set()
+def _digest_field(boundary: int, digest: str | None) -> bytes:
+    """How a snapshot's encoding starts: its two first keys in sorted order, ``boundary`` and ``digest``."""
+    value = b"null" if digest is None else b'"' + digest.encode("ascii") + b'"'
+    return b'{"boundary":%d,"digest":%s,' % (boundary, value)
 
 
-def _mark_verified(snapshot: SessionSnapshot) -> None:
-    key = id(snapshot)
-    if key not in _VERIFIED:
-        _VERIFIED.add(key)
-        weakref.finalize(snapshot, _VERIFIED.discard, key)
+def _with_digest(data: bytes, boundary: int, old: str | None, new: str | None) -> bytes | None:
+    """``data``, a snapshot's encoding with digest ``old``, as it is with digest ``new``; ``None`` if unsure.
+
+    The top-level keys are sorted and ``boundary`` and ``digest`` come first,
+    and a digest is ``sha256:`` and hex digits (nothing JSON escapes), so the
+    digest field sits at a known place and nothing else differs. Should a
+    field ever sort before them, this says ``None`` and the caller encodes.
+    """
+    if old is not None and not old.isascii():
+        return None
+    head = _digest_field(boundary, old)
+    if not data.startswith(head):
+        return None
+    return _digest_field(boundary, new) + data[len(head) :]
 
 
 def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
-    """A copy at the current format version carrying its own digest; the engine saves only sealed ones."""
+    """A copy at the current format version carrying its own digest; the engine saves only sealed ones.
+
+    The content is encoded once: the sealed bytes are the unsealed ones with
+    the digest field filled in, kept for the store's write.
+    """
     current = attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None)
-    sealed = attrs.evolve(current, digest=digest_bytes(snapshot_bytes(current)))
-    _mark_verified(sealed)
+    unsealed = _encode(current)
+    digest = digest_bytes(unsealed)
+    sealed = attrs.evolve(current, digest=digest)
+    entry = _entry(sealed)
+    entry[0] = _with_digest(unsealed, current.boundary, None, digest)  # None: encoded on first use
+    entry[1] = True
     return sealed
 
 
@@ -225,7 +272,8 @@ def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
                 "nothing was changed"
             )
         return
-    if id(snapshot) in _VERIFIED:
+    entry = _entry(snapshot)
+    if entry[1]:
         return
     actual = snapshot_digest(snapshot)
     if actual != snapshot.digest:
@@ -233,7 +281,7 @@ def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
             f"snapshot of session {key.key()} does not match its digest (stored {snapshot.digest}, "
             f"computed {actual}); the stored data is damaged and was left as it is"
         )
-    _mark_verified(snapshot)
+    entry[1] = True
 
 
 def decode_snapshot(key: SessionKey, data: bytes, where: str) -> SessionSnapshot:
