@@ -173,3 +173,36 @@ def test_an_unknown_option_is_named_with_a_suggestion(tmp_path: Path) -> None:
     [error] = report["errors"]
     assert error["path"] == "$.verifier.options.max_file_byte"
     assert "did you mean 'max_file_bytes'" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("artifacts", "records", "declared"),
+    [
+        (True, True, {"artifact_digests": True, "test_records": True}),
+        (True, False, {"artifact_digests": True, "test_records": False}),
+        (False, True, {"artifact_digests": False, "test_records": True}),
+    ],
+)
+def test_an_instance_declares_the_evidence_kinds_its_config_lists(
+    tmp_path: Path, artifacts: bool, records: bool, declared: dict[str, bool]
+) -> None:
+    from agentium_harness import create_harness_runtime
+    from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+    from agentium_harness.adapters.providers import ScriptedProvider
+    from agentium_harness.plugin_api import capabilities_of
+
+    config = FsVerifierConfig(
+        root=str(tmp_path),
+        artifacts=(ExpectedArtifact(path="out.txt", sha256=sha256(ARTIFACT_BYTES)),) if artifacts else (),
+        test_records=("junit.xml",) if records else (),
+    )
+    verifier = FsVerifier(config)
+    caps = capabilities_of(verifier)
+    assert caps is not None and caps.declared() == declared
+    # The runtime accepts the narrowed declaration (it only turns flags off).
+    create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=verifier,
+    )

@@ -111,6 +111,11 @@ class FsVerifier(CompletionVerifier):
         self._root = check_root(config.root)
         self._artifacts = tuple((a, split_relative_path(a.path, "artifact")) for a in config.artifacts)
         self._records = tuple((r, split_relative_path(r, "test record")) for r in config.test_records)
+        # The class declares both kinds; this instance reads only the kinds its config lists
+        # (the engine and the contract suites read this through capabilities_of).
+        self.instance_capabilities = VerifierCapabilities(
+            artifact_digests=bool(config.artifacts), test_records=bool(config.test_records)
+        )
 
     @property
     def config(self) -> FsVerifierConfig:
