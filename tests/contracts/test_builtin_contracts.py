@@ -17,7 +17,13 @@ from agentium_harness._ports.sessions import SessionStore
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
+from agentium_harness.testing import (
+    ArchiveContract,
+    CorruptStored,
+    RawStorage,
+    SessionStoreContract,
+    raw_files,
+)
 
 Transform = Callable[[bytes], bytes]
 
@@ -38,6 +44,11 @@ class TestInMemoryArchive(ArchiveContract):
 
         return corrupt
 
+    @pytest.fixture
+    def raw_storage(self, archive: InMemoryArchive) -> RawStorage:
+        # The in-process "backend" is the archive's own dict of stored bytes.
+        return lambda: b"".join(data for groups in archive._groups.values() for data, _ in groups.values())
+
 
 class TestInMemorySessionStore(SessionStoreContract):
     @pytest.fixture
@@ -54,10 +65,20 @@ class TestInMemorySessionStore(SessionStoreContract):
 
         return corrupt
 
+    @pytest.fixture
+    def raw_storage(self, session_store: InMemorySessionStore) -> RawStorage:
+        return lambda: b"".join(data for _, data in session_store._rows.values())
+
 
 @pytest.fixture
 def db_config(tmp_path: Path) -> SQLiteConfig:
     return SQLiteConfig(path=str(tmp_path / "contract.db"), busy_timeout_ms=10_000)
+
+
+@pytest.fixture
+def db_files(db_config: SQLiteConfig) -> RawStorage:
+    # The database file and its write-ahead log: erased rows must be in neither.
+    return raw_files(db_config.path, db_config.path + "-wal", db_config.path + "-journal")
 
 
 def _rewrite(
@@ -82,6 +103,10 @@ class TestSQLiteArchive(ArchiveContract):
     @pytest.fixture
     def reopen_archive(self, db_config: SQLiteConfig) -> Callable[[], HistoryArchive]:
         return lambda: SQLiteArchive(db_config)
+
+    @pytest.fixture
+    def raw_storage(self, db_files: RawStorage) -> RawStorage:
+        return db_files
 
     @pytest.fixture
     def corrupt_archived_group(self, db_config: SQLiteConfig) -> CorruptStored:
@@ -111,6 +136,10 @@ class TestSQLiteSessionStore(SessionStoreContract):
     @pytest.fixture
     def reopen_session_store(self, db_config: SQLiteConfig) -> Callable[[], SessionStore]:
         return lambda: SQLiteSessionStore(db_config)
+
+    @pytest.fixture
+    def raw_storage(self, db_files: RawStorage) -> RawStorage:
+        return db_files
 
     @pytest.fixture
     def corrupt_snapshot(self, db_config: SQLiteConfig) -> CorruptStored:

@@ -12,7 +12,7 @@ import pytest
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import SessionKey, group_source_id
-from agentium_harness.testing import RecallStoreContract
+from agentium_harness.testing import RawStorage, RecallStoreContract, raw_files
 
 pytestmark = pytest.mark.anyio
 
@@ -42,6 +42,11 @@ class TestSQLiteRecallStore(RecallStoreContract):
     def corrupt_indexed_group(self, tmp_path: Path) -> Callable[..., None]:
         return lambda key, seq, transform: rewrite_indexed_group(tmp_path / "recall.db", key, seq, transform)
 
+    @pytest.fixture
+    def raw_storage(self, tmp_path: Path) -> RawStorage:
+        path = str(tmp_path / "recall.db")
+        return raw_files(path, path + "-wal", path + "-journal")
+
 
 class TestInMemoryRecallStore(RecallStoreContract):
     @pytest.fixture
@@ -57,3 +62,10 @@ class TestInMemoryRecallStore(RecallStoreContract):
             recall_store._sources[sid] = attrs.evolve(source, canonical=transform(source.canonical))
 
         return corrupt
+
+    @pytest.fixture
+    def raw_storage(self, recall_store: InMemoryRecallStore) -> RawStorage:
+        # The in-process "backend": every source's text and canonical bytes.
+        return lambda: b"".join(
+            s.text.encode() + (s.canonical or b"") for s in recall_store._sources.values()
+        )

@@ -89,6 +89,7 @@ def test_plugins_json_lists_builtins_with_capabilities(capsys: pytest.CaptureFix
         "idempotent_append": True,
         "bounded_reads": True,
         "health_check": True,
+        "erasure": True,
     }
     assert archive["adapter_class"] == "agentium_harness.adapters.memory.InMemoryArchive"
     assert archive["config_class"] == "agentium_harness.adapters.memory.InMemoryArchiveConfig"
@@ -137,7 +138,7 @@ def test_plugins_text_output(capsys: pytest.CaptureFixture[str], fixture_plugins
     assert code == 0
     assert f"agentium-harness {VERSION} [ok]" in out
     assert "archive        memory" in out
-    assert "capabilities: idempotent_append, bounded_reads, health_check" in out
+    assert "capabilities: idempotent_append, bounded_reads, health_check, erasure" in out
     assert "agentium-test-importfail 0.3.1 [failed]" in out
     assert "problems:" in out and "[import]: RuntimeError" in out
     assert "skipped:" in out and "agentium-test-dup 2.0.0: blocked by AGENTIUM_DISABLE_PLUGINS" in out

@@ -77,6 +77,21 @@ from ._ports import PORT_KINDS, PortKind
 from ._ports._base import CancelSignal, Capabilities, OpContext, capabilities_of, port_stub
 from ._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
 from ._ports.embedder import Embedder, EmbedderCapabilities, EmbeddingLimits, EmbeddingModel, Vector
+from ._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    ErasedCount,
+    ErasedSession,
+    EraseLevel,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    PhysicalErasure,
+    SeqRange,
+    check_max_items,
+    check_target,
+    count_items,
+    group_sessions,
+)
 from ._ports.memory import (
     MAX_FACT_BYTES,
     MAX_LOOKUP_LIMIT,
@@ -136,6 +151,7 @@ from ._ports.sessions import (
     decode_snapshot,
     seal_snapshot,
     snapshot_bytes,
+    snapshot_erasure,
     verify_snapshot,
 )
 from ._ports.summary import (
@@ -177,6 +193,20 @@ from .adapters.threaded import ThreadBoundAdapter
 __all__ = [
     # observability (issue 24)
     "client_span",
+    "DEFAULT_ERASE_BATCH",
+    "EraseLevel",
+    "ErasedCount",
+    "ErasedSession",
+    "EraseReport",
+    "EraseStatus",
+    "EraseTarget",
+    "PhysicalErasure",
+    "SeqRange",
+    "check_max_items",
+    "check_target",
+    "count_items",
+    "group_sessions",
+    "snapshot_erasure",
     "MAX_QUERY_TERMS",
     "make_excerpt",
     "query_terms",

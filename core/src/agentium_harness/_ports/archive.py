@@ -18,6 +18,7 @@ from .._errors import ArchiveCorruptError
 from .._history import MessageGroup
 from .._scope import SessionKey
 from ._base import Capabilities, OpContext, port_stub, unsupported
+from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
 __all__ = ["ArchiveCapabilities", "ArchiveReceipt", "HistoryArchive", "check_archived_group"]
 
@@ -30,15 +31,22 @@ class ArchiveCapabilities(Capabilities):
     - ``idempotent_append``: re-appending an identical group is a no-op success (required).
     - ``bounded_reads``: :meth:`HistoryArchive.read_groups` returns groups by ``seq`` range under a bound.
     - ``health_check``: :meth:`HistoryArchive.health` runs a bounded probe.
+    - ``erasure``: :meth:`HistoryArchive.erase` removes a tenant's, user's or session's groups
+      (docs/erasure.md).
     """
 
-    METHODS: ClassVar[dict[str, str]] = {"bounded_reads": "read_groups", "health_check": "health"}
+    METHODS: ClassVar[dict[str, str]] = {
+        "bounded_reads": "read_groups",
+        "health_check": "health",
+        "erasure": "erase",
+    }
     REQUIRED: ClassVar[tuple[str, ...]] = ("idempotent_append",)
 
     durable: bool = False
     idempotent_append: bool = False
     bounded_reads: bool = False
     health_check: bool = False
+    erasure: bool = False
 
 
 @attrs.frozen(slots=True)
@@ -159,6 +167,45 @@ class HistoryArchive:
         ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "health", "health_check")
+
+    @port_stub
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Remove what this store holds of ``target``, at most ``max_items`` per call (``erasure``).
+
+        Archive: every group of a covered session (:meth:`EraseTarget.covers_group`),
+        counted as ``group``, each reported with its seq and digest. After
+        the call returns, a group it removed must not come back through
+        this adapter: an append of it that was already on its way must not
+        land after its deadline (check before every write), and where a
+        backend write cannot be stopped once sent, the erase waits for such
+        writes of the target still in flight and removes what they stored,
+        or reports ``partial`` so the engine calls again.
+
+        Nothing outside the target changes: a neighbouring session, user or
+        tenant keeps its stored bytes exactly. ``dry_run=True`` removes
+        nothing and reports what would go. When the call stops at
+        ``max_items`` the report's status is ``partial`` and the engine calls
+        again; erasing what is already gone is a success reporting nothing.
+        Report how physical the removal was (``physical`` and ``detail``:
+        free pages, earlier object versions) truthfully.
+
+        Call ``ctx.raise_if_expired("archive erase")`` before removing anything; a
+        call stopped part way may have removed part of the target (calling
+        again continues).
+
+        Raises: ``InvalidArgumentError`` for a target that is not an
+        ``EraseTarget``; the store's backend errors; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError``
+        when not declared.
+        """
+        raise unsupported(self, "erase", "erasure")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""

@@ -35,6 +35,7 @@ from .._codec import iso_utc, parse_iso_utc
 from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
+from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
 __all__ = [
     "MAX_FACT_BYTES",
@@ -354,6 +355,8 @@ class MemoryCapabilities(Capabilities):
     - ``forgetting``: :meth:`MemoryStore.forget` tombstones a fact and removes its content.
     - ``listing``: :meth:`MemoryStore.list_facts` lists a scope's current facts, bounded.
     - ``history``: :meth:`MemoryStore.history` returns every revision of a fact.
+    - ``erasure``: :meth:`MemoryStore.erase` removes every revision of a tenant's, user's or
+      session's facts (docs/erasure.md).
     """
 
     METHODS: ClassVar[dict[str, str]] = {
@@ -361,6 +364,7 @@ class MemoryCapabilities(Capabilities):
         "forgetting": "forget",
         "listing": "list_facts",
         "history": "history",
+        "erasure": "erase",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = ("acknowledged_writes",)
 
@@ -370,6 +374,7 @@ class MemoryCapabilities(Capabilities):
     forgetting: bool = False
     listing: bool = False
     history: bool = False
+    erasure: bool = False
 
 
 class MemoryStore:
@@ -464,6 +469,40 @@ class MemoryStore:
         ``OperationCancelledError``; ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "history", "history")
+
+    @port_stub
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Remove what this store holds of ``target``, at most ``max_items`` per call (``erasure``).
+
+        Memory store: every revision of every covered fact
+        (:meth:`EraseTarget.covers_fact`), tombstones included, counted as
+        ``fact`` (and ``revision``). A groups target removes nothing here.
+
+        Nothing outside the target changes: a neighbouring session, user or
+        tenant keeps its stored bytes exactly. ``dry_run=True`` removes
+        nothing and reports what would go. When the call stops at
+        ``max_items`` the report's status is ``partial`` and the engine calls
+        again; erasing what is already gone is a success reporting nothing.
+        Report how physical the removal was (``physical`` and ``detail``:
+        free pages, earlier object versions) truthfully.
+
+        Call ``ctx.raise_if_expired("memory erase")`` before removing anything; a
+        call stopped part way may have removed part of the target (calling
+        again continues).
+
+        Raises: ``InvalidArgumentError`` for a target that is not an
+        ``EraseTarget``; the store's backend errors; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError``
+        when not declared.
+        """
+        raise unsupported(self, "erase", "erasure")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself."""

@@ -25,6 +25,7 @@ from .._validators import bounded_count, bounded_duration, validate_id
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt
 from .embedder import Vector
+from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
 __all__ = [
     "Candidate",
@@ -65,7 +66,9 @@ class RecallCapabilities(Capabilities):
     :meth:`RecallStore.index_groups`, which the engine calls after each
     eviction commits) are optional, and so is ``health_check``
     (:meth:`RecallStore.health`, a bounded probe that ``agentium check
-    --probe`` shows).
+    --probe`` shows). ``erasure`` (:meth:`RecallStore.erase`) removes the
+    index entries, documents and vectors of a tenant, user, session or given
+    groups (docs/erasure.md).
 
     Hybrid recall (an ``[embedder]`` beside the store) needs both
     ``vector_indexing`` (:meth:`RecallStore.index_vectors`: the store keeps one
@@ -85,6 +88,7 @@ class RecallCapabilities(Capabilities):
         "health_check": "health",
         "vector_indexing": "index_vectors",
         "hybrid_discovery": "session:discover_hybrid",
+        "erasure": "erase",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = (
         "bounded_discovery",
@@ -103,6 +107,7 @@ class RecallCapabilities(Capabilities):
     health_check: bool = False
     vector_indexing: bool = False
     hybrid_discovery: bool = False
+    erasure: bool = False
 
     @property
     def hybrid(self) -> bool:
@@ -587,6 +592,43 @@ class RecallStore:
         not declared.
         """
         raise unsupported(self, "health", "health_check")
+
+    @port_stub
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Remove what this store holds of ``target``, at most ``max_items`` per call (``erasure``).
+
+        Recall store: the index entries of covered groups
+        (:meth:`EraseTarget.covers_group`, counted as ``group``, reported
+        with seq and revision) and the host documents of covered owners
+        (:meth:`EraseTarget.covers_owner`, counted as ``document``), with
+        every posting and derived field that holds their text — a
+        neighbouring group's indexed context included.
+
+        Nothing outside the target changes: a neighbouring session, user or
+        tenant keeps its stored bytes exactly. ``dry_run=True`` removes
+        nothing and reports what would go. When the call stops at
+        ``max_items`` the report's status is ``partial`` and the engine calls
+        again; erasing what is already gone is a success reporting nothing.
+        Report how physical the removal was (``physical`` and ``detail``:
+        free pages, earlier object versions) truthfully.
+
+        Call ``ctx.raise_if_expired("recall erase")`` before removing anything; a
+        call stopped part way may have removed part of the target (calling
+        again continues).
+
+        Raises: ``InvalidArgumentError`` for a target that is not an
+        ``EraseTarget``; the store's backend errors; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError``
+        when not declared.
+        """
+        raise unsupported(self, "erase", "erasure")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""

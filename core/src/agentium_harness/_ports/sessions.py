@@ -21,6 +21,7 @@ from .._scope import Scope, SessionKey
 from .._validators import int_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt, HistoryArchive
+from .erasure import DEFAULT_ERASE_BATCH, ErasedSession, EraseReport, EraseTarget
 from .summary import SummaryState
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "seal_snapshot",
     "snapshot_bytes",
     "snapshot_digest",
+    "snapshot_erasure",
     "verify_snapshot",
 ]
 
@@ -62,12 +64,15 @@ class SessionStoreCapabilities(Capabilities):
     - ``joint_archive_commit``: :meth:`SessionStore.commit_with_archive` appends
       evicted groups and saves the snapshot in one atomic transaction when the
       archive shares the store's backend (:meth:`SessionStore.shares_transactions_with`).
+    - ``erasure``: :meth:`SessionStore.erase` removes the snapshots of a tenant, user or session
+      (docs/erasure.md).
     """
 
     METHODS: ClassVar[dict[str, str]] = {
         "listing": "list_sessions",
         "health_check": "health",
         "joint_archive_commit": "commit_with_archive",
+        "erasure": "erase",
     }
     REQUIRED: ClassVar[tuple[str, ...]] = ("compare_and_set",)
 
@@ -76,6 +81,7 @@ class SessionStoreCapabilities(Capabilities):
     listing: bool = False
     health_check: bool = False
     joint_archive_commit: bool = False
+    erasure: bool = False
 
 
 @attrs.frozen(slots=True)
@@ -314,6 +320,21 @@ def decode_snapshot(key: SessionKey, data: bytes, where: str) -> SessionSnapshot
     return snapshot
 
 
+def snapshot_erasure(key: SessionKey, data: bytes) -> ErasedSession:
+    """What erasing the stored snapshot ``data`` of session ``key`` removes, for an :class:`EraseReport`.
+
+    The resident groups' seqs and digests when the bytes decode
+    (:func:`decode_snapshot`); a damaged snapshot is erased all the same and
+    reported with no groups (its content cannot be vouched for). Session
+    stores call it on each snapshot their ``erase`` removes.
+    """
+    try:
+        snapshot = decode_snapshot(key, data, f"snapshot of session {key.key()}")
+    except SnapshotCorruptError:
+        return ErasedSession(key)
+    return ErasedSession(key, [(g.seq, g.digest) for g in snapshot.resident])
+
+
 @attrs.frozen(slots=True)
 class StoredSnapshot:
     """A snapshot as loaded, with the store's revision of it (for compare-and-set)."""
@@ -430,6 +451,42 @@ class SessionStore:
         the deadline; ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "commit_with_archive", "joint_archive_commit")
+
+    @port_stub
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Remove what this store holds of ``target``, at most ``max_items`` per call (``erasure``).
+
+        Session store: the snapshot of every covered session
+        (:meth:`EraseTarget.covers_session`), counted as ``snapshot``, with
+        its resident groups reported (:func:`snapshot_erasure`), and every
+        earlier revision the backend still keeps. A groups target removes
+        nothing here (the engine rewrites the snapshot itself).
+
+        Nothing outside the target changes: a neighbouring session, user or
+        tenant keeps its stored bytes exactly. ``dry_run=True`` removes
+        nothing and reports what would go. When the call stops at
+        ``max_items`` the report's status is ``partial`` and the engine calls
+        again; erasing what is already gone is a success reporting nothing.
+        Report how physical the removal was (``physical`` and ``detail``:
+        free pages, earlier object versions) truthfully.
+
+        Call ``ctx.raise_if_expired("session store erase")`` before removing anything; a
+        call stopped part way may have removed part of the target (calling
+        again continues).
+
+        Raises: ``InvalidArgumentError`` for a target that is not an
+        ``EraseTarget``; the store's backend errors; ``OperationCancelledError``
+        when cancelled or past the deadline; ``UnsupportedOperationError``
+        when not declared.
+        """
+        raise unsupported(self, "erase", "erasure")
 
     async def aclose(self) -> None:
         """Release what the adapter acquired itself. Borrowed clients are never closed."""

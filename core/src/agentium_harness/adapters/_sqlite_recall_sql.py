@@ -24,10 +24,12 @@ from typing import Any, Final
 
 import attrs
 
+from .._ports.erasure import EraseTarget
 from .._ports.recall import SourceOwner
 from .._scope import Scope
 
 __all__ = [
+    "erase_sources",
     "CONTEXT_LINE_BYTES",
     "OWNER_COLUMNS",
     "ROWID_SPAN_SQL",
@@ -565,3 +567,66 @@ def migrate_v1(conn: sqlite3.Connection) -> None:
             start = int(page[-1][1]) + 1
         if previous is not None:
             _set_context(conn, previous[0], group_context(before, None))
+
+
+def _owner_filter(target: EraseTarget) -> tuple[str, list[object]]:
+    """SQL on ``recall_sources`` for what ``target`` covers: groups of covered sessions, owned documents.
+
+    A tenant target covers every source of the tenant, a user target those
+    whose owner names the user, a session target those naming the session;
+    a groups target only its session's groups in its seq ranges.
+    """
+    clauses = ["tenant_id = ?"]
+    params: list[object] = [target.tenant_id]
+    for column, value in (("user_id", target.user_id), ("session_id", target.session_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if target.groups:
+        clauses.append("kind = 'group'")
+        clauses.append("(" + " OR ".join("(seq >= ? AND seq < ?)" for _ in target.groups) + ")")
+        for span in target.groups:
+            params.extend((span.start, span.stop))
+    return " AND ".join(clauses), params
+
+
+def erase_sources(
+    conn: sqlite3.Connection, target: EraseTarget, bound: int, *, dry_run: bool, check: Callable[[], None]
+) -> tuple[list[tuple[Any, ...]], bool]:
+    """Select (unless ``dry_run``: and delete) at most ``bound`` sources ``target`` covers, in a transaction.
+
+    Rows are ``(kind, tenant, user, session, seq, revision)`` in id order;
+    the second value says whether more are left. Deleting a source deletes
+    its text and its index entry (the triggers). For a groups target the
+    remaining neighbours of every erased group get their indexed context
+    rebuilt, so no line of an erased group stays in the index. The caller
+    runs FTS5's ``optimize`` afterwards, which rewrites the index without
+    the deleted postings.
+    """
+    where, params = _owner_filter(target)
+    rows = conn.execute(
+        "SELECT id, kind, tenant_id, user_id, session_id, seq, revision FROM recall_sources "  # noqa: S608
+        f"WHERE {where} ORDER BY id LIMIT ?",
+        (*params, bound + 1),
+    ).fetchall()
+    taken = rows[:bound]
+    if not dry_run and taken:
+        check()
+        conn.executemany("DELETE FROM recall_sources WHERE id = ?", [(row[0],) for row in taken])
+        if target.groups:
+            key = (target.tenant_id, target.user_id, target.session_id)
+            _refresh_neighbours(conn, key, {int(row[5]) for row in taken})
+    return [tuple(row[1:]) for row in taken], len(rows) > bound
+
+
+def _refresh_neighbours(conn: sqlite3.Connection, key: tuple[object, ...], erased: set[int]) -> None:
+    """Rebuild the context of each group next to an erased one (it held a line of the erased group)."""
+
+    def text_at(seq: int) -> str | None:
+        found = conn.execute(_GROUP_AT, (*key, seq)).fetchone() if seq >= 0 else None
+        return None if found is None else str(found[1])
+
+    for seq in sorted({s + d for s in erased for d in (-1, 1)} - erased):
+        found = conn.execute(_GROUP_AT, (*key, seq)).fetchone() if seq >= 0 else None
+        if found is not None:
+            _set_context(conn, int(found[0]), group_context(text_at(seq - 1), text_at(seq + 1)))

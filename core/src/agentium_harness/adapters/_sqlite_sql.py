@@ -10,16 +10,27 @@ connection; identifiers are always bound as SQL parameters.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Final
+from typing import Any, Final
 
 from .._errors import ArchiveConflictError, SessionConflictError
 from .._history import MessageGroup
 from .._ports.archive import ArchiveReceipt
+from .._ports.erasure import EraseTarget, PhysicalErasure
 from .._scope import SessionKey
 
-__all__ = ["SCHEMA", "archive_rows", "compare_and_set", "immediate_transaction", "insert_archive_rows"]
+__all__ = [
+    "SCHEMA",
+    "archive_rows",
+    "compare_and_set",
+    "immediate_transaction",
+    "erase_rows",
+    "insert_archive_rows",
+    "scrub_log",
+    "target_filter",
+]
 
 #: The tables both adapters create (each creates all of them, idempotently).
 SCHEMA: Final = (
@@ -143,3 +154,82 @@ def compare_and_set(
         (new_revision, data, key.tenant, key.user, key.session, current),
     )
     return new_revision
+
+
+def target_filter(target: EraseTarget, seq_column: str | None = "seq") -> tuple[str, list[object]]:
+    """The SQL condition selecting ``target`` (on tenant, user and session ids and ``seq_column``).
+
+    Every value is a parameter; only constant column names and ``?`` go into
+    the text. A groups target with ``seq_column=None`` selects nothing.
+    """
+    clauses = ["tenant_id = ?"]
+    params: list[object] = [target.tenant_id]
+    for column, value in (("user_id", target.user_id), ("session_id", target.session_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if target.groups:
+        if seq_column is None:
+            return "0", []
+        spans = " OR ".join(f"({seq_column} >= ? AND {seq_column} < ?)" for _ in target.groups)
+        clauses.append(f"({spans})")
+        for span in target.groups:
+            params.extend((span.start, span.stop))
+    return " AND ".join(clauses), params
+
+
+def scrub_log(conn: sqlite3.Connection, retries: int = 50) -> tuple[PhysicalErasure, str]:
+    """Checkpoint the WAL into the database and truncate it, so erased rows leave no copy in the log.
+
+    Runs after the erasing transaction committed (outside any transaction).
+    The connections of the built-in adapters run with ``secure_delete`` on,
+    so the pages the checkpoint writes carry zeros where the rows were. A
+    reader holding an old snapshot of the file can keep the checkpoint from
+    finishing; it is retried briefly (the busy timeout waits too), and the
+    answer says truthfully whether the log was emptied.
+    """
+    for attempt in range(retries):
+        busy, log, moved = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy == 0 and log in (0, -1) and moved in (0, -1):
+            return PhysicalErasure.REMOVED, ""
+        if attempt + 1 < retries:
+            time.sleep(0.01)  # a worker thread, never the event loop
+    return (
+        PhysicalErasure.UNREFERENCED,
+        "the write-ahead log could not be checkpointed and truncated (another connection kept reading); "
+        "erased rows may remain in it until the next checkpoint",
+    )
+
+
+def erase_rows(
+    conn: sqlite3.Connection,
+    table: str,
+    columns: str,
+    keys: Sequence[str],
+    target: EraseTarget,
+    bound: int,
+    *,
+    dry_run: bool,
+    check: Callable[[], None],
+    seq_column: str | None = "seq",
+) -> tuple[list[Any], bool]:
+    """Select (and unless ``dry_run`` delete) at most ``bound`` rows of ``table`` that ``target`` covers.
+
+    Runs inside the caller's transaction. ``columns`` are read (the first
+    ``len(keys)`` must be ``keys``, the row's primary key); ``check`` runs
+    before deleting (it raises to stop). Returns the rows taken, in key
+    order, and whether more rows are left. ``table``, ``columns`` and
+    ``keys`` are the caller's constants; every value is a parameter.
+    """
+    where, params = target_filter(target, seq_column)
+    order = ", ".join(keys)
+    rows = conn.execute(
+        f"SELECT {columns} FROM {table} WHERE {where} ORDER BY {order} LIMIT ?",  # noqa: S608
+        (*params, bound + 1),
+    ).fetchall()
+    taken = rows[:bound]
+    if not dry_run and taken:
+        check()
+        match = " AND ".join(f"{k} = ?" for k in keys)
+        conn.executemany(f"DELETE FROM {table} WHERE {match}", [row[: len(keys)] for row in taken])  # noqa: S608
+    return taken, len(rows) > bound

@@ -25,6 +25,16 @@ from .._errors import (
 from .._history import MessageGroup
 from .._ports import OpContext
 from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from .._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    check_max_items,
+    check_target,
+    count_items,
+    group_sessions,
+)
 from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
@@ -32,6 +42,7 @@ from .._ports.sessions import (
     StoredSnapshot,
     decode_snapshot,
     snapshot_bytes,
+    snapshot_erasure,
     verify_snapshot,
 )
 from .._scope import SessionKey
@@ -53,7 +64,7 @@ class InMemoryArchive(HistoryArchive):
     """An append-only archive held in a dict, keyed by session then ``seq``."""
 
     capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
-        durable=False, idempotent_append=True, bounded_reads=True, health_check=True
+        durable=False, idempotent_append=True, bounded_reads=True, health_check=True, erasure=True
     )
 
     def __init__(self, config: InMemoryArchiveConfig | None = None) -> None:
@@ -119,6 +130,37 @@ class InMemoryArchive(HistoryArchive):
         """Place raw bytes and a digest as a stored group, unchecked (for tools and corruption tests)."""
         self._groups.setdefault(key, {})[seq] = (data, digest)
 
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Drop the target's groups (their bytes go with the dict entries); at most ``max_items``."""
+        check_target(target)
+        bound = check_max_items(max_items)
+        ctx.raise_if_expired("archive erase")
+        async with self._lock:
+            found = [
+                (key, seq, digest)
+                for key in sorted(self._groups, key=SessionKey.key_segments)
+                for seq, (_, digest) in sorted(self._groups[key].items())
+                if target.covers_group(key, seq)
+            ]
+            taken = found[:bound]
+            if not dry_run:
+                for key, seq, _ in taken:
+                    del self._groups[key][seq]
+                    if not self._groups[key]:
+                        del self._groups[key]
+        return EraseReport(
+            count_items(group=len(taken)),
+            group_sessions(taken),
+            EraseStatus.PARTIAL if len(found) > bound else EraseStatus.COMPLETE,
+        )
+
     async def health(self, ctx: OpContext) -> str:
         """Always healthy: report how many sessions are held."""
         ctx.raise_if_expired("archive health")
@@ -129,7 +171,7 @@ class InMemorySessionStore(SessionStore):
     """Session snapshots held in a dict, with compare-and-set on an integer revision."""
 
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
-        compare_and_set=True, durable=False, listing=True, health_check=True
+        compare_and_set=True, durable=False, listing=True, health_check=True, erasure=True
     )
 
     def __init__(self, config: InMemorySessionStoreConfig | None = None) -> None:
@@ -182,6 +224,31 @@ class InMemorySessionStore(SessionStore):
             if k.tenant == tenant and k.user == user and (after is None or k.session > after)
         )
         return ids[: max(0, limit)]
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Drop the snapshots of every covered session (a groups target: none); at most ``max_items``."""
+        check_target(target)
+        bound = check_max_items(max_items)
+        ctx.raise_if_expired("session store erase")
+        async with self._lock:
+            found = sorted((k for k in self._rows if target.covers_session(k)), key=SessionKey.key_segments)
+            taken = found[:bound]
+            sessions = tuple(snapshot_erasure(k, self._rows[k][1]) for k in taken)
+            if not dry_run:
+                for key in taken:
+                    del self._rows[key]
+        return EraseReport(
+            count_items(snapshot=len(taken)),
+            sessions,
+            EraseStatus.PARTIAL if len(found) > bound else EraseStatus.COMPLETE,
+        )
 
     async def health(self, ctx: OpContext) -> str:
         """Always healthy: report how many sessions are held."""

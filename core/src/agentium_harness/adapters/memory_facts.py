@@ -18,6 +18,15 @@ import attrs
 
 from .._errors import MemoryFactForgottenError, MemoryFactNotFoundError, MemoryStoreError
 from .._ports import OpContext
+from .._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    check_max_items,
+    check_target,
+    count_items,
+)
 from .._ports.memory import (
     MAX_LOOKUP_LIMIT,
     AckStatus,
@@ -56,7 +65,7 @@ class InMemoryMemoryStore(MemoryStore):
     """Facts in a dict, lost with the process. Declares every capability except ``durable``."""
 
     capabilities: ClassVar[MemoryCapabilities] = MemoryCapabilities(
-        acknowledged_writes=True, correction=True, forgetting=True, listing=True, history=True
+        acknowledged_writes=True, correction=True, forgetting=True, listing=True, history=True, erasure=True
     )
 
     def __init__(self, config: InMemoryMemoryConfig | None = None) -> None:
@@ -159,6 +168,40 @@ class InMemoryMemoryStore(MemoryStore):
         validate_id(fact_id, "fact id")
         self._latest(scope, fact_id)
         return list(self._revisions[fact_id][:MAX_LOOKUP_LIMIT])
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Drop every revision of each covered fact (tombstones too); at most ``max_items`` facts."""
+        self._begin(ctx, "memory erase")
+        check_target(target)
+        bound = check_max_items(max_items)
+        found = sorted(fid for fid, revisions in self._revisions.items() if self._covered(target, revisions))
+        taken = found[:bound]
+        revisions = sum(len(self._revisions[fid]) for fid in taken)
+        if not dry_run:
+            for fid in taken:
+                del self._revisions[fid]
+                if fid in self._order:
+                    self._order.remove(fid)
+        return EraseReport(
+            count_items(fact=len(taken), revision=revisions),
+            (),
+            EraseStatus.PARTIAL if len(found) > bound else EraseStatus.COMPLETE,
+        )
+
+    @staticmethod
+    def _covered(target: EraseTarget, revisions: list[StoredFact]) -> bool:
+        # Forgetting empties provenance, so a session's sources are looked for in every revision.
+        scope = revisions[-1].scope
+        if target.session_id is None:
+            return target.covers_fact(scope, ())
+        return any(target.covers_fact(scope, r.fact.provenance) for r in revisions)
 
     async def aclose(self) -> None:
         """Refuse later calls (the facts are dropped with the object)."""

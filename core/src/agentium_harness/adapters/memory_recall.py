@@ -24,6 +24,16 @@ from .._errors import InvalidArgumentError
 from .._history import MessageGroup, estimate_tokens
 from .._ports import OpContext
 from .._ports.archive import ArchiveReceipt, check_archived_group
+from .._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    check_max_items,
+    check_target,
+    count_items,
+    group_sessions,
+)
 from .._ports.recall import (
     Candidate,
     Excerpt,
@@ -185,6 +195,7 @@ class InMemoryRecallStore(RecallStore):
         canonical_archive_reads=True,
         document_indexing=True,
         archive_indexing=True,
+        erasure=True,
     )
     session_class: ClassVar[type[RecallSession]] = InMemoryRecallSession
 
@@ -273,6 +284,44 @@ class InMemoryRecallStore(RecallStore):
             if group_source_id(key, seq) not in self._sources:
                 missing.append(seq)
         return missing
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Drop the target's group entries and documents; at most ``max_items``."""
+        check_target(target)
+        bound = check_max_items(max_items)
+        ctx.raise_if_expired("recall erase")
+        found = sorted(sid for sid, source in self._sources.items() if self._covered(target, sid, source))
+        taken = found[:bound]
+        groups: list[tuple[SessionKey, int, str]] = []
+        for sid in taken:
+            source = self._sources[sid]
+            if source.seq is not None and source.owner.user is not None and source.owner.session is not None:
+                key = SessionKey(source.owner.tenant, source.owner.user, source.owner.session)
+                groups.append((key, source.seq, source.revision))
+        if not dry_run:
+            for sid in taken:
+                del self._sources[sid]
+        return EraseReport(
+            count_items(group=len(groups), document=len(taken) - len(groups)),
+            group_sessions(groups),
+            EraseStatus.PARTIAL if len(found) > bound else EraseStatus.COMPLETE,
+        )
+
+    @staticmethod
+    def _covered(target: EraseTarget, source_id: str, source: _Source) -> bool:
+        owner = source.owner
+        if source.seq is None:
+            return target.covers_owner(owner)
+        if owner.user is None or owner.session is None:
+            return False
+        return target.covers_group(SessionKey(owner.tenant, owner.user, owner.session), source.seq)
 
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext

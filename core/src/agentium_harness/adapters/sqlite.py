@@ -31,17 +31,11 @@ no pickle is involved. Identifiers are always bound as SQL parameters.
 
 from __future__ import annotations
 
-import math
-import os
 import sqlite3
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, ClassVar, Final, TypeVar
-
-import attrs
+from collections.abc import Sequence
+from typing import ClassVar, Final
 
 from .._codec import digest_bytes, from_json
 from .._errors import (
@@ -49,13 +43,22 @@ from .._errors import (
     ArchiveCorruptError,
     ArchiveError,
     RecordDecodeError,
-    SessionStoreError,
     SnapshotCorruptError,
 )
 from .._history import MessageGroup
-from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
 from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from .._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    PhysicalErasure,
+    check_max_items,
+    check_target,
+    count_items,
+    group_sessions,
+)
 from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
@@ -63,18 +66,25 @@ from .._ports.sessions import (
     StoredSnapshot,
     decode_snapshot,
     snapshot_bytes,
+    snapshot_erasure,
     verify_snapshot,
 )
 from .._scope import SessionKey
-from .._validators import bounded_count
+from ._sqlite_base import (
+    SCHEMA_VERSION,
+    SYNCHRONOUS_MODES,
+    SQLiteConfig,
+    SQLiteStorageError,
+    _SQLiteAdapterBase,
+)
 from ._sqlite_sql import (
-    SCHEMA,
     archive_rows,
     compare_and_set,
+    erase_rows,
     immediate_transaction,
     insert_archive_rows,
+    scrub_log,
 )
-from .threaded import ThreadBoundAdapter, host_task_cancelled
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -85,215 +95,10 @@ __all__ = [
     "SQLiteStorageError",
 ]
 
-T = TypeVar("T")
-
-#: Version of the tables this module creates, kept in the ``meta`` table.
-SCHEMA_VERSION: Final = 1
-
-#: Accepted ``PRAGMA synchronous`` levels. ``OFF`` is refused because both
-#: adapters declare ``durable``: with ``OFF`` an OS crash or power loss can
-#: drop acknowledged writes.
-SYNCHRONOUS_MODES: Final = frozenset({"NORMAL", "FULL", "EXTRA"})
-
-# How many SQLite virtual-machine steps run between two cancellation checks.
-# Small enough to stop a long scan promptly, large enough to cost nothing on
-# the short statements these adapters issue.
-_PROGRESS_STEPS: Final = 1000
-
 #: Bytes of snapshot rows a store keeps decoded, most recently used sessions
 #: first (see ``SQLiteSessionStore.load``); the decoded records cost about as
 #: much again. Bounded in bytes, not sessions, because a snapshot may be large.
 _RECENT_BYTES: Final = 8 * 1024 * 1024
-
-
-class SQLiteStorageError(SessionStoreError):
-    """The SQLite database could not complete an operation.
-
-    Causes include a lock held past the busy timeout, a full disk, a file that
-    is not a SQLite database, a database written by a newer version of this
-    adapter, or use of an adapter after ``aclose()``. The session store raises
-    this; the archive raises :class:`~agentium_harness._errors.ArchiveError`
-    for the same causes. Nothing was committed by the failed call.
-    """
-
-
-def _path_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{attribute.name} must be a non-empty file path, got {value!r}")
-    if value == ":memory:" or value.startswith("file:"):
-        # A private in-memory database would make the "durable" declaration and
-        # the shared-file design untrue; the memory adapters serve that need.
-        raise ValueError(
-            f"{attribute.name} must be a file path, not {value!r}; "
-            "use the 'memory' adapters for in-process storage"
-        )
-    if "\x00" in value:
-        raise ValueError(f"{attribute.name} must not contain NUL")
-
-
-def _synchronous_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in SYNCHRONOUS_MODES:
-        raise ValueError(
-            f"{attribute.name} must be one of {', '.join(sorted(SYNCHRONOUS_MODES))}, got {value!r}"
-        )
-
-
-@attrs.frozen(slots=True)
-class SQLiteConfig:
-    """Options of the SQLite archive and session store (the same for both).
-
-    - ``path``: the database file. In a config file a relative path is
-      resolved against the config file's folder (it is a path option); built
-      directly, against the working directory when the adapter is built. Both
-      adapters default to the same file, ``agentium.db``, each with its own
-      tables, which lets their commits share one transaction.
-    - ``busy_timeout_ms``: how long a call waits for another writer's lock
-      before failing (capped by the operation's deadline).
-    - ``synchronous``: ``PRAGMA synchronous`` level, one of ``NORMAL``,
-      ``FULL`` (default) or ``EXTRA``. In WAL mode ``NORMAL`` survives a
-      process crash but may lose the last commits on power loss.
-    """
-
-    path: str = attrs.field(default="agentium.db", validator=_path_validator, metadata={PATH_OPTION: True})
-    busy_timeout_ms: int = attrs.field(default=5000, validator=bounded_count(minimum=0, ceiling=600_000))
-    synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
-
-
-class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
-    """Connection handling shared by both adapters: lazy open, worker threads, close.
-
-    Built on the public :class:`~agentium_harness.adapters.threaded.ThreadBoundAdapter`;
-    SQLite adds WAL mode, the schema check and a progress handler that stops
-    a running statement when the call is cancelled.
-    """
-
-    storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
-    adapter_name: ClassVar[str] = "sqlite adapter"
-    backend_errors: ClassVar[tuple[type[BaseException], ...]] = (sqlite3.Error,)
-
-    def __init__(self, config: SQLiteConfig | None = None) -> None:
-        super().__init__()
-        self._config = config if config is not None else SQLiteConfig()
-        # Resolved once, without touching the file system's contents, so a later
-        # chdir does not move the database.
-        self._path = os.path.abspath(self._config.path)
-
-    @property
-    def config(self) -> SQLiteConfig:
-        """The options this adapter was built with."""
-        return self._config
-
-    @property
-    def path(self) -> str:
-        """The absolute path of the database file."""
-        return self._path
-
-    def _location_prefix(self) -> str:
-        return f"sqlite://{os.path.basename(self._path)}"
-
-    # -- connection ---------------------------------------------------------------------------
-
-    def open_connection(self) -> sqlite3.Connection:
-        """Open the adapter's own connection, switch to WAL and create the schema (worker thread)."""
-        conn = sqlite3.connect(
-            self._path,
-            timeout=self._config.busy_timeout_ms / 1000,
-            # Transactions are begun and ended explicitly.
-            isolation_level=None,
-            # Successive calls run on different worker threads; the base class
-            # guarantees only one of them uses the connection at a time.
-            check_same_thread=False,
-        )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_ms)}")
-            mode = self._switch_to_wal(conn)
-            if mode is None or str(mode[0]).lower() != "wal":
-                raise self.storage_error(
-                    f"{self.adapter_name}: could not switch {self._path} to WAL mode (got {mode!r}); "
-                    "is the file on a file system that supports shared memory?"
-                )
-            # The level comes from a validated, closed set; PRAGMA takes no parameters.
-            conn.execute(f"PRAGMA synchronous = {self._config.synchronous}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            self._ensure_schema(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def close_connection(self, conn: sqlite3.Connection) -> None:
-        """Close the connection (the WAL is checkpointed on the last close)."""
-        conn.close()
-
-    @contextmanager
-    def call_guard(self, conn: sqlite3.Connection, ctx: OpContext) -> Iterator[None]:
-        """Cap the lock wait by the deadline and abort a running statement when the call is cancelled."""
-        self._apply_deadline(conn, ctx)
-        conn.set_progress_handler(lambda: int(ctx.expired or host_task_cancelled()), _PROGRESS_STEPS)
-        try:
-            yield
-        finally:
-            conn.set_progress_handler(None, 0)
-
-    def failure_message(self, operation: str, exc: BaseException) -> str:
-        """Name the database file in the message."""
-        return f"{self.adapter_name}: {operation} failed on {self._path}: {exc}"
-
-    def _switch_to_wal(self, conn: sqlite3.Connection) -> Any:
-        """Set WAL mode, retrying while another connection holds a write lock, up to the busy timeout.
-
-        On a file still in rollback-journal mode SQLite refuses the switch at
-        once with SQLITE_BUSY (its busy handler does not wait for a lock
-        upgrade), so two adapters opening a new file together would fail
-        without this retry.
-        """
-        deadline = time.monotonic() + self._config.busy_timeout_ms / 1000
-        delay = 0.002
-        while True:
-            try:
-                return conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            except sqlite3.OperationalError as exc:
-                busy = "locked" in str(exc) or "busy" in str(exc)
-                if not busy or time.monotonic() + delay > deadline:
-                    raise
-            # A worker thread, never the event loop, runs this: sleeping is fine.
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        with immediate_transaction(conn):
-            for statement in SCHEMA:
-                conn.execute(statement)
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif str(row[0]) != str(SCHEMA_VERSION):
-                raise self.storage_error(
-                    f"{self.adapter_name}: {self._path} has schema version {row[0]}, this version of "
-                    f"agentium-harness understands {SCHEMA_VERSION}; upgrade agentium-harness or use "
-                    "another file"
-                )
-
-    def _apply_deadline(self, conn: sqlite3.Connection, ctx: OpContext) -> None:
-        # Waiting for another writer's lock must not outlast the caller's deadline.
-        timeout_ms = self._config.busy_timeout_ms
-        left = ctx.time_left()
-        if left is not None:
-            timeout_ms = min(timeout_ms, math.ceil(left * 1000))
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
-
-    def _health_probe(self, conn: sqlite3.Connection) -> str:
-        # Bounded: constant-time statements only (no integrity scan, which
-        # would read the whole file).
-        conn.execute("SELECT 1").fetchone()
-        mode = conn.execute("PRAGMA journal_mode").fetchone()
-        version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        return (
-            f"{self.adapter_name} ok: {os.path.basename(self._path)}, sqlite {sqlite3.sqlite_version}, "
-            f"journal_mode={mode[0] if mode else '?'}, schema v{version[0] if version else '?'}"
-        )
 
 
 class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
@@ -305,7 +110,7 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
     """
 
     capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
-        durable=True, idempotent_append=True, bounded_reads=True, health_check=True
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True, erasure=True
     )
     storage_error: ClassVar[type[AgentiumError]] = ArchiveError
     adapter_name: ClassVar[str] = "sqlite archive"
@@ -397,6 +202,46 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
         return group
 
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete the target's groups (at most ``max_items``) in one transaction, then empty the WAL.
+
+        With ``secure_delete`` the deleted rows are zeroed in place; the WAL
+        checkpoint then writes those pages into the file and truncates the
+        log, so no copy of an erased group is left in either.
+        """
+        check_target(target)
+        bound = check_max_items(max_items)
+
+        def work(conn: sqlite3.Connection) -> EraseReport:
+            with immediate_transaction(conn):
+                taken, more = erase_rows(
+                    conn,
+                    "archive_groups",
+                    "tenant_id, user_id, session_id, seq, digest",
+                    ("tenant_id", "user_id", "session_id", "seq"),
+                    target,
+                    bound,
+                    dry_run=dry_run,
+                    check=lambda: ctx.raise_if_expired("archive erase"),
+                )
+            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn)
+            return EraseReport(
+                count_items(group=len(taken)),
+                group_sessions((SessionKey(t, u, s), seq, d) for t, u, s, seq, d in taken),
+                EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
+                physical,
+                detail,
+            )
+
+        return await self.run(ctx, "archive erase", work)
+
     async def health(self, ctx: OpContext) -> str:
         """Open the database if needed and run constant-time probe statements."""
         return await self.run(ctx, "archive health", self._health_probe)
@@ -416,6 +261,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         listing=True,
         health_check=True,
         joint_archive_commit=True,
+        erasure=True,
     )
     storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
     adapter_name: ClassVar[str] = "sqlite session store"
@@ -558,6 +404,60 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             return [str(r[0]) for r in rows]
 
         return await self.run(ctx, "session listing", work)
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete the snapshots of every covered session (at most ``max_items``), then empty the WAL.
+
+        A groups target deletes nothing here. Snapshots this store keeps
+        decoded in memory for the erased sessions are dropped as well.
+        """
+        check_target(target)
+        bound = check_max_items(max_items)
+
+        Found = tuple[list[tuple[SessionKey, bytes]], bool, PhysicalErasure, str]
+
+        def work(conn: sqlite3.Connection) -> Found:
+            with immediate_transaction(conn):
+                taken, more = erase_rows(
+                    conn,
+                    "session_snapshots",
+                    "tenant_id, user_id, session_id, data",
+                    ("tenant_id", "user_id", "session_id"),
+                    target,
+                    bound,
+                    dry_run=dry_run,
+                    check=lambda: ctx.raise_if_expired("session store erase"),
+                    seq_column=None,
+                )
+            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn)
+            found = [
+                (SessionKey(t, u, s), d if isinstance(d, bytes) else str(d).encode()) for t, u, s, d in taken
+            ]
+            return found, more, physical, detail
+
+        found, more, physical, detail = await self.run(ctx, "session store erase", work)
+        if not dry_run:
+            for key, _ in found:
+                self._forget_recent(key)
+        return EraseReport(
+            count_items(snapshot=len(found)),
+            tuple(snapshot_erasure(key, data) for key, data in found),
+            EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
+            physical,
+            detail,
+        )
+
+    def _forget_recent(self, key: SessionKey) -> None:
+        previous = self._recent.pop(key, None)
+        if previous is not None:
+            self._recent_bytes -= len(previous[1])
 
     async def health(self, ctx: OpContext) -> str:
         """Open the database if needed and run constant-time probe statements."""

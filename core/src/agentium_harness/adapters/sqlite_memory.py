@@ -29,12 +29,23 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar, Final
 
+from .._codec import decode_json
 from .._errors import (
     AgentiumError,
     MemoryFactForgottenError,
     MemoryFactNotFoundError,
 )
 from .._ports import OpContext
+from .._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    PhysicalErasure,
+    check_max_items,
+    check_target,
+    count_items,
+)
 from .._ports.memory import (
     MAX_LOOKUP_LIMIT,
     AckStatus,
@@ -51,6 +62,7 @@ from .._ports.memory import (
 )
 from .._scope import validate_id
 from ._excerpts import query_terms
+from ._sqlite_base import SQLiteConfig, _SQLiteAdapterBase
 from ._sqlite_memory_sql import (
     COLUMNS,
     INSERT,
@@ -61,8 +73,7 @@ from ._sqlite_memory_sql import (
     encode_row,
     rewrite_row,
 )
-from ._sqlite_sql import immediate_transaction
-from .sqlite import SQLiteConfig, _SQLiteAdapterBase
+from ._sqlite_sql import immediate_transaction, scrub_log
 
 __all__ = ["MEMORY_SCHEMA_VERSION", "SQLiteMemoryError", "SQLiteMemoryStore", "new_fact_id"]
 
@@ -94,6 +105,7 @@ class SQLiteMemoryStore(_SQLiteAdapterBase, MemoryStore):
         forgetting=True,
         listing=True,
         history=True,
+        erasure=True,
     )
     storage_error: ClassVar[type[AgentiumError]] = SQLiteMemoryError
     adapter_name: ClassVar[str] = "sqlite memory store"
@@ -217,6 +229,72 @@ class SQLiteMemoryStore(_SQLiteAdapterBase, MemoryStore):
 
         return await self.run(ctx, "memory forget", work)
 
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete every revision of each covered fact (at most ``max_items`` facts), then empty the WAL.
+
+        A session target takes the facts of its user whose provenance (in any
+        revision) names the session. With ``secure_delete`` on the rows are
+        zeroed in place; the WAL is checkpointed and truncated.
+        """
+        check_target(target)
+        bound = check_max_items(max_items)
+        if target.groups:
+            return EraseReport()
+        owner = "tenant_id = ?" + ("" if target.user_id is None else " AND user_id = ?")
+        params: tuple[object, ...] = (target.tenant_id,) + (
+            () if target.user_id is None else (target.user_id,)
+        )
+
+        def covered(conn: sqlite3.Connection) -> list[str]:
+            if target.session_id is None:
+                rows = conn.execute(
+                    f"SELECT DISTINCT fact_id FROM memory_facts WHERE {owner} ORDER BY fact_id LIMIT ?",  # noqa: S608
+                    (*params, bound + 1),
+                ).fetchall()
+                return [str(r[0]) for r in rows]
+            # The provenance is JSON text: matched here, row by row, never as a SQL pattern.
+            found: set[str] = set()
+            query = f"SELECT fact_id, provenance FROM memory_facts WHERE {owner} ORDER BY fact_id"  # noqa: S608
+            for fact_id, provenance in conn.execute(query, params):
+                if fact_id not in found and _names_session(provenance, target.session_id):
+                    found.add(str(fact_id))
+                    if len(found) > bound:
+                        break
+            return sorted(found)
+
+        def work(conn: sqlite3.Connection) -> EraseReport:
+            with immediate_transaction(conn):
+                ids = covered(conn)
+                taken = ids[:bound]
+                revisions = 0
+                for fact_id in taken:
+                    if not dry_run:
+                        ctx.raise_if_expired("memory erase")
+                        revisions += conn.execute(
+                            "DELETE FROM memory_facts WHERE fact_id = ?", (fact_id,)
+                        ).rowcount
+                    else:
+                        revisions += conn.execute(
+                            "SELECT count(*) FROM memory_facts WHERE fact_id = ?", (fact_id,)
+                        ).fetchone()[0]
+            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run or not taken else scrub_log(conn)
+            return EraseReport(
+                count_items(fact=len(taken), revision=revisions),
+                (),
+                EraseStatus.PARTIAL if len(ids) > bound else EraseStatus.COMPLETE,
+                physical,
+                detail,
+            )
+
+        return await self.run(ctx, "memory erase", work)
+
     # -- reads --------------------------------------------------------------------------------
 
     async def lookup(
@@ -270,3 +348,14 @@ class SQLiteMemoryStore(_SQLiteAdapterBase, MemoryStore):
             return self._all(conn, fact_id)
 
         return await self.run(ctx, "memory history", work)
+
+
+def _names_session(provenance: object, session: str | None) -> bool:
+    """True if a stored provenance (``[[session, seq, digest], …]`` JSON) names ``session``."""
+    if not isinstance(provenance, str):
+        return False
+    try:
+        refs = decode_json(provenance)
+    except Exception:  # a damaged row: its owner's erasure still takes it by user or tenant
+        return False
+    return isinstance(refs, list) and any(isinstance(r, list) and r and r[0] == session for r in refs)

@@ -94,6 +94,17 @@ from .._history import MessageGroup
 from .._ports import OpContext
 from .._ports.archive import ArchiveReceipt, check_archived_group
 from .._ports.embedder import Vector
+from .._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    PhysicalErasure,
+    check_max_items,
+    check_target,
+    count_items,
+    group_sessions,
+)
 from .._ports.recall import (
     RecallCapabilities,
     RecallLimits,
@@ -107,11 +118,11 @@ from .._ports.recall import (
 )
 from .._scope import Scope, SessionKey
 from .._validators import bounded_count
+from ._sqlite_base import SQLiteConfig, _SQLiteAdapterBase
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
-from ._sqlite_recall_sql import SCHEMA, SourceRow, insert_groups, insert_source, migrate_v1
+from ._sqlite_recall_sql import SCHEMA, SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
 from ._sqlite_recall_vectors import write_vectors
-from ._sqlite_sql import immediate_transaction
-from .sqlite import SQLiteConfig, _SQLiteAdapterBase
+from ._sqlite_sql import immediate_transaction, scrub_log
 
 __all__ = [
     "RECALL_SCHEMA_VERSION",
@@ -253,6 +264,7 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         health_check=True,
         vector_indexing=True,
         hybrid_discovery=True,
+        erasure=True,
     )
     session_class: ClassVar[type[RecallSession]] = SQLiteRecallSession
     storage_error: ClassVar[type[AgentiumError]] = SQLiteRecallError
@@ -472,6 +484,46 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
             )
 
         return await self.run(ctx, "recall health", probe)
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete the target's group entries and documents (at most ``max_items``), postings included.
+
+        One transaction deletes the sources (their texts and index entries go
+        with them, and the context of a surviving neighbour of an erased group
+        is rebuilt) and runs FTS5's ``optimize``, which rewrites the index
+        without the deleted postings (its cost grows with the index); the WAL
+        is then checkpointed and truncated. With ``secure_delete`` on, the
+        freed pages hold zeros.
+        """
+        check_target(target)
+        bound = check_max_items(max_items)
+
+        def work(conn: sqlite3.Connection) -> EraseReport:
+            with immediate_transaction(conn):
+                taken, more = erase_sources(
+                    conn, target, bound, dry_run=dry_run, check=lambda: ctx.raise_if_expired("recall erase")
+                )
+                if taken and not dry_run:
+                    # In the same transaction: the postings go with the rows or neither does.
+                    conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
+            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run or not taken else scrub_log(conn)
+            groups = [(SessionKey(t, u, s), seq, rev) for kind, t, u, s, seq, rev in taken if kind == "group"]
+            return EraseReport(
+                count_items(group=len(groups), document=len(taken) - len(groups)),
+                group_sessions(groups),
+                EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
+                physical,
+                detail,
+            )
+
+        return await self.run(ctx, "recall erase", work)
 
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext

@@ -139,6 +139,12 @@ class _ProbeRecall(RecallStore):
         """The real store's health check."""
         return await self._inner.health(ctx)
 
+    async def erase(
+        self, target: Any, ctx: OpContext, *, dry_run: bool = False, max_items: int = 1000
+    ) -> Any:
+        """Erase on the real store."""
+        return await self._inner.erase(target, ctx, dry_run=dry_run, max_items=max_items)
+
 
 _PROBE_CLASSES: dict[tuple[type, type], type] = {}
 

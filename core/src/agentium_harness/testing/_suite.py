@@ -84,11 +84,13 @@ def _is_contract(cls: type) -> bool:
 def standard_tests(cls: type) -> dict[str, Callable[..., Any]]:
     """The standard test functions ``cls`` inherits from contract suites, by name."""
     tests: dict[str, Callable[..., Any]] = {}
-    for base in reversed(cls.__mro__):
-        if _is_contract(base):
-            for name, value in base.__dict__.items():
-                if name.startswith("test_") and callable(value):
-                    tests[name] = value
+    # Tests of a suite's parts (the erasure tests) come after the suite's own, in every listing.
+    bases = [b for b in reversed(cls.__mro__) if _is_contract(b)]
+    bases.sort(key=lambda b: bool(b.__dict__.get("__agentium_contract_part__", False)))
+    for base in bases:
+        for name, value in base.__dict__.items():
+            if name.startswith("test_") and callable(value):
+                tests[name] = value
     return tests
 
 

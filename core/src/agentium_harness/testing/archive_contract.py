@@ -46,6 +46,7 @@ from ._suite import (
     require_not_flag,
     rich_group,
 )
+from .erasure_contract import ArchiveErasureTests
 from .helpers import COLLIDING_SESSION_KEYS, replace_once
 
 __all__ = ["ArchiveContract"]
@@ -79,7 +80,7 @@ def _assert_receipts(receipts: Sequence[ArchiveReceipt], groups: Sequence[Messag
         assert isinstance(receipt.location, str) and receipt.location, "receipt location must be non-empty"
 
 
-class ArchiveContract(ContractSuite):
+class ArchiveContract(ArchiveErasureTests, ContractSuite):
     """Standard tests every :class:`~agentium_harness._ports.archive.HistoryArchive` adapter must pass.
 
     Fixtures the subclass provides:

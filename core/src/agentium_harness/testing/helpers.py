@@ -28,9 +28,11 @@ __all__ = [
     "HOSTILE_IDS",
     "TRICKY_SESSION_KEYS",
     "CorruptStored",
+    "RawStorage",
     "Reopen",
     "legacy_snapshot",
     "plain_group",
+    "raw_files",
     "reopen",
     "reopened",
     "replace_once",
@@ -45,6 +47,14 @@ T = TypeVar("T")
 #: zero-argument callable giving a *new* adapter instance over the same
 #: storage as the main fixture's adapter (sync or async).
 Reopen = Callable[[], T | Awaitable[T]]
+
+
+#: What the optional ``raw_storage`` fixtures of the contract suites return: a
+#: zero-argument callable (sync or async) giving every byte the backend holds
+#: for the adapter — files, objects (every version), keys and values —
+#: concatenated, read straight from the backend. The erasure tests check that
+#: erased text is nowhere in it and that a neighbour's still is.
+RawStorage = Callable[[], bytes | Awaitable[bytes]]
 
 
 class CorruptStored(Protocol):
@@ -329,3 +339,23 @@ def replace_once(old: bytes, new: bytes) -> Callable[[bytes], bytes]:
         return data.replace(old, new, 1)
 
     return transform
+
+
+def raw_files(*paths: str) -> RawStorage:
+    """A ``raw_storage`` hook reading ``paths`` as they are on disk, concatenated (missing files read empty).
+
+    For a SQLite-backed adapter pass the database file and its ``-wal`` and
+    ``-journal`` companions: erased bytes must be in none of them.
+    """
+
+    def read() -> bytes:
+        out = bytearray()
+        for path in paths:
+            try:
+                with open(path, "rb") as handle:
+                    out += handle.read()
+            except FileNotFoundError:
+                continue
+        return bytes(out)
+
+    return read

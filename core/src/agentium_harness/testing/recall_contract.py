@@ -70,6 +70,7 @@ from ._suite import (
     rich_group,
 )
 from .helpers import COLLIDING_SESSION_KEYS, COLLIDING_SOURCE_OWNERS, HOSTILE_IDS, replace_once
+from .index_erasure_contract import RecallErasureTests
 
 __all__ = ["HOSTILE_IDS", "RecallStoreContract"]
 
@@ -99,7 +100,7 @@ async def _discover(
         await session.close()
 
 
-class RecallStoreContract(ContractSuite):
+class RecallStoreContract(RecallErasureTests, ContractSuite):
     """Standard tests every :class:`~agentium_harness._ports.recall.RecallStore` adapter must pass.
 
     Fixtures the subclass provides: ``recall_store`` (required), a fresh,

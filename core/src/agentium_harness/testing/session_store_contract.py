@@ -41,6 +41,7 @@ from ._suite import (
     require_flag,
     require_not_flag,
 )
+from .erasure_contract import SessionStoreErasureTests
 from .helpers import COLLIDING_SESSION_KEYS, legacy_snapshot, replace_once, scoped_snapshot
 
 __all__ = ["SessionStoreContract", "legacy_snapshot", "scoped_snapshot"]
@@ -70,7 +71,7 @@ def _assert_revision(value: object) -> int:
     return value
 
 
-class SessionStoreContract(ContractSuite):
+class SessionStoreContract(SessionStoreErasureTests, ContractSuite):
     """Standard tests every :class:`~agentium_harness._ports.sessions.SessionStore` adapter must pass.
 
     Fixtures the subclass provides:
