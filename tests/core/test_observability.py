@@ -248,7 +248,8 @@ async def test_a_turn_is_one_span_with_a_child_span_per_stage() -> None:
     [append] = [s for s in spans if parent_of(spans, s) is eviction]
     assert append.name == "agentium.archive.append"
     assert [s.name for s in spans if parent_of(spans, s) is children["agentium.load"]] == [
-        "agentium.session.load"
+        "agentium.erasure.fence",
+        "agentium.session.load",
     ]
     # Every span of the turn ended inside it, and none failed.
     assert all(s.status.status_code is not StatusCode.ERROR for s in mine)

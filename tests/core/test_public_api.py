@@ -20,6 +20,9 @@ from agentium_harness.testing._api_docs import PUBLIC_MODULES, port_methods, ren
 ROOT = Path(__file__).resolve().parents[2]
 
 HOST_NAMES = {
+    # erasure and retention (issue 23)
+    "EraseLevel", "EraseStatus", "EraseTarget", "ErasedCount", "ErasedGroups", "ErasureKind", "ErasureRecord",
+    "ErasureResult", "ErasureState", "OperatorAttestation", "PhysicalErasure", "SeqRange", "StoreErasure",
     # observability (issue 24)
     "Telemetry",
     # memory lifecycle (issue 11)

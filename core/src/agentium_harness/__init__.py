@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ._codec import canonical_json, digest_of
 from ._engine.build import create_harness_runtime
+from ._engine.erasure import ErasureResult, OperatorAttestation
 from ._engine.history_checks import (
     MAX_APPEND_BYTES,
     MAX_APPEND_MESSAGES,
@@ -80,6 +81,9 @@ from ._errors import (
     EmbeddingError,
     EmbeddingModelMismatchError,
     EncodingError,
+    ErasureIncompleteError,
+    ErasureInProgressError,
+    ErasureRefusedError,
     ExtractionConflictError,
     FeatureUnavailableError,
     IdentityError,
@@ -139,6 +143,19 @@ from ._memory.work import DrainItem, DrainResult, DrainStatus, OwnedWorkSource, 
 from ._observe.settings import Telemetry
 from ._ports import OpContext
 from ._ports.embedder import EmbeddingLimits, EmbeddingModel
+from ._ports.erasure import (
+    ErasedCount,
+    ErasedGroups,
+    EraseLevel,
+    EraseStatus,
+    EraseTarget,
+    ErasureKind,
+    ErasureRecord,
+    ErasureState,
+    PhysicalErasure,
+    SeqRange,
+    StoreErasure,
+)
 from ._ports.memory import (
     AckStatus,
     FactStatus,
@@ -167,6 +184,23 @@ from ._verdicts import EvidenceEntry, EvidenceLimits, Verdict, VerificationAttem
 __version__ = "0.1.0"
 
 __all__ = [
+    # erasure and retention (issue 23)
+    "EraseLevel",
+    "EraseStatus",
+    "EraseTarget",
+    "ErasedCount",
+    "ErasedGroups",
+    "ErasureInProgressError",
+    "ErasureIncompleteError",
+    "ErasureKind",
+    "ErasureRecord",
+    "ErasureRefusedError",
+    "ErasureResult",
+    "ErasureState",
+    "OperatorAttestation",
+    "PhysicalErasure",
+    "SeqRange",
+    "StoreErasure",
     # observability (issue 24)
     "Telemetry",
     # history API (issue 22)

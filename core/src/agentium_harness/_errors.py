@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the engine's records import this module
     from ._engine.results import CommitState, RunResult
+    from ._ports.erasure import ErasureRecord
 
 __all__ = [
     "EmbeddingError",
@@ -35,6 +36,9 @@ __all__ = [
     "ConfigError",
     "ContractViolationError",
     "EncodingError",
+    "ErasureIncompleteError",
+    "ErasureInProgressError",
+    "ErasureRefusedError",
     "FeatureUnavailableError",
     "IdentityError",
     "IncompleteGroupError",
@@ -232,6 +236,44 @@ class ArchiveConflictError(ArchiveError):
     """A group was appended again with the same sequence number but different content.
 
     Archived groups are never overwritten.
+    """
+
+
+class ErasureInProgressError(AgentiumError):
+    """An erasure of this scope is under way (or stopped part way), so the operation was refused.
+
+    Runs, appends and maintenance on a session the pending erasure covers
+    are refused until it completes, so no run sees half-erased history; a
+    second erasure overlapping it is refused too. ``erasure_id`` names the
+    pending erasure: finish it with ``runtime.resume_erasures()`` or
+    ``agentium erase --resume``. Nothing was done.
+    """
+
+    def __init__(self, message: str, erasure_id: str = "") -> None:
+        self.erasure_id = erasure_id
+        super().__init__(message)
+
+
+class ErasureIncompleteError(AgentiumError):
+    """An erasure stopped part way: a store failed, or late writes of the scope were still running.
+
+    What was erased stays erased and the durable record stays ``pending``,
+    so runs on the scope are still refused; ``record`` holds the progress
+    so far. Resume it (``runtime.resume_erasures()``, ``agentium erase
+    --resume``) once the cause is fixed: erasing what is already gone is a
+    no-op, and the record completes into the tombstone.
+    """
+
+    def __init__(self, message: str, record: ErasureRecord | None = None) -> None:
+        self.record = record
+        super().__init__(message)
+
+
+class ErasureRefusedError(AgentiumError, PermissionError):
+    """The operator's attestation does not cover the erasure target; nothing was erased.
+
+    An operator acts within one tenant: a target in another tenant (or in
+    the reserved tenant of the erasure records) is refused.
     """
 
 

@@ -19,6 +19,7 @@ from ._errors import IdentityError
 from ._validators import MAX_ID_LENGTH, validate_id
 
 __all__ = [
+    "ERASURE_RECORDS_TENANT",
     "MAX_ID_LENGTH",
     "RecallScope",
     "Scope",
@@ -37,6 +38,12 @@ _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 _UPPER_HEX = frozenset("0123456789ABCDEF")
 #: Marker for an absent optional segment. "~" is never produced by the encoding.
 ABSENT_SEGMENT = "~"
+
+#: The tenant id under which the session store keeps the engine's erasure records
+#: (docs/erasure.md). It begins with U+FFFF, a Unicode noncharacter no real id
+#: carries, and no :class:`VerifiedIdentity` may name it, so no run, append or
+#: erasure can ever reach those records.
+ERASURE_RECORDS_TENANT = "\uffffagentium-erasure"
 
 
 def _id_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -101,6 +108,11 @@ class VerifiedIdentity:
     tenant: str = attrs.field(validator=_id_validator)
     user: str = attrs.field(validator=_id_validator)
     verified_by: str = attrs.field(validator=_id_validator)
+
+    @tenant.validator
+    def _not_reserved(self, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value == ERASURE_RECORDS_TENANT:
+            raise IdentityError("the tenant id of the erasure records is reserved; no identity may name it")
 
 
 def require_identity(identity: object) -> VerifiedIdentity:

@@ -178,7 +178,7 @@ from ._ports.verify import (
     evidence_size,
     fit_evidence,
 )
-from ._scope import RecallScope, Scope, SessionKey, decode_segment, encode_segment
+from ._scope import ERASURE_RECORDS_TENANT, RecallScope, Scope, SessionKey, decode_segment, encode_segment
 from ._validators import (
     MAX_COUNT,
     MAX_DURATION_S,
@@ -193,6 +193,7 @@ from .adapters.threaded import ThreadBoundAdapter
 __all__ = [
     # observability (issue 24)
     "client_span",
+    "ERASURE_RECORDS_TENANT",
     "DEFAULT_ERASE_BATCH",
     "EraseLevel",
     "ErasedCount",

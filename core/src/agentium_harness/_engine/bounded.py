@@ -144,6 +144,7 @@ async def bounded(
     on_deadline: Callable[[], None] | None = None,
     on_late: Callable[[T], Awaitable[None]] | None = None,
     grace_s: float = ABANDON_GRACE_S,
+    on_abandon: Callable[[anyio.Event], None] | None = None,
 ) -> T:
     """Run ``work()`` in its own task and return its result if it finishes within ``timeout_s``.
 
@@ -152,7 +153,9 @@ async def bounded(
     ``grace_s`` to unwind; :class:`Overrun` is raised either way, with
     ``abandoned=True`` when the call was still running (its late result is
     discarded, after ``on_late`` released it if given). An exception ``work``
-    raises in time is re-raised here.
+    raises in time is re-raised here. ``on_abandon`` receives the event set
+    when an abandoned call finally ends (whether its caller timed out or was
+    cancelled): erasure waits for such late calls of its scope.
     """
     call: _Call[T] = _Call(on_late)
     task = spawn(lambda: call.run(work))
@@ -166,6 +169,8 @@ async def bounded(
         # The caller was cancelled (shutdown): stop the call, wait no longer than the grace.
         if not call.done.is_set():
             call.left = not await call.stop(grace_s)
+            if call.left and on_abandon is not None:
+                on_abandon(call.done)
         raise
     if call.done.is_set():
         return call.result()
@@ -174,6 +179,8 @@ async def bounded(
     stopped = await call.stop(grace_s)
     if not stopped:
         call.left = True
+        if on_abandon is not None:
+            on_abandon(call.done)
     elif call.finished and on_late is not None:
         # It finished during the grace: past its deadline all the same, so released, not used.
         call.left = True

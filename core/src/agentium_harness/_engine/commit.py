@@ -457,6 +457,8 @@ def _sealed(
             summary=changes.summary if changes.summary is not None else (old.summary if old else None),
             receipts=receipts,
             view=changes.view if changes.view is not None else (old.view if old else None),
+            # Erased groups stay erased: only an erasure adds to them (docs/erasure.md).
+            erased=old.erased if old else None,
         )
     )
 

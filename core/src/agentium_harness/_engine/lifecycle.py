@@ -21,14 +21,21 @@ from typing import TypeVar
 import anyio
 import attrs
 
-from .._errors import OperationCancelledError, OperationTimeoutError, RuntimeClosedError, SessionBusyError
+from .._errors import (
+    ErasureInProgressError,
+    OperationCancelledError,
+    OperationTimeoutError,
+    RuntimeClosedError,
+    SessionBusyError,
+)
 from .._observe import spans as observe
 from .._ports import CancelSignal, OpContext
+from .._ports.erasure import EraseTarget
 from .._scope import SessionKey
 from .bounded import ABANDON_GRACE_S, Overrun, bounded
 from .results import Diagnostic, Severity
 
-__all__ = ["close_owned", "Admission", "LifecycleState", "Ticket"]
+__all__ = ["close_owned", "covers", "overlaps", "Admission", "LateCalls", "LifecycleState", "Ticket"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -42,6 +49,42 @@ class LifecycleState(enum.StrEnum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+class LateCalls:
+    """Adapter calls the engine walked away from that may still be running, by session.
+
+    A call abandoned past its deadline (or when its operation was cancelled)
+    keeps running in its worker thread, and a write in it may still land.
+    Erasure waits for those of its scope before it removes anything, so a
+    late write can never bring an erased group back (docs/erasure.md).
+    """
+
+    __slots__ = ("_calls",)
+
+    def __init__(self) -> None:
+        self._calls: list[tuple[SessionKey, str, anyio.Event]] = []
+
+    def add(self, key: SessionKey, operation: str, finished: anyio.Event) -> None:
+        """Note an abandoned call of ``key``; ``finished`` is set when it ends."""
+        self._calls = [c for c in self._calls if not c[2].is_set()]
+        self._calls.append((key, operation, finished))
+
+    def running(self, covers: Callable[[SessionKey], bool]) -> list[str]:
+        """The abandoned calls of sessions ``covers`` accepts that have not ended, described."""
+        return [
+            f"{op} of session {key.key()}"
+            for key, op, done in self._calls
+            if covers(key) and not done.is_set()
+        ]
+
+    async def wait(self, covers: Callable[[SessionKey], bool], timeout_s: float) -> list[str]:
+        """Wait up to ``timeout_s`` for those calls to end; describe the ones still running."""
+        with anyio.move_on_after(timeout_s):
+            for key, _, done in list(self._calls):
+                if covers(key):
+                    await done.wait()
+        return self.running(covers)
 
 
 class Ticket:
@@ -62,6 +105,7 @@ class Ticket:
         "hook_timeout_s",
         "key",
         "kind",
+        "late",
         "op_timeout_s",
         "signal",
     )
@@ -77,6 +121,8 @@ class Ticket:
         self.cancel_scope = anyio.CancelScope()
         self.done = anyio.Event()
         self.abandoned: list[str] = []
+        #: Where abandoned calls of this operation are noted (set by whoever admits it).
+        self.late: LateCalls | None = None
 
     def cancel(self, reason: str) -> None:
         """Cancel the operation: its signal first (threads see it), then its cancel scope."""
@@ -130,6 +176,7 @@ class Ticket:
                     timeout,
                     on_deadline=lambda: ctx.signal.cancel("deadline passed"),
                     on_late=on_late,
+                    on_abandon=self._abandoned_call(operation),
                 )
             except Overrun as over:
                 if over.abandoned:
@@ -142,6 +189,12 @@ class Ticket:
                 raise
             span.result(value)
             return value
+
+    def _abandoned_call(self, operation: str) -> Callable[[anyio.Event], None] | None:
+        late, key = self.late, self.key
+        if late is None or key is None:
+            return None
+        return lambda finished: late.add(key, operation, finished)
 
     def abandonment_diagnostics(self) -> list[Diagnostic]:
         """One ``call_abandoned`` warning per call this operation walked away from."""
@@ -189,10 +242,24 @@ class Admission:
         self.state = LifecycleState.OPEN
         self.active: dict[SessionKey, Ticket] = {}
         self.shared: set[Ticket] = set()
+        #: Erasures under way, each over every session its target covers (see :meth:`admit_erasure`).
+        self.erasures: dict[Ticket, EraseTarget] = {}
+        #: Abandoned calls of admitted operations that may still be running (erasure waits for them).
+        self.late = LateCalls()
 
     def tickets(self) -> list[Ticket]:
-        """Every admitted operation, exclusive and shared."""
-        return [*self.active.values(), *self.shared]
+        """Every admitted operation, exclusive, shared and erasures."""
+        return [*self.active.values(), *self.shared, *self.erasures]
+
+    def _new_ticket(self, key: SessionKey | None, kind: str, op_timeout_s: float | None = None) -> Ticket:
+        timeout = self._op_timeout_s if op_timeout_s is None else op_timeout_s
+        ticket = Ticket(key, kind, timeout, self._hook_timeout_s)
+        ticket.late = self.late
+        return ticket
+
+    def erasing(self, key: SessionKey) -> EraseTarget | None:
+        """The erasure under way whose target covers ``key``, if any."""
+        return next((t for t in self.erasures.values() if covers(t, key)), None)
 
     def check_open(self) -> None:
         """Raise :class:`RuntimeClosedError` unless the runtime is open."""
@@ -219,7 +286,13 @@ class Admission:
                     f"session {key.session!r} already has an admitted {busy}; "
                     "one operation per session at a time"
                 )
-            ticket = Ticket(key, kind, self._op_timeout_s, self._hook_timeout_s)
+            erasing = self.erasing(key)
+            if erasing is not None:
+                raise ErasureInProgressError(
+                    f"the {kind} was refused: an erasure of {erasing.describe()} is under way; "
+                    "nothing was done"
+                )
+            ticket = self._new_ticket(key, kind)
             self.active[key] = ticket
         try:
             with ticket.cancel_scope:
@@ -243,8 +316,7 @@ class Admission:
         cancellation surfaces as :class:`RuntimeClosedError` too.
         """
         self.check_open()
-        timeout = self._op_timeout_s if op_timeout_s is None else op_timeout_s
-        ticket = Ticket(key, kind, timeout, self._hook_timeout_s)
+        ticket = self._new_ticket(key, kind, op_timeout_s)
         self.shared.add(ticket)
         try:
             with ticket.cancel_scope:
@@ -253,6 +325,42 @@ class Admission:
                 raise RuntimeClosedError(f"the {kind} was cancelled because the runtime closed")
         finally:
             self.shared.discard(ticket)
+            ticket.done.set()
+
+    @asynccontextmanager
+    async def admit_erasure(self, target: EraseTarget, kind: str = "erasure") -> AsyncIterator[Ticket]:
+        """Admit an erasure of ``target``: exclusive over every session it covers, for the block.
+
+        Refused with :class:`SessionBusyError` while an operation on a
+        covered session is admitted (let it finish, then erase), with
+        :class:`ErasureInProgressError` while an overlapping erasure is under
+        way, and with :class:`RuntimeClosedError` when closing. While it is
+        admitted, :meth:`admit` refuses every covered session.
+        """
+        self.check_open()
+        busy = [k for k in self.active if covers(target, k)]
+        if busy:
+            raise SessionBusyError(
+                f"the {kind} of {target.describe()} was refused: session {busy[0].session!r} has an admitted "
+                f"{self.active[busy[0]].kind}; erase once it has finished. Nothing was erased"
+            )
+        if any(overlaps(t, target) for t in self.erasures.values()):
+            raise ErasureInProgressError(
+                f"the {kind} of {target.describe()} was refused: an overlapping erasure is under way in this "
+                "runtime; nothing was erased"
+            )
+        ticket = self._new_ticket(target.session_key, kind)
+        self.erasures[ticket] = target
+        try:
+            with ticket.cancel_scope:
+                yield ticket
+            if ticket.cancel_scope.cancelled_caught:
+                raise RuntimeClosedError(
+                    f"the {kind} was cancelled because the runtime closed; its record stays pending "
+                    "(resume it with agentium erase --resume)"
+                )
+        finally:
+            self.erasures.pop(ticket, None)
             ticket.done.set()
 
     async def wait_settled(self, timeout_s: float) -> bool:
@@ -271,6 +379,21 @@ class Admission:
             for ticket in tickets:
                 await ticket.done.wait()
         return [t for t in tickets if not t.done.is_set()]
+
+
+def covers(target: EraseTarget, key: SessionKey) -> bool:
+    """True if an erasure of ``target`` touches session ``key`` (all of it, or some of its groups)."""
+    return bool(target.covers_session(key) or target.session_key == key)
+
+
+def overlaps(one: EraseTarget, other: EraseTarget) -> bool:
+    """True if two erasure targets can touch the same session."""
+    if one.tenant_id != other.tenant_id:
+        return False
+    for mine, theirs in ((one.user_id, other.user_id), (one.session_id, other.session_id)):
+        if mine is not None and theirs is not None and mine != theirs:
+            return False
+    return True
 
 
 async def close_owned(owned: Sequence[object], each_s: float) -> list[tuple[object, str | None]]:

@@ -17,6 +17,7 @@ from .._history import ControlKind
 from .._observe import spans as observe
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
 from .._scope import Scope, SessionKey
+from .erasure_ledger import check_not_erasing
 from .lifecycle import Ticket
 
 __all__ = ["load_session"]
@@ -29,14 +30,19 @@ async def load_session(
     scope: Scope | None,
     *,
     attest_legacy: bool,
+    fence: bool = True,
 ) -> tuple[StoredSnapshot | None, SessionSnapshot]:
     """Load and check the snapshot of ``key``; an absent session gives an empty snapshot.
 
     ``scope=None`` (inspection and maintenance) checks only that the stored
     scope belongs to ``key``. With a scope, a mismatch is always refused and a
-    legacy snapshot loads only with ``attest_legacy`` (R15).
+    legacy snapshot loads only with ``attest_legacy`` (R15). ``fence`` (every
+    caller but inspection and erasure itself) first refuses a session an
+    erasure under way covers (:class:`~agentium_harness._errors.ErasureInProgressError`).
     """
     with observe.stage("load") as span:
+        if fence:
+            await check_not_erasing(ticket, store, key)
         stored, snap = await _load_checked(ticket, store, key, scope, attest_legacy=attest_legacy)
         span.set("agentium.snapshot.revision", stored.revision if stored is not None else 0)
         span.set("agentium.resident.groups", len(snap.resident))
@@ -95,7 +101,12 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
             raise SnapshotCorruptError(
                 f"snapshot of session {key.session!r} holds group {group.seq} retained under another scope"
             )
-    impossible = _impossible_summary_state(snap) or _impossible_view(snap)
+    if snap.ledger is not None:
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.session!r} holds erasure records, which only the reserved keys may; "
+            "the stored data is damaged and was left as it is"
+        )
+    impossible = _impossible_summary_state(snap) or _impossible_view(snap) or _impossible_erased(snap)
     if impossible is not None:
         # The summary would be shown to the model as coverage it does not have:
         # refused like any other damage, never repaired or shown.
@@ -103,6 +114,16 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
             f"snapshot of session {key.session!r} holds a summary state impossible for it ({impossible}); "
             "the stored data is damaged and was left as it is"
         )
+
+
+def _impossible_erased(snap: SessionSnapshot) -> str | None:
+    """Why the snapshot's erased ranges cannot have been written by the engine: only archived groups go."""
+    below = 0
+    for span in snap.erased or ():
+        if span.start < below or span.stop > snap.boundary:
+            return f"erased groups {span.start}..{span.stop - 1} out of order or not archived"
+        below = span.stop
+    return None
 
 
 def _impossible_view(snap: SessionSnapshot) -> str | None:

@@ -16,14 +16,16 @@ from .._errors import ArchiveError, CapabilityError, ContractViolationError
 from .._history import MessageGroup, RetractedSpan, TurnInterruption, ViewState
 from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
+from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .commit import commit, index_archived
 from .embedding import Hybrid
+from .erasure_ledger import index_key, load_ledger, pending_records
 from .hooks import HookBroadcaster
-from .lifecycle import Ticket
+from .lifecycle import Ticket, covers
 from .limits import ResidentLimits
 from .load import load_session
 from .resident import plan_eviction
@@ -55,6 +57,8 @@ class SessionState(enum.StrEnum):
     EVICTION_PENDING = "eviction_pending"
     #: The archive disagrees with the session; runs are refused until reconciled.
     DIVERGED = "diverged"
+    #: An erasure covering the session is pending; runs are refused until it completes.
+    ERASING = "erasing"
 
 
 @attrs.frozen(slots=True)
@@ -80,6 +84,11 @@ class SessionView:
     view_start: int = 0
     #: How many messages retractions took out of the current view (none is deleted).
     retracted: int = 0
+    #: Archived groups of the session an erasure removed (retention, a forgotten fact's sources).
+    erased: tuple[SeqRange, ...] = ()
+    #: The erasures covering the session — its own, its user's, its tenant's — pending or complete
+    #: (their tombstones, without the per-session lists: ``erasure_status`` has those).
+    erasures: tuple[ErasureRecord, ...] = ()
 
 
 @attrs.frozen(slots=True)
@@ -116,9 +125,14 @@ class ReconcileReport:
 async def inspect_session(
     ticket: Ticket, store: SessionStore, limits: ResidentLimits, key: SessionKey
 ) -> SessionView:
-    """Boundary, resident groups, state and revision of a stored session (read-only)."""
-    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
-    if stored is None:
+    """Boundary, resident groups, state, revision and erasures of a stored session (read-only)."""
+    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False, fence=False)
+    pending = [r for r in await pending_records(ticket, store, key.tenant) if covers(r.target, key)]
+    _, done = await load_ledger(ticket, store, index_key(key.tenant))
+    erasures = (*(r for r in done.records if covers(r.target, key)), *pending)
+    if pending:
+        state = SessionState.ERASING
+    elif stored is None:
         state = SessionState.ABSENT
     elif snap.divergence is not None:
         state = SessionState.DIVERGED
@@ -147,6 +161,8 @@ async def inspect_session(
         ),
         view_start=snap.view.start if snap.view is not None else 0,
         retracted=snap.view.retracted if snap.view is not None else 0,
+        erased=snap.erased or (),
+        erasures=erasures,
     )
 
 

@@ -22,7 +22,7 @@ import attrs
 from .._ports.summary import SummaryState
 from .._scope import SessionKey
 from .bounded import spawn
-from .lifecycle import Ticket
+from .lifecycle import LateCalls, Ticket
 from .results import Diagnostic, Severity
 
 __all__ = ["OwnedWork", "SummaryReport", "WorkStatus"]
@@ -67,8 +67,10 @@ class _Job:
 class OwnedWork:
     """The runtime's background jobs, one per session at most."""
 
-    def __init__(self, op_timeout_s: float) -> None:
+    def __init__(self, op_timeout_s: float, late: LateCalls | None = None) -> None:
         self._op_timeout_s = op_timeout_s
+        # Calls a job abandons are noted here, with the admitted operations' (erasure waits for them).
+        self._late = late
         self._jobs: dict[SessionKey, _Job] = {}
         self._last: dict[SessionKey, SummaryReport] = {}
         # Updates that failed or were cancelled since the last drain (the latest per session),
@@ -78,6 +80,7 @@ class OwnedWork:
     def start(self, key: SessionKey, work: Work) -> None:
         """Run ``work`` in the background for ``key``; the caller has waited for any earlier job."""
         job = _Job(Ticket(key, "summary update", self._op_timeout_s))
+        job.ticket.late = self._late
         self._jobs[key] = job
 
         async def run() -> None:
@@ -117,6 +120,10 @@ class OwnedWork:
                 job.done.set()
 
         job.task = spawn(run)
+
+    def running(self) -> list[SessionKey]:
+        """The sessions with a job running now."""
+        return list(self._jobs)
 
     def busy(self, key: SessionKey) -> bool:
         """True while a job of ``key`` is running."""

@@ -59,6 +59,7 @@ from .arguments import check_completion, check_grants, check_sources, check_user
 from .checks import probe_adapters
 from .closing import CloseAttempt, HarnessResources, close_session, drain_runtime, shutdown_runtime
 from .embedding import Hybrid
+from .erasure_api import ErasureOperations
 from .history_api import HistoryOperations
 from .history_view import model_history, recall_hidden
 from .hooks import HookBroadcaster
@@ -117,7 +118,7 @@ __all__ = [
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 
-class HarnessRuntime(HistoryOperations):
+class HarnessRuntime(HistoryOperations, ErasureOperations):
     """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
 
     Adapters passed in are borrowed: the runtime never closes them. Adapters
@@ -125,7 +126,8 @@ class HarnessRuntime(HistoryOperations):
     Besides :meth:`run`, hosts that run their own agent loop write and read
     canonical history with :meth:`append`, :meth:`read_history`,
     :meth:`list_sessions`, :meth:`retract` and :meth:`reset_view`
-    (docs/history-api.md).
+    (docs/history-api.md). Operators erase a session, user or tenant with
+    :meth:`erase` (docs/erasure.md).
     """
 
     def __init__(
@@ -183,7 +185,7 @@ class HarnessRuntime(HistoryOperations):
         self._hooks = hooks
         self._owned = list(owned)
         self._admission = Admission(limits.op_timeout_s, hook_timeout_s=limits.close_timeout_s)
-        self._work = OwnedWork(limits.op_timeout_s)
+        self._work = OwnedWork(limits.op_timeout_s, self._admission.late)
         # One place drains all owned work (R40): the memory manager's, with the summary jobs tracked in it.
         self._drainer = memory if memory is not None else MemoryWorkDrainer()
         self._drainer.track(OwnedWorkSource(self._work))

@@ -37,6 +37,7 @@ from .._observe import spans as observe
 from .._ports import OpContext
 from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive
+from .._ports.erasure import SeqRange
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import RecallStore
 from .._ports.sessions import SessionStore, seal_snapshot, verify_snapshot
@@ -89,7 +90,11 @@ def summary_block(key: SessionKey, state: SummaryState, view_start: int = 0) -> 
     starts at the view: what came before was cleared and is not summarized.
     """
     summary = state.summary
-    cited = " ".join(f"{c.seq}:{c.digest[:_SHOWN_DIGEST]}" for c in summary.citations)
+    erased = set(state.erased_citations or ())
+    cited = " ".join(
+        f"{c.seq}:erased" if c.seq in erased else f"{c.seq}:{c.digest[:_SHOWN_DIGEST]}"
+        for c in summary.citations
+    )
     coverage = state.coverage()
     if view_start > 0:
         coverage += f"; history before group {view_start} was cleared from the view and is not summarized"
@@ -106,6 +111,19 @@ def summary_block(key: SessionKey, state: SummaryState, view_start: int = 0) -> 
         summary.text,
         tuple(attributes),
     )
+
+
+def _past_erased(seq: int, erased: Sequence[SeqRange]) -> int:
+    """``seq``, or the first seq after the erased ranges that start at or cover it."""
+    for span in erased:
+        if span.start <= seq < span.stop:
+            seq = span.stop
+    return seq
+
+
+def _next_erased(seq: int, erased: Sequence[SeqRange]) -> int:
+    """The start of the first erased range after ``seq`` (a read stops short of it); large if none."""
+    return min((span.start for span in erased if span.start > seq), default=seq + 10**12)
 
 
 def _violation(message: str) -> Diagnostic:
@@ -302,6 +320,7 @@ async def update_summary(
     receipts: dict[int, str],
     limits: SummaryLimits,
     view: ViewState | None = None,
+    erased: Sequence[SeqRange] = (),
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
@@ -312,13 +331,26 @@ async def update_summary(
     checked by the reader alone.
     ``view`` (the session's) decides what of each group is offered
     (:func:`_offered`); groups out of it are passed over.
+    ``erased`` (the session's erased ranges) are groups an erasure removed:
+    the frontier passes them, saying so in the summary's uncertainty, and
+    a read never reaches into one.
     Returns the state to save (``None`` when nothing changed).
     """
+    original = current
     previous = current.summary if current is not None else None
-    start = previous.frontier if previous is not None else 0
+    first = start = previous.frontier if previous is not None else 0
+    past = _past_erased(start, erased)
+    if past > start:
+        # Erased before they were summarized: they will never be read again, so the frontier
+        # passes them, and the summary says what it could not cover.
+        base = previous or TaskSummary(text="", frontier=start, policy="none", version="0")
+        note = f"groups {start}\u2013{past - 1} were erased before they were summarized"
+        previous = attrs.evolve(base, frontier=past, uncertainty=(*base.uncertainty, note))
+        current = SummaryState(previous, (), current.erased_citations if current is not None else None)
+        start = past
     if start >= boundary:
-        return SummaryUpdate(None, 0, ())
-    count = min(boundary - start, limits.max_groups)
+        return SummaryUpdate(current if current != original else None, start - first, ())
+    count = min(boundary - start, limits.max_groups, _next_erased(start, erased) - start)
     groups, read_gap = await _read(ticket, reader, key, start, count, limits.timeout_s)
     run, gap = _admissible(key, start, start + count, groups, receipts, limits)
     if read_gap is not None and len(run) == len(groups):
@@ -368,10 +400,13 @@ async def update_summary(
         summary = TaskSummary(text="", frontier=start, policy="none", version="0")
     gaps = (gap,) if gap is not None and gap.seq == summary.frontier else ()
     diagnostics.extend(_gap_diagnostic(g) for g in gaps)
-    state = SummaryState(summary, gaps)
-    if state == current:
+    # Citations of erased groups the summary still carries keep saying so.
+    cited_seqs = {c.seq for c in summary.citations}
+    still = [s for s in (current.erased_citations or ()) if s in cited_seqs] if current is not None else []
+    state = SummaryState(summary, gaps, still)
+    if state == original:
         return SummaryUpdate(None, 0, tuple(diagnostics))
-    return SummaryUpdate(state, summary.frontier - start, tuple(diagnostics))
+    return SummaryUpdate(state, summary.frontier - first, tuple(diagnostics))
 
 
 async def save_summary(
@@ -453,6 +488,7 @@ async def summarize_after_commit(
     outcome: CommitOutcome,
     limits: SummaryLimits,
     view: ViewState | None = None,
+    erased: Sequence[SeqRange] = (),
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 
@@ -473,6 +509,7 @@ async def summarize_after_commit(
             receipts=_receipts(outcome),
             limits=limits,
             view=view,
+            erased=erased,
         )
         diagnostics = list(update.diagnostics)
         span.set("agentium.summary.diagnostics", len(diagnostics))

@@ -225,6 +225,7 @@ async def commit_group(
                 outcome=outcome,
                 limits=limits,
                 view=saved_view,
+                erased=snap.erased or (),
             )
 
         if limits.background:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import attrs
 
 from .._errors import InvalidArgumentError
-from .._scope import SessionKey, validate_id
+from .._scope import SessionKey, VerifiedIdentity, validate_id
 from .._validators import MAX_COUNT
 
 if TYPE_CHECKING:  # the ports import this module; only attributes are used at run time
@@ -32,6 +33,14 @@ if TYPE_CHECKING:  # the ports import this module; only attributes are used at r
     from .recall import SourceOwner
 
 __all__ = [
+    "MAX_RECORD_DIGESTS",
+    "MAX_RECORD_SESSIONS",
+    "ErasedGroups",
+    "ErasureKind",
+    "ErasureLedger",
+    "ErasureRecord",
+    "ErasureState",
+    "StoreErasure",
     "DEFAULT_ERASE_BATCH",
     "MAX_ERASE_RANGES",
     "EraseLevel",
@@ -337,3 +346,135 @@ def check_target(target: object) -> EraseTarget:
             f"erase takes an EraseTarget, got {type(target).__name__}; nothing was erased"
         )
     return target
+
+
+# -- the engine's durable records (kept by the session store; docs/erasure.md) ---------------------
+
+#: Sessions an erasure record lists group by group; more are counted in ``omitted_sessions``.
+MAX_RECORD_SESSIONS: Final = 10_000
+#: ``(seq, digest)`` pairs an erasure record keeps in all; beyond it only counts and ranges.
+MAX_RECORD_DIGESTS: Final = 10_000
+
+
+class ErasureState(enum.StrEnum):
+    """Where an erasure stands."""
+
+    #: A dry run: what would be removed, nothing was.
+    PLANNED = "planned"
+    #: Recorded and under way (or stopped part way): runs on its scope are refused until it completes.
+    PENDING = "pending"
+    #: Every store reported nothing left of the target: the record is the tombstone.
+    COMPLETE = "complete"
+
+
+class ErasureKind(enum.StrEnum):
+    """What asked for an erasure."""
+
+    #: An operator's ``erase`` (``agentium erase``).
+    ERASURE = "erasure"
+    #: ``apply_retention`` (``agentium retention apply``): archived groups past the policy.
+    RETENTION = "retention"
+    #: ``forget`` with ``erase_sources``: the archived groups a forgotten fact came from.
+    FORGET = "forget"
+
+
+def _ranges_of(value: Iterable[SeqRange]) -> tuple[SeqRange, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class StoreErasure:
+    """What one store removed for an erasure, over all its calls (never content).
+
+    ``role`` is the store's place in the runtime (``session_store``,
+    ``archive``, ``recall``, ``memory``), ``adapter`` its class name.
+    ``status`` is ``partial`` until the store said nothing of the target is
+    left. ``physical`` is the weakest any call reported, ``detail`` what
+    it said about it.
+    """
+
+    role: str
+    adapter: str
+    counts: tuple[ErasedCount, ...] = attrs.field(default=(), converter=_counts)
+    status: EraseStatus = attrs.field(default=EraseStatus.PARTIAL, converter=EraseStatus)
+    physical: PhysicalErasure = attrs.field(default=PhysicalErasure.REMOVED, converter=PhysicalErasure)
+    detail: str = ""
+
+
+@attrs.frozen(slots=True)
+class ErasedGroups:
+    """The groups of one session an erasure removed, over every store: never their content.
+
+    ``ranges`` cover every seq removed (archived groups, index entries, the
+    snapshot's resident groups); ``digests`` the ``(seq, digest)`` of each, as
+    long as the record's budget (:data:`MAX_RECORD_DIGESTS`) lasts —
+    ``count`` is always exact. ``snapshot`` says the session's snapshot went too.
+    """
+
+    session: SessionKey
+    count: int = 0
+    ranges: tuple[SeqRange, ...] = attrs.field(default=(), converter=_ranges_of)
+    digests: tuple[tuple[int, str], ...] = attrs.field(default=(), converter=_pairs)
+    snapshot: bool = False
+
+
+def _sessions_of(value: Iterable[ErasedGroups]) -> tuple[ErasedGroups, ...]:
+    return tuple(value)
+
+
+def _stores_of(value: Iterable[StoreErasure]) -> tuple[StoreErasure, ...]:
+    return tuple(value)
+
+
+def _notes(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(str(v) for v in value)
+
+
+@attrs.frozen(slots=True)
+class ErasureRecord:
+    """The durable record of one erasure; once ``complete``, its tombstone.
+
+    It says what was erased — per store, counts and how physical; per
+    session, seq ranges and the digests of the groups (never their content)
+    — when (``started_at``, ``completed_at``), why (``reason``), and by whom
+    (``operator``, the verified identity of the operator, and the host's
+    ``statement``). The engine writes it before it removes anything, keeps
+    its progress in it, and keeps it after: ``inspect_session`` and
+    ``agentium erase --status`` show it.
+    """
+
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("completed_at",)
+
+    erasure_id: str
+    kind: ErasureKind = attrs.field(converter=ErasureKind)
+    target: EraseTarget
+    reason: str
+    operator: VerifiedIdentity
+    state: ErasureState = attrs.field(converter=ErasureState)
+    started_at: datetime
+    completed_at: datetime | None = None
+    statement: str = ""
+    stores: tuple[StoreErasure, ...] = attrs.field(default=(), converter=_stores_of)
+    sessions: tuple[ErasedGroups, ...] = attrs.field(default=(), converter=_sessions_of)
+    omitted_sessions: int = 0
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_notes)
+
+    @property
+    def groups_removed(self) -> int:
+        """Groups removed (or, planned, to remove) over every session listed and counted."""
+        return sum(s.count for s in self.sessions)
+
+    def store(self, role: str) -> StoreErasure | None:
+        """The entry of the store in ``role``, if it took part."""
+        return next((s for s in self.stores if s.role == role), None)
+
+
+def _records_of(value: Iterable[ErasureRecord]) -> tuple[ErasureRecord, ...]:
+    return tuple(value)
+
+
+@attrs.frozen(slots=True)
+class ErasureLedger:
+    """Erasure records kept by the session store under a reserved key (see docs/erasure.md)."""
+
+    records: tuple[ErasureRecord, ...] = attrs.field(default=(), converter=_records_of)

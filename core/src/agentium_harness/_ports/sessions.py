@@ -21,7 +21,7 @@ from .._scope import Scope, SessionKey
 from .._validators import int_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt, HistoryArchive
-from .erasure import DEFAULT_ERASE_BATCH, ErasedSession, EraseReport, EraseTarget
+from .erasure import DEFAULT_ERASE_BATCH, ErasedSession, EraseReport, EraseTarget, ErasureLedger, SeqRange
 from .summary import SummaryState
 
 __all__ = [
@@ -111,6 +111,14 @@ def _tuple_of_archived_digest(value: Iterable[ArchivedDigest]) -> tuple[Archived
     return tuple(value)
 
 
+def _erased_ranges(value: Iterable[SeqRange] | None) -> tuple[SeqRange, ...] | None:
+    """``None`` for no range: a snapshot with nothing erased keeps the bytes it had before erasure existed."""
+    if value is None:
+        return None
+    ranges = tuple(value)
+    return ranges or None
+
+
 @attrs.frozen(slots=True)
 class SessionSnapshot:
     """The committed state of one session.
@@ -141,10 +149,17 @@ class SessionSnapshot:
       derived from its control groups and saved with them. Absent (``None``,
       left out of the canonical bytes) until the first one, so snapshots
       written before views existed keep their digests.
+    - ``erased``: archived groups of this session that an erasure removed
+      (retention, the sources of a forgotten fact), as ascending seq ranges
+      below the boundary: summaries, reads and the recall index's catch-up
+      pass over them. Absent (``None``) until the first one.
+    - ``ledger``: only in the engine's erasure records, which the session
+      store keeps under a reserved key (docs/erasure.md); ``None`` in every
+      session's snapshot.
     """
 
-    #: Left out of the encoding when ``None`` (see ``view`` above).
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("view",)
+    #: Left out of the encoding when ``None`` (see ``view``, ``erased`` and ``ledger`` above).
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("view", "erased", "ledger")
 
     memory_scope: Scope | None
     boundary: int = 0
@@ -156,6 +171,8 @@ class SessionSnapshot:
     summary: SummaryState | None = None
     receipts: tuple[ArchivedDigest, ...] = attrs.field(default=(), converter=_tuple_of_archived_digest)
     view: ViewState | None = None
+    erased: tuple[SeqRange, ...] | None = attrs.field(default=None, converter=_erased_ranges)
+    ledger: ErasureLedger | None = None
 
 
 _EMPTY_RESIDENT: Final = b'"resident":[]'

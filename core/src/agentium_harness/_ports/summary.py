@@ -92,6 +92,14 @@ def _tuple_of_gap(value: Iterable[CoverageGap]) -> tuple[CoverageGap, ...]:
     return tuple(value)
 
 
+def _optional_seqs(value: Iterable[int] | None) -> tuple[int, ...] | None:
+    """Sorted distinct seqs, or ``None`` for none (so an untouched state keeps its bytes)."""
+    if value is None:
+        return None
+    seqs = tuple(sorted(set(value)))
+    return seqs or None
+
+
 @attrs.frozen(slots=True)
 class SummaryState:
     """A session's task summary as stored in its snapshot: the summary and its coverage gaps.
@@ -101,10 +109,18 @@ class SummaryState:
     it. The state is saved inside the session snapshot, so it shares the
     snapshot's compare-and-set and digest: two runtimes never both advance
     it, and a crash mid-update leaves the previous state intact.
+    ``erased_citations`` lists the cited groups an erasure has removed
+    since (retention): the summary keeps its text, and its citations of
+    those groups say they were erased.
     """
+
+    #: Left out of the encoding when ``None``: states saved before erasure existed keep their bytes.
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("erased_citations",)
 
     summary: TaskSummary
     gaps: tuple[CoverageGap, ...] = attrs.field(default=(), converter=_tuple_of_gap)
+    #: Cited groups an erasure removed since (retention): the text stays, the citation says ``erased``.
+    erased_citations: tuple[int, ...] | None = attrs.field(default=None, converter=_optional_seqs)
 
     def coverage(self) -> str:
         """Coverage as the model and operators read it, e.g. ``groups 0–41 summarized; 42 unavailable``."""

@@ -1,0 +1,118 @@
+"""A session's snapshot after some of its archived groups were erased (retention, a forgotten fact's sources).
+
+The session lives on, so its snapshot says which groups are gone
+(``SessionSnapshot.erased``): summary updates pass over them, the recall
+index's catch-up does not look for them, and ``inspect_session`` shows them.
+The task summary is handled as the erasure asks:
+
+- **keep its text** (retention): citations of erased groups stay and say
+  ``erased`` (``SummaryState.erased_citations``); the text was written from
+  the groups while they existed and is the host's record of them;
+- **drop its text** (the sources of a forgotten fact): a summary citing an
+  erased group may state the forgotten fact, so its text goes; the frontier
+  stays and the uncertainty says why the summary is empty.
+
+Receipts of erased groups are dropped (nothing will be read back to match
+them), and so are coverage gaps at them. Saved with compare-and-set, retried
+on a conflict; marking what is already marked writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import attrs
+
+from .._errors import SessionConflictError
+from .._ports.erasure import SeqRange
+from .._ports.sessions import SessionSnapshot, SessionStore, seal_snapshot
+from .._ports.summary import SummaryState, TaskSummary
+from .._scope import SessionKey
+from .lifecycle import Ticket
+from .load import load_session
+
+__all__ = ["mark_erased", "merge_ranges"]
+
+_ATTEMPTS: Final = 8
+_DROPPED_TEXT: Final = "the summary's text was removed: it cited groups erased as a forgotten fact's sources"
+
+
+def merge_ranges(*groups: Sequence[SeqRange]) -> tuple[SeqRange, ...]:
+    """The union of every range given, merged where they touch, ascending."""
+    spans = sorted((r.start, r.stop) for ranges in groups for r in ranges)
+    merged: list[list[int]] = []
+    for start, stop in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return tuple(SeqRange(a, b) for a, b in merged)
+
+
+def _inside(seq: int, ranges: Sequence[SeqRange]) -> bool:
+    return any(seq in r for r in ranges)
+
+
+def _summary_after(
+    state: SummaryState | None, erased: Sequence[SeqRange], keep_text: bool
+) -> SummaryState | None:
+    if state is None:
+        return None
+    gaps = tuple(g for g in state.gaps if not _inside(g.seq, erased))
+    cited = [c.seq for c in state.summary.citations if _inside(c.seq, erased)]
+    if not cited:
+        return attrs.evolve(state, gaps=gaps)
+    if keep_text:
+        return SummaryState(state.summary, gaps, (*(state.erased_citations or ()), *cited))
+    old = state.summary
+    # No text, so nothing to cite: the citations go with it (and marking again changes nothing).
+    emptied = TaskSummary(
+        text="",
+        frontier=old.frontier,
+        policy=old.policy,
+        version=old.version,
+        uncertainty=(*old.uncertainty, _DROPPED_TEXT),
+    )
+    return SummaryState(emptied, gaps)
+
+
+async def _save(
+    ticket: Ticket, store: SessionStore, key: SessionKey, snapshot: SessionSnapshot, revision: int
+) -> None:
+    await ticket.call("session save", lambda ctx: store.save(key, snapshot, revision, ctx))
+
+
+async def mark_erased(
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    ranges: Sequence[SeqRange],
+    *,
+    keep_summary_text: bool,
+) -> bool:
+    """Record ``ranges`` (archived groups of ``key``) as erased in its snapshot; ``True`` if it wrote.
+
+    Ranges at or past the boundary are left out: only archived groups are
+    erased this way. An absent session has nothing to mark.
+    """
+    for _ in range(_ATTEMPTS):
+        stored, snap = await load_session(ticket, store, key, None, attest_legacy=False, fence=False)
+        if stored is None:
+            return False
+        below = [SeqRange(r.start, min(r.stop, snap.boundary)) for r in ranges if r.start < snap.boundary]
+        erased = merge_ranges(snap.erased or (), below)
+        summary = _summary_after(snap.summary, erased, keep_summary_text)
+        receipts = tuple(r for r in snap.receipts if not _inside(r.seq, erased))
+        changed = attrs.evolve(snap, erased=erased, summary=summary, receipts=receipts)
+        if changed == snap:
+            return False
+        try:
+            await _save(ticket, store, key, seal_snapshot(changed), stored.revision)
+        except SessionConflictError:
+            continue  # the session moved on meanwhile: mark what is stored now
+        return True
+    raise SessionConflictError(
+        f"session {key.session!r} kept changing under {_ATTEMPTS} attempts to record its erased groups; "
+        "resume the erasure"
+    )

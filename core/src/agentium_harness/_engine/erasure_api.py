@@ -1,0 +1,221 @@
+"""The erasure methods of :class:`~.runtime.HarnessRuntime`: erase, resume, status (docs/erasure.md).
+
+Mixed into the runtime like the history API, so the orchestrator stays
+small; the steps themselves are in :mod:`.erasure`. Erasure is an operator
+operation: nothing here is reachable from ``run()``, ``pop`` or ``clear``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+from .._errors import ErasureIncompleteError, ErasureRefusedError, InvalidArgumentError
+from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, ErasureRecord, ErasureState
+from .erased_groups import mark_erased
+from .erasure import (
+    ErasureResult,
+    OperatorAttestation,
+    carry_out,
+    check_capable,
+    check_request,
+    complete,
+    inventory,
+    load_record,
+    new_record,
+    plan,
+    save_record,
+    settle_late,
+    start,
+)
+from .erasure_ledger import index_key, load_ledger, pending_records
+from .lifecycle import Ticket, overlaps
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
+
+__all__ = ["ErasureOperations", "erasure_stores", "run_erasure"]
+
+#: The levels ``erase`` takes; groups targets come from retention and ``forget``.
+_WHOLE = (EraseLevel.TENANT, EraseLevel.USER, EraseLevel.SESSION)
+
+After = Callable[[Ticket, ErasureRecord], Awaitable[None]]
+
+
+def erasure_stores(runtime: HarnessRuntime, target: EraseTarget) -> list[tuple[str, Any]]:
+    """The stores an erasure of ``target`` goes through, in order: recall, memory, archive, session store.
+
+    A groups target touches only what holds archived groups: the recall
+    index and the archive (the engine rewrites the snapshot itself).
+    """
+    stores: list[tuple[str, Any]] = []
+    if runtime.recall is not None:
+        stores.append(("recall", runtime.recall))
+    if runtime.memory is not None and target.level is not EraseLevel.GROUPS:
+        stores.append(("memory", runtime.memory.store))
+    stores.append(("archive", runtime.archive))
+    if target.level is not EraseLevel.GROUPS:
+        stores.append(("session_store", runtime.session_store))
+    return stores
+
+
+def _after(runtime: HarnessRuntime, record: ErasureRecord) -> After | None:
+    """What a groups erasure does once the stores are done: record the groups erased in the snapshot."""
+    target = record.target
+    key = target.session_key
+    if target.level is not EraseLevel.GROUPS or key is None:
+        return None
+    keep_text = record.kind is not ErasureKind.FORGET
+
+    async def mark(ticket: Ticket, done: ErasureRecord) -> None:
+        await mark_erased(ticket, runtime.session_store, key, target.groups, keep_summary_text=keep_text)
+
+    return mark
+
+
+async def _finish(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
+    """Carry a pending record through: late writes settle, stores erase, the snapshot is marked, tombstone."""
+    stores = erasure_stores(runtime, record.target)
+    if record.state is not ErasureState.COMPLETE:
+        timeout = runtime.limits.settle_timeout_s
+        background = [(key, partial(runtime._work.settle, key, timeout)) for key in runtime._work.running()]
+        running = await settle_late(record.target, runtime._admission.late.wait, background, timeout)
+        if running:
+            raise ErasureIncompleteError(
+                f"writes of {record.target.describe()} this runtime walked away from are still running "
+                f"({'; '.join(running[:3])}), and one might land after the erase; the erasure stays pending. "
+                f"Resume it once they have ended (agentium erase --resume, erasure {record.erasure_id})",
+                record,
+            )
+        record = await carry_out(ticket, stores, runtime.session_store, record)
+        after = _after(runtime, record)
+        if after is not None:
+            await after(ticket, record)
+    return await complete(ticket, runtime.session_store, record)
+
+
+async def run_erasure(
+    runtime: HarnessRuntime,
+    target: EraseTarget,
+    reason: str,
+    attestation: OperatorAttestation,
+    kind: ErasureKind,
+    *,
+    dry_run: bool = False,
+) -> ErasureResult:
+    """One erasure of ``target`` (checked arguments), or its dry run; see :mod:`.erasure` for the steps."""
+    stores = erasure_stores(runtime, target)
+    check_capable(stores)
+    admission = runtime._admission
+    if dry_run:
+        async with admission.admit_shared(target.session_key, "erasure plan") as ticket:
+            planned = new_record(target, reason, attestation, kind, ErasureState.PLANNED)
+            return ErasureResult(await plan(ticket, stores, planned))
+    async with admission.admit_erasure(target) as ticket:
+        record, resumed = await start(ticket, runtime.session_store, target, reason, attestation, kind)
+        if not resumed:
+            record = await inventory(ticket, stores, record)
+            await save_record(ticket, runtime.session_store, record)
+        return ErasureResult(await _finish(runtime, ticket, record), resumed)
+    raise AssertionError("unreachable")  # pragma: no cover - admit_erasure() re-raises a cancellation
+
+
+class ErasureOperations:
+    """The erasure methods of the runtime (mixed into :class:`~.runtime.HarnessRuntime`)."""
+
+    __slots__ = ()
+    #: docs/api.md documents these methods with :class:`~.runtime.HarnessRuntime` (testing._api_docs).
+    __agentium_documented_mixin__ = True
+
+    def _runtime(self) -> HarnessRuntime:
+        return cast("HarnessRuntime", self)
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        *,
+        reason: str,
+        attestation: OperatorAttestation,
+        dry_run: bool = False,
+    ) -> ErasureResult:
+        """Erase a session, a user or a tenant from every configured store, and return its tombstone.
+
+        ``target`` is :meth:`EraseTarget.session`, :meth:`EraseTarget.user` or
+        :meth:`EraseTarget.tenant`; ``reason`` says why (required, at most
+        1,024 bytes); ``attestation`` names the operator, verified by the
+        host, whose tenant must be the target's (:class:`ErasureRefusedError`
+        otherwise). Every configured store must declare ``erasure``
+        (:class:`CapabilityError` otherwise). Nothing is written before
+        these checks pass.
+
+        The erasure is recorded durably first; runs, appends and maintenance
+        on the scope are refused (:class:`ErasureInProgressError`) until it
+        completes, in every process sharing the session store. Each store
+        then removes what it holds of the target — snapshots, archived
+        groups, recall entries and documents, memory facts (every revision)
+        — physically where the backend allows it. The result's record is the
+        tombstone: counts, seq ranges and digests of what was removed (never
+        content), when, why and by whom; ``inspect_session`` and
+        ``agentium erase --status`` show it. A target nothing is stored for
+        gets a tombstone saying so.
+
+        If it stops part way (a store fails, writes of the scope this
+        runtime abandoned are still running), :class:`ErasureIncompleteError`
+        carries the progress; the record stays pending and calling ``erase``
+        again with the same target (or :meth:`resume_erasures`) completes
+        it. ``dry_run=True`` asks every store what it would remove and
+        writes nothing (the record's state is ``planned``).
+        """
+        target, reason, attestation = check_request(target, reason, attestation, levels=_WHOLE)
+        if not isinstance(dry_run, bool):
+            raise InvalidArgumentError(f"dry_run must be a bool, got {type(dry_run).__name__}")
+        return await run_erasure(
+            self._runtime(), target, reason, attestation, ErasureKind.ERASURE, dry_run=dry_run
+        )
+
+    async def resume_erasures(self, attestation: OperatorAttestation) -> tuple[ErasureResult, ...]:
+        """Complete every erasure of the operator's tenant that an earlier call left pending.
+
+        Each keeps its own target, reason and operator; the result of each
+        says ``resumed``. Raises :class:`ErasureIncompleteError` for the
+        first one that stops again (those before it are complete).
+        """
+        runtime = self._runtime()
+        if not isinstance(attestation, OperatorAttestation):
+            raise InvalidArgumentError("resume_erasures needs an OperatorAttestation; nothing was done")
+        tenant = attestation.operator.tenant
+        async with runtime._admission.admit_shared(None, "erasure status") as ticket:
+            pending = await pending_records(ticket, runtime.session_store, tenant)
+        results: list[ErasureResult] = []
+        for header in pending:
+            check_capable(erasure_stores(runtime, header.target))
+            async with runtime._admission.admit_erasure(header.target) as ticket:
+                record = await load_record(ticket, runtime.session_store, header)
+                results.append(ErasureResult(await _finish(runtime, ticket, record), resumed=True))
+        return tuple(results)
+
+    async def erasure_status(
+        self, attestation: OperatorAttestation, target: EraseTarget | None = None
+    ) -> tuple[ErasureRecord, ...]:
+        """The erasures of the operator's tenant — pending ones in full, finished ones as tombstones.
+
+        With ``target``, only those that overlap it (a session's status lists
+        the erasures of its user and tenant too). Read-only; oldest first.
+        """
+        runtime = self._runtime()
+        if not isinstance(attestation, OperatorAttestation):
+            raise InvalidArgumentError("erasure_status needs an OperatorAttestation")
+        tenant = attestation.operator.tenant
+        if target is not None and (not isinstance(target, EraseTarget) or target.tenant_id != tenant):
+            raise ErasureRefusedError(f"the status asked for is outside tenant {tenant!r}, the operator's")
+        store = runtime.session_store
+        async with runtime._admission.admit_shared(None, "erasure status") as ticket:
+            pending = [
+                await load_record(ticket, store, h) for h in await pending_records(ticket, store, tenant)
+            ]
+            _, done = await load_ledger(ticket, store, index_key(tenant))
+        records = [*done.records, *pending]
+        if target is not None:
+            records = [r for r in records if overlaps(r.target, target)]
+        return tuple(sorted(records, key=lambda r: r.started_at))

@@ -1,0 +1,171 @@
+"""Where the erasure records live: the session store, under keys no identity can address.
+
+Every runtime has a session store, so the records need no new port: each is
+a snapshot whose ``ledger`` field holds them, saved with the store's own
+compare-and-set, digest and durability. The keys are
+``SessionKey(ERASURE_RECORDS_TENANT, <tenant id>, <name>)``:
+:data:`~agentium_harness._scope.ERASURE_RECORDS_TENANT` begins with U+FFFF
+and no :class:`~agentium_harness._scope.VerifiedIdentity` may name it, the
+tenant's own id fills the user slot exactly (so the mapping is injective),
+and a tenant erasure of any real tenant never reaches them. Per tenant:
+
+- ``pending``: the headers of its erasures under way. Every run, append and
+  maintenance operation reads it first and is refused on a covered session
+  (:func:`check_not_erasing`), in any process sharing the store, so no run
+  ever sees half-erased history; it is usually absent (one cheap read).
+- ``e-<erasure id>``: one erasure's full record, progress and all; once
+  complete, its tombstone.
+- ``index``: the tenant's finished erasures, without their per-session
+  lists (what ``agentium erase --status`` and ``inspect_session`` show).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .._errors import (
+    ContractViolationError,
+    ErasureInProgressError,
+    SessionConflictError,
+    SnapshotCorruptError,
+)
+from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
+from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, seal_snapshot, verify_snapshot
+from .._scope import ERASURE_RECORDS_TENANT, Scope, SessionKey
+from .lifecycle import Ticket, covers
+
+__all__ = [
+    "check_not_erasing",
+    "index_key",
+    "load_ledger",
+    "pending_key",
+    "pending_records",
+    "record_key",
+    "update_ledger",
+]
+
+#: Compare-and-set attempts of one ledger update before it gives up (another erasure kept winning).
+_ATTEMPTS = 16
+
+
+def _key(tenant: str, name: str) -> SessionKey:
+    return SessionKey(ERASURE_RECORDS_TENANT, tenant, name)
+
+
+def pending_key(tenant: str) -> SessionKey:
+    """The key of the tenant's erasures under way."""
+    return _key(tenant, "pending")
+
+
+def index_key(tenant: str) -> SessionKey:
+    """The key of the tenant's finished erasures."""
+    return _key(tenant, "index")
+
+
+def record_key(tenant: str, erasure_id: str) -> SessionKey:
+    """The key of one erasure's full record."""
+    return _key(tenant, f"e-{erasure_id}")
+
+
+async def load_ledger(
+    ticket: Ticket, store: SessionStore, key: SessionKey, operation: str = "session load"
+) -> tuple[int | None, ErasureLedger]:
+    """The ledger at ``key`` and its revision (``None`` and empty when absent), checked like a snapshot."""
+    stored = await ticket.call(operation, lambda ctx: store.load(key, ctx))
+    if stored is None:
+        return None, ErasureLedger()
+    if not isinstance(stored, StoredSnapshot) or not isinstance(stored.snapshot, SessionSnapshot):
+        raise ContractViolationError(
+            f"session store returned {type(stored).__name__}, not a StoredSnapshot or None"
+        )
+    verify_snapshot(key, stored.snapshot)
+    ledger = stored.snapshot.ledger
+    if ledger is None or stored.snapshot.resident:
+        raise SnapshotCorruptError(
+            f"the erasure records at {key.session!r} of tenant {key.user!r} are not an erasure ledger; "
+            "the stored data is damaged and was left as it is"
+        )
+    return stored.revision, ledger
+
+
+async def update_ledger(
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    change: Callable[[ErasureLedger], ErasureLedger],
+) -> ErasureLedger:
+    """Apply ``change`` to the ledger at ``key`` with compare-and-set, retrying on a conflict; the result.
+
+    ``change`` gets the current ledger and returns the new one; returning it
+    unchanged writes nothing.
+    """
+    for _ in range(_ATTEMPTS):
+        revision, ledger = await load_ledger(ticket, store, key)
+        new = change(ledger)
+        if new == ledger and revision is not None:
+            return ledger
+        try:
+            await _save(ticket, store, key, new, revision)
+        except SessionConflictError:
+            continue  # another erasure of the tenant wrote first: apply the change to what it wrote
+        return new
+    raise SessionConflictError(
+        f"the erasure records of tenant {key.user!r} kept changing under {_ATTEMPTS} attempts to update "
+        f"{key.session!r}; try again"
+    )
+
+
+async def _save(
+    ticket: Ticket, store: SessionStore, key: SessionKey, ledger: ErasureLedger, revision: int | None
+) -> None:
+    scope = Scope(key.tenant, key.user, key.session)
+    snapshot = seal_snapshot(SessionSnapshot(memory_scope=scope, ledger=ledger))
+    await ticket.call("session save", lambda ctx: store.save(key, snapshot, revision, ctx))
+
+
+async def pending_records(
+    ticket: Ticket, store: SessionStore, tenant: str, operation: str = "session load"
+) -> tuple[ErasureRecord, ...]:
+    """The headers of the tenant's erasures under way (``operation`` names the read in spans)."""
+    _, ledger = await load_ledger(ticket, store, pending_key(tenant), operation)
+    return ledger.records
+
+
+async def check_not_erasing(ticket: Ticket, store: SessionStore, key: SessionKey) -> None:
+    """Raise :class:`ErasureInProgressError` if an erasure under way covers session ``key``.
+
+    Read from the store, not from this process's memory, so an erasure that
+    another process (``agentium erase``) started, or that stopped part way
+    before a restart, refuses the operation just the same.
+    """
+    # Its own span name (agentium.erasure.fence): the one read every operation adds for erasure.
+    for record in await pending_records(ticket, store, key.tenant, "erasure fence"):
+        if covers(record.target, key):
+            raise ErasureInProgressError(
+                f"session {key.session!r} is being erased ({record.target.describe()}, erasure "
+                f"{record.erasure_id}); it is refused until the erasure completes "
+                "(agentium erase --resume); nothing was done",
+                record.erasure_id,
+            )
+
+
+def header(record: ErasureRecord) -> ErasureRecord:
+    """The record without its per-store and per-session detail (what ``pending`` and ``index`` keep)."""
+    return ErasureRecord(
+        erasure_id=record.erasure_id,
+        kind=record.kind,
+        target=record.target,
+        reason=record.reason,
+        operator=record.operator,
+        state=record.state,
+        started_at=record.started_at,
+        completed_at=record.completed_at,
+        statement=record.statement,
+        stores=record.stores,
+        notes=record.notes,
+    )
+
+
+def same_target(target: EraseTarget) -> Callable[[ErasureRecord], bool]:
+    """A predicate: the record is for exactly ``target``."""
+    return lambda record: record.target == target

@@ -1,0 +1,527 @@
+"""Erasure through the runtime (issue 23): one operator operation, every store, a tombstone, resumable.
+
+Written as a host would use it: ``runtime.erase(EraseTarget…, reason=…,
+attestation=OperatorAttestation(…))`` over the built-in adapters. The SQLite
+test reads the database file and its log byte for byte after the erase and
+compares every neighbouring row with what it was before.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from agentium_harness import (
+    ArchiveError,
+    CapabilityError,
+    EraseTarget,
+    ErasureIncompleteError,
+    ErasureInProgressError,
+    ErasureRefusedError,
+    ErasureState,
+    GroupRef,
+    IdentityError,
+    InvalidArgumentError,
+    MemoryFact,
+    MemoryScope,
+    Message,
+    OperatorAttestation,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    SessionBusyError,
+    SessionKey,
+    SessionState,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, ArchiveCapabilities, ArchiveReceipt, SeqRange
+
+pytestmark = pytest.mark.anyio
+
+ALICE = VerifiedIdentity("acme", "alice", "test-auth")
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+OTHER = VerifiedIdentity("globex", "alice", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
+S1 = EraseTarget.session("acme", "alice", "s1")
+
+
+def marker(label: str) -> str:
+    """A word no store holds by chance (one full-text token)."""
+    return f"q{label}{secrets.token_hex(8)}9"
+
+
+def _runtime(tmp: Path | None = None, **kw: Any) -> Any:
+    if tmp is None:
+        stores: dict[str, Any] = {
+            "archive": InMemoryArchive(),
+            "session_store": InMemorySessionStore(),
+            "recall": InMemoryRecallStore(),
+            "memory": InMemoryMemoryStore(),
+        }
+    else:
+        db = str(tmp / "agentium.db")
+        config = SQLiteConfig(path=db)
+        stores = {
+            "archive": SQLiteArchive(config),
+            "session_store": SQLiteSessionStore(config),
+            "recall": SQLiteRecallStore(SQLiteRecallConfig(path=db)),
+            "memory": SQLiteMemoryStore(config),
+        }
+    stores.update(kw)
+    owned = [s for s in stores.values() if s is not None]
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        owned=owned,
+        **stores,
+    )
+
+
+def _rows(db: str, where: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table outside the erased scope (``where`` selects the erased one), as stored."""
+    conn = sqlite3.connect(db)
+    try:
+        out = {}
+        for table, cond in (
+            ("archive_groups", f"NOT ({where})"),
+            ("session_snapshots", f"NOT ({where}) AND tenant_id != char(65535) || 'agentium-erasure'"),
+            ("recall_sources", f"NOT ({where})"),
+            ("memory_facts", "NOT (tenant_id = 'acme' AND user_id = 'alice' AND provenance LIKE '%\"s1\"%')"),
+        ):
+            out[table] = sorted(conn.execute(f"SELECT * FROM {table} WHERE {cond}").fetchall())
+        out["recall_texts"] = sorted(
+            conn.execute(
+                "SELECT t.* FROM recall_texts AS t JOIN recall_sources AS s ON s.id = t.id "
+                f"WHERE NOT ({where.replace('session_id', 's.session_id')})"
+            ).fetchall()
+        )
+        return out
+    finally:
+        conn.close()
+
+
+def _raw(db: str) -> bytes:
+    data = b""
+    for path in (db, db + "-wal", db + "-journal"):
+        try:
+            data += Path(path).read_bytes()
+        except FileNotFoundError:
+            continue
+    return data
+
+
+async def test_a_session_erasure_reaches_every_store_down_to_the_bytes(tmp_path: Path) -> None:
+    rt = _runtime(tmp_path)
+    secret, kept = marker("secret"), marker("kept")
+    for i in range(4):  # max_groups=1: groups 0-2 are archived (and indexed), 3 stays resident
+        await rt.run(ALICE, "s1", f"{secret} number {i}")
+    for i in range(3):
+        await rt.run(ALICE, "s2", f"{kept} number {i}")
+    await rt.run(BOB, "s1", f"{kept} for bob")
+    digest = "sha256:" + "0" * 64
+    await rt.memory.remember(
+        MemoryFact(
+            MemoryScope("acme", "alice"), f"{secret} as a fact", provenance=[GroupRef("s1", 0, digest)]
+        )
+    )
+    await rt.memory.remember(
+        MemoryFact(MemoryScope("acme", "alice"), f"{kept} as a fact", provenance=[GroupRef("s2", 0, digest)])
+    )
+    db = str(tmp_path / "agentium.db")
+    erased_rows = "tenant_id = 'acme' AND user_id = 'alice' AND session_id = 's1'"
+    before = _rows(db, erased_rows)
+    assert secret[-12:].encode() in _raw(db)
+
+    result = await rt.erase(S1, reason="data-subject request", attestation=OPERATOR)
+
+    record = result.tombstone
+    assert record is not None and record.state is ErasureState.COMPLETE and not result.resumed
+    assert (record.reason, record.operator, record.statement) == (
+        "data-subject request",
+        OPERATOR.operator,
+        "request 42",
+    )
+    counts = {s.role: {c.kind: c.count for c in s.counts} for s in record.stores}
+    assert counts == {
+        "recall": {"group": 3},
+        "memory": {"fact": 1, "revision": 1},
+        "archive": {"group": 3},
+        "session_store": {"snapshot": 1},
+    }
+    (session,) = record.sessions
+    assert session.session == SessionKey("acme", "alice", "s1") and session.snapshot
+    assert session.ranges == (SeqRange(0, 4),) and session.count == 4
+    assert [seq for seq, _ in session.digests] == [0, 1, 2, 3]
+    raw = _raw(db)
+    assert secret[-12:].encode() not in raw, "erased text is still in the database file or its log"
+    assert kept[-12:].encode() in raw
+    assert _rows(db, erased_rows) == before, "a neighbouring row changed"
+    view = await rt.inspect_session(ALICE, "s1")
+    assert view.state is SessionState.ABSENT and [r.erasure_id for r in view.erasures] == [record.erasure_id]
+    assert (await rt.inspect_session(ALICE, "s2")).erasures == ()
+    # The session id can be used again: it starts empty.
+    again = await rt.run(ALICE, "s1", "hello again")
+    assert again.committed
+    await rt.aclose()
+
+
+async def test_bad_requests_are_refused_before_anything_is_written() -> None:
+    rt = _runtime()
+    await rt.run(ALICE, "s1", "keep me")
+    before = await rt.inspect_session(ALICE, "s1")
+    cases: list[tuple[dict[str, Any], type[Exception]]] = [
+        ({"reason": "", "attestation": OPERATOR}, InvalidArgumentError),
+        ({"reason": "   ", "attestation": OPERATOR}, InvalidArgumentError),
+        ({"reason": 42, "attestation": OPERATOR}, InvalidArgumentError),
+        ({"reason": "x" * 1025, "attestation": OPERATOR}, InvalidArgumentError),
+        ({"reason": "why", "attestation": None}, InvalidArgumentError),
+        ({"reason": "why", "attestation": ALICE}, InvalidArgumentError),
+    ]
+    for kwargs, error in cases:
+        with pytest.raises(error):
+            await rt.erase(S1, **kwargs)
+    with pytest.raises(InvalidArgumentError):
+        await rt.erase(SessionKey("acme", "alice", "s1"), reason="why", attestation=OPERATOR)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):  # groups are retention's and forget's, not erase's
+        await rt.erase(
+            EraseTarget.groups_of(SessionKey("acme", "alice", "s1"), [SeqRange(0, 1)]),
+            reason="x",
+            attestation=OPERATOR,
+        )
+    # Broader than the operator's tenant: another tenant is refused.
+    foreign = OperatorAttestation(VerifiedIdentity("globex", "ops", "sso"))
+    with pytest.raises(ErasureRefusedError):
+        await rt.erase(S1, reason="why", attestation=foreign)
+    with pytest.raises(ErasureRefusedError):
+        await rt.erase(EraseTarget.tenant("globex"), reason="why", attestation=OPERATOR)
+    with pytest.raises(IdentityError):  # nobody can name the reserved tenant of the records
+        VerifiedIdentity(ERASURE_RECORDS_TENANT, "ops", "sso")
+    assert await rt.inspect_session(ALICE, "s1") == before
+    assert await rt.erasure_status(OPERATOR) == ()
+    await rt.aclose()
+
+
+class _NoEraseArchive(InMemoryArchive):
+    capabilities = ArchiveCapabilities(idempotent_append=True, bounded_reads=True)
+
+
+async def test_a_store_that_cannot_erase_refuses_the_whole_erasure() -> None:
+    rt = _runtime(archive=_NoEraseArchive())
+    await rt.run(ALICE, "s1", "keep me")
+    before = await rt.inspect_session(ALICE, "s1")
+    with pytest.raises(CapabilityError, match="archive"):
+        await rt.erase(S1, reason="why", attestation=OPERATOR)
+    assert await rt.inspect_session(ALICE, "s1") == before
+    assert await rt.erasure_status(OPERATOR) == ()
+    await rt.aclose()
+
+
+async def test_erasing_what_does_not_exist_leaves_a_tombstone_saying_so() -> None:
+    rt = _runtime()
+    result = await rt.erase(EraseTarget.user("acme", "nobody"), reason="request 7", attestation=OPERATOR)
+    record = result.tombstone
+    assert record is not None and record.sessions == ()
+    assert all(not s.counts for s in record.stores)
+    assert any("nothing" in note for note in record.notes)
+    assert [r.erasure_id for r in await rt.erasure_status(OPERATOR)] == [record.erasure_id]
+    await rt.aclose()
+
+
+async def test_a_dry_run_reports_per_store_and_changes_nothing() -> None:
+    rt = _runtime()
+    for i in range(3):
+        await rt.run(ALICE, "s1", f"turn {i}")
+    before = await rt.inspect_session(ALICE, "s1")
+    plan = await rt.erase(
+        EraseTarget.user("acme", "alice"), reason="check", attestation=OPERATOR, dry_run=True
+    )
+    assert plan.state is ErasureState.PLANNED and plan.tombstone is None
+    counts = {s.role: {c.kind: c.count for c in s.counts} for s in plan.record.stores}
+    assert counts["archive"] == {"group": 2} and counts["session_store"] == {"snapshot": 1}
+    assert await rt.inspect_session(ALICE, "s1") == before
+    assert await rt.erasure_status(OPERATOR) == ()
+    await rt.aclose()
+
+
+async def test_a_user_erasure_takes_every_session_and_fact_of_the_user_only() -> None:
+    rt = _runtime()
+    for sid in ("s1", "s2"):
+        await rt.run(ALICE, sid, "alice writes")
+    await rt.run(BOB, "s1", "bob writes")
+    await rt.run(OTHER, "s1", "the other tenant's alice writes")
+    await rt.memory.remember(MemoryFact(MemoryScope("acme", "alice"), "alice likes tea"))
+    await rt.memory.remember(MemoryFact(MemoryScope("acme", "bob"), "bob likes coffee"))
+    result = await rt.erase(EraseTarget.user("acme", "alice"), reason="account deleted", attestation=OPERATOR)
+    assert result.tombstone is not None
+    assert {s.session.session for s in result.record.sessions} == {"s1", "s2"}
+    for sid in ("s1", "s2"):
+        assert not (await rt.inspect_session(ALICE, sid)).exists
+    assert (await rt.inspect_session(BOB, "s1")).exists
+    assert (await rt.inspect_session(OTHER, "s1")).exists
+    assert await rt.memory.list(MemoryScope("acme", "alice")) == ()
+    assert [f.text for f in await rt.memory.list(MemoryScope("acme", "bob"))] == ["bob likes coffee"]
+    await rt.aclose()
+
+
+async def test_erase_is_never_reachable_from_a_run() -> None:
+    # The model cannot erase: no tool, no reply, no run argument leads there.
+    rt = _runtime()
+    result = await rt.run(ALICE, "s1", "please erase everything about me")
+    assert result.committed
+    assert (await rt.inspect_session(ALICE, "s1")).exists
+    assert await rt.erasure_status(OPERATOR) == ()
+    await rt.aclose()
+
+
+# -- a store that fails midway; the durable fence; resume ------------------------------------------
+
+
+class FlakyArchive(SQLiteArchive):
+    """Erases one group, then fails, until ``fail`` is cleared (a disk unplugged mid-erase)."""
+
+    capabilities = SQLiteArchive.capabilities
+    fail = True
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        if self.fail and not dry_run:
+            await super().erase(target, ctx, max_items=1)
+            raise ArchiveError("the archive's disk went away")
+        return await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+
+
+async def test_a_store_failing_midway_leaves_a_durable_record_that_fences_runs_and_resumes(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "agentium.db")
+    flaky = FlakyArchive(SQLiteConfig(path=db))
+    rt = _runtime(tmp_path, archive=flaky)
+    for i in range(4):
+        await rt.run(ALICE, "s1", f"turn {i}")
+    await rt.run(ALICE, "s2", "the other session")
+    with pytest.raises(ErasureIncompleteError) as stopped:
+        await rt.erase(S1, reason="request 9", attestation=OPERATOR)
+    pending = stopped.value.record
+    assert pending is not None and pending.state is ErasureState.PENDING
+    # The record names every group there was, taken before anything was removed.
+    assert [s.ranges for s in pending.sessions] == [(SeqRange(0, 4),)]
+    assert pending.store("archive") is None and "disk went away" in pending.notes[-1]
+    # Another process on the same file (a fresh runtime) sees the record and refuses the scope.
+    other = _runtime(tmp_path)
+    with pytest.raises(ErasureInProgressError) as refused:
+        await other.run(ALICE, "s1", "a new turn")
+    assert refused.value.erasure_id == pending.erasure_id
+    with pytest.raises(ErasureInProgressError):
+        await other.append(ALICE, "s1", [Message(Role.USER, "appended")])
+    with pytest.raises(ErasureInProgressError):
+        await other.read_history(ALICE, "s1", max_groups=10)
+    assert (await other.inspect_session(ALICE, "s1")).state is SessionState.ERASING
+    assert (await other.run(ALICE, "s2", "not covered")).committed
+    status = await other.erasure_status(OPERATOR, S1)
+    assert [(r.erasure_id, r.state) for r in status] == [(pending.erasure_id, ErasureState.PENDING)]
+    # A second, overlapping erasure waits for the first.
+    with pytest.raises(ErasureInProgressError):
+        await other.erase(EraseTarget.user("acme", "alice"), reason="another", attestation=OPERATOR)
+    flaky.fail = False
+    (resumed,) = await rt.resume_erasures(OPERATOR)
+    record = resumed.tombstone
+    assert resumed.resumed and record is not None and record.erasure_id == pending.erasure_id
+    assert record.reason == "request 9"
+    # The failed call removed one group without reporting it; the rest is counted, every group listed.
+    assert {c.kind: c.count for c in record.store("archive").counts} == {"group": 2}  # type: ignore[union-attr]
+    assert [s.ranges for s in record.sessions] == [(SeqRange(0, 4),)] and record.sessions[0].count == 4
+    assert (await other.inspect_session(ALICE, "s1")).state is SessionState.ABSENT
+    assert (await other.run(ALICE, "s1", "after the erasure")).committed
+    assert await other.erasure_status(OPERATOR, EraseTarget.session("acme", "alice", "s9")) == ()
+    await other.aclose()
+    await rt.aclose()
+
+
+async def test_calling_erase_again_completes_a_pending_erasure() -> None:
+    archive = _FailOnceArchive()
+    rt = _runtime(archive=archive)
+    for i in range(3):
+        await rt.run(ALICE, "s1", f"turn {i}")
+    with pytest.raises(ErasureIncompleteError):
+        await rt.erase(S1, reason="first try", attestation=OPERATOR)
+    again = await rt.erase(S1, reason="second try", attestation=OPERATOR)
+    assert again.resumed and again.tombstone is not None and again.record.reason == "first try"
+    assert not (await rt.inspect_session(ALICE, "s1")).exists
+    await rt.aclose()
+
+
+class _FailOnceArchive(InMemoryArchive):
+    capabilities = InMemoryArchive.capabilities
+    failed = False
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        if not dry_run and not self.failed:
+            self.failed = True
+            raise ArchiveError("transient failure")
+        return await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+
+
+# -- concurrency: runs and erasures of one scope exclude each other --------------------------------
+
+
+class GatedProvider(ScriptedProvider):
+    """Answers once ``gate`` is set (a slow model)."""
+
+    capabilities = ScriptedProvider.capabilities
+
+    def __init__(self) -> None:
+        super().__init__(replies=["ok"], cycle=True)
+        self.gate = anyio.Event()
+        self.entered = anyio.Event()
+
+    async def complete(self, request: Any, ctx: Any) -> Any:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().complete(request, ctx)
+
+
+class GatedArchive(InMemoryArchive):
+    """Erases once ``gate`` is set (a slow backend)."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = anyio.Event()
+        self.entered = anyio.Event()
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        if not dry_run:
+            self.entered.set()
+            await self.gate.wait()
+        return await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+
+
+async def test_an_erasure_is_refused_while_a_run_holds_a_session_of_its_scope() -> None:
+    provider = GatedProvider()
+    rt = create_harness_runtime(
+        provider=provider, archive=InMemoryArchive(), session_store=InMemorySessionStore()
+    )
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rt.run, ALICE, "s1", "a slow turn")
+        await provider.entered.wait()
+        with pytest.raises(SessionBusyError):
+            await rt.erase(EraseTarget.user("acme", "alice"), reason="why", attestation=OPERATOR)
+        provider.gate.set()
+    assert (await rt.inspect_session(ALICE, "s1")).exists
+    result = await rt.erase(EraseTarget.user("acme", "alice"), reason="why", attestation=OPERATOR)
+    assert result.tombstone is not None
+    await rt.aclose()
+
+
+async def test_runs_on_the_scope_are_refused_while_the_erasure_runs() -> None:
+    archive = GatedArchive()
+    rt = _runtime(archive=archive)
+    await rt.run(ALICE, "s1", "first")
+    done: list[Any] = []
+
+    async def erase() -> None:
+        done.append(await rt.erase(EraseTarget.user("acme", "alice"), reason="why", attestation=OPERATOR))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(erase)
+        await archive.entered.wait()
+        for sid in ("s1", "a-new-session"):
+            with pytest.raises(ErasureInProgressError):
+                await rt.run(ALICE, sid, "during the erasure")
+        assert (await rt.run(BOB, "s1", "another user")).committed
+        archive.gate.set()
+    assert done[0].tombstone is not None
+    assert not (await rt.inspect_session(ALICE, "s1")).exists
+    assert not (await rt.inspect_session(ALICE, "a-new-session")).exists
+    await rt.aclose()
+
+
+# -- a write still in flight past its deadline -----------------------------------------------------
+
+
+class StuckArchive(InMemoryArchive):
+    """Its append blocks in a worker thread that ignores cancellation, then stores (a stuck PUT)."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+        self.landed = threading.Event()
+
+    async def append(self, key: Any, groups: Any, ctx: Any) -> Any:
+        rows = [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
+
+        def put() -> None:  # the blocking client call: it stores once released, whatever the deadline said
+            self.release.wait(10.0)
+            for seq, data, digest in rows:
+                self.put_raw(key, seq, data, digest)
+            self.landed.set()
+
+        await anyio.to_thread.run_sync(put)  # not abandonable: the engine must walk away from it
+        return [ArchiveReceipt(seq, digest, f"stuck://{seq}") for seq, _, digest in rows]
+
+
+def _stuck_runtime(archive: StuckArchive, settle_s: float) -> Any:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(
+            resident=ResidentLimits(max_groups=1), op_timeout_s=0.3, settle_timeout_s=settle_s
+        ),
+    )
+
+
+async def test_an_archive_write_in_flight_past_its_deadline_cannot_bring_erased_groups_back() -> None:
+    archive = StuckArchive()
+    rt = _stuck_runtime(archive, settle_s=10.0)
+    await rt.run(ALICE, "s1", "first")
+    second = await rt.run(ALICE, "s1", "second")  # its eviction's append is abandoned, still running
+    assert any(d.code == "call_abandoned" for d in second.diagnostics)
+    assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is None
+
+    async def release_later() -> None:
+        await anyio.sleep(0.3)
+        archive.release.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(release_later)
+        result = await rt.erase(S1, reason="why", attestation=OPERATOR)
+    assert archive.landed.is_set(), "the late write landed during the erasure"
+    assert result.tombstone is not None
+    assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is None, "an erased group came back"
+    await rt.aclose()
+
+
+async def test_an_erasure_stops_pending_while_a_late_write_is_still_running_and_resumes_after() -> None:
+    archive = StuckArchive()
+    rt = _stuck_runtime(archive, settle_s=0.3)
+    await rt.run(ALICE, "s1", "first")
+    await rt.run(ALICE, "s1", "second")
+    with pytest.raises(ErasureIncompleteError, match="still running"):
+        await rt.erase(S1, reason="why", attestation=OPERATOR)
+    with pytest.raises(ErasureInProgressError):
+        await rt.run(ALICE, "s1", "third")
+    archive.release.set()
+    await anyio.to_thread.run_sync(archive.landed.wait, 5.0)
+    assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is not None  # the late write landed
+    (resumed,) = await rt.resume_erasures(OPERATOR)
+    assert resumed.tombstone is not None
+    assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is None
+    await rt.aclose()
