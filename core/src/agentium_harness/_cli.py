@@ -28,6 +28,7 @@ import anyio
 import attrs
 
 from . import __version__
+from ._cli_erase import add_erase_commands, erasure_lines
 from ._cli_eval import add_eval_commands
 from ._cli_memory import add_memory_commands
 from ._cli_output import EXIT_OK, EXIT_USAGE, RUN_EXIT_STATUS, print_json
@@ -378,6 +379,7 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
         print_json(unstructure(view), sys.stdout)
     elif not view.exists:
         sys.stdout.write(f"session {args.session!r}: not stored\n")
+        sys.stdout.write("".join(line + "\n" for line in erasure_lines(view)))
     else:
         scope = "legacy (no memory scope)" if view.memory_scope is None else view.memory_scope.key()
         sys.stdout.write(
@@ -416,6 +418,7 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
             )
             for gap in view.summary.gaps:
                 sys.stdout.write(f"  coverage gap    group {gap.seq} {gap.reason.value}: {gap.detail}\n")
+        sys.stdout.write("".join(line + "\n" for line in erasure_lines(view)))
     return EXIT_OK
 
 
@@ -519,6 +522,7 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
     add_memory_commands(subparsers, _add_identity_args)
     add_verify_commands(subparsers, _add_identity_args, _identity)
     add_eval_commands(subparsers)
+    add_erase_commands(subparsers)
     for command in commands:
         sub = subparsers.add_parser(
             command.name, help=command.help, description=command.description or command.help

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 import attrs
 
@@ -32,6 +33,7 @@ from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
     StoredSnapshot,
+    add_archive_mark,
     seal_snapshot,
 )
 from .._ports.summary import SummaryState
@@ -445,6 +447,10 @@ def _sealed(
     """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept."""
     memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
     old = stored.snapshot if stored is not None else None
+    marks = old.archived if old is not None else None
+    if boundary > (old.boundary if old is not None else 0):
+        # When these groups were archived: what retention by age reads (docs/erasure.md).
+        marks = add_archive_mark(marks, boundary, datetime.now(UTC))
     return seal_snapshot(
         SessionSnapshot(
             memory_scope=memory_scope,
@@ -459,6 +465,7 @@ def _sealed(
             view=changes.view if changes.view is not None else (old.view if old else None),
             # Erased groups stay erased: only an erasure adds to them (docs/erasure.md).
             erased=old.erased if old else None,
+            archived=marks,
         )
     )
 

@@ -7,6 +7,8 @@ checked here, whatever the adapter already checked.
 
 from __future__ import annotations
 
+import itertools
+
 from .._errors import (
     ContractViolationError,
     LegacySnapshotError,
@@ -15,7 +17,13 @@ from .._errors import (
 )
 from .._history import ControlKind
 from .._observe import spans as observe
-from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
+from .._ports.sessions import (
+    MAX_ARCHIVE_MARKS,
+    SessionSnapshot,
+    SessionStore,
+    StoredSnapshot,
+    verify_snapshot,
+)
 from .._scope import Scope, SessionKey
 from .erasure_ledger import check_not_erasing
 from .lifecycle import Ticket
@@ -117,12 +125,21 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
 
 
 def _impossible_erased(snap: SessionSnapshot) -> str | None:
-    """Why the snapshot's erased ranges cannot have been written by the engine: only archived groups go."""
+    """Why the snapshot's erased ranges or archive marks cannot have been written by the engine.
+
+    Only archived groups are erased, in ascending ranges; archive marks
+    ascend, stay at or below the boundary, and are at most ``MAX_ARCHIVE_MARKS``.
+    """
     below = 0
     for span in snap.erased or ():
         if span.start < below or span.stop > snap.boundary:
             return f"erased groups {span.start}..{span.stop - 1} out of order or not archived"
         below = span.stop
+    marks = snap.archived or ()
+    if len(marks) > MAX_ARCHIVE_MARKS or any(not 0 < m.below <= snap.boundary for m in marks):
+        return "archive marks past the boundary, or too many"
+    if any(a.below >= b.below or a.at > b.at for a, b in itertools.pairwise(marks)):
+        return "archive marks out of order"
     return None
 
 

@@ -24,7 +24,7 @@ COMMAND_HOOK: Final = "agentium_register_commands"
 
 #: The core's own subcommands; a plugin may not register these names.
 CORE_COMMANDS: Final = frozenset(
-    {"plugins", "check", "demo", "run", "session", "recall", "memory", "verify", "eval"}
+    {"plugins", "check", "demo", "run", "session", "recall", "memory", "verify", "eval", "erase", "retention"}
 )
 
 #: What a command name may look like: typed on the command line, so short, lower case, no quoting.

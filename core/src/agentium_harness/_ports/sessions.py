@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -26,8 +27,11 @@ from .summary import SummaryState
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
+    "MAX_ARCHIVE_MARKS",
     "ArchiveDivergence",
+    "ArchiveMark",
     "ArchivedDigest",
+    "add_archive_mark",
     "SessionSnapshot",
     "SessionStore",
     "SessionStoreCapabilities",
@@ -111,6 +115,43 @@ def _tuple_of_archived_digest(value: Iterable[ArchivedDigest]) -> tuple[Archived
     return tuple(value)
 
 
+#: Most archive marks a snapshot keeps (:attr:`SessionSnapshot.archived`).
+MAX_ARCHIVE_MARKS: Final = 32
+
+
+@attrs.frozen(slots=True)
+class ArchiveMark:
+    """Every group of the session below ``below`` was archived at ``at`` or earlier (retention by age)."""
+
+    below: int
+    at: datetime
+
+
+def _marks(value: Iterable[ArchiveMark] | None) -> tuple[ArchiveMark, ...] | None:
+    if value is None:
+        return None
+    marks = tuple(value)
+    return marks or None
+
+
+def add_archive_mark(
+    marks: tuple[ArchiveMark, ...] | None, below: int, at: datetime
+) -> tuple[ArchiveMark, ...]:
+    """``marks`` and one for a boundary moved to ``below`` at ``at``; at most :data:`MAX_ARCHIVE_MARKS`.
+
+    When there are too many, the mark closest in time to the next one is
+    dropped: the groups it covered take the next mark's (later) time, so a
+    group may look younger than it is, never older — retention by age keeps
+    it a little longer rather than erasing it early.
+    """
+    kept = [m for m in (marks or ()) if m.below < below]
+    kept.append(ArchiveMark(below, at))
+    while len(kept) > MAX_ARCHIVE_MARKS:
+        gaps = [(kept[i + 1].at - kept[i].at, i) for i in range(len(kept) - 1)]
+        del kept[min(gaps)[1]]
+    return tuple(kept)
+
+
 def _erased_ranges(value: Iterable[SeqRange] | None) -> tuple[SeqRange, ...] | None:
     """``None`` for no range: a snapshot with nothing erased keeps the bytes it had before erasure existed."""
     if value is None:
@@ -153,13 +194,19 @@ class SessionSnapshot:
       (retention, the sources of a forgotten fact), as ascending seq ranges
       below the boundary: summaries, reads and the recall index's catch-up
       pass over them. Absent (``None``) until the first one.
+    - ``archived``: when groups were archived: each :class:`ArchiveMark` says
+      every group below ``below`` was archived by ``at``. Written by each
+      commit that moves the boundary, at most :data:`MAX_ARCHIVE_MARKS` of
+      them (merged marks keep the later time, so a group never looks older
+      than it is); retention by age reads them. Absent until the first move
+      after they existed.
     - ``ledger``: only in the engine's erasure records, which the session
       store keeps under a reserved key (docs/erasure.md); ``None`` in every
       session's snapshot.
     """
 
     #: Left out of the encoding when ``None`` (see ``view``, ``erased`` and ``ledger`` above).
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("view", "erased", "ledger")
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("view", "erased", "archived", "ledger")
 
     memory_scope: Scope | None
     boundary: int = 0
@@ -172,6 +219,7 @@ class SessionSnapshot:
     receipts: tuple[ArchivedDigest, ...] = attrs.field(default=(), converter=_tuple_of_archived_digest)
     view: ViewState | None = None
     erased: tuple[SeqRange, ...] | None = attrs.field(default=None, converter=_erased_ranges)
+    archived: tuple[ArchiveMark, ...] | None = attrs.field(default=None, converter=_marks)
     ledger: ErasureLedger | None = None
 
 

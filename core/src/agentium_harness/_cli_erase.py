@@ -1,0 +1,184 @@
+"""``agentium erase`` and ``agentium retention``: the operator's erasure commands (docs/erasure.md).
+
+``agentium erase CONFIG --tenant T [--user U] [--session S] --reason R``
+erases that scope from every store the config builds and prints the
+tombstone; ``--dry-run`` prints what each store would remove and changes
+nothing; ``--resume`` completes the tenant's erasures an earlier run left
+pending; ``--status`` lists the erasures covering the scope. The operator is
+``--operator`` (default: the login name), verified as ``cli-operator``: a
+command run on the host is trusted as the host's operator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import anyio
+
+from ._cli_output import EXIT_OK, EXIT_USAGE, print_json
+from ._codec import unstructure
+from ._engine.erasure import ErasureResult, OperatorAttestation
+from ._engine.loader import load_runtime
+from ._engine.maintenance import SessionView
+from ._errors import ErasureIncompleteError, InvalidArgumentError
+from ._ports.erasure import EraseTarget, ErasureRecord, SeqRange
+from ._scope import VerifiedIdentity
+
+__all__ = ["EXIT_PENDING", "add_erase_commands", "erasure_lines", "record_lines"]
+
+#: An erasure stopped part way and stays pending (runs on its scope are refused): resume it.
+EXIT_PENDING: Final = 7
+
+#: How the command's operator is verified: running on the host is the host's trust.
+CLI_OPERATOR_VERIFIER: Final = "cli-operator"
+
+T = TypeVar("T")
+
+
+def _target(args: argparse.Namespace) -> EraseTarget:
+    if args.session is not None and args.user is None:
+        raise InvalidArgumentError("--session needs --user: a session id is unique only within its user")
+    if args.session is not None:
+        return EraseTarget.session(args.tenant, args.user, args.session)
+    if args.user is not None:
+        return EraseTarget.user(args.tenant, args.user)
+    return EraseTarget.tenant(args.tenant)
+
+
+def _attestation(args: argparse.Namespace) -> OperatorAttestation:
+    operator = args.operator or getpass.getuser()
+    identity = VerifiedIdentity(tenant=args.tenant, user=operator, verified_by=CLI_OPERATOR_VERIFIER)
+    return OperatorAttestation(identity, args.statement or "")
+
+
+def _spans(ranges: tuple[SeqRange, ...]) -> str:
+    return ", ".join(
+        f"{r.start}" if r.stop == r.start + 1 else f"{r.start}\u2013{r.stop - 1}" for r in ranges
+    )
+
+
+def record_lines(record: ErasureRecord) -> list[str]:
+    """The record (a tombstone, a pending erasure or a plan) as the text the commands print."""
+    lines = [
+        f"erasure {record.erasure_id} ({record.kind.value}) {record.state.value}: {record.target.describe()}",
+        f"  reason     {record.reason}",
+        f"  operator   {record.operator.user} ({record.operator.verified_by})"
+        + (f", {record.statement}" if record.statement else ""),
+        f"  started    {record.started_at.isoformat()}",
+    ]
+    if record.completed_at is not None:
+        lines.append(f"  completed  {record.completed_at.isoformat()}")
+    for store in record.stores:
+        counts = ", ".join(f"{c.count} {c.kind}(s)" for c in store.counts) or "nothing"
+        physical = store.physical.value + (f": {store.detail}" if store.detail else "")
+        lines.append(f"  {store.role:<14} {store.adapter}: {counts} [{store.status.value}, {physical}]")
+    for session in record.sessions:
+        what = f"groups {_spans(session.ranges)} ({session.count})" if session.count else "no group"
+        snapshot = ", snapshot" if session.snapshot else ""
+        lines.append(f"  session    {session.session.key()}: {what}{snapshot}")
+    if record.omitted_sessions:
+        lines.append(f"  and {record.omitted_sessions} more session(s), counted in the stores' totals")
+    lines.extend(f"  note       {note}" for note in record.notes)
+    return lines
+
+
+def erasure_lines(view: SessionView) -> list[str]:
+    """What ``agentium session inspect`` prints about a session's erasures."""
+    lines: list[str] = []
+    if view.erased:
+        lines.append(f"  erased     groups {_spans(view.erased)} (retention or a forgotten fact's sources)")
+    for record in view.erasures:
+        when = record.completed_at or record.started_at
+        lines.append(
+            f"  erasure    {record.erasure_id} {record.state.value} {when.isoformat()}: "
+            f"{record.target.describe()} ({record.reason})"
+        )
+    return lines
+
+
+def _run(config: str, work: Callable[[Any], Awaitable[T]]) -> T:
+    runtime = load_runtime(config)
+
+    async def go() -> T:
+        async with runtime:
+            return await work(runtime)
+
+    return anyio.run(go)
+
+
+def _print(results: list[ErasureResult], as_json: bool) -> None:
+    if as_json:
+        print_json([dict(unstructure(r.record), resumed=r.resumed) for r in results], sys.stdout)
+        return
+    if not results:
+        sys.stdout.write("no erasure\n")
+    for result in results:
+        sys.stdout.write("\n".join(record_lines(result.record)) + "\n")
+
+
+def cmd_erase(args: argparse.Namespace) -> int:
+    """Erase a tenant, a user (--user) or a session (--user --session) from every configured store.
+
+    Needs --reason. With --dry-run, print what each store would remove and
+    change nothing. With --resume, complete the tenant's erasures left
+    pending. With --status, list the erasures covering the scope.
+    """
+    modes = [m for m in ("dry_run", "resume", "status") if getattr(args, m)]
+    if len(modes) > 1:
+        sys.stderr.write("agentium erase: give at most one of --dry-run, --resume, --status\n")
+        return EXIT_USAGE
+    attestation = _attestation(args)
+    target = _target(args)
+    if args.status:
+        records = _run(args.config, lambda rt: rt.erasure_status(attestation, target))
+        if args.json:
+            print_json([unstructure(r) for r in records], sys.stdout)
+        else:
+            sys.stdout.write("\n".join(line for r in records for line in record_lines(r)) or "no erasure")
+            sys.stdout.write("\n")
+        return EXIT_OK
+    try:
+        if args.resume:
+            results = list(_run(args.config, lambda rt: rt.resume_erasures(attestation)))
+        else:
+            if args.reason is None:
+                sys.stderr.write("agentium erase: --reason is required (say why the data is erased)\n")
+                return EXIT_USAGE
+            results = [
+                _run(
+                    args.config,
+                    lambda rt: rt.erase(
+                        target, reason=args.reason, attestation=attestation, dry_run=args.dry_run
+                    ),
+                )
+            ]
+    except ErasureIncompleteError as exc:
+        sys.stderr.write(f"agentium erase: {exc}\n")
+        if exc.record is not None and not args.json:
+            sys.stderr.write("\n".join(record_lines(exc.record)) + "\n")
+        return EXIT_PENDING
+    _print(results, args.json)
+    return EXIT_OK
+
+
+def add_erase_commands(subparsers: Any) -> None:
+    """Add ``agentium erase`` to the CLI's subparsers."""
+    parser = subparsers.add_parser(
+        "erase", help="erase a tenant, user or session from every store", description=cmd_erase.__doc__
+    )
+    parser.add_argument("config", help="path of the TOML config file")
+    parser.add_argument("--tenant", required=True, help="tenant id (the operator acts in it)")
+    parser.add_argument("--user", default=None, help="user id: erase this user (or one of their sessions)")
+    parser.add_argument("--session", default=None, help="session id (with --user): erase this session")
+    parser.add_argument("--reason", default=None, help="why (required to erase; kept in the tombstone)")
+    parser.add_argument("--operator", default=None, help="who erases (default: the login name)")
+    parser.add_argument("--statement", default=None, help="the request's reference, kept in the tombstone")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be removed, per store")
+    parser.add_argument("--resume", action="store_true", help="complete the tenant's pending erasures")
+    parser.add_argument("--status", action="store_true", help="list the erasures covering the scope")
+    parser.add_argument("--json", action="store_true", help="print the JSON form (see docs/cli.md)")
+    parser.set_defaults(func=cmd_erase)

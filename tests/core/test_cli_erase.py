@@ -1,0 +1,122 @@
+"""``agentium erase``: dry run per store, erase, status, inspect, resume (issue 23, item 6)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentium_harness._cli import main
+
+MARK = "qcliSecret4f2a9"
+
+
+def _config(tmp_path: Path) -> Path:
+    db = tmp_path / "agentium.db"
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(
+        f"""
+[runtime.resident]
+max_groups = 1
+[provider]
+plugin = "scripted"
+[provider.options]
+responses = ["noted"]
+cycle = true
+[archive]
+plugin = "sqlite"
+[archive.options]
+path = "{db}"
+[session_store]
+plugin = "sqlite"
+[session_store.options]
+path = "{db}"
+[recall]
+plugin = "sqlite"
+[recall.options]
+path = "{db}"
+[memory]
+plugin = "sqlite"
+[memory.options]
+path = "{db}"
+""",
+        encoding="utf-8",
+    )
+    return cfg
+
+
+def _agentium(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _raw(tmp_path: Path) -> bytes:
+    return b"".join(
+        (tmp_path / name).read_bytes()
+        for name in ("agentium.db", "agentium.db-wal")
+        if (tmp_path / name).exists()
+    )
+
+
+def test_erase_dry_run_then_erase_then_status_and_inspect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana")
+    for i in range(3):
+        assert _agentium(capsys, "run", cfg, *who, "--session", "s1", f"{MARK} turn {i}")[0] == 0
+    assert _agentium(capsys, "run", cfg, *who, "--session", "s2", "keep this")[0] == 0
+
+    code, out, _ = _agentium(
+        capsys, "erase", cfg, *who, "--session", "s1", "--reason", "request 5", "--dry-run"
+    )
+    assert code == 0
+    assert "planned: session 's1' of user 'ana' of tenant 'acme'" in out
+    assert "archive        SQLiteArchive: 2 group(s)" in out
+    assert "session_store  SQLiteSessionStore: 1 snapshot(s)" in out
+    assert "recall         SQLiteRecallStore: 2 group(s)" in out
+    code, out, _ = _agentium(capsys, "session", "inspect", cfg, *who, "--session", "s1")
+    assert "archived groups 2" in out, "the dry run changed something"
+
+    code, out, err = _agentium(capsys, "erase", cfg, *who, "--session", "s1")
+    assert code == 2 and "--reason is required" in err
+    code, out, _ = _agentium(
+        capsys,
+        "erase",
+        cfg,
+        *who,
+        "--session",
+        "s1",
+        "--reason",
+        "request 5",
+        "--operator",
+        "ops-1",
+        "--json",
+    )
+    assert code == 0
+    (record,) = json.loads(out)
+    assert record["state"] == "complete" and record["reason"] == "request 5"
+    assert record["operator"] == {"tenant": "acme", "user": "ops-1", "verified_by": "cli-operator"}
+    assert [s["ranges"] for s in record["sessions"]] == [[{"start": 0, "stop": 3}]]
+    assert MARK[-10:].encode() not in _raw(tmp_path)
+
+    code, out, _ = _agentium(capsys, "erase", cfg, *who, "--session", "s1", "--status")
+    assert code == 0 and f"erasure {record['erasure_id']} (erasure) complete" in out
+    code, out, _ = _agentium(capsys, "session", "inspect", cfg, *who, "--session", "s1")
+    assert "not stored" in out and f"erasure    {record['erasure_id']} complete" in out
+    code, out, _ = _agentium(capsys, "session", "inspect", cfg, *who, "--session", "s2")
+    assert "archived groups" in out and "erasure " not in out
+    code, out, _ = _agentium(capsys, "erase", cfg, "--tenant", "acme", "--resume")
+    assert code == 0 and out == "no erasure\n"
+
+
+def test_erase_refuses_a_session_without_its_user_and_two_modes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = str(_config(tmp_path))
+    code, _, err = _agentium(capsys, "erase", cfg, "--tenant", "acme", "--session", "s1", "--reason", "x")
+    assert code == 2 and "--session needs --user" in err
+    code, _, err = _agentium(capsys, "erase", cfg, "--tenant", "acme", "--dry-run", "--status")
+    assert code == 2 and "at most one" in err
