@@ -52,6 +52,7 @@ from .._errors import (
     InvalidArgumentError,
 )
 from .._ports import OpContext
+from .._ports._base import capabilities_of
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
     MAX_RECORD_DIGESTS,
@@ -208,7 +209,7 @@ def check_capable(stores: Stores) -> None:
     unable = [
         f"{role} ({type(store).__name__})"
         for role, store in stores
-        if not getattr(getattr(type(store), "capabilities", None), "erasure", False)
+        if not getattr(capabilities_of(store), "erasure", False)
     ]
     if unable:
         raise CapabilityError(

@@ -240,7 +240,16 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
                 detail,
             )
 
-        return await self.run(ctx, "archive erase", work)
+        report = await self.run(ctx, "archive erase", work)
+        if not dry_run:
+            # Decoded copies of erased groups leave the process too.
+            with self._decoded_lock:
+                for entry in report.sessions:
+                    for seq, _ in entry.groups:
+                        dropped = self._decoded.pop((entry.session, seq), None)
+                        if dropped is not None:
+                            self._decoded_bytes -= len(dropped[0])
+        return report
 
     async def health(self, ctx: OpContext) -> str:
         """Open the database if needed and run constant-time probe statements."""
