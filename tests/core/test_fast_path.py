@@ -236,7 +236,7 @@ async def test_the_decoded_snapshot_cache_is_bounded_in_bytes(
         for i in range(12):
             await rt.run(ALICE, f"s{i}", "x" * 300)
     assert 0 < store._recent_bytes <= 4000
-    assert store._recent_bytes == sum(len(data) for _, data, _ in store._recent.values())
+    assert store._recent_bytes == sum(len(entry[1]) for entry in store._recent.values())
     assert len(store._recent) < 12
     # A session that fell out of the cache still loads (decoded from its row).
     loaded = await SQLiteSessionStore(SQLiteConfig(path=str(tmp_path / "c.db"))).load(

@@ -33,6 +33,7 @@ __all__ = [
     "SYNCHRONOUS_MODES",
     "SQLiteConfig",
     "SQLiteStorageError",
+    "data_version",
 ]
 
 T = TypeVar("T")
@@ -104,6 +105,12 @@ class SQLiteConfig:
     synchronous: str = attrs.field(default="FULL", validator=_synchronous_validator)
 
 
+def data_version(conn: sqlite3.Connection) -> int:
+    """``PRAGMA data_version``: changes when another connection commits to the file (not for own commits)."""
+    row = conn.execute("PRAGMA data_version").fetchone()
+    return int(row[0])
+
+
 class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
     """Connection handling shared by both adapters: lazy open, worker threads, close.
 
@@ -122,6 +129,8 @@ class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         # Resolved once, without touching the file system's contents, so a later
         # chdir does not move the database.
         self._path = os.path.abspath(self._config.path)
+        # The connection's busy timeout as last set (ms): a call sets it only when it changes.
+        self._busy_ms = -1
 
     @property
     def config(self) -> SQLiteConfig:
@@ -151,6 +160,7 @@ class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_ms)}")
+            self._busy_ms = int(self._config.busy_timeout_ms)
             mode = self._switch_to_wal(conn)
             if mode is None or str(mode[0]).lower() != "wal":
                 raise self.storage_error(
@@ -231,7 +241,36 @@ class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         left = ctx.time_left()
         if left is not None:
             timeout_ms = min(timeout_ms, math.ceil(left * 1000))
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+        if int(timeout_ms) != self._busy_ms:  # a statement per call otherwise; the value rarely changes
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout_ms)}")
+            self._busy_ms = int(timeout_ms)
+
+    def _peek_data_version(self) -> int | None:
+        """``PRAGMA data_version`` of the open connection, read on the calling thread; ``None`` if not now.
+
+        The value changes whenever another connection (of this process or any
+        other) commits to the file, and never for this connection's own
+        commits. Reading it needs no lock and no I/O: a read transaction
+        looks at the WAL index in shared memory. It is read here only when the
+        connection is idle (its lock free at once) and with a busy timeout of
+        0, so it never waits: anything else (a call in flight, a locked or
+        recovering file, an error, a closed adapter) answers ``None`` and the
+        caller takes its worker thread as usual.
+        """
+        conn = self._conn
+        if conn is None or self._closed or not self._conn_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._conn is not conn or self._closed:
+                return None
+            if self._busy_ms != 0:
+                conn.execute("PRAGMA busy_timeout = 0")
+                self._busy_ms = 0
+            return data_version(conn)
+        except sqlite3.Error:
+            return None
+        finally:
+            self._conn_lock.release()
 
     def _health_probe(self, conn: sqlite3.Connection) -> str:
         # Bounded: constant-time statements only (no integrity scan, which

@@ -76,6 +76,7 @@ from ._sqlite_base import (
     SQLiteConfig,
     SQLiteStorageError,
     _SQLiteAdapterBase,
+    data_version,
 )
 from ._sqlite_sql import (
     archive_rows,
@@ -278,24 +279,44 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
     def __init__(self, config: SQLiteConfig | None = None) -> None:
         super().__init__(config)
         # The last bytes written or decoded per session, with the snapshot they
-        # stand for: a load that finds the same revision and the same bytes
-        # skips decoding. Bounded, least recently used first out.
-        self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot]] = OrderedDict()
+        # stand for and the connection's data_version when they were known to
+        # be the row's: a load that finds the same revision and the same bytes
+        # skips decoding, and one that finds the data_version unchanged skips
+        # the read (see ``load``). Bounded, least recently used first out.
+        self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot, int]] = OrderedDict()
         self._recent_bytes = 0
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
-        """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``."""
+        """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``.
 
-        def work(conn: sqlite3.Connection) -> tuple[object, object] | None:
+        When this store wrote or read the session's row last and no other
+        connection has committed to the file since (``PRAGMA data_version``
+        unchanged: no commit at all by anyone else, in any process), the row
+        is still exactly what it was, and the snapshot is handed back without
+        a worker thread: the version is read on the calling thread, which
+        never waits for it (see ``_peek_data_version``). Otherwise the row
+        is read and checked as usual.
+        """
+        recent = self._recent.get(key)
+        if recent is not None:
+            ctx.raise_if_expired("session load")
+            if self._peek_data_version() == recent[3]:
+                self._recent.move_to_end(key)
+                return StoredSnapshot(snapshot=recent[2], revision=recent[0])
+
+        def work(conn: sqlite3.Connection) -> tuple[tuple[object, object] | None, int]:
+            # Read before the row: a commit in between can only make the version look older.
+            version = data_version(conn)
             row = conn.execute(
                 "SELECT revision, data FROM session_snapshots "
                 "WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
                 (key.tenant, key.user, key.session),
             ).fetchone()
-            return None if row is None else (row[0], row[1])
+            return (None if row is None else (row[0], row[1])), version
 
-        row = await self.run(ctx, "session load", work)
+        row, version = await self.run(ctx, "session load", work)
         if row is None:
+            self._forget(key)
             return None
         revision, data = row
         where = f"snapshot of session {key.key()} in {self._path}"
@@ -309,25 +330,41 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             # The row holds exactly the bytes this store last wrote or decoded
             # for this revision, so decoding them again would give an equal
             # snapshot: hand back that one (its groups keep their encodings).
-            self._recent.move_to_end(key)
+            self._remember(key, revision, recent[1], recent[2], version)
             return StoredSnapshot(snapshot=recent[2], revision=revision)
         # Defence in depth (the engine checks too): a flipped bit that still
         # decodes fails here, before it can reach a model or be re-archived.
+        self._forget(key)
         snapshot = decode_snapshot(key, raw, where)
-        self._remember(key, revision, raw, snapshot)
+        self._remember(key, revision, raw, snapshot, version)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 
-    def _remember(self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot) -> None:
+    def _remember(
+        self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
+    ) -> None:
+        self._forget(key)
+        if len(data) > _RECENT_BYTES:
+            return
+        self._recent[key] = (revision, data, snapshot, version)
+        self._recent_bytes += len(data)
+        while self._recent_bytes > _RECENT_BYTES:
+            _, (_, dropped, _, _) = self._recent.popitem(last=False)
+            self._recent_bytes -= len(dropped)
+
+    def _forget_all(self) -> None:
+        self._recent.clear()
+        self._recent_bytes = 0
+
+    def _forget(self, key: SessionKey) -> None:
+        """Drop what this store remembers of ``key``'s row: before any write, and after any doubt.
+
+        A write that fails may still have committed (a COMMIT that raised),
+        and this connection's own commits do not change its data_version, so
+        a remembered row must never outlive a write that did not confirm it.
+        """
         previous = self._recent.pop(key, None)
         if previous is not None:
             self._recent_bytes -= len(previous[1])
-        if len(data) > _RECENT_BYTES:
-            return
-        self._recent[key] = (revision, data, snapshot)
-        self._recent_bytes += len(data)
-        while self._recent_bytes > _RECENT_BYTES:
-            _, (_, dropped, _) = self._recent.popitem(last=False)
-            self._recent_bytes -= len(dropped)
 
     async def save(
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
@@ -342,12 +379,16 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         # The exact canonical bytes, joined from the groups' cached encodings.
         data = snapshot_bytes(snapshot)
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: sqlite3.Connection) -> tuple[int, int]:
             with immediate_transaction(conn):
-                return compare_and_set(conn, key, data, expected_revision)
+                # Inside the write transaction no one else can commit, and this
+                # connection's own commit leaves its data_version as it is.
+                version = data_version(conn)
+                return compare_and_set(conn, key, data, expected_revision), version
 
-        revision = await self.run(ctx, "session save", work)
-        self._remember(key, revision, data, snapshot)
+        self._forget(key)
+        revision, version = await self.run(ctx, "session save", work)
+        self._remember(key, revision, data, snapshot, version)
         return revision
 
     def shares_transactions_with(self, archive: object) -> bool:
@@ -388,13 +429,15 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         rows = archive_rows(groups)
         prefix = f"{archive._location_prefix()}#{key.key()}"
 
-        def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt]]:
+        def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt], int]:
             with immediate_transaction(conn):
+                version = data_version(conn)  # as in save
                 receipts = insert_archive_rows(conn, key, rows, prefix)
-                return compare_and_set(conn, key, data, expected_revision), receipts
+                return compare_and_set(conn, key, data, expected_revision), receipts, version
 
-        revision, receipts = await self.run(ctx, "session commit with archive", work)
-        self._remember(key, revision, data, snapshot)
+        self._forget(key)
+        revision, receipts, version = await self.run(ctx, "session commit with archive", work)
+        self._remember(key, revision, data, snapshot, version)
         return revision, receipts
 
     async def list_sessions(
@@ -451,10 +494,11 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             ]
             return found, more, physical, detail
 
-        found, more, physical, detail = await self.run(ctx, "session store erase", work)
         if not dry_run:
-            for key, _ in found:
-                self._forget_recent(key)
+            # Before the write, like a save: an erase that raised may still have committed, and
+            # this connection's own commits leave its data_version as it is (see ``load``).
+            self._forget_all()
+        found, more, physical, detail = await self.run(ctx, "session store erase", work)
         return EraseReport(
             count_items(snapshot=len(found)),
             tuple(snapshot_erasure(key, data) for key, data in found),
@@ -462,11 +506,6 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             physical,
             detail,
         )
-
-    def _forget_recent(self, key: SessionKey) -> None:
-        previous = self._recent.pop(key, None)
-        if previous is not None:
-            self._recent_bytes -= len(previous[1])
 
     async def health(self, ctx: OpContext) -> str:
         """Open the database if needed and run constant-time probe statements."""

@@ -1,0 +1,137 @@
+"""The SQLite session store answers a load without a worker thread only when nothing changed (issue 28).
+
+A load of a session whose row this store wrote or read last, with no commit
+by any other connection since (``PRAGMA data_version`` unchanged), hands back
+the snapshot it already has. Every other case must read the row: another
+store object on the file, another process, and a save of its own that raised
+(it may have committed: this connection's own commits never change its
+data_version).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import attrs
+import pytest
+
+from agentium_harness import OpContext, SessionKey
+from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore, SQLiteStorageError
+from agentium_harness.plugin_api import seal_snapshot
+from agentium_harness.testing import scoped_snapshot
+
+pytestmark = pytest.mark.anyio
+
+T = TypeVar("T")
+KEY = SessionKey("tenant", "user", "session")
+
+
+class CountingStore(SQLiteSessionStore):
+    """Counts the calls that went to a worker thread, and can make the next save raise after it ran."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.threaded: list[str] = []
+        self.fail_after_save = False
+
+    async def run(self, ctx: OpContext, operation: str, work: Callable[[Any], T]) -> T:
+        self.threaded.append(operation)
+        value = await super().run(ctx, operation, work)
+        if operation == "session save" and self.fail_after_save:
+            self.fail_after_save = False
+            # The transaction committed; the caller is told it failed (a COMMIT whose answer was lost).
+            raise SQLiteStorageError("session save: the answer was lost")
+        return value
+
+
+def _config(tmp_path: Path) -> SQLiteConfig:
+    return SQLiteConfig(path=str(tmp_path / "agentium.db"))
+
+
+def _next(marker: str) -> Any:
+    """A different sealed snapshot of ``KEY`` (its groups carry ``marker``)."""
+    return seal_snapshot(attrs.evolve(scoped_snapshot(KEY, marker), summary=None))
+
+
+async def test_an_unchanged_session_loads_without_a_worker_thread(tmp_path: Path) -> None:
+    store = CountingStore(_config(tmp_path))
+    try:
+        first = scoped_snapshot(KEY, "a")
+        revision = await store.save(KEY, first, None, OpContext())
+        store.threaded.clear()
+        for _ in range(3):
+            loaded = await store.load(KEY, OpContext())
+            assert loaded is not None and loaded.revision == revision and loaded.snapshot == first
+        assert store.threaded == []
+    finally:
+        await store.aclose()
+
+
+async def test_a_write_by_another_store_on_the_file_is_read(tmp_path: Path) -> None:
+    mine, other = CountingStore(_config(tmp_path)), SQLiteSessionStore(_config(tmp_path))
+    try:
+        revision = await mine.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        newer = _next("b")
+        await other.save(KEY, newer, revision, OpContext())
+        mine.threaded.clear()
+        loaded = await mine.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
+        assert mine.threaded == ["session load"]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_a_write_by_another_process_is_read(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        assert (await store.load(KEY, OpContext())) is not None
+        script = (
+            "import anyio, attrs\n"
+            "from agentium_harness import OpContext, SessionKey\n"
+            "from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore\n"
+            "from agentium_harness.plugin_api import seal_snapshot\n"
+            "from agentium_harness.testing import scoped_snapshot\n"
+            "async def main():\n"
+            f"    store = SQLiteSessionStore(SQLiteConfig(path={str(tmp_path / 'agentium.db')!r}))\n"
+            "    key = SessionKey('tenant', 'user', 'session')\n"
+            "    snap = seal_snapshot(attrs.evolve(scoped_snapshot(key, 'from elsewhere'), summary=None))\n"
+            f"    await store.save(key, snap, {revision}, OpContext())\n"
+            "    await store.aclose()\n"
+            "anyio.run(main)\n"
+        )
+        done = await anyio.run_process([sys.executable, "-c", script], check=False)
+        assert done.returncode == 0, done.stderr
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision + 1
+        assert loaded.snapshot == _next("from elsewhere")
+    finally:
+        await store.aclose()
+
+
+async def test_a_save_that_raised_is_read_back_not_remembered(tmp_path: Path) -> None:
+    store = CountingStore(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        newer = _next("b")
+        store.fail_after_save = True
+        with pytest.raises(SQLiteStorageError):
+            await store.save(KEY, newer, revision, OpContext())
+        # It landed: a load must say so (the engine settles a failed save this way).
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
+    finally:
+        await store.aclose()
+
+
+async def test_a_closed_store_refuses_the_load_it_could_answer_from_memory(tmp_path: Path) -> None:
+    store = SQLiteSessionStore(_config(tmp_path))
+    await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+    await store.aclose()
+    with pytest.raises(SQLiteStorageError, match="closed"):
+        await store.load(KEY, OpContext())
