@@ -135,3 +135,32 @@ async def test_a_closed_store_refuses_the_load_it_could_answer_from_memory(tmp_p
     await store.aclose()
     with pytest.raises(SQLiteStorageError, match="closed"):
         await store.load(KEY, OpContext())
+
+
+async def test_an_absent_session_stays_absent_without_a_worker_thread_until_written(tmp_path: Path) -> None:
+    # Every turn also reads its tenant's erasure fence, a row that is usually absent.
+    mine, other = CountingStore(_config(tmp_path)), SQLiteSessionStore(_config(tmp_path))
+    try:
+        assert await mine.load(KEY, OpContext()) is None
+        assert await mine.load(KEY, OpContext()) is None
+        assert mine.threaded == ["session load"]
+        snapshot = scoped_snapshot(KEY, "a")
+        await other.save(KEY, snapshot, None, OpContext())
+        loaded = await mine.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == 1 and loaded.snapshot == snapshot
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_its_own_first_save_of_an_absent_session_is_read_back(tmp_path: Path) -> None:
+    store = CountingStore(_config(tmp_path))
+    try:
+        assert await store.load(KEY, OpContext()) is None
+        store.fail_after_save = True
+        with pytest.raises(SQLiteStorageError):
+            await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == 1
+    finally:
+        await store.aclose()

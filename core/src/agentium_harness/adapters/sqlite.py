@@ -101,6 +101,9 @@ __all__ = [
 #: much again. Bounded in bytes, not sessions, because a snapshot may be large.
 _RECENT_BYTES: Final = 8 * 1024 * 1024
 
+#: How many sessions a store remembers having found without a row (see ``SQLiteSessionStore.load``).
+_ABSENT_KEYS: Final = 1024
+
 
 class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
     """A durable, append-only history archive in a SQLite file.
@@ -285,6 +288,9 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         # the read (see ``load``). Bounded, least recently used first out.
         self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot, int]] = OrderedDict()
         self._recent_bytes = 0
+        # Sessions found to have no row, with the data_version then: the same shortcut for a
+        # load that finds nothing (every turn reads the tenant's erasure fence, usually absent).
+        self._absent: OrderedDict[SessionKey, int] = OrderedDict()
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``.
@@ -303,6 +309,11 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             if self._peek_data_version() == recent[3]:
                 self._recent.move_to_end(key)
                 return StoredSnapshot(snapshot=recent[2], revision=recent[0])
+        elif key in self._absent:
+            ctx.raise_if_expired("session load")
+            if self._peek_data_version() == self._absent[key]:
+                self._absent.move_to_end(key)
+                return None
 
         def work(conn: sqlite3.Connection) -> tuple[tuple[object, object] | None, int]:
             # Read before the row: a commit in between can only make the version look older.
@@ -317,6 +328,9 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         row, version = await self.run(ctx, "session load", work)
         if row is None:
             self._forget(key)
+            self._absent[key] = version
+            if len(self._absent) > _ABSENT_KEYS:
+                self._absent.popitem(last=False)
             return None
         revision, data = row
         where = f"snapshot of session {key.key()} in {self._path}"
@@ -354,6 +368,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
     def _forget_all(self) -> None:
         self._recent.clear()
         self._recent_bytes = 0
+        self._absent.clear()
 
     def _forget(self, key: SessionKey) -> None:
         """Drop what this store remembers of ``key``'s row: before any write, and after any doubt.
@@ -362,6 +377,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         and this connection's own commits do not change its data_version, so
         a remembered row must never outlive a write that did not confirm it.
         """
+        self._absent.pop(key, None)
         previous = self._recent.pop(key, None)
         if previous is not None:
             self._recent_bytes -= len(previous[1])
