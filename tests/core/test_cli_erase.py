@@ -120,3 +120,24 @@ def test_erase_refuses_a_session_without_its_user_and_two_modes(
     assert code == 2 and "--session needs --user" in err
     code, _, err = _agentium(capsys, "erase", cfg, "--tenant", "acme", "--dry-run", "--status")
     assert code == 2 and "at most one" in err
+
+
+def test_retention_apply_uses_the_config_policy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = _config(tmp_path)
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + "[retention]\nmax_archived_groups = 1\n", encoding="utf-8"
+    )
+    who = ("--tenant", "acme", "--user", "ana")
+    for i in range(4):
+        assert _agentium(capsys, "run", str(cfg), *who, "--session", "s1", f"turn {i}")[0] == 0
+    code, out, _ = _agentium(capsys, "retention", "apply", str(cfg), "--tenant", "acme", "--dry-run")
+    assert code == 0 and "retention planned: 1 session(s) checked, 1 trimmed" in out
+    code, out, _ = _agentium(capsys, "retention", "apply", str(cfg), "--tenant", "acme", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["checked"] == 1 and report["policy"]["max_archived_groups"] == 1
+    (record,) = report["erasures"]
+    assert record["kind"] == "retention" and record["state"] == "complete"
+    assert record["target"]["groups"] == [{"start": 0, "stop": 2}]
+    code, out, _ = _agentium(capsys, "session", "inspect", str(cfg), *who, "--session", "s1")
+    assert "erased     groups 0\u20131" in out

@@ -23,6 +23,7 @@ HOST_NAMES = {
     # erasure and retention (issue 23)
     "EraseLevel", "EraseStatus", "EraseTarget", "ErasedCount", "ErasedGroups", "ErasureKind", "ErasureRecord",
     "ErasureResult", "ErasureState", "OperatorAttestation", "PhysicalErasure", "SeqRange", "StoreErasure",
+    "ForgetResult", "RetentionPolicy", "RetentionResult", "SourceHolder", "SourcePlace", "SourceState",
     # observability (issue 24)
     "Telemetry",
     # memory lifecycle (issue 11)

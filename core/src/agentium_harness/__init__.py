@@ -13,6 +13,7 @@ from __future__ import annotations
 from ._codec import canonical_json, digest_of
 from ._engine.build import create_harness_runtime
 from ._engine.erasure import ErasureResult, OperatorAttestation
+from ._engine.forget import ForgetResult, SourceHolder, SourcePlace, SourceState
 from ._engine.history_checks import (
     MAX_APPEND_BYTES,
     MAX_APPEND_MESSAGES,
@@ -59,6 +60,7 @@ from ._engine.results import (
     RunStatus,
     Severity,
 )
+from ._engine.retention import RetentionPolicy, RetentionResult
 from ._engine.runtime import (
     HarnessResources,
     HarnessRuntime,
@@ -198,8 +200,14 @@ __all__ = [
     "ErasureResult",
     "ErasureState",
     "OperatorAttestation",
+    "ForgetResult",
     "PhysicalErasure",
+    "RetentionPolicy",
+    "RetentionResult",
     "SeqRange",
+    "SourceHolder",
+    "SourcePlace",
+    "SourceState",
     "StoreErasure",
     # observability (issue 24)
     "Telemetry",

@@ -1,4 +1,4 @@
-"""``agentium erase`` and ``agentium retention``: the operator's erasure commands (docs/erasure.md).
+"""``agentium erase`` and ``agentium retention apply``: the operator's erasure commands (docs/erasure.md).
 
 ``agentium erase CONFIG --tenant T [--user U] [--session S] --reason R``
 erases that scope from every store the config builds and prints the
@@ -7,6 +7,8 @@ nothing; ``--resume`` completes the tenant's erasures an earlier run left
 pending; ``--status`` lists the erasures covering the scope. The operator is
 ``--operator`` (default: the login name), verified as ``cli-operator``: a
 command run on the host is trusted as the host's operator.
+``agentium retention apply CONFIG --tenant T [--user U] [--session S]``
+applies the config's ``[retention]`` policy the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from ._errors import ErasureIncompleteError, InvalidArgumentError
 from ._ports.erasure import EraseTarget, ErasureRecord, SeqRange
 from ._scope import VerifiedIdentity
 
-__all__ = ["EXIT_PENDING", "add_erase_commands", "erasure_lines", "record_lines"]
+__all__ = [
+    "EXIT_PENDING",
+    "add_erase_commands",
+    "cmd_erase",
+    "cmd_retention_apply",
+    "erasure_lines",
+    "record_lines",
+]
 
 #: An erasure stopped part way and stays pending (runs on its scope are refused): resume it.
 EXIT_PENDING: Final = 7
@@ -165,20 +174,67 @@ def cmd_erase(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_retention_apply(args: argparse.Namespace) -> int:
+    """Apply the config's [retention] policy: erase archived groups past it, one tombstone per session.
+
+    The scope is the tenant, or --user (and --session) of it. With
+    --dry-run, print what would go and change nothing.
+    """
+    attestation = _attestation(args)
+    target = _target(args)
+    reason = args.reason or "retention policy"
+    result = _run(
+        args.config, lambda rt: rt.apply_retention(attestation, target, reason=reason, dry_run=args.dry_run)
+    )
+    if args.json:
+        print_json(
+            {
+                "policy": unstructure(result.policy),
+                "checked": result.checked,
+                "erasures": [unstructure(e.record) for e in result.erasures],
+                "notes": list(result.notes),
+            },
+            sys.stdout,
+        )
+        return EXIT_OK
+    sys.stdout.write(
+        f"retention {'planned' if args.dry_run else 'applied'}: {result.checked} session(s) checked, "
+        f"{len(result.erasures)} trimmed\n"
+    )
+    for erasure in result.erasures:
+        sys.stdout.write("\n".join(record_lines(erasure.record)) + "\n")
+    for note in result.notes:
+        sys.stdout.write(f"note: {note}\n")
+    return EXIT_OK
+
+
+def _scope_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", help="path of the TOML config file")
+    parser.add_argument("--tenant", required=True, help="tenant id (the operator acts in it)")
+    parser.add_argument("--user", default=None, help="user id: only this user (or one of their sessions)")
+    parser.add_argument("--session", default=None, help="session id (with --user): only this session")
+    parser.add_argument("--operator", default=None, help="who acts (default: the login name)")
+    parser.add_argument("--statement", default=None, help="the request's reference, kept in the tombstone")
+    parser.add_argument("--json", action="store_true", help="print the JSON form (see docs/cli.md)")
+
+
 def add_erase_commands(subparsers: Any) -> None:
-    """Add ``agentium erase`` to the CLI's subparsers."""
+    """Add ``agentium erase`` and ``agentium retention apply`` to the CLI's subparsers."""
+    retention = subparsers.add_parser("retention", help="apply the [retention] policy")
+    inner = retention.add_subparsers(dest="retention_command", metavar="ACTION", required=True)
+    apply = inner.add_parser(
+        "apply", help="erase archived groups past the policy", description=cmd_retention_apply.__doc__
+    )
+    _scope_args(apply)
+    apply.add_argument("--reason", default=None, help="why (default: 'retention policy')")
+    apply.add_argument("--dry-run", action="store_true", help="print what would go; change nothing")
+    apply.set_defaults(func=cmd_retention_apply)
     parser = subparsers.add_parser(
         "erase", help="erase a tenant, user or session from every store", description=cmd_erase.__doc__
     )
-    parser.add_argument("config", help="path of the TOML config file")
-    parser.add_argument("--tenant", required=True, help="tenant id (the operator acts in it)")
-    parser.add_argument("--user", default=None, help="user id: erase this user (or one of their sessions)")
-    parser.add_argument("--session", default=None, help="session id (with --user): erase this session")
+    _scope_args(parser)
     parser.add_argument("--reason", default=None, help="why (required to erase; kept in the tombstone)")
-    parser.add_argument("--operator", default=None, help="who erases (default: the login name)")
-    parser.add_argument("--statement", default=None, help="the request's reference, kept in the tombstone")
     parser.add_argument("--dry-run", action="store_true", help="print what would be removed, per store")
     parser.add_argument("--resume", action="store_true", help="complete the tenant's pending erasures")
     parser.add_argument("--status", action="store_true", help="list the erasures covering the scope")
-    parser.add_argument("--json", action="store_true", help="print the JSON form (see docs/cli.md)")
     parser.set_defaults(func=cmd_erase)

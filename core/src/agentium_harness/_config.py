@@ -39,6 +39,7 @@ from ._config_source import (
 )
 from ._config_structure import TOML_WORDS, field_named_in, structure_config
 from ._engine.limits import ResidentLimits, RuntimeLimits
+from ._engine.retention import RetentionPolicy
 from ._engine.verification import CompletionPolicy
 from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
@@ -228,6 +229,8 @@ class HarnessConfig:
     summarizer: SummarizerConfig | None = None
     verifier: VerifierConfig | None = None
     memory: ComponentConfig | None = None
+    #: ``[retention]``: what ``apply_retention`` applies (docs/erasure.md); not a component.
+    retention: RetentionPolicy | None = None
 
     def component(
         self, section: str

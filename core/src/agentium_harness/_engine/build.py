@@ -28,6 +28,7 @@ from .hooks import HookBroadcaster
 from .limits import RuntimeLimits
 from .recall_policy import RecallPolicy
 from .recall_view import ConditionalPublication
+from .retention import RetentionPolicy
 from .runtime import DEFAULT_INSTRUCTIONS, HarnessRuntime
 from .summary import summary_reader
 from .tools import ToolRegistry
@@ -60,6 +61,7 @@ def create_harness_runtime(
     telemetry: Telemetry | None = None,
     embedder: Embedder | None = None,
     embedding_limits: EmbeddingLimits | None = None,
+    retention: RetentionPolicy | None = None,
 ) -> HarnessRuntime:
     """Build a runtime from adapters the application supplies (R6).
 
@@ -93,6 +95,10 @@ def create_harness_runtime(
     ``memory`` under the manager's ``injection_tokens`` budget, and
     :meth:`HarnessRuntime.drain` and ``aclose`` drain its owned work along
     with the runtime's background summary updates.
+
+    ``retention`` (a :class:`RetentionPolicy`, ``[retention]``) is what
+    :meth:`HarnessRuntime.apply_retention` applies; it does nothing by itself
+    (docs/erasure.md).
 
     ``telemetry`` chooses where spans and metrics go (the global OpenTelemetry
     providers by default), whether content is captured (off by default) and
@@ -134,6 +140,8 @@ def create_harness_runtime(
         summary_limits=summary_limits,
     )
     check_verification(completion_policy, evidence_limits, verify_timeout_s)
+    if retention is not None and not isinstance(retention, RetentionPolicy):
+        raise InvalidArgumentError(f"retention must be a RetentionPolicy, got {type(retention).__name__}")
     hybrid = make_hybrid(embedder, embedding_limits, recall) if embedder is not None else None
     reader = summary_reader(recall, archive) if summarizer is not None else None
     bind = getattr(summarizer, "bind_provider", None)
@@ -167,4 +175,5 @@ def create_harness_runtime(
         owns_memory_manager=memory is not None and not isinstance(memory, MemoryManager),
         telemetry=telemetry,
         hybrid=hybrid,
+        retention=retention,
     )

@@ -21,6 +21,7 @@ from typing import Final
 from .._history import MessageGroup
 from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
+from .._ports.erasure import SeqRange
 from .._ports.recall import RecallStore
 from .._scope import SessionKey
 from .lifecycle import Ticket
@@ -65,12 +66,17 @@ async def catch_up_index(
     ticket: Ticket,
     key: SessionKey,
     end_seq: int,
+    erased: Sequence[SeqRange] = (),
 ) -> list[Diagnostic]:
     """Index up to :data:`CATCH_UP_GROUPS` archived groups below ``end_seq`` the recall index lacks.
 
     Called after ``index_groups`` succeeded for groups from ``end_seq`` on.
     Every failure is a diagnostic, never an error: the commit stands, and
-    the next archiving commit tries again.
+    the next archiving commit tries again. Groups an erasure removed
+    (``erased``, the session's erased ranges) are not missing: they are
+    passed over. (The store lists the lowest missing seqs first, so behind a
+    long erased range the catch-up finds nothing more; ``agentium recall
+    rebuild`` does.)
     """
     if type(store).unindexed_groups is RecallStore.unindexed_groups or end_seq <= 0:
         return []  # the store cannot tell what it lacks (the port's default)
@@ -82,6 +88,8 @@ async def catch_up_index(
         why = f"{type(exc).__name__}: {exc}"
         return [_failed(f"the recall store could not say which groups it lacks ({why})")]
     missing = _checked(answer, end_seq)
+    if missing is not None:
+        missing = [seq for seq in missing if not any(seq in span for span in erased)]
     if missing is None:
         return [
             Diagnostic(

@@ -26,6 +26,7 @@ from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
+from .._ports.erasure import SeqRange
 from .._ports.recall import RecallStore, SourceRef, group_source_id
 from .._ports.sessions import (
     ArchivedDigest,
@@ -560,6 +561,7 @@ async def index_archived(
     receipts: tuple[ArchiveReceipt, ...],
     archive: HistoryArchive | None = None,
     hybrid: Hybrid | None = None,
+    erased: Sequence[SeqRange] = (),
 ) -> list[Diagnostic]:
     """The groups-archived step for the runtime's own recall store (``archive_indexing``).
 
@@ -601,4 +603,4 @@ async def index_archived(
             )
     if archive is None or not groups:
         return notes
-    return notes + await catch_up_index(store, archive, ticket, key, min(g.seq for g in groups))
+    return notes + await catch_up_index(store, archive, ticket, key, min(g.seq for g in groups), erased)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._errors import ErasureIncompleteError, ErasureRefusedError, InvalidArgumentError
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, ErasureRecord, ErasureState
+from .._ports.memory import MemoryScope
 from .erased_groups import mark_erased
 from .erasure import (
     ErasureResult,
@@ -30,7 +31,9 @@ from .erasure import (
     start,
 )
 from .erasure_ledger import index_key, load_ledger, pending_records
+from .forget import ForgetResult, forget_fact
 from .lifecycle import Ticket, overlaps
+from .retention import RetentionResult, apply_policy
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -219,3 +222,69 @@ class ErasureOperations:
         if target is not None:
             records = [r for r in records if overlaps(r.target, target)]
         return tuple(sorted(records, key=lambda r: r.started_at))
+
+    async def apply_retention(
+        self,
+        attestation: OperatorAttestation,
+        target: EraseTarget | None = None,
+        *,
+        reason: str = "retention policy",
+        dry_run: bool = False,
+    ) -> RetentionResult:
+        """Apply the configured retention policy (``[retention]``) to the sessions of ``target``.
+
+        ``target`` is the operator's whole tenant by default, or a user or a
+        session of it. For every session, the archived groups past the policy
+        (older than ``max_age_days``, or beyond the newest
+        ``max_archived_groups``) are erased as a groups erasure, through the
+        same path as :meth:`erase` (record first, fence, late writes, every
+        store, verification), leaving a tombstone per session trimmed. Resident
+        groups are never touched; the session's summary keeps its text and
+        marks the citations of erased groups. Never runs by itself, never
+        during a turn. ``dry_run=True`` reports what would go and writes
+        nothing. Raises :class:`InvalidArgumentError` when no policy is configured.
+        """
+        runtime = self._runtime()
+        policy = runtime.retention
+        if policy is None:
+            raise InvalidArgumentError("no retention policy is configured: add [retention] to the config")
+        if not isinstance(attestation, OperatorAttestation):
+            raise InvalidArgumentError("apply_retention needs an OperatorAttestation; nothing was erased")
+        scope = target if target is not None else EraseTarget.tenant(attestation.operator.tenant)
+        scope, why, who = check_request(scope, reason, attestation, levels=_WHOLE)
+        if not isinstance(dry_run, bool):
+            raise InvalidArgumentError(f"dry_run must be a bool, got {type(dry_run).__name__}")
+        return await apply_policy(runtime, policy, scope, why, who, dry_run=dry_run)
+
+    async def forget(
+        self,
+        scope: MemoryScope,
+        fact_id: str,
+        *,
+        erase_sources: bool = False,
+        reason: str | None = None,
+        attestation: OperatorAttestation | None = None,
+    ) -> ForgetResult:
+        """Forget a memory fact and say where the text of the groups it came from still is.
+
+        The fact is forgotten through the runtime's memory manager (as
+        :meth:`MemoryManager.forget`; it is never injected again). Its
+        provenance, read first over every revision, names the groups it came
+        from; the result's ``sources`` says for each whether its text is
+        archived (recall in its session can surface it), resident, cited by
+        the session's summary, or gone. With ``erase_sources=True`` — an
+        operator erasure, so ``reason`` and ``attestation`` are required and
+        checked before anything changes — the archived ones are erased from
+        the archive and the recall index (a tombstone per session) and a
+        summary citing them loses its text, so the forgotten text reaches
+        no later request by recall, memory or summary. A resident group can
+        only go with its session (:meth:`erase`); ``still_held`` lists it.
+        """
+        return await forget_fact(
+            self._runtime(),
+            scope,
+            fact_id,
+            erase_sources=erase_sources,
+            reason=reason,
+            attestation=attestation,
+        )

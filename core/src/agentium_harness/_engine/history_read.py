@@ -47,6 +47,10 @@ async def read_page(
     before = check_before_seq(before_seq, snap.next_seq)
     index = ViewIndex(snap.view)
     candidates = index.visible_desc(before) if view else ((seq, None) for seq in range(before - 1, -1, -1))
+    if snap.erased:
+        # Groups an erasure removed (retention, a forgotten fact's sources) are not history any more.
+        erased = snap.erased
+        candidates = (c for c in candidates if not any(c[0] in span for span in erased))
     chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
     more = next(candidates, None) is not None
     groups = await fetch_groups(ticket, archive, key, snap, chosen)

@@ -79,6 +79,8 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
         recall_args["completion_policy"] = verifier_cfg.policy
         recall_args["evidence_limits"] = verifier_cfg.budget
         recall_args["verify_timeout_s"] = verifier_cfg.timeout_s
+    if resolved.config.retention is not None:
+        recall_args["retention"] = resolved.config.retention
     try:
         return create_harness_runtime(
             **built,

@@ -224,7 +224,14 @@ async def flush_session(
     if outcome.archived_groups:
         diagnostics.extend(
             await index_archived(
-                recall, ticket, key, outcome.archived_groups, outcome.archived, archive, hybrid=hybrid
+                recall,
+                ticket,
+                key,
+                outcome.archived_groups,
+                outcome.archived,
+                archive,
+                hybrid=hybrid,
+                erased=snap.erased or (),
             )
         )
     return len(outcome.archived), len(outcome.resident)

@@ -90,6 +90,7 @@ from .recall_turn import (
 from .recall_view import ConditionalPublication
 from .request import assemble_request
 from .results import CleanupReport, Diagnostic, RunResult, RunStatus, Severity
+from .retention import RetentionPolicy
 from .summary import GroupReader
 from .tools import ToolRegistry
 from .turn import TurnInterrupted, TurnOutcome, executed, run_turn
@@ -155,10 +156,13 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         memory: MemoryManager | None = None,
         owns_memory_manager: bool = False,
         telemetry: Telemetry | None = None,
+        retention: RetentionPolicy | None = None,
         hybrid: Hybrid | None = None,
     ) -> None:
         #: Where spans and metrics go, and whether content is captured (docs/observability.md).
         self.telemetry = telemetry or Telemetry()
+        #: What :meth:`apply_retention` applies (``[retention]``); ``None`` when not configured.
+        self.retention = retention
         self._telemetry_resolved = self.telemetry.resolve()
         self._memory = memory
         self._owns_memory_manager = owns_memory_manager

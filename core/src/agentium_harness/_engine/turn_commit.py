@@ -206,6 +206,7 @@ async def commit_group(
                 outcome.archived,
                 runtime.archive,
                 hybrid=runtime.hybrid,
+                erased=snap.erased or (),
             )
         )
     revision = outcome.revision

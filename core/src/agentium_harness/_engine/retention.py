@@ -1,0 +1,232 @@
+"""Retention: archived groups past a policy leave through the erasure path, only when asked (docs/erasure.md).
+
+A :class:`RetentionPolicy` (``[retention]``) bounds each session's archived
+groups by count (keep the newest ``max_archived_groups``) and by age
+(``max_age_days``, read from the snapshot's archive marks). Nothing happens
+during a turn: ``runtime.apply_retention()`` (``agentium retention apply``)
+finds, per session of the target, the archived groups past the policy and
+erases them as a groups erasure — the same record, fence, late-write wait,
+per-store erase, verification and tombstone as any erasure, one tombstone
+per session trimmed. The session lives on: its snapshot records the groups
+erased, its task summary keeps its text and marks the citations of erased
+groups ``erased``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from .._errors import (
+    CapabilityError,
+    ContractViolationError,
+    ErasureIncompleteError,
+    ErasureInProgressError,
+    InvalidArgumentError,
+    SessionBusyError,
+)
+from .._ports import OpContext
+from .._ports._base import capabilities_of
+from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, ErasureKind, SeqRange
+from .._ports.sessions import SessionSnapshot, SessionStore
+from .._scope import SessionKey
+from .._validators import bounded_count
+from .erasure import ErasureResult, OperatorAttestation
+from .lifecycle import Ticket
+from .load import load_session
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
+
+__all__ = [
+    "MAX_RETENTION_DAYS",
+    "MAX_RETENTION_SESSIONS",
+    "RetentionPolicy",
+    "RetentionResult",
+    "apply_policy",
+    "retention_cutoff",
+    "sessions_of",
+]
+
+#: The longest age a policy may name, in days (100 years).
+MAX_RETENTION_DAYS: Final = 36_500.0
+
+
+def _days(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_RETENTION_DAYS
+    ):
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a number of days in (0, {MAX_RETENTION_DAYS:g}], got {value!r}"
+        )
+
+
+@attrs.frozen(slots=True)
+class RetentionPolicy:
+    """How long archived history is kept, per session (``[retention]``); at least one bound.
+
+    - ``max_archived_groups``: keep a session's newest N archived groups;
+      older ones go.
+    - ``max_age_days``: archived groups archived more than this many days
+      ago go (their age is when they were archived, read from the
+      snapshot's archive marks; groups archived before marks existed take
+      the time of the first mark after them, so they go later, never earlier).
+
+    Resident groups are never touched: retention erases archived history
+    only. The policy does nothing by itself; ``apply_retention`` applies it.
+    """
+
+    max_archived_groups: int | None = attrs.field(default=None, validator=bounded_count(optional=True))
+    max_age_days: float | None = attrs.field(default=None, validator=_days)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_archived_groups is None and self.max_age_days is None:
+            raise InvalidArgumentError(
+                "a retention policy needs max_archived_groups or max_age_days (or both)"
+            )
+
+
+def retention_cutoff(policy: RetentionPolicy, snap: SessionSnapshot, now: datetime) -> int:
+    """The seq below which ``policy`` erases archived groups of the session (0: none)."""
+    cutoff = 0
+    if policy.max_archived_groups is not None:
+        cutoff = max(cutoff, snap.boundary - policy.max_archived_groups)
+    if policy.max_age_days is not None:
+        oldest = now - timedelta(days=policy.max_age_days)
+        aged = [mark.below for mark in snap.archived or () if mark.at < oldest]
+        cutoff = max([cutoff, *aged])
+    return min(cutoff, snap.boundary)
+
+
+def already_erased(snap: SessionSnapshot, cutoff: int) -> bool:
+    """True when every group below ``cutoff`` is already recorded erased."""
+    return any(r.start == 0 and r.stop >= cutoff for r in snap.erased or ())
+
+
+def retention_ranges(cutoff: int) -> Sequence[SeqRange]:
+    """The seq ranges a retention erasure below ``cutoff`` names."""
+    return (SeqRange(0, cutoff),)
+
+
+def now_utc() -> datetime:
+    """The time retention measures ages from."""
+    return datetime.now(UTC)
+
+
+@attrs.frozen(slots=True)
+class RetentionResult:
+    """What one application of the retention policy did.
+
+    ``erasures`` has one result per session trimmed (each record a
+    tombstone; ``planned`` for a dry run). ``checked`` counts the sessions
+    looked at; ``notes`` says what was passed over and why (a session busy
+    or being erased, more sessions than one application takes).
+    """
+
+    policy: RetentionPolicy
+    checked: int
+    erasures: tuple[ErasureResult, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+#: Sessions one application looks at, at most (a tenant's are listed by the session store's erase dry run).
+MAX_RETENTION_SESSIONS: Final = 10_000
+#: Session ids read per listing page (a user's sessions, when the store declares ``listing``).
+_LIST_PAGE: Final = 500
+
+
+def _page(
+    store: SessionStore, tenant: str, user: str, after: str | None
+) -> Callable[[OpContext], Awaitable[list[str]]]:
+    def call(ctx: OpContext) -> Awaitable[list[str]]:
+        return store.list_sessions(tenant, user, _LIST_PAGE, ctx, after=after)
+
+    return call
+
+
+async def sessions_of(
+    ticket: Ticket, store: SessionStore, target: EraseTarget
+) -> tuple[list[SessionKey], bool]:
+    """The sessions of ``target`` retention looks at, and whether there were more than it takes."""
+    key = target.session_key
+    if key is not None:
+        return [key], False
+    caps = capabilities_of(store)
+    if target.user_id is not None and getattr(caps, "listing", False):
+        found: list[SessionKey] = []
+        after: str | None = None
+        tenant, user = target.tenant_id, target.user_id
+        while len(found) < MAX_RETENTION_SESSIONS:
+            page = await ticket.call("session listing", _page(store, tenant, user, after))
+            found.extend(SessionKey(tenant, user, sid) for sid in page)
+            if len(page) < _LIST_PAGE:
+                return found[:MAX_RETENTION_SESSIONS], len(found) > MAX_RETENTION_SESSIONS
+            after = page[-1]
+        return found[:MAX_RETENTION_SESSIONS], True
+    # A tenant (or a user without listing): what a dry-run erase of the scope would take, bounded.
+    if not getattr(caps, "erasure", False):
+        raise CapabilityError(
+            f"session store {type(store).__name__} can list neither the sessions of {target.describe()} "
+            "(no listing) nor any scope (no erasure); apply retention to one session at a time"
+        )
+    report = await ticket.call(
+        "session store erase (listing)",
+        lambda ctx: store.erase(target, ctx, dry_run=True, max_items=MAX_RETENTION_SESSIONS),
+    )
+    if not isinstance(report, EraseReport):
+        raise ContractViolationError(f"session store erase returned {type(report).__name__}")
+    keys = [entry.session for entry in report.sessions if target.covers_session(entry.session)]
+    return keys, report.status is EraseStatus.PARTIAL
+
+
+async def apply_policy(
+    runtime: HarnessRuntime,
+    policy: RetentionPolicy,
+    target: EraseTarget,
+    reason: str,
+    attestation: OperatorAttestation,
+    *,
+    dry_run: bool,
+) -> RetentionResult:
+    """Apply ``policy`` to every session of ``target``: one groups erasure per session past it."""
+    from .erasure_api import run_erasure  # the API module imports this one
+
+    admission, store = runtime._admission, runtime.session_store
+    async with admission.admit_shared(None, "retention listing") as ticket:
+        keys, more = await sessions_of(ticket, store, target)
+    notes: list[str] = []
+    if more:
+        notes.append(
+            f"more than {MAX_RETENTION_SESSIONS} sessions: apply retention again, or per user, for the rest"
+        )
+    now = now_utc()
+    results: list[ErasureResult] = []
+    for key in keys:
+        try:
+            async with admission.admit_shared(key, "retention check") as ticket:
+                stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
+        except ErasureInProgressError as exc:
+            notes.append(f"session {key.key()}: passed over, {exc}")
+            continue
+        cutoff = retention_cutoff(policy, snap, now)
+        if stored is None or cutoff <= 0 or already_erased(snap, cutoff):
+            continue
+        groups = EraseTarget.groups_of(key, retention_ranges(cutoff))
+        try:
+            results.append(
+                await run_erasure(
+                    runtime, groups, reason, attestation, ErasureKind.RETENTION, dry_run=dry_run
+                )
+            )
+        except (SessionBusyError, ErasureInProgressError, ErasureIncompleteError) as exc:
+            notes.append(f"session {key.key()}: {type(exc).__name__}: {exc}")
+    return RetentionResult(policy, len(keys), tuple(results), tuple(notes))

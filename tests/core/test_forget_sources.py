@@ -1,0 +1,149 @@
+"""``forget`` reaches recall (issue 23, item 4): a forgotten fact's text never reaches a later request.
+
+The fact came from archived groups of a session. Before it is forgotten its
+text reaches that session's requests three ways: memory injection, recall
+of the archived group, and the task summary citing it. After
+``runtime.forget(..., erase_sources=True)`` a later request in the session
+— and in another — carries it by none of them; without ``erase_sources``
+the result names every place that still holds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentium_harness import (
+    ErasureKind,
+    GroupRef,
+    InvalidArgumentError,
+    MemoryFact,
+    MemoryScope,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeLimits,
+    SessionKey,
+    SourcePlace,
+    SourceState,
+    SummaryLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 12")
+SCOPE = MemoryScope("acme", "ana")
+SECRET = "zephyrcode4471"
+
+
+class Recording(ScriptedProvider):
+    """Keeps every request it answers, rendered: instructions, sources, history and turn."""
+
+    capabilities = ScriptedProvider.capabilities
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.seen: list[str] = []
+
+    async def complete(self, request: Any, ctx: Any) -> Any:
+        messages = " ".join(m.content for m in (*request.history, *request.turn))
+        self.seen.append(" ".join((request.instructions, request.render_sources(), messages)))
+        return await super().complete(request, ctx)
+
+
+async def _setup() -> tuple[Any, Recording, InMemoryArchive, str]:
+    provider = Recording()
+    archive = InMemoryArchive()
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        recall=InMemoryRecallStore(),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        memory=InMemoryMemoryStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    await rt.run(ANA, "s1", f"My vault code is {SECRET}. Remember the vault code.")
+    await rt.run(ANA, "s1", "The weather is fine today.")
+    await rt.run(ANA, "s1", "Tell me about the weather again.")  # group 0 and 1 archived, summarized
+    (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
+    ack = await rt.memory.remember(
+        MemoryFact(SCOPE, f"ana's vault code is {SECRET}", provenance=[GroupRef("s1", 0, group.digest)])
+    )
+    assert ack.fact_id is not None
+    return rt, provider, archive, ack.fact_id
+
+
+async def test_a_forgotten_fact_with_erased_sources_reaches_no_later_request() -> None:
+    rt, provider, archive, fact_id = await _setup()
+    provider.seen.clear()
+    await rt.run(ANA, "s1", "What is my vault code?")
+    assert SECRET in provider.seen[-1], "the fact's text reached the request before it was forgotten"
+
+    result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+
+    assert result.ack.ok
+    places = {(h.place, h.state) for h in result.sources}
+    assert (SourcePlace.ARCHIVED, SourceState.ERASED) in places
+    assert result.still_held == ()
+    (erasure,) = result.erasures
+    assert erasure.tombstone is not None and erasure.record.kind is ErasureKind.FORGET
+    assert erasure.record.reason == "user asked" and erasure.record.statement == "ticket 12"
+    key = SessionKey("acme", "ana", "s1")
+    assert [g.seq for g in await archive.read_groups(key, 0, 10, OpContext())] == [1, 2]
+    provider.seen.clear()
+    await rt.run(ANA, "s1", "What is my vault code? The vault code please.")
+    await rt.run(ANA, "s2", "What is my vault code?")
+    assert provider.seen and all(SECRET not in text for text in provider.seen)
+    view = await rt.inspect_session(ANA, "s1")
+    assert view.summary is not None and SECRET not in view.summary.summary.text
+    await rt.aclose()
+
+
+async def test_forget_without_erasing_names_every_place_that_still_holds_the_text() -> None:
+    rt, provider, archive, fact_id = await _setup()
+    result = await rt.forget(SCOPE, fact_id)
+    held = {(h.session.session, h.seq, h.place) for h in result.still_held}
+    assert {("s1", 0, SourcePlace.ARCHIVED), ("s1", 0, SourcePlace.SUMMARY)} <= held
+    assert result.erasures == ()
+    assert len(await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 10, OpContext())) == 2
+    # Forgetting the fact alone is not enough: recall and the summary still carry its text.
+    provider.seen.clear()
+    await rt.run(ANA, "s1", "What is my vault code? The vault code please.")
+    assert SECRET in provider.seen[-1]
+    await rt.aclose()
+
+
+async def test_a_resident_source_is_reported_as_still_holding_the_text() -> None:
+    rt, _, _, _ = await _setup()
+    view = await rt.inspect_session(ANA, "s1")
+    resident = view.resident_seqs[-1]
+    digest = "sha256:" + "1" * 64
+    ack = await rt.memory.remember(
+        MemoryFact(SCOPE, "weather is fine", provenance=[GroupRef("s1", resident, digest)])
+    )
+    assert ack.fact_id is not None
+    result = await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="why", attestation=OPERATOR)
+    assert [(h.seq, h.place, h.state) for h in result.still_held] == [
+        (resident, SourcePlace.RESIDENT, SourceState.HOLDS_TEXT)
+    ]
+    assert result.erasures == () and any("resident" in n for n in result.notes)
+    await rt.aclose()
+
+
+async def test_forget_with_erase_sources_needs_an_operator_before_anything_changes() -> None:
+    rt, _, _, fact_id = await _setup()
+    with pytest.raises(InvalidArgumentError):
+        await rt.forget(SCOPE, fact_id, erase_sources=True)
+    assert [f.fact_id for f in await rt.memory.list(SCOPE)] == [fact_id], "the fact was forgotten anyway"
+    await rt.aclose()

@@ -1,0 +1,149 @@
+"""Retention (issue 23, item 5): archived groups past the policy leave only when the host applies it.
+
+Each application goes through the erasure path and leaves a tombstone per
+session trimmed; the session lives on, its summary keeps its text and marks
+the citations of erased groups, and later turns, summaries, reads and the
+recall index's catch-up pass over the erased groups.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureKind,
+    ErasureRefusedError,
+    ErasureState,
+    InvalidArgumentError,
+    OperatorAttestation,
+    ResidentLimits,
+    RetentionPolicy,
+    RuntimeLimits,
+    SeqRange,
+    SessionKey,
+    SummaryLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"))
+KEY = SessionKey("acme", "ana", "s1")
+
+
+class Recording(ScriptedProvider):
+    """Keeps every request it answers."""
+
+    capabilities = ScriptedProvider.capabilities
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.requests: list[Any] = []
+
+    async def complete(self, request: Any, ctx: Any) -> Any:
+        self.requests.append(request)
+        return await super().complete(request, ctx)
+
+
+def _runtime(policy: RetentionPolicy | None, **kw: Any) -> Any:
+    archive, recall = InMemoryArchive(), InMemoryRecallStore()
+    rt = create_harness_runtime(
+        provider=kw.pop("provider", None) or ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        recall=recall,
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        retention=policy,
+    )
+    return rt, archive, recall
+
+
+async def _archived(archive: InMemoryArchive) -> list[int]:
+    return [g.seq for g in await archive.read_groups(KEY, 0, 100, OpContext())]
+
+
+async def test_a_count_policy_erases_the_oldest_archived_groups_when_applied_and_not_before() -> None:
+    rt, archive, recall = _runtime(RetentionPolicy(max_archived_groups=2))
+    for i in range(6):  # groups 0-4 archived and summarized, 5 resident
+        await rt.run(ANA, "s1", f"fact number {i} about the harbour")
+    assert await _archived(archive) == [0, 1, 2, 3, 4]  # a turn never applies retention
+    before = await rt.inspect_session(ANA, "s1")
+    assert before.summary is not None and before.summary.summary.text
+
+    plan = await rt.apply_retention(OPERATOR, dry_run=True)
+    assert [e.state for e in plan.erasures] == [ErasureState.PLANNED] and await _archived(archive) == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+
+    result = await rt.apply_retention(OPERATOR)
+    (erasure,) = result.erasures
+    record = erasure.tombstone
+    assert record is not None and record.kind is ErasureKind.RETENTION and result.checked == 1
+    assert record.target.groups == (SeqRange(0, 3),)
+    assert [s.ranges for s in record.sessions] == [(SeqRange(0, 3),)]
+    assert await _archived(archive) == [3, 4]
+    assert sorted(s.seq for s in recall._sources.values() if s.seq is not None) == [3, 4]
+    view = await rt.inspect_session(ANA, "s1")
+    assert view.erased == (SeqRange(0, 3),) and view.resident_seqs == before.resident_seqs
+    # The summary keeps its text and says which citations are of erased groups.
+    assert view.summary is not None and view.summary.summary.text == before.summary.summary.text
+    cited = {c.seq for c in view.summary.summary.citations}
+    assert set(view.summary.erased_citations or ()) == {s for s in cited if s < 3} != set()
+    # Applying again with nothing new past the policy leaves no new tombstone.
+    assert (await rt.apply_retention(OPERATOR)).erasures == ()
+    # Later turns, summaries and reads go on over the erased groups.
+    provider_result = await rt.run(ANA, "s1", "and another fact")
+    assert provider_result.committed
+    assert not any(d.code == "recall_index_behind" for d in provider_result.diagnostics)
+    page = await rt.read_history(ANA, "s1", max_groups=50, view=False)
+    assert [g.seq for g in page.groups] == [3, 4, 5, 6]
+    await rt.aclose()
+
+
+async def test_an_age_policy_erases_what_was_archived_before_the_cutoff() -> None:
+    rt, archive, _ = _runtime(RetentionPolicy(max_age_days=1.0 / 86_400))  # one second
+    for i in range(3):
+        await rt.run(ANA, "s1", f"old turn {i}")  # archives 0 and 1
+    await anyio.sleep(1.5)
+    for i in range(2):
+        await rt.run(ANA, "s1", f"new turn {i}")  # archives 2 and 3 now
+    started = time.monotonic()
+    result = await rt.apply_retention(OPERATOR)
+    assert time.monotonic() - started < 60
+    (erasure,) = result.erasures
+    assert erasure.record.target.groups == (SeqRange(0, 2),)
+    assert await _archived(archive) == [2, 3]
+    await rt.aclose()
+
+
+async def test_retention_needs_a_policy_and_stays_within_the_operators_tenant() -> None:
+    rt, _, _ = _runtime(None)
+    with pytest.raises(InvalidArgumentError, match="retention"):
+        await rt.apply_retention(OPERATOR)
+    await rt.aclose()
+    with pytest.raises(InvalidArgumentError):
+        RetentionPolicy()
+    with pytest.raises(InvalidArgumentError):
+        RetentionPolicy(max_age_days=0)
+    rt, _, _ = _runtime(RetentionPolicy(max_archived_groups=1))
+    with pytest.raises(ErasureRefusedError):
+        await rt.apply_retention(OPERATOR, EraseTarget.user("globex", "ana"))
+    await rt.aclose()
