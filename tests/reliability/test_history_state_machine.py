@@ -8,7 +8,10 @@ archive write and the snapshot commit, runtime restarts, ``aclose()`` with a
 run stuck in flight, concurrent writers on one session (two runtimes), a
 second run (and an append) on a busy session, and ``close_session``; and
 through the history API: ``append`` (with foreign payloads), ``retract``,
-``reset_view`` and ``read_history`` paged over archive and resident history.
+``reset_view`` and ``read_history`` paged over archive and resident history;
+and through erasure: ``erase`` of a session, a user or a tenant, some of
+them failing part way in the archive, fenced (runs on the scope refused, in
+this process and after a restart) and completed by ``resume_erasures``.
 A plain model records every acknowledged group (a turn, an appended group or
 a control group) and the session's view, and predicts every commit's seq,
 eviction status, boundary and revision; after every step the stored state is
@@ -29,7 +32,10 @@ read back through the adapters and compared with it:
   control groups name exactly what the model expects, and the view
   ``read_history`` pages back (and the history ``run()`` sends) is the model's;
 - no read crosses a scope: every text carries its tenant, user and session, and
-  a session's archive, snapshot and model request hold only its own texts.
+  a session's archive, snapshot and model request hold only its own texts;
+- an erased session holds nothing afterwards (no snapshot, no archived group,
+  not listed), and every session outside the erased scope still matches the
+  model exactly: erasure loses nothing it was not asked to.
 
 The engine is async; each state machine instance runs one event loop in a
 blocking portal thread (asyncio, and trio for a second in-memory run) and
@@ -63,7 +69,15 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from agentium_harness import ControlKind, MessageRef, RetractionRefusedError
+from agentium_harness import (
+    ControlKind,
+    EraseTarget,
+    ErasureIncompleteError,
+    ErasureInProgressError,
+    MessageRef,
+    OperatorAttestation,
+    RetractionRefusedError,
+)
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits
 from agentium_harness._engine.results import CleanupStatus, CommitState, EvictionStatus, RunResult
@@ -82,6 +96,7 @@ from agentium_harness._errors import (
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive
+from agentium_harness._ports.erasure import EraseReport
 from agentium_harness._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
 from agentium_harness._ports.sessions import (
     SessionSnapshot,
@@ -218,6 +233,8 @@ class FaultPlan:
     hang: str | None = None
     hanging: anyio.Event | None = None
     log: list[str] = attrs.field(factory=list)
+    #: The next archive erase removes one group, then raises (a backend failing part way).
+    erase_fails: bool = False
 
     async def maybe_hang(self, where: str) -> None:
         if self.hang == where:
@@ -231,7 +248,7 @@ class FaultyArchive(HistoryArchive):
     """A real archive behind a wrapper that can fail or lie on ``append``."""
 
     capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
-        durable=False, idempotent_append=True, bounded_reads=True, health_check=False
+        durable=False, idempotent_append=True, bounded_reads=True, health_check=False, erasure=True
     )
 
     def __init__(self, inner: HistoryArchive, plan: FaultPlan) -> None:
@@ -264,6 +281,15 @@ class FaultyArchive(HistoryArchive):
     ) -> Sequence[MessageGroup]:
         return await self.inner.read_groups(key, start_seq, max_groups, ctx)
 
+    async def erase(
+        self, target: EraseTarget, ctx: OpContext, *, dry_run: bool = False, max_items: int = 1000
+    ) -> EraseReport:
+        if self.plan.erase_fails and not dry_run:
+            self.plan.erase_fails = False
+            await self.inner.erase(target, ctx, max_items=1)
+            raise ArchiveError("injected archive failure part way through an erase")
+        return await self.inner.erase(target, ctx, dry_run=dry_run, max_items=max_items)
+
     async def aclose(self) -> None:
         # Passed through so that a runtime closing an adapter it only borrowed
         # (R8) would close the real one and the next invariant read would fail.
@@ -274,7 +300,7 @@ class FaultySessionStore(SessionStore):
     """A real session store behind a wrapper that can fail the next save before it writes."""
 
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
-        compare_and_set=True, durable=False, listing=True, health_check=False
+        compare_and_set=True, durable=False, listing=True, health_check=False, erasure=True
     )
 
     def __init__(self, inner: SessionStore, plan: FaultPlan) -> None:
@@ -299,6 +325,11 @@ class FaultySessionStore(SessionStore):
         self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
     ) -> list[str]:
         return await self.inner.list_sessions(tenant, user, limit, ctx, after=after)
+
+    async def erase(
+        self, target: EraseTarget, ctx: OpContext, *, dry_run: bool = False, max_items: int = 1000
+    ) -> EraseReport:
+        return await self.inner.erase(target, ctx, dry_run=dry_run, max_items=max_items)
 
     async def aclose(self) -> None:
         await self.inner.aclose()  # see FaultyArchive.aclose
@@ -770,6 +801,62 @@ class HistoryMachine(RuleBasedStateMachine):
                 want = m.groups[g.seq]
                 assert tuple((msg.role, msg.content) for msg in g.group.messages) == want.messages
                 assert (g.control.kind if g.control else None) is want.control
+
+    # -- rules: erasure ----------------------------------------------------------
+
+    @rule(
+        key=KEYS,
+        level=st.sampled_from(("session", "user", "tenant")),
+        fail_midway=st.booleans(),
+        restart_between=st.booleans(),
+    )
+    def erase(self, key: SessionKey, level: str, fail_midway: bool, restart_between: bool) -> None:
+        """An operator erases a session, a user or a tenant; part way failures are fenced, then resumed.
+
+        A failure in the archive leaves the erasure pending: every covered
+        session is refused (in this runtime, and in a new one after a
+        restart) and resume_erasures completes it. Afterwards the covered
+        sessions are empty and start again from seq 0; every other session
+        is exactly as the model has it.
+        """
+        if level == "session":
+            target = EraseTarget.session(key.tenant, key.user, key.session)
+        elif level == "user":
+            target = EraseTarget.user(key.tenant, key.user)
+        else:
+            target = EraseTarget.tenant(key.tenant)
+        covered = [k for k in ALL_KEYS if target.covers_session(k)]
+        self.dirty.update(ALL_KEYS)
+        operator = OperatorAttestation(VerifiedIdentity(key.tenant, "operator", "test"), "state machine")
+
+        def erase_now() -> Any:
+            return self.call(lambda: self.runtime.erase(target, reason="state machine", attestation=operator))
+
+        if fail_midway:
+            self.plan.erase_fails = True
+            try:
+                with pytest.raises(ErasureIncompleteError):
+                    erase_now()
+            finally:
+                self.plan.erase_fails = False
+            if restart_between:
+                self.restart(self.max_groups)
+            for k in covered[:2]:
+                text = self.next_text(k, "fenced")
+                with pytest.raises(ErasureInProgressError):
+                    self.call(lambda k=k, text=text: self.runtime.run(identity_of(k), k.session, text))
+            results = self.call(lambda: self.runtime.resume_erasures(operator))
+            assert len(results) == 1 and results[0].resumed and results[0].tombstone is not None
+            record = results[0].record
+            event(f"erase {level}: failed part way, resumed")
+        else:
+            record = erase_now().tombstone
+            assert record is not None
+            event(f"erase {level}")
+        erased = {s.session for s in record.sessions if s.snapshot}
+        assert erased == {k for k in covered if self.sessions[k].groups}, (erased, covered)
+        for k in covered:
+            self.sessions[k] = SessionModel()
 
     # -- rules: processes ------------------------------------------------------
 
