@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
-import boto3
-import botocore.config
+
+# botocore.exceptions is cheap (tens of ms); boto3 and botocore.config pull in the whole client
+# machinery, so make_client imports them: listing plugins (``agentium plugins``) need not pay.
 import botocore.exceptions
 
 from agentium_harness import AgentiumError
@@ -114,6 +115,9 @@ def make_client(config: S3Config) -> S3Client:
     operation requires one (this plugin sends its own SHA-256 and MD5 on every
     upload), because S3-compatible servers differ on botocore's newer defaults.
     """
+    import boto3.session
+    import botocore.config
+
     session = boto3.session.Session(profile_name=config.profile)
     client_config = botocore.config.Config(
         region_name=config.region,

@@ -21,11 +21,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, ClassVar, Final, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import anyio
-import openai
-from openai import AsyncOpenAI
 
 from agentium_harness import OperationCancelledError
 from agentium_harness.plugin_api import (
@@ -51,6 +49,12 @@ from .errors import (
     scrub,
 )
 from .wire import decode_reply, parse_completion, request_messages, request_tools
+
+if TYPE_CHECKING:
+    # The client library is imported where a client is made or its errors are caught, not when
+    # the plugin loads: listing plugins (``agentium plugins``) must not pay for it.
+    import openai
+    from openai import AsyncOpenAI
 
 __all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider"]
 
@@ -110,6 +114,12 @@ def _read_key(config: OpenAIProviderConfig, environ: Mapping[str, str]) -> str |
     return value
 
 
+def _is_openai_client(value: object) -> bool:
+    from openai import AsyncOpenAI  # loaded already: the host made the client it lends
+
+    return isinstance(value, AsyncOpenAI)
+
+
 class OpenAIProvider(ModelProvider):
     """A model provider for OpenAI-compatible Chat Completions (OpenAI, vLLM, Ollama, llama.cpp, LiteLLM).
 
@@ -134,7 +144,7 @@ class OpenAIProvider(ModelProvider):
     ) -> None:
         if not isinstance(config, OpenAIProviderConfig):
             raise TypeError(f"config must be an OpenAIProviderConfig, got {type(config).__name__}")
-        if client is not None and not isinstance(client, AsyncOpenAI):
+        if client is not None and not _is_openai_client(client):
             raise TypeError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
         self._config = config
         self._owns_client = client is None
@@ -185,6 +195,8 @@ class OpenAIProvider(ModelProvider):
         if self._closed:
             raise OpenAIProviderError("the OpenAI provider was closed; build a new one")
         if self._client is None:
+            from openai import AsyncOpenAI
+
             self._client = AsyncOpenAI(
                 api_key=self._api_key or NO_KEY,
                 base_url=self._config.base_url,
@@ -276,6 +288,8 @@ class OpenAIProvider(ModelProvider):
         A wait that would end past the deadline is not started: the last
         failure is reported at once instead of a bare "deadline passed".
         """
+        import openai
+
         total = 1 + self._config.max_retries
         attempt = 0
         while True:
@@ -459,6 +473,8 @@ class OpenAIProvider(ModelProvider):
         bound = self._config.probe_timeout_s
 
         async def probe() -> str:
+            import openai
+
             try:
                 with anyio.fail_after(bound):
                     async with client.models.with_streaming_response.list(timeout=bound) as raw:

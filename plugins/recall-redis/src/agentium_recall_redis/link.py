@@ -20,15 +20,17 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import attrs
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
 from agentium_harness.plugin_api import client_span
+
+if TYPE_CHECKING:
+    # redis is imported where a client is made or its errors are told apart, not when the plugin
+    # loads: listing plugins (``agentium plugins``) must not pay for it.
+    from redis.asyncio import Redis
 
 __all__ = ["CHECK_COMMANDS", "Attempt", "Link", "Reply", "ServerReport", "as_text", "config_value"]
 
@@ -203,6 +205,8 @@ class Link:
         more on a new connection (reads change nothing). ``checked`` says that
         ``commands`` read what :data:`CHECK_COMMANDS` would (the open).
         """
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         with anyio.fail_after(timeout):
             if attempt is not None:  # a write: sent once, whatever happens
@@ -240,6 +244,8 @@ class Link:
     async def _roundtrip_once(
         self, commands: Sequence[Command], attempt: Attempt | None, checked: bool
     ) -> list[Reply]:
+        from redis.exceptions import ResponseError
+
         pool = self.client.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         try:
@@ -276,6 +282,8 @@ class Link:
 
     async def _fresh(self, conn: Any) -> None:
         """Make sure ``conn`` is live: reconnect it if the server closed it (or it holds stray data)."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
         if conn not in self._seen:
             self._seen.add(conn)
             conn.register_connect_callback(self._reconnected)

@@ -14,20 +14,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit
 
 import attrs
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import (
-    AuthenticationError,
-    NoPermissionError,
-    ResponseError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from agentium_harness import InvalidArgumentError
 
@@ -49,6 +39,12 @@ from .link import (
     version_tuple,
 )
 from .scripts import REQUIRED_COMMANDS, SCRIPTS
+
+if TYPE_CHECKING:
+    # redis is imported where a client is made or its errors are told apart, not when the plugin
+    # loads: listing plugins (``agentium plugins``) must not pay for it.
+    from redis.asyncio import Redis
+    from redis.exceptions import ResponseError
 
 __all__ = [
     "OPEN_COMMANDS",
@@ -111,6 +107,8 @@ def collect_secrets(config: RedisRecallConfig, lent: Redis | None) -> tuple[str,
 
 def config_or_unknown(reply: Reply, name: str) -> str:
     """The value of a ``CONFIG GET name`` reply, or ``"unknown"`` if refused (``CONFIG`` may be disabled)."""
+    from redis.exceptions import ResponseError
+
     if isinstance(reply, ResponseError):
         return "unknown"
     value = config_value(reply, name)
@@ -138,6 +136,10 @@ class ServerErrors:
 
     def fail(self, exc: BaseException, operation: str) -> NoReturn:
         """Raise the store's typed error for a redis-py or socket error (credentials never shown)."""
+        from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
         where = self.where
         if isinstance(exc, AuthenticationError | NoPermissionError):
             raise RedisRecallAuthError(
@@ -161,6 +163,8 @@ class ServerErrors:
 
     def refused(self, exc: ResponseError, operation: str) -> NoReturn:
         """Raise the store's typed error for an error reply of the server."""
+        from redis.exceptions import NoPermissionError
+
         if isinstance(exc, NoPermissionError):
             self.fail(exc, operation)
         message = self.scrub(str(exc))
@@ -188,6 +192,10 @@ class ServerErrors:
 
 def make_client(config: RedisRecallConfig, errors: ServerErrors) -> Redis:
     """The store's own ``redis.asyncio`` client for ``config.url``; a bad url is ``InvalidArgumentError``."""
+    from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
     c = config
     kwargs: dict[str, Any] = {
         "socket_connect_timeout": c.connect_timeout_s,
@@ -223,6 +231,8 @@ def recheck(report: ServerReport, replies: list[Reply]) -> ServerReport:
     A different ``run_id`` counts as a restart. A reply the server refused
     leaves what it would have said as it was.
     """
+    from redis.exceptions import ResponseError
+
     info_reply, appendonly, appendfsync = replies
     info = {} if isinstance(info_reply, ResponseError) else parse_info(as_text(info_reply))
     flavour, version = _identity(info) if info else (report.flavour, report.version)
@@ -241,6 +251,8 @@ def recheck(report: ServerReport, replies: list[Reply]) -> ServerReport:
 
 def check_server(replies: list[Reply], errors: ServerErrors) -> ServerReport:
     """The server's report from the replies to :data:`OPEN_COMMANDS`; refuse a server the store cannot use."""
+    from redis.exceptions import ResponseError
+
     where = errors.where
     info_reply, commands_reply, appendonly, appendfsync, *loaded = replies
     if isinstance(info_reply, ResponseError):

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
-from redis.exceptions import ResponseError
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
@@ -205,6 +204,8 @@ class RedisRecallSession(RecallSession):
         return await self._validate(refs, ctx, "recall validate_current")
 
     async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
+        from redis.exceptions import ResponseError
+
         self._begin(ctx, operation)
         out: list[Validation | None] = []
         lookups: list[int] = []

@@ -53,11 +53,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import anyio
-from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from agentium_harness import (
     AgentiumError,
@@ -105,6 +103,11 @@ from .session import RedisRecallSession, check_count
 from .sources import check_size, group_sources, make_source, utf8
 from .writes import Call, Writer
 
+if TYPE_CHECKING:
+    # redis is imported where a client is made or its errors are told apart, not when the plugin
+    # loads: listing plugins (``agentium plugins``) must not pay for it.
+    from redis.asyncio import Redis
+
 __all__ = ["RedisRecallSession", "RedisRecallStore"]
 
 logger = logging.getLogger("agentium.plugins.recall_redis")
@@ -140,6 +143,8 @@ class RedisRecallStore(RecallStore):
     session_class: ClassVar[type[RecallSession]] = RedisRecallSession
 
     def __init__(self, config: RedisRecallConfig | None = None, *, client: Redis | None = None) -> None:
+        from redis.asyncio import Redis
+
         config = config if config is not None else RedisRecallConfig()
         if not isinstance(config, RedisRecallConfig):
             raise InvalidArgumentError(f"config must be a RedisRecallConfig, got {type(config).__name__}")
@@ -443,6 +448,8 @@ class RedisRecallStore(RecallStore):
         checked: bool = False,
     ) -> list[Reply]:
         """One round trip of read-only commands; errors become the store's typed errors."""
+        from redis.exceptions import RedisError
+
         link = ready if ready is not None else await self._ready(ctx, operation)
         ctx.raise_if_expired(operation)
         try:
@@ -460,6 +467,8 @@ class RedisRecallStore(RecallStore):
         self, script: Script, keys: Sequence[str], args: Sequence[Arg], ctx: OpContext, operation: str
     ) -> Reply:
         """Run a read-only script: ``EVALSHA``, and ``EVAL`` once more if the server lost its script cache."""
+        from redis.exceptions import NoScriptError, ResponseError
+
         [reply] = await self._call([("EVALSHA", script.sha, len(keys), *keys, *args)], ctx, operation)
         if isinstance(reply, NoScriptError):
             [reply] = await self._call([("EVAL", script.source, len(keys), *keys, *args)], ctx, operation)

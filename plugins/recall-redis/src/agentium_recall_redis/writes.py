@@ -32,7 +32,6 @@ from typing import Any, Final
 
 import anyio
 import attrs
-from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 from agentium_harness import OperationCancelledError
 from agentium_harness.plugin_api import OpContext
@@ -201,6 +200,8 @@ class Writer:
 
     async def _abort(self, link: Link, prefix: str, member: str) -> None:
         """Give up a staged row (idempotent) within ``settle_timeout_s``; a failure leaves it to its lease."""
+        from redis.exceptions import NoScriptError, RedisError
+
         command: Command = ("EVALSHA", ABORT.sha, 1, f"{prefix}:pend", prefix, member)
         with contextlib.suppress(RedisError, OSError, TimeoutError):
             [reply] = await link.call([command], deadline=time.monotonic() + self.settle_timeout_s)
@@ -218,6 +219,8 @@ class Writer:
         # Garbage has no row, so readers never see it; collecting it frees memory and keeps document
         # frequencies exact. Each call removes at most `room` postings; a failure leaves the rest to later
         # writes, which collect with the room they have left.
+        from redis.exceptions import NoScriptError, RedisError
+
         try:
             command: Command = ("EVALSHA", COLLECT.sha, 1, f"{prefix}:gc", prefix, self.room)
             for _ in range(MAX_COLLECT_CALLS):
@@ -249,6 +252,8 @@ class Writer:
         re-sent: see :meth:`_send_write`. When its settlement finishes in
         the background, ``settled_later`` gets the round trip's outcome.
         """
+        from redis.exceptions import NoScriptError
+
         results: list[str] = []
         backlog = 0
         for start in range(0, len(calls), CALLS_PER_TRIP):
@@ -290,6 +295,8 @@ class Writer:
 
     def _write_result(self, reply: Reply, operation: str) -> tuple[str, int | None]:
         """A call's result, and the garbage backlog it reported (``None``: settled, so not reported)."""
+        from redis.exceptions import ResponseError
+
         if isinstance(reply, ResponseError):
             self.errors.refused(reply, operation)
         if isinstance(reply, str):  # settled: the token's value
@@ -312,6 +319,8 @@ class Writer:
         done: int,
         later: Later | None = None,
     ) -> list[Reply]:
+        from redis.exceptions import RedisError
+
         ctx.raise_if_expired(operation)
         attempt = Attempt()
         deadline = ctx.deadline
@@ -402,6 +411,8 @@ class Writer:
         shielded: a cancelled caller hands its settlement to the background
         instead of waiting for it.
         """
+        from redis.exceptions import NoScriptError, RedisError
+
         args: tuple[Arg, ...] = (len(tokens), *tokens, TOKEN_TTL_MS)
         try:
             [reply] = await link.call([("EVALSHA", SETTLE.sha, *args)], deadline=deadline)
