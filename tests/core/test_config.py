@@ -306,7 +306,11 @@ def test_env_value_with_toml_syntax_in_an_int_field_is_a_type_error_at_its_path(
         BASE + '\n[runtime.resident]\nmax_groups = "${EVIL}"\n',
         environ={"EVIL": "3\n[evil]\nk = 1"},
     )
-    assert errors == {"$.runtime.resident.max_groups": "expected an integer, got string"}
+    # Read as a number because it held a reference, and refused: the text is not a decimal integer.
+    assert errors == {
+        "$.runtime.resident.max_groups": "expected an integer, got string: the text of its ${...} "
+        "reference is not a decimal integer (such as 30)"
+    }
 
 
 def test_substitute_env_leaves_keys_and_non_strings_alone() -> None:

@@ -24,6 +24,9 @@ HOST_NAMES = {
     "EraseLevel", "EraseStatus", "EraseTarget", "ErasedCount", "ErasedGroups", "ErasureKind", "ErasureRecord",
     "ErasureResult", "ErasureState", "OperatorAttestation", "PhysicalErasure", "SeqRange", "StoreErasure",
     "ForgetResult", "RetentionPolicy", "RetentionResult", "SourceHolder", "SourcePlace", "SourceState",
+    # config files (issue 27)
+    "HarnessConfig", "ResolvedComponent", "ResolvedConfig", "load_config", "parse_config",
+    "resolve_config",
     # observability (issue 24)
     "Telemetry",
     # memory lifecycle (issue 11)

@@ -1,7 +1,8 @@
 """Agentium: continuity for LLM agent hosts.
 
 This module is the public API for hosts: build a runtime
-(:func:`create_harness_runtime`, :func:`load_runtime`), run turns, read the
+(:func:`create_harness_runtime`, :func:`load_runtime`), read and check a
+config file (:func:`load_config`, :func:`parse_config`), run turns, read the
 results, and catch the errors, all from here. Adapter authors import from
 :mod:`agentium_harness.plugin_api`; test helpers and contract suites come from
 :mod:`agentium_harness.testing`. Every other module is an implementation
@@ -11,6 +12,14 @@ detail and may change without notice. See ``docs/api.md`` for the reference.
 from __future__ import annotations
 
 from ._codec import canonical_json, digest_of
+from ._config import (
+    HarnessConfig,
+    ResolvedComponent,
+    ResolvedConfig,
+    load_config,
+    parse_config,
+    resolve_config,
+)
 from ._engine.build import create_harness_runtime
 from ._engine.erasure import ErasureResult, OperatorAttestation
 from ._engine.forget import ForgetResult, SourceHolder, SourcePlace, SourceState
@@ -209,6 +218,13 @@ __all__ = [
     "SourcePlace",
     "SourceState",
     "StoreErasure",
+    # config files (issue 27): read and check one without building anything
+    "HarnessConfig",
+    "ResolvedComponent",
+    "ResolvedConfig",
+    "load_config",
+    "parse_config",
+    "resolve_config",
     # observability (issue 24)
     "Telemetry",
     # history API (issue 22)

@@ -29,15 +29,19 @@ import attrs
 import cattrs
 
 from ._codec import make_converter
+from ._config_shared import SHARED_TABLE, inherit, relocate, shared_issues
 from ._config_source import (
+    CONFIG_ENV,
+    DEFAULT_CONFIG_FILE,
     MAX_CONFIG_BYTES,
     MAX_NESTING,
+    find_config,
     join_path,
     parse_toml,
     read_source,
     substitute_env,
 )
-from ._config_structure import TOML_WORDS, field_named_in, structure_config
+from ._config_structure import TOML_WORDS, field_named_in, register_env_scalars, structure_config
 from ._engine.limits import ResidentLimits, RuntimeLimits
 from ._engine.retention import RetentionPolicy
 from ._engine.verification import CompletionPolicy
@@ -52,6 +56,8 @@ from ._validators import bounded_duration
 from ._verdicts import EvidenceLimits
 
 __all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG_FILE",
     "DEFAULT_INSTRUCTIONS",
     "MAX_CONFIG_BYTES",
     "MAX_NESTING",
@@ -218,7 +224,11 @@ class VerifierConfig:
 
 @attrs.frozen(slots=True)
 class HarnessConfig:
-    """A whole config file after phase (a). Provider, archive and session store are required."""
+    """A whole config file after phase (a). Provider, archive and session store are required.
+
+    ``plugins`` holds the ``[plugins.<name>]`` tables: options written once for every section
+    that selects plugin ``<name>`` (see ``docs/config.md``, "Settings shared by sections").
+    """
 
     provider: ComponentConfig
     archive: ComponentConfig
@@ -231,6 +241,7 @@ class HarnessConfig:
     memory: ComponentConfig | None = None
     #: ``[retention]``: what ``apply_retention`` applies (docs/erasure.md); not a component.
     retention: RetentionPolicy | None = None
+    plugins: dict[str, dict[str, Any]] = attrs.field(factory=dict)
 
     def component(
         self, section: str
@@ -323,7 +334,7 @@ def config_converter() -> cattrs.Converter:
     converter per call picks up every structure rule adapters registered
     with :func:`agentium_harness._codec.register_structure_hook` up to now.
     """
-    strict = make_converter(strict=True, words=TOML_WORDS)
+    strict = register_env_scalars(make_converter(strict=True, words=TOML_WORDS))
 
     def runtime_hook(value: Any, _: type) -> RuntimeConfig:
         table: Any = strict.structure(value, _RuntimeTable)
@@ -385,6 +396,7 @@ def _resolve_component(
     registry: PluginRegistry,
     conv: cattrs.Converter,
     base_dir: Path | None,
+    shared: Mapping[str, Any],
 ) -> tuple[ResolvedComponent | None, RegisteredAdapter | None, list[ConfigIssue]]:
     kind = SECTION_KINDS[section]
     try:
@@ -392,9 +404,13 @@ def _resolve_component(
     except PluginNotFoundError as exc:
         return None, None, [ConfigIssue(f"$.{section}.plugin", str(exc))]
     where = f"$.{section}.options"
+    if isinstance(options, Mapping):
+        options, taken = inherit(shared, options, found.spec.config_class)
+    else:
+        taken = ()
     structured, issues = structure_config(options, found.spec.config_class, where, conv)
     if issues:
-        return None, found, issues
+        return None, found, relocate(issues, where, plugin, taken)
     if base_dir is not None:
         try:
             structured = resolve_path_options(structured, base_dir)
@@ -423,7 +439,7 @@ def _combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set
                 ConfigIssue(
                     "$.recall.plugin",
                     f"recall store {recall.name!r} ({recall.distribution}) does not declare "
-                    "canonical_archive_reads, which recall together with summaries requires (R9): "
+                    "canonical_archive_reads, which recall together with summaries requires: "
                     "choose a recall store that declares it, or remove [summarizer]",
                 )
             )
@@ -454,19 +470,28 @@ def _combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set
 
 
 def _resolve_sections(
-    sections: Mapping[str, tuple[str, Any]], registry: PluginRegistry, base_dir: Path | None
+    sections: Mapping[str, tuple[str, Any]],
+    registry: PluginRegistry,
+    base_dir: Path | None,
+    shared: Mapping[str, Any],
 ) -> tuple[dict[str, ResolvedComponent], list[ConfigIssue]]:
     conv = config_converter()
     resolved: dict[str, ResolvedComponent] = {}
     adapters: dict[str, RegisteredAdapter] = {}
+    selected: dict[str, list[tuple[str, type | None]]] = {}
     issues: list[ConfigIssue] = []
     for section, (plugin, options) in sections.items():
-        component, adapter, found = _resolve_component(section, plugin, options, registry, conv, base_dir)
+        table = shared.get(plugin)
+        component, adapter, found = _resolve_component(
+            section, plugin, options, registry, conv, base_dir, table if isinstance(table, Mapping) else {}
+        )
         issues.extend(found)
+        selected.setdefault(plugin, []).append((section, adapter.spec.config_class if adapter else None))
         if adapter is not None:
             adapters[section] = adapter
         if component is not None:
             resolved[section] = component
+    issues.extend(shared_issues(shared, selected))
     issues.extend(_combination_issues(adapters, set(sections)))
     return resolved, issues
 
@@ -535,7 +560,7 @@ def resolve_config(
         every bad option (at ``$.<section>.options.<key>``) and every capability
         combination the runtime would refuse.
     """
-    resolved, issues = _resolve_sections(_sections_of(config), registry, base_dir)
+    resolved, issues = _resolve_sections(_sections_of(config), registry, base_dir, config.plugins)
     issues.extend(_strategy_issues(config, registry))
     if issues:
         raise ConfigError(_ordered(issues), source)
@@ -564,7 +589,7 @@ def _strategy_issues(config: HarnessConfig, registry: PluginRegistry) -> list[Co
 
 
 def load_config(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
     registry: PluginRegistry | None = None,
     *,
     environ: Mapping[str, str] | None = None,
@@ -574,6 +599,8 @@ def load_config(
     Relative paths in option fields marked as paths are resolved against the
     config file's folder, whatever the working directory.
 
+    :param path: the config file; ``None`` reads the file ``AGENTIUM_CONFIG`` names, else
+        ``agentium.toml`` in the working directory (:func:`find_config`).
     :param registry: where plugins are looked up. By default a registry is
         loaded under the operator's plugin lists: ``AGENTIUM_PLUGINS`` and
         ``AGENTIUM_DISABLE_PLUGINS`` of the *process* environment always
@@ -582,13 +609,16 @@ def load_config(
     :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
     :raises ConfigError: listing every issue found.
     """
-    text, shown, base_dir = read_source(Path(path))
+    text, shown, base_dir = read_source(find_config(path, environ))
     data, config, issues, unset = _phase_a(text, shown, environ)
     if registry is None:
         allow, block = operator_plugin_lists(environ)
         registry = PluginRegistry.load(allow=allow, block=block)
     sections = _sections_of(config) if config is not None else _raw_sections(data)
-    resolved, resolve_issues = _resolve_sections(sections, registry, base_dir)
+    shared = config.plugins if config is not None else data.get(SHARED_TABLE)
+    resolved, resolve_issues = _resolve_sections(
+        sections, registry, base_dir, shared if isinstance(shared, dict) else {}
+    )
     issues.extend(_without(resolve_issues, unset))
     if config is not None:
         issues.extend(_strategy_issues(config, registry))

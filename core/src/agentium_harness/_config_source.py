@@ -1,4 +1,4 @@
-"""Reading a config file: the bounded read, the nesting cap, TOML, and ``${VAR}`` substitution.
+"""Reading a config file: which file, the bounded read, the nesting cap, TOML, and ``${VAR}`` substitution.
 
 The first half of phase (a) in :mod:`agentium_harness._config`: everything
 that happens to the text before it is structured against the schema. Each
@@ -13,13 +13,17 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from ._errors import ConfigError, ConfigIssue
 
 __all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG_FILE",
     "MAX_CONFIG_BYTES",
+    "EnvText",
     "MAX_NESTING",
+    "find_config",
     "join_path",
     "parse_toml",
     "read_source",
@@ -38,9 +42,62 @@ MAX_CONFIG_BYTES = 1024 * 1024
 MAX_NESTING = 32
 
 
+#: The environment variable naming the config file when a command or :func:`load_config` is given none.
+CONFIG_ENV: Final = "AGENTIUM_CONFIG"
+
+#: The file looked for in the working directory when no config is given and :data:`CONFIG_ENV` is unset.
+DEFAULT_CONFIG_FILE: Final = "agentium.toml"
+
+
+def find_config(path: str | os.PathLike[str] | None, environ: Mapping[str, str] | None = None) -> Path:
+    """The config file to read: ``path`` when given, else ``$AGENTIUM_CONFIG``, else ``./agentium.toml``.
+
+    The order peers' command lines follow (an explicit file, then the environment, then a
+    well-known name in the working directory), so one deployment setting serves every command.
+
+    :raises ConfigError: no path given and neither of the other two names a file; nothing was read.
+    """
+    if path is not None:
+        return Path(path)
+    env = os.environ if environ is None else environ
+    named = env.get(CONFIG_ENV, "")
+    if named:
+        if not Path(named).is_file():
+            raise ConfigError(
+                [ConfigIssue("$", f"{CONFIG_ENV} names {named!r}, which is not a file; fix or unset it")],
+                named,
+            )
+        return Path(named)
+    if Path(DEFAULT_CONFIG_FILE).is_file():
+        return Path(DEFAULT_CONFIG_FILE)
+    raise ConfigError(
+        [
+            ConfigIssue(
+                "$",
+                f"no config file given: pass its path, set {CONFIG_ENV}, or create {DEFAULT_CONFIG_FILE} "
+                f"in the working directory ({Path.cwd()})",
+            )
+        ]
+    )
+
+
 # ------------------------------------------------------------ env substitution
 
-_REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+# ``${NAME}``, ``${NAME:-default}`` and OpenTelemetry's spelling of the same, ``${env:NAME}`` and
+# ``${env:NAME:-default}``; ``$${`` is a literal ``${``; any other ``${`` is malformed.
+_REFERENCE = re.compile(r"\$\$\{|\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+
+
+class EnvText(str):
+    """A string value that held a ``${...}`` reference, after substitution.
+
+    Where the schema takes a number or a boolean, such a value is read as one
+    (``op_timeout_s = "${TIMEOUT_S:-30}"``), parsed strictly as that type's
+    TOML spelling; a string written without a reference stays a string, and
+    is refused there as before. Substitution never makes a table or an array.
+    """
+
+    __slots__ = ()
 
 
 def join_path(path: str, key: object) -> str:
@@ -56,20 +113,22 @@ def join_path(path: str, key: object) -> str:
 def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> str:
     if "$" not in text:
         return text
-    failed = False
+    failed = substituted = False
 
     def replace(match: re.Match[str]) -> str:
-        nonlocal failed
+        nonlocal failed, substituted
         whole = match.group(0)
         if whole == "$${":
             return "${"
+        substituted = True
         name, default = match.group(1), match.group(2)
         if name is None:
             failed = True
             issues.append(
                 ConfigIssue(
                     path,
-                    "invalid ${...} reference: write ${NAME} or ${NAME:-default}, or $${ for a literal ${",
+                    "invalid ${...} reference: write ${NAME}, ${NAME:-default} (or ${env:NAME}, "
+                    "${env:NAME:-default}), or $${ for a literal ${",
                 )
             )
             return whole
@@ -90,7 +149,9 @@ def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[
     result = _REFERENCE.sub(replace, text)
     # On failure keep the original text, so later checks see what was written
     # rather than half-substituted text.
-    return text if failed else result
+    if failed:
+        return text
+    return EnvText(result) if substituted else result
 
 
 def substitute_env(
@@ -99,10 +160,12 @@ def substitute_env(
     """Substitute ``${VAR}`` references in every string value of parsed TOML data.
 
     Only string values change, and only into strings: a variable's value never
-    becomes a key, a table or a number, whatever characters it holds. Keys are
+    becomes a key, a table or an array, whatever characters it holds. Keys are
     left alone. ``${VAR:-default}`` uses ``default`` when ``VAR`` is unset or
-    empty; ``$${`` stands for a literal ``${``. Returns the new data and one
-    issue per unset variable or malformed reference.
+    empty; ``${env:VAR}`` is the same as ``${VAR}``; ``$${`` stands for a
+    literal ``${``. A value that held a reference comes back as :class:`EnvText`,
+    which the config loader reads as a number or boolean where the schema takes
+    one. Returns the new data and one issue per unset variable or malformed reference.
     """
     env = os.environ if environ is None else environ
     issues: list[ConfigIssue] = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import re
 from collections.abc import Mapping
 from datetime import date, datetime, time
 from typing import Any, TypeVar, get_args, get_origin
@@ -25,10 +26,10 @@ from cattrs.errors import (
 )
 
 from ._codec import StrictTypeError, TypeWords
-from ._config_source import join_path
+from ._config_source import EnvText, join_path
 from ._errors import ConfigIssue
 
-__all__ = ["TOML_WORDS", "field_named_in", "structure_config"]
+__all__ = ["TOML_WORDS", "field_named_in", "register_env_scalars", "structure_config"]
 
 T = TypeVar("T")
 
@@ -69,6 +70,59 @@ def _expected(type_: object) -> str:
 #: TOML's words for types, for the strict rules' messages ("expected a table, got string").
 #: How config errors name TOML types ("expected an integer, got string").
 TOML_WORDS = TypeWords(describe=_toml_type, mapping="a table", array="an array")
+
+
+# TOML's decimal spellings: what a substituted value must read as where a number is taken.
+_TOML_INTEGER = re.compile(r"[+-]?(?:0|[1-9](?:_?[0-9])*)")
+_TOML_FLOAT = re.compile(
+    r"[+-]?(?:0|[1-9](?:_?[0-9])*)(?:\.[0-9](?:_?[0-9])*)?(?:[eE][+-]?[0-9](?:_?[0-9])*)?"
+)
+
+
+def _env_integer(text: str) -> int:
+    if not _TOML_INTEGER.fullmatch(text):
+        raise StrictTypeError(
+            "expected an integer, got string: the text of its ${...} reference is not a decimal integer "
+            "(such as 30)"
+        )
+    return int(text.replace("_", ""))
+
+
+def _env_float(text: str) -> float:
+    if not _TOML_FLOAT.fullmatch(text):
+        raise StrictTypeError(
+            "expected a number, got string: the text of its ${...} reference is not a decimal number "
+            "(such as 30 or 2.5)"
+        )
+    return float(text.replace("_", ""))
+
+
+def _env_boolean(text: str) -> bool:
+    if text not in ("true", "false"):
+        raise StrictTypeError(
+            "expected true or false, got string: the text of its ${...} reference is neither true nor false"
+        )
+    return text == "true"
+
+
+def register_env_scalars(conv: cattrs.Converter) -> cattrs.Converter:
+    """Let ``conv`` read a substituted string (:class:`EnvText`) as an integer, number or boolean.
+
+    Only a value that held a ``${...}`` reference is read this way, and only
+    as the type the schema takes there, in TOML's spelling (``30``, ``2.5``,
+    ``true``): ``op_timeout_s = "${TIMEOUT_S:-30}"`` works, while
+    ``op_timeout_s = "30"`` is still refused. A substituted string where a
+    string is taken becomes a plain ``str``. Returns ``conv``.
+    """
+    parsers: dict[type, Any] = {int: _env_integer, float: _env_float, bool: _env_boolean, str: str}
+    for scalar, parse in parsers.items():
+        strict = conv.get_structure_hook(scalar)
+
+        def hook(value: Any, type_: type, *, _parse: Any = parse, _strict: Any = strict) -> Any:
+            return _parse(str(value)) if isinstance(value, EnvText) else _strict(value, type_)
+
+        conv.register_structure_hook(scalar, hook)
+    return conv
 
 
 def field_named_in(exc: BaseException, cls: type | None) -> str | None:

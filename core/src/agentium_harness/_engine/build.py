@@ -121,7 +121,7 @@ def create_harness_runtime(
         if summarizer is not None and not caps.canonical_archive_reads:
             raise CapabilityError(
                 f"recall store {type(recall).__name__} lacks canonical_archive_reads, which recall "
-                "together with summaries requires (R9)"
+                "together with summaries requires"
             )
     optional: dict[str, object] = {"summarizer": summarizer, "verifier": verifier}
     if memory is not None and not isinstance(memory, MemoryManager):

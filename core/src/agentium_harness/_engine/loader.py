@@ -129,13 +129,16 @@ def close_built(adapters: list[Any], timeout_s: float) -> list[str]:
 
 
 def load_runtime(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
     *,
     registry: PluginRegistry | None = None,
     environ: Mapping[str, str] | None = None,
     tools: ToolRegistry | None = None,
 ) -> HarnessRuntime:
     """Parse, validate and resolve ``path``, then build the runtime it describes.
+
+    Without ``path``, the file ``AGENTIUM_CONFIG`` names is read, else ``agentium.toml`` in the
+    working directory (as :func:`~agentium_harness._config.load_config` does).
 
     ``environ`` feeds ``${VAR}`` substitution only; the operator's plugin
     lists in the process environment always apply (see ``docs/config.md``).

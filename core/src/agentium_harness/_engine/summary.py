@@ -458,7 +458,7 @@ def summary_reader(recall: RecallStore | None, archive: HistoryArchive) -> Group
     if not getattr(caps, "bounded_reads", False):
         raise CapabilityError(
             f"archive {type(archive).__name__} lacks bounded_reads, which task summaries need to read "
-            "archived groups when no recall store is configured (R9)"
+            "archived groups when no recall store is configured"
         )
     return archive.read_groups
 

@@ -130,7 +130,7 @@ class Agent:
         if extract and harness_owns_history:
             raise ExtractionConflictError(
                 f"session {session!r}: the harness owns its canonical history, and agent extraction is on; "
-                "turn off the agent's extraction (extraction=False) so memory is not extracted twice (R37)"
+                "turn off the agent's extraction (extraction=False) so memory is not extracted twice"
             )
         if extract:
             memory.claim_history(key, "agent")

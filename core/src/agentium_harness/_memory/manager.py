@@ -355,7 +355,7 @@ class MemoryManager:
             raise ExtractionConflictError(
                 f"session {key.session!r} of {key.tenant}/{key.user}: the harness owns its canonical history "
                 "and an agent also extracts memory from it; turn off the agent's extraction (or use a "
-                "separate session) so memory is not extracted twice (R37)"
+                "separate session) so memory is not extracted twice"
             )
         self._claims[key] = owner
 

@@ -188,7 +188,7 @@ def agentium_register_memory_stores(register: Register) -> None:
 @hookimpl
 def agentium_register_recall_strategies(register: RegisterStrategy) -> None:
     """Register the built-in query formulators and rankings."""
-    register(RecallStrategy("query", "latest_user_text", latest_user_text, "the latest user text (R21)"))
+    register(RecallStrategy("query", "latest_user_text", latest_user_text, "the latest user text"))
     register(
         RecallStrategy(
             "query",
