@@ -174,7 +174,12 @@ async def test_wal_mode_schema_and_one_shared_file(
     assert count_rows(db, "session_snapshots") == 1
 
 
-async def test_health_reports_wal(archive: SQLiteArchive, store: SQLiteSessionStore) -> None:
+async def test_health_reports_wal(db: Path, archive: SQLiteArchive, store: SQLiteSessionStore) -> None:
+    # A health check creates no database: before the first write it says the file is not there yet.
+    assert "does not exist yet" in await archive.health(OpContext())
+    assert "does not exist yet" in await store.health(OpContext())
+    assert not db.exists()
+    await archive.append(KEY, [plain_group(0)], OpContext())
     assert "journal_mode=wal" in await archive.health(OpContext())
     assert "journal_mode=wal" in await store.health(OpContext())
 

@@ -15,10 +15,11 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar, Final, TypeVar
 
+import anyio.to_thread
 import attrs
 
 from .._errors import AgentiumError, SessionStoreError
@@ -271,6 +272,44 @@ class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
             return None
         finally:
             self._conn_lock.release()
+
+    async def probe_health(
+        self, ctx: OpContext, operation: str, probe: Callable[[sqlite3.Connection], str]
+    ) -> str:
+        """Run ``probe`` on the database; while its file does not exist, check it could be created instead.
+
+        A health check must not change what it checks: opening the database
+        would create the file (and its schema), so ``agentium check --probe``
+        would leave a database behind. A missing file is healthy when its
+        folder exists and is writable; the first real call creates it.
+        """
+        ctx.raise_if_expired(operation)
+        self._refuse_if_closed(operation)
+        if self._conn is None:
+            missing = await anyio.to_thread.run_sync(self._not_created_yet, operation)
+            if missing is not None:
+                return missing
+        return await self.run(ctx, operation, probe)
+
+    def _not_created_yet(self, operation: str) -> str | None:
+        """The probe's report while the database file does not exist (``None`` once it does)."""
+        if os.path.lexists(self._path):
+            return None
+        folder = os.path.dirname(self._path)
+        if not os.path.isdir(folder):
+            raise self.storage_error(
+                f"{self.adapter_name}: {operation} failed: the folder {folder} of {self._path} "
+                "does not exist; create it or change the path option"
+            )
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise self.storage_error(
+                f"{self.adapter_name}: {operation} failed: {self._path} does not exist and its folder "
+                "is not writable, so it cannot be created"
+            )
+        return (
+            f"{self.adapter_name} ok: {os.path.basename(self._path)} does not exist yet; "
+            "the first write creates it (its folder is writable)"
+        )
 
     def _health_probe(self, conn: sqlite3.Connection) -> str:
         # Bounded: constant-time statements only (no integrity scan, which

@@ -256,8 +256,8 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         return report
 
     async def health(self, ctx: OpContext) -> str:
-        """Open the database if needed and run constant-time probe statements."""
-        return await self.run(ctx, "archive health", self._health_probe)
+        """Run constant-time probe statements; a database file not created yet is not created."""
+        return await self.probe_health(ctx, "archive health", self._health_probe)
 
 
 class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
@@ -524,5 +524,5 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         )
 
     async def health(self, ctx: OpContext) -> str:
-        """Open the database if needed and run constant-time probe statements."""
-        return await self.run(ctx, "session store health", self._health_probe)
+        """Run constant-time probe statements; a database file not created yet is not created."""
+        return await self.probe_health(ctx, "session store health", self._health_probe)

@@ -473,7 +473,7 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         return await self.run(ctx, "recall index", work)
 
     async def health(self, ctx: OpContext) -> str:
-        """Open the database if needed and run constant-time probe statements (no index scan)."""
+        """Run constant-time probe statements (no index scan); a file not created yet is not created."""
 
         def probe(conn: sqlite3.Connection) -> str:
             conn.execute("SELECT 1").fetchone()
@@ -483,7 +483,7 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
                 f"journal_mode={mode[0] if mode else '?'}"
             )
 
-        return await self.run(ctx, "recall health", probe)
+        return await self.probe_health(ctx, "recall health", probe)
 
     async def erase(
         self,

@@ -1,0 +1,85 @@
+"""``agentium check --probe`` checks the backends without changing them: no database file is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from agentium_harness._cli import main
+
+CONFIG = """
+[provider]
+plugin = "scripted"
+options.responses = ["Noted."]
+[plugins.sqlite]
+path = "{path}"
+[archive]
+plugin = "sqlite"
+[session_store]
+plugin = "sqlite"
+[recall]
+plugin = "sqlite"
+"""
+ANA = ["--tenant", "acme", "--user", "ana", "--session", "s1"]
+
+
+def _config(folder: Path, db: str = "state.db") -> Path:
+    path = folder / "agentium.toml"
+    path.write_text(CONFIG.format(path=db), encoding="utf-8")
+    return path
+
+
+def _probe(capsys: pytest.CaptureFixture[str], config: Path) -> tuple[int, dict[str, str]]:
+    status = main(["check", "--probe", "--json", str(config)])
+    report = json.loads(capsys.readouterr().out)
+    return status, report["probe"]
+
+
+def test_probe_on_a_new_database_creates_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _config(tmp_path)
+    status, probes = _probe(capsys, config)
+    assert status == 0, probes
+    for role in ("archive", "session_store", "recall"):
+        assert probes[role].startswith("ok:") and "does not exist yet" in probes[role], probes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]
+
+
+def test_probe_on_an_existing_database_opens_it_and_changes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path)
+    assert main(["run", str(config), *ANA, "hello"]) == 0
+    capsys.readouterr()
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in tmp_path.iterdir() if p.is_file()}
+    status, probes = _probe(capsys, config)
+    assert status == 0 and "schema v" in probes["archive"] and "journal_mode=wal" in probes["session_store"]
+    db = tmp_path / "state.db"
+    assert (db.stat().st_size, db.stat().st_mtime_ns) == before["state.db"]
+
+
+def test_probe_of_a_database_in_a_missing_folder_fails_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = _config(tmp_path, db="nope/state.db")
+    status, probes = _probe(capsys, config)
+    assert status == 2 and probes["archive"].startswith("failed:") and "does not exist" in probes["archive"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into any folder")
+def test_probe_of_a_database_in_a_read_only_folder_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    config = _config(tmp_path, db="locked/state.db")
+    locked.chmod(0o555)
+    try:
+        status, probes = _probe(capsys, config)
+    finally:
+        locked.chmod(0o755)
+    assert status == 2 and "not writable" in probes["archive"]
+    assert list(locked.iterdir()) == []
