@@ -65,7 +65,7 @@ def test_no_command_prints_usage_and_exits_2(capsys: pytest.CaptureFixture[str])
     assert "usage: agentium" in err and "check" in err and "plugins" in err
 
 
-@pytest.mark.parametrize("argv", [["check"], ["plugins", "--bogus"], ["no-such-command"]])
+@pytest.mark.parametrize("argv", [["check", "--bogus"], ["plugins", "--bogus"], ["no-such-command"]])
 def test_usage_errors_exit_2_without_traceback(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     code, _, err = _run(capsys, *argv)
     assert code == 2

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,7 +32,16 @@ from . import __version__
 from ._cli_erase import add_erase_commands, erasure_lines
 from ._cli_eval import add_eval_commands
 from ._cli_memory import add_memory_commands
-from ._cli_output import EXIT_OK, EXIT_USAGE, RUN_EXIT_STATUS, print_json
+from ._cli_output import (
+    EXIT_OK,
+    EXIT_USAGE,
+    RUN_EXIT_STATUS,
+    add_config_argument,
+    discover_config,
+    plain_help,
+    print_json,
+    text_argument,
+)
 from ._cli_plugins import add_plugins_command, options_report, plugins_report
 from ._cli_recall import add_recall_commands
 from ._cli_verify import add_verify_commands, print_verification
@@ -41,12 +51,11 @@ from ._demo import run_demo, run_demo_config
 from ._engine.loader import build_runtime, load_runtime
 from ._engine.results import RunResult, RunStatus, Severity
 from ._engine.runtime import MigrationReport, ReconcileReport, SessionView
-from ._errors import AgentiumError, ConfigError, InvalidArgumentError
+from ._errors import AgentiumError, ConfigError
 from ._observe import tree
 from ._plugins.commands import CORE_COMMANDS, CliCommand
 from ._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
 from ._scope import RecallScope, VerifiedIdentity
-from ._validators import lone_surrogate_at
 
 __all__ = [
     "DEFAULT_DEMO_DIR",
@@ -129,7 +138,7 @@ def _add_check(subparsers: Any) -> None:
         help="validate a config file without building anything",
         description=cmd_check.__doc__,
     )
-    parser.add_argument("config", help="path of the TOML config file")
+    add_config_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the stable JSON form (see docs/cli.md)")
     parser.add_argument(
         "--probe",
@@ -159,7 +168,7 @@ def _recall_scope(args: argparse.Namespace) -> RecallScope | None:
 
 
 def _add_identity_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="path of the TOML config file")
+    add_config_argument(parser)
     parser.add_argument("--tenant", required=True, help="tenant id")
     parser.add_argument("--user", required=True, help="user id")
     parser.add_argument("--session", required=True, help="session id")
@@ -210,35 +219,6 @@ def _add_demo(subparsers: Any) -> None:
     parser.set_defaults(func=cmd_demo)
 
 
-#: Most user input ``agentium run -`` reads from standard input (16 MiB).
-MAX_STDIN_BYTES = 16 * 1024 * 1024
-
-
-def _user_input(args: argparse.Namespace) -> str:
-    """The run's input: the TEXT argument, or standard input for ``-``; refused unless valid UTF-8."""
-    if args.text == "-":
-        data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
-        if len(data) > MAX_STDIN_BYTES:
-            raise InvalidArgumentError(
-                f"the input on standard input is larger than {MAX_STDIN_BYTES} bytes; nothing was run"
-            )
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidArgumentError(
-                f"the input on standard input is not valid UTF-8 (byte {exc.start}); "
-                "re-encode it as UTF-8. Nothing was run"
-            ) from None
-    # Python decodes argv bytes that are not UTF-8 into lone surrogates.
-    at = lone_surrogate_at(args.text)
-    if at is not None:
-        raise InvalidArgumentError(
-            f"the TEXT argument is not valid UTF-8 (a bad byte at character {at}); "
-            "re-encode it as UTF-8. Nothing was run"
-        )
-    return str(args.text)
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Run one turn of a session on the runtime a config file describes."""
     if not args.trace:
@@ -257,7 +237,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_turn(args: argparse.Namespace) -> int:
-    text = _user_input(args)
+    text = text_argument(args.text, "the TEXT argument", "nothing was run")
     runtime = load_runtime(args.config)
 
     async def go() -> RunResult:
@@ -346,7 +326,7 @@ def _run_outcome(result: RunResult) -> str:
 def _add_run(subparsers: Any) -> None:
     parser = subparsers.add_parser("run", help="run one turn", description=cmd_run.__doc__)
     _add_identity_args(parser)
-    parser.add_argument("text", help="the user input; - reads it from standard input (UTF-8)")
+    parser.add_argument("text", metavar="TEXT", help="the user input; - reads it from standard input (UTF-8)")
     parser.add_argument("--grant", action="append", default=[], help="grant a tool for this run (repeatable)")
     parser.add_argument(
         "--attest-legacy-memory-scope",
@@ -505,9 +485,33 @@ def _add_session(subparsers: Any) -> None:
 # --------------------------------------------------------------------- main
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose subcommands take options between their positional arguments.
+
+    CONFIG is optional (the file may be found instead), so in ``run CONFIG
+    --tenant T ... TEXT`` plain argparse would give CONFIG's place to the
+    first word and refuse TEXT; a leaf command parses intermixed instead,
+    collecting every positional first. Groups with subcommands (and a plugin
+    command argparse cannot parse that way) parse as usual.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        except TypeError:  # REMAINDER or a positional in an exclusive group: argparse cannot intermix
+            return super().parse_known_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser:
     """The argument parser with every core subcommand, and ``commands`` that plugins registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentium",
         description="Agentium: continuity for LLM agent hosts.",
     )
@@ -535,7 +539,7 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
             )
             continue
         sub.set_defaults(func=command.run)
-    return parser
+    return plain_help(parser)
 
 
 def _first_word(argv: Sequence[str]) -> str | None:
@@ -556,6 +560,19 @@ def plugin_commands(argv: Sequence[str], registry: PluginRegistry | None = None)
     return [command for command, _ in loaded.commands()]
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Print the completions a shell asked for and exit, when argcomplete is installed.
+
+    Without it (it is the optional ``completion`` extra) the command completes nothing and runs
+    as usual, which the shell's completion call ignores.
+    """
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
+
+
 def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None) -> int:
     """Run the ``agentium`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
 
@@ -564,6 +581,8 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(plugin_commands(args_list, registry))
+    if "_ARGCOMPLETE" in os.environ:  # a shell asks for completions (docs/cli.md, "Shell completion")
+        _complete(parser)
     argv = args_list
     try:
         args = parser.parse_args(argv)
@@ -574,6 +593,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
+        discover_config(args)
         return func(args)
     except AgentiumError as exc:
         sys.stderr.write(f"agentium {args.command}: {exc}\n")

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from ._cli_output import print_json
+from ._cli_output import add_config_argument, print_json
 from .eval import (
     Progress,
     build_report,
@@ -89,7 +89,7 @@ def add_eval_commands(subparsers: Any) -> None:
             "abstention, scope). Exit 0 when it ran, whatever the scores; 2 on bad input."
         ),
     )
-    p.add_argument("config", metavar="CONFIG", help="the runtime's config file")
+    add_config_argument(p, " of the runtime to evaluate")
     p.add_argument("cases", metavar="CASES", help="a JSONL case file, or 'bundled' for the bundled set")
     p.add_argument("--compare", metavar="OTHER_CONFIG", help="also run on this config and compare")
     p.add_argument(

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ._cli_output import print_json
+from ._cli_output import add_config_argument, print_json, text_argument
 from ._config import load_config
 from ._errors import InvalidArgumentError
 from ._memory.manager import MemoryManager
@@ -54,7 +54,7 @@ def _scope(args: argparse.Namespace) -> MemoryScope:
 def _fact(args: argparse.Namespace) -> MemoryFact:
     return MemoryFact(
         _scope(args),
-        args.text,
+        text_argument(args.text, "the TEXT argument", "nothing was stored"),
         valid_from=_when(args.valid_from, "--valid-from"),
         valid_until=_when(args.valid_until, "--valid-until"),
     )
@@ -180,7 +180,7 @@ def cmd_memory_forget(args: argparse.Namespace) -> int:
 
 
 def _scope_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", help="path of the TOML config file (its [memory] section is used)")
+    add_config_argument(parser, " (its [memory] section is used)")
     parser.add_argument("--tenant", required=True, help="tenant id")
     parser.add_argument("--user", required=True, help="user id")
     parser.add_argument("--project", default=None, help="narrow to a project")
@@ -209,20 +209,22 @@ def add_memory_commands(subparsers: Any, add_identity_args: Any = None) -> None:
         "history", help="every revision of a fact", description=cmd_memory_history.__doc__
     )
     _scope_args(history)
-    history.add_argument("fact_id", help="the fact id")
+    history.add_argument("fact_id", metavar="FACT_ID", help="the fact id")
     history.set_defaults(func=cmd_memory_history)
     remember = inner.add_parser("remember", help="remember a fact", description=cmd_memory_remember.__doc__)
     _scope_args(remember)
     _validity_args(remember)
-    remember.add_argument("text", help="the fact")
+    remember.add_argument("text", metavar="TEXT", help="the fact; - reads it from standard input (UTF-8)")
     remember.set_defaults(func=cmd_memory_remember)
     correct = inner.add_parser("correct", help="correct a fact", description=cmd_memory_correct.__doc__)
     _scope_args(correct)
     _validity_args(correct)
-    correct.add_argument("fact_id", help="the fact id")
-    correct.add_argument("text", help="the corrected fact")
+    correct.add_argument("fact_id", metavar="FACT_ID", help="the fact id")
+    correct.add_argument(
+        "text", metavar="TEXT", help="the corrected fact; - reads it from standard input (UTF-8)"
+    )
     correct.set_defaults(func=cmd_memory_correct)
     forget = inner.add_parser("forget", help="forget a fact", description=cmd_memory_forget.__doc__)
     _scope_args(forget)
-    forget.add_argument("fact_id", help="the fact id")
+    forget.add_argument("fact_id", metavar="FACT_ID", help="the fact id")
     forget.set_defaults(func=cmd_memory_forget)

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
+from ._config_source import find_config
 from ._engine.results import RunStatus
+from ._errors import InvalidArgumentError
+from ._validators import lone_surrogate_at
 
 __all__ = [
     "EXIT_NEEDS_CLARIFICATION",
@@ -16,8 +21,13 @@ __all__ = [
     "EXIT_STEP_LIMIT",
     "EXIT_STOPPED",
     "EXIT_USAGE",
+    "MAX_STDIN_BYTES",
+    "add_config_argument",
+    "discover_config",
     "RUN_EXIT_STATUS",
+    "plain_help",
     "print_json",
+    "text_argument",
 ]
 
 #: Success. ``agentium run``: the turn completed and was committed.
@@ -56,3 +66,112 @@ RUN_EXIT_STATUS: Final = MappingProxyType(
 def print_json(data: Any, out: TextIO | None = None) -> None:
     """``data`` as indented JSON, keys sorted, to ``out`` (stdout): every command's ``--json`` form."""
     (out or sys.stdout).write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+# ------------------------------------------------------------------ help texts
+
+#: reST roles (``:class:`~a.b.C```, ``:func:`name <target>```) and inline literals, as docstrings write them.
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`(?:~?([^`<]*?)\s*<[^`>]*>|~?([^`]*))`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without reST markup: help is read in a terminal, where markup is noise.
+
+    ``:class:`~a.b.Name``` becomes ``Name`` (the last dotted part when ``~`` says so), a role with
+    a title (``:func:`title <target>```) its title, and a double-backquoted literal its text.
+    """
+
+    def role(match: re.Match[str]) -> str:
+        titled, target = match.group(1), match.group(2)
+        if titled is not None:
+            return titled
+        return target.rsplit(".", 1)[-1] if match.group(0).split("`", 1)[1].startswith("~") else target
+
+    return _LITERAL.sub(r"\1", _ROLE.sub(role, text))
+
+
+def plain_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Strip reST markup from every description, epilog and help text of ``parser`` and its subcommands.
+
+    Descriptions come from the commands' docstrings, written in reST for the API docs; a plugin's
+    command gets the same treatment. Returns ``parser``.
+    """
+    for text_field in ("description", "epilog"):
+        value = getattr(parser, text_field)
+        if isinstance(value, str):
+            setattr(parser, text_field, plain_text(value))
+    for action in parser._actions:
+        if isinstance(action.help, str):
+            action.help = plain_text(action.help)
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:  # the one-line help in the parent's command list
+                if isinstance(choice.help, str):
+                    choice.help = plain_text(choice.help)
+            for sub in dict.fromkeys(action.choices.values()):
+                plain_help(sub)
+    return parser
+
+
+# ------------------------------------------------------------------- config file
+
+
+def add_config_argument(parser: argparse.ArgumentParser, what: str = "") -> None:
+    """Declare the optional ``CONFIG`` argument: without it the command finds the file itself.
+
+    ``$AGENTIUM_CONFIG`` first, then ``agentium.toml`` in the working directory, as
+    :func:`discover_config` does before the command runs. ``what`` adds to the help text.
+    """
+    parser.add_argument(
+        "config",
+        nargs="?",
+        metavar="CONFIG",
+        help=f"the TOML config file{what} (default: the file $AGENTIUM_CONFIG names, else ./agentium.toml)",
+    )
+    parser.set_defaults(discover_config=True)
+
+
+def discover_config(args: argparse.Namespace) -> None:
+    """Fill in ``args.config`` for a command declared with :func:`add_config_argument`.
+
+    :raises ConfigError: no CONFIG was given and none was found (the message says what to do).
+    """
+    if getattr(args, "discover_config", False):
+        args.config = str(find_config(args.config))
+
+
+# --------------------------------------------------------------- text arguments
+
+#: Most text a command reads from standard input for a ``-`` argument (16 MiB).
+MAX_STDIN_BYTES: Final = 16 * 1024 * 1024
+
+
+def text_argument(value: str, what: str, outcome: str = "nothing was done") -> str:
+    """The text a command was given: ``value``, or standard input when ``value`` is ``-``.
+
+    Either way it must be valid UTF-8 (Python decodes argv bytes that are not into lone
+    surrogates); standard input is read up to :data:`MAX_STDIN_BYTES`. ``what`` names the
+    argument in the error (``"the TEXT argument"``), ``outcome`` ends it (``"nothing was run"``).
+
+    :raises InvalidArgumentError: too large, or not UTF-8; nothing was done.
+    """
+    if value == "-":
+        data = sys.stdin.buffer.read(MAX_STDIN_BYTES + 1)
+        if len(data) > MAX_STDIN_BYTES:
+            raise InvalidArgumentError(
+                f"the input on standard input (for {what}) is larger than {MAX_STDIN_BYTES} bytes; {outcome}"
+            )
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidArgumentError(
+                f"the input on standard input (for {what}) is not valid UTF-8 (byte {exc.start}); "
+                f"re-encode it as UTF-8. {outcome.capitalize()}"
+            ) from None
+    at = lone_surrogate_at(value)
+    if at is not None:
+        raise InvalidArgumentError(
+            f"{what} is not valid UTF-8 (a bad byte at character {at}); re-encode it as UTF-8. "
+            f"{outcome.capitalize()}"
+        )
+    return value

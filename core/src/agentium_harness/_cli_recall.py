@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 
+from ._cli_output import text_argument
 from ._engine.embedding import embedding_text, index_sources
 from ._engine.lifecycle import Ticket
 from ._engine.loader import load_runtime
@@ -124,7 +125,8 @@ def _search_scope(args: argparse.Namespace) -> Scope:
 
 def cmd_recall_search(args: argparse.Namespace) -> int:
     """Show what recall would include for QUERY in a scope: candidates, excerpts, status and budget use."""
-    if not args.query.strip():
+    query = text_argument(args.query, "the QUERY argument", "nothing was searched")
+    if not query.strip():
         raise InvalidArgumentError("the query is empty; give the words to search for")
     scope = _search_scope(args)
     runtime = load_runtime(args.config)
@@ -134,7 +136,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
             store = _store(runtime)
             ticket = Ticket(scope.session_key, "recall search", runtime.limits.op_timeout_s)
             return await gather_evidence(
-                ticket, store, scope, runtime.recall_limits, runtime.recall_policy, QueryInput(args.query)
+                ticket, store, scope, runtime.recall_limits, runtime.recall_policy, QueryInput(query)
             )
 
     evidence = anyio.run(go)
@@ -203,7 +205,8 @@ def add_recall_commands(subparsers: Any, add_config: Any) -> None:
     parser = subparsers.add_parser("recall", help="index documents, search, rebuild the recall index")
     inner = parser.add_subparsers(dest="recall_command", metavar="SUBCOMMAND", required=True)
     add = inner.add_parser("add", help="index host documents", description=cmd_recall_add.__doc__)
-    add.add_argument("config", help="path of the TOML config file")
+    # Required here: with PATH... after it, an optional CONFIG would take the first path.
+    add.add_argument("config", metavar="CONFIG", help="path of the TOML config file")
     add.add_argument("--tenant", required=True, help="owning tenant id")
     add.add_argument("--user", default=None, help="narrow to one user (default: the whole tenant)")
     add.add_argument("--project", default=None, help="narrow to one project")
@@ -214,7 +217,9 @@ def add_recall_commands(subparsers: Any, add_config: Any) -> None:
         "search", help="show what recall would include", description=cmd_recall_search.__doc__
     )
     add_config(search)
-    search.add_argument("query", help="the query text")
+    search.add_argument(
+        "query", metavar="QUERY", help="the query text; - reads it from standard input (UTF-8)"
+    )
     search.set_defaults(func=cmd_recall_search)
     rebuild = inner.add_parser(
         "rebuild", help="re-index archived groups", description=cmd_recall_rebuild.__doc__

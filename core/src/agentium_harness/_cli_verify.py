@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 import anyio
 
-from ._cli_output import EXIT_NOT_ACCEPTED, print_json
+from ._cli_output import EXIT_NOT_ACCEPTED, print_json, text_argument
 from ._codec import unstructure
 from ._engine.loader import load_runtime
 from ._engine.results import Diagnostic
@@ -43,11 +43,12 @@ def _cmd_verify(
 ) -> Callable[[argparse.Namespace], int]:
     def cmd_verify(args: argparse.Namespace) -> int:
         """Run the configured verifier now and print the verdict with its evidence."""
+        claim = text_argument(args.claim, "the --claim text", "nothing was verified")
         runtime = load_runtime(args.config)
 
         async def go() -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
             async with runtime:
-                return await runtime.verify(identity(args), args.session, args.claim, since=args.since)
+                return await runtime.verify(identity(args), args.session, claim, since=args.since)
 
         record, notes = anyio.run(go)
         if args.json:
@@ -78,7 +79,11 @@ def add_verify_commands(
         "verify", help="run the configured verifier now and print its evidence", description=command.__doc__
     )
     add_identity_args(parser)
-    parser.add_argument("--claim", default="", help="the completion claim to judge (it proves nothing)")
+    parser.add_argument(
+        "--claim",
+        default="",
+        help="the completion claim to judge (it proves nothing); - reads it from standard input (UTF-8)",
+    )
     parser.add_argument(
         "--since",
         type=float,
