@@ -84,6 +84,15 @@ def test_demo_proves_recoverability(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "session 'demo-2'" in capsys.readouterr().out
 
 
+def test_demo_without_the_verifier_names_the_distribution(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTIUM_DISABLE_PLUGINS", "agentium-verifier-fs")
+    assert main(["demo", "--dir", str(tmp_path), "--turns", "2"]) == 0
+    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("verification:")]
+    assert "agentium-verifier-fs" in line and "pip install ./plugins/verifier-fs" in line
+
+
 def test_demo_refuses_bad_turns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--dir", str(tmp_path / "d"), "--turns", "0"]) == 2
     assert "--turns" in capsys.readouterr().err

@@ -113,7 +113,8 @@ async def run_task(
         registry.adapter("verifier", "fs")
     except PluginNotFoundError:
         print(
-            "verification: not shown; install the filesystem verifier (pip install ./plugins/verifier-fs)",
+            "verification: not shown; it needs the filesystem verifier, agentium-verifier-fs (not on PyPI "
+            "yet: from a checkout of the Agentium repository, pip install ./plugins/verifier-fs)",
             file=out,
         )
         return True

@@ -17,10 +17,16 @@ __all__ = ["KNOWN_PLUGINS", "LOAD_FAILURE_STAGES", "missing_message"]
 
 #: Adapters published as separate distributions, for the "pip install" hint
 #: when a config selects one that is not installed.
+#: A test (tests/core/test_install_hints.py) checks every adapter the repository's plugins register.
 KNOWN_PLUGINS: Mapping[tuple[str, str], str] = {
+    ("archive", "postgres"): "agentium-postgres",
     ("archive", "s3"): "agentium-archive-s3",
+    ("embedder", "openai"): "agentium-provider-openai",
+    ("memory", "postgres"): "agentium-postgres",
     ("provider", "openai"): "agentium-provider-openai",
+    ("recall", "postgres"): "agentium-postgres",
     ("recall", "redis"): "agentium-recall-redis",
+    ("session_store", "postgres"): "agentium-postgres",
     ("session_store", "s3"): "agentium-archive-s3",
     ("verifier", "fs"): "agentium-verifier-fs",
 }
