@@ -178,7 +178,7 @@ async def test_health_reports_wal(db: Path, archive: SQLiteArchive, store: SQLit
     # A health check creates no database: before the first write it says the file is not there yet.
     assert "does not exist yet" in await archive.health(OpContext())
     assert "does not exist yet" in await store.health(OpContext())
-    assert not db.exists()
+    assert not await anyio.Path(db).exists()
     await archive.append(KEY, [plain_group(0)], OpContext())
     assert "journal_mode=wal" in await archive.health(OpContext())
     assert "journal_mode=wal" in await store.health(OpContext())
