@@ -36,7 +36,9 @@ from ._cli_output import (
     EXIT_OK,
     EXIT_USAGE,
     RUN_EXIT_STATUS,
+    CommandParser,
     add_config_argument,
+    complete,
     discover_config,
     plain_help,
     print_json,
@@ -485,33 +487,9 @@ def _add_session(subparsers: Any) -> None:
 # --------------------------------------------------------------------- main
 
 
-class _Parser(argparse.ArgumentParser):
-    """A parser whose subcommands take options between their positional arguments.
-
-    CONFIG is optional (the file may be found instead), so in ``run CONFIG
-    --tenant T ... TEXT`` plain argparse would give CONFIG's place to the
-    first word and refuse TEXT; a leaf command parses intermixed instead,
-    collecting every positional first. Groups with subcommands (and a plugin
-    command argparse cannot parse that way) parse as usual.
-    """
-
-    _intermixing = False
-
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
-        if self._intermixing or self._subparsers is not None:
-            return super().parse_known_args(args, namespace)
-        self._intermixing = True
-        try:
-            return self.parse_known_intermixed_args(args, namespace)
-        except TypeError:  # REMAINDER or a positional in an exclusive group: argparse cannot intermix
-            return super().parse_known_args(args, namespace)
-        finally:
-            self._intermixing = False
-
-
 def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser:
     """The argument parser with every core subcommand, and ``commands`` that plugins registered."""
-    parser = _Parser(
+    parser = CommandParser(
         prog="agentium",
         description="Agentium: continuity for LLM agent hosts.",
     )
@@ -560,19 +538,6 @@ def plugin_commands(argv: Sequence[str], registry: PluginRegistry | None = None)
     return [command for command, _ in loaded.commands()]
 
 
-def _complete(parser: argparse.ArgumentParser) -> None:
-    """Print the completions a shell asked for and exit, when argcomplete is installed.
-
-    Without it (it is the optional ``completion`` extra) the command completes nothing and runs
-    as usual, which the shell's completion call ignores.
-    """
-    try:
-        import argcomplete
-    except ImportError:
-        return
-    argcomplete.autocomplete(parser)
-
-
 def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None) -> int:
     """Run the ``agentium`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
 
@@ -582,7 +547,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(plugin_commands(args_list, registry))
     if "_ARGCOMPLETE" in os.environ:  # a shell asks for completions (docs/cli.md, "Shell completion")
-        _complete(parser)
+        complete(parser)
     argv = args_list
     try:
         args = parser.parse_args(argv)

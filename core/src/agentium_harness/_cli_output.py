@@ -1,4 +1,4 @@
-"""What every ``agentium`` subcommand shares: its exit statuses and its JSON output form."""
+"""What every ``agentium`` subcommand shares: exit statuses, JSON form, parser, CONFIG, text input."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ __all__ = [
     "EXIT_STOPPED",
     "EXIT_USAGE",
     "MAX_STDIN_BYTES",
+    "CommandParser",
     "add_config_argument",
+    "complete",
     "discover_config",
     "RUN_EXIT_STATUS",
     "plain_help",
@@ -66,6 +68,46 @@ RUN_EXIT_STATUS: Final = MappingProxyType(
 def print_json(data: Any, out: TextIO | None = None) -> None:
     """``data`` as indented JSON, keys sorted, to ``out`` (stdout): every command's ``--json`` form."""
     (out or sys.stdout).write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+# ------------------------------------------------------------------ the parser
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A parser whose subcommands take options between their positional arguments.
+
+    CONFIG is optional (the file may be found instead), so in ``run CONFIG
+    --tenant T ... TEXT`` plain argparse would give CONFIG's place to the
+    first word and refuse TEXT; a leaf command parses intermixed instead,
+    collecting every positional first. Groups with subcommands (and a plugin
+    command argparse cannot parse that way) parse as usual.
+    """
+
+    _intermixing = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self._intermixing or self._subparsers is not None:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        except TypeError:  # REMAINDER or a positional in an exclusive group: argparse cannot intermix
+            return super().parse_known_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
+def complete(parser: argparse.ArgumentParser) -> None:
+    """Print the completions a shell asked for and exit, when argcomplete is installed.
+
+    Without it (it is the optional ``completion`` extra) the command completes nothing and runs
+    as usual, which the shell's completion call ignores.
+    """
+    try:
+        import argcomplete
+    except ImportError:
+        return
+    argcomplete.autocomplete(parser)
 
 
 # ------------------------------------------------------------------ help texts

@@ -29,6 +29,7 @@ import attrs
 import cattrs
 
 from ._codec import make_converter
+from ._config_checks import combination_issues, strategy_issues
 from ._config_shared import SHARED_TABLE, inherit, relocate, shared_issues
 from ._config_source import (
     CONFIG_ENV,
@@ -429,46 +430,6 @@ def _resolve_component(
     return component, found, []
 
 
-def _combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set[str]) -> list[ConfigIssue]:
-    """Capability combinations the runtime would refuse at construction (R9, R10)."""
-    issues: list[ConfigIssue] = []
-    recall = adapters.get("recall")
-    if recall is not None and "summarizer" in sections:
-        if not recall.capabilities.declared().get("canonical_archive_reads", False):
-            issues.append(
-                ConfigIssue(
-                    "$.recall.plugin",
-                    f"recall store {recall.name!r} ({recall.distribution}) does not declare "
-                    "canonical_archive_reads, which recall together with summaries requires: "
-                    "choose a recall store that declares it, or remove [summarizer]",
-                )
-            )
-    embedder = adapters.get("embedder")
-    if embedder is not None and "recall" not in sections:
-        issues.append(
-            ConfigIssue(
-                "$.embedder",
-                f"embedder {embedder.name!r} ({embedder.distribution}) serves hybrid recall, and there is no "
-                "[recall] section: add one with a recall store that declares vector_indexing and "
-                "hybrid_discovery, or remove [embedder]",
-            )
-        )
-    elif embedder is not None and recall is not None:
-        declared = recall.capabilities.declared()
-        missing = [f for f in ("vector_indexing", "hybrid_discovery") if not declared.get(f, False)]
-        if missing:
-            issues.append(
-                ConfigIssue(
-                    "$.embedder",
-                    f"recall store {recall.name!r} ({recall.distribution}) does not declare "
-                    f"{' and '.join(missing)}, which hybrid recall with [embedder] requires: choose a "
-                    "recall store with vectors (the built-in 'sqlite' store has them), or remove [embedder] "
-                    "for lexical recall",
-                )
-            )
-    return issues
-
-
 def _resolve_sections(
     sections: Mapping[str, tuple[str, Any]],
     registry: PluginRegistry,
@@ -492,7 +453,7 @@ def _resolve_sections(
         if component is not None:
             resolved[section] = component
     issues.extend(shared_issues(shared, selected))
-    issues.extend(_combination_issues(adapters, set(sections)))
+    issues.extend(combination_issues(adapters, set(sections)))
     return resolved, issues
 
 
@@ -561,31 +522,10 @@ def resolve_config(
         combination the runtime would refuse.
     """
     resolved, issues = _resolve_sections(_sections_of(config), registry, base_dir, config.plugins)
-    issues.extend(_strategy_issues(config, registry))
+    issues.extend(strategy_issues(config, registry))
     if issues:
         raise ConfigError(_ordered(issues), source)
     return _assemble(config, resolved, registry, base_dir, source)
-
-
-def _strategy_issues(config: HarnessConfig, registry: PluginRegistry) -> list[ConfigIssue]:
-    """``[recall] query`` and ``ranking`` must name registered strategies; the policy must be coherent."""
-    recall = config.recall
-    if recall is None:
-        return []
-    issues: list[ConfigIssue] = []
-    for field, kind in (("query", "query"), ("ranking", "ranking")):
-        try:
-            registry.recall_strategy(kind, getattr(recall, field))  # type: ignore[arg-type]
-        except PluginNotFoundError as exc:
-            issues.append(ConfigIssue(f"$.recall.{field}", str(exc)))
-    if recall.policy == "current_session_strict" and recall.on_no_evidence == "proceed":
-        issues.append(
-            ConfigIssue(
-                "$.recall.on_no_evidence",
-                "policy current_session_strict stops on no evidence; on_no_evidence='proceed' contradicts it",
-            )
-        )
-    return issues
 
 
 def load_config(
@@ -621,7 +561,7 @@ def load_config(
     )
     issues.extend(_without(resolve_issues, unset))
     if config is not None:
-        issues.extend(_strategy_issues(config, registry))
+        issues.extend(strategy_issues(config, registry))
     if issues or config is None:
         raise ConfigError(_ordered(issues), shown)
     return _assemble(config, resolved, registry, base_dir, shown)
