@@ -86,7 +86,7 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ABSTAIN_TEXT, ExtractiveProvider, ScriptedProvider
-from agentium_harness.plugin_api import RecallStore, group_source_id
+from agentium_harness.plugin_api import Embedder, RecallStore, Vector, group_source_id
 
 KS = (1, 5, 10, 20)
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -182,11 +182,12 @@ def load_folder(folder: Path, conversations: int | None, names: Sequence[str] = 
 
 @dataclass(frozen=True)
 class Configuration:
-    """A named way to build a store (a factory taking the temp dir)."""
+    """A named way to build a store (a factory taking the temp dir), and its embedder for hybrid recall."""
 
     store: str
     name: str
     build: Callable[[Path], RecallStore]
+    embedder: Callable[[], Embedder] | None = None
 
 
 def _sqlite(options: dict[str, Any]) -> Callable[[Path], RecallStore]:
@@ -210,22 +211,76 @@ def _memory(options: dict[str, Any]) -> Callable[[Path], RecallStore]:
     return build
 
 
-#: Configurations run per store, in order.
+def _minilm() -> Embedder:
+    from agentium_embedder_minilm import MiniLMEmbedder  # the optional plugin distribution
+
+    return MiniLMEmbedder()
+
+
+def _hashing() -> Embedder:
+    from agentium_harness.adapters.embedders import HashingEmbedder
+
+    return HashingEmbedder()
+
+
+#: Embedders a hybrid configuration can name.
+EMBEDDERS: dict[str, Callable[[], Embedder]] = {"minilm": _minilm, "hashing": _hashing}
+
+#: Configurations run per store, in order: (name, store factory, store options, embedder or None).
 Factory = Callable[[dict[str, Any]], Callable[[Path], RecallStore]]
-CONFIGURATIONS: dict[str, list[tuple[str, Factory, dict[str, Any]]]] = {
+CONFIGURATIONS: dict[str, list[tuple[str, Factory, dict[str, Any], str | None]]] = {
     # "default": the store's defaults (stop words dropped, relevance floor 0.3);
-    # "no-floor": the same index and ranking, every match returned (min_relevance 0).
-    "sqlite": [("default", _sqlite, {}), ("no-floor", _sqlite, {"min_relevance": 0.0})],
-    "memory": [("default", _memory, {})],
+    # "no-floor": the same index and ranking, every match returned (min_relevance 0);
+    # "hybrid-minilm": the defaults plus vectors from the offline MiniLM embedder, fused (RRF);
+    # "hybrid-hashing": the same with the built-in model-free hashing embedder.
+    "sqlite": [
+        ("default", _sqlite, {}, None),
+        ("no-floor", _sqlite, {"min_relevance": 0.0}, None),
+        ("hybrid-minilm", _sqlite, {}, "minilm"),
+        ("hybrid-hashing", _sqlite, {"min_similarity": 0.2}, "hashing"),
+    ],
+    "memory": [("default", _memory, {}, None)],
 }
 
 
-def configurations(stores: Iterable[str]) -> list[Configuration]:
-    """Every configuration of the named stores."""
+#: Configurations left out unless named with ``--configurations``: the model-free embedder is a
+#: baseline, not a recommendation.
+OPT_IN = {"hybrid-hashing"}
+
+
+def _minilm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("agentium_embedder_minilm") is not None
+
+
+def configurations(
+    stores: Iterable[str], only: Sequence[str] = (), overrides: dict[str, Any] | None = None
+) -> list[Configuration]:
+    """The configurations of the named stores: those in ``only``, or by default all but the opt-in ones.
+
+    ``hybrid-minilm`` runs by default only where the ``agentium-embedder-minilm``
+    plugin is installed (it says so on stderr otherwise). ``overrides`` replace
+    store options of every configuration (``--store-option``).
+    """
     out = []
     for store in stores:
-        for name, factory, options in CONFIGURATIONS[store]:
-            out.append(Configuration(store, name, factory(options)))
+        for name, factory, options, embedder in CONFIGURATIONS[store]:
+            if only and name not in only:
+                continue
+            if not only and name in OPT_IN:
+                continue
+            if not only and embedder == "minilm" and not _minilm_installed():
+                print("hybrid-minilm left out: agentium-embedder-minilm is not installed", file=sys.stderr)
+                continue
+            out.append(
+                Configuration(
+                    store,
+                    name,
+                    factory({**options, **(overrides or {})}),
+                    EMBEDDERS[embedder] if embedder else None,
+                )
+            )
     return out
 
 
@@ -274,6 +329,7 @@ class Adapters:
     archive: InMemoryArchive
     sessions: InMemorySessionStore
     recall: RecallStore
+    embedder: Embedder | None = None
 
 
 async def feed_history(
@@ -298,6 +354,7 @@ async def feed_history(
         recall=adapters.recall,
         recall_policy=SEEDING_POLICY,
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        embedder=adapters.embedder,
     )
     key = Scope.of(identity, session_id).session_key
     where: dict[str, str] = {}
@@ -309,7 +366,8 @@ async def feed_history(
             if turn is not None:
                 where[turn.dia_id] = group_source_id(key, result.group_seq)
     filler = await runtime.run(identity, session_id, FILLER)
-    assert filler.committed and not any(d.code == "recall_index_failed" for d in filler.diagnostics)
+    failed = {"recall_index_failed", "recall_embed_failed"}
+    assert filler.committed and not any(d.code in failed for d in filler.diagnostics)
     return where
 
 
@@ -329,6 +387,7 @@ class Tally:
     evidence_tokens: int = 0
     statuses: Counter[str] = field(default_factory=Counter)
     latency_ms: list[float] = field(default_factory=list)
+    embed_ms: list[float] = field(default_factory=list)
 
     def add(self, other: Tally) -> None:
         self.n += other.n
@@ -343,6 +402,7 @@ class Tally:
         self.evidence_tokens += other.evidence_tokens
         self.statuses.update(other.statuses)
         self.latency_ms.extend(other.latency_ms)
+        self.embed_ms.extend(other.embed_ms)
 
     def figures(self) -> dict[str, Any]:
         n = max(1, self.n)
@@ -361,6 +421,9 @@ class Tally:
             "statuses": dict(sorted(self.statuses.items())),
             "discovery_ms_median": round(statistics.median(lat), 3) if lat else None,
             "discovery_ms_p90": round(lat[int(0.9 * (len(lat) - 1))], 3) if lat else None,
+            "query_embedding_ms_median": round(statistics.median(self.embed_ms), 3)
+            if self.embed_ms
+            else None,
         }
 
 
@@ -400,7 +463,8 @@ async def run_conversation(
 ) -> None:
     """Seed one conversation into a fresh store of ``config``, then ask its questions."""
     store = config.build(tmp)
-    adapters = Adapters(InMemoryArchive(), InMemorySessionStore(), store)
+    embedder = config.embedder() if config.embedder is not None else None
+    adapters = Adapters(InMemoryArchive(), InMemorySessionStore(), store, embedder)
     identity = VerifiedIdentity(tenant=TENANT, user=USER, verified_by="benchmark")
     session_id = f"locomo-{conversation.name}"
     try:
@@ -419,18 +483,31 @@ async def run_conversation(
             recall_policy=QUESTION_POLICY,
             recall_limits=RecallLimits(),
             limits=RuntimeLimits(resident=QUESTION_RESIDENT),
+            embedder=embedder,
         )
         scope = Scope.of(identity, session_id)
         session = await store.open(scope, RecallLimits(max_candidates=max(KS)), OpContext.with_timeout(10.0))
         questions = conversation.questions[:limit] if limit is not None else conversation.questions
         try:
             for question in questions:
-                await _ask(runtime, session, identity, session_id, question, where, report)
+                await _ask(runtime, session, identity, session_id, question, where, report, embedder)
         finally:
             await session.close()
         report.seconds_questions += time.perf_counter() - started
     finally:
         await store.aclose()
+        if embedder is not None:
+            await embedder.aclose()
+
+
+async def _query_vector(embedder: Embedder, text: str) -> Vector:
+    """The question's vector, as the engine makes it (cut to the query bound, normalized)."""
+    query = text.strip()
+    data = query.encode("utf-8")
+    if len(data) > RecallLimits().max_query_bytes:
+        query = data[: RecallLimits().max_query_bytes].decode("utf-8", "ignore")
+    (raw,) = await embedder.embed([query], OpContext.with_timeout(30.0))
+    return Vector.normalized(embedder.model, raw)
 
 
 async def _ask(
@@ -441,6 +518,7 @@ async def _ask(
     question: Question,
     where: dict[str, str],
     report: Report,
+    embedder: Embedder | None = None,
 ) -> None:
     wanted = {where[e] for e in question.evidence if e in where}
     report.unmapped_evidence += sum(1 for e in question.evidence if e not in where)
@@ -450,8 +528,15 @@ async def _ask(
     tally = report.tally(question.category)
     tally.n += 1
 
-    started = time.perf_counter_ns()
-    found = await session.discover(question.text, max(KS), OpContext.with_timeout(10.0))
+    if embedder is not None:
+        started = time.perf_counter_ns()
+        vector = await _query_vector(embedder, question.text)
+        tally.embed_ms.append((time.perf_counter_ns() - started) / 1e6)
+        started = time.perf_counter_ns()
+        found = await session.discover_hybrid(question.text, vector, max(KS), OpContext.with_timeout(10.0))
+    else:
+        started = time.perf_counter_ns()
+        found = await session.discover(question.text, max(KS), OpContext.with_timeout(10.0))
     tally.latency_ms.append((time.perf_counter_ns() - started) / 1e6)
     ranked = [c.ref.source_id for c in found]
     if not ranked:
@@ -488,11 +573,13 @@ async def measure(
     limit: int | None,
     names: Sequence[str] = (),
     turns_per_group: int = 1,
+    only: Sequence[str] = (),
+    overrides: dict[str, Any] | None = None,
 ) -> list[Report]:
-    """Run every configuration of ``stores`` over the conversations of ``folder``."""
+    """Run every configuration of ``stores`` (or those in ``only``) over the conversations of ``folder``."""
     loaded = load_folder(folder, conversations, names)
     reports = []
-    for config in configurations(stores):
+    for config in configurations(stores, only, overrides):
         report = Report(config.store, config.name, turns_per_group=turns_per_group)
         for conversation in loaded:
             with tempfile.TemporaryDirectory(prefix="agentium-retrieval-") as tmp:
@@ -547,14 +634,14 @@ def table(report: Report) -> str:
         f"{report.skipped_questions} questions without a known evidence turn left out, "
         f"{report.unmapped_evidence} evidence ids unknown",
         "",
-        "discovery (store.discover, 20 candidates):",
+        "discovery (store.discover, or discover_hybrid with the embedded question; 20 candidates):",
         "",
         "| category | n | "
         + " | ".join(f"any@{k}" for k in KS)
         + " | "
         + " | ".join(f"all@{k}" for k in KS)
-        + " | nothing found | ms median | ms p90 |",
-        "|---|---:|" + "---:|" * (2 * len(KS) + 3),
+        + " | nothing found | ms median | ms p90 | embed ms median |",
+        "|---|---:|" + "---:|" * (2 * len(KS) + 4),
     ]
     for label, cats in ROWS:
         f = report.union(cats).figures()
@@ -563,7 +650,8 @@ def table(report: Report) -> str:
             + " | ".join(_pct(f[f"recall_any@{k}"]) for k in KS)
             + " | "
             + " | ".join(_pct(f[f"recall_all@{k}"]) for k in KS)
-            + f" | {_pct(f['discovered_nothing'])} | {f['discovery_ms_median']} | {f['discovery_ms_p90']} |"
+            + f" | {_pct(f['discovered_nothing'])} | {f['discovery_ms_median']} | {f['discovery_ms_p90']} | "
+            + f"{f['query_embedding_ms_median'] or '-'} |"
         )
     lines += [
         "",
@@ -586,6 +674,15 @@ def table(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _overrides(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["min_relevance=0.2", "fusion_k=20"]`` as options: integers stay integers, the rest are floats."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        out[name.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="folder of LoCoMo conversation files (*.json)")
@@ -594,17 +691,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--names", nargs="*", default=(), help="only these conversations (file stems)")
     parser.add_argument("--limit", type=int, default=None, help="at most N questions per conversation")
     parser.add_argument(
+        "--configurations",
+        nargs="*",
+        default=(),
+        help="only these configurations (default: all): default no-floor hybrid-minilm hybrid-hashing",
+    )
+    parser.add_argument(
         "--turns-per-group",
         type=int,
         choices=(1, 2),
         default=1,
         help="1: each turn its own group (input, empty reply); 2: turns paired as (input, reply)",
     )
+    parser.add_argument(
+        "--store-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a store option in every configuration (a number), e.g. min_relevance=0.2",
+    )
     parser.add_argument("--json", dest="json_path", default=None, help="also write JSON here ('-': stdout)")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     reports = asyncio.run(
-        measure(args.folder, args.stores, args.conversations, args.limit, args.names, args.turns_per_group)
+        measure(
+            args.folder,
+            args.stores,
+            args.conversations,
+            args.limit,
+            args.names,
+            args.turns_per_group,
+            args.configurations,
+            _overrides(args.store_option),
+        )
     )
     data = as_json(reports)
     if args.json_path == "-":

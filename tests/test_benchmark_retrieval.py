@@ -88,7 +88,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def test_json_figures_on_a_tiny_conversation(folder: Path) -> None:
-    result = _run(folder, "--conversations", "1", "--json", "-")
+    result = _run(folder, "--conversations", "1", "--json", "-", "--configurations", "default", "no-floor")
     report = json.loads(result.stdout)["reports"][0]
     assert (report["store"], report["conversations"], report["turns"]) == ("sqlite", 1, 7)
     # The category 3 question names a turn that does not exist: left out and counted.
@@ -120,7 +120,9 @@ def test_json_figures_on_a_tiny_conversation(folder: Path) -> None:
 
 
 def test_table_per_store_and_limit(folder: Path) -> None:
-    result = _run(folder, "--stores", "sqlite", "memory", "--limit", "2")
+    result = _run(
+        folder, "--stores", "sqlite", "memory", "--limit", "2", "--configurations", "default", "no-floor"
+    )
     out = result.stdout
     assert "## store sqlite, configuration default: 2 conversations, 14 turns, 1 per group" in out
     assert "## store memory, configuration default: 2 conversations, 14 turns, 1 per group" in out
@@ -130,3 +132,21 @@ def test_table_per_store_and_limit(folder: Path) -> None:
     assert out.count("| 4 single-hop | 4 |") == 6
     assert out.count("| 5 adversarial | 0 |") == 6
     assert out.count("| 1-4 | 4 |") == 6
+
+
+def test_hybrid_configuration_and_an_empty_conversation(folder: Path) -> None:
+    """Hybrid recall (issue 25) runs through the benchmark, and a conversation with no turns is no error."""
+    empty = {"speaker_a": "A", "speaker_b": "B", "session_1": [], "qa": [
+        {"question": "What did anyone say?", "adversarial_answer": "x", "evidence": [], "category": 5},
+    ]}  # fmt: skip
+    (folder / "conv-0-empty.json").write_text(json.dumps(empty), encoding="utf-8")
+    result = _run(
+        folder, "--names", "conv-0-empty", "conv-1", "--configurations", "hybrid-hashing", "--json", "-"
+    )
+    (report,) = json.loads(result.stdout)["reports"]
+    assert (report["configuration"], report["conversations"], report["turns"]) == ("hybrid-hashing", 2, 7)
+    rows = report["rows"]
+    assert rows["4 single-hop"]["recall_any@5"] == 1.0
+    assert rows["4 single-hop"]["query_embedding_ms_median"] is not None
+    # The empty conversation's question found nothing: there was nothing to find.
+    assert rows["5 adversarial"]["questions"] == 2

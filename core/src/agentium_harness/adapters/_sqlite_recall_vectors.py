@@ -9,22 +9,25 @@ candidate set, with NumPy when it is installed and plain Python otherwise.
 Hybrid discovery (:func:`hybrid_rows`), in one read transaction:
 
 1. **Lexical pool.** The same ranking as lexical discovery
-   (:func:`~._sqlite_recall_sql.ranked_in_transaction`), without the floor and
-   with up to ``max_ranked`` rows: every source the query's words reach
-   within the lexical cost bound.
+   (:func:`~._sqlite_recall_sql.ranked_in_transaction`, at the same cost
+   bound ``max_ranked``), without the floor, its best ``4 * depth`` rows.
 2. **Vector candidates.** The vectors of that pool and of the scope's newest
    ``max_vector_scan`` sources that have one (rowid order, scope filter in the
-   statement before the limit). At most ``max_ranked + max_vector_scan``
+   statement before the limit). At most ``4 * depth + max_vector_scan``
    vectors are read and scored, whatever the index size: that is the bound,
    and its price is that an old source sharing no word with the query is
    found by its vector only while it is among the newest ``max_vector_scan``.
+   Reading a vector costs about as much as ranking a lexical match (a few
+   microseconds), so ``max_vector_scan`` is what hybrid discovery costs.
 3. **Two rankings.** Lexical: the pool's sources that pass the relevance
    floor (``min_relevance``), by bm25. Vector: the scored sources whose
    cosine similarity is at least ``min_similarity``, most similar first. Each
    is cut to ``depth``.
 4. **Fusion.** Reciprocal rank fusion
-   (:func:`~agentium_harness._ports.recall.reciprocal_rank_fusion`, k = 60);
-   the best ``max_candidates``. A source below both floors is never returned,
+   (:func:`~agentium_harness._ports.recall.reciprocal_rank_fusion`) with
+   ``k = fusion_k`` (default 20) and the vector ranking weighted
+   ``vector_weight`` (default 0.5) against the lexical one's 1, both tuned
+   on LoCoMo (docs/recall.md); the best ``max_candidates``. A source below both floors is never returned,
    so a question about nothing in the history still finds nothing.
 """
 
@@ -157,11 +160,25 @@ def cosine_scores(query: Vector, blobs: Sequence[bytes]) -> list[float]:
 
 _ROW: Final = f"s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, s.id"
 
-#: The scope's newest sources that have a vector, with their vectors (scope filter before the LIMIT).
+#: The vectors of the scope's newest sources that have one (scope filter before the LIMIT): ids
+#: and blobs only; the few rows returned get their other columns afterwards.
 _NEWEST_SQL: Final = (
-    f"SELECT {_ROW}, v.vector FROM recall_sources AS s JOIN recall_vectors AS v ON v.id = s.id "  # noqa: S608
+    "SELECT v.id, v.vector FROM recall_sources AS s JOIN recall_vectors AS v ON v.id = s.id "  # noqa: S608
     f"WHERE {SCOPE_FILTER} ORDER BY s.id DESC LIMIT :scan"
 )
+
+#: How many of the lexical pool's best rows (no floor) have their vectors scored, per ``depth``.
+_POOL_PER_DEPTH: Final = 4
+
+
+def _by_ids(conn: sqlite3.Connection, sql: str, ids: Sequence[int], check: Callable[[], None]) -> list[Any]:
+    """Rows of ``sql`` (ending in ``IN ({marks})``) for ``ids``, in chunks under the variable limit."""
+    out: list[Any] = []
+    for start in range(0, len(ids), _CHUNK):
+        check()
+        part = list(ids[start : start + _CHUNK])
+        out.extend(conn.execute(sql.format(marks=",".join("?" * len(part))), part).fetchall())
+    return out
 
 
 def hybrid_rows(
@@ -178,8 +195,8 @@ def hybrid_rows(
     max_vector_scan: int,
     depth: int,
     check: Callable[[], None],
-    vector_weight: float = 1.0,
-    fusion_k: int = 60,
+    vector_weight: float = 0.5,
+    fusion_k: int = 20,
 ) -> list[tuple[tuple[Any, ...], float]]:
     """The best ``max_candidates`` sources by fused rank: ``[(row, fused score)]``, best first.
 
@@ -192,11 +209,12 @@ def hybrid_rows(
     try:
         has_vectors = check_model(conn, query.model, path)
         rows: dict[int, tuple[Any, ...]] = {}
-        lexical: list[int] = []  # every pool source, best bm25 first
+        lexical: list[int] = []  # the pool, best bm25 first
         lexical_pass: set[int] = set()  # those past the relevance floor
         sims: dict[int, float] = {}
         if terms:
-            pool, total_idf = ranked_in_transaction(conn, scope, terms, max_ranked, max_ranked, check, 0.0)
+            pool_size = max(max_candidates, _POOL_PER_DEPTH * depth)
+            pool, total_idf = ranked_in_transaction(conn, scope, terms, pool_size, max_ranked, check, 0.0)
             floor = min_relevance * total_idf * (1 - 1e-9)
             for found in pool:
                 rowid = int(found[-1])
@@ -207,23 +225,13 @@ def hybrid_rows(
         similar: list[int] = []  # every scored source, most similar first
         if has_vectors:
             check()
-            blobs: dict[int, bytes] = {}
-            for found in conn.execute(_NEWEST_SQL, {**scope_params(scope), "scan": max_vector_scan}):
-                rowid = int(found[9])
-                rows.setdefault(rowid, tuple(found[:9]))
-                blobs[rowid] = found[10]
-            missing = [r for r in rows if r not in blobs]
-            for start in range(0, len(missing), _CHUNK):
-                check()
-                part = missing[start : start + _CHUNK]
-                marks = ",".join("?" * len(part))
-                blobs.update(
-                    (int(rowid), blob)
-                    for rowid, blob in conn.execute(
-                        f"SELECT id, vector FROM recall_vectors WHERE id IN ({marks})",  # noqa: S608
-                        part,
-                    )
-                )
+            blobs: dict[int, bytes] = {
+                int(rowid): blob
+                for rowid, blob in conn.execute(_NEWEST_SQL, {**scope_params(scope), "scan": max_vector_scan})
+            }
+            missing = [r for r in lexical if r not in blobs]
+            blob_sql = "SELECT id, vector FROM recall_vectors WHERE id IN ({marks})"
+            blobs.update((int(r), b) for r, b in _by_ids(conn, blob_sql, missing, check))
             check()
             ids = list(blobs)
             scored = list(zip(ids, cosine_scores(query, [blobs[i] for i in ids]), strict=True))
@@ -238,7 +246,12 @@ def hybrid_rows(
         fused = reciprocal_rank_fusion(
             [[str(r) for r in ranking] for ranking in rankings], k=fusion_k, weights=(1.0, vector_weight)
         )
-        return [(rows[int(key)], score) for key, score in fused[:max_candidates]]
+        best = [(int(key), score) for key, score in fused[:max_candidates]]
+        # Only the few sources returned need their id, revision, title, size and owner.
+        row_sql = f"SELECT {_ROW} FROM recall_sources AS s WHERE s.id IN ({{marks}})"  # noqa: S608
+        unseen = [r for r, _ in best if r not in rows]
+        rows.update((int(found[9]), tuple(found[:9])) for found in _by_ids(conn, row_sql, unseen, check))
+        return [(rows[r], score) for r, score in best if r in rows]
     finally:
         if conn.in_transaction:
             conn.execute("COMMIT")

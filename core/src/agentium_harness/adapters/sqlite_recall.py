@@ -224,10 +224,10 @@ class SQLiteRecallConfig(SQLiteConfig):
     stopwords: str = attrs.field(default="english", validator=_stopwords_name)
     min_relevance: float = attrs.field(default=0.3, validator=_share)
     min_similarity: float = attrs.field(default=0.3, validator=_similarity)
-    max_vector_scan: int = attrs.field(default=2000, validator=bounded_count(ceiling=1_000_000))
+    max_vector_scan: int = attrs.field(default=500, validator=bounded_count(ceiling=1_000_000))
     hybrid_depth: int = attrs.field(default=50, validator=bounded_count(ceiling=10_000))
-    vector_weight: float = attrs.field(default=1.0, validator=_share)
-    fusion_k: int = attrs.field(default=60, validator=bounded_count(minimum=0, ceiling=10_000))
+    vector_weight: float = attrs.field(default=0.5, validator=_share)
+    fusion_k: int = attrs.field(default=20, validator=bounded_count(minimum=0, ceiling=10_000))
 
 
 def _utf8(text: str, what: str) -> int:

