@@ -262,6 +262,9 @@ async def test_a_config_with_an_embedder_builds_a_hybrid_runtime(tmp_path: Path)
         assert runtime.hybrid is not None
         assert runtime.hybrid.limits == EmbeddingLimits(max_batch=4, timeout_s=2.5)
         assert runtime.hybrid.model.model == "agentium-hashing-v1"
+        # `agentium check --probe` shows the embedder's health with the other adapters'.
+        probed = dict(await runtime.probe())
+        assert probed["embedder"] == "ok: hashing embedder ok: agentium-hashing-v1/256"
 
 
 # ---------------------------------------------------------------- end to end

@@ -560,6 +560,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         """
         roles: dict[str, Any] = {"archive": self.archive, "session_store": self.session_store}
         roles.update(recall=self.recall, verifier=self.verifier, provider=self.provider)
+        roles["embedder"] = self.hybrid.embedder if self.hybrid is not None else None
         adapters = [(role, adapter) for role, adapter in roles.items() if adapter is not None]
         async with self._admission.admit_shared(None, "probe") as ticket:
             return await probe_adapters(ticket, adapters)

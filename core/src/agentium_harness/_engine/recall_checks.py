@@ -1,0 +1,179 @@
+"""What the engine checks on everything a recall store's discover and read return (R10, R13, R17).
+
+Split from :mod:`.recall` (the round itself): each check takes the round's
+running counters (:class:`RoundState`), drops whatever breaks a bound, the
+scope or the request whole, records why as a contract violation, and
+raises :class:`Failed` when the answer as a whole is nonsense.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from .._history import estimate_tokens
+from .._ports.recall import Candidate, Excerpt, RecallLimits, SourceRef, source_owner
+from .._scope import Scope
+from .._validators import lone_surrogate_at
+from .recall_items import candidate_fault, excerpt_fault, visible
+
+__all__ = ["Failed", "RoundState", "checked_candidates", "checked_excerpts", "same_candidates"]
+
+
+class Failed(Exception):
+    """Recall failed as a whole (the store raised, timed out or returned nonsense)."""
+
+
+class RoundState(Protocol):
+    """The counters of one recall round the checks read and advance (see ``recall._Round``)."""
+
+    limits: RecallLimits
+    candidates: int
+    discovery_bytes: int
+    source_bytes: int
+    tokens: int
+    violations: list[str]
+    problems: list[str]
+    notes: list[str]
+    #: Which source ids the session's view hides (retracted or cleared), or ``None``.
+    hidden: Callable[[str], bool] | None
+
+    def violation(self, what: str) -> None:
+        """Record a contract violation (it also makes the round partial)."""
+
+
+def checked_candidates(raw: object, state: RoundState, scope: Scope) -> list[Candidate]:
+    """The candidates that pass every check, in order; the rest dropped as violations."""
+    limits = state.limits
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise Failed(f"recall discover returned {type(raw).__name__}, not a sequence of candidates")
+    left = limits.max_candidates - state.candidates
+    kept: list[Candidate] = []
+    seen: set[str] = set()
+    for item in raw:
+        fault = candidate_fault(item)
+        if fault is not None:
+            state.violation(f"discover returned {fault}; dropped")
+            continue
+        assert isinstance(item, Candidate)
+        sid = item.ref.source_id
+        encoded = source_owner(sid)
+        if encoded is None:
+            state.violation(
+                f"discover returned {sid!r}, which is not a recall source id "
+                "(document_source_id or group_source_id); dropped"
+            )
+            continue
+        if encoded != item.owner:
+            # A store that mislabels the owner could otherwise pass another
+            # tenant's source off as visible: the id is what it indexed under.
+            state.violation(
+                f"discover returned {sid!r} declaring an owner other than the one its id encodes; dropped"
+            )
+            continue
+        if not visible(item.owner, scope):
+            state.violation(f"discover returned {sid!r} from outside the run's scope; dropped")
+            continue
+        if state.hidden is not None and state.hidden(sid):
+            state.notes.append(f"source {sid} left out: retracted or cleared from the session's view")
+            continue
+        if len(kept) >= left:
+            state.violation(
+                f"discover returned more than the {left} candidates left of "
+                f"max_candidates={limits.max_candidates}; {sid!r} dropped"
+            )
+            continue
+        if sid in seen:
+            state.violation(f"discover returned {sid!r} twice; the repeat was dropped")
+            continue
+        cost = item.discovery_bytes
+        if state.discovery_bytes + cost > limits.max_discovery_bytes:
+            state.violation(
+                f"discover exceeded max_discovery_bytes={limits.max_discovery_bytes}; {sid!r} dropped"
+            )
+            continue
+        state.discovery_bytes += cost
+        seen.add(sid)
+        kept.append(item)
+    state.candidates += len(kept)
+    return kept
+
+
+def same_candidates(ranked: object, candidates: list[Candidate], state: RoundState) -> list[Candidate]:
+    """The ranker's order, holding only candidates it was given, each once."""
+    if isinstance(ranked, str | bytes) or not isinstance(ranked, Sequence):
+        raise Failed(f"ranking returned {type(ranked).__name__}, not a sequence")
+    allowed = {id(c) for c in candidates}
+    out: list[Candidate] = []
+    used: set[int] = set()
+    for c in ranked:
+        if id(c) not in allowed or id(c) in used:
+            state.problems.append("ranking returned a candidate it was not given (or twice); dropped")
+            continue
+        used.add(id(c))
+        out.append(c)
+    return out
+
+
+def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[Candidate]) -> list[Excerpt]:
+    """The excerpts that pass every check, in the ranker's order; the rest dropped as violations."""
+    limits = state.limits
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise Failed(f"recall read returned {type(raw).__name__}, not a sequence of excerpts")
+    wanted = {c.ref: c for c in asked}
+    got: dict[SourceRef, Excerpt] = {}
+    for item in raw:
+        fault = excerpt_fault(item)
+        if fault is not None:
+            state.violation(f"read returned {fault}; dropped")
+            continue
+        assert isinstance(item, Excerpt)
+        sid = item.ref.source_id
+        if any(
+            not isinstance(t, str) or lone_surrogate_at(t) is not None
+            for t in (item.text, sid, item.ref.revision)
+        ):
+            # It could never be rendered, stored or hashed: refused before it reaches the request.
+            state.violation(
+                f"read returned {sid!r} with text that is not valid Unicode (a lone surrogate); dropped"
+            )
+            continue
+        candidate = wanted.get(item.ref)
+        if not visible(item.owner, scope):
+            state.violation(f"read returned {sid!r} from outside the run's scope; dropped")
+            continue
+        if candidate is None:
+            state.violation(
+                f"read returned {sid!r} at revision {item.ref.revision!r}, which was not asked for; dropped"
+            )
+            continue
+        if item.owner != candidate.owner:
+            state.violation(f"read returned {sid!r} with another owner than discovery reported; dropped")
+            continue
+        if item.ref in got:
+            state.violation(f"read returned {sid!r} twice; the repeat was dropped")
+            continue
+        size = len(item.text.encode("utf-8", "surrogatepass"))
+        if size > limits.max_excerpt_bytes:
+            state.violation(
+                f"read returned {size} bytes for {sid!r}, "
+                f"over max_excerpt_bytes={limits.max_excerpt_bytes}; dropped"
+            )
+            continue
+        if state.source_bytes + size > limits.max_source_bytes:
+            state.violation(f"read exceeded max_source_bytes={limits.max_source_bytes}; {sid!r} dropped")
+            continue
+        tokens = estimate_tokens(item.text)
+        if state.tokens + tokens > limits.max_evidence_tokens:
+            state.violation(
+                f"read exceeded max_evidence_tokens={limits.max_evidence_tokens}; {sid!r} dropped"
+            )
+            continue
+        state.source_bytes += size
+        state.tokens += tokens
+        got[item.ref] = item
+    for candidate in asked:
+        if candidate.ref not in got and not any(candidate.ref.source_id in v for v in state.violations):
+            state.problems.append(f"source {candidate.ref.source_id} was discovered but not read")
+    # Rank order is the ranker's, whatever order the store answered in.
+    return [got[c.ref] for c in asked if c.ref in got]
