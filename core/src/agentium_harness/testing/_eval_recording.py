@@ -77,6 +77,15 @@ class _ProbeSession(RecallSession):
             self._recorder.candidates.extend(found)
         return found
 
+    async def discover_hybrid(
+        self, query: str, vector: Any, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        """The real session's hybrid candidates, unchanged."""
+        found = await self._inner.discover_hybrid(query, vector, max_candidates, ctx)
+        if self._recorder.active and isinstance(found, list | tuple):
+            self._recorder.candidates.extend(found)
+        return found
+
     async def read(
         self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
     ) -> Sequence[Excerpt]:
@@ -134,6 +143,16 @@ class _ProbeRecall(RecallStore):
     async def index_groups(self, key: SessionKey, groups: Any, receipts: Any, ctx: OpContext) -> int:
         """Index archived groups on the real store."""
         return await self._inner.index_groups(key, groups, receipts, ctx)
+
+    async def index_vectors(self, vectors: Any, ctx: OpContext) -> int:
+        """Store vectors on the real store."""
+        return await self._inner.index_vectors(vectors, ctx)
+
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[int] | None:
+        """What the real store lacks of the archive (the engine's catch-up asks)."""
+        return await self._inner.unindexed_groups(key, end_seq, max_groups, ctx)
 
     async def health(self, ctx: OpContext) -> str:
         """The real store's health check."""
