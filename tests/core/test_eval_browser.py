@@ -1,4 +1,8 @@
-"""The HTML report opened in real headless Chromium: every grader's chart renders (R34).
+"""The HTML report opened in real headless Chromium: charts, the difference, failures per case.
+
+With ``--compare`` the page the browser builds shows each grader's difference
+(the JSON's ``comparison``), keeps absent grades out of the bars, and groups
+grader failures per case.
 
 Needs Debian's ``chromium`` (``core/ci/install-chromium.sh``). With
 ``AGENTIUM_REQUIRE_CHROMIUM=1`` (set in CI) a missing browser fails the test;
@@ -7,7 +11,10 @@ elsewhere it is skipped with that reason.
 
 from __future__ import annotations
 
+import html
+import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -102,7 +109,7 @@ def _near(pixel: tuple[int, int, int], colour: tuple[int, int, int]) -> bool:
 def test_the_report_renders_its_charts_in_headless_chromium(tmp_path: Path) -> None:
     binary = _chromium()
     abstains = {"id": "asks", "probe": "Who won the chess tournament?", "expect": {"abstain": True}}
-    cases = write_cases(tmp_path / "cases.jsonl", [FACT_CASE, abstains])
+    cases = write_cases(tmp_path / "cases.jsonl", [FACT_CASE, {**FACT_CASE, "id": "fact-2"}, abstains])
     out = tmp_path / "report"
     assert main(["eval", str(RECALL_ON), str(cases), "--compare", str(RECALL_OFF), "--out", str(out)]) == 0
     page = (out / "report.html").resolve()
@@ -115,6 +122,9 @@ def test_the_report_renders_its_charts_in_headless_chromium(tmp_path: Path) -> N
     assert dom.stdout.count("<svg") == graders, dom.stdout[:2000]
     assert dom.stdout.count('class="bar pass"') >= 1 and dom.stdout.count('class="bar fail"') >= 1
     assert "does not prove live-model quality" in dom.stdout
+    _check_the_difference_absent_lanes_and_case_groups(
+        dom.stdout, json.loads((out / "report.json").read_text())
+    )
 
     shot = tmp_path / "shot.png"
     done = _run_chromium(
@@ -126,3 +136,48 @@ def test_the_report_renders_its_charts_in_headless_chromium(tmp_path: Path) -> N
     # Bars were painted: pass green and fail red pixels exist on the white page.
     assert sum(_near(p, PASS_GREEN) for p in pixels) > 500
     assert sum(_near(p, FAIL_RED) for p in pixels) > 500
+
+
+def _check_the_difference_absent_lanes_and_case_groups(dom: str, report: dict[str, object]) -> None:
+    comparison = report["comparison"]
+    assert isinstance(comparison, dict)
+    graders: dict[str, dict[str, float | None]] = comparison["graders"]
+    # The difference table: one row per grader, its delta the JSON's, shown in percentage points.
+    table = re.search(r'<table class="comparison">(.*?)</table>', dom, re.S)
+    assert table, dom[:2000]
+    rows = dict(re.findall(r'<tr data-grader="([^"]+)">(.*?)</tr>', table.group(1), re.S))
+    assert set(rows) == set(graders)
+    changed = 0
+    for name, row in graders.items():
+        delta = row["delta"]
+        if delta is None:
+            assert "n/a" in rows[name] and "data-delta" not in rows[name]
+            continue
+        assert f'data-delta="{delta}"' in rows[name]
+        points = 100 * delta
+        if abs(points) >= 0.05:
+            changed += 1
+            assert f"{round(points, 1):+g} pts" in rows[name], (name, rows[name])
+    assert changed >= 1  # recall on against recall off: the evidence graders differ
+    # Each chart repeats its grader's difference.
+    charts = dict(re.findall(r'<svg class="chart" data-grader="([^"]+)"(.*?)</svg>', dom, re.S))
+    for name in graders:
+        assert "difference:" in charts[name]
+    # Absent grades sit in their own lane, never inside a bar.
+    assert 'class="bar absent"' not in dom
+    for run in report["runs"]:  # type: ignore[attr-defined]
+        for name, score in run["scores"].items():
+            lanes = re.findall(r'<rect class="lane absent"[^>]*><title>absent: (\d+)</title>', charts[name])
+            if score["absent"]:
+                assert str(score["absent"]) in lanes, (name, run["label"], lanes)
+    # Grader failures, grouped per case: one section per case with a failed grade, its probe once.
+    failing = {
+        case["id"]: case["probe"]
+        for run in report["runs"]  # type: ignore[attr-defined]
+        for case in run["cases"]
+        if any(g["status"] == "fail" for g in case["grades"].values())
+    }
+    sections = re.findall(r'<section class="case-failures" data-case="([^"]+)">(.*?)</section>', dom, re.S)
+    assert sorted(case for case, _ in sections) == sorted(failing) and len(failing) >= 2
+    for case, body in sections:
+        assert body.count('<pre class="probe">') == 1 and html.escape(failing[case], quote=False) in body
