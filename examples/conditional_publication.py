@@ -1,4 +1,4 @@
-"""Conditional publication (R25): commit a run only while the sources it used are still current.
+"""Conditional publication: commit a run only while the sources it used are still current.
 
 The runtime validates recalled sources before the model call and again
 before the session commit. A document can still change in the instant

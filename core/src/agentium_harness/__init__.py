@@ -5,8 +5,10 @@ This module is the public API for hosts: build a runtime
 config file (:func:`load_config`, :func:`parse_config`), run turns, read the
 results, and catch the errors, all from here. Adapter authors import from
 :mod:`agentium_harness.plugin_api`; test helpers and contract suites come from
-:mod:`agentium_harness.testing`. Every other module is an implementation
-detail and may change without notice. See ``docs/api.md`` for the reference.
+:mod:`agentium_harness.testing`; evaluation from :mod:`agentium_harness.eval`;
+the built-in adapters from the modules of :mod:`agentium_harness.adapters`.
+Every module whose name starts with ``_`` is an implementation detail and may
+change without notice. See ``docs/api.md`` for the reference.
 """
 
 from __future__ import annotations

@@ -504,7 +504,7 @@ class SessionStore:
         Declared by ``joint_archive_commit``, and called only when
         :meth:`shares_transactions_with` is True for ``archive``. Returns the
         new revision and one receipt per group, as ``save`` and
-        ``HistoryArchive.append`` would. It must keep R3: no outcome may store
+        ``HistoryArchive.append`` would. It must never store
         the snapshot without the groups.
 
         Call ``ctx.raise_if_expired("session commit with archive")`` before
