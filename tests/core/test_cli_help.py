@@ -8,6 +8,7 @@ the top of ``docs/cli.md`` is generated from each subcommand's usage (what
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -78,3 +79,79 @@ def test_the_synopsis_names_every_core_command_and_option() -> None:
             for flag in action.option_strings:
                 if flag.startswith("--") and flag != "--help":
                     assert flag in synopsis, f"{flag} of agentium {' '.join(path)} is not in the synopsis"
+
+
+# ------------------------------------------------------------------ samples in docs/cli.md
+
+CLI_MD = ROOT / "docs" / "cli.md"
+
+
+def _blocks(language: str) -> list[str]:
+    """The bodies of the ``language`` fenced blocks of docs/cli.md, in order."""
+    return re.findall(rf"^```{language}\n(.*?)^```$", CLI_MD.read_text("utf-8"), re.M | re.S)
+
+
+def _core_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The samples show a machine with only agentium-harness installed.
+    monkeypatch.setenv("AGENTIUM_PLUGINS", "agentium-harness")
+    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
+    monkeypatch.chdir(ROOT)
+
+
+@pytest.mark.parametrize("config", ["examples/agentium.toml", "examples/broken.toml"])
+def test_the_check_samples_are_what_check_prints(
+    config: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _core_only(monkeypatch)
+    [sample] = [b for b in _blocks("text") if b.startswith("$ agentium check examples/agentium.toml")]
+    shown = sample.split(f"$ agentium check {config}\n", 1)[1].split("\n\n$ ", 1)[0].rstrip("\n")
+    main(["check", config])
+    out, err = capsys.readouterr()
+    assert shown == (out + err).rstrip("\n")
+
+
+def test_the_check_json_sample_is_a_part_of_what_check_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _core_only(monkeypatch)
+    [sample] = [json.loads(b) for b in _blocks("json") if '"config": "examples/broken.toml"' in b]
+    main(["check", "--json", "examples/broken.toml"])
+    real = json.loads(capsys.readouterr().out)
+    assert (
+        set(sample) == set(real) and sample["config"] == real["config"] and sample["valid"] is real["valid"]
+    )
+    messages = {e["path"]: e["message"] for e in real["errors"]}
+    for error in sample["errors"]:
+        assert messages[error["path"]].startswith(error["message"].removesuffix("..."))
+
+
+def test_the_plugins_samples_are_what_plugins_prints(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _core_only(monkeypatch)
+    main(["plugins"])
+    text = capsys.readouterr().out.splitlines()
+    [sample] = [b for b in _blocks("text") if b.startswith("$ agentium plugins")]
+    core_lines = sample.split("\n\nproblems:", 1)[0].splitlines()[1:]
+    for line in core_lines:
+        if line.strip() != "...":
+            assert line in text, f"docs/cli.md shows {line!r}; agentium plugins prints no such line"
+    main(["plugins", "--json"])
+    real = json.loads(capsys.readouterr().out)
+    [shown] = [json.loads(b) for b in _blocks("json") if '"plugins": [' in b]
+    assert set(shown) == set(real)
+    [core] = real["plugins"]
+    [shown_core] = shown["plugins"]
+    assert set(shown_core) == set(core) and shown_core["kinds"] == core["kinds"]
+    assert shown_core["modules"] == core["modules"]
+    assert [h for h in shown_core["hooks"] if h != "..."] == [
+        h for h in core["hooks"] if h in shown_core["hooks"]
+    ]
+    adapters = {(a["kind"], a["name"]): a for a in core["adapters"]}
+    for adapter in shown_core["adapters"]:
+        actual = adapters[(adapter["kind"], adapter["name"])]
+        for key, value in adapter.items():
+            if key != "...":
+                assert value == actual[key], (adapter["name"], key)
+    skipped_keys = {"distribution", "version", "entry_point", "reason"}
+    assert all(set(s) == skipped_keys for s in shown["skipped"])

@@ -21,6 +21,7 @@ __all__ = ["KNOWN_PLUGINS", "LOAD_FAILURE_STAGES", "missing_message"]
 KNOWN_PLUGINS: Mapping[tuple[str, str], str] = {
     ("archive", "postgres"): "agentium-postgres",
     ("archive", "s3"): "agentium-archive-s3",
+    ("embedder", "minilm"): "agentium-embedder-minilm",
     ("embedder", "openai"): "agentium-provider-openai",
     ("memory", "postgres"): "agentium-postgres",
     ("provider", "openai"): "agentium-provider-openai",
