@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from recall import SEED, TextGenerator, _groups, queries
 
 from agentium_harness import OpContext, RecallLimits, Scope
-from agentium_harness.adapters import _sqlite_recall_vectors as vectors_module
+from agentium_harness.adapters import _vectors as vectors_module
 from agentium_harness.adapters.embedders import HashingEmbedder, HashingEmbedderConfig
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import (

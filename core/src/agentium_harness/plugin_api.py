@@ -187,7 +187,9 @@ from ._validators import (
     check_count,
     check_duration,
 )
-from .adapters._excerpts import MAX_QUERY_TERMS, make_excerpt, query_terms
+from .adapters._excerpts import MAX_QUERY_TERMS, content_terms, make_excerpt, query_terms
+from .adapters._stopwords import ENGLISH_STOPWORDS
+from .adapters._vectors import cosine_scores
 from .adapters.threaded import ThreadBoundAdapter
 
 __all__ = [
@@ -209,6 +211,9 @@ __all__ = [
     "group_sessions",
     "snapshot_erasure",
     "MAX_QUERY_TERMS",
+    "ENGLISH_STOPWORDS",
+    "content_terms",
+    "cosine_scores",
     "make_excerpt",
     "query_terms",
     "QueryInput",

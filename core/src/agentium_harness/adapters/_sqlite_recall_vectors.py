@@ -33,12 +33,8 @@ Hybrid discovery (:func:`hybrid_rows`), in one read transaction:
 
 from __future__ import annotations
 
-import functools
-import importlib
 import math
-import operator
 import sqlite3
-from array import array
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -47,6 +43,7 @@ from .._ports.embedder import EmbeddingModel, Vector
 from .._ports.recall import SourceVector, reciprocal_rank_fusion
 from .._scope import Scope
 from ._sqlite_recall_sql import OWNER_COLUMNS, SCOPE_FILTER, ranked_in_transaction, scope_params
+from ._vectors import cosine_scores
 
 __all__ = [
     "MODEL_KEY",
@@ -118,44 +115,6 @@ def write_vectors(
         conn.execute("INSERT OR REPLACE INTO recall_vectors (id, vector) VALUES (?, ?)", (row[0], blob))
         stored += 1
     return stored
-
-
-@functools.cache
-def _numpy() -> Any:
-    """NumPy if it is installed (the offline embedder brings it), else ``None``: scoring falls back."""
-    try:
-        return importlib.import_module("numpy")
-    except ImportError:  # pragma: no cover - exercised where NumPy is absent
-        return None
-
-
-def cosine_scores(query: Vector, blobs: Sequence[bytes]) -> list[float]:
-    """The dot product of ``query`` with each stored unit vector (their cosine similarity).
-
-    A blob of the wrong size (a damaged row) scores ``-inf`` and so is never
-    returned. NumPy scores a few thousand 384-value vectors in about a
-    millisecond; plain Python takes tens of milliseconds (see docs/recall.md).
-    """
-    size = 4 * query.model.dimension
-    np = _numpy()
-    good = [i for i, b in enumerate(blobs) if isinstance(b, bytes) and len(b) == size]
-    scores = [-math.inf] * len(blobs)
-    if not good:
-        return scores
-    if np is not None:
-        matrix = np.frombuffer(b"".join(blobs[i] for i in good), dtype="<f4").reshape(len(good), -1)
-        values = matrix @ np.asarray(query.values, dtype=np.float32)
-        for i, value in zip(good, values.tolist(), strict=True):
-            scores[i] = float(value) if math.isfinite(value) else -math.inf
-        return scores
-    q = array("f", query.values)
-    mul = operator.mul
-    for i in good:
-        v = array("f")
-        v.frombytes(blobs[i])
-        value = sum(map(mul, q, v))
-        scores[i] = value if math.isfinite(value) else -math.inf
-    return scores
 
 
 _ROW: Final = f"s.source_id, s.revision, s.title, s.size_bytes, {OWNER_COLUMNS}, s.id"

@@ -227,6 +227,9 @@ def _render_module(module: ModuleType, audience: str, seen: dict[int, str], out:
             out += [f"### `{prefix}{name}{_signature(obj)}`", "", _doc(obj), ""]
         elif callable(obj):
             out += [f"### `{name}`", "", _doc(obj) or f"A {type(obj).__name__}.", ""]
+        elif isinstance(obj, frozenset):
+            # A set's repr follows string hashing, which changes per process: list it sorted.
+            out += [f"### `{name}`", "", f"Constant: a frozenset of {len(obj)}: `{sorted(obj)!r}`.", ""]
         else:
             out += [f"### `{name}`", "", f"Constant: `{obj!r}`.", ""]
     if errors:
