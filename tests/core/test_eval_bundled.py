@@ -62,6 +62,15 @@ def test_scores_have_valid_denominators_and_absent_is_never_a_pass(bundled) -> N
                 assert case["output"] is not None and case["trace"] is not None
 
 
+def test_docs_eval_md_shows_the_scores_the_bundled_set_gets(bundled) -> None:  # type: ignore[no-untyped-def]
+    _, summary, _ = bundled
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "eval.md").read_text(encoding="utf-8")
+    shown = doc.split("```text\n  grader", 1)[1].split("```", 1)[0]
+    lines = {line.rstrip() for line in summary.splitlines()}
+    stale = [line for line in ("  grader" + shown).splitlines() if line.rstrip() not in lines]
+    assert stale == [], "docs/eval.md shows scores the bundled set no longer gets:\n" + summary
+
+
 def test_every_report_states_contracts_not_quality(bundled) -> None:  # type: ignore[no-untyped-def]
     report, summary, out = bundled
     statement = "does not prove live-model quality"
