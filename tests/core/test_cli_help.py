@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -155,3 +156,48 @@ def test_the_plugins_samples_are_what_plugins_prints(
                 assert value == actual[key], (adapter["name"], key)
     skipped_keys = {"distribution", "version", "entry_point", "reason"}
     assert all(set(s) == skipped_keys for s in shown["skipped"])
+
+
+# ------------------------------------------------------------------ commands the docs show
+
+#: ``agentium <words>`` at a line start, after a backquote, a ``$ `` prompt or a table bar.
+DOC_COMMAND = re.compile(r"(?:^|`|\$ |\| )agentium ((?:[a-z][a-z-]*)(?: [^`\n|#]*)?)")
+
+
+def _doc_files() -> list[Path]:
+    docs = [p for p in (ROOT / "docs").rglob("*.md") if p.name not in ("api.md", "contracts.md")]
+    readmes = [*ROOT.glob("plugins/**/README.md"), *ROOT.glob("integrations/**/README.md")]
+    return sorted([*docs, ROOT / "README.md", ROOT / "CONTRIBUTING.md", *readmes])
+
+
+def _resolve(words: list[str], parser: Any) -> tuple[Any, tuple[str, ...]]:
+    path: tuple[str, ...] = ()
+    for word in words:
+        subs = dict(command_paths(parser))
+        child = next((p for q, p in subs.items() if q == (word,)), None)
+        if child is None:
+            break
+        parser, path = child, (*path, word)
+    return parser, path
+
+
+def test_every_command_the_docs_show_exists_with_its_options() -> None:
+    problems, seen = [], 0
+    full = build_parser(plugin_commands(["(a plugin command)"]))
+    for doc in _doc_files():
+        for n, line in enumerate(doc.read_text("utf-8").splitlines(), 1):
+            for match in DOC_COMMAND.finditer(line):
+                seen += 1
+                words = match.group(1).split()
+                parser, path = _resolve(words, full)
+                where = f"{doc.relative_to(ROOT)}:{n}"
+                if not path:
+                    problems.append(f"{where}: no command agentium {words[0]}")
+                    continue
+                options = {o for action in parser._actions for o in action.option_strings}
+                for word in words[len(path) :]:
+                    flag = word.strip("`.,;:()[]").split("=")[0]
+                    if flag.startswith("--") and flag not in options:
+                        problems.append(f"{where}: agentium {' '.join(path)} has no {flag}")
+    assert seen > 100  # the scan finds the commands
+    assert problems == [], "\n".join(problems)
