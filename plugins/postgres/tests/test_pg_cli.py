@@ -24,14 +24,13 @@ KINDS = ("archive", "session_store")
 
 
 def _config(tmp_path: Path, dsn: str, schema: str) -> Path:
-    sections = "".join(
-        f'\n[{kind}]\nplugin = "postgres"\n\n[{kind}.options]\ndsn = "${{TEST_PG_DSN}}"\n'
-        f'schema = "{schema}"\n'
-        for kind in KINDS
-    )
+    # The connection is written once, in [plugins.postgres], for every section (as the README shows).
+    shared = f'\n[plugins.postgres]\ndsn = "${{TEST_PG_DSN}}"\nschema = "{schema}"\n'
+    sections = "".join(f'\n[{kind}]\nplugin = "postgres"\n' for kind in KINDS)
     path = tmp_path / "agentium.toml"
     path.write_text(
         '[provider]\nplugin = "scripted"\n\n[provider.options]\nresponses = ["Noted."]\ncycle = true\n'
+        + shared
         + sections
     )
     return path
