@@ -136,3 +136,12 @@ def test_the_engine_layout_in_runtime_md_names_every_engine_module() -> None:
     }
     assert sorted(present - listed) == [], "docs/runtime.md's engine table leaves these out"
     assert sorted(listed - present) == [], "docs/runtime.md's engine table names modules that do not exist"
+
+
+def test_the_case_sample_in_eval_md_is_a_valid_case() -> None:
+    from agentium_harness.eval import parse_cases
+
+    text = (ROOT / "docs" / "eval.md").read_text("utf-8")
+    [sample] = re.findall(r"^```json\n(.*?)^```$", text, re.M | re.S)
+    [case] = parse_cases(" ".join(sample.split("\n")) + "\n", file="docs/eval.md")
+    assert case.id == "stated-evicted-01" and case.probe == "What is my locker number?"
