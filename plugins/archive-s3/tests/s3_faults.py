@@ -1,4 +1,4 @@
-"""botocore event hooks that answer requests with injected S3 errors (503, 409, throttling).
+"""botocore event hooks that answer requests with injected S3 errors (503, 409, throttling, 403).
 
 A ``before-send`` handler that returns a response makes botocore use it
 instead of sending the request: the server never sees those attempts. The
@@ -16,6 +16,7 @@ _BODIES = {
     503: ("SlowDown", "Please reduce your request rate."),
     409: ("ConditionalRequestConflict", "A conflicting conditional operation is in progress."),
     400: ("ThrottlingException", "Rate exceeded"),
+    403: ("AccessDenied", "Access Denied"),
 }
 
 

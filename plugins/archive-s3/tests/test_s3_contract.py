@@ -12,7 +12,7 @@ from s3_servers import S3Server
 from agentium_archive_s3 import S3Archive, S3Config, S3SessionStore
 from agentium_archive_s3.keys import archive_key, session_object_key
 from agentium_harness.plugin_api import SessionKey
-from agentium_harness.testing import ArchiveContract, CorruptStored, SessionStoreContract
+from agentium_harness.testing import ArchiveContract, CorruptStored, RawStorage, SessionStoreContract
 
 Transform = Callable[[bytes], bytes]
 
@@ -25,6 +25,17 @@ def _rewrite(admin: Any, object_key: str, transform: Transform) -> None:
         raise LookupError(f"no object {object_key!r}") from None
     data = reply["Body"].read()
     admin.put_object(Bucket=BUCKET, Key=object_key, Body=transform(data), Metadata=reply.get("Metadata", {}))
+
+
+def every_version(admin: Any, prefix: str, bucket: str = BUCKET) -> bytes:
+    """Every key below ``prefix`` and the bytes of every version of it the server keeps."""
+    out: list[bytes] = []
+    for page in admin.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Versions", []):
+            out.append(item["Key"].encode())
+            body = admin.get_object(Bucket=bucket, Key=item["Key"], VersionId=item["VersionId"])["Body"]
+            out.append(body.read())
+    return b"\n".join(out)
 
 
 class TestS3Archive(ArchiveContract):
@@ -47,6 +58,10 @@ class TestS3Archive(ArchiveContract):
 
         return corrupt
 
+    @pytest.fixture
+    def raw_storage(self, config: S3Config, admin: Any) -> RawStorage:
+        return lambda: every_version(admin, config.prefix + "/")
+
 
 class TestS3SessionStore(SessionStoreContract):
     """Runs once per server flavour."""
@@ -67,6 +82,10 @@ class TestS3SessionStore(SessionStoreContract):
             _rewrite(admin, session_object_key(config.prefix, key), transform)
 
         return corrupt
+
+    @pytest.fixture
+    def raw_storage(self, config: S3Config, admin: Any) -> RawStorage:
+        return lambda: every_version(admin, config.prefix + "/")
 
 
 def test_server_flavours_are_real(server: S3Server) -> None:

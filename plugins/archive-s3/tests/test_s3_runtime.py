@@ -21,7 +21,11 @@ from s3_servers import S3Server
 
 from agentium_archive_s3 import S3Archive, S3Config, S3SessionStore
 from agentium_harness import (
+    EraseTarget,
+    ErasureState,
+    OperatorAttestation,
     ResidentLimits,
+    RetentionPolicy,
     RuntimeLimits,
     SessionKey,
     VerifiedIdentity,
@@ -29,7 +33,7 @@ from agentium_harness import (
     load_runtime,
 )
 from agentium_harness.adapters.providers import ExtractiveProvider
-from agentium_harness.plugin_api import OpContext, PluginRegistry
+from agentium_harness.plugin_api import OpContext, PhysicalErasure, PluginRegistry
 
 pytestmark = pytest.mark.anyio
 
@@ -246,3 +250,92 @@ async def test_a_config_file_builds_both_adapters_and_the_runtime_closes_their_c
     await runtime.run(ANA, "s1", "hello")
     await runtime.aclose()
     assert archive.link.closed and store.link.closed
+
+
+# -- erasure and retention through a runtime -------------------------------------------------------
+
+
+def _every_version(admin: Any, bucket: str, prefix: str) -> dict[tuple[str, str], bytes]:
+    out: dict[tuple[str, str], bytes] = {}
+    for page in admin.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Versions", []):
+            body = admin.get_object(Bucket=bucket, Key=item["Key"], VersionId=item["VersionId"])["Body"]
+            out[item["Key"], item["VersionId"]] = body.read()
+        for item in page.get("DeleteMarkers", []):
+            out[item["Key"], item["VersionId"]] = b"<delete marker>"
+    return out
+
+
+async def test_an_erasure_through_the_runtime_leaves_no_version_and_a_tombstone(
+    config: S3Config, admin: Any
+) -> None:
+    """The session's groups and every snapshot revision go (on moto the test bucket keeps versions);
+    the neighbour's stay byte for byte."""
+    bucket = config.bucket
+    archive, store = S3Archive(config), S3SessionStore(config)
+    runtime = _runtime(archive, store)
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 7")
+    secret, kept = "qzebraerased7741", "qkeptneighbour3318"
+    try:
+        for i in range(4):
+            await runtime.run(ANA, "s1", f"Message {i} mentions {secret}.")
+            await runtime.run(ANA, "s2", f"Message {i} mentions {kept}.")
+        everything = _every_version(admin, bucket, config.prefix + "/")
+        assert any(secret.encode() in data for data in everything.values())
+        neighbour = {k: v for k, v in everything.items() if "/s2" in k[0]}
+
+        result = await runtime.erase(
+            EraseTarget.session("acme", "ana", "s1"), reason="data subject request", attestation=operator
+        )
+        tombstone = result.tombstone
+        assert tombstone is not None and tombstone.state is ErasureState.COMPLETE
+        roles = {s.role: s for s in tombstone.stores}
+        assert roles["archive"].physical is PhysicalErasure.REMOVED
+        assert roles["session_store"].physical is PhysicalErasure.REMOVED
+
+        after = _every_version(admin, bucket, config.prefix + "/")
+        assert not any(secret.encode() in data for data in after.values())
+        assert {k: v for k, v in after.items() if "/s2" in k[0]} == neighbour
+        assert not [k for k, _ in after if "/s1" in k]
+        status = await runtime.erasure_status(operator)
+        assert [r.erasure_id for r in status] == [tombstone.erasure_id]
+        assert (await runtime.run(ANA, "s2", "still here")).committed
+    finally:
+        await runtime.aclose()
+
+
+async def test_retention_on_s3_erases_old_groups_and_the_session_reads_and_runs_on(
+    config: S3Config, admin: Any
+) -> None:
+    archive, store = S3Archive(config), S3SessionStore(config)
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        retention=RetentionPolicy(max_archived_groups=2),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"))
+    try:
+        for i in range(6):
+            await runtime.run(ANA, "s1", f"Old message {i} about qharbour{i}x.")
+        result = await runtime.apply_retention(operator)
+        (erasure,) = result.erasures
+        assert erasure.tombstone is not None
+        erased = erasure.tombstone.target.groups
+        assert erased and erased[0].start == 0
+        raw = b"".join(_every_version(admin, config.bucket, f"{config.prefix}/archive/").values())
+        for seq in range(erased[-1].stop):
+            assert f"qharbour{seq}x".encode() not in raw
+        # A fresh adapter (no memory of links) reads from 0 across the erased groups' markers.
+        fresh = S3Archive(config)
+        try:
+            left = [g.seq for g in await fresh.read_groups(KEY, 0, 100, OpContext.with_timeout(20))]
+        finally:
+            await fresh.aclose()
+        assert left and min(left) == erased[-1].stop
+        assert (await runtime.run(ANA, "s1", "and one more")).committed
+        page = await runtime.read_history(ANA, "s1", max_groups=50, view=False)
+        assert page.groups and page.groups[0].seq == erased[-1].stop
+    finally:
+        await runtime.aclose()

@@ -55,40 +55,51 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import anyio
 import attrs
 import botocore.exceptions
 
 from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
     ArchiveCapabilities,
     ArchiveConflictError,
     ArchiveCorruptError,
     ArchiveReceipt,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
     HistoryArchive,
     MessageGroup,
     OpContext,
+    PhysicalErasure,
     RecordDecodeError,
     SessionKey,
     check_archived_group,
+    check_max_items,
+    check_target,
+    count_items,
     digest_bytes,
     from_json,
+    group_sessions,
 )
 
 from .config import S3Config
-from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError
-from .keys import archive_key, archive_prefix, parse_archive_key
+from .erasure import Listed, WriteFence, delete_listed, list_scope, owns, parse_folder, scope_folder
+from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3Error, S3ObjectTooLargeError
+from .keys import MAX_SEQ, archive_key, archive_prefix, archive_root, parse_archive_key
 from .link import S3Client, S3Link, error_code, error_status
 from .probe import run_probe
-
-if TYPE_CHECKING:
-    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 __all__ = ["ForgetReport", "S3Archive"]
 
 #: Metadata key holding the group's digest (``x-amz-meta-agentium-digest``).
 DIGEST_META: Final = "agentium-digest"
+
+#: Metadata key of an erased group's marker (``x-amz-meta-agentium-erased``): an empty object left at
+#: the key of a group a groups erasure (retention, a forgotten fact's sources) removed.
+ERASED_META: Final = "agentium-erased"
 
 #: Metadata key holding the seq of an archived group this group's writer had seen stored
 #: (``x-amz-meta-agentium-after``): a read that reaches that seq without finding it fails closed.
@@ -100,11 +111,12 @@ _KNOWN_SESSIONS: Final = 4096
 _LINK: Final = re.compile(r"0|[1-9][0-9]{0,18}")
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
 _DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
+_STORED_DIGEST: Final = re.compile(r"[A-Za-z0-9:+/=_-]{1,128}")
 
 
 @attrs.frozen(slots=True)
 class ForgetReport:
-    """What :meth:`S3Archive.forget_session` did: objects deleted, and whether any are left."""
+    """What :meth:`S3Archive.forget_session` did: groups deleted, and whether any are left."""
 
     deleted: int
     complete: bool
@@ -112,6 +124,7 @@ class ForgetReport:
 
 @attrs.frozen(slots=True)
 class _Upload:
+    session: SessionKey
     seq: int
     key: str
     data: bytes
@@ -129,7 +142,7 @@ class S3Archive(HistoryArchive):
     """
 
     capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
-        durable=True, idempotent_append=True, bounded_reads=True, health_check=True
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True, erasure=True
     )
 
     def __init__(self, config: S3Config, *, client: S3Client | None = None) -> None:
@@ -137,6 +150,8 @@ class S3Archive(HistoryArchive):
         self._link = S3Link(config, client, family=S3ArchiveError, name="s3 archive")
         # Per session, the highest seq this adapter saw archived (appended or read).
         self._known: OrderedDict[SessionKey, int] = OrderedDict()
+        # Appends in flight per session, and the erasures running (docs: erasure.py).
+        self._fence = WriteFence()
 
     @property
     def config(self) -> S3Config:
@@ -174,6 +189,7 @@ class S3Archive(HistoryArchive):
                 continue
             md5 = hashlib.md5(data, usedforsecurity=False).digest()
             upload = _Upload(
+                session=key,
                 seq=group.seq,
                 key=archive_key(self._config.prefix, key, group.seq),
                 data=data,
@@ -253,7 +269,7 @@ class S3Archive(HistoryArchive):
         listed = await self._link.call(
             ctx, "archive append", lambda s3: self._list(s3, key, after + 1, last - after)
         )
-        return {seq for seq, _ in listed if seq <= last}
+        return {seq for seq, _, _ in listed if seq <= last}
 
     def _remember(self, key: SessionKey, seq: int) -> None:
         """Note that ``seq`` of ``key`` is archived: later groups of the session link to it."""
@@ -267,8 +283,23 @@ class S3Archive(HistoryArchive):
         """Store ``upload`` create-only (worker thread), linked to the archived group ``link``.
 
         Returns True when this call created the object, False when an equal
-        group was already stored.
+        group was already stored. Counted in flight for its session while it
+        runs, and refused while an erase of this adapter covers the group.
         """
+
+        def refuse(target: EraseTarget) -> S3ArchiveError:
+            return S3ArchiveError(
+                f"s3 archive: group {upload.seq} of session {upload.session.key()} was not appended: an "
+                f"erasure of {target.describe()} is running in this adapter; nothing was written",
+                code="Erasing",
+            )
+
+        with self._fence.writing(
+            upload.session, lambda target: target.covers_group(upload.session, upload.seq), refuse
+        ):
+            return self._put_once(s3, upload, link, ctx)
+
+    def _put_once(self, s3: S3Client, upload: _Upload, link: int | None, ctx: OpContext) -> bool:
         metadata = {DIGEST_META: upload.digest}
         if link is not None:
             metadata[LINK_META] = str(link)
@@ -335,6 +366,11 @@ class S3Archive(HistoryArchive):
     def _compare_stored(self, s3: S3Client, upload: _Upload) -> None:
         """The key exists: succeed if it holds these bytes, else raise ``ArchiveConflictError``."""
         data, stored_digest, _ = self._get(s3, upload.key)
+        if not data:
+            raise ArchiveConflictError(
+                f"s3 archive: group {upload.seq} at {upload.key!r} was erased (an erasure left an empty "
+                "marker there); an erased group is never archived again"
+            )
         if digest_bytes(data) == upload.digest and stored_digest == upload.digest:
             return
         raise ArchiveConflictError(
@@ -354,7 +390,12 @@ class S3Archive(HistoryArchive):
     def _get(self, s3: S3Client, object_key: str) -> tuple[bytes, str | None, str | None]:
         """At most ``max_object_bytes`` of one object, its stored digest and link (worker thread)."""
         limit = self._config.max_object_bytes
-        reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
+        try:
+            reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
+        except botocore.exceptions.ClientError as exc:
+            if error_code(exc) == "InvalidRange" or error_status(exc) == 416:
+                return b"", None, None  # an empty object: an erased group's marker
+            raise
         with reply["Body"] as body:
             data = body.read(limit + 1)
         if len(data) > limit:
@@ -381,15 +422,20 @@ class S3Archive(HistoryArchive):
         check_archived_group(key, group, expected_seq=seq, expected_digest=stored)
         return group
 
-    def _list(self, s3: S3Client, key: SessionKey, start_seq: int, limit: int) -> list[tuple[int, str]]:
-        """Up to ``limit`` (seq, key) of the session from ``start_seq``, ascending (worker thread)."""
+    def _list(self, s3: S3Client, key: SessionKey, start_seq: int, limit: int) -> list[tuple[int, str, bool]]:
+        """Up to ``limit`` (seq, key, erased) of the session from ``start_seq``, ascending (worker thread).
+
+        ``erased`` marks an erased group's marker (an empty object): listed, so
+        links to it hold, but not counted in ``limit`` and never fetched.
+        """
         folder = archive_prefix(self._config.prefix, key)
-        found: list[tuple[int, str]] = []
+        found: list[tuple[int, str, bool]] = []
+        groups = 0
         args: dict[str, Any] = {"Bucket": self._config.bucket, "Prefix": folder}
         if start_seq > 0:
             args["StartAfter"] = archive_key(self._config.prefix, key, start_seq - 1)
-        while len(found) < limit:
-            page = s3.list_objects_v2(**args, MaxKeys=min(_LIST_PAGE, limit - len(found)))
+        while groups < limit:
+            page = s3.list_objects_v2(**args, MaxKeys=min(_LIST_PAGE, limit - groups))
             for item in page.get("Contents", []):
                 seq = parse_archive_key(folder, item["Key"])
                 if seq is None:
@@ -403,12 +449,16 @@ class S3Archive(HistoryArchive):
                         f"{self._config.max_object_bytes}; refusing to read it",
                         code="TooLarge",
                     )
-                found.append((seq, item["Key"]))
+                erased = item.get("Size", 0) == 0
+                if not erased and groups == limit:
+                    return found
+                groups += not erased
+                found.append((seq, item["Key"], erased))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 break
             args["ContinuationToken"] = token
-        return found[:limit]
+        return found
 
     async def read_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
@@ -437,12 +487,16 @@ class S3Archive(HistoryArchive):
                 failures.append(exc)
 
         async with anyio.create_task_group() as tg:
-            for seq, object_key in listed:
-                tg.start_soon(one, seq, object_key)
+            for seq, object_key, erased in listed:
+                if not erased:
+                    tg.start_soon(one, seq, object_key)
         if failures:
             raise _first(failures)
-        present = {seq for seq, _ in listed}
-        for seq, object_key in listed:
+        # An erased group's marker keeps its seq present: a group linked to it reads on.
+        present = {seq for seq, _, _ in listed}
+        for seq, object_key, erased in listed:
+            if erased:
+                continue
             link = fetched[seq][1]
             if link is not None and link >= start_seq and link not in present:
                 # The group was written after its writer had seen group ``link`` archived:
@@ -454,49 +508,214 @@ class S3Archive(HistoryArchive):
                 )
         if listed:
             self._remember(key, listed[-1][0])
-        return [fetched[seq][0] for seq, _ in listed]
+        return [fetched[seq][0] for seq, _, erased in listed if not erased]
 
-    # -- forgetting -----------------------------------------------------------------------------
+    # -- erasure -------------------------------------------------------------------------------
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete the target's groups with every version; at most ``max_items`` keys per call.
+
+        A tenant, user or session target deletes every object of its folder.
+        A groups target replaces each group in its ranges with an empty
+        marker (metadata ``agentium-erased``), so the session's later groups,
+        linked to it, still read, and an append of the erased group is refused
+        (create-only); then it deletes the group's versions. Before listing,
+        writes of the scope this adapter still has in flight are waited for,
+        and new ones are refused until the call returns (:mod:`.erasure`).
+        """
+        check_target(target)
+        bound = check_max_items(max_items)
+        ctx.raise_if_expired("archive erase")
+        if dry_run:
+            return await self._erase(target, bound, ctx, dry_run=True)
+        with self._fence.erasing(target) as drain:
+            await _drain(self._config, ctx, drain, target, "archive erase", S3ArchiveError)
+            if not target.groups:
+                for key in [k for k in self._known if owns(target, k)]:
+                    del self._known[key]
+            return await self._erase(target, bound, ctx, dry_run=False)
+
+    async def _erase(self, target: EraseTarget, bound: int, ctx: OpContext, *, dry_run: bool) -> EraseReport:
+        root = archive_root(self._config.prefix)
+        bucket = self._config.bucket
+
+        def listing(s3: S3Client) -> tuple[list[Listed], bool, bool, str]:
+            if not target.groups:
+                folder = scope_folder(root, target)
+                key = target.session_key
+                if key is not None:
+                    folder = archive_prefix(self._config.prefix, key)
+                found = list_scope(s3, bucket, folder, bound)
+                return list(found.keys), found.more, found.versioned, found.versions_note
+            return self._list_ranges(s3, target, bound)
+
+        listed, more, versioned, note = await self._link.call(ctx, "archive erase", listing)
+        rows: list[tuple[SessionKey, int, str]] = []
+        groups: list[tuple[Listed, SessionKey, int]] = []
+        markers = objects = revisions = 0
+        for item in listed:
+            where = _parse_group(root, item.key)
+            revisions += len(item.older)
+            if where is None or item.current is None:
+                objects += 1
+            elif item.size == 0:
+                # An erased group's marker: a whole-scope erase removes it; a groups erase keeps it.
+                markers += 1
+            else:
+                groups.append((item, *where))
+        digests = await self._digests(groups, ctx)
+        for (_, key, seq), digest in zip(groups, digests, strict=True):
+            rows.append((key, seq, digest))
+        physical, detail = (PhysicalErasure.VERSIONS_KEPT, note) if note else (PhysicalErasure.REMOVED, "")
+        if not dry_run:
+            physical, detail = await self._remove(target, listed, groups, versioned, note, ctx)
+        if target.groups:
+            # Markers left by a groups erasure stay (they are listed only when older versions remain).
+            objects += markers
+            markers = 0
+        return EraseReport(
+            count_items(group=len(groups), marker=markers, object=objects, revision=revisions),
+            group_sessions(rows),
+            EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
+            physical,
+            detail,
+        )
+
+    def _list_ranges(
+        self, s3: S3Client, target: EraseTarget, bound: int
+    ) -> tuple[list[Listed], bool, bool, str]:
+        """The groups of a groups target: one listing per seq range (``StartAfter``), markers passed over."""
+        key = target.session_key
+        assert key is not None  # a groups target names its session
+        folder = archive_prefix(self._config.prefix, key)
+        found: list[Listed] = []
+        versioned, note = False, ""
+        for span in target.groups:
+            after = archive_key(self._config.prefix, key, span.start - 1) if span.start > 0 else ""
+            stop_at = min(span.stop, MAX_SEQ + 1)
+
+            def past(object_key: str, stop_at: int = stop_at) -> bool:
+                seq = parse_archive_key(folder, object_key)
+                return seq is not None and seq >= stop_at
+
+            page = list_scope(
+                s3,
+                self._config.bucket,
+                folder,
+                bound - len(found),
+                start_after=after,
+                stop=past,
+                wanted=lambda object_key: parse_archive_key(folder, object_key) is not None,
+                # A marker with no earlier version left: that group is erased already.
+                skip=lambda item: item.current is not None and item.size == 0 and not item.older,
+            )
+            found.extend(page.keys)
+            versioned, note = page.versioned, page.versions_note or note
+            if page.more:
+                return found, True, versioned, note
+            if len(found) >= bound and span is not target.groups[-1]:
+                return found, True, versioned, note
+        return found, False, versioned, note
+
+    async def _digests(self, groups: Sequence[tuple[Listed, SessionKey, int]], ctx: OpContext) -> list[str]:
+        """The stored digest of each group (a HEAD each, concurrently within the limiter); ``""`` if none."""
+        digests = [""] * len(groups)
+        failures: list[BaseException] = []
+
+        def head(s3: S3Client, item: Listed) -> str:
+            args: dict[str, Any] = {"Bucket": self._config.bucket, "Key": item.key}
+            if item.current:
+                args["VersionId"] = item.current
+            try:
+                meta: dict[str, str] = s3.head_object(**args).get("Metadata", {})
+            except botocore.exceptions.ClientError as exc:
+                if error_status(exc) == 404:
+                    return ""  # deleted since the listing
+                raise
+            stored = meta.get(DIGEST_META, "")
+            return stored if _STORED_DIGEST.fullmatch(stored) else ""
+
+        async def one(index: int, item: Listed) -> None:
+            try:
+                digests[index] = await self._link.call(ctx, "archive erase", lambda s3: head(s3, item))
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index, (item, _, _) in enumerate(groups):
+                tg.start_soon(one, index, item)
+        if failures:
+            raise _first(failures)
+        return digests
+
+    async def _remove(
+        self,
+        target: EraseTarget,
+        listed: Sequence[Listed],
+        groups: Sequence[tuple[Listed, SessionKey, int]],
+        versioned: bool,
+        note: str,
+        ctx: OpContext,
+    ) -> tuple[PhysicalErasure, str]:
+        """Delete what was listed; for a groups target, leave a marker at each group's key first."""
+        bucket = self._config.bucket
+        kept = listed
+        if target.groups:
+            # Once a group's marker is written, every listed version of its key is an earlier one;
+            # a marker listed with earlier versions left keeps its current version.
+            replaced = {item.key for item, _, _ in groups}
+            kept = [
+                Listed(
+                    item.key,
+                    None,
+                    0,
+                    (*item.older, item.current or "null") if item.key in replaced else item.older,
+                )
+                for item in listed
+            ]
+
+        def failed(code: str, count: int) -> S3ArchiveError:
+            return S3ArchiveError(
+                f"s3 archive: erasing {target.describe()}: {count} deletion(s) failed ({code}); what was "
+                "deleted stays deleted, call again",
+                code=code,
+            )
+
+        def work(s3: S3Client) -> tuple[PhysicalErasure, str]:
+            for item, _, _ in groups if target.groups else ():
+                ctx.raise_if_expired("archive erase")
+                s3.put_object(Bucket=bucket, Key=item.key, Body=b"", Metadata={ERASED_META: "1"})
+            if target.groups and not versioned:
+                # The markers replaced the groups' bytes; nothing else to delete.
+                return (PhysicalErasure.VERSIONS_KEPT, note) if note else (PhysicalErasure.REMOVED, "")
+            done = delete_listed(
+                s3, bucket, kept, versioned, note, lambda: ctx.raise_if_expired("archive erase"), failed
+            )
+            return done.physical, done.detail
+
+        return await self._link.call(ctx, "archive erase", work)
 
     async def forget_session(
         self, key: SessionKey, ctx: OpContext, *, max_objects: int = 1000
     ) -> ForgetReport:
-        """Delete up to ``max_objects`` archived groups of session ``key``; report what was done.
+        """Delete up to ``max_objects`` archived groups of session ``key``: :meth:`erase` of the session.
 
-        Bounded: one listing page and one ``DeleteObjects`` request per 1000
-        objects. ``complete`` is False when objects are left (call again).
-        This is the host's explicit erasure, outside the append-only port.
+        Kept for callers of earlier versions; erase through the runtime
+        (``HarnessRuntime.erase``, ``agentium erase``) so the erasure is
+        recorded, fenced and verified.
         """
-        ctx.raise_if_expired("archive forget")
-        self._known.pop(key, None)
-        bound = max(0, max_objects)
-        folder = archive_prefix(self._config.prefix, key)
-
-        def work(s3: S3Client) -> ForgetReport:
-            deleted = 0
-            while deleted < bound:
-                ctx.raise_if_expired("archive forget")
-                page = s3.list_objects_v2(
-                    Bucket=self._config.bucket, Prefix=folder, MaxKeys=min(_LIST_PAGE, bound - deleted)
-                )
-                keys: list[ObjectIdentifierTypeDef] = [
-                    {"Key": item["Key"]} for item in page.get("Contents", [])
-                ]
-                if not keys:
-                    return ForgetReport(deleted=deleted, complete=True)
-                reply = s3.delete_objects(Bucket=self._config.bucket, Delete={"Objects": keys, "Quiet": True})
-                errors = reply.get("Errors", [])
-                if errors:
-                    raise S3ArchiveError(
-                        f"s3 archive: forgetting session {key.key()} deleted {deleted} object(s), then "
-                        f"{len(errors)} deletion(s) failed ({errors[0].get('Code', '?')})",
-                        code=str(errors[0].get("Code", "")),
-                    )
-                deleted += len(keys)
-            rest = s3.list_objects_v2(Bucket=self._config.bucket, Prefix=folder, MaxKeys=1)
-            return ForgetReport(deleted=deleted, complete=not rest.get("Contents"))
-
-        return await self._link.call(ctx, "archive forget", work)
+        bound = max(1, max_objects)
+        report = await self.erase(
+            EraseTarget.session(key.tenant, key.user, key.session), ctx, max_items=bound
+        )
+        return ForgetReport(deleted=report.count("group"), complete=report.status is EraseStatus.COMPLETE)
 
     # -- health and lifecycle -------------------------------------------------------------------
 
@@ -507,6 +726,48 @@ class S3Archive(HistoryArchive):
     async def aclose(self) -> None:
         """Close the client this archive created; a lent client is left open. Idempotent."""
         await self._link.aclose()
+
+
+def _parse_group(root: str, object_key: str) -> tuple[SessionKey, int] | None:
+    """The session and seq of an archived group's key below ``root``; ``None`` for any other key."""
+    if not object_key.startswith(root):
+        return None
+    folder, _, name = object_key[len(root) :].rpartition("/")
+    ids = parse_folder(folder, 3)
+    if ids is None:
+        return None
+    try:
+        key = SessionKey(*ids)
+    except ValueError:
+        return None
+    seq = parse_archive_key("", name)
+    return None if seq is None else (key, seq)
+
+
+async def _drain(
+    config: S3Config,
+    ctx: OpContext,
+    drain: Callable[[float], bool],
+    target: EraseTarget,
+    operation: str,
+    family: type[S3Error],
+) -> None:
+    """Wait (in a worker thread, outside the limiter) for the writes of ``target`` still in flight.
+
+    At most half the time ``ctx`` has left, or as long as one request can
+    take; writes still running then fail the erase before it removes anything.
+    """
+    longest = (config.connect_timeout_s + config.read_timeout_s) * config.max_attempts
+    left = ctx.time_left()
+    wait = longest if left is None else min(longest, left / 2)
+    if await anyio.to_thread.run_sync(drain, wait, abandon_on_cancel=True):
+        return
+    raise family(
+        f"{operation} of {target.describe()} stopped before removing anything: a write of that scope by "
+        f"this adapter was still in flight after {wait:.1f}s (a caller gave up on it, and the request may "
+        "still land); call again once it has finished",
+        code="WritesInFlight",
+    )
 
 
 def _where(key: SessionKey, seq: int, object_key: str) -> str:

@@ -27,11 +27,13 @@ __all__ = [
     "MAX_SEQ",
     "archive_key",
     "archive_prefix",
+    "archive_root",
     "parse_archive_key",
     "parse_session_key",
     "probe_key",
     "session_object_key",
     "sessions_prefix",
+    "sessions_root",
 ]
 
 #: The largest ``seq`` a 20-digit key can hold.
@@ -39,6 +41,16 @@ MAX_SEQ: Final = 10**20 - 1
 
 _SEQ_NAME: Final = re.compile(r"([0-9]{20})\.json")
 _SESSION_NAME: Final = re.compile(r"([A-Za-z0-9_%-]+)\.json")
+
+
+def archive_root(prefix: str) -> str:
+    """The folder of every tenant's archived groups, ending in ``/``."""
+    return f"{prefix}/archive/v1/"
+
+
+def sessions_root(prefix: str) -> str:
+    """The folder of every tenant's snapshots, ending in ``/``."""
+    return f"{prefix}/sessions/v1/"
 
 
 def archive_prefix(prefix: str, key: SessionKey) -> str:

@@ -55,8 +55,7 @@ import io
 import logging
 import math
 import re
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
 
 import anyio
@@ -64,8 +63,14 @@ import botocore.exceptions
 
 from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
+    ErasedSession,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
     OpContext,
     OperationCancelledError,
+    PhysicalErasure,
     SessionConflictError,
     SessionKey,
     SessionSnapshot,
@@ -73,13 +78,18 @@ from agentium_harness.plugin_api import (
     SessionStoreCapabilities,
     SnapshotCorruptError,
     StoredSnapshot,
+    check_max_items,
+    check_target,
+    count_items,
     decode_snapshot,
     snapshot_bytes,
+    snapshot_erasure,
     verify_snapshot,
 )
 
-from .archive import _backoff, _unquote
+from .archive import _backoff, _drain, _unquote
 from .config import S3Config
+from .erasure import Listed, ScopeObjects, WriteFence, delete_listed, list_scope, parse_folder, scope_folder
 from .errors import (
     S3ConflictRetriesExhaustedError,
     S3Error,
@@ -87,7 +97,7 @@ from .errors import (
     S3SaveOutcomeUnknownError,
     S3SessionStoreError,
 )
-from .keys import parse_session_key, session_object_key, sessions_prefix
+from .keys import parse_session_key, session_object_key, sessions_prefix, sessions_root
 from .link import S3Client, S3Link, error_code, error_status
 from .probe import run_probe
 
@@ -145,7 +155,7 @@ class S3SessionStore(SessionStore):
     """
 
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
-        compare_and_set=True, durable=True, listing=True, health_check=True
+        compare_and_set=True, durable=True, listing=True, health_check=True, erasure=True
     )
 
     def __init__(self, config: S3Config, *, client: S3Client | None = None) -> None:
@@ -156,9 +166,9 @@ class S3SessionStore(SessionStore):
         # Whether IfMatch is sent quoted (AWS, moto) or unquoted (Ceph RGW); learned on a 412.
         self._quoted_if_match = True
         # Saves running in worker threads, per session: one its caller gave up on (a deadline)
-        # may still land, so a load waits for it rather than report the state from before.
-        self._writing: dict[SessionKey, int] = {}
-        self._writing_lock = threading.Lock()
+        # may still land, so a load waits for it rather than report the state from before, and
+        # an erase waits for it before it lists (docs: erasure.py).
+        self._fence = WriteFence()
 
     @property
     def config(self) -> S3Config:
@@ -228,15 +238,15 @@ class S3SessionStore(SessionStore):
 
     async def _after_saves(self, key: SessionKey, ctx: OpContext) -> None:
         """Wait, within ``ctx``, until no save of ``key`` by this store is still running."""
-        if key not in self._writing:
+        if not self._fence.busy(key):
             return
         left = ctx.time_left()
         with anyio.move_on_after(math.inf if left is None else left):
             # Polled: the writer is a worker thread the caller may have abandoned, with no
             # event loop of its own to signal; this only runs while such a save is in flight.
-            while key in self._writing and not ctx.expired:  # noqa: ASYNC110
+            while self._fence.busy(key) and not ctx.expired:  # noqa: ASYNC110
                 await anyio.sleep(0.02)
-        if key in self._writing:
+        if self._fence.busy(key):
             raise OperationCancelledError(
                 f"session load of {key.key()} stopped: a save of it by this store was still in flight "
                 "(its caller had given up), so what the session holds is not known yet; load it again later",
@@ -274,16 +284,20 @@ class S3SessionStore(SessionStore):
         return revision
 
     def _tracked(self, key: SessionKey, work: Callable[[], str]) -> str:
-        """Run a save's ``work`` (worker thread), counted as in flight for ``key`` until it returns."""
-        with self._writing_lock:
-            self._writing[key] = self._writing.get(key, 0) + 1
-        try:
+        """Run a save's ``work`` (worker thread), counted as in flight for ``key`` until it returns.
+
+        Refused while an erase of this store covers ``key``.
+        """
+
+        def refuse(target: EraseTarget) -> S3SessionStoreError:
+            return S3SessionStoreError(
+                f"s3 session store: session {key.key()} was not saved: an erasure of {target.describe()} "
+                "is running in this store; nothing was written",
+                code="Erasing",
+            )
+
+        with self._fence.writing(key, lambda target: target.covers_session(key), refuse):
             return work()
-        finally:
-            with self._writing_lock:
-                self._writing[key] -= 1
-                if not self._writing[key]:
-                    del self._writing[key]
 
     def _conflict(self, key: SessionKey, expected: int | None, detail: str) -> SessionConflictError:
         wanted = "no snapshot" if expected is None else f"revision {expected}"
@@ -511,6 +525,132 @@ class S3SessionStore(SessionStore):
         listed = sorted(await self._link.call(ctx, "session listing", work))
         return [s for s in listed if after is None or s > after][:limit]
 
+    # -- erasure -------------------------------------------------------------------------------
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete the snapshots of every covered session with every version; at most ``max_items`` keys.
+
+        A groups target removes nothing (snapshots are not archived groups).
+        Each snapshot is read first (bounded), to report its resident groups.
+        Saves of the scope this store still has in flight are waited for
+        before listing, and new ones are refused until the call returns.
+        """
+        check_target(target)
+        bound = check_max_items(max_items)
+        ctx.raise_if_expired("session store erase")
+        if target.groups:
+            return EraseReport()
+        if dry_run:
+            return await self._erase(target, bound, ctx, dry_run=True)
+        with self._fence.erasing(target) as drain:
+            await _drain(self._config, ctx, drain, target, "session store erase", S3SessionStoreError)
+            for key in [k for k in self._etags if target.covers_session(k)]:
+                del self._etags[key]
+            return await self._erase(target, bound, ctx, dry_run=False)
+
+    async def _erase(self, target: EraseTarget, bound: int, ctx: OpContext, *, dry_run: bool) -> EraseReport:
+        root = sessions_root(self._config.prefix)
+        bucket = self._config.bucket
+        exact = target.session_key
+        folder = scope_folder(root, target)
+        only = session_object_key(self._config.prefix, exact) if exact is not None else None
+
+        def listing(s3: S3Client) -> ScopeObjects:
+            if only is not None:
+                return list_scope(s3, bucket, only, bound, wanted=lambda object_key: object_key == only)
+            return list_scope(s3, bucket, folder, bound)
+
+        found = await self._link.call(ctx, "session store erase", listing)
+        snapshots: list[tuple[Listed, SessionKey]] = []
+        objects = revisions = 0
+        for item in found.keys:
+            revisions += len(item.older)
+            key = _parse_session(root, item.key)
+            if key is None or item.current is None:
+                objects += 1
+            else:
+                snapshots.append((item, key))
+        sessions = await self._erased_snapshots(snapshots, ctx)
+        if found.versions_note:
+            physical, detail = PhysicalErasure.VERSIONS_KEPT, found.versions_note
+        else:
+            physical, detail = PhysicalErasure.REMOVED, ""
+        if not dry_run:
+
+            def failed(code: str, count: int) -> S3SessionStoreError:
+                return S3SessionStoreError(
+                    f"s3 session store: erasing {target.describe()}: {count} deletion(s) failed ({code}); "
+                    "what was deleted stays deleted, call again",
+                    code=code,
+                )
+
+            def work(s3: S3Client) -> tuple[PhysicalErasure, str]:
+                done = delete_listed(
+                    s3,
+                    bucket,
+                    found.keys,
+                    found.versioned,
+                    found.versions_note,
+                    lambda: ctx.raise_if_expired("session store erase"),
+                    failed,
+                )
+                return done.physical, done.detail
+
+            physical, detail = await self._link.call(ctx, "session store erase", work)
+        return EraseReport(
+            count_items(snapshot=len(snapshots), object=objects, revision=revisions),
+            sessions,
+            EraseStatus.PARTIAL if found.more else EraseStatus.COMPLETE,
+            physical,
+            detail,
+        )
+
+    async def _erased_snapshots(
+        self, snapshots: Sequence[tuple[Listed, SessionKey]], ctx: OpContext
+    ) -> list[ErasedSession]:
+        """What each snapshot holds (its resident groups' seqs and digests), read concurrently."""
+        out: list[ErasedSession | None] = [None] * len(snapshots)
+        failures: list[BaseException] = []
+
+        def read(s3: S3Client, item: Listed, key: SessionKey) -> ErasedSession:
+            args: dict[str, Any] = {"Bucket": self._config.bucket, "Key": item.key}
+            if item.current:
+                args["VersionId"] = item.current
+            args["Range"] = f"bytes=0-{self._limit()}"
+            try:
+                reply = s3.get_object(**args)
+            except botocore.exceptions.ClientError as exc:
+                if _is_missing(exc):
+                    return ErasedSession(key)  # deleted since the listing
+                raise
+            with reply["Body"] as body:
+                data = body.read(self._limit() + 1)
+            try:
+                _, payload = self._parse(key, data)
+            except (SnapshotCorruptError, S3ObjectTooLargeError):
+                return ErasedSession(key)  # damaged: erased all the same, its groups not vouched for
+            return snapshot_erasure(key, payload)
+
+        async def one(index: int, item: Listed, key: SessionKey) -> None:
+            try:
+                out[index] = await self._link.call(ctx, "session store erase", lambda s3: read(s3, item, key))
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            for index, (item, key) in enumerate(snapshots):
+                tg.start_soon(one, index, item, key)
+        if failures:
+            raise failures[0]
+        return [entry for entry in out if entry is not None]
+
     async def health(self, ctx: OpContext) -> str:
         """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""
         return await run_probe(self._link, ctx, "session store health")
@@ -518,3 +658,16 @@ class S3SessionStore(SessionStore):
     async def aclose(self) -> None:
         """Close the client this store created; a lent client is left open. Idempotent."""
         await self._link.aclose()
+
+
+def _parse_session(root: str, object_key: str) -> SessionKey | None:
+    """The session of a snapshot's key below ``root``; ``None`` for any other key."""
+    if not object_key.startswith(root) or not object_key.endswith(".json"):
+        return None
+    ids = parse_folder(object_key[len(root) : -len(".json")], 3)
+    if ids is None:
+        return None
+    try:
+        return SessionKey(*ids)
+    except ValueError:
+        return None

@@ -1,0 +1,412 @@
+"""Erasure on S3: the write fence, and listing and deleting a scope's objects with every version.
+
+**The fence.** An S3 request already sent cannot be recalled: an append or
+save whose caller gave up at its deadline may still be running in a worker
+thread and land later. Each adapter counts its writes in flight per session
+(:class:`WriteFence`); an ``erase`` first registers its target — from then
+on a write the target covers is refused before it is sent — then waits for
+the covered writes already in flight to finish, and only then lists. So no
+write of this adapter can land behind an erase of its scope.
+
+**Listing.** The scope's objects are found by prefix: key segments are
+injectively encoded and never hold ``/`` (:mod:`.keys`), so a tenant's,
+user's or session's folder holds nothing of anyone else, and no listing
+reaches another tenant. In a bucket that keeps versions (versioning enabled
+or suspended), ``ListObjectVersions`` finds every version and delete marker.
+
+**Deleting.** In a versioned bucket every version and delete marker of each
+key is deleted by its version id, the current one last (a call stopped part
+way never exposes an earlier version as current). Where the credentials may
+not delete versions (``s3:DeleteObjectVersion``), or cannot read whether the
+bucket keeps them, the keys are deleted plainly and the report says
+``versions_kept``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import botocore.exceptions
+
+from agentium_harness.plugin_api import (
+    EraseTarget,
+    PhysicalErasure,
+    SessionKey,
+    decode_segment,
+    encode_segment,
+)
+
+from .link import S3Client, error_code, error_status
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
+
+__all__ = ["Listed", "ScopeObjects", "WriteFence", "delete_listed", "list_scope", "owns", "parse_folder"]
+
+_PAGE: Final = 1000
+_DENIED: Final = frozenset({"AccessDenied", "AllAccessDisabled", "403"})
+_SEGMENT: Final = re.compile(r"[A-Za-z0-9_%-]+")
+
+
+def owns(target: EraseTarget, key: SessionKey) -> bool:
+    """True if ``key`` lies within the target's tenant, user and session (its groups ranges aside)."""
+    return (
+        key.tenant == target.tenant_id
+        and (target.user_id is None or key.user == target.user_id)
+        and (target.session_id is None or key.session == target.session_id)
+    )
+
+
+class WriteFence:
+    """Writes in flight per session, and the erasures running, of one adapter (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._writing: dict[SessionKey, int] = {}
+        self._erasing: list[EraseTarget] = []
+
+    def busy(self, key: SessionKey) -> bool:
+        """True while a write of ``key`` is in flight."""
+        return key in self._writing
+
+    @contextlib.contextmanager
+    def writing(
+        self,
+        key: SessionKey,
+        covered: Callable[[EraseTarget], bool],
+        refuse: Callable[[EraseTarget], Exception],
+    ) -> Iterator[None]:
+        """Count a write of ``key`` in flight; refused (``refuse(target)``) while an erasure covers it."""
+        with self._cond:
+            for target in self._erasing:
+                if covered(target):
+                    raise refuse(target)
+            self._writing[key] = self._writing.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                left = self._writing[key] - 1
+                if left:
+                    self._writing[key] = left
+                else:
+                    del self._writing[key]
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def erasing(self, target: EraseTarget) -> Iterator[Callable[[float], bool]]:
+        """Refuse writes ``target`` covers while the block runs; yields ``drain(timeout_s)``.
+
+        ``drain`` (worker thread) waits until no write of the target's scope is
+        in flight; False when some still were at the timeout.
+        """
+        with self._cond:
+            self._erasing.append(target)
+
+        def drain(timeout_s: float) -> bool:
+            with self._cond:
+                return self._cond.wait_for(
+                    lambda: not any(owns(target, key) for key in self._writing), max(0.0, timeout_s)
+                )
+
+        try:
+            yield drain
+        finally:
+            with self._cond:
+                self._erasing.remove(target)
+
+
+# -- listing --------------------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class Listed:
+    """One key of a scope: its current object (if any) and every version to delete.
+
+    ``current`` is the version id of the current object (``""`` in a bucket
+    without versions), or ``None`` when the key shows no object (its latest
+    version is a delete marker). ``size`` is the current object's size.
+    ``older`` are the other versions and delete markers (versioned buckets).
+    """
+
+    key: str
+    current: str | None
+    size: int
+    older: tuple[str, ...] = ()
+
+
+@attrs.frozen(slots=True)
+class ScopeObjects:
+    """What one listing found: up to ``limit`` keys, whether more are left, and how versions stand."""
+
+    keys: tuple[Listed, ...]
+    more: bool
+    #: True: every version was listed (and is deleted by id); False: only current objects.
+    versioned: bool
+    #: Why versions may be left behind (``""`` when none can be).
+    versions_note: str
+
+
+def _denied(exc: BaseException) -> bool:
+    return isinstance(exc, botocore.exceptions.ClientError) and (
+        error_code(exc) in _DENIED or error_status(exc) == 403
+    )
+
+
+def _versioning(s3: S3Client, bucket: str) -> bool | None:
+    """True if the bucket keeps (or kept) versions, False if never; ``None`` when not allowed to ask."""
+    try:
+        status = s3.get_bucket_versioning(Bucket=bucket).get("Status")
+    except botocore.exceptions.ClientError as exc:
+        if _denied(exc):
+            return None
+        raise
+    return status in ("Enabled", "Suspended")
+
+
+Wanted = Callable[[str], bool]
+Stop = Callable[[str], bool]
+Skip = Callable[[Listed], bool]
+
+
+def list_scope(
+    s3: S3Client,
+    bucket: str,
+    prefix: str,
+    limit: int,
+    *,
+    start_after: str = "",
+    stop: Stop = lambda _: False,
+    wanted: Wanted = lambda _: True,
+    skip: Skip = lambda _: False,
+    versions: bool | None = None,
+) -> ScopeObjects:
+    """Up to ``limit`` keys below ``prefix`` after ``start_after``, ascending, before the first ``stop`` key.
+
+    Keys ``wanted`` rejects, and listed keys ``skip`` rejects (nothing left
+    to delete), are passed over. ``versions`` is what the bucket's
+    versioning is already known to be (``None``: asked here). Worker thread.
+    """
+    keeps = _versioning(s3, bucket) if versions is None else versions
+    if keeps is False:
+        return _current_only(s3, bucket, prefix, limit, start_after, stop, wanted, skip, "")
+    try:
+        return _every_version(s3, bucket, prefix, limit, start_after, stop, wanted, skip)
+    except botocore.exceptions.ClientError as exc:
+        if not _denied(exc):
+            raise
+        note = (
+            "the credentials may not list object versions (s3:ListBucketVersions); if the bucket keeps "
+            "versions, earlier versions of the erased objects stay in it"
+        )
+        return _current_only(s3, bucket, prefix, limit, start_after, stop, wanted, skip, note)
+
+
+def _current_only(
+    s3: S3Client,
+    bucket: str,
+    prefix: str,
+    limit: int,
+    start_after: str,
+    stop: Stop,
+    wanted: Wanted,
+    skip: Skip,
+    note: str,
+) -> ScopeObjects:
+    found: list[Listed] = []
+    args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": _PAGE}
+    if start_after:
+        args["StartAfter"] = start_after
+    while True:
+        page = s3.list_objects_v2(**args)
+        for item in page.get("Contents", []):
+            key = item["Key"]
+            if stop(key):
+                return ScopeObjects(tuple(found), False, False, note)
+            listed = Listed(key, "", int(item.get("Size", 0)))
+            if not wanted(key) or skip(listed):
+                continue
+            if len(found) == limit:
+                return ScopeObjects(tuple(found), True, False, note)
+            found.append(listed)
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return ScopeObjects(tuple(found), False, False, note)
+        args["ContinuationToken"] = token
+
+
+class _Versions:
+    """Versions of one key gathered over listing pages (the current one, and the others)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.current: str | None = None
+        self.size = 0
+        self.older: list[str] = []
+
+    def listed(self) -> Listed:
+        return Listed(self.key, self.current, self.size, tuple(self.older))
+
+
+def _every_version(
+    s3: S3Client,
+    bucket: str,
+    prefix: str,
+    limit: int,
+    start_after: str,
+    stop: Stop,
+    wanted: Wanted,
+    skip: Skip,
+) -> ScopeObjects:
+    found: list[Listed] = []
+    # The key being gathered: its versions may continue on the next page.
+    pending: _Versions | None = None
+
+    def finish() -> bool:
+        """Add the pending key (unless skipped); True once a key beyond ``limit`` was seen."""
+        if pending is not None:
+            listed = pending.listed()
+            if not skip(listed):
+                found.append(listed)
+        return len(found) > limit
+
+    args: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": _PAGE}
+    if start_after:
+        args["KeyMarker"] = start_after
+    while True:
+        page = s3.list_object_versions(**args)
+        entries = [(v, False) for v in page.get("Versions", [])] + [
+            (m, True) for m in page.get("DeleteMarkers", [])
+        ]
+        entries.sort(key=lambda e: str(e[0].get("Key", "")))
+        for item, is_marker in entries:
+            key = str(item.get("Key", ""))
+            if stop(key):
+                finish()
+                return _versioned(found, limit)
+            if key <= start_after or not wanted(key):
+                # (Ceph RGW lists the KeyMarker key itself; S3 starts after it.)
+                continue
+            if pending is None or pending.key != key:
+                if finish():
+                    return _versioned(found, limit)
+                pending = _Versions(key)
+            version = str(item.get("VersionId") or "null")
+            if item.get("IsLatest") and not is_marker:
+                pending.current, pending.size = version, int(item.get("Size", 0))  # type: ignore[call-overload]
+            else:
+                pending.older.append(version)
+        key_marker, version_marker = page.get("NextKeyMarker"), page.get("NextVersionIdMarker")
+        if not page.get("IsTruncated") or not key_marker:
+            finish()
+            return _versioned(found, limit)
+        args["KeyMarker"] = key_marker
+        if version_marker:
+            args["VersionIdMarker"] = version_marker
+        else:
+            args.pop("VersionIdMarker", None)
+
+
+def _versioned(found: list[Listed], limit: int) -> ScopeObjects:
+    # A key beyond ``limit`` only tells that more are left; every key before it was listed whole.
+    return ScopeObjects(tuple(found[:limit]), len(found) > limit, True, "")
+
+
+def parse_folder(rest: str, parts: int) -> tuple[str, ...] | None:
+    """``rest`` split into ``parts`` ``/``-separated segments, each decoded; ``None`` if it is not one."""
+    pieces = rest.split("/")
+    if len(pieces) != parts or not all(_SEGMENT.fullmatch(p) for p in pieces):
+        return None
+    try:
+        return tuple(decode_segment(p) for p in pieces)
+    except ValueError:
+        return None
+
+
+def scope_folder(root: str, target: EraseTarget) -> str:
+    """The folder below ``root`` (ending in ``/``) holding the target's tenant, user or session."""
+    folder = f"{root}{encode_segment(target.tenant_id)}/"
+    if target.user_id is not None:
+        folder += f"{encode_segment(target.user_id)}/"
+    return folder
+
+
+# -- deleting -------------------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class Deleted:
+    """What :func:`delete_listed` did: how physical it was, and what it says about what is left."""
+
+    physical: PhysicalErasure
+    detail: str
+
+
+def delete_listed(
+    s3: S3Client,
+    bucket: str,
+    listed: Sequence[Listed],
+    versioned: bool,
+    note: str,
+    check: Callable[[], None],
+    failed: Callable[[str, int], Exception],
+) -> Deleted:
+    """Delete every listed version (current ones last), or the keys plainly (worker thread).
+
+    ``check`` runs before every request (the deadline); ``failed(code,
+    count)`` builds the error for deletions the server refused.
+    """
+    if not versioned:
+        _delete_batches(s3, bucket, [{"Key": item.key} for item in listed], check, failed)
+        if note:
+            return Deleted(PhysicalErasure.VERSIONS_KEPT, note)
+        return Deleted(PhysicalErasure.REMOVED, "")
+    older: list[ObjectIdentifierTypeDef] = [
+        {"Key": item.key, "VersionId": version} for item in listed for version in item.older
+    ]
+    current: list[ObjectIdentifierTypeDef] = [
+        {"Key": item.key, "VersionId": item.current} for item in listed if item.current is not None
+    ]
+    try:
+        _delete_batches(s3, bucket, older, check, failed)
+        _delete_batches(s3, bucket, current, check, failed)
+    except _VersionsDenied:
+        # Not allowed to delete versions: delete the keys (delete markers hide them from reads).
+        _delete_batches(
+            s3, bucket, [{"Key": item.key} for item in listed if item.current is not None], check, failed
+        )
+        return Deleted(
+            PhysicalErasure.VERSIONS_KEPT,
+            "the credentials may not delete object versions (s3:DeleteObjectVersion): the objects are "
+            "deleted, and their earlier versions stay in the bucket",
+        )
+    return Deleted(PhysicalErasure.REMOVED, "")
+
+
+class _VersionsDenied(Exception):
+    pass
+
+
+def _delete_batches(
+    s3: S3Client,
+    bucket: str,
+    objects: Sequence[ObjectIdentifierTypeDef],
+    check: Callable[[], None],
+    failed: Callable[[str, int], Exception],
+) -> None:
+    for start in range(0, len(objects), _PAGE):
+        batch = list(objects[start : start + _PAGE])
+        check()
+        reply = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+        errors = reply.get("Errors", [])
+        if not errors:
+            continue
+        code = str(errors[0].get("Code", ""))
+        if code in _DENIED and any("VersionId" in item for item in batch):
+            raise _VersionsDenied
+        raise failed(code, len(errors))
