@@ -26,12 +26,14 @@ from agentium_harness import (
     MemoryLimits,
     RecallLimits,
     ResidentLimits,
+    RetentionPolicy,
     RuntimeLimits,
     SummaryLimits,
     create_harness_runtime,
     load_runtime,
 )
 from agentium_harness._config import HarnessConfig
+from agentium_harness._engine.retention import MAX_RETENTION_DAYS
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import (
@@ -158,6 +160,9 @@ NOT_LIMITS = {
     ("SQLiteRecallConfig", "min_relevance"),
     ("SQLiteRecallConfig", "min_similarity"),
     ("SQLiteRecallConfig", "vector_weight"),
+    # An age in days, not a duration in seconds: MAX_DURATION_S (an hour) cannot
+    # express it. It has its own ceiling, checked below with the same bad values.
+    ("RetentionPolicy", "max_age_days"),
 }
 DURATION = type(bounded_duration())
 COUNT = type(bounded_count())
@@ -255,3 +260,10 @@ def test_every_duration_and_count_field_uses_the_one_rule(
     for value in bad:
         with pytest.raises(InvalidArgumentError, match=field.name):
             check(value)
+
+
+@pytest.mark.parametrize("value", [True, "1", math.inf, math.nan, 0, -1.0, 1e308, MAX_RETENTION_DAYS * 2])
+def test_retention_age_refuses_what_a_duration_refuses(value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="max_age_days"):
+        RetentionPolicy(max_age_days=value)  # type: ignore[arg-type]
+    assert RetentionPolicy(max_age_days=MAX_RETENTION_DAYS).max_age_days == MAX_RETENTION_DAYS
