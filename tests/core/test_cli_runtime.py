@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from agentium_harness import _demo as demo
 from agentium_harness._cli import main
+from agentium_harness._demo import run as demo
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._engine.loader import load_runtime

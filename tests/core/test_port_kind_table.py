@@ -281,9 +281,9 @@ def test_the_cycle_check_finds_a_cycle() -> None:
 
 
 _OWN_MODULES = [
-    "_config.py",
-    "_cli.py",
-    "_demo.py",
+    "_config/load.py",
+    "_cli/main.py",
+    "_demo/run.py",
     "_validators.py",
     "_ports/__init__.py",
     "_engine/loader.py",

@@ -21,14 +21,14 @@ from typing import Any, Final, TypeVar
 
 import anyio
 
-from ._cli_output import EXIT_OK, EXIT_USAGE, print_json
-from ._codec import unstructure
-from ._engine.erasure import ErasureResult, OperatorAttestation
-from ._engine.loader import load_runtime
-from ._engine.maintenance import SessionView
-from ._errors import ErasureIncompleteError, InvalidArgumentError
-from ._ports.erasure import EraseTarget, ErasureRecord, SeqRange
-from ._scope import VerifiedIdentity
+from .._codec import unstructure
+from .._engine.erasure import ErasureResult, OperatorAttestation
+from .._engine.loader import load_runtime
+from .._engine.maintenance import SessionView
+from .._errors import ErasureIncompleteError, InvalidArgumentError
+from .._ports.erasure import EraseTarget, ErasureRecord, SeqRange
+from .._scope import VerifiedIdentity
+from .output import EXIT_OK, EXIT_USAGE, print_json
 
 __all__ = [
     "EXIT_PENDING",

@@ -18,8 +18,7 @@ from typing import Any
 
 import anyio
 
-from ._cli_output import add_config_argument, print_json
-from .eval import (
+from ..eval import (
     Progress,
     build_report,
     check_out_dir,
@@ -29,7 +28,8 @@ from .eval import (
     run_eval,
     write_reports,
 )
-from .testing.eval_target import create_harness_eval_target
+from ..testing.eval_target import create_harness_eval_target
+from .output import add_config_argument, print_json
 
 __all__ = ["DEFAULT_OUT", "add_eval_commands", "cmd_eval"]
 

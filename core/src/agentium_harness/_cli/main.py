@@ -28,11 +28,22 @@ from typing import Any
 import anyio
 import attrs
 
-from . import __version__
-from ._cli_erase import add_erase_commands, erasure_lines
-from ._cli_eval import add_eval_commands
-from ._cli_memory import add_memory_commands
-from ._cli_output import (
+from .. import __version__
+from .._codec import unstructure
+from .._config import SECTION_KINDS, load_config
+from .._demo import run_demo, run_demo_config
+from .._engine.loader import build_runtime, load_runtime
+from .._engine.results import RunResult, RunStatus, Severity
+from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
+from .._errors import AgentiumError, ConfigError
+from .._observe import tree
+from .._plugins.commands import CORE_COMMANDS, CliCommand
+from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
+from .._scope import RecallScope, VerifiedIdentity
+from .erase import add_erase_commands, erasure_lines
+from .eval import add_eval_commands
+from .memory import add_memory_commands
+from .output import (
     EXIT_OK,
     EXIT_USAGE,
     RUN_EXIT_STATUS,
@@ -44,20 +55,9 @@ from ._cli_output import (
     print_json,
     text_argument,
 )
-from ._cli_plugins import add_plugins_command, options_report, plugins_report
-from ._cli_recall import add_recall_commands
-from ._cli_verify import add_verify_commands, print_verification
-from ._codec import unstructure
-from ._config import SECTION_KINDS, load_config
-from ._demo import run_demo, run_demo_config
-from ._engine.loader import build_runtime, load_runtime
-from ._engine.results import RunResult, RunStatus, Severity
-from ._engine.runtime import MigrationReport, ReconcileReport, SessionView
-from ._errors import AgentiumError, ConfigError
-from ._observe import tree
-from ._plugins.commands import CORE_COMMANDS, CliCommand
-from ._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
-from ._scope import RecallScope, VerifiedIdentity
+from .plugins import add_plugins_command, options_report, plugins_report
+from .recall import add_recall_commands
+from .verify import add_verify_commands, print_verification
 
 __all__ = [
     "DEFAULT_DEMO_DIR",
@@ -567,5 +567,5 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         return EXIT_OK
 
 
-if __name__ == "__main__":  # pragma: no cover - `python -m agentium_harness._cli`
+if __name__ == "__main__":  # pragma: no cover - `python -m agentium_harness._cli.main`
     sys.exit(main())

@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ._cli_output import add_config_argument, print_json, text_argument
-from ._config import load_config
-from ._errors import InvalidArgumentError
-from ._memory.manager import MemoryManager
-from ._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
+from .._config import load_config
+from .._errors import InvalidArgumentError
+from .._memory.manager import MemoryManager
+from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
+from .output import add_config_argument, print_json, text_argument
 
 __all__ = ["add_memory_commands"]
 

@@ -9,10 +9,10 @@ import sys
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
-from ._config_source import find_config
-from ._engine.results import RunStatus
-from ._errors import InvalidArgumentError
-from ._validators import lone_surrogate_at
+from .._config.source import find_config
+from .._engine.results import RunStatus
+from .._errors import InvalidArgumentError
+from .._validators import lone_surrogate_at
 
 __all__ = [
     "EXIT_NEEDS_CLARIFICATION",

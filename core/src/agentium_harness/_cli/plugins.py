@@ -14,10 +14,10 @@ from typing import Any, TextIO, Union, get_args, get_origin
 
 import attrs
 
-from ._cli_output import EXIT_OK, print_json
-from ._codec import unstructure
-from ._plugins.registry import PluginRegistry, RegisteredAdapter
-from ._plugins.spec import PATH_OPTION
+from .._codec import unstructure
+from .._plugins.registry import PluginRegistry, RegisteredAdapter
+from .._plugins.spec import PATH_OPTION
+from .output import EXIT_OK, print_json
 
 __all__ = ["add_plugins_command", "options_report", "plugins_report"]
 

@@ -15,19 +15,19 @@ from typing import Any
 
 import anyio
 
-from ._cli_output import text_argument
-from ._engine.embedding import embedding_text, index_sources
-from ._engine.lifecycle import Ticket
-from ._engine.loader import load_runtime
-from ._engine.recall import Evidence, gather_evidence
-from ._engine.recall_policy import QueryInput
-from ._engine.runtime import HarnessRuntime
-from ._errors import CapabilityError, InvalidArgumentError
-from ._ports import OpContext
-from ._ports._base import capabilities_of
-from ._ports.archive import ArchiveReceipt
-from ._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
-from ._scope import RecallScope, Scope, SessionKey, validate_id
+from .._engine.embedding import embedding_text, index_sources
+from .._engine.lifecycle import Ticket
+from .._engine.loader import load_runtime
+from .._engine.recall import Evidence, gather_evidence
+from .._engine.recall_policy import QueryInput
+from .._engine.runtime import HarnessRuntime
+from .._errors import CapabilityError, InvalidArgumentError
+from .._ports import OpContext
+from .._ports._base import capabilities_of
+from .._ports.archive import ArchiveReceipt
+from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
+from .._scope import RecallScope, Scope, SessionKey, validate_id
+from .output import text_argument
 
 __all__ = ["add_recall_commands"]
 

@@ -15,12 +15,12 @@ from typing import Any, TextIO
 
 import anyio
 
-from ._cli_output import EXIT_NOT_ACCEPTED, print_json, text_argument
-from ._codec import unstructure
-from ._engine.loader import load_runtime
-from ._engine.results import Diagnostic
-from ._scope import VerifiedIdentity
-from ._verdicts import Verdict, VerificationRecord
+from .._codec import unstructure
+from .._engine.loader import load_runtime
+from .._engine.results import Diagnostic
+from .._scope import VerifiedIdentity
+from .._verdicts import Verdict, VerificationRecord
+from .output import EXIT_NOT_ACCEPTED, print_json, text_argument
 
 __all__ = ["EXIT_NOT_ACCEPTED", "add_verify_commands", "print_verification"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ._errors import ConfigIssue, PluginNotFoundError
-from ._plugins.registry import PluginRegistry, RegisteredAdapter
+from .._errors import ConfigIssue, PluginNotFoundError
+from .._plugins.registry import PluginRegistry, RegisteredAdapter
 
 if TYPE_CHECKING:
-    from ._config import HarnessConfig
+    from .load import HarnessConfig
 
 __all__ = ["combination_issues", "strategy_issues"]
 

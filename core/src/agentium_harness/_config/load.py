@@ -28,10 +28,22 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
-from ._codec import make_converter
-from ._config_checks import combination_issues, strategy_issues
-from ._config_shared import SHARED_TABLE, inherit, relocate, shared_issues
-from ._config_source import (
+from .._codec import make_converter
+from .._engine.limits import ResidentLimits, RuntimeLimits
+from .._engine.retention import RetentionPolicy
+from .._engine.verification import CompletionPolicy
+from .._errors import ConfigError, ConfigIssue, PluginNotFoundError
+from .._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
+from .._plugins.spec import AdapterSpec, resolve_path_options
+from .._ports import PORT_KIND_TABLE
+from .._ports.embedder import EmbeddingLimits
+from .._ports.recall import RecallLimits
+from .._ports.summary import SummaryLimits
+from .._validators import bounded_duration
+from .._verdicts import EvidenceLimits
+from .checks import combination_issues, strategy_issues
+from .shared import SHARED_TABLE, inherit, relocate, shared_issues
+from .source import (
     CONFIG_ENV,
     DEFAULT_CONFIG_FILE,
     MAX_CONFIG_BYTES,
@@ -42,19 +54,7 @@ from ._config_source import (
     read_source,
     substitute_env,
 )
-from ._config_structure import TOML_WORDS, field_named_in, register_env_scalars, structure_config
-from ._engine.limits import ResidentLimits, RuntimeLimits
-from ._engine.retention import RetentionPolicy
-from ._engine.verification import CompletionPolicy
-from ._errors import ConfigError, ConfigIssue, PluginNotFoundError
-from ._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
-from ._plugins.spec import AdapterSpec, resolve_path_options
-from ._ports import PORT_KIND_TABLE
-from ._ports.embedder import EmbeddingLimits
-from ._ports.recall import RecallLimits
-from ._ports.summary import SummaryLimits
-from ._validators import bounded_duration
-from ._verdicts import EvidenceLimits
+from .structure import TOML_WORDS, field_named_in, register_env_scalars, structure_config
 
 __all__ = [
     "CONFIG_ENV",

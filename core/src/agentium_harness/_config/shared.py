@@ -30,8 +30,8 @@ from typing import Any
 
 import attrs
 
-from ._config_source import join_path
-from ._errors import ConfigIssue
+from .._errors import ConfigIssue
+from .source import join_path
 
 __all__ = ["SHARED_TABLE", "inherit", "relocate", "shared_issues", "shared_path"]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from ._errors import ConfigError, ConfigIssue
+from .._errors import ConfigError, ConfigIssue
 
 __all__ = [
     "CONFIG_ENV",

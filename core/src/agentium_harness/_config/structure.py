@@ -25,9 +25,9 @@ from cattrs.errors import (
     IterableValidationError,
 )
 
-from ._codec import StrictTypeError, TypeWords
-from ._config_source import EnvText, join_path
-from ._errors import ConfigIssue
+from .._codec import StrictTypeError, TypeWords
+from .._errors import ConfigIssue
+from .source import EnvText, join_path
 
 __all__ = ["TOML_WORDS", "field_named_in", "register_env_scalars", "structure_config"]
 

@@ -18,25 +18,25 @@ from typing import Any, TextIO
 import anyio
 import anyio.to_thread
 
-from ._demo_task import run_task
-from ._engine.build import create_harness_runtime
-from ._engine.limits import ResidentLimits, RuntimeLimits
-from ._engine.loader import load_runtime
-from ._engine.recall_policy import current_session_recall_policy
-from ._engine.runtime import HarnessRuntime
-from ._engine.tools import EffectLevel, Tool, ToolRegistry
-from ._errors import InvalidArgumentError
-from ._history import MessageGroup, Role
-from ._ports import OpContext
-from ._ports._base import capabilities_of
-from ._ports.archive import ArchiveCapabilities, HistoryArchive
-from ._ports.sessions import SessionStore, SessionStoreCapabilities
-from ._ports.summary import SummaryLimits, SummaryState
-from ._scope import SessionKey, VerifiedIdentity
-from .adapters.providers import ExtractiveProvider, ScriptedProvider
-from .adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from .adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from .adapters.summarizers import ExtractiveSummarizer, ExtractiveSummarizerConfig
+from .._engine.build import create_harness_runtime
+from .._engine.limits import ResidentLimits, RuntimeLimits
+from .._engine.loader import load_runtime
+from .._engine.recall_policy import current_session_recall_policy
+from .._engine.runtime import HarnessRuntime
+from .._engine.tools import EffectLevel, Tool, ToolRegistry
+from .._errors import InvalidArgumentError
+from .._history import MessageGroup, Role
+from .._ports import OpContext
+from .._ports._base import capabilities_of
+from .._ports.archive import ArchiveCapabilities, HistoryArchive
+from .._ports.sessions import SessionStore, SessionStoreCapabilities
+from .._ports.summary import SummaryLimits, SummaryState
+from .._scope import SessionKey, VerifiedIdentity
+from ..adapters.providers import ExtractiveProvider, ScriptedProvider
+from ..adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from ..adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from ..adapters.summarizers import ExtractiveSummarizer, ExtractiveSummarizerConfig
+from .task import run_task
 
 __all__ = ["DEMO_DB", "prepare_demo_dir", "run_demo", "run_demo_config"]
 

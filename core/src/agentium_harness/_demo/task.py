@@ -20,16 +20,16 @@ from typing import Any, TextIO
 
 import anyio.to_thread
 
-from ._codec import structure
-from ._engine.build import create_harness_runtime
-from ._engine.tools import EffectLevel, Tool, ToolRegistry
-from ._engine.verification import verified_completion_policy
-from ._errors import PluginNotFoundError
-from ._plugins.registry import PluginRegistry
-from ._ports.archive import HistoryArchive
-from ._ports.sessions import SessionStore
-from ._scope import VerifiedIdentity
-from .adapters.providers import ScriptedProvider
+from .._codec import structure
+from .._engine.build import create_harness_runtime
+from .._engine.tools import EffectLevel, Tool, ToolRegistry
+from .._engine.verification import verified_completion_policy
+from .._errors import PluginNotFoundError
+from .._plugins.registry import PluginRegistry
+from .._ports.archive import HistoryArchive
+from .._ports.sessions import SessionStore
+from .._scope import VerifiedIdentity
+from ..adapters.providers import ScriptedProvider
 
 __all__ = ["FINAL_REPORT", "TASK_DIR", "run_task"]
 

@@ -1,0 +1,33 @@
+"""The ``agentium`` command, one module per command group.
+
+:mod:`.main` builds the parser and dispatches (the console script's entry
+point, ``agentium_harness._cli:main``); :mod:`.output` holds what every command
+shares (exit codes, ``--config``, JSON output, user text); the other modules
+each add one group of subcommands: :mod:`.erase`, :mod:`.eval`,
+:mod:`.memory`, :mod:`.plugins`, :mod:`.recall`, :mod:`.verify`.
+Private: hosts run the command, they do not import it.
+"""
+
+from __future__ import annotations
+
+from .main import (
+    DEFAULT_DEMO_DIR,
+    EXIT_OK,
+    EXIT_USAGE,
+    build_parser,
+    main,
+    options_report,
+    plugin_commands,
+    plugins_report,
+)
+
+__all__ = [
+    "DEFAULT_DEMO_DIR",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+    "options_report",
+    "plugin_commands",
+    "plugins_report",
+]
