@@ -18,12 +18,15 @@ transaction, and the session store gets one snapshot whose boundary,
 its first turn gets the expected ``seq``.
 
 Held shape: after each timed turn, untimed, the session is put back to the
-seeded state: the archive rows the turn added (``seq`` at or past the seeded
-boundary) are deleted on the archive's own connection (the archive port has
-no delete; this is the adapter's table), and the seeded snapshot is saved
-again through the store's ``save``, with compare-and-set on the turn's
-revision. The next turn then loads exactly the seeded snapshot, at a new
-revision, as it would after any other writer's commit.
+seeded state. The turn archived its evicted group by adoption (the group's
+row became the archive's: the session row's ``adopted`` watermark moved past
+it); the restore moves the watermark back and deletes any archive row at or
+past the seeded boundary (the archive port has no delete: these are the
+adapters' tables, schema version 2), then saves the seeded snapshot again
+through the store's ``save``, with compare-and-set on the turn's revision,
+which deletes the turn's new group row. Both run on the session store's own
+connection, the one a turn's joint commit writes through, so the next turn
+loads as it would after its own commit.
 """
 
 from __future__ import annotations
@@ -156,13 +159,18 @@ class Agentium:
         def drop(conn: sqlite3.Connection) -> None:
             with conn:
                 conn.execute("BEGIN IMMEDIATE")
+                (sid,) = conn.execute(
+                    "SELECT sid FROM sessions WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
+                    (key.tenant, key.user, key.session),
+                ).fetchone()
+                conn.execute("UPDATE sessions SET adopted = ? WHERE sid = ?", (boundary, sid))
+                # Archive rows (odd ids) from the seeded boundary on: sid << 33 | seq << 1 | 1.
                 conn.execute(
-                    "DELETE FROM archive_groups "
-                    "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq >= ?",
-                    (key.tenant, key.user, key.session, boundary),
+                    "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 1",
+                    ((sid << 33) + (boundary << 1), (sid + 1) << 33),
                 )
 
-        await self._archive.run(ctx, "benchmark restore", drop)
+        await self._store.run(ctx, "benchmark restore", drop)
         await self._store.save(key, self._base.snapshot, revision, ctx)
 
     async def _batch(self, n: int, max_seconds: float) -> common.TurnLog:

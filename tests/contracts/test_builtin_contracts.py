@@ -6,7 +6,6 @@ adapter's back (directly in the dict, or with :mod:`sqlite3` in the file).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from agentium_harness.testing import (
     SessionStoreContract,
     raw_files,
 )
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row, set_snapshot_row, snapshot_row
 
 Transform = Callable[[bytes], bytes]
 
@@ -81,18 +81,6 @@ def db_files(db_config: SQLiteConfig) -> RawStorage:
     return raw_files(db_config.path, db_config.path + "-wal", db_config.path + "-journal")
 
 
-def _rewrite(
-    path: str, select: str, update: str, key: SessionKey, extra: tuple[int, ...], fn: Transform
-) -> None:
-    ids = (key.tenant, key.user, key.session, *extra)
-    with sqlite3.connect(path, isolation_level=None) as conn:
-        row = conn.execute(select, ids).fetchone()
-        if row is None:
-            raise LookupError(f"no stored row for {key!r} {extra}")
-        conn.execute(update, (fn(bytes(row[0])), *ids))
-    conn.close()
-
-
 class TestSQLiteArchive(ArchiveContract):
     @pytest.fixture
     async def archive(self, db_config: SQLiteConfig) -> AsyncIterator[HistoryArchive]:
@@ -110,18 +98,10 @@ class TestSQLiteArchive(ArchiveContract):
 
     @pytest.fixture
     def corrupt_archived_group(self, db_config: SQLiteConfig) -> CorruptStored:
-        where = "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq = ?"
-
         def corrupt(key: SessionKey, seq: int, transform: Transform) -> None:
-            # The digest column is left alone, as a flipped bit on disk would leave it.
-            _rewrite(
-                db_config.path,
-                f"SELECT data FROM archive_groups {where}",
-                f"UPDATE archive_groups SET data = ? {where}",
-                key,
-                (seq,),
-                transform,
-            )
+            # The stored digest is left alone, as a flipped bit on disk would leave it.
+            _, data = group_row(db_config.path, key, seq)
+            set_group_row(db_config.path, key, seq, transform(data))
 
         return corrupt
 
@@ -143,16 +123,10 @@ class TestSQLiteSessionStore(SessionStoreContract):
 
     @pytest.fixture
     def corrupt_snapshot(self, db_config: SQLiteConfig) -> CorruptStored:
-        where = "WHERE tenant_id = ? AND user_id = ? AND session_id = ?"
-
         def corrupt(key: SessionKey, transform: Transform) -> None:
-            _rewrite(
-                db_config.path,
-                f"SELECT data FROM session_snapshots {where}",
-                f"UPDATE session_snapshots SET data = ? {where}",
-                key,
-                (),
-                transform,
-            )
+            found = snapshot_row(db_config.path, key)
+            if found is None:
+                raise LookupError(f"no stored snapshot of {key!r}")
+            set_snapshot_row(db_config.path, key, transform(found[1]))
 
         return corrupt

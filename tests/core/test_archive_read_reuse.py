@@ -9,7 +9,6 @@ still refused on the next read.
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from agentium_harness import ArchiveCorruptError, Message, Role, VerifiedIdentity
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
 from agentium_harness.plugin_api import MessageGroup, OpContext, SessionKey
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row
 
 pytestmark = pytest.mark.anyio
 
@@ -52,15 +52,11 @@ async def test_a_row_changed_after_it_was_read_is_checked_again_and_refused(tmp_
     try:
         await archive.append(KEY, [group(0)], OpContext())
         await archive.read_groups(KEY, 0, 10, OpContext())
-        with sqlite3.connect(path) as db:
-            (data,) = db.execute("SELECT data FROM archive_groups WHERE seq = 0").fetchone()
-            db.execute(
-                "UPDATE archive_groups SET data = ? WHERE seq = 0", (data.replace(b"answer", b"Answer"),)
-            )
+        _, data = group_row(path, KEY, 0)
+        set_group_row(path, KEY, 0, data.replace(b"answer", b"Answer"))
         with pytest.raises(ArchiveCorruptError, match="digest"):
             await archive.read_groups(KEY, 0, 10, OpContext())
-        with sqlite3.connect(path) as db:  # the bytes back, the digest column damaged
-            db.execute("UPDATE archive_groups SET data = ?, digest = 'sha256:00' WHERE seq = 0", (data,))
+        set_group_row(path, KEY, 0, data, "sha256:00")  # the bytes back, the digest column damaged
         with pytest.raises(ArchiveCorruptError, match="digest"):
             await archive.read_groups(KEY, 0, 10, OpContext())
     finally:

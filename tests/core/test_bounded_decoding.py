@@ -1,14 +1,13 @@
 """Deep or odd JSON is a typed error, never a raw one (issue 21, item 4).
 
-Stored rows are rewritten directly (with :mod:`sqlite3`, or the in-memory
-adapters' ``put_raw``), as damage or a hostile writer would; everything else
-goes through the public API.
+Stored rows are rewritten directly (with :mod:`agentium_harness.testing.sqlite_rows`,
+or the in-memory adapters' ``put_raw``), as damage or a hostile writer would;
+everything else goes through the public API.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +37,14 @@ from agentium_harness.plugin_api import (
     digest_bytes,
     from_json,
 )
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row, set_snapshot_row, snapshot_row
 
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
-WHERE = "tenant_id = ? AND user_id = ? AND session_id = ?"
 #: ~1,100 levels in 2 KB: deep enough that Python's own parser raised RecursionError.
 DEEP = b"[" * 1100 + b"]" * 1100
-
-
-def _sql(db: Path, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(str(db), isolation_level=None)
-    try:
-        return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
 
 
 class Counting(ExtractiveProvider):
@@ -136,9 +127,9 @@ async def test_a_damaged_snapshot_row_is_a_typed_error_through_the_runtime_and_c
     )
     async with runtime:
         await runtime.run(ANA, "s1", "first turn")
-        [(revision, data)] = _sql(
-            db, f"SELECT revision, data FROM session_snapshots WHERE {WHERE}", *KEY.key_segments()
-        )
+        found = snapshot_row(db, KEY)
+        assert found is not None
+        revision, data = found
         plain = json.loads(data)
         if damage == "deep":
             damaged = DEEP
@@ -154,14 +145,12 @@ async def test_a_damaged_snapshot_row_is_a_typed_error_through_the_runtime_and_c
             del plain["next_seq"]  # a field with a default, left out
             damaged = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
         assert damaged != data
-        _sql(db, f"UPDATE session_snapshots SET data = ? WHERE {WHERE}", damaged, *KEY.key_segments())
+        set_snapshot_row(db, KEY, damaged)
         for _ in range(2):
             with pytest.raises(SnapshotCorruptError):
                 await runtime.run(ANA, "s1", "second turn")
         assert provider.calls == 1, "the damaged history never reached the model"
-        assert _sql(
-            db, f"SELECT revision, data FROM session_snapshots WHERE {WHERE}", *KEY.key_segments()
-        ) == [(revision, damaged)], "the damaged row is left exactly as it was"
+        assert snapshot_row(db, KEY) == (revision, damaged), "the damaged row is left exactly as it was"
 
 
 async def test_the_in_memory_store_refuses_a_deep_snapshot_too() -> None:
@@ -198,13 +187,7 @@ async def test_a_deep_archive_row_is_a_typed_corruption_error(tmp_path: Path) ->
                 await runtime.run(ANA, "s1", f"turn {i}")
             # A row whose digest matches its (deep) bytes: only decoding can tell.
             if archive is sqlite_archive:
-                _sql(
-                    db,
-                    f"UPDATE archive_groups SET data = ?, digest = ? WHERE {WHERE} AND seq = 0",
-                    DEEP,
-                    digest_bytes(DEEP),
-                    *KEY.key_segments(),
-                )
+                set_group_row(db, KEY, 0, DEEP, digest_bytes(DEEP))
             else:
                 memory_archive.put_raw(KEY, 0, DEEP, digest_bytes(DEEP))
             with pytest.raises(ArchiveCorruptError, match="deeper than"):
@@ -242,19 +225,11 @@ async def test_a_deep_archive_row_met_by_the_summary_is_reported_as_changed_not_
     async with runtime:
         for i in range(3):
             await runtime.run(ANA, "s1", f"turn {i}")
-        _sql(
-            db,
-            f"UPDATE archive_groups SET data = ?, digest = ? WHERE {WHERE} AND seq = 0",
-            DEEP,
-            digest_bytes(DEEP),
-            *KEY.key_segments(),
-        )
+        set_group_row(db, KEY, 0, DEEP, digest_bytes(DEEP))
         summarizer.fail = False
         result = await runtime.run(ANA, "s1", "again")
     assert result.committed
     gaps = [d.message for d in result.diagnostics if d.code == "summary_gap"]
     # Damage, typed as such: before, a RecursionError made it look like an outage.
     assert gaps and "(changed)" in gaps[0] and "RecursionError" not in gaps[0], gaps
-    assert _sql(db, f"SELECT data FROM archive_groups WHERE {WHERE} AND seq = 0", *KEY.key_segments()) == [
-        (DEEP,)
-    ]
+    assert group_row(db, KEY, 0)[1] == DEEP

@@ -96,10 +96,16 @@ def _rows(db: str, where: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table outside the erased scope (``where`` selects the erased one), as stored."""
     conn = sqlite3.connect(db)
     try:
-        out = {}
+        out: dict[str, list[tuple[Any, ...]]] = {}
+        # The archive's and session store's rows: a session's row and its groups' rows (keyed by its sid).
+        outside = f"NOT ({where}) AND tenant_id != char(65535) || 'agentium-erasure'"
+        out["sessions"] = sorted(conn.execute(f"SELECT * FROM sessions WHERE {outside}").fetchall())
+        out["groups"] = sorted(
+            conn.execute(
+                f"SELECT g.* FROM groups AS g JOIN sessions AS s ON s.sid = g.id >> 33 WHERE {outside}"
+            ).fetchall()
+        )
         for table, cond in (
-            ("archive_groups", f"NOT ({where})"),
-            ("session_snapshots", f"NOT ({where}) AND tenant_id != char(65535) || 'agentium-erasure'"),
             ("recall_sources", f"NOT ({where})"),
             ("memory_facts", "NOT (tenant_id = 'acme' AND user_id = 'alice' AND provenance LIKE '%\"s1\"%')"),
         ):

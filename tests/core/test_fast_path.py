@@ -8,7 +8,6 @@ whatever the content (including text that looks like the splice marker).
 from __future__ import annotations
 
 import gc
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from agentium_harness._ports.sessions import (
 from agentium_harness._ports.summary import SummaryState, TaskSummary
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.testing.sqlite_rows import archived_seqs, snapshot_row
 
 pytestmark = pytest.mark.anyio
 
@@ -154,13 +154,8 @@ def _runtime(path: Path, archive_path: Path | None = None) -> tuple[Any, Countin
 
 
 def _commits(path: Path) -> tuple[list[int], int | None]:
-    conn = sqlite3.connect(path)
-    try:
-        seqs = [r[0] for r in conn.execute("SELECT seq FROM archive_groups ORDER BY seq")]
-        row = conn.execute("SELECT revision FROM session_snapshots").fetchone()
-        return seqs, None if row is None else row[0]
-    finally:
-        conn.close()
+    found = snapshot_row(path, KEY)
+    return archived_seqs(path, KEY), None if found is None else found[0]
 
 
 async def test_one_file_commits_archive_and_snapshot_in_one_transaction(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
@@ -37,6 +38,7 @@ from agentium_harness.adapters.sqlite import (
     SQLiteStorageError,
 )
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
+from agentium_harness.testing.sqlite_rows import archived_seqs, set_group_row, snapshot_row
 
 pytestmark = pytest.mark.anyio
 
@@ -75,6 +77,12 @@ def count_rows(db: Path, table: str) -> int:
     with raw(db) as conn:
         (n,) = conn.execute(f"SELECT count(*) FROM {table}").fetchone()  # table names are literals here
     return int(n)
+
+
+def _all_rows(db: Path) -> tuple[list[Any], list[Any]]:
+    with raw(db) as conn:
+        sessions = conn.execute("SELECT * FROM sessions").fetchall()
+        return sessions, conn.execute("SELECT * FROM groups").fetchall()
 
 
 def cancelled() -> OpContext:
@@ -167,11 +175,13 @@ async def test_wal_mode_schema_and_one_shared_file(
     with raw(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        assert {"meta", "archive_groups", "session_snapshots"} <= tables
+        assert {"meta", "sessions", "groups"} <= tables
         version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         assert version == (str(SCHEMA_VERSION),)
-    assert count_rows(db, "archive_groups") == 1
-    assert count_rows(db, "session_snapshots") == 1
+    # One session row; the archived group and the snapshot's two resident groups are rows of their own.
+    assert count_rows(db, "sessions") == 1
+    assert count_rows(db, "groups") == 3
+    assert archived_seqs(db, KEY) == [0]
 
 
 async def test_health_reports_wal(db: Path, archive: SQLiteArchive, store: SQLiteSessionStore) -> None:
@@ -222,22 +232,22 @@ async def test_receipt_location_uses_the_encoded_key(archive: SQLiteArchive) -> 
 async def test_conflicting_batch_leaves_the_table_unchanged(db: Path, archive: SQLiteArchive) -> None:
     await archive.append(KEY, [plain_group(0), plain_group(1)], OpContext())
     with raw(db) as conn:
-        before = conn.execute("SELECT * FROM archive_groups ORDER BY seq").fetchall()
+        before = conn.execute("SELECT * FROM groups ORDER BY id").fetchall()
     with pytest.raises(ArchiveConflictError):
         await archive.append(KEY, [plain_group(2), plain_group(3), plain_group(1, " changed")], OpContext())
     with raw(db) as conn:
-        after = conn.execute("SELECT * FROM archive_groups ORDER BY seq").fetchall()
+        after = conn.execute("SELECT * FROM groups ORDER BY id").fetchall()
     assert after == before
     assert len(after) == 2
 
 
 async def test_ids_are_bound_as_parameters(db: Path, archive: SQLiteArchive) -> None:
-    key = SessionKey("t'); DROP TABLE archive_groups; --", 'u" OR 1=1 --', "s%_")
+    key = SessionKey("t'); DROP TABLE groups; --", 'u" OR 1=1 --', "s%_")
     await archive.append(key, [rich_group(0, key)], OpContext())
     assert await archive.read_groups(SessionKey("t", "u", "s"), 0, 10, OpContext()) == []
     assert await archive.read_groups(key, 0, 10, OpContext()) == [rich_group(0, key)]
     with raw(db) as conn:
-        assert conn.execute("SELECT tenant_id, user_id, session_id FROM archive_groups").fetchall() == [
+        assert conn.execute("SELECT tenant_id, user_id, session_id FROM sessions").fetchall() == [
             (key.tenant, key.user, key.session)
         ]
 
@@ -252,8 +262,7 @@ async def test_negative_bounds_never_widen(archive: SQLiteArchive, store: SQLite
 
 async def test_a_damaged_archive_row_is_reported(db: Path, archive: SQLiteArchive) -> None:
     await archive.append(KEY, [plain_group(0), plain_group(1)], OpContext())
-    with raw(db) as conn:
-        conn.execute("UPDATE archive_groups SET data = CAST('{}' AS BLOB) WHERE seq = 1")
+    set_group_row(db, KEY, 1, b"{}")
     with pytest.raises(ArchiveError, match="does not match its stored digest"):
         await archive.read_groups(KEY, 0, 10, OpContext())
     assert await archive.read_groups(KEY, 0, 1, OpContext()) == [plain_group(0)]
@@ -300,17 +309,15 @@ async def test_a_corrupt_snapshot_row_raises_and_is_left_untouched(
 ) -> None:
     await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
     with raw(db) as conn:
-        # Bypass the column constraints the way a damaged or foreign writer could.
-        conn.execute("PRAGMA ignore_check_constraints = ON")
+        # Write what a damaged or foreign writer could, the session's whole snapshot in its row.
         conn.execute(
-            "UPDATE session_snapshots SET revision = ?, data = ? WHERE session_id = ?",
+            "UPDATE sessions SET revision = ?, inline = 1, snapshot = ? WHERE session_id = ?",
             (revision, data if data is not None else b"{}", KEY.session),
         )
-        before = conn.execute("SELECT revision, data FROM session_snapshots").fetchall()
+    before = _all_rows(db)
     with pytest.raises(SnapshotCorruptError, match="nothing was changed"):
         await store.load(KEY, OpContext())
-    with raw(db) as conn:
-        assert conn.execute("SELECT revision, data FROM session_snapshots").fetchall() == before
+    assert _all_rows(db) == before
 
 
 async def _attempt(
@@ -396,8 +403,8 @@ async def test_a_cancelled_signal_refuses_work_and_writes_nothing(
         await archive.append(KEY, [plain_group(1)], cancelled())
     with pytest.raises(OperationCancelledError):
         await store.save(KEY, scoped_snapshot(KEY), None, cancelled())
-    assert count_rows(db, "archive_groups") == 1
-    assert count_rows(db, "session_snapshots") == 0
+    assert archived_seqs(db, KEY) == [0]
+    assert snapshot_row(db, KEY) is None
 
 
 # Runs for tens of seconds unless interrupted, so a broken interrupt fails the
@@ -493,7 +500,7 @@ async def test_a_failed_commit_leaves_the_connection_usable(db: Path, archive: S
         await archive.run(OpContext(), "bad commit", violate_at_commit)
     assert count_rows(db, "child") == 0
     await archive.append(KEY, [plain_group(1)], OpContext())
-    assert count_rows(db, "archive_groups") == 2
+    assert archived_seqs(db, KEY) == [0, 1]
 
 
 # -- closing ------------------------------------------------------------------------------------

@@ -173,8 +173,8 @@ async def test_shares_one_file_with_the_archive_and_session_store(db: Path) -> N
         for adapter in (archive, sessions, recall):
             await adapter.aclose()
     tables = {str(r[0]) for r in rows(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"archive_groups", "session_snapshots", "recall_sources", "recall_texts"} <= tables
-    assert all(t.startswith("recall_") for t in tables - {"meta", "archive_groups", "session_snapshots"})
+    assert {"sessions", "groups", "recall_sources", "recall_texts"} <= tables
+    assert all(t.startswith("recall_") for t in tables - {"meta", "sessions", "groups", "sqlite_sequence"})
 
 
 # -- documents, discovery and reads ----------------------------------------------------------------

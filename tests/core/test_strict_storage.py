@@ -1,13 +1,12 @@
 """Stored rows are decoded strictly and re-checked: damage fails closed with a typed error, rows untouched.
 
-Rows are rewritten directly (with :mod:`sqlite3` in a temp database file, or
+Rows are rewritten directly (with :mod:`agentium_harness.testing.sqlite_rows` in a temp database file, or
 in the in-memory adapters' dicts), as disk damage or a stray tool would.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -29,12 +28,19 @@ from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.testing import legacy_snapshot, plain_group, rich_group, scoped_snapshot
+from agentium_harness.testing.sqlite_rows import (
+    group_row,
+    move_group_row,
+    put_group_row,
+    set_group_row,
+    set_snapshot_row,
+    snapshot_row,
+)
 
 pytestmark = pytest.mark.anyio
 
 KEY = SessionKey("tenant", "user", "session")
 OTHER = SessionKey("tenant", "user", "other")
-WHERE = "tenant_id = ? AND user_id = ? AND session_id = ?"
 
 
 @pytest.fixture
@@ -56,21 +62,14 @@ async def archive(db: Path) -> AsyncIterator[SQLiteArchive]:
     await adapter.aclose()
 
 
-def _sql(db: Path, statement: str, *params: Any) -> list[tuple[Any, ...]]:
-    conn = sqlite3.connect(str(db), isolation_level=None)
-    try:
-        return conn.execute(statement, params).fetchall()
-    finally:
-        conn.close()
-
-
 def _snapshot_row(db: Path, key: SessionKey = KEY) -> tuple[Any, ...]:
-    [row] = _sql(db, f"SELECT revision, data FROM session_snapshots WHERE {WHERE}", *key.key_segments())
-    return row
+    found = snapshot_row(db, key)
+    assert found is not None
+    return found
 
 
 def _set_snapshot_data(db: Path, data: bytes, key: SessionKey = KEY) -> None:
-    _sql(db, f"UPDATE session_snapshots SET data = ? WHERE {WHERE}", data, *key.key_segments())
+    set_snapshot_row(db, key, data)
 
 
 def _edit_json(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes:
@@ -147,13 +146,7 @@ async def test_legacy_and_format_2_snapshots_without_digest_still_load(
     loaded = await store.load(KEY, OpContext())
     assert loaded is not None and loaded.snapshot == legacy_snapshot()
     v2 = SessionSnapshot(memory_scope=scoped_snapshot(OTHER).memory_scope, format_version=2)
-    _sql(
-        db,
-        "INSERT INTO session_snapshots (tenant_id, user_id, session_id, revision, data) "
-        "VALUES (?, ?, ?, 1, ?)",
-        *OTHER.key_segments(),
-        canonical_json(unstructure(v2)),
-    )
+    set_snapshot_row(db, OTHER, canonical_json(unstructure(v2)), revision=1)
     loaded = await store.load(OTHER, OpContext())
     assert loaded is not None and loaded.snapshot == v2
 
@@ -211,10 +204,7 @@ def test_seal_is_stable_and_verifies() -> None:
 
 
 def _group_row(db: Path, seq: int, key: SessionKey = KEY) -> tuple[Any, ...]:
-    [row] = _sql(
-        db, f"SELECT digest, data FROM archive_groups WHERE {WHERE} AND seq = ?", *key.key_segments(), seq
-    )
-    return row
+    return group_row(db, key, seq)
 
 
 GROUP_EDITS = {
@@ -234,13 +224,7 @@ async def test_damaged_sqlite_group_row_fails_closed_and_is_left_alone(
     digest, data = _group_row(db, 1)
     damaged = _edit_json(data, _set(*GROUP_EDITS[case]))
     new_digest = digest_bytes(damaged) if fix_digest else digest
-    _sql(
-        db,
-        f"UPDATE archive_groups SET data = ?, digest = ? WHERE {WHERE} AND seq = 1",
-        damaged,
-        new_digest,
-        *KEY.key_segments(),
-    )
+    set_group_row(db, KEY, 1, damaged, new_digest)
     with pytest.raises(ArchiveCorruptError):
         await archive.read_groups(KEY, 0, 10, OpContext())
     assert _group_row(db, 1) == (new_digest, damaged)
@@ -252,14 +236,7 @@ async def test_a_row_copied_under_another_session_is_refused(db: Path, archive: 
     await archive.append(KEY, [rich_group(0, KEY)], OpContext())
     digest, data = _group_row(db, 0)
     # A consistent row (data and digest agree) filed under the wrong key.
-    _sql(
-        db,
-        "INSERT INTO archive_groups (tenant_id, user_id, session_id, seq, digest, data) "
-        "VALUES (?, ?, ?, 0, ?, ?)",
-        *OTHER.key_segments(),
-        digest,
-        data,
-    )
+    put_group_row(db, OTHER, 0, data, digest)
     with pytest.raises(ArchiveCorruptError, match="belongs to session tenant/user/session"):
         await archive.read_groups(OTHER, 0, 10, OpContext())
     assert len(await archive.read_groups(KEY, 0, 10, OpContext())) == 1
@@ -267,7 +244,7 @@ async def test_a_row_copied_under_another_session_is_refused(db: Path, archive: 
 
 async def test_a_row_moved_to_another_seq_is_refused(db: Path, archive: SQLiteArchive) -> None:
     await archive.append(KEY, [plain_group(0)], OpContext())
-    _sql(db, f"UPDATE archive_groups SET seq = 7 WHERE {WHERE} AND seq = 0", *KEY.key_segments())
+    move_group_row(db, KEY, 0, 7)
     with pytest.raises(ArchiveCorruptError, match="seq 7"):
         await archive.read_groups(KEY, 0, 10, OpContext())
 
@@ -280,13 +257,7 @@ async def test_a_non_canonical_rewrite_with_a_matching_digest_is_refused(
     await archive.append(KEY, [plain_group(0)], OpContext())
     _, data = _group_row(db, 0)
     spaced = json.dumps(json.loads(data), indent=1).encode()
-    _sql(
-        db,
-        f"UPDATE archive_groups SET data = ?, digest = ? WHERE {WHERE} AND seq = 0",
-        spaced,
-        digest_bytes(spaced),
-        *KEY.key_segments(),
-    )
+    set_group_row(db, KEY, 0, spaced, digest_bytes(spaced))
     with pytest.raises(ArchiveCorruptError, match="digest"):
         await archive.read_groups(KEY, 0, 10, OpContext())
 

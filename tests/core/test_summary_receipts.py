@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,7 @@ from agentium_harness.plugin_api import (
     seal_snapshot,
     snapshot_bytes,
 )
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row
 
 pytestmark = pytest.mark.anyio
 
@@ -150,12 +150,10 @@ async def test_the_joint_sqlite_commit_keeps_receipts_too(tmp_path: Path) -> Non
         summarizer.down = True
         await _turns(runtime, 3, 2)
         assert [r.seq for r in (await _stored(store)).receipts] == [1, 2]
-        with sqlite3.connect(path) as conn:  # another writer rewrites group 1 and its digest
-            (data,) = conn.execute("SELECT data FROM archive_groups WHERE seq = 1").fetchone()
-            forged = bytes(data).replace(b"Fact 1:", b"Fact 1 (forged):")
-            conn.execute(
-                "UPDATE archive_groups SET data = ?, digest = ? WHERE seq = 1", (forged, digest_bytes(forged))
-            )
+        # Another writer rewrites group 1 and its digest.
+        _, data = group_row(path, KEY, 1)
+        forged = data.replace(b"Fact 1:", b"Fact 1 (forged):")
+        set_group_row(path, KEY, 1, forged, digest_bytes(forged))
         summarizer.down = False
         result = await runtime.run(ANA, "s1", "one more")
         assert result.summary.summary.frontier == 1 and result.summary.gaps[0].reason is GapReason.CHANGED

@@ -273,6 +273,23 @@ def _encoding(group: MessageGroup) -> list[Any]:
     return cached
 
 
+def adopt_stored_encoding(group: MessageGroup, data: bytes, digest: str) -> bool:
+    """Whether ``data`` is exactly ``group``'s canonical encoding; if so ``digest`` becomes its digest.
+
+    For a group just decoded from stored bytes whose digest the reader has
+    already checked (``digest`` is the digest of ``data``): comparing the
+    re-encoding with the stored bytes proves the canonical form, and the
+    digest need not be computed a second time. False means the bytes are not
+    canonical (or ``digest`` is not this group's), which is damage.
+    """
+    cached = _encoding(group)
+    if cached[0] != data:
+        return False
+    if cached[1] is None:
+        cached[1] = digest
+    return bool(cached[1] == digest)
+
+
 def _match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """``(ids of calls left unanswered, indexes of results answering no open call)``, in message order.
 

@@ -13,7 +13,6 @@ archive and session store in a file per test.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from agentium_harness import (
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row
 
 pytestmark = pytest.mark.anyio
 
@@ -236,13 +236,8 @@ async def test_foreign_or_damaged_history_fails_closed(tmp_path: Path) -> None:
             await provider.get_messages("other")
         for n in range(3):
             await provider.save_messages("chat-1", [AFMessage("user", [f"q{n}"])])
-        with sqlite3.connect(path) as db:
-            (data,) = db.execute(
-                "SELECT data FROM archive_groups WHERE session_id = 'chat-1' AND seq = 0"
-            ).fetchone()
-            db.execute(
-                "UPDATE archive_groups SET data = ? WHERE session_id = 'chat-1' AND seq = 0",
-                (data.replace(b"q0", b"qX"),),
-            )
+        key = SessionKey.of(ANA, "chat-1")
+        _, data = group_row(path, key, 0)
+        set_group_row(path, key, 0, data.replace(b"q0", b"qX"))
         with pytest.raises(ArchiveCorruptError):
             await provider.get_messages("chat-1")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from agentium_harness import (
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.testing.sqlite_rows import group_row, set_group_row, set_snapshot_row, snapshot_row
 from agentium_openai_agents import ITEM_FORMAT, AgentiumSession, ForeignItemError, SessionClosedError
 
 pytestmark = pytest.mark.anyio
@@ -203,18 +203,15 @@ async def test_damaged_history_fails_closed_never_skipped(tmp_path: Path) -> Non
         session = AgentiumSession(runtime, ANA, "chat-1")
         for n in range(4):
             await session.add_items(turn(n))
-        with sqlite3.connect(path) as db:  # flip the archived group 0's bytes (its digest is kept)
-            (data,) = db.execute("SELECT data FROM archive_groups WHERE seq = 0").fetchone()
-            db.execute(
-                "UPDATE archive_groups SET data = ? WHERE seq = 0",
-                (data.replace(b"question 0", b"question X"),),
-            )
+        key = SessionKey.of(ANA, "chat-1")
+        _, data = group_row(path, key, 0)  # flip the archived group 0's bytes (its digest is kept)
+        set_group_row(path, key, 0, data.replace(b"question 0", b"question X"))
         assert len(await session.get_items(4)) == 4  # the newest groups do not touch the damage
         with pytest.raises(ArchiveCorruptError):
             await session.get_items()
-        with sqlite3.connect(path) as db:
-            (data,) = db.execute("SELECT data FROM session_snapshots").fetchone()
-            db.execute("UPDATE session_snapshots SET data = ?", (data.replace(b"answer 3", b"answer X"),))
+        stored = snapshot_row(path, key)
+        assert stored is not None
+        set_snapshot_row(path, key, stored[1].replace(b"answer 3", b"answer X"))
         for call in (session.get_items, session.pop_item, lambda: session.add_items(turn(9))):
             with pytest.raises(SnapshotCorruptError):
                 await call()

@@ -26,7 +26,7 @@ from .._errors import AgentiumError, SessionStoreError
 from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
 from .._validators import bounded_count
-from ._sqlite_sql import SCHEMA, immediate_transaction
+from ._sqlite_sql import SCHEMA_VERSION, SchemaError, ensure_schema
 from .threaded import ThreadBoundAdapter, host_task_cancelled
 
 __all__ = [
@@ -38,9 +38,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: Version of the tables this module creates, kept in the ``meta`` table.
-SCHEMA_VERSION: Final = 1
 
 #: Accepted ``PRAGMA synchronous`` levels. ``OFF`` is refused because both
 #: adapters declare ``durable``: with ``OFF`` an OS crash or power loss can
@@ -221,20 +218,11 @@ class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
             delay = min(delay * 2, 0.05)
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        with immediate_transaction(conn):
-            for statement in SCHEMA:
-                conn.execute(statement)
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif str(row[0]) != str(SCHEMA_VERSION):
-                raise self.storage_error(
-                    f"{self.adapter_name}: {self._path} has schema version {row[0]}, this version of "
-                    f"agentium-harness understands {SCHEMA_VERSION}; upgrade agentium-harness or use "
-                    "another file"
-                )
+        # Creates the tables, or migrates a file of schema version 1 in one transaction.
+        try:
+            ensure_schema(conn)
+        except SchemaError as exc:
+            raise self.storage_error(f"{self.adapter_name}: {self._path}: {exc}") from exc
 
     def _apply_deadline(self, conn: sqlite3.Connection, ctx: OpContext) -> None:
         # Waiting for another writer's lock must not outlast the caller's deadline.

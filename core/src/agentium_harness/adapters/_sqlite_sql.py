@@ -1,36 +1,38 @@
-"""The SQL of the embedded SQLite adapters: schema, transactions and the two writes.
+"""The SQL of the embedded SQLite adapters: schema, its migration, transactions, erasure helpers.
 
 Kept apart from :mod:`agentium_harness.adapters.sqlite` (connections, threads,
-decoding) so that the archive append, the snapshot compare-and-set and the
-joint commit that runs both in one transaction share one copy of each
-statement. Every function here runs in a worker thread, inside the caller's
-connection; identifiers are always bound as SQL parameters.
+decoding). The row layout itself — a session registry and one row per stored
+group, shared by the archive and the session store — is
+:mod:`agentium_harness.adapters._sqlite_rows`. Every function here runs in a
+worker thread, inside the caller's connection; identifiers are always bound as
+SQL parameters.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Final
+from typing import Final
 
-from .._errors import ArchiveConflictError, SessionConflictError
-from .._history import MessageGroup
-from .._ports.archive import ArchiveReceipt
 from .._ports.erasure import EraseTarget, PhysicalErasure
-from .._scope import SessionKey
 
 __all__ = [
     "SCHEMA",
-    "archive_rows",
-    "compare_and_set",
+    "SCHEMA_VERSION",
+    "SchemaError",
+    "ensure_schema",
     "immediate_transaction",
-    "erase_rows",
-    "insert_archive_rows",
+    "read_transaction",
     "scrub_log",
-    "target_filter",
+    "session_filter",
 ]
+
+#: Version of the tables :data:`SCHEMA` creates, kept in the ``meta`` table. Version 1 kept
+#: archived groups (``archive_groups``) and whole snapshots (``session_snapshots``) in two
+#: tables; version 2 keeps one row per session and one row per group (:mod:`._sqlite_rows`).
+SCHEMA_VERSION: Final = 2
 
 #: The tables both adapters create (each creates all of them, idempotently).
 SCHEMA: Final = (
@@ -40,28 +42,127 @@ SCHEMA: Final = (
         value TEXT NOT NULL
     )
     """,
+    # One row per session either adapter stored something for: its number (never reused:
+    # group rows are keyed by it), the archive's watermark (``adopted``: the session store's
+    # group rows below it belong to the archive), and the session store's snapshot, if any.
     """
-    CREATE TABLE IF NOT EXISTS archive_groups (
+    CREATE TABLE IF NOT EXISTS sessions (
+        sid INTEGER PRIMARY KEY AUTOINCREMENT,
         tenant_id TEXT NOT NULL,
         user_id TEXT NOT NULL,
         session_id TEXT NOT NULL,
-        seq INTEGER NOT NULL CHECK (seq >= 0),
-        digest TEXT NOT NULL,
-        data BLOB NOT NULL,
-        PRIMARY KEY (tenant_id, user_id, session_id, seq)
-    ) WITHOUT ROWID
+        adopted INTEGER NOT NULL DEFAULT 0,
+        revision INTEGER,
+        boundary INTEGER,
+        next_seq INTEGER,
+        inline INTEGER,
+        snapshot BLOB,
+        UNIQUE (tenant_id, user_id, session_id)
+    )
     """,
+    # One row per stored group, keyed sid << 33 | seq << 1 | archived (see _sqlite_rows).
     """
-    CREATE TABLE IF NOT EXISTS session_snapshots (
-        tenant_id TEXT NOT NULL,
-        user_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        revision INTEGER NOT NULL CHECK (revision >= 1),
-        data BLOB NOT NULL,
-        PRIMARY KEY (tenant_id, user_id, session_id)
-    ) WITHOUT ROWID
+    CREATE TABLE IF NOT EXISTS groups (
+        id INTEGER PRIMARY KEY,
+        digest TEXT NOT NULL,
+        data BLOB NOT NULL
+    )
     """,
 )
+
+
+class SchemaError(sqlite3.DatabaseError):
+    """The file's tables are of a version this code cannot use, or cannot be migrated; says why."""
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables of a new file, migrate a version 1 file, refuse a newer one (one transaction).
+
+    Two connections opening one file at once are ordered by the write lock: the
+    second finds the tables made (or migrated) by the first.
+    """
+    with immediate_transaction(conn):
+        conn.execute(SCHEMA[0])
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        found = None if row is None else str(row[0])
+        if found == "1":
+            # In this transaction: a crash or an error leaves version 1 whole.
+            _migrate_v1(conn)
+        elif found not in (None, str(SCHEMA_VERSION)):
+            raise SchemaError(
+                f"it has schema version {found}, this version of agentium-harness understands "
+                f"{SCHEMA_VERSION}; upgrade agentium-harness or use another file"
+            )
+        for statement in SCHEMA[1:]:
+            conn.execute(statement)
+        if found != str(SCHEMA_VERSION):
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+
+
+def _migrate_v1(conn: sqlite3.Connection) -> None:
+    """Move version 1's ``archive_groups`` and ``session_snapshots`` rows into version 2's tables.
+
+    Archived groups become archive-owned group rows with their bytes and
+    digests as they are; a snapshot is kept whole (``inline``) until its next
+    save splits it. Nothing is decoded or changed: a damaged row stays damaged
+    and is reported when read, as before. Only a row whose key cannot be a
+    version 2 row id stops the migration (it is refused, and the file is
+    left at version 1).
+    """
+    for statement in SCHEMA[1:]:
+        conn.execute(statement)
+    bad = conn.execute(
+        "SELECT tenant_id, user_id, session_id, seq FROM archive_groups "
+        "WHERE typeof(seq) != 'integer' OR seq < 0 OR seq >= ? LIMIT 1",
+        (1 << 32,),
+    ).fetchone()
+    if bad is not None:
+        raise SchemaError(
+            f"it cannot be migrated to schema version {SCHEMA_VERSION}: archived group {bad[3]!r} of session "
+            f"{bad[:3]!r} has a seq this version cannot store (at most 2**32 - 1); nothing was changed"
+        )
+    conn.execute(
+        "INSERT INTO sessions (tenant_id, user_id, session_id) "
+        "SELECT tenant_id, user_id, session_id FROM archive_groups "
+        "UNION SELECT tenant_id, user_id, session_id FROM session_snapshots ORDER BY 1, 2, 3"
+    )
+    conn.execute(
+        "INSERT INTO groups (id, digest, data) "
+        "SELECT (s.sid << 33) | (a.seq << 1) | 1, a.digest, a.data FROM archive_groups AS a "
+        "JOIN sessions AS s ON s.tenant_id = a.tenant_id AND s.user_id = a.user_id "
+        "AND s.session_id = a.session_id"
+    )
+    same = (
+        "ss.tenant_id = sessions.tenant_id AND ss.user_id = sessions.user_id "
+        "AND ss.session_id = sessions.session_id"
+    )
+    conn.execute(
+        f"UPDATE sessions SET inline = 1, "  # noqa: S608 - constant text
+        f"revision = (SELECT ss.revision FROM session_snapshots AS ss WHERE {same}), "
+        f"snapshot = (SELECT ss.data FROM session_snapshots AS ss WHERE {same}) "
+        f"WHERE EXISTS (SELECT 1 FROM session_snapshots AS ss WHERE {same})"
+    )
+    conn.execute("DROP TABLE archive_groups")
+    conn.execute("DROP TABLE session_snapshots")
+
+
+@contextmanager
+def read_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """Run the block's reads in one read transaction: one consistent view of the file.
+
+    A snapshot is a session row and its group rows; read in separate
+    statements, another writer's commit could land between them.
+    """
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        # Ends the read (nothing was written), whether the block returned or raised.
+        if conn.in_transaction:
+            conn.execute("COMMIT")
 
 
 @contextmanager
@@ -93,74 +194,10 @@ def immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def archive_rows(groups: Sequence[MessageGroup]) -> list[tuple[int, bytes, str]]:
-    """``(seq, canonical bytes, digest)`` per group, from the groups' cached encodings."""
-    return [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
+def session_filter(target: EraseTarget) -> tuple[str, list[object]]:
+    """The SQL condition on ``sessions`` selecting the sessions ``target`` names (its groups aside).
 
-
-def insert_archive_rows(
-    conn: sqlite3.Connection, key: SessionKey, rows: Sequence[tuple[int, bytes, str]], prefix: str
-) -> list[ArchiveReceipt]:
-    """Append rows inside the caller's transaction; identical rows are no-ops, different ones conflict."""
-    receipts: list[ArchiveReceipt] = []
-    for seq, data, digest in rows:
-        found = conn.execute(
-            "SELECT digest FROM archive_groups "
-            "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq = ?",
-            (key.tenant, key.user, key.session, seq),
-        ).fetchone()
-        if found is None:
-            conn.execute(
-                "INSERT INTO archive_groups (tenant_id, user_id, session_id, seq, digest, data) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (key.tenant, key.user, key.session, seq, digest, data),
-            )
-        elif found[0] != digest:
-            # Raising inside the transaction rolls back every earlier group of
-            # this batch as well (and, in a joint commit, the snapshot).
-            raise ArchiveConflictError(
-                f"group {seq} of session {key.key()} is archived with digest {found[0]}; "
-                f"refusing different content {digest}. Archived groups are never overwritten."
-            )
-        receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
-    return receipts
-
-
-def compare_and_set(
-    conn: sqlite3.Connection, key: SessionKey, data: bytes, expected_revision: int | None
-) -> int:
-    """Write a snapshot inside the caller's transaction if its revision is ``expected_revision``."""
-    row = conn.execute(
-        "SELECT revision FROM session_snapshots WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
-        (key.tenant, key.user, key.session),
-    ).fetchone()
-    current = None if row is None else row[0]
-    if current != expected_revision:
-        raise SessionConflictError(
-            f"session {key.key()} is at revision {current}, expected {expected_revision}; "
-            "another writer committed first. Reload and retry."
-        )
-    if current is None:
-        conn.execute(
-            "INSERT INTO session_snapshots (tenant_id, user_id, session_id, revision, data) "
-            "VALUES (?, ?, ?, 1, ?)",
-            (key.tenant, key.user, key.session, data),
-        )
-        return 1
-    new_revision = int(current) + 1
-    conn.execute(
-        "UPDATE session_snapshots SET revision = ?, data = ? "
-        "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND revision = ?",
-        (new_revision, data, key.tenant, key.user, key.session, current),
-    )
-    return new_revision
-
-
-def target_filter(target: EraseTarget, seq_column: str | None = "seq") -> tuple[str, list[object]]:
-    """The SQL condition selecting ``target`` (on tenant, user and session ids and ``seq_column``).
-
-    Every value is a parameter; only constant column names and ``?`` go into
-    the text. A groups target with ``seq_column=None`` selects nothing.
+    Every value is a parameter; only constant column names and ``?`` go into the text.
     """
     clauses = ["tenant_id = ?"]
     params: list[object] = [target.tenant_id]
@@ -168,13 +205,6 @@ def target_filter(target: EraseTarget, seq_column: str | None = "seq") -> tuple[
         if value is not None:
             clauses.append(f"{column} = ?")
             params.append(value)
-    if target.groups:
-        if seq_column is None:
-            return "0", []
-        spans = " OR ".join(f"({seq_column} >= ? AND {seq_column} < ?)" for _ in target.groups)
-        clauses.append(f"({spans})")
-        for span in target.groups:
-            params.extend((span.start, span.stop))
     return " AND ".join(clauses), params
 
 
@@ -199,37 +229,3 @@ def scrub_log(conn: sqlite3.Connection, retries: int = 50) -> tuple[PhysicalEras
         "the write-ahead log could not be checkpointed and truncated (another connection kept reading); "
         "erased rows may remain in it until the next checkpoint",
     )
-
-
-def erase_rows(
-    conn: sqlite3.Connection,
-    table: str,
-    columns: str,
-    keys: Sequence[str],
-    target: EraseTarget,
-    bound: int,
-    *,
-    dry_run: bool,
-    check: Callable[[], None],
-    seq_column: str | None = "seq",
-) -> tuple[list[Any], bool]:
-    """Select (and unless ``dry_run`` delete) at most ``bound`` rows of ``table`` that ``target`` covers.
-
-    Runs inside the caller's transaction. ``columns`` are read (the first
-    ``len(keys)`` must be ``keys``, the row's primary key); ``check`` runs
-    before deleting (it raises to stop). Returns the rows taken, in key
-    order, and whether more rows are left. ``table``, ``columns`` and
-    ``keys`` are the caller's constants; every value is a parameter.
-    """
-    where, params = target_filter(target, seq_column)
-    order = ", ".join(keys)
-    rows = conn.execute(
-        f"SELECT {columns} FROM {table} WHERE {where} ORDER BY {order} LIMIT ?",  # noqa: S608
-        (*params, bound + 1),
-    ).fetchall()
-    taken = rows[:bound]
-    if not dry_run and taken:
-        check()
-        match = " AND ".join(f"{k} = ?" for k in keys)
-        conn.executemany(f"DELETE FROM {table} WHERE {match}", [row[: len(keys)] for row in taken])  # noqa: S608
-    return taken, len(rows) > bound

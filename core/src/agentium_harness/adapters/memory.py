@@ -22,7 +22,7 @@ from .._errors import (
     RecordDecodeError,
     SessionConflictError,
 )
-from .._history import MessageGroup
+from .._history import MessageGroup, adopt_stored_encoding
 from .._ports import OpContext
 from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
 from .._ports.erasure import (
@@ -119,6 +119,12 @@ class InMemoryArchive(HistoryArchive):
             group = from_json(data, MessageGroup)
         except RecordDecodeError as exc:
             raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
+        # Digest checked once, above; the canonical form by comparing the re-encoding with the bytes.
+        if not adopt_stored_encoding(group, data, digest):
+            raise ArchiveCorruptError(
+                f"{where} is not in canonical form (its bytes differ from the encoding of what they hold, "
+                "so its stored digest cannot vouch for it); the row is damaged"
+            )
         check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
         return group
 

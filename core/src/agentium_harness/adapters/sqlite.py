@@ -45,7 +45,7 @@ from .._errors import (
     RecordDecodeError,
     SnapshotCorruptError,
 )
-from .._history import MessageGroup
+from .._history import MessageGroup, adopt_stored_encoding
 from .._ports import OpContext
 from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
 from .._ports.erasure import (
@@ -78,14 +78,19 @@ from ._sqlite_base import (
     _SQLiteAdapterBase,
     data_version,
 )
-from ._sqlite_sql import (
-    archive_rows,
-    compare_and_set,
-    erase_rows,
-    immediate_transaction,
-    insert_archive_rows,
-    scrub_log,
+from ._sqlite_rows import (
+    append_groups,
+    archived_rows_covered,
+    drop_if_empty,
+    drop_snapshot,
+    group_rows,
+    read_archived,
+    read_snapshot,
+    save_snapshot,
+    sessions_covered,
+    split_snapshot,
 )
+from ._sqlite_sql import immediate_transaction, read_transaction, scrub_log
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -135,12 +140,12 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append ``groups`` in one transaction; identical re-appends are no-ops, differing ones conflict."""
-        rows = archive_rows(groups)
+        rows = group_rows(groups)
         prefix = f"{self._location_prefix()}#{key.key()}"
 
         def work(conn: sqlite3.Connection) -> list[ArchiveReceipt]:
             with immediate_transaction(conn):
-                return insert_archive_rows(conn, key, rows, prefix)
+                return append_groups(conn, key, rows, prefix)
 
         return await self.run(ctx, "archive append", work)
 
@@ -152,12 +157,8 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         limit = max(0, max_groups)
 
         def work(conn: sqlite3.Connection) -> list[MessageGroup]:
-            rows = conn.execute(
-                "SELECT seq, digest, data FROM archive_groups "
-                "WHERE tenant_id = ? AND user_id = ? AND session_id = ? AND seq >= ? "
-                "ORDER BY seq LIMIT ?",
-                (key.tenant, key.user, key.session, start_seq, limit),
-            ).fetchall()
+            with read_transaction(conn):
+                rows = read_archived(conn, key, start_seq, limit)
             return [self._cached_group(key, seq, digest, data) for seq, digest, data in rows]
 
         return await self.run(ctx, "archive read", work)
@@ -203,6 +204,13 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
             group = from_json(data, MessageGroup)
         except RecordDecodeError as exc:
             raise ArchiveCorruptError(f"{where()} cannot be decoded: {exc}") from exc
+        # The digest of the stored bytes is checked above, once: the group re-encodes to exactly
+        # those bytes (canonical form), so it is that digest, not hashed again.
+        if not adopt_stored_encoding(group, data, digest):
+            raise ArchiveCorruptError(
+                f"{where()} is not in canonical form (its bytes differ from the encoding of what they hold, "
+                "so its stored digest cannot vouch for it); the row is damaged"
+            )
         check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
         return group
 
@@ -225,20 +233,17 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
 
         def work(conn: sqlite3.Connection) -> EraseReport:
             with immediate_transaction(conn):
-                taken, more = erase_rows(
-                    conn,
-                    "archive_groups",
-                    "tenant_id, user_id, session_id, seq, digest",
-                    ("tenant_id", "user_id", "session_id", "seq"),
-                    target,
-                    bound,
-                    dry_run=dry_run,
-                    check=lambda: ctx.raise_if_expired("archive erase"),
-                )
+                # The archive's rows and the store's rows it adopted (see _sqlite_rows).
+                taken, more = archived_rows_covered(conn, target, bound)
+                if not dry_run and taken:
+                    ctx.raise_if_expired("archive erase")
+                    conn.executemany("DELETE FROM groups WHERE id = ?", [(row[3],) for row in taken])
+                    for sid in sorted({row[4] for row in taken}):
+                        drop_if_empty(conn, sid)
             physical, detail = (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn)
             return EraseReport(
                 count_items(group=len(taken)),
-                group_sessions((SessionKey(t, u, s), seq, d) for t, u, s, seq, d in taken),
+                group_sessions((key, seq, digest) for key, seq, digest, _, _ in taken),
                 EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
                 physical,
                 detail,
@@ -316,14 +321,12 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
                 return None
 
         def work(conn: sqlite3.Connection) -> tuple[tuple[object, object] | None, int]:
-            # Read before the row: a commit in between can only make the version look older.
-            version = data_version(conn)
-            row = conn.execute(
-                "SELECT revision, data FROM session_snapshots "
-                "WHERE tenant_id = ? AND user_id = ? AND session_id = ?",
-                (key.tenant, key.user, key.session),
-            ).fetchone()
-            return (None if row is None else (row[0], row[1])), version
+            # One read transaction: the version, the session's row and its group rows all as of
+            # the same commit.
+            with read_transaction(conn):
+                version = data_version(conn)
+                found = read_snapshot(conn, key)
+            return (None if found is None else (found[0], found[1])), version
 
         row, version = await self.run(ctx, "session load", work)
         if row is None:
@@ -334,8 +337,12 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
             return None
         revision, data = row
         where = f"snapshot of session {key.key()} in {self._path}"
-        if not isinstance(revision, int) or revision < 1:
+        if not isinstance(revision, int) or isinstance(revision, bool) or revision < 1:
             raise SnapshotCorruptError(f"{where} has an invalid revision {revision!r}; nothing was changed")
+        if data is None:
+            raise SnapshotCorruptError(
+                f"{where} is incomplete (a resident group's row is missing or damaged); nothing was changed"
+            )
         if not isinstance(data, bytes | str):
             raise SnapshotCorruptError(f"{where} holds {type(data).__name__}, not JSON; nothing was changed")
         raw = data if isinstance(data, bytes) else data.encode("utf-8")
@@ -392,15 +399,18 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         writes nothing: seal it with :func:`~agentium_harness._ports.sessions.seal_snapshot`.
         """
         verify_snapshot(key, snapshot)
-        # The exact canonical bytes, joined from the groups' cached encodings.
+        # The exact canonical bytes, joined from the groups' cached encodings, and
+        # split into the session's row and one row per resident group.
         data = snapshot_bytes(snapshot)
+        rows = split_snapshot(snapshot, data)
 
         def work(conn: sqlite3.Connection) -> tuple[int, int]:
             with immediate_transaction(conn):
                 # Inside the write transaction no one else can commit, and this
                 # connection's own commit leaves its data_version as it is.
                 version = data_version(conn)
-                return compare_and_set(conn, key, data, expected_revision), version
+                revision, _ = save_snapshot(conn, key, rows, expected_revision)
+                return revision, version
 
         self._forget(key)
         revision, version = await self.run(ctx, "session save", work)
@@ -442,14 +452,16 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         assert isinstance(archive, SQLiteArchive)
         verify_snapshot(key, snapshot)
         data = snapshot_bytes(snapshot)
-        rows = archive_rows(groups)
+        rows = split_snapshot(snapshot, data)
+        evicted = group_rows(groups)
         prefix = f"{archive._location_prefix()}#{key.key()}"
 
         def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt], int]:
             with immediate_transaction(conn):
                 version = data_version(conn)  # as in save
-                receipts = insert_archive_rows(conn, key, rows, prefix)
-                return compare_and_set(conn, key, data, expected_revision), receipts, version
+                # The evicted groups' resident rows become the archive's as they are (adopted).
+                revision, receipts = save_snapshot(conn, key, rows, expected_revision, evicted, prefix)
+                return revision, receipts, version
 
         self._forget(key)
         revision, receipts, version = await self.run(ctx, "session commit with archive", work)
@@ -465,8 +477,8 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         def work(conn: sqlite3.Connection) -> list[str]:
             # BINARY collation orders UTF-8 text by code point, the same order as sorted().
             rows = conn.execute(
-                "SELECT session_id FROM session_snapshots WHERE tenant_id = ? AND user_id = ? "
-                "AND session_id > ? ORDER BY session_id LIMIT ?",
+                "SELECT session_id FROM sessions WHERE tenant_id = ? AND user_id = ? "
+                "AND session_id > ? AND revision IS NOT NULL ORDER BY session_id LIMIT ?",
                 (tenant, user, "" if after is None else after, bound),
             ).fetchall()
             return [str(r[0]) for r in rows]
@@ -492,22 +504,19 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         Found = tuple[list[tuple[SessionKey, bytes]], bool, PhysicalErasure, str]
 
         def work(conn: sqlite3.Connection) -> Found:
+            found: list[tuple[SessionKey, bytes]] = []
             with immediate_transaction(conn):
-                taken, more = erase_rows(
-                    conn,
-                    "session_snapshots",
-                    "tenant_id, user_id, session_id, data",
-                    ("tenant_id", "user_id", "session_id"),
-                    target,
-                    bound,
-                    dry_run=dry_run,
-                    check=lambda: ctx.raise_if_expired("session store erase"),
-                    seq_column=None,
-                )
+                taken, more = sessions_covered(conn, target, bound)
+                for key, _ in taken:
+                    # The whole snapshot, for the report (its resident groups' seqs and digests).
+                    stored = read_snapshot(conn, key)
+                    data = stored[1] if stored is not None else None
+                    found.append((key, data if isinstance(data, bytes) else str(data or "").encode()))
+                if not dry_run and taken:
+                    ctx.raise_if_expired("session store erase")
+                    for _, session in taken:
+                        drop_snapshot(conn, session)
             physical, detail = (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn)
-            found = [
-                (SessionKey(t, u, s), d if isinstance(d, bytes) else str(d).encode()) for t, u, s, d in taken
-            ]
             return found, more, physical, detail
 
         if not dry_run:

@@ -1,0 +1,453 @@
+"""The row layout of the SQLite archive and session store (schema version 2): each group written once.
+
+A turn that evicts a group used to write it twice and its neighbours again:
+the whole snapshot (every resident group) was rewritten into one row, and
+the evicted group was inserted again into the archive's table. Here every
+group either adapter stores is one row of ``groups``, and a row is never
+rewritten while its content stays the same:
+
+- ``sessions``: one row per session, numbered ``sid`` (never reused), with
+  the archive's watermark ``adopted`` and the session store's snapshot:
+  ``revision``, ``boundary``, ``next_seq`` and ``snapshot``, the snapshot's
+  canonical bytes with ``"resident":[]`` in place of its groups — or, with
+  ``inline`` set, the whole snapshot (a snapshot this layout cannot split,
+  and every snapshot written before it).
+- ``groups``: ``id = sid << 33 | seq << 1 | archived``, the group's
+  ``digest`` and canonical ``data``. ``archived = 1`` rows are the
+  archive's own (``HistoryArchive.append``); ``archived = 0`` rows are the
+  session store's resident groups.
+
+When both adapters share the file, the joint commit of a turn archives the
+groups it evicts by *adopting* the store's rows: ``adopted`` moves to the new
+boundary and the store's rows below it belong to the archive from then on,
+unchanged. So an evicting turn writes the new group's row and the session's
+row — two leaf pages, where it used to rewrite the whole snapshot (four
+pages) and insert the evicted group again (two, with its overflow page).
+
+What each adapter sees:
+
+- the archive holds, for a session, its own rows and the store's rows below
+  ``adopted`` (never both for one seq: adoption drops the store's row when
+  the archive already has the group);
+- the session store's resident groups are its rows from ``boundary`` to
+  ``next_seq``; it never keeps rows below ``adopted`` (a snapshot that would
+  need one is stored ``inline``), and rows it no longer needs are deleted
+  unless adopted.
+
+Every function runs inside the caller's transaction, in a worker thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Final, NamedTuple
+
+import attrs
+
+from .._errors import ArchiveConflictError, SessionConflictError
+from .._history import MessageGroup
+from .._ports.archive import ArchiveReceipt
+from .._ports.erasure import EraseTarget
+from .._ports.sessions import SessionSnapshot
+from .._scope import SessionKey
+from ._sqlite_sql import session_filter
+
+__all__ = [
+    "SEQ_LIMIT",
+    "GroupRow",
+    "SessionRow",
+    "SnapshotRows",
+    "append_groups",
+    "archived_rows_covered",
+    "drop_if_empty",
+    "drop_snapshot",
+    "find_session",
+    "group_rows",
+    "read_archived",
+    "read_snapshot",
+    "save_snapshot",
+    "sessions_covered",
+    "split_snapshot",
+    "store_rows",
+]
+
+#: Seqs a row id can hold (``seq << 1`` below ``1 << 33``): four billion groups per session.
+SEQ_LIMIT: Final = 1 << 32
+#: Sessions a file can number (``sid << 33`` stays a positive 63-bit row id).
+SID_LIMIT: Final = 1 << 30
+
+_MARKER: Final = b'"resident":['
+_EMPTY: Final = b'"resident":[]'
+
+
+def _base(sid: int) -> int:
+    return sid << 33
+
+
+def row_id(sid: int, seq: int, archived: bool) -> int:
+    """The id of group ``seq`` of session ``sid``: the archive's row (``archived``) or the store's.
+
+    Added, not or-ed: ``seq = SEQ_LIMIT`` gives the next session's first id, an exclusive bound.
+    """
+    return (sid << 33) + (seq << 1) + int(archived)
+
+
+def seq_of(group_id: int) -> int:
+    """The seq a row id stands for."""
+    return (group_id >> 1) & (SEQ_LIMIT - 1)
+
+
+def _check_seq(seq: int) -> None:
+    if not 0 <= seq < SEQ_LIMIT:
+        # Raised as a backend error: the adapter reports it with its own error class.
+        raise sqlite3.DataError(
+            f"group seq {seq} is beyond what the SQLite adapters store (at most 2**32 - 1)"
+        )
+
+
+#: ``(seq, canonical bytes, digest)`` of one group.
+GroupRow = tuple[int, bytes, str]
+
+
+def group_rows(groups: Iterable[MessageGroup]) -> list[GroupRow]:
+    """``(seq, canonical bytes, digest)`` per group, from the groups' cached encodings."""
+    return [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
+
+
+class SessionRow(NamedTuple):
+    """A session's row: its number, the archive's watermark and the store's snapshot columns."""
+
+    sid: int
+    adopted: int
+    revision: object
+    boundary: object
+    next_seq: object
+    inline: object
+    snapshot: object
+
+
+_COLUMNS: Final = "sid, adopted, revision, boundary, next_seq, inline, snapshot"
+
+
+def find_session(conn: sqlite3.Connection, key: SessionKey) -> SessionRow | None:
+    """The session's row, or ``None`` when neither adapter stored anything for it."""
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = ? AND user_id = ? AND session_id = ?",  # noqa: S608
+        (key.tenant, key.user, key.session),
+    ).fetchone()
+    return None if row is None else SessionRow(*row)
+
+
+def _session_for_write(conn: sqlite3.Connection, key: SessionKey) -> SessionRow:
+    found = find_session(conn, key)
+    if found is not None:
+        return found
+    cursor = conn.execute(
+        "INSERT INTO sessions (tenant_id, user_id, session_id) VALUES (?, ?, ?)",
+        (key.tenant, key.user, key.session),
+    )
+    sid = cursor.lastrowid
+    if sid is None or sid >= SID_LIMIT:
+        raise sqlite3.DataError(f"the file numbers more sessions than the SQLite adapters can ({SID_LIMIT})")
+    return SessionRow(sid, 0, None, None, None, None, None)
+
+
+def drop_if_empty(conn: sqlite3.Connection, sid: int) -> None:
+    """Delete a session's row once it has no snapshot and no group row left (its ids go with it)."""
+    conn.execute(
+        "DELETE FROM sessions WHERE sid = ? AND revision IS NULL "
+        "AND NOT EXISTS (SELECT 1 FROM groups WHERE id >= ? AND id < ?)",
+        (sid, _base(sid), _base(sid + 1)),
+    )
+
+
+# -- the archive ------------------------------------------------------------------------------------
+
+
+def _archived_digest(conn: sqlite3.Connection, session: SessionRow, seq: int) -> str | None:
+    """The digest the archive holds for ``seq``: its own row's, or that of the store's row it adopted."""
+    row = conn.execute("SELECT digest FROM groups WHERE id = ?", (row_id(session.sid, seq, True),)).fetchone()
+    if row is None and seq < session.adopted:
+        row = conn.execute(
+            "SELECT digest FROM groups WHERE id = ?", (row_id(session.sid, seq, False),)
+        ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _conflict(key: SessionKey, seq: int, held: str, digest: str) -> ArchiveConflictError:
+    return ArchiveConflictError(
+        f"group {seq} of session {key.key()} is archived with digest {held}; "
+        f"refusing different content {digest}. Archived groups are never overwritten."
+    )
+
+
+def append_groups(
+    conn: sqlite3.Connection, key: SessionKey, rows: Sequence[GroupRow], prefix: str
+) -> list[ArchiveReceipt]:
+    """Append rows to the archive; identical groups are no-ops, different ones conflict (nothing written).
+
+    Raising inside the caller's transaction rolls back every earlier group of
+    the batch as well (and, in a joint commit, the snapshot).
+    """
+    if not rows:
+        return []
+    session = _session_for_write(conn, key)
+    receipts: list[ArchiveReceipt] = []
+    for seq, data, digest in rows:
+        _check_seq(seq)
+        held = _archived_digest(conn, session, seq)
+        if held is None:
+            conn.execute(
+                "INSERT INTO groups (id, digest, data) VALUES (?, ?, ?)",
+                (row_id(session.sid, seq, True), digest, data),
+            )
+        elif held != digest:
+            raise _conflict(key, seq, held, digest)
+        receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
+    return receipts
+
+
+def _archived_where(session: SessionRow) -> tuple[str, tuple[int, ...]]:
+    """Rows the archive holds: its own, and the store's below ``adopted`` that it has no row for."""
+    return (
+        "((id & 1) = 1 OR (id < ? AND NOT EXISTS "
+        "(SELECT 1 FROM groups AS own WHERE own.id = groups.id + 1)))",
+        (row_id(session.sid, session.adopted, False),),
+    )
+
+
+def read_archived(
+    conn: sqlite3.Connection, key: SessionKey, start_seq: int, limit: int
+) -> list[tuple[int, object, object]]:
+    """Up to ``limit`` archived ``(seq, digest, data)`` rows with ``seq >= start_seq``, ascending."""
+    session = find_session(conn, key)
+    if session is None or limit <= 0 or start_seq >= SEQ_LIMIT:
+        return []
+    archived, params = _archived_where(session)
+    rows = conn.execute(
+        f"SELECT id, digest, data FROM groups WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",  # noqa: S608
+        (row_id(session.sid, max(0, start_seq), False), _base(session.sid + 1), *params, limit),
+    ).fetchall()
+    return [(seq_of(i), digest, data) for i, digest, data in rows]
+
+
+def archived_rows_covered(
+    conn: sqlite3.Connection, target: EraseTarget, bound: int
+) -> tuple[list[tuple[SessionKey, int, str, int, int]], bool]:
+    """The archived groups ``target`` covers (at most ``bound``), and whether more are left.
+
+    Each is ``(key, seq, digest, row id, sid)``, in session order (tenant,
+    user, session ids), seqs ascending, as the rows would be erased batch
+    after batch.
+    """
+    where, params = session_filter(target)
+    sessions = conn.execute(
+        f"SELECT sid, tenant_id, user_id, session_id, adopted FROM sessions WHERE {where} "  # noqa: S608
+        "ORDER BY tenant_id, user_id, session_id",
+        params,
+    ).fetchall()
+    spans = [(r.start, min(r.stop, SEQ_LIMIT)) for r in target.groups] or [(0, SEQ_LIMIT)]
+    found: list[tuple[SessionKey, int, str, int, int]] = []
+    for sid, tenant, user, session_id, adopted in sessions:
+        session = SessionRow(sid, adopted, None, None, None, None, None)
+        archived, extra = _archived_where(session)
+        key = SessionKey(tenant, user, session_id)
+        for start, stop in sorted(spans):
+            if start >= stop:
+                continue
+            rows = conn.execute(
+                f"SELECT id, digest FROM groups WHERE id >= ? AND id < ? AND {archived} ORDER BY id LIMIT ?",  # noqa: S608
+                (row_id(sid, start, False), row_id(sid, stop, False), *extra, bound + 1 - len(found)),
+            ).fetchall()
+            found.extend((key, seq_of(i), str(d), i, sid) for i, d in rows)
+            if len(found) > bound:
+                return found[:bound], True
+    return found, False
+
+
+# -- the session store ------------------------------------------------------------------------------
+
+
+@attrs.frozen(slots=True)
+class SnapshotRows:
+    """A snapshot as this layout stores it, prepared on the event loop (encodings are cached there).
+
+    ``header`` is ``data`` with ``"resident":[]`` in place of the groups, or
+    ``None`` when the snapshot cannot be split (its resident seqs are not
+    exactly ``boundary..next_seq``): then it is stored whole.
+    """
+
+    data: bytes
+    header: bytes | None
+    boundary: int
+    next_seq: int
+    rows: tuple[GroupRow, ...]
+
+
+def split_snapshot(snapshot: SessionSnapshot, data: bytes) -> SnapshotRows:
+    """``data`` (the snapshot's canonical bytes) with its resident groups taken out as rows."""
+    rows = tuple(group_rows(snapshot.resident))
+    header: bytes | None = None
+    seqs = [seq for seq, _, _ in rows]
+    if seqs == list(range(snapshot.boundary, snapshot.next_seq)) and snapshot.next_seq <= SEQ_LIMIT:
+        joined = b",".join(row[1] for row in rows)
+        # The top-level key is the one "resident":[ in the text (a quote inside a string is escaped).
+        at = data.find(_MARKER) + len(_MARKER)
+        end = at + len(joined)
+        if at >= len(_MARKER) and data[at:end] == joined and data[end : end + 1] == b"]":
+            header = data[:at] + data[end:]
+    return SnapshotRows(data, header, snapshot.boundary, snapshot.next_seq, rows)
+
+
+def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, object, SessionRow] | None:
+    """``(revision, bytes, row)`` of the stored snapshot, joined from its rows; ``None`` if there is none.
+
+    The bytes are ``None`` when the session's row does not describe a whole
+    snapshot (a resident row missing, a column of the wrong type): damage the
+    caller reports. They are checked like any snapshot's bytes by the caller.
+    """
+    session = find_session(conn, key)
+    if session is None or session.revision is None:
+        return None
+    if session.inline:
+        return session.revision, session.snapshot, session
+    boundary, next_seq, header = session.boundary, session.next_seq, session.snapshot
+    if not (
+        isinstance(boundary, int)
+        and isinstance(next_seq, int)
+        and isinstance(header, bytes)
+        and 0 <= boundary <= next_seq <= SEQ_LIMIT
+    ):
+        return session.revision, None, session
+    rows = conn.execute(
+        "SELECT id, data FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 ORDER BY id",
+        (row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
+    ).fetchall()
+    if [seq_of(i) for i, _ in rows] != list(range(boundary, next_seq)) or not all(
+        isinstance(d, bytes) for _, d in rows
+    ):
+        return session.revision, None, session
+    joined = b",".join(d for _, d in rows)
+    return session.revision, header.replace(_EMPTY, _MARKER + joined + b"]", 1), session
+
+
+def store_rows(conn: sqlite3.Connection, session: SessionRow) -> dict[int, str]:
+    """The session store's own rows (at or above ``adopted``): seq to digest."""
+    rows = conn.execute(
+        "SELECT id, digest FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
+        (row_id(session.sid, session.adopted, False), _base(session.sid + 1)),
+    ).fetchall()
+    return {seq_of(i): str(d) for i, d in rows}
+
+
+def save_snapshot(
+    conn: sqlite3.Connection,
+    key: SessionKey,
+    snapshot: SnapshotRows,
+    expected_revision: int | None,
+    evicted: Sequence[GroupRow] = (),
+    prefix: str = "",
+) -> tuple[int, list[ArchiveReceipt]]:
+    """Compare-and-set the snapshot; with ``evicted``, archive those groups in the same transaction.
+
+    Returns the new revision and one receipt per evicted group. A revision
+    mismatch raises ``SessionConflictError``, an evicted group the archive
+    holds with other content ``ArchiveConflictError``: in the caller's
+    transaction, so nothing is written either way.
+
+    An evicted group whose resident row holds the same digest is archived
+    by adoption (its row stays as it is, ``adopted`` moves past it); any
+    other is appended as an archive row. Then the snapshot's resident rows
+    are written — only those that are new or changed — rows it no longer
+    holds are deleted (unless adopted), and the session's row is updated.
+    """
+    session = find_session(conn, key)
+    current = None if session is None else session.revision
+    if current != expected_revision:
+        raise SessionConflictError(
+            f"session {key.key()} is at revision {current}, expected {expected_revision}; "
+            "another writer committed first. Reload and retry."
+        )
+    if session is None:
+        session = _session_for_write(conn, key)
+    sid = session.sid
+    held = store_rows(conn, session)
+    adopt: set[int] = set()
+    receipts: list[ArchiveReceipt] = []
+    for seq, data, digest in evicted:
+        _check_seq(seq)
+        found = _archived_digest(conn, session, seq)
+        if found is not None and found != digest:
+            raise _conflict(key, seq, found, digest)
+        if found is None:
+            if held.get(seq) == digest:
+                adopt.add(seq)
+            else:
+                conn.execute(
+                    "INSERT INTO groups (id, digest, data) VALUES (?, ?, ?)",
+                    (row_id(sid, seq, True), digest, data),
+                )
+        receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
+    adopted = max([session.adopted, *(seq + 1 for seq in adopt)])
+    keep: set[int] = set()
+    header = snapshot.header
+    if header is not None and snapshot.boundary >= adopted:
+        for seq, data, digest in snapshot.rows:
+            if seq not in held:
+                conn.execute(
+                    "INSERT INTO groups (id, digest, data) VALUES (?, ?, ?)",
+                    (row_id(sid, seq, False), digest, data),
+                )
+            elif held[seq] != digest:
+                conn.execute(
+                    "UPDATE groups SET digest = ?, data = ? WHERE id = ?",
+                    (digest, data, row_id(sid, seq, False)),
+                )
+            keep.add(seq)
+    else:
+        header = None  # stored whole: this layout keeps no resident row below the watermark
+    stale = [(row_id(sid, seq, False),) for seq in held if seq not in keep and seq not in adopt]
+    if stale:
+        conn.executemany("DELETE FROM groups WHERE id = ?", stale)
+    revision = 1 if expected_revision is None else expected_revision + 1
+    if header is None:
+        values: tuple[object, ...] = (adopted, revision, None, None, 1, snapshot.data, sid)
+    else:
+        values = (adopted, revision, snapshot.boundary, snapshot.next_seq, 0, header, sid)
+    conn.execute(
+        "UPDATE sessions SET adopted = ?, revision = ?, boundary = ?, next_seq = ?, inline = ?, snapshot = ? "
+        "WHERE sid = ?",
+        values,
+    )
+    return revision, receipts
+
+
+def sessions_covered(
+    conn: sqlite3.Connection, target: EraseTarget, bound: int
+) -> tuple[list[tuple[SessionKey, SessionRow]], bool]:
+    """Sessions with a snapshot that ``target`` names (at most ``bound``, by ids), and if more are left."""
+    if target.groups:
+        return [], False  # a groups target names archived groups, never a snapshot
+    where, params = session_filter(target)
+    rows = conn.execute(
+        f"SELECT tenant_id, user_id, session_id, {_COLUMNS} FROM sessions "  # noqa: S608
+        f"WHERE {where} AND revision IS NOT NULL ORDER BY tenant_id, user_id, session_id LIMIT ?",
+        (*params, bound + 1),
+    ).fetchall()
+    found = [(SessionKey(t, u, s), SessionRow(*rest)) for t, u, s, *rest in rows]
+    return found[:bound], len(found) > bound
+
+
+def drop_snapshot(conn: sqlite3.Connection, session: SessionRow) -> None:
+    """Delete a session's snapshot: its resident rows and its columns (adopted rows stay the archive's)."""
+    conn.execute(
+        "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
+        (row_id(session.sid, session.adopted, False), _base(session.sid + 1)),
+    )
+    conn.execute(
+        "UPDATE sessions SET revision = NULL, boundary = NULL, next_seq = NULL, inline = NULL, "
+        "snapshot = NULL WHERE sid = ?",
+        (session.sid,),
+    )
+    drop_if_empty(conn, session.sid)

@@ -1,0 +1,160 @@
+"""Raw rows of the built-in SQLite archive and session store, for tests that damage stored data.
+
+Tests of strict reading need to change what is on disk behind an adapter's
+back: flip bytes in an archived group, file a row under another session,
+rewrite a snapshot in another form. These functions do that on the file
+directly (their own connection, committed at once), whatever the layout of
+the adapters' tables (schema version 2, docs/adapters.md): a test says
+*which* stored record to change, not where it lives.
+
+They are for tests only: they bypass every check the adapters make.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .._scope import SessionKey
+from ..adapters._sqlite_rows import find_session, read_snapshot, row_id, seq_of
+
+__all__ = [
+    "archived_seqs",
+    "group_row",
+    "move_group_row",
+    "put_group_row",
+    "set_group_row",
+    "set_snapshot_row",
+    "snapshot_row",
+]
+
+
+@contextmanager
+def _connect(path: str | Path) -> Iterator[sqlite3.Connection]:
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+
+
+def _archived_id(conn: sqlite3.Connection, key: SessionKey, seq: int) -> int:
+    session = find_session(conn, key)
+    if session is None:
+        raise LookupError(f"nothing is stored for session {key.key()}")
+    for archived in (True, False):
+        candidate = row_id(session.sid, seq, archived)
+        if (archived or seq < session.adopted) and conn.execute(
+            "SELECT 1 FROM groups WHERE id = ?", (candidate,)
+        ).fetchone():
+            return candidate
+    raise LookupError(f"group {seq} of session {key.key()} is not archived")
+
+
+def _sid(conn: sqlite3.Connection, key: SessionKey) -> int:
+    session = find_session(conn, key)
+    if session is not None:
+        return session.sid
+    cursor = conn.execute(
+        "INSERT INTO sessions (tenant_id, user_id, session_id) VALUES (?, ?, ?)",
+        (key.tenant, key.user, key.session),
+    )
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def archived_seqs(path: str | Path, key: SessionKey) -> list[int]:
+    """The seqs of every archived group of ``key``, ascending."""
+    with _connect(path) as conn:
+        session = find_session(conn, key)
+        if session is None:
+            return []
+        rows = conn.execute(
+            "SELECT id FROM groups WHERE id >= ? AND id < ? AND ((id & 1) = 1 OR id < ?) ORDER BY id",
+            (
+                row_id(session.sid, 0, False),
+                row_id(session.sid + 1, 0, False),
+                row_id(session.sid, session.adopted, False),
+            ),
+        ).fetchall()
+        return sorted({seq_of(r[0]) for r in rows})
+
+
+def group_row(path: str | Path, key: SessionKey, seq: int) -> tuple[str, bytes]:
+    """``(digest, data)`` stored for archived group ``seq`` of ``key``; ``LookupError`` if there is none."""
+    with _connect(path) as conn:
+        row = conn.execute(
+            "SELECT digest, data FROM groups WHERE id = ?", (_archived_id(conn, key, seq),)
+        ).fetchone()
+        return str(row[0]), bytes(row[1])
+
+
+def set_group_row(
+    path: str | Path, key: SessionKey, seq: int, data: bytes, digest: str | None = None
+) -> None:
+    """Rewrite archived group ``seq`` of ``key`` in place: its bytes, and its stored digest when given.
+
+    Leaving the digest alone is what a flipped bit on disk would do.
+    """
+    with _connect(path) as conn:
+        found = _archived_id(conn, key, seq)
+        if digest is None:
+            conn.execute("UPDATE groups SET data = ? WHERE id = ?", (data, found))
+        else:
+            conn.execute("UPDATE groups SET data = ?, digest = ? WHERE id = ?", (data, digest, found))
+
+
+def put_group_row(path: str | Path, key: SessionKey, seq: int, data: bytes, digest: str) -> None:
+    """File ``data`` with ``digest`` as archived group ``seq`` of ``key`` (a row copied from elsewhere)."""
+    with _connect(path) as conn:
+        conn.execute(
+            "INSERT OR REPLACE INTO groups (id, digest, data) VALUES (?, ?, ?)",
+            (row_id(_sid(conn, key), seq, True), digest, data),
+        )
+
+
+def move_group_row(path: str | Path, key: SessionKey, seq: int, to_seq: int) -> None:
+    """Refile archived group ``seq`` of ``key`` as group ``to_seq`` (its bytes say ``seq`` still)."""
+    with _connect(path) as conn:
+        found = _archived_id(conn, key, seq)
+        conn.execute("UPDATE groups SET id = ? WHERE id = ?", (row_id(_sid(conn, key), to_seq, True), found))
+
+
+def snapshot_row(path: str | Path, key: SessionKey) -> tuple[int, bytes] | None:
+    """The stored snapshot of ``key``: its revision and whole bytes (as a load reads them), or ``None``."""
+    with _connect(path) as conn:
+        found = read_snapshot(conn, key)
+        if found is None:
+            return None
+        revision, data, _ = found
+        assert isinstance(revision, int) and isinstance(data, bytes | str), found
+        return revision, data if isinstance(data, bytes) else data.encode()
+
+
+def set_snapshot_row(path: str | Path, key: SessionKey, data: bytes, revision: int | None = None) -> None:
+    """Store ``data`` as the whole snapshot of ``key``, in place: its revision kept unless one is given.
+
+    The session gets a snapshot row if it had none (then ``revision`` defaults to 1).
+    """
+    with _connect(path) as conn:
+        sid = _sid(conn, key)
+        session = find_session(conn, key)
+        assert session is not None
+        conn.execute(
+            "DELETE FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
+            (row_id(sid, session.adopted, False), row_id(sid + 1, 0, False)),
+        )
+        keep = session.revision if session.revision is not None else 1
+        conn.execute(
+            "UPDATE sessions SET revision = ?, boundary = NULL, next_seq = NULL, inline = 1, snapshot = ? "
+            "WHERE sid = ?",
+            (keep if revision is None else revision, data, sid),
+        )

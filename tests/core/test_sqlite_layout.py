@@ -1,0 +1,252 @@
+"""The SQLite archive and session store keep each group in one row, written once (issue 28).
+
+A turn that evicts a group writes the new group's row and the session's row;
+the evicted group's row becomes the archive's by adoption, and no other
+resident group is rewritten. Everything else about the adapters is as before:
+reads are checked as strictly, erasures of one adapter leave the other's
+rows, and a file written by an earlier version (schema version 1) is
+migrated in place on first open.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    OpContext,
+    ResidentLimits,
+    RuntimeLimits,
+    SeqRange,
+    SessionKey,
+    SnapshotCorruptError,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import (
+    SCHEMA_VERSION,
+    SQLiteArchive,
+    SQLiteConfig,
+    SQLiteSessionStore,
+    SQLiteStorageError,
+)
+from agentium_harness.plugin_api import snapshot_bytes
+from agentium_harness.testing import plain_group, scoped_snapshot
+from agentium_harness.testing.sqlite_rows import archived_seqs
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test")
+KEY = SessionKey("acme", "ana", "s1")
+TEXT = "a question long enough to look like a real one, " * 10  # ~500 characters, as a turn has
+
+
+def _runtime(path: Path, **limits: Any) -> Any:
+    config = SQLiteConfig(path=str(path))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=[TEXT], cycle=True),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(**limits)) if limits else None,
+        owned=[archive, store],
+    )
+    return runtime, archive, store
+
+
+def _group_rows(path: Path) -> dict[int, bytes]:
+    with sqlite3.connect(path) as conn:
+        return {int(i): bytes(d) for i, d in conn.execute("SELECT id, data FROM groups")}
+
+
+def _wal_frames(path: Path) -> int:
+    """Frames appended to the write-ahead log so far (each a 24-byte header and one page)."""
+    with sqlite3.connect(path) as conn:
+        page = conn.execute("PRAGMA page_size").fetchone()[0]
+    size = os.path.getsize(str(path) + "-wal")
+    return max(0, size - 32) // (24 + page)  # 32: the log's own header
+
+
+async def test_an_evicting_turn_writes_its_group_and_the_session_row_not_the_resident_groups(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agentium.db"
+    runtime, _, _ = _runtime(path)
+    async with runtime:
+        for n in range(12):  # past the 8 resident groups: every turn from here evicts one
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        before = _group_rows(path)
+        result = await runtime.run(ANA, "s1", f"12 {TEXT}")
+        assert result.archived and result.archived[0].seq == 4
+        after = _group_rows(path)
+        # Every row there was is there, byte for byte (the evicted one adopted as it is); one is new.
+        assert {i: d for i, d in after.items() if i in before} == before
+        assert len(after) == len(before) + 1
+        frames = _wal_frames(path)
+        for n in range(13, 43):
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        per_turn = (_wal_frames(path) - frames) / 30
+    # The new group's leaf page, the session row's page, and now and then a new page (the file
+    # grows). Rewriting the snapshot and inserting the evicted group again took about 9.
+    assert per_turn <= 4, per_turn
+    assert archived_seqs(path, KEY) == list(range(35))
+
+
+async def test_a_damaged_or_missing_resident_row_fails_closed_and_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "agentium.db"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    try:
+        snapshot = scoped_snapshot(KEY, " resident", groups=3)
+        await store.save(KEY, snapshot, None, OpContext())
+        rows = _group_rows(path)
+        assert len(rows) == 3  # one row per resident group, none for the snapshot's other fields
+        first = min(rows)
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE groups SET data = ? WHERE id = ?",
+                (rows[first].replace(b"resident", b"Resident"), first),
+            )
+        damaged = _group_rows(path)
+        for _ in range(2):
+            with pytest.raises(SnapshotCorruptError, match="digest"):
+                await SQLiteSessionStore(SQLiteConfig(path=str(path))).load(KEY, OpContext())
+        assert _group_rows(path) == damaged
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM groups WHERE id = ?", (first,))
+        with pytest.raises(SnapshotCorruptError, match="incomplete"):
+            await store.load(KEY, OpContext())
+    finally:
+        await store.aclose()
+
+
+async def test_each_adapters_erasure_leaves_the_others_rows(tmp_path: Path) -> None:
+    path = tmp_path / "agentium.db"
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        for n in range(6):  # groups 0-3 archived by adoption, 4 and 5 resident
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        stored = await store.load(KEY, OpContext())
+        assert stored is not None and [g.seq for g in stored.snapshot.resident] == [4, 5]
+        archived = list(await archive.read_groups(KEY, 0, 10, OpContext()))
+        assert [g.seq for g in archived] == [0, 1, 2, 3]
+
+        # The archive's erasure takes the adopted rows; the resident groups stay the store's.
+        await archive.erase(EraseTarget.groups_of(KEY, [SeqRange(0, 2)]), OpContext())
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [2, 3]
+        again = await SQLiteSessionStore(SQLiteConfig(path=str(path))).load(KEY, OpContext())
+        assert again is not None and again.snapshot == stored.snapshot
+
+        # The store's erasure takes the snapshot and its resident rows; the archive keeps 2 and 3.
+        await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext())
+        assert await store.load(KEY, OpContext()) is None
+        assert await archive.read_groups(KEY, 0, 10, OpContext()) == archived[2:]
+        assert archived_seqs(path, KEY) == [2, 3]
+
+
+async def test_a_snapshot_this_layout_cannot_split_is_stored_whole(tmp_path: Path) -> None:
+    path = tmp_path / "agentium.db"
+    runtime, archive, store = _runtime(path, max_groups=1)
+    async with runtime:
+        for n in range(8):  # groups 0-6 archived by adoption
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext())
+        # A new snapshot of the session whose resident groups (5, 6) are below what the archive holds.
+        fresh = scoped_snapshot(KEY, " again")
+        assert [g.seq for g in fresh.resident] == [5, 6]
+        revision = await store.save(KEY, fresh, None, OpContext())
+        loaded = await SQLiteSessionStore(SQLiteConfig(path=str(path))).load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision and loaded.snapshot == fresh
+        assert snapshot_bytes(loaded.snapshot) == snapshot_bytes(fresh)
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == list(range(7))
+
+
+# -- schema version 1 files ----------------------------------------------------------------------
+
+V1_SCHEMA = (
+    "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
+    """CREATE TABLE archive_groups (
+        tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL CHECK (seq >= 0), digest TEXT NOT NULL, data BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, user_id, session_id, seq)) WITHOUT ROWID""",
+    """CREATE TABLE session_snapshots (
+        tenant_id TEXT NOT NULL, user_id TEXT NOT NULL, session_id TEXT NOT NULL,
+        revision INTEGER NOT NULL CHECK (revision >= 1), data BLOB NOT NULL,
+        PRIMARY KEY (tenant_id, user_id, session_id)) WITHOUT ROWID""",
+    "INSERT INTO meta VALUES ('schema_version', '1')",
+)
+
+
+def _v1_file(
+    path: Path, archived: list[tuple[SessionKey, int]], snapshots: list[tuple[SessionKey, int, bytes]]
+) -> None:
+    """A database as agentium-harness wrote it before schema version 2 (WAL, the two old tables)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+        for statement in V1_SCHEMA:
+            conn.execute(statement)
+        for key, seq in archived:
+            group = plain_group(seq, f" of {key.session}")
+            conn.execute(
+                "INSERT INTO archive_groups VALUES (?, ?, ?, ?, ?, ?)",
+                (*key.key_segments(), seq, group.digest, group.canonical_bytes()),
+            )
+        for key, revision, data in snapshots:
+            conn.execute(
+                "INSERT INTO session_snapshots VALUES (?, ?, ?, ?, ?)", (*key.key_segments(), revision, data)
+            )
+
+
+async def test_a_version_1_file_is_migrated_in_place_on_first_open(tmp_path: Path) -> None:
+    path = tmp_path / "agentium.db"
+    other = SessionKey("acme", "bob", "s9")
+    snapshot = scoped_snapshot(KEY, " from v1", groups=2)  # boundary 5: groups 0-4 archived
+    _v1_file(
+        path,
+        [(KEY, seq) for seq in range(5)] + [(other, 0)],
+        [(KEY, 7, snapshot_bytes(snapshot))],
+    )
+    config = SQLiteConfig(path=str(path))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    try:
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == 7 and loaded.snapshot == snapshot
+        groups = await archive.read_groups(KEY, 0, 10, OpContext())
+        assert groups == [plain_group(seq, " of s1") for seq in range(5)]
+        assert await archive.read_groups(other, 0, 10, OpContext()) == [plain_group(0, " of s9")]
+        assert await store.list_sessions("acme", "ana", 10, OpContext()) == ["s1"]
+        with sqlite3.connect(path) as conn:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
+        assert version == str(SCHEMA_VERSION) == "2"
+        assert {"archive_groups", "session_snapshots"}.isdisjoint(tables)
+        # The session goes on from where it was: the next save splits the snapshot into rows.
+        await store.save(KEY, scoped_snapshot(KEY, " next", groups=3), 7, OpContext())
+        assert len(_group_rows(path)) == 6 + 3
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_a_version_1_file_that_cannot_be_migrated_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "agentium.db"
+    _v1_file(path, [(KEY, 0), (KEY, 2**32)], [])
+    archive = SQLiteArchive(SQLiteConfig(path=str(path)))
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    try:
+        with pytest.raises(Exception, match="cannot be migrated") as caught:
+            await archive.read_groups(KEY, 0, 10, OpContext())
+        assert type(caught.value).__name__ == "ArchiveError"
+        with pytest.raises(SQLiteStorageError, match="cannot be migrated"):
+            await store.load(KEY, OpContext())
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == "1"
+        assert conn.execute("SELECT count(*) FROM archive_groups").fetchone()[0] == 2
