@@ -61,11 +61,14 @@ def test_agentium_plugins_lists_the_postgres_adapters_with_their_capabilities() 
         "document_indexing",
         "archive_indexing",
         "health_check",
+        "erasure",
     }
     assert {flag for flag, on in recall.items() if on} == declared  # no vectors yet: not declared
     assert all(adapters[("memory", "postgres")]["capabilities"].values())
     assert adapters[("session_store", "postgres")]["capabilities"]["joint_archive_commit"] is True
     assert adapters[("archive", "postgres")]["capabilities"]["idempotent_append"] is True
+    for kind in KINDS:
+        assert adapters[(kind, "postgres")]["capabilities"]["erasure"] is True, kind
 
 
 def test_migrate_applies_the_schema_grants_the_role_and_a_runtime_from_config_runs(

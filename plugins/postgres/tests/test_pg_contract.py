@@ -7,12 +7,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from agentium_harness.plugin_api import SessionKey
 from agentium_harness.testing import (
     ArchiveContract,
     CorruptStored,
     MemoryStoreContract,
+    RawStorage,
     RecallStoreContract,
     SessionStoreContract,
 )
@@ -46,7 +48,32 @@ def _rewrite(
 _SESSION = "tenant_key = %s AND user_key = %s AND session_key = %s"
 
 
+def raw_rows(admin: Admin, schema: str) -> RawStorage:
+    """Every value of every row of every table of ``schema``, as the superuser sees it (no row security).
+
+    What any SQL reader of the database can reach: the erasure tests find
+    none of the erased text here. Dead row versions a ``DELETE`` leaves until
+    ``VACUUM`` are not rows; the erase reports them (``unreferenced``).
+    """
+
+    def read() -> bytes:
+        out = bytearray()
+        tables = admin.execute("SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)).fetchall()
+        for (table,) in tables:
+            query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(str(table)))
+            for row in admin.execute(query).fetchall():
+                for value in row:
+                    out += value if isinstance(value, bytes) else str(value).encode()
+        return bytes(out)
+
+    return read
+
+
 class TestPostgresArchive(ArchiveContract):
+    @pytest.fixture
+    def raw_storage(self, admin: Admin, schema: str) -> RawStorage:
+        return raw_rows(admin, schema)
+
     @pytest.fixture
     async def archive(self, app_config: PostgresConfig) -> AsyncIterator[PostgresArchive]:
         adapter = PostgresArchive(app_config)
@@ -74,6 +101,10 @@ class TestPostgresArchive(ArchiveContract):
 
 class TestPostgresSessionStore(SessionStoreContract):
     @pytest.fixture
+    def raw_storage(self, admin: Admin, schema: str) -> RawStorage:
+        return raw_rows(admin, schema)
+
+    @pytest.fixture
     async def session_store(self, app_config: PostgresConfig) -> AsyncIterator[PostgresSessionStore]:
         adapter = PostgresSessionStore(app_config)
         yield adapter
@@ -92,6 +123,10 @@ class TestPostgresSessionStore(SessionStoreContract):
 
 
 class TestPostgresRecallStore(RecallStoreContract):
+    @pytest.fixture
+    def raw_storage(self, admin: Admin, schema: str) -> RawStorage:
+        return raw_rows(admin, schema)
+
     @pytest.fixture
     async def recall_store(self, app_config: PostgresConfig) -> AsyncIterator[PostgresRecallStore]:
         adapter = PostgresRecallStore(app_config)
@@ -116,6 +151,10 @@ class TestPostgresRecallStore(RecallStoreContract):
 
 
 class TestPostgresMemoryStore(MemoryStoreContract):
+    @pytest.fixture
+    def raw_storage(self, admin: Admin, schema: str) -> RawStorage:
+        return raw_rows(admin, schema)
+
     @pytest.fixture
     async def memory_store(self, app_config: PostgresConfig) -> AsyncIterator[PostgresMemoryStore]:
         adapter = PostgresMemoryStore(app_config)

@@ -7,7 +7,7 @@ idempotent success a retry or a second writer gets, different is an
 :class:`~agentium_harness.plugin_api.ArchiveConflictError` that rolls the
 whole batch back. Rows are never updated (a trigger refuses it, and the
 application role is granted no ``UPDATE``) and never deleted except by
-erasure.
+erasure (:meth:`PostgresArchive.erase`, :mod:`agentium_postgres.erase`).
 
 Reads fetch whole rows by ``seq`` range under a ``LIMIT``, refuse a row over
 ``max_row_bytes`` before transferring it, and re-check each group: its bytes
@@ -23,21 +23,28 @@ from typing import Any, ClassVar
 from psycopg_pool import AsyncConnectionPool
 
 from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
     ArchiveCapabilities,
     ArchiveConflictError,
     ArchiveCorruptError,
     ArchiveReceipt,
+    EraseReport,
+    EraseTarget,
     HistoryArchive,
     MessageGroup,
     OpContext,
     RecordDecodeError,
     SessionKey,
     check_archived_group,
+    check_max_items,
+    check_target,
     digest_bytes,
+    encode_segment,
     from_json,
 )
 
 from .config import PostgresConfig
+from .erase import erase_archive
 from .errors import PostgresArchiveError, PostgresRowTooLargeError
 from .keys import q, session_keys
 from .link import Conn, PgLink
@@ -161,7 +168,7 @@ class PostgresArchive(HistoryArchive):
     """
 
     capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
-        durable=True, idempotent_append=True, bounded_reads=True, health_check=True
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True, erasure=True
     )
 
     def __init__(
@@ -221,6 +228,31 @@ class PostgresArchive(HistoryArchive):
             return await read_groups(conn, schema, key, start_seq, max_groups, cap, self._link.name)
 
         return await self._link.run(ctx, "archive read", key.key_segments()[0], work, write=False)
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete up to ``max_items`` archived groups of ``target`` in one transaction (docs/erasure.md).
+
+        The rows leave every read at once; PostgreSQL keeps their dead
+        versions until ``VACUUM`` and in its write-ahead log, which the report
+        says (``unreferenced``). Needs ``DELETE`` on ``archive_groups``.
+        """
+        ctx.raise_if_expired("archive erase")
+        check_target(target)
+        bound = check_max_items(max_items)
+        schema = self._config.schema
+
+        async def work(conn: Conn) -> EraseReport:
+            return await erase_archive(conn, schema, target, bound, dry_run)
+
+        tenant = encode_segment(target.tenant_id)
+        return await self._link.run(ctx, "archive erase", tenant, work, write=not dry_run)
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""

@@ -22,10 +22,10 @@ query words (at most 32, each bound) are matched with ``strpos`` on the
 lower-cased text, never as patterns. Row-level security binds every
 statement to the scope's tenant.
 
-Erasure (issue 23) is not here yet: the port has no erase operation. When it
-lands, erasing a scope is a ``DELETE`` of its rows under the same tenant
-setting (the application role would then be granted ``DELETE`` by
-``migrate``), leaving the tombstone the erasure design asks for.
+Erasure (:meth:`PostgresMemoryStore.erase`, docs/erasure.md) deletes every
+revision of each covered fact, tombstones included, under the same tenant
+setting (:mod:`agentium_postgres.erase`); the engine keeps the tombstone of
+the erasure itself.
 """
 
 from __future__ import annotations
@@ -39,8 +39,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentium_harness import InvalidIdError, MemoryFactForgottenError, MemoryFactNotFoundError
 from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
     MAX_LOOKUP_LIMIT,
     AckStatus,
+    EraseReport,
+    EraseTarget,
     FactStatus,
     GroupRef,
     InvalidJSONError,
@@ -54,6 +57,8 @@ from agentium_harness.plugin_api import (
     canonical_json,
     check_fact,
     check_limit,
+    check_max_items,
+    check_target,
     decode_json,
     decode_segment,
     digest_of,
@@ -63,6 +68,7 @@ from agentium_harness.plugin_api import (
 
 from .archive import health_probe
 from .config import PostgresConfig
+from .erase import erase_memory
 from .errors import PostgresMemoryError
 from .keys import q
 from .link import Conn, PgLink
@@ -177,6 +183,7 @@ class PostgresMemoryStore(MemoryStore):
         forgetting=True,
         listing=True,
         history=True,
+        erasure=True,
     )
 
     def __init__(
@@ -377,6 +384,31 @@ class PostgresMemoryStore(MemoryStore):
             return [_decode(r) for r in await cursor.fetchall()]
 
         return await self._link.run(ctx, "memory history", t, work, write=False)
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete every revision of up to ``max_items`` covered facts in one transaction (docs/erasure.md).
+
+        A session target takes the facts of its user whose provenance, in any
+        revision, names the session; a groups target none. Needs ``DELETE``
+        on ``memory_facts``; dead row versions stay until ``VACUUM``.
+        """
+        ctx.raise_if_expired("memory erase")
+        check_target(target)
+        bound = check_max_items(max_items)
+        schema = self._config.schema
+
+        async def work(conn: Conn) -> EraseReport:
+            return await erase_memory(conn, schema, target, bound, dry_run)
+
+        tenant = encode_segment(target.tenant_id)
+        return await self._link.run(ctx, "memory erase", tenant, work, write=not dry_run)
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""

@@ -31,8 +31,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from agentium_harness import AgentiumError, InvalidArgumentError
 from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
     ArchiveReceipt,
     Candidate,
+    EraseReport,
+    EraseTarget,
     Excerpt,
     MessageGroup,
     OpContext,
@@ -46,6 +49,8 @@ from agentium_harness.plugin_api import (
     SourceRef,
     Validation,
     ValidationStatus,
+    check_max_items,
+    check_target,
     digest_of,
     document_source_id,
     encode_segment,
@@ -58,6 +63,7 @@ from agentium_harness.plugin_api import (
 
 from .archive import group_rows, health_probe, insert_groups, read_groups
 from .config import PostgresConfig
+from .erase import erase_recall
 from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
 from .link import Conn, PgLink
@@ -278,6 +284,7 @@ class PostgresRecallStore(RecallStore):
         document_indexing=True,
         archive_indexing=True,
         health_check=True,
+        erasure=True,
     )
     session_class: ClassVar[type[RecallSession]] = PostgresRecallSession
 
@@ -470,6 +477,32 @@ class PostgresRecallStore(RecallStore):
             return await read_groups(conn, schema, key, start_seq, max_groups, cap, self._link.name)
 
         return await self._link.run(ctx, "recall seek", key.key_segments()[0], work, write=False)
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete up to ``max_items`` sources of ``target`` in one transaction (docs/erasure.md).
+
+        Group entries and the documents the target owns go with their text,
+        search terms and vectors, and each erased group's canonical copy in
+        ``archive_groups``. Needs ``DELETE`` on ``recall_sources`` and
+        ``archive_groups``; dead row versions stay until ``VACUUM``.
+        """
+        ctx.raise_if_expired("recall erase")
+        check_target(target)
+        bound = check_max_items(max_items)
+        schema = self._config.schema
+
+        async def work(conn: Conn) -> EraseReport:
+            return await erase_recall(conn, schema, target, bound, dry_run)
+
+        tenant = encode_segment(target.tenant_id)
+        return await self._link.run(ctx, "recall erase", tenant, work, write=not dry_run)
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""

@@ -31,6 +31,7 @@ import psycopg
 from psycopg import sql
 
 __all__ = [
+    "ERASE_PRIVILEGES",
     "SCHEMA_VERSION",
     "TABLE_PRIVILEGES",
     "MigrationReport",
@@ -52,6 +53,14 @@ TABLE_PRIVILEGES: Final[dict[str, tuple[LiteralString, ...]]] = {
     "session_snapshots": ("SELECT", "INSERT", "UPDATE"),
     "recall_sources": ("SELECT", "INSERT", "UPDATE", "DELETE"),
     "memory_facts": ("SELECT", "INSERT", "UPDATE"),
+}
+
+#: What erasure needs beyond :data:`TABLE_PRIVILEGES`: granted by ``migrate --grant`` too, but not
+#: checked on first use, so a host may revoke it from the role serving turns and erase as another.
+ERASE_PRIVILEGES: Final[dict[str, tuple[LiteralString, ...]]] = {
+    "archive_groups": ("DELETE",),
+    "session_snapshots": ("DELETE",),
+    "memory_facts": ("DELETE",),
 }
 
 #: Tables under row-level security (all but ``schema_meta``).
@@ -327,7 +336,7 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
             "{schema}.recall_discover(text[], text, text, text, text, integer, integer) TO {role}"
         ).format(schema=sql.Identifier(schema), role=ident),
     ]
-    for table, privileges in TABLE_PRIVILEGES.items():
+    for table, privileges in (*TABLE_PRIVILEGES.items(), *ERASE_PRIVILEGES.items()):
         out.append(
             sql.SQL("GRANT {privileges} ON {schema}.{table} TO {role}").format(
                 privileges=sql.SQL(", ").join(sql.SQL(p) for p in privileges),

@@ -28,7 +28,10 @@ from typing import Any, ClassVar, Final, LiteralString
 from psycopg_pool import AsyncConnectionPool
 
 from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
     ArchiveReceipt,
+    EraseReport,
+    EraseTarget,
     HistoryArchive,
     MessageGroup,
     OpContext,
@@ -38,6 +41,8 @@ from agentium_harness.plugin_api import (
     SessionStoreCapabilities,
     SnapshotCorruptError,
     StoredSnapshot,
+    check_max_items,
+    check_target,
     decode_snapshot,
     encode_segment,
     snapshot_bytes,
@@ -46,6 +51,7 @@ from agentium_harness.plugin_api import (
 
 from .archive import PostgresArchive, group_rows, health_probe, insert_groups
 from .config import PostgresConfig
+from .erase import erase_snapshots
 from .errors import PostgresRowTooLargeError, PostgresSessionStoreError
 from .keys import q, session_keys
 from .link import Conn, PgLink
@@ -74,7 +80,12 @@ class PostgresSessionStore(SessionStore):
     """
 
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
-        compare_and_set=True, durable=True, listing=True, health_check=True, joint_archive_commit=True
+        compare_and_set=True,
+        durable=True,
+        listing=True,
+        health_check=True,
+        joint_archive_commit=True,
+        erasure=True,
     )
 
     def __init__(
@@ -296,6 +307,37 @@ class PostgresSessionStore(SessionStore):
             return [str(r[0]) for r in await cursor.fetchall()]
 
         return await self._link.run(ctx, "session listing", t, work, write=False)
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete up to ``max_items`` snapshots of ``target`` in one transaction (docs/erasure.md).
+
+        A groups target removes nothing here. The decoded copies this store
+        keeps of the erased sessions are dropped too. Needs ``DELETE`` on
+        ``session_snapshots``; PostgreSQL keeps dead row versions until
+        ``VACUUM`` (the report says ``unreferenced``).
+        """
+        ctx.raise_if_expired("session store erase")
+        check_target(target)
+        bound = check_max_items(max_items)
+        schema = self._config.schema
+
+        async def work(conn: Conn) -> tuple[EraseReport, list[SessionKey]]:
+            return await erase_snapshots(conn, schema, target, bound, dry_run)
+
+        tenant = encode_segment(target.tenant_id)
+        if not dry_run:
+            # Before the write, like a save: an erase that raised may still have committed.
+            for key in [k for k in self._recent if target.covers_session(k)]:
+                self._forget(key)
+        report, _ = await self._link.run(ctx, "session store erase", tenant, work, write=not dry_run)
+        return report
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed, check the schema and privileges, and describe the server."""

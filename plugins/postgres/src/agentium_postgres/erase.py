@@ -1,0 +1,303 @@
+"""Erasure in PostgreSQL: a target's rows deleted in bounded batches, reported without content.
+
+Every adapter's ``erase`` (docs/erasure.md) runs here, one transaction per
+call under the target's tenant (row-level security confines every statement
+to it), and removes at most ``max_items`` items:
+
+- the archive: ``archive_groups`` rows of the target (a groups target: only
+  its seq ranges);
+- the session store: ``session_snapshots`` rows (not for a groups target);
+- the recall store: ``recall_sources`` rows — archived groups and the host
+  documents the target owns (``SourceOwner`` fields equal, never a prefix) —
+  their vectors (a foreign key cascades), and the canonical copy of each
+  erased group it keeps in ``archive_groups`` for ``seek_groups``;
+- the memory store: every revision of each covered fact.
+
+Keys are compared whole (injective key segments, bound parameters): no id
+can match another's rows, and nothing of another tenant is read.
+
+**How physical.** A ``DELETE`` makes the rows invisible to every reader at
+once, but PostgreSQL keeps the dead row versions in the table's pages until
+``VACUUM`` reclaims the space, and in its write-ahead log (and any WAL
+archive, replica or backup) until those are recycled. The application role
+cannot vacuum (only the tables' owner can), so a report that removed rows
+says ``unreferenced`` and what to run.
+
+**Privileges.** ``DELETE`` on the tables is granted by ``agentium postgres
+migrate CONFIG --grant ROLE`` (:data:`~agentium_postgres.schema.ERASE_PRIVILEGES`)
+but not checked on first use: a host may revoke it from the role that serves
+turns and erase as another. An erase by a role without it raises
+:class:`~agentium_postgres.errors.PostgresPrivilegeError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+from psycopg import sql
+
+from agentium_harness.plugin_api import (
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    PhysicalErasure,
+    SessionKey,
+    count_items,
+    decode_segment,
+    encode_segment,
+    group_sessions,
+    snapshot_erasure,
+)
+
+from .link import Conn
+
+__all__ = [
+    "UNVACUUMED",
+    "erase_archive",
+    "erase_memory",
+    "erase_recall",
+    "erase_snapshots",
+    "physical",
+    "target_filter",
+]
+
+#: What a report that removed rows says is left, and how to remove it.
+UNVACUUMED: Final = (
+    "PostgreSQL keeps deleted row versions in the table's pages until VACUUM reclaims them, and in its "
+    "write-ahead log (WAL archives, replicas and backups too) until those are recycled; run VACUUM "
+    "(FULL rewrites the table's files) as the schema's owner to reclaim the pages"
+)
+
+
+def physical(removed: int, dry_run: bool) -> tuple[PhysicalErasure, str]:
+    """``unreferenced`` with :data:`UNVACUUMED` when rows were (or would be) removed, else ``removed``."""
+    del dry_run  # a dry run says what the erase would leave, like the erase itself
+    if removed:
+        return PhysicalErasure.UNREFERENCED, UNVACUUMED
+    return PhysicalErasure.REMOVED, ""
+
+
+def target_filter(target: EraseTarget, *, seq: bool = True) -> tuple[sql.Composable, list[Any]]:
+    """The ``WHERE`` condition selecting the target's rows of a table keyed by tenant, user, session.
+
+    ``seq`` says the table has a ``seq`` column the groups ranges apply to
+    (a table without one is not filtered by them: callers skip it for a
+    groups target). Values are parameters; the column names are constants.
+    """
+    parts: list[sql.Composable] = [sql.SQL("tenant_key = %s")]
+    params: list[Any] = [encode_segment(target.tenant_id)]
+    if target.user_id is not None:
+        parts.append(sql.SQL("user_key = %s"))
+        params.append(encode_segment(target.user_id))
+    if target.session_id is not None:
+        parts.append(sql.SQL("session_key = %s"))
+        params.append(encode_segment(target.session_id))
+    if target.groups and seq:
+        parts.append(
+            sql.SQL(
+                "EXISTS (SELECT 1 FROM unnest(%s::bigint[], %s::bigint[]) AS r(a, b) "
+                "WHERE seq >= r.a AND seq < r.b)"
+            )
+        )
+        params += [[r.start for r in target.groups], [r.stop for r in target.groups]]
+    return sql.SQL(" AND ").join(parts), params
+
+
+def _key(target: EraseTarget, user_key: object, session_key: object) -> SessionKey:
+    return SessionKey(target.tenant_id, decode_segment(str(user_key)), decode_segment(str(session_key)))
+
+
+def _status(found: int, bound: int) -> EraseStatus:
+    return EraseStatus.PARTIAL if found > bound else EraseStatus.COMPLETE
+
+
+async def _delete_groups(
+    conn: Conn, schema: str, tenant_key: str, rows: Sequence[tuple[Any, Any, Any]]
+) -> None:
+    """Delete ``archive_groups`` rows by (user key, session key, seq) of one tenant."""
+    if not rows:
+        return
+    await conn.execute(
+        sql.SQL(
+            "DELETE FROM {s}.archive_groups AS a "
+            "USING unnest(%s::text[], %s::text[], %s::bigint[]) AS d(u, s, seq) "
+            "WHERE a.tenant_key = %s AND a.user_key = d.u AND a.session_key = d.s AND a.seq = d.seq"
+        ).format(s=sql.Identifier(schema)),
+        ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], tenant_key),
+    )
+
+
+async def erase_archive(
+    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool
+) -> EraseReport:
+    """The archive's erase: up to ``bound`` archived groups of the target, in key order."""
+    where, params = target_filter(target)
+    cursor = await conn.execute(
+        sql.SQL(
+            "SELECT user_key, session_key, seq, digest FROM {s}.archive_groups WHERE {where} "
+            "ORDER BY user_key, session_key, seq LIMIT %s"
+        ).format(s=sql.Identifier(schema), where=where),
+        (*params, bound + 1),
+    )
+    found = await cursor.fetchall()
+    taken = found[:bound]
+    if not dry_run:
+        await _delete_groups(conn, schema, params[0], [(u, s, seq) for u, s, seq, _ in taken])
+    kind, detail = physical(len(taken), dry_run)
+    return EraseReport(
+        count_items(group=len(taken)),
+        group_sessions((_key(target, u, s), int(seq), str(d)) for u, s, seq, d in taken),
+        _status(len(found), bound),
+        kind,
+        detail,
+    )
+
+
+async def erase_snapshots(
+    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool
+) -> tuple[EraseReport, list[SessionKey]]:
+    """The session store's erase: up to ``bound`` snapshots of the target; also the keys removed."""
+    if target.groups:  # archived groups only: the session store holds none
+        return EraseReport(), []
+    where, params = target_filter(target, seq=False)
+    cursor = await conn.execute(
+        sql.SQL(
+            "SELECT user_key, session_key, data FROM {s}.session_snapshots WHERE {where} "
+            "ORDER BY user_key, session_key LIMIT %s"
+        ).format(s=sql.Identifier(schema), where=where),
+        (*params, bound + 1),
+    )
+    found = await cursor.fetchall()
+    taken = found[:bound]
+    if not dry_run and taken:
+        await conn.execute(
+            sql.SQL(
+                "DELETE FROM {s}.session_snapshots AS a USING unnest(%s::text[], %s::text[]) AS d(u, s) "
+                "WHERE a.tenant_key = %s AND a.user_key = d.u AND a.session_key = d.s"
+            ).format(s=sql.Identifier(schema)),
+            ([r[0] for r in taken], [r[1] for r in taken], params[0]),
+        )
+    keys = [_key(target, u, s) for u, s, _ in taken]
+    kind, detail = physical(len(taken), dry_run)
+    report = EraseReport(
+        count_items(snapshot=len(taken)),
+        tuple(snapshot_erasure(key, bytes(data)) for key, (_, _, data) in zip(keys, taken, strict=True)),
+        _status(len(found), bound),
+        kind,
+        detail,
+    )
+    return report, keys
+
+
+async def erase_recall(
+    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool
+) -> EraseReport:
+    """The recall store's erase: up to ``bound`` sources (groups and documents) of the target.
+
+    A document is the target's when its owner lies within it field by field
+    (``EraseTarget.covers_owner``: a user target takes the documents owned
+    by the user in any session, project or repository, never the tenant's);
+    a groups target takes only group entries in its ranges. Each erased
+    group's canonical copy in ``archive_groups`` goes with it.
+    """
+    where, params = target_filter(target)
+    if target.groups:
+        where = sql.SQL("kind = 'group' AND ") + where
+    cursor = await conn.execute(
+        sql.SQL(
+            "SELECT id, kind, user_key, session_key, seq, revision FROM {s}.recall_sources WHERE {where} "
+            "ORDER BY id LIMIT %s"
+        ).format(s=sql.Identifier(schema), where=where),
+        (*params, bound + 1),
+    )
+    found = await cursor.fetchall()
+    taken = found[:bound]
+    groups = [(u, s, seq, rev) for _, kind, u, s, seq, rev in taken if kind == "group"]
+    if not dry_run and taken:
+        await conn.execute(
+            sql.SQL("DELETE FROM {s}.recall_sources WHERE tenant_key = %s AND id = ANY(%s::bigint[])").format(
+                s=sql.Identifier(schema)
+            ),
+            (params[0], [r[0] for r in taken]),
+        )
+        await _delete_groups(conn, schema, params[0], [(u, s, seq) for u, s, seq, _ in groups])
+    kind, detail = physical(len(taken), dry_run)
+    if groups:
+        # Said, not counted: the copies are the same groups, and a PostgreSQL archive on this schema
+        # shares the rows (its own erase then finds them gone).
+        detail += "; the erased groups' canonical copies in archive_groups went with them"
+    return EraseReport(
+        count_items(group=len(groups), document=len(taken) - len(groups)),
+        group_sessions((_key(target, u, s), int(seq), str(rev)) for u, s, seq, rev in groups),
+        _status(len(found), bound),
+        kind,
+        detail,
+    )
+
+
+def _names_session(provenance: object, session: str) -> bool:
+    """True if a stored provenance (canonical JSON ``[[session, seq, digest], ...]``) names ``session``."""
+    try:
+        refs = json.loads(str(provenance))
+    except ValueError:
+        return False
+    return isinstance(refs, list) and any(isinstance(r, list) and r and r[0] == session for r in refs)
+
+
+async def erase_memory(
+    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool
+) -> EraseReport:
+    """The memory store's erase: every revision of up to ``bound`` covered facts.
+
+    Tenant and user targets take every fact of their tenant or user; a
+    session target the facts of its user whose provenance, in any revision,
+    names the session (``EraseTarget.covers_fact``); a groups target none.
+    """
+    if target.groups:
+        return EraseReport()
+    where, params = target_filter(EraseTarget(target.tenant_id, target.user_id), seq=False)
+    s = sql.Identifier(schema)
+    if target.session_id is None:
+        cursor = await conn.execute(
+            sql.SQL(
+                "SELECT DISTINCT fact_id FROM {s}.memory_facts WHERE {where} ORDER BY fact_id LIMIT %s"
+            ).format(s=s, where=where),
+            (*params, bound + 1),
+        )
+        ids = [str(r[0]) for r in await cursor.fetchall()]
+    else:
+        # The provenance is JSON text: read row by row and matched here, never as a SQL pattern.
+        # The session's id is stored raw in it; the memo keeps one scan per call, however many facts.
+        ids = []
+        cursor = await conn.execute(
+            sql.SQL(
+                "SELECT fact_id, provenance FROM {s}.memory_facts WHERE {where} ORDER BY fact_id, revision"
+            ).format(s=s, where=where),
+            params,
+        )
+        async for fact_id, provenance in cursor:
+            if (not ids or ids[-1] != fact_id) and _names_session(provenance, target.session_id):
+                ids.append(str(fact_id))
+                if len(ids) > bound:
+                    break
+    taken = ids[:bound]
+    revisions = 0
+    if taken:
+        count: sql.SQL = (
+            sql.SQL(
+                "SELECT count(*) FROM {s}.memory_facts WHERE tenant_key = %s AND fact_id = ANY(%s::text[])"
+            )
+            if dry_run
+            else sql.SQL(
+                "WITH d AS (DELETE FROM {s}.memory_facts WHERE tenant_key = %s AND fact_id = ANY(%s::text[]) "
+                "RETURNING 1) SELECT count(*) FROM d"
+            )
+        )
+        row = await (await conn.execute(count.format(s=s), (params[0], taken))).fetchone()
+        revisions = 0 if row is None else int(row[0])
+    kind, detail = physical(len(taken), dry_run)
+    return EraseReport(
+        count_items(fact=len(taken), revision=revisions), (), _status(len(ids), bound), kind, detail
+    )

@@ -1,0 +1,246 @@
+"""Erasure with every store in PostgreSQL: a runtime erases a session, raw SQL finds none of it.
+
+The contract suites (test_pg_contract.py) check each adapter's ``erase`` on
+its own, with a byte-level check over every row of the schema; here the
+engine drives all four adapters together, the neighbours' rows must stay
+byte for byte, and the honest limits are checked: dead row versions stay in
+the table's pages until ``VACUUM`` (the tombstone says ``unreferenced``), and
+a role without ``DELETE`` erases nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureState,
+    OperatorAttestation,
+    ResidentLimits,
+    RetentionPolicy,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
+from agentium_harness.plugin_api import (
+    GroupRef,
+    MemoryFact,
+    MemoryScope,
+    OpContext,
+    PhysicalErasure,
+    SessionKey,
+    SourceOwner,
+)
+from agentium_harness.testing import plain_group
+from agentium_postgres import (
+    PostgresArchive,
+    PostgresConfig,
+    PostgresMemoryStore,
+    PostgresPrivilegeError,
+    PostgresRecallStore,
+    PostgresSessionStore,
+)
+
+pytestmark = pytest.mark.anyio
+
+Admin = psycopg.Connection[Any]
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
+TABLES = ("archive_groups", "session_snapshots", "recall_sources", "memory_facts")
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(20)
+
+
+def rows_of(admin: Admin, schema: str, table: str) -> list[tuple[Any, ...]]:
+    """Every row of ``table`` as the superuser sees it (no row-level security), in a stable order."""
+    query = sql.SQL("SELECT * FROM {}.{}").format(sql.Identifier(schema), sql.Identifier(table))
+    return sorted((tuple(r) for r in admin.execute(query).fetchall()), key=repr)
+
+
+def every_byte(admin: Admin, schema: str) -> bytes:
+    """Every value of every row of the four tables, concatenated."""
+    out = bytearray()
+    for table in TABLES:
+        for row in rows_of(admin, schema, table):
+            for value in row:
+                out += value if isinstance(value, bytes) else str(value).encode()
+    return bytes(out)
+
+
+def _not_of(session: str, row: tuple[Any, ...], table: str) -> bool:
+    """True for a row of tenant acme that is not session ``session`` of ana (by its key columns).
+
+    The erasure records live in ``session_snapshots`` under a reserved tenant; they are not neighbours.
+    """
+    if row[0 if table != "recall_sources" else 1] != "acme":
+        return False
+    if table in ("archive_groups", "session_snapshots"):
+        return (row[1], row[2]) != ("ana", session)
+    if table == "recall_sources":
+        return (row[4], row[5]) != ("ana", session)
+    return True
+
+
+def _runtime(config: PostgresConfig, **kwargs: Any) -> Any:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=PostgresArchive(config),
+        session_store=PostgresSessionStore(config),
+        recall=PostgresRecallStore(config),
+        memory=PostgresMemoryStore(config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        **kwargs,
+    )
+
+
+async def test_erasing_a_session_leaves_no_row_of_it_and_every_neighbour_byte_identical(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    secret, kept, other = "qzebraerased7741", "qkeptsibling3318", "qkeptbob5521"
+    runtime = _runtime(app_config)
+    recall, memory = PostgresRecallStore(app_config), PostgresMemoryStore(app_config)
+    try:
+        for i in range(4):
+            assert (await runtime.run(ANA, "s1", f"Message {i} mentions {secret}.")).committed
+            assert (await runtime.run(ANA, "s2", f"Message {i} mentions {kept}.")).committed
+            assert (await runtime.run(BOB, "s1", f"Message {i} mentions {other}.")).committed
+        await recall.index_document(SourceOwner("acme", "ana", "s1"), "notes", f"notes on {secret}", _ctx())
+        await recall.index_document(SourceOwner("acme", "ana"), "profile", f"profile {kept}", _ctx())
+        ana = MemoryScope("acme", "ana")
+        await memory.remember(
+            MemoryFact(ana, f"ana said {secret}", provenance=[GroupRef("s1", 0, "sha256:" + "0" * 64)]),
+            _ctx(),
+        )
+        await memory.remember(MemoryFact(ana, f"ana likes {kept}"), _ctx())
+        raw = every_byte(admin, schema)
+        assert secret.encode() in raw and kept.encode() in raw
+        assert rows_of(admin, schema, "archive_groups"), "nothing was archived"
+        before = {t: [r for r in rows_of(admin, schema, t) if _not_of("s1", r, t)] for t in TABLES}
+
+        result = await runtime.erase(
+            EraseTarget.session("acme", "ana", "s1"), reason="DSR", attestation=OPERATOR
+        )
+
+        tombstone = result.tombstone
+        assert tombstone is not None and tombstone.state is ErasureState.COMPLETE
+        roles = {s.role: s for s in tombstone.stores}
+        assert set(roles) == {"archive", "session_store", "recall", "memory"}
+        for role in ("recall", "session_store", "memory"):
+            # Dead row versions stay until VACUUM: the tombstone says so rather than "removed".
+            assert roles[role].physical is PhysicalErasure.UNREFERENCED and "VACUUM" in roles[role].detail
+        # The recall store runs first and takes its groups' rows of archive_groups, which the
+        # archive shares on one schema: the archive then finds nothing of them, and says so.
+        assert "archive_groups" in roles["recall"].detail
+        assert roles["memory"].counts and tombstone.groups_removed > 0
+        raw = every_byte(admin, schema)
+        assert secret.encode() not in raw, "erased text is still in a row"
+        assert kept.encode() in raw and other.encode() in raw
+        for table in TABLES:
+            after = [r for r in rows_of(admin, schema, table) if _not_of("s1", r, table)]
+            if table == "memory_facts":  # the fact citing s1 went; ana's other fact is unchanged
+                assert after == [r for r in before[table] if secret not in str(r)]
+            elif table == "recall_sources":
+                assert after == [r for r in before[table] if secret not in str(r)]
+            else:
+                assert after == before[table], f"{table}: a neighbour's row changed"
+        assert (await runtime.run(ANA, "s2", "still here")).committed
+        view = await runtime.inspect_session(ANA, "s1")
+        assert not view.exists and view.erasures[0].erasure_id == tombstone.erasure_id
+    finally:
+        await runtime.aclose()
+        await recall.aclose()
+        await memory.aclose()
+
+
+async def test_dead_row_versions_hold_the_text_until_vacuum_as_the_tombstone_says(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    """The ``unreferenced`` report is true: the table's file keeps the bytes until the owner vacuums."""
+    secret = "qpagesecret90210"
+    archive = PostgresArchive(app_config)
+    key = SessionKey("acme", "ana", "s1")
+    name = sql.Literal(f'"{schema}".archive_groups')
+
+    def table_file() -> bytes:
+        admin.execute("CHECKPOINT")  # the pages reach the file
+        path = admin.execute(sql.SQL("SELECT pg_relation_filepath({})").format(name)).fetchone()
+        assert path is not None
+        data = admin.execute("SELECT pg_read_binary_file(%s)", (path[0],)).fetchone()
+        assert data is not None
+        return bytes(data[0])
+
+    try:
+        await archive.append(key, [plain_group(0, f" say {secret}")], _ctx())
+        assert secret.encode() in table_file()
+        report = await archive.erase(EraseTarget.user("acme", "ana"), _ctx())
+        assert report.physical is PhysicalErasure.UNREFERENCED and report.count("group") == 1
+        assert secret.encode() not in every_byte(admin, schema)
+        assert secret.encode() in table_file(), "the dead row version was already gone"
+        admin.execute(sql.SQL("VACUUM FULL {}").format(sql.Identifier(schema, "archive_groups")))
+        assert secret.encode() not in table_file()
+    finally:
+        await archive.aclose()
+
+
+async def test_a_role_without_delete_erases_nothing_and_is_told_what_to_grant(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    """DELETE is granted by migrate --grant but not needed to serve turns; without it erase is refused."""
+    archive = PostgresArchive(app_config)
+    key = SessionKey("acme", "ana", "s1")
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=PostgresSessionStore(app_config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        for i in range(3):
+            await runtime.run(ANA, "s1", f"message {i}")
+        admin.execute(
+            sql.SQL("REVOKE DELETE ON {} FROM agentium_app").format(sql.Identifier(schema, "archive_groups"))
+        )
+        before = rows_of(admin, schema, "archive_groups")
+        assert before
+        # Turns still run: DELETE is not among the privileges checked on first use.
+        assert (await runtime.run(ANA, "s1", "one more")).committed
+        before = rows_of(admin, schema, "archive_groups")
+        with pytest.raises(PostgresPrivilegeError, match="--grant"):
+            await archive.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert rows_of(admin, schema, "archive_groups") == before
+        assert [g.seq for g in await archive.read_groups(key, 0, 10, _ctx())]
+    finally:
+        await runtime.aclose()
+
+
+async def test_retention_on_postgres_erases_old_groups_from_the_archive_and_the_index(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    runtime = _runtime(app_config, retention=RetentionPolicy(max_archived_groups=2))
+    try:
+        for i in range(6):
+            await runtime.run(ANA, "s1", f"Old message {i} about qharbour{i}x.")
+        result = await runtime.apply_retention(OPERATOR)
+        (erasure,) = result.erasures
+        assert erasure.tombstone is not None
+        erased = erasure.tombstone.target.groups
+        assert erased and erased[0].start == 0
+        raw = b"".join(
+            str(r).encode() + (r[5] if isinstance(r[5], bytes) else b"")
+            for r in rows_of(admin, schema, "archive_groups")
+        ) + b"".join(str(r).encode() for r in rows_of(admin, schema, "recall_sources"))
+        for seq in range(erased[-1].stop):
+            assert f"qharbour{seq}x".encode() not in raw
+        assert (await runtime.run(ANA, "s1", "and one more")).committed
+        page = await runtime.read_history(ANA, "s1", max_groups=50, view=False)
+        assert page.groups and page.groups[0].seq == erased[-1].stop
+    finally:
+        await runtime.aclose()
