@@ -130,10 +130,9 @@ def test_the_reference_generator_drops_requirement_ids(written: str, shown: str)
 
 def test_the_engine_layout_in_runtime_md_names_every_engine_module() -> None:
     text = (ROOT / "docs" / "runtime.md").read_text("utf-8")
-    listed = set(re.findall(r"`_engine/([a-z_]+\.py)`", text))
-    present = {
-        p.name for p in (ROOT / "core/src/agentium_harness/_engine").glob("*.py") if p.name != "__init__.py"
-    }
+    listed = set(re.findall(r"`_engine/([a-z_/]+\.py)`", text))
+    engine = ROOT / "core/src/agentium_harness/_engine"
+    present = {p.relative_to(engine).as_posix() for p in engine.rglob("*.py") if p.name != "__init__.py"}
     assert sorted(present - listed) == [], "docs/runtime.md's engine table leaves these out"
     assert sorted(listed - present) == [], "docs/runtime.md's engine table names modules that do not exist"
 

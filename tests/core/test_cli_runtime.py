@@ -15,10 +15,10 @@ import anyio
 import pytest
 
 from agentium_harness._cli import main
+from agentium_harness._config.runtime import load_runtime
 from agentium_harness._demo import run as demo
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness._engine.loader import load_runtime
 from agentium_harness._errors import ConfigError
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext

@@ -26,8 +26,8 @@ from agentium_harness._config import (
     resolve_config,
     substitute_env,
 )
+from agentium_harness._config.runtime import load_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness._engine.loader import load_runtime
 from agentium_harness._errors import ConfigError, ConfigIssue
 from agentium_harness._plugins.hookspecs import hookimpl
 from agentium_harness._plugins.registry import PluginRegistry, operator_plugin_lists

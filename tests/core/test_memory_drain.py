@@ -17,8 +17,8 @@ from agentium_harness import (
     OwnedWorkSource,
 )
 from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness._engine.memory.work import WorkTracker
 from agentium_harness._engine.owned_work import OwnedWork
-from agentium_harness._memory.work import WorkTracker
 from agentium_harness.plugin_api import SessionKey
 
 pytestmark = pytest.mark.anyio

@@ -22,8 +22,8 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness._cli import main
+from agentium_harness._config.runtime import load_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness._engine.loader import load_runtime
 from agentium_harness._history import Message, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.provider import (
@@ -106,7 +106,7 @@ async def test_forgotten_and_expired_facts_are_not_injected() -> None:
 
 
 async def test_memory_over_its_budget_is_omitted_whole_and_reported() -> None:
-    from agentium_harness._memory.manager import MemoryLimits
+    from agentium_harness._engine.memory.manager import MemoryLimits
 
     provider = Recording()
     manager = MemoryManager(InMemoryMemoryStore(), limits=MemoryLimits(injection_tokens=60))

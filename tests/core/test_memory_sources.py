@@ -18,7 +18,7 @@ from agentium_harness import (
     SourceKind,
     memory_blocks,
 )
-from agentium_harness._engine.memory_sources import memory_block
+from agentium_harness._engine.memory.sources import memory_block
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.plugin_api import GroupRef, OpContext, StoredFact
 
@@ -129,7 +129,7 @@ async def test_fact_text_that_looks_like_a_wrapper_is_escaped_in_the_block() -> 
 
 
 def test_omissions_become_run_diagnostics() -> None:
-    from agentium_harness._engine.memory_sources import MemoryOmitted, memory_diagnostics
+    from agentium_harness._engine.memory.sources import MemoryOmitted, memory_diagnostics
 
     notes = memory_diagnostics(
         MemoryOmitted(over_budget=("m-1", "m-2"), refused=(("m-3", "forgotten"),), problems=("store down",))

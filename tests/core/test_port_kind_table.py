@@ -264,7 +264,7 @@ def _cycle(graph: dict[str, set[str]], nodes: set[str]) -> list[str] | None:
 def test_the_import_graph_of_plugins_config_and_engine_is_acyclic() -> None:
     graph = _import_graph()
     layered = {m for m in graph if m.startswith(_LAYERS)}
-    assert "agentium_harness._engine.loader" in layered and "agentium_harness._plugins.registry" in layered
+    assert "agentium_harness._config.runtime" in layered and "agentium_harness._plugins.registry" in layered
     # Walk everything these modules reach, so a cycle through ports or codec counts too.
     reach = set(layered)
     frontier = list(layered)
@@ -286,7 +286,7 @@ _OWN_MODULES = [
     "_demo/run.py",
     "_validators.py",
     "_ports/__init__.py",
-    "_engine/loader.py",
+    "_config/runtime.py",
     "_engine/checks.py",
     *(f"_plugins/{p.name}" for p in sorted((PACKAGE / "_plugins").glob("*.py"))),
 ]
@@ -310,7 +310,7 @@ def test_no_import_hides_inside_a_function(relative: str) -> None:
     [
         "agentium_harness._plugins.registry",
         "agentium_harness._config",
-        "agentium_harness._engine.loader",
+        "agentium_harness._config.runtime",
         "agentium_harness._plugins.validation",
         "agentium_harness._cli",
     ],

@@ -612,7 +612,7 @@ async def test_aclose_is_bounded_with_a_hung_update() -> None:
 
 def test_the_summary_budget_comes_from_config_with_path_precise_errors(tmp_path: Path) -> None:
     from agentium_harness._config import load_config
-    from agentium_harness._engine.loader import load_runtime
+    from agentium_harness._config.runtime import load_runtime
     from agentium_harness._errors import ConfigError
 
     cfg = tmp_path / "agentium.toml"

@@ -22,6 +22,7 @@ from ._config import (
     parse_config,
     resolve_config,
 )
+from ._config.runtime import load_runtime
 from ._engine.build import create_harness_runtime
 from ._engine.erasure import ErasureResult, OperatorAttestation
 from ._engine.forget import ForgetResult, SourceHolder, SourcePlace, SourceState
@@ -42,9 +43,12 @@ from ._engine.history_records import (
     SessionPage,
 )
 from ._engine.limits import ResidentLimits, RuntimeLimits
-from ._engine.loader import load_runtime
 from ._engine.maintenance import MigrationReport, ReconcileReport, SessionState, SessionView
-from ._engine.memory_sources import MemoryOmitted, memory_blocks
+from ._engine.memory.agent import Agent, AgentReply, AgentState
+from ._engine.memory.manager import MemoryExtractor, MemoryLimits, MemoryManager
+from ._engine.memory.selection import MemorySelection, SelectionRequest, recent_and_relevant
+from ._engine.memory.sources import MemoryOmitted, memory_blocks
+from ._engine.memory.work import DrainItem, DrainResult, DrainStatus, OwnedWorkSource, WorkSource
 from ._engine.recall import RecallUsage
 from ._engine.recall_policy import (
     PolicyDecision,
@@ -149,10 +153,6 @@ from ._history import (
     TurnInterruption,
     ViewState,
 )
-from ._memory.agent import Agent, AgentReply, AgentState
-from ._memory.manager import MemoryExtractor, MemoryLimits, MemoryManager
-from ._memory.selection import MemorySelection, SelectionRequest, recent_and_relevant
-from ._memory.work import DrainItem, DrainResult, DrainStatus, OwnedWorkSource, WorkSource
 from ._observe.settings import Telemetry
 from ._ports import OpContext
 from ._ports.embedder import EmbeddingLimits, EmbeddingModel

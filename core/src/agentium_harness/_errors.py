@@ -311,7 +311,7 @@ class AgentLifecycleError(AgentiumError):
 class MemoryDrainError(AgentiumError):
     """Owned memory work (summary, extraction, final writes) did not drain cleanly.
 
-    ``result`` is the :class:`~agentium_harness._memory.work.DrainResult`: every
+    ``result`` is the :class:`~agentium_harness._engine.memory.work.DrainResult`: every
     item by name, as completed, failed or cancelled.
     """
 

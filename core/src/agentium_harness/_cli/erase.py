@@ -22,8 +22,8 @@ from typing import Any, Final, TypeVar
 import anyio
 
 from .._codec import unstructure
+from .._config.runtime import load_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
-from .._engine.loader import load_runtime
 from .._engine.maintenance import SessionView
 from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, SeqRange

@@ -31,8 +31,8 @@ import attrs
 from .. import __version__
 from .._codec import unstructure
 from .._config import SECTION_KINDS, load_config
+from .._config.runtime import build_runtime, load_runtime
 from .._demo import run_demo, run_demo_config
-from .._engine.loader import build_runtime, load_runtime
 from .._engine.results import RunResult, RunStatus, Severity
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
 from .._errors import AgentiumError, ConfigError

@@ -2,7 +2,7 @@
 
 Every command reads the config file's ``[memory]`` section, builds that memory
 store (and only it: no provider, archive or session store is opened), and
-goes through a :class:`~agentium_harness._memory.manager.MemoryManager`, so
+goes through a :class:`~agentium_harness._engine.memory.manager.MemoryManager`, so
 the same checks, acknowledgments and lifecycle hooks apply as for a host's
 calls. The scope is ``--tenant`` and ``--user`` (optionally ``--project``
 and ``--repository``); a fact id of another tenant or user is refused as if
@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import anyio
 
 from .._config import load_config
+from .._engine.memory.manager import MemoryManager
 from .._errors import InvalidArgumentError
-from .._memory.manager import MemoryManager
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
 from .output import add_config_argument, print_json, text_argument
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import anyio
 
+from .._config.runtime import load_runtime
 from .._engine.embedding import embedding_text, index_sources
 from .._engine.lifecycle import Ticket
-from .._engine.loader import load_runtime
 from .._engine.recall import Evidence, gather_evidence
 from .._engine.recall_policy import QueryInput
 from .._engine.runtime import HarnessRuntime

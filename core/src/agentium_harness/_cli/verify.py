@@ -16,7 +16,7 @@ from typing import Any, TextIO
 import anyio
 
 from .._codec import unstructure
-from .._engine.loader import load_runtime
+from .._config.runtime import load_runtime
 from .._engine.results import Diagnostic
 from .._scope import VerifiedIdentity
 from .._verdicts import Verdict, VerificationRecord

@@ -5,7 +5,9 @@
 :mod:`.source` (reading the file, ``${VAR}`` substitution, discovery),
 :mod:`.structure` (TOML tables into records, with typed issues),
 :mod:`.shared` (the ``[plugins.<name>]`` connection table) and
-:mod:`.checks` (what the runtime would refuse at construction).
+:mod:`.checks` (what the runtime would refuse at construction). Last,
+:mod:`.runtime` builds a runtime from the resolved config (``load_runtime``):
+the engine never imports this package, the config imports the engine.
 """
 
 from __future__ import annotations

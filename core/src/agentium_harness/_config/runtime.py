@@ -9,16 +9,16 @@ from typing import Any
 
 import anyio
 
-from .._config import ResolvedConfig, load_config
+from .._engine.bounded import ABANDON_GRACE_S
+from .._engine.build import create_harness_runtime
+from .._engine.lifecycle import close_owned
+from .._engine.recall_policy import current_session_recall_policy
+from .._engine.runtime import HarnessRuntime
+from .._engine.tools import ToolRegistry
 from .._errors import ConfigError, ConfigIssue
 from .._plugins.registry import PluginRegistry
 from .._ports import PORT_KINDS
-from .bounded import ABANDON_GRACE_S
-from .build import create_harness_runtime
-from .lifecycle import close_owned
-from .recall_policy import current_session_recall_policy
-from .runtime import HarnessRuntime
-from .tools import ToolRegistry
+from .load import ResolvedConfig, load_config
 
 __all__ = ["build_runtime", "close_built", "load_runtime"]
 

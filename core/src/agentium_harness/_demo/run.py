@@ -18,9 +18,9 @@ from typing import Any, TextIO
 import anyio
 import anyio.to_thread
 
+from .._config.runtime import load_runtime
 from .._engine.build import create_harness_runtime
 from .._engine.limits import ResidentLimits, RuntimeLimits
-from .._engine.loader import load_runtime
 from .._engine.recall_policy import current_session_recall_policy
 from .._engine.runtime import HarnessRuntime
 from .._engine.tools import EffectLevel, Tool, ToolRegistry

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .._errors import CapabilityError, InvalidArgumentError
-from .._memory.manager import MemoryManager
 from .._observe.settings import Telemetry
 from .._ports.archive import HistoryArchive
 from .._ports.embedder import Embedder, EmbeddingLimits
@@ -26,6 +25,7 @@ from .checks import check_adapter
 from .embedding import make_hybrid
 from .hooks import HookBroadcaster
 from .limits import RuntimeLimits
+from .memory.manager import MemoryManager
 from .recall_policy import RecallPolicy
 from .recall_view import ConditionalPublication
 from .retention import RetentionPolicy

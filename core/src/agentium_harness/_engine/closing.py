@@ -12,14 +12,14 @@ import anyio
 import attrs
 
 from .._errors import MemoryDrainError, RuntimeCloseError
-from .._memory.manager import MemoryManager
-from .._memory.work import DrainResult
 from .._observe.logs import log_diagnostics
 from .._observe.turn import settings_of
 from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
 from .maintenance import flush_session
+from .memory.manager import MemoryManager
+from .memory.work import DrainResult
 from .owned_work import SummaryReport
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
 

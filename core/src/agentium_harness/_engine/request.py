@@ -17,7 +17,7 @@ from .._ports.sessions import SessionSnapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope
 from .lifecycle import Ticket
-from .memory_sources import harness_memory_blocks
+from .memory.sources import harness_memory_blocks
 from .results import Diagnostic, Severity
 from .sources import SourceAssembly, assemble_sources
 from .summary import summary_block

@@ -42,9 +42,6 @@ import attrs
 
 from .._errors import AgentiumError, InvalidArgumentError, SessionDivergedError
 from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
-from .._memory.manager import MemoryManager
-from .._memory.work import DrainResult, OwnedWorkSource
-from .._memory.work import WorkTracker as MemoryWorkDrainer
 from .._observe.settings import Telemetry
 from .._observe.turn import traced_run
 from .._ports.archive import HistoryArchive
@@ -75,6 +72,9 @@ from .maintenance import (
     migrate_session,
     reconcile_session,
 )
+from .memory.manager import MemoryManager
+from .memory.work import DrainResult, OwnedWorkSource
+from .memory.work import WorkTracker as MemoryWorkDrainer
 from .owned_work import OwnedWork
 from .progress import RunProgress, failed_run, with_result
 from .recall_policy import RecallPolicy, current_session_recall_policy

@@ -25,7 +25,7 @@ import attrs
 
 from .._codec import unstructure
 from .._config import ResolvedConfig, load_config
-from .._engine.loader import build_runtime
+from .._config.runtime import build_runtime
 from .._engine.results import RunResult
 from .._engine.runtime import HarnessRuntime
 from .._engine.tools import ToolRegistry

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from .._engine.memory.manager import MemoryManager
 from .._errors import (
     MemoryFactForgottenError,
     MemoryFactNotFoundError,
@@ -29,7 +30,6 @@ from .._errors import (
     OperationCancelledError,
     UnsupportedOperationError,
 )
-from .._memory.manager import MemoryManager
 from .._ports import OpContext
 from .._ports.memory import (
     MAX_FACT_BYTES,

@@ -1,6 +1,6 @@
 """The ordinary agent-memory path: :class:`Agent`, its own conversation and its lifecycle (R37, R41, R42).
 
-An agent wraps a model provider, a :class:`~agentium_harness._memory.manager.MemoryManager`
+An agent wraps a model provider, a :class:`~agentium_harness._engine.memory.manager.MemoryManager`
 and its own conversation state, apart from the harness's canonical sessions.
 Its states are ``open`` → ``busy`` (one run at a time) → ``open`` …, then
 ``closing`` → ``closed``. A run, ``remember`` or any other admission while
@@ -32,9 +32,7 @@ from typing import Any
 import anyio
 import attrs
 
-from .._engine.lifecycle import Ticket, close_owned
-from .._engine.memory_sources import MemoryOmitted, memory_blocks
-from .._errors import (
+from ..._errors import (
     AgentCloseError,
     AgentiumError,
     AgentLifecycleError,
@@ -43,13 +41,15 @@ from .._errors import (
     MemoryDrainError,
     ProviderError,
 )
-from .._history import Message, Role
-from .._ports._base import OpContext
-from .._ports.memory import MemoryAck, MemoryFact, MemoryScope
-from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
-from .._scope import SessionKey
-from .._validators import check_count, check_duration
+from ..._history import Message, Role
+from ..._ports._base import OpContext
+from ..._ports.memory import MemoryAck, MemoryFact, MemoryScope
+from ..._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
+from ..._scope import SessionKey
+from ..._validators import check_count, check_duration
+from ..lifecycle import Ticket, close_owned
 from .manager import MemoryManager
+from .sources import MemoryOmitted, memory_blocks
 from .work import DrainResult
 
 __all__ = ["Agent", "AgentReply", "AgentState"]

@@ -9,7 +9,7 @@ broadcast through the ``agentium_memory_event`` hook; a hook that raises is
 isolated and reported in the acknowledgment's ``notes``.
 
 Extraction and final writes run as named owned work; :meth:`MemoryManager.drain`
-covers them and any :class:`~agentium_harness._memory.work.WorkSource` handed
+covers them and any :class:`~agentium_harness._engine.memory.work.WorkSource` handed
 over with :meth:`MemoryManager.track` (a runtime's summary updates).
 """
 
@@ -21,10 +21,7 @@ from typing import Literal, Protocol, TypeVar
 
 import attrs
 
-from .._engine.checks import check_adapter
-from .._engine.hooks import HookBroadcaster, broadcast
-from .._engine.lifecycle import Ticket, close_owned
-from .._errors import (
+from ..._errors import (
     AgentCloseError,
     AgentLifecycleError,
     ContractViolationError,
@@ -33,11 +30,11 @@ from .._errors import (
     MemoryDrainError,
     MemoryRejectedError,
 )
-from .._history import Message
-from .._observe import spans as observe
-from .._observe.settings import Telemetry
-from .._ports._base import OpContext
-from .._ports.memory import (
+from ..._history import Message
+from ..._observe import spans as observe
+from ..._observe.settings import Telemetry
+from ..._ports._base import OpContext
+from ..._ports.memory import (
     MAX_FACT_BYTES,
     MAX_LOOKUP_LIMIT,
     AckStatus,
@@ -52,8 +49,11 @@ from .._ports.memory import (
     check_limit,
     rejection_reason,
 )
-from .._scope import SessionKey, validate_id
-from .._validators import bounded_count, bounded_duration
+from ..._scope import SessionKey, validate_id
+from ..._validators import bounded_count, bounded_duration
+from ..checks import check_adapter
+from ..hooks import HookBroadcaster, broadcast
+from ..lifecycle import Ticket, close_owned
 from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 

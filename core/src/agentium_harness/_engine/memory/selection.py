@@ -17,8 +17,8 @@ from datetime import datetime
 
 import attrs
 
-from .._ports._base import OpContext
-from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit
+from ..._ports._base import OpContext
+from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit
 
 __all__ = ["MemorySelection", "SelectionRequest", "checked_selection", "recent_and_relevant"]
 

@@ -1,6 +1,6 @@
 """Memory in model requests: selected facts as labeled source blocks under a token budget (R38).
 
-One stage for the harness turn and the :class:`~agentium_harness._memory.agent.Agent`:
+One stage for the harness turn and the :class:`~agentium_harness._engine.memory.agent.Agent`:
 :func:`memory_blocks` asks the selection (the manager's, or the default over
 a bare store) for facts, keeps only those that may be injected, renders each
 as a ``SourceBlock(kind=SourceKind.MEMORY)`` and assembles them with the
@@ -18,21 +18,21 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import OperationTimeoutError
-from .._memory.selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
-from .._observe import spans as observe
-from .._ports._base import OpContext
-from .._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
-from .._ports.provider import SourceBlock, SourceKind
-from .._scope import Scope
-from .bounded import Overrun, bounded
-from .lifecycle import Ticket, abandonment
-from .results import Diagnostic, Severity
-from .sources import assemble_sources
+from ..._errors import OperationTimeoutError
+from ..._observe import spans as observe
+from ..._ports._base import OpContext
+from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
+from ..._ports.provider import SourceBlock, SourceKind
+from ..._scope import Scope
+from ..bounded import Overrun, bounded
+from ..lifecycle import Ticket, abandonment
+from ..results import Diagnostic, Severity
+from ..sources import assemble_sources
+from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 
 if TYPE_CHECKING:
     # Only for the annotation: the manager imports this stage through the Agent.
-    from .._memory.manager import MemoryManager
+    from .manager import MemoryManager
 
 __all__ = [
     "MEMORY_SOURCE_PREFIX",

@@ -1,6 +1,6 @@
 """Owned memory work and its truthful drain (R40).
 
-Extraction and final writes that a :class:`~agentium_harness._memory.manager.MemoryManager`
+Extraction and final writes that a :class:`~agentium_harness._engine.memory.manager.MemoryManager`
 starts run as background tasks of the event loop (like the runtime's summary
 updates, :mod:`agentium_harness._engine.owned_work`), each with its own cancel
 scope and a name. Work that another component owns — the runtime's summary
@@ -25,11 +25,11 @@ from typing import Any, Protocol, runtime_checkable
 import anyio
 import attrs
 
-from .._engine.bounded import spawn
-from .._engine.owned_work import OwnedWork
-from .._errors import InvalidArgumentError
-from .._observe import spans as observe
-from .._observe.turn import observed_drain
+from ..._errors import InvalidArgumentError
+from ..._observe import spans as observe
+from ..._observe.turn import observed_drain
+from ..bounded import spawn
+from ..owned_work import OwnedWork
 
 __all__ = [
     "DrainItem",

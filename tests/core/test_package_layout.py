@@ -1,0 +1,106 @@
+"""The package layout a newcomer walks: private packages import each other one way only.
+
+``agentium_harness`` is split into private packages (``_engine``, ``_config``,
+``_plugins``, ``_cli`` …). Each import between two of them, at module level, in
+a function or under ``TYPE_CHECKING``, is an edge of the package graph; a
+cycle there means neither package can be read (or changed) without the other.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "core" / "src"
+PACKAGE = SRC / "agentium_harness"
+
+
+def _module(path: Path, src: Path) -> list[str]:
+    parts = list(path.relative_to(src).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return parts
+
+
+def _imported(path: Path, src: Path) -> set[str]:
+    """Every module or name ``path`` imports, anywhere in the file, as an absolute dotted name."""
+    me = _module(path, src)
+    package = me if path.name == "__init__.py" else me[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.add(target)
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+def package_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Private top-level package → the other private top-level packages it imports from."""
+    private = {
+        p.name for p in package.iterdir() if p.is_dir() and p.name.startswith("_") and p.name != "__pycache__"
+    }
+    graph: dict[str, set[str]] = {name: set() for name in private}
+    for name in private:
+        for path in (package / name).rglob("*.py"):
+            for target in _imported(path, package.parent):
+                parts = target.split(".")
+                if len(parts) > 1 and parts[0] == package.name and parts[1] in private and parts[1] != name:
+                    graph[name].add(parts[1])
+    return graph
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` (its first node repeated at the end), or ``None``."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep) :], dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_private_packages_import_each_other_one_way_only() -> None:
+    graph = package_graph()
+    assert {"_cli", "_config", "_demo", "_engine", "_plugins", "_ports"} <= set(graph)
+    assert cycle(graph) is None, graph
+
+
+def test_the_engine_imports_neither_the_config_nor_the_plugin_registry() -> None:
+    # The config (and the CLI, the demo) build on the engine, never the reverse.
+    assert package_graph()["_engine"] & {"_config", "_plugins", "_cli", "_demo"} == set()
+
+
+def test_the_package_graph_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    root = tmp_path / "agentium_harness"
+    (root / "_a").mkdir(parents=True)
+    (root / "_b").mkdir()
+    (root / "_a" / "x.py").write_text("from .._b.y import thing\n")
+    (root / "_b" / "y.py").write_text("def f():\n    from agentium_harness._a import x\n")
+    graph = package_graph(root)
+    assert graph == {"_a": {"_b"}, "_b": {"_a"}}
+    assert cycle(graph) == ["_a", "_b", "_a"]
