@@ -277,19 +277,28 @@ async def test_postings_without_a_row_take_no_place_in_discovery(
     assert await _discover(store, "kiwi", limit=1) == [ref]
 
 
-async def test_a_row_written_by_the_previous_layout_is_replaced_and_deleted_cleanly(
+async def test_an_index_of_the_previous_key_layout_is_refused_never_mixed(
     store: RedisRecallStore, admin: aioredis.Redis
 ) -> None:
-    """Rows written before term lists existed keep their terms in the row hash; they are still removed."""
+    """A tenant written by an earlier version (unstemmed words, no ``P:v``) is refused, not mixed.
+
+    Its postings hold words as they were (``apples``), which stemmed queries
+    (``appl``) would never find, and stemmed postings added beside them would
+    make one index of two vocabularies. So discovery and indexing raise
+    ``RedisRecallLayoutError`` (naming the way out) and write nothing, while
+    reads, validations and deletes, which do not depend on words, still work;
+    a row of that layout (its terms in its row hash) is still deleted whole.
+    """
     from agentium_harness.plugin_api import digest_of, document_source_id
+    from agentium_recall_redis import RedisRecallLayoutError
 
     tp = tenant_prefix(store.config.key_prefix, "bw")
-    sid, revision = document_source_id(OWNER, "legacy"), digest_of({"title": "", "text": "apple pear"})
-    # The previous layout of one document row (its terms in the field "terms"), written by hand.
-    row = {"sid": sid, "rev": revision, "title": "", "size": "10", "o": "~/~/~/~", "b": "1", "kind": "d"}
-    await admin.hset(f"{tp}:m:1", mapping={**row, "terms": "apple pear", "seq": "", "dg": ""})
-    await admin.set(f"{tp}:t:1", "apple pear")
-    for term in ("apple", "pear"):
+    sid, revision = document_source_id(OWNER, "legacy"), digest_of({"title": "", "text": "apples pear"})
+    # The first layout of one document row (its terms in the field "terms"), written by hand.
+    row = {"sid": sid, "rev": revision, "title": "", "size": "11", "o": "~/~/~/~", "b": "1", "kind": "d"}
+    await admin.hset(f"{tp}:m:1", mapping={**row, "terms": "apples pear", "seq": "", "dg": ""})
+    await admin.set(f"{tp}:t:1", "apples pear")
+    for term in ("apples", "pear"):
         await admin.zadd(f"{tp}:p:1:{term}", {"1": 1024 + 1})
     await admin.hset(f"{tp}:ids", sid, "1")
     await admin.hset(f"{tp}:rev", sid, revision)
@@ -297,8 +306,20 @@ async def test_a_row_written_by_the_previous_layout_is_replaced_and_deleted_clea
     await admin.hset(f"{tp}:bn", "1", "1")
     await admin.set(f"{tp}:nb", "1")
     await admin.set(f"{tp}:n", "1")
-    assert [r.source_id for r in await _discover(store, "apple")] == [sid]
-    new = await store.index_document(OWNER, "legacy", "plum", ctx())
-    assert await admin.zcard(f"{tp}:p:1:apple") == 0 and await _discover(store, "plum") == [new]
+    before = await key_space(admin, store.config.key_prefix)
+    with pytest.raises(RedisRecallLayoutError, match="Upgrading the key layout"):
+        await _discover(store, "apples")
+    with pytest.raises(RedisRecallLayoutError, match="nothing was written"):
+        await store.index_document(OWNER, "other", "plum", ctx())
+    with pytest.raises(RedisRecallLayoutError):
+        await store.index_document(OWNER, "big", words(5000, "b"), ctx())  # the staged path too
+    assert await key_space(admin, store.config.key_prefix) == before
+    session = await store.open(SCOPE, RecallLimits(), ctx())
+    try:
+        ref = SourceRef(sid, revision)
+        assert [v.status for v in await session.validate([ref], ctx())] == [V.CURRENT]
+        assert [e.text for e in await session.read([ref], 100, ctx())] == ["apples pear"]
+    finally:
+        await session.close()
     assert await store.delete_document(OWNER, "legacy", ctx())
-    assert await _discover(store, "plum") == [] and await admin.hget(f"{tp}:bn", "1") == b"0"
+    assert await admin.zcard(f"{tp}:p:1:apples") == 0 and await admin.hget(f"{tp}:bn", "1") == b"0"

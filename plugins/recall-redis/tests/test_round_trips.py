@@ -115,7 +115,7 @@ async def test_the_first_call_opens_in_one_round_trip(server: ServerProcess) -> 
         # redis-py's handshake of a new connection (HELLO, CLIENT SETNAME/SETINFO), then one pipelined
         # round trip of checks. MONITOR never shows CONFIG commands; the store's counter counts the trip.
         checks = [c for c in commands if c not in {"HELLO", "CLIENT"}]
-        assert checks == ["INFO", "COMMAND", *["SCRIPT"] * 12]  # every script loaded once
+        assert checks == ["INFO", "COMMAND", *["SCRIPT"] * 14]  # every script loaded once
         assert store.round_trips == 1
         assert (
             await client_commands(server, lambda: store.open(Scope("rt", "u", "s"), RecallLimits(), ctx()))

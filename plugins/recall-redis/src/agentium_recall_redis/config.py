@@ -21,6 +21,7 @@ __all__ = [
     "MAX_TERMS_PER_CALL_CEILING",
     "MAX_TERMS_PER_SOURCE_CEILING",
     "SCHEMES",
+    "STOPWORDS",
     "RedisRecallConfig",
     "redact_url",
 ]
@@ -102,6 +103,25 @@ _terms_per_call = bounded_count(ceiling=MAX_TERMS_PER_CALL_CEILING)
 _terms_per_source = bounded_count(ceiling=MAX_TERMS_PER_SOURCE_CEILING)
 
 
+#: Stop-word list names (``stopwords``): the same as the SQLite store's.
+STOPWORDS: Final = ("english", "none")
+
+
+def _stopwords(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in STOPWORDS:
+        raise ValueError(f"stopwords must be one of {', '.join(STOPWORDS)}, got {value!r}")
+
+
+def _share(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
+
+
+def _similarity(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
+        raise ValueError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
+
+
 def _secret_repr(value: object) -> str:
     return "None" if value is None else "'***'"
 
@@ -136,6 +156,23 @@ class RedisRecallConfig:
       holds the server, which runs nothing else meanwhile; a source with
       more distinct words is written over several calls and published by
       one, atomically for readers.
+    - ``stopwords``: the words dropped from queries, ``"english"`` (the
+      core's list) or ``"none"``.
+    - ``min_relevance``: the relevance floor, from 0 to 1: the share of the
+      query's weight (the sum of its terms' idf) a source must match to be
+      returned at all; applied in the ranking script, before the limit. 0
+      returns every source that matches any term.
+    - ``min_similarity`` (hybrid recall): the cosine similarity, from -1 to
+      1, a source's vector must reach for the vector ranking to return it.
+    - ``max_vector_scan`` (hybrid recall): how many of the scope's newest
+      sources with a vector are scored, besides the lexical pool; the bound
+      on a hybrid discovery's vector work (at most 100,000).
+    - ``hybrid_depth`` (hybrid recall): how many of each ranking (lexical,
+      vector) enter reciprocal rank fusion; the lexical pool is its best
+      ``4 * hybrid_depth`` sources.
+    - ``vector_weight`` (hybrid recall, 0 to 1): what the vector ranking
+      counts in the fusion against the lexical ranking's 1.
+    - ``fusion_k`` (hybrid recall): reciprocal rank fusion's ``k``.
     - ``settle_timeout_s``: how long settling a cut-off write may take; a
       write with a deadline settles by its deadline, and what is left then
       (or after a cancellation) goes on in the background for this long.
@@ -157,6 +194,13 @@ class RedisRecallConfig:
     max_terms_per_source: int = attrs.field(default=100_000, validator=_terms_per_source)
     max_terms_per_call: int = attrs.field(default=4_096, validator=_terms_per_call)
     settle_timeout_s: float = attrs.field(default=2.0, validator=_seconds)
+    stopwords: str = attrs.field(default="english", validator=_stopwords)
+    min_relevance: float = attrs.field(default=0.3, validator=_share)
+    min_similarity: float = attrs.field(default=0.3, validator=_similarity)
+    max_vector_scan: int = attrs.field(default=500, validator=bounded_count(ceiling=100_000))
+    hybrid_depth: int = attrs.field(default=50, validator=bounded_count(ceiling=10_000))
+    vector_weight: float = attrs.field(default=0.5, validator=_share)
+    fusion_k: int = attrs.field(default=20, validator=bounded_count(minimum=0, ceiling=10_000))
     ssl_ca_certs: str | None = attrs.field(
         default=None, validator=_optional_text, metadata={PATH_OPTION: True}
     )

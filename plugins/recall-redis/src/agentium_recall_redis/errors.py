@@ -13,6 +13,7 @@ __all__ = [
     "RedisRecallAuthError",
     "RedisRecallConnectionError",
     "RedisRecallError",
+    "RedisRecallLayoutError",
     "RedisRecallServerError",
     "RedisRecallTimeoutError",
     "RedisRecallValueTooLargeError",
@@ -53,6 +54,18 @@ class RedisRecallServerError(RedisRecallError, RecallUnavailableError):
     written. The store needs Redis >= 6.2 or Valkey with ``EVAL``/``EVALSHA``
     and every command listed in the message; a command disabled with
     ``rename-command`` counts as missing.
+    """
+
+
+class RedisRecallLayoutError(RedisRecallError):
+    """A tenant's index was written by an earlier version of the store, in a key layout this one refuses.
+
+    Layout 2 (this version) indexes stemmed words; a layout-1 index holds
+    them unstemmed, so its postings cannot be ranked with stemmed queries
+    and must not be mixed with stemmed ones. Discovery and indexing of that
+    tenant are refused (nothing is written); reads, validations and
+    ``seek_groups`` still work. Rebuild the index under a new ``key_prefix``
+    (the README's "Upgrading the key layout" says how).
     """
 
 

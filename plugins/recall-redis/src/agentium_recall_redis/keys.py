@@ -18,9 +18,14 @@ Under the tenant prefix (``P``):
 ``P:bk``               hash    owner key -> bucket number (one bucket per owner)
 ``P:bn``               hash    bucket number -> how many sources it holds
 ``P:nb`` / ``P:n``     string  counters of buckets and of rows
+``P:v``                string  the tenant's layout version, ``2`` (words stemmed); see below
 ``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,
                                and for groups seq and receipt digest (rows written by
-                               an earlier version also hold ``terms``)
+                               an earlier version also hold ``terms``); ``vec``: its
+                               vector (little-endian float32), when it has one
+``P:vs:<b>``           zset    rows of bucket ``b`` with a vector: member and score ``n``
+``P:vm`` / ``P:vc``    string  the model of the tenant's vectors (``"<model>/<dimension>"``)
+                               and how many rows hold one
 ``P:t:<n>``            string  the source's text (read with ``GETRANGE``)
 ``P:c:<n>``            string  an archived group's canonical bytes
 ``P:k:<n>``            list    the row's terms: what removing its postings reads
@@ -33,6 +38,13 @@ Under the tenant prefix (``P``):
                                are still to be collected
 ``P:w:<token>``        string  a write's settlement token (expires after 10 minutes)
 =====================  ======  =====================================================
+
+Terms are index terms (:mod:`agentium_recall_redis.terms`: folded and
+Porter-stemmed) through :func:`encode_term`. Layout 2 (``P:v``) is the first
+with stemmed terms: a tenant whose rows were written by an earlier version
+(``P:n`` present, ``P:v`` absent) holds unstemmed terms, and the store
+refuses to rank or extend it (:class:`~agentium_recall_redis.errors.RedisRecallLayoutError`;
+the README says how to rebuild it).
 
 Postings without a row hash (a staged row, a removed one not yet
 collected) are never returned by any script.
@@ -70,14 +82,12 @@ __all__ = [
     "owner_key",
     "owner_of_source_id",
     "tenant_prefix",
-    "term_counts",
     "visible_owner_keys",
 ]
 
 #: The segment of an absent owner field; :func:`encode_segment` never produces it.
 ABSENT: Final = "~"
 
-_WORD: Final = re.compile(r"\w+")
 # A group seq in a source id: canonical decimal, as str(int) writes it.
 _SEQ: Final = re.compile(r"0|[1-9][0-9]*")
 
@@ -137,19 +147,6 @@ def owner_of_source_id(source_id: object) -> SourceOwner | None:
 def encode_term(term: str) -> str:
     """A term as a key segment (:func:`encode_segment`), cached: the same terms recur in every source."""
     return encode_segment(term)
-
-
-def term_counts(text: str) -> dict[str, int]:
-    r"""How often each lower-cased ``\w+`` token occurs in ``text``.
-
-    Tokens are lower-cased one by one, exactly as the core's ``query_terms``
-    lower-cases a query, so a word is the same term on both sides.
-    """
-    counts: dict[str, int] = {}
-    for match in _WORD.finditer(text):
-        term = match.group().lower()
-        counts[term] = counts.get(term, 0) + 1
-    return counts
 
 
 def group_text(group: MessageGroup) -> str:

@@ -12,7 +12,8 @@ The pieces are Lua source text, prepended to the writing scripts of
 - :data:`ROWS`: removing a row and collecting garbage, each split into a
   plan (reads and checks, phase 1) and its execution (writes, phase 2), so
   a script can plan everything before it writes anything. A removed row
-  disappears at once (its row hash, text, group entry and bucket count);
+  disappears at once (its row hash, text, group entry, bucket count and
+  vector: the bucket's vector set and the tenant's vector count);
   its postings go in the same call when they fit the call's removal room,
   else its term list is queued on ``P:gc`` and collected in later calls, at
   most ``room`` postings per call. Postings without a row are invisible to
@@ -29,7 +30,10 @@ from typing import Final
 
 import attrs
 
-__all__ = ["CHECK", "LEASE_MS", "ROWS", "TOKEN_TTL_MS", "Script"]
+__all__ = ["CHECK", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "ROWS", "TOKEN_TTL_MS", "Script"]
+
+#: The key layout this version writes (``P:v``): 2, terms stemmed. Layout 1 (no ``P:v``) is refused.
+LAYOUT: Final = 2
 
 #: How long a write's settlement token lives: far longer than any write can stay in flight.
 TOKEN_TTL_MS: Final = 600_000
@@ -52,7 +56,21 @@ class Script:
         return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
 
-CHECK: Final = """
+#: The key layout check, for every script that ranks or adds postings: a tenant with rows (``P:n``) but
+#: no ``P:v`` was written by an earlier version of the store, with unstemmed terms; it is refused (the
+#: client raises ``RedisRecallLayoutError``), never mixed with stemmed terms.
+LAYOUT_CHECK: Final = """
+local function old_layout(P)
+  return redis.call('EXISTS', P .. ':n') == 1 and redis.call('EXISTS', P .. ':v') == 0
+end
+local function layout_error()
+  return redis.error_reply('AGENTIUM_LAYOUT the tenant index was written by an earlier version of the store')
+end
+"""
+
+CHECK: Final = (
+    LAYOUT_CHECK
+    + """
 local checked = {}
 local function refuse(what)
   error('WRONGTYPE ' .. what .. ' under the key prefix holds another type of value')
@@ -103,6 +121,7 @@ local function backlog(P)
   return 0
 end
 """
+)
 
 ROWS: Final = """
 -- Removing row n (bucket b, kind) of a source. Its term list is P:k:n; a row written before term lists
@@ -122,11 +141,22 @@ local function plan_drop(P, n, b, kind, legacy, room)
   for _, term in ipairs(d.terms) do need(P .. ':p:' .. b .. ':' .. term, 'zset') end
   if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
   need_count(P, b)
+  -- Its vector goes with it: out of the bucket's vector set and the tenant's vector count.
+  d.vec = redis.call('HEXISTS', P .. ':m:' .. n, 'vec') == 1
+  if d.vec then
+    need(P .. ':vs:' .. b, 'zset')
+    need(P .. ':vc', 'string')
+    need_int(redis.call('GET', P .. ':vc'))
+  end
   return d, #d.terms
 end
 local function drop(P, d)
   for _, term in ipairs(d.terms) do redis.call('ZREM', P .. ':p:' .. d.b .. ':' .. term, d.n) end
   if d.kind == 'g' then redis.call('ZREM', P .. ':g:' .. d.b, d.n) end
+  if d.vec then
+    redis.call('ZREM', P .. ':vs:' .. d.b, d.n)
+    redis.call('DECR', P .. ':vc')
+  end
   redis.call('DEL', P .. ':m:' .. d.n, P .. ':t:' .. d.n, P .. ':c:' .. d.n)
   if d.later then
     redis.call('RPUSH', P .. ':gc', d.b .. ' ' .. d.n)

@@ -21,8 +21,19 @@ from __future__ import annotations
 
 from typing import Final
 
-from .lua import LEASE_MS, TOKEN_TTL_MS, Script
-from .write_scripts import ABORT, BEGIN, COLLECT, COMMIT, DELETE, INDEX, SETTLE, STAGE, WRITE_SCRIPTS
+from .lua import LAYOUT_CHECK, LEASE_MS, TOKEN_TTL_MS, Script
+from .write_scripts import (
+    ABORT,
+    BEGIN,
+    COLLECT,
+    COMMIT,
+    DELETE,
+    INDEX,
+    SETTLE,
+    STAGE,
+    VECTORS,
+    WRITE_SCRIPTS,
+)
 
 __all__ = [
     "ABORT",
@@ -31,6 +42,7 @@ __all__ = [
     "COMMIT",
     "DELETE",
     "DISCOVER",
+    "HYBRID",
     "INDEX",
     "LEASE_MS",
     "MISSING",
@@ -41,79 +53,167 @@ __all__ = [
     "SETTLE",
     "STAGE",
     "TOKEN_TTL_MS",
+    "VECTORS",
     "Script",
 ]
 
+# Ranking, shared by lexical and hybrid discovery. For the terms ARGV[t0 + 1 .. t0 + nt] in the buckets
+# of the owner keys ARGV[o0 + 1 .. o0 + no]: each term's newest `per` visible postings, each row scored
+# sum(idf * tf * (K1 + 1) / (tf + K1)) over the terms it holds (bm25's saturation, no length norm), with
+# the weight it matched, sum(idf). idf is the smoothed ln(1 + (N - n + 0.5) / (n + 0.5)) over exact
+# visible counts (n at least 1: a word never seen weighs as a word seen once). Returns every ranked row,
+# best first, its score and matched weight, and the query's whole weight (for the relevance floor).
+_RANK = """
+local K1 = 1.2
+local function rank(P, per, nt, t0, no, o0)
+  local owners, buckets = {}, {}
+  for i = 1, no do owners[i] = ARGV[o0 + i] end
+  local found = redis.call('HMGET', P .. ':bk', unpack(owners))
+  for i = 1, no do if found[i] then buckets[#buckets + 1] = found[i] end end
+  local total, matched, order, weight = {}, {}, {}, 0
+  if #buckets == 0 then return buckets, order, total, matched, weight end
+  local counts = redis.call('HMGET', P .. ':bn', unpack(buckets))
+  local N = 0
+  for i = 1, #buckets do if counts[i] then N = N + tonumber(counts[i]) end end
+  for t = 1, nt do
+    local term = ARGV[t0 + t]
+    local df, lists = 0, {}
+    for _, b in ipairs(buckets) do
+      local key = P .. ':p:' .. b .. ':' .. term
+      local c = redis.call('ZCARD', key)
+      if c > 0 then
+        df = df + c
+        lists[#lists + 1] = redis.call('ZRANGE', key, 0, per - 1, 'REV', 'WITHSCORES')
+      end
+    end
+    local n = math.max(df, 1)
+    local idf = math.log(1 + (math.max(N, n) - n + 0.5) / (n + 0.5))
+    weight = weight + idf
+    if df > 0 then
+      local merged = {}
+      for _, l in ipairs(lists) do
+        for j = 1, #l, 2 do merged[#merged + 1] = {l[j], tonumber(l[j + 1])} end
+      end
+      -- One list is already newest first; several are merged by recency.
+      if #lists > 1 then table.sort(merged, function(a, b) return a[2] > b[2] end) end
+      for j = 1, math.min(per, #merged) do
+        local r = merged[j][1]
+        local tf = merged[j][2] % 1024
+        if not total[r] then
+          total[r], matched[r] = 0, 0
+          order[#order + 1] = r
+        end
+        total[r] = total[r] + idf * tf * (K1 + 1) / (tf + K1)
+        matched[r] = matched[r] + idf
+      end
+    end
+  end
+  table.sort(order, function(a, b)
+    if total[a] ~= total[b] then return total[a] > total[b] end
+    return tonumber(a) > tonumber(b)
+  end)
+  return buckets, order, total, matched, weight
+end
+"""
+
 #: Rank visible sources. KEYS: P:bk. ARGV: P, max candidates, per-term cap, byte budget (-1: none),
-#: term count, owner key count, terms..., owner keys...
-#: Returns rows {sid, rev, title, size, owner key, score}, best first, within the byte budget.
+#: term count, owner key count, relevance floor (a share of the query's weight, 0 to 1), terms...,
+#: owner keys... Returns rows {sid, rev, title, size, owner key, score}, best first, each matching at
+#: least the floor's share of the query's weight, within the byte budget.
 DISCOVER = Script(
     "discover",
-    """
+    LAYOUT_CHECK
+    + _RANK
+    + """
 local P = ARGV[1]
+if old_layout(P) then return layout_error() end
 local maxc, per, budget = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local nt, no = tonumber(ARGV[5]), tonumber(ARGV[6])
-local owners = {}
-for i = 1, no do owners[i] = ARGV[6 + nt + i] end
-local found = redis.call('HMGET', P .. ':bk', unpack(owners))
-local buckets = {}
-for i = 1, no do if found[i] then buckets[#buckets + 1] = found[i] end end
-if #buckets == 0 then return {} end
-local counts = redis.call('HMGET', P .. ':bn', unpack(buckets))
-local N = 0
-for i = 1, #buckets do if counts[i] then N = N + tonumber(counts[i]) end end
-local total, order = {}, {}
-for t = 1, nt do
-  local term = ARGV[6 + t]
-  local df, lists = 0, {}
-  for _, b in ipairs(buckets) do
-    local key = P .. ':p:' .. b .. ':' .. term
-    local c = redis.call('ZCARD', key)
-    if c > 0 then
-      df = df + c
-      lists[#lists + 1] = redis.call('ZRANGE', key, 0, per - 1, 'REV', 'WITHSCORES')
-    end
-  end
-  if df > 0 then
-    local idf = math.log(1 + N / df)
-    local merged = {}
-    for _, l in ipairs(lists) do
-      for j = 1, #l, 2 do merged[#merged + 1] = {l[j], tonumber(l[j + 1])} end
-    end
-    -- One list is already newest first; several are merged by recency.
-    if #lists > 1 then table.sort(merged, function(a, b) return a[2] > b[2] end) end
-    for j = 1, math.min(per, #merged) do
-      local n = merged[j][1]
-      local tf = merged[j][2] % 1024
-      if not total[n] then
-        total[n] = 0
-        order[#order + 1] = n
-      end
-      total[n] = total[n] + tf * idf
-    end
-  end
-end
-table.sort(order, function(a, b)
-  if total[a] ~= total[b] then return total[a] > total[b] end
-  return tonumber(a) > tonumber(b)
-end)
+local nt, no, share = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local _, order, total, matched, weight = rank(P, per, nt, 7, no, 7 + nt)
+-- A hair under the exact share, so a row matching every term passes at 1.
+local floor = share * weight * (1 - 1e-9)
 local out, spent = {}, 0
 for i = 1, #order do
   if #out >= maxc then break end
   local n = order[i]
-  local key = P .. ':m:' .. n
-  local m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o')
-  if m[1] and m[2] and m[3] and m[4] then
-    local tlen = redis.call('HSTRLEN', key, 'title')
-    local cost = #m[1] + #m[2] + tlen
-    if budget >= 0 and spent + cost > budget then break end
-    spent = spent + cost
-    local title = ''
-    if tlen > 0 then title = redis.call('HGET', key, 'title') end
-    out[#out + 1] = {m[1], m[2], title, m[3], m[4], string.format('%.17g', total[n])}
+  if matched[n] >= floor then
+    local key = P .. ':m:' .. n
+    local m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o')
+    if m[1] and m[2] and m[3] and m[4] then
+      local tlen = redis.call('HSTRLEN', key, 'title')
+      local cost = #m[1] + #m[2] + tlen
+      if budget >= 0 and spent + cost > budget then break end
+      spent = spent + cost
+      local title = ''
+      if tlen > 0 then title = redis.call('HGET', key, 'title') end
+      out[#out + 1] = {m[1], m[2], title, m[3], m[4], string.format('%.17g', total[n])}
+    end
   end
 end
 return out
+""",
+)
+
+#: Hybrid discovery's candidates, in one call. KEYS: P:bk. ARGV: P, pool size, per-term cap, term count,
+#: owner key count, relevance floor, model key, vector scan, title cap, terms..., owner keys...
+#: The lexical pool is the ranking's best `pool` published rows (no floor applied, each flagged whether
+#: it passes it); the vector scan the newest `scan` rows with a vector in the visible buckets (a merge of
+#: at most 16 bucket sets by row number). Returns {pool rows, scan rows}; a row is {n, sid, rev, size,
+#: owner key, title length, title (empty when longer than the title cap), vector or false, lexical
+#: score, passes the floor (1/0)}. Refused when the tenant's vectors are of another model.
+HYBRID = Script(
+    "hybrid",
+    LAYOUT_CHECK
+    + _RANK
+    + """
+local P = ARGV[1]
+if old_layout(P) then return layout_error() end
+local pool, per, nt, no = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local share, model, scan, tcap = tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
+local have, vc = redis.call('GET', P .. ':vm'), tonumber(redis.call('GET', P .. ':vc') or '0')
+if have and have ~= model and vc and vc > 0 then
+  return redis.error_reply('AGENTIUM_MODEL ' .. have .. ' | ' .. model)
+end
+local buckets, order, total, matched, weight = rank(P, per, nt, 9, no, 9 + nt)
+local floor = share * weight * (1 - 1e-9)
+local function row(n, score, pass)
+  local key = P .. ':m:' .. n
+  local m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o', 'vec')
+  if not (m[1] and m[2] and m[3] and m[4]) then return nil end
+  local tlen = redis.call('HSTRLEN', key, 'title')
+  local title = ''
+  if tlen > 0 and tlen <= tcap then title = redis.call('HGET', key, 'title') end
+  return {n, m[1], m[2], m[3], m[4], tlen, title, m[5] or false, score, pass}
+end
+local lexical, seen = {}, {}
+for i = 1, #order do
+  if #lexical >= pool then break end
+  local n = order[i]
+  local pass = 0
+  if matched[n] >= floor then pass = 1 end
+  local r = row(n, string.format('%.17g', total[n]), pass)
+  if r then
+    lexical[#lexical + 1] = r
+    seen[n] = true
+  end
+end
+local vectors = {}
+if vc and vc > 0 and scan > 0 then
+  local newest = {}
+  for _, b in ipairs(buckets) do
+    local l = redis.call('ZRANGE', P .. ':vs:' .. b, 0, scan - 1, 'REV')
+    for j = 1, #l do newest[#newest + 1] = tonumber(l[j]) end
+  end
+  if #buckets > 1 then table.sort(newest, function(a, b) return a > b end) end
+  for j = 1, math.min(scan, #newest) do
+    local n = string.format('%d', newest[j])
+    if not seen[n] then
+      local r = row(n, '0', 0)
+      if r and r[8] then vectors[#vectors + 1] = r end
+    end
+  end
+end
+return {lexical, vectors}
 """,
 )
 
@@ -203,7 +303,7 @@ return out
 )
 
 #: Every script, loaded with ``SCRIPT LOAD`` when the store first connects.
-SCRIPTS: Final = (*WRITE_SCRIPTS, DISCOVER, READ, SEEK, MISSING)
+SCRIPTS: Final = (*WRITE_SCRIPTS, DISCOVER, HYBRID, READ, SEEK, MISSING)
 
 #: Every command the store and its scripts call: each must exist on the server (``COMMAND INFO``).
 REQUIRED_COMMANDS: Final = (
@@ -213,6 +313,8 @@ REQUIRED_COMMANDS: Final = (
     "get",
     "set",
     "del",
+    "exists",
+    "decr",
     "incr",
     "strlen",
     "getrange",
@@ -222,6 +324,7 @@ REQUIRED_COMMANDS: Final = (
     "hdel",
     "hincrby",
     "hstrlen",
+    "hexists",
     "zadd",
     "zrem",
     "zcard",

@@ -19,13 +19,14 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from agentium_harness import InvalidArgumentError
+from agentium_harness import EmbeddingModelMismatchError, InvalidArgumentError
 
 from .config import RedisRecallConfig
 from .errors import (
     RedisRecallAuthError,
     RedisRecallConnectionError,
     RedisRecallError,
+    RedisRecallLayoutError,
     RedisRecallServerError,
 )
 from .link import (
@@ -169,6 +170,21 @@ class ServerErrors:
             self.fail(exc, operation)
         message = self.scrub(str(exc))
         upper = message.upper()
+        if "AGENTIUM_LAYOUT" in message:
+            raise RedisRecallLayoutError(
+                f"{operation}: this tenant's index under key_prefix {self.key_prefix!r} was written by an "
+                "earlier version of agentium-recall-redis (key layout 1: words not stemmed), which this "
+                "version (layout 2) cannot rank or extend; nothing was written. Rebuild it under a new "
+                "key_prefix and `agentium recall rebuild` (the plugin README, 'Upgrading the key layout')"
+            )
+        if "AGENTIUM_MODEL " in message:
+            have, _, wanted = (p.strip() for p in message.split("AGENTIUM_MODEL ", 1)[1].partition(" | "))
+            raise EmbeddingModelMismatchError(
+                f"{operation}: this tenant's index under key_prefix {self.key_prefix!r} holds vectors of "
+                f"{have}, not of {wanted}; vectors of two models are never mixed, and nothing was "
+                f"written. Configure the embedder the index was built with ({have}), or rebuild "
+                "the index under a new key_prefix with `agentium recall rebuild`"
+            )
         if "UNKNOWN COMMAND" in upper:
             raise RedisRecallServerError(
                 f"{operation}: the server at {self.where} does not know a command the store needs ({message})"

@@ -13,8 +13,9 @@ their owner): a foreign id is ``FORBIDDEN`` and never looked up.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
@@ -32,21 +33,31 @@ from agentium_harness.plugin_api import (
     SourceRef,
     Validation,
     ValidationStatus,
+    Vector,
+    cosine_scores,
     estimate_tokens,
     make_excerpt,
-    query_terms,
+    reciprocal_rank_fusion,
 )
 
 from .errors import RedisRecallError
 from .keys import encode_term, owner_from_key, owner_of_source_id, tenant_prefix, visible_owner_keys
 from .link import as_text
-from .scripts import DISCOVER, READ
+from .scripts import DISCOVER, HYBRID, READ
 from .server import Arg
+from .terms import STOPWORD_LISTS, query_stems
 
 if TYPE_CHECKING:
     from .store import RedisRecallStore
 
 __all__ = ["RedisRecallSession", "check_count"]
+
+#: Titles up to this many bytes come back with hybrid discovery's candidates; a longer one is read for
+#: the winners only.
+TITLE_CAP: Final = 1024
+
+#: The lexical pool of hybrid discovery: this many times ``hybrid_depth`` of the ranking's best rows.
+POOL_PER_DEPTH: Final = 4
 
 # What an excerpt of a text read only in part may have left out: anything, since the rest is unread.
 _UNREAD: Final = frozenset({OmittedContext.SOURCE, OmittedContext.CORRECTION, OmittedContext.NEGATION})
@@ -119,15 +130,23 @@ class RedisRecallSession(RecallSession):
         self._begin(ctx, "recall discover")
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
-        terms = query_terms(query)
-        self._terms = terms
+        config = self._store.config
+        words, terms = query_stems(query, STOPWORD_LISTS[config.stopwords])
+        self._terms = words  # excerpts are cut around the query's own words
         limit = max(0, check_count(max_candidates, "max_candidates"))
         if not terms or limit == 0:
             return []
-        cap = self._store.config.max_ranked_matches
-        per_term = max(limit, -(-cap // len(terms)))
+        per_term = max(limit, -(-config.max_ranked_matches // len(terms)))
         budget = -1 if ctx.remaining_bytes is None else max(0, ctx.remaining_bytes)
-        args: list[Arg] = [self._prefix, limit, per_term, budget, len(terms), len(self._owner_keys)]
+        args: list[Arg] = [
+            self._prefix,
+            limit,
+            per_term,
+            budget,
+            len(terms),
+            len(self._owner_keys),
+            config.min_relevance,
+        ]
         args.extend(encode_term(t) for t in terms)
         args.extend(self._owner_keys)
         rows = await self._store._script(DISCOVER, [f"{self._prefix}:bk"], args, ctx, "recall discover")
@@ -151,6 +170,119 @@ class RedisRecallSession(RecallSession):
                 break
             found.append(candidate)
         return found
+
+    async def discover_hybrid(
+        self, query: str, vector: Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        """Up to ``max_candidates`` sources by lexical and vector rank, fused (reciprocal rank fusion).
+
+        One round trip in the common case (the ``HYBRID`` script returns the
+        lexical pool and the newest vectors of the scope, each row with its
+        vector); a second only when a winner's title is longer than 1 KiB.
+        Vectors are scored here (:func:`cosine_scores`: NumPy when installed),
+        each ranking keeps what passes its own floor (``min_relevance``,
+        ``min_similarity``), cut to ``hybrid_depth``, and the two are fused
+        with ``k = fusion_k``, the vector ranking weighted ``vector_weight``.
+        Each candidate's ``score`` is its fused score. Raises
+        ``EmbeddingModelMismatchError`` when the tenant's vectors are of
+        another model than ``vector``'s.
+        """
+        self._begin(ctx, "recall discover")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        if not isinstance(vector, Vector):
+            raise InvalidArgumentError(f"vector must be a Vector, got {type(vector).__name__}")
+        config = self._store.config
+        words, terms = query_stems(query, STOPWORD_LISTS[config.stopwords])
+        self._terms = words
+        limit = max(0, check_count(max_candidates, "max_candidates"))
+        if limit == 0:
+            return []
+        depth = max(limit, config.hybrid_depth)
+        pool = max(limit, POOL_PER_DEPTH * depth)
+        per_term = max(pool, -(-config.max_ranked_matches // max(1, len(terms))))
+        args: list[Arg] = [
+            self._prefix,
+            pool,
+            per_term,
+            len(terms),
+            len(self._owner_keys),
+            config.min_relevance,
+            vector.model.key(),
+            config.max_vector_scan,
+            TITLE_CAP,
+        ]
+        args.extend(encode_term(t) for t in terms)
+        args.extend(self._owner_keys)
+        reply = await self._store._script(HYBRID, [f"{self._prefix}:bk"], args, ctx, "recall discover")
+        lexical_rows, vector_rows = reply if reply else ([], [])
+        rows: dict[bytes, Sequence[Any]] = {}
+        lexical: list[bytes] = []
+        passing: set[bytes] = set()
+        blobs: dict[bytes, bytes] = {}
+        for row in [*lexical_rows, *vector_rows]:
+            n = bytes(row[0]) if not isinstance(row[0], int) else str(row[0]).encode()
+            rows[n] = row
+            if isinstance(row[7], bytes):
+                blobs[n] = row[7]
+        for row in lexical_rows:
+            n = bytes(row[0]) if not isinstance(row[0], int) else str(row[0]).encode()
+            lexical.append(n)
+            if int(row[9]) == 1:
+                passing.add(n)
+        ids = list(blobs)
+        sims = dict(zip(ids, cosine_scores(vector, [blobs[i] for i in ids]), strict=True))
+        # Most similar first; the newer row first among equals.
+        similar = [i for i in sorted(ids, key=lambda i: (-sims[i], -int(i))) if math.isfinite(sims[i])]
+        rankings = [
+            [n.decode() for n in lexical if n in passing][:depth],
+            [n.decode() for n in similar if sims[n] >= config.min_similarity][:depth],
+        ]
+        fused = reciprocal_rank_fusion(rankings, k=config.fusion_k, weights=(1.0, config.vector_weight))
+        return await self._fused_candidates(
+            [(rows[key.encode()], score) for key, score in fused[:limit]], ctx
+        )
+
+    async def _fused_candidates(
+        self, winners: Sequence[tuple[Sequence[Any], float]], ctx: OpContext
+    ) -> list[Candidate]:
+        """Candidates of the fused winners, in order, within the discovery byte budget.
+
+        A title longer than :data:`TITLE_CAP` was left out of the script's
+        reply: the ones that fit the budget are read in one more round trip.
+        """
+        budget = ctx.remaining_bytes
+        chosen: list[tuple[Sequence[Any], float, SourceOwner]] = []
+        spent = 0
+        for row, score in winners:
+            owner = self._owner(bytes(row[4]))
+            if owner is None or not owner.visible_to(self._scope):
+                continue  # the buckets already hold; never trust one check
+            spent += len(bytes(row[1])) + len(bytes(row[2])) + int(row[5])
+            if budget is not None and spent > budget:
+                break
+            chosen.append((row, score, owner))
+        long_titles = [row for row, _, _ in chosen if int(row[5]) > TITLE_CAP]
+        titles: dict[bytes, str] = {}
+        if long_titles:
+            from redis.exceptions import ResponseError
+
+            commands: list[Sequence[Arg]] = [
+                ("HGET", f"{self._prefix}:m:{as_text(row[0])}", "title") for row in long_titles
+            ]
+            replies = await self._store._call(commands, ctx, "recall discover")
+            for row, value in zip(long_titles, replies, strict=True):
+                if isinstance(value, ResponseError):
+                    self._store._errors.refused(value, "recall discover")
+                titles[bytes(row[1])] = (value or b"").decode("utf-8", "replace")
+        out: list[Candidate] = []
+        for row, score, owner in chosen:
+            sid = bytes(row[1])
+            title = titles.get(sid, bytes(row[6]).decode("utf-8", "replace"))
+            out.append(
+                Candidate(SourceRef(sid.decode(), bytes(row[2]).decode()), owner, score, int(row[3]), title)
+            )
+        return out
 
     async def read(
         self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext

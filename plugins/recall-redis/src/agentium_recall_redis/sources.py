@@ -22,11 +22,13 @@ from agentium_harness.plugin_api import (
     MessageGroup,
     SessionKey,
     SourceOwner,
+    SourceVector,
     group_source_id,
 )
 
-from .keys import encode_term, group_text, owner_key, term_counts
+from .keys import encode_term, group_text, owner_key
 from .server import Arg
+from .terms import index_terms
 
 __all__ = [
     "Source",
@@ -37,6 +39,7 @@ __all__ = [
     "group_sources",
     "make_source",
     "utf8",
+    "vector_calls",
 ]
 
 # index_groups: sources per script call and their argument bytes per call (calls per round trip: see
@@ -214,9 +217,36 @@ def group_sources(
                 canonical,
                 str(group.seq),
                 receipt.digest,
-                term_counts(text),
+                index_terms(text),
                 max_terms,
                 where,
             )
         )
     return out
+
+
+#: Vectors per ``VECTORS`` call (and their bytes): each is one ``HSET`` and one ``ZADD``.
+_VECTOR_CHUNK: Final = 256
+
+
+def vector_calls(entries: dict[str, SourceVector]) -> list[tuple[int, list[Arg]]]:
+    """``VECTORS`` call arguments for one tenant's vectors: (count, (sid, rev, bytes)*) per call.
+
+    At most 256 vectors and about 1 MiB of arguments per call, so one call
+    holds the server briefly whatever the dimension.
+    """
+    calls: list[tuple[int, list[Arg]]] = []
+    chunk: list[Arg] = []
+    count = size = 0
+    for entry in entries.values():
+        blob = entry.vector.to_bytes()
+        item = len(entry.ref.source_id) + len(entry.ref.revision) + len(blob)
+        if count and (count >= _VECTOR_CHUNK or size + item > _CHUNK_BYTES):
+            calls.append((count, chunk))
+            chunk, count, size = [], 0, 0
+        chunk.extend((entry.ref.source_id, entry.ref.revision, blob))
+        count += 1
+        size += item
+    if count:
+        calls.append((count, chunk))
+    return calls

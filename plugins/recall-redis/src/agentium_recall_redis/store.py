@@ -1,10 +1,13 @@
 """The Redis recall store: an inverted index per tenant on plain Redis >= 6.2 or Valkey.
 
 :class:`RedisRecallStore` (plugin name ``redis``) declares every recall
-capability and implements each one: bounded discovery and reads, revision
-and current-view validation, canonical archive reads
-(:meth:`~RedisRecallStore.seek_groups`), document indexing and archive
-indexing. No search module is needed: the index is built from hashes,
+capability but erasure and implements each one: bounded discovery and
+reads, revision and current-view validation, canonical archive reads
+(:meth:`~RedisRecallStore.seek_groups`), document indexing, archive
+indexing, health checks, and vectors with hybrid discovery
+(:meth:`~RedisRecallStore.index_vectors`,
+:meth:`~agentium_recall_redis.session.RedisRecallSession.discover_hybrid`).
+No search or vector module is needed: the index is built from hashes,
 strings and sorted sets (layout in :mod:`agentium_recall_redis.keys`).
 
 Round trips (each is one write of commands and one read of their replies):
@@ -12,6 +15,9 @@ Round trips (each is one write of commands and one read of their replies):
 - ``discover``: **1** (``EVALSHA`` of the ranking script); **2** right after
   the server lost its script cache (a restart, ``SCRIPT FLUSH``): the
   ``NOSCRIPT`` reply is followed by ``EVAL``, which caches it again.
+  ``discover_hybrid``: 1 too, and one more only when a winner's title is
+  longer than 1 KiB; ``index_vectors``: one per 16 calls of up to 256
+  vectors.
 - ``read``: 1 (``EVALSHA``; ``GETRANGE`` inside); ``validate`` and
   ``validate_current``: 1 (``HMGET``); ``seek_groups``: 1.
 - ``index_document`` / ``delete_document``: 1; ``index_groups``: one per 16
@@ -21,13 +27,19 @@ Round trips (each is one write of commands and one read of their replies):
 - The store's first call (its *open*) adds 1: ``INFO``, ``COMMAND INFO``,
   ``CONFIG GET appendonly``/``appendfsync`` and ``SCRIPT LOAD`` pipelined.
 
-Ranking: for each query term the store reads at most
+Ranking: words are folded and Porter-stemmed as in the SQLite store
+(:mod:`agentium_recall_redis.terms`), and stop words are dropped from
+queries. For each query term the store reads at most
 ``max(max_candidates, max_ranked_matches / terms)`` of its newest postings in
 the buckets the scope may see, and scores a source by the sum over terms of
-``tf × ln(1 + N / df)`` (``N`` visible sources, ``df`` visible sources with
-the term, both exact counts read in O(1)). Rare terms are ranked in full;
-for a very common term only its newest matches are, so discovery cost is
-bounded by ``max_ranked_matches``, not by the index size.
+``idf × tf × (k1 + 1) / (tf + k1)`` (bm25's saturation, ``k1 = 1.2``, no
+length norm; ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))`` over ``N`` visible
+sources, ``n`` of them with the term, both exact counts read in O(1)). A
+source whose matched terms hold less than ``min_relevance`` of the query's
+weight (the sum of its terms' idf) is not returned at all: the relevance
+floor, applied before the limit. Rare terms are ranked in full; for a very
+common term only its newest matches are, so discovery cost is bounded by
+``max_ranked_matches``, not by the index size.
 
 Scope: the scope filter is the choice of buckets, applied before any limit,
 so a foreign source can neither be returned nor take a place. Reads and
@@ -60,6 +72,7 @@ import anyio
 from agentium_harness import (
     AgentiumError,
     ArchiveCorruptError,
+    EmbeddingModelMismatchError,
     InvalidArgumentError,
     OperationCancelledError,
 )
@@ -76,6 +89,8 @@ from agentium_harness.plugin_api import (
     SessionKey,
     SourceOwner,
     SourceRef,
+    SourceVector,
+    Vector,
     check_archived_group,
     digest_bytes,
     digest_of,
@@ -85,9 +100,9 @@ from agentium_harness.plugin_api import (
 
 from .config import RedisRecallConfig, redact_url
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
-from .keys import owner_key, tenant_prefix, term_counts
+from .keys import owner_key, owner_of_source_id, tenant_prefix
 from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
-from .scripts import DELETE, MISSING, SEEK, Script
+from .scripts import DELETE, MISSING, SEEK, VECTORS, Script
 from .server import (
     OPEN_COMMANDS,
     Arg,
@@ -100,7 +115,8 @@ from .server import (
     require_asyncio,
 )
 from .session import RedisRecallSession, check_count
-from .sources import check_size, group_sources, make_source, utf8
+from .sources import check_size, group_sources, make_source, utf8, vector_calls
+from .terms import index_terms
 from .writes import Call, Writer
 
 if TYPE_CHECKING:
@@ -139,6 +155,8 @@ class RedisRecallStore(RecallStore):
         document_indexing=True,
         archive_indexing=True,
         health_check=True,
+        vector_indexing=True,
+        hybrid_discovery=True,
     )
     session_class: ClassVar[type[RecallSession]] = RedisRecallSession
 
@@ -267,7 +285,8 @@ class RedisRecallStore(RecallStore):
         what = f"document {doc_id!r}"
         check_size(len(text_bytes) + len(title_bytes), what, self._config.max_value_bytes)
         revision = digest_of({"title": title, "text": text})
-        terms = term_counts(f"{title}\n{text}")
+        # Title words count twice, as in the SQLite store's ranking.
+        terms = index_terms(text, index_terms(title, weight=2))
         source = make_source(
             source_id,
             revision,
@@ -329,6 +348,46 @@ class RedisRecallStore(RecallStore):
         prefix = tenant_prefix(config.key_prefix, key.tenant)
         link = await self._ready(ctx, "recall index")
         return await self._writer.index(link, prefix, sources, ctx, "recall index")
+
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        """Store each source's vector beside its row; how many were stored (a stale one is skipped).
+
+        A vector is stored only if its source's current row is at the
+        vector's revision, and replaces the row's previous vector; a source
+        that changes or is deleted loses its vector in the script that
+        removes its row. A tenant holds vectors of one model: a batch that
+        mixes models, or is of another model than the tenant's stored
+        vectors, raises ``EmbeddingModelMismatchError`` and writes nothing.
+        Calls carry at most 256 vectors and 1 MiB each, 16 calls per round
+        trip; a batch naming several tenants is all or nothing per tenant.
+        """
+        ctx.raise_if_expired("recall index")
+        entries = list(vectors)
+        for entry in entries:
+            if not isinstance(entry, SourceVector) or not isinstance(entry.vector, Vector):
+                raise InvalidArgumentError("index_vectors takes SourceVector items; nothing was written")
+        models = {entry.vector.model for entry in entries}
+        if len(models) > 1:
+            raise EmbeddingModelMismatchError(
+                f"index_vectors was given vectors of {len(models)} models "
+                f"({', '.join(sorted(m.key() for m in models))}); one batch, one model; nothing was written"
+            )
+        if not entries:
+            return 0
+        model = entries[0].vector.model.key()
+        by_tenant: dict[str, dict[str, SourceVector]] = {}
+        for entry in entries:
+            owner = owner_of_source_id(entry.ref.source_id)
+            if owner is not None:  # an id no recall store makes is never indexed: nothing to attach to
+                by_tenant.setdefault(owner.tenant, {})[entry.ref.source_id] = entry  # the last one wins
+        link = await self._ready(ctx, "recall index")
+        stored = 0
+        for tenant, found in by_tenant.items():
+            prefix = tenant_prefix(self._config.key_prefix, tenant)
+            calls: list[Call] = [(VECTORS, [model, count, *args]) for count, args in vector_calls(found)]
+            written = await self._writer.write(link, prefix, calls, ctx, "recall index")
+            stored += sum(int(r) for r in written.results)
+        return stored
 
     async def unindexed_groups(
         self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext

@@ -18,6 +18,8 @@ replaced or deleted row's, when they fit, then queued garbage).
   A staged row holds a lease in ``P:pend``; ``ABORT`` gives it up, and one
   whose lease ran out is collected as garbage.
 - ``DELETE`` removes one source, ``COLLECT`` only collects garbage.
+- ``VECTORS`` stores the vectors of published rows (hybrid recall); a
+  removed or replaced row loses its vector in the call that removes it.
 
 Each writing call but ``ABORT`` and ``COLLECT`` (which are safe to repeat)
 carries a one-time token (``KEYS[2]``): a script whose token is already
@@ -33,7 +35,18 @@ from typing import Final
 
 from .lua import CHECK, ROWS, Script
 
-__all__ = ["ABORT", "BEGIN", "COLLECT", "COMMIT", "DELETE", "INDEX", "SETTLE", "STAGE", "WRITE_SCRIPTS"]
+__all__ = [
+    "ABORT",
+    "BEGIN",
+    "COLLECT",
+    "COMMIT",
+    "DELETE",
+    "INDEX",
+    "SETTLE",
+    "STAGE",
+    "VECTORS",
+    "WRITE_SCRIPTS",
+]
 
 _TOKEN = """
 local P = ARGV[1]
@@ -89,6 +102,9 @@ end
 for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
 need(P .. ':n', 'string')
 need(P .. ':nb', 'string')
+need(P .. ':v', 'string')
+if old_layout(P) then return layout_error() end
+local new_layout = redis.call('EXISTS', P .. ':v') == 0
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
 need_int(nbv)
@@ -138,6 +154,7 @@ for s = 1, count do
 end
 redis.call('SET', P .. ':n', fmt(last))
 if nb ~= nb0 then redis.call('SET', P .. ':nb', fmt(nb)) end
+if new_layout then redis.call('SET', P .. ':v', '2') end
 collect(P, c)
 return done(fmt(fresh), backlog(P))
 """,
@@ -188,6 +205,8 @@ need(P .. ':bk', 'hash')
 need(P .. ':pend', 'zset')
 need(P .. ':n', 'string')
 need(P .. ':nb', 'string')
+need(P .. ':v', 'string')
+if old_layout(P) then return layout_error() end
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
 need_int(nbv)
@@ -203,6 +222,7 @@ if newb then
   redis.call('HSET', P .. ':bk', okey, b)
 end
 redis.call('SET', P .. ':n', n)
+redis.call('SET', P .. ':v', '2')
 redis.call('ZADD', P .. ':pend', expires, b .. ' ' .. n)
 redis.call('DEL', P .. ':k:' .. n)
 add_postings(P, b, n, 8, nt)
@@ -268,6 +288,55 @@ return done('1', backlog(P))
 """,
 )
 
+#: Store vectors of published rows. KEYS: P:ids, token. ARGV: P, token ttl, model key
+#: ("<model>/<dimension>"), count, then (sid, rev, vector bytes)*. A vector is stored only if its source's
+#: current row is at that revision (a stale one is skipped) and replaces the row's previous vector. The
+#: tenant holds vectors of one model (P:vm, with their count in P:vc): vectors of another model while any
+#: are stored are refused before the first write. Returns {'ok', stored} or {'settled', value}.
+VECTORS = Script(
+    "vectors",
+    CHECK
+    + _TOKEN
+    + """
+local model, count = ARGV[3], tonumber(ARGV[4])
+need(P .. ':ids', 'hash')
+need(P .. ':vm', 'string')
+need(P .. ':vc', 'string')
+if old_layout(P) then return layout_error() end
+local vcv = redis.call('GET', P .. ':vc')
+need_int(vcv)
+local have, vc = redis.call('GET', P .. ':vm'), tonumber(vcv or '0')
+if have and have ~= model and vc > 0 then
+  return redis.error_reply('AGENTIUM_MODEL ' .. have .. ' | ' .. model)
+end
+local plan = {}
+for s = 0, count - 1 do
+  local sid, rev = ARGV[5 + 3 * s], ARGV[6 + 3 * s]
+  local n = redis.call('HGET', P .. ':ids', sid)
+  if n then
+    local key = P .. ':m:' .. n
+    local row = redis.call('HMGET', key, 'rev', 'b')
+    if row[1] == rev and row[2] then
+      need(key, 'hash')
+      need(P .. ':vs:' .. row[2], 'zset')
+      plan[#plan + 1] = {key = key, n = n, b = row[2], blob = ARGV[7 + 3 * s],
+                         fresh = redis.call('HEXISTS', key, 'vec') == 0}
+    end
+  end
+end
+for _, v in ipairs(plan) do
+  redis.call('HSET', v.key, 'vec', v.blob)
+  redis.call('ZADD', P .. ':vs:' .. v.b, v.n, v.n)
+  if v.fresh then vc = vc + 1 end
+end
+if #plan > 0 then
+  if have ~= model then redis.call('SET', P .. ':vm', model) end
+  redis.call('SET', P .. ':vc', fmt(vc))
+end
+return done(fmt(#plan))
+""",
+)
+
 #: Give up a staged source (idempotent; no token). KEYS: P:pend. ARGV: P, member. Its postings are
 #: queued as garbage. Returns the garbage backlog.
 ABORT = Script(
@@ -316,4 +385,4 @@ return out
 )
 
 #: Every writing script.
-WRITE_SCRIPTS: Final = (INDEX, DELETE, BEGIN, STAGE, COMMIT, ABORT, COLLECT, SETTLE)
+WRITE_SCRIPTS: Final = (INDEX, DELETE, BEGIN, STAGE, COMMIT, VECTORS, ABORT, COLLECT, SETTLE)
