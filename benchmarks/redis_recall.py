@@ -91,8 +91,12 @@ async def build(stores: Sequence[Any], size: int) -> list[float]:
     return elapsed
 
 
-async def plugin_round(store: Any, scope: Any, query: str) -> tuple[float, int, int]:
-    """One discover + read through the store: (ms, round trips of the discovery, excerpts)."""
+async def plugin_round(store: Any, scope: Any, query: str) -> tuple[float, int, int, bool]:
+    """One discover + read through the store: (ms, round trips of the discovery, excerpts, read sent).
+
+    The read is sent only when discovery found something (a question under
+    the relevance floor finds nothing).
+    """
     from agentium_harness import OpContext, RecallLimits
 
     limits = RecallLimits()
@@ -105,24 +109,26 @@ async def plugin_round(store: Any, scope: Any, query: str) -> tuple[float, int, 
         excerpts = await session.read([c.ref for c in candidates], limits.max_excerpt_bytes, OpContext())
     finally:
         await session.close()
-    return (time.perf_counter_ns() - began) / 1e6, trips, len(excerpts)
+    return (time.perf_counter_ns() - began) / 1e6, trips, len(excerpts), bool(candidates)
 
 
 def raw_commands(store: Any, scope: Any, query: str) -> tuple[list[Any], Any]:
     """The exact EVALSHA arguments the plugin sends for ``query``, prepared outside the timing."""
-    from agentium_harness.plugin_api import query_terms
     from agentium_recall_redis.keys import encode_term, tenant_prefix, visible_owner_keys
     from agentium_recall_redis.scripts import DISCOVER
+    from agentium_recall_redis.terms import STOPWORD_LISTS, query_stems
 
-    terms = query_terms(query)
-    prefix = tenant_prefix(store.config.key_prefix, scope.tenant)
+    config = store.config
+    _words, terms = query_stems(query, STOPWORD_LISTS[config.stopwords])
+    prefix = tenant_prefix(config.key_prefix, scope.tenant)
     owners = visible_owner_keys(scope)
-    per_term = max(8, -(-store.config.max_ranked_matches // len(terms)))
-    args = [prefix, 8, per_term, -1, len(terms), len(owners), *(encode_term(t) for t in terms), *owners]
+    per_term = max(8, -(-config.max_ranked_matches // len(terms)))
+    args = [prefix, 8, per_term, -1, len(terms), len(owners), config.min_relevance]
+    args += [*(encode_term(t) for t in terms), *owners]
     return [DISCOVER.sha, 1, f"{prefix}:bk", *args], prefix
 
 
-async def raw_round(client: Any, discover: list[Any], prefix: str, read_cap: int) -> float:
+async def raw_round(client: Any, discover: list[Any], prefix: str, read_cap: int) -> tuple[float, bool]:
     """The same two round trips with plain redis-py: EVALSHA discover, then EVALSHA read of what it found."""
     from agentium_recall_redis.scripts import READ
 
@@ -133,7 +139,7 @@ async def raw_round(client: Any, discover: list[Any], prefix: str, read_cap: int
         read_args.extend((row[0], row[1]))
     if rows:
         await client.evalsha(READ.sha, 1, f"{prefix}:ids", *read_args)
-    return (time.perf_counter_ns() - began) / 1e6
+    return (time.perf_counter_ns() - began) / 1e6, bool(rows)
 
 
 async def sqlite_round(store: Any, scope: Any, query: str) -> float:
@@ -258,16 +264,18 @@ async def main_async(size: int, repetitions: int, server_path: str | None, big_w
             raw_ms: list[float] = []
             sqlite_ms: list[float] = []
             trips: list[int] = []
-            found = 0
+            found = reads = 0
             await raw.config_resetstat()
             for rep in range(repetitions):
                 for query, (discover, prefix) in zip(query_set, prepared, strict=True):
                     if rep % 2 == 0:  # alternate which side goes first
-                        ms, n, excerpts = await plugin_round(store, scope, query)
-                        raw_ms.append(await raw_round(raw, discover, prefix, read_cap))
+                        ms, n, excerpts, read = await plugin_round(store, scope, query)
+                        raw_time, raw_read = await raw_round(raw, discover, prefix, read_cap)
                     else:
-                        raw_ms.append(await raw_round(raw, discover, prefix, read_cap))
-                        ms, n, excerpts = await plugin_round(store, scope, query)
+                        raw_time, raw_read = await raw_round(raw, discover, prefix, read_cap)
+                        ms, n, excerpts, read = await plugin_round(store, scope, query)
+                    raw_ms.append(raw_time)
+                    reads += read + raw_read
                     plugin_ms.append(ms)
                     trips.append(n)
                     found += excerpts
@@ -286,9 +294,10 @@ async def main_async(size: int, repetitions: int, server_path: str | None, big_w
     print(f"  plugin discover+read: median {plugin_med:8.3f} ms ({found / rounds:.1f} excerpts per query)")
     print(f"  raw redis-py, same commands: median {raw_med:8.3f} ms")
     print(f"  sqlite recall store: median {sqlite_med:8.3f} ms")
-    # The plugin sends 2 EVALSHA per round (discover, read), raw redis-py the same 2: 4 per round in all.
+    # Each side sends one EVALSHA per discovery and one per read; a read only when discovery found something.
     print(
-        f"  server EVALSHA calls: {server_evalsha} for {rounds} rounds of plugin + raw (4 expected per round)"
+        f"  server EVALSHA calls: {server_evalsha} for {rounds} rounds of plugin + raw "
+        f"({2 * rounds + reads} expected: {2 * rounds} discoveries, {reads} reads)"
     )
     print(f"round trips per discovery: {per_discovery}  target <= {ROUND_TRIP_TARGET}  "
           f"{_verdict(per_discovery, ROUND_TRIP_TARGET)}")  # fmt: skip

