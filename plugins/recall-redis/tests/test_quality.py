@@ -35,7 +35,7 @@ from agentium_harness import (
 from agentium_harness.adapters.embedders import HashingEmbedder
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import ArchiveReceipt, EmbeddingModel, SourceVector, Vector
+from agentium_harness.plugin_api import ArchiveReceipt, EmbeddingModel, RecallStore, SourceVector, Vector
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 from agentium_recall_redis.keys import tenant_prefix
 
@@ -71,7 +71,7 @@ async def make_store(server: ServerProcess) -> AsyncIterator[Any]:
         await store.aclose()
 
 
-async def discover(store: RedisRecallStore, query: str, n: int = 8) -> list[str]:
+async def discover(store: RecallStore, query: str, n: int = 8) -> list[str]:
     session = await store.open(SCOPE, RecallLimits(), ctx())
     try:
         return [c.ref.source_id.rsplit("/", 1)[-1] for c in await session.discover(query, n, ctx())]
@@ -283,3 +283,56 @@ async def test_group_vectors_follow_index_groups(make_store: Any) -> None:
         == 2
     )
     assert await hybrid(store, "nothing shared", axis(3)) == ["0"]
+
+
+# -- the same answers as the SQLite store ----------------------------------------------------------
+
+CONVERSATION = {
+    "t0": "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
+    "t1": "Melanie: That's wonderful! I've been painting a lot lately, landscapes mostly.",
+    "t2": "Caroline: I'm researching adoption agencies; I'd love to give a child a home.",
+    "t3": "Melanie: We camped by the lake with the kids last weekend.",
+    "t4": "Caroline: My grandmother gave me a necklace from Sweden when I was young.",
+    "t5": "Melanie: I ran a charity race for mental health on Saturday.",
+    "t6": "Caroline: Counseling is the career I want to pursue, helping trans people.",
+    "t7": "Melanie: The kids loved the dinosaur exhibit at the museum.",
+}
+
+QUESTIONS = (
+    "When did Caroline go to the LGBTQ support group?",  # one source holds every word
+    "What did Melanie paint?",  # "painting" is stemmed to "paint"
+    "What career path has Caroline decided to pursue?",
+    "Where did Melanie camp?",  # "camped"
+    "What did Caroline research?",  # "researching"
+    "Which museum exhibits did the kids love?",  # "exhibit", "loved"
+    "What is Caroline's favourite pizza topping?",  # never mentioned: shares only the name
+    "What did they do?",  # stop words only
+    "What did Melanie do with the kids?",  # two sources
+    "Caroline adoption counseling career",  # two sources, one word each
+)
+
+
+async def test_a_conversation_finds_what_the_sqlite_store_finds(make_store: Any, tmp_path: Any) -> None:
+    """On one small conversation, the Redis store returns the SQLite store's sources for each question.
+
+    Same words (stemmed, folded, stop words dropped), same idf, same floor:
+    the same sources pass the floor, and the best one is the same. A question
+    about something never mentioned finds nothing in either.
+    """
+    from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+
+    redis_store = make_store()
+    sqlite_store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+    try:
+        await add(redis_store, CONVERSATION)
+        for doc, text in CONVERSATION.items():
+            await sqlite_store.index_document(OWNER, doc, text, ctx())
+        for question in QUESTIONS:
+            found = await discover(redis_store, question)
+            expected = await discover(sqlite_store, question)
+            assert sorted(found) == sorted(expected), question
+            assert found[:1] == expected[:1], question
+        assert await discover(redis_store, "What did Melanie paint?") == ["t1"]
+        assert await discover(redis_store, "What is Caroline's favourite pizza topping?") == []
+    finally:
+        await sqlite_store.aclose()
