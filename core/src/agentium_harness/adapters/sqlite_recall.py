@@ -119,6 +119,7 @@ from .._ports.recall import (
 from .._scope import Scope, SessionKey
 from .._validators import bounded_count
 from ._sqlite_base import SQLiteConfig, _SQLiteAdapterBase
+from ._sqlite_recall_gaps import UNINDEXED_WINDOW, unindexed_seqs
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
 from ._sqlite_recall_sql import SCHEMA, SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
 from ._sqlite_recall_vectors import write_vectors
@@ -126,6 +127,7 @@ from ._sqlite_sql import immediate_transaction, scrub_log
 
 __all__ = [
     "RECALL_SCHEMA_VERSION",
+    "UNINDEXED_WINDOW",
     "STOPWORD_LISTS",
     "FTS5UnavailableError",
     "SQLiteRecallConfig",
@@ -441,6 +443,31 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
                 )
             )
         return rows
+
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[int]:
+        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+
+        One statement, bounded by :data:`UNINDEXED_WINDOW` whatever the
+        session holds: it reads the session's newest indexed seqs below
+        ``end_seq`` (at most that many, from the ``recall_sources_groups``
+        index alone) and returns the lowest gaps among them, from seq 0 when
+        the window reaches it. A gap older than the window is not reported
+        (``agentium recall rebuild`` indexes it); the engine asks after every
+        archiving commit, so a gap is reported while it is recent.
+        """
+        ctx.raise_if_expired("recall index")
+        if not isinstance(key, SessionKey):
+            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        for name, value in (("end_seq", end_seq), ("max_groups", max_groups)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
+        if end_seq <= 0 or max_groups <= 0:
+            return []
+        return await self.run(
+            ctx, "recall index", lambda conn: unindexed_seqs(conn, key, end_seq, max_groups)
+        )
 
     async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
         """Store each source's vector beside its index entry, in one transaction; how many were stored.
