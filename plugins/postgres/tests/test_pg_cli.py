@@ -62,8 +62,10 @@ def test_agentium_plugins_lists_the_postgres_adapters_with_their_capabilities() 
         "archive_indexing",
         "health_check",
         "erasure",
+        "vector_indexing",
+        "hybrid_discovery",
     }
-    assert {flag for flag, on in recall.items() if on} == declared  # no vectors yet: not declared
+    assert {flag for flag, on in recall.items() if on} == declared
     assert all(adapters[("memory", "postgres")]["capabilities"].values())
     assert adapters[("session_store", "postgres")]["capabilities"]["joint_archive_commit"] is True
     assert adapters[("archive", "postgres")]["capabilities"]["idempotent_append"] is True
@@ -86,11 +88,11 @@ def test_migrate_applies_the_schema_grants_the_role_and_a_runtime_from_config_ru
     )
     assert status == 0, err
     [report] = json.loads(out)
-    assert (report["schema"], report["from_version"], report["to_version"]) == (schema, None, 1)
+    assert (report["schema"], report["from_version"], report["to_version"]) == (schema, None, 2)
     assert report["granted"] == [APP_USER]
     assert "admin-pass" not in out and "app-pass" not in out
     status, out, err = _main(["postgres", "migrate", str(path), "--dsn-env", "TEST_PG_OWNER"])
-    assert status == 0 and "already at v1, unchanged" in out, (out, err)
+    assert status == 0 and "already at v2, unchanged" in out, (out, err)
 
     async def use() -> dict[str, str]:
         runtime = load_runtime(path)

@@ -14,7 +14,16 @@ from typing import Any
 import psycopg
 import pytest
 
-from agentium_harness.plugin_api import MemoryFact, MemoryScope, OpContext, SessionKey, SourceOwner
+from agentium_harness.plugin_api import (
+    EmbeddingModel,
+    MemoryFact,
+    MemoryScope,
+    OpContext,
+    SessionKey,
+    SourceOwner,
+    SourceVector,
+    Vector,
+)
 from agentium_harness.testing import plain_group, scoped_snapshot
 from agentium_postgres import (
     PostgresArchive,
@@ -27,7 +36,8 @@ from agentium_postgres import (
 pytestmark = pytest.mark.anyio
 
 AppConn = psycopg.AsyncConnection[Any]
-TABLES = ("archive_groups", "session_snapshots", "recall_sources", "memory_facts")
+TABLES = ("archive_groups", "session_snapshots", "recall_sources", "memory_facts", "recall_vectors")
+VECTOR = Vector.normalized(EmbeddingModel("test-axes", 4), [1.0, 0.0, 0.0, 0.0])
 HOSTILE = ["'", '"', "\\", "%", "_", "*", "a'; DROP TABLE x; --", "é", "日本", "~", "a/b", " ", "\\x00", "$1"]
 
 
@@ -54,7 +64,8 @@ async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothin
     try:
         await archive.append(key, [plain_group(0, "secret"), plain_group(1, "more secret")], _ctx())
         await store.save(key, scoped_snapshot(key, " secret"), None, _ctx())
-        await recall.index_document(SourceOwner("acme"), "doc", "secret plans", _ctx())
+        ref = await recall.index_document(SourceOwner("acme"), "doc", "secret plans", _ctx())
+        assert await recall.index_vectors([SourceVector(ref, VECTOR)], _ctx()) == 1
         await memory.remember(MemoryFact(MemoryScope("acme", "ana"), "a secret fact"), _ctx())
     finally:
         for adapter in (archive, store, recall, memory):
@@ -64,6 +75,7 @@ async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothin
     assert await _count(app_conn, schema, "session_snapshots", own) == 1
     assert await _count(app_conn, schema, "recall_sources", own) == 1
     assert await _count(app_conn, schema, "memory_facts", own) == 1
+    assert await _count(app_conn, schema, "recall_vectors", own) == 1
     for wrong in ("globex", "acme2", "ACME", "", "%", "acme' OR '1'='1"):
         for table in TABLES:
             assert await _count(app_conn, schema, table, wrong) == 0, (table, wrong)
@@ -77,6 +89,13 @@ async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothin
             cursor = await app_conn.execute(
                 f'SELECT count(*) FROM "{schema}".recall_discover('
                 "%s::text[], NULL, NULL, NULL, NULL, 100, 10)",
+                (['"secret"'],),
+            )
+            assert await cursor.fetchone() == (expected,), tenant
+            # Hybrid discovery's candidates (the newest sources with a vector): the same confinement.
+            cursor = await app_conn.execute(
+                f'SELECT count(*) FROM "{schema}".recall_discover_hybrid('
+                "%s::text[], NULL, NULL, NULL, NULL, 100, 10, 10)",
                 (['"secret"'],),
             )
             assert await cursor.fetchone() == (expected,), tenant
@@ -100,6 +119,32 @@ async def test_the_application_role_cannot_write_for_another_tenant_or_change_an
                 "(tenant_key, user_key, session_key, seq, digest, data) VALUES (%s, %s, %s, 5, 'x', 'x')",
                 (t, u, s),
             )
+    recall = PostgresRecallStore(app_config)
+    try:
+        ref = await recall.index_document(SourceOwner("acme"), "doc", "kept", _ctx())
+    finally:
+        await recall.aclose()
+    [(source_row,)] = admin.execute(f'SELECT id FROM "{schema}".recall_sources').fetchall()
+    # A vector cannot hang on another tenant's source: not under the other tenant's key (WITH CHECK) ...
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        async with app_conn.transaction():
+            await app_conn.execute("SELECT set_config('agentium.tenant', 'globex', true)")
+            await app_conn.execute(
+                f'INSERT INTO "{schema}".recall_vectors (id, tenant_key, embedding) '
+                "VALUES (%s, 'acme', %s)",
+                (source_row, VECTOR.to_bytes()),
+            )
+    # ... nor under its own (the foreign key names the source's tenant).
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):
+        async with app_conn.transaction():
+            await app_conn.execute("SELECT set_config('agentium.tenant', 'globex', true)")
+            await app_conn.execute(
+                f'INSERT INTO "{schema}".recall_vectors (id, tenant_key, embedding) '
+                "VALUES (%s, 'globex', %s)",
+                (source_row, VECTOR.to_bytes()),
+            )
+    assert admin.execute(f'SELECT count(*) FROM "{schema}".recall_vectors').fetchone() == (0,)
+    assert ref.source_id
     with pytest.raises(psycopg.errors.InsufficientPrivilege):  # no UPDATE granted on the archive
         async with app_conn.transaction():
             await app_conn.execute("SELECT set_config('agentium.tenant', %s, true)", (t,))
@@ -131,7 +176,8 @@ async def test_no_cross_tenant_row_in_a_thousand_random_id_pairs(
             key = SessionKey(tenant, _hostile_id(rng), _hostile_id(rng))
             await archive.append(key, [plain_group(0, tenant)], _ctx())
             await store.save(key, scoped_snapshot(key), None, _ctx())
-            await recall.index_document(SourceOwner(tenant), "doc", "shared words", _ctx())
+            ref = await recall.index_document(SourceOwner(tenant), "doc", "shared words", _ctx())
+            await recall.index_vectors([SourceVector(ref, VECTOR)], _ctx())
             await memory.remember(MemoryFact(MemoryScope(tenant, key.user), "shared fact"), _ctx())
     finally:
         for adapter in (archive, store, recall, memory):

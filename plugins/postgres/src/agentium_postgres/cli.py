@@ -26,6 +26,7 @@ from agentium_harness.plugin_api import CliCommand, load_config
 
 from .config import PostgresConfig
 from .migrate import migrate
+from .recall_vectors import vector_scoring
 from .schema import MigrationReport
 
 __all__ = ["COMMAND", "configure", "run"]
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
                 "to_version": report.to_version,
                 "applied": list(report.applied),
                 "granted": list(report.granted),
+                "pgvector": report.pgvector,
+                "vectors": vector_scoring(report.pgvector),
             }
             for config, report in reports
         ]
@@ -117,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             what = f"already at v{report.to_version}, unchanged"
         granted = f"; granted to {', '.join(report.granted)}" if report.granted else ""
-        sys.stdout.write(f"{config.server()} schema {report.schema!r}: {what}{granted}\n")
+        vectors = vector_scoring(report.pgvector)
+        sys.stdout.write(f"{config.server()} schema {report.schema!r}: {what}{granted}; {vectors}\n")
     return 0
 
 

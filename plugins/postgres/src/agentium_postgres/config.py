@@ -74,6 +74,16 @@ def _password(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
         raise ValueError("password must be a non-empty single-line string without NUL, or left out")
 
 
+def _similarity(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
+        raise ValueError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
+
+
+def _share(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
+
+
 def _secret_repr(value: object) -> str:
     return "None" if value is None else "'***'"
 
@@ -104,6 +114,20 @@ class PostgresConfig:
       bypasses row-level security (a superuser, a role with ``BYPASSRLS``):
       with it, the database's own tenant isolation is guaranteed, not just
       configured.
+
+    Hybrid recall (an ``[embedder]`` beside the recall store), with the
+    built-in SQLite store's defaults, tuned on LoCoMo:
+
+    - ``max_vector_scan``: how many of the scope's newest sources with a
+      vector are scored, besides the lexical pool: the bound on a hybrid
+      discovery's vector work.
+    - ``hybrid_depth``: how many of each ranking (lexical, vector) enter the
+      fusion; the lexical pool is ``4 * hybrid_depth`` sources.
+    - ``min_similarity`` (-1 to 1): the cosine similarity a source's vector
+      must reach for the vector ranking to return it.
+    - ``vector_weight`` (0 to 1): what the vector ranking counts in
+      reciprocal rank fusion against the lexical ranking's 1.
+    - ``fusion_k``: reciprocal rank fusion's ``k``.
     """
 
     dsn: str = attrs.field(validator=_dsn, repr=lambda v: repr(redact_dsn(v)))
@@ -118,6 +142,11 @@ class PostgresConfig:
     )
     max_ranked_matches: int = attrs.field(default=1000, validator=bounded_count(ceiling=1_000_000))
     require_row_security: bool = False
+    max_vector_scan: int = attrs.field(default=500, validator=bounded_count(ceiling=100_000))
+    hybrid_depth: int = attrs.field(default=50, validator=bounded_count(ceiling=10_000))
+    min_similarity: float = attrs.field(default=0.3, validator=_similarity)
+    vector_weight: float = attrs.field(default=0.5, validator=_share)
+    fusion_k: int = attrs.field(default=20, validator=bounded_count(minimum=0, ceiling=10_000))
 
     def __attrs_post_init__(self) -> None:
         """The pool's bounds must be in order."""

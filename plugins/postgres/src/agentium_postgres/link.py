@@ -50,6 +50,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
+    EmbeddingModelMismatchError,
     OpContext,
     OperationCancelledError,
     SessionConflictError,
@@ -91,6 +92,8 @@ _SCHEMA_STATES: Final = frozenset({"42P01", "3F000", "42883"})
 #: The SQLSTATEs the schema's check functions raise (``check_archived``, ``check_revision``).
 _ARCHIVE_CONFLICT: Final = "AG001"
 _SESSION_CONFLICT: Final = "AG002"
+#: The SQLSTATE of ``check_vector_model``: the schema holds vectors of another embedding model.
+_MODEL_MISMATCH: Final = "AG003"
 
 
 @attrs.frozen(slots=True)
@@ -101,6 +104,8 @@ class ServerFacts:
     role: str
     bypasses_row_security: bool
     schema_version: int
+    #: The version of pgvector installed in the database, or ``None`` (reported, not required).
+    pgvector: str | None = None
 
 
 def _require_asyncio(operation: str) -> None:
@@ -543,7 +548,8 @@ class PgLink:
                     await conn.execute(
                         "SELECT current_user, current_setting('server_version'), "
                         "coalesce((SELECT rolsuper OR rolbypassrls FROM pg_roles "
-                        "WHERE rolname = current_user), false)"
+                        "WHERE rolname = current_user), false), "
+                        "(SELECT extversion FROM pg_extension WHERE extname = 'vector')"
                     )
                 ).fetchone()
             assert facts is not None
@@ -560,7 +566,9 @@ class PgLink:
                     "Nothing was written.",
                     sqlstate="42501",
                 )
-            self._facts = ServerFacts(str(facts[1]), str(facts[0]), bool(facts[2]), SCHEMA_VERSION)
+            self._facts = ServerFacts(
+                str(facts[1]), str(facts[0]), bool(facts[2]), SCHEMA_VERSION, facts[3] and str(facts[3])
+            )
 
     # -- errors ---------------------------------------------------------------------------------
 
@@ -579,6 +587,11 @@ class PgLink:
         if state == _ARCHIVE_CONFLICT:
             return ArchiveConflictError(
                 f"{where}: {detail}. Archived groups are never overwritten; nothing of the batch was written."
+            )
+        if state == _MODEL_MISMATCH:
+            return EmbeddingModelMismatchError(
+                f"{where}: {detail}. Vectors of two models are never mixed; nothing was written. Configure "
+                "the embedder the index was built with, or use a new schema and run `agentium recall rebuild`"
             )
         if state == _SESSION_CONFLICT:
             return SessionConflictError(

@@ -20,7 +20,7 @@ from agentium_harness.plugin_api import OpContext
 from .config import PostgresConfig
 from .errors import PostgresError
 from .link import PgLink, _require_asyncio
-from .schema import MigrationReport, apply_migrations
+from .schema import SCHEMA_VERSION, MigrationReport, apply_migrations
 
 __all__ = ["migrate"]
 
@@ -31,6 +31,7 @@ async def migrate(
     grant_to: Sequence[str] = (),
     connection: psycopg.AsyncConnection[Any] | None = None,
     timeout_s: float = 120.0,
+    to_version: int = SCHEMA_VERSION,
 ) -> MigrationReport:
     """Create or upgrade ``config.schema`` to this release's version, in one transaction.
 
@@ -38,7 +39,8 @@ async def migrate(
     the schema, the table privileges listed in the README). A lent
     ``connection`` is used and left open; otherwise one is opened with
     ``config`` and closed. Running it again at the current version changes
-    nothing (grants are re-applied).
+    nothing (grants are re-applied). ``to_version`` stops at an older version
+    (staged upgrades, and tests of an upgrade); a migration never goes back.
 
     Raises :class:`~agentium_postgres.errors.PostgresSchemaError` for a schema
     newer than this release understands (nothing changed),
@@ -58,7 +60,7 @@ async def migrate(
                 )
             try:
                 async with conn.transaction():
-                    return await apply_migrations(conn, config.schema, grant_to)
+                    return await apply_migrations(conn, config.schema, grant_to, to_version)
             finally:
                 if connection is None:
                     await conn.close()

@@ -33,10 +33,8 @@ from agentium_harness import AgentiumError, InvalidArgumentError
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
     ArchiveReceipt,
-    Candidate,
     EraseReport,
     EraseTarget,
-    Excerpt,
     MessageGroup,
     OpContext,
     RecallCapabilities,
@@ -47,18 +45,13 @@ from agentium_harness.plugin_api import (
     SessionKey,
     SourceOwner,
     SourceRef,
-    Validation,
-    ValidationStatus,
+    SourceVector,
     check_max_items,
     check_target,
     digest_of,
     document_source_id,
     encode_segment,
-    estimate_tokens,
     group_source_id,
-    make_excerpt,
-    query_terms,
-    source_owner,
 )
 
 from .archive import group_rows, health_probe, insert_groups, read_groups
@@ -67,7 +60,9 @@ from .erase import erase_recall
 from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
 from .link import Conn, PgLink
-from .recall_sql import SourceRow, insert_sources, scope_params, term_query
+from .recall_session import PostgresRecallSession
+from .recall_sql import SourceRow, insert_sources, unindexed_sql
+from .recall_vectors import vector_batches, vector_scoring, write_vectors
 
 __all__ = ["PostgresRecallSession", "PostgresRecallStore"]
 
@@ -96,177 +91,6 @@ def _group_text(group: MessageGroup) -> str:
     return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages).replace("\x00", "\ufffd")
 
 
-class PostgresRecallSession(RecallSession):
-    """A recall session of :class:`PostgresRecallStore`, confined to one scope.
-
-    Holds no connection (each call takes one from the store's pool);
-    :meth:`close` marks it closed, after which calls are refused. :meth:`read`
-    picks excerpt windows with the terms of the session's latest discovery.
-    """
-
-    def __init__(self, store: PostgresRecallStore, scope: Scope, limits: RecallLimits) -> None:
-        self._store = store
-        self._scope = scope
-        self._limits = limits
-        self._terms: tuple[str, ...] = ()
-        self._closed = False
-
-    @property
-    def scope(self) -> Scope:
-        """The scope this session was opened for."""
-        return self._scope
-
-    def _begin(self, ctx: OpContext, operation: str) -> None:
-        ctx.raise_if_expired(operation)
-        if self._closed:
-            raise PostgresRecallError(
-                f"postgres recall store: {operation} refused: the recall session is closed"
-            )
-
-    def _owner(self, source_id: str) -> SourceOwner | None:
-        """The owner the id encodes, when this scope may see it."""
-        owner = source_owner(source_id)
-        return owner if owner is not None and owner.visible_to(self._scope) else None
-
-    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
-        """Up to ``max_candidates`` visible sources for ``query``, best first, within the byte budget."""
-        self._begin(ctx, "recall discover")
-        if not isinstance(query, str):
-            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
-        terms = query_terms(query)
-        self._terms = terms
-        limit = max(0, max_candidates)
-        if not terms or limit == 0:
-            return []
-        config = self._store.config
-        keys = scope_params(self._scope)
-
-        async def work(conn: Conn) -> Any:
-            # Left unread: one round trip. Never prepared: the function plans each search itself.
-            return await conn.execute(
-                q("SELECT * FROM {s}.recall_discover(%s::text[], %s, %s, %s, %s, %s, %s)", config.schema),
-                (
-                    [term_query(t) for t in terms],
-                    keys["user"],
-                    keys["session"],
-                    keys["project"],
-                    keys["repository"],
-                    config.max_ranked_matches,
-                    limit,
-                ),
-                prepare=False,
-            )
-
-        cursor = await self._store.link.run(ctx, "recall discover", keys["tenant"], work, write=False)
-        rows = await cursor.fetchall()
-        budget = ctx.remaining_bytes
-        spent = 0
-        out: list[Candidate] = []
-        for source_id, revision, title, size, score in rows:
-            owner = self._owner(source_id)
-            if owner is None:  # the SQL filter already holds; never trust one check
-                continue
-            candidate = Candidate(
-                ref=SourceRef(source_id, revision),
-                owner=owner,
-                score=float(score),
-                size_bytes=int(size),
-                title=title,
-            )
-            spent += candidate.discovery_bytes
-            if budget is not None and spent > budget:
-                break
-            out.append(candidate)
-        return out
-
-    async def read(
-        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
-    ) -> Sequence[Excerpt]:
-        """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets."""
-        self._begin(ctx, "recall read")
-        wanted = [(ref, self._owner(ref.source_id)) for ref in refs]
-        ids = sorted({ref.source_id for ref, owner in wanted if owner is not None})
-        if not ids:
-            return []
-        tenant = encode_segment(self._scope.tenant)
-        schema = self._store.config.schema
-
-        async def work(conn: Conn) -> dict[str, tuple[str, str]]:
-            cursor = await conn.execute(
-                q(
-                    "SELECT source_id, revision, body FROM {s}.recall_sources "
-                    "WHERE tenant_key = %s AND source_id = ANY(%s::text[])",
-                    schema,
-                ),
-                (tenant, ids),
-            )
-            return {str(r[0]): (str(r[1]), str(r[2])) for r in await cursor.fetchall()}
-
-        found = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
-        cap = max(0, max_excerpt_bytes)
-        out: list[Excerpt] = []
-        spent_bytes = spent_tokens = 0
-        for ref, owner in wanted:
-            ctx.raise_if_expired("recall read")
-            row = found.get(ref.source_id)
-            if owner is None or row is None or row[0] != ref.revision:
-                continue  # foreign, deleted or changed: validation reports it
-            excerpt = make_excerpt(ref, owner, row[1], self._terms, cap)
-            spent_bytes += len(excerpt.text.encode("utf-8"))
-            spent_tokens += estimate_tokens(excerpt.text)
-            if ctx.remaining_bytes is not None and spent_bytes > ctx.remaining_bytes:
-                break
-            if ctx.remaining_tokens is not None and spent_tokens > ctx.remaining_tokens:
-                break
-            out.append(excerpt)
-        return out
-
-    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """One validation per ref, in order, all read by one statement (one view of the table)."""
-        return await self._validate(refs, ctx, "recall validate")
-
-    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
-        """As :meth:`validate`: one bounded primary-key lookup per ref, in one statement."""
-        return await self._validate(refs, ctx, "recall validate_current")
-
-    async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
-        self._begin(ctx, operation)
-        visible = [ref.source_id for ref in refs if self._owner(ref.source_id) is not None]
-        tenant = encode_segment(self._scope.tenant)
-        schema = self._store.config.schema
-
-        async def work(conn: Conn) -> dict[str, str]:
-            cursor = await conn.execute(
-                q(
-                    "SELECT source_id, revision FROM {s}.recall_sources "
-                    "WHERE tenant_key = %s AND source_id = ANY(%s::text[])",
-                    schema,
-                ),
-                (tenant, sorted(set(visible))),
-            )
-            return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
-
-        current = await self._store.link.run(ctx, operation, tenant, work, write=False) if visible else {}
-        out: list[Validation] = []
-        for ref in refs:
-            if source_owner(ref.source_id) is None:
-                out.append(Validation(ref, ValidationStatus.UNKNOWN))
-            elif self._owner(ref.source_id) is None:
-                out.append(Validation(ref, ValidationStatus.FORBIDDEN))
-            elif ref.source_id not in current:
-                out.append(Validation(ref, ValidationStatus.DELETED))
-            elif current[ref.source_id] == ref.revision:
-                out.append(Validation(ref, ValidationStatus.CURRENT, current[ref.source_id]))
-            else:
-                out.append(Validation(ref, ValidationStatus.CHANGED, current[ref.source_id]))
-        return out
-
-    async def close(self) -> None:
-        """Mark the session closed. Always succeeds (also after a cancelled call); idempotent."""
-        self._closed = True
-        self._terms = ()
-
-
 class PostgresRecallStore(RecallStore):
     """Full-text recall in PostgreSQL over archived groups and host documents, every bound enforced.
 
@@ -285,6 +109,8 @@ class PostgresRecallStore(RecallStore):
         archive_indexing=True,
         health_check=True,
         erasure=True,
+        vector_indexing=True,
+        hybrid_discovery=True,
     )
     session_class: ClassVar[type[RecallSession]] = PostgresRecallSession
 
@@ -302,7 +128,13 @@ class PostgresRecallStore(RecallStore):
             connection=connection,
             family=PostgresRecallError,
             name="postgres recall store",
-            needs=("schema_meta", "recall_sources", "archive_groups"),
+            needs=(
+                "schema_meta",
+                "recall_sources",
+                "archive_groups",
+                "recall_vectors",
+                "recall_vector_model",
+            ),
         )
 
     @property
@@ -464,6 +296,64 @@ class PostgresRecallStore(RecallStore):
 
         return await self._link.run(ctx, "recall index", t, work)
 
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[int]:
+        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+
+        One statement, bounded by :data:`~agentium_postgres.recall_sql.UNINDEXED_WINDOW`
+        whatever the session holds: it reads the session's newest indexed
+        seqs below ``end_seq`` (at most that many, through the
+        ``recall_sources_groups`` index) and returns the lowest gaps among
+        them, from seq 0 when the window reaches it. A gap older than the
+        window is not reported (``agentium recall rebuild`` indexes it); the
+        engine asks after every archiving commit, so a gap is reported while
+        it is recent.
+        """
+        ctx.raise_if_expired("recall index")
+        if not isinstance(key, SessionKey):
+            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        for name, value in (("end_seq", end_seq), ("max_groups", max_groups)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
+        if end_seq <= 0 or max_groups <= 0:
+            return []
+        t, u, s = key.key_segments()
+
+        async def work(conn: Conn) -> Any:
+            return await conn.execute(
+                unindexed_sql(self._config.schema),
+                {"t": t, "u": u, "s": s, "end": end_seq, "max": max_groups},
+            )
+
+        cursor = await self._link.run(ctx, "recall index", t, work, write=False)
+        return [int(row[0]) for row in await cursor.fetchall()]
+
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        """Store each source's vector beside its row, in one transaction; how many were stored.
+
+        A vector whose source is not indexed at its ref's revision is skipped.
+        Every vector is of one model, the schema's: a batch that mixes models,
+        or is of another model than the one recorded, raises
+        :class:`~agentium_harness.plugin_api.EmbeddingModelMismatchError` and
+        writes nothing.
+        """
+        ctx.raise_if_expired("recall index")
+        model, by_tenant = vector_batches(vectors)
+        if model is None:
+            return 0
+        schema = self._config.schema
+        first = next(iter(sorted(by_tenant)), None)
+
+        async def work(conn: Conn) -> list[Any]:
+            return await write_vectors(conn, schema, model, by_tenant)
+
+        cursors = await self._link.run(ctx, "recall index", first, work)
+        stored = 0
+        for cursor in cursors:
+            stored += len(await cursor.fetchall())
+        return stored
+
     async def seek_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
@@ -505,8 +395,10 @@ class PostgresRecallStore(RecallStore):
         return await self._link.run(ctx, "recall erase", tenant, work, write=not dry_run)
 
     async def health(self, ctx: OpContext) -> str:
-        """Connect if needed, check the schema and privileges, and describe the server."""
-        return await health_probe(self._link, ctx, "recall health")
+        """Connect if needed, check the schema and privileges, and describe the server and vector scoring."""
+        described = await health_probe(self._link, ctx, "recall health")
+        facts = self._link.facts
+        return f"{described}; {vector_scoring(None if facts is None else facts.pgvector)}"
 
     async def aclose(self) -> None:
         """Close the pool this store created; a lent pool or connection is left open. Idempotent."""

@@ -46,17 +46,44 @@ from psycopg import sql
 from agentium_harness.plugin_api import Scope, encode_segment
 
 __all__ = [
+    "UNINDEXED_WINDOW",
     "SourceRow",
     "insert_sources",
     "scope_params",
     "search_words",
     "term_query",
+    "unindexed_sql",
 ]
 
 #: Characters of a source's text that are indexed for search (a tsvector holds at most 1 MB).
 INDEXED_CHARS: Final = 262_144
 
 _WORD: Final = re.compile(r"\w+")
+
+#: How many of a session's newest indexed seqs below ``end_seq`` one ``unindexed_groups`` reads
+#: (written out in the statement below, which is constant text).
+UNINDEXED_WINDOW: Final = 4096
+
+# The lowest gaps among a session's newest indexed seqs below %(end)s: the window's seqs and %(end)s
+# as edges; each edge's gap runs from the previous edge + 1 (from 0 for the lowest edge when the
+# window reaches back to seq 0, i.e. holds fewer seqs than its size; none otherwise) to itself - 1.
+# At most %(max)s gaps, each cut to %(max)s seqs, are expanded: bounded whatever the gaps' sizes.
+_UNINDEXED: Final[LiteralString] = (
+    "WITH w AS (SELECT seq FROM {s}.recall_sources WHERE tenant_key = %(t)s AND user_key = %(u)s "
+    "AND session_key = %(s)s AND kind = 'group' AND seq < %(end)s ORDER BY seq DESC LIMIT 4096), "
+    "reach AS (SELECT CASE WHEN count(*) < 4096 THEN -1 END AS floor FROM w), "
+    "edges AS (SELECT x.seq, lag(x.seq) OVER (ORDER BY x.seq) AS prev "
+    "FROM (SELECT seq FROM w UNION ALL SELECT %(end)s::bigint) AS x), "
+    "gaps AS (SELECT g.a, g.b FROM (SELECT coalesce(e.prev, r.floor, e.seq - 1) + 1 AS a, e.seq - 1 AS b "
+    "FROM edges AS e CROSS JOIN reach AS r) AS g WHERE g.a <= g.b ORDER BY g.a LIMIT %(max)s) "
+    "SELECT n FROM gaps, generate_series(gaps.a, least(gaps.b, gaps.a + %(max)s - 1)) AS n "
+    "ORDER BY n LIMIT %(max)s"
+)
+
+
+def unindexed_sql(schema: str) -> sql.Composed:
+    """The statement behind ``unindexed_groups`` (named parameters ``t``, ``u``, ``s``, ``end``, ``max``)."""
+    return sql.SQL(_UNINDEXED).format(s=sql.Identifier(schema))
 
 
 def search_words(text: str) -> str:

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 #: The schema version this release writes and reads.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 #: The transaction-local setting holding the tenant's key segment.
 TENANT_SETTING: Final = "agentium.tenant"
@@ -53,6 +53,31 @@ TABLE_PRIVILEGES: Final[dict[str, tuple[LiteralString, ...]]] = {
     "session_snapshots": ("SELECT", "INSERT", "UPDATE"),
     "recall_sources": ("SELECT", "INSERT", "UPDATE", "DELETE"),
     "memory_facts": ("SELECT", "INSERT", "UPDATE"),
+    "recall_vector_model": ("SELECT", "INSERT"),
+    "recall_vectors": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+}
+
+#: Tables under row-level security (all but ``schema_meta`` and ``recall_vector_model``).
+TENANT_TABLES: Final = (
+    "archive_groups",
+    "session_snapshots",
+    "recall_sources",
+    "memory_facts",
+    "recall_vectors",
+)
+
+#: The functions the application role may execute (``migrate --grant``), by signature.
+GRANTED_FUNCTIONS: Final[tuple[LiteralString, ...]] = (
+    "current_tenant()",
+    "recall_discover(text[], text, text, text, text, integer, integer)",
+    "recall_discover_hybrid(text[], text, text, text, text, integer, integer, integer)",
+)
+
+#: Tables and functions that a version after 1 introduced (the grants of an older schema leave them out).
+INTRODUCED: Final[dict[str, int]] = {
+    "recall_vector_model": 2,
+    "recall_vectors": 2,
+    GRANTED_FUNCTIONS[2]: 2,
 }
 
 #: What erasure needs beyond :data:`TABLE_PRIVILEGES`: granted by ``migrate --grant`` too, but not
@@ -62,9 +87,6 @@ ERASE_PRIVILEGES: Final[dict[str, tuple[LiteralString, ...]]] = {
     "session_snapshots": ("DELETE",),
     "memory_facts": ("DELETE",),
 }
-
-#: Tables under row-level security (all but ``schema_meta``).
-TENANT_TABLES: Final = ("archive_groups", "session_snapshots", "recall_sources", "memory_facts")
 
 # Step 1: the whole schema of version 1. "{schema}" is the (validated,
 # double-quoted) schema identifier; nothing else is ever spliced in.
@@ -272,6 +294,100 @@ _RECALL_DISCOVER: Final[LiteralString] = """
 """
 
 
+# Step 2: group lookups by seq (the catch-up's unindexed_groups), and vectors for hybrid recall.
+_V2: Final[tuple[LiteralString, ...]] = (
+    # unindexed_groups reads a session's indexed seqs in order through this index alone.
+    """
+    CREATE INDEX recall_sources_groups ON {schema}.recall_sources (tenant_key, user_key, session_key, seq)
+        WHERE kind = 'group'
+    """,
+    # One embedding model per schema (the index): its id and dimension. Not tenant data, so no
+    # row-level security; the application role may record it once (INSERT) but never change it.
+    """
+    CREATE TABLE {schema}.recall_vector_model (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        model text COLLATE "C" NOT NULL,
+        dimension integer NOT NULL CHECK (dimension BETWEEN 1 AND 8192),
+        recorded_at timestamptz NOT NULL DEFAULT now()
+    )
+    """,
+    # The newest-first index made unique, so that a vector's key can name its source's tenant too.
+    "DROP INDEX {schema}.recall_sources_newest",
+    "ALTER TABLE {schema}.recall_sources ADD CONSTRAINT recall_sources_newest UNIQUE (tenant_key, id)",
+    # One unit vector per source row, at the row's revision: a source that changes gets a new row
+    # (insert_sources deletes and inserts it), and the cascade drops the old row's vector with it.
+    # The foreign key includes the tenant: no vector can hang on another tenant's source.
+    # Little-endian float32 (the core's Vector.to_bytes), read raw and scored by the adapter.
+    """
+    CREATE TABLE {schema}.recall_vectors (
+        id bigint PRIMARY KEY,
+        tenant_key text COLLATE "C" NOT NULL,
+        FOREIGN KEY (tenant_key, id) REFERENCES {schema}.recall_sources (tenant_key, id) ON DELETE CASCADE,
+        embedding bytea NOT NULL CHECK (octet_length(embedding) BETWEEN 4 AND 32768)
+    )
+    """,
+    # Records the batch's model when none is recorded; raises SQLSTATE AG003 (the adapter's
+    # EmbeddingModelMismatchError) when another one is, which aborts the writing transaction.
+    """
+    CREATE FUNCTION {schema}.check_vector_model(m text, dim integer)
+        RETURNS void LANGUAGE plpgsql VOLATILE
+        AS $$ DECLARE stored text; BEGIN
+            INSERT INTO {schema}.recall_vector_model (model, dimension) VALUES (m, dim)
+                ON CONFLICT (singleton) DO NOTHING;
+            SELECT r.model || '/' || r.dimension INTO stored FROM {schema}.recall_vector_model AS r;
+            IF stored IS DISTINCT FROM m || '/' || dim THEN
+                RAISE EXCEPTION 'the index holds vectors of %, not of %', stored, m || '/' || dim
+                    USING ERRCODE = 'AG003';
+            END IF;
+        END $$
+    """,
+)
+
+# Hybrid discovery's candidates, for the application role (SECURITY DEFINER for the GIN index, as
+# recall_discover; confined to current_tenant()). Bounded: the lexical ranking's best ``pool``
+# (recall_discover itself, so the same bounds) and the scope's newest ``scan`` sources that have a
+# vector (scope filter before the LIMIT). Each row carries its lexical rank (NULL: not in the pool)
+# and its stored vector (NULL: none), which the adapter scores.
+_RECALL_DISCOVER_HYBRID: Final[LiteralString] = """
+    CREATE FUNCTION {schema}.recall_discover_hybrid(
+        terms text[], uk text, sk text, pk text, rk text, cap integer, pool integer, scan integer
+    ) RETURNS TABLE (
+        id bigint, source_id text, revision text, title text, size_bytes bigint, lexical_rank integer,
+        embedding bytea
+    )
+        LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+        AS $$
+        #variable_conflict use_column
+        DECLARE
+            t text := {schema}.current_tenant();
+            lexical bigint[];
+            newest bigint[];
+        BEGIN
+            IF t IS NULL THEN
+                RETURN;
+            END IF;
+            SELECT coalesce(array_agg(s.id ORDER BY d.ord), ARRAY[]::bigint[]) INTO lexical
+                FROM {schema}.recall_discover(terms, uk, sk, pk, rk, cap, pool)
+                    WITH ORDINALITY AS d(source_id, revision, title, size_bytes, score, ord)
+                JOIN {schema}.recall_sources AS s ON s.tenant_key = t AND s.source_id = d.source_id;
+            SELECT coalesce(array_agg(n.id), ARRAY[]::bigint[]) INTO newest FROM (
+                SELECT s.id FROM {schema}.recall_sources AS s
+                WHERE s.tenant_key = t AND (s.user_key IS NULL OR s.user_key = uk)
+                    AND (s.session_key IS NULL OR s.session_key = sk)
+                    AND (s.project_key IS NULL OR s.project_key = pk)
+                    AND (s.repository_key IS NULL OR s.repository_key = rk)
+                    AND EXISTS (SELECT 1 FROM {schema}.recall_vectors AS v WHERE v.id = s.id)
+                ORDER BY s.id DESC LIMIT scan) AS n;
+            RETURN QUERY
+                SELECT s.id, s.source_id::text, s.revision::text, s.title, s.size_bytes,
+                    array_position(lexical, s.id), v.embedding
+                FROM {schema}.recall_sources AS s
+                LEFT JOIN {schema}.recall_vectors AS v ON v.id = s.id
+                WHERE s.id = ANY (lexical || newest) AND s.tenant_key = t;
+        END $$
+"""
+
+
 def _rls(table: LiteralString, *, force: bool = True) -> tuple[LiteralString, ...]:
     """Row-level security on ``table``: enabled, forced on its owner too (``force``), keyed on the tenant."""
     forced: tuple[LiteralString, ...] = (
@@ -300,6 +416,13 @@ MIGRATIONS: Final[dict[int, tuple[LiteralString, ...]]] = {
         "FROM PUBLIC",
         *_rls("memory_facts"),
     ),
+    2: (
+        *_V2,
+        *_rls("recall_vectors"),
+        _RECALL_DISCOVER_HYBRID,
+        "REVOKE ALL ON FUNCTION {schema}.recall_discover_hybrid(text[], text, text, text, text, integer, "
+        "integer, integer) FROM PUBLIC",
+    ),
 }
 
 
@@ -317,26 +440,31 @@ class MigrationReport:
     to_version: int
     applied: tuple[int, ...]
     granted: tuple[str, ...]
+    #: The version of pgvector installed in the database, or ``None`` (see :func:`pgvector_version`).
+    pgvector: str | None = None
 
 
 def _compose(template: LiteralString, schema: str) -> sql.Composed:
     return sql.SQL(template).format(schema=sql.Identifier(schema))
 
 
-def grant_statements(schema: str, role: str) -> list[sql.Composed]:
-    """The statements granting ``role`` what the adapters need on ``schema`` (and nothing more)."""
+def grant_statements(schema: str, role: str, version: int = SCHEMA_VERSION) -> list[sql.Composed]:
+    """The statements granting ``role`` what the adapters need on ``schema`` at ``version`` (nothing more)."""
     ident = sql.Identifier(role)
     out = [
-        sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(schema=sql.Identifier(schema), role=ident),
-        sql.SQL("GRANT EXECUTE ON FUNCTION {schema}.current_tenant() TO {role}").format(
-            schema=sql.Identifier(schema), role=ident
-        ),
-        sql.SQL(
-            "GRANT EXECUTE ON FUNCTION "
-            "{schema}.recall_discover(text[], text, text, text, text, integer, integer) TO {role}"
-        ).format(schema=sql.Identifier(schema), role=ident),
+        sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(schema=sql.Identifier(schema), role=ident)
     ]
+    for function in GRANTED_FUNCTIONS:
+        if INTRODUCED.get(function, 1) > version:
+            continue
+        out.append(
+            sql.SQL("GRANT EXECUTE ON FUNCTION {schema}." + function + " TO {role}").format(
+                schema=sql.Identifier(schema), role=ident
+            )
+        )
     for table, privileges in (*TABLE_PRIVILEGES.items(), *ERASE_PRIVILEGES.items()):
+        if INTRODUCED.get(table, 1) > version:
+            continue
         out.append(
             sql.SQL("GRANT {privileges} ON {schema}.{table} TO {role}").format(
                 privileges=sql.SQL(", ").join(sql.SQL(p) for p in privileges),
@@ -346,6 +474,20 @@ def grant_statements(schema: str, role: str) -> list[sql.Composed]:
             )
         )
     return out
+
+
+async def pgvector_version(conn: psycopg.AsyncConnection[Any]) -> str | None:
+    """The version of the ``vector`` extension (pgvector) installed in the database, or ``None``.
+
+    Reported by ``migrate`` and ``agentium check --probe``. Hybrid discovery
+    does not depend on it: vectors are stored as ``bytea`` and the bounded
+    candidates are scored by the adapter (the README says why and what
+    pgvector would change).
+    """
+    found = await (
+        await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    ).fetchone()
+    return None if found is None else str(found[0])
 
 
 async def current_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int | None:
@@ -362,12 +504,17 @@ async def current_version(conn: psycopg.AsyncConnection[Any], schema: str) -> in
 
 
 async def apply_migrations(
-    conn: psycopg.AsyncConnection[Any], schema: str, grant_to: Sequence[str] = ()
+    conn: psycopg.AsyncConnection[Any],
+    schema: str,
+    grant_to: Sequence[str] = (),
+    to_version: int = SCHEMA_VERSION,
 ) -> MigrationReport:
-    """Bring ``schema`` to :data:`SCHEMA_VERSION` in the caller's transaction; refuse a newer one.
+    """Bring ``schema`` to ``to_version`` (default :data:`SCHEMA_VERSION`) in the caller's transaction.
 
     Takes a transaction-level advisory lock first, so two migrators never run
-    the same step twice. Returns what was found and done.
+    the same step twice. Refuses a schema newer than this release knows, and
+    a ``to_version`` outside 1 to :data:`SCHEMA_VERSION` (nothing changed).
+    Returns what was found and done (and whether the database has pgvector).
     """
     from .errors import PostgresSchemaError  # errors import nothing from here; kept local for clarity
 
@@ -380,9 +527,23 @@ async def apply_migrations(
             f"schema {schema!r} is at version {found}, newer than this agentium-postgres understands "
             f"({SCHEMA_VERSION}); upgrade agentium-postgres. Nothing was changed."
         )
+    if (
+        isinstance(to_version, bool)
+        or not isinstance(to_version, int)
+        or not 1 <= to_version <= SCHEMA_VERSION
+    ):
+        raise PostgresSchemaError(
+            f"to_version must be a schema version from 1 to {SCHEMA_VERSION}, got {to_version!r}; "
+            "nothing was changed"
+        )
+    if found is not None and found > to_version:
+        raise PostgresSchemaError(
+            f"schema {schema!r} is at version {found}, past the version {to_version} asked for; a "
+            "migration never goes back. Nothing was changed."
+        )
     applied: list[int] = []
     start = 0 if found is None else found
-    for version in range(start + 1, SCHEMA_VERSION + 1):
+    for version in range(start + 1, to_version + 1):
         for template in MIGRATIONS[version]:
             await conn.execute(_compose(template, schema))
         applied.append(version)
@@ -393,15 +554,17 @@ async def apply_migrations(
                 "ON CONFLICT (singleton) DO UPDATE SET version = excluded.version, migrated_at = now()",
                 schema,
             ),
-            (SCHEMA_VERSION,),
+            (to_version,),
         )
+    pgvector = await pgvector_version(conn)
     for role in grant_to:
-        for statement in grant_statements(schema, role):
+        for statement in grant_statements(schema, role, to_version):
             await conn.execute(statement)
     return MigrationReport(
         schema=schema,
         from_version=found,
-        to_version=SCHEMA_VERSION,
+        to_version=to_version,
         applied=tuple(applied),
         granted=tuple(grant_to),
+        pgvector=pgvector,
     )

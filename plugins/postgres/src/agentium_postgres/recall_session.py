@@ -1,0 +1,294 @@
+"""The PostgreSQL recall store's session: discovery (lexical and hybrid), reads and validation.
+
+A :class:`PostgresRecallSession` holds no connection: each call takes one
+from its store's pool, in one transaction under the scope's tenant. See
+:mod:`agentium_postgres.recall` for the store and
+:mod:`agentium_postgres.recall_sql` / :mod:`agentium_postgres.recall_vectors`
+for how discovery ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentium_harness import InvalidArgumentError
+from agentium_harness.plugin_api import (
+    Candidate,
+    EmbeddingModelMismatchError,
+    Excerpt,
+    OpContext,
+    RecallLimits,
+    RecallSession,
+    Scope,
+    SourceOwner,
+    SourceRef,
+    Validation,
+    ValidationStatus,
+    encode_segment,
+    estimate_tokens,
+    make_excerpt,
+    query_terms,
+    source_owner,
+)
+from agentium_harness.plugin_api import Vector as _Vector
+
+from .errors import PostgresRecallError
+from .keys import q
+from .link import Conn
+from .recall_sql import scope_params, term_query
+from .recall_vectors import POOL_PER_DEPTH, fuse
+
+if TYPE_CHECKING:
+    from .recall import PostgresRecallStore
+
+__all__ = ["PostgresRecallSession"]
+
+
+class PostgresRecallSession(RecallSession):
+    """A recall session of :class:`PostgresRecallStore`, confined to one scope.
+
+    Holds no connection (each call takes one from the store's pool);
+    :meth:`close` marks it closed, after which calls are refused. :meth:`read`
+    picks excerpt windows with the terms of the session's latest discovery.
+    """
+
+    def __init__(self, store: PostgresRecallStore, scope: Scope, limits: RecallLimits) -> None:
+        self._store = store
+        self._scope = scope
+        self._limits = limits
+        self._terms: tuple[str, ...] = ()
+        self._closed = False
+
+    @property
+    def scope(self) -> Scope:
+        """The scope this session was opened for."""
+        return self._scope
+
+    def _begin(self, ctx: OpContext, operation: str) -> None:
+        ctx.raise_if_expired(operation)
+        if self._closed:
+            raise PostgresRecallError(
+                f"postgres recall store: {operation} refused: the recall session is closed"
+            )
+
+    def _owner(self, source_id: str) -> SourceOwner | None:
+        """The owner the id encodes, when this scope may see it."""
+        owner = source_owner(source_id)
+        return owner if owner is not None and owner.visible_to(self._scope) else None
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        """Up to ``max_candidates`` visible sources for ``query``, best first, within the byte budget."""
+        self._begin(ctx, "recall discover")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        terms = query_terms(query)
+        self._terms = terms
+        limit = max(0, max_candidates)
+        if not terms or limit == 0:
+            return []
+        config = self._store.config
+        keys = scope_params(self._scope)
+
+        async def work(conn: Conn) -> Any:
+            # Left unread: one round trip. Never prepared: the function plans each search itself.
+            return await conn.execute(
+                q("SELECT * FROM {s}.recall_discover(%s::text[], %s, %s, %s, %s, %s, %s)", config.schema),
+                (
+                    [term_query(t) for t in terms],
+                    keys["user"],
+                    keys["session"],
+                    keys["project"],
+                    keys["repository"],
+                    config.max_ranked_matches,
+                    limit,
+                ),
+                prepare=False,
+            )
+
+        cursor = await self._store.link.run(ctx, "recall discover", keys["tenant"], work, write=False)
+        return self._candidates(await cursor.fetchall(), ctx.remaining_bytes)
+
+    def _candidates(self, rows: Sequence[Sequence[Any]], budget: int | None) -> list[Candidate]:
+        """``(source_id, revision, title, size, score)`` rows as candidates, within the byte budget."""
+        spent = 0
+        out: list[Candidate] = []
+        for source_id, revision, title, size, score in rows:
+            owner = self._owner(source_id)
+            if owner is None:  # the SQL filter already holds; never trust one check
+                continue
+            candidate = Candidate(
+                ref=SourceRef(source_id, revision),
+                owner=owner,
+                score=float(score),
+                size_bytes=int(size),
+                title=title,
+            )
+            spent += candidate.discovery_bytes
+            if budget is not None and spent > budget:
+                break
+            out.append(candidate)
+        return out
+
+    async def discover_hybrid(
+        self, query: str, vector: _Vector, max_candidates: int, ctx: OpContext
+    ) -> Sequence[Candidate]:
+        """Lexical and vector candidates fused (reciprocal rank fusion), best first, in one round trip.
+
+        Raises :class:`~agentium_harness.plugin_api.EmbeddingModelMismatchError`
+        when the schema holds vectors of another model than ``vector``'s.
+        See :mod:`agentium_postgres.recall_vectors`.
+        """
+        self._begin(ctx, "recall discover")
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        if not isinstance(vector, _Vector):
+            raise InvalidArgumentError(f"vector must be a Vector, got {type(vector).__name__}")
+        terms = query_terms(query)
+        self._terms = terms
+        limit = max(0, max_candidates)
+        if limit == 0:
+            return []
+        config = self._store.config
+        keys = scope_params(self._scope)
+        pool = max(limit, POOL_PER_DEPTH * config.hybrid_depth)
+
+        async def work(conn: Conn) -> tuple[Any, Any]:
+            # Both left unread: the model row and the candidates travel in one round trip.
+            model = await conn.execute(
+                q("SELECT model, dimension FROM {s}.recall_vector_model", config.schema)
+            )
+            found = await conn.execute(
+                q(
+                    "SELECT * FROM {s}.recall_discover_hybrid(%s::text[], %s, %s, %s, %s, %s, %s, %s)",
+                    config.schema,
+                ),
+                (
+                    [term_query(t) for t in terms],
+                    keys["user"],
+                    keys["session"],
+                    keys["project"],
+                    keys["repository"],
+                    config.max_ranked_matches,
+                    pool,
+                    config.max_vector_scan,
+                ),
+                prepare=False,
+                binary=True,
+            )
+            return model, found
+
+        model_cursor, found = await self._store.link.run(
+            ctx, "recall discover", keys["tenant"], work, write=False
+        )
+        stored = await model_cursor.fetchone()
+        if stored is not None and (str(stored[0]), int(stored[1])) != (
+            vector.model.model,
+            vector.model.dimension,
+        ):
+            raise EmbeddingModelMismatchError(
+                f"postgres recall store: schema {config.schema!r} holds vectors of {stored[0]}/{stored[1]}, "
+                f"not of {vector.model.key()}; vectors of two models are never compared: configure the "
+                "embedder the index was built with, or use a new schema and run `agentium recall rebuild`"
+            )
+        rows = [tuple(r) for r in await found.fetchall()]
+        if stored is None:
+            rows = [(*r[:6], None) for r in rows]  # no vector of any model: lexical only
+        ranked = fuse(
+            rows,
+            vector,
+            depth=config.hybrid_depth,
+            min_similarity=config.min_similarity,
+            vector_weight=config.vector_weight,
+            fusion_k=config.fusion_k,
+        )
+        return self._candidates(
+            [(r[1], r[2], r[3], r[4], score) for r, score in ranked[:limit]], ctx.remaining_bytes
+        )
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets."""
+        self._begin(ctx, "recall read")
+        wanted = [(ref, self._owner(ref.source_id)) for ref in refs]
+        ids = sorted({ref.source_id for ref, owner in wanted if owner is not None})
+        if not ids:
+            return []
+        tenant = encode_segment(self._scope.tenant)
+        schema = self._store.config.schema
+
+        async def work(conn: Conn) -> dict[str, tuple[str, str]]:
+            cursor = await conn.execute(
+                q(
+                    "SELECT source_id, revision, body FROM {s}.recall_sources "
+                    "WHERE tenant_key = %s AND source_id = ANY(%s::text[])",
+                    schema,
+                ),
+                (tenant, ids),
+            )
+            return {str(r[0]): (str(r[1]), str(r[2])) for r in await cursor.fetchall()}
+
+        found = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
+        cap = max(0, max_excerpt_bytes)
+        out: list[Excerpt] = []
+        spent_bytes = spent_tokens = 0
+        for ref, owner in wanted:
+            ctx.raise_if_expired("recall read")
+            row = found.get(ref.source_id)
+            if owner is None or row is None or row[0] != ref.revision:
+                continue  # foreign, deleted or changed: validation reports it
+            excerpt = make_excerpt(ref, owner, row[1], self._terms, cap)
+            spent_bytes += len(excerpt.text.encode("utf-8"))
+            spent_tokens += estimate_tokens(excerpt.text)
+            if ctx.remaining_bytes is not None and spent_bytes > ctx.remaining_bytes:
+                break
+            if ctx.remaining_tokens is not None and spent_tokens > ctx.remaining_tokens:
+                break
+            out.append(excerpt)
+        return out
+
+    async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """One validation per ref, in order, all read by one statement (one view of the table)."""
+        return await self._validate(refs, ctx, "recall validate")
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        """As :meth:`validate`: one bounded primary-key lookup per ref, in one statement."""
+        return await self._validate(refs, ctx, "recall validate_current")
+
+    async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
+        self._begin(ctx, operation)
+        visible = [ref.source_id for ref in refs if self._owner(ref.source_id) is not None]
+        tenant = encode_segment(self._scope.tenant)
+        schema = self._store.config.schema
+
+        async def work(conn: Conn) -> dict[str, str]:
+            cursor = await conn.execute(
+                q(
+                    "SELECT source_id, revision FROM {s}.recall_sources "
+                    "WHERE tenant_key = %s AND source_id = ANY(%s::text[])",
+                    schema,
+                ),
+                (tenant, sorted(set(visible))),
+            )
+            return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
+
+        current = await self._store.link.run(ctx, operation, tenant, work, write=False) if visible else {}
+        out: list[Validation] = []
+        for ref in refs:
+            if source_owner(ref.source_id) is None:
+                out.append(Validation(ref, ValidationStatus.UNKNOWN))
+            elif self._owner(ref.source_id) is None:
+                out.append(Validation(ref, ValidationStatus.FORBIDDEN))
+            elif ref.source_id not in current:
+                out.append(Validation(ref, ValidationStatus.DELETED))
+            elif current[ref.source_id] == ref.revision:
+                out.append(Validation(ref, ValidationStatus.CURRENT, current[ref.source_id]))
+            else:
+                out.append(Validation(ref, ValidationStatus.CHANGED, current[ref.source_id]))
+        return out
+
+    async def close(self) -> None:
+        """Mark the session closed. Always succeeds (also after a cancelled call); idempotent."""
+        self._closed = True
+        self._terms = ()
