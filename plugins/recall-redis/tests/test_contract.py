@@ -9,9 +9,23 @@ import redis
 from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness.plugin_api import SessionKey, group_source_id
-from agentium_harness.testing import RecallStoreContract
+from agentium_harness.testing import RawStorage, RecallStoreContract
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 from agentium_recall_redis.keys import tenant_prefix
+
+
+def dump_value(client: redis.Redis, key: bytes) -> bytes:
+    """A key's whole value as bytes: strings, hash fields and values, list items, zset members."""
+    kind = client.type(key).decode()
+    if kind == "string":
+        return bytes(client.get(key) or b"")
+    if kind == "hash":
+        return b"\n".join(k + b"=" + v for k, v in client.hgetall(key).items())
+    if kind == "list":
+        return b"\n".join(client.lrange(key, 0, -1))
+    if kind == "zset":
+        return b"\n".join(m for m, _ in client.zrange(key, 0, -1, withscores=True))
+    return b""
 
 
 class TestRedisRecallContract(RecallStoreContract):
@@ -26,6 +40,22 @@ class TestRedisRecallContract(RecallStoreContract):
         store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
         yield store
         await store.aclose()
+
+    @pytest.fixture
+    def raw_storage(self, server: ServerProcess, prefix: str) -> RawStorage:
+        """Every key under the prefix: its name and whole value (the test scans; the store never does)."""
+
+        def read() -> bytes:
+            client = redis.Redis.from_url(server.url)
+            try:
+                out = bytearray()
+                for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                    out += key + b"\n" + dump_value(client, key) + b"\n"
+                return bytes(out)
+            finally:
+                client.close()
+
+        return read
 
     @pytest.fixture
     def corrupt_indexed_group(self, server: ServerProcess, prefix: str) -> Callable[..., None]:

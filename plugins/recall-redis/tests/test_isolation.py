@@ -96,7 +96,12 @@ def test_the_store_never_uses_keys_or_scan_and_imports_only_public_core_modules(
         text = path.read_text("utf-8")
         code = re.sub(r'"""[\s\S]*?"""', "", text)  # docstrings may name what the store does not do
         for command in ("KEYS", "SCAN", "SSCAN", "HSCAN", "ZSCAN", "FLUSHDB", "FLUSHALL"):
-            assert not re.search(rf"""['"]{command}['"]""", code, re.IGNORECASE), (path.name, command)
+            found = re.findall(rf"""['"]{command}['"].*""", code, re.IGNORECASE)
+            if command == "HSCAN" and path.name == "erase.py":
+                # Erasure walks one hash of the erased tenant (its source ids), never a key pattern.
+                assert found == ['"HSCAN", f"{prefix}:rev", cursor, "COUNT", _SCAN_PAGE)'], found
+                continue
+            assert not found, (path.name, command)
         private = re.findall(r"^\s*(?:from|import)\s+agentium_harness\.(\S*)", text, re.MULTILINE)
         assert all(not part.startswith("_") and "._" not in part for part in private), (path.name, private)
 

@@ -77,7 +77,10 @@ from agentium_harness import (
     OperationCancelledError,
 )
 from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
     ArchiveReceipt,
+    EraseReport,
+    EraseTarget,
     MessageGroup,
     OpContext,
     RecallCapabilities,
@@ -92,6 +95,8 @@ from agentium_harness.plugin_api import (
     SourceVector,
     Vector,
     check_archived_group,
+    check_max_items,
+    check_target,
     digest_bytes,
     digest_of,
     document_source_id,
@@ -99,6 +104,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .config import RedisRecallConfig, redact_url
+from .erase import erase_target
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
 from .keys import owner_key, owner_of_source_id, tenant_prefix
 from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
@@ -157,6 +163,7 @@ class RedisRecallStore(RecallStore):
         health_check=True,
         vector_indexing=True,
         hybrid_discovery=True,
+        erasure=True,
     )
     session_class: ClassVar[type[RecallSession]] = RedisRecallSession
 
@@ -460,6 +467,27 @@ class RedisRecallStore(RecallStore):
             raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
         check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
         return group
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Remove up to ``max_items`` sources of ``target`` with every key they hold (docs/erasure.md).
+
+        Rows, texts, canonical bytes, every posting, revisions and empty
+        buckets go at once (:mod:`agentium_recall_redis.erase`); only the
+        target's tenant is read, never with ``KEYS`` or ``SCAN``. The report
+        says ``unreferenced``: persistence files and replicas written before
+        are beyond the store.
+        """
+        ctx.raise_if_expired("recall erase")
+        check_target(target)
+        bound = check_max_items(max_items)
+        return await erase_target(self, target, ctx, dry_run=dry_run, max_items=bound)
 
     async def aclose(self) -> None:
         """Close the client if the store created it; a lent client is never closed. Idempotent."""

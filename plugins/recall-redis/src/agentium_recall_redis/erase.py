@@ -1,0 +1,390 @@
+"""Erasure in the Redis recall store: a target's rows, postings, revisions and empty buckets removed.
+
+:meth:`~agentium_recall_redis.store.RedisRecallStore.erase` (docs/erasure.md)
+runs here. Every command touches the target's tenant only (its hash-tag
+slot): the store never lists keys (no ``KEYS``, no ``SCAN``), so no other
+tenant is ever read.
+
+**Finding the target's sources.** Every source id the tenant ever held is a
+field of ``P:rev`` (its current revision, or ``-<revision>`` once deleted).
+A tenant, user or session target is found by ``HSCAN`` over that one hash
+of the tenant, each id decoded (:func:`~agentium_recall_redis.keys.owner_of_source_id`)
+and kept when the target covers its owner (``EraseTarget.covers_owner``:
+owner fields equal, never a prefix, so ``session-1`` never takes
+``session-10``). A groups target reads its session's group set (``P:g:<b>``)
+by seq. A call takes at most ``max_items`` sources.
+
+**Removing.** The ``ERASE`` script (atomic, token-fenced like every write,
+at most ``max_terms_per_call`` postings per call but at least one source)
+removes each source's row hash, text, canonical bytes, term list, group
+entry and *every* posting at once (never queued as garbage: a posting's key
+holds a word of the text), its ``P:ids`` and ``P:rev`` fields (no
+tombstone), and a bucket left empty with its owner key. Deletion
+tombstones of the target's earlier deleted documents go too. Then queued
+garbage of the tenant (postings of rows removed or replaced earlier) is
+collected until none is left, and a tenant target, once nothing of it
+remains, loses its counters, stagings and hashes: no key of the tenant is
+left but settlement tokens (``P:w:<token>``, which hold no content and
+expire within 10 minutes).
+
+**How physical.** Redis frees the keys at once, but copies written before
+the erasure — the append-only file until it is rewritten
+(``BGREWRITEAOF``), an RDB snapshot until the next save, replicas and
+backups — are beyond the store: a report that removed anything says
+``unreferenced`` and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from agentium_harness.plugin_api import (
+    EraseLevel,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    OpContext,
+    PhysicalErasure,
+    SessionKey,
+    SourceOwner,
+    count_items,
+    group_sessions,
+)
+
+from .keys import owner_key, owner_of_source_id, tenant_prefix
+from .link import Command, Link, as_text
+from .lua import CHECK, ROWS, Script
+from .scripts import COLLECT
+
+if TYPE_CHECKING:
+    from .store import RedisRecallStore
+    from .writes import Call
+
+__all__ = ["ERASE", "ERASE_SCRIPTS", "GROUP_SIDS", "ROW_INFO", "TENANT_DROP", "erase_target"]
+
+#: Fields one ``HSCAN`` page asks for.
+_SCAN_PAGE: Final = 1000
+#: Sources one ``ERASE`` call is sent at most (its postings bound it further).
+_ROWS_PER_CALL: Final = 256
+#: Deletion tombstones one call removes at most (more make the call ``partial``).
+_MAX_TOMBS: Final = 10_000
+#: ``COLLECT`` calls one erase makes at most to empty the tenant's garbage queue.
+_MAX_COLLECT: Final = 4096
+
+#: What a report that removed anything says is left, and where.
+LEFT_OUTSIDE: Final = (
+    "Redis freed the keys at once; copies written before the erasure stay where the store cannot reach: "
+    "the append-only file until it is rewritten (BGREWRITEAOF), an RDB snapshot until the next save, "
+    "replicas and backups"
+)
+
+_TOKEN: Final = """
+local P = ARGV[1]
+local settled = redis.call('GET', KEYS[2])
+if settled then return {'settled', settled} end
+local function done(result, more)
+  redis.call('SET', KEYS[2], 'done:' .. result, 'PX', ARGV[2])
+  return {'ok', result, more}
+end
+"""
+
+#: Erase sources. KEYS: P:ids, token. ARGV: P, token ttl, postings budget, row count, tombstone count,
+#: row sids..., tombstone sids.... Removes rows in order while their postings fit the budget (at least
+#: one), all postings at once; HDELs covered tombstones. Returns {'ok', result, backlog}: result is
+#: "<rows taken>" then one line per taken row: "<kind> <seq> <digest>", or "-" for a row already gone.
+#: No id or text goes into the result (the token keeps it for 10 minutes).
+ERASE = Script(
+    "erase",
+    CHECK
+    + ROWS
+    + _TOKEN
+    + """
+local budget, nr, nt = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
+need(P .. ':pend', 'zset')
+local plans, lines, used, taken = {}, {}, 0, 0
+for i = 1, nr do
+  local sid = ARGV[5 + i]
+  local n = redis.call('HGET', P .. ':ids', sid)
+  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'rev', 'b', 'kind', 'terms', 'seq', 'dg', 'o')
+  if row and row[2] then
+    local d, cnt = plan_drop(P, n, row[2], row[3], row[4], math.huge)
+    if taken > 0 and used + cnt > budget then break end
+    used = used + cnt
+    plans[#plans + 1] = {d = d, sid = sid, o = row[7]}
+    lines[#lines + 1] = (row[3] or '?') .. ' ' .. (row[5] or '') .. ' ' .. (row[6] or row[1] or '')
+  else
+    plans[#plans + 1] = {sid = sid, gone = true, stale = n}
+    lines[#lines + 1] = '-'
+  end
+  taken = taken + 1
+end
+local buckets = {}
+for _, p in ipairs(plans) do
+  if p.d then
+    drop(P, p.d)
+    buckets[p.d.b] = p.o
+  end
+  redis.call('HDEL', P .. ':ids', p.sid)
+  redis.call('HDEL', P .. ':rev', p.sid)
+end
+for i = 1, nt do
+  local sid = ARGV[5 + nr + i]
+  local rev = redis.call('HGET', P .. ':rev', sid)
+  if rev and string.sub(rev, 1, 1) == '-' and not redis.call('HGET', P .. ':ids', sid) then
+    redis.call('HDEL', P .. ':rev', sid)
+  end
+end
+-- A bucket left empty goes with its owner key, unless a staged row still writes into it.
+local staged = {}
+for _, member in ipairs(redis.call('ZRANGE', P .. ':pend', 0, -1)) do
+  staged[string.match(member, '^(%d+) ') or ''] = true
+end
+for b, o in pairs(buckets) do
+  if tonumber(redis.call('HGET', P .. ':bn', b) or '0') <= 0 and not staged[b] then
+    redis.call('HDEL', P .. ':bn', b)
+    if o and redis.call('HGET', P .. ':bk', o) == b then redis.call('HDEL', P .. ':bk', o) end
+  end
+end
+return done(fmt(taken) .. '\\n' .. table.concat(lines, '\\n'), backlog(P))
+""",
+)
+
+#: Read what erasing rows would remove (a dry run). KEYS: P:ids. ARGV: P, sids.... Returns per sid
+#: {kind, seq, digest} or false when no row is current.
+ROW_INFO = Script(
+    "erase_info",
+    """
+local P = ARGV[1]
+local out = {}
+for i = 2, #ARGV do
+  local n = redis.call('HGET', P .. ':ids', ARGV[i])
+  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'kind', 'seq', 'dg', 'rev', 'b')
+  if row and row[5] then out[#out + 1] = {row[1] or '?', row[2] or '', row[3] or row[4] or ''}
+  else out[#out + 1] = false end
+end
+return out
+""",
+)
+
+#: A session's indexed groups in seq ranges. KEYS: P:bk. ARGV: P, owner key, limit, then (start, stop)*
+#: (stop exclusive). Returns their source ids, ascending by seq, at most limit.
+GROUP_SIDS = Script(
+    "erase_groups",
+    """
+local P, limit = ARGV[1], tonumber(ARGV[3])
+local b = redis.call('HGET', P .. ':bk', ARGV[2])
+local out = {}
+if not b then return out end
+for i = 4, #ARGV, 2 do
+  if #out >= limit then break end
+  local rows = redis.call('ZRANGE', P .. ':g:' .. b, ARGV[i], '(' .. ARGV[i + 1], 'BYSCORE',
+                          'LIMIT', 0, limit - #out)
+  for _, n in ipairs(rows) do
+    local sid = redis.call('HGET', P .. ':m:' .. n, 'sid')
+    if sid then out[#out + 1] = sid end
+  end
+end
+return out
+""",
+)
+
+#: Give up every staged row of a tenant (its postings queued as garbage). KEYS: P:pend. ARGV: P.
+#: Safe to repeat. Returns how many were given up.
+PEND_ABORT = Script(
+    "erase_stagings",
+    CHECK
+    + """
+local P = ARGV[1]
+if type_of(KEYS[1]) ~= 'zset' then return 0 end
+local gc = type_of(P .. ':gc')
+if gc ~= 'list' and gc ~= 'none' then return 0 end
+local members = redis.call('ZRANGE', KEYS[1], 0, -1)
+for _, member in ipairs(members) do
+  redis.call('ZREM', KEYS[1], member)
+  redis.call('RPUSH', P .. ':gc', member)
+end
+return #members
+""",
+)
+
+#: Drop a tenant's remaining keys once it holds no row, staging or garbage. KEYS: P:ids. ARGV: P.
+#: Safe to repeat. Returns 1 when dropped, 0 when something is still there.
+TENANT_DROP = Script(
+    "erase_tenant",
+    """
+local P = ARGV[1]
+local function size(key, kind)
+  local t = redis.call('TYPE', key)
+  t = t['ok'] or t
+  if t == 'none' then return 0 end
+  if t ~= kind then return 1 end
+  if kind == 'hash' then return redis.call('HLEN', key) end
+  if kind == 'zset' then return redis.call('ZCARD', key) end
+  return redis.call('LLEN', key)
+end
+if size(P .. ':ids', 'hash') + size(P .. ':pend', 'zset') + size(P .. ':gc', 'list') > 0 then return 0 end
+-- The layout, vector model and count keys of later layouts go too when present.
+redis.call('DEL', P .. ':ids', P .. ':rev', P .. ':bk', P .. ':bn', P .. ':n', P .. ':nb', P .. ':pend',
+           P .. ':gc', P .. ':v', P .. ':vm', P .. ':vc')
+return 1
+""",
+)
+
+#: The erase scripts (not loaded at open: the first call of each sends its body once).
+ERASE_SCRIPTS: Final = (ERASE, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP)
+
+
+async def _scan_sids(
+    store: RedisRecallStore, link: Link, prefix: str, target: EraseTarget, want: int, ctx: OpContext
+) -> tuple[list[str], list[str], bool]:
+    """The target's current sources (at most ``want``) and deletion tombstones, from ``P:rev``.
+
+    Returns (current ids, tombstone ids, whether more current ones were seen past ``want``).
+    """
+    rows: list[str] = []
+    tombs: list[str] = []
+    seen: set[str] = set()
+    cursor: str | int = 0
+    more = False
+    while True:
+        command: Command = ("HSCAN", f"{prefix}:rev", cursor, "COUNT", _SCAN_PAGE)
+        [reply] = await store._call([command], ctx, "recall erase", ready=link)
+        _raise_reply(store, reply)
+        cursor, fields = as_text(reply[0]), reply[1]
+        pairs = (
+            list(fields.items())
+            if isinstance(fields, dict)
+            else list(zip(fields[::2], fields[1::2], strict=True))
+        )
+        for raw_sid, raw_rev in pairs:
+            sid = as_text(raw_sid)
+            if sid in seen:
+                continue
+            seen.add(sid)
+            owner = owner_of_source_id(sid)
+            covered = target.level is EraseLevel.TENANT or (owner is not None and target.covers_owner(owner))
+            if not covered:
+                continue
+            if as_text(raw_rev).startswith("-"):
+                if len(tombs) < _MAX_TOMBS:
+                    tombs.append(sid)
+                else:
+                    more = True
+            elif len(rows) < want:
+                rows.append(sid)
+            else:
+                more = True
+        if cursor == "0" or more:
+            return rows, tombs, more
+
+
+def _raise_reply(store: RedisRecallStore, reply: object) -> None:
+    from redis.exceptions import ResponseError
+
+    if isinstance(reply, ResponseError):
+        store._errors.refused(reply, "recall erase")
+
+
+async def _group_sids(
+    store: RedisRecallStore, prefix: str, target: EraseTarget, want: int, ctx: OpContext
+) -> tuple[list[str], bool]:
+    key = target.session_key
+    assert key is not None
+    ranges = [str(v) for r in target.groups for v in (r.start, r.stop)]
+    args: list[str | int] = [prefix, owner_key(SourceOwner.of_session(key)), want + 1, *ranges]
+    reply = await store._script(GROUP_SIDS, [f"{prefix}:bk"], args, ctx, "recall erase")
+    sids = [as_text(s) for s in reply or ()]
+    return sids[:want], len(sids) > want
+
+
+def _removed(sid: str, kind: str, seq: str, digest: str) -> tuple[SessionKey, int, str] | None:
+    """A removed group's (session, seq, digest) for the report; ``None`` for a document."""
+    if kind != "g":
+        return None
+    owner = owner_of_source_id(sid)
+    if owner is None or owner.user is None or owner.session is None:
+        return None
+    return SessionKey(owner.tenant, owner.user, owner.session), int(seq), digest
+
+
+async def _collect_all(store: RedisRecallStore, link: Link, prefix: str, ctx: OpContext) -> int:
+    """Collect the tenant's queued garbage until none is left (bounded); the backlog left."""
+    backlog = 1
+    for _ in range(_MAX_COLLECT):
+        reply = await store._script(
+            COLLECT, [f"{prefix}:gc"], [prefix, store.config.max_terms_per_call], ctx, "recall erase"
+        )
+        backlog = int(reply) if isinstance(reply, int) else 0
+        if backlog <= 0:
+            return 0
+    return backlog
+
+
+async def erase_target(
+    store: RedisRecallStore, target: EraseTarget, ctx: OpContext, *, dry_run: bool, max_items: int
+) -> EraseReport:
+    """Erase (or, ``dry_run``, count) up to ``max_items`` sources of ``target``; see the module."""
+    prefix = tenant_prefix(store.config.key_prefix, target.tenant_id)
+    link = await store._ready(ctx, "recall erase")
+    if target.groups:
+        rows, more = await _group_sids(store, prefix, target, max_items, ctx)
+        tombs: list[str] = []
+    else:
+        rows, tombs, more = await _scan_sids(store, link, prefix, target, max_items, ctx)
+    found: list[tuple[str, str, str, str]] = []  # (sid, kind, seq, digest) of rows removed
+    if dry_run:
+        if rows:
+            info = await store._script(ROW_INFO, [f"{prefix}:ids"], [prefix, *rows], ctx, "recall erase")
+            for sid, entry in zip(rows, info or (), strict=True):
+                if entry:
+                    found.append((sid, *(as_text(v) for v in entry)))  # type: ignore[arg-type]
+        return _report(found, more, PhysicalErasure.REMOVED if not found else PhysicalErasure.UNREFERENCED)
+    room = store.config.max_terms_per_call
+    pending = list(rows)
+    while pending or tombs:
+        batch = pending[:_ROWS_PER_CALL]
+        call: Call = (ERASE, [room, len(batch), len(tombs), *batch, *tombs])
+        written = await store._writer.write(link, prefix, [call], ctx, "recall erase")
+        head, *lines = written.results[0].split("\n")
+        taken = int(head)
+        for sid, line in zip(batch[:taken], lines, strict=False):
+            parts = line.split(" ")
+            if len(parts) == 3:
+                found.append((sid, parts[0], parts[1], parts[2]))
+        pending = pending[taken:] if taken > 0 else pending[1:]
+        tombs = []
+        ctx.raise_if_expired("recall erase")
+    left = await _collect_all(store, link, prefix, ctx)
+    if target.level is EraseLevel.TENANT and not more:
+        await store._script(PEND_ABORT, [f"{prefix}:pend"], [prefix], ctx, "recall erase")
+        left = await _collect_all(store, link, prefix, ctx)
+        await store._script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
+    physical = PhysicalErasure.UNREFERENCED if found else PhysicalErasure.REMOVED
+    report = _report(found, more, physical)
+    if left:
+        detail = f"{left} removed rows' postings are still queued for collection; erase again to collect them"
+        return EraseReport(
+            report.counts,
+            report.sessions,
+            report.status,
+            PhysicalErasure.UNREFERENCED,
+            _join(report.detail, detail),
+        )
+    return report
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _report(found: Sequence[tuple[str, str, str, str]], more: bool, physical: PhysicalErasure) -> EraseReport:
+    groups = [g for g in (_removed(*row) for row in found) if g is not None]
+    return EraseReport(
+        count_items(group=len(groups), document=len(found) - len(groups)),
+        group_sessions(groups),
+        EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
+        physical,
+        LEFT_OUTSIDE if physical is PhysicalErasure.UNREFERENCED else "",
+    )

@@ -1,0 +1,217 @@
+"""Erasure on a real Redis and Valkey: every key of the scope goes, no other tenant's key changes.
+
+The contract suite's erasure tests (test_contract.py, with a byte-level
+``raw_storage`` over every key) check the port's behaviour; here the keys
+themselves: another tenant's key space is byte-identical after the erase,
+the store sent no ``KEYS`` or ``SCAN`` (the server's command statistics
+say so), a staged source's postings, deletion tombstones and emptied
+buckets go, a tenant erasure leaves no key of the tenant but settlement
+tokens, and a runtime erasing a session leaves none of its words in Redis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from keyspace import key_space
+from redis_servers import ServerProcess, new_prefix
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureState,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import (
+    ArchiveReceipt,
+    EraseReport,
+    EraseStatus,
+    OpContext,
+    PhysicalErasure,
+    RecallLimits,
+    Scope,
+    SessionKey,
+    SourceOwner,
+)
+from agentium_harness.testing import plain_group
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+
+pytestmark = pytest.mark.anyio
+
+ERASED = SessionKey("acme", "ana", "s1")
+SIBLING = SessionKey("acme", "ana", "s10")
+OTHER_TENANT = SessionKey("acme2", "ana", "s1")
+
+
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(20)
+
+
+async def erase_fully(
+    store: RedisRecallStore, target: EraseTarget, max_items: int = 1000
+) -> list[EraseReport]:
+    """Call ``erase`` until it reports ``complete``; every report."""
+    reports: list[EraseReport] = []
+    for _ in range(1000):
+        reports.append(await store.erase(target, _ctx(), max_items=max_items))
+        if reports[-1].status is EraseStatus.COMPLETE:
+            return reports
+        assert reports[-1].removed > 0, "partial without progress"
+    raise AssertionError("erase never completed")
+
+
+async def _index(store: RedisRecallStore, key: SessionKey, texts: list[str]) -> None:
+    groups = [plain_group(seq, f" {text}") for seq, text in enumerate(texts)]
+    receipts = [ArchiveReceipt(g.seq, g.digest, f"test://{g.seq}") for g in groups]
+    await store.index_groups(key, groups, receipts, _ctx())
+
+
+async def _found(store: RedisRecallStore, key: SessionKey, word: str) -> list[str]:
+    session = await store.open(Scope(key.tenant, key.user, key.session), RecallLimits(), _ctx())
+    try:
+        return [c.ref.source_id for c in await session.discover(word, 8, _ctx())]
+    finally:
+        await session.close()
+
+
+def _dump(space: dict[bytes, Any]) -> bytes:
+    return b"\n".join(key + b"=" + repr(value).encode() for key, value in sorted(space.items()))
+
+
+async def _stat(admin: aioredis.Redis, command: str) -> int:
+    stats = await admin.info("commandstats")
+    entry = stats.get(f"cmdstat_{command}")
+    return int(entry["calls"]) if isinstance(entry, dict) else 0
+
+
+async def test_erasing_a_session_removes_its_keys_and_no_other_tenants_key_changes(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _index(store, ERASED, ["qzebra01erased alpha", "qzebra02erased beta"])
+        await _index(store, SIBLING, ["qkept01sibling gamma"])
+        await _index(store, OTHER_TENANT, ["qkept02tenant delta"])
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "n", "qzebra03doc notes", _ctx())
+        await store.index_document(SourceOwner("acme", "ana"), "p", "qkept03user profile", _ctx())
+        other_before = _dump(await key_space(admin, f"{prefix}:{{acme2}}"))
+        keys, scans = await _stat(admin, "keys"), await _stat(admin, "scan")
+
+        reports = await erase_fully(store, EraseTarget.session("acme", "ana", "s1"))
+
+        assert await _stat(admin, "keys") == keys and await _stat(admin, "scan") == scans
+        assert sum(r.count("group") for r in reports) == 2 and sum(r.count("document") for r in reports) == 1
+        assert reports[-1].physical is PhysicalErasure.UNREFERENCED and "BGREWRITEAOF" in reports[-1].detail
+        assert _dump(await key_space(admin, f"{prefix}:{{acme2}}")) == other_before
+        everything = _dump(await key_space(admin, prefix))
+        for word in (b"qzebra01erased", b"qzebra02erased", b"qzebra03doc", b"alpha", b"beta", b"notes"):
+            assert word not in everything, word
+        for word in (b"qkept01sibling", b"qkept02tenant", b"qkept03user"):
+            assert word in everything, word
+        # The erased session's bucket went with its owner key; the sibling's is still there.
+        acme = _dump(await key_space(admin, f"{prefix}:{{acme}}"))
+        assert b"ana/s1/~/~" not in acme and b"ana/s10/~/~" in acme
+        assert await _found(store, SIBLING, "qkept01sibling")
+        assert await _found(store, ERASED, "qkept03user")
+        assert not await _found(store, ERASED, "qzebra01erased")
+    finally:
+        await store.aclose()
+
+
+async def test_a_staged_source_a_tombstone_and_queued_garbage_all_leave(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    """A source with more words than one call takes, and a deleted one's tombstone, leave no key."""
+    prefix = new_prefix()
+    config = RedisRecallConfig(url=server.url, key_prefix=prefix, max_terms_per_call=64)
+    store = RedisRecallStore(config)
+    try:
+        many = " ".join(f"qword{i}x" for i in range(300))  # staged over several calls
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "big", many, _ctx())
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "big2", many + " more", _ctx())
+        # Replacing it queues the old row's 300 postings as garbage (more than a call removes).
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "big", "short now", _ctx())
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "gone", "qdeleted7 text", _ctx())
+        assert await store.delete_document(SourceOwner("acme", "ana", "s1"), "gone", _ctx())
+        await store.index_document(SourceOwner("acme", "bob"), "b", "qbob9 stays", _ctx())
+
+        reports = await erase_fully(store, EraseTarget.user("acme", "ana"), max_items=1)
+
+        assert [r.status for r in reports][-1] is EraseStatus.COMPLETE
+        assert sum(r.count("document") for r in reports) == 2
+        everything = _dump(await key_space(admin, prefix))
+        assert b"qword" not in everything and b"qdeleted7" not in everything
+        assert b"doc/acme/ana/" not in everything, "a source id (a revision or its tombstone) was left"
+        assert b"qbob9" in everything
+    finally:
+        await store.aclose()
+
+
+async def test_a_tenant_erasure_leaves_no_key_of_the_tenant_but_settlement_tokens(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    try:
+        await _index(store, ERASED, ["one", "two", "three"])
+        await _index(store, SessionKey("acme", "bob", "x"), ["four"])
+        await store.index_document(SourceOwner("acme"), "t", "tenant wide", _ctx())
+        await _index(store, OTHER_TENANT, ["kept"])
+        other_before = _dump(await key_space(admin, f"{prefix}:{{acme2}}"))
+
+        await erase_fully(store, EraseTarget.tenant("acme"), max_items=2)
+
+        left = sorted(await key_space(admin, f"{prefix}:{{acme}}"))
+        assert all(b":w:" in key for key in left), left
+        for key in left:  # a token holds the outcome of a write, never an id or a word
+            assert (await admin.get(key) or b"").startswith((b"done:", b"fenced"))
+        assert _dump(await key_space(admin, f"{prefix}:{{acme2}}")) == other_before
+        # The tenant starts afresh: indexing and recall work again.
+        await _index(store, ERASED, ["qagain7x"])
+        assert await _found(store, ERASED, "qagain7x")
+    finally:
+        await store.aclose()
+
+
+async def test_a_runtime_erasing_a_session_leaves_none_of_its_words_in_redis(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    ana = VerifiedIdentity("acme", "ana", "test-auth")
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), statement="DSR-9")
+    try:
+        for i in range(4):
+            assert (await runtime.run(ana, "s1", f"my code is qsecret{i}zz")).committed
+            assert (await runtime.run(ana, "s2", f"my code is qkeep{i}zz")).committed
+        assert b"qsecret0zz" in _dump(await key_space(admin, prefix))
+
+        result = await runtime.erase(
+            EraseTarget.session("acme", "ana", "s1"), reason="DSR", attestation=operator
+        )
+
+        tombstone = result.tombstone
+        assert tombstone is not None and tombstone.state is ErasureState.COMPLETE
+        recall = tombstone.store("recall")
+        assert recall is not None and recall.physical is PhysicalErasure.UNREFERENCED
+        assert recall.counts and tombstone.groups_removed >= 3
+        everything = _dump(await key_space(admin, prefix))
+        assert b"qsecret" not in everything
+        assert b"qkeep0zz" in everything
+    finally:
+        await runtime.aclose()
