@@ -104,3 +104,95 @@ def test_the_package_graph_sees_an_import_inside_a_function(tmp_path: Path) -> N
     graph = package_graph(root)
     assert graph == {"_a": {"_b"}, "_b": {"_a"}}
     assert cycle(graph) == ["_a", "_b", "_a"]
+
+
+# ------------------------------------------------- private attributes stay home
+
+#: Private attributes of third-party objects the package reads on purpose (argparse's
+#: sub-command help, cattrs' stock set hooks); ours are never on this list.
+_THIRD_PARTY_PRIVATE = {
+    "_actions",
+    "_choices_actions",
+    "_mutually_exclusive_groups",
+    "_structure_set",
+    "_structure_frozenset",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _own_private_names(tree: ast.Module) -> set[str]:
+    """Private names a module defines: attributes it assigns, methods and class attributes, slots."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _private(node.value):
+            names.add(node.value)  # __slots__ entries, attrs' private fields
+    return {n for n in names if _private(n)}
+
+
+def _our_module_aliases(tree: ast.Module, top: str) -> set[str]:
+    """Names bound to a module of this project (``from .._observe import spans as observe``)."""
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(top)):
+            aliases.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            aliases.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith(top))
+    return aliases
+
+
+def private_reach(path: Path, top: str = "agentium_harness") -> list[str]:
+    """``obj._name`` in ``path`` where ``obj`` is not ``self``/``cls`` and ``_name`` is another module's."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own = _own_private_names(tree)
+    ours = _our_module_aliases(tree, top)
+    imported = {
+        (alias.asname or alias.name).split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+            continue
+        owner = node.value
+        if isinstance(owner, ast.Name) and owner.id in {"self", "cls"}:
+            continue
+        if isinstance(owner, ast.Name) and owner.id in imported:
+            if owner.id in ours:  # a private name of one of our modules, read from another module
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+            continue  # a third-party module's private name (sys._current_frames …)
+        if node.attr in own or node.attr in _THIRD_PARTY_PRIVATE:
+            continue
+        found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_attributes() -> None:
+    reach = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in private_reach(path)]
+    assert reach == []
+
+
+def test_the_private_reach_scan_finds_a_reach(tmp_path: Path) -> None:
+    stage = tmp_path / "closing.py"
+    stage.write_text(
+        "from .._observe import spans as observe\n"
+        "import sys\n"
+        "class Resources:\n"
+        "    def __init__(self, runtime):\n"
+        "        self._runtime = runtime\n"
+        "    def close(self):\n"
+        "        sys._getframe()\n"  # a third-party module's private name: not ours to fix
+        "        self._runtime.parts.admission.check_open()\n"  # own attribute, then public ones
+        "        return self._runtime._admission, observe._Null\n"
+    )
+    assert private_reach(stage) == ["closing.py:9 self._runtime._admission", "closing.py:9 observe._Null"]

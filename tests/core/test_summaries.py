@@ -549,7 +549,7 @@ async def test_a_background_update_runs_after_the_turn_has_returned() -> None:
     with anyio.fail_after(5):
         await _turns(runtime, 3)  # group 0 archived: its update waits on the gate, the run has returned
         await summarizer.started.wait()
-    assert runtime._work.busy(KEY)
+    assert runtime.parts.work.busy(KEY)
     stored = await runtime.session_store.load(KEY, OpContext.with_timeout(1))
     assert stored.snapshot.summary is None  # not saved yet
     summarizer.gate.set()
@@ -580,7 +580,7 @@ async def test_the_next_run_waits_for_the_update_and_never_conflicts() -> None:
 async def test_close_session_cancels_a_hung_update_and_says_so() -> None:
     runtime = _background(Hanging(), settle_timeout_s=0.2)
     await _turns(runtime, 3)
-    assert runtime._work.busy(KEY)
+    assert runtime.parts.work.busy(KEY)
     with anyio.fail_after(5):
         report = await runtime.resources.close_session(ANA, "s1")
     assert any(d.code == "summary_update_cancelled" for d in report.diagnostics)
@@ -593,9 +593,9 @@ async def test_close_session_waits_for_an_update_that_finishes() -> None:
     runtime = _background(ExtractiveSummarizer())
     await _turns(runtime, 3)
     report = await runtime.resources.close_session(ANA, "s1")
-    assert any(d.code == "summary_update_completed" for d in report.diagnostics) or not runtime._work.busy(
-        KEY
-    )
+    assert any(
+        d.code == "summary_update_completed" for d in report.diagnostics
+    ) or not runtime.parts.work.busy(KEY)
     stored = await runtime.session_store.load(KEY, OpContext.with_timeout(1))
     assert stored.snapshot.summary is not None and stored.snapshot.summary.summary.frontier == 1
     await runtime.aclose()
@@ -607,7 +607,7 @@ async def test_aclose_is_bounded_with_a_hung_update() -> None:
     with anyio.fail_after(5):
         await runtime.aclose()
     assert runtime.state.value == "closed"
-    assert not runtime._work.busy(KEY)
+    assert not runtime.parts.work.busy(KEY)
 
 
 def test_the_summary_budget_comes_from_config_with_path_precise_errors(tmp_path: Path) -> None:

@@ -18,15 +18,16 @@ from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
 from .maintenance import flush_session
-from .memory.manager import MemoryManager
+from .memory.manager import MemoryManager, announce_drain, work_tracker
 from .memory.work import DrainResult
 from .owned_work import SummaryReport
+from .parts import CloseAttempt
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
 
-__all__ = ["CloseAttempt", "HarnessResources", "close_session", "drain_runtime", "shutdown_runtime"]
+__all__ = ["HarnessResources", "close_session", "drain_runtime", "shutdown_runtime"]
 
 _lifecycle = logging.getLogger("agentium.engine.lifecycle")
 _maintenance = logging.getLogger("agentium.engine.maintenance")
@@ -41,7 +42,7 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
     """
     diagnostics: list[Diagnostic] = []
     settled = 0
-    pending = runtime._admission.active.get(key)
+    pending = runtime.parts.admission.active.get(key)
     if pending is not None:
         with anyio.move_on_after(runtime.limits.settle_timeout_s):
             await pending.done.wait()
@@ -58,20 +59,20 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
             return _logged(runtime, unsettled_report)
         settled = 1
     flushed = remaining = unsettled = 0
-    if key in runtime._admission.active:
+    if key in runtime.parts.admission.active:
         # A new operation was admitted while we waited; leave the session to it.
         unsettled = 1
         diagnostics.append(
             Diagnostic("run_admitted", "another run was admitted; not flushed", Severity.ERROR)
         )
     else:
-        async with runtime._admission.admit(key, "close_session") as ticket:
+        async with runtime.parts.admission.admit(key, "close_session") as ticket:
             try:
                 flushed, remaining = await flush_session(
                     ticket,
                     archive=runtime.archive,
                     store=runtime.session_store,
-                    hooks=runtime._hooks,
+                    hooks=runtime.parts.hooks,
                     limits=runtime.limits.resident,
                     key=key,
                     diagnostics=diagnostics,
@@ -81,7 +82,7 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                 )
             except Exception as exc:
                 diagnostics.append(Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR))
-    summary_status = await runtime._work.settle(key, runtime.limits.settle_timeout_s)
+    summary_status = await runtime.parts.work.settle(key, runtime.limits.settle_timeout_s)
     if summary_status is not None:
         diagnostics.append(
             Diagnostic(f"summary_update_{summary_status.value}", "the background summary update ended")
@@ -98,9 +99,13 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
         closed_resources=(),
         diagnostics=tuple(diagnostics),
     )
-    if runtime._hooks is not None:
+    if runtime.parts.hooks is not None:
         extra = await broadcast(
-            runtime._hooks, "agentium_session_closed", runtime.limits.close_timeout_s, key=key, report=report
+            runtime.parts.hooks,
+            "agentium_session_closed",
+            runtime.limits.close_timeout_s,
+            key=key,
+            report=report,
         )
         if extra:
             report = attrs.evolve(report, diagnostics=report.diagnostics + tuple(extra))
@@ -117,17 +122,6 @@ def _logged(runtime: HarnessRuntime, report: CleanupReport) -> CleanupReport:
     return report
 
 
-class CloseAttempt:
-    """One ``aclose()`` in progress; concurrent calls wait for it and share its outcome."""
-
-    __slots__ = ("done", "error", "finished")
-
-    def __init__(self) -> None:
-        self.done = anyio.Event()
-        self.finished = False
-        self.error: RuntimeCloseError | None = None
-
-
 async def shutdown_runtime(runtime: HarnessRuntime) -> None:
     """``HarnessRuntime.aclose``: settle or cancel operations, drain owned work, close owned adapters.
 
@@ -138,22 +132,22 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
     :class:`RuntimeCloseError`, leaving the runtime ``closing`` so a later
     call retries what failed.
     """
-    while (attempt := runtime._close_attempt) is not None:
+    while (attempt := runtime.parts.close_attempt) is not None:
         await attempt.done.wait()
         if attempt.finished:
             if attempt.error is not None:
                 raise RuntimeCloseError(attempt.error.failures)
             return
-    if runtime._admission.state is LifecycleState.CLOSED:
+    if runtime.parts.admission.state is LifecycleState.CLOSED:
         return
-    attempt = runtime._close_attempt = CloseAttempt()
+    attempt = runtime.parts.close_attempt = CloseAttempt()
     _lifecycle.info("runtime closing")
     try:
         failures = await _shutdown_once(runtime)
         attempt.error = RuntimeCloseError(failures) if failures else None
         attempt.finished = True
     finally:
-        runtime._close_attempt = None
+        runtime.parts.close_attempt = None
         attempt.done.set()
     if attempt.error is not None:
         # The failures' texts may quote an adapter's error: only their count here (they are on the error).
@@ -179,7 +173,7 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
     So an attempt returns within about ``settle_timeout_s + 2 * close_timeout_s``
     (a retry skips the settle).
     """
-    admission = runtime._admission
+    admission = runtime.parts.admission
     limits = runtime.limits
     first = admission.state is LifecycleState.OPEN
     admission.state = LifecycleState.CLOSING
@@ -196,8 +190,8 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
             )
 
     async def owned_work() -> None:
-        drainer = runtime._drainer
-        tracker = drainer._work if isinstance(drainer, MemoryManager) else drainer
+        drainer = runtime.parts.drainer
+        tracker = work_tracker(drainer) if isinstance(drainer, MemoryManager) else drainer
         drained.append(await tracker.drain(settle, limits.close_timeout_s))
 
     async with anyio.create_task_group() as tg:
@@ -209,11 +203,11 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
     failures.extend(f"owned work {name} failed during shutdown" for name in result.failed if first)
 
     async def announce() -> None:
-        if isinstance(runtime._drainer, MemoryManager):
-            await runtime._drainer._announce_drain(result, limits.close_timeout_s)
+        if isinstance(runtime.parts.drainer, MemoryManager):
+            await announce_drain(runtime.parts.drainer, result, limits.close_timeout_s)
 
     async def close_memory() -> None:
-        if runtime.memory is not None and runtime._owns_memory_manager:
+        if runtime.memory is not None and runtime.parts.owns_memory_manager:
             try:
                 await runtime.memory.aclose(limits.close_timeout_s)
             except Exception as exc:
@@ -221,11 +215,11 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
 
     async def close_adapters() -> None:
         still_open: list[object] = []
-        for adapter, problem in await close_owned(runtime._owned, limits.close_timeout_s):
+        for adapter, problem in await close_owned(runtime.parts.owned, limits.close_timeout_s):
             if problem is not None:
                 failures.append(problem)
                 still_open.append(adapter)
-        runtime._owned = still_open
+        runtime.parts.owned = still_open
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(announce)
@@ -238,7 +232,7 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
 
 async def drain_runtime(runtime: HarnessRuntime, timeout_s: float) -> DrainResult:
     """``HarnessRuntime.drain``: one drain over all owned work; raises when anything did not complete."""
-    result = await runtime._drainer.drain(timeout_s)  # the memory manager raises itself
+    result = await runtime.parts.drainer.drain(timeout_s)  # the memory manager raises itself
     if not result.ok:
         raise MemoryDrainError(f"drain: {result.describe()}", result)
     return result
@@ -258,7 +252,9 @@ class HarnessResources:
         per-session resources the runtime owns, and never closes borrowed
         clients. Safe to call more than once.
         """
-        return await self._runtime._close_session(identity, session_id)
+        key = SessionKey.of(require_identity(identity), session_id)
+        self._runtime.parts.admission.check_open()
+        return await close_session(self._runtime, key)
 
     async def settle_summary(self, identity: VerifiedIdentity, session_id: str) -> SummaryReport | None:
         """Wait (bounded by ``settle_timeout_s``, then cancel) for the session's background summary update.
@@ -266,5 +262,5 @@ class HarnessResources:
         Returns the report of its last update that ended, or ``None`` if none ran.
         """
         key = SessionKey.of(require_identity(identity), session_id)
-        await self._runtime._work.settle(key, self._runtime.limits.settle_timeout_s)
-        return self._runtime._work.last_report(key)
+        await self._runtime.parts.work.settle(key, self._runtime.limits.settle_timeout_s)
+        return self._runtime.parts.work.last_report(key)

@@ -82,8 +82,10 @@ async def _finish(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord
     stores = erasure_stores(runtime, record.target)
     if record.state is not ErasureState.COMPLETE:
         timeout = runtime.limits.settle_timeout_s
-        background = [(key, partial(runtime._work.settle, key, timeout)) for key in runtime._work.running()]
-        running = await settle_late(record.target, runtime._admission.late.wait, background, timeout)
+        background = [
+            (key, partial(runtime.parts.work.settle, key, timeout)) for key in runtime.parts.work.running()
+        ]
+        running = await settle_late(record.target, runtime.parts.admission.late.wait, background, timeout)
         if running:
             raise ErasureIncompleteError(
                 f"writes of {record.target.describe()} this runtime walked away from are still running "
@@ -110,7 +112,7 @@ async def run_erasure(
     """One erasure of ``target`` (checked arguments), or its dry run; see :mod:`.erasure` for the steps."""
     stores = erasure_stores(runtime, target)
     check_capable(stores)
-    admission = runtime._admission
+    admission = runtime.parts.admission
     if dry_run:
         async with admission.admit_shared(target.session_key, "erasure plan") as ticket:
             planned = new_record(target, reason, attestation, kind, ErasureState.PLANNED)
@@ -188,12 +190,12 @@ class ErasureOperations:
         if not isinstance(attestation, OperatorAttestation):
             raise InvalidArgumentError("resume_erasures needs an OperatorAttestation; nothing was done")
         tenant = attestation.operator.tenant
-        async with runtime._admission.admit_shared(None, "erasure status") as ticket:
+        async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
             pending = await pending_records(ticket, runtime.session_store, tenant)
         results: list[ErasureResult] = []
         for header in pending:
             check_capable(erasure_stores(runtime, header.target))
-            async with runtime._admission.admit_erasure(header.target) as ticket:
+            async with runtime.parts.admission.admit_erasure(header.target) as ticket:
                 record = await load_record(ticket, runtime.session_store, header)
                 results.append(ErasureResult(await _finish(runtime, ticket, record), resumed=True))
         return tuple(results)
@@ -213,7 +215,7 @@ class ErasureOperations:
         if target is not None and (not isinstance(target, EraseTarget) or target.tenant_id != tenant):
             raise ErasureRefusedError(f"the status asked for is outside tenant {tenant!r}, the operator's")
         store = runtime.session_store
-        async with runtime._admission.admit_shared(None, "erasure status") as ticket:
+        async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
             pending = [
                 await load_record(ticket, store, h) for h in await pending_records(ticket, store, tenant)
             ]

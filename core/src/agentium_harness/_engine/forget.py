@@ -120,7 +120,7 @@ async def _places(
     runtime: HarnessRuntime, key: SessionKey, seqs: Sequence[int]
 ) -> tuple[list[SourceHolder], list[int]]:
     """Where each source group of session ``key`` is; and the archived seqs (what can be erased)."""
-    async with runtime._admission.admit_shared(key, "forget sources") as ticket:
+    async with runtime.parts.admission.admit_shared(key, "forget sources") as ticket:
         stored, snap = await load_session(
             ticket, runtime.session_store, key, None, attest_legacy=False, fence=False
         )

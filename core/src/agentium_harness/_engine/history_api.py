@@ -67,7 +67,7 @@ class HistoryOperations:
         # A span of its own (agentium.history.<kind>), parent of its load, commit and summary spans.
         with traced_operation(runtime, kind, key.tenant, key.user, key.session) as span:
             try:
-                async with runtime._admission.admit(key, kind) as ticket:
+                async with runtime.parts.admission.admit(key, kind) as ticket:
                     return ticket.report(await work(runtime, ticket, progress))
             except AgentiumError as exc:
                 state = exc.commit_state if exc.commit_state is not None else progress.commit_state
@@ -137,7 +137,7 @@ class HistoryOperations:
             raise TypeError("view must be True or False")
         key = SessionKey.of(require_identity(identity), session_id)
         runtime = self._runtime()
-        async with runtime._admission.admit_shared(key, "history read") as ticket:
+        async with runtime.parts.admission.admit_shared(key, "history read") as ticket:
             return await read_page(
                 ticket,
                 archive=runtime.archive,
@@ -164,7 +164,7 @@ class HistoryOperations:
         if after is not None:
             validate_id(after, "after")
         runtime = self._runtime()
-        async with runtime._admission.admit_shared(None, "session listing") as ticket:
+        async with runtime.parts.admission.admit_shared(None, "session listing") as ticket:
             return await list_page(ticket, runtime.session_store, who.tenant, who.user, after, count)
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -161,7 +161,7 @@ def _diagnostics(evidence: Evidence) -> list[Diagnostic]:
     return out
 
 
-def _describe(span: observe.Span | observe._Null, outcome: RecallOutcome) -> None:
+def _describe(span: observe.Span | observe.NullSpan, outcome: RecallOutcome) -> None:
     """A recall outcome as a DEBUG record and on its span: statuses and counts (the query: span, opt-in)."""
     _log.debug(
         "recall %s at the %s fence: %s, %d source(s) included, %d omitted",

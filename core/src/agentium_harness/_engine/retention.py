@@ -200,7 +200,7 @@ async def apply_policy(
     """Apply ``policy`` to every session of ``target``: one groups erasure per session past it."""
     from .erasure_api import run_erasure  # the API module imports this one
 
-    admission, store = runtime._admission, runtime.session_store
+    admission, store = runtime.parts.admission, runtime.session_store
     async with admission.admit_shared(None, "retention listing") as ticket:
         keys, more = await sessions_of(ticket, store, target)
     notes: list[str] = []

@@ -54,7 +54,7 @@ from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_i
 from .._verdicts import EvidenceLimits, VerificationRecord
 from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
 from .checks import probe_adapters
-from .closing import CloseAttempt, HarnessResources, close_session, drain_runtime, shutdown_runtime
+from .closing import HarnessResources, drain_runtime, shutdown_runtime
 from .embedding import Hybrid
 from .erasure_api import ErasureOperations
 from .history_api import HistoryOperations
@@ -76,6 +76,7 @@ from .memory.manager import MemoryManager
 from .memory.work import DrainResult, OwnedWorkSource
 from .memory.work import WorkTracker as MemoryWorkDrainer
 from .owned_work import OwnedWork
+from .parts import RuntimeParts
 from .progress import RunProgress, failed_run, with_result
 from .recall_policy import RecallPolicy, current_session_recall_policy
 from .recall_turn import (
@@ -89,7 +90,7 @@ from .recall_turn import (
 )
 from .recall_view import ConditionalPublication
 from .request import assemble_request
-from .results import CleanupReport, Diagnostic, RunResult, RunStatus, Severity
+from .results import Diagnostic, RunResult, RunStatus, Severity
 from .retention import RetentionPolicy
 from .summary import GroupReader
 from .tools import ToolRegistry
@@ -163,16 +164,13 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         self.telemetry = telemetry or Telemetry()
         #: What :meth:`apply_retention` applies (``[retention]``); ``None`` when not configured.
         self.retention = retention
-        self._telemetry_resolved = self.telemetry.resolve()
         self._memory = memory
-        self._owns_memory_manager = owns_memory_manager
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()
         self.verify_timeout_s = verify_timeout_s or limits.op_timeout_s
         self.summarizer = summarizer
         self.summary_limits = summary_limits or SummaryLimits()
-        self._summary_reader = summary_reader
         self.recall = recall
         #: Hybrid recall (an embedder beside the recall store), or ``None`` for lexical recall.
         self.hybrid = hybrid
@@ -185,20 +183,28 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         self.limits = limits
         self.instructions = instructions
         self.tools = tools
-        self.resources = HarnessResources(self)
-        self._hooks = hooks
-        self._owned = list(owned)
-        self._admission = Admission(limits.op_timeout_s, hook_timeout_s=limits.close_timeout_s)
-        self._work = OwnedWork(limits.op_timeout_s, self._admission.late)
+        admission = Admission(limits.op_timeout_s, hook_timeout_s=limits.close_timeout_s)
+        work = OwnedWork(limits.op_timeout_s, admission.late)
         # One place drains all owned work (R40): the memory manager's, with the summary jobs tracked in it.
-        self._drainer = memory if memory is not None else MemoryWorkDrainer()
-        self._drainer.track(OwnedWorkSource(self._work))
-        self._close_attempt: CloseAttempt | None = None
+        drainer = memory if memory is not None else MemoryWorkDrainer()
+        drainer.track(OwnedWorkSource(work))
+        #: The parts the stage modules share (:mod:`.parts`); not for hosts.
+        self.parts = RuntimeParts(
+            admission=admission,
+            work=work,
+            drainer=drainer,
+            hooks=hooks,
+            owned=list(owned),
+            owns_memory_manager=owns_memory_manager,
+            summary_reader=summary_reader,
+            telemetry=self.telemetry.resolve(),
+        )
+        self.resources = HarnessResources(self)
 
     @property
     def state(self) -> LifecycleState:
         """``open``, ``closing`` or ``closed``."""
-        return self._admission.state
+        return self.parts.admission.state
 
     @property
     def memory(self) -> MemoryManager | None:
@@ -261,7 +267,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
             granted = check_grants(grants)
             offered = check_sources(sources)
             policy = check_completion(completion, self.completion_policy, self.verifier)
-            async with self._admission.admit(scope.session_key, "run") as ticket:
+            async with self.parts.admission.admit(scope.session_key, "run") as ticket:
                 return ticket.report(
                     await self._run_admitted(
                         ticket,
@@ -460,7 +466,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         key = SessionKey.of(require_identity(identity), session_id)
         # Read-only: admitted shared, so it may look at a session while a run holds it,
         # and shutdown waits for it (or cancels it) before closing the store.
-        async with self._admission.admit_shared(key, "inspection") as ticket:
+        async with self.parts.admission.admit_shared(key, "inspection") as ticket:
             return await inspect_session(ticket, self.session_store, self.limits.resident, key)
         raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation
 
@@ -479,7 +485,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         snapshot is written at the current format version with its digest.
         """
         scope = run_scope(identity, session_id, recall_scope)
-        async with self._admission.admit(scope.session_key, "migration") as ticket:
+        async with self.parts.admission.admit(scope.session_key, "migration") as ticket:
             return await migrate_session(
                 ticket, self.session_store, scope.session_key, scope, attest=attest_legacy_memory_scope
             )
@@ -488,22 +494,17 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
     async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
         """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``)."""
         key = SessionKey.of(require_identity(identity), session_id)
-        async with self._admission.admit(key, "reconciliation") as ticket:
+        async with self.parts.admission.admit(key, "reconciliation") as ticket:
             return await reconcile_session(
                 ticket,
                 archive=self.archive,
                 store=self.session_store,
-                hooks=self._hooks,
+                hooks=self.parts.hooks,
                 limits=self.limits.resident,
                 key=key,
                 keep_receipts=self.summarizer is not None,
             )
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
-        key = SessionKey.of(require_identity(identity), session_id)
-        self._admission.check_open()
-        return await close_session(self, key)
 
     async def drain(self, timeout_s: float | None = None) -> DrainResult:
         """Wait for owned background work (summary updates, memory extraction, writes); say what happened.
@@ -539,7 +540,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
             raise InvalidArgumentError("the runtime has no verifier; configure [verifier]")
         if not isinstance(claim, str):
             raise InvalidArgumentError(f"claim must be a string, got {type(claim).__name__}")
-        admitted = self._admission.admit_shared(scope.session_key, "verification", self.verify_timeout_s)
+        admitted = self.parts.admission.admit_shared(scope.session_key, "verification", self.verify_timeout_s)
         async with admitted as ticket:
             record, notes = await verify_on_demand(
                 ticket,
@@ -562,7 +563,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         roles.update(recall=self.recall, verifier=self.verifier, provider=self.provider)
         roles["embedder"] = self.hybrid.embedder if self.hybrid is not None else None
         adapters = [(role, adapter) for role, adapter in roles.items() if adapter is not None]
-        async with self._admission.admit_shared(None, "probe") as ticket:
+        async with self.parts.admission.admit_shared(None, "probe") as ticket:
             return await probe_adapters(ticket, adapters)
         raise AssertionError("unreachable")  # pragma: no cover
 

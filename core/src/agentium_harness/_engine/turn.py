@@ -205,7 +205,7 @@ async def _complete(ticket: Ticket, provider: ModelProvider, request: ModelReque
         return response
 
 
-def _describe(span: observe.Span | observe._Null, request: ModelRequest, response: object) -> None:
+def _describe(span: observe.Span | observe.NullSpan, request: ModelRequest, response: object) -> None:
     """Token usage (the engine's estimate where the provider gave none, as the run counts it)."""
     message = getattr(response, "message", None)
     usage = getattr(response, "usage", None)

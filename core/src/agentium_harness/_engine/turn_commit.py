@@ -111,9 +111,11 @@ async def settle_earlier(runtime: HarnessRuntime, key: SessionKey) -> list[Diagn
     The update saves into the snapshot the next commit is based on: waiting
     for it first means it never makes this commit conflict.
     """
-    if runtime._work.busy(key):
-        await runtime._work.settle(key, runtime.summary_limits.timeout_s * 2 + runtime.limits.op_timeout_s)
-    earlier = runtime._work.take_report(key)
+    if runtime.parts.work.busy(key):
+        await runtime.parts.work.settle(
+            key, runtime.summary_limits.timeout_s * 2 + runtime.limits.op_timeout_s
+        )
+    earlier = runtime.parts.work.take_report(key)
     return list(earlier.diagnostics) if earlier is not None else []
 
 
@@ -163,7 +165,7 @@ async def commit_group(
                     ticket,
                     archive=runtime.archive,
                     store=runtime.session_store,
-                    hooks=runtime._hooks,
+                    hooks=runtime.parts.hooks,
                     limits=runtime.limits.resident,
                     key=key,
                     scope=scope,
@@ -212,8 +214,8 @@ async def commit_group(
     revision = outcome.revision
     current = restarted_summary if restarted_summary is not None else summary
     saved_view = view if view is not None else snap.view
-    if runtime.summarizer is not None and runtime._summary_reader is not None:
-        summarizer, reader, limits = runtime.summarizer, runtime._summary_reader, runtime.summary_limits
+    if runtime.summarizer is not None and runtime.parts.summary_reader is not None:
+        summarizer, reader, limits = runtime.summarizer, runtime.parts.summary_reader, runtime.summary_limits
 
         async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
             return await summarize_after_commit(
@@ -230,7 +232,7 @@ async def commit_group(
             )
 
         if limits.background:
-            runtime._work.start(key, lambda on: _state_and_notes(summarize(on)))
+            runtime.parts.work.start(key, lambda on: _state_and_notes(summarize(on)))
         else:
             revision, current, notes = await summarize(ticket)
             diagnostics.extend(notes)

@@ -335,7 +335,7 @@ async def verify_on_demand(
     return record, notes
 
 
-def _describe(span: observe.Span | observe._Null, record: VerificationRecord) -> None:
+def _describe(span: observe.Span | observe.NullSpan, record: VerificationRecord) -> None:
     """A verification's verdict and counts on its span (the reason is content: only with capture)."""
     span.set("agentium.verification.verdict", record.verdict.value)
     span.set("agentium.verification.revisions", record.revisions)

@@ -35,6 +35,7 @@ __all__ = [
     "HAVE_OTEL",
     "NULL",
     "Active",
+    "NullSpan",
     "Span",
     "adapter_call",
     "begin",
@@ -198,12 +199,12 @@ class using:
 # -- spans ---------------------------------------------------------------------------------------
 
 
-class _Null:
+class NullSpan:
     """The span of an operation nothing records: every method does nothing."""
 
     __slots__ = ()
 
-    def __enter__(self) -> _Null:
+    def __enter__(self) -> NullSpan:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -231,7 +232,7 @@ class _Null:
 
 
 #: The span every helper returns when nothing records.
-NULL = _Null()
+NULL = NullSpan()
 
 
 class Span:
@@ -386,7 +387,7 @@ def _json(value: object) -> str:
 
 def stage(
     name: str, attributes: Mapping[str, Any] | None = None, *, span_name: str | None = None
-) -> Span | _Null:
+) -> Span | NullSpan:
     """The span of one stage of a turn (``agentium.<name>`` unless ``span_name``) and its duration."""
     active = current()
     if active is None:
@@ -396,7 +397,7 @@ def stage(
 
 def operation(
     name: str, span_name: str, kind: str = "client", metric_stage: str | None = None, **attributes: Any
-) -> Span | _Null:
+) -> Span | NullSpan:
     """A GenAI operation span (``gen_ai.operation.name`` = ``name``) with the GenAI duration metric.
 
     ``metric_stage`` also records it as that stage of the turn.
@@ -428,7 +429,7 @@ _MEMORY_NAMES = frozenset(MEMORY_OPERATIONS.values())
 CALLER_TRACED = frozenset({"provider complete"})
 
 
-def adapter_call(operation_name: str) -> Span | _Null:
+def adapter_call(operation_name: str) -> Span | NullSpan:
     """The span of one adapter call through ``Ticket.call``: ``agentium.<operation>``, or a GenAI one."""
     active = current()
     if active is None or operation_name in CALLER_TRACED:
@@ -442,7 +443,7 @@ def adapter_call(operation_name: str) -> Span | _Null:
     return Span(active, name, _CLIENT, {"agentium.operation": operation_name})
 
 
-def chat(provider: object) -> Span | _Null:
+def chat(provider: object) -> Span | NullSpan:
     """The span of one model call: ``chat {model}``, with the provider's GenAI name and model if it says them.
 
     A provider may declare ``gen_ai_provider_name`` (e.g. ``"openai"``) and
@@ -461,7 +462,7 @@ def chat(provider: object) -> Span | _Null:
     return operation("chat", span_name, **attributes)
 
 
-def tool(name: str, call_id: str) -> Span | _Null:
+def tool(name: str, call_id: str) -> Span | NullSpan:
     """The span of one tool call: ``execute_tool {name}``."""
     if current() is None:
         return NULL
@@ -473,7 +474,7 @@ def tool(name: str, call_id: str) -> Span | _Null:
     )
 
 
-def client_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span | _Null:
+def client_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span | NullSpan:
     """A span for one request an adapter sends its backend (kind ``CLIENT``), under the adapter call's span.
 
     For a backend whose client library has no OpenTelemetry instrumentation,
@@ -498,7 +499,7 @@ def record(instrument: str, value: float, attributes: Mapping[str, Any]) -> None
         active.instruments.record(instrument, value, attributes)
 
 
-def tokens(span: Span | _Null, input_tokens: int | None, output_tokens: int | None) -> None:
+def tokens(span: Span | NullSpan, input_tokens: int | None, output_tokens: int | None) -> None:
     """Put a model call's token usage on its span and on ``gen_ai.client.token.usage``."""
     if not isinstance(span, Span):
         return

@@ -20,7 +20,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from .._errors import AgentiumError
 from .logs import log_diagnostics, would_log
 from .settings import Resolved, Telemetry
-from .spans import _INTERNAL, NULL, Active, Span, _Null, begin, enter, error_type, leave
+from .spans import _INTERNAL, NULL, Active, NullSpan, Span, begin, enter, error_type, leave
 
 __all__ = ["AGENT_NAME", "observed_drain", "settings_of", "traced_operation", "traced_run"]
 
@@ -36,8 +36,8 @@ _DEFAULT: list[Resolved] = []
 
 
 def settings_of(owner: object) -> Resolved:
-    """The resolved telemetry settings of a runtime (``owner.telemetry``), the defaults without one."""
-    resolved = getattr(owner, "_telemetry_resolved", None)
+    """The resolved telemetry settings of a runtime (``owner.parts.telemetry``), the defaults without one."""
+    resolved = getattr(getattr(owner, "parts", None), "telemetry", None)
     if isinstance(resolved, Resolved):
         return resolved
     if not _DEFAULT:
@@ -97,7 +97,7 @@ def _fields(attributes: Mapping[str, Any]) -> dict[str, object]:
 
 
 def _finish(
-    span: Span | _Null,
+    span: Span | NullSpan,
     active: Active | None,
     settings: Resolved,
     scope: dict[str, Any],
@@ -157,7 +157,7 @@ def traced_run(
         token = enter(active)
         started = perf_counter()
         scope: dict[str, Any] = {}
-        span: Span | _Null = NULL
+        span: Span | NullSpan = NULL
         try:
             if active.on or _log.isEnabledFor(logging.INFO):
                 scope = _scope_attributes(settings, identity, session_id)
@@ -193,7 +193,7 @@ def traced_run(
 @contextlib.contextmanager
 def traced_operation(
     owner: object, kind: str, tenant: str, user: str, session: str
-) -> Iterator[Span | _Null]:
+) -> Iterator[Span | NullSpan]:
     """The root span of a host operation other than a run (``agentium.history.append`` …) and its state.
 
     Its stages (load, commit, eviction, summary) become its children, under

@@ -272,7 +272,7 @@ class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         folder exists and is writable; the first real call creates it.
         """
         ctx.raise_if_expired(operation)
-        self._refuse_if_closed(operation)
+        self.refuse_if_closed(operation)
         if self._conn is None:
             missing = await anyio.to_thread.run_sync(self._not_created_yet, operation)
             if missing is not None:

@@ -102,7 +102,7 @@ class SQLiteRecallSession(RecallSession):
         if self._closed:
             raise SQLiteRecallError(f"sqlite recall store: {operation} refused: the recall session is closed")
         # A closed store refuses even a call that would not reach it (a query of stop words).
-        self._store._refuse_if_closed(operation)
+        self._store.refuse_if_closed(operation)
 
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
         """Up to ``max_candidates`` visible sources for ``query``, best first, within ``ctx.remaining_bytes``.

@@ -454,7 +454,7 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         data = snapshot_bytes(snapshot)
         rows = split_snapshot(snapshot, data)
         evicted = group_rows(groups)
-        prefix = f"{archive._location_prefix()}#{key.key()}"
+        prefix = f"{self._location_prefix()}#{key.key()}"  # the archive's: same file (checked above)
 
         def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt], int]:
             with immediate_transaction(conn):

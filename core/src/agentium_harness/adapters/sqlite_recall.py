@@ -325,7 +325,7 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
             raise InvalidArgumentError(f"scope must be a Scope, got {type(scope).__name__}")
         if not isinstance(limits, RecallLimits):
             raise InvalidArgumentError(f"limits must be RecallLimits, got {type(limits).__name__}")
-        self._refuse_if_closed("recall open")
+        self.refuse_if_closed("recall open")
         return SQLiteRecallSession(self, scope, limits)
 
     async def index_document(

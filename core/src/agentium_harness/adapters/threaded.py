@@ -160,7 +160,8 @@ class ThreadBoundAdapter(Generic[ConnT]):
         """True once :meth:`aclose` was called; later calls are refused."""
         return self._closed
 
-    def _refuse_if_closed(self, operation: str) -> None:
+    def refuse_if_closed(self, operation: str) -> None:
+        """Raise the adapter's storage error if it is closed (its sessions call it before each step)."""
         if self._closed:
             raise self.storage_error(f"{self.adapter_name}: {operation} refused: the adapter is closed")
 
@@ -182,7 +183,7 @@ class ThreadBoundAdapter(Generic[ConnT]):
             one of ``backend_errors``.
         """
         ctx.raise_if_expired(operation)
-        self._refuse_if_closed(operation)
+        self.refuse_if_closed(operation)
         # The limiter is taken here, not by run_sync, so waiting for it is
         # bounded by the deadline and an abandoned call releases its token
         # when its caller leaves (the lock in the thread still orders them).
@@ -233,7 +234,7 @@ class ThreadBoundAdapter(Generic[ConnT]):
             )
         try:
             ctx.raise_if_expired(operation)
-            self._refuse_if_closed(operation)
+            self.refuse_if_closed(operation)
             try:
                 conn = self._connect()
                 with self.call_guard(conn, ctx):

@@ -280,7 +280,7 @@ class HarnessEvalTarget:
             runtime = recording_runtime(
                 base,
                 recorder,
-                hooks=getattr(base, "_hooks", None),
+                hooks=base.parts.hooks,
                 session_store=InMemorySessionStore(),
                 recall_budget=case.recall_budget,
             )

@@ -57,7 +57,14 @@ from ..lifecycle import Ticket, close_owned
 from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
-__all__ = ["HistoryOwner", "MemoryExtractor", "MemoryLimits", "MemoryManager"]
+__all__ = [
+    "HistoryOwner",
+    "MemoryExtractor",
+    "MemoryLimits",
+    "MemoryManager",
+    "announce_drain",
+    "work_tracker",
+]
 
 T = TypeVar("T")
 
@@ -462,3 +469,13 @@ def _checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) 
                 f"{operation} returned a fact of another tenant or user; nothing was changed"
             )
     return facts
+
+
+def work_tracker(manager: MemoryManager) -> WorkTracker:
+    """The tracker of ``manager``'s owned work: a runtime's shutdown drains it without raising."""
+    return manager._work
+
+
+async def announce_drain(manager: MemoryManager, result: DrainResult, timeout_s: float) -> DrainResult:
+    """Tell ``manager``'s hooks how a drain ended (bounded by ``timeout_s``), as its own drain does."""
+    return await manager._announce_drain(result, timeout_s)

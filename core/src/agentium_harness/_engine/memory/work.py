@@ -138,8 +138,7 @@ class OwnedWorkSource:
         self._work = work
 
     def _keys(self) -> list[Any]:
-        # OwnedWork keeps its running jobs by session key; a read-only snapshot.
-        return list(getattr(self._work, "_jobs", {}))
+        return self._work.running()
 
     def pending(self) -> Sequence[str]:
         """Names of the summary updates running now."""
