@@ -28,6 +28,7 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
 from agentium_harness.plugin_api import (
+    EmbeddingModel,
     GroupRef,
     MemoryFact,
     MemoryScope,
@@ -35,6 +36,8 @@ from agentium_harness.plugin_api import (
     PhysicalErasure,
     SessionKey,
     SourceOwner,
+    SourceVector,
+    Vector,
 )
 from agentium_harness.testing import plain_group
 from agentium_postgres import (
@@ -244,3 +247,27 @@ async def test_retention_on_postgres_erases_old_groups_from_the_archive_and_the_
         assert page.groups and page.groups[0].seq == erased[-1].stop
     finally:
         await runtime.aclose()
+
+
+async def test_erasing_a_source_takes_its_vector_and_leaves_the_neighbours(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    """Vectors hang on their source's row (a cascading key): the erase takes them, as the app role."""
+    model = EmbeddingModel("test-axes", 4)
+    recall = PostgresRecallStore(app_config)
+    try:
+        gone = await recall.index_document(SourceOwner("acme", "ana", "s1"), "d", "erased text", _ctx())
+        kept = await recall.index_document(SourceOwner("acme", "ana", "s2"), "d", "kept text", _ctx())
+        axis = [Vector.normalized(model, [1.0 if j == i else 0.0 for j in range(4)]) for i in range(2)]
+        assert (
+            await recall.index_vectors([SourceVector(gone, axis[0]), SourceVector(kept, axis[1])], _ctx())
+            == 2
+        )
+        before = rows_of(admin, schema, "recall_vectors")
+        report = await recall.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert report.count("document") == 1
+        after = rows_of(admin, schema, "recall_vectors")
+        assert len(before) == 2 and len(after) == 1 and after[0] in before
+        assert bytes(after[0][2]) == axis[1].to_bytes()
+    finally:
+        await recall.aclose()

@@ -31,6 +31,7 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
+    EmbeddingModel,
     EraseReport,
     EraseStatus,
     OpContext,
@@ -39,6 +40,8 @@ from agentium_harness.plugin_api import (
     Scope,
     SessionKey,
     SourceOwner,
+    SourceVector,
+    Vector,
 )
 from agentium_harness.testing import plain_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
@@ -215,3 +218,27 @@ async def test_a_runtime_erasing_a_session_leaves_none_of_its_words_in_redis(
         assert b"qkeep0zz" in everything
     finally:
         await runtime.aclose()
+
+
+async def test_an_erased_sources_vector_goes_and_the_vector_count_follows(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    model = EmbeddingModel("test-axes", 4)
+    axis = [Vector.normalized(model, [1.0 if j == i else 0.0 for j in range(4)]) for i in range(2)]
+    try:
+        gone = await store.index_document(SourceOwner("acme", "ana", "s1"), "d", "qerased5 text", _ctx())
+        kept = await store.index_document(SourceOwner("acme", "ana", "s2"), "d", "qkept5 text", _ctx())
+        assert (
+            await store.index_vectors([SourceVector(gone, axis[0]), SourceVector(kept, axis[1])], _ctx()) == 2
+        )
+        await erase_fully(store, EraseTarget.session("acme", "ana", "s1"))
+        space = await key_space(admin, f"{prefix}:{{acme}}")
+        assert space[f"{prefix}:{{acme}}:vc".encode()] == ("string", b"1")
+        vector_sets = [v for k, v in space.items() if b":vs:" in k]
+        assert len(vector_sets) == 1 and len(vector_sets[0][1]) == 1
+        blobs = [v[1].get(b"vec") for k, v in space.items() if b":m:" in k]
+        assert blobs == [axis[1].to_bytes()]
+    finally:
+        await store.aclose()
