@@ -49,6 +49,13 @@ def _widen(target: EraseTarget) -> EraseTarget:
     return EraseTarget(target.tenant_id)
 
 
+def _resplit(target: EraseTarget) -> EraseTarget:
+    """Another classic: ids joined with ``/`` and split back (``a/b`` + ``c`` reads as ``a`` + ``b/c``)."""
+    ids = [i for i in (target.tenant_id, target.user_id, target.session_id) if i is not None]
+    parts = "/".join(ids).split("/", len(ids) - 1)
+    return EraseTarget(*parts, groups=target.groups)  # type: ignore[arg-type]
+
+
 def _ignore_ctx(ctx: OpContext) -> OpContext:
     return OpContext()
 
@@ -64,6 +71,22 @@ class Archive(InMemoryArchive):
     def __init__(self) -> None:
         super().__init__()
         self.trash: list[bytes] = []
+
+
+class ResplitEraseArchive(Archive):
+    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+
+    capabilities = Archive.capabilities
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
 
 
 class UndeclaredEraseArchive(Archive):
@@ -259,6 +282,22 @@ class Store(InMemorySessionStore):
     def __init__(self) -> None:
         super().__init__()
         self.trash: list[bytes] = []
+
+
+class ResplitEraseStore(Store):
+    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+
+    capabilities = Store.capabilities
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
 
 
 class UndeclaredEraseStore(Store):
@@ -526,6 +565,22 @@ class AuditsErasedTextRecall(Recall):
         return await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
 
 
+class ResplitEraseRecall(Recall):
+    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+
+    capabilities = Recall.capabilities
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
+
+
 class _RecallSuite(RecallStoreContract):
     store_class: ClassVar[type[Recall]] = Recall
 
@@ -697,6 +752,22 @@ class UncheckpointedMemory(Memory):
         return EraseReport()
 
 
+class ResplitEraseMemory(Memory):
+    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+
+    capabilities = Memory.capabilities
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
+
+
 def _memory_case(adapter: type[Memory]) -> type[MemoryStoreContract]:
     class Case(MemoryStoreContract):
         @pytest.fixture
@@ -738,4 +809,20 @@ class TestEraseIgnoresCancelMemory(_memory_case(EraseIgnoresCancelMemory)):  # t
 
 
 class TestUncheckpointedMemory(_memory_case(UncheckpointedMemory)):  # type: ignore[misc]
+    pass
+
+
+class TestResplitEraseArchive(_archive_case(ResplitEraseArchive)):  # type: ignore[misc]
+    pass
+
+
+class TestResplitEraseStore(_store_case(ResplitEraseStore)):  # type: ignore[misc]
+    pass
+
+
+class TestResplitEraseRecall(_RecallSuite):
+    store_class = ResplitEraseRecall
+
+
+class TestResplitEraseMemory(_memory_case(ResplitEraseMemory)):  # type: ignore[misc]
     pass

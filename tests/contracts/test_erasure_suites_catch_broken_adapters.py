@@ -28,11 +28,21 @@ _CANCEL = "test_cancelled_erase_removes_nothing"
 _RAW = "test_erased_bytes_leave_the_storage"
 _UNDECLARED = "test_erase_refused_when_undeclared"
 _SESSION = "test_erase_removes_a_session_and_nothing_else"
+_COLLIDING = "test_erase_keeps_colliding_session_keys_apart"
 
 EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestUndeclaredEraseArchive": {_UNDECLARED},
+    "TestResplitEraseArchive": {_COLLIDING},
+    "TestResplitEraseStore": {_COLLIDING},
+    "TestResplitEraseRecall": {_COLLIDING},
+    "TestResplitEraseMemory": {_COLLIDING},
     # Prefix matching takes neighbours, and what it takes beyond the bound is never reported.
-    "TestPrefixEraseArchive": {_SESSION, "test_erase_user_and_tenant_take_every_session_below_them", _BOUND},
+    "TestPrefixEraseArchive": {
+        _SESSION,
+        "test_erase_user_and_tenant_take_every_session_below_them",
+        _BOUND,
+        _COLLIDING,
+    },
     "TestWholeSessionArchive": {"test_erase_groups_takes_only_those_seqs"},
     "TestDryRunErasesArchive": {_DRY},
     "TestUnboundedEraseArchive": {_BOUND},
@@ -46,14 +56,19 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         _BOUND,
     },
     "TestUndeclaredEraseStore": {_UNDECLARED},
-    "TestWidenedEraseStore": {_SESSION, "test_erase_user_and_tenant_take_every_session_below_them", _RAW},
+    "TestWidenedEraseStore": {
+        _SESSION,
+        "test_erase_user_and_tenant_take_every_session_below_them",
+        _RAW,
+        _COLLIDING,
+    },
     "TestDryRunErasesStore": {_DRY},
     "TestUnboundedEraseStore": {_BOUND},
     "TestEraseIgnoresCancelStore": {_CANCEL},
     "TestKeepsRevisionsStore": {_RAW},
     "TestUndeclaredEraseRecall": {_UNDECLARED},
     "TestWidenedEraseRecall": {_SESSION, _RAW},
-    "TestTenantForUserRecall": {"test_erase_user_and_tenant_take_every_source_below_them"},
+    "TestTenantForUserRecall": {"test_erase_user_and_tenant_take_every_source_below_them", _COLLIDING},
     "TestWholeSessionRecall": {"test_erase_groups_takes_only_those_seqs_and_their_text"},
     # The "before" dry run of the bound and cancellation tests already erases.
     "TestDryRunErasesRecall": {_DRY, _BOUND, _CANCEL},
@@ -62,7 +77,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
     "TestAuditsErasedTextRecall": {_RAW},
     "TestUndeclaredEraseMemory": {_UNDECLARED},
     "TestWidenedEraseMemory": {"test_erase_removes_a_sessions_facts_and_nothing_else"},
-    "TestTenantForUserMemory": {"test_erase_user_and_tenant_take_every_fact_below_them", _RAW},
+    "TestTenantForUserMemory": {"test_erase_user_and_tenant_take_every_fact_below_them", _RAW, _COLLIDING},
     "TestDryRunErasesMemory": {_DRY},
     "TestUnboundedEraseMemory": {_BOUND},
     "TestEraseIgnoresCancelMemory": {_CANCEL},

@@ -14,7 +14,7 @@ erased text is left anywhere and that neighbours' bytes are still there.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Protocol
 
 import pytest
@@ -26,13 +26,14 @@ from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, SeqRange
 from .._ports.sessions import SessionStore, SessionStoreCapabilities, snapshot_bytes
 from .._scope import SessionKey
 from ._suite import expired_context, plain_group, require_flag, require_not_flag
-from .helpers import RawStorage, scoped_snapshot
+from .helpers import COLLIDING_SESSION_KEYS, RawStorage, scoped_snapshot
 
 __all__ = [
     "ERASED",
     "NEIGHBOURS",
     "ArchiveErasureTests",
     "SessionStoreErasureTests",
+    "erase_colliding_keys",
     "erase_fully",
     "marker",
     "raw_bytes",
@@ -103,6 +104,39 @@ async def erase_fully(
         if dry_run or report.status is EraseStatus.COMPLETE:
             return reports
     pytest.fail("erase never reported complete", pytrace=False)
+
+
+async def erase_colliding_keys(
+    store: _Erasable,
+    seed: Callable[[SessionKey, str], Awaitable[None]],
+    state: Callable[[SessionKey], Awaitable[object]],
+    empty: object,
+) -> None:
+    """Erase one key of each pair in ``COLLIDING_SESSION_KEYS``; the other key's state must not change.
+
+    Both keys of every pair are seeded (``seed(key, text)``), then one is
+    erased as a session, as its user (when the pair's users differ) and as
+    its tenant (when the tenants differ); after each erase the other key's
+    ``state`` is what it was, and at the end the erased key's is ``empty``.
+    Every other pair is erased from its right-hand key, so that each
+    boundary is tried in both directions: a store that matches by prefix
+    or by a joined key fails one way or the other.
+    """
+    pairs = [(b, a) if i % 2 else (a, b) for i, (a, b) in enumerate(COLLIDING_SESSION_KEYS)]
+    for i, (gone, kept) in enumerate(pairs):
+        await seed(gone, marker(f"{i}g"))
+        await seed(kept, marker(f"{i}k"))
+    before = {kept: await state(kept) for _, kept in pairs}
+    for gone, kept in pairs:
+        targets = [EraseTarget.session(gone.tenant, gone.user, gone.session)]
+        if (gone.tenant, gone.user) != (kept.tenant, kept.user):
+            targets.append(EraseTarget.user(gone.tenant, gone.user))
+        if gone.tenant != kept.tenant:
+            targets.append(EraseTarget.tenant(gone.tenant))
+        for target in targets:
+            await erase_fully(store, target)
+            assert await state(kept) == before[kept], f"erasing {target.describe()} changed {kept!r}"
+        assert await state(gone) == empty, f"{gone!r} survived its erasure (its key collides with {kept!r})"
 
 
 def total(reports: Sequence[EraseReport], kind: str) -> int:
@@ -200,6 +234,21 @@ class ArchiveErasureTests:
             expected: list[bytes] = [] if key in tenant_one else before[key]
             assert await _groups(archive, key) == expected, f"{key} after the tenant erasure"
         assert total(reports, "group") == 2 * len(tenant_one)
+
+    async def test_erase_keeps_colliding_session_keys_apart(self, archive: HistoryArchive) -> None:
+        """Erasing a session, user or tenant leaves the other key of each ``COLLIDING_SESSION_KEYS`` pair.
+
+        The pairs' naive joins are equal on every separator in
+        ``COLLISION_SEPARATORS``. A failure means erase builds or matches
+        keys by joining ids (or by prefix), so it takes a neighbour's groups
+        or misses its own.
+        """
+        _archive(archive)
+
+        async def seed(key: SessionKey, text: str) -> None:
+            await archive.append(key, [plain_group(0, f" {text}")], OpContext())
+
+        await erase_colliding_keys(archive, seed, lambda key: _groups(archive, key), [])
 
     async def test_erase_groups_takes_only_those_seqs(self, archive: HistoryArchive) -> None:
         """A groups target removes exactly the groups in its seq ranges; the session keeps the rest.
@@ -364,6 +413,19 @@ class SessionStoreErasureTests:
         for key in keep:
             expected = None if key.tenant == "tenant-1" else before[key]
             assert await _row(session_store, key) == expected, f"{key} after the tenant erasure"
+
+    async def test_erase_keeps_colliding_session_keys_apart(self, session_store: SessionStore) -> None:
+        """Erasing a session, user or tenant leaves the other key of each ``COLLIDING_SESSION_KEYS`` pair.
+
+        A failure means erase builds or matches keys by joining ids (or by
+        prefix), so it takes a neighbour's snapshot or misses its own.
+        """
+        _store(session_store)
+
+        async def seed(key: SessionKey, text: str) -> None:
+            await _seed_sessions(session_store, [key], text)
+
+        await erase_colliding_keys(session_store, seed, lambda key: _row(session_store, key), None)
 
     async def test_erase_dry_run_changes_nothing(self, session_store: SessionStore) -> None:
         """``dry_run=True`` removes nothing and reports what a real erase then removes.

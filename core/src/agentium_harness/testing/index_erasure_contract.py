@@ -27,6 +27,7 @@ from .erasure_contract import (
     NEIGHBOURS,
     OTHER_USER,
     SIBLING,
+    erase_colliding_keys,
     erase_fully,
     marker,
     raw_bytes,
@@ -200,6 +201,26 @@ class RecallErasureTests:
         if _recall_caps(recall_store).canonical_archive_reads:
             left = await recall_store.seek_groups(ERASED, 0, 10, _ctx())
             assert [g.seq for g in left] == [0, 2, 4]
+
+    async def test_erase_keeps_colliding_session_keys_apart(self, recall_store: RecallStore) -> None:
+        """Erasing a session, user or tenant leaves the entries of the other key of each colliding pair.
+
+        The pairs are ``COLLIDING_SESSION_KEYS``. Needs ``archive_indexing``.
+        A failure means erase builds or matches keys by joining ids (or by
+        prefix), so it takes a neighbour's entries or misses its own.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "erasure")
+        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
+        texts: dict[SessionKey, str] = {}
+
+        async def seed(key: SessionKey, text: str) -> None:
+            texts[key] = text
+            await _index(recall_store, key, [text])
+
+        async def state(key: SessionKey) -> bool:
+            return bool(await _found(recall_store, key, texts[key]))
+
+        await erase_colliding_keys(recall_store, seed, state, False)
 
     async def test_erase_dry_run_changes_nothing(self, recall_store: RecallStore) -> None:
         """``dry_run=True`` removes nothing and reports what a real erase then removes.
@@ -392,6 +413,23 @@ class MemoryErasureTests:
         await erase_fully(memory_store, EraseTarget.tenant("tenant-1"))
         assert await _facts(memory_store, other_user) == []
         assert [fid for fid, _ in await _facts(memory_store, other_tenant)] == [kept]
+
+    async def test_erase_keeps_colliding_session_keys_apart(self, memory_store: MemoryStore) -> None:
+        """Erasing a session, user or tenant leaves the facts of the other key of each colliding pair.
+
+        Each key of ``COLLIDING_SESSION_KEYS`` gets a fact in its user's
+        scope citing its session. A failure means erase builds or matches
+        scopes by joining ids (or by prefix).
+        """
+        _need_memory(memory_store)
+
+        async def seed(key: SessionKey, text: str) -> None:
+            await _remember(memory_store, MemoryScope(key.tenant, key.user), text, key.session)
+
+        async def state(key: SessionKey) -> list[tuple[str, str]]:
+            return await _facts(memory_store, MemoryScope(key.tenant, key.user))
+
+        await erase_colliding_keys(memory_store, seed, state, [])
 
     async def test_erase_dry_run_changes_nothing(self, memory_store: MemoryStore) -> None:
         """``dry_run=True`` removes nothing and reports what a real erase then removes.
