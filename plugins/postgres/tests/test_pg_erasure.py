@@ -10,10 +10,15 @@ a role without ``DELETE`` erases nothing.
 
 from __future__ import annotations
 
+import json
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from pg_server import PostgresServer
 from psycopg import sql
 
 from agentium_harness import (
@@ -26,6 +31,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._cli import main
 from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
 from agentium_harness.plugin_api import (
     EmbeddingModel,
@@ -271,3 +277,46 @@ async def test_erasing_a_source_takes_its_vector_and_leaves_the_neighbours(
         assert bytes(after[0][2]) == axis[1].to_bytes()
     finally:
         await recall.aclose()
+
+
+def test_agentium_erase_with_postgres_from_config_dry_run_erase_and_status(
+    pg_server: PostgresServer, schema: str, admin: Admin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator's path: ``agentium erase CONFIG`` with every store in PostgreSQL, as the app role."""
+    monkeypatch.setenv("TEST_PG_DSN", pg_server.app_dsn())
+    path = tmp_path / "agentium.toml"
+    path.write_text(
+        '[provider]\nplugin = "scripted"\n\n[provider.options]\nresponses = ["Noted."]\ncycle = true\n\n'
+        f'[plugins.postgres]\ndsn = "${{TEST_PG_DSN}}"\nschema = "{schema}"\n'
+        + "".join(
+            f'\n[{kind}]\nplugin = "postgres"\n' for kind in ("archive", "session_store", "recall", "memory")
+        )
+        + "\n[runtime.resident]\nmax_groups = 1\n"
+    )
+    who = ["--tenant", "acme", "--user", "ana"]
+    for i in range(3):
+        assert _cli(["run", str(path), *who, "--session", "s1", f"qclierased{i}x said"])[0] == 0
+    assert _cli(["run", str(path), *who, "--session", "s2", "qclikept said"])[0] == 0
+    assert b"qclierased0x" in every_byte(admin, schema)
+
+    status, out, err = _cli(["erase", str(path), *who, "--session", "s1", "--reason", "DSR 7", "--dry-run"])
+    assert status == 0, err
+    assert "PostgresArchive" in out and "PostgresRecallStore" in out and "PostgresSessionStore" in out
+    assert b"qclierased0x" in every_byte(admin, schema), "the dry run removed something"
+
+    status, out, err = _cli(["erase", str(path), *who, "--session", "s1", "--reason", "DSR 7", "--json"])
+    assert status == 0, err
+    (record,) = json.loads(out)
+    assert record["state"] == "complete"
+    assert {s["role"]: s["physical"] for s in record["stores"]}["session_store"] == "unreferenced"
+    raw = every_byte(admin, schema)
+    assert b"qclierased" not in raw and b"qclikept" in raw
+    status, out, _ = _cli(["erase", str(path), *who, "--session", "s1", "--status"])
+    assert status == 0 and f"erasure {record['erasure_id']} (erasure) complete" in out
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    out, err = StringIO(), StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = main(argv)
+    return status, out.getvalue(), err.getvalue()
