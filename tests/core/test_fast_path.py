@@ -8,6 +8,7 @@ whatever the content (including text that looks like the splice marker).
 from __future__ import annotations
 
 import gc
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,9 @@ from agentium_harness._history import _ENCODED
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.sessions import (
     _SNAPSHOTS,
+    MAX_ARCHIVE_MARKS,
     ArchiveDivergence,
+    ArchiveMark,
     SessionSnapshot,
     seal_snapshot,
     snapshot_bytes,
@@ -119,6 +122,29 @@ def test_the_snapshot_encoding_cache_forgets_dead_snapshots_and_encodes_each_onc
     del snaps, snap
     gc.collect()
     assert len(_SNAPSHOTS) <= before
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=10**6), max_size=MAX_ARCHIVE_MARKS, unique=True),
+    st.integers(0, 3),
+)
+def test_a_snapshot_with_archive_marks_is_encoded_once_when_sealed(belows: list[int], boundary: int) -> None:
+    # "archived" sorts before "boundary": the seal must still fill the digest into the bytes it
+    # encoded, not leave the store's write to encode the whole snapshot a second time.
+    when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    marks = tuple(ArchiveMark(b, when + timedelta(seconds=i)) for i, b in enumerate(sorted(belows)))
+    groups = (_group(boundary, "x", "y"), _group(boundary + 1, "z", "w"))
+    snap = seal_snapshot(SessionSnapshot(SCOPE, boundary, boundary + 2, groups, archived=marks))
+    cached = _SNAPSHOTS[id(snap)][0]
+    assert cached is not None
+    plain = unstructure(snap)
+    del plain["summary"], plain["receipts"]
+    assert cached == canonical_json(plain) == snapshot_bytes(snap)
+    assert snapshot_digest(snap) == snap.digest
+    unsealed = unstructure(attrs.evolve(snap, digest=None))
+    del unsealed["summary"], unsealed["receipts"]
+    assert snap.digest == digest_bytes(canonical_json(unsealed))
 
 
 # -- one transaction for archive and snapshot on one SQLite file -------------------------

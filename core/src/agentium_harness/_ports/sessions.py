@@ -8,6 +8,7 @@ commit on the same base.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -224,6 +225,9 @@ class SessionSnapshot:
 
 
 _EMPTY_RESIDENT: Final = b'"resident":[]'
+#: The one top-level key that sorts before ``boundary``: the archive marks, a list of
+#: ``{"at": <time>, "below": <int>}`` objects (no ``]`` inside, so the list ends at the first one).
+_ARCHIVED_HEAD: Final = b'{"archived":['
 
 # A snapshot is frozen and a turn asks for its bytes several times (the seal's
 # digest, the store's write, the store's read-back cache, a verification), so
@@ -243,15 +247,29 @@ def _entry(snapshot: SessionSnapshot) -> list[Any]:
     return entry
 
 
+@functools.lru_cache(maxsize=4 * MAX_ARCHIVE_MARKS)
+def _mark_bytes(mark: ArchiveMark) -> bytes:
+    # A snapshot carries its predecessor's marks on and adds at most one: each mark's text (a time
+    # formatted in UTC) is made once, not once per turn for every mark. Keyed by value (frozen).
+    return canonical_json(unstructure(mark))
+
+
 def _encode(snapshot: SessionSnapshot) -> bytes:
-    """The canonical bytes of ``snapshot``, joined from its groups' cached encodings."""
-    data = unstructure(attrs.evolve(snapshot, resident=()))
+    """The canonical bytes of ``snapshot``, joined from its groups' and marks' cached encodings."""
+    marks = snapshot.archived
+    data = unstructure(attrs.evolve(snapshot, resident=(), archived=None))
     if snapshot.summary is None:
         # Absent, not null: a snapshot without a summary has the bytes (and digest) it had before.
         del data["summary"]
     if not snapshot.receipts:
         del data["receipts"]  # likewise: snapshots written before receipts were kept keep their bytes
     head = canonical_json(data)
+    if marks and head.startswith(b'{"boundary":'):
+        # "archived" sorts before every other top-level key: the marks' text goes first.
+        head = _ARCHIVED_HEAD + b",".join(_mark_bytes(m) for m in marks) + b"]," + head[1:]
+    elif marks:  # pragma: no cover - only if a key sorting before "boundary" is ever added
+        data["archived"] = unstructure(list(marks))
+        head = canonical_json(data)
     if not snapshot.resident:
         return head
     # Keys are sorted and no other key at any depth is named "resident", and
@@ -286,25 +304,33 @@ def snapshot_digest(snapshot: SessionSnapshot) -> str:
 
 
 def _digest_field(boundary: int, digest: str | None) -> bytes:
-    """How a snapshot's encoding starts: its two first keys in sorted order, ``boundary`` and ``digest``."""
+    """The ``boundary`` and ``digest`` keys of a snapshot's encoding, adjacent in sorted order."""
     value = b"null" if digest is None else b'"' + digest.encode("ascii") + b'"'
-    return b'{"boundary":%d,"digest":%s,' % (boundary, value)
+    return b'"boundary":%d,"digest":%s,' % (boundary, value)
 
 
 def _with_digest(data: bytes, boundary: int, old: str | None, new: str | None) -> bytes | None:
     """``data``, a snapshot's encoding with digest ``old``, as it is with digest ``new``; ``None`` if unsure.
 
-    The top-level keys are sorted and ``boundary`` and ``digest`` come first,
-    and a digest is ``sha256:`` and hex digits (nothing JSON escapes), so the
-    digest field sits at a known place and nothing else differs. Should a
-    field ever sort before them, this says ``None`` and the caller encodes.
+    The top-level keys are sorted: ``boundary`` and ``digest`` come first, or
+    right after the ``archived`` marks, whose text holds times and numbers
+    only; and a digest is ``sha256:`` and hex digits (nothing JSON escapes). So
+    the digest field sits at a known place and nothing else differs. Should
+    another field ever sort before them, this says ``None`` and the caller encodes.
     """
     if old is not None and not old.isascii():
         return None
-    head = _digest_field(boundary, old)
-    if not data.startswith(head):
+    at = 1
+    if data.startswith(_ARCHIVED_HEAD):
+        at = data.find(b"]", len(_ARCHIVED_HEAD)) + 2  # past "]," closing the marks
+        if at < 2 or data[at - 1 : at] != b",":
+            return None
+    elif not data.startswith(b"{"):
         return None
-    return _digest_field(boundary, new) + data[len(head) :]
+    head = _digest_field(boundary, old)
+    if not data.startswith(head, at):
+        return None
+    return data[:at] + _digest_field(boundary, new) + data[at + len(head) :]
 
 
 def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
