@@ -36,6 +36,7 @@ from agentium_harness._codec import canonical_json, digest_bytes, unstructure
 from agentium_harness._history import _ENCODED
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.sessions import (
+    _MARKS,
     _SNAPSHOTS,
     MAX_ARCHIVE_MARKS,
     ArchiveDivergence,
@@ -145,6 +146,17 @@ def test_a_snapshot_with_archive_marks_is_encoded_once_when_sealed(belows: list[
     unsealed = unstructure(attrs.evolve(snap, digest=None))
     del unsealed["summary"], unsealed["receipts"]
     assert snap.digest == digest_bytes(canonical_json(unsealed))
+
+
+def test_the_archive_mark_cache_forgets_dead_marks() -> None:
+    before = len(_MARKS)
+    when = datetime(2026, 1, 2, tzinfo=UTC)
+    marks = tuple(ArchiveMark(b, when) for b in range(1, 21))
+    snapshot_bytes(SessionSnapshot(SCOPE, 0, 0, (), archived=marks))
+    assert len(_MARKS) >= before + 20
+    del marks
+    gc.collect()
+    assert len(_MARKS) <= before
 
 
 # -- one transaction for archive and snapshot on one SQLite file -------------------------

@@ -85,10 +85,14 @@ def _wake(waiter: Any) -> None:
 
 
 class _Call(Generic[T]):
-    __slots__ = ("done", "error", "finished", "left", "on_late", "scope", "value", "waiter")
+    __slots__ = ("_done", "ended", "error", "finished", "left", "on_late", "scope", "value", "waiter")
 
     def __init__(self, on_late: Callable[[T], Awaitable[None]] | None) -> None:
-        self.done = anyio.Event()
+        #: Whether the call ended (returned, raised or was cancelled).
+        self.ended = False
+        # The event of ``done``, made only when someone waits for it: most calls end in time
+        # and are never waited for but through ``waiter`` (asyncio) or ``done`` (trio).
+        self._done: anyio.Event | None = None
         self.scope = anyio.CancelScope()
         self.finished = False
         self.left = False  # the waiter walked away: whatever comes now is late
@@ -98,6 +102,15 @@ class _Call(Generic[T]):
         #: On asyncio, the future the caller awaits (see ``_wait``); ``None`` on trio.
         self.waiter: Any = None
 
+    @property
+    def done(self) -> anyio.Event:
+        """Set when the call ends (already set if it has)."""
+        if self._done is None:
+            self._done = anyio.Event()
+            if self.ended:
+                self._done.set()
+        return self._done
+
     async def run(self, work: Callable[[], Awaitable[T]]) -> None:
         try:
             with self.scope:
@@ -106,7 +119,9 @@ class _Call(Generic[T]):
         except Exception as exc:  # handed to the waiter, who re-raises it (or drops it if it left)
             self.error = exc
         finally:
-            self.done.set()
+            self.ended = True
+            if self._done is not None:
+                self._done.set()
             if self.waiter is not None:
                 _wake(self.waiter)
         if self.finished and self.left and self.on_late is not None:
@@ -134,7 +149,7 @@ class _Call(Generic[T]):
         self.scope.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(grace_s):
             await self.done.wait()
-        return self.done.is_set()
+        return self.ended
 
 
 async def bounded(
@@ -167,12 +182,12 @@ async def bounded(
                 await call.done.wait()
     except BaseException:
         # The caller was cancelled (shutdown): stop the call, wait no longer than the grace.
-        if not call.done.is_set():
+        if not call.ended:
             call.left = not await call.stop(grace_s)
             if call.left and on_abandon is not None:
                 on_abandon(call.done)
         raise
-    if call.done.is_set():
+    if call.ended:
         return call.result()
     if on_deadline is not None:
         on_deadline()

@@ -21,6 +21,7 @@ and a tenant erasure of any real tenant never reaches them. Per tenant:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from .._errors import (
@@ -52,8 +53,9 @@ def _key(tenant: str, name: str) -> SessionKey:
     return SessionKey(ERASURE_RECORDS_TENANT, tenant, name)
 
 
+@functools.lru_cache(maxsize=1024)
 def pending_key(tenant: str) -> SessionKey:
-    """The key of the tenant's erasures under way."""
+    """The key of the tenant's erasures under way (every operation's fence reads it: made once)."""
     return _key(tenant, "pending")
 
 

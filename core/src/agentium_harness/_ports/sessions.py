@@ -8,7 +8,6 @@ commit on the same base.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -247,11 +246,19 @@ def _entry(snapshot: SessionSnapshot) -> list[Any]:
     return entry
 
 
-@functools.lru_cache(maxsize=4 * MAX_ARCHIVE_MARKS)
+# Each mark's text (a time formatted in UTC), by object identity like the groups' encodings: a
+# snapshot carries its predecessor's mark objects on and adds at most one, so a turn formats one
+# mark, not all of them. An entry leaves with its object, so an id is never reused while listed.
+_MARKS: dict[int, bytes] = {}
+
+
 def _mark_bytes(mark: ArchiveMark) -> bytes:
-    # A snapshot carries its predecessor's marks on and adds at most one: each mark's text (a time
-    # formatted in UTC) is made once, not once per turn for every mark. Keyed by value (frozen).
-    return canonical_json(unstructure(mark))
+    key = id(mark)
+    data = _MARKS.get(key)
+    if data is None:
+        data = _MARKS[key] = canonical_json(unstructure(mark))
+        weakref.finalize(mark, _MARKS.pop, key, None)
+    return data
 
 
 def _encode(snapshot: SessionSnapshot) -> bytes:
