@@ -46,6 +46,7 @@ HOST_NAMES = {
     "Completeness", "OmittedContext", "RecallLimits", "SourceOwner", "SourceRef", "Validation",
     "ValidationStatus",
     "create_harness_runtime", "load_runtime", "HarnessRuntime", "HarnessResources", "RuntimeLimits",
+    "BlockingRuntime",
     "ResidentLimits", "RunResult", "RunStatus", "EvictionStatus", "SourceStatus", "CleanupReport",
     "CleanupStatus", "Diagnostic", "Severity", "SessionView", "SessionState", "MigrationReport",
     "ReconcileReport", "LifecycleState", "Tool", "ToolRegistry", "ToolOutcome", "ToolStatus",

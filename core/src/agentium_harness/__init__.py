@@ -13,6 +13,7 @@ change without notice. See ``docs/api.md`` for the reference.
 
 from __future__ import annotations
 
+from ._blocking import BlockingRuntime
 from ._codec import canonical_json, digest_of
 from ._config import (
     HarnessConfig,
@@ -345,6 +346,7 @@ __all__ = [
     "FeatureUnavailableError",
     "HarnessResources",
     "HarnessRuntime",
+    "BlockingRuntime",
     "IdentityError",
     "InvalidArgumentError",
     "InvalidIdError",

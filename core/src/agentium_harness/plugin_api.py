@@ -5,7 +5,9 @@ marker and :class:`AdapterSpec` to register, the eight ports with their
 records and capability classes (the embedder port among them), the operation context, the canonical
 encoding and digests, the injective key encoding for backend keys, the
 errors an adapter raises, and reusable bases such as
-:class:`ThreadBoundAdapter` for blocking clients. Hosts use
+:class:`ThreadBoundAdapter` for blocking clients and :class:`PerLoop` for
+clients bound to one event loop (an adapter must serve any loop, see
+``docs/sync.md``). Hosts use
 :mod:`agentium_harness`; contract suites and test helpers are in
 :mod:`agentium_harness.testing`. See ``docs/api.md`` and ``docs/plugins.md``.
 """
@@ -28,6 +30,7 @@ from ._codec import (
     to_json,
 )
 from ._config import ResolvedComponent, ResolvedConfig, load_config
+from ._engine.loops import LoopHandle, PerLoop, ThreadSafeEvent
 from ._engine.recall_policy import QueryInput
 from ._errors import (
     AgentiumError,
@@ -333,6 +336,9 @@ __all__ = [
     "SummarizerCapabilities",
     "TaskSummary",
     "ThreadBoundAdapter",
+    "LoopHandle",
+    "PerLoop",
+    "ThreadSafeEvent",
     "ToolCall",
     "ToolSpec",
     "UnsupportedOperationError",

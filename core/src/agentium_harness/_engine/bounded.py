@@ -29,6 +29,7 @@ import anyio
 import sniffio
 
 from .._errors import OperationCancelledError
+from .loops import ThreadSafeEvent
 
 __all__ = ["ABANDON_GRACE_S", "Overrun", "bounded", "spawn"]
 
@@ -85,7 +86,18 @@ def _wake(waiter: Any) -> None:
 
 
 class _Call(Generic[T]):
-    __slots__ = ("_done", "ended", "error", "finished", "left", "on_late", "scope", "value", "waiter")
+    __slots__ = (
+        "_done",
+        "end_event",
+        "ended",
+        "error",
+        "finished",
+        "left",
+        "on_late",
+        "scope",
+        "value",
+        "waiter",
+    )
 
     def __init__(self, on_late: Callable[[T], Awaitable[None]] | None) -> None:
         #: Whether the call ended (returned, raised or was cancelled).
@@ -101,6 +113,8 @@ class _Call(Generic[T]):
         self.error: Exception | None = None
         #: On asyncio, the future the caller awaits (see ``_wait``); ``None`` on trio.
         self.waiter: Any = None
+        #: Made only when the call is abandoned: set when it ends, awaitable from any loop (erasure).
+        self.end_event: ThreadSafeEvent | None = None
 
     @property
     def done(self) -> anyio.Event:
@@ -122,6 +136,8 @@ class _Call(Generic[T]):
             self.ended = True
             if self._done is not None:
                 self._done.set()
+            if self.end_event is not None:
+                self.end_event.set()
             if self.waiter is not None:
                 _wake(self.waiter)
         if self.finished and self.left and self.on_late is not None:
@@ -144,6 +160,16 @@ class _Call(Generic[T]):
             raise OperationCancelledError("the call was cancelled before it finished", "cancelled")
         return self.value  # type: ignore[return-value]  # set when finished
 
+    def abandon(self, on_abandon: Callable[[ThreadSafeEvent], None] | None) -> None:
+        """The waiter walks away for good: hand ``on_abandon`` an event set when the call ends."""
+        self.left = True
+        if on_abandon is not None:
+            # Made here, on the call's own loop and thread, so it cannot miss the end of run().
+            self.end_event = ThreadSafeEvent()
+            if self.ended:
+                self.end_event.set()
+            on_abandon(self.end_event)
+
     async def stop(self, grace_s: float) -> bool:
         """Cancel the call and wait up to ``grace_s`` for it to unwind; True if it stopped."""
         self.scope.cancel()
@@ -159,7 +185,7 @@ async def bounded(
     on_deadline: Callable[[], None] | None = None,
     on_late: Callable[[T], Awaitable[None]] | None = None,
     grace_s: float = ABANDON_GRACE_S,
-    on_abandon: Callable[[anyio.Event], None] | None = None,
+    on_abandon: Callable[[ThreadSafeEvent], None] | None = None,
 ) -> T:
     """Run ``work()`` in its own task and return its result if it finishes within ``timeout_s``.
 
@@ -182,10 +208,8 @@ async def bounded(
                 await call.done.wait()
     except BaseException:
         # The caller was cancelled (shutdown): stop the call, wait no longer than the grace.
-        if not call.ended:
-            call.left = not await call.stop(grace_s)
-            if call.left and on_abandon is not None:
-                on_abandon(call.done)
+        if not call.ended and not await call.stop(grace_s):
+            call.abandon(on_abandon)
         raise
     if call.ended:
         return call.result()
@@ -193,9 +217,7 @@ async def bounded(
         on_deadline()
     stopped = await call.stop(grace_s)
     if not stopped:
-        call.left = True
-        if on_abandon is not None:
-            on_abandon(call.done)
+        call.abandon(on_abandon)
     elif call.finished and on_late is not None:
         # It finished during the grace: past its deadline all the same, so released, not used.
         call.left = True

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 import anyio
@@ -122,6 +123,10 @@ def _logged(runtime: HarnessRuntime, report: CleanupReport) -> CleanupReport:
     return report
 
 
+# Claiming a runtime's close attempt is check-and-set; aclose() may be called from several threads at once.
+_CLAIM = threading.Lock()
+
+
 async def shutdown_runtime(runtime: HarnessRuntime) -> None:
     """``HarnessRuntime.aclose``: settle or cancel operations, drain owned work, close owned adapters.
 
@@ -132,15 +137,19 @@ async def shutdown_runtime(runtime: HarnessRuntime) -> None:
     :class:`RuntimeCloseError`, leaving the runtime ``closing`` so a later
     call retries what failed.
     """
-    while (attempt := runtime.parts.close_attempt) is not None:
+    while True:
+        with _CLAIM:
+            attempt = runtime.parts.close_attempt
+            if attempt is None:
+                if runtime.parts.admission.state is LifecycleState.CLOSED:
+                    return
+                attempt = runtime.parts.close_attempt = CloseAttempt()
+                break
         await attempt.done.wait()
         if attempt.finished:
             if attempt.error is not None:
                 raise RuntimeCloseError(attempt.error.failures)
             return
-    if runtime.parts.admission.state is LifecycleState.CLOSED:
-        return
-    attempt = runtime.parts.close_attempt = CloseAttempt()
     _lifecycle.info("runtime closing")
     try:
         failures = await _shutdown_once(runtime)
@@ -176,7 +185,7 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
     admission = runtime.parts.admission
     limits = runtime.limits
     first = admission.state is LifecycleState.OPEN
-    admission.state = LifecycleState.CLOSING
+    admission.set_state(LifecycleState.CLOSING)
     settle = limits.settle_timeout_s if first else 0.0
     failures: list[str] = []
     drained: list[DrainResult] = []
@@ -226,7 +235,7 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
         tg.start_soon(close_memory)
         tg.start_soon(close_adapters)
     if not failures:
-        admission.state = LifecycleState.CLOSED
+        admission.set_state(LifecycleState.CLOSED)
     return failures
 
 

@@ -1,9 +1,9 @@
 """Admission and lifecycle: the one door every operation on a session goes through.
 
 Runs, ``close_session``, legacy migration and reconciliation are all admitted
-here. Admission is atomic on the event loop (check-and-insert without an
-await in between): one operation per session at a time, nothing at all once
-the runtime is closing. Each admitted operation gets a :class:`Ticket`, which
+here. Admission is atomic across threads and event loops (check-and-insert
+under a thread lock): one operation per session at a time, whichever loop
+asks, nothing at all once the runtime is closing. Each admitted operation gets a :class:`Ticket`, which
 holds the operation's cancel scope and its cancel signal, so ``aclose()`` can
 stop any of them, and which makes every adapter call under its deadline
 (:meth:`Ticket.call`, through :func:`~.bounded.bounded`: a call blocked where
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TypeVar
@@ -33,6 +34,7 @@ from .._ports import CancelSignal, OpContext
 from .._ports.erasure import EraseTarget
 from .._scope import SessionKey
 from .bounded import ABANDON_GRACE_S, Overrun, bounded
+from .loops import LoopHandle, ThreadSafeEvent
 from .results import Diagnostic, Severity
 
 __all__ = ["close_owned", "covers", "overlaps", "Admission", "LateCalls", "LifecycleState", "Ticket"]
@@ -60,28 +62,35 @@ class LateCalls:
     late write can never bring an erased group back (docs/erasure.md).
     """
 
-    __slots__ = ("_calls",)
+    __slots__ = ("_calls", "_lock")
 
     def __init__(self) -> None:
-        self._calls: list[tuple[SessionKey, str, anyio.Event]] = []
+        # Calls are abandoned on several loops' threads: the list changes under a lock.
+        self._lock = threading.Lock()
+        self._calls: list[tuple[SessionKey, str, ThreadSafeEvent]] = []
 
-    def add(self, key: SessionKey, operation: str, finished: anyio.Event) -> None:
-        """Note an abandoned call of ``key``; ``finished`` is set when it ends."""
-        self._calls = [c for c in self._calls if not c[2].is_set()]
-        self._calls.append((key, operation, finished))
+    def add(self, key: SessionKey, operation: str, finished: ThreadSafeEvent) -> None:
+        """Note an abandoned call of ``key``; ``finished`` is set when it ends (awaitable from any loop)."""
+        with self._lock:
+            self._calls = [c for c in self._calls if not c[2].is_set()]
+            self._calls.append((key, operation, finished))
+
+    def _snapshot(self) -> list[tuple[SessionKey, str, ThreadSafeEvent]]:
+        with self._lock:
+            return list(self._calls)
 
     def running(self, covers: Callable[[SessionKey], bool]) -> list[str]:
         """The abandoned calls of sessions ``covers`` accepts that have not ended, described."""
         return [
             f"{op} of session {key.key()}"
-            for key, op, done in self._calls
+            for key, op, done in self._snapshot()
             if covers(key) and not done.is_set()
         ]
 
     async def wait(self, covers: Callable[[SessionKey], bool], timeout_s: float) -> list[str]:
         """Wait up to ``timeout_s`` for those calls to end; describe the ones still running."""
         with anyio.move_on_after(timeout_s):
-            for key, _, done in list(self._calls):
+            for key, _, done in self._snapshot():
                 if covers(key):
                     await done.wait()
         return self.running(covers)
@@ -92,8 +101,10 @@ class Ticket:
 
     ``signal`` is the operation's cancel signal; every adapter call gets a child
     of it, so cancelling the ticket (shutdown) reaches calls already running in
-    worker threads. ``done`` is set when the operation has left admission.
-    ``abandoned`` describes each call the operation had to walk away from.
+    worker threads. ``done`` is set when the operation has left admission; any
+    event loop may wait for it. ``loop`` is the loop the operation runs on
+    (``None`` when made outside one): :meth:`cancel` from another thread
+    reaches the operation's cancel scope through it. ``abandoned`` describes each call the operation had to walk away from.
     ``hook_timeout_s`` bounds each lifecycle-hook broadcast the operation makes
     (the runtime's ``close_timeout_s``; ``op_timeout_s`` when not given).
     """
@@ -106,6 +117,7 @@ class Ticket:
         "key",
         "kind",
         "late",
+        "loop",
         "op_timeout_s",
         "signal",
     )
@@ -119,15 +131,27 @@ class Ticket:
         self.hook_timeout_s = op_timeout_s if hook_timeout_s is None else hook_timeout_s
         self.signal = CancelSignal()
         self.cancel_scope = anyio.CancelScope()
-        self.done = anyio.Event()
+        self.loop = LoopHandle.current_or_none()
+        self.done = ThreadSafeEvent()
         self.abandoned: list[str] = []
         #: Where abandoned calls of this operation are noted (set by whoever admits it).
         self.late: LateCalls | None = None
 
+    def orphaned(self) -> bool:
+        """True when the operation's event loop was closed with it still admitted: it can never finish."""
+        return self.loop is not None and not self.done.is_set() and self.loop.finished
+
     def cancel(self, reason: str) -> None:
-        """Cancel the operation: its signal first (threads see it), then its cancel scope."""
+        """Cancel the operation from any thread: its signal first (threads see it), then its cancel scope.
+
+        The scope is cancelled on the operation's own loop (a cancel scope
+        belongs to it); a loop that has ended has nothing left to cancel.
+        """
         self.signal.cancel(reason)
-        self.cancel_scope.cancel()
+        if self.loop is None:
+            self.cancel_scope.cancel()
+        else:
+            self.loop.run_soon(self.cancel_scope.cancel)
 
     def context(
         self,
@@ -190,7 +214,7 @@ class Ticket:
             span.result(value)
             return value
 
-    def _abandoned_call(self, operation: str) -> Callable[[anyio.Event], None] | None:
+    def _abandoned_call(self, operation: str) -> Callable[[ThreadSafeEvent], None] | None:
         late, key = self.late, self.key
         if late is None or key is None:
             return None
@@ -233,7 +257,9 @@ class Admission:
     they do not take the session's slot (an inspection may look at a session
     while a run holds it) but are tracked the same way, so shutdown waits for
     them and cancels them before it closes any adapter they use. Nothing else
-    touches ``active`` or ``shared``.
+    touches ``active`` or ``shared``. Operations may come from several threads,
+    each with its own event loop: every change of ``active``, ``shared``,
+    ``erasures`` and ``state`` happens under one thread lock.
     """
 
     def __init__(self, op_timeout_s: float, hook_timeout_s: float | None = None) -> None:
@@ -246,10 +272,37 @@ class Admission:
         self.erasures: dict[Ticket, EraseTarget] = {}
         #: Abandoned calls of admitted operations that may still be running (erasure waits for them).
         self.late = LateCalls()
+        self._lock = threading.Lock()
 
     def tickets(self) -> list[Ticket]:
-        """Every admitted operation, exclusive, shared and erasures."""
-        return [*self.active.values(), *self.shared, *self.erasures]
+        """Every admitted operation, exclusive, shared and erasures (orphans, whose loop was closed, dropped)."""
+        with self._lock:
+            tickets = [*self.active.values(), *self.shared, *self.erasures]
+        orphans = [t for t in tickets if t.orphaned()]
+        for ticket in orphans:
+            self._drop(ticket)
+        return [t for t in tickets if t not in orphans]
+
+    def _drop(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket.key is not None and self.active.get(ticket.key) is ticket:
+                del self.active[ticket.key]
+            self.shared.discard(ticket)
+            self.erasures.pop(ticket, None)
+        ticket.done.set()
+
+    def _drop_orphan_on(self, key: SessionKey) -> None:
+        """Under the lock: forget the operation holding ``key`` if its loop was closed under it."""
+        held = self.active.get(key)
+        if held is not None and held.orphaned():
+            # loop.close() cancels nothing: that operation can never finish.
+            del self.active[key]
+            held.done.set()
+
+    def set_state(self, state: LifecycleState) -> None:
+        """Move to ``state``, ordered with admissions (one admitted just before is in :meth:`tickets`)."""
+        with self._lock:
+            self.state = state
 
     def _new_ticket(self, key: SessionKey | None, kind: str, op_timeout_s: float | None = None) -> Ticket:
         timeout = self._op_timeout_s if op_timeout_s is None else op_timeout_s
@@ -259,7 +312,8 @@ class Admission:
 
     def erasing(self, key: SessionKey) -> EraseTarget | None:
         """The erasure under way whose target covers ``key``, if any."""
-        return next((t for t in self.erasures.values() if covers(t, key)), None)
+        # A snapshot (called with and without the lock; another thread may change the dict meanwhile).
+        return next((t for t in tuple(self.erasures.values()) if covers(t, key)), None)
 
     def check_open(self) -> None:
         """Raise :class:`RuntimeClosedError` unless the runtime is open."""
@@ -275,7 +329,10 @@ class Admission:
         If shutdown cancels the operation, the block's cancellation surfaces
         as :class:`RuntimeClosedError` and nothing was committed.
         """
-        with observe.stage("admission", {"agentium.operation": kind}):
+        ticket = self._new_ticket(key, kind)
+        # Check and insert together: two loops asking at once for one session admit one.
+        with observe.stage("admission", {"agentium.operation": kind}), self._lock:
+            self._drop_orphan_on(key)
             if self.state is not LifecycleState.OPEN or key in self.active:
                 busy_now = key in self.active
                 _log.debug("%s refused: runtime %s, session busy: %s", kind, self.state.value, busy_now)
@@ -292,7 +349,6 @@ class Admission:
                     f"the {kind} was refused: an erasure of {erasing.describe()} is under way; "
                     "nothing was done"
                 )
-            ticket = self._new_ticket(key, kind)
             self.active[key] = ticket
         try:
             with ticket.cancel_scope:
@@ -302,8 +358,9 @@ class Admission:
                     f"the {kind} was cancelled because the runtime closed; nothing was committed"
                 )
         finally:
-            if self.active.get(key) is ticket:
-                del self.active[key]
+            with self._lock:
+                if self.active.get(key) is ticket:
+                    del self.active[key]
             ticket.done.set()
 
     @asynccontextmanager
@@ -315,16 +372,18 @@ class Admission:
         Raises :class:`RuntimeClosedError` when closing or closed; a shutdown
         cancellation surfaces as :class:`RuntimeClosedError` too.
         """
-        self.check_open()
         ticket = self._new_ticket(key, kind, op_timeout_s)
-        self.shared.add(ticket)
+        with self._lock:
+            self.check_open()
+            self.shared.add(ticket)
         try:
             with ticket.cancel_scope:
                 yield ticket
             if ticket.cancel_scope.cancelled_caught:
                 raise RuntimeClosedError(f"the {kind} was cancelled because the runtime closed")
         finally:
-            self.shared.discard(ticket)
+            with self._lock:
+                self.shared.discard(ticket)
             ticket.done.set()
 
     @asynccontextmanager
@@ -337,20 +396,23 @@ class Admission:
         way, and with :class:`RuntimeClosedError` when closing. While it is
         admitted, :meth:`admit` refuses every covered session.
         """
-        self.check_open()
-        busy = [k for k in self.active if covers(target, k)]
-        if busy:
-            raise SessionBusyError(
-                f"the {kind} of {target.describe()} was refused: session {busy[0].session!r} has an admitted "
-                f"{self.active[busy[0]].kind}; erase once it has finished. Nothing was erased"
-            )
-        if any(overlaps(t, target) for t in self.erasures.values()):
-            raise ErasureInProgressError(
-                f"the {kind} of {target.describe()} was refused: an overlapping erasure is under way in this "
-                "runtime; nothing was erased"
-            )
         ticket = self._new_ticket(target.session_key, kind)
-        self.erasures[ticket] = target
+        with self._lock:
+            self.check_open()
+            for held in [k for k in self.active if covers(target, k)]:
+                self._drop_orphan_on(held)
+            busy = [k for k in self.active if covers(target, k)]
+            if busy:
+                raise SessionBusyError(
+                    f"the {kind} of {target.describe()} was refused: session {busy[0].session!r} has an "
+                    f"admitted {self.active[busy[0]].kind}; erase once it has finished. Nothing was erased"
+                )
+            if any(overlaps(t, target) for t in self.erasures.values()):
+                raise ErasureInProgressError(
+                    f"the {kind} of {target.describe()} was refused: an overlapping erasure is under way in "
+                    "this runtime; nothing was erased"
+                )
+            self.erasures[ticket] = target
         try:
             with ticket.cancel_scope:
                 yield ticket
@@ -360,7 +422,8 @@ class Admission:
                     "(resume it with agentium erase --resume)"
                 )
         finally:
-            self.erasures.pop(ticket, None)
+            with self._lock:
+                self.erasures.pop(ticket, None)
             ticket.done.set()
 
     async def wait_settled(self, timeout_s: float) -> bool:

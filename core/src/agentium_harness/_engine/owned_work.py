@@ -8,11 +8,18 @@ per session. The runtime waits for a session's job before the next run on
 that session loads its snapshot, so background work never makes a run's
 commit conflict; ``close_session`` and ``aclose`` wait for it or cancel it
 and say which.
+
+A job runs on the loop of the run that started it, but may be waited for and
+cancelled from any loop and thread (the runtime is shared by threads that
+each run their own loop). If its loop ends first (a host calling
+``anyio.run`` per request), the job is cancelled with it and reported as
+such: nothing committed is lost, and the frontier catches up in a later update.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +30,7 @@ from .._ports.summary import SummaryState
 from .._scope import SessionKey
 from .bounded import spawn
 from .lifecycle import LateCalls, Ticket
+from .loops import LoopHandle, ThreadSafeEvent
 from .results import Diagnostic, Severity
 
 __all__ = ["OwnedWork", "SummaryReport", "WorkStatus"]
@@ -48,20 +56,26 @@ class SummaryReport:
 Work = Callable[[Ticket], Awaitable[tuple[SummaryState | None, list[Diagnostic]]]]
 
 
+def _cancelled(message: str) -> SummaryReport:
+    note = Diagnostic("summary_cancelled", message, Severity.WARNING)
+    return SummaryReport(WorkStatus.CANCELLED, None, (note,))
+
+
 class _Job:
-    __slots__ = ("done", "report", "scope", "task", "ticket")
+    __slots__ = ("done", "loop", "report", "scope", "task", "ticket")
 
     def __init__(self, ticket: Ticket) -> None:
         self.ticket = ticket
-        self.done = anyio.Event()
-        self.scope: anyio.CancelScope | None = None
+        self.loop = LoopHandle.current()
+        self.done = ThreadSafeEvent()
+        self.scope = anyio.CancelScope()
         self.report: SummaryReport | None = None
         self.task: Any = None  # the asyncio task, kept referenced so it is not collected
 
     def cancel(self, reason: str) -> None:
+        """Cancel from any thread; the scope is cancelled on the job's own loop (before it starts, too)."""
         self.ticket.cancel(reason)
-        if self.scope is not None:
-            self.scope.cancel()
+        self.loop.run_soon(self.scope.cancel)
 
 
 class OwnedWork:
@@ -71,6 +85,9 @@ class OwnedWork:
         self._op_timeout_s = op_timeout_s
         # Calls a job abandons are noted here, with the admitted operations' (erasure waits for them).
         self._late = late
+        # Jobs start, end and are drained on several loops' threads: every change of the maps below
+        # and every look at them that iterates happens under this lock.
+        self._lock = threading.Lock()
         self._jobs: dict[SessionKey, _Job] = {}
         self._last: dict[SessionKey, SummaryReport] = {}
         # Updates that failed or were cancelled since the last drain (the latest per session),
@@ -81,12 +98,12 @@ class OwnedWork:
         """Run ``work`` in the background for ``key``; the caller has waited for any earlier job."""
         job = _Job(Ticket(key, "summary update", self._op_timeout_s))
         job.ticket.late = self._late
-        self._jobs[key] = job
+        with self._lock:
+            self._jobs[key] = job
 
         async def run() -> None:
             try:
-                with anyio.CancelScope() as scope:
-                    job.scope = scope
+                with job.scope as scope:
                     try:
                         state, notes = await work(job.ticket)
                         notes = [*notes, *job.ticket.abandonment_diagnostics()]
@@ -101,33 +118,71 @@ class OwnedWork:
                             (Diagnostic("summary_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR),),
                         )
                 if scope.cancelled_caught or job.report is None:
-                    job.report = SummaryReport(
-                        WorkStatus.CANCELLED,
-                        None,
-                        (
-                            Diagnostic(
-                                "summary_cancelled", "the summary update was cancelled", Severity.WARNING
-                            ),
-                        ),
-                    )
+                    job.report = _cancelled("the summary update was cancelled")
             finally:
-                if job.report is not None:
+                if job.report is None:
+                    # Cancelled from outside its own scope: the event loop it ran on ended (asyncio.run
+                    # cancels what is left; a trio run, its system tasks).
+                    job.report = _cancelled(
+                        "the summary update was cancelled because the event loop it ran on ended before it "
+                        "finished (anyio.run per request ends it with the request: use BlockingRuntime, or "
+                        "await runtime.resources.settle_summary() before the loop ends); nothing committed "
+                        "was lost"
+                    )
+                with self._lock:
                     self._last[key] = job.report
                     if job.report.status is not WorkStatus.COMPLETED:
                         self._unreported[key] = job
-                if self._jobs.get(key) is job:
-                    del self._jobs[key]
+                    if self._jobs.get(key) is job:
+                        del self._jobs[key]
                 job.done.set()
 
         job.task = spawn(run)
 
     def running(self) -> list[SessionKey]:
-        """The sessions with a job running now."""
-        return list(self._jobs)
+        """The sessions with a job running now (a snapshot)."""
+        return [key for key, _job in self._running()]
+
+    def _running(self) -> list[tuple[SessionKey, _Job]]:
+        with self._lock:
+            running = list(self._jobs.items())
+        alive = []
+        for key, job in running:
+            if job.loop.finished and not job.done.is_set():
+                self._end_orphan(key, job)
+            else:
+                alive.append((key, job))
+        return alive
+
+    def _end_orphan(self, key: SessionKey, job: _Job) -> None:
+        """End a job whose event loop was closed with it still pending (``loop.close()`` cancels nothing).
+
+        It can never run again, so it is reported cancelled and no longer waited for.
+        """
+        report = _cancelled(
+            "the summary update was cancelled because the event loop it ran on was closed before it "
+            "finished (keep the loop running until the update ends, or use BlockingRuntime); nothing "
+            "committed was lost"
+        )
+        with self._lock:
+            if job.report is not None or self._jobs.get(key) is not job:
+                return
+            job.report = report
+            self._last[key] = report
+            self._unreported[key] = job
+            del self._jobs[key]
+        job.done.set()
+
+    def _job(self, key: SessionKey) -> _Job | None:
+        job = self._jobs.get(key)
+        if job is not None and job.loop.finished and not job.done.is_set():
+            self._end_orphan(key, job)
+            return None
+        return job
 
     def busy(self, key: SessionKey) -> bool:
         """True while a job of ``key`` is running."""
-        return key in self._jobs
+        return self._job(key) is not None
 
     def last_report(self, key: SessionKey) -> SummaryReport | None:
         """The report of the last job of ``key`` that ended."""
@@ -135,11 +190,12 @@ class OwnedWork:
 
     def take_report(self, key: SessionKey) -> SummaryReport | None:
         """The last report of ``key``, removed (a run surfaces it once in its diagnostics)."""
-        return self._last.pop(key, None)
+        with self._lock:
+            return self._last.pop(key, None)
 
     async def settle(self, key: SessionKey, timeout_s: float) -> WorkStatus | None:
         """Wait up to ``timeout_s`` for the job of ``key``; cancel it past that. ``None`` if none ran."""
-        job = self._jobs.get(key)
+        job = self._job(key)
         if job is None:
             return None
         with anyio.move_on_after(timeout_s):
@@ -166,24 +222,25 @@ class OwnedWork:
         grace = grace_s if grace_s is not None else wait
         seen: dict[int, tuple[SessionKey, _Job]] = {}
 
-        def look() -> None:
-            for key, job in self._jobs.items():
+        def look() -> list[_Job]:
+            running = self._running()
+            for key, job in running:
                 seen.setdefault(id(job), (key, job))
+            return [job for _key, job in running]
 
         with anyio.move_on_after(wait):
-            while self._jobs:
-                look()
-                await next(iter(self._jobs.values())).done.wait()
+            while running := look():
+                await running[0].done.wait()
         with anyio.move_on_after(grace):
-            while self._jobs:
-                look()
-                for job in self._jobs.values():
+            while running := look():
+                for job in running:
                     job.cancel("summary update cancelled: the runtime is draining")
-                await next(iter(self._jobs.values())).done.wait()
+                await running[0].done.wait()
         look()
-        for key, job in self._unreported.items():
-            seen.setdefault(id(job), (key, job))
-        self._unreported = {k: j for k, j in self._unreported.items() if not j.done.is_set()}
+        with self._lock:
+            for key, job in self._unreported.items():
+                seen.setdefault(id(job), (key, job))
+            self._unreported = {k: j for k, j in self._unreported.items() if not j.done.is_set()}
         out: list[tuple[SessionKey, SummaryReport, bool]] = []
         for key, job in seen.values():
             if job.done.is_set() and job.report is not None:

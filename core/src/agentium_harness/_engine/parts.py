@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import anyio
 import attrs
 
 from .._errors import RuntimeCloseError
 from .._observe.settings import Resolved
 from .hooks import HookBroadcaster
 from .lifecycle import Admission
+from .loops import ThreadSafeEvent
 from .memory.manager import MemoryManager
 from .memory.work import WorkTracker
 from .owned_work import OwnedWork
@@ -31,12 +31,12 @@ __all__ = ["CloseAttempt", "RuntimeParts"]
 
 
 class CloseAttempt:
-    """One ``aclose()`` in progress; concurrent calls wait for it and share its outcome."""
+    """One ``aclose()`` in progress; concurrent calls, from any loop, wait for it and share its outcome."""
 
     __slots__ = ("done", "error", "finished")
 
     def __init__(self) -> None:
-        self.done = anyio.Event()
+        self.done = ThreadSafeEvent()
         self.finished = False
         self.error: RuntimeCloseError | None = None
 

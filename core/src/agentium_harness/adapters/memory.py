@@ -9,10 +9,10 @@ holding a record can never change what was stored.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import ClassVar
 
-import anyio
 import attrs
 
 from .._codec import digest_bytes, from_json
@@ -69,14 +69,15 @@ class InMemoryArchive(HistoryArchive):
 
     def __init__(self, config: InMemoryArchiveConfig | None = None) -> None:
         self._groups: dict[SessionKey, dict[int, tuple[bytes, str]]] = {}
-        self._lock = anyio.Lock()
+        # A thread lock, not an anyio one: the adapter serves any event loop, and nothing awaits inside.
+        self._lock = threading.Lock()
 
     async def append(
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append groups; identical re-appends are no-ops, differing ones conflict."""
         ctx.raise_if_expired("archive append")
-        async with self._lock:
+        with self._lock:
             stored = self._groups.get(key, {})
             # Check every group before writing any, so a conflict changes nothing.
             # Digests seen earlier in the same batch count as stored: a batch that
@@ -105,7 +106,8 @@ class InMemoryArchive(HistoryArchive):
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` groups from ``start_seq``, ascending."""
         ctx.raise_if_expired("archive read")
-        stored = self._groups.get(key, {})
+        with self._lock:  # a copy: another thread's append may grow the dict meanwhile
+            stored = dict(self._groups.get(key, {}))
         seqs = sorted(s for s in stored if s >= start_seq)[: max(0, max_groups)]
         return [self._decode(key, s, *stored[s]) for s in seqs]
 
@@ -182,7 +184,8 @@ class InMemorySessionStore(SessionStore):
 
     def __init__(self, config: InMemorySessionStoreConfig | None = None) -> None:
         self._rows: dict[SessionKey, tuple[int, bytes]] = {}
-        self._lock = anyio.Lock()
+        # A thread lock, not an anyio one: the adapter serves any event loop, and nothing awaits inside.
+        self._lock = threading.Lock()
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """Return the snapshot and revision, or ``None``."""
@@ -208,7 +211,7 @@ class InMemorySessionStore(SessionStore):
         ctx.raise_if_expired("session save")
         verify_snapshot(key, snapshot)
         data = snapshot_bytes(snapshot)
-        async with self._lock:
+        with self._lock:
             current = self._rows.get(key)
             current_rev = None if current is None else current[0]
             if current_rev != expected_revision:

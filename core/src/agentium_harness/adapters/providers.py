@@ -10,6 +10,7 @@ source supports an answer.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -147,6 +148,8 @@ class ScriptedProvider(ModelProvider):
         if self._config.path is not None:
             self._replies = None
         self._index = 0
+        # Calls may come from several threads, each with its own event loop: take the next reply atomically.
+        self._next_lock = threading.Lock()
         self.calls: list[ModelRequest] = []
 
     async def _load(self) -> list[ScriptedReply]:
@@ -165,13 +168,14 @@ class ScriptedProvider(ModelProvider):
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
         """Return the next scripted reply."""
         replies = await self._load()
-        if self._index >= len(replies):
-            if not self._config.cycle or not replies:
-                raise ProviderError(f"scripted provider ran out of replies after {len(replies)}")
-            self._index = 0
-        reply = replies[self._index]
-        self._index += 1
-        self.calls.append(request)
+        with self._next_lock:
+            if self._index >= len(replies):
+                if not self._config.cycle or not replies:
+                    raise ProviderError(f"scripted provider ran out of replies after {len(replies)}")
+                self._index = 0
+            reply = replies[self._index]
+            self._index += 1
+            self.calls.append(request)
         return ModelResponse(message=reply.to_message())
 
 

@@ -9,11 +9,15 @@ re-implementing the same care:
   :class:`~agentium_harness._plugins.spec.AdapterSpec` requires). The first call
   runs :meth:`ThreadBoundAdapter.open_connection` in its worker thread; a
   failure is retried by the next call.
-- **One call at a time.** Calls run through :func:`anyio.to_thread.run_sync`
-  behind a per-adapter ``CapacityLimiter(1)`` (waiting for it is bounded by
-  the deadline), and inside the thread under a lock, so the connection is
-  never used by two threads at once, even when a cancelled caller abandoned a
-  call whose thread is still running.
+- **One call at a time, from any loop.** Calls run through
+  :func:`anyio.to_thread.run_sync` behind a ``CapacityLimiter(1)`` of the
+  calling event loop (one per loop: an anyio limiter belongs to its loop, so
+  one adapter object serves threads that each run their own loop, and
+  successive ``anyio.run`` calls; waiting for it is bounded by the deadline),
+  and inside the thread under a ``threading.Lock`` with the deadline as its
+  timeout, so the connection is never used by two threads at once — across
+  loops too, and even when a cancelled caller abandoned a call whose thread is
+  still running.
 - **Cancellation.** The :class:`~agentium_harness._ports.OpContext` is checked
   before the call starts and again in the worker thread (time may pass
   waiting for the previous call); a refused call raises
@@ -74,6 +78,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
+from .._engine.loops import PerLoop
 from .._errors import AgentiumError, OperationCancelledError
 from .._ports import OpContext
 
@@ -126,9 +131,11 @@ class ThreadBoundAdapter(Generic[ConnT]):
     def __init__(self) -> None:
         self._conn: ConnT | None = None
         self._closed = False
-        self._limiter = anyio.CapacityLimiter(1)
+        # One limiter per event loop (an anyio limiter belongs to the loop that uses it): it keeps a
+        # loop's callers waiting on the loop, not in worker threads. Across loops the lock below orders them.
+        self._limiters: PerLoop[anyio.CapacityLimiter] = PerLoop(lambda: anyio.CapacityLimiter(1))
         # Held by the thread using the connection, so an abandoned call still
-        # excludes the next one and close waits for it.
+        # excludes the next one (from any loop) and close waits for it.
         self._conn_lock = threading.Lock()
 
     # -- what subclasses provide ----------------------------------------------------------------
@@ -188,13 +195,14 @@ class ThreadBoundAdapter(Generic[ConnT]):
         # bounded by the deadline and an abandoned call releases its token
         # when its caller leaves (the lock in the thread still orders them).
         left = ctx.time_left()
-        if self._limiter.available_tokens >= 1:
+        limiter = self._limiters.get()
+        if limiter.available_tokens >= 1:
             # Free: take it without a cancel scope (the common case, and the
             # cheap one); only a real wait needs the deadline around it.
-            self._limiter.acquire_nowait()
+            limiter.acquire_nowait()
         else:
             with anyio.move_on_after(math.inf if left is None else left) as waiting:
-                await self._limiter.acquire()
+                await limiter.acquire()
             if waiting.cancelled_caught:
                 raise OperationCancelledError(
                     f"{operation} refused: the previous call on this adapter was still running at the "
@@ -219,7 +227,7 @@ class ThreadBoundAdapter(Generic[ConnT]):
                     await anyio.to_thread.run_sync(stopped.wait, self.cancel_grace_s, abandon_on_cancel=True)
             raise
         finally:
-            self._limiter.release()
+            limiter.release()
 
     def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[ConnT], T]) -> T:
         # Checked again here: time may have passed waiting for the limiter, and
@@ -234,6 +242,9 @@ class ThreadBoundAdapter(Generic[ConnT]):
             )
         try:
             ctx.raise_if_expired(operation)
+            if host_task_cancelled():
+                # The caller left while this thread waited for another loop's call: do nothing.
+                raise OperationCancelledError(f"{operation} refused: the caller was cancelled", "cancelled")
             self.refuse_if_closed(operation)
             try:
                 conn = self._connect()

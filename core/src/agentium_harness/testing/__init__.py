@@ -16,6 +16,10 @@
   :func:`scoped_snapshot`, :func:`legacy_snapshot`, the ``Reopen`` fixture
   type with :func:`reopen` and :func:`reopened`, and the ``CorruptStored``
   hook type with :func:`replace_once`.
+- Any-loop helpers (:mod:`agentium_harness.testing.loops`): :func:`run_in_threads`
+  runs one async callable from several threads at once, each on an event loop
+  of its own (the OpenAI Agents SDK's concurrent-access pattern), and
+  :func:`run_in_turn` from successive loops, as ``anyio.run`` per request does.
 
 The suites' modules are registered for pytest's assertion rewriting before
 they are imported, so a failing standard test shows the values it compared.
@@ -48,6 +52,7 @@ from .helpers import (
     rich_group,
     scoped_snapshot,
 )
+from .loops import LoopStyle, run_in_threads, run_in_turn
 
 if TYPE_CHECKING:
     from .contracts import (
@@ -76,6 +81,7 @@ __all__ = [
     "CorruptStored",
     "EmbedderContract",
     "HarnessEvalTarget",
+    "LoopStyle",
     "RawStorage",
     "MemoryStoreContract",
     "RecallStoreContract",
@@ -94,6 +100,8 @@ __all__ = [
     "reopened",
     "replace_once",
     "rich_group",
+    "run_in_threads",
+    "run_in_turn",
     "scoped_snapshot",
 ]
 

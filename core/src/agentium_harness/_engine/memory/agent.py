@@ -26,6 +26,7 @@ raises :class:`MemoryDrainError` once teardown succeeded (the agent is closed).
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,6 +49,7 @@ from ..._ports.provider import ModelProvider, ModelRequest, ModelResponse, Sourc
 from ..._scope import SessionKey
 from ..._validators import check_count, check_duration
 from ..lifecycle import Ticket, close_owned
+from ..loops import LoopHandle, ThreadSafeEvent
 from .manager import MemoryManager
 from .sources import MemoryOmitted, memory_blocks
 from .work import DrainResult
@@ -150,9 +152,12 @@ class Agent:
         self._owned: list[object] = list(owned) + ([memory] if owns_memory else [])
         self._history: list[Message] = []
         self._state = AgentState.OPEN
+        # The active run's scope, its loop and its end: close() may come from another thread's loop.
         self._active: anyio.CancelScope | None = None
-        self._active_done: anyio.Event | None = None
-        self._closing: anyio.Event | None = None
+        self._active_loop: LoopHandle | None = None
+        self._active_done: ThreadSafeEvent | None = None
+        self._closing: ThreadSafeEvent | None = None
+        self._state_lock = threading.Lock()
         self._close_error: BaseException | None = None
         self._runs = 0
         self.last_drain: DrainResult | None = None
@@ -188,9 +193,12 @@ class Agent:
         self._refuse("run", busy_too=True)
         if not isinstance(text, str) or not text.strip():
             raise InvalidArgumentError("the input must be a non-empty str")
-        self._state = AgentState.BUSY
+        with self._state_lock:  # two loops' runs at once: one is refused
+            self._refuse("run", busy_too=True)
+            self._state = AgentState.BUSY
         scope = self._active = anyio.CancelScope()
-        done = self._active_done = anyio.Event()
+        self._active_loop = LoopHandle.current()
+        done = self._active_done = ThreadSafeEvent()
         try:
             with scope:
                 return await self._turn(text)
@@ -245,15 +253,18 @@ class Agent:
         """Cancel and await the active run, drain, close what the agent owns; retryable (see module docs)."""
         if self._state is AgentState.CLOSED:
             return
-        if self._closing is not None:
+        with self._state_lock:
+            closing = self._closing
+            if closing is None:
+                self._state = AgentState.CLOSING
+                self._closing = event = ThreadSafeEvent()
+                self._close_error = None
+        if closing is not None:
             # Another close() is running: share its outcome.
-            await self._closing.wait()
+            await closing.wait()
             if self._close_error is not None:
                 raise self._close_error
             return
-        self._state = AgentState.CLOSING
-        self._closing = event = anyio.Event()
-        self._close_error = None
         try:
             # Every step below is bounded, so shielding cannot hang the caller,
             # and a cancelled caller never leaves the close half-done.
@@ -268,9 +279,9 @@ class Agent:
 
     async def _close_steps(self) -> BaseException | None:
         failures: list[str] = []
-        active, done = self._active, self._active_done
-        if active is not None and done is not None:
-            active.cancel()
+        active, done, loop = self._active, self._active_done, self._active_loop
+        if active is not None and done is not None and loop is not None:
+            loop.run_soon(active.cancel)
             with anyio.move_on_after(self._close_timeout_s):
                 await done.wait()
             if not done.is_set():

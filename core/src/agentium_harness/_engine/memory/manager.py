@@ -15,6 +15,7 @@ over with :meth:`MemoryManager.track` (a runtime's summary updates).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeVar
@@ -155,6 +156,7 @@ class MemoryManager:
         self._work = WorkTracker()
         self._forgotten: set[str] = set()
         self._claims: dict[SessionKey, HistoryOwner] = {}
+        self._claims_lock = threading.Lock()
         self._closed = False
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
@@ -357,14 +359,15 @@ class MemoryManager:
             raise InvalidArgumentError(f"owner must be 'harness' or 'agent', got {owner!r}")
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        held = self._claims.get(key)
-        if held is not None and held != owner:
-            raise ExtractionConflictError(
-                f"session {key.session!r} of {key.tenant}/{key.user}: the harness owns its canonical history "
-                "and an agent also extracts memory from it; turn off the agent's extraction (or use a "
-                "separate session) so memory is not extracted twice"
-            )
-        self._claims[key] = owner
+        with self._claims_lock:  # check and claim together: agents may be built on several threads
+            held = self._claims.get(key)
+            if held is not None and held != owner:
+                raise ExtractionConflictError(
+                    f"session {key.session!r} of {key.tenant}/{key.user}: the harness owns its canonical "
+                    "history and an agent also extracts memory from it; turn off the agent's extraction (or "
+                    "use a separate session) so memory is not extracted twice"
+                )
+            self._claims[key] = owner
 
     def release_history(self, key: SessionKey) -> None:
         """Forget the claim on ``key`` (its agent closed)."""

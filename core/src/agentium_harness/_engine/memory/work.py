@@ -12,12 +12,18 @@ running, gives it a bounded grace to stop, and returns a :class:`DrainResult`
 naming every item as completed, failed or cancelled. An item that did not
 stop even after cancellation is reported as cancelled with that said, and
 stays tracked, so the next drain looks at it again.
+
+Work runs on the event loop that started it; a drain may run on any loop
+and thread (it waits on thread-safe events and cancels each item on its own
+loop). Work whose loop ends before it finishes (``anyio.run`` per call) is
+cancelled with that loop and reported as cancelled, saying so.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -29,6 +35,7 @@ from ..._errors import InvalidArgumentError
 from ..._observe import spans as observe
 from ..._observe.turn import observed_drain
 from ..bounded import spawn
+from ..loops import LoopHandle, ThreadSafeEvent
 from ..owned_work import OwnedWork
 
 __all__ = [
@@ -167,16 +174,23 @@ class OwnedWorkSource:
 
 
 class _Item:
-    __slots__ = ("detail", "done", "kind", "name", "scope", "status", "task")
+    __slots__ = ("detail", "done", "kind", "loop", "name", "scope", "status", "task")
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
         self.kind = kind
-        self.done = anyio.Event()
+        self.loop = LoopHandle.current()
+        self.done = ThreadSafeEvent()
         self.scope = anyio.CancelScope()
         self.status: DrainStatus | None = None
         self.detail = ""
         self.task: Any = None  # the asyncio task, kept referenced so it is not collected
+
+    def cancel(self, detail: str) -> None:
+        """Cancel from any thread (the scope is cancelled on the item's own loop), once."""
+        if not self.scope.cancel_called:
+            self.detail = detail
+            self.loop.run_soon(self.scope.cancel)
 
     def item(self, stopped: bool = True) -> DrainItem:
         status = self.status or DrainStatus.CANCELLED
@@ -187,6 +201,9 @@ class WorkTracker:
     """Owned background work by name, plus the :class:`WorkSource` objects it also drains."""
 
     def __init__(self) -> None:
+        # Work starts, ends and is drained on several loops' threads: changes and iterations of the
+        # collections below happen under this lock.
+        self._lock = threading.Lock()
         self._running: dict[str, _Item] = {}
         self._ended: list[_Item] = []
         self._sources: list[WorkSource] = []
@@ -202,19 +219,38 @@ class WorkTracker:
         if not any(s is source for s in self._sources):
             self._sources.append(source)
 
+    def _snapshot(self) -> list[_Item]:
+        with self._lock:
+            running = list(self._running.values())
+        alive = []
+        for item in running:
+            if item.loop.finished and not item.done.is_set():
+                # Its loop was closed with it pending (loop.close() cancels nothing): it can never run again.
+                with self._lock:
+                    if self._running.get(item.name) is item:
+                        del self._running[item.name]
+                        item.status = DrainStatus.CANCELLED
+                        item.detail = "cancelled: the event loop it ran on was closed before it finished"
+                        self._ended.append(item)
+                item.done.set()
+            else:
+                alive.append(item)
+        return alive
+
     def running(self) -> tuple[str, ...]:
         """Names of the owned items running now, and those of every tracked source."""
-        names = list(self._running)
+        names = [item.name for item in self._snapshot()]
         for source in self._sources:
             names.extend(source.pending())
         return tuple(names)
 
     def start(self, name: str, kind: str, work: Callable[[], Awaitable[object]]) -> str:
         """Run ``work`` in the background as ``name``; returns the name used (made unique)."""
-        self._counter += 1
-        unique = name if name not in self._running else f"{name} #{self._counter}"
-        item = _Item(unique, kind)
-        self._running[unique] = item
+        with self._lock:
+            self._counter += 1
+            unique = name if name not in self._running else f"{name} #{self._counter}"
+            item = _Item(unique, kind)
+            self._running[unique] = item
 
         async def run() -> None:
             try:
@@ -229,8 +265,13 @@ class WorkTracker:
                     item.status = DrainStatus.CANCELLED
                     item.detail = item.detail or "cancelled"
             finally:
-                self._running.pop(unique, None)
-                self._ended.append(item)
+                if item.status is None:
+                    # Cancelled from outside its own scope: the event loop it ran on ended.
+                    item.status = DrainStatus.CANCELLED
+                    item.detail = "cancelled because the event loop it ran on ended before it finished"
+                with self._lock:
+                    self._running.pop(unique, None)
+                    self._ended.append(item)
                 item.done.set()
 
         item.task = spawn(run)
@@ -260,22 +301,21 @@ class WorkTracker:
             raise InvalidArgumentError("drain timeout must be finite: a drain always ends")
         from_sources: list[DrainItem] = []
 
-        def cancel_running() -> None:
-            for item in self._running.values():
-                if not item.scope.cancel_called:
-                    item.detail = f"did not finish within {timeout_s}s; cancelled"
-                    item.scope.cancel()
+        def cancel_running() -> list[_Item]:
+            running = self._snapshot()
+            for item in running:
+                item.cancel(f"did not finish within {timeout_s}s; cancelled")
+            return running
 
         async def own() -> None:
             # Work started while the drain waits (an extraction queuing its final
             # write) is waited for too, then cancelled with the rest.
             with anyio.move_on_after(timeout_s):
-                while self._running:
-                    await next(iter(self._running.values())).done.wait()
+                while running := self._snapshot():
+                    await running[0].done.wait()
             with anyio.move_on_after(grace_s):
-                while self._running:
-                    cancel_running()
-                    await next(iter(self._running.values())).done.wait()
+                while running := cancel_running():
+                    await running[0].done.wait()
             cancel_running()
 
         async def source(src: WorkSource) -> None:
@@ -289,9 +329,10 @@ class WorkTracker:
             tg.start_soon(own)
             for src in self._sources:
                 tg.start_soon(source, src)
-        ended, self._ended = self._ended, []
+        with self._lock:
+            ended, self._ended = self._ended, []
         items = [i.item() for i in ended]
-        for item in self._running.values():
+        for item in self._snapshot():
             item.detail = "did not stop after cancellation; still tracked"
             items.append(item.item(stopped=False))
         items.extend(from_sources)

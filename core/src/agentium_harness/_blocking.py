@@ -1,0 +1,296 @@
+"""A synchronous facade over the runtime: :class:`BlockingRuntime` (docs/sync.md).
+
+A synchronous host (a Flask or Django view, a script, a worker thread) must
+not call ``anyio.run`` per request: each call starts an event loop that ends
+with the request, and background work the runtime started on it (a summary
+update, memory extraction) is cut with it. :class:`BlockingRuntime` instead
+runs one event loop for the life of the runtime, in a thread of its own (an
+anyio blocking portal), and every method blocks the calling thread until the
+runtime has answered on that loop. Any number of threads may call it at once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import anyio.from_thread
+
+from ._config.runtime import load_runtime
+from ._engine.closing import HarnessResources
+from ._engine.maintenance import MigrationReport, ReconcileReport, SessionView
+from ._engine.memory.work import DrainResult
+from ._engine.owned_work import SummaryReport
+from ._engine.recall_turn import Clarifier
+from ._engine.results import CleanupReport, Diagnostic, RunResult
+from ._engine.runtime import HarnessRuntime, LifecycleState
+from ._engine.tools import ToolRegistry
+from ._engine.verification import CompletionPolicy
+from ._errors import InvalidArgumentError, RuntimeClosedError, RuntimeCloseError
+from ._plugins.registry import PluginRegistry
+from ._ports.provider import SourceBlock
+from ._scope import RecallScope, VerifiedIdentity
+from ._verdicts import VerificationRecord
+
+__all__ = ["BlockingRuntime"]
+
+T = TypeVar("T")
+
+#: Added to the runtime's own close bound before :meth:`BlockingRuntime.close` gives up waiting.
+CLOSE_SLACK_S = 1.0
+
+
+class BlockingRuntime:
+    """A :class:`HarnessRuntime` for synchronous code: every method blocks until the runtime answers.
+
+    The runtime runs on one event loop in a daemon thread of its own (an anyio
+    blocking portal, :func:`anyio.from_thread.start_blocking_portal`), started
+    on entering the ``with`` block or on the first call, and kept for the
+    life of this object, so background work (summary updates, memory
+    extraction) outlives the request that started it. Calls may come from any
+    number of threads at once; each blocks its own thread only. Do not call it
+    from the portal's own thread (a tool handler or callback the runtime
+    runs): that raises ``RuntimeError``. From async code, use the
+    :class:`HarnessRuntime` itself.
+
+    ``runtime`` is **owned** by default: :meth:`close` closes it (``aclose()``)
+    before stopping the loop. With ``owned=False`` it is borrowed and
+    :meth:`close` only stops the loop; whoever owns it closes it.
+    ``backend`` (``"asyncio"`` or ``"trio"``) and ``backend_options`` choose
+    the loop, as for :func:`anyio.run`.
+    """
+
+    def __init__(
+        self,
+        runtime: HarnessRuntime,
+        *,
+        owned: bool = True,
+        backend: str = "asyncio",
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(runtime, HarnessRuntime):
+            raise InvalidArgumentError(
+                f"BlockingRuntime wraps a HarnessRuntime, got {type(runtime).__name__}; build one with "
+                "create_harness_runtime() or load_runtime(), or use BlockingRuntime.from_config(path)"
+            )
+        if backend not in ("asyncio", "trio"):
+            raise InvalidArgumentError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
+        self._runtime = runtime
+        self._owned = owned
+        self._backend = backend
+        self._backend_options = dict(backend_options or {})
+        self._lock = threading.Lock()
+        self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
+        self._portal: anyio.from_thread.BlockingPortal | None = None
+        self._closed = False
+
+    @classmethod
+    def from_config(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        registry: PluginRegistry | None = None,
+        environ: Mapping[str, str] | None = None,
+        tools: ToolRegistry | None = None,
+        backend: str = "asyncio",
+    ) -> BlockingRuntime:
+        """Build the runtime a config file describes (:func:`load_runtime`) and own it."""
+        runtime = load_runtime(path, registry=registry, environ=environ, tools=tools)
+        return cls(runtime, owned=True, backend=backend)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> HarnessRuntime:
+        """The wrapped runtime (its coroutines run on this object's loop: use :meth:`call`)."""
+        return self._runtime
+
+    @property
+    def state(self) -> LifecycleState:
+        """The runtime's state: ``open``, ``closing`` or ``closed``."""
+        return self._runtime.state
+
+    @property
+    def resources(self) -> HarnessResources:
+        """The runtime's per-session resources (their methods are async: use :meth:`close_session`)."""
+        return self._runtime.resources
+
+    def start(self) -> BlockingRuntime:
+        """Start the loop thread now (the first call does it otherwise). Idempotent; returns ``self``."""
+        self._portal_or_start()
+        return self
+
+    def _portal_or_start(self) -> anyio.from_thread.BlockingPortal:
+        with self._lock:
+            if self._closed:
+                raise RuntimeClosedError("the BlockingRuntime is closed; it admits no new operations")
+            if self._portal is None:
+                cm = anyio.from_thread.start_blocking_portal(
+                    self._backend, self._backend_options or None, name="agentium-blocking-runtime"
+                )
+                self._portal = cm.__enter__()
+                self._portal_cm = cm
+            return self._portal
+
+    def call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        """Run ``await func(*args, **kwargs)`` on the runtime's loop and return its result (blocking).
+
+        For any coroutine method without a blocking twin here, e.g.
+        ``blocking.call(blocking.runtime.memory.remember, fact)``. Exceptions
+        are raised in the calling thread as they were raised on the loop.
+        """
+        portal = self._portal_or_start()
+        return portal.call(lambda: func(*args, **kwargs))
+
+    # -- the runtime's methods, blocking ---------------------------------------------------------
+
+    def run(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        user_input: str,
+        *,
+        recall_scope: RecallScope | None = None,
+        attest_legacy_memory_scope: bool = False,
+        grants: Iterable[str] = (),
+        sources: Sequence[SourceBlock] = (),
+        clarify: Clarifier | None = None,
+        completion: CompletionPolicy | bool | None = None,
+    ) -> RunResult:
+        """:meth:`HarnessRuntime.run`, blocking: one turn, committed (or a typed error saying what was)."""
+        return self.call(
+            self._runtime.run,
+            identity,
+            session_id,
+            user_input,
+            recall_scope=recall_scope,
+            attest_legacy_memory_scope=attest_legacy_memory_scope,
+            grants=grants,
+            sources=sources,
+            clarify=clarify,
+            completion=completion,
+        )
+
+    def inspect_session(self, identity: VerifiedIdentity, session_id: str) -> SessionView:
+        """:meth:`HarnessRuntime.inspect_session`, blocking."""
+        return self.call(self._runtime.inspect_session, identity, session_id)
+
+    def close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
+        """``runtime.resources.close_session``, blocking: settle the session and flush it."""
+        return self.call(self._runtime.resources.close_session, identity, session_id)
+
+    def settle_summary(self, identity: VerifiedIdentity, session_id: str) -> SummaryReport | None:
+        """``runtime.resources.settle_summary``, blocking: wait for the session's summary update."""
+        return self.call(self._runtime.resources.settle_summary, identity, session_id)
+
+    def drain(self, timeout_s: float | None = None) -> DrainResult:
+        """:meth:`HarnessRuntime.drain`, blocking: wait for owned background work and say how it ended."""
+        return self.call(self._runtime.drain, timeout_s)
+
+    def verify(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        claim: str = "",
+        *,
+        recall_scope: RecallScope | None = None,
+        since: float = 0.0,
+    ) -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
+        """:meth:`HarnessRuntime.verify`, blocking."""
+        return self.call(
+            self._runtime.verify, identity, session_id, claim, recall_scope=recall_scope, since=since
+        )
+
+    def probe(self) -> list[tuple[str, str]]:
+        """:meth:`HarnessRuntime.probe`, blocking: each adapter's bounded health check."""
+        return self.call(self._runtime.probe)
+
+    def migrate_legacy_session(
+        self,
+        identity: VerifiedIdentity,
+        session_id: str,
+        *,
+        recall_scope: RecallScope | None = None,
+        attest_legacy_memory_scope: bool = False,
+    ) -> MigrationReport:
+        """:meth:`HarnessRuntime.migrate_legacy_session`, blocking."""
+        return self.call(
+            self._runtime.migrate_legacy_session,
+            identity,
+            session_id,
+            recall_scope=recall_scope,
+            attest_legacy_memory_scope=attest_legacy_memory_scope,
+        )
+
+    def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
+        """:meth:`HarnessRuntime.reconcile_session`, blocking."""
+        return self.call(self._runtime.reconcile_session, identity, session_id)
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def close_bound_s(self) -> float:
+        """How long :meth:`close` waits at most: the runtime's own close bound plus a second."""
+        limits = self._runtime.limits
+        return limits.settle_timeout_s + 2 * limits.close_timeout_s + CLOSE_SLACK_S
+
+    def close(self) -> None:
+        """Close the runtime if owned (``aclose()`` on its loop), then stop the loop; bounded.
+
+        Returns within :meth:`close_bound_s` (plus the same again for the loop
+        to stop). Calls still running when the runtime closes get
+        :class:`RuntimeClosedError`; later calls raise it too. Idempotent.
+        Raises :class:`RuntimeCloseError` when the runtime's close failed or
+        did not finish in time (the loop thread, a daemon, is then left to end
+        on its own).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            portal, cm = self._portal, self._portal_cm
+            self._portal = self._portal_cm = None
+        failures: list[str] = []
+        bound = self.close_bound_s()
+        if self._owned:
+            if portal is None:
+                # Never started: close the runtime on a loop of its own (it did no I/O on any other).
+                try:
+                    anyio.run(self._runtime.aclose, backend=self._backend)
+                except RuntimeCloseError as exc:
+                    failures.extend(exc.failures)
+            else:
+                future = portal.start_task_soon(self._runtime.aclose)
+                try:
+                    future.result(timeout=bound)
+                except RuntimeCloseError as exc:
+                    failures.extend(exc.failures)
+                except concurrent.futures.TimeoutError:
+                    failures.append(
+                        f"the runtime did not close within {bound}s (an adapter blocking the event loop?); "
+                        "its loop thread was left to end on its own"
+                    )
+        if cm is not None and not self._stop_loop(cm, bound):
+            failures.append(f"the runtime's event loop did not stop within {bound}s of its close")
+        if failures:
+            raise RuntimeCloseError(failures)
+
+    @staticmethod
+    def _stop_loop(cm: AbstractContextManager[Any], bound: float) -> bool:
+        # Leaving the portal's context joins its thread without a bound; do it in a helper thread
+        # joined for at most ``bound``, so close() always returns.
+        stopper = threading.Thread(
+            target=cm.__exit__, args=(None, None, None), name="agentium-blocking-stop", daemon=True
+        )
+        stopper.start()
+        stopper.join(bound)
+        return not stopper.is_alive()
+
+    def __enter__(self) -> BlockingRuntime:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

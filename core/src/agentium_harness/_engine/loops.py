@@ -1,0 +1,317 @@
+"""Event loops and threads: what lets one runtime or one adapter serve several loops at once.
+
+anyio's synchronisation objects (``Event``, ``Lock``, ``CapacityLimiter``,
+``CancelScope``) belong to the event loop that first uses them: waking a
+waiter of another loop from here is not thread-safe, and a cancel scope may
+only be cancelled from its own loop's thread. A runtime shared by threads that
+each run their own loop (or by successive ``anyio.run`` calls) therefore keeps
+nothing loop-bound across calls. This module holds the three pieces that make
+that possible, each working under asyncio and trio:
+
+- :class:`LoopHandle`: the running loop, so any thread can hand it a callback
+  (``call_soon_threadsafe`` on asyncio, the trio token's ``run_sync_soon``);
+- :class:`ThreadSafeEvent`: an event any thread may set and any loop may wait
+  for (each waiter is woken on its own loop);
+- :class:`PerLoop`: one value per running loop (a capacity limiter, a
+  client whose connections are bound to their loop), created on first use in
+  that loop, dropped once that loop has finished, and closed each on its own
+  loop by :meth:`PerLoop.aclose`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+import anyio
+import anyio.lowlevel
+import sniffio
+
+__all__ = ["LoopHandle", "PerLoop", "ThreadSafeEvent"]
+
+T = TypeVar("T")
+
+# Tasks started on a loop from another thread, kept referenced until they end (asyncio holds weak ones).
+_STARTED: set[Any] = set()
+
+
+class LoopHandle:
+    """The event loop running in the current thread (asyncio or trio), usable from any thread."""
+
+    __slots__ = ("__weakref__", "_library", "_native")
+
+    def __init__(self, library: str, native: Any) -> None:
+        self._library = library
+        # The asyncio loop itself, or trio's token for the run.
+        self._native = native
+
+    @classmethod
+    def current(cls) -> LoopHandle:
+        """The running loop; raises ``RuntimeError`` when no asyncio or trio loop runs in this thread."""
+        try:
+            library = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            raise RuntimeError("no event loop is running in this thread") from None
+        if library == "asyncio":
+            import asyncio
+
+            return cls(library, asyncio.get_running_loop())
+        if library == "trio":
+            import trio
+
+            return cls(library, trio.lowlevel.current_trio_token())
+        raise RuntimeError(f"Agentium needs asyncio or trio, not {library}")  # pragma: no cover
+
+    @classmethod
+    def current_or_none(cls) -> LoopHandle | None:
+        """The running loop, or ``None`` outside one (a worker thread, plain synchronous code)."""
+        try:
+            return cls.current()
+        except RuntimeError:
+            return None
+
+    @property
+    def key(self) -> Any:
+        """A hashable, weakly referenceable object identifying the loop (the loop, or trio's token)."""
+        return self._native
+
+    def is_current(self) -> bool:
+        """True when called on this loop, in its own thread."""
+        other = LoopHandle.current_or_none()
+        return other is not None and other._native is self._native
+
+    def call_soon(self, callback: Callable[[], None]) -> bool:
+        """Schedule ``callback`` on this loop from any thread; False when the loop has finished.
+
+        A loop that is stopped but not closed (between two
+        ``run_until_complete`` calls) runs it when it runs again.
+        """
+        try:
+            if self._library == "asyncio":
+                self._native.call_soon_threadsafe(callback)
+            else:
+                self._native.run_sync_soon(callback)
+        except RuntimeError:  # asyncio: "Event loop is closed"; trio: RunFinishedError
+            return False
+        return True
+
+    def run_soon(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` now if this is the current loop, else schedule it there (:meth:`call_soon`)."""
+        if self.is_current():
+            callback()
+            return True
+        return self.call_soon(callback)
+
+    def start(self, work: Callable[[], Awaitable[None]]) -> bool:
+        """Start ``work()`` as a task of this loop, from any thread; False when the loop has finished.
+
+        ``work`` must not raise anything but a cancellation (on trio it runs
+        as a system task, where an escaping exception ends the run).
+        """
+
+        def begin() -> None:
+            if self._library == "asyncio":
+                task = self._native.create_task(work())
+                _STARTED.add(task)
+                task.add_done_callback(_STARTED.discard)
+            else:
+                import trio
+
+                trio.lowlevel.spawn_system_task(work)
+
+        return self.call_soon(begin)
+
+    async def run_there(self, work: Callable[[], Awaitable[object]], timeout_s: float) -> bool:
+        """Run ``work()`` on this loop and wait up to ``timeout_s`` here; True if it finished in time.
+
+        An exception ``work`` raises is re-raised here. Past ``timeout_s`` the
+        work is left running on its loop.
+        """
+        done = ThreadSafeEvent()
+        failure: list[BaseException] = []
+
+        async def run() -> None:
+            try:
+                await work()
+            except Exception as exc:  # handed to the waiter
+                failure.append(exc)
+            finally:
+                done.set()
+
+        if not self.start(run):
+            return False
+        with anyio.move_on_after(timeout_s):
+            await done.wait()
+        if failure:
+            raise failure[0]
+        return done.is_set()
+
+    @property
+    def finished(self) -> bool:
+        """True once the loop can run nothing more (an asyncio loop closed, a trio run ended)."""
+        if self._library == "asyncio":
+            return bool(self._native.is_closed())
+        return not self.call_soon(lambda: None)
+
+
+class ThreadSafeEvent:
+    """A one-shot event: :meth:`set` from any thread, :meth:`wait` from any asyncio or trio loop.
+
+    Waiters are woken on their own loops (through :meth:`LoopHandle.call_soon`),
+    so a run on one loop may wait for an operation admitted on another, and a
+    loop that has ended leaves nothing behind that a later ``set`` could trip on.
+    """
+
+    __slots__ = ("_flag", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flag = False
+        self._waiters: list[Callable[[], None]] = []
+
+    def is_set(self) -> bool:
+        """True once :meth:`set` was called."""
+        return self._flag
+
+    def set(self) -> None:
+        """Set the event and wake every waiter, whichever loop and thread it waits on."""
+        with self._lock:
+            if self._flag:
+                return
+            self._flag = True
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:
+            wake()
+
+    async def wait(self) -> None:
+        """Wait until the event is set (a checkpoint even when it already is)."""
+        if self._flag:
+            await anyio.lowlevel.checkpoint()
+            return
+        loop = LoopHandle.current()
+        local = anyio.Event()
+
+        def wake() -> None:
+            loop.call_soon(local.set)
+
+        with self._lock:
+            registered = not self._flag
+            if registered:
+                self._waiters.append(wake)
+        if not registered:
+            await anyio.lowlevel.checkpoint()
+            return
+        try:
+            await local.wait()
+        finally:
+            with self._lock:
+                if wake in self._waiters:
+                    self._waiters.remove(wake)
+
+
+class PerLoop(Generic[T]):
+    """One value per running event loop, made by ``factory`` on first use in that loop.
+
+    For objects that belong to the loop that made them: an anyio
+    ``CapacityLimiter``, an ``asyncio.Lock``, a client whose connections are
+    streams of one loop (a ``redis.asyncio`` client, an ``httpx.AsyncClient``,
+    a ``psycopg_pool.AsyncConnectionPool``). Thread-safe: two loops asking at
+    once each get their own value.
+
+    A value whose loop has finished (an asyncio loop closed, a trio run
+    ended) can never be used or closed properly again: whenever a new value is
+    made, such values are dropped, each passed to ``discard`` first (a
+    synchronous, best-effort release, for example closing raw sockets; it must
+    not raise). :meth:`aclose` closes every value on its own loop.
+    """
+
+    __slots__ = ("_discard", "_factory", "_lock", "_values")
+
+    def __init__(self, factory: Callable[[], T], *, discard: Callable[[T], None] | None = None) -> None:
+        self._factory = factory
+        self._discard = discard
+        self._lock = threading.Lock()
+        self._values: dict[Any, tuple[LoopHandle, T]] = {}
+
+    def get(self) -> T:
+        """The running loop's value, made now if this loop has none yet (call from async code)."""
+        loop = LoopHandle.current()
+        with self._lock:
+            held = self._values.get(loop.key)
+            if held is not None:
+                return held[1]
+        self._sweep()
+        with self._lock:
+            held = self._values.get(loop.key)
+            if held is None:
+                held = self._values[loop.key] = (loop, self._factory())
+            return held[1]
+
+    def peek(self) -> T | None:
+        """The running loop's value if it has one, without making it (``None`` outside a loop too)."""
+        loop = LoopHandle.current_or_none()
+        if loop is None:
+            return None
+        with self._lock:
+            held = self._values.get(loop.key)
+        return None if held is None else held[1]
+
+    def items(self) -> list[tuple[LoopHandle, T]]:
+        """Every value held now with its loop (values of finished loops are dropped first)."""
+        self._sweep()
+        with self._lock:
+            return list(self._values.values())
+
+    def _sweep(self) -> None:
+        with self._lock:
+            held = list(self._values.items())
+        dead = [(key, value) for key, (loop, value) in held if loop.finished]
+        if not dead:
+            return
+        with self._lock:
+            for key, _value in dead:
+                self._values.pop(key, None)
+        for _key, value in dead:
+            if self._discard is not None:
+                try:
+                    self._discard(value)
+                except Exception:  # noqa: S110 - best effort: the loop that owned it is gone
+                    pass
+
+    async def aclose(self, close: Callable[[T], Awaitable[None]], timeout_s: float) -> list[str]:
+        """Close every value on its own loop and forget it; returns the problems (empty when all closed).
+
+        This loop's value is closed here; a value of another loop that still
+        runs (another thread's) is closed there, scheduled thread-safe, and
+        waited for; a value of a finished loop is discarded. Each close is
+        bounded by ``timeout_s``. Shielded from the caller's cancellation.
+        """
+        with self._lock:
+            held = list(self._values.values())
+            self._values.clear()
+        problems: list[str] = []
+
+        async def close_one(loop: LoopHandle, value: T) -> None:
+            try:
+                if loop.is_current():
+                    with anyio.fail_after(timeout_s):
+                        await close(value)
+                elif loop.finished:
+                    if self._discard is not None:
+                        self._discard(value)
+                elif not await loop.run_there(lambda: close(value), timeout_s):
+                    problems.append(
+                        f"closing a {type(value).__name__} of another event loop did not finish within "
+                        f"{timeout_s}s (is that loop still running?)"
+                    )
+            except TimeoutError:
+                problems.append(f"closing a {type(value).__name__} did not finish within {timeout_s}s")
+            except Exception as exc:
+                problems.append(f"closing a {type(value).__name__} failed: {type(exc).__name__}: {exc}")
+
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for loop, value in held:
+                    tg.start_soon(close_one, loop, value)
+        return problems

@@ -1,0 +1,203 @@
+"""BlockingRuntime, the synchronous facade (issue 22, item 3).
+
+A synchronous host calls the runtime from request threads; the runtime lives
+on one event loop in a portal thread for its whole life, so background
+summary updates finish instead of being cut with a per-request loop, and the
+close is bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    BlockingRuntime,
+    CommitState,
+    InvalidArgumentError,
+    ResidentLimits,
+    RunStatus,
+    RuntimeClosedError,
+    RuntimeCloseError,
+    RuntimeLimits,
+    SessionBusyError,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def summarizing_runtime(tmp_path: Path, **limits: float) -> object:
+    db = str(tmp_path / "blocking.db")
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=SQLiteArchive(SQLiteConfig(path=db)),
+        session_store=SQLiteSessionStore(SQLiteConfig(path=db)),
+        summarizer=ExtractiveSummarizer(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1), **limits),
+    )
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_request_threads_share_one_blocking_runtime_and_summaries_finish(
+    tmp_path: Path, backend: str
+) -> None:
+    """4 request threads, 3 turns each; every background summary update completes; the close is clean."""
+    runtime = summarizing_runtime(tmp_path)
+    outcomes: list[tuple[RunStatus, CommitState]] = []
+    errors: list[BaseException] = []
+    with BlockingRuntime(runtime, backend=backend) as blocking:  # type: ignore[arg-type]
+
+        def requests(i: int) -> None:
+            try:
+                for n in range(3):
+                    result = blocking.run(ANA, f"s{i}", f"turn {n} of thread {i}: apples and pears")
+                    outcomes.append((result.status, result.commit_state))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=requests, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == [] and not any(t.is_alive() for t in threads)
+        assert outcomes == [(RunStatus.COMPLETED, CommitState.COMMITTED)] * 12
+        # The loop outlived every request: the updates ran to the end instead of being cut.
+        for i in range(4):
+            report = blocking.settle_summary(ANA, f"s{i}")
+            assert report is not None and report.status.value == "completed"
+            view = blocking.inspect_session(ANA, f"s{i}")
+            assert view.next_seq == 3 and view.summary is not None
+        assert blocking.drain(5.0).ok
+        assert blocking.close_session(ANA, "s0").status.value == "clean"
+    assert blocking.state.value == "closed"
+    with pytest.raises(RuntimeClosedError):
+        blocking.run(ANA, "s0", "after close")
+    blocking.close()  # idempotent
+
+
+class GateProvider(ScriptedProvider):
+    """Answers once ``release`` is set; ``entered`` says a call is waiting (cancellable meanwhile)."""
+
+    def __init__(self) -> None:
+        super().__init__(replies=["ok"], cycle=True)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.entered.set()
+        await anyio.to_thread.run_sync(self.release.wait, abandon_on_cancel=True)
+        return await super().complete(request, ctx)
+
+
+def test_errors_reach_the_calling_thread_and_close_cancels_a_run_in_flight() -> None:
+    """SessionBusyError for a second call on a busy session; ``close()`` cancels the first, bounded."""
+    provider = GateProvider()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=2.0),
+    )
+    blocking = BlockingRuntime(runtime).start()
+    caught: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            blocking.run(ANA, "busy", "first")
+        except BaseException as exc:
+            caught.append(exc)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert provider.entered.wait(10)
+    with pytest.raises(SessionBusyError):
+        blocking.run(ANA, "busy", "second")
+    started = time.monotonic()
+    blocking.close()
+    assert time.monotonic() - started < blocking.close_bound_s() + 5.0
+    holder.join(10)
+    [error] = caught
+    assert isinstance(error, RuntimeClosedError) and error.commit_state is CommitState.NOT_COMMITTED
+    provider.release.set()
+
+
+class LoopBlockingArchive(InMemoryArchive):
+    """An owned adapter whose close blocks the event loop itself: nothing can interrupt it."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    async def aclose(self) -> None:
+        time.sleep(self.seconds)  # noqa: ASYNC251 - blocks the loop thread: the worst an adapter can do
+
+
+def test_close_is_bounded_even_when_an_adapter_blocks_the_loop() -> None:
+    """``close()`` returns by its bound and says it gave up; the process is not held."""
+    archive = LoopBlockingArchive(8.0)
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        owned=[archive],
+        limits=RuntimeLimits(settle_timeout_s=0.1, close_timeout_s=0.2),
+    )
+    blocking = BlockingRuntime(runtime)
+    assert blocking.run(ANA, "s", "hello").commit_state is CommitState.COMMITTED
+    bound = blocking.close_bound_s()
+    started = time.monotonic()
+    with pytest.raises(RuntimeCloseError) as caught:
+        blocking.close()
+    took = time.monotonic() - started
+    assert took < 2 * bound + 2.0  # the runtime's bound, then the loop's stop bound, plus slack
+    assert "did not close within" in str(caught.value)
+
+
+def test_a_borrowed_runtime_is_left_open_for_its_owner() -> None:
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+    )
+    with BlockingRuntime(runtime, owned=False) as blocking:
+        blocking.run(ANA, "s", "hello")
+    assert runtime.state.value == "open"
+    # The owner uses and closes it from its own loop afterwards.
+    assert anyio.run(runtime.inspect_session, ANA, "s").next_seq == 1
+    anyio.run(runtime.aclose)
+    assert runtime.state.value == "closed"
+
+
+def test_from_config_owns_the_runtime_it_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTIUM_DB", str(tmp_path / "config.db"))
+    with BlockingRuntime.from_config(ROOT / "examples" / "agentium.toml") as blocking:
+        assert blocking.run(ANA, "s", "hello").output == "Noted."
+        assert "sqlite" in dict(blocking.probe())["archive"]
+    assert blocking.state.value == "closed"
+
+
+def test_bad_arguments_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="HarnessRuntime"):
+        BlockingRuntime("agentium.toml")  # type: ignore[arg-type]
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+    )
+    with pytest.raises(InvalidArgumentError, match="backend"):
+        BlockingRuntime(runtime, backend="curio")
