@@ -197,8 +197,9 @@ class GateProvider(ScriptedProvider):
 
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
         self.entered.set()
-        # Cancellable while it waits, as a real HTTP call is.
-        await anyio.to_thread.run_sync(self.release.wait, abandon_on_cancel=True)
+        # Cancellable while it waits, as a real HTTP call is; the abandoned wait ends within 30 s
+        # (a worker thread left waiting forever would keep the test process from exiting).
+        await anyio.to_thread.run_sync(self.release.wait, 30, abandon_on_cancel=True)
         return await super().complete(request, ctx)
 
 
@@ -253,6 +254,7 @@ def test_aclose_from_another_loop_cancels_a_run_on_a_live_loop(closer_backend: s
     started = time.monotonic()
     anyio.run(runtime.aclose, backend=closer_backend)
     took = time.monotonic() - started
+    provider.release.set()  # let the abandoned provider call's worker thread end
     holder.join(10)
     assert not holder.is_alive()
     assert runtime.state.value == "closed"
@@ -378,3 +380,55 @@ def test_per_loop_values_are_made_per_loop_dropped_with_their_loop_and_closed_on
     assert mine.closed_in == threading.get_ident()
     assert live[0].closed_in == live[0].thread != threading.get_ident()
     assert per_loop.items() == []
+
+
+class PausingStore(SQLiteSessionStore):
+    """Holds a load between reading its row and returning, so another loop's save can land meanwhile."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.pause_loads = False
+        self.read = threading.Event()
+        self.resume = threading.Event()
+
+    async def run(self, ctx, operation, work):  # type: ignore[no-untyped-def]
+        result = await super().run(ctx, operation, work)
+        if operation == "session load" and self.pause_loads:
+            self.read.set()
+            await anyio.to_thread.run_sync(self.resume.wait, 10)
+        return result
+
+
+def test_a_load_overtaken_by_another_loops_save_never_serves_the_older_row(tmp_path: Path) -> None:
+    """The SQLite store's remembered rows stay true when a load and a save of one key run on two loops."""
+    config = SQLiteConfig(path=str(tmp_path / "race.db"))
+    store = PausingStore(config)
+    key = SessionKey("acme", "ana", "raced")
+
+    async def seed() -> None:
+        await store.save(key, scoped_snapshot(key, " one"), None, ctx())
+        # Another connection commits, so the next load must read the row again.
+        other = SQLiteSessionStore(config)
+        await other.save(SessionKey("acme", "ana", "elsewhere"), scoped_snapshot(key, ""), None, ctx())
+        await other.aclose()
+
+    anyio.run(seed)
+    store.pause_loads = True
+    loaded: list[object] = []
+    reader = threading.Thread(target=lambda: loaded.append(anyio.run(store.load, key, ctx())))
+    reader.start()
+    assert store.read.wait(10)
+    store.pause_loads = False
+    # Another loop saves revision 2 while the load that read revision 1 has not returned yet.
+    assert anyio.run(store.save, key, scoped_snapshot(key, " two"), 1, ctx(), backend="trio") == 2
+    store.resume.set()
+    reader.join(10)
+
+    async def reload() -> object:
+        try:
+            return await store.load(key, ctx())
+        finally:
+            await store.aclose()
+
+    again = anyio.run(reload)
+    assert again is not None and again.revision == 2  # type: ignore[attr-defined]

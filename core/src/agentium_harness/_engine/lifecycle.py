@@ -104,7 +104,8 @@ class Ticket:
     worker threads. ``done`` is set when the operation has left admission; any
     event loop may wait for it. ``loop`` is the loop the operation runs on
     (``None`` when made outside one): :meth:`cancel` from another thread
-    reaches the operation's cancel scope through it. ``abandoned`` describes each call the operation had to walk away from.
+    reaches the operation's cancel scope through it. ``abandoned`` describes
+    each call the operation had to walk away from.
     ``hook_timeout_s`` bounds each lifecycle-hook broadcast the operation makes
     (the runtime's ``close_timeout_s``; ``op_timeout_s`` when not given).
     """
@@ -275,7 +276,7 @@ class Admission:
         self._lock = threading.Lock()
 
     def tickets(self) -> list[Ticket]:
-        """Every admitted operation, exclusive, shared and erasures (orphans, whose loop was closed, dropped)."""
+        """Every admitted operation, exclusive, shared and erasures (orphans, whose loop closed, dropped)."""
         with self._lock:
             tickets = [*self.active.values(), *self.shared, *self.erasures]
         orphans = [t for t in tickets if t.orphaned()]

@@ -150,7 +150,7 @@ class InMemoryArchive(HistoryArchive):
         check_target(target)
         bound = check_max_items(max_items)
         ctx.raise_if_expired("archive erase")
-        async with self._lock:
+        with self._lock:
             found = [
                 (key, seq, digest)
                 for key in sorted(self._groups, key=SessionKey.key_segments)
@@ -227,9 +227,11 @@ class InMemorySessionStore(SessionStore):
     ) -> list[str]:
         """Sorted session ids of one user (after ``after``, when given), at most ``limit``."""
         ctx.raise_if_expired("session listing")
+        with self._lock:  # a snapshot: another thread's save may add a row meanwhile
+            keys = list(self._rows)
         ids = sorted(
             k.session
-            for k in self._rows
+            for k in keys
             if k.tenant == tenant and k.user == user and (after is None or k.session > after)
         )
         return ids[: max(0, limit)]
@@ -246,7 +248,7 @@ class InMemorySessionStore(SessionStore):
         check_target(target)
         bound = check_max_items(max_items)
         ctx.raise_if_expired("session store erase")
-        async with self._lock:
+        with self._lock:
             found = sorted((k for k in self._rows if target.covers_session(k)), key=SessionKey.key_segments)
             taken = found[:bound]
             sessions = tuple(snapshot_erasure(k, self._rows[k][1]) for k in taken)

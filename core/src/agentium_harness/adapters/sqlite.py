@@ -296,6 +296,12 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         # Sessions found to have no row, with the data_version then: the same shortcut for a
         # load that finds nothing (every turn reads the tenant's erasure fence, usually absent).
         self._absent: OrderedDict[SessionKey, int] = OrderedDict()
+        # The store serves several event loops at once (one worker thread each), so what it
+        # remembers changes under a lock, and a row read before a write began is never
+        # remembered after it: every write bumps the epoch, and a load or save remembers its
+        # row only if the epoch is still the one it saw before its own call.
+        self._recent_lock = threading.Lock()
+        self._epoch = 0
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; an undecodable row raises ``SnapshotCorruptError``.
@@ -308,17 +314,22 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         never waits for it (see ``_peek_data_version``). Otherwise the row
         is read and checked as usual.
         """
-        recent = self._recent.get(key)
-        if recent is not None:
+        with self._recent_lock:
+            recent = self._recent.get(key)
+            absent = self._absent.get(key)
+            epoch = self._epoch
+        if recent is not None or absent is not None:
             ctx.raise_if_expired("session load")
-            if self._peek_data_version() == recent[3]:
-                self._recent.move_to_end(key)
-                return StoredSnapshot(snapshot=recent[2], revision=recent[0])
-        elif key in self._absent:
-            ctx.raise_if_expired("session load")
-            if self._peek_data_version() == self._absent[key]:
-                self._absent.move_to_end(key)
-                return None
+            peeked = self._peek_data_version()
+            with self._recent_lock:
+                # Still what was remembered (no write of any row since, on any loop)?
+                if peeked is not None and self._epoch == epoch:
+                    if recent is not None and peeked == recent[3] and self._recent.get(key) is recent:
+                        self._recent.move_to_end(key)
+                        return StoredSnapshot(snapshot=recent[2], revision=recent[0])
+                    if absent is not None and peeked == absent and self._absent.get(key) == absent:
+                        self._absent.move_to_end(key)
+                        return None
 
         def work(conn: sqlite3.Connection) -> tuple[tuple[object, object] | None, int]:
             # One read transaction: the version, the session's row and its group rows all as of
@@ -330,10 +341,12 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
 
         row, version = await self.run(ctx, "session load", work)
         if row is None:
-            self._forget(key)
-            self._absent[key] = version
-            if len(self._absent) > _ABSENT_KEYS:
-                self._absent.popitem(last=False)
+            with self._recent_lock:
+                self._drop(key)
+                if self._epoch == epoch:
+                    self._absent[key] = version
+                    if len(self._absent) > _ABSENT_KEYS:
+                        self._absent.popitem(last=False)
             return None
         revision, data = row
         where = f"snapshot of session {key.key()} in {self._path}"
@@ -346,44 +359,61 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
         if not isinstance(data, bytes | str):
             raise SnapshotCorruptError(f"{where} holds {type(data).__name__}, not JSON; nothing was changed")
         raw = data if isinstance(data, bytes) else data.encode("utf-8")
-        recent = self._recent.get(key)
+        with self._recent_lock:
+            recent = self._recent.get(key)
         if recent is not None and recent[0] == revision and recent[1] == raw:
             # The row holds exactly the bytes this store last wrote or decoded
             # for this revision, so decoding them again would give an equal
             # snapshot: hand back that one (its groups keep their encodings).
-            self._remember(key, revision, recent[1], recent[2], version)
+            self._remember(epoch, key, revision, recent[1], recent[2], version)
             return StoredSnapshot(snapshot=recent[2], revision=revision)
         # Defence in depth (the engine checks too): a flipped bit that still
         # decodes fails here, before it can reach a model or be re-archived.
-        self._forget(key)
+        with self._recent_lock:
+            self._drop(key)
         snapshot = decode_snapshot(key, raw, where)
-        self._remember(key, revision, raw, snapshot, version)
+        self._remember(epoch, key, revision, raw, snapshot, version)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
 
     def _remember(
-        self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
+        self, epoch: int, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
     ) -> None:
-        self._forget(key)
-        if len(data) > _RECENT_BYTES:
-            return
-        self._recent[key] = (revision, data, snapshot, version)
-        self._recent_bytes += len(data)
-        while self._recent_bytes > _RECENT_BYTES:
-            _, (_, dropped, _, _) = self._recent.popitem(last=False)
-            self._recent_bytes -= len(dropped)
+        """Remember ``key``'s row unless a write began since ``epoch`` (it may be older than the file)."""
+        with self._recent_lock:
+            self._drop(key)
+            if self._epoch != epoch or len(data) > _RECENT_BYTES:
+                return
+            self._recent[key] = (revision, data, snapshot, version)
+            self._recent_bytes += len(data)
+            while self._recent_bytes > _RECENT_BYTES:
+                _, (_, dropped, _, _) = self._recent.popitem(last=False)
+                self._recent_bytes -= len(dropped)
 
-    def _forget_all(self) -> None:
-        self._recent.clear()
-        self._recent_bytes = 0
-        self._absent.clear()
+    def _forget_all(self) -> int:
+        """Forget every row, before a write of many; returns the new epoch."""
+        with self._recent_lock:
+            self._epoch += 1
+            self._recent.clear()
+            self._recent_bytes = 0
+            self._absent.clear()
+            return self._epoch
 
-    def _forget(self, key: SessionKey) -> None:
-        """Drop what this store remembers of ``key``'s row: before any write, and after any doubt.
+    def _forget(self, key: SessionKey) -> int:
+        """Drop what this store remembers of ``key``'s row before a write; returns the new epoch.
 
         A write that fails may still have committed (a COMMIT that raised),
         and this connection's own commits do not change its data_version, so
-        a remembered row must never outlive a write that did not confirm it.
+        a remembered row must never outlive a write that did not confirm it;
+        and a load on another loop that read the row before this write must
+        not remember it after (the epoch moves on).
         """
+        with self._recent_lock:
+            self._epoch += 1
+            self._drop(key)
+            return self._epoch
+
+    def _drop(self, key: SessionKey) -> None:
+        """Under the lock: forget ``key``'s row (after a doubt), leaving the epoch as it is."""
         self._absent.pop(key, None)
         previous = self._recent.pop(key, None)
         if previous is not None:
@@ -412,9 +442,9 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
                 revision, _ = save_snapshot(conn, key, rows, expected_revision)
                 return revision, version
 
-        self._forget(key)
+        epoch = self._forget(key)
         revision, version = await self.run(ctx, "session save", work)
-        self._remember(key, revision, data, snapshot, version)
+        self._remember(epoch, key, revision, data, snapshot, version)
         return revision
 
     def shares_transactions_with(self, archive: object) -> bool:
@@ -463,9 +493,9 @@ class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
                 revision, receipts = save_snapshot(conn, key, rows, expected_revision, evicted, prefix)
                 return revision, receipts, version
 
-        self._forget(key)
+        epoch = self._forget(key)
         revision, receipts, version = await self.run(ctx, "session commit with archive", work)
-        self._remember(key, revision, data, snapshot, version)
+        self._remember(epoch, key, revision, data, snapshot, version)
         return revision, receipts
 
     async def list_sessions(
