@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("httpx")
-
+# FastAPI and httpx are test dependencies (the core's [test] extra, requirements-dev.txt):
+# a missing one fails here rather than skipping the example silently.
 from fastapi.testclient import TestClient
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_app.py"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "fastapi_app.py"
+SYNC_DOC = ROOT / "docs" / "sync.md"
 
 
 @pytest.fixture
@@ -52,3 +55,27 @@ def test_the_lifespan_builds_the_runtime_and_shutdown_closes_it(example: ModuleT
 
 def test_the_example_runs_as_a_script(example: ModuleType) -> None:
     example.main()
+
+
+def test_the_docs_excerpt_is_the_examples_code() -> None:
+    """docs/sync.md shows part of the example (not run there): each definition it shows is the example's own.
+
+    Compared as syntax trees, so comments may differ but code may not: a change
+    to the example that the docs do not follow (or the reverse) fails here.
+    """
+    text = SYNC_DOC.read_text("utf-8")
+    section = text[text.index("## FastAPI: build the runtime in the lifespan") :]
+    [excerpt] = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.S)
+    shown = {_name(node): ast.dump(node) for node in ast.parse(excerpt).body}
+    example = {_name(node): ast.dump(node) for node in ast.parse(EXAMPLE.read_text("utf-8")).body}
+    assert set(shown) == {"lifespan", "app", "post_turn", "get_session"}
+    for name, tree in shown.items():
+        assert tree == example.get(name), f"docs/sync.md shows {name} unlike examples/fastapi_app.py"
+
+
+def _name(node: ast.stmt) -> str:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return node.name
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    return ast.dump(node)
