@@ -136,6 +136,13 @@ class InterruptionCause(enum.StrEnum):
     PROVIDER_FAILED = "provider_failed"
     #: The recall policy stopped the turn at the commit fence.
     RECALL_STOPPED = "recall_stopped"
+    #: Another writer committed the session first (compare-and-set conflict); what ran was
+    #: committed on top of its revision, without the answer.
+    COMMIT_CONFLICT = "commit_conflict"
+    #: The host's publication hook refused the answer; what ran was committed without it.
+    PUBLICATION_REFUSED = "publication_refused"
+    #: The run was cancelled (``aclose()``, or the host cancelled ``run()``) after a tool started.
+    CANCELLED = "cancelled"
 
 
 @attrs.frozen(slots=True)

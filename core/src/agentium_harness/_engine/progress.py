@@ -24,6 +24,7 @@ from .turn import TurnOutcome
 
 if TYPE_CHECKING:
     from .commit import CommitOutcome
+    from .effects import EffectsKeeper
     from .recall_turn import RecallOutcome
 
 __all__ = ["RunProgress", "failed_run", "with_result"]
@@ -36,6 +37,7 @@ class RunProgress:
         "commit_state",
         "diagnostics",
         "group",
+        "keeper",
         "outcome",
         "recall",
         "scope",
@@ -56,6 +58,8 @@ class RunProgress:
         #: The group the run is committing, once built; ``outcome`` once committed.
         self.group: MessageGroup | None = None
         self.outcome: CommitOutcome | None = None
+        #: What commits the turn, and what ran of it when the turn stops; set once the turn is ready.
+        self.keeper: EffectsKeeper | None = None
 
     def saving(self) -> None:
         """The snapshot save starts: until it settles, a cancellation cannot tell whether it landed."""

@@ -22,6 +22,7 @@ from .._ports.recall import SourceRef
 from .._scope import Scope
 from .bounded import Overrun, bounded
 from .commit import CommitOutcome
+from .results import CommitState
 
 __all__ = ["ConditionalPublication", "RecallView", "publish", "source_view_revision"]
 
@@ -54,9 +55,11 @@ class ConditionalPublication(Protocol):
     session, under whatever condition the host needs (for example while
     holding the lock its document writers take, after checking that every
     ``view.refs`` revision is still current), or raise to refuse: the engine
-    then commits nothing and raises
-    :class:`~agentium_harness._errors.PublicationRefusedError`. Returning
-    without calling ``commit`` is also a refusal.
+    then commits no answer and raises
+    :class:`~agentium_harness._errors.PublicationRefusedError` (when a tool
+    of the turn ran, its calls and results are committed without the
+    answer, which the error's ``commit_state`` says). Returning without
+    calling ``commit`` is also a refusal.
     """
 
     async def publish(self, view: RecallView, commit: Callable[[], Awaitable[None]]) -> None:
@@ -104,11 +107,14 @@ async def publish(
         if done:
             return  # committed; only the host's code after commit() was slow
         if exc.abandoned and committing:
-            raise PublicationRefusedError(
+            unknown = PublicationRefusedError(
                 f"the publication hook did not return within {timeout_s}s and was abandoned while its "
                 "commit() was still running; whether the session was committed is unknown: inspect it "
                 "before retrying"
-            ) from exc
+            )
+            # Its commit may still land: nothing else may be committed in its place (docs/runtime.md).
+            unknown.commit_state = CommitState.UNKNOWN
+            raise unknown from exc
         raise PublicationRefusedError(
             f"the publication hook did not commit within {timeout_s}s; the session was not changed"
         ) from exc

@@ -38,9 +38,16 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from typing import Any
 
+import anyio
 import attrs
 
-from .._errors import AgentiumError, InvalidArgumentError, SessionDivergedError
+from .._errors import (
+    AgentiumError,
+    InvalidArgumentError,
+    PublicationRefusedError,
+    SessionConflictError,
+    SessionDivergedError,
+)
 from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
 from .._observe.settings import Telemetry
 from .._observe.turn import traced_run
@@ -55,6 +62,7 @@ from .._verdicts import EvidenceLimits, VerificationRecord
 from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
 from .checks import probe_adapters
 from .closing import HarnessResources, drain_runtime, shutdown_runtime
+from .effects import EffectsKeeper
 from .embedding import Hybrid
 from .erasure_api import ErasureOperations
 from .history_api import HistoryOperations
@@ -77,7 +85,7 @@ from .memory.work import DrainResult, OwnedWorkSource
 from .memory.work import WorkTracker as MemoryWorkDrainer
 from .owned_work import OwnedWork
 from .parts import RuntimeParts
-from .progress import RunProgress, failed_run, with_result
+from .progress import RunProgress, failed_run
 from .recall_policy import RecallPolicy, current_session_recall_policy
 from .recall_turn import (
     Clarifier,
@@ -90,12 +98,12 @@ from .recall_turn import (
 )
 from .recall_view import ConditionalPublication
 from .request import assemble_request
-from .results import Diagnostic, RunResult, RunStatus, Severity
+from .results import Diagnostic, RunResult, RunStatus
 from .retention import RetentionPolicy
 from .summary import GroupReader
 from .tools import ToolRegistry
 from .turn import TurnInterrupted, TurnOutcome, executed, run_turn
-from .turn_commit import commit_turn, interruption, retained_record, settle_earlier
+from .turn_commit import interruption, retained_record, settle_earlier
 from .verification import (
     REVISION_REQUEST,
     CompletionPolicy,
@@ -253,9 +261,12 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         A failure raises a typed error carrying ``commit_state`` (and, once
         the session was loaded, ``run_result`` with every tool outcome and the
         usage): nothing is committed, except the tool calls and results of a
-        turn whose provider failed after a tool ran (``committed``); a save
-        that failed is read back first, and one that cannot be settled is
-        ``unknown``. See docs/runtime.md, "Errors and what was committed".
+        turn whose tool ran — the provider failed after it, another writer
+        committed first, the publication hook refused the answer, or the run
+        was cancelled — which are committed without the answer
+        (``committed``); a save that failed is read back first, and one that
+        cannot be settled is ``unknown``. See docs/runtime.md, "Errors and
+        what was committed".
         """
         progress = RunProgress()
         ticket: Ticket | None = None
@@ -268,19 +279,25 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
             offered = check_sources(sources)
             policy = check_completion(completion, self.completion_policy, self.verifier)
             async with self.parts.admission.admit(scope.session_key, "run") as ticket:
-                return ticket.report(
-                    await self._run_admitted(
-                        ticket,
-                        scope,
-                        user_input,
-                        attest_legacy_memory_scope,
-                        granted,
-                        offered,
-                        clarify,
-                        policy,
-                        progress,
+                try:
+                    return ticket.report(
+                        await self._run_admitted(
+                            ticket,
+                            scope,
+                            user_input,
+                            attest_legacy_memory_scope,
+                            granted,
+                            offered,
+                            clarify,
+                            policy,
+                            progress,
+                        )
                     )
-                )
+                except anyio.get_cancelled_exc_class():
+                    # aclose() or the host cancelled the run: what ran is committed first, bounded.
+                    if progress.keeper is not None:
+                        await progress.keeper.cancelled()
+                    raise
         except AgentiumError as exc:
             # Every error says whether the turn was committed, and what ran before it (docs/runtime.md).
             error = failed_run(exc, progress)
@@ -347,19 +364,9 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
                 )
                 return uncommitted_result(scope, stored, snap, status, step.question, step, diagnostics)
         request = await assemble_request(self, ticket, scope, snap, offered, step, user_input, diagnostics)
-        summary, in_request, assembly = request.summary, request.in_request, request.assembly
+        in_request, assembly = request.in_request, request.assembly
         request_sources = request.blocks
         prior, opening = opening_messages(user_input, step)
-        ask = partial(
-            run_turn,
-            ticket,
-            provider=self.provider,
-            tools=self.tools,
-            limits=self.limits,
-            instructions=self.instructions,
-            history=history,
-            granted=granted,
-        )
         verification: VerificationRecord | None = None
 
         def retained(stopped: TurnInterruption | None = None) -> RetainedRecord:
@@ -372,18 +379,21 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
                 stopped=stopped,
             )
 
-        async def commit_as(turn: TurnOutcome, status: RunStatus, record: RetainedRecord) -> RunResult:
-            return await commit_turn(
-                self,
-                ticket,
-                progress,
-                scope=scope,
-                turn=turn,
-                retained=record,
-                summary=summary,
-                status=status,
-                sources=assembly.status,
-            )
+        # Commits the turn, or what ran of it when the turn stops (a failure, a conflict, a cancellation).
+        keeper = progress.keeper = EffectsKeeper(
+            self, ticket, progress, scope, retained, assembly.status, attest_legacy
+        )
+        ask = partial(
+            run_turn,
+            ticket,
+            provider=self.provider,
+            tools=self.tools,
+            limits=self.limits,
+            instructions=self.instructions,
+            history=history,
+            granted=granted,
+            trace=keeper.trace,
+        )
 
         try:
             turn = await ask(sources=request_sources, user_input=opening, prior=prior)
@@ -418,21 +428,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
             # the error is raised either way, carrying what ran and whether it was committed.
             progress.turn = stop.partial
             diagnostics.extend(stop.partial.diagnostics)
-            if not executed(stop.partial):
-                raise stop.error from stop.error.__cause__
-            why = interruption(
-                InterruptionCause.PROVIDER_FAILED, f"{type(stop.error).__name__}: {stop.error}"
-            )
-            try:
-                done = await commit_as(stop.partial, RunStatus.INTERRUPTED, retained(why))
-            except AgentiumError as failed:
-                diagnostics.append(
-                    Diagnostic(
-                        "interrupted_commit_failed", f"{type(failed).__name__}: {failed}", Severity.ERROR
-                    )
-                )
-                raise failed_run(stop.error, progress) from stop.error.__cause__
-            raise with_result(stop.error, done) from stop.error.__cause__
+            cause = InterruptionCause.PROVIDER_FAILED
+            raise await keeper.after(stop.error, stop.partial, cause) from stop.error.__cause__
         progress.turn = turn
         diagnostics.extend(turn.diagnostics)
         if step is not None and progress.recall is not None and self.recall is not None:
@@ -448,11 +445,15 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
             if stop_run:
                 if executed(turn):
                     why = interruption(InterruptionCause.RECALL_STOPPED, progress.recall.reason or "stopped")
-                    return await commit_as(turn, RunStatus.STOPPED, retained(why))
+                    return await keeper.commit(turn, RunStatus.STOPPED, why)
                 step = attrs.evolve(step, outcome=progress.recall)
                 stopped = uncommitted_result(scope, stored, snap, RunStatus.STOPPED, "", step, diagnostics)
                 return attrs.evolve(stopped, tool_outcomes=turn.tool_outcomes, usage=turn.usage)
-        return await commit_as(turn, turn.status, retained())
+        try:
+            return await keeper.commit(turn, turn.status)
+        except (SessionConflictError, PublicationRefusedError) as failed:
+            # The answer is not committed; what ran is, on the session as it is now (docs/runtime.md).
+            raise await keeper.after(failed, turn) from failed.__cause__
 
     # -- inspection and maintenance ------------------------------------------
 

@@ -44,6 +44,10 @@ class ToolStatus(enum.StrEnum):
     #: The handler ran (its effects happened) but returned text that is not
     #: valid Unicode (a lone surrogate); the model got an error text instead of it.
     INVALID_OUTPUT = "invalid_output"
+    #: The run was cancelled (``aclose()``, or the host cancelled ``run()``) while the handler ran
+    #: — it may have had its effects — or, for the calls of the same reply after it, before the
+    #: handler started (the detail says which).
+    CANCELLED = "cancelled"
 
 
 @attrs.frozen(slots=True)

@@ -34,7 +34,7 @@ from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 
-__all__ = ["TurnInterrupted", "TurnOutcome", "executed", "merge_turns", "run_turn"]
+__all__ = ["TurnInterrupted", "TurnOutcome", "TurnTrace", "executed", "merge_turns", "run_turn"]
 
 
 @attrs.frozen(slots=True)
@@ -72,6 +72,61 @@ def executed(turn: TurnOutcome) -> bool:
     return any(o.status not in _REFUSALS for o in turn.tool_outcomes)
 
 
+class TurnTrace:
+    """The turn as it goes, across its model calls and verification revisions.
+
+    :func:`run_turn` records each message, tool outcome and model call here as
+    it happens, so a cancellation — which leaves no return value — still
+    leaves what ran (:meth:`partial`). ``running`` is the tool call whose
+    handler was entered last and has no outcome yet.
+    """
+
+    __slots__ = ("estimated", "messages", "outcomes", "running", "steps", "usage_in", "usage_out")
+
+    def __init__(self) -> None:
+        self.messages: tuple[Message, ...] = ()
+        self.outcomes: list[ToolOutcome] = []
+        self.usage_in = self.usage_out = self.steps = 0
+        self.estimated = False
+        self.running: tuple[ToolCall, EffectLevel] | None = None
+
+    def partial(self) -> TurnOutcome:
+        """The turn so far as a complete turn: every call of the last reply answered.
+
+        A call whose handler was entered (``running``) is answered as
+        ``cancelled`` — it may have had its effects —, and so are the calls of
+        the same reply after it, which never started. A reply none of whose
+        calls started is left out: nothing of it ran.
+        """
+        messages = list(self.messages)
+        outcomes = list(self.outcomes)
+        last = max((i for i, m in enumerate(messages) if m.tool_calls), default=None)
+        if last is not None:
+            answered = {m.tool_call_id for m in messages[last + 1 :] if m.role is Role.TOOL}
+            missing = [c for c in messages[last].tool_calls if c.id not in answered]
+            running = self.running[0].id if self.running is not None else None
+            if missing and not answered and running is None:
+                messages = messages[:last]
+            for call in missing:
+                if call.id == running:
+                    assert self.running is not None
+                    effect: EffectLevel | None = self.running[1]
+                    detail = f"tool {call.name!r} was running when the run was cancelled; it may have run"
+                else:
+                    effect = None
+                    detail = f"the run was cancelled before tool {call.name!r} started; it did not run"
+                outcomes.append(ToolOutcome(call.id, call.name, ToolStatus.CANCELLED, effect, detail))
+                messages.append(Message(Role.TOOL, f"error: {detail}", tool_call_id=call.id))
+        return TurnOutcome(
+            tuple(messages),
+            RunStatus.INTERRUPTED,
+            tuple(outcomes),
+            Usage(input_tokens=self.usage_in, output_tokens=self.usage_out, estimated=self.estimated),
+            (),
+            self.steps,
+        )
+
+
 def merge_turns(first: TurnOutcome, more: TurnOutcome) -> TurnOutcome:
     """``more`` (which continued ``first``: its messages include ``first``'s) with both turns' counts."""
     return TurnOutcome(
@@ -102,6 +157,7 @@ async def run_turn(
     prior: tuple[Message, ...] = (),
     refuse_write_effects: bool = False,
     max_steps: int | None = None,
+    trace: TurnTrace | None = None,
 ) -> TurnOutcome:
     """Call the provider until it answers without tool calls, at most ``max_steps`` times.
 
@@ -110,8 +166,10 @@ async def run_turn(
     revision): its messages stay first and ``user_input`` follows them. With
     ``refuse_write_effects``, a granted tool whose effect is ``write`` is
     refused and recorded instead of run (R31). A failing model call raises
-    :class:`TurnInterrupted` with the turn so far.
+    :class:`TurnInterrupted` with the turn so far. ``trace`` (shared by the
+    calls of one run) follows the turn as it goes, for a cancellation.
     """
+    trace = trace if trace is not None else TurnTrace()
     steps = limits.max_steps if max_steps is None else max_steps
     may_call_tools = bool(getattr(capabilities_of(provider), "tool_calls", False))
     diagnostics: list[Diagnostic] = []
@@ -141,17 +199,18 @@ async def run_turn(
             raise TurnInterrupted(exc, partial) from exc
         made += 1
         usage = response.usage
-        if usage.input_tokens is None:
-            usage_in += request.estimated_tokens
-            estimated = True
-        else:
-            usage_in += usage.input_tokens
-        if usage.output_tokens is None:
-            usage_out += reply.estimated_tokens
-            estimated = True
-        else:
-            usage_out += usage.output_tokens
+        # The provider's counts where it reported them (a reported 0 stays 0), estimates otherwise.
+        call_in = request.estimated_tokens if usage.input_tokens is None else usage.input_tokens
+        call_out = reply.estimated_tokens if usage.output_tokens is None else usage.output_tokens
+        estimated = estimated or usage.input_tokens is None or usage.output_tokens is None
+        usage_in += call_in
+        usage_out += call_out
         turn.append(reply)
+        trace.messages = tuple(turn)
+        trace.steps += 1
+        trace.usage_in += call_in
+        trace.usage_out += call_out
+        trace.estimated = trace.estimated or estimated
         if not reply.tool_calls:
             status = RunStatus.COMPLETED
             break
@@ -159,7 +218,7 @@ async def run_turn(
             with observe.tool(call.name, call.id) as span:
                 span.content("gen_ai.tool.call.arguments", call.arguments)
                 outcome, content = await _run_tool(
-                    tools, call, granted, limits.tool_timeout_s, refuse_write_effects
+                    tools, call, granted, limits.tool_timeout_s, refuse_write_effects, trace
                 )
                 span.set("agentium.tool.status", outcome.status.value)
                 if outcome.status is not ToolStatus.OK:
@@ -175,6 +234,9 @@ async def run_turn(
                 }.get(outcome.status, "tool_refused")
                 diagnostics.append(Diagnostic(code, outcome.detail, Severity.WARNING))
             turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
+            trace.running = None
+            trace.outcomes.append(outcome)
+            trace.messages = tuple(turn)
     if status is RunStatus.STEP_LIMIT:
         diagnostics.append(Diagnostic("step_limit", f"stopped after {made} model call(s)", Severity.WARNING))
     if estimated:
@@ -282,7 +344,12 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
 
 
 async def _run_tool(
-    tools: ToolRegistry, call: ToolCall, granted: frozenset[str], timeout_s: float, refuse_write: bool
+    tools: ToolRegistry,
+    call: ToolCall,
+    granted: frozenset[str],
+    timeout_s: float,
+    refuse_write: bool,
+    trace: TurnTrace,
 ) -> tuple[ToolOutcome, str]:
     try:
         tool = tools.resolve(call.name, granted)
@@ -302,6 +369,7 @@ async def _run_tool(
     # The handler gets its own deep copy: the arguments stored in the frozen
     # ToolCall are committed history and must not be rewritable by a tool.
     arguments: dict[str, Any] = json.loads(canonical_json(call.arguments))
+    trace.running = (call, tool.effect)  # from here on the handler may have effects
     try:
         # In its own task, so a handler blocked in a worker thread cannot hold the run past its deadline.
         content = await bounded(lambda: tool.handler(arguments), timeout_s)

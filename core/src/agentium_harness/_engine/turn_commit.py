@@ -8,11 +8,13 @@ the host's conditional publication (R25); archived groups are indexed for
 recall; the task summary is updated, in the background by default.
 
 A turn that stopped after its tools ran — the provider failed on a later
-step, or the recall policy stopped it at the commit fence — is committed
-too: tools changed the world, so their calls and results are canonical
-history. Its group keeps the turn up to its last tool result (a complete
-group: every call answered) and leaves out the answer; the retained
-record's ``interruption`` says why. Such a commit records what happened,
+step, the recall policy stopped it at the commit fence, another writer
+committed first, the publication hook refused the answer, the run was
+cancelled (:mod:`.effects`) — is committed too: tools changed the world,
+so their calls and results are canonical history. Its group keeps the
+turn up to its last tool result (a complete group: every call answered)
+and leaves out the answer; the retained record's ``interruption`` says
+why. Such a commit records what happened,
 so it is never handed to the publication hook, whose condition is about
 publishing an answer.
 """
@@ -139,6 +141,7 @@ async def commit_group(
     publication: RecallView | None = None,
     view: ViewState | None = None,
     restarted_summary: SummaryState | None = None,
+    update_summary: bool = True,
 ) -> GroupCommit:
     """Commit ``group`` as the session's next group, index what was archived, update the summary.
 
@@ -149,6 +152,7 @@ async def commit_group(
     first (R25). ``view`` and ``restarted_summary`` are saved with the
     group when given (a retraction or a reset moves the view, and restarts a
     summary that covers what left it); otherwise the stored ones are kept.
+    ``update_summary=False`` skips the summary update (a commit during shutdown).
     Diagnostics go to ``progress.diagnostics``.
     """
     assert progress.snap is not None
@@ -214,7 +218,7 @@ async def commit_group(
     revision = outcome.revision
     current = restarted_summary if restarted_summary is not None else summary
     saved_view = view if view is not None else snap.view
-    if runtime.summarizer is not None and runtime.parts.summary_reader is not None:
+    if update_summary and runtime.summarizer is not None and runtime.parts.summary_reader is not None:
         summarizer, reader, limits = runtime.summarizer, runtime.parts.summary_reader, runtime.summary_limits
 
         async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
@@ -250,6 +254,7 @@ async def commit_turn(
     summary: SummaryState | None,
     status: RunStatus,
     sources: SourceStatus,
+    update_summary: bool = True,
 ) -> RunResult:
     """Commit ``turn`` as the session's next group, then index and summarize; the run's result.
 
@@ -266,7 +271,14 @@ async def commit_turn(
     if runtime.publication is not None and not stopped and recall is not None and recall.included:
         publication = RecallView(scope, recall.included, recall.source_view_revision or "")
     done = await commit_group(
-        runtime, ticket, progress, scope=scope, group=group, summary=summary, publication=publication
+        runtime,
+        ticket,
+        progress,
+        scope=scope,
+        group=group,
+        summary=summary,
+        publication=publication,
+        update_summary=update_summary,
     )
     outcome, diagnostics = done.outcome, progress.diagnostics
     if stopped:

@@ -57,7 +57,7 @@ _CODES: dict[str, str] = {
     "completion_not_accepted": "verification",
     "step_budget_exhausted": "verification",
     "turn_interrupted_committed": "commit",
-    "interrupted_commit_failed": "commit",
+    "effects_commit_failed": "commit",
     "save_settled": "commit",
     "oversized_group": "commit",
     "joint_commit_failed": "commit",

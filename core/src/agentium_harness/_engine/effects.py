@@ -1,0 +1,229 @@
+"""Keeping what ran: a turn whose tool ran leaves a durable record whatever stops it (docs/runtime.md).
+
+A tool that ran may have changed the world, so the turn's tool calls and
+results — its answered part, without the answer — are committed, with the
+reason in the retained record's ``interruption``, even when the turn's own
+commit cannot be:
+
+- the provider fails on a later step (``provider_failed``): committed on the
+  session as loaded;
+- another writer committed the session first (``commit_conflict``): the
+  session is loaded again and the answered part committed on its new head;
+- the host's publication hook refused the answer (``publication_refused``):
+  its condition is about the answer, so the answered part is committed
+  without the hook, on the session loaded again;
+- the run is cancelled — ``aclose()``, or the host cancelling ``run()`` —
+  after a tool started (``cancelled``): committed shielded from the
+  cancellation, within :data:`CLOSE_SHARE` of ``close_timeout_s``, with no
+  summary update, before the cancellation goes on.
+
+A conflict while committing the answered part loads the session again and
+retries, at most :data:`ATTEMPTS` commits in all, each adapter call under
+its deadline. When the answered part cannot be committed either, the error
+raised says truthfully what was committed (diagnostic
+``effects_commit_failed``) and its ``run_result`` keeps every call and the usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from .._errors import AgentiumError, PublicationRefusedError, SessionConflictError, SessionDivergedError
+from .._history import InterruptionCause, RetainedRecord, TurnInterruption
+from .._scope import Scope
+from .lifecycle import Ticket
+from .load import load_session
+from .progress import RunProgress, with_result
+from .results import CommitState, Diagnostic, RunResult, RunStatus, Severity
+from .settle import mark_commit_state
+from .sources import SourceStatus
+from .turn import TurnOutcome, TurnTrace, executed
+from .turn_commit import commit_turn, interruption
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
+
+__all__ = ["ATTEMPTS", "CLOSE_SHARE", "EffectsKeeper"]
+
+#: Commits of a turn's answered part before a run gives up on conflicts with other writers.
+ATTEMPTS = 3
+#: The share of ``close_timeout_s`` the commit after a cancellation may take: ``aclose()`` gives
+#: a cancelled operation ``close_timeout_s`` to stop before it closes the adapters under it.
+CLOSE_SHARE = 0.8
+
+
+@attrs.define(slots=True, eq=False)
+class EffectsKeeper:
+    """One run's commits: the turn with its answer, or what ran without it when the turn stopped."""
+
+    runtime: HarnessRuntime
+    ticket: Ticket
+    progress: RunProgress
+    scope: Scope
+    #: The retained record for the group, given the interruption (``None``: the turn's own).
+    retained: Callable[[TurnInterruption | None], RetainedRecord]
+    sources: SourceStatus
+    attest_legacy: bool
+    #: The turn as it goes (:func:`~.turn.run_turn` records into it), for a cancellation.
+    trace: TurnTrace = attrs.field(factory=TurnTrace)
+
+    async def commit(
+        self,
+        turn: TurnOutcome,
+        status: RunStatus,
+        why: TurnInterruption | None = None,
+        *,
+        ticket: Ticket | None = None,
+        reload: bool = False,
+        update_summary: bool = True,
+    ) -> RunResult:
+        """Commit ``turn`` — only its answered part when ``why`` is given — and say what was committed.
+
+        With ``why``, a conflict with another writer loads the session again
+        and retries, up to :data:`ATTEMPTS` commits; ``reload`` loads it
+        before the first one too (the commit that failed was built on a head
+        that is gone).
+        """
+        on = ticket if ticket is not None else self.ticket
+        runtime, progress = self.runtime, self.progress
+        for attempt in range(1, ATTEMPTS + 1):
+            if reload:
+                await self._reload(on)
+            assert progress.snap is not None
+            try:
+                return await commit_turn(
+                    runtime,
+                    on,
+                    progress,
+                    scope=self.scope,
+                    turn=turn,
+                    retained=self.retained(why),
+                    summary=progress.snap.summary if runtime.summarizer is not None else None,
+                    status=status,
+                    sources=self.sources,
+                    update_summary=update_summary,
+                )
+            except SessionConflictError as exc:
+                if why is None or exc.commit_state is not CommitState.NOT_COMMITTED or attempt == ATTEMPTS:
+                    raise
+                reload = True
+        raise AssertionError("unreachable")  # pragma: no cover - the last attempt returns or raises
+
+    async def after(
+        self,
+        error: AgentiumError,
+        turn: TurnOutcome,
+        cause: InterruptionCause | None = None,
+    ) -> AgentiumError:
+        """The error to raise for ``error``, once what ran in ``turn`` was committed under ``cause``.
+
+        ``cause`` defaults to the one ``error`` implies (a conflict, a
+        publication refusal). ``error`` comes back unchanged when nothing ran,
+        when it already committed something or may have (``unknown``), or
+        when it is not a reason to commit what ran.
+        """
+        progress = self.progress
+        if cause is None:
+            if isinstance(error, SessionConflictError):
+                cause = InterruptionCause.COMMIT_CONFLICT
+            elif isinstance(error, PublicationRefusedError):
+                cause = InterruptionCause.PUBLICATION_REFUSED
+        state = error.commit_state if error.commit_state is not None else progress.commit_state
+        if cause is None or not executed(turn) or state is not CommitState.NOT_COMMITTED:
+            return error
+        why = interruption(cause, f"{type(error).__name__}: {error}")
+        # Provider failures stop the turn before its commit began: the session as loaded is current.
+        reload = cause is not InterruptionCause.PROVIDER_FAILED
+        try:
+            done = await self.commit(turn, RunStatus.INTERRUPTED, why, reload=reload)
+        except AgentiumError as failed:
+            return self._not_kept(error, failed)
+        error.commit_state = None  # say it again, with what was committed
+        marked = mark_commit_state(
+            error,
+            CommitState.COMMITTED,
+            f"its tool calls and results were committed as group {done.group_seq}, without the answer "
+            f"(interruption {cause.value})",
+        )
+        return with_result(marked, done)
+
+    async def cancelled(self) -> None:
+        """After a cancellation: commit what ran, shielded and bounded; ``progress`` says how it ended.
+
+        Only when a tool started and no commit is under way or done (a save
+        in flight is ``unknown``: committing again could duplicate the turn).
+        Runs under a ticket of its own (the run's is cancelled), within
+        :data:`CLOSE_SHARE` of ``close_timeout_s``, without a summary update.
+        """
+        progress, limits = self.progress, self.runtime.limits
+        turn = progress.turn if progress.turn is not None else self.trace.partial()
+        idle = progress.commit_state is CommitState.NOT_COMMITTED
+        if progress.snap is None or not idle or not executed(turn):
+            return
+        progress.turn = turn
+        budget = limits.close_timeout_s * CLOSE_SHARE
+        each = min(limits.op_timeout_s, budget)
+        ticket = Ticket(self.scope.session_key, "run", each, limits.close_timeout_s)
+        ticket.late = self.ticket.late
+        why = interruption(InterruptionCause.CANCELLED, "the run was cancelled after a tool started")
+        with anyio.CancelScope(shield=True) as shield:
+            shield.deadline = anyio.current_time() + budget
+            try:
+                status = RunStatus.INTERRUPTED
+                await self.commit(turn, status, why, ticket=ticket, reload=True, update_summary=False)
+            except AgentiumError as failed:
+                progress.diagnostics.append(_failed(failed))
+                if failed.commit_state is not None:
+                    progress.commit_state = failed.commit_state
+        if shield.cancelled_caught and progress.commit_state is CommitState.NOT_COMMITTED:
+            progress.diagnostics.append(
+                Diagnostic(
+                    "effects_commit_failed",
+                    f"what ran could not be committed within {budget:.3g}s of the cancellation",
+                    Severity.ERROR,
+                )
+            )
+
+    async def _reload(self, ticket: Ticket) -> None:
+        """Load the session's current head into ``progress``, for a commit on top of it."""
+        progress = self.progress
+        key = self.scope.session_key
+        stored, snap = await load_session(
+            ticket, self.runtime.session_store, key, self.scope, attest_legacy=self.attest_legacy
+        )
+        if snap.divergence is not None:
+            raise SessionDivergedError(
+                f"session {key.session!r} became diverged from its archive; what ran was not committed "
+                "on it (reconcile it first)"
+            )
+        progress.stored, progress.snap = stored, snap
+        progress.group = progress.outcome = None
+        progress.commit_state = CommitState.NOT_COMMITTED
+
+    def _not_kept(self, error: AgentiumError, failed: AgentiumError) -> AgentiumError:
+        """``error`` saying that what ran could not be committed either, and how that ended."""
+        progress = self.progress
+        progress.diagnostics.append(_failed(failed))
+        state = failed.commit_state if failed.commit_state is not None else CommitState.NOT_COMMITTED
+        progress.commit_state = state
+        error.commit_state = None
+        marked = mark_commit_state(
+            error,
+            state,
+            f"its tool calls and results could not be committed either ({type(failed).__name__}: {failed}); "
+            "they are in the error's run_result",
+        )
+        marked.run_result = None  # rebuilt from the run so far, with the diagnostic
+        return marked
+
+
+def _failed(failed: AgentiumError) -> Diagnostic:
+    return Diagnostic(
+        "effects_commit_failed",
+        f"the tool calls and results that ran could not be committed: {type(failed).__name__}: {failed}",
+        Severity.ERROR,
+    )
