@@ -25,6 +25,7 @@ from agentium_harness import (
     EffectLevel,
     InterruptionCause,
     Message,
+    ProviderError,
     PublicationRefusedError,
     RecallView,
     Role,
@@ -227,7 +228,7 @@ async def test_aclose_cancelling_a_turn_after_its_tool_ran_commits_what_ran(tmp_
     [error] = caught
     assert isinstance(error, RuntimeClosedError)
     assert error.commit_state is CommitState.COMMITTED
-    assert "nothing was committed" not in str(error)
+    assert "nothing was committed" not in str(error) and "committed as group 0" in str(error)
     report = error.run_result
     assert report is not None and report.committed and report.group_seq == 0
     assert [(o.name, o.status) for o in report.tool_outcomes] == [("deploy", ToolStatus.OK)]
@@ -369,3 +370,128 @@ async def test_a_publication_refusal_without_tools_still_commits_nothing(tmp_pat
     finally:
         await runtime.aclose()
         await recall.aclose()
+
+
+async def test_a_host_cancelling_run_after_a_tool_ran_finds_what_ran_committed(tmp_path: Path) -> None:
+    db = tmp_path / "agentium.db"
+    log: list[str] = []
+    provider = BlocksOnSecondCall([DEPLOY, "Deployed."])
+    limits = RuntimeLimits(close_timeout_s=2.0)
+    runtime = _sqlite_runtime(db, provider, _deploy(log), limits=limits)
+    async with runtime:
+        with anyio.move_on_after(30) as outer:
+            async with anyio.create_task_group() as tg:
+
+                async def run() -> None:
+                    await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])
+
+                tg.start_soon(run)
+                await provider.waiting.wait()
+                started = time.monotonic()
+                tg.cancel_scope.cancel()  # the host gives up on the answer
+        assert not outer.cancelled_caught
+        assert time.monotonic() - started < limits.close_timeout_s + SLACK_S
+        assert log == ["deployed to prod"]
+        [kept] = (await runtime.read_history(ANA, "s1", max_groups=10, view=False)).groups
+        assert _roles(kept.group) == ["user", "assistant", "tool"] and kept.group.is_complete
+        interruption = kept.group.retained.interruption if kept.group.retained else None
+        assert interruption is not None and interruption.cause is InterruptionCause.CANCELLED
+        # The session is free again and the next turn sees that the deploy ran.
+        runtime.provider = ScriptedProvider(replies=["v2 is already live."])
+        assert (await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])).group_seq == 1
+        assert log == ["deployed to prod"]
+
+
+class HangsWhenTold(InMemorySessionStore):
+    """An in-memory store whose reads and writes hang once ``hang`` is set (a store gone dark)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = False
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if self.hang:
+            await anyio.sleep_forever()
+        return await super().load(key, ctx)
+
+    async def save(self, key: Any, snapshot: Any, expected_revision: Any, ctx: OpContext) -> int:
+        if self.hang:
+            await anyio.sleep_forever()
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+async def test_aclose_with_the_store_gone_dark_says_nothing_was_committed_and_keeps_what_ran() -> None:
+    store = HangsWhenTold()
+    log: list[str] = []
+
+    async def dark() -> None:
+        store.hang = True
+
+    provider = BlocksOnSecondCall([DEPLOY, "Deployed."])
+    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=1.0)
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=store,
+        tools=_deploy(log, dark),
+        limits=limits,
+    )
+    caught: list[RuntimeClosedError] = []
+
+    async def run() -> None:
+        try:
+            await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])
+        except RuntimeClosedError as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await provider.waiting.wait()
+        started = time.monotonic()
+        await runtime.aclose()
+        closed_in = time.monotonic() - started
+    assert closed_in < limits.settle_timeout_s + 2 * limits.close_timeout_s + SLACK_S
+    [error] = caught
+    assert error.commit_state is CommitState.NOT_COMMITTED and "nothing was committed" in str(error)
+    assert "could not be committed" in str(error)
+    report = error.run_result
+    assert report is not None and not report.committed and report.group_seq is None
+    assert [(o.name, o.status) for o in report.tool_outcomes] == [("deploy", ToolStatus.OK)]
+    assert report.usage.input_tokens and report.usage.output_tokens
+    assert report.has("effects_commit_failed")
+    store.hang = False
+    assert await store.load(SessionKey("acme", "ana", "s1"), OpContext()) is None
+
+
+class FailsSecondCallAfterAnAppend(ScriptedProvider):
+    """The second model call: another host appends to the session, then the provider fails."""
+
+    def __init__(self, replies: list[Any], other: Any) -> None:
+        super().__init__(replies=replies)
+        self.other = other
+        self.made = 0
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.made += 1
+        if self.made == 2:
+            await self.other.append(ANA, "s1", [Message(Role.USER, "note"), Message(Role.ASSISTANT, "ok")])
+            raise ConnectionError("upstream reset the connection")
+        return await super().complete(request, ctx)
+
+
+async def test_a_provider_failure_then_a_conflict_commits_what_ran_on_the_new_head(tmp_path: Path) -> None:
+    db = tmp_path / "agentium.db"
+    other = _sqlite_runtime(db, ScriptedProvider(replies=["(not called)"]))
+    log: list[str] = []
+    runtime = _sqlite_runtime(db, FailsSecondCallAfterAnAppend([DEPLOY], other), _deploy(log))
+    async with runtime, other:
+        with pytest.raises(ProviderError) as caught:
+            await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"])
+        assert caught.value.commit_state is CommitState.COMMITTED
+        report = caught.value.run_result
+        assert report is not None and report.group_seq == 1
+        interruption = report.retained.interruption
+        assert interruption is not None and interruption.cause is InterruptionCause.PROVIDER_FAILED
+        page = await other.read_history(ANA, "s1", max_groups=10, view=False)
+        assert [g.seq for g in page.groups] == [0, 1]
+        assert _roles(page.groups[1].group) == ["user", "assistant", "tool"]

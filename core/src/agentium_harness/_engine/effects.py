@@ -174,18 +174,29 @@ class EffectsKeeper:
             shield.deadline = anyio.current_time() + budget
             try:
                 status = RunStatus.INTERRUPTED
-                await self.commit(turn, status, why, ticket=ticket, reload=True, update_summary=False)
+                done = await self.commit(turn, status, why, ticket=ticket, reload=True, update_summary=False)
             except AgentiumError as failed:
                 progress.diagnostics.append(_failed(failed))
                 if failed.commit_state is not None:
                     progress.commit_state = failed.commit_state
-        if shield.cancelled_caught and progress.commit_state is CommitState.NOT_COMMITTED:
+                progress.note = f"its tool calls and results could not be committed either ({failed})"
+            else:
+                progress.note = (
+                    f"its tool calls and results were committed as group {done.group_seq}, without the "
+                    "answer (interruption cancelled)"
+                )
+        if shield.cancelled_caught and progress.commit_state is not CommitState.COMMITTED:
             progress.diagnostics.append(
                 Diagnostic(
                     "effects_commit_failed",
                     f"what ran could not be committed within {budget:.3g}s of the cancellation",
                     Severity.ERROR,
                 )
+            )
+            progress.note = (
+                f"its tool calls and results could not be committed within {budget:.3g}s either"
+                if progress.commit_state is CommitState.NOT_COMMITTED
+                else f"the commit of its tool calls and results was cut off at {budget:.3g}s mid-save"
             )
 
     async def _reload(self, ticket: Ticket) -> None:

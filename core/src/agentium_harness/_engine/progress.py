@@ -38,6 +38,7 @@ class RunProgress:
         "diagnostics",
         "group",
         "keeper",
+        "note",
         "outcome",
         "recall",
         "scope",
@@ -60,6 +61,8 @@ class RunProgress:
         self.outcome: CommitOutcome | None = None
         #: What commits the turn, and what ran of it when the turn stops; set once the turn is ready.
         self.keeper: EffectsKeeper | None = None
+        #: What the error leaving ``run()`` should add about what was committed (after a cancellation).
+        self.note = ""
 
     def saving(self) -> None:
         """The snapshot save starts: until it settles, a cancellation cannot tell whether it landed."""
@@ -108,7 +111,7 @@ def with_result(error: AgentiumError, result: RunResult) -> AgentiumError:
 def failed_run(error: AgentiumError, progress: RunProgress) -> AgentiumError:
     """``error`` leaving ``run()``, marked with its commit state and the run so far."""
     state = error.commit_state if error.commit_state is not None else progress.commit_state
-    marked = mark_commit_state(error, state)
+    marked = mark_commit_state(error, state, progress.note)
     if marked.run_result is None:
         marked.run_result = progress.result(state)
     return marked
