@@ -74,6 +74,26 @@ def find_bindir() -> Path:
     raise ServerNotFound(f"no PostgreSQL server found: {_INSTALL}. Backend tests never skip.")
 
 
+def pgvector_bindir() -> Path:
+    """The bin folder of the PostgreSQL the ``pgserver`` wheel ships (with pgvector); raises ServerNotFound.
+
+    Debian 12 packages no pgvector, so the tests of the pgvector path run on
+    that PostgreSQL (a test dependency of this plugin). Found without
+    importing the package.
+    """
+    import importlib.util
+
+    spec = importlib.util.find_spec("pgserver")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        path = Path(folder) / "pginstall" / "bin"
+        if (path / "initdb").is_file() and (path / "postgres").is_file():
+            return path
+    raise ServerNotFound(
+        "no PostgreSQL with pgvector found: pip install -e './plugins/postgres[test]' (the pgserver wheel). "
+        "Backend tests never skip."
+    )
+
+
 def free_port() -> int:
     """A port that was free on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -97,8 +117,10 @@ def _run_as() -> tuple[int, int] | None:
 class PostgresServer:
     """One PostgreSQL cluster in a temporary folder, started and stopped by PID."""
 
-    def __init__(self, workdir: Path | None = None, *, fsync: bool = False) -> None:
-        self.bindir = find_bindir()
+    def __init__(
+        self, workdir: Path | None = None, *, fsync: bool = False, bindir: Path | None = None
+    ) -> None:
+        self.bindir = find_bindir() if bindir is None else bindir
         self._own_dir = workdir is None
         self.root = Path(tempfile.mkdtemp(prefix="agentium-pg-")) if workdir is None else workdir
         self.data = self.root / "data"

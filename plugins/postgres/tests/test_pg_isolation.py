@@ -95,7 +95,7 @@ async def test_raw_sql_as_the_application_role_with_the_wrong_tenant_sees_nothin
             # Hybrid discovery's candidates (the newest sources with a vector): the same confinement.
             cursor = await app_conn.execute(
                 f'SELECT count(*) FROM "{schema}".recall_discover_hybrid('
-                "%s::text[], NULL, NULL, NULL, NULL, 100, 10, 10)",
+                "%s::text[], NULL, NULL, NULL, NULL, 100, 10, 10, NULL)",
                 (['"secret"'],),
             )
             assert await cursor.fetchone() == (expected,), tenant

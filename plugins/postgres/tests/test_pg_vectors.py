@@ -37,6 +37,7 @@ from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
     EmbeddingModel,
+    EraseTarget,
     MemoryFact,
     MemoryScope,
     RecallLimits,
@@ -46,6 +47,7 @@ from agentium_harness.plugin_api import (
     Vector,
     digest_of,
     document_source_id,
+    group_source_id,
 )
 from agentium_harness.testing import plain_group, scoped_snapshot
 from agentium_postgres import (
@@ -192,6 +194,36 @@ async def test_vectors_of_another_model_write_nothing(
         # A changed document loses its vector with its old revision (the row is replaced).
         await recall.index_document(owner, "d0", "new text", _ctx())
         assert _count(admin, schema, "recall_vectors") == 0
+    finally:
+        await recall.aclose()
+
+
+async def test_erasing_a_session_takes_its_vectors_and_leaves_the_neighbours(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    recall = PostgresRecallStore(app_config)
+    keys = [SessionKey("acme", "ana", "s1"), SessionKey("acme", "ana", "s10")]
+    try:
+        for key in keys:
+            groups = [plain_group(seq, f"{key.session} group {seq}") for seq in range(3)]
+            receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
+            assert await recall.index_groups(key, groups, receipts, _ctx()) == 3
+            vectors = [
+                SourceVector(SourceRef(group_source_id(key, g.seq), g.digest), _axis(g.seq)) for g in groups
+            ]
+            assert await recall.index_vectors(vectors, _ctx()) == 3
+        assert _count(admin, schema, "recall_vectors") == 6
+        report = await recall.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert report.count("group") == 3
+        # The cascade took s1's vectors with their sources; s10's (a neighbour by prefix) are untouched.
+        left = admin.execute(
+            f'SELECT s.session_key FROM "{schema}".recall_vectors AS v '
+            f'JOIN "{schema}".recall_sources AS s ON s.id = v.id'
+        ).fetchall()
+        assert sorted(r[0] for r in left) == ["s10"] * 3
+        session = await recall.open(Scope("acme", "ana", "s1"), RecallLimits(), _ctx())
+        assert await session.discover_hybrid("group", _axis(0), 8, _ctx()) == []
+        await session.close()
     finally:
         await recall.aclose()
 

@@ -27,7 +27,7 @@ from agentium_harness.plugin_api import CliCommand, load_config
 from .config import PostgresConfig
 from .migrate import migrate
 from .recall_vectors import vector_scoring
-from .schema import MigrationReport
+from .schema import MigrationReport, VectorFacts
 
 __all__ = ["COMMAND", "configure", "run"]
 
@@ -41,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description=(
             "Create or upgrade, in one transaction, the schema every postgres adapter of CONFIG names. "
             "Run it as the schema's owner; the adapters never create or change tables and refuse a "
-            "schema of another version."
+            "schema of another version. Where the database has pgvector, it also lets hybrid recall "
+            "score vectors there; each line says where vectors are scored."
         ),
     )
     migrate_parser.add_argument("config", help="path of the TOML config file")
@@ -88,6 +89,13 @@ def _targets(path: str, dsn_env: str | None) -> list[PostgresConfig]:
     return targets
 
 
+def _scoring(report: MigrationReport) -> str:
+    """Where hybrid discovery scores vectors on the migrated schema (and whether this run changed it)."""
+    facts = VectorFacts(report.pgvector, None, report.scored_in_database)
+    added = "; added recall_vectors.embedding_pgv" if report.added_pgvector_column else ""
+    return vector_scoring(facts) + added
+
+
 def run(args: argparse.Namespace) -> int:
     """Migrate every target; print one line (or one JSON object) per schema."""
     targets = _targets(args.config, args.dsn_env)
@@ -107,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                 "applied": list(report.applied),
                 "granted": list(report.granted),
                 "pgvector": report.pgvector,
-                "vectors": vector_scoring(report.pgvector),
+                "vectors": _scoring(report),
             }
             for config, report in reports
         ]
@@ -120,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             what = f"already at v{report.to_version}, unchanged"
         granted = f"; granted to {', '.join(report.granted)}" if report.granted else ""
-        vectors = vector_scoring(report.pgvector)
+        vectors = _scoring(report)
         sys.stdout.write(f"{config.server()} schema {report.schema!r}: {what}{granted}; {vectors}\n")
     return 0
 

@@ -66,7 +66,7 @@ from .errors import (
     PostgresStatementTimeoutError,
     PostgresUnavailableError,
 )
-from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, TENANT_SETTING
+from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, TENANT_SETTING, VectorFacts, vector_facts
 
 __all__ = ["Conn", "PgLink", "ServerFacts"]
 
@@ -104,8 +104,8 @@ class ServerFacts:
     role: str
     bypasses_row_security: bool
     schema_version: int
-    #: The version of pgvector installed in the database, or ``None`` (reported, not required).
-    pgvector: str | None = None
+    #: pgvector in the database and the schema's ``embedding_pgv`` column (reported, not required).
+    vectors: VectorFacts = attrs.field(factory=VectorFacts)
 
 
 def _require_asyncio(operation: str) -> None:
@@ -548,10 +548,10 @@ class PgLink:
                     await conn.execute(
                         "SELECT current_user, current_setting('server_version'), "
                         "coalesce((SELECT rolsuper OR rolbypassrls FROM pg_roles "
-                        "WHERE rolname = current_user), false), "
-                        "(SELECT extversion FROM pg_extension WHERE extname = 'vector')"
+                        "WHERE rolname = current_user), false)"
                     )
                 ).fetchone()
+                vectors = await vector_facts(conn, schema)
             assert facts is not None
             if missing:
                 raise PostgresPrivilegeError(
@@ -566,9 +566,7 @@ class PgLink:
                     "Nothing was written.",
                     sqlstate="42501",
                 )
-            self._facts = ServerFacts(
-                str(facts[1]), str(facts[0]), bool(facts[2]), SCHEMA_VERSION, facts[3] and str(facts[3])
-            )
+            self._facts = ServerFacts(str(facts[1]), str(facts[0]), bool(facts[2]), SCHEMA_VERSION, vectors)
 
     # -- errors ---------------------------------------------------------------------------------
 

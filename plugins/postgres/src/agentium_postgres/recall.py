@@ -63,6 +63,7 @@ from .link import Conn, PgLink
 from .recall_session import PostgresRecallSession
 from .recall_sql import SourceRow, insert_sources, unindexed_sql
 from .recall_vectors import vector_batches, vector_scoring, write_vectors
+from .schema import VectorFacts
 
 __all__ = ["PostgresRecallSession", "PostgresRecallStore"]
 
@@ -346,7 +347,10 @@ class PostgresRecallStore(RecallStore):
         first = next(iter(sorted(by_tenant)), None)
 
         async def work(conn: Conn) -> list[Any]:
-            return await write_vectors(conn, schema, model, by_tenant)
+            facts = self._link.facts
+            return await write_vectors(
+                conn, schema, model, by_tenant, VectorFacts() if facts is None else facts.vectors
+            )
 
         cursors = await self._link.run(ctx, "recall index", first, work)
         stored = 0
@@ -398,7 +402,7 @@ class PostgresRecallStore(RecallStore):
         """Connect if needed, check the schema and privileges, and describe the server and vector scoring."""
         described = await health_probe(self._link, ctx, "recall health")
         facts = self._link.facts
-        return f"{described}; {vector_scoring(None if facts is None else facts.pgvector)}"
+        return f"{described}; {vector_scoring(VectorFacts() if facts is None else facts.vectors)}"
 
     async def aclose(self) -> None:
         """Close the pool this store created; a lent pool or connection is left open. Idempotent."""

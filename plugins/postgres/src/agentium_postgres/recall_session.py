@@ -152,6 +152,8 @@ class PostgresRecallSession(RecallSession):
         config = self._store.config
         keys = scope_params(self._scope)
         pool = max(limit, POOL_PER_DEPTH * config.hybrid_depth)
+        facts = self._store.link.facts
+        in_database = facts is None or facts.vectors.scored_in_database  # None: learnt on this call
 
         async def work(conn: Conn) -> tuple[Any, Any]:
             # Both left unread: the model row and the candidates travel in one round trip.
@@ -160,7 +162,8 @@ class PostgresRecallSession(RecallSession):
             )
             found = await conn.execute(
                 q(
-                    "SELECT * FROM {s}.recall_discover_hybrid(%s::text[], %s, %s, %s, %s, %s, %s, %s)",
+                    "SELECT * FROM {s}.recall_discover_hybrid("
+                    "%s::text[], %s, %s, %s, %s, %s, %s, %s, %s::real[])",
                     config.schema,
                 ),
                 (
@@ -172,6 +175,8 @@ class PostgresRecallSession(RecallSession):
                     config.max_ranked_matches,
                     pool,
                     config.max_vector_scan,
+                    # Scored in the database where pgvector is (the function decides), else ignored.
+                    list(vector.values) if in_database else None,
                 ),
                 prepare=False,
                 binary=True,
@@ -193,7 +198,7 @@ class PostgresRecallSession(RecallSession):
             )
         rows = [tuple(r) for r in await found.fetchall()]
         if stored is None:
-            rows = [(*r[:6], None) for r in rows]  # no vector of any model: lexical only
+            rows = [(*r[:6], None, None) for r in rows]  # no vector of any model: lexical only
         ranked = fuse(
             rows,
             vector,

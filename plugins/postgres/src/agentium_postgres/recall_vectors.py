@@ -13,20 +13,27 @@ the first write and raises SQLSTATE ``AG003`` for another, which aborts the
 writing transaction: :class:`~agentium_harness.plugin_api.EmbeddingModelMismatchError`,
 nothing written.
 
-**Discovery** (:func:`hybrid_candidates`), one round trip: the model row and
-one call of ``recall_discover_hybrid`` (a ``SECURITY DEFINER`` function like
+**Discovery**, one round trip: the model row and one call of
+``recall_discover_hybrid`` (a ``SECURITY DEFINER`` function like
 ``recall_discover``, confined to the transaction's tenant), which returns
 the bounded candidate set: the lexical ranking's best ``4 * hybrid_depth``
 sources (``recall_discover`` itself, same bounds) and the scope's newest
 ``max_vector_scan`` sources that have a vector, each with its lexical rank
-and its stored vector. The adapter then scores those vectors (NumPy when it
-is installed, plain Python otherwise), ranks the similar ones (at least
-``min_similarity``), cuts both rankings to ``hybrid_depth`` and fuses them
-with reciprocal rank fusion (``fusion_k``, ``vector_weight``), as the SQLite
-store does. Why here and not in the server: reading 700 stored 384-value
-vectors as ``bytea`` and scoring them with NumPy takes about 1.5 ms; the
-same dot products in SQL over ``real[]`` took about 20 ms (measured on
-PostgreSQL 15), and pgvector is not packaged for Debian 12 (see the README).
+and either its similarity to the query or its stored vector.
+
+**Where vectors are scored.** Where the database has pgvector and the
+schema its ``embedding_pgv`` column (``migrate`` adds it when the extension
+is installed), the adapter writes each vector in both forms and the
+function computes each candidate's cosine similarity in the database
+(pgvector's ``<=>``): no stored vector travels. Otherwise (Debian 12's
+PostgreSQL packages no pgvector), or for a row written before the column
+existed, the function returns the stored float32 vector and the adapter
+scores it (NumPy when installed, plain Python otherwise): reading 600
+stored 384-value vectors as ``bytea`` took about 5 ms here, as ``real[]``
+about 49 ms, so the fallback keeps ``bytea``. Then, either way, the
+similar candidates (at least ``min_similarity``) are ranked, both rankings
+cut to ``hybrid_depth`` and fused with reciprocal rank fusion
+(``fusion_k``, ``vector_weight``), as the SQLite store does.
 """
 
 from __future__ import annotations
@@ -38,7 +45,9 @@ import operator
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, LiteralString
+
+from psycopg import sql
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
@@ -52,30 +61,37 @@ from agentium_harness.plugin_api import (
 )
 
 from .keys import q
-from .schema import TENANT_SETTING
+from .schema import TENANT_SETTING, VectorFacts
 
-__all__ = ["cosine_scores", "fuse", "vector_batches", "vector_scoring", "write_vectors"]
+__all__ = ["cosine_scores", "fuse", "pgvector_literal", "vector_batches", "vector_scoring", "write_vectors"]
 
 #: How many of the lexical ranking's best sources have their vectors scored, per ``hybrid_depth``.
 POOL_PER_DEPTH: Final = 4
 
 
-def vector_scoring(pgvector: str | None) -> str:
-    """Where hybrid discovery scores vectors on a database with pgvector at ``pgvector`` (or without it).
+def vector_scoring(facts: VectorFacts) -> str:
+    """Where hybrid discovery scores vectors on a database with these :class:`VectorFacts`.
 
     Said by ``agentium postgres migrate`` and by the recall store's probe
     (``agentium check --probe``), so an operator sees which path runs.
     """
+    if facts.scored_in_database:
+        return f"vectors: scored in the database by pgvector {facts.pgvector}"
     where = "vectors: float32 in bytea, scored by the adapter"
-    if pgvector is None:
+    if facts.pgvector is None:
         return f"{where} (pgvector not installed)"
-    return f"{where} (pgvector {pgvector} installed, not used by this release)"
+    return f"{where} (pgvector {facts.pgvector} installed: run `agentium postgres migrate` to use it)"
+
+
+def pgvector_literal(values: Sequence[float]) -> str:
+    """A vector in pgvector's text form, ``[x,y,...]``: ``repr`` of each float32 value reads back exactly."""
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
 
 
 def vector_batches(
     vectors: Sequence[SourceVector],
-) -> tuple[EmbeddingModel | None, dict[str, dict[str, tuple[str, bytes]]]]:
-    """The batch's one model and its vectors by tenant key: ``{tenant: {source_id: (revision, bytes)}}``.
+) -> tuple[EmbeddingModel | None, dict[str, dict[str, tuple[str, Vector]]]]:
+    """The batch's one model and its vectors by tenant key: ``{tenant: {source_id: (revision, vector)}}``.
 
     Raises :class:`InvalidArgumentError` for an item that is not a
     ``SourceVector`` and :class:`EmbeddingModelMismatchError` for a batch of
@@ -93,46 +109,67 @@ def vector_batches(
             f"index_vectors was given vectors of {len(models)} models "
             f"({', '.join(sorted(m.key() for m in models))}); one batch, one model; nothing was written"
         )
-    by_tenant: dict[str, dict[str, tuple[str, bytes]]] = {}
+    by_tenant: dict[str, dict[str, tuple[str, Vector]]] = {}
     for entry in entries:
         owner = source_owner(entry.ref.source_id)
         if owner is None or not isinstance(entry.ref.revision, str):
             continue
         tenant = encode_segment(owner.tenant)
-        by_tenant.setdefault(tenant, {})[entry.ref.source_id] = (entry.ref.revision, entry.vector.to_bytes())
+        by_tenant.setdefault(tenant, {})[entry.ref.source_id] = (entry.ref.revision, entry.vector)
     return (next(iter(models)) if models else None), by_tenant
 
 
+# One tenant's vectors, stored where their source row is at the given revision (others skipped).
+_WRITE_BYTES: Final[LiteralString] = (
+    "INSERT INTO {s}.recall_vectors (id, tenant_key, embedding) "
+    "SELECT s.id, s.tenant_key, n.embedding "
+    "FROM unnest(%s::text[], %s::text[], %s::bytea[]) AS n(source_id, revision, embedding) "
+    "JOIN {s}.recall_sources AS s ON s.tenant_key = %s AND s.source_id = n.source_id "
+    "AND s.revision = n.revision "
+    "ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding RETURNING id"
+)
+# The same, with pgvector's form of each vector too ("{vector}": the extension's qualified type).
+_WRITE_BOTH: Final[LiteralString] = (
+    "INSERT INTO {s}.recall_vectors (id, tenant_key, embedding, embedding_pgv) "
+    "SELECT s.id, s.tenant_key, n.embedding, n.pgv::{vector} "
+    "FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::text[]) AS n(source_id, revision, embedding, pgv) "
+    "JOIN {s}.recall_sources AS s ON s.tenant_key = %s AND s.source_id = n.source_id "
+    "AND s.revision = n.revision "
+    "ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding, embedding_pgv = excluded.embedding_pgv "
+    "RETURNING id"
+)
+
+
 async def write_vectors(
-    conn: Any, schema: str, model: EmbeddingModel, by_tenant: dict[str, dict[str, tuple[str, bytes]]]
+    conn: Any,
+    schema: str,
+    model: EmbeddingModel,
+    by_tenant: dict[str, dict[str, tuple[str, Vector]]],
+    facts: VectorFacts,
 ) -> list[Any]:
     """Queue the model check and one insert per tenant in the caller's transaction; their cursors.
 
     Each insert stores a vector only where its source row is at the given
     revision (a stale vector is skipped) and replaces the row's previous
-    vector. The tenant setting is switched before each tenant's insert, so
-    row-level security checks every row against its own tenant. Each
-    cursor, read after the commit, yields one row per vector stored.
+    vector: as float32 ``bytea``, and in pgvector's type too where ``facts``
+    say the database scores vectors. The tenant setting is switched before
+    each tenant's insert, so row-level security checks every row against its
+    own tenant. Each cursor, read after the commit, yields one row per
+    vector stored.
     """
     await conn.execute(q("SELECT {s}.check_vector_model(%s, %s)", schema), (model.model, model.dimension))
+    pgv = facts.scored_in_database and facts.extension_schema is not None
+    statement = sql.SQL(_WRITE_BOTH if pgv else _WRITE_BYTES).format(
+        s=sql.Identifier(schema), vector=sql.Identifier(facts.extension_schema or "", "vector")
+    )
     cursors = []
     for tenant, rows in sorted(by_tenant.items()):
         ids = sorted(rows)
+        params: list[Any] = [ids, [rows[i][0] for i in ids], [rows[i][1].to_bytes() for i in ids]]
+        if pgv:
+            params.append([pgvector_literal(rows[i][1].values) for i in ids])
         await conn.execute("SELECT set_config(%s, %s, true)", (TENANT_SETTING, tenant))
-        cursors.append(
-            await conn.execute(
-                q(
-                    "INSERT INTO {s}.recall_vectors (id, tenant_key, embedding) "
-                    "SELECT s.id, s.tenant_key, n.embedding "
-                    "FROM unnest(%s::text[], %s::text[], %s::bytea[]) AS n(source_id, revision, embedding) "
-                    "JOIN {s}.recall_sources AS s ON s.tenant_key = %s AND s.source_id = n.source_id "
-                    "AND s.revision = n.revision "
-                    "ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding RETURNING id",
-                    schema,
-                ),
-                (ids, [rows[i][0] for i in ids], [rows[i][1] for i in ids], tenant),
-            )
-        )
+        cursors.append(await conn.execute(statement, (*params, tenant)))
     return cursors
 
 
@@ -185,7 +222,9 @@ def fuse(
     """The candidates of ``recall_discover_hybrid`` fused into one ranking: ``[(row, score)]``, best first.
 
     ``row`` is ``(id, source_id, revision, title, size_bytes, lexical_rank,
-    embedding)``. Lexical: the rows with a rank, by rank, the best ``depth``.
+    embedding, similarity)``: a row scored in the database has its
+    ``similarity``, any other is scored here from its ``embedding``.
+    Lexical: the rows with a rank, by rank, the best ``depth``.
     Vector: the rows whose similarity is at least ``min_similarity``, most
     similar first (the newer source first among equals), the best ``depth``.
     A row in neither ranking is never returned.
@@ -193,7 +232,8 @@ def fuse(
     by_id = {int(row[0]): row for row in rows}
     lexical = sorted((int(r[0]) for r in rows if r[5] is not None), key=lambda i: int(by_id[i][5]))
     ids = list(by_id)
-    sims = cosine_scores(query, [by_id[i][6] for i in ids])
+    computed = cosine_scores(query, [by_id[i][6] if by_id[i][7] is None else None for i in ids])
+    sims = [c if by_id[i][7] is None else float(by_id[i][7]) for i, c in zip(ids, computed, strict=True)]
     similar = sorted(
         ((i, s) for i, s in zip(ids, sims, strict=True) if math.isfinite(s) and s >= min_similarity),
         key=lambda pair: (-pair[1], -pair[0]),

@@ -32,12 +32,15 @@ from psycopg import sql
 
 __all__ = [
     "ERASE_PRIVILEGES",
+    "PGVECTOR_STEP",
     "SCHEMA_VERSION",
     "TABLE_PRIVILEGES",
     "MigrationReport",
+    "VectorFacts",
     "apply_migrations",
     "grant_statements",
     "tenant_guc",
+    "vector_facts",
 ]
 
 #: The schema version this release writes and reads.
@@ -70,7 +73,7 @@ TENANT_TABLES: Final = (
 GRANTED_FUNCTIONS: Final[tuple[LiteralString, ...]] = (
     "current_tenant()",
     "recall_discover(text[], text, text, text, text, integer, integer)",
-    "recall_discover_hybrid(text[], text, text, text, text, integer, integer, integer)",
+    "recall_discover_hybrid(text[], text, text, text, text, integer, integer, integer, real[])",
 )
 
 #: Tables and functions that a version after 1 introduced (the grants of an older schema leave them out).
@@ -347,13 +350,17 @@ _V2: Final[tuple[LiteralString, ...]] = (
 # recall_discover; confined to current_tenant()). Bounded: the lexical ranking's best ``pool``
 # (recall_discover itself, so the same bounds) and the scope's newest ``scan`` sources that have a
 # vector (scope filter before the LIMIT). Each row carries its lexical rank (NULL: not in the pool)
-# and its stored vector (NULL: none), which the adapter scores.
+# and either its similarity to ``q`` computed here by pgvector (when the extension is installed and
+# the row has ``embedding_pgv``, see PGVECTOR_STEP) or its stored float32 vector, which the adapter
+# scores. pgvector's type and operator are named through the extension's own schema, found at each
+# call (the function's search_path is pg_catalog only), in dynamic SQL: without the extension that
+# branch is never planned.
 _RECALL_DISCOVER_HYBRID: Final[LiteralString] = """
     CREATE FUNCTION {schema}.recall_discover_hybrid(
-        terms text[], uk text, sk text, pk text, rk text, cap integer, pool integer, scan integer
+        terms text[], uk text, sk text, pk text, rk text, cap integer, pool integer, scan integer, q real[]
     ) RETURNS TABLE (
         id bigint, source_id text, revision text, title text, size_bytes bigint, lexical_rank integer,
-        embedding bytea
+        embedding bytea, similarity double precision
     )
         LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
         AS $$
@@ -362,6 +369,7 @@ _RECALL_DISCOVER_HYBRID: Final[LiteralString] = """
             t text := {schema}.current_tenant();
             lexical bigint[];
             newest bigint[];
+            ext text;
         BEGIN
             IF t IS NULL THEN
                 RETURN;
@@ -378,14 +386,40 @@ _RECALL_DISCOVER_HYBRID: Final[LiteralString] = """
                     AND (s.repository_key IS NULL OR s.repository_key = rk)
                     AND EXISTS (SELECT 1 FROM {schema}.recall_vectors AS v WHERE v.id = s.id)
                 ORDER BY s.id DESC LIMIT scan) AS n;
-            RETURN QUERY
-                SELECT s.id, s.source_id::text, s.revision::text, s.title, s.size_bytes,
-                    array_position(lexical, s.id), v.embedding
-                FROM {schema}.recall_sources AS s
-                LEFT JOIN {schema}.recall_vectors AS v ON v.id = s.id
-                WHERE s.id = ANY (lexical || newest) AND s.tenant_key = t;
+            IF q IS NOT NULL THEN
+                SELECT ns.nspname INTO ext FROM pg_extension AS e
+                    JOIN pg_namespace AS ns ON ns.oid = e.extnamespace
+                WHERE e.extname = 'vector'
+                    AND EXISTS (SELECT 1 FROM pg_attribute AS a
+                        WHERE a.attrelid = '{schema}.recall_vectors'::regclass
+                            AND a.attname = 'embedding_pgv' AND NOT a.attisdropped);
+            END IF;
+            IF ext IS NOT NULL THEN
+                RETURN QUERY EXECUTE format(
+                    'SELECT s.id, s.source_id::text, s.revision::text, s.title, s.size_bytes, '
+                    'array_position($1, s.id), CASE WHEN v.embedding_pgv IS NULL THEN v.embedding END, '
+                    '1 - (v.embedding_pgv OPERATOR(%1$I.<=>) $3::%1$I.vector)::double precision '
+                    'FROM {schema}.recall_sources AS s '
+                    'LEFT JOIN {schema}.recall_vectors AS v ON v.id = s.id '
+                    'WHERE s.id = ANY ($1 || $2) AND s.tenant_key = $4', ext)
+                    USING lexical, newest, q, t;
+            ELSE
+                RETURN QUERY
+                    SELECT s.id, s.source_id::text, s.revision::text, s.title, s.size_bytes,
+                        array_position(lexical, s.id), v.embedding, NULL::double precision
+                    FROM {schema}.recall_sources AS s
+                    LEFT JOIN {schema}.recall_vectors AS v ON v.id = s.id
+                    WHERE s.id = ANY (lexical || newest) AND s.tenant_key = t;
+            END IF;
         END $$
 """
+
+# Not a version: applied by ``migrate`` whenever the database has pgvector and the column is missing
+# (the extension may be installed after the schema), so the version says nothing about it. The
+# column holds the same unit vector as ``embedding``, in pgvector's type; the adapter writes both,
+# and a row without it (written before) is scored by the adapter from ``embedding``. "{vector}" is
+# the extension's schema-qualified type.
+PGVECTOR_STEP: Final[LiteralString] = "ALTER TABLE {schema}.recall_vectors ADD COLUMN embedding_pgv {vector}"
 
 
 def _rls(table: LiteralString, *, force: bool = True) -> tuple[LiteralString, ...]:
@@ -421,7 +455,7 @@ MIGRATIONS: Final[dict[int, tuple[LiteralString, ...]]] = {
         *_rls("recall_vectors"),
         _RECALL_DISCOVER_HYBRID,
         "REVOKE ALL ON FUNCTION {schema}.recall_discover_hybrid(text[], text, text, text, text, integer, "
-        "integer, integer) FROM PUBLIC",
+        "integer, integer, real[]) FROM PUBLIC",
     ),
 }
 
@@ -440,8 +474,29 @@ class MigrationReport:
     to_version: int
     applied: tuple[int, ...]
     granted: tuple[str, ...]
-    #: The version of pgvector installed in the database, or ``None`` (see :func:`pgvector_version`).
+    #: The version of pgvector installed in the database, or ``None`` (see :func:`vector_facts`).
     pgvector: str | None = None
+    #: Whether hybrid discovery scores vectors in the database (pgvector and ``embedding_pgv``).
+    scored_in_database: bool = False
+    #: Whether this run added ``embedding_pgv`` (:data:`PGVECTOR_STEP`).
+    added_pgvector_column: bool = False
+
+
+@attrs.frozen(slots=True)
+class VectorFacts:
+    """What the database offers hybrid recall: pgvector's version and schema, and ``embedding_pgv``."""
+
+    #: The version of the ``vector`` extension installed in the database, or ``None``.
+    pgvector: str | None = None
+    #: The schema the extension's type and operators live in, or ``None``.
+    extension_schema: str | None = None
+    #: Whether ``recall_vectors`` has the ``embedding_pgv`` column (:data:`PGVECTOR_STEP`).
+    column: bool = False
+
+    @property
+    def scored_in_database(self) -> bool:
+        """Whether hybrid discovery scores vectors with pgvector, in the database."""
+        return self.pgvector is not None and self.column
 
 
 def _compose(template: LiteralString, schema: str) -> sql.Composed:
@@ -476,18 +531,23 @@ def grant_statements(schema: str, role: str, version: int = SCHEMA_VERSION) -> l
     return out
 
 
-async def pgvector_version(conn: psycopg.AsyncConnection[Any]) -> str | None:
-    """The version of the ``vector`` extension (pgvector) installed in the database, or ``None``.
+async def vector_facts(conn: psycopg.AsyncConnection[Any], schema: str) -> VectorFacts:
+    """Whether the database has pgvector (its version and schema) and ``schema`` its ``embedding_pgv`` column.
 
-    Reported by ``migrate`` and ``agentium check --probe``. Hybrid discovery
-    does not depend on it: vectors are stored as ``bytea`` and the bounded
-    candidates are scored by the adapter (the README says why and what
-    pgvector would change).
+    Read by ``migrate`` and on each adapter's first use; ``agentium postgres
+    migrate`` and ``agentium check --probe`` say which scoring runs.
     """
-    found = await (
-        await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    row = await (
+        await conn.execute(
+            "SELECT e.extversion, n.nspname, EXISTS (SELECT 1 FROM pg_attribute AS a "
+            "WHERE a.attrelid = to_regclass(format('%%I.recall_vectors', %s::text)) "
+            "AND a.attname = 'embedding_pgv' AND NOT a.attisdropped) "
+            "FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace "
+            "WHERE e.extname = 'vector'",
+            (schema,),
+        )
     ).fetchone()
-    return None if found is None else str(found[0])
+    return VectorFacts() if row is None else VectorFacts(str(row[0]), str(row[1]), bool(row[2]))
 
 
 async def current_version(conn: psycopg.AsyncConnection[Any], schema: str) -> int | None:
@@ -514,7 +574,11 @@ async def apply_migrations(
     Takes a transaction-level advisory lock first, so two migrators never run
     the same step twice. Refuses a schema newer than this release knows, and
     a ``to_version`` outside 1 to :data:`SCHEMA_VERSION` (nothing changed).
-    Returns what was found and done (and whether the database has pgvector).
+    Where the database has pgvector (``CREATE EXTENSION vector``, by a
+    superuser) and the schema is at version 2 or later, adds
+    ``recall_vectors.embedding_pgv`` (:data:`PGVECTOR_STEP`) if missing, so
+    hybrid discovery scores vectors in the database. Returns what was found
+    and done.
     """
     from .errors import PostgresSchemaError  # errors import nothing from here; kept local for clarity
 
@@ -556,7 +620,15 @@ async def apply_migrations(
             ),
             (to_version,),
         )
-    pgvector = await pgvector_version(conn)
+    vectors = await vector_facts(conn, schema)
+    added = False
+    if to_version >= 2 and vectors.extension_schema is not None and not vectors.column:
+        await conn.execute(
+            sql.SQL(PGVECTOR_STEP).format(
+                schema=sql.Identifier(schema), vector=sql.Identifier(vectors.extension_schema, "vector")
+            )
+        )
+        vectors, added = attrs.evolve(vectors, column=True), True
     for role in grant_to:
         for statement in grant_statements(schema, role, to_version):
             await conn.execute(statement)
@@ -566,5 +638,7 @@ async def apply_migrations(
         to_version=to_version,
         applied=tuple(applied),
         granted=tuple(grant_to),
-        pgvector=pgvector,
+        pgvector=vectors.pgvector,
+        scored_in_database=vectors.scored_in_database,
+        added_pgvector_column=added,
     )
