@@ -7,6 +7,7 @@ Usage::
     python benchmarks/retrieval.py PATH --limit 50                # at most 50 questions per conversation
     python benchmarks/retrieval.py PATH --stores sqlite memory --json out.json
     python benchmarks/retrieval.py PATH --stores redis            # agentium-recall-redis, own server
+    python benchmarks/retrieval.py PATH --stores postgres         # agentium-postgres, own server
 
 ``PATH`` is a folder of LoCoMo conversation files (``<id>.json``, one
 conversation each, as unzipped from the LoCoMo release). The data is not part
@@ -260,6 +261,55 @@ def _redis(options: dict[str, Any]) -> Callable[[Path], RecallStore]:
     return build
 
 
+class _PostgresServer:
+    """One PostgreSQL for the whole benchmark (started on first use, stopped at exit); a fresh schema each.
+
+    The plugin's test helper runs Debian's ``initdb`` and ``postgres`` (or
+    ``AGENTIUM_PG_BINDIR``'s) in a temporary folder. Each store gets a schema
+    migrated by the superuser and granted to the application role, which the
+    store connects as (row-level security applies, as in production).
+    """
+
+    server: Any = None
+
+    @classmethod
+    def config(cls, options: dict[str, Any]) -> Any:
+        import asyncio
+        from concurrent.futures import ThreadPoolExecutor
+
+        from agentium_postgres import PostgresConfig, migrate
+
+        if cls.server is None:
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "plugins" / "postgres" / "tests"))
+            from pg_server import PostgresServer
+
+            cls.server = PostgresServer().start().prepare()
+            atexit.register(cls.stop)
+        from pg_server import APP_USER, new_schema_name
+
+        schema = new_schema_name()
+        owner = PostgresConfig(dsn=cls.server.admin_dsn(), schema=schema)
+        # Stores are built inside the benchmark's event loop: the migration runs on a loop of its own.
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, migrate(owner, grant_to=[APP_USER])).result()
+        return PostgresConfig(dsn=cls.server.app_dsn(), schema=schema, **options)
+
+    @classmethod
+    def stop(cls) -> None:
+        if cls.server is not None:
+            cls.server.cleanup()
+            cls.server = None
+
+
+def _postgres(options: dict[str, Any]) -> Callable[[Path], RecallStore]:
+    def build(_tmp: Path) -> RecallStore:
+        from agentium_postgres import PostgresRecallStore
+
+        return PostgresRecallStore(_PostgresServer.config(options))
+
+    return build
+
+
 def _minilm() -> Embedder:
     from agentium_embedder_minilm import MiniLMEmbedder  # the optional plugin distribution
 
@@ -295,6 +345,12 @@ CONFIGURATIONS: dict[str, list[tuple[str, Factory, dict[str, Any], str | None]]]
         ("no-floor", _redis, {"min_relevance": 0.0}, None),
         ("hybrid-minilm", _redis, {}, "minilm"),
         ("hybrid-hashing", _redis, {"min_similarity": 0.2}, "hashing"),
+    ],
+    # The PostgreSQL store (agentium-postgres) on a PostgreSQL the benchmark starts itself.
+    "postgres": [
+        ("default", _postgres, {}, None),
+        ("hybrid-minilm", _postgres, {}, "minilm"),
+        ("hybrid-hashing", _postgres, {"min_similarity": 0.2}, "hashing"),
     ],
 }
 
