@@ -158,9 +158,12 @@ return out
 #: owner key count, relevance floor, model key, vector scan, title cap, terms..., owner keys...
 #: The lexical pool is the ranking's best `pool` published rows (no floor applied, each flagged whether
 #: it passes it); the vector scan the newest `scan` rows with a vector in the visible buckets (a merge of
-#: at most 16 bucket sets by row number). Returns {pool rows, scan rows}; a row is {n, sid, rev, size,
-#: owner key, title length, title (empty when longer than the title cap), vector or false, lexical
-#: score, passes the floor (1/0)}. Refused when the tenant's vectors are of another model.
+#: at most 16 bucket sets by row number). Returns {rows, vectors}: rows is one JSON array (cjson) of
+#: [n, sid, rev, size, owner key, title length, title (empty when longer than the title cap), vector
+#: length (0: none), lexical score, passes the floor (1/0), in the lexical pool (1/0)], the pool's rows
+#: first, best first, then the scan's; vectors is every row's vector concatenated, in row order. Two
+#: bulk replies instead of ten per row: a reply of hundreds of rows otherwise costs redis-py's pure-Python
+#: parser far more than the script's work. Refused when the tenant's vectors are of another model.
 HYBRID = Script(
     "hybrid",
     LAYOUT_CHECK
@@ -176,28 +179,35 @@ if have and have ~= model and vc and vc > 0 then
 end
 local buckets, order, total, matched, weight = rank(P, per, nt, 9, no, 9 + nt)
 local floor = share * weight * (1 - 1e-9)
-local function row(n, score, pass)
+local rows, blobs = {}, {}
+-- Adds row n (published only, and for the scan only with a vector); whether it was added.
+local function add(n, score, pass, lexical)
   local key = P .. ':m:' .. n
   local m = redis.call('HMGET', key, 'sid', 'rev', 'size', 'o', 'vec')
-  if not (m[1] and m[2] and m[3] and m[4]) then return nil end
+  if not (m[1] and m[2] and m[3] and m[4]) then return false end
+  if lexical == 0 and not m[5] then return false end
   local tlen = redis.call('HSTRLEN', key, 'title')
   local title = ''
   if tlen > 0 and tlen <= tcap then title = redis.call('HGET', key, 'title') end
-  return {n, m[1], m[2], m[3], m[4], tlen, title, m[5] or false, score, pass}
+  local vlen = 0
+  if m[5] then
+    vlen = #m[5]
+    blobs[#blobs + 1] = m[5]
+  end
+  rows[#rows + 1] = {n, m[1], m[2], m[3], m[4], tlen, title, vlen, score, pass, lexical}
+  return true
 end
-local lexical, seen = {}, {}
+local taken, seen = 0, {}
 for i = 1, #order do
-  if #lexical >= pool then break end
+  if taken >= pool then break end
   local n = order[i]
   local pass = 0
   if matched[n] >= floor then pass = 1 end
-  local r = row(n, string.format('%.17g', total[n]), pass)
-  if r then
-    lexical[#lexical + 1] = r
+  if add(n, string.format('%.17g', total[n]), pass, 1) then
+    taken = taken + 1
     seen[n] = true
   end
 end
-local vectors = {}
 if vc and vc > 0 and scan > 0 then
   local newest = {}
   for _, b in ipairs(buckets) do
@@ -207,13 +217,11 @@ if vc and vc > 0 and scan > 0 then
   if #buckets > 1 then table.sort(newest, function(a, b) return a > b end) end
   for j = 1, math.min(scan, #newest) do
     local n = string.format('%d', newest[j])
-    if not seen[n] then
-      local r = row(n, '0', 0)
-      if r and r[8] then vectors[#vectors + 1] = r end
-    end
+    if not seen[n] then add(n, '0', 0, 0) end
   end
 end
-return {lexical, vectors}
+if #rows == 0 then return {'[]', ''} end
+return {cjson.encode(rows), table.concat(blobs)}
 """,
 )
 

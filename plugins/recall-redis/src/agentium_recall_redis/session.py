@@ -13,6 +13,7 @@ their owner): a foreign id is ``FORBIDDEN`` and never looked up.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -76,6 +77,60 @@ def _unread_rest(excerpt: Excerpt) -> Excerpt:
         Completeness.PARTIAL if excerpt.completeness is Completeness.COMPLETE else excerpt.completeness
     )
     return attrs.evolve(excerpt, completeness=completeness, omitted=excerpt.omitted | _UNREAD)
+
+
+@attrs.frozen(slots=True)
+class _HybridRow:
+    """One row of the ``HYBRID`` script's reply (see its description in :mod:`.scripts`)."""
+
+    n: str
+    sid: str
+    rev: str
+    size: int
+    owner_key: str
+    title_bytes: int
+    title: str  # empty when longer than TITLE_CAP (read for the winners only)
+    vector: bytes | None
+    passes: bool  # passes the relevance floor
+    lexical: bool  # in the lexical pool (else found by the vector scan only)
+
+
+def _hybrid_rows(reply: Any) -> list[_HybridRow]:
+    """The ``HYBRID`` reply's rows, each with its slice of the concatenated vectors.
+
+    A reply that does not add up (a vector length past the end of the
+    vectors) is the server's bug or damage: ``RedisRecallError``, nothing
+    returned.
+    """
+    if not reply:
+        return []
+    header, blob = reply
+    decoded = json.loads(as_text(header))
+    rows: list[_HybridRow] = []
+    offset = 0
+    for item in decoded if isinstance(decoded, list) else []:
+        n, sid, rev, size, okey, tlen, title, vlen, _score, passes, lexical = item
+        vector = None
+        if int(vlen) > 0:
+            vector = bytes(blob[offset : offset + int(vlen)])
+            offset += int(vlen)
+        rows.append(
+            _HybridRow(
+                str(n),
+                str(sid),
+                str(rev),
+                int(size),
+                str(okey),
+                int(tlen),
+                str(title),
+                vector,
+                int(passes) == 1,
+                int(lexical) == 1,
+            )
+        )
+    if offset != len(blob):
+        raise RedisRecallError("recall discover: the hybrid script's reply does not add up; nothing returned")
+    return rows
 
 
 class RedisRecallSession(RecallSession):
@@ -215,36 +270,22 @@ class RedisRecallSession(RecallSession):
         args.extend(encode_term(t) for t in terms)
         args.extend(self._owner_keys)
         reply = await self._store._script(HYBRID, [f"{self._prefix}:bk"], args, ctx, "recall discover")
-        lexical_rows, vector_rows = reply if reply else ([], [])
-        rows: dict[bytes, Sequence[Any]] = {}
-        lexical: list[bytes] = []
-        passing: set[bytes] = set()
-        blobs: dict[bytes, bytes] = {}
-        for row in [*lexical_rows, *vector_rows]:
-            n = bytes(row[0]) if not isinstance(row[0], int) else str(row[0]).encode()
-            rows[n] = row
-            if isinstance(row[7], bytes):
-                blobs[n] = row[7]
-        for row in lexical_rows:
-            n = bytes(row[0]) if not isinstance(row[0], int) else str(row[0]).encode()
-            lexical.append(n)
-            if int(row[9]) == 1:
-                passing.add(n)
-        ids = list(blobs)
-        sims = dict(zip(ids, cosine_scores(vector, [blobs[i] for i in ids]), strict=True))
+        rows = _hybrid_rows(reply)
+        blobs = [row.vector for row in rows if row.vector is not None]
+        scores = iter(cosine_scores(vector, blobs))
+        sims = {row.n: next(scores) for row in rows if row.vector is not None}
         # Most similar first; the newer row first among equals.
-        similar = [i for i in sorted(ids, key=lambda i: (-sims[i], -int(i))) if math.isfinite(sims[i])]
+        similar = sorted((n for n in sims if math.isfinite(sims[n])), key=lambda n: (-sims[n], -int(n)))
         rankings = [
-            [n.decode() for n in lexical if n in passing][:depth],
-            [n.decode() for n in similar if sims[n] >= config.min_similarity][:depth],
+            [row.n for row in rows if row.lexical and row.passes][:depth],
+            [n for n in similar if sims[n] >= config.min_similarity][:depth],
         ]
         fused = reciprocal_rank_fusion(rankings, k=config.fusion_k, weights=(1.0, config.vector_weight))
-        return await self._fused_candidates(
-            [(rows[key.encode()], score) for key, score in fused[:limit]], ctx
-        )
+        by_n = {row.n: row for row in rows}
+        return await self._fused_candidates([(by_n[n], score) for n, score in fused[:limit]], ctx)
 
     async def _fused_candidates(
-        self, winners: Sequence[tuple[Sequence[Any], float]], ctx: OpContext
+        self, winners: Sequence[tuple[_HybridRow, float]], ctx: OpContext
     ) -> list[Candidate]:
         """Candidates of the fused winners, in order, within the discovery byte budget.
 
@@ -252,37 +293,33 @@ class RedisRecallSession(RecallSession):
         reply: the ones that fit the budget are read in one more round trip.
         """
         budget = ctx.remaining_bytes
-        chosen: list[tuple[Sequence[Any], float, SourceOwner]] = []
+        chosen: list[tuple[_HybridRow, float, SourceOwner]] = []
         spent = 0
         for row, score in winners:
-            owner = self._owner(bytes(row[4]))
+            owner = self._owner(row.owner_key.encode())
             if owner is None or not owner.visible_to(self._scope):
                 continue  # the buckets already hold; never trust one check
-            spent += len(bytes(row[1])) + len(bytes(row[2])) + int(row[5])
+            spent += len(row.sid.encode()) + len(row.rev.encode()) + row.title_bytes
             if budget is not None and spent > budget:
                 break
             chosen.append((row, score, owner))
-        long_titles = [row for row, _, _ in chosen if int(row[5]) > TITLE_CAP]
-        titles: dict[bytes, str] = {}
+        long_titles = [row for row, _, _ in chosen if row.title_bytes > TITLE_CAP]
+        titles: dict[str, str] = {}
         if long_titles:
             from redis.exceptions import ResponseError
 
             commands: list[Sequence[Arg]] = [
-                ("HGET", f"{self._prefix}:m:{as_text(row[0])}", "title") for row in long_titles
+                ("HGET", f"{self._prefix}:m:{row.n}", "title") for row in long_titles
             ]
             replies = await self._store._call(commands, ctx, "recall discover")
             for row, value in zip(long_titles, replies, strict=True):
                 if isinstance(value, ResponseError):
                     self._store._errors.refused(value, "recall discover")
-                titles[bytes(row[1])] = (value or b"").decode("utf-8", "replace")
-        out: list[Candidate] = []
-        for row, score, owner in chosen:
-            sid = bytes(row[1])
-            title = titles.get(sid, bytes(row[6]).decode("utf-8", "replace"))
-            out.append(
-                Candidate(SourceRef(sid.decode(), bytes(row[2]).decode()), owner, score, int(row[3]), title)
-            )
-        return out
+                titles[row.sid] = (value or b"").decode("utf-8", "replace")
+        return [
+            Candidate(SourceRef(row.sid, row.rev), owner, score, row.size, titles.get(row.sid, row.title))
+            for row, score, owner in chosen
+        ]
 
     async def read(
         self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
