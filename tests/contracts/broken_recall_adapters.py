@@ -301,9 +301,23 @@ class CountsPastTheEnd(Wrap):
 
     capabilities = ALL
 
-    async def unindexed_groups(self, key: Any, end_seq: int, max_groups: int, ctx: OpContext) -> list[int]:
+    async def unindexed_groups(
+        self, key: Any, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
+    ) -> list[int]:
         held = {g.seq for g in await self.inner.seek_groups(key, 0, end_seq + 1, ctx)}
-        return [seq for seq in range(end_seq + 1) if seq not in held][:max_groups]
+        return [seq for seq in range(start_seq, end_seq + 1) if seq not in held][:max_groups]
+
+
+class CountsFromZero(Wrap):
+    """Reports the unindexed seqs from 0 whatever ``start_seq`` says (groups erased, not lost)."""
+
+    capabilities = ALL
+
+    async def unindexed_groups(
+        self, key: Any, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
+    ) -> list[int]:
+        held = {g.seq for g in await self.inner.seek_groups(key, 0, end_seq, ctx)}
+        return [seq for seq in range(end_seq) if seq not in held][:max_groups]
 
 
 def joined(*ids: str | None) -> str:
@@ -424,6 +438,10 @@ class TestTrustsItsOwnDigests(_Suite):
 
 class TestCountsPastTheEnd(_Suite):
     store_class = CountsPastTheEnd
+
+
+class TestCountsFromZero(_Suite):
+    store_class = CountsFromZero
 
 
 # -- hybrid recall bugs (issue 25): the store keeps vectors and fuses, with one bug each -----------

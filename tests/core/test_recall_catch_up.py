@@ -15,8 +15,10 @@ import pytest
 
 from agentium_harness import (
     OpContext,
+    OperatorAttestation,
     RecallUnavailableError,
     ResidentLimits,
+    RetentionPolicy,
     RuntimeLimits,
     SessionKey,
     VerifiedIdentity,
@@ -24,7 +26,7 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
-from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
 from agentium_harness.plugin_api import ArchiveReceipt, MessageGroup
 
 pytestmark = pytest.mark.anyio
@@ -115,5 +117,41 @@ async def test_catching_up_is_bounded_per_commit_and_says_when_more_is_left() ->
         second = await runtime.run(ANA, "s1", "and another")
         assert "recall_index_caught_up" in _codes(second)
         assert await _indexed(store) == list(range(missed + 2))
+    finally:
+        await runtime.aclose()
+
+
+async def test_after_retention_erased_the_oldest_groups_a_lost_group_is_still_caught_up() -> None:
+    """Retention leaves a leading erased range; the catch-up asks from its end, so it is not blind.
+
+    Before ``start_seq`` the store listed the erased seqs 0, 1, … first, the
+    engine passed over them, and nothing behind them was ever caught up.
+    """
+    store = FlakyIndex()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        retention=RetentionPolicy(max_archived_groups=3),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"))
+    try:
+        for i in range(2 * CATCH_UP_GROUPS + 12):
+            await runtime.run(ANA, "s1", f"note {i}")
+        result = await runtime.apply_retention(operator)
+        (erasure,) = result.erasures
+        assert erasure.tombstone is not None
+        kept = await _indexed(store)
+        assert kept and kept[0] > CATCH_UP_GROUPS  # more erased seqs than one answer lists
+        store.down = True
+        lost = await runtime.run(ANA, "s1", "a note the index misses")
+        assert "recall_index_failed" in _codes(lost)
+        store.down = False
+        caught = await runtime.run(ANA, "s1", "and the next one")
+        assert "recall_index_caught_up" in _codes(caught)
+        indexed = await _indexed(store)
+        assert indexed == list(range(kept[0], indexed[-1] + 1)), "a lost group stayed out of the index"
     finally:
         await runtime.aclose()

@@ -15,6 +15,7 @@ diagnostic says what was caught up and whether more is left.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Final
 
@@ -27,7 +28,7 @@ from .._scope import SessionKey
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 
-__all__ = ["CATCH_UP_GROUPS", "CATCH_UP_SPAN", "catch_up_index"]
+__all__ = ["CATCH_UP_GROUPS", "CATCH_UP_SPAN", "catch_up_index", "leading_erased_end"]
 
 #: Most archived groups one commit indexes for the recall index to catch up.
 CATCH_UP_GROUPS: Final = 16
@@ -44,6 +45,25 @@ def _seqs(seqs: Sequence[int]) -> str:
         else:
             runs.append([seq, seq])
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def leading_erased_end(erased: Sequence[SeqRange]) -> int:
+    """Where a session's groups begin after erasures: the end of the erased ranges that start at seq 0."""
+    start = 0
+    for span in sorted(erased):
+        if span.start > start:
+            break
+        start = max(start, span.stop)
+    return start
+
+
+def _takes_start_seq(store: RecallStore) -> bool:
+    """True if the store's ``unindexed_groups`` takes ``start_seq`` (stores written before it did not)."""
+    try:
+        parameters = inspect.signature(type(store).unindexed_groups).parameters
+    except (TypeError, ValueError):
+        return False
+    return "start_seq" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def _checked(missing: object, end_seq: int) -> list[int] | None:
@@ -73,17 +93,29 @@ async def catch_up_index(
     Called after ``index_groups`` succeeded for groups from ``end_seq`` on.
     Every failure is a diagnostic, never an error: the commit stands, and
     the next archiving commit tries again. Groups an erasure removed
-    (``erased``, the session's erased ranges) are not missing: they are
-    passed over. (The store lists the lowest missing seqs first, so behind a
-    long erased range the catch-up finds nothing more; ``agentium recall
-    rebuild`` does.)
+    (``erased``, the session's erased ranges) are not missing: the store is
+    asked from the end of the leading erased range on (``start_seq``;
+    retention erases the oldest groups, so the lowest gaps it reports are
+    groups lost, not erased), and erased seqs it still lists are passed
+    over. (A store whose ``unindexed_groups`` takes no ``start_seq`` lists
+    the lowest missing seqs first, so behind a long erased range the
+    catch-up finds nothing more; ``agentium recall rebuild`` does.)
     """
     if type(store).unindexed_groups is RecallStore.unindexed_groups or end_seq <= 0:
         return []  # the store cannot tell what it lacks (the port's default)
+    start = leading_erased_end(erased)
+    if start >= end_seq:
+        return []
     try:
-        answer = await ticket.call(
-            "recall index", lambda ctx: store.unindexed_groups(key, end_seq, CATCH_UP_GROUPS, ctx)
-        )
+        if start > 0 and _takes_start_seq(store):
+            answer = await ticket.call(
+                "recall index",
+                lambda ctx: store.unindexed_groups(key, end_seq, CATCH_UP_GROUPS, ctx, start_seq=start),
+            )
+        else:
+            answer = await ticket.call(
+                "recall index", lambda ctx: store.unindexed_groups(key, end_seq, CATCH_UP_GROUPS, ctx)
+            )
     except Exception as exc:
         why = f"{type(exc).__name__}: {exc}"
         return [_failed(f"the recall store could not say which groups it lacks ({why})")]

@@ -537,9 +537,9 @@ class RecallStore:
         raise unsupported(self, "index_groups", "archive_indexing")
 
     async def unindexed_groups(
-        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
     ) -> Sequence[int] | None:
-        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+        """Seqs from ``start_seq`` below ``end_seq`` with no indexed group of ``key``: ascending, bounded.
 
         Optional, for ``archive_indexing`` stores. Archived groups hold every
         seq from 0 up to the session's boundary, so a seq missing here is an
@@ -548,7 +548,11 @@ class RecallStore:
         successful ``index_groups`` the engine asks, with ``end_seq`` the
         first seq it just indexed, and indexes up to ``max_groups`` of the
         missing groups from the archive (docs/recall.md, "Catching up").
-        Keep the work bounded (``max_groups``, not the index size). Call
+        ``start_seq`` (keyword, default 0) is where the archive's groups
+        begin: the engine passes the end of the session's leading erased
+        range after retention, so the lowest gaps are groups lost, not
+        groups erased. Never report a seq below it. Keep the work bounded
+        (``max_groups``, not the index size). Call
         ``ctx.raise_if_expired("recall index")`` before reading.
 
         The default returns ``None``: the store cannot tell, and nothing is

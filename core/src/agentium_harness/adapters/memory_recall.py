@@ -273,12 +273,12 @@ class InMemoryRecallStore(RecallStore):
         return fresh
 
     async def unindexed_groups(
-        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
     ) -> Sequence[int]:
-        """Seqs below ``end_seq`` with no indexed group of ``key``, ascending, at most ``max_groups``."""
+        """Seqs from ``start_seq`` below ``end_seq`` with no indexed group of ``key``, ascending, bounded."""
         ctx.raise_if_expired("recall index")
         missing: list[int] = []
-        for seq in range(max(0, end_seq)):
+        for seq in range(max(0, start_seq), max(0, end_seq)):
             if len(missing) >= max_groups:
                 break
             if group_source_id(key, seq) not in self._sources:

@@ -445,9 +445,9 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         return rows
 
     async def unindexed_groups(
-        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
     ) -> Sequence[int]:
-        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+        """Seqs from ``start_seq`` below ``end_seq`` with no indexed group of ``key``: ascending, bounded.
 
         One statement, bounded by :data:`UNINDEXED_WINDOW` whatever the
         session holds: it reads the session's newest indexed seqs below
@@ -460,13 +460,14 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         ctx.raise_if_expired("recall index")
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        for name, value in (("end_seq", end_seq), ("max_groups", max_groups)):
+        for name, value in (("end_seq", end_seq), ("max_groups", max_groups), ("start_seq", start_seq)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
-        if end_seq <= 0 or max_groups <= 0:
+        start = max(0, start_seq)
+        if end_seq <= start or max_groups <= 0:
             return []
         return await self.run(
-            ctx, "recall index", lambda conn: unindexed_seqs(conn, key, end_seq, max_groups)
+            ctx, "recall index", lambda conn: unindexed_seqs(conn, key, end_seq, max_groups, start)
         )
 
     async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:

@@ -149,10 +149,10 @@ class _ProbeRecall(RecallStore):
         return await self._inner.index_vectors(vectors, ctx)
 
     async def unindexed_groups(
-        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
     ) -> Sequence[int] | None:
         """What the real store lacks of the archive (the engine's catch-up asks)."""
-        return await self._inner.unindexed_groups(key, end_seq, max_groups, ctx)
+        return await self._inner.unindexed_groups(key, end_seq, max_groups, ctx, start_seq=start_seq)
 
     async def health(self, ctx: OpContext) -> str:
         """The real store's health check."""

@@ -399,6 +399,9 @@ class RecallStoreContract(RecallErasureTests, ContractSuite):
     async def test_unindexed_groups_lists_exactly_the_missing_seqs(self, recall_store: RecallStore) -> None:
         """``unindexed_groups`` lists the seqs below ``end_seq`` with no indexed group: ascending, bounded.
 
+        With ``start_seq`` it lists none below it (where a session's groups
+        begin after retention erased the oldest).
+
         Optional: a store that keeps the port's default (``None``, it cannot
         tell) skips this test. The engine indexes what it lists from the
         archive, so a failure means archived groups the index lacks are
@@ -412,15 +415,20 @@ class RecallStoreContract(RecallErasureTests, ContractSuite):
         receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
         await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
 
-        async def gaps(end_seq: int, max_groups: int, session: str = "s") -> list[int]:
+        async def gaps(end_seq: int, max_groups: int, session: str = "s", start_seq: int = 0) -> list[int]:
             where = SessionKey("t-gaps", "u", session)
             ctx = OpContext.with_timeout(10.0)
-            return list(await recall_store.unindexed_groups(where, end_seq, max_groups, ctx) or ())
+            answer = await recall_store.unindexed_groups(where, end_seq, max_groups, ctx, start_seq=start_seq)
+            return list(answer or ())
 
         assert await gaps(9, 16) == [2, 3, 5, 7, 8]
         assert await gaps(9, 2) == [2, 3]
         assert await gaps(2, 16) == []
         assert await gaps(3, 16, "other") == [0, 1, 2]  # another session's groups are not this one's
+        # After retention erased the oldest groups the engine asks from where the archive begins.
+        assert await gaps(9, 16, start_seq=3) == [3, 5, 7, 8]
+        assert await gaps(9, 16, "other", start_seq=6) == [6, 7, 8]
+        assert await gaps(4, 16, start_seq=5) == []
 
     async def test_mismatched_receipts_are_refused_and_nothing_is_written(
         self, recall_store: RecallStore

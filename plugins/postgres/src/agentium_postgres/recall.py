@@ -298,9 +298,9 @@ class PostgresRecallStore(RecallStore):
         return await self._link.run(ctx, "recall index", t, work)
 
     async def unindexed_groups(
-        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
     ) -> Sequence[int]:
-        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+        """Seqs from ``start_seq`` below ``end_seq`` with no indexed group of ``key``: ascending, bounded.
 
         One statement, bounded by :data:`~agentium_postgres.recall_sql.UNINDEXED_WINDOW`
         whatever the session holds: it reads the session's newest indexed
@@ -314,17 +314,18 @@ class PostgresRecallStore(RecallStore):
         ctx.raise_if_expired("recall index")
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        for name, value in (("end_seq", end_seq), ("max_groups", max_groups)):
+        for name, value in (("end_seq", end_seq), ("max_groups", max_groups), ("start_seq", start_seq)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
-        if end_seq <= 0 or max_groups <= 0:
+        start = max(0, start_seq)
+        if end_seq <= start or max_groups <= 0:
             return []
         t, u, s = key.key_segments()
 
         async def work(conn: Conn) -> Any:
             return await conn.execute(
                 unindexed_sql(self._config.schema),
-                {"t": t, "u": u, "s": s, "end": end_seq, "max": max_groups},
+                {"t": t, "u": u, "s": s, "start": start, "end": end_seq, "max": max_groups},
             )
 
         cursor = await self._link.run(ctx, "recall index", t, work, write=False)

@@ -64,14 +64,16 @@ _WORD: Final = re.compile(r"\w+")
 #: (written out in the statement below, which is constant text).
 UNINDEXED_WINDOW: Final = 4096
 
-# The lowest gaps among a session's newest indexed seqs below %(end)s: the window's seqs and %(end)s
-# as edges; each edge's gap runs from the previous edge + 1 (from 0 for the lowest edge when the
-# window reaches back to seq 0, i.e. holds fewer seqs than its size; none otherwise) to itself - 1.
+# The lowest gaps among a session's newest indexed seqs from %(start)s below %(end)s: the window's seqs
+# and %(end)s as edges; each edge's gap runs from the previous edge + 1 (from %(start)s for the lowest
+# edge when the window reaches back to it, i.e. holds fewer seqs than its size; none otherwise) to
+# itself - 1. %(start)s is where the session's groups begin (after retention erased the oldest).
 # At most %(max)s gaps, each cut to %(max)s seqs, are expanded: bounded whatever the gaps' sizes.
 _UNINDEXED: Final[LiteralString] = (
     "WITH w AS (SELECT seq FROM {s}.recall_sources WHERE tenant_key = %(t)s AND user_key = %(u)s "
-    "AND session_key = %(s)s AND kind = 'group' AND seq < %(end)s ORDER BY seq DESC LIMIT 4096), "
-    "reach AS (SELECT CASE WHEN count(*) < 4096 THEN -1 END AS floor FROM w), "
+    "AND session_key = %(s)s AND kind = 'group' AND seq >= %(start)s AND seq < %(end)s "
+    "ORDER BY seq DESC LIMIT 4096), "
+    "reach AS (SELECT CASE WHEN count(*) < 4096 THEN %(start)s - 1 END AS floor FROM w), "
     "edges AS (SELECT x.seq, lag(x.seq) OVER (ORDER BY x.seq) AS prev "
     "FROM (SELECT seq FROM w UNION ALL SELECT %(end)s::bigint) AS x), "
     "gaps AS (SELECT g.a, g.b FROM (SELECT coalesce(e.prev, r.floor, e.seq - 1) + 1 AS a, e.seq - 1 AS b "
@@ -82,7 +84,7 @@ _UNINDEXED: Final[LiteralString] = (
 
 
 def unindexed_sql(schema: str) -> sql.Composed:
-    """The statement behind ``unindexed_groups`` (named parameters ``t``, ``u``, ``s``, ``end``, ``max``)."""
+    """The statement behind ``unindexed_groups`` (named: ``t``, ``u``, ``s``, ``start``, ``end``, ``max``)."""
     return sql.SQL(_UNINDEXED).format(s=sql.Identifier(schema))
 
 

@@ -272,29 +272,31 @@ return out
 """,
 )
 
-#: Archived groups a session's index lacks. KEYS: P:bk. ARGV: P, owner key, end seq, max seqs, window.
-#: Returns ascending seqs below end with no indexed group: at most max, all within `window` seqs of the
-#: first one. Bounded: a binary search of ZCOUNTs for the first, then one ZRANGE over the window.
+#: Archived groups a session's index lacks. KEYS: P:bk. ARGV: P, owner key, end seq, max seqs, window,
+#: start seq. Returns ascending seqs from start below end with no indexed group: at most max, all within
+#: `window` seqs of the first one. Bounded: a binary search of ZCOUNTs for the first, then one ZRANGE
+#: over the window.
 MISSING = Script(
     "missing",
     """
 local P = ARGV[1]
 local stop, max, window = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local first = tonumber(ARGV[6] or '0')
 local out = {}
-if stop <= 0 or max <= 0 then return out end
+if stop <= first or max <= 0 then return out end
 local b = redis.call('HGET', P .. ':bk', ARGV[2])
 local g = b and (P .. ':g:' .. b)
--- Indexed groups with seq in [0, hi]; seqs are distinct in a session's group set.
+-- Indexed groups with seq in [first, hi]; seqs are distinct in a session's group set.
 local function count(hi)
   if not g then return 0 end
-  return redis.call('ZCOUNT', g, 0, hi)
+  return redis.call('ZCOUNT', g, first, hi)
 end
-if count(stop - 1) >= stop then return out end
--- The first missing seq: the smallest s with fewer than s + 1 indexed groups in [0, s].
-local lo, hi = 0, stop - 1
+if count(stop - 1) >= stop - first then return out end
+-- The first missing seq: the smallest s with fewer than s - first + 1 indexed groups in [first, s].
+local lo, hi = first, stop - 1
 while lo < hi do
   local mid = math.floor((lo + hi) / 2)
-  if count(mid) < mid + 1 then hi = mid else lo = mid + 1 end
+  if count(mid) < mid - first + 1 then hi = mid else lo = mid + 1 end
 end
 local last = math.min(stop - 1, lo + window - 1)
 local present = {}

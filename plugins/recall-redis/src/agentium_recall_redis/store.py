@@ -397,9 +397,9 @@ class RedisRecallStore(RecallStore):
         return stored
 
     async def unindexed_groups(
-        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
     ) -> Sequence[int]:
-        """Seqs below ``end_seq`` with no indexed group of ``key``: ascending, at most ``max_groups``.
+        """Seqs from ``start_seq`` below ``end_seq`` with no indexed group of ``key``: ascending, bounded.
 
         One round trip, bounded whatever the index holds: a binary search
         (``ZCOUNT``) finds the first missing seq, and one range read over the
@@ -411,12 +411,13 @@ class RedisRecallStore(RecallStore):
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
         end, limit = check_count(end_seq, "end_seq"), max(0, check_count(max_groups, "max_groups"))
-        if end <= 0 or limit == 0:
+        start = max(0, check_count(start_seq, "start_seq"))
+        if end <= start or limit == 0:
             return []
         prefix = tenant_prefix(self._config.key_prefix, key.tenant)
         okey = owner_key(SourceOwner.of_session(key))
         rows = await self._script(
-            MISSING, [f"{prefix}:bk"], [prefix, okey, end, limit, 4 * limit], ctx, "recall index"
+            MISSING, [f"{prefix}:bk"], [prefix, okey, end, limit, 4 * limit, start], ctx, "recall index"
         )
         return [int(seq) for seq in rows or ()]
 
