@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import enum
 import weakref
-from collections.abc import Iterable
 from typing import Any, ClassVar, Final
 
 import attrs
 
 from ._codec import canonical_json, digest_bytes, unstructure
 from ._scope import Scope, validate_id
+from ._tuples import tuple_of_messages, tuple_of_refs, tuple_of_spans, tuple_of_tool_calls
 from ._validators import non_negative_int, str_tuple
 from ._verdicts import VerificationRecord
 
@@ -51,16 +51,6 @@ __all__ = [
 MAX_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
 #: Longest ``Message.payload_format`` name, in characters.
 MAX_PAYLOAD_FORMAT_LENGTH: Final = 128
-
-
-def _tuple_of_toolcall(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
-
-
-def _tuple_of_message(value: Iterable[Message]) -> tuple[Message, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
 
 
 def estimate_tokens(text: str) -> int:
@@ -115,7 +105,7 @@ class Message:
 
     role: Role = attrs.field(converter=Role)
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_tuple_of_toolcall)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple_of_tool_calls)
     tool_call_id: str | None = None
     #: A foreign framework's item, kept exactly (plain JSON); ``None`` when there is none.
     payload: Any = attrs.field(default=None, hash=False)
@@ -201,11 +191,6 @@ class MessageRef:
     index: int = attrs.field(validator=non_negative_int)
 
 
-def _tuple_of_ref(value: Iterable[MessageRef]) -> tuple[MessageRef, ...]:
-    """Typed tuple converter."""
-    return tuple(value)
-
-
 @attrs.frozen(slots=True)
 class HistoryControl:
     """A control record: the one thing a control group holds (it has no messages).
@@ -218,7 +203,7 @@ class HistoryControl:
 
     kind: ControlKind = attrs.field(converter=ControlKind)
     reason: str = ""
-    retracted: tuple[MessageRef, ...] = attrs.field(default=(), converter=_tuple_of_ref)
+    retracted: tuple[MessageRef, ...] = attrs.field(default=(), converter=tuple_of_refs)
 
 
 @attrs.frozen(slots=True)
@@ -238,11 +223,6 @@ class RetractedSpan:
         return self.first_seq <= seq <= self.last_seq
 
 
-def _tuple_of_span(value: Iterable[RetractedSpan]) -> tuple[RetractedSpan, ...]:
-    """Typed tuple converter."""
-    return tuple(value)
-
-
 @attrs.frozen(slots=True)
 class ViewState:
     """Which committed messages a session's view shows; kept in its snapshot, derived from its control groups.
@@ -255,7 +235,7 @@ class ViewState:
     """
 
     start: int = attrs.field(default=0, validator=non_negative_int)
-    spans: tuple[RetractedSpan, ...] = attrs.field(default=(), converter=_tuple_of_span)
+    spans: tuple[RetractedSpan, ...] = attrs.field(default=(), converter=tuple_of_spans)
     retracted: int = attrs.field(default=0, validator=non_negative_int)
 
 
@@ -338,7 +318,7 @@ class MessageGroup:
     __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("control",)
 
     seq: int = attrs.field(validator=non_negative_int)
-    messages: tuple[Message, ...] = attrs.field(converter=_tuple_of_message)
+    messages: tuple[Message, ...] = attrs.field(converter=tuple_of_messages)
     retained: RetainedRecord | None = None
     #: Set on a control group (which then has no messages): what it records.
     control: HistoryControl | None = attrs.field(default=None, validator=_control_has_no_messages)

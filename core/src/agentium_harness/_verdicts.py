@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import attrs
 
 from ._codec import canonical_json
+from ._tuples import tuple_of_evidence, tuple_of_verification_attempts
 from ._validators import bounded_count, non_negative_int
 
 __all__ = [
@@ -100,10 +101,6 @@ class EvidenceLimits:
     )
 
 
-def _tuple_of_evidenceentry(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
-    return tuple(value)
-
-
 @attrs.frozen(slots=True)
 class VerificationAttempt:
     """One call of the verifier: which revision it judged, its verdict and what it kept."""
@@ -111,13 +108,9 @@ class VerificationAttempt:
     revision: int = attrs.field(validator=non_negative_int)
     verdict: Verdict
     reason: str = ""
-    evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=_tuple_of_evidenceentry)
+    evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=tuple_of_evidence)
     #: Entries the verifier returned that did not fit the remaining budget whole.
     omitted: int = attrs.field(default=0, validator=non_negative_int)
-
-
-def _tuple_of_attempt(value: Iterable[VerificationAttempt]) -> tuple[VerificationAttempt, ...]:
-    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -133,7 +126,7 @@ class VerificationRecord:
     verdict: Verdict
     revisions: int = attrs.field(validator=non_negative_int)
     policy: str
-    attempts: tuple[VerificationAttempt, ...] = attrs.field(converter=_tuple_of_attempt)
+    attempts: tuple[VerificationAttempt, ...] = attrs.field(converter=tuple_of_verification_attempts)
 
     @property
     def accepted(self) -> bool:

@@ -31,6 +31,7 @@ import cattrs
 from .._codec import make_converter
 from .._engine.limits import ResidentLimits, RuntimeLimits
 from .._engine.retention import RetentionPolicy
+from .._engine.runtime import DEFAULT_INSTRUCTIONS
 from .._engine.verification import CompletionPolicy
 from .._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from .._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
@@ -80,9 +81,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-#: The instructions used when ``[runtime] instructions`` is not set.
-DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 #: Config section → adapter kind, derived from :data:`agentium_harness._ports.PORT_KIND_TABLE`
 #: (in table order, which is the order reports list sections in).

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import attrs
 
 from .._history import HistoryControl, Message, MessageGroup, MessageRef
 from .._ports.archive import ArchiveReceipt
+from .._tuples import tuple_of_history_groups
 from .results import CommitState, Diagnostic, EvictionStatus
 
 __all__ = [
@@ -18,11 +17,6 @@ __all__ = [
     "RetractResult",
     "SessionPage",
 ]
-
-
-def _tuple_of_history_group(value: Iterable[HistoryGroup]) -> tuple[HistoryGroup, ...]:
-    """Typed tuple converter."""
-    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -160,7 +154,7 @@ class HistoryPage:
       ``boundary``: the seq of its first resident group.
     """
 
-    groups: tuple[HistoryGroup, ...] = attrs.field(converter=_tuple_of_history_group)
+    groups: tuple[HistoryGroup, ...] = attrs.field(converter=tuple_of_history_groups)
     next_before_seq: int | None
     view_start: int
     view_retracted: int

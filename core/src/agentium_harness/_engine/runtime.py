@@ -125,6 +125,7 @@ __all__ = [
     "SessionView",
 ]
 
+#: The system instructions of a runtime built without any (and of ``[runtime] instructions`` left unset).
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 

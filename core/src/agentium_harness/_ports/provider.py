@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -18,6 +18,7 @@ import attrs
 from .._codec import canonical_json
 from .._errors import InvalidArgumentError
 from .._history import Message, estimate_tokens
+from .._tuples import tuple_of_messages, tuple_of_source_blocks, tuple_of_tool_specs
 from .._validators import str_pair_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
@@ -32,21 +33,6 @@ __all__ = [
     "ToolSpec",
     "Usage",
 ]
-
-
-def _tuple_of_sourceblock(value: Iterable[SourceBlock]) -> tuple[SourceBlock, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
-
-
-def _tuple_of_message(value: Iterable[Message]) -> tuple[Message, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
-
-
-def _tuple_of_toolspec(value: Iterable[ToolSpec]) -> tuple[ToolSpec, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -232,10 +218,10 @@ class ModelRequest:
     """
 
     instructions: str
-    sources: tuple[SourceBlock, ...] = attrs.field(default=(), converter=_tuple_of_sourceblock)
-    history: tuple[Message, ...] = attrs.field(default=(), converter=_tuple_of_message)
-    turn: tuple[Message, ...] = attrs.field(default=(), converter=_tuple_of_message)
-    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=_tuple_of_toolspec)
+    sources: tuple[SourceBlock, ...] = attrs.field(default=(), converter=tuple_of_source_blocks)
+    history: tuple[Message, ...] = attrs.field(default=(), converter=tuple_of_messages)
+    turn: tuple[Message, ...] = attrs.field(default=(), converter=tuple_of_messages)
+    tools: tuple[ToolSpec, ...] = attrs.field(default=(), converter=tuple_of_tool_specs)
 
     def render_sources(self) -> str:
         """The source data as one text for the model: :data:`SOURCE_DATA_NOTICE`, then each block rendered.

@@ -19,6 +19,7 @@ from .._codec import canonical_json, digest_bytes, from_json, unstructure
 from .._errors import RecordDecodeError, SnapshotCorruptError
 from .._history import MessageGroup, ViewState
 from .._scope import Scope, SessionKey
+from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
 from .._validators import int_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt, HistoryArchive
@@ -50,11 +51,6 @@ SNAPSHOT_FORMAT_VERSION = 3
 
 #: First format version whose snapshots must carry a digest.
 DIGESTED_FORMAT_VERSION = 3
-
-
-def _tuple_of_messagegroup(value: Iterable[MessageGroup]) -> tuple[MessageGroup, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -108,11 +104,6 @@ class ArchivedDigest:
 
     seq: int
     digest: str
-
-
-def _tuple_of_archived_digest(value: Iterable[ArchivedDigest]) -> tuple[ArchivedDigest, ...]:
-    """Typed tuple converter."""
-    return tuple(value)
 
 
 #: Most archive marks a snapshot keeps (:attr:`SessionSnapshot.archived`).
@@ -211,12 +202,12 @@ class SessionSnapshot:
     memory_scope: Scope | None
     boundary: int = 0
     next_seq: int = 0
-    resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=_tuple_of_messagegroup)
+    resident: tuple[MessageGroup, ...] = attrs.field(default=(), converter=tuple_of_message_groups)
     format_version: int = SNAPSHOT_FORMAT_VERSION
     divergence: ArchiveDivergence | None = None
     digest: str | None = None
     summary: SummaryState | None = None
-    receipts: tuple[ArchivedDigest, ...] = attrs.field(default=(), converter=_tuple_of_archived_digest)
+    receipts: tuple[ArchivedDigest, ...] = attrs.field(default=(), converter=tuple_of_archived_digests)
     view: ViewState | None = None
     erased: tuple[SeqRange, ...] | None = attrs.field(default=None, converter=_erased_ranges)
     archived: tuple[ArchiveMark, ...] | None = attrs.field(default=None, converter=_marks)

@@ -9,6 +9,7 @@ from typing import ClassVar
 import attrs
 
 from .._history import MessageGroup
+from .._tuples import tuple_of_citations, tuple_of_gaps
 from .._validators import bounded_count, bounded_duration, str_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
@@ -22,11 +23,6 @@ __all__ = [
     "SummaryState",
     "TaskSummary",
 ]
-
-
-def _tuple_of_citation(value: Iterable[Citation]) -> tuple[Citation, ...]:
-    """Typed tuple converter (keeps mypy precise at call sites)."""
-    return tuple(value)
 
 
 @attrs.frozen(slots=True)
@@ -57,7 +53,7 @@ class TaskSummary:
 
     text: str
     frontier: int
-    citations: tuple[Citation, ...] = attrs.field(default=(), converter=_tuple_of_citation)
+    citations: tuple[Citation, ...] = attrs.field(default=(), converter=tuple_of_citations)
     policy: str = "default"
     version: str = "1"
     uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
@@ -87,11 +83,6 @@ class CoverageGap:
     detail: str = ""
 
 
-def _tuple_of_gap(value: Iterable[CoverageGap]) -> tuple[CoverageGap, ...]:
-    """Typed tuple converter."""
-    return tuple(value)
-
-
 def _optional_seqs(value: Iterable[int] | None) -> tuple[int, ...] | None:
     """Sorted distinct seqs, or ``None`` for none (so an untouched state keeps its bytes)."""
     if value is None:
@@ -118,7 +109,7 @@ class SummaryState:
     __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("erased_citations",)
 
     summary: TaskSummary
-    gaps: tuple[CoverageGap, ...] = attrs.field(default=(), converter=_tuple_of_gap)
+    gaps: tuple[CoverageGap, ...] = attrs.field(default=(), converter=tuple_of_gaps)
     #: Cited groups an erasure removed since (retention): the text stays, the citation says ``erased``.
     erased_citations: tuple[int, ...] | None = attrs.field(default=None, converter=_optional_seqs)
 
