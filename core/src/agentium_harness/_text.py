@@ -1,4 +1,4 @@
-"""Bounding free text that the engine keeps or shows: an adapter's reason or error message.
+"""Text the engine keeps or shows: bounded free text, and addresses without their secrets.
 
 Free text from an adapter (a verifier's reason, a provider's error) ends up
 in retained records, snapshots and model requests. It is cut to a byte
@@ -8,7 +8,9 @@ so a 1 MB reason can never become a 1 MB block or a 2 MB snapshot.
 
 from __future__ import annotations
 
-__all__ = ["cut_text"]
+from urllib.parse import urlsplit
+
+__all__ = ["cut_text", "redact_url"]
 
 
 def cut_text(text: str, max_bytes: int) -> tuple[str, int]:
@@ -21,3 +23,25 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, int]:
     # ``ignore`` drops a character cut in half at the end, so the result stays valid text.
     kept = data[:room].decode("utf-8", "ignore")
     return kept + marker, len(data) - len(kept.encode("utf-8"))
+
+
+def redact_url(url: str) -> str:
+    """``url`` without credentials or query string: ``redis://***@host:6379/0``; never raises.
+
+    The user name, the password and the query string (clients read secrets
+    from it too: redis-py a ``password=``, S3 presigned URLs a signature) are
+    replaced by ``***``; scheme, host, port and path stay, so the result
+    names the server in messages, logs, probe output and ``repr``. A URL that
+    does not parse reads ``<unparsable url>``.
+    """
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port is not None else ""
+    except ValueError:
+        return "<unparsable url>"
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
+    auth = "***@" if (parts.username or parts.password) else ""
+    query = "?***" if parts.query else ""
+    return f"{parts.scheme}://{auth}{host}{port}{parts.path}{query}"

@@ -78,7 +78,13 @@ from ._plugins.spec import PATH_OPTION, AdapterSpec, Register
 from ._plugins.strategies import RecallStrategy
 from ._ports import PORT_KINDS, PortKind
 from ._ports._base import CancelSignal, Capabilities, OpContext, capabilities_of, port_stub
-from ._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from ._ports.archive import (
+    ArchiveCapabilities,
+    ArchiveReceipt,
+    HistoryArchive,
+    check_archived_group,
+    decode_archived_group,
+)
 from ._ports.embedder import Embedder, EmbedderCapabilities, EmbeddingLimits, EmbeddingModel, Vector
 from ._ports.erasure import (
     DEFAULT_ERASE_BATCH,
@@ -138,6 +144,7 @@ from ._ports.recall import (
     SourceVector,
     Validation,
     ValidationStatus,
+    checked_index_batch,
     document_source_id,
     group_source_id,
     reciprocal_rank_fusion,
@@ -182,6 +189,7 @@ from ._ports.verify import (
     fit_evidence,
 )
 from ._scope import ERASURE_RECORDS_TENANT, RecallScope, Scope, SessionKey, decode_segment, encode_segment
+from ._text import redact_url
 from ._validators import (
     MAX_COUNT,
     MAX_DURATION_S,
@@ -356,7 +364,9 @@ __all__ = [
     "bounded_duration",
     "check_archived_group",
     "check_count",
+    "checked_index_batch",
     "check_duration",
+    "decode_archived_group",
     "decode_json",
     "decode_segment",
     "decode_snapshot",
@@ -374,6 +384,7 @@ __all__ = [
     "make_converter",
     "port_stub",
     "reciprocal_rank_fusion",
+    "redact_url",
     "register_structure_hook",
     "seal_snapshot",
     "snapshot_bytes",

@@ -9,18 +9,25 @@ and nothing is ever overwritten.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import attrs
 
-from .._errors import ArchiveCorruptError
-from .._history import MessageGroup
+from .._codec import digest_bytes, from_json
+from .._errors import ArchiveCorruptError, RecordDecodeError
+from .._history import MessageGroup, adopt_stored_encoding
 from .._scope import SessionKey
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
-__all__ = ["ArchiveCapabilities", "ArchiveReceipt", "HistoryArchive", "check_archived_group"]
+__all__ = [
+    "ArchiveCapabilities",
+    "ArchiveReceipt",
+    "HistoryArchive",
+    "check_archived_group",
+    "decode_archived_group",
+]
 
 
 @attrs.frozen(slots=True)
@@ -102,6 +109,49 @@ def check_archived_group(
                 f"{where()} does not match its stored digest (stored {expected_digest}, computed {actual}); "
                 "the row is damaged"
             )
+
+
+def decode_archived_group(
+    key: SessionKey, seq: object, digest: object, data: object, where: str | Callable[[], str]
+) -> MessageGroup:
+    """Decode a stored group's bytes strictly and check them; any doubt is ``ArchiveCorruptError``.
+
+    What every archive's ``read_groups`` (and a recall store's
+    ``seek_groups``) does with a row it read: ``seq`` must be an int,
+    ``data`` bytes whose digest is ``digest`` (the one stored beside them),
+    decoded strictly (:func:`~agentium_harness._codec.from_json`), exactly in
+    canonical form (so the stored digest vouches for the group and is not
+    computed again), then :func:`check_archived_group` with that seq and
+    digest. ``where`` names the row in the message (``"group 3 of session …
+    in db.sqlite"``); pass a function to build it only for an error, when a
+    read decodes thousands of rows. The stored bytes are never changed.
+    """
+
+    def named() -> str:
+        return where() if callable(where) else where
+
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise ArchiveCorruptError(f"{named()} has a non-integer seq; the row is damaged")
+    if (
+        not isinstance(data, bytes)
+        or not isinstance(digest, str)
+        or not digest
+        or digest_bytes(data) != digest
+    ):
+        raise ArchiveCorruptError(f"{named()} does not match its stored digest; the row is damaged")
+    try:
+        group = from_json(data, MessageGroup)
+    except RecordDecodeError as exc:
+        raise ArchiveCorruptError(f"{named()} cannot be decoded: {exc}") from exc
+    # The digest of the bytes is checked above, once: a group that re-encodes to exactly those
+    # bytes (canonical form) has that digest, so it is not hashed again.
+    if not adopt_stored_encoding(group, data, digest):
+        raise ArchiveCorruptError(
+            f"{named()} is not in canonical form (its bytes differ from the encoding of what they hold, "
+            "so its stored digest cannot vouch for it); the row is damaged"
+        )
+    check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
+    return group
 
 
 class HistoryArchive:

@@ -15,16 +15,13 @@ from typing import ClassVar
 
 import attrs
 
-from .._codec import digest_bytes, from_json
 from .._errors import (
     ArchiveConflictError,
-    ArchiveCorruptError,
-    RecordDecodeError,
     SessionConflictError,
 )
-from .._history import MessageGroup, adopt_stored_encoding
+from .._history import MessageGroup
 from .._ports import OpContext
-from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, decode_archived_group
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
     EraseReport,
@@ -114,21 +111,9 @@ class InMemoryArchive(HistoryArchive):
     @staticmethod
     def _decode(key: SessionKey, seq: int, data: bytes, digest: str) -> MessageGroup:
         """Decode strictly and re-check a stored group; any doubt is an ``ArchiveCorruptError``."""
-        where = f"group {seq} of session {key.key()} in the in-memory archive"
-        if digest_bytes(data) != digest:
-            raise ArchiveCorruptError(f"{where} does not match its stored digest; the row is damaged")
-        try:
-            group = from_json(data, MessageGroup)
-        except RecordDecodeError as exc:
-            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
-        # Digest checked once, above; the canonical form by comparing the re-encoding with the bytes.
-        if not adopt_stored_encoding(group, data, digest):
-            raise ArchiveCorruptError(
-                f"{where} is not in canonical form (its bytes differ from the encoding of what they hold, "
-                "so its stored digest cannot vouch for it); the row is damaged"
-            )
-        check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
-        return group
+        return decode_archived_group(
+            key, seq, digest, data, lambda: f"group {seq} of session {key.key()} in the in-memory archive"
+        )
 
     def raw(self, key: SessionKey, seq: int) -> tuple[bytes, str] | None:
         """The stored bytes and digest of one group, or ``None`` (for tools and corruption tests)."""

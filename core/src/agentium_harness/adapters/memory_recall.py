@@ -19,11 +19,11 @@ from typing import ClassVar
 
 import attrs
 
-from .._codec import canonical_json, digest_of, from_json, unstructure
+from .._codec import canonical_json, digest_of, unstructure
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup, estimate_tokens
 from .._ports import OpContext
-from .._ports.archive import ArchiveReceipt, check_archived_group
+from .._ports.archive import ArchiveReceipt, decode_archived_group
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
     EraseReport,
@@ -45,6 +45,7 @@ from .._ports.recall import (
     SourceRef,
     Validation,
     ValidationStatus,
+    checked_index_batch,
     document_source_id,
     group_source_id,
 )
@@ -237,18 +238,8 @@ class InMemoryRecallStore(RecallStore):
         ctx: OpContext,
     ) -> int:
         """Index archived groups under their receipts' digests; the whole batch is checked first."""
-        if len(groups) != len(receipts):
-            raise InvalidArgumentError(
-                f"{len(groups)} groups but {len(receipts)} receipts; nothing was written"
-            )
         rows: list[tuple[str, _Source]] = []
-        for group, receipt in zip(groups, receipts, strict=True):
-            if receipt.seq != group.seq or receipt.digest != group.digest:
-                raise InvalidArgumentError(
-                    f"receipt for group {group.seq} (seq {receipt.seq}, digest {receipt.digest}) "
-                    "does not match the group; nothing was written"
-                )
-            check_archived_group(key, group)
+        for group, receipt in checked_index_batch(key, groups, receipts):
             canonical = canonical_json(unstructure(group))
             text = _group_text(group)
             rows.append(
@@ -337,7 +328,9 @@ class InMemoryRecallStore(RecallStore):
         out: list[MessageGroup] = []
         for seq, source in found[: max(0, max_groups)]:
             assert source.canonical is not None
-            group = from_json(source.canonical.decode(), MessageGroup)
-            check_archived_group(key, group, seq, source.revision)
-            out.append(group)
+            out.append(
+                decode_archived_group(
+                    key, seq, source.revision, source.canonical, f"indexed group {seq} of {key.key()}"
+                )
+            )
         return out

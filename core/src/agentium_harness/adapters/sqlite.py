@@ -37,17 +37,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import ClassVar, Final
 
-from .._codec import digest_bytes, from_json
 from .._errors import (
     AgentiumError,
-    ArchiveCorruptError,
     ArchiveError,
-    RecordDecodeError,
     SnapshotCorruptError,
 )
-from .._history import MessageGroup, adopt_stored_encoding
+from .._history import MessageGroup
 from .._ports import OpContext
-from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, check_archived_group
+from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, decode_archived_group
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
     EraseReport,
@@ -192,27 +189,9 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         without coercion, and the group must be the one filed under this key
         (its ``seq``, its retained scope, and the digest of its canonical bytes).
         """
-
-        def where() -> str:  # only built for an error: a read decodes thousands of rows
-            return f"group {seq!r} of session {key.key()} in {self._path}"
-
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            raise ArchiveCorruptError(f"{where()} has a non-integer seq; the row is damaged")
-        if not isinstance(data, bytes) or not isinstance(digest, str) or digest_bytes(data) != digest:
-            raise ArchiveCorruptError(f"{where()} does not match its stored digest; the row is damaged")
-        try:
-            group = from_json(data, MessageGroup)
-        except RecordDecodeError as exc:
-            raise ArchiveCorruptError(f"{where()} cannot be decoded: {exc}") from exc
-        # The digest of the stored bytes is checked above, once: the group re-encodes to exactly
-        # those bytes (canonical form), so it is that digest, not hashed again.
-        if not adopt_stored_encoding(group, data, digest):
-            raise ArchiveCorruptError(
-                f"{where()} is not in canonical form (its bytes differ from the encoding of what they hold, "
-                "so its stored digest cannot vouch for it); the row is damaged"
-            )
-        check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
-        return group
+        return decode_archived_group(
+            key, seq, digest, data, lambda: f"group {seq!r} of session {key.key()} in {self._path}"
+        )
 
     async def erase(
         self,

@@ -81,18 +81,16 @@ from typing import ClassVar, Final
 
 import attrs
 
-from .._codec import digest_bytes, digest_of, from_json
+from .._codec import digest_of
 from .._errors import (
     AgentiumError,
-    ArchiveCorruptError,
     EmbeddingModelMismatchError,
     InvalidArgumentError,
     RecallUnavailableError,
-    RecordDecodeError,
 )
 from .._history import MessageGroup
 from .._ports import OpContext
-from .._ports.archive import ArchiveReceipt, check_archived_group
+from .._ports.archive import ArchiveReceipt, decode_archived_group
 from .._ports.embedder import Vector
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
@@ -113,6 +111,7 @@ from .._ports.recall import (
     SourceOwner,
     SourceRef,
     SourceVector,
+    checked_index_batch,
     document_source_id,
     group_source_id,
 )
@@ -400,41 +399,16 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         self, key: SessionKey, groups: Sequence[MessageGroup], receipts: Sequence[ArchiveReceipt]
     ) -> list[SourceRow]:
         """Check the batch and build its rows; any mismatch raises before anything is written."""
-        if not isinstance(key, SessionKey):
-            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        if len(groups) != len(receipts):
-            raise InvalidArgumentError(
-                f"{len(groups)} groups but {len(receipts)} receipts for session {key.key()}; "
-                "nothing was written"
-            )
+        batch = checked_index_batch(key, groups, receipts)
         owner = SourceOwner.of_session(key)
         rows: list[SourceRow] = []
-        seen: dict[int, str] = {}
-        for group, receipt in zip(groups, receipts, strict=True):
-            if not isinstance(group, MessageGroup) or not isinstance(receipt, ArchiveReceipt):
-                raise InvalidArgumentError("index_groups takes MessageGroup and ArchiveReceipt items")
-            where = f"group {group.seq} of session {key.key()}"
-            digest = group.digest
-            if receipt.seq != group.seq or receipt.digest != digest:
-                raise InvalidArgumentError(
-                    f"{where}: its receipt (seq {receipt.seq}, digest {receipt.digest}) does not match the "
-                    f"group (digest {digest}); nothing was written"
-                )
-            if group.retained is not None and group.retained.scope.session_key != key:
-                raise InvalidArgumentError(
-                    f"{where} belongs to session {group.retained.scope.session_key.key()} by its retained "
-                    "scope; nothing was written"
-                )
-            if seen.setdefault(group.seq, digest) != digest:
-                raise InvalidArgumentError(
-                    f"{where} appears twice with different content; nothing was written"
-                )
+        for group, receipt in batch:
             rows.append(
                 SourceRow(
                     source_id=group_source_id(key, group.seq),
                     kind="group",
                     owner=owner,
-                    revision=digest,
+                    revision=group.digest,
                     title="",
                     text=_group_text(group),
                     seq=group.seq,
@@ -580,14 +554,6 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
         return [self._decode_group(key, seq, digest, data) for seq, digest, data in rows]
 
     def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
-        where = f"indexed group {seq!r} of session {key.key()} in {self._path}"
-        if not isinstance(seq, int) or isinstance(seq, bool):
-            raise ArchiveCorruptError(f"{where} has a non-integer seq; the row is damaged")
-        if not isinstance(data, bytes) or not isinstance(digest, str) or digest_bytes(data) != digest:
-            raise ArchiveCorruptError(f"{where} does not match its receipt digest; the row is damaged")
-        try:
-            group = from_json(data, MessageGroup)
-        except RecordDecodeError as exc:
-            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
-        check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
-        return group
+        return decode_archived_group(
+            key, seq, digest, data, lambda: f"indexed group {seq!r} of session {key.key()} in {self._path}"
+        )

@@ -74,14 +74,13 @@ from agentium_harness.plugin_api import (
     MessageGroup,
     OpContext,
     PhysicalErasure,
-    RecordDecodeError,
     SessionKey,
     check_archived_group,
     check_max_items,
     check_target,
     count_items,
+    decode_archived_group,
     digest_bytes,
-    from_json,
     group_sessions,
 )
 
@@ -409,18 +408,7 @@ class S3Archive(HistoryArchive):
     def _decode(
         self, key: SessionKey, seq: int, object_key: str, data: bytes, stored: str | None
     ) -> MessageGroup:
-        where = _where(key, seq, object_key)
-        if stored is None or digest_bytes(data) != stored:
-            raise ArchiveCorruptError(
-                f"{where} does not match its stored digest ({stored or 'none stored'}); it was changed "
-                "outside the archive or damaged, and is not returned"
-            )
-        try:
-            group = from_json(data, MessageGroup)
-        except RecordDecodeError as exc:
-            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
-        check_archived_group(key, group, expected_seq=seq, expected_digest=stored)
-        return group
+        return decode_archived_group(key, seq, stored, data, lambda: _where(key, seq, object_key))
 
     def _list(self, s3: S3Client, key: SessionKey, start_seq: int, limit: int) -> list[tuple[int, str, bool]]:
         """Up to ``limit`` (seq, key, erased) of the session from ``start_seq``, ascending (worker thread).

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from agentium_harness.plugin_api import bounded_count, bounded_duration
+from agentium_harness.plugin_api import bounded_count, bounded_duration, redact_url
 
 __all__ = ["ADDRESSING_STYLES", "S3Config", "redact_endpoint"]
 
@@ -33,20 +33,8 @@ _REGION: Final = re.compile(r"[a-z0-9-]{1,32}")
 
 
 def redact_endpoint(url: str | None) -> str:
-    """``url`` with any user info or query replaced by ``***``; never raises. ``None`` reads "default"."""
-    if url is None:
-        return "default endpoint"
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
-    except ValueError:
-        return "<unparsable endpoint>"
-    if ":" in host:
-        host = f"[{host}]"
-    auth = "***@" if (parts.username or parts.password) else ""
-    query = "?***" if parts.query else ""
-    return f"{parts.scheme}://{auth}{host}{port}{parts.path}{query}"
+    """``url`` with any user info or query replaced by ``***`` (``redact_url``); ``None`` reads "default"."""
+    return "default endpoint" if url is None else redact_url(url)
 
 
 def _bucket(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

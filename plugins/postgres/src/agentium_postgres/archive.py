@@ -26,21 +26,18 @@ from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
     ArchiveCapabilities,
     ArchiveConflictError,
-    ArchiveCorruptError,
     ArchiveReceipt,
     EraseReport,
     EraseTarget,
     HistoryArchive,
     MessageGroup,
     OpContext,
-    RecordDecodeError,
     SessionKey,
     check_archived_group,
     check_max_items,
     check_target,
-    digest_bytes,
+    decode_archived_group,
     encode_segment,
-    from_json,
 )
 
 from .config import PostgresConfig
@@ -49,7 +46,7 @@ from .errors import PostgresArchiveError, PostgresRowTooLargeError
 from .keys import q, session_keys
 from .link import Conn, PgLink
 
-__all__ = ["GroupRow", "PostgresArchive", "decode_group", "group_rows", "insert_groups"]
+__all__ = ["GroupRow", "PostgresArchive", "group_rows", "insert_groups"]
 
 #: (seq, digest, canonical bytes) of one group to store.
 GroupRow = tuple[int, str, bytes]
@@ -115,21 +112,6 @@ async def insert_groups(conn: Conn, schema: str, key: SessionKey, rows: Sequence
     )
 
 
-def decode_group(key: SessionKey, seq: object, digest: object, data: object, where: str) -> MessageGroup:
-    """Decode one stored row strictly and re-check it; any doubt is an ``ArchiveCorruptError``."""
-    what = f"{where}: group {seq!r} of session {key.key()}"
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        raise ArchiveCorruptError(f"{what} has a non-integer seq; the row is damaged")
-    if not isinstance(data, bytes) or not isinstance(digest, str) or digest_bytes(data) != digest:
-        raise ArchiveCorruptError(f"{what} does not match its stored digest; the row is damaged")
-    try:
-        group = from_json(data, MessageGroup)
-    except RecordDecodeError as exc:
-        raise ArchiveCorruptError(f"{what} cannot be decoded: {exc}") from exc
-    check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
-    return group
-
-
 async def read_groups(
     conn: Conn, schema: str, key: SessionKey, start_seq: int, limit: int, max_bytes: int, where: str
 ) -> list[MessageGroup]:
@@ -148,13 +130,18 @@ async def read_groups(
         (max_bytes, t, u, s, max(0, start_seq), limit),
     )
     out = []
+    session = key.key()
     for seq, digest, data, size in await cursor.fetchall():
         if data is None:
             raise PostgresRowTooLargeError(
                 f"{where}: group {seq} of session {key.key()} is {size} bytes, more than "
                 f"max_row_bytes={max_bytes}; not read"
             )
-        out.append(decode_group(key, seq, digest, bytes(data), where))
+        out.append(
+            decode_archived_group(
+                key, seq, digest, bytes(data), f"{where}: group {seq!r} of session {session}"
+            )
+        )
     return out
 
 

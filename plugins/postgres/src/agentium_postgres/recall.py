@@ -48,6 +48,7 @@ from agentium_harness.plugin_api import (
     SourceVector,
     check_max_items,
     check_target,
+    checked_index_batch,
     digest_of,
     document_source_id,
     encode_segment,
@@ -226,31 +227,6 @@ class PostgresRecallStore(RecallStore):
 
     # -- archived groups ------------------------------------------------------------------------
 
-    def _checked_groups(
-        self, key: SessionKey, groups: Sequence[MessageGroup], receipts: Sequence[ArchiveReceipt]
-    ) -> None:
-        """Every group matches its receipt and belongs to ``key``; else ``InvalidArgumentError``."""
-        if not isinstance(key, SessionKey):
-            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        if len(groups) != len(receipts):
-            raise InvalidArgumentError(
-                f"{len(groups)} groups but {len(receipts)} receipts for session {key.key()}; "
-                "nothing was written"
-            )
-        for group, receipt in zip(groups, receipts, strict=True):
-            if not isinstance(group, MessageGroup) or not isinstance(receipt, ArchiveReceipt):
-                raise InvalidArgumentError("index_groups takes MessageGroup and ArchiveReceipt items")
-            if receipt.seq != group.seq or receipt.digest != group.digest:
-                raise InvalidArgumentError(
-                    f"group {group.seq} of session {key.key()}: its receipt (seq {receipt.seq}, digest "
-                    f"{receipt.digest}) does not match the group (digest {group.digest}); nothing was written"
-                )
-            if group.retained is not None and group.retained.scope.session_key != key:
-                raise InvalidArgumentError(
-                    f"group {group.seq} belongs to session {group.retained.scope.session_key.key()} by its "
-                    f"retained scope, not {key.key()}; nothing was written"
-                )
-
     async def index_groups(
         self,
         key: SessionKey,
@@ -264,15 +240,15 @@ class PostgresRecallStore(RecallStore):
         written. Returns how many groups were newly indexed.
         """
         ctx.raise_if_expired("recall index")
-        self._checked_groups(key, groups, receipts)
+        checked = [group for group, _ in checked_index_batch(key, groups, receipts)]
         try:
-            archived = group_rows(key, groups, self._config.max_row_bytes, self._link.name)
+            archived = group_rows(key, checked, self._config.max_row_bytes, self._link.name)
         except AgentiumError as exc:
             if isinstance(exc, PostgresRowTooLargeError):
                 raise
             raise InvalidArgumentError(f"{exc}") from exc
         t, u, s = key.key_segments()
-        unique = {g.seq: g for g in groups}
+        unique = {g.seq: g for g in checked}
         rows = [
             SourceRow(
                 source_id=group_source_id(key, seq),

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from agentium_harness.plugin_api import bounded_count, bounded_duration
+from agentium_harness.plugin_api import bounded_count, bounded_duration, redact_url
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -65,24 +65,6 @@ REPLY_ENVELOPE_DEPTH: Final = 10
 
 # An environment variable name as POSIX shells spell them.
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials or query string: ``https://***@host:8000/v1``; never raises.
-
-    Safe for messages, logs, probe output and ``repr``.
-    """
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
-    except ValueError:
-        return "<unparsable url>"
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    auth = "***@" if (parts.username or parts.password) else ""
-    query = "?***" if parts.query else ""
-    return f"{parts.scheme}://{auth}{host}{port}{parts.path}{query}"
 
 
 def _base_url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from agentium_harness.plugin_api import PATH_OPTION, bounded_count, bounded_duration
+from agentium_harness.plugin_api import PATH_OPTION, bounded_count, bounded_duration, redact_url
 
 __all__ = [
     "DEFAULT_URL",
@@ -36,26 +36,6 @@ SCHEMES: Final = ("redis", "rediss", "unix")
 # must be the first "{...}" of every key) and without glob characters, so no
 # prefix can widen a pattern or move keys to another cluster slot.
 _PREFIX: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials or query: ``redis://***@host:6379/0``; never raises.
-
-    The user name, the password and the query string (redis-py also reads a
-    ``password=`` query argument) are all replaced, so the result is safe for
-    messages, logs and ``repr``.
-    """
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
-    except ValueError:
-        return "<unparsable url>"
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    auth = "***@" if (parts.username or parts.password) else ""
-    query = "?***" if parts.query else ""
-    return f"{parts.scheme}://{auth}{host}{port}{parts.path}{query}"
 
 
 def _url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

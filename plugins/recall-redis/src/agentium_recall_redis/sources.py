@@ -23,6 +23,7 @@ from agentium_harness.plugin_api import (
     SessionKey,
     SourceOwner,
     SourceVector,
+    checked_index_batch,
     group_source_id,
 )
 
@@ -170,38 +171,16 @@ def group_sources(
     max_value_bytes: int,
     max_terms: int,
 ) -> list[Source]:
-    """Check the batch and build each group's :class:`Source`; any mismatch raises before I/O."""
-    if not isinstance(key, SessionKey):
-        raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-    if len(groups) != len(receipts):
-        raise InvalidArgumentError(
-            f"{len(groups)} groups but {len(receipts)} receipts for session {key.key()}; nothing was written"
-        )
+    """Check the batch and build each group's :class:`Source`; any mismatch raises before I/O.
+
+    :func:`~agentium_harness.plugin_api.checked_index_batch` checks it; an
+    identical repeat is indexed once (one script must not see a source twice).
+    """
+    batch = checked_index_batch(key, groups, receipts)
     okey = owner_key(SourceOwner.of_session(key))
-    seen: dict[int, str] = {}
     out: list[Source] = []
-    for group, receipt in zip(groups, receipts, strict=True):
-        if not isinstance(group, MessageGroup) or not isinstance(receipt, ArchiveReceipt):
-            raise InvalidArgumentError("index_groups takes MessageGroup and ArchiveReceipt items")
+    for group, receipt in batch:
         where = f"group {group.seq} of session {key.key()}"
-        digest = group.digest
-        if receipt.seq != group.seq or receipt.digest != digest:
-            raise InvalidArgumentError(
-                f"{where}: its receipt (seq {receipt.seq}, digest {receipt.digest}) does not match the "
-                f"group (digest {digest}); nothing was written"
-            )
-        if group.retained is not None and group.retained.scope.session_key != key:
-            raise InvalidArgumentError(
-                f"{where} belongs to session {group.retained.scope.session_key.key()} by its retained "
-                "scope; nothing was written"
-            )
-        if group.seq in seen:
-            if seen[group.seq] != digest:
-                raise InvalidArgumentError(
-                    f"{where} appears twice with different content; nothing was written"
-                )
-            continue  # an identical repeat: index it once (one script must not see a source twice)
-        seen[group.seq] = digest
         text = group_text(group)
         canonical = group.canonical_bytes()
         text_bytes = utf8(text, f"the text of {where}")
@@ -209,7 +188,7 @@ def group_sources(
         out.append(
             make_source(
                 group_source_id(key, group.seq),
-                digest,
+                group.digest,
                 "g",
                 okey,
                 b"",

@@ -71,7 +71,6 @@ import anyio
 
 from agentium_harness import (
     AgentiumError,
-    ArchiveCorruptError,
     EmbeddingModelMismatchError,
     InvalidArgumentError,
     OperationCancelledError,
@@ -87,20 +86,17 @@ from agentium_harness.plugin_api import (
     RecallLimits,
     RecallSession,
     RecallStore,
-    RecordDecodeError,
     Scope,
     SessionKey,
     SourceOwner,
     SourceRef,
     SourceVector,
     Vector,
-    check_archived_group,
     check_max_items,
     check_target,
-    digest_bytes,
+    decode_archived_group,
     digest_of,
     document_source_id,
-    from_json,
 )
 
 from .config import RedisRecallConfig, redact_url
@@ -457,17 +453,9 @@ class RedisRecallStore(RecallStore):
         return out
 
     def _decode_group(self, key: SessionKey, seq: int, digest: str, data: bytes) -> MessageGroup:
-        where = f"indexed group {seq} of session {key.key()} at {self._where}"
-        if not digest or digest_bytes(data) != digest:
-            raise ArchiveCorruptError(
-                f"{where} does not match its receipt digest; the stored value is damaged"
-            )
-        try:
-            group = from_json(data, MessageGroup)
-        except RecordDecodeError as exc:
-            raise ArchiveCorruptError(f"{where} cannot be decoded: {exc}") from exc
-        check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
-        return group
+        return decode_archived_group(
+            key, seq, digest, data, lambda: f"indexed group {seq} of session {key.key()} at {self._where}"
+        )
 
     async def erase(
         self,
