@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 import redis.asyncio as aioredis
 from keyspace import key_space
+from net_proxy import BlackHoleProxy
 from redis_servers import ServerProcess, new_prefix
 
 from agentium_harness import (
@@ -44,7 +46,7 @@ from agentium_harness.plugin_api import (
     Vector,
 )
 from agentium_harness.testing import plain_group
-from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis import RedisRecallConfig, RedisRecallStore, RedisRecallTimeoutError
 
 pytestmark = pytest.mark.anyio
 
@@ -240,5 +242,34 @@ async def test_an_erased_sources_vector_goes_and_the_vector_count_follows(
         assert len(vector_sets) == 1 and len(vector_sets[0][1]) == 1
         blobs = [v[1].get(b"vec") for k, v in space.items() if b":m:" in k]
         assert blobs == [axis[1].to_bytes()]
+    finally:
+        await store.aclose()
+
+
+async def test_a_write_cut_off_in_a_black_hole_cannot_bring_an_erased_source_back(
+    proxy: BlackHoleProxy, admin: aioredis.Redis
+) -> None:
+    """A write the store cut off, still held in a black hole, never lands after an erase of its scope.
+
+    The write's copy waits in the hole while new connections flow; the erase
+    first waits for the write's settlement (which fences it), then erases.
+    When the network heals the held copy reaches the server and does nothing.
+    """
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=proxy.url, key_prefix=prefix, settle_timeout_s=5.0))
+    owner = SourceOwner("acme", "ana", "s1")
+    try:
+        await store.health(_ctx())
+        await store.index_document(owner, "kept", "qearlier3 text", _ctx())
+        proxy.black_hole()
+        with pytest.raises(RedisRecallTimeoutError, match="settling goes on in the background"):
+            await store.index_document(owner, "late", "qlatecopy7 text", OpContext.with_timeout(0.5))
+        proxy.freeze_existing()  # the write's copy stays in the hole; new connections flow
+        await erase_fully(store, EraseTarget.session("acme", "ana", "s1"))
+        proxy.heal()
+        await anyio.sleep(0.5)  # the held copy has reached the server by now
+        raw = _dump(await key_space(admin, prefix))
+        assert b"qlatecopy7" not in raw and b"qearlier3" not in raw
+        assert not await _found(store, SessionKey("acme", "ana", "s1"), "qlatecopy7")
     finally:
         await store.aclose()

@@ -27,6 +27,13 @@ remains, loses its counters, stagings and hashes: no key of the tenant is
 left but settlement tokens (``P:w:<token>``, which hold no content and
 expire within 10 minutes).
 
+**Writes cut off earlier.** A write whose reply was lost is settled in the
+background (:mod:`agentium_recall_redis.writes`); an erase first waits for
+those settlements (at most ``settle_timeout_s``), so each such write has
+either applied — and is erased — or been fenced and never applies. If one
+is still unsettled the erase raises and removes nothing (the engine keeps
+the erasure pending; resume it).
+
 **How physical.** Redis frees the keys at once, but copies written before
 the erasure — the append-only file until it is rewritten
 (``BGREWRITEAOF``), an RDB snapshot until the next save, replicas and
@@ -52,6 +59,7 @@ from agentium_harness.plugin_api import (
     group_sessions,
 )
 
+from .errors import RedisRecallError
 from .keys import owner_key, owner_of_source_id, tenant_prefix
 from .link import Command, Link, as_text
 from .lua import CHECK, ROWS, Script
@@ -328,6 +336,16 @@ async def erase_target(
     """Erase (or, ``dry_run``, count) up to ``max_items`` sources of ``target``; see the module."""
     prefix = tenant_prefix(store.config.key_prefix, target.tenant_id)
     link = await store._ready(ctx, "recall erase")
+    if not dry_run:
+        # A write this store cut off earlier is settled in the background: until it is, its copy may
+        # still land. Wait for it (applied: erased below; fenced: never applies), within the deadline.
+        left = ctx.time_left()
+        wait = store.config.settle_timeout_s if left is None else min(store.config.settle_timeout_s, left)
+        if await store._writer.settlements.settle(max(0.0, wait)):
+            raise RedisRecallError(
+                "recall erase: a write cut off earlier is still being settled, so its copy could still "
+                "land after the erase; nothing was erased. Erase again once the server answers"
+            )
     if target.groups:
         rows, more = await _group_sids(store, prefix, target, max_items, ctx)
         tombs: list[str] = []

@@ -80,6 +80,19 @@ class Settlements:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def settle(self, within_s: float) -> int:
+        """Wait at most ``within_s`` seconds for the running work (and what it starts); how many still run.
+
+        Unlike :meth:`drain` nothing is cancelled and later work may start.
+        Erasure waits here, so a write cut off earlier is applied or fenced
+        before the erase reads what to remove.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within_s
+        while self._tasks and loop.time() < deadline:
+            await asyncio.wait(set(self._tasks), timeout=deadline - loop.time())
+        return len(self._tasks)
+
     async def drain(self, within_s: float) -> None:
         """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
         loop = asyncio.get_running_loop()
