@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from _layout_support import cycle
+
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "core" / "src"
 PACKAGE = SRC / "agentium_harness"
@@ -57,33 +59,6 @@ def package_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     return graph
 
 
-def cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``graph`` (its first node repeated at the end), or ``None``."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for dep in sorted(graph.get(node, ())):
-            if state.get(dep) == 1:
-                return [*stack[stack.index(dep) :], dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
-
-
 def test_the_private_packages_import_each_other_one_way_only() -> None:
     graph = package_graph()
     assert {"_cli", "_config", "_demo", "_engine", "_plugins", "_ports"} <= set(graph)
@@ -104,6 +79,11 @@ def test_the_package_graph_sees_an_import_inside_a_function(tmp_path: Path) -> N
     graph = package_graph(root)
     assert graph == {"_a": {"_b"}, "_b": {"_a"}}
     assert cycle(graph) == ["_a", "_b", "_a"]
+
+
+def test_the_cycle_check_finds_a_longer_cycle_and_none_in_a_tree() -> None:
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
 # ------------------------------------------------- private attributes stay home

@@ -10,24 +10,5 @@ Private: hosts run the command, they do not import it.
 
 from __future__ import annotations
 
-from .main import (
-    DEFAULT_DEMO_DIR,
-    EXIT_OK,
-    EXIT_USAGE,
-    build_parser,
-    main,
-    options_report,
-    plugin_commands,
-    plugins_report,
-)
-
-__all__ = [
-    "DEFAULT_DEMO_DIR",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "build_parser",
-    "main",
-    "options_report",
-    "plugin_commands",
-    "plugins_report",
-]
+from .main import *  # noqa: F403  (the package's names are its entry module's)
+from .main import __all__ as __all__

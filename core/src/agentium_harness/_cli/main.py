@@ -66,6 +66,7 @@ __all__ = [
     "build_parser",
     "main",
     "options_report",
+    "plugin_commands",
     "plugins_report",
 ]
 

@@ -12,48 +12,5 @@ the engine never imports this package, the config imports the engine.
 
 from __future__ import annotations
 
-from .load import (
-    CONFIG_ENV,
-    DEFAULT_CONFIG_FILE,
-    DEFAULT_INSTRUCTIONS,
-    MAX_CONFIG_BYTES,
-    MAX_NESTING,
-    REQUIRED_SECTIONS,
-    SECTION_KINDS,
-    ComponentConfig,
-    EmbedderConfig,
-    HarnessConfig,
-    RecallConfig,
-    ResolvedComponent,
-    ResolvedConfig,
-    RuntimeConfig,
-    SummarizerConfig,
-    VerifierConfig,
-    load_config,
-    parse_config,
-    resolve_config,
-    substitute_env,
-)
-
-__all__ = [
-    "CONFIG_ENV",
-    "DEFAULT_CONFIG_FILE",
-    "DEFAULT_INSTRUCTIONS",
-    "MAX_CONFIG_BYTES",
-    "MAX_NESTING",
-    "REQUIRED_SECTIONS",
-    "SECTION_KINDS",
-    "ComponentConfig",
-    "HarnessConfig",
-    "EmbedderConfig",
-    "RecallConfig",
-    "SummarizerConfig",
-    "VerifierConfig",
-    "ResolvedComponent",
-    "ResolvedConfig",
-    "RuntimeConfig",
-    "load_config",
-    "parse_config",
-    "resolve_config",
-    "substitute_env",
-]
+from .load import *  # noqa: F403  (the package's names are its loader's)
+from .load import __all__ as __all__

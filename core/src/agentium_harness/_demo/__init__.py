@@ -2,6 +2,5 @@
 
 from __future__ import annotations
 
-from .run import DEMO_DB, prepare_demo_dir, run_demo, run_demo_config
-
-__all__ = ["DEMO_DB", "prepare_demo_dir", "run_demo", "run_demo_config"]
+from .run import *  # noqa: F403  (the package's names are its entry module's)
+from .run import __all__ as __all__
