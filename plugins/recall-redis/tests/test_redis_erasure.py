@@ -11,6 +11,7 @@ tokens, and a runtime erasing a session leaves none of its words in Redis.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -271,5 +272,38 @@ async def test_a_write_cut_off_in_a_black_hole_cannot_bring_an_erased_source_bac
         raw = _dump(await key_space(admin, prefix))
         assert b"qlatecopy7" not in raw and b"qearlier3" not in raw
         assert not await _found(store, SessionKey("acme", "ana", "s1"), "qlatecopy7")
+    finally:
+        await store.aclose()
+
+
+async def _crashed_staging(admin: aioredis.Redis, tenant: str, bucket: str, row: int, word: str) -> None:
+    """What a writer that began staging a large source and died leaves: a lease, a term list, postings."""
+    far = int(time.time() * 1000) + 600_000  # its lease has not run out
+    await admin.zadd(f"{tenant}:pend", {f"{bucket} {row}": far})
+    await admin.rpush(f"{tenant}:k:{row}", word)
+    await admin.zadd(f"{tenant}:p:{bucket}:{word}", {str(row): row * 1024 + 1})
+
+
+async def test_a_stagings_postings_of_the_erased_owner_go_and_another_owners_stay(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    prefix = new_prefix()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=prefix))
+    tenant = f"{prefix}:{{acme}}"
+    try:
+        await store.index_document(SourceOwner("acme", "ana", "s1"), "a", "qana1 text", _ctx())
+        await store.index_document(SourceOwner("acme", "bob", "s1"), "b", "qbob1 text", _ctx())
+        buckets = {k.decode(): v.decode() for k, v in (await admin.hgetall(f"{tenant}:bk")).items()}
+        await _crashed_staging(admin, tenant, buckets["ana/s1/~/~"], 900, "qstagedana7")
+        await _crashed_staging(admin, tenant, buckets["bob/s1/~/~"], 901, "qstagedbob7")
+
+        await erase_fully(store, EraseTarget.session("acme", "ana", "s1"))
+
+        raw = _dump(await key_space(admin, prefix))
+        assert b"qstagedana7" not in raw and b"qana1" not in raw
+        assert b"qstagedbob7" in raw and b"qbob1" in raw
+        assert [m.decode() for m in await admin.zrange(f"{tenant}:pend", 0, -1)] == [
+            f"{buckets['bob/s1/~/~']} 901"
+        ]
     finally:
         await store.aclose()

@@ -20,10 +20,12 @@ removes each source's row hash, text, canonical bytes, term list, group
 entry and *every* posting at once (never queued as garbage: a posting's key
 holds a word of the text), its ``P:ids`` and ``P:rev`` fields (no
 tombstone), and a bucket left empty with its owner key. Deletion
-tombstones of the target's earlier deleted documents go too. Then queued
-garbage of the tenant (postings of rows removed or replaced earlier) is
-collected until none is left, and a tenant target, once nothing of it
-remains, loses its counters, stagings and hashes: no key of the tenant is
+tombstones of the target's earlier deleted documents go too. Once nothing
+else of the target is left, stagings of its owners (a large source begun
+and never published) are given up; then queued garbage of the tenant
+(postings of rows removed, replaced or given up) is collected until none
+is left, and a tenant target, once nothing of it remains, loses its
+counters and hashes: no key of the tenant is
 left but settlement tokens (``P:w:<token>``, which hold no content and
 expire within 10 minutes).
 
@@ -56,6 +58,7 @@ from agentium_harness.plugin_api import (
     SessionKey,
     SourceOwner,
     count_items,
+    encode_segment,
     group_sessions,
 )
 
@@ -198,22 +201,34 @@ return out
 """,
 )
 
-#: Give up every staged row of a tenant (its postings queued as garbage). KEYS: P:pend. ARGV: P.
-#: Safe to repeat. Returns how many were given up.
+#: Give up the stagings of the target's owners (their postings queued as garbage). KEYS: P:pend.
+#: ARGV: P, owner-key prefix ("" for every owner of the tenant; owner-key segments never hold "/", so
+#: "<user>/" or "<user>/<session>/" names exactly that user's or session's owners). Safe to repeat.
+#: Returns how many were given up. Reads the tenant's bucket map (its owners), never another tenant's.
 PEND_ABORT = Script(
     "erase_stagings",
     CHECK
     + """
-local P = ARGV[1]
-if type_of(KEYS[1]) ~= 'zset' then return 0 end
+local P, okp = ARGV[1], ARGV[2]
+if type_of(KEYS[1]) ~= 'zset' or redis.call('ZCARD', KEYS[1]) == 0 then return 0 end
 local gc = type_of(P .. ':gc')
 if gc ~= 'list' and gc ~= 'none' then return 0 end
-local members = redis.call('ZRANGE', KEYS[1], 0, -1)
-for _, member in ipairs(members) do
-  redis.call('ZREM', KEYS[1], member)
-  redis.call('RPUSH', P .. ':gc', member)
+local ours = {}
+if type_of(P .. ':bk') == 'hash' then
+  local map = redis.call('HGETALL', P .. ':bk')
+  for i = 1, #map, 2 do
+    if string.sub(map[i], 1, #okp) == okp then ours[map[i + 1]] = true end
+  end
 end
-return #members
+local n = 0
+for _, member in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if okp == '' or ours[string.match(member, '^(%d+) ') or ''] then
+    redis.call('ZREM', KEYS[1], member)
+    redis.call('RPUSH', P .. ':gc', member)
+    n = n + 1
+  end
+end
+return n
 """,
 )
 
@@ -374,10 +389,13 @@ async def erase_target(
         pending = pending[taken:] if taken > 0 else pending[1:]
         tombs = []
         ctx.raise_if_expired("recall erase")
+    if not more and not target.groups:
+        # Stagings of the target's owners (a large source a writer began and never published, e.g.
+        # it crashed) hold postings of its words until their lease ends: give them up now.
+        okp = _owner_prefix(target)
+        await store._script(PEND_ABORT, [f"{prefix}:pend"], [prefix, okp], ctx, "recall erase")
     left = await _collect_all(store, link, prefix, ctx)
     if target.level is EraseLevel.TENANT and not more:
-        await store._script(PEND_ABORT, [f"{prefix}:pend"], [prefix], ctx, "recall erase")
-        left = await _collect_all(store, link, prefix, ctx)
         await store._script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
     physical = PhysicalErasure.UNREFERENCED if found else PhysicalErasure.REMOVED
     report = _report(found, more, physical)
@@ -391,6 +409,12 @@ async def erase_target(
             _join(report.detail, detail),
         )
     return report
+
+
+def _owner_prefix(target: EraseTarget) -> str:
+    """The start every owner key of the target's owners has: ``""`` (tenant), ``u/`` or ``u/s/``."""
+    parts = [p for p in (target.user_id, target.session_id) if p is not None]
+    return "".join(f"{encode_segment(p)}/" for p in parts)
 
 
 def _join(*parts: str) -> str:
