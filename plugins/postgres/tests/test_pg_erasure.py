@@ -23,16 +23,19 @@ from psycopg import sql
 
 from agentium_harness import (
     EraseTarget,
+    ErasureKind,
     ErasureState,
     OperatorAttestation,
     ResidentLimits,
     RetentionPolicy,
     RuntimeLimits,
+    SummaryLimits,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness._cli import main
 from agentium_harness.adapters.providers import ExtractiveProvider, ScriptedProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import (
     EmbeddingModel,
     GroupRef,
@@ -320,3 +323,66 @@ def _cli(argv: list[str]) -> tuple[int, str, str]:
     with redirect_stdout(out), redirect_stderr(err):
         status = main(argv)
     return status, out.getvalue(), err.getvalue()
+
+
+class Recording(ScriptedProvider):
+    """Keeps every request it answers, rendered: instructions, sources, history and turn."""
+
+    capabilities = ScriptedProvider.capabilities
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.seen: list[str] = []
+
+    async def complete(self, request: Any, ctx: Any) -> Any:
+        messages = " ".join(m.content for m in (*request.history, *request.turn))
+        self.seen.append(" ".join((request.instructions, request.render_sources(), messages)))
+        return await super().complete(request, ctx)
+
+
+async def test_forget_with_erased_sources_on_postgres_leaves_the_text_in_no_row_and_no_request(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    """``forget(..., erase_sources=True)`` with every store in PostgreSQL (issue 23, item 4)."""
+    secret = "qzephyrcode4471"
+    provider = Recording()
+    archive = PostgresArchive(app_config)
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=PostgresSessionStore(app_config),
+        recall=PostgresRecallStore(app_config),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        memory=PostgresMemoryStore(app_config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    scope = MemoryScope("acme", "ana")
+    try:
+        await runtime.run(ANA, "s1", f"My vault code is {secret}. Remember the vault code.")
+        await runtime.run(ANA, "s1", "The weather is fine today.")
+        await runtime.run(ANA, "s1", "Tell me about the weather again.")
+        (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, _ctx())
+        ack = await runtime.memory.remember(
+            MemoryFact(scope, f"ana's vault code is {secret}", provenance=[GroupRef("s1", 0, group.digest)])
+        )
+        assert ack.fact_id is not None
+        provider.seen.clear()
+        await runtime.run(ANA, "s1", "What is my vault code?")
+        assert secret in provider.seen[-1], "the fact's text reached the request before it was forgotten"
+
+        result = await runtime.forget(
+            scope, ack.fact_id, erase_sources=True, reason="asked", attestation=OPERATOR
+        )
+
+        assert result.ack.ok and result.still_held == ()
+        (erasure,) = result.erasures
+        assert erasure.tombstone is not None and erasure.record.kind is ErasureKind.FORGET
+        provider.seen.clear()
+        await runtime.run(ANA, "s1", "What is my vault code? The vault code please.")
+        await runtime.run(ANA, "s2", "What is my vault code?")
+        assert provider.seen and all(secret not in text for text in provider.seen)
+        # No row of any table holds it: archive, index, memory, and the snapshots (summary included).
+        assert secret.encode() not in every_byte(admin, schema)
+    finally:
+        await runtime.aclose()
