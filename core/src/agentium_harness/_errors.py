@@ -515,7 +515,7 @@ class RecordDecodeError(AgentiumError, ValueError):
 class InvalidJSONError(RecordDecodeError):
     """JSON text was refused before (or while) it was parsed; ``reason`` says why.
 
-    Raised by :func:`~agentium_harness._codec.decode_json` for text that is
+    Raised by :func:`~agentium_harness._json.decode_json` for text that is
     larger than its byte cap, nested deeper than its depth cap, not UTF-8, not
     JSON, or JSON that canonical data never holds: a duplicate object key,
     ``NaN``/``Infinity`` (or a number too large to be finite), a lone
@@ -524,7 +524,7 @@ class InvalidJSONError(RecordDecodeError):
     ``ArchiveCorruptError``) handles it too. Nothing was decoded or changed.
 
     ``limit`` is ``"max_bytes"`` or ``"max_depth"`` when the text was refused
-    for passing that cap of :func:`~agentium_harness._codec.decode_json`
+    for passing that cap of :func:`~agentium_harness._json.decode_json`
     (a caller with its own option names can report it as a limit), else ``None``.
     """
 

@@ -83,6 +83,7 @@ from ._ports.archive import (
     ArchiveReceipt,
     HistoryArchive,
     check_archived_group,
+    checked_index_batch,
     decode_archived_group,
 )
 from ._ports.embedder import Embedder, EmbedderCapabilities, EmbeddingLimits, EmbeddingModel, Vector
@@ -144,7 +145,6 @@ from ._ports.recall import (
     SourceVector,
     Validation,
     ValidationStatus,
-    checked_index_batch,
     document_source_id,
     group_source_id,
     reciprocal_rank_fusion,

@@ -41,7 +41,6 @@ __all__ = [
     "SourceVector",
     "Validation",
     "ValidationStatus",
-    "checked_index_batch",
     "document_source_id",
     "group_source_id",
     "reciprocal_rank_fusion",
@@ -231,53 +230,6 @@ def group_source_id(key: SessionKey, seq: int) -> str:
     """The source id of archived group ``seq`` of session ``key``: ``group/<t>/<u>/<s>/<seq>``."""
     parts = (encode_segment(key.tenant), encode_segment(key.user), encode_segment(key.session))
     return "/".join(("group", *parts, str(seq)))
-
-
-def checked_index_batch(
-    key: SessionKey, groups: Sequence[MessageGroup], receipts: Sequence[ArchiveReceipt]
-) -> list[tuple[MessageGroup, ArchiveReceipt]]:
-    """The checks of :meth:`RecallStore.index_groups` on its batch, before anything is written.
-
-    Raises :class:`~agentium_harness._errors.InvalidArgumentError` (the
-    store writes nothing) unless ``key`` is a :class:`SessionKey`, there is
-    one :class:`~agentium_harness._ports.archive.ArchiveReceipt` per
-    :class:`MessageGroup`, each receipt names its group's seq and digest, no
-    group's retained scope is another session's, and a seq that appears
-    twice carries the same group. Returns the ``(group, receipt)`` pairs, a
-    repeated identical group once, in the order given.
-    """
-    if not isinstance(key, SessionKey):
-        raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-    if len(groups) != len(receipts):
-        raise InvalidArgumentError(
-            f"{len(groups)} groups but {len(receipts)} receipts for session {key.key()}; nothing was written"
-        )
-    seen: dict[int, str] = {}
-    batch: list[tuple[MessageGroup, ArchiveReceipt]] = []
-    for group, receipt in zip(groups, receipts, strict=True):
-        if not isinstance(group, MessageGroup) or not isinstance(receipt, ArchiveReceipt):
-            raise InvalidArgumentError("index_groups takes MessageGroup and ArchiveReceipt items")
-        where = f"group {group.seq} of session {key.key()}"
-        digest = group.digest
-        if receipt.seq != group.seq or receipt.digest != digest:
-            raise InvalidArgumentError(
-                f"{where}: its receipt (seq {receipt.seq}, digest {receipt.digest}) does not match the "
-                f"group (digest {digest}); nothing was written"
-            )
-        if group.retained is not None and group.retained.scope.session_key != key:
-            raise InvalidArgumentError(
-                f"{where} belongs to session {group.retained.scope.session_key.key()} by its retained "
-                "scope; nothing was written"
-            )
-        if group.seq in seen:
-            if seen[group.seq] != digest:
-                raise InvalidArgumentError(
-                    f"{where} appears twice with different content; nothing was written"
-                )
-            continue
-        seen[group.seq] = digest
-        batch.append((group, receipt))
-    return batch
 
 
 #: A group seq in a source id: canonical decimal, as ``str(int)`` writes it.

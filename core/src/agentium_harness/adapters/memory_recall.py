@@ -23,7 +23,7 @@ from .._codec import canonical_json, digest_of, unstructure
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup, estimate_tokens
 from .._ports import OpContext
-from .._ports.archive import ArchiveReceipt, decode_archived_group
+from .._ports.archive import ArchiveReceipt, checked_index_batch, decode_archived_group
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
     EraseReport,
@@ -45,7 +45,6 @@ from .._ports.recall import (
     SourceRef,
     Validation,
     ValidationStatus,
-    checked_index_batch,
     document_source_id,
     group_source_id,
 )

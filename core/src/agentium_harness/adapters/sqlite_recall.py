@@ -90,7 +90,7 @@ from .._errors import (
 )
 from .._history import MessageGroup
 from .._ports import OpContext
-from .._ports.archive import ArchiveReceipt, decode_archived_group
+from .._ports.archive import ArchiveReceipt, checked_index_batch, decode_archived_group
 from .._ports.embedder import Vector
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
@@ -111,7 +111,6 @@ from .._ports.recall import (
     SourceOwner,
     SourceRef,
     SourceVector,
-    checked_index_batch,
     document_source_id,
     group_source_id,
 )
