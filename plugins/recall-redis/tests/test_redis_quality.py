@@ -79,7 +79,7 @@ async def discover(store: RecallStore, query: str, n: int = 8) -> list[str]:
         await session.close()
 
 
-async def hybrid(store: RedisRecallStore, query: str, vector: Vector, n: int = 8) -> list[str]:
+async def hybrid(store: RecallStore, query: str, vector: Vector, n: int = 8) -> list[str]:
     session = await store.open(SCOPE, RecallLimits(), ctx())
     try:
         found = await session.discover_hybrid(query, vector, n, ctx())
@@ -88,7 +88,7 @@ async def hybrid(store: RedisRecallStore, query: str, vector: Vector, n: int = 8
         await session.close()
 
 
-async def add(store: RedisRecallStore, docs: dict[str, str]) -> dict[str, SourceRef]:
+async def add(store: RecallStore, docs: dict[str, str]) -> dict[str, SourceRef]:
     return {doc: await store.index_document(OWNER, doc, text, ctx()) for doc, text in docs.items()}
 
 
@@ -334,5 +334,39 @@ async def test_a_conversation_finds_what_the_sqlite_store_finds(make_store: Any,
             assert found[:1] == expected[:1], question
         assert await discover(redis_store, "What did Melanie paint?") == ["t1"]
         assert await discover(redis_store, "What is Caroline's favourite pizza topping?") == []
+    finally:
+        await sqlite_store.aclose()
+
+
+async def test_hybrid_discovery_ranks_a_conversation_as_the_sqlite_store_does(
+    make_store: Any, tmp_path: Any
+) -> None:
+    """With the same vectors, both stores fuse the same two rankings into the same order.
+
+    The vectors come from the built-in hashing embedder; one question shares
+    no word with the conversation ("sailing boat" against "sailboats"), so
+    only its vector finds anything, and one is found by both its words and
+    its vector.
+    """
+    from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+
+    embedder = HashingEmbedder()
+    texts = {**CONVERSATION, "t8": "Melanie: We bought two sailboats for the summer."}
+    options = {"min_similarity": 0.15}
+    redis_store = make_store(**options)
+    sqlite_store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db"), **options))
+    try:
+        for store in (redis_store, sqlite_store):
+            refs = await add(store, texts)
+            vectors = [
+                SourceVector(refs[doc], Vector.normalized(embedder.model, embedder.vector(text)))
+                for doc, text in texts.items()
+            ]
+            assert await store.index_vectors(vectors, ctx()) == len(texts)
+        for question in ("Tell me about the sailing boat", "What did Melanie paint?"):
+            query = Vector.normalized(embedder.model, embedder.vector(question))
+            found = await hybrid(redis_store, question, query)
+            assert found == await hybrid(sqlite_store, question, query), question
+            assert found[0] == ("t8" if "boat" in question else "t1"), question
     finally:
         await sqlite_store.aclose()
