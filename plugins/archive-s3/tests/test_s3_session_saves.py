@@ -95,6 +95,35 @@ async def test_a_bit_flipped_in_the_stored_revision_fails_the_load_closed(
         await store.aclose()
 
 
+async def test_concurrent_replaces_of_different_sessions_all_land(config: S3Config) -> None:
+    """Eight sessions replaced at once by one store, before it knows the server's IfMatch form.
+
+    Ceph RGW compares IfMatch against the unquoted ETag, AWS and moto the
+    quoted one; the store learns the form from its first refused replace. Before
+    the fix each concurrent save toggled the shared form, so one toggled it back
+    and its save failed as a conflict on a session nobody else wrote.
+    """
+    store = S3SessionStore(config)
+    keys = [SessionKey("acme", "ana", f"concurrent-{i}") for i in range(8)]
+    revisions: dict[int, int] = {}
+    try:
+
+        async def save_twice(i: int) -> None:
+            first = await store.save(
+                keys[i], scoped_snapshot(keys[i], f" {i}"), None, OpContext.with_timeout(30)
+            )
+            revisions[i] = await store.save(
+                keys[i], scoped_snapshot(keys[i], f" {i} again"), first, OpContext.with_timeout(30)
+            )
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(save_twice, i)
+        assert revisions == dict.fromkeys(range(8), 2)
+    finally:
+        await store.aclose()
+
+
 async def test_a_snapshot_of_the_previous_format_loads_and_is_rewritten_at_its_next_save(
     config: S3Config, admin: Any
 ) -> None:

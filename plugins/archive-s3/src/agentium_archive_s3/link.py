@@ -3,8 +3,13 @@
 Why not the core's :class:`~agentium_harness.plugin_api.ThreadBoundAdapter`:
 it runs one call at a time on one connection, which suits SQLite. A boto3
 client is thread-safe and an eviction uploads many groups, so the link lets up
-to ``max_concurrency`` requests run at once (one :class:`anyio.CapacityLimiter`
-per adapter) and keeps the rest of that base's care:
+to ``max_concurrency`` requests run at once and keeps the rest of that base's care:
+
+- **Any event loop.** One adapter object serves threads that each run their
+  own event loop (and successive ``anyio.run`` calls): a loop's callers wait
+  on that loop's own :class:`anyio.CapacityLimiter` (an anyio limiter belongs
+  to one loop; ``PerLoop``), and a thread semaphore in the worker thread
+  keeps the whole adapter within ``max_concurrency`` requests.
 
 - **Lazy client.** Building an adapter does no I/O; the first call creates
   the client (from :class:`~agentium_archive_s3.config.S3Config`: endpoint,
@@ -36,7 +41,7 @@ import anyio.to_thread
 import botocore.exceptions
 
 from agentium_harness import AgentiumError
-from agentium_harness.plugin_api import OpContext, OperationCancelledError
+from agentium_harness.plugin_api import OpContext, OperationCancelledError, PerLoop
 
 from .config import S3Config, redact_endpoint
 from .errors import (
@@ -169,9 +174,18 @@ class S3Link:
         self._lock = threading.Lock()
         self._state = _CallState()
         self._hook_id = f"agentium-archive-s3-{id(self)}"
-        self.limiter = anyio.CapacityLimiter(config.max_concurrency)
+        # One limiter per event loop (it belongs to its loop), and one semaphore for the adapter.
+        self._limiters: PerLoop[anyio.CapacityLimiter] = PerLoop(
+            lambda: anyio.CapacityLimiter(config.max_concurrency)
+        )
+        self._slots = threading.BoundedSemaphore(config.max_concurrency)
         self._busy = 0
         self._idle = threading.Condition(self._lock)
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        """The current event loop's limiter (call from async code)."""
+        return self._limiters.get()
 
     @property
     def owns_client(self) -> bool:
@@ -231,6 +245,19 @@ class S3Link:
         )
 
     def _in_thread(self, ctx: OpContext, operation: str, work: Callable[[S3Client], T]) -> T:
+        ctx.raise_if_expired(operation)
+        left = ctx.time_left()
+        # Across event loops too, at most max_concurrency requests at once (waiting within the deadline).
+        if not self._slots.acquire(timeout=None if left is None else max(0.0, left)):
+            raise OperationCancelledError(
+                f"{operation} stopped: its deadline passed waiting for a slot", "deadline passed"
+            )
+        try:
+            return self._in_slot(ctx, operation, work)
+        finally:
+            self._slots.release()
+
+    def _in_slot(self, ctx: OpContext, operation: str, work: Callable[[S3Client], T]) -> T:
         ctx.raise_if_expired(operation)
         with self._lock:
             if self._closed:

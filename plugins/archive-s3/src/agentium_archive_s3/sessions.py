@@ -398,7 +398,9 @@ class S3SessionStore(SessionStore):
             if not flipped and "IfMatch" in condition and current[1] == _unquote(condition["IfMatch"]):
                 # Unchanged object, refused precondition: the server wants the other ETag form.
                 flipped = True
-                self._quoted_if_match = not self._quoted_if_match
+                # The other form than the one this attempt sent (not a toggle of the shared flag:
+                # saves of other sessions, on other threads or loops, may be flipping it too).
+                self._quoted_if_match = not condition["IfMatch"].startswith('"')
                 condition = {"IfMatch": self._if_match(current[1])}
                 continue
             now = _revision_shown(current[0])
