@@ -57,6 +57,33 @@ class _PipeKeys:
         return self.owners.setdefault(f"{key.tenant}|{key.user}|{key.session}", key)
 
 
+def _running_loop() -> object:
+    """The running event loop (asyncio) or run (trio), as a client library would bind to it."""
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.lowlevel.current_trio_token()
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+class _FirstLoopClient:
+    """A client bound to the event loop of its first call, as asyncio streams, redis.asyncio and httpx pools
+    are: from any other loop it fails, as they do (``attached to a different loop``)."""
+
+    _bound_loop: object = None
+
+    def _client(self) -> None:
+        loop = _running_loop()
+        if self._bound_loop is None:
+            self._bound_loop = loop
+        elif self._bound_loop is not loop:
+            raise RuntimeError("Future attached to a different loop")
+
+
 # -- archives -----------------------------------------------------------------------------------
 
 
@@ -279,6 +306,18 @@ class NoScopeCheckArchive(InMemoryArchive):
         return groups
 
 
+class LoopBoundArchive(_FirstLoopClient, InMemoryArchive):
+    """Keeps the client of its first event loop and uses it from every other loop."""
+
+    capabilities = _ARCHIVE_CAPS
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        self._client()
+        return await super().append(key, groups, ctx)
+
+
 def _archive_case(adapter: type[InMemoryArchive]) -> type[ArchiveContract]:
     class Case(ArchiveContract):
         @pytest.fixture
@@ -300,6 +339,10 @@ def _archive_case(adapter: type[InMemoryArchive]) -> type[ArchiveContract]:
             return corrupt
 
     return Case
+
+
+class TestLoopBoundArchive(_archive_case(LoopBoundArchive)):  # type: ignore[misc]
+    pass
 
 
 class TestOverwritingArchive(_archive_case(OverwritingArchive)):  # type: ignore[misc]
@@ -591,6 +634,22 @@ class NoVerifyStore(InMemorySessionStore):
         return StoredSnapshot(snapshot=snapshot, revision=row[0])
 
 
+class LoopBoundStore(_FirstLoopClient, InMemorySessionStore):
+    """Keeps the client of its first event loop and uses it from every other loop."""
+
+    capabilities = _STORE_CAPS
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        self._client()
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        self._client()
+        return await super().load(key, ctx)
+
+
 def _store_case(adapter: type[InMemorySessionStore]) -> type[SessionStoreContract]:
     class Case(SessionStoreContract):
         @pytest.fixture
@@ -612,6 +671,10 @@ def _store_case(adapter: type[InMemorySessionStore]) -> type[SessionStoreContrac
             return corrupt
 
     return Case
+
+
+class TestLoopBoundStore(_store_case(LoopBoundStore)):  # type: ignore[misc]
+    pass
 
 
 class TestNoCompareStore(_store_case(NoCompareStore)):  # type: ignore[misc]

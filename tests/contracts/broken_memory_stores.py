@@ -274,6 +274,43 @@ class NotesAbsentAsTilde(InMemoryMemoryStore):
         return keep[:limit]
 
 
+def _running_loop() -> object:
+    """The running event loop (asyncio) or run (trio), as a client library would bind to it."""
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.lowlevel.current_trio_token()
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+class _FirstLoopClient:
+    """A client bound to the event loop of its first call, as asyncio streams, redis.asyncio and httpx pools
+    are: from any other loop it fails, as they do (``attached to a different loop``)."""
+
+    _bound_loop: object = None
+
+    def _client(self) -> None:
+        loop = _running_loop()
+        if self._bound_loop is None:
+            self._bound_loop = loop
+        elif self._bound_loop is not loop:
+            raise RuntimeError("Future attached to a different loop")
+
+
+class LoopBound(_FirstLoopClient, SQLiteMemoryStore):
+    """Keeps the client of its first event loop and uses it from every other loop."""
+
+    capabilities = CAPS
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        self._client()
+        return await super().remember(fact, ctx)
+
+
 class NotDurable(SQLiteMemoryStore):
     """Acknowledges durable writes, but a reopened store starts from a different (empty) file."""
 
@@ -288,6 +325,10 @@ def _store(cls: type[SQLiteMemoryStore]) -> Callable[..., Any]:
         await store.aclose()
 
     return memory_store
+
+
+class TestLoopBound(MemoryStoreContract):
+    memory_store = _store(LoopBound)
 
 
 class TestInheritedCaps(MemoryStoreContract):

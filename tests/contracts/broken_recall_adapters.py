@@ -141,6 +141,45 @@ class _Suite(RecallStoreContract):
 # -- the bugs ----------------------------------------------------------------------------------
 
 
+def _running_loop() -> object:
+    """The running event loop (asyncio) or run (trio), as a client library would bind to it."""
+    import sniffio
+
+    if sniffio.current_async_library() == "trio":
+        import trio
+
+        return trio.lowlevel.current_trio_token()
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+class _FirstLoopClient:
+    """A client bound to the event loop of its first call, as asyncio streams, redis.asyncio and httpx pools
+    are: from any other loop it fails, as they do (``attached to a different loop``)."""
+
+    _bound_loop: object = None
+
+    def _client(self) -> None:
+        loop = _running_loop()
+        if self._bound_loop is None:
+            self._bound_loop = loop
+        elif self._bound_loop is not loop:
+            raise RuntimeError("Future attached to a different loop")
+
+
+class LoopBound(_FirstLoopClient, Wrap):
+    """Keeps the client of its first event loop and uses it from every other loop."""
+
+    capabilities = ALL
+
+    async def index_document(
+        self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
+    ) -> SourceRef:
+        self._client()
+        return await super().index_document(owner, doc_id, text, ctx, title=title)
+
+
 class InheritedCaps(Wrap):
     """Declares nothing in its own class body."""
 
@@ -386,6 +425,10 @@ class SeeksUndeclared(Wrap):
     """Answers seek_groups without declaring canonical_archive_reads (so its tests are skipped)."""
 
     capabilities = attrs.evolve(ALL, canonical_archive_reads=False)
+
+
+class TestLoopBound(_Suite):
+    store_class = LoopBound
 
 
 class TestInheritedCaps(_Suite):

@@ -38,6 +38,9 @@ ERASURE_TESTS = {
 BACKENDS = {"asyncio", "trio"}
 
 EXPECTED_FAILURES: dict[str, set[str]] = {
+    # A client bound to the loop of its first call: only the any-loop test catches it.
+    "TestLoopBoundArchive": {"test_one_adapter_serves_threads_each_with_its_own_event_loop"},
+    "TestLoopBoundStore": {"test_one_adapter_serves_threads_each_with_its_own_event_loop"},
     "TestOverwritingArchive": {
         "test_batch_repeating_a_seq_with_different_content_conflicts",
         "test_batch_with_a_conflict_writes_nothing",
@@ -71,6 +74,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_read_groups_returns_whole_groups_ascending_from_start",
         "test_reads_recheck_digests_of_stored_groups",
         "test_rich_groups_round_trip_exactly",
+        "test_one_adapter_serves_threads_each_with_its_own_event_loop",
     },
     "TestWrongDigestArchive": {
         "test_append_empty_batch_returns_no_receipts",
@@ -119,6 +123,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_sessions_are_isolated_even_with_tricky_ids",
         "test_tricky_ids_round_trip",
         "test_colliding_session_keys_stay_apart",
+        "test_one_adapter_serves_threads_each_with_its_own_event_loop",
     },
     "TestInheritedCapabilitiesArchive": {
         "test_declares_capabilities",
@@ -144,6 +149,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_create_on_existing_session_conflicts",
         "test_stale_revision_conflicts_and_changes_nothing",
         "test_update_of_missing_session_conflicts",
+        "test_one_adapter_serves_threads_each_with_its_own_event_loop",
     },
     "TestYieldingCompareStore": {
         "test_concurrent_saves_on_one_revision_have_one_winner",
@@ -159,6 +165,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_revision_increases_with_each_save",
         "test_stale_revision_conflicts_and_changes_nothing",
         "test_update_of_missing_session_conflicts",
+        "test_one_adapter_serves_threads_each_with_its_own_event_loop",
     },
     "TestUpgradesLegacyStore": {
         "test_snapshots_round_trip_exactly",
@@ -183,6 +190,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_past_deadline_refuses_save_and_load",
         "test_sessions_are_isolated_even_with_tricky_ids",
         "test_update_of_missing_session_conflicts",
+        "test_one_adapter_serves_threads_each_with_its_own_event_loop",
     },
     "TestMisreportedRevisionStore": {
         "test_concurrent_saves_on_one_revision_have_one_winner",
@@ -190,6 +198,7 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
         "test_first_save_creates_a_revision",
         "test_revision_increases_with_each_save",
         "test_stale_revision_conflicts_and_changes_nothing",
+        "test_one_adapter_serves_threads_each_with_its_own_event_loop",
     },
     "TestUndeclaredHealthStore": {
         "test_health_refused_when_undeclared",
@@ -231,13 +240,22 @@ def _run(pytester: pytest.Pytester) -> dict[str, dict[str, set[str]]]:
     return failed
 
 
+# Failures that depend on a race between threads: the store that yields between its compare
+# and its write usually lets two of the any-loop test's threads create one session (a catch),
+# but the threads may also happen to run one after another.
+MAY_ALSO_FAIL: dict[str, set[str]] = {
+    "TestYieldingCompareStore": {"test_one_adapter_serves_threads_each_with_its_own_event_loop"},
+}
+
+
 def test_each_broken_adapter_fails_exactly_its_bugs(pytester: pytest.Pytester) -> None:
     failed = _run(pytester)
-    actual = {cls: set(failed[cls]) for cls in EXPECTED_FAILURES}
+    actual = {cls: set(failed[cls]) - MAY_ALSO_FAIL.get(cls, set()) for cls in EXPECTED_FAILURES}
     assert actual == EXPECTED_FAILURES
     for cls, tests in failed.items():
         for name, backends in tests.items():
-            assert backends == BACKENDS, f"{cls}.{name} failed only on {backends}"
+            if name not in MAY_ALSO_FAIL.get(cls, set()):
+                assert backends == BACKENDS, f"{cls}.{name} failed only on {backends}"
 
 
 @pytest.mark.parametrize("suite", [ArchiveContract, SessionStoreContract], ids=lambda c: c.__name__)

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
+import anyio.to_thread
 import pytest
 
 from .._engine.checks import instance_problems
@@ -26,6 +28,7 @@ from .helpers import (
     reopen,
     rich_group,
 )
+from .loops import LoopStyle
 
 __all__ = [
     "GUARD_TEST_NAME",
@@ -34,6 +37,7 @@ __all__ = [
     "CorruptStored",
     "Reopen",
     "call_hook",
+    "from_threads",
     "plain_group",
     "reopen",
     "rich_group",
@@ -60,6 +64,21 @@ def expired_context() -> OpContext:
 def past_deadline_context() -> OpContext:
     """A context whose deadline passed a second ago."""
     return OpContext.with_timeout(-1.0)
+
+
+async def from_threads(work: Callable[[int], Awaitable[T]], backend_name: str, threads: int = 4) -> list[T]:
+    """Run ``work(i)`` from ``threads`` threads at once, each on an event loop of its own (any-loop tests).
+
+    Under the trio backend the threads run trio; under asyncio they mix the
+    OpenAI Agents SDK's style (a new loop per thread, closed after) with
+    ``anyio.run``. This test's own loop stays alive meanwhile. A thread still
+    running after 60 s fails the test (a lost wake-up is a hang, not a wait).
+    """
+    from .loops import run_in_threads
+
+    styles: tuple[LoopStyle, ...] = ("trio",) if backend_name == "trio" else ("asyncio-loop", "asyncio")
+    call = partial(run_in_threads, work, threads=threads, styles=styles, timeout_s=60.0)
+    return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
 
 
 async def call_hook(hook: Callable[..., Any], *args: Any) -> None:

@@ -39,6 +39,7 @@ from ._suite import (
     call_hook,
     declared_capabilities,
     expired_context,
+    from_threads,
     past_deadline_context,
     plain_group,
     reopen,
@@ -493,6 +494,40 @@ class ArchiveContract(ArchiveErasureTests, ContractSuite):
                 await third.append(_KEY, [plain_group(1, " changed")], OpContext())
         finally:
             await third.aclose()
+
+    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
+        self, archive: HistoryArchive, anyio_backend_name: str
+    ) -> None:
+        """One archive object, used at once from four threads that each run an event loop, loses nothing.
+
+        Hosts share one runtime, and so one adapter, between threads with loops
+        of their own (the OpenAI Agents SDK's concurrent-access pattern), and
+        call it from successive ``anyio.run`` calls. Each thread appends three
+        groups to its own session and reads them back; this test's loop, which
+        used the adapter first, reads them all afterwards.
+
+        A failure, or a hang reported after 60 s, means the adapter keeps a
+        loop-bound object from one call to the next (an anyio limiter or lock,
+        an ``asyncio.Lock``, a client whose connections belong to one loop):
+        keep one per loop (``PerLoop`` from ``plugin_api``) or use thread locks
+        (docs/sync.md, "Writing adapters that serve any loop").
+        """
+        await archive.append(_KEY, [plain_group(0, "this loop first")], OpContext.with_timeout(30))
+        keys = [SessionKey("tenant-1", "user-1", f"loop-{i}") for i in range(4)]
+
+        def groups(i: int) -> list[MessageGroup]:
+            return [plain_group(seq, f"thread {i} group {seq}") for seq in range(3)]
+
+        async def work(i: int) -> list[str]:
+            for group in groups(i):
+                await archive.append(keys[i], [group], OpContext.with_timeout(30))
+            return [g.digest for g in await archive.read_groups(keys[i], 0, 10, OpContext.with_timeout(30))]
+
+        results = await from_threads(work, anyio_backend_name)
+        expected = [[g.digest for g in groups(i)] for i in range(4)]
+        assert results == expected, "a write made on another loop is lost"
+        for i, key in enumerate(keys):
+            assert [g.digest for g in await _read_all(archive, key)] == [g.digest for g in groups(i)]
 
     async def test_aclose_is_idempotent(self, archive: HistoryArchive) -> None:
         """``aclose`` can be called more than once, before or after use, without error.

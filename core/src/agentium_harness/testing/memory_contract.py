@@ -41,7 +41,7 @@ from .._ports.memory import (
     MemoryScope,
     MemoryStore,
 )
-from ._suite import ContractSuite, declared_capabilities, expired_context, require_flag
+from ._suite import ContractSuite, declared_capabilities, expired_context, from_threads, require_flag
 from .helpers import COLLIDING_MEMORY_SCOPES, Reopen, reopened
 from .index_erasure_contract import MemoryErasureTests
 
@@ -307,6 +307,38 @@ class MemoryStoreContract(MemoryErasureTests, ContractSuite):
         await memory_store.remember(_fact("listed foreign", MALLORY), _ctx())
         listed = await memory_store.list_facts(ALICE, 3, _ctx())
         assert [f.fact_id for f in listed] == [expired.fact_id, acks[2].fact_id, acks[1].fact_id]
+
+    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
+        self, memory_store: MemoryStore, anyio_backend_name: str
+    ) -> None:
+        """One memory store object, used at once from four threads that each run an event loop, loses nothing.
+
+        Hosts share one runtime, and so one memory manager and store, between
+        threads with loops of their own. Each thread remembers three facts for
+        its own user and looks them up; this test's loop, which used the store
+        first, sees them all afterwards.
+
+        A failure, or a hang reported after 60 s, means the adapter keeps a
+        loop-bound object from one call to the next (an anyio limiter or lock,
+        an ``asyncio.Lock``, a client whose connections belong to one loop):
+        keep one per loop (``PerLoop`` from ``plugin_api``) or use thread locks
+        (docs/sync.md, "Writing adapters that serve any loop").
+        """
+        await memory_store.remember(_fact("this loop first"), _ctx())
+
+        def texts(i: int) -> list[str]:
+            return sorted(f"fact {n} remembered by thread {i}" for n in range(3))
+
+        async def work(i: int) -> list[str]:
+            scope = MemoryScope("tenant-loops", f"user-{i}")
+            for text in texts(i):
+                ack = await memory_store.remember(_fact(text, scope), _ctx())
+                assert ack.status is AckStatus.STORED, f"remember answered {ack.status}"
+            return await _texts(memory_store, scope)
+
+        assert await from_threads(work, anyio_backend_name) == [texts(i) for i in range(4)]
+        for i in range(4):
+            assert await _texts(memory_store, MemoryScope("tenant-loops", f"user-{i}")) == texts(i)
 
     async def test_an_expired_context_is_refused_before_any_work(self, memory_store: MemoryStore) -> None:
         """Called with a cancelled context, ``remember`` and ``lookup`` raise ``OperationCancelledError``.

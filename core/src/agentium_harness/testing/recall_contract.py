@@ -64,6 +64,7 @@ from ._suite import (
     call_hook,
     declared_capabilities,
     expired_context,
+    from_threads,
     past_deadline_context,
     plain_group,
     require_flag,
@@ -354,6 +355,34 @@ class RecallStoreContract(RecallErasureTests, ContractSuite):
         assert await _discover(recall_store, _scope(owner), "durian") == []
         with pytest.raises(OperationCancelledError):
             await recall_store.open(_scope(owner), RecallLimits(), expired_context())
+
+    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
+        self, recall_store: RecallStore, add_document: AddDocument, anyio_backend_name: str
+    ) -> None:
+        """One recall store object, used at once from four threads that each run an event loop, loses nothing.
+
+        Hosts share one runtime, and so one adapter, between threads with loops
+        of their own (the OpenAI Agents SDK's concurrent-access pattern). Each
+        thread indexes a document for its own owner and discovers it through a
+        recall session of its own; this test's loop, which used the store
+        first, finds every one afterwards.
+
+        A failure, or a hang reported after 60 s, means the adapter keeps a
+        loop-bound object from one call to the next (an anyio limiter or lock,
+        an ``asyncio.Lock``, a client whose connections belong to one loop):
+        keep one per loop (``PerLoop`` from ``plugin_api``) or use thread locks
+        (docs/sync.md, "Writing adapters that serve any loop").
+        """
+        await add_document(recall_store, SourceOwner("t-loops"), "first", "kestrel harbour, this loop first")
+
+        async def work(i: int) -> int:
+            owner = SourceOwner(f"t-loop-{i}")
+            await add_document(recall_store, owner, f"d{i}", f"kestrel harbour seen by thread {i}")
+            return len(await _discover(recall_store, _scope(owner), "kestrel harbour"))
+
+        assert await from_threads(work, anyio_backend_name) == [1, 1, 1, 1], "a loop's document is lost"
+        for i in range(4):
+            assert len(await _discover(recall_store, _scope(SourceOwner(f"t-loop-{i}")), "kestrel")) == 1
 
     async def test_close_after_a_cancelled_call_and_twice(
         self, recall_store: RecallStore, add_document: AddDocument

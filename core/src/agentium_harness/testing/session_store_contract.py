@@ -36,6 +36,7 @@ from ._suite import (
     call_hook,
     declared_capabilities,
     expired_context,
+    from_threads,
     past_deadline_context,
     reopen,
     require_flag,
@@ -499,6 +500,48 @@ class SessionStoreContract(SessionStoreErasureTests, ContractSuite):
             assert loaded == StoredSnapshot(snapshot=scoped_snapshot(_KEY, " next"), revision=revision)
         finally:
             await third.aclose()
+
+    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
+        self, session_store: SessionStore, anyio_backend_name: str
+    ) -> None:
+        """One store object, used at once from four threads that each run an event loop, keeps its promises.
+
+        Hosts share one runtime, and so one adapter, between threads with loops
+        of their own (the OpenAI Agents SDK's concurrent-access pattern). Each
+        thread saves its own session twice (revisions 1 and 2) and loads it
+        back; all four race to create one shared session, and exactly one
+        wins. This test's loop, which used the store first, sees every write.
+
+        A failure, or a hang reported after 60 s, means the adapter keeps a
+        loop-bound object from one call to the next (an anyio limiter or lock,
+        an ``asyncio.Lock``, a client whose connections belong to one loop):
+        keep one per loop (``PerLoop`` from ``plugin_api``) or use thread locks
+        (docs/sync.md, "Writing adapters that serve any loop").
+        """
+        shared = SessionKey("tenant-1", "user-1", "loops-shared")
+        assert await session_store.load(shared, OpContext.with_timeout(30)) is None  # this loop first
+        keys = [SessionKey("tenant-1", "user-1", f"loop-{i}") for i in range(4)]
+
+        async def work(i: int) -> tuple[int, bool]:
+            ctx = OpContext.with_timeout(30)
+            first = await session_store.save(keys[i], scoped_snapshot(keys[i], f" t{i}"), None, ctx)
+            await session_store.save(keys[i], scoped_snapshot(keys[i], f" t{i} again"), first, ctx)
+            loaded = await session_store.load(keys[i], ctx)
+            assert loaded is not None and loaded.snapshot == scoped_snapshot(keys[i], f" t{i} again")
+            try:
+                await session_store.save(shared, scoped_snapshot(shared, f" by {i}"), None, ctx)
+            except SessionConflictError:
+                return loaded.revision, False
+            return loaded.revision, True
+
+        results = await from_threads(work, anyio_backend_name)
+        assert [revision for revision, _won in results] == [2, 2, 2, 2]
+        assert sum(won for _revision, won in results) == 1, "compare-and-set let more than one loop win"
+        for i, key in enumerate(keys):
+            loaded = await session_store.load(key, OpContext.with_timeout(30))
+            assert loaded is not None and loaded.revision == 2
+            assert loaded.snapshot == scoped_snapshot(key, f" t{i} again")
+        assert await session_store.load(shared, OpContext.with_timeout(30)) is not None
 
     async def test_aclose_is_idempotent(self, session_store: SessionStore) -> None:
         """``aclose`` can be called more than once without error.
