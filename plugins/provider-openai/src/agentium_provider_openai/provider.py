@@ -14,6 +14,14 @@ Owned versus lent. A provider built from config creates its
 ``AsyncOpenAI`` client on first use and closes it in :meth:`aclose` (the
 runtime closes config-built adapters). A client the host lends is never
 closed, and its own retry setting is bypassed as above.
+
+Any event loop. An ``AsyncOpenAI`` client's connection pool belongs to the
+event loop that opened its connections, and one provider object serves
+threads that each run their own loop (and successive ``anyio.run`` calls).
+So an owned provider keeps one client per loop (``PerLoop``), made on that
+loop's first call, dropped once the loop has finished, and closed each on
+its own loop by :meth:`aclose`. A lent client is the host's: use it from the
+loop it belongs to.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from agentium_harness.plugin_api import (
     ModelRequest,
     ModelResponse,
     OpContext,
+    PerLoop,
     ProviderCapabilities,
     decode_json,
 )
@@ -74,6 +83,9 @@ _SIGNAL_POLL_S: Final = 0.02
 
 #: How many model names the probe shows.
 _PROBE_NAMES: Final = 10
+
+#: How long :meth:`OpenAIProvider.aclose` waits for each loop's client to close.
+_CLOSE_S: Final = 10.0
 
 
 class _Retryable(Exception):
@@ -149,7 +161,10 @@ class OpenAIProvider(ModelProvider):
         self._config = config
         self._owns_client = client is None
         self._closed = False
+        # The lent client (a copy without retries), or None for an owned provider.
         self._client: AsyncOpenAI | None = None
+        # An owned provider's clients, one per event loop (a client's connections belong to one loop).
+        self._clients: PerLoop[AsyncOpenAI] = PerLoop(self._new_client)
         if client is None:
             self._api_key = _read_key(config, os.environ if environ is None else environ)
         else:
@@ -168,12 +183,15 @@ class OpenAIProvider(ModelProvider):
 
     @property
     def client(self) -> AsyncOpenAI | None:
-        """The client calls go through: ``None`` before an owned client's first use and after :meth:`aclose`.
+        """The client calls go through on the current event loop; ``None`` before its first use there.
 
-        For a lent client this is a copy (``with_options(max_retries=0)``) that
-        shares the host's connection pool.
+        An owned provider has one client per event loop (``None`` outside a
+        loop, and after :meth:`aclose`). For a lent client this is a copy
+        (``with_options(max_retries=0)``) that shares the host's connection pool.
         """
-        return self._client
+        if self._client is not None or self._closed:
+            return self._client
+        return self._clients.peek()
 
     @property
     def config(self) -> OpenAIProviderConfig:
@@ -194,18 +212,27 @@ class OpenAIProvider(ModelProvider):
     def _get_client(self) -> AsyncOpenAI:
         if self._closed:
             raise OpenAIProviderError("the OpenAI provider was closed; build a new one")
-        if self._client is None:
-            from openai import AsyncOpenAI
+        if self._client is not None:
+            return self._client
+        return self._clients.get()
 
-            self._client = AsyncOpenAI(
-                api_key=self._api_key or NO_KEY,
-                base_url=self._config.base_url,
-                organization=self._config.organization,
-                project=self._config.project,
-                timeout=self._config.timeout_s,
-                max_retries=0,
-            )
-        return self._client
+    def _new_client(self) -> AsyncOpenAI:
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+        # A plain httpx client of our own, not the SDK's default wrapper: that one, once
+        # dropped with its loop finished, closes itself from __del__ on whatever loop then
+        # runs, on connections of another loop (errors raised into an unrelated task).
+        # Ours is closed by aclose() on its own loop, or left to the garbage collector once
+        # its loop has finished (its connections went with that loop).
+        return AsyncOpenAI(
+            api_key=self._api_key or NO_KEY,
+            base_url=self._config.base_url,
+            organization=self._config.organization,
+            project=self._config.project,
+            timeout=self._config.timeout_s,
+            max_retries=0,
+            http_client=DefaultAsyncHttpxClient(timeout=self._config.timeout_s),
+        )
 
     def _where(self) -> str:
         client = self._client
@@ -505,10 +532,16 @@ class OpenAIProvider(ModelProvider):
         return await self._bounded(ctx, "provider health", probe)
 
     async def aclose(self) -> None:
-        """Close the client if it was built from config; a lent client is left open. Idempotent."""
+        """Close the clients built from config, each on its own event loop; a lent client is left open.
+
+        Idempotent. A client of a loop that has finished is dropped (its
+        connections went with the loop). Raises :class:`OpenAIProviderError`
+        when a client of a loop still running elsewhere did not close in time.
+        """
         if self._closed:
             return
         self._closed = True
-        client, self._client = self._client, None
-        if self._owns_client and client is not None:
-            await client.close()
+        self._client = None
+        problems = await self._clients.aclose(lambda client: client.close(), _CLOSE_S)
+        if problems:
+            raise OpenAIProviderError("closing the OpenAI provider: " + "; ".join(problems))

@@ -1,0 +1,83 @@
+"""One provider object serves several event loops at once (issue 22, item 3).
+
+A host shares one runtime, and so one provider, between threads that each
+run their own event loop (the OpenAI Agents SDK's concurrent-access
+pattern), or calls it from successive ``anyio.run`` calls. The provider's
+``AsyncOpenAI`` client holds an ``httpx`` connection pool whose connections
+belong to the loop that opened them, so it keeps one client per loop. Before
+that, a call from a second loop failed or hung on the first loop's pool.
+"""
+
+from __future__ import annotations
+
+import anyio
+from openai_helpers import make_provider
+from openai_stub_server import Reply, StubServer
+
+from agentium_harness import Message, Role
+from agentium_harness.plugin_api import ModelRequest, OpContext
+from agentium_harness.testing import run_in_threads, run_in_turn
+
+
+def _request(text: str) -> ModelRequest:
+    return ModelRequest("You help.", turn=(Message(Role.USER, text),))
+
+
+def test_one_provider_serves_threads_each_with_its_own_loop(stub: StubServer) -> None:
+    provider = make_provider(stub)
+    stub.add(*(Reply.recorded("plain_answer") for _ in range(15)))
+
+    async def complete(i: int) -> str:
+        answers = []
+        for n in range(3):
+            response = await provider.complete(_request(f"thread {i} turn {n}"), OpContext.with_timeout(20))
+            answers.append(response.message.content)
+        return answers[-1]
+
+    first = anyio.run(complete, 99)  # used first on a loop that has ended since
+    answers = run_in_threads(complete, threads=4, styles=("asyncio-loop", "trio", "asyncio"), timeout_s=60)
+    assert answers == [first] * 4
+    assert len(stub.completions) == 15
+    anyio.run(provider.aclose)
+    assert provider.client is None
+
+
+def test_calls_from_successive_loops_reuse_nothing_of_an_ended_loop(stub: StubServer) -> None:
+    provider = make_provider(stub)
+    stub.add(*(Reply.recorded("plain_answer") for _ in range(3)))
+
+    async def one(_i: int) -> str:
+        return (await provider.complete(_request("hello"), OpContext.with_timeout(20))).message.content
+
+    answers = run_in_turn(one, calls=3, styles=("asyncio", "trio", "asyncio-loop"))
+    assert len(set(answers)) == 1 and len(stub.completions) == 3
+    anyio.run(provider.aclose)
+
+
+def test_aclose_closes_a_client_of_another_live_loop(stub: StubServer) -> None:
+    """A client made on a loop that still runs in another thread is closed on that loop."""
+    import threading
+
+    provider = make_provider(stub)
+    stub.add(Reply.recorded("plain_answer"), Reply.recorded("plain_answer"))
+    used = threading.Event()
+    finish = threading.Event()
+
+    async def keep_loop() -> None:
+        await provider.complete(_request("from the other loop"), OpContext.with_timeout(20))
+        used.set()
+        await anyio.to_thread.run_sync(finish.wait, 20)
+        await anyio.sleep(0.5)
+
+    other = threading.Thread(target=anyio.run, args=(keep_loop,))
+    other.start()
+    assert used.wait(20)
+
+    async def here() -> None:
+        await provider.complete(_request("from here"), OpContext.with_timeout(20))
+        threading.Timer(0.2, finish.set).start()
+        await provider.aclose()
+
+    anyio.run(here)
+    other.join(20)
+    assert not other.is_alive() and provider.client is None
