@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import pytest
 import redis
@@ -31,19 +30,6 @@ def dump_value(client: redis.Redis, key: bytes) -> bytes:
 
 class TestRedisRecallContract(RecallStoreContract):
     """Runs once per server flavour (the ``server`` fixture is parametrized: redis, valkey)."""
-
-    # A known gap, kept visible (docs/contract-suites.md).
-    @pytest.mark.xfail(
-        reason="the client, its pool and the open lock belong to the event loop of the first call; "
-        "one per loop is not built yet (issue 22 item 3)",
-        strict=True,
-    )
-    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
-        self, recall_store: RedisRecallStore, add_document: Any, anyio_backend_name: str
-    ) -> None:
-        await super().test_one_adapter_serves_threads_each_with_its_own_event_loop(
-            recall_store, add_document, anyio_backend_name
-        )
 
     @pytest.fixture
     def prefix(self) -> str:

@@ -65,9 +65,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import anyio
+import attrs
 
 from agentium_harness import (
     AgentiumError,
@@ -82,6 +83,7 @@ from agentium_harness.plugin_api import (
     EraseTarget,
     MessageGroup,
     OpContext,
+    PerLoop,
     RecallCapabilities,
     RecallLimits,
     RecallSession,
@@ -130,6 +132,19 @@ __all__ = ["RedisRecallSession", "RedisRecallStore"]
 
 logger = logging.getLogger("agentium.plugins.recall_redis")
 
+#: How long :meth:`RedisRecallStore.aclose` waits for each loop's client to close.
+_CLOSE_S: Final = 10.0
+
+
+@attrs.define(slots=True, eq=False)
+class _LoopConnection:
+    """One event loop's client, link and open lock; ``open`` once the server was checked from it."""
+
+    client: Redis
+    link: Link
+    lock: asyncio.Lock
+    open: bool = False
+
 
 class RedisRecallStore(RecallStore):
     """The Redis recall store: scoped, bounded recall over archived groups and host documents.
@@ -176,10 +191,14 @@ class RedisRecallStore(RecallStore):
             )
         self._config = config
         self._lent = client
-        self._client: Redis | None = client
-        self._link: Link | None = None
+        # One connection (client, link, open lock) per event loop: a redis.asyncio client's
+        # connections are streams of the loop that opened them, and one store serves threads
+        # that each run their own loop (and successive asyncio.run calls). A lent client is the
+        # host's, used from its own loop; each loop still gets its own link and lock over it.
+        self._loops: PerLoop[_LoopConnection] = PerLoop(self._connection, discard=self._discard)
+        # Round trips of links whose loop has finished (round_trips counts them too).
+        self._ended_trips = 0
         self._report: ServerReport | None = None
-        self._lock: asyncio.Lock | None = None
         self._closed = False
         self._where = redact_url(config.url) if client is None else describe_client(client)
         self._errors = ServerErrors(
@@ -216,7 +235,7 @@ class RedisRecallStore(RecallStore):
     @property
     def round_trips(self) -> int:
         """Round trips made so far (each one write of commands, one read of their replies)."""
-        return 0 if self._link is None else self._link.round_trips
+        return self._ended_trips + sum(conn.link.round_trips for _loop, conn in self._loops.items())
 
     async def health(self, ctx: OpContext) -> str:
         """Connect if needed and describe the server and its durability (one round trip once connected).
@@ -479,40 +498,58 @@ class RedisRecallStore(RecallStore):
         return await erase_target(self, target, ctx, dry_run=dry_run, max_items=bound)
 
     async def aclose(self) -> None:
-        """Close the client if the store created it; a lent client is never closed. Idempotent."""
+        """Close the clients the store created, each on its own event loop; a lent client is never closed.
+
+        Idempotent. Writes cut off earlier may still be settling, on any loop:
+        they get ``settle_timeout_s`` at most.
+        """
         if self._closed:
             return
         self._closed = True
-        # Writes cut off earlier may still be settling: give them settle_timeout_s at most.
         await self._writer.settlements.drain(self._config.settle_timeout_s)
-        client, self._client = self._client, None
-        if client is not None and self._lent is None:
+        problems = await self._loops.aclose(self._close_connection, _CLOSE_S)
+        if problems:
+            raise RedisRecallError(f"redis recall store at {self._where}: closing: " + "; ".join(problems))
+
+    def _connection(self) -> _LoopConnection:
+        """The running loop's connection: the lent client, or a client of its own for this loop."""
+        client = self._lent if self._lent is not None else make_client(self._config, self._errors)
+        return _LoopConnection(client, Link(client), asyncio.Lock())
+
+    async def _close_connection(self, conn: _LoopConnection) -> None:
+        if self._lent is None:
             with anyio.CancelScope(shield=True):
-                await client.aclose()
+                await conn.client.aclose()
+
+    def _discard(self, conn: _LoopConnection) -> None:
+        """A connection whose loop has finished: its sockets went with the loop; keep its count."""
+        self._ended_trips += conn.link.round_trips
 
     async def _ready(self, ctx: OpContext, operation: str) -> Link:
-        """The store's link, connecting and checking the server first if this is the first call."""
+        """The running loop's link, connecting and checking the server on that loop's first call."""
         if self._closed:
             raise RedisRecallError(f"redis recall store: {operation} refused: the store is closed")
         require_asyncio(operation)
-        if self._link is not None and self._report is not None:
-            return self._link
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._link is not None and self._report is not None:
-                return self._link
-            if self._client is None:
-                self._client = make_client(self._config, self._errors)
-            link = self._link if self._link is not None else Link(self._client)
-            self._link = link
-            replies = await self._call(OPEN_COMMANDS, ctx, operation, ready=link, checked=True)
-            self._report = check_server(replies, self._errors)
+        conn = self._loops.get()
+        if conn.open:
+            return conn.link
+        async with conn.lock:
+            if conn.open:
+                return conn.link
+            replies = await self._call(OPEN_COMMANDS, ctx, operation, ready=conn.link, checked=True)
+            report = check_server(replies, self._errors)
+            before = self._report
+            first = before is None
+            # Another loop opened first: what this check read updates its report (a new run_id is a
+            # restart), as a reconnected connection's check does.
+            self._report = report if before is None else recheck(before, [replies[0], *replies[2:4]])
             # From now on every connection that (re)connects re-reads the server's identity and
             # persistence on its first round trip: a restart is noticed on the next call.
-            link.on_check = self._note_check
-            logger.info("redis recall store at %s: %s", self._where, self._report.describe())
-        return link
+            conn.link.on_check = self._note_check
+            conn.open = True
+            if first:
+                logger.info("redis recall store at %s: %s", self._where, report.describe())
+        return conn.link
 
     async def _call(
         self,

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final
@@ -59,17 +60,21 @@ class Settlements:
     """Work that goes on after its write returned: settling, giving up stagings, collecting garbage.
 
     A write is settled in the background when it was cancelled or could not
-    be settled by its deadline. Each is an asyncio task bounded by its own deadline; :meth:`drain`
-    waits for the ones still running (and those they start), at most
-    ``within_s`` seconds in all, cancels the rest and starts nothing more.
+    be settled by its deadline. Each is an asyncio task of the loop the write
+    ran on (one store serves several loops), bounded by its own deadline;
+    :meth:`drain` waits for the ones still running (and those they start), at
+    most ``within_s`` seconds in all, cancels the rest, each on its own loop,
+    and starts nothing more. A task whose loop has closed is gone with it.
     """
 
     def __init__(self) -> None:
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._lock = threading.Lock()  # tasks of several loops start and end on their threads
         self._closed = False
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        with self._lock:
+            return len(self._tasks)
 
     def start(self, work: Coroutine[Any, Any, Any]) -> None:
         """Run ``work`` in the background (a task of the running loop), tracked until it ends."""
@@ -77,8 +82,17 @@ class Settlements:
             work.close()  # drained: the store is closing, and later writes collect what is left
             return
         task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        with self._lock:
+            self._tasks.add(task)
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[Any]) -> None:
+        with self._lock:
+            self._tasks.discard(task)
+
+    def _live(self) -> set[asyncio.Task[Any]]:
+        with self._lock:
+            return {t for t in self._tasks if not t.done() and not t.get_loop().is_closed()}
 
     async def settle(self, within_s: float) -> int:
         """Wait at most ``within_s`` seconds for the running work (and what it starts); how many still run.
@@ -97,14 +111,28 @@ class Settlements:
         """Wait at most ``within_s`` seconds for the running work; cancel what is left; start no more."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within_s
-        while self._tasks and loop.time() < deadline:
-            await asyncio.wait(set(self._tasks), timeout=deadline - loop.time())
+        while (live := self._live()) and loop.time() < deadline:
+            mine = {t for t in live if t.get_loop() is loop}
+            if len(mine) == len(live):
+                await asyncio.wait(mine, timeout=deadline - loop.time())
+            else:
+                # Another loop's task cannot be awaited here: watch it end.
+                await asyncio.sleep(min(_WATCH_S, max(0.0, deadline - loop.time())))
         self._closed = True
-        pending = set(self._tasks)
+        pending = self._live()
         for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=1.0)
+            if task.get_loop() is loop:
+                task.cancel()
+            else:
+                with contextlib.suppress(RuntimeError):  # that loop closed meanwhile
+                    task.get_loop().call_soon_threadsafe(task.cancel)
+        mine = {t for t in pending if t.get_loop() is loop}
+        if mine:
+            await asyncio.wait(mine, timeout=1.0)
+
+
+#: How often :meth:`Settlements.drain` looks whether another loop's settlement has ended.
+_WATCH_S: Final = 0.02
 
 
 #: A writing script call: the script and its arguments after the tenant prefix and the token's ttl.
