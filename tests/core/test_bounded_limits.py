@@ -160,6 +160,13 @@ NOT_LIMITS = {
     ("SQLiteRecallConfig", "min_relevance"),
     ("SQLiteRecallConfig", "min_similarity"),
     ("SQLiteRecallConfig", "vector_weight"),
+    # The same shares and similarities in the PostgreSQL and Redis recall stores.
+    ("PostgresConfig", "min_relevance"),
+    ("PostgresConfig", "min_similarity"),
+    ("PostgresConfig", "vector_weight"),
+    ("RedisRecallConfig", "min_relevance"),
+    ("RedisRecallConfig", "min_similarity"),
+    ("RedisRecallConfig", "vector_weight"),
     # An age in days, not a duration in seconds: MAX_DURATION_S (an hour) cannot
     # express it. It has its own ceiling, checked below with the same bad values.
     ("RetentionPolicy", "max_age_days"),
