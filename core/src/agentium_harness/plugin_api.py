@@ -147,6 +147,7 @@ from ._ports.recall import (
     ValidationStatus,
     document_source_id,
     group_source_id,
+    indexed_group_text,
     reciprocal_rank_fusion,
     source_owner,
 )
@@ -380,6 +381,7 @@ __all__ = [
     "parse_iso_utc",
     "group_source_id",
     "hookimpl",
+    "indexed_group_text",
     "load_config",
     "make_converter",
     "port_stub",

@@ -33,6 +33,7 @@ from .settings import Resolved, Telemetry
 
 __all__ = [
     "HAVE_OTEL",
+    "INTERNAL_KIND",
     "NULL",
     "Active",
     "NullSpan",
@@ -68,7 +69,8 @@ _reported: set[tuple[str, type[BaseException]]] = set()
 
 # Span kinds by name, so this module never touches the API when it is absent.
 _CLIENT = _trace.SpanKind.CLIENT if _trace is not None else None
-_INTERNAL = _trace.SpanKind.INTERNAL if _trace is not None else None
+#: OpenTelemetry's span kind of an operation inside the process (``None`` without OpenTelemetry).
+INTERNAL_KIND = _trace.SpanKind.INTERNAL if _trace is not None else None
 
 
 def _broken(what: str, exc: BaseException) -> None:
@@ -392,7 +394,7 @@ def stage(
     active = current()
     if active is None:
         return NULL
-    return Span(active, span_name or f"agentium.{name}", _INTERNAL, dict(attributes or {}), stage=name)
+    return Span(active, span_name or f"agentium.{name}", INTERNAL_KIND, dict(attributes or {}), stage=name)
 
 
 def operation(
@@ -411,7 +413,7 @@ def operation(
         metric[1]["gen_ai.provider.name"] = attributes["gen_ai.provider.name"]
     if "gen_ai.request.model" in attributes:
         metric[1]["gen_ai.request.model"] = attributes["gen_ai.request.model"]
-    span_kind = _CLIENT if kind == "client" else _INTERNAL
+    span_kind = _CLIENT if kind == "client" else INTERNAL_KIND
     return Span(active, span_name, span_kind, attributes, metric, metric_stage)
 
 

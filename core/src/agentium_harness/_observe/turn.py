@@ -20,7 +20,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from .._errors import AgentiumError
 from .logs import log_diagnostics, would_log
 from .settings import Resolved, Telemetry
-from .spans import _INTERNAL, NULL, Active, NullSpan, Span, begin, enter, error_type, leave
+from .spans import INTERNAL_KIND, NULL, Active, NullSpan, Span, begin, enter, error_type, leave
 
 __all__ = ["AGENT_NAME", "observed_drain", "settings_of", "traced_operation", "traced_run"]
 
@@ -164,7 +164,7 @@ def traced_run(
             if active.on:
                 attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME}
                 attributes.update(scope)
-                span = Span(active, f"invoke_agent {AGENT_NAME}", _INTERNAL, attributes)
+                span = Span(active, f"invoke_agent {AGENT_NAME}", INTERNAL_KIND, attributes)
             with span:
                 try:
                     result = await run(self, identity, session_id, *args, **kwargs)
@@ -208,7 +208,7 @@ def traced_operation(
             return
         attributes = {"agentium.operation": kind, **_scope_attributes(settings, _Who(tenant, user), session)}
         name = "agentium.history." + kind.replace(" ", "_")
-        with Span(active, name, _INTERNAL, attributes) as span:
+        with Span(active, name, INTERNAL_KIND, attributes) as span:
             yield span
     finally:
         leave(token)

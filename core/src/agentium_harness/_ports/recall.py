@@ -43,6 +43,7 @@ __all__ = [
     "ValidationStatus",
     "document_source_id",
     "group_source_id",
+    "indexed_group_text",
     "reciprocal_rank_fusion",
     "source_owner",
 ]
@@ -230,6 +231,14 @@ def group_source_id(key: SessionKey, seq: int) -> str:
     """The source id of archived group ``seq`` of session ``key``: ``group/<t>/<u>/<s>/<seq>``."""
     parts = (encode_segment(key.tenant), encode_segment(key.user), encode_segment(key.session))
     return "/".join(("group", *parts, str(seq)))
+
+
+def indexed_group_text(group: MessageGroup) -> str:
+    """The text a recall store indexes for an archived group: one ``"<role>: <content>"`` line per message.
+
+    Every store indexes the same text, so excerpts read alike whichever store found them.
+    """
+    return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages)
 
 
 #: A group seq in a source id: canonical decimal, as ``str(int)`` writes it.

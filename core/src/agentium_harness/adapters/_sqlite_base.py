@@ -1,7 +1,7 @@
 """The connection base of the embedded SQLite adapters: options, lazy open, WAL, cancellation.
 
 Every built-in SQLite adapter (archive, session store, recall store, memory
-store) is a :class:`_SQLiteAdapterBase`: one lazily opened connection per
+store) is a :class:`SQLiteAdapterBase`: one lazily opened connection per
 adapter, used from worker threads one call at a time (the public
 :class:`~agentium_harness.adapters.threaded.ThreadBoundAdapter`), in WAL mode,
 with ``secure_delete`` on and a progress handler that stops a running
@@ -109,7 +109,7 @@ def data_version(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-class _SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
+class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
     """Connection handling shared by both adapters: lazy open, worker threads, close.
 
     Built on the public :class:`~agentium_harness.adapters.threaded.ThreadBoundAdapter`;

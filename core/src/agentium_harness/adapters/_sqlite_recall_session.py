@@ -54,11 +54,6 @@ class SQLiteRecallError(AgentiumError):
     """
 
 
-def _owner_of_source_id(source_id: str) -> SourceOwner | None:
-    """The owner a source id names, or ``None`` if this store could not have made the id."""
-    return source_owner(source_id)
-
-
 def _row_owner(values: Sequence[Any]) -> SourceOwner | None:
     """The owner stored in a row, or ``None`` for one no longer valid.
 
@@ -213,7 +208,7 @@ class SQLiteRecallSession(RecallSession):
     ) -> Sequence[Excerpt]:
         """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets."""
         self._begin(ctx, "recall read")
-        wanted = [(ref, _owner_of_source_id(ref.source_id)) for ref in refs]
+        wanted = [(ref, source_owner(ref.source_id)) for ref in refs]
         terms = self._terms
         cap = max(0, max_excerpt_bytes)
 
@@ -253,7 +248,7 @@ class SQLiteRecallSession(RecallSession):
 
     async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
         self._begin(ctx, operation)
-        wanted = [(ref, _owner_of_source_id(ref.source_id)) for ref in refs]
+        wanted = [(ref, source_owner(ref.source_id)) for ref in refs]
 
         def work(conn: sqlite3.Connection) -> list[Validation]:
             out: list[Validation] = []

@@ -47,12 +47,12 @@ from .._ports.recall import (
     ValidationStatus,
     document_source_id,
     group_source_id,
+    indexed_group_text,
+    source_owner,
 )
 from .._scope import Scope, SessionKey
 from .._validators import validate_id
 from ._excerpts import make_excerpt, query_terms
-from ._sqlite_recall_session import _owner_of_source_id
-from .sqlite_recall import _group_text
 
 __all__ = ["InMemoryRecallConfig", "InMemoryRecallSession", "InMemoryRecallStore"]
 
@@ -159,7 +159,7 @@ class InMemoryRecallSession(RecallSession):
         self._check(ctx, "recall validate")
         out: list[Validation] = []
         for ref in refs:
-            owner = _owner_of_source_id(ref.source_id)
+            owner = source_owner(ref.source_id)
             if owner is None:
                 out.append(Validation(ref, ValidationStatus.UNKNOWN))
             elif not owner.visible_to(self._scope):
@@ -240,7 +240,7 @@ class InMemoryRecallStore(RecallStore):
         rows: list[tuple[str, _Source]] = []
         for group, receipt in checked_index_batch(key, groups, receipts):
             canonical = canonical_json(unstructure(group))
-            text = _group_text(group)
+            text = indexed_group_text(group)
             rows.append(
                 (
                     group_source_id(key, group.seq),

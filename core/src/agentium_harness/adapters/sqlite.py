@@ -70,9 +70,9 @@ from .._scope import SessionKey
 from ._sqlite_base import (
     SCHEMA_VERSION,
     SYNCHRONOUS_MODES,
+    SQLiteAdapterBase,
     SQLiteConfig,
     SQLiteStorageError,
-    _SQLiteAdapterBase,
     data_version,
 )
 from ._sqlite_rows import (
@@ -107,7 +107,7 @@ _RECENT_BYTES: Final = 8 * 1024 * 1024
 _ABSENT_KEYS: Final = 1024
 
 
-class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
+class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
     """A durable, append-only history archive in a SQLite file.
 
     A batch is appended in one transaction: either every group of it is stored
@@ -244,7 +244,7 @@ class SQLiteArchive(_SQLiteAdapterBase, HistoryArchive):
         return await self.probe_health(ctx, "archive health", self._health_probe)
 
 
-class SQLiteSessionStore(_SQLiteAdapterBase, SessionStore):
+class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
     """Revisioned session snapshots in a SQLite file, saved with compare-and-set.
 
     Revisions start at 1 and grow by one per save. ``save`` reads and writes

@@ -62,7 +62,7 @@ from .._ports.memory import (
 )
 from .._scope import validate_id
 from ._excerpts import query_terms
-from ._sqlite_base import SQLiteConfig, _SQLiteAdapterBase
+from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
 from ._sqlite_memory_sql import (
     COLUMNS,
     INSERT,
@@ -95,7 +95,7 @@ def _scope_args(scope: MemoryScope) -> tuple[str, str]:
     return (scope.tenant, scope.user)
 
 
-class SQLiteMemoryStore(_SQLiteAdapterBase, MemoryStore):
+class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
     """Durable memory in one SQLite file (WAL): revisions, tombstones, bounded scoped lookups."""
 
     capabilities: ClassVar[MemoryCapabilities] = MemoryCapabilities(

@@ -113,10 +113,11 @@ from .._ports.recall import (
     SourceVector,
     document_source_id,
     group_source_id,
+    indexed_group_text,
 )
 from .._scope import Scope, SessionKey
 from .._validators import bounded_count
-from ._sqlite_base import SQLiteConfig, _SQLiteAdapterBase
+from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
 from ._sqlite_recall_gaps import UNINDEXED_WINDOW, unindexed_seqs
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
 from ._sqlite_recall_sql import SCHEMA, SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
@@ -240,12 +241,7 @@ def _utf8(text: str, what: str) -> int:
         raise InvalidArgumentError(f"{what} is not valid Unicode text ({exc}); nothing was written") from exc
 
 
-def _group_text(group: MessageGroup) -> str:
-    """The indexed text of a group: one ``"<role>: <content>"`` line per message."""
-    return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages)
-
-
-class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
+class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
     """The built-in recall store: FTS5 over archived groups and host documents in a SQLite file.
 
     Build it with a :class:`SQLiteRecallConfig` (default file ``agentium.db``,
@@ -409,7 +405,7 @@ class SQLiteRecallStore(_SQLiteAdapterBase, RecallStore):
                     owner=owner,
                     revision=group.digest,
                     title="",
-                    text=_group_text(group),
+                    text=indexed_group_text(group),
                     seq=group.seq,
                     data=group.canonical_bytes(),
                     receipt_digest=receipt.digest,

@@ -53,6 +53,7 @@ from agentium_harness.plugin_api import (
     document_source_id,
     encode_segment,
     group_source_id,
+    indexed_group_text,
 )
 
 from .archive import group_rows, health_probe, insert_groups, read_groups
@@ -89,8 +90,8 @@ def _text(value: object, what: str) -> str:
 
 
 def _group_text(group: MessageGroup) -> str:
-    """The indexed text of a group: one ``"<role>: <content>"`` line per message (NUL shown as U+FFFD)."""
-    return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages).replace("\x00", "\ufffd")
+    """``indexed_group_text``, NUL shown as U+FFFD: PostgreSQL text holds no NUL."""
+    return indexed_group_text(group).replace("\x00", "\ufffd")
 
 
 class PostgresRecallStore(RecallStore):

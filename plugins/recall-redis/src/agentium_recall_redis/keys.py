@@ -64,7 +64,6 @@ import re
 from typing import Final
 
 from agentium_harness.plugin_api import (
-    MessageGroup,
     Scope,
     SessionKey,
     SourceOwner,
@@ -77,7 +76,6 @@ from agentium_harness.plugin_api import (
 __all__ = [
     "ABSENT",
     "encode_term",
-    "group_text",
     "owner_from_key",
     "owner_key",
     "owner_of_source_id",
@@ -147,11 +145,3 @@ def owner_of_source_id(source_id: object) -> SourceOwner | None:
 def encode_term(term: str) -> str:
     """A term as a key segment (:func:`encode_segment`), cached: the same terms recur in every source."""
     return encode_segment(term)
-
-
-def group_text(group: MessageGroup) -> str:
-    """The indexed text of an archived group: one ``"<role>: <content>"`` line per message.
-
-    The same text the built-in recall stores index, so excerpts read alike.
-    """
-    return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages)

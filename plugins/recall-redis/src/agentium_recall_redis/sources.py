@@ -25,9 +25,10 @@ from agentium_harness.plugin_api import (
     SourceVector,
     checked_index_batch,
     group_source_id,
+    indexed_group_text,
 )
 
-from .keys import encode_term, group_text, owner_key
+from .keys import encode_term, owner_key
 from .server import Arg
 from .terms import index_terms
 
@@ -181,7 +182,7 @@ def group_sources(
     out: list[Source] = []
     for group, receipt in batch:
         where = f"group {group.seq} of session {key.key()}"
-        text = group_text(group)
+        text = indexed_group_text(group)
         canonical = group.canonical_bytes()
         text_bytes = utf8(text, f"the text of {where}")
         check_size(max(len(text_bytes), len(canonical)), where, max_value_bytes)
