@@ -227,15 +227,16 @@ async def test_a_write_still_in_flight_at_the_bound_stops_the_erase_before_it_re
 ) -> None:
     config = attrs.evolve(make_config(server), endpoint_url=proxy.endpoint)
     store = S3SessionStore(config)
-    held = proxy.add(Fault("hold", "PUT", "/sessions/", seconds=4.0))
+    # Generous times: on a loaded two-core machine the save's requests before its PUT may take a while.
+    held = proxy.add(Fault("hold", "PUT", "/sessions/", seconds=8.0))
     try:
         with pytest.raises(OperationCancelledError):
-            await store.save(GONE, scoped_snapshot(GONE, "late"), None, OpContext.with_timeout(1.0))
+            await store.save(GONE, scoped_snapshot(GONE, "late"), None, OpContext.with_timeout(3.0))
         assert held.applied == 1  # the PUT was sent before its deadline, and is held
         with pytest.raises(S3SessionStoreError, match="still in flight") as caught:
             await store.erase(EraseTarget.user("acme", "ana"), OpContext.with_timeout(1.0))
         assert caught.value.code == "WritesInFlight"
-        await anyio.sleep(3.5)
+        await anyio.sleep(5.5)
         report = await store.erase(EraseTarget.user("acme", "ana"), _ctx())
         assert report.count("snapshot") == 1
         assert await store.load(GONE, _ctx()) is None
