@@ -109,11 +109,24 @@ async def test_erasing_a_session_removes_its_keys_and_no_other_tenants_key_chang
         await store.index_document(SourceOwner("acme", "ana", "s1"), "n", "qzebra03doc notes", _ctx())
         await store.index_document(SourceOwner("acme", "ana"), "p", "qkept03user profile", _ctx())
         other_before = _dump(await key_space(admin, f"{prefix}:{{acme2}}"))
+        acme_before = await key_space(admin, f"{prefix}:{{acme}}")
         keys, scans = await _stat(admin, "keys"), await _stat(admin, "scan")
 
         reports = await erase_fully(store, EraseTarget.session("acme", "ana", "s1"))
 
         assert await _stat(admin, "keys") == keys and await _stat(admin, "scan") == scans
+        # Within the tenant, every key left is byte-identical to what it was, but the shared hashes,
+        # which only lost the erased sources' fields; nothing new appeared but settlement tokens.
+        for key, (kind, value) in (await key_space(admin, f"{prefix}:{{acme}}")).items():
+            if b":w:" in key:
+                continue
+            assert key in acme_before, key
+            before_kind, before_value = acme_before[key]
+            if kind == "hash" and key.rsplit(b":", 1)[1] in (b"ids", b"rev", b"bk", b"bn"):
+                assert value.items() <= before_value.items(), key
+            else:
+                assert (kind, value) == (before_kind, before_value), key
+
         assert sum(r.count("group") for r in reports) == 2 and sum(r.count("document") for r in reports) == 1
         assert reports[-1].physical is PhysicalErasure.UNREFERENCED and "BGREWRITEAOF" in reports[-1].detail
         assert _dump(await key_space(admin, f"{prefix}:{{acme2}}")) == other_before
