@@ -41,7 +41,7 @@ from agentium_harness.plugin_api import (
 
 from .config import DEFAULT_BASE_URL, MAX_REPLY_BYTES_CEILING, OpenAIProviderConfig, redact_url
 from .errors import OpenAIEmbeddingReplyError
-from .provider import OpenAIProvider
+from .provider import OpenAIProvider, ProviderCalls
 
 __all__ = ["OpenAIEmbedder", "OpenAIEmbedderConfig"]
 
@@ -119,6 +119,7 @@ class OpenAIEmbedder(Embedder):
         self._transport = OpenAIProvider(
             config.transport(), environ=os.environ if environ is None else environ
         )
+        self._calls = ProviderCalls(self._transport)
 
     @property
     def model(self) -> EmbeddingModel:
@@ -139,8 +140,8 @@ class OpenAIEmbedder(Embedder):
         batch = list(texts)
         if not batch:
             return []
-        transport = self._transport
-        client = transport._get_client()
+        calls = self._calls
+        client = calls.client()
         optional: dict[str, Any] = (
             {"dimensions": self._config.dimension} if self._config.request_dimensions else {}
         )
@@ -149,13 +150,13 @@ class OpenAIEmbedder(Embedder):
             async with client.embeddings.with_streaming_response.create(
                 model=self._config.model, input=batch, encoding_format="float", timeout=timeout, **optional
             ) as raw:
-                data = await transport._read_capped(raw.headers, raw.iter_bytes(), "the embeddings")
+                data = await calls.read_capped(raw.headers, raw.iter_bytes(), "the embeddings")
             return self._parse(data, len(batch))
 
-        return await transport._bounded(ctx, "embed", lambda: transport._attempts(ctx, "embed", send))
+        return await calls.bounded(ctx, "embed", lambda: calls.attempts(ctx, "embed", send))
 
     def _parse(self, data: bytes, count: int) -> list[list[float]]:
-        where = self._transport._where()
+        where = self._calls.where()
         try:
             body = decode_json(data, max_bytes=max(len(data), 1))
         except InvalidJSONError as exc:

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     import openai
     from openai import AsyncOpenAI
 
-__all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider"]
+__all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider", "ProviderCalls"]
 
 #: Retries and give-ups (WARNING); never the request or the server's error text.
 logger = logging.getLogger("agentium.plugins.provider_openai")
@@ -545,3 +545,37 @@ class OpenAIProvider(ModelProvider):
         problems = await self._clients.aclose(lambda client: client.close(), _CLOSE_S)
         if problems:
             raise OpenAIProviderError("closing the OpenAI provider: " + "; ".join(problems))
+
+
+class ProviderCalls:
+    """What another endpoint's client (the embedder) uses of a provider it sends through.
+
+    The provider's client, deadline bounding, retries, capped reads and the
+    redacted server address, as methods: the embedder builds requests of its
+    own on them without reaching into the provider's private attributes.
+    """
+
+    __slots__ = ("_provider",)
+
+    def __init__(self, provider: OpenAIProvider) -> None:
+        self._provider = provider
+
+    def client(self) -> AsyncOpenAI:
+        """The provider's client (built on first use); refused once the provider is closed."""
+        return self._provider._get_client()
+
+    def where(self) -> str:
+        """The server's address for messages, without credentials."""
+        return self._provider._where()
+
+    async def bounded(self, ctx: OpContext, operation: str, work: Callable[[], Awaitable[T]]) -> T:
+        """Run ``work`` until it ends, the deadline passes or the signal is cancelled."""
+        return await self._provider._bounded(ctx, operation, work)
+
+    async def attempts(self, ctx: OpContext, operation: str, send: Callable[[float], Awaitable[T]]) -> T:
+        """Call ``send(timeout)`` as the provider's retry options say."""
+        return await self._provider._attempts(ctx, operation, send)
+
+    async def read_capped(self, headers: Mapping[str, str], chunks: AsyncIterator[bytes], what: str) -> bytes:
+        """The body from ``chunks``, refused once it passes ``max_reply_bytes``."""
+        return await self._provider._read_capped(headers, chunks, what)

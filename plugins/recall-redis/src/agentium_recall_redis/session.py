@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -49,9 +49,29 @@ from .server import Arg
 from .terms import STOPWORD_LISTS, query_stems
 
 if TYPE_CHECKING:
+    from .link import Command, Reply
+    from .lua import Script
+    from .server import ServerErrors
     from .store import RedisRecallStore
 
-__all__ = ["RedisRecallSession", "check_count"]
+__all__ = ["RedisRecallSession", "StoreReads", "check_count"]
+
+
+@attrs.frozen(slots=True)
+class StoreReads:
+    """The reads a session makes through its store: the store's bounded calls and its error mapping.
+
+    The store hands them over when it opens a session, so the session never
+    reaches into the store's private attributes.
+    """
+
+    #: One round trip of read-only commands (the store's ``_call``).
+    call: Callable[[Sequence[Command], OpContext, str], Awaitable[list[Reply]]]
+    #: A read-only script, re-sent if the server lost its script cache (the store's ``_script``).
+    script: Callable[[Script, Sequence[str], Sequence[Arg], OpContext, str], Awaitable[Reply]]
+    #: Turns a server's refusal into the store's typed error.
+    errors: ServerErrors
+
 
 #: Titles up to this many bytes come back with hybrid discovery's candidates; a longer one is read for
 #: the winners only.
@@ -142,8 +162,11 @@ class RedisRecallSession(RecallSession):
     session's latest :meth:`discover` query.
     """
 
-    def __init__(self, store: RedisRecallStore, scope: Scope, limits: RecallLimits) -> None:
+    def __init__(
+        self, store: RedisRecallStore, scope: Scope, limits: RecallLimits, reads: StoreReads
+    ) -> None:
         self._store = store
+        self._reads = reads
         self._scope = scope
         self._limits = limits
         self._prefix = tenant_prefix(store.config.key_prefix, scope.tenant)
@@ -204,7 +227,7 @@ class RedisRecallSession(RecallSession):
         ]
         args.extend(encode_term(t) for t in terms)
         args.extend(self._owner_keys)
-        rows = await self._store._script(DISCOVER, [f"{self._prefix}:bk"], args, ctx, "recall discover")
+        rows = await self._reads.script(DISCOVER, [f"{self._prefix}:bk"], args, ctx, "recall discover")
         found: list[Candidate] = []
         spent = 0
         for sid, revision, title, size, okey, score in rows or ():
@@ -269,7 +292,7 @@ class RedisRecallSession(RecallSession):
         ]
         args.extend(encode_term(t) for t in terms)
         args.extend(self._owner_keys)
-        reply = await self._store._script(HYBRID, [f"{self._prefix}:bk"], args, ctx, "recall discover")
+        reply = await self._reads.script(HYBRID, [f"{self._prefix}:bk"], args, ctx, "recall discover")
         rows = _hybrid_rows(reply)
         blobs = [row.vector for row in rows if row.vector is not None]
         scores = iter(cosine_scores(vector, blobs))
@@ -311,10 +334,10 @@ class RedisRecallSession(RecallSession):
             commands: list[Sequence[Arg]] = [
                 ("HGET", f"{self._prefix}:m:{row.n}", "title") for row in long_titles
             ]
-            replies = await self._store._call(commands, ctx, "recall discover")
+            replies = await self._reads.call(commands, ctx, "recall discover")
             for row, value in zip(long_titles, replies, strict=True):
                 if isinstance(value, ResponseError):
-                    self._store._errors.refused(value, "recall discover")
+                    self._reads.errors.refused(value, "recall discover")
                 titles[row.sid] = (value or b"").decode("utf-8", "replace")
         return [
             Candidate(SourceRef(row.sid, row.rev), owner, score, row.size, titles.get(row.sid, row.title))
@@ -342,7 +365,7 @@ class RedisRecallSession(RecallSession):
         args: list[Arg] = [self._prefix, self._store.config.max_read_bytes]
         for ref, _ in wanted:
             args.extend((ref.source_id, ref.revision))
-        rows = await self._store._script(READ, [f"{self._prefix}:ids"], args, ctx, "recall read")
+        rows = await self._reads.script(READ, [f"{self._prefix}:ids"], args, ctx, "recall read")
         out: list[Excerpt] = []
         spent_bytes = spent_tokens = 0
         for (ref, owner), row in zip(wanted, rows or (), strict=False):
@@ -389,9 +412,9 @@ class RedisRecallSession(RecallSession):
                 lookups.append(i)
         if lookups:
             command: list[Arg] = ["HMGET", f"{self._prefix}:rev", *(refs[i].source_id for i in lookups)]
-            [reply] = await self._store._call([command], ctx, operation)
+            [reply] = await self._reads.call([command], ctx, operation)
             if isinstance(reply, ResponseError):
-                self._store._errors.refused(reply, operation)
+                self._reads.errors.refused(reply, operation)
             for i, value in zip(lookups, reply, strict=True):
                 ref = refs[i]
                 current = None if value is None else as_text(value)

@@ -118,7 +118,7 @@ from .server import (
     recheck,
     require_asyncio,
 )
-from .session import RedisRecallSession, check_count
+from .session import RedisRecallSession, StoreReads, check_count
 from .sources import check_size, group_sources, make_source, utf8, vector_calls
 from .terms import index_terms
 from .writes import Call, Writer
@@ -282,7 +282,7 @@ class RedisRecallStore(RecallStore):
         if not isinstance(limits, RecallLimits):
             raise InvalidArgumentError(f"limits must be RecallLimits, got {type(limits).__name__}")
         await self._ready(ctx, "recall open")
-        return RedisRecallSession(self, scope, limits)
+        return RedisRecallSession(self, scope, limits, StoreReads(self._call, self._script, self._errors))
 
     async def index_document(
         self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
