@@ -27,9 +27,6 @@ from agentium_postgres import (
 )
 
 Transform = Callable[[bytes], bytes]
-
-# A known gap, kept visible (docs/contract-suites.md): not yet usable from several event loops.
-ANY_LOOP_GAP = "the pool and its locks belong to the loop of the first call; one per loop is not built yet"
 Admin = psycopg.Connection[Any]
 
 
@@ -101,14 +98,6 @@ class TestPostgresArchive(ArchiveContract):
 
         return corrupt
 
-    @pytest.mark.xfail(reason=ANY_LOOP_GAP, strict=True)
-    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
-        self, archive: PostgresArchive, anyio_backend_name: str
-    ) -> None:
-        await super().test_one_adapter_serves_threads_each_with_its_own_event_loop(
-            archive, anyio_backend_name
-        )
-
 
 class TestPostgresSessionStore(SessionStoreContract):
     @pytest.fixture
@@ -131,14 +120,6 @@ class TestPostgresSessionStore(SessionStoreContract):
             _rewrite(admin, schema, "session_snapshots", _SESSION, key.key_segments(), transform)
 
         return corrupt
-
-    @pytest.mark.xfail(reason=ANY_LOOP_GAP, strict=True)
-    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
-        self, session_store: PostgresSessionStore, anyio_backend_name: str
-    ) -> None:
-        await super().test_one_adapter_serves_threads_each_with_its_own_event_loop(
-            session_store, anyio_backend_name
-        )
 
 
 class TestPostgresRecallStore(RecallStoreContract):
@@ -168,14 +149,6 @@ class TestPostgresRecallStore(RecallStoreContract):
 
         return corrupt
 
-    @pytest.mark.xfail(reason=ANY_LOOP_GAP, strict=True)
-    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
-        self, recall_store: PostgresRecallStore, add_document: Any, anyio_backend_name: str
-    ) -> None:
-        await super().test_one_adapter_serves_threads_each_with_its_own_event_loop(
-            recall_store, add_document, anyio_backend_name
-        )
-
 
 class TestPostgresMemoryStore(MemoryStoreContract):
     @pytest.fixture
@@ -191,11 +164,3 @@ class TestPostgresMemoryStore(MemoryStoreContract):
     @pytest.fixture
     def reopen_memory_store(self, app_config: PostgresConfig) -> Callable[[], PostgresMemoryStore]:
         return lambda: PostgresMemoryStore(app_config)
-
-    @pytest.mark.xfail(reason=ANY_LOOP_GAP, strict=True)
-    async def test_one_adapter_serves_threads_each_with_its_own_event_loop(
-        self, memory_store: PostgresMemoryStore, anyio_backend_name: str
-    ) -> None:
-        await super().test_one_adapter_serves_threads_each_with_its_own_event_loop(
-            memory_store, anyio_backend_name
-        )

@@ -53,6 +53,7 @@ from agentium_harness.plugin_api import (
     EmbeddingModelMismatchError,
     OpContext,
     OperationCancelledError,
+    PerLoop,
     SessionConflictError,
 )
 
@@ -143,13 +144,17 @@ class PgLink:
         self._config = config
         self._lent_pool = pool
         self._lent_connection = connection
-        self._owned: AsyncConnectionPool[Any] | None = None
+        # The owned pool of each event loop: a pool's connections and its worker tasks belong to
+        # the loop that opened it, and one adapter serves threads that each run their own loop
+        # (and successive asyncio.run calls). A loop's pool is dropped once that loop finished.
+        self._owned: PerLoop[_LoopPool] = PerLoop(_LoopPool)
         self._family = family
         self._name = name
         self._needs = needs
         self._facts: ServerFacts | None = None
         self._connection_lock: anyio.Lock | None = None
-        self._ready_lock: anyio.Lock | None = None
+        # One per loop (an anyio lock belongs to its loop); the first-use check is idempotent.
+        self._ready_locks: PerLoop[anyio.Lock] = PerLoop(anyio.Lock)
         self._closed = False
         # The owned pool's last failure to connect (None once a connection succeeded).
         self._last_connect_error: BaseException | None = None
@@ -298,7 +303,8 @@ class PgLink:
         network) would otherwise retry in the background with a growing
         backoff, and the next calls would wait for it.
         """
-        pool, self._owned = self._owned, None
+        slot = self._owned.get()
+        pool, slot.pool = slot.pool, None
         # Until a direct connection succeeds again, calls check first and fail at once.
         self._suspect = True
         if pool is not None:
@@ -321,7 +327,8 @@ class PgLink:
     async def _pool(self) -> AsyncConnectionPool[Any]:
         if self._lent_pool is not None:
             return self._lent_pool
-        if self._owned is None:
+        slot = self._owned.get()
+        if slot.pool is None:
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                 self._config.conninfo(),
                 min_size=self._config.min_pool_size,
@@ -338,8 +345,8 @@ class PgLink:
                 connection_class=_recording_connection_class(self),
             )
             await pool.open(wait=False)
-            self._owned = pool
-        return self._owned
+            slot.pool = pool
+        return slot.pool
 
     async def _transaction(
         self,
@@ -498,9 +505,7 @@ class PgLink:
 
     async def _first_use(self, conn: Conn, ctx: OpContext, operation: str) -> None:
         """Check the schema version and the privileges once; learn whether the role bypasses RLS."""
-        if self._ready_lock is None:
-            self._ready_lock = anyio.Lock()
-        async with self._ready_lock:
+        async with self._ready_locks.get():
             if self._facts is not None:
                 return
             schema = self._config.schema
@@ -643,12 +648,31 @@ class PgLink:
     # -- closing --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the pool this link created; never a lent pool or connection. Idempotent."""
+        """Close the pools this link created, each on its own event loop; never a lent pool or connection.
+
+        Idempotent. A pool of a loop that has finished is dropped (its
+        connections and workers went with the loop). Raises the adapter's
+        error class when a pool of a loop still running elsewhere did not
+        close in time.
+        """
         self._closed = True
-        pool, self._owned = self._owned, None
-        if pool is not None:
-            with anyio.CancelScope(shield=True):
-                await pool.close(timeout=_SETTLE_S)
+
+        async def close(slot: _LoopPool) -> None:
+            pool, slot.pool = slot.pool, None
+            if pool is not None:
+                with anyio.CancelScope(shield=True):
+                    await pool.close(timeout=_SETTLE_S)
+
+        problems = await self._owned.aclose(close, 2 * _SETTLE_S)
+        if problems:
+            raise self._family(f"{self._name}: closing: " + "; ".join(problems))
+
+
+@attrs.define(slots=True, eq=False)
+class _LoopPool:
+    """One event loop's owned pool (``None`` before its first call there and after a reset)."""
+
+    pool: AsyncConnectionPool[Any] | None = None
 
 
 class _StaleConnection(Exception):
