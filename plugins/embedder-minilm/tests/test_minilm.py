@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+import anyio
 import pytest
 
 from agentium_embedder_minilm import (
@@ -41,7 +42,7 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import PluginRegistry
-from agentium_harness.testing import EmbedderContract
+from agentium_harness.testing import EmbedderContract, run_in_threads
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +145,28 @@ async def test_hybrid_recall_finds_a_paraphrase_end_to_end(tmp_path: Path) -> No
     assert result.recall is not None and result.recall.status is RecallStatus.COMPLETE
     assert next(ref.source_id for ref in result.recall.included) == "group/acme/ana/s1/0"
     await store.aclose()
+
+
+def test_one_embedder_serves_threads_each_with_its_own_loop() -> None:
+    """Threads that each run their own loop share one embedder, as they share one runtime (issue 22).
+
+    Its one-at-a-time limiter belonged to the first loop that waited on it: a
+    call queued on one loop was woken from another and hung (reported after
+    the helper's timeout). Each thread's vectors equal the ones embedded alone.
+    """
+    embedder = MiniLMEmbedder()
+    texts = [f"the harbour report number {i} mentions kestrels" for i in range(8)]
+
+    async def alone() -> list[Sequence[float]]:
+        return list(await embedder.embed(texts, OpContext.with_timeout(120.0)))
+
+    expected = anyio.run(alone)
+
+    async def work(_i: int) -> list[Sequence[float]]:
+        return list(await embedder.embed(texts, OpContext.with_timeout(120.0)))
+
+    results = run_in_threads(work, threads=4, styles=("asyncio-loop", "trio", "asyncio"), timeout_s=120)
+    for vectors in results:
+        assert len(vectors) == len(expected)
+        for got, want in zip(vectors, expected, strict=True):
+            assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-4

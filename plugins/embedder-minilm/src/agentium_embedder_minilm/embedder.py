@@ -36,6 +36,7 @@ from agentium_harness.plugin_api import (
     EmbedderCapabilities,
     EmbeddingModel,
     OpContext,
+    PerLoop,
     bounded_count,
 )
 
@@ -173,8 +174,12 @@ class MiniLMEmbedder(Embedder):
         self.max_batch = self._config.max_batch
         self._loaded: _Model | None = None
         self._lock = threading.Lock()
-        # One inference at a time per embedder: onnxruntime already uses `threads` cores.
-        self._limiter = anyio.CapacityLimiter(1)
+        # One inference at a time per embedder: onnxruntime already uses `threads` cores. The
+        # embedder serves several event loops (threads that each run their own): each loop's
+        # callers queue on that loop's limiter (an anyio limiter belongs to one loop), and the
+        # thread lock, taken in the worker thread, orders inferences across loops.
+        self._limiters: PerLoop[anyio.CapacityLimiter] = PerLoop(lambda: anyio.CapacityLimiter(1))
+        self._inference = threading.Lock()
 
     @property
     def model(self) -> EmbeddingModel:
@@ -197,13 +202,15 @@ class MiniLMEmbedder(Embedder):
         def work() -> list[list[float]]:
             model = self._model()
             out: list[list[float]] = []
-            for start in range(0, len(batch), self._config.max_batch):
-                ctx.raise_if_expired("embed")
-                part = batch[start : start + self._config.max_batch]
-                out.extend(model.embed(part, lambda: ctx.raise_if_expired("embed")))
+            with self._inference:
+                for start in range(0, len(batch), self._config.max_batch):
+                    ctx.raise_if_expired("embed")
+                    part = batch[start : start + self._config.max_batch]
+                    out.extend(model.embed(part, lambda: ctx.raise_if_expired("embed")))
             return out
 
-        vectors = await anyio.to_thread.run_sync(work, limiter=self._limiter, abandon_on_cancel=True)
+        limiter = self._limiters.get()
+        vectors = await anyio.to_thread.run_sync(work, limiter=limiter, abandon_on_cancel=True)
         ctx.raise_if_expired("embed")
         return vectors
 
