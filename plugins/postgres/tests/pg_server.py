@@ -94,6 +94,34 @@ def pgvector_bindir() -> Path:
     )
 
 
+def server_readable_bindir(bindir: Path, into: Path) -> Path:
+    """``bindir``, or as root a copy of its installation under ``into`` that the server's user can run.
+
+    As root the server runs as another user (see :func:`_run_as`), who may not
+    be able to reach a virtual environment under a private folder (``/root``
+    is ``0700``). A relocatable installation (``<package>/pginstall/{bin,lib,share}``,
+    as the ``pgserver`` wheel ships it) is copied world-readable with the
+    wheel's vendored libraries beside its package (``<package>.libs``, which
+    the binaries find relative to themselves), and the copy's bin folder
+    returned. Debian's binaries under ``/usr/lib`` need no copy.
+    """
+    if os.geteuid() != 0:
+        return bindir
+    install, package = bindir.parent, bindir.parent.parent
+    target = into / package.name / install.name
+    for part in ("bin", "lib", "share"):
+        if (install / part).is_dir():
+            shutil.copytree(install / part, target / part, symlinks=True)
+    vendored = package.parent / f"{package.name}.libs"
+    if vendored.is_dir():
+        shutil.copytree(vendored, into / vendored.name, symlinks=True)
+    for path in (into, *into.rglob("*")):
+        mode = path.lstat().st_mode
+        if not path.is_symlink():
+            path.chmod(mode | 0o444 | (0o111 if path.is_dir() or mode & 0o100 else 0))
+    return target / "bin"
+
+
 def free_port() -> int:
     """A port that was free on 127.0.0.1 a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
@@ -20,7 +22,14 @@ from pathlib import Path
 import anyio
 import psycopg
 import pytest
-from pg_server import APP_USER, PostgresServer, ServerNotFound, new_schema_name, pgvector_bindir
+from pg_server import (
+    APP_USER,
+    PostgresServer,
+    ServerNotFound,
+    new_schema_name,
+    pgvector_bindir,
+    server_readable_bindir,
+)
 
 from agentium_harness import OpContext, Scope
 from agentium_harness._cli import main
@@ -41,17 +50,20 @@ WORDS = ["river", "garden", "violin", "harbour", "lantern", "orchard", "meadow",
 
 
 @pytest.fixture(scope="module")
-def pgv_server() -> Iterator[PostgresServer]:
+def pgv_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     """PostgreSQL with pgvector available (not yet created in the test database)."""
     try:
-        server = PostgresServer(bindir=pgvector_bindir())
+        found = pgvector_bindir()
     except ServerNotFound as exc:
         pytest.fail(str(exc), pytrace=False)
+    copy = Path(tempfile.mkdtemp(prefix="agentium-pgvector-"))  # a folder the server's user can reach
+    server = PostgresServer(bindir=server_readable_bindir(found, copy))
     try:
         server.start().prepare()
         yield server
     finally:
         server.cleanup()
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 def _ctx() -> OpContext:
