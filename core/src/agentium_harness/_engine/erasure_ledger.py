@@ -11,7 +11,7 @@ and a tenant erasure of any real tenant never reaches them. Per tenant:
 
 - ``pending``: the headers of its erasures under way. Every run, append and
   maintenance operation reads it first and is refused on a covered session
-  (:func:`check_not_erasing`), in any process sharing the store, so no run
+  (:func:`refuse_if_erasing`), in any process sharing the store, so no run
   ever sees half-erased history; it is usually absent (one cheap read).
 - ``e-<erasure id>``: one erasure's full record, progress and all; once
   complete, its tombstone.
@@ -36,12 +36,13 @@ from .._scope import ERASURE_RECORDS_TENANT, Scope, SessionKey
 from .lifecycle import Ticket, covers
 
 __all__ = [
-    "check_not_erasing",
     "index_key",
+    "ledger_of",
     "load_ledger",
     "pending_key",
     "pending_records",
     "record_key",
+    "refuse_if_erasing",
     "update_ledger",
 ]
 
@@ -73,7 +74,11 @@ async def load_ledger(
     ticket: Ticket, store: SessionStore, key: SessionKey, operation: str = "session load"
 ) -> tuple[int | None, ErasureLedger]:
     """The ledger at ``key`` and its revision (``None`` and empty when absent), checked like a snapshot."""
-    stored = await ticket.call(operation, lambda ctx: store.load(key, ctx))
+    return ledger_of(key, await ticket.call(operation, lambda ctx: store.load(key, ctx)))
+
+
+def ledger_of(key: SessionKey, stored: object) -> tuple[int | None, ErasureLedger]:
+    """What the store answered for the ledger at ``key``, checked: its revision and the ledger."""
     if stored is None:
         return None, ErasureLedger()
     if not isinstance(stored, StoredSnapshot) or not isinstance(stored.snapshot, SessionSnapshot):
@@ -133,15 +138,18 @@ async def pending_records(
     return ledger.records
 
 
-async def check_not_erasing(ticket: Ticket, store: SessionStore, key: SessionKey) -> None:
-    """Raise :class:`ErasureInProgressError` if an erasure under way covers session ``key``.
+def refuse_if_erasing(key: SessionKey, pending: object) -> None:
+    """Raise :class:`ErasureInProgressError` if ``pending`` holds an erasure covering session ``key``.
 
-    Read from the store, not from this process's memory, so an erasure that
-    another process (``agentium erase``) started, or that stopped part way
-    before a restart, refuses the operation just the same.
+    ``pending`` is what the store answered, just now, for the tenant's
+    erasures under way (:func:`pending_key`); it is checked like any ledger.
+    It is read from the store on every operation (see :mod:`.load`), never
+    from this process's memory, so an erasure that another process
+    (``agentium erase``) started, or that stopped part way before a restart,
+    refuses the operation just the same.
     """
-    # Its own span name (agentium.erasure.fence): the one read every operation adds for erasure.
-    for record in await pending_records(ticket, store, key.tenant, "erasure fence"):
+    _, ledger = ledger_of(pending_key(key.tenant), pending)
+    for record in ledger.records:
         if covers(record.target, key):
             raise ErasureInProgressError(
                 f"session {key.session!r} is being erased ({record.target.describe()}, erasure "

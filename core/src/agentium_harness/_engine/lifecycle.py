@@ -178,6 +178,7 @@ class Ticket:
         remaining_bytes: int | None = None,
         remaining_tokens: int | None = None,
         on_late: Callable[[T], Awaitable[None]] | None = None,
+        traced: bool = True,
     ) -> T:
         """Run one adapter call under its deadline (R10, R12) and walk away from it past the deadline.
 
@@ -189,12 +190,13 @@ class Ticket:
         cancellation (blocked in a worker thread) is abandoned: the error says
         so (``abandoned``), the ticket records it, and its late result is
         discarded — released through ``on_late`` first when it holds something
-        (a late-opened recall session is closed).
+        (a late-opened recall session is closed). ``traced=False``: ``work``
+        opens its own spans (several adapter calls under one deadline).
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
         ctx = self.context(timeout, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens)
         # The call's span is current while it runs, so an instrumented client's spans nest under it.
-        with observe.adapter_call(operation) as span:
+        with observe.adapter_call(operation) if traced else observe.NULL as span:
             try:
                 value = await bounded(
                     lambda: work(ctx),

@@ -17,6 +17,7 @@ from .._errors import (
 )
 from .._history import ControlKind
 from .._observe import spans as observe
+from .._ports import OpContext
 from .._ports.sessions import (
     MAX_ARCHIVE_MARKS,
     SessionSnapshot,
@@ -25,7 +26,7 @@ from .._ports.sessions import (
     verify_snapshot,
 )
 from .._scope import Scope, SessionKey
-from .erasure_ledger import check_not_erasing
+from .erasure_ledger import pending_key, refuse_if_erasing
 from .lifecycle import Ticket
 
 __all__ = ["load_session"]
@@ -49,18 +50,48 @@ async def load_session(
     erasure under way covers (:class:`~agentium_harness._errors.ErasureInProgressError`).
     """
     with observe.stage("load") as span:
-        if fence:
-            await check_not_erasing(ticket, store, key)
-        stored, snap = await _load_checked(ticket, store, key, scope, attest_legacy=attest_legacy)
+        stored, snap = await _load_checked(
+            ticket, store, key, scope, attest_legacy=attest_legacy, fence=fence
+        )
         span.set("agentium.snapshot.revision", stored.revision if stored is not None else 0)
         span.set("agentium.resident.groups", len(snap.resident))
         return stored, snap
 
 
+async def _read(
+    ticket: Ticket, store: SessionStore, key: SessionKey, *, fence: bool
+) -> tuple[object, object]:
+    """What the store holds for the tenant's erasures under way (with ``fence``) and for ``key``.
+
+    Both are read from the store, fence first, under one deadline: one
+    bounded call (a task and a timer) for the two, where each had its own.
+    Each read keeps its span (``agentium.erasure.fence``, ``agentium.session.load``).
+    """
+    if not fence:
+        return None, await ticket.call("session load", lambda ctx: store.load(key, ctx))
+
+    async def both(ctx: OpContext) -> tuple[object, object]:
+        with observe.adapter_call("erasure fence"):
+            pending = await store.load(pending_key(key.tenant), ctx)
+        with observe.adapter_call("session load"):
+            return pending, await store.load(key, ctx)
+
+    return await ticket.call("session load", both, traced=False)
+
+
 async def _load_checked(
-    ticket: Ticket, store: SessionStore, key: SessionKey, scope: Scope | None, *, attest_legacy: bool
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    scope: Scope | None,
+    *,
+    attest_legacy: bool,
+    fence: bool,
 ) -> tuple[StoredSnapshot | None, SessionSnapshot]:
-    stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    pending, stored = await _read(ticket, store, key, fence=fence)
+    if fence:
+        # Refused before the snapshot is even looked at, as when the fence was read on its own.
+        refuse_if_erasing(key, pending)
     if stored is None:
         return None, SessionSnapshot(memory_scope=scope)
     if not isinstance(stored, StoredSnapshot) or not isinstance(stored.snapshot, SessionSnapshot):
