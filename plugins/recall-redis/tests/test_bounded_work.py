@@ -277,6 +277,34 @@ async def test_postings_without_a_row_take_no_place_in_discovery(
     assert await _discover(store, "kiwi", limit=1) == [ref]
 
 
+async def test_an_index_of_layout_2_without_neighbouring_context_is_refused(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    """A tenant of layout 2 (stemmed words, groups without neighbouring context) is refused, not mixed.
+
+    Its groups were indexed without the edge lines of their neighbours, so
+    they would rank below groups indexed now; discovery and indexing raise
+    ``RedisRecallLayoutError`` and write nothing, reads still work.
+    """
+    from agentium_recall_redis import RedisRecallLayoutError
+
+    ref = await store.index_document(OWNER, "d", "kiwi orchard", ctx())
+    tp = tenant_prefix(store.config.key_prefix, "bw")
+    assert await admin.get(f"{tp}:v") == b"3"
+    await admin.set(f"{tp}:v", "2")  # as the previous version of the store left it
+    before = await key_space(admin, store.config.key_prefix)
+    with pytest.raises(RedisRecallLayoutError, match="layout 2"):
+        await _discover(store, "kiwi")
+    with pytest.raises(RedisRecallLayoutError, match="nothing was written"):
+        await store.index_document(OWNER, "other", "plum", ctx())
+    assert await key_space(admin, store.config.key_prefix) == before
+    session = await store.open(SCOPE, RecallLimits(), ctx())
+    try:
+        assert [e.text for e in await session.read([ref], 100, ctx())] == ["kiwi orchard"]
+    finally:
+        await session.close()
+
+
 async def test_an_index_of_the_previous_key_layout_is_refused_never_mixed(
     store: RedisRecallStore, admin: aioredis.Redis
 ) -> None:

@@ -370,3 +370,61 @@ async def test_hybrid_discovery_ranks_a_conversation_as_the_sqlite_store_does(
             assert found[0] == ("t8" if "boat" in question else "t1"), question
     finally:
         await sqlite_store.aclose()
+
+
+# -- neighbouring context ---------------------------------------------------------------------------
+
+TURNS = (
+    "Caroline: Where did you and the kids go on holiday last summer?",
+    "Melanie: We drove down to Lisbon and stayed by the sea for two weeks.",
+    "Caroline: My grandmother gave me a necklace from Sweden.",
+    "Melanie: Yesterday I finished a painting of the harbour.",
+)
+
+
+def _turn(seq: int) -> MessageGroup:
+    return MessageGroup(seq, (Message(Role.USER, TURNS[seq]),))
+
+
+async def _index_turns(store: RecallStore, seqs: Sequence[int]) -> None:
+    key = SessionKey("q", "u", "s")
+    groups = [_turn(seq) for seq in seqs]
+    receipts = [ArchiveReceipt(g.seq, g.digest, "test") for g in groups]
+    assert await store.index_groups(key, groups, receipts, ctx()) == len(groups)
+
+
+async def test_a_turn_is_found_through_its_neighbours_words_as_in_the_sqlite_store(
+    make_store: Any, tmp_path: Any
+) -> None:
+    """The answer "We drove down to Lisbon" shares no word with its question; its neighbour's words find it.
+
+    Each archived group is indexed with the last line of the group before it
+    and the first of the group after it, at half weight, as the SQLite store
+    does: the question's words find the question's turn first and its answer
+    next, whichever was indexed first (here the answer, as a catch-up would),
+    and a turn two away is not found through it. Before, the answer was not
+    found at all.
+    """
+    from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+
+    redis_store = make_store()
+    sqlite_store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+    try:
+        for store in (redis_store, sqlite_store):
+            await _index_turns(store, [1, 3])  # the answer first, its question later
+            await _index_turns(store, [0, 2])
+        question = "Where did the family go on holiday last summer?"
+        found = await discover(redis_store, question)
+        assert found == ["0", "1"]
+        assert found == await discover(sqlite_store, question)
+        # Context weighs half: a turn holding the words itself ranks above those holding them as context,
+        # and the last turn (no group after it) lends its words to the one before only.
+        necklace = await discover(redis_store, "necklace Sweden")
+        assert necklace[0] == "2" and sorted(necklace[1:]) == ["1", "3"]
+        assert await discover(redis_store, "harbour painting") == ["3", "2"]
+        for query in ("necklace Sweden", "harbour painting"):
+            expected = await discover(sqlite_store, query)
+            found = await discover(redis_store, query)
+            assert (found[0], sorted(found)) == (expected[0], sorted(expected)), query
+    finally:
+        await sqlite_store.aclose()

@@ -18,7 +18,8 @@ Under the tenant prefix (``P``):
 ``P:bk``               hash    owner key -> bucket number (one bucket per owner)
 ``P:bn``               hash    bucket number -> how many sources it holds
 ``P:nb`` / ``P:n``     string  counters of buckets and of rows
-``P:v``                string  the tenant's layout version, ``2`` (words stemmed); see below
+``P:v``                string  the tenant's layout version, ``3`` (words stemmed, groups with
+                               neighbouring context); see below
 ``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,
                                and for groups seq and receipt digest (rows written by
                                an earlier version also hold ``terms``); ``vec``: its
@@ -28,9 +29,15 @@ Under the tenant prefix (``P``):
                                and how many rows hold one
 ``P:t:<n>``            string  the source's text (read with ``GETRANGE``)
 ``P:c:<n>``            string  an archived group's canonical bytes
-``P:k:<n>``            list    the row's terms: what removing its postings reads
+``P:k:<n>``            list    the row's postings: what removing them reads. ``term`` for
+                               ``P:p``, ``<term`` / ``>term`` for ``P:x`` (members ``n<`` /
+                               ``n>``)
 ``P:p:<b>:<term>``     zset    postings of ``term`` in bucket ``b``: member ``n``,
                                score ``n * 1024 + min(tf, 1023)`` (newest first)
+``P:x:<b>:<term>``     zset    neighbouring context: member ``n<`` (``n>``) says that
+                               ``term`` is in the first (last) line of group row ``n``,
+                               so it is context of the group at the seq before (after)
+                               it; score as in ``P:p``
 ``P:g:<b>``            zset    archived groups of a session's bucket: member ``n``, score seq
 ``P:pend``             zset    staged rows not yet published: member ``"<b> <n>"``,
                                score the lease's end (server time, ms)
@@ -40,11 +47,19 @@ Under the tenant prefix (``P``):
 =====================  ======  =====================================================
 
 Terms are index terms (:mod:`agentium_recall_redis.terms`: folded and
-Porter-stemmed) through :func:`encode_term`. Layout 2 (``P:v``) is the first
-with stemmed terms: a tenant whose rows were written by an earlier version
-(``P:n`` present, ``P:v`` absent) holds unstemmed terms, and the store
-refuses to rank or extend it (:class:`~agentium_recall_redis.errors.RedisRecallLayoutError`;
-the README says how to rebuild it).
+Porter-stemmed) through :func:`encode_term`. Layout 2 (``P:v``) was the first
+with stemmed terms, layout 3 the first with neighbouring context (``P:x``):
+a tenant whose rows were written by an earlier version (``P:n`` present,
+``P:v`` absent or not ``3``) holds unstemmed terms or groups without
+context, and the store refuses to rank or extend it
+(:class:`~agentium_recall_redis.errors.RedisRecallLayoutError`; the README
+says how to rebuild it).
+
+A group's context postings belong to the group that lends its words, not
+to the one they describe: indexing a group never rewrites its neighbours,
+and removing it (replaced, deleted, erased) removes its words from their
+context with its own postings. Discovery maps a context posting to the
+neighbour's row by seq in ``P:g:<b>``.
 
 Postings without a row hash (a staged row, a removed one not yet
 collected) are never returned by any script.
@@ -75,6 +90,8 @@ from agentium_harness.plugin_api import (
 
 __all__ = [
     "ABSENT",
+    "CONTEXT_LINE_BYTES",
+    "edge_lines",
     "encode_term",
     "owner_from_key",
     "owner_key",
@@ -145,3 +162,31 @@ def owner_of_source_id(source_id: object) -> SourceOwner | None:
 def encode_term(term: str) -> str:
     """A term as a key segment (:func:`encode_segment`), cached: the same terms recur in every source."""
     return encode_segment(term)
+
+
+#: How much of a group's edge line goes into a neighbour's context (UTF-8 bytes): the SQLite store's
+#: ``CONTEXT_LINE_BYTES``.
+CONTEXT_LINE_BYTES: Final = 512
+
+
+def _cut(line: str) -> str:
+    data = line.encode("utf-8")
+    if len(data) <= CONTEXT_LINE_BYTES:
+        return line
+    return data[:CONTEXT_LINE_BYTES].decode("utf-8", "ignore")
+
+
+def edge_lines(text: str) -> tuple[str, str]:
+    """A group's first and last non-blank lines, each cut to :data:`CONTEXT_LINE_BYTES`.
+
+    ``text`` is the group's indexed text
+    (:func:`~agentium_harness.plugin_api.indexed_group_text`). The first line
+    is context of the group before it, the last of the group after it, as
+    in the SQLite store. A line is ``role: content``; a line with nothing
+    after the role (an empty reply) is blank, so the next line in is used
+    instead. ``""`` when every line is blank.
+    """
+    lines = [line for line in text.split("\n") if line.partition(": ")[2].strip()]
+    if not lines:
+        return "", ""
+    return _cut(lines[0]), _cut(lines[-1])

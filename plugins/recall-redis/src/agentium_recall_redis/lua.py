@@ -17,7 +17,10 @@ The pieces are Lua source text, prepended to the writing scripts of
   its postings go in the same call when they fit the call's removal room,
   else its term list is queued on ``P:gc`` and collected in later calls, at
   most ``room`` postings per call. Postings without a row are invisible to
-  readers (every script that returns rows reads the row hash first).
+  readers (every script that returns rows reads the row hash first, and
+  discovery skips a context posting whose lending row is gone). A row's
+  postings are its own words (``P:p``) and, for a group, its edge lines as
+  its neighbours' context (``P:x``): both leave with it.
 
 Numbers go into keys and scores through ``string.format`` (``%d`` / ``%.0f``):
 Lua's ``tostring`` would write large numbers in exponent form.
@@ -32,8 +35,10 @@ import attrs
 
 __all__ = ["CHECK", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "ROWS", "TOKEN_TTL_MS", "Script"]
 
-#: The key layout this version writes (``P:v``): 2, terms stemmed. Layout 1 (no ``P:v``) is refused.
-LAYOUT: Final = 2
+#: The key layout this version writes (``P:v``): 3, terms stemmed and archived groups indexed with their
+#: neighbouring context (``P:x:<b>:<term>``). Layout 1 (no ``P:v``, terms unstemmed) and layout 2 (no
+#: context) are refused.
+LAYOUT: Final = 3
 
 #: How long a write's settlement token lives: far longer than any write can stay in flight.
 TOKEN_TTL_MS: Final = 600_000
@@ -56,17 +61,22 @@ class Script:
         return hashlib.sha1(self.source.encode(), usedforsecurity=False).hexdigest()
 
 
-#: The key layout check, for every script that ranks or adds postings: a tenant with rows (``P:n``) but
-#: no ``P:v`` was written by an earlier version of the store, with unstemmed terms; it is refused (the
-#: client raises ``RedisRecallLayoutError``), never mixed with stemmed terms.
-LAYOUT_CHECK: Final = """
+#: The key layout check, for every script that ranks or adds postings: a tenant with rows (``P:n``) whose
+#: ``P:v`` is not :data:`LAYOUT` was written by an earlier version of the store (layout 1, no ``P:v``:
+#: terms unstemmed; layout 2: groups without neighbouring context); it is refused (the client raises
+#: ``RedisRecallLayoutError``), never mixed with this layout's postings. ``LAYOUT`` is the Lua string
+#: the writing scripts store in ``P:v``.
+LAYOUT_CHECK: Final = (
+    f"local LAYOUT = '{LAYOUT}'\n"
+    + """
 local function old_layout(P)
-  return redis.call('EXISTS', P .. ':n') == 1 and redis.call('EXISTS', P .. ':v') == 0
+  return redis.call('EXISTS', P .. ':n') == 1 and redis.call('GET', P .. ':v') ~= LAYOUT
 end
 local function layout_error()
   return redis.error_reply('AGENTIUM_LAYOUT the tenant index was written by an earlier version of the store')
 end
 """
+)
 
 CHECK: Final = (
     LAYOUT_CHECK
@@ -97,9 +107,18 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- Postings of row n in bucket b for the terms ARGV[t0], ARGV[t0 + 2], ... with their tf after each.
+-- A term-list entry names one posting of row n in bucket b: a word of the row's own text ('term': key
+-- P:p:b:term, member n) or of one of its edge lines, which is neighbouring context of the group before
+-- it ('<term': its first line) or after it ('>term': its last line), in key P:x:b:term, member n .. '<'
+-- or n .. '>'. Encoded terms never start with '<' or '>'.
+local function posting(P, b, n, entry)
+  local c = string.sub(entry, 1, 1)
+  if c == '<' or c == '>' then return P .. ':x:' .. b .. ':' .. string.sub(entry, 2), n .. c end
+  return P .. ':p:' .. b .. ':' .. entry, n
+end
+-- Postings of row n in bucket b for the entries ARGV[t0], ARGV[t0 + 2], ... with their tf after each.
 local function need_postings(P, b, t0, nt)
-  for k = 0, nt - 1 do need(P .. ':p:' .. b .. ':' .. ARGV[t0 + 2 * k], 'zset') end
+  for k = 0, nt - 1 do need((posting(P, b, '', ARGV[t0 + 2 * k])), 'zset') end
 end
 local function add_postings(P, b, n, t0, nt)
   local score, list, terms = tonumber(n) * 1024, P .. ':k:' .. n, {}
@@ -107,7 +126,8 @@ local function add_postings(P, b, n, t0, nt)
     local term = ARGV[t0 + 2 * k]
     local tf = tonumber(ARGV[t0 + 2 * k + 1])
     if tf > 1023 then tf = 1023 end
-    redis.call('ZADD', P .. ':p:' .. b .. ':' .. term, string.format('%.0f', score + tf), n)
+    local key, member = posting(P, b, n, term)
+    redis.call('ZADD', key, string.format('%.0f', score + tf), member)
     terms[#terms + 1] = term
     if #terms == 512 then
       redis.call('RPUSH', list, unpack(terms))
@@ -138,7 +158,7 @@ local function plan_drop(P, n, b, kind, legacy, room)
     d.later = true
     need(P .. ':gc', 'list')
   end
-  for _, term in ipairs(d.terms) do need(P .. ':p:' .. b .. ':' .. term, 'zset') end
+  for _, term in ipairs(d.terms) do need((posting(P, b, n, term)), 'zset') end
   if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
   need_count(P, b)
   -- Its vector goes with it: out of the bucket's vector set and the tenant's vector count.
@@ -151,7 +171,7 @@ local function plan_drop(P, n, b, kind, legacy, room)
   return d, #d.terms
 end
 local function drop(P, d)
-  for _, term in ipairs(d.terms) do redis.call('ZREM', P .. ':p:' .. d.b .. ':' .. term, d.n) end
+  for _, term in ipairs(d.terms) do redis.call('ZREM', posting(P, d.b, d.n, term)) end
   if d.kind == 'g' then redis.call('ZREM', P .. ':g:' .. d.b, d.n) end
   if d.vec then
     redis.call('ZREM', P .. ':vs:' .. d.b, d.n)
@@ -186,8 +206,8 @@ local function plan_collect(P, room)
       local take = math.min(len, room)
       if take > 0 then
         for _, term in ipairs(redis.call('LRANGE', list, 0, take - 1)) do
-          local key = P .. ':p:' .. b .. ':' .. term
-          if type_of(key) == 'zset' then c.zrem[#c.zrem + 1] = {key, n} end
+          local key, member = posting(P, b, n, term)
+          if type_of(key) == 'zset' then c.zrem[#c.zrem + 1] = {key, member} end
         end
       end
       room = room - take

@@ -58,13 +58,39 @@ __all__ = [
 ]
 
 # Ranking, shared by lexical and hybrid discovery. For the terms ARGV[t0 + 1 .. t0 + nt] in the buckets
-# of the owner keys ARGV[o0 + 1 .. o0 + no]: each term's newest `per` visible postings, each row scored
-# sum(idf * tf * (K1 + 1) / (tf + K1)) over the terms it holds (bm25's saturation, no length norm), with
-# the weight it matched, sum(idf). idf is the smoothed ln(1 + (N - n + 0.5) / (n + 0.5)) over exact
-# visible counts (n at least 1: a word never seen weighs as a word seen once). Returns every ranked row,
-# best first, its score and matched weight, and the query's whole weight (for the relevance floor).
+# of the owner keys ARGV[o0 + 1 .. o0 + no]: each term's newest `per` visible postings, of a row's own
+# words (P:p) and of neighbouring context (P:x) merged by recency, each row scored
+# sum(idf * (sat(tf) + CONTEXT * sat(ctf))) over the terms it holds, where sat(x) = x * (K1 + 1) / (x + K1)
+# (bm25's saturation, no length norm), tf counts the term in the row's own text and ctf in its context
+# (the edge lines of the groups before and after it: half weight, as the SQLite store's context column),
+# with the weight it matched, sum(idf) (a term matched only through context counts: so it does in the
+# SQLite store). idf is the smoothed ln(1 + (N - n + 0.5) / (n + 0.5)) over exact visible counts of
+# rows holding the term in their own text (n at least 1: a word never seen weighs as a word seen once).
+# A context posting (member "<n><" or "<n>>") belongs to the group before (after) its contributor, row
+# n, found by seq in the bucket's group set; a contributor or neighbour that is not published is
+# skipped. Returns every ranked row, best first, its score and matched weight, and the query's whole
+# weight (for the relevance floor).
 _RANK = """
-local K1 = 1.2
+local K1, CONTEXT = 1.2, 0.5
+local function sat(x) return x * (K1 + 1) / (x + K1) end
+local near = {}
+-- The published group a context posting of bucket b belongs to, or false (cached per call).
+local function neighbour(P, b, member)
+  local id = b .. ' ' .. member
+  local found = near[id]
+  if found == nil then
+    found = false
+    local n, dir = string.sub(member, 1, -2), string.sub(member, -1)
+    local seq = redis.call('HGET', P .. ':m:' .. n, 'seq')
+    if seq and seq ~= '' then
+      local s = tonumber(seq) + (dir == '<' and -1 or 1)
+      local r = redis.call('ZRANGE', P .. ':g:' .. b, s, s, 'BYSCORE', 'LIMIT', 0, 1)
+      if r[1] then found = r[1] end
+    end
+    near[id] = found
+  end
+  return found
+end
 local function rank(P, per, nt, t0, no, o0)
   local owners, buckets = {}, {}
   for i = 1, no do owners[i] = ARGV[o0 + i] end
@@ -83,27 +109,41 @@ local function rank(P, per, nt, t0, no, o0)
       local c = redis.call('ZCARD', key)
       if c > 0 then
         df = df + c
-        lists[#lists + 1] = redis.call('ZRANGE', key, 0, per - 1, 'REV', 'WITHSCORES')
+        lists[#lists + 1] = {b, false, redis.call('ZRANGE', key, 0, per - 1, 'REV', 'WITHSCORES')}
       end
+      local x = redis.call('ZRANGE', P .. ':x:' .. b .. ':' .. term, 0, per - 1, 'REV', 'WITHSCORES')
+      if #x > 0 then lists[#lists + 1] = {b, true, x} end
     end
     local n = math.max(df, 1)
     local idf = math.log(1 + (math.max(N, n) - n + 0.5) / (n + 0.5))
     weight = weight + idf
-    if df > 0 then
+    if #lists > 0 then
       local merged = {}
       for _, l in ipairs(lists) do
-        for j = 1, #l, 2 do merged[#merged + 1] = {l[j], tonumber(l[j + 1])} end
+        local b, ctx, items = l[1], l[2], l[3]
+        for j = 1, #items, 2 do merged[#merged + 1] = {items[j], tonumber(items[j + 1]), b, ctx} end
       end
       -- One list is already newest first; several are merged by recency.
       if #lists > 1 then table.sort(merged, function(a, b) return a[2] > b[2] end) end
+      local own, ctf, rows = {}, {}, {}
       for j = 1, math.min(per, #merged) do
-        local r = merged[j][1]
-        local tf = merged[j][2] % 1024
+        local e = merged[j]
+        local r, tf = e[1], e[2] % 1024
+        if e[4] then r = neighbour(P, e[3], r) end
+        if r then
+          if not own[r] then
+            own[r], ctf[r] = 0, 0
+            rows[#rows + 1] = r
+          end
+          if e[4] then ctf[r] = ctf[r] + tf else own[r] = own[r] + tf end
+        end
+      end
+      for _, r in ipairs(rows) do
         if not total[r] then
           total[r], matched[r] = 0, 0
           order[#order + 1] = r
         end
-        total[r] = total[r] + idf * tf * (K1 + 1) / (tf + K1)
+        total[r] = total[r] + idf * (sat(own[r]) + CONTEXT * sat(ctf[r]))
         matched[r] = matched[r] + idf
       end
     end

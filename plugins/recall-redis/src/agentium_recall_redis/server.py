@@ -173,8 +173,9 @@ class ServerErrors:
         if "AGENTIUM_LAYOUT" in message:
             raise RedisRecallLayoutError(
                 f"{operation}: this tenant's index under key_prefix {self.key_prefix!r} was written by an "
-                "earlier version of agentium-recall-redis (key layout 1: words not stemmed), which this "
-                "version (layout 2) cannot rank or extend; nothing was written. Rebuild it under a new "
+                "earlier version of agentium-recall-redis (key layout 1: words not stemmed; layout 2: "
+                "groups without neighbouring context), which this version (layout 3) cannot rank or "
+                "extend; nothing was written. Rebuild it under a new "
                 "key_prefix and `agentium recall rebuild` (the plugin README, 'Upgrading the key layout')"
             )
         if "AGENTIUM_MODEL " in message:

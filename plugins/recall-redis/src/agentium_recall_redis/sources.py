@@ -2,7 +2,8 @@
 
 A document or an archived group becomes one source: its id, revision, kind,
 owner key, title, text, canonical bytes (groups only), sequence number and
-receipt digest, and its term counts (layout in
+receipt digest, and its term counts, with a group's edge lines as context
+of its neighbours (:func:`context_terms`; layout in
 :mod:`agentium_recall_redis.keys`); :func:`chunk_calls` packs sources into
 ``INDEX`` calls of at most ``max_terms_per_call`` terms. Every check here raises
 ``InvalidArgumentError`` before anything is sent, so a bad batch writes
@@ -28,7 +29,7 @@ from agentium_harness.plugin_api import (
     indexed_group_text,
 )
 
-from .keys import encode_term, owner_key
+from .keys import edge_lines, encode_term, owner_key
 from .server import Arg
 from .terms import index_terms
 
@@ -37,6 +38,7 @@ __all__ = [
     "args_bytes",
     "check_size",
     "chunk_calls",
+    "context_terms",
     "flat_terms",
     "group_sources",
     "make_source",
@@ -165,6 +167,23 @@ def chunk_calls(sources: Sequence[Source], room: int) -> list[list[Arg]]:
     return calls
 
 
+def context_terms(text: str) -> tuple[tuple[str, int], ...]:
+    """A group's context entries: its edge lines' terms, for the groups before (``<``) and after (``>``) it.
+
+    The group's first line (:func:`~agentium_recall_redis.keys.edge_lines`)
+    is indexed as context of the group before it, its last line of the
+    group after it; each entry is ``<`` or ``>`` and the encoded term, with
+    its count in that line. They are postings of this group's row (in its
+    term list), so they leave with it: an erased or replaced group's words
+    never stay in a neighbour's context.
+    """
+    first, last = edge_lines(text)
+    out: list[tuple[str, int]] = []
+    for mark, line in (("<", first), (">", last)):
+        out.extend((mark + encode_term(term), tf) for term, tf in index_terms(line).items())
+    return tuple(out)
+
+
 def group_sources(
     key: SessionKey,
     groups: Sequence[MessageGroup],
@@ -186,22 +205,21 @@ def group_sources(
         canonical = group.canonical_bytes()
         text_bytes = utf8(text, f"the text of {where}")
         check_size(max(len(text_bytes), len(canonical)), where, max_value_bytes)
-        out.append(
-            make_source(
-                group_source_id(key, group.seq),
-                group.digest,
-                "g",
-                okey,
-                b"",
-                text_bytes,
-                canonical,
-                str(group.seq),
-                receipt.digest,
-                index_terms(text),
-                max_terms,
-                where,
-            )
+        source = make_source(
+            group_source_id(key, group.seq),
+            group.digest,
+            "g",
+            okey,
+            b"",
+            text_bytes,
+            canonical,
+            str(group.seq),
+            receipt.digest,
+            index_terms(text),
+            max_terms,
+            where,
         )
+        out.append(attrs.evolve(source, terms=source.terms + context_terms(text)))
     return out
 
 

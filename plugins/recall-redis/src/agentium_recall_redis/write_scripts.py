@@ -104,7 +104,7 @@ need(P .. ':n', 'string')
 need(P .. ':nb', 'string')
 need(P .. ':v', 'string')
 if old_layout(P) then return layout_error() end
-local new_layout = redis.call('EXISTS', P .. ':v') == 0
+local new_layout = redis.call('GET', P .. ':v') ~= LAYOUT
 local lastv, nbv = redis.call('GET', P .. ':n'), redis.call('GET', P .. ':nb')
 need_int(lastv)
 need_int(nbv)
@@ -154,7 +154,7 @@ for s = 1, count do
 end
 redis.call('SET', P .. ':n', fmt(last))
 if nb ~= nb0 then redis.call('SET', P .. ':nb', fmt(nb)) end
-if new_layout then redis.call('SET', P .. ':v', '2') end
+if new_layout then redis.call('SET', P .. ':v', LAYOUT) end
 collect(P, c)
 return done(fmt(fresh), backlog(P))
 """,
@@ -222,7 +222,7 @@ if newb then
   redis.call('HSET', P .. ':bk', okey, b)
 end
 redis.call('SET', P .. ':n', n)
-redis.call('SET', P .. ':v', '2')
+redis.call('SET', P .. ':v', LAYOUT)
 redis.call('ZADD', P .. ':pend', expires, b .. ' ' .. n)
 redis.call('DEL', P .. ':k:' .. n)
 add_postings(P, b, n, 8, nt)
