@@ -32,6 +32,7 @@ row-level security.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -147,7 +148,7 @@ class PgLink:
         # The owned pool of each event loop: a pool's connections and its worker tasks belong to
         # the loop that opened it, and one adapter serves threads that each run their own loop
         # (and successive asyncio.run calls). A loop's pool is dropped once that loop finished.
-        self._owned: PerLoop[_LoopPool] = PerLoop(_LoopPool)
+        self._owned: PerLoop[_LoopPool] = PerLoop(_LoopPool, discard=_discard_pool)
         self._family = family
         self._name = name
         self._needs = needs
@@ -673,6 +674,30 @@ class _LoopPool:
     """One event loop's owned pool (``None`` before its first call there and after a reset)."""
 
     pool: AsyncConnectionPool[Any] | None = None
+
+
+def _discard_pool(slot: _LoopPool) -> None:
+    """Release, now and synchronously, the pool of a loop that finished without closing it.
+
+    Its worker tasks (still pending if the loop was closed without cancelling
+    them) and its connections can no longer be closed on their loop. Left to
+    the garbage collector, their finalizers would run at any later moment, in
+    whatever code allocates then, and report errors there. So the workers'
+    coroutines are closed and the connections' sockets finished here, best
+    effort (the pool's worker list is psycopg_pool's, read defensively).
+    """
+    pool, slot.pool = slot.pool, None
+    if pool is None:
+        return
+    tasks = [getattr(pool, "_sched_runner", None), *getattr(pool, "_workers", ())]
+    for task in tasks:
+        if isinstance(task, asyncio.Task) and not task.done():
+            task._log_destroy_pending = False  # type: ignore[attr-defined]  # its loop is gone
+            with contextlib.suppress(Exception):  # closing it touches the closed loop
+                task.get_coro().close()
+    for conn in list(getattr(pool, "_pool", ())):
+        with contextlib.suppress(Exception):
+            conn.pgconn.finish()
 
 
 class _StaleConnection(Exception):
