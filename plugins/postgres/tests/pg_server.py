@@ -173,25 +173,25 @@ class PostgresServer:
         if self._user is not None:
             os.chown(self.root, *self._user)
             os.chown(pwfile, *self._user)
-        log = (self.root / "initdb.log").open("wb")
-        proc = self._popen(
-            [
-                str(self.bindir / "initdb"),
-                "-D",
-                str(self.data),
-                "-U",
-                ADMIN_USER,
-                f"--pwfile={pwfile}",
-                "--auth-local=scram-sha-256",
-                "--auth-host=scram-sha-256",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-                "--no-sync",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (self.root / "initdb.log").open("wb") as log:  # the child keeps its own descriptor
+            proc = self._popen(
+                [
+                    str(self.bindir / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    ADMIN_USER,
+                    f"--pwfile={pwfile}",
+                    "--auth-local=scram-sha-256",
+                    "--auth-host=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-sync",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         if proc.wait(timeout=120) != 0:
             raise RuntimeError(f"initdb failed:\n{(self.root / 'initdb.log').read_text()}")
         pwfile.unlink()
@@ -201,7 +201,6 @@ class PostgresServer:
         """Start ``postgres`` on the port and wait until it accepts connections."""
         if not self.data.exists():
             self.init()
-        log = (self.root / "server.log").open("ab")
         argv = [
             str(self.bindir / "postgres"),
             "-D",
@@ -225,7 +224,8 @@ class PostgresServer:
             # A killed server still keeps every commit (the OS page cache survives a process kill);
             # only an OS crash could lose them, which no test causes.
             argv += ["-c", "full_page_writes=off"]
-        self.process = self._popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        with (self.root / "server.log").open("ab") as log:  # the child keeps its own descriptor
+            self.process = self._popen(argv, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while True:
             try:
