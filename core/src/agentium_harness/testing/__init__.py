@@ -111,6 +111,8 @@ SUITE_MODULES = (
     "agentium_harness.testing.archive_contract",
     "agentium_harness.testing.session_store_contract",
     "agentium_harness.testing.recall_contract",
+    "agentium_harness.testing.recall_archive_contract",
+    "agentium_harness.testing.recall_hybrid_contract",
     "agentium_harness.testing.embedder_contract",
     "agentium_harness.testing.summarizer_contract",
     "agentium_harness.testing.verifier_contract",

@@ -29,79 +29,49 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from .._errors import (
-    AgentiumError,
-    ArchiveError,
-    CapabilityError,
-    EmbeddingModelMismatchError,
-    InvalidArgumentError,
-    OperationCancelledError,
-)
-from .._history import MessageGroup, estimate_tokens
+from .._errors import CapabilityError, OperationCancelledError
+from .._history import estimate_tokens
 from .._ports import OpContext, is_port_stub
 from .._ports.archive import ArchiveReceipt
-from .._ports.embedder import EmbeddingModel, Vector
 from .._ports.recall import (
-    Candidate,
     Completeness,
     OmittedContext,
     RecallCapabilities,
     RecallLimits,
-    RecallSession,
     RecallStore,
     SourceOwner,
     SourceRef,
-    SourceVector,
     ValidationStatus,
     document_source_id,
-    group_source_id,
     source_owner,
 )
 from .._scope import Scope, SessionKey
+from ._recall_helpers import AddDocument
+from ._recall_helpers import discover as _discover
+from ._recall_helpers import open_session as _session
+from ._recall_helpers import recall_caps as _caps
+from ._recall_helpers import scope_of as _scope
 from ._suite import (
     ContractSuite,
     CorruptStored,
-    call_hook,
-    declared_capabilities,
     expired_context,
     from_threads,
     past_deadline_context,
     plain_group,
     require_flag,
-    rich_group,
 )
-from .helpers import COLLIDING_SESSION_KEYS, COLLIDING_SOURCE_OWNERS, HOSTILE_IDS, replace_once
+from .helpers import COLLIDING_SOURCE_OWNERS, HOSTILE_IDS
 from .index_erasure_contract import RecallErasureTests
+from .recall_archive_contract import RecallArchiveTests
+from .recall_hybrid_contract import RecallHybridTests
+from .recall_hybrid_contract import hybrid_once as _hybrid_once
 
 __all__ = ["HOSTILE_IDS", "RecallStoreContract"]
 
-AddDocument = Callable[[RecallStore, SourceOwner, str, str], Awaitable[SourceRef]]
 
-
-def _caps(store: RecallStore) -> RecallCapabilities:
-    return declared_capabilities(store, RecallCapabilities, "recall store")
-
-
-def _scope(owner: SourceOwner, user: str = "u", session: str = "s") -> Scope:
-    return Scope(owner.tenant, owner.user or user, owner.session or session, owner.project, owner.repository)
-
-
-async def _session(store: RecallStore, scope: Scope, limits: RecallLimits | None = None) -> RecallSession:
-    return await store.open(scope, limits or RecallLimits(), OpContext.with_timeout(10.0))
-
-
-async def _discover(
-    store: RecallStore, scope: Scope, query: str, n: int = 8, remaining_bytes: int | None = None
-) -> list[Candidate]:
-    session = await _session(store, scope)
-    try:
-        ctx = OpContext.with_timeout(10.0, remaining_bytes=remaining_bytes)
-        return list(await session.discover(query, n, ctx))
-    finally:
-        await session.close()
-
-
-class RecallStoreContract(RecallErasureTests, ContractSuite):
+# The parts come after the suite's own tests in every listing, in this order: archive, hybrid, erasure
+# (``standard_tests`` walks the bases from the last).
+class RecallStoreContract(RecallErasureTests, RecallHybridTests, RecallArchiveTests, ContractSuite):
     """Standard tests every :class:`~agentium_harness._ports.recall.RecallStore` adapter must pass.
 
     Fixtures the subclass provides: ``recall_store`` (required), a fresh,
@@ -401,187 +371,6 @@ class RecallStoreContract(RecallErasureTests, ContractSuite):
         await session.close()
         assert len(await _discover(recall_store, _scope(owner), "lychee")) == 1
 
-    # -- archive indexing -----------------------------------------------------------------------
-
-    async def test_archived_groups_round_trip_through_seek(self, recall_store: RecallStore) -> None:
-        """Indexed archived groups are discoverable in their session and come back whole from ``seek_groups``.
-
-        ``seek_groups`` returns complete groups with ``seq >= start``,
-        ascending, at most ``max_groups``, equal to what was indexed.
-        Re-indexing is idempotent. A failure is a lost, reordered, altered or
-        over-returned group.
-        """
-        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
-        require_flag(recall_store, RecallCapabilities, "recall store", "canonical_archive_reads")
-        key = SessionKey("t-arch", "u", "s")
-        groups = [rich_group(0, key, "papaya seed"), plain_group(1), rich_group(2, key, "plum tree")]
-        receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
-        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
-        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
-        got = list(await recall_store.seek_groups(key, 1, 10, OpContext.with_timeout(10.0)))
-        assert got == groups[1:]
-        assert list(await recall_store.seek_groups(key, 0, 2, OpContext.with_timeout(10.0))) == groups[:2]
-        scope = Scope("t-arch", "u", "s")
-        assert len(await _discover(recall_store, scope, "plum")) == 1
-        assert await _discover(recall_store, Scope("t-arch", "u", "other"), "plum") == []
-
-    async def test_unindexed_groups_lists_exactly_the_missing_seqs(self, recall_store: RecallStore) -> None:
-        """``unindexed_groups`` lists the seqs below ``end_seq`` with no indexed group: ascending, bounded.
-
-        With ``start_seq`` it lists none below it (where a session's groups
-        begin after retention erased the oldest).
-
-        Optional: a store that keeps the port's default (``None``, it cannot
-        tell) skips this test. The engine indexes what it lists from the
-        archive, so a failure means archived groups the index lacks are
-        never caught up, or groups it holds are indexed again and again.
-        """
-        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
-        if type(recall_store).unindexed_groups is RecallStore.unindexed_groups:
-            pytest.skip("the store does not report unindexed groups (optional)")
-        key = SessionKey("t-gaps", "u", "s")
-        groups = [plain_group(seq) for seq in (0, 1, 4, 6)]
-        receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
-        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
-
-        async def gaps(end_seq: int, max_groups: int, session: str = "s", start_seq: int = 0) -> list[int]:
-            where = SessionKey("t-gaps", "u", session)
-            ctx = OpContext.with_timeout(10.0)
-            answer = await recall_store.unindexed_groups(where, end_seq, max_groups, ctx, start_seq=start_seq)
-            return list(answer or ())
-
-        assert await gaps(9, 16) == [2, 3, 5, 7, 8]
-        assert await gaps(9, 2) == [2, 3]
-        assert await gaps(2, 16) == []
-        assert await gaps(3, 16, "other") == [0, 1, 2]  # another session's groups are not this one's
-        # After retention erased the oldest groups the engine asks from where the archive begins.
-        assert await gaps(9, 16, start_seq=3) == [3, 5, 7, 8]
-        assert await gaps(9, 16, "other", start_seq=6) == [6, 7, 8]
-        assert await gaps(4, 16, start_seq=5) == []
-
-    async def test_mismatched_receipts_are_refused_and_nothing_is_written(
-        self, recall_store: RecallStore
-    ) -> None:
-        """``index_groups`` refuses receipts that do not match their groups and writes none of the batch.
-
-        A failure means a group was indexed under a digest the archive never
-        gave, so ``seek_groups`` could not check it.
-        """
-        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
-        key = SessionKey("t-receipts", "u", "s")
-        groups = [plain_group(0), plain_group(1)]
-        bad = [ArchiveReceipt(0, groups[0].digest, "x"), ArchiveReceipt(1, "sha256:" + "0" * 64, "x")]
-        with pytest.raises((InvalidArgumentError, AgentiumError)):
-            await recall_store.index_groups(key, groups, bad, OpContext.with_timeout(10.0))
-        with pytest.raises((InvalidArgumentError, AgentiumError)):
-            await recall_store.index_groups(key, groups, bad[:1], OpContext.with_timeout(10.0))
-        if _caps(recall_store).canonical_archive_reads:
-            assert list(await recall_store.seek_groups(key, 0, 10, OpContext.with_timeout(10.0))) == []
-
-    # -- hybrid recall: vectors and fused discovery ---------------------------------------------
-
-    async def test_vectors_find_a_source_that_shares_no_word_with_the_query(
-        self, recall_store: RecallStore, add_document: AddDocument
-    ) -> None:
-        """With vectors, ``discover_hybrid`` finds a source by its vector alone, most similar first.
-
-        A failure means the vector half of hybrid discovery is missing: a
-        question worded differently from the evidence finds nothing, or the
-        less similar source ranks first.
-        """
-        _require_hybrid(recall_store)
-        owner = SourceOwner("t-vec")
-        ledger = await add_document(recall_store, owner, "ledger", "quarterly ledger figures")
-        roses = await add_document(recall_store, owner, "roses", "garden roses bloom")
-        await _index(recall_store, (ledger, _axis(0)), (roses, _axis(1)))
-        found = await _hybrid(recall_store, _scope(owner), "zebra xylophone", [0.8, 0.6, 0.0, 0.0])
-        assert [c.ref.source_id for c in found][:2] == [ledger.source_id, roses.source_id], found
-
-    async def test_hybrid_discovery_keeps_lexical_matches_and_its_bounds(
-        self, recall_store: RecallStore, add_document: AddDocument
-    ) -> None:
-        """``discover_hybrid`` still returns word matches, and honours ``max_candidates`` and its byte budget.
-
-        A failure means fusion dropped the lexical half (a source matching
-        the query's words but not its vector is lost), or returned more
-        candidates or discovery bytes than allowed.
-        """
-        _require_hybrid(recall_store)
-        owner = SourceOwner("t-vec-lex")
-        refs = [
-            await add_document(recall_store, owner, f"r{i}", f"garden roses number {i}") for i in range(4)
-        ]
-        await _index(recall_store, *((ref, _axis(0)) for ref in refs))
-        found = await _hybrid(recall_store, _scope(owner), "roses", [0.0, 0.0, 1.0, 0.0])
-        assert {c.ref.source_id for c in found} == {r.source_id for r in refs}, found
-        assert len(await _hybrid(recall_store, _scope(owner), "roses", [1.0, 0.0, 0.0, 0.0], n=2)) <= 2
-        one = found[0].discovery_bytes
-        capped = await _hybrid(recall_store, _scope(owner), "roses", [1.0, 0.0, 0.0, 0.0], remaining=one)
-        assert sum(c.discovery_bytes for c in capped) <= one, capped
-
-    async def test_hybrid_discovery_never_crosses_scopes(
-        self, recall_store: RecallStore, add_document: AddDocument
-    ) -> None:
-        """A source of another tenant is never returned by ``discover_hybrid``, even with the query's vector.
-
-        A failure means the vector scan or the fusion ignores the scope: a
-        foreign source that is the nearest neighbour leaks (R13).
-        """
-        _require_hybrid(recall_store)
-        mine, theirs = SourceOwner("t-vec-a"), SourceOwner("t-vec-b")
-        own = await add_document(recall_store, mine, "note", "harbour notes")
-        foreign = await add_document(recall_store, theirs, "secret", "harbour secrets")
-        await _index(recall_store, (own, _axis(1)), (foreign, _axis(0)))
-        found = await _hybrid(recall_store, _scope(mine), "harbour", [1.0, 0.0, 0.0, 0.0])
-        assert foreign.source_id not in {c.ref.source_id for c in found}, found
-        assert all(c.owner.visible_to(_scope(mine)) for c in found)
-        assert own.source_id in {c.ref.source_id for c in found}
-
-    async def test_vectors_of_another_model_are_refused_and_nothing_is_mixed(
-        self, recall_store: RecallStore, add_document: AddDocument
-    ) -> None:
-        """A vector of another model is refused, indexing or querying, with ``EmbeddingModelMismatchError``.
-
-        A failure means the store mixed two vector spaces (their similarities
-        mean nothing together) or changed its vectors when it refused.
-        """
-        _require_hybrid(recall_store)
-        owner = SourceOwner("t-vec-model")
-        ref = await add_document(recall_store, owner, "doc", "quarterly ledger figures")
-        await _index(recall_store, (ref, _axis(0)))
-        other = EmbeddingModel("contract-other", _MODEL.dimension)
-        stranger = Vector.normalized(other, [1.0, 0.0, 0.0, 0.0])
-        with pytest.raises(EmbeddingModelMismatchError):
-            await recall_store.index_vectors([SourceVector(ref, stranger)], OpContext.with_timeout(10.0))
-        session = await _session(recall_store, _scope(owner))
-        try:
-            with pytest.raises(EmbeddingModelMismatchError):
-                await session.discover_hybrid("zebra", stranger, 8, OpContext.with_timeout(10.0))
-        finally:
-            await session.close()
-        found = await _hybrid(recall_store, _scope(owner), "zebra", [1.0, 0.0, 0.0, 0.0])
-        assert [c.ref.source_id for c in found] == [ref.source_id]
-
-    async def test_stale_vectors_are_skipped_and_dropped_with_their_revision(
-        self, recall_store: RecallStore, add_document: AddDocument
-    ) -> None:
-        """A vector for another revision is not stored, and a changed source loses its old vector.
-
-        A failure means a vector computed from old text can find the new
-        text (or a deleted source's vector lingers): evidence found for
-        words it no longer holds.
-        """
-        _require_hybrid(recall_store)
-        owner = SourceOwner("t-vec-stale")
-        ref = await add_document(recall_store, owner, "doc", "quarterly ledger figures")
-        stale = SourceRef(ref.source_id, ref.revision + "-old")
-        assert await _index(recall_store, (stale, _axis(0))) == 0
-        assert await _hybrid(recall_store, _scope(owner), "zebra", [1.0, 0.0, 0.0, 0.0]) == []
-        assert await _index(recall_store, (ref, _axis(0))) == 1
-        await add_document(recall_store, owner, "doc", "the garden is new")
-        assert await _hybrid(recall_store, _scope(owner), "zebra", [1.0, 0.0, 0.0, 0.0]) == []
-
-    #: The vector space of the hybrid tests: four axes, so each test plants exactly the similarities it needs.
     # -- colliding ids, corruption, undeclared operations ----------------------------------------
 
     async def test_colliding_owners_stay_apart(
@@ -631,59 +420,6 @@ class RecallStoreContract(RecallErasureTests, ContractSuite):
                 )
                 refs[actor] = await add_document(recall_store, actor, "doc", "shared collision words quokka")
 
-    async def test_colliding_sessions_stay_apart_in_index_and_seek(self, recall_store: RecallStore) -> None:
-        """Session keys whose naive keys collide (``COLLIDING_SESSION_KEYS``) index and seek their own groups.
-
-        Runs with ``archive_indexing`` and ``canonical_archive_reads``. Both
-        sessions of each pair index a group 0 with different content:
-        ``seek_groups`` of each returns its own, and discovery in each
-        session finds only its own group. A failure means group keys join
-        tenant, user and session without an injective encoding.
-        """
-        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
-        require_flag(recall_store, RecallCapabilities, "recall store", "canonical_archive_reads")
-        indexed: dict[SessionKey, MessageGroup] = {}
-        for i, pair in enumerate(COLLIDING_SESSION_KEYS):
-            for side, key in enumerate(pair):
-                group = rich_group(0, key, f" wombat pair {i} side {side}")
-                receipt = ArchiveReceipt(0, group.digest, "x")
-                await recall_store.index_groups(key, [group], [receipt], OpContext.with_timeout(10.0))
-                indexed[key] = group
-        for key, group in indexed.items():
-            got = list(await recall_store.seek_groups(key, 0, 5, OpContext.with_timeout(10.0)))
-            assert got == [group], f"seek_groups of {key} returned another session's groups"
-            scope = Scope(key.tenant, key.user, key.session)
-            found = await _discover(recall_store, scope, "wombat", 8)
-            assert [c.ref.source_id for c in found] == [group_source_id(key, 0)]
-
-    async def test_seek_rechecks_digests_of_indexed_groups(
-        self, recall_store: RecallStore, corrupt_indexed_group: CorruptStored | None
-    ) -> None:
-        """An indexed group changed behind the store's back makes ``seek_groups`` raise ``ArchiveError``.
-
-        Runs with ``archive_indexing``, ``canonical_archive_reads`` and a
-        ``corrupt_indexed_group`` fixture. One letter of a message is changed
-        (still valid data, only its digest disagrees). A failure means the
-        seek returned damaged history instead of checking the receipt digest
-        kept at indexing; raise ``ArchiveCorruptError`` (an ``ArchiveError``).
-        """
-        require_flag(recall_store, RecallCapabilities, "recall store", "archive_indexing")
-        require_flag(recall_store, RecallCapabilities, "recall store", "canonical_archive_reads")
-        if corrupt_indexed_group is None:
-            pytest.skip("no corrupt_indexed_group fixture: seek digest re-checks are not tested")
-        key = SessionKey("t-corrupt", "u", "s")
-        groups = [plain_group(0), plain_group(1, " corruption-target"), plain_group(2)]
-        receipts = [ArchiveReceipt(g.seq, g.digest, "x") for g in groups]
-        await recall_store.index_groups(key, groups, receipts, OpContext.with_timeout(10.0))
-        await call_hook(
-            corrupt_indexed_group, key, 1, replace_once(b"corruption-target", b"corruption-tarGet")
-        )
-        for attempt in ("first", "second"):
-            with pytest.raises(ArchiveError):
-                got = list(await recall_store.seek_groups(key, 0, 10, OpContext.with_timeout(10.0)))
-                pytest.fail(f"{attempt} seek over a damaged group returned {got!r}")
-        assert list(await recall_store.seek_groups(key, 0, 1, OpContext.with_timeout(10.0))) == groups[:1]
-
     async def test_undeclared_operations_are_refused(self, recall_store: RecallStore) -> None:
         """Every optional operation the store does not declare is refused and writes nothing.
 
@@ -726,47 +462,3 @@ class RecallStoreContract(RecallErasureTests, ContractSuite):
                     answer = await call()
                     pytest.fail(f"the store does not declare {flag} but answered {answer!r}")
         assert await _discover(recall_store, Scope("t-undeclared", "u", "s"), "numbat") == []
-
-
-_MODEL = EmbeddingModel("contract-axes", 4)
-
-
-def _axis(i: int) -> Vector:
-    values = [0.0] * _MODEL.dimension
-    values[i] = 1.0
-    return Vector.normalized(_MODEL, values)
-
-
-async def _hybrid_once(store: RecallStore, scope: Scope) -> object:
-    session = await _session(store, scope)
-    try:
-        return await session.discover_hybrid("numbat", _axis(0), 4, OpContext.with_timeout(10.0))
-    finally:
-        await session.close()
-
-
-def _require_hybrid(store: RecallStore) -> None:
-    caps = _caps(store)
-    if not (caps.vector_indexing and caps.hybrid_discovery):
-        pytest.skip("recall store does not declare vector_indexing and hybrid_discovery")
-
-
-async def _index(store: RecallStore, *pairs: tuple[SourceRef, Vector]) -> int:
-    entries = [SourceVector(ref, vector) for ref, vector in pairs]
-    return await store.index_vectors(entries, OpContext.with_timeout(10.0))
-
-
-async def _hybrid(
-    store: RecallStore,
-    scope: Scope,
-    query: str,
-    values: list[float],
-    n: int = 8,
-    remaining: int | None = None,
-) -> list[Candidate]:
-    session = await _session(store, scope)
-    try:
-        ctx = OpContext.with_timeout(10.0, remaining_bytes=remaining)
-        return list(await session.discover_hybrid(query, Vector.normalized(_MODEL, values), n, ctx))
-    finally:
-        await session.close()
