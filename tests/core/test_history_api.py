@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from agentium_harness import (
+    MAX_APPEND_BYTES,
     MAX_PAGE_GROUPS,
     MAX_PAYLOAD_BYTES,
     AppendResult,
@@ -219,6 +220,21 @@ async def test_a_payload_that_is_not_plain_json_or_too_large_is_refused_and_chan
     assert caught.value.commit_state in (None, CommitState.NOT_COMMITTED)
     assert "nothing was written" in str(caught.value)
     assert stored_state(store, archive) == before
+
+
+async def test_a_group_over_max_append_bytes_is_refused_and_changes_nothing() -> None:
+    # Five messages of 7 MiB each: every one within its own bounds, the group over 32 MiB.
+    rt, _, archive, store = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    before = stored_state(store, archive)
+    big = [Message(Role.USER, "x" * (7 * 1024 * 1024)) for _ in range(5)]
+    with pytest.raises(InvalidArgumentError, match=f"over the limit of {MAX_APPEND_BYTES}") as caught:
+        await rt.append(ANA, "s1", big)
+    assert caught.value.commit_state in (None, CommitState.NOT_COMMITTED)
+    assert "nothing was written" in str(caught.value)
+    assert stored_state(store, archive) == before
+    # Four of them (28 MiB) are within the bound and commit.
+    await rt.append(ANA, "s1", big[:4])
 
 
 async def test_payload_depth_64_is_accepted() -> None:

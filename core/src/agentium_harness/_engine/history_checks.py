@@ -45,6 +45,7 @@ __all__ = [
     "MAX_RETRACT_COUNT",
     "check_before_seq",
     "check_expected_revision",
+    "check_group_size",
     "check_messages",
     "check_reason",
     "plain_json",
@@ -154,7 +155,11 @@ def _message(message: object, index: int) -> Message:
 
 
 def check_messages(messages: object) -> tuple[Message, ...]:
-    """Checked private copies of the messages of one ``append``: a complete group within its bounds."""
+    """Checked private copies of the messages of one ``append``: a complete group, not too many.
+
+    At most :data:`MAX_APPEND_MESSAGES`; the group's size in bytes is
+    checked by :func:`check_group_size` once its seq is known.
+    """
     if isinstance(messages, str | bytes | Message) or not isinstance(messages, Sequence):
         raise InvalidArgumentError(
             f"messages must be a sequence of Message, got {type(messages).__name__}; nothing was written"
@@ -178,12 +183,21 @@ def check_messages(messages: object) -> tuple[Message, ...]:
             "the messages would form an incomplete group: " + "; ".join(what) + ". Append a tool call "
             "together with its result, in one call; nothing was written"
         )
+    return checked
+
+
+def check_group_size(group: MessageGroup) -> None:
+    """Refuse a group over :data:`MAX_APPEND_BYTES` of canonical JSON (before anything is written).
+
+    Checked on the group as it would be committed (its seq and scope
+    included), once its seq is known: the encoding is the one the commit
+    uses, so the bound costs no second encoding of the messages.
+    """
     if group.size_bytes > MAX_APPEND_BYTES:
         raise InvalidArgumentError(
             f"the group is {group.size_bytes} bytes as canonical JSON, over the limit of "
             f"{MAX_APPEND_BYTES}; nothing was written"
         )
-    return checked
 
 
 def check_reason(reason: object) -> str:

@@ -33,6 +33,7 @@ from .._history import (
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope
+from .history_checks import check_group_size
 from .history_read import fetch_groups
 from .history_records import AppendResult, ResetResult, RetractResult
 from .history_view import ViewIndex, after_reset, after_retraction
@@ -113,6 +114,7 @@ async def append_group(
     await _load(runtime, ticket, progress, scope, stored_scope=False, expected_revision=expected_revision)
     assert progress.snap is not None
     group = MessageGroup(seq=progress.snap.next_seq, messages=messages, retained=RetainedRecord(scope))
+    check_group_size(group)
     done = await commit_group(
         runtime, ticket, progress, scope=scope, group=group, summary=_summary(runtime, progress)
     )
