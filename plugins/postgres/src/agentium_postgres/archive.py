@@ -18,9 +18,7 @@ against the stored digest, strict decoding, and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
-
-from psycopg_pool import AsyncConnectionPool
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
@@ -41,10 +39,13 @@ from agentium_harness.plugin_api import (
 )
 
 from .config import PostgresConfig
-from .erase import erase_archive
 from .errors import PostgresArchiveError, PostgresRowTooLargeError
 from .keys import q, session_keys
-from .link import Conn, PgLink
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from .link import Conn, PgLink
 
 __all__ = ["GroupRow", "PostgresArchive", "group_rows", "insert_groups"]
 
@@ -165,6 +166,9 @@ class PostgresArchive(HistoryArchive):
         pool: AsyncConnectionPool[Any] | None = None,
         connection: Any = None,
     ) -> None:
+        # Imported here, not at module level: listing the plugin must not load the client library.
+        from .link import PgLink
+
         self._config = config
         self._link = PgLink(
             config,
@@ -234,6 +238,8 @@ class PostgresArchive(HistoryArchive):
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema
+
+        from .erase import erase_archive
 
         async def work(conn: Conn) -> EraseReport:
             return await erase_archive(conn, schema, target, bound, dry_run)

@@ -12,7 +12,6 @@ import re
 from typing import Any, Final
 
 import attrs
-import psycopg.conninfo
 
 from agentium_harness.plugin_api import bounded_count, bounded_duration
 
@@ -25,6 +24,10 @@ _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 def _conninfo(dsn: str) -> dict[str, Any]:
     """The parsed connection options; ``ValueError`` (never echoing the text) if it does not parse."""
+    # Imported here, not at module level: listing the plugin (which names this class) must not load
+    # the client library.
+    import psycopg.conninfo
+
     try:
         return psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
@@ -157,6 +160,8 @@ class PostgresConfig:
         """The connection string handed to psycopg (``password`` added when given)."""
         if self.password is None:
             return self.dsn
+        import psycopg.conninfo
+
         return psycopg.conninfo.make_conninfo(self.dsn, password=self.password)
 
     def server(self) -> str:

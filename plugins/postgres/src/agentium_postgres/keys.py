@@ -10,11 +10,12 @@ spliced into statements, as a double-quoted identifier.
 from __future__ import annotations
 
 from functools import cache
-from typing import LiteralString
-
-from psycopg import sql
+from typing import TYPE_CHECKING, LiteralString
 
 from agentium_harness.plugin_api import SessionKey
+
+if TYPE_CHECKING:
+    from psycopg import sql
 
 __all__ = ["q", "session_keys"]
 
@@ -26,6 +27,9 @@ def session_keys(key: SessionKey) -> tuple[str, str, str]:
 
 @cache
 def _q(template: LiteralString, schema: str) -> sql.Composed:
+    # Imported here, not at module level: listing the plugin must not load the client library.
+    from psycopg import sql
+
     return sql.SQL(template).format(s=sql.Identifier(schema))
 
 

@@ -33,9 +33,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Final, LiteralString
-
-from psycopg_pool import AsyncConnectionPool
+from typing import TYPE_CHECKING, Any, ClassVar, Final, LiteralString
 
 from agentium_harness import InvalidIdError, MemoryFactForgottenError, MemoryFactNotFoundError
 from agentium_harness.plugin_api import (
@@ -68,10 +66,13 @@ from agentium_harness.plugin_api import (
 
 from .archive import health_probe
 from .config import PostgresConfig
-from .erase import erase_memory
 from .errors import PostgresMemoryError
 from .keys import q
-from .link import Conn, PgLink
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from .link import Conn, PgLink
 
 __all__ = ["PostgresMemoryStore", "new_fact_id"]
 
@@ -193,6 +194,9 @@ class PostgresMemoryStore(MemoryStore):
         pool: AsyncConnectionPool[Any] | None = None,
         connection: Any = None,
     ) -> None:
+        # Imported here, not at module level: listing the plugin must not load the client library.
+        from .link import PgLink
+
         self._config = config
         self._link = PgLink(
             config,
@@ -403,6 +407,8 @@ class PostgresMemoryStore(MemoryStore):
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema
+
+        from .erase import erase_memory
 
         async def work(conn: Conn) -> EraseReport:
             return await erase_memory(conn, schema, target, bound, dry_run)

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import psycopg
 
 from agentium_harness.plugin_api import OpContext
 
 from .config import PostgresConfig
 from .errors import PostgresError
-from .link import PgLink, _require_asyncio
 from .schema import SCHEMA_VERSION, MigrationReport, apply_migrations
+
+if TYPE_CHECKING:
+    import psycopg
 
 __all__ = ["migrate"]
 
@@ -47,6 +48,12 @@ async def migrate(
     :class:`~agentium_postgres.errors.PostgresPrivilegeError` when the role may
     not create the schema, and the connection errors of the adapters.
     """
+    # Imported here, not at module level: listing the plugin (whose package names this function) must
+    # not load the client library.
+    import psycopg
+
+    from .link import PgLink, _require_asyncio
+
     operation = "migrate"
     _require_asyncio(operation)
     link = PgLink(config, family=PostgresError, name="postgres migrate", needs=())

@@ -25,9 +25,7 @@ it exists; every statement also runs under the tenant's row-level security.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
-
-from psycopg_pool import AsyncConnectionPool
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentium_harness import AgentiumError, InvalidArgumentError
 from agentium_harness.plugin_api import (
@@ -58,14 +56,17 @@ from agentium_harness.plugin_api import (
 
 from .archive import group_rows, health_probe, insert_groups, read_groups
 from .config import PostgresConfig
-from .erase import erase_recall
 from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
-from .link import Conn, PgLink
 from .recall_session import PostgresRecallSession
 from .recall_sql import SourceRow, insert_sources, unindexed_sql
 from .recall_vectors import vector_batches, vector_scoring, write_vectors
 from .schema import VectorFacts
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from .link import Conn, PgLink
 
 __all__ = ["PostgresRecallSession", "PostgresRecallStore"]
 
@@ -124,6 +125,9 @@ class PostgresRecallStore(RecallStore):
         pool: AsyncConnectionPool[Any] | None = None,
         connection: Any = None,
     ) -> None:
+        # Imported here, not at module level: listing the plugin must not load the client library.
+        from .link import PgLink
+
         self._config = config
         self._link = PgLink(
             config,
@@ -369,6 +373,8 @@ class PostgresRecallStore(RecallStore):
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema
+
+        from .erase import erase_recall
 
         async def work(conn: Conn) -> EraseReport:
             return await erase_recall(conn, schema, target, bound, dry_run)

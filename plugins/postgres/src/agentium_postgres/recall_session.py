@@ -35,11 +35,11 @@ from agentium_harness.plugin_api import Vector as _Vector
 
 from .errors import PostgresRecallError
 from .keys import q
-from .link import Conn
 from .recall_sql import scope_params, term_query
 from .recall_vectors import POOL_PER_DEPTH, fuse
 
 if TYPE_CHECKING:
+    from .link import Conn
     from .recall import PostgresRecallStore
 
 __all__ = ["PostgresRecallSession"]

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Final, LiteralString
+from typing import TYPE_CHECKING, Any, Final, LiteralString
 
 import attrs
-from psycopg import sql
 
 from agentium_harness.plugin_api import Scope, encode_segment
+
+if TYPE_CHECKING:
+    from psycopg import sql
 
 __all__ = [
     "UNINDEXED_WINDOW",
@@ -85,6 +87,9 @@ _UNINDEXED: Final[LiteralString] = (
 
 def unindexed_sql(schema: str) -> sql.Composed:
     """The statement behind ``unindexed_groups`` (named: ``t``, ``u``, ``s``, ``start``, ``end``, ``max``)."""
+    # Imported here, not at module level: listing the plugin must not load the client library.
+    from psycopg import sql
+
     return sql.SQL(_UNINDEXED).format(s=sql.Identifier(schema))
 
 
@@ -157,6 +162,8 @@ async def insert_sources(conn: Any, schema: str, rows: Sequence[SourceRow]) -> i
     """
     if not rows:
         return 0
+    from psycopg import sql
+
     s = sql.Identifier(schema)
     ids = [r.source_id for r in rows]
     revisions = [r.revision for r in rows]

@@ -47,8 +47,6 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, Final, LiteralString
 
-from psycopg import sql
-
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
     EmbeddingModel,
@@ -157,6 +155,9 @@ async def write_vectors(
     own tenant. Each cursor, read after the commit, yields one row per
     vector stored.
     """
+    # Imported here, not at module level: listing the plugin must not load the client library.
+    from psycopg import sql
+
     await conn.execute(q("SELECT {s}.check_vector_model(%s, %s)", schema), (model.model, model.dimension))
     pgv = facts.scored_in_database and facts.extension_schema is not None
     statement = sql.SQL(_WRITE_BOTH if pgv else _WRITE_BYTES).format(

@@ -24,11 +24,13 @@ tables' owner too; only a superuser or a role with ``BYPASSRLS`` is exempt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, LiteralString
+from typing import TYPE_CHECKING, Any, Final, LiteralString
 
 import attrs
-import psycopg
-from psycopg import sql
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg import sql
 
 __all__ = [
     "ERASE_PRIVILEGES",
@@ -500,11 +502,16 @@ class VectorFacts:
 
 
 def _compose(template: LiteralString, schema: str) -> sql.Composed:
+    # Imported here, not at module level: listing the plugin must not load the client library.
+    from psycopg import sql
+
     return sql.SQL(template).format(schema=sql.Identifier(schema))
 
 
 def grant_statements(schema: str, role: str, version: int = SCHEMA_VERSION) -> list[sql.Composed]:
     """The statements granting ``role`` what the adapters need on ``schema`` at ``version`` (nothing more)."""
+    from psycopg import sql
+
     ident = sql.Identifier(role)
     out = [
         sql.SQL("GRANT USAGE ON SCHEMA {schema} TO {role}").format(schema=sql.Identifier(schema), role=ident)
@@ -623,6 +630,8 @@ async def apply_migrations(
     vectors = await vector_facts(conn, schema)
     added = False
     if to_version >= 2 and vectors.extension_schema is not None and not vectors.column:
+        from psycopg import sql
+
         await conn.execute(
             sql.SQL(PGVECTOR_STEP).format(
                 schema=sql.Identifier(schema), vector=sql.Identifier(vectors.extension_schema, "vector")

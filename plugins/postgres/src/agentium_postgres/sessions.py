@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final, LiteralString
-
-from psycopg_pool import AsyncConnectionPool
+from typing import TYPE_CHECKING, Any, ClassVar, Final, LiteralString
 
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
@@ -51,10 +49,13 @@ from agentium_harness.plugin_api import (
 
 from .archive import PostgresArchive, group_rows, health_probe, insert_groups
 from .config import PostgresConfig
-from .erase import erase_snapshots
 from .errors import PostgresRowTooLargeError, PostgresSessionStoreError
 from .keys import q, session_keys
-from .link import Conn, PgLink
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from .link import Conn, PgLink
 
 __all__ = ["PostgresSessionStore"]
 
@@ -95,6 +96,9 @@ class PostgresSessionStore(SessionStore):
         pool: AsyncConnectionPool[Any] | None = None,
         connection: Any = None,
     ) -> None:
+        # Imported here, not at module level: listing the plugin must not load the client library.
+        from .link import PgLink
+
         self._config = config
         self._link = PgLink(
             config,
@@ -327,6 +331,8 @@ class PostgresSessionStore(SessionStore):
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema
+
+        from .erase import erase_snapshots
 
         async def work(conn: Conn) -> tuple[EraseReport, list[SessionKey]]:
             return await erase_snapshots(conn, schema, target, bound, dry_run)
