@@ -126,6 +126,6 @@ def test_the_history_read_benchmark_runs_and_prints_its_ratios() -> None:
         ("get_items\\(20\\) at 400", "1.5"),
         ("get_items\\(\\) at 400", "2"),
     ):
-        figures = r"\s+agentium\s+\d+\.\d+ ms\s+sdk\s+\d+\.\d+ ms\s+ratio\s+\d+\.\d+\s+"
-        pattern = rf"^{label}{figures}target <= {target}\s+(PASS|MISS)$"
+        figures = r"agentium\s+\d+\.\d+ ms\s+sdk\s+\d+\.\d+ ms\s+ratio\s+\d+\.\d+"
+        pattern = rf"^{label}\s+wall: {figures}\s+target <= {target}\s+(PASS|MISS)\s+cpu: {figures}$"
         assert re.search(pattern, out, re.M), out
