@@ -19,8 +19,9 @@ sessions call by call (so drift in machine load hits both alike), it times:
 Prints the median of each, wall clock and CPU time (of the whole process, every
 thread: both sessions do their SQLite work in worker threads), the ratio
 Agentium ÷ SDK of each and PASS or MISS of the wall-clock ratio against the
-target. On a loaded machine the CPU ratio is the steadier figure. Exits 0 either way: it is a benchmark, not a test. ``--small``
-seeds 100 and 400 items with fewer rounds (a smoke run of a few seconds).
+target. On a loaded machine the CPU ratio is the steadier figure. Exits 0
+either way: it is a benchmark, not a test. ``--small`` seeds 100 and 400
+items with fewer rounds (a smoke run of a few seconds).
 """
 
 from __future__ import annotations
