@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 import time
 from typing import ClassVar
@@ -198,3 +200,27 @@ async def test_aclose_is_shielded_from_the_callers_cancellation() -> None:
         scope.cancel()
         await store.aclose()
     assert store.opened[0].closed
+
+
+def _put_and_get_on_asyncio(value: str) -> str:
+    """A fresh store's put and get on a plain asyncio loop (the worker-pool path)."""
+    import asyncio
+
+    async def use() -> str:
+        store = BlobStore()
+        try:
+            await store.run(OpContext(), "put", lambda c: c.call("put", "k", value))
+            return await store.run(OpContext(), "get", lambda c: c.call("get", "k"))
+        finally:
+            await store.aclose()
+
+    return asyncio.run(use())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_process_forked_after_calls_ran_on_asyncio_still_gets_worker_threads() -> None:
+    # The parent's worker threads do not exist in a forked child: it must start its own,
+    # not queue its calls to threads that will never run them.
+    assert _put_and_get_on_asyncio("parent") == "parent"
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply_async(_put_and_get_on_asyncio, ("child",)).get(timeout=60) == "child"

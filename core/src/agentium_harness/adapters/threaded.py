@@ -72,6 +72,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import math
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,7 +95,9 @@ T = TypeVar("T")
 
 #: Worker threads of the asyncio hop (see :func:`_hop`): as many as anyio's default thread limiter.
 _WORKERS = 40
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
+# The pool and the process that made it: a child forked after the pool was used has none of its
+# threads, so it makes a pool of its own.
+_executor: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
 _executor_lock = threading.Lock()
 # In a worker thread of the asyncio hop: the call it runs (whether its caller stopped waiting).
 _running = threading.local()
@@ -111,10 +114,15 @@ class _Hop:
 
 def _workers() -> concurrent.futures.ThreadPoolExecutor:
     global _executor  # one pool per process, made on first use
+    pid = os.getpid()
+    made = _executor
+    if made is not None and made[0] == pid:
+        return made[1]
     with _executor_lock:
-        if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(_WORKERS, thread_name_prefix="agentium-adapter")
-        return _executor
+        if _executor is None or _executor[0] != pid:
+            pool = concurrent.futures.ThreadPoolExecutor(_WORKERS, thread_name_prefix="agentium-adapter")
+            _executor = (pid, pool)
+        return _executor[1]
 
 
 def host_task_cancelled() -> bool:
