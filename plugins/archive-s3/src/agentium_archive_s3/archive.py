@@ -50,9 +50,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import random
 import re
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Final
@@ -85,10 +83,19 @@ from agentium_harness.plugin_api import (
 )
 
 from .config import S3Config
-from .erasure import Listed, WriteFence, delete_listed, list_scope, owns, parse_folder, scope_folder
-from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3Error, S3ObjectTooLargeError
+from .erasure import (
+    Listed,
+    WriteFence,
+    delete_listed,
+    drain_fenced_writes,
+    list_scope,
+    owns,
+    parse_folder,
+    scope_folder,
+)
+from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError
 from .keys import MAX_SEQ, archive_key, archive_prefix, archive_root, parse_archive_key
-from .link import S3Client, S3Link, error_code, error_status
+from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
 
 __all__ = ["ForgetReport", "S3Archive"]
@@ -338,10 +345,10 @@ class S3Archive(HistoryArchive):
                             code=code,
                             status=status,
                         ) from None
-                    _backoff(ctx, conflicts)
+                    conflict_backoff(ctx, conflicts)
                     continue
                 raise
-            etag = _unquote(str(reply.get("ETag", "")))
+            etag = unquote_etag(str(reply.get("ETag", "")))
             version = str(reply.get("VersionId") or "")
             if not self._config.etag_is_md5 or etag == upload.md5_hex:
                 return True
@@ -524,7 +531,7 @@ class S3Archive(HistoryArchive):
         if dry_run:
             return await self._erase(target, bound, ctx, dry_run=True)
         with self._fence.erasing(target) as drain:
-            await _drain(self._config, ctx, drain, target, "archive erase", S3ArchiveError)
+            await drain_fenced_writes(self._config, ctx, drain, target, "archive erase", S3ArchiveError)
             if not target.groups:
                 for key in [k for k in self._known if owns(target, k)]:
                     del self._known[key]
@@ -732,32 +739,6 @@ def _parse_group(root: str, object_key: str) -> tuple[SessionKey, int] | None:
     return None if seq is None else (key, seq)
 
 
-async def _drain(
-    config: S3Config,
-    ctx: OpContext,
-    drain: Callable[[float], bool],
-    target: EraseTarget,
-    operation: str,
-    family: type[S3Error],
-) -> None:
-    """Wait (in a worker thread, outside the limiter) for the writes of ``target`` still in flight.
-
-    At most half the time ``ctx`` has left, or as long as one request can
-    take; writes still running then fail the erase before it removes anything.
-    """
-    longest = (config.connect_timeout_s + config.read_timeout_s) * config.max_attempts
-    left = ctx.time_left()
-    wait = longest if left is None else min(longest, left / 2)
-    if await anyio.to_thread.run_sync(drain, wait, abandon_on_cancel=True):
-        return
-    raise family(
-        f"{operation} of {target.describe()} stopped before removing anything: a write of that scope by "
-        f"this adapter was still in flight after {wait:.1f}s (a caller gave up on it, and the request may "
-        "still land); call again once it has finished",
-        code="WritesInFlight",
-    )
-
-
 def _where(key: SessionKey, seq: int, object_key: str) -> str:
     return f"s3 archive: group {seq} of session {key.key()} at {object_key!r}"
 
@@ -772,17 +753,6 @@ def _parse_link(key: SessionKey, seq: int, object_key: str, link: str | None) ->
             "outside the archive, and is not returned"
         )
     return int(link)
-
-
-def _unquote(etag: str) -> str:
-    return etag[1:-1] if len(etag) >= 2 and etag[0] == etag[-1] == '"' else etag
-
-
-def _backoff(ctx: OpContext, attempt: int) -> None:
-    """Sleep (in the worker thread) before retrying a 409, never past the deadline."""
-    delay = min(1.0, 0.02 * 2**attempt) * (0.5 + random.random() / 2)  # jitter, not crypto
-    left = ctx.time_left()
-    time.sleep(delay if left is None else min(delay, left))
 
 
 def _first(failures: list[BaseException]) -> BaseException:

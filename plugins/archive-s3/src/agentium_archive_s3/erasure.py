@@ -30,11 +30,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio
+import anyio.to_thread
 import attrs
 import botocore.exceptions
 
 from agentium_harness.plugin_api import (
     EraseTarget,
+    OpContext,
     PhysicalErasure,
     SessionKey,
     decode_segment,
@@ -46,7 +49,19 @@ from .link import S3Client, error_code, error_status
 if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
-__all__ = ["Listed", "ScopeObjects", "WriteFence", "delete_listed", "list_scope", "owns", "parse_folder"]
+    from .config import S3Config
+    from .errors import S3Error
+
+__all__ = [
+    "Listed",
+    "ScopeObjects",
+    "WriteFence",
+    "delete_listed",
+    "drain_fenced_writes",
+    "list_scope",
+    "owns",
+    "parse_folder",
+]
 
 _PAGE: Final = 1000
 _DENIED: Final = frozenset({"AccessDenied", "AllAccessDisabled", "403"})
@@ -410,3 +425,29 @@ def _delete_batches(
         if code in _DENIED and any("VersionId" in item for item in batch):
             raise _VersionsDenied
         raise failed(code, len(errors))
+
+
+async def drain_fenced_writes(
+    config: S3Config,
+    ctx: OpContext,
+    drain: Callable[[float], bool],
+    target: EraseTarget,
+    operation: str,
+    family: type[S3Error],
+) -> None:
+    """Wait (in a worker thread, outside the limiter) for the writes of ``target`` still in flight.
+
+    At most half the time ``ctx`` has left, or as long as one request can
+    take; writes still running then fail the erase before it removes anything.
+    """
+    longest = (config.connect_timeout_s + config.read_timeout_s) * config.max_attempts
+    left = ctx.time_left()
+    wait = longest if left is None else min(longest, left / 2)
+    if await anyio.to_thread.run_sync(drain, wait, abandon_on_cancel=True):
+        return
+    raise family(
+        f"{operation} of {target.describe()} stopped before removing anything: a write of that scope by "
+        f"this adapter was still in flight after {wait:.1f}s (a caller gave up on it, and the request may "
+        "still land); call again once it has finished",
+        code="WritesInFlight",
+    )

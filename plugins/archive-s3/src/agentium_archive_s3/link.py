@@ -29,7 +29,9 @@ to ``max_concurrency`` requests run at once and keeps the rest of that base's ca
 from __future__ import annotations
 
 import math
+import random
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -56,7 +58,15 @@ if TYPE_CHECKING:
 else:
     S3Client = Any
 
-__all__ = ["S3Client", "S3Link", "error_code", "error_status", "make_client"]
+__all__ = [
+    "S3Client",
+    "S3Link",
+    "conflict_backoff",
+    "error_code",
+    "error_status",
+    "make_client",
+    "unquote_etag",
+]
 
 T = TypeVar("T")
 
@@ -351,3 +361,15 @@ class S3Link:
             if self._owned:
                 self._client = None
                 client.close()
+
+
+def unquote_etag(etag: str) -> str:
+    """An ETag without the double quotes S3 puts around it."""
+    return etag[1:-1] if len(etag) >= 2 and etag[0] == etag[-1] == '"' else etag
+
+
+def conflict_backoff(ctx: OpContext, attempt: int) -> None:
+    """Sleep (in the worker thread) before retrying a 409, never past the deadline."""
+    delay = min(1.0, 0.02 * 2**attempt) * (0.5 + random.random() / 2)  # jitter, not crypto
+    left = ctx.time_left()
+    time.sleep(delay if left is None else min(delay, left))

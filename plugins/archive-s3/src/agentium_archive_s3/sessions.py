@@ -87,9 +87,17 @@ from agentium_harness.plugin_api import (
     verify_snapshot,
 )
 
-from .archive import _backoff, _drain, _unquote
 from .config import S3Config
-from .erasure import Listed, ScopeObjects, WriteFence, delete_listed, list_scope, parse_folder, scope_folder
+from .erasure import (
+    Listed,
+    ScopeObjects,
+    WriteFence,
+    delete_listed,
+    drain_fenced_writes,
+    list_scope,
+    parse_folder,
+    scope_folder,
+)
 from .errors import (
     S3ConflictRetriesExhaustedError,
     S3Error,
@@ -98,7 +106,7 @@ from .errors import (
     S3SessionStoreError,
 )
 from .keys import parse_session_key, session_object_key, sessions_prefix, sessions_root
-from .link import S3Client, S3Link, error_code, error_status
+from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
 
 __all__ = ["S3SessionStore"]
@@ -192,7 +200,7 @@ class S3SessionStore(SessionStore):
             raise
         with reply["Body"] as body:
             data = body.read(limit + 1)
-        return data, _unquote(str(reply.get("ETag", "")))
+        return data, unquote_etag(str(reply.get("ETag", "")))
 
     def _parse(self, key: SessionKey, data: bytes) -> tuple[int, bytes]:
         """The revision and the snapshot's bytes of a stored object, its checksum verified."""
@@ -346,7 +354,7 @@ class S3SessionStore(SessionStore):
                     ContentType="text/plain; charset=utf-8",
                     **condition,  # type: ignore[arg-type]
                 )
-                return _unquote(str(reply.get("ETag", "")))
+                return unquote_etag(str(reply.get("ETag", "")))
             except botocore.exceptions.ClientError as exc:
                 code, status = error_code(exc), error_status(exc)
                 if code in _CONFLICT_CODES or status == 409:
@@ -358,7 +366,7 @@ class S3SessionStore(SessionStore):
                             code=code,
                             status=status,
                         ) from None
-                    _backoff(ctx, conflicts)
+                    conflict_backoff(ctx, conflicts)
                     continue
                 if not _is_412(exc):
                     if status is None or status >= 500:
@@ -395,7 +403,7 @@ class S3SessionStore(SessionStore):
                 raise self._conflict(key, expected, "the session was removed")
             if expected is None:
                 raise self._conflict(key, expected, "the session already exists")
-            if not flipped and "IfMatch" in condition and current[1] == _unquote(condition["IfMatch"]):
+            if not flipped and "IfMatch" in condition and current[1] == unquote_etag(condition["IfMatch"]):
                 # Unchanged object, refused precondition: the server wants the other ETag form.
                 flipped = True
                 # The other form than the one this attempt sent (not a toggle of the shared flag:
@@ -456,7 +464,7 @@ class S3SessionStore(SessionStore):
         if expected is None:
             unchanged = current is None
         else:
-            unchanged = current is not None and current[1] == _unquote(condition["IfMatch"])
+            unchanged = current is not None and current[1] == unquote_etag(condition["IfMatch"])
         if unchanged and answered is None:
             return ""
         if unchanged and answered:
@@ -485,7 +493,7 @@ class S3SessionStore(SessionStore):
         )
 
     def _if_match(self, etag: str) -> str:
-        bare = _unquote(etag)
+        bare = unquote_etag(etag)
         return f'"{bare}"' if self._quoted_if_match else bare
 
     # -- listing, health, lifecycle -------------------------------------------------------------
@@ -552,7 +560,9 @@ class S3SessionStore(SessionStore):
         if dry_run:
             return await self._erase(target, bound, ctx, dry_run=True)
         with self._fence.erasing(target) as drain:
-            await _drain(self._config, ctx, drain, target, "session store erase", S3SessionStoreError)
+            await drain_fenced_writes(
+                self._config, ctx, drain, target, "session store erase", S3SessionStoreError
+            )
             for key in [k for k in self._etags if target.covers_session(k)]:
                 del self._etags[key]
             return await self._erase(target, bound, ctx, dry_run=False)

@@ -70,7 +70,7 @@ from .errors import (
 )
 from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, TENANT_SETTING, VectorFacts, vector_facts
 
-__all__ = ["Conn", "PgLink", "ServerFacts"]
+__all__ = ["Conn", "PgLink", "ServerFacts", "require_asyncio"]
 
 #: Commits whose outcome stayed unknown, discarded connections (WARNING); never statements or rows.
 logger = logging.getLogger("agentium.plugins.postgres")
@@ -110,7 +110,8 @@ class ServerFacts:
     vectors: VectorFacts = attrs.field(factory=VectorFacts)
 
 
-def _require_asyncio(operation: str) -> None:
+def require_asyncio(operation: str) -> None:
+    """Refuse ``operation`` unless it runs under asyncio (psycopg's async API needs it)."""
     try:
         library = sniffio.current_async_library()
     except sniffio.AsyncLibraryNotFoundError:
@@ -226,7 +227,7 @@ class PgLink:
         context was cancelled or its deadline passed (nothing committed).
         """
         ctx.raise_if_expired(operation)
-        _require_asyncio(operation)
+        require_asyncio(operation)
         if self._closed:
             raise self._family(f"{self._name}: {operation} refused: the adapter is closed")
         left = ctx.time_left()

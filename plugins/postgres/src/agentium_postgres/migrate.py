@@ -52,10 +52,10 @@ async def migrate(
     # not load the client library.
     import psycopg
 
-    from .link import PgLink, _require_asyncio
+    from .link import PgLink, require_asyncio
 
     operation = "migrate"
-    _require_asyncio(operation)
+    require_asyncio(operation)
     link = PgLink(config, family=PostgresError, name="postgres migrate", needs=())
     ctx = OpContext.with_timeout(timeout_s)
     try:

@@ -45,8 +45,10 @@ backups — are beyond the store: a report that removed anything says
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Final, Protocol
+
+import attrs
 
 from agentium_harness.plugin_api import (
     EraseLevel,
@@ -69,10 +71,51 @@ from .lua import CHECK, ROWS, Script
 from .scripts import COLLECT
 
 if TYPE_CHECKING:
-    from .store import RedisRecallStore
-    from .writes import Call
+    from .config import RedisRecallConfig
+    from .link import Reply
+    from .server import Arg, ServerErrors
+    from .writes import Call, Writer
 
-__all__ = ["ERASE", "ERASE_SCRIPTS", "GROUP_SIDS", "ROW_INFO", "TENANT_DROP", "erase_target"]
+__all__ = ["ERASE", "ERASE_SCRIPTS", "GROUP_SIDS", "ROW_INFO", "TENANT_DROP", "EraseOps", "erase_target"]
+
+
+class StoreCall(Protocol):
+    """The store's round trip of read-only commands (on ``ready``'s link if given)."""
+
+    def __call__(
+        self,
+        commands: Sequence[Command],
+        ctx: OpContext,
+        operation: str,
+        *,
+        ready: Link | None = None,
+        checked: bool = False,
+    ) -> Awaitable[list[Reply]]:
+        """Send ``commands`` in one round trip; errors become the store's typed errors."""
+        ...
+
+
+@attrs.frozen(slots=True)
+class EraseOps:
+    """What erasure uses of its store: its config, bounded calls, error mapping and writer.
+
+    The store hands them over when it erases, so this module never reaches
+    into the store's private attributes.
+    """
+
+    #: The store's configuration (key prefix, per-call bounds, settle timeout).
+    config: RedisRecallConfig
+    #: The running loop's link, connecting and checking the server on its first call.
+    ready: Callable[[OpContext, str], Awaitable[Link]]
+    #: One round trip of read-only commands.
+    call: StoreCall
+    #: A read-only script, re-sent if the server lost its script cache.
+    script: Callable[[Script, Sequence[str], Sequence[Arg], OpContext, str], Awaitable[Reply]]
+    #: Turns a server's refusal into the store's typed error.
+    errors: ServerErrors
+    #: The store's writer: guarded writes and their settlements.
+    writer: Writer
+
 
 #: Fields one ``HSCAN`` page asks for.
 _SCAN_PAGE: Final = 1000
@@ -260,7 +303,7 @@ ERASE_SCRIPTS: Final = (ERASE, ROW_INFO, GROUP_SIDS, PEND_ABORT, TENANT_DROP)
 
 
 async def _scan_sids(
-    store: RedisRecallStore, link: Link, prefix: str, target: EraseTarget, want: int, ctx: OpContext
+    store: EraseOps, link: Link, prefix: str, target: EraseTarget, want: int, ctx: OpContext
 ) -> tuple[list[str], list[str], bool]:
     """The target's current sources (at most ``want``) and deletion tombstones, from ``P:rev``.
 
@@ -273,7 +316,7 @@ async def _scan_sids(
     more = False
     while True:
         command: Command = ("HSCAN", f"{prefix}:rev", cursor, "COUNT", _SCAN_PAGE)
-        [reply] = await store._call([command], ctx, "recall erase", ready=link)
+        [reply] = await store.call([command], ctx, "recall erase", ready=link)
         _raise_reply(store, reply)
         cursor, fields = as_text(reply[0]), reply[1]
         pairs = (
@@ -303,21 +346,21 @@ async def _scan_sids(
             return rows, tombs, more
 
 
-def _raise_reply(store: RedisRecallStore, reply: object) -> None:
+def _raise_reply(store: EraseOps, reply: object) -> None:
     from redis.exceptions import ResponseError
 
     if isinstance(reply, ResponseError):
-        store._errors.refused(reply, "recall erase")
+        store.errors.refused(reply, "recall erase")
 
 
 async def _group_sids(
-    store: RedisRecallStore, prefix: str, target: EraseTarget, want: int, ctx: OpContext
+    store: EraseOps, prefix: str, target: EraseTarget, want: int, ctx: OpContext
 ) -> tuple[list[str], bool]:
     key = target.session_key
     assert key is not None
     ranges = [str(v) for r in target.groups for v in (r.start, r.stop)]
     args: list[str | int] = [prefix, owner_key(SourceOwner.of_session(key)), want + 1, *ranges]
-    reply = await store._script(GROUP_SIDS, [f"{prefix}:bk"], args, ctx, "recall erase")
+    reply = await store.script(GROUP_SIDS, [f"{prefix}:bk"], args, ctx, "recall erase")
     sids = [as_text(s) for s in reply or ()]
     return sids[:want], len(sids) > want
 
@@ -332,11 +375,11 @@ def _removed(sid: str, kind: str, seq: str, digest: str) -> tuple[SessionKey, in
     return SessionKey(owner.tenant, owner.user, owner.session), int(seq), digest
 
 
-async def _collect_all(store: RedisRecallStore, link: Link, prefix: str, ctx: OpContext) -> int:
+async def _collect_all(store: EraseOps, link: Link, prefix: str, ctx: OpContext) -> int:
     """Collect the tenant's queued garbage until none is left (bounded); the backlog left."""
     backlog = 1
     for _ in range(_MAX_COLLECT):
-        reply = await store._script(
+        reply = await store.script(
             COLLECT, [f"{prefix}:gc"], [prefix, store.config.max_terms_per_call], ctx, "recall erase"
         )
         backlog = int(reply) if isinstance(reply, int) else 0
@@ -346,17 +389,17 @@ async def _collect_all(store: RedisRecallStore, link: Link, prefix: str, ctx: Op
 
 
 async def erase_target(
-    store: RedisRecallStore, target: EraseTarget, ctx: OpContext, *, dry_run: bool, max_items: int
+    store: EraseOps, target: EraseTarget, ctx: OpContext, *, dry_run: bool, max_items: int
 ) -> EraseReport:
     """Erase (or, ``dry_run``, count) up to ``max_items`` sources of ``target``; see the module."""
     prefix = tenant_prefix(store.config.key_prefix, target.tenant_id)
-    link = await store._ready(ctx, "recall erase")
+    link = await store.ready(ctx, "recall erase")
     if not dry_run:
         # A write this store cut off earlier is settled in the background: until it is, its copy may
         # still land. Wait for it (applied: erased below; fenced: never applies), within the deadline.
         left = ctx.time_left()
         wait = store.config.settle_timeout_s if left is None else min(store.config.settle_timeout_s, left)
-        if await store._writer.settlements.settle(max(0.0, wait)):
+        if await store.writer.settlements.settle(max(0.0, wait)):
             raise RedisRecallError(
                 "recall erase: a write cut off earlier is still being settled, so its copy could still "
                 "land after the erase; nothing was erased. Erase again once the server answers"
@@ -369,7 +412,7 @@ async def erase_target(
     found: list[tuple[str, str, str, str]] = []  # (sid, kind, seq, digest) of rows removed
     if dry_run:
         if rows:
-            info = await store._script(ROW_INFO, [f"{prefix}:ids"], [prefix, *rows], ctx, "recall erase")
+            info = await store.script(ROW_INFO, [f"{prefix}:ids"], [prefix, *rows], ctx, "recall erase")
             for sid, entry in zip(rows, info or (), strict=True):
                 if entry:
                     found.append((sid, *(as_text(v) for v in entry)))  # type: ignore[arg-type]
@@ -379,7 +422,7 @@ async def erase_target(
     while pending or tombs:
         batch = pending[:_ROWS_PER_CALL]
         call: Call = (ERASE, [room, len(batch), len(tombs), *batch, *tombs])
-        written = await store._writer.write(link, prefix, [call], ctx, "recall erase")
+        written = await store.writer.write(link, prefix, [call], ctx, "recall erase")
         head, *lines = written.results[0].split("\n")
         taken = int(head)
         for sid, line in zip(batch[:taken], lines, strict=False):
@@ -393,10 +436,10 @@ async def erase_target(
         # Stagings of the target's owners (a large source a writer began and never published, e.g.
         # it crashed) hold postings of its words until their lease ends: give them up now.
         okp = _owner_prefix(target)
-        await store._script(PEND_ABORT, [f"{prefix}:pend"], [prefix, okp], ctx, "recall erase")
+        await store.script(PEND_ABORT, [f"{prefix}:pend"], [prefix, okp], ctx, "recall erase")
     left = await _collect_all(store, link, prefix, ctx)
     if target.level is EraseLevel.TENANT and not more:
-        await store._script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
+        await store.script(TENANT_DROP, [f"{prefix}:ids"], [prefix], ctx, "recall erase")
     physical = PhysicalErasure.UNREFERENCED if found else PhysicalErasure.REMOVED
     report = _report(found, more, physical)
     if left:

@@ -102,7 +102,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .config import RedisRecallConfig, redact_url
-from .erase import erase_target
+from .erase import EraseOps, erase_target
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
 from .keys import owner_key, owner_of_source_id, tenant_prefix
 from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
@@ -205,6 +205,7 @@ class RedisRecallStore(RecallStore):
             self._where, collect_secrets(config, client), config.socket_timeout_s, config.key_prefix
         )
         self._writer = Writer(self._errors, config.settle_timeout_s, config.max_terms_per_call)
+        self._erase_ops = EraseOps(config, self._ready, self._call, self._script, self._errors, self._writer)
 
     def __repr__(self) -> str:
         owned = "lent client" if self._lent is not None else "owned client"
@@ -495,7 +496,7 @@ class RedisRecallStore(RecallStore):
         ctx.raise_if_expired("recall erase")
         check_target(target)
         bound = check_max_items(max_items)
-        return await erase_target(self, target, ctx, dry_run=dry_run, max_items=bound)
+        return await erase_target(self._erase_ops, target, ctx, dry_run=dry_run, max_items=bound)
 
     async def aclose(self) -> None:
         """Close the clients the store created, each on its own event loop; a lent client is never closed.
