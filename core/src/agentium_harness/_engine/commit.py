@@ -26,8 +26,6 @@ from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
-from .._ports.erasure import SeqRange
-from .._ports.recall import RecallStore, SourceRef, group_source_id
 from .._ports.sessions import (
     ArchivedDigest,
     ArchiveDivergence,
@@ -39,8 +37,6 @@ from .._ports.sessions import (
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
-from .catch_up import catch_up_index
-from .embedding import Hybrid, embedding_text, index_sources
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
@@ -53,7 +49,6 @@ __all__ = [
     "archive_groups",
     "broadcast_archived",
     "commit",
-    "index_archived",
     "plan_diagnostics",
 ]
 
@@ -551,56 +546,3 @@ async def broadcast_archived(
     return await broadcast(
         hooks, "agentium_groups_archived", timeout_s, key=key, receipts=receipts, groups=groups
     )
-
-
-async def index_archived(
-    store: RecallStore | None,
-    ticket: Ticket,
-    key: SessionKey,
-    groups: tuple[MessageGroup, ...],
-    receipts: tuple[ArchiveReceipt, ...],
-    archive: HistoryArchive | None = None,
-    hybrid: Hybrid | None = None,
-    erased: Sequence[SeqRange] = (),
-) -> list[Diagnostic]:
-    """The groups-archived step for the runtime's own recall store (``archive_indexing``).
-
-    Runs after the commit, so a failure cannot undo it: it is reported.
-    Once indexing succeeds again, the archived groups the index lacks are
-    caught up from ``archive``, a bounded number per commit
-    (:mod:`.catch_up`); ``agentium recall rebuild`` does it all at once.
-    With ``hybrid``, the indexed groups are then embedded and their vectors
-    stored (``vector_indexing``); a failure there leaves them found by their
-    words only, and is reported as ``recall_embed_failed``.
-    """
-    if store is None or not getattr(capabilities_of(store), "archive_indexing", False):
-        return []
-    try:
-        await ticket.call("recall index", lambda ctx: store.index_groups(key, groups, receipts, ctx))
-    except Exception as exc:
-        return [
-            Diagnostic(
-                "recall_index_failed",
-                f"archived groups {[g.seq for g in groups]} were not indexed for recall "
-                f"({type(exc).__name__}: {exc}); a later archiving commit indexes them once the store "
-                "works again, or run `agentium recall rebuild`",
-                Severity.WARNING,
-            )
-        ]
-    notes: list[Diagnostic] = []
-    if hybrid is not None and groups:
-        sources = [(SourceRef(group_source_id(key, g.seq), g.digest), embedding_text(g)) for g in groups]
-        try:
-            await index_sources(ticket, hybrid, store, sources)
-        except Exception as exc:
-            notes.append(
-                Diagnostic(
-                    "recall_embed_failed",
-                    f"archived groups {[g.seq for g in groups]} were indexed by their words but not embedded "
-                    f"({type(exc).__name__}: {exc}); run `agentium recall rebuild` once the embedder works",
-                    Severity.WARNING,
-                )
-            )
-    if archive is None or not groups:
-        return notes
-    return notes + await catch_up_index(store, archive, ticket, key, min(g.seq for g in groups), erased)

@@ -21,7 +21,8 @@ from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
-from .commit import commit, index_archived
+from .archive_index import index_archived
+from .commit import commit
 from .embedding import Hybrid
 from .erasure_ledger import index_key, load_ledger, pending_records
 from .hooks import HookBroadcaster

@@ -41,8 +41,9 @@ from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .._text import cut_text
 from .._verdicts import VerificationRecord
+from .archive_index import index_archived
 from .arguments import source_uncertainty
-from .commit import CommitOutcome, commit, index_archived
+from .commit import CommitOutcome, commit
 from .lifecycle import Ticket
 from .progress import RunProgress
 from .recall_view import RecallView, publish

@@ -27,7 +27,7 @@ import importlib.metadata
 import inspect
 import os
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -39,7 +39,8 @@ from . import hookspecs
 from .commands import COMMAND_HOOK, CliCommand, CommandTable
 from .graders import GRADER_HOOK, GraderTable
 from .hints import KNOWN_PLUGINS, missing_message
-from .hookspecs import LIFECYCLE_HOOKS, PROJECT_NAME, REGISTRATION_HOOKS
+from .hook_calls import broadcast_hook, caller_for, describe_error, discard_awaitable
+from .hookspecs import PROJECT_NAME, REGISTRATION_HOOKS
 from .records import (
     HookFailure,
     LoadedPlugin,
@@ -82,11 +83,6 @@ __all__ = [
 BUILTIN_DISTRIBUTION = "agentium-harness"
 #: The module holding the built-in hook implementations.
 BUILTIN_MODULE = "agentium_harness.adapters.builtin"
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @attrs.define
@@ -203,7 +199,7 @@ class PluginRegistry:
             except Exception as exc:  # any import-time failure is the plugin's, not ours
                 state = self._distribution(dist_name, version)
                 state.modules.append(ep.value)
-                self._problem(dist_name, version, ProblemStage.IMPORT, _describe(exc))
+                self._problem(dist_name, version, ProblemStage.IMPORT, describe_error(exc))
                 continue
             self.register_plugin(dist_name, module, version=version, plugin_name=f"{dist_name}:{ep.name}")
         for name in sorted((allow_set or frozenset()) - seen - {BUILTIN_DISTRIBUTION}):
@@ -251,7 +247,7 @@ class PluginRegistry:
             # true should an older pluggy leave a partial registration behind.
             if self._pm.get_plugin(pname) is plugin:
                 self._pm.unregister(name=pname)
-            self._problem(distribution, version, ProblemStage.HOOK_VALIDATION, _describe(exc))
+            self._problem(distribution, version, ProblemStage.HOOK_VALIDATION, describe_error(exc))
             return tuple(self._problems[before:])
         if not self._validate_hooks(distribution, version, plugin):
             self._pm.unregister(plugin)
@@ -298,12 +294,12 @@ class PluginRegistry:
             accepted.append(item)
 
         try:
-            for result in self._caller_for(hook, impl)(register=register):
+            for result in caller_for(self._pm, hook, impl)(register=register):
                 if inspect.isawaitable(result):
-                    _discard_awaitable(result)
+                    discard_awaitable(result)
                     raise TypeError("registration hooks must be plain functions, not async")
         except Exception as exc:
-            self._problem(distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), hook=hook)
+            self._problem(distribution, version, ProblemStage.REGISTER_HOOK, describe_error(exc), hook=hook)
             return
         for item in accepted:
             table.add(item, distribution)
@@ -370,13 +366,18 @@ class PluginRegistry:
         try:
             # Through pluggy's hook caller, narrowed to this one plugin, so
             # pluggy's tracing and monitoring see the call like any other.
-            for result in self._caller_for(hook_name, impl)(register=register):
+            for result in caller_for(self._pm, hook_name, impl)(register=register):
                 if inspect.isawaitable(result):
-                    _discard_awaitable(result)
+                    discard_awaitable(result)
                     raise TypeError("registration hooks must be plain functions, not async")
         except Exception as exc:  # the plugin's failure: discard what this call registered
             self._problem(
-                distribution, version, ProblemStage.REGISTER_HOOK, _describe(exc), kind=kind, hook=hook_name
+                distribution,
+                version,
+                ProblemStage.REGISTER_HOOK,
+                describe_error(exc),
+                kind=kind,
+                hook=hook_name,
             )
             return
         finally:
@@ -543,23 +544,6 @@ class PluginRegistry:
 
     # ---------------------------------------------------------------- lifecycle
 
-    def _caller_for(self, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
-        """The pluggy hook caller for ``hook`` restricted to the plugin behind ``impl``.
-
-        ``PluginManager.subset_hook_caller`` is pluggy's public way to call a
-        hook on some plugins only: calling each implementation through its own
-        subset keeps pluggy's argument handling, tracing and monitoring while
-        one implementation's exception cannot stop the others.
-        """
-        others = [p for p in self._pm.get_plugins() if p is not impl.plugin]
-        caller = self._pm.subset_hook_caller(hook, remove_plugins=others)
-        # pluggy only removes plugins that have an attribute named after the
-        # hook; _validate_hooks refuses renamed (specname) implementations, so
-        # the subset holds exactly this one.
-        if caller.get_hookimpls() != [impl]:  # pragma: no cover - guarded at load time
-            raise PluginError(f"{hook}: cannot isolate the implementation of {impl.plugin_name}")
-        return caller
-
     def broadcast(self, hook: str, /, **kwargs: Any) -> list[HookFailure]:
         """Call each implementation of lifecycle ``hook`` on its own; return the ones that raised.
 
@@ -575,28 +559,7 @@ class PluginRegistry:
         must be plain functions: one that returns an awaitable is reported as
         a failure and the awaitable is closed unrun.
         """
-        if hook not in LIFECYCLE_HOOKS:
-            raise ValueError(
-                f"{hook!r} is not a lifecycle hook; expected one of {', '.join(LIFECYCLE_HOOKS)}"
-            )
-        caller = getattr(self._pm.hook, hook)
-        expected = set(caller.spec.argnames) if caller.spec is not None else set()
-        if set(kwargs) != expected:
-            raise TypeError(f"{hook} takes {sorted(expected)}, got {sorted(kwargs)}")
-        failures: list[HookFailure] = []
-        # Registration order (built-ins first), unlike pluggy's last-in-first-out calls.
-        for impl in caller.get_hookimpls():
-            distribution = self._plugin_dist.get(impl.plugin_name, impl.plugin_name)
-            try:
-                for result in self._caller_for(hook, impl)(**kwargs):
-                    if inspect.isawaitable(result):
-                        _discard_awaitable(result)
-                        raise TypeError(
-                            "lifecycle hooks must be plain functions; the returned awaitable never ran"
-                        )
-            except Exception as exc:  # isolated and reported, by contract
-                failures.append(HookFailure(distribution, hook, _describe(exc)))
-        return failures
+        return broadcast_hook(self._pm, self._plugin_dist, hook, kwargs)
 
 
 def _check_kind(kind: str) -> None:
@@ -604,10 +567,3 @@ def _check_kind(kind: str) -> None:
         raise PluginNotFoundError(
             f"unknown adapter kind {kind!r}; kinds are: {', '.join(sorted(PORT_KINDS))}"
         )
-
-
-def _discard_awaitable(value: object) -> None:
-    """Close a coroutine that will never be awaited, so Python does not warn about it."""
-    close: Callable[[], object] | None = getattr(value, "close", None)
-    if close is not None:
-        close()

@@ -120,8 +120,9 @@ from .._validators import bounded_count
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
 from ._sqlite_recall_gaps import UNINDEXED_WINDOW, unindexed_seqs
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
-from ._sqlite_recall_sql import SCHEMA, SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
+from ._sqlite_recall_sql import SCHEMA
 from ._sqlite_recall_vectors import write_vectors
+from ._sqlite_recall_writes import SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
 from ._sqlite_sql import immediate_transaction, scrub_log
 
 __all__ = [
