@@ -45,30 +45,24 @@ import attrs
 import psycopg
 import psycopg.errors
 import sniffio
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
-    ArchiveConflictError,
-    EmbeddingModelMismatchError,
     OpContext,
     OperationCancelledError,
     PerLoop,
-    SessionConflictError,
 )
 
 from .config import PostgresConfig
 from .errors import (
     PostgresAsyncioRequiredError,
-    PostgresAuthenticationError,
     PostgresError,
-    PostgresPrivilegeError,
-    PostgresSchemaError,
-    PostgresStatementTimeoutError,
     PostgresUnavailableError,
 )
-from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, TENANT_SETTING, VectorFacts, vector_facts
+from .first_use import ServerFacts, check_schema
+from .schema import TENANT_SETTING
+from .translate import translate_error
 
 __all__ = ["Conn", "PgLink", "ServerFacts", "require_asyncio"]
 
@@ -87,27 +81,6 @@ _CLIENT_SLACK_S: Final = 0.25
 _SETTLE_S: Final = 10.0
 #: A pooled connection idle longer than this is checked (one round trip) before a call uses it.
 _IDLE_CHECK_S: Final = 1.0
-
-_AUTH_STATES: Final = frozenset({"28P01", "28000"})
-_AUTH_WORDS: Final = ("password authentication failed", "no password supplied", "authentication failed")
-_SCHEMA_STATES: Final = frozenset({"42P01", "3F000", "42883"})
-#: The SQLSTATEs the schema's check functions raise (``check_archived``, ``check_revision``).
-_ARCHIVE_CONFLICT: Final = "AG001"
-_SESSION_CONFLICT: Final = "AG002"
-#: The SQLSTATE of ``check_vector_model``: the schema holds vectors of another embedding model.
-_MODEL_MISMATCH: Final = "AG003"
-
-
-@attrs.frozen(slots=True)
-class ServerFacts:
-    """What a link learnt on its first call: the server's version, the role, and whether it bypasses RLS."""
-
-    server_version: str
-    role: str
-    bypasses_row_security: bool
-    schema_version: int
-    #: pgvector in the database and the schema's ``embedding_pgv`` column (reported, not required).
-    vectors: VectorFacts = attrs.field(factory=VectorFacts)
 
 
 def require_asyncio(operation: str) -> None:
@@ -510,142 +483,13 @@ class PgLink:
         async with self._ready_locks.get():
             if self._facts is not None:
                 return
-            schema = self._config.schema
-            async with conn.transaction():
-                found = await (
-                    await conn.execute(
-                        "SELECT to_regclass(format('%%I.schema_meta', %s::text)) IS NOT NULL", (schema,)
-                    )
-                ).fetchone()
-                if found is None or not found[0]:
-                    raise PostgresSchemaError(
-                        f"{self._name}: {self._config.server()} has no Agentium schema {schema!r}; run "
-                        "`agentium postgres migrate CONFIG` as the schema's owner. Nothing was written."
-                    )
-                row = await (
-                    await conn.execute(
-                        sql.SQL("SELECT version FROM {}.schema_meta").format(sql.Identifier(schema))
-                    )
-                ).fetchone()
-                version = None if row is None else int(row[0])
-                if version != SCHEMA_VERSION:
-                    advice = (
-                        "upgrade agentium-postgres"
-                        if version is not None and version > SCHEMA_VERSION
-                        else "run `agentium postgres migrate CONFIG` as the schema's owner"
-                    )
-                    raise PostgresSchemaError(
-                        f"{self._name}: schema {schema!r} on {self._config.server()} is at version "
-                        f"{version}, "
-                        f"this agentium-postgres understands version {SCHEMA_VERSION}; {advice}. "
-                        "Nothing was written."
-                    )
-                missing = []
-                for table in self._needs:
-                    for privilege in TABLE_PRIVILEGES[table]:
-                        ok = await (
-                            await conn.execute(
-                                "SELECT has_table_privilege(format('%%I.%%I', %s::text, %s::text), %s)",
-                                (schema, table, privilege),
-                            )
-                        ).fetchone()
-                        if ok is None or not ok[0]:
-                            missing.append(f"{privilege} on {schema}.{table}")
-                facts = await (
-                    await conn.execute(
-                        "SELECT current_user, current_setting('server_version'), "
-                        "coalesce((SELECT rolsuper OR rolbypassrls FROM pg_roles "
-                        "WHERE rolname = current_user), false)"
-                    )
-                ).fetchone()
-                vectors = await vector_facts(conn, schema)
-            assert facts is not None
-            if missing:
-                raise PostgresPrivilegeError(
-                    f"{self._name}: role {facts[0]!r} lacks {', '.join(missing)}; the schema's owner grants "
-                    f"them with `agentium postgres migrate CONFIG --grant {facts[0]}`. Nothing was written.",
-                    sqlstate="42501",
-                )
-            if facts[2] and self._config.require_row_security:
-                raise PostgresPrivilegeError(
-                    f"{self._name}: role {facts[0]!r} bypasses row-level security (superuser or BYPASSRLS) "
-                    "and require_row_security is set; connect as an ordinary application role. "
-                    "Nothing was written.",
-                    sqlstate="42501",
-                )
-            self._facts = ServerFacts(str(facts[1]), str(facts[0]), bool(facts[2]), SCHEMA_VERSION, vectors)
+            self._facts = await check_schema(conn, self._name, self._config, self._needs)
 
     # -- errors ---------------------------------------------------------------------------------
 
-    def _scrub(self, text: str) -> str:
-        """``text`` with any password of the config replaced by ``***``."""
-        for secret in (self._config.password, _dsn_password(self._config.dsn)):
-            if secret:
-                text = text.replace(secret, "***")
-        return text
-
     def translate(self, exc: BaseException, operation: str, ctx: OpContext) -> Exception:
         """The plugin's typed error for a driver or pool failure (never echoing a password)."""
-        where = f"{self._name}: {operation} on {self._config.server()}"
-        state = getattr(exc, "sqlstate", None) or ""
-        detail = self._scrub(_primary(exc))
-        if state == _ARCHIVE_CONFLICT:
-            return ArchiveConflictError(
-                f"{where}: {detail}. Archived groups are never overwritten; nothing of the batch was written."
-            )
-        if state == _MODEL_MISMATCH:
-            return EmbeddingModelMismatchError(
-                f"{where}: {detail}. Vectors of two models are never mixed; nothing was written. Configure "
-                "the embedder the index was built with, or use a new schema and run `agentium recall rebuild`"
-            )
-        if state == _SESSION_CONFLICT:
-            return SessionConflictError(
-                f"{where}: {detail}; another writer committed first. Reload and retry; nothing was written."
-            )
-        if isinstance(exc, PoolTimeout):
-            return PostgresUnavailableError(
-                f"{where}: no connection became available in time (the server may be down or the pool of "
-                f"{self._config.max_pool_size} busy); nothing was written"
-            )
-        if isinstance(exc, TimeoutError):
-            return PostgresUnavailableError(
-                f"{where}: the server did not answer in time; nothing was written"
-            )
-        if state in _AUTH_STATES or any(w in detail.lower() for w in _AUTH_WORDS):
-            return PostgresAuthenticationError(
-                f"{where}: the server refused the credentials (the password is not shown); check dsn and "
-                "password",
-                sqlstate=state,
-            )
-        if isinstance(exc, psycopg.errors.QueryCanceled) or state == "57014":
-            if ctx.expired:
-                return OperationCancelledError(
-                    f"{where}: stopped at its deadline; the transaction was rolled back and nothing was "
-                    "committed",
-                    "deadline passed",
-                )
-            return PostgresStatementTimeoutError(
-                f"{where}: a statement ran past statement_timeout_s={self._config.statement_timeout_s:g}; "
-                "the transaction was rolled back"
-            )
-        if state == "42501":
-            return PostgresPrivilegeError(
-                f"{where}: {detail}; the schema's owner grants what the adapters need with "
-                "`agentium postgres migrate CONFIG --grant ROLE`",
-                sqlstate=state,
-            )
-        if state in _SCHEMA_STATES:
-            return PostgresSchemaError(
-                f"{where}: {detail}; the schema is missing or damaged: run "
-                "`agentium postgres migrate CONFIG`",
-                sqlstate=state,
-            )
-        if isinstance(exc, psycopg.OperationalError | OSError) or state[:2] in ("08", "57", "53"):
-            return PostgresUnavailableError(
-                f"{where}: the connection failed ({detail or type(exc).__name__}); nothing was acknowledged",
-                sqlstate=state,
-            )
-        return self._family(f"{where} failed: {detail or type(exc).__name__}", sqlstate=state)
+        return translate_error(exc, f"{self._name}: {operation}", ctx, self._config, self._family)
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -724,19 +568,3 @@ def _recording_connection_class(link: PgLink) -> type[Conn]:
             return conn
 
     return RecordingConnection
-
-
-def _primary(exc: BaseException) -> str:
-    """The server's primary message (never its DETAIL, which may quote row values) or the client's."""
-    diag = getattr(exc, "diag", None)
-    primary = getattr(diag, "message_primary", None) if diag is not None else None
-    text = primary or str(exc).splitlines()[0] if (primary or str(exc)) else ""
-    return str(text).strip()
-
-
-def _dsn_password(dsn: str) -> str | None:
-    try:
-        value = psycopg.conninfo.conninfo_to_dict(dsn).get("password")
-    except psycopg.ProgrammingError:
-        return None
-    return str(value) if value else None
