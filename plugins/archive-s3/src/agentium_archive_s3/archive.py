@@ -71,45 +71,33 @@ from agentium_harness.plugin_api import (
     HistoryArchive,
     MessageGroup,
     OpContext,
-    PhysicalErasure,
     SessionKey,
     check_archived_group,
     check_max_items,
     check_target,
-    count_items,
     decode_archived_group,
     digest_bytes,
-    group_sessions,
 )
 
+from .archive_erase import erase_archived
 from .config import S3Config
 from .erasure import (
-    Listed,
     WriteFence,
-    delete_listed,
     drain_fenced_writes,
-    list_scope,
     owns,
-    parse_folder,
-    scope_folder,
 )
-from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError
-from .keys import MAX_SEQ, archive_key, archive_prefix, archive_root, parse_archive_key
+from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError, first_failure
+from .keys import (
+    DIGEST_META,
+    LINK_META,
+    archive_key,
+    archive_prefix,
+    parse_archive_key,
+)
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
 
 __all__ = ["ForgetReport", "S3Archive"]
-
-#: Metadata key holding the group's digest (``x-amz-meta-agentium-digest``).
-DIGEST_META: Final = "agentium-digest"
-
-#: Metadata key of an erased group's marker (``x-amz-meta-agentium-erased``): an empty object left at
-#: the key of a group a groups erasure (retention, a forgotten fact's sources) removed.
-ERASED_META: Final = "agentium-erased"
-
-#: Metadata key holding the seq of an archived group this group's writer had seen stored
-#: (``x-amz-meta-agentium-after``): a read that reaches that seq without finding it fails closed.
-LINK_META: Final = "agentium-after"
 
 _LIST_PAGE: Final = 1000
 #: Sessions whose highest archived seq an adapter remembers (for links), least recent dropped first.
@@ -117,7 +105,6 @@ _KNOWN_SESSIONS: Final = 4096
 _LINK: Final = re.compile(r"0|[1-9][0-9]{0,18}")
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
 _DIGEST_CODES: Final = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch"})
-_STORED_DIGEST: Final = re.compile(r"[A-Za-z0-9:+/=_-]{1,128}")
 
 
 @attrs.frozen(slots=True)
@@ -268,7 +255,7 @@ class S3Archive(HistoryArchive):
             for upload in uploads:
                 tg.start_soon(one, upload)
         if failures:
-            raise _first(failures)
+            raise first_failure(failures)
 
     async def _existing(self, key: SessionKey, after: int, last: int, ctx: OpContext) -> set[int]:
         """The seqs in ``(after, last]`` the session's folder holds (one listing, paginated)."""
@@ -486,7 +473,7 @@ class S3Archive(HistoryArchive):
                 if not erased:
                     tg.start_soon(one, seq, object_key)
         if failures:
-            raise _first(failures)
+            raise first_failure(failures)
         # An erased group's marker keeps its seq present: a group linked to it reads on.
         present = {seq for seq, _, _ in listed}
         for seq, object_key, erased in listed:
@@ -529,173 +516,13 @@ class S3Archive(HistoryArchive):
         bound = check_max_items(max_items)
         ctx.raise_if_expired("archive erase")
         if dry_run:
-            return await self._erase(target, bound, ctx, dry_run=True)
+            return await erase_archived(self._config, self._link, target, bound, ctx, dry_run=True)
         with self._fence.erasing(target) as drain:
             await drain_fenced_writes(self._config, ctx, drain, target, "archive erase", S3ArchiveError)
             if not target.groups:
                 for key in [k for k in self._known if owns(target, k)]:
                     del self._known[key]
-            return await self._erase(target, bound, ctx, dry_run=False)
-
-    async def _erase(self, target: EraseTarget, bound: int, ctx: OpContext, *, dry_run: bool) -> EraseReport:
-        root = archive_root(self._config.prefix)
-        bucket = self._config.bucket
-
-        def listing(s3: S3Client) -> tuple[list[Listed], bool, bool, str]:
-            if not target.groups:
-                folder = scope_folder(root, target)
-                key = target.session_key
-                if key is not None:
-                    folder = archive_prefix(self._config.prefix, key)
-                found = list_scope(s3, bucket, folder, bound)
-                return list(found.keys), found.more, found.versioned, found.versions_note
-            return self._list_ranges(s3, target, bound)
-
-        listed, more, versioned, note = await self._link.call(ctx, "archive erase", listing)
-        rows: list[tuple[SessionKey, int, str]] = []
-        groups: list[tuple[Listed, SessionKey, int]] = []
-        markers = objects = revisions = 0
-        for item in listed:
-            where = _parse_group(root, item.key)
-            revisions += len(item.older)
-            if where is None or item.current is None:
-                objects += 1
-            elif item.size == 0:
-                # An erased group's marker: a whole-scope erase removes it; a groups erase keeps it.
-                markers += 1
-            else:
-                groups.append((item, *where))
-        digests = await self._digests(groups, ctx)
-        for (_, key, seq), digest in zip(groups, digests, strict=True):
-            rows.append((key, seq, digest))
-        physical, detail = (PhysicalErasure.VERSIONS_KEPT, note) if note else (PhysicalErasure.REMOVED, "")
-        if not dry_run:
-            physical, detail = await self._remove(target, listed, groups, versioned, note, ctx)
-        if target.groups:
-            # Markers left by a groups erasure stay (they are listed only when older versions remain).
-            objects += markers
-            markers = 0
-        return EraseReport(
-            count_items(group=len(groups), marker=markers, object=objects, revision=revisions),
-            group_sessions(rows),
-            EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
-            physical,
-            detail,
-        )
-
-    def _list_ranges(
-        self, s3: S3Client, target: EraseTarget, bound: int
-    ) -> tuple[list[Listed], bool, bool, str]:
-        """The groups of a groups target: one listing per seq range (``StartAfter``), markers passed over."""
-        key = target.session_key
-        assert key is not None  # a groups target names its session
-        folder = archive_prefix(self._config.prefix, key)
-        found: list[Listed] = []
-        versioned, note = False, ""
-        for span in target.groups:
-            after = archive_key(self._config.prefix, key, span.start - 1) if span.start > 0 else ""
-            stop_at = min(span.stop, MAX_SEQ + 1)
-
-            def past(object_key: str, stop_at: int = stop_at) -> bool:
-                seq = parse_archive_key(folder, object_key)
-                return seq is not None and seq >= stop_at
-
-            page = list_scope(
-                s3,
-                self._config.bucket,
-                folder,
-                bound - len(found),
-                start_after=after,
-                stop=past,
-                wanted=lambda object_key: parse_archive_key(folder, object_key) is not None,
-                # A marker with no earlier version left: that group is erased already.
-                skip=lambda item: item.current is not None and item.size == 0 and not item.older,
-            )
-            found.extend(page.keys)
-            versioned, note = page.versioned, page.versions_note or note
-            if page.more:
-                return found, True, versioned, note
-            if len(found) >= bound and span is not target.groups[-1]:
-                return found, True, versioned, note
-        return found, False, versioned, note
-
-    async def _digests(self, groups: Sequence[tuple[Listed, SessionKey, int]], ctx: OpContext) -> list[str]:
-        """The stored digest of each group (a HEAD each, concurrently within the limiter); ``""`` if none."""
-        digests = [""] * len(groups)
-        failures: list[BaseException] = []
-
-        def head(s3: S3Client, item: Listed) -> str:
-            args: dict[str, Any] = {"Bucket": self._config.bucket, "Key": item.key}
-            if item.current:
-                args["VersionId"] = item.current
-            try:
-                meta: dict[str, str] = s3.head_object(**args).get("Metadata", {})
-            except botocore.exceptions.ClientError as exc:
-                if error_status(exc) == 404:
-                    return ""  # deleted since the listing
-                raise
-            stored = meta.get(DIGEST_META, "")
-            return stored if _STORED_DIGEST.fullmatch(stored) else ""
-
-        async def one(index: int, item: Listed) -> None:
-            try:
-                digests[index] = await self._link.call(ctx, "archive erase", lambda s3: head(s3, item))
-            except Exception as exc:
-                failures.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            for index, (item, _, _) in enumerate(groups):
-                tg.start_soon(one, index, item)
-        if failures:
-            raise _first(failures)
-        return digests
-
-    async def _remove(
-        self,
-        target: EraseTarget,
-        listed: Sequence[Listed],
-        groups: Sequence[tuple[Listed, SessionKey, int]],
-        versioned: bool,
-        note: str,
-        ctx: OpContext,
-    ) -> tuple[PhysicalErasure, str]:
-        """Delete what was listed; for a groups target, leave a marker at each group's key first."""
-        bucket = self._config.bucket
-        kept = listed
-        if target.groups:
-            # Once a group's marker is written, every listed version of its key is an earlier one;
-            # a marker listed with earlier versions left keeps its current version.
-            replaced = {item.key for item, _, _ in groups}
-            kept = [
-                Listed(
-                    item.key,
-                    None,
-                    0,
-                    (*item.older, item.current or "null") if item.key in replaced else item.older,
-                )
-                for item in listed
-            ]
-
-        def failed(code: str, count: int) -> S3ArchiveError:
-            return S3ArchiveError(
-                f"s3 archive: erasing {target.describe()}: {count} deletion(s) failed ({code}); what was "
-                "deleted stays deleted, call again",
-                code=code,
-            )
-
-        def work(s3: S3Client) -> tuple[PhysicalErasure, str]:
-            for item, _, _ in groups if target.groups else ():
-                ctx.raise_if_expired("archive erase")
-                s3.put_object(Bucket=bucket, Key=item.key, Body=b"", Metadata={ERASED_META: "1"})
-            if target.groups and not versioned:
-                # The markers replaced the groups' bytes; nothing else to delete.
-                return (PhysicalErasure.VERSIONS_KEPT, note) if note else (PhysicalErasure.REMOVED, "")
-            done = delete_listed(
-                s3, bucket, kept, versioned, note, lambda: ctx.raise_if_expired("archive erase"), failed
-            )
-            return done.physical, done.detail
-
-        return await self._link.call(ctx, "archive erase", work)
+            return await erase_archived(self._config, self._link, target, bound, ctx, dry_run=False)
 
     async def forget_session(
         self, key: SessionKey, ctx: OpContext, *, max_objects: int = 1000
@@ -723,22 +550,6 @@ class S3Archive(HistoryArchive):
         await self._link.aclose()
 
 
-def _parse_group(root: str, object_key: str) -> tuple[SessionKey, int] | None:
-    """The session and seq of an archived group's key below ``root``; ``None`` for any other key."""
-    if not object_key.startswith(root):
-        return None
-    folder, _, name = object_key[len(root) :].rpartition("/")
-    ids = parse_folder(folder, 3)
-    if ids is None:
-        return None
-    try:
-        key = SessionKey(*ids)
-    except ValueError:
-        return None
-    seq = parse_archive_key("", name)
-    return None if seq is None else (key, seq)
-
-
 def _where(key: SessionKey, seq: int, object_key: str) -> str:
     return f"s3 archive: group {seq} of session {key.key()} at {object_key!r}"
 
@@ -753,12 +564,3 @@ def _parse_link(key: SessionKey, seq: int, object_key: str, link: str | None) ->
             "outside the archive, and is not returned"
         )
     return int(link)
-
-
-def _first(failures: list[BaseException]) -> BaseException:
-    """The error to raise for a batch: a conflict first, then cancellation, then the first failure."""
-    for wanted in (ArchiveConflictError, ArchiveCorruptError):
-        for exc in failures:
-            if isinstance(exc, wanted):
-                return exc
-    return failures[0]

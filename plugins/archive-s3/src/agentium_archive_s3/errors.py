@@ -11,9 +11,15 @@ name the bucket and the key's operation, never a credential.
 from __future__ import annotations
 
 from agentium_harness import AgentiumError
-from agentium_harness.plugin_api import ArchiveError, SessionStoreError
+from agentium_harness.plugin_api import (
+    ArchiveConflictError,
+    ArchiveCorruptError,
+    ArchiveError,
+    SessionStoreError,
+)
 
 __all__ = [
+    "first_failure",
     "S3AccessDeniedError",
     "S3ArchiveError",
     "S3BucketNotFoundError",
@@ -78,3 +84,12 @@ class S3SaveOutcomeUnknownError(S3SessionStoreError):
     :class:`S3UnavailableError`: retrying the same turn blindly could commit
     it twice.
     """
+
+
+def first_failure(failures: list[BaseException]) -> BaseException:
+    """The error to raise for a batch: a conflict first, then cancellation, then the first failure."""
+    for wanted in (ArchiveConflictError, ArchiveCorruptError):
+        for exc in failures:
+            if isinstance(exc, wanted):
+                return exc
+    return failures[0]

@@ -24,6 +24,10 @@ from typing import Final
 from agentium_harness.plugin_api import SessionKey, decode_segment, encode_segment
 
 __all__ = [
+    "DIGEST_META",
+    "ERASED_META",
+    "LINK_META",
+    "STORED_DIGEST",
     "MAX_SEQ",
     "archive_key",
     "archive_prefix",
@@ -104,3 +108,20 @@ def parse_session_key(folder: str, object_key: str) -> str | None:
 def probe_key(prefix: str) -> str:
     """A fresh key for one health probe's create-only object."""
     return f"{prefix}/probe/{secrets.token_hex(12)}"
+
+
+# -- object metadata: the names of the ``x-amz-meta-*`` fields an archived group carries ------
+
+#: Metadata key holding the group's digest (``x-amz-meta-agentium-digest``).
+DIGEST_META: Final = "agentium-digest"
+
+#: Metadata key of an erased group's marker (``x-amz-meta-agentium-erased``): an empty object left at
+#: the key of a group a groups erasure (retention, a forgotten fact's sources) removed.
+ERASED_META: Final = "agentium-erased"
+
+#: Metadata key holding the seq of an archived group this group's writer had seen stored
+#: (``x-amz-meta-agentium-after``): a read that reaches that seq without finding it fails closed.
+LINK_META: Final = "agentium-after"
+
+#: What a stored digest may look like (anything else is read as no digest).
+STORED_DIGEST: Final = re.compile(r"[A-Za-z0-9:+/=_-]{1,128}")

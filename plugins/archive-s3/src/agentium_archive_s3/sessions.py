@@ -50,12 +50,10 @@ state from before.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 import anyio
@@ -64,39 +62,27 @@ import botocore.exceptions
 from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
-    ErasedSession,
     EraseReport,
-    EraseStatus,
     EraseTarget,
     OpContext,
     OperationCancelledError,
-    PhysicalErasure,
     SessionConflictError,
     SessionKey,
     SessionSnapshot,
     SessionStore,
     SessionStoreCapabilities,
-    SnapshotCorruptError,
     StoredSnapshot,
     check_max_items,
     check_target,
-    count_items,
     decode_snapshot,
     snapshot_bytes,
-    snapshot_erasure,
     verify_snapshot,
 )
 
 from .config import S3Config
 from .erasure import (
-    Listed,
-    ScopeObjects,
     WriteFence,
-    delete_listed,
     drain_fenced_writes,
-    list_scope,
-    parse_folder,
-    scope_folder,
 )
 from .errors import (
     S3ConflictRetriesExhaustedError,
@@ -105,19 +91,17 @@ from .errors import (
     S3SaveOutcomeUnknownError,
     S3SessionStoreError,
 )
-from .keys import parse_session_key, session_object_key, sessions_prefix, sessions_root
+from .keys import parse_session_key, session_object_key, sessions_prefix
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
+from .sessions_erase import erase_snapshots
+from .snapshot_format import is_missing, parse_snapshot, read_limit, revision_shown, snapshot_body
 
 __all__ = ["S3SessionStore"]
 
 #: Saves settled by reading back, and outcomes that stayed unknown (WARNING); never snapshot content.
 logger = logging.getLogger("agentium.plugins.archive_s3")
 
-_HEADER: Final = re.compile(rb"agentium-s3-snapshot/2 revision=([1-9][0-9]{0,18}) sha256=([0-9a-f]{64})\n")
-#: Format 1 (no checksum): read, never written.
-_HEADER_V1: Final = re.compile(rb"agentium-s3-snapshot/1 revision=([1-9][0-9]{0,18})\n")
-_HEADER_BYTES: Final = 160
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
 #: Failures with no answer from the server: the request may have been stored, or may still be.
 _NO_REPLY: Final = (
@@ -127,32 +111,8 @@ _NO_REPLY: Final = (
 )
 
 
-def _checksum(revision: int, data: bytes) -> str:
-    return hashlib.sha256(b"agentium-s3-snapshot/2 revision=%d\n" % revision + data).hexdigest()
-
-
-def _body(revision: int, data: bytes) -> bytes:
-    header = b"agentium-s3-snapshot/2 revision=%d sha256=%s\n" % (
-        revision,
-        _checksum(revision, data).encode(),
-    )
-    return header + data
-
-
-def _revision_shown(data: bytes) -> str:
-    """The revision a header names, unverified, for messages only."""
-    match = _HEADER.match(data) or _HEADER_V1.match(data)
-    return match.group(1).decode() if match is not None else "?"
-
-
 def _is_412(exc: botocore.exceptions.ClientError) -> bool:
     return error_code(exc) == "PreconditionFailed" or error_status(exc) == 412
-
-
-def _is_missing(exc: botocore.exceptions.ClientError) -> bool:
-    # A missing bucket is a 404 too, and must not read as "no snapshot yet".
-    code = error_code(exc)
-    return code != "NoSuchBucket" and (code in ("NoSuchKey", "404", "NotFound") or error_status(exc) == 404)
 
 
 class S3SessionStore(SessionStore):
@@ -195,37 +155,12 @@ class S3SessionStore(SessionStore):
         try:
             reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
         except botocore.exceptions.ClientError as exc:
-            if _is_missing(exc):
+            if is_missing(exc):
                 return None
             raise
         with reply["Body"] as body:
             data = body.read(limit + 1)
         return data, unquote_etag(str(reply.get("ETag", "")))
-
-    def _parse(self, key: SessionKey, data: bytes) -> tuple[int, bytes]:
-        """The revision and the snapshot's bytes of a stored object, its checksum verified."""
-        where = f"s3 session store: snapshot of session {key.key()}"
-        if len(data) > self._limit():
-            raise S3ObjectTooLargeError(
-                f"{where} is larger than max_object_bytes={self._config.max_object_bytes}; not loaded",
-                code="TooLarge",
-            )
-        match = _HEADER.match(data)
-        if match is not None:
-            revision, payload = int(match.group(1)), data[match.end() :]
-            if _checksum(revision, payload) != match.group(2).decode():
-                raise SnapshotCorruptError(
-                    f"{where} does not match its checksum (revision {revision} as stored); its revision "
-                    "or content was damaged or changed outside the store; nothing was changed"
-                )
-            return revision, payload
-        legacy = _HEADER_V1.match(data)
-        if legacy is None:
-            raise SnapshotCorruptError(f"{where} has no valid revision header; nothing was changed")
-        return int(legacy.group(1)), data[legacy.end() :]
-
-    def _limit(self) -> int:
-        return self._config.max_object_bytes + _HEADER_BYTES
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; a damaged object raises ``SnapshotCorruptError``."""
@@ -233,13 +168,13 @@ class S3SessionStore(SessionStore):
         await self._after_saves(key, ctx)
         object_key = session_object_key(self._config.prefix, key)
         found = await self._link.call(
-            ctx, "session load", lambda s3: self._read(s3, object_key, self._limit())
+            ctx, "session load", lambda s3: self._read(s3, object_key, read_limit(self._config))
         )
         if found is None:
             self._etags.pop(key, None)
             return None
         data, etag = found
-        revision, payload = self._parse(key, data)
+        revision, payload = parse_snapshot(self._config, key, data)
         snapshot = decode_snapshot(key, payload, f"s3 session store: snapshot of session {key.key()}")
         self._etags[key] = (revision, etag)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
@@ -277,7 +212,7 @@ class S3SessionStore(SessionStore):
                 code="TooLarge",
             )
         revision = 1 if expected_revision is None else expected_revision + 1
-        body = _body(revision, data)
+        body = snapshot_body(revision, data)
         object_key = session_object_key(self._config.prefix, key)
         cached = self._etags.get(key)
         known = cached[1] if cached is not None and cached[0] == expected_revision else None
@@ -331,10 +266,10 @@ class S3SessionStore(SessionStore):
             etag = known_etag
             if etag is None:
                 # The whole object: its revision is only trusted with its checksum verified.
-                head = self._read(s3, object_key, self._limit())
+                head = self._read(s3, object_key, read_limit(self._config))
                 if head is None:
                     raise self._conflict(key, expected, "the session does not exist")
-                stored, _ = self._parse(key, head[0])
+                stored, _ = parse_snapshot(self._config, key, head[0])
                 if stored != expected:
                     raise self._conflict(key, expected, f"it is at revision {stored}")
                 etag = head[1]
@@ -395,7 +330,7 @@ class S3SessionStore(SessionStore):
                 resent = True
                 continue
             # 412: decide from what the object holds now.
-            current = self._read(s3, object_key, self._limit())
+            current = self._read(s3, object_key, read_limit(self._config))
             if current is not None and current[0] == body:
                 logger.warning("session save: a reply was lost; the read-back shows the write landed")
                 return current[1]  # our write landed; its acknowledgment was lost
@@ -411,7 +346,7 @@ class S3SessionStore(SessionStore):
                 self._quoted_if_match = not condition["IfMatch"].startswith('"')
                 condition = {"IfMatch": self._if_match(current[1])}
                 continue
-            now = _revision_shown(current[0])
+            now = revision_shown(current[0])
             raise self._conflict(key, expected, f"another writer saved it first (now revision {now})")
 
     def _settle(
@@ -439,7 +374,7 @@ class S3SessionStore(SessionStore):
         cause = exc if isinstance(exc, S3Error) else self._link.translate("session save", exc)
         where = f"s3 session store: saving session {key.key()}"
         try:
-            current = self._read(s3, object_key, self._limit())
+            current = self._read(s3, object_key, read_limit(self._config))
         except (AgentiumError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as failed:
             logger.warning(
                 "session save failed (%s) and the read-back failed too (%s): outcome unknown",
@@ -475,11 +410,11 @@ class S3SessionStore(SessionStore):
                 status=cause.status,
             ) from None
         next_revision = str(1 if expected is None else expected + 1)
-        if current is not None and _revision_shown(current[0]) == next_revision:
+        if current is not None and revision_shown(current[0]) == next_revision:
             raise self._conflict(
                 key, expected, f"another writer saved it first (now revision {next_revision})"
             )
-        now = "removed" if current is None else f"now at revision {_revision_shown(current[0])}"
+        now = "removed" if current is None else f"now at revision {revision_shown(current[0])}"
         logger.warning(
             "session save failed (%s) and the session changed since: outcome unknown",
             cause.code or type(cause).__name__,
@@ -558,110 +493,14 @@ class S3SessionStore(SessionStore):
         if target.groups:
             return EraseReport()
         if dry_run:
-            return await self._erase(target, bound, ctx, dry_run=True)
+            return await erase_snapshots(self._config, self._link, target, bound, ctx, dry_run=True)
         with self._fence.erasing(target) as drain:
             await drain_fenced_writes(
                 self._config, ctx, drain, target, "session store erase", S3SessionStoreError
             )
             for key in [k for k in self._etags if target.covers_session(k)]:
                 del self._etags[key]
-            return await self._erase(target, bound, ctx, dry_run=False)
-
-    async def _erase(self, target: EraseTarget, bound: int, ctx: OpContext, *, dry_run: bool) -> EraseReport:
-        root = sessions_root(self._config.prefix)
-        bucket = self._config.bucket
-        exact = target.session_key
-        folder = scope_folder(root, target)
-        only = session_object_key(self._config.prefix, exact) if exact is not None else None
-
-        def listing(s3: S3Client) -> ScopeObjects:
-            if only is not None:
-                return list_scope(s3, bucket, only, bound, wanted=lambda object_key: object_key == only)
-            return list_scope(s3, bucket, folder, bound)
-
-        found = await self._link.call(ctx, "session store erase", listing)
-        snapshots: list[tuple[Listed, SessionKey]] = []
-        objects = revisions = 0
-        for item in found.keys:
-            revisions += len(item.older)
-            key = _parse_session(root, item.key)
-            if key is None or item.current is None:
-                objects += 1
-            else:
-                snapshots.append((item, key))
-        sessions = await self._erased_snapshots(snapshots, ctx)
-        if found.versions_note:
-            physical, detail = PhysicalErasure.VERSIONS_KEPT, found.versions_note
-        else:
-            physical, detail = PhysicalErasure.REMOVED, ""
-        if not dry_run:
-
-            def failed(code: str, count: int) -> S3SessionStoreError:
-                return S3SessionStoreError(
-                    f"s3 session store: erasing {target.describe()}: {count} deletion(s) failed ({code}); "
-                    "what was deleted stays deleted, call again",
-                    code=code,
-                )
-
-            def work(s3: S3Client) -> tuple[PhysicalErasure, str]:
-                done = delete_listed(
-                    s3,
-                    bucket,
-                    found.keys,
-                    found.versioned,
-                    found.versions_note,
-                    lambda: ctx.raise_if_expired("session store erase"),
-                    failed,
-                )
-                return done.physical, done.detail
-
-            physical, detail = await self._link.call(ctx, "session store erase", work)
-        return EraseReport(
-            count_items(snapshot=len(snapshots), object=objects, revision=revisions),
-            sessions,
-            EraseStatus.PARTIAL if found.more else EraseStatus.COMPLETE,
-            physical,
-            detail,
-        )
-
-    async def _erased_snapshots(
-        self, snapshots: Sequence[tuple[Listed, SessionKey]], ctx: OpContext
-    ) -> list[ErasedSession]:
-        """What each snapshot holds (its resident groups' seqs and digests), read concurrently."""
-        out: list[ErasedSession | None] = [None] * len(snapshots)
-        failures: list[BaseException] = []
-
-        def read(s3: S3Client, item: Listed, key: SessionKey) -> ErasedSession:
-            args: dict[str, Any] = {"Bucket": self._config.bucket, "Key": item.key}
-            if item.current:
-                args["VersionId"] = item.current
-            args["Range"] = f"bytes=0-{self._limit()}"
-            try:
-                reply = s3.get_object(**args)
-            except botocore.exceptions.ClientError as exc:
-                if _is_missing(exc):
-                    return ErasedSession(key)  # deleted since the listing
-                raise
-            with reply["Body"] as body:
-                data = body.read(self._limit() + 1)
-            try:
-                _, payload = self._parse(key, data)
-            except (SnapshotCorruptError, S3ObjectTooLargeError):
-                return ErasedSession(key)  # damaged: erased all the same, its groups not vouched for
-            return snapshot_erasure(key, payload)
-
-        async def one(index: int, item: Listed, key: SessionKey) -> None:
-            try:
-                out[index] = await self._link.call(ctx, "session store erase", lambda s3: read(s3, item, key))
-            except Exception as exc:
-                failures.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            for index, (item, key) in enumerate(snapshots):
-                tg.start_soon(one, index, item, key)
-        if failures:
-            raise failures[0]
-        return [entry for entry in out if entry is not None]
+            return await erase_snapshots(self._config, self._link, target, bound, ctx, dry_run=False)
 
     async def health(self, ctx: OpContext) -> str:
         """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""
@@ -670,16 +509,3 @@ class S3SessionStore(SessionStore):
     async def aclose(self) -> None:
         """Close the client this store created; a lent client is left open. Idempotent."""
         await self._link.aclose()
-
-
-def _parse_session(root: str, object_key: str) -> SessionKey | None:
-    """The session of a snapshot's key below ``root``; ``None`` for any other key."""
-    if not object_key.startswith(root) or not object_key.endswith(".json"):
-        return None
-    ids = parse_folder(object_key[len(root) : -len(".json")], 3)
-    if ids is None:
-        return None
-    try:
-        return SessionKey(*ids)
-    except ValueError:
-        return None
