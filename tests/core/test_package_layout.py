@@ -211,3 +211,24 @@ def test_the_private_reach_scan_finds_a_reach(tmp_path: Path) -> None:
         "closing.py:9 observe._Null",
         "closing.py:9 self._runtime._admission",
     ]
+
+
+# ------------------------------------------------- module length
+
+#: The project's bound (design/STYLE.md): a module past it is split by responsibility.
+MAX_MODULE_LINES = 600
+
+
+def _source_modules() -> list[Path]:
+    return sorted([*PACKAGE.rglob("*.py"), *(p for src in DISTRIBUTION_SOURCES for p in src.rglob("*.py"))])
+
+
+def _line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_no_module_is_longer_than_600_lines() -> None:
+    modules = _source_modules()
+    assert any("plugins" in p.parts for p in modules) and any("integrations" in p.parts for p in modules)
+    too_long = {str(p.relative_to(ROOT)): n for p in modules if (n := _line_count(p)) > MAX_MODULE_LINES}
+    assert too_long == {}, f"split these modules by responsibility: each is over {MAX_MODULE_LINES} lines"
