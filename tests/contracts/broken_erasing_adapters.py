@@ -56,6 +56,22 @@ def _resplit(target: EraseTarget) -> EraseTarget:
     return EraseTarget(*parts, groups=target.groups)  # type: ignore[arg-type]
 
 
+class Resplit:
+    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        return await super().erase(  # type: ignore[misc]
+            _resplit(target), ctx, dry_run=dry_run, max_items=max_items
+        )
+
+
 def _ignore_ctx(ctx: OpContext) -> OpContext:
     return OpContext()
 
@@ -73,20 +89,10 @@ class Archive(InMemoryArchive):
         self.trash: list[bytes] = []
 
 
-class ResplitEraseArchive(Archive):
-    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+class ResplitEraseArchive(Resplit, Archive):
+    """The archive with the joined-and-split bug of :class:`Resplit`."""
 
     capabilities = Archive.capabilities
-
-    async def erase(
-        self,
-        target: EraseTarget,
-        ctx: OpContext,
-        *,
-        dry_run: bool = False,
-        max_items: int = DEFAULT_ERASE_BATCH,
-    ) -> EraseReport:
-        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
 
 
 class UndeclaredEraseArchive(Archive):
@@ -284,20 +290,10 @@ class Store(InMemorySessionStore):
         self.trash: list[bytes] = []
 
 
-class ResplitEraseStore(Store):
-    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+class ResplitEraseStore(Resplit, Store):
+    """The store with the joined-and-split bug of :class:`Resplit`."""
 
     capabilities = Store.capabilities
-
-    async def erase(
-        self,
-        target: EraseTarget,
-        ctx: OpContext,
-        *,
-        dry_run: bool = False,
-        max_items: int = DEFAULT_ERASE_BATCH,
-    ) -> EraseReport:
-        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
 
 
 class UndeclaredEraseStore(Store):
@@ -565,20 +561,10 @@ class AuditsErasedTextRecall(Recall):
         return await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
 
 
-class ResplitEraseRecall(Recall):
-    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+class ResplitEraseRecall(Resplit, Recall):
+    """The recall with the joined-and-split bug of :class:`Resplit`."""
 
     capabilities = Recall.capabilities
-
-    async def erase(
-        self,
-        target: EraseTarget,
-        ctx: OpContext,
-        *,
-        dry_run: bool = False,
-        max_items: int = DEFAULT_ERASE_BATCH,
-    ) -> EraseReport:
-        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
 
 
 class _RecallSuite(RecallStoreContract):
@@ -752,20 +738,10 @@ class UncheckpointedMemory(Memory):
         return EraseReport()
 
 
-class ResplitEraseMemory(Memory):
-    """Joins the target's ids with ``/`` and splits them back, so colliding ids erase the wrong key."""
+class ResplitEraseMemory(Resplit, Memory):
+    """The memory with the joined-and-split bug of :class:`Resplit`."""
 
     capabilities = Memory.capabilities
-
-    async def erase(
-        self,
-        target: EraseTarget,
-        ctx: OpContext,
-        *,
-        dry_run: bool = False,
-        max_items: int = DEFAULT_ERASE_BATCH,
-    ) -> EraseReport:
-        return await super().erase(_resplit(target), ctx, dry_run=dry_run, max_items=max_items)
 
 
 def _memory_case(adapter: type[Memory]) -> type[MemoryStoreContract]:

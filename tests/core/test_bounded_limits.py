@@ -161,7 +161,6 @@ NOT_LIMITS = {
     ("SQLiteRecallConfig", "min_similarity"),
     ("SQLiteRecallConfig", "vector_weight"),
     # The same shares and similarities in the PostgreSQL and Redis recall stores.
-    ("PostgresConfig", "min_relevance"),
     ("PostgresConfig", "min_similarity"),
     ("PostgresConfig", "vector_weight"),
     ("RedisRecallConfig", "min_relevance"),
