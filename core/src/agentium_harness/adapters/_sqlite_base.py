@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,6 +49,12 @@ SYNCHRONOUS_MODES: Final = frozenset({"NORMAL", "FULL", "EXTRA"})
 # Small enough to stop a long scan promptly, large enough to cost nothing on
 # the short statements these adapters issue.
 _PROGRESS_STEPS: Final = 1000
+# Closes in this process, one at a time. SQLite checkpoints the WAL into the database file and
+# removes it only when the closing connection is the file's last; two adapters on one file
+# closed together (the runtime closes its adapters concurrently) can each see the other still
+# open, and then neither checkpoints: the file alone would lack every commit until the next
+# open. Closing in turn makes the last one to close do it.
+_CLOSE_LOCK: Final = threading.Lock()
 
 
 class SQLiteStorageError(SessionStoreError):
@@ -180,7 +187,8 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
 
     def close_connection(self, conn: sqlite3.Connection) -> None:
         """Close the connection (the WAL is checkpointed on the last close)."""
-        conn.close()
+        with _CLOSE_LOCK:
+            conn.close()
 
     @contextmanager
     def call_guard(self, conn: sqlite3.Connection, ctx: OpContext) -> Iterator[None]:
