@@ -259,8 +259,9 @@ async def run_turn(
 async def _complete(ticket: Ticket, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
     with observe.chat(provider) as span:
-        span.content("gen_ai.system_instructions", [{"type": "text", "content": request.instructions}])
-        span.content("gen_ai.input.messages", observe.messages_json(request.turn))
+        if span.captures_content:
+            span.content("gen_ai.system_instructions", [{"type": "text", "content": request.instructions}])
+            span.content("gen_ai.input.messages", observe.messages_json(request.turn))
         response = await _complete_bounded(ticket, provider, request)
         if span.recording or observe.current() is not None:
             _describe(span, request, response)
@@ -282,7 +283,8 @@ def _describe(span: observe.Span | observe.NullSpan, request: ModelRequest, resp
         message.estimated_tokens if given_out is None else given_out,
     )
     span.set("agentium.tool_calls", len(message.tool_calls))
-    span.content("gen_ai.output.messages", observe.messages_json((message,)))
+    if span.captures_content:
+        span.content("gen_ai.output.messages", observe.messages_json((message,)))
 
 
 async def _complete_bounded(ticket: Ticket, provider: ModelProvider, request: ModelRequest) -> ModelResponse:

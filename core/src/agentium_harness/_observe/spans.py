@@ -232,6 +232,11 @@ class NullSpan:
         """False: nothing records."""
         return False
 
+    @property
+    def captures_content(self) -> bool:
+        """False: nothing records, content least of all."""
+        return False
+
 
 #: The span every helper returns when nothing records.
 NULL = NullSpan()
@@ -283,6 +288,15 @@ class Span:
     def recording(self) -> bool:
         """True when this span goes to a tracer (attributes set on it are kept)."""
         return self._otel is not None
+
+    @property
+    def captures_content(self) -> bool:
+        """True when :meth:`content` keeps what it is given (recording, and the host opted in).
+
+        Callers test it before building a content attribute, so a turn that
+        records no content does not pay for rendering messages it would drop.
+        """
+        return self._otel is not None and self._active.settings.capture_content
 
     def __enter__(self) -> Span:
         self._started = perf_counter()
