@@ -9,14 +9,18 @@ still refused on the next read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
 from agentium_harness import ArchiveCorruptError, Message, Role, VerifiedIdentity
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
-from agentium_harness.plugin_api import MessageGroup, OpContext, SessionKey
+from agentium_harness.plugin_api import EraseTarget, MessageGroup, OpContext, SeqRange, SessionKey
 from agentium_harness.testing.sqlite_rows import group_row, set_group_row
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.anyio
 
@@ -26,6 +30,18 @@ KEY = SessionKey.of(VerifiedIdentity("acme", "ana", "sso"), "chat-1")
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+class CountingArchive(SQLiteArchive):
+    """Counts the calls that went to a worker thread."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.threaded: list[str] = []
+
+    async def run(self, ctx: OpContext, operation: str, work: Callable[[Any], T]) -> T:
+        self.threaded.append(operation)
+        return await super().run(ctx, operation, work)
 
 
 def group(seq: int) -> MessageGroup:
@@ -60,4 +76,56 @@ async def test_a_row_changed_after_it_was_read_is_checked_again_and_refused(tmp_
         with pytest.raises(ArchiveCorruptError, match="digest"):
             await archive.read_groups(KEY, 0, 10, OpContext())
     finally:
+        await archive.aclose()
+
+
+async def test_an_unchanged_read_is_answered_without_a_worker_thread(tmp_path: Path) -> None:
+    archive = CountingArchive(SQLiteConfig(path=str(tmp_path / "a.db")))
+    try:
+        await archive.append(KEY, [group(n) for n in range(4)], OpContext())
+        first = await archive.read_groups(KEY, 1, 2, OpContext())
+        archive.threaded.clear()
+        for _ in range(3):
+            again = await archive.read_groups(KEY, 1, 2, OpContext())
+            assert list(again) == [group(1), group(2)]
+            assert all(a is b for a, b in zip(first, again, strict=True))
+        assert archive.threaded == []
+        # Another read (other bounds) still goes to the file.
+        assert list(await archive.read_groups(KEY, 2, 5, OpContext())) == [group(2), group(3)]
+        assert archive.threaded == ["archive read"]
+    finally:
+        await archive.aclose()
+
+
+async def test_every_change_to_the_file_is_read_after_a_remembered_read(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    archive = CountingArchive(SQLiteConfig(path=str(path)))
+    other = SQLiteArchive(SQLiteConfig(path=str(path)))
+    try:
+        await archive.append(KEY, [group(n) for n in range(2)], OpContext())
+        assert len(await archive.read_groups(KEY, 0, 10, OpContext())) == 2
+        # Its own append (its own commits never change its connection's data_version).
+        await archive.append(KEY, [group(2)], OpContext())
+        assert list(await archive.read_groups(KEY, 0, 10, OpContext())) == [group(n) for n in range(3)]
+        # Another archive object on the file (another connection).
+        await other.append(KEY, [group(3)], OpContext())
+        assert list(await archive.read_groups(KEY, 0, 10, OpContext())) == [group(n) for n in range(4)]
+        # Its own erasure.
+        await archive.erase(EraseTarget.groups_of(KEY, [SeqRange(1, 2)]), OpContext())
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0, 2, 3]
+        # Another connection's erasure.
+        await other.erase(EraseTarget.groups_of(KEY, [SeqRange(3, 4)]), OpContext())
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0, 2]
+        # A row damaged after it was read (and answered without a thread) is refused.
+        archive.threaded.clear()
+        await archive.read_groups(KEY, 0, 10, OpContext())
+        assert archive.threaded == []
+        _, data = group_row(path, KEY, 2)
+        set_group_row(path, KEY, 2, data.replace(b"answer", b"Answer"))
+        with pytest.raises(ArchiveCorruptError, match="digest"):
+            await archive.read_groups(KEY, 0, 10, OpContext())
+        with pytest.raises(ArchiveCorruptError, match="digest"):
+            await archive.read_groups(KEY, 0, 10, OpContext())
+    finally:
+        await other.aclose()
         await archive.aclose()

@@ -106,6 +106,9 @@ _RECENT_BYTES: Final = 8 * 1024 * 1024
 #: How many sessions a store remembers having found without a row (see ``SQLiteSessionStore.load``).
 _ABSENT_KEYS: Final = 1024
 
+#: How many archive reads an archive remembers the seqs of (see ``SQLiteArchive.read_groups``).
+_REMEMBERED_READS: Final = 1024
+
 
 class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
     """A durable, append-only history archive in a SQLite file.
@@ -132,6 +135,15 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         self._decoded: OrderedDict[tuple[SessionKey, int], tuple[bytes, MessageGroup]] = OrderedDict()
         self._decoded_bytes = 0
         self._decoded_lock = threading.Lock()
+        # Reads answered in a worker thread, by (session, start, limit): the seqs they found and
+        # the connection's data_version in the same read transaction. The same read finding that
+        # version unchanged (no commit by any other connection, in any process, since) and its
+        # groups still decoded above is answered on the calling thread, without a worker thread:
+        # the rows are exactly the ones read then. This archive's own writes (append, erase) do
+        # not change its data_version, so each bumps the epoch and forgets every read first, and a
+        # read is remembered only if no write began since it started (as in the session store).
+        self._reads: OrderedDict[tuple[SessionKey, int, int], tuple[int, tuple[int, ...]]] = OrderedDict()
+        self._epoch = 0
 
     async def append(
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
@@ -144,6 +156,7 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
             with immediate_transaction(conn):
                 return append_groups(conn, key, rows, prefix)
 
+        self._forget_reads()
         return await self.run(ctx, "archive append", work)
 
     async def read_groups(
@@ -152,13 +165,59 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending."""
         # SQLite treats a negative LIMIT as "no limit"; a bound must never widen.
         limit = max(0, max_groups)
+        query = (key, start_seq, limit)
+        with self._decoded_lock:
+            seen = self._reads.get(query)
+            epoch = self._epoch
+        if seen is not None:
+            ctx.raise_if_expired("archive read")
+            unchanged = self._unchanged_read(query, seen, epoch, self._peek_data_version())
+            if unchanged is not None:
+                return unchanged
 
-        def work(conn: sqlite3.Connection) -> list[MessageGroup]:
+        def work(conn: sqlite3.Connection) -> tuple[int, list[MessageGroup]]:
+            # The version and the rows as of the same commit (one read transaction).
             with read_transaction(conn):
+                version = data_version(conn)
                 rows = read_archived(conn, key, start_seq, limit)
-            return [self._cached_group(key, seq, digest, data) for seq, digest, data in rows]
+            return version, [self._cached_group(key, seq, digest, data) for seq, digest, data in rows]
 
-        return await self.run(ctx, "archive read", work)
+        version, groups = await self.run(ctx, "archive read", work)
+        with self._decoded_lock:
+            if self._epoch == epoch:
+                self._reads[query] = (version, tuple(g.seq for g in groups))
+                self._reads.move_to_end(query)
+                if len(self._reads) > _REMEMBERED_READS:
+                    self._reads.popitem(last=False)
+        return groups
+
+    def _unchanged_read(
+        self,
+        query: tuple[SessionKey, int, int],
+        seen: tuple[int, tuple[int, ...]],
+        epoch: int,
+        peeked: int | None,
+    ) -> list[MessageGroup] | None:
+        """The remembered read's groups when nothing changed since (``peeked``), else ``None``."""
+        if peeked is None or peeked != seen[0]:
+            return None
+        key = query[0]
+        with self._decoded_lock:
+            if self._epoch != epoch or self._reads.get(query) is not seen:
+                return None
+            found = [self._decoded.get((key, seq)) for seq in seen[1]]
+            if any(entry is None for entry in found):
+                return None  # a group left the decoded cache: read the rows again
+            self._reads.move_to_end(query)
+            for seq in seen[1]:
+                self._decoded.move_to_end((key, seq))
+        return [entry[1] for entry in found if entry is not None]
+
+    def _forget_reads(self) -> None:
+        """Before a write of this archive's own: no remembered read may answer after it began."""
+        with self._decoded_lock:
+            self._epoch += 1
+            self._reads.clear()
 
     def _cached_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
         """The group of this row: the one decoded from exactly these bytes before, else decoded now."""
@@ -228,6 +287,8 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                 detail,
             )
 
+        if not dry_run:
+            self._forget_reads()
         report = await self.run(ctx, "archive erase", work)
         if not dry_run:
             # Decoded copies of erased groups leave the process too.
