@@ -35,7 +35,7 @@ from agentium_harness import (
 from agentium_harness._codec import canonical_json, digest_bytes, unstructure
 from agentium_harness._history import _ENCODED
 from agentium_harness._ports import OpContext
-from agentium_harness._ports.sessions import (
+from agentium_harness._ports.snapshot import (
     _MARKS,
     _SNAPSHOTS,
     MAX_ARCHIVE_MARKS,

@@ -49,7 +49,7 @@ from .._errors import ArchiveConflictError, SessionConflictError
 from .._history import MessageGroup
 from .._ports.archive import ArchiveReceipt
 from .._ports.erasure import EraseTarget
-from .._ports.sessions import SessionSnapshot
+from .._ports.sessions import SessionSnapshot, snapshot_header
 from .._scope import SessionKey
 from ._sqlite_sql import session_filter
 
@@ -289,14 +289,21 @@ def split_snapshot(snapshot: SessionSnapshot, data: bytes) -> SnapshotRows:
     """``data`` (the snapshot's canonical bytes) with its resident groups taken out as rows."""
     rows = tuple(group_rows(snapshot.resident))
     header: bytes | None = None
-    seqs = [seq for seq, _, _ in rows]
-    if seqs == list(range(snapshot.boundary, snapshot.next_seq)) and snapshot.next_seq <= SEQ_LIMIT:
-        joined = b",".join(row[1] for row in rows)
-        # The top-level key is the one "resident":[ in the text (a quote inside a string is escaped).
-        at = data.find(_MARKER) + len(_MARKER)
-        end = at + len(joined)
-        if at >= len(_MARKER) and data[at:end] == joined and data[end : end + 1] == b"]":
-            header = data[:at] + data[end:]
+    if snapshot.next_seq <= SEQ_LIMIT and [row[0] for row in rows] == list(
+        range(snapshot.boundary, snapshot.next_seq)
+    ):
+        # The seal wrote the header on the way to the whole: it is the whole without the groups,
+        # which the lengths confirm.
+        known = snapshot_header(snapshot)
+        if known is not None and len(known) + sum(len(row[1]) + 1 for row in rows) - bool(rows) == len(data):
+            header = known
+        else:
+            joined = b",".join([row[1] for row in rows])
+            # The top-level key is the one "resident":[ in the text (a quote inside a string is escaped).
+            at = data.find(_MARKER) + len(_MARKER)
+            end = at + len(joined)
+            if at >= len(_MARKER) and data[at:end] == joined and data[end : end + 1] == b"]":
+                header = data[:at] + data[end:]
     return SnapshotRows(data, header, snapshot.boundary, snapshot.next_seq, rows)
 
 

@@ -1,0 +1,235 @@
+"""The commit path's encodings are exact: built from cached parts, they equal the plain encoding.
+
+A snapshot's bytes are written key by key from its parts' cached text (marks,
+receipts, summary, view, scope) and its groups' cached encodings, instead of a
+converter round through an evolved copy. Whatever the content, they must be
+byte for byte the plain canonical encoding (the converter's, then
+:func:`canonical_json`), sealed or not, so stored data keeps loading and
+digests keep matching.
+"""
+
+from __future__ import annotations
+
+import gc
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentium_harness import (
+    Message,
+    MessageGroup,
+    RetainedRecord,
+    Role,
+    Scope,
+    ToolCall,
+)
+from agentium_harness._codec import canonical_json, digest_bytes, unstructure
+from agentium_harness._history import RetractedSpan, ViewState
+from agentium_harness._ports.erasure import ErasureLedger, SeqRange
+from agentium_harness._ports.snapshot import (
+    _MARKS,
+    ArchivedDigest,
+    ArchiveDivergence,
+    ArchiveMark,
+    SessionSnapshot,
+    add_archive_mark,
+    seal_snapshot,
+    snapshot_bytes,
+    snapshot_digest,
+    snapshot_header,
+)
+from agentium_harness._ports.summary import Citation, CoverageGap, GapReason, SummaryState, TaskSummary
+
+TEXT = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(['"resident":[]', '{"resident":[]}', "\\", '"', '"boundary":0,"digest":null,', "]"]),
+)
+IDS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+SCOPES = st.builds(Scope, IDS, IDS, IDS, st.one_of(st.none(), IDS), st.one_of(st.none(), IDS))
+DIGESTS = st.from_regex(r"sha256:[0-9a-f]{8}", fullmatch=True)
+TIMES = st.datetimes(
+    min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=st.sampled_from([UTC])
+)
+
+
+def _group(seq: int, text: str, scope: Scope) -> MessageGroup:
+    return MessageGroup(
+        seq,
+        (
+            Message(Role.USER, text),
+            Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "tool", {"resident": [text]}),)),
+            Message(Role.TOOL, text, tool_call_id="c1", payload={"k": [text, 1.5]}, payload_format="x/v1"),
+        ),
+        RetainedRecord(scope, uncertainty=(text,)),
+    )
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> SessionSnapshot:
+    scope = draw(st.one_of(st.none(), SCOPES))
+    boundary = draw(st.integers(0, 40))
+    texts = draw(st.lists(TEXT, max_size=4))
+    groups = tuple(_group(boundary + i, t, scope or Scope("t", "u", "s")) for i, t in enumerate(texts))
+    summary = draw(
+        st.one_of(
+            st.none(),
+            st.builds(
+                SummaryState,
+                st.builds(
+                    TaskSummary,
+                    TEXT,
+                    st.integers(0, boundary),
+                    st.lists(st.builds(Citation, st.integers(0, 9), DIGESTS), max_size=2),
+                    uncertainty=st.lists(TEXT, max_size=2),
+                ),
+                st.lists(
+                    st.builds(CoverageGap, st.integers(0, 9), st.sampled_from(GapReason), TEXT), max_size=1
+                ),
+                st.one_of(st.none(), st.lists(st.integers(0, 9), max_size=3)),
+            ),
+        )
+    )
+    view = draw(
+        st.one_of(
+            st.none(),
+            st.builds(
+                ViewState,
+                st.integers(0, 5),
+                st.lists(
+                    st.builds(RetractedSpan, st.integers(0, 9), st.integers(0, 3), st.integers(0, 9)),
+                    max_size=2,
+                ),
+                st.integers(0, 5),
+            ),
+        )
+    )
+    marks = draw(
+        st.one_of(st.none(), st.lists(st.builds(ArchiveMark, st.integers(1, 10**6), TIMES), max_size=4))
+    )
+    return SessionSnapshot(
+        memory_scope=scope,
+        boundary=boundary,
+        next_seq=boundary + len(groups),
+        resident=groups,
+        format_version=draw(st.integers(1, 3)),
+        divergence=draw(
+            st.one_of(st.none(), st.builds(ArchiveDivergence, st.lists(st.integers(0, 9), max_size=2), TEXT))
+        ),
+        digest=draw(st.one_of(st.none(), DIGESTS)),
+        summary=summary,
+        receipts=draw(st.lists(st.builds(ArchivedDigest, st.integers(0, 99), DIGESTS), max_size=3)),
+        view=view,
+        erased=draw(
+            st.one_of(
+                st.none(),
+                st.lists(
+                    st.builds(lambda a, n: SeqRange(a, a + n), st.integers(0, 9), st.integers(1, 3)),
+                    max_size=2,
+                ),
+            )
+        ),
+        archived=marks,
+        ledger=draw(st.one_of(st.none(), st.just(ErasureLedger()))),
+    )
+
+
+def _plain(snapshot: SessionSnapshot) -> bytes:
+    """The plain canonical encoding: the converter's data, absent summary and empty receipts left out."""
+    data: dict[str, Any] = unstructure(snapshot)
+    if data["summary"] is None:
+        del data["summary"]
+    if not data["receipts"]:
+        del data["receipts"]
+    return canonical_json(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots())
+def test_snapshot_bytes_equal_the_plain_encoding_whatever_the_parts(snapshot: SessionSnapshot) -> None:
+    assert snapshot_bytes(snapshot) == _plain(snapshot)
+    assert snapshot_digest(snapshot) == digest_bytes(_plain(attrs.evolve(snapshot, digest=None)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(snapshots())
+def test_a_sealed_snapshot_has_the_plain_bytes_digest_and_header(snapshot: SessionSnapshot) -> None:
+    sealed = seal_snapshot(snapshot)
+    unsealed = attrs.evolve(sealed, digest=None)
+    assert sealed.format_version == 3
+    assert sealed.digest == digest_bytes(_plain(unsealed))
+    assert snapshot_bytes(sealed) == _plain(sealed)
+    header = snapshot_header(sealed)
+    assert header == _plain(attrs.evolve(sealed, resident=()))
+    # Sealing an already sealed snapshot gives the same bytes and digest again.
+    again = seal_snapshot(sealed)
+    assert again.digest == sealed.digest and snapshot_bytes(again) == snapshot_bytes(sealed)
+
+
+def test_a_snapshot_not_made_by_the_seal_has_no_header() -> None:
+    assert snapshot_header(SessionSnapshot(Scope("t", "u", "s"))) is None
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(TIMES, min_size=1, max_size=40), st.sampled_from([UTC, None]))
+def test_archive_marks_carried_over_keep_their_text_and_equal_the_plain_encoding(
+    times: list[datetime], zone: Any
+) -> None:
+    marks: tuple[ArchiveMark, ...] | None = None
+    for below, when in enumerate(sorted(times), start=1):
+        marks = add_archive_mark(marks, below, when)
+    assert marks is not None
+    for mark in marks:
+        assert _MARKS.get(id(mark)) in (None, canonical_json(unstructure(mark)))
+    snapshot = SessionSnapshot(Scope("t", "u", "s"), len(times), len(times), archived=marks)
+    assert snapshot_bytes(snapshot) == _plain(snapshot)
+    for mark in marks:
+        assert _MARKS[id(mark)] == canonical_json(unstructure(mark))
+
+
+def test_a_mark_with_a_time_in_another_zone_is_written_in_utc() -> None:
+    from datetime import timezone
+
+    when = datetime(2026, 5, 1, 12, 0, 0, 123, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    snapshot = SessionSnapshot(Scope("t", "u", "s"), 1, 1, archived=(ArchiveMark(1, when),))
+    assert snapshot_bytes(snapshot) == _plain(snapshot)
+    assert b'"at":"2026-05-01T06:30:00.000123Z"' in snapshot_bytes(snapshot)
+
+
+def test_the_part_caches_forget_dead_parts() -> None:
+    before = len(_MARKS)
+    summaries = [SummaryState(TaskSummary(f"s{i}", 0)) for i in range(20)]
+    for s in summaries:
+        snapshot_bytes(SessionSnapshot(Scope("t", "u", "s"), 0, 0, summary=s))
+    assert len(_MARKS) >= before + 20
+    del summaries, s
+    gc.collect()
+    assert len(_MARKS) <= before
+
+
+def _reference_marks(
+    marks: tuple[ArchiveMark, ...] | None, below: int, at: datetime
+) -> tuple[ArchiveMark, ...]:
+    """The rule as first written: drop the mark closest in time to the next one, the first of equals."""
+    kept = [m for m in (marks or ()) if m.below < below]
+    kept.append(ArchiveMark(below, at))
+    while len(kept) > 32:
+        gaps = [(kept[i + 1].at - kept[i].at, i) for i in range(len(kept) - 1)]
+        del kept[min(gaps)[1]]
+    return tuple(kept)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 60), st.integers(0, 5)), min_size=1, max_size=80))
+def test_adding_archive_marks_keeps_the_rule(steps: list[tuple[int, int]]) -> None:
+    # Equal gaps are frequent here (seconds 0-5): the first of equal gaps must go, as before.
+    marks: tuple[ArchiveMark, ...] | None = None
+    expected: tuple[ArchiveMark, ...] | None = None
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    for below, step in steps:
+        when += timedelta(seconds=step)
+        marks = add_archive_mark(marks, below, when)
+        expected = _reference_marks(expected, below, when)
+        assert [(m.below, m.at) for m in marks] == [(m.below, m.at) for m in expected]
