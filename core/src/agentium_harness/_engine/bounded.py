@@ -7,8 +7,8 @@ until the thread returns, so a scope around it would hold the run for as long
 as the thread runs and then hand back its late result as if it were on time.
 
 So the engine never awaits an adapter in its own task. :func:`bounded` runs
-the call as a separate task of the event loop (an asyncio task or a trio
-system task; :func:`spawn`) and waits for its completion up to the deadline.
+the call as a separate task of the event loop (an asyncio task, or a trio
+system task through :func:`spawn`) and waits for its completion up to the deadline.
 Past it, the call's own cancel scope is cancelled and the engine waits a short
 grace (:data:`ABANDON_GRACE_S`) for it to unwind, which a cooperative adapter
 does at once. A call still running after that is *abandoned*: the engine stops
@@ -22,14 +22,14 @@ same grace.
 from __future__ import annotations
 
 import contextvars
+from asyncio import get_running_loop
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import anyio
-import sniffio
 
 from .._errors import OperationCancelledError
-from .loops import ThreadSafeEvent
+from .loops import ThreadSafeEvent, cancel_scope, current_library
 
 __all__ = ["ABANDON_GRACE_S", "Overrun", "bounded", "spawn"]
 
@@ -53,13 +53,10 @@ def spawn(run: Callable[[], Awaitable[None]]) -> Any:
     anything but a cancellation: on trio an exception escaping a system task
     ends the whole run.
     """
-    library = sniffio.current_async_library()
+    library = current_library()
     if library == "asyncio":
-        import asyncio
-
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(run())  # type: ignore[arg-type]
-        _TASKS.add(task)
-        task.add_done_callback(_TASKS.discard)
+        task: Any = get_running_loop().create_task(run())  # type: ignore[arg-type]
+        _keep(task)
         return task
     if library == "trio":
         import trio
@@ -68,6 +65,12 @@ def spawn(run: Callable[[], Awaitable[None]]) -> Any:
         trio.lowlevel.spawn_system_task(run, context=contextvars.copy_context())
         return None
     raise RuntimeError(f"the engine needs asyncio or trio, not {library}")  # pragma: no cover
+
+
+def _keep(task: Any) -> None:
+    """Hold a detached asyncio task until it ends."""
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
 
 
 class Overrun(Exception):
@@ -99,13 +102,15 @@ class _Call(Generic[T]):
         "waiter",
     )
 
-    def __init__(self, on_late: Callable[[T], Awaitable[None]] | None) -> None:
+    def __init__(self, on_late: Callable[[T], Awaitable[None]] | None, scope: anyio.CancelScope) -> None:
         #: Whether the call ended (returned, raised or was cancelled).
         self.ended = False
         # The event of ``done``, made only when someone waits for it: most calls end in time
         # and are never waited for but through ``waiter`` (asyncio) or ``done`` (trio).
         self._done: anyio.Event | None = None
-        self.scope = anyio.CancelScope()
+        #: The call's own cancel scope, entered in its task: cancelling it is level-triggered and
+        #: respects shielded scopes in adapter code, as a plain ``Task.cancel()`` would not.
+        self.scope = scope
         self.finished = False
         self.left = False  # the waiter walked away: whatever comes now is late
         self.on_late = on_late
@@ -198,19 +203,35 @@ async def bounded(
     when an abandoned call finally ends (whether its caller timed out or was
     cancelled): erasure waits for such late calls of its scope.
     """
-    call: _Call[T] = _Call(on_late)
-    task = spawn(lambda: call.run(work))
-    try:
-        if task is not None:
-            await _wait(call, timeout_s)
-        else:
+    library = current_library()
+    call: _Call[T] = _Call(on_late, cancel_scope(library))
+    task: Any = None
+    if library == "asyncio":
+        # The call's task, and a plain future it resolves when it ends (see ``run``) with one
+        # timer for the deadline: the same as ``move_on_after`` around ``call.done.wait()``, at a
+        # fraction of the cost. A cancellation of the caller (its cancel scope, shutdown) still
+        # raises out of the await, because it cancels the future this task waits on. The task is
+        # referenced from here while the caller waits, and from ``_TASKS`` only if the caller leaves
+        # before it ended (a done-callback on every call would cost a loop iteration's handle).
+        loop = get_running_loop()
+        call.waiter = waiter = loop.create_future()
+        task = loop.create_task(call.run(work))
+        timer = loop.call_later(timeout_s, _wake, waiter)
+        try:
+            await waiter
+        except BaseException:
+            timer.cancel()
+            await _leave(call, task, grace_s, on_abandon)
+            raise
+        timer.cancel()
+    else:
+        spawn(lambda: call.run(work))
+        try:
             with anyio.move_on_after(timeout_s):
                 await call.done.wait()
-    except BaseException:
-        # The caller was cancelled (shutdown): stop the call, wait no longer than the grace.
-        if not call.ended and not await call.stop(grace_s):
-            call.abandon(on_abandon)
-        raise
+        except BaseException:
+            await _leave(call, None, grace_s, on_abandon)
+            raise
     if call.ended:
         return call.result()
     if on_deadline is not None:
@@ -218,6 +239,8 @@ async def bounded(
     stopped = await call.stop(grace_s)
     if not stopped:
         call.abandon(on_abandon)
+        if task is not None:
+            _keep(task)
     elif call.finished and on_late is not None:
         # It finished during the grace: past its deadline all the same, so released, not used.
         call.left = True
@@ -225,21 +248,11 @@ async def bounded(
     raise Overrun(timeout_s, abandoned=not stopped)
 
 
-async def _wait(call: _Call[Any], timeout_s: float) -> None:
-    """On asyncio: wait until ``call`` ends or ``timeout_s`` passes, whichever is first.
-
-    The same as ``move_on_after`` around ``call.done.wait()``, with a plain
-    future and one timer instead of a cancel scope: every adapter call of a
-    turn goes through here, and this is a third of the cost. A cancellation
-    of the caller (its cancel scope, shutdown) still raises out of the await,
-    because it cancels the future the task is waiting on.
-    """
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    call.waiter = waiter = loop.create_future()
-    timer = loop.call_later(timeout_s, _wake, waiter)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
+async def _leave(
+    call: _Call[Any], task: Any, grace_s: float, on_abandon: Callable[[ThreadSafeEvent], None] | None
+) -> None:
+    """The caller was cancelled (shutdown): stop the call, wait no longer than the grace."""
+    if not call.ended and not await call.stop(grace_s):
+        call.abandon(on_abandon)
+        if task is not None:
+            _keep(task)

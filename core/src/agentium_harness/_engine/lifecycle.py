@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from types import TracebackType
 from typing import TypeVar
 
 import anyio
@@ -34,10 +35,19 @@ from .._ports import CancelSignal, OpContext
 from .._ports.erasure import EraseTarget
 from .._scope import SessionKey
 from .bounded import ABANDON_GRACE_S, Overrun, bounded
-from .loops import LoopHandle, ThreadSafeEvent
+from .loops import LoopHandle, ThreadSafeEvent, cancel_scope
 from .results import Diagnostic, Severity
 
-__all__ = ["close_owned", "covers", "overlaps", "Admission", "LateCalls", "LifecycleState", "Ticket"]
+__all__ = [
+    "close_owned",
+    "covers",
+    "overlaps",
+    "Admission",
+    "Admitted",
+    "LateCalls",
+    "LifecycleState",
+    "Ticket",
+]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -131,8 +141,8 @@ class Ticket:
         self.op_timeout_s = op_timeout_s
         self.hook_timeout_s = op_timeout_s if hook_timeout_s is None else hook_timeout_s
         self.signal = CancelSignal()
-        self.cancel_scope = anyio.CancelScope()
-        self.loop = LoopHandle.current_or_none()
+        self.loop = loop = LoopHandle.current_or_none()
+        self.cancel_scope = anyio.CancelScope() if loop is None else cancel_scope(loop.library)
         self.done = ThreadSafeEvent()
         self.abandoned: list[str] = []
         #: Where abandoned calls of this operation are noted (set by whoever admits it).
@@ -323,15 +333,21 @@ class Admission:
         if self.state is not LifecycleState.OPEN:
             raise RuntimeClosedError(f"runtime is {self.state.value}; it admits no new operations")
 
-    @asynccontextmanager
-    async def admit(self, key: SessionKey, kind: str) -> AsyncIterator[Ticket]:
-        """Admit one operation on ``key`` for the duration of the block.
+    def admit(self, key: SessionKey, kind: str) -> Admitted:
+        """Admit one operation on ``key`` for the duration of the ``async with`` block.
 
         Raises :class:`RuntimeClosedError` when closing or closed and
         :class:`SessionBusyError` when the session already has an operation.
         If shutdown cancels the operation, the block's cancellation surfaces
         as :class:`RuntimeClosedError` and nothing was committed.
         """
+        return Admitted(
+            lambda: self._enter(key, kind),
+            self._leave,
+            f"the {kind} was cancelled because the runtime closed; nothing was committed",
+        )
+
+    def _enter(self, key: SessionKey, kind: str) -> Ticket:
         ticket = self._new_ticket(key, kind)
         # Check and insert together: two loops asking at once for one session admit one.
         with observe.stage("admission", {"agentium.operation": kind}), self._lock:
@@ -353,41 +369,37 @@ class Admission:
                     "nothing was done"
                 )
             self.active[key] = ticket
-        try:
-            with ticket.cancel_scope:
-                yield ticket
-            if ticket.cancel_scope.cancelled_caught:
-                raise RuntimeClosedError(
-                    f"the {kind} was cancelled because the runtime closed; nothing was committed"
-                )
-        finally:
-            with self._lock:
-                if self.active.get(key) is ticket:
-                    del self.active[key]
-            ticket.done.set()
+        return ticket
 
-    @asynccontextmanager
-    async def admit_shared(
-        self, key: SessionKey | None, kind: str, op_timeout_s: float | None = None
-    ) -> AsyncIterator[Ticket]:
+    def _leave(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket.key is not None and self.active.get(ticket.key) is ticket:
+                del self.active[ticket.key]
+        ticket.done.set()
+
+    def admit_shared(self, key: SessionKey | None, kind: str, op_timeout_s: float | None = None) -> Admitted:
         """Admit one read-only operation: tracked for shutdown, but not exclusive on ``key``.
 
         Raises :class:`RuntimeClosedError` when closing or closed; a shutdown
         cancellation surfaces as :class:`RuntimeClosedError` too.
         """
+        return Admitted(
+            lambda: self._enter_shared(key, kind, op_timeout_s),
+            self._leave_shared,
+            f"the {kind} was cancelled because the runtime closed",
+        )
+
+    def _enter_shared(self, key: SessionKey | None, kind: str, op_timeout_s: float | None) -> Ticket:
         ticket = self._new_ticket(key, kind, op_timeout_s)
         with self._lock:
             self.check_open()
             self.shared.add(ticket)
-        try:
-            with ticket.cancel_scope:
-                yield ticket
-            if ticket.cancel_scope.cancelled_caught:
-                raise RuntimeClosedError(f"the {kind} was cancelled because the runtime closed")
-        finally:
-            with self._lock:
-                self.shared.discard(ticket)
-            ticket.done.set()
+        return ticket
+
+    def _leave_shared(self, ticket: Ticket) -> None:
+        with self._lock:
+            self.shared.discard(ticket)
+        ticket.done.set()
 
     @asynccontextmanager
     async def admit_erasure(self, target: EraseTarget, kind: str = "erasure") -> AsyncIterator[Ticket]:
@@ -445,6 +457,50 @@ class Admission:
             for ticket in tickets:
                 await ticket.done.wait()
         return [t for t in tickets if not t.done.is_set()]
+
+
+class Admitted:
+    """One admission, as an ``async with`` block (what :meth:`Admission.admit` returns).
+
+    Entering admits the operation (``enter`` checks and registers its ticket,
+    raising if refused) and enters the ticket's cancel scope; leaving exits the
+    scope, turns a cancellation it caught (shutdown) into
+    :class:`RuntimeClosedError` and always unregisters the ticket (``leave``).
+    A class rather than an ``asynccontextmanager``: every history read and
+    write is admitted, and the generator machinery was a measurable part of a
+    short operation.
+    """
+
+    __slots__ = ("_cancelled", "_enter", "_leave", "_ticket")
+
+    _ticket: Ticket
+
+    def __init__(self, enter: Callable[[], Ticket], leave: Callable[[Ticket], None], cancelled: str) -> None:
+        self._enter = enter
+        self._leave = leave
+        self._cancelled = cancelled
+
+    async def __aenter__(self) -> Ticket:
+        ticket = self._enter()
+        try:
+            ticket.cancel_scope.__enter__()
+        except BaseException:
+            self._leave(ticket)
+            raise
+        self._ticket = ticket
+        return ticket
+
+    async def __aexit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        ticket = self._ticket  # set by __aenter__ (an unset slot raises AttributeError)
+        try:
+            swallowed = bool(ticket.cancel_scope.__exit__(typ, exc, tb))
+            if ticket.cancel_scope.cancelled_caught:
+                raise RuntimeClosedError(self._cancelled)
+            return swallowed
+        finally:
+            self._leave(ticket)
 
 
 def covers(target: EraseTarget, key: SessionKey) -> bool:

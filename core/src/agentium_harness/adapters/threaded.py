@@ -69,6 +69,7 @@ steps, so a long batch stops at the next step once the deadline passes.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextvars
 import math
@@ -81,9 +82,8 @@ from typing import ClassVar, Generic, TypeVar
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-import sniffio
 
-from .._engine.loops import PerLoop
+from .._engine.loops import PerLoop, current_library
 from .._errors import AgentiumError, OperationCancelledError
 from .._ports import OpContext
 
@@ -249,48 +249,50 @@ class ThreadBoundAdapter(Generic[ConnT]):
                     "deadline; nothing was done",
                     "deadline passed",
                 )
-        stopped = threading.Event()
-
-        def in_thread() -> T:
-            try:
-                return self._run_in_thread(ctx, operation, work)
-            finally:
-                stopped.set()
-
         try:
-            if sniffio.current_async_library() == "asyncio":
-                return await self._hop(in_thread, stopped)
-            # Always abandonable, so a thread that will not stop cannot hold its caller forever;
-            # without abandon_on_cancel the caller first gives it cancel_grace_s to stop.
-            return await anyio.to_thread.run_sync(in_thread, abandon_on_cancel=True)
-        except anyio.get_cancelled_exc_class():
-            if not self.abandon_on_cancel and not stopped.is_set():
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(stopped.wait, self.cancel_grace_s, abandon_on_cancel=True)
-            raise
+            if current_library() == "asyncio":
+                return await self._hop(ctx, operation, work)
+            stopped = threading.Event()
+
+            def in_thread() -> T:
+                try:
+                    return self._run_in_thread(ctx, operation, work)
+                finally:
+                    stopped.set()
+
+            try:
+                # Always abandonable, so a thread that will not stop cannot hold its caller forever;
+                # without abandon_on_cancel the caller first gives it cancel_grace_s to stop.
+                return await anyio.to_thread.run_sync(in_thread, abandon_on_cancel=True)
+            except anyio.get_cancelled_exc_class():
+                if not self.abandon_on_cancel and not stopped.is_set():
+                    with anyio.CancelScope(shield=True):
+                        grace = self.cancel_grace_s
+                        await anyio.to_thread.run_sync(stopped.wait, grace, abandon_on_cancel=True)
+                raise
         finally:
             limiter.release()
 
-    @staticmethod
-    async def _hop(in_thread: Callable[[], T], stopped: threading.Event) -> T:
-        """On asyncio: run ``in_thread`` in a worker thread, abandoned (not waited for) on cancellation.
+    async def _hop(self, ctx: OpContext, operation: str, work: Callable[[ConnT], T]) -> T:
+        """On asyncio: run the call in a worker thread, abandoned (not waited for) on cancellation.
 
         What ``anyio.to_thread.run_sync(..., abandon_on_cancel=True)`` does,
         at about half its cost (no checkpoint, limiter or cancel scope of its
         own: :meth:`run` bounds the wait and the thread already). The thread
         runs in a copy of the caller's context (its span stays current), and
         :func:`host_task_cancelled` tells it when its caller stopped waiting.
-        ``stopped`` is set here when the call is cancelled before its thread
-        started it: it never runs, so there is nothing to wait for.
+        A cancelled caller then gives the thread ``cancel_grace_s`` to stop
+        (unless ``abandon_on_cancel``), as on trio; a call cancelled before its
+        thread started it never runs (its future is cancelled), so there is
+        nothing to wait for. The thread's future says when it has stopped: no
+        event is made for that on every call.
         """
-        import asyncio
-
         hop = _Hop()
 
         def in_worker() -> T:
             _running.hop = hop
             try:
-                return in_thread()
+                return self._run_in_thread(ctx, operation, work)
             finally:
                 _running.hop = None
 
@@ -299,8 +301,11 @@ class ThreadBoundAdapter(Generic[ConnT]):
             return await asyncio.wrap_future(future)
         except asyncio.CancelledError:
             hop.cancelled = True
-            if future.cancelled():
-                stopped.set()
+            if not self.abandon_on_cancel and not future.done():
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(
+                        concurrent.futures.wait, (future,), self.cancel_grace_s, abandon_on_cancel=True
+                    )
             raise
 
     def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[ConnT], T]) -> T:
