@@ -197,6 +197,32 @@ async def test_get_items_reads_only_the_groups_its_limit_needs(tmp_path: Path) -
         assert archive.groups_read == 38
 
 
+async def test_items_changed_by_the_caller_never_change_what_later_reads_return(tmp_path: Path) -> None:
+    """The SDK and hosts may change the items they get in place; the next read still gives the stored ones."""
+    async with small_runtime(tmp_path / "agentium.db") as runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        for n in range(4):
+            await session.add_items(turn(n))
+        await session.add_items([ANSWER])
+        want = [*(item for n in range(4) for item in turn(n)), ANSWER]
+        assert await session.get_items() == want
+        for _ in range(2):  # resident and archived groups alike, read once already
+            items = await session.get_items()
+            assert items == want
+            for item in items:
+                item["content"] = "changed" if isinstance(item["content"], str) else item["content"]
+                item["extra"] = True
+            items[-1]["content"][0]["text"] = "changed too"
+            items[-1]["content"].append({"type": "output_text", "text": "more", "annotations": []})
+        assert await session.get_items() == want
+        assert await session.get_items(3) == want[-3:]
+        popped = await session.pop_item()
+        assert popped == ANSWER
+        popped["content"].clear()
+        history = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+        assert [m.payload for g in history.groups for m in g.group.messages][:9] == [*want[:8], ANSWER]
+
+
 async def test_damaged_history_fails_closed_never_skipped(tmp_path: Path) -> None:
     path = tmp_path / "agentium.db"
     async with small_runtime(path) as runtime:

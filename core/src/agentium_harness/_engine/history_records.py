@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 
 from .._history import HistoryControl, Message, MessageGroup, MessageRef
@@ -130,6 +132,8 @@ class HistoryGroup:
     def messages(self) -> tuple[Message, ...]:
         """The messages the view shows, in order (all of them: ``group.messages``)."""
         all_messages = self.group.messages
+        if len(self.shown) == len(all_messages):
+            return all_messages  # every message shown (the indexes are distinct, in range): no copy
         return tuple(all_messages[i] for i in self.shown)
 
     @property
@@ -169,7 +173,7 @@ class HistoryPage:
         With ``view=False`` the page holds every group, but this still gives
         only what the view shows; read ``g.group.messages`` of each group for all of them.
         """
-        return tuple(m for g in self.groups for m in g.messages)
+        return tuple(itertools.chain.from_iterable(g.messages for g in self.groups))
 
 
 @attrs.frozen(slots=True)

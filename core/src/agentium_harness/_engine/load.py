@@ -8,6 +8,7 @@ checked here, whatever the adapter already checked.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from .._errors import (
     ContractViolationError,
@@ -30,6 +31,13 @@ from .erasure_ledger import pending_key, refuse_if_erasing
 from .lifecycle import Ticket
 
 __all__ = ["load_session"]
+
+# Snapshots found well formed (``check_snapshot_shape``) for a key, by object identity. A store
+# that hands back the snapshot object it already returned (the SQLite store does for an
+# unchanged row; every store does for the snapshot it was just given to save) gets the same
+# answer without the check: a snapshot is frozen, so its shape cannot have changed. An entry
+# leaves with its object, so an id is never reused while listed.
+_SHAPED: dict[int, SessionKey] = {}
 
 
 async def load_session(
@@ -102,7 +110,12 @@ async def _load_checked(
         raise ContractViolationError(f"session store returned revision {stored.revision!r}")
     snap = stored.snapshot
     verify_snapshot(key, snap)
-    check_snapshot_shape(key, snap)
+    if _SHAPED.get(id(snap)) != key:
+        check_snapshot_shape(key, snap)
+        ident = id(snap)
+        if ident not in _SHAPED:
+            weakref.finalize(snap, _SHAPED.pop, ident, None)
+        _SHAPED[ident] = key
     if snap.memory_scope is None:
         if scope is not None and not attest_legacy:
             raise LegacySnapshotError(

@@ -155,14 +155,17 @@ class OpContext:
         Adapters call this before starting work (and between steps where they
         can), so refused work writes nothing.
         """
-        from .._errors import OperationCancelledError  # errors must stay importable without ports
-
         if self.signal.cancelled:
+            from .._errors import OperationCancelledError  # errors must stay importable without ports
+
             reason = self.signal.reason or "cancelled"
             raise OperationCancelledError(
                 f"{operation} refused: the operation was cancelled ({reason})", reason
             )
         if self.expired:
+            # Imported only to raise: an import statement on every check costs more than the check.
+            from .._errors import OperationCancelledError
+
             raise OperationCancelledError(f"{operation} refused: its deadline has passed", "deadline passed")
 
     def time_left(self) -> float | None:

@@ -19,7 +19,7 @@ Agentium refuses a group that holds half a tool exchange.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from agentium_harness import Message, Role
@@ -109,25 +109,56 @@ def item_to_message(item: object) -> Message:
     return Message(_role(item), text, payload=item, payload_format=ITEM_FORMAT)
 
 
-def message_to_item(message: Message, where: str) -> dict[str, Any]:
-    """The SDK item a committed message stands for.
+def _copy_dict(value: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a plain-JSON object: new dicts and lists all the way down (the rest is immutable)."""
+    out = value.copy()
+    for k, v in out.items():
+        kind = type(v)
+        if kind is dict:
+            out[k] = _copy_dict(v)
+        elif kind is list:
+            out[k] = _copy_list(v)
+    return out
 
-    A message this integration wrote gives back its payload exactly. A
-    message without a payload (committed by Agentium's own ``run()``) is read
-    as an easy input message of its role (a tool result as ``user`` text).
-    A payload of any other format is another framework's item: reading it as
-    an SDK item would be a guess, so :class:`ForeignItemError` is raised and
-    nothing is skipped.
+
+def _copy_list(value: list[Any]) -> list[Any]:
+    """A copy of a plain-JSON array, as :func:`_copy_dict`."""
+    out = value.copy()
+    for i, v in enumerate(out):
+        kind = type(v)
+        if kind is dict:
+            out[i] = _copy_dict(v)
+        elif kind is list:
+            out[i] = _copy_list(v)
+    return out
+
+
+def message_to_item(message: Message, where: str | Callable[[], str]) -> dict[str, Any]:
+    """The SDK item a committed message stands for: a new dict the caller may change.
+
+    A message this integration wrote gives back a copy of its payload,
+    equal to the item appended. The copy matters: the runtime's adapters
+    hand back the groups they already decoded, so an item changed in place
+    by the SDK or the host would otherwise change what every later read
+    returns (the SDK's own sessions decode fresh items on every read). A
+    message without a payload (committed by Agentium's own ``run()``) is
+    read as an easy input message of its role (a tool result as ``user``
+    text). A payload of any other format is another framework's item:
+    reading it as an SDK item would be a guess, so :class:`ForeignItemError`
+    is raised and nothing is skipped. ``where`` names the message in an
+    error (a function: built only then).
     """
     if message.payload_format == ITEM_FORMAT:
         payload = message.payload
         if not isinstance(payload, dict):
+            place = where() if callable(where) else where
             raise ForeignItemError(
-                f"{where} has payload_format {ITEM_FORMAT} but its payload is a {type(payload).__name__}, "
+                f"{place} has payload_format {ITEM_FORMAT} but its payload is a {type(payload).__name__}, "
                 "not an item; the history is damaged (read it with read_history(view=False) to audit it)"
             )
-        return payload
+        return _copy_dict(payload)
     if message.payload_format is not None:
+        where = where() if callable(where) else where
         raise ForeignItemError(
             f"{where} holds a {message.payload_format!r} item, not an OpenAI Agents SDK item "
             f"({ITEM_FORMAT}); this session id is used by another framework's integration: "

@@ -120,10 +120,7 @@ class AgentiumSession:
         for _ in range(_READ_RESTARTS):
             messages = await self._read_view(wanted)
             if messages is not None:
-                items = [
-                    message_to_item(m, f"message {i} of the view of session {self.session_id!r}")
-                    for i, m in enumerate(messages)
-                ]
+                items = [message_to_item(m, self._view_place(i)) for i, m in enumerate(messages)]
                 return cast("list[TResponseInputItem]", items)
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between the pages of every read "
@@ -195,6 +192,10 @@ class AgentiumSession:
         self.close()
 
     # -- helpers ------------------------------------------------------------------------------------
+
+    def _view_place(self, index: int) -> Callable[[], str]:
+        """Where message ``index`` of a read view is, for an error (built only then, not per message)."""
+        return lambda: f"message {index} of the view of session {self.session_id!r}"
 
     def _check_open(self) -> None:
         if self._closed:
