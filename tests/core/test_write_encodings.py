@@ -10,11 +10,13 @@ digests keep matching.
 
 from __future__ import annotations
 
+import enum
 import gc
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +29,17 @@ from agentium_harness import (
     ToolCall,
 )
 from agentium_harness._codec import canonical_json, digest_bytes, unstructure
-from agentium_harness._history import RetractedSpan, ViewState
+from agentium_harness._engine.history_checks import check_messages
+from agentium_harness._errors import EncodingError
+from agentium_harness._history import (
+    ControlKind,
+    HistoryControl,
+    InterruptionCause,
+    MessageRef,
+    RetractedSpan,
+    TurnInterruption,
+    ViewState,
+)
 from agentium_harness._ports.erasure import ErasureLedger, SeqRange
 from agentium_harness._ports.snapshot import (
     _MARKS,
@@ -233,3 +245,120 @@ def test_adding_archive_marks_keeps_the_rule(steps: list[tuple[int, int]]) -> No
         marks = add_archive_mark(marks, below, when)
         expected = _reference_marks(expected, below, when)
         assert [(m.below, m.at) for m in marks] == [(m.below, m.at) for m in expected]
+
+
+# -- groups: encoded once, by hand, exactly as the converter and canonical_json would ------------
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
+
+
+class Size(enum.IntEnum):
+    BIG = 7
+
+
+class Plain(enum.Enum):
+    ONE = "one"
+
+
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=False, allow_infinity=False),
+    TEXT,
+    st.sampled_from([Colour.RED, Size.BIG, Plain.ONE, datetime(2026, 1, 1, tzinfo=UTC)]),
+)
+VALUES = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(TEXT, inner, max_size=3),
+        st.frozensets(st.integers(0, 5), max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@st.composite
+def groups(draw: st.DrawFn) -> MessageGroup:
+    scope = draw(SCOPES)
+    if draw(st.booleans()) and draw(st.booleans()):
+        control = HistoryControl(
+            draw(st.sampled_from(ControlKind)),
+            draw(TEXT),
+            draw(st.lists(st.builds(MessageRef, st.integers(0, 9), st.integers(0, 9)), max_size=2)),
+        )
+        return MessageGroup(draw(st.integers(0, 99)), (), RetainedRecord(scope), control=control)
+    messages = []
+    for _ in range(draw(st.integers(1, 3))):
+        calls = tuple(
+            ToolCall(f"c{i}", "tool", draw(st.dictionaries(TEXT, VALUES, max_size=3)))
+            for i in range(draw(st.integers(0, 2)))
+        )
+        payload = draw(st.one_of(st.none(), VALUES))
+        messages.append(
+            Message(
+                draw(st.sampled_from(Role)),
+                draw(TEXT),
+                calls,
+                draw(st.one_of(st.none(), st.just("c0"))),
+                payload=payload,
+                payload_format=None if payload is None else "x/v1",
+            )
+        )
+    retained = draw(
+        st.one_of(
+            st.none(),
+            st.builds(
+                RetainedRecord,
+                st.just(scope),
+                st.one_of(st.none(), TEXT),
+                uncertainty=st.lists(TEXT, max_size=2),
+                interruption=st.one_of(
+                    st.none(), st.builds(TurnInterruption, st.sampled_from(InterruptionCause), TEXT)
+                ),
+            ),
+        )
+    )
+    return MessageGroup(draw(st.integers(0, 99)), tuple(messages), retained)
+
+
+def _plain_group(group: MessageGroup) -> bytes | type[EncodingError]:
+    try:
+        return canonical_json(unstructure(group))
+    except EncodingError:
+        return EncodingError
+
+
+@settings(max_examples=400, deadline=None)
+@given(groups())
+def test_a_group_is_encoded_exactly_as_the_converter_would(group: MessageGroup) -> None:
+    expected = _plain_group(group)
+    if expected is EncodingError:
+        with pytest.raises(EncodingError):
+            group.canonical_bytes()
+        return
+    assert group.canonical_bytes() == expected
+    assert group.digest == digest_bytes(expected)
+    assert group.size_bytes == len(expected)
+
+
+def test_the_append_check_copies_every_field_of_a_message() -> None:
+    # check_messages builds its private copies field by field: a field added to Message must be
+    # added there too (and to the group encoding's hand-built data), or it would be dropped.
+    assert [a.name for a in attrs.fields(Message)] == [
+        "role",
+        "content",
+        "tool_calls",
+        "tool_call_id",
+        "payload",
+        "payload_format",
+    ]
+    message = Message(Role.TOOL, "r", tool_call_id="c1", payload={"a": [1]}, payload_format="x/v1")
+    call = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t", {"k": "v"}),))
+    copies = check_messages([call, message])
+    assert copies == (call, message)
+    assert copies[1].payload is not message.payload  # a private copy

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from ._codec import canonical_json, digest_bytes, unstructure
+from ._errors import EncodingError
 from ._scope import Scope, validate_id
 from ._tuples import tuple_of_messages, tuple_of_refs, tuple_of_spans, tuple_of_tool_calls
 from ._validators import non_negative_int, str_tuple
@@ -45,6 +46,7 @@ __all__ = [
     "TurnInterruption",
     "ViewState",
     "estimate_tokens",
+    "match_tool_results",
 ]
 
 #: Largest ``Message.payload``, in bytes of its canonical JSON encoding (8 MiB).
@@ -254,7 +256,7 @@ def _encoding(group: MessageGroup) -> list[Any]:
     key = id(group)
     cached = _ENCODED.get(key)
     if cached is None:
-        cached = [canonical_json(unstructure(group)), None, None]
+        cached = [_group_json(group), None, None]
         _ENCODED[key] = cached
         weakref.finalize(group, _ENCODED.pop, key, None)
     return cached
@@ -277,7 +279,7 @@ def adopt_stored_encoding(group: MessageGroup, data: bytes, digest: str) -> bool
     return bool(cached[1] == digest)
 
 
-def _match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """``(ids of calls left unanswered, indexes of results answering no open call)``, in message order.
 
     Ids are unique within one reply, not within a turn: a model may reuse an
@@ -326,7 +328,7 @@ class MessageGroup:
     @property
     def missing_tool_results(self) -> tuple[str, ...]:
         """IDs of tool calls in this group that have no tool result message after them."""
-        return _match_tool_results(self.messages)[0]
+        return match_tool_results(self.messages)[0]
 
     @property
     def orphan_tool_results(self) -> tuple[int, ...]:
@@ -336,7 +338,7 @@ class MessageGroup:
         a group that is only a tool result (its call lost or in another
         group) is not a turn anyone can read back.
         """
-        return _match_tool_results(self.messages)[1]
+        return match_tool_results(self.messages)[1]
 
     @property
     def is_complete(self) -> bool:
@@ -346,7 +348,10 @@ class MessageGroup:
         """
         if self.control is not None:
             return True
-        return bool(self.messages) and not self.missing_tool_results and not self.orphan_tool_results
+        if not self.messages:
+            return False
+        missing, orphans = match_tool_results(self.messages)  # one pass for both
+        return not missing and not orphans
 
     def canonical_bytes(self) -> bytes:
         """The canonical JSON encoding of this group (computed once per group object)."""
@@ -375,3 +380,68 @@ class MessageGroup:
         if tokens is None:
             tokens = cached[2] = sum(m.estimated_tokens for m in self.messages)
         return tokens
+
+
+# The converter's data for a group, built by hand: what encoding a group costs is mostly the
+# converter's walk, and a group is encoded once in its life, at its commit. Exact by
+# construction for these records (their fields are checked against the names below at import,
+# and a subclass takes the converter's path); values inside arguments and payloads are passed
+# as they are, and whatever JSON cannot take as it is (a set, a time, a record, an enum that is
+# not a str or int) makes the encoding fail and take the converter's path, which turns those
+# into plain data first. What JSON takes as it is (tuples, str and int enums) it writes exactly
+# as it writes the converter's plain form.
+_HAND_BUILT: Final = (
+    [a.name for a in attrs.fields(MessageGroup)] == ["seq", "messages", "retained", "control"]
+    and [a.name for a in attrs.fields(Message)]
+    == ["role", "content", "tool_calls", "tool_call_id", "payload", "payload_format"]
+    and [a.name for a in attrs.fields(ToolCall)] == ["id", "name", "arguments"]
+    and MessageGroup.__agentium_omit_if_none__ == ("control",)
+    and Message.__agentium_omit_if_none__ == ("payload", "payload_format")
+    and not hasattr(ToolCall, "__agentium_omit_if_none__")
+)
+
+
+def _group_data(group: MessageGroup) -> dict[str, Any] | None:
+    """The converter's data for ``group`` (up to tuples for lists), or ``None`` where it must do it."""
+    if not _HAND_BUILT or type(group) is not MessageGroup:
+        return None
+    messages: list[dict[str, Any]] = []
+    for m in group.messages:
+        if type(m) is not Message:
+            return None
+        calls = []
+        for c in m.tool_calls:
+            if type(c) is not ToolCall:
+                return None
+            calls.append({"arguments": c.arguments, "id": c.id, "name": c.name})
+        data = {
+            "content": m.content,
+            "role": m.role.value,
+            "tool_call_id": m.tool_call_id,
+            "tool_calls": calls,
+        }
+        if m.payload is not None:
+            data["payload"] = m.payload
+        if m.payload_format is not None:
+            data["payload_format"] = m.payload_format
+        messages.append(data)
+    retained = group.retained
+    built = {
+        "messages": messages,
+        "retained": None if retained is None else unstructure(retained),
+        "seq": group.seq,
+    }
+    if group.control is not None:
+        built["control"] = unstructure(group.control)
+    return built
+
+
+def _group_json(group: MessageGroup) -> bytes:
+    """The canonical JSON bytes of ``group``: :func:`canonical_json` of the converter's data for it."""
+    data = _group_data(group)
+    if data is not None:
+        try:
+            return canonical_json(data)
+        except EncodingError:
+            pass  # something inside needs the converter first (or cannot be encoded: it says so)
+    return canonical_json(unstructure(group))

@@ -10,18 +10,16 @@ after the call cannot change what was committed.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-import attrs
-
-from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, decode_json
+from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds
 from .._errors import (
     EncodingError,
     IncompleteGroupError,
     InvalidArgumentError,
-    InvalidJSONError,
     InvalidPayloadError,
 )
 from .._history import (
@@ -31,6 +29,7 @@ from .._history import (
     MessageGroup,
     Role,
     ToolCall,
+    match_tool_results,
 )
 from .._text import cut_text
 from .._validators import check_count, lone_surrogate_at, validate_id
@@ -86,10 +85,16 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
             f"{what} is {len(encoded)} bytes as canonical JSON, over the limit of {max_bytes}; "
             "nothing was written"
         )
-    try:
-        copy = decode_json(encoded, max_depth=MAX_ARGUMENT_DEPTH)
-    except InvalidJSONError as exc:
-        raise InvalidPayloadError(f"{what} is not storable JSON: {exc.reason}; nothing was written") from exc
+    if json_depth_exceeds(encoded, MAX_ARGUMENT_DEPTH):
+        raise InvalidPayloadError(
+            f"{what} is not storable JSON: the JSON text nests arrays or objects deeper than "
+            f"{MAX_ARGUMENT_DEPTH} levels; nothing was written"
+        )
+    # Text canonical_json just wrote needs none of the strict reader's other checks (it holds no
+    # duplicate key of a string-keyed dict, no NaN, no lone surrogate, no number that is not
+    # finite): the plain C decoder gives the same copy, and a value that did not come back equal
+    # (a tuple, a non-string key) is refused below as before.
+    copy = json.loads(encoded)
     if copy != value:
         raise InvalidPayloadError(
             f"{what} is not plain JSON (only dicts with string keys, lists, strings, finite numbers, "
@@ -149,8 +154,15 @@ def _message(message: object, index: int) -> Message:
     if payload is not None:
         payload_format = _format(payload_format, index)
         payload = plain_json(payload, f"message {index}: payload")
-    return attrs.evolve(
-        message, content=content, tool_calls=tuple(calls), payload=payload, payload_format=payload_format
+    # Built directly, cheaper than attrs.evolve: every field of Message is named (a test checks
+    # the list against Message's fields, so one added later cannot be dropped here unnoticed).
+    return Message(
+        role=message.role,
+        content=content,
+        tool_calls=tuple(calls),
+        tool_call_id=message.tool_call_id,
+        payload=payload,
+        payload_format=payload_format,
     )
 
 
@@ -170,9 +182,8 @@ def check_messages(messages: object) -> tuple[Message, ...]:
         raise InvalidArgumentError(
             f"{len(messages)} messages in one append; at most {MAX_APPEND_MESSAGES}; nothing was written"
         )
-    checked = tuple(_message(m, i) for i, m in enumerate(messages))
-    group = MessageGroup(seq=0, messages=checked)
-    missing, orphans = group.missing_tool_results, group.orphan_tool_results
+    checked = tuple([_message(m, i) for i, m in enumerate(messages)])
+    missing, orphans = match_tool_results(checked)
     if missing or orphans:
         what = []
         if missing:
