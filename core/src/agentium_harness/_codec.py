@@ -453,6 +453,13 @@ def structure(data: Any, cls: type[T]) -> T:
         raise _decode_error(exc, cls) from exc
 
 
+# What ``json.dumps`` with these options builds on every call: one encoder, made once. Its
+# ``encode`` keeps no state between calls (each makes its own), so threads share it safely.
+_CANONICAL: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(data: Any) -> bytes:
     """Canonical JSON bytes of plain data or of a record: sorted keys, UTF-8, compact.
 
@@ -464,8 +471,7 @@ def canonical_json(data: Any) -> bytes:
         data if isinstance(data, dict | list | str | int | float | bool | type(None)) else unstructure(data)
     )
     try:
-        text = json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-        return text.encode("utf-8")
+        return _CANONICAL.encode(plain).encode("utf-8")
     except UnicodeEncodeError as exc:
         raise EncodingError(
             f"cannot encode as canonical JSON: a string holds a lone surrogate ({exc.reason})"

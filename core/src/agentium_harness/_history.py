@@ -47,6 +47,7 @@ __all__ = [
     "ViewState",
     "estimate_tokens",
     "match_tool_results",
+    "tokens_and_size",
 ]
 
 #: Largest ``Message.payload``, in bytes of its canonical JSON encoding (8 MiB).
@@ -262,6 +263,15 @@ def _encoding(group: MessageGroup) -> list[Any]:
     return cached
 
 
+def tokens_and_size(group: MessageGroup) -> tuple[int, int]:
+    """``(group.estimated_tokens, group.size_bytes)`` with one look-up of the group's cached encoding."""
+    cached = _ENCODED.get(id(group)) or _encoding(group)
+    tokens: int | None = cached[2]
+    if tokens is None:
+        tokens = cached[2] = sum(m.estimated_tokens for m in group.messages)
+    return tokens, len(cached[0])
+
+
 def adopt_stored_encoding(group: MessageGroup, data: bytes, digest: str) -> bool:
     """Whether ``data`` is exactly ``group``'s canonical encoding; if so ``digest`` becomes its digest.
 
@@ -375,11 +385,7 @@ class MessageGroup:
     @property
     def estimated_tokens(self) -> int:
         """Token estimate of all messages (computed once per group object)."""
-        cached = _encoding(self)
-        tokens: int | None = cached[2]
-        if tokens is None:
-            tokens = cached[2] = sum(m.estimated_tokens for m in self.messages)
-        return tokens
+        return tokens_and_size(self)[0]
 
 
 # The converter's data for a group, built by hand: what encoding a group costs is mostly the

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._history import MessageGroup
+from .._history import MessageGroup, tokens_and_size
 from .limits import ResidentLimits
 
 __all__ = ["EvictionPlan", "plan_eviction"]
@@ -32,7 +32,7 @@ def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> E
     """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``."""
     # Each group's size is measured once (a canonical encoding each) and the
     # totals kept as running sums, so planning is linear in resident groups.
-    sizes = [(g.estimated_tokens, g.size_bytes) for g in resident]
+    sizes = list(map(tokens_and_size, resident))
     tokens = sum(t for t, _ in sizes)
     size = sum(b for _, b in sizes)
     first = 0

@@ -14,7 +14,7 @@ import operator
 import weakref
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, cast
 
 import attrs
 
@@ -289,8 +289,9 @@ def _head(snapshot: SessionSnapshot) -> bytes:
         return _plain_head(s)
     parts = [b"{"]
     if s.archived is not None:
-        get = _MARKS.get  # most marks were carried over: their text is listed
-        texts = [get(id(m)) or _part_bytes(m) for m in s.archived]
+        # Most marks were carried over from the last snapshot: their text is listed.
+        found = list(map(_MARKS.get, map(id, s.archived)))
+        texts = [_part_bytes(m) for m in s.archived] if None in found else cast("list[bytes]", found)
         parts += (b'"archived":[', b",".join(texts), b"],")
     parts.append(b'"boundary":%d,"digest":' % boundary)
     parts.append(b"null" if digest is None else canonical_json(digest))
