@@ -13,20 +13,22 @@ stepped over without being read (:class:`.history_view.ViewIndex`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from .._errors import ArchiveCorruptError, CapabilityError, ContractViolationError, InvalidArgumentError
 from .._history import MessageGroup
+from .._observe import spans as observe
+from .._ports import OpContext
 from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
-from .._ports.sessions import SessionSnapshot, SessionStore
+from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .history_checks import check_before_seq
 from .history_records import HistoryGroup, HistoryPage, SessionPage
 from .history_view import ViewIndex
 from .lifecycle import Ticket
-from .load import load_session
+from .load import load_in_call
 
 __all__ = ["fetch_groups", "list_page", "read_page"]
 
@@ -42,18 +44,32 @@ async def read_page(
     max_bytes: int | None,
     view: bool,
 ) -> HistoryPage:
-    """The newest groups of ``key`` below ``before_seq`` within the bounds, ascending (see the module)."""
-    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
-    before = check_before_seq(before_seq, snap.next_seq)
-    index = ViewIndex(snap.view)
-    candidates = index.visible_desc(before) if view else ((seq, None) for seq in range(before - 1, -1, -1))
-    if snap.erased:
-        # Groups an erasure removed (retention, a forgotten fact's sources) are not history any more.
-        erased = snap.erased
-        candidates = (c for c in candidates if not any(c[0] in span for span in erased))
-    chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
-    more = next(candidates, None) is not None
-    groups = await fetch_groups(ticket, archive, key, snap, chosen)
+    """The newest groups of ``key`` below ``before_seq`` within the bounds, ascending (see the module).
+
+    The load and the archive reads it decides run as one bounded call under
+    the operation's deadline (one task and timer for all of them, not one
+    per adapter call); each keeps its span.
+    """
+
+    async def read(
+        ctx: OpContext,
+    ) -> tuple[StoredSnapshot | None, SessionSnapshot, ViewIndex, list[int], bool, dict[int, MessageGroup]]:
+        stored, snap = await load_in_call(ctx, store, key)
+        before = check_before_seq(before_seq, snap.next_seq)
+        index = ViewIndex(snap.view)
+        candidates = (
+            index.visible_desc(before) if view else ((seq, None) for seq in range(before - 1, -1, -1))
+        )
+        if snap.erased:
+            # Groups an erasure removed (retention, a forgotten fact's sources) are not history any more.
+            erased = snap.erased
+            candidates = (c for c in candidates if not any(c[0] in span for span in erased))
+        chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
+        more = next(candidates, None) is not None
+        groups = await _fetch(archive, key, snap, chosen, partial(_read_in_call, ctx, archive, key))
+        return stored, snap, index, chosen, more, groups
+
+    stored, snap, index, chosen, more, groups = await ticket.call("history read", read, traced=False)
     entries: list[HistoryGroup] = []
     size = 0
     for seq in chosen:  # newest first: the bytes bound keeps the newest groups
@@ -96,6 +112,29 @@ async def fetch_groups(
     :class:`ArchiveCorruptError` (or :class:`ContractViolationError` for an
     archive that returns more than it was asked for): nothing is skipped.
     """
+
+    async def read_run(first: int, count: int) -> Sequence[MessageGroup]:
+        return await ticket.call("archive read", partial(archive.read_groups, key, first, count))
+
+    return await _fetch(archive, key, snap, seqs, read_run)
+
+
+async def _read_in_call(
+    ctx: OpContext, archive: HistoryArchive, key: SessionKey, first: int, count: int
+) -> Sequence[MessageGroup]:
+    """One archive read inside a bounded call the caller runs, with its own span."""
+    with observe.adapter_call("archive read"):
+        return await archive.read_groups(key, first, count, ctx)
+
+
+async def _fetch(
+    archive: HistoryArchive,
+    key: SessionKey,
+    snap: SessionSnapshot,
+    seqs: Sequence[int],
+    read_run: Callable[[int, int], Awaitable[Sequence[MessageGroup]]],
+) -> dict[int, MessageGroup]:
+    """:func:`fetch_groups`, reading each contiguous run of archived seqs with ``read_run(first, count)``."""
     asked = set(seqs)
     out = {g.seq: g for g in snap.resident if g.seq in asked}
     wanted = sorted(s for s in asked if s < snap.boundary)
@@ -110,9 +149,7 @@ async def fetch_groups(
     for _, run in itertools.groupby(enumerate(wanted), key=lambda pair: pair[1] - pair[0]):
         seqs_in_run = [seq for _, seq in run]
         first, count = seqs_in_run[0], len(seqs_in_run)
-        page: Sequence[MessageGroup] = await ticket.call(
-            "archive read", partial(archive.read_groups, key, first, count)
-        )
+        page = await read_run(first, count)
         if len(page) > count:
             raise ContractViolationError(f"archive returned {len(page)} groups for a read of at most {count}")
         for offset, seq in enumerate(seqs_in_run):

@@ -30,7 +30,7 @@ from .._scope import Scope, SessionKey
 from .erasure_ledger import pending_key, refuse_if_erasing
 from .lifecycle import Ticket
 
-__all__ = ["load_session"]
+__all__ = ["load_in_call", "load_session"]
 
 # Snapshots found well formed (``check_snapshot_shape``) for a key, by object identity. A store
 # that hands back the snapshot object it already returned (the SQLite store does for an
@@ -77,14 +77,32 @@ async def _read(
     """
     if not fence:
         return None, await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    return await ticket.call("session load", lambda ctx: _fence_and_session(ctx, store, key), traced=False)
 
-    async def both(ctx: OpContext) -> tuple[object, object]:
-        with observe.adapter_call("erasure fence"):
-            pending = await store.load(pending_key(key.tenant), ctx)
-        with observe.adapter_call("session load"):
-            return pending, await store.load(key, ctx)
 
-    return await ticket.call("session load", both, traced=False)
+async def _fence_and_session(ctx: OpContext, store: SessionStore, key: SessionKey) -> tuple[object, object]:
+    """The tenant's erasures under way, then ``key``'s snapshot, as the store returns them (in one call)."""
+    with observe.adapter_call("erasure fence"):
+        pending = await store.load(pending_key(key.tenant), ctx)
+    with observe.adapter_call("session load"):
+        return pending, await store.load(key, ctx)
+
+
+async def load_in_call(
+    ctx: OpContext, store: SessionStore, key: SessionKey
+) -> tuple[StoredSnapshot | None, SessionSnapshot]:
+    """:func:`load_session` (fenced, no scope: a read) inside a bounded call the caller already runs.
+
+    For an operation that makes several adapter calls under one deadline
+    (``read_history``: the load, then the archive read it decides): one
+    task and timer for all of them. The reads and checks are the same.
+    """
+    with observe.stage("load") as span:
+        pending, stored = await _fence_and_session(ctx, store, key)
+        loaded = _checked(key, None, pending, stored, attest_legacy=False, fence=True)
+        span.set("agentium.snapshot.revision", loaded[0].revision if loaded[0] is not None else 0)
+        span.set("agentium.resident.groups", len(loaded[1].resident))
+        return loaded
 
 
 async def _load_checked(
@@ -97,6 +115,19 @@ async def _load_checked(
     fence: bool,
 ) -> tuple[StoredSnapshot | None, SessionSnapshot]:
     pending, stored = await _read(ticket, store, key, fence=fence)
+    return _checked(key, scope, pending, stored, attest_legacy=attest_legacy, fence=fence)
+
+
+def _checked(
+    key: SessionKey,
+    scope: Scope | None,
+    pending: object,
+    stored: object,
+    *,
+    attest_legacy: bool,
+    fence: bool,
+) -> tuple[StoredSnapshot | None, SessionSnapshot]:
+    """The store's answers for the fence and ``key`` checked (see :func:`load_session`)."""
     if fence:
         # Refused before the snapshot is even looked at, as when the fence was read on its own.
         refuse_if_erasing(key, pending)
@@ -127,7 +158,11 @@ async def _load_checked(
             f"session {key.session!r} belongs to a different memory scope; refused "
             "(attestation cannot override a mismatched scope)"
         )
-    elif snap.memory_scope.session_key != key:
+    elif (snap.memory_scope.tenant, snap.memory_scope.user, snap.memory_scope.session) != (
+        key.tenant,
+        key.user,
+        key.session,
+    ):  # field by field: ``memory_scope.session_key`` would build a key, validating each id again
         raise ScopeMismatchError(f"session {key.session!r} is stored under a different identity")
     return stored, snap
 
