@@ -39,6 +39,8 @@ from agentium_harness._history import (
     RetractedSpan,
     TurnInterruption,
     ViewState,
+    bytes_and_digest,
+    tokens_and_size,
 )
 from agentium_harness._ports.erasure import ErasureLedger, SeqRange
 from agentium_harness._ports.snapshot import (
@@ -344,6 +346,8 @@ def test_a_group_is_encoded_exactly_as_the_converter_would(group: MessageGroup) 
     assert group.canonical_bytes() == expected
     assert group.digest == digest_bytes(expected)
     assert group.size_bytes == len(expected)
+    assert bytes_and_digest(group) == (expected, digest_bytes(expected))
+    assert tokens_and_size(group) == (sum(m.estimated_tokens for m in group.messages), len(expected))
 
 
 def test_the_append_check_copies_every_field_of_a_message() -> None:

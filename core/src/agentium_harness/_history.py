@@ -46,6 +46,7 @@ __all__ = [
     "TurnInterruption",
     "ViewState",
     "estimate_tokens",
+    "bytes_and_digest",
     "match_tool_results",
     "tokens_and_size",
 ]
@@ -272,6 +273,15 @@ def tokens_and_size(group: MessageGroup) -> tuple[int, int]:
     return tokens, len(cached[0])
 
 
+def bytes_and_digest(group: MessageGroup) -> tuple[bytes, str]:
+    """``(group.canonical_bytes(), group.digest)`` with one look-up of the group's cached encoding."""
+    cached = _ENCODED.get(id(group)) or _encoding(group)
+    digest: str | None = cached[1]
+    if digest is None:
+        digest = cached[1] = digest_bytes(cached[0])
+    return cached[0], digest
+
+
 def adopt_stored_encoding(group: MessageGroup, data: bytes, digest: str) -> bool:
     """Whether ``data`` is exactly ``group``'s canonical encoding; if so ``digest`` becomes its digest.
 
@@ -309,6 +319,8 @@ def match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], 
                 orphans.append(index)
             else:
                 pending.pop(0)
+    if not order:
+        return (), tuple(orphans)  # no call at all (most groups): nothing left open
     still_open = sorted(n for positions in open_calls.values() for n in positions)
     return tuple(order[n][1] for n in still_open), tuple(orphans)
 

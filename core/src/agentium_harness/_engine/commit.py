@@ -218,7 +218,8 @@ async def commit(
                 if hooks is not None
                 else []
             )
-            return attrs.evolve(joined, diagnostics=(*diagnostics, *extra), archived_groups=plan.evict)
+            notes = (*diagnostics, *extra)
+            return attrs.evolve(joined, diagnostics=notes) if notes else joined
     elif plan.evict:
         try:
             receipts = await archive_groups(ticket, archive, key, plan.evict)
@@ -418,7 +419,7 @@ async def _joint_commit(
         receipts = _checked_receipts(plan.evict, tuple(raw))
     _check_revision(revision, expected)
     return CommitOutcome(
-        revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), receipts=kept
+        revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), plan.evict, kept
     )
 
 

@@ -46,7 +46,7 @@ from typing import Final, NamedTuple
 import attrs
 
 from .._errors import ArchiveConflictError, SessionConflictError
-from .._history import MessageGroup
+from .._history import MessageGroup, bytes_and_digest
 from .._ports.archive import ArchiveReceipt
 from .._ports.erasure import EraseTarget
 from .._ports.sessions import SessionSnapshot, snapshot_header
@@ -112,7 +112,7 @@ GroupRow = tuple[int, bytes, str]
 
 def group_rows(groups: Iterable[MessageGroup]) -> list[GroupRow]:
     """``(seq, canonical bytes, digest)`` per group, from the groups' cached encodings."""
-    return [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
+    return [(g.seq, *bytes_and_digest(g)) for g in groups]
 
 
 class SessionRow(NamedTuple):
