@@ -120,8 +120,7 @@ class AgentiumSession:
         for _ in range(_READ_RESTARTS):
             messages = await self._read_view(wanted)
             if messages is not None:
-                items = [message_to_item(m, self._view_place(i)) for i, m in enumerate(messages)]
-                return cast("list[TResponseInputItem]", items)
+                return self._items_of(messages)
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between the pages of every read "
             f"({_READ_RESTARTS} attempts); nothing was changed: call get_items again"
@@ -193,9 +192,18 @@ class AgentiumSession:
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def _view_place(self, index: int) -> Callable[[], str]:
-        """Where message ``index`` of a read view is, for an error (built only then, not per message)."""
-        return lambda: f"message {index} of the view of session {self.session_id!r}"
+    def _items_of(self, messages: list[Message]) -> list[TResponseInputItem]:
+        """The SDK items of the view's ``messages`` (new dicts: see :func:`message_to_item`)."""
+        # Where a message is, for an error only: one function for the read, not one per item.
+        at = 0
+
+        def where() -> str:
+            return f"message {at} of the view of session {self.session_id!r}"
+
+        items = []
+        for at, message in enumerate(messages):  # noqa: B007 - where() reads it
+            items.append(message_to_item(message, where))
+        return cast("list[TResponseInputItem]", items)
 
     def _check_open(self) -> None:
         if self._closed:
