@@ -22,6 +22,9 @@ same grace.
 from __future__ import annotations
 
 import contextvars
+import math
+import threading
+import time
 from asyncio import get_running_loop
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
@@ -65,6 +68,66 @@ def spawn(run: Callable[[], Awaitable[None]]) -> Any:
         trio.lowlevel.spawn_system_task(run, context=contextvars.copy_context())
         return None
     raise RuntimeError(f"the engine needs asyncio or trio, not {library}")  # pragma: no cover
+
+
+class _Deadlines:
+    """The deadlines of one asyncio loop's bounded calls, behind one timer.
+
+    A timer per call (``call_later`` and its ``cancel``) was a sixth of a
+    call's cost, and nearly every call ends long before its deadline. Here a
+    waiter is noted with its deadline; one timer, armed for the earliest,
+    wakes every waiter whose deadline has come (at the same moment
+    ``call_later`` would: asyncio runs a timer once it is within the clock's
+    resolution) and re-arms for the next. A waiter that ended is only
+    forgotten, which costs a dict removal.
+    """
+
+    __slots__ = ("_at", "_timer", "_waiters", "loop")
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+        self._waiters: dict[Any, float] = {}
+        self._timer: Any = None
+        self._at = math.inf
+
+    def add(self, waiter: Any, when: float) -> None:
+        """Wake ``waiter`` (``_wake``) at loop time ``when`` unless it is discarded first."""
+        self._waiters[waiter] = when
+        if when < self._at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._at = when
+            self._timer = self.loop.call_at(when, self._fire)
+
+    def discard(self, waiter: Any) -> None:
+        """Forget ``waiter`` (its call ended, or its caller left)."""
+        self._waiters.pop(waiter, None)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._at = math.inf
+        now = self.loop.time() + _CLOCK_RESOLUTION
+        due = [waiter for waiter, when in self._waiters.items() if when <= now]
+        for waiter in due:
+            del self._waiters[waiter]
+            _wake(waiter)
+        if self._waiters:
+            self._at = min(self._waiters.values())
+            self._timer = self.loop.call_at(self._at, self._fire)
+
+
+# What asyncio allows a timer to run early by (it uses the same figure).
+_CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
+# The deadlines of the loop this thread last ran a bounded call on (one loop runs per thread at a time;
+# a second instance for a loop is harmless: each works alone, with its own timer).
+_LOCAL = threading.local()
+
+
+def _deadlines(loop: Any) -> _Deadlines:
+    held: _Deadlines | None = getattr(_LOCAL, "deadlines", None)
+    if held is None or held.loop is not loop:
+        held = _LOCAL.deadlines = _Deadlines(loop)
+    return held
 
 
 def _keep(task: Any) -> None:
@@ -207,23 +270,25 @@ async def bounded(
     call: _Call[T] = _Call(on_late, cancel_scope(library))
     task: Any = None
     if library == "asyncio":
-        # The call's task, and a plain future it resolves when it ends (see ``run``) with one
-        # timer for the deadline: the same as ``move_on_after`` around ``call.done.wait()``, at a
-        # fraction of the cost. A cancellation of the caller (its cancel scope, shutdown) still
-        # raises out of the await, because it cancels the future this task waits on. The task is
-        # referenced from here while the caller waits, and from ``_TASKS`` only if the caller leaves
-        # before it ended (a done-callback on every call would cost a loop iteration's handle).
+        # The call's task, and a plain future it resolves when it ends (see ``run``), woken at the
+        # deadline by the loop's ``_Deadlines``: the same as ``move_on_after`` around
+        # ``call.done.wait()``, at a fraction of the cost. A cancellation of the caller (its cancel
+        # scope, shutdown) still raises out of the await, because it cancels the future this task
+        # waits on. The task is referenced from here while the caller waits, and from ``_TASKS``
+        # only if the caller leaves before it ended (a done-callback on every call would cost a
+        # loop iteration's handle).
         loop = get_running_loop()
         call.waiter = waiter = loop.create_future()
         task = loop.create_task(call.run(work))
-        timer = loop.call_later(timeout_s, _wake, waiter)
+        deadlines = _deadlines(loop)
+        deadlines.add(waiter, loop.time() + timeout_s)
         try:
             await waiter
         except BaseException:
-            timer.cancel()
+            deadlines.discard(waiter)
             await _leave(call, task, grace_s, on_abandon)
             raise
-        timer.cancel()
+        deadlines.discard(waiter)
     else:
         spawn(lambda: call.run(work))
         try:

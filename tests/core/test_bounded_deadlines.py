@@ -1,0 +1,86 @@
+"""Every adapter call ends by its own deadline, however the deadlines of concurrent calls interleave.
+
+On asyncio the engine wakes the callers of one loop through one timer armed
+for the earliest deadline (not a timer per call); these tests make the
+orders that could go wrong: a later call with an earlier deadline, and the
+earliest call ending long before its deadline so the timer fires for nothing
+and must re-arm for the next one. A call that ends in time returns its value.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from agentium_harness import OperationTimeoutError
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness._ports import OpContext
+
+pytestmark = pytest.mark.anyio
+
+#: Scheduling slack on a loaded two-core machine.
+SLACK_S = 1.0
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def hang(ctx: OpContext) -> str:
+    await anyio.sleep(60)
+    return "late"
+
+
+async def quick(ctx: OpContext) -> str:
+    return "now"
+
+
+async def timed_out_after(
+    ticket: Ticket, timeout_s: float, ended: dict[float, float], started: float
+) -> None:
+    with pytest.raises(OperationTimeoutError) as info:
+        await ticket.call("hang", hang, timeout_s=timeout_s)
+    assert not info.value.abandoned  # it stopped when cancelled
+    ended[timeout_s] = time.monotonic() - started
+
+
+async def test_a_later_call_with_an_earlier_deadline_times_out_first() -> None:
+    ticket = Ticket(None, "test", 30.0)
+    ended: dict[float, float] = {}
+    started = time.monotonic()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(timed_out_after, ticket, 1.2, ended, started)
+            await anyio.sleep(0.05)
+            tg.start_soon(timed_out_after, ticket, 0.3, ended, started)
+            assert await ticket.call("quick", quick, timeout_s=0.1) == "now"
+    assert 0.3 <= ended[0.3] < 0.3 + 0.05 + SLACK_S
+    assert 1.2 <= ended[1.2] < 1.2 + SLACK_S
+    assert ended[0.3] < ended[1.2]
+
+
+async def test_a_deadline_after_an_earlier_call_ended_in_time_still_comes() -> None:
+    ticket = Ticket(None, "test", 30.0)
+    ended: dict[float, float] = {}
+    started = time.monotonic()
+    with anyio.fail_after(5):
+        # The earliest deadline belongs to a call that ends at once; the next one's must still come.
+        assert await ticket.call("quick", quick, timeout_s=0.2) == "now"
+        await timed_out_after(ticket, 0.6, ended, started)
+    assert 0.6 <= ended[0.6] < 0.6 + SLACK_S
+
+
+async def test_many_calls_ending_in_time_leave_no_deadline_behind() -> None:
+    ticket = Ticket(None, "test", 30.0)
+    for _ in range(200):
+        assert await ticket.call("quick", quick, timeout_s=0.05) == "now"
+    # Well past all their deadlines: nothing fires for them, and a new call still gets its own.
+    await anyio.sleep(0.1)
+    started = time.monotonic()
+    ended: dict[float, float] = {}
+    with anyio.fail_after(5):
+        await timed_out_after(ticket, 0.3, ended, started)
+    assert 0.3 <= ended[0.3] < 0.3 + SLACK_S
