@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
 import pytest
 
 from agentium_harness import ArchiveCorruptError, Message, Role, VerifiedIdentity
@@ -128,4 +129,38 @@ async def test_every_change_to_the_file_is_read_after_a_remembered_read(tmp_path
             await archive.read_groups(KEY, 0, 10, OpContext())
     finally:
         await other.aclose()
+        await archive.aclose()
+
+
+class PausingArchive(SQLiteArchive):
+    """Holds an append after it began (before its transaction) until ``resume`` is set."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.paused = anyio.Event()
+        self.resume = anyio.Event()
+
+    async def run(self, ctx: OpContext, operation: str, work: Callable[[Any], T]) -> T:
+        if operation == "archive append" and not self.resume.is_set():
+            self.paused.set()
+            await self.resume.wait()
+        return await super().run(ctx, operation, work)
+
+
+async def test_a_read_during_its_own_append_is_not_remembered_past_it(tmp_path: Path) -> None:
+    """A read that ran while an append of the same archive was under way read the rows before it."""
+    archive = PausingArchive(SQLiteConfig(path=str(tmp_path / "a.db")))
+    try:
+        archive.resume.set()
+        await archive.append(KEY, [group(0)], OpContext())
+        archive.resume = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(archive.append, KEY, [group(1)], OpContext())
+            await archive.paused.wait()
+            # Read (and remembered, without the fix) after the append began, before it wrote.
+            assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0]
+            archive.resume.set()
+        # The append's own commit leaves this connection's data_version as it is.
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0, 1]
+    finally:
         await archive.aclose()

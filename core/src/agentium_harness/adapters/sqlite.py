@@ -157,7 +157,12 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                 return append_groups(conn, key, rows, prefix)
 
         self._forget_reads()
-        return await self.run(ctx, "archive append", work)
+        try:
+            return await self.run(ctx, "archive append", work)
+        finally:
+            # Again once the write is over: a read that started while it was under way may
+            # have read the rows before it and remembered them under the epoch it began with.
+            self._forget_reads()
 
     async def read_groups(
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
@@ -289,7 +294,11 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
 
         if not dry_run:
             self._forget_reads()
-        report = await self.run(ctx, "archive erase", work)
+        try:
+            report = await self.run(ctx, "archive erase", work)
+        finally:
+            if not dry_run:
+                self._forget_reads()  # as in append
         if not dry_run:
             # Decoded copies of erased groups leave the process too.
             with self._decoded_lock:
