@@ -287,7 +287,7 @@ class ThreadBoundAdapter(Generic[ConnT]):
         """On asyncio: run the call in a worker thread, abandoned (not waited for) on cancellation.
 
         What ``anyio.to_thread.run_sync(..., abandon_on_cancel=True)`` does,
-        at about a third of its cost (no checkpoint, limiter or cancel scope
+        at under half its cost (no checkpoint, limiter or cancel scope
         of its own: :meth:`run` bounds the wait and the thread already; the
         thread resolves the caller's future directly). The thread
         runs in a copy of the caller's context (its span stays current), and
