@@ -258,7 +258,7 @@ async def test_the_decoded_snapshot_cache_is_bounded_in_bytes(
 ) -> None:
     from agentium_harness.adapters import sqlite as sqlite_module
 
-    monkeypatch.setattr(sqlite_module, "_RECENT_BYTES", 4000)
+    monkeypatch.setattr(sqlite_module, "RECENT_BYTES", 4000)
     store = SQLiteSessionStore(SQLiteConfig(path=str(tmp_path / "c.db")))
     rt = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),

@@ -1,0 +1,258 @@
+"""The built-in SQLite history archive (``SQLiteArchive``); hosts import it from :mod:`.sqlite`.
+
+Kept apart from the session store, which shares its file, schema and base (see that
+module's docstring for the layout and the joint commit).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import ClassVar, Final
+
+from .._errors import (
+    AgentiumError,
+    ArchiveError,
+)
+from .._history import MessageGroup
+from .._ports import OpContext
+from .._ports.archive import ArchiveCapabilities, ArchiveReceipt, HistoryArchive, decode_archived_group
+from .._ports.erasure import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseStatus,
+    EraseTarget,
+    PhysicalErasure,
+    check_max_items,
+    check_target,
+    count_items,
+    group_sessions,
+)
+from .._scope import SessionKey
+from ._sqlite_base import (
+    SQLiteAdapterBase,
+    SQLiteConfig,
+    data_version,
+)
+from ._sqlite_rows import (
+    append_groups,
+    archived_rows_covered,
+    drop_if_empty,
+    group_rows,
+    read_archived,
+)
+from ._sqlite_sql import immediate_transaction, read_transaction, scrub_log
+
+#: Bytes of stored rows an adapter keeps decoded, most recently used first: the session
+#: store's snapshots (``SQLiteSessionStore.load``) and the archive's groups alike; the
+#: decoded records cost about as much again. Bounded in bytes, not rows, because one may be large.
+RECENT_BYTES: Final = 8 * 1024 * 1024
+
+#: How many archive reads an archive remembers the seqs of (see ``SQLiteArchive.read_groups``).
+_REMEMBERED_READS: Final = 1024
+
+
+class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
+    """A durable, append-only history archive in a SQLite file.
+
+    A batch is appended in one transaction: either every group of it is stored
+    (or was already stored identically) or nothing is. Groups are kept as
+    canonical JSON with their digest, keyed by (tenant, user, session, seq).
+    """
+
+    capabilities: ClassVar[ArchiveCapabilities] = ArchiveCapabilities(
+        durable=True, idempotent_append=True, bounded_reads=True, health_check=True, erasure=True
+    )
+    storage_error: ClassVar[type[AgentiumError]] = ArchiveError
+    adapter_name: ClassVar[str] = "sqlite archive"
+
+    def __init__(self, config: SQLiteConfig | None = None) -> None:
+        super().__init__(config)
+        # Groups this archive decoded, by session and seq, with the exact row bytes they came
+        # from: a read that finds the same bytes again (an agent loop reads the same history
+        # every turn) hands back that group instead of decoding and re-checking it. Rows never
+        # change once written, and a row whose bytes differ in any way is decoded and checked
+        # afresh. Bounded in bytes, least recently used first out; reads may run in several
+        # worker threads at once (one per event loop), hence the lock.
+        self._decoded: OrderedDict[tuple[SessionKey, int], tuple[bytes, MessageGroup]] = OrderedDict()
+        self._decoded_bytes = 0
+        self._decoded_lock = threading.Lock()
+        # Reads answered in a worker thread, by (session, start, limit): the seqs they found and
+        # the connection's data_version in the same read transaction. The same read finding that
+        # version unchanged (no commit by any other connection, in any process, since) and its
+        # groups still decoded above is answered on the calling thread, without a worker thread:
+        # the rows are exactly the ones read then. This archive's own writes (append, erase) do
+        # not change its data_version, so each bumps the epoch and forgets every read first, and a
+        # read is remembered only if no write began since it started (as in the session store).
+        self._reads: OrderedDict[tuple[SessionKey, int, int], tuple[int, tuple[int, ...]]] = OrderedDict()
+        self._epoch = 0
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        """Append ``groups`` in one transaction; identical re-appends are no-ops, differing ones conflict."""
+        rows = group_rows(groups)
+        prefix = f"{self._location_prefix()}#{key.key()}"
+
+        def work(conn: sqlite3.Connection) -> list[ArchiveReceipt]:
+            with immediate_transaction(conn):
+                return append_groups(conn, key, rows, prefix)
+
+        self._forget_reads()
+        try:
+            return await self.run(ctx, "archive append", work)
+        finally:
+            # Again once the write is over: a read that started while it was under way may
+            # have read the rows before it and remembered them under the epoch it began with.
+            self._forget_reads()
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending."""
+        # SQLite treats a negative LIMIT as "no limit"; a bound must never widen.
+        limit = max(0, max_groups)
+        query = (key, start_seq, limit)
+        with self._decoded_lock:
+            seen = self._reads.get(query)
+            epoch = self._epoch
+        if seen is not None:
+            ctx.raise_if_expired("archive read")
+            unchanged = self._unchanged_read(query, seen, epoch, self._peek_data_version())
+            if unchanged is not None:
+                return unchanged
+
+        def work(conn: sqlite3.Connection) -> tuple[int, list[MessageGroup]]:
+            # The version and the rows as of the same commit (one read transaction).
+            with read_transaction(conn):
+                version = data_version(conn)
+                rows = read_archived(conn, key, start_seq, limit)
+            return version, [self._cached_group(key, seq, digest, data) for seq, digest, data in rows]
+
+        version, groups = await self.run(ctx, "archive read", work)
+        with self._decoded_lock:
+            if self._epoch == epoch:
+                self._reads[query] = (version, tuple(g.seq for g in groups))
+                self._reads.move_to_end(query)
+                if len(self._reads) > _REMEMBERED_READS:
+                    self._reads.popitem(last=False)
+        return groups
+
+    def _unchanged_read(
+        self,
+        query: tuple[SessionKey, int, int],
+        seen: tuple[int, tuple[int, ...]],
+        epoch: int,
+        peeked: int | None,
+    ) -> list[MessageGroup] | None:
+        """The remembered read's groups when nothing changed since (``peeked``), else ``None``."""
+        if peeked is None or peeked != seen[0]:
+            return None
+        key = query[0]
+        with self._decoded_lock:
+            if self._epoch != epoch or self._reads.get(query) is not seen:
+                return None
+            found = [self._decoded.get((key, seq)) for seq in seen[1]]
+            if any(entry is None for entry in found):
+                return None  # a group left the decoded cache: read the rows again
+            self._reads.move_to_end(query)
+            for seq in seen[1]:
+                self._decoded.move_to_end((key, seq))
+        return [entry[1] for entry in found if entry is not None]
+
+    def _forget_reads(self) -> None:
+        """Before a write of this archive's own: no remembered read may answer after it began."""
+        with self._decoded_lock:
+            self._epoch += 1
+            self._reads.clear()
+
+    def _cached_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
+        """The group of this row: the one decoded from exactly these bytes before, else decoded now."""
+        if isinstance(seq, int) and isinstance(data, bytes):
+            with self._decoded_lock:
+                hit = self._decoded.get((key, seq))
+                if hit is not None and hit[0] == data and isinstance(digest, str) and hit[1].digest == digest:
+                    self._decoded.move_to_end((key, seq))
+                    return hit[1]
+        group = self._decode_group(key, seq, digest, data)
+        assert isinstance(data, bytes) and isinstance(seq, int)  # _decode_group refused anything else
+        if len(data) <= RECENT_BYTES:
+            with self._decoded_lock:
+                previous = self._decoded.pop((key, seq), None)
+                if previous is not None:
+                    self._decoded_bytes -= len(previous[0])
+                self._decoded[(key, seq)] = (data, group)
+                self._decoded_bytes += len(data)
+                while self._decoded_bytes > RECENT_BYTES:
+                    _, (dropped, _) = self._decoded.popitem(last=False)
+                    self._decoded_bytes -= len(dropped)
+        return group
+
+    def _decode_group(self, key: SessionKey, seq: object, digest: object, data: object) -> MessageGroup:
+        """Decode one row strictly and re-check it; any doubt is an ``ArchiveCorruptError``.
+
+        The stored digest must match the stored bytes, the bytes must decode
+        without coercion, and the group must be the one filed under this key
+        (its ``seq``, its retained scope, and the digest of its canonical bytes).
+        """
+        return decode_archived_group(
+            key, seq, digest, data, lambda: f"group {seq!r} of session {key.key()} in {self._path}"
+        )
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        """Delete the target's groups (at most ``max_items``) in one transaction, then empty the WAL.
+
+        With ``secure_delete`` the deleted rows are zeroed in place; the WAL
+        checkpoint then writes those pages into the file and truncates the
+        log, so no copy of an erased group is left in either.
+        """
+        check_target(target)
+        bound = check_max_items(max_items)
+
+        def work(conn: sqlite3.Connection) -> EraseReport:
+            with immediate_transaction(conn):
+                # The archive's rows and the store's rows it adopted (see _sqlite_rows).
+                taken, more = archived_rows_covered(conn, target, bound)
+                if not dry_run and taken:
+                    ctx.raise_if_expired("archive erase")
+                    conn.executemany("DELETE FROM groups WHERE id = ?", [(row[3],) for row in taken])
+                    for sid in sorted({row[4] for row in taken}):
+                        drop_if_empty(conn, sid)
+            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn)
+            return EraseReport(
+                count_items(group=len(taken)),
+                group_sessions((key, seq, digest) for key, seq, digest, _, _ in taken),
+                EraseStatus.PARTIAL if more else EraseStatus.COMPLETE,
+                physical,
+                detail,
+            )
+
+        if not dry_run:
+            self._forget_reads()
+        try:
+            report = await self.run(ctx, "archive erase", work)
+        finally:
+            if not dry_run:
+                self._forget_reads()  # as in append
+        if not dry_run:
+            # Decoded copies of erased groups leave the process too.
+            with self._decoded_lock:
+                for entry in report.sessions:
+                    for seq, _ in entry.groups:
+                        dropped = self._decoded.pop((entry.session, seq), None)
+                        if dropped is not None:
+                            self._decoded_bytes -= len(dropped[0])
+        return report
+
+    async def health(self, ctx: OpContext) -> str:
+        """Run constant-time probe statements; a database file not created yet is not created."""
+        return await self.probe_health(ctx, "archive health", self._health_probe)
