@@ -164,3 +164,59 @@ async def test_its_own_first_save_of_an_absent_session_is_read_back(tmp_path: Pa
         assert loaded is not None and loaded.revision == 1
     finally:
         await store.aclose()
+
+
+class InterleavingStore(SQLiteSessionStore):
+    """Runs a load's read between a save's start and its write, and lets the load finish after the save."""
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.save_started = anyio.Event()
+        self.load_read = anyio.Event()
+        self.save_done = anyio.Event()
+        self.interleave = False
+
+    async def run(self, ctx: OpContext, operation: str, work: Callable[[Any], T]) -> T:
+        if not self.interleave:
+            return await super().run(ctx, operation, work)
+        if operation == "session save":
+            self.save_started.set()
+            await self.load_read.wait()  # the load has read the row as it was before this save
+            return await super().run(ctx, operation, work)
+        value = await super().run(ctx, operation, work)
+        self.load_read.set()
+        await self.save_done.wait()  # ...and remembers it only after the save remembered its own
+        return value
+
+
+async def test_a_load_that_read_before_a_save_cannot_remember_the_older_row_after_it(tmp_path: Path) -> None:
+    # Two event loops sharing one store can interleave like this: a load that starts after a save
+    # began reads the row before the save's write (one connection: the calls take turns) and
+    # finishes after the save. It must not leave the older row remembered for later loads.
+    first = SQLiteSessionStore(_config(tmp_path))
+    revision = await first.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+    await first.aclose()
+    store = InterleavingStore(_config(tmp_path))  # remembers nothing yet: the load below reads the row
+    try:
+        newer = _next("b")
+        store.interleave = True
+        seen: list[int | None] = []
+
+        async def save() -> None:
+            await store.save(KEY, newer, revision, OpContext())
+            store.save_done.set()
+
+        async def load() -> None:
+            await store.save_started.wait()
+            loaded = await store.load(KEY, OpContext())
+            seen.append(None if loaded is None else loaded.revision)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(save)
+            tg.start_soon(load)
+        store.interleave = False
+        assert seen == [revision]  # the load read the row as it was, which is right for it
+        later = await store.load(KEY, OpContext())
+        assert later is not None and later.revision == revision + 1 and later.snapshot == newer
+    finally:
+        await store.aclose()

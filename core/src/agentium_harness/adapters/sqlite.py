@@ -238,7 +238,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         and this connection's own commits do not change its data_version, so
         a remembered row must never outlive a write that did not confirm it;
         and a load on another loop that read the row before this write must
-        not remember it after (the epoch moves on).
+        not remember it after (the epoch moves on). A write calls it before it
+        starts and again when it is over, so such a load is refused whether it
+        took its epoch before the write began or while it waited to run.
         """
         with self._recent_lock:
             self._epoch += 1
@@ -275,9 +277,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 revision, _ = save_snapshot(conn, key, rows, expected_revision)
                 return revision, version
 
-        epoch = self._forget(key)
+        self._forget(key)
         revision, version = await self.run(ctx, "session save", work)
-        self._remember(epoch, key, revision, data, snapshot, version)
+        # Forget again now the write is over, and remember under that epoch: a load that read the
+        # row before this write but finishes after it must not remember the older row (see _forget).
+        self._remember(self._forget(key), key, revision, data, snapshot, version)
         return revision
 
     def shares_transactions_with(self, archive: object) -> bool:
@@ -326,9 +330,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 revision, receipts = save_snapshot(conn, key, rows, expected_revision, evicted, prefix)
                 return revision, receipts, version
 
-        epoch = self._forget(key)
+        self._forget(key)
         revision, receipts, version = await self.run(ctx, "session commit with archive", work)
-        self._remember(epoch, key, revision, data, snapshot, version)
+        self._remember(self._forget(key), key, revision, data, snapshot, version)  # as in save
         return revision, receipts
 
     async def list_sessions(
@@ -386,7 +390,11 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
             # Before the write, like a save: an erase that raised may still have committed, and
             # this connection's own commits leave its data_version as it is (see ``load``).
             self._forget_all()
-        found, more, physical, detail = await self.run(ctx, "session store erase", work)
+        try:
+            found, more, physical, detail = await self.run(ctx, "session store erase", work)
+        finally:
+            if not dry_run:
+                self._forget_all()  # and after it, as a save does (see _forget)
         return EraseReport(
             count_items(snapshot=len(found)),
             tuple(snapshot_erasure(key, data) for key, data in found),
