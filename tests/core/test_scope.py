@@ -6,8 +6,10 @@ import fnmatch
 import glob
 import posixpath
 import re
+import unicodedata
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -164,6 +166,102 @@ def test_validate_id_either_accepts_or_raises_invalid_id_error(value: str) -> No
         assert validate_id(value, "project") == value
     except InvalidIdError as exc:
         assert exc.field == "project"
+
+
+def _reference_id_problem(value: str) -> str | None:
+    """What ``validate_id`` said of a non-empty ``str`` before its C-speed path: the character loop."""
+    for ch in value:
+        if unicodedata.category(ch) == "Cc":
+            return f"contains control character U+{ord(ch):04X}"
+        if 0xD800 <= ord(ch) <= 0xDFFF:
+            return "contains a lone surrogate"
+    return None
+
+
+#: Surrogates, DEL, a C1 control, and two non-printable characters that are not controls.
+ODD_CHARACTERS = ["\ud800", "\udfff", "\x7f", "\x9f", "\u2028", "\u200b"]
+
+
+class _LyingIterStr(str):
+    """A str whose iteration shows a control character it does not hold."""
+
+    def __iter__(self) -> Any:
+        return iter("a\x00")
+
+
+@given(
+    st.one_of(
+        st.text(min_size=1, max_size=40),
+        st.text(alphabet=st.characters(codec=None), min_size=1, max_size=40),
+        st.lists(st.sampled_from([*ADVERSARIAL, *ODD_CHARACTERS]), min_size=1).map("".join),
+    )
+)
+def test_validate_id_says_what_the_character_loop_says(value: str) -> None:
+    # The printable fast path must accept exactly what the loop accepts, with the same message.
+    assume(len(value) <= MAX_ID_LENGTH)
+    problem = _reference_id_problem(value)
+    if problem is None:
+        assert validate_id(value, "session") == value
+    else:
+        with pytest.raises(InvalidIdError) as caught:
+            validate_id(value, "session")
+        assert str(caught.value) == str(InvalidIdError("session", problem))
+
+
+def test_validate_id_checks_a_str_subclass_by_its_characters() -> None:
+    # The C-speed path takes only an exact str; a subclass is checked as it iterates, as before.
+    with pytest.raises(InvalidIdError, match="U\\+0000"):
+        validate_id(_LyingIterStr("plain"), "session")
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["t", "u", "t2"]), st.sampled_from(["u", "t"]), st.text(min_size=1, max_size=5)
+        ),
+        max_size=30,
+    )
+)
+def test_session_key_is_always_the_key_its_scope_names(ids: list[tuple[str, str, str]]) -> None:
+    # Keys are remembered per (tenant, user, session): a remembered key must never answer for another.
+    for tenant, user, session in ids:
+        try:
+            scope = Scope(tenant, user, session)
+        except InvalidIdError:
+            continue
+        key = scope.session_key
+        assert (key.tenant, key.user, key.session) == (tenant, user, session)
+        assert key == SessionKey(tenant, user, session)
+        assert hash(key) == hash(SessionKey(tenant, user, session))
+        assert scope.session_key is key  # asked again: the same (frozen) key
+
+
+class _EqualToAnyStr(str):
+    """A str that claims equality (and a hash) with one it is not."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("s")
+
+
+def test_session_key_of_a_lying_str_subclass_is_its_own() -> None:
+    cached = Scope("t", "u", "s").session_key
+    liar = Scope("t", "u", _EqualToAnyStr("other"))
+    assert liar.session_key is not cached
+    assert str.__str__(liar.session_key.session) == "other"
+
+
+def test_session_key_made_while_validators_were_off_is_not_remembered() -> None:
+    try:
+        attrs.validators.set_disabled(True)
+        bad = Scope("t", "u", "bad\x00id")
+        assert bad.session_key.session == "bad\x00id"
+    finally:
+        attrs.validators.set_disabled(False)
+    with pytest.raises(InvalidIdError):
+        bad.session_key  # noqa: B018 - built (and validated) again, as before any key was remembered
 
 
 RECORD_FIELDS: list[tuple[type[Any], dict[str, Any], str]] = [

@@ -11,7 +11,7 @@ key prefix nor act as a pattern.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -133,7 +133,7 @@ class RecallScope:
     repository: str | None = attrs.field(default=None, validator=_optional_id_validator)
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, cache_hash=True)
 class SessionKey:
     """Where a session lives: tenant, user and session id. Stores are keyed by this."""
 
@@ -156,6 +156,16 @@ class SessionKey:
         return sep.join(self.key_segments())
 
 
+_NO_RECALL_SCOPE: Final = RecallScope()
+
+# The session key of each (tenant, user, session) a scope asked for lately: every run and history
+# write asks several times, and building the key validates its three ids again. A key is a pure
+# function of three exact ``str`` values that passed validation (both are required to enter), and
+# it is frozen, so the one kept is equal in every way to a new one. Cleared when full: bounded.
+_SESSION_KEYS: dict[tuple[str, str, str], SessionKey] = {}
+_MAX_SESSION_KEYS: Final = 4096
+
+
 @attrs.frozen(slots=True)
 class Scope:
     """The memory scope of a session: tenant, user, session, optional project and repository (R14)."""
@@ -175,13 +185,27 @@ class Scope:
     ) -> Scope:
         """The scope of a run: a verified identity, a session id and an optional recall scope."""
         require_identity(identity)
-        rs = recall_scope or RecallScope()
+        rs = recall_scope or _NO_RECALL_SCOPE
         return cls(identity.tenant, identity.user, session_id, rs.project, rs.repository)
 
     @property
     def session_key(self) -> SessionKey:
         """The session this scope belongs to."""
-        return SessionKey(self.tenant, self.user, self.session)
+        tenant, user, session = ids = (self.tenant, self.user, self.session)
+        key = _SESSION_KEYS.get(ids)
+        if key is not None and type(tenant) is str and type(user) is str and type(session) is str:
+            return key
+        key = SessionKey(tenant, user, session)
+        if (
+            type(tenant) is str
+            and type(user) is str
+            and type(session) is str
+            and not attrs.validators.get_disabled()
+        ):
+            if len(_SESSION_KEYS) >= _MAX_SESSION_KEYS:
+                _SESSION_KEYS.clear()
+            _SESSION_KEYS[ids] = key
+        return key
 
     def key_segments(self) -> tuple[str, str, str, str, str]:
         """Five encoded segments, absent optionals as ``~``; the mapping is injective."""

@@ -172,6 +172,11 @@ def validate_id(value: object, field: str) -> str:
         raise InvalidIdError(field, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidIdError(field, f"{len(value)} characters; at most {MAX_ID_LENGTH} allowed")
+    if type(value) is str and value.isprintable():
+        # At C speed: a printable str holds no control character (Cc) and no surrogate (Cs),
+        # both non-printable in the same Unicode database, so the loop below would pass. Only
+        # an exact str: a subclass could iterate other characters than it holds.
+        return value
     for ch in value:
         # Category "Cc" covers NUL, C0/C1 controls and DEL.
         if unicodedata.category(ch) == "Cc":
