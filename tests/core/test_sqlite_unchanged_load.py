@@ -10,6 +10,7 @@ data_version).
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -218,5 +219,38 @@ async def test_a_load_that_read_before_a_save_cannot_remember_the_older_row_afte
         assert seen == [revision]  # the load read the row as it was, which is right for it
         later = await store.load(KEY, OpContext())
         assert later is not None and later.revision == revision + 1 and later.snapshot == newer
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("between", ["nothing", "a load"])
+async def test_a_write_after_a_write_still_waits_for_another_writers_lock(
+    tmp_path: Path, between: str
+) -> None:
+    # A write leaves the connection ready for the next load's look at data_version (which must
+    # never wait); the write after it must still wait its busy timeout for another writer's lock.
+    store = CountingStore(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        if between == "a load":
+            store.threaded.clear()
+            assert (await store.load(KEY, OpContext())) is not None
+            assert store.threaded == []  # answered on the loop, as before
+        blocker = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def release() -> None:
+                    await anyio.sleep(0.3)
+                    blocker.execute("ROLLBACK")
+
+                tg.start_soon(release)
+                newer = _next("b")
+                assert await store.save(KEY, newer, revision, OpContext.with_timeout(30)) == revision + 1
+        finally:
+            blocker.close()
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
     finally:
         await store.aclose()

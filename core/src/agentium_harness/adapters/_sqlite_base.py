@@ -190,15 +190,31 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         with _CLOSE_LOCK:
             conn.close()
 
+    #: True for an adapter whose loads peek (``_peek_data_version``) after its writes: a call that
+    #: wrote leaves the connection's busy timeout at 0, as the peek needs it, so the pragma runs
+    #: in the worker thread at the end of the write instead of on the event loop in the next peek.
+    peeks_after_writes: ClassVar[bool] = False
+
     @contextmanager
     def call_guard(self, conn: sqlite3.Connection, ctx: OpContext) -> Iterator[None]:
         """Cap the lock wait by the deadline and abort a running statement when the call is cancelled."""
         self._apply_deadline(conn, ctx)
         conn.set_progress_handler(lambda: int(ctx.expired or host_task_cancelled()), _PROGRESS_STEPS)
+        changes = conn.total_changes
         try:
             yield
         finally:
             conn.set_progress_handler(None, 0)
+            if self.peeks_after_writes and conn.total_changes != changes:
+                self._zero_busy_timeout(conn)
+
+    def _zero_busy_timeout(self, conn: sqlite3.Connection) -> None:
+        """Set the busy timeout to 0 (every call sets its own first); a failure leaves it as it was."""
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.Error:  # the call's own outcome stands; the peek sets it again if it must
+            return
+        self._busy_ms = 0
 
     def failure_message(self, operation: str, exc: BaseException) -> str:
         """Name the database file in the message."""

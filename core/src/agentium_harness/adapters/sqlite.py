@@ -116,6 +116,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
     )
     storage_error: ClassVar[type[AgentiumError]] = SQLiteStorageError
     adapter_name: ClassVar[str] = "sqlite session store"
+    peeks_after_writes: ClassVar[bool] = True  # the next load of a session it wrote peeks first
 
     def __init__(self, config: SQLiteConfig | None = None) -> None:
         super().__init__(config)
