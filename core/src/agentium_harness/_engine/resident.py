@@ -8,6 +8,7 @@ then flagged as oversized, never split.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import attrs
@@ -16,6 +17,9 @@ from .._history import MessageGroup, tokens_and_size
 from .limits import ResidentLimits
 
 __all__ = ["EvictionPlan", "plan_eviction"]
+
+_TOKENS = operator.itemgetter(0)
+_BYTES = operator.itemgetter(1)
 
 
 @attrs.frozen(slots=True)
@@ -31,10 +35,11 @@ class EvictionPlan:
 def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> EvictionPlan:
     """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``."""
     # Each group's size is measured once (a canonical encoding each) and the
-    # totals kept as running sums, so planning is linear in resident groups.
+    # totals kept as running sums, so planning is linear in resident groups;
+    # the sums and the oversized check run at C speed (itemgetter, max).
     sizes = list(map(tokens_and_size, resident))
-    tokens = sum(t for t, _ in sizes)
-    size = sum(b for _, b in sizes)
+    tokens = sum(map(_TOKENS, sizes))
+    size = sum(map(_BYTES, sizes))
     first = 0
     blocked: int | None = None
     while len(resident) - first > 1 and (
@@ -47,9 +52,12 @@ def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> E
         tokens -= sizes[first][0]
         size -= sizes[first][1]
         first += 1
-    oversized = tuple(
-        g.seq
-        for g, (t, b) in zip(resident[first:], sizes[first:], strict=True)
-        if t > limits.max_tokens or b > limits.max_bytes
-    )
+    kept = sizes[first:]
+    oversized: tuple[int, ...] = ()
+    if kept and (max(map(_TOKENS, kept)) > limits.max_tokens or max(map(_BYTES, kept)) > limits.max_bytes):
+        oversized = tuple(
+            g.seq
+            for g, (t, b) in zip(resident[first:], kept, strict=True)
+            if t > limits.max_tokens or b > limits.max_bytes
+        )
     return EvictionPlan(tuple(resident[:first]), tuple(resident[first:]), oversized, blocked)

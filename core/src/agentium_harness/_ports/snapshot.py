@@ -10,6 +10,7 @@ decodes and checks them strictly.
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import weakref
 from collections.abc import Iterable
@@ -182,6 +183,19 @@ class SessionSnapshot:
     erased: tuple[SeqRange, ...] | None = attrs.field(default=None, converter=_erased_ranges)
     archived: tuple[ArchiveMark, ...] | None = attrs.field(default=None, converter=_marks)
     ledger: ErasureLedger | None = None
+
+
+#: Every field of a snapshot, in the constructor's order: a copy with one field changed is the
+#: constructor called with these values (what ``attrs.evolve`` does, without looking them up by name).
+_FIELD_VALUES: Final = operator.attrgetter(*(a.name for a in attrs.fields(SessionSnapshot)))
+_DIGEST_AT: Final = [a.name for a in attrs.fields(SessionSnapshot)].index("digest")
+
+
+def _with_field(snapshot: SessionSnapshot, at: int, value: object) -> SessionSnapshot:
+    """``snapshot`` with its field number ``at`` set to ``value``, through the constructor."""
+    values = list(_FIELD_VALUES(snapshot))
+    values[at] = value
+    return SessionSnapshot(*values)
 
 
 _EMPTY_RESIDENT: Final = b'"resident":[]'
@@ -392,21 +406,36 @@ def _with_digest(data: bytes, boundary: int, old: str | None, new: str | None) -
 def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
     """A copy at the current format version carrying its own digest; the engine saves only sealed ones.
 
-    The content is encoded once: the sealed bytes are the unsealed ones with
-    the digest field filled in, kept for the store's write.
+    The content is encoded once: the digest is taken over the unsealed
+    header and the groups' cached encodings as they stand (never joined
+    into one unsealed text), and the sealed bytes are the sealed header with
+    the groups in place, kept for the store's write.
     """
     current = snapshot
     if snapshot.format_version != SNAPSHOT_FORMAT_VERSION or snapshot.digest is not None:
         current = attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None)
     head = _head(current)
-    unsealed = _join(head, current)
-    digest = digest_bytes(unsealed)
-    sealed = attrs.evolve(current, digest=digest)
+    # Keys are sorted and no other key at any depth is named "resident" (see _join): the groups
+    # go right after the first "resident":[ of the header.
+    found = head.find(_EMPTY_RESIDENT)
+    if found < 0:  # pragma: no cover - every header holds the marker
+        raise AssertionError("a snapshot header without its resident groups' place")
+    at = found + len(_EMPTY_RESIDENT) - 1
+    groups = b",".join([g.canonical_bytes() for g in current.resident])
+    hasher = hashlib.sha256(head[:at])
+    hasher.update(groups)
+    hasher.update(head[at:])
+    digest = "sha256:" + hasher.hexdigest()  # digest_bytes of the joined bytes, without joining them
+    sealed = _with_field(current, _DIGEST_AT, digest)
     entry = _entry(sealed)
-    entry[0] = _with_digest(unsealed, current.boundary, None, digest)  # None: encoded on first use
     entry[1] = True
-    if entry[0] is not None:
-        entry[2] = _with_digest(head, current.boundary, None, digest)
+    sealed_head = _with_digest(head, current.boundary, None, digest)
+    if sealed_head is not None:
+        # Only the digest field, which sorts before "resident", changed: the place moved by as much.
+        cut = at + len(sealed_head) - len(head)
+        entry[0] = b"".join((sealed_head[:cut], groups, sealed_head[cut:]))
+        entry[2] = sealed_head
+    # Otherwise (not with this layout) the bytes are encoded on first use and there is no header.
     return sealed
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Final, NamedTuple
 
 import attrs
@@ -78,6 +79,8 @@ SEQ_LIMIT: Final = 1 << 32
 SID_LIMIT: Final = 1 << 30
 
 _MARKER: Final = b'"resident":['
+_SEQ: Final = itemgetter(0)
+_DATA: Final = itemgetter(1)
 _EMPTY: Final = b'"resident":[]'
 
 
@@ -289,13 +292,15 @@ def split_snapshot(snapshot: SessionSnapshot, data: bytes) -> SnapshotRows:
     """``data`` (the snapshot's canonical bytes) with its resident groups taken out as rows."""
     rows = tuple(group_rows(snapshot.resident))
     header: bytes | None = None
-    if snapshot.next_seq <= SEQ_LIMIT and [row[0] for row in rows] == list(
+    if snapshot.next_seq <= SEQ_LIMIT and list(map(_SEQ, rows)) == list(
         range(snapshot.boundary, snapshot.next_seq)
     ):
-        # The seal wrote the header on the way to the whole: it is the whole without the groups,
-        # which the lengths confirm.
+        # The seal wrote the header on the way to the whole: it is the whole without the groups
+        # (and the commas between them), which the lengths confirm.
         known = snapshot_header(snapshot)
-        if known is not None and len(known) + sum(len(row[1]) + 1 for row in rows) - bool(rows) == len(data):
+        if known is not None and len(known) + sum(map(len, map(_DATA, rows))) + max(len(rows) - 1, 0) == len(
+            data
+        ):
             header = known
         else:
             joined = b",".join([row[1] for row in rows])

@@ -31,6 +31,7 @@ no pickle is involved. Identifiers are always bound as SQL parameters.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -96,6 +97,12 @@ __all__ = [
 
 #: How many sessions a store remembers having found without a row (see ``SQLiteSessionStore.load``).
 _ABSENT_KEYS: Final = 1024
+
+
+@functools.lru_cache(maxsize=1024)
+def _session_prefix(location: str, key: SessionKey) -> str:
+    """Where the archive's receipts of session ``key`` point; kept, as a session commits turn after turn."""
+    return f"{location}#{key.key()}"
 
 
 class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
@@ -322,7 +329,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         data = snapshot_bytes(snapshot)
         rows = split_snapshot(snapshot, data)
         evicted = group_rows(groups)
-        prefix = f"{self._location_prefix()}#{key.key()}"  # the archive's: same file (checked above)
+        prefix = _session_prefix(self._location_prefix(), key)  # the archive's: same file (checked above)
 
         def work(conn: sqlite3.Connection) -> tuple[int, list[ArchiveReceipt], int]:
             with immediate_transaction(conn):
