@@ -8,7 +8,10 @@ checked here, whatever the adapter already checked.
 from __future__ import annotations
 
 import itertools
+import operator
 import weakref
+from datetime import datetime
+from typing import Final
 
 from .._errors import (
     ContractViolationError,
@@ -21,6 +24,7 @@ from .._observe import spans as observe
 from .._ports import OpContext
 from .._ports.sessions import (
     MAX_ARCHIVE_MARKS,
+    ArchiveMark,
     SessionSnapshot,
     SessionStore,
     StoredSnapshot,
@@ -32,12 +36,14 @@ from .lifecycle import Ticket
 
 __all__ = ["load_in_call", "load_session"]
 
-# Snapshots found well formed (``check_snapshot_shape``) for a key, by object identity. A store
+# The snapshot last found well formed (``check_snapshot_shape``) for each key, weakly. A store
 # that hands back the snapshot object it already returned (the SQLite store does for an
 # unchanged row; every store does for the snapshot it was just given to save) gets the same
-# answer without the check: a snapshot is frozen, so its shape cannot have changed. An entry
-# leaves with its object, so an id is never reused while listed.
-_SHAPED: dict[int, SessionKey] = {}
+# answer without the check: a snapshot is frozen, so its shape cannot have changed. It is
+# compared by identity with the live object the reference holds, so a dead snapshot's reused id
+# can never match (a weak reference costs a fraction of a finalizer per snapshot). Bounded.
+_SHAPED: dict[SessionKey, weakref.ref[SessionSnapshot]] = {}
+_MAX_SHAPED: Final = 4096
 
 
 async def load_session(
@@ -141,12 +147,12 @@ def _checked(
         raise ContractViolationError(f"session store returned revision {stored.revision!r}")
     snap = stored.snapshot
     verify_snapshot(key, snap)
-    if _SHAPED.get(id(snap)) != key:
+    shaped = _SHAPED.get(key)
+    if shaped is None or shaped() is not snap:
         check_snapshot_shape(key, snap)
-        ident = id(snap)
-        if ident not in _SHAPED:
-            weakref.finalize(snap, _SHAPED.pop, ident, None)
-        _SHAPED[ident] = key
+        if len(_SHAPED) >= _MAX_SHAPED:
+            _SHAPED.clear()
+        _SHAPED[key] = weakref.ref(snap)
     if snap.memory_scope is None:
         if scope is not None and not attest_legacy:
             raise LegacySnapshotError(
@@ -193,7 +199,7 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
             f"snapshot of session {key.session!r} holds erasure records, which only the reserved keys may; "
             "the stored data is damaged and was left as it is"
         )
-    impossible = _impossible_summary_state(snap) or _impossible_view(snap) or _impossible_erased(snap)
+    impossible = _impossible_summary_state(snap) or _impossible_view(snap) or _impossible_erased(snap, key)
     if impossible is not None:
         # The summary would be shown to the model as coverage it does not have:
         # refused like any other damage, never repaired or shown.
@@ -203,7 +209,7 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
         )
 
 
-def _impossible_erased(snap: SessionSnapshot) -> str | None:
+def _impossible_erased(snap: SessionSnapshot, key: SessionKey) -> str | None:
     """Why the snapshot's erased ranges or archive marks cannot have been written by the engine.
 
     Only archived groups are erased, in ascending ranges; archive marks
@@ -215,11 +221,81 @@ def _impossible_erased(snap: SessionSnapshot) -> str | None:
             return f"erased groups {span.start}..{span.stop - 1} out of order or not archived"
         below = span.stop
     marks = snap.archived or ()
+    if _marks_follow_checked(key, marks, snap.boundary):
+        return None
     if len(marks) > MAX_ARCHIVE_MARKS or any(not 0 < m.below <= snap.boundary for m in marks):
         return "archive marks past the boundary, or too many"
     if any(a.below >= b.below or a.at > b.at for a, b in itertools.pairwise(marks)):
         return "archive marks out of order"
+    if (
+        type(marks) is tuple
+        and type(snap.boundary) is int
+        and all(type(m) is ArchiveMark and type(m.below) is int and type(m.at) is datetime for m in marks)
+    ):
+        _remember_marks(key, marks, snap.boundary)
     return None
+
+
+# The archive marks last found in order for each key, with the boundary they were checked against:
+# a tuple of frozen marks whose fields are exact ``int`` and ``datetime`` (immutable), held
+# strongly, so the objects cannot change or be replaced by others at the same address. Each
+# commit that archives carries the marks over and adds one (dropping one past the limit), so
+# the next snapshot's marks are checked against these by identity and only the new
+# neighbours are compared (see ``_marks_follow_checked``). Bounded: cleared when full.
+_MARKS_IN_ORDER: dict[SessionKey, tuple[tuple[ArchiveMark, ...], int]] = {}
+_MAX_MARKS_IN_ORDER: Final = 4096
+
+
+def _remember_marks(key: SessionKey, marks: tuple[ArchiveMark, ...], boundary: int) -> None:
+    if len(_MARKS_IN_ORDER) >= _MAX_MARKS_IN_ORDER:
+        _MARKS_IN_ORDER.clear()
+    _MARKS_IN_ORDER[key] = (marks, boundary)
+
+
+def _marks_follow_checked(key: SessionKey, marks: tuple[ArchiveMark, ...], boundary: int) -> bool:
+    """True only if the full check of ``marks`` would pass, known from the ones last found in order.
+
+    That is: ``marks`` are those of ``key`` (the same objects) with at most one of them dropped
+    and one added at the end, the boundary has not moved back, and the new neighbours are in
+    order. Every pair of neighbours but the new ones was a pair of neighbours there, every carried
+    mark was above 0 and at most the old boundary; the new last mark is checked in full. Anything
+    else answers False, and the caller checks every mark as before.
+    """
+    known = _MARKS_IN_ORDER.get(key)
+    if known is None or type(marks) is not tuple or type(boundary) is not int:
+        return False
+    prior, prior_boundary = known
+    if boundary < prior_boundary:
+        return False
+    if marks is prior:
+        return True
+    if not 0 < len(marks) <= MAX_ARCHIVE_MARKS:
+        return False
+    body, last = marks[:-1], marks[-1]
+    if len(body) > len(prior):
+        return False
+    same = list(map(operator.is_, body, prior))
+    if False in same:
+        # One of the earlier marks was dropped at ``at``: the rest are the ones after it.
+        at = same.index(False)
+        if len(prior) <= len(body) or not all(map(operator.is_, body[at:], prior[at + 1 :])):
+            return False
+        if at > 0 and not _in_order(body[at - 1], body[at]):
+            return False
+    if type(last) is not ArchiveMark or type(last.below) is not int or type(last.at) is not datetime:
+        return False
+    if not 0 < last.below <= boundary or (body and not _in_order(body[-1], last)):
+        return False
+    _remember_marks(key, marks, boundary)
+    return True
+
+
+def _in_order(first: ArchiveMark, then: ArchiveMark) -> bool:
+    """``then`` may follow ``first`` (what the full check asks of neighbours); False if not comparable."""
+    try:
+        return first.below < then.below and not first.at > then.at
+    except TypeError:  # a naive and an aware time: the full check raises it as before
+        return False
 
 
 def _impossible_view(snap: SessionSnapshot) -> str | None:
