@@ -5,10 +5,16 @@ for the earliest deadline (not a timer per call); these tests make the
 orders that could go wrong: a later call with an earlier deadline, and the
 earliest call ending long before its deadline so the timer fires for nothing
 and must re-arm for the next one. A call that ends in time returns its value.
+
+On asyncio the caller first gives the call's task one loop iteration and
+sets up its deadline only if the call has not ended by then; the deadline is
+still counted from the call's start, and a caller cancelled in that first
+iteration still cancels its call.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import anyio
@@ -84,3 +90,41 @@ async def test_many_calls_ending_in_time_leave_no_deadline_behind() -> None:
     with anyio.fail_after(5):
         await timed_out_after(ticket, 0.3, ended, started)
     assert 0.3 <= ended[0.3] < 0.3 + SLACK_S
+
+
+async def test_the_deadline_counts_from_the_start_even_when_the_first_step_holds_the_loop() -> None:
+    ticket = Ticket(None, "test", 30.0)
+
+    async def slow_start(ctx: OpContext) -> str:
+        time.sleep(1.5)  # noqa: ASYNC251 - synchronous work before the first await: nothing interrupts it
+        await anyio.sleep(60)
+        return "late"
+
+    started = time.monotonic()
+    with pytest.raises(OperationTimeoutError) as info:
+        await ticket.call("slow start", slow_start, timeout_s=1.6)
+    ended = time.monotonic() - started
+    assert not info.value.abandoned
+    # Counted from the start: 1.6 s, not 1.6 s after the 1.5 s first step (3.1 s).
+    assert 1.6 <= ended < 1.6 + SLACK_S
+
+
+async def test_a_caller_cancelled_as_its_call_starts_cancels_the_call() -> None:
+    ticket = Ticket(None, "test", 30.0)
+    stopped = threading.Event()
+
+    async def waits(ctx: OpContext) -> str:
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            stopped.set()
+            raise
+        return "late"
+
+    with anyio.fail_after(5):
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # the caller's cancellation arrives while the call takes its first step
+            await ticket.call("waits", waits)
+        assert scope.cancelled_caught
+        # The call was cancelled before the caller left (it waited for it within the grace).
+        assert stopped.is_set()

@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from asyncio import get_running_loop
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -143,6 +143,18 @@ class Overrun(Exception):
         super().__init__(f"did not finish within {timeout_s}s")
         self.timeout_s = timeout_s
         self.abandoned = abandoned
+
+
+class _Yield:
+    """``await _YIELD`` gives the event loop one iteration (a bare ``yield``, as ``asyncio.sleep(0)``)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[None, None, None]:
+        yield
+
+
+_YIELD = _Yield()
 
 
 def _wake(waiter: Any) -> None:
@@ -277,18 +289,32 @@ async def bounded(
         # waits on. The task is referenced from here while the caller waits, and from ``_TASKS``
         # only if the caller leaves before it ended (a done-callback on every call would cost a
         # loop iteration's handle).
+        #
+        # First the caller yields for one loop iteration: the call's first step was scheduled before
+        # the caller's resumption, so a call that ends without waiting for anything (a cached read,
+        # a scripted provider) has ended when the caller resumes, in the same iteration, with no
+        # future or deadline to set up and tear down. Only a call still running then is waited for
+        # as above, its deadline counted from the start.
         loop = get_running_loop()
-        call.waiter = waiter = loop.create_future()
+        until = loop.time() + timeout_s
         task = loop.create_task(call.run(work))
-        deadlines = _deadlines(loop)
-        deadlines.add(waiter, loop.time() + timeout_s)
-        try:
-            await waiter
-        except BaseException:
+        if not call.ended:  # it may have run already (an eager task factory)
+            try:
+                await _YIELD
+            except BaseException:
+                await _leave(call, task, grace_s, on_abandon)
+                raise
+        if not call.ended:
+            call.waiter = waiter = loop.create_future()
+            deadlines = _deadlines(loop)
+            deadlines.add(waiter, until)
+            try:
+                await waiter
+            except BaseException:
+                deadlines.discard(waiter)
+                await _leave(call, task, grace_s, on_abandon)
+                raise
             deadlines.discard(waiter)
-            await _leave(call, task, grace_s, on_abandon)
-            raise
-        deadlines.discard(waiter)
     else:
         spawn(lambda: call.run(work))
         try:
