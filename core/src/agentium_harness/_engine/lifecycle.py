@@ -204,7 +204,10 @@ class Ticket:
         opens its own spans (several adapter calls under one deadline).
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
-        ctx = self.context(timeout, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens)
+        # What ``self.context(timeout, ...)`` makes, without the extra call (six adapter calls a turn).
+        ctx = OpContext.with_timeout(
+            timeout, parent=self.signal, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens
+        )
         # The call's span is current while it runs, so an instrumented client's spans nest under it.
         with observe.adapter_call(operation) if traced else observe.NULL as span:
             try:
@@ -325,6 +328,8 @@ class Admission:
 
     def erasing(self, key: SessionKey) -> EraseTarget | None:
         """The erasure under way whose target covers ``key``, if any."""
+        if not self.erasures:  # the usual case: no generator over an empty snapshot
+            return None
         # A snapshot (called with and without the lock; another thread may change the dict meanwhile).
         return next((t for t in tuple(self.erasures.values()) if covers(t, key)), None)
 
