@@ -29,8 +29,18 @@ from agentium_harness import (
     ToolCall,
 )
 from agentium_harness._codec import canonical_json, digest_bytes, unstructure
-from agentium_harness._engine.history_checks import check_messages
-from agentium_harness._errors import EncodingError
+from agentium_harness._engine.history_checks import (
+    _checked_at_once,
+    _message,
+    check_messages,
+    check_messages_encoded,
+)
+from agentium_harness._errors import (
+    AgentiumError,
+    EncodingError,
+    IncompleteGroupError,
+    InvalidPayloadError,
+)
 from agentium_harness._history import (
     ControlKind,
     HistoryControl,
@@ -39,10 +49,15 @@ from agentium_harness._history import (
     RetractedSpan,
     TurnInterruption,
     ViewState,
+    adopt_messages_encoding,
     bytes_and_digest,
+    estimate_tokens,
+    message_json,
+    message_tokens,
     tokens_and_size,
 )
 from agentium_harness._ports.erasure import ErasureLedger, SeqRange
+from agentium_harness._ports.provider import ModelRequest
 from agentium_harness._ports.snapshot import (
     _MARKS,
     ArchivedDigest,
@@ -366,3 +381,189 @@ def test_the_append_check_copies_every_field_of_a_message() -> None:
     copies = check_messages([call, message])
     assert copies == (call, message)
     assert copies[1].payload is not message.payload  # a private copy
+
+
+# -- one message, and token estimates: the fast paths equal the plain computation ---------------
+
+
+def _plain_message(message: Message) -> bytes | type[EncodingError]:
+    try:
+        return canonical_json(unstructure(message))
+    except EncodingError:
+        return EncodingError
+
+
+@settings(max_examples=300, deadline=None)
+@given(groups())
+def test_a_message_is_encoded_exactly_as_the_converter_would(group: MessageGroup) -> None:
+    # message_json is what the provider reply check encodes; it must refuse exactly what the
+    # converter's encoding refuses and otherwise give its bytes.
+    for message in group.messages:
+        expected = _plain_message(message)
+        if expected is EncodingError:
+            with pytest.raises(EncodingError):
+                message_json(message)
+        else:
+            assert message_json(message) == expected
+
+
+def _plain_tokens(text: str) -> int:
+    return (len(text.encode("utf-8")) + 3) // 4
+
+
+def _plain_message_tokens(message: Message) -> int:
+    extra = sum(_plain_tokens(c.name) + _plain_tokens(str(c.arguments)) for c in message.tool_calls)
+    return _plain_tokens(message.content) + extra + 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), groups())
+def test_token_estimates_count_utf8_bytes_whatever_the_text(text: str, group: MessageGroup) -> None:
+    # The estimate skips encoding an ASCII string (its length is its byte count): non-ASCII
+    # text, surrogates aside, must still count bytes.
+    assert estimate_tokens(text) == _plain_tokens(text)
+    for message in group.messages:
+        assert message.estimated_tokens == message_tokens(message) == _plain_message_tokens(message)
+    request = ModelRequest("sys é", history=group.messages, turn=group.messages[:1])
+    assert request.estimated_tokens == (
+        _plain_tokens("sys é")
+        + sum(map(_plain_message_tokens, group.messages))
+        + sum(map(_plain_message_tokens, group.messages[:1]))
+    )
+
+
+def test_a_message_subclass_keeps_its_own_token_estimate() -> None:
+    @attrs.frozen(slots=True)
+    class Counted(Message):
+        @property
+        def estimated_tokens(self) -> int:
+            return 1000
+
+    message = Counted(Role.USER, "hi")
+    assert message_tokens(message) == 1000
+    assert ModelRequest("", history=(message,)).estimated_tokens == 1000
+    plain = Message(Role.USER, "hi")
+    assert message_tokens(plain) == plain.estimated_tokens == 5
+
+
+# -- the append check at once: equal to the check one message at a time, and its bytes exact -----
+
+
+def _deep(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+PLAIN = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(10**20), 10**20),
+        st.floats(allow_nan=False, allow_infinity=False),
+        TEXT,
+    ),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(TEXT, inner, max_size=3)),
+    max_leaves=8,
+)
+#: Mostly plain JSON (the check at once must take it), sometimes not (it must give way).
+ITEMS = st.one_of(PLAIN, PLAIN, PLAIN, VALUES, st.integers(60, 68).map(_deep), st.just({"x": "\ud800"}))
+
+
+@st.composite
+def appended(draw: st.DrawFn) -> list[Message]:
+    messages = []
+    for n in range(draw(st.integers(1, 3))):
+        calls = tuple(
+            ToolCall(f"c{n}{i}", "tool", draw(st.dictionaries(TEXT, ITEMS, max_size=2)))
+            for i in range(draw(st.integers(0, 2)))
+        )
+        payload = draw(st.one_of(st.none(), ITEMS))
+        messages.append(
+            Message(
+                draw(st.sampled_from(Role)),
+                draw(st.one_of(TEXT, st.just("a\udc80b"))),
+                calls,
+                draw(st.one_of(st.none(), st.just("c00"), st.just("bad id"))),
+                payload=payload,
+                payload_format=draw(st.sampled_from(["x/v1", "bad format"]))
+                if payload is not None
+                else draw(st.sampled_from([None, None, "x/v1"])),
+            )
+        )
+    return messages
+
+
+def _one_by_one(messages: list[Message]) -> tuple[Message, ...] | tuple[type, str]:
+    try:
+        return tuple(_message(m, i) for i, m in enumerate(messages))
+    except AgentiumError as exc:
+        return type(exc), str(exc)
+
+
+@settings(max_examples=500, deadline=None)
+@given(appended(), st.integers(0, 10**6), SCOPES)
+def test_the_append_check_at_once_equals_the_check_one_by_one(
+    messages: list[Message], seq: int, scope: Scope
+) -> None:
+    # Whatever the messages, the check at once either gives way (None: the one-by-one check
+    # then runs and raises its own exact error) or gives exactly the one-by-one copies, and the
+    # bytes it hands the group are exactly the group's plain encoding.
+    expected = _one_by_one(messages)
+    at_once = _checked_at_once(messages)
+    if at_once is None:
+        return
+    checked, encoded = at_once
+    assert checked == expected
+    for copy, given_message in zip(checked, messages, strict=True):
+        if isinstance(given_message.payload, dict | list):
+            assert copy.payload is not given_message.payload  # a private copy
+        for call, given_call in zip(copy.tool_calls, given_message.tool_calls, strict=True):
+            assert call.arguments is not given_call.arguments
+    group = MessageGroup(seq, checked, RetainedRecord(scope))
+    adopt_messages_encoding(group, encoded)
+    assert group.canonical_bytes() == canonical_json(unstructure(group))
+    assert group.digest == digest_bytes(canonical_json(unstructure(group)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(appended())
+def test_check_messages_refuses_what_the_one_by_one_check_refuses(messages: list[Message]) -> None:
+    expected = _one_by_one(messages)
+    try:
+        got: Any = check_messages_encoded(messages)
+    except AgentiumError as exc:
+        got = (type(exc), str(exc))
+    if isinstance(expected[0], type):
+        assert got == expected
+    elif isinstance(got[0], type):
+        assert got[0] is IncompleteGroupError  # each message was fine; the group is not
+    else:
+        assert got[0] == expected
+
+
+def test_plain_items_are_checked_at_once_and_its_bounds_are_the_parts_bounds() -> None:
+    item = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hi"}]}
+    messages = [
+        Message(Role.USER, "q", payload={"role": "user", "content": "q"}, payload_format="x/v1"),
+        Message(Role.ASSISTANT, "hi", payload=item, payload_format="x/v1"),
+    ]
+    checked, encoded = check_messages_encoded(messages)
+    assert encoded is not None and checked == tuple(messages)
+    # A payload nesting 64 deep is within the bound and is checked at once.
+    deep = [Message(Role.USER, "x", payload=_deep(63), payload_format="x/v1")]
+    assert check_messages_encoded(deep)[1] is not None
+    call = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t", {"a": _deep(60)}),))
+    result = Message(Role.TOOL, "r", tool_call_id="c1")
+    assert check_messages_encoded([call, result])[1] is not None
+    # Arguments nest four levels deeper in the list than alone: 64 deep, they are checked one by
+    # one (and accepted, as ever).
+    call = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t", {"a": _deep(62)}),))
+    assert check_messages_encoded([call, result]) == ((call, result), None)
+    # One level deeper is refused with the one-by-one check's words.
+    with pytest.raises(InvalidPayloadError, match="message 0: payload is not storable JSON"):
+        check_messages_encoded([Message(Role.USER, "x", payload=_deep(64), payload_format="x/v1")])
+    too_deep = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t", {"a": _deep(63)}),))
+    with pytest.raises(InvalidPayloadError, match="message 0: tool call 'c1' arguments is not storable"):
+        check_messages_encoded([too_deep, result])

@@ -45,9 +45,11 @@ __all__ = [
     "ToolCall",
     "TurnInterruption",
     "ViewState",
-    "estimate_tokens",
+    "adopt_messages_encoding",
     "bytes_and_digest",
+    "estimate_tokens",
     "match_tool_results",
+    "message_tokens",
     "tokens_and_size",
 ]
 
@@ -59,7 +61,9 @@ MAX_PAYLOAD_FORMAT_LENGTH: Final = 128
 
 def estimate_tokens(text: str) -> int:
     """A deterministic, model-free token estimate: one token per 4 UTF-8 bytes, rounded up."""
-    n = len(text.encode("utf-8"))
+    # An ASCII string (str.isascii() reads a flag, it does not scan) is as many UTF-8 bytes as
+    # characters: no need to encode it to count them.
+    n = len(text) if type(text) is str and text.isascii() else len(text.encode("utf-8"))
     return (n + 3) // 4
 
 
@@ -119,8 +123,24 @@ class Message:
     @property
     def estimated_tokens(self) -> int:
         """Token estimate of the content and tool calls."""
-        extra = sum(estimate_tokens(c.name) + estimate_tokens(str(c.arguments)) for c in self.tool_calls)
-        return estimate_tokens(self.content) + extra + 4
+        return _tokens_of(self)
+
+
+def message_tokens(message: Message) -> int:
+    """``message.estimated_tokens``, as a function: what sums over many messages map over."""
+    if type(message) is Message and not message.tool_calls:
+        # Most messages, inlined: a request sums this over its whole history every step.
+        content = message.content
+        n = len(content) if type(content) is str and content.isascii() else len(content.encode("utf-8"))
+        return (n + 3) // 4 + 4
+    return message.estimated_tokens  # tool calls, or a subclass that may define its own estimate
+
+
+def _tokens_of(message: Message) -> int:
+    if not message.tool_calls:
+        return estimate_tokens(message.content) + 4  # the same sum, without its loop
+    extra = sum(estimate_tokens(c.name) + estimate_tokens(str(c.arguments)) for c in message.tool_calls)
+    return estimate_tokens(message.content) + extra + 4
 
 
 class InterruptionCause(enum.StrEnum):
@@ -254,13 +274,15 @@ _ENCODED: dict[int, list[Any]] = {}
 
 
 def _encoding(group: MessageGroup) -> list[Any]:
-    """``[canonical bytes, digest or None, tokens or None]`` of ``group``, encoded on first use."""
+    """``[canonical bytes, digest or None, tokens or None, weak ref]`` of ``group``, encoded on first use."""
     key = id(group)
     cached = _ENCODED.get(key)
     if cached is None:
-        cached = [_group_json(group), None, None]
+        cached = [_group_json(group), None, None, None]
+        # The entry leaves when the group dies (the callback runs before its id can be reused);
+        # a weak reference kept in the entry costs a third of a weakref.finalize.
+        cached[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
         _ENCODED[key] = cached
-        weakref.finalize(group, _ENCODED.pop, key, None)
     return cached
 
 
@@ -269,7 +291,7 @@ def tokens_and_size(group: MessageGroup) -> tuple[int, int]:
     cached = _ENCODED.get(id(group)) or _encoding(group)
     tokens: int | None = cached[2]
     if tokens is None:
-        tokens = cached[2] = sum(m.estimated_tokens for m in group.messages)
+        tokens = cached[2] = sum(map(message_tokens, group.messages))
     return tokens, len(cached[0])
 
 
@@ -297,6 +319,34 @@ def adopt_stored_encoding(group: MessageGroup, data: bytes, digest: str) -> bool
     if cached[1] is None:
         cached[1] = digest
     return bool(cached[1] == digest)
+
+
+def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
+    """Encode ``group`` around ``messages_json``, the canonical JSON of its messages' list.
+
+    For a group just built from messages whose list's encoding the caller
+    has (the append check encodes them to check them): the group's bytes are
+    that text with the group's other keys around it, as canonical JSON would
+    write them, so its messages are not encoded a second time. Only a plain
+    new group (no encoding yet, no control record) is encoded so; any other
+    is left to be encoded on first use, as ever.
+    """
+    if (
+        not _HAND_BUILT
+        or type(group) is not MessageGroup
+        or group.control is not None
+        or type(group.seq) is not int
+        or id(group) in _ENCODED
+    ):
+        return
+    retained = group.retained
+    retained_json = b"null" if retained is None else canonical_json(_retained_data(retained))
+    # Keys in canonical (sorted) order; the encoder writes each value as it would alone.
+    data = b'{"messages":%b,"retained":%b,"seq":%d}' % (messages_json, retained_json, group.seq)
+    key = id(group)
+    entry: list[Any] = [data, None, None, None]
+    entry[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
+    _ENCODED[key] = entry
 
 
 def match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -416,7 +466,86 @@ _HAND_BUILT: Final = (
     and MessageGroup.__agentium_omit_if_none__ == ("control",)
     and Message.__agentium_omit_if_none__ == ("payload", "payload_format")
     and not hasattr(ToolCall, "__agentium_omit_if_none__")
+    and [a.name for a in attrs.fields(RetainedRecord)]
+    == [
+        "scope",
+        "source_view_revision",
+        "summary_policy",
+        "summary_version",
+        "uncertainty",
+        "verification",
+        "interruption",
+    ]
+    and RetainedRecord.__agentium_omit_if_none__ == ("verification", "interruption")
+    and [a.name for a in attrs.fields(Scope)] == ["tenant", "user", "session", "project", "repository"]
+    and not hasattr(Scope, "__agentium_omit_if_none__")
 )
+
+
+def _retained_data(retained: RetainedRecord) -> Any:
+    """The converter's data for ``retained``: by hand for the usual record, else by the converter.
+
+    The usual record has no verification and no interruption (both left out when ``None``).
+    """
+    scope = retained.scope
+    if (
+        type(retained) is not RetainedRecord
+        or type(scope) is not Scope
+        or retained.verification is not None
+        or retained.interruption is not None
+    ):
+        return unstructure(retained)
+    return {
+        "scope": {
+            "project": scope.project,
+            "repository": scope.repository,
+            "session": scope.session,
+            "tenant": scope.tenant,
+            "user": scope.user,
+        },
+        "source_view_revision": retained.source_view_revision,
+        "summary_policy": retained.summary_policy,
+        "summary_version": retained.summary_version,
+        "uncertainty": retained.uncertainty,
+    }
+
+
+def _message_data(m: Message) -> dict[str, Any] | None:
+    """The converter's data for message ``m`` (as :func:`_group_data`), or ``None`` where it must do it."""
+    if type(m) is not Message:
+        return None
+    calls = []
+    for c in m.tool_calls:
+        if type(c) is not ToolCall:
+            return None
+        calls.append({"arguments": c.arguments, "id": c.id, "name": c.name})
+    data = {
+        "content": m.content,
+        "role": m.role.value,
+        "tool_call_id": m.tool_call_id,
+        "tool_calls": calls,
+    }
+    if m.payload is not None:
+        data["payload"] = m.payload
+    if m.payload_format is not None:
+        data["payload_format"] = m.payload_format
+    return data
+
+
+def message_json(message: Message) -> bytes:
+    """Canonical JSON bytes of one message, as :func:`canonical_json` of the converter's data for it.
+
+    Built by hand like a group's (:func:`_group_json`), the converter's
+    path taken where that cannot be done; raises :class:`EncodingError`
+    exactly where ``canonical_json(unstructure(message))`` does.
+    """
+    data = _message_data(message) if _HAND_BUILT else None
+    if data is not None:
+        try:
+            return canonical_json(data)
+        except EncodingError:
+            pass  # something inside needs the converter first (or cannot be encoded: it says so)
+    return canonical_json(unstructure(message))
 
 
 def _group_data(group: MessageGroup) -> dict[str, Any] | None:
@@ -425,28 +554,14 @@ def _group_data(group: MessageGroup) -> dict[str, Any] | None:
         return None
     messages: list[dict[str, Any]] = []
     for m in group.messages:
-        if type(m) is not Message:
+        data = _message_data(m)
+        if data is None:
             return None
-        calls = []
-        for c in m.tool_calls:
-            if type(c) is not ToolCall:
-                return None
-            calls.append({"arguments": c.arguments, "id": c.id, "name": c.name})
-        data = {
-            "content": m.content,
-            "role": m.role.value,
-            "tool_call_id": m.tool_call_id,
-            "tool_calls": calls,
-        }
-        if m.payload is not None:
-            data["payload"] = m.payload
-        if m.payload_format is not None:
-            data["payload_format"] = m.payload_format
         messages.append(data)
     retained = group.retained
     built = {
         "messages": messages,
-        "retained": None if retained is None else unstructure(retained),
+        "retained": None if retained is None else _retained_data(retained),
         "seq": group.seq,
     }
     if group.control is not None:

@@ -24,7 +24,7 @@ from .arguments import run_scope
 from .history_checks import (
     MAX_LIST_LIMIT,
     check_expected_revision,
-    check_messages,
+    check_messages_encoded,
     check_page,
     check_reason,
     check_retract_count,
@@ -100,13 +100,15 @@ class HistoryOperations:
         archived groups, the summary update. Refused input changes nothing;
         an error raised after loading carries ``commit_state``.
         """
-        checked = check_messages(messages)
+        checked, encoded = check_messages_encoded(messages)
         expected = check_expected_revision(expected_revision)
         scope = run_scope(identity, session_id, recall_scope)
         return await self._write(
             scope,
             "append",
-            lambda rt, ticket, progress: append_group(rt, ticket, progress, scope, checked, expected),
+            lambda rt, ticket, progress: append_group(
+                rt, ticket, progress, scope, checked, expected, encoded=encoded
+            ),
         )
 
     async def read_history(

@@ -46,6 +46,7 @@ __all__ = [
     "check_expected_revision",
     "check_group_size",
     "check_messages",
+    "check_messages_encoded",
     "check_reason",
     "plain_json",
 ]
@@ -166,11 +167,101 @@ def _message(message: object, index: int) -> Message:
     )
 
 
+def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], bytes] | None:
+    """The checked copies of ``messages`` and their list's canonical JSON, with one encoding.
+
+    What :func:`_message` does message by message, payload by payload, done
+    with one canonical encoding and one decoding of the whole list: the
+    encoding holds every payload and every tool call's arguments, so it
+    refuses what theirs would; its bound covers each part's (a part is never
+    longer than the whole, and nests two or four levels deeper in it); and
+    each decoded part must equal its original, as each part's copy must. It
+    is also the messages' part of the group's encoding (the copies encode to
+    the same bytes: canonical JSON decoded and encoded again is unchanged),
+    so the group is not encoded again. ``None`` whenever anything is not
+    plainly right: :func:`_message` then checks again, one by one, and says
+    exactly what is wrong, as before.
+    """
+    try:
+        data: list[dict[str, Any]] = []
+        text = 0
+        for message in messages:
+            if type(message) is not Message or not isinstance(message.role, Role):
+                return None
+            content = message.content
+            if not isinstance(content, str):
+                return None  # (a lone surrogate in it fails the encoding below)
+            text += len(content)
+            if text > MAX_PAYLOAD_BYTES:
+                return None  # far too long for one encoding within the bound: not worth trying
+            calls = []
+            for call in message.tool_calls:
+                if type(call) is not ToolCall or not isinstance(call.arguments, dict):
+                    return None
+                calls.append({"arguments": call.arguments, "id": call.id, "name": call.name})
+            if message.tool_call_id is not None:
+                validate_id(message.tool_call_id, "tool_call_id")
+            item: dict[str, Any] = {
+                "content": content,
+                "role": message.role.value,
+                "tool_call_id": message.tool_call_id,
+                "tool_calls": calls,
+            }
+            payload, payload_format = message.payload, message.payload_format
+            if (payload is None) != (payload_format is None):
+                return None
+            if payload is not None:
+                _format(payload_format, 0)
+                item["payload"] = payload
+                item["payload_format"] = payload_format
+            data.append(item)
+        encoded = canonical_json(data)
+        if len(encoded) > MAX_PAYLOAD_BYTES or json_depth_exceeds(encoded, MAX_ARGUMENT_DEPTH + 2):
+            return None
+        copies = json.loads(encoded)
+        checked = []
+        for message, item, copy in zip(messages, data, copies, strict=True):
+            assert isinstance(message, Message)
+            calls_copied = []
+            for given, call_copy in zip(item["tool_calls"], copy["tool_calls"], strict=True):
+                if call_copy["arguments"] != given["arguments"]:
+                    return None
+                calls_copied.append(ToolCall(given["id"], given["name"], call_copy["arguments"]))
+            payload = None
+            if "payload" in item:
+                payload = copy["payload"]
+                if payload != item["payload"]:
+                    return None
+            checked.append(
+                Message(
+                    role=message.role,
+                    content=message.content,
+                    tool_calls=tuple(calls_copied),
+                    tool_call_id=message.tool_call_id,
+                    payload=payload,
+                    payload_format=message.payload_format,
+                )
+            )
+    except Exception:  # whatever it is, the exact checks meet it again and say what it is
+        return None
+    return tuple(checked), encoded
+
+
 def check_messages(messages: object) -> tuple[Message, ...]:
     """Checked private copies of the messages of one ``append``: a complete group, not too many.
 
     At most :data:`MAX_APPEND_MESSAGES`; the group's size in bytes is
     checked by :func:`check_group_size` once its seq is known.
+    """
+    return check_messages_encoded(messages)[0]
+
+
+def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes | None]:
+    """:func:`check_messages`, and the canonical JSON of the copies' list when it was had on the way.
+
+    The bytes are the messages' part of their group's encoding
+    (:func:`~agentium_harness._history.adopt_messages_encoding`); ``None``
+    when the messages were checked one by one.
     """
     if isinstance(messages, str | bytes | Message) or not isinstance(messages, Sequence):
         raise InvalidArgumentError(
@@ -182,7 +273,11 @@ def check_messages(messages: object) -> tuple[Message, ...]:
         raise InvalidArgumentError(
             f"{len(messages)} messages in one append; at most {MAX_APPEND_MESSAGES}; nothing was written"
         )
-    checked = tuple([_message(m, i) for i, m in enumerate(messages)])
+    at_once = _checked_at_once(messages)
+    if at_once is not None:
+        checked, encoded = at_once
+    else:
+        checked, encoded = tuple([_message(m, i) for i, m in enumerate(messages)]), None
     missing, orphans = match_tool_results(checked)
     if missing or orphans:
         what = []
@@ -194,7 +289,7 @@ def check_messages(messages: object) -> tuple[Message, ...]:
             "the messages would form an incomplete group: " + "; ".join(what) + ". Append a tool call "
             "together with its result, in one call; nothing was written"
         )
-    return checked
+    return checked, encoded
 
 
 def check_group_size(group: MessageGroup) -> None:

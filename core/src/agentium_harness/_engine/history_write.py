@@ -30,6 +30,7 @@ from .._history import (
     MessageRef,
     RetainedRecord,
     ViewState,
+    adopt_messages_encoding,
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope
@@ -109,11 +110,20 @@ async def append_group(
     scope: Scope,
     messages: tuple[Message, ...],
     expected_revision: int | None,
+    *,
+    encoded: bytes | None = None,
 ) -> AppendResult:
-    """Commit ``messages`` (checked, a complete group) as the session's next group."""
+    """Commit ``messages`` (checked, a complete group) as the session's next group.
+
+    ``encoded`` is the canonical JSON of the messages' list when the check
+    had it (:func:`.history_checks.check_messages_encoded`): the group's
+    encoding is built around it.
+    """
     await _load(runtime, ticket, progress, scope, stored_scope=False, expected_revision=expected_revision)
     assert progress.snap is not None
     group = MessageGroup(seq=progress.snap.next_seq, messages=messages, retained=RetainedRecord(scope))
+    if encoded is not None:
+        adopt_messages_encoding(group, encoded)
     check_group_size(group)
     done = await commit_group(
         runtime, ticket, progress, scope=scope, group=group, summary=_summary(runtime, progress)

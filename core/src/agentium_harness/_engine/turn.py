@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unstructure
+from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds
 from .._errors import (
     AgentiumError,
     ContractViolationError,
@@ -23,7 +23,7 @@ from .._errors import (
     ProviderTimeoutError,
     ToolNotGrantedError,
 )
-from .._history import Message, Role, ToolCall
+from .._history import Message, Role, ToolCall, message_json
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
@@ -313,7 +313,14 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
         for v in (usage.input_tokens, usage.output_tokens)
     ):
         raise ContractViolationError(f"provider returned invalid usage {usage!r}")
-    reply = attrs.evolve(response.message, role=Role.ASSISTANT, tool_call_id=None)
+    given = response.message
+    if type(given) is Message:
+        # What attrs.evolve builds, without its generic walk over the fields.
+        reply = Message(
+            Role.ASSISTANT, given.content, given.tool_calls, None, given.payload, given.payload_format
+        )
+    else:
+        reply = attrs.evolve(given, role=Role.ASSISTANT, tool_call_id=None)
     if reply.tool_calls and not may_call_tools:
         raise ContractViolationError(
             "provider returned tool calls but does not declare the tool_calls capability; "
@@ -330,7 +337,7 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
             )
         seen.add(call.id)
     try:
-        canonical_json(unstructure(reply))
+        message_json(reply)  # canonical_json(unstructure(reply)), built by hand where it can be
         for call in reply.tool_calls:
             # The handler receives the arguments as plain JSON, so they must be
             # JSON as given (a set or a nan is refused, not silently converted),

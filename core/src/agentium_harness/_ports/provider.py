@@ -17,7 +17,7 @@ import attrs
 
 from .._codec import canonical_json
 from .._errors import InvalidArgumentError
-from .._history import Message, estimate_tokens
+from .._history import Message, estimate_tokens, message_tokens
 from .._tuples import tuple_of_messages, tuple_of_source_blocks, tuple_of_tool_specs
 from .._validators import str_pair_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
@@ -240,8 +240,8 @@ class ModelRequest:
         return (
             estimate_tokens(self.instructions)
             + sum(b.estimated_tokens for b in self.sources)
-            + sum(m.estimated_tokens for m in self.history)
-            + sum(m.estimated_tokens for m in self.turn)
+            + sum(map(message_tokens, self.history))
+            + sum(map(message_tokens, self.turn))
         )
 
 
