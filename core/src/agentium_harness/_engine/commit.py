@@ -495,6 +495,8 @@ def _kept_receipts(
     may replace what an earlier eviction recorded.
     """
     held = stored.snapshot.receipts if stored is not None else ()
+    if not held and not archived:
+        return ()  # no summarizer: nothing is ever kept
     summary = stored.snapshot.summary if stored is not None else None
     frontier = summary.summary.frontier if summary is not None else 0
     kept = {r.seq: r for r in held if r.seq >= frontier}

@@ -14,7 +14,7 @@ import hashlib
 import operator
 import weakref
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, cast
 
 import attrs
@@ -245,12 +245,32 @@ def _part_bytes(part: object) -> bytes:
         ):
             # What the converter writes for a mark (an aware time as fixed-width UTC text, which
             # JSON never escapes), without building the dict and encoding it.
-            data = b'{"at":"%s","below":%d}' % (iso_utc(part.at).encode("ascii"), part.below)
+            data = b'{"at":"%s","below":%d}' % (_utc_text(part.at), part.below)
         else:
             data = canonical_json(unstructure(part))
         _MARKS[key] = data
         weakref.finalize(part, _MARKS.pop, key, None)
     return data
+
+
+def _utc_text(at: datetime) -> bytes:
+    """:func:`~agentium_harness._codec.iso_utc` of an aware ``at``, as ASCII bytes.
+
+    A time already in UTC (every mark a commit adds: ``datetime.now(UTC)``) is
+    formatted field by field, as ``isoformat`` does (the year padded to four
+    digits), without converting it and copying it twice first.
+    """
+    if type(at) is datetime and at.tzinfo is UTC:
+        return b"%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (
+            at.year,
+            at.month,
+            at.day,
+            at.hour,
+            at.minute,
+            at.second,
+            at.microsecond,
+        )
+    return iso_utc(at).encode("ascii")
 
 
 # The canonical text of a memory scope, by value (a run's scope is a new object each turn, equal to
