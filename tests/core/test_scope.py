@@ -375,6 +375,23 @@ def test_scope_of_validates_the_session_id() -> None:
 # ---------------------------------------------------------------------------
 
 
+def _reference_segment(value: str) -> str:
+    """The encoding byte by byte, as :func:`encode_segment` does for anything but plain ASCII ids."""
+    safe = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+    return "".join(chr(b) if b in safe else f"%{b:02X}" for b in value.encode("utf-8"))
+
+
+@given(
+    st.one_of(
+        any_text,
+        st.text(alphabet="abcXYZ019_-", max_size=40),
+        st.text(alphabet="aZ9_-.%~ é\u0660\u00b2", max_size=20),  # Arabic-Indic and superscript digits
+    )
+)
+def test_encode_segment_says_what_the_byte_loop_says(value: str) -> None:
+    assert encode_segment(value) == _reference_segment(value)
+
+
 @pytest.mark.parametrize(
     ("raw", "encoded"),
     [

@@ -62,6 +62,10 @@ def encode_segment(value: str) -> str:
     result never contains ``/``, ``.``, ``*``, ``?``, ``[``, ``\\`` or ``~``;
     different inputs always give different outputs (``%`` itself is encoded).
     """
+    if type(value) is str and value.isascii() and value.replace("_", "").replace("-", "").isalnum():
+        # Every character is one the encoding keeps (ASCII letters and digits, "_", "-"): the
+        # byte loop below would give ``value`` back (found at C speed; exact str only).
+        return value
     out: list[str] = []
     for byte in value.encode("utf-8"):
         if byte in _SAFE:

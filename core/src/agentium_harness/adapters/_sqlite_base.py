@@ -134,6 +134,7 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         # Resolved once, without touching the file system's contents, so a later
         # chdir does not move the database.
         self._path = os.path.abspath(self._config.path)
+        self._prefix = f"sqlite://{os.path.basename(self._path)}"  # see _location_prefix
         # The connection's busy timeout as last set (ms): a call sets it only when it changes.
         self._busy_ms = -1
 
@@ -148,7 +149,7 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         return self._path
 
     def _location_prefix(self) -> str:
-        return f"sqlite://{os.path.basename(self._path)}"
+        return self._prefix  # the path is fixed when the adapter is built: made once
 
     # -- connection ---------------------------------------------------------------------------
 
