@@ -7,15 +7,32 @@ run on one thread), calls that block at the same time each get a thread, and
 the interpreter exits cleanly, letting a call still in flight end first, as
 ``ThreadPoolExecutor`` did. Each runs in a fresh interpreter, where the pool
 starts empty.
+
+The thread's result also wakes the engine waiting for the bounded call that
+made the adapter call, in the same loop iteration as the call's own task, so
+the engine resumes as soon as the call ends: the last tests hold that it still
+waits for a call with more to do, and still times it out at its deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
+
+import anyio
+import pytest
+
+from agentium_harness import OperationTimeoutError
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness.plugin_api import OpContext, ThreadBoundAdapter
+
+#: Scheduling slack on a loaded two-core machine.
+SLACK_S = 1.0
 
 SCRIPT = textwrap.dedent(
     """
@@ -94,3 +111,64 @@ def test_the_interpreter_exits_after_a_call_in_flight_ends(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["left"]
     assert marker.read_text() == "done"
+
+
+class Store(ThreadBoundAdapter[object]):
+    adapter_name = "test store"
+
+    def open_connection(self) -> object:
+        return object()
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.mark.anyio
+async def test_a_call_with_more_to_do_after_its_thread_is_still_waited_for() -> None:
+    store, ticket = Store(), Ticket(None, "test", 30.0)
+
+    async def hop_then_wait(ctx: OpContext) -> str:
+        value = await store.run(ctx, "get", lambda conn: "from the thread")
+        await anyio.sleep(0.3)  # the engine, woken by the thread's result, must wait for this too
+        return value + ", then later"
+
+    assert await ticket.call("two steps", hop_then_wait) == "from the thread, then later"
+
+
+@pytest.mark.anyio
+async def test_a_call_with_more_to_do_after_its_thread_still_times_out_at_its_deadline() -> None:
+    store, ticket = Store(), Ticket(None, "test", 30.0)
+
+    async def hop_then_hang(ctx: OpContext) -> str:
+        await store.run(ctx, "get", lambda conn: "from the thread")
+        await anyio.sleep(60)
+        return "late"
+
+    started = time.monotonic()
+    with pytest.raises(OperationTimeoutError) as info:
+        await ticket.call("hang", hop_then_hang, timeout_s=0.8)
+    ended = time.monotonic() - started
+    assert not info.value.abandoned
+    assert 0.8 <= ended < 0.8 + SLACK_S  # not at the thread's result, not past the deadline
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_the_engine_resumes_in_the_loop_iteration_its_call_ends_in() -> None:
+    store, ticket = Store(), Ticket(None, "test", 30.0)
+    later: list[str] = []
+
+    async def hop(ctx: OpContext) -> str:
+        value = await store.run(ctx, "get", lambda conn: "from the thread")
+        # Runs in the next loop iteration: the engine must have resumed before it.
+        asyncio.get_running_loop().call_soon(later.append, "next iteration")
+        return value
+
+    for _ in range(20):
+        assert await ticket.call("get", hop) == "from the thread"
+        assert later == []
+        await asyncio.sleep(0)
+        assert later == ["next iteration"]
+        later.clear()

@@ -34,7 +34,7 @@ import anyio
 from .._errors import OperationCancelledError
 from .loops import ThreadSafeEvent, cancel_scope, current_library
 
-__all__ = ["ABANDON_GRACE_S", "Overrun", "bounded", "spawn"]
+__all__ = ["ABANDON_GRACE_S", "Overrun", "bounded", "caller_waker", "spawn"]
 
 T = TypeVar("T")
 
@@ -130,6 +130,27 @@ def _deadlines(loop: Any) -> _Deadlines:
     return held
 
 
+# The bounded call whose task runs the current code (set in the call's own task, so its context only).
+_RUNNING: contextvars.ContextVar[_Call[Any] | None] = contextvars.ContextVar(
+    "agentium_bounded_call", default=None
+)
+
+
+def caller_waker() -> Callable[[], None] | None:
+    """In a bounded call's task: what wakes its caller early, for code that resumes this task from a callback.
+
+    A worker thread's result resumes the call's task in the loop iteration
+    after the callback that delivers it; the call then ends and wakes its
+    caller, which resumes one iteration later still. The callback may wake the
+    caller too, right after resuming the call's task: both then run in the
+    same iteration, the call's task first, and the caller finds the call
+    ended (if it has more to do, the caller waits again, under the same
+    deadline). ``None`` outside a bounded call.
+    """
+    call = _RUNNING.get()
+    return None if call is None else call.wake_caller
+
+
 def _keep(task: Any) -> None:
     """Hold a detached asyncio task until it ends."""
     _TASKS.add(task)
@@ -206,6 +227,7 @@ class _Call(Generic[T]):
         return self._done
 
     async def run(self, work: Callable[[], Awaitable[T]]) -> None:
+        _RUNNING.set(self)  # in this task's own context: what ``caller_waker`` finds
         try:
             with self.scope:
                 self.value = await work()
@@ -222,6 +244,12 @@ class _Call(Generic[T]):
                 _wake(self.waiter)
         if self.finished and self.left and self.on_late is not None:
             await self._discard(self.on_late, self.value)  # type: ignore[arg-type]  # set when finished
+
+    def wake_caller(self) -> None:
+        """Wake the waiting caller now (asyncio): it checks whether the call ended, and waits again if not."""
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     @staticmethod
     async def _discard(on_late: Callable[[T], Awaitable[None]], value: T) -> None:
@@ -305,16 +333,22 @@ async def bounded(
                 await _leave(call, task, grace_s, on_abandon)
                 raise
         if not call.ended:
-            call.waiter = waiter = loop.create_future()
             deadlines = _deadlines(loop)
-            deadlines.add(waiter, until)
-            try:
-                await waiter
-            except BaseException:
+            while True:
+                call.waiter = waiter = loop.create_future()
+                deadlines.add(waiter, until)
+                try:
+                    await waiter
+                except BaseException:
+                    deadlines.discard(waiter)
+                    await _leave(call, task, grace_s, on_abandon)
+                    raise
                 deadlines.discard(waiter)
-                await _leave(call, task, grace_s, on_abandon)
-                raise
-            deadlines.discard(waiter)
+                # Woken by the call's end, by its deadline, or early by a worker thread's result
+                # (see ``caller_waker``): only a call that has more to do before its deadline is
+                # waited for again.
+                if call.ended or loop.time() + _CLOCK_RESOLUTION >= until:
+                    break
     else:
         spawn(lambda: call.run(work))
         try:

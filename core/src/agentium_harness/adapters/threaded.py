@@ -84,6 +84,7 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
+from .._engine.bounded import caller_waker
 from .._engine.loops import PerLoop, current_library
 from .._errors import AgentiumError, OperationCancelledError
 from .._ports import OpContext
@@ -114,7 +115,18 @@ class _Hop:
     the outcome.
     """
 
-    __slots__ = ("cancelled", "context", "error", "loop", "state", "stopped", "value", "waiter", "work")
+    __slots__ = (
+        "cancelled",
+        "context",
+        "error",
+        "loop",
+        "state",
+        "stopped",
+        "value",
+        "waiter",
+        "wake",
+        "work",
+    )
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], work: Callable[[], Any]
@@ -129,6 +141,7 @@ class _Hop:
         self.error: BaseException | None = None
         # The thread runs the call in a copy of the caller's context (its span stays current).
         self.context = contextvars.copy_context()
+        self.wake = caller_waker()
 
     def run(self) -> None:
         """In a worker thread: run the call, unless its caller left before any thread took it."""
@@ -156,7 +169,7 @@ class _Hop:
         if self.loop is None:
             return
         try:
-            self.loop.call_soon_threadsafe(_resolve, self.waiter, self.value, self.error)
+            self.loop.call_soon_threadsafe(_resolve, self.waiter, self.value, self.error, self.wake)
         except RuntimeError:  # the loop has closed: nobody is left waiting
             pass
 
@@ -171,14 +184,24 @@ class _Hop:
             return self.stopped
 
 
-def _resolve(waiter: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    """On the caller's loop: hand a worker thread's outcome to the caller, unless it stopped waiting."""
+def _resolve(
+    waiter: asyncio.Future[Any], value: Any, error: BaseException | None, wake: Callable[[], None] | None
+) -> None:
+    """On the caller's loop: hand a worker thread's outcome to the caller, unless it stopped waiting.
+
+    ``wake`` (:func:`~agentium_harness._engine.bounded.caller_waker`) then
+    wakes the engine waiting for the bounded call that made this one, in the
+    same loop iteration as the call's own task: one iteration less from the
+    thread's end to the engine's resumption.
+    """
     if waiter.done():
         return
     if error is None:
         waiter.set_result(value)
     else:
         waiter.set_exception(error)
+    if wake is not None:
+        wake()
 
 
 class _Pool:
