@@ -169,8 +169,16 @@ def model_history(groups: Iterable[MessageGroup], view: ViewState | None) -> tup
     group sends the messages the view shows, without half a tool exchange
     (:func:`paired_messages`). Payloads are left out: the model reads ``content``.
     """
-    index = ViewIndex(view)
     out: list[Message] = []
+    if view is None or not view.spans:
+        # No retraction in the view (most sessions): every group from its start shows all.
+        start = 0 if view is None else view.start
+        for group in groups:
+            if group.control is None and group.seq >= start:
+                for m in group.messages:
+                    out.append(m if m.payload is None and m.payload_format is None else _plain(m))
+        return tuple(out)
+    index = ViewIndex(view)
     for group in groups:
         if group.control is not None:
             continue
