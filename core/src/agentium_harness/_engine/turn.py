@@ -301,6 +301,11 @@ async def _complete_bounded(ticket: Ticket, provider: ModelProvider, request: Mo
         raise ProviderError(f"provider failed: {exc}; the session was not changed") from exc
 
 
+def _is_count(value: object) -> bool:
+    """A token count a provider may report: ``None`` (unknown) or an ``int`` of at least 0, not a bool."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+
 def _check_response(response: object, may_call_tools: bool) -> Message:
     """The reply as an assistant message, or :class:`ContractViolationError` before anything runs."""
     if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
@@ -308,10 +313,7 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
             f"provider returned {type(response).__name__}, not a ModelResponse; the session was not changed"
         )
     usage = response.usage
-    if not isinstance(usage, Usage) or not all(
-        v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
-        for v in (usage.input_tokens, usage.output_tokens)
-    ):
+    if not isinstance(usage, Usage) or not (_is_count(usage.input_tokens) and _is_count(usage.output_tokens)):
         raise ContractViolationError(f"provider returned invalid usage {usage!r}")
     given = response.message
     if type(given) is Message:
@@ -337,7 +339,18 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
             )
         seen.add(call.id)
     try:
-        message_json(reply)  # canonical_json(unstructure(reply)), built by hand where it can be
+        content = reply.content
+        if not (
+            # A reply of text only encodes whatever its text is, when that is valid Unicode; any
+            # other reply is encoded to be sure (built by hand where it can be).
+            type(reply) is Message
+            and type(content) is str
+            and not reply.tool_calls
+            and reply.payload is None
+            and reply.payload_format is None
+            and (content.isascii() or lone_surrogate_at(content) is None)
+        ):
+            message_json(reply)  # canonical_json(unstructure(reply)): raises what it would
         for call in reply.tool_calls:
             # The handler receives the arguments as plain JSON, so they must be
             # JSON as given (a set or a nan is refused, not silently converted),

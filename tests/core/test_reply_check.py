@@ -1,0 +1,121 @@
+"""The provider reply check takes shortcuts for the usual reply and must still refuse exactly what it did.
+
+A reply of plain text is copied by its constructor and not encoded (its text
+is checked to be valid Unicode instead); any other reply is encoded as
+before. Whatever the reply, the check returns the same message or raises the
+same :class:`ContractViolationError` as the plain check it replaced.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentium_harness import ContractViolationError, Message, Role, ToolCall
+from agentium_harness._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unstructure
+from agentium_harness._engine.turn import _check_response
+from agentium_harness.plugin_api import ModelResponse, Usage
+
+
+def _plain_check(response: Any, may_call_tools: bool) -> Message:
+    # The check as it was (a5875de), shortcut-free: attrs.evolve, then the converter's encoding.
+    if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
+        raise ContractViolationError(
+            f"provider returned {type(response).__name__}, not a ModelResponse; the session was not changed"
+        )
+    usage = response.usage
+    if not isinstance(usage, Usage) or not all(
+        v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+        for v in (usage.input_tokens, usage.output_tokens)
+    ):
+        raise ContractViolationError(f"provider returned invalid usage {usage!r}")
+    reply = attrs.evolve(response.message, role=Role.ASSISTANT, tool_call_id=None)
+    if reply.tool_calls and not may_call_tools:
+        raise ContractViolationError(
+            "provider returned tool calls but does not declare the tool_calls capability; "
+            "no tool was run and the session was not changed"
+        )
+    seen: set[str] = set()
+    for call in reply.tool_calls:
+        if not isinstance(call, ToolCall) or not isinstance(call.arguments, dict):
+            raise ContractViolationError("provider returned a malformed tool call")
+        if call.id in seen:
+            raise ContractViolationError(
+                f"provider returned tool call id {call.id!r} twice in one reply; no tool was run"
+            )
+        seen.add(call.id)
+    try:
+        canonical_json(unstructure(reply))
+        for call in reply.tool_calls:
+            if json_depth_exceeds(canonical_json(call.arguments), MAX_ARGUMENT_DEPTH):
+                raise ValueError(f"tool call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
+    except (ValueError, TypeError) as exc:
+        raise ContractViolationError(
+            f"provider returned a message that cannot be encoded canonically ({exc}); "
+            "no tool was run and the session was not changed"
+        ) from exc
+    return reply
+
+
+@attrs.frozen(slots=True)
+class Tagged(Message):
+    tag: Any = None
+
+
+CONTENT = st.one_of(st.text(max_size=8), st.just("é\ud800"), st.just("\udfff"), st.integers(), st.none())
+VALUES = st.one_of(st.integers(), st.just(math.nan), st.just({1, 2}), st.text(max_size=3), st.just((1,)))
+COUNTS = st.one_of(st.none(), st.integers(-1, 5), st.just(True), st.just(1.0))
+
+
+@st.composite
+def responses(draw: st.DrawFn) -> Any:
+    calls = tuple(
+        ToolCall(draw(st.sampled_from(["a", "b"])), "t", {"k": draw(VALUES)})
+        for _ in range(draw(st.integers(0, 2)))
+    )
+    payload = draw(st.one_of(st.none(), VALUES))
+    fields = {
+        "role": draw(st.sampled_from(Role)),
+        "content": draw(CONTENT),
+        "tool_calls": calls if draw(st.booleans()) else (),
+        "tool_call_id": draw(st.one_of(st.none(), st.just("x"))),
+        "payload": payload,
+        "payload_format": draw(st.one_of(st.none(), st.just("x/v1"), st.just(3))),
+    }
+    message = Tagged(**fields, tag=draw(VALUES)) if draw(st.integers(0, 5)) == 0 else Message(**fields)
+    if draw(st.integers(0, 9)) == 0:
+        return message  # not a ModelResponse at all
+    return ModelResponse(message, Usage(draw(COUNTS), draw(COUNTS)))
+
+
+def _outcome(check: Any, response: Any, may_call_tools: bool) -> Any:
+    try:
+        return check(response, may_call_tools)
+    except ContractViolationError as exc:
+        return str(exc)
+
+
+@settings(max_examples=500, deadline=None)
+@given(responses(), st.booleans())
+def test_the_reply_check_refuses_and_returns_exactly_what_the_plain_check_did(
+    response: Any, may_call_tools: bool
+) -> None:
+    expected = _outcome(_plain_check, response, may_call_tools)
+    got = _outcome(_check_response, response, may_call_tools)
+    assert got == expected
+    if isinstance(expected, Message):
+        assert type(got) is type(expected)
+
+
+def test_a_reply_of_a_message_subclass_is_encoded_whole() -> None:
+    # Text alone, but the subclass has a field of its own that cannot be encoded: refused as before.
+    response = ModelResponse(Tagged(Role.ASSISTANT, "hi", tag=math.nan))
+    expected = _outcome(_plain_check, response, False)
+    assert isinstance(expected, str) and "cannot be encoded canonically" in expected
+    assert _outcome(_check_response, response, False) == expected
+    fine = ModelResponse(Tagged(Role.USER, "hi", tag=1))
+    assert _check_response(fine, False) == Tagged(Role.ASSISTANT, "hi", tag=1)
