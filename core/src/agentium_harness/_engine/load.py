@@ -243,7 +243,7 @@ def _impossible_erased(snap: SessionSnapshot, key: SessionKey) -> str | None:
 # the next snapshot's marks are checked against these by identity and only the new
 # neighbours are compared (see ``_marks_follow_checked``). Bounded: cleared when full.
 _MARKS_IN_ORDER: dict[SessionKey, tuple[tuple[ArchiveMark, ...], int]] = {}
-_MAX_MARKS_IN_ORDER: Final = 4096
+_MAX_MARKS_IN_ORDER: Final = 1024  # at most 32 marks each: a few MiB at worst
 
 
 def _remember_marks(key: SessionKey, marks: tuple[ArchiveMark, ...], boundary: int) -> None:
