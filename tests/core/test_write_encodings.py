@@ -567,3 +567,47 @@ def test_plain_items_are_checked_at_once_and_its_bounds_are_the_parts_bounds() -
     too_deep = Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t", {"a": _deep(63)}),))
     with pytest.raises(InvalidPayloadError, match="message 0: tool call 'c1' arguments is not storable"):
         check_messages_encoded([too_deep, result])
+
+
+OPT_TEXT = st.one_of(st.none(), TEXT, st.just("a\ud800"), st.integers(0, 3))
+
+
+@st.composite
+def text_groups(draw: st.DrawFn) -> MessageGroup:
+    # A turn's group (text messages, the usual retained record), and its near misses.
+    messages = tuple(
+        Message(
+            draw(st.sampled_from(Role)),
+            draw(st.one_of(TEXT, st.just("é\udc80"), st.just("\u2028<\x00>"))),
+            tool_call_id=draw(st.one_of(st.none(), IDS)),
+        )
+        for _ in range(draw(st.integers(0, 3)))
+    )
+    retained = draw(
+        st.one_of(
+            st.none(),
+            st.builds(
+                RetainedRecord,
+                SCOPES,
+                OPT_TEXT,
+                OPT_TEXT,
+                OPT_TEXT,
+                uncertainty=st.lists(st.one_of(TEXT, st.just("\udfff")), max_size=2),
+            ),
+        )
+    )
+    return MessageGroup(draw(st.integers(0, 10**12)), messages, retained)
+
+
+@settings(max_examples=400, deadline=None)
+@given(text_groups())
+def test_a_text_group_is_written_out_exactly_as_the_converter_would_encode_it(group: MessageGroup) -> None:
+    # A turn's group is written out key by key: byte for byte the plain encoding, and refused
+    # (EncodingError) exactly where the plain encoding refuses it.
+    expected = _plain_group(group)
+    if expected is EncodingError:
+        with pytest.raises(EncodingError):
+            group.canonical_bytes()
+        return
+    assert group.canonical_bytes() == expected
+    assert group.digest == digest_bytes(expected)
