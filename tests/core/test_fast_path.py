@@ -37,6 +37,7 @@ from agentium_harness._history import _ENCODED
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.snapshot import (
     _MARKS,
+    _PART_REFS,
     _SNAPSHOTS,
     MAX_ARCHIVE_MARKS,
     ArchiveDivergence,
@@ -149,14 +150,14 @@ def test_a_snapshot_with_archive_marks_is_encoded_once_when_sealed(belows: list[
 
 
 def test_the_archive_mark_cache_forgets_dead_marks() -> None:
-    before = len(_MARKS)
+    before, refs = len(_MARKS), len(_PART_REFS)
     when = datetime(2026, 1, 2, tzinfo=UTC)
     marks = tuple(ArchiveMark(b, when) for b in range(1, 21))
     snapshot_bytes(SessionSnapshot(SCOPE, 0, 0, (), archived=marks))
-    assert len(_MARKS) >= before + 20
+    assert len(_MARKS) >= before + 20 and len(_PART_REFS) >= refs + 20
     del marks
     gc.collect()
-    assert len(_MARKS) <= before
+    assert len(_MARKS) <= before and len(_PART_REFS) <= refs
 
 
 # -- one transaction for archive and snapshot on one SQLite file -------------------------

@@ -207,12 +207,14 @@ _ARCHIVED_HEAD: Final = b'{"archived":['
 # digest, the store's write, the store's read-back cache, a verification), so
 # each snapshot object is encoded once. Keyed by object identity, like the
 # groups' encodings (``_history._ENCODED``); an entry leaves with its object,
-# so an id is never reused while listed. ``[bytes, verified, header]``:
+# so an id is never reused while listed. ``[bytes, verified, header, sizes, ref]``:
 # ``verified`` says the digest is known to match the content (sealed here, or
 # checked); ``header`` is the bytes with ``"resident":[]`` in place of the
 # groups, when the seal made them (what a store that keeps groups in rows of
 # their own writes, :func:`snapshot_header`); ``sizes`` is what the commit that
-# made the snapshot measured of its resident groups (:func:`resident_sizes`).
+# made the snapshot measured of its resident groups (:func:`resident_sizes`); ``ref`` is the
+# weak reference whose callback removes the entry when the snapshot dies (before its id can be
+# reused): kept in the entry, it costs a third of a ``weakref.finalize``.
 _SNAPSHOTS: dict[int, list[Any]] = {}
 
 
@@ -220,8 +222,8 @@ def _entry(snapshot: SessionSnapshot) -> list[Any]:
     key = id(snapshot)
     entry = _SNAPSHOTS.get(key)
     if entry is None:
-        entry = _SNAPSHOTS[key] = [None, False, None, None]
-        weakref.finalize(snapshot, _SNAPSHOTS.pop, key, None)
+        ref = weakref.ref(snapshot, lambda _, key=key: _SNAPSHOTS.pop(key, None))  # type: ignore[misc]
+        entry = _SNAPSHOTS[key] = [None, False, None, None, ref]
     return entry
 
 
@@ -229,8 +231,15 @@ def _entry(snapshot: SessionSnapshot) -> list[Any]:
 # archive mark, each receipt digest, the summary, the view), by object identity like the groups'
 # encodings: a snapshot carries its predecessor's objects on and adds at most one mark and a few
 # receipts, so a turn encodes those, not all of them. An entry leaves with its object, so an id is
-# never reused while listed. The records are frozen and hold no mutable JSON.
+# never reused while listed (the weak reference's callback removes it, as for snapshots). The
+# records are frozen and hold no mutable JSON.
 _MARKS: dict[int, bytes] = {}
+_PART_REFS: dict[int, weakref.ref[Any]] = {}
+
+
+def _forget_part(key: int) -> None:
+    _MARKS.pop(key, None)
+    _PART_REFS.pop(key, None)
 
 
 def _part_bytes(part: object) -> bytes:
@@ -249,7 +258,7 @@ def _part_bytes(part: object) -> bytes:
         else:
             data = canonical_json(unstructure(part))
         _MARKS[key] = data
-        weakref.finalize(part, _MARKS.pop, key, None)
+        _PART_REFS[key] = weakref.ref(part, lambda _, key=key: _forget_part(key))  # type: ignore[misc]
     return data
 
 
