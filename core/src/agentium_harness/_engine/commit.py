@@ -35,7 +35,6 @@ from .._ports.sessions import (
     add_archive_mark,
     seal_snapshot,
 )
-from .._ports.snapshot import note_resident_sizes, resident_sizes
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .hooks import HookBroadcaster, broadcast
@@ -139,7 +138,7 @@ async def commit(
     otherwise both are carried over unchanged.
     """
     changes = _Changes(view, summary)
-    plan = plan_eviction(resident, limits, _measured(stored))
+    plan = plan_eviction(resident, limits)
     if plan.evict:
         _log.debug("evicting %d group(s) over the resident bound", len(plan.evict))
     diagnostics = plan_diagnostics(plan)
@@ -176,7 +175,7 @@ async def commit(
             landed = plan.keep[0].seq if plan.keep else next_seq
             digests = [(g.seq, g.digest) for g in plan.evict] if keep_receipts else []
             kept = _kept_receipts(stored, digests)
-            saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept, changes, plan.sizes)
+            saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept, changes)
             settled = await settle_save(
                 ticket, store, key, saved, _expected(stored), _new(stored, resident), exc
             )
@@ -264,7 +263,7 @@ async def commit(
             receipts=stored.snapshot.receipts,
         )
     kept = _kept_receipts(stored, [(r.seq, r.digest) for r in receipts] if keep_receipts else [])
-    snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept, changes, plan.sizes)
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept, changes)
     if before_save is not None:
         before_save()
     revision = await _save(ticket, store, key, snapshot, stored, _new(stored, resident), diagnostics)
@@ -405,7 +404,7 @@ async def _joint_commit(
     # their receipts exist: it keeps the digests the archive must acknowledge,
     # which the receipts are checked against right after.
     kept = _kept_receipts(stored, [(g.seq, g.digest) for g in plan.evict] if keep_receipts else [])
-    snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None, kept, changes, plan.sizes)
+    snapshot = _sealed(scope, stored, new_boundary, next_seq, plan.keep, None, kept, changes)
     expected = _expected(stored)
     if before_save is not None:
         before_save()
@@ -441,21 +440,15 @@ def _sealed(
     divergence: ArchiveDivergence | None,
     receipts: tuple[ArchivedDigest, ...],
     changes: _Changes,
-    sizes: tuple[tuple[int, int], ...],
 ) -> SessionSnapshot:
-    """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept.
-
-    ``sizes`` are the plan's, one per group of the resident history it was
-    made for, of which ``resident`` is the tail: the tail's are kept with
-    the snapshot for the next commit's plan (:func:`_measured`).
-    """
+    """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept."""
     memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
     old = stored.snapshot if stored is not None else None
     marks = old.archived if old is not None else None
     if boundary > (old.boundary if old is not None else 0):
         # When these groups were archived: what retention by age reads (docs/erasure.md).
         marks = add_archive_mark(marks, boundary, datetime.now(UTC))
-    sealed = seal_snapshot(
+    return seal_snapshot(
         SessionSnapshot(
             memory_scope=memory_scope,
             boundary=boundary,
@@ -472,18 +465,6 @@ def _sealed(
             archived=marks,
         )
     )
-    note_resident_sizes(sealed, sizes[len(sizes) - len(resident) :])
-    return sealed
-
-
-def _measured(
-    stored: StoredSnapshot | None,
-) -> tuple[tuple[MessageGroup, ...], tuple[tuple[int, int], ...]] | None:
-    """The stored snapshot's resident groups and their sizes, when the commit that sealed it kept them."""
-    if stored is None:
-        return None
-    sizes = resident_sizes(stored.snapshot)
-    return None if sizes is None else (stored.snapshot.resident, sizes)
 
 
 def _kept_receipts(

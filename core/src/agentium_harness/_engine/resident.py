@@ -30,28 +30,14 @@ class EvictionPlan:
     keep: tuple[MessageGroup, ...]
     oversized: tuple[int, ...] = ()
     blocked_by_incomplete: int | None = None
-    #: ``(estimated tokens, bytes)`` of each group planned for, ``evict`` then ``keep``.
-    sizes: tuple[tuple[int, int], ...] = ()
 
 
-def plan_eviction(
-    resident: Sequence[MessageGroup],
-    limits: ResidentLimits,
-    measured: tuple[Sequence[MessageGroup], Sequence[tuple[int, int]]] | None = None,
-) -> EvictionPlan:
-    """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``.
-
-    ``measured`` is groups and their sizes an earlier plan measured (the
-    last commit's resident groups, :func:`~.._ports.snapshot.resident_sizes`):
-    used for the leading groups of ``resident`` that are those very objects
-    (a group is frozen and its encoding cached, so its size cannot have
-    changed); any other group is measured.
-    """
+def plan_eviction(resident: Sequence[MessageGroup], limits: ResidentLimits) -> EvictionPlan:
+    """Plan the eviction of the oldest complete groups until ``resident`` fits ``limits``."""
     # Each group's size is measured once (a canonical encoding each) and the
     # totals kept as running sums, so planning is linear in resident groups;
     # the sums and the oversized check run at C speed (itemgetter, max).
-    sizes = list(_carried(resident, measured) if measured is not None else ())
-    sizes += map(tokens_and_size, resident[len(sizes) :])
+    sizes = list(map(tokens_and_size, resident))
     tokens = sum(map(_TOKENS, sizes))
     size = sum(map(_BYTES, sizes))
     first = 0
@@ -74,15 +60,4 @@ def plan_eviction(
             for g, (t, b) in zip(resident[first:], kept, strict=True)
             if t > limits.max_tokens or b > limits.max_bytes
         )
-    return EvictionPlan(tuple(resident[:first]), tuple(resident[first:]), oversized, blocked, tuple(sizes))
-
-
-def _carried(
-    resident: Sequence[MessageGroup], measured: tuple[Sequence[MessageGroup], Sequence[tuple[int, int]]]
-) -> Sequence[tuple[int, int]]:
-    """The measured sizes when ``resident`` begins with exactly the measured group objects; else none."""
-    groups, sizes = measured
-    if len(sizes) != len(groups) or len(groups) > len(resident):
-        return ()
-    # Identity, not equality: equal groups may encode differently (0.0 and -0.0 are equal).
-    return sizes if all(map(operator.is_, groups, resident)) else ()
+    return EvictionPlan(tuple(resident[:first]), tuple(resident[first:]), oversized, blocked)

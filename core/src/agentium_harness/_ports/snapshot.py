@@ -207,14 +207,13 @@ _ARCHIVED_HEAD: Final = b'{"archived":['
 # digest, the store's write, the store's read-back cache, a verification), so
 # each snapshot object is encoded once. Keyed by object identity, like the
 # groups' encodings (``_history._ENCODED``); an entry leaves with its object,
-# so an id is never reused while listed. ``[bytes, verified, header, sizes, ref]``:
+# so an id is never reused while listed. ``[bytes, verified, header, ref]``:
 # ``verified`` says the digest is known to match the content (sealed here, or
 # checked); ``header`` is the bytes with ``"resident":[]`` in place of the
 # groups, when the seal made them (what a store that keeps groups in rows of
-# their own writes, :func:`snapshot_header`); ``sizes`` is what the commit that
-# made the snapshot measured of its resident groups (:func:`resident_sizes`); ``ref`` is the
-# weak reference whose callback removes the entry when the snapshot dies (before its id can be
-# reused): kept in the entry, it costs a third of a ``weakref.finalize``.
+# their own writes, :func:`snapshot_header`); ``ref`` is the weak reference whose
+# callback removes the entry when the snapshot dies (before its id can be reused):
+# kept in the entry, it costs a third of a ``weakref.finalize``.
 _SNAPSHOTS: dict[int, list[Any]] = {}
 
 
@@ -223,7 +222,7 @@ def _entry(snapshot: SessionSnapshot) -> list[Any]:
     entry = _SNAPSHOTS.get(key)
     if entry is None:
         ref = weakref.ref(snapshot, lambda _, key=key: _SNAPSHOTS.pop(key, None))  # type: ignore[misc]
-        entry = _SNAPSHOTS[key] = [None, False, None, None, ref]
+        entry = _SNAPSHOTS[key] = [None, False, None, ref]
     return entry
 
 
@@ -478,27 +477,6 @@ def snapshot_header(snapshot: SessionSnapshot) -> bytes | None:
     """
     entry = _SNAPSHOTS.get(id(snapshot))
     return None if entry is None else entry[2]
-
-
-def note_resident_sizes(snapshot: SessionSnapshot, sizes: tuple[tuple[int, int], ...]) -> None:
-    """Keep ``sizes``, the ``(estimated tokens, bytes)`` of each of ``snapshot``'s resident groups, with it.
-
-    The engine measures them while planning the commit that makes the
-    snapshot; the next commit on it plans with them instead of measuring the
-    same (frozen, identical) groups again. Ignored unless there is one per group.
-    """
-    if len(sizes) == len(snapshot.resident):
-        _entry(snapshot)[3] = sizes
-
-
-def resident_sizes(snapshot: SessionSnapshot) -> tuple[tuple[int, int], ...] | None:
-    """What :func:`note_resident_sizes` kept for ``snapshot`` (one per resident group), or ``None``.
-
-    The snapshot and its groups are frozen and the entry leaves with the
-    snapshot object, so the sizes stay those of exactly its ``resident`` groups.
-    """
-    entry = _SNAPSHOTS.get(id(snapshot))
-    return None if entry is None else entry[3]
 
 
 def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
