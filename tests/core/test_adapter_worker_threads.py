@@ -63,6 +63,12 @@ SCRIPT = textwrap.dedent(
                 for store in stores:
                     tg.start_soon(store.run, OpContext.with_timeout(30), "meet", lambda conn: barrier.wait())
             print("workers", workers())
+        elif mode == "idle":
+            from agentium_harness.testing._leaks import busy_threads
+
+            assert await Store().run(OpContext.with_timeout(30), "get", lambda conn: 1) == 1
+            time.sleep(0.2)  # the worker is back on its queue
+            print("workers", workers(), "busy", len(busy_threads()))
         else:
             def slow(conn: object) -> None:
                 time.sleep(1.0)
@@ -101,6 +107,14 @@ def test_calls_blocked_at_the_same_time_each_get_a_worker_thread(tmp_path: Path)
     done = _run("concurrent", tmp_path / "unused")
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["workers", "20"]
+
+
+def test_an_idle_worker_thread_is_not_a_busy_thread_for_the_leak_check(tmp_path: Path) -> None:
+    # The verifier contract suite's leak check counts a thread with a frame of non-library code on its
+    # stack as still running a call: an idle worker must have none (as an idle ThreadPoolExecutor's).
+    done = _run("idle", tmp_path / "unused")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["workers", "1", "busy", "0"]
 
 
 def test_the_interpreter_exits_after_a_call_in_flight_ends(tmp_path: Path) -> None:
