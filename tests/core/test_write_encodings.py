@@ -611,3 +611,15 @@ def test_a_text_group_is_written_out_exactly_as_the_converter_would_encode_it(gr
         return
     assert group.canonical_bytes() == expected
     assert group.digest == digest_bytes(expected)
+
+
+@pytest.mark.parametrize("role", [*Role, *(r.value for r in Role), "robot", 3, None])
+def test_a_message_converts_its_role_as_the_enum_does(role: Any) -> None:
+    # The role converter hands a member back as it is and asks the enum otherwise.
+    try:
+        expected: Any = Role(role)
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=str(exc)):
+            Message(role)
+        return
+    assert Message(role).role is expected

@@ -90,6 +90,15 @@ class ToolCall:
     arguments: dict[str, Any] = attrs.field(factory=dict, hash=False)
 
 
+def _to_role(value: str) -> Role:
+    """``Role(value)``, with a member given back at once.
+
+    An Enum call is a Python-level lookup, and every message built (each
+    turn's, each appended copy, each decoded one) converts its role.
+    """
+    return value if type(value) is Role else Role(value)
+
+
 @attrs.frozen(slots=True)
 class Message:
     """One message of canonical history.
@@ -112,7 +121,7 @@ class Message:
 
     __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("payload", "payload_format")
 
-    role: Role = attrs.field(converter=Role)
+    role: Role = attrs.field(converter=_to_role)
     content: str = ""
     tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple_of_tool_calls)
     tool_call_id: str | None = None
