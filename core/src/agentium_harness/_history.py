@@ -350,7 +350,14 @@ def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
     ):
         return
     retained = group.retained
-    retained_json = b"null" if retained is None else canonical_json(_retained_data(retained))
+    if retained is None:
+        retained_json = b"null"
+    else:
+        text = _text_retained_json(retained)
+        try:
+            retained_json = canonical_json(_retained_data(retained)) if text is None else text.encode("utf-8")
+        except (EncodingError, UnicodeEncodeError):
+            return  # left to the group's own encoding, which says what is wrong
     # Keys in canonical (sorted) order; the encoder writes each value as it would alone.
     data = b'{"messages":%b,"retained":%b,"seq":%d}' % (messages_json, retained_json, group.seq)
     key = id(group)
