@@ -444,13 +444,13 @@ class MessageGroup:
 
     def canonical_bytes(self) -> bytes:
         """The canonical JSON encoding of this group (computed once per group object)."""
-        data: bytes = _encoding(self)[0]
+        data: bytes = (_ENCODED.get(id(self)) or _encoding(self))[0]  # one look-up once encoded
         return data
 
     @property
     def digest(self) -> str:
         """``sha256:<hex>`` of :meth:`canonical_bytes` (computed once per group object)."""
-        cached = _encoding(self)
+        cached = _ENCODED.get(id(self)) or _encoding(self)
         digest: str | None = cached[1]
         if digest is None:
             digest = cached[1] = digest_bytes(cached[0])
@@ -459,7 +459,7 @@ class MessageGroup:
     @property
     def size_bytes(self) -> int:
         """Length of the canonical encoding in bytes."""
-        return len(self.canonical_bytes())
+        return len((_ENCODED.get(id(self)) or _encoding(self))[0])
 
     @property
     def estimated_tokens(self) -> int:
