@@ -70,13 +70,10 @@ steps, so a long batch stops at the next step once the deadline passes.
 from __future__ import annotations
 
 import asyncio
-import atexit
-import collections
+import concurrent.futures
 import contextvars
-import functools
 import math
 import os
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -99,91 +96,21 @@ T = TypeVar("T")
 
 #: Worker threads of the asyncio hop (see :func:`_hop`): as many as anyio's default thread limiter.
 _WORKERS = 40
-# A hop's states, changed under ``_STATE`` (the caller's cancellation and the thread's start race).
-_PENDING, _RUNNING, _DONE = 0, 1, 2
-_STATE = threading.Lock()
+# The pool and the process that made it: a child forked after the pool was used has none of its
+# threads, so it makes a pool of its own.
+_executor: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_executor_lock = threading.Lock()
 # In a worker thread of the asyncio hop: the call it runs (whether its caller stopped waiting).
 _running = threading.local()
 
 
 class _Hop:
-    """One call handed to a worker thread on asyncio: the thread runs it and resolves ``waiter``.
+    """One call handed to a worker thread on asyncio; ``cancelled`` once its caller stopped waiting."""
 
-    ``cancelled`` once its caller stopped waiting (:func:`host_task_cancelled`);
-    ``state`` says whether a thread has started it and whether it has ended;
-    ``stopped`` is made only by a cancelled caller that waits for the thread
-    to end (set when it does). No ``concurrent.futures.Future`` (with its
-    ``Condition``) is made per call: the caller's own asyncio future carries
-    the outcome.
-    """
+    __slots__ = ("cancelled",)
 
-    __slots__ = (
-        "cancelled",
-        "context",
-        "error",
-        "loop",
-        "state",
-        "stopped",
-        "value",
-        "waiter",
-        "wake",
-        "work",
-    )
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[Any], work: Callable[[], Any]
-    ) -> None:
+    def __init__(self) -> None:
         self.cancelled = False
-        self.state = _PENDING
-        self.stopped: threading.Event | None = None
-        self.loop: asyncio.AbstractEventLoop | None = loop
-        self.waiter = waiter
-        self.work = work
-        self.value: Any = None
-        self.error: BaseException | None = None
-        # The thread runs the call in a copy of the caller's context (its span stays current).
-        self.context = contextvars.copy_context()
-        self.wake = caller_waker()
-
-    def run(self) -> None:
-        """In a worker thread: run the call, unless its caller left before any thread took it."""
-        with _STATE:
-            if self.cancelled:  # it never runs: nothing to hand over either
-                self.state = _DONE
-                self.loop = None
-                return
-            self.state = _RUNNING
-        _running.hop = self
-        try:
-            self.value = self.context.run(self.work)
-        except BaseException as exc:  # handed to the caller, as a concurrent future would
-            self.error = exc
-        finally:
-            _running.hop = None
-        with _STATE:
-            self.state = _DONE
-            stopped = self.stopped
-        if stopped is not None:
-            stopped.set()
-
-    def hand_over(self) -> None:
-        """In the worker thread, after :meth:`run`: resolve the caller's future on its loop."""
-        if self.loop is None:
-            return
-        try:
-            self.loop.call_soon_threadsafe(_resolve, self.waiter, self.value, self.error, self.wake)
-        except RuntimeError:  # the loop has closed: nobody is left waiting
-            pass
-
-    def cancel(self) -> threading.Event | None:
-        """The caller stopped waiting: an event set when the thread ends, ``None`` if none runs the call."""
-        with _STATE:
-            self.cancelled = True
-            if self.state != _RUNNING:
-                return None  # never started (and now never will), or already over
-            if self.stopped is None:
-                self.stopped = threading.Event()
-            return self.stopped
 
 
 def _resolve(
@@ -206,89 +133,17 @@ def _resolve(
         wake()
 
 
-class _Pool:
-    """The worker threads of the asyncio hop: up to ``_WORKERS``, fed through one ``queue.SimpleQueue``.
-
-    What ``ThreadPoolExecutor.submit`` does without its per-call
-    ``concurrent.futures.Future`` (a ``Condition``, set and notified by the
-    thread before it can take the next call): a thread is started only when
-    none is idle, and an idle thread blocks on the queue. As the executor's,
-    the threads are joined when the interpreter exits (a call in flight ends
-    first).
-    """
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[_Hop | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0  # threads that finished a call and whose idleness no submit has claimed
-        self._threads: list[threading.Thread] = []
-        self._exited = False
-
-    def submit(self, hop: _Hop) -> None:
-        """Queue ``hop`` for a worker thread, starting one if none is idle (up to ``_WORKERS``)."""
-        with self._lock:
-            if self._exited:
-                raise RuntimeError("cannot run adapter calls after interpreter shutdown")
-            if self._idle:
-                self._idle -= 1
-                thread = None
-            elif len(self._threads) < _WORKERS:
-                # The thread's loop is C code: the queue's get until the exit sentinel, each call mapped
-                # through ``_run``, drained by a zero-length deque. So an idle thread has no frame of
-                # ours on its stack, as an idle ThreadPoolExecutor worker has none: the leak check of
-                # ``agentium_harness.testing`` counts only a thread running a call as busy.
-                work: Callable[[], object] = functools.partial(
-                    collections.deque, map(self._run, iter(self._jobs.get, None)), 0
-                )
-                thread = threading.Thread(target=work, name=f"agentium-adapter_{len(self._threads)}")
-                self._threads.append(thread)
-            else:
-                thread = None  # every thread is busy: the call waits in the queue for the first one free
-        self._jobs.put(hop)
-        if thread is not None:
-            thread.start()
-
-    def _run(self, hop: _Hop) -> None:
-        hop.run()
-        # Idle before the caller learns the outcome: its next call finds this thread free
-        # rather than starting another one.
-        with self._lock:
-            self._idle += 1
-        # Then wake the caller's loop and block on the queue at once: the loop thread wakes
-        # wanting the GIL, which this thread gives up as soon as it blocks.
-        hop.hand_over()
-
-    def exit(self) -> None:
-        """At interpreter exit: let every thread finish its call and end, and wait for them."""
-        with self._lock:
-            self._exited = True
-            threads = list(self._threads)
-        for _ in threads:
-            self._jobs.put(None)
-        for thread in threads:
-            thread.join()
-
-
-# The pool and the process that made it: a child forked after the pool was used has none of its
-# threads, so it makes a pool of its own.
-_pool: tuple[int, _Pool] | None = None
-_pool_lock = threading.Lock()
-
-
-def _workers() -> _Pool:
-    global _pool  # one pool per process, made on first use
+def _workers() -> concurrent.futures.ThreadPoolExecutor:
+    global _executor  # one pool per process, made on first use
     pid = os.getpid()
-    made = _pool
+    made = _executor
     if made is not None and made[0] == pid:
         return made[1]
-    with _pool_lock:
-        if _pool is None or _pool[0] != pid:
-            pool = _Pool()
-            # Before threading joins non-daemon threads at exit (as concurrent.futures registers its own).
-            register: Any = getattr(threading, "_register_atexit", None) or atexit.register
-            register(pool.exit)
-            _pool = (pid, pool)
-        return _pool[1]
+    with _executor_lock:
+        if _executor is None or _executor[0] != pid:
+            pool = concurrent.futures.ThreadPoolExecutor(_WORKERS, thread_name_prefix="agentium-adapter")
+            _executor = (pid, pool)
+        return _executor[1]
 
 
 def host_task_cancelled() -> bool:
@@ -450,22 +305,44 @@ class ThreadBoundAdapter(Generic[ConnT]):
         :func:`host_task_cancelled` tells it when its caller stopped waiting.
         A cancelled caller then gives the thread ``cancel_grace_s`` to stop
         (unless ``abandon_on_cancel``), as on trio; a call cancelled before its
-        thread started it never runs, so there is nothing to wait for. The
-        event that says when the thread has stopped is made only then, by
-        :meth:`_Hop.cancel`, not on every call.
+        thread started it never runs (its future is cancelled), so there is
+        nothing to wait for. The thread's future says when it has stopped: no
+        event is made for that on every call.
         """
+        hop = _Hop()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
-        hop = _Hop(loop, waiter, lambda: self._run_in_thread(ctx, operation, work))
-        _workers().submit(hop)
+        wake = caller_waker()
+
+        def in_worker() -> None:
+            # The thread resolves the caller's future itself (one call_soon_threadsafe): what
+            # asyncio.wrap_future would do through two chained futures and their callbacks.
+            _running.hop = hop
+            value: T | None = None
+            error: BaseException | None = None
+            try:
+                value = self._run_in_thread(ctx, operation, work)
+            except BaseException as exc:  # handed to the caller, as a concurrent future would
+                error = exc
+            finally:
+                _running.hop = None
+            try:
+                loop.call_soon_threadsafe(_resolve, waiter, value, error, wake)
+            except RuntimeError:  # the loop has closed: nobody is left waiting
+                pass
+
+        future = _workers().submit(contextvars.copy_context().run, in_worker)
         try:
             return await waiter
         except asyncio.CancelledError:
+            hop.cancelled = True
             # A call its thread has not started yet never runs: nothing to wait for.
-            stopped = hop.cancel()
-            if stopped is not None and not self.abandon_on_cancel:
+            future.cancel()
+            if not self.abandon_on_cancel and not future.done():
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(stopped.wait, self.cancel_grace_s, abandon_on_cancel=True)
+                    await anyio.to_thread.run_sync(
+                        concurrent.futures.wait, (future,), self.cancel_grace_s, abandon_on_cancel=True
+                    )
             raise
 
     def _run_in_thread(self, ctx: OpContext, operation: str, work: Callable[[ConnT], T]) -> T:
