@@ -538,7 +538,7 @@ def _message_data(m: Message) -> dict[str, Any] | None:
         calls.append({"arguments": c.arguments, "id": c.id, "name": c.name})
     data = {
         "content": m.content,
-        "role": m.role.value,
+        "role": m.role._value_,  # (.value is a Python-level enum property)
         "tool_call_id": m.tool_call_id,
         "tool_calls": calls,
     }
@@ -624,7 +624,7 @@ def _text_group_json(group: MessageGroup) -> bytes | None:
         if call_id is None:
             return None
         parts.append(
-            f'{{"content":{_json_string(content)},"role":{_json_string(m.role.value)},'
+            f'{{"content":{_json_string(content)},"role":{_json_string(m.role._value_)},'
             f'"tool_call_id":{call_id},"tool_calls":[]}}'
         )
     retained = group.retained

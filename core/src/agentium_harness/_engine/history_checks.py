@@ -67,6 +67,8 @@ MAX_RETRACT_COUNT: Final = 10_000
 MAX_REASON_BYTES: Final = 1024
 
 _FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*")
+#: Payload formats found well formed (exact str; at most 64 kept): not matched again.
+_KNOWN_FORMATS: set[str] = set()
 
 
 def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> Any:
@@ -203,7 +205,7 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
                 validate_id(message.tool_call_id, "tool_call_id")
             item: dict[str, Any] = {
                 "content": content,
-                "role": message.role.value,
+                "role": message.role._value_,  # (.value is a Python-level enum property)
                 "tool_call_id": message.tool_call_id,
                 "tool_calls": calls,
             }
@@ -211,7 +213,10 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
             if (payload is None) != (payload_format is None):
                 return None
             if payload is not None:
-                _format(payload_format, 0)
+                if not (type(payload_format) is str and payload_format in _KNOWN_FORMATS):
+                    _format(payload_format, 0)
+                    if type(payload_format) is str and len(_KNOWN_FORMATS) < 64:
+                        _KNOWN_FORMATS.add(payload_format)  # a host uses one or two: the regex once each
                 item["payload"] = payload
                 item["payload_format"] = payload_format
             data.append(item)
