@@ -8,11 +8,8 @@ earlier call of the group, once; completeness is computed from the
 messages, never asserted by a flag. Only complete groups are evicted, archived
 or summarised.
 
-A *control group* holds no messages but a :class:`HistoryControl` record: a
-retraction or a view reset, appended to canonical history like any group
-(never a deletion, never a message that looks like one). The session's
-:class:`ViewState` (kept in its snapshot) says which committed messages the
-view shows; see docs/history-api.md.
+A *control group* holds no messages but a :class:`HistoryControl` record
+(``_history_controls``, re-exported here); see docs/history-api.md.
 """
 
 from __future__ import annotations
@@ -26,8 +23,17 @@ import attrs
 
 from ._codec import canonical_json, digest_bytes, unstructure
 from ._errors import EncodingError
+from ._history_controls import (
+    ControlKind,
+    HistoryControl,
+    InterruptionCause,
+    MessageRef,
+    RetractedSpan,
+    TurnInterruption,
+    ViewState,
+)
 from ._scope import Scope, validate_id
-from ._tuples import tuple_of_messages, tuple_of_refs, tuple_of_spans, tuple_of_tool_calls
+from ._tuples import tuple_of_messages, tuple_of_tool_calls
 from ._validators import non_negative_int, str_tuple
 from ._verdicts import VerificationRecord
 
@@ -153,35 +159,6 @@ def _tokens_of(message: Message) -> int:
     return estimate_tokens(message.content) + extra + 4
 
 
-class InterruptionCause(enum.StrEnum):
-    """What stopped a turn after its tools had run."""
-
-    #: The provider failed (or answered out of contract) on a later step.
-    PROVIDER_FAILED = "provider_failed"
-    #: The recall policy stopped the turn at the commit fence.
-    RECALL_STOPPED = "recall_stopped"
-    #: Another writer committed the session first (compare-and-set conflict); what ran was
-    #: committed on top of its revision, without the answer.
-    COMMIT_CONFLICT = "commit_conflict"
-    #: The host's publication hook refused the answer; what ran was committed without it.
-    PUBLICATION_REFUSED = "publication_refused"
-    #: The run was cancelled (``aclose()``, or the host cancelled ``run()``) after a tool started.
-    CANCELLED = "cancelled"
-
-
-@attrs.frozen(slots=True)
-class TurnInterruption:
-    """Why a committed group has no final answer: the turn stopped after its tools had run.
-
-    Tools that ran changed the world, so their calls and results are
-    committed, never dropped; the model's answer (if it gave one) is not.
-    ``detail`` is the error or the policy's reason, cut to a bound.
-    """
-
-    cause: InterruptionCause = attrs.field(converter=InterruptionCause)
-    detail: str = ""
-
-
 @attrs.frozen(slots=True)
 class RetainedRecord:
     """What is kept with a committed group about how its answer was produced (R26).
@@ -206,71 +183,6 @@ class RetainedRecord:
     verification: VerificationRecord | None = None
     #: Set when the turn stopped after its tools ran: the group holds what ran, not an answer.
     interruption: TurnInterruption | None = None
-
-
-class ControlKind(enum.StrEnum):
-    """What a control group records."""
-
-    #: ``HarnessRuntime.retract``: the last messages of the view leave it.
-    RETRACT = "retract"
-    #: ``HarnessRuntime.reset_view``: the view starts after this group; nothing before it is shown.
-    RESET_VIEW = "reset_view"
-
-
-@attrs.frozen(slots=True, order=True)
-class MessageRef:
-    """The position of one committed message: message ``index`` of group ``seq``."""
-
-    seq: int = attrs.field(validator=non_negative_int)
-    index: int = attrs.field(validator=non_negative_int)
-
-
-@attrs.frozen(slots=True)
-class HistoryControl:
-    """A control record: the one thing a control group holds (it has no messages).
-
-    ``reason`` is the host's, cut to 1,024 bytes. A retraction names the
-    messages it took out of the view in ``retracted`` (oldest first); they
-    stay committed, byte for byte, and ``read_history(view=False)`` returns
-    them. A view reset names nothing: every group before it is out of the view.
-    """
-
-    kind: ControlKind = attrs.field(converter=ControlKind)
-    reason: str = ""
-    retracted: tuple[MessageRef, ...] = attrs.field(default=(), converter=tuple_of_refs)
-
-
-@attrs.frozen(slots=True)
-class RetractedSpan:
-    """Messages out of the view, from message ``first_index`` of group ``first_seq`` on.
-
-    The span reaches up to and including every message of group ``last_seq``
-    (the control group of the retraction that made it).
-    """
-
-    first_seq: int = attrs.field(validator=non_negative_int)
-    first_index: int = attrs.field(validator=non_negative_int)
-    last_seq: int = attrs.field(validator=non_negative_int)
-
-    def covers(self, seq: int) -> bool:
-        """True when group ``seq`` has at least one message inside the span."""
-        return self.first_seq <= seq <= self.last_seq
-
-
-@attrs.frozen(slots=True)
-class ViewState:
-    """Which committed messages a session's view shows; kept in its snapshot, derived from its control groups.
-
-    The view is every message of the groups from ``start`` on (the group
-    after the latest view reset; 0 when there was none), except those in
-    ``spans`` (ascending, disjoint). ``retracted`` counts the messages
-    retractions took out of the current view. Nothing outside the view is
-    deleted: it is canonical history, read back with ``read_history(view=False)``.
-    """
-
-    start: int = attrs.field(default=0, validator=non_negative_int)
-    spans: tuple[RetractedSpan, ...] = attrs.field(default=(), converter=tuple_of_spans)
-    retracted: int = attrs.field(default=0, validator=non_negative_int)
 
 
 # A group is frozen, and a turn asks for its bytes many times (eviction
@@ -538,7 +450,7 @@ def _message_data(m: Message) -> dict[str, Any] | None:
         calls.append({"arguments": c.arguments, "id": c.id, "name": c.name})
     data = {
         "content": m.content,
-        "role": m.role._value_,  # (.value is a Python-level enum property)
+        "role": m.role,  # a Role is a str: JSON writes its text (.value is a Python-level property)
         "tool_call_id": m.tool_call_id,
         "tool_calls": calls,
     }
@@ -624,7 +536,7 @@ def _text_group_json(group: MessageGroup) -> bytes | None:
         if call_id is None:
             return None
         parts.append(
-            f'{{"content":{_json_string(content)},"role":{_json_string(m.role._value_)},'
+            f'{{"content":{_json_string(content)},"role":{_json_string(m.role)},'
             f'"tool_call_id":{call_id},"tool_calls":[]}}'
         )
     retained = group.retained

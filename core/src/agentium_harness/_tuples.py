@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._engine.history_records import HistoryGroup
-    from ._history import Message, MessageGroup, MessageRef, RetractedSpan, ToolCall
+    from ._history import Message, MessageGroup, ToolCall
+    from ._history_controls import MessageRef, RetractedSpan
     from ._ports.provider import SourceBlock, ToolSpec
     from ._ports.sessions import ArchivedDigest
     from ._ports.summary import Citation, CoverageGap

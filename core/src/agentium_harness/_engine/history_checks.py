@@ -205,7 +205,7 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
                 validate_id(message.tool_call_id, "tool_call_id")
             item: dict[str, Any] = {
                 "content": content,
-                "role": message.role._value_,  # (.value is a Python-level enum property)
+                "role": message.role,  # a Role is a str: JSON writes its text
                 "tool_call_id": message.tool_call_id,
                 "tool_calls": calls,
             }
