@@ -411,19 +411,24 @@ _HAND_BUILT: Final = (
 )
 
 
+def _usual(retained: RetainedRecord) -> bool:
+    """Whether ``retained`` is the usual record: exact types, no verification, no interruption."""
+    return (
+        type(retained) is RetainedRecord
+        and type(retained.scope) is Scope
+        and retained.verification is None
+        and retained.interruption is None
+    )
+
+
 def _retained_data(retained: RetainedRecord) -> Any:
     """The converter's data for ``retained``: by hand for the usual record, else by the converter.
 
     The usual record has no verification and no interruption (both left out when ``None``).
     """
-    scope = retained.scope
-    if (
-        type(retained) is not RetainedRecord
-        or type(scope) is not Scope
-        or retained.verification is not None
-        or retained.interruption is not None
-    ):
+    if not _usual(retained):
         return unstructure(retained)
+    scope = retained.scope
     return {
         "scope": {
             "project": scope.project,
@@ -555,14 +560,9 @@ def _text_group_json(group: MessageGroup) -> bytes | None:
 
 def _text_retained_json(retained: RetainedRecord) -> str | None:
     """The usual retained record's JSON text (see :func:`_text_group_json`), or ``None``."""
-    scope = retained.scope
-    if (
-        type(retained) is not RetainedRecord
-        or type(scope) is not Scope
-        or retained.verification is not None
-        or retained.interruption is not None
-    ):
+    if not _usual(retained):
         return None
+    scope = retained.scope
     fields = [
         _opt_text(scope.project),
         _opt_text(scope.repository),
