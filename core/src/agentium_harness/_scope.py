@@ -196,16 +196,12 @@ class Scope:
     def session_key(self) -> SessionKey:
         """The session this scope belongs to."""
         tenant, user, session = ids = (self.tenant, self.user, self.session)
-        key = _SESSION_KEYS.get(ids)
-        if key is not None and type(tenant) is str and type(user) is str and type(session) is str:
+        # Only exact str ids are remembered or looked up (a subclass may compare equal and differ).
+        exact = type(tenant) is str and type(user) is str and type(session) is str
+        if exact and (key := _SESSION_KEYS.get(ids)) is not None:
             return key
         key = SessionKey(tenant, user, session)
-        if (
-            type(tenant) is str
-            and type(user) is str
-            and type(session) is str
-            and not attrs.validators.get_disabled()
-        ):
+        if exact and not attrs.validators.get_disabled():
             if len(_SESSION_KEYS) >= _MAX_SESSION_KEYS:
                 _SESSION_KEYS.clear()
             _SESSION_KEYS[ids] = key

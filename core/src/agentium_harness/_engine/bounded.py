@@ -247,9 +247,8 @@ class _Call(Generic[T]):
 
     def wake_caller(self) -> None:
         """Wake the waiting caller now (asyncio): it checks whether the call ended, and waits again if not."""
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self.waiter is not None:
+            _wake(self.waiter)
 
     @staticmethod
     async def _discard(on_late: Callable[[T], Awaitable[None]], value: T) -> None:
