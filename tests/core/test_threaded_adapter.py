@@ -150,6 +150,45 @@ async def test_calls_never_use_the_connection_at_the_same_time() -> None:
     await store.aclose()
 
 
+async def test_a_call_waiting_behind_another_on_its_loop_is_refused_at_its_deadline_and_frees_its_place() -> (
+    None
+):
+    """The contended path: a second call on the same loop waits for the first (not in a thread), bounded.
+
+    The refusal names the adapter (the wait on the loop), not the connection
+    (the lock inside the worker thread): the wait really happened on the loop.
+    """
+    store = BlobStore()
+    await store.run(OpContext(), "warm up", lambda c: c.call("get", "k"))
+    client = store.opened[0]
+    client.gate.clear()  # the next call holds the adapter until the gate opens
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.run, OpContext(), "held", lambda c: c.call("put", "k", "held"))
+        for _ in range(500):
+            if client.active:
+                break
+            await anyio.sleep(0.01)
+        assert client.active == 1
+        started = time.monotonic()
+        with pytest.raises(OperationCancelledError, match="previous call on this adapter was still running"):
+            await store.run(OpContext.with_timeout(0.2), "next", lambda c: c.call("put", "k", "late"))
+        assert time.monotonic() - started < 2, "the wait must end at the deadline"
+        # A waiter whose caller is cancelled leaves the queue too.
+        with anyio.move_on_after(0.1) as scope:
+            await store.run(OpContext(), "cancelled", lambda c: c.call("put", "k", "cancelled"))
+        assert scope.cancelled_caught
+        client.gate.set()
+    # Neither refused call ran, and no token was lost: the next calls run at once, one at a time.
+    assert client.data == {"k": "held"}
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(
+                store.run, OpContext.with_timeout(5), "put", lambda c, i=i: c.call("put", f"n{i}", "v")
+            )
+    assert client.max_active == 1 and len(client.data) == 5
+    await store.aclose()
+
+
 async def test_aclose_is_idempotent_closes_once_and_refuses_later_calls() -> None:
     store = BlobStore()
     await store.run(OpContext(), "get", lambda c: c.call("get", "k"))
