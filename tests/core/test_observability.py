@@ -670,6 +670,31 @@ async def test_a_history_append_is_a_span_with_its_stages_under_it() -> None:
     assert not any(secret in x for x in texts(t.spans) for secret in (*CONTENT, *RAW_IDS))
 
 
+async def test_a_refused_history_write_is_a_failed_span_and_the_next_one_is_a_root_again() -> None:
+    """The history operation's span takes the error that leaves it, and its context is left either way."""
+    from agentium_harness import Message, Role, SessionConflictError
+
+    t = Telemetered()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=t.telemetry(),
+    )
+    messages = [Message(Role.USER, "one"), Message(Role.ASSISTANT, "two")]
+    async with runtime:
+        with pytest.raises(SessionConflictError):
+            await runtime.append(ANA, SESSION, messages, expected_revision=3)
+        await runtime.append(ANA, SESSION, messages)
+    refused, done = t.named("agentium.history.append")
+    assert refused.status.status_code is StatusCode.ERROR
+    assert (refused.attributes or {})["error.type"] == "SessionConflictError"
+    assert "agentium.commit_state" in (refused.attributes or {})
+    assert [e.name for e in refused.events] == ["exception"]
+    assert done.parent is None and done.status.status_code is not StatusCode.ERROR
+    assert all(parent_of(t.spans, s) is not refused for s in t.spans if s.start_time > refused.end_time)
+
+
 async def test_an_incomplete_session_close_and_its_diagnostics_are_warnings(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

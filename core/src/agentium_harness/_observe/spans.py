@@ -126,17 +126,14 @@ def _tracer(provider: Any) -> Any:
 class Active:
     """What one operation (a turn, a drain, a memory call) records through: tracer, instruments, settings."""
 
-    __slots__ = ("instruments", "settings", "tracer")
+    __slots__ = ("instruments", "on", "settings", "tracer")
 
     def __init__(self, tracer: Any, instruments: Instruments | None, settings: Resolved) -> None:
         self.tracer = tracer
         self.instruments = instruments
         self.settings = settings
-
-    @property
-    def on(self) -> bool:
-        """True when anything records."""
-        return self.tracer is not None or self.instruments is not None
+        #: True when anything records (set once: every span helper asks, and neither part changes).
+        self.on = tracer is not None or instruments is not None
 
 
 _ACTIVE: contextvars.ContextVar[Active | None] = contextvars.ContextVar("agentium_telemetry", default=None)

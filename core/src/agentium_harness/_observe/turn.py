@@ -10,11 +10,11 @@ recording, only the logging remains (one ``isEnabledFor`` per record).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from time import perf_counter
+from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from .._errors import AgentiumError
@@ -190,28 +190,50 @@ def traced_run(
     return cast(Callable[Concatenate[Any, Any, Any, P], Coroutine[Any, Any, R]], observed)
 
 
-@contextlib.contextmanager
-def traced_operation(
-    owner: object, kind: str, tenant: str, user: str, session: str
-) -> Iterator[Span | NullSpan]:
+class traced_operation:
     """The root span of a host operation other than a run (``agentium.history.append`` …) and its state.
 
     Its stages (load, commit, eviction, summary) become its children, under
-    the owner's telemetry settings, as in a run.
+    the owner's telemetry settings, as in a run. A class rather than a
+    ``contextmanager``: every history read and write opens one, and the
+    generator machinery was a measurable part of a short operation.
     """
-    settings = settings_of(owner)
-    active = begin(settings)
-    token = enter(active)
-    try:
+
+    __slots__ = ("_kind", "_owner", "_session", "_span", "_tenant", "_token", "_user")
+
+    def __init__(self, owner: object, kind: str, tenant: str, user: str, session: str) -> None:
+        self._owner = owner
+        self._kind = kind
+        self._tenant, self._user, self._session = tenant, user, session
+        self._span: Span | None = None
+        self._token: Any = None
+
+    def __enter__(self) -> Span | NullSpan:
+        settings = settings_of(self._owner)
+        active = begin(settings)
+        self._token = token = enter(active)
         if not active.on:
-            yield NULL
-            return
-        attributes = {"agentium.operation": kind, **_scope_attributes(settings, _Who(tenant, user), session)}
-        name = "agentium.history." + kind.replace(" ", "_")
-        with Span(active, name, INTERNAL_KIND, attributes) as span:
-            yield span
-    finally:
-        leave(token)
+            return NULL
+        try:
+            scope = _scope_attributes(settings, _Who(self._tenant, self._user), self._session)
+            attributes = {"agentium.operation": self._kind, **scope}
+            name = "agentium.history." + self._kind.replace(" ", "_")
+            span = Span(active, name, INTERNAL_KIND, attributes)
+            self._span = span.__enter__()
+        except BaseException:
+            leave(token)
+            raise
+        return span
+
+    def __exit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        span, self._span = self._span, None
+        try:
+            if span is not None:
+                span.__exit__(typ, exc, tb)
+        finally:
+            leave(self._token)
 
 
 class _Who:
