@@ -254,3 +254,46 @@ async def test_a_write_after_a_write_still_waits_for_another_writers_lock(
         assert loaded is not None and loaded.revision == revision + 1 and loaded.snapshot == newer
     finally:
         await store.aclose()
+
+
+async def test_every_write_by_another_store_is_read_however_many_loads_were_answered_between(
+    tmp_path: Path,
+) -> None:
+    # Loads answered from memory look at the file each time (one reused statement): a write by
+    # another connection after any number of them is read, and the next one after that too.
+    mine, other = CountingStore(_config(tmp_path)), SQLiteSessionStore(_config(tmp_path))
+    try:
+        revision = await mine.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        for marker in ("b", "c", "d"):
+            mine.threaded.clear()
+            for _ in range(3):
+                assert (await mine.load(KEY, OpContext())) is not None
+            assert mine.threaded == []
+            newer = _next(marker)
+            revision = await other.save(KEY, newer, revision, OpContext())
+            loaded = await mine.load(KEY, OpContext())
+            assert loaded is not None and loaded.revision == revision and loaded.snapshot == newer
+            assert mine.threaded == ["session load"]
+    finally:
+        await mine.aclose()
+        await other.aclose()
+
+
+async def test_a_load_answered_from_memory_leaves_no_read_open_on_the_file(tmp_path: Path) -> None:
+    # Its look at data_version ends its read at once: a checkpoint by another connection can
+    # still move every commit into the database file and empty the WAL.
+    store, other = SQLiteSessionStore(_config(tmp_path)), SQLiteSessionStore(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        await other.save(KEY, _next("b"), revision, OpContext())
+        for _ in range(3):
+            assert (await store.load(KEY, OpContext())) is not None
+        checkpointer = sqlite3.connect(str(tmp_path / "agentium.db"), isolation_level=None)
+        try:
+            busy, _, _ = checkpointer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            checkpointer.close()
+        assert busy == 0
+    finally:
+        await store.aclose()
+        await other.aclose()

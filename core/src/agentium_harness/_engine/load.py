@@ -134,8 +134,9 @@ def _checked(
     fence: bool,
 ) -> tuple[StoredSnapshot | None, SessionSnapshot]:
     """The store's answers for the fence and ``key`` checked (see :func:`load_session`)."""
-    if fence:
+    if fence and pending is not None:
         # Refused before the snapshot is even looked at, as when the fence was read on its own.
+        # No ledger at all (nearly every operation) is no erasure under way: nothing to check.
         refuse_if_erasing(key, pending)
     if stored is None:
         return None, SessionSnapshot(memory_scope=scope)

@@ -131,8 +131,10 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         # stand for and the connection's data_version when they were known to
         # be the row's: a load that finds the same revision and the same bytes
         # skips decoding, and one that finds the data_version unchanged skips
-        # the read (see ``load``). Bounded, least recently used first out.
-        self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot, int]] = OrderedDict()
+        # the read (see ``load``). The snapshot is kept as the StoredSnapshot a load hands back
+        # (frozen): loads of an unchanged row return that same object. Bounded, least recently
+        # used first out.
+        self._recent: OrderedDict[SessionKey, tuple[int, bytes, StoredSnapshot, int]] = OrderedDict()
         self._recent_bytes = 0
         # Sessions found to have no row, with the data_version then: the same shortcut for a
         # load that finds nothing (every turn reads the tenant's erasure fence, usually absent).
@@ -155,22 +157,26 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         never waits for it (see ``_peek_data_version``). Otherwise the row
         is read and checked as usual.
         """
-        with self._recent_lock:
+        lock = self._recent_lock
+        with lock:
             recent = self._recent.get(key)
-            absent = self._absent.get(key)
+            # A session is remembered with a row or without one, never both (``_drop`` first).
+            absent = self._absent.get(key) if recent is None else None
             epoch = self._epoch
         if recent is not None or absent is not None:
             ctx.raise_if_expired("session load")
             peeked = self._peek_data_version()
-            with self._recent_lock:
-                # Still what was remembered (no write of any row since, on any loop)?
-                if peeked is not None and self._epoch == epoch:
-                    if recent is not None and peeked == recent[3] and self._recent.get(key) is recent:
-                        self._recent.move_to_end(key)
-                        return StoredSnapshot(snapshot=recent[2], revision=recent[0])
-                    if absent is not None and peeked == absent and self._absent.get(key) == absent:
-                        self._absent.move_to_end(key)
-                        return None
+            if peeked is not None:
+                with lock:
+                    # Still what was remembered (no write of any row since, on any loop)?
+                    if self._epoch == epoch:
+                        if recent is not None:
+                            if peeked == recent[3] and self._recent.get(key) is recent:
+                                self._recent.move_to_end(key)
+                                return recent[2]
+                        elif peeked == absent and self._absent.get(key) == absent:
+                            self._absent.move_to_end(key)
+                            return None
 
         def work(conn: sqlite3.Connection) -> tuple[tuple[object, object] | None, int]:
             # One read transaction: the version, the session's row and its group rows all as of
@@ -206,8 +212,8 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
             # The row holds exactly the bytes this store last wrote or decoded
             # for this revision, so decoding them again would give an equal
             # snapshot: hand back that one (its groups keep their encodings).
-            self._remember(epoch, key, revision, recent[1], recent[2], version)
-            return StoredSnapshot(snapshot=recent[2], revision=revision)
+            self._remember(epoch, key, revision, recent[1], recent[2].snapshot, version)
+            return recent[2]
         # Defence in depth (the engine checks too): a flipped bit that still
         # decodes fails here, before it can reach a model or be re-archived.
         with self._recent_lock:
@@ -224,7 +230,8 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
             self._drop(key)
             if self._epoch != epoch or len(data) > RECENT_BYTES:
                 return
-            self._recent[key] = (revision, data, snapshot, version)
+            stored = StoredSnapshot(snapshot=snapshot, revision=revision)  # what its loads hand back
+            self._recent[key] = (revision, data, stored, version)
             self._recent_bytes += len(data)
             while self._recent_bytes > RECENT_BYTES:
                 _, (_, dropped, _, _) = self._recent.popitem(last=False)
