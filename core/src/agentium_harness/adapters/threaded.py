@@ -96,10 +96,21 @@ T = TypeVar("T")
 
 #: Worker threads of the asyncio hop (see :func:`_hop`): as many as anyio's default thread limiter.
 _WORKERS = 40
-# The pool and the process that made it: a child forked after the pool was used has none of its
-# threads, so it makes a pool of its own.
-_executor: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+# The pool, made on first use. A child forked after the pool was used has none of its threads, so
+# it forgets the pool (and the lock, which a thread of the parent may have held) and makes its own.
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
+
+
+def _forget_pool_in_child() -> None:
+    global _executor, _executor_lock
+    _executor = None
+    _executor_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # no fork, and no hook, on Windows
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
+
 # In a worker thread of the asyncio hop: the call it runs (whether its caller stopped waiting).
 _running = threading.local()
 
@@ -141,15 +152,13 @@ def _resolve(
 
 def _workers() -> concurrent.futures.ThreadPoolExecutor:
     global _executor  # one pool per process, made on first use
-    pid = os.getpid()
     made = _executor
-    if made is not None and made[0] == pid:
-        return made[1]
+    if made is not None:
+        return made
     with _executor_lock:
-        if _executor is None or _executor[0] != pid:
-            pool = concurrent.futures.ThreadPoolExecutor(_WORKERS, thread_name_prefix="agentium-adapter")
-            _executor = (pid, pool)
-        return _executor[1]
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(_WORKERS, thread_name_prefix="agentium-adapter")
+        return _executor
 
 
 def host_task_cancelled() -> bool:
