@@ -145,9 +145,12 @@ class OpContext:
     @property
     def expired(self) -> bool:
         """True if cancelled or past the deadline."""
-        if self.signal.cancelled:
+        signal = self.signal
+        if signal.cancelled:
             return True
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        # A deadline the signal carries too (``with_timeout``) was just checked by it.
+        deadline = self.deadline
+        return deadline is not None and deadline != signal._deadline and time.monotonic() >= deadline
 
     def raise_if_expired(self, operation: str) -> None:
         """Raise :class:`~agentium_harness._errors.OperationCancelledError` if cancelled or past the deadline.
@@ -155,14 +158,17 @@ class OpContext:
         Adapters call this before starting work (and between steps where they
         can), so refused work writes nothing.
         """
-        if self.signal.cancelled:
+        signal = self.signal
+        if signal.cancelled:
             from .._errors import OperationCancelledError  # errors must stay importable without ports
 
-            reason = self.signal.reason or "cancelled"
+            reason = signal.reason or "cancelled"
             raise OperationCancelledError(
                 f"{operation} refused: the operation was cancelled ({reason})", reason
             )
-        if self.expired:
+        # What ``expired`` adds to the signal's own answer, without asking the signal twice.
+        deadline = self.deadline
+        if deadline is not None and deadline != signal._deadline and time.monotonic() >= deadline:
             # Imported only to raise: an import statement on every check costs more than the check.
             from .._errors import OperationCancelledError
 
