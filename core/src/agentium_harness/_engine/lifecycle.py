@@ -18,7 +18,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import attrs
@@ -346,11 +346,7 @@ class Admission:
         If shutdown cancels the operation, the block's cancellation surfaces
         as :class:`RuntimeClosedError` and nothing was committed.
         """
-        return Admitted(
-            lambda: self._enter(key, kind),
-            self._leave,
-            f"the {kind} was cancelled because the runtime closed; nothing was committed",
-        )
+        return Admitted(self._enter, (key, kind), self._leave, kind, _CANCELLED)
 
     def _enter(self, key: SessionKey, kind: str) -> Ticket:
         ticket = self._new_ticket(key, kind)
@@ -389,9 +385,7 @@ class Admission:
         cancellation surfaces as :class:`RuntimeClosedError` too.
         """
         return Admitted(
-            lambda: self._enter_shared(key, kind, op_timeout_s),
-            self._leave_shared,
-            f"the {kind} was cancelled because the runtime closed",
+            self._enter_shared, (key, kind, op_timeout_s), self._leave_shared, kind, _CANCELLED_SHARED
         )
 
     def _enter_shared(self, key: SessionKey | None, kind: str, op_timeout_s: float | None) -> Ticket:
@@ -464,29 +458,44 @@ class Admission:
         return [t for t in tickets if not t.done.is_set()]
 
 
+# What a shutdown's cancellation of an admitted operation says (see :class:`Admitted`).
+_CANCELLED = "the {kind} was cancelled because the runtime closed; nothing was committed"
+_CANCELLED_SHARED = "the {kind} was cancelled because the runtime closed"
+
+
 class Admitted:
     """One admission, as an ``async with`` block (what :meth:`Admission.admit` returns).
 
-    Entering admits the operation (``enter`` checks and registers its ticket,
-    raising if refused) and enters the ticket's cancel scope; leaving exits the
-    scope, turns a cancellation it caught (shutdown) into
-    :class:`RuntimeClosedError` and always unregisters the ticket (``leave``).
-    A class rather than an ``asynccontextmanager``: every history read and
-    write is admitted, and the generator machinery was a measurable part of a
-    short operation.
+    Entering admits the operation (``enter(*args)`` checks and registers its
+    ticket, raising if refused) and enters the ticket's cancel scope; leaving
+    exits the scope, turns a cancellation it caught (shutdown) into
+    :class:`RuntimeClosedError` (``cancelled`` formatted with ``kind``) and
+    always unregisters the ticket (``leave``). A class rather than an
+    ``asynccontextmanager``: every history read and write is admitted, and the
+    generator machinery was a measurable part of a short operation; the
+    message is formatted only when it is raised.
     """
 
-    __slots__ = ("_cancelled", "_enter", "_leave", "_ticket")
+    __slots__ = ("_args", "_cancelled", "_enter", "_kind", "_leave", "_ticket")
 
     _ticket: Ticket
 
-    def __init__(self, enter: Callable[[], Ticket], leave: Callable[[Ticket], None], cancelled: str) -> None:
+    def __init__(
+        self,
+        enter: Callable[..., Ticket],
+        args: tuple[Any, ...],
+        leave: Callable[[Ticket], None],
+        kind: str,
+        cancelled: str,
+    ) -> None:
         self._enter = enter
+        self._args = args
         self._leave = leave
+        self._kind = kind
         self._cancelled = cancelled
 
     async def __aenter__(self) -> Ticket:
-        ticket = self._enter()
+        ticket = self._enter(*self._args)
         try:
             ticket.cancel_scope.__enter__()
         except BaseException:
@@ -502,7 +511,7 @@ class Admitted:
         try:
             swallowed = bool(ticket.cancel_scope.__exit__(typ, exc, tb))
             if ticket.cancel_scope.cancelled_caught:
-                raise RuntimeClosedError(self._cancelled)
+                raise RuntimeClosedError(self._cancelled.format(kind=self._kind))
             return swallowed
         finally:
             self._leave(ticket)
