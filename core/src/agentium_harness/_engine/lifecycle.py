@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -208,15 +209,18 @@ class Ticket:
         ctx = OpContext.with_timeout(
             timeout, parent=self.signal, remaining_bytes=remaining_bytes, remaining_tokens=remaining_tokens
         )
+        late, key = self.late, self.key
+        # Partials rather than closures: calling one adds no Python frame (every adapter call).
+        on_abandon = None if late is None or key is None else partial(late.add, key, operation)
         # The call's span is current while it runs, so an instrumented client's spans nest under it.
         with observe.adapter_call(operation) if traced else observe.NULL as span:
             try:
                 value = await bounded(
-                    lambda: work(ctx),
+                    partial(work, ctx),
                     timeout,
-                    on_deadline=lambda: ctx.signal.cancel("deadline passed"),
+                    on_deadline=partial(ctx.signal.cancel, "deadline passed"),
                     on_late=on_late,
-                    on_abandon=self._abandoned_call(operation),
+                    on_abandon=on_abandon,
                 )
             except Overrun as over:
                 if over.abandoned:
@@ -229,12 +233,6 @@ class Ticket:
                 raise
             span.result(value)
             return value
-
-    def _abandoned_call(self, operation: str) -> Callable[[ThreadSafeEvent], None] | None:
-        late, key = self.late, self.key
-        if late is None or key is None:
-            return None
-        return lambda finished: late.add(key, operation, finished)
 
     def abandonment_diagnostics(self) -> list[Diagnostic]:
         """One ``call_abandoned`` warning per call this operation walked away from."""
