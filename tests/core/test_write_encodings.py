@@ -214,6 +214,9 @@ def test_archive_marks_carried_over_keep_their_text_and_equal_the_plain_encoding
         assert _MARKS.get(id(mark)) in (None, canonical_json(unstructure(mark)))
     snapshot = SessionSnapshot(Scope("t", "u", "s"), len(times), len(times), archived=marks)
     assert snapshot_bytes(snapshot) == _plain(snapshot)
+    # The same marks in a tuple of their own (not the one the adds made) take the per-mark text.
+    again = SessionSnapshot(Scope("t", "u", "s"), len(times), len(times), archived=list(marks))
+    assert snapshot_bytes(again) == _plain(again)
     for mark in marks:
         assert _MARKS[id(mark)] == canonical_json(unstructure(mark))
 
@@ -262,6 +265,43 @@ def test_adding_archive_marks_keeps_the_rule(steps: list[tuple[int, int]]) -> No
         marks = add_archive_mark(marks, below, when)
         expected = _reference_marks(expected, below, when)
         assert [(m.below, m.at) for m in marks] == [(m.below, m.at) for m in expected]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-3, 5),
+            st.sampled_from(["next"] * 12 + ["same", "zone", "back"]),
+        ),
+        min_size=30,
+        max_size=90,
+    )
+)
+def test_marks_added_turn_after_turn_keep_the_rule_and_the_plain_bytes(steps: list[tuple[int, str]]) -> None:
+    # What commits do: each adds one mark past the last (a new boundary), to the marks carried over
+    # from the snapshot before; past 32 one goes. Gaps repeat, times go back, some are in another
+    # zone, some boundaries stay or move back: the marks and the bytes must be what the rule and
+    # the plain encoding give, turn after turn.
+    from datetime import timezone
+
+    marks: tuple[ArchiveMark, ...] | None = None
+    expected: tuple[ArchiveMark, ...] | None = None
+    below, when = 0, datetime(2026, 1, 1, tzinfo=UTC)
+    for step, kind in steps:
+        below = max(1, below + {"next": 1, "zone": 1, "same": 0, "back": -3}[kind])
+        when += timedelta(seconds=step, microseconds=step * 7)
+        at = when.astimezone(timezone(timedelta(hours=2))) if kind == "zone" else when
+        before, marks = marks, add_archive_mark(marks, below, at)
+        expected = _reference_marks(expected, below, at)
+        assert [(m.below, m.at) for m in marks] == [(m.below, m.at) for m in expected]
+        if kind == "same":  # a retried commit: the same marks get the same mark again
+            again = add_archive_mark(before, below, at)
+            assert [(m.below, m.at) for m in again] == [(m.below, m.at) for m in expected]
+        snapshot = SessionSnapshot(Scope("t", "u", "s"), below, below, archived=marks)
+        assert snapshot_bytes(snapshot) == _plain(snapshot)
+        sealed = seal_snapshot(snapshot)
+        assert snapshot_header(sealed) == _plain(attrs.evolve(sealed, resident=()))
 
 
 # -- groups: encoded once, by hand, exactly as the converter and canonical_json would ------------

@@ -14,17 +14,17 @@ import hashlib
 import operator
 import weakref
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any, ClassVar, Final, cast
 
 import attrs
 
-from .._codec import canonical_json, digest_bytes, from_json, iso_utc, unstructure
+from .._codec import canonical_json, digest_bytes, from_json, unstructure
 from .._errors import RecordDecodeError, SnapshotCorruptError
 from .._history import MessageGroup, ViewState
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
 from .._validators import int_tuple
+from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark, listed_marks_text, mark_text
 from .erasure import ErasedSession, ErasureLedger, SeqRange
 from .summary import SummaryState
 
@@ -76,42 +76,11 @@ class ArchivedDigest:
     digest: str
 
 
-#: Most archive marks a snapshot keeps (:attr:`SessionSnapshot.archived`).
-MAX_ARCHIVE_MARKS: Final = 32
-
-
-@attrs.frozen(slots=True)
-class ArchiveMark:
-    """Every group of the session below ``below`` was archived at ``at`` or earlier (retention by age)."""
-
-    below: int
-    at: datetime
-
-
 def _marks(value: Iterable[ArchiveMark] | None) -> tuple[ArchiveMark, ...] | None:
     if value is None:
         return None
     marks = tuple(value)
     return marks or None
-
-
-def add_archive_mark(
-    marks: tuple[ArchiveMark, ...] | None, below: int, at: datetime
-) -> tuple[ArchiveMark, ...]:
-    """``marks`` and one for a boundary moved to ``below`` at ``at``; at most :data:`MAX_ARCHIVE_MARKS`.
-
-    When there are too many, the mark closest in time to the next one is
-    dropped: the groups it covered take the next mark's (later) time, so a
-    group may look younger than it is, never older — retention by age keeps
-    it a little longer rather than erasing it early.
-    """
-    kept = [m for m in (marks or ()) if m.below < below]
-    kept.append(ArchiveMark(below, at))
-    while len(kept) > MAX_ARCHIVE_MARKS:
-        times = [m.at for m in kept]
-        gaps = list(map(operator.sub, times[1:], times[:-1]))
-        del kept[gaps.index(min(gaps))]  # the first of equal gaps, as ``min`` over ``(gap, index)``
-    return tuple(kept)
 
 
 def _erased_ranges(value: Iterable[SeqRange] | None) -> tuple[SeqRange, ...] | None:
@@ -245,40 +214,10 @@ def _part_bytes(part: object) -> bytes:
     key = id(part)
     data = _MARKS.get(key)
     if data is None:
-        if (
-            type(part) is ArchiveMark
-            and type(part.below) is int
-            and isinstance(part.at, datetime)
-            and part.at.utcoffset() is not None
-        ):
-            # What the converter writes for a mark (an aware time as fixed-width UTC text, which
-            # JSON never escapes), without building the dict and encoding it.
-            data = b'{"at":"%s","below":%d}' % (_utc_text(part.at), part.below)
-        else:
-            data = canonical_json(unstructure(part))
+        data = mark_text(part) if type(part) is ArchiveMark else canonical_json(unstructure(part))
         _MARKS[key] = data
         _PART_REFS[key] = weakref.ref(part, lambda _, key=key: _forget_part(key))  # type: ignore[misc]
     return data
-
-
-def _utc_text(at: datetime) -> bytes:
-    """:func:`~agentium_harness._codec.iso_utc` of an aware ``at``, as ASCII bytes.
-
-    A time already in UTC (every mark a commit adds: ``datetime.now(UTC)``) is
-    formatted field by field, as ``isoformat`` does (the year padded to four
-    digits), without converting it and copying it twice first.
-    """
-    if type(at) is datetime and at.tzinfo is UTC:
-        return b"%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (
-            at.year,
-            at.month,
-            at.day,
-            at.hour,
-            at.minute,
-            at.second,
-            at.microsecond,
-        )
-    return iso_utc(at).encode("ascii")
 
 
 # The canonical text of a memory scope, by value (a run's scope is a new object each turn, equal to
@@ -308,6 +247,19 @@ def _plain_head(snapshot: SessionSnapshot) -> bytes:
     return canonical_json(data)
 
 
+def _marks_text(marks: tuple[ArchiveMark, ...]) -> bytes:
+    """The marks' text in a snapshot's encoding, without the brackets: joined from listed or cached parts."""
+    listed = listed_marks_text(marks)
+    if listed is not None:
+        return listed
+    # Most marks were carried over from the last snapshot: their text is cached.
+    found = list(map(_MARKS.get, map(id, marks)))
+    while None in found:  # a new mark (one a turn, the last): found at C speed, not by a loop
+        at = found.index(None)
+        found[at] = _part_bytes(marks[at])
+    return b",".join(cast("list[bytes]", found))
+
+
 def _head(snapshot: SessionSnapshot) -> bytes:
     """The canonical bytes of ``snapshot`` with ``"resident":[]`` in place of its groups.
 
@@ -332,14 +284,7 @@ def _head(snapshot: SessionSnapshot) -> bytes:
         return _plain_head(s)
     parts = [b"{"]
     if s.archived is not None:
-        # Most marks were carried over from the last snapshot: their text is listed.
-        marks = s.archived
-        found = list(map(_MARKS.get, map(id, marks)))
-        while None in found:  # a new mark (one a turn, the last): found at C speed, not by a loop
-            at = found.index(None)
-            found[at] = _part_bytes(marks[at])
-        texts = cast("list[bytes]", found)
-        parts += (b'"archived":[', b",".join(texts), b"],")
+        parts += (b'"archived":[', _marks_text(s.archived), b"],")
     parts.append(b'"boundary":%d,"digest":' % boundary)
     parts.append(b"null" if digest is None else canonical_json(digest))
     parts.append(b',"divergence":')
