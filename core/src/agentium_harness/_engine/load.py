@@ -64,26 +64,20 @@ async def load_session(
     erasure under way covers (:class:`~agentium_harness._errors.ErasureInProgressError`).
     """
     with observe.stage("load") as span:
-        stored, snap = await _load_checked(
-            ticket, store, key, scope, attest_legacy=attest_legacy, fence=fence
-        )
+        # The tenant's erasures under way (with ``fence``) and ``key``'s snapshot are both read
+        # from the store, fence first, under one deadline: one bounded call (a task and a timer)
+        # for the two, each read keeping its span (``agentium.erasure.fence``,
+        # ``agentium.session.load``). Written out here, not in helpers: a coroutine a layer.
+        if fence:
+            pending, found = await ticket.call(
+                "session load", lambda ctx: _fence_and_session(ctx, store, key), traced=False
+            )
+        else:
+            pending, found = None, await ticket.call("session load", lambda ctx: store.load(key, ctx))
+        stored, snap = _checked(key, scope, pending, found, attest_legacy=attest_legacy, fence=fence)
         span.set("agentium.snapshot.revision", stored.revision if stored is not None else 0)
         span.set("agentium.resident.groups", len(snap.resident))
         return stored, snap
-
-
-async def _read(
-    ticket: Ticket, store: SessionStore, key: SessionKey, *, fence: bool
-) -> tuple[object, object]:
-    """What the store holds for the tenant's erasures under way (with ``fence``) and for ``key``.
-
-    Both are read from the store, fence first, under one deadline: one
-    bounded call (a task and a timer) for the two, where each had its own.
-    Each read keeps its span (``agentium.erasure.fence``, ``agentium.session.load``).
-    """
-    if not fence:
-        return None, await ticket.call("session load", lambda ctx: store.load(key, ctx))
-    return await ticket.call("session load", lambda ctx: _fence_and_session(ctx, store, key), traced=False)
 
 
 async def _fence_and_session(ctx: OpContext, store: SessionStore, key: SessionKey) -> tuple[object, object]:
@@ -109,19 +103,6 @@ async def load_in_call(
         span.set("agentium.snapshot.revision", loaded[0].revision if loaded[0] is not None else 0)
         span.set("agentium.resident.groups", len(loaded[1].resident))
         return loaded
-
-
-async def _load_checked(
-    ticket: Ticket,
-    store: SessionStore,
-    key: SessionKey,
-    scope: Scope | None,
-    *,
-    attest_legacy: bool,
-    fence: bool,
-) -> tuple[StoredSnapshot | None, SessionSnapshot]:
-    pending, stored = await _read(ticket, store, key, fence=fence)
-    return _checked(key, scope, pending, stored, attest_legacy=attest_legacy, fence=fence)
 
 
 def _checked(
