@@ -157,26 +157,24 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         never waits for it (see ``_peek_data_version``). Otherwise the row
         is read and checked as usual.
         """
-        lock = self._recent_lock
-        with lock:
+        with self._recent_lock:
+            # All under the lock: what this store remembers cannot change (no write of any row can
+            # begin, on any loop) between the look at it and the answer. The peek never waits.
             recent = self._recent.get(key)
-            # A session is remembered with a row or without one, never both (``_drop`` first).
-            absent = self._absent.get(key) if recent is None else None
+            if recent is not None:
+                ctx.raise_if_expired("session load")
+                if self._peek_data_version() == recent[3]:  # None (not now) never equals it
+                    self._recent.move_to_end(key)
+                    return recent[2]
+            else:
+                # A session is remembered with a row or without one, never both (``_drop`` first).
+                absent = self._absent.get(key)
+                if absent is not None:
+                    ctx.raise_if_expired("session load")
+                    if self._peek_data_version() == absent:
+                        self._absent.move_to_end(key)
+                        return None
             epoch = self._epoch
-        if recent is not None or absent is not None:
-            ctx.raise_if_expired("session load")
-            peeked = self._peek_data_version()
-            if peeked is not None:
-                with lock:
-                    # Still what was remembered (no write of any row since, on any loop)?
-                    if self._epoch == epoch:
-                        if recent is not None:
-                            if peeked == recent[3] and self._recent.get(key) is recent:
-                                self._recent.move_to_end(key)
-                                return recent[2]
-                        elif peeked == absent and self._absent.get(key) == absent:
-                            self._absent.move_to_end(key)
-                            return None
 
         def work(conn: sqlite3.Connection) -> tuple[tuple[object, object] | None, int]:
             # One read transaction: the version, the session's row and its group rows all as of
