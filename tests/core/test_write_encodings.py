@@ -618,6 +618,28 @@ def test_plain_items_are_checked_at_once_and_its_bounds_are_the_parts_bounds() -
         check_messages_encoded([too_deep, result])
 
 
+def test_a_payload_that_contains_itself_is_refused_in_the_one_by_one_checks_words() -> None:
+    # The check at once encodes without the encoder's record of open containers: a value that
+    # contains itself must make it give way, and the one-by-one check refuse it in its words.
+    looped: dict[str, Any] = {"a": [1]}
+    looped["a"].append(looped)
+    calls: dict[str, Any] = {"x": []}
+    calls["x"].append(calls)
+    for messages in (
+        [Message(Role.USER, "x", payload=looped, payload_format="x/v1")],
+        [
+            Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "t", calls),)),
+            Message(Role.TOOL, "r", tool_call_id="c1"),
+        ],
+    ):
+        assert _checked_at_once(messages) is None
+        expected = _one_by_one(messages)
+        assert isinstance(expected[0], type) and "Circular reference detected" in str(expected[1])
+        with pytest.raises(InvalidPayloadError) as refused:
+            check_messages_encoded(messages)
+        assert (type(refused.value), str(refused.value)) == expected
+
+
 OPT_TEXT = st.one_of(st.none(), TEXT, st.just("a\ud800"), st.integers(0, 3))
 
 

@@ -11,8 +11,10 @@ after the call cannot change what was committed.
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds
@@ -69,6 +71,45 @@ MAX_REASON_BYTES: Final = 1024
 _FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*")
 #: Payload formats found well formed (exact str; at most 64 kept): not matched again.
 _KNOWN_FORMATS: set[str] = set()
+
+
+def _not_json(value: object) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _fast_codec() -> tuple[Callable[[Any], str], Callable[[str], Any]] | None:
+    """The C encoder and scanner canonical JSON runs on, built once, for the check at once.
+
+    :func:`canonical_json` runs ``json``'s C encoder with these settings (sorted keys, compact,
+    ``ensure_ascii=False``, ``allow_nan=False``), built again by ``JSONEncoder.iterencode`` on
+    every call, and ``json.loads`` runs the C scanner behind Python-level wrappers. The check at
+    once calls both directly: the same text both ways. The one difference is that this encoder
+    keeps no record of the containers it is inside (``check_circular``): a value that contains
+    itself fails with a ``RecursionError`` here instead of ``ValueError``, and like any failure
+    of the check at once it leaves the messages to the one-by-one check, which says what is
+    wrong in its own words. ``None`` without the C parts (then ``canonical_json`` is used).
+    """
+    # Not in the stubs (the C accelerators are an implementation detail of json): read as Any.
+    make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+    make_scanner: Any = getattr(json.scanner, "c_make_scanner", None)
+    if make_encoder is None or make_scanner is None:  # pragma: no cover - CPython has both
+        return None
+    encoder = make_encoder(None, _not_json, encode_basestring, None, ":", ",", True, False, False)
+    scan: Callable[[str, int], tuple[Any, int]] = make_scanner(json.JSONDecoder())
+
+    def encode(value: Any) -> str:
+        return "".join(encoder(value, 0))
+
+    def decode(text: str) -> Any:
+        value, end = scan(text, 0)
+        if end != len(text):
+            raise ValueError("extra data")  # never for the encoder's text; refused to be sure
+        return value
+
+    return encode, decode
+
+
+_FAST: Final = _fast_codec()
 
 
 def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) -> Any:
@@ -220,10 +261,11 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
                 item["payload"] = payload
                 item["payload_format"] = payload_format
             data.append(item)
-        encoded = canonical_json(data)
+        written = canonical_json(data).decode("utf-8") if _FAST is None else _FAST[0](data)
+        encoded = written.encode("utf-8")  # a lone surrogate fails here, as in canonical_json
         if len(encoded) > MAX_PAYLOAD_BYTES or json_depth_exceeds(encoded, MAX_ARGUMENT_DEPTH + 2):
             return None
-        copies = json.loads(encoded)
+        copies = json.loads(written) if _FAST is None else _FAST[1](written)
         checked = []
         for message, item, copy in zip(messages, data, copies, strict=True):
             assert isinstance(message, Message)

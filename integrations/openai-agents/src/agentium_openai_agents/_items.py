@@ -51,7 +51,7 @@ def _text_of_parts(parts: object) -> str:
     for part in parts:
         if isinstance(part, str):
             texts.append(part)
-        elif isinstance(part, Mapping):
+        elif type(part) is dict or isinstance(part, Mapping):  # a dict without the ABC's Python-level check
             text = part.get("text", part.get("refusal"))
             if isinstance(text, str):
                 texts.append(text)
@@ -60,34 +60,31 @@ def _text_of_parts(parts: object) -> str:
     return "\n".join(texts)
 
 
-def _readable(item: Mapping[str, Any]) -> str:
-    """A short, readable text for ``item`` (its kind and its words), never its raw JSON."""
-    kind = item.get("type")
-    if "role" in item and kind in (None, "message"):
-        return _text_of_parts(item.get("content"))
-    if kind == "function_call":
-        return f"[function_call {item.get('name', '?')}] {item.get('arguments', '')}"
-    if isinstance(kind, str) and kind.endswith("_output"):
-        output = item.get("output")
-        text = output if isinstance(output, str) else _text_of_parts(output)
-        if not text and output is not None:
-            text = json.dumps(output, ensure_ascii=False, allow_nan=False, default=str)[:MAX_CONTENT_CHARS]
-        return f"[{kind} {item.get('call_id', '?')}] {text}"
-    if kind == "reasoning":
-        return "[reasoning] " + _text_of_parts(item.get("summary"))
-    return f"[{kind if isinstance(kind, str) else 'item'}]"
+def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
+    """The item's role, and a short, readable text for it (its kind and its words), never its raw JSON.
 
-
-def _role(item: Mapping[str, Any]) -> Role:
+    One function for both (each reads the item's ``type``): every appended item is read so.
+    """
     kind = item.get("type")
     role = item.get("role")
-    if isinstance(role, str) and kind in (None, "message"):
-        mapped = _MESSAGE_ROLES.get(role)
-        if mapped is not None:
-            return mapped
-    if isinstance(kind, str) and kind.endswith("_output"):
-        return Role.USER
-    return Role.ASSISTANT
+    message = kind in (None, "message")
+    output = isinstance(kind, str) and kind.endswith("_output")
+    mapped = _MESSAGE_ROLES.get(role) if isinstance(role, str) and message else None
+    if mapped is None:
+        mapped = Role.USER if output else Role.ASSISTANT
+    if "role" in item and message:
+        return mapped, _text_of_parts(item.get("content"))
+    if kind == "function_call":
+        return mapped, f"[function_call {item.get('name', '?')}] {item.get('arguments', '')}"
+    if output:
+        produced = item.get("output")
+        text = produced if isinstance(produced, str) else _text_of_parts(produced)
+        if not text and produced is not None:
+            text = json.dumps(produced, ensure_ascii=False, allow_nan=False, default=str)[:MAX_CONTENT_CHARS]
+        return mapped, f"[{kind} {item.get('call_id', '?')}] {text}"
+    if kind == "reasoning":
+        return mapped, "[reasoning] " + _text_of_parts(item.get("summary"))
+    return mapped, f"[{kind if isinstance(kind, str) else 'item'}]"
 
 
 def item_to_message(item: object) -> Message:
@@ -97,16 +94,16 @@ def item_to_message(item: object) -> Message:
     tuples, no non-string keys…) is checked by ``HarnessRuntime.append``,
     which refuses the whole call with ``InvalidPayloadError`` otherwise.
     """
-    if not isinstance(item, Mapping):
+    if type(item) is not dict and not isinstance(item, Mapping):  # a dict: no ABC check (Python-level)
         raise ForeignItemError(
             f"an SDK item is a mapping (a Responses API input item), got {type(item).__name__}; "
             "pass the items the SDK gives you, or build dicts"
         )
-    text = _readable(item)
+    role, text = _role_and_text(item)
     if len(text) > MAX_CONTENT_CHARS:
         text = text[: MAX_CONTENT_CHARS - 1] + "…"
     # The payload is passed as given: append() checks and copies it (and refuses it whole).
-    return Message(_role(item), text, payload=item, payload_format=ITEM_FORMAT)
+    return Message(role, text, payload=item, payload_format=ITEM_FORMAT)
 
 
 def _copy_dict(value: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,131 @@
+"""item_to_message: the role and readable content of every kind of SDK item, held to a reference."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentium_harness import Message, Role
+from agentium_openai_agents import ITEM_FORMAT, MAX_CONTENT_CHARS, item_to_message
+
+# The mapping as item_to_message wrote it before it read role and text in one pass (with the
+# ABC's isinstance for every mapping): the reference it must keep to, item for item.
+_ROLES = {"user": Role.USER, "assistant": Role.ASSISTANT, "system": Role.SYSTEM, "developer": Role.SYSTEM}
+
+
+def _parts(parts: object) -> str:
+    if isinstance(parts, str):
+        return parts
+    if not isinstance(parts, list):
+        return ""
+    texts: list[str] = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, Mapping):
+            text = part.get("text", part.get("refusal"))
+            if isinstance(text, str):
+                texts.append(text)
+            elif isinstance(part.get("type"), str):
+                texts.append(f"[{part['type']}]")
+    return "\n".join(texts)
+
+
+def _readable(item: Mapping[str, Any]) -> str:
+    kind = item.get("type")
+    if "role" in item and kind in (None, "message"):
+        return _parts(item.get("content"))
+    if kind == "function_call":
+        return f"[function_call {item.get('name', '?')}] {item.get('arguments', '')}"
+    if isinstance(kind, str) and kind.endswith("_output"):
+        output = item.get("output")
+        text = output if isinstance(output, str) else _parts(output)
+        if not text and output is not None:
+            text = json.dumps(output, ensure_ascii=False, allow_nan=False, default=str)[:MAX_CONTENT_CHARS]
+        return f"[{kind} {item.get('call_id', '?')}] {text}"
+    if kind == "reasoning":
+        return "[reasoning] " + _parts(item.get("summary"))
+    return f"[{kind if isinstance(kind, str) else 'item'}]"
+
+
+def _role(item: Mapping[str, Any]) -> Role:
+    kind = item.get("type")
+    role = item.get("role")
+    if isinstance(role, str) and kind in (None, "message"):
+        mapped = _ROLES.get(role)
+        if mapped is not None:
+            return mapped
+    if isinstance(kind, str) and kind.endswith("_output"):
+        return Role.USER
+    return Role.ASSISTANT
+
+
+def _reference(item: Mapping[str, Any]) -> Message:
+    text = _readable(item)
+    if len(text) > MAX_CONTENT_CHARS:
+        text = text[: MAX_CONTENT_CHARS - 1] + "…"
+    return Message(_role(item), text, payload=item, payload_format=ITEM_FORMAT)
+
+
+WORDS = st.text(max_size=6)
+KINDS = st.one_of(
+    st.none(),
+    st.sampled_from(
+        ["message", "function_call", "function_call_output", "computer_call_output", "reasoning"]
+    ),
+    st.sampled_from(["web_search_call", "_output", "output", "item_reference"]),
+    st.integers(0, 2),
+)
+ROLES = st.one_of(
+    st.sampled_from(["user", "assistant", "system", "developer", "tool", "User"]), st.integers(0, 1)
+)
+PART = st.one_of(
+    WORDS,
+    st.integers(0, 3),
+    st.builds(
+        MappingProxyType,  # a part that is a mapping but no dict
+        st.fixed_dictionaries({}, optional={"type": st.just("output_text"), "text": WORDS, "refusal": WORDS}),
+    ),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.one_of(st.sampled_from(["output_text", "input_image", "refusal"]), st.integers(0, 1)),
+            "text": st.one_of(WORDS, st.none(), st.integers(0, 1)),
+            "refusal": st.one_of(WORDS, st.none()),
+        },
+    ),
+)
+CONTENT = st.one_of(
+    WORDS,
+    st.none(),
+    st.integers(0, 3),
+    st.lists(PART, max_size=3),
+    st.integers(16_380, 16_390).map(lambda n: "é" * n),
+)
+ITEMS = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": KINDS,
+        "role": ROLES,
+        "content": CONTENT,
+        "name": WORDS,
+        "arguments": WORDS,
+        "call_id": WORDS,
+        "output": st.one_of(CONTENT, st.dictionaries(WORDS, st.integers(), max_size=2), st.just([])),
+        "summary": st.lists(PART, max_size=2),
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ITEMS, st.booleans())
+def test_item_to_message_gives_each_item_its_role_and_readable_content(
+    item: dict[str, Any], proxy: bool
+) -> None:
+    given_item: Mapping[str, Any] = MappingProxyType(item) if proxy else item  # a mapping that is no dict
+    assert item_to_message(given_item) == _reference(given_item)
