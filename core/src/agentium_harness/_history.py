@@ -503,13 +503,6 @@ def _group_data(group: MessageGroup) -> dict[str, Any] | None:
     return built
 
 
-def _opt_text(value: object) -> str | None:
-    """JSON text of a ``str | None`` field as the encoder writes it, or ``None`` for any other value."""
-    if value is None:
-        return "null"
-    return _json_string(value) if isinstance(value, str) else None
-
-
 def _text_group_json(group: MessageGroup) -> bytes | None:
     """The canonical JSON of a group of text messages (a turn's), written out; ``None`` for any other.
 
@@ -537,7 +530,8 @@ def _text_group_json(group: MessageGroup) -> bytes | None:
             or not isinstance(content, str)
         ):
             return None
-        call_id = _opt_text(m.tool_call_id)
+        call_id = m.tool_call_id  # as the encoder writes it (any other type: the encoder's path)
+        call_id = "null" if call_id is None else _json_string(call_id) if isinstance(call_id, str) else None
         if call_id is None:
             return None
         parts.append(
@@ -563,24 +557,29 @@ def _text_retained_json(retained: RetainedRecord) -> str | None:
     if not _usual(retained):
         return None
     scope = retained.scope
+    # Each str | None field as the encoder writes it (None for any other value); no call per field.
     fields = [
-        _opt_text(scope.project),
-        _opt_text(scope.repository),
-        _opt_text(scope.session),
-        _opt_text(scope.tenant),
-        _opt_text(scope.user),
-        _opt_text(retained.source_view_revision),
-        _opt_text(retained.summary_policy),
-        _opt_text(retained.summary_version),
+        "null" if value is None else _json_string(value) if isinstance(value, str) else None
+        for value in (
+            scope.project,
+            scope.repository,
+            scope.session,
+            scope.tenant,
+            scope.user,
+            retained.source_view_revision,
+            retained.summary_policy,
+            retained.summary_version,
+        )
     ]
-    if None in fields or not all(isinstance(u, str) for u in retained.uncertainty):
+    uncertainty = retained.uncertainty
+    if None in fields or (uncertainty and not all(isinstance(u, str) for u in uncertainty)):
         return None
     project, repository, session, tenant, user, revision, policy, version = fields
     return (
         f'{{"scope":{{"project":{project},"repository":{repository},"session":{session},'
         f'"tenant":{tenant},"user":{user}}},"source_view_revision":{revision},'
         f'"summary_policy":{policy},"summary_version":{version},'
-        f'"uncertainty":[{",".join(map(_json_string, retained.uncertainty))}]}}'
+        f'"uncertainty":[{",".join(map(_json_string, uncertainty))}]}}'
     )
 
 
