@@ -26,6 +26,7 @@ from agentium_harness import (
     RetainedRecord,
     Role,
     Scope,
+    SessionKey,
     ToolCall,
 )
 from agentium_harness._codec import canonical_json, digest_bytes, unstructure
@@ -65,10 +66,12 @@ from agentium_harness._ports.snapshot import (
     ArchiveMark,
     SessionSnapshot,
     add_archive_mark,
+    seal_new_snapshot,
     seal_snapshot,
     snapshot_bytes,
     snapshot_digest,
     snapshot_header,
+    verify_snapshot,
 )
 from agentium_harness._ports.summary import Citation, CoverageGap, GapReason, SummaryState, TaskSummary
 
@@ -195,6 +198,21 @@ def test_a_sealed_snapshot_has_the_plain_bytes_digest_and_header(snapshot: Sessi
     # Sealing an already sealed snapshot gives the same bytes and digest again.
     again = seal_snapshot(sealed)
     assert again.digest == sealed.digest and snapshot_bytes(again) == snapshot_bytes(sealed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots())
+def test_a_new_snapshot_sealed_as_built_equals_the_sealed_copy(snapshot: SessionSnapshot) -> None:
+    # What a commit does: build the snapshot and seal it itself, not a copy (the digest and the
+    # format are given here too, which a commit never does, to see them taken the copying way).
+    fields = {a.name: getattr(snapshot, a.name) for a in attrs.fields(SessionSnapshot)}
+    for kept in (fields, {k: v for k, v in fields.items() if k not in ("digest", "format_version")}):
+        copied = seal_snapshot(SessionSnapshot(**kept))
+        built = seal_new_snapshot(**kept)
+        assert built == copied and built.digest == digest_bytes(_plain(attrs.evolve(built, digest=None)))
+        assert snapshot_bytes(built) == snapshot_bytes(copied) == _plain(built)
+        assert snapshot_header(built) == snapshot_header(copied)
+        verify_snapshot(SessionKey("t", "u", "s"), built)
 
 
 def test_a_snapshot_not_made_by_the_seal_has_no_header() -> None:

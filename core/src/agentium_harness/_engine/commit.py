@@ -33,8 +33,8 @@ from .._ports.sessions import (
     SessionStore,
     StoredSnapshot,
     add_archive_mark,
-    seal_snapshot,
 )
+from .._ports.snapshot import seal_new_snapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .hooks import HookBroadcaster, broadcast
@@ -448,22 +448,20 @@ def _sealed(
     if boundary > (old.boundary if old is not None else 0):
         # When these groups were archived: what retention by age reads (docs/erasure.md).
         marks = add_archive_mark(marks, boundary, datetime.now(UTC))
-    return seal_snapshot(
-        SessionSnapshot(
-            memory_scope=memory_scope,
-            boundary=boundary,
-            next_seq=next_seq,
-            resident=resident,
-            divergence=divergence,
-            # The task summary is carried over unchanged: only a summary update moves it, or a
-            # retraction or reset that restarts it (its text may describe what left the view).
-            summary=changes.summary if changes.summary is not None else (old.summary if old else None),
-            receipts=receipts,
-            view=changes.view if changes.view is not None else (old.view if old else None),
-            # Erased groups stay erased: only an erasure adds to them (docs/erasure.md).
-            erased=old.erased if old else None,
-            archived=marks,
-        )
+    return seal_new_snapshot(
+        memory_scope=memory_scope,
+        boundary=boundary,
+        next_seq=next_seq,
+        resident=resident,
+        divergence=divergence,
+        # The task summary is carried over unchanged: only a summary update moves it, or a
+        # retraction or reset that restarts it (its text may describe what left the view).
+        summary=changes.summary if changes.summary is not None else (old.summary if old else None),
+        receipts=receipts,
+        view=changes.view if changes.view is not None else (old.view if old else None),
+        # Erased groups stay erased: only an erasure adds to them (docs/erasure.md).
+        erased=old.erased if old else None,
+        archived=marks,
     )
 
 

@@ -160,6 +160,9 @@ _FIELD_VALUES: Final = operator.attrgetter(*(a.name for a in attrs.fields(Sessio
 _DIGEST_AT: Final = [a.name for a in attrs.fields(SessionSnapshot)].index("digest")
 
 
+_set_field: Final = object.__setattr__
+
+
 def _with_field(snapshot: SessionSnapshot, at: int, value: object) -> SessionSnapshot:
     """``snapshot`` with its field number ``at`` set to ``value``, through the constructor."""
     values = list(_FIELD_VALUES(snapshot))
@@ -385,9 +388,29 @@ def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
     into one unsealed text), and the sealed bytes are the sealed header with
     the groups in place, kept for the store's write.
     """
-    current = snapshot
     if snapshot.format_version != SNAPSHOT_FORMAT_VERSION or snapshot.digest is not None:
-        current = attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None)
+        # A copy of its own, which no one else has seen: sealed as it is.
+        return _seal(attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None), True)
+    return _seal(snapshot, False)
+
+
+def seal_new_snapshot(**fields: Any) -> SessionSnapshot:
+    """``seal_snapshot(SessionSnapshot(**fields))`` without the copy: the new snapshot is sealed itself.
+
+    For a commit, which builds the snapshot it saves: nothing else holds it
+    before it is sealed, so its digest is set on it as its constructor would
+    (``object.__setattr__``, what attrs' own ``__init__`` does for a frozen
+    record) instead of copying every field into a second one.
+    """
+    if fields.get("digest") is not None or fields.get("format_version", SNAPSHOT_FORMAT_VERSION) != (
+        SNAPSHOT_FORMAT_VERSION
+    ):
+        return seal_snapshot(SessionSnapshot(**fields))
+    return _seal(SessionSnapshot(**fields), True)
+
+
+def _seal(current: SessionSnapshot, in_place: bool) -> SessionSnapshot:
+    """Seal ``current`` (current format, no digest): itself when ``in_place`` (no one holds it), or a copy."""
     head = _head(current)
     # Keys are sorted and no other key at any depth is named "resident" (see _join): the groups
     # go right after the first "resident":[ of the header.
@@ -400,7 +423,11 @@ def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
     hasher.update(groups)
     hasher.update(head[at:])
     digest = "sha256:" + hasher.hexdigest()  # digest_bytes of the joined bytes, without joining them
-    sealed = _with_field(current, _DIGEST_AT, digest)
+    if in_place:
+        _set_field(current, "digest", digest)
+        sealed = current
+    else:
+        sealed = _with_field(current, _DIGEST_AT, digest)
     entry = _entry(sealed)
     entry[1] = True
     sealed_head = _with_digest(head, current.boundary, None, digest)
