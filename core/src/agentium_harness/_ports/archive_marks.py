@@ -79,6 +79,8 @@ _MAX_MARK_LISTS: Final = 1024
 _AT: Final = operator.attrgetter("at")
 _BELOW: Final = operator.attrgetter("below")
 _MICROSECOND: Final = timedelta(microseconds=1)
+# A mark's canonical JSON, filled with its time's UTC text and ``below`` (one place for both writers).
+_MARK_TEXT: Final = b'{"at":"%s","below":%d}'
 
 
 def _list_marks(marks: tuple[ArchiveMark, ...]) -> None:
@@ -108,7 +110,7 @@ def _remember_marks(
 def _added_mark(marks: tuple[ArchiveMark, ...], below: int, at: datetime) -> tuple[ArchiveMark, ...]:
     """:func:`add_archive_mark` for listed marks, ascending, all below ``below``, and a time in UTC."""
     _, joined, lengths, gaps = _MARK_LISTS.pop(id(marks))
-    text = b'{"at":"%s","below":%d}' % (_utc_text(at), below)  # as mark_text writes it
+    text = _MARK_TEXT % (_utc_text(at), below)
     kept = [*marks, ArchiveMark(below, at)]
     joined += b"," + text
     lengths = [*lengths, len(text)]
@@ -144,7 +146,7 @@ def mark_text(mark: ArchiveMark) -> bytes:
     ):
         # What the converter writes for a mark (an aware time as fixed-width UTC text, which
         # JSON never escapes), without building the dict and encoding it.
-        return b'{"at":"%s","below":%d}' % (_utc_text(mark.at), mark.below)
+        return _MARK_TEXT % (_utc_text(mark.at), mark.below)
     return canonical_json(unstructure(mark))
 
 
