@@ -101,6 +101,8 @@ def io_counters() -> tuple[int, int] | None:
 #: True while a timed turn runs (between ``TurnLog.start`` and ``stop``): commits are counted only then,
 #: so the untimed restores of the ``held`` shape are not.
 _IN_TURN = [False]
+#: The statement trace of a commit count under way (see count_commits), else None.
+_COUNTING: list[Callable[[str], None] | None] = [None]
 
 
 class TurnLog:
@@ -226,12 +228,28 @@ def count_commits(system: System, turns: int) -> float | None:
 
     for conn in conns:
         conn.set_trace_callback(trace)
+    # A system may open a connection while counting (the Agents SDK opens one per worker
+    # thread, and asyncio's executor starts a new thread whenever none is idle at the
+    # moment of submission): such a connection is traced from its first statement, by
+    # the worker calling follow_connection when it configures it.
+    _COUNTING[0] = trace
     try:
         system.run(turns, math.inf)
     finally:
-        for conn in conns:
-            conn.set_trace_callback(None)
+        _COUNTING[0] = None
+        for conn in {id(c): c for c in [*conns, *system.connections()]}.values():
+            try:
+                conn.set_trace_callback(None)
+            except sqlite3.ProgrammingError:
+                pass  # closed meanwhile by its system (the SDK closes the connections of exited threads)
     return seen[0] / turns
+
+
+def follow_connection(conn: sqlite3.Connection) -> None:
+    """Trace ``conn`` too if commits are being counted: call it on every connection a system opens."""
+    trace = _COUNTING[0]
+    if trace is not None:
+        conn.set_trace_callback(trace)
 
 
 def _reply(stream: IO[str], payload: dict[str, Any]) -> None:

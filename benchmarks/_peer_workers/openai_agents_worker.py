@@ -10,7 +10,8 @@ SDK's own worker threads (``asyncio.to_thread``); ``add_items`` commits once.
 ``SQLiteSession`` opens one connection per worker thread and configures each
 in its ``_configure_connection`` hook (WAL only). A subclass extends that hook
 to also set ``synchronous=FULL``. The parent reads the PRAGMAs of, and counts
-the commits on, the connections the session tracks. Nothing else of the
+the commits on, the connections the session tracks, including one a new
+worker thread opens while commits are being counted. Nothing else of the
 session is changed.
 
 Seeding: ``add_items`` with ``SEED_BATCH`` items per call.
@@ -45,6 +46,7 @@ class DurableSQLiteSession(SQLiteSession):
     def _configure_connection(conn: sqlite3.Connection) -> None:
         SQLiteSession._configure_connection(conn)
         common.durable_wal(conn)
+        common.follow_connection(conn)
 
 
 def _item(i: int) -> Any:
