@@ -224,18 +224,31 @@ def _part_bytes(part: object) -> bytes:
 
 
 # The canonical text of a memory scope, by value (a run's scope is a new object each turn, equal to
-# the last): bounded, cleared when full.
-_SCOPES: dict[Scope, bytes] = {}
+# the last): keyed by its fields, not by the scope (whose hash and equality are Python methods),
+# and only when they are all exact ``str`` or ``None``, whose text their values alone decide (a
+# ``str`` subclass may compare equal to another text). Bounded, cleared when full.
+_SCOPES: dict[tuple[object, ...], bytes] = {}
 _MAX_SCOPES: Final = 4096
+_SCOPE_FIELDS: Final = operator.attrgetter(*(a.name for a in attrs.fields(Scope)))
 
 
 def _scope_bytes(scope: Scope) -> bytes:
-    data = _SCOPES.get(scope)
+    fields: tuple[object, ...] = _SCOPE_FIELDS(scope)
+    tenant, user, session, project, repository = fields
+    if not (
+        type(tenant) is str
+        and type(user) is str
+        and type(session) is str
+        and (project is None or type(project) is str)
+        and (repository is None or type(repository) is str)
+    ):
+        return canonical_json(unstructure(scope))
+    data = _SCOPES.get(fields)
     if data is None:
         data = canonical_json(unstructure(scope))
         if len(_SCOPES) >= _MAX_SCOPES:
             _SCOPES.clear()
-        _SCOPES[scope] = data
+        _SCOPES[fields] = data
     return data
 
 
@@ -263,51 +276,61 @@ def _marks_text(marks: tuple[ArchiveMark, ...]) -> bytes:
     return b",".join(cast("list[bytes]", found))
 
 
-def _head(snapshot: SessionSnapshot) -> bytes:
-    """The canonical bytes of ``snapshot`` with ``"resident":[]`` in place of its groups.
+def _head_parts(snapshot: SessionSnapshot) -> tuple[bytes, bytes, bytes] | None:
+    """The canonical bytes of ``snapshot`` without its digest's value and its groups, in three parts.
 
-    Written key by key in sorted order from the parts' cached text, which is
-    what the converter and :func:`canonical_json` give for the whole (a dict
-    encodes as its sorted keys' values, each encoded alone); anything not
-    of the expected exact types takes the converter's path instead.
+    ``front`` runs to ``"digest":``, ``middle`` from the comma after the
+    digest to ``"resident":[``, ``back`` from the ``]`` closing the groups:
+    ``front + digest + middle + groups + back`` is the whole. Written key by
+    key in sorted order from the parts' cached text, which is what the
+    converter and :func:`canonical_json` give for the whole (a dict encodes
+    as its sorted keys' values, each encoded alone); ``None`` when anything
+    is not of the expected exact types (then the converter's path is taken).
     """
     s = snapshot
-    boundary, next_seq, version, digest = s.boundary, s.next_seq, s.format_version, s.digest
-    scope = s.memory_scope
+    boundary, next_seq, version, scope = s.boundary, s.next_seq, s.format_version, s.memory_scope
+    summary, view = s.summary, s.view
     if (
         type(s) is not SessionSnapshot
         or type(boundary) is not int
         or type(next_seq) is not int
         or type(version) is not int
-        or not (digest is None or type(digest) is str)
         or not (scope is None or type(scope) is Scope)
-        or not (s.summary is None or type(s.summary) is SummaryState)
-        or not (s.view is None or type(s.view) is ViewState)
+        or not (summary is None or type(summary) is SummaryState)
+        or not (view is None or type(view) is ViewState)
     ):
-        return _plain_head(s)
-    parts = [b"{"]
-    if s.archived is not None:
-        parts += (b'"archived":[', _marks_text(s.archived), b"],")
-    parts.append(b'"boundary":%d,"digest":' % boundary)
-    parts.append(b"null" if digest is None else canonical_json(digest))
-    parts.append(b',"divergence":')
-    parts.append(b"null" if s.divergence is None else canonical_json(unstructure(s.divergence)))
-    if s.erased is not None:
-        parts += (b',"erased":', canonical_json(unstructure(s.erased)))
-    parts.append(b',"format_version":%d' % version)
-    if s.ledger is not None:
-        parts += (b',"ledger":', canonical_json(unstructure(s.ledger)))
-    parts += (b',"memory_scope":', b"null" if scope is None else _scope_bytes(scope))
-    parts.append(b',"next_seq":%d' % next_seq)
-    if s.receipts:
-        parts += (b',"receipts":[', b",".join([_part_bytes(r) for r in s.receipts]), b"]")
-    parts.append(b',"resident":[]')
-    if s.summary is not None:
-        parts += (b',"summary":', _part_bytes(s.summary))
-    if s.view is not None:
-        parts += (b',"view":', _part_bytes(s.view))
-    parts.append(b"}")
-    return b"".join(parts)
+        return None
+    archived, divergence, erased, ledger, receipts = s.archived, s.divergence, s.erased, s.ledger, s.receipts
+    if archived is None:
+        front = b'{"boundary":%d,"digest":' % boundary
+    else:
+        front = b'{"archived":[%s],"boundary":%d,"digest":' % (_marks_text(archived), boundary)
+    middle = b',"divergence":%s%s,"format_version":%d%s,"memory_scope":%s,"next_seq":%d%s,"resident":[' % (
+        b"null" if divergence is None else canonical_json(unstructure(divergence)),
+        b"" if erased is None else b',"erased":' + canonical_json(unstructure(erased)),
+        version,
+        b"" if ledger is None else b',"ledger":' + canonical_json(unstructure(ledger)),
+        b"null" if scope is None else _scope_bytes(scope),
+        next_seq,
+        b',"receipts":[' + b",".join([_part_bytes(r) for r in receipts]) + b"]" if receipts else b"",
+    )
+    if summary is None and view is None:
+        return front, middle, b"]}"
+    back = b"]%s%s}" % (
+        b"" if summary is None else b',"summary":' + _part_bytes(summary),
+        b"" if view is None else b',"view":' + _part_bytes(view),
+    )
+    return front, middle, back
+
+
+def _head(snapshot: SessionSnapshot) -> bytes:
+    """The canonical bytes of ``snapshot`` with ``"resident":[]`` in place of its groups."""
+    digest = snapshot.digest
+    parts = _head_parts(snapshot) if digest is None or type(digest) is str else None
+    if parts is None:
+        return _plain_head(snapshot)
+    front, middle, back = parts
+    return b"".join((front, b"null" if digest is None else canonical_json(digest), middle, back))
 
 
 def _join(head: bytes, snapshot: SessionSnapshot) -> bytes:
@@ -409,19 +432,45 @@ def seal_new_snapshot(**fields: Any) -> SessionSnapshot:
     return _seal(SessionSnapshot(**fields), True)
 
 
+def _cut_head(head: bytes, boundary: int) -> tuple[bytes, bytes, bytes] | None:
+    """``head`` (digest ``null``) cut as :func:`_head_parts` cuts it; ``None`` if the layout is not known."""
+    field = _digest_field(boundary, None)
+    at = 1
+    if head.startswith(_ARCHIVED_HEAD):
+        at = head.find(b"]", len(_ARCHIVED_HEAD)) + 2  # past "]," closing the marks (see _with_digest)
+        if at < 2 or head[at - 1 : at] != b",":
+            return None
+    elif not head.startswith(b"{"):
+        return None
+    if not head.startswith(field, at):
+        return None
+    cut = at + len(field) - len(b"null,")
+    # Keys are sorted and no other key at any depth is named "resident" (see _join).
+    place = head.find(_EMPTY_RESIDENT, cut) + len(_EMPTY_RESIDENT) - 1
+    if place < len(_EMPTY_RESIDENT) - 1:  # pragma: no cover - every header holds the marker
+        return None
+    return head[:cut], head[cut + len(b"null") : place], head[place:]
+
+
 def _seal(current: SessionSnapshot, in_place: bool) -> SessionSnapshot:
     """Seal ``current`` (current format, no digest): itself when ``in_place`` (no one holds it), or a copy."""
-    head = _head(current)
-    # Keys are sorted and no other key at any depth is named "resident" (see _join): the groups
-    # go right after the first "resident":[ of the header.
-    found = head.find(_EMPTY_RESIDENT)
-    if found < 0:  # pragma: no cover - every header holds the marker
-        raise AssertionError("a snapshot header without its resident groups' place")
-    at = found + len(_EMPTY_RESIDENT) - 1
+    parts = _head_parts(current)
+    if parts is None:
+        head = _plain_head(current)
+        parts = _cut_head(head, current.boundary)
     groups = b",".join([g.canonical_bytes() for g in current.resident])
-    hasher = hashlib.sha256(head[:at])
+    if parts is not None:
+        front, middle, back = parts
+        hasher = hashlib.sha256(front)
+        hasher.update(b"null")
+        hasher.update(middle)
+    else:
+        # Not with this layout: the digest of the whole, with no header kept (encoded on first use).
+        at = head.find(_EMPTY_RESIDENT) + len(_EMPTY_RESIDENT) - 1
+        hasher = hashlib.sha256(head[:at])
+        back = head[at:]
     hasher.update(groups)
-    hasher.update(head[at:])
+    hasher.update(back)
     digest = "sha256:" + hasher.hexdigest()  # digest_bytes of the joined bytes, without joining them
     if in_place:
         _set_field(current, "digest", digest)
@@ -430,13 +479,11 @@ def _seal(current: SessionSnapshot, in_place: bool) -> SessionSnapshot:
         sealed = _with_field(current, _DIGEST_AT, digest)
     entry = _entry(sealed)
     entry[1] = True
-    sealed_head = _with_digest(head, current.boundary, None, digest)
-    if sealed_head is not None:
-        # Only the digest field, which sorts before "resident", changed: the place moved by as much.
-        cut = at + len(sealed_head) - len(head)
-        entry[0] = b"".join((sealed_head[:cut], groups, sealed_head[cut:]))
-        entry[2] = sealed_head
-    # Otherwise (not with this layout) the bytes are encoded on first use and there is no header.
+    if parts is not None:
+        # Only the digest's value, which sorts before "resident", differs from the unsealed parts.
+        quoted = b'"%s"' % digest.encode("ascii")
+        entry[0] = b"".join((front, quoted, middle, groups, back))
+        entry[2] = b"".join((front, quoted, middle, back))
     return sealed
 
 
