@@ -60,7 +60,6 @@ from agentium_harness._history import (
 from agentium_harness._ports.erasure import ErasureLedger, SeqRange
 from agentium_harness._ports.provider import ModelRequest
 from agentium_harness._ports.snapshot import (
-    _MARKS,
     ArchivedDigest,
     ArchiveDivergence,
     ArchiveMark,
@@ -73,6 +72,7 @@ from agentium_harness._ports.snapshot import (
     snapshot_header,
     verify_snapshot,
 )
+from agentium_harness._ports.snapshot_text import PART_TEXTS as _MARKS
 from agentium_harness._ports.summary import Citation, CoverageGap, GapReason, SummaryState, TaskSummary
 
 TEXT = st.one_of(

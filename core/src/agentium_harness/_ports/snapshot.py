@@ -14,7 +14,7 @@ import hashlib
 import operator
 import weakref
 from collections.abc import Iterable
-from typing import Any, ClassVar, Final, cast
+from typing import Any, ClassVar, Final
 
 import attrs
 
@@ -24,8 +24,16 @@ from .._history import MessageGroup, ViewState
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
 from .._validators import int_tuple
-from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark, listed_marks_text, mark_text
+from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark
 from .erasure import ErasedSession, ErasureLedger, SeqRange
+from .snapshot_text import (
+    EMPTY_RESIDENT,
+    cut_head,
+    marks_text,
+    part_text,
+    scope_text,
+    with_digest,
+)
 from .summary import SummaryState
 
 __all__ = [
@@ -170,11 +178,6 @@ def _with_field(snapshot: SessionSnapshot, at: int, value: object) -> SessionSna
     return SessionSnapshot(*values)
 
 
-_EMPTY_RESIDENT: Final = b'"resident":[]'
-#: The one top-level key that sorts before ``boundary``: the archive marks, a list of
-#: ``{"at": <time>, "below": <int>}`` objects (no ``]`` inside, so the list ends at the first one).
-_ARCHIVED_HEAD: Final = b'{"archived":['
-
 # A snapshot is frozen and a turn asks for its bytes several times (the seal's
 # digest, the store's write, the store's read-back cache, a verification), so
 # each snapshot object is encoded once. Keyed by object identity, like the
@@ -198,60 +201,6 @@ def _entry(snapshot: SessionSnapshot) -> list[Any]:
     return entry
 
 
-# The text of a snapshot's parts that a turn carries over unchanged to the next snapshot (each
-# archive mark, each receipt digest, the summary, the view), by object identity like the groups'
-# encodings: a snapshot carries its predecessor's objects on and adds at most one mark and a few
-# receipts, so a turn encodes those, not all of them. An entry leaves with its object, so an id is
-# never reused while listed (the weak reference's callback removes it, as for snapshots). The
-# records are frozen and hold no mutable JSON.
-_MARKS: dict[int, bytes] = {}
-_PART_REFS: dict[int, weakref.ref[Any]] = {}
-
-
-def _forget_part(key: int) -> None:
-    _MARKS.pop(key, None)
-    _PART_REFS.pop(key, None)
-
-
-def _part_bytes(part: object) -> bytes:
-    key = id(part)
-    data = _MARKS.get(key)
-    if data is None:
-        data = mark_text(part) if type(part) is ArchiveMark else canonical_json(unstructure(part))
-        _MARKS[key] = data
-        _PART_REFS[key] = weakref.ref(part, lambda _, key=key: _forget_part(key))  # type: ignore[misc]
-    return data
-
-
-# The canonical text of a memory scope, by value (a run's scope is a new object each turn, equal to
-# the last): keyed by its fields, not by the scope (whose hash and equality are Python methods),
-# and only when they are all exact ``str`` or ``None``, whose text their values alone decide (a
-# ``str`` subclass may compare equal to another text). Bounded, cleared when full.
-_SCOPES: dict[tuple[object, ...], bytes] = {}
-_MAX_SCOPES: Final = 4096
-_SCOPE_FIELDS: Final = operator.attrgetter(*(a.name for a in attrs.fields(Scope)))
-
-
-def _scope_bytes(scope: Scope) -> bytes:
-    fields: tuple[object, ...] = _SCOPE_FIELDS(scope)
-    tenant, user, session, project, repository = fields
-    if not (
-        type(tenant) is str
-        and type(user) is str
-        and type(session) is str
-        and (project is None or type(project) is str)
-        and (repository is None or type(repository) is str)
-    ):
-        return canonical_json(unstructure(scope))
-    data = _SCOPES.get(fields)
-    if data is None:
-        data = canonical_json(unstructure(scope))
-        if len(_SCOPES) >= _MAX_SCOPES:
-            _SCOPES.clear()
-        _SCOPES[fields] = data
-    return data
-
-
 def _plain_head(snapshot: SessionSnapshot) -> bytes:
     """The canonical bytes of ``snapshot`` without its groups (``"resident":[]``), through the converter."""
     data = unstructure(attrs.evolve(snapshot, resident=()))
@@ -261,19 +210,6 @@ def _plain_head(snapshot: SessionSnapshot) -> bytes:
     if not snapshot.receipts:
         del data["receipts"]  # likewise: snapshots written before receipts were kept keep their bytes
     return canonical_json(data)
-
-
-def _marks_text(marks: tuple[ArchiveMark, ...]) -> bytes:
-    """The marks' text in a snapshot's encoding, without the brackets: joined from listed or cached parts."""
-    listed = listed_marks_text(marks)
-    if listed is not None:
-        return listed
-    # Most marks were carried over from the last snapshot: their text is cached.
-    found = list(map(_MARKS.get, map(id, marks)))
-    while None in found:  # a new mark (one a turn, the last): found at C speed, not by a loop
-        at = found.index(None)
-        found[at] = _part_bytes(marks[at])
-    return b",".join(cast("list[bytes]", found))
 
 
 def _head_parts(snapshot: SessionSnapshot) -> tuple[bytes, bytes, bytes] | None:
@@ -304,21 +240,21 @@ def _head_parts(snapshot: SessionSnapshot) -> tuple[bytes, bytes, bytes] | None:
     if archived is None:
         front = b'{"boundary":%d,"digest":' % boundary
     else:
-        front = b'{"archived":[%s],"boundary":%d,"digest":' % (_marks_text(archived), boundary)
+        front = b'{"archived":[%s],"boundary":%d,"digest":' % (marks_text(archived), boundary)
     middle = b',"divergence":%s%s,"format_version":%d%s,"memory_scope":%s,"next_seq":%d%s,"resident":[' % (
         b"null" if divergence is None else canonical_json(unstructure(divergence)),
         b"" if erased is None else b',"erased":' + canonical_json(unstructure(erased)),
         version,
         b"" if ledger is None else b',"ledger":' + canonical_json(unstructure(ledger)),
-        b"null" if scope is None else _scope_bytes(scope),
+        b"null" if scope is None else scope_text(scope),
         next_seq,
-        b',"receipts":[' + b",".join([_part_bytes(r) for r in receipts]) + b"]" if receipts else b"",
+        b',"receipts":[' + b",".join([part_text(r) for r in receipts]) + b"]" if receipts else b"",
     )
     if summary is None and view is None:
         return front, middle, b"]}"
     back = b"]%s%s}" % (
-        b"" if summary is None else b',"summary":' + _part_bytes(summary),
-        b"" if view is None else b',"view":' + _part_bytes(view),
+        b"" if summary is None else b',"summary":' + part_text(summary),
+        b"" if view is None else b',"view":' + part_text(view),
     )
     return front, middle, back
 
@@ -340,7 +276,7 @@ def _join(head: bytes, snapshot: SessionSnapshot) -> bytes:
     # Keys are sorted and no other key at any depth is named "resident", and
     # a quote inside a JSON string is always escaped: the marker occurs once.
     joined = b",".join([g.canonical_bytes() for g in snapshot.resident])
-    return head.replace(_EMPTY_RESIDENT, b'"resident":[' + joined + b"]", 1)
+    return head.replace(EMPTY_RESIDENT, b'"resident":[' + joined + b"]", 1)
 
 
 def _encode(snapshot: SessionSnapshot) -> bytes:
@@ -368,39 +304,9 @@ def snapshot_digest(snapshot: SessionSnapshot) -> str:
     data = snapshot_bytes(snapshot)
     if snapshot.digest is not None:
         # Only the digest field differs from the encoding with it empty.
-        swapped = _with_digest(data, snapshot.boundary, snapshot.digest, None)
+        swapped = with_digest(data, snapshot.boundary, snapshot.digest, None)
         data = swapped if swapped is not None else _encode(attrs.evolve(snapshot, digest=None))
     return digest_bytes(data)
-
-
-def _digest_field(boundary: int, digest: str | None) -> bytes:
-    """The ``boundary`` and ``digest`` keys of a snapshot's encoding, adjacent in sorted order."""
-    value = b"null" if digest is None else b'"' + digest.encode("ascii") + b'"'
-    return b'"boundary":%d,"digest":%s,' % (boundary, value)
-
-
-def _with_digest(data: bytes, boundary: int, old: str | None, new: str | None) -> bytes | None:
-    """``data``, a snapshot's encoding with digest ``old``, as it is with digest ``new``; ``None`` if unsure.
-
-    The top-level keys are sorted: ``boundary`` and ``digest`` come first, or
-    right after the ``archived`` marks, whose text holds times and numbers
-    only; and a digest is ``sha256:`` and hex digits (nothing JSON escapes). So
-    the digest field sits at a known place and nothing else differs. Should
-    another field ever sort before them, this says ``None`` and the caller encodes.
-    """
-    if old is not None and not old.isascii():
-        return None
-    at = 1
-    if data.startswith(_ARCHIVED_HEAD):
-        at = data.find(b"]", len(_ARCHIVED_HEAD)) + 2  # past "]," closing the marks
-        if at < 2 or data[at - 1 : at] != b",":
-            return None
-    elif not data.startswith(b"{"):
-        return None
-    head = _digest_field(boundary, old)
-    if not data.startswith(head, at):
-        return None
-    return data[:at] + _digest_field(boundary, new) + data[at + len(head) :]
 
 
 def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
@@ -432,32 +338,12 @@ def seal_new_snapshot(**fields: Any) -> SessionSnapshot:
     return _seal(SessionSnapshot(**fields), True)
 
 
-def _cut_head(head: bytes, boundary: int) -> tuple[bytes, bytes, bytes] | None:
-    """``head`` (digest ``null``) cut as :func:`_head_parts` cuts it; ``None`` if the layout is not known."""
-    field = _digest_field(boundary, None)
-    at = 1
-    if head.startswith(_ARCHIVED_HEAD):
-        at = head.find(b"]", len(_ARCHIVED_HEAD)) + 2  # past "]," closing the marks (see _with_digest)
-        if at < 2 or head[at - 1 : at] != b",":
-            return None
-    elif not head.startswith(b"{"):
-        return None
-    if not head.startswith(field, at):
-        return None
-    cut = at + len(field) - len(b"null,")
-    # Keys are sorted and no other key at any depth is named "resident" (see _join).
-    place = head.find(_EMPTY_RESIDENT, cut) + len(_EMPTY_RESIDENT) - 1
-    if place < len(_EMPTY_RESIDENT) - 1:  # pragma: no cover - every header holds the marker
-        return None
-    return head[:cut], head[cut + len(b"null") : place], head[place:]
-
-
 def _seal(current: SessionSnapshot, in_place: bool) -> SessionSnapshot:
     """Seal ``current`` (current format, no digest): itself when ``in_place`` (no one holds it), or a copy."""
     parts = _head_parts(current)
     if parts is None:
         head = _plain_head(current)
-        parts = _cut_head(head, current.boundary)
+        parts = cut_head(head, current.boundary)
     groups = b",".join([g.canonical_bytes() for g in current.resident])
     if parts is not None:
         front, middle, back = parts
@@ -466,7 +352,7 @@ def _seal(current: SessionSnapshot, in_place: bool) -> SessionSnapshot:
         hasher.update(middle)
     else:
         # Not with this layout: the digest of the whole, with no header kept (encoded on first use).
-        at = head.find(_EMPTY_RESIDENT) + len(_EMPTY_RESIDENT) - 1
+        at = head.find(EMPTY_RESIDENT) + len(EMPTY_RESIDENT) - 1
         hasher = hashlib.sha256(head[:at])
         back = head[at:]
     hasher.update(groups)
