@@ -36,8 +36,6 @@ from agentium_harness._codec import canonical_json, digest_bytes, unstructure
 from agentium_harness._history import _ENCODED
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.snapshot import (
-    _MARKS,
-    _PART_REFS,
     _SNAPSHOTS,
     MAX_ARCHIVE_MARKS,
     ArchiveDivergence,
@@ -47,6 +45,8 @@ from agentium_harness._ports.snapshot import (
     snapshot_bytes,
     snapshot_digest,
 )
+from agentium_harness._ports.snapshot_text import _PART_REFS
+from agentium_harness._ports.snapshot_text import PART_TEXTS as _MARKS
 from agentium_harness._ports.summary import SummaryState, TaskSummary
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
