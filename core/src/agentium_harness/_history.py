@@ -1,4 +1,4 @@
-"""Canonical history records: messages, message groups and their digests.
+"""Canonical history records: message groups, their encodings and digests.
 
 A :class:`MessageGroup` is the unit of canonical history: one user turn with
 everything the model and tools produced for it, or the messages one
@@ -8,13 +8,14 @@ earlier call of the group, once; completeness is computed from the
 messages, never asserted by a flag. Only complete groups are evicted, archived
 or summarised.
 
-A *control group* holds no messages but a :class:`HistoryControl` record
-(``_history_controls``, re-exported here); see docs/history-api.md.
+The parts of a group (its messages, the record retained with it) are
+defined in ``_history_messages`` and a *control group*, which holds no
+messages but a :class:`HistoryControl` record, in ``_history_controls``;
+both are re-exported here (see docs/history-api.md).
 """
 
 from __future__ import annotations
 
-import enum
 import weakref
 from json.encoder import encode_basestring as _json_string
 from typing import Any, ClassVar, Final
@@ -32,10 +33,24 @@ from ._history_controls import (
     TurnInterruption,
     ViewState,
 )
-from ._scope import Scope, validate_id
-from ._tuples import tuple_of_messages, tuple_of_tool_calls
-from ._validators import non_negative_int, str_tuple
-from ._verdicts import VerificationRecord
+from ._history_messages import (
+    MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_FORMAT_LENGTH,
+    PARTS_HAND_BUILT,
+    Message,
+    RetainedRecord,
+    Role,
+    ToolCall,
+    estimate_tokens,
+    match_tool_results,
+    message_data,
+    message_json,
+    message_tokens,
+    retained_data,
+    retained_json_text,
+)
+from ._tuples import tuple_of_messages
+from ._validators import non_negative_int
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
@@ -56,133 +71,10 @@ __all__ = [
     "bytes_and_digest",
     "estimate_tokens",
     "match_tool_results",
+    "message_json",
     "message_tokens",
     "tokens_and_size",
 ]
-
-#: Largest ``Message.payload``, in bytes of its canonical JSON encoding (8 MiB).
-MAX_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
-#: Longest ``Message.payload_format`` name, in characters.
-MAX_PAYLOAD_FORMAT_LENGTH: Final = 128
-
-
-def estimate_tokens(text: str) -> int:
-    """A deterministic, model-free token estimate: one token per 4 UTF-8 bytes, rounded up."""
-    # An ASCII string (str.isascii() reads a flag, it does not scan) is as many UTF-8 bytes as
-    # characters: no need to encode it to count them.
-    n = len(text) if type(text) is str and text.isascii() else len(text.encode("utf-8"))
-    return (n + 3) // 4
-
-
-class Role(enum.StrEnum):
-    """Who wrote a message."""
-
-    SYSTEM = "system"
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL = "tool"
-
-
-def _tool_call_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    validate_id(value, attribute.name)
-
-
-@attrs.frozen(slots=True)
-class ToolCall:
-    """A tool call requested by the model. ``arguments`` is plain JSON data."""
-
-    id: str = attrs.field(validator=_tool_call_id)
-    name: str = attrs.field(validator=_tool_call_id)
-    arguments: dict[str, Any] = attrs.field(factory=dict, hash=False)
-
-
-def _to_role(value: str) -> Role:
-    """``Role(value)``, with a member given back at once.
-
-    An Enum call is a Python-level lookup, and every message built (each
-    turn's, each appended copy, each decoded one) converts its role.
-    """
-    return value if type(value) is Role else Role(value)
-
-
-@attrs.frozen(slots=True)
-class Message:
-    """One message of canonical history.
-
-    ``content`` is the readable text: what ``run()`` sends the model, what
-    recall indexes and summaries read. A host that keeps history in another
-    framework's item format stores the item itself in ``payload`` (plain
-    JSON: objects with string keys, arrays, strings, finite numbers, booleans,
-    null) named by ``payload_format`` (for example
-    ``openai.responses.input_item/v1``); the item is part of the group's
-    canonical bytes and digest and comes back from ``read_history`` exactly
-    as it was appended. ``HarnessRuntime.append`` checks it: a value that is
-    not plain JSON (a tuple, a non-string key, ``nan`` or ``inf``, a lone
-    surrogate), nested deeper than 64 levels or larger than
-    :data:`MAX_PAYLOAD_BYTES` is refused with
-    :class:`~agentium_harness._errors.InvalidPayloadError`. ``run()`` never
-    sends a payload to the model. Both fields are left out of the encoding
-    when ``None``, so messages without a payload keep their bytes and digests.
-    """
-
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("payload", "payload_format")
-
-    role: Role = attrs.field(converter=_to_role)
-    content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple_of_tool_calls)
-    tool_call_id: str | None = None
-    #: A foreign framework's item, kept exactly (plain JSON); ``None`` when there is none.
-    payload: Any = attrs.field(default=None, hash=False)
-    #: What ``payload`` is, e.g. ``openai.responses.input_item/v1``; set exactly when ``payload`` is.
-    payload_format: str | None = None
-
-    @property
-    def estimated_tokens(self) -> int:
-        """Token estimate of the content and tool calls."""
-        return _tokens_of(self)
-
-
-def message_tokens(message: Message) -> int:
-    """``message.estimated_tokens``, as a function: what sums over many messages map over."""
-    if type(message) is Message and not message.tool_calls:
-        # Most messages, inlined: a request sums this over its whole history every step.
-        content = message.content
-        n = len(content) if type(content) is str and content.isascii() else len(content.encode("utf-8"))
-        return (n + 3) // 4 + 4
-    return message.estimated_tokens  # tool calls, or a subclass that may define its own estimate
-
-
-def _tokens_of(message: Message) -> int:
-    if not message.tool_calls:
-        return estimate_tokens(message.content) + 4  # the same sum, without its loop
-    extra = sum(estimate_tokens(c.name) + estimate_tokens(str(c.arguments)) for c in message.tool_calls)
-    return estimate_tokens(message.content) + extra + 4
-
-
-@attrs.frozen(slots=True)
-class RetainedRecord:
-    """What is kept with a committed group about how its answer was produced (R26).
-
-    ``source_view_revision`` identifies the validated view of recalled sources,
-    ``summary_policy``/``summary_version`` the summary that was in the request,
-    ``uncertainty`` every caveat the run carried, and ``verification`` the
-    verdict, evidence and revision count of a verified completion, and
-    ``interruption`` why a group committed after its tools ran has no answer.
-    """
-
-    #: Left out of the encoding when ``None``: groups committed before
-    #: these fields existed keep their bytes and digests.
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("verification", "interruption")
-
-    scope: Scope
-    source_view_revision: str | None = None
-    summary_policy: str | None = None
-    summary_version: str | None = None
-    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
-    #: How the turn's completion was judged, when it was verified (R27).
-    verification: VerificationRecord | None = None
-    #: Set when the turn stopped after its tools ran: the group holds what ran, not an answer.
-    interruption: TurnInterruption | None = None
 
 
 # A group is frozen, and a turn asks for its bytes many times (eviction
@@ -265,9 +157,9 @@ def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
     if retained is None:
         retained_json = b"null"
     else:
-        text = _text_retained_json(retained)
+        text = retained_json_text(retained)
         try:
-            retained_json = canonical_json(_retained_data(retained)) if text is None else text.encode("utf-8")
+            retained_json = canonical_json(retained_data(retained)) if text is None else text.encode("utf-8")
         except (EncodingError, UnicodeEncodeError):
             return  # left to the group's own encoding, which says what is wrong
     # Keys in canonical (sorted) order; the encoder writes each value as it would alone.
@@ -276,32 +168,6 @@ def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
     entry: list[Any] = [data, None, None, None]
     entry[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
     _ENCODED[key] = entry
-
-
-def match_tool_results(messages: tuple[Message, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """``(ids of calls left unanswered, indexes of results answering no open call)``, in message order.
-
-    Ids are unique within one reply, not within a turn: a model may reuse an
-    id on a later step, so each result answers the earliest call with its id
-    that is still open, and a call is open until a result after it answers it.
-    """
-    open_calls: dict[str, list[int]] = {}
-    order: list[tuple[int, str]] = []
-    orphans: list[int] = []
-    for index, message in enumerate(messages):
-        for call in message.tool_calls:
-            open_calls.setdefault(call.id, []).append(len(order))
-            order.append((index, call.id))
-        if message.role is Role.TOOL:
-            pending = open_calls.get(message.tool_call_id or "")
-            if message.tool_call_id is None or not pending:
-                orphans.append(index)
-            else:
-                pending.pop(0)
-    if not order:
-        return (), tuple(orphans)  # no call at all (most groups): nothing left open
-    still_open = sorted(n for positions in open_calls.values() for n in positions)
-    return tuple(order[n][1] for n in still_open), tuple(orphans)
 
 
 def _control_has_no_messages(instance: MessageGroup, attribute: Any, value: HistoryControl | None) -> None:
@@ -388,98 +254,10 @@ class MessageGroup:
 # into plain data first. What JSON takes as it is (tuples, str and int enums) it writes exactly
 # as it writes the converter's plain form.
 _HAND_BUILT: Final = (
-    [a.name for a in attrs.fields(MessageGroup)] == ["seq", "messages", "retained", "control"]
-    and [a.name for a in attrs.fields(Message)]
-    == ["role", "content", "tool_calls", "tool_call_id", "payload", "payload_format"]
-    and [a.name for a in attrs.fields(ToolCall)] == ["id", "name", "arguments"]
+    PARTS_HAND_BUILT
+    and [a.name for a in attrs.fields(MessageGroup)] == ["seq", "messages", "retained", "control"]
     and MessageGroup.__agentium_omit_if_none__ == ("control",)
-    and Message.__agentium_omit_if_none__ == ("payload", "payload_format")
-    and not hasattr(ToolCall, "__agentium_omit_if_none__")
-    and [a.name for a in attrs.fields(RetainedRecord)]
-    == [
-        "scope",
-        "source_view_revision",
-        "summary_policy",
-        "summary_version",
-        "uncertainty",
-        "verification",
-        "interruption",
-    ]
-    and RetainedRecord.__agentium_omit_if_none__ == ("verification", "interruption")
-    and [a.name for a in attrs.fields(Scope)] == ["tenant", "user", "session", "project", "repository"]
-    and not hasattr(Scope, "__agentium_omit_if_none__")
 )
-
-
-def _usual(retained: RetainedRecord) -> bool:
-    """Whether ``retained`` is the usual record: exact types, no verification, no interruption."""
-    return (
-        type(retained) is RetainedRecord
-        and type(retained.scope) is Scope
-        and retained.verification is None
-        and retained.interruption is None
-    )
-
-
-def _retained_data(retained: RetainedRecord) -> Any:
-    """The converter's data for ``retained``: by hand for the usual record, else by the converter.
-
-    The usual record has no verification and no interruption (both left out when ``None``).
-    """
-    if not _usual(retained):
-        return unstructure(retained)
-    scope = retained.scope
-    return {
-        "scope": {
-            "project": scope.project,
-            "repository": scope.repository,
-            "session": scope.session,
-            "tenant": scope.tenant,
-            "user": scope.user,
-        },
-        "source_view_revision": retained.source_view_revision,
-        "summary_policy": retained.summary_policy,
-        "summary_version": retained.summary_version,
-        "uncertainty": retained.uncertainty,
-    }
-
-
-def _message_data(m: Message) -> dict[str, Any] | None:
-    """The converter's data for message ``m`` (as :func:`_group_data`), or ``None`` where it must do it."""
-    if type(m) is not Message:
-        return None
-    calls = []
-    for c in m.tool_calls:
-        if type(c) is not ToolCall:
-            return None
-        calls.append({"arguments": c.arguments, "id": c.id, "name": c.name})
-    data = {
-        "content": m.content,
-        "role": m.role,  # a Role is a str: JSON writes its text (.value is a Python-level property)
-        "tool_call_id": m.tool_call_id,
-        "tool_calls": calls,
-    }
-    if m.payload is not None:
-        data["payload"] = m.payload
-    if m.payload_format is not None:
-        data["payload_format"] = m.payload_format
-    return data
-
-
-def message_json(message: Message) -> bytes:
-    """Canonical JSON bytes of one message, as :func:`canonical_json` of the converter's data for it.
-
-    Built by hand like a group's (:func:`_group_json`), the converter's
-    path taken where that cannot be done; raises :class:`EncodingError`
-    exactly where ``canonical_json(unstructure(message))`` does.
-    """
-    data = _message_data(message) if _HAND_BUILT else None
-    if data is not None:
-        try:
-            return canonical_json(data)
-        except EncodingError:
-            pass  # something inside needs the converter first (or cannot be encoded: it says so)
-    return canonical_json(unstructure(message))
 
 
 def _group_data(group: MessageGroup) -> dict[str, Any] | None:
@@ -488,14 +266,14 @@ def _group_data(group: MessageGroup) -> dict[str, Any] | None:
         return None
     messages: list[dict[str, Any]] = []
     for m in group.messages:
-        data = _message_data(m)
+        data = message_data(m)
         if data is None:
             return None
         messages.append(data)
     retained = group.retained
     built = {
         "messages": messages,
-        "retained": None if retained is None else _retained_data(retained),
+        "retained": None if retained is None else retained_data(retained),
         "seq": group.seq,
     }
     if group.control is not None:
@@ -542,7 +320,7 @@ def _text_group_json(group: MessageGroup) -> bytes | None:
     if retained is None:
         retained_text: str | None = "null"
     else:
-        retained_text = _text_retained_json(retained)
+        retained_text = retained_json_text(retained)
         if retained_text is None:
             return None
     text = f'{{"messages":[{",".join(parts)}],"retained":{retained_text},"seq":{int.__repr__(seq)}}}'
@@ -550,37 +328,6 @@ def _text_group_json(group: MessageGroup) -> bytes | None:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         return None  # a lone surrogate: the encoder's path refuses it in its own words
-
-
-def _text_retained_json(retained: RetainedRecord) -> str | None:
-    """The usual retained record's JSON text (see :func:`_text_group_json`), or ``None``."""
-    if not _usual(retained):
-        return None
-    scope = retained.scope
-    # Each str | None field as the encoder writes it (None for any other value); no call per field.
-    fields = [
-        "null" if value is None else _json_string(value) if isinstance(value, str) else None
-        for value in (
-            scope.project,
-            scope.repository,
-            scope.session,
-            scope.tenant,
-            scope.user,
-            retained.source_view_revision,
-            retained.summary_policy,
-            retained.summary_version,
-        )
-    ]
-    uncertainty = retained.uncertainty
-    if None in fields or (uncertainty and not all(isinstance(u, str) for u in uncertainty)):
-        return None
-    project, repository, session, tenant, user, revision, policy, version = fields
-    return (
-        f'{{"scope":{{"project":{project},"repository":{repository},"session":{session},'
-        f'"tenant":{tenant},"user":{user}}},"source_view_revision":{revision},'
-        f'"summary_policy":{policy},"summary_version":{version},'
-        f'"uncertainty":[{",".join(map(_json_string, uncertainty))}]}}'
-    )
 
 
 def _group_json(group: MessageGroup) -> bytes:
