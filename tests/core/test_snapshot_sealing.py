@@ -1,29 +1,38 @@
-"""The seal's fast paths against the plain encoding: the header written in parts, the scope's text.
+"""The seal's fast paths against the plain encoding: the header in parts, the scope's text, the rows.
 
 A sealed snapshot's bytes, digest and header must be what the converter and
 ``canonical_json`` give for it, whatever takes the fast path and whatever
 does not (fields of other than the exact types, a memory scope whose ids
-are ``str`` subclasses).
+are ``str`` subclasses); and the rows a store writes (each resident group's
+seq, bytes and digest), carried on from the snapshot before, must be the
+plain rows.
 """
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from agentium_harness import Message, MessageGroup, Role, Scope, SessionKey
+from agentium_harness import Message, MessageGroup, Role, Scope, SessionKey, ToolCall
 from agentium_harness._codec import canonical_json, digest_bytes, unstructure
 from agentium_harness._ports.snapshot import (
+    _SNAPSHOTS,
+    _TAILS,
     ArchivedDigest,
     SessionSnapshot,
     seal_new_snapshot,
     seal_snapshot,
     snapshot_bytes,
     snapshot_header,
+    snapshot_parts,
     verify_snapshot,
 )
+from agentium_harness.adapters._sqlite_rows import split_snapshot
 
 
 def _plain(snapshot: SessionSnapshot) -> bytes:
@@ -102,3 +111,112 @@ def test_a_scope_whose_ids_are_str_subclasses_is_written_as_its_own_text() -> No
     sealed = seal_new_snapshot(memory_scope=odd, boundary=0, next_seq=0)
     assert b'"tenant":"x"' in snapshot_bytes(sealed)
     _assert_sealed_as_plain(sealed, header_known=True)
+
+
+# -- the rows a store writes: carried on from the predecessor's, by identity -------------------------
+
+
+def _call_group(seq: int, number: int | float) -> MessageGroup:
+    """A group whose tool call's argument is ``number``: ``1`` and ``1.0`` are equal, written otherwise."""
+    return MessageGroup(
+        seq, (Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "tool", {"n": number}),)),)
+    )
+
+
+def _plain_rows(snapshot: SessionSnapshot) -> list[tuple[int, bytes, str]]:
+    rows = []
+    for g in snapshot.resident:
+        data = canonical_json(unstructure(g))
+        rows.append((g.seq, data, digest_bytes(data)))
+    return rows
+
+
+def _assert_rows_as_plain(sealed: SessionSnapshot) -> None:
+    whole, header, rows = snapshot_parts(sealed)
+    assert list(rows) == _plain_rows(sealed)
+    assert whole == _plain(sealed) and header == _plain(attrs.evolve(sealed, resident=()))
+    split = split_snapshot(sealed, whole)
+    assert list(split.rows) == _plain_rows(sealed) and split.data == whole
+    assert split.header == header  # the resident seqs run from the boundary to next_seq here
+    # Equal bytes that are not the ones the seal wrote: the header is cut out of them instead.
+    again = split_snapshot(sealed, bytes(bytearray(whole)))
+    assert again.header == header and list(again.rows) == _plain_rows(sealed)
+
+
+STEPS = st.lists(
+    st.tuples(
+        st.integers(0, 3),  # groups archived (dropped from the front)
+        st.integers(0, 3),  # groups added
+        st.one_of(st.none(), st.integers(0, 5)),  # a carried group replaced by an equal copy
+        st.booleans(),  # the store asked for the predecessor's rows before this seal
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 4), STEPS)
+def test_rows_carried_on_from_the_predecessor_equal_the_plain_rows(first: int, steps: list[Any]) -> None:
+    # What commits do, turn after turn: the next snapshot keeps the last groups of the one before
+    # (the same objects) and adds its own. Sometimes a kept group is replaced by an equal copy that
+    # is written otherwise: its row must be its own, not the one it equals.
+    scope = Scope("t", "u", "s")
+    groups = tuple(_call_group(seq, seq) for seq in range(first))
+    previous = seal_new_snapshot(memory_scope=scope, boundary=0, next_seq=first, resident=groups)
+    kept = [previous]
+    for archived, added, replaced, asked in steps:
+        if asked:
+            snapshot_parts(previous)
+        carried = list(previous.resident[archived:])
+        boundary = previous.next_seq - len(carried)
+        if replaced is not None and replaced < len(carried):
+            group = carried[replaced]
+            number = group.messages[0].tool_calls[0].arguments["n"]
+            copy = _call_group(group.seq, float(number) if type(number) is int else int(number))
+            assert copy == group and copy.canonical_bytes() != group.canonical_bytes()
+            carried[replaced] = copy
+        new = [_call_group(previous.next_seq + i, previous.next_seq + i) for i in range(added)]
+        sealed = seal_new_snapshot(
+            memory_scope=scope,
+            boundary=boundary,
+            next_seq=previous.next_seq + added,
+            resident=(*carried, *new),
+        )
+        _assert_rows_as_plain(sealed)
+        kept.append(sealed)
+        previous = sealed
+
+
+def test_an_equal_copy_of_a_carried_group_keeps_its_own_row() -> None:
+    scope = Scope("t", "u", "s")
+    first, second = _call_group(0, 0), _call_group(1, 1)
+    previous = seal_new_snapshot(memory_scope=scope, boundary=0, next_seq=2, resident=(first, second))
+    snapshot_parts(previous)  # the store wrote it: its rows are known
+    copy = _call_group(0, 0.0)
+    assert copy == first and copy.canonical_bytes() != first.canonical_bytes()
+    # The predecessor's last group is the one before the new one, as after a turn.
+    sealed = seal_new_snapshot(
+        memory_scope=scope, boundary=0, next_seq=3, resident=(copy, second, _call_group(2, 2))
+    )
+    _assert_rows_as_plain(sealed)
+    assert snapshot_parts(sealed)[2][0][1] == copy.canonical_bytes()
+
+
+def test_the_rows_leave_with_their_snapshots() -> None:
+    gc.collect()
+    before = len(_TAILS), len(_SNAPSHOTS)
+    scope = Scope("t", "u", "s")
+    groups = tuple(_call_group(seq, seq) for seq in range(30))
+    snapshots = [
+        seal_new_snapshot(memory_scope=scope, boundary=i, next_seq=i + 5, resident=groups[i : i + 5])
+        for i in range(25)
+    ]
+    for snapshot in snapshots:
+        snapshot_parts(snapshot)
+    assert len(_TAILS) >= before[0] + 25
+    del snapshots, snapshot
+    gc.collect()
+    assert (len(_TAILS), len(_SNAPSHOTS)) <= before or (
+        len(_TAILS) <= before[0] and len(_SNAPSHOTS) <= before[1]
+    )

@@ -20,7 +20,7 @@ import attrs
 
 from .._codec import canonical_json, digest_bytes, from_json, unstructure
 from .._errors import RecordDecodeError, SnapshotCorruptError
-from .._history import MessageGroup, ViewState
+from .._history import MessageGroup, ViewState, bytes_and_digest
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
 from .._validators import int_tuple
@@ -44,6 +44,7 @@ __all__ = [
     "ArchiveMark",
     "ArchivedDigest",
     "add_archive_mark",
+    "GroupRow",
     "SessionSnapshot",
     "decode_snapshot",
     "seal_snapshot",
@@ -51,6 +52,7 @@ __all__ = [
     "snapshot_digest",
     "snapshot_erasure",
     "snapshot_header",
+    "snapshot_parts",
     "verify_snapshot",
 ]
 
@@ -182,23 +184,69 @@ def _with_field(snapshot: SessionSnapshot, at: int, value: object) -> SessionSna
 # digest, the store's write, the store's read-back cache, a verification), so
 # each snapshot object is encoded once. Keyed by object identity, like the
 # groups' encodings (``_history._ENCODED``); an entry leaves with its object,
-# so an id is never reused while listed. ``[bytes, verified, header, ref]``:
+# so an id is never reused while listed. ``[bytes, verified, header, ref, rows, tail]``:
 # ``verified`` says the digest is known to match the content (sealed here, or
 # checked); ``header`` is the bytes with ``"resident":[]`` in place of the
 # groups, when the seal made them (what a store that keeps groups in rows of
 # their own writes, :func:`snapshot_header`); ``ref`` is the weak reference whose
 # callback removes the entry when the snapshot dies (before its id can be reused):
-# kept in the entry, it costs a third of a ``weakref.finalize``.
+# kept in the entry, it costs a third of a ``weakref.finalize``; ``rows`` are
+# those of :func:`snapshot_parts`, once known; ``tail`` is the id of the last resident group
+# of a sealed snapshot, under which ``_TAILS`` lists the entry.
 _SNAPSHOTS: dict[int, list[Any]] = {}
+
+# The next snapshot of a session carries its predecessor's groups on (those it does not
+# archive) and adds the turn's: found by the last group of the predecessor, the sealed
+# snapshot's entry is listed under that group's id while the snapshot lives (it holds the
+# group, so the id is not reused while listed), and a seal takes the rows of the groups
+# carried on from it, by identity, instead of looking up every group's encoding again.
+_TAILS: dict[int, list[Any]] = {}
+
+#: ``(seq, canonical bytes, digest)`` of one group.
+GroupRow = tuple[int, bytes, str]
+_ROW_DATA: Final = operator.itemgetter(1)
+
+
+def _forget_snapshot(key: int) -> None:
+    entry = _SNAPSHOTS.pop(key, None)
+    if entry is not None and entry[5] is not None and _TAILS.get(entry[5]) is entry:
+        del _TAILS[entry[5]]
 
 
 def _entry(snapshot: SessionSnapshot) -> list[Any]:
     key = id(snapshot)
     entry = _SNAPSHOTS.get(key)
     if entry is None:
-        ref = weakref.ref(snapshot, lambda _, key=key: _SNAPSHOTS.pop(key, None))  # type: ignore[misc]
-        entry = _SNAPSHOTS[key] = [None, False, None, ref]
+        ref = weakref.ref(snapshot, lambda _, key=key: _forget_snapshot(key))  # type: ignore[misc]
+        entry = _SNAPSHOTS[key] = [None, False, None, ref, None, None]
     return entry
+
+
+def _group_rows(groups: Iterable[MessageGroup]) -> tuple[GroupRow, ...]:
+    return tuple([(g.seq, *bytes_and_digest(g)) for g in groups])
+
+
+def _carried_rows(resident: tuple[MessageGroup, ...]) -> tuple[GroupRow, ...] | None:
+    """The rows of ``resident`` (see :func:`snapshot_parts`) taken from a live snapshot it carries on, if any.
+
+    ``resident`` is a predecessor's last groups, by identity, and then groups
+    of its own: a turn adds one (tried first), a seal that adds none has the
+    predecessor's last group last, an append of more adds two.
+    """
+    last = len(resident) - 1
+    for at in (last - 1, last, last - 2):
+        found = _TAILS.get(id(resident[at])) if at >= 0 else None
+        if found is None or found[4] is None:
+            continue
+        previous = found[3]()
+        if previous is None:  # pragma: no cover - the entry leaves as its snapshot dies
+            continue
+        held = previous.resident
+        start = len(held) - 1 - at
+        if start >= 0 and all(map(operator.is_, held[start:], resident[: at + 1])):
+            rows: tuple[GroupRow, ...] = found[4][start:]
+            return rows + _group_rows(resident[at + 1 :]) if at < last else rows
+    return None
 
 
 def _plain_head(snapshot: SessionSnapshot) -> bytes:
@@ -344,7 +392,12 @@ def _seal(current: SessionSnapshot, in_place: bool) -> SessionSnapshot:
     if parts is None:
         head = _plain_head(current)
         parts = cut_head(head, current.boundary)
-    groups = b",".join([g.canonical_bytes() for g in current.resident])
+    resident = current.resident
+    rows = _carried_rows(resident) if resident else None
+    if rows is None:
+        groups = b",".join([g.canonical_bytes() for g in resident])
+    else:
+        groups = b",".join(map(_ROW_DATA, rows))
     if parts is not None:
         front, middle, back = parts
         hasher = hashlib.sha256(front)
@@ -365,12 +418,35 @@ def _seal(current: SessionSnapshot, in_place: bool) -> SessionSnapshot:
         sealed = _with_field(current, _DIGEST_AT, digest)
     entry = _entry(sealed)
     entry[1] = True
+    if resident:
+        entry[4] = rows
+        entry[5] = tail = id(resident[-1])
+        _TAILS[tail] = entry
     if parts is not None:
         # Only the digest's value, which sorts before "resident", differs from the unsealed parts.
         quoted = b'"%s"' % digest.encode("ascii")
         entry[0] = b"".join((front, quoted, middle, groups, back))
         entry[2] = b"".join((front, quoted, middle, back))
     return sealed
+
+
+def snapshot_parts(snapshot: SessionSnapshot) -> tuple[bytes, bytes | None, tuple[GroupRow, ...]]:
+    """:func:`snapshot_bytes`, :func:`snapshot_header` and each resident group's ``(seq, bytes, digest)``.
+
+    What a store that keeps groups in rows of their own writes, kept with
+    ``snapshot`` (a seal takes the rows of the groups it carries on from its
+    predecessor's, by identity, and looks up only its new groups'). When the
+    header is known, the seal wrote it and these bytes from the same parts:
+    the header is these bytes without the rows' data (and the commas between).
+    """
+    entry = _entry(snapshot)
+    data: bytes | None = entry[0]
+    if data is None:
+        data = entry[0] = _encode(snapshot)
+    rows: tuple[GroupRow, ...] | None = entry[4]
+    if rows is None:
+        rows = entry[4] = _group_rows(snapshot.resident)
+    return data, entry[2], rows
 
 
 def snapshot_header(snapshot: SessionSnapshot) -> bytes | None:

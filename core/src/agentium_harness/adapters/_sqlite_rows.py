@@ -44,13 +44,12 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Final, NamedTuple
 
-import attrs
-
 from .._errors import ArchiveConflictError, SessionConflictError
 from .._history import MessageGroup, bytes_and_digest
 from .._ports.archive import ArchiveReceipt
 from .._ports.erasure import EraseTarget
-from .._ports.sessions import SessionSnapshot, snapshot_header
+from .._ports.sessions import SessionSnapshot
+from .._ports.snapshot import GroupRow, snapshot_parts
 from .._scope import SessionKey
 from ._sqlite_sql import session_filter
 
@@ -80,7 +79,6 @@ SID_LIMIT: Final = 1 << 30
 
 _MARKER: Final = b'"resident":['
 _SEQ: Final = itemgetter(0)
-_DATA: Final = itemgetter(1)
 _EMPTY: Final = b'"resident":[]'
 
 
@@ -107,10 +105,6 @@ def _check_seq(seq: int) -> None:
         raise sqlite3.DataError(
             f"group seq {seq} is beyond what the SQLite adapters store (at most 2**32 - 1)"
         )
-
-
-#: ``(seq, canonical bytes, digest)`` of one group.
-GroupRow = tuple[int, bytes, str]
 
 
 def group_rows(groups: Iterable[MessageGroup]) -> list[GroupRow]:
@@ -272,8 +266,7 @@ def archived_rows_covered(
 # -- the session store ------------------------------------------------------------------------------
 
 
-@attrs.frozen(slots=True)
-class SnapshotRows:
+class SnapshotRows(NamedTuple):
     """A snapshot as this layout stores it, prepared on the event loop (encodings are cached there).
 
     ``header`` is ``data`` with ``"resident":[]`` in place of the groups, or
@@ -290,17 +283,13 @@ class SnapshotRows:
 
 def split_snapshot(snapshot: SessionSnapshot, data: bytes) -> SnapshotRows:
     """``data`` (the snapshot's canonical bytes) with its resident groups taken out as rows."""
-    rows = tuple(group_rows(snapshot.resident))
+    whole, known, rows = snapshot_parts(snapshot)
+    boundary, next_seq = snapshot.boundary, snapshot.next_seq
     header: bytes | None = None
-    if snapshot.next_seq <= SEQ_LIMIT and list(map(_SEQ, rows)) == list(
-        range(snapshot.boundary, snapshot.next_seq)
-    ):
-        # The seal wrote the header on the way to the whole: it is the whole without the groups
-        # (and the commas between them), which the lengths confirm.
-        known = snapshot_header(snapshot)
-        if known is not None and len(known) + sum(map(len, map(_DATA, rows))) + max(len(rows) - 1, 0) == len(
-            data
-        ):
+    if next_seq <= SEQ_LIMIT and list(map(_SEQ, rows)) == list(range(boundary, next_seq)):
+        if known is not None and data is whole:
+            # The seal wrote the header on the way to these bytes: they are the header with the
+            # groups (the rows' data, comma-joined) in place.
             header = known
         else:
             joined = b",".join([row[1] for row in rows])
@@ -309,7 +298,7 @@ def split_snapshot(snapshot: SessionSnapshot, data: bytes) -> SnapshotRows:
             end = at + len(joined)
             if at >= len(_MARKER) and data[at:end] == joined and data[end : end + 1] == b"]":
                 header = data[:at] + data[end:]
-    return SnapshotRows(data, header, snapshot.boundary, snapshot.next_seq, rows)
+    return SnapshotRows(data, header, boundary, next_seq, rows)
 
 
 def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, object, SessionRow] | None:
