@@ -49,6 +49,7 @@ from ._history_messages import (
     retained_data,
     retained_json_text,
 )
+from ._scope import Scope
 from ._tuples import tuple_of_messages
 from ._validators import non_negative_int
 
@@ -68,6 +69,7 @@ __all__ = [
     "TurnInterruption",
     "ViewState",
     "adopt_messages_encoding",
+    "appended_group",
     "bytes_and_digest",
     "estimate_tokens",
     "match_tool_results",
@@ -162,12 +164,106 @@ def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
             retained_json = canonical_json(retained_data(retained)) if text is None else text.encode("utf-8")
         except (EncodingError, UnicodeEncodeError):
             return  # left to the group's own encoding, which says what is wrong
+    _adopt(group, messages_json, retained_json)
+
+
+def _adopt(group: MessageGroup, messages_json: bytes, retained_json: bytes) -> None:
+    """Cache ``group``'s encoding: its messages' and retained record's JSON with its seq around them."""
     # Keys in canonical (sorted) order; the encoder writes each value as it would alone.
     data = b'{"messages":%b,"retained":%b,"seq":%d}' % (messages_json, retained_json, group.seq)
     key = id(group)
     entry: list[Any] = [data, None, None, None]
     entry[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
     _ENCODED[key] = entry
+
+
+# The group an append commits retains its scope and nothing else, so every append to a session
+# retains an equal record: one frozen RetainedRecord per scope is built (its constructor run) and
+# encoded, and shared by the groups. Looked up by the scope's fields, only when each is an exact
+# str (or None): a subclass may compare equal and differ. Bounded; forgotten all at once when full.
+_APPEND_RETAINED: dict[tuple[str | None, ...], tuple[RetainedRecord, bytes]] = {}
+_MAX_APPEND_RETAINED: Final = 1024
+_new_object = object.__new__
+_set_field = object.__setattr__
+
+
+def appended_group(
+    seq: int, messages: tuple[Message, ...], scope: Scope, messages_json: bytes | None
+) -> MessageGroup:
+    """``MessageGroup(seq=seq, messages=messages, retained=RetainedRecord(scope))``, encoded.
+
+    The group an append commits, from messages the append check has just
+    copied and encoded (``messages_json`` is the canonical JSON of their
+    list, or ``None`` when they were checked one by one): equal to the group
+    the constructor builds, with its encoding built as
+    :func:`adopt_messages_encoding` builds it. For a plain seq, a tuple of
+    messages and a scope seen before, the group is built as its constructor
+    would (each field set with ``object.__setattr__``, which attrs' ``__init__``
+    does too) without running again what its converter and validators would
+    find (a tuple is its own tuple; an ``int`` of at least 0 is a valid seq;
+    no control record, so no message can be in one's way), and the scope's
+    retained record and its JSON are the ones built for that scope before.
+    """
+    tenant, user, session, project, repository = fields = (
+        scope.tenant,
+        scope.user,
+        scope.session,
+        scope.project,
+        scope.repository,
+    )
+    found = _APPEND_RETAINED.get(fields)
+    if (
+        found is None
+        or messages_json is None
+        or type(seq) is not int
+        or seq < 0
+        or type(messages) is not tuple
+        or type(scope) is not Scope
+        or type(tenant) is not str
+        or type(user) is not str
+        or type(session) is not str
+        or not (project is None or type(project) is str)
+        or not (repository is None or type(repository) is str)
+    ):
+        return _appended_plainly(seq, messages, scope, messages_json, fields)
+    retained, retained_json = found
+    group: MessageGroup = _new_object(MessageGroup)
+    _set_field(group, "seq", seq)
+    _set_field(group, "messages", messages)
+    _set_field(group, "retained", retained)
+    _set_field(group, "control", None)
+    _adopt(group, messages_json, retained_json)
+    return group
+
+
+def _appended_plainly(
+    seq: int,
+    messages: tuple[Message, ...],
+    scope: Scope,
+    messages_json: bytes | None,
+    fields: tuple[str | None, ...],
+) -> MessageGroup:
+    """:func:`appended_group` by the constructors; the scope's record is remembered for the next."""
+    retained = RetainedRecord(scope)
+    group = MessageGroup(seq=seq, messages=messages, retained=retained)
+    if messages_json is None:
+        return group
+    adopt_messages_encoding(group, messages_json)
+    text = retained_json_text(retained)
+    if (
+        _HAND_BUILT
+        and text is not None
+        and type(scope) is Scope
+        and all(value is None or type(value) is str for value in fields)
+    ):
+        try:
+            retained_json = text.encode("utf-8")
+        except UnicodeEncodeError:
+            return group  # (a lone surrogate: the group's own encoding says what is wrong)
+        if len(_APPEND_RETAINED) >= _MAX_APPEND_RETAINED:
+            _APPEND_RETAINED.clear()
+        _APPEND_RETAINED[fields] = (retained, retained_json)
+    return group
 
 
 def _control_has_no_messages(instance: MessageGroup, attribute: Any, value: HistoryControl | None) -> None:

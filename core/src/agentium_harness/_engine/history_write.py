@@ -30,7 +30,7 @@ from .._history import (
     MessageRef,
     RetainedRecord,
     ViewState,
-    adopt_messages_encoding,
+    appended_group,
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope
@@ -121,9 +121,7 @@ async def append_group(
     """
     await _load(runtime, ticket, progress, scope, stored_scope=False, expected_revision=expected_revision)
     assert progress.snap is not None
-    group = MessageGroup(seq=progress.snap.next_seq, messages=messages, retained=RetainedRecord(scope))
-    if encoded is not None:
-        adopt_messages_encoding(group, encoded)
+    group = appended_group(progress.snap.next_seq, messages, scope, encoded)
     check_group_size(group)
     done = await commit_group(
         runtime, ticket, progress, scope=scope, group=group, summary=_summary(runtime, progress)
