@@ -333,13 +333,18 @@ def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, ob
     return session.revision, header.replace(_EMPTY, _MARKER + joined + b"]", 1), session
 
 
-def store_rows(conn: sqlite3.Connection, session: SessionRow) -> dict[int, str]:
-    """The session store's own rows (at or above ``adopted``): seq to digest."""
+def store_rows(conn: sqlite3.Connection, session: SessionRow) -> dict[int, object]:
+    """The session store's own rows (at or above ``adopted``): seq to digest, as the column holds it.
+
+    The seq is computed by SQLite (as :func:`seq_of` does) and the pairs go
+    into the dict at C speed. A digest of another type than text (damage)
+    compares unequal to every digest, as its ``str`` would.
+    """
     rows = conn.execute(
-        "SELECT id, digest FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",
+        f"SELECT (id >> 1) & {SEQ_LIMIT - 1}, digest FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",  # noqa: S608
         (row_id(session.sid, session.adopted, False), _base(session.sid + 1)),
     ).fetchall()
-    return {seq_of(i): str(d) for i, d in rows}
+    return dict(rows)
 
 
 def save_snapshot(
