@@ -245,6 +245,9 @@ def _carried_rows(resident: tuple[MessageGroup, ...]) -> tuple[GroupRow, ...] | 
         start = len(held) - 1 - at
         if start >= 0 and all(map(operator.is_, held[start:], resident[: at + 1])):
             rows: tuple[GroupRow, ...] = found[4][start:]
+            if at == last - 1:  # a turn's one new group, without a comprehension for it
+                group = resident[last]
+                return (*rows, (group.seq, *bytes_and_digest(group)))
             return rows + _group_rows(resident[at + 1 :]) if at < last else rows
     return None
 
