@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
+from _encoding_support import plain_snapshot_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -35,15 +36,6 @@ from agentium_harness._ports.snapshot import (
 from agentium_harness.adapters._sqlite_rows import split_snapshot
 
 
-def _plain(snapshot: SessionSnapshot) -> bytes:
-    """The plain canonical encoding: the converter's data, absent summary and empty receipts left out."""
-    data: dict[str, Any] = unstructure(snapshot)
-    if data["summary"] is None:
-        del data["summary"]
-    if not data["receipts"]:
-        del data["receipts"]
-    return canonical_json(data)
-
 
 def _group(seq: int, text: str) -> MessageGroup:
     return MessageGroup(seq, (Message(Role.USER, text), Message(Role.ASSISTANT, text.upper())))
@@ -51,11 +43,11 @@ def _group(seq: int, text: str) -> MessageGroup:
 
 def _assert_sealed_as_plain(sealed: SessionSnapshot, header_known: bool) -> None:
     unsealed = attrs.evolve(sealed, digest=None)
-    assert sealed.digest == digest_bytes(_plain(unsealed))
-    assert snapshot_bytes(sealed) == _plain(sealed)
+    assert sealed.digest == digest_bytes(plain_snapshot_bytes(unsealed))
+    assert snapshot_bytes(sealed) == plain_snapshot_bytes(sealed)
     header = snapshot_header(sealed)
     if header_known:
-        assert header == _plain(attrs.evolve(sealed, resident=()))
+        assert header == plain_snapshot_bytes(attrs.evolve(sealed, resident=()))
     else:
         assert header is None
     verify_snapshot(SessionKey("t", "u", "s"), sealed)
@@ -134,7 +126,7 @@ def _plain_rows(snapshot: SessionSnapshot) -> list[tuple[int, bytes, str]]:
 def _assert_rows_as_plain(sealed: SessionSnapshot) -> None:
     whole, header, rows = snapshot_parts(sealed)
     assert list(rows) == _plain_rows(sealed)
-    assert whole == _plain(sealed) and header == _plain(attrs.evolve(sealed, resident=()))
+    assert whole == plain_snapshot_bytes(sealed) and header == plain_snapshot_bytes(attrs.evolve(sealed, resident=()))
     split = split_snapshot(sealed, whole)
     assert list(split.rows) == _plain_rows(sealed) and split.data == whole
     assert split.header == header  # the resident seqs run from the boundary to next_seq here
