@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
-from _encoding_support import plain_snapshot_bytes
+from _encoding_support import plain_snapshot_bytes as _plain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -36,18 +36,17 @@ from agentium_harness._ports.snapshot import (
 from agentium_harness.adapters._sqlite_rows import split_snapshot
 
 
-
 def _group(seq: int, text: str) -> MessageGroup:
     return MessageGroup(seq, (Message(Role.USER, text), Message(Role.ASSISTANT, text.upper())))
 
 
 def _assert_sealed_as_plain(sealed: SessionSnapshot, header_known: bool) -> None:
     unsealed = attrs.evolve(sealed, digest=None)
-    assert sealed.digest == digest_bytes(plain_snapshot_bytes(unsealed))
-    assert snapshot_bytes(sealed) == plain_snapshot_bytes(sealed)
+    assert sealed.digest == digest_bytes(_plain(unsealed))
+    assert snapshot_bytes(sealed) == _plain(sealed)
     header = snapshot_header(sealed)
     if header_known:
-        assert header == plain_snapshot_bytes(attrs.evolve(sealed, resident=()))
+        assert header == _plain(attrs.evolve(sealed, resident=()))
     else:
         assert header is None
     verify_snapshot(SessionKey("t", "u", "s"), sealed)
@@ -126,7 +125,7 @@ def _plain_rows(snapshot: SessionSnapshot) -> list[tuple[int, bytes, str]]:
 def _assert_rows_as_plain(sealed: SessionSnapshot) -> None:
     whole, header, rows = snapshot_parts(sealed)
     assert list(rows) == _plain_rows(sealed)
-    assert whole == plain_snapshot_bytes(sealed) and header == plain_snapshot_bytes(attrs.evolve(sealed, resident=()))
+    assert whole == _plain(sealed) and header == _plain(attrs.evolve(sealed, resident=()))
     split = split_snapshot(sealed, whole)
     assert list(split.rows) == _plain_rows(sealed) and split.data == whole
     assert split.header == header  # the resident seqs run from the boundary to next_seq here

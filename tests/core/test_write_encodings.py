@@ -17,7 +17,7 @@ from typing import Any
 
 import attrs
 import pytest
-from _encoding_support import plain_snapshot_bytes
+from _encoding_support import plain_snapshot_bytes as _plain
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -169,13 +169,11 @@ def snapshots(draw: st.DrawFn) -> SessionSnapshot:
     )
 
 
-
-
 @settings(max_examples=300, deadline=None)
 @given(snapshots())
 def test_snapshot_bytes_equal_the_plain_encoding_whatever_the_parts(snapshot: SessionSnapshot) -> None:
-    assert snapshot_bytes(snapshot) == plain_snapshot_bytes(snapshot)
-    assert snapshot_digest(snapshot) == digest_bytes(plain_snapshot_bytes(attrs.evolve(snapshot, digest=None)))
+    assert snapshot_bytes(snapshot) == _plain(snapshot)
+    assert snapshot_digest(snapshot) == digest_bytes(_plain(attrs.evolve(snapshot, digest=None)))
 
 
 @settings(max_examples=300, deadline=None)
@@ -184,10 +182,10 @@ def test_a_sealed_snapshot_has_the_plain_bytes_digest_and_header(snapshot: Sessi
     sealed = seal_snapshot(snapshot)
     unsealed = attrs.evolve(sealed, digest=None)
     assert sealed.format_version == 3
-    assert sealed.digest == digest_bytes(plain_snapshot_bytes(unsealed))
-    assert snapshot_bytes(sealed) == plain_snapshot_bytes(sealed)
+    assert sealed.digest == digest_bytes(_plain(unsealed))
+    assert snapshot_bytes(sealed) == _plain(sealed)
     header = snapshot_header(sealed)
-    assert header == plain_snapshot_bytes(attrs.evolve(sealed, resident=()))
+    assert header == _plain(attrs.evolve(sealed, resident=()))
     # Sealing an already sealed snapshot gives the same bytes and digest again.
     again = seal_snapshot(sealed)
     assert again.digest == sealed.digest and snapshot_bytes(again) == snapshot_bytes(sealed)
@@ -202,8 +200,8 @@ def test_a_new_snapshot_sealed_as_built_equals_the_sealed_copy(snapshot: Session
     for kept in (fields, {k: v for k, v in fields.items() if k not in ("digest", "format_version")}):
         copied = seal_snapshot(SessionSnapshot(**kept))
         built = seal_new_snapshot(**kept)
-        assert built == copied and built.digest == digest_bytes(plain_snapshot_bytes(attrs.evolve(built, digest=None)))
-        assert snapshot_bytes(built) == snapshot_bytes(copied) == plain_snapshot_bytes(built)
+        assert built == copied and built.digest == digest_bytes(_plain(attrs.evolve(built, digest=None)))
+        assert snapshot_bytes(built) == snapshot_bytes(copied) == _plain(built)
         assert snapshot_header(built) == snapshot_header(copied)
         verify_snapshot(SessionKey("t", "u", "s"), built)
 
@@ -224,10 +222,10 @@ def test_archive_marks_carried_over_keep_their_text_and_equal_the_plain_encoding
     for mark in marks:
         assert _MARKS.get(id(mark)) in (None, canonical_json(unstructure(mark)))
     snapshot = SessionSnapshot(Scope("t", "u", "s"), len(times), len(times), archived=marks)
-    assert snapshot_bytes(snapshot) == plain_snapshot_bytes(snapshot)
+    assert snapshot_bytes(snapshot) == _plain(snapshot)
     # The same marks in a tuple of their own (not the one the adds made) take the per-mark text.
     again = SessionSnapshot(Scope("t", "u", "s"), len(times), len(times), archived=list(marks))
-    assert snapshot_bytes(again) == plain_snapshot_bytes(again)
+    assert snapshot_bytes(again) == _plain(again)
     for mark in marks:
         assert _MARKS[id(mark)] == canonical_json(unstructure(mark))
 
@@ -237,7 +235,7 @@ def test_a_mark_with_a_time_in_another_zone_is_written_in_utc() -> None:
 
     when = datetime(2026, 5, 1, 12, 0, 0, 123, tzinfo=timezone(timedelta(hours=5, minutes=30)))
     snapshot = SessionSnapshot(Scope("t", "u", "s"), 1, 1, archived=(ArchiveMark(1, when),))
-    assert snapshot_bytes(snapshot) == plain_snapshot_bytes(snapshot)
+    assert snapshot_bytes(snapshot) == _plain(snapshot)
     assert b'"at":"2026-05-01T06:30:00.000123Z"' in snapshot_bytes(snapshot)
 
 
@@ -310,9 +308,9 @@ def test_marks_added_turn_after_turn_keep_the_rule_and_the_plain_bytes(steps: li
             again = add_archive_mark(before, below, at)
             assert [(m.below, m.at) for m in again] == [(m.below, m.at) for m in expected]
         snapshot = SessionSnapshot(Scope("t", "u", "s"), below, below, archived=marks)
-        assert snapshot_bytes(snapshot) == plain_snapshot_bytes(snapshot)
+        assert snapshot_bytes(snapshot) == _plain(snapshot)
         sealed = seal_snapshot(snapshot)
-        assert snapshot_header(sealed) == plain_snapshot_bytes(attrs.evolve(sealed, resident=()))
+        assert snapshot_header(sealed) == _plain(attrs.evolve(sealed, resident=()))
 
 
 # -- groups: encoded once, by hand, exactly as the converter and canonical_json would ------------
