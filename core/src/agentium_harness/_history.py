@@ -49,7 +49,7 @@ from ._history_messages import (
     retained_data,
     retained_json_text,
 )
-from ._scope import Scope
+from ._scope import Scope, exact_scope_ids
 from ._tuples import tuple_of_messages
 from ._validators import non_negative_int
 
@@ -147,6 +147,11 @@ def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
     new group (no encoding yet, no control record) is encoded so; any other
     is left to be encoded on first use, as ever.
     """
+    _adopt_around(group, messages_json)
+
+
+def _adopt_around(group: MessageGroup, messages_json: bytes) -> bytes | None:
+    """:func:`adopt_messages_encoding`; the retained record's JSON it wrote, ``None`` if it wrote none."""
     if (
         not _HAND_BUILT
         or type(group) is not MessageGroup
@@ -154,7 +159,7 @@ def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
         or type(group.seq) is not int
         or id(group) in _ENCODED
     ):
-        return
+        return None
     retained = group.retained
     if retained is None:
         retained_json = b"null"
@@ -163,8 +168,9 @@ def adopt_messages_encoding(group: MessageGroup, messages_json: bytes) -> None:
         try:
             retained_json = canonical_json(retained_data(retained)) if text is None else text.encode("utf-8")
         except (EncodingError, UnicodeEncodeError):
-            return  # left to the group's own encoding, which says what is wrong
+            return None  # left to the group's own encoding, which says what is wrong
     _adopt(group, messages_json, retained_json)
+    return retained_json
 
 
 def _adopt(group: MessageGroup, messages_json: bytes, retained_json: bytes) -> None:
@@ -204,28 +210,16 @@ def appended_group(
     no control record, so no message can be in one's way), and the scope's
     retained record and its JSON are the ones built for that scope before.
     """
-    tenant, user, session, project, repository = fields = (
-        scope.tenant,
-        scope.user,
-        scope.session,
-        scope.project,
-        scope.repository,
-    )
-    found = _APPEND_RETAINED.get(fields)
+    ids = exact_scope_ids(scope)
+    found = _APPEND_RETAINED.get(ids) if ids is not None else None
     if (
         found is None
         or messages_json is None
         or type(seq) is not int
         or seq < 0
         or type(messages) is not tuple
-        or type(scope) is not Scope
-        or type(tenant) is not str
-        or type(user) is not str
-        or type(session) is not str
-        or not (project is None or type(project) is str)
-        or not (repository is None or type(repository) is str)
     ):
-        return _appended_plainly(seq, messages, scope, messages_json, fields)
+        return _appended_plainly(seq, messages, scope, messages_json, ids)
     retained, retained_json = found
     group: MessageGroup = _new_object(MessageGroup)
     _set_field(group, "seq", seq)
@@ -241,28 +235,18 @@ def _appended_plainly(
     messages: tuple[Message, ...],
     scope: Scope,
     messages_json: bytes | None,
-    fields: tuple[str | None, ...],
+    ids: tuple[str | None, ...] | None,
 ) -> MessageGroup:
     """:func:`appended_group` by the constructors; the scope's record is remembered for the next."""
     retained = RetainedRecord(scope)
     group = MessageGroup(seq=seq, messages=messages, retained=retained)
     if messages_json is None:
         return group
-    adopt_messages_encoding(group, messages_json)
-    text = retained_json_text(retained)
-    if (
-        _HAND_BUILT
-        and text is not None
-        and type(scope) is Scope
-        and all(value is None or type(value) is str for value in fields)
-    ):
-        try:
-            retained_json = text.encode("utf-8")
-        except UnicodeEncodeError:
-            return group  # (a lone surrogate: the group's own encoding says what is wrong)
+    retained_json = _adopt_around(group, messages_json)
+    if retained_json is not None and ids is not None:
         if len(_APPEND_RETAINED) >= _MAX_APPEND_RETAINED:
             _APPEND_RETAINED.clear()
-        _APPEND_RETAINED[fields] = (retained, retained_json)
+        _APPEND_RETAINED[ids] = (retained, retained_json)
     return group
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "VerifiedIdentity",
     "decode_segment",
     "encode_segment",
+    "exact_scope_ids",
     "require_identity",
     "validate_id",
 ]
@@ -220,3 +221,32 @@ class Scope:
     def key(self, sep: str = "/") -> str:
         """The segments joined by ``sep``."""
         return sep.join(self.key_segments())
+
+
+def exact_scope_ids(scope: object) -> tuple[str, str, str, str | None, str | None] | None:
+    """A scope's ids ``(tenant, user, session, project, repository)`` when it is a plain :class:`Scope`.
+
+    ``None`` unless ``scope`` is exactly a ``Scope`` whose ids are exact
+    ``str`` (``None`` for an absent project or repository): only then do
+    the ids alone decide what the scope is and how it is written, so only
+    then may they key something remembered for it (a ``str`` subclass may
+    compare equal to another text and differ).
+    """
+    if type(scope) is not Scope:
+        return None
+    tenant, user, session, project, repository = ids = (
+        scope.tenant,
+        scope.user,
+        scope.session,
+        scope.project,
+        scope.repository,
+    )
+    if (
+        type(tenant) is str
+        and type(user) is str
+        and type(session) is str
+        and (project is None or type(project) is str)
+        and (repository is None or type(repository) is str)
+    ):
+        return ids
+    return None

@@ -8,14 +8,11 @@ the digest of a sealed snapshot rewrite (:mod:`.snapshot`).
 
 from __future__ import annotations
 
-import operator
 import weakref
 from typing import Any, Final, cast
 
-import attrs
-
 from .._codec import canonical_json, unstructure
-from .._scope import Scope
+from .._scope import Scope, exact_scope_ids
 from .archive_marks import ArchiveMark, listed_marks_text, mark_text
 
 __all__ = [
@@ -62,32 +59,24 @@ def part_text(part: object) -> bytes:
 
 
 # The canonical text of a memory scope, by value (a run's scope is a new object each turn, equal to
-# the last): keyed by its fields, not by the scope (whose hash and equality are Python methods),
-# and only when they are all exact ``str`` or ``None``, whose text their values alone decide (a
-# ``str`` subclass may compare equal to another text). Bounded, cleared when full.
-_SCOPES: dict[tuple[object, ...], bytes] = {}
+# the last): keyed by its ids, not by the scope (whose hash and equality are Python methods), and
+# only when they are all exact ``str`` or ``None`` (``exact_scope_ids``), whose text their values
+# alone decide. Bounded, cleared when full.
+_SCOPES: dict[tuple[str | None, ...], bytes] = {}
 _MAX_SCOPES: Final = 4096
-_SCOPE_FIELDS: Final = operator.attrgetter(*(a.name for a in attrs.fields(Scope)))
 
 
 def scope_text(scope: Scope) -> bytes:
     """The canonical JSON of a memory scope, remembered by its ids when they are exact ``str``."""
-    fields: tuple[object, ...] = _SCOPE_FIELDS(scope)
-    tenant, user, session, project, repository = fields
-    if not (
-        type(tenant) is str
-        and type(user) is str
-        and type(session) is str
-        and (project is None or type(project) is str)
-        and (repository is None or type(repository) is str)
-    ):
+    ids = exact_scope_ids(scope)
+    if ids is None:
         return canonical_json(unstructure(scope))
-    data = _SCOPES.get(fields)
+    data = _SCOPES.get(ids)
     if data is None:
         data = canonical_json(unstructure(scope))
         if len(_SCOPES) >= _MAX_SCOPES:
             _SCOPES.clear()
-        _SCOPES[fields] = data
+        _SCOPES[ids] = data
     return data
 
 
