@@ -45,6 +45,7 @@ __all__ = [
     "ArchivedDigest",
     "add_archive_mark",
     "GroupRow",
+    "group_rows",
     "SessionSnapshot",
     "decode_snapshot",
     "seal_snapshot",
@@ -222,7 +223,8 @@ def _entry(snapshot: SessionSnapshot) -> list[Any]:
     return entry
 
 
-def _group_rows(groups: Iterable[MessageGroup]) -> tuple[GroupRow, ...]:
+def group_rows(groups: Iterable[MessageGroup]) -> tuple[GroupRow, ...]:
+    """``(seq, canonical bytes, digest)`` per group, from the groups' cached encodings."""
     return tuple([(g.seq, *bytes_and_digest(g)) for g in groups])
 
 
@@ -248,7 +250,7 @@ def _carried_rows(resident: tuple[MessageGroup, ...]) -> tuple[GroupRow, ...] | 
             if at == last - 1:  # a turn's one new group, without a comprehension for it
                 group = resident[last]
                 return (*rows, (group.seq, *bytes_and_digest(group)))
-            return rows + _group_rows(resident[at + 1 :]) if at < last else rows
+            return rows + group_rows(resident[at + 1 :]) if at < last else rows
     return None
 
 
@@ -448,7 +450,7 @@ def snapshot_parts(snapshot: SessionSnapshot) -> tuple[bytes, bytes | None, tupl
         data = entry[0] = _encode(snapshot)
     rows: tuple[GroupRow, ...] | None = entry[4]
     if rows is None:
-        rows = entry[4] = _group_rows(snapshot.resident)
+        rows = entry[4] = group_rows(snapshot.resident)
     return data, entry[2], rows
 
 

@@ -99,26 +99,32 @@ def digest_field(boundary: int, digest: str | None) -> bytes:
     return b'"boundary":%d,"digest":%s,' % (boundary, value)
 
 
-def with_digest(data: bytes, boundary: int, old: str | None, new: str | None) -> bytes | None:
-    """``data``, a snapshot's encoding with digest ``old``, as it is with digest ``new``; ``None`` if unsure.
+def _digest_field_at(data: bytes) -> int | None:
+    """Where the ``boundary`` and ``digest`` keys start in a snapshot's text; ``None`` if unsure.
 
     The top-level keys are sorted: ``boundary`` and ``digest`` come first, or
     right after the ``archived`` marks, whose text holds times and numbers
-    only; and a digest is ``sha256:`` and hex digits (nothing JSON escapes). So
-    the digest field sits at a known place and nothing else differs. Should
-    another field ever sort before them, this says ``None`` and the caller encodes.
+    only (so their list ends at the first ``]``).
+    """
+    if data.startswith(ARCHIVED_HEAD):
+        at = data.find(b"]", len(ARCHIVED_HEAD)) + 2  # past "]," closing the marks
+        return at if at >= 2 and data[at - 1 : at] == b"," else None
+    return 1 if data.startswith(b"{") else None
+
+
+def with_digest(data: bytes, boundary: int, old: str | None, new: str | None) -> bytes | None:
+    """``data``, a snapshot's encoding with digest ``old``, as it is with digest ``new``; ``None`` if unsure.
+
+    The digest field sits at a known place (:func:`_digest_field_at`), and a
+    digest is ``sha256:`` and hex digits (nothing JSON escapes), so nothing
+    else differs. Should another field ever sort before them, this says
+    ``None`` and the caller encodes.
     """
     if old is not None and not old.isascii():
         return None
-    at = 1
-    if data.startswith(ARCHIVED_HEAD):
-        at = data.find(b"]", len(ARCHIVED_HEAD)) + 2  # past "]," closing the marks
-        if at < 2 or data[at - 1 : at] != b",":
-            return None
-    elif not data.startswith(b"{"):
-        return None
+    at = _digest_field_at(data)
     head = digest_field(boundary, old)
-    if not data.startswith(head, at):
+    if at is None or not data.startswith(head, at):
         return None
     return data[:at] + digest_field(boundary, new) + data[at + len(head) :]
 
@@ -130,14 +136,8 @@ def cut_head(head: bytes, boundary: int) -> tuple[bytes, bytes, bytes] | None:
     ``null`` to ``"resident":[``, and from the ``]`` closing the groups on.
     """
     field = digest_field(boundary, None)
-    at = 1
-    if head.startswith(ARCHIVED_HEAD):
-        at = head.find(b"]", len(ARCHIVED_HEAD)) + 2  # past "]," closing the marks (see with_digest)
-        if at < 2 or head[at - 1 : at] != b",":
-            return None
-    elif not head.startswith(b"{"):
-        return None
-    if not head.startswith(field, at):
+    at = _digest_field_at(head)
+    if at is None or not head.startswith(field, at):
         return None
     cut = at + len(field) - len(b"null,")
     # Keys are sorted and no other key at any depth is named "resident": the marker occurs once.

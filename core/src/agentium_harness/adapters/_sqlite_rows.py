@@ -40,16 +40,15 @@ Every function runs inside the caller's transaction, in a worker thread.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Final, NamedTuple
 
 from .._errors import ArchiveConflictError, SessionConflictError
-from .._history import MessageGroup, bytes_and_digest
 from .._ports.archive import ArchiveReceipt
 from .._ports.erasure import EraseTarget
 from .._ports.sessions import SessionSnapshot
-from .._ports.snapshot import GroupRow, snapshot_parts
+from .._ports.snapshot import GroupRow, group_rows, snapshot_parts
 from .._scope import SessionKey
 from ._sqlite_sql import session_filter
 
@@ -105,11 +104,6 @@ def _check_seq(seq: int) -> None:
         raise sqlite3.DataError(
             f"group seq {seq} is beyond what the SQLite adapters store (at most 2**32 - 1)"
         )
-
-
-def group_rows(groups: Iterable[MessageGroup]) -> list[GroupRow]:
-    """``(seq, canonical bytes, digest)`` per group, from the groups' cached encodings."""
-    return [(g.seq, *bytes_and_digest(g)) for g in groups]
 
 
 class SessionRow(NamedTuple):
