@@ -42,6 +42,7 @@ from ._history_messages import (
     Role,
     ToolCall,
     estimate_tokens,
+    hand_built_json,
     match_tool_results,
     message_data,
     message_json,
@@ -415,10 +416,4 @@ def _group_json(group: MessageGroup) -> bytes:
     text = _text_group_json(group)
     if text is not None:
         return text
-    data = _group_data(group)
-    if data is not None:
-        try:
-            return canonical_json(data)
-        except EncodingError:
-            pass  # something inside needs the converter first (or cannot be encoded: it says so)
-    return canonical_json(unstructure(group))
+    return hand_built_json(_group_data(group), group)

@@ -34,6 +34,7 @@ __all__ = [
     "Role",
     "ToolCall",
     "estimate_tokens",
+    "hand_built_json",
     "match_tool_results",
     "message_data",
     "message_json",
@@ -281,13 +282,22 @@ def message_json(message: Message) -> bytes:
     path taken where that cannot be done; raises :class:`EncodingError`
     exactly where ``canonical_json(unstructure(message))`` does.
     """
-    data = message_data(message) if PARTS_HAND_BUILT else None
+    return hand_built_json(message_data(message) if PARTS_HAND_BUILT else None, message)
+
+
+def hand_built_json(data: Any, value: object) -> bytes:
+    """Canonical JSON of ``data``, the converter's data for ``value`` built by hand, else of the converter's.
+
+    ``data`` is ``None`` where it could not be built by hand; where it cannot
+    be encoded as it is (something inside needs the converter first, or
+    cannot be encoded at all), the converter's path is taken, and says so.
+    """
     if data is not None:
         try:
             return canonical_json(data)
         except EncodingError:
-            pass  # something inside needs the converter first (or cannot be encoded: it says so)
-    return canonical_json(unstructure(message))
+            pass
+    return canonical_json(unstructure(value))
 
 
 def retained_json_text(retained: RetainedRecord) -> str | None:
