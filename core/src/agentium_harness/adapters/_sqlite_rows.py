@@ -98,6 +98,10 @@ def seq_of(group_id: int) -> int:
     return (group_id >> 1) & (SEQ_LIMIT - 1)
 
 
+#: :func:`seq_of` of the ``id`` column, computed by SQLite (a query then reads seqs, not ids).
+SEQ_OF_ID_SQL: Final = f"((id >> 1) & {SEQ_LIMIT - 1})"
+
+
 def _check_seq(seq: int) -> None:
     if not 0 <= seq < SEQ_LIMIT:
         # Raised as a backend error: the adapter reports it with its own error class.
@@ -330,12 +334,12 @@ def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, ob
 def store_rows(conn: sqlite3.Connection, session: SessionRow) -> dict[int, object]:
     """The session store's own rows (at or above ``adopted``): seq to digest, as the column holds it.
 
-    The seq is computed by SQLite (as :func:`seq_of` does) and the pairs go
+    The seq is computed by SQLite (:data:`SEQ_OF_ID_SQL`) and the pairs go
     into the dict at C speed. A digest of another type than text (damage)
     compares unequal to every digest, as its ``str`` would.
     """
     rows = conn.execute(
-        f"SELECT (id >> 1) & {SEQ_LIMIT - 1}, digest FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",  # noqa: S608
+        f"SELECT {SEQ_OF_ID_SQL}, digest FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0",  # noqa: S608
         (row_id(session.sid, session.adopted, False), _base(session.sid + 1)),
     ).fetchall()
     return dict(rows)
