@@ -260,8 +260,16 @@ class _Call(Generic[T]):
                 pass
 
     def result(self) -> T:
-        if self.error is not None:
-            raise self.error
+        error = self.error
+        if error is not None:
+            # Handed over, not kept: the call (held by the caller's frame, which the error's
+            # traceback holds) would otherwise tie the error, its frames and their objects
+            # into a cycle that outlives the call.
+            self.error = None
+            try:
+                raise error
+            finally:
+                del error
         if not self.finished:
             # Cancelled from outside the engine (the event loop shutting down).
             raise OperationCancelledError("the call was cancelled before it finished", "cancelled")

@@ -27,7 +27,7 @@ raised says truthfully what was committed (diagnostic
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 import attrs
@@ -41,7 +41,7 @@ from .progress import RunProgress, with_result
 from .results import CommitState, Diagnostic, RunResult, RunStatus, Severity
 from .settle import mark_commit_state
 from .sources import SourceStatus
-from .turn import TurnOutcome, TurnTrace, executed
+from .turn import TurnInterrupted, TurnOutcome, TurnTrace, executed
 from .turn_commit import commit_turn, interruption
 
 if TYPE_CHECKING:
@@ -112,6 +112,22 @@ class EffectsKeeper:
                     raise
                 reload = True
         raise AssertionError("unreachable")  # pragma: no cover - the last attempt returns or raises
+
+    async def interrupted(self, stop: TurnInterrupted) -> NoReturn:
+        """In ``stop``'s handler: raise its error, once what ran of the turn was committed (:meth:`after`).
+
+        Neither ``stop`` nor this frame keeps the error (see
+        :meth:`TurnInterrupted.take`), so a failed run's objects are freed as
+        soon as the host drops the error, not left to the cycle collector.
+        """
+        error, ran = stop.take()
+        self.progress.turn = ran
+        self.progress.diagnostics.extend(ran.diagnostics)
+        failure = await self.after(error, ran, InterruptionCause.PROVIDER_FAILED)
+        try:
+            raise failure from error.__cause__
+        finally:
+            del error, failure  # their tracebacks hold this frame
 
     async def after(
         self,

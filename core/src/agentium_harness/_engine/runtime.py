@@ -304,7 +304,14 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
             error = failed_run(exc, progress)
             if ticket is not None and error.run_result is not None:
                 error.run_result = ticket.report(error.run_result)
-            raise error  # noqa: B904 - the same error, marked
+            try:
+                raise error  # the same error, marked
+            finally:
+                del error  # the error's traceback holds this frame: no cycle through the local
+        finally:
+            # The progress and its keeper refer to each other: left to the cycle collector, every
+            # run's snapshot, ticket and outcome would outlive the run until a collection ran.
+            progress.keeper = None
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
     async def _run_admitted(
@@ -427,10 +434,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         except TurnInterrupted as stop:
             # A model call failed mid-turn. Tools that already ran are committed, never dropped;
             # the error is raised either way, carrying what ran and whether it was committed.
-            progress.turn = stop.partial
-            diagnostics.extend(stop.partial.diagnostics)
-            cause = InterruptionCause.PROVIDER_FAILED
-            raise await keeper.after(stop.error, stop.partial, cause) from stop.error.__cause__
+            await keeper.interrupted(stop)
         progress.turn = turn
         diagnostics.extend(turn.diagnostics)
         if step is not None and progress.recall is not None and self.recall is not None:

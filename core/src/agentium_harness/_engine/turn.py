@@ -66,6 +66,18 @@ class TurnInterrupted(Exception):
         self.error = error
         self.partial = partial
 
+    def take(self) -> tuple[AgentiumError, TurnOutcome]:
+        """The error and the turn so far, let go of: to raise the error in this exception's handler.
+
+        Raised there, the error gets this exception as its context; were it
+        still held here (as ``error`` or as the cause), the two and every frame
+        of their tracebacks would form a cycle that outlives the run.
+        """
+        error = self.error
+        del self.error
+        self.__cause__ = None
+        return error, self.partial
+
 
 def executed(turn: TurnOutcome) -> bool:
     """True when a tool handler ran in ``turn`` (any outcome but a refusal): it may have had effects."""
