@@ -15,21 +15,39 @@ import gc
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from agentium_harness import (
     AgentiumError,
+    CommitState,
+    EffectLevel,
     HarnessRuntime,
     Message,
+    ProviderError,
     ResidentLimits,
     Role,
     RuntimeLimits,
+    Tool,
+    ToolRegistry,
+    Verdict,
     VerifiedIdentity,
     create_harness_runtime,
+    verified_completion_policy,
 )
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import (
+    CompletionCandidate,
+    CompletionVerifier,
+    ModelRequest,
+    ModelResponse,
+    OpContext,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -129,3 +147,77 @@ async def test_failed_calls_leave_no_cycle(tmp_path: Path, collector: None) -> N
         }
         for name, call in calls.items():
             assert await _cyclic_garbage(call) == Counter(), name
+
+
+DEPLOY = {"content": "", "tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"to": "prod"}}]}
+
+
+class FailsLast(ScriptedProvider):
+    """The scripted provider, cycling: the script's last call fails with a connection error (every run)."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(replies=[*replies, "never sent"], cycle=True)
+        self.period = len(replies) + 1
+        self.made = 0
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.made += 1
+        reply = await super().complete(request, ctx)  # the script moves on either way
+        if self.made % self.period == 0:
+            raise ConnectionError("upstream reset the connection")
+        return reply
+
+
+class AlwaysFails(CompletionVerifier):
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(artifact_digests=True)
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        return VerificationResult(Verdict.FAIL, (), "the report is still the draft")
+
+
+def _deploying_runtime(path: Path, provider: FailsLast, **kw: Any) -> HarnessRuntime:
+    async def deploy(args: Any) -> str:
+        return "deployed v2 to prod"
+
+    config = SQLiteConfig(path=str(path))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    return create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        **kw,
+    )
+
+
+async def test_a_failure_after_a_tool_ran_leaves_no_cycle(tmp_path: Path, collector: None) -> None:
+    # The tool ran, then the model call after it failed: what ran is committed, the error raised.
+    async with _deploying_runtime(tmp_path / "a.db", FailsLast([DEPLOY])) as rt:
+
+        def run() -> Awaitable[object]:
+            return rt.run(ANA, "s1", "deploy v2", grants=["deploy"])
+
+        with pytest.raises(ProviderError) as caught:
+            await run()
+        assert caught.value.commit_state is CommitState.COMMITTED
+        del caught  # it holds the error and its traceback: not the runtime's cycle
+        assert await _cyclic_garbage(run) == Counter()
+
+
+async def test_a_failure_in_a_revision_leaves_no_cycle(tmp_path: Path, collector: None) -> None:
+    # The verifier refuses the answer, the revision's model call fails: the error crosses the
+    # verification step's own handler before the run's.
+    provider = FailsLast([DEPLOY, "Deployed."])
+    policy = verified_completion_policy(on_fail="revise", max_revisions=2)
+    async with _deploying_runtime(tmp_path / "a.db", provider, verifier=AlwaysFails()) as rt:
+
+        def run() -> Awaitable[object]:
+            return rt.run(ANA, "s1", "deploy v2", grants=["deploy"], completion=policy)
+
+        with pytest.raises(ProviderError) as caught:
+            await run()
+        assert caught.value.commit_state is CommitState.COMMITTED
+        assert provider.made == 3  # the tool call, the refused answer, the revision that failed
+        del caught  # it holds the error and its traceback: not the runtime's cycle
+        assert await _cyclic_garbage(run) == Counter()

@@ -284,7 +284,11 @@ async def verify_completed_turn(
                 current.messages, block, not policy.allow_revision_effects, max_steps - current.steps
             )
         except TurnInterrupted as stop:
-            raise TurnInterrupted(stop.error, merge_turns(current, stop.partial)) from stop.error
+            error, ran = stop.take()  # neither ``stop`` nor this frame keeps the error: no cycle
+            try:
+                raise TurnInterrupted(error, merge_turns(current, ran)) from error
+            finally:
+                del error
         current = merge_turns(current, more)
         return final_answer(more.messages) if more.status is RunStatus.COMPLETED else None
 
