@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _effects_support import DEPLOY
 
 from agentium_harness import (
     CommitState,
@@ -51,7 +52,6 @@ pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 MINE = SourceOwner("acme", "ana", "s1")
-DEPLOY = {"content": "", "tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"to": "prod"}}]}
 #: Generous: two cores shared by several test runs.
 SLACK_S = 5.0
 

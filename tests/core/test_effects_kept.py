@@ -10,9 +10,10 @@ whatever the outcome, the run reports every tool call and the usage.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from _effects_support import DEPLOY, AlwaysFails
 
 from agentium_harness import (
     CommitState,
@@ -26,7 +27,6 @@ from agentium_harness import (
     Tool,
     ToolRegistry,
     ToolStatus,
-    Verdict,
     VerifiedIdentity,
     create_harness_runtime,
     verified_completion_policy,
@@ -35,14 +35,9 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import (
-    CompletionCandidate,
-    CompletionVerifier,
     ModelRequest,
     ModelResponse,
     OpContext,
-    VerificationResult,
-    VerifierCapabilities,
-    VerifyContext,
 )
 
 pytestmark = pytest.mark.anyio
@@ -50,8 +45,6 @@ pytestmark = pytest.mark.anyio
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
 MINE = SourceOwner("acme", "ana", "s1")
-
-DEPLOY = {"content": "", "tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"to": "prod"}}]}
 
 
 class FailsOnCall(ScriptedProvider):
@@ -150,13 +143,6 @@ async def test_a_contract_violating_second_reply_keeps_the_first_tools_effect() 
     assert caught.value.commit_state is CommitState.COMMITTED
     stored = await _stored(runtime)
     assert [m.role.value for m in stored.snapshot.resident[0].messages] == ["user", "assistant", "tool"]
-
-
-class AlwaysFails(CompletionVerifier):
-    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(artifact_digests=True)
-
-    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
-        return VerificationResult(Verdict.FAIL, (), "the report is still the draft")
 
 
 async def test_a_provider_failure_in_a_revision_keeps_the_turns_tools() -> None:

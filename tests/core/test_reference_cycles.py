@@ -15,9 +15,10 @@ import gc
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
+from _effects_support import DEPLOY, AlwaysFails
 
 from agentium_harness import (
     AgentiumError,
@@ -31,7 +32,6 @@ from agentium_harness import (
     RuntimeLimits,
     Tool,
     ToolRegistry,
-    Verdict,
     VerifiedIdentity,
     create_harness_runtime,
     verified_completion_policy,
@@ -39,14 +39,9 @@ from agentium_harness import (
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import (
-    CompletionCandidate,
-    CompletionVerifier,
     ModelRequest,
     ModelResponse,
     OpContext,
-    VerificationResult,
-    VerifierCapabilities,
-    VerifyContext,
 )
 
 pytestmark = pytest.mark.anyio
@@ -149,9 +144,6 @@ async def test_failed_calls_leave_no_cycle(tmp_path: Path, collector: None) -> N
             assert await _cyclic_garbage(call) == Counter(), name
 
 
-DEPLOY = {"content": "", "tool_calls": [{"id": "c1", "name": "deploy", "arguments": {"to": "prod"}}]}
-
-
 class FailsLast(ScriptedProvider):
     """The scripted provider, cycling: the script's last call fails with a connection error (every run)."""
 
@@ -166,13 +158,6 @@ class FailsLast(ScriptedProvider):
         if self.made % self.period == 0:
             raise ConnectionError("upstream reset the connection")
         return reply
-
-
-class AlwaysFails(CompletionVerifier):
-    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(artifact_digests=True)
-
-    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
-        return VerificationResult(Verdict.FAIL, (), "the report is still the draft")
 
 
 def _deploying_runtime(path: Path, provider: FailsLast, **kw: Any) -> HarnessRuntime:
