@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from agentium_harness import (
+    ArchiveCorruptError,
     EraseTarget,
     OpContext,
     ResidentLimits,
@@ -250,3 +251,71 @@ async def test_a_version_1_file_that_cannot_be_migrated_is_refused_and_left_as_i
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT value FROM meta").fetchone()[0] == "1"
         assert conn.execute("SELECT count(*) FROM archive_groups").fetchone()[0] == 2
+
+
+def _set_adopted(path: Path, value: object) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE sessions SET adopted = ?", (value,))
+
+
+async def test_a_watermark_moved_back_is_refused_and_no_archived_group_is_deleted(tmp_path: Path) -> None:
+    # ``adopted`` is covered by no digest, and it says which rows are the archive's: moved back
+    # below the boundary, the adopted rows above it looked like the store's stale rows, and the
+    # next turn's save deleted them (archived groups lost for good).
+    path = tmp_path / "agentium.db"
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        for n in range(6):  # groups 0-3 archived by adoption, 4 and 5 resident
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        stored = await store.load(KEY, OpContext())
+        assert stored is not None
+    rows = _group_rows(path)
+    _set_adopted(path, 1)
+
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        with pytest.raises(SnapshotCorruptError, match="damaged"):
+            await runtime.run(ANA, "s1", TEXT)
+        with pytest.raises(SnapshotCorruptError, match="damaged"):
+            await runtime.read_history(ANA, "s1", max_groups=10, view=False)
+        # The save refuses on its own too (a host or a caller that did not load first).
+        with pytest.raises(SnapshotCorruptError, match="neither rewritten nor deleted"):
+            await store.save(KEY, stored.snapshot, stored.revision, OpContext())
+    assert _group_rows(path) == rows
+
+    _set_adopted(path, 4)  # repaired: every group is there
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        assert [g.seq for g in await archive.read_groups(KEY, 0, 10, OpContext())] == [0, 1, 2, 3]
+        await runtime.run(ANA, "s1", TEXT)
+    assert archived_seqs(path, KEY) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("adopted", [5, -1, 2**40, 2.5, "x"])
+async def test_a_watermark_past_the_boundary_or_not_a_seq_is_refused_by_every_operation(
+    tmp_path: Path, adopted: object
+) -> None:
+    path = tmp_path / "agentium.db"
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        for n in range(6):
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+    rows = _group_rows(path)
+    _set_adopted(path, adopted)
+
+    runtime, archive, store = _runtime(path, max_groups=2)
+    async with runtime:
+        with pytest.raises(ArchiveCorruptError, match="watermark"):
+            await archive.read_groups(KEY, 0, 10, OpContext())
+        with pytest.raises(ArchiveCorruptError, match="watermark"):
+            # Past the boundary, the resident rows 4 and 5 looked archived and were erased.
+            await archive.erase(EraseTarget.groups_of(KEY, [SeqRange(0, 10)]), OpContext())
+        with pytest.raises(ArchiveCorruptError, match="watermark"):
+            await archive.append(KEY, [plain_group(6)], OpContext())
+        with pytest.raises(SnapshotCorruptError, match="watermark"):
+            await store.load(KEY, OpContext())
+        with pytest.raises(SnapshotCorruptError, match="watermark"):
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), OpContext())
+        with pytest.raises(SnapshotCorruptError, match="watermark"):
+            await runtime.run(ANA, "s1", TEXT)
+    assert _group_rows(path) == rows

@@ -44,7 +44,13 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Final, NamedTuple
 
-from .._errors import ArchiveConflictError, SessionConflictError
+from .._errors import (
+    AgentiumError,
+    ArchiveConflictError,
+    ArchiveCorruptError,
+    SessionConflictError,
+    SnapshotCorruptError,
+)
 from .._ports.archive import ArchiveReceipt
 from .._ports.erasure import EraseTarget
 from .._ports.sessions import SessionSnapshot
@@ -125,17 +131,58 @@ class SessionRow(NamedTuple):
 _COLUMNS: Final = "sid, adopted, revision, boundary, next_seq, inline, snapshot"
 
 
-def find_session(conn: sqlite3.Connection, key: SessionKey) -> SessionRow | None:
-    """The session's row, or ``None`` when neither adapter stored anything for it."""
+def _split_range(session: SessionRow) -> range | None:
+    """The seqs of a split snapshot's resident rows (``boundary..next_seq``), ``None`` if not split."""
+    boundary, next_seq = session.boundary, session.next_seq
+    if session.revision is None or session.inline != 0:
+        return None
+    if type(boundary) is not int or type(next_seq) is not int:
+        return None
+    return range(boundary, next_seq)
+
+
+def _checked_session(
+    key: SessionKey, session: SessionRow, damaged: type[AgentiumError] = SnapshotCorruptError
+) -> SessionRow:
+    """``session`` if its archive watermark is one the adapters could have written, else ``damaged``.
+
+    No digest covers ``adopted``, and it decides which rows belong to which
+    adapter: every write keeps it an integer from 0 to :data:`SEQ_LIMIT`, and
+    at or below the boundary of a split snapshot (a snapshot that would need
+    a resident row below it is stored whole). A row past that is damage: it
+    is refused here, before anything is read by it or deleted by it.
+    """
+    adopted, split = session.adopted, _split_range(session)
+    if (
+        type(adopted) is not int
+        or not 0 <= adopted <= SEQ_LIMIT
+        or (split is not None and adopted > split.start)
+    ):
+        raise damaged(
+            f"the row of session {key.key()} is damaged: its archive watermark (adopted) is "
+            f"{adopted!r}, its snapshot's boundary {session.boundary!r}; nothing was changed"
+        )
+    return session
+
+
+def find_session(
+    conn: sqlite3.Connection, key: SessionKey, damaged: type[AgentiumError] = SnapshotCorruptError
+) -> SessionRow | None:
+    """The session's row, or ``None`` when neither adapter stored anything for it.
+
+    A row whose watermark is damaged raises ``damaged`` (see :func:`_checked_session`).
+    """
     row = conn.execute(
         f"SELECT {_COLUMNS} FROM sessions WHERE tenant_id = ? AND user_id = ? AND session_id = ?",  # noqa: S608
         (key.tenant, key.user, key.session),
     ).fetchone()
-    return None if row is None else SessionRow(*row)
+    return None if row is None else _checked_session(key, SessionRow(*row), damaged)
 
 
-def _session_for_write(conn: sqlite3.Connection, key: SessionKey) -> SessionRow:
-    found = find_session(conn, key)
+def _session_for_write(
+    conn: sqlite3.Connection, key: SessionKey, damaged: type[AgentiumError] = SnapshotCorruptError
+) -> SessionRow:
+    found = find_session(conn, key, damaged)
     if found is not None:
         return found
     cursor = conn.execute(
@@ -187,7 +234,7 @@ def append_groups(
     """
     if not rows:
         return []
-    session = _session_for_write(conn, key)
+    session = _session_for_write(conn, key, ArchiveCorruptError)
     receipts: list[ArchiveReceipt] = []
     for seq, data, digest in rows:
         _check_seq(seq)
@@ -216,7 +263,7 @@ def read_archived(
     conn: sqlite3.Connection, key: SessionKey, start_seq: int, limit: int
 ) -> list[tuple[int, object, object]]:
     """Up to ``limit`` archived ``(seq, digest, data)`` rows with ``seq >= start_seq``, ascending."""
-    session = find_session(conn, key)
+    session = find_session(conn, key, ArchiveCorruptError)
     if session is None or limit <= 0 or start_seq >= SEQ_LIMIT:
         return []
     archived, params = _archived_where(session)
@@ -238,16 +285,17 @@ def archived_rows_covered(
     """
     where, params = session_filter(target)
     sessions = conn.execute(
-        f"SELECT sid, tenant_id, user_id, session_id, adopted FROM sessions WHERE {where} "  # noqa: S608
+        f"SELECT tenant_id, user_id, session_id, {_COLUMNS} FROM sessions WHERE {where} "  # noqa: S608
         "ORDER BY tenant_id, user_id, session_id",
         params,
     ).fetchall()
     spans = [(r.start, min(r.stop, SEQ_LIMIT)) for r in target.groups] or [(0, SEQ_LIMIT)]
     found: list[tuple[SessionKey, int, str, int, int]] = []
-    for sid, tenant, user, session_id, adopted in sessions:
-        session = SessionRow(sid, adopted, None, None, None, None, None)
-        archived, extra = _archived_where(session)
+    for tenant, user, session_id, *columns in sessions:
         key = SessionKey(tenant, user, session_id)
+        session = _checked_session(key, SessionRow(*columns), ArchiveCorruptError)
+        sid = session.sid
+        archived, extra = _archived_where(session)
         for start, stop in sorted(spans):
             if start >= stop:
                 continue
@@ -319,6 +367,20 @@ def read_snapshot(conn: sqlite3.Connection, key: SessionKey) -> tuple[object, ob
         and 0 <= boundary <= next_seq <= SEQ_LIMIT
     ):
         return session.revision, None, session
+    if (
+        session.adopted < boundary
+        and conn.execute(
+            "SELECT 1 FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 LIMIT 1",
+            (row_id(session.sid, session.adopted, False), row_id(session.sid, boundary, False)),
+        ).fetchone()
+    ):
+        # Every save deletes the store's rows below its boundary or has the archive adopt them:
+        # one here means the watermark was moved back (damage), and the next save would take the
+        # row for the store's own stale row and delete an archived group.
+        raise SnapshotCorruptError(
+            f"the row of session {key.key()} is damaged: a group row below the snapshot's boundary "
+            f"{boundary} is above the archive's watermark (adopted {session.adopted}); nothing was changed"
+        )
     rows = conn.execute(
         "SELECT id, data FROM groups WHERE id >= ? AND id < ? AND (id & 1) = 0 ORDER BY id",
         (row_id(session.sid, boundary, False), row_id(session.sid, next_seq, False)),
@@ -394,6 +456,8 @@ def save_snapshot(
                 )
         receipts.append(ArchiveReceipt(seq=seq, digest=digest, location=f"{prefix}/{seq}"))
     adopted = max([session.adopted, *(seq + 1 for seq in adopt)])
+    # The rows the stored snapshot holds: the only ones this save may rewrite or delete.
+    owned = _split_range(session) or range(0)
     keep: set[int] = set()
     header = snapshot.header
     if header is not None and snapshot.boundary >= adopted:
@@ -404,6 +468,8 @@ def save_snapshot(
                     (row_id(sid, seq, False), digest, data),
                 )
             elif held[seq] != digest:
+                if seq not in owned:
+                    raise _unowned(key, seq, session)
                 conn.execute(
                     "UPDATE groups SET digest = ?, data = ? WHERE id = ?",
                     (digest, data, row_id(sid, seq, False)),
@@ -411,9 +477,12 @@ def save_snapshot(
             keep.add(seq)
     else:
         header = None  # stored whole: this layout keeps no resident row below the watermark
-    stale = [(row_id(sid, seq, False),) for seq in held if seq not in keep and seq not in adopt]
+    stale = [seq for seq in held if seq not in keep and seq not in adopt]
+    for seq in stale:
+        if seq not in owned:
+            raise _unowned(key, seq, session)
     if stale:
-        conn.executemany("DELETE FROM groups WHERE id = ?", stale)
+        conn.executemany("DELETE FROM groups WHERE id = ?", [(row_id(sid, seq, False),) for seq in stale])
     revision = 1 if expected_revision is None else expected_revision + 1
     if header is None:
         values: tuple[object, ...] = (adopted, revision, None, None, 1, snapshot.data, sid)
@@ -425,6 +494,16 @@ def save_snapshot(
         values,
     )
     return revision, receipts
+
+
+def _unowned(key: SessionKey, seq: int, session: SessionRow) -> SnapshotCorruptError:
+    """A save would rewrite or delete a row the stored snapshot does not hold: the row is damaged."""
+    return SnapshotCorruptError(
+        f"the row of session {key.key()} is damaged: group {seq}'s row is above the archive's "
+        f"watermark (adopted {session.adopted!r}) but outside the stored snapshot "
+        f"(boundary {session.boundary!r}, next seq {session.next_seq!r}); it may be an archived "
+        "group, so it is neither rewritten nor deleted, and nothing was changed"
+    )
 
 
 def sessions_covered(
@@ -439,7 +518,10 @@ def sessions_covered(
         f"WHERE {where} AND revision IS NOT NULL ORDER BY tenant_id, user_id, session_id LIMIT ?",
         (*params, bound + 1),
     ).fetchall()
-    found = [(SessionKey(t, u, s), SessionRow(*rest)) for t, u, s, *rest in rows]
+    found = [
+        (SessionKey(t, u, s), _checked_session(SessionKey(t, u, s), SessionRow(*rest)))
+        for t, u, s, *rest in rows
+    ]
     return found[:bound], len(found) > bound
 
 
