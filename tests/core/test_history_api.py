@@ -307,6 +307,24 @@ async def test_a_stale_expected_revision_is_a_conflict_and_changes_nothing() -> 
         await rt.append(ANA, "s1", pair(1), expected_revision=-1)
 
 
+async def test_a_retraction_at_a_stale_expected_revision_is_a_conflict_and_changes_nothing() -> None:
+    rt, _, archive, store = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    page = await rt.read_history(ANA, "s1", max_groups=1)
+    await rt.append(ANA, "s1", pair(1))  # the messages read are no longer the view's last
+    before = stored_state(store, archive)
+    for stale in (page.snapshot_revision, 0, 3):
+        with pytest.raises(SessionConflictError) as caught:
+            await rt.retract(ANA, "s1", reason="pop", expected_revision=stale)
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    for bad in (-1, True, "2"):
+        with pytest.raises(InvalidArgumentError):
+            await rt.retract(ANA, "s1", reason="pop", expected_revision=bad)  # type: ignore[arg-type]
+    assert stored_state(store, archive) == before
+    done = await rt.retract(ANA, "s1", reason="pop", expected_revision=page.snapshot_revision + 1)
+    assert [m.content for m in done.messages] == [pair(1)[-1].content]
+
+
 async def test_append_evicts_archives_and_pages_back_over_the_archive() -> None:
     rt, _, archive, _ = runtime(max_groups=2)
     results = [await rt.append(ANA, "s1", pair(n)) for n in range(7)]

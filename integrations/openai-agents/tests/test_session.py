@@ -254,6 +254,25 @@ async def test_another_frameworks_items_fail_closed(runtime: HarnessRuntime) -> 
         await session.get_items()
 
 
+async def test_popping_another_frameworks_item_is_refused_and_changes_nothing(
+    runtime: HarnessRuntime,
+) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items(turn(0))
+    await runtime.append(
+        ANA,
+        "chat-1",
+        [Message(Role.USER, "hi", payload={"type": "message"}, payload_format="other.framework/v1")],
+    )
+    before = await runtime.inspect_session(ANA, "chat-1")
+    with pytest.raises(ForeignItemError, match=r"other\.framework/v1"):
+        await session.pop_item()
+    after = await runtime.inspect_session(ANA, "chat-1")
+    assert (after.next_seq, after.retracted) == (before.next_seq, before.retracted)
+    page = await runtime.read_history(ANA, "chat-1", max_groups=10)
+    assert [m.content for m in page.messages][-1] == "hi"
+
+
 async def test_history_written_by_runs_reads_as_plain_messages(runtime: HarnessRuntime) -> None:
     await runtime.append(ANA, "chat-1", [Message(Role.USER, "hi"), Message(Role.ASSISTANT, "hello")])
     session = AgentiumSession(runtime, ANA, "chat-1")

@@ -178,6 +178,7 @@ class HistoryOperations:
         count: int = 1,
         reason: str,
         recall_scope: RecallScope | None = None,
+        expected_revision: int | None = None,
     ) -> RetractResult:
         """Take the last ``count`` messages of the session's view out of it; nothing is deleted.
 
@@ -190,16 +191,28 @@ class HistoryOperations:
         messages are not sent to the model by ``run()``, recall leaves out
         the groups they are in, and a summary that covered them starts again.
         The session keeps the scope it was stored with (``recall_scope``,
-        when given, must match it). Admitted and committed like :meth:`append`.
+        when given, must match it). ``expected_revision`` refuses the
+        retraction with :class:`SessionConflictError` unless the session is at
+        that revision, as for :meth:`append`: a caller that read the messages
+        it means to take (``read_history`` gives ``snapshot_revision``) takes
+        exactly those. Admitted and committed like :meth:`append`.
         """
         n = check_retract_count(count)
         why = check_reason(reason)
+        expected = check_expected_revision(expected_revision)
         scope = run_scope(identity, session_id, recall_scope)
         return await self._write(
             scope,
             "retraction",
             lambda rt, ticket, progress: retract_messages(
-                rt, ticket, progress, scope, n, why, stored_scope=recall_scope is None
+                rt,
+                ticket,
+                progress,
+                scope,
+                n,
+                why,
+                stored_scope=recall_scope is None,
+                expected_revision=expected,
             ),
         )
 

@@ -209,9 +209,12 @@ async def retract_messages(
     reason: str,
     *,
     stored_scope: bool,
+    expected_revision: int | None = None,
 ) -> RetractResult:
     """Take the view's last ``count`` messages out of it with a control group (nothing is deleted)."""
-    await _load(runtime, ticket, progress, scope, stored_scope=stored_scope)
+    await _load(
+        runtime, ticket, progress, scope, stored_scope=stored_scope, expected_revision=expected_revision
+    )
     assert progress.snap is not None
     snap = progress.snap
     found = await _last_visible(runtime, ticket, progress, count)

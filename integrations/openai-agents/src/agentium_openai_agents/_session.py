@@ -17,7 +17,6 @@ from agentium_harness import (
     HistoryPage,
     Message,
     RecallScope,
-    RetractionRefusedError,
     SessionBusyError,
     SessionConflictError,
     VerifiedIdentity,
@@ -142,23 +141,46 @@ class AgentiumSession:
         """Retract the view's last item and return it; ``None`` when the view is empty.
 
         The item stays in canonical history; it leaves the view, so it is not
-        read again, sent to a model by ``run()``, recalled or summarized.
+        read again, sent to a model by ``run()``, recalled or summarized. The
+        last message is read and turned into an item first, and retracted
+        only if the session is still at the revision it was read at: a
+        message that is not an item of this SDK (:class:`ForeignItemError`)
+        is refused with nothing changed.
         """
         self._check_open()
-        try:
-            result = await self._retrying(
-                lambda: self.runtime.retract(
-                    self.identity, self.session_id, count=1, reason="pop_item", recall_scope=self.recall_scope
-                )
-            )
-        except RetractionRefusedError as exc:
-            if exc.available == 0:
+        for _ in range(_READ_RESTARTS):
+            read = await self._read_view_at(1)
+            if read is None:
+                continue
+            messages, revision = read
+            if not messages:
                 return None
-            raise
-        (message,) = result.messages
-        (ref,) = result.retracted
-        item = message_to_item(message, f"message {ref.index} of group {ref.seq} of {self.session_id!r}")
-        return cast("TResponseInputItem", item)
+            item = message_to_item(
+                messages[-1], f"the last message of the view of session {self.session_id!r}"
+            )
+
+            async def take(revision: int = revision) -> bool:
+                try:
+                    await self.runtime.retract(
+                        self.identity,
+                        self.session_id,
+                        count=1,
+                        reason="pop_item",
+                        recall_scope=self.recall_scope,
+                        expected_revision=revision,
+                    )
+                except SessionConflictError as exc:
+                    if exc.commit_state is not CommitState.NOT_COMMITTED:
+                        raise
+                    return False  # the session moved on since the read: read its last item again
+                return True
+
+            if await self._retrying(take):
+                return cast("TResponseInputItem", item)
+        raise HistoryChangedError(
+            f"the view of session {self.session_id!r} changed between every read of its last item and "
+            f"its retraction ({_READ_RESTARTS} attempts); nothing was changed: call pop_item again"
+        )
 
     async def clear_session(self) -> None:
         """Start the view afresh (``reset_view``); nothing committed is deleted.
@@ -211,6 +233,11 @@ class AgentiumSession:
 
     async def _read_view(self, wanted: int | None) -> list[Message] | None:
         """The view's newest ``wanted`` messages (all when ``None``); ``None`` when it changed mid-read."""
+        read = await self._read_view_at(wanted)
+        return None if read is None else read[0]
+
+    async def _read_view_at(self, wanted: int | None) -> tuple[list[Message], int] | None:
+        """Like :meth:`_read_view`, with the revision its first page was read at."""
         collected: list[Message] = []
         before: int | None = None
         first: HistoryPage | None = None
@@ -236,7 +263,8 @@ class AgentiumSession:
             if (wanted is not None and len(collected) >= wanted) or page.next_before_seq is None:
                 break
             before = page.next_before_seq
-        return collected if wanted is None else collected[-wanted:]
+        assert first is not None
+        return (collected if wanted is None else collected[-wanted:]), first.snapshot_revision
 
     async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run ``write``; while it is refused as busy or loses a race uncommitted, back off and retry."""
