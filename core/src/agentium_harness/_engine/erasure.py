@@ -472,8 +472,10 @@ async def carry_out(
     except ErasureIncompleteError:
         raise
     except Exception as exc:
+        # The record is kept for good and shown by erasure_status: the error's type only, never its
+        # text, which a backend may fill with the very content being erased.
         note = (
-            f"stopped: {type(exc).__name__}: {exc}; what the failing call had removed is not in its "
+            f"stopped: {type(exc).__name__}; what the failing call had removed is not in its "
             "store's counts (the sessions list every group there was)"
         )
         failed = attrs.evolve(record, notes=(*record.notes, note))

@@ -220,7 +220,11 @@ class ErasureOperations:
                 await load_record(ticket, store, h) for h in await pending_records(ticket, store, tenant)
             ]
             _, done = await load_ledger(ticket, store, index_key(tenant))
-        records = [*done.records, *pending]
+        # An erasure that stopped between its tombstone's save and its pending record's removal is
+        # in both: listed once, as its pending record (resuming it finishes the removal).
+        by_id = {r.erasure_id: r for r in done.records}
+        by_id.update((r.erasure_id, r) for r in pending)
+        records = list(by_id.values())
         if target is not None:
             records = [r for r in records if overlaps(r.target, target)]
         return tuple(sorted(records, key=lambda r: r.started_at))
