@@ -21,6 +21,7 @@ from agentium_harness import (
     ArchiveCorruptError,
     EraseTarget,
     OpContext,
+    PhysicalErasure,
     ResidentLimits,
     RuntimeLimits,
     SeqRange,
@@ -319,3 +320,28 @@ async def test_a_watermark_past_the_boundary_or_not_a_seq_is_refused_by_every_op
         with pytest.raises(SnapshotCorruptError, match="watermark"):
             await runtime.run(ANA, "s1", TEXT)
     assert _group_rows(path) == rows
+
+
+async def test_an_erase_with_a_reader_holding_the_log_says_unreferenced_within_its_deadline(
+    tmp_path: Path,
+) -> None:
+    # Each checkpoint attempt used to wait out the busy timeout (5 s by default), 50 times: the
+    # erase outlasted every deadline instead of reporting what it could not do.
+    path = tmp_path / "agentium.db"
+    runtime, archive, _ = _runtime(path, max_groups=1)
+    async with runtime:
+        for n in range(3):
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        reader = sqlite3.connect(path)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM groups").fetchone()  # holds its snapshot of the log
+            report = await archive.erase(
+                EraseTarget.groups_of(KEY, [SeqRange(0, 1)]), OpContext.with_timeout(20)
+            )
+        finally:
+            reader.close()
+        assert report.physical is PhysicalErasure.UNREFERENCED and "another connection" in report.detail
+        assert report.count("group") == 1
+        # The connection's own busy timeout is as it was: a writer still waits for the lock.
+        assert (await runtime.run(ANA, "s1", TEXT)).committed

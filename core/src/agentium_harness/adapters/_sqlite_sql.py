@@ -208,22 +208,34 @@ def session_filter(target: EraseTarget) -> tuple[str, list[object]]:
     return " AND ".join(clauses), params
 
 
-def scrub_log(conn: sqlite3.Connection, retries: int = 50) -> tuple[PhysicalErasure, str]:
+def scrub_log(
+    conn: sqlite3.Connection, budget_s: float = 2.0, attempt_wait_ms: int = 50
+) -> tuple[PhysicalErasure, str]:
     """Checkpoint the WAL into the database and truncate it, so erased rows leave no copy in the log.
 
     Runs after the erasing transaction committed (outside any transaction).
     The connections of the built-in adapters run with ``secure_delete`` on,
     so the pages the checkpoint writes carry zeros where the rows were. A
     reader holding an old snapshot of the file can keep the checkpoint from
-    finishing; it is retried briefly (the busy timeout waits too), and the
+    finishing; it is retried for at most ``budget_s`` seconds, each attempt
+    waiting at most ``attempt_wait_ms`` for locks (not the connection's busy
+    timeout: one attempt per busy timeout outlasted every deadline), and the
     answer says truthfully whether the log was emptied.
     """
-    for attempt in range(retries):
-        busy, log, moved = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-        if busy == 0 and log in (0, -1) and moved in (0, -1):
-            return PhysicalErasure.REMOVED, ""
-        if attempt + 1 < retries:
+    (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    conn.execute(f"PRAGMA busy_timeout = {min(int(busy_ms), int(attempt_wait_ms))}")
+    try:
+        stop = time.monotonic() + budget_s
+        while True:
+            busy, log, moved = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy == 0 and log in (0, -1) and moved in (0, -1):
+                return PhysicalErasure.REMOVED, ""
+            if time.monotonic() + 0.01 > stop:
+                break
             time.sleep(0.01)  # a worker thread, never the event loop
+    finally:
+        # The adapter keeps track of the value it set (it sets it again only when it changes).
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
     return (
         PhysicalErasure.UNREFERENCED,
         "the write-ahead log could not be checkpointed and truncated (another connection kept reading); "
