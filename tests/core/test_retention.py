@@ -20,9 +20,12 @@ from agentium_harness import (
     ErasureRefusedError,
     ErasureState,
     InvalidArgumentError,
+    Message,
     OperatorAttestation,
     ResidentLimits,
     RetentionPolicy,
+    RetractionRefusedError,
+    Role,
     RuntimeLimits,
     SeqRange,
     SessionKey,
@@ -147,3 +150,20 @@ async def test_retention_needs_a_policy_and_stays_within_the_operators_tenant() 
     with pytest.raises(ErasureRefusedError):
         await rt.apply_retention(OPERATOR, EraseTarget.user("globex", "ana"))
     await rt.aclose()
+
+
+async def test_a_retraction_after_retention_takes_the_views_messages_and_skips_the_erased_groups() -> None:
+    # The retraction looked up the view's last messages without skipping the erased groups, and
+    # failed with a false ArchiveCorruptError once it reached one.
+    rt, _, _ = _runtime(RetentionPolicy(max_archived_groups=1))
+    for i in range(5):
+        await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    await rt.apply_retention(OPERATOR)
+    page = await rt.read_history(ANA, "s1", max_groups=10)
+    assert [m.content for m in page.messages] == ["q3", "a3", "q4", "a4"]
+    with pytest.raises(RetractionRefusedError) as refused:
+        await rt.retract(ANA, "s1", count=5, reason="too many")
+    assert refused.value.available == 4
+    taken = await rt.retract(ANA, "s1", count=3, reason="pop three")
+    assert [m.content for m in taken.messages] == ["a3", "q4", "a4"]
+    assert [m.content for m in (await rt.read_history(ANA, "s1", max_groups=10)).messages] == ["q3"]

@@ -145,6 +145,11 @@ async def _last_visible(
     assert progress.snap is not None and progress.scope is not None
     snap, key = progress.snap, progress.scope.session_key
     candidates = ViewIndex(snap.view).visible_desc(snap.next_seq)
+    if snap.erased:
+        # Groups an erasure removed (retention, a forgotten fact's sources) are not history any
+        # more: the view is what read_history shows, and their rows are gone.
+        erased = snap.erased
+        candidates = (c for c in candidates if not any(c[0] in span for span in erased))
     found: list[tuple[MessageRef, Message]] = []
     while len(found) < count:
         # Every visible group shows at least one message: no more groups than messages are needed.
