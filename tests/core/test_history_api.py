@@ -373,6 +373,14 @@ async def test_page_bounds_follow_the_one_count_rule(max_groups: Any, max_bytes:
         await rt.read_history(ANA, "s1", max_groups=max_groups, max_bytes=max_bytes)
 
 
+@pytest.mark.parametrize("view", [1, None, "no"])
+async def test_a_view_flag_that_is_not_a_bool_is_refused(view: Any) -> None:
+    rt, _, _, _ = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    with pytest.raises(InvalidArgumentError, match="view must be True or False"):
+        await rt.read_history(ANA, "s1", max_groups=1, view=view)
+
+
 async def test_another_identity_never_reads_or_changes_a_session_of_the_same_id() -> None:
     rt, _, archive, store = runtime()
     await rt.append(ANA, "s1", pair(0))

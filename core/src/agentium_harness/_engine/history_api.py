@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from .._errors import AgentiumError
+from .._errors import AgentiumError, InvalidArgumentError
 from .._history import Message
 from .._observe.turn import traced_operation
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
@@ -136,7 +136,7 @@ class HistoryOperations:
         """
         groups, size = check_page(max_groups, max_bytes)
         if not isinstance(view, bool):
-            raise TypeError("view must be True or False")
+            raise InvalidArgumentError(f"view must be True or False, not {view!r}")
         key = SessionKey.of(require_identity(identity), session_id)
         runtime = self._runtime()
         async with runtime.parts.admission.admit_shared(key, "history read") as ticket:
