@@ -241,3 +241,48 @@ async def test_foreign_or_damaged_history_fails_closed(tmp_path: Path) -> None:
         set_group_row(path, key, 0, data.replace(b"q0", b"qX"))
         with pytest.raises(ArchiveCorruptError):
             await provider.get_messages("chat-1")
+
+
+async def test_a_replayed_transcript_is_not_stored_again(runtime: HarnessRuntime) -> None:
+    # Chat UIs and AG-UI send the whole conversation as each run's input; the framework's own
+    # providers store only what follows the overlap with what they hold, and so does this one.
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    agent = Agent(client=ScriptedChatClient("a1", "a2"), context_providers=[provider])
+    session = agent.create_session()
+    await agent.run(AFMessage("user", ["u1"]), session=session)
+    transcript = await provider.get_messages(session.session_id)
+    await agent.run([*transcript, AFMessage("user", ["u2"])], session=session)
+    stored = await provider.get_messages(session.session_id)
+    assert texts(stored) == [("user", "u1"), ("assistant", "a1"), ("user", "u2"), ("assistant", "a2")]
+    # A lone repeated user message without an id is the user saying it again: kept.
+    await provider.save_messages("chat-2", [AFMessage("user", ["again"])])
+    await provider.save_messages("chat-2", [AFMessage("user", ["again"])])
+    assert texts(await provider.get_messages("chat-2")) == [("user", "again"), ("user", "again")]
+    # Only the tail is compared: a message of another framework matches nothing.
+    await runtime.append(ANA, "chat-3", [Message(Role.USER, "x", payload={}, payload_format="other/v1")])
+    await provider.save_messages("chat-3", [AFMessage("user", ["x"])])
+    page = await runtime.read_history(ANA, "chat-3", max_groups=10)
+    assert [m.payload_format for m in page.messages] == ["other/v1", MESSAGE_FORMAT]
+
+
+def test_new_messages_decides_from_the_tail_as_the_framework_does_from_all_of_history() -> None:
+    # The framework's own rule (its providers' filter_new_messages, pinned version) on the whole
+    # history against this provider's on the view's last len(incoming) messages.
+    import random
+
+    from agent_framework._sessions import filter_new_messages
+
+    from agentium_agent_framework._replay import message_identity, new_messages
+
+    rng = random.Random(7)
+    pool = [AFMessage(role, [text]) for role in ("user", "assistant") for text in ("a", "b")]
+    pool += [AFMessage("user", ["a"], message_id="m1"), AFMessage("assistant", ["b"], message_id="m2")]
+    for _ in range(3000):
+        history = [rng.choice(pool) for _ in range(rng.randint(0, 6))]
+        incoming = [rng.choice(pool) for _ in range(rng.randint(1, 5))]
+        if rng.random() < 0.4:  # a replay of the last part of history, then something new
+            incoming = history[rng.randint(0, len(history)) :] + incoming
+        tail = history[-len(incoming) :]
+        ours = new_messages([message_identity(m) for m in tail], [str(m.role) for m in tail], incoming)
+        theirs = len(incoming) - len(filter_new_messages(history, incoming))
+        assert ours == theirs, (texts(history), texts(incoming))

@@ -25,6 +25,8 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import SessionKey
 
+from ._replay import Identity, message_identity, new_messages
+
 __all__ = [
     "DEFAULT_MAX_MESSAGES",
     "MESSAGE_FORMAT",
@@ -39,6 +41,8 @@ T = TypeVar("T")
 MESSAGE_FORMAT: Final = "agent_framework.message/v1"
 #: How many messages ``get_messages`` returns at most, unless the provider is built with another bound.
 DEFAULT_MAX_MESSAGES: Final = 200
+#: Reads of the view's tail a save makes while other writes keep landing before it gives up.
+_SAVE_RESTARTS: Final = 5
 #: The largest ``max_messages`` a provider takes.
 MAX_MESSAGES_CEILING: Final = 10_000
 #: The readable ``content`` is cut to this many characters (the message itself is never cut).
@@ -240,14 +244,71 @@ class AgentiumHistoryProvider(HistoryProvider):
         state: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        """Commit ``messages`` as one group (nothing for none); refused input writes nothing."""
+        """Commit the new ones of ``messages`` as one group (nothing if none); refused input writes nothing.
+
+        As the framework's own providers do, messages repeating the view's
+        last messages in order (a host replaying the whole transcript as
+        input) are not stored again (see :mod:`._replay`). The view's tail is
+        read first and the group appended only at the revision it was read
+        at: a write landing in between makes it read again.
+        """
         sid = self._session(session_id)
         if not messages:
             return
         converted = [to_agentium(m) for m in messages]
-        await self._retrying(
-            lambda: self.runtime.append(self.identity, sid, converted, recall_scope=self.recall_scope)
+        for _ in range(_SAVE_RESTARTS):
+            identities, roles, revision = await self._tail(sid, len(messages))
+            fresh = converted[new_messages(identities, roles, messages) :]
+            if not fresh:
+                return
+
+            async def add(revision: int = revision, fresh: list[Message] = fresh) -> bool:
+                try:
+                    await self.runtime.append(
+                        self.identity, sid, fresh, recall_scope=self.recall_scope, expected_revision=revision
+                    )
+                except SessionConflictError as exc:
+                    if exc.commit_state is not CommitState.NOT_COMMITTED:
+                        raise
+                    return False  # the session moved on since the read: read its tail again
+                return True
+
+            if await self._retrying(add):
+                return
+        refused = SessionConflictError(
+            f"session {sid!r} changed between every read of its last messages and the save "
+            f"({_SAVE_RESTARTS} attempts); nothing was written: save again"
         )
+        refused.commit_state = CommitState.NOT_COMMITTED
+        raise refused
+
+    async def _tail(self, sid: str, count: int) -> tuple[list[Identity | None], list[str | None], int]:
+        """The identities and roles of the view's last ``count`` messages, and the revision read at."""
+        chosen: list[Message] = []
+        before: int | None = None
+        revision: int | None = None
+        while True:
+            page = await self.runtime.read_history(
+                self.identity, sid, before_seq=before, max_groups=min(MAX_PAGE_GROUPS, count - len(chosen))
+            )
+            if revision is None:
+                revision = page.snapshot_revision
+            chosen[:0] = page.messages
+            if page.next_before_seq is None or len(chosen) >= count:
+                break
+            before = page.next_before_seq
+        identities: list[Identity | None] = []
+        roles: list[str | None] = []
+        for m in chosen[-count:]:
+            try:
+                decoded = from_agentium(m, "")
+            except ForeignMessageError:  # another framework's message: it repeats nothing of ours
+                identities.append(None)
+                roles.append(None)
+                continue
+            identities.append(message_identity(decoded))
+            roles.append(str(decoded.role))
+        return identities, roles, revision
 
     async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.busy_timeout_s

@@ -1,0 +1,69 @@
+"""Which of a save's messages are new: the rule the framework's own history providers apply.
+
+A host that replays the whole conversation as each run's input (chat UIs,
+AG-UI) has the framework hand every earlier message to ``save_messages``
+again. The framework's in-memory and file providers keep only what follows
+the ordered overlap with what they hold; this provider does the same, so
+history does not grow by a copy of itself every turn. Messages compare by
+the framework's identity: their ``message_id`` when they have one, else
+their role and serialized contents. A lone repeated user message without
+an id is kept (a user may say the same thing twice).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from agent_framework import Message as AFMessage
+
+__all__ = ["message_identity", "new_messages"]
+
+Identity = tuple[str, ...]
+
+
+def message_identity(message: AFMessage) -> Identity:
+    """``("id", message_id)``, or ``("content", role, contents as sorted JSON)``."""
+    found = getattr(message, "message_id", None)
+    if found is None:
+        found = getattr(message, "id", None)
+    if found is not None:
+        return ("id", str(found))
+    try:
+        contents = [c.to_dict() for c in message.contents] if message.contents else []
+        return ("content", str(message.role), json.dumps(contents, sort_keys=True, ensure_ascii=False))
+    except Exception:  # contents that do not serialize compare by their text, as the framework does
+        return ("content", str(message.role), str(message.contents))
+
+
+def _lone_user_repeat(existing: Sequence[Identity | None], roles: Sequence[str | None]) -> bool:
+    return roles[-1] == "user" and existing[-1] is not None and existing[-1][0] != "id"
+
+
+def new_messages(
+    existing: Sequence[Identity | None], roles: Sequence[str | None], incoming: Sequence[AFMessage]
+) -> int:
+    """How many of ``incoming``'s first messages repeat history (the rest are new).
+
+    ``existing`` are the identities of the view's last messages, oldest first
+    (``None`` for a message that is not a framework message: it matches
+    nothing), at least ``len(incoming)`` of them unless the view is shorter;
+    ``roles`` their roles. Only the last ``len(incoming)`` can overlap, so
+    that many are enough to decide as a provider holding all of history does.
+    """
+    if not existing:
+        return 0
+    have = list(existing)
+    got = [message_identity(m) for m in incoming]
+    for i in range(len(got) - len(have) + 1):
+        if got[i : i + len(have)] == have:
+            if i == 0 and len(have) == 1 and _lone_user_repeat(have, roles):
+                break
+            return i + len(have)
+    for overlap in range(min(len(have), len(got)), 0, -1):
+        if have[-overlap:] != got[:overlap]:
+            continue
+        if overlap == 1 and _lone_user_repeat(have, roles):
+            continue
+        return overlap
+    return 0
