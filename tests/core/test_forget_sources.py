@@ -10,6 +10,7 @@ the result names every place that still holds it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,9 @@ from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionSto
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import OpContext
 
@@ -147,3 +151,44 @@ async def test_forget_with_erase_sources_needs_an_operator_before_anything_chang
         await rt.forget(SCOPE, fact_id, erase_sources=True)
     assert [f.fact_id for f in await rt.memory.list(SCOPE)] == [fact_id], "the fact was forgotten anyway"
     await rt.aclose()
+
+
+def _database_files(folder: Path) -> dict[str, bytes]:
+    """The bytes of the database, its log and its shared-memory index."""
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.name.startswith("agentium.db")}
+
+
+async def test_a_forgotten_facts_summary_text_leaves_the_sqlite_files_too(tmp_path: Path) -> None:
+    # The summary loses its text in a snapshot rewrite made after the stores' erasures had
+    # checkpointed and truncated the log: the old text stayed in the log (and the file) until
+    # some later checkpoint. The rewrite is cleaned up as the erasures are.
+    db = str(tmp_path / "agentium.db")
+    config = SQLiteConfig(path=db)
+    archive = SQLiteArchive(config)
+    rt = create_harness_runtime(
+        provider=Recording(),
+        archive=archive,
+        session_store=SQLiteSessionStore(config),
+        recall=SQLiteRecallStore(SQLiteRecallConfig(path=db)),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        memory=SQLiteMemoryStore(config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    async with rt:
+        await rt.run(ANA, "s1", f"My vault code is {SECRET}. Remember the vault code.")
+        await rt.run(ANA, "s1", "The weather is fine today.")
+        await rt.run(ANA, "s1", "Tell me about the weather again.")
+        (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
+        ack = await rt.memory.remember(
+            MemoryFact(SCOPE, f"ana's vault code is {SECRET}", provenance=[GroupRef("s1", 0, group.digest)])
+        )
+        assert ack.fact_id is not None
+        summary = (await rt.inspect_session(ANA, "s1")).summary
+        assert summary is not None and SECRET in summary.summary.text
+        result = await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="asked", attestation=OPERATOR)
+        (erasure,) = result.erasures
+        assert erasure.tombstone is not None and erasure.record.notes == ()
+        files = _database_files(tmp_path)
+        assert "agentium.db" in files
+        assert [name for name, data in files.items() if SECRET.encode() in data] == []

@@ -11,8 +11,18 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+import attrs
+
 from .._errors import ErasureIncompleteError, ErasureRefusedError, InvalidArgumentError
-from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, ErasureRecord, ErasureState
+from .._ports._base import capabilities_of
+from .._ports.erasure import (
+    EraseLevel,
+    EraseTarget,
+    ErasureKind,
+    ErasureRecord,
+    ErasureState,
+    PhysicalErasure,
+)
 from .._ports.memory import MemoryScope
 from .erased_groups import mark_erased
 from .erasure import (
@@ -43,7 +53,7 @@ __all__ = ["ErasureOperations", "erasure_stores", "run_erasure"]
 #: The levels ``erase`` takes; groups targets come from retention and ``forget``.
 _WHOLE = (EraseLevel.TENANT, EraseLevel.USER, EraseLevel.SESSION)
 
-After = Callable[[Ticket, ErasureRecord], Awaitable[None]]
+After = Callable[[Ticket, ErasureRecord], Awaitable[ErasureRecord]]
 
 
 def erasure_stores(runtime: HarnessRuntime, target: EraseTarget) -> list[tuple[str, Any]]:
@@ -70,9 +80,21 @@ def _after(runtime: HarnessRuntime, record: ErasureRecord) -> After | None:
     if target.level is not EraseLevel.GROUPS or key is None:
         return None
     keep_text = record.kind is not ErasureKind.FORGET
+    store = runtime.session_store
 
-    async def mark(ticket: Ticket, done: ErasureRecord) -> None:
-        await mark_erased(ticket, runtime.session_store, key, target.groups, keep_summary_text=keep_text)
+    async def mark(ticket: Ticket, done: ErasureRecord) -> ErasureRecord:
+        wrote = await mark_erased(ticket, store, key, target.groups, keep_summary_text=keep_text)
+        if not wrote or keep_text or not getattr(capabilities_of(store), "erasure", False):
+            return done
+        # The summary lost its text in a snapshot rewrite made after the stores' erasures and their
+        # clean-up of old copies (a SQLite log checkpoint). The session store's erase of the same
+        # groups target removes nothing (it names no snapshot) and cleans up again, so the old
+        # text leaves its files too; what it cannot clean up is noted.
+        report = await ticket.call("session store erase", lambda ctx: store.erase(target, ctx))
+        if report.physical is PhysicalErasure.REMOVED:
+            return done
+        note = f"the summary's former text: the session store reports {report.physical.value}"
+        return attrs.evolve(done, notes=(*done.notes, f"{note} ({report.detail})" if report.detail else note))
 
     return mark
 
@@ -96,7 +118,7 @@ async def _finish(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord
         record = await carry_out(ticket, stores, runtime.session_store, record)
         after = _after(runtime, record)
         if after is not None:
-            await after(ticket, record)
+            record = await after(ticket, record)
     return await complete(ticket, runtime.session_store, record)
 
 
