@@ -46,6 +46,7 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import (
     ModelProvider,
     ModelRequest,
@@ -670,3 +671,50 @@ async def test_an_append_cancelled_by_aclose_in_its_save_says_unknown() -> None:
     assert "unknown" in str(error)
     with pytest.raises(RuntimeClosedError):
         await rt.append(ANA, "s1", pair(1))
+
+
+@pytest.mark.parametrize("adapters", ["memory", "sqlite"])
+async def test_what_a_read_hands_out_is_the_callers_own(adapters: str, tmp_path: Any) -> None:
+    # The SQLite adapters hand the same decoded group to every read and to run(): a payload or a
+    # tool call's arguments changed in place changed later reads and what run() sent the model.
+    if adapters == "sqlite":
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        store: Any = SQLiteSessionStore(config)
+        rt = create_harness_runtime(
+            provider=(provider := Recorder()), archive=SQLiteArchive(config), session_store=store
+        )
+    else:
+        rt, provider, _, _ = runtime()
+    call = ToolCall("c1", "transfer", {"amount": 10, "to": ["acct"]})
+    await rt.append(
+        ANA,
+        "s1",
+        [
+            Message(Role.USER, "pay", payload={"type": "message", "parts": [1]}, payload_format=FORMAT),
+            Message(Role.ASSISTANT, "", tool_calls=(call,)),
+            Message(Role.TOOL, "paid", tool_call_id="c1"),
+        ],
+    )
+    await rt.append(ANA, "s1", [Message(Role.USER, "note", payload={"k": [1]}, payload_format=FORMAT)])
+    page = await rt.read_history(ANA, "s1", max_groups=2)
+    entry = page.groups[0]
+    entry.messages[0].payload["parts"].append(2)
+    entry.messages[1].tool_calls[0].arguments["amount"] = 1_000_000
+    entry.group.messages[1].tool_calls[0].arguments["to"].append("thief")
+    taken = await rt.retract(ANA, "s1", reason="pop")
+    taken.messages[0].payload["k"].append(9)
+
+    audit = (await rt.read_history(ANA, "s1", max_groups=3, view=False)).groups
+    assert audit[0].group.messages[0].payload == {"type": "message", "parts": [1]}
+    assert audit[0].group.messages[1].tool_calls == (call,) and audit[0].digest == entry.digest
+    assert audit[1].group.messages[0].payload == {"k": [1]}
+    await rt.run(ANA, "s1", "again")
+    (sent,) = provider.requests
+    assert [m.tool_calls for m in sent.history if m.tool_calls] == [(call,)]
+    # copy=False: the runtime's own objects (no copy), for a caller that never changes them.
+    one = (await rt.read_history(ANA, "s1", max_groups=10, copy=False)).messages
+    two = (await rt.read_history(ANA, "s1", max_groups=10, copy=False)).messages
+    assert one[0].payload is two[0].payload if adapters == "sqlite" else one[0].payload == two[0].payload
+    with pytest.raises(InvalidArgumentError, match="copy must be True or False"):
+        await rt.read_history(ANA, "s1", max_groups=1, copy=None)  # type: ignore[arg-type]
+    await rt.aclose()

@@ -50,6 +50,7 @@ from ._history_messages import (
     retained_data,
     retained_json_text,
 )
+from ._json import copy_plain_json
 from ._scope import Scope, exact_scope_ids
 from ._tuples import tuple_of_messages
 from ._validators import non_negative_int
@@ -72,6 +73,8 @@ __all__ = [
     "adopt_messages_encoding",
     "appended_group",
     "bytes_and_digest",
+    "detached",
+    "detached_message",
     "estimate_tokens",
     "match_tool_results",
     "message_json",
@@ -101,6 +104,66 @@ def _encoding(group: MessageGroup) -> list[Any]:
         cached[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
         _ENCODED[key] = cached
     return cached
+
+
+_MESSAGE_FIELDS: Final = ("role", "content", "tool_calls", "tool_call_id", "payload", "payload_format")
+
+
+def detached_message(message: Message) -> Message:
+    """``message``, or an equal copy whose payload and tool-call arguments are new objects.
+
+    What a read hands to a host: the adapters keep the groups they decoded
+    (and the snapshot its resident groups) and hand the same objects to
+    every read and to request assembly, so a payload or an arguments dict
+    changed in place would change what later reads return and what ``run()``
+    sends. A message with neither is returned as it is (its fields are
+    immutable).
+    """
+    payload, calls = message.payload, message.tool_calls
+    mutable = type(payload) is dict or type(payload) is list
+    if not mutable and not calls:
+        return message
+    copy = _new_object(Message)
+    for name in _MESSAGE_FIELDS:
+        _set_field(copy, name, getattr(message, name))
+    if mutable:
+        _set_field(copy, "payload", copy_plain_json(payload))
+    if calls:
+        _set_field(copy, "tool_calls", tuple(_detached_call(c) for c in calls))
+    return copy
+
+
+def _detached_call(call: ToolCall) -> ToolCall:
+    copy = _new_object(ToolCall)
+    _set_field(copy, "id", call.id)
+    _set_field(copy, "name", call.name)
+    _set_field(copy, "arguments", copy_plain_json(call.arguments))
+    return copy
+
+
+def detached(group: MessageGroup, messages: tuple[Message, ...] | None = None) -> MessageGroup:
+    """``group``, or an equal copy of it whose messages are :func:`detached_message` copies.
+
+    ``messages``, when given, are such copies already made of all its
+    messages. The copy shares the group's cached encoding (its bytes are the
+    same): nothing is encoded again.
+    """
+    if messages is None:
+        if all(m.payload is None and not m.tool_calls for m in group.messages):
+            return group
+        messages = tuple(map(detached_message, group.messages))
+    copy = _new_object(MessageGroup)
+    _set_field(copy, "seq", group.seq)
+    _set_field(copy, "messages", messages)
+    _set_field(copy, "retained", group.retained)
+    _set_field(copy, "control", group.control)
+    cached = _ENCODED.get(id(group))
+    if cached is not None:
+        key = id(copy)
+        entry: list[Any] = [cached[0], cached[1], cached[2], None]
+        entry[3] = weakref.ref(copy, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
+        _ENCODED[key] = entry
+    return copy
 
 
 def tokens_and_size(group: MessageGroup) -> tuple[int, int]:

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "copy_plain_json",
     "decode_json",
     "digest_bytes",
     "json_depth_exceeds",
@@ -160,3 +161,21 @@ def decode_json(
 def digest_bytes(data: bytes) -> str:
     """``sha256:<hex>`` of raw bytes."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def copy_plain_json(value: Any) -> Any:
+    """A copy of plain JSON data: new dicts and lists all the way down (the rest is immutable).
+
+    Stored data is checked to nest at most :data:`MAX_JSON_DEPTH` deep, so the
+    recursion is bounded.
+    """
+    kind = type(value)
+    if kind is dict:
+        out = value.copy()
+        for k, v in out.items():
+            if type(v) is dict or type(v) is list:
+                out[k] = copy_plain_json(v)
+        return out
+    if kind is list:
+        return [copy_plain_json(v) if type(v) is dict or type(v) is list else v for v in value]
+    return value

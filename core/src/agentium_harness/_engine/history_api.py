@@ -120,6 +120,7 @@ class HistoryOperations:
         max_groups: int,
         max_bytes: int | None = None,
         view: bool = True,
+        copy: bool = True,
     ) -> HistoryPage:
         """One page of the session's groups, newest first below ``before_seq``, returned oldest first.
 
@@ -133,10 +134,20 @@ class HistoryOperations:
         fails the read with a typed error (``ArchiveCorruptError``,
         ``SnapshotCorruptError``): nothing is skipped. A session that does not
         exist reads as empty. Admitted shared, like :meth:`inspect_session`.
+
+        The page's messages and groups are the caller's own: their payloads
+        and tool-call arguments are copies, made when first read, so changing
+        them in place changes nothing the runtime holds. ``copy=False`` hands
+        out the runtime's own objects instead (no copy), for a caller that
+        never changes them, or copies what it keeps (the OpenAI Agents
+        session does): a change made in place to one of those would change
+        what later reads return and what ``run()`` sends to the model.
         """
         groups, size = check_page(max_groups, max_bytes)
         if not isinstance(view, bool):
             raise InvalidArgumentError(f"view must be True or False, not {view!r}")
+        if not isinstance(copy, bool):
+            raise InvalidArgumentError(f"copy must be True or False, not {copy!r}")
         key = SessionKey.of(require_identity(identity), session_id)
         runtime = self._runtime()
         async with runtime.parts.admission.admit_shared(key, "history read") as ticket:
@@ -149,6 +160,7 @@ class HistoryOperations:
                 max_groups=groups,
                 max_bytes=size,
                 view=view,
+                copy=copy,
             )
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -43,6 +43,7 @@ async def read_page(
     max_groups: int,
     max_bytes: int | None,
     view: bool,
+    copy: bool = True,
 ) -> HistoryPage:
     """The newest groups of ``key`` below ``before_seq`` within the bounds, ascending (see the module).
 
@@ -87,7 +88,8 @@ async def read_page(
                     )
                 more = True
                 break
-        entries.append(HistoryGroup(group, shown))
+        # The host's own copies are made when it reads them (HistoryGroup), unless it asked for none.
+        entries.append(HistoryGroup(group, shown) if copy else HistoryGroup.shared(group, shown))
     entries.reverse()
     view_state = index.view
     return HistoryPage(

@@ -6,7 +6,7 @@ import itertools
 
 import attrs
 
-from .._history import HistoryControl, Message, MessageGroup, MessageRef
+from .._history import HistoryControl, Message, MessageGroup, MessageRef, detached, detached_message
 from .._ports.archive import ArchiveReceipt
 from .._tuples import tuple_of_history_groups
 from .results import CommitState, Diagnostic, EvictionStatus
@@ -104,6 +104,10 @@ class ResetResult:
         return any(d.code == code for d in self.diagnostics)
 
 
+_new = object.__new__
+_set = object.__setattr__
+
+
 @attrs.frozen(slots=True)
 class HistoryGroup:
     """One committed group of a history page and which of its messages the view shows.
@@ -112,34 +116,76 @@ class HistoryGroup:
     the archive's digest, or read from the digest-checked snapshot);
     ``shown`` are the indexes of its messages in the session's view. With
     ``read_history(view=True)`` only groups showing a message are returned;
-    with ``view=False`` every group is, control groups included.
+    with ``view=False`` every group, control groups included. Both
+    ``group`` and ``messages`` are the caller's own: payloads and tool-call
+    arguments changed in place change nothing the runtime holds (the
+    adapters hand the same decoded group to every read and to ``run()``).
     """
 
-    group: MessageGroup
+    _committed: MessageGroup = attrs.field(alias="group")
     shown: tuple[int, ...]
+    # The caller's copies, made on first use (a page read only for its messages copies no group).
+    _own_group: MessageGroup | None = attrs.field(default=None, init=False, eq=False, repr=False)
+    _own_messages: tuple[Message, ...] | None = attrs.field(default=None, init=False, eq=False, repr=False)
+
+    @classmethod
+    def shared(cls, group: MessageGroup, shown: tuple[int, ...]) -> HistoryGroup:
+        """A page entry handing out ``group`` itself, no copy (``read_history(copy=False)``)."""
+        # Built field by field: a page of a thousand groups makes a thousand of these.
+        entry = _new(cls)
+        _set(entry, "_committed", group)
+        _set(entry, "shown", shown)
+        _set(entry, "_own_group", group)  # the group itself: its messages are handed out as they are
+        _set(entry, "_own_messages", None)
+        return entry
+
+    @property
+    def group(self) -> MessageGroup:
+        """The committed group (a copy of its messages' payloads and arguments: see the class)."""
+        own = self._own_group
+        if own is None:
+            own = detached(self._committed, self._own_messages if self._all_shown() else None)
+            _set(self, "_own_group", own)
+        return own
 
     @property
     def seq(self) -> int:
         """The group's sequence number."""
-        return self.group.seq
+        return self._committed.seq
 
     @property
     def digest(self) -> str:
         """The digest of the group's canonical bytes."""
-        return self.group.digest
+        return self._committed.digest
 
     @property
     def messages(self) -> tuple[Message, ...]:
         """The messages the view shows, in order (all of them: ``group.messages``)."""
-        all_messages = self.group.messages
-        if len(self.shown) == len(all_messages):
-            return all_messages  # every message shown (the indexes are distinct, in range): no copy
-        return tuple(all_messages[i] for i in self.shown)
+        own = self._own_messages
+        if own is not None:
+            return own
+        committed = self._committed
+        if self._own_group is committed:
+            # Shared, or nothing in the group a caller could change in place: no copy to make.
+            all_messages = committed.messages
+            return all_messages if self._all_shown() else tuple(all_messages[i] for i in self.shown)
+        if self._own_group is not None and self._all_shown():
+            own = self._own_group.messages
+        else:
+            all_messages = committed.messages
+            shown = all_messages if self._all_shown() else (all_messages[i] for i in self.shown)
+            own = tuple(map(detached_message, shown))
+        _set(self, "_own_messages", own)
+        return own
 
     @property
     def control(self) -> HistoryControl | None:
         """The control record of a control group (``view=False`` pages only), else ``None``."""
-        return self.group.control
+        return self._committed.control
+
+    def _all_shown(self) -> bool:
+        # Every message shown (the indexes are distinct and in range).
+        return len(self.shown) == len(self._committed.messages)
 
 
 @attrs.frozen(slots=True)

@@ -31,6 +31,7 @@ from .._history import (
     RetainedRecord,
     ViewState,
     appended_group,
+    detached_message,
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope
@@ -242,7 +243,7 @@ async def retract_messages(
     return RetractResult(
         seq=group.seq,
         retracted=refs,
-        messages=tuple(m for _, m in found),
+        messages=tuple(detached_message(m) for _, m in found),
         view_start=view.start,
         view_retracted=view.retracted,
         snapshot_revision=done.revision,

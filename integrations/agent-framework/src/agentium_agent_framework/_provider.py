@@ -288,8 +288,13 @@ class AgentiumHistoryProvider(HistoryProvider):
         before: int | None = None
         revision: int | None = None
         while True:
+            # No copy: the messages are only compared, never kept or changed.
             page = await self.runtime.read_history(
-                self.identity, sid, before_seq=before, max_groups=min(MAX_PAGE_GROUPS, count - len(chosen))
+                self.identity,
+                sid,
+                before_seq=before,
+                max_groups=min(MAX_PAGE_GROUPS, count - len(chosen)),
+                copy=False,
             )
             if revision is None:
                 revision = page.snapshot_revision

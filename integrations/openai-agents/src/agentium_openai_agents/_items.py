@@ -134,10 +134,11 @@ def message_to_item(message: Message, where: str | Callable[[], str]) -> dict[st
     """The SDK item a committed message stands for: a new dict the caller may change.
 
     A message this integration wrote gives back a copy of its payload,
-    equal to the item appended. The copy matters: the runtime's adapters
-    hand back the groups they already decoded, so an item changed in place
-    by the SDK or the host would otherwise change what every later read
-    returns (the SDK's own sessions decode fresh items on every read). A
+    equal to the item appended. The copy matters: the session reads with
+    ``read_history(copy=False)``, which hands back the groups the adapters
+    already decoded, so an item changed in place by the SDK or the host
+    would otherwise change what every later read returns (the SDK's own
+    sessions decode fresh items on every read). A
     message without a payload (committed by Agentium's own ``run()``) is
     read as an easy input message of its role (a tool result as ``user``
     text). A payload of any other format is another framework's item:

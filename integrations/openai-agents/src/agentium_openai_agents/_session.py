@@ -251,8 +251,9 @@ class AgentiumSession:
             else:
                 # Every group shown holds at least one item: this many groups are always enough.
                 groups = min(MAX_PAGE_GROUPS, wanted - len(collected))
+            # No copy: every item handed out is a copy made here (message_to_item).
             page = await self.runtime.read_history(
-                self.identity, self.session_id, before_seq=before, max_groups=groups
+                self.identity, self.session_id, before_seq=before, max_groups=groups, copy=False
             )
             if first is None:
                 first = page
