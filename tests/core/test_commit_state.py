@@ -330,3 +330,60 @@ async def test_an_abandoned_save_that_has_not_landed_is_unknown_not_not_committe
         await _runtime(Blocked(), limits=limits).run(ANA, "s1", "hello")
     assert caught.value.abandoned and caught.value.commit_state is CommitState.UNKNOWN
     assert "may still land" in str(caught.value)
+
+
+class OthersWriteDuringSave(InMemorySessionStore):
+    """Delegates to a shared store; during the first save, another runtime runs turns on the session.
+
+    ``land`` makes that save write first (then the other turns archive its group, then it raises);
+    otherwise the other turns come first and the save's compare-and-set fails.
+    """
+
+    def __init__(self, shared: InMemorySessionStore, other: Any, *, land: bool) -> None:
+        super().__init__()
+        self.shared, self.other, self.land, self.armed = shared, other, land, True
+
+    async def save(self, key: SessionKey, snapshot: SessionSnapshot, expected: Any, ctx: OpContext) -> int:
+        if not self.armed:
+            return await self.shared.save(key, snapshot, expected, ctx)
+        self.armed = False
+        if self.land:
+            await self.shared.save(key, snapshot, expected, ctx)
+        for n in range(3):  # resident bound 1: each turn archives the one before
+            await self.other.run(ANA, "s1", f"other {n}")
+        if self.land:
+            raise SessionStoreError("the reply to the save was lost")
+        return await self.shared.save(key, snapshot, expected, ctx)
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        return await self.shared.load(key, ctx)
+
+
+@pytest.mark.parametrize("land", [True, False], ids=["landed", "lost-the-race"])
+async def test_a_save_whose_group_another_writer_archived_is_settled_by_the_archive(land: bool) -> None:
+    # The read-back finds a later revision whose boundary is past the turn's group: only the
+    # archive can say whose group that seq holds. It was "unknown", so a host could not retry.
+    archive, shared = InMemoryArchive(), InMemorySessionStore()
+    one = ResidentLimits(max_groups=1)
+    other = _runtime(shared, archive=archive, limits=RuntimeLimits(resident=one))
+    await other.run(ANA, "s1", "first")
+    ours = _runtime(
+        OthersWriteDuringSave(shared, other, land=land), archive=archive, limits=RuntimeLimits(resident=one)
+    )
+    if land:
+        result = await ours.run(ANA, "s1", "mine")
+        assert result.committed and result.has("save_settled")
+        assert "the archive holds them" in next(
+            d.message for d in result.diagnostics if d.code == "save_settled"
+        )
+    else:
+        with pytest.raises(SessionConflictError) as caught:
+            await ours.run(ANA, "s1", "mine")
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert "another writer's group" in str(caught.value)
+    page = await ours.read_history(ANA, "s1", max_groups=10)
+    assert [m.content for m in page.messages if m.role.value == "user"] == (
+        ["first", "mine", "other 0", "other 1", "other 2"]
+        if land
+        else ["first", "other 0", "other 1", "other 2"]
+    )

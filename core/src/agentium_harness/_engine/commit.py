@@ -177,7 +177,7 @@ async def commit(
             kept = _kept_receipts(stored, digests)
             saved = _sealed(scope, stored, landed, next_seq, plan.keep, None, kept, changes)
             settled = await settle_save(
-                ticket, store, key, saved, _expected(stored), _new(stored, resident), exc
+                ticket, store, key, saved, _expected(stored), _new(stored, resident), exc, archive
             )
             if settled.state is CommitState.COMMITTED:
                 found = await _landed_joint(ticket, archive, hooks, key, plan, landed, settled, exc)
@@ -266,7 +266,7 @@ async def commit(
     snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept, changes)
     if before_save is not None:
         before_save()
-    revision = await _save(ticket, store, key, snapshot, stored, _new(stored, resident), diagnostics)
+    revision = await _save(ticket, store, archive, key, snapshot, stored, _new(stored, resident), diagnostics)
     archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
         diagnostics.extend(
@@ -291,6 +291,7 @@ def _new(stored: StoredSnapshot | None, resident: Sequence[MessageGroup]) -> tup
 async def _save(
     ticket: Ticket,
     store: SessionStore,
+    archive: HistoryArchive,
     key: SessionKey,
     snapshot: SessionSnapshot,
     stored: StoredSnapshot | None,
@@ -308,7 +309,7 @@ async def _save(
         revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
         _check_revision(revision, expected)
     except Exception as exc:
-        settled = await settle_save(ticket, store, key, snapshot, expected, new_groups, exc)
+        settled = await settle_save(ticket, store, key, snapshot, expected, new_groups, exc, archive)
         if settled.state is not CommitState.COMMITTED:
             raise mark_commit_state(exc, settled.state, settled.how)  # noqa: B904 - the same error, marked
         assert settled.revision is not None

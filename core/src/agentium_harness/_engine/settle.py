@@ -15,18 +15,25 @@ the run reports: the session is read back and
   ``not_committed`` (a store must not commit after its call returned, see
   the port's ``save``) — unless the engine had to abandon the save in a
   worker thread, which may still land: then ``unknown``;
+- holds another revision whose boundary is past some of the new groups (they
+  would be archived by now): those seqs are read from the archive, when
+  the caller names it — every one holding the new group's digest →
+  ``committed``, any holding another group → ``not_committed`` (a seq is
+  one group's, so the save cannot have landed), else ``unknown``;
 - cannot be read, or answers nonsense, within :data:`READS` reads → ``unknown``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import anyio
 import attrs
 
 from .._errors import AgentiumError, OperationTimeoutError, SessionStoreError
 from .._history import MessageGroup
+from .._ports.archive import HistoryArchive
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
 from .._scope import SessionKey
 from .lifecycle import Ticket
@@ -45,6 +52,8 @@ class Settled:
     state: CommitState
     revision: int | None
     how: str
+    #: ``unknown`` because the stored revision's boundary is past some of the new groups.
+    archived_past: bool = False
 
 
 async def settle_save(
@@ -55,6 +64,7 @@ async def settle_save(
     expected: int | None,
     new_groups: Sequence[MessageGroup],
     error: BaseException | None = None,
+    archive: HistoryArchive | None = None,
 ) -> Settled:
     """Read ``key`` back after a save of ``saved`` on revision ``expected`` raised ``error``; never raises.
 
@@ -80,6 +90,8 @@ async def settle_save(
             problems.append(f"{type(exc).__name__}: {exc}")
             continue
         found = _judge(stored, saved, expected, new_groups)
+        if found is not None and found.archived_past and archive is not None and stored is not None:
+            found = await _archived(ticket, archive, key, stored, new_groups, found)
         if found is not None:
             return found
         unchanged += 1
@@ -137,12 +149,52 @@ def _judge(
             CommitState.UNKNOWN,
             None,
             f"read back: revision {revision} has already archived past the saved group(s)",
+            archived_past=True,
         )
     return Settled(
         CommitState.NOT_COMMITTED,
         None,
         f"read back: another writer's revision {revision}; the save did not land",
     )
+
+
+async def _archived(
+    ticket: Ticket,
+    archive: HistoryArchive,
+    key: SessionKey,
+    stored: StoredSnapshot,
+    new_groups: Sequence[MessageGroup],
+    unsettled: Settled,
+) -> Settled:
+    """Settle a revision that archived past the new groups by reading those seqs from the archive."""
+    snap, revision = stored.snapshot, stored.revision
+    held = {g.seq: g.digest for g in snap.resident}
+    found: dict[int, str] = {}
+    try:
+        for group in new_groups:
+            if group.seq < snap.boundary:
+                read = await ticket.call("archive read-back", partial(archive.read_groups, key, group.seq, 1))
+                if read and read[0].seq == group.seq:
+                    found[group.seq] = read[0].digest
+            elif group.seq in held:
+                found[group.seq] = held[group.seq]
+    except Exception as exc:  # an archive that cannot answer settles nothing
+        why = f"{unsettled.how}; the archive could not say ({type(exc).__name__})"
+        return attrs.evolve(unsettled, how=why)
+    if any(g.seq in found and found[g.seq] != g.digest for g in new_groups):
+        return Settled(
+            CommitState.NOT_COMMITTED,
+            None,
+            f"read back: revision {revision} and the archive hold another writer's group at a seq of the "
+            "save's; the save did not land",
+        )
+    if all(found.get(g.seq) == g.digest for g in new_groups):
+        return Settled(
+            CommitState.COMMITTED,
+            revision,
+            f"read back: revision {revision} archived the saved group(s), the archive holds them",
+        )
+    return unsettled
 
 
 #: What each state tells the host at the end of an error message.
