@@ -41,12 +41,14 @@ from agentium_harness import (
     SessionConflictError,
     SessionDivergedError,
     SessionKey,
+    SummaryLimits,
     ToolCall,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import (
     ModelProvider,
     ModelRequest,
@@ -717,4 +719,32 @@ async def test_what_a_read_hands_out_is_the_callers_own(adapters: str, tmp_path:
     assert one[0].payload is two[0].payload if adapters == "sqlite" else one[0].payload == two[0].payload
     with pytest.raises(InvalidArgumentError, match="copy must be True or False"):
         await rt.read_history(ANA, "s1", max_groups=1, copy=None)  # type: ignore[arg-type]
+    await rt.aclose()
+
+
+async def test_expected_revision_looks_past_this_runtimes_background_summary_updates() -> None:
+    # A summary update landing after an append moves the revision without changing history: a
+    # host chaining expected_revision got a conflict with no other writer.
+    rt = create_harness_runtime(
+        provider=Recorder(),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=True),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    done = await rt.append(ANA, "s1", pair(0), expected_revision=0)
+    for n in range(1, 8):
+        done = await rt.append(ANA, "s1", pair(n), expected_revision=done.snapshot_revision)
+    await rt.drain()
+    view = await rt.inspect_session(ANA, "s1")
+    assert view.summary is not None and view.revision > done.snapshot_revision  # summaries landed after
+    page = await rt.read_history(ANA, "s1", max_groups=1)
+    # A real change since is still refused: another append, then one expecting the page's revision.
+    await rt.append(ANA, "s1", pair(8))
+    with pytest.raises(SessionConflictError):
+        await rt.append(ANA, "s1", pair(9), expected_revision=page.snapshot_revision)
+    await rt.retract(
+        ANA, "s1", reason="pop", expected_revision=(await rt.inspect_session(ANA, "s1")).revision
+    )
     await rt.aclose()

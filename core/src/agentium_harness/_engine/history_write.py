@@ -90,7 +90,11 @@ async def _load(
             "or runtime.reconcile_session); nothing was written"
         )
     current = stored.revision if stored is not None else 0
-    if expected_revision is not None and expected_revision != current:
+    if (
+        expected_revision is not None
+        and expected_revision != current
+        and not runtime.parts.summary_revisions.only_summaries_since(key, expected_revision, current)
+    ):
         raise SessionConflictError(
             f"session {key.session!r} is at revision {current}, not the expected {expected_revision}; "
             "read it again and retry; nothing was committed"

@@ -11,12 +11,15 @@ Hosts have no use for it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
 from .._errors import RuntimeCloseError
 from .._observe.settings import Resolved
+from .._scope import SessionKey
 from .hooks import HookBroadcaster
 from .lifecycle import Admission
 from .loops import ThreadSafeEvent
@@ -27,7 +30,46 @@ from .owned_work import OwnedWork
 if TYPE_CHECKING:
     from .summary import GroupReader
 
-__all__ = ["CloseAttempt", "RuntimeParts"]
+__all__ = ["CloseAttempt", "RuntimeParts", "SummaryRevisions"]
+
+#: Summary-only revisions a runtime remembers (the newest, across sessions).
+_SUMMARY_REVISIONS: Final = 4096
+
+
+class SummaryRevisions:
+    """The revisions this runtime's summary updates made: each only added a summary to the one before.
+
+    A host that appends or retracts with ``expected_revision`` saw the
+    revision its last write returned (or a page was read at); a summary
+    update landing after it moves the session on without changing its
+    history. A revision reached from the expected one by such updates alone
+    is accepted (the write's own compare-and-set is on the current one).
+    Bounded, forgotten oldest first; shared by the runtime's loops.
+    """
+
+    __slots__ = ("_lock", "_made")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: OrderedDict[tuple[SessionKey, int], int] = OrderedDict()
+
+    def record(self, key: SessionKey, base: int, made: int) -> None:
+        """A summary update saved revision ``made`` on top of ``base``."""
+        with self._lock:
+            self._made[(key, made)] = base
+            while len(self._made) > _SUMMARY_REVISIONS:
+                self._made.popitem(last=False)
+
+    def only_summaries_since(self, key: SessionKey, expected: int, current: int) -> bool:
+        """Whether ``current`` is ``expected`` with nothing but this runtime's summary updates after it."""
+        with self._lock:
+            seen = 0
+            while current != expected and seen < _SUMMARY_REVISIONS:
+                base = self._made.get((key, current))
+                if base is None:
+                    return False
+                current, seen = base, seen + 1
+            return current == expected
 
 
 class CloseAttempt:
@@ -63,3 +105,5 @@ class RuntimeParts:
     telemetry: Resolved
     #: The ``aclose()`` in progress, if any.
     close_attempt: CloseAttempt | None = None
+    #: The revisions this runtime's summary updates made (``expected_revision`` looks past them).
+    summary_revisions: SummaryRevisions = attrs.field(factory=SummaryRevisions)

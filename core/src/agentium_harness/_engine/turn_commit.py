@@ -223,7 +223,7 @@ async def commit_group(
         summarizer, reader, limits = runtime.summarizer, runtime.parts.summary_reader, runtime.summary_limits
 
         async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
-            return await summarize_after_commit(
+            done = await summarize_after_commit(
                 on,
                 summarizer=summarizer,
                 reader=reader,
@@ -235,6 +235,9 @@ async def commit_group(
                 view=saved_view,
                 erased=snap.erased or (),
             )
+            if done[0] != outcome.revision:
+                runtime.parts.summary_revisions.record(key, outcome.revision, done[0])
+            return done
 
         if limits.background:
             runtime.parts.work.start(key, lambda on: _state_and_notes(summarize(on)))
