@@ -730,3 +730,46 @@ async def test_a_drain_counts_its_items_by_outcome() -> None:
     [items] = t.metrics()["agentium.drain.items"]
     assert items.value == 1 and dict(items.attributes) == {"agentium.drain.outcome": "completed"}
     assert (t.one("agentium.drain").attributes or {})["agentium.drain.completed"] == 1
+
+
+async def test_an_erasure_is_a_span_and_one_that_stops_part_way_is_a_warning_and_an_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from agentium_harness import ArchiveError, EraseTarget, ErasureIncompleteError, OperatorAttestation
+
+    class Unplugged(InMemoryArchive):
+        fail = True
+
+        async def erase(self, target: Any, ctx: Any, **kw: Any) -> Any:
+            if self.fail and not kw.get("dry_run"):
+                raise ArchiveError(f"the disk went away while holding {SECRET_INPUT}")
+            return await super().erase(target, ctx, **kw)
+
+    t = Telemetered()
+    archive = Unplugged()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=[SECRET_REPLY], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=t.telemetry(),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme-tenant", "ops", "sso"))
+    target = EraseTarget.session("acme-tenant", "ana-user", SESSION)
+    async with runtime:
+        for text in ("one", "two"):
+            await runtime.run(ANA, SESSION, f"{SECRET_INPUT} {text}")
+        with caplog.at_level(logging.WARNING, logger="agentium"), pytest.raises(ErasureIncompleteError):
+            await runtime.erase(target, reason="request", attestation=operator)
+        archive.fail = False
+        await runtime.resume_erasures(operator)
+    stopped, done = t.named("agentium.erasure")
+    assert [(e.name, dict(e.attributes or {})) for e in stopped.events if e.name != "exception"] == [
+        ("agentium.erasure.incomplete", {"error.type": "ArchiveError"})
+    ]
+    assert (stopped.attributes or {})["agentium.erasure.kind"] == "erasure"
+    assert stopped.status.status_code is StatusCode.ERROR and done.status.status_code is not StatusCode.ERROR
+    (warning,) = [r for r in caplog.records if r.name == "agentium.engine.erasure"]
+    assert warning.levelno == logging.WARNING and "ArchiveError" in warning.getMessage()
+    assert not any(secret in x for x in texts(t.spans) for secret in (*CONTENT, *RAW_IDS))
+    assert not any(secret in r.getMessage() for r in caplog.records for secret in (*CONTENT, *RAW_IDS))

@@ -7,6 +7,7 @@ operation: nothing here is reachable from ``run()``, ``pop`` or ``clear``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, cast
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from .._errors import ErasureIncompleteError, ErasureRefusedError, InvalidArgumentError
+from .._observe.turn import traced_operation
 from .._ports._base import capabilities_of
 from .._ports.erasure import (
     EraseLevel,
@@ -52,6 +54,8 @@ __all__ = ["ErasureOperations", "erasure_stores", "run_erasure"]
 
 #: The levels ``erase`` takes; groups targets come from retention and ``forget``.
 _WHOLE = (EraseLevel.TENANT, EraseLevel.USER, EraseLevel.SESSION)
+
+_log = logging.getLogger("agentium.engine.erasure")
 
 After = Callable[[Ticket, ErasureRecord], Awaitable[ErasureRecord]]
 
@@ -100,7 +104,34 @@ def _after(runtime: HarnessRuntime, record: ErasureRecord) -> After | None:
 
 
 async def _finish(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
-    """Carry a pending record through: late writes settle, stores erase, the snapshot is marked, tombstone."""
+    """Carry a pending record through: late writes settle, stores erase, the snapshot is marked, tombstone.
+
+    One ``agentium.erasure`` span; an erasure that stops part way is a WARNING
+    and a span event (its error's type and the erasure's id, never content).
+    """
+    target = record.target
+    with traced_operation(
+        runtime,
+        "erasure",
+        target.tenant_id,
+        target.user_id or "",
+        target.session_id or "",
+        name="agentium.erasure",
+    ) as span:
+        span.set("agentium.erasure.kind", record.kind.value)
+        span.set("agentium.erasure.level", target.level.value)
+        try:
+            return await _carry(runtime, ticket, record)
+        except ErasureIncompleteError as exc:
+            cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else type(exc).__name__
+            span.event("agentium.erasure.incomplete", {"error.type": cause})
+            _log.warning(
+                "erasure %s stopped part way (%s); it stays pending: resume it", record.erasure_id, cause
+            )
+            raise
+
+
+async def _carry(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
     stores = erasure_stores(runtime, record.target)
     if record.state is not ErasureState.COMPLETE:
         timeout = runtime.limits.settle_timeout_s

@@ -199,11 +199,14 @@ class traced_operation:
     generator machinery was a measurable part of a short operation.
     """
 
-    __slots__ = ("_kind", "_owner", "_session", "_span", "_tenant", "_token", "_user")
+    __slots__ = ("_kind", "_name", "_owner", "_session", "_span", "_tenant", "_token", "_user")
 
-    def __init__(self, owner: object, kind: str, tenant: str, user: str, session: str) -> None:
+    def __init__(
+        self, owner: object, kind: str, tenant: str, user: str, session: str, name: str | None = None
+    ) -> None:
         self._owner = owner
         self._kind = kind
+        self._name = name
         self._tenant, self._user, self._session = tenant, user, session
         self._span: Span | None = None
         self._token: Any = None
@@ -217,7 +220,7 @@ class traced_operation:
         try:
             scope = _scope_attributes(settings, _Who(self._tenant, self._user), self._session)
             attributes = {"agentium.operation": self._kind, **scope}
-            name = "agentium.history." + self._kind.replace(" ", "_")
+            name = self._name or "agentium.history." + self._kind.replace(" ", "_")
             span = Span(active, name, INTERNAL_KIND, attributes)
             self._span = span.__enter__()
         except BaseException:
