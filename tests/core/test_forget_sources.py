@@ -64,18 +64,24 @@ class Recording(ScriptedProvider):
         return await super().complete(request, ctx)
 
 
-async def _setup() -> tuple[Any, Recording, InMemoryArchive, str]:
+async def _setup(**stores: Any) -> tuple[Any, Recording, Any, str]:
+    """Three turns (groups 0 and 1 archived and summarized) and a fact whose source is group 0.
+
+    ``stores`` replace the in-memory archive, session store, recall and memory stores.
+    """
     provider = Recording()
-    archive = InMemoryArchive()
+    given = list(stores.values())  # closed with the runtime
+    archive = stores.pop("archive", None) or InMemoryArchive()
     rt = create_harness_runtime(
         provider=provider,
         archive=archive,
-        session_store=InMemorySessionStore(),
-        recall=InMemoryRecallStore(),
+        session_store=stores.pop("session_store", None) or InMemorySessionStore(),
+        recall=stores.pop("recall", None) or InMemoryRecallStore(),
         summarizer=ExtractiveSummarizer(),
         summary_limits=SummaryLimits(background=False),
-        memory=InMemoryMemoryStore(),
+        memory=stores.pop("memory", None) or InMemoryMemoryStore(),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        owned=given,
     )
     await rt.run(ANA, "s1", f"My vault code is {SECRET}. Remember the vault code.")
     await rt.run(ANA, "s1", "The weather is fine today.")
@@ -164,29 +170,16 @@ async def test_a_forgotten_facts_summary_text_leaves_the_sqlite_files_too(tmp_pa
     # some later checkpoint. The rewrite is cleaned up as the erasures are.
     db = str(tmp_path / "agentium.db")
     config = SQLiteConfig(path=db)
-    archive = SQLiteArchive(config)
-    rt = create_harness_runtime(
-        provider=Recording(),
-        archive=archive,
+    rt, _, _, fact_id = await _setup(
+        archive=SQLiteArchive(config),
         session_store=SQLiteSessionStore(config),
         recall=SQLiteRecallStore(SQLiteRecallConfig(path=db)),
-        summarizer=ExtractiveSummarizer(),
-        summary_limits=SummaryLimits(background=False),
         memory=SQLiteMemoryStore(config),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
     )
     async with rt:
-        await rt.run(ANA, "s1", f"My vault code is {SECRET}. Remember the vault code.")
-        await rt.run(ANA, "s1", "The weather is fine today.")
-        await rt.run(ANA, "s1", "Tell me about the weather again.")
-        (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
-        ack = await rt.memory.remember(
-            MemoryFact(SCOPE, f"ana's vault code is {SECRET}", provenance=[GroupRef("s1", 0, group.digest)])
-        )
-        assert ack.fact_id is not None
         summary = (await rt.inspect_session(ANA, "s1")).summary
         assert summary is not None and SECRET in summary.summary.text
-        result = await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="asked", attestation=OPERATOR)
+        result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="asked", attestation=OPERATOR)
         (erasure,) = result.erasures
         assert erasure.tombstone is not None and erasure.record.notes == ()
         files = _database_files(tmp_path)

@@ -38,7 +38,7 @@ from agentium_harness.adapters.sqlite import (
     SQLiteSessionStore,
     SQLiteStorageError,
 )
-from agentium_harness.plugin_api import snapshot_bytes
+from agentium_harness.plugin_api import StoredSnapshot, snapshot_bytes
 from agentium_harness.testing import plain_group, scoped_snapshot
 from agentium_harness.testing.sqlite_rows import archived_seqs
 
@@ -254,6 +254,17 @@ async def test_a_version_1_file_that_cannot_be_migrated_is_refused_and_left_as_i
         assert conn.execute("SELECT count(*) FROM archive_groups").fetchone()[0] == 2
 
 
+async def _six_turns(path: Path) -> StoredSnapshot:
+    """Six turns with two groups resident: groups 0-3 archived by adoption, 4 and 5 resident."""
+    runtime, _, store = _runtime(path, max_groups=2)
+    async with runtime:
+        for n in range(6):
+            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+        stored = await store.load(KEY, OpContext())
+    assert stored is not None and [g.seq for g in stored.snapshot.resident] == [4, 5]
+    return stored
+
+
 def _set_adopted(path: Path, value: object) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE sessions SET adopted = ?", (value,))
@@ -264,12 +275,7 @@ async def test_a_watermark_moved_back_is_refused_and_no_archived_group_is_delete
     # below the boundary, the adopted rows above it looked like the store's stale rows, and the
     # next turn's save deleted them (archived groups lost for good).
     path = tmp_path / "agentium.db"
-    runtime, archive, store = _runtime(path, max_groups=2)
-    async with runtime:
-        for n in range(6):  # groups 0-3 archived by adoption, 4 and 5 resident
-            await runtime.run(ANA, "s1", f"{n} {TEXT}")
-        stored = await store.load(KEY, OpContext())
-        assert stored is not None
+    stored = await _six_turns(path)
     rows = _group_rows(path)
     _set_adopted(path, 1)
 
@@ -297,10 +303,7 @@ async def test_a_watermark_past_the_boundary_or_not_a_seq_is_refused_by_every_op
     tmp_path: Path, adopted: object
 ) -> None:
     path = tmp_path / "agentium.db"
-    runtime, archive, store = _runtime(path, max_groups=2)
-    async with runtime:
-        for n in range(6):
-            await runtime.run(ANA, "s1", f"{n} {TEXT}")
+    await _six_turns(path)
     rows = _group_rows(path)
     _set_adopted(path, adopted)
 
