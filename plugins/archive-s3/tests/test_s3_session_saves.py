@@ -62,6 +62,10 @@ KEY = SessionKey("acme", "ana", "saves")
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 
 
+def _ctx() -> OpContext:
+    return OpContext.with_timeout(30)
+
+
 def _object(admin: Any, config: S3Config) -> bytes:
     return bytes(admin.get_object(Bucket=BUCKET, Key=session_object_key(config.prefix, KEY))["Body"].read())
 
@@ -351,3 +355,49 @@ async def test_a_save_that_lands_after_every_read_back_gave_up_is_reported_unkno
         loaded = await _loaded(config)
     assert loaded is not None and loaded.revision == 3
     assert _user_texts(loaded).count("The turn whose save lands very late.") == 1
+
+
+async def test_an_empty_snapshot_object_is_damage_that_loads_closed_and_is_erased_all_the_same(
+    config: S3Config, admin: Any
+) -> None:
+    # A snapshot is read by byte range; S3 answers a range of an empty object with 416, which
+    # was raised as a backend error: the load was untyped and every erasure of the scope failed.
+    from agentium_harness.plugin_api import EraseTarget
+
+    store = S3SessionStore(config)
+    neighbour = SessionKey("acme", "ana", "saves-neighbour")
+    try:
+        await store.save(neighbour, scoped_snapshot(neighbour, " kept until the tenant goes"), None, _ctx())
+        _put(admin, config, b"")
+        with pytest.raises(SnapshotCorruptError, match="revision header"):
+            await store.load(KEY, _ctx())
+        with pytest.raises(SnapshotCorruptError):
+            await store.save(KEY, scoped_snapshot(KEY, " over it"), 1, _ctx())
+        assert _object(admin, config) == b""
+        report = await store.erase(EraseTarget.session("acme", "ana", "saves"), _ctx())
+        assert report.count("snapshot") == 1 and await store.load(KEY, _ctx()) is None
+        _put(admin, config, b"")
+        tenant = await store.erase(EraseTarget.tenant("acme"), _ctx())
+        assert tenant.count("snapshot") == 2 and await store.load(neighbour, _ctx()) is None
+    finally:
+        await store.aclose()
+
+
+async def test_a_save_past_the_highest_revision_the_header_holds_is_refused(
+    config: S3Config, admin: Any
+) -> None:
+    from agentium_archive_s3 import S3SessionStoreError
+    from agentium_archive_s3.snapshot_format import MAX_REVISION, snapshot_body
+
+    store = S3SessionStore(config)
+    try:
+        _put(admin, config, snapshot_body(MAX_REVISION, snapshot_bytes(scoped_snapshot(KEY, " at the top"))))
+        stored = await store.load(KEY, _ctx())
+        assert stored is not None and stored.revision == MAX_REVISION
+        before = _object(admin, config)
+        with pytest.raises(S3SessionStoreError, match="highest"):
+            await store.save(KEY, scoped_snapshot(KEY, " past it"), MAX_REVISION, _ctx())
+        assert _object(admin, config) == before  # nothing written: it still loads
+        assert (await store.load(KEY, _ctx())) is not None
+    finally:
+        await store.aclose()

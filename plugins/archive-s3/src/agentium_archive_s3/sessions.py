@@ -95,7 +95,15 @@ from .keys import parse_session_key, session_object_key, sessions_prefix
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
 from .sessions_erase import erase_snapshots
-from .snapshot_format import is_missing, parse_snapshot, read_limit, revision_shown, snapshot_body
+from .snapshot_format import (
+    MAX_REVISION,
+    is_empty_range,
+    is_missing,
+    parse_snapshot,
+    read_limit,
+    revision_shown,
+    snapshot_body,
+)
 
 __all__ = ["S3SessionStore"]
 
@@ -157,6 +165,8 @@ class S3SessionStore(SessionStore):
         except botocore.exceptions.ClientError as exc:
             if is_missing(exc):
                 return None
+            if is_empty_range(exc):
+                return b"", ""  # an empty object: damaged, reported by the parse
             raise
         with reply["Body"] as body:
             data = body.read(limit + 1)
@@ -212,6 +222,12 @@ class S3SessionStore(SessionStore):
                 code="TooLarge",
             )
         revision = 1 if expected_revision is None else expected_revision + 1
+        if revision > MAX_REVISION:
+            raise S3SessionStoreError(
+                f"s3 session store: session {key.key()} is at revision {expected_revision}, the highest "
+                "its object's header can hold; nothing was written (the stored revision was changed "
+                "outside the store)"
+            )
         body = snapshot_body(revision, data)
         object_key = session_object_key(self._config.prefix, key)
         cached = self._etags.get(key)

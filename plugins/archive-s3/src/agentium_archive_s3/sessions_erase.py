@@ -31,7 +31,7 @@ from .erasure import Listed, ScopeObjects, delete_listed, list_scope, parse_fold
 from .errors import S3ObjectTooLargeError, S3SessionStoreError
 from .keys import session_object_key, sessions_root
 from .link import S3Client, S3Link
-from .snapshot_format import is_missing, parse_snapshot, read_limit
+from .snapshot_format import is_empty_range, is_missing, parse_snapshot, read_limit
 
 __all__ = ["erase_snapshots"]
 
@@ -118,6 +118,8 @@ async def _erased_snapshots(
         except botocore.exceptions.ClientError as exc:
             if is_missing(exc):
                 return ErasedSession(key)  # deleted since the listing
+            if is_empty_range(exc):
+                return ErasedSession(key)  # an empty object: damaged, erased all the same
             raise
         with reply["Body"] as body:
             data = body.read(read_limit(config) + 1)

@@ -19,7 +19,18 @@ from .config import S3Config
 from .errors import S3ObjectTooLargeError
 from .link import error_code, error_status
 
-__all__ = ["is_missing", "parse_snapshot", "read_limit", "revision_shown", "snapshot_body"]
+__all__ = [
+    "MAX_REVISION",
+    "is_empty_range",
+    "is_missing",
+    "parse_snapshot",
+    "read_limit",
+    "revision_shown",
+    "snapshot_body",
+]
+
+#: The highest revision the header holds (19 digits): a save past it could never be read back.
+MAX_REVISION: Final = 10**19 - 1
 
 _HEADER: Final = re.compile(rb"agentium-s3-snapshot/2 revision=([1-9][0-9]{0,18}) sha256=([0-9a-f]{64})\n")
 #: Format 1 (no checksum): read, never written.
@@ -72,6 +83,16 @@ def parse_snapshot(config: S3Config, key: SessionKey, data: bytes) -> tuple[int,
 def read_limit(config: S3Config) -> int:
     """The most bytes a stored snapshot may have: ``max_object_bytes`` and the header."""
     return config.max_object_bytes + _HEADER_BYTES
+
+
+def is_empty_range(exc: botocore.exceptions.ClientError) -> bool:
+    """True if ``exc`` answers a byte-range read of an empty object (S3 says 416, ``InvalidRange``).
+
+    The snapshot reads ask for a range (a bound on what they take in); an
+    object of no bytes has none, so its read fails this way. It is an
+    object, damaged, not an error of the backend.
+    """
+    return error_code(exc) == "InvalidRange" or error_status(exc) == 416
 
 
 def is_missing(exc: botocore.exceptions.ClientError) -> bool:
