@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from pg_server import APP_PASSWORD, APP_USER, PostgresServer, free_port, new_schema_name
 
-from agentium_harness import InvalidIdError
+from agentium_harness import InvalidArgumentError, InvalidIdError
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 from agentium_postgres import (
@@ -213,3 +213,34 @@ async def test_under_trio_the_adapters_refuse_with_a_clear_error(
     finally:
         await archive.aclose()
     assert _rows(admin, schema, "archive_groups") == 0
+
+
+@pytest.mark.parametrize(
+    "grantee", ["public", "PUBLIC", "Public", "current_user", "session_user", "pg_read_all_data", ""]
+)
+async def test_a_grantee_that_is_every_role_or_a_predefined_one_is_refused_and_nothing_is_created(
+    pg_server: PostgresServer, admin: psycopg.Connection[Any], grantee: str
+) -> None:
+    # GRANT ... TO "public" grants to every role, present and future: any role could then set the
+    # tenant setting and read or delete every tenant's rows.
+    name = new_schema_name()
+    with pytest.raises(InvalidArgumentError, match=r"refusing to grant|role name"):
+        await migrate(PostgresConfig(dsn=pg_server.admin_dsn(), schema=name), grant_to=[grantee])
+    found = admin.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (name,)).fetchone()
+    assert found == (0,)
+
+
+async def test_listing_refuses_ids_no_key_could_hold_before_anything_is_sent(
+    app_config: PostgresConfig,
+) -> None:
+    store = PostgresSessionStore(app_config)
+    try:
+        for tenant, user, after in (
+            ("\ud800", "ana", None),
+            ("acme", "\ud800", None),
+            ("acme", "ana", "\x00"),
+        ):
+            with pytest.raises(InvalidIdError):
+                await store.list_sessions(tenant, user, 10, _ctx(), after=after)
+    finally:
+        await store.aclose()

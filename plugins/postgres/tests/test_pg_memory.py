@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from agentium_harness.plugin_api import AckStatus, MemoryFact, MemoryScope, OpContext
-from agentium_postgres import PostgresConfig, PostgresMemoryStore
+from agentium_postgres import PostgresConfig, PostgresMemoryError, PostgresMemoryStore
 
 pytestmark = pytest.mark.anyio
 
@@ -55,5 +55,34 @@ async def test_query_text_is_matched_literally_never_as_a_pattern(app_config: Po
         [first, _] = await store.lookup(ALICE, "quoted", 10, _ctx())
         assert first.fact_id == odd.fact_id
         assert odd.status is AckStatus.STORED
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.parametrize("provenance", ['[{"a": 1}]', "[" * 100_000 + "]" * 100_000])
+async def test_a_damaged_provenance_fails_reads_and_a_session_erasure_typed_and_erases_nothing(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str, provenance: str
+) -> None:
+    # A provenance of objects raised a bare KeyError on read; one nested 100,000 deep raised
+    # RecursionError out of a session erasure, which then never completed.
+    from agentium_harness.plugin_api import EraseTarget, GroupRef
+
+    store = PostgresMemoryStore(app_config)
+    try:
+        cites = await store.remember(
+            MemoryFact(ALICE, "cites s1", provenance=[GroupRef("s1", 0, "sha256:" + "0" * 64)]), _ctx()
+        )
+        other = await store.remember(MemoryFact(ALICE, "damaged later"), _ctx())
+        assert cites.fact_id is not None and other.fact_id is not None
+        admin.execute(
+            f'UPDATE "{schema}".memory_facts SET provenance = %s WHERE fact_id = %s',
+            (provenance, other.fact_id),
+        )
+        with pytest.raises(PostgresMemoryError):
+            await store.list_facts(ALICE, 10, _ctx())
+        with pytest.raises(PostgresMemoryError, match="provenance is damaged"):
+            await store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx())
+        row = admin.execute(f'SELECT count(*) FROM "{schema}".memory_facts').fetchone()
+        assert row is not None and row[0] >= 2  # nothing erased
     finally:
         await store.aclose()

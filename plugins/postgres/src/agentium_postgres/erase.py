@@ -32,7 +32,6 @@ turns and erase as another. An erase by a role without it raises
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -42,15 +41,18 @@ from agentium_harness.plugin_api import (
     EraseReport,
     EraseStatus,
     EraseTarget,
+    InvalidJSONError,
     PhysicalErasure,
     SessionKey,
     count_items,
+    decode_json,
     decode_segment,
     encode_segment,
     group_sessions,
     snapshot_erasure,
 )
 
+from .errors import PostgresMemoryError
 from .link import Conn
 
 __all__ = [
@@ -238,12 +240,23 @@ async def erase_recall(
 
 
 def _names_session(provenance: object, session: str) -> bool:
-    """True if a stored provenance (canonical JSON ``[[session, seq, digest], ...]``) names ``session``."""
+    """True if a stored provenance (canonical JSON ``[[session, seq, digest], ...]``) names ``session``.
+
+    Decoded strictly (depth and size capped). A provenance that does not
+    decode as that list cannot say whether the fact cites the session, so
+    the erasure stops there, typed, rather than keep a fact that may.
+    """
     try:
-        refs = json.loads(str(provenance))
-    except ValueError:
-        return False
-    return isinstance(refs, list) and any(isinstance(r, list) and r and r[0] == session for r in refs)
+        refs = decode_json(str(provenance).encode("utf-8"))
+        if not isinstance(refs, list) or not all(isinstance(r, list) and r for r in refs):
+            raise ValueError("not a list of [session, seq, digest]")
+    except (ValueError, InvalidJSONError) as exc:
+        raise PostgresMemoryError(
+            "postgres memory store: a stored fact's provenance is damaged, so whether it cites the "
+            f"session cannot be told ({type(exc).__name__}); the erasure stopped there. Erase the "
+            "user, or repair the row, then resume"
+        ) from None
+    return any(r[0] == session for r in refs)
 
 
 async def erase_memory(

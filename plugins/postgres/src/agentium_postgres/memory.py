@@ -163,7 +163,7 @@ def _decode(row: Sequence[Any]) -> StoredFact:
         provenance = tuple(GroupRef(str(r[0]), r[1], str(r[2])) for r in refs)
         fact = MemoryFact(scope, str(row[7]), row[8], row[9], provenance)
         return StoredFact(str(row[0]), int(row[1]), FactStatus(row[6]), fact, row[11])
-    except (ValueError, TypeError, IndexError, InvalidJSONError) as exc:
+    except (ValueError, TypeError, IndexError, KeyError, InvalidJSONError) as exc:
         raise PostgresMemoryError(
             f"postgres memory store: a stored fact row is damaged ({exc}); not returned"
         ) from exc

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
+from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import OpContext
 
 from .config import PostgresConfig
@@ -24,6 +25,28 @@ if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["migrate"]
+
+
+#: Role names PostgreSQL reads as every role or as whoever is connected: never a grantee.
+_NOT_A_ROLE: Final = frozenset({"public", "current_user", "current_role", "session_user", "user"})
+
+
+def check_grantees(roles: Sequence[str]) -> None:
+    """Refuse (typed, before anything is sent) a grantee that is not one application role.
+
+    ``GRANT … TO "public"`` grants to every role, present and future (the
+    quoted identifier is still the PUBLIC pseudo-role), and the names of the
+    current role or PostgreSQL's predefined ``pg_*`` roles would reach far
+    past the application's own role.
+    """
+    for role in roles:
+        if not isinstance(role, str) or not role:
+            raise InvalidArgumentError(f"a grantee must be a role name, got {role!r}; nothing was changed")
+        if role.lower() in _NOT_A_ROLE or role.lower().startswith("pg_"):
+            raise InvalidArgumentError(
+                f"refusing to grant to {role!r}: PostgreSQL reads it as every role, the connected role or "
+                "a predefined role, not the application's own role; name that role; nothing was changed"
+            )
 
 
 async def migrate(
@@ -48,6 +71,7 @@ async def migrate(
     :class:`~agentium_postgres.errors.PostgresPrivilegeError` when the role may
     not create the schema, and the connection errors of the adapters.
     """
+    check_grantees(grant_to)
     # Imported here, not at module level: listing the plugin (whose package names this function) must
     # not load the client library.
     import psycopg

@@ -295,6 +295,9 @@ class PostgresSessionStore(SessionStore):
         Ids are ordered ``COLLATE "C"`` on UTF-8, the same order as ``sorted()``.
         """
         ctx.raise_if_expired("session listing")
+        # The ids as a key would have them (InvalidIdError, nothing sent): a lone surrogate or a NUL
+        # reached the driver or the server as an untyped error.
+        SessionKey(tenant, user, "-" if after is None else after)
         if limit <= 0:
             return []
         t, u = encode_segment(tenant), encode_segment(user)
