@@ -116,3 +116,25 @@ async def test_commandstats_show_no_keys_or_scan_from_the_store(
     await store.delete_document(owner, "d", ctx())
     stats = await admin.info("commandstats")
     assert not {name for name in stats if name.split("_", 1)[1] in {"keys", "scan"}}, stats
+
+
+async def test_a_row_claiming_another_owner_is_never_a_candidate(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    # Discovery trusted the row's owner field: a row of user u2 rewritten (outside the store) to
+    # name u1, with its posting added to u1's bucket, was offered to u1 with u2's id and title.
+    from agentium_recall_redis.keys import tenant_prefix
+
+    mine = await store.index_document(SourceOwner("tA", user="u1"), "mine", "alpha zebra notes", ctx())
+    theirs = await store.index_document(SourceOwner("tA", user="u2"), "theirs", "charlie zebra secret", ctx())
+    tp = tenant_prefix(store.config.key_prefix, "tA")
+    n_mine = (await admin.hget(f"{tp}:ids", mine.source_id)).decode()
+    n_theirs = (await admin.hget(f"{tp}:ids", theirs.source_id)).decode()
+    row_mine = await admin.hgetall(f"{tp}:m:{n_mine}")
+    row_theirs = await admin.hgetall(f"{tp}:m:{n_theirs}")
+    await admin.hset(f"{tp}:m:{n_theirs}", b"o", row_mine[b"o"])
+    bucket_mine, bucket_theirs = row_mine[b"b"].decode(), row_theirs[b"b"].decode()
+    for member, score in await admin.zrange(f"{tp}:p:{bucket_theirs}:zebra", 0, -1, withscores=True):
+        await admin.zadd(f"{tp}:p:{bucket_mine}:zebra", {member: score})
+    u1 = Scope("tA", "u1", "s")
+    assert await _discover(store, u1, "zebra") == [mine.source_id]

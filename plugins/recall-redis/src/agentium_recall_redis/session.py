@@ -232,12 +232,13 @@ class RedisRecallSession(RecallSession):
         spent = 0
         for sid, revision, title, size, okey, score in rows or ():
             owner = self._owner(okey)
-            if owner is None or not owner.visible_to(
-                self._scope
-            ):  # the buckets already hold; never trust one check
+            source_id = sid.decode()
+            # The buckets already hold; never trust one check: the row's owner field must be the
+            # owner its source id names (a row changed outside the store could claim another's).
+            if owner is None or owner_of_source_id(source_id) != owner or not owner.visible_to(self._scope):
                 continue
             candidate = Candidate(
-                SourceRef(sid.decode(), revision.decode()),
+                SourceRef(source_id, revision.decode()),
                 owner,
                 float(score),
                 int(size),
@@ -320,8 +321,8 @@ class RedisRecallSession(RecallSession):
         spent = 0
         for row, score in winners:
             owner = self._owner(row.owner_key.encode())
-            if owner is None or not owner.visible_to(self._scope):
-                continue  # the buckets already hold; never trust one check
+            if owner is None or owner_of_source_id(row.sid) != owner or not owner.visible_to(self._scope):
+                continue  # the buckets already hold; never trust one check (see discover)
             spent += len(row.sid.encode()) + len(row.rev.encode()) + row.title_bytes
             if budget is not None and spent > budget:
                 break
