@@ -143,3 +143,14 @@ def test_check_reports_a_widened_budget_with_its_path(
     cfg = write_config(tmp_path, policy="[verifier.budget]\nmax_bytes = 65536")
     assert main(["check", str(cfg)]) == 2
     assert "$.verifier.budget.max_bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("since", ["nan", "inf", "-1", "soon"])
+def test_since_must_be_a_finite_unix_time(
+    verifier_plugin: None, tmp_path: Path, capsys: pytest.CaptureFixture[str], since: str
+) -> None:
+    # nan compared false with every mtime, which turned the staleness check off without a word.
+    cfg = write_config(tmp_path)
+    assert main(["verify", str(cfg), *IDS, "--since", since]) == 2
+    assert "--since" in capsys.readouterr().err
+    assert not (tmp_path / "state.db").exists()

@@ -832,3 +832,9 @@ def test_load_runtime_uses_the_configured_limits(tmp_path: Path) -> None:
     path = _write(tmp_path, MINIMAL_BUILTIN + "\n[runtime]\nmax_steps = 2\ntool_timeout_s = 3\n")
     runtime = load_runtime(path, registry=PluginRegistry.load(autoload=False), environ={})
     assert runtime.limits == RuntimeLimits(max_steps=2, tool_timeout_s=3.0)
+
+
+def test_an_integer_literal_past_pythons_digit_limit_is_a_config_error() -> None:
+    # tomllib raises a plain ValueError for it (int() of more than 4,300 digits): a traceback.
+    errors = _parse_errors("[limits]\nmax_steps = " + "9" * 5000 + "\n")
+    assert "invalid TOML" in errors["$"]

@@ -130,6 +130,19 @@ def test_each_registration_hook_registers_its_kind_from_an_installed_distributio
     assert name in good.adapters[kind]
 
 
+def test_plugin_exiting_at_import_is_a_reported_failure_not_the_end_of_the_command(
+    install: Installer,
+) -> None:
+    # sys.exit() at import raised SystemExit through the registry: `agentium check` of a broken
+    # config then ended with exit 0 and no output.
+    install("good", "exits")
+    registry = PluginRegistry.load(environ=NO_ENV)
+    (problem,) = _problems(registry, "agentium-test-exits")
+    assert problem.stage is ProblemStage.IMPORT and "SystemExit" in problem.error
+    assert _plugin(registry, "agentium-test-exits").status is PluginStatus.FAILED
+    assert registry.adapter("archive", "tgood").distribution == "agentium-test-good"
+
+
 def test_plugin_raising_at_import_is_isolated_and_reported(install: Installer) -> None:
     install("good", "importfail")
     registry = PluginRegistry.load(environ=NO_ENV)

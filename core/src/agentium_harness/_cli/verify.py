@@ -9,6 +9,7 @@ the evidence budget, with a failing verifier reported as ``unknown``.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -86,9 +87,19 @@ def add_verify_commands(
     )
     parser.add_argument(
         "--since",
-        type=float,
+        type=_epoch,
         default=0.0,
         metavar="EPOCH",
         help="treat evidence older than this Unix time as stale (default: accept any age)",
     )
     parser.set_defaults(func=command)
+
+
+def _epoch(text: str) -> float:
+    """``--since``: a finite Unix time (``nan`` compared false with every mtime: no staleness check)."""
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a Unix time (a finite number of seconds, 0 or more)"
+        )
+    return value

@@ -297,6 +297,8 @@ def parse_toml(text: str, source: str | None) -> dict[str, Any]:
         if source is None and "=" not in text and "\n" not in text.strip():
             hint = " (parse_config takes TOML text; pass a pathlib.Path or use load_config to read a file)"
         raise ConfigError([ConfigIssue("$", f"invalid TOML: {exc}{hint}")], source) from exc
+    except ValueError as exc:  # an integer literal past Python's digit limit (4,300 by default)
+        raise ConfigError([ConfigIssue("$", f"invalid TOML: {exc}")], source) from None
     # Dotted keys (a.b.c... = 1) and table headers nest without brackets.
     depth, where = _data_depth(data)
     if depth > MAX_NESTING:

@@ -51,7 +51,7 @@ def broadcast_hook(
                     raise TypeError(
                         "lifecycle hooks must be plain functions; the returned awaitable never ran"
                     )
-        except Exception as exc:  # isolated and reported, by contract
+        except (Exception, SystemExit) as exc:  # isolated and reported, by contract
             failures.append(HookFailure(distribution, hook, describe_error(exc)))
     return failures
 

@@ -196,7 +196,9 @@ class PluginRegistry:
                 continue
             try:
                 module = ep.load()
-            except Exception as exc:  # any import-time failure is the plugin's, not ours
+            # Any import-time failure is the plugin's, not ours: SystemExit too (a module calling
+            # sys.exit at import ended the whole command, exit 0, with nothing said). Ctrl-C stays.
+            except (Exception, SystemExit) as exc:
                 state = self._distribution(dist_name, version)
                 state.modules.append(ep.value)
                 self._problem(dist_name, version, ProblemStage.IMPORT, describe_error(exc))
@@ -298,7 +300,7 @@ class PluginRegistry:
                 if inspect.isawaitable(result):
                     discard_awaitable(result)
                     raise TypeError("registration hooks must be plain functions, not async")
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             self._problem(distribution, version, ProblemStage.REGISTER_HOOK, describe_error(exc), hook=hook)
             return
         for item in accepted:
@@ -370,7 +372,7 @@ class PluginRegistry:
                 if inspect.isawaitable(result):
                     discard_awaitable(result)
                     raise TypeError("registration hooks must be plain functions, not async")
-        except Exception as exc:  # the plugin's failure: discard what this call registered
+        except (Exception, SystemExit) as exc:  # the plugin's failure: discard what this call registered
             self._problem(
                 distribution,
                 version,
