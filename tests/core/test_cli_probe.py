@@ -83,3 +83,21 @@ def test_probe_of_a_database_in_a_read_only_folder_fails(
         locked.chmod(0o755)
     assert status == 2 and "not writable" in probes["archive"]
     assert list(locked.iterdir()) == []
+
+
+def test_an_adapter_that_refuses_its_options_at_build_is_reported_as_json_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The recorded provider checks its wrapped provider's options when it is built: the error
+    # went to stderr only, and --json printed nothing on stdout.
+    config = tmp_path / "agentium.toml"
+    config.write_text(
+        '[provider]\nplugin = "recorded"\noptions.provider = "scripted"\noptions.path = "rec.jsonl"\n'
+        'options.mode = "record"\noptions.provider_options = {evil = 1}\n'
+        '[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
+        encoding="utf-8",
+    )
+    assert main(["check", "--probe", "--json", str(config)]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["valid"] is False and report["components"]["provider"]["plugin"] == "recorded"
+    assert any("evil" in e["message"] for e in report["errors"]), report

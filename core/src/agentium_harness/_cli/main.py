@@ -83,6 +83,19 @@ def _version() -> str:
 # -------------------------------------------------------------------- check
 
 
+def _check_failed(args: argparse.Namespace, path: Path, exc: ConfigError, components: dict[str, Any]) -> int:
+    """Report a config that failed the check (to stdout as JSON with ``--json``, else to stderr)."""
+    if args.json:
+        errors = [{"path": i.path, "message": i.message} for i in exc.issues]
+        report = {"config": str(path), "valid": False, "errors": errors, "components": components}
+        print_json(report, sys.stdout)
+    else:
+        sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
+        for issue in exc.issues:
+            sys.stderr.write(f"  {issue.path}: {issue.message}\n")
+    return EXIT_USAGE
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Validate a config file (schema, plugins, options, capabilities) without building anything.
 
@@ -92,14 +105,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         resolved = load_config(path)
     except ConfigError as exc:
-        if args.json:
-            errors = [{"path": i.path, "message": i.message} for i in exc.issues]
-            print_json({"config": str(path), "valid": False, "errors": errors, "components": {}}, sys.stdout)
-        else:
-            sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
-            for issue in exc.issues:
-                sys.stderr.write(f"  {issue.path}: {issue.message}\n")
-        return EXIT_USAGE
+        return _check_failed(args, path, exc, {})
     components = {
         section: {
             "kind": c.kind,
@@ -111,7 +117,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     }
     probes: dict[str, str] = {}
     if args.probe:
-        runtime = build_runtime(resolved)
+        try:
+            runtime = build_runtime(resolved)
+        except ConfigError as exc:  # an adapter's factory refused its options: reported as in the check
+            return _check_failed(args, path, exc, components)
 
         async def probe() -> list[tuple[str, str]]:
             async with runtime:
