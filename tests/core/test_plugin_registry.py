@@ -646,3 +646,35 @@ def test_the_same_namespace_registered_twice_is_refused() -> None:
     calls = _monitored(registry)
     assert registry.broadcast("agentium_session_closed", key=_key(), report=None) == []
     assert len(calls) == 1  # still one implementation
+
+
+def test_the_recorded_provider_wraps_a_provider_from_the_hosts_registry_with_paths_next_to_the_config(
+    install: Installer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It loaded every installed plugin itself, whatever registry= or environ= the host chose, and
+    # resolved the wrapped provider's relative paths against the working directory.
+    from agentium_harness import ConfigError, load_runtime
+
+    install("good")
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    (folder / "replies.jsonl").write_text('"from the config folder"\n', encoding="utf-8")
+    config = folder / "agentium.toml"
+
+    def wrapping(inner: str, options: str) -> str:
+        return (
+            f'[provider]\nplugin = "recorded"\noptions.mode = "record"\noptions.path = "rec.jsonl"\n'
+            f'options.provider = "{inner}"\noptions.provider_options = {options}\n'
+            '[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n'
+        )
+
+    config.write_text(wrapping("tprovider", "{}"), encoding="utf-8")
+    load_runtime(config, environ=NO_ENV)  # the installed plugin, when the host allows it
+    with pytest.raises(ConfigError, match="tprovider"):
+        # The host allowed only the core's plugins: so does the wrapper.
+        load_runtime(config, environ={"AGENTIUM_PLUGINS": "agentium-harness"})
+    config.write_text(wrapping("scripted", '{path = "replies.jsonl"}'), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    load_runtime(config, environ=NO_ENV)  # replies.jsonl next to the config, not here

@@ -17,6 +17,7 @@ from .._engine.runtime import HarnessRuntime
 from .._engine.tools import ToolRegistry
 from .._errors import ConfigError, ConfigIssue
 from .._plugins.registry import PluginRegistry
+from .._plugins.spec import BUILDING, BuildContext
 from .._ports import PORT_KINDS
 from .load import ResolvedConfig, load_config
 
@@ -39,15 +40,22 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
     built: dict[str, Any] = {}
     issues: list[ConfigIssue] = []
     close_s = resolved.config.runtime.limits.close_timeout_s
-    for section, component in resolved.components().items():
-        try:
-            # Options from load_config already hold resolved paths; base_dir
-            # also covers a ResolvedConfig a host assembled itself.
-            adapter = component.spec.build(component.options, base_dir=resolved.base_dir)
-        except Exception as exc:  # a plugin factory's failure is a config problem for the user
-            issues.append(ConfigIssue(f"$.{section}", f"plugin {component.plugin!r} failed to build: {exc}"))
-            continue
-        built[PORT_KINDS[component.kind].factory_arg] = adapter
+    # An adapter that builds another plugin's (the recorded provider) builds it from this registry.
+    token = BUILDING.set(BuildContext(resolved.registry, resolved.base_dir))
+    try:
+        for section, component in resolved.components().items():
+            try:
+                # Options from load_config already hold resolved paths; base_dir
+                # also covers a ResolvedConfig a host assembled itself.
+                adapter = component.spec.build(component.options, base_dir=resolved.base_dir)
+            except Exception as exc:  # a plugin factory's failure is a config problem for the user
+                issues.append(
+                    ConfigIssue(f"$.{section}", f"plugin {component.plugin!r} failed to build: {exc}")
+                )
+                continue
+            built[PORT_KINDS[component.kind].factory_arg] = adapter
+    finally:
+        BUILDING.reset(token)
     if issues:
         # What was built before the failure is closed, not leaked (its problems are listed too).
         issues.extend(ConfigIssue("$", problem) for problem in close_built(list(built.values()), close_s))

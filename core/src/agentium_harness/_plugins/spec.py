@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -11,7 +12,33 @@ import attrs
 
 from .._ports import Capabilities
 
-__all__ = ["PATH_OPTION", "AdapterSpec", "Register", "path_option_names", "resolve_path_options"]
+__all__ = [
+    "BUILDING",
+    "PATH_OPTION",
+    "AdapterSpec",
+    "BuildContext",
+    "Register",
+    "path_option_names",
+    "resolve_path_options",
+]
+
+
+@attrs.frozen
+class BuildContext:
+    """What a config's adapters are being built with: its plugin registry and its folder.
+
+    ``build_runtime`` sets :data:`BUILDING` while it builds, so an adapter that
+    builds another plugin's adapter (the recorded provider wraps a provider)
+    takes it from the host's registry (``registry=``, ``environ=``: never a
+    wider one) and resolves its relative paths against the config's folder.
+    """
+
+    registry: Any
+    base_dir: Path | None
+
+
+#: The build in progress in this context, or ``None`` outside ``build_runtime``.
+BUILDING: ContextVar[BuildContext | None] = ContextVar("agentium_building", default=None)
 
 #: attrs field metadata key that marks an option as a file path. A config
 #: file's relative value for such a field is resolved against the folder the

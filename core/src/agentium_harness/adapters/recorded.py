@@ -27,7 +27,7 @@ import attrs
 
 from .._codec import decode_json, digest_of, structure, unstructure
 from .._errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
-from .._plugins.spec import PATH_OPTION
+from .._plugins.spec import BUILDING, PATH_OPTION
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
 
@@ -127,7 +127,10 @@ def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
         raise ConfigError(
             [ConfigIssue("$.provider.options.provider", "the recorded provider cannot wrap itself")]
         )
-    registry = PluginRegistry.load()
+    # The host's registry while a config is built (its registry= and environ= choose the plugins,
+    # and may only narrow); the installed plugins otherwise (an adapter built by hand).
+    building = BUILDING.get()
+    registry = building.registry if building is not None else PluginRegistry.load()
     try:
         spec = registry.get("provider", config.provider)
         options: Any = structure(config.provider_options, spec.config_class)
@@ -137,7 +140,8 @@ def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
         ) from exc
     except Exception as exc:
         raise ConfigError([ConfigIssue("$.provider.options.provider", str(exc))]) from exc
-    inner = spec.build(options)
+    # Its relative paths mean paths next to the config file, as the config's own do.
+    inner = spec.build(options, base_dir=building.base_dir if building is not None else None)
     if not isinstance(inner, ModelProvider):
         raise ConfigError(
             [ConfigIssue("$.provider.options.provider", f"{config.provider!r} is not a provider")]
