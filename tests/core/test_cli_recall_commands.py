@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,29 @@ def test_rebuild_reindexes_archived_groups(config: Path, capsys: pytest.CaptureF
     assert main(["recall", "search", str(config), *ANA, "zebra0"]) == 0
     out, _ = capsys.readouterr()
     assert "group/acme/ana/s1/0" in out
+
+
+def test_search_and_rebuild_print_json_with_the_flag(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Both took --json and printed their text form.
+    main(["recall", "add", str(config), "--tenant", "acme", str(config.parent / "docs" / "vpn.md")])
+    capsys.readouterr()
+    assert (
+        main(["recall", "search", str(config), *ANA, "--json", "When does the VPN certificate expire?"]) == 0
+    )
+    found = json.loads(capsys.readouterr().out)
+    assert found["status"] == "complete" and found["budget"]["queries"] == [1, 1]
+    (source,) = found["sources"]
+    assert "vpn%2Emd" in source["source_id"] and "March 3rd" in source["content"]
+    assert source["attributes"]["completeness"] == "complete"
+    assert main(["recall", "rebuild", str(config), *ANA, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "tenant": "acme",
+        "user": "ana",
+        "session": "s1",
+        "newly_indexed": 0,
+    }
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
-from .output import text_argument
+from .output import print_json, text_argument
 
 __all__ = ["add_recall_commands"]
 
@@ -140,6 +140,33 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
             )
 
     evidence = anyio.run(go)
+    u = evidence.usage
+    limits = runtime.recall_limits
+    if args.json:
+        budget = {
+            "queries": [u.queries, limits.max_queries],
+            "candidates": [u.candidates, limits.max_candidates],
+            "discovery_bytes": [u.discovery_bytes, limits.max_discovery_bytes],
+            "source_bytes": [u.source_bytes, limits.max_source_bytes],
+            "evidence_tokens": [u.evidence_tokens, limits.max_evidence_tokens],
+            "validations": [u.validations, limits.max_validations],
+        }
+        blocks = [
+            {"source_id": block.source_id, "attributes": dict(block.attributes), "content": block.content}
+            for block in evidence.blocks
+        ]
+        print_json(
+            {
+                "status": evidence.status.value,
+                "query": evidence.query,
+                "sources": blocks,
+                "omitted": list(evidence.omitted),
+                "problems": [str(p) for p in evidence.problems],
+                "budget": budget,
+                "latency_ms": round(u.latency_s * 1000, 1),
+            }
+        )
+        return 0
     out = sys.stdout
     out.write(f"status {evidence.status.value}, query {evidence.query[:80]!r}\n")
     for block in evidence.blocks:
@@ -154,8 +181,6 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
         out.write(f"  omitted (did not fit whole): {source_id}\n")
     for problem in evidence.problems:
         out.write(f"  problem: {problem}\n")
-    u = evidence.usage
-    limits = runtime.recall_limits
     out.write(
         f"budget: queries {u.queries}/{limits.max_queries}, "
         f"candidates {u.candidates}/{limits.max_candidates}, "
@@ -196,7 +221,10 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
                 start = page[-1].seq + 1
 
     anyio.run(go)
-    sys.stdout.write(f"{total} group(s) newly indexed for session {args.session!r}\n")
+    if args.json:
+        print_json({"tenant": key.tenant, "user": key.user, "session": key.session, "newly_indexed": total})
+    else:
+        sys.stdout.write(f"{total} group(s) newly indexed for session {args.session!r}\n")
     return 0
 
 
