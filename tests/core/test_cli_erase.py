@@ -112,6 +112,19 @@ def test_erase_dry_run_then_erase_then_status_and_inspect(
     assert code == 0 and out == "no erasure\n"
 
 
+def test_a_reason_with_a_line_break_is_printed_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Printed raw, a newline in the operator's reason printed a line that looked like the record's.
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    reason = "request 5\n  session    acme/bob/s9: groups 0-99 (100)"
+    code, out, _ = _agentium(capsys, "erase", cfg, *who, "--reason", reason, "--dry-run")
+    assert code == 0 and "request 5\\n  session    acme/bob/s9" in out
+    assert not any(line.startswith("  session    acme/bob") for line in out.splitlines())
+
+
 def test_erase_refuses_a_session_without_its_user_and_two_modes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
