@@ -838,3 +838,22 @@ def test_an_integer_literal_past_pythons_digit_limit_is_a_config_error() -> None
     # tomllib raises a plain ValueError for it (int() of more than 4,300 digits): a traceback.
     errors = _parse_errors("[limits]\nmax_steps = " + "9" * 5000 + "\n")
     assert "invalid TOML" in errors["$"]
+
+
+def test_a_value_from_the_environment_is_never_repeated_in_an_error(tmp_path: Path) -> None:
+    # A plugin's validator said "got 's3cr3t-VALUE'" for a value a variable had supplied.
+    secret = "s3cr3t-VALUE"
+    path = _write(
+        tmp_path,
+        '[provider]\nplugin = "scripted"\n[archive]\nplugin = "memory"\n'
+        '[plugins.sqlite]\nsynchronous = "${SECRETVAR}"\n'
+        '[session_store]\nplugin = "sqlite"\n[runtime]\ninstructions = 3\n',
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={"SECRETVAR": secret})
+    found = _issues(caught)
+    assert (
+        "synchronous" in found["$.plugins.sqlite.synchronous"]
+        and "instructions" not in found["$.plugins.sqlite.synchronous"]
+    )
+    assert secret not in str(caught.value) and "not shown" in str(caught.value)

@@ -50,6 +50,7 @@ from .source import (
     MAX_CONFIG_BYTES,
     MAX_NESTING,
     find_config,
+    hide_env_values,
     join_path,
     parse_toml,
     read_source,
@@ -379,9 +380,9 @@ def parse_config(
     :raises ConfigError: listing every issue, each with its ``$``-path.
     """
     text, shown, _ = read_source(source)
-    _, config, issues, _ = _phase_a(text, shown, environ)
+    data, config, issues, _ = _phase_a(text, shown, environ)
     if issues or config is None:
-        raise ConfigError(_ordered(issues), shown)
+        raise ConfigError(_ordered(hide_env_values(issues, data)), shown)
     return config
 
 
@@ -561,7 +562,7 @@ def load_config(
     if config is not None:
         issues.extend(strategy_issues(config, registry))
     if issues or config is None:
-        raise ConfigError(_ordered(issues), shown)
+        raise ConfigError(_ordered(hide_env_values(issues, data)), shown)
     return _assemble(config, resolved, registry, base_dir, shown)
 
 

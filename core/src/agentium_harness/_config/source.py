@@ -27,6 +27,7 @@ __all__ = [
     "join_path",
     "parse_toml",
     "read_source",
+    "hide_env_values",
     "substitute_env",
 ]
 
@@ -307,3 +308,36 @@ def parse_toml(text: str, source: str | None) -> dict[str, Any]:
             source,
         )
     return data
+
+
+_HIDDEN: Final = "<a value from the environment, not shown>"
+
+
+def _env_values(data: Any) -> set[str]:
+    """Every value a ``${VAR}`` reference put in ``data`` (:class:`EnvText`)."""
+    if isinstance(data, EnvText):
+        return {str(data)} if data else set()
+    if isinstance(data, dict):
+        return set().union(*(_env_values(v) for v in data.values()))
+    if isinstance(data, list):
+        return set().union(*(_env_values(v) for v in data))
+    return set()
+
+
+def hide_env_values(issues: list[ConfigIssue], data: Any) -> list[ConfigIssue]:
+    """``issues`` with every quoted value that came from the environment replaced (it may be a secret).
+
+    A validator's message names the value it refused (``got 'x'``); a value a
+    variable supplied is not repeated, wherever the check that refused it ran.
+    """
+    values = sorted(_env_values(data), key=len, reverse=True)
+    if not values:
+        return issues
+    out: list[ConfigIssue] = []
+    for issue in issues:
+        message = issue.message
+        for value in values:
+            for quoted in (repr(value), json.dumps(value, ensure_ascii=False)):
+                message = message.replace(quoted, _HIDDEN)
+        out.append(issue if message == issue.message else ConfigIssue(issue.path, message))
+    return out
