@@ -134,3 +134,23 @@ def test_without_recall_configured_the_commands_say_so(
     path.write_text(CONFIG.format(db=db, recall=""))
     assert main(["recall", "search", str(path), *ANA, "anything"]) == 2
     assert "no [recall] section" in capsys.readouterr().err
+
+
+def test_a_file_over_the_bound_is_skipped_without_being_read_whole(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 200 MB file was read into memory whole before the 4 MiB bound was applied.
+    import tracemalloc
+
+    big = config.parent / "big"
+    big.mkdir()
+    with (big / "huge.txt").open("wb") as handle:
+        handle.truncate(200 * 1024 * 1024)  # sparse: no disk, but 200 MB to read
+    tracemalloc.start()
+    try:
+        assert main(["recall", "add", str(config), "--tenant", "acme", str(big)]) == 0
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "1 skipped" in capsys.readouterr().out
+    assert peak < 64 * 1024 * 1024, peak

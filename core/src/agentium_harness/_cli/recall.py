@@ -92,7 +92,9 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
             store = _store(runtime, "document_indexing")
             progress = _Progress(len(files))
             for done, (doc_id, path) in enumerate(files, start=1):
-                data = path.read_bytes()
+                # At most one byte past the bound is read: a huge file is skipped, never loaded.
+                with path.open("rb") as handle:
+                    data = handle.read(MAX_DOCUMENT_BYTES + 1)
                 if len(data) > MAX_DOCUMENT_BYTES or b"\0" in data:
                     counts["skipped"] += 1
                     sys.stderr.write(f"  skipped {path}: binary or larger than {MAX_DOCUMENT_BYTES} bytes\n")
