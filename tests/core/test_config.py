@@ -293,6 +293,14 @@ def test_missing_env_var_is_an_error_naming_variable_and_path() -> None:
     assert errors["$.runtime.instructions"].startswith("invalid ${...} reference")
 
 
+def test_a_default_holding_a_reference_is_an_error_not_literal_text() -> None:
+    # ${A:-${HOME}} left the text "${HOME}" and a stray "}" as the value, without a word.
+    errors = _parse_errors(BASE + '\n[runtime]\ninstructions = "${A:-${HOME}}"\n', environ={"HOME": "/h"})
+    assert (
+        errors["$.runtime.instructions"] == "a ${NAME:-default} default cannot hold another ${...} reference"
+    )
+
+
 def test_env_value_with_toml_syntax_stays_a_literal_string() -> None:
     evil = 'x"\n[evil]\nk = 1\n[archive]\nplugin = "s3'
     config = parse_config(BASE + '\n[runtime]\ninstructions = "${EVIL}"\n', environ={"EVIL": evil})

@@ -123,6 +123,13 @@ def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[
             return "${"
         substituted = True
         name, default = match.group(1), match.group(2)
+        if default is not None and "${" in default:
+            # ${A:-${B}} is not nested substitution: it would leave the text "${B}" (and a stray "}").
+            failed = True
+            issues.append(
+                ConfigIssue(path, "a ${NAME:-default} default cannot hold another ${...} reference")
+            )
+            return whole
         if name is None:
             failed = True
             issues.append(
