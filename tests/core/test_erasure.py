@@ -565,3 +565,35 @@ async def test_an_erasure_stopped_between_its_tombstone_and_its_unlisting_is_lis
     (resumed,) = await rt.resume_erasures(OPERATOR)
     assert resumed.state is ErasureState.COMPLETE
     assert [r.erasure_id for r in await rt.erasure_status(OPERATOR, S1)] == [status[0].erasure_id]
+
+
+async def test_inspect_shows_no_summary_text_while_an_erasure_of_the_session_is_pending(
+    tmp_path: Path,
+) -> None:
+    from agentium_harness import SummaryLimits
+    from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+
+    secret = marker("sum")
+    db = str(tmp_path / "agentium.db")
+    flaky = FlakyArchive(SQLiteConfig(path=db))
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=flaky,
+        session_store=SQLiteSessionStore(SQLiteConfig(path=db)),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        owned=[flaky],
+    )
+    for i in range(4):
+        await rt.run(ALICE, "s1", f"turn {i} says {secret}.")
+    before = await rt.inspect_session(ALICE, "s1")
+    assert before.summary is not None and secret in before.summary.summary.text
+    with pytest.raises(ErasureIncompleteError):
+        await rt.erase(S1, reason="request 9", attestation=OPERATOR)
+    during = await rt.inspect_session(ALICE, "s1")
+    assert during.state is SessionState.ERASING and during.summary is None
+    flaky.fail = False
+    (resumed,) = await rt.resume_erasures(OPERATOR)
+    assert resumed.state is ErasureState.COMPLETE
+    await rt.aclose()

@@ -76,7 +76,8 @@ class SessionView:
     format_version: int | None
     state: SessionState = SessionState.OK
     divergence: ArchiveDivergence | None = None
-    #: The stored task summary and its coverage gaps, if the session has one.
+    #: The stored task summary and its coverage gaps, if the session has one (``None`` while an
+    #: erasure covering the session is pending: its text may be what the erasure removes).
     summary: SummaryState | None = None
     #: Resident groups committed without an answer because the turn stopped after its tools ran:
     #: ``(seq, why)`` pairs (the group's ``retained.interruption``).
@@ -154,7 +155,8 @@ async def inspect_session(
         format_version=None if stored is None else snap.format_version,
         state=state,
         divergence=snap.divergence,
-        summary=snap.summary,
+        # Fenced like a read while an erasure covering it is pending: its text may be what goes.
+        summary=None if pending else snap.summary,
         interrupted=tuple(
             (g.seq, g.retained.interruption)
             for g in snap.resident
