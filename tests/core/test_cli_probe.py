@@ -101,3 +101,31 @@ def test_an_adapter_that_refuses_its_options_at_build_is_reported_as_json_too(
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] is False and report["components"]["provider"]["plugin"] == "recorded"
     assert any("evil" in e["message"] for e in report["errors"]), report
+
+
+READ_ONLY = [
+    ["session", "inspect", "{cfg}", *ANA],
+    ["memory", "list", "{cfg}", "--tenant", "acme", "--user", "ana"],
+    ["recall", "search", "{cfg}", *ANA, "anything"],
+    ["erase", "{cfg}", "--tenant", "acme", "--user", "ana", "--reason", "r", "--dry-run"],
+    ["erase", "{cfg}", "--tenant", "acme", "--status"],
+    ["retention", "apply", "{cfg}", "--tenant", "acme", "--dry-run"],
+]
+
+
+@pytest.mark.parametrize(
+    "argv", READ_ONLY, ids=lambda a: " ".join(a[:2]) + (" " + a[-1] if a[-1][0] == "-" else "")
+)
+def test_a_command_that_only_reads_creates_no_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    # Each one created the configured SQLite file (a mistyped path left an empty database).
+    config = tmp_path / "agentium.toml"
+    config.write_text(
+        CONFIG.format(path="fresh.db")
+        + '[memory]\nplugin = "sqlite"\n[retention]\nmax_archived_groups = 5\n',
+        encoding="utf-8",
+    )
+    code = main([a.replace("{cfg}", str(config)) for a in argv])
+    assert code == 0, capsys.readouterr()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]

@@ -22,13 +22,14 @@ from typing import Any, Final, TypeVar
 import anyio
 
 from .._codec import unstructure
-from .._config.runtime import load_runtime
+from .._config import load_config
+from .._config.runtime import build_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
 from .._engine.maintenance import SessionView
 from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, SeqRange
 from .._scope import VerifiedIdentity
-from .output import EXIT_OK, EXIT_USAGE, print_json
+from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only
 
 __all__ = [
     "EXIT_PENDING",
@@ -118,8 +119,10 @@ def erasure_lines(view: SessionView) -> list[str]:
     return lines
 
 
-def _run(config: str, work: Callable[[Any], Awaitable[T]]) -> T:
-    runtime = load_runtime(config)
+def _run(config: str, work: Callable[[Any], Awaitable[T]], *, reading: bool = False) -> T:
+    """``work`` on the config's runtime; ``reading`` (a dry run, a status) creates no database file."""
+    resolved = load_config(config)
+    runtime = build_runtime(reading_only(resolved) if reading else resolved)
 
     async def go() -> T:
         async with runtime:
@@ -152,7 +155,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
     attestation = _attestation(args)
     target = _target(args)
     if args.status:
-        records = _run(args.config, lambda rt: rt.erasure_status(attestation, target))
+        records = _run(args.config, lambda rt: rt.erasure_status(attestation, target), reading=True)
         if args.json:
             print_json([unstructure(r) for r in records], sys.stdout)
         else:
@@ -172,6 +175,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
                     lambda rt: rt.erase(
                         target, reason=args.reason, attestation=attestation, dry_run=args.dry_run
                     ),
+                    reading=args.dry_run,
                 )
             ]
     except ErasureIncompleteError as exc:
@@ -193,7 +197,9 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     target = _target(args)
     reason = args.reason or "retention policy"
     result = _run(
-        args.config, lambda rt: rt.apply_retention(attestation, target, reason=reason, dry_run=args.dry_run)
+        args.config,
+        lambda rt: rt.apply_retention(attestation, target, reason=reason, dry_run=args.dry_run),
+        reading=args.dry_run,
     )
     if args.json:
         print_json(

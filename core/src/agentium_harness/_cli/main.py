@@ -53,6 +53,7 @@ from .output import (
     discover_config,
     plain_help,
     print_json,
+    reading_only,
     text_argument,
 )
 from .plugins import add_plugins_command, options_report, plugins_report
@@ -360,7 +361,7 @@ def _add_run(subparsers: Any) -> None:
 
 def cmd_session_inspect(args: argparse.Namespace) -> int:
     """Show a stored session: boundary, resident groups, archived count, snapshot revision."""
-    runtime = load_runtime(args.config)
+    runtime = build_runtime(reading_only(load_config(args.config)))  # an inspection creates no database
 
     async def go() -> SessionView:
         async with runtime:

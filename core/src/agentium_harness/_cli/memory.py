@@ -23,7 +23,7 @@ from .._config import load_config
 from .._engine.memory.manager import MemoryManager
 from .._errors import InvalidArgumentError
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
-from .output import add_config_argument, print_json, text_argument
+from .output import add_config_argument, print_json, reading_only, text_argument
 
 __all__ = ["add_memory_commands"]
 
@@ -60,8 +60,13 @@ def _fact(args: argparse.Namespace) -> MemoryFact:
     )
 
 
-def _with_manager(args: argparse.Namespace, work: Callable[[MemoryManager], Awaitable[T]]) -> T:
+def _with_manager(
+    args: argparse.Namespace, work: Callable[[MemoryManager], Awaitable[T]], *, reading: bool = False
+) -> T:
+    """``work`` on the config's memory; ``reading`` (a list, a history) creates no database file."""
     resolved = load_config(args.config)
+    if reading:
+        resolved = reading_only(resolved)
     component = resolved.memory
     if component is None:
         raise InvalidArgumentError(
@@ -147,7 +152,7 @@ def _show_ack(args: argparse.Namespace, ack: MemoryAck) -> int:
 def cmd_memory_list(args: argparse.Namespace) -> int:
     """List the current facts of a tenant and user, newest first (expired ones marked)."""
     scope = _scope(args)
-    facts = _with_manager(args, lambda m: m.list(scope, args.limit))
+    facts = _with_manager(args, lambda m: m.list(scope, args.limit), reading=True)
     _show_facts(args, facts)
     return 0
 
@@ -155,7 +160,7 @@ def cmd_memory_list(args: argparse.Namespace) -> int:
 def cmd_memory_history(args: argparse.Namespace) -> int:
     """Show every revision of one fact (a forgotten fact's revisions have no text)."""
     scope = _scope(args)
-    facts = _with_manager(args, lambda m: m.history(scope, args.fact_id))
+    facts = _with_manager(args, lambda m: m.history(scope, args.fact_id), reading=True)
     _show_facts(args, facts)
     return 0
 

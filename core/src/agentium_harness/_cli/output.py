@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from types import MappingProxyType
 from typing import Any, Final, TextIO
 
+import attrs
+
+from .._config.load import ResolvedConfig
 from .._config.source import find_config
 from .._engine.results import RunStatus
 from .._errors import InvalidArgumentError
+from .._plugins.registry import BUILTIN_DISTRIBUTION
 from .._validators import lone_surrogate_at
 
 __all__ = [
+    "reading_only",
     "EXIT_NEEDS_CLARIFICATION",
     "EXIT_NOT_ACCEPTED",
     "EXIT_OK",
@@ -217,3 +223,31 @@ def text_argument(value: str, what: str, outcome: str = "nothing was done") -> s
             f"{outcome.capitalize()}"
         )
     return value
+
+
+def reading_only(resolved: ResolvedConfig) -> ResolvedConfig:
+    """``resolved`` for a command that only reads: a database file that does not exist is not created.
+
+    The built-in SQLite adapters create their file on first use, so an
+    inspect, a list, a search, a dry run or a status pointed at a mistyped
+    path used to leave an empty database there. A component whose file does
+    not exist reads as what it is, empty: it is built as the built-in
+    in-memory adapter of its kind instead, which holds nothing and writes no
+    file.
+    """
+    changes: dict[str, Any] = {}
+    for section, component in resolved.components().items():
+        path = getattr(component.options, "path", None)
+        if (
+            component.distribution != BUILTIN_DISTRIBUTION
+            or component.plugin != "sqlite"
+            or not isinstance(path, str | os.PathLike)
+            or str(path) == ":memory:"
+            or os.path.exists(path)
+        ):
+            continue
+        empty = resolved.registry.adapter(component.kind, "memory")
+        changes[section] = attrs.evolve(
+            component, plugin="memory", spec=empty.spec, options=empty.spec.config_class()
+        )
+    return attrs.evolve(resolved, **changes) if changes else resolved

@@ -15,7 +15,8 @@ from typing import Any
 
 import anyio
 
-from .._config.runtime import load_runtime
+from .._config import load_config
+from .._config.runtime import build_runtime, load_runtime
 from .._engine.embedding import embedding_text, index_sources
 from .._engine.lifecycle import Ticket
 from .._engine.recall import Evidence, gather_evidence
@@ -27,7 +28,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
-from .output import print_json, text_argument
+from .output import print_json, reading_only, text_argument
 
 __all__ = ["add_recall_commands"]
 
@@ -131,7 +132,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
     if not query.strip():
         raise InvalidArgumentError("the query is empty; give the words to search for")
     scope = _search_scope(args)
-    runtime = load_runtime(args.config)
+    runtime = build_runtime(reading_only(load_config(args.config)))  # a search creates no database
 
     async def go() -> Evidence:
         async with runtime:
