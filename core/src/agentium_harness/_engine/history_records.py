@@ -108,7 +108,7 @@ _new = object.__new__
 _set = object.__setattr__
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, repr=False)
 class HistoryGroup:
     """One committed group of a history page and which of its messages the view shows.
 
@@ -182,6 +182,9 @@ class HistoryGroup:
     def control(self) -> HistoryControl | None:
         """The control record of a control group (``view=False`` pages only), else ``None``."""
         return self._committed.control
+
+    def __repr__(self) -> str:
+        return f"HistoryGroup(group={self._committed!r}, shown={self.shown!r})"
 
     def _all_shown(self) -> bool:
         # Every message shown (the indexes are distinct and in range).
