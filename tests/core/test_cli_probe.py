@@ -88,19 +88,36 @@ def test_probe_of_a_database_in_a_read_only_folder_fails(
 def test_an_adapter_that_refuses_its_options_at_build_is_reported_as_json_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # The recorded provider checks its wrapped provider's options when it is built: the error
-    # went to stderr only, and --json printed nothing on stdout.
+    # A recorded provider in record mode with nothing to wrap is refused when it is built: the
+    # error went to stderr only, and --json printed nothing on stdout.
     config = tmp_path / "agentium.toml"
     config.write_text(
-        '[provider]\nplugin = "recorded"\noptions.provider = "scripted"\noptions.path = "rec.jsonl"\n'
-        'options.mode = "record"\noptions.provider_options = {evil = 1}\n'
+        '[provider]\nplugin = "recorded"\noptions.path = "rec.jsonl"\noptions.mode = "record"\n'
         '[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
         encoding="utf-8",
     )
     assert main(["check", "--probe", "--json", str(config)]) == 2
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] is False and report["components"]["provider"]["plugin"] == "recorded"
-    assert any("evil" in e["message"] for e in report["errors"]), report
+    assert any("needs the provider to wrap" in e["message"] for e in report["errors"]), report
+
+
+def test_check_reports_the_recorded_providers_wrapped_provider_and_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # They were checked only when the runtime was built: `agentium check` passed, the run failed.
+    config = tmp_path / "agentium.toml"
+    for wrapped, says in (
+        ('options.provider = "scripted"\noptions.provider_options = {evil = 1}', "extra fields found (evil)"),
+        ('options.provider = "no-such-provider"', "no-such-provider"),
+    ):
+        config.write_text(
+            '[provider]\nplugin = "recorded"\noptions.path = "rec.jsonl"\noptions.mode = "record"\n'
+            f'{wrapped}\n[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
+            encoding="utf-8",
+        )
+        assert main(["check", str(config)]) == 2
+        assert says in capsys.readouterr().err
 
 
 READ_ONLY = [

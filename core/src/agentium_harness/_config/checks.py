@@ -1,4 +1,4 @@
-"""Phase (b)'s checks across sections: capability combinations and recall strategies.
+"""Phase (b)'s checks across sections: capability combinations, recall strategies, a wrapped provider.
 
 What the runtime would refuse at construction, reported by :func:`~agentium_harness._config.load_config`
 with every other problem, each at the key to change.
@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._errors import ConfigIssue, PluginNotFoundError
+from .._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from .._plugins.registry import PluginRegistry, RegisteredAdapter
 
 if TYPE_CHECKING:
-    from .load import HarnessConfig
+    from .load import HarnessConfig, ResolvedComponent
 
-__all__ = ["combination_issues", "strategy_issues"]
+__all__ = ["combination_issues", "strategy_issues", "wrapped_provider_issues"]
 
 
 def combination_issues(adapters: Mapping[str, RegisteredAdapter], sections: set[str]) -> list[ConfigIssue]:
@@ -77,3 +77,24 @@ def strategy_issues(config: HarnessConfig, registry: PluginRegistry) -> list[Con
             )
         )
     return issues
+
+
+def wrapped_provider_issues(
+    provider: ResolvedComponent | None, registry: PluginRegistry
+) -> list[ConfigIssue]:
+    """The recorded provider's wrapped provider and its options, checked as the config's own are.
+
+    Checked when the config is checked, not only when the runtime is built:
+    ``agentium check`` reports an unknown wrapped provider or a bad option of
+    it, where it used to pass and the first run failed.
+    """
+    from ..adapters.recorded import RecordedProviderConfig, wrapped_provider
+
+    options = provider.options if provider is not None else None
+    if not isinstance(options, RecordedProviderConfig) or not options.provider:
+        return []  # replay mode wraps nothing; record mode without one is refused when built
+    try:
+        wrapped_provider(options, registry)
+    except ConfigError as exc:
+        return list(exc.issues)
+    return []

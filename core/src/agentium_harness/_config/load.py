@@ -42,7 +42,7 @@ from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
 from .._validators import bounded_duration
 from .._verdicts import EvidenceLimits
-from .checks import combination_issues, strategy_issues
+from .checks import combination_issues, strategy_issues, wrapped_provider_issues
 from .shared import SHARED_TABLE, inherit, relocate, shared_issues
 from .source import (
     CONFIG_ENV,
@@ -453,6 +453,7 @@ def _resolve_sections(
             resolved[section] = component
     issues.extend(shared_issues(shared, selected))
     issues.extend(combination_issues(adapters, set(sections)))
+    issues.extend(wrapped_provider_issues(resolved.get("provider"), registry))
     return resolved, issues
 
 

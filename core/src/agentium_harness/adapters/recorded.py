@@ -115,10 +115,12 @@ def _lock_for(path: str) -> threading.Lock:
         return _WRITE_LOCKS.setdefault(os.path.abspath(path), threading.Lock())
 
 
-def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
-    """Build the wrapped provider through the plugin registry; problems are a config error at its key."""
-    from .._plugins.registry import PluginRegistry  # the registry imports the built-ins, which import us
+def wrapped_provider(config: RecordedProviderConfig, registry: Any) -> tuple[Any, Any]:
+    """The wrapped provider's registration and structured options, or a config error at its key.
 
+    The config check (phase b) calls it too, so ``agentium check`` reports bad
+    wrapped options before anything is built.
+    """
     if not config.provider:
         raise ConfigError(
             [ConfigIssue("$.provider.options.provider", "mode 'record' needs the provider to wrap")]
@@ -127,10 +129,6 @@ def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
         raise ConfigError(
             [ConfigIssue("$.provider.options.provider", "the recorded provider cannot wrap itself")]
         )
-    # The host's registry while a config is built (its registry= and environ= choose the plugins,
-    # and may only narrow); the installed plugins otherwise (an adapter built by hand).
-    building = BUILDING.get()
-    registry = building.registry if building is not None else PluginRegistry.load()
     try:
         spec = registry.get("provider", config.provider)
         options: Any = structure(config.provider_options, spec.config_class)
@@ -140,6 +138,18 @@ def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
         ) from exc
     except Exception as exc:
         raise ConfigError([ConfigIssue("$.provider.options.provider", str(exc))]) from exc
+    return spec, options
+
+
+def _inner_provider(config: RecordedProviderConfig) -> ModelProvider:
+    """Build the wrapped provider through the plugin registry; problems are a config error at its key."""
+    from .._plugins.registry import PluginRegistry  # the registry imports the built-ins, which import us
+
+    # The host's registry while a config is built (its registry= and environ= choose the plugins,
+    # and may only narrow); the installed plugins otherwise (an adapter built by hand).
+    building = BUILDING.get()
+    registry = building.registry if building is not None else PluginRegistry.load()
+    spec, options = wrapped_provider(config, registry)
     # Its relative paths mean paths next to the config file, as the config's own do.
     inner = spec.build(options, base_dir=building.base_dir if building is not None else None)
     if not isinstance(inner, ModelProvider):
