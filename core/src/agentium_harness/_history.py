@@ -93,17 +93,23 @@ __all__ = [
 _ENCODED: dict[int, list[Any]] = {}
 
 
+def _cache(
+    group: MessageGroup, data: bytes, digest: str | None = None, tokens: int | None = None
+) -> list[Any]:
+    """Record ``data`` as ``group``'s canonical bytes (with its digest and tokens when known)."""
+    key = id(group)
+    entry: list[Any] = [data, digest, tokens, None]
+    # The entry leaves when the group dies (the callback runs before its id can be reused);
+    # a weak reference kept in the entry costs a third of a weakref.finalize.
+    entry[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
+    _ENCODED[key] = entry
+    return entry
+
+
 def _encoding(group: MessageGroup) -> list[Any]:
     """``[canonical bytes, digest or None, tokens or None, weak ref]`` of ``group``, encoded on first use."""
-    key = id(group)
-    cached = _ENCODED.get(key)
-    if cached is None:
-        cached = [_group_json(group), None, None, None]
-        # The entry leaves when the group dies (the callback runs before its id can be reused);
-        # a weak reference kept in the entry costs a third of a weakref.finalize.
-        cached[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
-        _ENCODED[key] = cached
-    return cached
+    cached = _ENCODED.get(id(group))
+    return cached if cached is not None else _cache(group, _group_json(group))
 
 
 _MESSAGE_FIELDS: Final = ("role", "content", "tool_calls", "tool_call_id", "payload", "payload_format")
@@ -159,10 +165,7 @@ def detached(group: MessageGroup, messages: tuple[Message, ...] | None = None) -
     _set_field(copy, "control", group.control)
     cached = _ENCODED.get(id(group))
     if cached is not None:
-        key = id(copy)
-        entry: list[Any] = [cached[0], cached[1], cached[2], None]
-        entry[3] = weakref.ref(copy, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
-        _ENCODED[key] = entry
+        _cache(copy, cached[0], cached[1], cached[2])
     return copy
 
 
@@ -240,11 +243,7 @@ def _adopt_around(group: MessageGroup, messages_json: bytes) -> bytes | None:
 def _adopt(group: MessageGroup, messages_json: bytes, retained_json: bytes) -> None:
     """Cache ``group``'s encoding: its messages' and retained record's JSON with its seq around them."""
     # Keys in canonical (sorted) order; the encoder writes each value as it would alone.
-    data = b'{"messages":%b,"retained":%b,"seq":%d}' % (messages_json, retained_json, group.seq)
-    key = id(group)
-    entry: list[Any] = [data, None, None, None]
-    entry[3] = weakref.ref(group, lambda _, key=key: _ENCODED.pop(key, None))  # type: ignore[misc]
-    _ENCODED[key] = entry
+    _cache(group, b'{"messages":%b,"retained":%b,"seq":%d}' % (messages_json, retained_json, group.seq))
 
 
 # The group an append commits retains its scope and nothing else, so every append to a session

@@ -70,6 +70,7 @@ from ._history import (
     ViewState,
     estimate_tokens,
 )
+from ._json import copy_plain_json
 from ._observe.spans import client_span
 from ._plugins.commands import CliCommand
 from ._plugins.hookspecs import hookimpl
@@ -367,6 +368,7 @@ __all__ = [
     "check_count",
     "checked_index_batch",
     "check_duration",
+    "copy_plain_json",
     "decode_archived_group",
     "decode_json",
     "decode_segment",

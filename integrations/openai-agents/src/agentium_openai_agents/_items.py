@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from agentium_harness import Message, Role
+from agentium_harness.plugin_api import copy_plain_json
 
 from ._errors import ForeignItemError
 
@@ -106,30 +107,6 @@ def item_to_message(item: object) -> Message:
     return Message(role, text, payload=item, payload_format=ITEM_FORMAT)
 
 
-def _copy_dict(value: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a plain-JSON object: new dicts and lists all the way down (the rest is immutable)."""
-    out = value.copy()
-    for k, v in out.items():
-        kind = type(v)
-        if kind is dict:
-            out[k] = _copy_dict(v)
-        elif kind is list:
-            out[k] = _copy_list(v)
-    return out
-
-
-def _copy_list(value: list[Any]) -> list[Any]:
-    """A copy of a plain-JSON array, as :func:`_copy_dict`."""
-    out = value.copy()
-    for i, v in enumerate(out):
-        kind = type(v)
-        if kind is dict:
-            out[i] = _copy_dict(v)
-        elif kind is list:
-            out[i] = _copy_list(v)
-    return out
-
-
 def message_to_item(message: Message, where: str | Callable[[], str]) -> dict[str, Any]:
     """The SDK item a committed message stands for: a new dict the caller may change.
 
@@ -154,7 +131,7 @@ def message_to_item(message: Message, where: str | Callable[[], str]) -> dict[st
                 f"{place} has payload_format {ITEM_FORMAT} but its payload is a {type(payload).__name__}, "
                 "not an item; the history is damaged (read it with read_history(view=False) to audit it)"
             )
-        return _copy_dict(payload)
+        return cast("dict[str, Any]", copy_plain_json(payload))
     if message.payload_format is not None:
         where = where() if callable(where) else where
         raise ForeignItemError(
