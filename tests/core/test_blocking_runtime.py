@@ -16,8 +16,10 @@ import anyio
 import pytest
 
 from agentium_harness import (
+    BlockingCallInLoopError,
     BlockingRuntime,
     CommitState,
+    EffectLevel,
     InvalidArgumentError,
     ResidentLimits,
     RunStatus,
@@ -25,6 +27,8 @@ from agentium_harness import (
     RuntimeCloseError,
     RuntimeLimits,
     SessionBusyError,
+    Tool,
+    ToolRegistry,
     VerifiedIdentity,
     create_harness_runtime,
 )
@@ -64,7 +68,7 @@ def test_request_threads_share_one_blocking_runtime_and_summaries_finish(
                 for n in range(3):
                     result = blocking.run(ANA, f"s{i}", f"turn {n} of thread {i}: apples and pears")
                     outcomes.append((result.status, result.commit_state))
-            except BaseException as exc:
+            except BaseException as exc:  # recorded and asserted below
                 errors.append(exc)
 
         threads = [threading.Thread(target=requests, args=(i,)) for i in range(4)]
@@ -201,3 +205,71 @@ def test_bad_arguments_are_refused() -> None:
     )
     with pytest.raises(InvalidArgumentError, match="backend"):
         BlockingRuntime(runtime, backend="curio")
+
+
+class ClosingArchive(InMemoryArchive):
+    """Counts its closes (the runtime owns it)."""
+
+    closes = 0
+
+    async def aclose(self) -> None:
+        self.closes += 1
+        await super().aclose()
+
+
+def test_close_from_async_code_closes_a_never_started_runtime() -> None:
+    """Async code (a thread already running a loop) may close it: the owned runtime is closed, once."""
+    archive = ClosingArchive()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        owned=[archive],
+    )
+    blocking = BlockingRuntime(runtime)
+
+    async def from_async() -> None:
+        blocking.close()  # used to raise a bare RuntimeError and leave the runtime open for good
+        blocking.close()
+
+    anyio.run(from_async)
+    assert runtime.state.value == "closed"
+    assert archive.closes == 1
+    with pytest.raises(RuntimeClosedError):
+        blocking.run(ANA, "s", "again")
+
+
+def test_calls_from_the_runtime_loop_are_refused_and_change_nothing() -> None:
+    """call() and close() from a tool handler: typed refusal; the runtime stays open and closes later."""
+    seen: list[BaseException] = []
+    holder: dict[str, BlockingRuntime] = {}
+    loop_threads: list[threading.Thread] = []
+
+    async def handler(args: object) -> str:
+        loop_threads.append(threading.current_thread())
+        for attempt in (holder["b"].close, lambda: holder["b"].inspect_session(ANA, "s")):
+            try:
+                attempt()
+            except BaseException as exc:  # recorded and asserted below
+                seen.append(exc)
+        return "done"
+
+    script = [{"content": "", "tool_calls": [{"id": "c1", "name": "stop"}]}, "fin"]
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=script),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        tools=ToolRegistry([Tool("stop", handler, EffectLevel.WRITE)]),
+    )
+    blocking = holder["b"] = BlockingRuntime(runtime)
+    result = blocking.run(ANA, "s", "go", grants=["stop"])
+    assert result.commit_state is CommitState.COMMITTED
+    assert len(seen) == 2
+    assert all(isinstance(e, BlockingCallInLoopError) and isinstance(e, RuntimeError) for e in seen)
+    assert "nothing was done" in str(seen[0])
+    # Nothing changed: still open and usable, and a close from outside the loop closes it.
+    assert runtime.state.value == "open"
+    assert blocking.inspect_session(ANA, "s").next_seq == 1
+    blocking.close()
+    assert runtime.state.value == "closed"
+    assert not loop_threads[0].is_alive()

@@ -30,7 +30,7 @@ from ._engine.results import CleanupReport, Diagnostic, RunResult
 from ._engine.runtime import HarnessRuntime, LifecycleState
 from ._engine.tools import ToolRegistry
 from ._engine.verification import CompletionPolicy
-from ._errors import InvalidArgumentError, RuntimeClosedError, RuntimeCloseError
+from ._errors import BlockingCallInLoopError, InvalidArgumentError, RuntimeClosedError, RuntimeCloseError
 from ._plugins.registry import PluginRegistry
 from ._ports.provider import SourceBlock
 from ._scope import RecallScope, VerifiedIdentity
@@ -54,8 +54,8 @@ class BlockingRuntime:
     extraction) outlives the request that started it. Calls may come from any
     number of threads at once; each blocks its own thread only. Do not call it
     from the portal's own thread (a tool handler or callback the runtime
-    runs): that raises ``RuntimeError``. From async code, use the
-    :class:`HarnessRuntime` itself.
+    runs): that raises :class:`BlockingCallInLoopError` (a ``RuntimeError``)
+    and does nothing. From async code, use the :class:`HarnessRuntime` itself.
 
     ``runtime`` is **owned** by default: :meth:`close` closes it (``aclose()``)
     before stopping the loop. With ``owned=False`` it is borrowed and
@@ -86,6 +86,8 @@ class BlockingRuntime:
         self._lock = threading.Lock()
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
+        # The loop thread's ident, once started: a call from it would wait for itself.
+        self._loop_thread: int | None = None
         self._closed = False
 
     @classmethod
@@ -124,7 +126,16 @@ class BlockingRuntime:
         self._portal_or_start()
         return self
 
+    def _refuse_loop_thread(self, operation: str) -> None:
+        if self._loop_thread is not None and threading.get_ident() == self._loop_thread:
+            raise BlockingCallInLoopError(
+                f"BlockingRuntime.{operation}() was called on the runtime's own event loop thread (a tool "
+                "handler or callback), where it would wait for itself; nothing was done: await the "
+                "HarnessRuntime there"
+            )
+
     def _portal_or_start(self) -> anyio.from_thread.BlockingPortal:
+        self._refuse_loop_thread("call")
         with self._lock:
             if self._closed:
                 raise RuntimeClosedError("the BlockingRuntime is closed; it admits no new operations")
@@ -132,8 +143,9 @@ class BlockingRuntime:
                 cm = anyio.from_thread.start_blocking_portal(
                     self._backend, self._backend_options or None, name="agentium-blocking-runtime"
                 )
-                self._portal = cm.__enter__()
-                self._portal_cm = cm
+                portal = cm.__enter__()
+                self._loop_thread = portal.call(threading.get_ident)
+                self._portal, self._portal_cm = portal, cm
             return self._portal
 
     def call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -242,11 +254,15 @@ class BlockingRuntime:
 
         Returns within :meth:`close_bound_s` (plus the same again for the loop
         to stop). Calls still running when the runtime closes get
-        :class:`RuntimeClosedError`; later calls raise it too. Idempotent.
-        Raises :class:`RuntimeCloseError` when the runtime's close failed or
-        did not finish in time (the loop thread, a daemon, is then left to end
-        on its own).
+        :class:`RuntimeClosedError`; later calls raise it too. Idempotent. It
+        may be called from any thread, async code included, except the
+        runtime's own loop thread: that raises
+        :class:`BlockingCallInLoopError` and changes nothing. Raises
+        :class:`RuntimeCloseError` when the runtime's close failed or did not
+        finish in time (the loop thread, a daemon, is then left to end on its
+        own).
         """
+        self._refuse_loop_thread("close")
         with self._lock:
             if self._closed:
                 return
@@ -256,27 +272,50 @@ class BlockingRuntime:
         failures: list[str] = []
         bound = self.close_bound_s()
         if self._owned:
-            if portal is None:
-                # Never started: close the runtime on a loop of its own (it did no I/O on any other).
-                try:
-                    anyio.run(self._runtime.aclose, backend=self._backend)
-                except RuntimeCloseError as exc:
-                    failures.extend(exc.failures)
-            else:
-                future = portal.start_task_soon(self._runtime.aclose)
-                try:
-                    future.result(timeout=bound)
-                except RuntimeCloseError as exc:
-                    failures.extend(exc.failures)
-                except concurrent.futures.TimeoutError:
-                    failures.append(
-                        f"the runtime did not close within {bound}s (an adapter blocking the event loop?); "
-                        "its loop thread was left to end on its own"
-                    )
+            try:
+                if portal is None:
+                    failures.extend(self._close_unstarted(bound))
+                else:
+                    future = portal.start_task_soon(self._runtime.aclose)
+                    try:
+                        future.result(timeout=bound)
+                    except RuntimeCloseError as exc:
+                        failures.extend(exc.failures)
+                    except concurrent.futures.TimeoutError:
+                        failures.append(
+                            f"the runtime did not close within {bound}s (an adapter blocking the event "
+                            "loop?); its loop thread was left to end on its own"
+                        )
+            except Exception as exc:  # reported, not raised bare: the loop below must still stop
+                failures.append(f"the runtime's close failed: {type(exc).__name__}: {exc}")
         if cm is not None and not self._stop_loop(cm, bound):
             failures.append(f"the runtime's event loop did not stop within {bound}s of its close")
         if failures:
             raise RuntimeCloseError(failures)
+
+    def _close_unstarted(self, bound: float) -> list[str]:
+        """Close a runtime whose loop never started, on a loop of its own in a thread; bounded.
+
+        A thread of its own, not ``anyio.run`` here: the caller may be async
+        code, whose thread already runs an event loop (``anyio.run`` refuses
+        it), and the thread's join is what bounds the wait.
+        """
+        failures: list[str] = []
+
+        def close_on_own_loop() -> None:
+            try:
+                anyio.run(self._runtime.aclose, backend=self._backend)
+            except RuntimeCloseError as exc:
+                failures.extend(exc.failures)
+            except Exception as exc:  # handed to the caller as a close failure
+                failures.append(f"the runtime's close failed: {type(exc).__name__}: {exc}")
+
+        closer = threading.Thread(target=close_on_own_loop, name="agentium-blocking-close", daemon=True)
+        closer.start()
+        closer.join(bound)
+        if closer.is_alive():
+            return [f"the runtime did not close within {bound}s; its closing thread was left to end alone"]
+        return failures
 
     @staticmethod
     def _stop_loop(cm: AbstractContextManager[Any], bound: float) -> bool:

@@ -22,6 +22,7 @@ __all__ = [
     "RecallUnavailableError",
     "RetractionRefusedError",
     "AgentLifecycleError",
+    "BlockingCallInLoopError",
     "AgentCloseError",
     "ExtractionConflictError",
     "MemoryFactForgottenError",
@@ -418,6 +419,15 @@ class RuntimeCloseError(AgentiumError):
         super().__init__(
             f"runtime teardown failed ({len(self.failures)} problem(s)): " + "; ".join(self.failures)
         )
+
+
+class BlockingCallInLoopError(AgentiumError, RuntimeError):
+    """A :class:`~agentium_harness.BlockingRuntime` method was called on the runtime's own loop thread.
+
+    Blocking there would wait for the loop that is running the caller (a
+    tool handler, a clarifier): a deadlock. Nothing was done; await the
+    :class:`~agentium_harness.HarnessRuntime` there instead.
+    """
 
 
 class SessionDivergedError(AgentiumError):
