@@ -16,6 +16,7 @@ evidence (R29): the verifier sees the candidate, but judges host evidence.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -29,7 +30,7 @@ from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
 from .._text import cut_text
-from .._validators import bounded_count
+from .._validators import bounded_count, lone_surrogate_at
 from .._verdicts import (
     MAX_REASON_BYTES,
     EvidenceEntry,
@@ -353,6 +354,57 @@ def final_answer(messages: tuple[Message, ...]) -> str:
     return next((m.content for m in reversed(messages) if m.role is Role.ASSISTANT), "")
 
 
+#: Any surrogate code point: in a Python string one is always lone (a pair is one code point),
+#: so this is exactly what UTF-8 cannot encode.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _error_text(exc: BaseException) -> str:
+    """``Type: message`` of a verifier's error, as text that can be stored; never raises.
+
+    The error is the verifier's: its message (or even its class name) may hold
+    a lone surrogate, and its ``__str__`` may fail. Either would otherwise lose
+    the turn when the record is encoded.
+    """
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        text = f"{type(exc).__name__} (its message could not be read)"
+    return _SURROGATE.sub("\ufffd", text)
+
+
+def _plain_text(value: object) -> str | None:
+    """A plain ``str`` copy of ``value`` when it is valid Unicode text, else ``None``.
+
+    A ``str`` subclass is copied with ``str.__str__`` so none of its own
+    methods (an ``encode`` that hides a surrogate, say) is trusted later.
+    """
+    if not isinstance(value, str):
+        return None
+    text = str.__str__(value)
+    return text if lone_surrogate_at(text) is None else None
+
+
+def _checked_text(result: VerificationResult) -> tuple[str, tuple[EvidenceEntry, ...]] | str:
+    """The reason and evidence as plain, encodable text; or which field is not.
+
+    Every string the verifier returns is kept in the committed record and shown
+    to the model in a revision, so one that cannot be encoded as UTF-8 (a lone
+    surrogate) or is not a string at all makes the whole result malformed.
+    """
+    reason = _plain_text(result.reason)
+    if reason is None:
+        return "reason"
+    entries: list[EvidenceEntry] = []
+    for index, entry in enumerate(result.evidence):
+        kind, ref, detail = (_plain_text(entry.kind), _plain_text(entry.ref), _plain_text(entry.detail))
+        for name, text in (("kind", kind), ("ref", ref), ("detail", detail)):
+            if text is None:
+                return f"evidence entry {index}: {name}"
+        entries.append(EvidenceEntry(kind, ref, detail))  # type: ignore[arg-type]  # checked above
+    return reason, tuple(entries)
+
+
 def _well_formed(result: object) -> bool:
     """A real VerificationResult: a Verdict, evidence entries, a string reason (nothing coerced)."""
     try:
@@ -399,7 +451,7 @@ async def _attempt(
             Diagnostic("verifier_timeout", detail, Severity.WARNING)
         ]
     except Exception as exc:  # a verifier's failure is an unknown verdict, never an accepted one
-        detail, _ = cut_text(f"the verifier failed: {type(exc).__name__}: {exc}", MAX_REASON_BYTES)
+        detail, _ = cut_text(f"the verifier failed: {_error_text(exc)}", MAX_REASON_BYTES)
         return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
             Diagnostic("verifier_failed", detail, Severity.WARNING)
         ]
@@ -408,9 +460,19 @@ async def _attempt(
         return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
             Diagnostic("verifier_contract", detail, Severity.WARNING)
         ]
+    checked = _checked_text(result)
+    if isinstance(checked, str):
+        detail = (
+            f"the verifier returned a VerificationResult whose {checked} is not valid Unicode text "
+            "(not a string, or a lone surrogate)"
+        )
+        return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
+            Diagnostic("verifier_contract", detail, Severity.WARNING)
+        ]
+    text, evidence = checked
     notes: list[Diagnostic] = []
     # The reason is free text kept in the record and shown to the model: bounded like the evidence.
-    reason, cut = cut_text(result.reason, MAX_REASON_BYTES)
+    reason, cut = cut_text(text, MAX_REASON_BYTES)
     if cut:
         notes.append(
             Diagnostic(
@@ -419,7 +481,7 @@ async def _attempt(
                 Severity.WARNING,
             )
         )
-    kept, omitted = fit_evidence(result.evidence, max_entries, max_bytes)
+    kept, omitted = fit_evidence(evidence, max_entries, max_bytes)
     if omitted:
         notes.append(
             Diagnostic(
