@@ -14,9 +14,10 @@ from typing import Any
 
 import attrs
 
-from .._errors import ToolNotGrantedError
+from .._errors import InvalidArgumentError, ToolNotGrantedError
 from .._ports.provider import ToolSpec, json_schema_object
 from .._scope import validate_id
+from .._validators import lone_surrogate_at
 
 __all__ = ["EffectLevel", "Tool", "ToolOutcome", "ToolRegistry", "ToolStatus"]
 
@@ -50,6 +51,39 @@ class ToolStatus(enum.StrEnum):
     CANCELLED = "cancelled"
 
 
+def _effect(value: EffectLevel | str) -> EffectLevel:
+    """An :class:`EffectLevel`, or its value as a string (``"write"``); anything else is refused.
+
+    The effect decides whether a call may run during a verification revision
+    (R31): an unchecked string (or a typo of one) would have slipped past that refusal.
+    """
+    if isinstance(value, EffectLevel):
+        return value
+    if isinstance(value, str):
+        try:
+            return EffectLevel(value)
+        except ValueError:
+            pass
+    choices = ", ".join(repr(level.value) for level in EffectLevel)
+    raise InvalidArgumentError(f"tool effect must be an EffectLevel or one of {choices}, got {value!r}")
+
+
+def _handler(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not callable(value):
+        raise InvalidArgumentError(f"tool handler must be callable, got {type(value).__name__}")
+
+
+def _description(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # The description is sent to the model with the tool: it must be text a provider can encode.
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"tool description must be a string, got {type(value).__name__}")
+    at = lone_surrogate_at(str.__str__(value))
+    if at is not None:
+        raise InvalidArgumentError(
+            f"tool description holds a lone surrogate at index {at} (not valid Unicode)"
+        )
+
+
 @attrs.frozen(slots=True)
 class Tool:
     """A tool the host offers: a name, its effect level, an async handler returning text.
@@ -57,13 +91,15 @@ class Tool:
     ``parameters`` is an optional JSON Schema (``"type": "object"``) of its
     arguments, offered to the model with the tool; it is checked and copied
     when the tool is built. The runtime does not validate arguments against
-    it: the handler checks what it receives.
+    it: the handler checks what it receives. ``effect`` is an
+    :class:`EffectLevel` or its value (``"write"``). A bad field raises
+    :class:`~agentium_harness._errors.InvalidArgumentError`.
     """
 
     name: str = attrs.field(validator=lambda _i, a, v: validate_id(v, a.name))
-    handler: ToolHandler
-    effect: EffectLevel = EffectLevel.NONE
-    description: str = ""
+    handler: ToolHandler = attrs.field(validator=_handler)
+    effect: EffectLevel = attrs.field(default=EffectLevel.NONE, converter=_effect)
+    description: str = attrs.field(default="", validator=_description)
     parameters: dict[str, Any] | None = attrs.field(default=None, converter=json_schema_object, hash=False)
 
 
@@ -83,13 +119,22 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        if isinstance(tools, Tool) or not isinstance(tools, Iterable):
+            raise InvalidArgumentError(
+                f"tools must be an iterable of Tool objects, got {type(tools).__name__}"
+            )
         for tool in tools:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
-        """Add a tool; a second tool with the same name is refused."""
+        """Add a tool; anything but a :class:`Tool`, or a second tool with the same name, is refused.
+
+        Raises :class:`~agentium_harness._errors.InvalidArgumentError`; the registry is unchanged.
+        """
+        if not isinstance(tool, Tool):
+            raise InvalidArgumentError(f"a tool registry holds Tool objects, got {type(tool).__name__}")
         if tool.name in self._tools:
-            raise ValueError(f"tool {tool.name!r} is already registered")
+            raise InvalidArgumentError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
 
     def specs(self, granted: frozenset[str]) -> tuple[ToolSpec, ...]:

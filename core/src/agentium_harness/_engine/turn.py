@@ -391,7 +391,8 @@ async def _run_tool(
         status = ToolStatus.REFUSED_UNKNOWN if call.name not in tools else ToolStatus.REFUSED_NOT_GRANTED
         detail = f"ToolNotGrantedError: {exc}"
         return ToolOutcome(call.id, call.name, status, None, detail), f"refused: {exc}"
-    if refuse_write and tool.effect is EffectLevel.WRITE:
+    # ``==``, not ``is``: a plain ``"write"`` (an object built around Tool's converter) is a write too.
+    if refuse_write and tool.effect == EffectLevel.WRITE:
         # Grants were checked first: a revision never widens what the run may do (R31).
         detail = (
             f"tool {call.name!r} has write effects, which are not allowed during a verification "
