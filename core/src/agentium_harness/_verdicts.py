@@ -13,8 +13,9 @@ from collections.abc import Iterable
 import attrs
 
 from ._codec import canonical_json
+from ._errors import InvalidArgumentError
 from ._tuples import tuple_of_evidence, tuple_of_verification_attempts
-from ._validators import bounded_count, non_negative_int
+from ._validators import MAX_COUNT, bounded_count, check_count, lone_surrogate_at, non_negative_int
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
@@ -46,8 +47,14 @@ class Verdict(enum.StrEnum):
 
 
 def _plain_str(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    # Evidence is kept in the committed record and shown to the model: it must be storable text.
     if not isinstance(value, str):
-        raise TypeError(f"{attribute.name} must be a string, got {type(value).__name__}")
+        raise InvalidArgumentError(f"evidence {attribute.name} must be a string, got {type(value).__name__}")
+    at = lone_surrogate_at(str.__str__(value))
+    if at is not None:
+        raise InvalidArgumentError(
+            f"evidence {attribute.name} holds a lone surrogate at index {at} (not valid Unicode)"
+        )
 
 
 @attrs.frozen(slots=True)
@@ -70,11 +77,22 @@ def fit_evidence(
     """Keep whole entries in order while they fit; return ``(kept, omitted_count)``.
 
     Nothing is cut inside an entry: the first entry that would pass either
-    limit, and every entry after it, is omitted and counted (R30).
+    limit, and every entry after it, is omitted and counted (R30). Raises
+    :class:`~agentium_harness._errors.InvalidArgumentError` for a negative or
+    non-integer limit, or an item that is not an :class:`EvidenceEntry`.
     """
+    check_count(max_entries, "max_entries", minimum=0, ceiling=MAX_COUNT)
+    check_count(max_bytes, "max_bytes", minimum=0, ceiling=MAX_COUNT)
+    if isinstance(entries, str | bytes | EvidenceEntry) or not isinstance(entries, Iterable):
+        raise InvalidArgumentError(
+            f"entries must be a sequence of EvidenceEntry, got {type(entries).__name__}"
+        )
+    items = list(entries)
+    for index, item in enumerate(items):
+        if not isinstance(item, EvidenceEntry):
+            raise InvalidArgumentError(f"entry {index} must be an EvidenceEntry, got {type(item).__name__}")
     kept: list[EvidenceEntry] = []
     used = 0
-    items = list(entries)
     for index, entry in enumerate(items):
         size = evidence_size(entry)
         if len(kept) >= max_entries or used + size > max_bytes:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import ClassVar
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 import attrs
 
+from .._errors import InvalidArgumentError
 from .._scope import Scope
-from .._validators import str_tuple
+from .._validators import MAX_COUNT, bounded_count, lone_surrogate_at
 from .._verdicts import (
     MAX_EVIDENCE_BYTES,
     MAX_EVIDENCE_ENTRIES,
@@ -38,12 +40,83 @@ __all__ = [
 ]
 
 
-def _entries(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
+def _sequence(value: object, what: str) -> tuple[object, ...]:
+    # A lone string (or entry) would be split or refused deep inside: name it here instead.
+    if isinstance(value, str | bytes | EvidenceEntry) or not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"{what} must be a sequence, got {type(value).__name__}")
     return tuple(value)
 
 
+def _check_text(value: object, what: str) -> None:
+    # Candidate and result text is stored and sent to the model: it must be encodable.
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} must be a string, got {type(value).__name__}")
+    at = lone_surrogate_at(str.__str__(value))
+    if at is not None:
+        raise InvalidArgumentError(f"{what} holds a lone surrogate at index {at} (not valid Unicode)")
+
+
+def _text(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    _check_text(value, attribute.name)
+
+
+def _entries(value: Iterable[EvidenceEntry]) -> tuple[EvidenceEntry, ...]:
+    items = _sequence(value, "evidence")
+    for index, item in enumerate(items):
+        if not isinstance(item, EvidenceEntry):
+            raise InvalidArgumentError(
+                f"evidence item {index} must be an EvidenceEntry, got {type(item).__name__}"
+            )
+    return items  # type: ignore[return-value]  # every item checked above
+
+
+def _paths(value: Iterable[str]) -> tuple[str, ...]:
+    items = _sequence(value, "artifacts")
+    for index, item in enumerate(items):
+        _check_text(item, f"artifacts item {index}")
+    return items  # type: ignore[return-value]  # every item checked above
+
+
 def _pairs(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    return tuple((str(a), str(b)) for a, b in value)
+    pairs: list[tuple[str, str]] = []
+    for index, item in enumerate(_sequence(value, "claimed_digests")):
+        if isinstance(item, str | bytes) or not isinstance(item, tuple | list) or len(item) != 2:
+            raise InvalidArgumentError(
+                f"claimed_digests item {index} must be a (path, sha256) pair, got {item!r:.80}"
+            )
+        path, digest = item
+        _check_text(path, f"claimed_digests item {index} path")
+        _check_text(digest, f"claimed_digests item {index} digest")
+        pairs.append((path, digest))
+    return tuple(pairs)
+
+
+def _verdict(value: Verdict | str) -> Verdict:
+    """A :class:`Verdict`, or its value as a string (``"pass"``); anything else is refused."""
+    if isinstance(value, Verdict):
+        return value
+    if isinstance(value, str):
+        try:
+            return Verdict(value)
+        except ValueError:
+            pass
+    choices = ", ".join(repr(v.value) for v in Verdict)
+    raise InvalidArgumentError(f"verdict must be a Verdict or one of {choices}, got {value!r:.80}")
+
+
+def _instance_of(kind: type) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not isinstance(value, kind):
+            raise InvalidArgumentError(
+                f"{attribute.name} must be a {kind.__name__}, got {type(value).__name__}"
+            )
+
+    return check
+
+
+def _started_at(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise InvalidArgumentError(f"run_started_at must be a finite time.time() value, got {value!r}")
 
 
 @attrs.frozen(slots=True)
@@ -56,10 +129,15 @@ class VerifierCapabilities(Capabilities):
 
 @attrs.frozen(slots=True)
 class CompletionCandidate:
-    """What the model claims is done. A claim is never proof (R29)."""
+    """What the model claims is done. A claim is never proof (R29).
 
-    claim: str
-    artifacts: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
+    ``claim`` and each artifact path are text; ``claimed_digests`` are
+    ``(path, sha256)`` string pairs. Anything else raises
+    :class:`~agentium_harness._errors.InvalidArgumentError`.
+    """
+
+    claim: str = attrs.field(validator=_text)
+    artifacts: tuple[str, ...] = attrs.field(default=(), converter=_paths)
     #: Digests the candidate itself asserts, as ``(path, sha256)`` pairs. They are
     #: the model's words: a verifier must never treat them as expected values (R29).
     claimed_digests: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_pairs)
@@ -69,15 +147,19 @@ class CompletionCandidate:
 class VerifyContext:
     """Scope, operation context and evidence budget for one verification."""
 
-    scope: Scope
-    op: OpContext
-    max_entries: int = MAX_EVIDENCE_ENTRIES
-    max_bytes: int = MAX_EVIDENCE_BYTES
+    scope: Scope = attrs.field(validator=_instance_of(Scope))
+    op: OpContext = attrs.field(validator=_instance_of(OpContext))
+    max_entries: int = attrs.field(
+        default=MAX_EVIDENCE_ENTRIES, validator=bounded_count(minimum=0, ceiling=MAX_EVIDENCE_ENTRIES)
+    )
+    max_bytes: int = attrs.field(
+        default=MAX_EVIDENCE_BYTES, validator=bounded_count(minimum=0, ceiling=MAX_EVIDENCE_BYTES)
+    )
     #: Wall-clock time (``time.time()``) when the run began: evidence written
     #: before it (a stale test record, say) does not describe this run.
-    run_started_at: float = 0.0
+    run_started_at: float = attrs.field(default=0.0, validator=_started_at)
     #: 0 for the first verification of a turn, then 1, 2, … for each revision.
-    revision: int = 0
+    revision: int = attrs.field(default=0, validator=bounded_count(minimum=0, ceiling=MAX_COUNT))
 
     def raise_if_expired(self, what: str) -> None:
         """Raise ``OperationCancelledError`` when cancelled or past the deadline (see :class:`OpContext`)."""
@@ -86,11 +168,17 @@ class VerifyContext:
 
 @attrs.frozen(slots=True)
 class VerificationResult:
-    """The verdict with the evidence it rests on."""
+    """The verdict with the evidence it rests on.
 
-    verdict: Verdict
+    ``verdict`` is a :class:`Verdict` or its value (``"pass"``); ``evidence``
+    a sequence of :class:`EvidenceEntry`; ``reason`` text. Anything else, or
+    text holding a lone surrogate, raises
+    :class:`~agentium_harness._errors.InvalidArgumentError`.
+    """
+
+    verdict: Verdict = attrs.field(converter=_verdict)
     evidence: tuple[EvidenceEntry, ...] = attrs.field(default=(), converter=_entries)
-    reason: str = ""
+    reason: str = attrs.field(default="", validator=_text)
 
 
 class CompletionVerifier:

@@ -1,0 +1,147 @@
+"""The verification records a host or verifier builds refuse bad fields with ``InvalidArgumentError``.
+
+``EvidenceEntry(kind=1)`` raised a bare ``TypeError`` and
+``CompletionCandidate(claimed_digests=[("a",)])`` a bare ``ValueError`` ("not
+enough values to unpack"); ``VerificationResult`` and ``VerifyContext``
+accepted anything, and ``fit_evidence`` a negative budget. Each now raises the
+library's typed error (still a ``TypeError``/``ValueError`` subclass), naming
+the field, and a verifier that trips one yields ``unknown`` on a committed turn.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import pytest
+
+from agentium_harness import InvalidArgumentError, Verdict, VerifiedIdentity, create_harness_runtime
+from agentium_harness._scope import Scope
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import (
+    CompletionCandidate,
+    CompletionVerifier,
+    EvidenceEntry,
+    OpContext,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
+    fit_evidence,
+)
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+ENTRY = EvidenceEntry("artifact", "out.txt", "ok")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [(1, "r", "d"), ("k", None, "d"), ("k", "r", b"d"), ("k\ud800", "r", "d"), ("k", "r", "d\udfff")],
+    ids=["int-kind", "none-ref", "bytes-detail", "surrogate-kind", "surrogate-detail"],
+)
+def test_bad_evidence_fields_are_refused(fields: tuple[Any, Any, Any]) -> None:
+    with pytest.raises(InvalidArgumentError, match="evidence"):
+        EvidenceEntry(*fields)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"claim": None},
+        {"claim": "x\ud800"},
+        {"artifacts": "abc"},
+        {"artifacts": [1]},
+        {"artifacts": None},
+        {"claimed_digests": [("a",)]},
+        {"claimed_digests": [("a", "b", "c")]},
+        {"claimed_digests": ["ab"]},
+        {"claimed_digests": [("a", 1)]},
+        {"claimed_digests": ("a", "b")},
+    ],
+)
+def test_bad_candidate_fields_are_refused(kwargs: dict[str, Any]) -> None:
+    fields: dict[str, Any] = {"claim": "done", **kwargs}
+    with pytest.raises(InvalidArgumentError):
+        CompletionCandidate(**fields)
+
+
+def test_a_good_candidate_keeps_its_fields_as_tuples() -> None:
+    candidate = CompletionCandidate("done", ["a.txt"], [["a.txt", "f" * 64]])
+    assert candidate.artifacts == ("a.txt",) and candidate.claimed_digests == (("a.txt", "f" * 64),)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("passed",),
+        (None,),
+        (1,),
+        (Verdict.PASS, ENTRY),
+        (Verdict.PASS, ["not an entry"]),
+        (Verdict.PASS, None),
+        (Verdict.PASS, (), None),
+        (Verdict.PASS, (), "r\ud800"),
+    ],
+)
+def test_bad_result_fields_are_refused(args: tuple[Any, ...]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        VerificationResult(*args)
+
+
+def test_a_verdict_given_by_its_value_becomes_the_verdict() -> None:
+    assert VerificationResult("fail").verdict is Verdict.FAIL
+
+
+def _context(**kwargs: Any) -> VerifyContext:
+    fields: dict[str, Any] = {"scope": Scope("acme", "ana", "s1"), "op": OpContext(), **kwargs}
+    return VerifyContext(**fields)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"scope": "acme/ana/s1"},
+        {"op": None},
+        {"max_entries": -1},
+        {"max_entries": 33},
+        {"max_bytes": True},
+        {"max_bytes": 8193},
+        {"run_started_at": math.nan},
+        {"run_started_at": "now"},
+        {"revision": -1},
+    ],
+)
+def test_bad_context_fields_are_refused(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        _context(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [([ENTRY], -1, 10), ([ENTRY], 1, -5), ([ENTRY], True, 10), (["x"], 1, 100), (ENTRY, 1, 100)],
+)
+def test_fit_evidence_refuses_bad_arguments(args: tuple[Any, Any, Any]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        fit_evidence(*args)
+
+
+class BuildsBadEvidence(CompletionVerifier):
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(artifact_digests=True)
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        return VerificationResult(Verdict.PASS, [EvidenceEntry("artifact", "name-\udcff.txt", "ok")])
+
+
+@pytest.mark.anyio
+async def test_a_verifier_building_unencodable_evidence_yields_unknown_on_a_committed_turn() -> None:
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["done."], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=BuildsBadEvidence(),
+    )
+    result = await runtime.run(ANA, "s1", "do it", completion=True)
+    assert result.verification is not None and result.verification.verdict is Verdict.UNKNOWN
+    assert result.has("verifier_failed") and "InvalidArgumentError" in result.verification.reason
+    assert (await runtime.inspect_session(ANA, "s1")).next_seq == 1
+    await runtime.aclose()
