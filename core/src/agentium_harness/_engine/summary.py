@@ -42,7 +42,6 @@ from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import RecallStore
 from .._ports.sessions import SessionStore, seal_snapshot, verify_snapshot
 from .._ports.summary import (
-    Citation,
     CoverageGap,
     GapReason,
     Summarizer,
@@ -55,6 +54,7 @@ from .commit import CommitOutcome
 from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
+from .summary_answer import checked_answer, failed
 
 __all__ = [
     "GroupReader",
@@ -124,10 +124,6 @@ def _past_erased(seq: int, erased: Sequence[SeqRange]) -> int:
 def _next_erased(seq: int, erased: Sequence[SeqRange]) -> int:
     """The start of the first erased range after ``seq`` (a read stops short of it); large if none."""
     return min((span.start for span in erased if span.start > seq), default=seq + 10**12)
-
-
-def _violation(message: str) -> Diagnostic:
-    return Diagnostic("summarizer_contract_violation", message, Severity.ERROR)
 
 
 def _gap_diagnostic(gap: CoverageGap) -> Diagnostic:
@@ -217,53 +213,6 @@ def _admissible(
     if start + len(run) < end and len(run) == len(groups):
         return run, CoverageGap(start + len(run), GapReason.UNAVAILABLE, "the archive did not return it")
     return run, None
-
-
-def _checked(
-    answer: object,
-    previous: TaskSummary | None,
-    given: Sequence[MessageGroup],
-    start: int,
-    limits: SummaryLimits,
-    end: int,
-) -> tuple[TaskSummary | None, list[Diagnostic]]:
-    """The summarizer's answer with its citations checked, or ``None`` when it must be refused whole.
-
-    ``end`` is one past the last group of the run the groups were offered
-    from (groups out of the view are not offered, so it may pass the last one given).
-    """
-    notes: list[Diagnostic] = []
-    if not isinstance(answer, TaskSummary):
-        return None, [_violation(f"summarizer returned a {type(answer).__name__}, not a TaskSummary")]
-    if not start <= answer.frontier <= end:
-        return None, [
-            _violation(
-                f"summarizer claimed frontier {answer.frontier}, outside the groups it was given "
-                f"({start}..{end}); refused, the previous summary stays"
-            )
-        ]
-    size = len(answer.text.encode("utf-8", "surrogatepass"))
-    if size > limits.max_summary_bytes:
-        return None, [
-            Diagnostic(
-                "summary_too_large",
-                f"the summary is {size} bytes, over max_summary_bytes={limits.max_summary_bytes}; "
-                "refused whole (never cut), the previous summary stays",
-                Severity.ERROR,
-            )
-        ]
-    allowed = {(g.seq, g.digest) for g in given if g.seq < answer.frontier}
-    if previous is not None:
-        allowed.update((c.seq, c.digest) for c in previous.citations)
-    kept: list[Citation] = []
-    for citation in answer.citations:
-        if isinstance(citation, Citation) and (citation.seq, citation.digest) in allowed:
-            kept.append(citation)
-        else:
-            notes.append(
-                _violation(f"dropped citation {citation!r}: it names no group the summarizer was given")
-            )
-    return attrs.evolve(answer, citations=tuple(kept)), notes
 
 
 def restarted(state: SummaryState | None, frontier: int) -> SummaryState | None:
@@ -371,17 +320,11 @@ async def update_summary(
                 lambda ctx: summarizer.summarize(previous, tuple(offered), ctx),
                 timeout_s=limits.timeout_s,
             )
+            # Checked inside the failure handling: an answer that breaks the check itself (an
+            # object whose fields raise when read) fails the update, never the committed run.
+            checked, notes = checked_answer(answer, previous, offered, start, limits, passed)
         except Exception as exc:
-            diagnostics.append(
-                Diagnostic(
-                    "summary_failed",
-                    f"the summarizer failed ({type(exc).__name__}: {exc}); the previous summary and its "
-                    "frontier stay",
-                    Severity.ERROR,
-                )
-            )
-            return SummaryUpdate(None, 0, tuple(diagnostics))
-        checked, notes = _checked(answer, previous, offered, start, limits, passed)
+            return SummaryUpdate(None, 0, (failed(exc),))
         diagnostics.extend(notes)
         if checked is None:
             return SummaryUpdate(None, 0, tuple(diagnostics))

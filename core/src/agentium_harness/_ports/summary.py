@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from typing import ClassVar
+from typing import ClassVar, Final
 
 import attrs
 
+from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._tuples import tuple_of_citations, tuple_of_gaps
-from .._validators import bounded_count, bounded_duration, str_tuple
+from .._validators import MAX_COUNT, bounded_count, bounded_duration, lone_surrogate_at, str_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -23,6 +24,48 @@ __all__ = [
     "SummaryState",
     "TaskSummary",
 ]
+
+
+#: Longest ``policy`` or ``version`` of a summary, in UTF-8 bytes: both are copied into the
+#: retained record of every committed group, so the engine refuses a longer one.
+MAX_POLICY_BYTES: Final = 128
+#: Most ``uncertainty`` notes a summary carries; the model request shows every one.
+MAX_UNCERTAINTY_NOTES: Final = 16
+#: Most UTF-8 bytes of a summary's ``uncertainty`` notes together.
+MAX_UNCERTAINTY_BYTES: Final = 4_096
+#: Longest citation digest, in characters (a ``sha256:`` digest has 71).
+MAX_DIGEST_CHARS: Final = 256
+
+
+def check_text(value: object, name: str) -> str:
+    """``value`` if it is exactly a ``str`` that encodes as UTF-8 (no lone surrogate).
+
+    A ``str`` subclass is refused too: what is stored is what the codec
+    writes, and a subclass may say otherwise. The message names the type or
+    position only, never the value (it may be large or private).
+    Raises :class:`InvalidArgumentError` naming ``name``.
+    """
+    if type(value) is not str:
+        raise InvalidArgumentError(f"{name} must be a str, got {type(value).__name__}")
+    at = lone_surrogate_at(value)
+    if at is not None:
+        raise InvalidArgumentError(f"{name} holds a lone surrogate at index {at}; it cannot be stored")
+    return value
+
+
+def check_seq(value: object, name: str) -> int:
+    """``value`` if it is exactly an ``int`` in ``0..MAX_COUNT`` (``bool`` and ``float`` refused)."""
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        shown = type(value).__name__ if type(value) is not int else "an integer out of range"
+        raise InvalidArgumentError(f"{name} must be an integer from 0 to {MAX_COUNT}, got {shown}")
+    return value
+
+
+def check_notes(value: object, name: str) -> tuple[str, ...]:
+    """``value`` as a tuple if it is a tuple or list of strings each passing :func:`check_text`."""
+    if not isinstance(value, tuple | list):
+        raise InvalidArgumentError(f"{name} must be a tuple of str, got {type(value).__name__}")
+    return tuple(check_text(note, f"{name}[{i}]") for i, note in enumerate(value))
 
 
 @attrs.frozen(slots=True)

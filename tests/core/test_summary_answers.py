@@ -1,0 +1,151 @@
+"""The engine's check of a summarizer's answer: exact field types, bounds, and what a refusal leaves."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentium_harness import VerifiedIdentity, create_harness_runtime
+from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
+from agentium_harness._errors import RuntimeCloseError
+from agentium_harness._history import MessageGroup
+from agentium_harness._ports import OpContext
+from agentium_harness._ports.summary import (
+    Citation,
+    Summarizer,
+    SummarizerCapabilities,
+    SummaryLimits,
+    TaskSummary,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+
+Answer = Callable[[TaskSummary | None, list[MessageGroup]], Any]
+
+
+class Scripted(Summarizer):
+    """Answers whatever ``answer`` builds from the groups it is given."""
+
+    capabilities = SummarizerCapabilities(incremental=True, citations=True)
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+
+    async def summarize(self, previous: TaskSummary | None, groups: Any, ctx: OpContext) -> TaskSummary:
+        result: TaskSummary = self.answer(previous, list(groups))
+        return result
+
+
+def _good(previous: TaskSummary | None, groups: list[MessageGroup]) -> TaskSummary:
+    return TaskSummary(
+        text=f"[g{groups[-1].seq}] fact.",
+        frontier=groups[-1].seq + 1,
+        citations=(Citation(groups[-1].seq, groups[-1].digest),),
+    )
+
+
+def _forged(**fields: Any) -> Answer:
+    """A well-formed answer with ``fields`` set around the record's constructor (as a buggy adapter can)."""
+
+    def answer(previous: TaskSummary | None, groups: list[MessageGroup]) -> TaskSummary:
+        out = _good(previous, groups)
+        for name, value in fields.items():
+            if name == "cite_seq":
+                citation = Citation(0, groups[0].digest)
+                object.__setattr__(citation, "seq", value)
+                object.__setattr__(out, "citations", (citation,))
+            else:
+                object.__setattr__(out, name, value)
+        return out
+
+    return answer
+
+
+def _runtime(summarizer: Summarizer, store: Any = None, archive: Any = None, **limits: Any) -> Any:
+    return create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive if archive is not None else InMemoryArchive(),
+        session_store=store if store is not None else InMemorySessionStore(),
+        summarizer=summarizer,
+        summary_limits=SummaryLimits(**{"background": False, **limits}),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+
+
+MALFORMED = {
+    "frontier_bool": _forged(frontier=True),
+    "frontier_float": _forged(frontier=1.0),
+    "frontier_str": _forged(frontier="1"),
+    "citation_seq_false": _forged(cite_seq=False),  # False == 0 would pass the allowed set
+    "citation_seq_float": _forged(cite_seq=0.0),
+    "citation_seq_unhashable": _forged(cite_seq=[0]),
+    "citation_not_a_citation": _forged(citations=((0, "sha256:x"),)),
+    "policy_int": _forged(policy=7),
+    "version_none": _forged(version=None),
+    "uncertainty_ints": _forged(uncertainty=[1]),
+    "uncertainty_str": _forged(uncertainty="not a tuple"),
+    "text_int": _forged(text=123),
+    "text_none": _forged(text=None),
+    "text_bytes": _forged(text=b"x"),
+    "text_surrogate": _forged(text="a\ud800b"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+async def test_a_malformed_answer_fails_the_update_and_the_session_stays_readable(case: str) -> None:
+    """Each answer is refused as summary_failed: the committed run returns, and later runs and reads work."""
+    runtime = _runtime(Scripted(MALFORMED[case]))
+    async with runtime:
+        for i in range(3):
+            result = await runtime.run(ANA, "s1", f"message {i}.")
+            assert result.committed
+        assert result.has("summary_failed")
+        assert result.summary is None  # nothing was kept
+        view = await runtime.inspect_session(ANA, "s1")
+        assert view.summary is None and view.next_seq == 3
+
+
+async def test_a_refused_answer_keeps_the_previous_summary(tmp_path: Path) -> None:
+    """On SQLite (a fresh runtime reads the file back): a forged bool frontier never reaches the snapshot."""
+    calls = {"n": 0}
+
+    def answer(previous: TaskSummary | None, groups: list[MessageGroup]) -> TaskSummary:
+        calls["n"] += 1
+        return _good(previous, groups) if calls["n"] == 1 else _forged(frontier=True)(previous, groups)
+
+    config = SQLiteConfig(path=str(tmp_path / "a.db"))
+    runtime = _runtime(Scripted(answer), SQLiteSessionStore(config), SQLiteArchive(config))
+    async with runtime:
+        for i in range(3):
+            result = await runtime.run(ANA, "s1", f"message {i}.")
+        assert result.has("summary_failed")
+        assert result.summary is not None and result.summary.summary.frontier == 1
+    again = _runtime(Scripted(_good), SQLiteSessionStore(config), SQLiteArchive(config))
+    async with again:
+        view = await again.inspect_session(ANA, "s1")
+        assert view.summary is not None and view.summary.summary.frontier == 1
+        result = await again.run(ANA, "s1", "more.")
+        assert result.summary is not None and result.summary.summary.frontier > 1
+
+
+async def test_a_malformed_answer_in_the_background_is_reported_failed() -> None:
+    runtime = _runtime(Scripted(_forged(text=None)), background=True)
+    for i in range(2):
+        await runtime.run(ANA, "s1", f"message {i}.")
+    report = await runtime.resources.settle_summary(ANA, "s1")
+    assert report is not None and report.status.value == "failed"
+    assert [d.code for d in report.diagnostics] == ["summary_failed"]
+    result = await runtime.run(ANA, "s1", "again.")
+    assert result.committed and result.has("summary_failed")
+    await runtime.resources.settle_summary(ANA, "s1")
+    with contextlib.suppress(RuntimeCloseError):  # the failures are reported to aclose too
+        await runtime.aclose()
