@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from agentium_harness import VerifiedIdentity, create_harness_runtime
@@ -15,11 +16,15 @@ from agentium_harness._errors import RuntimeCloseError
 from agentium_harness._history import MessageGroup
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.summary import (
+    MAX_POLICY_BYTES,
+    MAX_UNCERTAINTY_BYTES,
+    MAX_UNCERTAINTY_NOTES,
     Citation,
     Summarizer,
     SummarizerCapabilities,
     SummaryLimits,
     TaskSummary,
+    fit_notes,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ExtractiveProvider
@@ -149,3 +154,74 @@ async def test_a_malformed_answer_in_the_background_is_reported_failed() -> None
     await runtime.resources.settle_summary(ANA, "s1")
     with contextlib.suppress(RuntimeCloseError):  # the failures are reported to aclose too
         await runtime.aclose()
+
+
+def _with(**fields: Any) -> Answer:
+    """A well-formed answer with ``fields`` replaced through the constructor."""
+
+    def answer(previous: TaskSummary | None, groups: list[MessageGroup]) -> TaskSummary:
+        good = _good(previous, groups)
+        extra = {k: (v(groups) if callable(v) else v) for k, v in fields.items()}
+        return TaskSummary(
+            **{
+                "text": good.text,
+                "frontier": good.frontier,
+                "citations": good.citations,
+                **extra,
+            }
+        )
+
+    return answer
+
+
+async def test_uncertainty_is_cut_to_its_bounds_and_says_so() -> None:
+    notes = (*(f"note {i}" for i in range(40)), "U" * 1_000_000)
+    runtime = _runtime(Scripted(_with(uncertainty=notes)))
+    async with runtime:
+        for i in range(3):
+            result = await runtime.run(ANA, "s1", f"message {i}.")
+        assert result.has("summary_uncertainty_condensed")
+        notes = result.summary.summary.uncertainty
+        assert len(notes) <= MAX_UNCERTAINTY_NOTES
+        assert sum(len(n.encode()) for n in notes) <= MAX_UNCERTAINTY_BYTES
+        # The newest notes that fit are kept, the marker first counts the rest.
+        assert notes[0] == "26 older uncertainty note(s) were dropped to keep the summary bounded"
+        assert notes[-1] == "note 39"
+
+
+def test_fit_notes_keeps_one_marker_with_the_total() -> None:
+    once = fit_notes([f"n{i}" for i in range(20)])
+    assert once[0].startswith("5 older") and once[1:] == tuple(f"n{i}" for i in range(5, 20))
+    twice = fit_notes([*once, "a", "b"])
+    assert twice[0].startswith("7 older") and twice[-2:] == ("a", "b") and len(twice) == MAX_UNCERTAINTY_NOTES
+    assert fit_notes(("a", "b")) == ("a", "b")
+
+
+async def test_repeated_citations_are_kept_once_and_forged_ones_give_one_diagnostic() -> None:
+    def answer(previous: TaskSummary | None, groups: list[MessageGroup]) -> TaskSummary:
+        good = _good(previous, groups)
+        forged = [Citation(10_000 + i, "sha256:" + "0" * 64) for i in range(20_000)]
+        return attrs.evolve(good, citations=[*good.citations * 20_000, *forged])
+
+    runtime = _runtime(Scripted(answer))
+    async with runtime:
+        for i in range(3):
+            result = await runtime.run(ANA, "s1", f"message {i}.")
+        summary = result.summary.summary
+        assert [c.seq for c in summary.citations] == [summary.frontier - 1]
+        [note] = [d for d in result.diagnostics if d.code == "summarizer_contract_violation"]
+        assert "dropped 39999 citation(s)" in note.message and len(note.message) < 300
+
+
+@pytest.mark.parametrize("field", ["policy", "version"])
+async def test_a_policy_or_version_over_its_bound_is_refused_whole(field: str) -> None:
+    runtime = _runtime(Scripted(_with(**{field: "p" * (MAX_POLICY_BYTES + 1)})))
+    async with runtime:
+        for i in range(3):
+            result = await runtime.run(ANA, "s1", f"message {i}.")
+        assert result.has("summary_too_large") and result.summary is None
+    runtime = _runtime(Scripted(_with(**{field: "p" * MAX_POLICY_BYTES})))
+    async with runtime:
+        for i in range(3):
+            result = await runtime.run(ANA, "s1", f"message {i}.")
+        assert result.summary is not None and getattr(result.summary.summary, field) == "p" * MAX_POLICY_BYTES

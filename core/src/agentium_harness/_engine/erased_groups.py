@@ -27,7 +27,7 @@ import attrs
 from .._errors import SessionConflictError
 from .._ports.erasure import SeqRange
 from .._ports.sessions import SessionSnapshot, SessionStore, seal_snapshot
-from .._ports.summary import SummaryState, TaskSummary
+from .._ports.summary import SummaryState, TaskSummary, fit_notes
 from .._scope import SessionKey
 from .lifecycle import Ticket
 from .load import load_session
@@ -72,7 +72,7 @@ def _summary_after(
         frontier=old.frontier,
         policy=old.policy,
         version=old.version,
-        uncertainty=(*old.uncertainty, _DROPPED_TEXT),
+        uncertainty=fit_notes((*old.uncertainty, _DROPPED_TEXT)),
     )
     return SummaryState(emptied, gaps)
 

@@ -48,6 +48,7 @@ from .._ports.summary import (
     SummaryLimits,
     SummaryState,
     TaskSummary,
+    fit_notes,
 )
 from .._scope import SessionKey, encode_segment
 from .commit import CommitOutcome
@@ -294,7 +295,7 @@ async def update_summary(
         # passes them, and the summary says what it could not cover.
         base = previous or TaskSummary(text="", frontier=start, policy="none", version="0")
         note = f"groups {start}\u2013{past - 1} were erased before they were summarized"
-        previous = attrs.evolve(base, frontier=past, uncertainty=(*base.uncertainty, note))
+        previous = attrs.evolve(base, frontier=past, uncertainty=fit_notes((*base.uncertainty, note)))
         current = SummaryState(previous, (), current.erased_citations if current is not None else None)
         start = past
     if start >= boundary:

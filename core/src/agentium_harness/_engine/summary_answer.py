@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._ports.summary import (
+    MAX_POLICY_BYTES,
     Citation,
     SummaryLimits,
     TaskSummary,
     check_notes,
     check_seq,
     check_text,
+    fit_notes,
 )
 from .results import Diagnostic, Severity
 
@@ -31,6 +33,8 @@ __all__ = ["checked_answer", "failed", "violation", "well_formed"]
 
 #: Longest quote of an adapter's error in a diagnostic: the message is the adapter's, of any size.
 _MAX_QUOTE = 300
+#: Seqs a diagnostic names of the citations it dropped; the rest are counted.
+_SHOWN_SEQS = 5
 
 
 def violation(message: str) -> Diagnostic:
@@ -81,7 +85,14 @@ def checked_answer(
     limits: SummaryLimits,
     end: int,
 ) -> tuple[TaskSummary | None, list[Diagnostic]]:
-    """The summarizer's answer with its citations checked, or ``None`` when it must be refused whole.
+    """The summarizer's answer checked and bounded, or ``None`` when it must be refused whole.
+
+    Refused whole: malformed (``summary_failed``), a frontier outside the
+    groups given (``summarizer_contract_violation``), text over
+    ``max_summary_bytes`` or a ``policy``/``version`` over
+    :data:`MAX_POLICY_BYTES` (``summary_too_large``). Cut, and said so:
+    uncertainty notes past their bounds (:func:`fit_notes`), citations of
+    groups it was not given or repeated.
 
     ``end`` is one past the last group of the run the groups were offered
     from (groups out of the view are not offered, so it may pass the last one given).
@@ -110,22 +121,76 @@ def checked_answer(
                 Severity.ERROR,
             )
         ]
-    allowed = {(g.seq, g.digest) for g in given if g.seq < answer.frontier}
-    if previous is not None:
-        allowed.update((c.seq, c.digest) for c in previous.citations)
-    kept: list[Citation] = []
-    for citation in answer.citations:
-        if (citation.seq, citation.digest) in allowed:
-            kept.append(citation)
-        else:
-            notes.append(
-                violation(f"dropped citation {citation!r}: it names no group the summarizer was given")
+    for name, value in (("policy", answer.policy), ("version", answer.version)):
+        # Both are copied into the retained record of every committed group after this update.
+        size = len(value.encode("utf-8"))
+        if size > MAX_POLICY_BYTES:
+            return None, [
+                Diagnostic(
+                    "summary_too_large",
+                    f"the summary's {name} is {size} bytes, over {MAX_POLICY_BYTES}; refused whole, "
+                    "the previous summary stays",
+                    Severity.ERROR,
+                )
+            ]
+    uncertainty = fit_notes(answer.uncertainty)
+    if uncertainty != answer.uncertainty:
+        notes.append(
+            Diagnostic(
+                "summary_uncertainty_condensed",
+                f"the summary's {len(answer.uncertainty)} uncertainty note(s) were cut to the newest that "
+                "fit the bound; the first note says how many were dropped",
+                Severity.WARNING,
             )
+        )
+    kept, dropped = _citations(answer, previous, given)
+    if dropped:
+        notes.append(dropped)
     return TaskSummary(
         text=answer.text,
         frontier=answer.frontier,
         citations=tuple(kept),
         policy=answer.policy,
         version=answer.version,
-        uncertainty=answer.uncertainty,
+        uncertainty=uncertainty,
     ), notes
+
+
+def _citations(
+    answer: TaskSummary, previous: TaskSummary | None, given: Sequence[MessageGroup]
+) -> tuple[list[Citation], Diagnostic | None]:
+    """The answer's citations the engine keeps, at most one per group, and one diagnostic for the rest.
+
+    A citation is kept when it names a group the summarizer was given (below
+    its frontier) or one the previous summary cited, with that group's
+    digest; so at most one per such group is kept however many it repeats,
+    and the dropped ones are counted in one diagnostic, not one each.
+    """
+    allowed = {(g.seq, g.digest) for g in given if g.seq < answer.frontier}
+    if previous is not None:
+        allowed.update((c.seq, c.digest) for c in previous.citations)
+    kept: list[Citation] = []
+    cited: set[int] = set()
+    unknown: list[int] = []
+    repeated = 0
+    for citation in answer.citations:
+        if (citation.seq, citation.digest) not in allowed:
+            unknown.append(citation.seq)
+        elif citation.seq in cited:
+            repeated += 1
+        else:
+            cited.add(citation.seq)
+            kept.append(citation)
+    if not unknown and not repeated:
+        return kept, None
+    parts = []
+    if unknown:
+        shown = ", ".join(str(s) for s in sorted(set(unknown))[:_SHOWN_SEQS])
+        more = ", …" if len(set(unknown)) > _SHOWN_SEQS else ""
+        parts.append(
+            f"{len(unknown)} name no group the summarizer was given, or not with its digest "
+            f"(seq {shown}{more})"
+        )
+    if repeated:
+        parts.append(f"{repeated} repeat a group already cited")
+    return kept, violation(f"dropped {len(unknown) + repeated} citation(s): " + "; ".join(parts))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Sequence
 from typing import ClassVar, Final
 
@@ -66,6 +67,44 @@ def check_notes(value: object, name: str) -> tuple[str, ...]:
     if not isinstance(value, tuple | list):
         raise InvalidArgumentError(f"{name} must be a tuple of str, got {type(value).__name__}")
     return tuple(check_text(note, f"{name}[{i}]") for i, note in enumerate(value))
+
+
+def _note_bytes(note: str) -> int:
+    return len(note.encode("utf-8", "surrogatepass"))
+
+
+def fit_notes(notes: Sequence[str]) -> tuple[str, ...]:
+    """``notes`` within :data:`MAX_UNCERTAINTY_NOTES` and :data:`MAX_UNCERTAINTY_BYTES`.
+
+    The newest notes that fit are kept, whole and in order; when any is
+    dropped, the first note says how many, so the summary never claims more
+    certainty than it has. Each note is a ``str`` (checked by the caller).
+    """
+    total = sum(_note_bytes(n) for n in notes)
+    if len(notes) <= MAX_UNCERTAINTY_NOTES and total <= MAX_UNCERTAINTY_BYTES:
+        return tuple(notes)
+    # Room is kept for the marker note (its count has at most 13 digits).
+    budget = MAX_UNCERTAINTY_BYTES - _note_bytes(_dropped_notes(MAX_COUNT))
+    kept: list[str] = []
+    for note in reversed(notes):
+        size = _note_bytes(note)
+        if len(kept) < MAX_UNCERTAINTY_NOTES - 1 and size <= budget:
+            kept.append(note)
+            budget -= size
+    kept.reverse()
+    dropped = len(notes) - len(kept)
+    earlier = _DROPPED.fullmatch(notes[0])
+    if earlier is not None and notes[0] not in kept:
+        # The marker of an earlier cut is folded into this one: one marker, the total count.
+        dropped += int(earlier.group(1)) - 1
+    return (_dropped_notes(dropped), *kept)
+
+
+def _dropped_notes(count: int) -> str:
+    return f"{count} older uncertainty note(s) were dropped to keep the summary bounded"
+
+
+_DROPPED = re.compile(r"(\d{1,13}) older uncertainty note\(s\) were dropped to keep the summary bounded")
 
 
 @attrs.frozen(slots=True)

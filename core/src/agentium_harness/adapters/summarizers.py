@@ -28,7 +28,7 @@ from .._errors import InvalidArgumentError
 from .._history import MessageGroup, Role
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, SourceKind
-from .._ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary
+from .._ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary, fit_notes
 from .._validators import bounded_count
 
 __all__ = [
@@ -156,7 +156,7 @@ class ExtractiveSummarizer(Summarizer):
             citations=tuple(citations[s] for s in sorted(citations) if s in present),
             policy=POLICY,
             version=VERSION,
-            uncertainty=tuple(uncertainty),
+            uncertainty=fit_notes(uncertainty),
         )
 
 
@@ -288,5 +288,5 @@ class ModelSummarizer(Summarizer):
             citations=tuple(citations),
             policy="model",
             version=self._config.policy_version,
-            uncertainty=tuple(uncertainty),
+            uncertainty=fit_notes(uncertainty),
         )
