@@ -124,3 +124,32 @@ def test_config_refuses_bad_values() -> None:
         ModelSummarizerConfig(max_group_chars=1)
     with pytest.raises(TypeError):
         ModelSummarizerConfig(policy_version=2)  # type: ignore[arg-type]
+
+
+class Refusing(Tagging):
+    """Summarizes well, except that its ``refuse_at``-th summary reply is an untagged refusal."""
+
+    def __init__(self, refuse_at: int) -> None:
+        super().__init__()
+        self.refuse_at = refuse_at
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        response = await super().complete(request, ctx)
+        if request.instructions == MODEL_INSTRUCTIONS and len(self.summary_requests) == self.refuse_at:
+            return ModelResponse(Message(Role.ASSISTANT, "I'm sorry, I can't produce that summary."))
+        return response
+
+
+async def test_an_untagged_reply_fails_the_update_and_keeps_the_summary() -> None:
+    """One refusal must not wipe the summary nor move the frontier over groups nothing states."""
+    provider = Refusing(refuse_at=2)
+    runtime = _runtime(provider, ModelSummarizer())
+    results = [await runtime.run(ANA, "s1", f"Pump {i} runs at {i + 1} bar.") for i in range(5)]
+    before, refused, after = results[2], results[3], results[4]
+    assert before.summary is not None and before.summary.summary.frontier == 1
+    assert refused.has("summary_failed")
+    assert refused.summary is not None and refused.summary.summary == before.summary.summary
+    # The next update folds the groups the refused one left, on top of the kept text.
+    assert after.summary is not None and after.summary.summary.frontier == 3
+    assert after.summary.summary.text.splitlines()[0] == before.summary.summary.text.splitlines()[0]
+    assert [c.seq for c in after.summary.summary.citations] == [0, 1, 2]

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._errors import ContractViolationError, InvalidArgumentError
 from .._history import MessageGroup, Role
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, SourceKind
@@ -213,7 +213,9 @@ class ModelSummarizer(Summarizer):
     the digest of the group it names. A line tagged with a group the model
     was not given is removed from the text and its citation is passed on
     with an unknown digest, which the engine then drops and reports as a
-    contract violation.
+    contract violation. A reply with no line tagged with a group it was given
+    (a refusal, an untagged answer) raises :class:`ContractViolationError`,
+    so the update fails and the previous summary stays.
     """
 
     capabilities: ClassVar[SummarizerCapabilities] = SummarizerCapabilities(incremental=True, citations=True)
@@ -269,6 +271,14 @@ class ModelSummarizer(Summarizer):
                 cited[seq] = known[seq]
             else:
                 unknown.append(seq)
+        if not lines:
+            # A refusal or a formatting slip ("I'm sorry, ...") is no summary: kept, it would wipe the
+            # previous one and move the frontier over groups nothing states. The update fails instead
+            # (the engine keeps the previous summary and retries these groups next time).
+            raise ContractViolationError(
+                f"the model's reply has no line tagged with a group it was given ({len(unknown)} tagged "
+                "with another); the previous summary stays"
+            )
         # A long reply loses its oldest lines, whole: the summary stays bounded however long the task.
         condensed = False
         while (
