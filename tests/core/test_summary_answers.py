@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -152,8 +151,7 @@ async def test_a_malformed_answer_in_the_background_is_reported_failed() -> None
     result = await runtime.run(ANA, "s1", "again.")
     assert result.committed and result.has("summary_failed")
     await runtime.resources.settle_summary(ANA, "s1")
-    with contextlib.suppress(RuntimeCloseError):  # the failures are reported to aclose too
-        await runtime.aclose()
+    await runtime.aclose()  # each failure was handed to the host already
 
 
 def _with(**fields: Any) -> Answer:
@@ -225,3 +223,55 @@ async def test_a_policy_or_version_over_its_bound_is_refused_whole(field: str) -
         for i in range(3):
             result = await runtime.run(ANA, "s1", f"message {i}.")
         assert result.summary is not None and getattr(result.summary.summary, field) == "p" * MAX_POLICY_BYTES
+
+
+class Raising(Summarizer):
+    capabilities = SummarizerCapabilities(incremental=True, citations=True)
+
+    async def summarize(self, previous: TaskSummary | None, groups: Any, ctx: OpContext) -> TaskSummary:
+        raise RuntimeError("summarizer down")
+
+
+async def test_a_failure_settle_summary_reported_is_not_raised_again_by_aclose() -> None:
+    runtime = _runtime(Raising(), background=True)
+    for i in range(2):
+        await runtime.run(ANA, "s1", f"message {i}.")
+    report = await runtime.resources.settle_summary(ANA, "s1")
+    assert report is not None and report.status.value == "failed"
+    await runtime.aclose()
+    assert runtime.state.value == "closed"
+
+
+async def test_a_failure_close_session_reported_is_not_raised_again_by_aclose() -> None:
+    runtime = _runtime(Raising(), background=True)
+    for i in range(2):
+        await runtime.run(ANA, "s1", f"message {i}.")
+    cleanup = await runtime.resources.close_session(ANA, "s1")
+    assert any(d.code == "summary_update_failed" for d in cleanup.diagnostics)
+    await runtime.aclose()
+
+
+async def test_a_failure_nobody_was_told_of_is_still_raised_by_aclose() -> None:
+    runtime = _runtime(Raising(), background=True)
+    for i in range(2):
+        await runtime.run(ANA, "s1", f"message {i}.")
+    with pytest.raises(RuntimeCloseError, match="failed during shutdown"):
+        await runtime.aclose()
+    await runtime.aclose()  # reported once
+
+
+async def test_a_saved_update_with_a_dropped_citation_is_reported_completed() -> None:
+    def answer(previous: TaskSummary | None, groups: list[MessageGroup]) -> TaskSummary:
+        good = _good(previous, groups)
+        return attrs.evolve(good, citations=(*good.citations, Citation(77, "unknown")))
+
+    runtime = _runtime(Scripted(answer), background=True)
+    for i in range(2):
+        await runtime.run(ANA, "s1", f"message {i}.")
+    report = await runtime.resources.settle_summary(ANA, "s1")
+    assert report is not None and report.status.value == "completed"
+    assert report.state is not None and report.state.summary.frontier == 1
+    [note] = report.diagnostics
+    assert note.code == "summarizer_contract_violation" and note.severity.value == "warning"
+    await runtime.run(ANA, "s1", "more.")
+    await runtime.aclose()  # nothing failed: no error

@@ -85,6 +85,9 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                 diagnostics.append(Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR))
     summary_status = await runtime.parts.work.settle(key, runtime.limits.settle_timeout_s)
     if summary_status is not None:
+        runtime.parts.work.last_report(
+            key
+        )  # this report hands the outcome to the host: aclose won't repeat it
         diagnostics.append(
             Diagnostic(f"summary_update_{summary_status.value}", "the background summary update ended")
         )
@@ -269,6 +272,7 @@ class HarnessResources:
         """Wait (bounded by ``settle_timeout_s``, then cancel) for the session's background summary update.
 
         Returns the report of its last update that ended, or ``None`` if none ran.
+        A failure reported here is the host's: ``aclose`` does not raise it again.
         """
         key = SessionKey.of(require_identity(identity), session_id)
         await self._runtime.parts.work.settle(key, self._runtime.limits.settle_timeout_s)

@@ -108,6 +108,7 @@ class OwnedWork:
                         state, notes = await work(job.ticket)
                         notes = [*notes, *job.ticket.abandonment_diagnostics()]
                         # The summarizer's failure is reported, not raised: it still failed the update.
+                        # A saved update's own degradations (a dropped citation, a gap) are warnings.
                         failed = any(n.severity is Severity.ERROR for n in notes)
                         status = WorkStatus.FAILED if failed else WorkStatus.COMPLETED
                         job.report = SummaryReport(status, state, tuple(notes))
@@ -185,13 +186,28 @@ class OwnedWork:
         return self._job(key) is not None
 
     def last_report(self, key: SessionKey) -> SummaryReport | None:
-        """The report of the last job of ``key`` that ended."""
-        return self._last.get(key)
+        """The report of the last job of ``key`` that ended, handed to the host.
+
+        Handed over, a failure is the host's to act on: a later drain
+        (``aclose``) does not report it again.
+        """
+        with self._lock:
+            report = self._last.get(key)
+            self._handed_over(key, report)
+            return report
 
     def take_report(self, key: SessionKey) -> SummaryReport | None:
-        """The last report of ``key``, removed (a run surfaces it once in its diagnostics)."""
+        """The last report of ``key``, removed (a run surfaces it once in its diagnostics, to the host)."""
         with self._lock:
-            return self._last.pop(key, None)
+            report = self._last.pop(key, None)
+            self._handed_over(key, report)
+            return report
+
+    def _handed_over(self, key: SessionKey, report: SummaryReport | None) -> None:
+        """Forget ``report`` as unreported, if it is the latest failure of ``key`` (under the lock)."""
+        job = self._unreported.get(key)
+        if report is not None and job is not None and job.report is report:
+            del self._unreported[key]
 
     async def settle(self, key: SessionKey, timeout_s: float) -> WorkStatus | None:
         """Wait up to ``timeout_s`` for the job of ``key``; cancel it past that. ``None`` if none ran."""

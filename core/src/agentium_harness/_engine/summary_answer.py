@@ -193,4 +193,6 @@ def _citations(
         )
     if repeated:
         parts.append(f"{repeated} repeat a group already cited")
-    return kept, violation(f"dropped {len(unknown) + repeated} citation(s): " + "; ".join(parts))
+    # A warning: the answer itself is kept (and saved), only these citations are not.
+    message = f"dropped {len(unknown) + repeated} citation(s): " + "; ".join(parts)
+    return kept, Diagnostic("summarizer_contract_violation", message, Severity.WARNING)
