@@ -122,8 +122,12 @@ async def test_without_any_provider_it_refuses_clearly() -> None:
 def test_config_refuses_bad_values() -> None:
     with pytest.raises(InvalidArgumentError):
         ModelSummarizerConfig(max_group_chars=1)
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidArgumentError):
         ModelSummarizerConfig(policy_version=2)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        ModelSummarizerConfig(policy_version="v" * 129)
+    with pytest.raises(InvalidArgumentError):
+        ModelSummarizer(config="x")  # type: ignore[arg-type]
 
 
 class Refusing(Tagging):

@@ -11,7 +11,7 @@ import pytest
 
 from agentium_harness import VerifiedIdentity, create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness._errors import RuntimeCloseError
+from agentium_harness._errors import InvalidArgumentError, RuntimeCloseError
 from agentium_harness._history import MessageGroup
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.summary import (
@@ -19,15 +19,19 @@ from agentium_harness._ports.summary import (
     MAX_UNCERTAINTY_BYTES,
     MAX_UNCERTAINTY_NOTES,
     Citation,
+    CoverageGap,
+    GapReason,
     Summarizer,
     SummarizerCapabilities,
     SummaryLimits,
+    SummaryState,
     TaskSummary,
     fit_notes,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer, ModelSummarizer, ModelSummarizerConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -275,3 +279,39 @@ async def test_a_saved_update_with_a_dropped_citation_is_reported_completed() ->
     assert note.code == "summarizer_contract_violation" and note.severity.value == "warning"
     await runtime.run(ANA, "s1", "more.")
     await runtime.aclose()  # nothing failed: no error
+
+
+BAD_CONSTRUCTIONS: dict[str, Callable[[], object]] = {
+    "limits_background_int": lambda: SummaryLimits(background=1),  # type: ignore[arg-type]
+    "summary_text_none": lambda: TaskSummary(text=None, frontier=0),  # type: ignore[arg-type]
+    "summary_frontier_negative": lambda: TaskSummary(text="", frontier=-3),
+    "summary_frontier_bool": lambda: TaskSummary(text="", frontier=True),
+    "summary_policy_int": lambda: TaskSummary(text="", frontier=0, policy=7),  # type: ignore[arg-type]
+    "summary_uncertainty_str": lambda: TaskSummary(text="", frontier=0, uncertainty="abc"),
+    "summary_uncertainty_ints": lambda: TaskSummary(text="", frontier=0, uncertainty=[1]),  # type: ignore[list-item]
+    "summary_citations_int": lambda: TaskSummary(text="", frontier=0, citations=5),  # type: ignore[arg-type]
+    "summary_citations_tuples": lambda: TaskSummary(text="", frontier=0, citations=[(0, "d")]),  # type: ignore[list-item]
+    "summary_surrogate": lambda: TaskSummary(text="a\ud800", frontier=0),
+    "citation_str_seq": lambda: Citation("x", 5),  # type: ignore[arg-type]
+    "citation_float_seq": lambda: Citation(0.0, "sha256:x"),  # type: ignore[arg-type]
+    "citation_empty_digest": lambda: Citation(0, ""),
+    "gap_reason_str": lambda: CoverageGap(1, "bogus"),  # type: ignore[arg-type]
+    "gap_seq_bool": lambda: CoverageGap(True, GapReason.CHANGED),
+    "gap_detail_int": lambda: CoverageGap(1, GapReason.CHANGED, 5),  # type: ignore[arg-type]
+    "state_summary_none": lambda: SummaryState(None),  # type: ignore[arg-type]
+    "extractive_config_str": lambda: ExtractiveSummarizer(config="x"),  # type: ignore[arg-type]
+    "model_config_str": lambda: ModelSummarizer(config="x"),  # type: ignore[arg-type]
+    "model_policy_version_int": lambda: ModelSummarizerConfig(policy_version=1),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONSTRUCTIONS))
+def test_bad_summary_records_and_options_raise_a_typed_error(case: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        BAD_CONSTRUCTIONS[case]()
+
+
+def test_good_summary_records_still_construct() -> None:
+    summary = TaskSummary("t", 2, [Citation(0, "sha256:a")], "p", "v", ["note"])
+    assert summary.citations == (Citation(0, "sha256:a"),) and summary.uncertainty == ("note",)
+    assert SummaryState(summary, [CoverageGap(2, GapReason.CHANGED, "x")]).gaps[0].seq == 2

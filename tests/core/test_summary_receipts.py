@@ -200,6 +200,15 @@ def _snapshot(boundary: int, summary: SummaryState | None, receipts: tuple[Archi
 
 
 DIGEST = "sha256:" + "ab" * 32
+
+
+def _forced(summary: TaskSummary, **fields: object) -> TaskSummary:
+    """``summary`` with ``fields`` set around its validators, as a store row written elsewhere could hold."""
+    for name, value in fields.items():
+        object.__setattr__(summary, name, value)
+    return summary
+
+
 IMPOSSIBLE = {
     "frontier-past-boundary": _snapshot(2, SummaryState(TaskSummary("all 9 groups say yes", frontier=9))),
     "citation-of-unarchived-seq": _snapshot(
@@ -208,13 +217,24 @@ IMPOSSIBLE = {
     "citation-at-the-frontier": _snapshot(
         3, SummaryState(TaskSummary("group 2 said yes", frontier=2, citations=(Citation(2, DIGEST),)))
     ),
-    "negative-frontier": _snapshot(2, SummaryState(TaskSummary("text", frontier=-1))),
     "gap-away-from-the-frontier": _snapshot(
         3, SummaryState(TaskSummary("text", frontier=1), (CoverageGap(2, GapReason.CHANGED),))
     ),
     "receipt-for-an-unarchived-seq": _snapshot(2, None, (ArchivedDigest(4, DIGEST),)),
     "receipt-twice": _snapshot(2, None, (ArchivedDigest(1, DIGEST), ArchivedDigest(1, DIGEST))),
 }
+
+
+async def test_a_negative_frontier_is_refused_as_the_row_is_decoded() -> None:
+    """TaskSummary's own validator refuses it: a row holding one is corruption, and nothing changes."""
+    store = InMemorySessionStore()
+    snapshot = _snapshot(2, SummaryState(_forced(TaskSummary("text", frontier=0), frontier=-1)))
+    await store.save(KEY, snapshot, None, OpContext.with_timeout(5))
+    provider = Recording()
+    runtime = _runtime(ExtractiveSummarizer(), InMemoryArchive(), store, provider)
+    with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
+        await runtime.run(ANA, "s1", "what did the groups say?")
+    assert provider.requests == []
 
 
 @pytest.mark.parametrize("name", sorted(IMPOSSIBLE))

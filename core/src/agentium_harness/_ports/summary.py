@@ -5,14 +5,14 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Sequence
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 import attrs
 
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._tuples import tuple_of_citations, tuple_of_gaps
-from .._validators import MAX_COUNT, bounded_count, bounded_duration, lone_surrogate_at, str_tuple
+from .._validators import MAX_COUNT, bounded_count, bounded_duration, lone_surrogate_at
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -107,6 +107,87 @@ def _dropped_notes(count: int) -> str:
 _DROPPED = re.compile(r"(\d{1,13}) older uncertainty note\(s\) were dropped to keep the summary bounded")
 
 
+def _text_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_text(value, f"{type(instance).__name__}.{attribute.name}")
+
+
+def _seq_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_seq(value, f"{type(instance).__name__}.{attribute.name}")
+
+
+def _notes_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_notes(value, f"{type(instance).__name__}.{attribute.name}")
+
+
+def _digest_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_text(value, f"{type(instance).__name__}.{attribute.name}")
+    if not value or len(str(value)) > MAX_DIGEST_CHARS:
+        raise InvalidArgumentError(
+            f"{type(instance).__name__}.{attribute.name} must be 1 to {MAX_DIGEST_CHARS} characters"
+        )
+
+
+def _citations_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    for item in value:  # type: ignore[attr-defined]
+        if not isinstance(item, Citation):
+            raise InvalidArgumentError(
+                f"{type(instance).__name__}.{attribute.name} must hold Citation items, "
+                f"got {type(item).__name__}"
+            )
+
+
+def _detail_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Type only: the engine writes an adapter's error text here, and the codec checks its encoding.
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"CoverageGap.{attribute.name} must be a str, got {type(value).__name__}")
+
+
+def _summary_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, TaskSummary):
+        raise InvalidArgumentError(f"SummaryState.summary must be a TaskSummary, got {type(value).__name__}")
+
+
+def _gaps_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    for item in value:  # type: ignore[attr-defined]
+        if not isinstance(item, CoverageGap):
+            raise InvalidArgumentError(
+                f"SummaryState.gaps must hold CoverageGap items, got {type(item).__name__}"
+            )
+
+
+def _reason_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, GapReason):
+        raise InvalidArgumentError(
+            f"CoverageGap.{attribute.name} must be a GapReason, got {type(value).__name__}"
+        )
+
+
+def _flag_field(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{type(instance).__name__}.{attribute.name} must be True or False")
+
+
+def _notes_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    """Typed tuple converter of ``uncertainty``: a lone string or a non-iterable is a typed error."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"uncertainty must be a sequence of str, got {type(value).__name__}")
+    return tuple(value)
+
+
+def _citation_tuple(value: Iterable[Citation]) -> tuple[Citation, ...]:
+    """Typed tuple converter of ``citations``: a non-iterable is a typed error."""
+    if not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"citations must be a sequence of Citation, got {type(value).__name__}")
+    return tuple_of_citations(value)
+
+
+def _gap_tuple(value: Iterable[CoverageGap]) -> tuple[CoverageGap, ...]:
+    """Typed tuple converter of ``gaps``: a non-iterable is a typed error."""
+    if not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"gaps must be a sequence of CoverageGap, got {type(value).__name__}")
+    return tuple_of_gaps(value)
+
+
 @attrs.frozen(slots=True)
 class SummarizerCapabilities(Capabilities):
     """What a summarizer declares.
@@ -125,20 +206,22 @@ class SummarizerCapabilities(Capabilities):
 class Citation:
     """Identifies evidence (a group ``seq`` and its digest); it never restores omitted raw text (R5)."""
 
-    seq: int
-    digest: str
+    seq: int = attrs.field(validator=_seq_field)
+    digest: str = attrs.field(validator=_digest_field)
 
 
 @attrs.frozen(slots=True)
 class TaskSummary:
     """A summary of canonical groups below ``frontier`` (exclusive), with citations and uncertainty."""
 
-    text: str
-    frontier: int
-    citations: tuple[Citation, ...] = attrs.field(default=(), converter=tuple_of_citations)
-    policy: str = "default"
-    version: str = "1"
-    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=str_tuple)
+    text: str = attrs.field(validator=_text_field)
+    frontier: int = attrs.field(validator=_seq_field)
+    citations: tuple[Citation, ...] = attrs.field(
+        default=(), converter=_citation_tuple, validator=_citations_field
+    )
+    policy: str = attrs.field(default="default", validator=_text_field)
+    version: str = attrs.field(default="1", validator=_text_field)
+    uncertainty: tuple[str, ...] = attrs.field(default=(), converter=_notes_tuple, validator=_notes_field)
 
 
 class GapReason(enum.StrEnum):
@@ -160,9 +243,9 @@ class GapReason(enum.StrEnum):
 class CoverageGap:
     """A group the frontier could not pass, and why. The next update retries it."""
 
-    seq: int
-    reason: GapReason
-    detail: str = ""
+    seq: int = attrs.field(validator=_seq_field)
+    reason: GapReason = attrs.field(validator=_reason_field)
+    detail: str = attrs.field(default="", validator=_detail_field)
 
 
 def _optional_seqs(value: Iterable[int] | None) -> tuple[int, ...] | None:
@@ -190,8 +273,8 @@ class SummaryState:
     #: Left out of the encoding when ``None``: states saved before erasure existed keep their bytes.
     __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("erased_citations",)
 
-    summary: TaskSummary
-    gaps: tuple[CoverageGap, ...] = attrs.field(default=(), converter=tuple_of_gaps)
+    summary: TaskSummary = attrs.field(validator=_summary_field)
+    gaps: tuple[CoverageGap, ...] = attrs.field(default=(), converter=_gap_tuple, validator=_gaps_field)
     #: Cited groups an erasure removed since (retention): the text stays, the citation says ``erased``.
     erased_citations: tuple[int, ...] | None = attrs.field(default=None, converter=_optional_seqs)
 
@@ -220,7 +303,7 @@ class SummaryLimits:
     max_input_bytes: int = attrs.field(default=262_144, validator=bounded_count())
     max_summary_bytes: int = attrs.field(default=4_096, validator=bounded_count())
     timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
-    background: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    background: bool = attrs.field(default=True, validator=_flag_field)
 
 
 class Summarizer:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -28,7 +28,15 @@ from .._errors import ContractViolationError, InvalidArgumentError
 from .._history import MessageGroup, Role
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, SourceKind
-from .._ports.summary import Citation, Summarizer, SummarizerCapabilities, TaskSummary, fit_notes
+from .._ports.summary import (
+    MAX_POLICY_BYTES,
+    Citation,
+    Summarizer,
+    SummarizerCapabilities,
+    TaskSummary,
+    check_text,
+    fit_notes,
+)
 from .._validators import bounded_count
 
 __all__ = [
@@ -120,6 +128,10 @@ class ExtractiveSummarizer(Summarizer):
     capabilities: ClassVar[SummarizerCapabilities] = SummarizerCapabilities(incremental=True, citations=True)
 
     def __init__(self, config: ExtractiveSummarizerConfig | None = None) -> None:
+        if config is not None and not isinstance(config, ExtractiveSummarizerConfig):
+            raise InvalidArgumentError(
+                f"config must be an ExtractiveSummarizerConfig or None, got {type(config).__name__}"
+            )
         self._config = config or ExtractiveSummarizerConfig()
 
     async def summarize(
@@ -170,6 +182,15 @@ MODEL_INSTRUCTIONS = (
 )
 
 
+def _policy_version(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A ``str`` the engine keeps: UTF-8, at most :data:`MAX_POLICY_BYTES` (it refuses a longer one)."""
+    text = check_text(value, f"ModelSummarizerConfig.{attribute.name}")
+    if len(text.encode("utf-8")) > MAX_POLICY_BYTES:
+        raise InvalidArgumentError(
+            f"ModelSummarizerConfig.{attribute.name} must be at most {MAX_POLICY_BYTES} UTF-8 bytes"
+        )
+
+
 @attrs.frozen(slots=True)
 class ModelSummarizerConfig:
     """Options of the model summarizer.
@@ -182,7 +203,7 @@ class ModelSummarizerConfig:
     """
 
     max_group_chars: int = attrs.field(default=4_000, validator=bounded_count(minimum=64, ceiling=1_000_000))
-    policy_version: str = attrs.field(default="1", validator=attrs.validators.instance_of(str))
+    policy_version: str = attrs.field(default="1", validator=_policy_version)
     max_summary_bytes: int = attrs.field(
         default=4_096, validator=bounded_count(minimum=64, ceiling=1_000_000)
     )
@@ -221,6 +242,10 @@ class ModelSummarizer(Summarizer):
     capabilities: ClassVar[SummarizerCapabilities] = SummarizerCapabilities(incremental=True, citations=True)
 
     def __init__(self, config: ModelSummarizerConfig | None = None, *, provider: ModelProvider | None = None):
+        if config is not None and not isinstance(config, ModelSummarizerConfig):
+            raise InvalidArgumentError(
+                f"config must be a ModelSummarizerConfig or None, got {type(config).__name__}"
+            )
         self._config = config or ModelSummarizerConfig()
         self.provider = provider
 
