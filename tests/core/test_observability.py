@@ -732,6 +732,23 @@ async def test_a_drain_counts_its_items_by_outcome() -> None:
     assert (t.one("agentium.drain").attributes or {})["agentium.drain.completed"] == 1
 
 
+async def test_the_runtime_drain_and_close_record_under_the_runtime_telemetry() -> None:
+    """``drain()`` and ``aclose()`` record their drain span and metrics with the runtime's own providers."""
+    t = Telemetered()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=t.telemetry(),
+    )
+    await runtime.run(ANA, "s", "hello")
+    await runtime.drain(1.0)
+    assert len(t.named("agentium.drain")) == 1
+    await runtime.aclose()
+    assert len(t.named("agentium.drain")) == 2
+    assert "agentium.stage.duration" in t.metrics()
+
+
 async def test_an_erasure_is_a_span_and_one_that_stops_part_way_is_a_warning_and_an_event(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

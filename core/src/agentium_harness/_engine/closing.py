@@ -13,6 +13,7 @@ import anyio
 import attrs
 
 from .._errors import MemoryDrainError, RuntimeCloseError
+from .._observe import spans as observe
 from .._observe.logs import log_diagnostics
 from .._observe.turn import settings_of
 from .._scope import SessionKey, VerifiedIdentity, require_identity
@@ -85,9 +86,8 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                 diagnostics.append(Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR))
     summary_status = await runtime.parts.work.settle(key, runtime.limits.settle_timeout_s)
     if summary_status is not None:
-        runtime.parts.work.last_report(
-            key
-        )  # this report hands the outcome to the host: aclose won't repeat it
+        # This report hands the outcome to the host: aclose does not raise it again.
+        runtime.parts.work.last_report(key)
         diagnostics.append(
             Diagnostic(f"summary_update_{summary_status.value}", "the background summary update ended")
         )
@@ -204,7 +204,9 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
     async def owned_work() -> None:
         drainer = runtime.parts.drainer
         tracker = work_tracker(drainer) if isinstance(drainer, MemoryManager) else drainer
-        drained.append(await tracker.drain(settle, limits.close_timeout_s))
+        # Under the runtime's own telemetry: the drain's span and metrics go where its turns' go.
+        with observe.using(runtime.parts.telemetry):
+            drained.append(await tracker.drain(settle, limits.close_timeout_s))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(operations)
@@ -244,7 +246,9 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
 
 async def drain_runtime(runtime: HarnessRuntime, timeout_s: float) -> DrainResult:
     """``HarnessRuntime.drain``: one drain over all owned work; raises when anything did not complete."""
-    result = await runtime.parts.drainer.drain(timeout_s)  # the memory manager raises itself
+    # Under the runtime's own telemetry (a memory manager's own applies only where the runtime set none).
+    with observe.using(runtime.parts.telemetry):
+        result = await runtime.parts.drainer.drain(timeout_s)  # the memory manager raises itself
     if not result.ok:
         raise MemoryDrainError(f"drain: {result.describe()}", result)
     return result
