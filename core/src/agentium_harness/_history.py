@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from ._codec import canonical_json, digest_bytes, unstructure
-from ._errors import EncodingError
+from ._errors import EncodingError, InvalidArgumentError
 from ._history_controls import (
     ControlKind,
     HistoryControl,
@@ -315,7 +315,7 @@ def _appended_plainly(
 
 def _control_has_no_messages(instance: MessageGroup, attribute: Any, value: HistoryControl | None) -> None:
     if value is not None and instance.messages:
-        raise ValueError("a control group holds a control record and no messages")
+        raise InvalidArgumentError("a control group holds a control record and no messages")
 
 
 @attrs.frozen(slots=True)

@@ -151,13 +151,13 @@ positive_float: Final = bounded_duration()
 def non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """An ``int`` of at least 0 (``bool`` refused): a position such as a ``seq``, not a limit."""
     if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        raise ValueError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be a non-negative integer, got {value!r}")
 
 
 def non_empty_str(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """A ``str`` with at least one non-whitespace character."""
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{attribute.name} must be a non-empty string, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be a non-empty string, got {value!r}")
 
 
 def validate_id(value: object, field: str) -> str:
@@ -216,7 +216,9 @@ def _items(value: Iterable[Any], what: str) -> tuple[Any, ...]:
     # A lone string is iterable, so tuple("shell") would silently become
     # ("s", "h", ...): refuse it instead of guessing.
     if isinstance(value, str | bytes):
-        raise TypeError(f"expected a sequence of {what}, got a single {type(value).__name__}")
+        raise InvalidArgumentError(f"expected a sequence of {what}, got a single {type(value).__name__}")
+    if not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"expected a sequence of {what}, got {type(value).__name__}")
     return tuple(value)
 
 
