@@ -21,10 +21,12 @@ from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.plugin_api import (
     MAX_LOOKUP_LIMIT,
     AckStatus,
+    FactStatus,
     MemoryAck,
     MemoryCapabilities,
     MemoryFact,
     MemoryFactNotFoundError,
+    MemoryRejectedError,
     MemoryScope,
     OpContext,
     StoredFact,
@@ -134,6 +136,26 @@ class LosesHistory(SQLiteMemoryStore):
 
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
         return list(await super().history(scope, fact_id, ctx))[-1:]
+
+
+class IgnoresRevisionCap(InMemoryMemoryStore):
+    """Lets a fact grow past MAX_FACT_REVISIONS (writes the correction the cap refuses)."""
+
+    capabilities = InMemoryMemoryStore.capabilities
+
+    async def correct(
+        self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+    ) -> MemoryAck:
+        try:
+            return await super().correct(scope, fact_id, replacement, ctx)
+        except MemoryRejectedError:
+            revisions = self._revisions[fact_id]
+            latest = revisions[-1]
+            revisions[-1] = attrs.evolve(latest, status=FactStatus.SUPERSEDED)
+            revision = latest.revision + 1
+            now = latest.recorded_at
+            revisions.append(StoredFact(fact_id, revision, FactStatus.CURRENT, replacement, now))
+            return MemoryAck(AckStatus.STORED, fact_id, revision)
 
 
 class ForgetDoesNothing(SQLiteMemoryStore):
@@ -403,3 +425,9 @@ class TestNotDurable(MemoryStoreContract):
     @pytest.fixture
     def reopen_memory_store(self, tmp_path: Path) -> Callable[[], SQLiteMemoryStore]:
         return lambda: NotDurable(SQLiteConfig(path=str(tmp_path / "elsewhere.db")))
+
+
+class TestIgnoresRevisionCap(MemoryStoreContract):
+    @pytest.fixture
+    def memory_store(self) -> InMemoryMemoryStore:
+        return IgnoresRevisionCap()

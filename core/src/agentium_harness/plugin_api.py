@@ -105,6 +105,7 @@ from ._ports.erasure import (
 )
 from ._ports.memory import (
     MAX_FACT_BYTES,
+    MAX_FACT_REVISIONS,
     MAX_LOOKUP_LIMIT,
     AckStatus,
     FactStatus,
@@ -119,6 +120,7 @@ from ._ports.memory import (
     StoredFact,
     check_fact,
     check_limit,
+    check_revision,
     rejection_reason,
 )
 from ._ports.provider import (
@@ -281,6 +283,7 @@ __all__ = [
     "Excerpt",
     "HistoryArchive",
     "MAX_FACT_BYTES",
+    "MAX_FACT_REVISIONS",
     "MAX_LOOKUP_LIMIT",
     "AckStatus",
     "FactStatus",
@@ -293,6 +296,7 @@ __all__ = [
     "StoredFact",
     "check_fact",
     "check_limit",
+    "check_revision",
     "rejection_reason",
     "MemoryAck",
     "MemoryCapabilities",

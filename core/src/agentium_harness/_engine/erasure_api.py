@@ -338,6 +338,9 @@ class ErasureOperations:
         summary citing them loses its text, so the forgotten text reaches
         no later request by recall, memory or summary. A resident group can
         only go with its session (:meth:`erase`); ``still_held`` lists it.
+        A fact whose history may be longer than one read (written before
+        ``MAX_FACT_REVISIONS``) is refused with :class:`MemoryRejectedError`
+        and nothing changes: its later revisions' sources could not be found.
         """
         return await forget_fact(
             self._runtime(),

@@ -7,7 +7,10 @@ recall in the session could surface it), in the session's resident history,
 in a task summary citing them. ``runtime.forget`` therefore:
 
 1. reads the fact's provenance over all its revisions (before forgetting
-   removes it), then forgets the fact through the memory manager;
+   removes it), then forgets the fact through the memory manager. A history
+   that may be truncated (a fact written before ``MAX_FACT_REVISIONS``, or a
+   store ignoring it) is refused with :class:`MemoryRejectedError` before
+   anything changes: forgetting would clear sources the read could not see;
 2. looks up each source group and says where its text still is
    (:class:`SourceHolder`): archived, resident, cited by the summary, or
    already gone;
@@ -22,14 +25,15 @@ in a task summary citing them. ``runtime.forget`` therefore:
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
-from .._ports.memory import GroupRef, MemoryAck, MemoryScope
+from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, MemoryScope
 from .._scope import SessionKey, validate_id
 from .erased_groups import merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request
@@ -39,6 +43,8 @@ if TYPE_CHECKING:
     from .runtime import HarnessRuntime
 
 __all__ = ["ForgetResult", "SourceHolder", "SourcePlace", "SourceState", "forget_fact"]
+
+_log = logging.getLogger("agentium.engine.forget")
 
 
 class SourcePlace(enum.StrEnum):
@@ -109,6 +115,16 @@ async def _provenance(
     caps = memory.capabilities
     if caps.history:
         revisions = await memory.history(scope, fact_id)
+        if len(revisions) >= MAX_LOOKUP_LIMIT and revisions[-1].status is not FactStatus.FORGOTTEN:
+            # A fact within MAX_FACT_REVISIONS reads whole, tombstone included; this one was
+            # written before the cap (or by a store ignoring it): later revisions may cite
+            # sources this read cannot see, and forgetting would clear them for good.
+            _log.warning("runtime.forget refused: the history of fact %s may be truncated", fact_id)
+            raise MemoryRejectedError(
+                f"the history of fact {fact_id!r} holds at least {len(revisions)} revisions, more than one "
+                "read returns, so its sources cannot all be found; nothing was changed. Forget it with "
+                "runtime.memory.forget and erase the sessions it came from"
+            )
         return [ref for revision in revisions for ref in revision.fact.provenance], ""
     if caps.listing:
         current = [f for f in await memory.list(scope, 200) if f.fact_id == fact_id]

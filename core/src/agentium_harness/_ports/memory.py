@@ -8,7 +8,9 @@ forgotten; the store keeps every revision:
 - ``remember`` stores a new fact (revision 1) or acknowledges a duplicate of a
   current fact in the same scope;
 - ``correct`` writes revision *n + 1* and marks revision *n* superseded, so the
-  history stays readable;
+  history stays readable; a fact holds at most :data:`MAX_FACT_REVISIONS`
+  content revisions (:func:`check_revision`), so its whole history fits one
+  bounded read;
 - ``forget`` writes a tombstone revision and removes the text of every
   revision; a forgotten fact is never returned by ``lookup`` again and cannot
   be corrected;
@@ -39,6 +41,7 @@ from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
 __all__ = [
     "MAX_FACT_BYTES",
+    "MAX_FACT_REVISIONS",
     "MAX_LOOKUP_LIMIT",
     "MAX_PROVENANCE",
     "AckStatus",
@@ -54,6 +57,7 @@ __all__ = [
     "StoredFact",
     "check_fact",
     "check_limit",
+    "check_revision",
     "iso_utc",
     "parse_iso_utc",
     "rejection_reason",
@@ -65,6 +69,10 @@ MAX_FACT_BYTES = 4096
 MAX_LOOKUP_LIMIT = 200
 #: Most provenance references one fact may carry.
 MAX_PROVENANCE = 32
+#: Most content revisions one fact may hold (revision 1 and its corrections). One below
+#: :data:`MAX_LOOKUP_LIMIT`, so a fact's whole history, its tombstone included, is one
+#: bounded ``history`` read: forgetting and ``runtime.forget`` see every revision.
+MAX_FACT_REVISIONS = MAX_LOOKUP_LIMIT - 1
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -252,6 +260,20 @@ def check_limit(limit: object) -> int:
     return limit
 
 
+def check_revision(latest: int) -> None:
+    """Raise :class:`MemoryRejectedError` if a fact whose latest revision is ``latest`` is at the cap.
+
+    A correction writes revision ``latest + 1``; past :data:`MAX_FACT_REVISIONS`
+    the fact's history (with the tombstone a later ``forget`` adds) would no
+    longer fit one :data:`MAX_LOOKUP_LIMIT` read. Call it before writing.
+    """
+    if latest >= MAX_FACT_REVISIONS:
+        raise MemoryRejectedError(
+            f"the fact already has {latest} revisions, the most one fact may hold ({MAX_FACT_REVISIONS}); "
+            "remember a new fact and forget this one"
+        )
+
+
 class FactStatus(enum.StrEnum):
     """Where a revision stands: the current one, one a correction replaced, or a tombstone."""
 
@@ -423,12 +445,15 @@ class MemoryStore:
 
         Declared by ``correction``. ``replacement.scope`` must be owned by
         ``scope``'s tenant and user. Identical content is a ``DUPLICATE``.
+        A fact already holding :data:`MAX_FACT_REVISIONS` revisions is refused
+        (:func:`check_revision`) and nothing is written.
         Call ``ctx.raise_if_expired("memory correct")`` before writing.
 
         Raises: ``MemoryFactNotFoundError`` when the id does not exist or
         belongs to another tenant or user (one message for both);
-        ``MemoryFactForgottenError`` for a forgotten fact; ``MemoryRejectedError``;
-        ``OperationCancelledError``; ``UnsupportedOperationError`` when not declared.
+        ``MemoryFactForgottenError`` for a forgotten fact; ``MemoryRejectedError``
+        (a bad replacement, or the revision cap); ``OperationCancelledError``;
+        ``UnsupportedOperationError`` when not declared.
         """
         raise unsupported(self, "correct", "correction")
 

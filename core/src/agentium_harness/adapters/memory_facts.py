@@ -39,6 +39,7 @@ from .._ports.memory import (
     StoredFact,
     check_fact,
     check_limit,
+    check_revision,
 )
 from .._scope import validate_id
 from ._excerpts import query_terms
@@ -116,6 +117,7 @@ class InMemoryMemoryStore(MemoryStore):
             raise MemoryFactForgottenError(f"fact {fact_id!r} was forgotten; it cannot be corrected")
         if _key(latest.fact) == _key(replacement):
             return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
+        check_revision(latest.revision)
         revisions = self._revisions[fact_id]
         revisions[-1] = attrs.evolve(latest, status=FactStatus.SUPERSEDED)
         now = datetime.now(UTC)

@@ -11,7 +11,7 @@ One row per revision, keyed by (fact id, revision). ``remember`` writes
 revision 1 under a fresh random id, unless a current fact of the same scope
 has the same text and validity (a duplicate: nothing is written).
 ``correct`` marks the latest revision superseded and writes the next one, in
-one transaction. ``forget`` rewrites every revision with its text,
+one transaction (at most ``MAX_FACT_REVISIONS`` per fact). ``forget`` rewrites every revision with its text,
 provenance and validity removed, and adds a tombstone revision. Ownership is
 tenant and user: a fact of another tenant or user reads exactly like a
 missing one. Lookups filter by scope, status and validity inside the SQL
@@ -58,6 +58,7 @@ from .._ports.memory import (
     StoredFact,
     check_fact,
     check_limit,
+    check_revision,
     iso_utc,
 )
 from .._scope import validate_id
@@ -146,10 +147,14 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         return decode_row(row)
 
     @staticmethod
-    def _all(conn: sqlite3.Connection, fact_id: str) -> list[StoredFact]:
+    def _all(
+        conn: sqlite3.Connection, fact_id: str, limit: int | None = MAX_LOOKUP_LIMIT
+    ) -> list[StoredFact]:
+        # ``limit=None`` for forget: a fact written before the revision cap may hold more
+        # revisions than one read returns, and every one of them must lose its text.
         rows = conn.execute(
             f"SELECT {COLUMNS} FROM memory_facts WHERE fact_id = ? ORDER BY revision LIMIT ?",  # noqa: S608
-            (fact_id, MAX_LOOKUP_LIMIT),
+            (fact_id, -1 if limit is None else limit),
         ).fetchall()
         return [decode_row(r) for r in rows]
 
@@ -201,6 +206,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                     )
                 if content_digest(latest.fact) == digest:
                     return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+                check_revision(latest.revision)
                 rewrite_row(conn, latest, FactStatus.SUPERSEDED)
                 conn.execute(
                     INSERT, encode_row(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now)
@@ -220,7 +226,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                 latest = self._latest(conn, scope, fact_id)
                 if latest.status is FactStatus.FORGOTTEN:
                     return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
-                for old in self._all(conn, fact_id):
+                for old in self._all(conn, fact_id, None):
                     rewrite_row(conn, old, FactStatus.FORGOTTEN)
                 conn.execute(
                     INSERT, encode_row(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, latest.fact, now)

@@ -33,6 +33,7 @@ from .._errors import (
 from .._ports import OpContext
 from .._ports.memory import (
     MAX_FACT_BYTES,
+    MAX_FACT_REVISIONS,
     AckStatus,
     FactStatus,
     GroupRef,
@@ -220,6 +221,35 @@ class MemoryStoreContract(MemoryErasureTests, ContractSuite):
                 (1, FactStatus.SUPERSEDED, "the office is in Leeds"),
                 (2, FactStatus.CURRENT, "the office is in York"),
             ]
+
+    async def test_a_fact_holds_at_most_max_fact_revisions(self, memory_store: MemoryStore) -> None:
+        """A correction past ``MAX_FACT_REVISIONS`` raises ``MemoryRejectedError`` and writes nothing.
+
+        The last allowed revision stays current with its text; with ``history``
+        the whole history (and, with ``forgetting``, the tombstone after it)
+        is one bounded read. A failure means the store lets a fact grow past
+        the cap (call ``check_revision(latest.revision)`` before writing), so
+        ``forget`` and ``runtime.forget`` could no longer see every revision.
+        """
+        require_flag(memory_store, MemoryCapabilities, _WHAT, "correction")
+        ack = await memory_store.remember(_fact("revision 1"), _ctx())
+        assert ack.fact_id is not None
+        for n in range(2, MAX_FACT_REVISIONS + 1):
+            fixed = await memory_store.correct(ALICE, ack.fact_id, _fact(f"revision {n}"), _ctx())
+            assert fixed.revision == n, f"correction {n} answered revision {fixed.revision}"
+        with pytest.raises(MemoryRejectedError, match="remember a new fact"):
+            await memory_store.correct(ALICE, ack.fact_id, _fact("one revision too many"), _ctx())
+            pytest.fail(f"a correction past MAX_FACT_REVISIONS ({MAX_FACT_REVISIONS}) was accepted")
+        [current] = await memory_store.lookup(ALICE, "revision", 5, _ctx())
+        assert (current.revision, current.text) == (MAX_FACT_REVISIONS, f"revision {MAX_FACT_REVISIONS}")
+        caps = declared_capabilities(memory_store, MemoryCapabilities, _WHAT)
+        if caps.history:
+            revisions = await memory_store.history(ALICE, ack.fact_id, _ctx())
+            assert [r.revision for r in revisions] == list(range(1, MAX_FACT_REVISIONS + 1))
+        if caps.forgetting and caps.history:
+            await memory_store.forget(ALICE, ack.fact_id, _ctx())
+            revisions = await memory_store.history(ALICE, ack.fact_id, _ctx())
+            assert len(revisions) == MAX_FACT_REVISIONS + 1 and all(not r.text for r in revisions)
 
     async def test_forget_tombstones_the_fact_and_removes_its_content(
         self, memory_store: MemoryStore

@@ -11,9 +11,10 @@ validity). Every write is one transaction:
   written); a transaction-level advisory lock on (tenant, user, content)
   keeps two concurrent identical writes from both storing;
 - ``correct`` locks the latest revision, marks it superseded and writes the
-  next one;
-- ``forget`` removes the text, validity and provenance of every revision and
-  adds a tombstone revision.
+  next one (at most ``MAX_FACT_REVISIONS`` per fact);
+- ``forget`` removes the text, validity and provenance of every revision (one
+  ``UPDATE``, however many revisions an older fact holds) and adds a
+  tombstone revision.
 
 A fact of another tenant or user reads exactly like a missing one. Lookups
 filter scope, status and validity in SQL before their ``LIMIT``, so a
@@ -56,6 +57,7 @@ from agentium_harness.plugin_api import (
     check_fact,
     check_limit,
     check_max_items,
+    check_revision,
     check_target,
     decode_json,
     decode_segment,
@@ -285,6 +287,7 @@ class PostgresMemoryStore(MemoryStore):
                 )
             if content_digest(latest.fact) == digest:
                 return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+            check_revision(latest.revision)  # raised inside the transaction: it rolls back, nothing written
             await conn.execute(
                 self._q(
                     "UPDATE {s}.memory_facts SET status = 'superseded' "

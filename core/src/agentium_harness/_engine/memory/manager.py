@@ -37,8 +37,10 @@ from ..._observe.settings import Telemetry
 from ..._ports._base import OpContext
 from ..._ports.memory import (
     MAX_FACT_BYTES,
+    MAX_FACT_REVISIONS,
     MAX_LOOKUP_LIMIT,
     AckStatus,
+    FactStatus,
     MemoryAck,
     MemoryCapabilities,
     MemoryEvent,
@@ -48,6 +50,7 @@ from ..._ports.memory import (
     MemoryStore,
     StoredFact,
     check_limit,
+    check_revision,
     rejection_reason,
 )
 from ..._scope import SessionKey, validate_id
@@ -249,7 +252,9 @@ class MemoryManager:
         a forgotten fact; nothing changes in any of these cases. With a store
         declaring ``history``, the fact's revisions are read first and must be
         owned by ``scope`` (:class:`ContractViolationError` if the store
-        returns another tenant's: its own check is wrong).
+        returns another tenant's: its own check is wrong); a fact they show
+        holding :data:`MAX_FACT_REVISIONS` revisions is refused with
+        :class:`MemoryRejectedError` whatever the store would do.
         """
         self._check_open("correct")
         scope = _scope(scope)
@@ -259,7 +264,8 @@ class MemoryManager:
             raise MemoryRejectedError(reason)
         if not scope.owns(replacement.scope):
             raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
-        await self._check_owner(scope, fact_id, "memory correct")
+        revisions = await self._check_owner(scope, fact_id, "memory correct")
+        _check_cap(revisions, replacement)
         raw = await self._call(
             "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
         )
@@ -282,7 +288,7 @@ class MemoryManager:
         self._forgotten.add(fact_id)
         return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
 
-    async def _check_owner(self, scope: MemoryScope, fact_id: str, operation: str) -> None:
+    async def _check_owner(self, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
         """Before a change, the fact's revisions must be ``fact_id``'s, owned by ``scope`` (defence in depth).
 
         Like recall's owner check on every candidate: a store whose own check
@@ -292,9 +298,10 @@ class MemoryManager:
         check. A missing or foreign id is refused by the store's ``history``
         (``MemoryFactNotFoundError``); revisions of another tenant or user, or
         of another id, are a :class:`ContractViolationError`, and nothing is changed.
+        Returns the revisions read (none without ``history``).
         """
         if not self.capabilities.history:
-            return
+            return ()
         raw = await self._call(
             f"{operation} owner check", lambda ctx: self.store.history(scope, fact_id, ctx)
         )
@@ -304,6 +311,7 @@ class MemoryManager:
                 f"{operation} owner check: the store's history of {fact_id!r} holds another fact; "
                 "nothing was changed"
             )
+        return revisions
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -452,6 +460,32 @@ class MemoryManager:
         if problem is not None:
             raise AgentCloseError([problem])
         self._owns_store = False
+
+
+def _check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:
+    """Refuse a correction past :data:`MAX_FACT_REVISIONS` whatever the store would do (engine-enforced).
+
+    ``revisions`` is the owner check's history read. A replacement identical
+    to the current revision is left to the store (it answers ``DUPLICATE``,
+    writing nothing).
+    """
+    if not revisions:
+        return
+    latest = revisions[-1]
+    if latest.status is FactStatus.FORGOTTEN:
+        return  # the store refuses it as forgotten (MemoryFactForgottenError), the more useful answer
+    held = max(len(revisions), latest.revision)
+    if held < MAX_FACT_REVISIONS:
+        return
+    same = latest.fact
+    if (same.scope, same.text, same.valid_from, same.valid_until) == (
+        replacement.scope,
+        replacement.text,
+        replacement.valid_from,
+        replacement.valid_until,
+    ):
+        return
+    check_revision(held)
 
 
 def _scope(scope: object) -> MemoryScope:
