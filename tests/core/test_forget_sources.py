@@ -135,10 +135,12 @@ async def test_forget_without_erasing_names_every_place_that_still_holds_the_tex
 
 
 async def test_a_resident_source_is_reported_as_still_holding_the_text() -> None:
-    rt, _, _, _ = await _setup()
-    view = await rt.inspect_session(ANA, "s1")
-    resident = view.resident_seqs[-1]
-    digest = "sha256:" + "1" * 64
+    sessions = InMemorySessionStore()
+    rt, _, _, _ = await _setup(session_store=sessions)
+    stored = await sessions.load(SessionKey("acme", "ana", "s1"), OpContext())
+    assert stored is not None
+    group = stored.snapshot.resident[-1]
+    resident, digest = group.seq, group.digest
     ack = await rt.memory.remember(
         MemoryFact(SCOPE, "weather is fine", provenance=[GroupRef("s1", resident, digest)])
     )
@@ -185,3 +187,41 @@ async def test_a_forgotten_facts_summary_text_leaves_the_sqlite_files_too(tmp_pa
         files = _database_files(tmp_path)
         assert "agentium.db" in files
         assert [name for name, data in files.items() if SECRET.encode() in data] == []
+
+
+async def test_a_provenance_digest_that_matches_no_stored_group_erases_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A cited seq counts only if the stored group there has the cited digest (forged provenance)."""
+    rt, _, archive, real_fact = await _setup()
+    key = SessionKey("acme", "ana", "s1")
+    view = await rt.inspect_session(ANA, "s1")
+    forged = "sha256:" + "0" * 64
+    ack = await rt.memory.remember(
+        MemoryFact(
+            SCOPE,
+            "ana likes tea",
+            provenance=[
+                GroupRef("s1", 1, forged),  # archived, unrelated to this fact
+                GroupRef("s1", 0, forged),  # archived and cited by the summary
+                GroupRef("s1", view.resident_seqs[-1], forged),  # resident
+                GroupRef("no-such-session", 7, forged),
+            ],
+        )
+    )
+    assert ack.fact_id is not None
+    with caplog.at_level("WARNING", logger="agentium.engine.forget"):
+        result = await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    assert result.ack.ok and result.erasures == () and result.still_held == ()
+    assert {h.place for h in result.sources} == {SourcePlace.GONE}
+    assert any("digest the stored group does not have" in n for n in result.notes)
+    assert [g.seq for g in await archive.read_groups(key, 0, 10, OpContext())] == [0, 1]
+    view = await rt.inspect_session(ANA, "s1")
+    assert view.summary is not None and SECRET in view.summary.summary.text, "the summary was emptied"
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned and all("tea" not in m for m in warned)
+    # A fact whose provenance is right still has its source found and erased.
+    real = await rt.forget(SCOPE, real_fact, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    assert (0, SourcePlace.ARCHIVED, SourceState.ERASED) in {(h.seq, h.place, h.state) for h in real.sources}
+    assert [g.seq for g in await archive.read_groups(key, 0, 10, OpContext())] == [1]
+    await rt.aclose()

@@ -11,9 +11,12 @@ in a task summary citing them. ``runtime.forget`` therefore:
    that may be truncated (a fact written before ``MAX_FACT_REVISIONS``, or a
    store ignoring it) is refused with :class:`MemoryRejectedError` before
    anything changes: forgetting would clear sources the read could not see;
-2. looks up each source group and says where its text still is
-   (:class:`SourceHolder`): archived, resident, cited by the summary, or
-   already gone;
+2. looks up each source group (before forgetting, so a failed read changes
+   nothing) and says where its text still is (:class:`SourceHolder`):
+   archived, resident, cited by the summary, or already gone. Only a stored
+   group whose digest equals the cited digest is a source: a reference whose
+   digest matches no stored group is reported ``gone`` with a note (and a
+   WARNING log, ids only), and never erased;
 3. with ``erase_sources=True`` (an operator erasure: reason and attestation
    required), erases the archived ones from the archive and the recall
    index as a groups erasure (a tombstone per session), and empties a task
@@ -37,6 +40,7 @@ from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, M
 from .._scope import SessionKey, validate_id
 from .erased_groups import merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request
+from .history_read import fetch_groups
 from .load import load_session
 
 if TYPE_CHECKING:
@@ -97,12 +101,13 @@ class ForgetResult:
         return tuple(h for h in self.sources if h.state is SourceState.HOLDS_TEXT)
 
 
-def _refs_by_session(refs: Sequence[GroupRef]) -> dict[str, list[int]]:
-    by_session: dict[str, list[int]] = {}
+def _refs_by_session(refs: Sequence[GroupRef]) -> dict[str, list[tuple[int, str]]]:
+    """The cited ``(seq, digest)`` pairs per session, each once, in citation order."""
+    by_session: dict[str, list[tuple[int, str]]] = {}
     for ref in refs:
-        seqs = by_session.setdefault(ref.session, [])
-        if ref.seq not in seqs:
-            seqs.append(ref.seq)
+        cited = by_session.setdefault(ref.session, [])
+        if (ref.seq, ref.digest) not in cited:
+            cited.append((ref.seq, ref.digest))
     return by_session
 
 
@@ -132,33 +137,70 @@ async def _provenance(
     return [], "the memory store declares neither history nor listing: the fact's sources are unknown"
 
 
-async def _places(
-    runtime: HarnessRuntime, key: SessionKey, seqs: Sequence[int]
-) -> tuple[list[SourceHolder], list[int]]:
-    """Where each source group of session ``key`` is; and the archived seqs (what can be erased)."""
+@attrs.frozen(slots=True)
+class _Places:
+    """Where a session's cited groups are: the holders, the archived seqs (erasable), the mismatches."""
+
+    holders: list[SourceHolder]
+    archived: list[int]
+    mismatched: list[int]
+
+
+async def _places(runtime: HarnessRuntime, key: SessionKey, cited: Sequence[tuple[int, str]]) -> _Places:
+    """Where each group of session ``key`` the fact cites is, counting only a group whose digest matches.
+
+    A provenance reference is data the host (or an extractor) wrote: its
+    ``seq`` alone must not decide what is reported or erased. The stored
+    group at each cited seq is read — resident ones from the snapshot,
+    archived ones from the archive, inside the same admission ticket — and
+    only one whose digest equals a cited digest is the fact's source. A
+    mismatch is reported ``gone`` (the fact's source is not held there) and
+    is never erased; a cited seq in the summary counts only if its group matches.
+    """
     async with runtime.parts.admission.admit_shared(key, "forget sources") as ticket:
         stored, snap = await load_session(
             ticket, runtime.session_store, key, None, attest_legacy=False, fence=False
         )
-    holders: list[SourceHolder] = []
-    archived: list[int] = []
-    cited = {c.seq for c in snap.summary.summary.citations} if snap.summary is not None else set()
+        erased = snap.erased or ()
+        live = sorted(
+            {
+                seq
+                for seq, _ in cited
+                if stored is not None and seq < snap.next_seq and not any(seq in r for r in erased)
+            }
+        )
+        groups = await fetch_groups(ticket, runtime.archive, key, snap, live) if live else {}
+    digests: dict[int, set[str]] = {}
+    for seq, digest in cited:
+        digests.setdefault(seq, set()).add(digest)
+    places = _Places([], [], [])
+    cited_by_summary = {c.seq for c in snap.summary.summary.citations} if snap.summary is not None else set()
     summary_text = snap.summary is not None and bool(snap.summary.summary.text)
-    for seq in seqs:
-        if stored is None or any(seq in r for r in snap.erased or ()):
-            holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
+    for seq in dict.fromkeys(seq for seq, _ in cited):
+        group = groups.get(seq)
+        if group is None:
+            places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
             continue
-        if seq >= snap.next_seq:
-            holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
+        if group.digest not in digests[seq]:
+            places.holders.append(SourceHolder(key, seq, SourcePlace.GONE, SourceState.ERASED))
+            places.mismatched.append(seq)
             continue
         if seq >= snap.boundary:
-            holders.append(SourceHolder(key, seq, SourcePlace.RESIDENT, SourceState.HOLDS_TEXT))
+            places.holders.append(SourceHolder(key, seq, SourcePlace.RESIDENT, SourceState.HOLDS_TEXT))
         else:
-            holders.append(SourceHolder(key, seq, SourcePlace.ARCHIVED, SourceState.HOLDS_TEXT))
-            archived.append(seq)
-        if seq in cited and summary_text:
-            holders.append(SourceHolder(key, seq, SourcePlace.SUMMARY, SourceState.HOLDS_TEXT))
-    return holders, archived
+            places.holders.append(SourceHolder(key, seq, SourcePlace.ARCHIVED, SourceState.HOLDS_TEXT))
+            places.archived.append(seq)
+        if seq in cited_by_summary and summary_text:
+            places.holders.append(SourceHolder(key, seq, SourcePlace.SUMMARY, SourceState.HOLDS_TEXT))
+    if places.mismatched:
+        # Ids and seqs only: the fact's text and the groups' content stay out of the log.
+        _log.warning(
+            "runtime.forget: the provenance of a fact cites groups %s of session %s with a digest the stored "
+            "group does not have; they are not treated as its sources",
+            places.mismatched,
+            key.session,
+        )
+    return places
 
 
 async def forget_fact(
@@ -190,13 +232,25 @@ async def forget_fact(
         _, why, who = check_request(placeholder, reason, attestation)
         checked = (why, who)
     refs, note = await _provenance(runtime, scope, checked_id)
+    # Where the sources are is read before the fact is forgotten: a read that fails (an archive
+    # that cannot be read) then changes nothing, and the provenance is still there to retry.
+    found = {
+        session: await _places(runtime, SessionKey(scope.tenant, scope.user, session), cited)
+        for session, cited in _refs_by_session(refs).items()
+    }
     ack = await memory.forget(scope, checked_id)
     notes = [note] if note else []
     holders: list[SourceHolder] = []
     erasures: list[ErasureResult] = []
-    for session, seqs in _refs_by_session(refs).items():
+    for session, place in found.items():
         key = SessionKey(scope.tenant, scope.user, session)
-        places, archived = await _places(runtime, key, seqs)
+        places, archived = place.holders, place.archived
+        if place.mismatched:
+            seqs = ", ".join(map(str, place.mismatched))
+            notes.append(
+                f"the fact cites group(s) {seqs} of session {session!r} with a "
+                "digest the stored group does not have: not its source, reported as gone and not erased"
+            )
         if checked is not None and archived:
             ranges = merge_ranges([SeqRange(seq, seq + 1) for seq in archived])
             target = EraseTarget.groups_of(key, ranges)
