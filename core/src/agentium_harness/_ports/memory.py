@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import attrs
@@ -55,6 +55,7 @@ __all__ = [
     "MemoryScope",
     "MemoryStore",
     "StoredFact",
+    "check_at",
     "check_fact",
     "check_limit",
     "check_revision",
@@ -225,6 +226,31 @@ class MemoryFact:
         )
 
 
+def _in_utc_range(when: datetime) -> bool:
+    """True if ``when`` (aware) has a UTC time a ``datetime`` can hold (every store keeps UTC)."""
+    try:
+        when.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True
+
+
+def check_at(at: object) -> datetime | None:
+    """``at`` if ``None`` or a timezone-aware datetime with a UTC time; else :class:`InvalidArgumentError`.
+
+    What ``lookup(..., at=...)`` and ``MemoryManager.select(at=...)`` accept:
+    a naive datetime, any other type, or a time at the edge of the
+    ``datetime`` range whose UTC time does not exist is refused.
+    """
+    if at is None:
+        return None
+    if not isinstance(at, datetime) or at.tzinfo is None or at.utcoffset() is None:
+        raise InvalidArgumentError(f"at must be a timezone-aware datetime (or None), got {at!r}")
+    if not _in_utc_range(at):
+        raise InvalidArgumentError(f"at has no UTC time between years 1 and 9999: {at!r}")
+    return at
+
+
 def rejection_reason(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> str | None:
     """Why a store must refuse ``fact``, or ``None`` if it is acceptable."""
     if not fact.text.strip():
@@ -237,6 +263,9 @@ def rejection_reason(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> str |
         return f"the fact text is {size} bytes, over the limit of {max_bytes}"
     if "\x00" in fact.text:
         return "the fact text contains NUL"
+    for bound in (fact.valid_from, fact.valid_until):
+        if bound is not None and not _in_utc_range(bound):
+            return "a validity bound is out of range: it has no UTC time between years 1 and 9999"
     if fact.valid_from is not None and fact.valid_until is not None and fact.valid_until <= fact.valid_from:
         return "the validity window ends before (or when) it starts"
     if len(fact.provenance) > MAX_PROVENANCE:
@@ -429,10 +458,11 @@ class MemoryStore:
         first, then the most recently recorded; an empty query lists the most
         recent. Never returns a superseded or forgotten revision, an expired
         or not yet valid fact, or another scope's fact. ``limit`` is checked
-        with :func:`check_limit`. Call ``ctx.raise_if_expired("memory lookup")``
+        with :func:`check_limit`, ``at`` with :func:`check_at`, and ``query``
+        must be a ``str``. Call ``ctx.raise_if_expired("memory lookup")``
         before starting.
 
-        Raises: ``InvalidArgumentError`` for a bad ``limit``;
+        Raises: ``InvalidArgumentError`` for a bad ``limit``, ``at`` or ``query``;
         ``OperationCancelledError`` when cancelled or past the deadline.
         """
         raise unsupported(self, "lookup")

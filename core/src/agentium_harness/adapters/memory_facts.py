@@ -16,7 +16,12 @@ from typing import ClassVar
 
 import attrs
 
-from .._errors import MemoryFactForgottenError, MemoryFactNotFoundError, MemoryStoreError
+from .._errors import (
+    InvalidArgumentError,
+    MemoryFactForgottenError,
+    MemoryFactNotFoundError,
+    MemoryStoreError,
+)
 from .._ports import OpContext
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
@@ -37,6 +42,7 @@ from .._ports.memory import (
     MemoryScope,
     MemoryStore,
     StoredFact,
+    check_at,
     check_fact,
     check_limit,
     check_revision,
@@ -152,7 +158,10 @@ class InMemoryMemoryStore(MemoryStore):
         """Current facts ``scope`` sees, valid at ``at``: most query words matched first, then newest."""
         self._begin(ctx, "memory lookup")
         check_limit(limit)
-        when = at or datetime.now(UTC)
+        if not isinstance(query, str):
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        checked = check_at(at)
+        when = checked if checked is not None else datetime.now(UTC)
         terms = query_terms(query)
         visible = [f for f in self._current() if scope.sees(f.scope) and f.fact.valid_at(when)]
         scored = sorted(enumerate(visible), key=lambda p: (-sum(t in p[1].text.lower() for t in terms), p[0]))

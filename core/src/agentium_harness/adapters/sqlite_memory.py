@@ -32,6 +32,7 @@ from typing import ClassVar, Final
 from .._codec import decode_json
 from .._errors import (
     AgentiumError,
+    InvalidArgumentError,
     MemoryFactForgottenError,
     MemoryFactNotFoundError,
 )
@@ -56,6 +57,7 @@ from .._ports.memory import (
     MemoryScope,
     MemoryStore,
     StoredFact,
+    check_at,
     check_fact,
     check_limit,
     check_revision,
@@ -310,8 +312,9 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         ctx.raise_if_expired("memory lookup")
         check_limit(limit)
         if not isinstance(query, str):
-            raise TypeError(f"query must be a str, got {type(query).__name__}")
-        when = iso_utc(at or datetime.now(UTC))
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        checked = check_at(at)
+        when = iso_utc(checked if checked is not None else datetime.now(UTC))
         terms = query_terms(query)
         # Without terms, order by recency alone (a constant ORDER BY term would read as a column number).
         score = " + ".join("(instr(text_lower, ?) > 0)" for _ in terms)

@@ -36,7 +36,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final, LiteralString
 
-from agentium_harness import InvalidIdError, MemoryFactForgottenError, MemoryFactNotFoundError
+from agentium_harness import (
+    InvalidArgumentError,
+    InvalidIdError,
+    MemoryFactForgottenError,
+    MemoryFactNotFoundError,
+)
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
     MAX_LOOKUP_LIMIT,
@@ -54,6 +59,7 @@ from agentium_harness.plugin_api import (
     OpContext,
     StoredFact,
     canonical_json,
+    check_at,
     check_fact,
     check_limit,
     check_max_items,
@@ -338,8 +344,9 @@ class PostgresMemoryStore(MemoryStore):
         ctx.raise_if_expired("memory lookup")
         check_limit(limit)
         if not isinstance(query, str):
-            raise TypeError(f"query must be a str, got {type(query).__name__}")
-        when = at or datetime.now(UTC)
+            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+        checked = check_at(at)
+        when = checked if checked is not None else datetime.now(UTC)
         terms = list(query_terms(query))
         t, u = encode_segment(scope.tenant), encode_segment(scope.user)
         statement = self._q(

@@ -49,6 +49,7 @@ from ..._ports.memory import (
     MemoryScope,
     MemoryStore,
     StoredFact,
+    check_at,
     check_limit,
     check_revision,
     rejection_reason,
@@ -339,13 +340,16 @@ class MemoryManager:
         Bounded by ``limit`` (default ``limits.max_injected_facts``). Only
         current facts valid at ``at`` (default now) that ``scope`` sees are
         kept; every other fact the selection returned is listed with why.
+        ``at`` must be ``None`` or a timezone-aware datetime
+        (:class:`InvalidArgumentError` otherwise).
         """
         self._check_open("select")
         scope = _scope(scope)
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
         bound = check_limit(limit if limit is not None else self.limits.max_injected_facts)
-        when = at or datetime.now(UTC)
+        checked = check_at(at)  # ``at=0`` is not "now": only None is
+        when = checked if checked is not None else datetime.now(UTC)
         selection = self.selection
         raw = await self._call(
             "memory select",

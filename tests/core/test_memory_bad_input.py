@@ -1,0 +1,70 @@
+"""Bad times and queries given to memory are refused with typed errors, the same way by every store.
+
+A validity bound at the edge of the datetime range with a non-UTC offset has
+no UTC time: SQLite raised a bare OverflowError converting it while the
+in-memory store accepted it. ``MemoryManager.select(at=...)`` passed a naive
+datetime or a string through to bare TypeErrors, and took ``at=0`` as now.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from _memory_support import sqlite_store
+
+from agentium_harness import (
+    AckStatus,
+    InvalidArgumentError,
+    MemoryFact,
+    MemoryManager,
+    MemoryRejectedError,
+    MemoryScope,
+)
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.plugin_api import MemoryStore, OpContext
+
+pytestmark = pytest.mark.anyio
+
+ALICE = MemoryScope("tenant-a", "alice")
+EARLY = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1)))
+LATE = datetime.max.replace(tzinfo=timezone(timedelta(hours=-1)))
+
+
+def _store(kind: str, tmp_path: Path) -> MemoryStore:
+    return InMemoryMemoryStore() if kind == "memory" else sqlite_store(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_validity_bound_without_a_utc_time_is_rejected_by_every_store(
+    tmp_path: Path, kind: str
+) -> None:
+    store = _store(kind, tmp_path)
+    manager = MemoryManager(store)
+    for fact in (MemoryFact(ALICE, "x", valid_from=EARLY), MemoryFact(ALICE, "y", valid_until=LATE)):
+        ack = await manager.remember_with_result(fact)
+        assert ack.status is AckStatus.REJECTED and "out of range" in ack.reason
+        with pytest.raises(MemoryRejectedError):
+            await store.remember(fact, OpContext.with_timeout(5.0))
+    assert await store.lookup(ALICE, "", 10, OpContext.with_timeout(5.0)) == []
+    await store.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_select_and_lookup_refuse_a_bad_at_or_query(tmp_path: Path, kind: str) -> None:
+    store = _store(kind, tmp_path)
+    manager = MemoryManager(store)
+    await manager.remember(
+        MemoryFact(ALICE, "tea until tomorrow", valid_until=datetime.now(UTC) + timedelta(days=1))
+    )
+    for at in (datetime.now(), "2020-01-01", 0, LATE):  # a naive datetime is the point
+        with pytest.raises(InvalidArgumentError, match="at "):
+            await manager.select(ALICE, "tea", at=at)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="at "):
+            await store.lookup(ALICE, "tea", 5, OpContext.with_timeout(5.0), at=at)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="query"):
+        await store.lookup(ALICE, 42, 5, OpContext.with_timeout(5.0))  # type: ignore[arg-type]
+    kept, _ = await manager.select(ALICE, "tea", at=datetime.now(UTC))
+    assert [f.text for f in kept] == ["tea until tomorrow"]
+    await store.aclose()
