@@ -23,6 +23,7 @@ from .._scope import SessionKey
 from .hooks import HookBroadcaster
 from .lifecycle import Admission
 from .loops import ThreadSafeEvent
+from .memory.claims import HarnessClaims
 from .memory.manager import MemoryManager
 from .memory.work import WorkTracker
 from .owned_work import OwnedWork
@@ -107,3 +108,5 @@ class RuntimeParts:
     close_attempt: CloseAttempt | None = None
     #: The revisions this runtime's summary updates made (``expected_revision`` looks past them).
     summary_revisions: SummaryRevisions = attrs.field(factory=SummaryRevisions)
+    #: The sessions this runtime claimed for the harness on its memory manager (released on close).
+    claims: HarnessClaims = attrs.field(factory=HarnessClaims)

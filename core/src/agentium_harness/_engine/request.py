@@ -73,7 +73,9 @@ async def assemble_request(
         memory_sources: tuple[SourceBlock, ...] = ()
         if runtime.memory is not None:
             memory = runtime.memory
-            memory_sources, memory_notes = await harness_memory_blocks(memory, ticket, scope, user_input)
+            memory_sources, memory_notes = await harness_memory_blocks(
+                memory, ticket, scope, user_input, runtime.parts.claims
+            )
             diagnostics.extend(memory_notes)
         recalled = step.blocks if step is not None else ()
         blocks = (*summary_sources, *recalled, *memory_sources, *assembly.included)

@@ -591,6 +591,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         may be called again to retry what failed. Borrowed adapters are never closed.
         """
         await shutdown_runtime(self)
+        self.parts.claims.release_all()  # it runs none of its sessions now (docs/memory.md)
 
     async def __aenter__(self) -> HarnessRuntime:
         return self

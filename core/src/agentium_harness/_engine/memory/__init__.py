@@ -10,7 +10,8 @@ the two are one package (no import cycle between packages).
 - :mod:`.work`: owned background work, ``DrainResult``, and the
   ``WorkSource`` through which a runtime's work is drained too;
 - :mod:`.sources`: memory facts as labeled source blocks for a request;
-- :mod:`.agent`: ``Agent`` and its lifecycle.
+- :mod:`.agent`: ``Agent`` and its lifecycle;
+- :mod:`.claims`: the harness's per-runtime claims on the sessions it runs.
 
 Importing this package imports nothing (the submodules import each other and
 the engine's modules); take names from the submodules.

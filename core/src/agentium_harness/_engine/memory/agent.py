@@ -50,7 +50,7 @@ from ..._scope import SessionKey
 from ..._validators import check_count, check_duration
 from ..lifecycle import Ticket, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
-from .manager import MemoryManager
+from .manager import HistoryOwner, MemoryManager
 from .sources import MemoryOmitted, memory_blocks
 from .work import DrainResult
 
@@ -134,10 +134,9 @@ class Agent:
                 f"session {session!r}: the harness owns its canonical history, and agent extraction is on; "
                 "turn off the agent's extraction (extraction=False) so memory is not extracted twice"
             )
-        if extract:
-            memory.claim_history(key, "agent")
-        elif harness_owns_history:
-            memory.claim_history(key, "harness")
+        claimed: HistoryOwner | None = "agent" if extract else "harness" if harness_owns_history else None
+        if claimed is not None:
+            memory.claim_history(key, claimed)
         self.provider = provider
         self.memory = memory
         self.scope = scope
@@ -145,6 +144,8 @@ class Agent:
         self.instructions = instructions
         self.extraction = extract
         self._key = key
+        #: The claim this agent holds (released once, by close): never another owner's.
+        self._claimed = claimed
         self._max_history = max_history_messages
         self._op_timeout_s = op_timeout_s
         self._drain_timeout_s = drain_timeout_s
@@ -307,7 +308,9 @@ class Agent:
             self._owned = still_open
         if failures:
             return AgentCloseError(failures, drain)
-        self.memory.release_history(self._key)
+        if self._claimed is not None:
+            self.memory.release_history(self._key, self._claimed)
+            self._claimed = None
         self._state = AgentState.CLOSED
         return drain_error
 

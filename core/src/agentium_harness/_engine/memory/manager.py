@@ -159,7 +159,7 @@ class MemoryManager:
         self._owns_store = owns_store
         self._work = WorkTracker()
         self._forgotten: set[str] = set()
-        self._claims: dict[SessionKey, HistoryOwner] = {}
+        self._claims: dict[SessionKey, tuple[HistoryOwner, int]] = {}  # owner and how many claims
         self._claims_lock = threading.Lock()
         self._closed = False
         if telemetry is not None and not isinstance(telemetry, Telemetry):
@@ -361,29 +361,44 @@ class MemoryManager:
     # -- history ownership (R37) ------------------------------------------------------------
 
     def claim_history(self, key: SessionKey, owner: HistoryOwner) -> None:
-        """Record who extracts memory from session ``key``; a second, different claim raises.
+        """Record a claim of ``owner`` on session ``key``'s extraction; a claim of the other owner raises.
 
         The harness claims a session whose canonical history it owns; an
         agent with extraction claims its own. Both for one session would
-        extract twice, so that is :class:`ExtractionConflictError`.
+        extract twice, so that is :class:`ExtractionConflictError`. Claims of
+        the same owner are counted: each is released by its own
+        :meth:`release_history`, and the session is free once all are.
         """
-        if owner not in ("harness", "agent"):
-            raise InvalidArgumentError(f"owner must be 'harness' or 'agent', got {owner!r}")
+        _check_owner_kind(owner)
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
         with self._claims_lock:  # check and claim together: agents may be built on several threads
             held = self._claims.get(key)
-            if held is not None and held != owner:
+            if held is not None and held[0] != owner:
                 raise ExtractionConflictError(
                     f"session {key.session!r} of {key.tenant}/{key.user}: the harness owns its canonical "
                     "history and an agent also extracts memory from it; turn off the agent's extraction (or "
                     "use a separate session) so memory is not extracted twice"
                 )
-            self._claims[key] = owner
+            self._claims[key] = (owner, 1 if held is None else held[1] + 1)
 
-    def release_history(self, key: SessionKey) -> None:
-        """Forget the claim on ``key`` (its agent closed)."""
-        self._claims.pop(key, None)
+    def release_history(self, key: SessionKey, owner: HistoryOwner) -> bool:
+        """Release one claim of ``owner`` on ``key``; True if there was one.
+
+        Only a claim of ``owner`` is released: a caller never frees a session
+        another owner claimed (an agent that never claimed it, closing, leaves
+        the harness's claim in place).
+        """
+        _check_owner_kind(owner)
+        with self._claims_lock:
+            held = self._claims.get(key)
+            if held is None or held[0] != owner:
+                return False
+            if held[1] <= 1:
+                del self._claims[key]
+            else:
+                self._claims[key] = (owner, held[1] - 1)
+            return True
 
     # -- owned work -------------------------------------------------------------------------
 
@@ -490,6 +505,11 @@ def _check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None
     ):
         return
     check_revision(held)
+
+
+def _check_owner_kind(owner: object) -> None:
+    if owner not in ("harness", "agent"):
+        raise InvalidArgumentError(f"owner must be 'harness' or 'agent', got {owner!r}")
 
 
 def _scope(scope: object) -> MemoryScope:

@@ -32,6 +32,7 @@ from .selection import MemorySelection, SelectionRequest, checked_selection, rec
 
 if TYPE_CHECKING:
     # Only for the annotation: the manager imports this stage through the Agent.
+    from .claims import HarnessClaims
     from .manager import MemoryManager
 
 __all__ = [
@@ -187,11 +188,12 @@ def memory_diagnostics(omitted: MemoryOmitted) -> list[Diagnostic]:
 
 
 async def harness_memory_blocks(
-    manager: MemoryManager, ticket: Ticket, scope: Scope, user_input: str
+    manager: MemoryManager, ticket: Ticket, scope: Scope, user_input: str, claims: HarnessClaims
 ) -> tuple[tuple[SourceBlock, ...], list[Diagnostic]]:
     """The memory blocks of a harness run in ``scope``, with what was left out as diagnostics."""
     # The harness owns this session's canonical history: an agent extracting from it too is refused.
-    manager.claim_history(scope.session_key, "harness")
+    # The runtime holds the claim (once per session, bounded, released when it closes).
+    claims.claim(manager, scope.session_key)
     # The run's own deadline bounds the selection too: a store slower than either does not hold the run.
     timeout_s = min(manager.limits.op_timeout_s, ticket.op_timeout_s)
     store = type(manager.store).__name__
