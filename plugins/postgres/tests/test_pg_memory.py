@@ -86,3 +86,26 @@ async def test_a_damaged_provenance_fails_reads_and_a_session_erasure_typed_and_
         assert row is not None and row[0] >= 2  # nothing erased
     finally:
         await store.aclose()
+
+
+async def test_a_session_erasure_removes_the_tombstone_of_a_fact_forgotten_earlier(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    """The tombstone keeps the session ids (only) its provenance named, so a session erasure finds it."""
+    from agentium_harness.plugin_api import EraseTarget, GroupRef
+
+    store = PostgresMemoryStore(app_config)
+    try:
+        ref = GroupRef("s1", 0, "sha256:" + "a" * 64)
+        ack = await store.remember(MemoryFact(ALICE, "from s1, forgotten", provenance=[ref]), _ctx())
+        assert ack.fact_id is not None
+        await store.forget(ALICE, ack.fact_id, _ctx())
+        history = await store.history(ALICE, ack.fact_id, _ctx())
+        assert all(r.fact.provenance == () and r.text == "" for r in history)
+        rows = admin.execute(f'SELECT provenance FROM "{schema}".memory_facts ORDER BY revision').fetchall()
+        assert rows == [("[]",), ('[["s1"]]',)]
+        report = await store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx())
+        assert {(c.kind, c.count) for c in report.counts} == {("fact", 1), ("revision", 2)}
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".memory_facts').fetchone() == (0,)
+    finally:
+        await store.aclose()

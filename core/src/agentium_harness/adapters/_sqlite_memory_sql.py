@@ -112,15 +112,29 @@ def _provenance_json(fact: MemoryFact) -> str:
     return canonical_json([[r.session, r.seq, r.digest] for r in fact.provenance]).decode("utf-8")
 
 
+def _sessions_json(sessions: Sequence[str]) -> str:
+    return canonical_json([[session] for session in sorted(set(sessions))]).decode("utf-8")
+
+
 def _row_digest(values: Sequence[Any]) -> str:
     # Everything but the digest itself; text order of COLUMNS.
     return digest_bytes(canonical_json(list(values)))
 
 
 def encode_row(
-    fact_id: str, revision: int, status: FactStatus, fact: MemoryFact, recorded_at: datetime
+    fact_id: str,
+    revision: int,
+    status: FactStatus,
+    fact: MemoryFact,
+    recorded_at: datetime,
+    sessions: Sequence[str] = (),
 ) -> tuple[Any, ...]:
-    """The values of one row, for ``INSERT INTO memory_facts`` in schema column order."""
+    """The values of one row, for ``INSERT INTO memory_facts`` in schema column order.
+
+    A forgotten row keeps no content; a tombstone keeps the ids of the
+    ``sessions`` the fact's provenance named (``[[session], ...]``, no seq,
+    digest or text), so erasing one of those sessions still removes it.
+    """
     s = fact.scope
     forgotten = status is FactStatus.FORGOTTEN
     text = "" if forgotten else fact.text
@@ -135,7 +149,7 @@ def encode_row(
         text,
         None if forgotten else _when(fact.valid_from),
         None if forgotten else _when(fact.valid_until),
-        "[]" if forgotten else _provenance_json(fact),
+        _sessions_json(sessions) if forgotten else _provenance_json(fact),
         iso_utc(recorded_at),
         "" if forgotten else content_digest(fact),
     )
@@ -187,7 +201,12 @@ def decode_row(row: Sequence[Any]) -> StoredFact:
         )
         status = FactStatus(_str(row[6], "status"))
         raw_refs = from_json(_str(row[10], "provenance"), list[list[Any]])
-        refs = tuple(GroupRef(_str(r[0], "session"), r[1], _str(r[2], "digest")) for r in raw_refs)
+        # A tombstone's provenance holds only session ids (for erasure), never returned as provenance.
+        refs = (
+            ()
+            if status is FactStatus.FORGOTTEN
+            else tuple(GroupRef(_str(r[0], "session"), r[1], _str(r[2], "digest")) for r in raw_refs)
+        )
         valid_from = _opt_str(row[8], "valid_from")
         valid_until = _opt_str(row[9], "valid_until")
         fact = MemoryFact(

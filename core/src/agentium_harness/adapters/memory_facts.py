@@ -78,6 +78,8 @@ class InMemoryMemoryStore(MemoryStore):
     def __init__(self, config: InMemoryMemoryConfig | None = None) -> None:
         self._revisions: dict[str, list[StoredFact]] = {}
         self._order: list[str] = []  # fact ids by the time their current revision was written
+        # The session ids a forgotten fact's provenance named (ids only): a session erasure removes it.
+        self._sessions: dict[str, frozenset[str]] = {}
         self._closed = False
 
     def _begin(self, ctx: OpContext, operation: str) -> None:
@@ -139,6 +141,7 @@ class InMemoryMemoryStore(MemoryStore):
         if latest.status is FactStatus.FORGOTTEN:
             return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
         revisions = self._revisions[fact_id]
+        self._sessions[fact_id] = frozenset(ref.session for r in revisions for ref in r.fact.provenance)
         revisions[:] = [
             attrs.evolve(r, status=FactStatus.FORGOTTEN, fact=_removed(r.fact)) for r in revisions
         ]
@@ -192,12 +195,17 @@ class InMemoryMemoryStore(MemoryStore):
         self._begin(ctx, "memory erase")
         check_target(target)
         bound = check_max_items(max_items)
-        found = sorted(fid for fid, revisions in self._revisions.items() if self._covered(target, revisions))
+        found = sorted(
+            fid
+            for fid, revisions in self._revisions.items()
+            if self._covered(target, revisions) or self._named(target, fid, revisions)
+        )
         taken = found[:bound]
         revisions = sum(len(self._revisions[fid]) for fid in taken)
         if not dry_run:
             for fid in taken:
                 del self._revisions[fid]
+                self._sessions.pop(fid, None)
                 if fid in self._order:
                     self._order.remove(fid)
         return EraseReport(
@@ -213,6 +221,16 @@ class InMemoryMemoryStore(MemoryStore):
         if target.session_id is None:
             return target.covers_fact(scope, ())
         return any(target.covers_fact(scope, r.fact.provenance) for r in revisions)
+
+    def _named(self, target: EraseTarget, fact_id: str, revisions: list[StoredFact]) -> bool:
+        # A forgotten fact's sources are gone from its revisions; its tombstone keeps their session ids.
+        sessions = self._sessions.get(fact_id, frozenset())
+        scope = revisions[-1].scope
+        return (
+            target.session_id in sessions
+            and not target.groups
+            and (scope.tenant, scope.user) == (target.tenant_id, target.user_id)
+        )
 
     async def aclose(self) -> None:
         """Refuse later calls (the facts are dropped with the object)."""

@@ -12,7 +12,9 @@ revision 1 under a fresh random id, unless a current fact of the same scope
 has the same text and validity (a duplicate: nothing is written).
 ``correct`` marks the latest revision superseded and writes the next one, in
 one transaction (at most ``MAX_FACT_REVISIONS`` per fact). ``forget`` rewrites every revision with its text,
-provenance and validity removed, and adds a tombstone revision. Ownership is
+provenance and validity removed, and adds a tombstone revision that keeps
+only the ids of the sessions the provenance named (so a session erasure
+still finds it). Ownership is
 tenant and user: a fact of another tenant or user reads exactly like a
 missing one. Lookups filter by scope, status and validity inside the SQL
 statement, before its ``LIMIT``, so a foreign, expired or forgotten fact
@@ -228,11 +230,15 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                 latest = self._latest(conn, scope, fact_id)
                 if latest.status is FactStatus.FORGOTTEN:
                     return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
-                for old in self._all(conn, fact_id, None):
+                revisions = self._all(conn, fact_id, None)
+                sessions = [ref.session for old in revisions for ref in old.fact.provenance]
+                for old in revisions:
                     rewrite_row(conn, old, FactStatus.FORGOTTEN)
-                conn.execute(
-                    INSERT, encode_row(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, latest.fact, now)
+                # The tombstone keeps the session ids (only): erasing one of them removes it too.
+                tombstone = encode_row(
+                    fact_id, latest.revision + 1, FactStatus.FORGOTTEN, latest.fact, now, sessions
                 )
+                conn.execute(INSERT, tombstone)
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
         return await self.run(ctx, "memory forget", work)

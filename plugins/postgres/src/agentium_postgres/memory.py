@@ -14,7 +14,8 @@ validity). Every write is one transaction:
   next one (at most ``MAX_FACT_REVISIONS`` per fact);
 - ``forget`` removes the text, validity and provenance of every revision (one
   ``UPDATE``, however many revisions an older fact holds) and adds a
-  tombstone revision.
+  tombstone revision that keeps only the ids of the sessions the provenance
+  named, so a session erasure still removes it.
 
 A fact of another tenant or user reads exactly like a missing one. Lookups
 filter scope, status and validity in SQL before their ``LIMIT``, so a
@@ -132,12 +133,23 @@ def content_digest(fact: MemoryFact) -> str:
 
 
 def _values(
-    fact_id: str, revision: int, status: FactStatus, fact: MemoryFact, recorded_at: datetime
+    fact_id: str,
+    revision: int,
+    status: FactStatus,
+    fact: MemoryFact,
+    recorded_at: datetime,
+    sessions: Sequence[str] = (),
 ) -> tuple[Any, ...]:
     s = fact.scope
     forgotten = status is FactStatus.FORGOTTEN
     text = "" if forgotten else fact.text
-    provenance = [[r.session, r.seq, r.digest] for r in fact.provenance]
+    # A tombstone keeps only the session ids its provenance named (``[[session], ...]``): erasing
+    # one of those sessions still removes it.
+    provenance = (
+        [[session] for session in sorted(set(sessions))]
+        if forgotten
+        else [[r.session, r.seq, r.digest] for r in fact.provenance]
+    )
     return (
         encode_segment(s.tenant),
         fact_id,
@@ -150,10 +162,24 @@ def _values(
         text.lower(),
         None if forgotten else fact.valid_from,
         None if forgotten else fact.valid_until,
-        "[]" if forgotten else canonical_json(provenance).decode("utf-8"),
+        canonical_json(provenance).decode("utf-8"),
         recorded_at,
         "" if forgotten else content_digest(fact),
     )
+
+
+def _refs(raw: object) -> list[list[Any]]:
+    """A stored provenance as its list of references; :class:`PostgresMemoryError` if damaged."""
+    try:
+        refs = decode_json(str(raw).encode("utf-8"))
+        if not isinstance(refs, list) or not all(isinstance(r, list) and r for r in refs):
+            raise ValueError("provenance is not a list of references")
+    except (ValueError, InvalidJSONError) as exc:
+        raise PostgresMemoryError(
+            f"postgres memory store: a stored fact's provenance is damaged ({type(exc).__name__}); "
+            "nothing was changed"
+        ) from exc
+    return refs
 
 
 def _decode(row: Sequence[Any]) -> StoredFact:
@@ -168,9 +194,15 @@ def _decode(row: Sequence[Any]) -> StoredFact:
         refs = decode_json(str(row[10]).encode("utf-8"))
         if not isinstance(refs, list):
             raise ValueError("provenance is not a list")
-        provenance = tuple(GroupRef(str(r[0]), r[1], str(r[2])) for r in refs)
+        status = FactStatus(row[6])
+        # A tombstone's provenance holds only session ids (for erasure), never returned as provenance.
+        provenance = (
+            ()
+            if status is FactStatus.FORGOTTEN
+            else tuple(GroupRef(str(r[0]), r[1], str(r[2])) for r in refs)
+        )
         fact = MemoryFact(scope, str(row[7]), row[8], row[9], provenance)
-        return StoredFact(str(row[0]), int(row[1]), FactStatus(row[6]), fact, row[11])
+        return StoredFact(str(row[0]), int(row[1]), status, fact, row[11])
     except (ValueError, TypeError, IndexError, KeyError, InvalidJSONError) as exc:
         raise PostgresMemoryError(
             f"postgres memory store: a stored fact row is damaged ({exc}); not returned"
@@ -319,6 +351,11 @@ class PostgresMemoryStore(MemoryStore):
             latest = await self._latest(conn, scope, fact_id, lock=True)
             if latest.status is FactStatus.FORGOTTEN:
                 return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
+            cursor = await conn.execute(
+                self._q("SELECT provenance FROM {s}.memory_facts WHERE tenant_key = %s AND fact_id = %s"),
+                (tenant, fact_id),
+            )
+            sessions = [str(r[0]) for (raw,) in await cursor.fetchall() for r in _refs(raw)]
             await conn.execute(
                 self._q(
                     "UPDATE {s}.memory_facts SET status = 'forgotten', text = '', text_lower = '', "
@@ -329,7 +366,8 @@ class PostgresMemoryStore(MemoryStore):
             )
             tombstone = MemoryFact(latest.fact.scope, "")
             await conn.execute(
-                self._q(_INSERT), _values(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, tombstone, now)
+                self._q(_INSERT),
+                _values(fact_id, latest.revision + 1, FactStatus.FORGOTTEN, tombstone, now, sessions),
             )
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
