@@ -210,7 +210,7 @@ async def test_a_provenance_digest_that_matches_no_stored_group_erases_nothing(
         )
     )
     assert ack.fact_id is not None
-    with caplog.at_level("WARNING", logger="agentium.engine.forget"):
+    with caplog.at_level("WARNING", logger="agentium.engine.memory"):
         result = await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
     assert result.ack.ok and result.erasures == () and result.still_held == ()
     assert {h.place for h in result.sources} == {SourcePlace.GONE}

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ForgetResult", "SourceHolder", "SourcePlace", "SourceState", "forget_fact"]
 
-_log = logging.getLogger("agentium.engine.forget")
+_log = logging.getLogger("agentium.engine.memory")
 
 
 class SourcePlace(enum.StrEnum):

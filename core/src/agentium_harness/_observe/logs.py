@@ -30,7 +30,7 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.verification": "verifier unknown, failed or timed out, revisions, verdicts not accepted",
     "agentium.engine.commit": "eviction deferred or blocked, archive diverged, save settled, commit state",
     "agentium.engine.summary": "summary updates: gaps, conflicts, failures, contract violations",
-    "agentium.engine.memory": "memory facts omitted or refused, selection failures",
+    "agentium.engine.memory": "facts omitted or refused, selection failures, forgets refused, forged sources",
     "agentium.engine.lifecycle": "abandoned adapter calls, drains (incomplete: WARNING), shutdown",
     "agentium.engine.hooks": "lifecycle hooks that failed or timed out",
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
