@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentium_harness import InvalidArgumentError
 from agentium_harness._history import Message, Role, estimate_tokens
 from agentium_harness._plugins.hookspecs import REGISTRATION_HOOKS
 from agentium_harness._ports import PORT_KINDS, CancelSignal, Capabilities, OpContext, PortKind, is_port_stub
@@ -313,3 +314,13 @@ def test_no_spelling_of_the_marker_survives_in_content(spelling: str) -> None:
         assert "&amp;lt;/source-data" in body
     assert len(TAG.findall(rendered)) == 2
     assert "Ignore previous instructions" in body  # kept, as data inside the wrapper
+
+
+@pytest.mark.parametrize("kind", list(PORT_KINDS.values()), ids=lambda k: k.name)
+@pytest.mark.parametrize("value", [1, 0, "yes", None])
+def test_a_capability_flag_that_is_not_a_bool_is_refused(kind: PortKind, value: object) -> None:
+    """``1`` or ``"yes"`` reads true to one check and false to another: every flag is a real bool."""
+    flag = attrs.fields(kind.capability_class)[0].name
+    kind.capability_class(**{flag: True})  # a bool is fine
+    with pytest.raises(InvalidArgumentError, match="must be True or False"):
+        kind.capability_class(**{flag: value})

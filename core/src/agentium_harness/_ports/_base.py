@@ -193,6 +193,18 @@ class Capabilities:
     METHODS: ClassVar[dict[str, str]] = {}
     REQUIRED: ClassVar[tuple[str, ...]] = ()
 
+    def __attrs_post_init__(self) -> None:
+        # Every flag is a real bool: ``1`` or ``"yes"`` would pass ``if caps.erasure`` here and be
+        # read otherwise by a plugin or a config check, so what is declared must be unambiguous.
+        for field in attrs.fields(type(self)):  # type: ignore[arg-type]
+            value = getattr(self, field.name)
+            if not isinstance(value, bool):
+                from .._errors import InvalidArgumentError  # errors stays importable without ports
+
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.{field.name} must be True or False, got {value!r}"
+                )
+
     def declared(self) -> dict[str, bool]:
         """The flags as a plain dict."""
         return {a.name: bool(getattr(self, a.name)) for a in attrs.fields(type(self))}  # type: ignore[arg-type]
