@@ -18,14 +18,17 @@ This module depends on :mod:`agentium_harness._errors` only, so every layer
 
 from __future__ import annotations
 
+import enum
 import math
 import unicodedata
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 
 from ._errors import InvalidArgumentError, InvalidIdError
+
+E = TypeVar("E", bound=enum.Enum)
 
 __all__ = [
     "MAX_COUNT",
@@ -37,6 +40,7 @@ __all__ = [
     "bounded_duration",
     "check_count",
     "check_duration",
+    "enum_member",
     "identifier",
     "int_tuple",
     "lone_surrogate_at",
@@ -47,6 +51,7 @@ __all__ = [
     "positive_int",
     "str_pair_tuple",
     "str_tuple",
+    "unicode_text",
     "validate_id",
 ]
 
@@ -199,6 +204,47 @@ def lone_surrogate_at(text: str) -> int | None:
     except UnicodeEncodeError as exc:
         return exc.start
     return None
+
+
+def unicode_text(value: object, name: str, hint: str = "") -> str:
+    """A plain ``str`` copy of ``value`` when it is valid Unicode text; else :class:`InvalidArgumentError`.
+
+    Valid means it encodes as UTF-8: no lone surrogate (see
+    :func:`lone_surrogate_at`), which could never be stored, hashed or sent.
+    A ``str`` subclass is read with ``str.__str__`` and the plain copy is
+    returned, so none of its own methods (an ``encode`` that hides a
+    surrogate) is trusted afterwards. The error names ``name`` and the type
+    or position only, never the text (it may be large or private); ``hint``
+    is appended to the one for a surrogate.
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a string, got {type(value).__name__}")
+    text = str.__str__(value)
+    at = lone_surrogate_at(text)
+    if at is not None:
+        raise InvalidArgumentError(
+            f"{name} is not valid Unicode text: it holds a lone surrogate (U+{ord(text[at]):04X}) at index "
+            f"{at}{hint}"
+        )
+    return text
+
+
+def enum_member(kind: type[E], value: object, name: str) -> E:
+    """``value`` as a member of ``kind``: a member, or a member's value as a ``str``; else refused.
+
+    Raises :class:`InvalidArgumentError` listing the accepted values. An
+    unchecked string (or a typo of one) compared with ``is`` against a
+    member would silently mean something else.
+    """
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    choices = ", ".join(repr(member.value) for member in kind)
+    raise InvalidArgumentError(f"{name} must be a {kind.__name__} or one of {choices}, got {value!r:.80}")
 
 
 def identifier(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -15,7 +15,7 @@ import attrs
 from ._codec import canonical_json
 from ._errors import InvalidArgumentError
 from ._tuples import tuple_of_evidence, tuple_of_verification_attempts
-from ._validators import MAX_COUNT, bounded_count, check_count, lone_surrogate_at, non_negative_int
+from ._validators import MAX_COUNT, bounded_count, check_count, non_negative_int, unicode_text
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
@@ -48,13 +48,7 @@ class Verdict(enum.StrEnum):
 
 def _plain_str(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
     # Evidence is kept in the committed record and shown to the model: it must be storable text.
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"evidence {attribute.name} must be a string, got {type(value).__name__}")
-    at = lone_surrogate_at(str.__str__(value))
-    if at is not None:
-        raise InvalidArgumentError(
-            f"evidence {attribute.name} holds a lone surrogate at index {at} (not valid Unicode)"
-        )
+    unicode_text(value, f"evidence {attribute.name}")
 
 
 @attrs.frozen(slots=True)

@@ -14,7 +14,7 @@ from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, require_identity, validate_id
-from .._validators import check_duration, lone_surrogate_at
+from .._validators import check_duration, unicode_text
 from .._verdicts import EvidenceLimits
 from .limits import RuntimeLimits
 from .recall_policy import RecallPolicy
@@ -63,22 +63,18 @@ def check_grants(grants: object) -> frozenset[str]:
 
 
 def check_text(value: object, name: str) -> str:
-    """``value`` if it is a ``str`` of valid Unicode text, else :class:`InvalidArgumentError`.
+    """A plain copy of ``value`` if it is a ``str`` of valid Unicode text, else :class:`InvalidArgumentError`.
 
     A lone surrogate (what Python makes of bytes that were not UTF-8) cannot
     be encoded, stored or hashed: finding it only when the turn is committed
     would be after the model and the tools ran, so it is refused here.
     """
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{name} must be a string, got {type(value).__name__}")
-    at = lone_surrogate_at(value)
-    if at is not None:
-        raise InvalidArgumentError(
-            f"{name} is not valid Unicode text: it holds a lone surrogate (U+{ord(value[at]):04X}) at "
-            f"index {at}, as text decoded from bytes that were not UTF-8 does; decode it strictly "
-            "(or replace the bad bytes) and try again. Nothing was run"
-        )
-    return value
+    return unicode_text(
+        value,
+        name,
+        ", as text decoded from bytes that were not UTF-8 does; decode it strictly (or replace the bad "
+        "bytes) and try again. Nothing was run",
+    )
 
 
 def check_user_input(user_input: object) -> str:

@@ -17,7 +17,7 @@ import attrs
 from .._errors import InvalidArgumentError, ToolNotGrantedError
 from .._ports.provider import ToolSpec, json_schema_object
 from .._scope import validate_id
-from .._validators import lone_surrogate_at
+from .._validators import enum_member, unicode_text
 
 __all__ = ["EffectLevel", "Tool", "ToolOutcome", "ToolRegistry", "ToolStatus"]
 
@@ -57,15 +57,7 @@ def _effect(value: EffectLevel | str) -> EffectLevel:
     The effect decides whether a call may run during a verification revision
     (R31): an unchecked string (or a typo of one) would have slipped past that refusal.
     """
-    if isinstance(value, EffectLevel):
-        return value
-    if isinstance(value, str):
-        try:
-            return EffectLevel(value)
-        except ValueError:
-            pass
-    choices = ", ".join(repr(level.value) for level in EffectLevel)
-    raise InvalidArgumentError(f"tool effect must be an EffectLevel or one of {choices}, got {value!r}")
+    return enum_member(EffectLevel, value, "tool effect")
 
 
 def _handler(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -75,13 +67,7 @@ def _handler(instance: object, attribute: attrs.Attribute[Any], value: object) -
 
 def _description(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     # The description is sent to the model with the tool: it must be text a provider can encode.
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"tool description must be a string, got {type(value).__name__}")
-    at = lone_surrogate_at(str.__str__(value))
-    if at is not None:
-        raise InvalidArgumentError(
-            f"tool description holds a lone surrogate at index {at} (not valid Unicode)"
-        )
+    unicode_text(value, "tool description")
 
 
 @attrs.frozen(slots=True)

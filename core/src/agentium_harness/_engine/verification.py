@@ -30,7 +30,7 @@ from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
 from .._text import cut_text
-from .._validators import bounded_count, lone_surrogate_at
+from .._validators import bounded_count, unicode_text
 from .._verdicts import (
     MAX_REASON_BYTES,
     EvidenceEntry,
@@ -379,10 +379,10 @@ def _plain_text(value: object) -> str | None:
     A ``str`` subclass is copied with ``str.__str__`` so none of its own
     methods (an ``encode`` that hides a surrogate, say) is trusted later.
     """
-    if not isinstance(value, str):
+    try:
+        return unicode_text(value, "verifier text")
+    except InvalidArgumentError:
         return None
-    text = str.__str__(value)
-    return text if lone_surrogate_at(text) is None else None
 
 
 def _checked_text(result: VerificationResult) -> tuple[str, tuple[EvidenceEntry, ...]] | str:

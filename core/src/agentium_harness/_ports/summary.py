@@ -12,7 +12,7 @@ import attrs
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._tuples import tuple_of_citations, tuple_of_gaps
-from .._validators import MAX_COUNT, bounded_count, bounded_duration, lone_surrogate_at
+from .._validators import MAX_COUNT, bounded_count, bounded_duration, unicode_text
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -48,10 +48,7 @@ def check_text(value: object, name: str) -> str:
     """
     if type(value) is not str:
         raise InvalidArgumentError(f"{name} must be a str, got {type(value).__name__}")
-    at = lone_surrogate_at(value)
-    if at is not None:
-        raise InvalidArgumentError(f"{name} holds a lone surrogate at index {at}; it cannot be stored")
-    return value
+    return unicode_text(value, name, "; it cannot be stored")
 
 
 def check_seq(value: object, name: str) -> int:

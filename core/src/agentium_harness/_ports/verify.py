@@ -10,7 +10,7 @@ import attrs
 
 from .._errors import InvalidArgumentError
 from .._scope import Scope
-from .._validators import MAX_COUNT, bounded_count, lone_surrogate_at
+from .._validators import MAX_COUNT, bounded_count, enum_member, unicode_text
 from .._verdicts import (
     MAX_EVIDENCE_BYTES,
     MAX_EVIDENCE_ENTRIES,
@@ -49,11 +49,7 @@ def _sequence(value: object, what: str) -> tuple[object, ...]:
 
 def _check_text(value: object, what: str) -> None:
     # Candidate and result text is stored and sent to the model: it must be encodable.
-    if not isinstance(value, str):
-        raise InvalidArgumentError(f"{what} must be a string, got {type(value).__name__}")
-    at = lone_surrogate_at(str.__str__(value))
-    if at is not None:
-        raise InvalidArgumentError(f"{what} holds a lone surrogate at index {at} (not valid Unicode)")
+    unicode_text(value, what)
 
 
 def _text(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
@@ -93,15 +89,7 @@ def _pairs(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
 
 def _verdict(value: Verdict | str) -> Verdict:
     """A :class:`Verdict`, or its value as a string (``"pass"``); anything else is refused."""
-    if isinstance(value, Verdict):
-        return value
-    if isinstance(value, str):
-        try:
-            return Verdict(value)
-        except ValueError:
-            pass
-    choices = ", ".join(repr(v.value) for v in Verdict)
-    raise InvalidArgumentError(f"verdict must be a Verdict or one of {choices}, got {value!r:.80}")
+    return enum_member(Verdict, value, "verdict")
 
 
 def _instance_of(kind: type) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
