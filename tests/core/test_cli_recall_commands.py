@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
+from agentium_harness import VerifiedIdentity
 from agentium_harness._cli import main
+from agentium_harness._config.runtime import load_runtime
 
 CONFIG = """
 [provider]
@@ -80,6 +83,30 @@ def test_rebuild_reindexes_archived_groups(config: Path, capsys: pytest.CaptureF
     assert main(["recall", "search", str(config), *ANA, "zebra0"]) == 0
     out, _ = capsys.readouterr()
     assert "group/acme/ana/s1/0" in out
+
+
+def test_search_leaves_out_what_the_session_view_cleared_as_a_run_does(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for i in range(4):
+        assert main(["run", str(config), *ANA, f"note {i}: the zebra{i} code"]) == 0
+    capsys.readouterr()
+    assert main(["recall", "search", str(config), *ANA, "--json", "zebra0"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert "group/acme/ana/s1/0" in [s["source_id"] for s in before["sources"]]
+
+    async def reset() -> None:
+        async with load_runtime(str(config)) as runtime:
+            await runtime.reset_view(VerifiedIdentity("acme", "ana", "sso"), "s1", reason="clear")
+
+    anyio.run(reset)
+    # Before the fix the search ignored the view and still showed the cleared group.
+    assert main(["recall", "search", str(config), *ANA, "--json", "zebra0"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["sources"] == [] and found["status"] == "no_accessible_evidence"
+    assert main(["run", str(config), *ANA, "zebra0"]) == 0
+    _, err = capsys.readouterr()
+    assert "0 source(s) included" in err
 
 
 def test_search_and_rebuild_print_json_with_the_flag(

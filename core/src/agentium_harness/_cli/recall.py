@@ -18,7 +18,9 @@ import anyio
 from .._config import load_config
 from .._config.runtime import build_runtime, load_runtime
 from .._engine.embedding import embedding_text, index_sources
+from .._engine.history_view import recall_hidden
 from .._engine.lifecycle import Ticket
+from .._engine.load import load_session
 from .._engine.recall import Evidence, gather_evidence
 from .._engine.recall_policy import QueryInput
 from .._engine.runtime import HarnessRuntime
@@ -137,9 +139,19 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
     async def go() -> Evidence:
         async with runtime:
             store = _store(runtime)
-            ticket = Ticket(scope.session_key, "recall search", runtime.limits.op_timeout_s)
+            key = scope.session_key
+            ticket = Ticket(key, "recall search", runtime.limits.op_timeout_s)
+            # The session's view hides what it cleared or retracted: a run leaves those groups
+            # out, so the search that shows what a run would include must too.
+            _, snap = await load_session(ticket, runtime.session_store, key, None, attest_legacy=False)
             return await gather_evidence(
-                ticket, store, scope, runtime.recall_limits, runtime.recall_policy, QueryInput(query)
+                ticket,
+                store,
+                scope,
+                runtime.recall_limits,
+                runtime.recall_policy,
+                QueryInput(query),
+                hidden=recall_hidden(key, snap.view),
             )
 
     evidence = anyio.run(go)
