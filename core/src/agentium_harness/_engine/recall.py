@@ -14,14 +14,11 @@ rank order, under the evidence token budget with their wrappers counted.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
 
 import anyio
 import attrs
 
-from .._ports._base import OpContext
 from .._ports.embedder import Vector
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import (
@@ -38,30 +35,17 @@ from .bounded import Overrun, bounded
 from .embedding import Hybrid, embed_query
 from .lifecycle import Ticket
 from .recall_checks import Failed as _Failed
-from .recall_checks import checked_candidates, checked_excerpts, same_candidates
+from .recall_checks import checked_excerpts, same_candidates
+from .recall_discovery import discover_visible
 from .recall_items import validation_fault
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
+from .recall_round import RecallUsage, Round, adapter_call
 from .sources import assemble_sources
 
 __all__ = ["Evidence", "RecallUsage", "gather_evidence", "revalidate", "truncate_utf8"]
 
-T = TypeVar("T")
-
 #: How long closing a recall session may take; it runs shielded after a cancellation.
 CLOSE_TIMEOUT_S = 0.1
-
-
-@attrs.frozen(slots=True)
-class RecallUsage:
-    """What a run used of each recall budget (R17)."""
-
-    queries: int = 0
-    candidates: int = 0
-    discovery_bytes: int = 0
-    source_bytes: int = 0
-    evidence_tokens: int = 0
-    validations: int = 0
-    latency_s: float = 0.0
 
 
 @attrs.frozen(slots=True)
@@ -87,6 +71,8 @@ class Evidence:
     usage: RecallUsage = attrs.field(factory=RecallUsage)
     #: Why the query could not be embedded (hybrid recall fell back to words), or empty.
     embedding_failure: str = ""
+    #: Why discovery stopped while candidates the view hides may have crowded visible ones out, or empty.
+    crowded: str = ""
 
     @property
     def allocation_omitted(self) -> bool:
@@ -102,84 +88,6 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
     return data[:max_bytes].decode("utf-8", "ignore")
 
 
-class _Round:
-    """The mutable state of one recall round: counters, findings and the latency deadline.
-
-    A run's budgets are shared by all its rounds (the first one, the one after
-    a clarification, the commit fence): a round starts from what the earlier
-    ones ``spent``, so its counters and its latency deadline are what is left
-    of the run's. Only the evidence token count is per round: it bounds the
-    blocks of the one request the round builds.
-    """
-
-    def __init__(
-        self, limits: RecallLimits, spent: RecallUsage, hidden: Callable[[str], bool] | None = None
-    ) -> None:
-        self.limits = limits
-        #: Source ids the session's view hides (retracted or cleared groups): left out, not read.
-        self.hidden = hidden
-        self.started = time.monotonic()
-        self.spent_latency = spent.latency_s
-        self.deadline = self.started + max(0.0, limits.max_latency_s - spent.latency_s)
-        self.queries = spent.queries
-        self.candidates = spent.candidates
-        self.discovery_bytes = spent.discovery_bytes
-        self.source_bytes = spent.source_bytes
-        self.tokens = 0
-        self.validations = spent.validations
-        self.violations: list[str] = []
-        self.problems: list[str] = []
-        self.notes: list[str] = []
-        self.embedding_failure = ""
-
-    def left(self, ticket: Ticket) -> float:
-        """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
-        return max(0.0, min(self.deadline - time.monotonic(), ticket.op_timeout_s))
-
-    def violation(self, what: str) -> None:
-        self.violations.append(what)
-        self.problems.append(f"contract violation: {what}")
-
-    def usage(self) -> RecallUsage:
-        return RecallUsage(
-            queries=self.queries,
-            candidates=self.candidates,
-            discovery_bytes=self.discovery_bytes,
-            source_bytes=self.source_bytes,
-            evidence_tokens=self.tokens,
-            validations=self.validations,
-            latency_s=round(self.spent_latency + time.monotonic() - self.started, 6),
-        )
-
-
-async def _call(
-    ticket: Ticket,
-    state: _Round,
-    operation: str,
-    work: Callable[[OpContext], Awaitable[T]],
-    *,
-    remaining_bytes: int | None = None,
-    remaining_tokens: int | None = None,
-    on_late: Callable[[T], Awaitable[None]] | None = None,
-) -> T:
-    left = state.left(ticket)
-    if left <= 0:
-        raise _Failed(
-            f"{operation} not started: the recall latency budget of {state.limits.max_latency_s}s is spent"
-        )
-    try:
-        return await ticket.call(
-            operation,
-            work,
-            timeout_s=left,
-            remaining_bytes=remaining_bytes,
-            remaining_tokens=remaining_tokens,
-            on_late=on_late,
-        )
-    except Exception as exc:
-        raise _Failed(f"{operation} failed: {type(exc).__name__}: {exc}") from exc
-
-
 async def _close_late(session: object) -> None:
     """Close a session whose ``open`` returned after the run gave up on it."""
     closer = getattr(session, "close", None)
@@ -187,7 +95,7 @@ async def _close_late(session: object) -> None:
         await closer()
 
 
-async def _close(session: object, state: _Round) -> None:
+async def _close(session: object, state: Round) -> None:
     """Close the recall session on every path, shielded from the run's cancellation and bounded."""
     closer = getattr(session, "close", None)
     if closer is None:
@@ -224,7 +132,7 @@ async def gather_evidence(
     ``discover_hybrid`` (lexical and vector candidates fused); if embedding
     fails, discovery is lexical and the round is ``partial``, saying why.
     """
-    state = _Round(limits, spent if spent is not None else RecallUsage(), hidden)
+    state = Round(limits, spent if spent is not None else RecallUsage(), hidden)
     try:
         query = policy.query(turn)
     except Exception as exc:
@@ -246,7 +154,7 @@ async def gather_evidence(
     session: RecallSession | None = None
     try:
         try:
-            opened = await _call(
+            opened = await adapter_call(
                 ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx), on_late=_close_late
             )
             if not callable(getattr(opened, "discover", None)):
@@ -260,7 +168,7 @@ async def gather_evidence(
         return _failed(state, query, str(exc))
 
 
-def _failed(state: _Round, query: str, why: str) -> Evidence:
+def _failed(state: Round, query: str, why: str) -> Evidence:
     state.problems.append(why)
     return Evidence(
         RecallStatus.FAILED,
@@ -270,10 +178,11 @@ def _failed(state: _Round, query: str, why: str) -> Evidence:
         notes=tuple(state.notes),
         usage=state.usage(),
         embedding_failure=state.embedding_failure,
+        crowded=state.crowded,
     )
 
 
-async def _query_vector(ticket: Ticket, state: _Round, hybrid: Hybrid, query: str) -> Vector | None:
+async def _query_vector(ticket: Ticket, state: Round, hybrid: Hybrid, query: str) -> Vector | None:
     """The query's vector, or ``None`` (and a problem recorded) when embedding failed.
 
     The embedding gets at most half of what is left of the recall latency
@@ -294,7 +203,7 @@ async def _query_vector(ticket: Ticket, state: _Round, hybrid: Hybrid, query: st
 
 async def _gather_open(
     ticket: Ticket,
-    state: _Round,
+    state: Round,
     session: RecallSession,
     scope: Scope,
     policy: RecallPolicy,
@@ -310,23 +219,7 @@ async def _gather_open(
             f"max_discovery_bytes={limits.max_discovery_bytes}) is spent"
         )
     vector = await _query_vector(ticket, state, hybrid, query) if hybrid is not None else None
-    if vector is not None:
-        raw = await _call(
-            ticket,
-            state,
-            "recall discover_hybrid",
-            lambda ctx: session.discover_hybrid(query, vector, wanted, ctx),
-            remaining_bytes=discovery_left,
-        )
-    else:
-        raw = await _call(
-            ticket,
-            state,
-            "recall discover",
-            lambda ctx: session.discover(query, wanted, ctx),
-            remaining_bytes=discovery_left,
-        )
-    candidates = checked_candidates(raw, state, scope)
+    candidates = await discover_visible(ticket, state, session, scope, query, vector, wanted)
     try:
         ranked_raw = policy.rank(list(candidates))
         ranked = same_candidates(ranked_raw, candidates, state)
@@ -349,7 +242,7 @@ async def _gather_open(
     excerpts: list[Excerpt] = []
     if to_read:
         refs = [c.ref for c in to_read]
-        raw_excerpts = await _call(
+        raw_excerpts = await adapter_call(
             ticket,
             state,
             "recall read",
@@ -393,6 +286,7 @@ async def _gather_open(
         notes=tuple(state.notes),
         usage=state.usage(),
         embedding_failure=state.embedding_failure,
+        crowded=state.crowded,
     )
 
 
@@ -413,7 +307,7 @@ def _block(excerpt: Excerpt, rank: int) -> SourceBlock:
 
 
 async def validate_refs(
-    ticket: Ticket, state: _Round, session: RecallSession, refs: list[SourceRef]
+    ticket: Ticket, state: Round, session: RecallSession, refs: list[SourceRef]
 ) -> list[Validation]:
     """Current-view validation of ``refs`` (R24): one answer per ref, or the ref counts as unknown."""
     if state.validations + len(refs) > state.limits.max_validations:
@@ -421,7 +315,7 @@ async def validate_refs(
             f"validating {len(refs)} sources would exceed max_validations={state.limits.max_validations}"
         )
     state.validations += len(refs)
-    raw = await _call(
+    raw = await adapter_call(
         ticket, state, "recall validate_current", lambda ctx: session.validate_current(refs, ctx)
     )
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
@@ -476,11 +370,11 @@ async def revalidate(
     timed out, or a budget was spent), which counts as ``failed``; ``usage``
     is the run's, this fence included.
     """
-    state = _Round(limits, spent)
+    state = Round(limits, spent)
     session: RecallSession | None = None
     try:
         try:
-            opened = await _call(
+            opened = await adapter_call(
                 ticket, state, "recall open", lambda ctx: store.open(scope, limits, ctx), on_late=_close_late
             )
             if not callable(getattr(opened, "validate_current", None)):
@@ -495,6 +389,6 @@ async def revalidate(
     return checked, [*state.violations, *state.notes], None, _fence_usage(state, spent)
 
 
-def _fence_usage(state: _Round, spent: RecallUsage) -> RecallUsage:
+def _fence_usage(state: Round, spent: RecallUsage) -> RecallUsage:
     """The run's usage after the commit fence: its validations and latency added; the evidence as sent."""
     return attrs.evolve(state.usage(), evidence_tokens=spent.evidence_tokens)

@@ -25,7 +25,7 @@ class Failed(Exception):
 
 
 class RoundState(Protocol):
-    """The counters of one recall round the checks read and advance (see ``recall._Round``)."""
+    """The counters of one recall round the checks read and advance (see ``recall_round.Round``)."""
 
     limits: RecallLimits
     candidates: int
@@ -42,14 +42,27 @@ class RoundState(Protocol):
         """Record a contract violation (it also makes the round partial)."""
 
 
-def checked_candidates(raw: object, state: RoundState, scope: Scope) -> list[Candidate]:
-    """The candidates that pass every check, in order; the rest dropped as violations."""
+def checked_candidates(
+    raw: object, state: RoundState, scope: Scope, *, earlier: set[str] | None = None
+) -> tuple[list[Candidate], int]:
+    """``(the candidates that pass every check, in order; how many the view hid)``.
+
+    What fails a check is dropped as a violation.
+
+    ``earlier`` holds the source ids a previous discovery call of the same
+    round already handled (kept, hidden or dropped): a call that asked for
+    more because the view hid candidates gets them again first, so they are
+    skipped without being counted or reported twice. The ids this call
+    handles are added to it.
+    """
     limits = state.limits
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
         raise Failed(f"recall discover returned {type(raw).__name__}, not a sequence of candidates")
     left = limits.max_candidates - state.candidates
+    prior = frozenset(earlier) if earlier is not None else frozenset()
     kept: list[Candidate] = []
     seen: set[str] = set()
+    hidden = 0
     for item in raw:
         fault = candidate_fault(item)
         if fault is not None:
@@ -57,6 +70,10 @@ def checked_candidates(raw: object, state: RoundState, scope: Scope) -> list[Can
             continue
         assert isinstance(item, Candidate)
         sid = item.ref.source_id
+        if sid in prior:
+            continue
+        if earlier is not None:
+            earlier.add(sid)
         encoded = source_owner(sid)
         if encoded is None:
             state.violation(
@@ -75,7 +92,10 @@ def checked_candidates(raw: object, state: RoundState, scope: Scope) -> list[Can
             state.violation(f"discover returned {sid!r} from outside the run's scope; dropped")
             continue
         if state.hidden is not None and state.hidden(sid):
-            state.notes.append(f"source {sid} left out: retracted or cleared from the session's view")
+            hidden += 1
+            continue
+        if len(kept) >= left and prior:
+            # A later call asks for more than are left, to get past hidden ones: enough were found.
             continue
         if len(kept) >= left:
             state.violation(
@@ -96,7 +116,9 @@ def checked_candidates(raw: object, state: RoundState, scope: Scope) -> list[Can
         seen.add(sid)
         kept.append(item)
     state.candidates += len(kept)
-    return kept
+    if hidden:
+        state.notes.append(f"{hidden} source(s) left out: retracted or cleared from the session's view")
+    return kept, hidden
 
 
 def same_candidates(ranked: object, candidates: list[Candidate], state: RoundState) -> list[Candidate]:

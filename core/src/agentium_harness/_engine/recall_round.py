@@ -1,0 +1,116 @@
+"""The state every recall round shares, and how it calls an adapter (R17).
+
+Split from :mod:`.recall`: :class:`RecallUsage` (what a run used of each
+budget), :class:`Round` (one round's running counters and findings) and
+:func:`adapter_call` (one adapter call under what is left of the latency
+budget, any failure turned into :class:`.recall_checks.Failed`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import attrs
+
+from .._ports._base import OpContext
+from .._ports.recall import RecallLimits
+from .lifecycle import Ticket
+from .recall_checks import Failed
+
+__all__ = ["RecallUsage", "Round", "adapter_call"]
+
+T = TypeVar("T")
+
+
+@attrs.frozen(slots=True)
+class RecallUsage:
+    """What a run used of each recall budget (R17)."""
+
+    queries: int = 0
+    candidates: int = 0
+    discovery_bytes: int = 0
+    source_bytes: int = 0
+    evidence_tokens: int = 0
+    validations: int = 0
+    latency_s: float = 0.0
+
+
+class Round:
+    """The mutable state of one recall round: counters, findings and the latency deadline.
+
+    A run's budgets are shared by all its rounds (the first one, the one after
+    a clarification, the commit fence): a round starts from what the earlier
+    ones ``spent``, so its counters and its latency deadline are what is left
+    of the run's. Only the evidence token count is per round: it bounds the
+    blocks of the one request the round builds.
+    """
+
+    def __init__(
+        self, limits: RecallLimits, spent: RecallUsage, hidden: Callable[[str], bool] | None = None
+    ) -> None:
+        self.limits = limits
+        #: Source ids the session's view hides (retracted or cleared groups): left out, not read.
+        self.hidden = hidden
+        self.started = time.monotonic()
+        self.spent_latency = spent.latency_s
+        self.deadline = self.started + max(0.0, limits.max_latency_s - spent.latency_s)
+        self.queries = spent.queries
+        self.candidates = spent.candidates
+        self.discovery_bytes = spent.discovery_bytes
+        self.source_bytes = spent.source_bytes
+        self.tokens = 0
+        self.validations = spent.validations
+        self.violations: list[str] = []
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+        self.embedding_failure = ""
+        self.crowded = ""
+
+    def left(self, ticket: Ticket) -> float:
+        """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
+        return max(0.0, min(self.deadline - time.monotonic(), ticket.op_timeout_s))
+
+    def violation(self, what: str) -> None:
+        self.violations.append(what)
+        self.problems.append(f"contract violation: {what}")
+
+    def usage(self) -> RecallUsage:
+        return RecallUsage(
+            queries=self.queries,
+            candidates=self.candidates,
+            discovery_bytes=self.discovery_bytes,
+            source_bytes=self.source_bytes,
+            evidence_tokens=self.tokens,
+            validations=self.validations,
+            latency_s=round(self.spent_latency + time.monotonic() - self.started, 6),
+        )
+
+
+async def adapter_call(
+    ticket: Ticket,
+    state: Round,
+    operation: str,
+    work: Callable[[OpContext], Awaitable[T]],
+    *,
+    remaining_bytes: int | None = None,
+    remaining_tokens: int | None = None,
+    on_late: Callable[[T], Awaitable[None]] | None = None,
+) -> T:
+    left = state.left(ticket)
+    if left <= 0:
+        raise Failed(
+            f"{operation} not started: the recall latency budget of {state.limits.max_latency_s}s is spent"
+        )
+    try:
+        return await ticket.call(
+            operation,
+            work,
+            timeout_s=left,
+            remaining_bytes=remaining_bytes,
+            remaining_tokens=remaining_tokens,
+            on_late=on_late,
+        )
+    except Exception as exc:
+        raise Failed(f"{operation} failed: {type(exc).__name__}: {exc}") from exc
