@@ -35,7 +35,7 @@ from .bounded import Overrun, bounded
 from .embedding import Hybrid, embed_query
 from .lifecycle import Ticket
 from .recall_checks import Failed as _Failed
-from .recall_checks import checked_excerpts, same_candidates
+from .recall_checks import capped, checked_excerpts, same_candidates
 from .recall_discovery import discover_visible
 from .recall_items import validation_fault
 from .recall_policy import QueryInput, RecallPolicy, RecallStatus
@@ -54,8 +54,8 @@ class Evidence:
 
     ``blocks`` are the included source blocks in rank order, ``refs`` the refs
     behind them (same order); ``omitted`` the source ids left out by
-    allocation; ``violations`` every contract violation found (each dropped
-    item); ``invalidated`` the validations that removed a source;
+    allocation; ``violations`` the contract violations found (each dropped
+    item; past a bound, counted in one); ``invalidated`` the validations that removed a source;
     ``problems`` every reason the status is not ``complete``.
     """
 
@@ -170,6 +170,7 @@ async def gather_evidence(
 
 def _failed(state: Round, query: str, why: str) -> Evidence:
     state.problems.append(why)
+    state.finish()
     return Evidence(
         RecallStatus.FAILED,
         query,
@@ -268,6 +269,7 @@ async def _gather_open(
         included = [e for e in included if e.ref.source_id not in gone]
         kept_blocks = [b for b in kept_blocks if b.source_id not in gone]
     state.tokens = sum(b.estimated_tokens for b in kept_blocks)
+    state.finish()
     if state.problems:
         status = RecallStatus.PARTIAL
     elif not included:
@@ -321,7 +323,7 @@ async def validate_refs(
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
         raise _Failed(f"recall validate_current returned {type(raw).__name__}, not a sequence")
     answers: dict[SourceRef, Validation] = {}
-    for item in raw:
+    for item in capped(raw, len(refs), "validate_current", "answers", state):
         fault = validation_fault(item)
         if fault is not None:
             state.violation(f"validate_current returned {fault}; ignored")
@@ -385,7 +387,9 @@ async def revalidate(
             if session is not None:
                 await _close(session, state)
     except _Failed as exc:
+        state.finish()
         return [], [*state.violations, *state.notes], str(exc), _fence_usage(state, spent)
+    state.finish()
     return checked, [*state.violations, *state.notes], None, _fence_usage(state, spent)
 
 

@@ -17,7 +17,7 @@ from .._scope import Scope
 from .._validators import lone_surrogate_at
 from .recall_items import candidate_fault, excerpt_fault, visible
 
-__all__ = ["Failed", "RoundState", "checked_candidates", "checked_excerpts", "same_candidates"]
+__all__ = ["Failed", "RoundState", "capped", "checked_candidates", "checked_excerpts", "same_candidates"]
 
 
 class Failed(Exception):
@@ -42,8 +42,25 @@ class RoundState(Protocol):
         """Record a contract violation (it also makes the round partial)."""
 
 
+def capped(
+    raw: Sequence[object], asked: int, operation: str, what: str, state: RoundState
+) -> Sequence[object]:
+    """The first ``asked`` items of an adapter's answer; more is one contract violation, the rest unseen.
+
+    Every item the engine looks at costs checks, findings and log lines, so
+    what a store returns past what it was asked for is never looked at.
+    """
+    if len(raw) <= asked:
+        return raw
+    state.violation(
+        f"{operation} returned {len(raw)} {what}, {len(raw) - asked} more than the {asked} asked; "
+        "the extra were ignored"
+    )
+    return raw[:asked]
+
+
 def checked_candidates(
-    raw: object, state: RoundState, scope: Scope, *, earlier: set[str] | None = None
+    raw: object, state: RoundState, scope: Scope, asked: int, *, earlier: set[str] | None = None
 ) -> tuple[list[Candidate], int]:
     """``(the candidates that pass every check, in order; how many the view hid)``.
 
@@ -63,7 +80,7 @@ def checked_candidates(
     kept: list[Candidate] = []
     seen: set[str] = set()
     hidden = 0
-    for item in raw:
+    for item in capped(raw, asked, "discover", "candidates", state):
         fault = candidate_fault(item)
         if fault is not None:
             state.violation(f"discover returned {fault}; dropped")
@@ -94,14 +111,8 @@ def checked_candidates(
         if state.hidden is not None and state.hidden(sid):
             hidden += 1
             continue
-        if len(kept) >= left and prior:
-            # A later call asks for more than are left, to get past hidden ones: enough were found.
-            continue
         if len(kept) >= left:
-            state.violation(
-                f"discover returned more than the {left} candidates left of "
-                f"max_candidates={limits.max_candidates}; {sid!r} dropped"
-            )
+            # Only a later call asks for more than are left (to get past hidden ones): enough were found.
             continue
         if sid in seen:
             state.violation(f"discover returned {sid!r} twice; the repeat was dropped")
@@ -144,7 +155,7 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
         raise Failed(f"recall read returned {type(raw).__name__}, not a sequence of excerpts")
     wanted = {c.ref: c for c in asked}
     got: dict[SourceRef, Excerpt] = {}
-    for item in raw:
+    for item in capped(raw, len(asked), "read", "excerpts", state):
         fault = excerpt_fault(item)
         if fault is not None:
             state.violation(f"read returned {fault}; dropped")

@@ -63,7 +63,7 @@ async def discover_visible(
                 raise
             _crowded(state, hidden, len(kept), wanted, f"asking for more failed ({exc})")
             break
-        got, hid = checked_candidates(raw, state, scope, earlier=handled)
+        got, hid = checked_candidates(raw, state, scope, ask, earlier=handled)
         kept += got
         hidden += hid
         exhausted = isinstance(raw, Sequence) and len(raw) < ask  # the store has no more matches

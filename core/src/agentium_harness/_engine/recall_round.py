@@ -19,9 +19,30 @@ from .._ports.recall import RecallLimits
 from .lifecycle import Ticket
 from .recall_checks import Failed
 
-__all__ = ["RecallUsage", "Round", "adapter_call"]
+__all__ = [
+    "MAX_FINDING_CHARS",
+    "MAX_LISTED_PROBLEMS",
+    "MAX_LISTED_VIOLATIONS",
+    "RecallUsage",
+    "Round",
+    "adapter_call",
+]
 
 T = TypeVar("T")
+
+# A store that answers with thousands of bad items must not make a run carry (or log) thousands
+# of findings: each one becomes a diagnostic, a WARNING record and a line of the uncertainty the
+# run commits. A round lists this many and counts the rest in one line.
+#: Contract violations listed per round; the rest are counted in one more.
+MAX_LISTED_VIOLATIONS = 16
+#: Problems (reasons the status is not ``complete``) listed per round; the rest are counted in one more.
+MAX_LISTED_PROBLEMS = 32
+#: A finding (it may quote what an adapter returned) is cut to this many characters.
+MAX_FINDING_CHARS = 400
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= MAX_FINDING_CHARS else text[: MAX_FINDING_CHARS - 1] + "…"
 
 
 @attrs.frozen(slots=True)
@@ -67,14 +88,34 @@ class Round:
         self.notes: list[str] = []
         self.embedding_failure = ""
         self.crowded = ""
+        #: Contract violations found past :data:`MAX_LISTED_VIOLATIONS` (counted by :meth:`finish`).
+        self.unlisted = 0
 
     def left(self, ticket: Ticket) -> float:
         """Seconds left for the next adapter call: the recall latency budget, within the operation's."""
         return max(0.0, min(self.deadline - time.monotonic(), ticket.op_timeout_s))
 
     def violation(self, what: str) -> None:
+        """Record a contract violation (it makes the round partial); past the cap it is only counted."""
+        if len(self.violations) >= MAX_LISTED_VIOLATIONS:
+            self.unlisted += 1
+            return
+        what = _short(what)
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
+
+    def finish(self) -> None:
+        """Close the findings before they leave the round: what was past each cap counted in one line."""
+        if self.unlisted:
+            what = f"and {self.unlisted} more contract violation(s) in this round, not listed"
+            self.violations.append(what)
+            self.problems.append(f"contract violation: {what}")
+            self.unlisted = 0
+        if len(self.problems) > MAX_LISTED_PROBLEMS:
+            rest = len(self.problems) - MAX_LISTED_PROBLEMS + 1
+            del self.problems[MAX_LISTED_PROBLEMS - 1 :]
+            self.problems.append(f"and {rest} more problem(s) in this round, not listed")
+        self.problems[:] = [_short(p) for p in self.problems]
 
     def usage(self) -> RecallUsage:
         return RecallUsage(

@@ -71,8 +71,9 @@ class RecallOutcome:
     ``included`` are the sources in the request (rank order), ``omitted`` the
     source ids left out by allocation, ``invalidated`` the sources a fence
     removed or found changed, ``violations`` the adapter's contract
-    violations (each dropped item), ``uncertainty`` what the run carries on
-    (also in the retained record), ``clarification`` the (question, answer)
+    violations (each dropped item; past 16 a round counts the rest in one),
+    ``uncertainty`` what the run carries on (also in the retained record;
+    at most 40 lines and 16 KiB), ``clarification`` the (question, answer)
     pair when one was asked, ``fence`` where the last decision was taken.
     """
 
@@ -115,8 +116,33 @@ def _decide(policy: RecallPolicy, seen: PolicyInput) -> PolicyDecision:
     return decision
 
 
+#: Lines of uncertainty a run carries (``RunResult.recall.uncertainty``, the committed record).
+MAX_UNCERTAINTY_LINES = 40
+#: UTF-8 bytes of uncertainty a run carries, all lines together.
+MAX_UNCERTAINTY_BYTES = 16 * 1024
+
+
+def bounded_uncertainty(lines: tuple[str, ...]) -> tuple[str, ...]:
+    """``lines`` within :data:`MAX_UNCERTAINTY_LINES` and :data:`MAX_UNCERTAINTY_BYTES`; the rest counted.
+
+    The uncertainty is committed with the turn and shown to the model: a store
+    that floods a round with findings must not make either grow without limit.
+    """
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        cost = len(line.encode("utf-8", "surrogatepass")) + 1
+        if len(kept) >= MAX_UNCERTAINTY_LINES - 1 or size + cost > MAX_UNCERTAINTY_BYTES - 64:
+            break
+        kept.append(line)
+        size += cost
+    if len(kept) < len(lines):
+        kept.append(f"recall: and {len(lines) - len(kept)} more uncertainty line(s), not listed")
+    return tuple(kept)
+
+
 def _uncertainty(evidence: Evidence) -> tuple[str, ...]:
-    return tuple(f"recall {evidence.status.value}: {p}" for p in evidence.problems) or (
+    return bounded_uncertainty(tuple(f"recall {evidence.status.value}: {p}" for p in evidence.problems)) or (
         (f"recall {evidence.status.value}",) if evidence.status is not RecallStatus.COMPLETE else ()
     )
 
@@ -137,7 +163,8 @@ def _status_block(uncertainty: tuple[str, ...], budget: int) -> SourceBlock:
     head does not fit the budget, the head is shown anyway: a run that
     continues with uncertainty always tells the model so.
     """
-    lines = [f"- {u}" for u in uncertainty]
+    # Bounded input (``bounded_uncertainty``), and at most that many renderings tried here.
+    lines = [f"- {u}" for u in bounded_uncertainty(uncertainty)]
     for shown in range(len(lines), -1, -1):
         rest = len(lines) - shown
         tail = [f"- and {rest} more not shown"] if rest else []
@@ -339,8 +366,10 @@ async def _dispatch_fence(
                 included=refs,
                 omitted=outcome.omitted + tuple(dropped),
                 source_view_revision=source_view_revision(refs),
-                uncertainty=uncertainty
-                + tuple(f"source {d} left out to make room for the recall status" for d in dropped),
+                uncertainty=bounded_uncertainty(
+                    uncertainty
+                    + tuple(f"source {d} left out to make room for the recall status" for d in dropped)
+                ),
             )
         diagnostics.append(Diagnostic("recall_uncertain", "; ".join(outcome.uncertainty), Severity.WARNING))
     return RecallStep(outcome, tuple(blocks), None, tuple(diagnostics))
@@ -454,7 +483,9 @@ async def recall_before_commit(
         fence=RecallFence.COMMIT,
         reason=decision.reason,
         invalidated=outcome.invalidated + tuple(changed),
-        uncertainty=outcome.uncertainty + tuple(f"recall {status.value}: {p}" for p in problems),
+        uncertainty=bounded_uncertainty(
+            outcome.uncertainty + tuple(f"recall {status.value}: {p}" for p in problems)
+        ),
         usage=usage,
     )
     if stop:
