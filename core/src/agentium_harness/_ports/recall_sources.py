@@ -15,7 +15,7 @@ import attrs
 
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
-from .._scope import ABSENT_SEGMENT, Scope, SessionKey, decode_segment, encode_segment
+from .._scope import ABSENT_SEGMENT, ERASURE_RECORDS_TENANT, Scope, SessionKey, decode_segment, encode_segment
 from .._validators import validate_id
 
 __all__ = ["SourceOwner", "document_source_id", "group_source_id", "indexed_group_text", "source_owner"]
@@ -28,6 +28,9 @@ def _owner_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
 
 def _tenant_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     validate_id(value, attribute.name)
+    if value == ERASURE_RECORDS_TENANT:
+        # As VerifiedIdentity refuses it: no run can name it, so nothing may be indexed under it.
+        raise InvalidArgumentError("the tenant id of the erasure records is reserved; no source may name it")
 
 
 @attrs.frozen(slots=True)

@@ -30,6 +30,7 @@ from .._ports.recall import (
     ValidationStatus,
     source_owner,
 )
+from .._ports.recall_args import checked_count, checked_ctx, checked_refs
 from .._scope import Scope
 from ._excerpts import content_terms, make_excerpt
 from ._sqlite_recall_sql import ranked_sources
@@ -93,7 +94,7 @@ class SQLiteRecallSession(RecallSession):
         return self._closed
 
     def _begin(self, ctx: OpContext, operation: str) -> None:
-        ctx.raise_if_expired(operation)
+        checked_ctx(ctx, operation).raise_if_expired(operation)
         if self._closed:
             raise SQLiteRecallError(f"sqlite recall store: {operation} refused: the recall session is closed")
         # A closed store refuses even a call that would not reach it (a query of stop words).
@@ -112,7 +113,7 @@ class SQLiteRecallSession(RecallSession):
         config = self._store.config
         terms = content_terms(query, STOPWORD_LISTS[config.stopwords])
         self._terms = terms
-        limit = max(0, max_candidates)
+        limit = max(0, checked_count(max_candidates, "max_candidates", "recall discover"))
         if not terms or limit == 0:
             return []
         cap, floor = config.max_ranked_matches, config.min_relevance
@@ -147,7 +148,7 @@ class SQLiteRecallSession(RecallSession):
         config = self._store.config
         terms = content_terms(query, STOPWORD_LISTS[config.stopwords])
         self._terms = terms
-        limit = max(0, max_candidates)
+        limit = max(0, checked_count(max_candidates, "max_candidates", "recall discover"))
         if limit == 0:
             return []
         scope = self._scope
@@ -208,9 +209,9 @@ class SQLiteRecallSession(RecallSession):
     ) -> Sequence[Excerpt]:
         """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets."""
         self._begin(ctx, "recall read")
-        wanted = [(ref, source_owner(ref.source_id)) for ref in refs]
+        wanted = [(ref, source_owner(ref.source_id)) for ref in checked_refs(refs, "recall read")]
         terms = self._terms
-        cap = max(0, max_excerpt_bytes)
+        cap = max(0, checked_count(max_excerpt_bytes, "max_excerpt_bytes", "recall read"))
 
         def work(conn: sqlite3.Connection) -> list[Excerpt]:
             out: list[Excerpt] = []
@@ -248,7 +249,7 @@ class SQLiteRecallSession(RecallSession):
 
     async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
         self._begin(ctx, operation)
-        wanted = [(ref, source_owner(ref.source_id)) for ref in refs]
+        wanted = [(ref, source_owner(ref.source_id)) for ref in checked_refs(refs, operation)]
 
         def work(conn: sqlite3.Connection) -> list[Validation]:
             out: list[Validation] = []

@@ -50,6 +50,15 @@ from .._ports.recall import (
     indexed_group_text,
     source_owner,
 )
+from .._ports.recall_args import (
+    checked_count,
+    checked_ctx,
+    checked_key,
+    checked_owner,
+    checked_query,
+    checked_refs,
+    checked_sequence,
+)
 from .._scope import Scope, SessionKey
 from .._validators import validate_id
 from ._excerpts import make_excerpt, query_terms
@@ -98,6 +107,7 @@ class InMemoryRecallSession(RecallSession):
         self._closed = False
 
     def _check(self, ctx: OpContext, operation: str) -> None:
+        checked_ctx(ctx, operation)
         if self._closed:
             raise InvalidArgumentError(f"{operation} on a closed recall session")
         ctx.raise_if_expired(operation)
@@ -105,7 +115,8 @@ class InMemoryRecallSession(RecallSession):
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
         """Visible sources ranked by tf × idf over the query's terms, best first, within the byte budget."""
         self._check(ctx, "recall discover")
-        terms = query_terms(query)
+        terms = query_terms(checked_query(query, "recall discover"))
+        max_candidates = checked_count(max_candidates, "max_candidates", "recall discover")
         self._terms = terms
         if not terms:
             return []
@@ -136,6 +147,8 @@ class InMemoryRecallSession(RecallSession):
     ) -> Sequence[Excerpt]:
         """One excerpt per visible ref still at its revision, within the excerpt cap and ctx's budgets."""
         self._check(ctx, "recall read")
+        refs = checked_refs(refs, "recall read")
+        max_excerpt_bytes = checked_count(max_excerpt_bytes, "max_excerpt_bytes", "recall read")
         out: list[Excerpt] = []
         used_bytes = used_tokens = 0
         for ref in refs:
@@ -157,6 +170,7 @@ class InMemoryRecallSession(RecallSession):
     async def validate(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
         """Current, changed, deleted, forbidden (decided from the id alone) or unknown, per ref."""
         self._check(ctx, "recall validate")
+        refs = checked_refs(refs, "recall validate")
         out: list[Validation] = []
         for ref in refs:
             owner = source_owner(ref.source_id)
@@ -226,8 +240,9 @@ class InMemoryRecallStore(RecallStore):
 
     async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
         """Remove a host document; ``True`` if it existed."""
-        ctx.raise_if_expired("recall delete")
-        return self._sources.pop(document_source_id(owner, doc_id), None) is not None
+        checked_ctx(ctx, "recall delete").raise_if_expired("recall delete")
+        sid = document_source_id(checked_owner(owner, "recall delete"), doc_id)
+        return self._sources.pop(sid, None) is not None
 
     async def index_groups(
         self,
@@ -237,6 +252,10 @@ class InMemoryRecallStore(RecallStore):
         ctx: OpContext,
     ) -> int:
         """Index archived groups under their receipts' digests; the whole batch is checked first."""
+        checked_ctx(ctx, "recall index")
+        key = checked_key(key, "recall index")
+        checked_sequence(groups, "groups", "recall index")
+        checked_sequence(receipts, "receipts", "recall index")
         rows: list[tuple[str, _Source]] = []
         for group, receipt in checked_index_batch(key, groups, receipts):
             canonical = canonical_json(unstructure(group))
@@ -266,8 +285,13 @@ class InMemoryRecallStore(RecallStore):
         self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
     ) -> Sequence[int]:
         """Seqs from ``start_seq`` below ``end_seq`` with no indexed group of ``key``, ascending, bounded."""
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
+        key = checked_key(key, "recall index")
+        end_seq = checked_count(end_seq, "end_seq", "recall index")
+        max_groups = checked_count(max_groups, "max_groups", "recall index")
+        start_seq = checked_count(start_seq, "start_seq", "recall index")
         missing: list[int] = []
+        # Bounded by what is indexed plus max_groups, whatever end_seq says.
         for seq in range(max(0, start_seq), max(0, end_seq)):
             if len(missing) >= max_groups:
                 break
@@ -317,7 +341,10 @@ class InMemoryRecallStore(RecallStore):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Archived groups of ``key`` from ``start_seq``, ascending, decoded strictly, digests checked."""
-        ctx.raise_if_expired("recall seek")
+        checked_ctx(ctx, "recall seek").raise_if_expired("recall seek")
+        key = checked_key(key, "recall seek")
+        start_seq = checked_count(start_seq, "start_seq", "recall seek")
+        max_groups = checked_count(max_groups, "max_groups", "recall seek")
         owner = SourceOwner.of_session(key)
         found = sorted(
             (s.seq, s)

@@ -115,6 +115,7 @@ from .._ports.recall import (
     group_source_id,
     indexed_group_text,
 )
+from .._ports.recall_args import checked_count, checked_ctx, checked_key, checked_owner, checked_sequence
 from .._scope import Scope, SessionKey
 from .._validators import bounded_count
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
@@ -349,9 +350,8 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
 
     async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
         """Remove document ``doc_id`` of ``owner``; True if it was indexed."""
-        ctx.raise_if_expired("recall delete")
-        if not isinstance(owner, SourceOwner):
-            raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
+        checked_ctx(ctx, "recall delete").raise_if_expired("recall delete")
+        checked_owner(owner, "recall delete")
         try:
             source_id = document_source_id(owner, doc_id)
         except AgentiumError as exc:
@@ -380,7 +380,10 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         written. A group indexed earlier with another digest (the archive was
         reconciled) is replaced: the receipts are the archive's word.
         """
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
+        key = checked_key(key, "recall index")
+        checked_sequence(groups, "groups", "recall index")
+        checked_sequence(receipts, "receipts", "recall index")
         rows = self._group_rows(key, groups, receipts)
 
         def work(conn: sqlite3.Connection) -> int:
@@ -427,12 +430,12 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         (``agentium recall rebuild`` indexes it); the engine asks after every
         archiving commit, so a gap is reported while it is recent.
         """
-        ctx.raise_if_expired("recall index")
-        if not isinstance(key, SessionKey):
-            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        for name, value in (("end_seq", end_seq), ("max_groups", max_groups), ("start_seq", start_seq)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
+        key = checked_key(key, "recall index")
+        # Clamped: a seq or count past SQLite's 64-bit integers would overflow the query.
+        end_seq = checked_count(end_seq, "end_seq", "recall index")
+        max_groups = checked_count(max_groups, "max_groups", "recall index")
+        start_seq = checked_count(start_seq, "start_seq", "recall index")
         start = max(0, start_seq)
         if end_seq <= start or max_groups <= 0:
             return []
@@ -449,11 +452,12 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         :class:`~agentium_harness._errors.EmbeddingModelMismatchError` and
         writes nothing.
         """
-        ctx.raise_if_expired("recall index")
-        entries = list(vectors)
-        for entry in entries:
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
+        entries: list[SourceVector] = []
+        for entry in checked_sequence(vectors, "vectors", "recall index"):
             if not isinstance(entry, SourceVector) or not isinstance(entry.vector, Vector):
                 raise InvalidArgumentError("index_vectors takes SourceVector items; nothing was written")
+            entries.append(entry)
         models = {entry.vector.model for entry in entries}
         if len(models) > 1:
             raise EmbeddingModelMismatchError(
@@ -532,10 +536,11 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         against the receipt digest kept at indexing; a damaged or misfiled
         row raises :class:`~agentium_harness._errors.ArchiveCorruptError`.
         """
-        ctx.raise_if_expired("recall seek")
-        if not isinstance(key, SessionKey):
-            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        limit = max(0, max_groups)  # a negative LIMIT would mean "no limit" to SQLite
+        checked_ctx(ctx, "recall seek").raise_if_expired("recall seek")
+        key = checked_key(key, "recall seek")
+        start_seq = checked_count(start_seq, "start_seq", "recall seek")  # clamped to SQLite's integers
+        # A negative LIMIT would mean "no limit" to SQLite.
+        limit = max(0, checked_count(max_groups, "max_groups", "recall seek"))
 
         def work(conn: sqlite3.Connection) -> list[tuple[object, object, object]]:
             return conn.execute(

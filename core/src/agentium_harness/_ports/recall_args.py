@@ -1,0 +1,89 @@
+"""Argument checks a recall store's public methods share: bad input is a typed error, never a crash.
+
+The built-in stores (SQLite, in-memory) call these before doing anything, so
+a wrong type gives :class:`~agentium_harness._errors.InvalidArgumentError`
+(and changes nothing) instead of whatever ``TypeError`` or
+``AttributeError`` the store's internals would raise, and counts or seqs too
+large for any store are clamped rather than overflowing a database integer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from .._errors import InvalidArgumentError
+from .._scope import SessionKey
+from ._base import OpContext
+from .recall import SourceRef
+from .recall_sources import SourceOwner
+
+__all__ = [
+    "MAX_ARGUMENT_INT",
+    "checked_count",
+    "checked_ctx",
+    "checked_key",
+    "checked_owner",
+    "checked_query",
+    "checked_refs",
+    "checked_sequence",
+]
+
+#: Counts and seqs are clamped to this magnitude: more than any store holds, and within SQLite's 64 bits.
+MAX_ARGUMENT_INT: Final = 2**62
+
+
+def checked_ctx(ctx: object, operation: str) -> OpContext:
+    """``ctx`` if it is an :class:`OpContext`."""
+    if not isinstance(ctx, OpContext):
+        raise InvalidArgumentError(f"{operation}: ctx must be an OpContext, got {type(ctx).__name__}")
+    return ctx
+
+
+def checked_query(query: object, operation: str) -> str:
+    """``query`` if it is a ``str``."""
+    if not isinstance(query, str):
+        raise InvalidArgumentError(f"{operation}: query must be a str, got {type(query).__name__}")
+    return query
+
+
+def checked_count(value: object, what: str, operation: str) -> int:
+    """``value`` if it is an ``int`` (not a ``bool``), clamped to ±:data:`MAX_ARGUMENT_INT`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{operation}: {what} must be an int, got {type(value).__name__}")
+    return max(-MAX_ARGUMENT_INT, min(MAX_ARGUMENT_INT, value))
+
+
+def checked_sequence(value: object, what: str, operation: str) -> Sequence[object]:
+    """``value`` if it is a sequence (a ``str`` or ``bytes`` is not one here)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise InvalidArgumentError(f"{operation}: {what} must be a sequence, got {type(value).__name__}")
+    return value
+
+
+def checked_refs(refs: object, operation: str) -> list[SourceRef]:
+    """``refs`` as a list, if it is a sequence of :class:`SourceRef` with ``str`` fields."""
+    out: list[SourceRef] = []
+    for ref in checked_sequence(refs, "refs", operation):
+        if not isinstance(ref, SourceRef):
+            raise InvalidArgumentError(
+                f"{operation}: refs must hold SourceRef items, got {type(ref).__name__}"
+            )
+        if not isinstance(ref.source_id, str) or not isinstance(ref.revision, str):
+            raise InvalidArgumentError(f"{operation}: a SourceRef's source_id and revision must be str")
+        out.append(ref)
+    return out
+
+
+def checked_key(key: object, operation: str) -> SessionKey:
+    """``key`` if it is a :class:`SessionKey`."""
+    if not isinstance(key, SessionKey):
+        raise InvalidArgumentError(f"{operation}: key must be a SessionKey, got {type(key).__name__}")
+    return key
+
+
+def checked_owner(owner: object, operation: str) -> SourceOwner:
+    """``owner`` if it is a :class:`SourceOwner`."""
+    if not isinstance(owner, SourceOwner):
+        raise InvalidArgumentError(f"{operation}: owner must be a SourceOwner, got {type(owner).__name__}")
+    return owner
