@@ -59,6 +59,10 @@ def capped(
     return raw[:asked]
 
 
+#: Hidden sources a note names; the rest are counted.
+_NAMED_HIDDEN = 5
+
+
 def checked_candidates(
     raw: object, state: RoundState, scope: Scope, asked: int, *, earlier: set[str] | None = None
 ) -> tuple[list[Candidate], int]:
@@ -79,7 +83,7 @@ def checked_candidates(
     prior = frozenset(earlier) if earlier is not None else frozenset()
     kept: list[Candidate] = []
     seen: set[str] = set()
-    hidden = 0
+    hidden: list[str] = []
     for item in capped(raw, asked, "discover", "candidates", state):
         fault = candidate_fault(item)
         if fault is not None:
@@ -109,7 +113,7 @@ def checked_candidates(
             state.violation(f"discover returned {sid!r} from outside the run's scope; dropped")
             continue
         if state.hidden is not None and state.hidden(sid):
-            hidden += 1
+            hidden.append(sid)
             continue
         if len(kept) >= left:
             # Only a later call asks for more than are left (to get past hidden ones): enough were found.
@@ -128,8 +132,12 @@ def checked_candidates(
         kept.append(item)
     state.candidates += len(kept)
     if hidden:
-        state.notes.append(f"{hidden} source(s) left out: retracted or cleared from the session's view")
-    return kept, hidden
+        # One note per call, naming the first few (a store's answer may hold many).
+        named = ", ".join(hidden[:_NAMED_HIDDEN]) + (", …" if len(hidden) > _NAMED_HIDDEN else "")
+        state.notes.append(
+            f"{len(hidden)} source(s) left out: retracted or cleared from the session's view ({named})"
+        )
+    return kept, len(hidden)
 
 
 def same_candidates(ranked: object, candidates: list[Candidate], state: RoundState) -> list[Candidate]:

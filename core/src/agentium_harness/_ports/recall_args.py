@@ -2,9 +2,9 @@
 
 The built-in stores (SQLite, in-memory) call these before doing anything, so
 a wrong type gives :class:`~agentium_harness._errors.InvalidArgumentError`
-(and changes nothing) instead of whatever ``TypeError`` or
-``AttributeError`` the store's internals would raise, and counts or seqs too
-large for any store are clamped rather than overflowing a database integer.
+(and changes nothing) instead of whatever bare TypeError or AttributeError
+the store's internals would raise, and counts or seqs too large for any
+store are clamped rather than overflowing a database integer.
 """
 
 from __future__ import annotations
