@@ -45,6 +45,28 @@ def test_malformed_json_names_file_and_line(tmp_path: Path) -> None:
     assert f"{path}:2: $: not valid JSON" in str(info.value)
 
 
+@pytest.mark.parametrize("inside", ["\u2028", "\u2029", "\u0085"])
+def test_line_separators_inside_json_strings_stay_in_their_line(tmp_path: Path, inside: str) -> None:
+    # JSON allows these unescaped inside a string; str.splitlines() would break the line at them.
+    first = dict(FACT_CASE, id="first", probe=f"When{inside}is it?")
+    second = dict(FACT_CASE, id="second")
+    path = tmp_path / "cases.jsonl"
+    text = json.dumps(first, ensure_ascii=False) + "\r\n" + json.dumps(second) + "\n"
+    path.write_bytes(text.encode("utf-8"))
+    one, two = load_cases(path, graders=GRADERS)
+    assert (one.id, one.line, one.probe) == ("first", 1, f"When{inside}is it?")
+    assert (two.id, two.line) == ("second", 2)
+
+
+def test_a_json_error_says_not_valid_json_once() -> None:
+    with pytest.raises(EvalCaseError) as info:
+        parse_cases("\n" + '{"id": "broken", "probe": ', file="x.jsonl")
+    (issue,) = info.value.issues
+    assert issue.line == 2
+    assert issue.message.startswith("not valid JSON: ")
+    assert issue.message.count("not valid JSON") == 1
+
+
 def test_every_problem_is_reported_with_its_path() -> None:
     lines = [
         {"id": "a", "probe": "q", "setup": [{"say": 3}], "expect": {"evidence": ["nope"], "abstain": "yes"}},

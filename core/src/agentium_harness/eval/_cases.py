@@ -422,7 +422,9 @@ def _check_graders(c: _Checker, names: Sequence[str], installed: Sequence[str]) 
 def parse_cases(text: str, *, file: str = "<text>", graders: Sequence[str] | None = None) -> list[EvalCase]:
     """Parse JSONL case text; every problem is collected and raised as one :class:`EvalCaseError`.
 
-    Blank lines are skipped. ``graders`` (installed grader names) lets a case
+    Lines end at a line feed (a carriage return before it is dropped) and nowhere else:
+    U+2028, U+2029 or U+0085 inside a JSON string is text of that line,
+    as JSONL means. Blank lines are skipped. ``graders`` (installed grader names) lets a case
     naming an unknown grader fail here, as :class:`UnknownGraderError`, before
     anything runs. An empty file (no case at all) is an error too.
     """
@@ -430,14 +432,20 @@ def parse_cases(text: str, *, file: str = "<text>", graders: Sequence[str] | Non
     cases: list[EvalCase] = []
     first_line: dict[str, int] = {}
     unknown_grader = False
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Not str.splitlines(): it also breaks at U+2028, U+2029, U+0085 and the
+    # like, which JSON allows unescaped inside strings, so a valid line would be
+    # cut in pieces and every later line number would be wrong.
+    for number, raw_line in enumerate(text.split("\n"), start=1):
+        line = raw_line.removesuffix("\r")
         if not line.strip():
             continue
         c = _Checker(file, number, issues)
         try:
             data = decode_json(line)
         except InvalidJSONError as exc:  # malformed, nested too deep, duplicate keys, NaN
-            c.bad("$", f"not valid JSON: {exc.reason}")
+            # The reason may already say "not valid JSON: ..." (a parse error) or name
+            # another fault (a duplicate key, NaN): the prefix is said once either way.
+            c.bad("$", f"not valid JSON: {exc.reason.removeprefix('not valid JSON: ')}")
             continue
         if not isinstance(data, dict):
             c.bad("$", f"each line must be a JSON object, got {_kind(data)}")
