@@ -160,9 +160,10 @@ class OpenAIEmbedder(Embedder):
         try:
             body = decode_json(data, max_bytes=max(len(data), 1))
         except InvalidJSONError as exc:
+            # from None: the decoder's reason may quote the body (a repeated key), scrubbed here only.
             raise OpenAIEmbeddingReplyError(
-                f"the server at {where} answered with no valid JSON ({exc})"
-            ) from exc
+                f"the server at {where} answered with no valid JSON ({self._calls.scrub(exc.reason)})"
+            ) from None
         items = body.get("data") if isinstance(body, dict) else None
         if not isinstance(items, list):
             raise OpenAIEmbeddingReplyError(f"the server at {where} sent no 'data' list of embeddings")
@@ -175,9 +176,8 @@ class OpenAIEmbedder(Embedder):
             index = item.get("index") if isinstance(item, dict) else None
             values = item.get("embedding") if isinstance(item, dict) else None
             if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
-                raise OpenAIEmbeddingReplyError(
-                    f"the server at {where} sent an embedding with index {index!r}"
-                )
+                shown = repr(index) if isinstance(index, int) else self._calls.shown(index)
+                raise OpenAIEmbeddingReplyError(f"the server at {where} sent an embedding with index {shown}")
             if vectors[index] is not None:
                 raise OpenAIEmbeddingReplyError(f"the server at {where} sent index {index} twice")
             vectors[index] = self._vector(values, index, where)
@@ -194,7 +194,8 @@ class OpenAIEmbedder(Embedder):
         out: list[float] = []
         for v in values:
             if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                raise OpenAIEmbeddingReplyError(f"the server at {where} sent embedding {index} with {v!r}")
+                shown = repr(v) if isinstance(v, float) else self._calls.shown(v)
+                raise OpenAIEmbeddingReplyError(f"the server at {where} sent embedding {index} with {shown}")
             out.append(float(v))
         return out
 

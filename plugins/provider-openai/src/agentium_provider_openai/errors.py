@@ -27,12 +27,23 @@ __all__ = [
 MAX_QUOTED_CHARS = 500
 
 
-def scrub(text: str, secret: str | None) -> str:
-    """``text`` shortened to :data:`MAX_QUOTED_CHARS`, with ``secret`` (the API key) replaced by ``***``."""
+def scrub(text: str, secret: str | None, limit: int = MAX_QUOTED_CHARS) -> str:
+    r"""``text`` as a message may quote it: ``secret`` (the API key) replaced by ``***``.
+
+    Then whitespace runs become one space, every other character that does
+    not print (escape sequences, bidi controls, a lone surrogate) is shown
+    escaped (``\x1b``), and the result is cut to ``limit`` characters
+    (default :data:`MAX_QUOTED_CHARS`). The key is replaced before anything
+    is cut, so no part of it is ever left at a cut.
+    """
     if secret:
         text = text.replace(secret, "***")
     text = " ".join(text.split())
-    return text if len(text) <= MAX_QUOTED_CHARS else text[: MAX_QUOTED_CHARS - 1] + "…"
+    if not text.isprintable():
+        # repr() escapes exactly what isprintable() refuses; a terminal or a log
+        # viewer then shows the server's text instead of obeying it.
+        text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class OpenAIConfigError(AgentiumError, ValueError):

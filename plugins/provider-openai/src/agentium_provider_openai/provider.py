@@ -57,7 +57,7 @@ from .errors import (
     OpenAIStreamingOnlyError,
     scrub,
 )
-from .wire import decode_reply, parse_completion, request_messages, request_tools
+from .wire import decode_reply, parse_completion, request_messages, request_tools, shown
 
 if TYPE_CHECKING:
     # The client library is imported where a client is made or its errors are caught, not when
@@ -471,12 +471,15 @@ class OpenAIProvider(ModelProvider):
                 '"stream": false requests)'
             )
         config = self._config
-        body = decode_reply(data, max_tool_arguments_depth=config.max_tool_arguments_depth)
+        body = decode_reply(
+            data, max_tool_arguments_depth=config.max_tool_arguments_depth, secret=self._api_key
+        )
         try:
             return parse_completion(
                 body,
                 max_tool_arguments_bytes=config.max_tool_arguments_bytes,
                 max_tool_arguments_depth=config.max_tool_arguments_depth,
+                secret=self._api_key,
             )
         except OpenAIIncompleteReplyError as exc:
             logger.warning(
@@ -567,6 +570,14 @@ class ProviderCalls:
     def where(self) -> str:
         """The server's address for messages, without credentials."""
         return self._provider._where()
+
+    def scrub(self, text: str) -> str:
+        """The server's ``text`` as a message may quote it (:func:`scrub` with the provider's key)."""
+        return scrub(text, self._provider._api_key)
+
+    def shown(self, value: object) -> str:
+        """A server's value for a message: text quoted and scrubbed, anything else by its type only."""
+        return shown(value, self._provider._api_key)
 
     async def bounded(self, ctx: OpContext, operation: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run ``work`` until it ends, the deadline passes or the signal is cancelled."""

@@ -41,7 +41,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .config import DEFAULT_MAX_TOOL_ARGUMENTS_BYTES, MAX_TOOL_ARGUMENTS_DEPTH, REPLY_ENVELOPE_DEPTH
-from .errors import OpenAIIncompleteReplyError, OpenAIMalformedReplyError, OpenAIReplyLimitError
+from .errors import OpenAIIncompleteReplyError, OpenAIMalformedReplyError, OpenAIReplyLimitError, scrub
 
 __all__ = [
     "INCOMPLETE_FINISH_REASONS",
@@ -50,6 +50,7 @@ __all__ = [
     "parse_completion",
     "request_messages",
     "request_tools",
+    "shown",
 ]
 
 #: ``finish_reason`` values that say the answer was cut off: its text may be
@@ -134,6 +135,22 @@ def request_tools(tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
     ]
 
 
+#: At most this many characters of a server's value (a tool's name, its arguments) are quoted.
+_SHOWN_CHARS: Final = 80
+
+
+def shown(value: object, secret: str | None) -> str:
+    """A server's value as a message quotes it: text scrubbed of the key, anything else by type only.
+
+    Only text is quoted (a list or an object could be large, or hide the key
+    where a cut would split it); the key is replaced before the text is cut.
+    """
+    if isinstance(value, str):
+        # Quoted by hand: repr() would escape scrub's escapes a second time.
+        return f"'{scrub(value, secret, _SHOWN_CHARS)}'"
+    return f"a JSON {type(value).__name__}"
+
+
 def _malformed(what: str) -> OpenAIMalformedReplyError:
     return OpenAIMalformedReplyError(
         f"the server's chat completion is malformed: {what}; nothing from it was used and no tool ran"
@@ -163,9 +180,11 @@ def _utf8_size(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
-def _arguments(index: int, name: object, raw: object, max_bytes: int, max_depth: int) -> object:
+def _arguments(
+    index: int, name: object, raw: object, max_bytes: int, max_depth: int, secret: str | None
+) -> object:
     """The decoded arguments of tool call ``index``: sized, then parsed strictly within the depth cap."""
-    what = f"the arguments of tool call {index} ({name!r})"
+    what = f"the arguments of tool call {index} ({shown(name, secret)})"
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}  # some servers send "" for a call without arguments
     if isinstance(raw, dict):
@@ -177,7 +196,7 @@ def _arguments(index: int, name: object, raw: object, max_bytes: int, max_depth:
         except RecursionError:
             raise _depth_limit(what, max_depth) from None
         except (ValueError, TypeError) as exc:
-            raise _malformed(f"{what} are not JSON data ({exc})") from None
+            raise _malformed(f"{what} are not JSON data ({scrub(str(exc), secret)})") from None
     elif not isinstance(raw, str):
         raise _malformed(f"{what} are not a JSON string")
     assert isinstance(raw, str)
@@ -195,29 +214,28 @@ def _arguments(index: int, name: object, raw: object, max_bytes: int, max_depth:
     except InvalidJSONError as exc:
         if exc.limit == "max_depth":
             raise _depth_limit(what, max_depth) from None
-        shown = raw if len(raw) <= 80 else raw[:79] + "…"
-        reason = exc.reason.removeprefix("not valid JSON: ")
-        raise _malformed(f"{what} are not valid JSON ({reason}): {shown!r}") from None
+        reason = scrub(exc.reason.removeprefix("not valid JSON: "), secret)
+        raise _malformed(f"{what} are not valid JSON ({reason}): {shown(raw, secret)}") from None
 
 
-def _tool_call(index: int, item: object, max_bytes: int, max_depth: int) -> ToolCall:
+def _tool_call(index: int, item: object, max_bytes: int, max_depth: int, secret: str | None) -> ToolCall:
     if not isinstance(item, dict):
         raise _malformed(f"tool_calls[{index}] is not an object")
     kind = item.get("type", "function")
     function = item.get("function")
     if kind != "function" or not isinstance(function, dict):
-        raise _malformed(f"tool_calls[{index}] is not a function call (type {kind!r})")
+        raise _malformed(f"tool_calls[{index}] is not a function call (type {shown(kind, secret)})")
     name = function.get("name")
-    arguments = _arguments(index, name, function.get("arguments"), max_bytes, max_depth)
+    arguments = _arguments(index, name, function.get("arguments"), max_bytes, max_depth, secret)
     if not isinstance(arguments, dict):
         raise _malformed(
-            f"the arguments of tool call {index} ({name!r}) are JSON {type(arguments).__name__}, "
-            "not an object"
+            f"the arguments of tool call {index} ({shown(name, secret)}) are JSON "
+            f"{type(arguments).__name__}, not an object"
         )
     try:
         return ToolCall(item.get("id"), name, arguments)  # type: ignore[arg-type]  # checked by ToolCall
     except InvalidIdError as exc:
-        raise _malformed(f"tool call {index} has no usable id or name ({exc})") from None
+        raise _malformed(f"tool call {index} has no usable id or name ({scrub(str(exc), secret)})") from None
 
 
 def _refuse_incomplete(choice: dict[str, Any], message: dict[str, Any]) -> None:
@@ -241,7 +259,9 @@ def _refuse_incomplete(choice: dict[str, Any], message: dict[str, Any]) -> None:
     )
 
 
-def decode_reply(data: bytes, *, max_tool_arguments_depth: int = MAX_TOOL_ARGUMENTS_DEPTH) -> object:
+def decode_reply(
+    data: bytes, *, max_tool_arguments_depth: int = MAX_TOOL_ARGUMENTS_DEPTH, secret: str | None = None
+) -> object:
     """A reply body (already read within ``max_reply_bytes``) decoded strictly, as plain JSON data.
 
     The core's :func:`decode_json` does the work: nesting deeper than
@@ -249,6 +269,7 @@ def decode_reply(data: bytes, *, max_tool_arguments_depth: int = MAX_TOOL_ARGUME
     from the bytes before parsing (an :class:`OpenAIReplyLimitError`), as are
     text that is not UTF-8 or not JSON, a duplicate object key, ``NaN`` or
     ``Infinity``, and a lone surrogate escape (an :class:`OpenAIMalformedReplyError`).
+    A reason that quotes the body (a repeated key) is scrubbed of ``secret``.
     """
     try:
         return decode_json(
@@ -257,7 +278,7 @@ def decode_reply(data: bytes, *, max_tool_arguments_depth: int = MAX_TOOL_ARGUME
     except InvalidJSONError as exc:
         if exc.limit == "max_depth":
             raise _depth_limit("the body", max_tool_arguments_depth, body=True) from None
-        raise _malformed(f"the body is not JSON it can use ({exc.reason})") from None
+        raise _malformed(f"the body is not JSON it can use ({scrub(exc.reason, secret)})") from None
 
 
 def parse_completion(
@@ -265,6 +286,7 @@ def parse_completion(
     *,
     max_tool_arguments_bytes: int = DEFAULT_MAX_TOOL_ARGUMENTS_BYTES,
     max_tool_arguments_depth: int = MAX_TOOL_ARGUMENTS_DEPTH,
+    secret: str | None = None,
 ) -> ModelResponse:
     """The model's answer in a chat completion body (a JSON value decoded by :func:`decode_reply`).
 
@@ -277,13 +299,19 @@ def parse_completion(
     Raises :class:`OpenAIIncompleteReplyError` when the first choice's
     ``finish_reason`` is ``"length"`` or ``"content_filter"``: a cut-off answer
     is never used, and none of its tool calls runs.
+
+    Whatever a message quotes of the server's text (an error object's
+    ``message``, a tool's name, the start of bad arguments) goes through
+    :func:`scrub` with ``secret``, the API key: an echoed key shows as ``***``.
     """
     if not isinstance(body, dict):
         raise _malformed(f"the body is JSON {type(body).__name__}, not an object")
     if "error" in body and "choices" not in body:
         error = body["error"]
         detail = error.get("message") if isinstance(error, dict) else error
-        raise _malformed(f"the body is an error object ({str(detail)[:200]!r})")
+        # Only the server's own message is quoted, as for an HTTP error's body.
+        said = f" ('{scrub(detail, secret)}')" if isinstance(detail, str) and detail.strip() else ""
+        raise _malformed(f"the body is an error object{said}")
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
         raise _malformed("it has no choices (the server returned no answer)")
@@ -301,7 +329,7 @@ def parse_completion(
     if not isinstance(raw_calls, list):
         raise _malformed("tool_calls is not a list")
     calls = tuple(
-        _tool_call(i, item, max_tool_arguments_bytes, max_tool_arguments_depth)
+        _tool_call(i, item, max_tool_arguments_bytes, max_tool_arguments_depth, secret)
         for i, item in enumerate(raw_calls)
     )
     usage = body.get("usage")

@@ -1,0 +1,88 @@
+"""Hostile 200 answers and error texts, each against the stub server over real HTTP.
+
+A server may echo the key (and the request) in whatever it sends back; every
+text a message quotes of it is scrubbed (``***`` for the key, control
+characters escaped, length capped). Every value read from a reply that is
+unusable is a typed error of the plugin, never a bare ``TypeError`` or
+``OverflowError``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from openai_helpers import KEY_ENV
+from openai_stub_server import Reply, StubServer, recording
+
+from agentium_harness.plugin_api import Message, ModelRequest, OpContext, Role
+from agentium_provider_openai import (
+    OpenAIEmbedder,
+    OpenAIEmbedderConfig,
+    OpenAIEmbeddingReplyError,
+    OpenAIMalformedReplyError,
+    OpenAIProvider,
+)
+
+pytestmark = pytest.mark.anyio
+
+PRIVATE = "my private diary text"
+REQUEST = ModelRequest(instructions="Be brief.", turn=(Message(Role.USER, PRIVATE),))
+
+
+def _embedder(stub: StubServer, dimension: int = 3) -> OpenAIEmbedder:
+    config = OpenAIEmbedderConfig(
+        model="stub-embed", dimension=dimension, base_url=stub.base_url, api_key_env=KEY_ENV, max_retries=0
+    )
+    return OpenAIEmbedder(config, environ={KEY_ENV: stub.api_key or ""})
+
+
+async def test_a_200_error_object_echoing_the_key_is_scrubbed(
+    stub: StubServer, provider: OpenAIProvider
+) -> None:
+    """A 200 body that is an error object: only its message is quoted, with the key as ***."""
+    key = stub.api_key
+    assert key
+    stub.add(Reply(body={"error": {"message": f"Incorrect API key provided: {key}.\x1b[2J bye"}}))
+    stub.add(Reply(body={"error": {"code": 401, "param": key, "message": None}}))
+    with pytest.raises(OpenAIMalformedReplyError, match="error object") as caught:
+        await provider.complete(REQUEST, OpContext.with_timeout(10))
+    text = str(caught.value)
+    assert key not in text and "Incorrect API key provided: ***." in text
+    assert "\x1b" not in text and "***.\\x1b[2J bye" in text  # shown, not obeyed by a terminal
+    # An error object without a message: nothing of it is quoted (no str() of the whole object).
+    with pytest.raises(OpenAIMalformedReplyError, match="error object") as caught:
+        await provider.complete(REQUEST, OpContext.with_timeout(10))
+    assert key not in str(caught.value) and "param" not in str(caught.value)
+
+
+async def test_tool_call_texts_quoted_in_errors_are_scrubbed(
+    stub: StubServer, provider: OpenAIProvider
+) -> None:
+    """A tool's name and the start of its bad arguments are quoted with the key replaced, before any cut."""
+    key = stub.api_key
+    assert key
+    body = recording("tool_call")
+    function = body["choices"][0]["message"]["tool_calls"][0]["function"]
+    function["name"] = f"tool-{key}"
+    function["arguments"] = "x" * 70 + key + ' {"a": '
+    stub.add(Reply(body=body))
+    with pytest.raises(OpenAIMalformedReplyError, match="not valid JSON") as caught:
+        await provider.complete(REQUEST, OpContext.with_timeout(10))
+    text = str(caught.value)
+    assert "'tool-***'" in text and "x" * 70 + "***" in text
+    assert key[:8] not in text  # not even the part of it a cut would leave
+
+
+async def test_embedding_texts_quoted_in_errors_are_scrubbed(stub: StubServer) -> None:
+    key = stub.api_key
+    assert key
+    stub.embedding_script.append(Reply(body={"data": [{"index": key, "embedding": [1, 2, 3]}]}))
+    stub.embedding_script.append(Reply(body={"data": [{"index": 0, "embedding": [1, key, 3]}]}))
+    stub.embedding_script.append(Reply(body=f'{{"data": [], "{key}": 1, "{key}": 2}}'.encode()))
+    embedder = _embedder(stub)
+    try:
+        for _ in range(3):
+            with pytest.raises(OpenAIEmbeddingReplyError) as caught:
+                await embedder.embed(["a"], OpContext.with_timeout(10))
+            assert key not in str(caught.value) and "***" in str(caught.value)
+    finally:
+        await embedder.aclose()
