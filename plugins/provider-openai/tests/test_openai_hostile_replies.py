@@ -86,3 +86,16 @@ async def test_embedding_texts_quoted_in_errors_are_scrubbed(stub: StubServer) -
             assert key not in str(caught.value) and "***" in str(caught.value)
     finally:
         await embedder.aclose()
+
+
+@pytest.mark.parametrize("finish_reason", [["length"], {"why": "length"}, 3, True])
+async def test_a_finish_reason_that_is_not_text_is_malformed(
+    stub: StubServer, provider: OpenAIProvider, finish_reason: object
+) -> None:
+    """A finish_reason list or object (unhashable) is a typed malformed reply, not a bare TypeError."""
+    body = recording("tool_call")
+    body["choices"][0]["finish_reason"] = finish_reason
+    stub.add(Reply(body=body))
+    with pytest.raises(OpenAIMalformedReplyError, match="finish_reason is a JSON"):
+        await provider.complete(REQUEST, OpContext.with_timeout(10))
+    assert len(stub.completions) == 1

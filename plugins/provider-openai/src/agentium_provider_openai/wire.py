@@ -241,6 +241,10 @@ def _tool_call(index: int, item: object, max_bytes: int, max_depth: int, secret:
 def _refuse_incomplete(choice: dict[str, Any], message: dict[str, Any]) -> None:
     """Refuse an answer the server says it cut off, before any of its tool calls is even parsed."""
     reason = choice.get("finish_reason")
+    if reason is not None and not isinstance(reason, str):
+        # A list or an object says nothing usable about the answer (and cannot even
+        # be looked up in a set: it is unhashable).
+        raise _malformed(f"its finish_reason is {shown(reason, None)}, not text")
     if reason not in INCOMPLETE_FINISH_REASONS:
         return
     raw_calls = message.get("tool_calls")
@@ -292,7 +296,8 @@ def parse_completion(
 
     Raises :class:`OpenAIMalformedReplyError` for any body it cannot use: not
     an object, an ``error`` object, no ``choices``, a choice without a message,
-    content that is not text, or a malformed tool call; its subclass
+    a ``finish_reason`` that is neither text nor null, content that is not
+    text, or a malformed tool call; its subclass
     :class:`OpenAIReplyLimitError` for a tool call whose arguments are larger
     than ``max_tool_arguments_bytes`` or nested deeper than
     ``max_tool_arguments_depth``.
