@@ -26,6 +26,7 @@ client against it over real HTTP.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -55,7 +56,9 @@ class Reply:
     the answer back (ended early when the server stops); ``hold`` holds it until
     the event is set; ``headers`` are added (``Retry-After``, a content type);
     ``chunked`` sends the body in 64 KiB chunks with ``Transfer-Encoding: chunked``
-    and no ``Content-Length``, so its size is known only by reading it.
+    and no ``Content-Length``, so its size is known only by reading it;
+    ``cut_after`` declares the whole body's ``Content-Length`` but sends only
+    that many bytes of it, then closes the connection (a server that dies mid-answer).
     """
 
     body: Any = None
@@ -64,6 +67,7 @@ class Reply:
     delay_s: float = 0.0
     hold: threading.Event | None = None
     chunked: bool = False
+    cut_after: int | None = None
 
     @classmethod
     def recorded(cls, name: str, **changes: Any) -> Reply:
@@ -278,6 +282,12 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                     return
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
+                if reply.cut_after is not None:
+                    self.wfile.write(payload[: reply.cut_after])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (deadline or cancellation): nothing to answer

@@ -22,6 +22,7 @@ from .config import (
 from .embedder import OpenAIEmbedder, OpenAIEmbedderConfig
 from .errors import (
     OpenAIConfigError,
+    OpenAIConnectionError,
     OpenAIEmbeddingReplyError,
     OpenAIIncompleteReplyError,
     OpenAIMalformedReplyError,
@@ -55,6 +56,7 @@ __all__ = [
     "RETRYABLE_STATUSES",
     "SOURCE_PREAMBLE",
     "OpenAIConfigError",
+    "OpenAIConnectionError",
     "OpenAIEmbedder",
     "OpenAIEmbedderConfig",
     "OpenAIEmbeddingReplyError",

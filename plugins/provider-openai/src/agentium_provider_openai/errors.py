@@ -12,6 +12,7 @@ from agentium_harness import AgentiumError, ProviderError
 
 __all__ = [
     "OpenAIConfigError",
+    "OpenAIConnectionError",
     "OpenAIEmbeddingReplyError",
     "OpenAIIncompleteReplyError",
     "OpenAIMalformedReplyError",
@@ -65,6 +66,17 @@ class OpenAIProviderError(ProviderError):
         self.status = status
         self.attempts = attempts
         super().__init__(message)
+
+
+class OpenAIConnectionError(OpenAIProviderError):
+    """The connection failed: the server could not be reached, or the answer broke off while it arrived.
+
+    A body cut short (the server closed the connection mid-answer) or that
+    cannot be decoded (a corrupt ``Content-Encoding``) is this error too.
+    ``status`` is ``None``. A call retries it like any connection error, so a
+    call that gives up raises :class:`OpenAIRetriesExhaustedError`; the health
+    probe, which does not retry, raises this error itself.
+    """
 
 
 class OpenAIStatusError(OpenAIProviderError):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
@@ -48,6 +49,7 @@ from agentium_harness.plugin_api import (
 from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, redact_url
 from .errors import (
     OpenAIConfigError,
+    OpenAIConnectionError,
     OpenAIIncompleteReplyError,
     OpenAIMalformedReplyError,
     OpenAIProviderError,
@@ -111,6 +113,23 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         if seconds >= 0:
             return seconds
     return None
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    """True for an error of the HTTP library under the ``openai`` client while a body arrives.
+
+    The client wraps failures before the answer's headers in its own
+    ``APIConnectionError``, but a body read through ``iter_bytes`` raises the
+    library's own ``RemoteProtocolError`` (closed mid-body), ``ReadError``,
+    ``ReadTimeout`` or ``DecodingError`` (a corrupt ``Content-Encoding``). The
+    library is ``httpx`` (openai 1.x and 2.x) or ``httpx2`` (openai 3.x): its
+    ``HTTPError`` is the root of all of these.
+    """
+    root = type(exc).__module__.partition(".")[0]
+    if root not in ("httpx", "httpx2"):
+        return False
+    base = getattr(sys.modules.get(root), "HTTPError", None)
+    return isinstance(base, type) and isinstance(exc, base)
 
 
 def _read_key(config: OpenAIProviderConfig, environ: Mapping[str, str]) -> str | None:
@@ -344,6 +363,10 @@ class OpenAIProvider(ModelProvider):
                     raise _Retryable(
                         f"connection failed ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
                     ) from None
+                except OpenAIConnectionError as exc:
+                    # The body broke off after the headers (see _read_capped): as retryable as a
+                    # connection that failed before them.
+                    raise _Retryable(f"connection failed ({exc})") from None
             except _Retryable as failure:
                 if ctx.expired:
                     raise OperationCancelledError(
@@ -439,7 +462,11 @@ class OpenAIProvider(ModelProvider):
     async def _read_capped(
         self, headers: Mapping[str, str], chunks: AsyncIterator[bytes], what: str
     ) -> bytes:
-        """The body from ``chunks``, or :class:`OpenAIReplyLimitError` once it passes ``max_reply_bytes``."""
+        """The body from ``chunks``, or :class:`OpenAIReplyLimitError` once it passes ``max_reply_bytes``.
+
+        A body that breaks off or cannot be decoded is :class:`OpenAIConnectionError`
+        (retried by :meth:`_attempts` like any connection failure).
+        """
         limit = self._config.max_reply_bytes
 
         def too_large(size: str) -> OpenAIReplyLimitError:
@@ -455,12 +482,20 @@ class OpenAIProvider(ModelProvider):
             raise too_large(f"{int(declared)} bytes (its Content-Length)")
         received: list[bytes] = []
         size = 0
-        # iter_bytes yields the decoded body: a compressed body is capped at what it expands to.
-        async for chunk in chunks:
-            size += len(chunk)
-            if size > limit:
-                raise too_large(f"more than {limit} bytes")
-            received.append(chunk)
+        try:
+            # iter_bytes yields the decoded body: a compressed body is capped at what it expands to.
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > limit:
+                    raise too_large(f"more than {limit} bytes")
+                received.append(chunk)
+        except Exception as exc:
+            if not _is_transport_error(exc):
+                raise
+            raise OpenAIConnectionError(
+                f"the server at {self._where()} broke off {what} after {size} bytes "
+                f"({type(exc).__name__}: {scrub(str(exc), self._api_key)}); nothing of it was used"
+            ) from None
         return b"".join(received)
 
     def _parse(self, content_type: str, data: bytes) -> ModelResponse:
@@ -516,7 +551,7 @@ class OpenAIProvider(ModelProvider):
             except openai.APIStatusError as exc:
                 raise self._status_error(exc) from None
             except openai.APIConnectionError as exc:
-                raise OpenAIProviderError(
+                raise OpenAIConnectionError(
                     f"the server at {self._where()} could not be reached ({type(exc).__name__})"
                 ) from None
             try:
