@@ -20,6 +20,8 @@ from agentium_provider_openai import (
     OpenAIEmbeddingReplyError,
     OpenAIMalformedReplyError,
     OpenAIProvider,
+    OpenAIStatusError,
+    OpenAIStreamingOnlyError,
 )
 
 pytestmark = pytest.mark.anyio
@@ -99,3 +101,41 @@ async def test_a_finish_reason_that_is_not_text_is_malformed(
     with pytest.raises(OpenAIMalformedReplyError, match="finish_reason is a JSON"):
         await provider.complete(REQUEST, OpContext.with_timeout(10))
     assert len(stub.completions) == 1
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "This endpoint only supports stream=true requests",
+        "Streaming is required for this model",
+        "'stream' must be set to true",
+        "non-streaming requests are not supported",
+        "This model does not support non-streaming",
+    ],
+)
+async def test_a_4xx_that_says_streaming_is_required_is_streaming_only(
+    stub: StubServer, provider: OpenAIProvider, message: str
+) -> None:
+    stub.add(Reply.error(400, message))
+    with pytest.raises(OpenAIStreamingOnlyError, match="refused a non-streamed request"):
+        await provider.complete(REQUEST, OpContext.with_timeout(10))
+
+
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (400, 'bad request; you sent {"model":"stub-model","stream":false,"messages":[]}'),
+        (422, 'field "stream": unexpected value false'),
+        (404, "The model `gpt-5` does not exist upstream"),
+        (400, "Unrecognized request argument supplied: stream_options"),
+    ],
+)
+async def test_a_4xx_that_only_mentions_stream_is_a_status_error(
+    stub: StubServer, provider: OpenAIProvider, status: int, message: str
+) -> None:
+    """An error echoing the request ("stream":false) or saying "upstream" is not a streaming-only server."""
+    stub.add(Reply.error(status, message))
+    with pytest.raises(OpenAIStatusError) as caught:
+        await provider.complete(REQUEST, OpContext.with_timeout(10))
+    assert not isinstance(caught.value, OpenAIStreamingOnlyError)
+    assert caught.value.status == status

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
@@ -82,6 +83,21 @@ NO_KEY: Final = "no-key"
 
 #: How often the watcher looks at the operation's signal while a call is in flight.
 _SIGNAL_POLL_S: Final = 0.02
+
+#: A 4xx message that says only streamed requests are served ("streaming is required",
+#: "only supports stream=true", "stream must be true", "non-streaming requests are not
+#: supported"). Phrases, not the bare word: an error that echoes the request body always
+#: holds "stream":false, and "upstream" holds "stream" too.
+_STREAMING_ONLY: Final = re.compile(
+    r"""\bstream(?:ing|ed)?\b\W{0,3}\s*(?:mode\s+|requests?\s+)?(?:is\s+|are\s+|must\s+be\s+)?"""
+    r"""(?:required|mandatory)\b"""
+    r"""|\bstream(?:ing|ed)?[\s-]+only\b"""
+    r"""|\bonly\s+(?:supports?\s+|accepts?\s+|allows?\s+|serves?\s+)?(?:the\s+)?stream(?:ing|ed)?\b"""
+    r"""|\bstream\b\W{0,3}\s*(?:must|should)\s+be\s+(?:set\s+to\s+)?true\b"""
+    r"""|\bnon[\s-]?stream(?:ing|ed)?\b(?:\s+\w+){0,2}\s+(?:is|are)\s+(?:not\s+(?:supported|allowed)|unsupported)"""
+    r"""|\b(?:does\s+not|doesn't|cannot|can't|do\s+not|don't)\s+support\s+non[\s-]?stream""",
+    re.IGNORECASE,
+)
 
 #: How many model names the probe shows.
 _PROBE_NAMES: Final = 10
@@ -313,7 +329,7 @@ class OpenAIProvider(ModelProvider):
     def _status_error(self, exc: openai.APIStatusError) -> OpenAIProviderError:
         status = exc.status_code
         detail = self._detail(exc)
-        if status in (400, 404, 405, 415, 422) and "stream" in detail.lower():
+        if status in (400, 404, 405, 415, 422) and _STREAMING_ONLY.search(detail):
             return OpenAIStreamingOnlyError(
                 f"the server at {self._where()} refused a non-streamed request (HTTP {status}: {detail}); "
                 "this provider needs non-streamed Chat Completions",
