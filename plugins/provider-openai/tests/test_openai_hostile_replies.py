@@ -139,3 +139,30 @@ async def test_a_4xx_that_only_mentions_stream_is_a_status_error(
         await provider.complete(REQUEST, OpContext.with_timeout(10))
     assert not isinstance(caught.value, OpenAIStreamingOnlyError)
     assert caught.value.status == status
+
+
+async def test_an_embedding_integer_too_large_for_a_float_is_a_typed_error(stub: StubServer) -> None:
+    """A 400-digit integer in a vector: OpenAIEmbeddingReplyError, not a bare OverflowError."""
+    huge = b"9" * 400
+    stub.embedding_script.append(Reply(body=b'{"data": [{"index": 0, "embedding": [1, 2, ' + huge + b"]}]}"))
+    embedder = _embedder(stub)
+    try:
+        with pytest.raises(OpenAIEmbeddingReplyError, match="an integer of 400 digits"):
+            await embedder.embed(["a"], OpContext.with_timeout(10))
+    finally:
+        await embedder.aclose()
+
+
+@pytest.mark.parametrize(
+    "count",
+    [10**1000, 2**53, -1, 1.5, True, "12"],
+    ids=["1001 digits", "2**53", "negative", "float", "bool", "text"],
+)
+async def test_a_nonsense_token_count_stays_unknown(
+    stub: StubServer, provider: OpenAIProvider, count: object
+) -> None:
+    body = recording("plain_answer")
+    body["usage"] = {"prompt_tokens": count, "completion_tokens": 7}
+    stub.add(Reply(body=body))
+    response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+    assert response.usage.input_tokens is None and response.usage.output_tokens == 7

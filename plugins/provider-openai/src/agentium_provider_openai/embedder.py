@@ -193,10 +193,18 @@ class OpenAIEmbedder(Embedder):
             )
         out: list[float] = []
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            number = None
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                try:
+                    number = float(v)
+                except OverflowError:  # an integer of hundreds of digits: no float holds it
+                    number = None
+            if number is None or not math.isfinite(number):
                 shown = repr(v) if isinstance(v, float) else self._calls.shown(v)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    shown = f"an integer of {len(str(abs(v)))} digits"
                 raise OpenAIEmbeddingReplyError(f"the server at {where} sent embedding {index} with {shown}")
-            out.append(float(v))
+            out.append(number)
         return out
 
     async def health(self, ctx: OpContext) -> str:

@@ -167,11 +167,17 @@ def _depth_limit(what: str, max_depth: int, *, body: bool = False) -> OpenAIRepl
     )
 
 
+#: The largest token count taken from a reply's ``usage``: the largest integer a
+#: JSON number carries exactly everywhere (2**53 - 1). Far past any real call.
+MAX_TOKEN_COUNT: Final = 2**53 - 1
+
+
 def _count(usage: dict[str, Any], key: str) -> int | None:
     value = usage.get(key)
-    # A count the server does not give (or gives as nonsense) stays unknown:
-    # the engine then estimates it and says so.
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    # A count the server does not give (or gives as nonsense: negative, not an
+    # integer, or a 1000-digit number that would swamp every sum it joins) stays
+    # unknown: the engine then estimates it and says so.
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TOKEN_COUNT:
         return value
     return None
 
