@@ -166,3 +166,30 @@ async def test_a_nonsense_token_count_stays_unknown(
     stub.add(Reply(body=body))
     response = await provider.complete(REQUEST, OpContext.with_timeout(10))
     assert response.usage.input_tokens is None and response.usage.output_tokens == 7
+
+
+async def test_the_probe_shows_few_short_escaped_model_names(
+    stub: StubServer, provider: OpenAIProvider
+) -> None:
+    """Model names are the server's text: control characters shown escaped, length and count capped."""
+    names = [
+        "\x1b[2J\x1b[31mPWNED\x07",
+        "a\nok: fake line",
+        "x" * 3_000_000,
+        *(f"m{i:02}" for i in range(20)),
+    ]
+    stub.model_replies.append(Reply(body={"object": "list", "data": [{"id": n} for n in names]}))
+    answer = await provider.health(OpContext.with_timeout(10))
+    assert answer.isprintable() and "\n" not in answer
+    assert "\\x1b[2J\\x1b[31mPWNED\\x07" in answer and "a ok: fake line" in answer
+    assert len(answer) < 2000
+    assert answer.startswith("23 model(s)") and "(+13 more)" in answer
+
+
+@pytest.mark.parametrize("data", [[{"id": {"a": [1, 2]}}], [{"id": [1]}], [5], {"id": 1}])
+async def test_a_model_list_without_text_ids_is_malformed(
+    stub: StubServer, provider: OpenAIProvider, data: object
+) -> None:
+    stub.model_replies.append(Reply(body={"object": "list", "data": data}))
+    with pytest.raises(OpenAIMalformedReplyError, match="GET /models"):
+        await provider.health(OpContext.with_timeout(10))

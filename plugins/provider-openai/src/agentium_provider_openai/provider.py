@@ -99,8 +99,9 @@ _STREAMING_ONLY: Final = re.compile(
     re.IGNORECASE,
 )
 
-#: How many model names the probe shows.
+#: How many model names the probe shows, and at most how many characters of each.
 _PROBE_NAMES: Final = 10
+_PROBE_NAME_CHARS: Final = 100
 
 #: How long :meth:`OpenAIProvider.aclose` waits for each loop's client to close.
 _CLOSE_S: Final = 10.0
@@ -543,7 +544,8 @@ class OpenAIProvider(ModelProvider):
     async def health(self, ctx: OpContext) -> str:
         """List the server's models (``GET /models``) within ``probe_timeout_s`` and the deadline.
 
-        Returns how many models the server lists, the first few names and
+        Returns how many models the server lists, the first few names (at
+        most 10, each cut to 100 characters, control characters escaped) and
         whether the configured model is among them (a server such as
         llama.cpp may accept any name, so an unlisted model is reported, not
         failed). Raises an :class:`OpenAIProviderError` when the server cannot
@@ -572,13 +574,23 @@ class OpenAIProvider(ModelProvider):
                 ) from None
             try:
                 body = decode_json(data, max_depth=REPLY_ENVELOPE_DEPTH, max_bytes=len(data))
-                ids = sorted({str(item["id"]) for item in body["data"]})
+                items = body["data"]
+                if not isinstance(items, list):
+                    raise TypeError("data is not a list")
             except (InvalidJSONError, KeyError, TypeError):
                 raise OpenAIMalformedReplyError(
                     f"the server at {self._where()} answered GET /models with no model list"
                 ) from None
+            if not all(isinstance(item, dict) and isinstance(item.get("id"), str) for item in items):
+                raise OpenAIMalformedReplyError(
+                    f"the server at {self._where()} answered GET /models with an entry that has no text id"
+                )
+            ids = sorted({item["id"] for item in items})
             more = len(ids) - _PROBE_NAMES
-            shown = ", ".join(ids[:_PROBE_NAMES]) + (f" (+{more} more)" if more > 0 else "")
+            # The names are the server's text, printed by `agentium check`: each is cut short and its
+            # control characters (escape sequences, newlines) are shown escaped, not obeyed.
+            names = [scrub(name, self._api_key, _PROBE_NAME_CHARS) for name in ids[:_PROBE_NAMES]]
+            shown = ", ".join(names) + (f" (+{more} more)" if more > 0 else "")
             model = self._config.model
             listed = "listed" if model in ids else "not listed (the server may still accept it)"
             return f"{len(ids)} model(s) at {self._where()}: {shown or '-'}; model {model!r} {listed}"
