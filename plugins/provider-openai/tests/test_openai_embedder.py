@@ -190,3 +190,29 @@ async def test_hybrid_recall_end_to_end_with_the_openai_embedder(server: StubSer
     assert not server.violations
     await store.aclose()
     await embedder.aclose()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("model", '""', "model must be a non-empty model name"),
+        ("base_url", '"ftp://user:pw@host/v1"', "base_url must be an http:// or https:// URL"),
+        ("base_url", '"http://user:pw@127.0.0.1/v1"', "base_url must not carry credentials"),
+        ("api_key_env", '"NOT-A NAME"', "api_key_env must name an environment variable"),
+    ],
+)
+def test_a_bad_embedder_option_fails_check_without_probe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, expected: str
+) -> None:
+    """`agentium check` (no --probe) refuses the embedder's options at load, as it does the provider's."""
+    from agentium_harness._cli import main
+
+    options = {"model": '"e"', "dimension": "3", "base_url": '"http://127.0.0.1:9/v1"', "api_key_env": '""'}
+    options[option] = value
+    lines = "\n".join(f"{k} = {v}" for k, v in options.items())
+    config = tmp_path / "agentium.toml"
+    config.write_text(f'[embedder]\nplugin = "openai"\n[embedder.options]\n{lines}\n', encoding="utf-8")
+    assert main(["check", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"$.embedder.options.{option}" in err and expected in err
+    assert "pw" not in err

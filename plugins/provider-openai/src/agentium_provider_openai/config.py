@@ -29,6 +29,9 @@ __all__ = [
     "REPLY_ENVELOPE_DEPTH",
     "RESERVED_BODY_KEYS",
     "OpenAIProviderConfig",
+    "check_base_url",
+    "check_env_name",
+    "check_model",
     "redact_url",
 ]
 
@@ -67,7 +70,8 @@ REPLY_ENVELOPE_DEPTH: Final = 10
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
-def _base_url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+def check_base_url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Check (an attrs validator) an ``http``/``https`` URL with a host and no credentials in it."""
     if not isinstance(value, str) or not value:
         raise ValueError("base_url must be a non-empty URL such as http://127.0.0.1:8000/v1")
     try:
@@ -84,12 +88,14 @@ def _base_url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
         raise ValueError("base_url must not carry credentials; put the key in the variable api_key_env names")
 
 
-def _model(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+def check_model(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Check (an attrs validator) a non-empty model name of at most 256 characters."""
     if not isinstance(value, str) or not value.strip() or len(value) > 256:
         raise ValueError("model must be a non-empty model name of at most 256 characters, e.g. 'gpt-4o-mini'")
 
 
-def _env_name(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+def check_env_name(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Check (an attrs validator) the name of an environment variable, or ``""``/``None`` for no key."""
     if value is None or value == "":
         return
     if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
@@ -208,9 +214,9 @@ class OpenAIProviderConfig:
       body may nest :data:`REPLY_ENVELOPE_DEPTH` (10) levels deeper.
     """
 
-    model: str = attrs.field(validator=_model)
-    base_url: str = attrs.field(default=DEFAULT_BASE_URL, validator=_base_url, repr=redact_url)
-    api_key_env: str | None = attrs.field(default="OPENAI_API_KEY", validator=_env_name)
+    model: str = attrs.field(validator=check_model)
+    base_url: str = attrs.field(default=DEFAULT_BASE_URL, validator=check_base_url, repr=redact_url)
+    api_key_env: str | None = attrs.field(default="OPENAI_API_KEY", validator=check_env_name)
     organization: str | None = None
     project: str | None = None
     timeout_s: float = attrs.field(default=60.0, validator=_seconds)

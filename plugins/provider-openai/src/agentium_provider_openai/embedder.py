@@ -39,7 +39,15 @@ from agentium_harness.plugin_api import (
     decode_json,
 )
 
-from .config import DEFAULT_BASE_URL, MAX_REPLY_BYTES_CEILING, OpenAIProviderConfig, redact_url
+from .config import (
+    DEFAULT_BASE_URL,
+    MAX_REPLY_BYTES_CEILING,
+    OpenAIProviderConfig,
+    check_base_url,
+    check_env_name,
+    check_model,
+    redact_url,
+)
 from .errors import OpenAIEmbeddingReplyError
 from .provider import OpenAIProvider, ProviderCalls
 
@@ -51,6 +59,9 @@ _seconds = bounded_duration()
 @attrs.frozen(slots=True)
 class OpenAIEmbedderConfig:
     """Options of the OpenAI-compatible embedder (``[embedder.options]``).
+
+    Checked when the config is loaded, each at its key: ``model``,
+    ``base_url`` and ``api_key_env`` as for the provider.
 
     - ``model`` (required): the embedding model (``text-embedding-3-small``,
       ``nomic-embed-text`` on Ollama, ``BAAI/bge-small-en-v1.5`` on vLLM…).
@@ -64,11 +75,13 @@ class OpenAIEmbedderConfig:
     - ``max_reply_bytes``: the largest answer read (default 64 MiB).
     """
 
-    model: str
+    # The provider's own checks, so a config is refused when it is loaded
+    # (``agentium check`` without ``--probe``), not only when the embedder is built.
+    model: str = attrs.field(validator=check_model)
     dimension: int = attrs.field(validator=bounded_count(ceiling=8192))
     request_dimensions: bool = False
-    base_url: str = DEFAULT_BASE_URL
-    api_key_env: str | None = "OPENAI_API_KEY"
+    base_url: str = attrs.field(default=DEFAULT_BASE_URL, validator=check_base_url, repr=redact_url)
+    api_key_env: str | None = attrs.field(default="OPENAI_API_KEY", validator=check_env_name)
     organization: str | None = None
     project: str | None = None
     timeout_s: float = attrs.field(default=30.0, validator=_seconds)
