@@ -22,6 +22,7 @@ import anyio
 import pytest
 
 from agentium_embedder_minilm import (
+    MAX_INPUT_BYTES,
     MODEL,
     VOCAB_SHA256,
     MiniLMConfig,
@@ -31,7 +32,9 @@ from agentium_embedder_minilm import (
     load_vocab,
 )
 from agentium_harness import (
+    InvalidArgumentError,
     OpContext,
+    OperationCancelledError,
     RecallStatus,
     ResidentLimits,
     RuntimeLimits,
@@ -109,6 +112,46 @@ async def test_batches_larger_than_max_batch_and_long_texts() -> None:
     texts = [f"text number {i} " + "padding " * 3000 for i in range(10)]
     vectors = await small.embed(texts, OpContext.with_timeout(60.0))
     assert len(vectors) == 10 and all(len(v) == 384 for v in vectors)
+
+
+@pytest.mark.parametrize("bad", [None, b"bytes", 5, ["nested"]])
+async def test_a_text_that_is_not_a_string_is_an_invalid_argument(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"texts\[1\] must be a string"):
+        await SHARED.embed(["fine", bad], OpContext.with_timeout(30.0))  # type: ignore[list-item]
+
+
+async def test_texts_that_are_one_string_are_an_invalid_argument() -> None:
+    with pytest.raises(InvalidArgumentError, match="sequence of strings"):
+        await SHARED.embed("one text", OpContext.with_timeout(30.0))
+
+
+async def test_only_the_first_max_input_bytes_of_a_text_are_read() -> None:
+    """Text past MAX_INPUT_BYTES is cut before normalizing: the cost is bounded whatever the length.
+
+    Control characters are dropped by the normalizer, so a text of MAX_INPUT_BYTES of them
+    followed by words embeds as the empty text: the words were never read.
+    """
+    hidden = "\x01" * MAX_INPUT_BYTES + " hello world"
+    edge = "\x01" * (MAX_INPUT_BYTES - 4) + "\u00e9t\u00e9"  # a 2-byte character cut in half
+    empty, cut, words, kept = await SHARED.embed(
+        ["", hidden, "hello world", edge], OpContext.with_timeout(30.0)
+    )
+    assert list(cut) == list(empty) and list(cut) != list(words)
+    (alone,) = await SHARED.embed(["\u00e9t"], OpContext.with_timeout(30.0))
+    assert list(kept) == list(alone)  # "é" + "t" fit (3 bytes); the second "é" is cut whole
+
+
+async def test_the_call_returns_at_its_deadline_while_a_batch_runs() -> None:
+    """A worker held inside a batch: the call still returns at the deadline, typed."""
+    embedder = MiniLMEmbedder()
+    await embedder.embed(["load the model"], OpContext.with_timeout(30.0))
+    embedder._inference.acquire()  # as if another inference were running, uninterruptible
+    try:
+        with anyio.fail_after(20.0), pytest.raises(OperationCancelledError) as caught:
+            await embedder.embed(["held"], OpContext.with_timeout(0.3))
+    finally:
+        embedder._inference.release()
+    assert caught.value.reason == "deadline passed"
 
 
 async def test_a_wrong_or_missing_model_file_is_refused(tmp_path: Path) -> None:

