@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
@@ -47,6 +45,7 @@ from agentium_harness.plugin_api import (
     decode_json,
 )
 
+from ._failures import STREAMING_ONLY, Retryable, is_transport_error, retry_after
 from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, redact_url
 from .errors import (
     OpenAIConfigError,
@@ -84,69 +83,12 @@ NO_KEY: Final = "no-key"
 #: How often the watcher looks at the operation's signal while a call is in flight.
 _SIGNAL_POLL_S: Final = 0.02
 
-#: A 4xx message that says only streamed requests are served ("streaming is required",
-#: "only supports stream=true", "stream must be true", "non-streaming requests are not
-#: supported"). Phrases, not the bare word: an error that echoes the request body always
-#: holds "stream":false, and "upstream" holds "stream" too.
-_STREAMING_ONLY: Final = re.compile(
-    r"""\bstream(?:ing|ed)?\b\W{0,3}\s*(?:mode\s+|requests?\s+)?(?:is\s+|are\s+|must\s+be\s+)?"""
-    r"""(?:required|mandatory)\b"""
-    r"""|\bstream(?:ing|ed)?[\s-]+only\b"""
-    r"""|\bonly\s+(?:supports?\s+|accepts?\s+|allows?\s+|serves?\s+)?(?:the\s+)?stream(?:ing|ed)?\b"""
-    r"""|\bstream\b\W{0,3}\s*(?:must|should)\s+be\s+(?:set\s+to\s+)?true\b"""
-    r"""|\bnon[\s-]?stream(?:ing|ed)?\b(?:\s+\w+){0,2}\s+(?:is|are)\s+(?:not\s+(?:supported|allowed)|unsupported)"""
-    r"""|\b(?:does\s+not|doesn't|cannot|can't|do\s+not|don't)\s+support\s+non[\s-]?stream""",
-    re.IGNORECASE,
-)
-
 #: How many model names the probe shows, and at most how many characters of each.
 _PROBE_NAMES: Final = 10
 _PROBE_NAME_CHARS: Final = 100
 
 #: How long :meth:`OpenAIProvider.aclose` waits for each loop's client to close.
 _CLOSE_S: Final = 10.0
-
-
-class _Retryable(Exception):
-    """One failed attempt that may be retried: its HTTP status (or ``None``) and what happened."""
-
-    def __init__(self, detail: str, status: int | None = None, retry_after: float | None = None) -> None:
-        self.detail = detail
-        self.status = status
-        self.retry_after = retry_after
-        super().__init__(detail)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's requested wait in seconds (``retry-after-ms`` or ``retry-after`` in seconds), if any."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) * scale
-        except ValueError:
-            continue  # an HTTP date is not worth parsing: the backoff applies instead
-        if seconds >= 0:
-            return seconds
-    return None
-
-
-def _is_transport_error(exc: BaseException) -> bool:
-    """True for an error of the HTTP library under the ``openai`` client while a body arrives.
-
-    The client wraps failures before the answer's headers in its own
-    ``APIConnectionError``, but a body read through ``iter_bytes`` raises the
-    library's own ``RemoteProtocolError`` (closed mid-body), ``ReadError``,
-    ``ReadTimeout`` or ``DecodingError`` (a corrupt ``Content-Encoding``). The
-    library is ``httpx`` (openai 1.x and 2.x) or ``httpx2`` (openai 3.x): its
-    ``HTTPError`` is the root of all of these.
-    """
-    root = type(exc).__module__.partition(".")[0]
-    if root not in ("httpx", "httpx2"):
-        return False
-    base = getattr(sys.modules.get(root), "HTTPError", None)
-    return isinstance(base, type) and isinstance(exc, base)
 
 
 def _read_key(config: OpenAIProviderConfig, environ: Mapping[str, str]) -> str | None:
@@ -330,7 +272,7 @@ class OpenAIProvider(ModelProvider):
     def _status_error(self, exc: openai.APIStatusError) -> OpenAIProviderError:
         status = exc.status_code
         detail = self._detail(exc)
-        if status in (400, 404, 405, 415, 422) and _STREAMING_ONLY.search(detail):
+        if status in (400, 404, 405, 415, 422) and STREAMING_ONLY.search(detail):
             return OpenAIStreamingOnlyError(
                 f"the server at {self._where()} refused a non-streamed request (HTTP {status}: {detail}); "
                 "this provider needs non-streamed Chat Completions",
@@ -367,24 +309,24 @@ class OpenAIProvider(ModelProvider):
                     with anyio.fail_after(timeout):
                         return await send(timeout)
                 except TimeoutError:
-                    raise _Retryable(f"no answer within timeout_s={timeout:g}s") from None
+                    raise Retryable(f"no answer within timeout_s={timeout:g}s") from None
                 except openai.APIStatusError as exc:
                     if exc.status_code not in RETRYABLE_STATUSES:
                         raise self._status_error(exc) from None
                     headers: Mapping[str, str] = exc.response.headers
                     detail = self._detail(exc)
-                    raise _Retryable(
-                        f"HTTP {exc.status_code}: {detail}", exc.status_code, _retry_after(headers)
+                    raise Retryable(
+                        f"HTTP {exc.status_code}: {detail}", exc.status_code, retry_after(headers)
                     ) from None
                 except openai.APIConnectionError as exc:
-                    raise _Retryable(
+                    raise Retryable(
                         f"connection failed ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
                     ) from None
                 except OpenAIConnectionError as exc:
                     # The body broke off after the headers (see _read_capped): as retryable as a
                     # connection that failed before them.
-                    raise _Retryable(f"connection failed ({exc})") from None
-            except _Retryable as failure:
+                    raise Retryable(f"connection failed ({exc})") from None
+            except Retryable as failure:
                 if ctx.expired:
                     raise OperationCancelledError(
                         f"{operation} stopped: its deadline passed during attempt {attempt} "
@@ -507,7 +449,7 @@ class OpenAIProvider(ModelProvider):
                     raise too_large(f"more than {limit} bytes")
                 received.append(chunk)
         except Exception as exc:
-            if not _is_transport_error(exc):
+            if not is_transport_error(exc):
                 raise
             raise OpenAIConnectionError(
                 f"the server at {self._where()} broke off {what} after {size} bytes "
