@@ -13,7 +13,7 @@ import pytest
 from openai_helpers import KEY_ENV
 from openai_stub_server import Reply, StubServer, recording
 
-from agentium_harness.plugin_api import Message, ModelRequest, OpContext, Role
+from agentium_harness.plugin_api import InvalidArgumentError, Message, ModelRequest, OpContext, Role
 from agentium_provider_openai import (
     OpenAIEmbedder,
     OpenAIEmbedderConfig,
@@ -193,3 +193,16 @@ async def test_a_model_list_without_text_ids_is_malformed(
     stub.model_replies.append(Reply(body={"object": "list", "data": data}))
     with pytest.raises(OpenAIMalformedReplyError, match="GET /models"):
         await provider.health(OpContext.with_timeout(10))
+
+
+@pytest.mark.parametrize("texts", [[b"bytes"], ["a", None], "one string"], ids=["bytes", "None", "str"])
+async def test_embedding_texts_that_are_not_strings_are_refused_before_sending(
+    stub: StubServer, texts: object
+) -> None:
+    embedder = _embedder(stub)
+    try:
+        with pytest.raises(InvalidArgumentError, match="sequence of strings"):
+            await embedder.embed(texts, OpContext.with_timeout(10))  # type: ignore[arg-type]
+    finally:
+        await embedder.aclose()
+    assert not [r for r in stub.requests if r.path.endswith("/embeddings")]

@@ -32,6 +32,7 @@ from agentium_harness.plugin_api import (
     Embedder,
     EmbedderCapabilities,
     EmbeddingModel,
+    InvalidArgumentError,
     InvalidJSONError,
     OpContext,
     bounded_count,
@@ -148,9 +149,16 @@ class OpenAIEmbedder(Embedder):
         return f"OpenAIEmbedder(model={self._config.model!r}, base_url={redact_url(self._config.base_url)!r})"
 
     async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
-        """One vector per text, in order, from one request (retried as the options say)."""
+        """One vector per text, in order, from one request (retried as the options say).
+
+        Raises :class:`InvalidArgumentError` when ``texts`` is not a sequence of
+        strings; nothing is sent.
+        """
         ctx.raise_if_expired("embed")
-        batch = list(texts)
+        batch = list(texts) if not isinstance(texts, str | bytes) else None
+        if batch is None or not all(isinstance(text, str) for text in batch):
+            # Checked before sending: bytes or None would reach the server as JSON it refuses, or worse.
+            raise InvalidArgumentError("texts must be a sequence of strings")
         if not batch:
             return []
         calls = self._calls
