@@ -12,7 +12,7 @@ import threading
 import anyio
 import pytest
 from openai_helpers import make_provider, request_arrived
-from openai_stub_server import Reply, StubServer, recording
+from openai_stub_server import Reply, StubServer, recording, running
 
 from agentium_harness import OperationCancelledError
 from agentium_harness.plugin_api import CancelSignal, Message, ModelRequest, OpContext, Role
@@ -159,6 +159,23 @@ async def test_other_statuses_are_not_retried(stub: StubServer, status: int) -> 
         await provider.aclose()
     assert caught.value.status == status and f"HTTP {status}" in str(caught.value)
     assert len(stub.completions) == 1
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+async def test_a_redirect_is_not_followed(stub: StubServer, status: int) -> None:
+    """A 3xx to another server: the conversation is not sent there; the status is the error."""
+    with running() as elsewhere:
+        target = f"{elsewhere.base_url}/chat/completions"
+        stub.add(Reply(body={}, status=status, headers={"Location": target}))
+        elsewhere.add(Reply.recorded("plain_answer"))
+        provider = make_provider(stub, max_retries=2)
+        try:
+            with pytest.raises(OpenAIStatusError) as caught:
+                await provider.complete(REQUEST, OpContext.with_timeout(10))
+        finally:
+            await provider.aclose()
+        assert caught.value.status == status
+        assert elsewhere.requests == [] and len(stub.completions) == 1
 
 
 async def test_the_key_never_appears_in_an_error(stub: StubServer) -> None:

@@ -209,7 +209,9 @@ class OpenAIProvider(ModelProvider):
             project=self._config.project,
             timeout=self._config.timeout_s,
             max_retries=0,
-            http_client=DefaultAsyncHttpxClient(timeout=self._config.timeout_s),
+            # Redirects are not followed: a 3xx would re-send the whole conversation to wherever
+            # it points (another host included). It is a status error naming the status instead.
+            http_client=DefaultAsyncHttpxClient(timeout=self._config.timeout_s, follow_redirects=False),
         )
 
     def _where(self) -> str:
