@@ -8,9 +8,43 @@ so a 1 MB reason can never become a 1 MB block or a 2 MB snapshot.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
-__all__ = ["cut_text", "redact_url"]
+__all__ = ["clean_text", "cut_text", "error_text", "redact_url"]
+
+#: Any surrogate code point: in a Python string one is always lone (a pair is one code point),
+#: so this is exactly what UTF-8 cannot encode.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` as a plain ``str`` with every lone surrogate replaced by U+FFFD: text that can be stored.
+
+    For free text the engine only reports (an adapter's error message, a
+    detail): refusing it would lose what it reports, so it is mended instead.
+    A ``str`` subclass is read with ``str.__str__``, none of its own methods trusted.
+    """
+    plain = str.__str__(text)
+    return plain if plain.isascii() else _SURROGATE.sub("\ufffd", plain)
+
+
+def error_text(exc: BaseException, *, named: bool = True) -> str:
+    """``Type: message`` of an adapter's (or a tool's) exception, as text that can be stored; never raises.
+
+    ``named=False`` gives the message alone.
+
+    The exception is foreign: its ``__str__`` may raise or return something
+    that is not a ``str``, and its message (or even its class name) may hold
+    a lone surrogate. Either would otherwise turn a reported failure into a
+    crash, or lose the turn when the record holding the text is encoded.
+    """
+    name = clean_text(type(exc).__name__)
+    try:
+        message = clean_text(str(exc))
+    except Exception:
+        return f"{name} (its message could not be read)" if named else "(its message could not be read)"
+    return f"{name}: {message}" if named else message
 
 
 def cut_text(text: str, max_bytes: int) -> tuple[str, int]:

@@ -37,6 +37,7 @@ from .._ports.sessions import (
 from .._ports.snapshot import seal_new_snapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
+from .._text import error_text
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
@@ -166,7 +167,9 @@ async def commit(
             )
         except ArchiveConflictError as exc:
             # Nothing was written; record the divergence with a separate save below.
-            divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
+            divergence = ArchiveDivergence(
+                seqs=tuple(g.seq for g in plan.evict), detail=error_text(exc, named=False)
+            )
             eviction = EvictionStatus.DIVERGED
             diagnostics.append(_diverged_diagnostic(divergence))
         except Exception as exc:
@@ -207,7 +210,7 @@ async def commit(
             )
             note = Diagnostic(
                 "joint_commit_failed",
-                f"the joint archive-and-save transaction failed ({type(exc).__name__}: {exc}); "
+                f"the joint archive-and-save transaction failed ({error_text(exc)}); "
                 "retried as separate calls",
                 Severity.WARNING,
             )
@@ -224,7 +227,9 @@ async def commit(
         try:
             receipts = await archive_groups(ticket, archive, key, plan.evict)
         except ArchiveConflictError as exc:
-            divergence = ArchiveDivergence(seqs=tuple(g.seq for g in plan.evict), detail=str(exc))
+            divergence = ArchiveDivergence(
+                seqs=tuple(g.seq for g in plan.evict), detail=error_text(exc, named=False)
+            )
             eviction = EvictionStatus.DIVERGED
             diagnostics.append(_diverged_diagnostic(divergence))
         except Exception as exc:
@@ -237,8 +242,7 @@ async def commit(
             diagnostics.append(
                 Diagnostic(
                     code,
-                    f"eviction of {len(plan.evict)} group(s) deferred, boundary unchanged: "
-                    f"{type(exc).__name__}: {exc}",
+                    f"eviction of {len(plan.evict)} group(s) deferred, boundary unchanged: {error_text(exc)}",
                     Severity.WARNING,
                 )
             )
@@ -317,7 +321,7 @@ async def _save(
         diagnostics.append(
             Diagnostic(
                 "save_settled",
-                f"the session save raised {type(exc).__name__}: {exc}; {settled.how}, so the turn is "
+                f"the session save raised {error_text(exc)}; {settled.how}, so the turn is "
                 "committed" + ("; the session store broke its contract" if broken else ""),
                 Severity.ERROR if broken else Severity.WARNING,
             )
@@ -346,7 +350,7 @@ async def _landed_joint(
     notes = [
         Diagnostic(
             "save_settled",
-            f"the joint archive-and-save transaction raised {type(exc).__name__}: {exc}; {settled.how}, "
+            f"the joint archive-and-save transaction raised {error_text(exc)}; {settled.how}, "
             "so the turn is committed",
             Severity.WARNING,
         )

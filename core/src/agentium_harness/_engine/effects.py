@@ -35,6 +35,7 @@ import attrs
 from .._errors import AgentiumError, PublicationRefusedError, SessionConflictError, SessionDivergedError
 from .._history import InterruptionCause, RetainedRecord, TurnInterruption
 from .._scope import Scope
+from .._text import error_text
 from .lifecycle import Ticket
 from .load import load_session
 from .progress import RunProgress, with_result
@@ -151,7 +152,7 @@ class EffectsKeeper:
         state = error.commit_state if error.commit_state is not None else progress.commit_state
         if cause is None or not executed(turn) or state is not CommitState.NOT_COMMITTED:
             return error
-        why = interruption(cause, f"{type(error).__name__}: {error}")
+        why = interruption(cause, error_text(error))
         # Provider failures stop the turn before its commit began: the session as loaded is current.
         reload = cause is not InterruptionCause.PROVIDER_FAILED
         try:
@@ -195,7 +196,8 @@ class EffectsKeeper:
                 progress.diagnostics.append(_failed(failed))
                 if failed.commit_state is not None:
                     progress.commit_state = failed.commit_state
-                progress.note = f"its tool calls and results could not be committed either ({failed})"
+                why_not = error_text(failed, named=False)
+                progress.note = f"its tool calls and results could not be committed either ({why_not})"
             else:
                 progress.note = (
                     f"its tool calls and results were committed as group {done.group_seq}, without the "
@@ -241,7 +243,7 @@ class EffectsKeeper:
         marked = mark_commit_state(
             error,
             state,
-            f"its tool calls and results could not be committed either ({type(failed).__name__}: {failed}); "
+            f"its tool calls and results could not be committed either ({error_text(failed)}); "
             "they are in the error's run_result",
         )
         marked.run_result = None  # rebuilt from the run so far, with the diagnostic
@@ -251,6 +253,6 @@ class EffectsKeeper:
 def _failed(failed: AgentiumError) -> Diagnostic:
     return Diagnostic(
         "effects_commit_failed",
-        f"the tool calls and results that ran could not be committed: {type(failed).__name__}: {failed}",
+        f"the tool calls and results that ran could not be committed: {error_text(failed)}",
         Severity.ERROR,
     )

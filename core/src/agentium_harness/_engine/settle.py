@@ -36,6 +36,7 @@ from .._history import MessageGroup
 from .._ports.archive import HistoryArchive
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
 from .._scope import SessionKey
+from .._text import error_text
 from .lifecycle import Ticket
 from .results import CommitState
 
@@ -87,7 +88,7 @@ async def settle_save(
                     raise TypeError(f"the store returned {type(stored).__name__}, not a StoredSnapshot")
                 verify_snapshot(key, stored.snapshot)
         except Exception as exc:  # a failed read settles nothing; the next one may
-            problems.append(f"{type(exc).__name__}: {exc}")
+            problems.append(error_text(exc))
             continue
         found = _judge(stored, saved, expected, new_groups)
         if found is not None and found.archived_past and archive is not None and stored is not None:
@@ -218,7 +219,7 @@ def mark_commit_state(exc: BaseException, state: CommitState, how: str = "") -> 
     a :class:`SessionStoreError` caused by it. A message that claimed nothing
     was changed loses the claim when something was, or may have been.
     """
-    error = exc if isinstance(exc, AgentiumError) else SessionStoreError(f"{type(exc).__name__}: {exc}")
+    error = exc if isinstance(exc, AgentiumError) else SessionStoreError(error_text(exc))
     if error is not exc:
         error.__cause__ = exc
     if error.commit_state is state:

@@ -42,8 +42,9 @@ class ToolStatus(enum.StrEnum):
     REFUSED_EFFECT = "refused_effect"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
-    #: The handler ran (its effects happened) but returned text that is not
-    #: valid Unicode (a lone surrogate); the model got an error text instead of it.
+    #: The handler ran (its effects happened) but returned something that is not a
+    #: ``str``, or text that is not valid Unicode (a lone surrogate); the model got an
+    #: error text instead of it.
     INVALID_OUTPUT = "invalid_output"
     #: The run was cancelled (``aclose()``, or the host cancelled ``run()``) while the handler ran
     #: — it may have had its effects — or, for the calls of the same reply after it, before the

@@ -5,6 +5,8 @@ it only carries tool calls when the provider declared ``tool_calls``, that
 its tool call ids are unique, and that it encodes canonically (no ``nan``,
 no non-JSON values) — a response that fails any check is refused with
 :class:`~agentium_harness._errors.ContractViolationError` before a tool runs.
+An adapter's or a tool's exception is read as text that never raises and
+can always be stored, and a tool that returns no text is ``invalid_output``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .._history import Message, Role, ToolCall, message_json
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
+from .._text import clean_text, error_text
 from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
 from .lifecycle import Ticket
@@ -48,6 +51,16 @@ class TurnOutcome:
     diagnostics: tuple[Diagnostic, ...]
     steps: int = 0
 
+
+#: The diagnostic code of each tool outcome but ``ok`` (a handler that ran and raised: ``tool_failed``).
+_CODES = {
+    ToolStatus.TIMED_OUT: "tool_timeout",
+    ToolStatus.REFUSED_EFFECT: "revision_effect_refused",
+    ToolStatus.INVALID_OUTPUT: "tool_invalid_output",
+    ToolStatus.FAILED: "tool_failed",
+    ToolStatus.REFUSED_NOT_GRANTED: "tool_refused",
+    ToolStatus.REFUSED_UNKNOWN: "tool_refused",
+}
 
 #: Outcomes of calls that were never executed: only these had no effect.
 _REFUSALS = frozenset({ToolStatus.REFUSED_NOT_GRANTED, ToolStatus.REFUSED_UNKNOWN, ToolStatus.REFUSED_EFFECT})
@@ -239,12 +252,9 @@ async def run_turn(
                     span.content("gen_ai.tool.call.result", content)
             outcomes.append(outcome)
             if outcome.status is not ToolStatus.OK:
-                code = {
-                    ToolStatus.TIMED_OUT: "tool_timeout",
-                    ToolStatus.REFUSED_EFFECT: "revision_effect_refused",
-                    ToolStatus.INVALID_OUTPUT: "tool_invalid_output",
-                }.get(outcome.status, "tool_refused")
-                diagnostics.append(Diagnostic(code, outcome.detail, Severity.WARNING))
+                diagnostics.append(
+                    Diagnostic(_CODES.get(outcome.status, "tool_failed"), outcome.detail, Severity.WARNING)
+                )
             turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
             trace.running = None
             trace.outcomes.append(outcome)
@@ -310,7 +320,7 @@ async def _complete_bounded(ticket: Ticket, provider: ModelProvider, request: Mo
     except ContractViolationError:
         raise
     except Exception as exc:
-        raise ProviderError(f"provider failed: {exc}; the session was not changed") from exc
+        raise ProviderError(f"provider failed: {error_text(exc)}; the session was not changed") from exc
 
 
 def _is_count(value: object) -> bool:
@@ -416,18 +426,32 @@ async def _run_tool(
             )
         return ToolOutcome(call.id, call.name, ToolStatus.TIMED_OUT, tool.effect, detail), f"error: {detail}"
     except Exception as exc:  # a tool's failure is reported to the model, not raised
-        detail = f"{type(exc).__name__}: {exc}"
+        # The exception is the tool's: its text is read so that it can never raise or be unstorable.
+        detail = error_text(exc)
         return ToolOutcome(call.id, call.name, ToolStatus.FAILED, tool.effect, detail), f"error: {detail}"
-    text = str(content)
+    return _tool_text(call, tool.effect, content)
+
+
+def _tool_text(call: ToolCall, effect: EffectLevel, content: object) -> tuple[ToolOutcome, str]:
+    """The outcome of a handler that returned ``content``, and the text the model sees and history keeps.
+
+    The tool ran and its effects stand whatever it returned; only its text
+    may be unusable. A value that is not a ``str`` (handlers return text) or
+    text that is not valid Unicode (it could never be stored or sent) is
+    ``invalid_output``, with an error text in its place.
+    """
+    if not isinstance(content, str):
+        detail = (
+            f"tool {call.name!r} ran but returned {clean_text(type(content).__name__)}, not text; "
+            "its output was replaced by this error"
+        )
+        return ToolOutcome(call.id, call.name, ToolStatus.INVALID_OUTPUT, effect, detail), f"error: {detail}"
+    text = str.__str__(content)  # a plain copy: a str subclass's own methods are not trusted
     at = lone_surrogate_at(text)
     if at is not None:
-        # The tool ran and its effects stand; only its text is unusable (it could
-        # never be stored or sent), so the outcome says so and the model is told.
         detail = (
             f"tool {call.name!r} ran but returned text that is not valid Unicode "
             f"(a lone surrogate at index {at}); its output was replaced by this error"
         )
-        return ToolOutcome(
-            call.id, call.name, ToolStatus.INVALID_OUTPUT, tool.effect, detail
-        ), f"error: {detail}"
-    return ToolOutcome(call.id, call.name, ToolStatus.OK, tool.effect), text
+        return ToolOutcome(call.id, call.name, ToolStatus.INVALID_OUTPUT, effect, detail), f"error: {detail}"
+    return ToolOutcome(call.id, call.name, ToolStatus.OK, effect), text

@@ -39,7 +39,7 @@ from .._history import (
 from .._observe import spans as observe
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
-from .._text import cut_text
+from .._text import clean_text, cut_text
 from .._verdicts import VerificationRecord
 from .archive_index import index_archived
 from .arguments import source_uncertainty
@@ -83,8 +83,13 @@ def answered_part(messages: tuple[Message, ...]) -> tuple[Message, ...]:
 
 
 def interruption(cause: InterruptionCause, detail: str) -> TurnInterruption:
-    """The record of why a committed turn has no answer, its detail bounded."""
-    return TurnInterruption(cause, cut_text(detail, MAX_INTERRUPTION_BYTES)[0])
+    """The record of why a committed turn has no answer, its detail bounded and storable.
+
+    The detail is free text, often an adapter's error message: a lone
+    surrogate in it is replaced (U+FFFD), or the record could not be encoded
+    and the tool calls it keeps would be lost with it.
+    """
+    return TurnInterruption(cause, cut_text(clean_text(detail), MAX_INTERRUPTION_BYTES)[0])
 
 
 def retained_record(

@@ -16,7 +16,6 @@ evidence (R29): the verifier sees the candidate, but judges host evidence.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -29,7 +28,7 @@ from .._observe import spans as observe
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
-from .._text import cut_text
+from .._text import cut_text, error_text
 from .._validators import bounded_count, unicode_text
 from .._verdicts import (
     MAX_REASON_BYTES,
@@ -354,25 +353,6 @@ def final_answer(messages: tuple[Message, ...]) -> str:
     return next((m.content for m in reversed(messages) if m.role is Role.ASSISTANT), "")
 
 
-#: Any surrogate code point: in a Python string one is always lone (a pair is one code point),
-#: so this is exactly what UTF-8 cannot encode.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _error_text(exc: BaseException) -> str:
-    """``Type: message`` of a verifier's error, as text that can be stored; never raises.
-
-    The error is the verifier's: its message (or even its class name) may hold
-    a lone surrogate, and its ``__str__`` may fail. Either would otherwise lose
-    the turn when the record is encoded.
-    """
-    try:
-        text = f"{type(exc).__name__}: {exc}"
-    except Exception:
-        text = f"{type(exc).__name__} (its message could not be read)"
-    return _SURROGATE.sub("\ufffd", text)
-
-
 def _plain_text(value: object) -> str | None:
     """A plain ``str`` copy of ``value`` when it is valid Unicode text, else ``None``.
 
@@ -451,7 +431,7 @@ async def _attempt(
             Diagnostic("verifier_timeout", detail, Severity.WARNING)
         ]
     except Exception as exc:  # a verifier's failure is an unknown verdict, never an accepted one
-        detail, _ = cut_text(f"the verifier failed: {_error_text(exc)}", MAX_REASON_BYTES)
+        detail, _ = cut_text(f"the verifier failed: {error_text(exc)}", MAX_REASON_BYTES)
         return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
             Diagnostic("verifier_failed", detail, Severity.WARNING)
         ]

@@ -1,0 +1,210 @@
+"""A hostile provider or tool never makes ``run()`` raise an untyped error or lose a write that ran.
+
+Once a write tool ran, its group is committed (with an interruption record)
+whatever the provider or the tool does next: a reply of the wrong shape,
+arguments nested far too deep, an exception whose text cannot be read or
+holds a lone surrogate, a tool's return value that is not text, or output far
+too large. ``run()`` raises only typed errors carrying ``commit_state``, and
+the engine never writes a snapshot its own decoder would refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+
+from agentium_harness import (
+    AgentiumError,
+    CommitState,
+    EffectLevel,
+    InterruptionCause,
+    ProviderError,
+    RunResult,
+    SessionKey,
+    Tool,
+    ToolRegistry,
+    ToolStatus,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._text import error_text
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.plugin_api import (
+    Message,
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    OpContext,
+    ProviderCapabilities,
+    Role,
+    ToolCall,
+)
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+
+Step = Callable[[ModelRequest], ModelResponse]
+
+
+class Hostile(ModelProvider):
+    """Answers each model call with the next step of its script (then plain text)."""
+
+    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(tool_calls=True)
+
+    def __init__(self, *steps: Step) -> None:
+        self.steps = list(steps)
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        if not self.steps:
+            return ModelResponse(Message(Role.ASSISTANT, "done"))
+        return self.steps.pop(0)(request)
+
+
+def calls(*made: ToolCall) -> Step:
+    return lambda request: ModelResponse(Message(Role.ASSISTANT, "", made))
+
+
+DEPLOY = calls(ToolCall("c1", "deploy", {}))
+
+
+def raises(exc: BaseException) -> Step:
+    def step(request: ModelRequest) -> ModelResponse:
+        raise exc
+
+    return step
+
+
+def odd_content(content: object) -> Step:
+    return lambda request: ModelResponse(Message(Role.ASSISTANT, content))  # type: ignore[arg-type]
+
+
+class Unreadable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str boom")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr boom")
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("obj str boom")
+
+
+def nested(depth: int) -> dict[str, Any]:
+    top: dict[str, Any] = {}
+    node = top
+    for _ in range(depth):
+        node["a"] = {}
+        node = node["a"]
+    return top
+
+
+async def _run(
+    provider: ModelProvider, handler: Any = None
+) -> tuple[RunResult | AgentiumError, list[int], Any]:
+    """One run with a write tool ``deploy``; what it returned or raised, whether the tool ran, the store."""
+    ran: list[int] = []
+
+    async def deploy(arguments: dict[str, Any]) -> Any:
+        ran.append(1)
+        return "deployed" if handler is None else await handler(arguments)
+
+    store = InMemorySessionStore()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=store,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+    )
+    async with runtime:
+        try:
+            outcome: RunResult | AgentiumError = await runtime.run(ANA, "s1", "ship it", grants=["deploy"])
+        except AgentiumError as exc:  # anything else fails the test
+            outcome = exc
+    return outcome, ran, store
+
+
+async def _kept(outcome: object, store: InMemorySessionStore, kind: type[AgentiumError]) -> Message:
+    """The error says the tool's group was committed, and the stored group holds the tool's result."""
+    assert isinstance(outcome, kind), outcome
+    assert outcome.commit_state is CommitState.COMMITTED
+    assert outcome.run_result is not None and outcome.run_result.group_seq == 0
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    [group] = stored.snapshot.resident
+    assert group.retained.interruption is not None
+    assert group.retained.interruption.cause is InterruptionCause.PROVIDER_FAILED
+    return next(m for m in group.messages if m.role is Role.TOOL)
+
+
+async def test_a_provider_error_whose_text_cannot_be_read_is_a_provider_error_and_the_write_kept() -> None:
+    outcome, ran, store = await _run(Hostile(DEPLOY, raises(Unreadable())))
+    assert ran == [1]
+    await _kept(outcome, store, ProviderError)
+    assert "Unreadable (its message could not be read)" in str(outcome)
+
+
+async def test_a_provider_error_with_a_lone_surrogate_still_commits_the_write() -> None:
+    outcome, ran, store = await _run(Hostile(DEPLOY, raises(RuntimeError("secret \ud800 content"))))
+    assert ran == [1]
+    await _kept(outcome, store, ProviderError)
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    interruption = stored.snapshot.resident[0].retained.interruption
+    assert interruption is not None and "secret \ufffd content" in interruption.detail
+
+
+@pytest.mark.parametrize(
+    ("returned", "words"),
+    [(None, "returned NoneType, not text"), (42, "returned int, not text"), (Unprintable(), "Unprintable")],
+)
+async def test_a_tool_that_returns_no_text_is_invalid_output_and_its_effect_kept(
+    returned: object, words: str
+) -> None:
+    async def handler(arguments: dict[str, Any]) -> object:
+        return returned
+
+    outcome, ran, _ = await _run(Hostile(DEPLOY), handler)
+    assert ran == [1]
+    assert isinstance(outcome, RunResult) and outcome.committed
+    [done] = outcome.tool_outcomes
+    assert done.status is ToolStatus.INVALID_OUTPUT and words in done.detail
+    assert outcome.has("tool_invalid_output")
+
+
+@pytest.mark.parametrize(
+    ("exc", "detail"),
+    [
+        (Unreadable(), "Unreadable (its message could not be read)"),
+        (ValueError("cannot open /srv/\udcff.cfg"), "ValueError: cannot open /srv/\ufffd.cfg"),
+    ],
+)
+async def test_a_tool_whose_exception_text_is_unusable_fails_typed_and_its_effect_kept(
+    exc: Exception, detail: str
+) -> None:
+    async def handler(arguments: dict[str, Any]) -> str:
+        raise exc
+
+    outcome, ran, store = await _run(Hostile(DEPLOY), handler)
+    assert ran == [1]
+    assert isinstance(outcome, RunResult) and outcome.committed
+    [done] = outcome.tool_outcomes
+    assert done.status is ToolStatus.FAILED and done.detail == detail
+    # A handler that ran and raised failed: it was not refused.
+    assert [d.code for d in outcome.diagnostics if d.code.startswith("tool_")] == ["tool_failed"]
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    [tool_message] = [m for m in stored.snapshot.resident[0].messages if m.role is Role.TOOL]
+    assert tool_message.content == f"error: {detail}"
+
+
+def test_error_text_never_raises_and_is_always_storable() -> None:
+    assert error_text(Unreadable()) == "Unreadable (its message could not be read)"
+    assert error_text(Unreadable(), named=False) == "(its message could not be read)"
+    assert error_text(ValueError("a\udc80b")) == "ValueError: a\ufffdb"
+    assert error_text(ValueError("plain"), named=False) == "plain"
