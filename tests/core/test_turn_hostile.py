@@ -18,6 +18,7 @@ import pytest
 from agentium_harness import (
     AgentiumError,
     CommitState,
+    ContractViolationError,
     EffectLevel,
     InterruptionCause,
     ProviderError,
@@ -29,6 +30,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine import turn as turn_module
 from agentium_harness._text import error_text
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.plugin_api import (
@@ -142,6 +144,23 @@ async def _kept(outcome: object, store: InMemorySessionStore, kind: type[Agentiu
     return next(m for m in group.messages if m.role is Role.TOOL)
 
 
+@pytest.mark.parametrize("content", [123, None, ["a"]])
+async def test_a_reply_whose_content_is_not_text_after_a_write_is_refused_and_the_write_kept(
+    content: object,
+) -> None:
+    outcome, ran, store = await _run(Hostile(DEPLOY, odd_content(content)))
+    assert ran == [1]
+    result = await _kept(outcome, store, ContractViolationError)
+    assert result.content == "deployed"
+    assert "content must be a string" in str(outcome)
+
+
+async def test_arguments_nested_thousands_deep_after_a_write_are_refused_and_the_write_kept() -> None:
+    outcome, ran, store = await _run(Hostile(DEPLOY, calls(ToolCall("c2", "deploy", nested(5000)))))
+    assert ran == [1]
+    await _kept(outcome, store, ContractViolationError)
+
+
 async def test_a_provider_error_whose_text_cannot_be_read_is_a_provider_error_and_the_write_kept() -> None:
     outcome, ran, store = await _run(Hostile(DEPLOY, raises(Unreadable())))
     assert ran == [1]
@@ -208,3 +227,42 @@ def test_error_text_never_raises_and_is_always_storable() -> None:
     assert error_text(Unreadable(), named=False) == "(its message could not be read)"
     assert error_text(ValueError("a\udc80b")) == "ValueError: a\ufffdb"
     assert error_text(ValueError("plain"), named=False) == "plain"
+
+
+async def test_a_reply_over_the_bound_after_a_write_is_refused_and_the_write_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(turn_module, "MAX_REPLY_BYTES", 1000)
+    outcome, ran, store = await _run(Hostile(DEPLOY, odd_content("y" * 1001)))
+    assert ran == [1]
+    await _kept(outcome, store, ContractViolationError)
+    assert "more than 1000 bytes" in str(outcome)
+
+
+@pytest.mark.parametrize(
+    ("message", "words"),
+    [
+        (Message(Role.ASSISTANT, "x", payload={"a": 1}), "payload and payload_format together"),
+        (
+            Message(Role.ASSISTANT, "x", payload={"a": "y" * (9 * 1024 * 1024)}, payload_format="f/v1"),
+            "over the limit",
+        ),
+        (Message(Role.ASSISTANT, "", (ToolCall("c2", "deploy", {1: 2}),)), "not plain JSON"),  # type: ignore[dict-item]
+    ],
+)
+async def test_a_reply_append_would_refuse_is_refused_and_the_write_kept(
+    message: Message, words: str
+) -> None:
+    outcome, ran, store = await _run(Hostile(DEPLOY, lambda request: ModelResponse(message)))
+    assert ran == [1]
+    await _kept(outcome, store, ContractViolationError)
+    assert words in str(outcome)
+
+
+async def test_a_reply_with_too_many_tool_calls_is_refused_before_any_runs() -> None:
+    many = tuple(ToolCall(f"c{i}", "deploy", {}) for i in range(turn_module.MAX_TOOL_CALLS + 1))
+    outcome, ran, store = await _run(Hostile(calls(*many)))
+    assert ran == []
+    assert isinstance(outcome, ContractViolationError) and outcome.commit_state is CommitState.NOT_COMMITTED
+    assert f"over the limit of {turn_module.MAX_TOOL_CALLS}" in str(outcome)
+    assert await store.load(KEY, OpContext()) is None

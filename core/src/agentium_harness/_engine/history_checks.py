@@ -50,6 +50,7 @@ __all__ = [
     "check_messages",
     "check_messages_encoded",
     "check_reason",
+    "check_reply",
     "plain_json",
 ]
 
@@ -148,10 +149,10 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
     return copy
 
 
-def _format(value: object, index: int) -> str:
+def _format(value: object, at: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_PAYLOAD_FORMAT_LENGTH or not _FORMAT.fullmatch(value):
         raise InvalidPayloadError(
-            f"message {index}: payload_format must be a name such as 'openai.responses.input_item/v1' "
+            f"{at}payload_format must be a name such as 'openai.responses.input_item/v1' "
             f"(letters, digits and . _ : / + -, at most {MAX_PAYLOAD_FORMAT_LENGTH} characters), "
             f"got {value!r}; nothing was written"
         )
@@ -163,12 +164,14 @@ def _text(value: object, what: str) -> str:
         raise InvalidArgumentError(
             f"{what} must be a string, got {type(value).__name__}; nothing was written"
         )
-    bad = lone_surrogate_at(value)
+    # A plain copy, checked: none of a str subclass's own methods (an ``encode`` that lies) is trusted.
+    text = str.__str__(value)
+    bad = lone_surrogate_at(text)
     if bad is not None:
         raise InvalidArgumentError(
             f"{what} holds a lone surrogate at index {bad} (not valid Unicode); nothing was written"
         )
-    return value
+    return text
 
 
 def _message(message: object, index: int) -> Message:
@@ -179,32 +182,49 @@ def _message(message: object, index: int) -> Message:
         )
     if not isinstance(message.role, Role):
         raise InvalidArgumentError(f"message {index}: role must be a Role; nothing was written")
-    content = _text(message.content, f"message {index}: content")
+    if message.tool_call_id is not None:
+        validate_id(message.tool_call_id, f"message {index}: tool_call_id")
+    return _copy(message, message.role, message.tool_call_id, f"message {index}: ")
+
+
+def check_reply(message: Message) -> Message:
+    """A checked private copy of a provider's reply, as the assistant message the turn keeps.
+
+    The same checks as a message given to ``append`` (valid text, tool calls
+    of plain JSON arguments, a payload that is plain JSON and named), so a
+    reply never commits what ``append`` would refuse; the copy is a plain
+    :class:`Message` whatever class the provider built. Raises
+    :class:`InvalidArgumentError` (or :class:`InvalidPayloadError`) saying
+    what is wrong.
+    """
+    return _copy(message, Role.ASSISTANT, None, "")
+
+
+def _copy(message: Message, role: Role, tool_call_id: str | None, at: str) -> Message:
+    content = _text(message.content, f"{at}content")
     calls: list[ToolCall] = []
     for call in message.tool_calls:
         if not isinstance(call, ToolCall):
-            raise InvalidArgumentError(f"message {index}: tool_calls must hold ToolCall records")
+            raise InvalidArgumentError(f"{at}tool_calls must hold ToolCall records")
         if not isinstance(call.arguments, dict):
-            raise InvalidPayloadError(f"message {index}: tool call {call.id!r} arguments must be a dict")
-        arguments = plain_json(call.arguments, f"message {index}: tool call {call.id!r} arguments")
+            raise InvalidPayloadError(f"{at}tool call {call.id!r} arguments must be a dict")
+        arguments = plain_json(call.arguments, f"{at}tool call {call.id!r} arguments")
         calls.append(ToolCall(call.id, call.name, arguments))
-    if message.tool_call_id is not None:
-        validate_id(message.tool_call_id, f"message {index}: tool_call_id")
     payload, payload_format = message.payload, message.payload_format
     if (payload is None) != (payload_format is None):
         raise InvalidPayloadError(
-            f"message {index}: give payload and payload_format together (or neither); nothing was written"
+            f"{at}give payload and payload_format together (or neither); nothing was written"
         )
     if payload is not None:
-        payload_format = _format(payload_format, index)
-        payload = plain_json(payload, f"message {index}: payload")
+        payload_format = _format(payload_format, at)
+        payload = plain_json(payload, f"{at}payload")
     # Built directly, cheaper than attrs.evolve: every field of Message is named (a test checks
     # the list against Message's fields, so one added later cannot be dropped here unnoticed).
     return Message(
-        role=message.role,
+        role=role,
         content=content,
         tool_calls=tuple(calls),
-        tool_call_id=message.tool_call_id,
+        tool_call_id=tool_call_id,
         payload=payload,
         payload_format=payload_format,
     )
@@ -255,7 +275,7 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
                 return None
             if payload is not None:
                 if not (type(payload_format) is str and payload_format in _KNOWN_FORMATS):
-                    _format(payload_format, 0)
+                    _format(payload_format, "message 0: ")
                     if type(payload_format) is str and len(_KNOWN_FORMATS) < 64:
                         _KNOWN_FORMATS.add(payload_format)  # a host uses one or two: the regex once each
                 item["payload"] = payload

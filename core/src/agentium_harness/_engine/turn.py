@@ -1,12 +1,15 @@
 """Steps 6 and 7 of a turn: build the model request, dispatch it, run granted tools.
 
 Every provider answer is checked before anything acts on it: its type, that
-it only carries tool calls when the provider declared ``tool_calls``, that
-its tool call ids are unique, and that it encodes canonically (no ``nan``,
-no non-JSON values) — a response that fails any check is refused with
-:class:`~agentium_harness._errors.ContractViolationError` before a tool runs.
-An adapter's or a tool's exception is read as text that never raises and
-can always be stored, and a tool that returns no text is ``invalid_output``.
+it only carries tool calls when the provider declared ``tool_calls`` (at most
+:data:`MAX_TOOL_CALLS`), that its tool call ids are unique, and that it is
+what ``append`` would store (text that is valid Unicode, at most
+:data:`MAX_REPLY_BYTES` of it; plain JSON arguments and payloads, bounded) —
+a response that fails any check is refused with
+:class:`~agentium_harness._errors.ContractViolationError` before a tool runs,
+so a turn whose tool already ran is still committed. An adapter's or a
+tool's exception is read as text that never raises and can always be
+stored, and a tool that returns no text is ``invalid_output``.
 """
 
 from __future__ import annotations
@@ -16,28 +19,39 @@ from typing import Any
 
 import attrs
 
-from .._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds
+from .._codec import canonical_json
 from .._errors import (
     AgentiumError,
     ContractViolationError,
+    InvalidArgumentError,
     OperationTimeoutError,
     ProviderError,
     ProviderTimeoutError,
     ToolNotGrantedError,
 )
-from .._history import Message, Role, ToolCall, message_json
+from .._history import Message, Role, ToolCall
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from .._text import clean_text, error_text
 from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
+from .history_checks import check_reply
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 
-__all__ = ["TurnInterrupted", "TurnOutcome", "TurnTrace", "executed", "merge_turns", "run_turn"]
+__all__ = [
+    "MAX_REPLY_BYTES",
+    "MAX_TOOL_CALLS",
+    "TurnInterrupted",
+    "TurnOutcome",
+    "TurnTrace",
+    "executed",
+    "merge_turns",
+    "run_turn",
+]
 
 
 @attrs.frozen(slots=True)
@@ -51,6 +65,11 @@ class TurnOutcome:
     diagnostics: tuple[Diagnostic, ...]
     steps: int = 0
 
+
+#: Most tool calls one provider reply may carry; a reply with more is a contract violation.
+MAX_TOOL_CALLS = 128
+#: Most UTF-8 bytes of text in one provider reply: a longer one is a contract violation (8 MiB).
+MAX_REPLY_BYTES = 8 * 1024 * 1024
 
 #: The diagnostic code of each tool outcome but ``ok`` (a handler that ran and raised: ``tool_failed``).
 _CODES = {
@@ -329,61 +348,54 @@ def _is_count(value: object) -> bool:
 
 
 def _check_response(response: object, may_call_tools: bool) -> Message:
-    """The reply as an assistant message, or :class:`ContractViolationError` before anything runs."""
+    """The reply as a plain assistant message, or :class:`ContractViolationError` before anything runs."""
     if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
-        raise ContractViolationError(
-            f"provider returned {type(response).__name__}, not a ModelResponse; the session was not changed"
-        )
+        raise ContractViolationError(f"provider returned {type(response).__name__}, not a ModelResponse")
     usage = response.usage
     if not isinstance(usage, Usage) or not (_is_count(usage.input_tokens) and _is_count(usage.output_tokens)):
         raise ContractViolationError(f"provider returned invalid usage {usage!r}")
     given = response.message
-    if type(given) is Message:
-        # What attrs.evolve builds, without its generic walk over the fields.
-        reply = Message(
-            Role.ASSISTANT, given.content, given.tool_calls, None, given.payload, given.payload_format
-        )
-    else:
-        reply = attrs.evolve(given, role=Role.ASSISTANT, tool_call_id=None)
-    if reply.tool_calls and not may_call_tools:
+    calls = given.tool_calls
+    if not isinstance(calls, tuple):
+        raise ContractViolationError("provider returned a malformed tool call")
+    if calls and not may_call_tools:
         raise ContractViolationError(
             "provider returned tool calls but does not declare the tool_calls capability; "
-            "no tool was run and the session was not changed"
+            "none of its tool calls was run"
+        )
+    if len(calls) > MAX_TOOL_CALLS:
+        raise ContractViolationError(
+            f"provider returned {len(calls)} tool calls in one reply, over the limit of {MAX_TOOL_CALLS}; "
+            "none of its tool calls was run"
         )
     # Ids must be unique within one reply: each result answers exactly one call.
     seen: set[str] = set()
-    for call in reply.tool_calls:
+    for call in calls:
         if not isinstance(call, ToolCall) or not isinstance(call.arguments, dict):
             raise ContractViolationError("provider returned a malformed tool call")
         if call.id in seen:
             raise ContractViolationError(
-                f"provider returned tool call id {call.id!r} twice in one reply; no tool was run"
+                f"provider returned tool call id {call.id!r} twice in one reply; "
+                "none of its tool calls was run"
             )
         seen.add(call.id)
     try:
-        content = reply.content
-        if not (
-            # A reply of text only encodes whatever its text is, when that is valid Unicode; any
-            # other reply is encoded to be sure (built by hand where it can be).
-            type(reply) is Message
-            and type(content) is str
-            and not reply.tool_calls
-            and reply.payload is None
-            and reply.payload_format is None
-            and (content.isascii() or lone_surrogate_at(content) is None)
-        ):
-            message_json(reply)  # canonical_json(unstructure(reply)): raises what it would
-        for call in reply.tool_calls:
-            # The handler receives the arguments as plain JSON, so they must be
-            # JSON as given (a set or a nan is refused, not silently converted),
-            # and nested no deeper than a stored group may be read back.
-            if json_depth_exceeds(canonical_json(call.arguments), MAX_ARGUMENT_DEPTH):
-                raise ValueError(f"tool call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels")
-    except (ValueError, TypeError) as exc:
+        # The checks ``append`` applies (valid text, plain JSON arguments nested at most
+        # MAX_ARGUMENT_DEPTH, a bounded payload named by its format), on a plain copy: a reply
+        # never becomes history ``append`` would refuse, or that its own decoder would.
+        reply = check_reply(given)
+    except InvalidArgumentError as exc:
+        what = clean_text(str(exc)).removesuffix("; nothing was written")
         raise ContractViolationError(
-            f"provider returned a message that cannot be encoded canonically ({exc}); "
-            "no tool was run and the session was not changed"
+            f"provider returned a message that cannot be encoded canonically ({what}); "
+            "none of its tool calls was run"
         ) from exc
+    content = reply.content
+    if len(content) * 4 > MAX_REPLY_BYTES and len(content.encode("utf-8")) > MAX_REPLY_BYTES:
+        raise ContractViolationError(
+            f"provider returned a reply of more than {MAX_REPLY_BYTES} bytes of text; "
+            "none of its tool calls was run"
+        )
     return reply
 
 
