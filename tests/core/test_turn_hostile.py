@@ -20,6 +20,7 @@ from agentium_harness import (
     CommitState,
     ContractViolationError,
     EffectLevel,
+    EncodingError,
     InterruptionCause,
     ProviderError,
     RunResult,
@@ -30,6 +31,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine import commit as commit_module
 from agentium_harness._engine import turn as turn_module
 from agentium_harness._text import error_text
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -229,6 +231,23 @@ def test_error_text_never_raises_and_is_always_storable() -> None:
     assert error_text(ValueError("plain"), named=False) == "plain"
 
 
+async def test_tool_output_over_the_bound_is_cut_with_a_diagnostic(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(turn_module, "MAX_TOOL_OUTPUT_BYTES", 1000)
+
+    async def handler(arguments: dict[str, Any]) -> str:
+        return "z" * 5000
+
+    outcome, _, store = await _run(Hostile(DEPLOY), handler)
+    assert isinstance(outcome, RunResult) and outcome.committed
+    [done] = outcome.tool_outcomes
+    assert done.status is ToolStatus.OK and "were cut" in done.detail
+    assert outcome.has("tool_output_cut")
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    [tool_message] = [m for m in stored.snapshot.resident[0].messages if m.role is Role.TOOL]
+    assert len(tool_message.content.encode()) <= 1000 and "5000 bytes, cut" in tool_message.content
+
+
 async def test_a_reply_over_the_bound_after_a_write_is_refused_and_the_write_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -237,6 +256,21 @@ async def test_a_reply_over_the_bound_after_a_write_is_refused_and_the_write_kep
     assert ran == [1]
     await _kept(outcome, store, ContractViolationError)
     assert "more than 1000 bytes" in str(outcome)
+
+
+async def test_a_snapshot_over_the_decoders_limit_is_never_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The decoder's limit, made small: what would be saved and never load again is refused whole.
+    monkeypatch.setattr(commit_module, "MAX_JSON_BYTES", 20_000)
+
+    async def handler(arguments: dict[str, Any]) -> str:
+        return "z" * 30_000
+
+    outcome, ran, store = await _run(Hostile(DEPLOY), handler)
+    assert ran == [1]
+    assert isinstance(outcome, EncodingError) and outcome.commit_state is CommitState.NOT_COMMITTED
+    assert "MAX_JSON_BYTES" in str(outcome)
+    assert outcome.run_result is not None and len(outcome.run_result.tool_outcomes) == 1
+    assert await store.load(KEY, OpContext()) is None
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 
 import attrs
 
-from .._errors import ArchiveConflictError, ContractViolationError, SessionConflictError
+from .._errors import ArchiveConflictError, ContractViolationError, EncodingError, SessionConflictError
 from .._history import MessageGroup, ViewState
+from .._json import MAX_JSON_BYTES
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
@@ -34,7 +35,7 @@ from .._ports.sessions import (
     StoredSnapshot,
     add_archive_mark,
 )
-from .._ports.snapshot import seal_new_snapshot
+from .._ports.snapshot import seal_new_snapshot, snapshot_bytes
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .._text import error_text
@@ -446,14 +447,20 @@ def _sealed(
     receipts: tuple[ArchivedDigest, ...],
     changes: _Changes,
 ) -> SessionSnapshot:
-    """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept."""
+    """The sealed snapshot to save; without a scope (maintenance) the stored one's is kept.
+
+    The last line before a write: a snapshot larger than a session store's
+    strict decoder reads back (``MAX_JSON_BYTES``) would be saved and then
+    never load again, so it is refused with :class:`EncodingError` before
+    anything is written (the turn checks its parts' sizes long before).
+    """
     memory_scope = scope if scope is not None else (stored.snapshot.memory_scope if stored else None)
     old = stored.snapshot if stored is not None else None
     marks = old.archived if old is not None else None
     if boundary > (old.boundary if old is not None else 0):
         # When these groups were archived: what retention by age reads (docs/erasure.md).
         marks = add_archive_mark(marks, boundary, datetime.now(UTC))
-    return seal_new_snapshot(
+    sealed = seal_new_snapshot(
         memory_scope=memory_scope,
         boundary=boundary,
         next_seq=next_seq,
@@ -468,6 +475,15 @@ def _sealed(
         erased=old.erased if old else None,
         archived=marks,
     )
+    size = len(snapshot_bytes(sealed))  # kept with the snapshot: the store writes these bytes
+    if size > MAX_JSON_BYTES:
+        error = EncodingError(
+            f"the session snapshot would be {size} bytes of JSON, over the {MAX_JSON_BYTES} a session store "
+            "reads back (MAX_JSON_BYTES): saved, the session could never be loaded again; nothing was written"
+        )
+        error.commit_state = CommitState.NOT_COMMITTED
+        raise error
+    return sealed
 
 
 def _kept_receipts(

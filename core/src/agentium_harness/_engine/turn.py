@@ -7,9 +7,9 @@ what ``append`` would store (text that is valid Unicode, at most
 :data:`MAX_REPLY_BYTES` of it; plain JSON arguments and payloads, bounded) —
 a response that fails any check is refused with
 :class:`~agentium_harness._errors.ContractViolationError` before a tool runs,
-so a turn whose tool already ran is still committed. An adapter's or a
-tool's exception is read as text that never raises and can always be
-stored, and a tool that returns no text is ``invalid_output``.
+so a turn whose tool already ran is still committed. A tool's output is
+bounded too (:data:`MAX_TOOL_OUTPUT_BYTES`), and an adapter's or a tool's
+exception is read as text that never raises and can always be stored.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .._history import Message, Role, ToolCall
 from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
-from .._text import clean_text, error_text
+from .._text import clean_text, cut_text, error_text
 from .._validators import lone_surrogate_at
 from .bounded import Overrun, bounded
 from .history_checks import check_reply
@@ -45,6 +45,7 @@ from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 __all__ = [
     "MAX_REPLY_BYTES",
     "MAX_TOOL_CALLS",
+    "MAX_TOOL_OUTPUT_BYTES",
     "TurnInterrupted",
     "TurnOutcome",
     "TurnTrace",
@@ -68,6 +69,8 @@ class TurnOutcome:
 
 #: Most tool calls one provider reply may carry; a reply with more is a contract violation.
 MAX_TOOL_CALLS = 128
+#: Most UTF-8 bytes of one tool's output a turn keeps: longer text is cut to it, with a marker (8 MiB).
+MAX_TOOL_OUTPUT_BYTES = 8 * 1024 * 1024
 #: Most UTF-8 bytes of text in one provider reply: a longer one is a contract violation (8 MiB).
 MAX_REPLY_BYTES = 8 * 1024 * 1024
 
@@ -274,6 +277,8 @@ async def run_turn(
                 diagnostics.append(
                     Diagnostic(_CODES.get(outcome.status, "tool_failed"), outcome.detail, Severity.WARNING)
                 )
+            elif outcome.detail:
+                diagnostics.append(Diagnostic("tool_output_cut", outcome.detail, Severity.WARNING))
             turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
             trace.running = None
             trace.outcomes.append(outcome)
@@ -439,7 +444,7 @@ async def _run_tool(
         return ToolOutcome(call.id, call.name, ToolStatus.TIMED_OUT, tool.effect, detail), f"error: {detail}"
     except Exception as exc:  # a tool's failure is reported to the model, not raised
         # The exception is the tool's: its text is read so that it can never raise or be unstorable.
-        detail = error_text(exc)
+        detail = cut_text(error_text(exc), MAX_TOOL_OUTPUT_BYTES)[0]
         return ToolOutcome(call.id, call.name, ToolStatus.FAILED, tool.effect, detail), f"error: {detail}"
     return _tool_text(call, tool.effect, content)
 
@@ -450,7 +455,9 @@ def _tool_text(call: ToolCall, effect: EffectLevel, content: object) -> tuple[To
     The tool ran and its effects stand whatever it returned; only its text
     may be unusable. A value that is not a ``str`` (handlers return text) or
     text that is not valid Unicode (it could never be stored or sent) is
-    ``invalid_output``, with an error text in its place.
+    ``invalid_output``, with an error text in its place; text over
+    :data:`MAX_TOOL_OUTPUT_BYTES` is cut to it, with a marker saying so and a
+    detail on the outcome (the run reports it as diagnostic ``tool_output_cut``).
     """
     if not isinstance(content, str):
         detail = (
@@ -466,4 +473,12 @@ def _tool_text(call: ToolCall, effect: EffectLevel, content: object) -> tuple[To
             f"(a lone surrogate at index {at}); its output was replaced by this error"
         )
         return ToolOutcome(call.id, call.name, ToolStatus.INVALID_OUTPUT, effect, detail), f"error: {detail}"
+    if len(text) * 4 > MAX_TOOL_OUTPUT_BYTES:
+        text, cut = cut_text(text, MAX_TOOL_OUTPUT_BYTES)
+        if cut:
+            detail = (
+                f"tool {call.name!r} returned more than {MAX_TOOL_OUTPUT_BYTES} bytes of text; "
+                f"{cut} bytes were cut from its output"
+            )
+            return ToolOutcome(call.id, call.name, ToolStatus.OK, effect, detail), text
     return ToolOutcome(call.id, call.name, ToolStatus.OK, effect), text
