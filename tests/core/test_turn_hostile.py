@@ -14,6 +14,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentium_harness import (
     AgentiumError,
@@ -25,6 +28,7 @@ from agentium_harness import (
     ProviderError,
     RunResult,
     SessionKey,
+    Telemetry,
     Tool,
     ToolRegistry,
     ToolStatus,
@@ -109,7 +113,7 @@ def nested(depth: int) -> dict[str, Any]:
 
 
 async def _run(
-    provider: ModelProvider, handler: Any = None
+    provider: ModelProvider, handler: Any = None, telemetry: Telemetry | None = None
 ) -> tuple[RunResult | AgentiumError, list[int], Any]:
     """One run with a write tool ``deploy``; what it returned or raised, whether the tool ran, the store."""
     ran: list[int] = []
@@ -124,6 +128,7 @@ async def _run(
         archive=InMemoryArchive(),
         session_store=store,
         tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+        telemetry=telemetry,
     )
     async with runtime:
         try:
@@ -155,6 +160,17 @@ async def test_a_reply_whose_content_is_not_text_after_a_write_is_refused_and_th
     result = await _kept(outcome, store, ContractViolationError)
     assert result.content == "deployed"
     assert "content must be a string" in str(outcome)
+
+
+@pytest.mark.parametrize("bad", [odd_content(123), calls(ToolCall("c2", "deploy", nested(5000)))])
+async def test_a_malformed_reply_is_refused_before_the_model_call_span_reads_it(bad: Step) -> None:
+    # With tracing on, the span's token estimate and content read the reply: checked first.
+    traces = TracerProvider()
+    traces.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    telemetry = Telemetry(tracer_provider=traces, capture_content=True)
+    outcome, ran, store = await _run(Hostile(DEPLOY, bad), telemetry=telemetry)
+    assert ran == [1]
+    await _kept(outcome, store, ContractViolationError)
 
 
 async def test_arguments_nested_thousands_deep_after_a_write_are_refused_and_the_write_kept() -> None:

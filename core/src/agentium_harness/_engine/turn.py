@@ -232,8 +232,7 @@ async def run_turn(
             instructions=instructions, sources=sources, history=history, turn=tuple(turn), tools=specs
         )
         try:
-            response = await _complete(ticket, provider, request)
-            reply = _check_response(response, may_call_tools)
+            response, reply = await _complete(ticket, provider, request, may_call_tools)
         except AgentiumError as exc:
             partial = TurnOutcome(
                 tuple(turn),
@@ -302,24 +301,30 @@ async def run_turn(
     )
 
 
-async def _complete(ticket: Ticket, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
+async def _complete(
+    ticket: Ticket, provider: ModelProvider, request: ModelRequest, may_call_tools: bool
+) -> tuple[ModelResponse, Message]:
+    """The provider's response and its reply, checked (:func:`_check_response`) before the span reads it."""
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
     with observe.chat(provider) as span:
         if span.captures_content:
             span.content("gen_ai.system_instructions", [{"type": "text", "content": request.instructions}])
             span.content("gen_ai.input.messages", observe.messages_json(request.turn))
         response = await _complete_bounded(ticket, provider, request)
+        # Checked first: the span's token estimate and content read the reply, and a reply of
+        # the wrong shape (content that is no text, arguments nested thousands deep) would make
+        # them raise untyped errors, outside the handler that commits what ran.
+        reply = _check_response(response, may_call_tools)
+        assert isinstance(response, ModelResponse)  # the check refused anything else
         if span.recording or observe.current() is not None:
-            _describe(span, request, response)
-        return response
+            _describe(span, request, response.usage, reply)
+        return response, reply
 
 
-def _describe(span: observe.Span | observe.NullSpan, request: ModelRequest, response: object) -> None:
+def _describe(
+    span: observe.Span | observe.NullSpan, request: ModelRequest, usage: Usage, message: Message
+) -> None:
     """Token usage (the engine's estimate where the provider gave none, as the run counts it)."""
-    message = getattr(response, "message", None)
-    usage = getattr(response, "usage", None)
-    if not isinstance(message, Message) or not isinstance(usage, Usage):
-        return  # refused by the response check right after
     given_in, given_out = usage.input_tokens, usage.output_tokens
     if given_in is None or given_out is None:
         span.set("agentium.usage.estimated", True)
