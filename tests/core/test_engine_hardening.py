@@ -330,11 +330,13 @@ async def test_diverged_archive_is_a_typed_state_and_reconcile_keeps_both_copies
 
 async def test_lost_snapshot_store_is_reconciled_after_the_archived_history() -> None:
     archive = InMemoryArchive()
-    old = build(archive=archive, store=InMemorySessionStore())
+    # No deadline is under test here: FAST's 0.3 s per call would fail it on a loaded machine.
+    roomy = attrs.evolve(FAST, op_timeout_s=10.0)
+    old = build(archive=archive, store=InMemorySessionStore(), limits=roomy)
     for i in range(4):
         await old.run(ALICE, "s1", f"old{i}")
     fresh_store = InMemorySessionStore()  # the snapshot store was lost; the archive kept 0..2
-    rt = build(archive=archive, store=fresh_store)
+    rt = build(archive=archive, store=fresh_store, limits=roomy)
     await rt.run(ALICE, "s1", "new0")
     assert (await rt.run(ALICE, "s1", "new1")).eviction is EvictionStatus.DIVERGED
     report = await rt.reconcile_session(ALICE, "s1")
