@@ -10,7 +10,7 @@ store are clamped rather than overflowing a database integer.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from .._errors import InvalidArgumentError
 from .._scope import SessionKey
@@ -29,22 +29,29 @@ __all__ = [
     "checked_sequence",
 ]
 
+T = TypeVar("T")
+
 #: Counts and seqs are clamped to this magnitude: more than any store holds, and within SQLite's 64 bits.
 MAX_ARGUMENT_INT: Final = 2**62
 
 
+def _instance(value: object, kind: type[T], what: str, operation: str) -> T:
+    """``value`` if it is a ``kind``; else :class:`InvalidArgumentError` naming ``what`` and its type."""
+    if not isinstance(value, kind):
+        raise InvalidArgumentError(
+            f"{operation}: {what} must be a {kind.__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
 def checked_ctx(ctx: object, operation: str) -> OpContext:
     """``ctx`` if it is an :class:`OpContext`."""
-    if not isinstance(ctx, OpContext):
-        raise InvalidArgumentError(f"{operation}: ctx must be an OpContext, got {type(ctx).__name__}")
-    return ctx
+    return _instance(ctx, OpContext, "ctx", operation)
 
 
 def checked_query(query: object, operation: str) -> str:
     """``query`` if it is a ``str``."""
-    if not isinstance(query, str):
-        raise InvalidArgumentError(f"{operation}: query must be a str, got {type(query).__name__}")
-    return query
+    return _instance(query, str, "query", operation)
 
 
 def checked_count(value: object, what: str, operation: str) -> int:
@@ -77,13 +84,9 @@ def checked_refs(refs: object, operation: str) -> list[SourceRef]:
 
 def checked_key(key: object, operation: str) -> SessionKey:
     """``key`` if it is a :class:`SessionKey`."""
-    if not isinstance(key, SessionKey):
-        raise InvalidArgumentError(f"{operation}: key must be a SessionKey, got {type(key).__name__}")
-    return key
+    return _instance(key, SessionKey, "key", operation)
 
 
 def checked_owner(owner: object, operation: str) -> SourceOwner:
     """``owner`` if it is a :class:`SourceOwner`."""
-    if not isinstance(owner, SourceOwner):
-        raise InvalidArgumentError(f"{operation}: owner must be a SourceOwner, got {type(owner).__name__}")
-    return owner
+    return _instance(owner, SourceOwner, "owner", operation)
