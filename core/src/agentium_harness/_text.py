@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["clean_text", "cut_text", "error_text", "redact_url"]
+__all__ = ["clean_text", "cut_text", "error_text", "redact_url", "shorten"]
 
 #: Any surrogate code point: in a Python string one is always lone (a pair is one code point),
 #: so this is exactly what UTF-8 cannot encode.
@@ -57,6 +57,15 @@ def cut_text(text: str, max_bytes: int) -> tuple[str, int]:
     # ``ignore`` drops a character cut in half at the end, so the result stays valid text.
     kept = data[:room].decode("utf-8", "ignore")
     return kept + marker, len(data) - len(kept.encode("utf-8"))
+
+
+def shorten(text: str, max_chars: int) -> str:
+    """``text`` cut to at most ``max_chars`` characters, the last one ``…`` when anything was cut.
+
+    For a quote in a message or a line of output, where a character bound
+    reads better than :func:`cut_text`'s byte bound and its marker.
+    """
+    return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
 
 def redact_url(url: str) -> str:

@@ -40,6 +40,7 @@ from .._observe import tree
 from .._plugins.commands import CORE_COMMANDS, CliCommand
 from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
 from .._scope import RecallScope, VerifiedIdentity
+from .._text import shorten
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
 from .memory import add_memory_commands
@@ -310,8 +311,7 @@ def _run_turn(args: argparse.Namespace) -> int:
 
 def _shorten(text: str, limit: int = 300) -> str:
     # One line of stderr: the full text is in the lines below it and in --json.
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return shorten(" ".join(text.split()), limit)
 
 
 def _run_outcome(result: RunResult) -> str:

@@ -16,6 +16,7 @@ from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.erasure import SeqRange
 from .._ports.recall import RecallStore, SourceRef, group_source_id
 from .._scope import SessionKey
+from .._text import error_text
 from .catch_up import catch_up_index
 from .embedding import Hybrid, embedding_text, index_sources
 from .lifecycle import Ticket
@@ -53,7 +54,7 @@ async def index_archived(
             Diagnostic(
                 "recall_index_failed",
                 f"archived groups {[g.seq for g in groups]} were not indexed for recall "
-                f"({type(exc).__name__}: {exc}); a later archiving commit indexes them once the store "
+                f"({error_text(exc)}); a later archiving commit indexes them once the store "
                 "works again, or run `agentium recall rebuild`",
                 Severity.WARNING,
             )
@@ -68,7 +69,7 @@ async def index_archived(
                 Diagnostic(
                     "recall_embed_failed",
                     f"archived groups {[g.seq for g in groups]} were indexed by their words but not embedded "
-                    f"({type(exc).__name__}: {exc}); run `agentium recall rebuild` once the embedder works",
+                    f"({error_text(exc)}); run `agentium recall rebuild` once the embedder works",
                     Severity.WARNING,
                 )
             )

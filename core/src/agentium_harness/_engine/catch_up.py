@@ -25,6 +25,7 @@ from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._ports.erasure import SeqRange
 from .._ports.recall import RecallStore
 from .._scope import SessionKey
+from .._text import error_text
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 
@@ -117,7 +118,7 @@ async def catch_up_index(
                 "recall index", lambda ctx: store.unindexed_groups(key, end_seq, CATCH_UP_GROUPS, ctx)
             )
     except Exception as exc:
-        why = f"{type(exc).__name__}: {exc}"
+        why = error_text(exc)
         return [_failed(f"the recall store could not say which groups it lacks ({why})")]
     missing = _checked(answer, end_seq)
     if missing is not None:
@@ -154,7 +155,7 @@ async def catch_up_index(
             receipts = [ArchiveReceipt(g.seq, g.digest, "catch-up") for g in groups]
             await ticket.call("recall index", lambda ctx: store.index_groups(key, groups, receipts, ctx))
     except Exception as exc:
-        why = f"{type(exc).__name__}: {exc}"
+        why = error_text(exc)
         return [_failed(f"archived groups {_seqs(sorted(wanted))} could not be indexed ({why})")]
     notes: list[Diagnostic] = []
     if groups:

@@ -12,6 +12,7 @@ from typing import Any
 from .._errors import CapabilityError
 from .._ports import PORT_KINDS, Capabilities, is_port_stub
 from .._ports._base import capabilities_of
+from .._text import error_text
 from .lifecycle import Ticket
 
 __all__ = ["adapter_problems", "check_adapter", "instance_problems", "probe_adapters"]
@@ -152,7 +153,7 @@ async def probe_adapters(ticket: Ticket, adapters: Sequence[tuple[str, Any]]) ->
                 answer = await ticket.call(f"{role} health", adapter.health)
                 results.append((role, f"ok: {answer}"))
             except Exception as exc:
-                results.append((role, f"failed: {type(exc).__name__}: {exc}"))
+                results.append((role, f"failed: {error_text(exc)}"))
         else:
             results.append((role, "no health check declared"))
     return results

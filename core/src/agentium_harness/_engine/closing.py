@@ -17,6 +17,7 @@ from .._observe import spans as observe
 from .._observe.logs import log_diagnostics
 from .._observe.turn import settings_of
 from .._scope import SessionKey, VerifiedIdentity, require_identity
+from .._text import error_text
 from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
 from .maintenance import flush_session
@@ -83,7 +84,7 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                     keep_receipts=runtime.summarizer is not None,
                 )
             except Exception as exc:
-                diagnostics.append(Diagnostic("flush_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR))
+                diagnostics.append(Diagnostic("flush_failed", error_text(exc), Severity.ERROR))
     summary_status = await runtime.parts.work.settle(key, runtime.limits.settle_timeout_s)
     if summary_status is not None:
         # This report hands the outcome to the host: aclose does not raise it again.
@@ -225,7 +226,7 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
             try:
                 await runtime.memory.aclose(limits.close_timeout_s)
             except Exception as exc:
-                failures.append(f"closing the memory manager failed: {type(exc).__name__}: {exc}")
+                failures.append(f"closing the memory manager failed: {error_text(exc)}")
 
     async def close_adapters() -> None:
         still_open: list[object] = []

@@ -28,6 +28,7 @@ from .._history import MessageGroup
 from .._ports._base import OpContext, capabilities_of
 from .._ports.embedder import Embedder, EmbeddingLimits, EmbeddingModel, Vector
 from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, SourceVector
+from .._text import error_text
 from .checks import check_adapter
 from .lifecycle import Ticket
 
@@ -70,7 +71,7 @@ def make_hybrid(embedder: Embedder, limits: EmbeddingLimits | None, recall: Reca
         model = embedder.model
     except Exception as exc:
         raise CapabilityError(
-            f"embedder {type(embedder).__name__} has no model ({type(exc).__name__}: {exc}); it must "
+            f"embedder {type(embedder).__name__} has no model ({error_text(exc)}); it must "
             "declare model = EmbeddingModel(model_id, dimension)"
         ) from exc
     if not isinstance(model, EmbeddingModel):
@@ -160,7 +161,7 @@ async def embed_texts(
         except EmbeddingError:
             raise
         except Exception as exc:
-            raise EmbeddingError(f"{who} failed: {type(exc).__name__}: {exc}") from exc
+            raise EmbeddingError(f"{who} failed: {error_text(exc)}") from exc
         out.extend(_checked(raw, batch, hybrid.model, who))
     return out
 

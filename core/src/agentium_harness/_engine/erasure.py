@@ -74,6 +74,7 @@ from .._ports.erasure import (
 )
 from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity, require_identity
+from .._text import error_text
 from .._validators import lone_surrogate_at
 from .erasure_ledger import (
     header,
@@ -484,7 +485,7 @@ async def carry_out(
         except Exception:  # noqa: S110 - the progress saved after the last call stands
             pass
         raise ErasureIncompleteError(
-            f"the erasure of {target.describe()} stopped part way ({type(exc).__name__}: {exc}); what was "
+            f"the erasure of {target.describe()} stopped part way ({error_text(exc)}); what was "
             "erased stays erased and the erasure stays pending: fix the cause, then resume it "
             f"(agentium erase --resume, erasure {record.erasure_id})",
             failed,

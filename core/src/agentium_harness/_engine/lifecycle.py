@@ -35,6 +35,7 @@ from .._observe import spans as observe
 from .._ports import CancelSignal, OpContext
 from .._ports.erasure import EraseTarget
 from .._scope import SessionKey
+from .._text import error_text
 from .bounded import ABANDON_GRACE_S, Overrun, bounded
 from .loops import LoopHandle, ThreadSafeEvent, cancel_scope
 from .results import Diagnostic, Severity
@@ -552,7 +553,7 @@ async def close_owned(owned: Sequence[object], each_s: float) -> list[tuple[obje
             else:
                 results.append((adapter, f"closing {name} did not finish within {each_s}s"))
         except Exception as exc:
-            results.append((adapter, f"closing {name} failed: {type(exc).__name__}: {exc}"))
+            results.append((adapter, f"closing {name} failed: {error_text(exc)}"))
         else:
             results.append((adapter, None))
 

@@ -32,6 +32,8 @@ import anyio
 import anyio.lowlevel
 import sniffio
 
+from .._text import error_text
+
 __all__ = ["LoopHandle", "PerLoop", "ThreadSafeEvent", "cancel_scope", "current_library"]
 
 T = TypeVar("T")
@@ -367,7 +369,7 @@ class PerLoop(Generic[T]):
             except TimeoutError:
                 problems.append(f"closing a {type(value).__name__} did not finish within {timeout_s}s")
             except Exception as exc:
-                problems.append(f"closing a {type(value).__name__} failed: {type(exc).__name__}: {exc}")
+                problems.append(f"closing a {type(value).__name__} failed: {error_text(exc)}")
 
         with anyio.CancelScope(shield=True):
             async with anyio.create_task_group() as tg:

@@ -28,6 +28,7 @@ import attrs
 
 from .._ports.summary import SummaryState
 from .._scope import SessionKey
+from .._text import error_text
 from .bounded import spawn
 from .lifecycle import LateCalls, Ticket
 from .loops import LoopHandle, ThreadSafeEvent
@@ -116,7 +117,7 @@ class OwnedWork:
                         job.report = SummaryReport(
                             WorkStatus.FAILED,
                             None,
-                            (Diagnostic("summary_failed", f"{type(exc).__name__}: {exc}", Severity.ERROR),),
+                            (Diagnostic("summary_failed", error_text(exc), Severity.ERROR),),
                         )
                 if scope.cancelled_caught or job.report is None:
                     job.report = _cancelled("the summary update was cancelled")

@@ -31,6 +31,7 @@ from .._ports.recall import (
     ValidationStatus,
 )
 from .._scope import Scope
+from .._text import error_text
 from .bounded import Overrun, bounded
 from .embedding import Hybrid, embed_query
 from .lifecycle import Ticket
@@ -107,7 +108,7 @@ async def _close(session: object, state: Round) -> None:
             gone = "; abandoned (it did not stop when cancelled)" if over.abandoned else ""
             state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s{gone}")
         except Exception as exc:
-            state.notes.append(f"recall session close failed: {type(exc).__name__}: {exc}")
+            state.notes.append(f"recall session close failed: {error_text(exc)}")
 
 
 async def gather_evidence(
@@ -136,7 +137,7 @@ async def gather_evidence(
     try:
         query = policy.query(turn)
     except Exception as exc:
-        return _failed(state, "", f"query formulation raised {type(exc).__name__}: {exc}")
+        return _failed(state, "", f"query formulation raised {error_text(exc)}")
     if not isinstance(query, str):
         return _failed(state, "", f"query formulation returned {type(query).__name__}, not str")
     query = query.strip()
@@ -196,7 +197,7 @@ async def _query_vector(ticket: Ticket, state: Round, hybrid: Hybrid, query: str
         try:
             return await embed_query(ticket, hybrid, query, left)
         except Exception as exc:
-            why = f"query embedding failed ({type(exc).__name__}: {exc}); discovery was lexical only"
+            why = f"query embedding failed ({error_text(exc)}); discovery was lexical only"
     state.problems.append(why)
     state.embedding_failure = why
     return None
@@ -225,7 +226,7 @@ async def _gather_open(
         ranked_raw = policy.rank(list(candidates))
         ranked = same_candidates(ranked_raw, candidates, state)
     except Exception as exc:
-        raise _Failed(f"ranking raised {type(exc).__name__}: {exc}") from exc
+        raise _Failed(f"ranking raised {error_text(exc)}") from exc
     # Each included source is validated twice (before dispatch and before
     # commit), so what is left of the validation budget caps how many sources are read.
     readable = max(0, (limits.max_validations - state.validations) // 2)

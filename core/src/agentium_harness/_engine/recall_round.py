@@ -16,6 +16,7 @@ import attrs
 
 from .._ports._base import OpContext
 from .._ports.recall import RecallLimits
+from .._text import error_text, shorten
 from .lifecycle import Ticket
 from .recall_checks import Failed
 
@@ -39,10 +40,6 @@ MAX_LISTED_VIOLATIONS = 16
 MAX_LISTED_PROBLEMS = 32
 #: A finding (it may quote what an adapter returned) is cut to this many characters.
 MAX_FINDING_CHARS = 400
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= MAX_FINDING_CHARS else text[: MAX_FINDING_CHARS - 1] + "…"
 
 
 @attrs.frozen(slots=True)
@@ -100,7 +97,7 @@ class Round:
         if len(self.violations) >= MAX_LISTED_VIOLATIONS:
             self.unlisted += 1
             return
-        what = _short(what)
+        what = shorten(what, MAX_FINDING_CHARS)
         self.violations.append(what)
         self.problems.append(f"contract violation: {what}")
 
@@ -115,7 +112,7 @@ class Round:
             rest = len(self.problems) - MAX_LISTED_PROBLEMS + 1
             del self.problems[MAX_LISTED_PROBLEMS - 1 :]
             self.problems.append(f"and {rest} more problem(s) in this round, not listed")
-        self.problems[:] = [_short(p) for p in self.problems]
+        self.problems[:] = [shorten(p, MAX_FINDING_CHARS) for p in self.problems]
 
     def usage(self) -> RecallUsage:
         return RecallUsage(
@@ -154,4 +151,4 @@ async def adapter_call(
             on_late=on_late,
         )
     except Exception as exc:
-        raise Failed(f"{operation} failed: {type(exc).__name__}: {exc}") from exc
+        raise Failed(f"{operation} failed: {error_text(exc)}") from exc

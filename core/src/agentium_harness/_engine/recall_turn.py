@@ -23,6 +23,7 @@ from .._ports.provider import SourceBlock, SourceKind, Usage
 from .._ports.recall import RecallLimits, RecallStore, SourceRef, Validation, ValidationStatus
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
+from .._text import error_text
 from .bounded import bounded
 from .embedding import Hybrid
 from .lifecycle import Ticket
@@ -110,7 +111,7 @@ def _decide(policy: RecallPolicy, seen: PolicyInput) -> PolicyDecision:
     try:
         decision = policy.decide(seen)
     except Exception as exc:
-        return PolicyDecision(RecallDecision.STOP, f"recall policy raised {type(exc).__name__}: {exc}")
+        return PolicyDecision(RecallDecision.STOP, f"recall policy raised {error_text(exc)}")
     if not isinstance(decision, PolicyDecision) or not isinstance(decision.decision, RecallDecision):
         return PolicyDecision(RecallDecision.STOP, f"recall policy returned {type(decision).__name__}")
     return decision

@@ -20,6 +20,7 @@ from .._codec import digest_of
 from .._errors import PublicationRefusedError
 from .._ports.recall import SourceRef
 from .._scope import Scope
+from .._text import error_text
 from .bounded import Overrun, bounded
 from .commit import CommitOutcome
 from .results import CommitState
@@ -121,12 +122,10 @@ async def publish(
     except Exception as exc:
         if done:
             raise PublicationRefusedError(
-                f"the publication hook raised after committing ({type(exc).__name__}: {exc}); "
-                "the session WAS committed"
+                f"the publication hook raised after committing ({error_text(exc)}); the session WAS committed"
             ) from exc
         raise PublicationRefusedError(
-            f"the publication hook refused the commit ({type(exc).__name__}: {exc}); "
-            "the session was not changed"
+            f"the publication hook refused the commit ({error_text(exc)}); the session was not changed"
         ) from exc
     if not done:
         raise PublicationRefusedError(

@@ -34,6 +34,7 @@ from .._ports._base import capabilities_of
 from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, ErasureKind, SeqRange
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
+from .._text import error_text
 from .._validators import bounded_count
 from .erasure import ErasureResult, OperatorAttestation
 from .lifecycle import Ticket
@@ -228,5 +229,5 @@ async def apply_policy(
                 )
             )
         except (SessionBusyError, ErasureInProgressError, ErasureIncompleteError) as exc:
-            notes.append(f"session {key.key()}: {type(exc).__name__}: {exc}")
+            notes.append(f"session {key.key()}: {error_text(exc)}")
     return RetentionResult(policy, len(keys), tuple(results), tuple(notes))

@@ -51,6 +51,7 @@ from .._ports.summary import (
     fit_notes,
 )
 from .._scope import SessionKey, encode_segment
+from .._text import error_text
 from .commit import CommitOutcome
 from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
@@ -163,7 +164,7 @@ async def _read(
         except ArchiveCorruptError as exc:
             return good, CoverageGap(seq, GapReason.CHANGED, str(exc))
         except Exception as exc:
-            return good, CoverageGap(seq, GapReason.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
+            return good, CoverageGap(seq, GapReason.UNAVAILABLE, error_text(exc))
         if not one:
             return good, CoverageGap(seq, GapReason.UNAVAILABLE, "the archive did not return it")
         good.append(one[0])

@@ -27,6 +27,7 @@ from .._ports.summary import (
     check_text,
     fit_notes,
 )
+from .._text import error_text, shorten
 from .results import Diagnostic, Severity
 
 __all__ = ["checked_answer", "failed", "violation", "well_formed"]
@@ -44,12 +45,10 @@ def violation(message: str) -> Diagnostic:
 
 def failed(exc: BaseException, what: str = "the summarizer failed") -> Diagnostic:
     """A ``summary_failed`` diagnostic for ``exc``, its message quoted in bounded length."""
-    text = str(exc)
-    if len(text) > _MAX_QUOTE:
-        text = text[:_MAX_QUOTE] + "…"
+    # error_text: the adapter's exception may not even print (its __str__ raising, a lone surrogate).
     return Diagnostic(
         "summary_failed",
-        f"{what} ({type(exc).__name__}: {text}); the previous summary and its frontier stay",
+        f"{what} ({shorten(error_text(exc), _MAX_QUOTE)}); the previous summary and its frontier stay",
         Severity.ERROR,
     )
 

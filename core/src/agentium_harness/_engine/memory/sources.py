@@ -24,6 +24,7 @@ from ..._ports._base import OpContext
 from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
 from ..._ports.provider import SourceBlock, SourceKind
 from ..._scope import Scope
+from ..._text import error_text
 from ..bounded import Overrun, bounded
 from ..lifecycle import Ticket, abandonment
 from ..results import Diagnostic, Severity
@@ -158,7 +159,7 @@ async def _memory_blocks(
         op.raise_if_expired("memory select")
         raw = await _select(chosen, SelectionRequest(store, scope, query, bound, when, op), ticket)
     except Exception as exc:
-        return (), MemoryOmitted(problems=(f"memory selection failed: {type(exc).__name__}: {exc}",))
+        return (), MemoryOmitted(problems=(f"memory selection failed: {error_text(exc)}",))
     kept, refused = checked_selection(raw, scope, bound, when, forgotten)
     blocks = [memory_block(fact, rank) for rank, fact in enumerate(kept, start=1)]
     assembly = assemble_sources(blocks, budget_tokens)

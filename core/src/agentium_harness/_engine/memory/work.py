@@ -34,6 +34,7 @@ import attrs
 from ..._errors import InvalidArgumentError
 from ..._observe import spans as observe
 from ..._observe.turn import observed_drain
+from ..._text import error_text
 from ..bounded import spawn
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..owned_work import OwnedWork
@@ -260,7 +261,7 @@ class WorkTracker:
                         item.status = DrainStatus.COMPLETED
                     except Exception as exc:
                         item.status = DrainStatus.FAILED
-                        item.detail = f"{type(exc).__name__}: {exc}"
+                        item.detail = error_text(exc)
                 if item.status is None:
                     item.status = DrainStatus.CANCELLED
                     item.detail = item.detail or "cancelled"
