@@ -46,7 +46,7 @@ def _readable(item: Mapping[str, Any]) -> str:
         output = item.get("output")
         text = output if isinstance(output, str) else _parts(output)
         if not text and output is not None:
-            text = json.dumps(output, ensure_ascii=False, allow_nan=False, default=str)[:MAX_CONTENT_CHARS]
+            text = json.dumps(output, ensure_ascii=False, allow_nan=False)[:MAX_CONTENT_CHARS]
         return f"[{kind} {item.get('call_id', '?')}] {text}"
     if kind == "reasoning":
         return "[reasoning] " + _parts(item.get("summary"))

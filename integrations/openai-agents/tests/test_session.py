@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +295,46 @@ async def test_bad_items_are_refused_and_nothing_is_written(runtime: HarnessRunt
     for items in bad:
         with pytest.raises((ForeignItemError, InvalidPayloadError)):
             await session.add_items(items)
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 1
+    assert len(await session.get_items()) == 2
+
+
+class _Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+class _HostileMapping(Mapping[str, Any]):
+    """A mapping whose every read raises: reading it must not let a bare error escape."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise TypeError("unreadable")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["type"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+async def test_items_that_cannot_be_rendered_get_a_typed_error_and_nothing_is_written(
+    runtime: HarnessRuntime,
+) -> None:
+    # The readable text of a tool output is its JSON: an output that is not plain JSON used to
+    # raise json's bare ValueError/RecursionError (or whatever str() of an object raised).
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    deep: list[Any] = []
+    for _ in range(5_000):
+        deep = [deep]
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items(turn(0))
+    for output in ({"x": float("nan")}, {"x": cycle}, {"x": deep}, {"x": _Unprintable()}):
+        item = {"type": "function_call_output", "call_id": "call_1", "output": output}
+        with pytest.raises(InvalidPayloadError):
+            await session.add_items([item])
+    with pytest.raises(ForeignItemError, match="could not be read"):
+        await session.add_items([_HostileMapping()])  # type: ignore[list-item]
     assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 1
     assert len(await session.get_items()) == 2
 

@@ -81,7 +81,12 @@ def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
         produced = item.get("output")
         text = produced if isinstance(produced, str) else _text_of_parts(produced)
         if not text and produced is not None:
-            text = json.dumps(produced, ensure_ascii=False, allow_nan=False, default=str)[:MAX_CONTENT_CHARS]
+            try:
+                text = json.dumps(produced, ensure_ascii=False, allow_nan=False)[:MAX_CONTENT_CHARS]
+            except (TypeError, ValueError, RecursionError):
+                # Not plain JSON (nan, an object, a cycle, too deep): append() refuses the whole
+                # item with InvalidPayloadError, which says what is wrong; no text is needed.
+                text = ""
         return mapped, f"[{kind} {item.get('call_id', '?')}] {text}"
     if kind == "reasoning":
         return mapped, "[reasoning] " + _text_of_parts(item.get("summary"))
@@ -100,7 +105,15 @@ def item_to_message(item: object) -> Message:
             f"an SDK item is a mapping (a Responses API input item), got {type(item).__name__}; "
             "pass the items the SDK gives you, or build dicts"
         )
-    role, text = _role_and_text(item)
+    try:
+        role, text = _role_and_text(item)
+    except Exception as exc:
+        # Reading a mapping that is no dict runs its own code (its __getitem__, a part's get):
+        # whatever that raises, the host gets this integration's typed error, not a bare one.
+        raise ForeignItemError(
+            f"an SDK item could not be read as a mapping ({type(exc).__name__} raised reading it); "
+            "nothing was written"
+        ) from exc
     if len(text) > MAX_CONTENT_CHARS:
         text = text[: MAX_CONTENT_CHARS - 1] + "…"
     # The payload is passed as given: append() checks and copies it (and refuses it whole).
