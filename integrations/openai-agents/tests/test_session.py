@@ -7,12 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agents.memory.session_settings import SessionSettings
 from sdk_sessions import ANA, BOB
 
 from agentium_harness import (
     ArchiveCorruptError,
     HarnessRuntime,
     IdentityError,
+    InvalidArgumentError,
     InvalidIdError,
     InvalidPayloadError,
     Message,
@@ -337,6 +339,29 @@ async def test_items_that_cannot_be_rendered_get_a_typed_error_and_nothing_is_wr
         await session.add_items([_HostileMapping()])  # type: ignore[list-item]
     assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 1
     assert len(await session.get_items()) == 2
+
+
+async def test_arguments_of_the_wrong_type_get_a_typed_error_and_change_nothing(
+    runtime: HarnessRuntime,
+) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items(turn(0))
+    # A str limit raised a bare TypeError, a float one read_history's max_groups error, True read 1 item.
+    for limit in (True, False, 2.0, float("nan"), "3"):
+        with pytest.raises(InvalidArgumentError, match="limit must be an int or None"):
+            await session.get_items(limit)  # type: ignore[arg-type]
+    session.session_settings = SessionSettings(limit=2)
+    object.__setattr__(session.session_settings, "limit", 1.0)  # a setting that bypassed validation
+    with pytest.raises(InvalidArgumentError, match=r"session_settings\.limit must be an int"):
+        await session.get_items()
+    session.session_settings = SessionSettings()
+    # None was taken as "nothing to add", a dict was iterated as its keys (a str each).
+    for items in (None, {"role": "user", "content": "x"}, "x", iter(turn(1))):
+        with pytest.raises(InvalidArgumentError, match="add_items takes a list of items"):
+            await session.add_items(items)  # type: ignore[arg-type]
+    await session.add_items((turn(1)[0],))  # a tuple of items is a sequence: fine
+    assert len(await session.get_items()) == 3
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 2
 
 
 async def test_a_closed_session_refuses_every_call(runtime: HarnessRuntime) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import anyio
@@ -15,6 +15,7 @@ from agentium_harness import (
     CommitState,
     HarnessRuntime,
     HistoryPage,
+    InvalidArgumentError,
     Message,
     RecallScope,
     SessionBusyError,
@@ -35,6 +36,18 @@ T = TypeVar("T")
 
 #: How many times ``get_items`` starts again when the view changed between two of its pages.
 _READ_RESTARTS: Final = 3
+
+
+def _check_limit(limit: object, what: str) -> None:
+    """Refuse a ``get_items`` limit that is not an int (or ``None``): a bool, a float or a str.
+
+    A float reached ``read_history`` as a page size it refuses in its own words, a str raised a
+    bare ``TypeError`` comparing it with 0, and ``True`` read one item.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise InvalidArgumentError(
+            f"{what} must be an int or None, got {type(limit).__name__}; nothing was read"
+        )
 
 
 class AgentiumSession:
@@ -107,11 +120,15 @@ class AgentiumSession:
         """The latest ``limit`` items of the view (all of it when ``None``), oldest first.
 
         ``limit`` falls back to ``session_settings.limit``; 0 gives ``[]`` and
-        a negative limit means no limit, as for the SDK's ``SQLiteSession``.
+        a negative limit means no limit, as for the SDK's ``SQLiteSession``. A
+        limit that is not an int (a bool, a float, a str) is refused with
+        ``InvalidArgumentError``.
         Reads only the newest groups it needs (a group holds at least one item).
         """
         self._check_open()
+        _check_limit(limit, "limit")
         wanted = resolve_session_limit(limit, self.session_settings)
+        _check_limit(wanted, "session_settings.limit")
         if wanted is not None and wanted < 0:
             wanted = None
         if wanted == 0:
@@ -126,8 +143,17 @@ class AgentiumSession:
         )
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Commit ``items`` as one group (nothing for ``[]``); refused input writes nothing."""
+        """Commit ``items`` as one group (nothing for ``[]``); refused input writes nothing.
+
+        ``items`` is a list (a sequence) of items; anything else (``None``, one
+        item, a str) is refused with ``InvalidArgumentError``.
+        """
         self._check_open()
+        # A str or a mapping would be iterated as characters or keys, and None is no list of items.
+        if isinstance(items, str | bytes | bytearray | Mapping) or not isinstance(items, Sequence):
+            raise InvalidArgumentError(
+                f"add_items takes a list of items, got {type(items).__name__}; nothing was written"
+            )
         if not items:
             return
         messages = [item_to_message(item) for item in items]
