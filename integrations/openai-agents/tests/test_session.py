@@ -364,6 +364,26 @@ async def test_arguments_of_the_wrong_type_get_a_typed_error_and_change_nothing(
     assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 2
 
 
+async def test_bad_constructor_arguments_raise_the_typed_error(runtime: HarnessRuntime) -> None:
+    # Each raised a bare TypeError or ValueError, or pydantic's ValidationError.
+    bad: list[dict[str, Any]] = [
+        {"busy_timeout_s": -1},
+        {"busy_timeout_s": True},
+        {"busy_timeout_s": "30"},
+        {"session_settings": 5},
+        {"session_settings": {"bogus": 1}},
+        {"session_settings": {"limit": "x\ud800"}},
+        {"session_settings": {"limit": 2.5}},
+    ]
+    for kwargs in bad:
+        with pytest.raises(InvalidArgumentError) as raised:
+            AgentiumSession(runtime, ANA, "chat-1", **kwargs)
+        str(raised.value).encode("utf-8")  # loggable: no lone surrogate quoted
+    with pytest.raises(InvalidArgumentError, match="runtime must be a HarnessRuntime"):
+        AgentiumSession(object(), ANA, "chat-1")  # type: ignore[arg-type]
+    assert AgentiumSession(runtime, ANA, "chat-1", session_settings={"limit": 3}).session_settings.limit == 3
+
+
 async def test_a_closed_session_refuses_every_call(runtime: HarnessRuntime) -> None:
     session = AgentiumSession(runtime, ANA, "chat-1")
     session.close()

@@ -96,22 +96,36 @@ class AgentiumSession:
         ``session_settings`` (``limit``: the default ``get_items`` limit) is
         coerced like the SDK's own sessions do. ``recall_scope`` narrows the
         session's recall as ``HarnessRuntime.append`` does. Bad arguments
-        raise at once (``IdentityError``, ``InvalidIdError``, ``TypeError``).
+        raise at once (``IdentityError``, ``InvalidIdError``,
+        ``InvalidArgumentError``: a ``TypeError`` and a ``ValueError``).
         """
         if not isinstance(runtime, HarnessRuntime):
-            raise TypeError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
+            raise InvalidArgumentError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
         # Checks the identity's type and the id's syntax now, not on the first call.
         SessionKey.of(identity, session_id)
-        if not isinstance(busy_timeout_s, int | float) or not 0 <= busy_timeout_s <= 3600:
-            raise ValueError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
+        if (
+            isinstance(busy_timeout_s, bool)
+            or not isinstance(busy_timeout_s, int | float)
+            or not 0 <= busy_timeout_s <= 3600
+        ):
+            raise InvalidArgumentError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
+        settings = SessionSettings()
+        if session_settings is not None:
+            try:
+                settings = coerce_session_settings(session_settings)
+            except (TypeError, ValueError) as exc:  # the SDK's TypeError, pydantic's ValidationError
+                # The SDK's text may quote the value given: escaped, a lone surrogate stays loggable.
+                said = str(exc).encode("utf-8", "backslashreplace").decode("utf-8")
+                raise InvalidArgumentError(
+                    f"session_settings is not valid SDK session settings: {type(exc).__name__}: {said}"
+                ) from exc
+        _check_limit(settings.limit, "session_settings.limit")
         self.runtime = runtime
         self.identity = identity
         self.session_id = session_id
         self.recall_scope = recall_scope
         self.busy_timeout_s = float(busy_timeout_s)
-        self.session_settings = (
-            coerce_session_settings(session_settings) if session_settings is not None else SessionSettings()
-        )
+        self.session_settings = settings
         self._closed = False
 
     # -- the SDK's Session protocol ---------------------------------------------------------------
