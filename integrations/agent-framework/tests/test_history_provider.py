@@ -30,6 +30,7 @@ from agentium_agent_framework import (
 from agentium_harness import (
     ArchiveCorruptError,
     HarnessRuntime,
+    InvalidArgumentError,
     Message,
     ResidentLimits,
     Role,
@@ -222,6 +223,34 @@ async def test_bad_input_is_refused_and_nothing_is_written(runtime: HarnessRunti
         await provider.get_messages(None)
     with pytest.raises(ForeignMessageError):
         await provider.save_messages("chat-1", [AFMessage("user", ["ok"]), {"role": "user"}])  # type: ignore[list-item]
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
+
+
+async def test_bad_arguments_and_unreadable_messages_get_typed_errors(runtime: HarnessRuntime) -> None:
+    # The constructor raised bare TypeError/ValueError; a message whose to_dict() raised leaked its
+    # error; save_messages(None) was taken as nothing to save and a str was iterated as characters.
+    bad: list[dict[str, Any]] = [
+        {"max_messages": 0},
+        {"max_messages": 2.0},
+        {"busy_timeout_s": -1},
+        {"busy_timeout_s": True},
+    ]
+    for kwargs in bad:
+        with pytest.raises(InvalidArgumentError):
+            AgentiumHistoryProvider(runtime, ANA, **kwargs)
+    with pytest.raises(InvalidArgumentError, match="runtime must be a HarnessRuntime"):
+        AgentiumHistoryProvider(object(), ANA)  # type: ignore[arg-type]
+    provider = AgentiumHistoryProvider(runtime, ANA)
+
+    class Unserializable(AFMessage):
+        def to_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            raise RuntimeError("cannot serialize")
+
+    with pytest.raises(ForeignMessageError, match="could not be read or serialized"):
+        await provider.save_messages("chat-1", [AFMessage("user", ["ok"]), Unserializable("user", ["x"])])
+    for messages in (None, "hello", {"role": "user"}):
+        with pytest.raises(ForeignMessageError, match="takes a list"):
+            await provider.save_messages("chat-1", messages)  # type: ignore[arg-type]
     assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
 
 

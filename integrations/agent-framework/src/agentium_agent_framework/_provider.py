@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -106,8 +106,16 @@ def to_agentium(message: AFMessage) -> Message:
             f"save_messages takes agent_framework.Message objects, got {type(message).__name__}; "
             "nothing was written"
         )
-    role = _ROLES.get(str(message.role), Role.USER)
-    return Message(role, _readable(message), payload=message.to_dict(), payload_format=MESSAGE_FORMAT)
+    try:
+        role = _ROLES.get(str(message.role), Role.USER)
+        text, payload = _readable(message), message.to_dict()
+    except Exception as exc:
+        # A message's role, contents and to_dict() are the framework's (or a subclass's) code:
+        # whatever they raise, the host gets this integration's typed error, not a bare one.
+        raise ForeignMessageError(
+            f"a message could not be read or serialized ({type(exc).__name__} raised); nothing was written"
+        ) from exc
+    return Message(role, text, payload=payload, payload_format=MESSAGE_FORMAT)
 
 
 def from_agentium(message: Message, where: str) -> AFMessage:
@@ -176,15 +184,22 @@ class AgentiumHistoryProvider(HistoryProvider):
         store_outputs: bool = True,
     ) -> None:
         """Bind the provider to ``runtime`` and the host-verified ``identity``; bad arguments raise."""
+        # InvalidArgumentError is a TypeError and a ValueError: callers catching those still do.
         if not isinstance(runtime, HarnessRuntime):
-            raise TypeError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
+            raise InvalidArgumentError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
         SessionKey.of(identity, "probe")  # checks the identity's type now, not on the first run
         if isinstance(max_messages, bool) or not isinstance(max_messages, int):
-            raise TypeError(f"max_messages must be an int, got {type(max_messages).__name__}")
+            raise InvalidArgumentError(f"max_messages must be an int, got {type(max_messages).__name__}")
         if not 1 <= max_messages <= MAX_MESSAGES_CEILING:
-            raise ValueError(f"max_messages must be 1 to {MAX_MESSAGES_CEILING}, got {max_messages}")
-        if not isinstance(busy_timeout_s, int | float) or not 0 <= busy_timeout_s <= 3600:
-            raise ValueError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
+            raise InvalidArgumentError(
+                f"max_messages must be 1 to {MAX_MESSAGES_CEILING}, got {max_messages}"
+            )
+        if (
+            isinstance(busy_timeout_s, bool)
+            or not isinstance(busy_timeout_s, int | float)
+            or not 0 <= busy_timeout_s <= 3600
+        ):
+            raise InvalidArgumentError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
         super().__init__(
             source_id,
             load_messages=load_messages,
@@ -253,6 +268,12 @@ class AgentiumHistoryProvider(HistoryProvider):
         at: a write landing in between makes it read again.
         """
         sid = self._session(session_id)
+        # A str or a mapping would be iterated as characters or keys, and None is no list of messages.
+        if isinstance(messages, str | bytes | bytearray | Mapping) or not isinstance(messages, Sequence):
+            raise ForeignMessageError(
+                f"save_messages takes a list of agent_framework.Message objects, got "
+                f"{type(messages).__name__}; nothing was written"
+            )
         if not messages:
             return
         converted = [to_agentium(m) for m in messages]
