@@ -10,6 +10,7 @@ checked to change nothing (revision, stored bytes and archive unchanged).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import anyio
@@ -195,6 +196,45 @@ def _deep(levels: int) -> Any:
     return value
 
 
+class _UnreadableMapping(Mapping[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        return 1
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("cannot iterate")
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _LyingMapping(Mapping[str, Any]):
+    """Lists a key it then has no value for."""
+
+    def __getitem__(self, key: str) -> Any:
+        return {"a": 1}[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["a", "b"])
+
+    def __len__(self) -> int:
+        return 2
+
+
+class _UnreadableList(list[Any]):
+    def __iter__(self) -> Iterator[Any]:
+        raise RuntimeError("cannot iterate")
+
+
+class _EqRaises(dict[str, Any]):
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("cannot compare")
+
+    def __ne__(self, other: object) -> bool:
+        raise RuntimeError("cannot compare")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @pytest.mark.parametrize(
     "payload",
     [
@@ -210,6 +250,11 @@ def _deep(levels: int) -> Any:
         pytest.param({"x": 10**5000}, id="huge-int"),
         pytest.param(_deep(65), id="too-deep"),
         pytest.param("x" * (MAX_PAYLOAD_BYTES + 1), id="too-large"),
+        # Containers of the host's own whose reading raises leaked that exception (bare).
+        pytest.param(_UnreadableMapping(), id="mapping-iter-raises"),
+        pytest.param(_LyingMapping(), id="mapping-keys-lie"),
+        pytest.param({"x": _UnreadableList([1])}, id="list-iter-raises"),
+        pytest.param({"x": _EqRaises(a=(1,))}, id="eq-raises"),
     ],
 )
 async def test_a_payload_that_is_not_plain_json_or_too_large_is_refused_and_changes_nothing(

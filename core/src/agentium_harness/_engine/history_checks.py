@@ -125,6 +125,13 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
         encoded = canonical_json(value)
     except EncodingError as exc:
         raise InvalidPayloadError(f"{what} is not plain JSON: {exc}; nothing was written") from exc
+    except Exception as exc:
+        # A mapping or list of the host's own runs its code when encoded (its __iter__, its
+        # __getitem__): whatever that raises, the value is not plain JSON, and the host gets
+        # the typed error, not the object's own exception.
+        raise InvalidPayloadError(
+            f"{what} is not plain JSON: reading it raised {type(exc).__name__}; nothing was written"
+        ) from exc
     if len(encoded) > max_bytes:
         raise InvalidPayloadError(
             f"{what} is {len(encoded)} bytes as canonical JSON, over the limit of {max_bytes}; "
@@ -140,7 +147,11 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
     # finite): the plain C decoder gives the same copy, and a value that did not come back equal
     # (a tuple, a non-string key) is refused below as before.
     copy = json.loads(encoded)
-    if copy != value:
+    try:
+        differs = bool(copy != value)
+    except Exception:  # a host object's own __eq__ raised: it is no plain JSON either
+        differs = True
+    if differs:
         raise InvalidPayloadError(
             f"{what} is not plain JSON (only dicts with string keys, lists, strings, finite numbers, "
             "booleans and None come back unchanged; a tuple or a non-string key would not); "
