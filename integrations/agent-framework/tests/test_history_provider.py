@@ -208,6 +208,35 @@ async def test_get_messages_returns_at_most_max_messages_in_whole_groups_and_rea
         AgentiumHistoryProvider(runtime, ANA, max_messages=0)
 
 
+class _ResetBetweenPages:
+    """The runtime, with a reset_view landing right after the first page a read gets (once)."""
+
+    def __init__(self, runtime: HarnessRuntime) -> None:
+        self.runtime, self.pages = runtime, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.runtime, name)
+
+    async def read_history(self, *args: Any, **kwargs: Any) -> Any:
+        page = await self.runtime.read_history(*args, **kwargs)
+        self.pages += 1
+        if self.pages == 1:
+            await self.runtime.reset_view(ANA, "chat-1", reason="cleared by another writer")
+        return page
+
+
+async def test_a_load_over_several_pages_never_mixes_views(runtime: HarnessRuntime) -> None:
+    # 1,100 one-message groups: a load of up to 1,500 reads two pages (1,000 groups at most each).
+    for n in range(1_100):
+        await runtime.append(ANA, "chat-1", [Message(Role.USER, f"m{n}")])
+    provider = AgentiumHistoryProvider(runtime, ANA, max_messages=1_500)
+    assert len(await provider.get_messages("chat-1")) == 1_100
+    provider.runtime = _ResetBetweenPages(runtime)  # type: ignore[assignment]
+    # The second page was read after the reset: the load returned the first page's 1,000 messages,
+    # neither the view before the reset (1,100) nor after it (none). Now it reads again.
+    assert await provider.get_messages("chat-1") == []
+
+
 async def test_the_identity_is_bound_at_construction(runtime: HarnessRuntime) -> None:
     await AgentiumHistoryProvider(runtime, ANA).save_messages("chat-1", [AFMessage("user", ["mine"])])
     assert await AgentiumHistoryProvider(runtime, BOB).get_messages("chat-1") == []

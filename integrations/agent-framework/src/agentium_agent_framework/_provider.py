@@ -15,6 +15,7 @@ from agentium_harness import (
     MAX_PAGE_GROUPS,
     CommitState,
     HarnessRuntime,
+    HistoryPage,
     InvalidArgumentError,
     Message,
     RecallScope,
@@ -43,6 +44,8 @@ MESSAGE_FORMAT: Final = "agent_framework.message/v1"
 DEFAULT_MAX_MESSAGES: Final = 200
 #: Reads of the view's tail a save makes while other writes keep landing before it gives up.
 _SAVE_RESTARTS: Final = 5
+#: Times ``get_messages`` starts again when the view changed between two of its pages.
+_READ_RESTARTS: Final = 3
 #: The largest ``max_messages`` a provider takes.
 MAX_MESSAGES_CEILING: Final = 10_000
 #: The readable ``content`` is cut to this many characters (the message itself is never cut).
@@ -227,23 +230,43 @@ class AgentiumHistoryProvider(HistoryProvider):
     ) -> list[AFMessage]:
         """The newest messages of the session's view, oldest first: at most ``max_messages``, whole groups."""
         sid = self._session(session_id)
+        for _ in range(_READ_RESTARTS):
+            chosen = await self._newest(sid)
+            if chosen is not None:
+                return self._decode(sid, chosen)
+        refused = SessionConflictError(
+            f"the view of session {sid!r} changed between the pages of every read "
+            f"({_READ_RESTARTS} attempts); nothing was changed: load again"
+        )
+        refused.commit_state = CommitState.NOT_COMMITTED
+        raise refused
+
+    async def _newest(self, sid: str) -> list[Message] | None:
+        """The messages ``get_messages`` returns; ``None`` when the view changed between two pages."""
         chosen: list[Message] = []
         before: int | None = None
+        first: HistoryPage | None = None
         while True:
             # Each group shown holds at least one message: never more groups than messages still wanted.
             wanted = self.max_messages - len(chosen)
             page = await self.runtime.read_history(
                 self.identity, sid, before_seq=before, max_groups=min(MAX_PAGE_GROUPS, wanted)
             )
+            if first is None:
+                first = page
+            elif (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted):
+                # A retraction or reset landed between two pages: together they are no view that
+                # ever was (a reset would cut the load short, a retraction mix before and after).
+                return None
             for group in reversed(page.groups):  # newest first
                 shown = group.messages
                 if len(chosen) + len(shown) > self.max_messages:
                     if not chosen:  # one group over the bound alone: its newest messages
                         chosen = list(shown[-self.max_messages :])
-                    return self._decode(sid, chosen)
+                    return chosen
                 chosen[:0] = shown
             if page.next_before_seq is None or len(chosen) >= self.max_messages:
-                return self._decode(sid, chosen)
+                return chosen
             before = page.next_before_seq
 
     def _decode(self, sid: str, messages: Sequence[Message]) -> list[AFMessage]:
