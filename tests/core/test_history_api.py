@@ -25,6 +25,7 @@ from agentium_harness import (
     CapabilityError,
     CommitState,
     ControlKind,
+    EraseTarget,
     EvictionStatus,
     HarnessRuntime,
     IncompleteGroupError,
@@ -33,6 +34,7 @@ from agentium_harness import (
     Message,
     MessageGroup,
     MessageRef,
+    OperatorAttestation,
     ResidentLimits,
     RetractionRefusedError,
     Role,
@@ -793,3 +795,38 @@ async def test_expected_revision_looks_past_this_runtimes_background_summary_upd
         ANA, "s1", reason="pop", expected_revision=(await rt.inspect_session(ANA, "s1")).revision
     )
     await rt.aclose()
+
+
+async def test_expected_revision_is_not_looked_past_an_update_of_an_erased_incarnation() -> None:
+    # Revisions start again at 1 when an erased session id is used again. A summary update of the
+    # old incarnation (revision 3 on 2, here) must not let a write expecting 2 past another
+    # writer's real append that made the new incarnation's revision 3.
+    archive, store = InMemoryArchive(), InMemorySessionStore()
+    rt = create_harness_runtime(
+        provider=Recorder(),
+        archive=archive,
+        session_store=store,
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=True),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    other = create_harness_runtime(provider=Recorder(), archive=archive, session_store=store)
+    async with rt, other:
+        for n in range(2):
+            await rt.append(ANA, "s1", pair(n))
+            await rt.drain()
+        assert (await rt.inspect_session(ANA, "s1")).revision == 3  # 3: a summary update on 2
+        operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "test-auth"), "request 1")
+        await rt.erase(EraseTarget.session("acme", "ana", "s1"), reason="erase", attestation=operator)
+        seen = [(await other.append(ANA, "s1", pair(n))).snapshot_revision for n in range(3)]
+        assert seen == [1, 2, 3]
+        before = stored_state(store, archive)
+        with pytest.raises(SessionConflictError) as caught:
+            await rt.append(ANA, "s1", pair(9), expected_revision=2)
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert stored_state(store, archive) == before
+        # This runtime's own update of the new incarnation is still looked past.
+        done = await rt.append(ANA, "s1", pair(10), expected_revision=3)
+        await rt.drain()
+        assert (await rt.inspect_session(ANA, "s1")).revision > done.snapshot_revision
+        await rt.append(ANA, "s1", pair(11), expected_revision=done.snapshot_revision)

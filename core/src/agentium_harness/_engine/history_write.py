@@ -93,7 +93,9 @@ async def _load(
     if (
         expected_revision is not None
         and expected_revision != current
-        and not runtime.parts.summary_revisions.only_summaries_since(key, expected_revision, current)
+        and not runtime.parts.summary_revisions.only_summaries_since(
+            key, expected_revision, current, stored.snapshot.digest if stored is not None else None
+        )
     ):
         raise SessionConflictError(
             f"session {key.session!r} is at revision {current}, not the expected {expected_revision}; "

@@ -45,31 +45,44 @@ class SummaryRevisions:
     update landing after it moves the session on without changing its
     history. A revision reached from the expected one by such updates alone
     is accepted (the write's own compare-and-set is on the current one).
-    Bounded, forgotten oldest first; shared by the runtime's loops.
+    Each update is remembered with the digests of the snapshot it was saved
+    on and of the one it saved: revision numbers start again at 1 when a
+    session is erased and used again (by this runtime or another process),
+    so a number alone could name another incarnation's update and let a
+    stale ``expected_revision`` past a real change. Bounded, forgotten
+    oldest first; shared by the runtime's loops.
     """
 
     __slots__ = ("_lock", "_made")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._made: OrderedDict[tuple[SessionKey, int], int] = OrderedDict()
+        # (session, revision made) -> (revision it was made on, that snapshot's digest, the made one's digest)
+        self._made: OrderedDict[tuple[SessionKey, int], tuple[int, str | None, str | None]] = OrderedDict()
 
-    def record(self, key: SessionKey, base: int, made: int) -> None:
-        """A summary update saved revision ``made`` on top of ``base``."""
+    def record(
+        self, key: SessionKey, base: int, made: int, *, base_digest: str | None, made_digest: str | None
+    ) -> None:
+        """A summary update saved revision ``made`` (``made_digest``) on ``base`` (``base_digest``)."""
         with self._lock:
-            self._made[(key, made)] = base
+            self._made[(key, made)] = (base, base_digest, made_digest)
             while len(self._made) > _SUMMARY_REVISIONS:
                 self._made.popitem(last=False)
 
-    def only_summaries_since(self, key: SessionKey, expected: int, current: int) -> bool:
-        """Whether ``current`` is ``expected`` with nothing but this runtime's summary updates after it."""
+    def only_summaries_since(self, key: SessionKey, expected: int, current: int, digest: str | None) -> bool:
+        """Whether ``current`` (its snapshot's ``digest``) is ``expected`` plus only this runtime's summaries.
+
+        Every step back must be the very snapshot an update saved: the
+        current one by its digest, each one before it by the digest the next
+        update was saved on.
+        """
         with self._lock:
             seen = 0
             while current != expected and seen < _SUMMARY_REVISIONS:
-                base = self._made.get((key, current))
-                if base is None:
+                entry = self._made.get((key, current))
+                if entry is None or digest is None or entry[2] != digest:
                     return False
-                current, seen = base, seen + 1
+                current, digest, seen = entry[0], entry[1], seen + 1
             return current == expected
 
 

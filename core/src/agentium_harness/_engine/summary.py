@@ -28,6 +28,7 @@ away something the summary already covers restarts it (:func:`restarted`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -57,6 +58,9 @@ from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 from .summary_answer import checked_answer, failed
+
+if TYPE_CHECKING:
+    from .parts import SummaryRevisions
 
 __all__ = [
     "GroupReader",
@@ -355,13 +359,20 @@ async def update_summary(
 
 
 async def save_summary(
-    ticket: Ticket, store: SessionStore, key: SessionKey, revision: int, state: SummaryState
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    revision: int,
+    state: SummaryState,
+    revisions: SummaryRevisions | None = None,
 ) -> tuple[int | None, list[Diagnostic]]:
     """Save ``state`` into the session snapshot at ``revision`` with compare-and-set.
 
     Returns the new revision, or ``None`` when the snapshot moved on since
     (another runtime committed or advanced the summary first: its state
-    stands, and this update is dropped whole, never merged).
+    stands, and this update is dropped whole, never merged). A save is
+    recorded in ``revisions``, with the digests of the snapshot it was made
+    on and of the one it saved (``expected_revision`` looks past it).
     """
     stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
     if stored is None or stored.revision != revision:
@@ -387,6 +398,10 @@ async def save_summary(
                 Severity.WARNING,
             )
         ]
+    if revisions is not None:
+        revisions.record(
+            key, revision, new_revision, base_digest=stored.snapshot.digest, made_digest=sealed.digest
+        )
     return new_revision, []
 
 
@@ -434,11 +449,13 @@ async def summarize_after_commit(
     limits: SummaryLimits,
     view: ViewState | None = None,
     erased: Sequence[SeqRange] = (),
+    revisions: SummaryRevisions | None = None,
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 
     Returns the snapshot revision after it, the summary state now stored,
-    and the update's diagnostics (gaps, refusals, conflicts).
+    and the update's diagnostics (gaps, refusals, conflicts). A save is
+    recorded in ``revisions`` (see :func:`save_summary`).
     """
     frontier = current.summary.frontier if current is not None else 0
     if not outcome.archived_groups and frontier >= outcome.boundary:
@@ -461,7 +478,7 @@ async def summarize_after_commit(
         if update.state is None:
             span.set("agentium.summary.moved", False)
             return outcome.revision, current, diagnostics
-        saved, notes = await save_summary(ticket, store, key, outcome.revision, update.state)
+        saved, notes = await save_summary(ticket, store, key, outcome.revision, update.state, revisions)
         diagnostics.extend(notes)
         span.set("agentium.summary.moved", saved is not None)
         if saved is None:

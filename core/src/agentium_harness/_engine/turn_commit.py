@@ -228,7 +228,7 @@ async def commit_group(
         summarizer, reader, limits = runtime.summarizer, runtime.parts.summary_reader, runtime.summary_limits
 
         async def summarize(on: Ticket) -> tuple[int, SummaryState | None, list[Diagnostic]]:
-            done = await summarize_after_commit(
+            return await summarize_after_commit(
                 on,
                 summarizer=summarizer,
                 reader=reader,
@@ -239,10 +239,8 @@ async def commit_group(
                 limits=limits,
                 view=saved_view,
                 erased=snap.erased or (),
+                revisions=runtime.parts.summary_revisions,
             )
-            if done[0] != outcome.revision:
-                runtime.parts.summary_revisions.record(key, outcome.revision, done[0])
-            return done
 
         if limits.background:
             runtime.parts.work.start(key, lambda on: _state_and_notes(summarize(on)))
