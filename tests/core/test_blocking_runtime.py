@@ -273,3 +273,41 @@ def test_calls_from_the_runtime_loop_are_refused_and_change_nothing() -> None:
     blocking.close()
     assert runtime.state.value == "closed"
     assert not loop_threads[0].is_alive()
+
+
+def test_a_call_that_meets_close_stopping_the_loop_gets_runtime_closed_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread that took the loop just before ``close()`` stopped it gets the typed error, not anyio's."""
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+    )
+    blocking = BlockingRuntime(runtime).start()
+    took, closed = threading.Event(), threading.Event()
+    take = blocking._portal_or_start
+
+    def take_then_wait_for_close() -> anyio.from_thread.BlockingPortal:
+        portal = take()
+        took.set()
+        assert closed.wait(10)  # the race, made certain: close() runs before the call is handed over
+        return portal
+
+    monkeypatch.setattr(blocking, "_portal_or_start", take_then_wait_for_close)
+    caught: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            blocking.call(runtime.read_history, ANA, "s1", max_groups=1)
+        except BaseException as exc:
+            caught.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert took.wait(10)
+    blocking.close()
+    closed.set()
+    reader.join(10)
+    [error] = caught
+    assert isinstance(error, RuntimeClosedError), repr(error)

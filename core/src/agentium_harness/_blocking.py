@@ -26,7 +26,7 @@ from ._engine.maintenance import MigrationReport, ReconcileReport, SessionView
 from ._engine.memory.work import DrainResult
 from ._engine.owned_work import SummaryReport
 from ._engine.recall_turn import Clarifier
-from ._engine.results import CleanupReport, Diagnostic, RunResult
+from ._engine.results import CleanupReport, CommitState, Diagnostic, RunResult
 from ._engine.runtime import HarnessRuntime, LifecycleState
 from ._engine.tools import ToolRegistry
 from ._engine.verification import CompletionPolicy
@@ -153,10 +153,34 @@ class BlockingRuntime:
 
         For any coroutine method without a blocking twin here, e.g.
         ``blocking.call(blocking.runtime.memory.remember, fact)``. Exceptions
-        are raised in the calling thread as they were raised on the loop.
+        are raised in the calling thread as they were raised on the loop. A
+        call that meets :meth:`close` stopping the loop before it ran raises
+        :class:`RuntimeClosedError`, as a call after it does.
         """
         portal = self._portal_or_start()
-        return portal.call(lambda: func(*args, **kwargs))
+        try:
+            future = portal.start_task_soon(lambda: func(*args, **kwargs))
+        except RuntimeError as exc:
+            # close() stopped the loop between our taking the portal and handing it the call
+            # (anyio: "This portal is not running"): nothing ran, and the host gets the typed error.
+            if not self._closed:
+                raise
+            raise RuntimeClosedError(
+                "the BlockingRuntime closed while the call was being handed to its loop; it did not run"
+            ) from exc
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError as exc:
+            # Only the portal's stop cancels a call it holds (the runtime raises typed errors): the
+            # call may have been part way through, so what it committed is not known here.
+            if not self._closed:
+                raise
+            error = RuntimeClosedError(
+                "the BlockingRuntime's loop stopped while the call was running; whether it committed "
+                "anything is unknown (read the session back)"
+            )
+            error.commit_state = CommitState.UNKNOWN
+            raise error from exc
 
     # -- the runtime's methods, blocking ---------------------------------------------------------
 
