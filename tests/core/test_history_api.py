@@ -36,6 +36,7 @@ from agentium_harness import (
     MessageRef,
     OperatorAttestation,
     ResidentLimits,
+    RetentionPolicy,
     RetractionRefusedError,
     Role,
     RuntimeClosedError,
@@ -830,3 +831,69 @@ async def test_expected_revision_is_not_looked_past_an_update_of_an_erased_incar
         await rt.drain()
         assert (await rt.inspect_session(ANA, "s1")).revision > done.snapshot_revision
         await rt.append(ANA, "s1", pair(11), expected_revision=done.snapshot_revision)
+
+
+class GatedReads(InMemoryArchive):
+    """An archive whose group reads wait at a gate once it is set (the read has loaded its snapshot)."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: anyio.Event | None = None
+        self.entered = anyio.Event()
+
+    async def read_groups(self, key: SessionKey, first: int, count: int, ctx: Any) -> Any:
+        gate = self.gate
+        if gate is not None:
+            self.gate = None
+            self.entered.set()
+            await gate.wait()
+        return await super().read_groups(key, first, count, ctx)
+
+
+@pytest.mark.parametrize("erasure", ["session", "retention"])
+async def test_an_erasure_while_a_page_is_read_is_not_reported_as_damage(erasure: str) -> None:
+    # Reads are not exclusive: an erasure may remove archived rows the page's snapshot still
+    # names. That is not damage: the page is read again from the session as it is now.
+    archive = GatedReads()
+    rt = create_harness_runtime(
+        provider=Recorder(),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        retention=RetentionPolicy(max_archived_groups=1),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "test-auth"), "request 1")
+    async with rt:
+        for n in range(4):
+            await rt.append(ANA, "s1", pair(n))
+        gate = archive.gate = anyio.Event()
+        pages: list[Any] = []
+
+        async def read() -> None:
+            pages.append(await rt.read_history(ANA, "s1", max_groups=10))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await archive.entered.wait()  # the snapshot is loaded; groups 0..2 are archived
+            if erasure == "session":
+                await rt.erase(EraseTarget.session("acme", "ana", "s1"), reason="erase", attestation=operator)
+            else:
+                await rt.apply_retention(operator, reason="trim")
+            gate.set()
+        [page] = pages
+        if erasure == "session":
+            assert page.groups == () and page.next_seq == 0
+        else:
+            assert [g.seq for g in page.groups] == [2, 3]  # groups 0 and 1 were erased
+        # Damage found while the session stays as it is is still damage, after one more look.
+        for n in range(4, 7):
+            await rt.append(ANA, "s1", pair(n))
+        seq = (await rt.inspect_session(ANA, "s1")).boundary - 1
+        data, digest = archive.raw(KEY, seq)  # type: ignore[misc]
+        damaged = data.replace(b'"content":"u', b'"content":"X')
+        assert damaged != data
+        archive.put_raw(KEY, seq, damaged, digest)
+        with pytest.raises(ArchiveCorruptError):
+            await rt.read_history(ANA, "s1", max_groups=10)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
+from typing import Final
 
 from .._errors import ArchiveCorruptError, CapabilityError, ContractViolationError, InvalidArgumentError
 from .._history import MessageGroup
@@ -31,6 +32,10 @@ from .lifecycle import Ticket
 from .load import load_in_call
 
 __all__ = ["fetch_groups", "list_page", "read_page"]
+
+#: Reads of one page, each from a fresh snapshot, while archived groups it names vanish under a
+#: concurrent erasure; past them a missing group is reported as damage.
+_READ_ATTEMPTS: Final = 3
 
 
 async def read_page(
@@ -56,19 +61,33 @@ async def read_page(
         ctx: OpContext,
     ) -> tuple[StoredSnapshot | None, SessionSnapshot, ViewIndex, list[int], bool, dict[int, MessageGroup]]:
         stored, snap = await load_in_call(ctx, store, key)
-        before = check_before_seq(before_seq, snap.next_seq)
-        index = ViewIndex(snap.view)
-        candidates = (
-            index.visible_desc(before) if view else ((seq, None) for seq in range(before - 1, -1, -1))
-        )
-        if snap.erased:
-            # Groups an erasure removed (retention, a forgotten fact's sources) are not history any more.
-            erased = snap.erased
-            candidates = (c for c in candidates if not any(c[0] in span for span in erased))
-        chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
-        more = next(candidates, None) is not None
-        groups = await _fetch(archive, key, snap, chosen, partial(_read_in_call, ctx, archive, key))
-        return stored, snap, index, chosen, more, groups
+        for attempt in itertools.count(1):
+            before = check_before_seq(before_seq, snap.next_seq)
+            index = ViewIndex(snap.view)
+            candidates = (
+                index.visible_desc(before) if view else ((seq, None) for seq in range(before - 1, -1, -1))
+            )
+            if snap.erased:
+                # Groups an erasure removed (retention, a forgotten fact's sources) are not history any more.
+                erased = snap.erased
+                candidates = (c for c in candidates if not any(c[0] in span for span in erased))
+            chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
+            more = next(candidates, None) is not None
+            try:
+                groups = await _fetch(archive, key, snap, chosen, partial(_read_in_call, ctx, archive, key))
+            except ArchiveCorruptError:
+                # Reads are not exclusive: an erasure (of the session, or retention's of its oldest
+                # groups; here or in another process) may have removed rows this snapshot still
+                # names. Only a snapshot that stayed the same makes the gap damage; one that moved
+                # on is read afresh, and one under an erasure refuses the read
+                # (ErasureInProgressError), as a read started now would.
+                again, fresh = await load_in_call(ctx, store, key)
+                if attempt >= _READ_ATTEMPTS or _same_snapshot(stored, again):
+                    raise
+                stored, snap = again, fresh
+                continue
+            return stored, snap, index, chosen, more, groups
+        raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
 
     stored, snap, index, chosen, more, groups = await ticket.call("history read", read, traced=False)
     entries: list[HistoryGroup] = []
@@ -101,6 +120,13 @@ async def read_page(
         snapshot_revision=stored.revision if stored is not None else 0,
         boundary=snap.boundary,
     )
+
+
+def _same_snapshot(first: StoredSnapshot | None, then: StoredSnapshot | None) -> bool:
+    """Whether two loads of a session found the very same snapshot (none, or one revision and digest)."""
+    if first is None or then is None:
+        return first is then
+    return first.revision == then.revision and first.snapshot.digest == then.snapshot.digest
 
 
 async def fetch_groups(
