@@ -311,3 +311,44 @@ def test_a_call_that_meets_close_stopping_the_loop_gets_runtime_closed_error(
     reader.join(10)
     [error] = caught
     assert isinstance(error, RuntimeClosedError), repr(error)
+
+
+def test_after_close_a_thread_reusing_the_loop_threads_ident_is_not_taken_for_the_loop() -> None:
+    """close() stays idempotent and later calls say closed, whichever ident the calling thread got."""
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+    )
+    blocking = BlockingRuntime(runtime).start()
+
+    async def loop_ident() -> int:
+        return threading.get_ident()
+
+    ident = blocking.call(loop_ident)
+    blocking.close()  # the loop thread has ended: its ident is free for the next thread
+    outcomes: list[tuple[bool, str, str]] = []
+    together = threading.Barrier(8)
+
+    def after_close() -> None:
+        together.wait(10)  # all alive at once: one of them gets the freed loop thread's stack
+        try:
+            blocking.close()
+            closed = "returned"
+        except BaseException as exc:
+            closed = type(exc).__name__
+        try:
+            blocking.call(runtime.read_history, ANA, "s1", max_groups=1)
+            called = "ran"
+        except BaseException as exc:
+            called = type(exc).__name__
+        outcomes.append((threading.get_ident() == ident, closed, called))
+
+    threads = [threading.Thread(target=after_close) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    if not any(reused for reused, _, _ in outcomes):  # pragma: no cover - the platform never reused it
+        pytest.skip("no thread got the ended loop thread's ident here")
+    assert {(closed, called) for _, closed, called in outcomes} == {("returned", "RuntimeClosedError")}

@@ -86,8 +86,10 @@ class BlockingRuntime:
         self._lock = threading.Lock()
         self._portal_cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None = None
         self._portal: anyio.from_thread.BlockingPortal | None = None
-        # The loop thread's ident, once started: a call from it would wait for itself.
-        self._loop_thread: int | None = None
+        # The loop thread, once started: a call from it would wait for itself. The thread object,
+        # not its ident: an ident is reused by a thread started after the loop's has ended, and
+        # that thread (calling close() again, or a call after it) is not the loop.
+        self._loop_thread: threading.Thread | None = None
         self._closed = False
 
     @classmethod
@@ -127,7 +129,7 @@ class BlockingRuntime:
         return self
 
     def _refuse_loop_thread(self, operation: str) -> None:
-        if self._loop_thread is not None and threading.get_ident() == self._loop_thread:
+        if self._loop_thread is not None and threading.current_thread() is self._loop_thread:
             raise BlockingCallInLoopError(
                 f"BlockingRuntime.{operation}() was called on the runtime's own event loop thread (a tool "
                 "handler or callback), where it would wait for itself; nothing was done: await the "
@@ -144,7 +146,7 @@ class BlockingRuntime:
                     self._backend, self._backend_options or None, name="agentium-blocking-runtime"
                 )
                 portal = cm.__enter__()
-                self._loop_thread = portal.call(threading.get_ident)
+                self._loop_thread = portal.call(threading.current_thread)
                 self._portal, self._portal_cm = portal, cm
             return self._portal
 
