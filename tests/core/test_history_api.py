@@ -897,3 +897,40 @@ async def test_an_erasure_while_a_page_is_read_is_not_reported_as_damage(erasure
         archive.put_raw(KEY, seq, damaged, digest)
         with pytest.raises(ArchiveCorruptError):
             await rt.read_history(ANA, "s1", max_groups=10)
+
+
+async def test_a_retraction_meeting_another_runtimes_erasure_is_a_conflict_not_damage() -> None:
+    # Another process (runtime) erases the session while a retraction reads the archived
+    # messages it means to take: the retraction is refused as a conflict, nothing written.
+    archive, store = GatedReads(), InMemorySessionStore()
+    here, there = (
+        create_harness_runtime(
+            provider=Recorder(),
+            archive=archive,
+            session_store=store,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        for _ in range(2)
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "test-auth"), "request 1")
+    async with here, there:
+        for n in range(3):
+            await here.append(ANA, "s1", pair(n))
+        gate = archive.gate = anyio.Event()
+        caught: list[BaseException] = []
+
+        async def retract() -> None:
+            try:
+                await here.retract(ANA, "s1", count=4, reason="pop")  # reaches archived group 1
+            except Exception as exc:
+                caught.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(retract)
+            await archive.entered.wait()
+            await there.erase(EraseTarget.session("acme", "ana", "s1"), reason="erase", attestation=operator)
+            gate.set()
+        [error] = caught
+        assert isinstance(error, SessionConflictError), repr(error)
+        assert error.commit_state is CommitState.NOT_COMMITTED
+        assert store.raw(KEY) is None  # nothing written after the erasure

@@ -31,7 +31,7 @@ from .history_view import ViewIndex
 from .lifecycle import Ticket
 from .load import load_in_call
 
-__all__ = ["fetch_groups", "list_page", "read_page"]
+__all__ = ["fetch_groups", "list_page", "read_page", "same_snapshot"]
 
 #: Reads of one page, each from a fresh snapshot, while archived groups it names vanish under a
 #: concurrent erasure; past them a missing group is reported as damage.
@@ -82,7 +82,7 @@ async def read_page(
                 # on is read afresh, and one under an erasure refuses the read
                 # (ErasureInProgressError), as a read started now would.
                 again, fresh = await load_in_call(ctx, store, key)
-                if attempt >= _READ_ATTEMPTS or _same_snapshot(stored, again):
+                if attempt >= _READ_ATTEMPTS or same_snapshot(stored, again):
                     raise
                 stored, snap = again, fresh
                 continue
@@ -122,7 +122,7 @@ async def read_page(
     )
 
 
-def _same_snapshot(first: StoredSnapshot | None, then: StoredSnapshot | None) -> bool:
+def same_snapshot(first: StoredSnapshot | None, then: StoredSnapshot | None) -> bool:
     """Whether two loads of a session found the very same snapshot (none, or one revision and digest)."""
     if first is None or then is None:
         return first is then

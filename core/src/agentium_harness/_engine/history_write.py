@@ -17,6 +17,7 @@ import itertools
 from typing import TYPE_CHECKING
 
 from .._errors import (
+    ArchiveCorruptError,
     LegacySnapshotError,
     RetractionRefusedError,
     SessionConflictError,
@@ -36,7 +37,7 @@ from .._history import (
 from .._ports.summary import SummaryState
 from .._scope import Scope
 from .history_checks import check_group_size
-from .history_read import fetch_groups
+from .history_read import fetch_groups, same_snapshot
 from .history_records import AppendResult, ResetResult, RetractResult
 from .history_view import ViewIndex, after_reset, after_retraction
 from .lifecycle import Ticket
@@ -176,6 +177,25 @@ async def _last_visible(
     return found
 
 
+async def _refuse_if_moved(runtime: HarnessRuntime, ticket: Ticket, progress: RunProgress) -> None:
+    """Refuse as a conflict a session that moved on while its archived history read as missing or damaged.
+
+    Another process's erasure (of the session, or retention's) may remove
+    archived rows the loaded snapshot still names. That is refused as what it
+    is: :class:`ErasureInProgressError` while it runs (the load says so), a
+    :class:`SessionConflictError` once the snapshot moved on. Otherwise it
+    returns, and the caller raises the damage.
+    """
+    assert progress.scope is not None
+    key = progress.scope.session_key
+    again, _ = await load_session(ticket, runtime.session_store, key, None, attest_legacy=False)
+    if not same_snapshot(progress.stored, again):
+        raise SessionConflictError(
+            f"session {key.session!r} changed while its archived history was read (an erasure?); "
+            "read it again and retry; nothing was committed"
+        )
+
+
 async def _commit_control(
     runtime: HarnessRuntime,
     ticket: Ticket,
@@ -229,7 +249,11 @@ async def retract_messages(
     )
     assert progress.snap is not None
     snap = progress.snap
-    found = await _last_visible(runtime, ticket, progress, count)
+    try:
+        found = await _last_visible(runtime, ticket, progress, count)
+    except ArchiveCorruptError:
+        await _refuse_if_moved(runtime, ticket, progress)
+        raise
     if len(found) < count:
         raise RetractionRefusedError(
             f"the view of session {scope.session!r} holds {len(found)} message(s); retract(count={count}) "
