@@ -10,6 +10,7 @@ checked to change nothing (revision, stored bytes and archive unchanged).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -271,6 +272,38 @@ async def test_a_payload_that_is_not_plain_json_or_too_large_is_refused_and_chan
     assert caught.value.commit_state in (None, CommitState.NOT_COMMITTED)
     assert "nothing was written" in str(caught.value)
     assert stored_state(store, archive) == before
+
+
+async def test_an_integer_only_a_raised_digit_limit_encodes_is_refused_and_changes_nothing() -> None:
+    # A host that raised its own int digit limit could commit an integer that every process at
+    # Python's default limit (4300 digits) then fails to decode: history nobody else can read.
+    rt, _, archive, store = runtime(max_groups=1)
+    await rt.append(ANA, "s1", pair(0))
+    before = stored_state(store, archive)
+    longest = 10**4300 - 1  # 4300 digits: decodable everywhere
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # no limit in this process
+    try:
+        too_long = [
+            Message(Role.USER, "x", payload={"n": [-(10**4300)]}, payload_format=FORMAT),
+            Message(Role.ASSISTANT, "", tool_calls=(ToolCall("c1", "f", {"n": 10**4300}),)),
+        ]
+        for messages in ([too_long[0]], [too_long[1], Message(Role.TOOL, "r", tool_call_id="c1")]):
+            with pytest.raises(InvalidPayloadError, match="4300 digits"):
+                await rt.append(ANA, "s1", messages)
+            assert stored_state(store, archive) == before
+        await rt.append(ANA, "s1", [Message(Role.USER, "y", payload={"n": longest}, payload_format=FORMAT)])
+        # A long run of digits in a string is text, not an integer.
+        digits = Message(Role.USER, "z", payload={"t": "7" * 5000}, payload_format=FORMAT)
+        await rt.append(ANA, "s1", [digits])
+        # Many integers just short of the bound are accepted (each run is 4,300 digits, not more).
+        runs = Message(Role.USER, "r", payload=[10**4299] * 50, payload_format=FORMAT)
+        await rt.append(ANA, "s2", [runs])
+    finally:
+        sys.set_int_max_str_digits(limit)
+    await rt.append(ANA, "s1", pair(1))  # archives the groups: they are decoded again
+    page = await rt.read_history(ANA, "s1", max_groups=10)
+    assert [m.payload for m in page.messages if m.payload] == [{"n": longest}, {"t": "7" * 5000}]
 
 
 async def test_a_group_over_max_append_bytes_is_refused_and_changes_nothing() -> None:

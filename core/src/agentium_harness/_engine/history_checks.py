@@ -70,6 +70,15 @@ MAX_RETRACT_COUNT: Final = 10_000
 MAX_REASON_BYTES: Final = 1024
 
 _FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*")
+#: Digits of the longest integer Python decodes by default (``sys.int_info.default_max_str_digits``).
+#: A process that raised its own limit could write a longer one that every process left at the
+#: default (a reader, a later version of the host) fails to decode: committed history unreadable.
+_MAX_INT_DIGITS: Final = 4300
+_INT_CEILING: Final = 10**_MAX_INT_DIGITS
+#: Where such an integer could be in canonical JSON text (a run of digits that long; inside a
+#: string too, so the value itself is then walked to be sure). Tried only where a run starts (the
+#: look-behind): tried inside runs too, text of many runs just short of it would cost quadratic time.
+_LONG_DIGITS: Final = re.compile(rb"(?<![0-9])[0-9]{%d}" % (_MAX_INT_DIGITS + 1))
 #: Payload formats found well formed (exact str; at most 64 kept): not matched again.
 _KNOWN_FORMATS: set[str] = set()
 
@@ -118,8 +127,10 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
 
     The value is encoded canonically and decoded strictly again; it must come
     back equal, so a tuple (a list again), a non-string key (a string again),
-    ``nan``/``inf``, a lone surrogate or an integer too long to decode is refused,
-    and so is nesting deeper than 64 levels. The decoded copy is returned.
+    ``nan``/``inf`` or a lone surrogate is refused, and so is an integer of
+    more than 4,300 digits (the most Python decodes by default, whatever
+    limit this process set) and nesting deeper than 64 levels. The decoded
+    copy is returned.
     """
     try:
         encoded = canonical_json(value)
@@ -142,6 +153,11 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
             f"{what} is not storable JSON: the JSON text nests arrays or objects deeper than "
             f"{MAX_ARGUMENT_DEPTH} levels; nothing was written"
         )
+    if _LONG_DIGITS.search(encoded) is not None and _long_int_in(value):
+        raise InvalidPayloadError(
+            f"{what} holds an integer of more than {_MAX_INT_DIGITS} digits, more than Python decodes by "
+            "default (whatever limit this process set): it could not be read back; nothing was written"
+        )
     # Text canonical_json just wrote needs none of the strict reader's other checks (it holds no
     # duplicate key of a string-keyed dict, no NaN, no lone surrogate, no number that is not
     # finite): the plain C decoder gives the same copy, and a value that did not come back equal
@@ -158,6 +174,20 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
             "nothing was written"
         )
     return copy
+
+
+def _long_int_in(value: object) -> bool:
+    """Whether plain JSON ``value`` holds an integer of more than :data:`_MAX_INT_DIGITS` digits."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _INT_CEILING:
+            return True
+    return False
 
 
 def _format(value: object, at: str) -> str:
@@ -296,6 +326,8 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
         encoded = written.encode("utf-8")  # a lone surrogate fails here, as in canonical_json
         if len(encoded) > MAX_PAYLOAD_BYTES or json_depth_exceeds(encoded, MAX_ARGUMENT_DEPTH + 2):
             return None
+        if _LONG_DIGITS.search(encoded) is not None:
+            return None  # perhaps an integer too long to read back: the one-by-one check says
         copies = json.loads(written) if _FAST is None else _FAST[1](written)
         checked = []
         for message, item, copy in zip(messages, data, copies, strict=True):
