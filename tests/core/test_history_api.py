@@ -366,8 +366,23 @@ async def test_messages_that_would_form_an_incomplete_group_are_refused(messages
     assert stored_state(store, archive) == before
 
 
+def _forced(message: Message, **fields: Any) -> Message:
+    """``message`` with ``fields`` set behind its frozen class's back (a host's broken object)."""
+    for name, value in fields.items():
+        object.__setattr__(message, name, value)
+    return message
+
+
 @pytest.mark.parametrize(
-    "messages", ["text", Message(Role.USER, "x"), [object()], [Message(Role.USER, "\udcff")]]
+    "messages",
+    [
+        "text",
+        Message(Role.USER, "x"),
+        [object()],
+        [Message(Role.USER, "\udcff")],
+        [_forced(Message(Role.USER, "x"), tool_calls=None)],
+        [_forced(Message(Role.USER, "x"), content=5)],
+    ],
 )
 async def test_messages_of_the_wrong_kind_are_refused(messages: Any) -> None:
     rt, _, archive, store = runtime()

@@ -243,6 +243,10 @@ def check_reply(message: Message) -> Message:
 
 def _copy(message: Message, role: Role, tool_call_id: str | None, at: str) -> Message:
     content = _text(message.content, f"{at}content")
+    if not isinstance(message.tool_calls, tuple | list):
+        # Message converts what it is given; only an instance changed behind its back (or a
+        # subclass) holds anything else, and iterating it could raise a bare TypeError.
+        raise InvalidArgumentError(f"{at}tool_calls must be a tuple of ToolCall records; nothing was written")
     calls: list[ToolCall] = []
     for call in message.tool_calls:
         if not isinstance(call, ToolCall):
