@@ -352,3 +352,35 @@ def test_after_close_a_thread_reusing_the_loop_threads_ident_is_not_taken_for_th
     if not any(reused for reused, _, _ in outcomes):  # pragma: no cover - the platform never reused it
         pytest.skip("no thread got the ended loop thread's ident here")
     assert {(closed, called) for _, closed, called in outcomes} == {("returned", "RuntimeClosedError")}
+
+
+class SlowClosingArchive(InMemoryArchive):
+    """An owned adapter whose close takes a while (awaiting, not blocking the loop)."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closing = threading.Event()
+
+    async def aclose(self) -> None:
+        self.closing.set()
+        await anyio.sleep(0.5)
+
+
+def test_a_close_while_another_threads_close_is_under_way_returns_once_it_has_finished() -> None:
+    """The second close() does nothing more, but does not say 'closed' before the runtime is."""
+    archive = SlowClosingArchive()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        owned=[archive],
+    )
+    blocking = BlockingRuntime(runtime).start()
+    first = threading.Thread(target=blocking.close)
+    first.start()
+    assert archive.closing.wait(10)  # the first close is draining the runtime
+    blocking.close()
+    assert runtime.state.value == "closed"
+    first.join(10)

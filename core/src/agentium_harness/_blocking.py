@@ -91,6 +91,8 @@ class BlockingRuntime:
         # that thread (calling close() again, or a call after it) is not the loop.
         self._loop_thread: threading.Thread | None = None
         self._closed = False
+        # Set once the first close() has finished: a close() meanwhile returns only then.
+        self._close_done = threading.Event()
 
     @classmethod
     def from_config(
@@ -280,7 +282,9 @@ class BlockingRuntime:
 
         Returns within :meth:`close_bound_s` (plus the same again for the loop
         to stop). Calls still running when the runtime closes get
-        :class:`RuntimeClosedError`; later calls raise it too. Idempotent. It
+        :class:`RuntimeClosedError`; later calls raise it too. Idempotent: a
+        call while another thread's close is under way returns once that one
+        has finished (within the same bound), and does nothing more. It
         may be called from any thread, async code included, except the
         runtime's own loop thread: that raises
         :class:`BlockingCallInLoopError` and changes nothing. Raises
@@ -289,14 +293,30 @@ class BlockingRuntime:
         own).
         """
         self._refuse_loop_thread("close")
+        bound = self.close_bound_s()
         with self._lock:
-            if self._closed:
-                return
+            first = not self._closed
             self._closed = True
             portal, cm = self._portal, self._portal_cm
             self._portal = self._portal_cm = None
+        if not first:
+            # Returning at once would tell this caller the runtime is closed while the first close
+            # is still draining it (a host exiting on that word would cut its writes).
+            self._close_done.wait(2 * bound)
+            return
+        try:
+            self._close(portal, cm, bound)
+        finally:
+            self._close_done.set()
+
+    def _close(
+        self,
+        portal: anyio.from_thread.BlockingPortal | None,
+        cm: AbstractContextManager[anyio.from_thread.BlockingPortal] | None,
+        bound: float,
+    ) -> None:
+        """The first :meth:`close`: the runtime's ``aclose()`` if owned, then the loop's stop."""
         failures: list[str] = []
-        bound = self.close_bound_s()
         if self._owned:
             try:
                 if portal is None:
