@@ -181,6 +181,21 @@ async def test_payload_round_trips_exactly_and_is_never_sent_to_the_model() -> N
     assert result.output == "echo next"
 
 
+async def test_payload_values_come_back_exactly_and_keys_in_code_point_order() -> None:
+    # What docs/history-api.md promises, resident and archived alike: equal value for value (the
+    # sign of zero, the smallest subnormal, big integers), keys in canonical JSON's order.
+    rt, _, _, _ = runtime(max_groups=1)
+    item = {"b": -0.0, "a": 5e-324, "é": 2**80, "B": [1e308, -1.5e-7], "": {"z": 1, "y": 2}}
+    await rt.append(ANA, "s1", [Message(Role.USER, "x", payload=item, payload_format=FORMAT)])
+    for n in range(2):
+        (message,) = (await rt.read_history(ANA, "s1", before_seq=1, max_groups=1)).messages
+        assert message.payload == item and list(message.payload) == ["", "B", "a", "b", "é"]
+        assert list(message.payload[""]) == ["y", "z"]
+        assert math.copysign(1.0, message.payload["b"]) == -1.0 and message.payload["a"] == 5e-324
+        assert type(message.payload["é"]) is int
+        await rt.append(ANA, "s1", pair(n))  # the next read finds the group archived
+
+
 async def test_messages_without_payload_keep_their_canonical_bytes() -> None:
     """A message without a payload encodes exactly as before payloads existed (digests unchanged)."""
     rt, _, _, _ = runtime()

@@ -100,7 +100,8 @@ class Message:
     null) named by ``payload_format`` (for example
     ``openai.responses.input_item/v1``); the item is part of the group's
     canonical bytes and digest and comes back from ``read_history`` exactly
-    as it was appended. ``HarnessRuntime.append`` checks it: a value that is
+    as it was appended (an object's keys in code-point order, as canonical
+    JSON writes them). ``HarnessRuntime.append`` checks it: a value that is
     not plain JSON (a tuple, a non-string key, ``nan`` or ``inf``, a lone
     surrogate), nested deeper than 64 levels or larger than
     :data:`MAX_PAYLOAD_BYTES` is refused with
