@@ -29,6 +29,7 @@ from agentium_harness import (
     RuntimeLimits,
     SeqRange,
     SessionKey,
+    SnapshotCorruptError,
     SummaryLimits,
     VerifiedIdentity,
     create_harness_runtime,
@@ -65,7 +66,7 @@ def _runtime(policy: RetentionPolicy | None, **kw: Any) -> Any:
     rt = create_harness_runtime(
         provider=kw.pop("provider", None) or ScriptedProvider(replies=["noted"], cycle=True),
         archive=archive,
-        session_store=InMemorySessionStore(),
+        session_store=kw.pop("session_store", None) or InMemorySessionStore(),
         recall=recall,
         summarizer=ExtractiveSummarizer(),
         summary_limits=SummaryLimits(background=False),
@@ -167,3 +168,38 @@ async def test_a_retraction_after_retention_takes_the_views_messages_and_skips_t
     taken = await rt.retract(ANA, "s1", count=3, reason="pop three")
     assert [m.content for m in taken.messages] == ["a3", "q4", "a4"]
     assert [m.content for m in (await rt.read_history(ANA, "s1", max_groups=10)).messages] == ["q3"]
+
+
+class _DamagedStore(InMemorySessionStore):
+    """A session store whose snapshot of one session cannot be decoded (damaged on disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.damaged: str | None = None
+
+    async def load(self, key: SessionKey, ctx: Any) -> Any:
+        if key.session == self.damaged:
+            raise SnapshotCorruptError(f"snapshot of session {key.key()} cannot be decoded")
+        return await super().load(key, ctx)
+
+
+async def test_a_damaged_session_is_passed_over_and_the_others_are_still_trimmed() -> None:
+    # apply_retention raised the damaged session's SnapshotCorruptError ("nothing was changed")
+    # after trimming the sessions listed before it, and never reached those after it.
+    store = _DamagedStore()
+    rt, archive, _ = _runtime(RetentionPolicy(max_archived_groups=1), session_store=store)
+    for sid in ("s1", "s2", "s3"):
+        for i in range(4):
+            await rt.append(ANA, sid, [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    store.damaged = "s2"
+    result = await rt.apply_retention(OPERATOR)
+    assert result.checked == 3
+    assert [e.record.target.session_id for e in result.erasures] == ["s1", "s3"]
+    assert all(e.tombstone is not None for e in result.erasures)
+    (note,) = result.notes
+    assert "acme/ana/s2" in note and "SnapshotCorruptError" in note and "cannot be decoded" not in note
+    for sid in ("s1", "s3"):
+        assert [
+            g.seq for g in await archive.read_groups(SessionKey("acme", "ana", sid), 0, 100, OpContext())
+        ] == [2]
+    await rt.aclose()

@@ -14,6 +14,7 @@ groups ``erased``.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -27,7 +28,10 @@ from .._errors import (
     ErasureIncompleteError,
     ErasureInProgressError,
     InvalidArgumentError,
+    LegacySnapshotError,
+    ScopeMismatchError,
     SessionBusyError,
+    SnapshotCorruptError,
 )
 from .._ports import OpContext
 from .._ports._base import capabilities_of
@@ -52,6 +56,11 @@ __all__ = [
     "retention_cutoff",
     "sessions_of",
 ]
+
+_log = logging.getLogger("agentium.engine.retention")
+
+#: A session whose stored snapshot cannot be read as it stands: passed over, the others are still trimmed.
+_UNREADABLE: Final = (SnapshotCorruptError, LegacySnapshotError, ScopeMismatchError)
 
 #: The longest age a policy may name, in days (100 years).
 MAX_RETENTION_DAYS: Final = 36_500.0
@@ -129,8 +138,9 @@ class RetentionResult:
 
     ``erasures`` has one result per session trimmed (each record a
     tombstone; ``planned`` for a dry run). ``checked`` counts the sessions
-    looked at; ``notes`` says what was passed over and why (a session busy
-    or being erased, more sessions than one application takes).
+    looked at; ``notes`` says what was passed over and why (a session busy,
+    being erased or whose snapshot cannot be read, more sessions than one
+    application takes).
     """
 
     policy: RetentionPolicy
@@ -217,6 +227,15 @@ async def apply_policy(
                 stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
         except ErasureInProgressError as exc:
             notes.append(f"session {key.key()}: passed over, {exc}")
+            continue
+        except _UNREADABLE as exc:
+            # One damaged session must not stop the application part way: the sessions before it
+            # are already trimmed (their tombstones stand) and those after it would never be. The
+            # error's type only: a decoder's message may quote the stored bytes.
+            _log.warning("retention passed over session %s: %s", key.key(), type(exc).__name__)
+            notes.append(
+                f"session {key.key()}: passed over, its snapshot cannot be read ({type(exc).__name__})"
+            )
             continue
         cutoff = retention_cutoff(policy, snap, now)
         if stored is None or cutoff <= 0 or already_erased(snap, cutoff):
