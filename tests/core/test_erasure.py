@@ -597,3 +597,27 @@ async def test_inspect_shows_no_summary_text_while_an_erasure_of_the_session_is_
     (resumed,) = await rt.resume_erasures(OPERATOR)
     assert resumed.state is ErasureState.COMPLETE
     await rt.aclose()
+
+
+async def test_a_dry_run_answers_as_a_real_run_would_while_an_erasure_is_pending() -> None:
+    # A dry run ignored the pending ledger: it planned a fresh erasure where a real run would resume
+    # the pending one (its id and reason), or be refused by an overlapping one.
+    archive = _FailOnceArchive()
+    rt = _runtime(archive=archive)
+    for i in range(3):
+        await rt.run(ALICE, "s1", f"turn {i}")
+    with pytest.raises(ErasureIncompleteError) as stopped:
+        await rt.erase(S1, reason="first reason", attestation=OPERATOR)
+    pending = stopped.value.record
+    assert pending is not None
+    plan = await rt.erase(S1, reason="another reason", attestation=OPERATOR, dry_run=True)
+    assert plan.state is ErasureState.PLANNED and plan.resumed
+    assert plan.record.erasure_id == pending.erasure_id and plan.record.reason == "first reason"
+    assert any("resumes" in note for note in plan.record.notes)
+    with pytest.raises(ErasureInProgressError):
+        await rt.erase(EraseTarget.user("acme", "alice"), reason="wider", attestation=OPERATOR, dry_run=True)
+    # Nothing was written: the pending erasure is the only one, and a real run resumes it.
+    assert [r.erasure_id for r in await rt.erasure_status(OPERATOR)] == [pending.erasure_id]
+    done = await rt.erase(S1, reason="another reason", attestation=OPERATOR)
+    assert done.resumed and done.record.erasure_id == pending.erasure_id
+    await rt.aclose()

@@ -93,6 +93,7 @@ __all__ = [
     "OperatorAttestation",
     "carry_out",
     "check_request",
+    "pending_for",
     "plan",
     "start",
 ]
@@ -349,6 +350,27 @@ async def plan(ticket: Ticket, stores: Stores, record: ErasureRecord) -> Erasure
     return record
 
 
+async def pending_for(
+    ticket: Ticket, store: SessionStore, target: EraseTarget, kind: ErasureKind
+) -> ErasureRecord | None:
+    """The pending erasure an erasure of ``target`` would resume (same target and kind), or ``None``.
+
+    Raises :class:`ErasureInProgressError` when a pending erasure of an
+    overlapping target would refuse it. Reads only: a dry run asks it too, so
+    that it reports what a real run would do.
+    """
+    for pending in await pending_records(ticket, store, target.tenant_id):
+        if pending.target == target and pending.kind is kind:
+            return pending
+        if overlaps(pending.target, target):
+            raise ErasureInProgressError(
+                f"erasure {pending.erasure_id} of {pending.target.describe()} is still pending and overlaps "
+                f"{target.describe()}; finish it first (agentium erase --resume). Nothing was erased",
+                pending.erasure_id,
+            )
+    return None
+
+
 async def start(
     ticket: Ticket,
     store: SessionStore,
@@ -363,15 +385,9 @@ async def start(
     reason and operator stand); one of an overlapping target refuses this one.
     """
     tenant = target.tenant_id
-    for pending in await pending_records(ticket, store, tenant):
-        if pending.target == target and pending.kind is kind:
-            return await load_record(ticket, store, pending), True
-        if overlaps(pending.target, target):
-            raise ErasureInProgressError(
-                f"erasure {pending.erasure_id} of {pending.target.describe()} is still pending and overlaps "
-                f"{target.describe()}; finish it first (agentium erase --resume). Nothing was erased",
-                pending.erasure_id,
-            )
+    unfinished = await pending_for(ticket, store, target, kind)
+    if unfinished is not None:
+        return await load_record(ticket, store, unfinished), True
     record = new_record(target, reason, attestation, kind, ErasureState.PENDING)
 
     def join(ledger: ErasureLedger) -> ErasureLedger:

@@ -37,6 +37,7 @@ from .erasure import (
     inventory,
     load_record,
     new_record,
+    pending_for,
     plan,
     save_record,
     settle_late,
@@ -168,8 +169,22 @@ async def run_erasure(
     admission = runtime.parts.admission
     if dry_run:
         async with admission.admit_shared(target.session_key, "erasure plan") as ticket:
-            planned = new_record(target, reason, attestation, kind, ErasureState.PLANNED)
-            return ErasureResult(await plan(ticket, stores, planned))
+            # What a real run would do: refused by an overlapping pending erasure (raised here
+            # too), or resuming the pending one of this target (its id, reason and operator).
+            unfinished = await pending_for(ticket, runtime.session_store, target, kind)
+            if unfinished is None:
+                planned = new_record(target, reason, attestation, kind, ErasureState.PLANNED)
+            else:
+                planned = attrs.evolve(
+                    unfinished,
+                    state=ErasureState.PLANNED,
+                    stores=(),
+                    sessions=(),
+                    omitted_sessions=0,
+                    notes=("a real run resumes this pending erasure: its own reason and operator stand",),
+                    completed_at=None,
+                )
+            return ErasureResult(await plan(ticket, stores, planned), resumed=unfinished is not None)
     async with admission.admit_erasure(target) as ticket:
         record, resumed = await start(ticket, runtime.session_store, target, reason, attestation, kind)
         if not resumed:
@@ -223,7 +238,10 @@ class ErasureOperations:
         carries the progress; the record stays pending and calling ``erase``
         again with the same target (or :meth:`resume_erasures`) completes
         it. ``dry_run=True`` asks every store what it would remove and
-        writes nothing (the record's state is ``planned``).
+        writes nothing (the record's state is ``planned``); it answers as a
+        real run would: refused by an overlapping pending erasure, or, when
+        one of this target is pending, the plan of resuming it (its id,
+        reason and operator; ``resumed`` is true).
         """
         target, reason, attestation = check_request(target, reason, attestation, levels=_WHOLE)
         if not isinstance(dry_run, bool):
