@@ -13,10 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from agentium_harness import (
+    ArchiveError,
+    ErasureIncompleteError,
+    ErasureInProgressError,
     ErasureKind,
+    FactStatus,
     GroupRef,
     InvalidArgumentError,
     MemoryFact,
@@ -24,6 +29,7 @@ from agentium_harness import (
     OperatorAttestation,
     ResidentLimits,
     RuntimeLimits,
+    SessionBusyError,
     SessionKey,
     SourcePlace,
     SourceState,
@@ -224,4 +230,67 @@ async def test_a_provenance_digest_that_matches_no_stored_group_erases_nothing(
     real = await rt.forget(SCOPE, real_fact, erase_sources=True, reason="dsr", attestation=OPERATOR)
     assert (0, SourcePlace.ARCHIVED, SourceState.ERASED) in {(h.seq, h.place, h.state) for h in real.sources}
     assert [g.seq for g in await archive.read_groups(key, 0, 10, OpContext())] == [1]
+    await rt.aclose()
+
+
+async def test_an_erasure_refused_by_a_run_on_the_session_leaves_the_fact_and_forget_can_be_repeated() -> (
+    None
+):
+    # The fact was forgotten first (its provenance emptied) and the sources' erasure then refused
+    # with SessionBusyError: the archived text stayed and no later forget could find it again.
+    rt, provider, archive, fact_id = await _setup()
+    entered, release = anyio.Event(), anyio.Event()
+    answer = provider.complete
+
+    async def held(request: Any, ctx: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return await answer(request, ctx)
+
+    provider.complete = held  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rt.run, ANA, "s1", "a turn that holds the session")
+        await entered.wait()
+        with pytest.raises(SessionBusyError):
+            await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+        release.set()
+    (revision,) = await rt.memory.history(SCOPE, fact_id)
+    assert revision.status is FactStatus.CURRENT and [r.seq for r in revision.fact.provenance] == [0]
+    result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+    assert result.ack.ok and (SourcePlace.ARCHIVED, SourceState.ERASED) in {
+        (h.place, h.state) for h in result.sources
+    }
+    key = SessionKey("acme", "ana", "s1")
+    assert 0 not in [g.seq for g in await archive.read_groups(key, 0, 10, OpContext())]
+    await rt.aclose()
+
+
+class _StopsOnceArchive(InMemoryArchive):
+    """Erases, then fails the first real erase call (a store that stops part way)."""
+
+    capabilities = InMemoryArchive.capabilities
+    stopped = False
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        report = await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+        if not dry_run and not self.stopped:
+            self.stopped = True
+            raise ArchiveError("stopped part way")
+        return report
+
+
+async def test_an_erasure_that_stops_leaves_the_fact_until_it_is_resumed_and_forget_is_called_again() -> None:
+    rt, _, _, fact_id = await _setup(archive=_StopsOnceArchive())
+    with pytest.raises(ErasureIncompleteError):
+        await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+    (revision,) = await rt.memory.history(SCOPE, fact_id)
+    assert revision.status is FactStatus.CURRENT  # not forgotten: its sources can still be found
+    # While the erasure is pending, forget is refused as the erasure would be (not a false corruption).
+    with pytest.raises(ErasureInProgressError):
+        await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+    (resumed,) = await rt.resume_erasures(OPERATOR)
+    assert resumed.tombstone is not None
+    result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="user asked", attestation=OPERATOR)
+    assert result.ack.ok and result.still_held == ()
+    assert {(h.place, h.state) for h in result.sources} == {(SourcePlace.GONE, SourceState.ERASED)}
     await rt.aclose()

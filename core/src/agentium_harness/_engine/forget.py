@@ -146,7 +146,9 @@ class _Places:
     mismatched: list[int]
 
 
-async def _places(runtime: HarnessRuntime, key: SessionKey, cited: Sequence[tuple[int, str]]) -> _Places:
+async def _places(
+    runtime: HarnessRuntime, key: SessionKey, cited: Sequence[tuple[int, str]], *, fence: bool
+) -> _Places:
     """Where each group of session ``key`` the fact cites is, counting only a group whose digest matches.
 
     A provenance reference is data the host (or an extractor) wrote: its
@@ -158,8 +160,10 @@ async def _places(runtime: HarnessRuntime, key: SessionKey, cited: Sequence[tupl
     is never erased; a cited seq in the summary counts only if its group matches.
     """
     async with runtime.parts.admission.admit_shared(key, "forget sources") as ticket:
+        # With erase_sources, a session an erasure is still pending on is refused (typed) as the
+        # erasure would be: its archive and snapshot may disagree until that erasure completes.
         stored, snap = await load_session(
-            ticket, runtime.session_store, key, None, attest_legacy=False, fence=False
+            ticket, runtime.session_store, key, None, attest_legacy=False, fence=fence
         )
         erased = snap.erased or ()
         live = sorted(
@@ -235,10 +239,11 @@ async def forget_fact(
     # Where the sources are is read before the fact is forgotten: a read that fails (an archive
     # that cannot be read) then changes nothing, and the provenance is still there to retry.
     found = {
-        session: await _places(runtime, SessionKey(scope.tenant, scope.user, session), cited)
+        session: await _places(
+            runtime, SessionKey(scope.tenant, scope.user, session), cited, fence=erase_sources
+        )
         for session, cited in _refs_by_session(refs).items()
     }
-    ack = await memory.forget(scope, checked_id)
     notes = [note] if note else []
     holders: list[SourceHolder] = []
     erasures: list[ErasureResult] = []
@@ -265,9 +270,14 @@ async def forget_fact(
                 for h in places
             ]
         holders.extend(places)
+    # Forgotten only once the sources' erasures are done: forgetting empties the provenance, so
+    # a fact forgotten first and then refused an erasure (a run holding the session, a pending
+    # erasure) could never have its sources found again. Refused now, nothing is forgotten and
+    # the call can be repeated (groups erased by then are reported gone).
+    ack = await memory.forget(scope, checked_id)
     if any(h.place is SourcePlace.RESIDENT for h in holders):
         notes.append(
             "a source group is still resident: it is in every request of its session until it is archived; "
-            "erase the session, or forget again with erase_sources once it is archived"
+            "erase the session to remove it (the forgotten fact no longer names its sources)"
         )
     return ForgetResult(ack, tuple(holders), tuple(erasures), tuple(notes))

@@ -239,6 +239,10 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                     fact_id, latest.revision + 1, FactStatus.FORGOTTEN, latest.fact, now, sessions
                 )
                 conn.execute(INSERT, tombstone)
+            # The rewritten pages are in the log and the old ones (with the text) in the file until
+            # a checkpoint: run it now, as an erase does, so the forgotten text leaves both. A reader
+            # keeping it from finishing leaves that to the next checkpoint; the fact is forgotten.
+            scrub_log(conn)
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
         return await self.run(ctx, "memory forget", work)
