@@ -154,3 +154,16 @@ def test_retention_apply_uses_the_config_policy(tmp_path: Path, capsys: pytest.C
     assert record["target"]["groups"] == [{"start": 0, "stop": 2}]
     code, out, _ = _agentium(capsys, "session", "inspect", str(cfg), *who, "--session", "s1")
     assert "erased     groups 0\u20131" in out
+
+
+def test_an_empty_operator_is_refused_not_replaced_by_the_login_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--operator ''" erased under the login name: the tombstone named an operator nobody gave.
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "r", "--operator", "")
+    assert code == 2 and "user" in err and out == ""
+    code, out, _ = _agentium(capsys, "erase", cfg, *who, "--status")
+    assert code == 0 and out == "no erasure\n"

@@ -60,7 +60,9 @@ def _target(args: argparse.Namespace) -> EraseTarget:
 
 
 def _attestation(args: argparse.Namespace) -> OperatorAttestation:
-    operator = args.operator or getpass.getuser()
+    # Only an absent --operator means the login name: an empty one is refused like any bad id,
+    # never silently replaced (the tombstone would name someone the operator did not give).
+    operator = getpass.getuser() if args.operator is None else args.operator
     identity = VerifiedIdentity(tenant=args.tenant, user=operator, verified_by=CLI_OPERATOR_VERIFIER)
     return OperatorAttestation(identity, args.statement or "")
 
