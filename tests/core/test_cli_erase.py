@@ -167,3 +167,13 @@ def test_an_empty_operator_is_refused_not_replaced_by_the_login_name(
     assert code == 2 and "user" in err and out == ""
     code, out, _ = _agentium(capsys, "erase", cfg, *who, "--status")
     assert code == 0 and out == "no erasure\n"
+
+
+def test_resume_refuses_a_narrower_scope_than_the_tenant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--resume --user bob" resumed every pending erasure of the tenant, alice's too.
+    cfg = str(_config(tmp_path))
+    for extra in (("--user", "bob"), ("--user", "bob", "--session", "s1")):
+        code, out, err = _agentium(capsys, "erase", cfg, "--tenant", "acme", *extra, "--resume")
+        assert code == 2 and "--resume" in err and out == ""

@@ -154,6 +154,14 @@ def cmd_erase(args: argparse.Namespace) -> int:
     if len(modes) > 1:
         sys.stderr.write("agentium erase: give at most one of --dry-run, --resume, --status\n")
         return EXIT_USAGE
+    if args.resume and (args.user is not None or args.session is not None):
+        # --resume completes every pending erasure of the tenant; accepting a narrower scope
+        # would resume erasures outside the one the operator named.
+        sys.stderr.write(
+            "agentium erase: --resume completes every pending erasure of the tenant; "
+            "it takes no --user or --session (see --status for what is pending)\n"
+        )
+        return EXIT_USAGE
     attestation = _attestation(args)
     target = _target(args)
     if args.status:
