@@ -16,11 +16,13 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
+import attrs
 import pytest
 
 from agentium_harness import (
     ArchiveError,
     CapabilityError,
+    ContractViolationError,
     EraseTarget,
     ErasureIncompleteError,
     ErasureInProgressError,
@@ -50,7 +52,13 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, ArchiveCapabilities, ArchiveReceipt, SeqRange
+from agentium_harness.plugin_api import (
+    ERASURE_RECORDS_TENANT,
+    ArchiveCapabilities,
+    ArchiveReceipt,
+    ErasedSession,
+    SeqRange,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -620,4 +628,31 @@ async def test_a_dry_run_answers_as_a_real_run_would_while_an_erasure_is_pending
     assert [r.erasure_id for r in await rt.erasure_status(OPERATOR)] == [pending.erasure_id]
     done = await rt.erase(S1, reason="another reason", attestation=OPERATOR)
     assert done.resumed and done.record.erasure_id == pending.erasure_id
+    await rt.aclose()
+
+
+class _OverreachingSessionStore(InMemorySessionStore):
+    """Reports removing a snapshot of a session outside the target (and no group of it)."""
+
+    capabilities = InMemorySessionStore.capabilities
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        report = await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+        if dry_run:
+            return report
+        outside = ErasedSession(SessionKey("acme", "bob", "s1"), ())
+        return attrs.evolve(report, sessions=(*report.sessions, outside))
+
+
+async def test_a_report_naming_a_session_outside_the_target_stops_the_erasure() -> None:
+    # A report entry with no groups was not checked against the target: a session store saying it
+    # removed another user's snapshot passed, and the tombstone listed bob's session as erased.
+    rt = _runtime(session_store=_OverreachingSessionStore())
+    await rt.run(ALICE, "s1", "turn")
+    with pytest.raises(ErasureIncompleteError) as stopped:
+        await rt.erase(S1, reason="request", attestation=OPERATOR)
+    assert isinstance(stopped.value.__cause__, ContractViolationError)
+    record = stopped.value.record
+    assert record is not None and record.state is ErasureState.PENDING
+    assert [s.session for s in record.sessions] == [SessionKey("acme", "alice", "s1")]
     await rt.aclose()

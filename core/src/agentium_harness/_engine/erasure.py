@@ -315,8 +315,11 @@ def _check_report(report: object, target: EraseTarget, role: str, bound: int, dr
     if not dry_run and report.status is EraseStatus.PARTIAL and items == 0:
         raise ContractViolationError(f"{name} said partial without removing anything; it would never end")
     for entry in report.sessions:
-        if not isinstance(entry, ErasedSession) or not all(
-            target.covers_group(entry.session, seq) for seq, _ in entry.groups
+        # The session itself too: an entry naming no group (a snapshot removed) must be in the target.
+        if (
+            not isinstance(entry, ErasedSession)
+            or not covers(target, entry.session)
+            or not all(target.covers_group(entry.session, seq) for seq, _ in entry.groups)
         ):
             raise ContractViolationError(
                 f"{name} reported removing groups outside {target.describe()}; the erasure stops here"
