@@ -656,3 +656,18 @@ async def test_a_report_naming_a_session_outside_the_target_stops_the_erasure() 
     assert record is not None and record.state is ErasureState.PENDING
     assert [s.session for s in record.sessions] == [SessionKey("acme", "alice", "s1")]
     await rt.aclose()
+
+
+def test_a_groups_target_from_an_empty_iterator_is_refused_not_widened_to_the_session() -> None:
+    # groups_of tested the iterator's truth, not its ranges: an empty generator made a target with
+    # no groups, which is the whole session (and erase() accepts a session target).
+    key = SessionKey("acme", "alice", "s1")
+    with pytest.raises(InvalidArgumentError, match="at least one seq range"):
+        EraseTarget.groups_of(key, iter([]))
+    for bad in (5, object()):
+        with pytest.raises(InvalidArgumentError, match="SeqRange"):
+            EraseTarget.groups_of(key, bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match="SeqRange"):
+            EraseTarget("acme", "alice", "s1", bad)  # type: ignore[arg-type]
+    target = EraseTarget.groups_of(key, iter([SeqRange(0, 2)]))
+    assert target.groups == (SeqRange(0, 2),)

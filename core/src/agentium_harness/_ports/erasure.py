@@ -95,7 +95,10 @@ class SeqRange:
 def _ranges(value: Iterable[SeqRange]) -> tuple[SeqRange, ...]:
     if isinstance(value, str | bytes):
         raise InvalidArgumentError("groups must be SeqRange items, not a string")
-    ranges = tuple(value)
+    try:
+        ranges = tuple(value)
+    except TypeError:
+        raise InvalidArgumentError(f"groups must be SeqRange items, got {type(value).__name__}") from None
     if len(ranges) > MAX_ERASE_RANGES:
         raise InvalidArgumentError(f"a target names at most {MAX_ERASE_RANGES} seq ranges, got {len(ranges)}")
     for item in ranges:
@@ -160,9 +163,12 @@ class EraseTarget:
         """Archived groups of session ``key`` whose seq lies in one of ``ranges`` (at least one)."""
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        if not ranges:
+        # Read once, then checked: an empty iterator must not make a groups target with no groups,
+        # which is a target for the whole session.
+        checked = _ranges(ranges if ranges is not None else ())
+        if not checked:
             raise InvalidArgumentError("a groups target needs at least one seq range")
-        return cls(key.tenant, key.user, key.session, tuple(ranges))
+        return cls(key.tenant, key.user, key.session, checked)
 
     @property
     def level(self) -> EraseLevel:
