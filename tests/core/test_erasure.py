@@ -671,3 +671,14 @@ def test_a_groups_target_from_an_empty_iterator_is_refused_not_widened_to_the_se
             EraseTarget("acme", "alice", "s1", bad)  # type: ignore[arg-type]
     target = EraseTarget.groups_of(key, iter([SeqRange(0, 2)]))
     assert target.groups == (SeqRange(0, 2),)
+
+
+async def test_erasure_status_refuses_a_target_of_the_wrong_type_as_bad_input() -> None:
+    # A str target was refused with ErasureRefusedError, "outside tenant 'acme'": untrue, and the
+    # wrong error type for bad input.
+    rt = _runtime()
+    with pytest.raises(InvalidArgumentError, match="EraseTarget"):
+        await rt.erasure_status(OPERATOR, "acme")  # type: ignore[arg-type]
+    with pytest.raises(ErasureRefusedError):
+        await rt.erasure_status(OPERATOR, EraseTarget.tenant("globex"))
+    await rt.aclose()

@@ -283,7 +283,11 @@ class ErasureOperations:
         if not isinstance(attestation, OperatorAttestation):
             raise InvalidArgumentError("erasure_status needs an OperatorAttestation")
         tenant = attestation.operator.tenant
-        if target is not None and (not isinstance(target, EraseTarget) or target.tenant_id != tenant):
+        if target is not None and not isinstance(target, EraseTarget):
+            raise InvalidArgumentError(
+                f"erasure_status takes an EraseTarget or None, got {type(target).__name__}"
+            )
+        if target is not None and target.tenant_id != tenant:
             raise ErasureRefusedError(f"the status asked for is outside tenant {tenant!r}, the operator's")
         store = runtime.session_store
         async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
