@@ -565,8 +565,9 @@ async def test_an_erasure_stopped_between_its_tombstone_and_its_unlisting_is_lis
     store = StopsBeforeUnlisting()
     rt = _runtime(session_store=store)
     await rt.run(ALICE, "s1", "hello")
-    with pytest.raises(SessionStoreError, match="stopped here"):
+    with pytest.raises(ErasureIncompleteError, match="stopped here") as stopped:
         await rt.erase(S1, reason="request 9", attestation=OPERATOR)
+    assert isinstance(stopped.value.__cause__, SessionStoreError)  # still pending: said as such
     status = await rt.erasure_status(OPERATOR, S1)
     assert len(status) == 1, [(r.erasure_id, r.state) for r in status]
     store.armed = False
@@ -681,4 +682,65 @@ async def test_erasure_status_refuses_a_target_of_the_wrong_type_as_bad_input() 
         await rt.erasure_status(OPERATOR, "acme")  # type: ignore[arg-type]
     with pytest.raises(ErasureRefusedError):
         await rt.erasure_status(OPERATOR, EraseTarget.tenant("globex"))
+    await rt.aclose()
+
+
+class _InventoryFailsArchive(InMemoryArchive):
+    """Fails the inventory (the dry run taken once the record is pending) while ``fail`` is set."""
+
+    capabilities = InMemoryArchive.capabilities
+    fail = False
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        if self.fail and dry_run:
+            raise ArchiveError("unreachable during the inventory")
+        return await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+
+
+async def test_an_erasure_stopped_after_its_record_is_pending_says_so_whatever_stopped_it() -> None:
+    # A failure of the inventory escaped as a bare ArchiveError: the caller was not told that the
+    # erasure was now pending and the session fenced (the CLI exited 2, not 7, without the record).
+    archive = _InventoryFailsArchive()
+    rt = _runtime(archive=archive)
+    for i in range(3):
+        await rt.run(ALICE, "s1", f"turn {i}")
+    archive.fail = True
+    with pytest.raises(ErasureIncompleteError) as stopped:
+        await rt.erase(S1, reason="request", attestation=OPERATOR)
+    assert isinstance(stopped.value.__cause__, ArchiveError)
+    pending = stopped.value.record
+    assert pending is not None and pending.state is ErasureState.PENDING
+    assert [r.erasure_id for r in await rt.erasure_status(OPERATOR)] == [pending.erasure_id]
+    with pytest.raises(ErasureInProgressError):
+        await rt.run(ALICE, "s1", "refused while pending")
+    archive.fail = False
+    (done,) = await rt.resume_erasures(OPERATOR)
+    assert done.tombstone is not None and done.record.erasure_id == pending.erasure_id
+    await rt.aclose()
+
+
+class _RecordSaveFails(InMemorySessionStore):
+    """Fails saving an erasure's own record (``e-<id>``) while ``fail`` is set."""
+
+    fail = False
+
+    async def save(self, key: SessionKey, snapshot: Any, expected_revision: int | None, ctx: Any) -> int:
+        if self.fail and key.tenant == ERASURE_RECORDS_TENANT and key.session.startswith("e-"):
+            raise SessionStoreError("the disk is full")
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+async def test_an_erasure_whose_record_cannot_be_saved_after_its_fence_says_it_is_pending() -> None:
+    store = _RecordSaveFails()
+    rt = _runtime(session_store=store)
+    await rt.run(ALICE, "s1", "hello")
+    store.fail = True
+    with pytest.raises(ErasureIncompleteError) as stopped:
+        await rt.erase(S1, reason="request", attestation=OPERATOR)
+    assert isinstance(stopped.value.__cause__, SessionStoreError)
+    with pytest.raises(ErasureInProgressError):
+        await rt.run(ALICE, "s1", "fenced")
+    store.fail = False
+    (done,) = await rt.resume_erasures(OPERATOR)
+    assert done.tombstone is not None
     await rt.aclose()

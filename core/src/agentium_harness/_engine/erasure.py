@@ -406,7 +406,16 @@ async def start(
 
     # The fence first: from here every run on the scope is refused, in every process.
     await update_ledger(ticket, store, pending_key(tenant), join)
-    await save_record(ticket, store, record)
+    try:
+        await save_record(ticket, store, record)
+    except Exception as exc:
+        # Pending from here (its header fences the scope; a resume starts from the header).
+        raise ErasureIncompleteError(
+            f"the record of the erasure of {target.describe()} could not be saved ({error_text(exc)}); it "
+            "is pending and its scope is refused until it completes: fix the cause, then resume it "
+            f"(agentium erase --resume, erasure {record.erasure_id})",
+            record,
+        ) from exc
     return record, False
 
 

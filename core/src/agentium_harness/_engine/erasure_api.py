@@ -26,6 +26,7 @@ from .._ports.erasure import (
     PhysicalErasure,
 )
 from .._ports.memory import MemoryScope
+from .._text import error_text
 from .erased_groups import mark_erased
 from .erasure import (
     ErasureResult,
@@ -104,11 +105,17 @@ def _after(runtime: HarnessRuntime, record: ErasureRecord) -> After | None:
     return mark
 
 
-async def _finish(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
-    """Carry a pending record through: late writes settle, stores erase, the snapshot is marked, tombstone.
+async def _finish(
+    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, *, take_inventory: bool = False
+) -> ErasureRecord:
+    """Carry a pending record through: (inventory,) late writes settle, stores erase, marks, tombstone.
 
     One ``agentium.erasure`` span; an erasure that stops part way is a WARNING
     and a span event (its error's type and the erasure's id, never content).
+    Whatever stops it once its record is pending — a store's inventory, the
+    snapshot's marking, the tombstone's save — is raised as
+    :class:`ErasureIncompleteError` carrying the record: the scope stays
+    fenced until it is resumed, and the caller must be told so.
     """
     target = record.target
     with traced_operation(
@@ -122,14 +129,26 @@ async def _finish(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord
         span.set("agentium.erasure.kind", record.kind.value)
         span.set("agentium.erasure.level", target.level.value)
         try:
+            if take_inventory:
+                record = await inventory(ticket, erasure_stores(runtime, target), record)
+                await save_record(ticket, runtime.session_store, record)
             return await _carry(runtime, ticket, record)
         except ErasureIncompleteError as exc:
-            cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else type(exc).__name__
-            span.event("agentium.erasure.incomplete", {"error.type": cause})
-            _log.warning(
-                "erasure %s stopped part way (%s); it stays pending: resume it", record.erasure_id, cause
+            stopped = exc
+        except Exception as exc:
+            stopped = ErasureIncompleteError(
+                f"the erasure of {target.describe()} stopped part way ({error_text(exc)}); it stays pending "
+                "and its scope is refused until it completes: fix the cause, then resume it "
+                f"(agentium erase --resume, erasure {record.erasure_id})",
+                record,
             )
-            raise
+            stopped.__cause__ = exc
+        cause = type(stopped.__cause__).__name__ if stopped.__cause__ is not None else type(stopped).__name__
+        span.event("agentium.erasure.incomplete", {"error.type": cause})
+        _log.warning(
+            "erasure %s stopped part way (%s); it stays pending: resume it", record.erasure_id, cause
+        )
+        raise stopped
 
 
 async def _carry(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
@@ -187,10 +206,7 @@ async def run_erasure(
             return ErasureResult(await plan(ticket, stores, planned), resumed=unfinished is not None)
     async with admission.admit_erasure(target) as ticket:
         record, resumed = await start(ticket, runtime.session_store, target, reason, attestation, kind)
-        if not resumed:
-            record = await inventory(ticket, stores, record)
-            await save_record(ticket, runtime.session_store, record)
-        return ErasureResult(await _finish(runtime, ticket, record), resumed)
+        return ErasureResult(await _finish(runtime, ticket, record, take_inventory=not resumed), resumed)
     raise AssertionError("unreachable")  # pragma: no cover - admit_erasure() re-raises a cancellation
 
 
