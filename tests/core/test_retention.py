@@ -19,7 +19,10 @@ from agentium_harness import (
     ErasureKind,
     ErasureRefusedError,
     ErasureState,
+    GroupRef,
     InvalidArgumentError,
+    MemoryFact,
+    MemoryScope,
     Message,
     OperatorAttestation,
     ResidentLimits,
@@ -35,6 +38,7 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
@@ -202,4 +206,32 @@ async def test_a_damaged_session_is_passed_over_and_the_others_are_still_trimmed
         assert [
             g.seq for g in await archive.read_groups(SessionKey("acme", "ana", sid), 0, 100, OpContext())
         ] == [2]
+    await rt.aclose()
+
+
+async def test_a_count_policy_keeps_that_many_stored_groups_when_some_were_erased_before() -> None:
+    # The cutoff was boundary - max_archived_groups: groups erased earlier (a forgotten fact's
+    # sources) counted as kept, so retention erased groups the policy says to keep.
+    archive = InMemoryArchive()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        memory=InMemoryMemoryStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        retention=RetentionPolicy(max_archived_groups=3),
+    )
+    for i in range(10):
+        await rt.append(ANA, "s1", [Message(Role.USER, f"q{i}"), Message(Role.ASSISTANT, f"a{i}")])
+    assert await _archived(archive) == list(range(9))
+    groups = await archive.read_groups(KEY, 5, 2, OpContext())
+    scope = MemoryScope("acme", "ana")
+    fact = MemoryFact(scope, "a fact", provenance=[GroupRef("s1", g.seq, g.digest) for g in groups])
+    ack = await rt.memory.remember(fact)
+    assert ack.fact_id is not None
+    await rt.forget(scope, ack.fact_id, erase_sources=True, reason="asked", attestation=OPERATOR)
+    assert await _archived(archive) == [0, 1, 2, 3, 4, 7, 8]
+    (erasure,) = (await rt.apply_retention(OPERATOR)).erasures
+    assert erasure.record.target.groups == (SeqRange(0, 4),)
+    assert await _archived(archive) == [4, 7, 8]  # the newest three stored groups
     await rt.aclose()

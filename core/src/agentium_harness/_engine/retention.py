@@ -84,8 +84,8 @@ def _days(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None
 class RetentionPolicy:
     """How long archived history is kept, per session (``[retention]``); at least one bound.
 
-    - ``max_archived_groups``: keep a session's newest N archived groups;
-      older ones go.
+    - ``max_archived_groups``: keep a session's newest N archived groups
+      still stored (groups erased earlier are not counted); older ones go.
     - ``max_age_days``: archived groups archived more than this many days
       ago go (their age is when they were archived, read from the
       snapshot's archive marks; groups archived before marks existed take
@@ -109,12 +109,30 @@ def retention_cutoff(policy: RetentionPolicy, snap: SessionSnapshot, now: dateti
     """The seq below which ``policy`` erases archived groups of the session (0: none)."""
     cutoff = 0
     if policy.max_archived_groups is not None:
-        cutoff = max(cutoff, snap.boundary - policy.max_archived_groups)
+        cutoff = max(cutoff, _keeping(snap.boundary, policy.max_archived_groups, snap.erased or ()))
     if policy.max_age_days is not None:
         oldest = now - timedelta(days=policy.max_age_days)
         aged = [mark.below for mark in snap.archived or () if mark.at < oldest]
         cutoff = max([cutoff, *aged])
     return min(cutoff, snap.boundary)
+
+
+def _keeping(boundary: int, keep: int, erased: Sequence[SeqRange]) -> int:
+    """The seq below which archived groups go so that the newest ``keep`` still stored remain.
+
+    Groups erased earlier (a forgotten fact's sources) are not counted as
+    kept: the policy keeps ``keep`` groups that exist, never fewer.
+    """
+    stop, left = boundary, keep
+    for erased_range in sorted(erased, key=lambda r: r.start, reverse=True):
+        if erased_range.start >= stop:
+            continue
+        stored = stop - min(erased_range.stop, stop)  # the groups stored in [range's stop, stop)
+        if stored >= left:
+            return stop - left
+        left -= stored
+        stop = erased_range.start
+    return max(0, stop - left)
 
 
 def already_erased(snap: SessionSnapshot, cutoff: int) -> bool:
