@@ -177,3 +177,35 @@ def test_resume_refuses_a_narrower_scope_than_the_tenant(
     for extra in (("--user", "bob"), ("--user", "bob", "--session", "s1")):
         code, out, err = _agentium(capsys, "erase", cfg, "--tenant", "acme", *extra, "--resume")
         assert code == 2 and "--resume" in err and out == ""
+
+
+def test_retention_apply_exits_7_when_an_erasure_it_started_stays_pending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stopped retention erasure was only a note and the command exited 0, although the session
+    # was left fenced until resumed (agentium erase exits 7 for the same state).
+    from agentium_harness import ArchiveError
+    from agentium_harness.adapters.sqlite import SQLiteArchive
+
+    cfg = _config(tmp_path)
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + "[retention]\nmax_archived_groups = 1\n", encoding="utf-8"
+    )
+    who = ("--tenant", "acme", "--user", "ana")
+    for i in range(4):
+        assert _agentium(capsys, "run", str(cfg), *who, "--session", "s1", f"turn {i}")[0] == 0
+    erase = SQLiteArchive.erase
+
+    async def failing(self: SQLiteArchive, target: object, ctx: object, **kw: object) -> object:
+        if not kw.get("dry_run"):
+            raise ArchiveError("disk went away")
+        return await erase(self, target, ctx, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SQLiteArchive, "erase", failing)
+    code, out, err = _agentium(capsys, "retention", "apply", str(cfg), "--tenant", "acme")
+    assert code == 7 and "stay pending" in err and "0 trimmed" in out
+    monkeypatch.setattr(SQLiteArchive, "erase", erase)
+    code, out, _ = _agentium(capsys, "erase", str(cfg), "--tenant", "acme", "--resume")
+    assert code == 0 and "(retention) complete" in out
+    code, out, err = _agentium(capsys, "retention", "apply", str(cfg), "--tenant", "acme")
+    assert code == 0 and err == ""

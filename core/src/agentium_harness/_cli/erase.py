@@ -27,7 +27,7 @@ from .._config.runtime import build_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
 from .._engine.maintenance import SessionView
 from .._errors import ErasureIncompleteError, InvalidArgumentError
-from .._ports.erasure import EraseTarget, ErasureRecord, SeqRange
+from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only
 
@@ -206,11 +206,21 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     attestation = _attestation(args)
     target = _target(args)
     reason = args.reason or "retention policy"
-    result = _run(
-        args.config,
-        lambda rt: rt.apply_retention(attestation, target, reason=reason, dry_run=args.dry_run),
-        reading=args.dry_run,
-    )
+
+    async def apply(rt: Any) -> tuple[Any, list[ErasureRecord]]:
+        before = {r.erasure_id for r in await rt.erasure_status(attestation, target)}
+        result = await rt.apply_retention(attestation, target, reason=reason, dry_run=args.dry_run)
+        # The erasures this application started and left pending (one stopped part way): their
+        # sessions are refused until resumed, which the exit status must say as `erase` does.
+        after = await rt.erasure_status(attestation, target)
+        return result, [r for r in after if r.state is ErasureState.PENDING and r.erasure_id not in before]
+
+    result, stopped = _run(args.config, apply, reading=args.dry_run)
+    if stopped:
+        sys.stderr.write(
+            f"agentium retention: {len(stopped)} erasure(s) stopped part way and stay pending (their "
+            "sessions are refused until they complete): fix the cause, then agentium erase --resume\n"
+        )
     if args.json:
         print_json(
             {
@@ -221,7 +231,7 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
             },
             sys.stdout,
         )
-        return EXIT_OK
+        return EXIT_PENDING if stopped else EXIT_OK
     sys.stdout.write(
         f"retention {'planned' if args.dry_run else 'applied'}: {result.checked} session(s) checked, "
         f"{len(result.erasures)} trimmed\n"
@@ -230,7 +240,7 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
         sys.stdout.write("\n".join(record_lines(erasure.record)) + "\n")
     for note in result.notes:
         sys.stdout.write(f"note: {note}\n")
-    return EXIT_OK
+    return EXIT_PENDING if stopped else EXIT_OK
 
 
 def _scope_args(parser: argparse.ArgumentParser) -> None:
