@@ -64,14 +64,19 @@ class HistoryOperations:
         runtime = self._runtime()
         progress = RunProgress()
         key = scope.session_key
-        # A span of its own (agentium.history.<kind>), parent of its load, commit and summary spans.
-        with traced_operation(runtime, kind, key.tenant, key.user, key.session) as span:
+        # A span of its own (agentium.history.<kind>), parent of its load, commit and summary spans;
+        # its diagnostics and its failure are logged and recorded as a run's are.
+        operation = traced_operation(runtime, kind, key.tenant, key.user, key.session)
+        with operation as span:
             try:
                 async with runtime.parts.admission.admit(key, kind) as ticket:
-                    return ticket.report(await work(runtime, ticket, progress))
+                    result = ticket.report(await work(runtime, ticket, progress))
+                operation.report(getattr(result, "diagnostics", ()))
+                return result
             except AgentiumError as exc:
                 state = exc.commit_state if exc.commit_state is not None else progress.commit_state
                 span.set("agentium.commit_state", state.value)
+                operation.failed(exc, state)
                 raise mark_commit_state(exc, state)  # noqa: B904 - the same error, marked
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 

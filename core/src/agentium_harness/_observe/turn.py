@@ -96,6 +96,21 @@ def _fields(attributes: Mapping[str, Any]) -> dict[str, object]:
     return {_field(k): v for k, v in attributes.items()}
 
 
+def _diagnostic_events(
+    span: Span | NullSpan, instruments: Any, settings: Resolved, notes: Iterable[Any]
+) -> None:
+    """An ``agentium.diagnostic`` event on ``span`` per diagnostic, counted in ``agentium.diagnostics``."""
+    for note in notes:
+        severity = str(_value(note.severity))
+        event = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": severity}
+        if settings.capture_content:
+            event["agentium.diagnostic.message"] = note.message
+        span.event("agentium.diagnostic", event)
+        if instruments is not None:
+            counted = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": severity}
+            instruments.record("diagnostics", 1, counted)
+
+
 def _finish(
     span: Span | NullSpan,
     active: Active | None,
@@ -110,15 +125,7 @@ def _finish(
     for key, value in outcome.items():
         span.set(key, value)
     instruments = active.instruments if active is not None else None
-    for note in notes:
-        severity = str(_value(note.severity))
-        event = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": severity}
-        if settings.capture_content:
-            event["agentium.diagnostic.message"] = note.message
-        span.event("agentium.diagnostic", event)
-        if instruments is not None:
-            counted = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": severity}
-            instruments.record("diagnostics", 1, counted)
+    _diagnostic_events(span, instruments, settings, notes)
     if instruments is not None:
         status = {"agentium.run.status": outcome.get("agentium.run.status", "error")}
         if "error.type" in outcome:
@@ -199,7 +206,7 @@ class traced_operation:
     generator machinery was a measurable part of a short operation.
     """
 
-    __slots__ = ("_kind", "_name", "_owner", "_session", "_span", "_tenant", "_token", "_user")
+    __slots__ = ("_active", "_kind", "_name", "_owner", "_session", "_span", "_tenant", "_token", "_user")
 
     def __init__(
         self, owner: object, kind: str, tenant: str, user: str, session: str, name: str | None = None
@@ -210,10 +217,11 @@ class traced_operation:
         self._tenant, self._user, self._session = tenant, user, session
         self._span: Span | None = None
         self._token: Any = None
+        self._active: Active | None = None
 
     def __enter__(self) -> Span | NullSpan:
         settings = settings_of(self._owner)
-        active = begin(settings)
+        self._active = active = begin(settings)
         self._token = token = enter(active)
         if not active.on:
             return NULL
@@ -227,6 +235,37 @@ class traced_operation:
             leave(token)
             raise
         return span
+
+    def _fields(self, settings: Resolved) -> dict[str, object]:
+        scope = _scope_attributes(settings, _Who(self._tenant, self._user), self._session)
+        return {"agentium_operation": self._kind, **_fields(scope)}
+
+    def report(self, diagnostics: Iterable[Any]) -> None:
+        """Say what the operation's result reports: its diagnostics as span events, metrics and log records.
+
+        As for a run: one ``agentium.diagnostic`` event per diagnostic on the
+        operation's span, each counted, and each logged on its stage's logger
+        at its severity (a degraded outcome is a WARNING or an ERROR), its
+        text only with content capture.
+        """
+        notes = tuple(diagnostics)
+        if not notes:
+            return
+        settings = settings_of(self._owner)
+        active = self._active
+        span: Span | NullSpan = self._span if self._span is not None else NULL
+        _diagnostic_events(span, active.instruments if active is not None else None, settings, notes)
+        if would_log(notes):
+            log_diagnostics(notes, self._fields(settings), capture_content=settings.capture_content)
+
+    def failed(self, exc: BaseException, commit_state: object) -> None:
+        """Log an error leaving the operation: a WARNING on ``agentium.engine``, its type only."""
+        if not _log.isEnabledFor(logging.WARNING):
+            return
+        fields = self._fields(settings_of(self._owner))
+        fields["agentium_error_type"] = error_type(exc)
+        fields["agentium_commit_state"] = _value(commit_state)
+        _log.warning("%s failed: %s", self._kind, error_type(exc), extra=fields)
 
     def __exit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

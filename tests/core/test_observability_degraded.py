@@ -1,0 +1,186 @@
+"""Degraded outcomes outside a run, and what telemetry may carry: a WARNING, a span event, never content.
+
+The companion of test_observability.py (which covers a run): the history
+API's writes, forgetting, tool calls the model made up, and log lines an
+adapter's error text could forge. Spans go to the SDK's in-memory exporter
+through ``Telemetry``, as there.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from agentium_harness import (
+    Message,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    SessionStoreError,
+    Telemetry,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import OpContext, Summarizer, SummarizerCapabilities
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "ZQX-secret-4242"
+ANA = VerifiedIdentity("tenant-q1", "user-q1", "test-auth")
+SESSION = "session-q1"
+RAW_IDS = ("tenant-q1", "user-q1", SESSION)
+
+
+class Recorded:
+    """An SDK tracer and meter provider with in-memory exporters."""
+
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def telemetry(self, **kw: Any) -> Telemetry:
+        return Telemetry(tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **kw)
+
+    @property
+    def spans(self) -> tuple[ReadableSpan, ...]:
+        return tuple(self.exporter.get_finished_spans())
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        return [s for s in self.spans if s.name == name]
+
+    def carried(self) -> list[str]:
+        """Every string on a span or a metric point: names, attributes, events, statuses."""
+        out: list[str] = []
+        for span in self.spans:
+            out += [span.name, str(span.status.description or "")]
+            out += [str(v) for v in (span.attributes or {}).values()]
+            for event in span.events:
+                out += [event.name, *(str(v) for v in (event.attributes or {}).values())]
+        data = self.reader.get_metrics_data()
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        out += [str(v) for v in dict(point.attributes).values()]
+        return out
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Every record's message, arguments and structured fields, as text."""
+    return [r.getMessage() for r in caplog.records] + [
+        str(v) for r in caplog.records for k, v in vars(r).items() if k == "args" or k.startswith("agentium")
+    ]
+
+
+def diagnostic_codes(span: ReadableSpan) -> list[str]:
+    return [
+        str((e.attributes or {}).get("agentium.diagnostic.code"))
+        for e in span.events
+        if e.name == "agentium.diagnostic"
+    ]
+
+
+class BrokenSummarizer(Summarizer):
+    capabilities = SummarizerCapabilities(incremental=True)
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> Any:
+        raise ValueError(f"cannot summarize {groups[-1].messages[0].content}")
+
+
+class FlakyArchive(InMemoryArchive):
+    capabilities = InMemoryArchive.capabilities
+
+    async def append(self, key: Any, groups: Any, ctx: OpContext) -> Any:
+        raise OSError(f"archive down while storing {groups[0].messages[0].content}")
+
+
+def exchange(i: int) -> list[Message]:
+    return [Message(Role.USER, f"{SECRET} asks {i}"), Message(Role.ASSISTANT, f"{SECRET} answers {i}")]
+
+
+@pytest.mark.parametrize(
+    ("archive", "summarizer", "code", "logger", "level"),
+    [
+        (FlakyArchive, None, "eviction_deferred", "agentium.engine.commit", logging.WARNING),
+        (InMemoryArchive, BrokenSummarizer, "summary_failed", "agentium.engine.summary", logging.ERROR),
+    ],
+)
+async def test_a_history_writes_degraded_outcomes_are_logged_and_span_events(
+    caplog: pytest.LogCaptureFixture, archive: Any, summarizer: Any, code: str, logger: str, level: int
+) -> None:
+    """An append, a retraction and a reset report diagnostics as a run does: logged and on their span."""
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive(),
+        session_store=InMemorySessionStore(),
+        summarizer=summarizer() if summarizer is not None else None,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=t.telemetry(),
+    )
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        async with runtime:
+            results = [await runtime.append(ANA, SESSION, exchange(i)) for i in range(3)]
+            retracted = await runtime.retract(ANA, SESSION, count=1, reason=f"undo {SECRET}")
+            reset = await runtime.reset_view(ANA, SESSION, reason=f"reset {SECRET}")
+    writes = (*results, retracted, reset)
+    assert any(r.has(code) for r in writes)
+    # Each diagnostic of each write is a record on its stage's logger at its severity, its text left out.
+    [record, *_] = [r for r in caplog.records if getattr(r, "agentium_code", None) == code]
+    assert (record.name, record.levelno, record.getMessage()) == (
+        logger,
+        level,
+        f"{code} ({record.agentium_severity})",
+    )
+    assert record.agentium_operation in {"append", "retraction", "view reset"}
+    # ... and an event on the write's own span, counted in agentium.diagnostics.
+    spans = [*t.named("agentium.history.append"), *t.named("agentium.history.retraction")]
+    spans.append(t.named("agentium.history.view_reset")[0])
+    assert [diagnostic_codes(s) for s in spans] == [[d.code for d in r.diagnostics] for r in writes]
+    metrics = t.reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+    counted = [
+        dict(p.attributes) for m in metrics if m.name == "agentium.diagnostics" for p in m.data.data_points
+    ]
+    assert {
+        "agentium.diagnostic.code": code,
+        "agentium.diagnostic.severity": record.agentium_severity,
+    } in counted
+    for text in (*t.carried(), *logged(caplog)):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+async def test_a_history_write_that_fails_is_a_warning_with_its_error_type_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class BrokenSave(InMemorySessionStore):
+        async def save(self, *args: Any, **kwargs: Any) -> Any:
+            raise OSError(f"disk full while saving {SECRET}")
+
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=BrokenSave(),
+    )
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        async with runtime:
+            with pytest.raises(SessionStoreError):
+                await runtime.append(ANA, SESSION, exchange(0))
+    [failed] = [r for r in caplog.records if r.name == "agentium.engine" and r.levelno == logging.WARNING]
+    assert failed.getMessage() == "append failed: SessionStoreError"
+    assert (
+        failed.agentium_error_type == "SessionStoreError" and failed.agentium_commit_state == "not_committed"
+    )
+    for text in logged(caplog):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
