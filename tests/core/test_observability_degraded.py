@@ -19,6 +19,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentium_harness import (
+    GroupRef,
+    MemoryFact,
+    MemoryScope,
     Message,
     ResidentLimits,
     Role,
@@ -29,6 +32,7 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import OpContext, Summarizer, SummarizerCapabilities
 
@@ -182,5 +186,34 @@ async def test_a_history_write_that_fails_is_a_warning_with_its_error_type_only(
     assert (
         failed.agentium_error_type == "SessionStoreError" and failed.agentium_commit_state == "not_committed"
     )
+    for text in logged(caplog):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+async def test_forget_warns_of_a_forged_provenance_with_the_session_hashed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The WARNING about cited groups whose digest matches nothing names the session as telemetry does."""
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=InMemoryMemoryStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    scope = MemoryScope("tenant-q1", "user-q1")
+    async with runtime:
+        for i in range(2):
+            await runtime.run(ANA, SESSION, f"{SECRET} turn {i}")
+        forged = GroupRef(SESSION, 0, "sha256:" + "0" * 64)
+        ack = await runtime.memory.remember(MemoryFact(scope, f"fact {SECRET}", provenance=[forged]))
+        assert ack.fact_id is not None
+        with caplog.at_level(logging.DEBUG, logger="agentium"):
+            result = await runtime.forget(scope, ack.fact_id)
+    assert any("digest the stored group does not have" in note for note in result.notes)
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+    hashed = Telemetry().resolve().ident("tenant-q1", "user-q1", SESSION)
+    assert warning.levelno == logging.WARNING and hashed in warning.getMessage()
+    assert warning.agentium_session == hashed
     for text in logged(caplog):
         assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text

@@ -16,7 +16,7 @@ in a task summary citing them. ``runtime.forget`` therefore:
    archived, resident, cited by the summary, or already gone. Only a stored
    group whose digest equals the cited digest is a source: a reference whose
    digest matches no stored group is reported ``gone`` with a note (and a
-   WARNING log, ids only), and never erased;
+   WARNING log, seqs and the hashed session only), and never erased;
 3. with ``erase_sources=True`` (an operator erasure: reason and attestation
    required), erases the archived ones from the archive and the recall
    index as a groups erasure (a tombstone per session), and empties a task
@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import InvalidArgumentError, MemoryRejectedError
+from .._observe.turn import settings_of
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
 from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, MemoryScope
 from .._scope import SessionKey, validate_id
@@ -197,12 +198,14 @@ async def _places(
         if seq in cited_by_summary and summary_text:
             places.holders.append(SourceHolder(key, seq, SourcePlace.SUMMARY, SourceState.HOLDS_TEXT))
     if places.mismatched:
-        # Ids and seqs only: the fact's text and the groups' content stay out of the log.
+        # Seqs and the hashed session only: the fact's text, the groups' content and raw ids stay out.
+        session = settings_of(runtime).ident(key.tenant, key.user, key.session)
         _log.warning(
             "runtime.forget: the provenance of a fact cites groups %s of session %s with a digest the stored "
             "group does not have; they are not treated as its sources",
             places.mismatched,
-            key.session,
+            session,
+            extra={"agentium_session": session},
         )
     return places
 
