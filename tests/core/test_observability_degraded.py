@@ -28,6 +28,8 @@ from agentium_harness import (
     RuntimeLimits,
     SessionStoreError,
     Telemetry,
+    Tool,
+    ToolRegistry,
     VerifiedIdentity,
     create_harness_runtime,
 )
@@ -217,3 +219,29 @@ async def test_forget_warns_of_a_forged_provenance_with_the_session_hashed(
     assert warning.agentium_session == hashed
     for text in logged(caplog):
         assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+def made_up_tool_call() -> list[Any]:
+    return [{"content": "", "tool_calls": [{"id": "c1", "name": f"tell {SECRET}", "arguments": {}}]}, "ok"]
+
+
+@pytest.mark.parametrize("capture", [False, True])
+async def test_a_tool_name_the_model_made_up_is_not_a_span_name(capture: bool) -> None:
+    """A called name no tool has is model output: not in the span name, an attribute only with the opt-in."""
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=made_up_tool_call()),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        tools=ToolRegistry([Tool("lookup", lambda args: "found")]),
+        telemetry=t.telemetry(capture_content=capture),
+    )
+    async with runtime:
+        result = await runtime.run(ANA, SESSION, "hi", grants=["lookup"])
+    assert result.has("tool_refused")
+    [span] = [s for s in t.spans if s.name.startswith("execute_tool")]
+    assert span.name == "execute_tool"
+    assert (span.attributes or {})["agentium.tool.status"] == "refused_unknown"
+    assert (span.attributes or {}).get("gen_ai.tool.name") == (f"tell {SECRET}" if capture else None)
+    if not capture:
+        assert not [text for text in t.carried() if SECRET in text]

@@ -261,7 +261,8 @@ async def run_turn(
             status = RunStatus.COMPLETED
             break
         for call in reply.tool_calls:
-            with observe.tool(call.name, call.id) as span:
+            # A name the registry does not know is the model's own text, not the host's: no span name.
+            with observe.tool(call.name, call.id, registered=call.name in tools) as span:
                 span.content("gen_ai.tool.call.arguments", call.arguments)
                 outcome, content = await _run_tool(
                     tools, call, granted, limits.tool_timeout_s, refuse_write_effects, trace

@@ -475,16 +475,22 @@ def chat(provider: object) -> Span | NullSpan:
     return operation("chat", span_name, **attributes)
 
 
-def tool(name: str, call_id: str) -> Span | NullSpan:
-    """The span of one tool call: ``execute_tool {name}``."""
-    if current() is None:
+def tool(name: str, call_id: str, *, registered: bool = True) -> Span | NullSpan:
+    """The span of one tool call: ``execute_tool {name}``.
+
+    A name that is not ``registered`` (the model made it up) is text the
+    model wrote, which may quote content and has no bound on how many
+    distinct values it takes: the span is then plain ``execute_tool``, and
+    ``gen_ai.tool.name`` is set only with content capture.
+    """
+    active = current()
+    if active is None:
         return NULL
-    return operation(
-        "execute_tool",
-        f"execute_tool {name}",
-        kind="internal",
-        **{"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function"},
-    )
+    attributes = {"gen_ai.tool.call.id": call_id, "gen_ai.tool.type": "function"}
+    if registered or active.settings.capture_content:
+        attributes["gen_ai.tool.name"] = name
+    span_name = f"execute_tool {name}" if registered else "execute_tool"
+    return operation("execute_tool", span_name, kind="internal", **attributes)
 
 
 def client_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span | NullSpan:
