@@ -245,3 +245,68 @@ async def test_a_tool_name_the_model_made_up_is_not_a_span_name(capture: bool) -
     assert (span.attributes or {}).get("gen_ai.tool.name") == (f"tell {SECRET}" if capture else None)
     if not capture:
         assert not [text for text in t.carried() if SECRET in text]
+
+
+FORGED = "oops\n2026-01-01 00:00:00 CRITICAL agentium.engine forged line \x1b[31mred\x1b[0m \u2028 \u202e"
+
+
+async def test_a_quoted_error_with_newlines_or_escapes_stays_on_one_log_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With content capture, a diagnostic's text is in the record: escaped, so it cannot forge a record."""
+
+    async def boom(args: dict[str, Any]) -> str:
+        raise ValueError(FORGED)
+
+    calls = [{"content": "", "tool_calls": [{"id": "c1", "name": "boom", "arguments": {}}]}, "ok"]
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=calls),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        tools=ToolRegistry([Tool("boom", boom)]),
+        telemetry=Telemetry(capture_content=True),
+    )
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        async with runtime:
+            result = await runtime.run(ANA, SESSION, "hi", grants=["boom"])
+    assert any(FORGED in d.message for d in result.diagnostics)  # the host still gets the text as it was
+    [record] = [r for r in caplog.records if getattr(r, "agentium_code", None) == "tool_failed"]
+    message = record.getMessage()
+    assert "forged line" in message  # the opt-in is honoured ...
+    assert message.isprintable(), message  # ... on one line, with no escape sequence
+    assert "oops\\x0a2026" in message and "\\x1b[31m" in message and "\\u2028" in message
+
+
+async def test_an_error_class_name_cannot_break_a_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The class name of an adapter's exception is put in messages (erasure): it is escaped too."""
+    from agentium_harness import EraseTarget, ErasureIncompleteError, OperatorAttestation
+
+    odd = type("Disk\nCRITICAL agentium.engine forged", (OSError,), {})
+
+    class Unplugged(InMemoryArchive):
+        capabilities = InMemoryArchive.capabilities
+
+        async def erase(self, target: Any, ctx: Any, **kw: Any) -> Any:
+            if not kw.get("dry_run"):
+                raise odd("gone")
+            return await super().erase(target, ctx, **kw)
+
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=Unplugged(),
+        session_store=InMemorySessionStore(),
+        telemetry=t.telemetry(),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("tenant-q1", "ops", "sso"))
+    async with runtime:
+        await runtime.run(ANA, SESSION, "hi")
+        with caplog.at_level(logging.DEBUG, logger="agentium"), pytest.raises(ErasureIncompleteError):
+            await runtime.erase(
+                EraseTarget.session("tenant-q1", "user-q1", SESSION), reason="asked", attestation=operator
+            )
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.erasure"]
+    assert warning.getMessage().isprintable() and "Disk\\x0aCRITICAL" in warning.getMessage()
+    [erasure] = t.named("agentium.erasure")
+    events = [dict(e.attributes or {}) for e in erasure.events if e.name == "agentium.erasure.incomplete"]
+    assert events == [{"error.type": "Disk\\x0aCRITICAL agentium.engine forged"}]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from .._errors import ErasureIncompleteError, ErasureRefusedError, InvalidArgumentError
+from .._observe.spans import error_type
 from .._observe.turn import traced_operation
 from .._ports._base import capabilities_of
 from .._ports.erasure import (
@@ -143,7 +144,7 @@ async def _finish(
                 record,
             )
             stopped.__cause__ = exc
-        cause = type(stopped.__cause__).__name__ if stopped.__cause__ is not None else type(stopped).__name__
+        cause = error_type(stopped.__cause__ if stopped.__cause__ is not None else stopped)
         span.event("agentium.erasure.incomplete", {"error.type": cause})
         _log.warning(
             "erasure %s stopped part way (%s); it stays pending: resume it", record.erasure_id, cause

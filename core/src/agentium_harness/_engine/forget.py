@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import InvalidArgumentError, MemoryRejectedError
+from .._observe.logs import one_line
 from .._observe.turn import settings_of
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
 from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, MemoryScope
@@ -125,7 +126,7 @@ async def _provenance(
             # A fact within MAX_FACT_REVISIONS reads whole, tombstone included; this one was
             # written before the cap (or by a store ignoring it): later revisions may cite
             # sources this read cannot see, and forgetting would clear them for good.
-            _log.warning("runtime.forget refused: the history of fact %s may be truncated", fact_id)
+            _log.warning("runtime.forget refused: the history of fact %s may be truncated", one_line(fact_id))
             raise MemoryRejectedError(
                 f"the history of fact {fact_id!r} holds at least {len(revisions)} revisions, more than one "
                 "read returns, so its sources cannot all be found; nothing was changed. Forget it with "

@@ -13,10 +13,11 @@ lifecycle events, DEBUG for decisions.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "stage_logger", "would_log"]
+__all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "one_line", "stage_logger", "would_log"]
 
 #: Every logger of the core, with what it reports (docs/observability.md lists the same).
 LOGGERS: dict[str, str] = {
@@ -86,6 +87,28 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
 _LEVELS = {"info": logging.DEBUG, "warning": logging.WARNING, "error": logging.ERROR}
 
 
+#: What could end a log line or disguise one: C0/C1 controls and DEL (newlines, ANSI escapes), the
+#: Unicode line and paragraph separators, and the bidirectional overrides and isolates.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def one_line(text: object) -> str:
+    r"""``text`` safe inside one log line: every character that could forge or hide a line escaped.
+
+    For free text or ids from outside the engine put in a log message (an
+    adapter's error quoted with content capture, a fact id): a newline in
+    it would start what reads as a record of its own, an ANSI escape could
+    rewrite the terminal. A newline becomes the four characters ``\x0a``.
+    """
+    plain = text if type(text) is str else str(text)
+    return plain if plain.isprintable() else _UNSAFE.sub(_escape, plain)
+
+
 def stage_logger(stage: str) -> logging.Logger:
     """The logger of ``stage`` (``agentium.engine.<stage>``); must be one listed in :data:`LOGGERS`."""
     name = f"agentium.engine.{stage}"
@@ -147,6 +170,7 @@ def log_diagnostics(
             "agentium_stage": stage or "engine",
         }
         if capture_content:
-            log.log(level, "%s: %s", diagnostic.code, diagnostic.message, extra=extra)
+            # Content, by the host's choice; but one record stays one line whatever the text holds.
+            log.log(level, "%s: %s", diagnostic.code, one_line(diagnostic.message), extra=extra)
         else:
             log.log(level, "%s (%s)", diagnostic.code, severity, extra=extra)

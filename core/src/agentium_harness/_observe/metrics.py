@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .logs import one_line
+
 __all__ = ["Instruments", "instruments_of"]
 
 try:
@@ -27,7 +29,8 @@ def _broken(what: str, exc: BaseException) -> None:
     # Once per kind of failure and exception class: a broken exporter must not flood the log.
     if (what, type(exc)) not in _reported:
         _reported.add((what, type(exc)))
-        _log.warning("telemetry: %s failed (%s); the run goes on without it", what, type(exc).__name__)
+        name = one_line(type(exc).__name__)
+        _log.warning("telemetry: %s failed (%s); the run goes on without it", what, name)
 
 
 class Instruments:

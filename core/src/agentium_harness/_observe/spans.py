@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
+from .logs import one_line
 from .metrics import Instruments, instruments_of, version
 from .settings import Resolved, Telemetry
 
@@ -81,14 +82,18 @@ def _broken(what: str, exc: BaseException) -> None:
         _log.warning(
             "telemetry: %s failed (%s); the run goes on without it",
             what,
-            type(exc).__name__,
-            extra={"agentium_error_type": type(exc).__name__},
+            error_type(exc),
+            extra={"agentium_error_type": error_type(exc)},
         )
 
 
 def error_type(exc: BaseException) -> str:
-    """The low-cardinality ``error.type`` of an exception: its class name, never its message."""
-    name = type(exc).__qualname__
+    """The low-cardinality ``error.type`` of an exception: its class name, never its message.
+
+    The name is an adapter's to choose (``type()`` takes any string): it
+    goes into log messages too, so whatever could break a log line is escaped.
+    """
+    name = one_line(type(exc).__qualname__)
     return "cancelled" if name in ("CancelledError", "Cancelled") else name
 
 
