@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agentium_harness import (
     GroupRef,
     MemoryFact,
+    MemoryManager,
     MemoryScope,
     Message,
     ResidentLimits,
@@ -310,3 +311,26 @@ async def test_an_error_class_name_cannot_break_a_log_line(caplog: pytest.LogCap
     [erasure] = t.named("agentium.erasure")
     events = [dict(e.attributes or {}) for e in erasure.events if e.name == "agentium.erasure.incomplete"]
     assert events == [{"error.type": "Disk\\x0aCRITICAL agentium.engine forged"}]
+
+
+class FailingHooks:
+    """A plugin registry whose every hook implementation raises, quoting what it was given."""
+
+    def broadcast(self, hook: str, /, **kwargs: Any) -> list[str]:
+        return [f"{hook} failed on {kwargs!r} {SECRET}"]
+
+
+async def test_a_memory_hook_that_fails_is_a_warning_without_its_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The memory manager's hook failures go into ack notes and the drain's notes, and are WARNINGs."""
+    manager = MemoryManager(InMemoryMemoryStore(), hooks=FailingHooks())
+    scope = MemoryScope("tenant-q1", "user-q1")
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        ack = await manager.remember(MemoryFact(scope, f"fact {SECRET}"))
+        drained = await manager.drain(1.0)
+    assert ack.notes and drained.notes  # the host still gets the hook's text
+    hooks = [r for r in caplog.records if r.name == "agentium.engine.hooks"]
+    assert [(r.levelno, r.getMessage()) for r in hooks] == [(logging.WARNING, "hook_failed (warning)")] * 2
+    for text in logged(caplog):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text

@@ -33,7 +33,7 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.summary": "summary updates: gaps, conflicts, failures, contract violations",
     "agentium.engine.memory": "facts omitted or refused, selection failures, forgets refused, forged sources",
     "agentium.engine.lifecycle": "abandoned adapter calls, drains (incomplete: WARNING), shutdown",
-    "agentium.engine.hooks": "lifecycle hooks that failed or timed out",
+    "agentium.engine.hooks": "lifecycle hooks that failed or timed out, the memory manager's included",
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
     "agentium.engine.erasure": "an erasure that stopped part way and stays pending (WARNING)",
     "agentium.telemetry": "the instrumentation itself: a span processor or metric reader that failed",

@@ -33,6 +33,7 @@ from ..._errors import (
 )
 from ..._history import Message
 from ..._observe import spans as observe
+from ..._observe.logs import log_diagnostics
 from ..._observe.settings import Telemetry
 from ..._ports._base import OpContext
 from ..._ports.memory import (
@@ -59,6 +60,7 @@ from ..._validators import bounded_count, bounded_duration
 from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
+from ..results import Diagnostic
 from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
@@ -196,7 +198,16 @@ class MemoryManager:
         )
         if not notes:
             return ack
+        self._log_hook_failures(notes)
         return attrs.evolve(ack, notes=ack.notes + tuple(d.message for d in notes))
+
+    def _log_hook_failures(self, notes: Sequence[Diagnostic]) -> None:
+        """A hook that failed or timed out is a degraded outcome: a WARNING on ``agentium.engine.hooks``.
+
+        Its text (it may quote the event) only with content capture, as for a run's diagnostics.
+        """
+        settings = self._telemetry if self._telemetry is not None else Telemetry().resolve()
+        log_diagnostics(notes, {}, capture_content=settings.capture_content)
 
     def _reject_reason(self, fact: object) -> str | None:
         if not isinstance(fact, MemoryFact):
@@ -465,6 +476,7 @@ class MemoryManager:
             return result
         event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
         notes = await broadcast(self._hooks, "agentium_memory_event", timeout_s, event=event)
+        self._log_hook_failures(notes)
         return attrs.evolve(result, notes=tuple(d.message for d in notes)) if notes else result
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
