@@ -9,7 +9,7 @@ through ``Telemetry``, as there.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -37,7 +37,16 @@ from agentium_harness import (
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import OpContext, Summarizer, SummarizerCapabilities
+from agentium_harness.plugin_api import (
+    CompletionCandidate,
+    CompletionVerifier,
+    OpContext,
+    Summarizer,
+    SummarizerCapabilities,
+    VerificationResult,
+    VerifierCapabilities,
+    VerifyContext,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -333,4 +342,38 @@ async def test_a_memory_hook_that_fails_is_a_warning_without_its_text(
     hooks = [r for r in caplog.records if r.name == "agentium.engine.hooks"]
     assert [(r.levelno, r.getMessage()) for r in hooks] == [(logging.WARNING, "hook_failed (warning)")] * 2
     for text in logged(caplog):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+class ChokingVerifier(CompletionVerifier):
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities()
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        raise ValueError(f"verifier choked on {candidate.claim}")
+
+
+async def test_runtime_verify_records_under_the_runtime_telemetry_and_logs_what_degraded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``runtime.verify()``: span and metric go where the runtime's do; its diagnostics are logged."""
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=ChokingVerifier(),
+        telemetry=t.telemetry(),
+    )
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        async with runtime:
+            record, notes = await runtime.verify(ANA, SESSION, f"claim {SECRET}")
+    assert record.verdict.value == "unknown" and [d.code for d in notes] == ["verifier_failed"]
+    [span] = t.named("agentium.verification")
+    assert (span.attributes or {})["agentium.verification.verdict"] == "unknown"
+    assert diagnostic_codes(span) == ["verifier_failed"]
+    [warning] = [r for r in caplog.records if getattr(r, "agentium_code", None) == "verifier_failed"]
+    assert warning.name == "agentium.engine.verification" and warning.levelno == logging.WARNING
+    metrics = t.reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+    assert "agentium.verification.verdicts" in {m.name for m in metrics}
+    for text in (*t.carried(), *logged(caplog)):
         assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text

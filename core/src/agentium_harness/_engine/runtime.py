@@ -50,7 +50,7 @@ from .._errors import (
 )
 from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
 from .._observe.settings import Telemetry
-from .._observe.turn import traced_run
+from .._observe.turn import settings_of, traced_run
 from .._ports.archive import HistoryArchive
 from .._ports.provider import ModelProvider, SourceBlock
 from .._ports.recall import RecallLimits, RecallStore
@@ -107,6 +107,7 @@ from .turn_commit import interruption, retained_record, settle_earlier
 from .verification import (
     REVISION_REQUEST,
     CompletionPolicy,
+    check_verify,
     verified_completion_policy,
     verify_completed_turn,
     verify_on_demand,
@@ -542,22 +543,19 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         verifier under a running call.
         """
         scope = run_scope(identity, session_id, recall_scope)
-        if self.verifier is None:
-            raise InvalidArgumentError("the runtime has no verifier; configure [verifier]")
-        if not isinstance(claim, str):
-            raise InvalidArgumentError(f"claim must be a string, got {type(claim).__name__}")
+        verifier = check_verify(self.verifier, claim)
         admitted = self.parts.admission.admit_shared(scope.session_key, "verification", self.verify_timeout_s)
         async with admitted as ticket:
-            record, notes = await verify_on_demand(
+            return await verify_on_demand(
                 ticket,
-                verifier=self.verifier,
+                verifier=verifier,
                 limits=self.evidence_limits,
                 scope=scope,
                 claim=claim,
                 started_at=since,
                 timeout_s=self.verify_timeout_s,
+                telemetry=settings_of(self),
             )
-            return record, (*notes, *ticket.abandonment_diagnostics())
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def probe(self) -> list[tuple[str, str]]:

@@ -25,6 +25,9 @@ import attrs
 from .._errors import InvalidArgumentError, OperationTimeoutError
 from .._history import Message, Role
 from .._observe import spans as observe
+from .._observe.logs import log_diagnostics
+from .._observe.settings import Resolved
+from .._observe.turn import diagnostic_events
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
@@ -53,6 +56,7 @@ __all__ = [
     "verification_block",
     "verified_completion_policy",
     "verify_completed_turn",
+    "check_verify",
     "verify_on_demand",
     "verify_turn",
 ]
@@ -310,6 +314,15 @@ async def verify_completed_turn(
     return attrs.evolve(current, status=status), record, notes
 
 
+def check_verify(verifier: CompletionVerifier | None, claim: object) -> CompletionVerifier:
+    """The runtime's verifier for ``runtime.verify()``, after the call's own checks."""
+    if verifier is None:
+        raise InvalidArgumentError("the runtime has no verifier; configure [verifier]")
+    if not isinstance(claim, str):
+        raise InvalidArgumentError(f"claim must be a string, got {type(claim).__name__}")
+    return verifier
+
+
 async def verify_on_demand(
     ticket: Ticket,
     *,
@@ -319,10 +332,16 @@ async def verify_on_demand(
     claim: str,
     started_at: float,
     timeout_s: float,
-) -> tuple[VerificationRecord, list[Diagnostic]]:
-    """One verification outside a turn (``agentium verify``): same deadline, budget and checks."""
-    with observe.stage("verification", {"agentium.verification.policy": "on-demand"}) as span:
-        attempt, notes = await _attempt(
+    telemetry: Resolved,
+) -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
+    """One verification outside a turn (``agentium verify``): same deadline, budget and checks.
+
+    Recorded under the runtime's ``telemetry``, as a turn's verification is,
+    and its diagnostics reported as a run's: an event each on its span, a
+    record each on its stage's logger (a degraded outcome is a WARNING).
+    """
+    with observe.using(telemetry), observe.stage("verification", ON_DEMAND) as span:
+        attempt, found = await _attempt(
             ticket,
             verifier,
             CompletionCandidate(claim=claim),
@@ -335,8 +354,17 @@ async def verify_on_demand(
         )
         record = VerificationRecord(attempt.verdict, 0, "on-demand", (attempt,))
         _describe(span, record)
-    observe.record("verdicts", 1, {"agentium.verification.verdict": record.verdict.value})
+        notes = (*found, *ticket.abandonment_diagnostics())
+        diagnostic_events(span, observe.current_instruments(), telemetry, notes)
+        observe.record("verdicts", 1, {"agentium.verification.verdict": record.verdict.value})
+    key = scope.session_key
+    fields = {"agentium_session": telemetry.ident(key.tenant, key.user, key.session)}
+    log_diagnostics(notes, fields, capture_content=telemetry.capture_content)
     return record, notes
+
+
+#: The span attributes of ``runtime.verify()``'s verification.
+ON_DEMAND = {"agentium.verification.policy": "on-demand"}
 
 
 def _describe(span: observe.Span | observe.NullSpan, record: VerificationRecord) -> None:

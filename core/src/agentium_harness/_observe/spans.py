@@ -516,6 +516,12 @@ def client_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span 
     return Span(active, name, _CLIENT, dict(attributes or {}))
 
 
+def current_instruments() -> Instruments | None:
+    """The metric instruments of the operation under way, if metrics record."""
+    active = current()
+    return active.instruments if active is not None else None
+
+
 def record(instrument: str, value: float, attributes: Mapping[str, Any]) -> None:
     """Add to one metric instrument of the operation under way, if metrics record."""
     active = current()

@@ -22,7 +22,14 @@ from .logs import log_diagnostics, would_log
 from .settings import Resolved, Telemetry
 from .spans import INTERNAL_KIND, NULL, Active, NullSpan, Span, begin, enter, error_type, leave
 
-__all__ = ["AGENT_NAME", "observed_drain", "settings_of", "traced_operation", "traced_run"]
+__all__ = [
+    "AGENT_NAME",
+    "diagnostic_events",
+    "observed_drain",
+    "settings_of",
+    "traced_operation",
+    "traced_run",
+]
 
 #: ``gen_ai.agent.name`` of the turn span.
 AGENT_NAME = "agentium"
@@ -96,7 +103,7 @@ def _fields(attributes: Mapping[str, Any]) -> dict[str, object]:
     return {_field(k): v for k, v in attributes.items()}
 
 
-def _diagnostic_events(
+def diagnostic_events(
     span: Span | NullSpan, instruments: Any, settings: Resolved, notes: Iterable[Any]
 ) -> None:
     """An ``agentium.diagnostic`` event on ``span`` per diagnostic, counted in ``agentium.diagnostics``."""
@@ -125,7 +132,7 @@ def _finish(
     for key, value in outcome.items():
         span.set(key, value)
     instruments = active.instruments if active is not None else None
-    _diagnostic_events(span, instruments, settings, notes)
+    diagnostic_events(span, instruments, settings, notes)
     if instruments is not None:
         status = {"agentium.run.status": outcome.get("agentium.run.status", "error")}
         if "error.type" in outcome:
@@ -254,7 +261,7 @@ class traced_operation:
         settings = settings_of(self._owner)
         active = self._active
         span: Span | NullSpan = self._span if self._span is not None else NULL
-        _diagnostic_events(span, active.instruments if active is not None else None, settings, notes)
+        diagnostic_events(span, active.instruments if active is not None else None, settings, notes)
         if would_log(notes):
             log_diagnostics(notes, self._fields(settings), capture_content=settings.capture_content)
 
