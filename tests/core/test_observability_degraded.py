@@ -24,9 +24,11 @@ from agentium_harness import (
     MemoryManager,
     MemoryScope,
     Message,
+    MessageGroup,
     ResidentLimits,
     Role,
     RuntimeLimits,
+    SessionKey,
     SessionStoreError,
     Telemetry,
     Tool,
@@ -375,5 +377,48 @@ async def test_runtime_verify_records_under_the_runtime_telemetry_and_logs_what_
     assert warning.name == "agentium.engine.verification" and warning.levelno == logging.WARNING
     metrics = t.reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
     assert "agentium.verification.verdicts" in {m.name for m in metrics}
+    for text in (*t.carried(), *logged(caplog)):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+class Unplugged(InMemoryArchive):
+    """An archive whose appends fail once ``fail`` is set."""
+
+    capabilities = InMemoryArchive.capabilities
+    fail = False
+
+    async def append(self, key: Any, groups: Any, ctx: OpContext) -> Any:
+        if self.fail:
+            raise OSError(f"archive down while storing {groups[0].messages[0].content}")
+        return await super().append(key, groups, ctx)
+
+
+async def test_a_reconciliation_is_a_span_and_reports_what_degraded(caplog: pytest.LogCaptureFixture) -> None:
+    """``reconcile_session`` records under the runtime's telemetry; its diagnostics: events, WARNINGs."""
+    t = Recorded()
+    archive = Unplugged()
+    key = SessionKey("tenant-q1", "user-q1", SESSION)
+    await archive.append(key, [MessageGroup(0, (Message(Role.USER, "another writer"),))], OpContext())
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=t.telemetry(),
+    )
+    async with runtime:
+        for i in range(2):
+            await runtime.run(ANA, SESSION, f"{SECRET} {i}")  # the second one finds the archive diverged
+        archive.fail = True
+        with caplog.at_level(logging.DEBUG, logger="agentium"):
+            report = await runtime.reconcile_session(ANA, SESSION)
+    assert report.changed and [d.code for d in report.diagnostics] == ["eviction_deferred"]
+    [span] = t.named("agentium.reconciliation")
+    assert span.parent is None and diagnostic_codes(span) == ["eviction_deferred"]
+    assert (span.attributes or {})["agentium.operation"] == "reconciliation"
+    under = {s.name for s in t.spans if s.parent is not None and s.parent.span_id == span.context.span_id}
+    assert {"agentium.admission", "agentium.session.save"} <= under
+    [deferred] = [r for r in caplog.records if getattr(r, "agentium_code", None) == "eviction_deferred"]
+    assert deferred.levelno == logging.WARNING and deferred.agentium_operation == "reconciliation"
     for text in (*t.carried(), *logged(caplog)):
         assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text

@@ -9,11 +9,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import attrs
 
 from .._errors import ArchiveError, CapabilityError, ContractViolationError
 from .._history import MessageGroup, RetractedSpan, TurnInterruption, ViewState
+from .._observe.turn import traced_operation
 from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.erasure import ErasureRecord, SeqRange
@@ -31,6 +33,9 @@ from .limits import ResidentLimits
 from .load import load_session
 from .resident import plan_eviction
 from .results import Diagnostic, Severity
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
 
 __all__ = [
     "MigrationReport",
@@ -256,6 +261,32 @@ async def migrate_session(
     return MigrationReport(
         True, stored.revision, revision, scope, "legacy snapshot stamped with the attested scope"
     )
+
+
+async def reconcile_admitted(runtime: HarnessRuntime, key: SessionKey) -> ReconcileReport:
+    """``runtime.reconcile_session``: admitted like a run, under the runtime's telemetry.
+
+    A span of its own (``agentium.reconciliation``) is the parent of its
+    admission and adapter-call spans, and the report's diagnostics (an eviction
+    deferred, a hook that failed) are span events and log records, as a run's.
+    """
+    operation = traced_operation(
+        runtime, "reconciliation", key.tenant, key.user, key.session, name="agentium.reconciliation"
+    )
+    with operation:
+        async with runtime.parts.admission.admit(key, "reconciliation") as ticket:
+            report = await reconcile_session(
+                ticket,
+                archive=runtime.archive,
+                store=runtime.session_store,
+                hooks=runtime.parts.hooks,
+                limits=runtime.limits.resident,
+                key=key,
+                keep_receipts=runtime.summarizer is not None,
+            )
+        operation.report(report.diagnostics)
+        return report
+    raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
 
 async def reconcile_session(

@@ -78,7 +78,7 @@ from .maintenance import (
     SessionView,
     inspect_session,
     migrate_session,
-    reconcile_session,
+    reconcile_admitted,
 )
 from .memory.manager import MemoryManager
 from .memory.work import DrainResult, OwnedWorkSource
@@ -500,18 +500,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
 
     async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
         """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``)."""
-        key = SessionKey.of(require_identity(identity), session_id)
-        async with self.parts.admission.admit(key, "reconciliation") as ticket:
-            return await reconcile_session(
-                ticket,
-                archive=self.archive,
-                store=self.session_store,
-                hooks=self.parts.hooks,
-                limits=self.limits.resident,
-                key=key,
-                keep_receipts=self.summarizer is not None,
-            )
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await reconcile_admitted(self, SessionKey.of(require_identity(identity), session_id))
 
     async def drain(self, timeout_s: float | None = None) -> DrainResult:
         """Wait for owned background work (summary updates, memory extraction, writes); say what happened.
