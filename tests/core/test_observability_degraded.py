@@ -422,3 +422,27 @@ async def test_a_reconciliation_is_a_span_and_reports_what_degraded(caplog: pyte
     assert deferred.levelno == logging.WARNING and deferred.agentium_operation == "reconciliation"
     for text in (*t.carried(), *logged(caplog)):
         assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+async def test_a_raw_session_id_in_a_log_message_is_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    """With ``hash_ids=False`` ids are shown as they are; one holding U+2028 (valid) cannot split a line."""
+    session = "s\u2028WARNING forged"
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=InMemoryMemoryStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=Telemetry(hash_ids=False),
+    )
+    scope = MemoryScope("tenant-q1", "user-q1")
+    async with runtime:
+        for i in range(2):
+            await runtime.run(ANA, session, f"turn {i}")
+        forged = GroupRef(session, 0, "sha256:" + "0" * 64)
+        ack = await runtime.memory.remember(MemoryFact(scope, "a fact", provenance=[forged]))
+        assert ack.fact_id is not None
+        with caplog.at_level(logging.DEBUG, logger="agentium"):
+            await runtime.forget(scope, ack.fact_id)
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+    assert warning.getMessage().isprintable() and "s\\u2028WARNING forged" in warning.getMessage()

@@ -205,7 +205,7 @@ async def _places(
             "runtime.forget: the provenance of a fact cites groups %s of session %s with a digest the stored "
             "group does not have; they are not treated as its sources",
             places.mismatched,
-            session,
+            one_line(session),  # raw with hash_ids=False: an id may hold U+2028
             extra={"agentium_session": session},
         )
     return places
