@@ -446,3 +446,27 @@ async def test_a_raw_session_id_in_a_log_message_is_escaped(caplog: pytest.LogCa
             await runtime.forget(scope, ack.fact_id)
     [warning] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
     assert warning.getMessage().isprintable() and "s\\u2028WARNING forged" in warning.getMessage()
+
+
+async def test_a_session_close_is_a_span_with_an_event_per_diagnostic() -> None:
+    """``close_session`` logs its diagnostics; it is also a span (runtime telemetry) with their events."""
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=FlakyArchive(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=t.telemetry(),
+    )
+    async with runtime:
+        for i in range(2):
+            await runtime.run(ANA, SESSION, f"{SECRET} {i}")
+        report = await runtime.resources.close_session(ANA, SESSION)
+    assert report.status.value == "incomplete"
+    [span] = t.named("agentium.close_session")
+    assert span.parent is None and (span.attributes or {})["agentium.operation"] == "close_session"
+    assert diagnostic_codes(span) == [d.code for d in report.diagnostics]
+    assert "eviction_deferred" in diagnostic_codes(span)
+    under = {s.name for s in t.spans if s.parent is not None and s.parent.span_id == span.context.span_id}
+    assert "agentium.admission" in under
+    assert not [text for text in t.carried() if SECRET in text or any(raw in text for raw in RAW_IDS)]

@@ -15,7 +15,7 @@ import attrs
 from .._errors import MemoryDrainError, RuntimeCloseError
 from .._observe import spans as observe
 from .._observe.logs import log_diagnostics
-from .._observe.turn import settings_of
+from .._observe.turn import settings_of, traced_operation
 from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .._text import error_text
 from .hooks import broadcast
@@ -270,8 +270,17 @@ class HarnessResources:
         clients. Safe to call more than once.
         """
         key = SessionKey.of(require_identity(identity), session_id)
-        self._runtime.parts.admission.check_open()
-        return await close_session(self._runtime, key)
+        runtime = self._runtime
+        runtime.parts.admission.check_open()
+        # The root span of its settle and flush, under the runtime's telemetry; close_session logs the
+        # report's diagnostics itself (with the cleanup's status), the span gets an event for each.
+        operation = traced_operation(
+            runtime, "close_session", key.tenant, key.user, key.session, name="agentium.close_session"
+        )
+        with operation:
+            report = await close_session(runtime, key)
+            operation.report(report.diagnostics, log=False)
+        return report
 
     async def settle_summary(self, identity: VerifiedIdentity, session_id: str) -> SummaryReport | None:
         """Wait (bounded by ``settle_timeout_s``, then cancel) for the session's background summary update.

@@ -247,13 +247,13 @@ class traced_operation:
         scope = _scope_attributes(settings, _Who(self._tenant, self._user), self._session)
         return {"agentium_operation": self._kind, **_fields(scope)}
 
-    def report(self, diagnostics: Iterable[Any]) -> None:
+    def report(self, diagnostics: Iterable[Any], *, log: bool = True) -> None:
         """Say what the operation's result reports: its diagnostics as span events, metrics and log records.
 
         As for a run: one ``agentium.diagnostic`` event per diagnostic on the
         operation's span, each counted, and each logged on its stage's logger
         at its severity (a degraded outcome is a WARNING or an ERROR), its
-        text only with content capture.
+        text only with content capture. ``log=False``: the caller logs them itself.
         """
         notes = tuple(diagnostics)
         if not notes:
@@ -262,7 +262,7 @@ class traced_operation:
         active = self._active
         span: Span | NullSpan = self._span if self._span is not None else NULL
         diagnostic_events(span, active.instruments if active is not None else None, settings, notes)
-        if would_log(notes):
+        if log and would_log(notes):
             log_diagnostics(notes, self._fields(settings), capture_content=settings.capture_content)
 
     def failed(self, exc: BaseException, commit_state: object) -> None:
