@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentium_harness import (
+    Agent,
     GroupRef,
     MemoryFact,
     MemoryManager,
@@ -470,3 +471,27 @@ async def test_a_session_close_is_a_span_with_an_event_per_diagnostic() -> None:
     under = {s.name for s in t.spans if s.parent is not None and s.parent.span_id == span.context.span_id}
     assert "agentium.admission" in under
     assert not [text for text in t.carried() if SECRET in text or any(raw in text for raw in RAW_IDS)]
+
+
+class FailingLookup(InMemoryMemoryStore):
+    async def lookup(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError(f"lookup failed near {SECRET}")
+
+
+async def test_an_agent_runs_memory_failure_is_a_warning_and_a_failed_span(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An ``Agent`` run selects memory as a harness run does: a ``search_memory`` span, omissions logged."""
+    t = Recorded()
+    manager = MemoryManager(FailingLookup(), telemetry=t.telemetry())
+    agent = Agent(ScriptedProvider(replies=["ok"], cycle=True), manager, MemoryScope("tenant-q1", "user-q1"))
+    with caplog.at_level(logging.DEBUG, logger="agentium"):
+        reply = await agent.run(f"hello {SECRET}")
+        await agent.close()
+    assert reply.omitted.problems  # the host still gets the text
+    [span] = t.named("search_memory")
+    assert (span.attributes or {})["error.type"] == "memory_selection_failed"
+    [warning] = [r for r in caplog.records if getattr(r, "agentium_code", None) == "memory_failed"]
+    assert warning.name == "agentium.engine.memory" and warning.levelno == logging.WARNING
+    for text in (*t.carried(), *logged(caplog)):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text

@@ -51,7 +51,7 @@ from ..._validators import check_count, check_duration
 from ..lifecycle import Ticket, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from .manager import HistoryOwner, MemoryManager
-from .sources import MemoryOmitted, memory_blocks
+from .sources import MemoryOmitted, agent_memory_blocks
 from .work import DrainResult
 
 __all__ = ["Agent", "AgentReply", "AgentState"]
@@ -213,9 +213,7 @@ class Agent:
     async def _turn(self, text: str) -> AgentReply:
         limits = self.memory.limits
         ctx = OpContext.with_timeout(limits.op_timeout_s)
-        blocks, omitted = await memory_blocks(
-            self.memory, None, self.scope, text, limits.injection_tokens, ctx
-        )
+        blocks, omitted = await agent_memory_blocks(self.memory, self.scope, text, ctx)
         user = Message(Role.USER, text)
         history = self._history[-self._max_history :] if self._max_history else []
         request = ModelRequest(self.instructions, sources=blocks, history=history, turn=(user,))

@@ -34,7 +34,7 @@ from ..._errors import (
 from ..._history import Message
 from ..._observe import spans as observe
 from ..._observe.logs import log_diagnostics
-from ..._observe.settings import Telemetry
+from ..._observe.settings import Resolved, Telemetry
 from ..._ports._base import OpContext
 from ..._ports.memory import (
     MAX_FACT_BYTES,
@@ -70,6 +70,7 @@ __all__ = [
     "MemoryLimits",
     "MemoryManager",
     "announce_drain",
+    "telemetry_of",
     "work_tracker",
 ]
 
@@ -206,8 +207,7 @@ class MemoryManager:
 
         Its text (it may quote the event) only with content capture, as for a run's diagnostics.
         """
-        settings = self._telemetry if self._telemetry is not None else Telemetry().resolve()
-        log_diagnostics(notes, {}, capture_content=settings.capture_content)
+        log_diagnostics(notes, {}, capture_content=telemetry_of(self).capture_content)
 
     def _reject_reason(self, fact: object) -> str | None:
         if not isinstance(fact, MemoryFact):
@@ -542,6 +542,11 @@ def _checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) 
                 f"{operation} returned a fact of another tenant or user; nothing was changed"
             )
     return facts
+
+
+def telemetry_of(manager: MemoryManager) -> Resolved:
+    """The telemetry settings ``manager`` was given, or the defaults (global providers, no content)."""
+    return manager._telemetry if manager._telemetry is not None else Telemetry().resolve()
 
 
 def work_tracker(manager: MemoryManager) -> WorkTracker:

@@ -20,6 +20,7 @@ import attrs
 
 from ..._errors import OperationTimeoutError
 from ..._observe import spans as observe
+from ..._observe.logs import log_diagnostics
 from ..._ports._base import OpContext
 from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
 from ..._ports.provider import SourceBlock, SourceKind
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MEMORY_SOURCE_PREFIX",
     "MemoryOmitted",
+    "agent_memory_blocks",
     "harness_memory_blocks",
     "memory_block",
     "memory_blocks",
@@ -186,6 +188,33 @@ def memory_diagnostics(omitted: MemoryOmitted) -> list[Diagnostic]:
     for problem in omitted.problems:
         notes.append(Diagnostic("memory_failed", problem, Severity.WARNING))
     return notes
+
+
+async def agent_memory_blocks(
+    manager: MemoryManager, scope: MemoryScope, text: str, op: OpContext
+) -> tuple[tuple[SourceBlock, ...], MemoryOmitted]:
+    """The memory blocks of an :class:`~.agent.Agent` run, observed as a harness run's are.
+
+    A ``search_memory`` span under the manager's telemetry, and what was
+    left out (a failed selection above all) logged on ``agentium.engine.memory``
+    as WARNINGs, their text only with content capture.
+    """
+    from .manager import telemetry_of  # the manager imports this module (through the Agent)
+
+    settings = telemetry_of(manager)
+    store = type(manager.store).__name__
+    with observe.using(settings):
+        with observe.operation("search_memory", "search_memory", **{"gen_ai.memory.store.id": store}) as span:
+            blocks, omitted = await memory_blocks(
+                manager, None, scope, text, manager.limits.injection_tokens, op
+            )
+            span.set("gen_ai.memory.record.count", len(blocks))
+            span.set("agentium.memory.omitted", len(omitted.over_budget) + len(omitted.refused))
+            span.content("gen_ai.memory.query.text", text)
+            if omitted.problems:
+                span.fail("memory_selection_failed")
+    log_diagnostics(memory_diagnostics(omitted), {}, capture_content=settings.capture_content)
+    return blocks, omitted
 
 
 async def harness_memory_blocks(
