@@ -137,3 +137,13 @@ def test_omissions_become_run_diagnostics() -> None:
     assert [n.code for n in notes] == ["memory_omitted", "memory_refused", "memory_failed"]
     assert "m-1, m-2" in notes[0].message and "forgotten" in notes[1].message
     assert memory_diagnostics(MemoryOmitted()) == []
+
+
+@pytest.mark.parametrize("budget", [-1, 1.5, True, "512"])
+async def test_a_bad_budget_is_a_typed_error(budget: object) -> None:
+    """``memory_blocks`` is public: a budget that is no int >= 0 is InvalidArgumentError, not ValueError."""
+    from agentium_harness import InvalidArgumentError
+    from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+
+    with pytest.raises(InvalidArgumentError, match="budget_tokens"):
+        await memory_blocks(InMemoryMemoryStore(), None, MemoryScope("t", "u"), "q", budget, OpContext())  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..._errors import OperationTimeoutError
+from ..._errors import InvalidArgumentError, OperationTimeoutError
 from ..._observe import spans as observe
 from ..._observe.logs import log_diagnostics
 from ..._ports._base import OpContext
@@ -143,7 +143,7 @@ async def _memory_blocks(
     ticket: Ticket | None = None,
 ) -> tuple[tuple[SourceBlock, ...], MemoryOmitted]:
     if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 0:
-        raise ValueError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
+        raise InvalidArgumentError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
     when = at or datetime.now(UTC)
     forgotten: frozenset[str] = frozenset()
     if not isinstance(source, MemoryStore):  # a MemoryManager
