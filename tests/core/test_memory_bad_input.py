@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _memory_support import sqlite_store
@@ -68,3 +69,32 @@ async def test_select_and_lookup_refuse_a_bad_at_or_query(tmp_path: Path, kind: 
     kept, _ = await manager.select(ALICE, "tea", at=datetime.now(UTC))
     assert [f.text for f in kept] == ["tea until tomorrow"]
     await store.aclose()
+
+
+class _Broken(InMemoryMemoryStore):
+    """A store whose every call raises a foreign exception quoting what it was given."""
+
+    async def remember(self, fact: Any, ctx: OpContext) -> Any:
+        raise ValueError(f"cannot store {fact.text}")
+
+    async def list_facts(self, scope: Any, limit: int, ctx: OpContext) -> Any:
+        raise OSError("the disk went away")
+
+    async def lookup(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("index corrupt")
+
+
+async def test_a_stores_foreign_exception_reaches_the_host_as_memory_store_error() -> None:
+    """A ValueError, OSError or RuntimeError from the store is a MemoryStoreError, the original its cause."""
+    from agentium_harness import MemoryStoreError
+
+    manager = MemoryManager(_Broken())
+    with pytest.raises(MemoryStoreError, match="memory remember failed") as raised:
+        await manager.remember(MemoryFact(ALICE, "likes tea"))
+    assert isinstance(raised.value.__cause__, ValueError)
+    with pytest.raises(MemoryStoreError) as raised:
+        await manager.list(ALICE)
+    assert isinstance(raised.value.__cause__, OSError)
+    with pytest.raises(MemoryStoreError) as raised:
+        await manager.select(ALICE, "tea")
+    assert isinstance(raised.value.__cause__, RuntimeError)

@@ -24,12 +24,14 @@ import attrs
 
 from ..._errors import (
     AgentCloseError,
+    AgentiumError,
     AgentLifecycleError,
     ContractViolationError,
     ExtractionConflictError,
     InvalidArgumentError,
     MemoryDrainError,
     MemoryRejectedError,
+    MemoryStoreError,
 )
 from ..._history import Message
 from ..._observe import spans as observe
@@ -56,6 +58,7 @@ from ..._ports.memory import (
     rejection_reason,
 )
 from ..._scope import SessionKey, validate_id
+from ..._text import error_text
 from ..._validators import bounded_count, bounded_duration
 from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
@@ -188,7 +191,17 @@ class MemoryManager:
     async def _call(self, operation: str, work: Callable[[OpContext], Awaitable[T]]) -> T:
         # Spans: ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory`` (Ticket.call).
         with observe.using(self._telemetry):
-            return await Ticket(None, operation, self.limits.op_timeout_s).call(operation, work)
+            try:
+                return await Ticket(None, operation, self.limits.op_timeout_s).call(operation, work)
+            except AgentiumError:
+                raise
+            except Exception as exc:
+                if operation == "memory extract":
+                    raise  # the extractor's own failure: its work item reports it as it is
+                # A store's foreign exception (ValueError, OSError ...) reaches the host typed.
+                raise MemoryStoreError(
+                    f"{operation} failed: {error_text(exc)}; the store did not acknowledge it"
+                ) from exc
 
     async def _event(self, kind: MemoryEventKind, ack: MemoryAck, scope: MemoryScope | None) -> MemoryAck:
         if self._hooks is None or ack.status is not AckStatus.STORED:
