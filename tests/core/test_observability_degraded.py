@@ -495,3 +495,28 @@ async def test_an_agent_runs_memory_failure_is_a_warning_and_a_failed_span(
     assert warning.name == "agentium.engine.memory" and warning.levelno == logging.WARNING
     for text in (*t.carried(), *logged(caplog)):
         assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+async def test_history_reads_and_inspection_record_under_the_runtime_telemetry() -> None:
+    """Operations outside a run send their adapter calls' spans where the runtime's ``Telemetry`` says."""
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=t.telemetry(),
+    )
+    async with runtime:
+        await runtime.append(ANA, SESSION, exchange(0))
+        t.exporter.clear()
+        await runtime.read_history(ANA, SESSION, max_groups=10)
+        read = [s.name for s in t.spans]
+        t.exporter.clear()
+        await runtime.inspect_session(ANA, SESSION)
+        inspected = [s.name for s in t.spans]
+        t.exporter.clear()
+        await runtime.list_sessions(ANA, limit=10)
+        listed = [s.name for s in t.spans]
+    assert "agentium.session.load" in read, read
+    assert "agentium.session.load" in inspected, inspected
+    assert listed, "the session listing recorded no span"

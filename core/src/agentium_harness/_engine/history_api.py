@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from .._errors import AgentiumError, InvalidArgumentError
 from .._history import Message
-from .._observe.turn import traced_operation
+from .._observe.spans import using
+from .._observe.turn import settings_of, traced_operation
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._validators import check_count, validate_id
 from .arguments import run_scope
@@ -155,18 +156,20 @@ class HistoryOperations:
             raise InvalidArgumentError(f"copy must be True or False, not {copy!r}")
         key = SessionKey.of(require_identity(identity), session_id)
         runtime = self._runtime()
-        async with runtime.parts.admission.admit_shared(key, "history read") as ticket:
-            return await read_page(
-                ticket,
-                archive=runtime.archive,
-                store=runtime.session_store,
-                key=key,
-                before_seq=before_seq,
-                max_groups=groups,
-                max_bytes=size,
-                view=view,
-                copy=copy,
-            )
+        # Its adapter calls' spans go where the runtime's do (Telemetry), as a write's.
+        with using(settings_of(runtime)):
+            async with runtime.parts.admission.admit_shared(key, "history read") as ticket:
+                return await read_page(
+                    ticket,
+                    archive=runtime.archive,
+                    store=runtime.session_store,
+                    key=key,
+                    before_seq=before_seq,
+                    max_groups=groups,
+                    max_bytes=size,
+                    view=view,
+                    copy=copy,
+                )
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def list_sessions(
@@ -183,8 +186,9 @@ class HistoryOperations:
         if after is not None:
             validate_id(after, "after")
         runtime = self._runtime()
-        async with runtime.parts.admission.admit_shared(None, "session listing") as ticket:
-            return await list_page(ticket, runtime.session_store, who.tenant, who.user, after, count)
+        with using(settings_of(runtime)):
+            async with runtime.parts.admission.admit_shared(None, "session listing") as ticket:
+                return await list_page(ticket, runtime.session_store, who.tenant, who.user, after, count)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def retract(

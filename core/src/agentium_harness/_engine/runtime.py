@@ -50,6 +50,7 @@ from .._errors import (
 )
 from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
 from .._observe.settings import Telemetry
+from .._observe.spans import using
 from .._observe.turn import settings_of, traced_run
 from .._ports.archive import HistoryArchive
 from .._ports.provider import ModelProvider, SourceBlock
@@ -473,8 +474,9 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         key = SessionKey.of(require_identity(identity), session_id)
         # Read-only: admitted shared, so it may look at a session while a run holds it,
         # and shutdown waits for it (or cancels it) before closing the store.
-        async with self.parts.admission.admit_shared(key, "inspection") as ticket:
-            return await inspect_session(ticket, self.session_store, self.limits.resident, key)
+        with using(settings_of(self)):  # its adapter calls' spans go where the runtime's do
+            async with self.parts.admission.admit_shared(key, "inspection") as ticket:
+                return await inspect_session(ticket, self.session_store, self.limits.resident, key)
         raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation
 
     async def migrate_legacy_session(
@@ -492,10 +494,11 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         snapshot is written at the current format version with its digest.
         """
         scope = run_scope(identity, session_id, recall_scope)
-        async with self.parts.admission.admit(scope.session_key, "migration") as ticket:
-            return await migrate_session(
-                ticket, self.session_store, scope.session_key, scope, attest=attest_legacy_memory_scope
-            )
+        with using(settings_of(self)):
+            async with self.parts.admission.admit(scope.session_key, "migration") as ticket:
+                return await migrate_session(
+                    ticket, self.session_store, scope.session_key, scope, attest=attest_legacy_memory_scope
+                )
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
@@ -556,8 +559,9 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         roles.update(recall=self.recall, verifier=self.verifier, provider=self.provider)
         roles["embedder"] = self.hybrid.embedder if self.hybrid is not None else None
         adapters = [(role, adapter) for role, adapter in roles.items() if adapter is not None]
-        async with self.parts.admission.admit_shared(None, "probe") as ticket:
-            return await probe_adapters(ticket, adapters)
+        with using(settings_of(self)):
+            async with self.parts.admission.admit_shared(None, "probe") as ticket:
+                return await probe_adapters(ticket, adapters)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- shutdown --------------------------------------------------------------
