@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -520,3 +521,57 @@ async def test_history_reads_and_inspection_record_under_the_runtime_telemetry()
     assert "agentium.session.load" in read, read
     assert "agentium.session.load" in inspected, inspected
     assert listed, "the session listing recorded no span"
+
+
+class Gated(ScriptedProvider):
+    """Answers at once until ``hold`` is set, then waits for ``release`` (keeps its session busy)."""
+
+    capabilities = ScriptedProvider.capabilities
+
+    def __init__(self) -> None:
+        super().__init__(replies=["ok"], cycle=True)
+        self.hold = False
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def complete(self, request: Any, ctx: Any) -> Any:
+        if self.hold:
+            self.entered.set()
+            await self.release.wait()
+        return await super().complete(request, ctx)
+
+
+async def test_a_session_retention_passes_over_is_a_warning_with_its_id_hashed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A busy session keeps groups past the policy: said in the result's notes and as a WARNING."""
+    from agentium_harness import OperatorAttestation, RetentionPolicy
+
+    provider = Gated()
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        retention=RetentionPolicy(max_archived_groups=1),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("tenant-q1", "ops", "sso"))
+    async with runtime:
+        for i in range(4):
+            await runtime.run(ANA, SESSION, f"{SECRET} {i}")
+        provider.hold = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(runtime.run, ANA, SESSION, "busy")
+            await provider.entered.wait()
+            with caplog.at_level(logging.DEBUG, logger="agentium"):
+                result = await runtime.apply_retention(operator)
+            provider.release.set()
+    assert result.erasures == () and any("SessionBusyError" in note for note in result.notes)
+    [warning] = [r for r in caplog.records if r.name == "agentium.engine.erasure"]
+    hashed = Telemetry().resolve().ident("tenant-q1", "user-q1", SESSION)
+    assert warning.levelno == logging.WARNING and warning.agentium_session == hashed
+    assert warning.getMessage() == (
+        f"retention passed over session {hashed} (SessionBusyError); apply retention again for it"
+    )
+    for text in logged(caplog):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text

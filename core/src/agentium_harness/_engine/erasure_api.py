@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from .._errors import ErasureIncompleteError, ErasureRefusedError, InvalidArgumentError
-from .._observe.spans import error_type
-from .._observe.turn import traced_operation
+from .._observe.spans import error_type, using
+from .._observe.turn import settings_of, traced_operation
 from .._ports._base import capabilities_of
 from .._ports.erasure import (
     EraseLevel,
@@ -352,7 +352,8 @@ class ErasureOperations:
         scope, why, who = check_request(scope, reason, attestation, levels=_WHOLE)
         if not isinstance(dry_run, bool):
             raise InvalidArgumentError(f"dry_run must be a bool, got {type(dry_run).__name__}")
-        return await apply_policy(runtime, policy, scope, why, who, dry_run=dry_run)
+        with using(settings_of(runtime)):  # its listing and checks record where the runtime's calls do
+            return await apply_policy(runtime, policy, scope, why, who, dry_run=dry_run)
 
     async def forget(
         self,

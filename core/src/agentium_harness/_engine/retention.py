@@ -33,6 +33,9 @@ from .._errors import (
     SessionBusyError,
     SnapshotCorruptError,
 )
+from .._observe.logs import one_line
+from .._observe.spans import error_type
+from .._observe.turn import settings_of
 from .._ports import OpContext
 from .._ports._base import capabilities_of
 from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, ErasureKind, SeqRange
@@ -57,7 +60,6 @@ __all__ = [
     "sessions_of",
 ]
 
-_log = logging.getLogger("agentium.engine.retention")
 
 #: A session whose stored snapshot cannot be read as it stands: passed over, the others are still trimmed.
 _UNREADABLE: Final = (SnapshotCorruptError, LegacySnapshotError, ScopeMismatchError)
@@ -167,6 +169,8 @@ class RetentionResult:
     notes: tuple[str, ...] = ()
 
 
+_log = logging.getLogger("agentium.engine.erasure")
+
 #: Sessions one application looks at, at most (a tenant's are listed by the session store's erase dry run).
 MAX_RETENTION_SESSIONS: Final = 10_000
 #: Session ids read per listing page (a user's sessions, when the store declares ``listing``).
@@ -245,12 +249,13 @@ async def apply_policy(
                 stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
         except ErasureInProgressError as exc:
             notes.append(f"session {key.key()}: passed over, {exc}")
+            _passed_over(runtime, key, exc)
             continue
         except _UNREADABLE as exc:
             # One damaged session must not stop the application part way: the sessions before it
             # are already trimmed (their tombstones stand) and those after it would never be. The
             # error's type only: a decoder's message may quote the stored bytes.
-            _log.warning("retention passed over session %s: %s", key.key(), type(exc).__name__)
+            _passed_over(runtime, key, exc)
             notes.append(
                 f"session {key.key()}: passed over, its snapshot cannot be read ({type(exc).__name__})"
             )
@@ -267,4 +272,17 @@ async def apply_policy(
             )
         except (SessionBusyError, ErasureInProgressError, ErasureIncompleteError) as exc:
             notes.append(f"session {key.key()}: {error_text(exc)}")
+            if not isinstance(exc, ErasureIncompleteError):  # that one run_erasure has logged
+                _passed_over(runtime, key, exc)
     return RetentionResult(policy, len(keys), tuple(results), tuple(notes))
+
+
+def _passed_over(runtime: HarnessRuntime, key: SessionKey, exc: Exception) -> None:
+    """A session retention passed over keeps groups past the policy: a WARNING, its id hashed, no text."""
+    session = settings_of(runtime).ident(key.tenant, key.user, key.session)
+    _log.warning(
+        "retention passed over session %s (%s); apply retention again for it",
+        one_line(session),
+        error_type(exc),
+        extra={"agentium_session": session, "agentium_error_type": error_type(exc)},
+    )

@@ -35,7 +35,7 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.lifecycle": "abandoned adapter calls, drains (incomplete: WARNING), shutdown",
     "agentium.engine.hooks": "lifecycle hooks that failed or timed out, the memory manager's included",
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
-    "agentium.engine.erasure": "an erasure that stopped part way and stays pending (WARNING)",
+    "agentium.engine.erasure": "erasures stopped part way (pending), sessions retention passed by (WARNING)",
     "agentium.telemetry": "the instrumentation itself: a span processor or metric reader that failed",
 }
 
