@@ -575,3 +575,25 @@ async def test_a_session_retention_passes_over_is_a_warning_with_its_id_hashed(
     )
     for text in logged(caplog):
         assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text
+
+
+async def test_runtime_forget_records_its_source_lookups_under_the_runtime_telemetry() -> None:
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=InMemoryMemoryStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        telemetry=t.telemetry(),
+    )
+    scope = MemoryScope("tenant-q1", "user-q1")
+    async with runtime:
+        await runtime.run(ANA, SESSION, "hello")
+        cited = GroupRef(SESSION, 0, "sha256:" + "0" * 64)
+        ack = await runtime.memory.remember(MemoryFact(scope, "a fact", provenance=[cited]))
+        assert ack.fact_id is not None
+        t.exporter.clear()
+        await runtime.forget(scope, ack.fact_id)
+    names = [s.name for s in t.spans]
+    assert "agentium.session.load" in names and "delete_memory" in names, names

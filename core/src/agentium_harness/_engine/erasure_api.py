@@ -382,11 +382,13 @@ class ErasureOperations:
         ``MAX_FACT_REVISIONS``) is refused with :class:`MemoryRejectedError`
         and nothing changes: its later revisions' sources could not be found.
         """
-        return await forget_fact(
-            self._runtime(),
-            scope,
-            fact_id,
-            erase_sources=erase_sources,
-            reason=reason,
-            attestation=attestation,
-        )
+        runtime = self._runtime()
+        with using(settings_of(runtime)):  # the source lookups record where the runtime's calls do
+            return await forget_fact(
+                runtime,
+                scope,
+                fact_id,
+                erase_sources=erase_sources,
+                reason=reason,
+                attestation=attestation,
+            )
