@@ -459,6 +459,42 @@ def test_async_lifecycle_hook_is_reported_not_silently_skipped() -> None:
     assert "plain functions" in failure.error
 
 
+class _UnreadableError(Exception):
+    """A plugin's exception whose message cannot be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ exploded")
+
+
+def test_a_plugin_exception_whose_text_cannot_be_read_or_encoded_is_still_a_problem() -> None:
+    # Such an exception used to escape from PluginRegistry.load() and broadcast(): one broken
+    # plugin failed every command (run, check, plugins) with a traceback. A lone surrogate in the
+    # message made the printed problem fail to encode.
+    def agentium_register_archives(register: Any) -> None:
+        raise _UnreadableError()
+
+    def agentium_register_providers(register: Any) -> None:
+        raise ValueError("bad \udcff byte")
+
+    def agentium_session_closed(key: SessionKey, report: Any) -> None:
+        raise _UnreadableError()
+
+    plugin = _namespace(
+        agentium_register_archives=agentium_register_archives,
+        agentium_register_providers=agentium_register_providers,
+        agentium_session_closed=agentium_session_closed,
+    )
+    registry = PluginRegistry.load(autoload=False, extra_plugins=[("unreadable-dist", plugin)])
+    errors = sorted(p.error for p in registry.problems)
+    assert errors == ["ValueError: bad \ufffd byte", "_UnreadableError (its message could not be read)"]
+    assert all(p.stage is ProblemStage.REGISTER_HOOK for p in registry.problems)
+    assert "memory" in registry.names("archive")  # the other plugins are untouched
+    (failure,) = registry.broadcast("agentium_session_closed", key=_key(), report=None)
+    assert failure == HookFailure(
+        "unreadable-dist", "agentium_session_closed", "_UnreadableError (its message could not be read)"
+    )
+
+
 # ------------------------------------------------- embedding and atomicity
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pluggy
 
 from .._errors import PluginError
+from .._text import error_text
 from .hookspecs import LIFECYCLE_HOOKS
 from .records import HookFailure
 
@@ -21,9 +22,15 @@ __all__ = ["broadcast_hook", "caller_for", "describe_error", "discard_awaitable"
 
 
 def describe_error(exc: BaseException) -> str:
-    """``"<ExceptionType>: <message>"``, or the type's name alone for an empty message."""
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """``"<ExceptionType>: <message>"``, or the type's name alone for an empty message; never raises.
+
+    The exception is a plugin's: its ``__str__`` may raise, or its text hold a
+    lone surrogate. Either used to escape from :meth:`PluginRegistry.load` (so
+    one broken plugin failed every command with a traceback) or from a print
+    of the problem, so the text is read as :func:`~agentium_harness._text.error_text` reads it.
+    """
+    message = error_text(exc, named=False)
+    return error_text(exc) if message else error_text(exc).removesuffix(": ")
 
 
 def broadcast_hook(
