@@ -156,6 +156,26 @@ def test_no_config_anywhere_says_what_to_do_and_exits_2(
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []
 
 
+def test_check_json_reports_a_config_it_cannot_find_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/cli.md: with --json the check's report is on stdout in every failing case; a config
+    # that could not be found used to print only a message on stderr, and nothing on stdout.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AGENTIUM_CONFIG", raising=False)
+    assert main(["check", "--json"]) == 2
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert err == "" and report["valid"] is False and report["config"] is None
+    assert report["components"] == {}
+    (error,) = report["errors"]
+    assert error["path"] == "$" and "no config file given" in error["message"]
+    monkeypatch.setenv("AGENTIUM_CONFIG", "nope.toml")
+    assert main(["check", "--json"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"] == "nope.toml" and "which is not a file" in report["errors"][0]["message"]
+
+
 def test_a_variable_naming_a_missing_file_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

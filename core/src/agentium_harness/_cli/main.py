@@ -32,6 +32,7 @@ from .. import __version__
 from .._codec import unstructure
 from .._config import SECTION_KINDS, load_config
 from .._config.runtime import build_runtime, load_runtime
+from .._config.source import find_config
 from .._demo import run_demo, run_demo_config
 from .._engine.results import RunResult, RunStatus, Severity
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
@@ -85,11 +86,14 @@ def _version() -> str:
 # -------------------------------------------------------------------- check
 
 
-def _check_failed(args: argparse.Namespace, path: Path, exc: ConfigError, components: dict[str, Any]) -> int:
+def _check_failed(
+    args: argparse.Namespace, path: Path | None, exc: ConfigError, components: dict[str, Any]
+) -> int:
     """Report a config that failed the check (to stdout as JSON with ``--json``, else to stderr)."""
     if args.json:
         errors = [{"path": i.path, "message": i.message} for i in exc.issues]
-        report = {"config": str(path), "valid": False, "errors": errors, "components": components}
+        shown = None if path is None else str(path)
+        report = {"config": shown, "valid": False, "errors": errors, "components": components}
         print_json(report, sys.stdout)
     else:
         sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
@@ -103,7 +107,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     With ``--probe`` it also builds the runtime and runs each adapter's bounded health check.
     """
-    path = Path(args.config)
+    try:
+        path = find_config(args.config)
+    except ConfigError as exc:
+        if not args.json:
+            raise  # reported by main() like every command's missing config
+        # With --json the report is on stdout whatever went wrong, this too (docs/cli.md).
+        return _check_failed(args, None if exc.source is None else Path(exc.source), exc, {})
     try:
         resolved = load_config(path)
     except ConfigError as exc:
@@ -153,6 +163,8 @@ def _add_check(subparsers: Any) -> None:
         description=cmd_check.__doc__,
     )
     add_config_argument(parser)
+    # cmd_check finds the file itself, so that with --json a missing one is reported as JSON too.
+    parser.set_defaults(discover_config=False)
     parser.add_argument("--json", action="store_true", help="print the stable JSON form (see docs/cli.md)")
     parser.add_argument(
         "--probe",
