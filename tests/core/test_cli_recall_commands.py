@@ -181,3 +181,27 @@ def test_a_file_over_the_bound_is_skipped_without_being_read_whole(
         tracemalloc.stop()
     assert "1 skipped" in capsys.readouterr().out
     assert peak < 64 * 1024 * 1024, peak
+
+
+def test_an_unreadable_file_is_skipped_with_a_note_and_a_device_is_refused(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file that could not be opened (permissions, removed after the walk) ended the command with
+    # a PermissionError traceback, the files before it already indexed; a device named as PATH was
+    # walked as a folder and "0 indexed" printed as if it had been looked at.
+    docs = config.parent / "docs"
+    opened = Path.open
+
+    def refusing(self: Path, *args: object, **kwargs: object) -> object:
+        if self.name == "lunch.txt":
+            raise PermissionError(13, "Permission denied", str(self))
+        return opened(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refusing)
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    out, err = capsys.readouterr()
+    assert "1 indexed, 2 skipped" in out
+    assert "lunch.txt: cannot be read: Permission denied" in err and "Traceback" not in err
+    monkeypatch.undo()
+    assert main(["recall", "add", str(config), "--tenant", "acme", "/dev/null"]) == 2
+    assert "/dev/null: not a file or a folder; nothing was indexed" in capsys.readouterr().err

@@ -59,6 +59,8 @@ def _files(paths: list[str]) -> list[tuple[str, Path]]:
         if root.is_file():
             found.append((root.name, root))
             continue
+        if not root.is_dir():  # a device, a FIFO or a socket: walking it found nothing, silently
+            raise InvalidArgumentError(f"{given}: not a file or a folder; nothing was indexed")
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
             found.append((path.relative_to(root).as_posix(), path))
     for doc_id, _ in found:
@@ -96,8 +98,15 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
             progress = _Progress(len(files))
             for done, (doc_id, path) in enumerate(files, start=1):
                 # At most one byte past the bound is read: a huge file is skipped, never loaded.
-                with path.open("rb") as handle:
-                    data = handle.read(MAX_DOCUMENT_BYTES + 1)
+                try:
+                    with path.open("rb") as handle:
+                        data = handle.read(MAX_DOCUMENT_BYTES + 1)
+                except OSError as exc:
+                    # Unreadable (permissions, removed since the walk): skipped like a binary file,
+                    # not a traceback half-way with the files before it indexed and nothing said.
+                    counts["skipped"] += 1
+                    sys.stderr.write(f"  skipped {path}: cannot be read: {exc.strerror or exc}\n")
+                    continue
                 if len(data) > MAX_DOCUMENT_BYTES or b"\0" in data:
                     counts["skipped"] += 1
                     sys.stderr.write(f"  skipped {path}: binary or larger than {MAX_DOCUMENT_BYTES} bytes\n")
