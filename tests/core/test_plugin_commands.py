@@ -78,6 +78,20 @@ def test_help_lists_plugin_subcommands() -> None:
     assert "greeter" in out.getvalue() and "say hello" in out.getvalue()
 
 
+def test_a_plugin_command_whose_configure_exits_breaks_no_other_command() -> None:
+    # configure() calling parser.error() (or sys.exit) raised SystemExit out of main(): every
+    # plugin command and ``agentium --help`` exited with the broken plugin's usage message.
+    def refuse(parser: argparse.ArgumentParser) -> None:
+        parser.error("cannot declare anything")
+
+    broken = CliCommand(name="broken", help="exits in configure", configure=refuse, run=_run)
+    out, err = StringIO(), StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = main(["greeter", "greet", "ana"], registry=_registry(broken, GREETER))
+    assert status == 0 and out.getvalue() == "hello ana\n"
+    assert "plugin command 'broken' could not declare its arguments: it exited" in err.getvalue()
+
+
 @pytest.mark.parametrize("name", ["run", "plugins", "Bad", "9lives", "with space", "x" * 33, ""])
 def test_core_and_malformed_names_are_refused_at_registration(name: str) -> None:
     registry = _registry(CliCommand(name=name, help="h", configure=_configure, run=_run))

@@ -41,7 +41,7 @@ from .._observe import tree
 from .._plugins.commands import CORE_COMMANDS, CliCommand
 from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
 from .._scope import RecallScope, VerifiedIdentity
-from .._text import shorten
+from .._text import error_text, shorten
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
 from .memory import add_memory_commands
@@ -534,9 +534,12 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
         )
         try:
             command.configure(sub)
-        except Exception as exc:  # a plugin's bug must not break the core's commands
+        # A plugin's bug must not break the other commands: SystemExit too (``parser.error()`` in
+        # configure exited the whole command line, --help and every other plugin command included).
+        except (Exception, SystemExit) as exc:
+            why = "it exited" if isinstance(exc, SystemExit) else error_text(exc)
             sys.stderr.write(
-                f"agentium: plugin command {command.name!r} could not declare its arguments: {exc}\n"
+                f"agentium: plugin command {command.name!r} could not declare its arguments: {why}\n"
             )
             continue
         sub.set_defaults(func=command.run)
