@@ -26,7 +26,7 @@ from agentium_harness._config import (
     resolve_config,
     substitute_env,
 )
-from agentium_harness._config.runtime import load_runtime
+from agentium_harness._config.runtime import build_runtime, load_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
 from agentium_harness._errors import ConfigError, ConfigIssue
 from agentium_harness._plugins.hookspecs import hookimpl
@@ -580,6 +580,37 @@ def test_resolve_config_builds_nothing() -> None:
     assert resolved.archive.options == Options()
     assert resolved.base_dir is None
     assert built == []
+
+
+def test_a_factory_exception_whose_text_cannot_be_read_is_still_a_config_error() -> None:
+    # build_runtime formatted the factory's exception with f"{exc}": an exception whose __str__
+    # raises escaped as that error (a traceback from agentium run), not as the ConfigError.
+    class Unreadable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("__str__ exploded")
+
+    @attrs.frozen
+    class Options:
+        pass
+
+    def factory(config: Any) -> Any:
+        raise Unreadable()
+
+    memory_spec = PluginRegistry.load(autoload=False).get("archive", "memory")
+
+    def agentium_register_archives(register: Any) -> None:
+        register(AdapterSpec("unreadable", memory_spec.adapter_class, Options, factory=factory))
+
+    plugin = types.SimpleNamespace(agentium_register_archives=hookimpl(agentium_register_archives))
+    registry = PluginRegistry.load(autoload=False, extra_plugins=[("unreadable-dist", plugin)])
+    config = parse_config(
+        MINIMAL_BUILTIN.replace('plugin = "memory"', 'plugin = "unreadable"', 1), environ={}
+    )
+    with pytest.raises(ConfigError) as info:
+        build_runtime(resolve_config(config, registry))
+    (issue,) = info.value.issues
+    assert issue.path == "$.archive"
+    assert issue.message == "plugin 'unreadable' failed to build: (its message could not be read)"
 
 
 def test_resolve_config_reports_issues_for_programmatic_configs() -> None:

@@ -19,6 +19,7 @@ from .._errors import ConfigError, ConfigIssue
 from .._plugins.registry import PluginRegistry
 from .._plugins.spec import BUILDING, BuildContext
 from .._ports import PORT_KINDS
+from .._text import error_text
 from .load import ResolvedConfig, load_config
 
 __all__ = ["build_runtime", "close_built", "load_runtime"]
@@ -49,8 +50,11 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
                 # also covers a ResolvedConfig a host assembled itself.
                 adapter = component.spec.build(component.options, base_dir=resolved.base_dir)
             except Exception as exc:  # a plugin factory's failure is a config problem for the user
+                # error_text: the exception is the plugin's; its __str__ may raise (a traceback
+                # instead of this error) or hold a lone surrogate (a message that cannot be printed).
+                why = error_text(exc, named=False)
                 issues.append(
-                    ConfigIssue(f"$.{section}", f"plugin {component.plugin!r} failed to build: {exc}")
+                    ConfigIssue(f"$.{section}", f"plugin {component.plugin!r} failed to build: {why}")
                 )
                 continue
             built[PORT_KINDS[component.kind].factory_arg] = adapter
