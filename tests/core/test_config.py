@@ -814,6 +814,35 @@ def test_a_resolved_path_the_options_refuse_is_reported_at_its_key(
     assert "forbidden folder" in errors["$.archive.options.journal"]
 
 
+def test_a_resolved_path_whose_validator_raises_any_exception_is_a_config_error(tmp_path: Path) -> None:
+    # Only ValueError and TypeError were caught: a plugin validator that stats its path (an
+    # OSError) escaped load_config, and agentium check ended in a traceback.
+    def must_exist(instance: Any, attribute: Any, value: str) -> None:
+        if Path(value).is_absolute():
+            Path(value).stat()
+
+    @attrs.frozen
+    class Options:
+        model: str = attrs.field(default="model.bin", validator=must_exist, metadata={PATH_OPTION: True})
+
+    memory_spec = PluginRegistry.load(autoload=False).get("archive", "memory")
+
+    def agentium_register_archives(register: Any) -> None:
+        register(AdapterSpec("statting", memory_spec.adapter_class, Options))
+
+    plugin = types.SimpleNamespace(agentium_register_archives=hookimpl(agentium_register_archives))
+    registry = PluginRegistry.load(autoload=False, extra_plugins=[("statting-dist", plugin)])
+    text = MINIMAL_BUILTIN.replace('plugin = "memory"', 'plugin = "statting"', 1)
+    path = _write(tmp_path, text + '\n[archive.options]\nmodel = "missing.bin"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, registry, environ={})
+    errors = _issues(info)
+    assert list(errors) == ["$.archive.options.model"]  # its one path option
+    assert "No such file or directory" in errors["$.archive.options.model"]
+    (tmp_path / "missing.bin").write_bytes(b"")
+    assert load_config(path, registry, environ={}).archive.options.model == str(tmp_path / "missing.bin")
+
+
 def test_resolve_path_options_and_build_with_base_dir(tmp_path: Path) -> None:
     @attrs.frozen
     class Options:

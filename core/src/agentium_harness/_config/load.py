@@ -35,11 +35,12 @@ from .._engine.runtime import DEFAULT_INSTRUCTIONS
 from .._engine.verification import CompletionPolicy
 from .._errors import ConfigError, ConfigIssue, PluginNotFoundError
 from .._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
-from .._plugins.spec import AdapterSpec, resolve_path_options
+from .._plugins.spec import AdapterSpec, path_option_names, resolve_path_options
 from .._ports import PORT_KIND_TABLE
 from .._ports.embedder import EmbeddingLimits
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
+from .._text import error_text
 from .._validators import bounded_duration
 from .._verdicts import EvidenceLimits
 from .checks import combination_issues, strategy_issues, wrapped_provider_issues
@@ -414,9 +415,14 @@ def _resolve_component(
     if base_dir is not None:
         try:
             structured = resolve_path_options(structured, base_dir)
-        except (ValueError, TypeError) as exc:  # the config class refused the resolved path
-            field = field_named_in(exc, found.spec.config_class)
-            return None, found, [ConfigIssue(join_path(where, field) if field else where, str(exc))]
+        # The config class refused the resolved path. Any exception: a validator that looks at the
+        # file (os.stat: FileNotFoundError) raised past load_config, a traceback from agentium check.
+        except Exception as exc:
+            marked = path_option_names(found.spec.config_class)
+            # Only the path options changed: with one of them, the refusal is about it.
+            field = field_named_in(exc, found.spec.config_class) or (marked[0] if len(marked) == 1 else None)
+            where = join_path(where, field) if field else where
+            return None, found, [ConfigIssue(where, error_text(exc, named=False) or type(exc).__name__)]
     component = ResolvedComponent(
         section=section,
         kind=kind,

@@ -27,6 +27,7 @@ from cattrs.errors import (
 
 from .._codec import StrictTypeError, TypeWords
 from .._errors import ConfigIssue
+from .._text import error_text
 from .source import EnvText, join_path
 
 __all__ = ["TOML_WORDS", "field_named_in", "register_env_scalars", "structure_config"]
@@ -133,7 +134,7 @@ def field_named_in(exc: BaseException, cls: type | None) -> str | None:
     for arg in exc.args:
         if isinstance(arg, attrs.Attribute) and arg.name in names:
             return arg.name
-    words = str(exc).split()
+    words = error_text(exc, named=False).split()  # a plugin validator's exception: never raises
     if words:
         first = words[0].strip("'\"`:,")
         if first in names:
