@@ -925,3 +925,28 @@ def test_a_value_from_the_environment_is_never_repeated_in_an_error(tmp_path: Pa
         and "instructions" not in found["$.plugins.sqlite.synchronous"]
     )
     assert secret not in str(caught.value) and "not shown" in str(caught.value)
+
+
+def test_a_value_from_the_environment_is_not_repeated_unquoted_either(tmp_path: Path) -> None:
+    # Only the quoted value was hidden: a relative path option came back resolved
+    # ('/etc/app/<value>') and a number as the number it was read as (got 99999999999, 1e+308).
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    path = _write(
+        folder,
+        '[provider]\nplugin = "scripted"\n[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n'
+        '[runtime]\nop_timeout_s = "${TIMEOUT}"\n'
+        '[plugins.sqlite]\nbusy_timeout_ms = "${BUSY}"\n[recall]\nplugin = "sqlite"\n'
+        '[verifier]\nplugin = "fs"\n[verifier.options]\nroot = "${ROOT}"\ntest_records = ["r.xml"]\n',
+    )
+    secrets = {"TIMEOUT": "1e308", "BUSY": "99999999999", "ROOT": "s3cr3t-folder"}
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=secrets)
+    found = _issues(caught)
+    assert {"$.runtime.op_timeout_s", "$.plugins.sqlite.busy_timeout_ms"} <= set(found)
+    text = str(caught.value)
+    for shown in ("1e308", "1e+308", "99999999999", "s3cr3t-folder"):
+        assert shown not in text, shown
+    assert found["$.runtime.op_timeout_s"].endswith("got <a value from the environment, not shown>")
+    if "$.verifier.options.root" in found:  # agentium-verifier-fs installed: its resolved root
+        assert "not shown" in found["$.verifier.options.root"]

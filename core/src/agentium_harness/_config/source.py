@@ -331,20 +331,56 @@ def _env_values(data: Any) -> set[str]:
     return set()
 
 
+def _env_paths(data: Any, path: str = "$") -> dict[str, str]:
+    """The ``$``-path of every value a ``${VAR}`` reference put in ``data`` (depth bounded by the cap)."""
+    if isinstance(data, EnvText):
+        return {path: str(data)} if data else {}
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    found: dict[str, str] = {}
+    for key, value in items:
+        found.update(_env_paths(value, join_path(path, key)))
+    return found
+
+
+_NUMBER: Final = re.compile(r"[+-]?[0-9][0-9_]*(?:\.[0-9_]+)?(?:[eE][+-]?[0-9_]+)?")
+
+
+def _bare_pattern(value: str) -> re.Pattern[str]:
+    """How a check may print ``value`` unquoted: as written, or as the number it was read as."""
+    text = value.strip()
+    forms = {text}
+    if _NUMBER.fullmatch(text):
+        plain = text.replace("_", "")
+        try:
+            number = float(plain)
+            forms |= {repr(number), str(int(plain))} if plain.lstrip("+-").isdigit() else {repr(number)}
+        except (ValueError, OverflowError):  # past the digit limit: only the text as written
+            pass
+    alternatives = "|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True) if f)
+    return re.compile(rf"(?<![\w.])(?:{alternatives})(?![\w.])")
+
+
 def hide_env_values(issues: list[ConfigIssue], data: Any) -> list[ConfigIssue]:
-    """``issues`` with every quoted value that came from the environment replaced (it may be a secret).
+    """``issues`` with every value that came from the environment replaced (it may be a secret).
 
     A validator's message names the value it refused (``got 'x'``); a value a
     variable supplied is not repeated, wherever the check that refused it ran.
+    Quoted, it is hidden in every message; in the message about its own key it
+    is hidden unquoted too: a resolved path option (``'/etc/app/<value>'``) or
+    the number it was read as (``got 99999``).
     """
     values = sorted(_env_values(data), key=len, reverse=True)
     if not values:
         return issues
+    at = _env_paths(data)
     out: list[ConfigIssue] = []
     for issue in issues:
         message = issue.message
         for value in values:
             for quoted in (repr(value), json.dumps(value, ensure_ascii=False)):
                 message = message.replace(quoted, _HIDDEN)
+        own = at.get(issue.path)
+        if own is not None and own.strip():
+            message = _bare_pattern(own).sub(_HIDDEN, message)
         out.append(issue if message == issue.message else ConfigIssue(issue.path, message))
     return out
