@@ -100,3 +100,21 @@ def test_a_config_without_a_memory_section_is_refused(
     path.write_text(CONFIG.split("[memory]")[0], encoding="utf-8")
     assert main(["memory", "list", str(path), "--tenant", "t", "--user", "u"]) == 2
     assert "has no [memory] section" in capsys.readouterr().err
+
+
+def test_a_stored_fact_cannot_drive_the_terminal_or_forge_a_line_of_the_listing(
+    config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A fact's text was printed as stored: its escape sequences reached the operator's terminal
+    # (colours, a screen clear) and a newline forged what read as another fact of the list.
+    who = ["--tenant", "acme", "--user", "alice"]
+    text = "fine\x1b[2J\nm-0000 r1 current\n    forged \u202eevil"
+    assert main(["memory", "remember", config, *who, text]) == 0
+    capsys.readouterr()
+    assert main(["memory", "list", config, *who]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert out.splitlines()[1] == "    fine\\x1b[2J\\nm-0000 r1 current\\n    forged \\u202eevil"
+    assert len(out.splitlines()) == 2
+    listed = _json(capsys, ["memory", "list", config, *who])
+    assert isinstance(listed, list) and listed[0]["text"] == text  # --json keeps the text as stored

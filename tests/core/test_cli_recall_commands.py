@@ -205,3 +205,19 @@ def test_an_unreadable_file_is_skipped_with_a_note_and_a_device_is_refused(
     monkeypatch.undo()
     assert main(["recall", "add", str(config), "--tenant", "acme", "/dev/null"]) == 2
     assert "/dev/null: not a file or a folder; nothing was indexed" in capsys.readouterr().err
+
+
+def test_search_shows_a_sources_control_characters_as_escapes(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A source's lines were printed as stored: a document (or an archived turn) could send
+    # escape sequences to the operator's terminal.
+    docs = config.parent / "hostile"
+    docs.mkdir()
+    (docs / "vpn.md").write_text("The VPN certificate \x1b[8mexpires\x1b[0m in March \u202e.")
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    capsys.readouterr()
+    assert main(["recall", "search", str(config), *ANA, "VPN certificate"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "The VPN certificate \\x1b[8mexpires\\x1b[0m in March \\u202e." in out

@@ -23,7 +23,7 @@ from .._config import load_config
 from .._engine.memory.manager import MemoryManager
 from .._errors import InvalidArgumentError
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
-from .output import add_config_argument, print_json, reading_only, text_argument
+from .output import add_config_argument, print_json, reading_only, shown, text_argument
 
 __all__ = ["add_memory_commands"]
 
@@ -129,7 +129,7 @@ def _show_facts(args: argparse.Namespace, facts: tuple[StoredFact, ...]) -> None
             if v
         )
         sys.stdout.write(f"{fact.fact_id} r{fact.revision} {fact.status.value}{where}{window}\n")
-        sys.stdout.write(f"    {fact.text[:200] if fact.text else '(content removed)'}\n")
+        sys.stdout.write(f"    {shown(fact.text[:200]) if fact.text else '(content removed)'}\n")
     if not facts:
         sys.stdout.write("no facts\n")
 

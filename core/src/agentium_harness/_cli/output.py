@@ -21,6 +21,7 @@ from .._validators import lone_surrogate_at
 
 __all__ = [
     "reading_only",
+    "shown",
     "EXIT_NEEDS_CLARIFICATION",
     "EXIT_NOT_ACCEPTED",
     "EXIT_OK",
@@ -74,6 +75,24 @@ RUN_EXIT_STATUS: Final = MappingProxyType(
 def print_json(data: Any, out: TextIO | None = None) -> None:
     """``data`` as indented JSON, keys sorted, to ``out`` (stdout): every command's ``--json`` form."""
     (out or sys.stdout).write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+# ------------------------------------------------------------------ stored text
+
+#: What a terminal acts on instead of showing: C0 and C1 controls (ESC starts a colour, a cursor
+#: move or a screen clear; a newline starts what reads as another entry), line and paragraph
+#: separators, and the bidirectional overrides that reorder what is displayed.
+_UNSHOWABLE: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    r"""``text`` for one line of human output: every character a terminal would act on as its escape.
+
+    For text a command prints but did not write itself (a stored fact, a recalled source, a
+    verifier's reason): ``\x1b``, ``\n``, ``\u202e`` instead of a colour change, a forged line
+    or reversed text. ``--json`` output keeps the text as it is.
+    """
+    return _UNSHOWABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 # ------------------------------------------------------------------ the parser

@@ -30,7 +30,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
-from .output import print_json, reading_only, text_argument
+from .output import print_json, reading_only, shown, text_argument
 
 __all__ = ["add_recall_commands"]
 
@@ -200,7 +200,7 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
             f"completeness {attrs.get('completeness')} omitted-context {attrs.get('omitted-context')}\n"
         )
         for line in block.content.splitlines()[:6]:
-            out.write(f"      {line[:160]}\n")
+            out.write(f"      {shown(line[:160])}\n")
     for source_id in evidence.omitted:
         out.write(f"  omitted (did not fit whole): {source_id}\n")
     for problem in evidence.problems:

@@ -21,7 +21,7 @@ from .._config.runtime import load_runtime
 from .._engine.results import Diagnostic
 from .._scope import VerifiedIdentity
 from .._verdicts import Verdict, VerificationRecord
-from .output import EXIT_NOT_ACCEPTED, print_json, text_argument
+from .output import EXIT_NOT_ACCEPTED, print_json, shown, text_argument
 
 __all__ = ["EXIT_NOT_ACCEPTED", "add_verify_commands", "print_verification"]
 
@@ -32,9 +32,9 @@ def print_verification(record: VerificationRecord, out: TextIO) -> None:
         label = (
             "verification" if record.policy == "on-demand" else f"verification (revision {attempt.revision})"
         )
-        out.write(f"[{label}: {attempt.verdict.value}: {attempt.reason or 'no reason given'}]\n")
+        out.write(f"[{label}: {attempt.verdict.value}: {shown(attempt.reason or 'no reason given')}]\n")
         for entry in attempt.evidence:
-            out.write(f"  evidence {entry.kind} {entry.ref}: {entry.detail}\n")
+            out.write(f"  evidence {shown(entry.kind)} {shown(entry.ref)}: {shown(entry.detail)}\n")
         if attempt.omitted:
             out.write(f"  ({attempt.omitted} evidence entries omitted for the budget)\n")
 
