@@ -181,6 +181,13 @@ def test_unknown_key_with_odd_characters_gets_a_quoted_path() -> None:
     assert list(errors) == ['$.runtime.resident["max groups"]']
 
 
+def test_a_key_with_terminal_controls_is_shown_escaped_in_its_path() -> None:
+    # JSON quoting escaped only C0 controls: a C1 control (U+009B, a terminal's CSI), DEL or a
+    # bidi override in an unknown key reached the terminal raw through agentium check.
+    errors = _parse_errors(BASE + '\n[runtime.resident]\n"a\\u009b2J\\u007f\\u202eb\\u001b" = 1\n')
+    assert list(errors) == ['$.runtime.resident["a\\u009b2J\\u007f\\u202eb\\u001b"]']
+
+
 def test_wrong_types_are_errors_not_conversions() -> None:
     errors = _parse_errors(
         """

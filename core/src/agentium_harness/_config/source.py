@@ -101,6 +101,10 @@ class EnvText(str):
     __slots__ = ()
 
 
+#: What :func:`join_path` writes as a ``\\u`` escape besides what JSON escapes (see there).
+_UNSHOWN_IN_KEYS: Final = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
 def join_path(path: str, key: object) -> str:
     """The ``$``-path of ``key`` under ``path`` (``$.a.b``, ``$.a[0]``, ``$.a["x y"]``)."""
     if isinstance(key, int):
@@ -108,7 +112,10 @@ def join_path(path: str, key: object) -> str:
     text = str(key)
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", text):
         return f"{path}.{text}"
-    return f"{path}[{json.dumps(text, ensure_ascii=False)}]"
+    # json.dumps escapes C0 controls only: C1 controls (U+009B is a terminal's CSI), DEL, line
+    # separators and bidi overrides in a key would reach the terminal raw in `agentium check`.
+    quoted = _UNSHOWN_IN_KEYS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False))
+    return f"{path}[{quoted}]"
 
 
 def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> str:
