@@ -125,6 +125,21 @@ def test_a_reason_with_a_line_break_is_printed_on_one_line(
     assert not any(line.startswith("  session    acme/bob") for line in out.splitlines())
 
 
+def test_a_bad_operator_is_refused_by_its_own_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The operator was checked as the attestation's user: the error said "invalid user" and
+    # pointed at a --user that was fine.
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    code, out, err = _agentium(
+        capsys, "erase", cfg, *who, "--reason", "x", "--operator", "op\x1b[2J", "--dry-run"
+    )
+    assert code == 2 and out == ""
+    assert "invalid operator (--operator): contains control character U+001B" in err
+    assert "invalid user" not in err
+
+
 def test_erase_refuses_a_session_without_its_user_and_two_modes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -164,7 +179,7 @@ def test_an_empty_operator_is_refused_not_replaced_by_the_login_name(
     who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
     assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
     code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "r", "--operator", "")
-    assert code == 2 and "user" in err and out == ""
+    assert code == 2 and "operator" in err and out == ""
     code, out, _ = _agentium(capsys, "erase", cfg, *who, "--status")
     assert code == 0 and out == "no erasure\n"
 

@@ -29,6 +29,7 @@ from .._engine.maintenance import SessionView
 from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
+from .._validators import validate_id
 from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only
 
 __all__ = [
@@ -61,8 +62,12 @@ def _target(args: argparse.Namespace) -> EraseTarget:
 
 def _attestation(args: argparse.Namespace) -> OperatorAttestation:
     # Only an absent --operator means the login name: an empty one is refused like any bad id,
-    # never silently replaced (the tombstone would name someone the operator did not give).
-    operator = getpass.getuser() if args.operator is None else args.operator
+    # never silently replaced (the tombstone would name someone the operator did not give). Checked
+    # here under its own name: as the identity's user it was refused as "invalid user", pointing at
+    # --user, which may well be fine.
+    operator = validate_id(
+        getpass.getuser() if args.operator is None else args.operator, "operator (--operator)"
+    )
     identity = VerifiedIdentity(tenant=args.tenant, user=operator, verified_by=CLI_OPERATOR_VERIFIER)
     return OperatorAttestation(identity, args.statement or "")
 
