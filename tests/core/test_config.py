@@ -691,6 +691,20 @@ def test_brackets_in_strings_and_comments_do_not_count_as_nesting() -> None:
     assert config.provider.options["nested"] == [[[1]], {"a": [2]}]
 
 
+def test_references_cannot_expand_a_small_file_past_the_input_bound() -> None:
+    # 8 KB of "${X}" with a 100 KB variable made a 200 MB instructions string (and a 1 MiB file
+    # tens of gigabytes): the bounded read bounded nothing.
+    text = BASE + '\n[runtime]\ninstructions = "' + "${X}" * 2000 + '"\n'
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, environ={"X": "x" * 100_000})
+    (issue,) = info.value.issues
+    assert issue.path == "$.runtime.instructions"
+    assert "expand to more than 1048576 characters" in issue.message
+    # Within the bound, substitution is unchanged.
+    config = parse_config(BASE + '\n[runtime]\ninstructions = "${X}${X}"\n', environ={"X": "x" * 500_000})
+    assert len(config.runtime.instructions) == 1_000_000
+
+
 def test_a_file_over_one_mebibyte_is_refused_after_a_bounded_read(tmp_path: Path) -> None:
     path = tmp_path / "huge.toml"
     path.write_bytes(b"# " + b"x" * (1024 * 1024))

@@ -118,7 +118,17 @@ def join_path(path: str, key: object) -> str:
     return f"{path}[{quoted}]"
 
 
-def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[ConfigIssue]) -> str:
+class _Budget:
+    """Characters that substitution may still insert, across the whole config (see :func:`substitute_env`)."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+        self.spent = False
+
+
+def _substitute_text(
+    text: str, env: Mapping[str, str], path: str, issues: list[ConfigIssue], budget: _Budget
+) -> str:
     if "$" not in text:
         return text
     failed = substituted = False
@@ -149,15 +159,26 @@ def _substitute_text(text: str, env: Mapping[str, str], path: str, issues: list[
             return whole
         value = env.get(name)
         if value is None or (value == "" and default is not None):
-            if default is not None:
-                return default
+            if default is None:
+                failed = True
+                hint = f"write ${{{name}:-default}} to give a default"
+                issues.append(ConfigIssue(path, f"environment variable {name} is not set ({hint})"))
+                return whole
+            value = default
+        budget.left -= len(value)
+        if budget.left < 0:
+            # A small file repeating a reference to a large variable expanded without bound (8 KB
+            # of "${X}" made a 200 MB string): the bounded read means nothing without this.
             failed = True
-            issues.append(
-                ConfigIssue(
-                    path,
-                    f"environment variable {name} is not set (write ${{{name}:-default}} to give a default)",
+            if not budget.spent:
+                budget.spent = True
+                issues.append(
+                    ConfigIssue(
+                        path,
+                        f"the ${{...}} references of the config expand to more than {MAX_CONFIG_BYTES} "
+                        "characters in all; nothing more was substituted",
+                    )
                 )
-            )
             return whole
         return value
 
@@ -180,14 +201,17 @@ def substitute_env(
     empty; ``${env:VAR}`` is the same as ``${VAR}``; ``$${`` stands for a
     literal ``${``. A value that held a reference comes back as :class:`EnvText`,
     which the config loader reads as a number or boolean where the schema takes
-    one. Returns the new data and one issue per unset variable or malformed reference.
+    one. The references of the whole config insert at most :data:`MAX_CONFIG_BYTES`
+    characters. Returns the new data and one issue per unset variable or malformed
+    reference (and one when that bound is passed).
     """
     env = os.environ if environ is None else environ
     issues: list[ConfigIssue] = []
+    budget = _Budget(MAX_CONFIG_BYTES)
 
     def walk(value: Any, where: str) -> Any:
         if isinstance(value, str):
-            return _substitute_text(value, env, where, issues)
+            return _substitute_text(value, env, where, issues, budget)
         if isinstance(value, dict):
             return {k: walk(v, join_path(where, k)) for k, v in value.items()}
         if isinstance(value, list):
