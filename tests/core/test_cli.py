@@ -259,6 +259,26 @@ def test_console_script_version() -> None:
 # ------------------------------------------------------------- plugin options
 
 
+def test_options_report_survives_a_factory_that_raises_and_a_repr_that_raises() -> None:
+    # A plugin's default factory reading an unset variable (or a default whose repr raises)
+    # made `agentium plugins`, the command that diagnoses plugins, end in a traceback.
+    class Opaque:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    def unset() -> str:
+        raise KeyError("PLUGIN_HOME")
+
+    @attrs.frozen
+    class Options:
+        home: str = attrs.field(factory=unset)
+        opaque: object = attrs.field(default=Opaque())
+
+    report = {o["name"]: o for o in options_report(Options)}
+    assert report["home"]["default"] == "(computed; its factory failed: KeyError: 'PLUGIN_HOME')"
+    assert report["opaque"]["default"] == "<Opaque that cannot be shown>"
+
+
 def test_plugins_json_lists_each_adapters_options_with_types_and_defaults(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

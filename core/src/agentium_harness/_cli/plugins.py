@@ -17,6 +17,7 @@ import attrs
 from .._codec import unstructure
 from .._plugins.registry import PluginRegistry, RegisteredAdapter
 from .._plugins.spec import PATH_OPTION
+from .._text import error_text
 from .output import EXIT_OK, print_json
 
 __all__ = ["add_plugins_command", "options_report", "plugins_report"]
@@ -43,12 +44,15 @@ def _type_name(type_: object) -> str:
 
 
 def _json_default(value: object) -> Any:
-    """A default as JSON data when it has a plain form, else its ``repr``."""
+    """A default as JSON data when it has a plain form, else its ``repr`` (a plugin's value: never raises)."""
     try:
         data = unstructure(value)
         json.dumps(data, allow_nan=False)
-    except (TypeError, ValueError):
-        return repr(value)
+    except Exception:
+        try:
+            return repr(value)
+        except Exception:
+            return f"<{type(value).__name__} that cannot be shown>"
     return data
 
 
@@ -71,7 +75,12 @@ def options_report(config_class: type) -> list[dict[str, Any]]:
         default = field.default
         required = default is attrs.NOTHING
         if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # attrs.Factory is a class at run time
-            default = "(computed)" if default.takes_self else default.factory()
+            try:
+                default = "(computed)" if default.takes_self else default.factory()
+            # The plugin's code: a factory reading an unset variable made `agentium plugins`, the
+            # command that diagnoses plugins, end in a traceback.
+            except Exception as exc:
+                default = f"(computed; its factory failed: {error_text(exc)})"
         options.append(
             {
                 "name": field.alias or field.name,
