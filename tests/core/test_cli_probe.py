@@ -102,6 +102,28 @@ def test_an_adapter_that_refuses_its_options_at_build_is_reported_as_json_too(
     assert any("needs the provider to wrap" in e["message"] for e in report["errors"]), report
 
 
+def test_a_runtime_refused_after_the_adapters_were_built_is_reported_as_json_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only a ConfigError from building was reported as the check's JSON: a runtime refused over
+    # the built adapters (a CapabilityError) or a failed close printed a message on stderr only,
+    # and --json left stdout empty.
+    from agentium_harness._cli import check
+    from agentium_harness._errors import CapabilityError
+
+    def refused(resolved: object) -> object:
+        raise CapabilityError("provider instance_capabilities turns on a flag its class does not declare")
+
+    monkeypatch.setattr(check, "build_runtime", refused)
+    config = _config(tmp_path)
+    assert main(["check", "--probe", "--json", str(config)]) == 2
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert err == "" and report["valid"] is False and "provider" in report["components"]
+    (error,) = report["errors"]
+    assert error["path"] == "$" and "instance_capabilities" in error["message"]
+
+
 def test_check_reports_the_recorded_providers_wrapped_provider_and_options(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -30,18 +30,18 @@ import attrs
 
 from .. import __version__
 from .._codec import unstructure
-from .._config import SECTION_KINDS, load_config
+from .._config import load_config
 from .._config.runtime import build_runtime, load_runtime
-from .._config.source import find_config
 from .._demo import run_demo, run_demo_config
 from .._engine.results import RunResult, RunStatus, Severity
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
-from .._errors import AgentiumError, ConfigError
+from .._errors import AgentiumError
 from .._observe import tree
 from .._plugins.commands import CORE_COMMANDS, CliCommand
 from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
 from .._scope import RecallScope, VerifiedIdentity
 from .._text import error_text, shorten
+from .check import add_check_command
 from .erase import add_erase_commands, erasure_lines
 from .eval import add_eval_commands
 from .memory import add_memory_commands
@@ -81,97 +81,6 @@ def _version() -> str:
         return importlib.metadata.version(BUILTIN_DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
         return __version__
-
-
-# -------------------------------------------------------------------- check
-
-
-def _check_failed(
-    args: argparse.Namespace, path: Path | None, exc: ConfigError, components: dict[str, Any]
-) -> int:
-    """Report a config that failed the check (to stdout as JSON with ``--json``, else to stderr)."""
-    if args.json:
-        errors = [{"path": i.path, "message": i.message} for i in exc.issues]
-        shown = None if path is None else str(path)
-        report = {"config": shown, "valid": False, "errors": errors, "components": components}
-        print_json(report, sys.stdout)
-    else:
-        sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
-        for issue in exc.issues:
-            sys.stderr.write(f"  {issue.path}: {issue.message}\n")
-    return EXIT_USAGE
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    """Validate a config file (schema, plugins, options, capabilities) without building anything.
-
-    With ``--probe`` it also builds the runtime and runs each adapter's bounded health check.
-    """
-    try:
-        path = find_config(args.config)
-    except ConfigError as exc:
-        if not args.json:
-            raise  # reported by main() like every command's missing config
-        # With --json the report is on stdout whatever went wrong, this too (docs/cli.md).
-        return _check_failed(args, None if exc.source is None else Path(exc.source), exc, {})
-    try:
-        resolved = load_config(path)
-    except ConfigError as exc:
-        return _check_failed(args, path, exc, {})
-    components = {
-        section: {
-            "kind": c.kind,
-            "plugin": c.plugin,
-            "distribution": c.distribution,
-            "version": c.version,
-        }
-        for section, c in resolved.components().items()
-    }
-    probes: dict[str, str] = {}
-    if args.probe:
-        try:
-            runtime = build_runtime(resolved)
-        except ConfigError as exc:  # an adapter's factory refused its options: reported as in the check
-            return _check_failed(args, path, exc, components)
-
-        async def probe() -> list[tuple[str, str]]:
-            async with runtime:
-                return await runtime.probe()
-
-        probes = dict(anyio.run(probe))
-    failed = any(v.startswith("failed") for v in probes.values())
-    if args.json:
-        report = {"config": str(path), "valid": True, "errors": [], "components": components}
-        if args.probe:
-            report["probe"] = probes
-        print_json(report, sys.stdout)
-    else:
-        sys.stdout.write(f"{path}: valid\n")
-        for section in SECTION_KINDS:
-            if section in components:
-                c = components[section]
-                sys.stdout.write(f"  {section:<14} {c['plugin']} ({c['distribution']} {c['version']})\n")
-        for role, outcome in probes.items():
-            sys.stdout.write(f"  probe {role:<14} {outcome}\n")
-    return EXIT_USAGE if failed else EXIT_OK
-
-
-def _add_check(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "check",
-        help="validate a config file without building anything",
-        description=cmd_check.__doc__,
-    )
-    add_config_argument(parser)
-    # cmd_check finds the file itself, so that with --json a missing one is reported as JSON too.
-    parser.set_defaults(discover_config=False)
-    parser.add_argument("--json", action="store_true", help="print the stable JSON form (see docs/cli.md)")
-    parser.add_argument(
-        "--probe",
-        action="store_true",
-        help="also build the runtime and run each adapter's bounded health check",
-    )
-    parser.set_defaults(func=cmd_check)
 
 
 # ---------------------------------------------------------------- runtime
@@ -519,7 +428,7 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
     parser.add_argument("--version", action="version", version=f"{BUILTIN_DISTRIBUTION} {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_plugins_command(subparsers)
-    _add_check(subparsers)
+    add_check_command(subparsers)
     _add_demo(subparsers)
     _add_run(subparsers)
     _add_session(subparsers)
