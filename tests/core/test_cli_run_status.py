@@ -161,3 +161,25 @@ options = {{ path = "{db}" }}
     )
     shown = agentium("session", "inspect", str(config), *IDS, "--json")
     assert json.loads(shown.stdout)["exists"] is True
+
+
+def test_json_of_a_failed_run_is_its_interrupted_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A run that raised (here the provider fails) printed only the message on stderr: with
+    # --json, stdout stayed empty and a script had nothing to parse.
+    from agentium_harness._cli import main
+
+    db = (tmp_path / "a.db").as_posix()
+    config = tmp_path / "agentium.toml"
+    config.write_text(
+        f'[provider]\nplugin = "scripted"\n[archive]\nplugin = "sqlite"\noptions = {{ path = "{db}" }}\n'
+        f'[session_store]\nplugin = "sqlite"\noptions = {{ path = "{db}" }}\n',
+        encoding="utf-8",
+    )
+    assert main(["run", str(config), *IDS, "hello", "--json"]) == 2
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["status"] == "interrupted" and report["commit_state"] == "not_committed"
+    assert report["committed"] is False and "ran out of replies" in report["error"]
+    assert err.startswith("agentium run: provider failed") and "nothing was committed" in err

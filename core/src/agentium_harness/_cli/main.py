@@ -196,7 +196,15 @@ def _run_turn(args: argparse.Namespace) -> int:
                 )
             return result
 
-    result = anyio.run(go)
+    try:
+        result = anyio.run(go)
+    except AgentiumError as exc:
+        # With --json a failed run still prints its RunResult (status interrupted: what ran, and
+        # whether the turn was committed); stdout used to stay empty. main() reports the error.
+        if args.json and exc.run_result is not None:
+            failed = exc.run_result
+            print_json({**unstructure(failed), "committed": failed.committed, "error": str(exc)}, sys.stdout)
+        raise
     status = RUN_EXIT_STATUS[result.status]
     if args.json:
         # ``committed`` is derived (init=False), so the converter leaves it out: add it for scripts.
