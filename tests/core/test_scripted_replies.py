@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from agentium_harness._config import load_config
-from agentium_harness._errors import ConfigError
+from agentium_harness._errors import ConfigError, ProviderError
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.provider import ModelRequest
+from agentium_harness.adapters import providers
 from agentium_harness.adapters.providers import (
     ScriptedProvider,
     ScriptedProviderConfig,
@@ -77,6 +78,26 @@ async def test_jsonl_line_that_is_not_json_is_a_config_error(tmp_path: Path) -> 
     with pytest.raises(ConfigError, match="not valid JSON") as info:
         await provider.complete(ModelRequest("answer"), OpContext())
     assert info.value.issues[0].path == "line 2"
+
+
+@pytest.mark.anyio
+async def test_a_replies_file_is_read_with_a_bound_and_must_be_utf8(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file was read whole: a path naming /dev/zero (or a huge file) read until memory ran out;
+    # a file that was not UTF-8 raised a bare UnicodeDecodeError.
+    monkeypatch.setattr(providers, "MAX_REPLY_FILE_BYTES", 16)
+    big = tmp_path / "big.jsonl"
+    big.write_text('"a reply longer than sixteen bytes"\n', encoding="utf-8")
+    provider = ScriptedProvider(ScriptedProviderConfig(path=str(big)))
+    with pytest.raises(ProviderError, match="larger than 16 bytes; it was not read"):
+        await provider.complete(ModelRequest("answer"), OpContext())
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'"caf\xe9"\n')
+    provider = ScriptedProvider(ScriptedProviderConfig(path=str(latin)))
+    with pytest.raises(ProviderError, match="not valid UTF-8"):
+        await provider.complete(ModelRequest("answer"), OpContext())
+    assert provider.calls == []
 
 
 def _config(tmp_path: Path, responses: str) -> Path:

@@ -36,6 +36,24 @@ __all__ = [
     "ScriptedReply",
 ]
 
+#: Largest reply file the scripted and recorded providers read (64 MiB): a ``path`` naming a
+#: device such as ``/dev/zero`` or a huge file is refused after one bounded read, not read until
+#: memory runs out.
+MAX_REPLY_FILE_BYTES = 64 * 1024 * 1024
+
+
+def read_reply_file(path: str, what: str) -> bytes:
+    """At most :data:`MAX_REPLY_FILE_BYTES` of ``path`` (blocking: call it in a worker thread).
+
+    :raises ProviderError: the file is larger; ``OSError`` when it cannot be read.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_REPLY_FILE_BYTES + 1)
+    if len(data) > MAX_REPLY_FILE_BYTES:
+        raise ProviderError(f"{what} {path} is larger than {MAX_REPLY_FILE_BYTES} bytes; it was not read")
+    return data
+
+
 #: What the extractive provider says when no labeled source supports an answer.
 ABSTAIN_TEXT = "I have no evidence in the provided sources to answer that."
 
@@ -156,7 +174,13 @@ class ScriptedProvider(ModelProvider):
         if self._replies is None:
             assert self._config.path is not None
             path = self._config.path
-            text = await anyio.Path(path).read_text(encoding="utf-8")
+            data = await anyio.to_thread.run_sync(read_reply_file, path, "the replies file")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ProviderError(
+                    f"the replies file {path} is not valid UTF-8 (byte {exc.start})"
+                ) from None
             replies = [
                 _reply_from_plain(_json_line(line, number, path), f"line {number}", path)
                 for number, line in enumerate(text.splitlines(), start=1)

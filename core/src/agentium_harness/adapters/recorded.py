@@ -30,6 +30,7 @@ from .._errors import ConfigError, ConfigIssue, ProviderError, RecordDecodeError
 from .._plugins.spec import BUILDING, PATH_OPTION
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
+from .providers import read_reply_file
 
 __all__ = [
     "RECORDING_FORMAT",
@@ -228,7 +229,9 @@ class RecordedProvider(ModelProvider):
         if self._replies is None:
             path = str(self._config.path)
             try:
-                text = (await anyio.Path(path).read_bytes()).decode("utf-8")
+                text = (await anyio.to_thread.run_sync(read_reply_file, path, "the recording")).decode(
+                    "utf-8"
+                )
             except OSError as exc:
                 raise RecordingError(f"cannot read the recording {path}: {exc.strerror or exc}") from exc
             except UnicodeDecodeError as exc:
