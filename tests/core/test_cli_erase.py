@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -138,6 +139,30 @@ def test_a_bad_operator_is_refused_by_its_own_name(
     assert code == 2 and out == ""
     assert "invalid operator (--operator): contains control character U+001B" in err
     assert "invalid user" not in err
+
+
+def test_an_erasure_that_stops_part_way_prints_its_progress_as_json_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/cli.md: an erasure that stops part way prints its progress and exits 7. With --json
+    # the record was printed nowhere: not on stderr (left out for --json), not on stdout.
+    from agentium_harness._cli import erase
+    from agentium_harness._errors import ErasureIncompleteError
+
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    real = erase._run
+
+    def stopping(config: str, work: Any, reading: bool = False) -> Any:
+        done = real(config, work, reading=reading)
+        raise ErasureIncompleteError("the archive failed; the erasure stays pending", done.record)
+
+    monkeypatch.setattr(erase, "_run", stopping)
+    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "request 7", "--json")
+    assert code == 7 and "stays pending" in err
+    (record,) = json.loads(out)
+    assert record["reason"] == "request 7" and record["resumed"] is False
 
 
 def test_erase_refuses_a_session_without_its_user_and_two_modes(

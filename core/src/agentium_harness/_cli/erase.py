@@ -195,8 +195,12 @@ def cmd_erase(args: argparse.Namespace) -> int:
             ]
     except ErasureIncompleteError as exc:
         sys.stderr.write(f"agentium erase: {exc}\n")
-        if exc.record is not None and not args.json:
-            sys.stderr.write("\n".join(record_lines(exc.record)) + "\n")
+        if exc.record is not None:
+            # Its progress is printed either way: with --json it was printed nowhere.
+            if args.json:
+                _print([ErasureResult(exc.record, resumed=bool(args.resume))], as_json=True)
+            else:
+                sys.stderr.write("\n".join(record_lines(exc.record)) + "\n")
         return EXIT_PENDING
     _print(results, args.json)
     return EXIT_OK
