@@ -92,6 +92,24 @@ def test_a_plugin_command_whose_configure_exits_breaks_no_other_command() -> Non
     assert "plugin command 'broken' could not declare its arguments: it exited" in err.getvalue()
 
 
+@pytest.mark.parametrize(
+    ("returned", "status", "says"),
+    [(None, 0, ""), (3, 3, ""), (300, 1, "returned 300"), (True, 1, "returned True"), ("ok", 1, "'ok'")],
+)
+def test_what_a_plugin_command_returns_becomes_a_truthful_exit_status(
+    returned: object, status: int, says: str
+) -> None:
+    # The value went to sys.exit as it was: 300 exited 44 (modulo 256) and a string exited 1
+    # after printing itself as if it were the error.
+    command = CliCommand(
+        name="returner", help="returns a value", configure=lambda p: None, run=lambda a: returned
+    )
+    err = StringIO()
+    with redirect_stderr(err):
+        assert main(["returner"], registry=_registry(command)) == status
+    assert says in err.getvalue() and ("not an exit status" in err.getvalue()) == bool(says)
+
+
 @pytest.mark.parametrize("name", ["run", "plugins", "Bad", "9lives", "with space", "x" * 33, ""])
 def test_core_and_malformed_names_are_refused_at_registration(name: str) -> None:
     registry = _registry(CliCommand(name=name, help="h", configure=_configure, run=_run))

@@ -481,6 +481,22 @@ def plugin_commands(argv: Sequence[str], registry: PluginRegistry | None = None)
     return [command for command, _ in loaded.commands()]
 
 
+def _exit_status(command: str, returned: object) -> int:
+    """What a command's ``run`` returned, as the process's exit status.
+
+    A plugin's ``run`` may return anything: ``None`` is success (``sys.exit``'s reading); 300 used
+    to exit 44 (the status is taken modulo 256), a string exited 1 after printing it as an error.
+    """
+    if returned is None:
+        return EXIT_OK
+    if type(returned) is int and 0 <= returned <= 255:
+        return returned
+    sys.stderr.write(
+        f"agentium {command}: the command returned {shorten(repr(returned), 80)}, not an exit status\n"
+    )
+    return 1  # a bug in the command (docs/cli.md: status 1)
+
+
 def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None = None) -> int:
     """Run the ``agentium`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
 
@@ -502,7 +518,7 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         return EXIT_USAGE
     try:
         discover_config(args)
-        return func(args)
+        return _exit_status(args.command, func(args))
     except AgentiumError as exc:
         sys.stderr.write(f"agentium {args.command}: {exc}\n")
         return EXIT_USAGE
