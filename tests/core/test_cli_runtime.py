@@ -319,3 +319,21 @@ def test_demo_config_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
     assert not (tmp_path / "state.db").exists()
     assert main(["demo", "--config", str(cfg), "--dir", str(tmp_path)]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_an_adapters_error_cannot_drive_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The error of a failed run was printed as it was: a provider's message quoting what a remote
+    # server said could carry escape sequences (a screen clear, colours) to the operator's terminal.
+    from agentium_harness._errors import ProviderError
+
+    async def failing(self: ScriptedProvider, request: Any, ctx: Any) -> Any:
+        raise ProviderError("server said: \x1b[2J\x1b[31mall good\x1b[0m \u202eevil\nsecond line")
+
+    monkeypatch.setattr(ScriptedProvider, "complete", failing)
+    cfg = write_config(tmp_path)
+    assert main(["run", str(cfg), "--tenant", "t", "--user", "u", "--session", "s", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\u202e" not in err
+    assert "\\x1b[2J\\x1b[31mall good" in err and "\\u202eevil\nsecond line" in err

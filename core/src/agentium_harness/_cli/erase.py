@@ -30,7 +30,7 @@ from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .._validators import validate_id
-from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only
+from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only, shown_lines
 
 __all__ = [
     "EXIT_PENDING",
@@ -194,7 +194,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
                 )
             ]
     except ErasureIncompleteError as exc:
-        sys.stderr.write(f"agentium erase: {exc}\n")
+        sys.stderr.write(f"agentium erase: {shown_lines(str(exc))}\n")
         if exc.record is not None:
             # Its progress is printed either way: with --json it was printed nowhere.
             if args.json:

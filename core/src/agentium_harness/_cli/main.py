@@ -56,6 +56,8 @@ from .output import (
     plain_help,
     print_json,
     reading_only,
+    shown,
+    shown_lines,
     text_argument,
 )
 from .plugins import add_plugins_command, options_report, plugins_report
@@ -214,7 +216,7 @@ def _run_turn(args: argparse.Namespace) -> int:
         # committed), and a clarification question is not an answer (it is in the line below).
         sys.stdout.write(result.output + "\n")
     if status != EXIT_OK:
-        sys.stderr.write(f"agentium run: {_run_outcome(result)} (exit status {status})\n")
+        sys.stderr.write(f"agentium run: {shown(_run_outcome(result))} (exit status {status})\n")
     if not args.json:
         sys.stderr.write(
             f"[group {result.group_seq}, boundary {result.boundary}, resident {result.resident_groups}, "
@@ -234,7 +236,7 @@ def _run_turn(args: argparse.Namespace) -> int:
         if result.verification is not None:
             print_verification(result.verification, sys.stderr)
         for d in result.diagnostics:
-            sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
+            sys.stderr.write(f"  {d.severity.value}: {d.code}: {shown(d.message)}\n")
     return status
 
 
@@ -520,7 +522,8 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         discover_config(args)
         return _exit_status(args.command, func(args))
     except AgentiumError as exc:
-        sys.stderr.write(f"agentium {args.command}: {exc}\n")
+        # shown_lines: the message may quote an adapter's error, and a server's text in it.
+        sys.stderr.write(f"agentium {args.command}: {shown_lines(error_text(exc, named=False))}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # output piped into a command that exited early (``| head``)
         return EXIT_OK

@@ -22,6 +22,7 @@ from .._validators import lone_surrogate_at
 __all__ = [
     "reading_only",
     "shown",
+    "shown_lines",
     "EXIT_NEEDS_CLARIFICATION",
     "EXIT_NOT_ACCEPTED",
     "EXIT_OK",
@@ -83,6 +84,21 @@ def print_json(data: Any, out: TextIO | None = None) -> None:
 #: move or a screen clear; a newline starts what reads as another entry), line and paragraph
 #: separators, and the bidirectional overrides that reorder what is displayed.
 _UNSHOWABLE: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+#: The same, but a newline stays one: for a message that is several lines by design.
+_UNSHOWABLE_IN_LINES: Final = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]"
+)
+
+
+def shown_lines(text: str) -> str:
+    """``text`` with what :func:`shown` escapes escaped, except newlines: for an error's message.
+
+    An adapter's error can quote what a remote server said; its escape sequences must not reach
+    the operator's terminal. A config error lists one issue per line, so lines stay lines.
+    """
+    return _UNSHOWABLE_IN_LINES.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def shown(text: str) -> str:

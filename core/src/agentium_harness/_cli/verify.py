@@ -63,7 +63,7 @@ def _cmd_verify(
             print_verification(record, sys.stdout)
             for d in notes:
                 if d.code != "verified":
-                    sys.stderr.write(f"  {d.severity.value}: {d.code}: {d.message}\n")
+                    sys.stderr.write(f"  {d.severity.value}: {d.code}: {shown(d.message)}\n")
         return 0 if record.verdict is Verdict.PASS else EXIT_NOT_ACCEPTED
 
     return cmd_verify
