@@ -459,6 +459,27 @@ def test_async_lifecycle_hook_is_reported_not_silently_skipped() -> None:
     assert "plain functions" in failure.error
 
 
+def test_a_distribution_whose_metadata_cannot_be_read_is_a_problem_not_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A METADATA file that is not UTF-8 (a damaged install) raised UnicodeDecodeError out of
+    # PluginRegistry.load(): agentium run, check and plugins all ended in a traceback.
+    site = tmp_path / "site"
+    info = site / "agtest_damaged-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_bytes(b"Metadata-Version: 2.1\nName: damaged\xff\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[agentium]\ndamaged = agtest_damaged_plugin\n", encoding="utf-8")
+    (site / "agtest_damaged_plugin.py").write_text("raise AssertionError('must not be imported')\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    registry = PluginRegistry.load(environ=NO_ENV)
+    (problem,) = [p for p in registry.problems if p.distribution == "agtest_damaged_plugin"]
+    assert problem.stage is ProblemStage.IMPORT
+    assert "metadata cannot be read, so it was not loaded: UnicodeDecodeError" in problem.error
+    assert "agtest_damaged_plugin" not in sys.modules
+    assert "memory" in registry.names("archive")
+
+
 class _UnreadableError(Exception):
     """A plugin's exception whose message cannot be read."""
 

@@ -171,10 +171,21 @@ class PluginRegistry:
         seen: set[str] = set()
         entries = []
         for ep in importlib.metadata.entry_points(group=PROJECT_NAME):
-            # A distribution without a Name in its metadata is still reported,
-            # under its entry point's module name, rather than crashing the load.
-            dist_name = (ep.dist.name if ep.dist is not None else None) or ep.value.split(":")[0]
-            version = (ep.dist.version if ep.dist is not None else None) or "unknown"
+            try:
+                # A distribution without a Name in its metadata is still reported,
+                # under its entry point's module name, rather than crashing the load.
+                dist_name = (ep.dist.name if ep.dist is not None else None) or ep.value.split(":")[0]
+                version = (ep.dist.version if ep.dist is not None else None) or "unknown"
+            except Exception as exc:
+                # Metadata that cannot be read (not UTF-8: a damaged install) raised out of load(),
+                # failing every command. Not loaded: without its name no block-list can apply.
+                module = ep.value.split(":")[0]
+                self._distribution(module, "unknown").modules.append(ep.value)
+                why = (
+                    f"its distribution's metadata cannot be read, so it was not loaded: {describe_error(exc)}"
+                )
+                self._problem(module, "unknown", ProblemStage.IMPORT, why)
+                continue
             entries.append((normalize_distribution_name(dist_name), dist_name, version, ep))
         # Sorted, so which of two clashing plugins registers first never
         # depends on sys.path order or file-system listing order.
