@@ -480,6 +480,26 @@ def test_a_distribution_whose_metadata_cannot_be_read_is_a_problem_not_a_crash(
     assert "memory" in registry.names("archive")
 
 
+def test_a_distribution_whose_entry_points_cannot_be_read_leaves_the_others_loading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An entry_points.txt that is not UTF-8 made importlib.metadata.entry_points() raise inside
+    # PluginRegistry.load(): every command ended in a traceback, whatever else was installed.
+    site = tmp_path / "site"
+    info = site / "agtest_badeps-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: agtest-badeps\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_bytes(b"[agentium]\nbad = \xff\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    registry = PluginRegistry.load(environ=NO_ENV)
+    (problem,) = [p for p in registry.problems if p.distribution == "agtest-badeps"]
+    assert problem.stage is ProblemStage.IMPORT
+    assert "entry points cannot be read, so none was loaded: UnicodeDecodeError" in problem.error
+    assert "memory" in registry.names("archive")
+    assert _plugin(registry, "agtest-badeps").status is PluginStatus.FAILED
+
+
 class _UnreadableError(Exception):
     """A plugin's exception whose message cannot be read."""
 

@@ -37,6 +37,7 @@ from .._errors import PluginError, PluginNotFoundError
 from .._ports import PORT_KINDS
 from . import hookspecs
 from .commands import COMMAND_HOOK, CliCommand, CommandTable
+from .discovery import entry_points_of
 from .graders import GRADER_HOOK, GraderTable
 from .hints import KNOWN_PLUGINS, missing_message
 from .hook_calls import broadcast_hook, caller_for, describe_error, discard_awaitable
@@ -170,7 +171,12 @@ class PluginRegistry:
 
         seen: set[str] = set()
         entries = []
-        for ep in importlib.metadata.entry_points(group=PROJECT_NAME):
+        found, unreadable = entry_points_of(PROJECT_NAME)
+        for name, error in unreadable:
+            self._distribution(name, "unknown")
+            why = f"its entry points cannot be read, so none was loaded: {error}"
+            self._problem(name, "unknown", ProblemStage.IMPORT, why)
+        for ep in found:
             try:
                 # A distribution without a Name in its metadata is still reported,
                 # under its entry point's module name, rather than crashing the load.
