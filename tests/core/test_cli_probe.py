@@ -124,6 +124,19 @@ def test_a_runtime_refused_after_the_adapters_were_built_is_reported_as_json_too
     assert error["path"] == "$" and "instance_capabilities" in error["message"]
 
 
+def test_a_probes_text_cannot_drive_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A health check's answer (or its error, quoting a server) was printed as it was.
+    from agentium_harness._cli import check
+
+    monkeypatch.setattr(check, "_probe", lambda resolved: {"archive": "failed: \x1b[2Jserver \u202edown"})
+    assert main(["check", "--probe", str(_config(tmp_path))]) == 2
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "probe archive        failed: \\x1b[2Jserver \\u202edown" in out
+
+
 def test_check_reports_the_recorded_providers_wrapped_provider_and_options(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

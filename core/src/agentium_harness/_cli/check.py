@@ -19,7 +19,7 @@ from .._config.load import ResolvedConfig
 from .._config.runtime import build_runtime
 from .._config.source import find_config
 from .._errors import AgentiumError, ConfigError, ConfigIssue
-from .output import EXIT_OK, EXIT_USAGE, add_config_argument, print_json
+from .output import EXIT_OK, EXIT_USAGE, add_config_argument, print_json, shown
 
 __all__ = ["add_check_command", "cmd_check"]
 
@@ -100,7 +100,8 @@ def cmd_check(args: argparse.Namespace) -> int:
                 c = components[section]
                 sys.stdout.write(f"  {section:<14} {c['plugin']} ({c['distribution']} {c['version']})\n")
         for role, outcome in probes.items():
-            sys.stdout.write(f"  probe {role:<14} {outcome}\n")
+            # A health check's answer or error is the backend's text: no escape sequence reaches the terminal.
+            sys.stdout.write(f"  probe {role:<14} {shown(outcome)}\n")
     return EXIT_USAGE if failed else EXIT_OK
 
 
