@@ -198,6 +198,31 @@ async def test_an_object_replaced_out_of_band_fails_closed_and_is_never_overwrit
         await archive.aclose()
 
 
+async def test_a_group_truncated_to_nothing_is_not_read_as_an_erased_marker(
+    config: S3Config, admin: Any
+) -> None:
+    """An empty object is an erased group's marker only with the erasure's metadata.
+
+    Group 2 links to group 1; truncating group 1 to zero bytes out of band
+    must fail the read closed, not pass it over as erased (the link would
+    then hold and group 1 would vanish unnoticed).
+    """
+    archive = S3Archive(config)
+    try:
+        await archive.append(KEY, [plain_group(0)], OpContext.with_timeout(20))
+        await archive.append(KEY, [plain_group(1), plain_group(2)], OpContext.with_timeout(20))
+        admin.put_object(Bucket=BUCKET, Key=archive_key(config.prefix, KEY, 1), Body=b"")
+        for reader in (archive, S3Archive(config)):
+            with pytest.raises(ArchiveCorruptError, match="not an erased group's marker"):
+                await reader.read_groups(KEY, 0, 10, OpContext.with_timeout(20))
+            if reader is not archive:
+                await reader.aclose()
+        # Group 0, below the damage, still reads.
+        assert list(await archive.read_groups(KEY, 0, 1, OpContext.with_timeout(20))) == [plain_group(0)]
+    finally:
+        await archive.aclose()
+
+
 # -- sizes ------------------------------------------------------------------------------------------
 
 

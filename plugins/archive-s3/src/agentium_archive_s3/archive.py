@@ -89,6 +89,7 @@ from .erasure import (
 from .errors import S3ArchiveError, S3ConflictRetriesExhaustedError, S3ObjectTooLargeError, first_failure
 from .keys import (
     DIGEST_META,
+    ERASED_META,
     LINK_META,
     archive_key,
     archive_prefix,
@@ -399,6 +400,22 @@ class S3Archive(HistoryArchive):
         meta: dict[str, str] = reply.get("Metadata", {})
         return data, meta.get(DIGEST_META), meta.get(LINK_META)
 
+    def _check_marker(self, s3: S3Client, key: SessionKey, seq: int, object_key: str) -> None:
+        """An empty object listed in the folder must be an erased group's marker (worker thread).
+
+        An erasure writes the marker with ``agentium-erased`` metadata; an empty
+        object without it is a group truncated outside the archive, which a read
+        must not pass over as erased (a later group's link to it would then
+        hold, and the group would vanish unnoticed).
+        """
+        reply = s3.head_object(Bucket=self._config.bucket, Key=object_key)
+        meta: dict[str, str] = reply.get("Metadata", {})
+        if int(reply.get("ContentLength", 0)) != 0 or ERASED_META not in meta:
+            raise ArchiveCorruptError(
+                f"{_where(key, seq, object_key)} is empty but not an erased group's marker; it was "
+                "truncated or replaced outside the archive, and the read stops here"
+            )
+
     def _decode(
         self, key: SessionKey, seq: int, object_key: str, data: bytes, stored: str | None
     ) -> MessageGroup:
@@ -468,10 +485,17 @@ class S3Archive(HistoryArchive):
             except Exception as exc:
                 failures.append(exc)
 
+        async def marker(seq: int, object_key: str) -> None:
+            try:
+                await self._link.call(
+                    ctx, "archive read", lambda s3: self._check_marker(s3, key, seq, object_key)
+                )
+            except Exception as exc:
+                failures.append(exc)
+
         async with anyio.create_task_group() as tg:
             for seq, object_key, erased in listed:
-                if not erased:
-                    tg.start_soon(one, seq, object_key)
+                tg.start_soon(marker if erased else one, seq, object_key)
         if failures:
             raise first_failure(failures)
         # An erased group's marker keeps its seq present: a group linked to it reads on.
