@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
 import pytest
 from redis_servers import ServerProcess, new_prefix
 
@@ -27,6 +28,7 @@ from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import ArchiveReceipt
 from agentium_harness.testing import plain_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
+from agentium_recall_redis.session import MAX_UNINDEXED
 
 pytestmark = pytest.mark.anyio
 
@@ -56,6 +58,28 @@ async def test_a_long_index_is_searched_in_bounded_work(store: RedisRecallStore)
     before = store.round_trips
     assert await store.unindexed_groups(KEY, 2000, 16, ctx()) == [1500]
     assert store.round_trips - before == 1
+
+
+async def test_a_huge_max_groups_or_seq_is_clamped_and_never_holds_the_server(
+    make_server: Callable[..., ServerProcess],
+) -> None:
+    """``max_groups`` and seqs past any real session are clamped, so the script's scan stays bounded.
+
+    Unclamped, ``max_groups=10**30`` made the MISSING script loop (and grow a
+    table) for ever: the call timed out and the server answered every other
+    client BUSY. Its own server, so a regression cannot wedge the shared one.
+    """
+    server = make_server()
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix()))
+    try:
+        with anyio.fail_after(20):
+            found = await store.unindexed_groups(KEY, 10**30, 10**30, ctx(), start_seq=-(10**30))
+            assert found == list(range(MAX_UNINDEXED))  # nothing indexed: the lowest gaps, at most the cap
+            assert await store.unindexed_groups(KEY, 10**30, 3, ctx(), start_seq=10**29) == []
+            # The server is free: another call answers at once.
+            assert await store.unindexed_groups(KEY, 3, 16, ctx()) == [0, 1, 2]
+    finally:
+        await store.aclose()
 
 
 async def test_groups_lost_by_a_restart_without_persistence_are_indexed_again_by_the_next_commits(

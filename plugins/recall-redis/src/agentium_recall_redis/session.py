@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from .server import ServerErrors
     from .store import RedisRecallStore
 
-__all__ = ["RedisRecallSession", "StoreReads", "check_count"]
+__all__ = ["MAX_SCRIPT_INT", "MAX_UNINDEXED", "RedisRecallSession", "StoreReads", "check_count"]
 
 
 @attrs.frozen(slots=True)
@@ -84,11 +84,20 @@ POOL_PER_DEPTH: Final = 4
 _UNREAD: Final = frozenset({OmittedContext.SOURCE, OmittedContext.CORRECTION, OmittedContext.NEGATION})
 
 
+#: The largest magnitude an int argument reaches a script with: every integer up to it is exact in a
+#: Lua number and a Redis sorted-set score (doubles), so a seq or count past it is clamped, never rounded.
+MAX_SCRIPT_INT: Final = 2**53 - 1
+
+#: Most seqs one ``unindexed_groups`` reports (a larger ``max_groups`` is lowered to it): its script
+#: scans ``4 x`` that many seqs while every other client of the server waits.
+MAX_UNINDEXED: Final = 4096
+
+
 def check_count(value: object, what: str) -> int:
-    """``value``, an int argument named ``what``; refuse a bool or a non-int."""
+    """An int argument ``what``, clamped to ±:data:`MAX_SCRIPT_INT`; a bool or a non-int is refused."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentError(f"{what} must be an int, got {type(value).__name__}")
-    return value
+    return max(-MAX_SCRIPT_INT, min(MAX_SCRIPT_INT, value))
 
 
 def _unread_rest(excerpt: Excerpt) -> Excerpt:

@@ -118,7 +118,7 @@ from .server import (
     recheck,
     require_asyncio,
 )
-from .session import RedisRecallSession, StoreReads, check_count
+from .session import MAX_UNINDEXED, RedisRecallSession, StoreReads, check_count
 from .sources import check_size, group_sources, make_source, utf8, vector_calls
 from .terms import index_terms
 from .writes import Call, Writer
@@ -426,7 +426,11 @@ class RedisRecallStore(RecallStore):
         ctx.raise_if_expired("recall index")
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        end, limit = check_count(end_seq, "end_seq"), max(0, check_count(max_groups, "max_groups"))
+        # The script holds the server while it scans 4 x limit seqs: a huge max_groups would hang it.
+        end, limit = (
+            check_count(end_seq, "end_seq"),
+            min(MAX_UNINDEXED, max(0, check_count(max_groups, "max_groups"))),
+        )
         start = max(0, check_count(start_seq, "start_seq"))
         if end <= start or limit == 0:
             return []
