@@ -138,3 +138,76 @@ async def test_a_row_claiming_another_owner_is_never_a_candidate(
         await admin.zadd(f"{tp}:p:{bucket_mine}:zebra", {member: score})
     u1 = Scope("tA", "u1", "s")
     assert await _discover(store, u1, "zebra") == [mine.source_id]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (b"size", b"abc"),
+        (b"size", b"-5"),
+        (b"size", b"1e9"),
+        (b"sid", b"\xff\xfe"),
+        (b"rev", b"\xff"),
+        (b"o", b"u1/\xff/~/~"),
+    ],
+)
+async def test_a_row_with_a_damaged_field_is_skipped_not_a_crash(
+    store: RedisRecallStore, admin: aioredis.Redis, field: bytes, value: bytes
+) -> None:
+    # A row field rewritten outside the store into something it never writes (a size that is not a
+    # canonical decimal, an id or revision that is not UTF-8) raised a bare ValueError or
+    # UnicodeDecodeError out of discover and discover_hybrid. Such a row is never offered; the
+    # others still are.
+    from agentium_harness.plugin_api import EmbeddingModel, SourceVector, Vector
+    from agentium_recall_redis.keys import tenant_prefix
+
+    owner = SourceOwner("tD", user="u1")
+    damaged = await store.index_document(owner, "damaged", "zebra damaged notes", ctx())
+    intact = await store.index_document(owner, "intact", "zebra intact notes", ctx())
+    model = EmbeddingModel("axes", 2)
+    vectors = [Vector.normalized(model, [1.0, 0.0]), Vector.normalized(model, [0.9, 0.1])]
+    assert (
+        await store.index_vectors(
+            [SourceVector(damaged, vectors[0]), SourceVector(intact, vectors[1])], ctx()
+        )
+        == 2
+    )
+    tp = tenant_prefix(store.config.key_prefix, "tD")
+    n = (await admin.hget(f"{tp}:ids", damaged.source_id)).decode()
+    await admin.hset(f"{tp}:m:{n}", field, value)
+    session = await store.open(Scope("tD", "u1", "s"), RecallLimits(), ctx())
+    try:
+        lexical = await session.discover("zebra notes", 16, ctx())
+        hybrid = await session.discover_hybrid("zebra notes", vectors[0], 16, ctx())
+    finally:
+        await session.close()
+    assert [c.ref.source_id for c in lexical] == [intact.source_id]
+    assert [c.ref.source_id for c in hybrid] == [intact.source_id]
+
+
+async def test_a_damaged_title_is_shown_with_replacement_characters(
+    store: RedisRecallStore, admin: aioredis.Redis
+) -> None:
+    # Undecodable bytes (or UTF-8-encoded surrogates) in a title changed outside the store: shown
+    # as U+FFFD, never as a surrogate a host cannot encode.
+    from agentium_harness.plugin_api import EmbeddingModel, SourceVector, Vector
+    from agentium_recall_redis.keys import tenant_prefix
+
+    owner = SourceOwner("tT", user="u1")
+    ref = await store.index_document(owner, "d", "zebra notes", ctx(), title="zebra")
+    vector = Vector.normalized(EmbeddingModel("axes", 2), [1.0, 0.0])
+    assert await store.index_vectors([SourceVector(ref, vector)], ctx()) == 1
+    tp = tenant_prefix(store.config.key_prefix, "tT")
+    n = (await admin.hget(f"{tp}:ids", ref.source_id)).decode()
+    session = await store.open(Scope("tT", "u1", "s"), RecallLimits(), ctx())
+    try:
+        for title in (b"a\xffb", b"a\xed\xa0\x80b"):
+            await admin.hset(f"{tp}:m:{n}", b"title", title)
+            for found in (
+                await session.discover("zebra notes", 16, ctx()),
+                await session.discover_hybrid("zebra notes", vector, 16, ctx()),
+            ):
+                assert [c.ref.source_id for c in found] == [ref.source_id]
+                found[0].title.encode("utf-8")  # no surrogate
+    finally:
+        await session.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -93,6 +94,40 @@ MAX_SCRIPT_INT: Final = 2**53 - 1
 MAX_UNINDEXED: Final = 4096
 
 
+#: A row's ``size`` field as the store writes it: a canonical non-negative decimal.
+_SIZE: Final = re.compile(r"0|[1-9][0-9]{0,17}")
+
+
+def _row_size(value: object) -> int | None:
+    """A row's stored size, or ``None`` when the field was changed into something the store never writes."""
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+    return int(text) if _SIZE.fullmatch(text) else None
+
+
+def _is_utf8(value: object) -> bool:
+    """True for a ``str`` that came from valid UTF-8 (no surrogate escapes)."""
+    try:
+        str(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown(text: str) -> str:
+    """``text`` with every surrogate (undecodable bytes, a lone surrogate escaped in JSON) as U+FFFD."""
+    if _is_utf8(text):
+        return text
+    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+
+def _row_text(value: bytes) -> str | None:
+    """A row's id or revision field as text, or ``None`` when it is not UTF-8 (damaged outside the store)."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def check_count(value: object, what: str) -> int:
     """An int argument ``what``, clamped to ±:data:`MAX_SCRIPT_INT`; a bool or a non-int is refused."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -134,7 +169,9 @@ def _hybrid_rows(reply: Any) -> list[_HybridRow]:
     if not reply:
         return []
     header, blob = reply
-    decoded = json.loads(as_text(header))
+    # Undecodable bytes (a field damaged outside the store) stay surrogates, so the row can be told apart.
+    raw = bytes(header) if isinstance(header, bytes | bytearray) else str(header).encode()
+    decoded = json.loads(raw.decode("utf-8", "surrogateescape"))
     rows: list[_HybridRow] = []
     offset = 0
     for item in decoded if isinstance(decoded, list) else []:
@@ -143,15 +180,19 @@ def _hybrid_rows(reply: Any) -> list[_HybridRow]:
         if int(vlen) > 0:
             vector = bytes(blob[offset : offset + int(vlen)])
             offset += int(vlen)
+        stored_size = _row_size(size)
+        if stored_size is None or not (_is_utf8(sid) and _is_utf8(rev) and _is_utf8(okey)):
+            continue  # a row changed outside the store: never returned (its vector was skipped above)
         rows.append(
             _HybridRow(
                 str(n),
                 str(sid),
                 str(rev),
-                int(size),
+                stored_size,
                 str(okey),
                 int(tlen),
-                str(title),
+                # A title is shown, not matched: undecodable bytes read as U+FFFD, as in discover.
+                _shown(str(title)),
                 vector,
                 int(passes) == 1,
                 int(lexical) == 1,
@@ -241,16 +282,19 @@ class RedisRecallSession(RecallSession):
         spent = 0
         for sid, revision, title, size, okey, score in rows or ():
             owner = self._owner(okey)
-            source_id = sid.decode()
+            source_id, rev, stored_size = _row_text(sid), _row_text(revision), _row_size(size)
             # The buckets already hold; never trust one check: the row's owner field must be the
-            # owner its source id names (a row changed outside the store could claim another's).
+            # owner its source id names (a row changed outside the store could claim another's),
+            # and a field the store never writes that way marks the row as changed outside it too.
+            if source_id is None or rev is None or stored_size is None:
+                continue
             if owner is None or owner_of_source_id(source_id) != owner or not owner.visible_to(self._scope):
                 continue
             candidate = Candidate(
-                SourceRef(source_id, revision.decode()),
+                SourceRef(source_id, rev),
                 owner,
                 float(score),
-                int(size),
+                stored_size,
                 title.decode("utf-8", "replace"),
             )
             spent += candidate.discovery_bytes
