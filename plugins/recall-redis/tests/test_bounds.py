@@ -108,6 +108,20 @@ async def test_a_group_damaged_behind_the_stores_back_is_refused(
         await store.seek_groups(key, 0, 5, ctx())
 
 
+@pytest.mark.parametrize("score", [0.5, float("inf"), 1e20])
+async def test_a_group_filed_at_a_seq_the_store_never_writes_is_refused(
+    store: RedisRecallStore, admin: aioredis.Redis, score: float
+) -> None:
+    # A group-set score changed outside the store (not an integer, or past the exact range) raised a
+    # bare ValueError from int() in seek_groups.
+    key = SessionKey("dmg", "u", "s")
+    group = rich_group(0, key, "plum tree")
+    await store.index_groups(key, [group], [ArchiveReceipt(0, group.digest, "x")], ctx())
+    await admin.zadd(f"{tenant_prefix(store.config.key_prefix, 'dmg')}:g:1", {"1": score})
+    with pytest.raises(ArchiveCorruptError, match="damaged seq"):
+        await store.seek_groups(key, 0, 5, ctx())
+
+
 async def test_discovery_never_fetches_titles_past_its_byte_budget(
     store: RedisRecallStore, admin: aioredis.Redis
 ) -> None:

@@ -96,6 +96,7 @@ __all__ = [
     "owner_from_key",
     "owner_key",
     "owner_of_source_id",
+    "stored_seq",
     "tenant_prefix",
     "visible_owner_keys",
 ]
@@ -156,6 +157,16 @@ def owner_of_source_id(source_id: object) -> SourceOwner | None:
     except (ValueError, TypeError):  # bad escapes and invalid ids (InvalidIdError is a ValueError)
         return None
     return None
+
+
+def stored_seq(value: object) -> int | None:
+    """A group's seq as a reply holds it (a sorted-set score), or ``None`` unless a canonical decimal.
+
+    Scores the store writes are integers; ``0.5``, ``inf`` or ``1e+20`` mean
+    the group set was changed outside the store.
+    """
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+    return int(text) if _SEQ.fullmatch(text) else None
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -78,6 +78,7 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
+    ArchiveCorruptError,
     ArchiveReceipt,
     EraseReport,
     EraseTarget,
@@ -104,7 +105,7 @@ from agentium_harness.plugin_api import (
 from .config import RedisRecallConfig, redact_url
 from .erase import EraseOps, erase_target
 from .errors import RedisRecallError, RedisRecallValueTooLargeError
-from .keys import owner_key, owner_of_source_id, tenant_prefix
+from .keys import owner_key, owner_of_source_id, stored_seq, tenant_prefix
 from .link import CHECK_COMMANDS, Command, Link, Reply, ServerReport, as_text
 from .scripts import DELETE, MISSING, SEEK, VECTORS, Script
 from .server import (
@@ -467,7 +468,9 @@ class RedisRecallStore(RecallStore):
         )
         out: list[MessageGroup] = []
         for row in rows or ():
-            seq, digest, size = int(row[0]), as_text(row[1]), int(row[2])
+            seq, digest, size = stored_seq(row[0]), as_text(row[1]), int(row[2])
+            if seq is None:  # a score the store never writes (0.5, inf): the group set was changed
+                raise ArchiveCorruptError(f"an indexed group of session {key.key()} has a damaged seq")
             if len(row) < 4:
                 raise RedisRecallValueTooLargeError(
                     f"indexed group {seq} of session {key.key()} is {size} bytes, more than max_value_bytes "
