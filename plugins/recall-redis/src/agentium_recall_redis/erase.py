@@ -366,13 +366,18 @@ async def _group_sids(
 
 
 def _removed(sid: str, kind: str, seq: str, digest: str) -> tuple[SessionKey, int, str] | None:
-    """A removed group's (session, seq, digest) for the report; ``None`` for a document."""
-    if kind != "g":
-        return None
+    """A removed group's (session, seq, digest) for the report; ``None`` for a document.
+
+    Whether it is a group, and its seq, come from the source id the store
+    wrote (checked canonical by :func:`owner_of_source_id`), not from the
+    row's ``kind`` and ``seq`` fields: a row changed outside the store must
+    neither be reported as a document nor stop the report (``int("abc")``).
+    """
+    del kind, seq  # the row's own fields: kept in the reply for older callers, not trusted here
     owner = owner_of_source_id(sid)
-    if owner is None or owner.user is None or owner.session is None:
+    if owner is None or owner.user is None or owner.session is None or not sid.startswith("group/"):
         return None
-    return SessionKey(owner.tenant, owner.user, owner.session), int(seq), digest
+    return SessionKey(owner.tenant, owner.user, owner.session), int(sid.rsplit("/", 1)[1]), digest
 
 
 async def _collect_all(store: EraseOps, link: Link, prefix: str, ctx: OpContext) -> int:

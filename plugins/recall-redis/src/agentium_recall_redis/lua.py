@@ -159,7 +159,9 @@ local function plan_drop(P, n, b, kind, legacy, room)
     need(P .. ':gc', 'list')
   end
   for _, term in ipairs(d.terms) do need((posting(P, b, n, term)), 'zset') end
-  if kind == 'g' then need(P .. ':g:' .. b, 'zset') end
+  -- Out of the bucket's group set whatever the row's kind field says (damaged, it must not keep a
+  -- removed group listed there); a document was never in it, and ZREM of it is a no-op.
+  need(P .. ':g:' .. b, 'zset')
   need_count(P, b)
   -- Its vector goes with it: out of the bucket's vector set and the tenant's vector count.
   d.vec = redis.call('HEXISTS', P .. ':m:' .. n, 'vec') == 1
@@ -172,7 +174,7 @@ local function plan_drop(P, n, b, kind, legacy, room)
 end
 local function drop(P, d)
   for _, term in ipairs(d.terms) do redis.call('ZREM', posting(P, d.b, d.n, term)) end
-  if d.kind == 'g' then redis.call('ZREM', P .. ':g:' .. d.b, d.n) end
+  redis.call('ZREM', P .. ':g:' .. d.b, d.n)
   if d.vec then
     redis.call('ZREM', P .. ':vs:' .. d.b, d.n)
     redis.call('DECR', P .. ':vc')
