@@ -188,6 +188,30 @@ async def test_a_groups_erasure_leaves_markers_so_later_groups_read_and_erased_o
         await archive.aclose()
 
 
+async def test_a_read_checks_only_the_erased_markers_a_group_links_to(
+    server: S3Server, config: S3Config
+) -> None:
+    """A linked marker is HEADed once (it must carry the erasure's metadata); other markers cost nothing."""
+    client = raw_client(server)
+    heads: list[str] = []
+    client.meta.events.register(
+        "before-parameter-build.s3.HeadObject", lambda params, **_: heads.append(params["Key"])
+    )
+    archive = S3Archive(config, client=client)
+    groups = [plain_group(s, f" g{s}") for s in range(6)]
+    try:
+        await archive.append(GONE, groups[:1], _ctx())
+        await archive.append(GONE, groups[1:], _ctx())  # groups 2 to 5 name group 1, the batch's lowest
+        await archive.erase(EraseTarget.groups_of(GONE, [SeqRange(1, 4)]), _ctx())
+        heads.clear()
+        fresh = S3Archive(config, client=client)
+        assert [g.seq for g in await fresh.read_groups(GONE, 0, 10, _ctx())] == [0, 4, 5]
+        assert heads == [archive_key(config.prefix, GONE, 1)]  # once, though two groups link to it
+    finally:
+        await archive.aclose()
+        client.close()
+
+
 # -- the write fence ------------------------------------------------------------------------------
 
 

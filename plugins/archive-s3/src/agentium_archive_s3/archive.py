@@ -53,6 +53,7 @@ import hashlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, ClassVar, Final
 
 import anyio
@@ -485,21 +486,16 @@ class S3Archive(HistoryArchive):
             except Exception as exc:
                 failures.append(exc)
 
-        async def marker(seq: int, object_key: str) -> None:
-            try:
-                await self._link.call(
-                    ctx, "archive read", lambda s3: self._check_marker(s3, key, seq, object_key)
-                )
-            except Exception as exc:
-                failures.append(exc)
-
         async with anyio.create_task_group() as tg:
             for seq, object_key, erased in listed:
-                tg.start_soon(marker if erased else one, seq, object_key)
+                if not erased:
+                    tg.start_soon(one, seq, object_key)
         if failures:
             raise first_failure(failures)
         # An erased group's marker keeps its seq present: a group linked to it reads on.
         present = {seq for seq, _, _ in listed}
+        markers = {seq: object_key for seq, object_key, erased in listed if erased}
+        linked: dict[int, str] = {}
         for seq, object_key, erased in listed:
             if erased:
                 continue
@@ -512,6 +508,14 @@ class S3Archive(HistoryArchive):
                     f"{_where(key, seq, object_key)} was archived after it; it was deleted outside the "
                     "archive (or partly forgotten), and the read stops here"
                 )
+            if link in markers:
+                linked[link] = markers[link]
+        # A linked group read as an empty object must be an erasure's marker, not a group truncated
+        # outside the archive: one HEAD per such link (few: one per erased range), none for the rest.
+        for seq, object_key in sorted(linked.items()):
+            await self._link.call(
+                ctx, "archive read", partial(self._check_marker, key=key, seq=seq, object_key=object_key)
+            )
         if listed:
             self._remember(key, listed[-1][0])
         return [fetched[seq][0] for seq, _, erased in listed if not erased]
