@@ -16,10 +16,12 @@ from s3_servers import S3Server, free_port
 from agentium_archive_s3 import (
     S3AccessDeniedError,
     S3Archive,
+    S3ArchiveError,
     S3BucketNotFoundError,
     S3Config,
     S3ObjectTooLargeError,
     S3SessionStore,
+    S3SessionStoreError,
     S3UnavailableError,
 )
 from agentium_archive_s3.keys import archive_key
@@ -221,6 +223,34 @@ async def test_a_group_truncated_to_nothing_is_not_read_as_an_erased_marker(
         assert list(await archive.read_groups(KEY, 0, 1, OpContext.with_timeout(20))) == [plain_group(0)]
     finally:
         await archive.aclose()
+
+
+async def test_ids_too_long_for_an_s3_key_and_seqs_past_the_key_are_refused_before_any_request(
+    config: S3Config, admin: Any
+) -> None:
+    """Valid ids of 256 characters outside ``[A-Za-z0-9_-]`` encode to keys past S3's 1024 bytes.
+
+    AWS and Ceph RGW refused such writes with a bare ``InvalidObjectName`` (HTTP 400) and moto
+    stored them; a seq past the 20-digit key raised ``ValueError``. Each is now a typed error
+    before any request, on every server, and nothing is written; a read past the last seq a key
+    holds finds nothing.
+    """
+    archive, store = S3Archive(config), S3SessionStore(config)
+    long_key = SessionKey("租" * 40, "用" * 40, "会" * 40)
+    try:
+        with pytest.raises(S3ArchiveError, match="more than S3's 1024") as err:
+            await archive.append(long_key, [plain_group(0)], OpContext.with_timeout(20))
+        assert err.value.code == "KeyTooLong"
+        with pytest.raises(S3SessionStoreError, match="more than S3's 1024"):
+            await store.save(long_key, scoped_snapshot(long_key), None, OpContext.with_timeout(20))
+        with pytest.raises(S3ArchiveError, match="seq outside") as err:
+            await archive.append(KEY, [plain_group(0), plain_group(10**20)], OpContext.with_timeout(20))
+        assert err.value.code == "SeqOutOfRange"
+        assert list(await archive.read_groups(KEY, 10**21, 5, OpContext.with_timeout(20))) == []
+    finally:
+        await archive.aclose()
+        await store.aclose()
+    assert live_keys(admin, config.prefix) == []
 
 
 # -- sizes ------------------------------------------------------------------------------------------

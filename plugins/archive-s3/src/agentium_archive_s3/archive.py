@@ -92,9 +92,11 @@ from .keys import (
     DIGEST_META,
     ERASED_META,
     LINK_META,
+    MAX_SEQ,
     archive_key,
     archive_prefix,
     parse_archive_key,
+    upload_key,
 )
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
@@ -182,11 +184,12 @@ class S3Archive(HistoryArchive):
                         "different content; nothing of the batch was written"
                     )
                 continue
+            object_key = upload_key(self._config.prefix, key, group.seq)
             md5 = hashlib.md5(data, usedforsecurity=False).digest()
             upload = _Upload(
                 session=key,
                 seq=group.seq,
-                key=archive_key(self._config.prefix, key, group.seq),
+                key=object_key,
                 data=data,
                 digest=group.digest,
                 md5_b64=base64.b64encode(md5).decode("ascii"),
@@ -466,7 +469,7 @@ class S3Archive(HistoryArchive):
         """Up to ``max_groups`` whole, re-checked groups with ``seq >= start_seq``, ascending."""
         ctx.raise_if_expired("archive read")
         limit = max(0, max_groups)
-        if limit == 0:
+        if limit == 0 or start_seq > MAX_SEQ:  # no key holds a seq past MAX_SEQ
             return []
         listed = await self._link.call(
             ctx, "archive read", lambda s3: self._list(s3, key, max(0, start_seq), limit)

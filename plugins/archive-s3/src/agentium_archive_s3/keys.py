@@ -23,25 +23,33 @@ from typing import Final
 
 from agentium_harness.plugin_api import SessionKey, decode_segment, encode_segment
 
+from .errors import S3ArchiveError
+
 __all__ = [
     "DIGEST_META",
     "ERASED_META",
     "LINK_META",
     "STORED_DIGEST",
+    "MAX_KEY_BYTES",
     "MAX_SEQ",
     "archive_key",
     "archive_prefix",
     "archive_root",
+    "key_too_long",
     "parse_archive_key",
     "parse_session_key",
     "probe_key",
     "session_object_key",
+    "upload_key",
     "sessions_prefix",
     "sessions_root",
 ]
 
 #: The largest ``seq`` a 20-digit key can hold.
 MAX_SEQ: Final = 10**20 - 1
+
+#: The longest object key S3 takes, in UTF-8 bytes (AWS, Ceph RGW and MinIO refuse longer ones).
+MAX_KEY_BYTES: Final = 1024
 
 _SEQ_NAME: Final = re.compile(r"([0-9]{20})\.json")
 _SESSION_NAME: Final = re.compile(r"([A-Za-z0-9_%-]+)\.json")
@@ -103,6 +111,41 @@ def parse_session_key(folder: str, object_key: str) -> str | None:
         return decode_segment(match.group(1))
     except ValueError:
         return None
+
+
+def key_too_long(object_key: str) -> str | None:
+    """Why S3 would refuse ``object_key`` (a message part), or ``None`` when it fits.
+
+    Checked before a write, so a session whose encoded ids are too long (an id
+    of 256 characters outside ``[A-Za-z0-9_-]`` encodes to up to 2,304) gets a
+    clear error before any request, on every server alike (moto has no limit).
+    """
+    size = len(object_key.encode("utf-8"))
+    if size <= MAX_KEY_BYTES:
+        return None
+    return (
+        f"its object key would be {size} bytes, more than S3's {MAX_KEY_BYTES} (the encoded tenant, user "
+        "and session ids and the prefix are too long together)"
+    )
+
+
+def upload_key(prefix: str, key: SessionKey, seq: int) -> str:
+    """:func:`archive_key`, or :class:`~.errors.S3ArchiveError` (before any request) if S3 cannot hold it."""
+    if not 0 <= seq <= MAX_SEQ:
+        raise S3ArchiveError(
+            f"s3 archive: group {seq} of session {key.key()} has a seq outside [0, {MAX_SEQ}], the seqs a "
+            "key holds; nothing of the batch was written",
+            code="SeqOutOfRange",
+        )
+    object_key = archive_key(prefix, key, seq)
+    too_long = key_too_long(object_key)
+    if too_long is not None:
+        raise S3ArchiveError(
+            f"s3 archive: group {seq} of session {key.key()} cannot be stored: {too_long}; nothing of the "
+            "batch was written",
+            code="KeyTooLong",
+        )
+    return object_key
 
 
 def probe_key(prefix: str) -> str:

@@ -91,7 +91,7 @@ from .errors import (
     S3SaveOutcomeUnknownError,
     S3SessionStoreError,
 )
-from .keys import parse_session_key, session_object_key, sessions_prefix
+from .keys import key_too_long, parse_session_key, session_object_key, sessions_prefix
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
 from .sessions_erase import erase_snapshots
@@ -230,6 +230,11 @@ class S3SessionStore(SessionStore):
             )
         body = snapshot_body(revision, data)
         object_key = session_object_key(self._config.prefix, key)
+        if (too_long := key_too_long(object_key)) is not None:
+            raise S3SessionStoreError(
+                f"s3 session store: session {key.key()} cannot be saved: {too_long}; nothing was written",
+                code="KeyTooLong",
+            )
         cached = self._etags.get(key)
         known = cached[1] if cached is not None and cached[0] == expected_revision else None
         etag = await self._link.call(
