@@ -197,6 +197,35 @@ async def test_a_closed_store_refuses_calls(store: RedisRecallStore) -> None:
         await _open(store)
 
 
+async def test_a_read_in_flight_when_the_store_closes_ends_and_leaves_no_connection_open(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # aclose() disconnected the pool under a read waiting for its reply; the link took that for a
+    # stale pooled connection and sent the read again on a new connection of the closed client,
+    # which answered after the close and then stayed open (a leak). Now the read ends with a typed
+    # error and the closed store holds no connection.
+    name = f"close-{new_prefix()}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix(), client_name=name))
+    await store.index_document(SourceOwner("cl"), "d", "kiwi text", OpContext.with_timeout(5))
+    session = await store.open(Scope("cl", "u", "s"), RecallLimits(), OpContext.with_timeout(5))
+    outcome: list[object] = []
+
+    async def discover() -> None:
+        try:
+            outcome.append(await session.discover("kiwi", 4, OpContext.with_timeout(20)))
+        except RedisRecallError as exc:
+            outcome.append(exc)
+
+    await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # the read waits for its reply
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(discover)
+        await anyio.sleep(0.3)
+        await store.aclose()
+    assert isinstance(outcome[0], RedisRecallError) and "closed" in str(outcome[0])
+    await anyio.sleep(1.5)  # past the pause: a read sent again would have been answered by now
+    assert [c for c in await admin.client_list() if c.get("name") == name] == []
+
+
 def test_under_trio_the_store_says_it_needs_asyncio() -> None:
     trio = pytest.importorskip("trio")
     store = RedisRecallStore()

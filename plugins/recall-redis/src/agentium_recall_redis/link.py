@@ -27,6 +27,8 @@ import attrs
 
 from agentium_harness.plugin_api import client_span
 
+from .errors import RedisRecallError
+
 if TYPE_CHECKING:
     # redis is imported where a client is made or its errors are told apart, not when the plugin
     # loads: listing plugins (``agentium plugins``) must not pay for it.
@@ -184,6 +186,9 @@ class Link:
         self.client = client
         self.round_trips = 0
         self.on_check: Callable[[list[Reply]], None] | None = None
+        #: Set by the store's ``aclose()``: a read cut off by the close is not sent again (a new
+        #: connection of the closed client would answer after the close and then stay open).
+        self.closed = False
         self._seen: weakref.WeakSet[Any] = weakref.WeakSet()
         self._checked: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -215,6 +220,11 @@ class Link:
             try:
                 return await self._roundtrip(commands, progress, checked)
             except RedisConnectionError:
+                if self.closed:
+                    raise RedisRecallError(
+                        "redis recall store: the store was closed while this read was in flight; nothing "
+                        "was returned"
+                    ) from None
                 if progress.replied:
                     raise
                 # A read whose pooled connection the server had closed (a restart the event loop has not

@@ -525,6 +525,7 @@ class RedisRecallStore(RecallStore):
         return _LoopConnection(client, Link(client), asyncio.Lock())
 
     async def _close_connection(self, conn: _LoopConnection) -> None:
+        conn.link.closed = True  # a read the close cuts off is not sent again on a new connection
         if self._lent is None:
             with anyio.CancelScope(shield=True):
                 await conn.client.aclose()
