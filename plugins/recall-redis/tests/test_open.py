@@ -32,6 +32,7 @@ from agentium_recall_redis import (
     RedisRecallError,
     RedisRecallServerError,
     RedisRecallStore,
+    RedisRecallTimeoutError,
     redact_url,
 )
 
@@ -224,6 +225,38 @@ async def test_a_read_in_flight_when_the_store_closes_ends_and_leaves_no_connect
     assert isinstance(outcome[0], RedisRecallError) and "closed" in str(outcome[0])
     await anyio.sleep(1.5)  # past the pause: a read sent again would have been answered by now
     assert [c for c in await admin.client_list() if c.get("name") == name] == []
+
+
+async def test_a_write_cut_off_by_the_close_is_settled_truthfully_and_leaves_no_connection_open(
+    server: ServerProcess, admin: aioredis.Redis
+) -> None:
+    # A write whose connection aclose() broke is settled (re-read its token, fence it) on a new
+    # connection of the closed client, as it must be; that connection then stayed open for good.
+    name = f"close-{new_prefix()}"
+    store = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix(), client_name=name))
+    owner = SourceOwner("cl")
+    await store.index_document(owner, "d", "kiwi text", OpContext.with_timeout(5))
+    outcome: list[object] = []
+
+    async def write() -> None:
+        try:
+            outcome.append(await store.index_document(owner, "e", "kiwi more", OpContext.with_timeout(20)))
+        except RedisRecallTimeoutError as exc:
+            outcome.append(exc)
+
+    await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # the write waits for its reply
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write)
+        await anyio.sleep(0.3)
+        await store.aclose()
+    assert isinstance(outcome[0], RedisRecallTimeoutError) and outcome[0].applied is False
+    await anyio.sleep(2.0)  # past the pause and the settlement
+    assert [c for c in await admin.client_list() if c.get("name") == name] == []
+    reader = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=store.config.key_prefix))
+    session = await reader.open(Scope("cl", "u", "s"), RecallLimits(), OpContext.with_timeout(5))
+    found = await session.discover("kiwi", 5, OpContext.with_timeout(5))
+    assert [c.ref.source_id for c in found] == ["doc/cl/~/~/~/~/d"]  # fenced: it never ran
+    await reader.aclose()
 
 
 def test_under_trio_the_store_says_it_needs_asyncio() -> None:

@@ -182,8 +182,11 @@ class Link:
     with its persistence as it is now.
     """
 
-    def __init__(self, client: Redis) -> None:
+    def __init__(self, client: Redis, *, owned: bool = False) -> None:
         self.client = client
+        #: The store created ``client`` (it is not a host's): once closed, its connections are dropped
+        #: again after every later round trip (a write's settlement), so none outlives ``aclose()``.
+        self.owned = owned
         self.round_trips = 0
         self.on_check: Callable[[list[Reply]], None] | None = None
         #: Set by the store's ``aclose()``: a read cut off by the close is not sent again (a new
@@ -210,6 +213,18 @@ class Link:
         more on a new connection (reads change nothing). ``checked`` says that
         ``commands`` read what :data:`CHECK_COMMANDS` would (the open).
         """
+        try:
+            return await self._call(commands, deadline, attempt, checked)
+        finally:
+            if self.closed and self.owned:
+                # A round trip after the close (a cut-off write's settlement, which must still fence it)
+                # opened a connection of the closed client: drop it rather than leave it open for good.
+                with anyio.CancelScope(shield=True):
+                    await self.client.connection_pool.disconnect()
+
+    async def _call(
+        self, commands: Sequence[Command], deadline: float | None, attempt: Attempt | None, checked: bool
+    ) -> list[Reply]:
         from redis.exceptions import ConnectionError as RedisConnectionError
 
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -522,7 +522,7 @@ class RedisRecallStore(RecallStore):
     def _connection(self) -> _LoopConnection:
         """The running loop's connection: the lent client, or a client of its own for this loop."""
         client = self._lent if self._lent is not None else make_client(self._config, self._errors)
-        return _LoopConnection(client, Link(client), asyncio.Lock())
+        return _LoopConnection(client, Link(client, owned=self._lent is None), asyncio.Lock())
 
     async def _close_connection(self, conn: _LoopConnection) -> None:
         conn.link.closed = True  # a read the close cuts off is not sent again on a new connection
