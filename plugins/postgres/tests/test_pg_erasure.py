@@ -386,3 +386,47 @@ async def test_forget_with_erased_sources_on_postgres_leaves_the_text_in_no_row_
         assert secret.encode() not in every_byte(admin, schema)
     finally:
         await runtime.aclose()
+
+
+async def test_rows_with_key_text_no_id_encodes_to_are_erased_with_their_tenant_not_a_bare_error(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    # Rows written behind the adapters' back (the application role may insert any key text within
+    # its tenant) whose user or session key no id encodes to: a tenant or user erasure must still
+    # take them. Decoding their keys for the report raised a bare ValueError and stopped it for good.
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    recall = PostgresRecallStore(app_config)
+    s = sql.Identifier(schema)
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {}.archive_groups (tenant_key, user_key, session_key, seq, digest, data) "
+            "VALUES ('acme', 'bad key', 's1', 0, 'x', 'x'), ('acme', 'ana', '%ZZ', 0, 'x', 'x')"
+        ).format(s)
+    )
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {}.session_snapshots "
+            "(tenant_key, user_key, session_key, session_id, revision, data) "
+            "VALUES ('acme', 'ana', '%ZZ', 'x', 1, 'x'), ('acme', 'b%2', 's1', 'y', 1, 'y')"
+        ).format(s)
+    )
+    admin.execute(
+        sql.SQL(
+            "INSERT INTO {}.recall_sources (tenant_key, source_id, kind, user_key, session_key, revision, "
+            "title, size_bytes, seq, body, tsv) VALUES ('acme', 'group/x', 'group', 'ana', '%ZZ', 'r', '', "
+            "1, 0, 'b', to_tsvector('simple', 'b')), ('acme', 'group/y', 'group', NULL, NULL, 'r', '', "
+            "1, 1, 'b', to_tsvector('simple', 'b'))"
+        ).format(s)
+    )
+    try:
+        for target, expected in ((EraseTarget("acme", "ana"), 1), (EraseTarget("acme"), 1)):
+            for adapter, kind in ((archive, "group"), (store, "snapshot"), (recall, "group")):
+                dry = await adapter.erase(target, _ctx(), dry_run=True)
+                done = await adapter.erase(target, _ctx())
+                assert dry.count(kind) == done.count(kind) >= expected, (adapter, target)
+                assert done.sessions == ()  # no session can be named from such keys
+        for table in ("archive_groups", "session_snapshots", "recall_sources"):
+            assert rows_of(admin, schema, table) == [], table
+    finally:
+        for adapter in (archive, store, recall):
+            await adapter.aclose()

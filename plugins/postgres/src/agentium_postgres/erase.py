@@ -32,7 +32,7 @@ turns and erase as another. An erase by a role without it raises
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from psycopg import sql
@@ -107,8 +107,25 @@ def target_filter(target: EraseTarget, *, seq: bool = True) -> tuple[sql.Composa
     return sql.SQL(" AND ").join(parts), params
 
 
-def _key(target: EraseTarget, user_key: object, session_key: object) -> SessionKey:
-    return SessionKey(target.tenant_id, decode_segment(str(user_key)), decode_segment(str(session_key)))
+def _key(target: EraseTarget, user_key: object, session_key: object) -> SessionKey | None:
+    """The session a row's key columns name, or ``None`` when they no key segment could be.
+
+    A row written behind the adapters' back may hold key text no id encodes
+    to. The target's filter matched it by key equality, so it is the
+    target's and is erased all the same; the report counts it but cannot
+    name its session (a ``ValueError`` here stopped the erasure for good).
+    """
+    if not isinstance(user_key, str) or not isinstance(session_key, str):
+        return None
+    try:
+        return SessionKey(target.tenant_id, decode_segment(user_key), decode_segment(session_key))
+    except ValueError:  # a bad escape, or an id no key holds (InvalidIdError is a ValueError)
+        return None
+
+
+def _named(rows: Iterable[tuple[SessionKey | None, int, str]]) -> list[tuple[SessionKey, int, str]]:
+    """The rows whose session could be named (see :func:`_key`)."""
+    return [(key, seq, digest) for key, seq, digest in rows if key is not None]
 
 
 def _status(found: int, bound: int) -> EraseStatus:
@@ -150,7 +167,7 @@ async def erase_archive(
     kind, detail = physical(len(taken), dry_run)
     return EraseReport(
         count_items(group=len(taken)),
-        group_sessions((_key(target, u, s), int(seq), str(d)) for u, s, seq, d in taken),
+        group_sessions(_named((_key(target, u, s), int(seq), str(d)) for u, s, seq, d in taken)),
         _status(len(found), bound),
         kind,
         detail,
@@ -181,11 +198,12 @@ async def erase_snapshots(
             ).format(s=sql.Identifier(schema)),
             ([r[0] for r in taken], [r[1] for r in taken], params[0]),
         )
-    keys = [_key(target, u, s) for u, s, _ in taken]
+    named = [(key, data) for key, data in ((_key(target, u, s), data) for u, s, data in taken) if key]
+    keys = [key for key, _ in named]
     kind, detail = physical(len(taken), dry_run)
     report = EraseReport(
         count_items(snapshot=len(taken)),
-        tuple(snapshot_erasure(key, bytes(data)) for key, (_, _, data) in zip(keys, taken, strict=True)),
+        tuple(snapshot_erasure(key, bytes(data)) for key, data in named),
         _status(len(found), bound),
         kind,
         detail,
@@ -232,7 +250,7 @@ async def erase_recall(
         detail += "; the erased groups' canonical copies in archive_groups went with them"
     return EraseReport(
         count_items(group=len(groups), document=len(taken) - len(groups)),
-        group_sessions((_key(target, u, s), int(seq), str(rev)) for u, s, seq, rev in groups),
+        group_sessions(_named((_key(target, u, s), int(seq), str(rev)) for u, s, seq, rev in groups)),
         _status(len(found), bound),
         kind,
         detail,
