@@ -4,6 +4,7 @@ found however many newer sources a common word matches, and bad documents write 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -11,7 +12,18 @@ import psycopg
 import pytest
 
 from agentium_harness import InvalidArgumentError
-from agentium_harness.plugin_api import OpContext, RecallLimits, Scope, SourceOwner, document_source_id
+from agentium_harness.plugin_api import (
+    EmbeddingModel,
+    OpContext,
+    RecallLimits,
+    Scope,
+    SessionKey,
+    SourceOwner,
+    SourceRef,
+    SourceVector,
+    Vector,
+    document_source_id,
+)
 from agentium_postgres import PostgresConfig, PostgresRecallStore
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +108,48 @@ async def test_documents_postgres_cannot_hold_are_refused_and_nothing_is_written
         await store.aclose()
     row = admin.execute(f'SELECT count(*) FROM "{schema}".recall_sources').fetchone()
     assert row == (0,)
+
+
+def _vector(ref: SourceRef) -> SourceVector:
+    return SourceVector(ref, Vector(EmbeddingModel("m", 2), (1.0, 0.0)))
+
+
+async def test_arguments_of_the_wrong_type_are_refused_typed_and_change_nothing(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # A host may call the store directly: each of these raised a bare AttributeError, TypeError or
+    # UnicodeEncodeError (a revision with a lone surrogate reached the driver), or a count too large
+    # for an integer named no function ("the schema is missing"), instead of InvalidArgumentError.
+    store = PostgresRecallStore(app_config)
+    key = SessionKey("acme", "ana", "s1")
+    try:
+        ref = await store.index_document(SourceOwner("acme", "ana"), "d1", "hello world", _ctx())
+        before = admin.execute(f'SELECT * FROM "{schema}".recall_sources').fetchall()
+        session = await store.open(SCOPE, RecallLimits(), _ctx())
+        refused: list[Callable[[], Awaitable[object]]] = [
+            lambda: session.read(["x"], 100, _ctx()),  # type: ignore[list-item]
+            lambda: session.read(None, 100, _ctx()),  # type: ignore[arg-type]
+            lambda: session.read([ref], "100", _ctx()),  # type: ignore[arg-type]
+            lambda: session.validate([1], _ctx()),  # type: ignore[list-item]
+            lambda: session.validate_current("ab", _ctx()),  # type: ignore[arg-type]
+            lambda: session.discover("hello", "5", _ctx()),  # type: ignore[arg-type]
+            lambda: session.discover("hello", 5, None),  # type: ignore[arg-type]
+            lambda: store.seek_groups(key, "0", 5, _ctx()),  # type: ignore[arg-type]
+            lambda: store.index_groups(key, None, None, _ctx()),  # type: ignore[arg-type]
+            lambda: store.index_vectors(None, _ctx()),  # type: ignore[arg-type]
+            lambda: store.index_vectors([_vector(SourceRef(ref.source_id, "a\ud800"))], _ctx()),
+            lambda: store.index_vectors([_vector(SourceRef(ref.source_id, "a\x00"))], _ctx()),
+            lambda: store.index_vectors([_vector("x")], _ctx()),  # type: ignore[arg-type]
+        ]
+        for call in refused:
+            with pytest.raises(InvalidArgumentError):
+                await call()
+        # Counts beyond any table are bounds, not errors.
+        assert [c.ref for c in await session.discover("hello", 10**30, _ctx())] == [ref]
+        assert await store.seek_groups(key, 0, 10**30, _ctx()) == []
+        assert await store.unindexed_groups(key, 10**30, 2, _ctx()) == [0, 1]
+        assert admin.execute(f'SELECT * FROM "{schema}".recall_sources').fetchall() == before
+        row = admin.execute(f'SELECT count(*) FROM "{schema}".recall_vectors').fetchone()
+        assert row == (0,)
+    finally:
+        await store.aclose()

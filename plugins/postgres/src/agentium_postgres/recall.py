@@ -55,6 +55,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .archive import group_rows, health_probe, insert_groups, read_groups
+from .args import checked_count, checked_ctx, checked_sequence
 from .config import PostgresConfig
 from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
@@ -171,7 +172,7 @@ class PostgresRecallStore(RecallStore):
         self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
     ) -> SourceRef:
         """Add or replace document ``doc_id`` of ``owner``; identical content writes nothing."""
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
         if not isinstance(owner, SourceOwner):
             raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
         try:
@@ -208,7 +209,7 @@ class PostgresRecallStore(RecallStore):
 
     async def delete_document(self, owner: SourceOwner, doc_id: str, ctx: OpContext) -> bool:
         """Remove document ``doc_id`` of ``owner``; True if it was indexed."""
-        ctx.raise_if_expired("recall delete")
+        checked_ctx(ctx, "recall delete").raise_if_expired("recall delete")
         if not isinstance(owner, SourceOwner):
             raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
         try:
@@ -244,7 +245,11 @@ class PostgresRecallStore(RecallStore):
         Every group is checked against its receipt before anything is
         written. Returns how many groups were newly indexed.
         """
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
+        if not isinstance(key, SessionKey):
+            raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        checked_sequence(groups, "groups", "recall index")
+        checked_sequence(receipts, "receipts", "recall index")
         checked = [group for group, _ in checked_index_batch(key, groups, receipts)]
         try:
             archived = group_rows(key, checked, self._config.max_row_bytes, self._link.name)
@@ -292,13 +297,12 @@ class PostgresRecallStore(RecallStore):
         engine asks after every archiving commit, so a gap is reported while
         it is recent.
         """
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
-        for name, value in (("end_seq", end_seq), ("max_groups", max_groups), ("start_seq", start_seq)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__}")
-        start = max(0, start_seq)
+        end_seq = checked_count(end_seq, "end_seq", "recall index")
+        max_groups = checked_count(max_groups, "max_groups", "recall index")
+        start = max(0, checked_count(start_seq, "start_seq", "recall index"))
         if end_seq <= start or max_groups <= 0:
             return []
         t, u, s = key.key_segments()
@@ -321,7 +325,8 @@ class PostgresRecallStore(RecallStore):
         :class:`~agentium_harness.plugin_api.EmbeddingModelMismatchError` and
         writes nothing.
         """
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
+        checked_sequence(vectors, "vectors", "recall index")
         model, by_tenant = vector_batches(vectors)
         if model is None:
             return 0
@@ -344,9 +349,11 @@ class PostgresRecallStore(RecallStore):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` archived groups of ``key`` from ``start_seq`` on, from the archive table."""
-        ctx.raise_if_expired("recall seek")
+        checked_ctx(ctx, "recall seek").raise_if_expired("recall seek")
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
+        start_seq = checked_count(start_seq, "start_seq", "recall seek")
+        max_groups = checked_count(max_groups, "max_groups", "recall seek")
         schema, cap = self._config.schema, self._config.max_row_bytes
 
         async def work(conn: Conn) -> list[MessageGroup]:

@@ -10,7 +10,7 @@ for how discovery ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
@@ -33,6 +33,7 @@ from agentium_harness.plugin_api import (
 )
 from agentium_harness.plugin_api import Vector as _Vector
 
+from .args import checked_count, checked_ctx, checked_refs
 from .errors import PostgresRecallError
 from .keys import q
 from .recall_sql import scope_params, term_query
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     from .recall import PostgresRecallStore
 
 __all__ = ["PostgresRecallSession"]
+
+#: The largest ``integer`` (int4): what the discovery functions' counts may be.
+_MAX_INT4: Final = 2**31 - 1
 
 
 class PostgresRecallSession(RecallSession):
@@ -66,7 +70,7 @@ class PostgresRecallSession(RecallSession):
         return self._scope
 
     def _begin(self, ctx: OpContext, operation: str) -> None:
-        ctx.raise_if_expired(operation)
+        checked_ctx(ctx, operation).raise_if_expired(operation)
         if self._closed:
             raise PostgresRecallError(
                 f"postgres recall store: {operation} refused: the recall session is closed"
@@ -84,7 +88,8 @@ class PostgresRecallSession(RecallSession):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
         terms = query_terms(query)
         self._terms = terms
-        limit = max(0, max_candidates)
+        # The discovery functions take an integer: a larger count would name no function at all.
+        limit = min(_MAX_INT4, max(0, checked_count(max_candidates, "max_candidates", "recall discover")))
         if not terms or limit == 0:
             return []
         config = self._store.config
@@ -146,7 +151,8 @@ class PostgresRecallSession(RecallSession):
             raise InvalidArgumentError(f"vector must be a Vector, got {type(vector).__name__}")
         terms = query_terms(query)
         self._terms = terms
-        limit = max(0, max_candidates)
+        # The discovery functions take an integer: a larger count would name no function at all.
+        limit = min(_MAX_INT4, max(0, checked_count(max_candidates, "max_candidates", "recall discover")))
         if limit == 0:
             return []
         config = self._store.config
@@ -216,7 +222,8 @@ class PostgresRecallSession(RecallSession):
     ) -> Sequence[Excerpt]:
         """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets."""
         self._begin(ctx, "recall read")
-        wanted = [(ref, self._owner(ref.source_id)) for ref in refs]
+        wanted = [(ref, self._owner(ref.source_id)) for ref in checked_refs(refs, "recall read")]
+        cap = max(0, checked_count(max_excerpt_bytes, "max_excerpt_bytes", "recall read"))
         ids = sorted({ref.source_id for ref, owner in wanted if owner is not None})
         if not ids:
             return []
@@ -235,7 +242,6 @@ class PostgresRecallSession(RecallSession):
             return {str(r[0]): (str(r[1]), str(r[2])) for r in await cursor.fetchall()}
 
         found = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
-        cap = max(0, max_excerpt_bytes)
         out: list[Excerpt] = []
         spent_bytes = spent_tokens = 0
         for ref, owner in wanted:
@@ -263,6 +269,7 @@ class PostgresRecallSession(RecallSession):
 
     async def _validate(self, refs: Sequence[SourceRef], ctx: OpContext, operation: str) -> list[Validation]:
         self._begin(ctx, operation)
+        refs = checked_refs(refs, operation)
         visible = [ref.source_id for ref in refs if self._owner(ref.source_id) is not None]
         tenant = encode_segment(self._scope.tenant)
         schema = self._store.config.schema

@@ -51,6 +51,7 @@ from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
     EmbeddingModel,
     EmbeddingModelMismatchError,
+    SourceRef,
     SourceVector,
     Vector,
     encode_segment,
@@ -58,6 +59,7 @@ from agentium_harness.plugin_api import (
     source_owner,
 )
 
+from .args import checked_text
 from .keys import q
 from .schema import TENANT_SETTING, VectorFacts
 
@@ -92,15 +94,22 @@ def vector_batches(
     """The batch's one model and its vectors by tenant key: ``{tenant: {source_id: (revision, vector)}}``.
 
     Raises :class:`InvalidArgumentError` for an item that is not a
-    ``SourceVector`` and :class:`EmbeddingModelMismatchError` for a batch of
+    ``SourceVector`` or whose revision PostgreSQL text cannot hold (NUL, a
+    lone surrogate), and :class:`EmbeddingModelMismatchError` for a batch of
     several models (nothing written either way). A source id no recall store
     could have made is left out (no source has it). A source given twice
     keeps its last vector.
     """
     entries = list(vectors)
     for entry in entries:
-        if not isinstance(entry, SourceVector) or not isinstance(entry.vector, Vector):
+        if (
+            not isinstance(entry, SourceVector)
+            or not isinstance(entry.vector, Vector)
+            or not isinstance(entry.ref, SourceRef)
+        ):
             raise InvalidArgumentError("index_vectors takes SourceVector items; nothing was written")
+        if isinstance(entry.ref.revision, str):
+            checked_text(entry.ref.revision, "a SourceVector's revision", "recall index")
     models = {entry.vector.model for entry in entries}
     if len(models) > 1:
         raise EmbeddingModelMismatchError(
