@@ -8,6 +8,7 @@ hostile ids (quotes, NUL, backslashes, 1 KB), oversized rows, bad options.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -16,7 +17,7 @@ import pytest
 from pg_server import APP_PASSWORD, APP_USER, PostgresServer, free_port, new_schema_name
 
 from agentium_harness import InvalidArgumentError, InvalidIdError
-from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_harness.plugin_api import OpContext, SessionConflictError, SessionKey
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 from agentium_postgres import (
     PostgresArchive,
@@ -243,4 +244,51 @@ async def test_listing_refuses_ids_no_key_could_hold_before_anything_is_sent(
             with pytest.raises(InvalidIdError):
                 await store.list_sessions(tenant, user, 10, _ctx(), after=after)
     finally:
+        await store.aclose()
+
+
+async def test_archive_and_session_store_arguments_of_the_wrong_type_are_refused_and_change_nothing(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # A string expected_revision "1" was bound as text and matched revision 1: the save committed.
+    # True was reported as a damaged schema; None, a str key or seq crashed with a bare
+    # AttributeError or TypeError. Each is InvalidArgumentError now, before any statement.
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    try:
+        await archive.append(KEY, [rich_group(0, KEY, "zero")], _ctx())
+        revision = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+        snapshot = scoped_snapshot(KEY, " next")
+        before = [_rows(admin, schema, t) for t in ("archive_groups", "session_snapshots")]
+        stored = admin.execute(f'SELECT revision, data FROM "{schema}".session_snapshots').fetchall()
+        refused: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.save(KEY, snapshot, str(revision), _ctx()),  # type: ignore[arg-type]
+            lambda: store.save(KEY, snapshot, True, _ctx()),  # type: ignore[arg-type]
+            lambda: store.save(KEY, snapshot, 1.0, _ctx()),  # type: ignore[arg-type]
+            lambda: store.save(KEY, None, revision, _ctx()),  # type: ignore[arg-type]
+            lambda: store.save("acme/ana/s1", snapshot, revision, _ctx()),  # type: ignore[arg-type]
+            lambda: store.commit_with_archive(archive, KEY, [], snapshot, "1", _ctx()),  # type: ignore[arg-type]
+            lambda: store.commit_with_archive(archive, KEY, None, snapshot, revision, _ctx()),  # type: ignore[arg-type]
+            lambda: store.load("acme/ana/s1", _ctx()),  # type: ignore[arg-type]
+            lambda: store.load(KEY, None),  # type: ignore[arg-type]
+            lambda: store.list_sessions("acme", "ana", "5", _ctx()),  # type: ignore[arg-type]
+            lambda: archive.append(KEY, None, _ctx()),  # type: ignore[arg-type]
+            lambda: archive.append(KEY, ["group"], _ctx()),  # type: ignore[list-item]
+            lambda: archive.append("acme/ana/s1", [rich_group(1, KEY, "one")], _ctx()),  # type: ignore[arg-type]
+            lambda: archive.read_groups(KEY, "0", 5, _ctx()),  # type: ignore[arg-type]
+            lambda: archive.read_groups(KEY, 0, None, _ctx()),  # type: ignore[arg-type]
+            lambda: archive.read_groups(KEY, 0, True, _ctx()),
+            lambda: archive.read_groups("acme/ana/s1", 0, 5, _ctx()),  # type: ignore[arg-type]
+        ]
+        for call in refused:
+            with pytest.raises(InvalidArgumentError):
+                await call()
+        # A revision no row holds is a conflict, however large; counts beyond any table are bounds.
+        with pytest.raises(SessionConflictError):
+            await store.save(KEY, snapshot, 10**30, _ctx())
+        assert len(await archive.read_groups(KEY, 0, 10**30, _ctx())) == 1
+        assert await store.list_sessions("acme", "ana", 10**30, _ctx()) == ["s1"]
+        assert [_rows(admin, schema, t) for t in ("archive_groups", "session_snapshots")] == before
+        assert admin.execute(f'SELECT revision, data FROM "{schema}".session_snapshots').fetchall() == stored
+    finally:
+        await archive.aclose()
         await store.aclose()

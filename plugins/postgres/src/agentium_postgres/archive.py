@@ -38,6 +38,7 @@ from agentium_harness.plugin_api import (
     encode_segment,
 )
 
+from .args import checked_count, checked_ctx, checked_groups, checked_key
 from .config import PostgresConfig
 from .errors import PostgresArchiveError, PostgresRowTooLargeError
 from .keys import q, session_keys
@@ -62,7 +63,8 @@ def group_rows(key: SessionKey, groups: Sequence[MessageGroup], max_bytes: int, 
     retained scope).
     """
     rows: dict[int, GroupRow] = {}
-    for group in groups:
+    key = checked_key(key, who)
+    for group in checked_groups(groups, who):
         check_archived_group(key, group)
         data = group.canonical_bytes()
         if len(data) > max_bytes:
@@ -197,7 +199,7 @@ class PostgresArchive(HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append the batch in one transaction: all of it stored (or already stored equal), or nothing."""
-        ctx.raise_if_expired("archive append")
+        checked_ctx(ctx, "archive append").raise_if_expired("archive append")
         rows = group_rows(key, groups, self._config.max_row_bytes, self._link.name)
         if rows:
             schema = self._config.schema
@@ -212,7 +214,10 @@ class PostgresArchive(HistoryArchive):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending, each re-checked."""
-        ctx.raise_if_expired("archive read")
+        checked_ctx(ctx, "archive read").raise_if_expired("archive read")
+        key = checked_key(key, "archive read")
+        start_seq = checked_count(start_seq, "start_seq", "archive read")
+        max_groups = checked_count(max_groups, "max_groups", "archive read")
         schema, cap = self._config.schema, self._config.max_row_bytes
 
         async def work(conn: Conn) -> list[MessageGroup]:
@@ -234,7 +239,7 @@ class PostgresArchive(HistoryArchive):
         versions until ``VACUUM`` and in its write-ahead log, which the report
         says (``unreferenced``). Needs ``DELETE`` on ``archive_groups``.
         """
-        ctx.raise_if_expired("archive erase")
+        checked_ctx(ctx, "archive erase").raise_if_expired("archive erase")
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema

@@ -15,13 +15,16 @@ from collections.abc import Sequence
 from typing import Final, TypeVar
 
 from agentium_harness import InvalidArgumentError
-from agentium_harness.plugin_api import OpContext, SourceRef
+from agentium_harness.plugin_api import MessageGroup, OpContext, SessionKey, SourceRef
 
 __all__ = [
     "MAX_BIGINT_ARGUMENT",
     "checked",
     "checked_count",
     "checked_ctx",
+    "checked_expected_revision",
+    "checked_groups",
+    "checked_key",
     "checked_refs",
     "checked_sequence",
     "checked_text",
@@ -90,3 +93,27 @@ def checked_refs(refs: object, operation: str) -> list[SourceRef]:
             raise InvalidArgumentError(f"{operation}: a SourceRef's source_id and revision must be str")
         out.append(ref)
     return out
+
+
+def checked_key(key: object, operation: str) -> SessionKey:
+    """``key`` if it is a :class:`~agentium_harness.plugin_api.SessionKey`."""
+    return checked(key, SessionKey, "key", operation)
+
+
+def checked_groups(groups: object, operation: str) -> list[MessageGroup]:
+    """``groups`` as a list, if it is a sequence of :class:`~agentium_harness.plugin_api.MessageGroup`."""
+    return [
+        checked(g, MessageGroup, "each of groups", operation)
+        for g in checked_sequence(groups, "groups", operation)
+    ]
+
+
+def checked_expected_revision(expected: object, operation: str) -> int | None:
+    """A compare-and-set's ``expected_revision``: ``None`` or an ``int`` (not a ``bool``), clamped.
+
+    Anything else was bound as whatever PostgreSQL made of it: ``"1"`` matched
+    revision 1, ``True`` was reported as a damaged schema. A revision no row
+    holds (0, negative, huge) stays a :class:`SessionConflictError` at the
+    server, as the port says.
+    """
+    return None if expected is None else checked_count(expected, "expected_revision", operation)

@@ -48,6 +48,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .archive import PostgresArchive, group_rows, health_probe, insert_groups
+from .args import checked, checked_count, checked_ctx, checked_expected_revision, checked_key
 from .config import PostgresConfig
 from .errors import PostgresRowTooLargeError, PostgresSessionStoreError
 from .keys import q, session_keys
@@ -125,7 +126,8 @@ class PostgresSessionStore(SessionStore):
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; a damaged row raises ``SnapshotCorruptError``."""
-        ctx.raise_if_expired("session load")
+        checked_ctx(ctx, "session load").raise_if_expired("session load")
+        key = checked_key(key, "session load")
         t, u, s = session_keys(key)
         cap = self._config.max_row_bytes
 
@@ -180,8 +182,10 @@ class PostgresSessionStore(SessionStore):
 
     # -- save -----------------------------------------------------------------------------------
 
-    def _snapshot_data(self, key: SessionKey, snapshot: SessionSnapshot) -> bytes:
-        verify_snapshot(key, snapshot)
+    def _snapshot_data(self, key: SessionKey, snapshot: SessionSnapshot, operation: str) -> bytes:
+        verify_snapshot(
+            checked_key(key, operation), checked(snapshot, SessionSnapshot, "snapshot", operation)
+        )
         data = snapshot_bytes(snapshot)
         if len(data) > self._config.max_row_bytes:
             raise PostgresRowTooLargeError(
@@ -229,8 +233,9 @@ class PostgresSessionStore(SessionStore):
         self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
     ) -> int:
         """Compare-and-set: store only over ``expected_revision`` (``None``: only if absent); new revision."""
-        ctx.raise_if_expired("session save")
-        data = self._snapshot_data(key, snapshot)
+        checked_ctx(ctx, "session save").raise_if_expired("session save")
+        data = self._snapshot_data(key, snapshot, "session save")
+        expected_revision = checked_expected_revision(expected_revision, "session save")
 
         async def work(conn: Conn) -> Any:
             # Left unread: the write travels with BEGIN and COMMIT in one round trip.
@@ -262,7 +267,7 @@ class PostgresSessionStore(SessionStore):
         raise (``ArchiveConflictError`` first, then ``SessionConflictError``)
         and write nothing.
         """
-        ctx.raise_if_expired("session commit with archive")
+        checked_ctx(ctx, "session commit with archive").raise_if_expired("session commit with archive")
         if not self.shares_transactions_with(archive):
             raise PostgresSessionStoreError(
                 "postgres session store: commit_with_archive needs an open PostgresArchive on the same "
@@ -270,7 +275,8 @@ class PostgresSessionStore(SessionStore):
             )
         assert isinstance(archive, PostgresArchive)
         rows = group_rows(key, groups, self._config.max_row_bytes, archive.link.name)
-        data = self._snapshot_data(key, snapshot)
+        data = self._snapshot_data(key, snapshot, "session commit with archive")
+        expected_revision = checked_expected_revision(expected_revision, "session commit with archive")
         schema = self._config.schema
 
         async def work(conn: Conn) -> Any:
@@ -294,10 +300,11 @@ class PostgresSessionStore(SessionStore):
 
         Ids are ordered ``COLLATE "C"`` on UTF-8, the same order as ``sorted()``.
         """
-        ctx.raise_if_expired("session listing")
+        checked_ctx(ctx, "session listing").raise_if_expired("session listing")
         # The ids as a key would have them (InvalidIdError, nothing sent): a lone surrogate or a NUL
         # reached the driver or the server as an untyped error.
         SessionKey(tenant, user, "-" if after is None else after)
+        limit = checked_count(limit, "limit", "session listing")
         if limit <= 0:
             return []
         t, u = encode_segment(tenant), encode_segment(user)
@@ -330,7 +337,7 @@ class PostgresSessionStore(SessionStore):
         ``session_snapshots``; PostgreSQL keeps dead row versions until
         ``VACUUM`` (the report says ``unreferenced``).
         """
-        ctx.raise_if_expired("session store erase")
+        checked_ctx(ctx, "session store erase").raise_if_expired("session store erase")
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema
