@@ -7,11 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import attrs
 import psycopg
 import pytest
 
 from agentium_harness.plugin_api import AckStatus, MemoryFact, MemoryScope, OpContext
-from agentium_postgres import PostgresConfig, PostgresMemoryError, PostgresMemoryStore
+from agentium_postgres import (
+    PostgresConfig,
+    PostgresMemoryError,
+    PostgresMemoryStore,
+    PostgresRowTooLargeError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -107,5 +113,46 @@ async def test_a_session_erasure_removes_the_tombstone_of_a_fact_forgotten_earli
         report = await store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx())
         assert {(c.kind, c.count) for c in report.counts} == {("fact", 1), ("revision", 2)}
         assert admin.execute(f'SELECT count(*) FROM "{schema}".memory_facts').fetchone() == (0,)
+    finally:
+        await store.aclose()
+
+
+async def test_a_fact_row_grown_past_its_bounds_is_refused_before_it_is_transferred(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # A row changed behind the store's back (the application role may UPDATE it within its
+    # tenant) with a text past MAX_FACT_BYTES or a provenance past max_row_bytes was read whole and
+    # returned (text) or decoded (provenance, up to 256 MiB): reads must be size capped, typed.
+    from agentium_harness.plugin_api import MAX_FACT_BYTES, EraseTarget
+
+    store = PostgresMemoryStore(attrs.evolve(app_config, max_row_bytes=64 * 1024))
+    try:
+        ack = await store.remember(MemoryFact(ALICE, "the sky is blue"), _ctx())
+        assert ack.fact_id is not None
+        fact_id = ack.fact_id
+        admin.execute(
+            f'UPDATE "{schema}".memory_facts SET text = %s WHERE fact_id = %s',
+            ("sky " * MAX_FACT_BYTES, fact_id),
+        )
+        for read in (
+            lambda: store.list_facts(ALICE, 10, _ctx()),
+            lambda: store.lookup(ALICE, "sky", 10, _ctx()),
+            lambda: store.history(ALICE, fact_id, _ctx()),
+        ):
+            with pytest.raises(PostgresRowTooLargeError, match="not transferred"):
+                await read()
+        admin.execute(
+            f"UPDATE \"{schema}\".memory_facts SET text = 'the sky is blue', provenance = %s "
+            "WHERE fact_id = %s",
+            ("[" + ",".join(['["s1"]'] * 20_000) + "]", fact_id),
+        )
+        with pytest.raises(PostgresRowTooLargeError):
+            await store.list_facts(ALICE, 10, _ctx())
+        with pytest.raises(PostgresMemoryError):
+            await store.forget(ALICE, fact_id, _ctx())
+        with pytest.raises(PostgresMemoryError, match="provenance is damaged"):
+            await store.erase(EraseTarget.session("acme", "alice", "s1"), _ctx())
+        row = admin.execute(f'SELECT count(*), min(status) FROM "{schema}".memory_facts').fetchone()
+        assert row == (1, "current")  # nothing forgotten, nothing erased
     finally:
         await store.aclose()

@@ -265,7 +265,9 @@ def _names_session(provenance: object, session: str) -> bool:
     the erasure stops there, typed, rather than keep a fact that may.
     """
     try:
-        refs = decode_json(str(provenance).encode("utf-8"))
+        if not isinstance(provenance, str):  # NULL: larger than max_row_bytes, not transferred
+            raise ValueError("missing, or larger than max_row_bytes")
+        refs = decode_json(provenance.encode("utf-8"))
         if not isinstance(refs, list) or not all(isinstance(r, list) and r for r in refs):
             raise ValueError("not a list of [session, seq, digest]")
     except (ValueError, InvalidJSONError) as exc:
@@ -278,13 +280,14 @@ def _names_session(provenance: object, session: str) -> bool:
 
 
 async def erase_memory(
-    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool
+    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool, row_cap: int = 16 * 1024 * 1024
 ) -> EraseReport:
     """The memory store's erase: every revision of up to ``bound`` covered facts.
 
     Tenant and user targets take every fact of their tenant or user; a
     session target the facts of its user whose provenance, in any revision,
     names the session (``EraseTarget.covers_fact``); a groups target none.
+    A provenance over ``row_cap`` bytes is not transferred: it reads as damaged.
     """
     if target.groups:
         return EraseReport()
@@ -304,8 +307,9 @@ async def erase_memory(
         ids = []
         cursor = await conn.execute(
             sql.SQL(
-                "SELECT fact_id, provenance FROM {s}.memory_facts WHERE {where} ORDER BY fact_id, revision"
-            ).format(s=s, where=where),
+                "SELECT fact_id, CASE WHEN octet_length(provenance) <= {cap} THEN provenance END "
+                "FROM {s}.memory_facts WHERE {where} ORDER BY fact_id, revision"
+            ).format(s=s, where=where, cap=sql.Literal(int(row_cap))),
             params,
         )
         async for fact_id, provenance in cursor:

@@ -32,6 +32,7 @@ the erasure itself.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -45,6 +46,7 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
+    MAX_FACT_BYTES,
     MAX_LOOKUP_LIMIT,
     AckStatus,
     EraseReport,
@@ -75,21 +77,28 @@ from agentium_harness.plugin_api import (
 
 from .archive import health_probe
 from .config import PostgresConfig
-from .errors import PostgresMemoryError
-from .keys import q
+from .errors import PostgresMemoryError, PostgresRowTooLargeError
 
 if TYPE_CHECKING:
+    from psycopg import sql
     from psycopg_pool import AsyncConnectionPool
 
     from .link import Conn, PgLink
 
 __all__ = ["PostgresMemoryStore", "new_fact_id"]
 
-#: Columns read back, in :func:`_decode` order.
+#: Columns read back, in :func:`_decode` order. A text over ``MAX_FACT_BYTES`` or a provenance over
+#: ``max_row_bytes`` (no fact this store wrote has either) comes back NULL, with its size: a row
+#: changed behind the store's back is refused before it is transferred ({fact_cap}, {row_cap}: the
+#: two bounds as literals, see ``PostgresMemoryStore._q``).
 _COLUMNS: Final[LiteralString] = (
-    "fact_id, revision, tenant_key, user_key, project_key, repository_key, status, text, "
-    "valid_from, valid_until, provenance, recorded_at"
+    "fact_id, revision, tenant_key, user_key, project_key, repository_key, status, "
+    "CASE WHEN octet_length(text) <= {fact_cap} THEN text END, valid_from, valid_until, "
+    "CASE WHEN octet_length(provenance) <= {row_cap} THEN provenance END, recorded_at, "
+    "octet_length(text), octet_length(provenance)"
 )
+#: A provenance read alone, capped as in :data:`_COLUMNS`.
+_PROVENANCE: Final[LiteralString] = "CASE WHEN octet_length(provenance) <= {row_cap} THEN provenance END"
 
 _INSERT: Final[LiteralString] = (
     "INSERT INTO {s}.memory_facts (tenant_key, fact_id, revision, user_key, project_key, repository_key, "
@@ -168,10 +177,22 @@ def _values(
     )
 
 
+@functools.cache
+def _statement(template: LiteralString, schema: str, row_cap: int) -> sql.Composed:
+    """``template`` with the quoted schema and the two read bounds (integers) as literals."""
+    from psycopg import sql  # not at module level: listing the plugin must not load the client
+
+    return sql.SQL(template).format(
+        s=sql.Identifier(schema), fact_cap=sql.Literal(MAX_FACT_BYTES), row_cap=sql.Literal(int(row_cap))
+    )
+
+
 def _refs(raw: object) -> list[list[Any]]:
     """A stored provenance as its list of references; :class:`PostgresMemoryError` if damaged."""
     try:
-        refs = decode_json(str(raw).encode("utf-8"))
+        if not isinstance(raw, str):  # NULL: larger than max_row_bytes (see _PROVENANCE)
+            raise ValueError("provenance is missing or larger than max_row_bytes")
+        refs = decode_json(raw.encode("utf-8"))
         if not isinstance(refs, list) or not all(isinstance(r, list) and r for r in refs):
             raise ValueError("provenance is not a list of references")
     except (ValueError, InvalidJSONError) as exc:
@@ -184,6 +205,12 @@ def _refs(raw: object) -> list[list[Any]]:
 
 def _decode(row: Sequence[Any]) -> StoredFact:
     """A row as a :class:`StoredFact`, strictly; :class:`PostgresMemoryError` if it is damaged."""
+    if row[7] is None or row[10] is None:
+        raise PostgresRowTooLargeError(
+            f"postgres memory store: a stored fact row holds a text of {row[12]} bytes (at most "
+            f"{MAX_FACT_BYTES}) or a provenance of {row[13]} bytes (at most max_row_bytes); no fact "
+            "this store wrote does: the row is damaged and was not transferred"
+        )
     try:
         scope = MemoryScope(
             decode_segment(row[2]),
@@ -258,7 +285,7 @@ class PostgresMemoryStore(MemoryStore):
         return self._link
 
     def _q(self, template: LiteralString) -> Any:
-        return q(template, self._config.schema)
+        return _statement(template, self._config.schema, self._config.max_row_bytes)
 
     async def _latest(self, conn: Conn, scope: MemoryScope, fact_id: str, *, lock: bool) -> StoredFact:
         """The latest revision of ``fact_id`` if ``scope``'s tenant and user own it; else not found."""
@@ -352,7 +379,10 @@ class PostgresMemoryStore(MemoryStore):
             if latest.status is FactStatus.FORGOTTEN:
                 return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision, durable=True)
             cursor = await conn.execute(
-                self._q("SELECT provenance FROM {s}.memory_facts WHERE tenant_key = %s AND fact_id = %s"),
+                self._q(
+                    "SELECT " + _PROVENANCE + " FROM {s}.memory_facts "  # noqa: S608
+                    "WHERE tenant_key = %s AND fact_id = %s"
+                ),
                 (tenant, fact_id),
             )
             sessions = [str(r[0]) for (raw,) in await cursor.fetchall() for r in _refs(raw)]
@@ -459,7 +489,7 @@ class PostgresMemoryStore(MemoryStore):
         from .erase import erase_memory
 
         async def work(conn: Conn) -> EraseReport:
-            return await erase_memory(conn, schema, target, bound, dry_run)
+            return await erase_memory(conn, schema, target, bound, dry_run, self._config.max_row_bytes)
 
         tenant = encode_segment(target.tenant_id)
         return await self._link.run(ctx, "memory erase", tenant, work, write=not dry_run)
