@@ -156,3 +156,31 @@ async def test_a_fact_row_grown_past_its_bounds_is_refused_before_it_is_transfer
         assert row == (1, "current")  # nothing forgotten, nothing erased
     finally:
         await store.aclose()
+
+
+async def test_a_scope_or_context_of_the_wrong_type_is_refused_typed_and_changes_nothing(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # Each raised a bare AttributeError ('NoneType' object has no attribute 'tenant').
+    from agentium_harness import InvalidArgumentError
+
+    store = PostgresMemoryStore(app_config)
+    try:
+        ack = await store.remember(MemoryFact(ALICE, "kept as it is"), _ctx())
+        fact_id = str(ack.fact_id)
+        before = admin.execute(f'SELECT * FROM "{schema}".memory_facts').fetchall()
+        replacement = MemoryFact(ALICE, "changed")
+        for call in (
+            lambda: store.lookup(None, "kept", 5, _ctx()),  # type: ignore[arg-type]
+            lambda: store.list_facts("acme/alice", 5, _ctx()),  # type: ignore[arg-type]
+            lambda: store.history(None, fact_id, _ctx()),  # type: ignore[arg-type]
+            lambda: store.forget(None, fact_id, _ctx()),  # type: ignore[arg-type]
+            lambda: store.correct(None, fact_id, replacement, _ctx()),  # type: ignore[arg-type]
+            lambda: store.list_facts(ALICE, 5, None),  # type: ignore[arg-type]
+            lambda: store.remember(replacement, None),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(InvalidArgumentError):
+                await call()
+        assert admin.execute(f'SELECT * FROM "{schema}".memory_facts').fetchall() == before
+    finally:
+        await store.aclose()

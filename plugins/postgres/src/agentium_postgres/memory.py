@@ -76,6 +76,8 @@ from agentium_harness.plugin_api import (
 )
 
 from .archive import health_probe
+from .args import checked as checked_arg
+from .args import checked_ctx
 from .config import PostgresConfig
 from .errors import PostgresMemoryError, PostgresRowTooLargeError
 
@@ -307,7 +309,7 @@ class PostgresMemoryStore(MemoryStore):
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
         """Write ``fact`` as revision 1 of a new id, or acknowledge the current duplicate."""
-        ctx.raise_if_expired("memory remember")
+        checked_ctx(ctx, "memory remember").raise_if_expired("memory remember")
         check_fact(fact)
         digest = content_digest(fact)
         fact_id = new_fact_id()
@@ -336,7 +338,8 @@ class PostgresMemoryStore(MemoryStore):
         self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
     ) -> MemoryAck:
         """Supersede the latest revision of ``fact_id`` with ``replacement`` (one transaction)."""
-        ctx.raise_if_expired("memory correct")
+        checked_ctx(ctx, "memory correct").raise_if_expired("memory correct")
+        scope = checked_arg(scope, MemoryScope, "scope", "memory correct")
         _fact_id(fact_id)
         check_fact(replacement)
         if not scope.owns(replacement.scope):
@@ -369,7 +372,8 @@ class PostgresMemoryStore(MemoryStore):
 
     async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
         """Remove the content of every revision of ``fact_id`` and add a tombstone revision."""
-        ctx.raise_if_expired("memory forget")
+        checked_ctx(ctx, "memory forget").raise_if_expired("memory forget")
+        scope = checked_arg(scope, MemoryScope, "scope", "memory forget")
         _fact_id(fact_id)
         now = datetime.now(UTC)
         tenant = encode_segment(scope.tenant)
@@ -409,7 +413,8 @@ class PostgresMemoryStore(MemoryStore):
         self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
     ) -> Sequence[StoredFact]:
         """Current facts ``scope`` sees, valid at ``at``: most query words matched first, then newest."""
-        ctx.raise_if_expired("memory lookup")
+        checked_ctx(ctx, "memory lookup").raise_if_expired("memory lookup")
+        scope = checked_arg(scope, MemoryScope, "scope", "memory lookup")
         check_limit(limit)
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
@@ -435,7 +440,8 @@ class PostgresMemoryStore(MemoryStore):
 
     async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
         """Current facts of ``scope``'s tenant and user (any project), newest first; expired ones too."""
-        ctx.raise_if_expired("memory list")
+        checked_ctx(ctx, "memory list").raise_if_expired("memory list")
+        scope = checked_arg(scope, MemoryScope, "scope", "memory list")
         check_limit(limit)
         t, u = encode_segment(scope.tenant), encode_segment(scope.user)
         statement = self._q(
@@ -450,7 +456,8 @@ class PostgresMemoryStore(MemoryStore):
 
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
         """Every revision of ``fact_id``, oldest first (at most ``MAX_LOOKUP_LIMIT``)."""
-        ctx.raise_if_expired("memory history")
+        checked_ctx(ctx, "memory history").raise_if_expired("memory history")
+        scope = checked_arg(scope, MemoryScope, "scope", "memory history")
         _fact_id(fact_id)
         t = encode_segment(scope.tenant)
 
@@ -481,7 +488,7 @@ class PostgresMemoryStore(MemoryStore):
         revision, names the session; a groups target none. Needs ``DELETE``
         on ``memory_facts``; dead row versions stay until ``VACUUM``.
         """
-        ctx.raise_if_expired("memory erase")
+        checked_ctx(ctx, "memory erase").raise_if_expired("memory erase")
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema
