@@ -24,7 +24,7 @@ from agentium_harness.plugin_api import (
     Vector,
     document_source_id,
 )
-from agentium_postgres import PostgresConfig, PostgresRecallStore
+from agentium_postgres import PostgresConfig, PostgresRecallStore, PostgresRowTooLargeError
 
 pytestmark = pytest.mark.anyio
 
@@ -151,5 +151,22 @@ async def test_arguments_of_the_wrong_type_are_refused_typed_and_change_nothing(
         assert admin.execute(f'SELECT * FROM "{schema}".recall_sources').fetchall() == before
         row = admin.execute(f'SELECT count(*) FROM "{schema}".recall_vectors').fetchone()
         assert row == (0,)
+    finally:
+        await store.aclose()
+
+
+async def test_a_source_text_grown_past_max_row_bytes_is_refused_before_it_is_transferred(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # The application role may UPDATE recall_sources within its tenant: a body grown behind the
+    # store's back was read whole by every read of it, however large (up to 1 GB per row).
+    store = PostgresRecallStore(attrs.evolve(app_config, max_row_bytes=64 * 1024))
+    try:
+        ref = await store.index_document(SourceOwner("acme", "ana"), "d1", "hello world", _ctx())
+        session = await store.open(SCOPE, RecallLimits(), _ctx())
+        assert len(await session.read([ref], 100, _ctx())) == 1
+        admin.execute(f'UPDATE "{schema}".recall_sources SET body = %s', ("hello " * 20_000,))
+        with pytest.raises(PostgresRowTooLargeError, match="not transferred"):
+            await session.read([ref], 100, _ctx())
     finally:
         await store.aclose()

@@ -34,7 +34,7 @@ from agentium_harness.plugin_api import (
 from agentium_harness.plugin_api import Vector as _Vector
 
 from .args import checked_count, checked_ctx, checked_refs
-from .errors import PostgresRecallError
+from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
 from .recall_sql import scope_params, term_query
 from .recall_vectors import POOL_PER_DEPTH, fuse
@@ -228,20 +228,30 @@ class PostgresRecallSession(RecallSession):
         if not ids:
             return []
         tenant = encode_segment(self._scope.tenant)
-        schema = self._store.config.schema
+        schema, row_cap = self._store.config.schema, self._store.config.max_row_bytes
 
-        async def work(conn: Conn) -> dict[str, tuple[str, str]]:
+        async def work(conn: Conn) -> list[tuple[Any, ...]]:
+            # A body over max_row_bytes (no source this store wrote has one) is not transferred.
             cursor = await conn.execute(
                 q(
-                    "SELECT source_id, revision, body FROM {s}.recall_sources "
+                    "SELECT source_id, revision, CASE WHEN octet_length(body) <= %s THEN body END, "
+                    "octet_length(body) FROM {s}.recall_sources "
                     "WHERE tenant_key = %s AND source_id = ANY(%s::text[])",
                     schema,
                 ),
-                (tenant, ids),
+                (row_cap, tenant, ids),
             )
-            return {str(r[0]): (str(r[1]), str(r[2])) for r in await cursor.fetchall()}
+            return [tuple(r) for r in await cursor.fetchall()]
 
-        found = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
+        rows = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
+        for source_id, _, body, size in rows:
+            if body is None:
+                raise PostgresRowTooLargeError(
+                    f"postgres recall store: source {source_id!r} holds {size} bytes of text, more than "
+                    f"max_row_bytes={row_cap}; no source this store wrote does: the row is damaged and "
+                    "was not transferred"
+                )
+        found = {str(r[0]): (str(r[1]), str(r[2])) for r in rows}
         out: list[Excerpt] = []
         spent_bytes = spent_tokens = 0
         for ref, owner in wanted:
