@@ -12,6 +12,8 @@ succeeds without help.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import psycopg
 import pytest
 from pg_server import APP_USER, PostgresServer
@@ -309,3 +312,82 @@ def test_two_processes_racing_on_one_session_have_one_winner(
             await store.aclose()
 
     anyio.run(check)
+
+
+@contextmanager
+def stopped(pids: list[int]) -> Iterator[None]:
+    """The backends ``pids`` stopped (SIGSTOP) until the block ends: a server that stalls mid-call."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+
+
+def application_backends(dsn: str) -> list[int]:
+    """The pids of the application role's backends (the adapters' pooled connections)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE usename = %s", (APP_USER,)).fetchall()
+    return [int(r[0]) for r in rows]
+
+
+async def test_a_stalled_server_holds_no_call_past_its_deadline_and_a_commit_is_never_called_undone(
+    app_config: PostgresConfig, pg_server: PostgresServer, schema: str
+) -> None:
+    # A read's round trip ran inside the COMMIT's shield, so a read of a stalled server took 10 s
+    # whatever its deadline. A COMMIT that stalled held the call 10 s too, and then the deadline's
+    # cancellation (delivered as the connection went back to the pool) turned "outcome unknown" into
+    # OperationCancelledError "nothing was committed", while the commit landed once the server resumed.
+    store = PostgresSessionStore(attrs.evolve(app_config, max_pool_size=1))
+    try:
+        base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+        with stopped(application_backends(pg_server.admin_dsn())):
+            started = time.monotonic()
+            with pytest.raises(OperationCancelledError):
+                await store.load(KEY, _ctx(1.0))
+            assert time.monotonic() - started < 1.0 + 3
+        # A COMMIT that stalls: a deferred trigger sleeps in it, and its backend is stopped there.
+        with psycopg.connect(pg_server.admin_dsn(), autocommit=True) as admin:
+            admin.execute(
+                f'CREATE FUNCTION "{schema}".slow() RETURNS trigger LANGUAGE plpgsql '
+                "AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$"
+            )
+            admin.execute(
+                f'CREATE CONSTRAINT TRIGGER slow AFTER UPDATE ON "{schema}".session_snapshots '
+                f'DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "{schema}".slow()'
+            )
+            halted: list[int] = []
+
+            async def stop_in_commit() -> None:
+                while not halted:
+                    row = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE usename = %s AND query = 'COMMIT' "
+                        "AND wait_event = 'PgSleep'",
+                        (APP_USER,),
+                    ).fetchone()
+                    if row is not None:
+                        os.kill(int(row[0]), signal.SIGSTOP)
+                        halted.append(int(row[0]))
+                    await anyio.sleep(0.01)
+
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(stop_in_commit)
+                    started = time.monotonic()
+                    with pytest.raises(PostgresUnavailableError, match="outcome is unknown") as caught:
+                        await store.save(KEY, scoped_snapshot(KEY, " late"), base, _ctx(1.5))
+                    assert time.monotonic() - started < 1.5 + 3
+                    assert not isinstance(caught.value, OperationCancelledError)
+                    tg.cancel_scope.cancel()
+            finally:
+                for pid in halted:
+                    os.kill(pid, signal.SIGCONT)
+            assert halted, "the COMMIT was never seen stalling"
+            admin.execute(f'DROP TRIGGER slow ON "{schema}".session_snapshots')
+        # Whatever the server decided, the store answers at once and truthfully afterwards.
+        stored = await store.load(KEY, _ctx())
+        assert stored is not None and stored.revision in (base, base + 1)
+    finally:
+        await store.aclose()

@@ -18,11 +18,13 @@ scope ending shortly after the deadline, and psycopg answers a cancellation
 by sending the server a cancel request. Either way the transaction is rolled
 back (shielded from the cancellation, so the rollback itself runs) and a
 connection of a pool that saw its statement interrupted is closed rather
-than reused: the in-flight work is discarded, never half kept. ``COMMIT``
-itself is shielded: once a call's work is done it commits whole or the
-server rolls it back; a commit the connection lost is reported as
-:class:`~agentium_postgres.errors.PostgresUnavailableError` (nothing is
-acknowledged).
+than reused: the in-flight work is discarded, never half kept. A write's
+``COMMIT`` is shielded: once a call's work is done it commits whole or the
+server rolls it back. Its answer is awaited until the deadline (and the same
+slack): a commit the connection lost, or one not confirmed by then, is
+reported as :class:`~agentium_postgres.errors.PostgresUnavailableError`
+(outcome unknown, nothing acknowledged), never as a cancellation that
+committed nothing. A read's ``COMMIT`` is cut off like any statement.
 
 **First use.** Before its first transaction a link checks, once, that the
 schema exists at the version this release understands and that the role has
@@ -32,7 +34,6 @@ row-level security.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -61,6 +62,7 @@ from .errors import (
     PostgresUnavailableError,
 )
 from .first_use import ServerFacts, check_schema
+from .loop_pools import LoopPool, discard_pool
 from .schema import TENANT_SETTING
 from .translate import translate_error
 
@@ -122,7 +124,7 @@ class PgLink:
         # The owned pool of each event loop: a pool's connections and its worker tasks belong to
         # the loop that opened it, and one adapter serves threads that each run their own loop
         # (and successive asyncio.run calls). A loop's pool is dropped once that loop finished.
-        self._owned: PerLoop[_LoopPool] = PerLoop(_LoopPool, discard=_discard_pool)
+        self._owned: PerLoop[LoopPool] = PerLoop(LoopPool, discard=discard_pool)
         self._family = family
         self._name = name
         self._needs = needs
@@ -195,9 +197,13 @@ class PgLink:
         tenant row is visible). ``write=False`` says the work only reads: its
         statements and COMMIT may then travel in one round trip. A write's
         statements are all executed (and cancellable) before its COMMIT is
-        sent, shielded. Raises the plugin's typed errors;
+        sent, shielded, and waited for until the deadline (plus a short slack):
+        past it the outcome is unknown to the call
+        (:class:`~agentium_postgres.errors.PostgresUnavailableError`). Raises
+        the plugin's typed errors;
         :class:`~agentium_harness.plugin_api.OperationCancelledError` when the
-        context was cancelled or its deadline passed (nothing committed).
+        context was cancelled or its deadline passed before any COMMIT was
+        sent (nothing committed).
         """
         ctx.raise_if_expired(operation)
         require_asyncio(operation)
@@ -205,9 +211,10 @@ class PgLink:
             raise self._family(f"{self._name}: {operation} refused: the adapter is closed")
         left = ctx.time_left()
         client_deadline = math.inf if left is None else anyio.current_time() + left + _CLIENT_SLACK_S
+        outcome = _Outcome()
         with anyio.CancelScope(deadline=client_deadline) as scope:
             try:
-                return await self._run(ctx, operation, tenant_key, work, write)
+                return await self._run(ctx, operation, tenant_key, work, write, outcome)
             except anyio.get_cancelled_exc_class():
                 raise
             except AgentiumError:
@@ -219,6 +226,12 @@ class PgLink:
                 raise error from None
         # Only reached when the scope's own deadline cancelled the call.
         assert scope.cancelled_caught
+        if outcome.committed:
+            # The transaction committed, and the deadline cut the call off afterwards (returning
+            # its connection to the pool): the result is true, "nothing was committed" would not be.
+            return outcome.result  # type: ignore[no-any-return]
+        if outcome.commit_sent:
+            raise self._unknown_commit(operation, "its deadline passed before the server confirmed it")
         raise OperationCancelledError(
             f"{self._name}: {operation} did not finish by its deadline; its transaction was rolled back "
             "and nothing was committed",
@@ -232,13 +245,14 @@ class PgLink:
         tenant_key: str | None,
         work: Callable[[Conn], Awaitable[T]],
         write: bool,
+        outcome: _Outcome,
     ) -> T:
         if self._lent_connection is not None:
             if self._connection_lock is None:
                 self._connection_lock = anyio.Lock()
             async with self._connection_lock:
                 return await self._transaction(
-                    self._lent_connection, ctx, operation, tenant_key, work, False, write
+                    self._lent_connection, ctx, operation, tenant_key, work, False, write, outcome
                 )
         if self._lent_pool is None and (
             self._facts is None or self._suspect or self._last_connect_error is not None
@@ -260,7 +274,9 @@ class PgLink:
             for attempt in (1, 2):
                 try:
                     async with pool.connection(timeout=timeout) as conn:
-                        return await self._transaction(conn, ctx, operation, tenant_key, work, True, write)
+                        return await self._transaction(
+                            conn, ctx, operation, tenant_key, work, True, write, outcome
+                        )
                 except _StaleConnection as stale:
                     if attempt == 2:
                         raise stale.error from None
@@ -332,6 +348,7 @@ class PgLink:
         work: Callable[[Conn], Awaitable[T]],
         pooled: bool,
         write: bool,
+        outcome: _Outcome,
     ) -> T:
         if self._facts is None:
             await self._first_use(conn, ctx, operation)
@@ -340,13 +357,16 @@ class PgLink:
         timeout_ms = max(1, math.ceil(1000 * (ceiling if left is None else min(ceiling, left))))
         if not conn.autocommit:
             # A lent connection outside autocommit: psycopg's own transaction handling.
-            return await self._managed_transaction(conn, ctx, operation, tenant_key, work, timeout_ms, pooled)
+            return await self._managed_transaction(
+                conn, ctx, operation, tenant_key, work, timeout_ms, pooled, write, outcome
+            )
         if pooled:
             await self._check_if_idle(conn)
         # Pipeline mode: BEGIN, the two settings and the work's statements travel together up to
         # the work's first read. A write's statements are then all executed (cancellable: a cut-off
         # statement aborts the transaction) before COMMIT is sent, shielded: two round trips for
-        # a joint commit. A read's COMMIT travels with whatever it left unread: one round trip.
+        # a joint commit. A read's COMMIT travels with whatever it left unread: one round trip,
+        # cancellable like any statement (a read commits nothing, so cutting it off loses nothing).
         pipeline = conn.pipeline()
         batch = await pipeline.__aenter__()
         try:
@@ -359,13 +379,20 @@ class PgLink:
             if write:
                 await batch.sync()
             ctx.raise_if_expired(operation)
+            if not write:
+                await conn.execute("COMMIT")
+                await pipeline.__aexit__(None, None, None)
+                return result
         except BaseException as exc:
             await self._abandon_pipeline(pipeline, exc)
             await self._settle_manual(conn, exc, pooled)
             raise
-        # The work is done: commit it whole, even if the caller is cancelled meanwhile.
+        # The work is done: commit it whole, even if the caller is cancelled meanwhile; but wait
+        # for the server's answer no longer than the deadline allows (a stalled server must not
+        # hold the call): past it the outcome is unknown, and said so.
         failure: BaseException | None = None
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S) as settle:
+        outcome.commit_sent = True
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_commit_wait(ctx)) as settle:
             try:
                 await conn.execute("COMMIT")
                 await pipeline.__aexit__(None, None, None)
@@ -373,15 +400,26 @@ class PgLink:
                 failure = exc
         if settle.cancelled_caught:
             await self._discard(conn, pooled)
-            raise PostgresUnavailableError(
-                f"{self._name}: {operation}: the server did not confirm the commit within {_SETTLE_S:g} s; "
-                "the outcome is unknown to this call and nothing is acknowledged"
-            )
+            raise self._unknown_commit(operation, "the server did not confirm it in time")
         if failure is not None:
             await self._abandon_pipeline(pipeline, failure)
             await self._settle_manual(conn, failure, pooled)
             raise failure
+        outcome.committed, outcome.result = True, result
         return result
+
+    def _unknown_commit(self, operation: str, why: str) -> PostgresUnavailableError:
+        """The error of a write whose COMMIT was sent but not confirmed (logged: its outcome is unknown)."""
+        logger.warning(
+            "%s: COMMIT sent but not confirmed (%s); outcome unknown",
+            operation,
+            why,
+            extra={"agentium_operation": operation},
+        )
+        return PostgresUnavailableError(
+            f"{self._name}: {operation}: COMMIT was sent but {why}; the outcome is unknown to this call "
+            "(the server commits it whole or not at all) and nothing is acknowledged"
+        )
 
     async def _abandon_pipeline(self, pipeline: Any, exc: BaseException) -> None:
         """Leave pipeline mode after a failure (shielded); its own errors add nothing to ``exc``."""
@@ -415,6 +453,8 @@ class PgLink:
         work: Callable[[Conn], Awaitable[T]],
         timeout_ms: int,
         pooled: bool,
+        write: bool,
+        outcome: _Outcome,
     ) -> T:
         tx = conn.transaction()
         await tx.__aenter__()
@@ -428,20 +468,18 @@ class PgLink:
         except BaseException as exc:
             await self._settle(conn, tx, exc, pooled)
             raise
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S) as settle:
+        outcome.commit_sent = write
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_commit_wait(ctx)) as settle:
             await tx.__aexit__(None, None, None)
         if settle.cancelled_caught:
             await self._discard(conn, pooled)
-            logger.warning(
-                "%s: the server did not confirm the commit within %gs; outcome unknown",
-                operation,
-                _SETTLE_S,
-                extra={"agentium_operation": operation},
-            )
-            raise PostgresUnavailableError(
-                f"{self._name}: {operation}: the server did not confirm the commit within {_SETTLE_S:g} s; "
-                "the outcome is unknown to this call and nothing is acknowledged"
-            )
+            if not write:
+                raise OperationCancelledError(
+                    f"{self._name}: {operation} did not finish by its deadline; it only read",
+                    "deadline passed",
+                )
+            raise self._unknown_commit(operation, "the server did not confirm it in time")
+        outcome.committed, outcome.result = write, result
         return result
 
     async def _settle_manual(self, conn: Conn, exc: BaseException, pooled: bool) -> None:
@@ -503,7 +541,7 @@ class PgLink:
         """
         self._closed = True
 
-        async def close(slot: _LoopPool) -> None:
+        async def close(slot: LoopPool) -> None:
             pool, slot.pool = slot.pool, None
             if pool is not None:
                 with anyio.CancelScope(shield=True):
@@ -515,34 +553,22 @@ class PgLink:
 
 
 @attrs.define(slots=True, eq=False)
-class _LoopPool:
-    """One event loop's owned pool (``None`` before its first call there and after a reset)."""
+class _Outcome:
+    """How far one call's transaction got: whether its COMMIT was sent, and whether it was confirmed.
 
-    pool: AsyncConnectionPool[Any] | None = None
-
-
-def _discard_pool(slot: _LoopPool) -> None:
-    """Release, now and synchronously, the pool of a loop that finished without closing it.
-
-    Its worker tasks (still pending if the loop was closed without cancelling
-    them) and its connections can no longer be closed on their loop. Left to
-    the garbage collector, their finalizers would run at any later moment, in
-    whatever code allocates then, and report errors there. So the workers'
-    coroutines are closed and the connections' sockets finished here, best
-    effort (the pool's worker list is psycopg_pool's, read defensively).
+    :meth:`PgLink.run` reads it when its deadline cut the call off, so that a
+    write whose COMMIT was sent is never reported as "nothing committed".
     """
-    pool, slot.pool = slot.pool, None
-    if pool is None:
-        return
-    tasks = [getattr(pool, "_sched_runner", None), *getattr(pool, "_workers", ())]
-    for task in tasks:
-        if isinstance(task, asyncio.Task) and not task.done():
-            task._log_destroy_pending = False  # type: ignore[attr-defined]  # its loop is gone
-            with contextlib.suppress(Exception):  # closing it touches the closed loop
-                task.get_coro().close()
-    for conn in list(getattr(pool, "_pool", ())):
-        with contextlib.suppress(Exception):
-            conn.pgconn.finish()
+
+    commit_sent: bool = False
+    committed: bool = False
+    result: Any = None
+
+
+def _commit_wait(ctx: OpContext) -> float:
+    """How long to wait for a COMMIT's answer: until the deadline and a short slack, at most ``_SETTLE_S``."""
+    left = ctx.time_left()
+    return _SETTLE_S if left is None else min(_SETTLE_S, max(0.0, left) + _CLIENT_SLACK_S)
 
 
 class _StaleConnection(Exception):

@@ -1,0 +1,49 @@
+"""Each event loop's owned pool, and how the pool of a loop that finished without closing it is released.
+
+A pool's connections and worker tasks belong to the event loop that opened
+it; :class:`~agentium_postgres.link.PgLink` keeps one :class:`LoopPool` per
+loop (the core's ``PerLoop``) and hands :func:`discard_pool` the slot of a
+loop that is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import attrs
+from psycopg_pool import AsyncConnectionPool
+
+__all__ = ["LoopPool", "discard_pool"]
+
+
+@attrs.define(slots=True, eq=False)
+class LoopPool:
+    """One event loop's owned pool (``None`` before its first call there and after a reset)."""
+
+    pool: AsyncConnectionPool[Any] | None = None
+
+
+def discard_pool(slot: LoopPool) -> None:
+    """Release, now and synchronously, the pool of a loop that finished without closing it.
+
+    Its worker tasks (still pending if the loop was closed without cancelling
+    them) and its connections can no longer be closed on their loop. Left to
+    the garbage collector, their finalizers would run at any later moment, in
+    whatever code allocates then, and report errors there. So the workers'
+    coroutines are closed and the connections' sockets finished here, best
+    effort (the pool's worker list is psycopg_pool's, read defensively).
+    """
+    pool, slot.pool = slot.pool, None
+    if pool is None:
+        return
+    tasks = [getattr(pool, "_sched_runner", None), *getattr(pool, "_workers", ())]
+    for task in tasks:
+        if isinstance(task, asyncio.Task) and not task.done():
+            task._log_destroy_pending = False  # type: ignore[attr-defined]  # its loop is gone
+            with contextlib.suppress(Exception):  # closing it touches the closed loop
+                task.get_coro().close()
+    for conn in list(getattr(pool, "_pool", ())):
+        with contextlib.suppress(Exception):
+            conn.pgconn.finish()
