@@ -7,6 +7,7 @@ hostile ids (quotes, NUL, backslashes, 1 KB), oversized rows, bad options.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,6 +22,7 @@ from agentium_harness.plugin_api import OpContext, SessionConflictError, Session
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 from agentium_postgres import (
     PostgresArchive,
+    PostgresArchiveError,
     PostgresAsyncioRequiredError,
     PostgresAuthenticationError,
     PostgresConfig,
@@ -28,6 +30,7 @@ from agentium_postgres import (
     PostgresRowTooLargeError,
     PostgresSchemaError,
     PostgresSessionStore,
+    PostgresSessionStoreError,
     PostgresUnavailableError,
     migrate,
 )
@@ -289,6 +292,36 @@ async def test_archive_and_session_store_arguments_of_the_wrong_type_are_refused
         assert await store.list_sessions("acme", "ana", 10**30, _ctx()) == ["s1"]
         assert [_rows(admin, schema, t) for t in ("archive_groups", "session_snapshots")] == before
         assert admin.execute(f'SELECT revision, data FROM "{schema}".session_snapshots').fetchall() == stored
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_ids_too_long_for_the_key_index_are_refused_as_such_not_as_a_lost_connection(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # 256 characters of the supplementary planes are valid ids, 3 KB each as key segments: three
+    # of them pass the btree's 2,704-byte row limit. psycopg files "program limit exceeded" under
+    # OperationalError, so the refusal read "the connection failed ... nothing was acknowledged"
+    # (PostgresUnavailableError) and dropped the adapter's pool; it is the adapter's own error now.
+    rnd = random.Random(7)
+
+    def long_id() -> str:
+        return "".join(chr(rnd.randrange(0x10000, 0x10FFFF)) for _ in range(256))
+
+    key = SessionKey(long_id(), long_id(), long_id())
+    archive, store = PostgresArchive(app_config), PostgresSessionStore(app_config)
+    try:
+        for call, family in (
+            (lambda: archive.append(key, [rich_group(0, key, "zero")], _ctx()), PostgresArchiveError),
+            (lambda: store.save(key, scoped_snapshot(key, " x"), None, _ctx()), PostgresSessionStoreError),
+        ):
+            with pytest.raises(family, match="cannot hold this value") as caught:
+                await call()
+            assert not isinstance(caught.value, PostgresUnavailableError)
+            assert caught.value.sqlstate == "54000"
+        assert _rows(admin, schema, "archive_groups") == _rows(admin, schema, "session_snapshots") == 0
+        assert await store.save(KEY, scoped_snapshot(KEY, " fine"), None, _ctx()) == 1
     finally:
         await archive.aclose()
         await store.aclose()

@@ -41,6 +41,13 @@ _ARCHIVE_CONFLICT: Final = "AG001"
 _SESSION_CONFLICT: Final = "AG002"
 #: The SQLSTATE of ``check_vector_model``: the schema holds vectors of another embedding model.
 _MODEL_MISMATCH: Final = "AG003"
+#: SQLSTATE classes of a server or connection that is not available: connection exception,
+#: insufficient resources, operator intervention (shutdown; 57014 is handled first), system error.
+_UNAVAILABLE_CLASSES: Final = frozenset({"08", "53", "57", "58"})
+#: Program limit exceeded: a value too large for the schema (psycopg: an OperationalError).
+_LIMIT_CLASS: Final = "54"
+#: Classes psycopg maps to OperationalError that say nothing about the connection.
+_SERVER_CLASSES: Final = frozenset({"54", "55", "F0", "HV", "P0"})
 
 
 def translate_error(
@@ -102,7 +109,17 @@ def translate_error(
             f"{where}: {detail}; the schema is missing or damaged: run `agentium postgres migrate CONFIG`",
             sqlstate=state,
         )
-    if isinstance(exc, psycopg.OperationalError | OSError) or state[:2] in ("08", "57", "53"):
+    if state[:2] == _LIMIT_CLASS:
+        # psycopg files these under OperationalError, but the server is there and the connection
+        # sound: a value this schema cannot hold (an index row over its size limit: ids whose key
+        # segments together pass ~2.7 KB). Refused, nothing written, the pool kept.
+        return family(
+            f"{where}: {detail}; PostgreSQL cannot hold this value (typically ids whose key segments "
+            "together are too long for the table's index); nothing was written",
+            sqlstate=state,
+        )
+    connection = isinstance(exc, psycopg.OperationalError | OSError) and state[:2] not in _SERVER_CLASSES
+    if connection or state[:2] in _UNAVAILABLE_CLASSES:
         return PostgresUnavailableError(
             f"{where}: the connection failed ({detail or type(exc).__name__}); nothing was acknowledged",
             sqlstate=state,
