@@ -184,3 +184,64 @@ async def test_a_scope_or_context_of_the_wrong_type_is_refused_typed_and_changes
         assert admin.execute(f'SELECT * FROM "{schema}".memory_facts').fetchall() == before
     finally:
         await store.aclose()
+
+
+async def test_concurrent_corrections_and_a_forget_of_one_fact_apply_one_after_another(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str, pg_server: Any
+) -> None:
+    # Writers locked the latest revision only: the second of two concurrent writers re-read the
+    # revision the first had superseded, wrote the same next revision and failed with a bare
+    # "duplicate key" PostgresMemoryError, a forget included.
+    from pg_server import APP_USER
+
+    store = PostgresMemoryStore(app_config)
+    try:
+        ack = await store.remember(MemoryFact(ALICE, "version zero"), _ctx())
+        fact_id = str(ack.fact_id)
+        results: dict[str, Any] = {}
+
+        async def write(name: str, call: Any) -> None:
+            try:
+                results[name] = await call()
+            except Exception as exc:
+                results[name] = exc
+
+        async def waiting(count: int) -> None:
+            while True:
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND wait_event_type = 'Lock'",
+                    (APP_USER,),
+                ).fetchone()
+                if row is not None and row[0] >= count:
+                    return
+                await anyio.sleep(0.02)
+
+        with psycopg.connect(pg_server.admin_dsn()) as holder:
+            holder.execute(f'SELECT 1 FROM "{schema}".memory_facts WHERE fact_id = %s FOR UPDATE', (fact_id,))
+            async with anyio.create_task_group() as tg:
+                calls = (
+                    (
+                        "first",
+                        lambda: store.correct(ALICE, fact_id, MemoryFact(ALICE, "version one"), _ctx()),
+                    ),
+                    (
+                        "second",
+                        lambda: store.correct(ALICE, fact_id, MemoryFact(ALICE, "version two"), _ctx()),
+                    ),
+                    ("forget", lambda: store.forget(ALICE, fact_id, _ctx())),
+                )
+                for n, (name, call) in enumerate(calls, start=1):
+                    tg.start_soon(write, name, call)
+                    with anyio.fail_after(10):
+                        await waiting(n)
+                holder.rollback()
+        assert [(getattr(r, "status", r), getattr(r, "revision", None)) for r in results.values()] == [
+            (AckStatus.STORED, 2),
+            (AckStatus.STORED, 3),
+            (AckStatus.STORED, 4),
+        ], results
+        history = await store.history(ALICE, fact_id, _ctx())
+        assert [h.revision for h in history] == [1, 2, 3, 4]
+        assert all(h.text == "" for h in history)  # forgotten, every revision
+    finally:
+        await store.aclose()

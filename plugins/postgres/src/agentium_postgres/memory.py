@@ -11,7 +11,9 @@ validity). Every write is one transaction:
   written); a transaction-level advisory lock on (tenant, user, content)
   keeps two concurrent identical writes from both storing;
 - ``correct`` locks the latest revision, marks it superseded and writes the
-  next one (at most ``MAX_FACT_REVISIONS`` per fact);
+  next one (at most ``MAX_FACT_REVISIONS`` per fact); corrections and
+  forgets of one fact serialize on an advisory lock, so each applies to the
+  revision the previous one left;
 - ``forget`` removes the text, validity and provenance of every revision (one
   ``UPDATE``, however many revisions an older fact holds) and adds a
   tombstone revision that keeps only the ids of the sessions the provenance
@@ -290,7 +292,21 @@ class PostgresMemoryStore(MemoryStore):
         return _statement(template, self._config.schema, self._config.max_row_bytes)
 
     async def _latest(self, conn: Conn, scope: MemoryScope, fact_id: str, *, lock: bool) -> StoredFact:
-        """The latest revision of ``fact_id`` if ``scope``'s tenant and user own it; else not found."""
+        """The latest revision of ``fact_id`` if ``scope``'s tenant and user own it; else not found.
+
+        ``lock``: for a write. Writers of one fact first serialize on a
+        transaction-level advisory lock, so the read below (a fresh snapshot,
+        taken once the lock is held) finds the revision a concurrent writer
+        just committed. Locking the latest row alone did not: the second of two
+        corrections (or a correction and a forget) re-read the revision the
+        first had superseded, wrote the same next revision, and failed with a
+        bare "duplicate key" error.
+        """
+        if lock:
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))",
+                (f"memory fact {encode_segment(scope.tenant)} {fact_id}",),
+            )
         cursor = await conn.execute(
             self._q(
                 "SELECT " + _COLUMNS + " FROM {s}.memory_facts WHERE tenant_key = %s AND fact_id = %s "  # noqa: S608
