@@ -268,7 +268,9 @@ def _names_session(provenance: object, session: str) -> bool:
         if not isinstance(provenance, str):  # NULL: larger than max_row_bytes, not transferred
             raise ValueError("missing, or larger than max_row_bytes")
         refs = decode_json(provenance.encode("utf-8"))
-        if not isinstance(refs, list) or not all(isinstance(r, list) and r for r in refs):
+        if not isinstance(refs, list) or not all(
+            isinstance(r, list) and r and isinstance(r[0], str) for r in refs
+        ):
             raise ValueError("not a list of [session, seq, digest]")
     except (ValueError, InvalidJSONError) as exc:
         raise PostgresMemoryError(

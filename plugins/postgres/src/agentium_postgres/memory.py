@@ -197,7 +197,9 @@ def _refs(raw: object) -> list[list[Any]]:
         if not isinstance(raw, str):  # NULL: larger than max_row_bytes (see _PROVENANCE)
             raise ValueError("provenance is missing or larger than max_row_bytes")
         refs = decode_json(raw.encode("utf-8"))
-        if not isinstance(refs, list) or not all(isinstance(r, list) and r for r in refs):
+        if not isinstance(refs, list) or not all(
+            isinstance(r, list) and r and isinstance(r[0], str) for r in refs
+        ):
             raise ValueError("provenance is not a list of references")
     except (ValueError, InvalidJSONError) as exc:
         raise PostgresMemoryError(
@@ -227,11 +229,7 @@ def _decode(row: Sequence[Any]) -> StoredFact:
             raise ValueError("provenance is not a list")
         status = FactStatus(row[6])
         # A tombstone's provenance holds only session ids (for erasure), never returned as provenance.
-        provenance = (
-            ()
-            if status is FactStatus.FORGOTTEN
-            else tuple(GroupRef(str(r[0]), r[1], str(r[2])) for r in refs)
-        )
+        provenance = () if status is FactStatus.FORGOTTEN else tuple(GroupRef(r[0], r[1], r[2]) for r in refs)
         fact = MemoryFact(scope, str(row[7]), row[8], row[9], provenance)
         return StoredFact(str(row[0]), int(row[1]), status, fact, row[11])
     except (ValueError, TypeError, IndexError, KeyError, InvalidJSONError) as exc:
