@@ -29,6 +29,8 @@ __all__ = ["migrate"]
 
 #: Role names PostgreSQL reads as every role or as whoever is connected: never a grantee.
 _NOT_A_ROLE: Final = frozenset({"public", "current_user", "current_role", "session_user", "user"})
+#: The longest identifier PostgreSQL keeps whole (NAMEDATALEN - 1); a longer one is cut.
+_MAX_ROLE_BYTES: Final = 63
 
 
 def check_grantees(roles: Sequence[str]) -> None:
@@ -39,9 +41,25 @@ def check_grantees(roles: Sequence[str]) -> None:
     current role or PostgreSQL's predefined ``pg_*`` roles would reach far
     past the application's own role.
     """
+    if isinstance(roles, str | bytes):  # its characters would each be taken for a role
+        raise InvalidArgumentError(
+            f"grant_to must be a sequence of role names, got the string {roles!r}; nothing was changed"
+        )
     for role in roles:
         if not isinstance(role, str) or not role:
             raise InvalidArgumentError(f"a grantee must be a role name, got {role!r}; nothing was changed")
+        # The identifier reaches the server quoted, but not as written: libpq's escaping stops at a
+        # NUL ("app\x00x" named role "app") and PostgreSQL cuts a name past 63 bytes, so either
+        # would grant to another role than the one named; a lone surrogate cannot be sent at all.
+        try:
+            size = len(role.encode("utf-8"))
+        except UnicodeEncodeError:
+            size = -1
+        if "\x00" in role or not 0 < size <= _MAX_ROLE_BYTES:
+            raise InvalidArgumentError(
+                f"refusing to grant to {role!r}: not a role name PostgreSQL can be sent as written (NUL, "
+                f"a lone surrogate, or more than {_MAX_ROLE_BYTES} bytes); nothing was changed"
+            )
         if role.lower() in _NOT_A_ROLE or role.lower().startswith("pg_"):
             raise InvalidArgumentError(
                 f"refusing to grant to {role!r}: PostgreSQL reads it as every role, the connected role or "
