@@ -339,3 +339,24 @@ async def test_ids_too_long_for_the_key_index_are_refused_as_such_not_as_a_lost_
     finally:
         await archive.aclose()
         await store.aclose()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"dsn": "host=x \ud800"},
+        {"dsn": "host=x", "password": "\ud800"},
+        {"dsn": "host=x", "min_pool_size": 5, "max_pool_size": 2},
+        {"dsn": "host=x", "schema": "Bad-Name"},
+        {"dsn": "host=x", "min_similarity": 2},
+        {"dsn": f"host=x password={WRONG} 'unterminated"},
+        {"dsn": ""},
+    ],
+)
+def test_bad_options_are_invalid_argument_errors_never_bare_ones(options: dict[str, Any]) -> None:
+    # The options' own checks raised bare ValueError (the core's bounded counts already raised
+    # InvalidArgumentError), and a lone surrogate in the DSN or password escaped as a bare
+    # UnicodeEncodeError, from the constructor or only later from conninfo().
+    with pytest.raises(InvalidArgumentError) as caught:
+        PostgresConfig(**options).conninfo()
+    assert WRONG not in str(caught.value)

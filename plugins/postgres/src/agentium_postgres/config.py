@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import attrs
 
+from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import bounded_count, bounded_duration
 
 __all__ = ["PostgresConfig", "redact_dsn", "server_label"]
@@ -23,7 +24,7 @@ _IDENTIFIER: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 def _conninfo(dsn: str) -> dict[str, Any]:
-    """The parsed connection options; ``ValueError`` (never echoing the text) if it does not parse."""
+    """The parsed connection options; ``InvalidArgumentError`` (never showing the text) if unparsable."""
     # Imported here, not at module level: listing the plugin (which names this class) must not load
     # the client library.
     import psycopg.conninfo
@@ -32,7 +33,7 @@ def _conninfo(dsn: str) -> dict[str, Any]:
         return psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         # libpq's message may quote the malformed text, password included: say only where to look.
-        raise ValueError(
+        raise InvalidArgumentError(
             "dsn is not a valid libpq connection string or postgresql:// URL (the text is not shown)"
         ) from None
 
@@ -57,15 +58,24 @@ def server_label(info: dict[str, Any]) -> str:
 
 def _dsn(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError("dsn must be a non-empty libpq connection string or postgresql:// URL")
-    if "\x00" in value:
-        raise ValueError("dsn must not contain NUL")
+        raise InvalidArgumentError("dsn must be a non-empty libpq connection string or postgresql:// URL")
+    if "\x00" in value or not _encodable(value):
+        raise InvalidArgumentError("dsn must not contain NUL or a lone surrogate (the text is not shown)")
     _conninfo(value)
+
+
+def _encodable(value: str) -> bool:
+    """True if ``value`` is valid Unicode text (no lone surrogate): what libpq can be sent."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _identifier(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value) or value.startswith("pg_"):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{attribute.name} must be a lower-case PostgreSQL identifier (a-z, 0-9, '_', starting with a "
             f"letter or '_', at most 63 characters, not starting with 'pg_'), got {value!r}"
         )
@@ -73,18 +83,22 @@ def _identifier(instance: Any, attribute: attrs.Attribute[Any], value: object) -
 
 def _password(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     # The value is a secret: say what is wrong without showing it.
-    if value is not None and (not isinstance(value, str) or not value or "\x00" in value or "\n" in value):
-        raise ValueError("password must be a non-empty single-line string without NUL, or left out")
+    if value is not None and (
+        not isinstance(value, str) or not value or "\x00" in value or "\n" in value or not _encodable(value)
+    ):
+        raise InvalidArgumentError(
+            "password must be a non-empty single-line string without NUL or a lone surrogate, or left out"
+        )
 
 
 def _similarity(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
-        raise ValueError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
 
 
 def _share(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
 
 
 def _secret_repr(value: object) -> str:
@@ -154,7 +168,7 @@ class PostgresConfig:
     def __attrs_post_init__(self) -> None:
         """The pool's bounds must be in order."""
         if self.min_pool_size > self.max_pool_size:
-            raise ValueError("min_pool_size must not exceed max_pool_size")
+            raise InvalidArgumentError("min_pool_size must not exceed max_pool_size")
 
     def conninfo(self) -> str:
         """The connection string handed to psycopg (``password`` added when given)."""
