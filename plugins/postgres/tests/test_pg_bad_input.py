@@ -26,7 +26,9 @@ from agentium_postgres import (
     PostgresAsyncioRequiredError,
     PostgresAuthenticationError,
     PostgresConfig,
+    PostgresMemoryStore,
     PostgresPrivilegeError,
+    PostgresRecallStore,
     PostgresRowTooLargeError,
     PostgresSchemaError,
     PostgresSessionStore,
@@ -360,3 +362,27 @@ def test_bad_options_are_invalid_argument_errors_never_bare_ones(options: dict[s
     with pytest.raises(InvalidArgumentError) as caught:
         PostgresConfig(**options).conninfo()
     assert WRONG not in str(caught.value)
+
+
+async def test_a_missing_context_is_refused_typed_by_every_adapter(app_config: PostgresConfig) -> None:
+    # health, erase and the recall store's open read ctx unchecked: None raised a bare AttributeError.
+    from agentium_harness import EraseTarget
+    from agentium_harness.plugin_api import RecallLimits, Scope
+
+    adapters = [
+        PostgresArchive(app_config),
+        PostgresSessionStore(app_config),
+        PostgresRecallStore(app_config),
+        PostgresMemoryStore(app_config),
+    ]
+    try:
+        for adapter in adapters:
+            with pytest.raises(InvalidArgumentError):
+                await adapter.health(None)  # type: ignore[arg-type]
+            with pytest.raises(InvalidArgumentError):
+                await adapter.erase(EraseTarget("acme"), None)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            await adapters[2].open(Scope("acme", "ana", "s1"), RecallLimits(), None)  # type: ignore[arg-type, union-attr]
+    finally:
+        for adapter in adapters:
+            await adapter.aclose()

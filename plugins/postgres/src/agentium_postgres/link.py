@@ -55,6 +55,7 @@ from agentium_harness.plugin_api import (
     PerLoop,
 )
 
+from .args import checked_ctx
 from .config import PostgresConfig
 from .errors import (
     PostgresAsyncioRequiredError,
@@ -205,7 +206,7 @@ class PgLink:
         context was cancelled or its deadline passed before any COMMIT was
         sent (nothing committed).
         """
-        ctx.raise_if_expired(operation)
+        checked_ctx(ctx, operation).raise_if_expired(operation)
         require_asyncio(operation)
         if self._closed:
             raise self._family(f"{self._name}: {operation} refused: the adapter is closed")

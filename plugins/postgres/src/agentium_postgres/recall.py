@@ -157,7 +157,7 @@ class PostgresRecallStore(RecallStore):
 
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> PostgresRecallSession:
         """A session confined to ``scope``. Acquires nothing: each call takes a pooled connection."""
-        ctx.raise_if_expired("recall open")
+        checked_ctx(ctx, "recall open").raise_if_expired("recall open")
         if not isinstance(scope, Scope):
             raise InvalidArgumentError(f"scope must be a Scope, got {type(scope).__name__}")
         if not isinstance(limits, RecallLimits):
@@ -376,7 +376,7 @@ class PostgresRecallStore(RecallStore):
         ``archive_groups``. Needs ``DELETE`` on ``recall_sources`` and
         ``archive_groups``; dead row versions stay until ``VACUUM``.
         """
-        ctx.raise_if_expired("recall erase")
+        checked_ctx(ctx, "recall erase").raise_if_expired("recall erase")
         check_target(target)
         bound = check_max_items(max_items)
         schema = self._config.schema
