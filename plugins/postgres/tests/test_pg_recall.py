@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import attrs
 import psycopg
 import pytest
@@ -21,6 +22,7 @@ from agentium_harness.plugin_api import (
     SourceOwner,
     SourceRef,
     SourceVector,
+    ValidationStatus,
     Vector,
     document_source_id,
 )
@@ -168,5 +170,48 @@ async def test_a_source_text_grown_past_max_row_bytes_is_refused_before_it_is_tr
         admin.execute(f'UPDATE "{schema}".recall_sources SET body = %s', ("hello " * 20_000,))
         with pytest.raises(PostgresRowTooLargeError, match="not transferred"):
             await session.read([ref], 100, _ctx())
+    finally:
+        await store.aclose()
+
+
+async def test_two_concurrent_writes_of_one_document_leave_the_later_one_indexed(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str, pg_server: Any
+) -> None:
+    # The second writer's DELETE did not see the first's new row (outside its snapshot), its
+    # INSERT ... ON CONFLICT DO NOTHING skipped, and it still returned its revision: the index
+    # kept the earlier text while the later write reported success.
+    from pg_server import APP_USER
+
+    store = PostgresRecallStore(app_config)
+    owner = SourceOwner("acme", "ana")
+    try:
+        await store.index_document(owner, "d", "version zero", _ctx())
+        refs: dict[str, SourceRef] = {}
+
+        async def write(name: str) -> None:
+            refs[name] = await store.index_document(owner, "d", f"version {name}", _ctx())
+
+        async def waiting(count: int) -> None:
+            while True:
+                row = admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE usename = %s AND wait_event_type = 'Lock'",
+                    (APP_USER,),
+                ).fetchone()
+                if row is not None and row[0] >= count:
+                    return
+                await anyio.sleep(0.02)
+
+        with psycopg.connect(pg_server.admin_dsn()) as holder:
+            holder.execute(f'SELECT 1 FROM "{schema}".recall_sources FOR UPDATE')
+            async with anyio.create_task_group() as tg:
+                for n, name in enumerate(("one", "two"), start=1):
+                    tg.start_soon(write, name)
+                    with anyio.fail_after(10):
+                        await waiting(n)
+                holder.rollback()
+        assert admin.execute(f'SELECT body FROM "{schema}".recall_sources').fetchall() == [("version two",)]
+        session = await store.open(SCOPE, RecallLimits(), _ctx())
+        [one, two] = await session.validate([refs["one"], refs["two"]], _ctx())
+        assert (one.status, two.status) == (ValidationStatus.CHANGED, ValidationStatus.CURRENT)
     finally:
         await store.aclose()

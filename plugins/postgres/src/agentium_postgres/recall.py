@@ -202,6 +202,13 @@ class PostgresRecallStore(RecallStore):
         )
 
         async def work(conn: Conn) -> None:
+            # Writers of one document serialize here: the statements below then read with a fresh
+            # snapshot and replace what the previous writer committed. Without it, the second of
+            # two concurrent writes found the first's new row outside its snapshot, left it, had its
+            # own insert skipped by the conflict, and still returned its revision as indexed.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"recall source {row.tenant_key} {source_id}",)
+            )
             await insert_sources(conn, self._config.schema, [row])
 
         await self._link.run(ctx, "recall index", row.tenant_key, work)
