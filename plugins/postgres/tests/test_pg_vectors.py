@@ -291,3 +291,40 @@ async def test_hybrid_recall_and_catch_up_through_a_runtime(
         await runtime.aclose()
         for adapter in (archive, store, recall):
             await adapter.aclose()
+
+
+async def test_a_vector_whose_source_is_deleted_meanwhile_is_skipped_not_a_foreign_key_error(
+    app_config: PostgresConfig, pg_server: PostgresServer, admin: Admin, schema: str
+) -> None:
+    # The insert read the source row from its snapshot; once a concurrent delete (a replaced
+    # document, an erasure) committed, the foreign key check failed and the whole batch raised
+    # PostgresRecallError, where a vector of a source no longer at its revision is to be skipped.
+    store = PostgresRecallStore(app_config)
+    try:
+        ref = await store.index_document(SourceOwner("acme", "ana"), "d", "version zero", _ctx())
+        stored: list[int] = []
+
+        async def index() -> None:
+            stored.append(
+                await store.index_vectors([SourceVector(ref, Vector(AXES, (1.0, 0, 0, 0)))], _ctx())
+            )
+
+        with psycopg.connect(pg_server.admin_dsn()) as deleter:
+            deleter.execute(f'DELETE FROM "{schema}".recall_sources')
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(index)
+                with anyio.fail_after(10):
+                    while True:
+                        row = admin.execute(
+                            "SELECT count(*) FROM pg_stat_activity "
+                            "WHERE usename = %s AND wait_event_type = 'Lock'",
+                            (APP_USER,),
+                        ).fetchone()
+                        if row is not None and row[0] >= 1:
+                            break
+                        await anyio.sleep(0.02)
+                deleter.commit()
+        assert stored == [0]
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".recall_vectors').fetchone() == (0,)
+    finally:
+        await store.aclose()

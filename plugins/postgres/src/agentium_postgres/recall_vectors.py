@@ -127,12 +127,15 @@ def vector_batches(
 
 
 # One tenant's vectors, stored where their source row is at the given revision (others skipped).
+# FOR KEY SHARE: a source row another transaction is deleting (a document replaced, an erasure) is
+# waited for and then skipped, as a stale vector is; without it the insert read the row from its
+# snapshot and failed on the foreign key once the delete committed.
 _WRITE_BYTES: Final[LiteralString] = (
     "INSERT INTO {s}.recall_vectors (id, tenant_key, embedding) "
     "SELECT s.id, s.tenant_key, n.embedding "
     "FROM unnest(%s::text[], %s::text[], %s::bytea[]) AS n(source_id, revision, embedding) "
     "JOIN {s}.recall_sources AS s ON s.tenant_key = %s AND s.source_id = n.source_id "
-    "AND s.revision = n.revision "
+    "AND s.revision = n.revision FOR KEY SHARE OF s "
     "ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding RETURNING id"
 )
 # The same, with pgvector's form of each vector too ("{vector}": the extension's qualified type).
@@ -141,7 +144,7 @@ _WRITE_BOTH: Final[LiteralString] = (
     "SELECT s.id, s.tenant_key, n.embedding, n.pgv::{vector} "
     "FROM unnest(%s::text[], %s::text[], %s::bytea[], %s::text[]) AS n(source_id, revision, embedding, pgv) "
     "JOIN {s}.recall_sources AS s ON s.tenant_key = %s AND s.source_id = n.source_id "
-    "AND s.revision = n.revision "
+    "AND s.revision = n.revision FOR KEY SHARE OF s "
     "ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding, embedding_pgv = excluded.embedding_pgv "
     "RETURNING id"
 )
