@@ -35,6 +35,7 @@ from agentium_harness import OpContext, Scope
 from agentium_harness._cli import main
 from agentium_harness.plugin_api import (
     EmbeddingModel,
+    EmbeddingModelMismatchError,
     RecallLimits,
     SourceOwner,
     SourceRef,
@@ -210,3 +211,29 @@ async def test_pgvector_scores_in_the_database_and_ranks_as_the_adapter_does(
         ).fetchone()
     assert missing == (0,)
     _same(await _rank(old, queries), by_pgvector)
+
+
+async def test_a_query_vector_of_another_dimension_is_a_model_mismatch_with_pgvector_too(
+    pgv_server: PostgresServer,
+) -> None:
+    # Scored in the database, a query vector of another dimension reached pgvector's <=> and
+    # failed there ("different vector dimensions 16 and 8", PostgresRecallError) before the
+    # adapter's model check could raise EmbeddingModelMismatchError, as the README promises.
+    admin_dsn, app_dsn = pgv_server.admin_dsn(), pgv_server.app_dsn()
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    name = new_schema_name()
+    assert (await migrate(PostgresConfig(dsn=admin_dsn, schema=name), grant_to=[APP_USER])).scored_in_database
+    config = PostgresConfig(dsn=app_dsn, schema=name, min_pool_size=0)
+    await _seed(config, 3)
+    store = PostgresRecallStore(config)
+    try:
+        session = await store.open(Scope("acme", "ana", "s1"), RecallLimits(), _ctx())
+        for model in (EmbeddingModel("other", 8), EmbeddingModel("other", MODEL.dimension)):
+            with pytest.raises(EmbeddingModelMismatchError):
+                await session.discover_hybrid(
+                    "river", Vector.normalized(model, [1.0] * model.dimension), 5, _ctx()
+                )
+        assert await session.discover_hybrid("river", _vector(random.Random(1)), 5, _ctx())
+    finally:
+        await store.aclose()

@@ -168,8 +168,12 @@ class PostgresRecallSession(RecallSession):
             )
             found = await conn.execute(
                 q(
+                    # The query vector goes to pgvector only if it is of the schema's model: one of
+                    # another dimension failed there as a bare "different vector dimensions" error
+                    # before the model check below could say EmbeddingModelMismatchError.
                     "SELECT * FROM {s}.recall_discover_hybrid("
-                    "%s::text[], %s, %s, %s, %s, %s, %s, %s, %s::real[])",
+                    "%s::text[], %s, %s, %s, %s, %s, %s, %s, CASE WHEN (SELECT m.model = %s AND "
+                    "m.dimension = %s FROM {s}.recall_vector_model AS m) THEN %s::real[] END)",
                     config.schema,
                 ),
                 (
@@ -181,6 +185,8 @@ class PostgresRecallSession(RecallSession):
                     config.max_ranked_matches,
                     pool,
                     config.max_vector_scan,
+                    vector.model.model,
+                    vector.model.dimension,
                     # Scored in the database where pgvector is (the function decides), else ignored.
                     list(vector.values) if in_database else None,
                 ),
