@@ -391,3 +391,38 @@ async def test_a_stalled_server_holds_no_call_past_its_deadline_and_a_commit_is_
         assert stored is not None and stored.revision in (base, base + 1)
     finally:
         await store.aclose()
+
+
+async def test_one_call_timing_out_on_a_busy_pool_fails_no_other_waiting_call(
+    app_config: PostgresConfig, pg_server: PostgresServer, schema: str
+) -> None:
+    # A pool timeout (every connection busy) was taken for a connection failure: the adapter
+    # closed its pool, and every other call waiting on it failed at once with
+    # PostgresUnavailableError, however much of its own deadline was left.
+    store = PostgresSessionStore(attrs.evolve(app_config, max_pool_size=1))
+    try:
+        base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+        results: dict[str, object] = {}
+
+        async def call(name: str, run: Any) -> None:
+            try:
+                results[name] = await run()
+            except Exception as exc:
+                results[name] = exc
+
+        with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY) as holder:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    call, "holds", lambda: store.save(KEY, scoped_snapshot(KEY, " x"), base, _ctx(5))
+                )
+                await blocked_backend(pg_server.admin_dsn())  # it holds the pool's one connection
+                tg.start_soon(call, "short", lambda: store.load(KEY, _ctx(0.5)))
+                tg.start_soon(call, "patient", lambda: store.load(KEY, _ctx(10)))
+                await anyio.sleep(1.5)
+                holder.rollback()
+        assert isinstance(results["short"], PostgresUnavailableError), results
+        assert results["holds"] == base + 1, results
+        patient = results["patient"]
+        assert not isinstance(patient, Exception), patient
+    finally:
+        await store.aclose()

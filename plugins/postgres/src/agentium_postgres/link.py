@@ -222,7 +222,9 @@ class PgLink:
                 raise
             except (psycopg.Error, PoolTimeout, OSError) as exc:
                 error = self.translate(exc, operation, ctx)
-                if isinstance(error, PostgresUnavailableError):
+                # A pool that was busy until the deadline is not broken: closing it would fail
+                # every other call waiting on it, whatever their deadlines.
+                if isinstance(error, PostgresUnavailableError) and not isinstance(exc, PoolTimeout):
                     await self._reset_pool()
                 raise error from None
         # Only reached when the scope's own deadline cancelled the call.
