@@ -16,6 +16,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
 from pg_server import PostgresServer
@@ -430,3 +431,36 @@ async def test_rows_with_key_text_no_id_encodes_to_are_erased_with_their_tenant_
     finally:
         for adapter in (archive, store, recall):
             await adapter.aclose()
+
+
+async def test_a_snapshot_grown_past_max_row_bytes_is_erased_without_being_transferred(
+    app_config: PostgresConfig, admin: Admin, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The session store's erase read every matched snapshot whole (to list its resident groups),
+    # however large a row grown behind its back had become; such a row is erased unread now.
+    import agentium_postgres.erase as erase_module
+    from agentium_harness.testing import scoped_snapshot
+
+    seen: list[int] = []
+    real = erase_module.snapshot_erasure
+
+    def recording(key: SessionKey, data: bytes) -> Any:
+        seen.append(len(data))
+        return real(key, data)
+
+    monkeypatch.setattr(erase_module, "snapshot_erasure", recording)
+    store = PostgresSessionStore(attrs.evolve(app_config, max_row_bytes=64 * 1024))
+    key = SessionKey("acme", "ana", "s1")
+    try:
+        await store.save(key, scoped_snapshot(key, " x"), None, _ctx())
+        admin.execute(
+            sql.SQL("UPDATE {}.session_snapshots SET data = %s").format(sql.Identifier(schema)),
+            (b"x" * (128 * 1024),),
+        )
+        report = await store.erase(EraseTarget("acme", "ana"), _ctx())
+        assert report.count("snapshot") == 1
+        assert [(s.session, s.groups) for s in report.sessions] == [(key, ())]
+        assert seen == []  # nothing over max_row_bytes reached the client
+        assert rows_of(admin, schema, "session_snapshots") == []
+    finally:
+        await store.aclose()

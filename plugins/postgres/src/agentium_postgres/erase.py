@@ -38,6 +38,7 @@ from typing import Any, Final
 from psycopg import sql
 
 from agentium_harness.plugin_api import (
+    ErasedSession,
     EraseReport,
     EraseStatus,
     EraseTarget,
@@ -175,17 +176,21 @@ async def erase_archive(
 
 
 async def erase_snapshots(
-    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool
+    conn: Conn, schema: str, target: EraseTarget, bound: int, dry_run: bool, row_cap: int = 16 * 1024 * 1024
 ) -> tuple[EraseReport, list[SessionKey]]:
-    """The session store's erase: up to ``bound`` snapshots of the target; also the keys removed."""
+    """The session store's erase: up to ``bound`` snapshots of the target; also the keys removed.
+
+    A snapshot over ``row_cap`` bytes (none this store wrote) is erased without being transferred,
+    and reported like a damaged one: its session, no groups.
+    """
     if target.groups:  # archived groups only: the session store holds none
         return EraseReport(), []
     where, params = target_filter(target, seq=False)
     cursor = await conn.execute(
         sql.SQL(
-            "SELECT user_key, session_key, data FROM {s}.session_snapshots WHERE {where} "
-            "ORDER BY user_key, session_key LIMIT %s"
-        ).format(s=sql.Identifier(schema), where=where),
+            "SELECT user_key, session_key, CASE WHEN octet_length(data) <= {cap} THEN data END "
+            "FROM {s}.session_snapshots WHERE {where} ORDER BY user_key, session_key LIMIT %s"
+        ).format(s=sql.Identifier(schema), where=where, cap=sql.Literal(int(row_cap))),
         (*params, bound + 1),
     )
     found = await cursor.fetchall()
@@ -203,7 +208,9 @@ async def erase_snapshots(
     kind, detail = physical(len(taken), dry_run)
     report = EraseReport(
         count_items(snapshot=len(taken)),
-        tuple(snapshot_erasure(key, bytes(data)) for key, data in named),
+        tuple(
+            ErasedSession(key) if data is None else snapshot_erasure(key, bytes(data)) for key, data in named
+        ),
         _status(len(found), bound),
         kind,
         detail,

@@ -345,7 +345,7 @@ class PostgresSessionStore(SessionStore):
         from .erase import erase_snapshots
 
         async def work(conn: Conn) -> tuple[EraseReport, list[SessionKey]]:
-            return await erase_snapshots(conn, schema, target, bound, dry_run)
+            return await erase_snapshots(conn, schema, target, bound, dry_run, self._config.max_row_bytes)
 
         tenant = encode_segment(target.tenant_id)
         if not dry_run:
