@@ -155,6 +155,15 @@ from ._ports.recall import (
     reciprocal_rank_fusion,
     source_owner,
 )
+from ._ports.recall_args import (
+    MAX_ARGUMENT_INT,
+    checked_argument,
+    checked_count,
+    checked_ctx,
+    checked_key,
+    checked_refs,
+    checked_sequence,
+)
 from ._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
     ArchivedDigest,
@@ -373,6 +382,14 @@ __all__ = [
     "check_archived_group",
     "check_count",
     "checked_index_batch",
+    # argument checks adapters share (bad input is InvalidArgumentError, nothing changed)
+    "MAX_ARGUMENT_INT",
+    "checked_argument",
+    "checked_count",
+    "checked_ctx",
+    "checked_key",
+    "checked_refs",
+    "checked_sequence",
     "check_duration",
     "copy_plain_json",
     "decode_archived_group",

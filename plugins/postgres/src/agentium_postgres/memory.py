@@ -78,7 +78,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .archive import health_probe
-from .args import checked as checked_arg
+from .args import checked_argument as checked_arg
 from .args import checked_ctx
 from .config import PostgresConfig
 from .errors import PostgresMemoryError, PostgresRowTooLargeError

@@ -48,7 +48,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .archive import PostgresArchive, group_rows, health_probe, insert_groups
-from .args import checked, checked_count, checked_ctx, checked_expected_revision, checked_key
+from .args import checked_argument, checked_count, checked_ctx, checked_expected_revision, checked_key
 from .config import PostgresConfig
 from .errors import PostgresRowTooLargeError, PostgresSessionStoreError
 from .keys import q, session_keys
@@ -184,7 +184,7 @@ class PostgresSessionStore(SessionStore):
 
     def _snapshot_data(self, key: SessionKey, snapshot: SessionSnapshot, operation: str) -> bytes:
         verify_snapshot(
-            checked_key(key, operation), checked(snapshot, SessionSnapshot, "snapshot", operation)
+            checked_key(key, operation), checked_argument(snapshot, SessionSnapshot, "snapshot", operation)
         )
         data = snapshot_bytes(snapshot)
         if len(data) > self._config.max_row_bytes:
