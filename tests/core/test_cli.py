@@ -368,3 +368,34 @@ def test_check_deeply_nested_file_exits_2_without_traceback(
     assert "nested more than 32 levels deep (line 1)" in err and "Traceback" not in err
     code, out, _ = _run(capsys, "check", "--json", str(path))
     assert code == 2 and json.loads(out)["errors"][0]["path"] == "$"
+
+
+def test_plugins_text_shows_a_plugins_text_with_control_characters_escaped(
+    capsys: pytest.CaptureFixture[str], fixture_plugins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A description, an option's default and a load problem are a plugin's text: printed raw,
+    # an escape sequence in them reached the terminal and a newline forged a line of the listing.
+    from agentium_harness._cli import plugins
+
+    real = plugins.plugins_report
+
+    def hostile(registry: Any) -> dict[str, Any]:
+        report = real(registry)
+        adapter = report["plugins"][0]["adapters"][0]
+        adapter["description"] = "fast\x1b[2J\nagentium-evil 6.6.6 [ok]"
+        adapter["options"] = [
+            {"name": "mode", "type": "str", "required": False, "default": "a\u009b31m", "path": False}
+        ]
+        report["problems"][0]["error"] = "ImportError: \x1b]0;owned\x07\u202e"
+        report["skipped"][0]["reason"] = "blocked\x1b[8m"
+        return report
+
+    monkeypatch.setattr(plugins, "plugins_report", hostile)
+    code, out, _ = _run(capsys, "plugins")
+    assert code == 0
+    for raw in ("\x1b", "\x07", "\u202e", "\u009b", "\nagentium-evil"):
+        assert raw not in out, raw
+    assert "fast\\x1b[2J\\nagentium-evil 6.6.6 [ok]" in out
+    assert 'option mode: str = "a\\x9b31m"' in out
+    assert "ImportError: \\x1b]0;owned\\x07\\u202e" in out
+    assert "blocked\\x1b[8m" in out

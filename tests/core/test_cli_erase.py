@@ -249,3 +249,35 @@ def test_retention_apply_exits_7_when_an_erasure_it_started_stays_pending(
     assert code == 0 and "(retention) complete" in out
     code, out, err = _agentium(capsys, "retention", "apply", str(cfg), "--tenant", "acme")
     assert code == 0 and err == ""
+
+
+def test_a_stores_detail_and_the_notes_cannot_drive_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store's detail and the record's notes are the adapters' text: printed raw, an escape
+    # sequence in them reached the operator's terminal and a newline forged a line of the record.
+    import attrs
+
+    from agentium_harness._cli import erase
+
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    real = erase._run
+
+    def hostile(config: str, work: Any, reading: bool = False) -> Any:
+        done = real(config, work, reading=reading)
+        record = done.record
+        stores = tuple(
+            attrs.evolve(s, detail="free pages\x1b[2J\n  session    forged") for s in record.stores
+        )
+        record = attrs.evolve(record, stores=stores, notes=("late write\x1b]0;owned\x07\u202e",))
+        return attrs.evolve(done, record=record)
+
+    monkeypatch.setattr(erase, "_run", hostile)
+    code, out, _ = _agentium(capsys, "erase", cfg, *who, "--reason", "request 8", "--dry-run")
+    assert code == 0
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "\n  session    forged" not in out
+    assert "free pages\\x1b[2J\\n  session    forged" in out
+    assert "note       late write\\x1b]0;owned\\x07\\u202e" in out

@@ -118,3 +118,22 @@ def test_a_stored_fact_cannot_drive_the_terminal_or_forge_a_line_of_the_listing(
     assert len(out.splitlines()) == 2
     listed = _json(capsys, ["memory", "list", config, *who])
     assert isinstance(listed, list) and listed[0]["text"] == text  # --json keeps the text as stored
+
+
+def test_a_stores_reason_and_notes_cannot_drive_the_terminal(
+    config: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A rejection's reason and an acknowledgment's notes are the store's text, printed raw before.
+    from agentium_harness._engine.memory.manager import MemoryManager
+    from agentium_harness._ports.memory import AckStatus, MemoryAck
+
+    async def hostile(self: MemoryManager, fact: object) -> MemoryAck:
+        return MemoryAck(AckStatus.REJECTED, reason="no\x1b[2J\nstored m1", notes=("slow\x1b]0;x\x07",))
+
+    monkeypatch.setattr(MemoryManager, "remember_with_result", hostile)
+    who = ["--tenant", "acme", "--user", "ana"]
+    assert main(["memory", "remember", config, *who, "the door code is 4719"]) == 1
+    out, err = capsys.readouterr()
+    assert "\x1b" not in out + err and "\x07" not in err
+    assert out == "rejected: no\\x1b[2J\\nstored m1\n"
+    assert "  note: slow\\x1b]0;x\\x07\n" in err

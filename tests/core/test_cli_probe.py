@@ -181,3 +181,20 @@ def test_a_command_that_only_reads_creates_no_database(
     code = main([a.replace("{cfg}", str(config)) for a in argv])
     assert code == 0, capsys.readouterr()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]
+
+
+def test_a_checks_error_messages_cannot_drive_the_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An issue's message can quote a plugin's error (a factory, a validator): it was printed raw.
+    from agentium_harness._cli import check
+    from agentium_harness._errors import CapabilityError
+
+    def refused(resolved: object) -> object:
+        raise CapabilityError("adapter said \x1b[2J\n  $.archive: forged \u202e")
+
+    monkeypatch.setattr(check, "build_runtime", refused)
+    assert main(["check", "--probe", str(_config(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\u202e" not in err and "\n  $.archive: forged" not in err
+    assert "  $: adapter said \\x1b[2J\\n  $.archive: forged \\u202e\n" in err

@@ -221,3 +221,40 @@ def test_search_shows_a_sources_control_characters_as_escapes(
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\u202e" not in out
     assert "The VPN certificate \\x1b[8mexpires\\x1b[0m in March \\u202e." in out
+
+
+def test_search_shows_a_problems_control_characters_as_escapes(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A problem quotes the store's error (a contract violation, an invalidated source): printed
+    # raw, a store could send escape sequences to the terminal or forge a line of the output.
+    import attrs
+
+    from agentium_harness._cli import recall
+
+    real = recall.gather_evidence
+
+    async def hostile(*args: object, **kwargs: object) -> object:
+        evidence = await real(*args, **kwargs)  # type: ignore[arg-type]
+        return attrs.evolve(evidence, problems=("store said \x1b[31mno\x1b[0m\nbudget: forged",))
+
+    monkeypatch.setattr(recall, "gather_evidence", hostile)
+    assert main(["recall", "search", str(config), *ANA, "VPN certificate"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\nbudget: forged" not in out
+    assert "  problem: store said \\x1b[31mno\\x1b[0m\\nbudget: forged\n" in out
+
+
+def test_a_skipped_files_name_is_shown_with_its_controls_escaped(
+    config: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A file's name is the folder's text: a bidi override or a line separator in it (an id
+    # accepts both) reached the terminal raw in the "skipped" note.
+    docs = config.parent / "named"
+    docs.mkdir()
+    (docs / "report\u202egpj.bin").write_bytes(b"\x00binary")
+    (docs / "a\u2028b.txt").write_bytes(b"\xff not utf-8")
+    assert main(["recall", "add", str(config), "--tenant", "acme", str(docs)]) == 0
+    err = capsys.readouterr().err
+    assert "\u202e" not in err and "\u2028" not in err
+    assert "report\\u202egpj.bin: binary" in err and "a\\u2028b.txt: not UTF-8 text" in err

@@ -107,3 +107,35 @@ path = "data.db"
     assert main(["run", str(cfg), *IDS, "hi"]) == 0
     assert (conf_dir / "data.db").exists()
     assert not (elsewhere / "data.db").exists()
+
+
+def test_inspect_shows_an_adapters_details_with_control_characters_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The divergence's detail is the archive's error message and a coverage gap's detail a reader's
+    # error: printed raw, an escape sequence reached the terminal and a newline forged a line.
+    import attrs
+
+    from agentium_harness._engine.runtime import HarnessRuntime
+    from agentium_harness._ports.snapshot import ArchiveDivergence
+    from agentium_harness._ports.summary import CoverageGap, GapReason, SummaryState, TaskSummary
+
+    cfg = _config(tmp_path)
+    assert main(["run", str(cfg), *IDS, "q0"]) == 0
+    real = HarnessRuntime.inspect_session
+
+    async def hostile(self: HarnessRuntime, identity: object, session_id: str) -> object:
+        view = await real(self, identity, session_id)  # type: ignore[arg-type]
+        gap = CoverageGap(0, GapReason.UNAVAILABLE, "read failed\x1b[2J\n  state           ok")
+        summary = SummaryState(TaskSummary("s", 0, policy="p\x1b[1m", version="1"), gaps=(gap,))
+        divergence = ArchiveDivergence((3,), "conflict\x1b]0;owned\x07\u202e")
+        return attrs.evolve(view, divergence=divergence, summary=summary)
+
+    monkeypatch.setattr(HarnessRuntime, "inspect_session", hostile)
+    capsys.readouterr()
+    assert main(["session", "inspect", str(cfg), *IDS]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+    assert "diverged at     [3]: conflict\\x1b]0;owned\\x07\\u202e\n" in out
+    assert "coverage gap    group 0 unavailable: read failed\\x1b[2J\\n  state           ok\n" in out
+    assert "(p\\x1b[1m@1)" in out

@@ -30,13 +30,14 @@ def _check_failed(
     """Report a config that failed the check (to stdout as JSON with ``--json``, else to stderr)."""
     if args.json:
         errors = [{"path": i.path, "message": i.message} for i in exc.issues]
-        shown = None if path is None else str(path)
-        report = {"config": shown, "valid": False, "errors": errors, "components": components}
+        config = None if path is None else str(path)
+        report = {"config": config, "valid": False, "errors": errors, "components": components}
         print_json(report, sys.stdout)
     else:
         sys.stderr.write(f"{path}: {len(exc.issues)} error(s)\n")
         for issue in exc.issues:
-            sys.stderr.write(f"  {issue.path}: {issue.message}\n")
+            # A message can quote a plugin's validator or factory error: escaped like other foreign text.
+            sys.stderr.write(f"  {issue.path}: {shown(issue.message)}\n")
     return EXIT_USAGE
 
 
@@ -98,7 +99,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         for section in SECTION_KINDS:
             if section in components:
                 c = components[section]
-                sys.stdout.write(f"  {section:<14} {c['plugin']} ({c['distribution']} {c['version']})\n")
+                line = f"  {section:<14} {c['plugin']} ({c['distribution']} {c['version']})"
+                sys.stdout.write(shown(line) + "\n")  # a distribution's metadata is the plugin's text
         for role, outcome in probes.items():
             # A health check's answer or error is the backend's text: no escape sequence reaches the terminal.
             sys.stdout.write(f"  probe {role:<14} {shown(outcome)}\n")

@@ -30,7 +30,7 @@ from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .._validators import validate_id
-from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only, shown_lines
+from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only, shown, shown_lines
 
 __all__ = [
     "EXIT_PENDING",
@@ -100,15 +100,18 @@ def record_lines(record: ErasureRecord) -> list[str]:
         lines.append(f"  completed  {record.completed_at.isoformat()}")
     for store in record.stores:
         counts = ", ".join(f"{c.count} {c.kind}(s)" for c in store.counts) or "nothing"
-        physical = store.physical.value + (f": {store.detail}" if store.detail else "")
-        lines.append(f"  {store.role:<14} {store.adapter}: {counts} [{store.status.value}, {physical}]")
+        # The adapter's name and detail and the notes are the stores' text: escaped like other foreign text.
+        physical = store.physical.value + (f": {shown(store.detail)}" if store.detail else "")
+        lines.append(
+            f"  {store.role:<14} {shown(store.adapter)}: {counts} [{store.status.value}, {physical}]"
+        )
     for session in record.sessions:
         what = f"groups {_spans(session.ranges)} ({session.count})" if session.count else "no group"
         snapshot = ", snapshot" if session.snapshot else ""
         lines.append(f"  session    {session.session.key()}: {what}{snapshot}")
     if record.omitted_sessions:
         lines.append(f"  and {record.omitted_sessions} more session(s), counted in the stores' totals")
-    lines.extend(f"  note       {note}" for note in record.notes)
+    lines.extend(f"  note       {shown(note)}" for note in record.notes)
     return lines
 
 
@@ -248,7 +251,7 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     for erasure in result.erasures:
         sys.stdout.write("\n".join(record_lines(erasure.record)) + "\n")
     for note in result.notes:
-        sys.stdout.write(f"note: {note}\n")
+        sys.stdout.write(f"note: {shown(note)}\n")
     return EXIT_PENDING if stopped else EXIT_OK
 
 

@@ -328,20 +328,24 @@ def cmd_session_inspect(args: argparse.Namespace) -> int:
             )
         if view.divergence is not None:
             sys.stdout.write(
-                f"  diverged at     {list(view.divergence.seqs)}: {view.divergence.detail}\n"
+                # The detail is the archive's error message: escaped like every adapter's text.
+                f"  diverged at     {list(view.divergence.seqs)}: {shown(view.divergence.detail)}\n"
                 "  the archive holds other groups at these seqs; run "
                 "'agentium session reconcile' to keep both copies\n"
             )
         if view.summary is not None:
             summary = view.summary.summary
             cited = ", ".join(f"{c.seq} {c.digest[:19]}" for c in summary.citations)
+            made_by = f"{shown(summary.policy)}@{shown(summary.version)}"  # the summarizer's words
             sys.stdout.write(
-                f"  summary         {view.summary.coverage()} ({summary.policy}@{summary.version})\n"
+                f"  summary         {view.summary.coverage()} ({made_by})\n"
                 f"  frontier        {summary.frontier}\n"
                 f"  citations       {cited or '-'}\n"
             )
             for gap in view.summary.gaps:
-                sys.stdout.write(f"  coverage gap    group {gap.seq} {gap.reason.value}: {gap.detail}\n")
+                sys.stdout.write(
+                    f"  coverage gap    group {gap.seq} {gap.reason.value}: {shown(gap.detail)}\n"
+                )
         sys.stdout.write("".join(line + "\n" for line in erasure_lines(view)))
     return EXIT_OK
 
@@ -359,7 +363,7 @@ def cmd_session_reconcile(args: argparse.Namespace) -> int:
         print_json(unstructure(report), sys.stdout)
     else:
         state = "reconciled" if report.changed else "unchanged"
-        sys.stdout.write(f"{state}: {report.message}\n")
+        sys.stdout.write(f"{state}: {shown(report.message)}\n")
         if report.changed:
             sys.stdout.write(
                 f"  revision {report.previous_revision} -> {report.revision}, boundary {report.boundary}\n"
@@ -394,7 +398,7 @@ def cmd_session_migrate(args: argparse.Namespace) -> int:
     else:
         state = "migrated" if report.changed else "unchanged"
         sys.stdout.write(
-            f"{state}: {report.message} (revision {report.previous_revision} -> {report.revision})\n"
+            f"{state}: {shown(report.message)} (revision {report.previous_revision} -> {report.revision})\n"
         )
     return EXIT_OK
 

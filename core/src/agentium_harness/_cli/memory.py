@@ -142,10 +142,10 @@ def _show_ack(args: argparse.Namespace, ack: MemoryAck) -> int:
         if ack.fact_id is not None:
             line += f" {ack.fact_id} revision {ack.revision}"
         if ack.reason:
-            line += f": {ack.reason}"
+            line += f": {shown(ack.reason)}"  # the store's text, escaped as a fact's is
         sys.stdout.write(line + "\n")
         for note in ack.notes:
-            sys.stderr.write(f"  note: {note}\n")
+            sys.stderr.write(f"  note: {shown(note)}\n")
     return EXIT_REJECTED if not ack.ok else 0
 
 

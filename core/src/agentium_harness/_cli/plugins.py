@@ -18,7 +18,7 @@ from .._codec import unstructure
 from .._plugins.registry import PluginRegistry, RegisteredAdapter
 from .._plugins.spec import PATH_OPTION
 from .._text import error_text
-from .output import EXIT_OK, print_json
+from .output import EXIT_OK, print_json, shown
 
 __all__ = ["add_plugins_command", "options_report", "plugins_report"]
 
@@ -111,8 +111,8 @@ def _option_line(option: dict[str, Any]) -> str:
     where = " (path, relative to the config file)" if option["path"] else ""
     if option["required"]:
         return f"{option['name']}: {option['type']} (required){where}"
-    shown = json.dumps(option["default"], ensure_ascii=False)
-    return f"{option['name']}: {option['type']} = {shown}{where}"
+    default = json.dumps(option["default"], ensure_ascii=False)
+    return f"{option['name']}: {option['type']} = {default}{where}"
 
 
 def plugins_report(registry: PluginRegistry) -> dict[str, Any]:
@@ -172,33 +172,39 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     """List loaded plugins, their adapters and capabilities, load problems and skipped plugins."""
     registry = PluginRegistry.load()
     report = plugins_report(registry)
-    out: TextIO = sys.stdout
     if args.json:
-        print_json(report, out)
+        print_json(report, sys.stdout)
         return EXIT_OK
+    out: TextIO = sys.stdout
+
+    def line(text: str) -> None:
+        # Every line quotes a plugin's text (its description, a default's repr, an import error,
+        # a distribution's metadata): escaped, so none of it drives the terminal or forges a line.
+        out.write(shown(text) + "\n")
+
     for plugin in report["plugins"]:
-        out.write(f"{plugin['distribution']} {plugin['version']} [{plugin['status']}]\n")
+        line(f"{plugin['distribution']} {plugin['version']} [{plugin['status']}]")
         for adapter in plugin["adapters"]:
             note = "  (CONFLICTED: registered twice, cannot be selected)" if adapter["conflicted"] else ""
-            out.write(f"  {adapter['kind']:<14} {adapter['name']:<14} {adapter['description']}{note}\n")
-            out.write(f"  {'':<14} {'':<14} capabilities: {_flags(adapter['capabilities'])}\n")
+            line(f"  {adapter['kind']:<14} {adapter['name']:<14} {adapter['description']}{note}")
+            line(f"  {'':<14} {'':<14} capabilities: {_flags(adapter['capabilities'])}")
             if not adapter["options"]:
-                out.write(f"  {'':<14} {'':<14} options: none\n")
+                line(f"  {'':<14} {'':<14} options: none")
             for option in adapter["options"]:
-                out.write(f"  {'':<14} {'':<14} option {_option_line(option)}\n")
+                line(f"  {'':<14} {'':<14} option {_option_line(option)}")
         lifecycle = [h for h in plugin["hooks"] if not h.startswith("agentium_register_")]
         if lifecycle:
-            out.write(f"  lifecycle hooks: {', '.join(lifecycle)}\n")
+            line(f"  lifecycle hooks: {', '.join(lifecycle)}")
     if report["problems"]:
         out.write("\nproblems:\n")
         for p in report["problems"]:
             what = f" {p['kind']} {p['name']!r}" if p["kind"] and p["name"] else ""
             hook = f" in {p['hook']}" if p["hook"] else ""
-            out.write(f"  {p['distribution']} {p['version']}{what} [{p['stage']}{hook}]: {p['error']}\n")
+            line(f"  {p['distribution']} {p['version']}{what} [{p['stage']}{hook}]: {p['error']}")
     if report["skipped"]:
         out.write("\nskipped:\n")
         for s in report["skipped"]:
-            out.write(f"  {s['distribution']} {s['version']}: {s['reason']}\n")
+            line(f"  {s['distribution']} {s['version']}: {s['reason']}")
     return EXIT_OK
 
 

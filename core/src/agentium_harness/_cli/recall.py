@@ -98,6 +98,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
             progress = _Progress(len(files))
             for done, (doc_id, path) in enumerate(files, start=1):
                 # At most one byte past the bound is read: a huge file is skipped, never loaded.
+                # A skipped file's name is the folder's text, escaped like a document's lines.
                 try:
                     with path.open("rb") as handle:
                         data = handle.read(MAX_DOCUMENT_BYTES + 1)
@@ -105,17 +106,20 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                     # Unreadable (permissions, removed since the walk): skipped like a binary file,
                     # not a traceback half-way with the files before it indexed and nothing said.
                     counts["skipped"] += 1
-                    sys.stderr.write(f"  skipped {path}: cannot be read: {exc.strerror or exc}\n")
+                    why = shown(exc.strerror or str(exc))
+                    sys.stderr.write(f"  skipped {shown(str(path))}: cannot be read: {why}\n")
                     continue
                 if len(data) > MAX_DOCUMENT_BYTES or b"\0" in data:
                     counts["skipped"] += 1
-                    sys.stderr.write(f"  skipped {path}: binary or larger than {MAX_DOCUMENT_BYTES} bytes\n")
+                    sys.stderr.write(
+                        f"  skipped {shown(str(path))}: binary or larger than {MAX_DOCUMENT_BYTES} bytes\n"
+                    )
                     continue
                 try:
                     text = data.decode("utf-8")
                 except UnicodeDecodeError:
                     counts["skipped"] += 1
-                    sys.stderr.write(f"  skipped {path}: not UTF-8 text\n")
+                    sys.stderr.write(f"  skipped {shown(str(path))}: not UTF-8 text\n")
                     continue
                 ref = await store.index_document(
                     owner, doc_id, text, OpContext.with_timeout(30.0), title=doc_id
@@ -195,16 +199,21 @@ def cmd_recall_search(args: argparse.Namespace) -> int:
     out.write(f"status {evidence.status.value}, query {evidence.query[:80]!r}\n")
     for block in evidence.blocks:
         attrs = dict(block.attributes)
+        # The store's text (ids, attributes, excerpts, problems quoting its errors): escaped, so none
+        # of it reaches the terminal as an escape sequence or a forged line.
         out.write(
-            f"  [{attrs.get('rank')}] {block.source_id} revision {attrs.get('revision')} "
-            f"completeness {attrs.get('completeness')} omitted-context {attrs.get('omitted-context')}\n"
+            shown(
+                f"  [{attrs.get('rank')}] {block.source_id} revision {attrs.get('revision')} "
+                f"completeness {attrs.get('completeness')} omitted-context {attrs.get('omitted-context')}"
+            )
+            + "\n"
         )
         for line in block.content.splitlines()[:6]:
             out.write(f"      {shown(line[:160])}\n")
     for source_id in evidence.omitted:
-        out.write(f"  omitted (did not fit whole): {source_id}\n")
+        out.write(f"  omitted (did not fit whole): {shown(source_id)}\n")
     for problem in evidence.problems:
-        out.write(f"  problem: {problem}\n")
+        out.write(f"  problem: {shown(str(problem))}\n")
     out.write(
         f"budget: queries {u.queries}/{limits.max_queries}, "
         f"candidates {u.candidates}/{limits.max_candidates}, "
