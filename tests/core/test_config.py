@@ -971,3 +971,17 @@ def test_a_value_from_the_environment_is_not_repeated_unquoted_either(tmp_path: 
     assert found["$.runtime.op_timeout_s"].endswith("got <a value from the environment, not shown>")
     if "$.verifier.options.root" in found:  # agentium-verifier-fs installed: its resolved root
         assert "not shown" in found["$.verifier.options.root"]
+
+
+def test_a_leading_byte_order_mark_is_ignored_and_a_stray_one_still_refused(tmp_path: Path) -> None:
+    # Notepad and PowerShell save UTF-8 with a BOM; tomllib refused it as "Invalid statement
+    # (line 1, column 1)", an error pointing at nothing a user could see.
+    text = BASE + '\n[runtime]\ninstructions = "Be brief."\n'
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8"))
+    assert parse_config(path, environ={}).runtime.instructions == "Be brief."
+    assert parse_config("\ufeff" + text, environ={}).runtime.instructions == "Be brief."
+    # Only one, only at the very start: anything else is still invalid TOML, reported at $.
+    for bad in ("\ufeff\ufeff" + text, text + "\ufeff", BASE + '\n[runtime]\ninstructions = "x"\ufeff\n'):
+        errors = _parse_errors(bad)
+        assert list(errors) == ["$"] and errors["$"].startswith("invalid TOML: "), errors

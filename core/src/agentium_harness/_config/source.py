@@ -322,7 +322,21 @@ def _data_depth(data: Any) -> tuple[int, str]:
     return deepest, where
 
 
+#: The byte order mark some editors (Notepad, PowerShell's ``Out-File``) put at the start of a UTF-8 file.
+_BOM: Final = "\ufeff"
+
+
 def parse_toml(text: str, source: str | None) -> dict[str, Any]:
+    """``text`` parsed as TOML, within the nesting cap; one leading byte order mark is ignored.
+
+    TOML allows no BOM, so :mod:`tomllib` reported one as "Invalid statement (line 1, column 1)"
+    on a file that looks correct in every editor. One BOM at the very start only marks the
+    encoding and is dropped; anywhere else (a second one included) it is still invalid TOML.
+
+    :raises ConfigError: one issue at ``$``: invalid TOML, or nested past :data:`MAX_NESTING`.
+    """
+    if text.startswith(_BOM):
+        text = text[len(_BOM) :]
     depth, line = _bracket_depth(text)
     if depth > MAX_NESTING:
         raise ConfigError(
