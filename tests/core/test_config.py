@@ -985,3 +985,56 @@ def test_a_leading_byte_order_mark_is_ignored_and_a_stray_one_still_refused(tmp_
     for bad in ("\ufeff\ufeff" + text, text + "\ufeff", BASE + '\n[runtime]\ninstructions = "x"\ufeff\n'):
         errors = _parse_errors(bad)
         assert list(errors) == ["$"] and errors["$"].startswith("invalid TOML: "), errors
+
+
+@pytest.mark.parametrize(
+    ("written", "char"),
+    [("a\\u0000b", "U+0000"), ("\\u001b[2J", "U+001B"), ("a\\rb", "U+000D"), ("x\\u0007", "U+0007")],
+)
+def test_instructions_with_a_control_character_are_refused_at_their_key(written: str, char: str) -> None:
+    # A NUL (or another C0 control) in the instructions was accepted and went to the provider.
+    errors = _parse_errors(BASE + f'\n[runtime]\ninstructions = "{written}"\n')
+    assert list(errors) == ["$.runtime.instructions"], errors
+    assert f"control character {char}" in errors["$.runtime.instructions"]
+
+
+def test_instructions_from_a_variable_are_checked_without_showing_the_value() -> None:
+    text = BASE + '\n[runtime]\ninstructions = "${WHO}"\n'
+    errors = _parse_errors(text, environ={"WHO": "secret\x00value"})
+    assert "control character U+0000" in errors["$.runtime.instructions"]
+    assert "secret" not in errors["$.runtime.instructions"]
+    errors = _parse_errors(text, environ={"WHO": "caf\udce9"})  # argv/environ bytes that were not UTF-8
+    assert "lone surrogate" in errors["$.runtime.instructions"]
+    # Tab and newline are prose; so is every printable character.
+    ok = parse_config(BASE + '\n[runtime]\ninstructions = "a\\tb\\nc \u00e9 \u202e"\n', environ={})
+    assert ok.runtime.instructions == "a\tb\nc \u00e9 \u202e"
+
+
+def test_runtime_config_built_directly_refuses_a_control_character() -> None:
+    from agentium_harness._config.load import RuntimeConfig
+    from agentium_harness._errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"instructions holds control character U\+0000"):
+        RuntimeConfig(instructions="a\x00b")
+
+
+def test_a_runtime_is_not_built_from_instructions_with_a_nul(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    path = _write(
+        tmp_path,
+        f"""
+        [runtime]
+        instructions = "Be brief.\\u0000"
+        [provider]
+        plugin = "scripted"
+        [archive]
+        plugin = "sqlite"
+        options = {{ path = "{db.as_posix()}" }}
+        [session_store]
+        plugin = "memory"
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load_runtime(path, environ={})
+    assert [i.path for i in info.value.issues] == ["$.runtime.instructions"]
+    assert not db.exists()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Any, Final, TypeVar
@@ -49,6 +50,7 @@ __all__ = [
     "optional_identifier",
     "positive_float",
     "positive_int",
+    "prose_text",
     "str_pair_tuple",
     "str_tuple",
     "unicode_text",
@@ -227,6 +229,36 @@ def unicode_text(value: object, name: str, hint: str = "") -> str:
             f"{at}{hint}"
         )
     return text
+
+
+#: C0 controls but tab and newline: nothing prose holds (NUL ends a C string, ESC drives a terminal).
+_PROSE_CONTROL: Final = re.compile("[\x00-\x08\x0b-\x1f]")
+
+
+def prose_text(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A ``str`` of prose: valid Unicode text with no C0 control character but tab and newline.
+
+    For free text a person writes into a config file (host instructions): a NUL, an escape
+    sequence or a lone surrogate (an environment variable holding bytes that are not UTF-8)
+    there is a mistake the provider would otherwise meet first. The message names the field
+    and the position, never the text (it may be private, or a secret from the environment).
+    """
+    name = attribute.name
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a string, got {type(value).__name__}")
+    text = str.__str__(value)
+    found = _PROSE_CONTROL.search(text)
+    if found is not None:
+        raise InvalidArgumentError(
+            f"{name} holds control character U+{ord(found.group()):04X} at character {found.start()}; "
+            "only tab and newline are allowed"
+        )
+    at = lone_surrogate_at(text)
+    if at is not None:
+        raise InvalidArgumentError(
+            f"{name} is not valid Unicode text: it holds a lone surrogate (U+{ord(text[at]):04X}) at "
+            f"character {at}, as text decoded from bytes that were not UTF-8 does"
+        )
 
 
 def enum_member(kind: type[E], value: object, name: str) -> E:

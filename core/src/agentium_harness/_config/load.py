@@ -41,7 +41,7 @@ from .._ports.embedder import EmbeddingLimits
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
 from .._text import error_text
-from .._validators import bounded_duration
+from .._validators import bounded_duration, prose_text
 from .._verdicts import EvidenceLimits
 from .checks import combination_issues, strategy_issues, wrapped_provider_issues
 from .shared import SHARED_TABLE, inherit, relocate, shared_issues
@@ -106,7 +106,7 @@ class RuntimeConfig:
     once, in the engine, and a new limit is configurable without a change here.
     """
 
-    instructions: str = DEFAULT_INSTRUCTIONS
+    instructions: str = attrs.field(default=DEFAULT_INSTRUCTIONS, validator=prose_text)
     limits: RuntimeLimits = attrs.field(
         factory=RuntimeLimits, validator=attrs.validators.instance_of(RuntimeLimits)
     )
@@ -124,7 +124,9 @@ def _runtime_table_class() -> type:
     unknown keys, type errors and "did you mean" hints name the real keys and
     nothing is declared twice.
     """
-    fields: dict[str, Any] = {"instructions": attrs.field(default=DEFAULT_INSTRUCTIONS, type=str)}
+    fields: dict[str, Any] = {
+        "instructions": attrs.field(default=DEFAULT_INSTRUCTIONS, type=str, validator=prose_text)
+    }
     for field in attrs.fields(attrs.resolve_types(RuntimeLimits)):
         fields[field.name] = attrs.field(default=field.default, validator=field.validator, type=field.type)
     return attrs.make_class("RuntimeTable", fields, frozen=True, slots=True)
