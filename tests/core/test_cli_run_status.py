@@ -182,4 +182,5 @@ def test_json_of_a_failed_run_is_its_interrupted_result(
     report = json.loads(out)
     assert report["status"] == "interrupted" and report["commit_state"] == "not_committed"
     assert report["committed"] is False and "ran out of replies" in report["error"]
+    assert report["error_type"].endswith("Error")  # the JSON error form's fields, in one document
     assert err.startswith("agentium run: provider failed") and "nothing was committed" in err

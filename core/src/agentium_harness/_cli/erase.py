@@ -30,7 +30,7 @@ from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
 from .._validators import validate_id
-from .output import EXIT_OK, EXIT_USAGE, print_json, reading_only, shown, shown_lines
+from .output import EXIT_OK, json_error, print_json, reading_only, shown, shown_lines
 
 __all__ = [
     "EXIT_PENDING",
@@ -159,17 +159,16 @@ def cmd_erase(args: argparse.Namespace) -> int:
     pending. With --status, list the erasures covering the scope.
     """
     modes = [m for m in ("dry_run", "resume", "status") if getattr(args, m)]
+    # Usage errors are raised, not printed: main() reports them (as JSON on stdout with --json too).
     if len(modes) > 1:
-        sys.stderr.write("agentium erase: give at most one of --dry-run, --resume, --status\n")
-        return EXIT_USAGE
+        raise InvalidArgumentError("give at most one of --dry-run, --resume, --status")
     if args.resume and (args.user is not None or args.session is not None):
         # --resume completes every pending erasure of the tenant; accepting a narrower scope
         # would resume erasures outside the one the operator named.
-        sys.stderr.write(
-            "agentium erase: --resume completes every pending erasure of the tenant; "
-            "it takes no --user or --session (see --status for what is pending)\n"
+        raise InvalidArgumentError(
+            "--resume completes every pending erasure of the tenant; "
+            "it takes no --user or --session (see --status for what is pending)"
         )
-        return EXIT_USAGE
     attestation = _attestation(args)
     target = _target(args)
     if args.status:
@@ -185,8 +184,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
             results = list(_run(args.config, lambda rt: rt.resume_erasures(attestation)))
         else:
             if args.reason is None:
-                sys.stderr.write("agentium erase: --reason is required (say why the data is erased)\n")
-                return EXIT_USAGE
+                raise InvalidArgumentError("--reason is required (say why the data is erased)")
             results = [
                 _run(
                     args.config,
@@ -198,6 +196,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
             ]
     except ErasureIncompleteError as exc:
         sys.stderr.write(f"agentium erase: {shown_lines(str(exc))}\n")
+        if exc.record is None and args.json:  # no progress to print: the JSON error form says why
+            print_json(json_error(exc), sys.stdout)
         if exc.record is not None:
             # Its progress is printed either way: with --json it was printed nowhere.
             if args.json:

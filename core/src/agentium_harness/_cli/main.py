@@ -35,7 +35,7 @@ from .._config.runtime import build_runtime, load_runtime
 from .._demo import run_demo, run_demo_config
 from .._engine.results import RunResult, RunStatus, Severity
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
-from .._errors import AgentiumError
+from .._errors import AgentiumError, InvalidArgumentError
 from .._observe import tree
 from .._plugins.commands import CORE_COMMANDS, CliCommand
 from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
@@ -53,6 +53,7 @@ from .output import (
     add_config_argument,
     complete,
     discover_config,
+    json_error,
     plain_help,
     print_json,
     reading_only,
@@ -162,9 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_turn(args)
     try:
         exporter = tree.capture()
-    except tree.SdkMissingError as exc:
-        sys.stderr.write(f"agentium run: {exc}; nothing was run\n")
-        return EXIT_USAGE
+    except tree.SdkMissingError as exc:  # reported by main(), as JSON on stdout with --json too
+        raise InvalidArgumentError(f"{error_text(exc, named=False)}; nothing was run") from None
     try:
         return _run_turn(args)
     finally:
@@ -205,7 +205,8 @@ def _run_turn(args: argparse.Namespace) -> int:
         # whether the turn was committed); stdout used to stay empty. main() reports the error.
         if args.json and exc.run_result is not None:
             failed = exc.run_result
-            print_json({**unstructure(failed), "committed": failed.committed, "error": str(exc)}, sys.stdout)
+            print_json({**unstructure(failed), "committed": failed.committed, **json_error(exc)}, sys.stdout)
+            args.printed_json = True  # main() prints no second document
         raise
     status = RUN_EXIT_STATUS[result.status]
     if args.json:
@@ -376,11 +377,11 @@ def cmd_session_reconcile(args: argparse.Namespace) -> int:
 def cmd_session_migrate(args: argparse.Namespace) -> int:
     """Stamp a legacy session snapshot with its verified memory scope (storage identity migration)."""
     if not args.attest_legacy_memory_scope:
-        sys.stderr.write(
-            "agentium session migrate: verify the session's exact scope first, then pass "
-            "--attest-legacy-memory-scope\n"
+        # Raised, not printed: main() reports it like every error, as JSON on stdout with --json too.
+        raise InvalidArgumentError(
+            "verify the session's exact scope first, then pass --attest-legacy-memory-scope; "
+            "nothing was changed"
         )
-        return EXIT_USAGE
     runtime = load_runtime(args.config)
 
     async def go() -> MigrationReport:
@@ -526,6 +527,14 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
         discover_config(args)
         return _exit_status(args.command, func(args))
     except AgentiumError as exc:
+        # With --json a core command's failure is a JSON document on stdout too (docs/cli.md), unless
+        # the command printed its own (run's interrupted RunResult); a plugin's --json is its own.
+        if (
+            getattr(args, "json", False) is True
+            and args.command in CORE_COMMANDS
+            and not getattr(args, "printed_json", False)
+        ):
+            print_json(json_error(exc), sys.stdout)
         # shown_lines: the message may quote an adapter's error, and a server's text in it.
         sys.stderr.write(f"agentium {args.command}: {shown_lines(error_text(exc, named=False))}\n")
         return EXIT_USAGE

@@ -17,6 +17,7 @@ from .._config.source import find_config
 from .._engine.results import RunStatus
 from .._errors import InvalidArgumentError
 from .._plugins.registry import BUILTIN_DISTRIBUTION
+from .._text import error_text
 from .._validators import lone_surrogate_at
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "add_config_argument",
     "complete",
     "discover_config",
+    "json_error",
     "RUN_EXIT_STATUS",
     "plain_help",
     "print_json",
@@ -76,6 +78,16 @@ RUN_EXIT_STATUS: Final = MappingProxyType(
 def print_json(data: Any, out: TextIO | None = None) -> None:
     """``data`` as indented JSON, keys sorted, to ``out`` (stdout): every command's ``--json`` form."""
     (out or sys.stdout).write(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def json_error(exc: BaseException) -> dict[str, str]:
+    """The JSON error form of ``--json``: ``error`` (the message stderr shows) and ``error_type``.
+
+    A command that fails after its arguments were parsed prints this on stdout with ``--json``,
+    so a script always has a JSON document to read; ``agentium run`` adds the fields to the
+    interrupted ``RunResult`` it prints. The message is as the error gives it (stderr escapes it).
+    """
+    return {"error": error_text(exc, named=False), "error_type": type(exc).__name__}
 
 
 # ------------------------------------------------------------------ stored text
