@@ -337,3 +337,23 @@ def test_an_adapters_error_cannot_drive_the_terminal(
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\u202e" not in err
     assert "\\x1b[2J\\x1b[31mall good" in err and "\\u202eevil\nsecond line" in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "text", "says"),
+    [
+        (["--grant", "shell"], "hi", "--grant 'shell' names no tool"),
+        ([], "", "the TEXT argument is empty"),
+        ([], " \n\t", "the TEXT argument is empty"),
+    ],
+)
+def test_run_refuses_a_grant_of_no_tool_and_an_empty_text_before_loading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], text: str, says: str
+) -> None:
+    # Both were accepted: the grant silently did nothing (the command's runtime has no tools), and
+    # an empty turn was sent to the model and committed.
+    cfg = write_config(tmp_path)
+    assert main(["run", str(cfg), *ids(), *extra, text]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and says in err and "Nothing was run" in err
+    assert not (tmp_path / "state.db").exists()

@@ -35,6 +35,7 @@ from .._config.runtime import build_runtime, load_runtime
 from .._demo import run_demo, run_demo_config
 from .._engine.results import RunResult, RunStatus, Severity
 from .._engine.runtime import MigrationReport, ReconcileReport, SessionView
+from .._engine.tools import ToolRegistry
 from .._errors import AgentiumError, InvalidArgumentError
 from .._observe import tree
 from .._plugins.commands import CORE_COMMANDS, CliCommand
@@ -175,7 +176,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_turn(args: argparse.Namespace) -> int:
     text = text_argument(args.text, "the TEXT argument", "nothing was run")
-    runtime = load_runtime(args.config)
+    if not text.strip():  # as recall search refuses an empty query: a turn with no input is a mistake
+        raise InvalidArgumentError("the TEXT argument is empty; give the user input. Nothing was run")
+    # A config file names no code, so the command's runtime has no tools: a granted name that is
+    # not a tool was accepted and silently did nothing, as if the tool had been offered.
+    tools = ToolRegistry()
+    unknown = [name for name in args.grant if name not in tools]
+    if unknown:
+        raise InvalidArgumentError(
+            f"--grant {unknown[0]!r} names no tool: the command's runtime has no tools to grant "
+            "(a config file names no code; tools come from a host program). Nothing was run"
+        )
+    runtime = load_runtime(args.config, tools=tools)
 
     async def go() -> RunResult:
         async with runtime:
