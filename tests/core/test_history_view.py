@@ -262,3 +262,109 @@ async def test_the_history_api_on_the_sqlite_pair(tmp_path: Path) -> None:
     finally:
         await archive.aclose()
         await store.aclose()
+
+
+# -- the bound on retracted spans (MAX_RETRACTION_SPANS) ---------------------------------------------
+
+
+def _say(role: Role, text: str) -> list[Message]:
+    return [Message(role, text)]
+
+
+async def _stored_size(store: InMemorySessionStore) -> tuple[int, int, int]:
+    """``(revision, snapshot bytes, spans in the view)`` of session s1 as stored."""
+    from agentium_harness.plugin_api import snapshot_bytes
+
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    view = stored.snapshot.view
+    return stored.revision, len(snapshot_bytes(stored.snapshot)), len(view.spans) if view else 0
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # thousands of operations: one backend is enough
+async def test_retracted_spans_stay_bounded_when_a_host_adds_two_and_pops_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each pop after a message still in view adds a span; the view never holds more than the limit.
+
+    A host that regenerates answers (add a question and an answer, pop the
+    answer) adds a span per cycle. Without the bound the snapshot grew with
+    every cycle (and every save rewrote it); with it, the retraction that
+    would pass the limit is refused and the host resets the view.
+    """
+    from agentium_harness import RetractionLimitError
+    from agentium_harness._engine import history_checks
+
+    monkeypatch.setattr(history_checks, "MAX_RETRACTION_SPANS", 20)
+    store = InMemorySessionStore()
+    rt = create_harness_runtime(
+        provider=Recording(),
+        archive=InMemoryArchive(),
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=4)),
+    )
+    resets, largest = 0, 0
+    for n in range(630):
+        await rt.append(ANA, "s1", _say(Role.USER, f"question {n}"))
+        await rt.append(ANA, "s1", _say(Role.ASSISTANT, f"answer {n}"))
+        try:
+            await rt.retract(ANA, "s1", reason="regenerate")
+        except RetractionLimitError as exc:
+            assert (exc.spans, exc.limit) == (20, 20)
+            await rt.reset_view(ANA, "s1", reason="too many pops")
+            resets += 1
+        if n % 10 == 9:
+            _, size, spans = await _stored_size(store)
+            assert spans <= 20
+            largest = max(largest, size)
+    assert resets == 630 // 21  # one refusal every 21 cycles: 20 spans, then a reset
+    # 20 spans of about 50 bytes, 4 resident groups and the bookkeeping: far below what
+    # 630 spans (over 30 KB) would take.
+    assert largest < 8 * 1024, largest
+    await rt.aclose()
+
+
+async def test_a_retraction_past_the_span_limit_is_refused_and_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Refused with nothing written; joining the last span is still made; an old, larger view loads."""
+    from agentium_harness import CommitState, MessageRef, RetractionLimitError
+    from agentium_harness._engine import history_checks
+
+    store = InMemorySessionStore()
+    rt = create_harness_runtime(provider=Recording(), archive=InMemoryArchive(), session_store=store)
+    for n in range(3):  # three spans, written under the default limit
+        await rt.append(ANA, "s1", _say(Role.USER, f"question {n}"))
+        await rt.append(ANA, "s1", _say(Role.ASSISTANT, f"answer {n}"))
+        await rt.retract(ANA, "s1", reason="regenerate")
+    await rt.append(ANA, "s1", _say(Role.USER, "question 3"))
+    await rt.append(ANA, "s1", _say(Role.ASSISTANT, "answer 3"))
+    # A lower limit now: the stored view holds more spans than it allows, and still loads.
+    monkeypatch.setattr(history_checks, "MAX_RETRACTION_SPANS", 2)
+    before = await _stored_size(store)
+    assert before[2] == 3
+    page = await rt.read_history(ANA, "s1", max_groups=20)
+    assert [m.content for m in page.messages] == [f"question {n}" for n in range(3)] + [
+        "question 3",
+        "answer 3",
+    ]
+    with pytest.raises(RetractionLimitError, match="reset_view") as refused:
+        await rt.retract(ANA, "s1", reason="regenerate")
+    assert (refused.value.spans, refused.value.limit) == (3, 2)
+    assert refused.value.commit_state is CommitState.NOT_COMMITTED
+    assert await _stored_size(store) == before  # nothing written
+    audit = await rt.read_history(ANA, "s1", max_groups=50, view=False)
+    assert audit.groups[-1].group.messages[0].content == "answer 3"
+    # Taking both messages joins the span before them (no span is added): made, even over the limit.
+    joined = await rt.retract(ANA, "s1", count=2, reason="undo the turn")
+    assert joined.retracted == (MessageRef(9, 0), MessageRef(10, 0))
+    assert (await _stored_size(store))[2] == 3
+    # reset_view starts the view with no span; retractions are made again.
+    await rt.reset_view(ANA, "s1", reason="start over")
+    assert (await _stored_size(store))[2] == 0
+    await rt.append(ANA, "s1", _say(Role.USER, "question 4"))
+    await rt.append(ANA, "s1", _say(Role.ASSISTANT, "answer 4"))
+    await rt.retract(ANA, "s1", reason="regenerate")
+    page = await rt.read_history(ANA, "s1", max_groups=20)
+    assert [m.content for m in page.messages] == ["question 4"]
+    await rt.aclose()

@@ -59,7 +59,7 @@ HOST_NAMES = {
     "AppendResult", "HistoryGroup", "HistoryPage", "ResetResult", "RetractResult", "SessionPage",
     "ControlKind", "HistoryControl", "MessageRef", "RetractedSpan", "ViewState", "MAX_APPEND_BYTES",
     "MAX_APPEND_MESSAGES", "MAX_LIST_LIMIT", "MAX_PAGE_BYTES", "MAX_PAGE_GROUPS", "MAX_PAYLOAD_BYTES",
-    "MAX_RETRACT_COUNT",
+    "MAX_RETRACT_COUNT", "MAX_RETRACTION_SPANS",
     # issue 25: hybrid recall's embedder bounds and vector space
     "EmbeddingLimits", "EmbeddingModel",
 }  # fmt: skip

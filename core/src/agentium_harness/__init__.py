@@ -34,6 +34,7 @@ from ._engine.history_checks import (
     MAX_PAGE_BYTES,
     MAX_PAGE_GROUPS,
     MAX_RETRACT_COUNT,
+    MAX_RETRACTION_SPANS,
 )
 from ._engine.history_records import (
     AppendResult,
@@ -128,6 +129,7 @@ from ._errors import (
     RecallUnavailableError,
     RecordDecodeError,
     RegistrationError,
+    RetractionLimitError,
     RetractionRefusedError,
     RuntimeClosedError,
     RuntimeCloseError,
@@ -239,6 +241,7 @@ __all__ = [
     "MAX_PAGE_GROUPS",
     "MAX_PAYLOAD_BYTES",
     "MAX_RETRACT_COUNT",
+    "MAX_RETRACTION_SPANS",
     "AppendResult",
     "ControlKind",
     "HistoryControl",
@@ -250,6 +253,7 @@ __all__ = [
     "ResetResult",
     "RetractResult",
     "RetractedSpan",
+    "RetractionLimitError",
     "RetractionRefusedError",
     "SessionPage",
     "ViewState",

@@ -20,6 +20,7 @@ __all__ = [
     "EmbeddingModelMismatchError",
     "PublicationRefusedError",
     "RecallUnavailableError",
+    "RetractionLimitError",
     "RetractionRefusedError",
     "AgentLifecycleError",
     "BlockingCallInLoopError",
@@ -483,6 +484,21 @@ class RetractionRefusedError(InvalidArgumentError):
 
     def __init__(self, message: str, available: int) -> None:
         self.available = available
+        super().__init__(message)
+
+
+class RetractionLimitError(InvalidArgumentError):
+    """``retract`` would give the view more retracted spans than ``limit``; nothing was written.
+
+    A retraction not joined to the retracted messages just before it adds a
+    span to the view state every save rewrites (``MAX_RETRACTION_SPANS``
+    bound them). ``reset_view`` starts the view afresh, with none (nothing
+    is deleted). ``spans`` is how many the view holds now.
+    """
+
+    def __init__(self, message: str, *, spans: int, limit: int) -> None:
+        self.spans = spans
+        self.limit = limit
         super().__init__(message)
 
 

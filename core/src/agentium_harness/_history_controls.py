@@ -116,6 +116,9 @@ class ViewState:
     ``spans`` (ascending, disjoint). ``retracted`` counts the messages
     retractions took out of the current view. Nothing outside the view is
     deleted: it is canonical history, read back with ``read_history(view=False)``.
+    A retraction that would add a span past ``MAX_RETRACTION_SPANS`` is
+    refused (a state written with more still loads); a view reset starts
+    with none.
     """
 
     start: int = attrs.field(default=0, validator=non_negative_int)

@@ -159,6 +159,30 @@ async def test_pop_retracts_the_last_item_and_returns_it_nothing_is_deleted(runt
     assert [g.control.kind.value for g in audit.groups if g.control] == ["retract"] * 3
 
 
+async def test_a_pop_past_the_span_limit_raises_the_typed_error_and_retracts_nothing(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Core's RetractionLimitError reaches the host as it is; clear_session lets pops go on."""
+    from agentium_harness import RetractionLimitError
+    from agentium_harness._engine import history_checks
+
+    monkeypatch.setattr(history_checks, "MAX_RETRACTION_SPANS", 1)
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items(turn(0)[:1])
+    await session.add_items(turn(0)[1:])
+    assert await session.pop_item() == {"role": "assistant", "content": "answer 0"}
+    await session.add_items(turn(1))  # popping its answer leaves its question between two spans
+    before = await runtime.inspect_session(ANA, "chat-1")
+    with pytest.raises(RetractionLimitError, match="reset_view"):
+        await session.pop_item()
+    after = await runtime.inspect_session(ANA, "chat-1")
+    assert (after.next_seq, after.retracted) == (before.next_seq, before.retracted)
+    assert [i["content"] for i in await session.get_items()] == ["question 0", "question 1", "answer 1"]
+    await session.clear_session()
+    await session.add_items(turn(2)[1:])
+    assert await session.pop_item() == {"role": "assistant", "content": "answer 2"}
+
+
 async def test_clear_resets_the_view_and_keeps_history(runtime: HarnessRuntime) -> None:
     session = AgentiumSession(runtime, ANA, "chat-1")
     await session.clear_session()  # an empty view: nothing is written

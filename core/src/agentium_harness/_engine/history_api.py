@@ -208,7 +208,10 @@ class HistoryOperations:
         It commits a control group naming them (a typed record in canonical
         history, never a deletion and never a message), and the result
         returns them as committed. A retraction that would reach past the
-        view's start is refused (:class:`RetractionRefusedError`). Retracted
+        view's start is refused (:class:`RetractionRefusedError`), and so is
+        one that would add a retracted span to a view holding
+        :data:`MAX_RETRACTION_SPANS` (:class:`RetractionLimitError`:
+        ``reset_view`` starts the view afresh, with none). Retracted
         messages are not sent to the model by ``run()``, recall leaves out
         the groups they are in, and a summary that covered them starts again.
         The session keeps the scope it was stored with (``recall_scope``,

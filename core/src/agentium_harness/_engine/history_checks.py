@@ -43,6 +43,7 @@ __all__ = [
     "MAX_PAGE_BYTES",
     "MAX_PAGE_GROUPS",
     "MAX_REASON_BYTES",
+    "MAX_RETRACTION_SPANS",
     "MAX_RETRACT_COUNT",
     "check_before_seq",
     "check_expected_revision",
@@ -66,6 +67,11 @@ MAX_PAGE_BYTES: Final = 256 * 1024 * 1024
 MAX_LIST_LIMIT: Final = 1_000
 #: Messages one ``retract`` call may take out of the view.
 MAX_RETRACT_COUNT: Final = 10_000
+#: Retracted spans a session's view may hold (its snapshot keeps them; each save rewrites them):
+#: a retraction that would add one past it is refused with ``RetractionLimitError``, and
+#: ``reset_view`` starts the view with none. About 50 bytes each in the snapshot, so the view
+#: state stays under a MiB. Not a decoding limit: a snapshot holding more still loads.
+MAX_RETRACTION_SPANS: Final = 10_000
 #: A retraction's or reset's reason is cut to this many UTF-8 bytes.
 MAX_REASON_BYTES: Final = 1024
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from .._errors import (
     ArchiveCorruptError,
     LegacySnapshotError,
+    RetractionLimitError,
     RetractionRefusedError,
     SessionConflictError,
     SessionDivergedError,
@@ -36,6 +37,7 @@ from .._history import (
 )
 from .._ports.summary import SummaryState
 from .._scope import Scope
+from . import history_checks
 from .history_checks import check_group_size
 from .history_read import fetch_groups, same_snapshot
 from .history_records import AppendResult, ResetResult, RetractResult
@@ -232,6 +234,27 @@ async def _commit_control(
     return group, done
 
 
+def _check_spans(scope: Scope, before: ViewState | None, after: ViewState) -> None:
+    """Refuse a retraction that would add a span past :data:`~.history_checks.MAX_RETRACTION_SPANS`.
+
+    The view state rides in the snapshot, so each span not joined to the one
+    before it grows every later save: bounded here, before anything is
+    written. Only a retraction that adds a span is refused: one joined to the
+    span before it (or taking spans into a new one) is made even on a view
+    over the limit (a snapshot written before it), so no view is stuck.
+    """
+    limit = history_checks.MAX_RETRACTION_SPANS  # read at the call: a test lowers it
+    held = len(before.spans) if before is not None else 0
+    if len(after.spans) > limit and len(after.spans) > held:
+        raise RetractionLimitError(
+            f"the view of session {scope.session!r} holds {held} retracted span(s) and this retraction "
+            f"would add one, past the limit of {limit} (MAX_RETRACTION_SPANS); start the view afresh "
+            "with reset_view (nothing is deleted) and retract there; nothing was written",
+            spans=held,
+            limit=limit,
+        )
+
+
 async def retract_messages(
     runtime: HarnessRuntime,
     ticket: Ticket,
@@ -263,6 +286,7 @@ async def retract_messages(
     found.reverse()
     refs = tuple(ref for ref, _ in found)
     view = after_retraction(snap.view, refs, snap.next_seq)
+    _check_spans(scope, snap.view, view)
     summary = _summary(runtime, progress)
     restart = None
     if summary is not None and refs[0].seq < summary.summary.frontier:

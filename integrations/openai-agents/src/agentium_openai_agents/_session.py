@@ -185,7 +185,10 @@ class AgentiumSession:
         last message is read and turned into an item first, and retracted
         only if the session is still at the revision it was read at: a
         message that is not an item of this SDK (:class:`ForeignItemError`)
-        is refused with nothing changed.
+        is refused with nothing changed, and so is a pop that would add a
+        retracted span to a view holding ``MAX_RETRACTION_SPANS`` of them
+        (core's ``RetractionLimitError``: ``clear_session`` starts the view
+        afresh).
         """
         self._check_open()
         for _ in range(_READ_RESTARTS):
