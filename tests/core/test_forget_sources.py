@@ -18,6 +18,7 @@ import pytest
 
 from agentium_harness import (
     ArchiveError,
+    EraseTarget,
     ErasureIncompleteError,
     ErasureInProgressError,
     ErasureKind,
@@ -294,3 +295,95 @@ async def test_an_erasure_that_stops_leaves_the_fact_until_it_is_resumed_and_for
     assert result.ack.ok and result.still_held == ()
     assert {(h.place, h.state) for h in result.sources} == {(SourcePlace.GONE, SourceState.ERASED)}
     await rt.aclose()
+
+
+class _GatedReads(InMemoryArchive):
+    """An archive whose group reads wait at a gate once it is set (the lookup has loaded its snapshot)."""
+
+    capabilities = InMemoryArchive.capabilities
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: anyio.Event | None = None
+        self.entered = anyio.Event()
+
+    async def read_groups(self, key: SessionKey, first: int, count: int, ctx: Any) -> Any:
+        gate = self.gate
+        if gate is not None:
+            self.gate = None
+            self.entered.set()
+            await gate.wait()
+        return await super().read_groups(key, first, count, ctx)
+
+
+class _SessionEraseStops(InMemorySessionStore):
+    """A session store whose erase of a whole session fails (the erasure stays pending)."""
+
+    capabilities = InMemorySessionStore.capabilities
+
+    async def erase(self, target: Any, ctx: Any, *, dry_run: bool = False, max_items: int = 1000) -> Any:
+        if not dry_run and target.session_id is not None and not target.groups:
+            raise ArchiveError("stopped part way")
+        return await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+
+
+@pytest.mark.parametrize("meanwhile", ["sources_erased", "erasure_pending"])
+async def test_another_runtimes_erasure_while_sources_are_looked_up_is_not_reported_as_damage(
+    meanwhile: str,
+) -> None:
+    # Another runtime (process) erases archived groups of the session while this forget reads
+    # them: the rows the loaded snapshot names are gone. That is not archive damage: a snapshot
+    # that moved on is looked at afresh (the group is gone), an erasure under way refuses the call.
+    archive, store, memory = _GatedReads(), _SessionEraseStops(), InMemoryMemoryStore()
+    here, there = (
+        create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=archive,
+            session_store=store,
+            memory=memory,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        for _ in range(2)
+    )
+    key = SessionKey("acme", "ana", "s1")
+    async with here, there:
+        for n in range(3):
+            await here.run(ANA, "s1", f"turn {n}")  # groups 0 and 1 archived
+        (group,) = await archive.read_groups(key, 0, 1, OpContext())
+        cited = [GroupRef("s1", 0, group.digest)]
+        mine, theirs = [
+            (await here.memory.remember(MemoryFact(SCOPE, text, provenance=cited))).fact_id
+            for text in ("ana likes tea", "ana likes green tea")
+        ]
+        assert mine is not None and theirs is not None
+        gate = archive.gate = anyio.Event()
+        caught: list[BaseException] = []
+        results: list[Any] = []
+
+        async def forget() -> None:
+            try:
+                results.append(
+                    await here.forget(SCOPE, mine, erase_sources=True, reason="dsr", attestation=OPERATOR)
+                )
+            except Exception as exc:
+                caught.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(forget)
+            await archive.entered.wait()
+            if meanwhile == "sources_erased":
+                await there.forget(SCOPE, theirs, erase_sources=True, reason="dsr", attestation=OPERATOR)
+            else:
+                with pytest.raises(ErasureIncompleteError):
+                    await there.erase(
+                        EraseTarget.session("acme", "ana", "s1"), reason="x", attestation=OPERATOR
+                    )
+            gate.set()
+        if meanwhile == "sources_erased":
+            assert caught == [], caught
+            (result,) = results
+            assert result.ack.ok and result.erasures == ()
+            assert {(h.seq, h.place) for h in result.sources} == {(0, SourcePlace.GONE)}
+        else:
+            [error] = caught
+            assert isinstance(error, ErasureInProgressError), repr(error)

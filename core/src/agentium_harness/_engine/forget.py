@@ -28,13 +28,14 @@ in a task summary citing them. ``runtime.forget`` therefore:
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from .._errors import InvalidArgumentError, MemoryRejectedError
+from .._errors import ArchiveCorruptError, InvalidArgumentError, MemoryRejectedError
 from .._observe.logs import one_line
 from .._observe.turn import settings_of
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
@@ -42,7 +43,7 @@ from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, M
 from .._scope import SessionKey, validate_id
 from .erased_groups import merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request
-from .history_read import fetch_groups
+from .history_read import fetch_groups, same_snapshot
 from .load import load_session
 
 if TYPE_CHECKING:
@@ -51,6 +52,10 @@ if TYPE_CHECKING:
 __all__ = ["ForgetResult", "SourceHolder", "SourcePlace", "SourceState", "forget_fact"]
 
 _log = logging.getLogger("agentium.engine.memory")
+
+#: Looks at a session's cited groups, each from a fresh snapshot, while archived groups it names
+#: vanish under another runtime's erasure (as read_history's); past them a missing group is damage.
+_READ_ATTEMPTS: Final = 3
 
 
 class SourcePlace(enum.StrEnum):
@@ -167,15 +172,31 @@ async def _places(
         stored, snap = await load_session(
             ticket, runtime.session_store, key, None, attest_legacy=False, fence=fence
         )
-        erased = snap.erased or ()
-        live = sorted(
-            {
-                seq
-                for seq, _ in cited
-                if stored is not None and seq < snap.next_seq and not any(seq in r for r in erased)
-            }
-        )
-        groups = await fetch_groups(ticket, runtime.archive, key, snap, live) if live else {}
+        for attempt in itertools.count(1):
+            erased = snap.erased or ()
+            live = sorted(
+                {
+                    seq
+                    for seq, _ in cited
+                    if stored is not None and seq < snap.next_seq and not any(seq in r for r in erased)
+                }
+            )
+            try:
+                groups = await fetch_groups(ticket, runtime.archive, key, snap, live) if live else {}
+            except ArchiveCorruptError:
+                # Reads are not exclusive: another runtime's (process's) erasure of the session, or
+                # of its groups (retention, another fact's sources), may have removed rows this
+                # snapshot still names. As for read_history: the session is loaded again, fenced,
+                # so an erasure still under way refuses the call (ErasureInProgressError); one that
+                # moved the snapshot on is looked at afresh; only an unchanged snapshot is damage.
+                again, fresh = await load_session(
+                    ticket, runtime.session_store, key, None, attest_legacy=False, fence=True
+                )
+                if attempt >= _READ_ATTEMPTS or same_snapshot(stored, again):
+                    raise
+                stored, snap = again, fresh
+                continue
+            break
     digests: dict[int, set[str]] = {}
     for seq, digest in cited:
         digests.setdefault(seq, set()).add(digest)
