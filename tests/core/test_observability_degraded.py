@@ -21,12 +21,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentium_harness import (
     Agent,
+    EraseTarget,
     GroupRef,
     MemoryFact,
     MemoryManager,
     MemoryScope,
     Message,
     MessageGroup,
+    OperatorAttestation,
     ResidentLimits,
     Role,
     RuntimeLimits,
@@ -597,3 +599,30 @@ async def test_runtime_forget_records_its_source_lookups_under_the_runtime_telem
         await runtime.forget(scope, ack.fact_id)
     names = [s.name for s in t.spans]
     assert "agentium.session.load" in names and "delete_memory" in names, names
+
+
+async def test_erasure_status_resume_and_a_dry_run_record_under_the_runtime_telemetry() -> None:
+    """The erasure API's reads (pending records, the ledger) and a dry run record under its Telemetry."""
+    t = Recorded()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        telemetry=t.telemetry(),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("tenant-q1", "ops", "test-auth"), "ticket 1")
+    target = EraseTarget.session("tenant-q1", "user-q1", SESSION)
+    async with runtime:
+        await runtime.append(ANA, SESSION, exchange(0))
+        await runtime.erase(target, reason="asked", attestation=operator)
+        recorded: dict[str, list[str]] = {}
+        for name, call in (
+            ("status", lambda: runtime.erasure_status(operator)),
+            ("resume", lambda: runtime.resume_erasures(operator)),
+            ("dry run", lambda: runtime.erase(target, reason="asked", attestation=operator, dry_run=True)),
+        ):
+            t.exporter.clear()
+            await call()
+            recorded[name] = [s.name for s in t.spans]
+    assert all("agentium.session.load" in names for names in recorded.values()), recorded
+    assert any("dry" in name for name in recorded["dry run"]), recorded

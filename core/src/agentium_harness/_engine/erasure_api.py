@@ -183,7 +183,25 @@ async def run_erasure(
     *,
     dry_run: bool = False,
 ) -> ErasureResult:
-    """One erasure of ``target`` (checked arguments), or its dry run; see :mod:`.erasure` for the steps."""
+    """One erasure of ``target`` (checked arguments), or its dry run; see :mod:`.erasure` for the steps.
+
+    Under the runtime's telemetry settings: the record's start and a dry run's
+    plan are outside the ``agentium.erasure`` span, and their store calls
+    record where the runtime's do.
+    """
+    with using(settings_of(runtime)):
+        return await _run_erasure(runtime, target, reason, attestation, kind, dry_run=dry_run)
+
+
+async def _run_erasure(
+    runtime: HarnessRuntime,
+    target: EraseTarget,
+    reason: str,
+    attestation: OperatorAttestation,
+    kind: ErasureKind,
+    *,
+    dry_run: bool,
+) -> ErasureResult:
     stores = erasure_stores(runtime, target)
     check_capable(stores)
     admission = runtime.parts.admission
@@ -278,14 +296,16 @@ class ErasureOperations:
         if not isinstance(attestation, OperatorAttestation):
             raise InvalidArgumentError("resume_erasures needs an OperatorAttestation; nothing was done")
         tenant = attestation.operator.tenant
-        async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
-            pending = await pending_records(ticket, runtime.session_store, tenant)
-        results: list[ErasureResult] = []
-        for header in pending:
-            check_capable(erasure_stores(runtime, header.target))
-            async with runtime.parts.admission.admit_erasure(header.target) as ticket:
-                record = await load_record(ticket, runtime.session_store, header)
-                results.append(ErasureResult(await _finish(runtime, ticket, record), resumed=True))
+        # Its reads of the pending records record where the runtime's calls do (its Telemetry).
+        with using(settings_of(runtime)):
+            async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
+                pending = await pending_records(ticket, runtime.session_store, tenant)
+            results: list[ErasureResult] = []
+            for header in pending:
+                check_capable(erasure_stores(runtime, header.target))
+                async with runtime.parts.admission.admit_erasure(header.target) as ticket:
+                    record = await load_record(ticket, runtime.session_store, header)
+                    results.append(ErasureResult(await _finish(runtime, ticket, record), resumed=True))
         return tuple(results)
 
     async def erasure_status(
@@ -307,11 +327,13 @@ class ErasureOperations:
         if target is not None and target.tenant_id != tenant:
             raise ErasureRefusedError(f"the status asked for is outside tenant {tenant!r}, the operator's")
         store = runtime.session_store
-        async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
-            pending = [
-                await load_record(ticket, store, h) for h in await pending_records(ticket, store, tenant)
-            ]
-            _, done = await load_ledger(ticket, store, index_key(tenant))
+        # A read, but its session store calls record where the runtime's do (its Telemetry).
+        with using(settings_of(runtime)):
+            async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
+                pending = [
+                    await load_record(ticket, store, h) for h in await pending_records(ticket, store, tenant)
+                ]
+                _, done = await load_ledger(ticket, store, index_key(tenant))
         # An erasure that stopped between its tombstone's save and its pending record's removal is
         # in both: listed once, as its pending record (resuming it finishes the removal).
         by_id = {r.erasure_id: r for r in done.records}
