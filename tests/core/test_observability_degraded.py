@@ -29,6 +29,7 @@ from agentium_harness import (
     Message,
     MessageGroup,
     OperatorAttestation,
+    ProviderError,
     ResidentLimits,
     Role,
     RuntimeLimits,
@@ -626,3 +627,32 @@ async def test_erasure_status_resume_and_a_dry_run_record_under_the_runtime_tele
             recorded[name] = [s.name for s in t.spans]
     assert all("agentium.session.load" in names for names in recorded.values()), recorded
     assert any("dry" in name for name in recorded["dry run"]), recorded
+
+
+class FailingProvider(ScriptedProvider):
+    """A provider whose every call fails, its error quoting the conversation."""
+
+    capabilities = ScriptedProvider.capabilities
+
+    async def complete(self, request: Any, ctx: Any) -> Any:
+        raise RuntimeError(f"upstream refused: {request.turn[-1].content}")
+
+
+async def test_an_agent_runs_provider_failure_is_a_warning_and_a_failed_chat_span(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As a harness run's: a ``chat`` span failed with the error's type, a WARNING, never the content."""
+    t = Recorded()
+    manager = MemoryManager(InMemoryMemoryStore(), telemetry=t.telemetry())
+    agent = Agent(FailingProvider(replies=["ok"]), manager, MemoryScope("tenant-q1", "user-q1"))
+    with caplog.at_level(logging.DEBUG, logger="agentium"), pytest.raises(ProviderError):
+        await agent.run(f"hello {SECRET}")
+    await agent.close()
+    assert agent.history == ()
+    [span] = [s for s in t.spans if s.name.startswith("chat")]
+    assert (span.attributes or {})["error.type"] == "ProviderError"
+    assert span.status.status_code.name == "ERROR"
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "agentium.engine"]
+    assert "ProviderError" in warning.getMessage()
+    for text in (*t.carried(), *logged(caplog)):
+        assert SECRET not in text and not any(raw in text for raw in RAW_IDS), text

@@ -22,7 +22,10 @@ __all__ = ["LOGGERS", "diagnostic_stage", "log_diagnostics", "one_line", "stage_
 #: Every logger of the core, with what it reports (docs/observability.md lists the same).
 LOGGERS: dict[str, str] = {
     "agentium": "the root: holds a NullHandler; configure it to see everything below",
-    "agentium.engine": "runs: each run's end (INFO), each error leaving run() or a history write (WARNING)",
+    "agentium.engine": (
+        "runs: each run's end (INFO), each error leaving run(), an Agent run's model call "
+        "or a history write (WARNING)"
+    ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
     "agentium.engine.recall": "recall partial or failed, omitted sources, contract violations, policy stops",

@@ -26,6 +26,7 @@ raises :class:`MemoryDrainError` once teardown succeeded (the agent is closed).
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from ..._errors import (
     ProviderError,
 )
 from ..._history import Message, Role
+from ..._observe import spans as observe
 from ..._ports._base import OpContext
 from ..._ports.memory import MemoryAck, MemoryFact, MemoryScope
 from ..._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
@@ -50,11 +52,13 @@ from ..._scope import SessionKey
 from ..._validators import check_count, check_duration
 from ..lifecycle import Ticket, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
-from .manager import HistoryOwner, MemoryManager
+from .manager import HistoryOwner, MemoryManager, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
 from .work import DrainResult
 
 __all__ = ["Agent", "AgentReply", "AgentState"]
+
+_log = logging.getLogger("agentium.engine")
 
 DEFAULT_AGENT_INSTRUCTIONS = (
     "You are a helpful assistant. Memory arrives as labeled source data: "
@@ -217,15 +221,7 @@ class Agent:
         user = Message(Role.USER, text)
         history = self._history[-self._max_history :] if self._max_history else []
         request = ModelRequest(self.instructions, sources=blocks, history=history, turn=(user,))
-        ticket = Ticket(None, "agent run", self._op_timeout_s)
-        try:
-            response = await ticket.call("provider complete", lambda c: self.provider.complete(request, c))
-        except AgentiumError:
-            raise
-        except Exception as exc:
-            raise ProviderError(f"provider failed: {exc}; the agent's history was not changed") from exc
-        if not isinstance(response, ModelResponse) or response.message.role is not Role.ASSISTANT:
-            raise ProviderError("the provider's reply is not an assistant ModelResponse; nothing was kept")
+        response = await self._complete(request)
         answer = response.message
         self._history.extend((user, answer))
         self._runs += 1
@@ -235,6 +231,53 @@ class Agent:
                 self.scope, (user, answer), f"extraction {self._key.key()} turn {self._runs}"
             )
         return AgentReply(answer.content, answer, blocks, omitted, response.usage, name)
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
+        """The model call, observed as a harness run's: a ``chat`` span, and a failure logged.
+
+        Under the manager's telemetry. A failure (the provider's error, a
+        timeout, a reply that is not an assistant ``ModelResponse``) fails
+        the span with its type and is a WARNING on ``agentium.engine``, its
+        type only: the error's text may quote the conversation.
+        """
+        settings = telemetry_of(self.memory)
+        try:
+            with observe.using(settings), observe.chat(self.provider) as span:
+                if span.captures_content:
+                    span.content(
+                        "gen_ai.system_instructions", [{"type": "text", "content": request.instructions}]
+                    )
+                    span.content("gen_ai.input.messages", observe.messages_json(request.turn))
+                response = await self._call_provider(request)
+                usage = response.usage
+                observe.tokens(span, _count(usage.input_tokens), _count(usage.output_tokens))
+                if span.captures_content:
+                    span.content("gen_ai.output.messages", observe.messages_json((response.message,)))
+                return response
+        except Exception as exc:
+            _log.warning(
+                "agent run failed: %s; the agent's history was not changed",
+                observe.error_type(exc),
+                extra={"agentium_error_type": observe.error_type(exc)},
+            )
+            raise
+
+    async def _call_provider(self, request: ModelRequest) -> ModelResponse:
+        ticket = Ticket(None, "agent run", self._op_timeout_s)
+        try:
+            response = await ticket.call("provider complete", lambda c: self.provider.complete(request, c))
+        except AgentiumError:
+            raise
+        except Exception as exc:
+            raise ProviderError(f"provider failed: {exc}; the agent's history was not changed") from exc
+        if (
+            not isinstance(response, ModelResponse)
+            or not isinstance(response.message, Message)
+            or response.message.role is not Role.ASSISTANT
+            or not isinstance(response.usage, Usage)
+        ):
+            raise ProviderError("the provider's reply is not an assistant ModelResponse; nothing was kept")
+        return response
 
     async def remember_with_result(self, fact: MemoryFact) -> MemoryAck:
         """The manager's ``remember_with_result``; refused once closing or closed."""
@@ -317,3 +360,8 @@ class Agent:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
+
+
+def _count(value: object) -> int | None:
+    """A token count fit for a span and a metric: an ``int`` of at least 0 (not a bool), else unknown."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
