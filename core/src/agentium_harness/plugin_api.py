@@ -71,6 +71,7 @@ from ._history import (
     estimate_tokens,
 )
 from ._json import copy_plain_json
+from ._observe.logs import one_line
 from ._observe.spans import client_span
 from ._plugins.commands import CliCommand
 from ._plugins.hookspecs import hookimpl
@@ -220,6 +221,7 @@ from .adapters.threaded import ThreadBoundAdapter
 __all__ = [
     # observability (issue 24)
     "client_span",
+    "one_line",
     "ERASURE_RECORDS_TENANT",
     "DEFAULT_ERASE_BATCH",
     "EraseLevel",

@@ -1,4 +1,4 @@
-"""botocore event hooks that answer requests with injected S3 errors (503, 409, throttling, 403).
+"""botocore event hooks that answer requests with injected S3 errors (503, 409, throttling, 403, any code).
 
 A ``before-send`` handler that returns a response makes botocore use it
 instead of sending the request: the server never sees those attempts. The
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from xml.sax.saxutils import escape
 
 from botocore.awsrequest import AWSResponse
 
@@ -31,9 +32,19 @@ class _Raw:
 class InjectedErrors:
     """Answer the next ``count`` matching requests with ``status`` (and S3's code for it)."""
 
-    def __init__(self, client: Any, status: int, *, operation: str = "PutObject", count: int = 10**9) -> None:
+    def __init__(
+        self,
+        client: Any,
+        status: int,
+        *,
+        operation: str = "PutObject",
+        count: int = 10**9,
+        code: str | None = None,
+    ) -> None:
         self.client = client
         self.status = status
+        #: The error code to answer with instead of S3's for ``status`` (a hostile server's, say).
+        self.code = code
         self.count = count
         self.operation = operation
         self.answered = 0
@@ -46,7 +57,8 @@ class InjectedErrors:
             self.passed += 1
             return None
         self.answered += 1
-        code, message = _BODIES[self.status]
+        code, message = _BODIES.get(self.status, ("InternalError", "We encountered an internal error."))
+        code = code if self.code is None else escape(self.code)
         body = (
             f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{code}</Code><Message>{message}</Message>'
             "<RequestId>injected</RequestId></Error>"

@@ -401,3 +401,35 @@ async def test_a_save_past_the_highest_revision_the_header_holds_is_refused(
         assert (await store.load(KEY, _ctx())) is not None
     finally:
         await store.aclose()
+
+
+async def test_an_error_code_the_server_chose_cannot_forge_a_log_line(
+    server: S3Server, config: S3Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A hostile (or broken) server answers the save with an error code holding a newline, a
+    # Unicode line separator and a bidi override, then refuses the read-back: the outcome
+    # is unknown and logged, with the code quoted. Each record must stay one honest line.
+    client = raw_client(server, retries={"total_max_attempts": 1, "mode": "standard"})
+    forged = "InternalError\n2026-12-04 WARNING agentium.engine run ok\u2028\u202eforged"
+    store = S3SessionStore(config, client=client)
+    try:
+        put = InjectedErrors(client, 500, code=forged)
+        get = InjectedErrors(client, 403, operation="GetObject")
+        with (
+            caplog.at_level(logging.WARNING, logger="agentium.plugins.archive_s3"),
+            pytest.raises(S3SaveOutcomeUnknownError),
+        ):
+            await store.save(KEY, scoped_snapshot(KEY, " one"), None, OpContext.with_timeout(30))
+        assert put.answered == 1 and get.answered >= 1
+        put.remove()
+        get.remove()
+    finally:
+        await store.aclose()
+        client.close()
+    records = [r for r in caplog.records if r.name == "agentium.plugins.archive_s3"]
+    assert records
+    for record in records:
+        message = record.getMessage()
+        assert message.isprintable(), message
+        assert "InternalError\\x0a2026-12-04" in message and "\\u2028\\u202eforged" in message
+        assert str(record.agentium_s3_code).isprintable()

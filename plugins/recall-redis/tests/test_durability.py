@@ -22,6 +22,7 @@ from agentium_harness import ValidationStatus as V
 from agentium_harness.plugin_api import ArchiveReceipt, MessageGroup
 from agentium_harness.testing import plain_group
 from agentium_recall_redis import RedisRecallConfig, RedisRecallError, RedisRecallStore
+from agentium_recall_redis.link import ServerReport
 
 pytestmark = pytest.mark.anyio
 
@@ -118,3 +119,13 @@ async def test_a_restart_without_persistence_is_reported_without_asking(
         await store.aclose()
         if plain is not None:
             plain.stop()
+
+
+def test_the_servers_own_words_in_its_report_cannot_forge_a_log_line() -> None:
+    """Its version (INFO) and its CONFIG GET answers are logged: a newline or an escape in them is escaped."""
+    report = ServerReport(
+        "redis", "7.2.4\n2026-12-04 WARNING forged", "yes", "no\x1b[2J\u2028x", run_id="r", restarts=1
+    )
+    text = report.describe()
+    assert text.isprintable(), text
+    assert "7.2.4\\x0a2026-12-04 WARNING forged" in text and "no\\x1b[2J\\u2028x" in text

@@ -104,7 +104,8 @@ def one_line(text: object) -> str:
     r"""``text`` safe inside one log line: every character that could forge or hide a line escaped.
 
     For free text or ids from outside the engine put in a log message (an
-    adapter's error quoted with content capture, a fact id): a newline in
+    adapter's error quoted with content capture, a fact id; in a plugin,
+    anything its backend server chose, such as an error code): a newline in
     it would start what reads as a record of its own, an ANSI escape could
     rewrite the terminal. A newline becomes the four characters ``\x0a``.
     """

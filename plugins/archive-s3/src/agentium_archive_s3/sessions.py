@@ -75,6 +75,7 @@ from agentium_harness.plugin_api import (
     check_max_items,
     check_target,
     decode_snapshot,
+    one_line,
     snapshot_bytes,
     verify_snapshot,
 )
@@ -109,6 +110,12 @@ __all__ = ["S3SessionStore"]
 
 #: Saves settled by reading back, and outcomes that stayed unknown (WARNING); never snapshot content.
 logger = logging.getLogger("agentium.plugins.archive_s3")
+
+
+def _shown_code(cause: S3Error) -> str:
+    """The failure's S3 error code for a log line, escaped: the server chose it and could forge a line."""
+    return one_line(cause.code or type(cause).__name__)
+
 
 _CONFLICT_CODES: Final = frozenset({"ConditionalRequestConflict", "OperationAborted", "409"})
 #: Failures with no answer from the server: the request may have been stored, or may still be.
@@ -399,9 +406,9 @@ class S3SessionStore(SessionStore):
         except (AgentiumError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as failed:
             logger.warning(
                 "session save failed (%s) and the read-back failed too (%s): outcome unknown",
-                cause.code or type(cause).__name__,
-                type(failed).__name__,
-                extra={"agentium_s3_code": cause.code, "agentium_http_status": cause.status},
+                _shown_code(cause),
+                one_line(type(failed).__name__),
+                extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
             )
             raise S3SaveOutcomeUnknownError(
                 f"{where} failed ({cause}) and reading it back failed too ({type(failed).__name__}"
@@ -413,8 +420,8 @@ class S3SessionStore(SessionStore):
         if current is not None and current[0] == body:
             logger.warning(
                 "session save failed (%s) but the read-back shows it landed",
-                cause.code or type(cause).__name__,
-                extra={"agentium_s3_code": cause.code, "agentium_http_status": cause.status},
+                _shown_code(cause),
+                extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
             )
             return current[1]  # it landed
         if expected is None:
@@ -438,8 +445,8 @@ class S3SessionStore(SessionStore):
         now = "removed" if current is None else f"now at revision {revision_shown(current[0])}"
         logger.warning(
             "session save failed (%s) and the session changed since: outcome unknown",
-            cause.code or type(cause).__name__,
-            extra={"agentium_s3_code": cause.code, "agentium_http_status": cause.status},
+            _shown_code(cause),
+            extra={"agentium_s3_code": one_line(cause.code), "agentium_http_status": cause.status},
         )
         raise S3SaveOutcomeUnknownError(
             f"{where} failed ({cause}) and the session has changed since ({now}): the write may have landed "

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import attrs
 
-from agentium_harness.plugin_api import client_span
+from agentium_harness.plugin_api import client_span, one_line
 
 from .errors import RedisRecallError
 
@@ -104,14 +104,19 @@ class ServerReport:
         return self.appendonly == "yes" and self.appendfsync == "always"
 
     def describe(self) -> str:
-        """One line: the server and what its persistence promises for acknowledged writes."""
+        """One line: the server and what its persistence promises for acknowledged writes.
+
+        The server's own words in it (its version, a ``CONFIG GET`` answer)
+        are escaped (``one_line``): the text is logged, and a hostile server
+        must not be able to end the line or forge another.
+        """
         text = self._persistence()
         if self.restarts:
             text += (
                 f"; restarted {self.restarts} time(s) since the store first connected (without "
                 "persistence, what was indexed before a restart is gone)"
             )
-        return text
+        return one_line(text)
 
     def _persistence(self) -> str:
         server = f"{self.flavour} {self.version}"
