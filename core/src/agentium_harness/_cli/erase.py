@@ -78,22 +78,13 @@ def _spans(ranges: tuple[SeqRange, ...]) -> str:
     )
 
 
-def _one_line(text: str) -> str:
-    """``text`` on one line: a line break or another control character is shown escaped.
-
-    The reason and the statement are the operator's free text: printed raw, a
-    newline in one could print a line that looks like part of the record.
-    """
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
-
-
 def record_lines(record: ErasureRecord) -> list[str]:
     """The record (a tombstone, a pending erasure or a plan) as the text the commands print."""
     lines = [
         f"erasure {record.erasure_id} ({record.kind.value}) {record.state.value}: {record.target.describe()}",
-        f"  reason     {_one_line(record.reason)}",
+        f"  reason     {shown(record.reason)}",
         f"  operator   {record.operator.user} ({record.operator.verified_by})"
-        + (f", {_one_line(record.statement)}" if record.statement else ""),
+        + (f", {shown(record.statement)}" if record.statement else ""),
         f"  started    {record.started_at.isoformat()}",
     ]
     if record.completed_at is not None:
@@ -124,7 +115,7 @@ def erasure_lines(view: SessionView) -> list[str]:
         when = record.completed_at or record.started_at
         lines.append(
             f"  erasure    {record.erasure_id} {record.state.value} {when.isoformat()}: "
-            f"{record.target.describe()} ({_one_line(record.reason)})"
+            f"{record.target.describe()} ({shown(record.reason)})"
         )
     return lines
 
