@@ -76,9 +76,9 @@ from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity, require_identity
 from .._text import error_text
 from .._validators import lone_surrogate_at
+from .erasure_index import add_finished
 from .erasure_ledger import (
     header,
-    index_key,
     load_ledger,
     pending_key,
     pending_records,
@@ -540,16 +540,12 @@ async def complete(ticket: Ticket, store: SessionStore, record: ErasureRecord) -
             notes = (*notes, "nothing of the target was stored: the tombstone records that nothing was there")
         done = attrs.evolve(record, state=ErasureState.COMPLETE, completed_at=datetime.now(UTC), notes=notes)
         await save_record(ticket, store, done)
-    tenant = record.target.tenant_id
-
-    def add(ledger: ErasureLedger) -> ErasureLedger:
-        if any(r.erasure_id == done.erasure_id for r in ledger.records):
-            return ledger
-        return ErasureLedger((*ledger.records, header(done)))
 
     def remove(ledger: ErasureLedger) -> ErasureLedger:
         return ErasureLedger(tuple(r for r in ledger.records if r.erasure_id != done.erasure_id))
 
-    await update_ledger(ticket, store, index_key(tenant), add)
-    await update_ledger(ticket, store, pending_key(tenant), remove)
+    # The tombstone is saved and indexed before the fence goes: a crash in between leaves the
+    # erasure pending (and its scope fenced) until a resume finishes the removal.
+    await add_finished(ticket, store, done)
+    await update_ledger(ticket, store, pending_key(record.target.tenant_id), remove)
     return done

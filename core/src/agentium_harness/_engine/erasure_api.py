@@ -45,7 +45,8 @@ from .erasure import (
     settle_late,
     start,
 )
-from .erasure_ledger import index_key, load_ledger, pending_records
+from .erasure_index import finished_records
+from .erasure_ledger import pending_records
 from .forget import ForgetResult, forget_fact
 from .lifecycle import Ticket, overlaps
 from .retention import RetentionResult, apply_policy
@@ -333,10 +334,10 @@ class ErasureOperations:
                 pending = [
                     await load_record(ticket, store, h) for h in await pending_records(ticket, store, tenant)
                 ]
-                _, done = await load_ledger(ticket, store, index_key(tenant))
+                done = await finished_records(ticket, store, tenant)
         # An erasure that stopped between its tombstone's save and its pending record's removal is
         # in both: listed once, as its pending record (resuming it finishes the removal).
-        by_id = {r.erasure_id: r for r in done.records}
+        by_id = {r.erasure_id: r for r in done}
         by_id.update((r.erasure_id, r) for r in pending)
         records = list(by_id.values())
         if target is not None:

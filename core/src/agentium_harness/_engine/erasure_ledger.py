@@ -15,8 +15,8 @@ and a tenant erasure of any real tenant never reaches them. Per tenant:
   ever sees half-erased history; it is usually absent (one cheap read).
 - ``e-<erasure id>``: one erasure's full record, progress and all; once
   complete, its tombstone.
-- ``index``: the tenant's finished erasures, without their per-session
-  lists (what ``agentium erase --status`` and ``inspect_session`` show).
+- ``index``, ``index-<n>``, ``by-<scope>``, ``by-<scope>-<n>``: the
+  tenant's finished erasures, in bounded pages (see :mod:`.erasure_index`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ __all__ = [
     "pending_records",
     "record_key",
     "refuse_if_erasing",
+    "save_ledger",
     "update_ledger",
 ]
 
@@ -60,9 +61,9 @@ def pending_key(tenant: str) -> SessionKey:
     return _key(tenant, "pending")
 
 
-def index_key(tenant: str) -> SessionKey:
-    """The key of the tenant's finished erasures."""
-    return _key(tenant, "index")
+def index_key(tenant: str, name: str = "index") -> SessionKey:
+    """The key of the tenant's index of finished erasures (or of another of its pages, by ``name``)."""
+    return _key(tenant, name)
 
 
 def record_key(tenant: str, erasure_id: str) -> SessionKey:
@@ -112,7 +113,7 @@ async def update_ledger(
         if new == ledger and revision is not None:
             return ledger
         try:
-            await _save(ticket, store, key, new, revision)
+            await save_ledger(ticket, store, key, new, revision)
         except SessionConflictError:
             continue  # another erasure of the tenant wrote first: apply the change to what it wrote
         return new
@@ -122,9 +123,10 @@ async def update_ledger(
     )
 
 
-async def _save(
+async def save_ledger(
     ticket: Ticket, store: SessionStore, key: SessionKey, ledger: ErasureLedger, revision: int | None
 ) -> None:
+    """Save ``ledger`` at ``key`` if it is still at ``revision``, else :class:`SessionConflictError`."""
     scope = Scope(key.tenant, key.user, key.session)
     snapshot = seal_snapshot(SessionSnapshot(memory_scope=scope, ledger=ledger))
     await ticket.call("session save", lambda ctx: store.save(key, snapshot, revision, ctx))

@@ -26,7 +26,8 @@ from .._scope import Scope, SessionKey
 from .archive_index import index_archived
 from .commit import commit
 from .embedding import Hybrid
-from .erasure_ledger import index_key, load_ledger, pending_records
+from .erasure_index import finished_covering
+from .erasure_ledger import pending_records
 from .hooks import HookBroadcaster
 from .lifecycle import Ticket, covers
 from .limits import ResidentLimits
@@ -135,8 +136,7 @@ async def inspect_session(
     """Boundary, resident groups, state, revision and erasures of a stored session (read-only)."""
     stored, snap = await load_session(ticket, store, key, None, attest_legacy=False, fence=False)
     pending = [r for r in await pending_records(ticket, store, key.tenant) if covers(r.target, key)]
-    _, done = await load_ledger(ticket, store, index_key(key.tenant))
-    erasures = (*(r for r in done.records if covers(r.target, key)), *pending)
+    erasures = (*await finished_covering(ticket, store, key), *pending)
     if pending:
         state = SessionState.ERASING
     elif stored is None:

@@ -479,8 +479,25 @@ def _records_of(value: Iterable[ErasureRecord]) -> tuple[ErasureRecord, ...]:
     return tuple(value)
 
 
+def _optional_seq(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _seq(instance, attribute, value)
+
+
 @attrs.frozen(slots=True)
 class ErasureLedger:
-    """Erasure records kept by the session store under a reserved key (see docs/erasure.md)."""
+    """Erasure records kept by the session store under a reserved key (see docs/erasure.md).
+
+    The other fields are set only on an index of finished erasures (see
+    ``_engine/erasure_index.py``): ``pages``, how many full pages of older
+    entries moved out of it, each under its own key, so that the index itself
+    stays bounded; ``legacy``, on the tenant's index, how many of its oldest
+    entries were written before each erasure was also indexed by its scope.
+    """
+
+    # Added later: the ledgers that do not use them keep the bytes (and digests) earlier versions wrote.
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("pages", "legacy")
 
     records: tuple[ErasureRecord, ...] = attrs.field(default=(), converter=_records_of)
+    pages: int | None = attrs.field(default=None, validator=_optional_seq)
+    legacy: int | None = attrs.field(default=None, validator=_optional_seq)

@@ -1,0 +1,196 @@
+"""The tenant's index of finished erasures, kept bounded (docs/erasure.md, "Where the records live").
+
+Every completed erasure adds its header (:func:`.erasure_ledger.header`) to
+two *chains* in the session store's reserved keys:
+
+- the tenant's, ``index``: every finished erasure of the tenant, oldest
+  first (what ``erasure_status`` lists);
+- its scope's, ``by-<scope>``: the finished erasures of exactly its
+  target's tenant, user or session (groups targets go with their session).
+  A session's erasures are those of three scopes — its tenant, its user,
+  itself — so ``inspect_session`` reads three chains, never the tenant's.
+
+A chain's head holds at most :data:`INDEX_PAGE_RECORDS` headers. Each
+completion rewrites the head (compare-and-set), so it must stay small: once
+full, its headers move, unchanged, to the chain's next page ``<head>-<n>``
+(written once, never rewritten) and the head starts again, counting its
+pages. Completing an erasure reads and writes the same whatever came before
+it, and no record grows past what a store can read or write.
+
+An index written by an earlier version held every header in the tenant's
+head and has no scope chains: the tenant's head counts those entries
+(``legacy``, set on its first update, which also moves them to pages), and
+``inspect_session`` reads just the pages that hold them too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Final
+
+from .._errors import SessionConflictError, SnapshotCorruptError
+from .._ports.erasure import EraseLevel, EraseTarget, ErasureLedger, ErasureRecord
+from .._ports.sessions import SessionStore
+from .._scope import SessionKey
+from .erasure_ledger import header, index_key, load_ledger, save_ledger
+from .lifecycle import Ticket, covers
+
+__all__ = ["INDEX_PAGE_RECORDS", "add_finished", "finished_covering", "finished_records"]
+
+#: Headers a chain's head holds before they move to a page of their own: bounds what every
+#: completion reads and rewrites (a header is about 1 KB; a few KB with the longest reason).
+INDEX_PAGE_RECORDS: Final = 64
+#: Compare-and-set attempts of one head update before it gives up (another erasure kept winning).
+_ATTEMPTS: Final = 16
+_TENANT_CHAIN: Final = "index"
+
+
+def _scope_chain(*parts: str) -> str:
+    """The head name of one scope's chain: a digest of its ids, so any id fits in a key."""
+    joined = "\x00".join((str(len(parts)), *parts)).encode("utf-8", "surrogatepass")
+    return f"by-{hashlib.sha256(joined).hexdigest()[:40]}"
+
+
+def _chain_of(target: EraseTarget) -> str:
+    if target.level is EraseLevel.TENANT or target.user_id is None:
+        return _scope_chain("tenant")
+    if target.session_id is None:
+        return _scope_chain("user", target.user_id)
+    return _scope_chain("session", target.user_id, target.session_id)
+
+
+def _page(tenant: str, chain: str, page: int) -> SessionKey:
+    return index_key(tenant, f"{chain}-{page}")
+
+
+async def _read_pages(
+    ticket: Ticket, store: SessionStore, tenant: str, chain: str, upto: int
+) -> list[ErasureRecord]:
+    """The headers on pages 1..``upto`` of ``chain``, oldest first (one bounded read each)."""
+    found: list[ErasureRecord] = []
+    for page in range(1, upto + 1):
+        key = _page(tenant, chain, page)
+        revision, ledger = await load_ledger(ticket, store, key)
+        if revision is None:
+            # Pages are written before the head that counts them: a missing one was removed behind
+            # the engine's back. Said, never passed over: the listing would silently lack it.
+            raise SnapshotCorruptError(
+                f"the erasure records at {key.session!r} of tenant {tenant!r} are missing although the "
+                "index counts them; the stored data is damaged and was left as it is"
+            )
+        found.extend(ledger.records)
+    return found
+
+
+def _once(records: list[ErasureRecord]) -> tuple[ErasureRecord, ...]:
+    """Each erasure once (completed again after a crash before it left ``pending``: indexed twice)."""
+    seen: dict[str, ErasureRecord] = {}
+    for record in records:
+        seen.setdefault(record.erasure_id, record)
+    return tuple(seen.values())
+
+
+async def finished_records(ticket: Ticket, store: SessionStore, tenant: str) -> tuple[ErasureRecord, ...]:
+    """The headers of every finished erasure of the tenant, oldest first: its pages, then its head."""
+    _, head = await load_ledger(ticket, store, index_key(tenant, _TENANT_CHAIN))
+    older = await _read_pages(ticket, store, tenant, _TENANT_CHAIN, head.pages or 0)
+    return _once([*older, *head.records])
+
+
+async def finished_covering(
+    ticket: Ticket, store: SessionStore, key: SessionKey
+) -> tuple[ErasureRecord, ...]:
+    """The headers of the finished erasures covering session ``key``, in the order they completed.
+
+    Reads the chains of its three scopes and, for an index an earlier
+    version wrote, the tenant's head and the pages holding those entries.
+    """
+    tenant = key.tenant
+    _, head = await load_ledger(ticket, store, index_key(tenant, _TENANT_CHAIN))
+    legacy = len(head.records) if head.legacy is None else head.legacy
+    found = await _read_pages(
+        ticket, store, tenant, _TENANT_CHAIN, min(head.pages or 0, math.ceil(legacy / INDEX_PAGE_RECORDS))
+    )
+    found.extend(head.records)
+    for chain in (
+        _scope_chain("tenant"),
+        _scope_chain("user", key.user),
+        _scope_chain("session", key.user, key.session),
+    ):
+        _, scoped = await load_ledger(ticket, store, index_key(tenant, chain))
+        found.extend(await _read_pages(ticket, store, tenant, chain, scoped.pages or 0))
+        found.extend(scoped.records)
+    covering = [r for r in _once(found) if covers(r.target, key)]
+    return tuple(sorted(covering, key=lambda r: r.completed_at or r.started_at))
+
+
+async def add_finished(ticket: Ticket, store: SessionStore, done: ErasureRecord) -> None:
+    """Add ``done``'s header to the tenant's chain, then to its scope's (each bounded).
+
+    Called once its tombstone is saved and before it leaves ``pending``, so
+    a crash anywhere here leaves it pending, and its resume adds it again:
+    a head that has it already is left as it is, and a header indexed twice
+    (moved to a page meanwhile) is listed once.
+    """
+    await _add(ticket, store, done, _TENANT_CHAIN)
+    await _add(ticket, store, done, _chain_of(done.target))
+
+
+async def _add(ticket: Ticket, store: SessionStore, done: ErasureRecord, chain: str) -> None:
+    """Add ``done``'s header to the head of ``chain``, moving a full head to pages first.
+
+    The pages are written before the head that counts them, and each holds
+    exactly what the full head held (a full head changes only by this move),
+    so a crash in between, or another process moving the same head, writes
+    the same pages again and loses nothing; the head changes only by
+    compare-and-set.
+    """
+    tenant = done.target.tenant_id
+    key = index_key(tenant, chain)
+    for _ in range(_ATTEMPTS):
+        revision, head = await load_ledger(ticket, store, key)
+        if any(r.erasure_id == done.erasure_id for r in head.records):
+            return
+        legacy = head.legacy
+        if chain == _TENANT_CHAIN and legacy is None:
+            # Written by an earlier version (or absent): every entry it holds is in no scope's chain.
+            legacy = len(head.records)
+        pages, kept = head.pages or 0, head.records
+        if len(kept) >= INDEX_PAGE_RECORDS:
+            # Full, or written by an earlier version and unbounded: every writer moves the same
+            # entries into the same pages.
+            for start in range(0, len(kept), INDEX_PAGE_RECORDS):
+                pages += 1
+                page = ErasureLedger(kept[start : start + INDEX_PAGE_RECORDS])
+                await _write_page(ticket, store, _page(tenant, chain, pages), page)
+            kept = ()
+        new = ErasureLedger((*kept, header(done)), pages=pages or None, legacy=legacy)
+        try:
+            await save_ledger(ticket, store, key, new, revision)
+        except SessionConflictError:
+            continue  # another erasure of the tenant wrote first: add to what it wrote
+        return
+    raise SessionConflictError(
+        f"the erasure records of tenant {tenant!r} kept changing under {_ATTEMPTS} attempts to update "
+        f"{key.session!r}; try again"
+    )
+
+
+async def _write_page(ticket: Ticket, store: SessionStore, key: SessionKey, page: ErasureLedger) -> None:
+    """Write ``page`` at ``key`` once: already there with the same entries is done; other entries, damage."""
+    for _ in range(_ATTEMPTS):
+        revision, stored = await load_ledger(ticket, store, key)
+        if revision is not None:
+            if stored == page:
+                return  # a crash after writing it, or another process moving the same head
+            raise SnapshotCorruptError(
+                f"the erasure records at {key.session!r} of tenant {key.user!r} hold other entries than "
+                "the index about to move there; the stored data is damaged and was left as it is"
+            )
+        try:
+            await save_ledger(ticket, store, key, page, None)
+        except SessionConflictError:
+            continue  # another process wrote it just now: check what it wrote
+        return
+    raise SessionConflictError(f"the erasure records at {key.session!r} kept changing; try again")
