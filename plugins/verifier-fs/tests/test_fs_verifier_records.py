@@ -156,6 +156,15 @@ async def test_malformed_xml_is_unknown(root: Path, data: bytes) -> None:
     assert detail.startswith("unknown: unparseable: not well-formed XML")
 
 
+@pytest.mark.parametrize("encoding", ["shift_jis", "euc-jp", "utf-7", "no-such-codec"])
+async def test_a_record_declaring_an_unreadable_encoding_is_unknown(root: Path, encoding: str) -> None:
+    # The record is untrusted: its declaration must not make verify() raise ValueError/LookupError.
+    data = f'<?xml version="1.0" encoding="{encoding}"?><testsuite><testcase name="t"/></testsuite>'
+    verdict, detail = await _record(root, data.encode())
+    assert verdict is Verdict.UNKNOWN
+    assert detail.startswith("unknown: unparseable: the XML declares an encoding it cannot be read in")
+
+
 async def test_a_billion_laughs_bomb_is_refused_before_expansion(root: Path) -> None:
     verdict, detail = await _record(root, BILLION_LAUGHS)
     assert (verdict, detail) == (

@@ -78,8 +78,8 @@ def parse_junit(data: bytes) -> TestCounts:
     cannot hide a failing test by leaving the attribute at zero or the other
     way round).
 
-    :raises EvidenceUnavailable: the bytes are not well-formed XML, declare a DTD or
-        entities, or are not a JUnit record.
+    :raises EvidenceUnavailable: the bytes are not well-formed XML, declare a DTD,
+        entities or an encoding expat cannot decode, or are not a JUnit record.
     """
     try:
         root = fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
@@ -89,6 +89,13 @@ def parse_junit(data: bytes) -> TestCounts:
         ) from None
     except ParseError as exc:
         raise EvidenceUnavailable(f"unparseable: not well-formed XML ({exc})") from None
+    except (ValueError, LookupError) as exc:
+        # The record's own XML declaration picks the decoder: expat refuses a multi-byte
+        # one (shift_jis) with ValueError and an unknown name with LookupError. Untrusted
+        # bytes must make the record unknown, never escape verify() as a bare error.
+        raise EvidenceUnavailable(
+            f"unparseable: the XML declares an encoding it cannot be read in ({exc})"
+        ) from None
     if root.tag not in _ROOTS:
         tag = root.tag[:40]
         raise EvidenceUnavailable(f"unparseable: root element <{tag}> is not <testsuites> or <testsuite>")
