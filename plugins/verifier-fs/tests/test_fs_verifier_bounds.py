@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -171,3 +173,72 @@ async def test_an_unknown_verdict_is_a_warning_without_paths(
     assert record.levelno == logging.WARNING
     assert record.agentium_unknown_checks == 1 and record.agentium_checks == 1
     assert "big.bin" not in record.getMessage() and "too large" in record.getMessage()
+
+
+def _deep_record(root: Path, depth: int = 1_000_000) -> bytes:
+    """A JUnit record of nested elements: well within its size bound, seconds to parse whole."""
+    data = b"<testsuites>" + b"<a>" * depth + b"</a>" * depth + b"</testsuites>"
+    write(root / "reports" / "junit.xml", data)
+    return data
+
+
+async def test_a_record_slow_to_parse_stops_at_the_time_bound(root: Path) -> None:
+    """Parsing is fed in steps with the checks between them: the worker stops near the bound."""
+    write(root / "report.txt", ARTIFACT_BYTES)
+    _deep_record(root)
+    verifier = verifier_for(
+        root, "report.txt", records=("reports/junit.xml",), max_record_bytes=16 * 1024**2, read_timeout_s=0.3
+    )
+    started = time.monotonic()
+    result = await verifier.verify(CLAIM, context())
+    assert time.monotonic() - started < 1.5
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result) == {
+        "report.txt": details(result)["report.txt"],
+        "reports/junit.xml": "unknown: not read within read_timeout_s=0.3",
+    }
+    assert details(result)["report.txt"].startswith("pass: sha256")
+    # The worker itself stopped, rather than parsing on for seconds after verify returned.
+    cpu = time.process_time()
+    await anyio.sleep(1.0)
+    assert time.process_time() - cpu < 0.5
+
+
+@pytest.fixture
+def blocked_parse(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """``parse_junit`` blocks in its worker until released: a call no check can interrupt (a hung read)."""
+    release = threading.Event()
+
+    def parse(data: bytes, check: object = None) -> object:
+        release.wait(30)
+        raise AssertionError("an abandoned worker's result is never used")
+
+    monkeypatch.setattr("agentium_verifier_fs.verifier.parse_junit", parse)
+    yield release
+    release.set()
+
+
+async def test_a_worker_blocked_in_a_call_does_not_hold_verify_past_read_timeout_s(
+    root: Path, blocked_parse: threading.Event
+) -> None:
+    write(root / "report.txt", ARTIFACT_BYTES)
+    write(root / "reports" / "junit.xml", b"<testsuite/>")
+    verifier = verifier_for(root, "report.txt", records=("reports/junit.xml",), read_timeout_s=0.3)
+    started = time.monotonic()
+    with anyio.fail_after(10):
+        result = await verifier.verify(CLAIM, context())
+    assert time.monotonic() - started < 2.0
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result)["reports/junit.xml"] == "unknown: not read within read_timeout_s=0.3"
+    assert details(result)["report.txt"].startswith("pass: sha256")  # finished work is kept
+
+
+async def test_a_worker_blocked_in_a_call_does_not_hold_verify_past_the_deadline(
+    root: Path, blocked_parse: threading.Event
+) -> None:
+    write(root / "reports" / "junit.xml", b"<testsuite/>")
+    verifier = verifier_for(root, records=("reports/junit.xml",))  # read_timeout_s: 30
+    started = time.monotonic()
+    with anyio.fail_after(10), pytest.raises(OperationCancelledError, match="deadline"):
+        await verifier.verify(CLAIM, context(op=OpContext.with_timeout(0.3)))
+    assert time.monotonic() - started < 2.0

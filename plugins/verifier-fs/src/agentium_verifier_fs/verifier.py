@@ -68,6 +68,9 @@ TEST_RECORD: Final = "test_record"
 
 _SEVERITY: Final = {Verdict.FAIL: 0, Verdict.UNKNOWN: 1, Verdict.PASS: 2}
 _REASON_REFS: Final = 3
+#: How long past read_timeout_s (or the deadline) the awaiting side gives a worker to notice the
+#: bound itself before it leaves it behind: one read or parse step takes far less.
+_GRACE_S: Final = 0.25
 
 
 class _TimeBound(Exception):
@@ -111,6 +114,10 @@ class FsVerifier(CompletionVerifier):
         self._root = check_root(config.root)
         self._artifacts = tuple((a, split_relative_path(a.path, "artifact")) for a in config.artifacts)
         self._records = tuple((r, split_relative_path(r, "test record")) for r in config.test_records)
+        self._items = (
+            *((ARTIFACT, a.path) for a in config.artifacts),
+            *((TEST_RECORD, r) for r in config.test_records),
+        )
         # The class declares both kinds; this instance reads only the kinds its config lists
         # (the engine and the contract suites read this through capabilities_of).
         self.instance_capabilities = VerifierCapabilities(
@@ -131,13 +138,18 @@ class FsVerifier(CompletionVerifier):
         """Judge the configured evidence as it is now; ``candidate`` is deliberately not consulted.
 
         Raises ``OperationCancelledError`` when ``ctx`` is cancelled or past its
-        deadline, before reading or between chunks. The returned evidence is
+        deadline, before reading or between chunks; a worker stuck in one call is
+        not waited for past ``read_timeout_s`` or the deadline (plus a 0.25 s
+        grace). The returned evidence is
         already within ``ctx.max_entries`` / ``ctx.max_bytes``: whole entries,
         problems first, the omitted count in the reason.
         """
         ctx.raise_if_expired("verify")
-        bound = time.monotonic() + self._config.read_timeout_s
+        timeout = self._config.read_timeout_s
+        bound = time.monotonic() + timeout
         abandoned = threading.Event()
+        lock = threading.Lock()
+        outcomes: list[_Outcome] = []
 
         def check() -> None:
             if abandoned.is_set():
@@ -146,15 +158,36 @@ class FsVerifier(CompletionVerifier):
             if time.monotonic() >= bound:
                 raise _TimeBound
 
+        def emit(outcome: _Outcome) -> None:
+            with lock:  # nothing is added once the awaiting side has taken its snapshot
+                if abandoned.is_set():
+                    raise _Abandoned
+                outcomes.append(outcome)
+
+        # The worker checks the bounds between steps; this wait bounds a worker blocked inside
+        # one step (a hung read, a parse) too: after the bound plus a grace it is left behind.
+        left = ctx.op.time_left()
+        wait = (timeout if left is None else min(timeout, left)) + _GRACE_S
         try:
-            outcomes = await anyio.to_thread.run_sync(
-                self._collect, ctx.run_started_at, check, abandon_on_cancel=True
-            )
+            with anyio.move_on_after(wait):
+                await anyio.to_thread.run_sync(
+                    self._collect, ctx.run_started_at, check, emit, abandon_on_cancel=True
+                )
         except BaseException:
-            # Cancelled while the thread runs: the thread stops before its next chunk
+            # Cancelled while the thread runs: the thread stops before its next step
             # and closes its descriptors; nobody waits for it.
             abandoned.set()
             raise
+        with lock:
+            abandoned.set()
+            done = list(outcomes)
+        if len(done) < len(self._items):
+            # The worker is still blocked: an expired context is the caller's error, and
+            # what the worker has not finished within read_timeout_s is unknown.
+            ctx.raise_if_expired("verify")
+            why = f"not read within read_timeout_s={timeout}"
+            done += [_outcome(k, r, Verdict.UNKNOWN, why, "time bound") for k, r in self._items[len(done) :]]
+        outcomes = done
         result = _judge(outcomes, ctx)
         unknown = [o for o in outcomes if o.verdict is Verdict.UNKNOWN]
         if result.verdict is Verdict.UNKNOWN:
@@ -174,8 +207,10 @@ class FsVerifier(CompletionVerifier):
 
     # ------------------------------------------------------------- worker thread
 
-    def _collect(self, run_started_at: float, check: Callable[[], None]) -> list[_Outcome]:
-        """Every item's outcome, in config order (artifacts, then records). Runs in a worker thread."""
+    def _collect(
+        self, run_started_at: float, check: Callable[[], None], emit: Callable[[_Outcome], None]
+    ) -> None:
+        """``emit`` each item's outcome in config order (artifacts, then records); in a worker thread."""
         items: list[tuple[str, str, Callable[[int], _Outcome]]] = []
         # When each artifact read last changed, filled as artifacts are read (they come first):
         # a test record must be written after the artifacts it vouches for.
@@ -185,22 +220,22 @@ class FsVerifier(CompletionVerifier):
         for record, parts in self._records:
             reader = self._record_reader(record, parts, run_started_at, check, changed)
             items.append((TEST_RECORD, record, reader))
-        outcomes: list[_Outcome] = []
+        done = 0
         try:
             with root_descriptor(self._root) as root_fd:
                 for index, (_, _, read) in enumerate(items):
                     try:
                         check()
-                        outcomes.append(read(root_fd))
+                        emit(read(root_fd))
+                        done += 1
                     except _TimeBound:
                         why = f"not read within read_timeout_s={self._config.read_timeout_s}"
                         for kind, ref, _ in items[index:]:
-                            outcomes.append(_outcome(kind, ref, Verdict.UNKNOWN, why, "time bound"))
+                            emit(_outcome(kind, ref, Verdict.UNKNOWN, why, "time bound"))
                         break
         except EvidenceUnavailable as exc:  # the root itself went away after the verifier was built
-            done = len(outcomes)
-            outcomes.extend(_outcome(k, r, Verdict.UNKNOWN, exc.reason, "root") for k, r, _ in items[done:])
-        return outcomes
+            for k, r, _ in items[done:]:
+                emit(_outcome(k, r, Verdict.UNKNOWN, exc.reason, "root"))
 
     def _artifact_reader(
         self,
@@ -249,8 +284,7 @@ class FsVerifier(CompletionVerifier):
                                 "last changed, so it did not test the artifact as it is"
                             )
                     data = read_file(opened, self._config.max_record_bytes, check)
-                check()  # parsing runs uninterrupted, so the bounds are checked right before it
-                counts = parse_junit(data)
+                counts = parse_junit(data, check)
             except EvidenceUnavailable as exc:
                 return _unknown(TEST_RECORD, record, exc)
             if counts.failures or counts.errors:
