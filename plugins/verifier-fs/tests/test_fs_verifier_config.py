@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from fs_verifier_helpers import ARTIFACT_BYTES, root_fixture, sha256, write
+from fs_verifier_helpers import ARTIFACT_BYTES, CLAIM, root_fixture, sha256, write
 
+from agentium_harness.plugin_api import InvalidArgumentError, OpContext, Scope, VerifyContext
 from agentium_verifier_fs import ExpectedArtifact, FsVerifier, FsVerifierConfig, RootNotFoundError
 
 root = root_fixture()
@@ -206,3 +207,40 @@ def test_an_instance_declares_the_evidence_kinds_its_config_lists(
         session_store=InMemorySessionStore(),
         verifier=verifier,
     )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"artifacts": 5}, "artifacts must be a list"),
+        ({"artifacts": [5]}, r"artifacts\[0\] must be a table"),
+        ({"artifacts": [{"path": "a.txt", "sha": DIGEST}]}, "unknown key.*'sha'.*missing sha256"),
+        ({"artifacts": [{"path": "a.txt"}]}, "missing sha256"),
+        ({"test_records": 5}, "test_records must be a list"),
+        ({"test_records": [5]}, "test_records must be a non-empty relative path"),
+        ({"test_records": ["../x.xml"]}, "paths stay under root"),
+        ({"root": 5}, "root must be a non-empty directory path"),
+        ({"test_records": ["a.xml"], "artifacts": [{"path": "b", "sha256": "abc"}]}, "64 hex digits"),
+    ],
+)
+def test_bad_options_are_typed_errors(root: Path, options: dict[str, object], message: str) -> None:
+    """A host building the options itself gets InvalidArgumentError, never a bare TypeError/ValueError."""
+    options.setdefault("root", str(root))
+    with pytest.raises(InvalidArgumentError, match=message):
+        FsVerifierConfig(**options)  # type: ignore[arg-type]
+
+
+def test_the_missing_root_error_is_typed(tmp_path: Path) -> None:
+    assert issubclass(RootNotFoundError, InvalidArgumentError)
+
+
+@pytest.mark.anyio
+async def test_bad_verifier_arguments_are_typed_errors(root: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="FsVerifierConfig"):
+        FsVerifier("not a config")  # type: ignore[arg-type]
+    verifier = FsVerifier(FsVerifierConfig(root=str(root), test_records=("a.xml",)))
+    ctx = VerifyContext(scope=Scope("t", "u", "s"), op=OpContext())
+    with pytest.raises(InvalidArgumentError, match="ctx must be a VerifyContext"):
+        await verifier.verify(CLAIM, None)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="candidate must be a CompletionCandidate"):
+        await verifier.verify("done", ctx)  # type: ignore[arg-type]

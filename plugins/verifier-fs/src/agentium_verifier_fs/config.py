@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import attrs
 
-from agentium_harness.plugin_api import PATH_OPTION, bounded_count, bounded_duration
+from agentium_harness.plugin_api import PATH_OPTION, InvalidArgumentError, bounded_count, bounded_duration
 
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
@@ -51,7 +51,7 @@ _MAX_PATH_CHARS: Final = 1024
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
-class RootNotFoundError(ValueError):
+class RootNotFoundError(InvalidArgumentError):
     """The configured ``root`` is not an existing directory.
 
     Create the directory (or fix the path: a relative ``root`` in a config
@@ -61,7 +61,7 @@ class RootNotFoundError(ValueError):
 
 
 def split_relative_path(value: object, what: str) -> tuple[str, ...]:
-    """The components of a confined relative path, or ``ValueError`` saying why it is refused.
+    """The components of a confined relative path, or ``InvalidArgumentError`` saying why it is refused.
 
     Refused: non-strings, empty paths, absolute paths, backslashes, NUL, and
     ``..``, ``.`` or empty components (``a//b``, a trailing ``/``). What is
@@ -69,30 +69,32 @@ def split_relative_path(value: object, what: str) -> tuple[str, ...]:
     can refuse anything unexpected instead of interpreting it.
     """
     if not isinstance(value, str) or not value:
-        raise ValueError(f"{what} must be a non-empty relative path, got {value!r}")
+        raise InvalidArgumentError(f"{what} must be a non-empty relative path, got {value!r}")
     if len(value) > _MAX_PATH_CHARS:
-        raise ValueError(f"{what} is longer than {_MAX_PATH_CHARS} characters")
+        raise InvalidArgumentError(f"{what} is longer than {_MAX_PATH_CHARS} characters")
     if "\x00" in value:
-        raise ValueError(f"{what} must not contain NUL")
+        raise InvalidArgumentError(f"{what} must not contain NUL")
     if "\\" in value:
-        raise ValueError(f"{what} {value!r} must use '/' separators, not backslashes")
+        raise InvalidArgumentError(f"{what} {value!r} must use '/' separators, not backslashes")
     if value.startswith("/"):
-        raise ValueError(f"{what} {value!r} must be relative to root, not absolute")
+        raise InvalidArgumentError(f"{what} {value!r} must be relative to root, not absolute")
     parts = tuple(value.split("/"))
     for part in parts:
         if part in ("", ".", ".."):
             shown = part or "an empty component"
-            raise ValueError(f"{what} {value!r} must not contain {shown!r}: paths stay under root")
+            raise InvalidArgumentError(f"{what} {value!r} must not contain {shown!r}: paths stay under root")
     return parts
 
 
 def normalize_sha256(value: object, what: str = "sha256") -> str:
     """``value`` as 64 lowercase hex digits; a ``sha256:`` prefix is accepted and dropped."""
     if not isinstance(value, str):
-        raise ValueError(f"{what} must be a string of 64 hex digits, got {type(value).__name__}")
+        raise InvalidArgumentError(f"{what} must be a string of 64 hex digits, got {type(value).__name__}")
     text = value.strip().lower().removeprefix("sha256:")
     if not _HEX64.fullmatch(text):
-        raise ValueError(f"{what} must be 64 hex digits (optionally prefixed 'sha256:'), got {value!r}")
+        raise InvalidArgumentError(
+            f"{what} must be 64 hex digits (optionally prefixed 'sha256:'), got {value!r}"
+        )
     return text
 
 
@@ -114,9 +116,9 @@ def _relative(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
 
 def _root(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"root must be a non-empty directory path, got {value!r}")
+        raise InvalidArgumentError(f"root must be a non-empty directory path, got {value!r}")
     if "\x00" in value:
-        raise ValueError("root must not contain NUL")
+        raise InvalidArgumentError("root must not contain NUL")
     # A relative root is checked once it is resolved: the config loader resolves
     # it against the config file's folder (and validates again), and a host that
     # builds the options itself gets the check when the verifier is built.
@@ -124,14 +126,37 @@ def _root(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None
         check_root(value)
 
 
-def _artifacts(value: Iterable[Any]) -> tuple[ExpectedArtifact, ...]:
-    return tuple(a if isinstance(a, ExpectedArtifact) else ExpectedArtifact(**a) for a in value)
-
-
-def _records(value: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise ValueError("test_records must be a list of paths, not one string")
+def _listed(value: object, what: str, items: str) -> tuple[object, ...]:
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"{what} must be a list of {items}, got {type(value).__name__}")
     return tuple(value)
+
+
+def _artifact(value: object, index: int) -> ExpectedArtifact:
+    if isinstance(value, ExpectedArtifact):
+        return value
+    if not isinstance(value, Mapping):
+        raise InvalidArgumentError(
+            f"artifacts[{index}] must be a table with path and sha256, got {type(value).__name__}"
+        )
+    unknown = sorted(str(k) for k in value if k not in ("path", "sha256"))
+    missing = [k for k in ("path", "sha256") if k not in value]
+    if unknown or missing:
+        # attrs would raise a bare TypeError naming __init__; name the keys instead.
+        said = [f"unknown key(s) {', '.join(map(repr, unknown))}"] if unknown else []
+        said += [f"missing {', '.join(missing)}"] if missing else []
+        raise InvalidArgumentError(f"artifacts[{index}] has {'; '.join(said)}: give exactly path and sha256")
+    return ExpectedArtifact(path=value["path"], sha256=value["sha256"])
+
+
+def _artifacts(value: object) -> tuple[ExpectedArtifact, ...]:
+    return tuple(_artifact(a, i) for i, a in enumerate(_listed(value, "artifacts", "{path, sha256} tables")))
+
+
+def _records(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise InvalidArgumentError("test_records must be a list of paths, not one string")
+    return _listed(value, "test_records", "paths")  # type: ignore[return-value]  # each is checked by _relative
 
 
 @attrs.frozen(slots=True)
@@ -176,14 +201,16 @@ class FsVerifierConfig:
 
     def __attrs_post_init__(self) -> None:
         if not self.artifacts and not self.test_records:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "artifacts and test_records are both empty: list at least one expected artifact or "
                 "test record, or the verifier would pass any claim"
             )
         if len(self.artifacts) + len(self.test_records) > _MAX_ITEMS:
-            raise ValueError(f"artifacts and test_records may list at most {_MAX_ITEMS} paths together")
+            raise InvalidArgumentError(
+                f"artifacts and test_records may list at most {_MAX_ITEMS} paths together"
+            )
         seen: set[str] = set()
         for path in (*(a.path for a in self.artifacts), *self.test_records):
             if path in seen:
-                raise ValueError(f"artifacts {path!r} is listed twice; list each path once")
+                raise InvalidArgumentError(f"artifacts {path!r} is listed twice; list each path once")
             seen.add(path)

@@ -38,10 +38,12 @@ from agentium_harness.plugin_api import (
     CompletionCandidate,
     CompletionVerifier,
     EvidenceEntry,
+    InvalidArgumentError,
     Verdict,
     VerificationResult,
     VerifierCapabilities,
     VerifyContext,
+    checked_argument,
     fit_evidence,
 )
 
@@ -107,7 +109,7 @@ class FsVerifier(CompletionVerifier):
 
     def __init__(self, config: FsVerifierConfig) -> None:
         if not isinstance(config, FsVerifierConfig):
-            raise TypeError(f"FsVerifier takes an FsVerifierConfig, got {type(config).__name__}")
+            raise InvalidArgumentError(f"FsVerifier takes an FsVerifierConfig, got {type(config).__name__}")
         if os.open not in os.supports_dir_fd or not hasattr(os, "O_NOFOLLOW"):
             raise RuntimeError("the fs verifier needs os.open(dir_fd=...) and O_NOFOLLOW (POSIX systems)")
         self._config = config
@@ -144,7 +146,8 @@ class FsVerifier(CompletionVerifier):
         already within ``ctx.max_entries`` / ``ctx.max_bytes``: whole entries,
         problems first, the omitted count in the reason.
         """
-        ctx.raise_if_expired("verify")
+        checked_argument(candidate, CompletionCandidate, "candidate", "verify")
+        checked_argument(ctx, VerifyContext, "ctx", "verify").raise_if_expired("verify")
         timeout = self._config.read_timeout_s
         bound = time.monotonic() + timeout
         abandoned = threading.Event()
