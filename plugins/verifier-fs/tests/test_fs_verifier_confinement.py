@@ -28,7 +28,7 @@ from fs_verifier_helpers import (
     write,
 )
 
-from agentium_harness.plugin_api import Verdict
+from agentium_harness.plugin_api import InvalidArgumentError, Verdict
 from agentium_verifier_fs import ExpectedArtifact, FsVerifierConfig
 
 pytestmark = pytest.mark.anyio
@@ -49,18 +49,20 @@ BAD_PATHS = [
     "",
     "a\\..\\outside.txt",
     "report\x00.txt",
+    "report\ud800.txt",  # lone surrogates name no file: os.open would raise UnicodeEncodeError
+    "dist/\udcff",
 ]
 
 
 @pytest.mark.parametrize("path", BAD_PATHS)
 def test_escaping_or_ambiguous_artifact_paths_are_refused_as_config(root: Path, path: str) -> None:
-    with pytest.raises(ValueError, match=r"path|relative|NUL|backslash"):
+    with pytest.raises(InvalidArgumentError, match=r"path|relative|NUL|backslash"):
         FsVerifierConfig(root=str(root), artifacts=(ExpectedArtifact(path=path, sha256=sha256(b"")),))
 
 
 @pytest.mark.parametrize("path", BAD_PATHS)
 def test_escaping_or_ambiguous_record_paths_are_refused_as_config(root: Path, path: str) -> None:
-    with pytest.raises(ValueError, match="test_records"):
+    with pytest.raises(InvalidArgumentError, match="test_records"):
         FsVerifierConfig(root=str(root), test_records=(path,))
 
 

@@ -63,7 +63,7 @@ class RootNotFoundError(InvalidArgumentError):
 def split_relative_path(value: object, what: str) -> tuple[str, ...]:
     """The components of a confined relative path, or ``InvalidArgumentError`` saying why it is refused.
 
-    Refused: non-strings, empty paths, absolute paths, backslashes, NUL, and
+    Refused: non-strings, empty paths, absolute paths, backslashes, NUL, lone surrogates, and
     ``..``, ``.`` or empty components (``a//b``, a trailing ``/``). What is
     left names exactly one place under the root, so the walk that opens it
     can refuse anything unexpected instead of interpreting it.
@@ -74,6 +74,12 @@ def split_relative_path(value: object, what: str) -> tuple[str, ...]:
         raise InvalidArgumentError(f"{what} is longer than {_MAX_PATH_CHARS} characters")
     if "\x00" in value:
         raise InvalidArgumentError(f"{what} must not contain NUL")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate cannot name a file: os.open would raise UnicodeEncodeError
+        # (or the evidence ref would be refused) in the middle of a verification.
+        raise InvalidArgumentError(f"{what} must be valid Unicode text (it holds a lone surrogate)") from None
     if "\\" in value:
         raise InvalidArgumentError(f"{what} {value!r} must use '/' separators, not backslashes")
     if value.startswith("/"):
