@@ -101,6 +101,17 @@ async def test_a_stale_failing_record_is_unknown_not_fail(root: Path) -> None:
     assert result.verdict is Verdict.UNKNOWN
 
 
+async def test_a_record_from_before_the_run_with_a_future_mtime_is_stale(root: Path) -> None:
+    """touch -d tomorrow on an old record: its ctime still says when it was last changed."""
+    write(root / RECORD, junit())
+    tomorrow = time.time() + 86400
+    os.utime(root / RECORD, (tomorrow, tomorrow))
+    await anyio.sleep(0.05)  # past the file system's timestamp tick
+    result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context(started=time.time()))
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result)[RECORD].startswith("unknown: stale: last written 0.")
+
+
 REPORT = "dist/report.txt"
 
 
@@ -131,6 +142,17 @@ async def test_backdating_the_artifact_does_not_hide_its_change(root: Path) -> N
     os.utime(root / REPORT, (earlier, earlier))
     result = await verifier_for(root, REPORT, records=(RECORD,)).verify(CLAIM, context())
     assert result.verdict is Verdict.UNKNOWN and "stale" in details(result)[RECORD]
+
+
+async def test_a_future_mtime_does_not_make_a_record_newer_than_the_artifact(root: Path) -> None:
+    write(root / RECORD, junit(tests=3))
+    tomorrow = time.time() + 86400
+    os.utime(root / RECORD, (tomorrow, tomorrow))
+    await anyio.sleep(0.05)
+    write(root / REPORT, ARTIFACT_BYTES)  # the artifact changes after the tests ran
+    result = await verifier_for(root, REPORT, records=(RECORD,)).verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+    assert f"before artifact {REPORT!r} last changed" in details(result)[RECORD]
 
 
 async def test_a_record_written_after_the_artifact_passes(root: Path) -> None:

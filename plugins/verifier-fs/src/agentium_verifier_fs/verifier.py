@@ -272,18 +272,22 @@ class FsVerifier(CompletionVerifier):
         def read(root_fd: int) -> _Outcome:
             try:
                 with open_confined(root_fd, parts) as opened:
-                    mtime = opened.stat.st_mtime
-                    if mtime < run_started_at:
+                    # mtime can be set forward by anyone who can write the file (touch -d with a
+                    # future date) and would then count a record from an earlier run forever; ctime
+                    # cannot be set, and it is at least the last write. The earlier of the two keeps
+                    # a record nobody touched since before the run stale.
+                    written = min(opened.stat.st_mtime, opened.stat.st_ctime)
+                    if written < run_started_at:
                         raise EvidenceUnavailable(
-                            f"stale: last written {run_started_at - mtime:.3f}s before the run started"
+                            f"stale: last written {run_started_at - written:.3f}s before the run started"
                         )
                     if changed:
                         # The tests it records ran on the artifacts as they were then: an artifact
                         # changed after it was written was never tested.
                         latest, path = max(changed)
-                        if mtime < latest:
+                        if written < latest:
                             raise EvidenceUnavailable(
-                                f"stale: last written {latest - mtime:.3f}s before artifact {path!r} "
+                                f"stale: last written {latest - written:.3f}s before artifact {path!r} "
                                 "last changed, so it did not test the artifact as it is"
                             )
                     data = read_file(opened, self._config.max_record_bytes, check)
