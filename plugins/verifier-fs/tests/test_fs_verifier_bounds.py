@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import threading
 import time
 import tracemalloc
@@ -242,3 +243,19 @@ async def test_a_worker_blocked_in_a_call_does_not_hold_verify_past_the_deadline
     with anyio.fail_after(10), pytest.raises(OperationCancelledError, match="deadline"):
         await verifier.verify(CLAIM, context(op=OpContext.with_timeout(0.3)))
     assert time.monotonic() - started < 2.0
+
+
+async def test_a_deep_path_holds_a_few_descriptors_not_one_per_component(root: Path) -> None:
+    """The walk keeps only the directory it opens the next component in, whatever the depth."""
+    depth = 400
+    path = "/".join(["d"] * depth + ["report.txt"])
+    write(root / path, ARTIFACT_BYTES)
+    verifier = verifier_for(root, path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 64, hard))  # far fewer than the depth
+    try:
+        result = await verifier.verify(CLAIM, context())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert result.verdict is Verdict.PASS, details(result)

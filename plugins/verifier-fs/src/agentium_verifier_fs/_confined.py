@@ -161,8 +161,13 @@ def open_confined(root_fd: int, parts: tuple[str, ...]) -> Iterator[OpenedFile]:
     try:
         parent = root_fd
         for index, name in enumerate(parts[:-1]):
-            parent = _open_dir(name, parent, "/".join(parts[: index + 1]))
-            opened.append(parent)
+            child = _open_dir(name, parent, "/".join(parts[: index + 1]))
+            if opened:
+                # Only the last directory is needed (the file is opened and re-checked in it):
+                # a path 500 components deep holds two descriptors, not 500.
+                os.close(opened.pop())
+            opened.append(child)
+            parent = child
         yield _open_file(parts[-1], parent, "/".join(parts), opened)
     finally:
         for fd in reversed(opened):
