@@ -187,6 +187,14 @@ async def test_a_record_declaring_an_unreadable_encoding_is_unknown(root: Path, 
     assert detail.startswith("unknown: unparseable: the XML declares an encoding it cannot be read in")
 
 
+async def test_a_long_declared_encoding_is_not_copied_into_the_evidence(root: Path) -> None:
+    """One oversized entry would push every other entry out of the evidence budget."""
+    data = f'<?xml version="1.0" encoding="{"x" * 100_000}"?><testsuite><testcase name="t"/></testsuite>'
+    verdict, detail = await _record(root, data.encode())
+    assert verdict is Verdict.UNKNOWN
+    assert len(detail) < 200 and "xxxx" not in detail
+
+
 async def test_a_billion_laughs_bomb_is_refused_before_expansion(root: Path) -> None:
     verdict, detail = await _record(root, BILLION_LAUGHS)
     assert (verdict, detail) == (

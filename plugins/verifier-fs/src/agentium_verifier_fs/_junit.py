@@ -111,12 +111,13 @@ def parse_junit(data: bytes, check: Callable[[], None] = lambda: None) -> TestCo
         ) from None
     except ParseError as exc:
         raise EvidenceUnavailable(f"unparseable: not well-formed XML ({exc})") from None
-    except (ValueError, LookupError) as exc:
+    except (ValueError, LookupError):
         # The record's own XML declaration picks the decoder: expat refuses a multi-byte
         # one (shift_jis) with ValueError and an unknown name with LookupError. Untrusted
-        # bytes must make the record unknown, never escape verify() as a bare error.
+        # bytes must make the record unknown, never escape verify() as a bare error. The
+        # error's text is left out: it quotes the declared name, of any length.
         raise EvidenceUnavailable(
-            f"unparseable: the XML declares an encoding it cannot be read in ({exc})"
+            "unparseable: the XML declares an encoding it cannot be read in (multi-byte or unknown)"
         ) from None
     if root.tag not in _ROOTS:
         tag = root.tag[:40]
