@@ -258,3 +258,12 @@ async def test_failing_test_names_are_shortened_and_cleaned(root: Path) -> None:
     assert verdict is Verdict.FAIL
     shown = detail.split("failing: ", 1)[1]
     assert len(shown) == 60 and shown.endswith("…") and "\x7f" not in detail
+
+
+async def test_failing_test_names_lose_c1_controls_and_line_separators(root: Path) -> None:
+    """XML 1.0 allows NEL (U+0085) and U+2028/2029, which end a line for str.splitlines and viewers."""
+    name = "a\x85b\u2028c\u2029d\x9be"
+    data = f'<testsuite tests="1"><testcase name="{name}"><failure/></testcase></testsuite>'.encode()
+    verdict, detail = await _record(root, data)
+    assert verdict is Verdict.FAIL
+    assert detail.endswith("failing: a b c d e") and len(detail.splitlines()) == 1

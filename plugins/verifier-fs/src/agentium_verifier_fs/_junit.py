@@ -28,7 +28,9 @@ FEED_BYTES: Final = 64 * 1024
 _ROOTS: Final = ("testsuites", "testsuite")
 _NAME_CHARS: Final = 60
 _NAMES: Final = 3
-_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+#: C0, DEL, C1 (NEL U+0085 ends a line for str.splitlines and many viewers) and the Unicode
+#: line and paragraph separators: each would break a name across lines of the evidence.
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 @attrs.frozen(slots=True)
