@@ -142,9 +142,9 @@ class FsVerifier(CompletionVerifier):
         Raises ``OperationCancelledError`` when ``ctx`` is cancelled or past its
         deadline, before reading or between chunks; a worker stuck in one call is
         not waited for past ``read_timeout_s`` or the deadline (plus a 0.25 s
-        grace). The returned evidence is
-        already within ``ctx.max_entries`` / ``ctx.max_bytes``: whole entries,
-        problems first, the omitted count in the reason.
+        grace). The returned evidence is already within ``ctx.max_entries`` /
+        ``ctx.max_bytes``: whole entries, problems first, the omitted count in
+        the reason.
         """
         checked_argument(candidate, CompletionCandidate, "candidate", "verify")
         checked_argument(ctx, VerifyContext, "ctx", "verify").raise_if_expired("verify")
@@ -152,7 +152,7 @@ class FsVerifier(CompletionVerifier):
         bound = time.monotonic() + timeout
         abandoned = threading.Event()
         lock = threading.Lock()
-        outcomes: list[_Outcome] = []
+        emitted: list[_Outcome] = []  # filled by the worker, item by item
 
         def check() -> None:
             if abandoned.is_set():
@@ -165,7 +165,7 @@ class FsVerifier(CompletionVerifier):
             with lock:  # nothing is added once the awaiting side has taken its snapshot
                 if abandoned.is_set():
                     raise _Abandoned
-                outcomes.append(outcome)
+                emitted.append(outcome)
 
         # The worker checks the bounds between steps; this wait bounds a worker blocked inside
         # one step (a hung read, a parse) too: after the bound plus a grace it is left behind.
@@ -183,14 +183,14 @@ class FsVerifier(CompletionVerifier):
             raise
         with lock:
             abandoned.set()
-            done = list(outcomes)
-        if len(done) < len(self._items):
+            outcomes = list(emitted)
+        if len(outcomes) < len(self._items):
             # The worker is still blocked: an expired context is the caller's error, and
             # what the worker has not finished within read_timeout_s is unknown.
             ctx.raise_if_expired("verify")
             why = f"not read within read_timeout_s={timeout}"
-            done += [_outcome(k, r, Verdict.UNKNOWN, why, "time bound") for k, r in self._items[len(done) :]]
-        outcomes = done
+            rest = self._items[len(outcomes) :]
+            outcomes += [_outcome(k, r, Verdict.UNKNOWN, why, "time bound") for k, r in rest]
         result = _judge(outcomes, ctx)
         unknown = [o for o in outcomes if o.verdict is Verdict.UNKNOWN]
         if result.verdict is Verdict.UNKNOWN:
