@@ -12,12 +12,11 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import (
-    AgentiumError,
-    InvalidArgumentError,
-)
+from .._codec import digest_of
+from .._errors import AgentiumError, ArchiveCorruptError, InvalidArgumentError
 from .._history import estimate_tokens
 from .._ports import OpContext
+from .._ports.archive import decode_archived_group
 from .._ports.embedder import Vector
 from .._ports.recall import (
     Candidate,
@@ -28,10 +27,12 @@ from .._ports.recall import (
     SourceRef,
     Validation,
     ValidationStatus,
+    group_source_id,
+    indexed_group_text,
     source_owner,
 )
 from .._ports.recall_args import checked_count, checked_ctx, checked_refs
-from .._scope import Scope
+from .._scope import Scope, SessionKey
 from ._excerpts import content_terms, make_excerpt
 from ._sqlite_recall_sql import ranked_sources
 from ._sqlite_recall_vectors import hybrid_rows
@@ -50,9 +51,73 @@ class SQLiteRecallError(AgentiumError):
     """The SQLite recall store could not complete an operation, or was used after closing.
 
     Causes include a lock held past the busy timeout, a full disk, a file that
-    is not a SQLite database or holds newer recall tables, and calls on a
-    closed store or session. Nothing was written by the failed call.
+    is not a SQLite database or holds newer recall tables, a damaged source
+    row (left as it is), and calls on a closed store or session. Nothing was
+    written by the failed call.
     """
+
+
+def _damaged(path: str, source_id: object, why: str) -> SQLiteRecallError:
+    return SQLiteRecallError(
+        f"sqlite recall store: source {source_id!r} in {path} is damaged: {why}; nothing of it was returned "
+        "and the row was left as it is (delete it, or the file, and index again)"
+    )
+
+
+def checked_candidate_row(row: Sequence[Any], owner: SourceOwner, path: str) -> None:
+    """Raise :class:`SQLiteRecallError` unless a discovery row holds what the store writes.
+
+    ``row`` is ``(source_id, revision, title, size_bytes, ...)``; ``owner``
+    is the one its owner columns name. The source id must encode that same
+    owner (ids are injective in their owner), the revision and title be
+    text and the size a non-negative integer.
+    """
+    source_id, revision, title, size = row[:4]
+    if not isinstance(source_id, str) or source_owner(source_id) != owner:
+        raise _damaged(path, source_id, "its id does not encode the owner stored beside it")
+    if not isinstance(revision, str) or not revision or not isinstance(title, str):
+        raise _damaged(path, source_id, "its revision or title is not text")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise _damaged(path, source_id, "its size is not a non-negative integer")
+
+
+def verified_text(ref: SourceRef, owner: SourceOwner, row: Sequence[Any], path: str) -> str:
+    """The stored text of ``ref`` once checked against its revision; raise on any doubt.
+
+    ``row`` is ``(kind, seq, receipt_digest, title, text, data)`` of the
+    source ``ref`` names, already found at ``ref.revision``. A document's
+    revision is the digest of its title and text, so both are hashed again. A
+    group's canonical bytes are decoded strictly and checked against the
+    receipt digest (:func:`~agentium_harness._ports.archive.decode_archived_group`),
+    and its text must be the one indexed for them: a mismatch raises
+    :class:`~agentium_harness._errors.ArchiveCorruptError`, as
+    ``seek_groups`` does. Anything else is :class:`SQLiteRecallError`.
+    """
+    kind, seq, receipt_digest, title, text, data = row
+    source_id = ref.source_id
+    if source_id.startswith("doc/") and kind == "document":
+        if not isinstance(title, str) or not isinstance(text, str):
+            raise _damaged(path, source_id, "its title or text is not text")
+        if digest_of({"title": title, "text": text}) != ref.revision:
+            raise _damaged(path, source_id, "its title and text do not match its revision")
+        return text
+    if source_id.startswith("group/") and kind == "group" and owner.user is not None and owner.session:
+        key = SessionKey(owner.tenant, owner.user, owner.session)
+
+        def where() -> str:
+            return f"indexed group {seq!r} of session {key.key()} in {path}"
+
+        group = decode_archived_group(key, seq, receipt_digest, data, where)
+        if group.digest != ref.revision or group_source_id(key, group.seq) != source_id:
+            raise ArchiveCorruptError(
+                f"{where()} is filed under another source id or revision; the row is damaged"
+            )
+        if not isinstance(text, str) or indexed_group_text(group) != text:
+            raise ArchiveCorruptError(
+                f"{where()}: its indexed text does not match its archived bytes; the row is damaged"
+            )
+        return text
+    raise _damaged(path, source_id, f"its kind {kind!r} does not match its id")
 
 
 def _row_owner(values: Sequence[Any]) -> SourceOwner | None:
@@ -182,8 +247,9 @@ class SQLiteRecallSession(RecallSession):
         """Candidates from ``(source_id, revision, title, size, <5 owner columns>, score)`` rows, in order.
 
         Rows whose stored owner is no longer valid or not visible are skipped
-        (the SQL filter already holds; never trust one check); the list stops
-        where the discovery byte budget would be passed.
+        (the SQL filter already holds; never trust one check); a damaged row
+        raises :class:`SQLiteRecallError`; the list stops where the discovery
+        byte budget would be passed.
         """
         found: list[Candidate] = []
         spent = 0
@@ -191,6 +257,7 @@ class SQLiteRecallSession(RecallSession):
             owner = _row_owner(owner_and_score[:5])
             if owner is None or not owner.visible_to(self._scope):
                 continue
+            checked_candidate_row((source_id, revision, title, size), owner, self._store.path)
             candidate = Candidate(
                 ref=SourceRef(source_id, revision),
                 owner=owner,
@@ -221,13 +288,14 @@ class SQLiteRecallSession(RecallSession):
                 if owner is None or not owner.visible_to(self._scope):
                     continue
                 row = conn.execute(
-                    "SELECT s.revision, t.text FROM recall_sources AS s "
-                    "JOIN recall_texts AS t ON t.id = s.id WHERE s.source_id = ?",
+                    "SELECT s.revision, s.kind, s.seq, s.receipt_digest, t.title, t.text, t.data "
+                    "FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id WHERE s.source_id = ?",
                     (ref.source_id,),
                 ).fetchone()
                 if row is None or row[0] != ref.revision:
                     continue  # deleted or changed: validation reports it
-                excerpt = make_excerpt(ref, owner, row[1], terms, cap)
+                text = verified_text(ref, owner, row[1:], self._store.path)
+                excerpt = make_excerpt(ref, owner, text, terms, cap)
                 spent_bytes += len(excerpt.text.encode("utf-8"))
                 spent_tokens += estimate_tokens(excerpt.text)
                 if ctx.remaining_bytes is not None and spent_bytes > ctx.remaining_bytes:
