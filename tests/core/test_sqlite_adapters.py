@@ -464,6 +464,34 @@ async def test_a_held_lock_fails_within_the_deadline(db: Path, store: SQLiteSess
     assert await store.save(KEY, scoped_snapshot(KEY, " x"), 1, OpContext()) == 2
 
 
+@pytest.mark.parametrize("wal", [True, False], ids=["schema-wait", "wal-switch-wait"])
+async def test_a_held_lock_fails_the_first_call_within_the_deadline(
+    db: Path, config: SQLiteConfig, wal: bool
+) -> None:
+    """Opening (WAL switch, schema) waits for another writer too: the first call's deadline bounds it."""
+    if wal:
+        first = SQLiteSessionStore(config)
+        await first.save(KEY, scoped_snapshot(KEY), None, OpContext())
+        await first.aclose()
+    blocker = sqlite3.connect(db, isolation_level=None)
+    # On a WAL file another writer's lock; on a new rollback-journal file an exclusive one.
+    blocker.execute("BEGIN IMMEDIATE" if wal else "BEGIN EXCLUSIVE")
+    blocker.execute("CREATE TABLE IF NOT EXISTS other (x)")
+    store = SQLiteSessionStore(config)  # busy_timeout is 10 s
+    try:
+        started = time.monotonic()
+        with pytest.raises(OperationCancelledError):
+            await store.load(KEY, OpContext.with_timeout(0.4))
+        assert time.monotonic() - started < 5
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    try:
+        assert (await store.load(KEY, OpContext()) is not None) is wal  # opens once the lock is gone
+    finally:
+        await store.aclose()
+
+
 async def test_a_held_lock_past_the_busy_timeout_is_a_storage_error(db: Path, config: SQLiteConfig) -> None:
     store = SQLiteSessionStore(attrs.evolve(config, busy_timeout_ms=200))
     try:

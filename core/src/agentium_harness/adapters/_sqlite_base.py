@@ -137,6 +137,8 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         self._prefix = f"sqlite://{os.path.basename(self._path)}"  # see _location_prefix
         # The connection's busy timeout as last set (ms): a call sets it only when it changes.
         self._busy_ms = -1
+        # The connection once WAL mode, its pragmas and the schema are set (the first call's work).
+        self._prepared: sqlite3.Connection | None = None
         # The cursor ``_peek_data_version`` reuses, with the connection it belongs to (a cursor
         # made per peek was a sixth of its cost). Used only under the connection lock.
         self._peek_cursor: tuple[sqlite3.Connection, sqlite3.Cursor] | None = None
@@ -157,8 +159,15 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
     # -- connection ---------------------------------------------------------------------------
 
     def open_connection(self) -> sqlite3.Connection:
-        """Open the adapter's own connection, switch to WAL and create the schema (worker thread)."""
-        conn = sqlite3.connect(
+        """Open the adapter's own connection (worker thread); the first call on it prepares it.
+
+        Opening takes no lock. Switching to WAL and creating (or migrating)
+        the schema wait for another connection's write lock, so they run in
+        :meth:`call_guard`, bounded by the call's deadline like any other
+        wait: a file another process holds locked cannot keep a call with a
+        short deadline waiting for the whole busy timeout.
+        """
+        return sqlite3.connect(
             self._path,
             timeout=self._config.busy_timeout_ms / 1000,
             # Transactions are begun and ended explicitly.
@@ -167,31 +176,29 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
             # guarantees only one of them uses the connection at a time.
             check_same_thread=False,
         )
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_ms)}")
-            self._busy_ms = int(self._config.busy_timeout_ms)
-            mode = self._switch_to_wal(conn)
-            if mode is None or str(mode[0]).lower() != "wal":
-                raise self.storage_error(
-                    f"{self.adapter_name}: could not switch {self._path} to WAL mode (got {mode!r}); "
-                    "is the file on a file system that supports shared memory?"
-                )
-            # The level comes from a validated, closed set; PRAGMA takes no parameters.
-            conn.execute(f"PRAGMA synchronous = {self._config.synchronous}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            # Deleted and overwritten rows are zeroed in place, not left in free
-            # pages: an erased group, an old snapshot revision or a forgotten
-            # fact leaves no bytes behind in the file (docs/erasure.md).
-            conn.execute("PRAGMA secure_delete = ON")
-            self._ensure_schema(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+
+    def _prepare(self, conn: sqlite3.Connection, ctx: OpContext) -> None:
+        """Switch to WAL, set the pragmas and create the schema; a failure leaves it to the next call."""
+        mode = self._switch_to_wal(conn, ctx)
+        if mode is None or str(mode[0]).lower() != "wal":
+            raise self.storage_error(
+                f"{self.adapter_name}: could not switch {self._path} to WAL mode (got {mode!r}); "
+                "is the file on a file system that supports shared memory?"
+            )
+        # The level comes from a validated, closed set; PRAGMA takes no parameters.
+        conn.execute(f"PRAGMA synchronous = {self._config.synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        # Deleted and overwritten rows are zeroed in place, not left in free
+        # pages: an erased group, an old snapshot revision or a forgotten
+        # fact leaves no bytes behind in the file (docs/erasure.md).
+        conn.execute("PRAGMA secure_delete = ON")
+        self._ensure_schema(conn)
+        self._prepared = conn
 
     def close_connection(self, conn: sqlite3.Connection) -> None:
         """Close the connection (the WAL is checkpointed on the last close)."""
         self._peek_cursor = None  # under the connection lock, as every peek
+        self._prepared = None
         with _CLOSE_LOCK:
             conn.close()
 
@@ -204,6 +211,9 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
     def call_guard(self, conn: sqlite3.Connection, ctx: OpContext) -> Iterator[None]:
         """Cap the lock wait by the deadline and abort a running statement when the call is cancelled."""
         self._apply_deadline(conn, ctx)
+        if self._prepared is not conn:  # the first call on this connection, or one after a failed one
+            # Before the progress handler: the schema's transaction removes it before its COMMIT.
+            self._prepare(conn, ctx)
         conn.set_progress_handler(lambda: int(ctx.expired or host_task_cancelled()), _PROGRESS_STEPS)
         changes = conn.total_changes
         try:
@@ -225,15 +235,17 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         """Name the database file in the message."""
         return f"{self.adapter_name}: {operation} failed on {self._path}: {exc}"
 
-    def _switch_to_wal(self, conn: sqlite3.Connection) -> Any:
+    def _switch_to_wal(self, conn: sqlite3.Connection, ctx: OpContext) -> Any:
         """Set WAL mode, retrying while another connection holds a write lock, up to the busy timeout.
 
         On a file still in rollback-journal mode SQLite refuses the switch at
         once with SQLITE_BUSY (its busy handler does not wait for a lock
         upgrade), so two adapters opening a new file together would fail
-        without this retry.
+        without this retry. The wait is capped by the call's deadline too.
         """
-        deadline = time.monotonic() + self._config.busy_timeout_ms / 1000
+        wait = self._config.busy_timeout_ms / 1000
+        left = ctx.time_left()
+        deadline = time.monotonic() + (wait if left is None else min(wait, left))
         delay = 0.002
         while True:
             try:
@@ -276,7 +288,12 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         caller takes its worker thread as usual.
         """
         conn = self._conn
-        if conn is None or self._closed or not self._conn_lock.acquire(blocking=False):
+        if (
+            conn is None
+            or self._prepared is not conn
+            or self._closed
+            or not self._conn_lock.acquire(blocking=False)
+        ):
             return None
         try:
             if self._conn is not conn or self._closed:
