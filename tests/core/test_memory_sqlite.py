@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 import anyio
@@ -50,6 +51,24 @@ async def test_a_newer_schema_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SQLiteMemoryError, match="schema version 99"):
         await again.lookup(ALICE, "", 1, _ctx())
     await again.aclose()
+
+
+async def test_forget_with_a_reader_holding_the_log_ends_by_its_deadline(tmp_path: Path) -> None:
+    # The checkpoint after a forget was retried for 2 s whatever the call's deadline.
+    store = sqlite_store(tmp_path)
+    ack = await store.remember(MemoryFact(ALICE, "the safe code is private"), _ctx())
+    reader = sqlite3.connect(tmp_path / "memory.db")
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM memory_facts").fetchone()  # holds its snapshot of the log
+        started = time.monotonic()
+        forgot = await store.forget(ALICE, ack.fact_id, OpContext.with_timeout(0.3))
+        assert time.monotonic() - started < 1.2
+    finally:
+        reader.close()
+    assert forgot.status is AckStatus.STORED
+    assert await store.lookup(ALICE, "safe", 10, _ctx()) == []
+    await store.aclose()
 
 
 async def test_two_stores_racing_to_remember_the_same_fact_store_it_once(tmp_path: Path) -> None:

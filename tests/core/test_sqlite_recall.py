@@ -7,6 +7,7 @@ archive indexing and canonical reads, persistence, cancellation and closing.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from agentium_harness._history import Message, MessageGroup, RetainedRecord, Rol
 from agentium_harness._plugins.spec import path_option_names
 from agentium_harness._ports import CancelSignal, OpContext, is_port_stub
 from agentium_harness._ports.archive import ArchiveReceipt
+from agentium_harness._ports.erasure import EraseTarget, PhysicalErasure
 from agentium_harness._ports.recall import (
     Completeness,
     OmittedContext,
@@ -664,6 +666,24 @@ async def test_damaged_source_rows_fail_discovery_with_a_typed_error(
     session = await session_of(store)
     with pytest.raises(SQLiteRecallError, match="damaged"):
         await session.discover("alpha", 5, CTX())
+
+
+async def test_an_erase_with_a_reader_holding_the_log_ends_by_its_deadline(
+    store: SQLiteRecallStore, db: Path
+) -> None:
+    # The checkpoint after an erase was retried for 2 s whatever the call's deadline.
+    await store.index_document(SourceOwner("acme", "alice"), "d1", "the alpha account", CTX())
+    reader = sqlite3.connect(db)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM recall_sources").fetchone()  # holds its snapshot of the log
+        started = time.monotonic()
+        report = await store.erase(EraseTarget.user("acme", "alice"), OpContext.with_timeout(0.3))
+        assert time.monotonic() - started < 1.2
+    finally:
+        reader.close()
+    assert report.count("document") == 1
+    assert report.physical is PhysicalErasure.UNREFERENCED and "another connection" in report.detail
 
 
 # -- persistence, cancellation, closing ------------------------------------------------------------

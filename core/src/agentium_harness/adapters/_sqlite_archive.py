@@ -227,7 +227,9 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                     conn.executemany("DELETE FROM groups WHERE id = ?", [(row[3],) for row in taken])
                     for sid in sorted({row[4] for row in taken}):
                         drop_if_empty(conn, sid)
-            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn)
+            physical, detail = (
+                (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn, time_left=ctx.time_left())
+            )
             return EraseReport(
                 count_items(group=len(taken)),
                 group_sessions((key, seq, digest) for key, seq, digest, _, _ in taken),

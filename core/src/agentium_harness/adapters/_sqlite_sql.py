@@ -209,7 +209,11 @@ def session_filter(target: EraseTarget) -> tuple[str, list[object]]:
 
 
 def scrub_log(
-    conn: sqlite3.Connection, budget_s: float = 2.0, attempt_wait_ms: int = 50
+    conn: sqlite3.Connection,
+    budget_s: float = 2.0,
+    attempt_wait_ms: int = 50,
+    *,
+    time_left: float | None = None,
 ) -> tuple[PhysicalErasure, str]:
     """Checkpoint the WAL into the database and truncate it, so erased rows leave no copy in the log.
 
@@ -220,8 +224,14 @@ def scrub_log(
     finishing; it is retried for at most ``budget_s`` seconds, each attempt
     waiting at most ``attempt_wait_ms`` for locks (not the connection's busy
     timeout: one attempt per busy timeout outlasted every deadline), and the
-    answer says truthfully whether the log was emptied.
+    answer says truthfully whether the log was emptied. ``time_left`` (the
+    call's, from :meth:`OpContext.time_left`) shortens both: the erasure has
+    committed, and the call still ends by its deadline (one short attempt is
+    made even at the deadline).
     """
+    if time_left is not None:
+        budget_s = min(budget_s, max(0.0, time_left))
+        attempt_wait_ms = min(attempt_wait_ms, max(1, int(time_left * 1000)))
     (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
     conn.execute(f"PRAGMA busy_timeout = {min(int(busy_ms), int(attempt_wait_ms))}")
     try:

@@ -399,7 +399,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     ctx.raise_if_expired("session store erase")
                     for _, session in taken:
                         drop_snapshot(conn, session)
-            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn)
+            physical, detail = (
+                (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn, time_left=ctx.time_left())
+            )
             return found, more, physical, detail
 
         if not dry_run:

@@ -242,7 +242,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
             # The rewritten pages are in the log and the old ones (with the text) in the file until
             # a checkpoint: run it now, as an erase does, so the forgotten text leaves both. A reader
             # keeping it from finishing leaves that to the next checkpoint; the fact is forgotten.
-            scrub_log(conn)
+            scrub_log(conn, time_left=ctx.time_left())
             return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1, durable=True)
 
         return await self.run(ctx, "memory forget", work)
@@ -302,7 +302,11 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                         revisions += conn.execute(
                             "SELECT count(*) FROM memory_facts WHERE fact_id = ?", (fact_id,)
                         ).fetchone()[0]
-            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run or not taken else scrub_log(conn)
+            physical, detail = (
+                (PhysicalErasure.REMOVED, "")
+                if dry_run or not taken
+                else scrub_log(conn, time_left=ctx.time_left())
+            )
             return EraseReport(
                 count_items(fact=len(taken), revision=revisions),
                 (),

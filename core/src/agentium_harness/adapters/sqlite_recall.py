@@ -515,7 +515,11 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
                 if taken and not dry_run:
                     # In the same transaction: the postings go with the rows or neither does.
                     conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
-            physical, detail = (PhysicalErasure.REMOVED, "") if dry_run or not taken else scrub_log(conn)
+            physical, detail = (
+                (PhysicalErasure.REMOVED, "")
+                if dry_run or not taken
+                else scrub_log(conn, time_left=ctx.time_left())
+            )
             groups = [(SessionKey(t, u, s), seq, rev) for kind, t, u, s, seq, rev in taken if kind == "group"]
             return EraseReport(
                 count_items(group=len(groups), document=len(taken) - len(groups)),
