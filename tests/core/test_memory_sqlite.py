@@ -11,6 +11,7 @@ import pytest
 from _memory_support import sqlite_store
 
 from agentium_harness import AckStatus, MemoryFact, MemoryScope
+from agentium_harness._ports.erasure import EraseTarget
 from agentium_harness.adapters._sqlite_memory_sql import SQLiteMemoryError
 from agentium_harness.plugin_api import OpContext
 
@@ -36,6 +37,27 @@ async def test_a_row_changed_outside_the_store_is_reported_not_returned(tmp_path
         await store.lookup(ALICE, "", 10, _ctx())
     with pytest.raises(SQLiteMemoryError, match="damaged"):
         await store.list_facts(ALICE, 10, _ctx())
+    await store.aclose()
+
+
+@pytest.mark.parametrize("provenance", ["{{{", "[" * 5000 + "]" * 5000, "[1, 2]", '{"a": 1}'])
+async def test_a_session_erasure_meeting_a_damaged_provenance_fails_closed(
+    tmp_path: Path, provenance: str
+) -> None:
+    # The damaged fact was passed over and the session erasure reported complete: had the fact
+    # come from the session, its text would have been left behind unreported.
+    store = sqlite_store(tmp_path)
+    await store.remember(MemoryFact(ALICE, "the safe code is private"), _ctx())
+    conn = sqlite3.connect(tmp_path / "memory.db")
+    with conn:
+        conn.execute("UPDATE memory_facts SET provenance = ?", (provenance,))
+    target = EraseTarget.session("tenant-a", "alice", "s1")
+    with pytest.raises(SQLiteMemoryError, match="damaged provenance"):
+        await store.erase(target, _ctx())
+    assert conn.execute("SELECT count(*) FROM memory_facts").fetchone()[0] == 1
+    report = await store.erase(EraseTarget.user("tenant-a", "alice"), _ctx())
+    assert report.count("fact") == 1
+    conn.close()
     await store.aclose()
 
 

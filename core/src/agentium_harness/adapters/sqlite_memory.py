@@ -281,7 +281,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
             found: set[str] = set()
             query = f"SELECT fact_id, provenance FROM memory_facts WHERE {owner} ORDER BY fact_id"  # noqa: S608
             for fact_id, provenance in conn.execute(query, params):
-                if fact_id not in found and _names_session(provenance, target.session_id):
+                if fact_id not in found and _names_session(provenance, target.session_id, fact_id):
                     found.add(str(fact_id))
                     if len(found) > bound:
                         break
@@ -373,12 +373,23 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         return await self.run(ctx, "memory history", work)
 
 
-def _names_session(provenance: object, session: str | None) -> bool:
-    """True if a stored provenance (``[[session, seq, digest], …]`` JSON) names ``session``."""
-    if not isinstance(provenance, str):
-        return False
+def _names_session(provenance: object, session: str | None, fact_id: object) -> bool:
+    """True if a stored provenance (``[[session, seq, digest], …]`` JSON) names ``session``.
+
+    A provenance that cannot be read raises :class:`SQLiteMemoryError`: whether
+    the fact came from the session cannot be told, and passing over it would
+    report a session erasure complete that may have left the session's text
+    behind (erasing the user takes the fact whatever its provenance).
+    """
     try:
-        refs = decode_json(provenance)
-    except Exception:  # a damaged row: its owner's erasure still takes it by user or tenant
-        return False
-    return isinstance(refs, list) and any(isinstance(r, list) and r and r[0] == session for r in refs)
+        refs = decode_json(provenance) if isinstance(provenance, str) else None
+    except Exception:  # any decoding failure is damage, reported below
+        refs = None
+    if not isinstance(refs, list) or not all(
+        isinstance(r, list) and r and isinstance(r[0], str) for r in refs
+    ):
+        raise SQLiteMemoryError(
+            f"sqlite memory store: memory erase: fact {fact_id!r} has a damaged provenance, so whether it "
+            "came from the session cannot be told; nothing was erased (erase its user, or delete the row)"
+        )
+    return any(r[0] == session for r in refs)
