@@ -28,7 +28,9 @@ from agentium_harness._errors import (
 )
 from agentium_harness._plugins.registry import PluginRegistry
 from agentium_harness._ports import OpContext
-from agentium_harness._scope import SessionKey
+from agentium_harness._ports.memory import MemoryScope
+from agentium_harness._ports.recall import RecallLimits
+from agentium_harness._scope import Scope, SessionKey
 from agentium_harness.adapters._sqlite_sql import immediate_transaction
 from agentium_harness.adapters.sqlite import (
     SCHEMA_VERSION,
@@ -37,6 +39,8 @@ from agentium_harness.adapters.sqlite import (
     SQLiteSessionStore,
     SQLiteStorageError,
 )
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.testing import plain_group, rich_group, scoped_snapshot
 from agentium_harness.testing.sqlite_rows import archived_seqs, set_group_row, snapshot_row
 
@@ -469,11 +473,9 @@ async def test_a_held_lock_fails_the_first_call_within_the_deadline(
     db: Path, config: SQLiteConfig, wal: bool
 ) -> None:
     """Opening (WAL switch, schema) waits for another writer too: the first call's deadline bounds it."""
-    if wal:
-        first = SQLiteSessionStore(config)
-        await first.save(KEY, scoped_snapshot(KEY), None, OpContext())
-        await first.aclose()
     blocker = sqlite3.connect(db, isolation_level=None)
+    if wal:  # a WAL file without the tables: creating them needs the write lock
+        blocker.execute("PRAGMA journal_mode = WAL")
     # On a WAL file another writer's lock; on a new rollback-journal file an exclusive one.
     blocker.execute("BEGIN IMMEDIATE" if wal else "BEGIN EXCLUSIVE")
     blocker.execute("CREATE TABLE IF NOT EXISTS other (x)")
@@ -487,9 +489,47 @@ async def test_a_held_lock_fails_the_first_call_within_the_deadline(
         blocker.execute("ROLLBACK")
         blocker.close()
     try:
-        assert (await store.load(KEY, OpContext()) is not None) is wal  # opens once the lock is gone
+        assert await store.load(KEY, OpContext()) is None  # opens once the lock is gone
     finally:
         await store.aclose()
+
+
+async def _first_read(db: Path, kind: str) -> object:
+    """The first call of a fresh adapter of ``kind`` on ``db``: a read."""
+    ctx = OpContext.with_timeout(0.4)
+    if kind == "session store":
+        store = SQLiteSessionStore(SQLiteConfig(path=str(db), busy_timeout_ms=10_000))
+        try:
+            return await store.load(KEY, ctx)
+        finally:
+            await store.aclose()
+    if kind == "recall":
+        recall = SQLiteRecallStore(SQLiteRecallConfig(path=str(db), busy_timeout_ms=10_000))
+        try:
+            session = await recall.open(Scope("acme", "alice", "s1"), RecallLimits(), ctx)
+            return await session.discover("anything", 5, ctx)
+        finally:
+            await recall.aclose()
+    memory = SQLiteMemoryStore(SQLiteConfig(path=str(db), busy_timeout_ms=10_000))
+    try:
+        return await memory.list_facts(MemoryScope("acme", "alice"), 5, ctx)
+    finally:
+        await memory.aclose()
+
+
+@pytest.mark.parametrize("kind", ["session store", "recall", "memory"])
+async def test_a_fresh_adapter_reads_while_another_process_writes(db: Path, kind: str) -> None:
+    """WAL lets readers proceed while a writer holds the lock; a set-up file is opened with reads only."""
+    await _first_read(db, kind)  # creates the tables
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    blocker.execute("CREATE TABLE IF NOT EXISTS other (x)")
+    try:
+        found = await _first_read(db, kind)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert found in (None, [])
 
 
 async def test_a_held_lock_past_the_busy_timeout_is_a_storage_error(db: Path, config: SQLiteConfig) -> None:

@@ -10,9 +10,10 @@ SQL parameters.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
@@ -25,6 +26,7 @@ __all__ = [
     "ensure_schema",
     "immediate_transaction",
     "read_transaction",
+    "schema_current",
     "scrub_log",
     "session_filter",
 ]
@@ -75,12 +77,46 @@ class SchemaError(sqlite3.DatabaseError):
     """The file's tables are of a version this code cannot use, or cannot be migrated; says why."""
 
 
+# The name each schema statement creates ("CREATE ... IF NOT EXISTS <name>").
+_CREATED: Final = re.compile(r"IF NOT EXISTS\s+(\w+)")
+
+
+def schema_current(
+    conn: sqlite3.Connection, meta_table: str, version: int, statements: Sequence[str]
+) -> bool:
+    """True if the file holds ``version`` in ``meta_table`` and every object ``statements`` create.
+
+    A plain read, which needs no lock in WAL mode: a file already set up is
+    opened without waiting for another process's write lock (readers proceed
+    while a writer commits). ``meta_table`` is a constant of the caller's.
+    Anything else (a new, older, newer or incomplete file) answers ``False``
+    and the caller creates, migrates or refuses in a write transaction.
+    """
+    names = {m.group(1) for m in map(_CREATED.search, statements) if m is not None}
+    with read_transaction(conn):
+        try:
+            row = conn.execute(
+                f"SELECT value FROM {meta_table} WHERE key = 'schema_version'"  # noqa: S608 - a constant
+            ).fetchone()
+        except sqlite3.OperationalError:  # no meta table yet: a new file
+            return False
+        if row is None or str(row[0]) != str(version):
+            return False
+        # Only "?" marks go into the text; the names are parameters.
+        listed = f"SELECT name FROM sqlite_master WHERE name IN ({','.join('?' * len(names))})"  # noqa: S608
+        found = {r[0] for r in conn.execute(listed, sorted(names))}
+    return found == names
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create the tables of a new file, migrate a version 1 file, refuse a newer one (one transaction).
 
     Two connections opening one file at once are ordered by the write lock: the
-    second finds the tables made (or migrated) by the first.
+    second finds the tables made (or migrated) by the first. A file already at
+    this version with every table is only read (:func:`schema_current`).
     """
+    if schema_current(conn, "meta", SCHEMA_VERSION, SCHEMA):
+        return
     with immediate_transaction(conn):
         conn.execute(SCHEMA[0])
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

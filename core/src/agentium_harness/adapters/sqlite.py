@@ -7,10 +7,12 @@ only on SQLite's own locks. The database runs in WAL mode with a busy timeout,
 which lets readers proceed while one writer commits.
 
 Ownership: each adapter opens its connection lazily, on its first call, and
-closes it in :meth:`~SQLiteArchive.aclose`. Switching the file to WAL and
-creating (or migrating) the tables wait for another writer's lock like any
-write, so they are bounded by that first call's deadline as well as the busy
-timeout (a failed attempt is retried by the next call). Building an adapter does no I/O
+closes it in :meth:`~SQLiteArchive.aclose`. A file already in WAL mode with
+every table at the current version is opened with reads only, so a first
+read proceeds while another process writes. Setting up a new or older file
+(switching it to WAL, creating or migrating the tables) waits for another
+writer's lock like any write, bounded by that first call's deadline as well
+as the busy timeout (a failed attempt is retried by the next call). Building an adapter does no I/O
 (the file is not even created), as :class:`~agentium_harness._plugins.spec.AdapterSpec`
 requires.
 

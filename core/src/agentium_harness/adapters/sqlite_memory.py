@@ -78,7 +78,7 @@ from ._sqlite_memory_sql import (
     encode_row,
     rewrite_row,
 )
-from ._sqlite_sql import immediate_transaction, scrub_log
+from ._sqlite_sql import immediate_transaction, schema_current, scrub_log
 
 __all__ = ["MEMORY_SCHEMA_VERSION", "SQLiteMemoryError", "SQLiteMemoryStore", "new_fact_id"]
 
@@ -119,6 +119,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         super().__init__(config)
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        if schema_current(conn, "memory_meta", MEMORY_SCHEMA_VERSION, SCHEMA):
+            return  # read without the write lock
         with immediate_transaction(conn):
             for statement in SCHEMA:
                 conn.execute(statement)

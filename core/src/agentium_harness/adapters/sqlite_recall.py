@@ -124,7 +124,7 @@ from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRec
 from ._sqlite_recall_sql import SCHEMA
 from ._sqlite_recall_vectors import write_vectors
 from ._sqlite_recall_writes import SourceRow, erase_sources, insert_groups, insert_source, migrate_v1
-from ._sqlite_sql import immediate_transaction, scrub_log
+from ._sqlite_sql import immediate_transaction, schema_current, scrub_log
 
 __all__ = [
     "RECALL_SCHEMA_VERSION",
@@ -286,6 +286,8 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         # A larger page cache than SQLite's 2 MiB default keeps the index's
         # inner pages and the hot source rows in memory (a bounded 16 MiB).
         conn.execute(f"PRAGMA cache_size = -{_CACHE_KIB}")
+        if schema_current(conn, "recall_meta", RECALL_SCHEMA_VERSION, SCHEMA):
+            return  # read without the write lock
         with immediate_transaction(conn):
             try:
                 conn.execute(SCHEMA[0])  # recall_meta, which says what the other tables are
