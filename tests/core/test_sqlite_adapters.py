@@ -7,6 +7,7 @@ SQLite mechanics (WAL, locks, lazy opening, interruption).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -490,6 +491,26 @@ async def test_a_held_lock_fails_the_first_call_within_the_deadline(
         blocker.close()
     try:
         assert await store.load(KEY, OpContext()) is None  # opens once the lock is gone
+    finally:
+        await store.aclose()
+
+
+async def test_a_file_that_failed_to_open_is_opened_afresh_once_replaced(
+    db: Path, config: SQLiteConfig
+) -> None:
+    """An open that failed leaves no connection behind: a repaired file is used by the next call."""
+    await anyio.Path(db).write_bytes(b"this is not a SQLite database " * 200)
+    store = SQLiteSessionStore(config)
+    try:
+        with pytest.raises(SQLiteStorageError):
+            await store.load(KEY, OpContext())
+        good = db.with_name("good.db")
+        other = SQLiteSessionStore(SQLiteConfig(path=str(good)))
+        await other.save(KEY, scoped_snapshot(KEY), None, OpContext())
+        await other.aclose()
+        os.replace(good, db)
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and loaded.revision == 1
     finally:
         await store.aclose()
 

@@ -178,7 +178,7 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         )
 
     def _prepare(self, conn: sqlite3.Connection, ctx: OpContext) -> None:
-        """Switch to WAL, set the pragmas and create the schema; a failure leaves it to the next call."""
+        """Switch to WAL, set the pragmas and create the schema (a failure closes the connection)."""
         mode = self._switch_to_wal(conn, ctx)
         if mode is None or str(mode[0]).lower() != "wal":
             raise self.storage_error(
@@ -211,9 +211,14 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
     def call_guard(self, conn: sqlite3.Connection, ctx: OpContext) -> Iterator[None]:
         """Cap the lock wait by the deadline and abort a running statement when the call is cancelled."""
         self._apply_deadline(conn, ctx)
-        if self._prepared is not conn:  # the first call on this connection, or one after a failed one
+        if self._prepared is not conn:  # the first call on this connection
             # Before the progress handler: the schema's transaction removes it before its COMMIT.
-            self._prepare(conn, ctx)
+            try:
+                self._prepare(conn, ctx)
+            except BaseException:
+                # The next call opens the file afresh (it may have been replaced or repaired meanwhile).
+                self._close_locked()
+                raise
         conn.set_progress_handler(lambda: int(ctx.expired or host_task_cancelled()), _PROGRESS_STEPS)
         changes = conn.total_changes
         try:

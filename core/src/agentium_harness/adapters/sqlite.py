@@ -12,8 +12,9 @@ every table at the current version is opened with reads only, so a first
 read proceeds while another process writes. Setting up a new or older file
 (switching it to WAL, creating or migrating the tables) waits for another
 writer's lock like any write, bounded by that first call's deadline as well
-as the busy timeout (a failed attempt is retried by the next call). Building an adapter does no I/O
-(the file is not even created), as :class:`~agentium_harness._plugins.spec.AdapterSpec`
+as the busy timeout (a failed attempt closes the connection; the next call
+opens the file afresh). Building an adapter does no I/O (the file is not
+even created), as :class:`~agentium_harness._plugins.spec.AdapterSpec`
 requires.
 
 Threads: sqlite3 calls block, so they run in worker threads through the
