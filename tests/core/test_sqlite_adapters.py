@@ -23,6 +23,7 @@ from agentium_harness._codec import structure
 from agentium_harness._errors import (
     ArchiveConflictError,
     ArchiveError,
+    InvalidArgumentError,
     OperationCancelledError,
     SessionConflictError,
     SnapshotCorruptError,
@@ -513,6 +514,44 @@ async def test_a_file_that_failed_to_open_is_opened_afresh_once_replaced(
         assert loaded is not None and loaded.revision == 1
     finally:
         await store.aclose()
+
+
+def _bad_calls(archive: SQLiteArchive, store: SQLiteSessionStore) -> list[Any]:
+    """Calls with one bad argument each (what a host could pass past the type hints)."""
+    snap = scoped_snapshot(KEY, " x")
+    ctx = OpContext()
+    return [
+        lambda: archive.append("acme/ana/s1", [plain_group(0)], ctx),
+        lambda: archive.append(KEY, None, ctx),
+        lambda: archive.append(KEY, [None], ctx),
+        lambda: archive.append(KEY, [plain_group(0)], None),
+        lambda: archive.read_groups(KEY, "0", 5, ctx),
+        lambda: archive.read_groups(KEY, 0, None, ctx),
+        lambda: archive.read_groups(None, 0, 5, ctx),
+        lambda: store.load("acme/ana/s1", ctx),
+        lambda: store.load(KEY, None),
+        lambda: store.save(KEY, None, None, ctx),
+        lambda: store.save(None, snap, None, ctx),
+        lambda: store.save(KEY, snap, "1", ctx),
+        lambda: store.save(KEY, snap, True, ctx),
+        lambda: store.commit_with_archive(archive, KEY, [None], snap, None, ctx),
+        lambda: store.commit_with_archive(archive, KEY, [plain_group(0)], None, None, ctx),
+        lambda: store.list_sessions("acme", "ana", "5", ctx),
+        lambda: store.list_sessions("acme", "ana", None, ctx),
+        lambda: store.list_sessions(["acme"], "ana", 5, ctx),
+        lambda: store.list_sessions("acme", "ana", 5, ctx, after=5),
+    ]
+
+
+async def test_bad_arguments_are_typed_errors_and_change_nothing(
+    db: Path, archive: SQLiteArchive, store: SQLiteSessionStore
+) -> None:
+    # Each used to raise a bare TypeError or AttributeError (or a misleading conflict).
+    calls = _bad_calls(archive, store)
+    for call in calls:
+        with pytest.raises(InvalidArgumentError):
+            await call()
+    assert not await anyio.Path(db).exists(), "refused before the database was even opened"
 
 
 async def _first_read(db: Path, kind: str) -> object:

@@ -30,6 +30,7 @@ from .._ports.erasure import (
     count_items,
     group_sessions,
 )
+from .._ports.recall_args import checked_argument, checked_count, checked_ctx, checked_key, checked_sequence
 from .._scope import SessionKey
 from ._sqlite_base import (
     SQLiteAdapterBase,
@@ -93,6 +94,10 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append ``groups`` in one transaction; identical re-appends are no-ops, differing ones conflict."""
+        checked_ctx(ctx, "archive append")
+        key = checked_key(key, "archive append")
+        for group in checked_sequence(groups, "groups", "archive append"):
+            checked_argument(group, MessageGroup, "each of groups", "archive append")
         rows = group_rows(groups)
         prefix = f"{self._location_prefix()}#{key.key()}"
 
@@ -112,8 +117,11 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` whole groups with ``seq >= start_seq``, ascending."""
+        checked_ctx(ctx, "archive read")
+        key = checked_key(key, "archive read")
+        start_seq = checked_count(start_seq, "start_seq", "archive read")  # clamped to SQLite's integers
         # SQLite treats a negative LIMIT as "no limit"; a bound must never widen.
-        limit = max(0, max_groups)
+        limit = max(0, checked_count(max_groups, "max_groups", "archive read"))
         query = (key, start_seq, limit)
         with self._decoded_lock:
             seen = self._reads.get(query)

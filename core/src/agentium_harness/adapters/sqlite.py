@@ -61,6 +61,7 @@ from .._ports.erasure import (
     check_target,
     count_items,
 )
+from .._ports.recall_args import checked_argument, checked_count, checked_ctx, checked_key, checked_sequence
 from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
@@ -109,6 +110,18 @@ _ABSENT_KEYS: Final = 1024
 def _session_prefix(location: str, key: SessionKey) -> str:
     """Where the archive's receipts of session ``key`` point; kept, as a session commits turn after turn."""
     return f"{location}#{key.key()}"
+
+
+def _checked_write(
+    key: object, snapshot: object, expected_revision: object, ctx: object, operation: str
+) -> SessionKey:
+    """The arguments of a snapshot write, checked before anything is done: typed errors, not crashes."""
+    checked_ctx(ctx, operation)
+    checked = checked_key(key, operation)
+    checked_argument(snapshot, SessionSnapshot, "snapshot", operation)
+    if expected_revision is not None:
+        checked_count(expected_revision, "expected_revision", operation)
+    return checked
 
 
 class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
@@ -163,6 +176,8 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         never waits for it (see ``_peek_data_version``). Otherwise the row
         is read and checked as usual.
         """
+        checked_ctx(ctx, "session load")
+        key = checked_key(key, "session load")
         with self._recent_lock:
             # All under the lock: what this store remembers cannot change (no write of any row can
             # begin, on any loop) between the look at it and the answer. The peek never waits.
@@ -282,6 +297,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
         writes nothing: seal it with :func:`~agentium_harness._ports.sessions.seal_snapshot`.
         """
+        key = _checked_write(key, snapshot, expected_revision, ctx, "session save")
         verify_snapshot(key, snapshot)
         # The exact canonical bytes, joined from the groups' cached encodings, and
         # split into the session's row and one row per resident group.
@@ -336,6 +352,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 f"{self.adapter_name}: commit_with_archive needs a SQLite archive on {self._path}"
             )
         assert isinstance(archive, SQLiteArchive)
+        key = _checked_write(key, snapshot, expected_revision, ctx, "session commit")
+        for group in checked_sequence(groups, "groups", "session commit"):
+            checked_argument(group, MessageGroup, "each of groups", "session commit")
         verify_snapshot(key, snapshot)
         data = snapshot_bytes(snapshot)
         rows = split_snapshot(snapshot, data)
@@ -358,7 +377,13 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
     ) -> list[str]:
         """Up to ``limit`` session ids of one user (after ``after``, when given), sorted by code point."""
-        bound = max(0, limit)  # a negative LIMIT would mean "no limit" to SQLite
+        checked_ctx(ctx, "session list")
+        checked_argument(tenant, str, "tenant", "session list")
+        checked_argument(user, str, "user", "session list")
+        if after is not None:
+            checked_argument(after, str, "after", "session list")
+        # A negative LIMIT would mean "no limit" to SQLite.
+        bound = max(0, checked_count(limit, "limit", "session list"))
 
         def work(conn: sqlite3.Connection) -> list[str]:
             # BINARY collation orders UTF-8 text by code point, the same order as sorted().
