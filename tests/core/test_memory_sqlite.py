@@ -11,6 +11,7 @@ import pytest
 from _memory_support import sqlite_store
 
 from agentium_harness import AckStatus, MemoryFact, MemoryScope
+from agentium_harness._errors import InvalidArgumentError
 from agentium_harness._ports.erasure import EraseTarget
 from agentium_harness.adapters._sqlite_memory_sql import SQLiteMemoryError
 from agentium_harness.plugin_api import OpContext
@@ -58,6 +59,27 @@ async def test_a_session_erasure_meeting_a_damaged_provenance_fails_closed(
     report = await store.erase(EraseTarget.user("tenant-a", "alice"), _ctx())
     assert report.count("fact") == 1
     conn.close()
+    await store.aclose()
+
+
+async def test_a_bad_scope_or_context_is_a_typed_error(tmp_path: Path) -> None:
+    # Each raised a bare AttributeError (or a misleading "not found" for a str scope).
+    store = sqlite_store(tmp_path)
+    fact = MemoryFact(ALICE, "the safe code is private")
+    ack = await store.remember(fact, _ctx())
+    calls = [
+        lambda: store.remember(fact, None),
+        lambda: store.lookup(None, "safe", 5, _ctx()),
+        lambda: store.list_facts("tenant-a/alice", 5, _ctx()),
+        lambda: store.history(None, ack.fact_id, _ctx()),
+        lambda: store.correct(None, ack.fact_id, fact, _ctx()),
+        lambda: store.forget("tenant-a/alice", ack.fact_id, _ctx()),
+        lambda: store.erase(EraseTarget.user("tenant-a", "alice"), None),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgumentError):
+            await call()
+    assert [f.fact.text for f in await store.list_facts(ALICE, 5, _ctx())] == [fact.text]
     await store.aclose()
 
 

@@ -65,6 +65,7 @@ from .._ports.memory import (
     check_revision,
     iso_utc,
 )
+from .._ports.recall_args import checked_argument, checked_ctx
 from .._scope import validate_id
 from ._excerpts import query_terms
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
@@ -168,7 +169,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
         """Write ``fact`` as revision 1 of a new id, or acknowledge the current duplicate."""
-        ctx.raise_if_expired("memory remember")
+        checked_ctx(ctx, "memory remember").raise_if_expired("memory remember")
         check_fact(fact)
         digest = content_digest(fact)
         fact_id = new_fact_id()
@@ -194,7 +195,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
     ) -> MemoryAck:
         """Supersede the latest revision of ``fact_id`` with ``replacement`` (one transaction)."""
-        ctx.raise_if_expired("memory correct")
+        checked_ctx(ctx, "memory correct").raise_if_expired("memory correct")
+        checked_argument(scope, MemoryScope, "scope", "memory correct")
         validate_id(fact_id, "fact id")
         check_fact(replacement)
         if not scope.owns(replacement.scope):
@@ -223,7 +225,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
 
     async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
         """Remove the content of every revision of ``fact_id`` and add a tombstone revision."""
-        ctx.raise_if_expired("memory forget")
+        checked_ctx(ctx, "memory forget").raise_if_expired("memory forget")
+        checked_argument(scope, MemoryScope, "scope", "memory forget")
         validate_id(fact_id, "fact id")
         now = datetime.now(UTC)
 
@@ -263,6 +266,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         revision) names the session. With ``secure_delete`` on the rows are
         zeroed in place; the WAL is checkpointed and truncated.
         """
+        checked_ctx(ctx, "memory erase")
         check_target(target)
         bound = check_max_items(max_items)
         if target.groups:
@@ -325,7 +329,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
     ) -> Sequence[StoredFact]:
         """Current facts ``scope`` sees, valid at ``at``: most query words matched first, then newest."""
-        ctx.raise_if_expired("memory lookup")
+        checked_ctx(ctx, "memory lookup").raise_if_expired("memory lookup")
+        checked_argument(scope, MemoryScope, "scope", "memory lookup")
         check_limit(limit)
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
@@ -351,7 +356,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
 
     async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
         """Current facts of ``scope``'s tenant and user (any project), newest first; expired ones too."""
-        ctx.raise_if_expired("memory list")
+        checked_ctx(ctx, "memory list").raise_if_expired("memory list")
+        checked_argument(scope, MemoryScope, "scope", "memory list")
         check_limit(limit)
         sql = (
             f"SELECT {COLUMNS} FROM memory_facts WHERE tenant_id = ? AND user_id = ? "  # noqa: S608
@@ -365,7 +371,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
 
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
         """Every revision of ``fact_id``, oldest first."""
-        ctx.raise_if_expired("memory history")
+        checked_ctx(ctx, "memory history").raise_if_expired("memory history")
+        checked_argument(scope, MemoryScope, "scope", "memory history")
         validate_id(fact_id, "fact id")
 
         def work(conn: sqlite3.Connection) -> list[StoredFact]:
