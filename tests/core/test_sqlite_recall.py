@@ -686,6 +686,27 @@ async def test_an_erase_with_a_reader_holding_the_log_ends_by_its_deadline(
     assert report.physical is PhysicalErasure.UNREFERENCED and "another connection" in report.detail
 
 
+async def test_a_context_of_the_wrong_type_is_a_typed_error(store: SQLiteRecallStore, db: Path) -> None:
+    # Each raised a bare AttributeError ('NoneType' object has no attribute 'raise_if_expired').
+    archive = SQLiteArchive(SQLiteConfig(path=str(db)))
+    owner = SourceOwner("acme", "alice")
+    calls = [
+        lambda: store.index_document(owner, "d1", "the alpha account", None),
+        lambda: store.open(SCOPE, RecallLimits(), None),
+        lambda: store.erase(EraseTarget.user("acme", "alice"), None),
+        lambda: store.health(None),
+        lambda: archive.erase(EraseTarget.user("acme", "alice"), None),
+        lambda: archive.health(None),
+    ]
+    try:
+        for call in calls:
+            with pytest.raises(InvalidArgumentError):
+                await call()
+    finally:
+        await archive.aclose()
+    assert count(db) == 0
+
+
 # -- persistence, cancellation, closing ------------------------------------------------------------
 
 

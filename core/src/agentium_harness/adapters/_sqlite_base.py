@@ -26,6 +26,7 @@ import attrs
 from .._errors import AgentiumError, SessionStoreError
 from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
+from .._ports.recall_args import checked_ctx
 from .._validators import bounded_count
 from ._sqlite_sql import SCHEMA_VERSION, SchemaError, ensure_schema
 from .threaded import ThreadBoundAdapter, host_task_cancelled
@@ -328,7 +329,7 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
         would leave a database behind. A missing file is healthy when its
         folder exists and is writable; the first real call creates it.
         """
-        ctx.raise_if_expired(operation)
+        checked_ctx(ctx, operation).raise_if_expired(operation)
         self.refuse_if_closed(operation)
         if self._conn is None:
             missing = await anyio.to_thread.run_sync(self._not_created_yet, operation)

@@ -318,7 +318,7 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
 
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
         """A session confined to ``scope``. Acquires nothing: calls share the store's connection."""
-        ctx.raise_if_expired("recall open")
+        checked_ctx(ctx, "recall open").raise_if_expired("recall open")
         if not isinstance(scope, Scope):
             raise InvalidArgumentError(f"scope must be a Scope, got {type(scope).__name__}")
         if not isinstance(limits, RecallLimits):
@@ -330,7 +330,7 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
     ) -> SourceRef:
         """Add or replace document ``doc_id`` of ``owner``; identical content writes nothing."""
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
         if not isinstance(owner, SourceOwner):
             raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
         try:

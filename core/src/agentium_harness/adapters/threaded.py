@@ -87,6 +87,7 @@ from .._engine.bounded import caller_waker
 from .._engine.loops import PerLoop, current_library
 from .._errors import AgentiumError, OperationCancelledError
 from .._ports import OpContext
+from .._ports.recall_args import checked_ctx
 
 __all__ = ["ThreadBoundAdapter", "host_task_cancelled"]
 
@@ -264,8 +265,9 @@ class ThreadBoundAdapter(Generic[ConnT]):
             while a backend error interrupted it.
         :raises storage_error: the adapter is closed, or the backend raised
             one of ``backend_errors``.
+        :raises InvalidArgumentError: ``ctx`` is not an :class:`OpContext`.
         """
-        ctx.raise_if_expired(operation)
+        checked_ctx(ctx, operation).raise_if_expired(operation)
         self.refuse_if_closed(operation)
         # The limiter is taken here, not by run_sync, so waiting for it is
         # bounded by the deadline and an abandoned call releases its token
