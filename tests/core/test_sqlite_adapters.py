@@ -554,6 +554,15 @@ async def test_bad_arguments_are_typed_errors_and_change_nothing(
     assert not await anyio.Path(db).exists(), "refused before the database was even opened"
 
 
+async def test_a_damaged_session_id_is_reported_not_made_up(db: Path, store: SQLiteSessionStore) -> None:
+    # str() of a BLOB id listed a session "b's1'" that never existed.
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    with raw(db) as conn:
+        conn.execute("UPDATE sessions SET session_id = CAST(session_id AS BLOB)")
+    with pytest.raises(SnapshotCorruptError, match="damaged"):
+        await store.list_sessions(KEY.tenant, KEY.user, 10, OpContext())
+
+
 async def _first_read(db: Path, kind: str) -> object:
     """The first call of a fresh adapter of ``kind`` on ``db``: a read."""
     ctx = OpContext.with_timeout(0.4)

@@ -392,7 +392,13 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 "AND session_id > ? AND revision IS NOT NULL ORDER BY session_id LIMIT ?",
                 (tenant, user, "" if after is None else after, bound),
             ).fetchall()
-            return [str(r[0]) for r in rows]
+            for (session,) in rows:
+                if not isinstance(session, str):  # str() would make up an id ("b'...'") for a damaged row
+                    raise SnapshotCorruptError(
+                        f"{self.adapter_name}: a session of tenant {tenant!r}, user {user!r} in {self._path} "
+                        f"has a session id of type {type(session).__name__}; the row is damaged"
+                    )
+            return [r[0] for r in rows]
 
         return await self.run(ctx, "session listing", work)
 
