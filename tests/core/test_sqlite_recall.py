@@ -44,6 +44,7 @@ from agentium_harness._ports.recall import (
 from agentium_harness._scope import Scope, SessionKey
 from agentium_harness.adapters import sqlite_recall
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.adapters.sqlite_recall import (
     FTS5UnavailableError,
     SQLiteRecallConfig,
@@ -705,6 +706,24 @@ async def test_a_context_of_the_wrong_type_is_a_typed_error(store: SQLiteRecallS
     finally:
         await archive.aclose()
     assert count(db) == 0
+
+
+async def test_a_dry_run_flag_that_is_not_a_bool_is_refused(store: SQLiteRecallStore, db: Path) -> None:
+    # dry_run="no" was truthy: a dry run when the caller meant to erase (and "yes"... the reverse).
+    await store.index_document(SourceOwner("acme", "alice"), "d1", "the alpha account", CTX())
+    memory = SQLiteMemoryStore(SQLiteConfig(path=str(db)))
+    archive = SQLiteArchive(SQLiteConfig(path=str(db)))
+    sessions = SQLiteSessionStore(SQLiteConfig(path=str(db)))
+    target = EraseTarget.user("acme", "alice")
+    try:
+        for adapter in (store, memory, archive, sessions):
+            for flag in ("no", 0, None):
+                with pytest.raises(InvalidArgumentError, match="dry_run"):
+                    await adapter.erase(target, CTX(), dry_run=flag)  # type: ignore[arg-type]
+    finally:
+        for closing in (memory, archive, sessions):
+            await closing.aclose()
+    assert count(db) == 1
 
 
 # -- persistence, cancellation, closing ------------------------------------------------------------

@@ -224,6 +224,8 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         log, so no copy of an erased group is left in either.
         """
         check_target(target)
+        # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
+        checked_argument(dry_run, bool, "dry_run", "archive erase")
         bound = check_max_items(max_items)
 
         def work(conn: sqlite3.Connection) -> EraseReport:

@@ -416,6 +416,8 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         decoded in memory for the erased sessions are dropped as well.
         """
         check_target(target)
+        # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
+        checked_argument(dry_run, bool, "dry_run", "session store erase")
         bound = check_max_items(max_items)
 
         Found = tuple[list[tuple[SessionKey, bytes]], bool, PhysicalErasure, str]

@@ -268,6 +268,8 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         """
         checked_ctx(ctx, "memory erase")
         check_target(target)
+        # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
+        checked_argument(dry_run, bool, "dry_run", "memory erase")
         bound = check_max_items(max_items)
         if target.groups:
             return EraseReport()

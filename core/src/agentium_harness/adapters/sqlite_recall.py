@@ -115,7 +115,14 @@ from .._ports.recall import (
     group_source_id,
     indexed_group_text,
 )
-from .._ports.recall_args import checked_count, checked_ctx, checked_key, checked_owner, checked_sequence
+from .._ports.recall_args import (
+    checked_argument,
+    checked_count,
+    checked_ctx,
+    checked_key,
+    checked_owner,
+    checked_sequence,
+)
 from .._scope import Scope, SessionKey
 from .._validators import bounded_count
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
@@ -507,6 +514,8 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         freed pages hold zeros.
         """
         check_target(target)
+        # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
+        checked_argument(dry_run, bool, "dry_run", "recall erase")
         bound = check_max_items(max_items)
 
         def work(conn: sqlite3.Connection) -> EraseReport:
