@@ -18,11 +18,9 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from _telemetry_support import Telemetered
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 from agentium_harness import (
@@ -82,42 +80,6 @@ class Pass(CompletionVerifier):
 
     async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
         return VerificationResult(Verdict.PASS, (), "ok")
-
-
-class Telemetered:
-    """An SDK tracer and meter provider with in-memory exporters, for one test."""
-
-    def __init__(self, *processors: SpanProcessor) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        for processor in processors:
-            self.tracer_provider.add_span_processor(processor)
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-
-    def telemetry(self, **kw: Any) -> Telemetry:
-        return Telemetry(tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **kw)
-
-    @property
-    def spans(self) -> tuple[ReadableSpan, ...]:
-        return tuple(self.exporter.get_finished_spans())
-
-    def named(self, name: str) -> list[ReadableSpan]:
-        return [s for s in self.spans if s.name == name]
-
-    def one(self, name: str) -> ReadableSpan:
-        [span] = self.named(name)
-        return span
-
-    def metrics(self) -> dict[str, list[Any]]:
-        data = self.reader.get_metrics_data()
-        out: dict[str, list[Any]] = {}
-        for resource in data.resource_metrics if data else ():
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    out.setdefault(metric.name, []).extend(metric.data.data_points)
-        return out
 
 
 def parent_of(spans: Sequence[ReadableSpan], span: ReadableSpan) -> ReadableSpan | None:

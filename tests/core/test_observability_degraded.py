@@ -13,11 +13,8 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from _telemetry_support import Telemetered
+from opentelemetry.sdk.trace import ReadableSpan
 
 from agentium_harness import (
     Agent,
@@ -61,43 +58,6 @@ SECRET = "ZQX-secret-4242"
 ANA = VerifiedIdentity("tenant-q1", "user-q1", "test-auth")
 SESSION = "session-q1"
 RAW_IDS = ("tenant-q1", "user-q1", SESSION)
-
-
-class Recorded:
-    """An SDK tracer and meter provider with in-memory exporters."""
-
-    def __init__(self) -> None:
-        self.exporter = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader])
-
-    def telemetry(self, **kw: Any) -> Telemetry:
-        return Telemetry(tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **kw)
-
-    @property
-    def spans(self) -> tuple[ReadableSpan, ...]:
-        return tuple(self.exporter.get_finished_spans())
-
-    def named(self, name: str) -> list[ReadableSpan]:
-        return [s for s in self.spans if s.name == name]
-
-    def carried(self) -> list[str]:
-        """Every string on a span or a metric point: names, attributes, events, statuses."""
-        out: list[str] = []
-        for span in self.spans:
-            out += [span.name, str(span.status.description or "")]
-            out += [str(v) for v in (span.attributes or {}).values()]
-            for event in span.events:
-                out += [event.name, *(str(v) for v in (event.attributes or {}).values())]
-        data = self.reader.get_metrics_data()
-        for resource in data.resource_metrics if data else ():
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    for point in metric.data.data_points:
-                        out += [str(v) for v in dict(point.attributes).values()]
-        return out
 
 
 def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -144,7 +104,7 @@ async def test_a_history_writes_degraded_outcomes_are_logged_and_span_events(
     caplog: pytest.LogCaptureFixture, archive: Any, summarizer: Any, code: str, logger: str, level: int
 ) -> None:
     """An append, a retraction and a reset report diagnostics as a run does: logged and on their span."""
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=archive(),
@@ -245,7 +205,7 @@ def made_up_tool_call() -> list[Any]:
 @pytest.mark.parametrize("capture", [False, True])
 async def test_a_tool_name_the_model_made_up_is_not_a_span_name(capture: bool) -> None:
     """A called name no tool has is model output: not in the span name, an attribute only with the opt-in."""
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=made_up_tool_call()),
         archive=InMemoryArchive(),
@@ -308,7 +268,7 @@ async def test_an_error_class_name_cannot_break_a_log_line(caplog: pytest.LogCap
                 raise odd("gone")
             return await super().erase(target, ctx, **kw)
 
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=Unplugged(),
@@ -363,7 +323,7 @@ async def test_runtime_verify_records_under_the_runtime_telemetry_and_logs_what_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """``runtime.verify()``: span and metric go where the runtime's do; its diagnostics are logged."""
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"]),
         archive=InMemoryArchive(),
@@ -400,7 +360,7 @@ class Unplugged(InMemoryArchive):
 
 async def test_a_reconciliation_is_a_span_and_reports_what_degraded(caplog: pytest.LogCaptureFixture) -> None:
     """``reconcile_session`` records under the runtime's telemetry; its diagnostics: events, WARNINGs."""
-    t = Recorded()
+    t = Telemetered()
     archive = Unplugged()
     key = SessionKey("tenant-q1", "user-q1", SESSION)
     await archive.append(key, [MessageGroup(0, (Message(Role.USER, "another writer"),))], OpContext())
@@ -455,7 +415,7 @@ async def test_a_raw_session_id_in_a_log_message_is_escaped(caplog: pytest.LogCa
 
 async def test_a_session_close_is_a_span_with_an_event_per_diagnostic() -> None:
     """``close_session`` logs its diagnostics; it is also a span (runtime telemetry) with their events."""
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=FlakyArchive(),
@@ -486,7 +446,7 @@ async def test_an_agent_runs_memory_failure_is_a_warning_and_a_failed_span(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An ``Agent`` run selects memory as a harness run does: a ``search_memory`` span, omissions logged."""
-    t = Recorded()
+    t = Telemetered()
     manager = MemoryManager(FailingLookup(), telemetry=t.telemetry())
     agent = Agent(ScriptedProvider(replies=["ok"], cycle=True), manager, MemoryScope("tenant-q1", "user-q1"))
     with caplog.at_level(logging.DEBUG, logger="agentium"):
@@ -503,7 +463,7 @@ async def test_an_agent_runs_memory_failure_is_a_warning_and_a_failed_span(
 
 async def test_history_reads_and_inspection_record_under_the_runtime_telemetry() -> None:
     """Operations outside a run send their adapter calls' spans where the runtime's ``Telemetry`` says."""
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=InMemoryArchive(),
@@ -581,7 +541,7 @@ async def test_a_session_retention_passes_over_is_a_warning_with_its_id_hashed(
 
 
 async def test_runtime_forget_records_its_source_lookups_under_the_runtime_telemetry() -> None:
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["noted"], cycle=True),
         archive=InMemoryArchive(),
@@ -604,7 +564,7 @@ async def test_runtime_forget_records_its_source_lookups_under_the_runtime_telem
 
 async def test_erasure_status_resume_and_a_dry_run_record_under_the_runtime_telemetry() -> None:
     """The erasure API's reads (pending records, the ledger) and a dry run record under its Telemetry."""
-    t = Recorded()
+    t = Telemetered()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=InMemoryArchive(),
@@ -642,7 +602,7 @@ async def test_an_agent_runs_provider_failure_is_a_warning_and_a_failed_chat_spa
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """As a harness run's: a ``chat`` span failed with the error's type, a WARNING, never the content."""
-    t = Recorded()
+    t = Telemetered()
     manager = MemoryManager(InMemoryMemoryStore(), telemetry=t.telemetry())
     agent = Agent(FailingProvider(replies=["ok"]), manager, MemoryScope("tenant-q1", "user-q1"))
     with caplog.at_level(logging.DEBUG, logger="agentium"), pytest.raises(ProviderError):
