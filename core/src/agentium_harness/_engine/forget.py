@@ -28,22 +28,23 @@ in a task summary citing them. ``runtime.forget`` therefore:
 from __future__ import annotations
 
 import enum
-import itertools
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import ArchiveCorruptError, InvalidArgumentError, MemoryRejectedError
+from .._errors import InvalidArgumentError, MemoryRejectedError
+from .._history import MessageGroup
 from .._observe.logs import one_line
 from .._observe.turn import settings_of
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
 from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, MemoryScope
+from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import SessionKey, validate_id
 from .erased_groups import merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request
-from .history_read import fetch_groups, same_snapshot
+from .history_read import fetch_groups, read_settled
 from .load import load_session
 
 if TYPE_CHECKING:
@@ -52,10 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["ForgetResult", "SourceHolder", "SourcePlace", "SourceState", "forget_fact"]
 
 _log = logging.getLogger("agentium.engine.memory")
-
-#: Looks at a session's cited groups, each from a fresh snapshot, while archived groups it names
-#: vanish under another runtime's erasure (as read_history's); past them a missing group is damage.
-_READ_ATTEMPTS: Final = 3
 
 
 class SourcePlace(enum.StrEnum):
@@ -172,7 +169,8 @@ async def _places(
         stored, snap = await load_session(
             ticket, runtime.session_store, key, None, attest_legacy=False, fence=fence
         )
-        for attempt in itertools.count(1):
+
+        async def read(stored: StoredSnapshot | None, snap: SessionSnapshot) -> dict[int, MessageGroup]:
             erased = snap.erased or ()
             live = sorted(
                 {
@@ -181,22 +179,18 @@ async def _places(
                     if stored is not None and seq < snap.next_seq and not any(seq in r for r in erased)
                 }
             )
-            try:
-                groups = await fetch_groups(ticket, runtime.archive, key, snap, live) if live else {}
-            except ArchiveCorruptError:
-                # Reads are not exclusive: another runtime's (process's) erasure of the session, or
-                # of its groups (retention, another fact's sources), may have removed rows this
-                # snapshot still names. As for read_history: the session is loaded again, fenced,
-                # so an erasure still under way refuses the call (ErasureInProgressError); one that
-                # moved the snapshot on is looked at afresh; only an unchanged snapshot is damage.
-                again, fresh = await load_session(
-                    ticket, runtime.session_store, key, None, attest_legacy=False, fence=True
-                )
-                if attempt >= _READ_ATTEMPTS or same_snapshot(stored, again):
-                    raise
-                stored, snap = again, fresh
-                continue
-            break
+            return await fetch_groups(ticket, runtime.archive, key, snap, live) if live else {}
+
+        # Another runtime's (process's) erasure of the session, or of its groups (retention, another
+        # fact's sources), may remove rows this snapshot still names: as for read_history, the session
+        # is loaded again, fenced, so an erasure still under way refuses the call
+        # (ErasureInProgressError); only an unchanged snapshot is damage.
+        stored, snap, groups = await read_settled(
+            stored,
+            snap,
+            lambda: load_session(ticket, runtime.session_store, key, None, attest_legacy=False, fence=True),
+            read,
+        )
     digests: dict[int, set[str]] = {}
     for seq, digest in cited:
         digests.setdefault(seq, set()).add(digest)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
-from typing import Final
+from typing import Final, TypeVar
 
 from .._errors import ArchiveCorruptError, CapabilityError, ContractViolationError, InvalidArgumentError
 from .._history import MessageGroup
@@ -31,11 +31,13 @@ from .history_view import ViewIndex
 from .lifecycle import Ticket
 from .load import load_in_call
 
-__all__ = ["fetch_groups", "list_page", "read_page", "same_snapshot"]
+__all__ = ["fetch_groups", "list_page", "read_page", "read_settled", "same_snapshot"]
 
-#: Reads of one page, each from a fresh snapshot, while archived groups it names vanish under a
-#: concurrent erasure; past them a missing group is reported as damage.
+#: Reads of one page (or one lookup), each from a fresh snapshot, while archived groups it names vanish
+#: under a concurrent erasure; past them a missing group is reported as damage (see read_settled).
 _READ_ATTEMPTS: Final = 3
+
+T = TypeVar("T")
 
 
 async def read_page(
@@ -60,8 +62,9 @@ async def read_page(
     async def read(
         ctx: OpContext,
     ) -> tuple[StoredSnapshot | None, SessionSnapshot, ViewIndex, list[int], bool, dict[int, MessageGroup]]:
-        stored, snap = await load_in_call(ctx, store, key)
-        for attempt in itertools.count(1):
+        async def page(
+            _: StoredSnapshot | None, snap: SessionSnapshot
+        ) -> tuple[ViewIndex, list[int], bool, dict[int, MessageGroup]]:
             before = check_before_seq(before_seq, snap.next_seq)
             index = ViewIndex(snap.view)
             candidates = (
@@ -73,21 +76,14 @@ async def read_page(
                 candidates = (c for c in candidates if not any(c[0] in span for span in erased))
             chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
             more = next(candidates, None) is not None
-            try:
-                groups = await _fetch(archive, key, snap, chosen, partial(_read_in_call, ctx, archive, key))
-            except ArchiveCorruptError:
-                # Reads are not exclusive: an erasure (of the session, or retention's of its oldest
-                # groups; here or in another process) may have removed rows this snapshot still
-                # names. Only a snapshot that stayed the same makes the gap damage; one that moved
-                # on is read afresh, and one under an erasure refuses the read
-                # (ErasureInProgressError), as a read started now would.
-                again, fresh = await load_in_call(ctx, store, key)
-                if attempt >= _READ_ATTEMPTS or same_snapshot(stored, again):
-                    raise
-                stored, snap = again, fresh
-                continue
-            return stored, snap, index, chosen, more, groups
-        raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
+            groups = await _fetch(archive, key, snap, chosen, partial(_read_in_call, ctx, archive, key))
+            return index, chosen, more, groups
+
+        stored, snap = await load_in_call(ctx, store, key)
+        stored, snap, (index, chosen, more, groups) = await read_settled(
+            stored, snap, lambda: load_in_call(ctx, store, key), page
+        )
+        return stored, snap, index, chosen, more, groups
 
     stored, snap, index, chosen, more, groups = await ticket.call("history read", read, traced=False)
     entries: list[HistoryGroup] = []
@@ -120,6 +116,34 @@ async def read_page(
         snapshot_revision=stored.revision if stored is not None else 0,
         boundary=snap.boundary,
     )
+
+
+async def read_settled(
+    stored: StoredSnapshot | None,
+    snap: SessionSnapshot,
+    reload: Callable[[], Awaitable[tuple[StoredSnapshot | None, SessionSnapshot]]],
+    read: Callable[[StoredSnapshot | None, SessionSnapshot], Awaitable[T]],
+) -> tuple[StoredSnapshot | None, SessionSnapshot, T]:
+    """``read(stored, snap)``, again from a fresh snapshot when archived groups it names vanished meanwhile.
+
+    Reads are not exclusive: an erasure (of the session, or retention's of its
+    oldest groups, or a forgotten fact's sources; here or in another process)
+    may remove archived rows the loaded snapshot still names, and the read
+    raises :class:`ArchiveCorruptError`. The session is then loaded again with
+    ``reload`` (which refuses with ``ErasureInProgressError`` while an erasure
+    runs, as a read started now would): only a snapshot that stayed the same
+    makes the gap damage (re-raised); one that moved on is read afresh, up to
+    :data:`_READ_ATTEMPTS` reads. Returns the snapshot read and the result.
+    """
+    for attempt in itertools.count(1):
+        try:
+            return stored, snap, await read(stored, snap)
+        except ArchiveCorruptError:
+            again, fresh = await reload()
+            if attempt >= _READ_ATTEMPTS or same_snapshot(stored, again):
+                raise
+            stored, snap = again, fresh
+    raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
 
 
 def same_snapshot(first: StoredSnapshot | None, then: StoredSnapshot | None) -> bool:
