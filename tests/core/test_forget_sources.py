@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _archive_support import GatedReads
 
 from agentium_harness import (
     ArchiveError,
@@ -297,25 +298,6 @@ async def test_an_erasure_that_stops_leaves_the_fact_until_it_is_resumed_and_for
     await rt.aclose()
 
 
-class _GatedReads(InMemoryArchive):
-    """An archive whose group reads wait at a gate once it is set (the lookup has loaded its snapshot)."""
-
-    capabilities = InMemoryArchive.capabilities
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate: anyio.Event | None = None
-        self.entered = anyio.Event()
-
-    async def read_groups(self, key: SessionKey, first: int, count: int, ctx: Any) -> Any:
-        gate = self.gate
-        if gate is not None:
-            self.gate = None
-            self.entered.set()
-            await gate.wait()
-        return await super().read_groups(key, first, count, ctx)
-
-
 class _SessionEraseStops(InMemorySessionStore):
     """A session store whose erase of a whole session fails (the erasure stays pending)."""
 
@@ -334,7 +316,7 @@ async def test_another_runtimes_erasure_while_sources_are_looked_up_is_not_repor
     # Another runtime (process) erases archived groups of the session while this forget reads
     # them: the rows the loaded snapshot names are gone. That is not archive damage: a snapshot
     # that moved on is looked at afresh (the group is gone), an erasure under way refuses the call.
-    archive, store, memory = _GatedReads(), _SessionEraseStops(), InMemoryMemoryStore()
+    archive, store, memory = GatedReads(), _SessionEraseStops(), InMemoryMemoryStore()
     here, there = (
         create_harness_runtime(
             provider=ScriptedProvider(replies=["noted"], cycle=True),

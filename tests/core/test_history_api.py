@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from _archive_support import GatedReads
 
 from agentium_harness import (
     MAX_APPEND_BYTES,
@@ -894,25 +895,6 @@ async def test_expected_revision_is_not_looked_past_an_update_of_an_erased_incar
         await rt.drain()
         assert (await rt.inspect_session(ANA, "s1")).revision > done.snapshot_revision
         await rt.append(ANA, "s1", pair(11), expected_revision=done.snapshot_revision)
-
-
-class GatedReads(InMemoryArchive):
-    """An archive whose group reads wait at a gate once it is set (the read has loaded its snapshot)."""
-
-    capabilities = InMemoryArchive.capabilities
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate: anyio.Event | None = None
-        self.entered = anyio.Event()
-
-    async def read_groups(self, key: SessionKey, first: int, count: int, ctx: Any) -> Any:
-        gate = self.gate
-        if gate is not None:
-            self.gate = None
-            self.entered.set()
-            await gate.wait()
-        return await super().read_groups(key, first, count, ctx)
 
 
 @pytest.mark.parametrize("erasure", ["session", "retention"])
