@@ -8,20 +8,33 @@ close is bounded.
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from agentium_harness import (
+    AgentiumError,
     BlockingCallInLoopError,
+    BlockingMemory,
     BlockingRuntime,
     CommitState,
     EffectLevel,
+    EraseTarget,
+    ErasureResult,
+    HarnessRuntime,
     InvalidArgumentError,
+    MemoryFact,
+    MemoryManager,
+    MemoryScope,
+    Message,
+    OperatorAttestation,
     ResidentLimits,
+    Role,
     RunStatus,
     RuntimeClosedError,
     RuntimeCloseError,
@@ -33,6 +46,7 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
@@ -384,3 +398,237 @@ def test_a_close_while_another_threads_close_is_under_way_returns_once_it_has_fi
     blocking.close()
     assert runtime.state.value == "closed"
     first.join(10)
+
+
+# -- the history, erasure and memory APIs, blocking ----------------------------------------------
+
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
+HISTORY_TWINS = (
+    "append", "read_history", "list_sessions", "retract", "reset_view",
+    "erase", "resume_erasures", "erasure_status", "apply_retention", "forget",
+)  # fmt: skip
+MEMORY_TWINS = ("remember_with_result", "remember", "correct", "forget", "list", "history", "select")
+
+
+def history_runtime() -> HarnessRuntime:
+    stores = {"archive": InMemoryArchive(), "session_store": InMemorySessionStore()}
+    memory = InMemoryMemoryStore()
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        memory=memory,
+        owned=[*stores.values(), memory],
+        **stores,  # type: ignore[arg-type]
+    )
+
+
+def exchange(n: int) -> list[Message]:
+    return [Message(Role.USER, f"question {n}"), Message(Role.ASSISTANT, f"answer {n}")]
+
+
+def test_every_twin_has_the_signature_of_its_coroutine() -> None:
+    """Same parameters (names, kinds, defaults, annotations) and result as the async method."""
+    pairs = [(getattr(BlockingRuntime, n), getattr(HarnessRuntime, n)) for n in HISTORY_TWINS]
+    pairs += [(getattr(BlockingMemory, n), getattr(MemoryManager, n)) for n in MEMORY_TWINS]
+    for twin, coroutine in pairs:
+        assert inspect.signature(twin) == inspect.signature(coroutine), twin.__name__
+        assert not inspect.iscoroutinefunction(twin)
+        assert (inspect.getdoc(coroutine) or "") in (inspect.getdoc(twin) or ""), twin.__name__
+
+
+def test_request_threads_write_and_read_history_through_one_blocking_runtime() -> None:
+    """8 threads at once, each on its own session: append, read, retract, reset; all commit."""
+    errors: list[BaseException] = []
+    with BlockingRuntime(history_runtime()) as blocking:
+
+        def requests(i: int) -> None:
+            try:
+                sid = f"chat-{i}"
+                for n in range(3):
+                    assert blocking.append(ANA, sid, exchange(n)).commit_state is CommitState.COMMITTED
+                page = blocking.read_history(ANA, sid, max_groups=10)
+                assert [m.content for m in page.messages][-1] == "answer 2"
+                taken = blocking.retract(ANA, sid, reason="undo", expected_revision=page.snapshot_revision)
+                assert [m.content for m in taken.messages] == ["answer 2"]
+                assert blocking.reset_view(ANA, sid, reason="clear").commit_state is CommitState.COMMITTED
+                assert blocking.read_history(ANA, sid, max_groups=10).messages == ()
+                assert len(blocking.read_history(ANA, sid, max_groups=10, view=False).groups) == 5
+            except BaseException as exc:  # recorded and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=requests, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == [] and not any(t.is_alive() for t in threads)
+        assert blocking.list_sessions(ANA, limit=100).sessions == tuple(sorted(f"chat-{i}" for i in range(8)))
+
+
+def bad_calls(sid: str, fact_id: str) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """Refused calls: (method, or ``memory.`` method; its arguments), on session ``sid``."""
+    ana, bob = MemoryScope("acme", "ana"), MemoryScope("acme", "bob")
+    foreign = OperatorAttestation(VerifiedIdentity("globex", "ops", "sso"))
+    target = EraseTarget.session("acme", "ana", sid)
+    orphan = [Message(Role.TOOL, "orphan", tool_call_id="x")]
+    return [
+        ("append", (ANA, sid, "not messages"), {}),
+        ("append", (ANA, sid, exchange(1)), {"expected_revision": 99}),
+        ("append", (ANA, sid, orphan), {}),
+        ("read_history", (ANA, sid), {"max_groups": 0}),
+        ("list_sessions", (ANA,), {"limit": 0}),
+        ("retract", (ANA, sid), {"count": 0, "reason": "x"}),
+        ("retract", (ANA, sid), {"count": 9, "reason": "x"}),
+        ("reset_view", (ANA, sid), {"reason": 5}),
+        ("erase", (target,), {"reason": "gdpr", "attestation": foreign}),
+        ("erase", (target,), {"reason": "gdpr", "attestation": OPERATOR, "dry_run": 1}),
+        ("erasure_status", ("ops",), {}),
+        ("resume_erasures", (None,), {}),
+        ("apply_retention", (OPERATOR,), {}),
+        ("forget", (ana, "nope"), {}),
+        ("memory.remember", ("ana likes tea",), {}),
+        ("memory.remember", (MemoryFact(ana, " "),), {}),
+        ("memory.correct", (ana, "nope", MemoryFact(ana, "x")), {}),
+        ("memory.forget", (bob, fact_id), {}),
+        ("memory.list", (ana, 0), {}),
+        ("memory.select", (ana, 7), {}),
+    ]
+
+
+def test_bad_input_raises_the_async_apis_typed_error_and_changes_nothing() -> None:
+    """From 4 threads at once, each twin refuses as its coroutine does (type and message); nothing changed."""
+    errors: list[BaseException] = []
+    with BlockingRuntime(history_runtime()) as blocking:
+        assert blocking.memory is not None
+        sync_memory, async_memory = blocking.memory, blocking.memory.manager
+        fact = sync_memory.remember(MemoryFact(MemoryScope("acme", "ana"), "ana likes tea"))
+        assert fact.fact_id is not None
+        for i in range(4):
+            blocking.append(ANA, f"s{i}", exchange(0))
+
+        def state(sid: str) -> tuple[object, ...]:
+            page = blocking.read_history(ANA, sid, max_groups=10, view=False)
+            return blocking.inspect_session(ANA, sid), page, sync_memory.list(MemoryScope("acme", "ana"))
+
+        before = {i: state(f"s{i}") for i in range(4)}
+
+        def requests(i: int) -> None:
+            try:
+                for name, args, kwargs in bad_calls(f"s{i}", str(fact.fact_id)):
+                    method = name.removeprefix("memory.")
+                    twin = getattr(sync_memory if "." in name else blocking, method)
+                    coroutine = getattr(async_memory if "." in name else blocking.runtime, method)
+                    with pytest.raises(AgentiumError) as sync_error:
+                        twin(*args, **kwargs)
+                    with pytest.raises(AgentiumError) as async_error:
+                        blocking.call(coroutine, *args, **kwargs)  # the coroutine itself, on the loop
+                    assert type(sync_error.value) is type(async_error.value), (name, args, kwargs)
+                    assert str(sync_error.value) == str(async_error.value)
+            except BaseException as exc:  # recorded and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=requests, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == [] and not any(t.is_alive() for t in threads)
+        assert {i: state(f"s{i}") for i in range(4)} == before
+        assert blocking.erasure_status(OPERATOR) == ()
+
+
+def test_threads_share_the_blocking_memory_and_an_operator_erases_from_a_thread() -> None:
+    """Memory written from 6 threads at once is all there; an erasure from a thread takes one user only."""
+    errors: list[BaseException] = []
+    with BlockingRuntime(history_runtime()) as blocking:
+        memory = blocking.memory
+        assert isinstance(memory, BlockingMemory)
+
+        def requests(i: int) -> None:
+            try:
+                user = VerifiedIdentity("acme", f"user-{i % 2}", "sso")
+                blocking.append(user, f"s{i}", exchange(i))
+                ack = memory.remember(MemoryFact(MemoryScope("acme", f"user-{i % 2}"), f"fact {i}"))
+                assert ack.fact_id is not None
+                assert [f.text for f in memory.history(MemoryScope.of(user), ack.fact_id)] == [f"fact {i}"]
+            except BaseException as exc:  # recorded and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=requests, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert sorted(f.text for f in memory.list(MemoryScope("acme", "user-0"))) == [
+            "fact 0",
+            "fact 2",
+            "fact 4",
+        ]
+        done: list[ErasureResult] = []
+        eraser = threading.Thread(
+            target=lambda: done.append(
+                blocking.erase(
+                    EraseTarget.user("acme", "user-0"), reason="account closed", attestation=OPERATOR
+                )
+            )
+        )
+        eraser.start()
+        eraser.join(60)
+        [result] = done
+        assert result.tombstone is not None
+        assert memory.list(MemoryScope("acme", "user-0")) == ()
+        assert len(memory.list(MemoryScope("acme", "user-1"))) == 3
+        assert [r.erasure_id for r in blocking.erasure_status(OPERATOR)] == [result.record.erasure_id]
+        assert blocking.list_sessions(VerifiedIdentity("acme", "user-1", "sso"), limit=10).sessions == (
+            "s1", "s3", "s5",
+        )  # fmt: skip
+    without = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+    )
+    with BlockingRuntime(without) as blocking:
+        assert blocking.memory is None  # as HarnessRuntime.memory: memory is not configured
+
+
+def test_the_history_memory_and_erasure_twins_are_refused_on_the_runtime_loop() -> None:
+    """From a tool handler each twin raises BlockingCallInLoopError naming itself; nothing was written."""
+    seen: list[BaseException] = []
+    holder: dict[str, BlockingRuntime] = {}
+
+    async def handler(args: object) -> str:
+        b = holder["b"]
+        assert b.memory is not None
+        attempts = {
+            "append": lambda: b.append(ANA, "other", exchange(0)),
+            "read_history": lambda: b.read_history(ANA, "s", max_groups=1),
+            "list_sessions": lambda: b.list_sessions(ANA, limit=1),
+            "reset_view": lambda: b.reset_view(ANA, "other", reason="x"),
+            "erase": lambda: b.erase(
+                EraseTarget.session("acme", "ana", "other"), reason="x", attestation=OPERATOR
+            ),
+            "memory.remember": lambda: b.memory.remember(MemoryFact(MemoryScope("acme", "ana"), "loop")),  # type: ignore[union-attr]
+        }
+        for name, attempt in attempts.items():
+            try:
+                attempt()
+            except BlockingCallInLoopError as exc:
+                assert f"BlockingRuntime.{name}()" in str(exc) and "nothing was done" in str(exc)
+                seen.append(exc)
+        return "done"
+
+    script = [{"content": "", "tool_calls": [{"id": "c1", "name": "stop"}]}, "fin"]
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=script),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        memory=InMemoryMemoryStore(),
+        tools=ToolRegistry([Tool("stop", handler, EffectLevel.WRITE)]),
+    )
+    with BlockingRuntime(runtime) as blocking:
+        holder["b"] = blocking
+        assert blocking.run(ANA, "s", "go", grants=["stop"]).commit_state is CommitState.COMMITTED
+        assert len(seen) == 6
+        assert not blocking.inspect_session(ANA, "other").exists
+        assert blocking.memory is not None and blocking.memory.list(MemoryScope("acme", "ana")) == ()
+        assert blocking.erasure_status(OPERATOR) == ()

@@ -47,6 +47,7 @@ HOST_NAMES = {
     "ValidationStatus",
     "create_harness_runtime", "load_runtime", "HarnessRuntime", "HarnessResources", "RuntimeLimits",
     "BlockingRuntime",
+    "BlockingMemory",
     "ResidentLimits", "RunResult", "RunStatus", "EvictionStatus", "SourceStatus", "CleanupReport",
     "CleanupStatus", "Diagnostic", "Severity", "SessionView", "SessionState", "MigrationReport",
     "ReconcileReport", "LifecycleState", "Tool", "ToolRegistry", "ToolOutcome", "ToolStatus",

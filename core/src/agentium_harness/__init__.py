@@ -14,6 +14,7 @@ change without notice. See ``docs/api.md`` for the reference.
 from __future__ import annotations
 
 from ._blocking import BlockingRuntime
+from ._blocking_memory import BlockingMemory
 from ._codec import canonical_json, digest_of
 from ._config import (
     HarnessConfig,
@@ -353,6 +354,7 @@ __all__ = [
     "HarnessResources",
     "HarnessRuntime",
     "BlockingRuntime",
+    "BlockingMemory",
     "IdentityError",
     "InvalidArgumentError",
     "InvalidIdError",

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import anyio.from_thread
 
+from ._blocking_history import BlockingHistoryOperations
+from ._blocking_memory import BlockingMemory
 from ._config.runtime import load_runtime
 from ._engine.closing import HarnessResources
 from ._engine.maintenance import MigrationReport, ReconcileReport, SessionView
@@ -44,7 +46,7 @@ T = TypeVar("T")
 CLOSE_SLACK_S = 1.0
 
 
-class BlockingRuntime:
+class BlockingRuntime(BlockingHistoryOperations):
     """A :class:`HarnessRuntime` for synchronous code: every method blocks until the runtime answers.
 
     The runtime runs on one event loop in a daemon thread of its own (an anyio
@@ -56,6 +58,11 @@ class BlockingRuntime:
     from the portal's own thread (a tool handler or callback the runtime
     runs): that raises :class:`BlockingCallInLoopError` (a ``RuntimeError``)
     and does nothing. From async code, use the :class:`HarnessRuntime` itself.
+
+    Each method is the blocking twin of the runtime's coroutine of its name
+    (the turn, session maintenance, the history API, erasure), with the same
+    arguments, result and typed errors; :attr:`memory` is the memory
+    manager's, and :meth:`call` runs any other coroutine.
 
     ``runtime`` is **owned** by default: :meth:`close` closes it (``aclose()``)
     before stopping the loop. With ``owned=False`` it is borrowed and
@@ -80,6 +87,8 @@ class BlockingRuntime:
         if backend not in ("asyncio", "trio"):
             raise InvalidArgumentError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
         self._runtime = runtime
+        manager = runtime.memory
+        self._memory = BlockingMemory(manager, self._call_as) if manager is not None else None
         self._owned = owned
         self._backend = backend
         self._backend_options = dict(backend_options or {})
@@ -125,6 +134,14 @@ class BlockingRuntime:
         """The runtime's per-session resources (their methods are async: use :meth:`close_session`)."""
         return self._runtime.resources
 
+    @property
+    def memory(self) -> BlockingMemory | None:
+        """The runtime's memory manager, blocking (``remember``, ``correct``, ``forget``, ``list`` ...).
+
+        ``None`` when the runtime has no memory, as :attr:`HarnessRuntime.memory`.
+        """
+        return self._memory
+
     def start(self) -> BlockingRuntime:
         """Start the loop thread now (the first call does it otherwise). Idempotent; returns ``self``."""
         self._portal_or_start()
@@ -155,12 +172,21 @@ class BlockingRuntime:
     def call(self, func: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
         """Run ``await func(*args, **kwargs)`` on the runtime's loop and return its result (blocking).
 
-        For any coroutine method without a blocking twin here, e.g.
-        ``blocking.call(blocking.runtime.memory.remember, fact)``. Exceptions
+        For any coroutine without a blocking twin here, e.g. one of the
+        host's own that awaits the runtime several times:
+        ``blocking.call(handle_ticket, blocking.runtime, ticket)``. Exceptions
         are raised in the calling thread as they were raised on the loop. A
         call that meets :meth:`close` stopping the loop before it ran raises
         :class:`RuntimeClosedError`, as a call after it does.
         """
+        return self._call_as("call", func, *args, **kwargs)
+
+    def _call_as(self, operation: str, func: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+        """:meth:`call`, refused from the loop thread with an error naming ``operation`` (the twin's name).
+
+        Positional-only, so a keyword argument of ``func`` named ``operation`` reaches ``func``.
+        """
+        self._refuse_loop_thread(operation)
         portal = self._portal_or_start()
         try:
             future = portal.start_task_soon(lambda: func(*args, **kwargs))
@@ -202,7 +228,8 @@ class BlockingRuntime:
         completion: CompletionPolicy | bool | None = None,
     ) -> RunResult:
         """:meth:`HarnessRuntime.run`, blocking: one turn, committed (or a typed error saying what was)."""
-        return self.call(
+        return self._call_as(
+            "run",
             self._runtime.run,
             identity,
             session_id,
@@ -217,19 +244,19 @@ class BlockingRuntime:
 
     def inspect_session(self, identity: VerifiedIdentity, session_id: str) -> SessionView:
         """:meth:`HarnessRuntime.inspect_session`, blocking."""
-        return self.call(self._runtime.inspect_session, identity, session_id)
+        return self._call_as("inspect_session", self._runtime.inspect_session, identity, session_id)
 
     def close_session(self, identity: VerifiedIdentity, session_id: str) -> CleanupReport:
         """``runtime.resources.close_session``, blocking: settle the session and flush it."""
-        return self.call(self._runtime.resources.close_session, identity, session_id)
+        return self._call_as("close_session", self._runtime.resources.close_session, identity, session_id)
 
     def settle_summary(self, identity: VerifiedIdentity, session_id: str) -> SummaryReport | None:
         """``runtime.resources.settle_summary``, blocking: wait for the session's summary update."""
-        return self.call(self._runtime.resources.settle_summary, identity, session_id)
+        return self._call_as("settle_summary", self._runtime.resources.settle_summary, identity, session_id)
 
     def drain(self, timeout_s: float | None = None) -> DrainResult:
         """:meth:`HarnessRuntime.drain`, blocking: wait for owned background work and say how it ended."""
-        return self.call(self._runtime.drain, timeout_s)
+        return self._call_as("drain", self._runtime.drain, timeout_s)
 
     def verify(
         self,
@@ -241,13 +268,19 @@ class BlockingRuntime:
         since: float = 0.0,
     ) -> tuple[VerificationRecord, tuple[Diagnostic, ...]]:
         """:meth:`HarnessRuntime.verify`, blocking."""
-        return self.call(
-            self._runtime.verify, identity, session_id, claim, recall_scope=recall_scope, since=since
+        return self._call_as(
+            "verify",
+            self._runtime.verify,
+            identity,
+            session_id,
+            claim,
+            recall_scope=recall_scope,
+            since=since,
         )
 
     def probe(self) -> list[tuple[str, str]]:
         """:meth:`HarnessRuntime.probe`, blocking: each adapter's bounded health check."""
-        return self.call(self._runtime.probe)
+        return self._call_as("probe", self._runtime.probe)
 
     def migrate_legacy_session(
         self,
@@ -258,7 +291,8 @@ class BlockingRuntime:
         attest_legacy_memory_scope: bool = False,
     ) -> MigrationReport:
         """:meth:`HarnessRuntime.migrate_legacy_session`, blocking."""
-        return self.call(
+        return self._call_as(
+            "migrate_legacy_session",
             self._runtime.migrate_legacy_session,
             identity,
             session_id,
@@ -268,7 +302,7 @@ class BlockingRuntime:
 
     def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
         """:meth:`HarnessRuntime.reconcile_session`, blocking."""
-        return self.call(self._runtime.reconcile_session, identity, session_id)
+        return self._call_as("reconcile_session", self._runtime.reconcile_session, identity, session_id)
 
     # -- closing ---------------------------------------------------------------------------------
 
