@@ -38,6 +38,7 @@ from .errors import PostgresRecallError, PostgresRowTooLargeError
 from .keys import q
 from .recall_sql import scope_params, term_query
 from .recall_vectors import POOL_PER_DEPTH, fuse
+from .recall_verify import verified_text
 
 if TYPE_CHECKING:
     from .link import Conn
@@ -237,27 +238,33 @@ class PostgresRecallSession(RecallSession):
         schema, row_cap = self._store.config.schema, self._store.config.max_row_bytes
 
         async def work(conn: Conn) -> list[tuple[Any, ...]]:
-            # A body over max_row_bytes (no source this store wrote has one) is not transferred.
+            # A body (or a group's canonical copy) over max_row_bytes (no source this store wrote has
+            # one) is not transferred. A group's canonical copy comes along: its text is checked
+            # against it (recall_verify), so an edited body is never returned as evidence.
             cursor = await conn.execute(
                 q(
-                    "SELECT source_id, revision, CASE WHEN octet_length(body) <= %s THEN body END, "
-                    "octet_length(body) FROM {s}.recall_sources "
-                    "WHERE tenant_key = %s AND source_id = ANY(%s::text[])",
+                    "SELECT s.source_id, s.revision, CASE WHEN octet_length(s.body) <= %s THEN s.body END, "
+                    "octet_length(s.body), s.kind, s.seq, s.title, a.digest, "
+                    "CASE WHEN octet_length(a.data) <= %s THEN a.data END, octet_length(a.data) "
+                    "FROM {s}.recall_sources AS s LEFT JOIN {s}.archive_groups AS a "
+                    "ON s.kind = 'group' AND a.tenant_key = s.tenant_key AND a.user_key = s.user_key "
+                    "AND a.session_key = s.session_key AND a.seq = s.seq "
+                    "WHERE s.tenant_key = %s AND s.source_id = ANY(%s::text[])",
                     schema,
                 ),
-                (row_cap, tenant, ids),
+                (row_cap, row_cap, tenant, ids),
             )
             return [tuple(r) for r in await cursor.fetchall()]
 
         rows = await self._store.link.run(ctx, "recall read", tenant, work, write=False)
-        for source_id, _, body, size in rows:
-            if body is None:
+        for source_id, _, body, size, *_, data, data_size in rows:
+            if body is None or (data is None and data_size is not None):
                 raise PostgresRowTooLargeError(
-                    f"postgres recall store: source {source_id!r} holds {size} bytes of text, more than "
-                    f"max_row_bytes={row_cap}; no source this store wrote does: the row is damaged and "
-                    "was not transferred"
+                    f"postgres recall store: source {source_id!r} holds {max(size, data_size or 0)} bytes, "
+                    f"more than max_row_bytes={row_cap}; no source this store wrote does: the row is "
+                    "damaged and was not transferred"
                 )
-        found = {str(r[0]): (str(r[1]), str(r[2])) for r in rows}
+        found = {str(r[0]): (str(r[1]), (r[4], r[5], r[6], r[2], r[7], r[8])) for r in rows}
         out: list[Excerpt] = []
         spent_bytes = spent_tokens = 0
         for ref, owner in wanted:
@@ -265,7 +272,10 @@ class PostgresRecallSession(RecallSession):
             row = found.get(ref.source_id)
             if owner is None or row is None or row[0] != ref.revision:
                 continue  # foreign, deleted or changed: validation reports it
-            excerpt = make_excerpt(ref, owner, row[1], self._terms, cap)
+            text = verified_text(ref, owner, row[1])
+            if text is None:
+                continue  # its archived group was erased first: nothing left to check it against
+            excerpt = make_excerpt(ref, owner, text, self._terms, cap)
             spent_bytes += len(excerpt.text.encode("utf-8"))
             spent_tokens += estimate_tokens(excerpt.text)
             if ctx.remaining_bytes is not None and spent_bytes > ctx.remaining_bytes:
