@@ -123,9 +123,10 @@ class RedisRecallConfig:
     - ``max_connections``: the owned client's pool size.
     - ``max_ranked_matches``: how many postings one discovery ranks at most,
       shared between the query's terms (each term's newest visible matches).
-    - ``max_read_bytes``: how much of one source's text a read fetches
-      (``GETRANGE``); a longer text is excerpted from its first
-      ``max_read_bytes`` and the excerpt says what it left out.
+    - ``max_read_bytes``: how much of one source's text a read uses; it
+      fetches that much rounded up to whole 4 KiB blocks (``GETRANGE``) and
+      checks each block against its digest. A longer text is excerpted from
+      its first ``max_read_bytes`` and the excerpt says what it left out.
     - ``max_value_bytes``: the largest text or archived group accepted for
       indexing, and the most ``seek_groups`` reads of one stored group.
     - ``max_terms_per_source``: the most distinct words one document or

@@ -60,14 +60,17 @@ class RedisRecallServerError(RedisRecallError, RecallUnavailableError):
 class RedisRecallLayoutError(RedisRecallError):
     """A tenant's index was written by an earlier version of the store, in a key layout this one refuses.
 
-    Layout 3 (this version) indexes stemmed words and each archived group
-    with its neighbours' edge lines as context; a layout-1 index holds words
-    unstemmed, so its postings cannot be ranked with stemmed queries, and a
+    Layout 4 (this version) indexes stemmed words, each archived group
+    with its neighbours' edge lines as context, and each text with its block
+    digests, which every read checks; a layout-1 index holds words
+    unstemmed, so its postings cannot be ranked with stemmed queries, a
     layout-2 index has no context, so its groups would rank below this
-    layout's: neither is mixed with this one. Discovery and indexing of that
-    tenant are refused (nothing is written); reads, validations and
-    ``seek_groups`` still work. Rebuild the index under a new ``key_prefix``
-    (the README's "Upgrading the key layout" says how).
+    layout's, and a layout-3 index has no block digests, so its texts cannot
+    be checked: none is mixed with this one. Discovery and indexing of that
+    tenant are refused (nothing is written), and so is a read of a source
+    without block digests; validations and ``seek_groups`` still work.
+    Rebuild the index under a new ``key_prefix`` (the README's "Upgrading
+    the key layout" says how).
     """
 
 

@@ -18,16 +18,19 @@ Under the tenant prefix (``P``):
 ``P:bk``               hash    owner key -> bucket number (one bucket per owner)
 ``P:bn``               hash    bucket number -> how many sources it holds
 ``P:nb`` / ``P:n``     string  counters of buckets and of rows
-``P:v``                string  the tenant's layout version, ``3`` (words stemmed, groups with
-                               neighbouring context); see below
+``P:v``                string  the tenant's layout version, ``4`` (words stemmed, groups with
+                               neighbouring context, block digests); see below
 ``P:m:<n>``            hash    the row: sid, rev, title, size, owner key, bucket, kind,
-                               and for groups seq and receipt digest (rows written by
-                               an earlier version also hold ``terms``); ``vec``: its
-                               vector (little-endian float32), when it has one
+                               for groups seq and receipt digest, ``td``: the text's
+                               block digests (:mod:`agentium_recall_redis.text_blocks`)
+                               (rows written by an earlier version lack ``td`` and may
+                               hold ``terms``); ``vec``: its vector (little-endian
+                               float32), when it has one
 ``P:vs:<b>``           zset    rows of bucket ``b`` with a vector: member and score ``n``
 ``P:vm`` / ``P:vc``    string  the model of the tenant's vectors (``"<model>/<dimension>"``)
                                and how many rows hold one
-``P:t:<n>``            string  the source's text (read with ``GETRANGE``)
+``P:t:<n>``            string  the source's text (read with ``GETRANGE``, whole blocks,
+                               each checked against ``td``)
 ``P:c:<n>``            string  an archived group's canonical bytes
 ``P:k:<n>``            list    the row's postings: what removing them reads. ``term`` for
                                ``P:p``, ``<term`` / ``>term`` for ``P:x`` (members ``n<`` /
@@ -48,10 +51,11 @@ Under the tenant prefix (``P``):
 
 Terms are index terms (:mod:`agentium_recall_redis.terms`: folded and
 Porter-stemmed) through :func:`encode_term`. Layout 2 (``P:v``) was the first
-with stemmed terms, layout 3 the first with neighbouring context (``P:x``):
-a tenant whose rows were written by an earlier version (``P:n`` present,
-``P:v`` absent or not ``3``) holds unstemmed terms or groups without
-context, and the store refuses to rank or extend it
+with stemmed terms, layout 3 the first with neighbouring context (``P:x``),
+layout 4 the first with block digests (``td``): a tenant whose rows were
+written by an earlier version (``P:n`` present, ``P:v`` absent or not
+``4``) holds unstemmed terms, groups without context or texts reads cannot
+check, and the store refuses to rank or extend it
 (:class:`~agentium_recall_redis.errors.RedisRecallLayoutError`; the README
 says how to rebuild it).
 

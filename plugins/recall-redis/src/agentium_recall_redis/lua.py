@@ -35,10 +35,12 @@ import attrs
 
 __all__ = ["CHECK", "LAYOUT", "LAYOUT_CHECK", "LEASE_MS", "ROWS", "TOKEN_TTL_MS", "Script"]
 
-#: The key layout this version writes (``P:v``): 3, terms stemmed and archived groups indexed with their
-#: neighbouring context (``P:x:<b>:<term>``). Layout 1 (no ``P:v``, terms unstemmed) and layout 2 (no
+#: The key layout this version writes (``P:v``): 4, terms stemmed, archived groups indexed with their
+#: neighbouring context (``P:x:<b>:<term>``) and every row with its text's block digests (``td``, what
+#: reads check; :mod:`agentium_recall_redis.text_blocks`). Layout 3 (no ``td``), layout 1 (no ``P:v``,
+#: terms unstemmed) and layout 2 (no
 #: context) are refused.
-LAYOUT: Final = 3
+LAYOUT: Final = 4
 
 #: How long a write's settlement token lives: far longer than any write can stay in flight.
 TOKEN_TTL_MS: Final = 600_000
@@ -63,7 +65,8 @@ class Script:
 
 #: The key layout check, for every script that ranks or adds postings: a tenant with rows (``P:n``) whose
 #: ``P:v`` is not :data:`LAYOUT` was written by an earlier version of the store (layout 1, no ``P:v``:
-#: terms unstemmed; layout 2: groups without neighbouring context); it is refused (the client raises
+#: terms unstemmed; layout 2: groups without neighbouring context; layout 3: rows without block
+#: digests, whose texts reads cannot check); it is refused (the client raises
 #: ``RedisRecallLayoutError``), never mixed with this layout's postings. ``LAYOUT`` is the Lua string
 #: the writing scripts store in ``P:v``.
 LAYOUT_CHECK: Final = (

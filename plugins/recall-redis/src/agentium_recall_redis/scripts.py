@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Final
 
 from .lua import LAYOUT_CHECK, LEASE_MS, TOKEN_TTL_MS, Script
+from .text_blocks import BLOCK, DIGEST
 from .write_scripts import (
     ABORT,
     BEGIN,
@@ -265,19 +266,26 @@ return {cjson.encode(rows), table.concat(blobs)}
 """,
 )
 
-#: Read texts at their revisions. KEYS: P:ids. ARGV: P, read cap (>= 1), then (sid, rev) pairs.
-#: Returns per ref {full size, first <cap> bytes} or nil (unknown, deleted or at another revision).
+#: Read texts at their revisions. KEYS: P:ids. ARGV: P, read cap (>= 1, whole blocks), then (sid, rev)
+#: pairs. Returns per ref {full size, first <cap> bytes, the digests of the blocks read (nil: the row has
+#: no ``td``), the length of the row's whole ``td``} or nil (unknown, deleted or at another revision).
 READ = Script(
     "read",
-    """
+    f"local BLOCK, DIGEST = {BLOCK}, {DIGEST}\n"
+    + """
 local P, cap = ARGV[1], tonumber(ARGV[2])
 local out = {}
 for i = 3, #ARGV, 2 do
   local entry = false
   local n = redis.call('HGET', P .. ':ids', ARGV[i])
-  if n and redis.call('HGET', P .. ':m:' .. n, 'rev') == ARGV[i + 1] then
+  local row = n and redis.call('HMGET', P .. ':m:' .. n, 'rev', 'td')
+  if row and row[1] == ARGV[i + 1] then
     local key = P .. ':t:' .. n
-    entry = {redis.call('STRLEN', key), redis.call('GETRANGE', key, 0, cap - 1)}
+    local data = redis.call('GETRANGE', key, 0, cap - 1)
+    local td = row[2]
+    local digests = false
+    if td then digests = string.sub(td, 1, DIGEST * math.ceil(#data / BLOCK)) end
+    entry = {redis.call('STRLEN', key), data, digests, td and #td or 0}
   end
   out[#out + 1] = entry
 end

@@ -174,7 +174,8 @@ class ServerErrors:
             raise RedisRecallLayoutError(
                 f"{operation}: this tenant's index under key_prefix {self.key_prefix!r} was written by an "
                 "earlier version of agentium-recall-redis (key layout 1: words not stemmed; layout 2: "
-                "groups without neighbouring context), which this version (layout 3) cannot rank or "
+                "groups without neighbouring context; layout 3: texts without block digests, which reads "
+                "cannot check), which this version (layout 4) cannot rank or "
                 "extend; nothing was written. Rebuild it under a new "
                 "key_prefix and `agentium recall rebuild` (the plugin README, 'Upgrading the key layout')"
             )

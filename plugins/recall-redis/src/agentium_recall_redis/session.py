@@ -48,6 +48,7 @@ from .link import as_text
 from .scripts import DISCOVER, HYBRID, READ
 from .server import Arg
 from .terms import STOPWORD_LISTS, query_stems
+from .text_blocks import checked_text, read_span
 
 if TYPE_CHECKING:
     from .link import Command, Reply
@@ -404,8 +405,12 @@ class RedisRecallSession(RecallSession):
         """One excerpt per visible ref still at its revision, in ref order, within the byte/token budgets.
 
         One round trip. Each text is fetched with ``GETRANGE`` up to
-        ``max_read_bytes``; an excerpt of a longer text is marked partial,
-        with source, correction and negation context possibly left out.
+        ``max_read_bytes`` (rounded up to whole blocks) and every block read
+        is checked against the row's block digests (:mod:`~agentium_recall_redis.text_blocks`):
+        a text edited behind the store's back raises :class:`RedisRecallError`,
+        a row without digests (an earlier layout) :class:`RedisRecallLayoutError`;
+        nothing of it is returned. An excerpt of a longer text is marked
+        partial, with source, correction and negation context possibly left out.
         """
         self._begin(ctx, "recall read")
         cap = max(0, check_count(max_excerpt_bytes, "max_excerpt_bytes"))
@@ -416,7 +421,8 @@ class RedisRecallSession(RecallSession):
                 wanted.append((ref, owner))
         if not wanted:
             return []
-        args: list[Arg] = [self._prefix, self._store.config.max_read_bytes]
+        read_cap = self._store.config.max_read_bytes
+        args: list[Arg] = [self._prefix, read_span(read_cap)]
         for ref, _ in wanted:
             args.extend((ref.source_id, ref.revision))
         rows = await self._reads.script(READ, [f"{self._prefix}:ids"], args, ctx, "recall read")
@@ -425,7 +431,8 @@ class RedisRecallSession(RecallSession):
         for (ref, owner), row in zip(wanted, rows or (), strict=False):
             if row is None:
                 continue  # deleted, changed or never indexed: validation reports it
-            size, data = int(row[0]), bytes(row[1])
+            data = checked_text(ref, row, self._prefix)[:read_cap]
+            size = int(row[0])
             cut = size > len(data)
             # A cut can split the last character; the stored text itself is valid UTF-8.
             text = data.decode("utf-8", "ignore" if cut else "replace")

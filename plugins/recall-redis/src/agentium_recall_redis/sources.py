@@ -2,7 +2,8 @@
 
 A document or an archived group becomes one source: its id, revision, kind,
 owner key, title, text, canonical bytes (groups only), sequence number and
-receipt digest, and its term counts, with a group's edge lines as context
+receipt digest, its text's block digests (:mod:`agentium_recall_redis.text_blocks`)
+and its term counts, with a group's edge lines as context
 of its neighbours (:func:`context_terms`; layout in
 :mod:`agentium_recall_redis.keys`); :func:`chunk_calls` packs sources into
 ``INDEX`` calls of at most ``max_terms_per_call`` terms. Every check here raises
@@ -32,6 +33,7 @@ from agentium_harness.plugin_api import (
 from .keys import edge_lines, encode_term, owner_key
 from .server import Arg
 from .terms import index_terms
+from .text_blocks import block_digests
 
 __all__ = [
     "Source",
@@ -85,9 +87,18 @@ class Source:
     seq: str
     digest: str
     terms: tuple[tuple[str, int], ...]
+    # The text's block digests (text_blocks), stored as the row's ``td``: what reads check.
+    blocks: bytes = attrs.field(init=False)
+
+    @blocks.default
+    def _blocks(self) -> bytes:
+        return block_digests(self.sid, self.revision, self.text)
 
     def row(self) -> list[Arg]:
-        """The row fields in script order: sid, rev, kind, owner key, title, text, canonical, seq, digest."""
+        """The row fields in script order.
+
+        sid, rev, kind, owner key, title, text, canonical, seq, digest, block digests.
+        """
         return [
             self.sid,
             self.revision,
@@ -98,6 +109,7 @@ class Source:
             self.canonical,
             self.seq,
             self.digest,
+            self.blocks,
         ]
 
     def index_args(self) -> list[Arg]:

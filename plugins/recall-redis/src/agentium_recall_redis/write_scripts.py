@@ -63,7 +63,7 @@ _PUBLISH = """
 local function publish(P, n, b, src)
   redis.call('HSET', P .. ':m:' .. n, 'sid', src.sid, 'rev', src.rev, 'title', src.title,
              'size', string.format('%d', #src.text), 'o', src.okey, 'b', b, 'kind', src.kind,
-             'seq', src.seq, 'dg', src.dg)
+             'seq', src.seq, 'dg', src.dg, 'td', src.td)
   redis.call('SET', P .. ':t:' .. n, src.text)
   if src.kind == 'g' then
     redis.call('SET', P .. ':c:' .. n, src.canon)
@@ -83,7 +83,8 @@ end
 _PRELUDE = CHECK + ROWS + _TOKEN + _PUBLISH
 
 #: Index a batch of sources. KEYS: P:ids, token. ARGV: P, token ttl, room, count, then per source sid,
-#: rev, kind (d|g), owner key, title, text, canonical bytes, seq, receipt digest, term count, (term, tf)*.
+#: rev, kind (d|g), owner key, title, text, canonical bytes, seq, receipt digest, block digests, term
+#: count, (term, tf)*.
 #: The client keeps the batch's terms within room. Returns {'ok', fresh, garbage backlog} or
 #: {'settled', token value}.
 INDEX = Script(
@@ -94,9 +95,9 @@ local room, count = tonumber(ARGV[3]), tonumber(ARGV[4])
 local plan, i = {}, 5
 for s = 1, count do
   plan[s] = {sid = ARGV[i], rev = ARGV[i + 1], kind = ARGV[i + 2], okey = ARGV[i + 3], title = ARGV[i + 4],
-             text = ARGV[i + 5], canon = ARGV[i + 6], seq = ARGV[i + 7], dg = ARGV[i + 8],
-             nt = tonumber(ARGV[i + 9]), t0 = i + 10}
-  i = i + 10 + 2 * plan[s].nt
+             text = ARGV[i + 5], canon = ARGV[i + 6], seq = ARGV[i + 7], dg = ARGV[i + 8], td = ARGV[i + 9],
+             nt = tonumber(ARGV[i + 10]), t0 = i + 11}
+  i = i + 11 + 2 * plan[s].nt
 end
 -- Phase 1: read and check everything; no write before phase 2.
 for _, key in ipairs({':ids', ':rev', ':bk', ':bn'}) do need(P .. key, 'hash') end
@@ -248,16 +249,17 @@ return done('ok')
 )
 
 #: Publish a staged source. KEYS: P:ids, token. ARGV: P, token ttl, room, member, term count staged in
-#: all, sid, rev, kind, owner key, title, text, canonical bytes, seq, receipt digest. Returns {'ok',
-#: '1'|'0'|'gone'|'short', backlog}: '0' when the source holds this revision already (the staging is given
-#: up), 'gone' when its lease was lost, 'short' when not every slice has been staged yet (nothing done).
+#: all, sid, rev, kind, owner key, title, text, canonical bytes, seq, receipt digest, block digests.
+#: Returns {'ok', '1'|'0'|'gone'|'short', backlog}: '0' when the source holds this revision already (the
+#: staging is given up), 'gone' when its lease was lost, 'short' when not every slice has been staged yet
+#: (nothing done).
 COMMIT = Script(
     "commit",
     _PRELUDE
     + """
 local room, member, total = tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
 local src = {sid = ARGV[6], rev = ARGV[7], kind = ARGV[8], okey = ARGV[9], title = ARGV[10], text = ARGV[11],
-             canon = ARGV[12], seq = ARGV[13], dg = ARGV[14]}
+             canon = ARGV[12], seq = ARGV[13], dg = ARGV[14], td = ARGV[15]}
 need(P .. ':pend', 'zset')
 if not redis.call('ZSCORE', P .. ':pend', member) then return done('gone', backlog(P)) end
 local b, n = string.match(member, '^(%d+) (%d+)$')
