@@ -14,8 +14,8 @@ from typing import Any, ClassVar
 import attrs
 import pytest
 
-from agentium_harness import InvalidArgumentError
-from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness import ArchiveCorruptError, InvalidArgumentError
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallError, SQLiteRecallStore
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
     Candidate,
@@ -37,6 +37,7 @@ from agentium_harness.plugin_api import (
     Vector,
     document_source_id,
     from_json,
+    make_excerpt,
     source_owner,
 )
 from agentium_harness.testing import RecallStoreContract
@@ -111,6 +112,35 @@ class Wrap(RecallStore):
         await self.inner.aclose()
 
 
+class UncheckedTextSession(WrapSession):
+    """Where the real store finds a stored text damaged, returns it as it found it."""
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        try:
+            return await self.inner.read(refs, max_excerpt_bytes, ctx)
+        except (SQLiteRecallError, ArchiveCorruptError) as exc:
+            if "damaged" not in str(exc):
+                raise
+        assert isinstance(self.store, ReturnsEditedText)
+        conn = sqlite3.connect(self.store.path)
+        try:
+            out = []
+            for ref in refs:
+                row = conn.execute(
+                    "SELECT t.text FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+                    "WHERE s.source_id = ? AND s.revision = ?",
+                    (ref.source_id, ref.revision),
+                ).fetchone()
+                owner = source_owner(ref.source_id)
+                if row is not None and owner is not None:
+                    out.append(make_excerpt(ref, owner, row[0], (), max_excerpt_bytes))
+            return out
+        finally:
+            conn.close()
+
+
 class _Suite(RecallStoreContract):
     store_class: ClassVar[type[Wrap]] = Wrap
 
@@ -132,6 +162,23 @@ class _Suite(RecallStoreContract):
                     (key.tenant, key.user, key.session, seq),
                 ).fetchone()
                 conn.execute("UPDATE recall_texts SET data = ? WHERE id = ?", (transform(row[1]), row[0]))
+            finally:
+                conn.close()
+
+        return corrupt
+
+    @pytest.fixture
+    def corrupt_indexed_text(self, tmp_path: Path) -> Callable[..., None]:
+        def corrupt(ref: SourceRef, transform: Callable[[bytes], bytes]) -> None:
+            conn = sqlite3.connect(tmp_path / "r.db", isolation_level=None)
+            try:
+                row = conn.execute(
+                    "SELECT t.id, t.text FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+                    "WHERE s.source_id = ?",
+                    (ref.source_id,),
+                ).fetchone()
+                text = transform(row[1].encode("utf-8")).decode("utf-8")
+                conn.execute("UPDATE recall_texts SET text = ? WHERE id = ?", (text, row[0]))
             finally:
                 conn.close()
 
@@ -421,6 +468,17 @@ class SeekSkipsTheDigest(Wrap):
     inner_class = NoDigestCheckSQLite
 
 
+class ReturnsEditedText(Wrap):
+    """read returns a document's stored text as found, never checked against its revision."""
+
+    capabilities = ALL
+    session_class = UncheckedTextSession
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.path = path
+
+
 class SeeksUndeclared(Wrap):
     """Answers seek_groups without declaring canonical_archive_reads (so its tests are skipped)."""
 
@@ -655,3 +713,7 @@ class TestSeekSkipsTheDigest(_Suite):
 
 class TestSeeksUndeclared(_Suite):
     store_class = SeeksUndeclared
+
+
+class TestReturnsEditedText(_Suite):
+    store_class = ReturnsEditedText

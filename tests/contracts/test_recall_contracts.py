@@ -11,7 +11,7 @@ import pytest
 
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import SessionKey, group_source_id
+from agentium_harness.plugin_api import SessionKey, SourceRef, group_source_id
 from agentium_harness.testing import RawStorage, RecallStoreContract, raw_files
 
 pytestmark = pytest.mark.anyio
@@ -31,6 +31,21 @@ def rewrite_indexed_group(path: Path, key: SessionKey, seq: int, transform: Call
         conn.close()
 
 
+def rewrite_indexed_text(path: Path, ref: SourceRef, transform: Callable[[bytes], bytes]) -> None:
+    """Rewrite one indexed document's stored text with plain sqlite3, behind the store's back."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        row = conn.execute(
+            "SELECT t.id, t.text FROM recall_sources AS s JOIN recall_texts AS t ON t.id = s.id "
+            "WHERE s.source_id = ?",
+            (ref.source_id,),
+        ).fetchone()
+        text = transform(row[1].encode("utf-8")).decode("utf-8")
+        conn.execute("UPDATE recall_texts SET text = ? WHERE id = ?", (text, row[0]))
+    finally:
+        conn.close()
+
+
 class TestSQLiteRecallStore(RecallStoreContract):
     @pytest.fixture
     async def recall_store(self, tmp_path: Path) -> AsyncIterator[SQLiteRecallStore]:
@@ -41,6 +56,10 @@ class TestSQLiteRecallStore(RecallStoreContract):
     @pytest.fixture
     def corrupt_indexed_group(self, tmp_path: Path) -> Callable[..., None]:
         return lambda key, seq, transform: rewrite_indexed_group(tmp_path / "recall.db", key, seq, transform)
+
+    @pytest.fixture
+    def corrupt_indexed_text(self, tmp_path: Path) -> Callable[..., None]:
+        return lambda ref, transform: rewrite_indexed_text(tmp_path / "recall.db", ref, transform)
 
     @pytest.fixture
     def raw_storage(self, tmp_path: Path) -> RawStorage:

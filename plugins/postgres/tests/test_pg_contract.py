@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from agentium_harness.plugin_api import SessionKey
+from agentium_harness.plugin_api import SessionKey, SourceRef
 from agentium_harness.testing import (
     ArchiveContract,
     CorruptStored,
@@ -145,6 +145,23 @@ class TestPostgresRecallStore(RecallStoreContract):
                 _SESSION + " AND seq = %s",
                 (*key.key_segments(), seq),
                 transform,
+            )
+
+        return corrupt
+
+    @pytest.fixture
+    def corrupt_indexed_text(self, admin: Admin, schema: str) -> CorruptStored:
+        """Rewrites a document's ``body`` (its revision and ``tsv`` stay), as the application role may."""
+
+        def corrupt(ref: SourceRef, transform: Transform) -> None:
+            row = admin.execute(
+                f'SELECT body FROM "{schema}".recall_sources WHERE source_id = %s', (ref.source_id,)
+            ).fetchone()
+            if row is None:
+                raise LookupError(f"{ref.source_id} is not indexed")
+            body = transform(str(row[0]).encode("utf-8")).decode("utf-8")
+            admin.execute(
+                f'UPDATE "{schema}".recall_sources SET body = %s WHERE source_id = %s', (body, ref.source_id)
             )
 
         return corrupt

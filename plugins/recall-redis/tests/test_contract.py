@@ -8,7 +8,7 @@ import pytest
 import redis
 from redis_servers import ServerProcess, new_prefix
 
-from agentium_harness.plugin_api import SessionKey, group_source_id
+from agentium_harness.plugin_api import SessionKey, SourceRef, group_source_id, source_owner
 from agentium_harness.testing import RawStorage, RecallStoreContract
 from agentium_recall_redis import RedisRecallConfig, RedisRecallStore
 from agentium_recall_redis.keys import tenant_prefix
@@ -72,6 +72,26 @@ class TestRedisRecallContract(RecallStoreContract):
                 if data is None:
                     raise LookupError(f"group {seq} of {key} keeps no canonical bytes")
                 client.set(f"{tenant}:c:{row.decode()}", transform(data))
+            finally:
+                client.close()
+
+        return corrupt
+
+    @pytest.fixture
+    def corrupt_indexed_text(self, server: ServerProcess, prefix: str) -> Callable[..., None]:
+        """Rewrites a document's text (``P:t:<n>``) with a plain client; its row and digests stay."""
+
+        def corrupt(ref: SourceRef, transform: Callable[[bytes], bytes]) -> None:
+            owner = source_owner(ref.source_id)
+            assert owner is not None
+            client = redis.Redis.from_url(server.url)
+            try:
+                tenant = tenant_prefix(prefix, owner.tenant)
+                row = client.hget(f"{tenant}:ids", ref.source_id)
+                if row is None:
+                    raise LookupError(f"{ref.source_id} is not indexed")
+                key = f"{tenant}:t:{row.decode()}"
+                client.set(key, transform(client.get(key) or b""))
             finally:
                 client.close()
 

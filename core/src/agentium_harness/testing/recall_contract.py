@@ -19,7 +19,10 @@ why. Stores that index in another way override
 The optional ``corrupt_indexed_group`` fixture returns
 ``corrupt(key, seq, transform)`` (like the archive suite's
 ``corrupt_archived_group``); with it the suite checks that ``seek_groups``
-re-checks the digest of what it returns.
+re-checks the digest of what it returns. The optional
+``corrupt_indexed_text`` fixture returns ``corrupt(ref, transform)``
+rewriting the stored text of an indexed document in place; with it the
+suite checks that ``read`` never returns text edited in the backend.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from .._errors import CapabilityError, OperationCancelledError
+from .._errors import AgentiumError, CapabilityError, OperationCancelledError
 from .._history import estimate_tokens
 from .._ports import OpContext, is_port_stub
 from .._ports.archive import ArchiveReceipt
@@ -54,13 +57,14 @@ from ._recall_helpers import scope_of as _scope
 from ._suite import (
     ContractSuite,
     CorruptStored,
+    call_hook,
     expired_context,
     from_threads,
     past_deadline_context,
     plain_group,
     require_flag,
 )
-from .helpers import COLLIDING_SOURCE_OWNERS, HOSTILE_IDS
+from .helpers import COLLIDING_SOURCE_OWNERS, HOSTILE_IDS, replace_once
 from .index_erasure_contract import RecallErasureTests
 from .recall_archive_contract import RecallArchiveTests
 from .recall_hybrid_contract import RecallHybridTests
@@ -101,6 +105,16 @@ class RecallStoreContract(RecallErasureTests, RecallHybridTests, RecallArchiveTe
     @pytest.fixture
     def corrupt_indexed_group(self) -> CorruptStored | None:
         """Override to return ``corrupt(key, seq, transform)`` rewriting an indexed group's bytes in place."""
+        return None
+
+    @pytest.fixture
+    def corrupt_indexed_text(self) -> CorruptStored | None:
+        """Override to return ``corrupt(ref, transform)`` rewriting a document's stored text in place.
+
+        ``transform`` takes and returns the text's UTF-8 bytes; the hook
+        writes the result where the store keeps the text, bypassing the
+        store (no revision, digest or index entry is updated).
+        """
         return None
 
     # -- declarations ---------------------------------------------------------------------------
@@ -272,6 +286,43 @@ class RecallStoreContract(RecallErasureTests, RecallHybridTests, RecallArchiveTe
                 [v] = await getattr(session, method)([second], OpContext.with_timeout(10.0))
                 assert v.status is ValidationStatus.DELETED, method
             assert await _discover(recall_store, scope, "mango") == []
+        finally:
+            await session.close()
+
+    async def test_text_edited_in_the_backend_is_never_read_as_evidence(
+        self, recall_store: RecallStore, add_document: AddDocument, corrupt_indexed_text: CorruptStored | None
+    ) -> None:
+        """A document's text changed behind the store's back is never returned by ``read`` at its revision.
+
+        Runs with ``document_indexing`` and a ``corrupt_indexed_text``
+        fixture. One word of the stored text is changed (still valid text;
+        the revision, as the store keeps it, is not). ``read`` must raise an
+        ``AgentiumError`` (a typed error, as the SQLite store's
+        ``SQLiteRecallError``) or leave the source out, on every call. A
+        failure means ``read`` returns what it finds: anyone who can write
+        the backend can put words into the model's evidence at a revision
+        validation calls current. Check each text against its revision (or a
+        digest kept with it at indexing) before returning it.
+        """
+        require_flag(recall_store, RecallCapabilities, "recall store", "document_indexing")
+        if corrupt_indexed_text is None:
+            pytest.skip("no corrupt_indexed_text fixture: reads of edited text are not tested")
+        owner = SourceOwner("t-edited", "u")
+        ref = await add_document(recall_store, owner, "ledger", "the intact ledger opens on monday")
+        scope = _scope(owner)
+        session = await _session(recall_store, scope)
+        try:
+            await session.discover("intact ledger", 5, OpContext.with_timeout(10.0))
+            intact = list(await session.read([ref], 1000, OpContext.with_timeout(10.0)))
+            assert [e.ref for e in intact] == [ref], "the intact document must be read before it is edited"
+            await call_hook(corrupt_indexed_text, ref, replace_once(b"intact", b"FORGED"))
+            for attempt in ("first", "second"):
+                try:
+                    got = list(await session.read([ref], 1000, OpContext.with_timeout(10.0)))
+                except AgentiumError:
+                    continue
+                forged = [e.text for e in got if "FORGED" in e.text]
+                assert not forged, f"{attempt} read returned text edited in the backend: {forged!r}"
         finally:
             await session.close()
 
