@@ -350,6 +350,9 @@ async def test_a_lent_client_is_never_closed(server: ServerProcess) -> None:
         session = await store.open(SCOPE, RecallLimits(), OpContext.with_timeout(5))
         [found] = await session.discover("zebra", 4, OpContext.with_timeout(5))
         assert found.ref == ref  # RESP3 and decode_responses on the lent client change nothing
+        # Reads too: the text and its binary block digests arrive as bytes, checked.
+        [excerpt] = await session.read([ref], 1000, OpContext.with_timeout(5))
+        assert excerpt.text == "the zebra grazes"
         await session.close()
         await store.aclose()
         assert await client.ping() is True  # still open
