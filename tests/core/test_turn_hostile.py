@@ -316,3 +316,34 @@ async def test_a_reply_with_too_many_tool_calls_is_refused_before_any_runs() -> 
     assert isinstance(outcome, ContractViolationError) and outcome.commit_state is CommitState.NOT_COMMITTED
     assert f"over the limit of {turn_module.MAX_TOOL_CALLS}" in str(outcome)
     assert await store.load(KEY, OpContext()) is None
+
+
+def rewrites_arguments(request: ModelRequest) -> ModelResponse:
+    """Rewrites every tool call's arguments it was handed (the turn's and the history's), then answers."""
+    for message in (*request.history, *request.turn):
+        for call in message.tool_calls:
+            call.arguments["forged"] = object()  # no commit could encode this
+    return ModelResponse(Message(Role.ASSISTANT, "done"))
+
+
+async def test_a_provider_that_rewrites_the_arguments_it_was_handed_changes_no_committed_history() -> None:
+    provider = Hostile(DEPLOY, rewrites_arguments, DEPLOY, rewrites_arguments)
+    store = InMemorySessionStore()
+
+    async def deploy(arguments: dict[str, Any]) -> str:
+        return "deployed"
+
+    runtime = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=store,
+        tools=ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)]),
+    )
+    async with runtime:
+        for _ in range(2):  # the second run's history holds the first run's tool call
+            result = await runtime.run(ANA, "s1", "ship it", grants=["deploy"])
+            assert result.output == "done" and result.tool_outcomes[0].status is ToolStatus.OK
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    committed = [c.arguments for g in stored.snapshot.resident for m in g.messages for c in m.tool_calls]
+    assert committed == [{}, {}]  # the arguments the tool ran with

@@ -227,12 +227,21 @@ async def run_turn(
     status = RunStatus.STEP_LIMIT
     specs = tools.specs(granted)
     made = 0
+    # What the provider is handed: the same messages, but each one with tool calls (or a payload)
+    # as its own copy. A ToolCall's arguments are a dict: shared, a provider could rewrite the
+    # arguments the engine commits (not those the tool ran with), or put in a value no commit can
+    # encode and lose the turn's writes; the history's are the loaded snapshot's own.
+    shown_history = tuple(map(_shown, history))
+    shown: list[Message] = [*map(_shown, turn)]
     for _step in range(steps):
         request = ModelRequest(
             instructions=instructions, sources=sources, history=history, turn=tuple(turn), tools=specs
         )
+        sent = ModelRequest(
+            instructions=instructions, sources=sources, history=shown_history, turn=tuple(shown), tools=specs
+        )
         try:
-            response, reply = await _complete(ticket, provider, request, may_call_tools)
+            response, reply = await _complete(ticket, provider, request, sent, may_call_tools)
         except AgentiumError as exc:
             partial = TurnOutcome(
                 tuple(turn),
@@ -252,6 +261,7 @@ async def run_turn(
         usage_in += call_in
         usage_out += call_out
         turn.append(reply)
+        shown.append(_shown(reply))
         trace.messages = tuple(turn)
         trace.steps += 1
         trace.usage_in += call_in
@@ -280,6 +290,7 @@ async def run_turn(
             elif outcome.detail:
                 diagnostics.append(Diagnostic("tool_output_cut", outcome.detail, Severity.WARNING))
             turn.append(Message(Role.TOOL, content, tool_call_id=call.id))
+            shown.append(turn[-1])
             trace.running = None
             trace.outcomes.append(outcome)
             trace.messages = tuple(turn)
@@ -302,16 +313,37 @@ async def run_turn(
     )
 
 
+def _shown(message: Message) -> Message:
+    """``message`` as a provider may be handed it: its tool calls' arguments and payload its own copies."""
+    if not message.tool_calls and message.payload is None:
+        return message  # frozen, and every field immutable: nothing to rewrite
+    payload = message.payload
+    return Message(
+        role=message.role,
+        content=message.content,
+        tool_calls=tuple(
+            ToolCall(c.id, c.name, json.loads(canonical_json(c.arguments))) for c in message.tool_calls
+        ),
+        tool_call_id=message.tool_call_id,
+        payload=None if payload is None else json.loads(canonical_json(payload)),
+        payload_format=message.payload_format,
+    )
+
+
 async def _complete(
-    ticket: Ticket, provider: ModelProvider, request: ModelRequest, may_call_tools: bool
+    ticket: Ticket, provider: ModelProvider, request: ModelRequest, sent: ModelRequest, may_call_tools: bool
 ) -> tuple[ModelResponse, Message]:
-    """The provider's response and its reply, checked (:func:`_check_response`) before the span reads it."""
+    """The provider's response and its reply, checked (:func:`_check_response`) before the span reads it.
+
+    ``sent`` is what the provider is handed; ``request``, the same request on the engine's own
+    messages, is what the span and the token estimate read (whatever the provider did to ``sent``).
+    """
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
     with observe.chat(provider) as span:
         if span.captures_content:
             span.content("gen_ai.system_instructions", [{"type": "text", "content": request.instructions}])
             span.content("gen_ai.input.messages", observe.messages_json(request.turn))
-        response = await _complete_bounded(ticket, provider, request)
+        response = await _complete_bounded(ticket, provider, sent)
         # Checked first: the span's token estimate and content read the reply, and a reply of
         # the wrong shape (content that is no text, arguments nested thousands deep) would make
         # them raise untyped errors, outside the handler that commits what ran.
