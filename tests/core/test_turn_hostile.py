@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import anyio
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -347,3 +348,36 @@ async def test_a_provider_that_rewrites_the_arguments_it_was_handed_changes_no_c
     assert stored is not None
     committed = [c.arguments for g in stored.snapshot.resident for m in g.messages for c in m.tool_calls]
     assert committed == [{}, {}]  # the arguments the tool ran with
+
+
+class Escaping(BaseException):
+    """Neither an Exception nor a cancellation: what no adapter (or tool) may raise."""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_provider_raising_a_base_exception_after_a_write_is_a_typed_error_and_the_write_kept(
+    backend: str,
+) -> None:
+    # On trio it escaped the call's system task and ended the whole program (TrioInternalError);
+    # on asyncio the caller read a cancellation and asyncio logged the exception's text.
+    outcome, ran, store = anyio.run(_run, Hostile(DEPLOY, raises(Escaping("boom"))), backend=backend)
+    assert ran == [1]
+    anyio.run(_kept, outcome, store, ContractViolationError)
+    assert "Escaping" in str(outcome) and "cancelled" not in str(outcome)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_tool_raising_a_base_exception_fails_and_its_effect_is_kept(backend: str) -> None:
+    async def handler(arguments: dict[str, Any]) -> str:
+        raise Escaping("boom")
+
+    outcome, ran, _store = anyio.run(_run, Hostile(DEPLOY), handler, backend=backend)
+    assert ran == [1] and isinstance(outcome, RunResult)
+    assert outcome.tool_outcomes[0].status is ToolStatus.FAILED
+    assert "Escaping" in outcome.tool_outcomes[0].detail
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_keyboard_interrupt_in_a_provider_reaches_the_host_as_itself(backend: str) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        anyio.run(_run, Hostile(raises(KeyboardInterrupt())), backend=backend)

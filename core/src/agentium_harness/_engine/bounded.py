@@ -31,7 +31,8 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from .._errors import OperationCancelledError
+from .._errors import ContractViolationError, OperationCancelledError
+from .._text import error_text
 from .loops import ThreadSafeEvent, cancel_scope, current_library
 
 __all__ = ["ABANDON_GRACE_S", "Overrun", "bounded", "caller_waker", "spawn"]
@@ -211,7 +212,8 @@ class _Call(Generic[T]):
         self.left = False  # the waiter walked away: whatever comes now is late
         self.on_late = on_late
         self.value: T | None = None
-        self.error: Exception | None = None
+        #: What the call raised: an Exception, or an interrupt or exit (see ``run``).
+        self.error: BaseException | None = None
         #: On asyncio, the future the caller awaits (see ``_wait``); ``None`` on trio.
         self.waiter: Any = None
         #: Made only when the call is abandoned: set when it ends, awaitable from any loop (erasure).
@@ -234,6 +236,21 @@ class _Call(Generic[T]):
                 self.finished = True
         except Exception as exc:  # handed to the waiter, who re-raises it (or drops it if it left)
             self.error = exc
+        except BaseException as exc:
+            # Not an Exception: escaping this task, it would end a trio run (TrioInternalError) or be
+            # logged by asyncio with its text, and the caller would read a cancellation. A
+            # cancellation, or a coroutine being closed, goes on as it came; an interrupt or an
+            # exit is re-raised in the caller's task; anything else is the adapter breaking its
+            # contract (it may raise exceptions, not BaseExceptions), reported as such.
+            if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
+                raise
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                self.error = exc
+            else:
+                self.error = ContractViolationError(
+                    f"{error_text(exc)} was raised, a BaseException that is no Exception: "
+                    "an adapter (or a tool) may raise only exceptions"
+                )
         finally:
             self.ended = True
             if self._done is not None:
