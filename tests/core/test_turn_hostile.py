@@ -49,6 +49,7 @@ from agentium_harness.plugin_api import (
     ProviderCapabilities,
     Role,
     ToolCall,
+    Usage,
 )
 
 pytestmark = pytest.mark.anyio
@@ -381,3 +382,79 @@ def test_a_tool_raising_a_base_exception_fails_and_its_effect_is_kept(backend: s
 def test_a_keyboard_interrupt_in_a_provider_reaches_the_host_as_itself(backend: str) -> None:
     with pytest.raises(KeyboardInterrupt):
         anyio.run(_run, Hostile(raises(KeyboardInterrupt())), backend=backend)
+
+
+class FlippingUsage(ModelResponse):
+    """Reports valid usage when first read, then counts that are no numbers."""
+
+    __slots__ = ("reads",)
+
+    @property  # type: ignore[override]
+    def usage(self) -> Usage:
+        reads = getattr(self, "reads", 0)
+        object.__setattr__(self, "reads", reads + 1)
+        return Usage(1, 1) if reads == 0 else Usage("many", -5)  # type: ignore[arg-type]
+
+    @usage.setter
+    def usage(self, value: Usage) -> None:
+        pass
+
+
+class Liar(int):
+    """A negative count that says it is not below 0."""
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [Usage(10**30, 1), Usage(1, 10**5000), Usage(Liar(-5), 1)],
+    ids=["huge", "unprintable", "int-subclass"],
+)
+async def test_usage_no_count_can_be_is_refused_and_the_write_kept(usage: Usage) -> None:
+    outcome, ran, store = await _run(
+        Hostile(DEPLOY, lambda request: ModelResponse(Message(Role.ASSISTANT, "done"), usage))
+    )
+    assert ran == [1]
+    await _kept(outcome, store, ContractViolationError)
+    assert "invalid usage" in str(outcome)
+
+
+async def test_usage_that_changes_when_read_again_is_read_once() -> None:
+    # The check read a valid usage; the run then read the property again and raised a bare TypeError.
+    outcome, ran, _store = await _run(
+        Hostile(DEPLOY, lambda request: FlippingUsage(Message(Role.ASSISTANT, "ok")))
+    )
+    assert ran == [1] and isinstance(outcome, RunResult)
+    assert outcome.usage.input_tokens is not None and outcome.usage.input_tokens >= 1
+
+
+class FlippingCalls(Message):
+    """One tool call when first read, then the same call twice (and more than the limit allows)."""
+
+    __slots__ = ("reads",)
+
+    @property  # type: ignore[override]
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        reads = getattr(self, "reads", 0)
+        object.__setattr__(self, "reads", reads + 1)
+        call = ToolCall("c1", "deploy", {})
+        return (call,) if reads == 0 else (call,) * (turn_module.MAX_TOOL_CALLS + 1)
+
+    @tool_calls.setter
+    def tool_calls(self, value: tuple[ToolCall, ...]) -> None:
+        pass
+
+
+async def test_tool_calls_that_change_when_read_again_are_checked_as_they_run() -> None:
+    outcome, ran, store = await _run(
+        Hostile(lambda request: ModelResponse(FlippingCalls(Role.ASSISTANT, "")))
+    )
+    assert ran == []  # none of the 129 calls (one id, repeated) was run
+    assert isinstance(outcome, ContractViolationError)
+    assert outcome.commit_state is CommitState.NOT_COMMITTED
+    assert await store.load(KEY, OpContext()) is None

@@ -34,7 +34,7 @@ from .._observe import spans as observe
 from .._ports._base import capabilities_of
 from .._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from .._text import clean_text, cut_text, error_text
-from .._validators import lone_surrogate_at
+from .._validators import MAX_COUNT, lone_surrogate_at
 from .bounded import Overrun, bounded
 from .history_checks import check_reply
 from .lifecycle import Ticket
@@ -241,7 +241,7 @@ async def run_turn(
             instructions=instructions, sources=sources, history=shown_history, turn=tuple(shown), tools=specs
         )
         try:
-            response, reply = await _complete(ticket, provider, request, sent, may_call_tools)
+            reply, usage = await _complete(ticket, provider, request, sent, may_call_tools)
         except AgentiumError as exc:
             partial = TurnOutcome(
                 tuple(turn),
@@ -253,7 +253,6 @@ async def run_turn(
             )
             raise TurnInterrupted(exc, partial) from exc
         made += 1
-        usage = response.usage
         # The provider's counts where it reported them (a reported 0 stays 0), estimates otherwise.
         call_in = request.estimated_tokens if usage.input_tokens is None else usage.input_tokens
         call_out = reply.estimated_tokens if usage.output_tokens is None else usage.output_tokens
@@ -332,8 +331,8 @@ def _shown(message: Message) -> Message:
 
 async def _complete(
     ticket: Ticket, provider: ModelProvider, request: ModelRequest, sent: ModelRequest, may_call_tools: bool
-) -> tuple[ModelResponse, Message]:
-    """The provider's response and its reply, checked (:func:`_check_response`) before the span reads it.
+) -> tuple[Message, Usage]:
+    """The provider's reply and usage, checked (:func:`_checked_response`) before the span reads them.
 
     ``sent`` is what the provider is handed; ``request``, the same request on the engine's own
     messages, is what the span and the token estimate read (whatever the provider did to ``sent``).
@@ -347,11 +346,10 @@ async def _complete(
         # Checked first: the span's token estimate and content read the reply, and a reply of
         # the wrong shape (content that is no text, arguments nested thousands deep) would make
         # them raise untyped errors, outside the handler that commits what ran.
-        reply = _check_response(response, may_call_tools)
-        assert isinstance(response, ModelResponse)  # the check refused anything else
+        reply, usage = _checked_response(response, may_call_tools)
         if span.recording or observe.current() is not None:
-            _describe(span, request, response.usage, reply)
-        return response, reply
+            _describe(span, request, usage, reply)
+        return reply, usage
 
 
 def _describe(
@@ -385,22 +383,32 @@ async def _complete_bounded(ticket: Ticket, provider: ModelProvider, request: Mo
         raise ProviderError(f"provider failed: {error_text(exc)}; the session was not changed") from exc
 
 
-def _is_count(value: object) -> bool:
-    """A token count a provider may report: ``None`` (unknown) or an ``int`` of at least 0, not a bool."""
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+def _count(value: object, what: str) -> int | None:
+    """A token count a provider reported, as a plain ``int`` from 0 to ``MAX_COUNT``; ``None`` (unknown) kept.
+
+    Anything else (a bool, a float, below 0, past the ceiling of every count) is a
+    :class:`ContractViolationError`. The value is copied as a plain ``int`` first: an ``int``
+    subclass's own comparisons and arithmetic are not trusted.
+    """
+    if value is None:
+        return None
+    plain = int.__int__(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    if plain is None or not 0 <= plain <= MAX_COUNT:
+        # Never the number itself: one of more than 4,300 digits cannot even be printed.
+        shown = (
+            f"a {clean_text(type(value).__name__)}"
+            if plain is None
+            else ("below 0" if plain < 0 else "too large")
+        )
+        raise ContractViolationError(
+            f"provider returned invalid usage ({what} is {shown}: a count is an int from 0 to {MAX_COUNT}); "
+            "none of its tool calls was run"
+        )
+    return plain
 
 
-def _check_response(response: object, may_call_tools: bool) -> Message:
-    """The reply as a plain assistant message, or :class:`ContractViolationError` before anything runs."""
-    if not isinstance(response, ModelResponse) or not isinstance(response.message, Message):
-        raise ContractViolationError(f"provider returned {type(response).__name__}, not a ModelResponse")
-    usage = response.usage
-    if not isinstance(usage, Usage) or not (_is_count(usage.input_tokens) and _is_count(usage.output_tokens)):
-        raise ContractViolationError(f"provider returned invalid usage {usage!r}")
-    given = response.message
-    calls = given.tool_calls
-    if not isinstance(calls, tuple):
-        raise ContractViolationError("provider returned a malformed tool call")
+def _check_calls(calls: tuple[ToolCall, ...], may_call_tools: bool) -> None:
+    """Tool calls only when declared, at most :data:`MAX_TOOL_CALLS`, well formed, each id once."""
     if calls and not may_call_tools:
         raise ContractViolationError(
             "provider returned tool calls but does not declare the tool_calls capability; "
@@ -414,14 +422,50 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
     # Ids must be unique within one reply: each result answers exactly one call.
     seen: set[str] = set()
     for call in calls:
-        if not isinstance(call, ToolCall) or not isinstance(call.arguments, dict):
+        if (
+            not isinstance(call, ToolCall)
+            or not isinstance(call.arguments, dict)
+            or not isinstance(call.id, str)
+        ):
             raise ContractViolationError("provider returned a malformed tool call")
-        if call.id in seen:
+        key = str.__str__(call.id)  # a plain copy: a str subclass's own hash or repr is not trusted
+        if key in seen:
             raise ContractViolationError(
-                f"provider returned tool call id {call.id!r} twice in one reply; "
-                "none of its tool calls was run"
+                f"provider returned tool call id {key!r} twice in one reply; none of its tool calls was run"
             )
-        seen.add(call.id)
+        seen.add(key)
+
+
+def _check_response(response: object, may_call_tools: bool) -> Message:
+    """The reply as a plain assistant message, or :class:`ContractViolationError` before anything runs."""
+    return _checked_response(response, may_call_tools)[0]
+
+
+def _checked_response(response: object, may_call_tools: bool) -> tuple[Message, Usage]:
+    """The reply as a plain assistant message and its usage as plain counts (or ContractViolationError).
+
+    Each field of the response is read once: what is checked is what is used (a subclass's
+    property could answer differently on a second read).
+    """
+    given = response.message if isinstance(response, ModelResponse) else None
+    if not isinstance(given, Message):
+        raise ContractViolationError(
+            f"provider returned {clean_text(type(response).__name__)}, not a ModelResponse"
+        )
+    assert isinstance(response, ModelResponse)
+    reported = response.usage
+    if not isinstance(reported, Usage):
+        raise ContractViolationError(
+            f"provider returned invalid usage (a {clean_text(type(reported).__name__)})"
+        )
+    usage = Usage(
+        input_tokens=_count(reported.input_tokens, "input_tokens"),
+        output_tokens=_count(reported.output_tokens, "output_tokens"),
+    )
+    calls = given.tool_calls
+    if not isinstance(calls, tuple):
+        raise ContractViolationError("provider returned a malformed tool call")
+    _check_calls(calls, may_call_tools)  # before the copy: it bounds the work of copying
     try:
         # The checks ``append`` applies (valid text, plain JSON arguments nested at most
         # MAX_ARGUMENT_DEPTH, a bounded payload named by its format), on a plain copy: a reply
@@ -433,13 +477,16 @@ def _check_response(response: object, may_call_tools: bool) -> Message:
             f"provider returned a message that cannot be encoded canonically ({what}); "
             "none of its tool calls was run"
         ) from exc
+    # Again on the copy, which is what runs and is kept: a Message subclass may answer a second
+    # read of its tool calls with others than the first.
+    _check_calls(reply.tool_calls, may_call_tools)
     content = reply.content
     if len(content) * 4 > MAX_REPLY_BYTES and len(content.encode("utf-8")) > MAX_REPLY_BYTES:
         raise ContractViolationError(
             f"provider returned a reply of more than {MAX_REPLY_BYTES} bytes of text; "
             "none of its tool calls was run"
         )
-    return reply
+    return reply, usage
 
 
 async def _run_tool(
