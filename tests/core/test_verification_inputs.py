@@ -145,3 +145,42 @@ async def test_a_verifier_building_unencodable_evidence_yields_unknown_on_a_comm
     assert result.has("verifier_failed") and "InvalidArgumentError" in result.verification.reason
     assert (await runtime.inspect_session(ANA, "s1")).next_seq == 1
     await runtime.aclose()
+
+
+class ChangingEvidence(VerificationResult):
+    """Valid evidence when first read; entries that are no EvidenceEntry when read again."""
+
+    __slots__ = ("reads",)
+
+    @property  # type: ignore[override]
+    def evidence(self) -> tuple[Any, ...]:
+        reads = getattr(self, "reads", 0)
+        object.__setattr__(self, "reads", reads + 1)
+        return (ENTRY,) if reads == 0 else (object(),)
+
+    @evidence.setter
+    def evidence(self, value: tuple[EvidenceEntry, ...]) -> None:
+        pass
+
+
+class ChangesItsAnswer(CompletionVerifier):
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities()
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        return ChangingEvidence(Verdict.PASS, (), "fine")
+
+
+@pytest.mark.anyio
+async def test_a_result_whose_evidence_changes_when_read_again_is_read_once() -> None:
+    # The check read valid entries, the record then read others: a bare AttributeError left run().
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["done."], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=ChangesItsAnswer(),
+    )
+    result = await runtime.run(ANA, "s1", "do it", completion=True)
+    assert result.verification is not None and result.verification.verdict is Verdict.PASS
+    assert result.verification.attempts[0].evidence == (ENTRY,)
+    assert (await runtime.inspect_session(ANA, "s1")).next_seq == 1
+    await runtime.aclose()

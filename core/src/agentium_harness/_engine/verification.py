@@ -31,7 +31,7 @@ from .._observe.turn import diagnostic_events
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
-from .._text import cut_text, error_text
+from .._text import clean_text, cut_text, error_text
 from .._validators import bounded_count, unicode_text
 from .._verdicts import (
     MAX_REASON_BYTES,
@@ -393,18 +393,20 @@ def _plain_text(value: object) -> str | None:
         return None
 
 
-def _checked_text(result: VerificationResult) -> tuple[str, tuple[EvidenceEntry, ...]] | str:
+def _checked_text(
+    given_reason: str, given: tuple[EvidenceEntry, ...]
+) -> tuple[str, tuple[EvidenceEntry, ...]] | str:
     """The reason and evidence as plain, encodable text; or which field is not.
 
     Every string the verifier returns is kept in the committed record and shown
     to the model in a revision, so one that cannot be encoded as UTF-8 (a lone
     surrogate) or is not a string at all makes the whole result malformed.
     """
-    reason = _plain_text(result.reason)
+    reason = _plain_text(given_reason)
     if reason is None:
         return "reason"
     entries: list[EvidenceEntry] = []
-    for index, entry in enumerate(result.evidence):
+    for index, entry in enumerate(given):
         kind, ref, detail = (_plain_text(entry.kind), _plain_text(entry.ref), _plain_text(entry.detail))
         for name, text in (("kind", kind), ("ref", ref), ("detail", detail)):
             if text is None:
@@ -413,17 +415,28 @@ def _checked_text(result: VerificationResult) -> tuple[str, tuple[EvidenceEntry,
     return reason, tuple(entries)
 
 
-def _well_formed(result: object) -> bool:
-    """A real VerificationResult: a Verdict, evidence entries, a string reason (nothing coerced)."""
+def _well_formed(result: object) -> tuple[Verdict, tuple[EvidenceEntry, ...], str] | None:
+    """A real VerificationResult's verdict, evidence entries and string reason (nothing coerced), or None.
+
+    Each field is read once and what was checked is what is used: a subclass's property could
+    answer a second read with something else (evidence that is no entries), raising an untyped
+    error on a turn whose tools ran.
+    """
+    if not isinstance(result, VerificationResult):
+        return None
     try:
-        return (
-            isinstance(result, VerificationResult)
-            and isinstance(result.verdict, Verdict)
-            and isinstance(result.reason, str)
-            and all(isinstance(e, EvidenceEntry) for e in result.evidence)
-        )
-    except AttributeError:  # an instance built without its fields (``__new__``)
-        return False
+        verdict, evidence, reason = result.verdict, result.evidence, result.reason
+        entries = tuple(evidence) if isinstance(evidence, tuple | list) else None
+    except Exception:  # an instance built without its fields (``__new__``), a property that raises
+        return None
+    if (
+        entries is None
+        or not isinstance(verdict, Verdict)
+        or not isinstance(reason, str)
+        or not all(isinstance(e, EvidenceEntry) for e in entries)
+    ):
+        return None
+    return verdict, entries, reason
 
 
 async def _attempt(
@@ -463,12 +476,17 @@ async def _attempt(
         return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
             Diagnostic("verifier_failed", detail, Severity.WARNING)
         ]
-    if not _well_formed(result):
-        detail = f"the verifier returned {type(result).__name__}, not a VerificationResult with a Verdict"
+    fields = _well_formed(result)
+    if fields is None:
+        detail = (
+            f"the verifier returned {clean_text(type(result).__name__)}, not a VerificationResult with a "
+            "Verdict"
+        )
         return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
             Diagnostic("verifier_contract", detail, Severity.WARNING)
         ]
-    checked = _checked_text(result)
+    verdict, given, given_reason = fields
+    checked = _checked_text(given_reason, given)
     if isinstance(checked, str):
         detail = (
             f"the verifier returned a VerificationResult whose {checked} is not valid Unicode text "
@@ -503,8 +521,7 @@ async def _attempt(
     notes.append(
         Diagnostic(
             "verified",
-            f"revision {revision}: {result.verdict.value} with {len(kept)} evidence entries "
-            f"in {elapsed:.3f}s",
+            f"revision {revision}: {verdict.value} with {len(kept)} evidence entries in {elapsed:.3f}s",
         )
     )
-    return VerificationAttempt(revision, result.verdict, reason, kept, omitted), notes
+    return VerificationAttempt(revision, verdict, reason, kept, omitted), notes
