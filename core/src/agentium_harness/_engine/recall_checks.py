@@ -169,10 +169,13 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
             state.violation(f"read returned {fault}; dropped")
             continue
         assert isinstance(item, Excerpt)
-        sid = item.ref.source_id
+        sid, text = item.ref.source_id, item.text
+        # The text as a plain copy, read once: a str subclass's own encode or translate (its size,
+        # its escaping in the request) is never trusted, and what is checked is what is kept.
+        text = str.__str__(text) if isinstance(text, str) else text
         if any(
-            not isinstance(t, str) or lone_surrogate_at(t) is not None
-            for t in (item.text, sid, item.ref.revision)
+            not isinstance(t, str) or lone_surrogate_at(str.__str__(t)) is not None
+            for t in (text, sid, item.ref.revision)
         ):
             # It could never be rendered, stored or hashed: refused before it reaches the request.
             state.violation(
@@ -194,7 +197,8 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
         if item.ref in got:
             state.violation(f"read returned {sid!r} twice; the repeat was dropped")
             continue
-        size = len(item.text.encode("utf-8", "surrogatepass"))
+        assert isinstance(text, str)
+        size = len(text.encode("utf-8"))
         if size > limits.max_excerpt_bytes:
             state.violation(
                 f"read returned {size} bytes for {sid!r}, "
@@ -204,7 +208,7 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
         if state.source_bytes + size > limits.max_source_bytes:
             state.violation(f"read exceeded max_source_bytes={limits.max_source_bytes}; {sid!r} dropped")
             continue
-        tokens = estimate_tokens(item.text)
+        tokens = estimate_tokens(text)
         if state.tokens + tokens > limits.max_evidence_tokens:
             state.violation(
                 f"read exceeded max_evidence_tokens={limits.max_evidence_tokens}; {sid!r} dropped"
@@ -212,7 +216,7 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
             continue
         state.source_bytes += size
         state.tokens += tokens
-        got[item.ref] = item
+        got[item.ref] = Excerpt(item.ref, item.owner, text, item.completeness, item.omitted)
     for candidate in asked:
         if candidate.ref not in got and not any(candidate.ref.source_id in v for v in state.violations):
             state.problems.append(f"source {candidate.ref.source_id} was discovered but not read")

@@ -102,13 +102,15 @@ def _wrap(kind: str, source_id: str, attributes: tuple[tuple[str, str], ...], co
     field can add a ``source-data`` tag or an attribute. ``html.unescape``
     of an encoded value gives the original back.
     """
+    # ``str.translate`` and ``str.__str__``, not the values' own methods: a ``str`` subclass (an
+    # adapter's) could answer ``translate`` or ``__format__`` with a closing tag of its own.
     head = f"<source-data kind={_quoted(kind)} id={_quoted(source_id)}"
-    head += "".join(f" {name}={_quoted(value)}" for name, value in attributes)
-    return f"{head}>\n{content.translate(_TEXT_ESCAPES)}\n</source-data>"
+    head += "".join(f" {str.__str__(name)}={_quoted(value)}" for name, value in attributes)
+    return f"{head}>\n{str.translate(content, _TEXT_ESCAPES)}\n</source-data>"
 
 
 def _quoted(value: str) -> str:
-    return '"' + value.translate(_ATTRIBUTE_ESCAPES) + '"'
+    return '"' + str.translate(value, _ATTRIBUTE_ESCAPES) + '"'
 
 
 #: What a provider adapter tells the model ahead of the rendered blocks
