@@ -458,3 +458,25 @@ async def test_tool_calls_that_change_when_read_again_are_checked_as_they_run() 
     assert isinstance(outcome, ContractViolationError)
     assert outcome.commit_state is CommitState.NOT_COMMITTED
     assert await store.load(KEY, OpContext()) is None
+
+
+class Alias(str):
+    """A tool name that hashes and compares as ``deploy`` whatever it says it is."""
+
+    def __hash__(self) -> int:
+        return hash("deploy")
+
+    def __eq__(self, other: object) -> bool:
+        return other == "deploy"
+
+
+async def test_a_tool_name_that_compares_as_another_runs_only_the_tool_it_names() -> None:
+    # The registry looked the name up by its own hash and ==: 'deploy' ran, history said 'harmless'.
+    outcome, ran, store = await _run(Hostile(calls(ToolCall("c1", Alias("harmless"), {}))))
+    assert ran == [] and isinstance(outcome, RunResult)
+    [refused] = outcome.tool_outcomes
+    assert refused.name == "harmless" and refused.status is ToolStatus.REFUSED_UNKNOWN
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    [call] = [c for g in stored.snapshot.resident for m in g.messages for c in m.tool_calls]
+    assert type(call.name) is str and call.name == "harmless"

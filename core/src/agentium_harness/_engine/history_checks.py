@@ -257,10 +257,16 @@ def _copy(message: Message, role: Role, tool_call_id: str | None, at: str) -> Me
     for call in message.tool_calls:
         if not isinstance(call, ToolCall):
             raise InvalidArgumentError(f"{at}tool_calls must hold ToolCall records")
+        call_id, name = call.id, call.name
+        if not isinstance(call_id, str) or not isinstance(name, str):
+            raise InvalidArgumentError(f"{at}a tool call's id and name must be strings; nothing was written")
+        # Plain copies (ToolCall validates them again): a str subclass's own hash and == could make
+        # the registry run another tool than the name committed says, its repr raise.
+        call_id, name = str.__str__(call_id), str.__str__(name)
         if not isinstance(call.arguments, dict):
-            raise InvalidPayloadError(f"{at}tool call {call.id!r} arguments must be a dict")
-        arguments = plain_json(call.arguments, f"{at}tool call {call.id!r} arguments")
-        calls.append(ToolCall(call.id, call.name, arguments))
+            raise InvalidPayloadError(f"{at}tool call {call_id!r} arguments must be a dict")
+        arguments = plain_json(call.arguments, f"{at}tool call {call_id!r} arguments")
+        calls.append(ToolCall(call_id, name, arguments))
     payload, payload_format = message.payload, message.payload_format
     if (payload is None) != (payload_format is None):
         raise InvalidPayloadError(
