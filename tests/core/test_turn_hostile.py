@@ -480,3 +480,17 @@ async def test_a_tool_name_that_compares_as_another_runs_only_the_tool_it_names(
     assert stored is not None
     [call] = [c for g in stored.snapshot.resident for m in g.messages for c in m.tool_calls]
     assert type(call.name) is str and call.name == "harmless"
+
+
+def _from_another_run() -> ContractViolationError:
+    """An error as a nested runtime's run() raises it: with that run's commit state."""
+    error = ContractViolationError("the inner run's provider broke its contract")
+    error.commit_state = CommitState.COMMITTED
+    return error
+
+
+async def test_an_error_from_another_run_does_not_speak_for_this_one() -> None:
+    # It was passed on as it was: 'committed' (the inner run's), and this run's write never committed.
+    outcome, ran, store = await _run(Hostile(DEPLOY, raises(_from_another_run())))
+    assert ran == [1]
+    await _kept(outcome, store, ContractViolationError)

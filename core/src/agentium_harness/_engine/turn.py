@@ -377,8 +377,15 @@ async def _complete_bounded(ticket: Ticket, provider: ModelProvider, request: Mo
             f"provider did not answer within {exc.timeout_s}s and was cancelled; the session was not changed",
             exc.timeout_s,
         ) from exc
-    except ContractViolationError:
-        raise
+    except ContractViolationError as exc:
+        if exc.commit_state is None and exc.run_result is None:
+            raise
+        # One raised out of another run (a provider built on a nested runtime): its commit state
+        # and result are that run's. Passed on, this run would report them as its own and never
+        # commit what its tools did.
+        raise ContractViolationError(
+            f"provider failed: {error_text(exc)}; the session was not changed"
+        ) from exc
     except Exception as exc:
         raise ProviderError(f"provider failed: {error_text(exc)}; the session was not changed") from exc
 
