@@ -245,6 +245,8 @@ class _Call(Generic[T]):
             if isinstance(exc, GeneratorExit | anyio.get_cancelled_exc_class()):
                 raise
             if isinstance(exc, KeyboardInterrupt | SystemExit):
+                if self.left:
+                    raise  # nobody is waiting to re-raise it: it must not be lost
                 self.error = exc
             else:
                 self.error = ContractViolationError(
