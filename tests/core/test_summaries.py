@@ -654,3 +654,34 @@ async def test_a_background_gap_reaches_the_next_runs_diagnostics() -> None:
     assert report is not None and report.state is not None and report.state.gaps == ()
     assert report.state.summary.frontier == 2
     await runtime.aclose()
+
+
+class Overreading(InMemoryArchive):
+    """Answers every read with all the groups it holds from ``start_seq``, whatever ``max_groups`` says."""
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        return await super().read_groups(key, start_seq, 10**6, ctx)
+
+
+class Backlogged(Watching):
+    """Fails while ``down`` is set, so archived groups pile up past the frontier."""
+
+    down = True
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        if self.down:
+            raise RuntimeError("summarizer down")
+        return await super().summarize(previous, groups, ctx)
+
+
+async def test_a_read_that_returns_more_groups_than_asked_is_cut_to_the_update_bound() -> None:
+    # Every group it returned was offered: max_groups=1 did not bound the update.
+    summarizer = Backlogged()
+    runtime = _runtime(
+        summarizer, archive=Overreading(), summary_limits=SummaryLimits(background=False, max_groups=1)
+    )
+    async with runtime:
+        await _turns(runtime, 6)
+        summarizer.down = False
+        await _turns(runtime, 1, start=6)
+    assert summarizer.offered == [[0]]

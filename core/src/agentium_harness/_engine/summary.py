@@ -28,6 +28,7 @@ away something the summary already covers restarts it (:func:`restarted`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING
 
 import attrs
@@ -150,7 +151,10 @@ async def _read(
         return reader(key, start, count, ctx)
 
     try:
-        return list(await ticket.call("summary group read", batch, timeout_s=timeout_s)), None
+        # At most ``count``, whatever the reader returned: past them lie groups this update must
+        # not offer (past ``max_groups``, the archive boundary, or an erased range).
+        got = await ticket.call("summary group read", batch, timeout_s=timeout_s)
+        return list(islice(got, count)), None
     except Exception as exc:
         # Any failure is narrowed down below, group by group; the batch error is not reported as such.
         del exc
