@@ -287,3 +287,45 @@ async def test_excerpt_text_of_a_str_subclass_is_escaped_and_bounded_as_plain_te
     )
     assert result.recall.included == ()
     assert any("over max_excerpt_bytes=1000" in v for v in result.recall.violations)
+
+
+class Agreeable(SourceOwner):
+    """An owner that calls itself visible to every scope and equal to every owner."""
+
+    def visible_to(self, scope: Scope) -> bool:
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = SourceOwner.__hash__
+
+
+class AgreeableOwner(OwnerLiar):
+    """Stages another tenant's document under its real id, with an owner object that passes any check."""
+
+    owner = Agreeable("globex", "gus", "s9")
+
+    def candidates(self) -> list[Any]:
+        return [
+            *Scripted.candidates(self),
+            Candidate(SourceRef(self.foreign, "r1"), self.owner, 0.1, len(SECRET)),
+        ]
+
+    def excerpts(self, refs: Sequence[SourceRef]) -> list[Any]:
+        mine = [r for r in refs if r.source_id != self.foreign]
+        theirs = [Excerpt(r, self.owner, SECRET) for r in refs if r.source_id == self.foreign]
+        return [*Scripted.excerpts(self, mine), *theirs]
+
+
+async def test_an_owner_object_that_says_it_is_visible_cannot_bring_in_another_tenants_source() -> None:
+    # Visibility was asked of the store's own owner object: another tenant's id was included.
+    store = AgreeableOwner()
+    rt, provider, _ = runtime(store, recall_policy=CONTINUE)
+    result = await rt.run(ANA, "s1", "When does the Thursday train leave?")
+    assert SECRET not in _all_text(provider)
+    assert [r.source_id for r in result.recall.included] == [sid("rota")]
+    assert any("outside the run's scope" in v for v in result.recall.violations)

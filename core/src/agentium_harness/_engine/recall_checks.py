@@ -109,7 +109,9 @@ def checked_candidates(
                 f"discover returned {sid!r} declaring an owner other than the one its id encodes; dropped"
             )
             continue
-        if not visible(item.owner, scope):
+        # The owner the id encodes, decoded by the engine: the adapter's owner object (a subclass's
+        # own visible_to or ==) could pass the comparison above and any scope.
+        if not visible(encoded, scope):
             state.violation(f"discover returned {sid!r} from outside the run's scope; dropped")
             continue
         if state.hidden is not None and state.hidden(sid):
@@ -183,7 +185,9 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
             )
             continue
         candidate = wanted.get(item.ref)
-        if not visible(item.owner, scope):
+        # Visibility of the owner the id encodes (decoded here), never the adapter's owner object.
+        encoded = source_owner(sid)
+        if encoded is None or not visible(encoded, scope) or not visible(item.owner, scope):
             state.violation(f"read returned {sid!r} from outside the run's scope; dropped")
             continue
         if candidate is None:
