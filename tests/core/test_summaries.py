@@ -685,3 +685,36 @@ async def test_a_read_that_returns_more_groups_than_asked_is_cut_to_the_update_b
         summarizer.down = False
         await _turns(runtime, 1, start=6)
     assert summarizer.offered == [[0]]
+
+
+class Forged(MessageGroup):
+    """A group that reports the digest it was archived with, whatever its messages now say."""
+
+    __slots__ = ("claimed",)
+
+    @property
+    def digest(self) -> str:
+        return str(self.claimed)
+
+
+class Rewriting(InMemoryArchive):
+    """Reads each group back with its text rewritten, claiming the digest it was archived with."""
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        out = []
+        for group in await super().read_groups(key, start_seq, max_groups, ctx):
+            rewritten = tuple(attrs.evolve(m, content="REWRITTEN") for m in group.messages)
+            forged = Forged(group.seq, rewritten, group.retained, group.control)
+            object.__setattr__(forged, "claimed", group.digest)
+            out.append(forged)
+        return out
+
+
+async def test_a_read_group_that_is_not_a_plain_group_is_never_offered() -> None:
+    # Its digest property matched the receipt, so rewritten text was summarized and cited.
+    summarizer = Watching()
+    runtime = _runtime(summarizer, archive=Rewriting())
+    async with runtime:
+        result = await _turns(runtime, 4)
+    assert summarizer.offered == []
+    assert result.summary is None or "REWRITTEN" not in result.summary.summary.text

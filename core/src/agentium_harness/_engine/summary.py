@@ -192,7 +192,9 @@ def _admissible(
     used = 0
     for offset, group in enumerate(groups):
         expected = start + offset
-        if not isinstance(group, MessageGroup):
+        # Exactly a MessageGroup: a subclass's own digest (or encoding) could match the receipt
+        # whatever its messages say, and rewritten text would be summarized and cited.
+        if type(group) is not MessageGroup:
             return run, CoverageGap(expected, GapReason.INCOMPLETE, f"read returned a {type(group).__name__}")
         if group.seq != expected:
             return run, CoverageGap(
