@@ -79,3 +79,39 @@ async def test_a_broken_embeddings_body_is_retried(stub: StubServer) -> None:
         await embedder.aclose()
     assert [list(v) for v in vectors] == [[1.0, 2.0, 3.0]]
     assert len([r for r in stub.requests if r.path.endswith("/embeddings")]) == 2
+
+
+_ERROR_BODY = b'{"error": {"message": "' + b"x" * 4000 + b'"}}'
+
+BROKEN_ERRORS = {
+    "500 closed mid-body": lambda: Reply(body=_ERROR_BODY, status=500, cut_after=40),
+    "400 closed mid-body": lambda: Reply(body=_ERROR_BODY, status=400, cut_after=40),
+    "500 corrupt gzip": lambda: Reply(body=_ERROR_BODY, status=500, headers={"Content-Encoding": "gzip"}),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(BROKEN_ERRORS))
+async def test_a_broken_error_answer_is_retried_not_a_raw_http_error(stub: StubServer, fault: str) -> None:
+    # The client reads an error answer's body itself; its HTTP library's exception once escaped raw.
+    stub.add(BROKEN_ERRORS[fault](), Reply.recorded("plain_answer"))
+    stub.add(BROKEN_ERRORS[fault](), BROKEN_ERRORS[fault]())
+    provider = make_provider(stub, max_retries=1)
+    try:
+        response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+        assert response.message.content
+        with pytest.raises(OpenAIRetriesExhaustedError, match="connection failed") as caught:
+            await provider.complete(REQUEST, OpContext.with_timeout(10))
+    finally:
+        await provider.aclose()
+    assert caught.value.attempts == 2 and caught.value.status is None
+    assert stub.api_key and stub.api_key not in str(caught.value)
+
+
+async def test_a_broken_error_answer_to_the_probe_is_a_typed_probe_failure(stub: StubServer) -> None:
+    stub.model_replies.append(Reply(body=_ERROR_BODY, status=500, cut_after=40))
+    provider = make_provider(stub)
+    try:
+        with pytest.raises(OpenAIConnectionError, match="broke off its error answer"):
+            await provider.health(OpContext.with_timeout(10))
+    finally:
+        await provider.aclose()

@@ -271,6 +271,10 @@ class OpenAIProvider(ModelProvider):
         message = body.get("message") if isinstance(body, dict) else None
         return scrub(message if isinstance(message, str) else str(exc.message), self._api_key)
 
+    def _broke_off(self, exc: Exception) -> str:
+        """What a transport failure while an error answer's body arrived says (scrubbed of the key)."""
+        return f"broke off its error answer ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
+
     def _status_error(self, exc: openai.APIStatusError) -> OpenAIProviderError:
         status = exc.status_code
         detail = self._detail(exc)
@@ -328,6 +332,12 @@ class OpenAIProvider(ModelProvider):
                     # The body broke off after the headers (see _read_capped): as retryable as a
                     # connection that failed before them.
                     raise Retryable(f"connection failed ({exc})") from None
+                except Exception as exc:
+                    # An error answer's body is read by the client itself, which lets the HTTP
+                    # library's own error through when that body breaks off or cannot be decoded.
+                    if not is_transport_error(exc):
+                        raise
+                    raise Retryable(f"connection failed (the server {self._broke_off(exc)})") from None
             except Retryable as failure:
                 if ctx.expired:
                     raise OperationCancelledError(
@@ -515,6 +525,12 @@ class OpenAIProvider(ModelProvider):
             except openai.APIConnectionError as exc:
                 raise OpenAIConnectionError(
                     f"the server at {self._where()} could not be reached ({type(exc).__name__})"
+                ) from None
+            except Exception as exc:
+                if not is_transport_error(exc):  # an error answer's body broke off (see _attempts)
+                    raise
+                raise OpenAIConnectionError(
+                    f"the server at {self._where()} {self._broke_off(exc)}; nothing of it was used"
                 ) from None
             try:
                 body = decode_json(data, max_depth=REPLY_ENVELOPE_DEPTH, max_bytes=len(data))
