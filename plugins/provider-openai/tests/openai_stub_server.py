@@ -58,7 +58,9 @@ class Reply:
     ``chunked`` sends the body in 64 KiB chunks with ``Transfer-Encoding: chunked``
     and no ``Content-Length``, so its size is known only by reading it;
     ``cut_after`` declares the whole body's ``Content-Length`` but sends only
-    that many bytes of it, then closes the connection (a server that dies mid-answer).
+    that many bytes of it, then closes the connection (a server that dies mid-answer);
+    ``stall_after`` (with ``chunked``) sends that many bytes of the body, then sends
+    nothing more until the server stops (a server that floods, then hangs).
     """
 
     body: Any = None
@@ -68,6 +70,7 @@ class Reply:
     hold: threading.Event | None = None
     chunked: bool = False
     cut_after: int | None = None
+    stall_after: int | None = None
 
     @classmethod
     def recorded(cls, name: str, **changes: Any) -> Reply:
@@ -278,6 +281,10 @@ def _handler(server: StubServer) -> type[BaseHTTPRequestHandler]:
                     for start in range(0, len(payload), 65536):
                         piece = payload[start : start + 65536]
                         self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+                        if reply.stall_after is not None and start + len(piece) >= reply.stall_after:
+                            self.wfile.flush()
+                            server.stopping.wait()
+                            return
                     self.wfile.write(b"0\r\n\r\n")
                     return
                 self.send_header("Content-Length", str(len(payload)))

@@ -45,7 +45,8 @@ from agentium_harness.plugin_api import (
     decode_json,
 )
 
-from ._failures import STREAMING_ONLY, Retryable, is_transport_error, retry_after
+from ._failures import Retryable, is_transport_error, retry_after
+from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error
 from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, redact_url
 from .errors import (
     OpenAIConfigError,
@@ -55,7 +56,6 @@ from .errors import (
     OpenAIProviderError,
     OpenAIReplyLimitError,
     OpenAIRetriesExhaustedError,
-    OpenAIStatusError,
     OpenAIStreamingOnlyError,
     scrub,
 )
@@ -64,7 +64,6 @@ from .wire import decode_reply, parse_completion, request_messages, request_tool
 if TYPE_CHECKING:
     # The client library is imported where a client is made or its errors are caught, not when
     # the plugin loads: listing plugins (``agentium plugins``) must not pay for it.
-    import openai
     from openai import AsyncOpenAI
 
 __all__ = ["NO_KEY", "RETRYABLE_STATUSES", "OpenAIProvider", "ProviderCalls"]
@@ -211,7 +210,15 @@ class OpenAIProvider(ModelProvider):
             max_retries=0,
             # Redirects are not followed: a 3xx would re-send the whole conversation to wherever
             # it points (another host included). It is a status error naming the status instead.
-            http_client=DefaultAsyncHttpxClient(timeout=self._config.timeout_s, follow_redirects=False),
+            # The hook reads an error answer within max_reply_bytes before the client would read it
+            # whole (see _refusals).
+            http_client=DefaultAsyncHttpxClient(
+                timeout=self._config.timeout_s,
+                follow_redirects=False,
+                event_hooks={
+                    "response": [error_answer_hook(self._config.max_reply_bytes, self._where, self._api_key)]
+                },
+            ),
         )
 
     def _where(self) -> str:
@@ -265,33 +272,9 @@ class OpenAIProvider(ModelProvider):
             return min(retry_after, cap)
         return float(min(self._config.retry_backoff_s * 2 ** (attempt - 1), cap))
 
-    def _detail(self, exc: openai.APIStatusError) -> str:
-        """The server's own error message (its ``error.message``), scrubbed of the key."""
-        body = exc.body
-        message = body.get("message") if isinstance(body, dict) else None
-        return scrub(message if isinstance(message, str) else str(exc.message), self._api_key)
-
-    def _broke_off(self, exc: Exception) -> str:
-        """What a transport failure while an error answer's body arrived says (scrubbed of the key)."""
-        return f"broke off its error answer ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
-
-    def _status_error(self, exc: openai.APIStatusError) -> OpenAIProviderError:
-        status = exc.status_code
-        detail = self._detail(exc)
-        if status in (400, 404, 405, 415, 422) and STREAMING_ONLY.search(detail):
-            return OpenAIStreamingOnlyError(
-                f"the server at {self._where()} refused a non-streamed request (HTTP {status}: {detail}); "
-                "this provider needs non-streamed Chat Completions",
-                status=status,
-            )
-        hint = {
-            401: "check the API key in the variable api_key_env names",
-            403: "the key is not allowed to use this model or endpoint",
-            404: f"check base_url and that the server serves model {self._config.model!r}",
-        }.get(status, "the request was not accepted")
-        return OpenAIStatusError(
-            f"the server at {self._where()} answered HTTP {status}: {detail} ({hint})", status=status
-        )
+    def _refusal(self, exc: BaseException) -> tuple[int, Mapping[str, str], str] | None:
+        """The status, headers and scrubbed message of an error answer (see :func:`refusal`), or ``None``."""
+        return refusal(exc, self._api_key, self._config.max_reply_bytes)
 
     async def _attempts(self, ctx: OpContext, operation: str, send: Callable[[float], Awaitable[T]]) -> T:
         """Call ``send(timeout)`` up to ``1 + max_retries`` times, retrying only retryable failures.
@@ -316,18 +299,16 @@ class OpenAIProvider(ModelProvider):
                         return await send(timeout)
                 except TimeoutError:
                     raise Retryable(f"no answer within timeout_s={timeout:g}s") from None
-                except openai.APIStatusError as exc:
-                    if exc.status_code not in RETRYABLE_STATUSES:
-                        raise self._status_error(exc) from None
-                    headers: Mapping[str, str] = exc.response.headers
-                    detail = self._detail(exc)
-                    raise Retryable(
-                        f"HTTP {exc.status_code}: {detail}", exc.status_code, retry_after(headers)
-                    ) from None
-                except openai.APIConnectionError as exc:
-                    raise Retryable(
-                        f"connection failed ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
-                    ) from None
+                except (ErrorAnswer, openai.APIStatusError, openai.APIConnectionError) as exc:
+                    refused = self._refusal(exc)
+                    if refused is None:
+                        raise Retryable(
+                            f"connection failed ({type(exc).__name__}: {scrub(str(exc), self._api_key)})"
+                        ) from None
+                    status, headers, detail = refused
+                    if status not in RETRYABLE_STATUSES:
+                        raise status_error(status, detail, self._where(), self._config.model) from None
+                    raise Retryable(f"HTTP {status}: {detail}", status, retry_after(headers)) from None
                 except OpenAIConnectionError as exc:
                     # The body broke off after the headers (see _read_capped): as retryable as a
                     # connection that failed before them.
@@ -337,7 +318,9 @@ class OpenAIProvider(ModelProvider):
                     # library's own error through when that body breaks off or cannot be decoded.
                     if not is_transport_error(exc):
                         raise
-                    raise Retryable(f"connection failed (the server {self._broke_off(exc)})") from None
+                    raise Retryable(
+                        f"connection failed (the server {broke_off(exc, self._api_key)})"
+                    ) from None
             except Retryable as failure:
                 if ctx.expired:
                     raise OperationCancelledError(
@@ -520,17 +503,19 @@ class OpenAIProvider(ModelProvider):
                 raise OpenAIProviderError(
                     f"the server at {self._where()} did not list its models within probe_timeout_s={bound:g}s"
                 ) from None
-            except openai.APIStatusError as exc:
-                raise self._status_error(exc) from None
-            except openai.APIConnectionError as exc:
-                raise OpenAIConnectionError(
-                    f"the server at {self._where()} could not be reached ({type(exc).__name__})"
-                ) from None
+            except (ErrorAnswer, openai.APIStatusError, openai.APIConnectionError) as exc:
+                refused = self._refusal(exc)
+                if refused is None:
+                    raise OpenAIConnectionError(
+                        f"the server at {self._where()} could not be reached ({type(exc).__name__})"
+                    ) from None
+                status, _, detail = refused
+                raise status_error(status, detail, self._where(), self._config.model) from None
             except Exception as exc:
                 if not is_transport_error(exc):  # an error answer's body broke off (see _attempts)
                     raise
                 raise OpenAIConnectionError(
-                    f"the server at {self._where()} {self._broke_off(exc)}; nothing of it was used"
+                    f"the server at {self._where()} {broke_off(exc, self._api_key)}; nothing of it was used"
                 ) from None
             try:
                 body = decode_json(data, max_depth=REPLY_ENVELOPE_DEPTH, max_bytes=len(data))

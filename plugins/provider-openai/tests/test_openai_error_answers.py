@@ -1,0 +1,94 @@
+"""Error answers (4xx/5xx) are read within ``max_reply_bytes`` too, against the stub server over real HTTP.
+
+The ``openai`` client reads an error answer's body whole before raising; the
+provider's own client reads it first, capped, so a server that floods (or
+hangs after flooding, or sends a compression bomb) with a 500 costs at most
+``max_reply_bytes`` and the status still decides: retried or refused.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import time
+
+import pytest
+from openai_helpers import make_provider
+from openai_stub_server import Reply, StubServer
+
+from agentium_harness.plugin_api import Message, ModelRequest, OpContext, Role
+from agentium_provider_openai import OpenAIRetriesExhaustedError, OpenAIStatusError
+
+pytestmark = pytest.mark.anyio
+
+REQUEST = ModelRequest(instructions="Be brief.", turn=(Message(Role.USER, "hi"),))
+
+#: An error body far past the cap the tests set, echoing what looks like the conversation.
+FLOOD = b'{"error": {"message": "' + b"hi " * 100_000 + b'"}}'
+
+
+def _flood(status: int, how: str) -> Reply:
+    if how == "stalls after flooding":
+        # Without the cap the client waits for the rest of the body until timeout_s.
+        return Reply(body=FLOOD, status=status, chunked=True, stall_after=200_000)
+    if how == "content-length":
+        return Reply(body=FLOOD, status=status)
+    # A compression bomb: 20 MB of zeros in about 20 KB.
+    return Reply(body=gzip.compress(b"0" * 20_000_000), status=status, headers={"Content-Encoding": "gzip"})
+
+
+HOWS = ["stalls after flooding", "content-length", "gzip bomb"]
+
+
+@pytest.mark.parametrize("how", HOWS)
+async def test_a_flooding_retryable_error_is_cut_at_the_cap_and_retried(
+    stub: StubServer, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    stub.add(_flood(503, how), _flood(503, how))
+    provider = make_provider(stub, max_reply_bytes=64 * 1024, max_retries=1, timeout_s=5)
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentium.plugins.provider_openai"):
+            with pytest.raises(OpenAIRetriesExhaustedError, match="passed max_reply_bytes=65536") as caught:
+                await provider.complete(REQUEST, OpContext.with_timeout(30))
+    finally:
+        await provider.aclose()
+    assert time.monotonic() - started < 4, "the error body was read past the cap (until timeout_s)"
+    assert caught.value.status == 503 and caught.value.attempts == 2
+    assert "hi hi" not in str(caught.value)
+    cut = [r for r in caplog.records if "error body past max_reply_bytes" in r.getMessage()]
+    assert len(cut) == 2 and all("hi hi" not in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("how", HOWS)
+async def test_a_flooding_refusal_is_cut_at_the_cap_and_keeps_its_status(stub: StubServer, how: str) -> None:
+    stub.add(_flood(401, how))
+    provider = make_provider(stub, max_reply_bytes=64 * 1024, max_retries=2, timeout_s=5)
+    try:
+        with pytest.raises(OpenAIStatusError, match=r"HTTP 401.*passed max_reply_bytes") as caught:
+            await provider.complete(REQUEST, OpContext.with_timeout(30))
+    finally:
+        await provider.aclose()
+    assert caught.value.status == 401 and len(stub.completions) == 1
+
+
+async def test_a_flooding_error_to_the_probe_is_cut_at_the_cap(stub: StubServer) -> None:
+    stub.model_replies.append(_flood(500, "stalls after flooding"))
+    provider = make_provider(stub, max_reply_bytes=64 * 1024, probe_timeout_s=5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(OpenAIStatusError, match=r"HTTP 500.*passed max_reply_bytes"):
+            await provider.health(OpContext.with_timeout(30))
+    finally:
+        await provider.aclose()
+    assert time.monotonic() - started < 4
+
+
+async def test_an_error_answer_within_the_cap_still_quotes_the_servers_message(stub: StubServer) -> None:
+    stub.add(Reply.error(400, "unknown field 'seed'"))
+    provider = make_provider(stub, max_reply_bytes=1024)
+    try:
+        with pytest.raises(OpenAIStatusError, match="HTTP 400: unknown field 'seed'"):
+            await provider.complete(REQUEST, OpContext.with_timeout(10))
+    finally:
+        await provider.aclose()
