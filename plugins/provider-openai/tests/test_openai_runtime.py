@@ -38,7 +38,7 @@ from agentium_harness import (
     load_runtime,
 )
 from agentium_harness.plugin_api import PluginRegistry
-from agentium_provider_openai import OpenAIProvider, OpenAIProviderConfig
+from agentium_provider_openai import OpenAIConfigError, OpenAIProvider, OpenAIProviderConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -291,6 +291,28 @@ def test_a_missing_key_variable_is_a_config_error_that_names_only_the_variable(
 
 
 @pytest.mark.parametrize(
+    "key",
+    ["sk-test-0123456789\n", "sk-test-0123456789\r", "sk-test-01234\u201956789", "sk test", "sk-\x00-0123"],
+    ids=["trailing newline", "trailing CR", "curly quote", "space", "NUL"],
+)
+def test_a_key_no_header_can_carry_is_a_config_error_that_names_only_the_variable(
+    tmp_path: Path, stub: StubServer, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """Such a key once failed every request: a raw UnicodeEncodeError, or a retried "Connection error"."""
+    config = OpenAIProviderConfig(model="stub-model", base_url=stub.base_url, api_key_env=KEY_ENV)
+    with pytest.raises(OpenAIConfigError, match=f"{KEY_ENV} \\(api_key_env\\) holds a space") as caught:
+        OpenAIProvider(config, environ={KEY_ENV: key})
+    assert "0123" not in str(caught.value)
+    if "\x00" not in key:  # an environment variable cannot hold NUL
+        monkeypatch.setenv(KEY_ENV, key)
+        with pytest.raises(ConfigError) as loaded:
+            load_runtime(write_config(tmp_path, stub))
+        (issue,) = loaded.value.issues
+        assert issue.path == "$.provider" and KEY_ENV in issue.message and "0123" not in str(loaded.value)
+    assert stub.requests == []
+
+
+@pytest.mark.parametrize(
     ("options", "key", "expected"),
     [
         ('base_url = "ftp://example.org/v1"', "base_url", "http:// or https://"),
@@ -301,6 +323,10 @@ def test_a_missing_key_variable_is_a_config_error_that_names_only_the_variable(
         ('source_placement = "system"', "source_placement", "must be 'separate' or 'with_input'"),
         ("[provider.options.extra_body]\nstream = true", "extra_body", "may not set stream"),
         ("temperature = 3", "temperature", "from 0 to 2"),
+        # Sent as headers: these once failed every request with a raw UnicodeEncodeError or TypeError.
+        ('organization = "org-\u2019x"', "organization", "printable ASCII characters without spaces"),
+        ('project = "proj\\nX-Evil: 1"', "project", "printable ASCII characters without spaces"),
+        ("organization = 5", "organization", ""),
     ],
 )
 def test_bad_options_are_reported_at_their_key(

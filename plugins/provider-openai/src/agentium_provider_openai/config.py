@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import urlsplit
 
 import attrs
 
 from agentium_harness.plugin_api import bounded_count, bounded_duration, redact_url
+
+from .errors import OpenAIConfigError
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -31,7 +33,9 @@ __all__ = [
     "OpenAIProviderConfig",
     "check_base_url",
     "check_env_name",
+    "check_header_id",
     "check_model",
+    "read_key",
     "redact_url",
 ]
 
@@ -69,6 +73,11 @@ REPLY_ENVELOPE_DEPTH: Final = 10
 # An environment variable name as POSIX shells spell them.
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
+#: What an HTTP header can carry as a key or an id: printable ASCII, no space. The key and
+#: the ``organization``/``project`` ids are sent as headers; a newline, a control character
+#: or a non-ASCII character (a pasted curly quote) would fail every request, untyped.
+HEADER_TOKEN: Final = re.compile(r"[\x21-\x7e]+")
+
 
 def check_base_url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """Check (an attrs validator) an ``http``/``https`` URL with a host and no credentials in it."""
@@ -102,6 +111,15 @@ def check_env_name(instance: Any, attribute: attrs.Attribute[Any], value: object
         raise ValueError(
             f"{attribute.name} must name an environment variable (letters, digits and '_', not starting "
             'with a digit), such as OPENAI_API_KEY, or be "" for a server that needs no key'
+        )
+
+
+def check_header_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Check (an attrs validator) an id sent as an HTTP header (``organization``/``project``) or ``None``."""
+    if value is not None and not (isinstance(value, str) and HEADER_TOKEN.fullmatch(value)):
+        raise ValueError(
+            f"{attribute.name} must be an id of printable ASCII characters without spaces "
+            "(it is sent as an HTTP header), or be left out"
         )
 
 
@@ -185,8 +203,10 @@ class OpenAIProviderConfig:
       (default ``OPENAI_API_KEY``). Set it to ``""`` (or ``None``) for a local
       server that needs no key; the client then sends the fixed placeholder
       ``no-key``. The key itself is never an option, and a named variable that is
-      unset or empty is an error when the provider is built.
-    - ``organization`` / ``project``: OpenAI organization and project ids, if any.
+      unset, empty, or holds a character an HTTP header cannot carry (a space, a
+      line break, a control or non-ASCII character) is an error when the provider is built.
+    - ``organization`` / ``project``: OpenAI organization and project ids, if any
+      (printable ASCII without spaces: they are sent as headers).
     - ``timeout_s``: the most one HTTP attempt may take; the operation's deadline can only shorten it.
     - ``max_retries``: how many times a retryable failure (HTTP 429, 500, 502, 503,
       504, a connection error or an attempt's timeout) is retried; 0 to 10.
@@ -217,8 +237,8 @@ class OpenAIProviderConfig:
     model: str = attrs.field(validator=check_model)
     base_url: str = attrs.field(default=DEFAULT_BASE_URL, validator=check_base_url, repr=redact_url)
     api_key_env: str | None = attrs.field(default="OPENAI_API_KEY", validator=check_env_name)
-    organization: str | None = None
-    project: str | None = None
+    organization: str | None = attrs.field(default=None, validator=check_header_id)
+    project: str | None = attrs.field(default=None, validator=check_header_id)
     timeout_s: float = attrs.field(default=60.0, validator=_seconds)
     max_retries: int = attrs.field(default=2, validator=_retries)
     retry_backoff_s: float = attrs.field(default=0.5, validator=_seconds)
@@ -239,3 +259,27 @@ class OpenAIProviderConfig:
     max_tool_arguments_depth: int = attrs.field(
         default=MAX_TOOL_ARGUMENTS_DEPTH, validator=_int_in(1, MAX_TOOL_ARGUMENTS_DEPTH)
     )
+
+
+def read_key(config: OpenAIProviderConfig, environ: Mapping[str, str]) -> str | None:
+    """The key from the variable ``api_key_env`` names (``None`` for no key), or :class:`OpenAIConfigError`.
+
+    The error names the variable, never its value.
+    """
+    name = config.api_key_env
+    if not name:
+        return None
+    value = environ.get(name, "")
+    if not value.strip():
+        raise OpenAIConfigError(
+            f"the environment variable {name} (api_key_env) is not set or empty; export the API key "
+            f'as {name}, or set api_key_env = "" for a server that needs no key'
+        )
+    if not HEADER_TOKEN.fullmatch(value):
+        # The value is never quoted: it is the key (or most of it).
+        raise OpenAIConfigError(
+            f"the environment variable {name} (api_key_env) holds a space, a line break, a control "
+            "character or a character that is not ASCII (a trailing newline or a pasted curly quote?); "
+            "the key is sent in an HTTP header, which cannot carry it: export the key alone"
+        )
+    return value

@@ -46,6 +46,7 @@ from .config import (
     OpenAIProviderConfig,
     check_base_url,
     check_env_name,
+    check_header_id,
     check_model,
     redact_url,
 )
@@ -83,8 +84,8 @@ class OpenAIEmbedderConfig:
     request_dimensions: bool = False
     base_url: str = attrs.field(default=DEFAULT_BASE_URL, validator=check_base_url, repr=redact_url)
     api_key_env: str | None = attrs.field(default="OPENAI_API_KEY", validator=check_env_name)
-    organization: str | None = None
-    project: str | None = None
+    organization: str | None = attrs.field(default=None, validator=check_header_id)
+    project: str | None = attrs.field(default=None, validator=check_header_id)
     timeout_s: float = attrs.field(default=30.0, validator=_seconds)
     max_retries: int = attrs.field(default=2, validator=bounded_count(minimum=0, ceiling=10))
     retry_backoff_s: float = attrs.field(default=0.5, validator=_seconds)

@@ -47,9 +47,8 @@ from agentium_harness.plugin_api import (
 
 from ._failures import Retryable, is_transport_error, retry_after
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error
-from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, redact_url
+from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
 from .errors import (
-    OpenAIConfigError,
     OpenAIConnectionError,
     OpenAIIncompleteReplyError,
     OpenAIMalformedReplyError,
@@ -88,19 +87,6 @@ _PROBE_NAME_CHARS: Final = 100
 
 #: How long :meth:`OpenAIProvider.aclose` waits for each loop's client to close.
 _CLOSE_S: Final = 10.0
-
-
-def _read_key(config: OpenAIProviderConfig, environ: Mapping[str, str]) -> str | None:
-    name = config.api_key_env
-    if not name:
-        return None
-    value = environ.get(name, "")
-    if not value.strip():
-        raise OpenAIConfigError(
-            f"the environment variable {name} (api_key_env) is not set or empty; export the API key "
-            f'as {name}, or set api_key_env = "" for a server that needs no key'
-        )
-    return value
 
 
 def _is_openai_client(value: object) -> bool:
@@ -143,7 +129,7 @@ class OpenAIProvider(ModelProvider):
         # An owned provider's clients, one per event loop (a client's connections belong to one loop).
         self._clients: PerLoop[AsyncOpenAI] = PerLoop(self._new_client)
         if client is None:
-            self._api_key = _read_key(config, os.environ if environ is None else environ)
+            self._api_key = read_key(config, os.environ if environ is None else environ)
         else:
             lent_key = getattr(client, "api_key", None)
             self._api_key = lent_key if isinstance(lent_key, str) else None
