@@ -195,13 +195,23 @@ async def test_a_model_list_without_text_ids_is_malformed(
         await provider.health(OpContext.with_timeout(10))
 
 
-@pytest.mark.parametrize("texts", [[b"bytes"], ["a", None], "one string"], ids=["bytes", "None", "str"])
+@pytest.mark.parametrize(
+    ("texts", "expected"),
+    [
+        ([b"bytes"], "sequence of strings"),
+        (["a", None], "sequence of strings"),
+        ("one string", "sequence of strings"),
+        # Once a bare UnicodeEncodeError from the client's JSON encoder.
+        (["a", "b\ud800"], r"texts\[1\] is not valid Unicode"),
+    ],
+    ids=["bytes", "None", "str", "lone surrogate"],
+)
 async def test_embedding_texts_that_are_not_strings_are_refused_before_sending(
-    stub: StubServer, texts: object
+    stub: StubServer, texts: object, expected: str
 ) -> None:
     embedder = _embedder(stub)
     try:
-        with pytest.raises(InvalidArgumentError, match="sequence of strings"):
+        with pytest.raises(InvalidArgumentError, match=expected):
             await embedder.embed(texts, OpContext.with_timeout(10))  # type: ignore[arg-type]
     finally:
         await embedder.aclose()

@@ -9,7 +9,7 @@ import pytest
 from openai_helpers import make_provider
 from openai_stub_server import Reply, StubServer
 
-from agentium_harness import OperationCancelledError
+from agentium_harness import InvalidArgumentError, OperationCancelledError
 from agentium_harness.plugin_api import (
     Message,
     ModelRequest,
@@ -224,3 +224,41 @@ async def test_it_runs_on_trio_too(stub: StubServer, provider: OpenAIProvider) -
             await provider.complete(_request(), OpContext.with_timeout(0.3))
     finally:
         release.set()
+
+
+NOT_UNICODE = {
+    "instructions": lambda: _request(instructions="You help \ud800 with deploys."),
+    "user text": lambda: _request(turn=(Message(Role.USER, "where \udc80?"),)),
+    "tool result": lambda: _request(
+        turn=(
+            Message(Role.USER, "weather?"),
+            Message(Role.ASSISTANT, "", tool_calls=(ToolCall("call_1", "get_weather", {"city": "Oslo"}),)),
+            Message(Role.TOOL, "sunny \ud83d", tool_call_id="call_1"),
+        )
+    ),
+}
+
+
+@pytest.mark.parametrize("where", sorted(NOT_UNICODE))
+async def test_text_that_is_not_unicode_is_refused_before_sending(
+    stub: StubServer, provider: OpenAIProvider, where: str
+) -> None:
+    # A lone surrogate once reached the client's JSON encoder: a bare UnicodeEncodeError.
+    try:
+        request = NOT_UNICODE[where]()
+    except InvalidArgumentError:
+        pytest.skip("the core refuses this text itself")
+    with pytest.raises(InvalidArgumentError, match="not valid Unicode") as caught:
+        await provider.complete(request, OpContext.with_timeout(10))
+    assert "\ud800" not in str(caught.value) and "sunny" not in str(caught.value)
+    assert stub.requests == []
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"model": "stub-\ud800"}, {"extra_body": {"stop": ["\udc80"]}}, {"extra_body": {"\ud800": 1}}],
+    ids=["model", "extra_body value", "extra_body key"],
+)
+def test_options_that_are_not_unicode_are_refused(stub: StubServer, options: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match=r"Unicode|model name"):
+        make_provider(stub, **options)

@@ -99,7 +99,7 @@ def check_base_url(instance: Any, attribute: attrs.Attribute[Any], value: object
 
 def check_model(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """Check (an attrs validator) a non-empty model name of at most 256 characters."""
-    if not isinstance(value, str) or not value.strip() or len(value) > 256:
+    if not isinstance(value, str) or not value.strip() or len(value) > 256 or not _is_unicode(value):
         raise ValueError("model must be a non-empty model name of at most 256 characters, e.g. 'gpt-4o-mini'")
 
 
@@ -159,7 +159,18 @@ def _one_of(*choices: str) -> Callable[[Any, attrs.Attribute[Any], object], None
     return check
 
 
+def _is_unicode(text: str) -> bool:
+    # A lone surrogate cannot be encoded, so it cannot be sent: the client would raise UnicodeEncodeError.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _json_value(value: object, where: str) -> None:
+    if isinstance(value, str) and not _is_unicode(value):
+        raise ValueError(f"{where} must be valid Unicode text (it holds a lone surrogate)")
     if value is None or isinstance(value, bool | int | str):
         return
     if isinstance(value, float):
@@ -172,8 +183,8 @@ def _json_value(value: object, where: str) -> None:
         return
     if isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str):
-                raise ValueError(f"{where} keys must be strings")
+            if not isinstance(key, str) or not _is_unicode(key):
+                raise ValueError(f"{where} keys must be strings of valid Unicode text")
             _json_value(item, f"{where}.{key}")
         return
     raise ValueError(f"{where} must be plain JSON data, got {type(value).__name__}")

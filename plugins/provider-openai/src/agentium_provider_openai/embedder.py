@@ -52,6 +52,7 @@ from .config import (
 )
 from .errors import OpenAIEmbeddingReplyError
 from .provider import OpenAIProvider, ProviderCalls
+from .wire import holds_lone_surrogate
 
 __all__ = ["OpenAIEmbedder", "OpenAIEmbedderConfig"]
 
@@ -153,13 +154,19 @@ class OpenAIEmbedder(Embedder):
         """One vector per text, in order, from one request (retried as the options say).
 
         Raises :class:`InvalidArgumentError` when ``texts`` is not a sequence of
-        strings; nothing is sent.
+        strings, or one is not valid Unicode text (a lone surrogate); nothing is sent.
         """
         ctx.raise_if_expired("embed")
         batch = list(texts) if not isinstance(texts, str | bytes) else None
         if batch is None or not all(isinstance(text, str) for text in batch):
             # Checked before sending: bytes or None would reach the server as JSON it refuses, or worse.
             raise InvalidArgumentError("texts must be a sequence of strings")
+        bad = next((i for i, text in enumerate(batch) if holds_lone_surrogate(text)), None)
+        if bad is not None:
+            # The client's JSON encoder would raise a bare UnicodeEncodeError; the text is not quoted.
+            raise InvalidArgumentError(
+                f"texts[{bad}] is not valid Unicode text (it holds a lone surrogate); nothing was sent"
+            )
         if not batch:
             return []
         calls = self._calls

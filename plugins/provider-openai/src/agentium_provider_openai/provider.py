@@ -58,7 +58,7 @@ from .errors import (
     OpenAIStreamingOnlyError,
     scrub,
 )
-from .wire import decode_reply, parse_completion, request_messages, request_tools, shown
+from .wire import check_sendable, decode_reply, parse_completion, request_messages, request_tools, shown
 
 if TYPE_CHECKING:
     # The client library is imported where a client is made or its errors are caught, not when
@@ -363,7 +363,9 @@ class OpenAIProvider(ModelProvider):
     async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
         """Send ``request`` as one non-streamed Chat Completions call and return the first choice.
 
-        Raises :class:`OperationCancelledError` when cancelled or past the
+        Raises :class:`InvalidArgumentError` (nothing sent) when the request
+        holds text that is not valid Unicode (a lone surrogate), which no JSON
+        body can carry. Raises :class:`OperationCancelledError` when cancelled or past the
         deadline (before sending or while waiting), and an
         :class:`OpenAIProviderError` subclass for every failure of the server
         or its answer; the engine reports either as a provider failure and
@@ -377,6 +379,7 @@ class OpenAIProvider(ModelProvider):
             source_placement=self._config.source_placement,
         )
         tools = request_tools(request.tools)
+        check_sendable(messages, tools)
         extra = self._body()
         optional: dict[str, Any] = {"tools": tools} if tools else {}
 

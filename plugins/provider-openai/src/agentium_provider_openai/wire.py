@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from agentium_harness import InvalidIdError
+from agentium_harness import InvalidArgumentError, InvalidIdError
 from agentium_harness.plugin_api import (
     SOURCE_DATA_NOTICE,
     InvalidJSONError,
@@ -46,7 +46,9 @@ from .errors import OpenAIIncompleteReplyError, OpenAIMalformedReplyError, OpenA
 __all__ = [
     "INCOMPLETE_FINISH_REASONS",
     "SOURCE_PREAMBLE",
+    "check_sendable",
     "decode_reply",
+    "holds_lone_surrogate",
     "parse_completion",
     "request_messages",
     "request_tools",
@@ -133,6 +135,44 @@ def request_tools(tools: tuple[ToolSpec, ...]) -> list[dict[str, Any]]:
         }
         for t in tools
     ]
+
+
+def holds_lone_surrogate(value: object) -> bool:
+    """True when a string anywhere in ``value`` (JSON-like data) cannot be encoded as UTF-8.
+
+    A lone surrogate (what Python makes of bytes that were not UTF-8) cannot be
+    sent: the client's JSON encoder would raise a bare ``UnicodeEncodeError``.
+    """
+    pending = [value]
+    while pending:  # a loop, not recursion: a tool's schema may nest deeply
+        item = pending.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
+
+
+def check_sendable(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+    """Refuse (:class:`InvalidArgumentError`) a request with text that cannot be sent; say where, not what."""
+    for i, message in enumerate(messages):
+        if holds_lone_surrogate(message):
+            raise InvalidArgumentError(
+                f"the request's messages[{i}] (role {message.get('role')}) holds text that is not valid "
+                "Unicode (a lone surrogate); nothing was sent"
+            )
+    for i, tool in enumerate(tools):
+        if holds_lone_surrogate(tool):
+            raise InvalidArgumentError(
+                f"the request's tools[{i}] holds text that is not valid Unicode (a lone surrogate); "
+                "nothing was sent"
+            )
 
 
 #: At most this many characters of a server's value (a tool's name, its arguments) are quoted.
