@@ -24,6 +24,7 @@ from openai_stub_server import Reply, StubServer
 
 from agentium_harness import (
     ConfigError,
+    InvalidArgumentError,
     ProviderError,
     ProviderTimeoutError,
     RunStatus,
@@ -498,3 +499,31 @@ def test_a_provider_declaring_health_check_must_implement_health() -> None:
             archive=archive_spec.build(archive_spec.config_class()),
             session_store=store_spec.build(store_spec.config_class()),
         )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"base_url": "ftp://example.org/v1"},
+        {"model": ""},
+        {"api_key_env": "not a name"},
+        {"temperature": 3},
+        {"seed": 1.5},
+        {"instructions_role": "root"},
+        {"extra_body": {"stream": True}},
+        {"extra_body": {"top_p": float("nan")}},
+        {"organization": 5},
+    ],
+    ids=lambda options: next(iter(options)),
+)
+def test_a_bad_option_built_directly_is_the_librarys_invalid_argument_error(options: dict[str, Any]) -> None:
+    """A host building the config in code gets the typed error, as the core's own options give."""
+    with pytest.raises(InvalidArgumentError):
+        OpenAIProviderConfig(**{"model": "stub-model", **options})
+
+
+def test_a_provider_built_from_something_else_is_an_invalid_argument_error() -> None:
+    with pytest.raises(InvalidArgumentError, match="config must be an OpenAIProviderConfig"):
+        OpenAIProvider({"model": "stub-model"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"client must be an openai\.AsyncOpenAI"):
+        OpenAIProvider(OpenAIProviderConfig(model="m", api_key_env=""), client=object())  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from agentium_harness.plugin_api import bounded_count, bounded_duration, redact_url
+from agentium_harness.plugin_api import InvalidArgumentError, bounded_count, bounded_duration, redact_url
 
 from .errors import OpenAIConfigError
 
@@ -82,25 +82,29 @@ HEADER_TOKEN: Final = re.compile(r"[\x21-\x7e]+")
 def check_base_url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """Check (an attrs validator) an ``http``/``https`` URL with a host and no credentials in it."""
     if not isinstance(value, str) or not value:
-        raise ValueError("base_url must be a non-empty URL such as http://127.0.0.1:8000/v1")
+        raise InvalidArgumentError("base_url must be a non-empty URL such as http://127.0.0.1:8000/v1")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  # evaluated for its ValueError on a bad port
     except ValueError:
-        raise ValueError("base_url is not a valid URL (check its host and port)") from None
+        raise InvalidArgumentError("base_url is not a valid URL (check its host and port)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"base_url must be an http:// or https:// URL with a host, got {redact_url(value)!r}"
         )
     if parts.username or parts.password:
         # A key in the URL would reach logs and error messages; it belongs in api_key_env.
-        raise ValueError("base_url must not carry credentials; put the key in the variable api_key_env names")
+        raise InvalidArgumentError(
+            "base_url must not carry credentials; put the key in the variable api_key_env names"
+        )
 
 
 def check_model(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """Check (an attrs validator) a non-empty model name of at most 256 characters."""
     if not isinstance(value, str) or not value.strip() or len(value) > 256 or not _is_unicode(value):
-        raise ValueError("model must be a non-empty model name of at most 256 characters, e.g. 'gpt-4o-mini'")
+        raise InvalidArgumentError(
+            "model must be a non-empty model name of at most 256 characters, e.g. 'gpt-4o-mini'"
+        )
 
 
 def check_env_name(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -108,7 +112,7 @@ def check_env_name(instance: Any, attribute: attrs.Attribute[Any], value: object
     if value is None or value == "":
         return
     if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{attribute.name} must name an environment variable (letters, digits and '_', not starting "
             'with a digit), such as OPENAI_API_KEY, or be "" for a server that needs no key'
         )
@@ -117,7 +121,7 @@ def check_env_name(instance: Any, attribute: attrs.Attribute[Any], value: object
 def check_header_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     """Check (an attrs validator) an id sent as an HTTP header (``organization``/``project``) or ``None``."""
     if value is not None and not (isinstance(value, str) and HEADER_TOKEN.fullmatch(value)):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{attribute.name} must be an id of printable ASCII characters without spaces "
             "(it is sent as an HTTP header), or be left out"
         )
@@ -135,7 +139,7 @@ _optional_positive_int = bounded_count(optional=True)
 
 def _optional_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ValueError(f"{attribute.name} must be an integer or left out, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be an integer or left out, got {value!r}")
 
 
 def _int_in(low: int, high: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
@@ -147,14 +151,14 @@ def _temperature(instance: Any, attribute: attrs.Attribute[Any], value: object) 
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 2:
-        raise ValueError(f"temperature must be a number from 0 to 2 or left out, got {value!r}")
+        raise InvalidArgumentError(f"temperature must be a number from 0 to 2 or left out, got {value!r}")
 
 
 def _one_of(*choices: str) -> Callable[[Any, attrs.Attribute[Any], object], None]:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
         if value not in choices:
             shown = " or ".join(repr(c) for c in choices)
-            raise ValueError(f"{attribute.name} must be {shown}, got {value!r}")
+            raise InvalidArgumentError(f"{attribute.name} must be {shown}, got {value!r}")
 
     return check
 
@@ -170,12 +174,12 @@ def _is_unicode(text: str) -> bool:
 
 def _json_value(value: object, where: str) -> None:
     if isinstance(value, str) and not _is_unicode(value):
-        raise ValueError(f"{where} must be valid Unicode text (it holds a lone surrogate)")
+        raise InvalidArgumentError(f"{where} must be valid Unicode text (it holds a lone surrogate)")
     if value is None or isinstance(value, bool | int | str):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"{where} must be a finite number")
+            raise InvalidArgumentError(f"{where} must be a finite number")
         return
     if isinstance(value, list):
         for i, item in enumerate(value):
@@ -184,18 +188,18 @@ def _json_value(value: object, where: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str) or not _is_unicode(key):
-                raise ValueError(f"{where} keys must be strings of valid Unicode text")
+                raise InvalidArgumentError(f"{where} keys must be strings of valid Unicode text")
             _json_value(item, f"{where}.{key}")
         return
-    raise ValueError(f"{where} must be plain JSON data, got {type(value).__name__}")
+    raise InvalidArgumentError(f"{where} must be plain JSON data, got {type(value).__name__}")
 
 
 def _extra_body(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, dict):
-        raise ValueError("extra_body must be a table of request fields")
+        raise InvalidArgumentError("extra_body must be a table of request fields")
     reserved = sorted(k for k in value if k in RESERVED_BODY_KEYS)
     if reserved:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"extra_body may not set {', '.join(reserved)}: the provider sets these itself "
             "(the conversation, the model, the tools, one non-streamed answer)"
         )

@@ -128,7 +128,7 @@ class OpenAIEmbedder(Embedder):
 
     def __init__(self, config: OpenAIEmbedderConfig, *, environ: Mapping[str, str] | None = None) -> None:
         if not isinstance(config, OpenAIEmbedderConfig):
-            raise TypeError(f"config must be an OpenAIEmbedderConfig, got {type(config).__name__}")
+            raise InvalidArgumentError(f"config must be an OpenAIEmbedderConfig, got {type(config).__name__}")
         self._config = config
         self._model = EmbeddingModel(config.model, config.dimension)
         self.max_batch = config.max_batch

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
 
 import anyio
 
-from agentium_harness import OperationCancelledError
+from agentium_harness import InvalidArgumentError, OperationCancelledError
 from agentium_harness.plugin_api import (
     InvalidJSONError,
     ModelProvider,
@@ -118,9 +118,9 @@ class OpenAIProvider(ModelProvider):
         environ: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(config, OpenAIProviderConfig):
-            raise TypeError(f"config must be an OpenAIProviderConfig, got {type(config).__name__}")
+            raise InvalidArgumentError(f"config must be an OpenAIProviderConfig, got {type(config).__name__}")
         if client is not None and not _is_openai_client(client):
-            raise TypeError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
+            raise InvalidArgumentError(f"client must be an openai.AsyncOpenAI, got {type(client).__name__}")
         self._config = config
         self._owns_client = client is None
         self._closed = False
