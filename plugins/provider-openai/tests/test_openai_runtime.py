@@ -38,7 +38,7 @@ from agentium_harness import (
     create_harness_runtime,
     load_runtime,
 )
-from agentium_harness.plugin_api import PluginRegistry
+from agentium_harness.plugin_api import Message, ModelRequest, OpContext, PluginRegistry, Role
 from agentium_provider_openai import OpenAIConfigError, OpenAIProvider, OpenAIProviderConfig
 
 pytestmark = pytest.mark.anyio
@@ -328,6 +328,9 @@ def test_a_key_no_header_can_carry_is_a_config_error_that_names_only_the_variabl
         ('organization = "org-\u2019x"', "organization", "printable ASCII characters without spaces"),
         ('project = "proj\\nX-Evil: 1"', "project", "printable ASCII characters without spaces"),
         ("organization = 5", "organization", ""),
+        # The HTTP client refused these on the first call, with its own untyped InvalidURL.
+        ('base_url = "http://127.0.0.1:9/v1\\n"', "base_url", "must not hold spaces"),
+        ('base_url = "http://ho\\tst/v1"', "base_url", "must not hold spaces"),
     ],
 )
 def test_bad_options_are_reported_at_their_key(
@@ -527,3 +530,16 @@ def test_a_provider_built_from_something_else_is_an_invalid_argument_error() -> 
         OpenAIProvider({"model": "stub-model"})  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match=r"client must be an openai\.AsyncOpenAI"):
         OpenAIProvider(OpenAIProviderConfig(model="m", api_key_env=""), client=object())  # type: ignore[arg-type]
+
+
+async def test_a_host_name_the_http_client_refuses_is_a_config_error_on_the_first_call() -> None:
+    provider = OpenAIProvider(
+        OpenAIProviderConfig(model="m", base_url="http://\u2019.example/v1", api_key_env="")
+    )
+    try:
+        with pytest.raises(OpenAIConfigError, match="not a URL the HTTP client accepts"):
+            await provider.complete(
+                ModelRequest(instructions="x", turn=(Message(Role.USER, "hi"),)), OpContext.with_timeout(5)
+            )
+    finally:
+        await provider.aclose()

@@ -83,6 +83,9 @@ def check_base_url(instance: Any, attribute: attrs.Attribute[Any], value: object
     """Check (an attrs validator) an ``http``/``https`` URL with a host and no credentials in it."""
     if not isinstance(value, str) or not value:
         raise InvalidArgumentError("base_url must be a non-empty URL such as http://127.0.0.1:8000/v1")
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        # The HTTP client refuses these only when the first call is made, with its own exception.
+        raise InvalidArgumentError("base_url must not hold spaces, line breaks or control characters")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  # evaluated for its ValueError on a bad port

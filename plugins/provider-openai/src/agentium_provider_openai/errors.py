@@ -48,10 +48,13 @@ def scrub(text: str, secret: str | None, limit: int = MAX_QUOTED_CHARS) -> str:
 
 
 class OpenAIConfigError(AgentiumError, ValueError):
-    """The provider cannot be built as configured: the variable ``api_key_env`` names is unset or empty.
+    """The provider cannot work as configured: the variable ``api_key_env`` names is unset or empty.
 
     Set the variable (``export OPENAI_API_KEY=...``) or, for a server that needs
     no key, set ``api_key_env = ""``. The message names the variable, never a value.
+    It is raised too when the key holds a character no HTTP header carries (a
+    space, a line break, a non-ASCII character), and, on the first call, when
+    the HTTP client refuses ``base_url``'s host name.
     """
 
 

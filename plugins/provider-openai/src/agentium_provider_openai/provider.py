@@ -49,6 +49,7 @@ from ._failures import Retryable, is_transport_error, retry_after
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error
 from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
 from .errors import (
+    OpenAIConfigError,
     OpenAIConnectionError,
     OpenAIIncompleteReplyError,
     OpenAIMalformedReplyError,
@@ -182,30 +183,38 @@ class OpenAIProvider(ModelProvider):
     def _new_client(self) -> AsyncOpenAI:
         from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
+        config, key = self._config, self._api_key
         # A plain httpx client of our own, not the SDK's default wrapper: that one, once
         # dropped with its loop finished, closes itself from __del__ on whatever loop then
         # runs, on connections of another loop (errors raised into an unrelated task).
         # Ours is closed by aclose() on its own loop, or left to the garbage collector once
         # its loop has finished (its connections went with that loop).
-        return AsyncOpenAI(
-            api_key=self._api_key or NO_KEY,
-            base_url=self._config.base_url,
-            organization=self._config.organization,
-            project=self._config.project,
-            timeout=self._config.timeout_s,
-            max_retries=0,
-            # Redirects are not followed: a 3xx would re-send the whole conversation to wherever
-            # it points (another host included). It is a status error naming the status instead.
-            # The hook reads an error answer within max_reply_bytes before the client would read it
-            # whole (see _refusals).
-            http_client=DefaultAsyncHttpxClient(
+        try:
+            return AsyncOpenAI(
+                api_key=self._api_key or NO_KEY,
+                base_url=self._config.base_url,
+                organization=self._config.organization,
+                project=self._config.project,
                 timeout=self._config.timeout_s,
-                follow_redirects=False,
-                event_hooks={
-                    "response": [error_answer_hook(self._config.max_reply_bytes, self._where, self._api_key)]
-                },
-            ),
-        )
+                max_retries=0,
+                # Redirects are not followed: a 3xx would re-send the whole conversation to wherever
+                # it points (another host included). It is a status error naming the status instead.
+                # The hook reads an error answer within max_reply_bytes before the client would read
+                # it whole (see _refusals).
+                http_client=DefaultAsyncHttpxClient(
+                    timeout=self._config.timeout_s,
+                    follow_redirects=False,
+                    event_hooks={"response": [error_answer_hook(config.max_reply_bytes, self._where, key)]},
+                ),
+            )
+        except Exception as exc:
+            # A host name the HTTP library refuses (not valid IDNA): its own InvalidURL, untyped.
+            if type(exc).__module__.partition(".")[0] not in ("httpx", "httpx2"):
+                raise
+            raise OpenAIConfigError(
+                f"base_url {redact_url(config.base_url)!r} is not a URL the HTTP client accepts "
+                f"({type(exc).__name__}); check its host name"
+            ) from None
 
     def _where(self) -> str:
         client = self._client
