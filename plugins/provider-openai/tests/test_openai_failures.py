@@ -269,6 +269,11 @@ async def test_no_choices_is_a_clear_error(stub: StubServer, provider: OpenAIPro
         ([1, 2, 3], "not an object"),
         ({"choices": [{"index": 0}]}, "no message object"),
         ({"choices": [{"message": {"role": "assistant", "content": 12}}]}, "not text"),
+        # A tool_calls of the wrong type, even an empty one, was once taken for "no calls": an answer.
+        ({"choices": [{"message": {"content": "ok", "tool_calls": {}}}]}, "tool_calls is a JSON dict"),
+        ({"choices": [{"message": {"content": "ok", "tool_calls": ""}}]}, "tool_calls is '', not a list"),
+        ({"choices": [{"message": {"content": "ok", "tool_calls": False}}]}, "tool_calls is a JSON bool"),
+        ({"choices": [{"message": {"content": "ok", "tool_calls": {"id": "c"}}}]}, "not a list"),
     ],
 )
 async def test_other_malformed_bodies(

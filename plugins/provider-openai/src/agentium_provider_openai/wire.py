@@ -376,9 +376,12 @@ def parse_completion(
         content = ""
     elif not isinstance(content, str):
         raise _malformed(f"the message content is JSON {type(content).__name__}, not text")
-    raw_calls = message.get("tool_calls") or []
-    if not isinstance(raw_calls, list):
-        raise _malformed("tool_calls is not a list")
+    raw_calls = message.get("tool_calls")
+    if raw_calls is None:
+        raw_calls = []
+    elif not isinstance(raw_calls, list):
+        # Even an empty object, "" or false: a shape this cannot read is never taken for "no calls".
+        raise _malformed(f"tool_calls is {shown(raw_calls, secret)}, not a list")
     calls = tuple(
         _tool_call(i, item, max_tool_arguments_bytes, max_tool_arguments_depth, secret)
         for i, item in enumerate(raw_calls)
