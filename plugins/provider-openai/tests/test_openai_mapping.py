@@ -173,6 +173,19 @@ async def test_missing_usage_stays_unknown(stub: StubServer, provider: OpenAIPro
     assert response.usage == Usage(input_tokens=None, output_tokens=None)
 
 
+async def test_a_refusal_with_null_content_is_the_answer(stub: StubServer, provider: OpenAIProvider) -> None:
+    """OpenAI sends a model's refusal in message.refusal with null content; it was once dropped for ""."""
+    body = Reply.recorded("plain_answer").body
+    body["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "refusal": "I can't help with that.",
+    }
+    stub.add(Reply(body=body))
+    response = await provider.complete(_request(), OpContext.with_timeout(10))
+    assert response.message.content == "I can't help with that."
+
+
 async def test_options_reach_the_request_body(stub: StubServer) -> None:
     """Sampling options and extra_body are sent as set, and only when set."""
     stub.add(Reply.recorded("plain_answer"), Reply.recorded("plain_answer"))

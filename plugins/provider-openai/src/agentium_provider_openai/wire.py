@@ -372,6 +372,10 @@ def parse_completion(
         raise _malformed("its first choice has no message object")
     _refuse_incomplete(choice, message)
     content = message.get("content")
+    refusal = message.get("refusal")
+    if not content and isinstance(refusal, str) and refusal.strip():
+        # OpenAI puts a model's refusal here with null content: it is the answer, not nothing.
+        content = refusal
     if content is None:
         content = ""
     elif not isinstance(content, str):
