@@ -543,3 +543,11 @@ async def test_a_host_name_the_http_client_refuses_is_a_config_error_on_the_firs
             )
     finally:
         await provider.aclose()
+
+
+def test_a_lent_client_whose_key_no_header_can_carry_is_refused_when_built() -> None:
+    """Such a client once raised a bare UnicodeEncodeError from every call."""
+    lent = AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="sk-test-01234\u201956789")
+    with pytest.raises(OpenAIConfigError, match="lent client's api_key") as caught:
+        OpenAIProvider(OpenAIProviderConfig(model="m"), client=lent)
+    assert "0123" not in str(caught.value)

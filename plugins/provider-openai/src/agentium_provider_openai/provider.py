@@ -47,7 +47,7 @@ from agentium_harness.plugin_api import (
 
 from ._failures import Retryable, is_transport_error, retry_after
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error
-from .config import REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
+from .config import HEADER_TOKEN, REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
 from .errors import (
     OpenAIConfigError,
     OpenAIConnectionError,
@@ -134,6 +134,8 @@ class OpenAIProvider(ModelProvider):
         else:
             lent_key = getattr(client, "api_key", None)
             self._api_key = lent_key if isinstance(lent_key, str) else None
+            if self._api_key and not HEADER_TOKEN.fullmatch(self._api_key):
+                raise OpenAIConfigError("the lent client's api_key holds a character no HTTP header carries")
             # A copy sharing the host's connection pool, without its retries:
             # retries are ours, so they honour the deadline.
             self._client = client.with_options(max_retries=0)
