@@ -38,6 +38,7 @@ from agentium_harness import (
 )
 from agentium_harness._engine import commit as commit_module
 from agentium_harness._engine import turn as turn_module
+from agentium_harness._engine import turn_budget
 from agentium_harness._text import error_text
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.plugin_api import (
@@ -318,6 +319,65 @@ async def test_a_reply_with_too_many_tool_calls_is_refused_before_any_runs() -> 
     assert isinstance(outcome, ContractViolationError) and outcome.commit_state is CommitState.NOT_COMMITTED
     assert f"over the limit of {turn_module.MAX_TOOL_CALLS}" in str(outcome)
     assert await store.load(KEY, OpContext()) is None
+
+
+def _small_turn_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn may take 20,000 bytes and a snapshot 40,000: room for the turn, not for 24 KB of arguments."""
+    monkeypatch.setattr(turn_budget, "MAX_TURN_BYTES", 20_000)
+    monkeypatch.setattr(commit_module, "MAX_JSON_BYTES", 40_000)
+
+
+BIG_CALLS = calls(*(ToolCall(f"b{i}", "deploy", {"x": "a" * 8000}) for i in range(3)))
+
+
+async def test_a_reply_the_turn_could_not_commit_is_refused_before_any_tool_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each call fits every bound of its own; together they could never be committed: none may run.
+    _small_turn_bound(monkeypatch)
+    outcome, ran, store = await _run(Hostile(BIG_CALLS))
+    assert ran == []
+    assert isinstance(outcome, ContractViolationError) and outcome.commit_state is CommitState.NOT_COMMITTED
+    assert "MAX_TURN_BYTES" in str(outcome) and "aaaa" not in str(outcome)
+    assert await store.load(KEY, OpContext()) is None
+
+
+async def test_a_reply_over_the_turns_room_after_a_write_is_refused_and_the_write_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _small_turn_bound(monkeypatch)
+    outcome, ran, store = await _run(Hostile(DEPLOY, BIG_CALLS))
+    assert ran == [1]  # the first reply's call only
+    assert (await _kept(outcome, store, ContractViolationError)).content == "deployed"
+    assert "MAX_TURN_BYTES" in str(outcome)
+
+
+@pytest.mark.parametrize("output", ["z" * 45_000, "\x00" * 8_000, RuntimeError("e" * 45_000)])
+async def test_a_result_too_large_for_the_turn_is_cut_and_committed(
+    monkeypatch: pytest.MonkeyPatch, output: str | Exception
+) -> None:
+    # The tool ran: its call and (cut) result are committed, and the next call still has room for its own.
+    _small_turn_bound(monkeypatch)
+
+    async def handler(arguments: dict[str, Any]) -> str:
+        if arguments.get("n") == 2:
+            return "second"
+        if isinstance(output, Exception):
+            raise output
+        return output
+
+    two = calls(ToolCall("c1", "deploy", {"n": 1}), ToolCall("c2", "deploy", {"n": 2}))
+    outcome, ran, store = await _run(Hostile(two), handler)
+    assert ran == [1, 1]
+    assert isinstance(outcome, RunResult) and outcome.committed and outcome.output == "done"
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    [group] = stored.snapshot.resident
+    first, second = (m.content for m in group.messages if m.role is Role.TOOL)
+    assert "bytes, cut]" in first and second == "second"
+    assert group.size_bytes <= 20_000 + 1_000  # the messages within the bound; the rest is the record
+    if not isinstance(output, Exception):
+        assert "MAX_TURN_BYTES" in outcome.tool_outcomes[0].detail and outcome.has("tool_output_cut")
 
 
 def rewrites_arguments(request: ModelRequest) -> ModelResponse:

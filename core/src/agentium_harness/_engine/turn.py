@@ -4,12 +4,15 @@ Every provider answer is checked before anything acts on it: its type, that
 it only carries tool calls when the provider declared ``tool_calls`` (at most
 :data:`MAX_TOOL_CALLS`), that its tool call ids are unique, and that it is
 what ``append`` would store (text that is valid Unicode, at most
-:data:`MAX_REPLY_BYTES` of it; plain JSON arguments and payloads, bounded) —
-a response that fails any check is refused with
+:data:`MAX_REPLY_BYTES` of it; plain JSON arguments and payloads, bounded),
+and that the turn with it, and room for each call's result, stays within
+what a committed turn may take (:mod:`.turn_budget`) — a response that fails
+any check is refused with
 :class:`~agentium_harness._errors.ContractViolationError` before a tool runs,
 so a turn whose tool already ran is still committed. A tool's output is
-bounded too (:data:`MAX_TOOL_OUTPUT_BYTES`), and an adapter's or a tool's
-exception is read as text that never raises and can always be stored.
+bounded too (:data:`MAX_TOOL_OUTPUT_BYTES`, and cut to the room the turn has
+left), and an adapter's or a tool's exception is read as text that never
+raises and can always be stored.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
+from .turn_budget import TurnBudget
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -221,6 +225,7 @@ async def run_turn(
     may_call_tools = bool(getattr(capabilities_of(provider), "tool_calls", False))
     diagnostics: list[Diagnostic] = []
     turn: list[Message] = [*prior, Message(Role.USER, user_input)]
+    budget = TurnBudget(turn)  # what a committed turn may take: checked before any tool runs
     outcomes: list[ToolOutcome] = []
     usage_in = usage_out = 0
     estimated = False
@@ -241,7 +246,7 @@ async def run_turn(
             instructions=instructions, sources=sources, history=shown_history, turn=tuple(shown), tools=specs
         )
         try:
-            reply, usage = await _complete(ticket, provider, request, sent, may_call_tools)
+            reply, usage = await _complete(ticket, provider, request, sent, may_call_tools, budget)
         except AgentiumError as exc:
             partial = TurnOutcome(
                 tuple(turn),
@@ -273,8 +278,8 @@ async def run_turn(
             # A name the registry does not know is the model's own text, not the host's: no span name.
             with observe.tool(call.name, call.id, registered=call.name in tools) as span:
                 span.content("gen_ai.tool.call.arguments", call.arguments)
-                outcome, content = await _run_tool(
-                    tools, call, granted, limits.tool_timeout_s, refuse_write_effects, trace
+                outcome, content = budget.fit(
+                    *await _run_tool(tools, call, granted, limits.tool_timeout_s, refuse_write_effects, trace)
                 )
                 span.set("agentium.tool.status", outcome.status.value)
                 if outcome.status is not ToolStatus.OK:
@@ -330,7 +335,12 @@ def _shown(message: Message) -> Message:
 
 
 async def _complete(
-    ticket: Ticket, provider: ModelProvider, request: ModelRequest, sent: ModelRequest, may_call_tools: bool
+    ticket: Ticket,
+    provider: ModelProvider,
+    request: ModelRequest,
+    sent: ModelRequest,
+    may_call_tools: bool,
+    budget: TurnBudget,
 ) -> tuple[Message, Usage]:
     """The provider's reply and usage, checked (:func:`_checked_response`) before the span reads them.
 
@@ -347,6 +357,7 @@ async def _complete(
         # the wrong shape (content that is no text, arguments nested thousands deep) would make
         # them raise untyped errors, outside the handler that commits what ran.
         reply, usage = _checked_response(response, may_call_tools)
+        budget.admit(reply)  # a turn that could not be committed: refused before its tools run
         if span.recording or observe.current() is not None:
             _describe(span, request, usage, reply)
         return reply, usage
