@@ -116,7 +116,7 @@ def nested(depth: int) -> dict[str, Any]:
 
 
 async def _run(
-    provider: ModelProvider, handler: Any = None, telemetry: Telemetry | None = None
+    provider: ModelProvider, handler: Any = None, telemetry: Telemetry | None = None, text: str = "ship it"
 ) -> tuple[RunResult | AgentiumError, list[int], Any]:
     """One run with a write tool ``deploy``; what it returned or raised, whether the tool ran, the store."""
     ran: list[int] = []
@@ -135,7 +135,7 @@ async def _run(
     )
     async with runtime:
         try:
-            outcome: RunResult | AgentiumError = await runtime.run(ANA, "s1", "ship it", grants=["deploy"])
+            outcome: RunResult | AgentiumError = await runtime.run(ANA, "s1", text, grants=["deploy"])
         except AgentiumError as exc:  # anything else fails the test
             outcome = exc
     return outcome, ran, store
@@ -378,6 +378,28 @@ async def test_a_result_too_large_for_the_turn_is_cut_and_committed(
     assert group.size_bytes <= 20_000 + 1_000  # the messages within the bound; the rest is the record
     if not isinstance(output, Exception):
         assert "MAX_TURN_BYTES" in outcome.tool_outcomes[0].detail and outcome.has("tool_output_cut")
+
+
+async def test_a_turn_within_the_bound_is_committed_whatever_its_characters_could_take(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Plain text is counted by what it could take at most (six bytes a character, no encoding) and
+    # measured when that nears the bound: 3,000 + 2,500 + 6,000 characters of ASCII are 12 KB of
+    # JSON, within 20,000, though six times that is not. Nothing is refused and nothing is cut.
+    _small_turn_bound(monkeypatch)
+
+    async def handler(arguments: dict[str, Any]) -> str:
+        return "z" * 2_500
+
+    long_reply: Step = lambda request: ModelResponse(Message(Role.ASSISTANT, "y" * 6_000))  # noqa: E731
+    outcome, ran, store = await _run(Hostile(DEPLOY, long_reply), handler, text="s" * 3_000)
+    assert ran == [1]
+    assert isinstance(outcome, RunResult) and outcome.committed and outcome.output == "y" * 6_000
+    assert not outcome.has("tool_output_cut")
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None
+    [group] = stored.snapshot.resident
+    assert [m.content for m in group.messages if m.role is Role.TOOL] == ["z" * 2_500]
 
 
 def rewrites_arguments(request: ModelRequest) -> ModelResponse:

@@ -58,6 +58,28 @@ def _size(message: Message) -> int:
     return size + sum(_call_size(c) for c in message.tool_calls)
 
 
+def _fixed_size() -> int:
+    """The most bytes a plain message takes besides its text and tool call id (any role, ``null`` id)."""
+    return max(_size(Message(role, "")) for role in Role)
+
+
+#: What a plain message (no tool calls, no payload) takes at most besides its escaped text and id.
+_PLAIN_FIXED = 0  # set below, once _size is defined
+
+
+def _bound(message: Message) -> int | None:
+    """An upper bound of :func:`_size` for a plain message, without encoding it; ``None`` for others.
+
+    Every character is at most :data:`_ESCAPE_GROWTH` bytes of JSON, and an id
+    in place of ``null`` adds at most its escaped text. A turn's messages are
+    counted by this bound (no encoding on the common path) and measured
+    exactly only when the bound comes near :data:`MAX_TURN_BYTES`.
+    """
+    if message.tool_calls or message.payload is not None or message.payload_format is not None:
+        return None
+    return _PLAIN_FIXED + _ESCAPE_GROWTH * (len(message.content) + len(message.tool_call_id or ""))
+
+
 def _call_size(call: ToolCall) -> int:
     return len(canonical_json(unstructure(call))) + 1
 
@@ -67,14 +89,38 @@ def _result_overhead(call: ToolCall) -> int:
     return _size(Message(Role.TOOL, "", tool_call_id=call.id))
 
 
+_PLAIN_FIXED = _fixed_size()
+
+
 class TurnBudget:
     """What the turn's messages take so far, against :data:`MAX_TURN_BYTES` (read at each check)."""
 
-    __slots__ = ("_reserved", "used")
+    __slots__ = ("_estimated", "_reserved", "used")
 
     def __init__(self, messages: Iterable[Message]) -> None:
-        self.used = 2 + sum(map(_size, messages))  # the list's brackets
+        self.used = 2  # the list's brackets; then each message, exact or by its bound (``_estimated``)
+        # Messages counted by their bound (:func:`_bound`), with it: measured when it matters.
+        self._estimated: list[tuple[Message, int]] = []
         self._reserved: list[int] = []  # what each call of the last reply not yet answered has set aside
+        for message in messages:
+            self._count(message)
+
+    def _count(self, message: Message) -> None:
+        bound = _bound(message)
+        if bound is None:
+            self.used += _size(message)
+        else:
+            self.used += bound
+            self._estimated.append((message, bound))
+
+    def _measure(self) -> bool:
+        """Replace the bounds counted so far by exact sizes; True if there were any."""
+        if not self._estimated:
+            return False
+        for message, bound in self._estimated:
+            self.used += _size(message) - bound
+        self._estimated.clear()
+        return True
 
     def admit(self, reply: Message) -> None:
         """Count ``reply`` in, or refuse it (ContractViolationError) if the turn could not be committed.
@@ -87,11 +133,13 @@ class TurnBudget:
         """
         limit = MAX_TURN_BYTES
         reserved = [_result_overhead(c) + RESULT_RESERVE_BYTES for c in reply.tool_calls]
-        size = self.used + sum(reserved)
+        bound = _bound(reply)
+        size = self.used + sum(reserved) + (_size(reply) if bound is None else bound)
+        if size > limit and (self._measure() or bound is not None):
+            # Near the bound: what an estimate said is measured before anything is refused.
+            bound = None
+            size = self.used + sum(reserved) + _size(reply)
         over = size > limit
-        if not over:
-            size += _size(reply)
-            over = size > limit
         if over and (reply.tool_calls or self.used <= limit):
             what = f", counting room for its {len(reserved)} tool result(s)" if reserved else ""
             raise ContractViolationError(
@@ -99,6 +147,8 @@ class TurnBudget:
                 f"(MAX_TURN_BYTES, what a committed turn may take{what}); none of its tool calls was run"
             )
         self.used = size - sum(reserved)
+        if bound is not None:
+            self._estimated.append((reply, bound))
         self._reserved = reserved
 
     def fit(self, outcome: ToolOutcome, text: str) -> tuple[ToolOutcome, str]:
@@ -127,6 +177,9 @@ class TurnBudget:
         """
         mine = self._reserved.pop(0) if self._reserved else RESULT_RESERVE_BYTES
         room = MAX_TURN_BYTES - self.used - sum(self._reserved) - (mine - RESULT_RESERVE_BYTES)
+        if len(text) * _ESCAPE_GROWTH > room and self._measure():
+            # The room may only look short because earlier messages were counted by their bound.
+            room = MAX_TURN_BYTES - self.used - sum(self._reserved) - (mine - RESULT_RESERVE_BYTES)
         room = max(room, RESULT_RESERVE_BYTES)
         cut = 0
         # A character is at most six bytes of JSON (``\u0000``): shorter text is not encoded to check.
