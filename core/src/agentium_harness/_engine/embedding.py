@@ -20,6 +20,7 @@ recall query for ``discover_hybrid`` (see :mod:`.recall`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from itertools import islice
 
 import attrs
 
@@ -103,24 +104,42 @@ def embedding_text(group: MessageGroup) -> str:
 
 
 def _checked(raw: object, batch: Sequence[str], model: EmbeddingModel, who: str) -> list[Vector]:
+    try:
+        return _read_vectors(raw, batch, model, who)
+    except EmbeddingError:
+        raise
+    except Exception as exc:  # a hostile answer whose len(), iteration or tolist() raises
+        raise EmbeddingError(
+            f"{who} returned an answer that could not be read ({error_text(exc)}); the batch was dropped"
+        ) from exc
+
+
+def _read_vectors(raw: object, batch: Sequence[str], model: EmbeddingModel, who: str) -> list[Vector]:
     if isinstance(raw, str | bytes) or not hasattr(raw, "__len__") or not hasattr(raw, "__iter__"):
         raise EmbeddingError(f"{who} returned {type(raw).__name__}, not a sequence of vectors; none was used")
-    if len(raw) != len(batch):
+    # What iteration yields is what is used, never what __len__ claims, and it is read to one past
+    # the batch at most: an answer that iterates without end cannot hold the event loop.
+    items = list(islice(iter(raw), len(batch) + 1))
+    if len(items) != len(batch):
+        count = f"more than {len(batch)}" if len(items) > len(batch) else str(len(items))
         raise EmbeddingError(
-            f"{who} returned {len(raw)} vectors for {len(batch)} texts; the batch was dropped whole"
+            f"{who} returned {count} vectors for {len(batch)} texts; the batch was dropped whole"
         )
     vectors: list[Vector] = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(items):
         values = item.tolist() if callable(getattr(item, "tolist", None)) else item
         if isinstance(values, str | bytes) or not isinstance(values, Sequence):
             raise EmbeddingError(f"{who} returned {type(item).__name__} as vector {i}; the batch was dropped")
-        if len(values) != model.dimension:
+        # Copied the same way, to one past the dimension: a list subclass cannot lie about its length.
+        copied = list(islice(iter(values), model.dimension + 1))
+        if len(copied) != model.dimension:
+            found = f"more than {model.dimension}" if len(copied) > model.dimension else str(len(copied))
             raise EmbeddingError(
-                f"{who} returned a vector of dimension {len(values)} where its model {model.key()} "
+                f"{who} returned a vector of dimension {found} where its model {model.key()} "
                 f"declares {model.dimension}; the batch was dropped"
             )
         try:
-            vectors.append(Vector.normalized(model, values))
+            vectors.append(Vector.normalized(model, copied))
         except InvalidArgumentError as exc:
             raise EmbeddingError(
                 f"{who} returned an unusable vector {i} ({exc}); the batch was dropped"

@@ -1,0 +1,105 @@
+"""The engine checks whatever an embedder answers, however hostile, and raises only EmbeddingError.
+
+An embedder's answer is read by iteration, to one past the batch (and one
+past the dimension) at most, so a list subclass whose ``__len__`` lies, an
+answer that iterates without end or one whose reading raises is refused with
+:class:`EmbeddingError`, never a bare ``ValueError`` or a hang of the event
+loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from agentium_harness import EmbeddingError
+from agentium_harness._engine.embedding import Hybrid, embed_query, embed_texts, make_hybrid
+from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+from agentium_harness.plugin_api import Embedder, EmbedderCapabilities, EmbeddingModel, OpContext
+
+pytestmark = pytest.mark.anyio
+
+
+class Answers(Embedder):
+    """An embedder that answers whatever ``answer`` makes of the batch."""
+
+    capabilities: ClassVar[EmbedderCapabilities] = EmbedderCapabilities(batch_embedding=True)
+    max_batch = 4
+
+    def __init__(self, answer: Callable[[Sequence[str]], object]) -> None:
+        self.answer = answer
+
+    @property
+    def model(self) -> EmbeddingModel:
+        return EmbeddingModel("answers-v1", 3)
+
+    async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
+        ctx.raise_if_expired("embed")
+        return self.answer(texts)  # type: ignore[return-value]
+
+
+class ClaimsLength(list[Any]):
+    """A list that says it holds ``claimed`` items whatever it holds."""
+
+    def __init__(self, items: Sequence[object], claimed: int) -> None:
+        super().__init__(items)
+        self.claimed = claimed
+
+    def __len__(self) -> int:
+        return self.claimed
+
+
+class Endless(list[Any]):
+    """A list that says it holds ``claimed`` items and yields ``item`` without end."""
+
+    def __init__(self, claimed: int, item: object) -> None:
+        super().__init__()
+        self.claimed = claimed
+        self.item = item
+
+    def __len__(self) -> int:
+        return self.claimed
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.repeat(self.item)
+
+
+class Unreadable:
+    def tolist(self) -> list[float]:
+        raise RuntimeError("the backend's buffer is gone")
+
+
+HOSTILE: dict[str, Callable[[Sequence[str]], object]] = {
+    "claims the batch's length, holds nothing": lambda texts: ClaimsLength([], len(texts)),
+    "claims a negative length": lambda texts: ClaimsLength([], -1),
+    "iterates without end": lambda texts: Endless(len(texts), [1.0, 2.0, 3.0]),
+    "a vector that claims 3 values, holds 1": lambda texts: [ClaimsLength([1.0], 3) for _ in texts],
+    "a vector that iterates without end": lambda texts: [Endless(3, 1.0) for _ in texts],
+    "an int too large for a float": lambda texts: [[10**400, 1, 1] for _ in texts],
+    "tolist raises": lambda texts: [Unreadable() for _ in texts],
+}
+
+
+def _hybrid(tmp_path: Path, embedder: Embedder) -> Hybrid:
+    store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+    return make_hybrid(embedder, None, store)
+
+
+@pytest.mark.parametrize("fault", sorted(HOSTILE))
+async def test_a_hostile_answer_is_an_embedding_error(tmp_path: Path, fault: str) -> None:
+    hybrid = _hybrid(tmp_path, Answers(HOSTILE[fault]))
+    with pytest.raises(EmbeddingError, match="dropped"):
+        await embed_query(Ticket(None, "test", 5.0), hybrid, "where are the sailboats?", 5.0)
+    with pytest.raises(EmbeddingError, match="dropped"):
+        await embed_texts(Ticket(None, "test", 5.0), hybrid, ["one", "two", "three"])
+
+
+async def test_a_healthy_answer_still_passes(tmp_path: Path) -> None:
+    hybrid = _hybrid(tmp_path, Answers(lambda texts: [[3.0, 0.0, 4.0] for _ in texts]))
+    vectors = await embed_texts(Ticket(None, "test", 5.0), hybrid, ["one", "two"])
+    assert [v.values for v in vectors] == [(0.6, 0.0, 0.8)] * 2
