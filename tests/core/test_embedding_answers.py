@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agentium_harness import EmbeddingError
+from agentium_harness import EmbeddingError, InvalidArgumentError
 from agentium_harness._engine.embedding import Hybrid, embed_query, embed_texts, make_hybrid
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import Embedder, EmbedderCapabilities, EmbeddingModel, OpContext
+from agentium_harness.plugin_api import Embedder, EmbedderCapabilities, EmbeddingModel, OpContext, Vector
 
 pytestmark = pytest.mark.anyio
 
@@ -103,3 +103,28 @@ async def test_a_healthy_answer_still_passes(tmp_path: Path) -> None:
     hybrid = _hybrid(tmp_path, Answers(lambda texts: [[3.0, 0.0, 4.0] for _ in texts]))
     vectors = await embed_texts(Ticket(None, "test", 5.0), hybrid, ["one", "two"])
     assert [v.values for v in vectors] == [(0.6, 0.0, 0.8)] * 2
+
+
+class BadFloat(float):
+    def __float__(self) -> float:
+        raise ArithmeticError("no value")
+
+
+@pytest.mark.parametrize("bad", [[10**400, 1, 1], ["0.6", 0.0, 0.8], [0.6, None, 0.8]])
+def test_a_value_that_is_no_finite_float_is_an_invalid_argument(bad: list[float]) -> None:
+    model = EmbeddingModel("m", 3)
+    with pytest.raises(InvalidArgumentError, match="a vector holds"):
+        Vector.normalized(model, bad)
+    with pytest.raises(InvalidArgumentError, match="a vector holds"):
+        Vector(model, bad)
+
+
+def test_a_float_subclass_is_read_for_its_value_not_its_float_method() -> None:
+    v = Vector.normalized(EmbeddingModel("m", 3), [BadFloat(3.0), 0.0, 4.0])
+    assert v.values == (0.6, 0.0, 0.8) and all(type(x) is float for x in v.values)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-170, 1e170, 1e300])
+def test_a_tiny_or_huge_vector_keeps_its_direction(scale: float) -> None:
+    v = Vector.normalized(EmbeddingModel("m", 3), [3.0 * scale, 0.0, 4.0 * scale])
+    assert v.values == pytest.approx((0.6, 0.0, 0.8))

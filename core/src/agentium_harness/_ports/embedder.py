@@ -82,8 +82,22 @@ class EmbeddingModel:
         return f"{self.model}/{self.dimension}"
 
 
+def _finite(v: object) -> float:
+    """``v`` as a finite float; :class:`InvalidArgumentError` for anything else (``bool`` and ``str`` too)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise InvalidArgumentError(f"a vector holds numbers, got {type(v).__name__}")
+    # The value itself, read past any __float__ a subclass defines (it could raise anything).
+    try:
+        f = float.__float__(v) if isinstance(v, float) else int.__float__(v)
+    except OverflowError:  # an int past float's range
+        raise InvalidArgumentError("a vector holds only finite numbers (no NaN or infinity)") from None
+    if not math.isfinite(f):
+        raise InvalidArgumentError("a vector holds only finite numbers (no NaN or infinity)")
+    return f
+
+
 def _unit_values(value: Iterable[float]) -> tuple[float, ...]:
-    return tuple(float(v) for v in value)
+    return tuple(_finite(v) for v in value)
 
 
 @attrs.frozen(slots=True)
@@ -124,17 +138,16 @@ class Vector:
             raise InvalidArgumentError(
                 f"a vector of {model.key()} needs {model.dimension} values, got {len(values)}"
             )
-        floats: list[float] = []
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise InvalidArgumentError(f"a vector holds numbers, got {type(v).__name__}")
-            f = float(v)
-            if not math.isfinite(f):
-                raise InvalidArgumentError("a vector holds only finite numbers (no NaN or infinity)")
-            floats.append(f)
+        floats = [_finite(v) for v in values]
         norm = math.sqrt(math.fsum(f * f for f in floats))
         if norm == 0.0 or not math.isfinite(norm):
-            raise InvalidArgumentError("a zero vector has no direction and cannot be compared")
+            # The squares under- or overflowed (values near 1e-160 or 1e160): scaled by the largest
+            # magnitude first, the vector keeps its direction. Only all zeros has none.
+            largest = max(abs(f) for f in floats)
+            if largest == 0.0:
+                raise InvalidArgumentError("a zero vector has no direction and cannot be compared")
+            floats = [f / largest for f in floats]
+            norm = math.sqrt(math.fsum(f * f for f in floats))
         return cls(model, tuple(f / norm for f in floats))
 
     def to_bytes(self) -> bytes:
