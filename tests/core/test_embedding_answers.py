@@ -17,10 +17,17 @@ from typing import Any, ClassVar
 import pytest
 
 from agentium_harness import EmbeddingError, InvalidArgumentError
-from agentium_harness._engine.embedding import Hybrid, embed_query, embed_texts, make_hybrid
+from agentium_harness._engine.embedding import Hybrid, embed_query, embed_texts, index_sources, make_hybrid
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import Embedder, EmbedderCapabilities, EmbeddingModel, OpContext, Vector
+from agentium_harness.plugin_api import (
+    Embedder,
+    EmbedderCapabilities,
+    EmbeddingModel,
+    OpContext,
+    SourceRef,
+    Vector,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +135,16 @@ def test_a_float_subclass_is_read_for_its_value_not_its_float_method() -> None:
 def test_a_tiny_or_huge_vector_keeps_its_direction(scale: float) -> None:
     v = Vector.normalized(EmbeddingModel("m", 3), [3.0 * scale, 0.0, 4.0 * scale])
     assert v.values == pytest.approx((0.6, 0.0, 0.8))
+
+
+@pytest.mark.parametrize("changed", ["3", 2.5, 0, None])
+async def test_a_max_batch_changed_after_build_is_an_embedding_error(tmp_path: Path, changed: object) -> None:
+    embedder = Answers(lambda texts: [[1.0, 2.0, 3.0] for _ in texts])
+    hybrid = _hybrid(tmp_path, embedder)  # checked here: 4
+    embedder.max_batch = changed  # type: ignore[assignment]
+    with pytest.raises(EmbeddingError, match="max_batch"):
+        await embed_texts(Ticket(None, "test", 5.0), hybrid, ["one", "two"])
+    store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "other.db")))
+    with pytest.raises(EmbeddingError, match="max_batch"):
+        await index_sources(Ticket(None, "test", 5.0), hybrid, store, [(SourceRef("doc/a", "r1"), "one")])
+    await store.aclose()

@@ -87,6 +87,22 @@ def make_hybrid(embedder: Embedder, limits: EmbeddingLimits | None, recall: Reca
     return Hybrid(embedder, limits or EmbeddingLimits(), model)
 
 
+def _batch_size(hybrid: Hybrid) -> int:
+    """Texts per call: the adapter's ``max_batch`` as it is now, checked again (it was at build time)."""
+    try:
+        batch = hybrid.embedder.max_batch
+    except Exception as exc:  # a property that raises
+        raise EmbeddingError(
+            f"embedder {type(hybrid.embedder).__name__}.max_batch raised {error_text(exc)}"
+        ) from exc
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise EmbeddingError(
+            f"embedder {type(hybrid.embedder).__name__}.max_batch is now {batch!r}, not an integer >= 1; "
+            "nothing was sent"
+        )
+    return min(hybrid.limits.max_batch, batch)
+
+
 def _cut(text: str, max_bytes: int) -> str:
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= max_bytes:
@@ -166,7 +182,7 @@ async def embed_texts(
     that raises, hangs or answers badly fails the whole request.
     """
     limits = hybrid.limits
-    size = max(1, min(limits.max_batch, hybrid.embedder.max_batch))
+    size = _batch_size(hybrid)
     cut = [_cut(t, limits.max_input_bytes) for t in texts]
     if any(not t.strip() for t in cut):
         raise EmbeddingError("an empty text cannot be embedded; nothing was sent")
@@ -204,7 +220,7 @@ async def index_sources(
     if not wanted:
         return 0
     stored = 0
-    step = max(1, min(hybrid.limits.max_batch, hybrid.embedder.max_batch))
+    step = _batch_size(hybrid)
     # One store write per embedding batch: memory stays bounded by the batch, and what was
     # embedded before a failure is kept.
     for start in range(0, len(wanted), step):
