@@ -148,3 +148,19 @@ async def test_a_max_batch_changed_after_build_is_an_embedding_error(tmp_path: P
     with pytest.raises(EmbeddingError, match="max_batch"):
         await index_sources(Ticket(None, "test", 5.0), hybrid, store, [(SourceRef("doc/a", "r1"), "one")])
     await store.aclose()
+
+
+async def test_a_source_blank_in_its_embedded_head_is_skipped_not_fatal_to_its_batch(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def answer(texts: Sequence[str]) -> object:
+        seen.extend(texts)
+        return [[1.0, 2.0, 3.0] for _ in texts]
+
+    hybrid = _hybrid(tmp_path, Answers(answer))
+    store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "other.db")))
+    padded = " " * (hybrid.limits.max_input_bytes + 10) + "the words come after the cut"
+    sources = [(SourceRef("doc/padded", "r1"), padded), (SourceRef("doc/tea", "r1"), "tea and coffee")]
+    await index_sources(Ticket(None, "test", 5.0), hybrid, store, sources)
+    assert seen == ["tea and coffee"]
+    await store.aclose()

@@ -212,11 +212,14 @@ async def index_sources(
 ) -> int:
     """Embed ``(ref, text)`` pairs and store the vectors with ``store.index_vectors``; how many were stored.
 
-    Sources with blank text are skipped (nothing to embed). Raises
-    :class:`EmbeddingError` when embedding fails (nothing stored) and what
-    the store raises (``EmbeddingModelMismatchError`` among them).
+    Sources whose text is blank within its first ``max_input_bytes`` (all
+    that would be embedded) are skipped: nothing to embed, and one of them
+    must not fail the others of its batch. Raises :class:`EmbeddingError`
+    when embedding fails (nothing stored) and what the store raises
+    (``EmbeddingModelMismatchError`` among them).
     """
-    wanted = [(ref, text) for ref, text in sources if text.strip()]
+    limit = hybrid.limits.max_input_bytes
+    wanted = [(ref, text) for ref, text in sources if _cut(text, limit).strip()]
     if not wanted:
         return 0
     stored = 0
