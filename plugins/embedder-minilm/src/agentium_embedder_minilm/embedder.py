@@ -282,6 +282,8 @@ class MiniLMEmbedder(Embedder):
         for i, text in enumerate(batch):
             if not isinstance(text, str):
                 raise InvalidArgumentError(f"texts[{i}] must be a string, got {type(text).__name__}")
+            # A plain copy: a str subclass could report a small len() and so pass _head uncut.
+            batch[i] = str.__str__(text)
         if not batch:
             return []
 
