@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
+import anyio
 import pytest
 
 from agentium_embedder_minilm import MAX_INPUT_BYTES, MiniLMEmbedder
-from agentium_harness import OpContext
+from agentium_harness import InvalidArgumentError, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -27,3 +30,16 @@ async def test_a_str_subclass_cannot_slip_past_the_input_bound() -> None:
     hidden = _ShortLen("\x01" * MAX_INPUT_BYTES + " hello world")  # the words lie past the cut
     empty, cut = await embedder.embed(["", hidden], OpContext.with_timeout(30.0))
     assert list(cut) == list(empty)  # the words were never read
+
+
+def _endless() -> Iterator[str]:
+    while True:
+        yield "again"
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: _endless(), lambda: iter(["a", "b"]), lambda: {"a", "b"}, lambda: {"a": 1}]
+)
+async def test_texts_that_are_not_a_sequence_are_an_invalid_argument(make: Callable[[], object]) -> None:
+    with anyio.fail_after(10.0), pytest.raises(InvalidArgumentError, match="sequence of strings"):
+        await MiniLMEmbedder().embed(make(), OpContext.with_timeout(5.0))  # type: ignore[arg-type]

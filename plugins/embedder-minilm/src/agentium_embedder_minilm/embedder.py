@@ -271,11 +271,13 @@ class MiniLMEmbedder(Embedder):
         operation is cancelled, even while a batch is still running.
         """
         ctx.raise_if_expired("embed")
-        if isinstance(texts, str | bytes):
+        # A sequence only: a generator (perhaps endless, copied here on the event loop, where no
+        # deadline can stop it) or a set (no order to match vectors to texts) is refused.
+        if isinstance(texts, str | bytes | bytearray) or not isinstance(texts, Sequence):
             raise InvalidArgumentError(f"texts must be a sequence of strings, got {type(texts).__name__}")
         try:
             batch = list(texts)
-        except TypeError:
+        except Exception:  # a sequence whose iteration raises
             raise InvalidArgumentError(
                 f"texts must be a sequence of strings, got {type(texts).__name__}"
             ) from None
