@@ -43,3 +43,12 @@ def _endless() -> Iterator[str]:
 async def test_texts_that_are_not_a_sequence_are_an_invalid_argument(make: Callable[[], object]) -> None:
     with anyio.fail_after(10.0), pytest.raises(InvalidArgumentError, match="sequence of strings"):
         await MiniLMEmbedder().embed(make(), OpContext.with_timeout(5.0))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [None, 5.0, "ctx"])
+async def test_a_ctx_that_is_not_an_op_context_is_an_invalid_argument(bad: object) -> None:
+    embedder = MiniLMEmbedder()
+    with pytest.raises(InvalidArgumentError, match="ctx"):
+        await embedder.embed(["x"], bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="ctx"):
+        await embedder.health(bad)  # type: ignore[arg-type]

@@ -45,6 +45,7 @@ from agentium_harness.plugin_api import (
     OpContext,
     PerLoop,
     bounded_count,
+    checked_ctx,
 )
 
 from ._wordpiece import WordPiece, load_vocab
@@ -270,7 +271,7 @@ class MiniLMEmbedder(Embedder):
         :class:`OperationCancelledError` once the deadline passes or the
         operation is cancelled, even while a batch is still running.
         """
-        ctx.raise_if_expired("embed")
+        checked_ctx(ctx, "embed").raise_if_expired("embed")
         # A sequence only: a generator (perhaps endless, copied here on the event loop, where no
         # deadline can stop it) or a set (no order to match vectors to texts) is refused.
         if isinstance(texts, str | bytes | bytearray) or not isinstance(texts, Sequence):
@@ -315,6 +316,6 @@ class MiniLMEmbedder(Embedder):
 
     async def health(self, ctx: OpContext) -> str:
         """Load the model if needed and embed one word."""
-        ctx.raise_if_expired("embedder health")
+        checked_ctx(ctx, "embedder health").raise_if_expired("embedder health")
         await self.embed(["health"], ctx)
         return f"minilm ok: {MODEL.key()}, onnxruntime CPU, {self._config.threads} thread(s)"
