@@ -19,6 +19,7 @@ import pytest
 from agentium_harness import EmbeddingError, InvalidArgumentError
 from agentium_harness._engine.embedding import Hybrid, embed_query, embed_texts, index_sources, make_hybrid
 from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness.adapters.embedders import HashingEmbedder
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import (
     Embedder,
@@ -164,3 +165,20 @@ async def test_a_source_blank_in_its_embedded_head_is_skipped_not_fatal_to_its_b
     await index_sources(Ticket(None, "test", 5.0), hybrid, store, sources)
     assert seen == ["tea and coffee"]
     await store.aclose()
+
+
+@pytest.mark.parametrize(
+    ("texts", "ctx"),
+    [
+        ([5], OpContext()),
+        ("one bare string", OpContext()),
+        (None, OpContext()),
+        (iter(["a generator"]), OpContext()),
+        (["fine"], None),
+    ],
+)
+async def test_the_hashing_embedder_refuses_what_is_not_texts_and_a_context(
+    texts: object, ctx: object
+) -> None:
+    with pytest.raises(InvalidArgumentError):
+        await HashingEmbedder().embed(texts, ctx)  # type: ignore[arg-type]

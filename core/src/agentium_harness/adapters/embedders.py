@@ -23,8 +23,10 @@ from typing import ClassVar, Final
 
 import attrs
 
+from .._errors import InvalidArgumentError
 from .._ports._base import OpContext
 from .._ports.embedder import Embedder, EmbedderCapabilities, EmbeddingModel
+from .._ports.recall_args import checked_ctx
 from .._validators import bounded_count
 from ._stopwords import ENGLISH_STOPWORDS
 
@@ -81,16 +83,29 @@ class HashingEmbedder(Embedder):
         return out
 
     async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
-        """One vector per text, in order; pure computation, checked against ``ctx`` between texts."""
-        ctx.raise_if_expired("embed")
+        """One vector per text, in order; pure computation, checked against ``ctx`` between texts.
+
+        Raises :class:`InvalidArgumentError` when ``ctx`` is not an
+        :class:`OpContext` or ``texts`` is not a sequence of strings (one bare
+        string included); nothing is embedded.
+        """
+        checked_ctx(ctx, "embed").raise_if_expired("embed")
+        if isinstance(texts, str | bytes | bytearray) or not isinstance(texts, Sequence):
+            raise InvalidArgumentError(
+                f"embed: texts must be a sequence of strings, got {type(texts).__name__}"
+            )
+        batch = list(texts)
+        for i, text in enumerate(batch):
+            if not isinstance(text, str):
+                raise InvalidArgumentError(f"embed: texts[{i}] must be a string, got {type(text).__name__}")
         out: list[list[float]] = []
-        for text in texts:
+        for text in batch:
             ctx.raise_if_expired("embed")
-            out.append(self.vector(text))
+            out.append(self.vector(str.__str__(text)))
         return out
 
     async def health(self, ctx: OpContext) -> str:
         """Embed one word (no I/O)."""
-        ctx.raise_if_expired("embedder health")
+        checked_ctx(ctx, "embedder health").raise_if_expired("embedder health")
         self.vector("health")
         return f"hashing embedder ok: {self._model.key()}"
