@@ -182,3 +182,16 @@ async def test_the_hashing_embedder_refuses_what_is_not_texts_and_a_context(
 ) -> None:
     with pytest.raises(InvalidArgumentError):
         await HashingEmbedder().embed(texts, ctx)  # type: ignore[arg-type]
+
+
+async def test_an_embedder_is_sent_only_valid_unicode(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def answer(texts: Sequence[str]) -> object:
+        seen.extend(texts)
+        return [[1.0, 2.0, 3.0] for _ in texts]
+
+    hybrid = _hybrid(tmp_path, Answers(answer))
+    await embed_texts(Ticket(None, "test", 5.0), hybrid, ["tea \ud800and coffee", "short \udfff"])
+    assert seen == ["tea and coffee", "short "]
+    assert all(t.encode("utf-8") for t in seen)  # no lone surrogate: they encode strictly

@@ -104,7 +104,16 @@ def _batch_size(hybrid: Hybrid) -> int:
 
 
 def _cut(text: str, max_bytes: int) -> str:
-    data = text.encode("utf-8", "surrogatepass")
+    """``text`` as a plain ``str`` of valid Unicode, cut to ``max_bytes`` of UTF-8 at a character boundary.
+
+    The port promises adapters valid Unicode: a lone surrogate (which no UTF-8 encoder or JSON
+    body takes) is dropped, whether or not the text is cut.
+    """
+    text = str.__str__(text)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")[:max_bytes].decode("utf-8", "ignore")
     if len(data) <= max_bytes:
         return text
     return data[:max_bytes].decode("utf-8", "ignore")
