@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from agentium_embedder_minilm import MiniLMConfig, MiniLMEmbedder, MiniLMUnavailableError
+from agentium_embedder_minilm import _wordpiece as wordpiece_module
 from agentium_embedder_minilm import embedder as embedder_module
 from agentium_embedder_minilm.embedder import _weights_path
 from agentium_harness import InvalidArgumentError, OpContext
@@ -121,3 +122,13 @@ async def test_onnxruntime_failing_to_load_the_model_is_typed(monkeypatch: pytes
 def test_a_model_path_that_names_no_file_is_refused_when_configured(bad: object) -> None:
     with pytest.raises(InvalidArgumentError, match="model_path"):
         MiniLMConfig(model_path=bad)  # type: ignore[arg-type]
+
+
+async def test_a_tampered_vocabulary_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = wordpiece_module.vocab_bytes().split(b"\n")
+    lines[2023], lines[2003] = lines[2003], lines[2023]  # two words swap ids: same size, other vectors
+    tampered = b"\n".join(lines)
+    monkeypatch.setattr(wordpiece_module, "vocab_bytes", lambda: tampered)
+    monkeypatch.setattr(embedder_module, "vocab_bytes", lambda: tampered, raising=False)
+    with pytest.raises(MiniLMUnavailableError, match="vocabulary"):
+        await MiniLMEmbedder().embed(["this is"], OpContext.with_timeout(30.0))

@@ -24,10 +24,19 @@ VOCAB_SHA256: Final = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c9
 _MAX_WORD_CHARS: Final = 100
 
 
+def vocab_bytes() -> bytes:
+    """The packaged ``data/vocab.txt`` as stored (its SHA-256 should be :data:`VOCAB_SHA256`)."""
+    return resources.files(__package__).joinpath("data/vocab.txt").read_bytes()
+
+
+def parse_vocab(text: str) -> dict[str, int]:
+    """A vocabulary file's text: token to id (its line number)."""
+    return {token: i for i, token in enumerate(text.split("\n")) if token}
+
+
 def load_vocab() -> dict[str, int]:
     """The packaged vocabulary: token to id (its line number)."""
-    text = resources.files(__package__).joinpath("data/vocab.txt").read_text(encoding="utf-8")
-    return {token: i for i, token in enumerate(text.split("\n")) if token}
+    return parse_vocab(vocab_bytes().decode("utf-8"))
 
 
 def _is_control(ch: str) -> bool:

@@ -48,7 +48,7 @@ from agentium_harness.plugin_api import (
     checked_ctx,
 )
 
-from ._wordpiece import WordPiece, load_vocab
+from ._wordpiece import VOCAB_SHA256, WordPiece, parse_vocab, vocab_bytes
 
 __all__ = [
     "MAX_INPUT_BYTES",
@@ -172,6 +172,26 @@ def _read_model(path: Path) -> bytes:
     return data
 
 
+def _checked_vocab() -> dict[str, int]:
+    """The packaged vocabulary, its SHA-256 checked on the bytes parsed (as the model's is).
+
+    A vocabulary that differs (an edited or damaged install) would give other ids under the
+    same model id: vectors mislabeled exactly as other weights would be.
+    """
+    try:
+        data = vocab_bytes()
+    except OSError as exc:
+        raise MiniLMUnavailableError(
+            f"minilm embedder: the packaged vocabulary cannot be read: {exc}"
+        ) from None
+    if hashlib.sha256(data).hexdigest() != VOCAB_SHA256:
+        raise MiniLMUnavailableError(
+            "minilm embedder: the packaged vocabulary (data/vocab.txt) is not the model's (its SHA-256 "
+            f"differs from {VOCAB_SHA256}); reinstall agentium-embedder-minilm"
+        )
+    return parse_vocab(data.decode("utf-8"))
+
+
 class _Model:
     """The loaded tokenizer and inference session (built once, in a worker thread)."""
 
@@ -201,7 +221,7 @@ class _Model:
             ) from exc
         self.np: Any = numpy
         self.session: Any = session
-        self.tokenizer = WordPiece(load_vocab())
+        self.tokenizer = WordPiece(_checked_vocab())
         self.max_tokens = config.max_tokens
 
     def embed(self, texts: Sequence[str], check: Any) -> list[list[float]]:
