@@ -10,6 +10,7 @@ loop.
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ from agentium_harness.plugin_api import (
     EmbeddingModel,
     OpContext,
     SourceRef,
+    SourceVector,
     Vector,
 )
 
@@ -195,3 +197,30 @@ async def test_an_embedder_is_sent_only_valid_unicode(tmp_path: Path) -> None:
     await embed_texts(Ticket(None, "test", 5.0), hybrid, ["tea \ud800and coffee", "short \udfff"])
     assert seen == ["tea and coffee", "short "]
     assert all(t.encode("utf-8") for t in seen)  # no lone surrogate: they encode strictly
+
+
+class CountsBadly(SQLiteRecallStore):
+    """Stores the vectors, then answers ``count`` instead of how many it stored."""
+
+    count: object = None
+
+    async def index_vectors(self, vectors: Sequence[SourceVector], ctx: OpContext) -> int:
+        await super().index_vectors(vectors, ctx)
+        return self.count  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("count", [None, "1", 10**9, -1, True])
+async def test_a_bad_count_from_index_vectors_is_a_warning_not_a_crash(
+    tmp_path: Path, count: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = CountsBadly(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+    store.count = count
+    hybrid = make_hybrid(Answers(lambda texts: [[1.0, 2.0, 3.0] for _ in texts]), None, store)
+    with caplog.at_level(logging.WARNING, logger="agentium.engine.recall"):
+        stored = await index_sources(
+            Ticket(None, "test", 5.0), hybrid, store, [(SourceRef("doc/a", "r1"), "tea")]
+        )
+    assert stored == 0
+    (record,) = [r for r in caplog.records if "index_vectors returned" in r.getMessage()]
+    assert record.levelno == logging.WARNING and "tea" not in record.getMessage()
+    await store.aclose()

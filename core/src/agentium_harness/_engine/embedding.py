@@ -19,6 +19,7 @@ recall query for ``discover_hybrid`` (see :mod:`.recall`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from itertools import islice
 
@@ -32,6 +33,8 @@ from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, SourceVe
 from .._text import error_text
 from .checks import check_adapter
 from .lifecycle import Ticket
+
+_log = logging.getLogger("agentium.engine.recall")
 
 __all__ = ["Hybrid", "embed_query", "embed_texts", "embedding_text", "index_sources", "make_hybrid"]
 
@@ -239,5 +242,26 @@ async def index_sources(
         part = wanted[start : start + step]
         vectors = await embed_texts(ticket, hybrid, [text for _, text in part])
         entries = [SourceVector(ref, vector) for (ref, _), vector in zip(part, vectors, strict=True)]
-        stored += await ticket.call("recall index vectors", _index_call(store, entries))
+        count = await ticket.call("recall index vectors", _index_call(store, entries))
+        stored += _stored_count(count, len(entries), store)
     return stored
+
+
+def _stored_count(count: object, sent: int, store: RecallStore) -> int:
+    """What ``index_vectors`` said it stored, if that is a count from 0 to ``sent``; else 0 and a WARNING.
+
+    The vectors were handed over and the call returned, so they may well be stored: a bad
+    count (a store that forgot its ``return`` answers ``None``) is not a failure to report as
+    one, and must not raise a bare ``TypeError`` after the write.
+    """
+    if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= sent:
+        return int(count)
+    _log.warning(
+        "recall store %s: index_vectors returned %s for %d vectors, not a count from 0 to %d; "
+        "counted as 0 stored",
+        type(store).__name__,
+        type(count).__name__,
+        sent,
+        sent,
+    )
+    return 0
