@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 
-from agentium_embedder_minilm import MAX_INPUT_BYTES, MiniLMEmbedder
+from agentium_embedder_minilm import MAX_INPUT_BYTES, MiniLMConfig, MiniLMEmbedder
 from agentium_harness import InvalidArgumentError, OpContext, OperationCancelledError
 from agentium_harness.plugin_api import CancelSignal
 
@@ -72,3 +74,37 @@ async def test_the_call_returns_when_its_signal_is_cancelled_while_a_batch_runs(
         timer.cancel()
         embedder._inference.release()
     assert caught.value.reason == "host stopped the run"
+
+
+class _RecordingSession:
+    """Stands in for the onnxruntime session: records each run's shape, answers ones (no compute)."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, int]] = []
+
+    def run(self, outputs: object, feeds: dict[str, Any]) -> list[Any]:
+        rows, width = feeds["input_ids"].shape
+        self.shapes.append((rows, width))
+        return [np.ones((rows, width, 384), dtype=np.float32)]
+
+
+async def test_a_large_batch_of_long_texts_runs_in_bounded_runs() -> None:
+    """32 texts of 512 word pieces in one run took 3 GB and 20 s; runs stay within the default's cost."""
+    embedder = MiniLMEmbedder(MiniLMConfig(max_batch=32, max_tokens=512))
+    await embedder.embed(["load the model"], OpContext.with_timeout(30.0))
+    session = _RecordingSession()
+    embedder._model().session = session
+    texts = ["word " * 600] * 30 + ["short", "tiny"]
+    vectors = await embedder.embed(texts, OpContext.with_timeout(30.0))
+    assert len(vectors) == 32
+    assert sum(rows for rows, _ in session.shapes) == 32
+    assert all(rows * width * width <= 16 * 256 * 256 for rows, width in session.shapes), session.shapes
+
+
+async def test_the_default_batch_is_still_one_run() -> None:
+    embedder = MiniLMEmbedder()
+    await embedder.embed(["load the model"], OpContext.with_timeout(30.0))
+    session = _RecordingSession()
+    embedder._model().session = session
+    await embedder.embed(["word " * 600] * 16, OpContext.with_timeout(30.0))
+    assert session.shapes == [(16, 256)]

