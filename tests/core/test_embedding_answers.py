@@ -224,3 +224,16 @@ async def test_a_bad_count_from_index_vectors_is_a_warning_not_a_crash(
     (record,) = [r for r in caplog.records if "index_vectors returned" in r.getMessage()]
     assert record.levelno == logging.WARNING and "tea" not in record.getMessage()
     await store.aclose()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [None, 5, "abc", b"abc", [1.0, 2.0], [1.0] * 4, ClaimsLength([1.0], 3), Endless(3, 1.0)],
+    ids=["None", "int", "str", "bytes", "too few", "too many", "lying len", "endless"],
+)
+def test_values_that_are_not_a_vector_are_an_invalid_argument(values: object) -> None:
+    model = EmbeddingModel("m", 3)
+    with pytest.raises(InvalidArgumentError, match="values"):
+        Vector.normalized(model, values)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="values"):
+        Vector(model, values)  # type: ignore[arg-type]

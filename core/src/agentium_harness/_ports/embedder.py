@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable, Sequence
+from itertools import islice
 from typing import Any, ClassVar, Final
 
 import attrs
@@ -97,7 +98,10 @@ def _finite(v: object) -> float:
 
 
 def _unit_values(value: Iterable[float]) -> tuple[float, ...]:
-    return tuple(_finite(v) for v in value)
+    if isinstance(value, str | bytes | bytearray) or not hasattr(value, "__iter__"):
+        raise InvalidArgumentError(f"a vector's values are a sequence of numbers, got {type(value).__name__}")
+    # At most MAX_DIMENSION + 1 values are read: __attrs_post_init__ refuses any count but the model's.
+    return tuple(_finite(v) for v in islice(iter(value), MAX_DIMENSION + 1))
 
 
 @attrs.frozen(slots=True)
@@ -134,11 +138,17 @@ class Vector:
         number (``bool`` included), NaN or infinity, and the zero vector
         (it has no direction).
         """
-        if len(values) != model.dimension:
+        if isinstance(values, str | bytes | bytearray) or not hasattr(values, "__iter__"):
             raise InvalidArgumentError(
-                f"a vector of {model.key()} needs {model.dimension} values, got {len(values)}"
+                f"a vector's values are a sequence of numbers, got {type(values).__name__}"
             )
-        floats = [_finite(v) for v in values]
+        # Read to one past the dimension at most: what is iterated counts, not what len() claims.
+        floats = [_finite(v) for v in islice(iter(values), model.dimension + 1)]
+        if len(floats) != model.dimension:
+            found = f"more than {model.dimension}" if len(floats) > model.dimension else str(len(floats))
+            raise InvalidArgumentError(
+                f"a vector of {model.key()} needs {model.dimension} values, got {found}"
+            )
         norm = math.sqrt(math.fsum(f * f for f in floats))
         if norm == 0.0 or not math.isfinite(norm):
             # The squares under- or overflowed (values near 1e-160 or 1e160): scaled by the largest
