@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -108,3 +109,30 @@ async def test_the_default_batch_is_still_one_run() -> None:
     embedder._model().session = session
     await embedder.embed(["word " * 600] * 16, OpContext.with_timeout(30.0))
     assert session.shapes == [(16, 256)]
+
+
+def _in_embed_work() -> int:
+    """How many threads are inside the embedder's worker function (waiting or running)."""
+    count = 0
+    for frame in sys._current_frames().values():
+        stack = frame
+        while stack is not None:
+            if stack.f_code.co_name == "work" and stack.f_code.co_filename.endswith("embedder.py"):
+                count += 1
+                break
+            stack = stack.f_back
+    return count
+
+
+async def test_workers_of_timed_out_calls_do_not_pile_up_behind_a_long_run() -> None:
+    embedder = MiniLMEmbedder()
+    await embedder.embed(["load the model"], OpContext.with_timeout(30.0))
+    embedder._inference.acquire()  # a long inference, uninterruptible
+    try:
+        for _ in range(5):
+            with pytest.raises(OperationCancelledError):
+                await embedder.embed(["held"], OpContext.with_timeout(0.05))
+        await anyio.sleep(0.5)
+        assert _in_embed_work() == 0  # each worker left at its deadline, not when the run ends
+    finally:
+        embedder._inference.release()

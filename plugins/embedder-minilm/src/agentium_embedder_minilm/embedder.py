@@ -347,11 +347,18 @@ class MiniLMEmbedder(Embedder):
         def work() -> list[list[float]]:
             model = self._model()
             out: list[list[float]] = []
-            with self._inference:
+            # Waiting for another inference, an abandoned worker leaves within a poll of its
+            # deadline or signal, rather than when that inference ends: timed-out calls do not
+            # pile up blocked threads behind one long run.
+            while not self._inference.acquire(timeout=_SIGNAL_POLL_S):
+                ctx.raise_if_expired("embed")
+            try:
                 for start in range(0, len(batch), self._config.max_batch):
                     ctx.raise_if_expired("embed")
                     part = batch[start : start + self._config.max_batch]
                     out.extend(model.embed(part, lambda: ctx.raise_if_expired("embed")))
+            finally:
+                self._inference.release()
             return out
 
         limiter = self._limiters.get()
