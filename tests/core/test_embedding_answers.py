@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agentium_harness import EmbeddingError, InvalidArgumentError
+from agentium_harness import CapabilityError, EmbeddingError, InvalidArgumentError
 from agentium_harness._engine.embedding import Hybrid, embed_query, embed_texts, index_sources, make_hybrid
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.adapters.embedders import HashingEmbedder
@@ -237,3 +237,15 @@ def test_values_that_are_not_a_vector_are_an_invalid_argument(values: object) ->
         Vector.normalized(model, values)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="values"):
         Vector(model, values)  # type: ignore[arg-type]
+
+
+class BatchRaises(Answers):
+    @property  # type: ignore[override]
+    def max_batch(self) -> int:
+        raise RuntimeError("the backend's limits are unknown")
+
+
+def test_a_max_batch_that_raises_is_refused_at_build(tmp_path: Path) -> None:
+    store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+    with pytest.raises(CapabilityError, match="max_batch"):
+        make_hybrid(BatchRaises(lambda texts: []), None, store)

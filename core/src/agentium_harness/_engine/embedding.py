@@ -82,7 +82,13 @@ def make_hybrid(embedder: Embedder, limits: EmbeddingLimits | None, recall: Reca
         raise CapabilityError(
             f"embedder {type(embedder).__name__}.model must be an EmbeddingModel, got {type(model).__name__}"
         )
-    batch = getattr(embedder, "max_batch", None)
+    try:
+        batch = getattr(embedder, "max_batch", None)
+    except Exception as exc:  # a property that raises something other than AttributeError
+        raise CapabilityError(
+            f"embedder {type(embedder).__name__}.max_batch raised {error_text(exc)}; "
+            "it must be an integer >= 1"
+        ) from exc
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise CapabilityError(
             f"embedder {type(embedder).__name__}.max_batch must be an integer >= 1, got {batch!r}"
