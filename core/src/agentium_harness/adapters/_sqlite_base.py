@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Final, TypeVar
 import anyio.to_thread
 import attrs
 
-from .._errors import AgentiumError, SessionStoreError
+from .._errors import AgentiumError, InvalidArgumentError, SessionStoreError
 from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
 from .._ports.recall_args import checked_ctx
@@ -71,21 +71,21 @@ class SQLiteStorageError(SessionStoreError):
 
 def _path_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{attribute.name} must be a non-empty file path, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be a non-empty file path, got {value!r}")
     if value == ":memory:" or value.startswith("file:"):
         # A private in-memory database would make the "durable" declaration and
         # the shared-file design untrue; the memory adapters serve that need.
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{attribute.name} must be a file path, not {value!r}; "
             "use the 'memory' adapters for in-process storage"
         )
     if "\x00" in value:
-        raise ValueError(f"{attribute.name} must not contain NUL")
+        raise InvalidArgumentError(f"{attribute.name} must not contain NUL")
 
 
 def _synchronous_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in SYNCHRONOUS_MODES:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{attribute.name} must be one of {', '.join(sorted(SYNCHRONOUS_MODES))}, got {value!r}"
         )
 
