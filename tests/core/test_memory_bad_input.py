@@ -98,3 +98,25 @@ async def test_a_stores_foreign_exception_reaches_the_host_as_memory_store_error
     with pytest.raises(MemoryStoreError) as raised:
         await manager.select(ALICE, "tea")
     assert isinstance(raised.value.__cause__, RuntimeError)
+
+
+class _LyingText(str):
+    """A str subclass whose own methods lie about its size and emptiness."""
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:  # type: ignore[override]
+        return b"x"
+
+    def strip(self, *args: Any) -> str:  # type: ignore[override]
+        return "x"
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_str_subclass_lying_about_its_size_is_still_rejected(tmp_path: Path, kind: str) -> None:
+    """Fact text that is a str subclass is checked as the plain text it holds: over the limit, or empty."""
+    manager = MemoryManager(_store(kind, tmp_path))
+    huge = await manager.remember_with_result(MemoryFact(ALICE, _LyingText("A" * 100_000)))
+    assert huge.status is AckStatus.REJECTED and "over the limit" in huge.reason
+    blank = await manager.remember_with_result(MemoryFact(ALICE, _LyingText("   ")))
+    assert blank.status is AckStatus.REJECTED and "empty" in blank.reason
+    assert await manager.list(ALICE) == ()
+    assert type(MemoryFact(ALICE, _LyingText("fine")).text) is str

@@ -187,6 +187,15 @@ class GroupRef:
         return f"{encode_segment(self.session)}#{self.seq}"
 
 
+def _plain_text(value: object) -> object:
+    """A plain ``str`` copy of a ``str`` subclass (other types are left for the validator to refuse).
+
+    None of a subclass's own methods is trusted: an ``encode`` or ``strip`` that lies would
+    otherwise pass a fact over :data:`MAX_FACT_BYTES` (or an empty one) through every check.
+    """
+    return str.__str__(value) if isinstance(value, str) else value
+
+
 def _provenance(value: Iterable[GroupRef]) -> tuple[GroupRef, ...]:
     if isinstance(value, str | bytes):
         raise InvalidArgumentError("provenance must be a collection of GroupRef, not a string")
@@ -209,7 +218,7 @@ class MemoryFact:
     """
 
     scope: MemoryScope = attrs.field(converter=_memory_scope)
-    text: str = attrs.field()
+    text: str = attrs.field(converter=_plain_text)
     valid_from: datetime | None = attrs.field(default=None, validator=_aware)
     valid_until: datetime | None = attrs.field(default=None, validator=_aware)
     provenance: tuple[GroupRef, ...] = attrs.field(default=(), converter=_provenance)
