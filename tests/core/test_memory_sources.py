@@ -147,3 +147,30 @@ async def test_a_bad_budget_is_a_typed_error(budget: object) -> None:
 
     with pytest.raises(InvalidArgumentError, match="budget_tokens"):
         await memory_blocks(InMemoryMemoryStore(), None, MemoryScope("t", "u"), "q", budget, OpContext())  # type: ignore[arg-type]
+
+
+async def test_a_malformed_fact_a_selection_returns_is_never_injected() -> None:
+    """Over MAX_FACT_BYTES, empty, or not valid Unicode: no store accepts it, so the engine drops it."""
+    from agentium_harness.plugin_api import FactStatus
+
+    now = datetime.now(UTC)
+    facts = [
+        StoredFact("m-big", 1, FactStatus.CURRENT, MemoryFact(ALICE, "B" * 100_000), now),
+        StoredFact("m-empty", 1, FactStatus.CURRENT, MemoryFact(ALICE, ""), now),
+        StoredFact("m-bad", 1, FactStatus.CURRENT, MemoryFact(ALICE, "bad \ud800 text"), now),
+        StoredFact("m-ok", 1, FactStatus.CURRENT, MemoryFact(ALICE, "fine"), now),
+    ]
+
+    async def lying(request: SelectionRequest) -> Sequence[StoredFact]:
+        return facts
+
+    from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+
+    manager = MemoryManager(InMemoryMemoryStore(), selection=lying)
+    kept, dropped = await manager.select(ALICE, "q")
+    assert [f.fact_id for f in kept] == ["m-ok"]
+    assert [fid for fid, _ in dropped] == ["m-big", "m-empty", "m-bad"]
+    assert all(why.startswith("malformed: ") for _, why in dropped)
+    blocks, omitted = await memory_blocks(manager, None, ALICE, "q", 1_000_000, _op())
+    assert [b.content for b in blocks] == ["fine"] and len(omitted.refused) == 3
+

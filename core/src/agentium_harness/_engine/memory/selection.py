@@ -6,8 +6,9 @@ store's ``lookup`` (facts matching more of the query's words first, then
 the most recent), bounded by the request's ``limit``. Whatever a selection
 returns, :func:`checked_selection` keeps only facts that may be injected —
 current, valid at the request's time, visible to its scope, not forgotten
-through this manager, within the limit — and reports every other one with
-why.
+through this manager, acceptable to every store (:func:`rejection_reason`:
+within ``MAX_FACT_BYTES``, not empty, valid text), within the limit — and
+reports every other one with why.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from datetime import datetime
 import attrs
 
 from ..._ports._base import OpContext
-from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit
+from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, rejection_reason
 
 __all__ = ["MemorySelection", "SelectionRequest", "checked_selection", "recent_and_relevant"]
 
@@ -67,6 +68,10 @@ def checked_selection(
             why = "forgotten"
         elif not fact.current_at(at):
             why = fact.status.value if fact.status.value != "current" else "not valid at the request's time"
+        elif (malformed := rejection_reason(fact.fact)) is not None:
+            # No store accepts such a fact (over MAX_FACT_BYTES, empty, NUL, not valid Unicode, over
+            # MAX_PROVENANCE): whatever the selection or store returned, it is not put into a request.
+            why = f"malformed: {malformed}"
         elif len(kept) >= limit:
             why = f"over the selection limit of {limit}"
         if why is not None:
