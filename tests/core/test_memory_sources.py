@@ -174,3 +174,53 @@ async def test_a_malformed_fact_a_selection_returns_is_never_injected() -> None:
     blocks, omitted = await memory_blocks(manager, None, ALICE, "q", 1_000_000, _op())
     assert [b.content for b in blocks] == ["fine"] and len(omitted.refused) == 3
 
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"source": object()},
+        {"selection": "not callable"},
+        {"scope": "tenant-a/alice"},
+        {"query": 5},
+        {"op": 5.0},
+        {"at": datetime(2026, 1, 1)},
+        {"at": "now"},
+    ],
+)
+async def test_bad_arguments_to_memory_blocks_are_typed_errors(bad: dict[str, object]) -> None:
+    """``memory_blocks`` is public: a wrong argument is InvalidArgumentError, never a bare TypeError."""
+    from agentium_harness import InvalidArgumentError
+    from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+    from agentium_harness.plugin_api import FactStatus
+
+    fact = StoredFact(
+        "m-1",
+        1,
+        FactStatus.CURRENT,
+        MemoryFact(ALICE, "dated", valid_from=datetime.now(UTC) - timedelta(days=1)),
+        datetime.now(UTC),
+    )
+
+    async def fixed(request: SelectionRequest) -> Sequence[StoredFact]:
+        return [fact]
+
+    args: dict[str, object] = {
+        "source": MemoryManager(InMemoryMemoryStore()),
+        "selection": fixed,
+        "scope": ALICE,
+        "query": "q",
+        "op": _op(),
+    }
+    given = dict(bad)  # the parameter is shared by every backend's run: not changed here
+    at = given.pop("at", None)
+    args.update(given)
+    with pytest.raises(InvalidArgumentError):
+        await memory_blocks(
+            args["source"],  # type: ignore[arg-type]
+            args["selection"],  # type: ignore[arg-type]
+            args["scope"],  # type: ignore[arg-type]
+            args["query"],  # type: ignore[arg-type]
+            1000,
+            args["op"],  # type: ignore[arg-type]
+            at=at,  # type: ignore[arg-type]
+        )

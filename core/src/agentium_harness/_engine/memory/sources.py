@@ -22,7 +22,7 @@ from ..._errors import InvalidArgumentError, OperationTimeoutError
 from ..._observe import spans as observe
 from ..._observe.logs import log_diagnostics
 from ..._ports._base import OpContext
-from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, iso_utc
+from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_at, check_limit, iso_utc
 from ..._ports.provider import SourceBlock, SourceKind
 from ..._scope import Scope
 from ..._text import error_text
@@ -106,7 +106,8 @@ async def memory_blocks(
     bounds the selection call: past its deadline the call is cancelled, or
     abandoned if it does not stop (a store blocked in a worker thread), and
     reported in ``problems``. Returns the included blocks in rank order and
-    what was omitted.
+    what was omitted. An argument of the wrong type (a naive ``at`` included)
+    is :class:`InvalidArgumentError`.
     """
     return await _memory_blocks(source, selection, scope, query, budget_tokens, op, limit=limit, at=at)
 
@@ -144,7 +145,9 @@ async def _memory_blocks(
 ) -> tuple[tuple[SourceBlock, ...], MemoryOmitted]:
     if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 0:
         raise InvalidArgumentError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
-    when = at or datetime.now(UTC)
+    _check_arguments(source, selection, scope, query, op)
+    checked = check_at(at)  # a naive ``at`` would be a bare TypeError comparing it with a fact's window
+    when = checked if checked is not None else datetime.now(UTC)
     forgotten: frozenset[str] = frozenset()
     if not isinstance(source, MemoryStore):  # a MemoryManager
         store = source.store
@@ -167,6 +170,24 @@ async def _memory_blocks(
     assembly = assemble_sources(blocks, budget_tokens)
     over = tuple(sid[len(MEMORY_SOURCE_PREFIX) :] for sid in assembly.omitted)
     return assembly.included, MemoryOmitted(over_budget=over, refused=tuple(refused))
+
+
+def _check_arguments(source: object, selection: object, scope: object, query: object, op: object) -> None:
+    """``memory_blocks`` is public: each argument of the wrong type is :class:`InvalidArgumentError`."""
+    from .manager import MemoryManager  # the manager imports this module (through the Agent)
+
+    if not isinstance(source, MemoryManager | MemoryStore):
+        raise InvalidArgumentError(
+            f"source must be a MemoryManager or a MemoryStore, got {type(source).__name__}"
+        )
+    if selection is not None and not callable(selection):
+        raise InvalidArgumentError(f"selection must be callable (or None), got {type(selection).__name__}")
+    if not isinstance(scope, MemoryScope):
+        raise InvalidArgumentError(f"scope must be a MemoryScope, got {type(scope).__name__}")
+    if not isinstance(query, str):
+        raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+    if not isinstance(op, OpContext):
+        raise InvalidArgumentError(f"op must be an OpContext, got {type(op).__name__}")
 
 
 def memory_diagnostics(omitted: MemoryOmitted) -> list[Diagnostic]:
