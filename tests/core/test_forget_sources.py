@@ -369,3 +369,31 @@ async def test_another_runtimes_erasure_while_sources_are_looked_up_is_not_repor
         else:
             [error] = caught
             assert isinstance(error, ErasureInProgressError), repr(error)
+
+
+class _SwappedHistory(InMemoryMemoryStore):
+    """A broken store: the history of one fact id is another fact's revisions (same tenant and user)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.swap: dict[str, str] = {}
+
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Any:
+        return await super().history(scope, self.swap.get(fact_id, fact_id), ctx)
+
+
+async def test_a_store_whose_history_names_another_fact_erases_none_of_that_facts_sources() -> None:
+    """runtime.forget erases what the history cites: another fact's revisions are refused before erasing."""
+    from agentium_harness import ContractViolationError
+
+    store = _SwappedHistory()
+    rt, _, archive, victim = await _setup(memory=store)
+    other = await rt.memory.remember(MemoryFact(SCOPE, "an unrelated fact"))
+    assert other.fact_id is not None
+    store.swap[other.fact_id] = victim
+    with pytest.raises(ContractViolationError, match="holds another fact"):
+        await rt.forget(SCOPE, other.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    key = SessionKey("acme", "ana", "s1")
+    assert [g.seq for g in await archive.read_groups(key, 0, 5, OpContext())] == [0, 1]
+    assert {f.fact_id for f in await rt.memory.list(SCOPE)} == {victim, other.fact_id}
+    await rt.aclose()

@@ -330,13 +330,7 @@ class MemoryManager:
         raw = await self._call(
             f"{operation} owner check", lambda ctx: self.store.history(scope, fact_id, ctx)
         )
-        revisions = _checked_facts(raw, scope, MAX_LOOKUP_LIMIT, f"{operation} owner check")
-        if any(r.fact_id != fact_id for r in revisions):
-            raise ContractViolationError(
-                f"{operation} owner check: the store's history of {fact_id!r} holds another fact; "
-                "nothing was changed"
-            )
-        return revisions
+        return _checked_history(raw, scope, fact_id, f"{operation} owner check")
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -349,12 +343,16 @@ class MemoryManager:
         return _checked_facts(raw, scope, limit, "memory list")
 
     async def history(self, scope: MemoryScope, fact_id: str) -> tuple[StoredFact, ...]:
-        """Every revision of ``fact_id``, oldest first (a forgotten fact's content reads empty)."""
+        """Every revision of ``fact_id``, oldest first (a forgotten fact's content reads empty).
+
+        Revisions of another fact (or another tenant or user) from the store are a
+        :class:`ContractViolationError`: ``runtime.forget`` erases what they cite.
+        """
         self._check_open("history")
         scope = _scope(scope)
         validate_id(fact_id, "fact id")
         raw = await self._call("memory history", lambda ctx: self.store.history(scope, fact_id, ctx))
-        return _checked_facts(raw, scope, MAX_LOOKUP_LIMIT, "memory history")
+        return _checked_history(raw, scope, fact_id, "memory history")
 
     async def select(
         self, scope: MemoryScope, query: str, *, limit: int | None = None, at: datetime | None = None
@@ -555,6 +553,20 @@ def _checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) 
                 f"{operation} returned a fact of another tenant or user; nothing was changed"
             )
     return facts
+
+
+def _checked_history(raw: object, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
+    """A store's ``history`` of ``fact_id``: bounded, owned by ``scope``, and every revision ``fact_id``'s.
+
+    ``runtime.forget`` erases the groups the revisions cite: another fact's
+    revisions would have it erase that fact's sources (ContractViolationError instead).
+    """
+    revisions = _checked_facts(raw, scope, MAX_LOOKUP_LIMIT, operation)
+    if any(r.fact_id != fact_id for r in revisions):
+        raise ContractViolationError(
+            f"{operation}: the store's history of {fact_id!r} holds another fact; nothing was changed"
+        )
+    return revisions
 
 
 def telemetry_of(manager: MemoryManager) -> Resolved:
