@@ -14,6 +14,7 @@ from agentium_harness import (
     AgentLifecycleError,
     ContractViolationError,
     InvalidArgumentError,
+    MemoryDrainError,
     MemoryFact,
     MemoryFactForgottenError,
     MemoryFactNotFoundError,
@@ -286,3 +287,45 @@ async def test_extraction_runs_as_named_owned_work_that_drain_reports(store: SQL
     assert result.completed == ("ex 1",) and result.ok
     assert texts(await _all(store, ALICE)) == ["the boiler is red"]
     assert MemoryManager(store).extract_in_background(ALICE, [], "none") is None
+
+
+class _Widening:
+    """An extractor passing on what a model proposed: the fact in another scope than the conversation's."""
+
+    def __init__(self, target: MemoryScope) -> None:
+        self.target = target
+
+    async def extract(
+        self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext
+    ) -> list[MemoryFact]:
+        return [MemoryFact(scope, "an ordinary fact"), MemoryFact(self.target, "planted elsewhere")]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        MemoryScope("tenant-a", "alice"),  # every project of the user, from a conversation in one
+        MemoryScope("tenant-a", "alice", "other-project"),
+        MemoryScope("tenant-a", "alice", "proj", "other-repo"),
+        MemoryScope("tenant-a", "alice", "proj"),  # no repository: every repository of the project
+        MemoryScope("tenant-b", "alice", "proj", "repo"),
+    ],
+)
+async def test_an_extracted_fact_cannot_widen_or_move_its_scope(
+    store: SQLiteMemoryStore, target: MemoryScope
+) -> None:
+    scoped = MemoryScope("tenant-a", "alice", "proj", "repo")
+    manager = MemoryManager(store, extractor=_Widening(target))
+    manager.extract_in_background(scoped, [Message(Role.USER, "hi")], "ex")
+    with pytest.raises(MemoryDrainError):
+        await manager.drain(5.0)
+    for scope in (scoped, target):
+        assert await manager.list(scope) == ()
+
+
+async def test_an_extracted_fact_may_be_narrower_than_its_scope(store: SQLiteMemoryStore) -> None:
+    narrower = MemoryScope("tenant-a", "alice", "proj", "repo")
+    manager = MemoryManager(store, extractor=_Widening(narrower))
+    manager.extract_in_background(MemoryScope("tenant-a", "alice"), [Message(Role.USER, "hi")], "ex")
+    assert (await manager.drain(5.0)).ok
+    assert sorted(f.text for f in await manager.list(narrower)) == ["an ordinary fact", "planted elsewhere"]

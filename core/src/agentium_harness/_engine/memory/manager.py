@@ -442,7 +442,9 @@ class MemoryManager:
 
         Each fact the extractor proposes is checked and written like a host's
         ``remember``; a rejected one is skipped (it never becomes memory); the
-        work fails if the extractor raises or proposes more than ``max_extracted_facts``.
+        work fails, writing none, if the extractor raises, proposes more than
+        ``max_extracted_facts``, or proposes a fact outside ``scope`` (another
+        user, or a project or repository other than ``scope``'s when it names one).
         """
         extractor = self.extractor
         if extractor is None:
@@ -458,8 +460,11 @@ class MemoryManager:
                     f"{self.limits.max_extracted_facts}; none was written"
                 )
             for fact in facts:
-                if not isinstance(fact, MemoryFact) or not scope.owns(fact.scope):
-                    raise ContractViolationError("the extractor proposed a fact outside its scope")
+                if not isinstance(fact, MemoryFact) or not _within(scope, fact.scope):
+                    raise ContractViolationError(
+                        "the extractor proposed a fact outside its scope (another user, project or "
+                        "repository, or all of them where the scope names one); none was written"
+                    )
             for fact in facts:
                 await self.remember_with_result(fact)
 
@@ -528,6 +533,19 @@ def _check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None
     ):
         return
     check_revision(held)
+
+
+def _within(scope: MemoryScope, proposed: MemoryScope) -> bool:
+    """True if ``proposed`` is ``scope`` or narrower: same tenant and user, and its project and repository.
+
+    An extracted fact (what a model said) must not widen itself: from a conversation in project
+    ``p`` it may not claim project ``q``, nor every project of the user (``project=None``).
+    """
+    return (
+        scope.owns(proposed)
+        and scope.project in (None, proposed.project)
+        and scope.repository in (None, proposed.repository)
+    )
 
 
 def _check_owner_kind(owner: object) -> None:
