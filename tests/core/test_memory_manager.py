@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _memory_support import hook_registry, sqlite_store, texts
@@ -329,3 +330,46 @@ async def test_an_extracted_fact_may_be_narrower_than_its_scope(store: SQLiteMem
     manager.extract_in_background(MemoryScope("tenant-a", "alice"), [Message(Role.USER, "hi")], "ex")
     assert (await manager.drain(5.0)).ok
     assert sorted(f.text for f in await manager.list(narrower)) == ["an ordinary fact", "planted elsewhere"]
+
+
+class _Endless:
+    """An extractor whose answer is a generator that never ends; counts how far it was read."""
+
+    def __init__(self) -> None:
+        self.read = 0
+
+    async def extract(self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext) -> Any:
+        def facts() -> Any:
+            while self.read < 100_000:  # endless in spirit; bounded so a regression fails, not hangs
+                self.read += 1
+                yield MemoryFact(scope, f"fact {self.read}")
+
+        return facts()
+
+
+@pytest.mark.parametrize("answer", [None, 5, "a fact", b"a fact"])
+async def test_an_extractor_answer_that_is_no_sequence_fails_the_work_typed(
+    store: SQLiteMemoryStore, answer: object
+) -> None:
+    class Odd:
+        async def extract(self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext) -> Any:
+            return answer
+
+    manager = MemoryManager(store, extractor=Odd())
+    manager.extract_in_background(ALICE, [Message(Role.USER, "hi")], "ex")
+    with pytest.raises(MemoryDrainError, match="not a sequence of MemoryFact") as info:
+        await manager.drain(5.0)
+    assert info.value.result.failed == ("ex",)
+    assert await manager.list(ALICE) == ()
+
+
+async def test_an_endless_extractor_is_read_one_past_its_bound_and_writes_nothing(
+    store: SQLiteMemoryStore,
+) -> None:
+    extractor = _Endless()
+    manager = MemoryManager(store, extractor=extractor, limits=MemoryLimits(max_extracted_facts=3))
+    manager.extract_in_background(ALICE, [Message(Role.USER, "hi")], "ex")
+    with pytest.raises(MemoryDrainError):
+        await manager.drain(5.0)
+    assert extractor.read == 4
+    assert await manager.list(ALICE) == ()

@@ -15,8 +15,9 @@ over with :meth:`MemoryManager.track` (a runtime's summary updates).
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Literal, Protocol, TypeVar
 
@@ -452,12 +453,19 @@ class MemoryManager:
         given = tuple(messages)
 
         async def work() -> None:
-            facts = await self._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx))
-            facts = list(facts)
+            proposed = await self._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx))
+            if isinstance(proposed, str | bytes) or not isinstance(proposed, Iterable):
+                raise ContractViolationError(
+                    f"the extractor returned {type(proposed).__name__}, not a sequence of MemoryFact; "
+                    "none was written"
+                )
+            # One past the bound is enough to refuse: an endless generator is never run to its end
+            # (it would hold the event loop, and memory, without a bound).
+            facts = list(itertools.islice(proposed, self.limits.max_extracted_facts + 1))
             if len(facts) > self.limits.max_extracted_facts:
                 raise ContractViolationError(
-                    f"the extractor proposed {len(facts)} facts, over max_extracted_facts "
-                    f"{self.limits.max_extracted_facts}; none was written"
+                    f"the extractor proposed more than max_extracted_facts "
+                    f"({self.limits.max_extracted_facts}) facts; none was written"
                 )
             for fact in facts:
                 if not isinstance(fact, MemoryFact) or not _within(scope, fact.scope):
