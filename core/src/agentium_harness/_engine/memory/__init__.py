@@ -6,6 +6,7 @@ the two are one package (no import cycle between packages).
 
 - :mod:`.manager`: ``MemoryManager`` (remember, correct, forget, list,
   select, extraction, drain) and ``MemoryLimits``;
+- :mod:`.answers`: the engine's checks on what a store or extractor answers;
 - :mod:`.selection`: the host-replaceable injection selection and the checks on it;
 - :mod:`.work`: owned background work, ``DrainResult``, and the
   ``WorkSource`` through which a runtime's work is drained too;

@@ -41,10 +41,8 @@ from ..._observe.settings import Resolved, Telemetry
 from ..._ports._base import OpContext
 from ..._ports.memory import (
     MAX_FACT_BYTES,
-    MAX_FACT_REVISIONS,
     MAX_LOOKUP_LIMIT,
     AckStatus,
-    FactStatus,
     MemoryAck,
     MemoryCapabilities,
     MemoryEvent,
@@ -55,7 +53,6 @@ from ..._ports.memory import (
     StoredFact,
     check_at,
     check_limit,
-    check_revision,
     rejection_reason,
 )
 from ..._scope import SessionKey, validate_id
@@ -65,6 +62,7 @@ from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
 from ..results import Diagnostic
+from .answers import check_cap, checked_facts, checked_history, checked_scope, within
 from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
@@ -283,7 +281,7 @@ class MemoryManager:
         :class:`MemoryRejectedError` whatever the store would do.
         """
         self._check_open("correct")
-        scope = _scope(scope)
+        scope = checked_scope(scope)
         validate_id(fact_id, "fact id")
         reason = self._reject_reason(replacement)
         if reason is not None:
@@ -291,7 +289,7 @@ class MemoryManager:
         if not scope.owns(replacement.scope):
             raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
         revisions = await self._check_owner(scope, fact_id, "memory correct")
-        _check_cap(revisions, replacement)
+        check_cap(revisions, replacement)
         raw = await self._call(
             "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
         )
@@ -306,7 +304,7 @@ class MemoryManager:
         first as for :meth:`correct`.
         """
         self._check_open("forget")
-        scope = _scope(scope)
+        scope = checked_scope(scope)
         validate_id(fact_id, "fact id")
         await self._check_owner(scope, fact_id, "memory forget")
         raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
@@ -331,17 +329,17 @@ class MemoryManager:
         raw = await self._call(
             f"{operation} owner check", lambda ctx: self.store.history(scope, fact_id, ctx)
         )
-        return _checked_history(raw, scope, fact_id, f"{operation} owner check")
+        return checked_history(raw, scope, fact_id, f"{operation} owner check")
 
     # -- reads ------------------------------------------------------------------------------
 
     async def list(self, scope: MemoryScope, limit: int = 50) -> tuple[StoredFact, ...]:
         """Up to ``limit`` current facts of ``scope``'s tenant and user, newest first (expired ones too)."""
         self._check_open("list")
-        scope = _scope(scope)
+        scope = checked_scope(scope)
         check_limit(limit)
         raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
-        return _checked_facts(raw, scope, limit, "memory list")
+        return checked_facts(raw, scope, limit, "memory list")
 
     async def history(self, scope: MemoryScope, fact_id: str) -> tuple[StoredFact, ...]:
         """Every revision of ``fact_id``, oldest first (a forgotten fact's content reads empty).
@@ -350,10 +348,10 @@ class MemoryManager:
         :class:`ContractViolationError`: ``runtime.forget`` erases what they cite.
         """
         self._check_open("history")
-        scope = _scope(scope)
+        scope = checked_scope(scope)
         validate_id(fact_id, "fact id")
         raw = await self._call("memory history", lambda ctx: self.store.history(scope, fact_id, ctx))
-        return _checked_history(raw, scope, fact_id, "memory history")
+        return checked_history(raw, scope, fact_id, "memory history")
 
     async def select(
         self, scope: MemoryScope, query: str, *, limit: int | None = None, at: datetime | None = None
@@ -367,7 +365,7 @@ class MemoryManager:
         (:class:`InvalidArgumentError` otherwise).
         """
         self._check_open("select")
-        scope = _scope(scope)
+        scope = checked_scope(scope)
         if not isinstance(query, str):
             raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
         bound = check_limit(limit if limit is not None else self.limits.max_injected_facts)
@@ -468,7 +466,7 @@ class MemoryManager:
                     f"({self.limits.max_extracted_facts}) facts; none was written"
                 )
             for fact in facts:
-                if not isinstance(fact, MemoryFact) or not _within(scope, fact.scope):
+                if not isinstance(fact, MemoryFact) or not within(scope, fact.scope):
                     raise ContractViolationError(
                         "the extractor proposed a fact outside its scope (another user, project or "
                         "repository, or all of them where the scope names one); none was written"
@@ -517,82 +515,9 @@ class MemoryManager:
         self._owns_store = False
 
 
-def _check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:
-    """Refuse a correction past :data:`MAX_FACT_REVISIONS` whatever the store would do (engine-enforced).
-
-    ``revisions`` is the owner check's history read. A replacement identical
-    to the current revision is left to the store (it answers ``DUPLICATE``,
-    writing nothing).
-    """
-    if not revisions:
-        return
-    latest = revisions[-1]
-    if latest.status is FactStatus.FORGOTTEN:
-        return  # the store refuses it as forgotten (MemoryFactForgottenError), the more useful answer
-    held = max(len(revisions), latest.revision)
-    if held < MAX_FACT_REVISIONS:
-        return
-    same = latest.fact
-    if (same.scope, same.text, same.valid_from, same.valid_until) == (
-        replacement.scope,
-        replacement.text,
-        replacement.valid_from,
-        replacement.valid_until,
-    ):
-        return
-    check_revision(held)
-
-
-def _within(scope: MemoryScope, proposed: MemoryScope) -> bool:
-    """True if ``proposed`` is ``scope`` or narrower: same tenant and user, and its project and repository.
-
-    An extracted fact (what a model said) must not widen itself: from a conversation in project
-    ``p`` it may not claim project ``q``, nor every project of the user (``project=None``).
-    """
-    return (
-        scope.owns(proposed)
-        and scope.project in (None, proposed.project)
-        and scope.repository in (None, proposed.repository)
-    )
-
-
 def _check_owner_kind(owner: object) -> None:
     if owner not in ("harness", "agent"):
         raise InvalidArgumentError(f"owner must be 'harness' or 'agent', got {owner!r}")
-
-
-def _scope(scope: object) -> MemoryScope:
-    if not isinstance(scope, MemoryScope):
-        raise InvalidArgumentError(f"scope must be a MemoryScope, got {type(scope).__name__}")
-    return scope
-
-
-def _checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) -> tuple[StoredFact, ...]:
-    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
-        raise ContractViolationError(f"{operation} returned {type(raw).__name__}, not a sequence")
-    facts = tuple(raw)
-    if len(facts) > limit:
-        raise ContractViolationError(f"{operation} returned {len(facts)} facts, over the limit of {limit}")
-    for fact in facts:
-        if not isinstance(fact, StoredFact) or not scope.owns(fact.scope):
-            raise ContractViolationError(
-                f"{operation} returned a fact of another tenant or user; nothing was changed"
-            )
-    return facts
-
-
-def _checked_history(raw: object, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
-    """A store's ``history`` of ``fact_id``: bounded, owned by ``scope``, and every revision ``fact_id``'s.
-
-    ``runtime.forget`` erases the groups the revisions cite: another fact's
-    revisions would have it erase that fact's sources (ContractViolationError instead).
-    """
-    revisions = _checked_facts(raw, scope, MAX_LOOKUP_LIMIT, operation)
-    if any(r.fact_id != fact_id for r in revisions):
-        raise ContractViolationError(
-            f"{operation}: the store's history of {fact_id!r} holds another fact; nothing was changed"
-        )
-    return revisions
 
 
 def telemetry_of(manager: MemoryManager) -> Resolved:

@@ -1,0 +1,99 @@
+"""The engine's checks on what a memory store (or an extractor) answers: whatever it returns (R36, R39).
+
+The :class:`~.manager.MemoryManager` trusts no store's own checks: a read
+is bounded and must be the asking tenant's and user's (a ``history`` also
+the asked fact's), a correction past :data:`MAX_FACT_REVISIONS` is refused
+from the revisions read, and an extracted fact may not leave its scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..._errors import ContractViolationError, InvalidArgumentError
+from ..._ports.memory import (
+    MAX_FACT_REVISIONS,
+    MAX_LOOKUP_LIMIT,
+    FactStatus,
+    MemoryFact,
+    MemoryScope,
+    StoredFact,
+    check_revision,
+)
+
+__all__ = ["check_cap", "checked_facts", "checked_history", "checked_scope", "within"]
+
+
+def check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:
+    """Refuse a correction past :data:`MAX_FACT_REVISIONS` whatever the store would do (engine-enforced).
+
+    ``revisions`` is the owner check's history read. A replacement identical
+    to the current revision is left to the store (it answers ``DUPLICATE``,
+    writing nothing).
+    """
+    if not revisions:
+        return
+    latest = revisions[-1]
+    if latest.status is FactStatus.FORGOTTEN:
+        return  # the store refuses it as forgotten (MemoryFactForgottenError), the more useful answer
+    held = max(len(revisions), latest.revision)
+    if held < MAX_FACT_REVISIONS:
+        return
+    same = latest.fact
+    if (same.scope, same.text, same.valid_from, same.valid_until) == (
+        replacement.scope,
+        replacement.text,
+        replacement.valid_from,
+        replacement.valid_until,
+    ):
+        return
+    check_revision(held)
+
+
+def within(scope: MemoryScope, proposed: MemoryScope) -> bool:
+    """True if ``proposed`` is ``scope`` or narrower: same tenant and user, and its project and repository.
+
+    An extracted fact (what a model said) must not widen itself: from a conversation in project
+    ``p`` it may not claim project ``q``, nor every project of the user (``project=None``).
+    """
+    return (
+        scope.owns(proposed)
+        and scope.project in (None, proposed.project)
+        and scope.repository in (None, proposed.repository)
+    )
+
+
+def checked_scope(scope: object) -> MemoryScope:
+    """``scope`` if it is a :class:`MemoryScope`; else :class:`InvalidArgumentError`."""
+    if not isinstance(scope, MemoryScope):
+        raise InvalidArgumentError(f"scope must be a MemoryScope, got {type(scope).__name__}")
+    return scope
+
+
+def checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) -> tuple[StoredFact, ...]:
+    """A store's answer: at most ``limit`` facts ``scope`` owns, as a tuple (else ContractViolationError)."""
+    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
+        raise ContractViolationError(f"{operation} returned {type(raw).__name__}, not a sequence")
+    facts = tuple(raw)
+    if len(facts) > limit:
+        raise ContractViolationError(f"{operation} returned {len(facts)} facts, over the limit of {limit}")
+    for fact in facts:
+        if not isinstance(fact, StoredFact) or not scope.owns(fact.scope):
+            raise ContractViolationError(
+                f"{operation} returned a fact of another tenant or user; nothing was changed"
+            )
+    return facts
+
+
+def checked_history(raw: object, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
+    """A store's ``history`` of ``fact_id``: bounded, owned by ``scope``, and every revision ``fact_id``'s.
+
+    ``runtime.forget`` erases the groups the revisions cite: another fact's
+    revisions would have it erase that fact's sources (ContractViolationError instead).
+    """
+    revisions = checked_facts(raw, scope, MAX_LOOKUP_LIMIT, operation)
+    if any(r.fact_id != fact_id for r in revisions):
+        raise ContractViolationError(
+            f"{operation}: the store's history of {fact_id!r} holds another fact; nothing was changed"
+        )
+    return revisions
