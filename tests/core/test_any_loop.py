@@ -432,3 +432,56 @@ def test_a_load_overtaken_by_another_loops_save_never_serves_the_older_row(tmp_p
 
     again = anyio.run(reload)
     assert again is not None and again.revision == 2  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+def test_one_memory_store_serves_threads_each_with_its_own_loop(tmp_path: Path, kind: str) -> None:
+    """Remember (shared facts and own), correct and forget from 4 loops on one memory store: all land once.
+
+    The in-memory store iterated its facts while another thread added one: a remember failed
+    with "dictionary changed size during iteration" (and a shared fact could be stored twice).
+    """
+    import sys
+
+    from agentium_harness import AckStatus, MemoryFact, MemoryScope
+    from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+
+    store = (
+        SQLiteMemoryStore(SQLiteConfig(path=str(tmp_path / "m.db")))
+        if kind == "sqlite"
+        else InMemoryMemoryStore()
+    )
+    shared = MemoryScope("acme", "ana")
+    rounds = 40 if kind == "sqlite" else 150
+
+    async def work(i: int) -> list[str]:
+        stored = []
+        for n in range(rounds):
+            await store.remember(MemoryFact(shared, f"shared fact {n}"), ctx())
+            scope = MemoryScope("acme", f"user-{i}")
+            ack = await store.remember(MemoryFact(scope, f"thread {i} fact {n}"), ctx())
+            assert ack.status is AckStatus.STORED and ack.fact_id is not None
+            if n % 3 == 0:
+                await store.correct(scope, ack.fact_id, MemoryFact(scope, f"thread {i} fact {n} v2"), ctx())
+            elif n % 3 == 1:
+                await store.forget(scope, ack.fact_id, ctx())
+            stored.append(ack.fact_id)
+        return stored
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: a race shows every run
+    try:
+        run_in_threads(work, threads=4, styles=MIXED, timeout_s=120)
+    finally:
+        sys.setswitchinterval(old)
+
+    async def check() -> None:
+        listed = [f.text for f in await store.list_facts(shared, 200, ctx())]
+        assert sorted(listed) == sorted(f"shared fact {n}" for n in range(rounds))
+        own = sorted(f.text for f in await store.list_facts(MemoryScope("acme", "user-0"), 200, ctx()))
+        assert own == sorted(
+            f"thread 0 fact {n}" + (" v2" if n % 3 == 0 else "") for n in range(rounds) if n % 3 != 1
+        )
+        await store.aclose()
+
+    anyio.run(check)

@@ -5,11 +5,13 @@ revisions per fact id, duplicates acknowledged, correction keeps the
 history, forgetting removes the content of every revision and adds a
 tombstone, foreign ids refused like missing ones, lookups filtered before
 they are bounded. Every call checks its context first and then runs without
-awaiting, so no two calls interleave.
+awaiting, under a thread lock, so no two calls interleave (not even from two
+threads' event loops).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import ClassVar
@@ -81,6 +83,10 @@ class InMemoryMemoryStore(MemoryStore):
         # The session ids a forgotten fact's provenance named (ids only): a session erasure removes it.
         self._sessions: dict[str, frozenset[str]] = {}
         self._closed = False
+        # A thread lock, not an anyio one: the store serves any thread's event loop (a runtime's runs
+        # on several threads), and nothing awaits inside. Without it a remember iterating the facts
+        # while another thread adds one failed ("dictionary changed size during iteration").
+        self._lock = threading.Lock()
 
     def _begin(self, ctx: OpContext, operation: str) -> None:
         ctx.raise_if_expired(operation)
@@ -101,55 +107,60 @@ class InMemoryMemoryStore(MemoryStore):
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
         """Store ``fact`` as revision 1 of a new id, or acknowledge the current duplicate."""
         self._begin(ctx, "memory remember")
-        check_fact(fact)
-        for fact_id, revisions in self._revisions.items():
-            last = revisions[-1]
-            if last.status is FactStatus.CURRENT and _key(last.fact) == _key(fact):
-                return MemoryAck(AckStatus.DUPLICATE, fact_id, last.revision)
-        fact_id = new_fact_id()
-        self._revisions[fact_id] = [StoredFact(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))]
-        self._touch(fact_id)
-        return MemoryAck(AckStatus.STORED, fact_id, 1)
+        with self._lock:
+            check_fact(fact)
+            for fact_id, revisions in self._revisions.items():
+                last = revisions[-1]
+                if last.status is FactStatus.CURRENT and _key(last.fact) == _key(fact):
+                    return MemoryAck(AckStatus.DUPLICATE, fact_id, last.revision)
+            fact_id = new_fact_id()
+            self._revisions[fact_id] = [StoredFact(fact_id, 1, FactStatus.CURRENT, fact, datetime.now(UTC))]
+            self._touch(fact_id)
+            return MemoryAck(AckStatus.STORED, fact_id, 1)
 
     async def correct(
         self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
     ) -> MemoryAck:
         """Supersede the latest revision with ``replacement``."""
         self._begin(ctx, "memory correct")
-        validate_id(fact_id, "fact id")
-        check_fact(replacement)
-        latest = self._latest(scope, fact_id)
-        if not scope.owns(replacement.scope):
-            raise MemoryFactNotFoundError(f"no fact {fact_id!r} in this tenant and user; nothing was changed")
-        if latest.status is FactStatus.FORGOTTEN:
-            raise MemoryFactForgottenError(f"fact {fact_id!r} was forgotten; it cannot be corrected")
-        if _key(latest.fact) == _key(replacement):
-            return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
-        check_revision(latest.revision)
-        revisions = self._revisions[fact_id]
-        revisions[-1] = attrs.evolve(latest, status=FactStatus.SUPERSEDED)
-        now = datetime.now(UTC)
-        revisions.append(StoredFact(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now))
-        self._touch(fact_id)
-        return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1)
+        with self._lock:
+            validate_id(fact_id, "fact id")
+            check_fact(replacement)
+            latest = self._latest(scope, fact_id)
+            if not scope.owns(replacement.scope):
+                raise MemoryFactNotFoundError(
+                    f"no fact {fact_id!r} in this tenant and user; nothing was changed"
+                )
+            if latest.status is FactStatus.FORGOTTEN:
+                raise MemoryFactForgottenError(f"fact {fact_id!r} was forgotten; it cannot be corrected")
+            if _key(latest.fact) == _key(replacement):
+                return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
+            check_revision(latest.revision)
+            revisions = self._revisions[fact_id]
+            revisions[-1] = attrs.evolve(latest, status=FactStatus.SUPERSEDED)
+            now = datetime.now(UTC)
+            revisions.append(StoredFact(fact_id, latest.revision + 1, FactStatus.CURRENT, replacement, now))
+            self._touch(fact_id)
+            return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1)
 
     async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
         """Remove the content of every revision and add a tombstone."""
         self._begin(ctx, "memory forget")
-        validate_id(fact_id, "fact id")
-        latest = self._latest(scope, fact_id)
-        if latest.status is FactStatus.FORGOTTEN:
-            return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
-        revisions = self._revisions[fact_id]
-        self._sessions[fact_id] = frozenset(ref.session for r in revisions for ref in r.fact.provenance)
-        revisions[:] = [
-            attrs.evolve(r, status=FactStatus.FORGOTTEN, fact=_removed(r.fact)) for r in revisions
-        ]
-        tombstone = StoredFact(
-            fact_id, latest.revision + 1, FactStatus.FORGOTTEN, _removed(latest.fact), datetime.now(UTC)
-        )
-        revisions.append(tombstone)
-        return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1)
+        with self._lock:
+            validate_id(fact_id, "fact id")
+            latest = self._latest(scope, fact_id)
+            if latest.status is FactStatus.FORGOTTEN:
+                return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
+            revisions = self._revisions[fact_id]
+            self._sessions[fact_id] = frozenset(ref.session for r in revisions for ref in r.fact.provenance)
+            revisions[:] = [
+                attrs.evolve(r, status=FactStatus.FORGOTTEN, fact=_removed(r.fact)) for r in revisions
+            ]
+            tombstone = StoredFact(
+                fact_id, latest.revision + 1, FactStatus.FORGOTTEN, _removed(latest.fact), datetime.now(UTC)
+            )
+            revisions.append(tombstone)
+            return MemoryAck(AckStatus.STORED, fact_id, latest.revision + 1)
 
     def _current(self) -> list[StoredFact]:
         newest_first = [self._revisions[fid][-1] for fid in reversed(self._order)]
@@ -160,28 +171,33 @@ class InMemoryMemoryStore(MemoryStore):
     ) -> Sequence[StoredFact]:
         """Current facts ``scope`` sees, valid at ``at``: most query words matched first, then newest."""
         self._begin(ctx, "memory lookup")
-        check_limit(limit)
-        if not isinstance(query, str):
-            raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
-        checked = check_at(at)
-        when = checked if checked is not None else datetime.now(UTC)
-        terms = query_terms(query)
-        visible = [f for f in self._current() if scope.sees(f.scope) and f.fact.valid_at(when)]
-        scored = sorted(enumerate(visible), key=lambda p: (-sum(t in p[1].text.lower() for t in terms), p[0]))
-        return [f for _, f in scored[:limit]]
+        with self._lock:
+            check_limit(limit)
+            if not isinstance(query, str):
+                raise InvalidArgumentError(f"query must be a str, got {type(query).__name__}")
+            checked = check_at(at)
+            when = checked if checked is not None else datetime.now(UTC)
+            terms = query_terms(query)
+            visible = [f for f in self._current() if scope.sees(f.scope) and f.fact.valid_at(when)]
+            scored = sorted(
+                enumerate(visible), key=lambda p: (-sum(t in p[1].text.lower() for t in terms), p[0])
+            )
+            return [f for _, f in scored[:limit]]
 
     async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
         """Current facts of the tenant and user, newest first; expired ones too."""
         self._begin(ctx, "memory list")
-        check_limit(limit)
-        return [f for f in self._current() if scope.owns(f.scope)][:limit]
+        with self._lock:
+            check_limit(limit)
+            return [f for f in self._current() if scope.owns(f.scope)][:limit]
 
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
         """Every revision of ``fact_id``, oldest first."""
         self._begin(ctx, "memory history")
-        validate_id(fact_id, "fact id")
-        self._latest(scope, fact_id)
-        return list(self._revisions[fact_id][:MAX_LOOKUP_LIMIT])
+        with self._lock:
+            validate_id(fact_id, "fact id")
+            self._latest(scope, fact_id)
+            return list(self._revisions[fact_id][:MAX_LOOKUP_LIMIT])
 
     async def erase(
         self,
@@ -193,26 +209,27 @@ class InMemoryMemoryStore(MemoryStore):
     ) -> EraseReport:
         """Drop every revision of each covered fact (tombstones too); at most ``max_items`` facts."""
         self._begin(ctx, "memory erase")
-        check_target(target)
-        bound = check_max_items(max_items)
-        found = sorted(
-            fid
-            for fid, revisions in self._revisions.items()
-            if self._covered(target, revisions) or self._named(target, fid, revisions)
-        )
-        taken = found[:bound]
-        revisions = sum(len(self._revisions[fid]) for fid in taken)
-        if not dry_run:
-            for fid in taken:
-                del self._revisions[fid]
-                self._sessions.pop(fid, None)
-                if fid in self._order:
-                    self._order.remove(fid)
-        return EraseReport(
-            count_items(fact=len(taken), revision=revisions),
-            (),
-            EraseStatus.PARTIAL if len(found) > bound else EraseStatus.COMPLETE,
-        )
+        with self._lock:
+            check_target(target)
+            bound = check_max_items(max_items)
+            found = sorted(
+                fid
+                for fid, revisions in self._revisions.items()
+                if self._covered(target, revisions) or self._named(target, fid, revisions)
+            )
+            taken = found[:bound]
+            revisions = sum(len(self._revisions[fid]) for fid in taken)
+            if not dry_run:
+                for fid in taken:
+                    del self._revisions[fid]
+                    self._sessions.pop(fid, None)
+                    if fid in self._order:
+                        self._order.remove(fid)
+            return EraseReport(
+                count_items(fact=len(taken), revision=revisions),
+                (),
+                EraseStatus.PARTIAL if len(found) > bound else EraseStatus.COMPLETE,
+            )
 
     @staticmethod
     def _covered(target: EraseTarget, revisions: list[StoredFact]) -> bool:
