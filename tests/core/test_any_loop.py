@@ -485,3 +485,38 @@ def test_one_memory_store_serves_threads_each_with_its_own_loop(tmp_path: Path, 
         await store.aclose()
 
     anyio.run(check)
+
+
+def test_one_in_memory_recall_store_serves_threads_each_with_its_own_loop() -> None:
+    """Index, discover, seek and erase from 4 loops on one in-memory recall store: none fails.
+
+    discover, seek_groups and erase iterated the sources while another thread indexed a group:
+    "dictionary changed size during iteration".
+    """
+    import sys
+
+    from agentium_harness import EraseTarget
+    from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+    from agentium_harness.plugin_api import ArchiveReceipt, RecallLimits, Scope
+
+    store = InMemoryRecallStore()
+
+    async def work(i: int) -> int:
+        key = SessionKey("acme", "ana", f"s{i}")
+        session = await store.open(Scope("acme", "ana", f"s{i}"), RecallLimits(), ctx())
+        for seq in range(120):
+            group = plain_group(seq, f"thread {i} apple {seq}")
+            receipt = ArchiveReceipt(seq=seq, digest=group.digest, location="memory://x")
+            await store.index_groups(key, [group], [receipt], ctx())
+            await session.discover("apple", 5, ctx())
+            await store.seek_groups(key, 0, 3, ctx())
+            if seq % 10 == 9:
+                await store.erase(EraseTarget.session("acme", "ana", f"gone-{i}"), ctx())
+        return len(await store.seek_groups(key, 0, 200, ctx()))
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: a race shows every run
+    try:
+        assert run_in_threads(work, threads=4, styles=MIXED, timeout_s=120) == [120] * 4
+    finally:
+        sys.setswitchinterval(old)

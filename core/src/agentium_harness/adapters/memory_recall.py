@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -120,7 +121,7 @@ class InMemoryRecallSession(RecallSession):
         self._terms = terms
         if not terms:
             return []
-        visible = [(sid, s) for sid, s in self._store._sources.items() if s.owner.visible_to(self._scope)]
+        visible = [(sid, s) for sid, s in self._store._snapshot() if s.owner.visible_to(self._scope)]
         n = len(visible) or 1
         df = {t: sum(1 for _, s in visible if t in s.terms) for t in terms}
         scored: list[tuple[float, str, _Source]] = []
@@ -216,6 +217,16 @@ class InMemoryRecallStore(RecallStore):
     def __init__(self, config: InMemoryRecallConfig | None = None) -> None:
         self.config = config or InMemoryRecallConfig()
         self._sources: dict[str, _Source] = {}
+        # A thread lock, not an anyio one: the store serves any thread's event loop (a runtime's runs
+        # on several threads), and nothing awaits inside. Without it a discover, seek or erase
+        # iterating the sources while another thread indexed a group failed ("dictionary changed
+        # size during iteration").
+        self._lock = threading.Lock()
+
+    def _snapshot(self) -> list[tuple[str, _Source]]:
+        """The sources as they are now (another thread may index or erase meanwhile)."""
+        with self._lock:
+            return list(self._sources.items())
 
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
         """A session confined to ``scope``."""
@@ -276,9 +287,10 @@ class InMemoryRecallStore(RecallStore):
             )
         ctx.raise_if_expired("recall index")
         fresh = 0
-        for sid, source in rows:
-            fresh += self._sources.get(sid) != source
-            self._sources[sid] = source
+        with self._lock:
+            for sid, source in rows:
+                fresh += self._sources.get(sid) != source
+                self._sources[sid] = source
         return fresh
 
     async def unindexed_groups(
@@ -311,17 +323,22 @@ class InMemoryRecallStore(RecallStore):
         check_target(target)
         bound = check_max_items(max_items)
         ctx.raise_if_expired("recall erase")
-        found = sorted(sid for sid, source in self._sources.items() if self._covered(target, sid, source))
-        taken = found[:bound]
-        groups: list[tuple[SessionKey, int, str]] = []
-        for sid in taken:
-            source = self._sources[sid]
-            if source.seq is not None and source.owner.user is not None and source.owner.session is not None:
-                key = SessionKey(source.owner.tenant, source.owner.user, source.owner.session)
-                groups.append((key, source.seq, source.revision))
-        if not dry_run:
+        with self._lock:  # what is found is what is removed: no other thread's change in between
+            found = sorted(sid for sid, source in self._sources.items() if self._covered(target, sid, source))
+            taken = found[:bound]
+            groups: list[tuple[SessionKey, int, str]] = []
             for sid in taken:
-                del self._sources[sid]
+                source = self._sources[sid]
+                if (
+                    source.seq is not None
+                    and source.owner.user is not None
+                    and source.owner.session is not None
+                ):
+                    key = SessionKey(source.owner.tenant, source.owner.user, source.owner.session)
+                    groups.append((key, source.seq, source.revision))
+            if not dry_run:
+                for sid in taken:
+                    del self._sources[sid]
         return EraseReport(
             count_items(group=len(groups), document=len(taken) - len(groups)),
             group_sessions(groups),
@@ -347,9 +364,12 @@ class InMemoryRecallStore(RecallStore):
         max_groups = checked_count(max_groups, "max_groups", "recall seek")
         owner = SourceOwner.of_session(key)
         found = sorted(
-            (s.seq, s)
-            for s in self._sources.values()
-            if s.seq is not None and s.owner == owner and s.seq >= start_seq
+            (
+                (s.seq, s)
+                for _, s in self._snapshot()
+                if s.seq is not None and s.owner == owner and s.seq >= start_seq
+            ),
+            key=lambda pair: pair[0],
         )
         out: list[MessageGroup] = []
         for seq, source in found[: max(0, max_groups)]:
