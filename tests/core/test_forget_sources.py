@@ -47,7 +47,7 @@ from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLite
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import MAX_LOOKUP_LIMIT, MemoryCapabilities, MemoryRejectedError, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -396,4 +396,29 @@ async def test_a_store_whose_history_names_another_fact_erases_none_of_that_fact
     key = SessionKey("acme", "ana", "s1")
     assert [g.seq for g in await archive.read_groups(key, 0, 5, OpContext())] == [0, 1]
     assert {f.fact_id for f in await rt.memory.list(SCOPE)} == {victim, other.fact_id}
+    await rt.aclose()
+
+
+class _NoHistory(InMemoryMemoryStore):
+    """A store that lists but keeps no history: runtime.forget finds provenance in one bounded listing."""
+
+    capabilities = MemoryCapabilities(
+        acknowledged_writes=True, correction=True, forgetting=True, listing=True
+    )
+
+
+async def test_a_fact_past_the_listing_of_a_store_without_history_is_refused_unchanged() -> None:
+    """Its sources cannot be seen: forgetting would leave them for good while reporting none."""
+    rt, _, archive, fact_id = await _setup(memory=_NoHistory())
+    for i in range(MAX_LOOKUP_LIMIT):
+        await rt.memory.remember(MemoryFact(SCOPE, f"a newer fact {i}"))
+    with pytest.raises(MemoryRejectedError, match="not among the 200 newest"):
+        await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    key = SessionKey("acme", "ana", "s1")
+    assert [g.seq for g in await archive.read_groups(key, 0, 5, OpContext())] == [0, 1]
+    assert fact_id not in rt.memory.forgotten_ids
+    # Within the listing, its sources are found and erased as with a history.
+    await rt.memory.forget(SCOPE, (await rt.memory.list(SCOPE, 1))[0].fact_id)
+    result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    assert result.ack.ok and {(h.seq, h.state) for h in result.sources} >= {(0, SourceState.ERASED)}
     await rt.aclose()

@@ -10,7 +10,8 @@ in a task summary citing them. ``runtime.forget`` therefore:
    removes it), then forgets the fact through the memory manager. A history
    that may be truncated (a fact written before ``MAX_FACT_REVISIONS``, or a
    store ignoring it) is refused with :class:`MemoryRejectedError` before
-   anything changes: forgetting would clear sources the read could not see;
+   anything changes: forgetting would clear sources the read could not see
+   (and so is a fact past the one bounded listing of a store without history);
 2. looks up each source group (before forgetting, so a failed read changes
    nothing) and says where its text still is (:class:`SourceHolder`):
    archived, resident, cited by the summary, or already gone. Only a stored
@@ -136,7 +137,19 @@ async def _provenance(
             )
         return [ref for revision in revisions for ref in revision.fact.provenance], ""
     if caps.listing:
-        current = [f for f in await memory.list(scope, 200) if f.fact_id == fact_id]
+        listed = await memory.list(scope, MAX_LOOKUP_LIMIT)
+        current = [f for f in listed if f.fact_id == fact_id]
+        if not current and len(listed) >= MAX_LOOKUP_LIMIT:
+            # One bounded read of the newest current facts, and this one is not among them: its
+            # sources cannot be seen, and forgetting would remove the provenance for good (as for
+            # a truncated history above). A shorter listing without it: the fact is not current,
+            # and the store's forget answers for it (not found, or already forgotten).
+            _log.warning("runtime.forget refused: fact %s is past the store's listing", one_line(fact_id))
+            raise MemoryRejectedError(
+                f"fact {fact_id!r} is not among the {len(listed)} newest facts the memory store lists, and "
+                "the store declares no history, so its sources cannot be found; nothing was changed. Forget "
+                "it with runtime.memory.forget and erase the sessions it came from"
+            )
         return [ref for fact in current for ref in fact.fact.provenance], ""
     return [], "the memory store declares neither history nor listing: the fact's sources are unknown"
 
