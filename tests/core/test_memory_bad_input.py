@@ -120,3 +120,49 @@ async def test_a_str_subclass_lying_about_its_size_is_still_rejected(tmp_path: P
     assert blank.status is AckStatus.REJECTED and "empty" in blank.reason
     assert await manager.list(ALICE) == ()
     assert type(MemoryFact(ALICE, _LyingText("fine")).text) is str
+
+
+class _Extractor:
+    async def extract(self, scope: MemoryScope, messages: Any, ctx: OpContext) -> list[MemoryFact]:
+        return []
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        "drain_grace_nan",
+        "drain_grace_str",
+        "extract_scope_str",
+        "extract_messages_int",
+        "extract_messages_str",
+        "extract_name_int",
+        "start_work_not_callable",
+        "start_work_kind_none",
+        "aclose_timeout_str",
+        "aclose_timeout_nan",
+    ],
+)
+async def test_bad_arguments_to_drain_owned_work_and_aclose_are_typed_and_start_nothing(call: str) -> None:
+    """Each was a bare error (an ExceptionGroup, a TypeError) or accepted, failing later inside the work."""
+    from agentium_harness.plugin_api import Message, Role
+
+    manager = MemoryManager(InMemoryMemoryStore(), extractor=_Extractor(), owns_store=True)
+    said = [Message(Role.USER, "hi")]
+    calls: dict[str, Any] = {
+        "drain_grace_nan": lambda: manager.drain(1.0, grace_s=float("nan")),
+        "drain_grace_str": lambda: manager.drain(1.0, grace_s="2"),
+        "extract_scope_str": lambda: manager.extract_in_background("tenant-a", said, "ex"),
+        "extract_messages_int": lambda: manager.extract_in_background(ALICE, 5, "ex"),
+        "extract_messages_str": lambda: manager.extract_in_background(ALICE, "hi", "ex"),
+        "extract_name_int": lambda: manager.extract_in_background(ALICE, said, 5),
+        "start_work_not_callable": lambda: manager.start_work("w", "final-write", 5),
+        "start_work_kind_none": lambda: manager.start_work("w", None, _Extractor),
+        "aclose_timeout_str": lambda: manager.aclose("10"),
+        "aclose_timeout_nan": lambda: manager.aclose(float("nan")),
+    }
+    with pytest.raises(InvalidArgumentError):
+        outcome = calls[call]()
+        if hasattr(outcome, "__await__"):
+            await outcome
+    assert manager.running() == () and not manager.closed
+    assert (await manager.drain(1.0)).items == ()

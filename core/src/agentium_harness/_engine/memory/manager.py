@@ -57,7 +57,7 @@ from ..._ports.memory import (
 )
 from ..._scope import SessionKey, validate_id
 from ..._text import error_text
-from ..._validators import bounded_count, bounded_duration
+from ..._validators import bounded_count, bounded_duration, check_duration
 from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
@@ -426,6 +426,7 @@ class MemoryManager:
     def start_work(self, name: str, kind: str, work: Callable[[], Awaitable[object]]) -> str:
         """Run ``work`` as named owned work (``kind``: ``extraction``, ``final-write``…) until drained."""
         self._check_open("owned work")
+        _check_work(name, kind, work)
         return self._work.start(name, kind, work)
 
     def track(self, source: WorkSource) -> None:
@@ -448,7 +449,15 @@ class MemoryManager:
         extractor = self.extractor
         if extractor is None:
             return None
+        scope = checked_scope(scope)
+        if isinstance(messages, str | bytes) or not isinstance(messages, Iterable):
+            raise InvalidArgumentError(
+                f"messages must be a sequence of Message, got {type(messages).__name__}"
+            )
         given = tuple(messages)
+        if not all(isinstance(m, Message) for m in given):
+            raise InvalidArgumentError("messages must be a sequence of Message; nothing was started")
+        _check_work(name, "extraction", lambda: None)
 
         async def work() -> None:
             proposed = await self._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx))
@@ -504,8 +513,12 @@ class MemoryManager:
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Refuse further calls and close the store if owned (bounded). Call :meth:`drain` first.
 
+        ``timeout_s`` follows the one duration rule (finite, above 0): else
+        :class:`InvalidArgumentError`, and the manager stays open.
+
         A failing close of an owned store raises; calling again retries it.
         """
+        check_duration(timeout_s, "timeout_s")
         self._closed = True
         if not self._owns_store:
             return
@@ -513,6 +526,15 @@ class MemoryManager:
         if problem is not None:
             raise AgentCloseError([problem])
         self._owns_store = False
+
+
+def _check_work(name: object, kind: object, work: object) -> None:
+    """Owned work's name and kind must be text (a drain names them), its work callable."""
+    for what, value in (("name", name), ("kind", kind)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidArgumentError(f"owned work's {what} must be a non-empty str, got {value!r}")
+    if not callable(work):
+        raise InvalidArgumentError(f"owned work must be callable, got {type(work).__name__}")
 
 
 def _check_owner_kind(owner: object) -> None:

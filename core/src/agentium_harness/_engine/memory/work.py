@@ -300,6 +300,11 @@ class WorkTracker:
             raise InvalidArgumentError(f"drain timeout must be a number of seconds >= 0, got {timeout_s!r}")
         if math.isinf(timeout_s):
             raise InvalidArgumentError("drain timeout must be finite: a drain always ends")
+        if not isinstance(grace_s, int | float) or isinstance(grace_s, bool) or not 0 <= grace_s < math.inf:
+            # nan or a str would fail inside the drain's task group, as a bare error (ExceptionGroup)
+            raise InvalidArgumentError(
+                f"drain grace must be a finite number of seconds >= 0, got {grace_s!r}"
+            )
         from_sources: list[DrainItem] = []
 
         def cancel_running() -> list[_Item]:
