@@ -166,3 +166,43 @@ async def test_bad_arguments_to_drain_owned_work_and_aclose_are_typed_and_start_
             await outcome
     assert manager.running() == () and not manager.closed
     assert (await manager.drain(1.0)).items == ()
+
+
+async def test_the_in_memory_adapters_refuse_a_dry_run_flag_that_is_not_a_bool() -> None:
+    """dry_run="no" was truthy in every in-memory adapter (as in the SQLite ones before): refused, typed."""
+    from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+    from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+    from agentium_harness.plugin_api import EraseTarget
+
+    memory = InMemoryMemoryStore()
+    await memory.remember(MemoryFact(ALICE, "kept"), OpContext())
+    target = EraseTarget.user("tenant-a", "alice")
+    for adapter in (memory, InMemoryArchive(), InMemorySessionStore(), InMemoryRecallStore()):
+        for flag in ("no", 0, None):
+            with pytest.raises(InvalidArgumentError, match="dry_run"):
+                await adapter.erase(target, OpContext(), dry_run=flag)  # type: ignore[attr-defined]
+            with pytest.raises(InvalidArgumentError, match="ctx"):
+                await adapter.erase(target, None)  # type: ignore[attr-defined]
+    assert [f.text for f in await memory.list_facts(ALICE, 10, OpContext())] == ["kept"]
+
+
+@pytest.mark.parametrize("scope", ["tenant-a/alice", None, ("tenant-a", "alice")])
+async def test_the_in_memory_store_refuses_a_scope_or_context_of_the_wrong_type(scope: object) -> None:
+    """Each was a bare AttributeError ('str' object has no attribute 'owns'); now typed, as in SQLite."""
+    store = InMemoryMemoryStore()
+    ack = await store.remember(MemoryFact(ALICE, "kept"), OpContext())
+    assert ack.fact_id is not None
+    fid, ctx = ack.fact_id, OpContext()
+    bad: Any = scope
+    for call in (
+        lambda: store.lookup(bad, "q", 5, ctx),
+        lambda: store.list_facts(bad, 5, ctx),
+        lambda: store.history(bad, fid, ctx),
+        lambda: store.forget(bad, fid, ctx),
+        lambda: store.correct(bad, fid, MemoryFact(ALICE, "changed"), ctx),
+        lambda: store.remember(MemoryFact(ALICE, "other"), bad),
+        lambda: store.lookup(ALICE, "q", 5, bad),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            await call()
+    assert [(f.text, f.revision) for f in await store.list_facts(ALICE, 10, ctx)] == [("kept", 1)]

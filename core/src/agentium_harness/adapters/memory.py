@@ -32,6 +32,7 @@ from .._ports.erasure import (
     count_items,
     group_sessions,
 )
+from .._ports.recall_args import checked_argument, checked_ctx
 from .._ports.sessions import (
     SessionSnapshot,
     SessionStore,
@@ -73,7 +74,7 @@ class InMemoryArchive(HistoryArchive):
         self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
     ) -> Sequence[ArchiveReceipt]:
         """Append groups; identical re-appends are no-ops, differing ones conflict."""
-        ctx.raise_if_expired("archive append")
+        checked_ctx(ctx, "archive append").raise_if_expired("archive append")
         with self._lock:
             stored = self._groups.get(key, {})
             # Check every group before writing any, so a conflict changes nothing.
@@ -102,7 +103,7 @@ class InMemoryArchive(HistoryArchive):
         self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` groups from ``start_seq``, ascending."""
-        ctx.raise_if_expired("archive read")
+        checked_ctx(ctx, "archive read").raise_if_expired("archive read")
         with self._lock:  # a copy: another thread's append may grow the dict meanwhile
             stored = dict(self._groups.get(key, {}))
         seqs = sorted(s for s in stored if s >= start_seq)[: max(0, max_groups)]
@@ -133,8 +134,10 @@ class InMemoryArchive(HistoryArchive):
     ) -> EraseReport:
         """Drop the target's groups (their bytes go with the dict entries); at most ``max_items``."""
         check_target(target)
+        # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
+        checked_argument(dry_run, bool, "dry_run", "archive erase")
         bound = check_max_items(max_items)
-        ctx.raise_if_expired("archive erase")
+        checked_ctx(ctx, "archive erase").raise_if_expired("archive erase")
         with self._lock:
             found = [
                 (key, seq, digest)
@@ -156,7 +159,7 @@ class InMemoryArchive(HistoryArchive):
 
     async def health(self, ctx: OpContext) -> str:
         """Always healthy: report how many sessions are held."""
-        ctx.raise_if_expired("archive health")
+        checked_ctx(ctx, "archive health").raise_if_expired("archive health")
         return f"in-memory archive, {len(self._groups)} session(s)"
 
 
@@ -174,7 +177,7 @@ class InMemorySessionStore(SessionStore):
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """Return the snapshot and revision, or ``None``."""
-        ctx.raise_if_expired("session load")
+        checked_ctx(ctx, "session load").raise_if_expired("session load")
         row = self._rows.get(key)
         if row is None:
             return None
@@ -193,7 +196,7 @@ class InMemorySessionStore(SessionStore):
         its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
         writes nothing.
         """
-        ctx.raise_if_expired("session save")
+        checked_ctx(ctx, "session save").raise_if_expired("session save")
         verify_snapshot(key, snapshot)
         data = snapshot_bytes(snapshot)
         with self._lock:
@@ -211,7 +214,7 @@ class InMemorySessionStore(SessionStore):
         self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
     ) -> list[str]:
         """Sorted session ids of one user (after ``after``, when given), at most ``limit``."""
-        ctx.raise_if_expired("session listing")
+        checked_ctx(ctx, "session listing").raise_if_expired("session listing")
         with self._lock:  # a snapshot: another thread's save may add a row meanwhile
             keys = list(self._rows)
         ids = sorted(
@@ -231,8 +234,9 @@ class InMemorySessionStore(SessionStore):
     ) -> EraseReport:
         """Drop the snapshots of every covered session (a groups target: none); at most ``max_items``."""
         check_target(target)
+        checked_argument(dry_run, bool, "dry_run", "session store erase")
         bound = check_max_items(max_items)
-        ctx.raise_if_expired("session store erase")
+        checked_ctx(ctx, "session store erase").raise_if_expired("session store erase")
         with self._lock:
             found = sorted((k for k in self._rows if target.covers_session(k)), key=SessionKey.key_segments)
             taken = found[:bound]
@@ -248,7 +252,7 @@ class InMemorySessionStore(SessionStore):
 
     async def health(self, ctx: OpContext) -> str:
         """Always healthy: report how many sessions are held."""
-        ctx.raise_if_expired("session store health")
+        checked_ctx(ctx, "session store health").raise_if_expired("session store health")
         return f"in-memory session store, {len(self._rows)} session(s)"
 
     def raw(self, key: SessionKey) -> tuple[int, bytes] | None:

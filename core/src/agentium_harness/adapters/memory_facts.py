@@ -49,6 +49,7 @@ from .._ports.memory import (
     check_limit,
     check_revision,
 )
+from .._ports.recall_args import checked_argument, checked_ctx
 from .._scope import validate_id
 from ._excerpts import query_terms
 from .sqlite_memory import new_fact_id
@@ -88,8 +89,12 @@ class InMemoryMemoryStore(MemoryStore):
         # while another thread adds one failed ("dictionary changed size during iteration").
         self._lock = threading.Lock()
 
-    def _begin(self, ctx: OpContext, operation: str) -> None:
-        ctx.raise_if_expired(operation)
+    def _begin(self, ctx: OpContext, operation: str, *scope: object) -> None:
+        # Typed refusals before anything is read or written, as the SQLite store's (``scope``, when
+        # the call takes one, may be anything a caller passed: None included).
+        checked_ctx(ctx, operation).raise_if_expired(operation)
+        for given in scope:
+            checked_argument(given, MemoryScope, "scope", operation)
         if self._closed:
             raise MemoryStoreError(f"in-memory memory store: {operation} refused: the store is closed")
 
@@ -122,7 +127,7 @@ class InMemoryMemoryStore(MemoryStore):
         self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
     ) -> MemoryAck:
         """Supersede the latest revision with ``replacement``."""
-        self._begin(ctx, "memory correct")
+        self._begin(ctx, "memory correct", scope)
         with self._lock:
             validate_id(fact_id, "fact id")
             check_fact(replacement)
@@ -145,7 +150,7 @@ class InMemoryMemoryStore(MemoryStore):
 
     async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
         """Remove the content of every revision and add a tombstone."""
-        self._begin(ctx, "memory forget")
+        self._begin(ctx, "memory forget", scope)
         with self._lock:
             validate_id(fact_id, "fact id")
             latest = self._latest(scope, fact_id)
@@ -170,7 +175,7 @@ class InMemoryMemoryStore(MemoryStore):
         self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
     ) -> Sequence[StoredFact]:
         """Current facts ``scope`` sees, valid at ``at``: most query words matched first, then newest."""
-        self._begin(ctx, "memory lookup")
+        self._begin(ctx, "memory lookup", scope)
         with self._lock:
             check_limit(limit)
             if not isinstance(query, str):
@@ -186,14 +191,14 @@ class InMemoryMemoryStore(MemoryStore):
 
     async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
         """Current facts of the tenant and user, newest first; expired ones too."""
-        self._begin(ctx, "memory list")
+        self._begin(ctx, "memory list", scope)
         with self._lock:
             check_limit(limit)
             return [f for f in self._current() if scope.owns(f.scope)][:limit]
 
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
         """Every revision of ``fact_id``, oldest first."""
-        self._begin(ctx, "memory history")
+        self._begin(ctx, "memory history", scope)
         with self._lock:
             validate_id(fact_id, "fact id")
             self._latest(scope, fact_id)
@@ -209,6 +214,8 @@ class InMemoryMemoryStore(MemoryStore):
     ) -> EraseReport:
         """Drop every revision of each covered fact (tombstones too); at most ``max_items`` facts."""
         self._begin(ctx, "memory erase")
+        # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
+        checked_argument(dry_run, bool, "dry_run", "memory erase")
         with self._lock:
             check_target(target)
             bound = check_max_items(max_items)

@@ -52,6 +52,7 @@ from .._ports.recall import (
     source_owner,
 )
 from .._ports.recall_args import (
+    checked_argument,
     checked_count,
     checked_ctx,
     checked_key,
@@ -230,7 +231,7 @@ class InMemoryRecallStore(RecallStore):
 
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
         """A session confined to ``scope``."""
-        ctx.raise_if_expired("recall open")
+        checked_ctx(ctx, "recall open").raise_if_expired("recall open")
         if not isinstance(scope, Scope):
             raise InvalidArgumentError(f"scope must be a Scope, got {type(scope).__name__}")
         return InMemoryRecallSession(self, scope)
@@ -243,7 +244,7 @@ class InMemoryRecallStore(RecallStore):
             raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
         validate_id(doc_id, "doc_id")
         text, title = _text(text, "text"), _text(title, "title")
-        ctx.raise_if_expired("recall index")
+        checked_ctx(ctx, "recall index").raise_if_expired("recall index")
         sid = document_source_id(owner, doc_id)
         revision = digest_of({"title": title, "text": text})
         self._sources[sid] = _Source(owner, revision, title, text, _terms(f"{title}\n{text}"))
@@ -321,8 +322,10 @@ class InMemoryRecallStore(RecallStore):
     ) -> EraseReport:
         """Drop the target's group entries and documents; at most ``max_items``."""
         check_target(target)
+        # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
+        checked_argument(dry_run, bool, "dry_run", "recall erase")
         bound = check_max_items(max_items)
-        ctx.raise_if_expired("recall erase")
+        checked_ctx(ctx, "recall erase").raise_if_expired("recall erase")
         with self._lock:  # what is found is what is removed: no other thread's change in between
             found = sorted(sid for sid, source in self._sources.items() if self._covered(target, sid, source))
             taken = found[:bound]
