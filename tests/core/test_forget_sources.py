@@ -422,3 +422,43 @@ async def test_a_fact_past_the_listing_of_a_store_without_history_is_refused_unc
     result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
     assert result.ack.ok and {(h.seq, h.state) for h in result.sources} >= {(0, SourceState.ERASED)}
     await rt.aclose()
+
+
+class _CorrectsDuringErase(InMemoryArchive):
+    """Runs ``meanwhile`` once, inside the first erase: a host's correction racing runtime.forget."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.meanwhile: Any = None
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
+        hook, self.meanwhile = self.meanwhile, None
+        if hook is not None:
+            await hook()
+        return await super().erase(target, ctx, **kwargs)
+
+
+async def test_a_correction_racing_forget_has_its_new_sources_found_too() -> None:
+    """A correction while the sources are erased cites a group the first read did not see: it is erased too.
+
+    Before, the fact was forgotten with every revision (the new provenance emptied for good) and the
+    newly cited group kept its text, reported nowhere.
+    """
+    archive = _CorrectsDuringErase()
+    rt, _, _, fact_id = await _setup(archive=archive)
+    key = SessionKey("acme", "ana", "s1")
+    second = (await archive.read_groups(key, 1, 1, OpContext()))[0]
+
+    async def correct() -> None:
+        refs = [GroupRef("s1", 1, second.digest)]
+        await rt.memory.correct(
+            SCOPE, fact_id, MemoryFact(SCOPE, f"ana's code is still {SECRET}", provenance=refs)
+        )
+
+    archive.meanwhile = correct
+    result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    assert result.ack.ok
+    assert await archive.read_groups(key, 0, 5, OpContext()) == []
+    assert {h.seq for h in result.sources if h.state is SourceState.ERASED} >= {0, 1}
+    assert [r.status for r in await rt.memory.history(SCOPE, fact_id)][-1] is FactStatus.FORGOTTEN
+    await rt.aclose()

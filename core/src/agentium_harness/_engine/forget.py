@@ -116,10 +116,18 @@ def _refs_by_session(refs: Sequence[GroupRef]) -> dict[str, list[tuple[int, str]
     return by_session
 
 
+#: How many times runtime.forget looks for a fact's sources again when a correction raced it.
+_ATTEMPTS = 3
+
+
 async def _provenance(
     runtime: HarnessRuntime, scope: MemoryScope, fact_id: str
-) -> tuple[list[GroupRef], str]:
-    """Every group the fact's revisions cite, and a note when the store cannot tell."""
+) -> tuple[list[GroupRef], str, object]:
+    """Every group the fact's revisions cite, a note when the store cannot tell, and what was read.
+
+    The last is the fact's latest revision and status as read: a correction (a new revision)
+    since then is told by reading again and comparing.
+    """
     memory = runtime.memory
     assert memory is not None
     caps = memory.capabilities
@@ -135,7 +143,8 @@ async def _provenance(
                 "read returns, so its sources cannot all be found; nothing was changed. Forget it with "
                 "runtime.memory.forget and erase the sessions it came from"
             )
-        return [ref for revision in revisions for ref in revision.fact.provenance], ""
+        seen: object = (revisions[-1].revision, revisions[-1].status) if revisions else None
+        return [ref for revision in revisions for ref in revision.fact.provenance], "", seen
     if caps.listing:
         listed = await memory.list(scope, MAX_LOOKUP_LIMIT)
         current = [f for f in listed if f.fact_id == fact_id]
@@ -150,8 +159,9 @@ async def _provenance(
                 "the store declares no history, so its sources cannot be found; nothing was changed. Forget "
                 "it with runtime.memory.forget and erase the sessions it came from"
             )
-        return [ref for fact in current for ref in fact.fact.provenance], ""
-    return [], "the memory store declares neither history nor listing: the fact's sources are unknown"
+        seen = tuple((f.revision, f.fact.provenance) for f in current)
+        return [ref for fact in current for ref in fact.fact.provenance], "", seen
+    return [], "the memory store declares neither history nor listing: the fact's sources are unknown", None
 
 
 @attrs.frozen(slots=True)
@@ -239,44 +249,24 @@ async def _places(
     return places
 
 
-async def forget_fact(
+async def _sources(
     runtime: HarnessRuntime,
-    scope: object,
-    fact_id: object,
-    *,
-    erase_sources: bool,
-    reason: object,
-    attestation: object,
-) -> ForgetResult:
-    """See :meth:`~.erasure_api.ErasureOperations.forget`."""
+    scope: MemoryScope,
+    refs: Sequence[GroupRef],
+    checked: tuple[str, OperatorAttestation] | None,
+) -> tuple[list[SourceHolder], list[ErasureResult], list[str]]:
+    """Where each cited group's text is, erasing the archived ones when ``checked`` (one pass)."""
     from .erasure_api import run_erasure  # the API module imports this one
 
-    memory = runtime.memory
-    if memory is None:
-        raise InvalidArgumentError("the runtime has no memory; configure [memory] to forget facts")
-    if not isinstance(scope, MemoryScope):
-        raise InvalidArgumentError(
-            f"scope must be a MemoryScope, got {type(scope).__name__}; nothing was changed"
-        )
-    checked_id = validate_id(fact_id, "fact id")
-    if not isinstance(erase_sources, bool):
-        raise InvalidArgumentError(f"erase_sources must be a bool, got {type(erase_sources).__name__}")
-    checked: tuple[str, OperatorAttestation] | None = None
-    if erase_sources:
-        # Everything an erasure needs is checked before the fact is forgotten.
-        placeholder = EraseTarget.user(scope.tenant, scope.user)
-        _, why, who = check_request(placeholder, reason, attestation)
-        checked = (why, who)
-    refs, note = await _provenance(runtime, scope, checked_id)
-    # Where the sources are is read before the fact is forgotten: a read that fails (an archive
-    # that cannot be read) then changes nothing, and the provenance is still there to retry.
+    # Where the sources are is read before anything is erased or forgotten: a read that fails (an
+    # archive that cannot be read) then changes nothing, and the provenance is still there to retry.
     found = {
         session: await _places(
-            runtime, SessionKey(scope.tenant, scope.user, session), cited, fence=erase_sources
+            runtime, SessionKey(scope.tenant, scope.user, session), cited, fence=checked is not None
         )
         for session, cited in _refs_by_session(refs).items()
     }
-    notes = [note] if note else []
+    notes: list[str] = []
     holders: list[SourceHolder] = []
     erasures: list[ErasureResult] = []
     for session, place in found.items():
@@ -302,6 +292,55 @@ async def forget_fact(
                 for h in places
             ]
         holders.extend(places)
+    return holders, erasures, notes
+
+
+async def forget_fact(
+    runtime: HarnessRuntime,
+    scope: object,
+    fact_id: object,
+    *,
+    erase_sources: bool,
+    reason: object,
+    attestation: object,
+) -> ForgetResult:
+    """See :meth:`~.erasure_api.ErasureOperations.forget`."""
+    memory = runtime.memory
+    if memory is None:
+        raise InvalidArgumentError("the runtime has no memory; configure [memory] to forget facts")
+    if not isinstance(scope, MemoryScope):
+        raise InvalidArgumentError(
+            f"scope must be a MemoryScope, got {type(scope).__name__}; nothing was changed"
+        )
+    checked_id = validate_id(fact_id, "fact id")
+    if not isinstance(erase_sources, bool):
+        raise InvalidArgumentError(f"erase_sources must be a bool, got {type(erase_sources).__name__}")
+    checked: tuple[str, OperatorAttestation] | None = None
+    if erase_sources:
+        # Everything an erasure needs is checked before the fact is forgotten.
+        placeholder = EraseTarget.user(scope.tenant, scope.user)
+        _, why, who = check_request(placeholder, reason, attestation)
+        checked = (why, who)
+    holders: list[SourceHolder] = []
+    erasures: list[ErasureResult] = []
+    notes: list[str] = []
+    refs, note, seen = await _provenance(runtime, scope, checked_id)
+    for attempt in range(_ATTEMPTS):
+        holders, done, notes = await _sources(runtime, scope, refs, checked)
+        erasures.extend(done)
+        # A correction meanwhile (the lookups and erasures await) wrote a revision whose sources
+        # this pass did not see, and forgetting would empty its provenance for good: look again.
+        refs, note, now = await _provenance(runtime, scope, checked_id)
+        if now == seen:
+            break
+        seen = now
+        if attempt == _ATTEMPTS - 1:
+            raise MemoryRejectedError(
+                f"fact {checked_id!r} was corrected {_ATTEMPTS} times while its sources were looked up"
+                f"{' and erased (those erasures stand)' if erasures else ''}; it was not forgotten. "
+                "Call forget again once it stops changing"
+            )
+    notes = ([note] if note else []) + notes
     # Forgotten only once the sources' erasures are done: forgetting empties the provenance, so
     # a fact forgotten first and then refused an erasure (a run holding the session, a pending
     # erasure) could never have its sources found again. Refused now, nothing is forgotten and
