@@ -373,3 +373,45 @@ async def test_an_endless_extractor_is_read_one_past_its_bound_and_writes_nothin
         await manager.drain(5.0)
     assert extractor.read == 4
     assert await manager.list(ALICE) == ()
+
+
+class _EndlessList(list):  # type: ignore[type-arg]
+    """A list subclass whose iterator lies about its length and (nearly) never ends; counts its reads."""
+
+    def __init__(self, scope: MemoryScope) -> None:
+        super().__init__()
+        self.scope = scope
+        self.read = 0
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Any:
+        while self.read < 100_000:  # endless in spirit; bounded so a regression fails, not hangs
+            self.read += 1
+            fact = MemoryFact(self.scope, f"fact {self.read}")
+            yield StoredFact(f"m-{self.read}", 1, FactStatus.CURRENT, fact, datetime.now(UTC))
+
+
+async def test_an_endless_answer_is_read_only_to_its_bound(store: SQLiteMemoryStore) -> None:
+    """A selection's or list's endless answer: read one past the bound, refused or cut, never read whole."""
+    answer = _EndlessList(ALICE)
+
+    async def endless(request: SelectionRequest) -> Sequence[StoredFact]:
+        return answer
+
+    kept, dropped = await MemoryManager(store, selection=endless).select(ALICE, "q")
+    assert len(kept) == 8 and answer.read == 201
+    assert len(dropped) == 1 + 192 and dropped[0] == (
+        "?",
+        "the selection returned more than 200 facts; the rest was not read",
+    )
+
+    class Lists(SQLiteMemoryStore):
+        async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+            return listed
+
+    listed = _EndlessList(ALICE)
+    with pytest.raises(ContractViolationError, match="more than 50 facts"):
+        await MemoryManager(Lists(store.config)).list(ALICE)
+    assert listed.read == 51

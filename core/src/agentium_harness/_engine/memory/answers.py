@@ -8,6 +8,7 @@ from the revisions read, and an extracted fact may not leave its scope.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from ..._errors import ContractViolationError, InvalidArgumentError
@@ -74,9 +75,9 @@ def checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) -
     """A store's answer: at most ``limit`` facts ``scope`` owns, as a tuple (else ContractViolationError)."""
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
         raise ContractViolationError(f"{operation} returned {type(raw).__name__}, not a sequence")
-    facts = tuple(raw)
+    facts = tuple(itertools.islice(raw, limit + 1))  # one past the limit is enough to refuse
     if len(facts) > limit:
-        raise ContractViolationError(f"{operation} returned {len(facts)} facts, over the limit of {limit}")
+        raise ContractViolationError(f"{operation} returned more than {limit} facts, over its limit")
     for fact in facts:
         if not isinstance(fact, StoredFact) or not scope.owns(fact.scope):
             raise ContractViolationError(

@@ -13,13 +13,21 @@ reports every other one with why.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import datetime
 
 import attrs
 
 from ..._ports._base import OpContext
-from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_limit, rejection_reason
+from ..._ports.memory import (
+    MAX_LOOKUP_LIMIT,
+    MemoryScope,
+    MemoryStore,
+    StoredFact,
+    check_limit,
+    rejection_reason,
+)
 
 __all__ = ["MemorySelection", "SelectionRequest", "checked_selection", "recent_and_relevant"]
 
@@ -55,7 +63,16 @@ def checked_selection(
     seen: set[str] = set()
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
         return [], [("?", f"the selection returned {type(raw).__name__}, not a sequence of StoredFact")]
-    for fact in raw:
+    # At most MAX_LOOKUP_LIMIT facts are looked at (one past it tells there were more): a sequence
+    # whose iterator does not end (a list subclass, say) would hold the run and list every extra
+    # fact as a refusal, one diagnostic each.
+    given = list(itertools.islice(raw, MAX_LOOKUP_LIMIT + 1))
+    if len(given) > MAX_LOOKUP_LIMIT:
+        del given[MAX_LOOKUP_LIMIT:]
+        dropped.append(
+            ("?", f"the selection returned more than {MAX_LOOKUP_LIMIT} facts; the rest was not read")
+        )
+    for fact in given:
         if not isinstance(fact, StoredFact):
             dropped.append(("?", f"the selection returned a {type(fact).__name__}, not a StoredFact"))
             continue
