@@ -293,3 +293,25 @@ async def test_an_empty_input_is_refused_and_the_agent_stays_open(store: SQLiteM
         await agent.run("   ")
     assert agent.state is AgentState.OPEN and agent.history == ()
     await agent.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"extraction": "no"},  # truthy: it turned extraction on against the host's word
+        {"extraction": 0},
+        {"owns_memory": "yes"},
+        {"harness_owns_history": 1},
+        {"instructions": 5},
+        {"owned": 5},  # a bare TypeError, raised after the session was claimed (the claim leaked)
+        {"owned": "store"},
+    ],
+)
+async def test_a_bad_agent_argument_is_typed_and_claims_nothing(
+    store: SQLiteMemoryStore, bad: dict[str, object]
+) -> None:
+    manager = MemoryManager(store, extractor=Extractor())
+    with pytest.raises(InvalidArgumentError):
+        Agent(RecordingProvider(), manager, ALICE, **bad)  # type: ignore[arg-type]
+    # The session is free: the harness may claim it (no agent holds a claim it never released).
+    manager.claim_history(SessionKey("tenant-a", "alice", "agent"), "harness")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -129,7 +129,21 @@ class Agent:
         if drain_timeout_s is not None:
             check_duration(drain_timeout_s, "drain_timeout_s")
         check_duration(close_timeout_s, "close_timeout_s")
-        extract = memory.extractor is not None if extraction is None else bool(extraction)
+        # Flags by type, not truthiness: extraction="no" turned extraction on against the host's word.
+        for flag, value in (
+            ("extraction", extraction),
+            ("harness_owns_history", harness_owns_history),
+            ("owns_memory", owns_memory),
+        ):
+            if not isinstance(value, bool) and not (flag == "extraction" and value is None):
+                raise InvalidArgumentError(f"{flag} must be a bool, got {type(value).__name__}")
+        if not isinstance(instructions, str):
+            raise InvalidArgumentError(f"instructions must be a str, got {type(instructions).__name__}")
+        if isinstance(owned, str | bytes) or not isinstance(owned, Iterable):
+            raise InvalidArgumentError(f"owned must be a sequence of resources, got {type(owned).__name__}")
+        # Listed before the claim below: nothing may fail once the session is claimed.
+        owned_list: list[object] = list(owned) + ([memory] if owns_memory else [])
+        extract = memory.extractor is not None if extraction is None else extraction
         if extract and memory.extractor is None:
             raise InvalidArgumentError("extraction=True needs a memory manager configured with an extractor")
         key = SessionKey(scope.tenant, scope.user, session)
@@ -154,7 +168,7 @@ class Agent:
         self._op_timeout_s = op_timeout_s
         self._drain_timeout_s = drain_timeout_s
         self._close_timeout_s = close_timeout_s
-        self._owned: list[object] = list(owned) + ([memory] if owns_memory else [])
+        self._owned = owned_list
         self._history: list[Message] = []
         self._state = AgentState.OPEN
         # The active run's scope, its loop and its end: close() may come from another thread's loop.
