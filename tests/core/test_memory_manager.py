@@ -415,3 +415,13 @@ async def test_an_endless_answer_is_read_only_to_its_bound(store: SQLiteMemorySt
     with pytest.raises(ContractViolationError, match="more than 50 facts"):
         await MemoryManager(Lists(store.config)).list(ALICE)
     assert listed.read == 51
+
+
+@pytest.mark.parametrize("bad", [{"owns_store": "no"}, {"owns_store": 1}, {"hooks": 5}])
+async def test_a_manager_flag_or_hooks_of_the_wrong_type_is_refused(
+    store: SQLiteMemoryStore, bad: dict[str, object]
+) -> None:
+    """owns_store="no" was truthy: the manager's aclose closed a store the host said it borrows."""
+    with pytest.raises(InvalidArgumentError):
+        MemoryManager(store, **bad)  # type: ignore[arg-type]
+    assert await store.list_facts(ALICE, 1, OpContext()) == []  # the borrowed store is still open

@@ -150,6 +150,13 @@ class MemoryManager:
         for name, value in (("selection", selection), ("accept", accept)):
             if value is not None and not callable(value):
                 raise InvalidArgumentError(f"{name} must be callable, got {type(value).__name__}")
+        if not isinstance(owns_store, bool):
+            # By type, not truthiness: owns_store="no" had the manager close a store it borrows.
+            raise InvalidArgumentError(f"owns_store must be a bool, got {type(owns_store).__name__}")
+        if hooks is not None and not callable(getattr(hooks, "broadcast", None)):
+            raise InvalidArgumentError(
+                f"hooks must have a broadcast() (a plugin registry), got {type(hooks).__name__}"
+            )
         if extractor is not None and not callable(getattr(extractor, "extract", None)):
             raise InvalidArgumentError(
                 f"extractor must have an async extract(), got {type(extractor).__name__}"
