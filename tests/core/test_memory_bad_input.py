@@ -206,3 +206,13 @@ async def test_the_in_memory_store_refuses_a_scope_or_context_of_the_wrong_type(
         with pytest.raises(InvalidArgumentError):
             await call()
     assert [(f.text, f.revision) for f in await store.list_facts(ALICE, 10, ctx)] == [("kept", 1)]
+
+
+@pytest.mark.parametrize("seq", [10**5000, 2**63, -1], ids=["5000-digits", "2**63", "negative"])
+async def test_a_provenance_seq_out_of_range_is_refused_before_any_store(seq: int) -> None:
+    """A 5,000-digit seq was stored by the in-memory store; each block render raised ValueError."""
+    from agentium_harness.plugin_api import GroupRef
+
+    with pytest.raises(InvalidArgumentError, match="provenance seq"):
+        GroupRef("s1", seq, "sha256:" + "0" * 64)
+    assert GroupRef("s1", 2**63 - 1, "sha256:" + "0" * 64).label() == f"s1#{2**63 - 1}"

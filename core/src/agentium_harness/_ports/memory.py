@@ -76,6 +76,8 @@ MAX_PROVENANCE = 32
 MAX_FACT_REVISIONS = MAX_LOOKUP_LIMIT - 1
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+#: Largest provenance ``seq``: the largest SQLite INTEGER.
+_MAX_SEQ = 2**63 - 1
 
 
 def _id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -174,8 +176,11 @@ class GroupRef:
 
     @seq.validator
     def _seq(self, attribute: attrs.Attribute[Any], value: object) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InvalidArgumentError(f"provenance seq must be an int >= 0, got {value!r}")
+        # Bounded as a SQLite INTEGER: a seq of thousands of digits could be neither stored
+        # (canonical JSON) nor rendered into a memory block's label (int-to-str limit), failing a run.
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_SEQ:
+            shown = value if not isinstance(value, int) or value.bit_length() <= 64 else "an int over 2**63"
+            raise InvalidArgumentError(f"provenance seq must be an int from 0 to 2**63 - 1, got {shown!r}")
 
     @digest.validator
     def _digest(self, attribute: attrs.Attribute[Any], value: object) -> None:
