@@ -216,3 +216,14 @@ async def test_a_provenance_seq_out_of_range_is_refused_before_any_store(seq: in
     with pytest.raises(InvalidArgumentError, match="provenance seq"):
         GroupRef("s1", seq, "sha256:" + "0" * 64)
     assert GroupRef("s1", 2**63 - 1, "sha256:" + "0" * 64).label() == f"s1#{2**63 - 1}"
+
+
+@pytest.mark.parametrize(
+    "revision", [10**5000, 0, -3, True, "2"], ids=["5000-digits", "0", "-3", "True", "str"]
+)
+def test_a_stored_fact_revision_out_of_range_is_refused(revision: object) -> None:
+    """A StoredFact with such a revision was injected labeled 'True' or '-3', or broke the block's render."""
+    from agentium_harness.plugin_api import FactStatus, StoredFact
+
+    with pytest.raises(InvalidArgumentError, match="revision"):
+        StoredFact("m-1", revision, FactStatus.CURRENT, MemoryFact(ALICE, "t"), datetime.now(UTC))  # type: ignore[arg-type]

@@ -76,7 +76,7 @@ MAX_PROVENANCE = 32
 MAX_FACT_REVISIONS = MAX_LOOKUP_LIMIT - 1
 
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
-#: Largest provenance ``seq``: the largest SQLite INTEGER.
+#: Largest provenance ``seq`` and fact revision: the largest SQLite INTEGER.
 _MAX_SEQ = 2**63 - 1
 
 
@@ -335,10 +335,17 @@ class StoredFact:
     """
 
     fact_id: str = attrs.field(validator=_id)
-    revision: int
+    revision: int = attrs.field()
     status: FactStatus = attrs.field(converter=FactStatus)
     fact: MemoryFact
     recorded_at: datetime = attrs.field(validator=_aware)
+
+    @revision.validator
+    def _revision(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        # A memory block labels it: "True", "-3" or a 5,000-digit int (str() raises) must not get there.
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _MAX_SEQ:
+            shown = value if not isinstance(value, int) or value.bit_length() <= 64 else "an int over 2**63"
+            raise InvalidArgumentError(f"a fact revision must be an int from 1 to 2**63 - 1, got {shown!r}")
 
     @property
     def scope(self) -> MemoryScope:
