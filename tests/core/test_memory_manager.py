@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from _memory_support import hook_registry, sqlite_store, texts
 
@@ -425,3 +426,43 @@ async def test_a_manager_flag_or_hooks_of_the_wrong_type_is_refused(
     with pytest.raises(InvalidArgumentError):
         MemoryManager(store, **bad)  # type: ignore[arg-type]
     assert await store.list_facts(ALICE, 1, OpContext()) == []  # the borrowed store is still open
+
+
+@pytest.mark.parametrize("lie", ["other_id", "no_revision", "bool_revision"])
+async def test_an_acknowledgment_naming_another_fact_or_no_revision_is_a_contract_violation(
+    store: SQLiteMemoryStore, lie: str
+) -> None:
+    """The host was told another fact was forgotten (or corrected), or revision None / True was written."""
+    from agentium_harness.plugin_api import MemoryAck
+
+    def bent(ack: MemoryAck) -> MemoryAck:
+        if lie == "other_id":
+            return attrs.evolve(ack, fact_id="m-someone-else")
+        return attrs.evolve(ack, revision=None if lie == "no_revision" else True)
+
+    class Bent(SQLiteMemoryStore):
+        async def correct(self, *args: Any) -> MemoryAck:
+            return bent(await super().correct(*args))
+
+        async def forget(self, *args: Any) -> MemoryAck:
+            return bent(await super().forget(*args))
+
+        async def remember(self, *args: Any) -> MemoryAck:
+            ack = await super().remember(*args)
+            return ack if lie == "other_id" else bent(ack)
+
+    bent_store = Bent(store.config)
+    manager = MemoryManager(bent_store)
+    try:
+        if lie != "other_id":
+            with pytest.raises(ContractViolationError, match="revision"):
+                await manager.remember(MemoryFact(ALICE, "first"))
+        ack = await MemoryManager(store).remember(MemoryFact(ALICE, "the one asked about"))
+        assert ack.fact_id is not None
+        with pytest.raises(ContractViolationError):
+            await manager.correct(ALICE, ack.fact_id, MemoryFact(ALICE, "changed"))
+        with pytest.raises(ContractViolationError):
+            await manager.forget(ALICE, ack.fact_id)
+        assert ack.fact_id not in manager.forgotten_ids
+    finally:
+        await bent_store.aclose()

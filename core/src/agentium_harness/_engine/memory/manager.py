@@ -241,11 +241,21 @@ class MemoryManager:
         return reason
 
     @staticmethod
-    def _checked_ack(ack: object, operation: str) -> MemoryAck:
-        if not isinstance(ack, MemoryAck) or ack.status is AckStatus.REJECTED or ack.fact_id is None:
+    def _checked_ack(ack: object, operation: str, fact_id: str | None = None) -> MemoryAck:
+        # The host is told what was written: the fact it asked about (a correction or a forget)
+        # at a real revision, never another fact's id or a revision of None, True or -1.
+        if (
+            not isinstance(ack, MemoryAck)
+            or ack.status is AckStatus.REJECTED
+            or not isinstance(ack.fact_id, str)
+            or (fact_id is not None and ack.fact_id != fact_id)
+            or not isinstance(ack.revision, int)
+            or isinstance(ack.revision, bool)
+            or ack.revision < 1
+        ):
             raise ContractViolationError(
                 f"{operation} returned {ack!r}: a store acknowledges with a MemoryAck naming the fact "
-                "(and raises MemoryRejectedError to refuse)"
+                "asked about and its revision (and raises MemoryRejectedError to refuse)"
             )
         return ack
 
@@ -300,7 +310,7 @@ class MemoryManager:
         raw = await self._call(
             "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
         )
-        ack = self._checked_ack(raw, "memory correct")
+        ack = self._checked_ack(raw, "memory correct", fact_id)
         return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
 
     async def forget(self, scope: MemoryScope, fact_id: str) -> MemoryAck:
@@ -315,7 +325,7 @@ class MemoryManager:
         validate_id(fact_id, "fact id")
         await self._check_owner(scope, fact_id, "memory forget")
         raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
-        ack = self._checked_ack(raw, "memory forget")
+        ack = self._checked_ack(raw, "memory forget", fact_id)
         self._forgotten.add(fact_id)
         return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
 
