@@ -325,8 +325,9 @@ class MemoryManager:
         validate_id(fact_id, "fact id")
         await self._check_owner(scope, fact_id, "memory forget")
         raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
-        ack = self._checked_ack(raw, "memory forget", fact_id)
+        # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
         self._forgotten.add(fact_id)
+        ack = self._checked_ack(raw, "memory forget", fact_id)
         return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
 
     async def _check_owner(self, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
