@@ -24,7 +24,7 @@ from agentium_harness import (
     MemoryScope,
 )
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
-from agentium_harness.plugin_api import MemoryStore, OpContext
+from agentium_harness.plugin_api import MemoryStore, OpContext, rejection_reason
 
 pytestmark = pytest.mark.anyio
 
@@ -227,3 +227,22 @@ def test_a_stored_fact_revision_out_of_range_is_refused(revision: object) -> Non
 
     with pytest.raises(InvalidArgumentError, match="revision"):
         StoredFact("m-1", revision, FactStatus.CURRENT, MemoryFact(ALICE, "t"), datetime.now(UTC))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("provenance", [None, 5, "endless"])
+def test_provenance_that_is_no_collection_or_endless_is_refused_typed(provenance: object) -> None:
+    """None or 5 was a bare TypeError from the constructor; an endless iterable was read without end."""
+    import itertools
+
+    from agentium_harness.plugin_api import GroupRef
+
+    given: Any = provenance
+    ref = GroupRef("s1", 1, "sha256:" + "0" * 64)
+    read = itertools.count()
+    if provenance == "endless":  # endless in spirit; bounded so a regression fails, not hangs
+        given = (ref for _ in range(100_000) if next(read) >= 0)
+    with pytest.raises(InvalidArgumentError, match="provenance"):
+        MemoryFact(ALICE, "x", provenance=given)
+    assert next(read) <= 321
+    many = [GroupRef("s1", i, "sha256:" + "0" * 64) for i in range(40)]
+    assert "cites 40 groups" in str(rejection_reason(MemoryFact(ALICE, "x", provenance=many)))

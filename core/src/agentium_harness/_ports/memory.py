@@ -26,6 +26,7 @@ the same message as for an id that does not exist, and change nothing.
 from __future__ import annotations
 
 import enum
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -201,10 +202,21 @@ def _plain_text(value: object) -> object:
     return str.__str__(value) if isinstance(value, str) else value
 
 
+#: Most provenance items a fact is built with: past MAX_PROVENANCE it is rejected (and says how
+#: many it cited), but an endless iterable is never read whole.
+_PROVENANCE_READ = 10 * MAX_PROVENANCE
+
+
 def _provenance(value: Iterable[GroupRef]) -> tuple[GroupRef, ...]:
     if isinstance(value, str | bytes):
         raise InvalidArgumentError("provenance must be a collection of GroupRef, not a string")
-    refs = tuple(value)
+    if not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"provenance must be a collection of GroupRef, got {type(value).__name__}")
+    refs = tuple(itertools.islice(value, _PROVENANCE_READ + 1))
+    if len(refs) > _PROVENANCE_READ:
+        raise InvalidArgumentError(
+            f"provenance holds more than {_PROVENANCE_READ} items; at most {MAX_PROVENANCE}"
+        )
     for ref in refs:
         if not isinstance(ref, GroupRef):
             raise InvalidArgumentError(f"provenance items must be GroupRef, got {type(ref).__name__}")
