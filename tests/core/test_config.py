@@ -545,6 +545,32 @@ def test_every_error_of_both_phases_is_reported_together(tmp_path: Path, registr
     assert str(info.value).startswith(f"6 config error(s) in {path}:")
 
 
+def test_every_value_a_table_refuses_is_reported_not_only_the_first() -> None:
+    # A class's validators stop at the first field they refuse: each other bad value of the same
+    # table must still be reported (docs/config.md: both phases report every problem).
+    errors = _parse_errors(
+        MINIMAL_BUILTIN
+        + """
+        [runtime]
+        max_steps = 0
+        op_timeout_s = 0
+        close_timeout_s = 5
+        [verifier]
+        plugin = "x"
+        [verifier.budget]
+        max_entries = 33
+        max_bytes = 8193
+        """
+    )
+    assert set(errors) == {
+        "$.runtime.max_steps",
+        "$.runtime.op_timeout_s",
+        "$.verifier.budget.max_entries",
+        "$.verifier.budget.max_bytes",
+    }
+    assert errors["$.runtime.op_timeout_s"].startswith("op_timeout_s must be a finite number of seconds")
+
+
 def test_load_config_default_registry_honours_the_given_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

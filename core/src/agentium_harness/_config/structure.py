@@ -182,7 +182,9 @@ def _allowed_keys(cls: type) -> list[str]:
     return [a.name for a in attrs.fields(cls)] if attrs.has(cls) else []
 
 
-def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> list[ConfigIssue]:
+def _issues_from(
+    exc: BaseException, path: str, type_: object, value: Any, conv: cattrs.Converter
+) -> list[ConfigIssue]:
     """Flatten a cattrs validation error tree into issues with ``$``-paths.
 
     ``value`` is the raw data at ``path`` (or ``_MISSING``), carried down so a
@@ -193,7 +195,7 @@ def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> li
         with_notes, without = exc.group_exceptions()
         for sub, note in with_notes:
             key: object = note.name if isinstance(note, AttributeValidationNote) else note.index
-            issues.extend(_issues_from(sub, join_path(path, key), note.type, _child(value, key)))
+            issues.extend(_issues_from(sub, join_path(path, key), note.type, _child(value, key), conv))
         owner = getattr(exc, "cl", None)
         for sub in without:
             if isinstance(sub, ForbiddenExtraKeysError):
@@ -211,8 +213,41 @@ def _issues_from(exc: BaseException, path: str, type_: object, value: Any) -> li
                 field = field_named_in(sub, owner if isinstance(owner, type) else None)
                 where = join_path(path, field) if field else path
                 issues.append(ConfigIssue(where, str(sub) or type(sub).__name__))
-        return issues
+                if isinstance(owner, type) and field and isinstance(value, dict) and field in value:
+                    issues.extend(_issues_without(owner, field, path, value, conv))
+        return _unique(issues)
     return [ConfigIssue(path, _describe_leaf(exc, type_, path, value))]
+
+
+def _issues_without(
+    owner: type, field: str, path: str, value: dict[str, Any], conv: cattrs.Converter
+) -> list[ConfigIssue]:
+    """The other keys of a table the class refused: checked again without the refused key.
+
+    An attrs class's validators stop at the first field they refuse, so without this a table with
+    two bad values (``max_steps = 0`` and ``op_timeout_s = 0``) reported only one. Each round
+    drops one key the class named, so it ends after at most as many rounds as the table has keys.
+    The dropped key is not reported again (as missing, say): it was written, and is reported bad.
+    """
+    rest = {k: v for k, v in value.items() if k != field}
+    try:
+        conv.structure(rest, owner)
+    except (ClassValidationError, IterableValidationError) as exc:
+        dropped = join_path(path, field)
+        return [i for i in _issues_from(exc, path, owner, rest, conv) if i.path != dropped]
+    except Exception:  # a class's own __init__ failed outside cattrs' net: the first issue says enough
+        return []
+    return []
+
+
+def _unique(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    seen: set[tuple[str, str]] = set()
+    kept: list[ConfigIssue] = []
+    for issue in issues:
+        if (issue.path, issue.message) not in seen:
+            seen.add((issue.path, issue.message))
+            kept.append(issue)
+    return kept
 
 
 def structure_config(
@@ -221,7 +256,7 @@ def structure_config(
     try:
         return conv.structure(data, cls), []
     except (ClassValidationError, IterableValidationError) as exc:
-        return None, _issues_from(exc, path, cls, data)
+        return None, _issues_from(exc, path, cls, data, conv)
     except Exception as exc:  # a config class's own __init__ or hook failed outside cattrs' net
         field = field_named_in(exc, cls)
         where = join_path(path, field) if field else path
