@@ -10,6 +10,10 @@
   (``docs/``, generated pages included, and every README). The API reference
   generator drops them from the docstrings it copies.
 
+- The bounds and defaults the docs state in numbers (history-api, config,
+  runtime, cli and erasure) are the code's own: a table below reads each
+  sentence and compares its numbers with the constants or the behaviour.
+
 ``CONTRIBUTING.md`` is for contributors and is not scanned.
 """
 
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -144,3 +148,187 @@ def test_the_case_sample_in_eval_md_is_a_valid_case() -> None:
     [sample] = re.findall(r"^```json\n(.*?)^```$", text, re.M | re.S)
     [case] = parse_cases(" ".join(sample.split("\n")) + "\n", file="docs/eval.md")
     assert case.id == "stated-evicted-01" and case.probe == "What is my locker number?"
+
+
+# ------------------------------------------------------------------ numbers the docs state
+#
+# Each row: a doc, a pattern of a sentence in it with the number(s) it states as groups, and the
+# code's own value(s). A changed bound (in code or doc) fails here instead of leaving the doc
+# wrong; a reworded sentence fails too (fix the pattern). Whitespace in the doc is collapsed,
+# so a pattern may span a line break. Bounds that a constant does not hold are checked by
+# behaviour: the stated ceiling is accepted and one more is refused.
+
+MiB = 1024 * 1024
+
+
+def _ceiling(make: Callable[[int], object], n: int) -> int:
+    """``n`` when ``make(n)`` is accepted and ``make(n + 1)`` refused with the library's error, else -1."""
+    from agentium_harness import AgentiumError
+
+    make(n)
+    try:
+        make(n + 1)
+    except AgentiumError:
+        return n
+    return -1
+
+
+def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
+    import inspect
+
+    import agentium_harness as ah
+    from agentium_harness import plugin_api as pa
+    from agentium_harness._cli.output import MAX_STDIN_BYTES
+    from agentium_harness._cli.recall import MAX_DOCUMENT_BYTES
+    from agentium_harness._config.source import MAX_CONFIG_BYTES, MAX_NESTING
+    from agentium_harness._engine import history_checks as hc
+    from agentium_harness._engine.erasure import MAX_ERASURE_REASON_BYTES
+    from agentium_harness._engine.erasure_index import INDEX_PAGE_RECORDS
+    from agentium_harness._engine.retention import MAX_RETENTION_DAYS, MAX_RETENTION_SESSIONS
+    from agentium_harness._engine.turn import MAX_REPLY_BYTES, MAX_TOOL_CALLS, MAX_TOOL_OUTPUT_BYTES
+    from agentium_harness._engine.turn_commit import MAX_INTERRUPTION_BYTES
+    from agentium_harness._history_messages import MAX_PAYLOAD_FORMAT_LENGTH
+    from agentium_harness._json import MAX_JSON_DEPTH
+    from agentium_harness._ports.archive_marks import MAX_ARCHIVE_MARKS
+    from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, MAX_RECORD_DIGESTS
+    from agentium_harness.adapters._sqlite_sql import scrub_log
+    from agentium_harness.adapters.sqlite import SQLiteConfig
+
+    limits, embed = ah.RuntimeLimits(), ah.EmbeddingLimits()
+    scrub = inspect.signature(scrub_log).parameters
+    return [
+        # docs/history-api.md
+        ("history-api.md", r"`MAX_APPEND_MESSAGES` \(([\d,]+)\)", lambda: (ah.MAX_APPEND_MESSAGES,)),
+        ("history-api.md", r"`MAX_APPEND_BYTES` \((\d+) MiB", lambda: (ah.MAX_APPEND_BYTES // MiB,)),
+        ("history-api.md", r"integers of more than ([\d,]+) digits", lambda: (hc._MAX_INT_DIGITS,)),
+        ("history-api.md", r"at most (\d+) levels of nesting", lambda: (pa.MAX_ARGUMENT_DEPTH,)),
+        ("history-api.md", r"`MAX_PAYLOAD_BYTES` \((\d+) MiB\)", lambda: (ah.MAX_PAYLOAD_BYTES // MiB,)),
+        (
+            "history-api.md",
+            r"`\. _ : / \+ -`, at most (\d+) characters",
+            lambda: (MAX_PAYLOAD_FORMAT_LENGTH,),
+        ),
+        ("history-api.md", r"at most `max_groups` \(1 to ([\d,]+)\)", lambda: (hc.MAX_PAGE_GROUPS,)),
+        ("history-api.md", r"\(1 byte to (\d+) MiB;", lambda: (hc.MAX_PAGE_BYTES // MiB,)),
+        ("history-api.md", r"up to `limit` \(1 to ([\d,]+)\)", lambda: (hc.MAX_LIST_LIMIT,)),
+        ("history-api.md", r"`MAX_RETRACT_COUNT` \(([\d,]+)\)", lambda: (ah.MAX_RETRACT_COUNT,)),
+        ("history-api.md", r"`MAX_RETRACTION_SPANS` \(([\d,]+),", lambda: (ah.MAX_RETRACTION_SPANS,)),
+        ("history-api.md", r"The `reason` \(cut to ([\d,]+) bytes\)", lambda: (hc.MAX_REASON_BYTES,)),
+        # docs/config.md
+        ("config.md", r"`max_steps` \(model calls per run, default (\d+)\)", lambda: (limits.max_steps,)),
+        ("config.md", r"`source_tokens` \([^)]*default (\d+)\)", lambda: (limits.source_tokens,)),
+        (
+            "config.md",
+            r"`settle_timeout_s`, `op_timeout_s` and `tool_timeout_s` \(durations, default (\d+)\)",
+            lambda: tuple(
+                {int(limits.settle_timeout_s), int(limits.op_timeout_s), int(limits.tool_timeout_s)}
+            ),
+        ),
+        ("config.md", r"`close_timeout_s` \(default (\d+)\)", lambda: (int(limits.close_timeout_s),)),
+        ("config.md", r"`max_age_days` \(days, at most (\d+)\)", lambda: (int(MAX_RETENTION_DAYS),)),
+        (
+            "config.md",
+            r"`max_revisions` \(0–(\d+), default (\d+)",
+            lambda: (
+                _ceiling(lambda n: ah.CompletionPolicy(max_revisions=n), 8),
+                ah.CompletionPolicy().max_revisions,
+            ),
+        ),
+        (
+            "config.md",
+            r"`max_entries` \(1–(\d+)\) and `max_bytes` \(1–(\d+)\)",
+            lambda: (
+                _ceiling(lambda n: ah.EvidenceLimits(max_entries=n), 32),
+                _ceiling(lambda n: ah.EvidenceLimits(max_bytes=n), 8192),
+            ),
+        ),
+        (
+            "config.md",
+            r"`max_batch` \(texts per call, default (\d+)\), `max_input_bytes` \([^)]*default (\d+)\) "
+            r"and `timeout_s` \(one call's deadline, default (\d+)\)",
+            lambda: (embed.max_batch, embed.max_input_bytes, int(embed.timeout_s)),
+        ),
+        ("config.md", r"\| (\d+) \(one hour\) \|", lambda: (int(pa.MAX_DURATION_S),)),
+        ("config.md", r"\| ([\d,]+) \(10\*\*12\) \|", lambda: (pa.MAX_COUNT,)),
+        (
+            "config.md",
+            r"memory's `max_fact_bytes` is at most (\d+) and its fact counts at most (\d+)",
+            lambda: (
+                _ceiling(lambda n: ah.MemoryLimits(max_fact_bytes=n), 4096),
+                min(
+                    _ceiling(lambda n: ah.MemoryLimits(max_injected_facts=n), 200),
+                    _ceiling(lambda n: ah.MemoryLimits(max_extracted_facts=n), 200),
+                ),
+            ),
+        ),
+        (
+            "config.md",
+            r"the SQLite `busy_timeout_ms` is 0–(\d+)",
+            lambda: (_ceiling(lambda n: SQLiteConfig(busy_timeout_ms=n), 600000),),
+        ),
+        ("config.md", r"larger than (\d+) MiB \(`MAX_CONFIG_BYTES`\)", lambda: (MAX_CONFIG_BYTES // MiB,)),
+        ("config.md", r"more than (\d+) levels deep \(`MAX_NESTING`", lambda: (MAX_NESTING,)),
+        # docs/runtime.md
+        ("runtime.md", r"carries more than (\d+) tool calls", lambda: (MAX_TOOL_CALLS,)),
+        ("runtime.md", r"more than (\d+) MiB of content", lambda: (MAX_REPLY_BYTES // MiB,)),
+        (
+            "runtime.md",
+            r"deeper than (\d+) levels \(`MAX_ARGUMENT_DEPTH`\)",
+            lambda: (pa.MAX_ARGUMENT_DEPTH,),
+        ),
+        (
+            "runtime.md",
+            r"Tool output over (\d+) MiB is cut to (\d+) MiB",
+            lambda: (MAX_TOOL_OUTPUT_BYTES // MiB, MAX_TOOL_OUTPUT_BYTES // MiB),
+        ),
+        (
+            "runtime.md",
+            r"nested deeper than (\d+) levels or larger than (\d+) MiB",
+            lambda: (MAX_JSON_DEPTH, pa.MAX_JSON_BYTES // MiB),
+        ),
+        ("runtime.md", r"larger than (\d+) MiB \(`MAX_JSON_BYTES`\)", lambda: (pa.MAX_JSON_BYTES // MiB,)),
+        ("runtime.md", r"as `detail`, cut to (\d+) KiB\)", lambda: (MAX_INTERRUPTION_BYTES // 1024,)),
+        # docs/cli.md
+        ("cli.md", r"At most (\d+) MiB is read", lambda: (MAX_STDIN_BYTES // MiB,)),
+        (
+            "cli.md",
+            r"reads it from standard input instead \(at most (\d+) MiB\)",
+            lambda: (MAX_STDIN_BYTES // MiB,),
+        ),
+        ("cli.md", r"files over (\d+) MiB", lambda: (MAX_DOCUMENT_BYTES // MiB,)),
+        # docs/erasure.md
+        (
+            "erasure.md",
+            r"`reason` is required \(at most ([\d,]+) bytes\)",
+            lambda: (MAX_ERASURE_REASON_BYTES,),
+        ),
+        ("erasure.md", r"\(up to ([\d,]+) per record;", lambda: (MAX_RECORD_DIGESTS,)),
+        (
+            "erasure.md",
+            r"the session the erasure targeted; [^)]*\), at most (\d+) each",
+            lambda: (INDEX_PAGE_RECORDS,),
+        ),
+        ("erasure.md", r"archive mark in its snapshot \(at most (\d+);", lambda: (MAX_ARCHIVE_MARKS,)),
+        ("erasure.md", r"at most ([\d,]+) per application", lambda: (MAX_RETENTION_SESSIONS,)),
+        ("erasure.md", r"dry_run=False, max_items=(\d+)\)", lambda: (DEFAULT_ERASE_BATCH,)),
+        (
+            "erasure.md",
+            r"retried for up to (\d+) seconds \(less if the call's deadline comes first\), "
+            r"each attempt waiting at most (\d+) ms",
+            lambda: (int(scrub["budget_s"].default), scrub["attempt_wait_ms"].default),
+        ),
+    ]
+
+
+STATED = _stated_numbers()
+
+
+@pytest.mark.parametrize(("doc", "pattern", "actual"), STATED, ids=[f"{d}:{p[:40]}" for d, p, _ in STATED])
+def test_the_numbers_the_docs_state_are_the_codes(
+    doc: str, pattern: str, actual: Callable[[], tuple[int, ...]]
+) -> None:
+    text = " ".join((ROOT / "docs" / doc).read_text("utf-8").split())
+    found = re.search(pattern, text)
+    assert found is not None, f"docs/{doc} no longer says {pattern!r}: update this test with the doc"
+    stated = tuple(int(g.replace(",", "")) for g in found.groups())
+    assert stated == actual(), f"docs/{doc} states {found.group(0)!r}; the code's value is {actual()}"
