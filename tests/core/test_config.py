@@ -569,6 +569,12 @@ def test_every_value_a_table_refuses_is_reported_not_only_the_first() -> None:
         "$.verifier.budget.max_bytes",
     }
     assert errors["$.runtime.op_timeout_s"].startswith("op_timeout_s must be a finite number of seconds")
+    # Dropping a refused key must not make up a problem of its own: the lone bound of a retention
+    # policy is refused for its value, never reported as "needs a bound" besides.
+    errors = _parse_errors(MINIMAL_BUILTIN + "\n[retention]\nmax_age_days = 99999\n")
+    assert list(errors) == ["$.retention.max_age_days"]
+    errors = _parse_errors(MINIMAL_BUILTIN + "\n[retention]\nmax_age_days = 99999\nmax_archived_groups = 0\n")
+    assert set(errors) == {"$.retention.max_age_days", "$.retention.max_archived_groups"}
 
 
 def test_load_config_default_registry_honours_the_given_environment(

@@ -227,14 +227,20 @@ def _issues_without(
     An attrs class's validators stop at the first field they refuse, so without this a table with
     two bad values (``max_steps = 0`` and ``op_timeout_s = 0``) reported only one. Each round
     drops one key the class named, so it ends after at most as many rounds as the table has keys.
-    The dropped key is not reported again (as missing, say): it was written, and is reported bad.
+    Only issues at a key still written are kept: one about the table as a whole, or about the
+    dropped key (missing, say), comes of the dropping ("needs at least one bound") and is not a
+    problem of the file.
     """
     rest = {k: v for k, v in value.items() if k != field}
     try:
         conv.structure(rest, owner)
     except (ClassValidationError, IterableValidationError) as exc:
-        dropped = join_path(path, field)
-        return [i for i in _issues_from(exc, path, owner, rest, conv) if i.path != dropped]
+        keys = [join_path(path, k) for k in rest]
+        return [
+            i
+            for i in _issues_from(exc, path, owner, rest, conv)
+            if any(i.path == k or i.path.startswith((k + ".", k + "[")) for k in keys)
+        ]
     except Exception:  # a class's own __init__ failed outside cattrs' net: the first issue says enough
         return []
     return []
