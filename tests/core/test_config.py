@@ -28,7 +28,7 @@ from agentium_harness._config import (
 )
 from agentium_harness._config.runtime import build_runtime, load_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
-from agentium_harness._errors import ConfigError, ConfigIssue
+from agentium_harness._errors import ConfigError, ConfigIssue, InvalidArgumentError
 from agentium_harness._plugins.hookspecs import hookimpl
 from agentium_harness._plugins.registry import PluginRegistry, operator_plugin_lists
 from agentium_harness._plugins.spec import PATH_OPTION, AdapterSpec, path_option_names, resolve_path_options
@@ -575,6 +575,40 @@ def test_every_value_a_table_refuses_is_reported_not_only_the_first() -> None:
     assert list(errors) == ["$.retention.max_age_days"]
     errors = _parse_errors(MINIMAL_BUILTIN + "\n[retention]\nmax_age_days = 99999\nmax_archived_groups = 0\n")
     assert set(errors) == {"$.retention.max_age_days", "$.retention.max_archived_groups"}
+
+
+class _BytesPath:
+    """A path-like object naming its file with bytes, which the config functions do not take."""
+
+    def __fspath__(self) -> bytes:
+        return b"agentium.toml"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: parse_config(b"[provider]"),  # type: ignore[arg-type]
+        lambda: parse_config(5),  # type: ignore[arg-type]
+        lambda: parse_config(_BytesPath()),  # type: ignore[arg-type]
+        lambda: parse_config(MINIMAL_BUILTIN, environ={"A": 5}),  # type: ignore[dict-item]
+        lambda: parse_config(MINIMAL_BUILTIN, environ=[("A", "b")]),  # type: ignore[arg-type]
+        lambda: load_config(5),  # type: ignore[arg-type]
+        lambda: load_config(None, environ={"AGENTIUM_CONFIG": 5}),  # type: ignore[dict-item]
+        lambda: load_config("agentium.toml", registry="sqlite"),  # type: ignore[arg-type]
+        lambda: load_runtime(3.0),  # type: ignore[arg-type]
+        lambda: resolve_config({}, PluginRegistry.load(autoload=False)),  # type: ignore[arg-type]
+        lambda: resolve_config(parse_config(MINIMAL_BUILTIN, environ={}), "registry"),  # type: ignore[arg-type]
+    ],
+)
+def test_the_config_functions_refuse_arguments_of_the_wrong_type_with_a_typed_error(
+    call: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A host's wrong argument is InvalidArgumentError, never a bare TypeError or AttributeError
+    # from inside the read or the substitution (${A} with A = 5 failed on len()).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "agentium.toml").write_text(MINIMAL_BUILTIN + '\n[runtime]\ninstructions = "${A:-x}"\n')
+    with pytest.raises(InvalidArgumentError):
+        call()
 
 
 def test_load_config_default_registry_honours_the_given_environment(

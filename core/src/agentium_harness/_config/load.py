@@ -43,6 +43,7 @@ from .._ports.summary import SummaryLimits
 from .._text import error_text
 from .._validators import bounded_duration, prose_text
 from .._verdicts import EvidenceLimits
+from .arguments import check_base_dir, check_environ, check_path, check_source, check_type
 from .checks import combination_issues, strategy_issues, wrapped_provider_issues
 from .shared import SHARED_TABLE, inherit, relocate, shared_issues
 from .source import (
@@ -381,7 +382,10 @@ def parse_config(
         or other path-like object).
     :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
     :raises ConfigError: listing every issue, each with its ``$``-path.
+    :raises InvalidArgumentError: ``source`` or ``environ`` of the wrong type; nothing was read.
     """
+    check_source(source)
+    check_environ(environ)
     text, shown, _ = read_source(source)
     data, config, issues, _ = _phase_a(text, shown, environ)
     if issues or config is None:
@@ -528,7 +532,12 @@ def resolve_config(
     :raises ConfigError: listing every unknown or ambiguous plugin (at ``$.<section>.plugin``),
         every bad option (at ``$.<section>.options.<key>``) and every capability
         combination the runtime would refuse.
+    :raises InvalidArgumentError: an argument of the wrong type.
     """
+    check_type(config, HarnessConfig, "config")
+    check_type(registry, PluginRegistry, "registry")
+    check_base_dir(base_dir)
+    check_type(source, str, "source", optional=True)
     resolved, issues = _resolve_sections(_sections_of(config), registry, base_dir, config.plugins)
     issues.extend(strategy_issues(config, registry))
     if issues:
@@ -556,7 +565,12 @@ def load_config(
         :func:`~agentium_harness._plugins.registry.operator_plugin_lists`).
     :param environ: variables for ``${VAR}`` substitution (default :data:`os.environ`).
     :raises ConfigError: listing every issue found.
+    :raises InvalidArgumentError: an argument of the wrong type; nothing was read.
     """
+    check_environ(environ)
+    check_type(registry, PluginRegistry, "registry", optional=True)
+    if path is not None:
+        check_path(path)
     text, shown, base_dir = read_source(find_config(path, environ))
     data, config, issues, unset = _phase_a(text, shown, environ)
     if registry is None:
