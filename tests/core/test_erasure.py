@@ -31,6 +31,7 @@ from agentium_harness import (
     GroupRef,
     IdentityError,
     InvalidArgumentError,
+    InvalidIdError,
     MemoryFact,
     MemoryScope,
     Message,
@@ -672,6 +673,21 @@ def test_a_groups_target_from_an_empty_iterator_is_refused_not_widened_to_the_se
             EraseTarget("acme", "alice", "s1", bad)  # type: ignore[arg-type]
     target = EraseTarget.groups_of(key, iter([SeqRange(0, 2)]))
     assert target.groups == (SeqRange(0, 2),)
+
+
+def test_a_user_or_session_target_with_a_missing_id_is_refused_not_widened() -> None:
+    # EraseTarget.user("acme", None) made a target of the whole tenant, and
+    # EraseTarget.session("acme", "alice", None) one of the whole user: a host whose user id came
+    # back None would erase every user. Each constructor makes the target it names, or none.
+    for make in (
+        lambda: EraseTarget.user("acme", None),
+        lambda: EraseTarget.session("acme", "alice", None),
+        lambda: EraseTarget.session("acme", None, None),
+    ):
+        with pytest.raises(InvalidIdError):
+            make()  # type: ignore[arg-type]
+    assert EraseTarget.user("acme", "alice") == EraseTarget("acme", "alice")
+    assert EraseTarget.session("acme", "alice", "s1").session_key == SessionKey("acme", "alice", "s1")
 
 
 async def test_erasure_status_refuses_a_target_of_the_wrong_type_as_bad_input() -> None:

@@ -150,12 +150,23 @@ class EraseTarget:
 
     @classmethod
     def user(cls, tenant: str, user: str) -> EraseTarget:
-        """Everything of one user: their sessions, the documents owned by them, their facts."""
+        """Everything of one user: their sessions, the documents owned by them, their facts.
+
+        :raises InvalidIdError: ``user`` is not an id; ``None`` included, which would otherwise
+            make a target of the whole tenant (that is :meth:`tenant`, said in so many words).
+        """
+        validate_id(user, "user_id")
         return cls(tenant, user)
 
     @classmethod
     def session(cls, tenant: str, user: str, session: str) -> EraseTarget:
-        """One session: snapshot, archived groups, index entries, its documents, the facts it sourced."""
+        """One session: snapshot, archived groups, index entries, its documents, the facts it sourced.
+
+        :raises InvalidIdError: ``user`` or ``session`` is not an id; ``None`` included, which
+            would otherwise widen the target to the user or the tenant.
+        """
+        validate_id(user, "user_id")
+        validate_id(session, "session_id")
         return cls(tenant, user, session)
 
     @classmethod
