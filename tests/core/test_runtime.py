@@ -154,6 +154,32 @@ async def test_building_refuses_adapter_without_capabilities() -> None:
         )  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("argument", "value"),
+    [
+        ("instructions", 5),
+        ("instructions", None),
+        ("instructions", "Be brief.\ud800"),
+        ("hooks", 5),
+        ("owned", "archive"),
+        ("embedding_limits", {}),
+    ],
+)
+async def test_building_refuses_plain_arguments_of_the_wrong_type(argument: str, value: object) -> None:
+    # instructions=5 (or None) was accepted and failed every run with a bare AttributeError, a lone
+    # surrogate with UnicodeEncodeError; hooks=5 and embedding_limits={} were kept silently, and
+    # owned="archive" owned its letters.
+    from agentium_harness import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=argument):
+        create_harness_runtime(
+            provider=ScriptedProvider(replies=["ok"]),
+            archive=InMemoryArchive(),
+            session_store=InMemorySessionStore(),
+            **{argument: value},  # type: ignore[arg-type]
+        )
+
+
 class _Session(RecallSession):
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> list[Any]:
         return []

@@ -19,6 +19,7 @@ from .._ports.recall import RecallCapabilities, RecallLimits, RecallStore
 from .._ports.sessions import SessionStore
 from .._ports.summary import Summarizer, SummaryLimits
 from .._ports.verify import CompletionVerifier
+from .._validators import lone_surrogate_at
 from .._verdicts import EvidenceLimits
 from .arguments import check_options, check_verification
 from .checks import check_adapter
@@ -112,6 +113,7 @@ def create_harness_runtime(
     """
     if telemetry is not None and not isinstance(telemetry, Telemetry):
         raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
+    _check_plain_arguments(instructions, hooks, owned, embedding_limits)
     check_adapter("provider", provider)
     check_adapter("archive", archive)
     check_adapter("session_store", session_store)
@@ -177,3 +179,31 @@ def create_harness_runtime(
         hybrid=hybrid,
         retention=retention,
     )
+
+
+def _check_plain_arguments(
+    instructions: object, hooks: object, owned: object, embedding_limits: object
+) -> None:
+    """The arguments no adapter check covers, refused at construction rather than on first use.
+
+    ``instructions=5`` or ``None`` failed every run with a bare ``AttributeError``, and text
+    holding a lone surrogate with a ``UnicodeEncodeError``: the request could never be encoded.
+    """
+    if not isinstance(instructions, str):
+        raise InvalidArgumentError(f"instructions must be a string, got {type(instructions).__name__}")
+    at = lone_surrogate_at(instructions)
+    if at is not None:
+        raise InvalidArgumentError(
+            f"instructions is not valid Unicode text: it holds a lone surrogate at character {at}"
+        )
+    if hooks is not None and not callable(getattr(hooks, "broadcast", None)):
+        raise InvalidArgumentError(
+            f"hooks must have a broadcast method (such as a PluginRegistry), got {type(hooks).__name__}"
+        )
+    # A str is a Sequence too: owned="archive" would "own" its letters, and close none of the adapters.
+    if isinstance(owned, str | bytes) or not isinstance(owned, Sequence | set | frozenset):
+        raise InvalidArgumentError(f"owned must be a sequence of adapters, got {type(owned).__name__}")
+    if embedding_limits is not None and not isinstance(embedding_limits, EmbeddingLimits):
+        raise InvalidArgumentError(
+            f"embedding_limits must be an EmbeddingLimits or None, got {type(embedding_limits).__name__}"
+        )
