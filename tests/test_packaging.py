@@ -442,3 +442,48 @@ def test_quick_start_first_command_installs_only_small_dependencies() -> None:
         f"the first Quick start command now also installs {sorted(pulled - QUICK_START_DEPENDENCIES)}: "
         "time it in a fresh venv (it must stay under a minute), update README.md, then this list"
     )
+
+
+# ------------------------------------------------------------------ the README as PyPI shows it
+
+#: A Markdown link or image target: inline ``](target)`` or a reference definition ``[label]: target``.
+LINK_TARGET = re.compile(r"\]\(\s*<?([^)\s>]+)|^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)", re.M)
+#: Fenced blocks and code spans, which hold no links (a ``](`` in them is code).
+CODE = re.compile(r"^```.*?^```|`[^`\n]*`", re.M | re.S)
+
+
+def readme_link_problems(text: str) -> list[str]:
+    """Links of a distribution's README that break on PyPI, or name a repository path that does not exist.
+
+    PyPI shows the README alone, at ``pypi.org/project/<name>/``: a relative link
+    (``../../docs/x.md``, ``tests/y.txt``, ``#section``) resolves there and finds nothing.
+    """
+    problems = []
+    for match in LINK_TARGET.finditer(CODE.sub("", text)):
+        target = match.group(1) or match.group(2)
+        if not target.startswith(("https://", "http://", "mailto:")):
+            problems.append(f"{target}: relative; PyPI shows the README alone, use {REPOSITORY}/blob/main/…")
+            continue
+        for kind in ("blob", "tree"):
+            prefix = f"{REPOSITORY}/{kind}/main/"
+            if target.startswith(prefix):
+                path = target[len(prefix) :].split("#", 1)[0]
+                if not (ROOT / path).exists():
+                    problems.append(f"{target}: {path} is not in the repository")
+    return problems
+
+
+def test_the_readme_link_scan_catches_what_breaks_on_pypi() -> None:
+    assert readme_link_problems("see [Agentium](../../README.md)")
+    assert readme_link_problems("the list in [`x`](tests/x.txt):")
+    assert readme_link_problems("[a]: docs/a.md\n")
+    assert readme_link_problems("above, [there](#install)")
+    assert readme_link_problems(f"[gone]({REPOSITORY}/blob/main/docs/no-such-file.md)")
+    assert not readme_link_problems(f"[recall]({REPOSITORY}/blob/main/docs/recall.md#quality)")
+    assert not readme_link_problems("[PyPI](https://pypi.org/) and `code](x)` [x] (y)")
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=IDS)
+def test_the_readme_pypi_shows_has_no_relative_links(folder: Path) -> None:
+    readme = folder / _pyproject(folder)["project"]["readme"]
+    assert readme_link_problems(readme.read_text("utf-8")) == []
