@@ -11,11 +11,15 @@ The test installs exactly each lower bound (``name==floor``, pip resolving
 what those need) from PyPI into a folder of its own, then imports the core
 from the checkout on top of that folder alone (``python -S``: no
 site-packages) and runs ``agentium demo``, which goes through the config
-codec, the plugin registry, the SQLite adapters, the engine and recall.
+codec, the plugin registry, the SQLite adapters, the engine and recall; then
+it runs the worker-thread adapter and blocking-runtime tests with the floors in
+front of the environment (``anyio>=4.3`` once passed the demo but broke both:
+no ``start_blocking_portal(name=)``, and trio's ``WouldBlock`` unconverted).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -103,3 +107,24 @@ def test_the_core_runs_on_its_lowest_dependencies(floor_site: Path, tmp_path: Pa
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "every archived digest matches its receipt: yes" in proc.stdout
+
+
+#: Test modules run on the floors too: the worker-thread adapters and the blocking runtime, on
+#: asyncio and trio, lean on anyio's CapacityLimiter and blocking portal.
+FLOOR_MODULES = ("tests/core/test_threaded_adapter.py", "tests/core/test_blocking_runtime.py")
+
+
+def test_threads_and_the_blocking_runtime_work_on_the_lowest_dependencies(floor_site: Path) -> None:
+    # PYTHONPATH comes before site-packages: the floors shadow the environment's newer copies
+    # (pytest, hypothesis and trio are the environment's).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(floor_site), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FLOOR_MODULES],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
