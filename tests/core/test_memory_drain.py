@@ -123,3 +123,54 @@ async def test_drain_timeout_must_be_finite_and_not_negative() -> None:
     for bad in (-1, float("inf"), float("nan"), "1", True):
         with pytest.raises(InvalidArgumentError):
             await tracker.drain(bad)  # type: ignore[arg-type]
+
+
+async def test_ended_work_kept_between_drains_is_bounded_and_the_drain_counts_what_it_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A long-lived agent that never drains must not keep one item per extraction forever.
+    from agentium_harness._engine.memory import work
+
+    monkeypatch.setattr(work, "MAX_ENDED_ITEMS", 50)
+    tracker = WorkTracker()
+
+    async def fine() -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def broken() -> None:
+        raise RuntimeError("extraction failed")
+
+    for i in range(5000):
+        tracker.start(f"extraction {i}", "extraction", broken if i % 1000 == 7 else fine)
+        if i % 100 == 99:
+            await anyio.wait_all_tasks_blocked()
+            assert tracker.running() == ()
+            assert len(tracker._ended_ok) + len(tracker._ended_bad) <= 50
+    result = await tracker.drain(1.0)
+    assert len(result.items) == 50
+    # The failures are kept (the oldest completed items go first); every count stays truthful.
+    assert result.failed == tuple(f"extraction {i}" for i in range(7, 5000, 1000))
+    assert result.count(DrainStatus.COMPLETED) == 4995 and result.dropped_completed == 4950
+    assert result.count(DrainStatus.FAILED) == 5 and result.count(DrainStatus.CANCELLED) == 0
+    assert not result.ok and result.describe().startswith("4995 completed, 5 failed, 0 cancelled")
+    # The most recent completed items (of the last batch, whatever order it ended in) are the ones kept.
+    kept = [int(i.name.split()[1]) for i in result.items if i.status is DrainStatus.COMPLETED]
+    assert len(kept) == 45 and min(kept) >= 4900
+    assert (await tracker.drain(0.1)).count(DrainStatus.COMPLETED) == 0
+
+
+async def test_dropped_failures_still_make_a_drain_not_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentium_harness._engine.memory import work
+
+    monkeypatch.setattr(work, "MAX_ENDED_ITEMS", 3)
+    tracker = WorkTracker()
+
+    async def broken() -> None:
+        raise RuntimeError("boom")
+
+    for i in range(10):
+        tracker.start(f"write {i}", "final-write", broken)
+    await anyio.wait_all_tasks_blocked()
+    result = await tracker.drain(0.1)
+    assert len(result.failed) == 3 and result.dropped_failed == 7
+    assert result.count("failed") == 10 and not result.ok

@@ -216,6 +216,8 @@ async def _shutdown_once(runtime: HarnessRuntime) -> list[str]:
     # Failed work is reported once; work that would not stop keeps the runtime closing.
     failures.extend(f"owned work {name} did not stop" for name in result.still_running)
     failures.extend(f"owned work {name} failed during shutdown" for name in result.failed if first)
+    if first and result.dropped_failed:
+        failures.append(f"{result.dropped_failed} more owned work items failed (not listed)")
 
     async def announce() -> None:
         if isinstance(runtime.parts.drainer, MemoryManager):

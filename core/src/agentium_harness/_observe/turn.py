@@ -296,10 +296,11 @@ def observed_drain(result: Any, elapsed_s: float) -> None:
     """Log a drain's outcome (WARNING when anything failed or was cancelled) and count its items."""
     from .spans import current
 
+    count = getattr(result, "count", None)
+    # A DrainResult counts the items it dropped unlisted (more ended between drains than it keeps) too.
     counts = {
-        "completed": len(getattr(result, "completed", ())),
-        "failed": len(getattr(result, "failed", ())),
-        "cancelled": len(getattr(result, "cancelled", ())),
+        k: count(k) if callable(count) else len(getattr(result, k, ()))
+        for k in ("completed", "failed", "cancelled")
     }
     active = current()
     if active is not None and active.instruments is not None:

@@ -21,6 +21,7 @@ cancelled with that loop and reported as cancelled, saying so.
 
 from __future__ import annotations
 
+import collections
 import enum
 import math
 import threading
@@ -51,6 +52,11 @@ __all__ = [
 #: Longest a drain waits for cancelled work to stop, on top of its timeout.
 CANCEL_GRACE_S = 2.0
 
+#: Most ended items kept between two drains. A long-lived agent that never drains would otherwise
+#: keep one item per extraction forever; past this, the oldest completed item is dropped first (then
+#: the oldest of any status) and only counted, so the next drain still reports every item truthfully.
+MAX_ENDED_ITEMS = 1000
+
 
 class DrainStatus(enum.StrEnum):
     """How one item of owned work ended, as a drain saw it."""
@@ -77,11 +83,21 @@ class DrainItem:
 
 @attrs.frozen(slots=True)
 class DrainResult:
-    """What one drain saw, item by item (R40). ``notes`` lists lifecycle hooks that raised."""
+    """What one drain saw, item by item (R40). ``notes`` lists lifecycle hooks that raised.
+
+    Between two drains at most ``MAX_ENDED_ITEMS`` (1000) ended items are kept
+    (the oldest completed ones are dropped first); ``dropped_completed``,
+    ``dropped_failed`` and ``dropped_cancelled`` count the items that ended
+    but are not in ``items``. :meth:`count`, :attr:`ok` and :meth:`describe`
+    include them; ``completed``, ``failed`` and ``cancelled`` name the kept items.
+    """
 
     items: tuple[DrainItem, ...] = ()
     timeout_s: float = 0.0
     notes: tuple[str, ...] = ()
+    dropped_completed: int = 0
+    dropped_failed: int = 0
+    dropped_cancelled: int = 0
 
     def _names(self, status: DrainStatus) -> tuple[str, ...]:
         return tuple(i.name for i in self.items if i.status is status)
@@ -106,14 +122,34 @@ class DrainResult:
         """Names of cancelled items that had not stopped yet when the drain returned."""
         return tuple(i.name for i in self.items if not i.stopped)
 
+    def count(self, status: DrainStatus | str) -> int:
+        """How many items ended with ``status``: those listed plus those dropped unlisted."""
+        status = DrainStatus(status)
+        dropped = {
+            DrainStatus.COMPLETED: self.dropped_completed,
+            DrainStatus.FAILED: self.dropped_failed,
+            DrainStatus.CANCELLED: self.dropped_cancelled,
+        }[status]
+        return len(self._names(status)) + dropped
+
     @property
     def ok(self) -> bool:
-        """True when every item completed."""
-        return all(i.status is DrainStatus.COMPLETED for i in self.items)
+        """True when every item completed (listed or dropped unlisted)."""
+        return (
+            all(i.status is DrainStatus.COMPLETED for i in self.items)
+            and not self.dropped_failed
+            and not self.dropped_cancelled
+        )
 
     def describe(self) -> str:
-        """One line: the counts, then each item that did not complete, with why."""
-        head = f"{len(self.completed)} completed, {len(self.failed)} failed, {len(self.cancelled)} cancelled"
+        """One line: the counts, then each listed item that did not complete, with why."""
+        head = (
+            f"{self.count(DrainStatus.COMPLETED)} completed, {self.count(DrainStatus.FAILED)} failed, "
+            f"{self.count(DrainStatus.CANCELLED)} cancelled"
+        )
+        dropped = self.dropped_completed + self.dropped_failed + self.dropped_cancelled
+        if dropped:
+            head += f" ({dropped} not listed: more than {MAX_ENDED_ITEMS} ended between drains)"
         bad = [
             f"{i.name} {i.status.value}: {i.detail}"
             for i in self.items
@@ -175,7 +211,7 @@ class OwnedWorkSource:
 
 
 class _Item:
-    __slots__ = ("detail", "done", "kind", "loop", "name", "scope", "status", "task")
+    __slots__ = ("detail", "done", "kind", "loop", "name", "scope", "seq", "status", "task")
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
@@ -186,6 +222,7 @@ class _Item:
         self.status: DrainStatus | None = None
         self.detail = ""
         self.task: Any = None  # the asyncio task, kept referenced so it is not collected
+        self.seq = 0  # order of ending, so kept items are reported in the order they ended
 
     def cancel(self, detail: str) -> None:
         """Cancel from any thread (the scope is cancelled on the item's own loop), once."""
@@ -206,9 +243,23 @@ class WorkTracker:
         # collections below happen under this lock.
         self._lock = threading.Lock()
         self._running: dict[str, _Item] = {}
-        self._ended: list[_Item] = []
+        # Ended items since the last drain, bounded by MAX_ENDED_ITEMS: completed ones apart from the
+        # rest so the oldest completed item is dropped first; dropped ones are only counted.
+        self._ended_ok: collections.deque[_Item] = collections.deque()
+        self._ended_bad: collections.deque[_Item] = collections.deque()
+        self._dropped: dict[DrainStatus, int] = dict.fromkeys(DrainStatus, 0)
+        self._ended_seq = 0
         self._sources: list[WorkSource] = []
         self._counter = 0
+
+    def _end(self, item: _Item) -> None:
+        """Record ``item`` as ended (caller holds the lock), dropping the oldest past the bound."""
+        self._ended_seq += 1
+        item.seq = self._ended_seq
+        (self._ended_ok if item.status is DrainStatus.COMPLETED else self._ended_bad).append(item)
+        while len(self._ended_ok) + len(self._ended_bad) > max(1, MAX_ENDED_ITEMS):
+            oldest = self._ended_ok.popleft() if self._ended_ok else self._ended_bad.popleft()
+            self._dropped[oldest.status or DrainStatus.CANCELLED] += 1
 
     def track(self, source: WorkSource) -> None:
         """Cover ``source``'s work in every drain from now on (idempotent)."""
@@ -232,7 +283,7 @@ class WorkTracker:
                         del self._running[item.name]
                         item.status = DrainStatus.CANCELLED
                         item.detail = "cancelled: the event loop it ran on was closed before it finished"
-                        self._ended.append(item)
+                        self._end(item)
                 item.done.set()
             else:
                 alive.append(item)
@@ -272,7 +323,7 @@ class WorkTracker:
                     item.detail = "cancelled because the event loop it ran on ended before it finished"
                 with self._lock:
                     self._running.pop(unique, None)
-                    self._ended.append(item)
+                    self._end(item)
                 item.done.set()
 
         item.task = spawn(run)
@@ -287,9 +338,9 @@ class WorkTracker:
         started = time.perf_counter()
         with observe.stage("drain") as span:
             result = await self._drain(timeout_s, grace_s)
-            span.set("agentium.drain.completed", len(result.completed))
-            span.set("agentium.drain.failed", len(result.failed))
-            span.set("agentium.drain.cancelled", len(result.cancelled))
+            span.set("agentium.drain.completed", result.count(DrainStatus.COMPLETED))
+            span.set("agentium.drain.failed", result.count(DrainStatus.FAILED))
+            span.set("agentium.drain.cancelled", result.count(DrainStatus.CANCELLED))
             if not result.ok:
                 span.fail("drain_incomplete")
         observed_drain(result, time.perf_counter() - started)
@@ -336,10 +387,19 @@ class WorkTracker:
             for src in self._sources:
                 tg.start_soon(source, src)
         with self._lock:
-            ended, self._ended = self._ended, []
+            ended = sorted([*self._ended_ok, *self._ended_bad], key=lambda i: i.seq)
+            self._ended_ok.clear()
+            self._ended_bad.clear()
+            dropped, self._dropped = self._dropped, dict.fromkeys(DrainStatus, 0)
         items = [i.item() for i in ended]
         for item in self._snapshot():
             item.detail = "did not stop after cancellation; still tracked"
             items.append(item.item(stopped=False))
         items.extend(from_sources)
-        return DrainResult(tuple(items), float(timeout_s))
+        return DrainResult(
+            tuple(items),
+            float(timeout_s),
+            dropped_completed=dropped[DrainStatus.COMPLETED],
+            dropped_failed=dropped[DrainStatus.FAILED],
+            dropped_cancelled=dropped[DrainStatus.CANCELLED],
+        )
