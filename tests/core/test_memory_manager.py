@@ -466,3 +466,46 @@ async def test_an_acknowledgment_naming_another_fact_or_no_revision_is_a_contrac
         assert ack.fact_id in manager.forgotten_ids  # the store ran the forget: never injected again
     finally:
         await bent_store.aclose()
+
+
+async def test_forgotten_ids_stay_bounded_and_keep_the_most_recent_forgets(
+    store: SQLiteMemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A manager serving a tenant for weeks must not grow with every forget; the most recent forgets are
+    # still refused whatever a stale selection returns, older ones by the store's own tombstone.
+    from agentium_harness._engine.memory import selection
+
+    monkeypatch.setattr(selection, "MAX_FORGOTTEN_IDS", 5)
+    manager = MemoryManager(store)
+    ids = []
+    for i in range(30):
+        ack = await manager.remember(MemoryFact(ALICE, f"fact number {i}"))
+        assert ack.fact_id is not None
+        ids.append(ack.fact_id)
+    cached = list(await store.lookup(ALICE, "", 50, OpContext.with_timeout(5.0)))
+
+    async def stale(request: SelectionRequest) -> Sequence[StoredFact]:
+        return cached
+
+    for fact_id in ids:
+        await manager.forget(ALICE, fact_id)
+        assert len(manager.forgotten_ids) <= 5
+    assert manager.forgotten_ids == frozenset(ids[-5:])
+    manager.selection = stale
+    _kept, dropped = await manager.select(ALICE, "fact", limit=50)
+    assert {fid for fid, why in dropped if why == "forgotten"} == set(ids[-5:])
+    # The default selection reads the store, whose tombstones keep every older forgotten fact out.
+    manager.selection = selection.recent_and_relevant
+    assert await manager.select(ALICE, "fact", limit=50) == ((), ())
+
+
+def test_recent_ids_hold_at_most_the_bound_after_many_adds(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentium_harness._engine.memory import selection
+
+    monkeypatch.setattr(selection, "MAX_FORGOTTEN_IDS", 100)
+    recent = selection.RecentIds()
+    for i in range(5000):
+        recent.add(f"m-{i}")
+    recent.add("m-4900")  # forgotten again: becomes the most recent, not a second entry
+    assert len(recent) == 100 and list(recent)[-1] == "m-4900"
+    assert "m-4901" in recent and "m-4899" not in recent and "m-0" not in recent

@@ -60,7 +60,7 @@ class BlockingMemory:
 
     @property
     def forgotten_ids(self) -> frozenset[str]:
-        """:attr:`MemoryManager.forgotten_ids`: fact ids forgotten through this manager."""
+        """:attr:`MemoryManager.forgotten_ids`: the last fact ids forgotten through this manager (bounded)."""
         return self._manager.forgotten_ids
 
     @twin_of(MemoryManager.remember_with_result)

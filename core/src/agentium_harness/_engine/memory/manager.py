@@ -63,7 +63,13 @@ from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
 from ..results import Diagnostic
 from .answers import check_cap, checked_facts, checked_history, checked_scope, within
-from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
+from .selection import (
+    MemorySelection,
+    RecentIds,
+    SelectionRequest,
+    checked_selection,
+    recent_and_relevant,
+)
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
 __all__ = [
@@ -170,7 +176,7 @@ class MemoryManager:
         self._hooks = hooks
         self._owns_store = owns_store
         self._work = WorkTracker()
-        self._forgotten: set[str] = set()
+        self._forgotten = RecentIds()  # bounded: older forgotten facts rely on the store's tombstone
         self._claims: dict[SessionKey, tuple[HistoryOwner, int]] = {}  # owner and how many claims
         self._claims_lock = threading.Lock()
         self._closed = False
@@ -187,7 +193,12 @@ class MemoryManager:
 
     @property
     def forgotten_ids(self) -> frozenset[str]:
-        """Fact ids forgotten through this manager (never injected again, whatever a selection returns)."""
+        """The last fact ids forgotten through this manager: never injected, whatever a selection returns.
+
+        Bounded (the last 10,000 forgets) so a long-lived manager does not grow
+        with every forget; an older forgotten fact is kept out by the store's
+        tombstone, as every fact whose status is not ``current`` is.
+        """
         return frozenset(self._forgotten)
 
     def _check_open(self, what: str) -> None:

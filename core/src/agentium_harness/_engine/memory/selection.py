@@ -14,7 +14,8 @@ reports every other one with why.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Awaitable, Callable, Collection, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from datetime import datetime
 
 import attrs
@@ -29,7 +30,45 @@ from ..._ports.memory import (
     rejection_reason,
 )
 
-__all__ = ["MemorySelection", "SelectionRequest", "checked_selection", "recent_and_relevant"]
+__all__ = [
+    "MAX_FORGOTTEN_IDS",
+    "MemorySelection",
+    "RecentIds",
+    "SelectionRequest",
+    "checked_selection",
+    "recent_and_relevant",
+]
+
+#: How many fact ids forgotten through one manager it remembers itself (the most recent ones). A
+#: manager serving a tenant for weeks must not grow with every forget; an older forgotten fact is
+#: kept out by the store's own tombstone (its status is not ``current``), which every answer is checked for.
+MAX_FORGOTTEN_IDS = 10_000
+
+
+class RecentIds(Collection[str]):
+    """The most recent :data:`MAX_FORGOTTEN_IDS` ids added, oldest dropped first (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a manager is used from several loops' threads
+        self._ids: dict[str, None] = {}  # insertion-ordered: the first key is the oldest
+
+    def add(self, item: str) -> None:
+        """Add ``item`` as the most recent, dropping the oldest past the bound."""
+        with self._lock:
+            self._ids.pop(item, None)
+            self._ids[item] = None
+            while len(self._ids) > max(1, MAX_FORGOTTEN_IDS):
+                del self._ids[next(iter(self._ids))]
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._ids
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            return iter(list(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 @attrs.frozen(slots=True)
