@@ -315,3 +315,19 @@ async def test_a_bad_agent_argument_is_typed_and_claims_nothing(
         Agent(RecordingProvider(), manager, ALICE, **bad)  # type: ignore[arg-type]
     # The session is free: the harness may claim it (no agent holds a claim it never released).
     manager.claim_history(SessionKey("tenant-a", "alice", "agent"), "harness")
+
+
+@pytest.mark.parametrize("keep", [0, 3])
+async def test_the_agent_keeps_only_the_history_it_sends(store: SQLiteMemoryStore, keep: int) -> None:
+    # An agent serving a tenant for weeks must not keep every message: only the last
+    # max_history_messages are ever sent again, and only those are kept.
+    provider = RecordingProvider()
+    agent = Agent(provider, MemoryManager(store), ALICE, max_history_messages=keep)
+    for i in range(300):
+        await agent.run(f"question {i}")
+        assert len(agent.history) <= keep
+    expected = ["ok 299", "question 299", "ok 300"][3 - keep :] if keep else []
+    assert [m.content for m in agent.history] == expected
+    await agent.run("one more")
+    assert [m.content for m in provider.requests[-1].history] == expected
+    await agent.close()

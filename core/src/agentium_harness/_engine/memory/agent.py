@@ -98,6 +98,8 @@ class Agent:
       from each completed run as owned work. ``harness_owns_history=True``
       says the harness keeps this session's canonical history; configuring
       both raises :class:`ExtractionConflictError` (R37).
+    - ``max_history_messages`` (default 40) is how many of its latest
+      messages a run sends and the agent keeps (:attr:`history`); 0 keeps none.
     """
 
     def __init__(
@@ -190,7 +192,10 @@ class Agent:
 
     @property
     def history(self) -> tuple[Message, ...]:
-        """The agent's own conversation so far (not the harness's canonical history)."""
+        """The last ``max_history_messages`` messages of the agent's own conversation (not the harness's).
+
+        These are what the next run sends; older messages are not kept.
+        """
         return tuple(self._history)
 
     def _refuse(self, what: str, *, busy_too: bool) -> None:
@@ -237,7 +242,9 @@ class Agent:
         request = ModelRequest(self.instructions, sources=blocks, history=history, turn=(user,))
         response = await self._complete(request)
         answer = response.message
-        self._history.extend((user, answer))
+        # Only the last max_history_messages are ever sent again: an agent serving a tenant for weeks
+        # keeps those, not every message of its conversation.
+        self._history = [*history, user, answer][-self._max_history :] if self._max_history else []
         self._runs += 1
         name = None
         if self.extraction:
