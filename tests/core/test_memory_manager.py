@@ -509,3 +509,36 @@ def test_recent_ids_hold_at_most_the_bound_after_many_adds(monkeypatch: pytest.M
     recent.add("m-4900")  # forgotten again: becomes the most recent, not a second entry
     assert len(recent) == 100 and list(recent)[-1] == "m-4900"
     assert "m-4901" in recent and "m-4899" not in recent and "m-0" not in recent
+
+
+async def test_a_listing_holds_each_current_fact_once_whatever_the_store_lists(
+    store: SQLiteMemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept = await MemoryManager(store).remember(MemoryFact(ALICE, "kept fact"))
+    gone = await MemoryManager(store).remember(MemoryFact(ALICE, "the forgotten secret"))
+    assert kept.fact_id is not None and gone.fact_id is not None
+    [stale] = [f for f in await _all(store, ALICE) if f.fact_id == gone.fact_id]
+
+    class Repeats(SQLiteMemoryStore):
+        async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+            listed = list(await super().list_facts(scope, limit, ctx))
+            tombstone = [r for r in await self.history(scope, gone.fact_id, ctx) if r.fact_id == gone.fact_id]
+            # Another fact twice, the forgotten one listed as current and its tombstone too.
+            return [*listed, *listed, stale, tombstone[-1]][:limit]
+
+    repeats = Repeats(store.config)
+    manager = MemoryManager(repeats)
+    try:
+        await manager.forget(ALICE, gone.fact_id)
+        with caplog.at_level("WARNING", logger="agentium.engine.memory"):
+            listed = await manager.list(ALICE)
+        assert [f.fact_id for f in listed] == [kept.fact_id]
+        [record] = [r for r in caplog.records if r.name == "agentium.engine.memory"]
+        assert record.levelname == "WARNING" and "3 fact(s)" in record.getMessage()
+        assert "secret" not in record.getMessage()  # counts only, never a fact's text
+        # A fresh manager (nothing forgotten through it) still drops the tombstone and the repeats.
+        fresh = await MemoryManager(repeats).list(ALICE)
+        assert [f.fact_id for f in fresh] == [kept.fact_id, gone.fact_id]
+        assert {f.status for f in fresh} == {FactStatus.CURRENT}
+    finally:
+        await repeats.aclose()

@@ -9,7 +9,9 @@ from the revisions read, and an extracted fact may not leave its scope.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import logging
+from collections import Counter
+from collections.abc import Collection, Sequence
 
 from ..._errors import ContractViolationError, InvalidArgumentError
 from ..._ports.memory import (
@@ -22,7 +24,9 @@ from ..._ports.memory import (
     check_revision,
 )
 
-__all__ = ["check_cap", "checked_facts", "checked_history", "checked_scope", "within"]
+__all__ = ["check_cap", "checked_facts", "checked_history", "checked_listing", "checked_scope", "within"]
+
+_log = logging.getLogger("agentium.engine.memory")
 
 
 def check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:
@@ -98,3 +102,38 @@ def checked_history(raw: object, scope: MemoryScope, fact_id: str, operation: st
             f"{operation}: the store's history of {fact_id!r} holds another fact; nothing was changed"
         )
     return revisions
+
+
+def checked_listing(
+    facts: Sequence[StoredFact], forgotten: Collection[str], operation: str
+) -> tuple[StoredFact, ...]:
+    """A ``list_facts`` answer (already :func:`checked_facts`) with what a listing may not hold dropped.
+
+    A listing is of current facts, each once: a fact listed again, one whose
+    status is not ``current`` (a tombstone or a replaced revision), or one
+    forgotten through this manager (a store listing it as current) is
+    dropped, whatever the store returned, and the drops are a WARNING on
+    ``agentium.engine.memory`` (counts only: never a fact's text).
+    """
+    kept: list[StoredFact] = []
+    seen: set[str] = set()
+    why: Counter[str] = Counter()
+    for fact in facts:
+        if fact.fact_id in seen:
+            why["listed twice"] += 1
+        elif fact.fact_id in forgotten:
+            why["forgotten through this manager"] += 1
+        elif fact.status is not FactStatus.CURRENT:
+            why[f"{fact.status.value}, not current"] += 1
+        else:
+            kept.append(fact)
+        seen.add(fact.fact_id)  # a second entry of the id is dropped, whichever the first was
+    if why:
+        _log.warning(
+            "%s: the store listed %d fact(s) a listing may not hold; dropped (%s)",
+            operation,
+            sum(why.values()),
+            ", ".join(f"{n} {reason}" for reason, n in sorted(why.items())),
+            extra={"agentium_dropped": sum(why.values())},
+        )
+    return tuple(kept)

@@ -62,7 +62,7 @@ from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
 from ..results import Diagnostic
-from .answers import check_cap, checked_facts, checked_history, checked_scope, within
+from .answers import check_cap, checked_facts, checked_history, checked_listing, checked_scope, within
 from .selection import (
     MemorySelection,
     RecentIds,
@@ -363,12 +363,18 @@ class MemoryManager:
     # -- reads ------------------------------------------------------------------------------
 
     async def list(self, scope: MemoryScope, limit: int = 50) -> tuple[StoredFact, ...]:
-        """Up to ``limit`` current facts of ``scope``'s tenant and user, newest first (expired ones too)."""
+        """Up to ``limit`` current facts of ``scope``'s tenant and user, newest first (expired ones too).
+
+        Whatever the store returns, each fact is listed once and only current
+        ones not forgotten through this manager are: the rest is dropped with a WARNING.
+        """
         self._check_open("list")
         scope = checked_scope(scope)
         check_limit(limit)
         raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
-        return checked_facts(raw, scope, limit, "memory list")
+        return checked_listing(
+            checked_facts(raw, scope, limit, "memory list"), self._forgotten, "memory list"
+        )
 
     async def history(self, scope: MemoryScope, fact_id: str) -> tuple[StoredFact, ...]:
         """Every revision of ``fact_id``, oldest first (a forgotten fact's content reads empty).
