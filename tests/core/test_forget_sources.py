@@ -424,6 +424,26 @@ async def test_a_fact_past_the_listing_of_a_store_without_history_is_refused_unc
     await rt.aclose()
 
 
+class _RepeatsInListing(_NoHistory):
+    """Lists its newest fact over and over: a full answer that holds one fact."""
+
+    async def list_facts(self, scope: Any, limit: int, ctx: OpContext) -> Any:
+        return list(await super().list_facts(scope, 1, ctx)) * limit
+
+
+async def test_a_full_listing_of_repeats_is_still_full_for_forget() -> None:
+    """The engine drops repeats from a listing, but the store's answer was full: the fact may be past it."""
+    rt, _, archive, fact_id = await _setup(memory=_RepeatsInListing())
+    await rt.memory.remember(MemoryFact(SCOPE, "a newer fact"))
+    assert len(await rt.memory.list(SCOPE, MAX_LOOKUP_LIMIT)) == 1
+    with pytest.raises(MemoryRejectedError, match="not among the"):
+        await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    key = SessionKey("acme", "ana", "s1")
+    assert [g.seq for g in await archive.read_groups(key, 0, 5, OpContext())] == [0, 1]
+    assert fact_id not in rt.memory.forgotten_ids
+    await rt.aclose()
+
+
 class _CorrectsDuringErase(InMemoryArchive):
     """Runs ``meanwhile`` once, inside the first erase: a host's correction racing runtime.forget."""
 

@@ -47,6 +47,7 @@ from .erased_groups import merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request
 from .history_read import fetch_groups, read_settled
 from .load import load_session
+from .memory.manager import counted_listing
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -146,9 +147,11 @@ async def _provenance(
         seen: object = (revisions[-1].revision, revisions[-1].status) if revisions else None
         return [ref for revision in revisions for ref in revision.fact.provenance], "", seen
     if caps.listing:
-        listed = await memory.list(scope, MAX_LOOKUP_LIMIT)
+        # Whether the store's answer was full counts what it returned, before the engine dropped
+        # repeats and tombstones from it.
+        listed, answered = await counted_listing(memory, scope, MAX_LOOKUP_LIMIT)
         current = [f for f in listed if f.fact_id == fact_id]
-        if not current and len(listed) >= MAX_LOOKUP_LIMIT:
+        if not current and answered >= MAX_LOOKUP_LIMIT:
             # One bounded read of the newest current facts, and this one is not among them: its
             # sources cannot be seen, and forgetting would remove the provenance for good (as for
             # a truncated history above). A shorter listing without it: the fact is not current,

@@ -78,6 +78,7 @@ __all__ = [
     "MemoryLimits",
     "MemoryManager",
     "announce_drain",
+    "counted_listing",
     "telemetry_of",
     "work_tracker",
 ]
@@ -195,9 +196,8 @@ class MemoryManager:
     def forgotten_ids(self) -> frozenset[str]:
         """The last fact ids forgotten through this manager: never injected, whatever a selection returns.
 
-        Bounded (the last 10,000 forgets) so a long-lived manager does not grow
-        with every forget; an older forgotten fact is kept out by the store's
-        tombstone, as every fact whose status is not ``current`` is.
+        At most the last 10,000 forgets (a long-lived manager does not grow with each); an older
+        forgotten fact is kept out by the store's tombstone, as every fact not ``current`` is.
         """
         return frozenset(self._forgotten)
 
@@ -365,16 +365,18 @@ class MemoryManager:
     async def list(self, scope: MemoryScope, limit: int = 50) -> tuple[StoredFact, ...]:
         """Up to ``limit`` current facts of ``scope``'s tenant and user, newest first (expired ones too).
 
-        Whatever the store returns, each fact is listed once and only current
-        ones not forgotten through this manager are: the rest is dropped with a WARNING.
+        Whatever the store returns, each once, none forgotten through this manager (WARNING for the rest).
         """
+        return (await self._listed(scope, limit))[0]
+
+    async def _listed(self, scope: MemoryScope, limit: int) -> tuple[tuple[StoredFact, ...], int]:
+        """:meth:`list`, and how many facts the store answered (``runtime.forget``: was it full?)."""
         self._check_open("list")
         scope = checked_scope(scope)
         check_limit(limit)
         raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
-        return checked_listing(
-            checked_facts(raw, scope, limit, "memory list"), self._forgotten, "memory list"
-        )
+        facts = checked_facts(raw, scope, limit, "memory list")
+        return checked_listing(facts, self._forgotten, "memory list"), len(facts)
 
     async def history(self, scope: MemoryScope, fact_id: str) -> tuple[StoredFact, ...]:
         """Every revision of ``fact_id``, oldest first (a forgotten fact's content reads empty).
@@ -590,3 +592,8 @@ def work_tracker(manager: MemoryManager) -> WorkTracker:
 async def announce_drain(manager: MemoryManager, result: DrainResult, timeout_s: float) -> DrainResult:
     """Tell ``manager``'s hooks how a drain ended (bounded by ``timeout_s``), as its own drain does."""
     return await manager._announce_drain(result, timeout_s)
+
+
+async def counted_listing(m: MemoryManager, scope: MemoryScope, n: int) -> tuple[Sequence[StoredFact], int]:
+    """``m.list(scope, n)``, and how many facts the store answered (was its answer full?)."""
+    return await m._listed(scope, n)
