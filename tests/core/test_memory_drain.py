@@ -174,3 +174,5 @@ async def test_dropped_failures_still_make_a_drain_not_ok(monkeypatch: pytest.Mo
     result = await tracker.drain(0.1)
     assert len(result.failed) == 3 and result.dropped_failed == 7
     assert result.count("failed") == 10 and not result.ok
+    with pytest.raises(InvalidArgumentError, match="DrainStatus"):
+        result.count("lost")

@@ -124,6 +124,8 @@ class DrainResult:
 
     def count(self, status: DrainStatus | str) -> int:
         """How many items ended with ``status``: those listed plus those dropped unlisted."""
+        if status not in tuple(DrainStatus):
+            raise InvalidArgumentError(f"status must be a DrainStatus, got {status!r}")
         status = DrainStatus(status)
         dropped = {
             DrainStatus.COMPLETED: self.dropped_completed,
