@@ -244,9 +244,15 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
         ),
         (
             "config.md",
-            r"`max_batch` \(texts per call, default (\d+)\), `max_input_bytes` \([^)]*default (\d+)\) "
-            r"and `timeout_s` \(one call's deadline, default (\d+)\)",
-            lambda: (embed.max_batch, embed.max_input_bytes, int(embed.timeout_s)),
+            r"`max_batch` \(texts per call, default (\d+)\), `max_input_bytes` \([^)]*default (\d+)\), "
+            r"`timeout_s` \(one call's deadline, default (\d+)\) and "
+            r"`warmup_timeout_s` \([^)]*default (\d+);",
+            lambda: (
+                embed.max_batch,
+                embed.max_input_bytes,
+                int(embed.timeout_s),
+                int(embed.warmup_timeout_s),
+            ),
         ),
         ("config.md", r"\| (\d+) \(one hour\) \|", lambda: (int(pa.MAX_DURATION_S),)),
         ("config.md", r"\| ([\d,]+) \(10\*\*12\) \|", lambda: (pa.MAX_COUNT,)),

@@ -119,6 +119,14 @@ class IgnoresCancellation(Wrapper):
         return await self.inner.embed(texts, OpContext.with_timeout(60.0))
 
 
+class WarmUpIgnoresCancellation(Wrapper):
+    capabilities = CAPS
+    warmed = 0
+
+    async def warm_up(self, ctx: OpContext) -> None:
+        self.warmed += 1  # loads whatever its context says: a shutdown cannot stop it
+
+
 class DriftingModel(Wrapper):
     capabilities = CAPS
     calls = 0
@@ -165,5 +173,6 @@ TestNoisy = _case(Noisy)
 TestConstant = _case(Constant)
 TestOverstatesItsBatch = _case(OverstatesItsBatch)
 TestIgnoresCancellation = _case(IgnoresCancellation)
+TestWarmUpIgnoresCancellation = _case(WarmUpIgnoresCancellation)
 TestDriftingModel = _case(DriftingModel)
 TestBrokenHealth = _case(BrokenHealth)

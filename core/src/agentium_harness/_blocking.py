@@ -143,8 +143,14 @@ class BlockingRuntime(BlockingHistoryOperations):
         return self._memory
 
     def start(self) -> BlockingRuntime:
-        """Start the loop thread now (the first call does it otherwise). Idempotent; returns ``self``."""
+        """Start the loop thread now and run :meth:`HarnessRuntime.start` on it; returns ``self``.
+
+        The first call of any method starts the loop otherwise, without that
+        warm-up (the embedder's model would then load inside the first
+        query's recall budget). Idempotent; ``with BlockingRuntime(...)`` calls it.
+        """
         self._portal_or_start()
+        self._call_as("start", self._runtime.start)
         return self
 
     def _refuse_loop_thread(self, operation: str) -> None:

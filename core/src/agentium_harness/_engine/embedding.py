@@ -14,7 +14,8 @@ recall store can refuse to mix models.
 Where vectors go: :func:`index_sources` embeds sources (archived groups
 after an eviction commits, host documents, ``agentium recall rebuild``) and
 hands them to the store's ``index_vectors``; :func:`embed_query` embeds a
-recall query for ``discover_hybrid`` (see :mod:`.recall`).
+recall query for ``discover_hybrid`` (see :mod:`.recall`). :func:`warm_embedder`
+runs the embedder's ``warm_up`` when the runtime starts.
 """
 
 from __future__ import annotations
@@ -36,7 +37,15 @@ from .lifecycle import Ticket
 
 _log = logging.getLogger("agentium.engine.recall")
 
-__all__ = ["Hybrid", "embed_query", "embed_texts", "embedding_text", "index_sources", "make_hybrid"]
+__all__ = [
+    "Hybrid",
+    "embed_query",
+    "embed_texts",
+    "embedding_text",
+    "index_sources",
+    "make_hybrid",
+    "warm_embedder",
+]
 
 
 @attrs.frozen(slots=True)
@@ -217,6 +226,31 @@ async def embed_texts(
             raise EmbeddingError(f"{who} failed: {error_text(exc)}") from exc
         out.extend(_checked(raw, batch, hybrid.model, who))
     return out
+
+
+async def warm_embedder(ticket: Ticket, hybrid: Hybrid) -> str | None:
+    """Run the embedder's ``warm_up`` under ``warmup_timeout_s``; why it failed (logged), or ``None``.
+
+    Never raises: a warm-up that fails or times out only means the first
+    query loads the model itself, as it would without one. An embedder that
+    keeps the port's default (nothing to load) is not called at all.
+    """
+    embedder = hybrid.embedder
+    warm = getattr(type(embedder), "warm_up", None)
+    if warm is None or warm is Embedder.warm_up or not callable(warm):
+        return None
+    try:
+        await ticket.call(
+            "embedder warm-up", lambda ctx: embedder.warm_up(ctx), timeout_s=hybrid.limits.warmup_timeout_s
+        )
+    except Exception as exc:  # the adapter's own error, a timeout or a bad return: all only degrade
+        why = (
+            f"embedder {type(embedder).__name__} warm-up failed ({error_text(exc)}); "
+            "the first query loads it itself, within its recall budget"
+        )
+        _log.warning("%s", why)
+        return why
+    return None
 
 
 async def embed_query(ticket: Ticket, hybrid: Hybrid, query: str, timeout_s: float) -> Vector:

@@ -119,6 +119,8 @@ class RuntimeParts:
     telemetry: Resolved
     #: The ``aclose()`` in progress, if any.
     close_attempt: CloseAttempt | None = None
+    #: Whether ``start()`` ran (it warms the adapters once: the embedder's model).
+    started: bool = False
     #: The revisions this runtime's summary updates made (``expected_revision`` looks past them).
     summary_revisions: SummaryRevisions = attrs.field(factory=SummaryRevisions)
     #: The sessions this runtime claimed for the harness on its memory manager (released on close).

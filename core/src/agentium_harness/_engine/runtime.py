@@ -36,7 +36,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import Any
 
 import anyio
 import attrs
@@ -61,7 +60,6 @@ from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._verdicts import EvidenceLimits, VerificationRecord
 from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
-from .checks import probe_adapters
 from .closing import HarnessResources, drain_runtime, shutdown_runtime
 from .effects import EffectsKeeper
 from .embedding import Hybrid
@@ -87,6 +85,7 @@ from .memory.work import WorkTracker as MemoryWorkDrainer
 from .owned_work import OwnedWork
 from .parts import RuntimeParts
 from .progress import RunProgress, failed_run
+from .readiness import AdapterReadiness
 from .recall_policy import RecallPolicy, current_session_recall_policy
 from .recall_turn import (
     Clarifier,
@@ -131,7 +130,7 @@ __all__ = [
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 
-class HarnessRuntime(HistoryOperations, ErasureOperations):
+class HarnessRuntime(HistoryOperations, ErasureOperations, AdapterReadiness):
     """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
 
     Adapters passed in are borrowed: the runtime never closes them. Adapters
@@ -550,20 +549,6 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
             )
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def probe(self) -> list[tuple[str, str]]:
-        """Run each adapter's bounded health check, if it declares one: ``[(role, result)]``.
-
-        Admitted shared like :meth:`inspect_session`, so ``aclose()`` waits for it.
-        """
-        roles: dict[str, Any] = {"archive": self.archive, "session_store": self.session_store}
-        roles.update(recall=self.recall, verifier=self.verifier, provider=self.provider)
-        roles["embedder"] = self.hybrid.embedder if self.hybrid is not None else None
-        adapters = [(role, adapter) for role, adapter in roles.items() if adapter is not None]
-        with using(settings_of(self)):
-            async with self.parts.admission.admit_shared(None, "probe") as ticket:
-                return await probe_adapters(ticket, adapters)
-        raise AssertionError("unreachable")  # pragma: no cover
-
     # -- shutdown --------------------------------------------------------------
 
     async def aclose(self) -> None:
@@ -585,6 +570,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations):
         self.parts.claims.release_all()  # it runs none of its sessions now (docs/memory.md)
 
     async def __aenter__(self) -> HarnessRuntime:
+        await self.start()  # warm the adapters (the embedder's model) before the first operation
         return self
 
     async def __aexit__(self, *exc: object) -> None:

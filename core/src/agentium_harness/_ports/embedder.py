@@ -190,15 +190,21 @@ class EmbeddingLimits:
     - ``timeout_s``: one call's deadline. A query's embedding also gets at most
       half of what is left of the recall latency budget, so a hanging embedder
       leaves time for lexical discovery.
+    - ``warmup_timeout_s``: the deadline of :meth:`Embedder.warm_up` when the
+      runtime starts; past it the start goes on without it (a WARNING).
     """
 
     max_batch: int = attrs.field(default=32, validator=bounded_count(ceiling=4096))
     max_input_bytes: int = attrs.field(default=8192, validator=bounded_count(ceiling=1 << 20))
     timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
+    warmup_timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
 
 
 class Embedder:
-    """Port for an embedding model. Declare ``capabilities`` and ``model``; implement :meth:`embed`."""
+    """Port for an embedding model. Declare ``capabilities`` and ``model``; implement :meth:`embed`.
+
+    Optionally override :meth:`warm_up` to load a model ahead of the first query.
+    """
 
     capabilities: ClassVar[EmbedderCapabilities]
     #: How many texts one :meth:`embed` call accepts at most; the engine never sends more.
@@ -224,6 +230,22 @@ class Embedder:
         it fails; ``UnsupportedOperationError`` from the port stub.
         """
         raise unsupported(self, "embed")
+
+    async def warm_up(self, ctx: OpContext) -> None:
+        """Get ready for the first :meth:`embed` now (load a model file, open a client); by default nothing.
+
+        The runtime calls it once when it starts (``async with runtime`` or
+        ``await runtime.start()``), under ``EmbeddingLimits.warmup_timeout_s``,
+        so the first query does not pay for loading inside its recall latency
+        budget. Optional: an adapter with nothing to load keeps this default.
+        It must be safe to repeat and to skip: a warm-up that fails or times
+        out is logged as a WARNING, the start goes on, and :meth:`embed` must
+        still load what it needs itself. Call
+        ``ctx.raise_if_expired("embedder warm-up")`` before starting.
+
+        Raises: the backend's errors, or ``OperationCancelledError`` when
+        cancelled or past the deadline (the runtime logs either, never raises it).
+        """
 
     @port_stub
     async def health(self, ctx: OpContext) -> str:

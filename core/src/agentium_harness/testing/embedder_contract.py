@@ -12,7 +12,8 @@ dimension, finite values; a bad batch is dropped whole and reported, see
 docs/recall.md); this suite tells an author early that the embedder keeps
 its side: a stable model, one vector per text in order, the same vector for
 the same text whatever the batch around it, different vectors for different
-texts, a whole ``max_batch`` accepted, and cancellation honoured.
+texts, a whole ``max_batch`` accepted, cancellation honoured, and a
+``warm_up`` that can repeat.
 """
 
 from __future__ import annotations
@@ -192,6 +193,24 @@ class EmbedderContract(ContractSuite):
         for ctx in (expired_context(), past_deadline_context()):
             with pytest.raises(OperationCancelledError):
                 await embedder.embed([SAMPLE_TEXTS[0]], ctx)
+
+    async def test_warm_up_can_repeat_and_honours_cancellation(self, embedder: Embedder) -> None:
+        """``warm_up`` (the port's default or the adapter's own) returns ``None``, and again when repeated.
+
+        An adapter's own ``warm_up`` raises ``OperationCancelledError`` on a
+        cancelled context or one past its deadline. A failure means the
+        runtime's start would log a failed warm-up (it never fails the start)
+        and the first query would load the model inside its recall budget.
+        """
+        warm = getattr(embedder, "warm_up", None)
+        if warm is None:
+            pytest.skip("the embedder has no warm_up (it does not subclass Embedder)")
+        assert await warm(_ctx()) is None, "warm_up must return None"
+        assert await warm(_ctx()) is None, "warm_up must be safe to call again"
+        if getattr(type(embedder), "warm_up", None) is not Embedder.warm_up:
+            for ctx in (expired_context(), past_deadline_context()):
+                with pytest.raises(OperationCancelledError):
+                    await warm(ctx)
 
     async def test_health_answers_when_declared(self, embedder: Embedder) -> None:
         """With ``health_check`` declared, ``health`` returns a non-empty description.

@@ -283,10 +283,11 @@ def _runs(encoded: list[list[int]]) -> list[list[list[int]]]:
 class MiniLMEmbedder(Embedder):
     """all-MiniLM-L6-v2 (int8 ONNX) on the CPU, offline (see the module docs).
 
-    Building it does no I/O; the model loads on the first :meth:`embed` (or
-    :meth:`health`) call, in a worker thread, and raises
-    :class:`MiniLMUnavailableError` if the weights are missing or not the
-    expected file.
+    Building it does no I/O; the model loads in a worker thread on
+    :meth:`warm_up` (which the runtime calls when it starts, so the first
+    query does not pay for it) or else on the first :meth:`embed` (or
+    :meth:`health`) call, and raises :class:`MiniLMUnavailableError` if the
+    weights are missing or not the expected file.
     """
 
     capabilities: ClassVar[EmbedderCapabilities] = EmbedderCapabilities(
@@ -394,6 +395,20 @@ class MiniLMEmbedder(Embedder):
         raise OperationCancelledError(
             "embed stopped: its deadline passed; nothing was embedded", "deadline passed"
         )
+
+    async def warm_up(self, ctx: OpContext) -> None:
+        """Load and check the model now, and run it once, so the first :meth:`embed` only infers.
+
+        The same load as on first use, with every check (the file, its size,
+        its SHA-256, the vocabulary's); a model already loaded is not loaded
+        again. Raises :class:`MiniLMUnavailableError` as :meth:`embed` would
+        (the runtime logs it as a WARNING and starts anyway), and
+        :class:`OperationCancelledError` past the deadline, leaving the
+        worker to finish loading: the next call finds the model loaded.
+        """
+        checked_ctx(ctx, "embedder warm-up").raise_if_expired("embedder warm-up")
+        # One short inference too: onnxruntime's first run allocates what later runs reuse.
+        await self.embed(["warm-up"], ctx)
 
     async def health(self, ctx: OpContext) -> str:
         """Load the model if needed and embed one word."""
