@@ -244,6 +244,10 @@ def session_filter(target: EraseTarget) -> tuple[str, list[object]]:
     return " AND ".join(clauses), params
 
 
+#: How long the rebuild of the file (``VACUUM``) may take when the call has no deadline.
+VACUUM_BUDGET_S: Final = 30.0
+
+
 def scrub_log(
     conn: sqlite3.Connection,
     budget_s: float = 2.0,
@@ -251,30 +255,41 @@ def scrub_log(
     *,
     time_left: float | None = None,
 ) -> tuple[PhysicalErasure, str]:
-    """Checkpoint the WAL into the database and truncate it, so erased rows leave no copy in the log.
+    """Rebuild the file, then checkpoint the WAL into it and truncate it: erased rows leave no copy.
 
     Runs after the erasing transaction committed (outside any transaction).
-    The connections of the built-in adapters run with ``secure_delete`` on,
-    so the pages the checkpoint writes carry zeros where the rows were. A
-    reader holding an old snapshot of the file can keep the checkpoint from
-    finishing; it is retried for at most ``budget_s`` seconds, each attempt
-    waiting at most ``attempt_wait_ms`` for locks (not the connection's busy
-    timeout: one attempt per busy timeout outlasted every deadline), and the
-    answer says truthfully whether the log was emptied. ``time_left`` (the
-    call's, from :meth:`OpContext.time_left`) shortens both: the erasure has
-    committed, and the call still ends by its deadline (one short attempt is
-    made even at the deadline).
+    ``secure_delete`` (on for every connection of the built-in adapters)
+    zeroes a deleted row where it lies, but not the copies B-tree rebalancing
+    left behind in the unused space of other pages when the row moved (a
+    snapshot or fact rewritten at another size, a page split): an erased
+    text could still be read from the file. So the file is rebuilt first
+    (``VACUUM``, in the log like any write), within the call's deadline
+    (``time_left``, else :data:`VACUUM_BUDGET_S`). A reader holding an old
+    snapshot of the file can keep the checkpoint from finishing; it is
+    retried for at most ``budget_s`` seconds, each attempt waiting at most
+    ``attempt_wait_ms`` for locks (not the connection's busy timeout: one
+    attempt per busy timeout outlasted every deadline). ``time_left``
+    shortens both: the erasure has committed, and the call still ends by
+    its deadline (one short attempt is made even at the deadline). The
+    answer says truthfully whether the rebuild finished and the log was
+    emptied.
     """
-    if time_left is not None:
-        budget_s = min(budget_s, max(0.0, time_left))
-        attempt_wait_ms = min(attempt_wait_ms, max(1, int(time_left * 1000)))
     (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    conn.execute(f"PRAGMA busy_timeout = {min(int(busy_ms), int(attempt_wait_ms))}")
     try:
+        started = time.monotonic()
+        not_rebuilt = _rebuild_file(conn, started + (VACUUM_BUDGET_S if time_left is None else time_left))
+        if time_left is not None:
+            # What the rebuild left of the call's time.
+            time_left -= time.monotonic() - started
+            budget_s = min(budget_s, max(0.0, time_left))
+            attempt_wait_ms = min(attempt_wait_ms, max(1, int(time_left * 1000)))
+        conn.execute(f"PRAGMA busy_timeout = {min(int(busy_ms), int(attempt_wait_ms))}")
         stop = time.monotonic() + budget_s
         while True:
             busy, log, moved = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
             if busy == 0 and log in (0, -1) and moved in (0, -1):
+                if not_rebuilt:
+                    return PhysicalErasure.UNREFERENCED, not_rebuilt
                 return PhysicalErasure.REMOVED, ""
             if time.monotonic() + 0.01 > stop:
                 break
@@ -282,8 +297,35 @@ def scrub_log(
     finally:
         # The adapter keeps track of the value it set (it sets it again only when it changes).
         conn.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
-    return (
-        PhysicalErasure.UNREFERENCED,
+    log_kept = (
         "the write-ahead log could not be checkpointed and truncated (another connection kept reading); "
-        "erased rows may remain in it until the next checkpoint",
+        "erased rows may remain in it until the next checkpoint"
     )
+    return PhysicalErasure.UNREFERENCED, f"{log_kept}; {not_rebuilt}" if not_rebuilt else log_kept
+
+
+def _rebuild_file(conn: sqlite3.Connection, stop: float) -> str:
+    """``VACUUM`` the file by ``stop`` (monotonic); ``""`` when done, else why not.
+
+    Waits for another writer's lock in short attempts, never past ``stop``,
+    and a progress handler interrupts a rebuild still running then (it rolls
+    back whole: the file is as it was). The caller restores the busy timeout.
+    """
+    conn.execute("PRAGMA busy_timeout = 50")
+    conn.set_progress_handler(lambda: int(time.monotonic() > stop), 1000)
+    try:
+        while True:
+            try:
+                conn.execute("VACUUM")
+                return ""
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() + 0.01 > stop:
+                    # SQLite's own message names no row or value.
+                    return (
+                        f"the file could not be rebuilt in time (VACUUM: {exc}); copies of erased rows "
+                        "that SQLite moved may remain in unused page space until the next VACUUM"
+                    )
+            time.sleep(0.01)  # a worker thread, never the event loop
+    finally:
+        conn.set_progress_handler(None, 0)

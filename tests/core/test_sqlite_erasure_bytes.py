@@ -1,0 +1,99 @@
+"""An erasure on the SQLite adapters that says ``removed`` leaves no byte of the erased text in the files.
+
+``secure_delete`` zeroes a deleted row where it lies, but B-tree rebalancing
+(a snapshot or a fact rewritten at another size, a page split) leaves copies
+of rows it moved in the unused space of other pages; the erasure rebuilds the
+file (``VACUUM``) before it empties the log, so none survives.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    MemoryFact,
+    MemoryScope,
+    Message,
+    OperatorAttestation,
+    PhysicalErasure,
+    ResidentLimits,
+    Role,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters._sqlite_sql import scrub_log
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
+
+pytestmark = pytest.mark.anyio
+
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
+
+
+def _file_bytes(path: Path) -> bytes:
+    # Read only once every connection is closed: closing another descriptor of the file in a
+    # process that holds SQLite connections on it would drop their POSIX locks.
+    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
+
+
+async def test_a_user_erasure_leaves_no_copy_of_rows_sqlite_moved_while_they_lived(tmp_path: Path) -> None:
+    db = tmp_path / "agentium.db"
+    config = SQLiteConfig(path=str(db))
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=SQLiteArchive(config),
+        session_store=SQLiteSessionStore(config),
+        recall=SQLiteRecallStore(SQLiteRecallConfig(path=str(db))),
+        memory=SQLiteMemoryStore(config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    rng = random.Random(5)
+    async with runtime:
+        memory = runtime.memory
+        assert memory is not None
+        # Two users' rows interleaved on the same pages, of varied sizes: snapshots are rewritten
+        # at another size on every append, pages split; rows move while they live.
+        for n in range(200):
+            user = ("ana", "bob")[n % 2]
+            pad = "p" * rng.randint(10, 300)
+            await runtime.append(
+                VerifiedIdentity("acme", user, "sso"),
+                f"s{n % 3}",
+                [Message(Role.USER, f"{user}mark{n}z {pad}")],
+            )
+            await memory.remember(MemoryFact(MemoryScope("acme", user), f"{user}fact{n}z {pad}"))
+        result = await runtime.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+        record = result.tombstone
+        assert record is not None
+        assert [s.physical for s in record.stores] == [PhysicalErasure.REMOVED] * len(record.stores)
+    data = _file_bytes(db)
+    assert re.findall(rb"ana(?:mark|fact)\d+z", data) == []
+    # The neighbour's rows are all still there (the check reads the right bytes).
+    assert len(set(re.findall(rb"bob(?:mark|fact)\d+z", data))) == 200
+
+
+def test_an_erase_the_file_cannot_be_rebuilt_for_says_unreferenced(tmp_path: Path) -> None:
+    # A rebuild that cannot finish (here: no time left) must not be reported as a removal.
+    db = tmp_path / "plain.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (x TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?)", [("x" * 500,) for _ in range(500)])
+        conn.execute("PRAGMA busy_timeout = 1234")
+        physical, detail = scrub_log(conn, time_left=0.0)
+        assert physical is PhysicalErasure.UNREFERENCED and "VACUUM" in detail
+        # The connection's busy timeout is as it was.
+        assert conn.execute("PRAGMA busy_timeout").fetchone() == (1234,)
+        assert scrub_log(conn) == (PhysicalErasure.REMOVED, "")
+    finally:
+        conn.close()
