@@ -19,6 +19,7 @@ from .._scope import SessionKey
 from .._text import error_text
 from .catch_up import catch_up_index
 from .embedding import Hybrid, embedding_text, index_sources
+from .index_recheck import drop_erased_meanwhile
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 
@@ -73,6 +74,9 @@ async def index_archived(
                     Severity.WARNING,
                 )
             )
+    # Its entries (and vectors) are taken back if an erasure in another process removed the
+    # groups meanwhile (see index_recheck): after the embedding, which may have stored vectors.
+    notes += await drop_erased_meanwhile(store, archive, ticket, key, groups)
     if archive is None or not groups:
         return notes
     return notes + await catch_up_index(store, archive, ticket, key, min(g.seq for g in groups), erased)

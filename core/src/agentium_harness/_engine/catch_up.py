@@ -26,6 +26,7 @@ from .._ports.erasure import SeqRange
 from .._ports.recall import RecallStore
 from .._scope import SessionKey
 from .._text import error_text
+from .index_recheck import drop_erased_meanwhile
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
 
@@ -157,7 +158,8 @@ async def catch_up_index(
     except Exception as exc:
         why = error_text(exc)
         return [_failed(f"archived groups {_seqs(sorted(wanted))} could not be indexed ({why})")]
-    notes: list[Diagnostic] = []
+    # Read from the archive, then indexed: an erasure in another process may have come between.
+    notes: list[Diagnostic] = await drop_erased_meanwhile(store, archive, ticket, key, groups)
     if groups:
         notes.append(
             Diagnostic(
