@@ -263,8 +263,8 @@ def scrub_log(
     left behind in the unused space of other pages when the row moved (a
     snapshot or fact rewritten at another size, a page split): an erased
     text could still be read from the file. So the file is rebuilt first
-    (``VACUUM``, in the log like any write), within the call's deadline
-    (``time_left``, else :data:`VACUUM_BUDGET_S`). A reader holding an old
+    (``VACUUM``, in the log like any write), in at most half of the time
+    the call has left (``time_left``, else :data:`VACUUM_BUDGET_S`). A reader holding an old
     snapshot of the file can keep the checkpoint from finishing; it is
     retried for at most ``budget_s`` seconds, each attempt waiting at most
     ``attempt_wait_ms`` for locks (not the connection's busy timeout: one
@@ -277,7 +277,8 @@ def scrub_log(
     (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
     try:
         started = time.monotonic()
-        not_rebuilt = _rebuild_file(conn, started + (VACUUM_BUDGET_S if time_left is None else time_left))
+        # Half of what the call has left at most: the checkpoint after it needs time too.
+        not_rebuilt = _rebuild_file(conn, started + (VACUUM_BUDGET_S if time_left is None else time_left / 2))
         if time_left is not None:
             # What the rebuild left of the call's time.
             time_left -= time.monotonic() - started
