@@ -24,7 +24,16 @@ from ..._ports.memory import (
     check_revision,
 )
 
-__all__ = ["check_cap", "checked_facts", "checked_history", "checked_listing", "checked_scope", "within"]
+__all__ = [
+    "check_cap",
+    "check_owner_kind",
+    "check_work",
+    "checked_facts",
+    "checked_history",
+    "checked_listing",
+    "checked_scope",
+    "within",
+]
 
 _log = logging.getLogger("agentium.engine.memory")
 
@@ -137,3 +146,18 @@ def checked_listing(
             extra={"agentium_dropped": sum(why.values())},
         )
     return tuple(kept)
+
+
+def check_work(name: object, kind: object, work: object) -> None:
+    """Owned work's name and kind must be text (a drain names them), its work callable."""
+    for what, value in (("name", name), ("kind", kind)):
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidArgumentError(f"owned work's {what} must be a non-empty str, got {value!r}")
+    if not callable(work):
+        raise InvalidArgumentError(f"owned work must be callable, got {type(work).__name__}")
+
+
+def check_owner_kind(owner: object) -> None:
+    """A history claim's owner kind: ``"harness"`` or ``"agent"``."""
+    if owner not in ("harness", "agent"):
+        raise InvalidArgumentError(f"owner must be 'harness' or 'agent', got {owner!r}")

@@ -43,6 +43,7 @@ from ..._ports.memory import (
     MAX_FACT_BYTES,
     MAX_LOOKUP_LIMIT,
     AckStatus,
+    GroupRef,
     MemoryAck,
     MemoryCapabilities,
     MemoryEvent,
@@ -62,14 +63,17 @@ from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
 from ..results import Diagnostic
-from .answers import check_cap, checked_facts, checked_history, checked_listing, checked_scope, within
-from .selection import (
-    MemorySelection,
-    RecentIds,
-    SelectionRequest,
-    checked_selection,
-    recent_and_relevant,
+from .answers import (
+    check_cap,
+    check_owner_kind,
+    check_work,
+    checked_facts,
+    checked_history,
+    checked_listing,
+    checked_scope,
+    within,
 )
+from .selection import MemorySelection, RecentIds, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
 __all__ = [
@@ -181,6 +185,8 @@ class MemoryManager:
         self._claims: dict[SessionKey, tuple[HistoryOwner, int]] = {}  # owner and how many claims
         self._claims_lock = threading.Lock()
         self._closed = False
+        #: Set by the runtime that uses this manager (:mod:`..memory_fence`): writes check it first.
+        self._erasure_fence: Callable[[MemoryScope, Sequence[GroupRef]], Awaitable[None]] | None = None
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
         self._telemetry = telemetry.resolve() if telemetry is not None else None
@@ -281,6 +287,8 @@ class MemoryManager:
         reason = self._reject_reason(fact)
         if reason is not None:
             return MemoryAck(AckStatus.REJECTED, reason=reason)
+        if self._erasure_fence is not None:
+            await self._erasure_fence(fact.scope, fact.provenance)
         try:
             raw = await self._call("memory remember", lambda ctx: self.store.remember(fact, ctx))
         except MemoryRejectedError as exc:
@@ -318,6 +326,8 @@ class MemoryManager:
             raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
         revisions = await self._check_owner(scope, fact_id, "memory correct")
         check_cap(revisions, replacement)
+        if self._erasure_fence is not None:
+            await self._erasure_fence(replacement.scope, replacement.provenance)
         raw = await self._call(
             "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
         )
@@ -427,7 +437,7 @@ class MemoryManager:
         the same owner are counted: each is released by its own
         :meth:`release_history`, and the session is free once all are.
         """
-        _check_owner_kind(owner)
+        check_owner_kind(owner)
         if not isinstance(key, SessionKey):
             raise InvalidArgumentError(f"key must be a SessionKey, got {type(key).__name__}")
         with self._claims_lock:  # check and claim together: agents may be built on several threads
@@ -447,7 +457,7 @@ class MemoryManager:
         another owner claimed (an agent that never claimed it, closing, leaves
         the harness's claim in place).
         """
-        _check_owner_kind(owner)
+        check_owner_kind(owner)
         with self._claims_lock:
             held = self._claims.get(key)
             if held is None or held[0] != owner:
@@ -463,7 +473,7 @@ class MemoryManager:
     def start_work(self, name: str, kind: str, work: Callable[[], Awaitable[object]]) -> str:
         """Run ``work`` as named owned work (``kind``: ``extraction``, ``final-write``…) until drained."""
         self._check_open("owned work")
-        _check_work(name, kind, work)
+        check_work(name, kind, work)
         return self._work.start(name, kind, work)
 
     def track(self, source: WorkSource) -> None:
@@ -494,7 +504,7 @@ class MemoryManager:
         given = tuple(messages)
         if not all(isinstance(m, Message) for m in given):
             raise InvalidArgumentError("messages must be a sequence of Message; nothing was started")
-        _check_work(name, "extraction", lambda: None)
+        check_work(name, "extraction", lambda: None)
 
         async def work() -> None:
             proposed = await self._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx))
@@ -563,20 +573,6 @@ class MemoryManager:
         if problem is not None:
             raise AgentCloseError([problem])
         self._owns_store = False
-
-
-def _check_work(name: object, kind: object, work: object) -> None:
-    """Owned work's name and kind must be text (a drain names them), its work callable."""
-    for what, value in (("name", name), ("kind", kind)):
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidArgumentError(f"owned work's {what} must be a non-empty str, got {value!r}")
-    if not callable(work):
-        raise InvalidArgumentError(f"owned work must be callable, got {type(work).__name__}")
-
-
-def _check_owner_kind(owner: object) -> None:
-    if owner not in ("harness", "agent"):
-        raise InvalidArgumentError(f"owner must be 'harness' or 'agent', got {owner!r}")
 
 
 def telemetry_of(manager: MemoryManager) -> Resolved:
