@@ -28,6 +28,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness.adapters import _sqlite_sql
 from agentium_harness.adapters._sqlite_sql import scrub_log
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
@@ -95,5 +96,29 @@ def test_an_erase_the_file_cannot_be_rebuilt_for_says_unreferenced(tmp_path: Pat
         # The connection's busy timeout is as it was.
         assert conn.execute("PRAGMA busy_timeout").fetchone() == (1234,)
         assert scrub_log(conn) == (PhysicalErasure.REMOVED, "")
+    finally:
+        conn.close()
+
+
+def test_a_file_over_the_rebuild_bound_is_not_rebuilt_and_the_erase_says_unreferenced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rebuilding rewrites the whole file under the write lock: past the bound it is left for a
+    # maintenance window, and the report says so rather than claim a removal.
+    db = tmp_path / "big.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("CREATE TABLE t (x TEXT)")
+        conn.executemany("INSERT INTO t VALUES (?)", [("x" * 500,) for _ in range(500)])
+        conn.execute("DELETE FROM t WHERE rowid % 2 = 0")
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        monkeypatch.setattr(_sqlite_sql, "MAX_REBUILD_BYTES", 64 * 1024)
+        physical, detail = scrub_log(conn, time_left=5.0)
+        assert physical is PhysicalErasure.UNREFERENCED and "MAX_REBUILD_BYTES" in detail
+        assert conn.execute("PRAGMA page_count").fetchone() == (pages,)  # not rebuilt: as large
+        monkeypatch.setattr(_sqlite_sql, "MAX_REBUILD_BYTES", 64 * 1024 * 1024)
+        assert scrub_log(conn, time_left=5.0) == (PhysicalErasure.REMOVED, "")
+        assert conn.execute("PRAGMA page_count").fetchone()[0] < pages  # rebuilt: the half-empty pages packed
     finally:
         conn.close()

@@ -246,6 +246,11 @@ def session_filter(target: EraseTarget) -> tuple[str, list[object]]:
 
 #: How long the rebuild of the file (``VACUUM``) may take when the call has no deadline.
 VACUUM_BUDGET_S: Final = 30.0
+#: Largest file an erasure or a forget rebuilds as it goes (64 MiB: well under a second to copy).
+#: A rebuild rewrites the whole file and holds the write lock meanwhile, stalling every other
+#: writer of every tenant; a larger file is left for a rebuild in a maintenance window, and the
+#: report says so (``unreferenced``). Read at each call.
+MAX_REBUILD_BYTES = 64 * 1024 * 1024
 
 
 def scrub_log(
@@ -312,6 +317,15 @@ def _rebuild_file(conn: sqlite3.Connection, stop: float) -> str:
     and a progress handler interrupts a rebuild still running then (it rolls
     back whole: the file is as it was). The caller restores the busy timeout.
     """
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    size, limit = int(pages) * int(page_size), MAX_REBUILD_BYTES
+    if size > limit:
+        return (
+            f"the file ({size} bytes) is over the {limit} bytes an erasure rebuilds as it goes "
+            "(MAX_REBUILD_BYTES); copies of erased rows that SQLite moved may remain in unused page "
+            "space until the file is rebuilt (VACUUM, in a maintenance window)"
+        )
     conn.execute("PRAGMA busy_timeout = 50")
     conn.set_progress_handler(lambda: int(time.monotonic() > stop), 1000)
     try:
