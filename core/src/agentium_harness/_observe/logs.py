@@ -34,7 +34,10 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.verification": "verifier unknown, failed or timed out, revisions, verdicts not accepted",
     "agentium.engine.commit": "eviction deferred or blocked, archive diverged, save settled, commit state",
     "agentium.engine.summary": "summary updates: gaps, conflicts, failures, contract violations",
-    "agentium.engine.memory": "facts omitted or refused, selection failures, forgets refused, forged sources",
+    "agentium.engine.memory": (
+        "facts omitted or refused, selection failures, forgets refused, forged sources, "
+        "facts a listing may not hold"
+    ),
     "agentium.engine.lifecycle": "abandoned adapter calls, drains (incomplete: WARNING), shutdown",
     "agentium.engine.hooks": "lifecycle hooks that failed or timed out, the memory manager's included",
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
