@@ -178,6 +178,53 @@ def test_distribution_metadata(folder: Path) -> None:
         assert Version("0.0.1") not in spec, f"{name} needs a lower bound on agentium-harness"
 
 
+# ------------------------------------------------------------------ shared dependency floors
+
+
+def _lower_bound(req: Requirement) -> Version | None:
+    """The lowest version ``req`` accepts by its ``>=``, ``==`` or ``~=`` clauses (``None``: no floor)."""
+    lows = [Version(s.version) for s in req.specifier if s.operator in (">=", "==", "~=")]
+    return max(lows) if lows else None
+
+
+def floors_below_the_core(dependencies: list[str], core_dependencies: list[str]) -> list[str]:
+    """The requirements in ``dependencies`` whose floor is below the core's floor for the same library.
+
+    pip installs the core's floor anyway, so a lower one never installs: it only tells a reader
+    (and a resolver's error message) that an older release works, which the core's floor test
+    says it does not.
+    """
+    core_floors = {
+        _normalized(r.name): low
+        for r in map(Requirement, core_dependencies)
+        if (low := _lower_bound(r)) is not None
+    }
+    problems = []
+    for req in map(Requirement, dependencies):
+        core_low = core_floors.get(_normalized(req.name))
+        low = _lower_bound(req)
+        if core_low is not None and low is not None and low < core_low:
+            problems.append(f"{req} (the core requires {req.name}>={core_low})")
+    return problems
+
+
+def test_the_floor_check_catches_a_floor_below_the_core() -> None:
+    core = ["attrs>=24.3", "anyio>=4.14.2", "pluggy>=1.5"]
+    assert floors_below_the_core(["attrs>=23.2", "anyio>=4.14.2"], core) == [
+        "attrs>=23.2 (the core requires attrs>=24.3)"
+    ]
+    assert floors_below_the_core(["AnyIO>=4.3,<5"], core)
+    assert not floors_below_the_core(["attrs>=25.1", "anyio>=4.14.2", "redis>=8.0", "pluggy"], core)
+
+
+@pytest.mark.parametrize("folder", FOLDERS[1:], ids=IDS[1:])
+def test_no_distribution_declares_a_shared_dependency_below_the_core(folder: Path) -> None:
+    problems = floors_below_the_core(
+        _pyproject(folder)["project"]["dependencies"], _pyproject(ROOT / "core")["project"]["dependencies"]
+    )
+    assert problems == [], f"{folder.relative_to(ROOT)} declares floors below the core's: {problems}"
+
+
 # ------------------------------------------------------------------ built distributions
 
 
