@@ -7,6 +7,8 @@ update. For each, the ``pyproject.toml`` must carry the project's metadata
 repository URL kept in the root ``pyproject.toml``, classifiers, a core
 dependency bounded at the next 0.x minor), and the sdist and wheel built from
 it must contain the Apache-2.0 licence text and pass ``twine check --strict``.
+Its dependencies must name every third-party package its ``src`` imports, and
+none at a floor below the core's floor for the same library.
 
 The builds run without build isolation (``hatchling``, ``build`` and ``twine``
 come from ``requirements-dev.txt``), so the whole module takes seconds, not
@@ -16,6 +18,7 @@ the same requirements for authors.
 
 from __future__ import annotations
 
+import ast
 import email.parser
 import hashlib
 import os
@@ -223,6 +226,138 @@ def test_no_distribution_declares_a_shared_dependency_below_the_core(folder: Pat
         _pyproject(folder)["project"]["dependencies"], _pyproject(ROOT / "core")["project"]["dependencies"]
     )
     assert problems == [], f"{folder.relative_to(ROOT)} declares floors below the core's: {problems}"
+
+
+# ------------------------------------------------------------------ declared imports
+
+#: Top-level import names whose distribution is named otherwise: {import: {distribution, ...}}.
+IMPORT_DISTRIBUTIONS = {
+    "agents": {"openai-agents"},
+    "agent_framework": {"agent-framework-core"},
+    "opentelemetry": {"opentelemetry-api", "opentelemetry-sdk"},
+}
+#: Unconditional imports that an extra may satisfy, with the extra: the contract suites in
+#: ``agentium_harness.testing`` run under pytest, which a plugin's tests install (``[test]``).
+EXTRA_IMPORTS = {("agentium-harness", "pytest"): "test"}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _catches_import_error(node: ast.Try) -> bool:
+    names = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+    for handler in node.handlers:
+        caught = handler.type
+        found = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+        if caught is None or any(isinstance(c, ast.Name) and c.id in names for c in found):
+            return True
+    return False
+
+
+def module_imports(tree: ast.Module) -> Iterator[tuple[str, bool]]:
+    """Each absolute import's top-level name, and whether the module needs it to import at all.
+
+    Left out: an import under ``if TYPE_CHECKING:`` (stubs, never imported at run time) and one
+    in a ``try`` that catches ``ImportError`` (optional: the code falls back without it). One
+    inside a function is deferred (``False``), as is ``importlib.import_module("name")`` with a
+    literal name.
+    """
+
+    def walk(node: ast.AST, deferred: bool) -> Iterator[tuple[str, bool]]:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                yield from walk(child, deferred)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name.split(".")[0], not deferred
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module.split(".")[0], not deferred
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            yield node.args[0].value.split(".")[0], False
+        if isinstance(node, ast.Try) and _catches_import_error(node):
+            for child in [*node.handlers, *node.orelse, *node.finalbody]:
+                yield from walk(child, deferred)
+            return
+        inner = deferred or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        for child in ast.iter_child_nodes(node):
+            yield from walk(child, inner)
+
+    yield from walk(tree, False)
+
+
+def undeclared_imports(sources: dict[str, str], project: dict[str, Any], own: set[str]) -> list[str]:
+    """Third-party imports of ``sources`` ({path: code}) that ``project`` does not declare.
+
+    An import the module needs to load must be in ``dependencies``; a deferred one (or one of
+    EXTRA_IMPORTS) may instead be in an extra. The standard library and ``own`` packages need nothing.
+    """
+    required = {_normalized(Requirement(d).name) for d in project.get("dependencies", [])}
+    extras = {
+        extra: {_normalized(Requirement(d).name) for d in lines}
+        for extra, lines in project.get("optional-dependencies", {}).items()
+    }
+    in_any_extra = set().union(*extras.values())
+    problems = set()
+    for path, code in sources.items():
+        for name, needed in module_imports(ast.parse(code, filename=path)):
+            if name in sys.stdlib_module_names or name in own:
+                continue
+            candidates = {_normalized(d) for d in IMPORT_DISTRIBUTIONS.get(name, {name})}
+            if candidates & required:
+                continue
+            extra = EXTRA_IMPORTS.get((project["name"], name))
+            if extra is not None and candidates & extras.get(extra, set()):
+                continue
+            if not needed and candidates & in_any_extra:
+                continue
+            where = "dependencies" if needed else "dependencies or an extra"
+            problems.add(f"{path}: imports {name}, not in {where}")
+    return sorted(problems)
+
+
+def test_the_import_scan_catches_an_undeclared_import() -> None:
+    project = {"name": "agentium-x", "dependencies": ["agentium-harness>=0.1,<0.2", "attrs>=24.3"]}
+    project["optional-dependencies"] = {"test": ["pytest>=8"]}
+    code = (
+        "from __future__ import annotations\n"
+        "import os, attrs\n"
+        "import sniffio\n"  # arrives through the core, but undeclared
+        "from agentium_harness import plugin_api\n"
+        "from agentium_x import thing\n"
+        "from . import sibling\n"
+        "if TYPE_CHECKING:\n    from mypy_boto3_s3 import S3Client\n"
+        "try:\n    import opentelemetry\nexcept ImportError:\n    opentelemetry = None\n"
+        "def f():\n    import pytest, trio\n    importlib.import_module('numpy')\n"
+    )
+    assert undeclared_imports({"m.py": code}, project, {"agentium_x"}) == [
+        "m.py: imports numpy, not in dependencies or an extra",
+        "m.py: imports sniffio, not in dependencies",
+        "m.py: imports trio, not in dependencies or an extra",
+    ]
+    # An extra does not satisfy an import the module needs to load.
+    assert undeclared_imports({"m.py": "import pytest\n"}, project, set()) == [
+        "m.py: imports pytest, not in dependencies"
+    ]
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=IDS)
+def test_every_distribution_declares_what_it_imports(folder: Path) -> None:
+    src = folder / "src"
+    own = {p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    sources = {str(p.relative_to(ROOT)): p.read_text("utf-8") for p in sorted(src.rglob("*.py"))}
+    problems = undeclared_imports(sources, _pyproject(folder)["project"], own)
+    assert problems == [], "declare what the distribution imports directly:\n" + "\n".join(problems)
 
 
 # ------------------------------------------------------------------ built distributions
