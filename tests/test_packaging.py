@@ -421,6 +421,8 @@ def test_built_distributions_carry_the_licence_and_metadata(built: Built, folder
         pkg_info = tar.extractfile(f"{base}/PKG-INFO")
         assert pkg_info is not None
         sdist_meta = _metadata(pkg_info.read().decode("utf-8"))
+        # A plugin's tox.ini installs the core from ../../core: it only works in a checkout.
+        assert f"{base}/tox.ini" not in tar.getnames(), f"{sdist.name} ships tox.ini"
     with zipfile.ZipFile(wheel) as zf:
         assert zf.read(f"{base}.dist-info/licenses/LICENSE") == licence, f"{wheel.name} lacks the licence"
         wheel_meta = _metadata(zf.read(f"{base}.dist-info/METADATA").decode("utf-8"))
