@@ -19,6 +19,7 @@ the same requirements for authors.
 from __future__ import annotations
 
 import ast
+import configparser
 import email.parser
 import hashlib
 import os
@@ -358,6 +359,24 @@ def test_every_distribution_declares_what_it_imports(folder: Path) -> None:
     sources = {str(p.relative_to(ROOT)): p.read_text("utf-8") for p in sorted(src.rglob("*.py"))}
     problems = undeclared_imports(sources, _pyproject(folder)["project"], own)
     assert problems == [], "declare what the distribution imports directly:\n" + "\n".join(problems)
+
+
+# ------------------------------------------------------------------ tox
+
+
+@pytest.mark.parametrize("folder", FOLDERS[1:], ids=IDS[1:])
+def test_the_root_tox_has_an_env_for_every_distribution(folder: Path) -> None:
+    # As the other plugins have: its own test env in env_list, and its src under mypy --strict.
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini", encoding="utf-8")
+    rel = folder.relative_to(ROOT).as_posix()
+    env = f"py311-{folder.name}"
+    assert env in [e.strip() for e in tox["tox"]["env_list"].split(",")], f"tox.ini: {env} not in env_list"
+    assert f"testenv:{env}" in tox, f"tox.ini has no [testenv:{env}]"
+    assert f"-e ./{rel}[test]" in tox[f"testenv:{env}"]["deps"].split("\n")
+    assert f"{rel}/tests" in tox[f"testenv:{env}"]["commands"]
+    assert f"-e ./{rel}" in tox["testenv:type"]["deps"].split("\n")
+    assert f"{rel}/src" in tox["testenv:type"]["commands"], f"tox -e type does not check {rel}/src"
 
 
 # ------------------------------------------------------------------ built distributions
