@@ -176,3 +176,38 @@ async def test_dropped_failures_still_make_a_drain_not_ok(monkeypatch: pytest.Mo
     assert result.count("failed") == 10 and not result.ok
     with pytest.raises(InvalidArgumentError, match="DrainStatus"):
         result.count("lost")
+
+
+async def test_summary_reports_kept_between_drains_are_bounded_by_sessions_and_dropped_ones_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A multi-tenant host that never drains must not keep a report per session forever.
+    from agentium_harness._engine import owned_work
+
+    monkeypatch.setattr(owned_work, "MAX_KEPT_REPORTS", 20, raising=False)
+    work = OwnedWork(op_timeout_s=30.0)
+
+    async def broken(ticket: Ticket) -> tuple[None, list[object]]:
+        raise RuntimeError("summarizer down")
+
+    async def fine(ticket: Ticket) -> tuple[None, list[object]]:
+        return None, []
+
+    keys = [SessionKey("tenant-a", f"user-{i}", "s") for i in range(300)]
+    for i, key in enumerate(keys):
+        work.start(key, broken if i % 3 else fine)  # type: ignore[arg-type]
+        if i % 50 == 49:
+            await anyio.wait_all_tasks_blocked()
+            assert len(work._last) <= 20 and len(work._unreported) <= 20
+    await anyio.wait_all_tasks_blocked()
+    # The most recent sessions' reports are the ones kept.
+    assert work.last_report(keys[-1]) is not None and work.last_report(keys[0]) is None
+    tracker = WorkTracker()
+    tracker.track(OwnedWorkSource(work))
+    result = await tracker.drain(1.0)
+    # 200 failed: the 20 most recent kept (one of them handed over above), the other 180 only counted.
+    assert len(result.failed) == 19 and result.dropped_failed == 180
+    assert result.count(DrainStatus.FAILED) == 199 and not result.ok
+    assert "not listed" in result.describe()
+    again = await tracker.drain(0.1)
+    assert again.items == () and again.dropped_failed == 0 and again.ok

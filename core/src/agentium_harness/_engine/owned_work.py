@@ -34,7 +34,13 @@ from .lifecycle import LateCalls, Ticket
 from .loops import LoopHandle, ThreadSafeEvent
 from .results import Diagnostic, Severity
 
-__all__ = ["OwnedWork", "SummaryReport", "WorkStatus"]
+__all__ = ["MAX_KEPT_REPORTS", "OwnedWork", "SummaryReport", "WorkStatus"]
+
+#: Most sessions whose last report (and, apart, whose unreported failure) is kept between drains.
+#: A long-lived host serving many sessions that never drains would otherwise keep one of each per
+#: session forever; past this, the oldest is dropped, and a dropped failure is counted so a drain
+#: still says that it happened. Read at call time.
+MAX_KEPT_REPORTS = 1000
 
 
 class WorkStatus(enum.StrEnum):
@@ -94,6 +100,23 @@ class OwnedWork:
         # Updates that failed or were cancelled since the last drain (the latest per session),
         # so a drain reports them even when they ended before it began.
         self._unreported: dict[SessionKey, _Job] = {}
+        # Unreported failures dropped past MAX_KEPT_REPORTS since the last drain, by status.
+        self._dropped: dict[WorkStatus, int] = dict.fromkeys(WorkStatus, 0)
+
+    def _ended(self, key: SessionKey, job: _Job, report: SummaryReport) -> None:
+        """Keep ``report`` as the last of ``key`` (under the lock); past the bound the oldest are dropped."""
+        bound = max(1, MAX_KEPT_REPORTS)
+        self._last.pop(key, None)  # re-inserted last: the dicts are kept in order of ending
+        self._last[key] = report
+        while len(self._last) > bound:
+            del self._last[next(iter(self._last))]
+        if report.status is not WorkStatus.COMPLETED:
+            self._unreported.pop(key, None)
+            self._unreported[key] = job
+            while len(self._unreported) > bound:
+                oldest = self._unreported.pop(next(iter(self._unreported)))
+                status = oldest.report.status if oldest.report is not None else WorkStatus.CANCELLED
+                self._dropped[status] += 1
 
     def start(self, key: SessionKey, work: Work) -> None:
         """Run ``work`` in the background for ``key``; the caller has waited for any earlier job."""
@@ -132,9 +155,7 @@ class OwnedWork:
                         "was lost"
                     )
                 with self._lock:
-                    self._last[key] = job.report
-                    if job.report.status is not WorkStatus.COMPLETED:
-                        self._unreported[key] = job
+                    self._ended(key, job, job.report)
                     if self._jobs.get(key) is job:
                         del self._jobs[key]
                 job.done.set()
@@ -170,8 +191,7 @@ class OwnedWork:
             if job.report is not None or self._jobs.get(key) is not job:
                 return
             job.report = report
-            self._last[key] = report
-            self._unreported[key] = job
+            self._ended(key, job, report)
             del self._jobs[key]
         job.done.set()
 
@@ -226,14 +246,15 @@ class OwnedWork:
 
     async def drain(
         self, timeout_s: float, grace_s: float | None = None
-    ) -> list[tuple[SessionKey, SummaryReport, bool]]:
-        """Settle every update for a drain: ``(key, report, stopped)`` for each it saw.
+    ) -> tuple[list[tuple[SessionKey, SummaryReport, bool]], dict[WorkStatus, int]]:
+        """Settle every update for a drain: ``(key, report, stopped)`` for each it saw, and dropped counts.
 
         Waits up to ``timeout_s`` for the running updates — including those
         started while it waits — cancels the rest and waits up to ``grace_s``
         for them to stop (without ``grace_s``: half of ``timeout_s`` each).
         Reports every update it saw, plus each that failed or was cancelled
-        since the last drain; a report is given once.
+        since the last drain; a report is given once. Failures dropped unlisted
+        past ``MAX_KEPT_REPORTS`` since the last drain are counted by status.
         """
         wait = max(0.0, timeout_s) if grace_s is not None else max(0.0, timeout_s) / 2
         grace = grace_s if grace_s is not None else wait
@@ -258,6 +279,7 @@ class OwnedWork:
             for key, job in self._unreported.items():
                 seen.setdefault(id(job), (key, job))
             self._unreported = {k: j for k, j in self._unreported.items() if not j.done.is_set()}
+            dropped, self._dropped = self._dropped, dict.fromkeys(WorkStatus, 0)
         out: list[tuple[SessionKey, SummaryReport, bool]] = []
         for key, job in seen.values():
             if job.done.is_set() and job.report is not None:
@@ -265,4 +287,4 @@ class OwnedWork:
             else:
                 note = Diagnostic("summary_cancelled", "did not stop after cancellation", Severity.WARNING)
                 out.append((key, SummaryReport(WorkStatus.CANCELLED, None, (note,)), False))
-        return out
+        return out, dropped

@@ -90,6 +90,9 @@ class DrainResult:
     ``dropped_failed`` and ``dropped_cancelled`` count the items that ended
     but are not in ``items``. :meth:`count`, :attr:`ok` and :meth:`describe`
     include them; ``completed``, ``failed`` and ``cancelled`` name the kept items.
+    Summary updates that failed or were cancelled unreported are kept for the
+    1000 most recent sessions (``owned_work.MAX_KEPT_REPORTS``); older ones
+    are counted the same way.
     """
 
     items: tuple[DrainItem, ...] = ()
@@ -151,7 +154,7 @@ class DrainResult:
         )
         dropped = self.dropped_completed + self.dropped_failed + self.dropped_cancelled
         if dropped:
-            head += f" ({dropped} not listed: more than {MAX_ENDED_ITEMS} ended between drains)"
+            head += f" ({dropped} not listed: more ended between drains than are kept)"
         bad = [
             f"{i.name} {i.status.value}: {i.detail}"
             for i in self.items
@@ -197,8 +200,20 @@ class OwnedWorkSource:
         while it waits are covered too, and one that failed or was cancelled
         since the last drain is reported even if it ended before.
         """
+        items, _dropped = await self.settle_counted(timeout_s, grace_s)
+        return items
+
+    async def settle_counted(
+        self, timeout_s: float, grace_s: float | None = None
+    ) -> tuple[list[DrainItem], dict[DrainStatus, int]]:
+        """As :meth:`settle`, plus how many failed or cancelled updates were dropped unlisted, by status.
+
+        Past ``owned_work.MAX_KEPT_REPORTS`` sessions, the oldest unreported
+        failures are only counted (a drain adds them to its ``dropped_*``).
+        """
         items = []
-        for key, report, stopped in await self._work.drain(timeout_s, grace_s):
+        reports, dropped = await self._work.drain(timeout_s, grace_s)
+        for key, report, stopped in reports:
             detail = "; ".join(d.message for d in report.diagnostics)
             items.append(
                 DrainItem(
@@ -209,7 +224,8 @@ class OwnedWorkSource:
                     stopped,
                 )
             )
-        return sorted(items, key=lambda i: i.name)
+        counts = {DrainStatus(status.value): n for status, n in dropped.items()}
+        return sorted(items, key=lambda i: i.name), counts
 
 
 class _Item:
@@ -359,6 +375,7 @@ class WorkTracker:
                 f"drain grace must be a finite number of seconds >= 0, got {grace_s!r}"
             )
         from_sources: list[DrainItem] = []
+        source_dropped: dict[DrainStatus, int] = dict.fromkeys(DrainStatus, 0)
 
         def cancel_running() -> list[_Item]:
             running = self._snapshot()
@@ -380,7 +397,10 @@ class WorkTracker:
         async def source(src: WorkSource) -> None:
             if isinstance(src, OwnedWorkSource):
                 # The runtime's summary updates get the same grace as owned items once cancelled.
-                from_sources.extend(await src.settle(timeout_s, grace_s))
+                settled, counts = await src.settle_counted(timeout_s, grace_s)
+                from_sources.extend(settled)
+                for status, n in counts.items():
+                    source_dropped[status] += n
             else:
                 from_sources.extend(await src.settle(timeout_s))
 
@@ -393,6 +413,8 @@ class WorkTracker:
             self._ended_ok.clear()
             self._ended_bad.clear()
             dropped, self._dropped = self._dropped, dict.fromkeys(DrainStatus, 0)
+        for status, n in source_dropped.items():
+            dropped[status] += n
         items = [i.item() for i in ended]
         for item in self._snapshot():
             item.detail = "did not stop after cancellation; still tracked"
