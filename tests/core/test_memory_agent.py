@@ -295,6 +295,22 @@ async def test_an_empty_input_is_refused_and_the_agent_stays_open(store: SQLiteM
     await agent.close()
 
 
+class _LyingInt(int):
+    """An int whose own comparisons say it is within any bound."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __gt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -305,6 +321,9 @@ async def test_an_empty_input_is_refused_and_the_agent_stays_open(store: SQLiteM
         {"instructions": 5},
         {"owned": 5},  # a bare TypeError, raised after the session was claimed (the claim leaked)
         {"owned": "store"},
+        {"owned": [5]},  # kept, and closed nothing: the host's resource was never closed
+        {"owned": [object()]},
+        {"max_history_messages": _LyingInt(-5)},  # its own comparisons said it was in bounds
     ],
 )
 async def test_a_bad_agent_argument_is_typed_and_claims_nothing(
@@ -331,3 +350,13 @@ async def test_the_agent_keeps_only_the_history_it_sends(store: SQLiteMemoryStor
     await agent.run("one more")
     assert [m.content for m in provider.requests[-1].history] == expected
     await agent.close()
+
+
+def test_a_token_count_is_read_as_a_plain_int_within_bounds() -> None:
+    from agentium_harness._engine.memory.agent import _count
+    from agentium_harness._validators import MAX_COUNT
+
+    assert _count(_LyingInt(-5)) is None and _count(_LyingInt(MAX_COUNT + 1)) is None
+    assert _count(-1) is None and _count(True) is None and _count(1.0) is None
+    counted = _count(_LyingInt(7))
+    assert counted == 7 and type(counted) is int

@@ -94,11 +94,14 @@ def check_count(value: object, name: str, *, minimum: int = 1, ceiling: int = MA
 
     The one count rule (items, bytes, tokens, steps): config keys and Python
     arguments alike. Raises :class:`InvalidArgumentError` (a ``ValueError``)
-    naming ``name``.
+    naming ``name``. Returns a plain ``int``: an ``int`` subclass's own
+    comparisons are not trusted (one whose ``__le__`` lies would pass any bound).
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= ceiling:
-        raise InvalidArgumentError(f"{name} must be an integer from {minimum} to {ceiling}, got {value!r}")
-    return value
+    plain = int.__int__(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    if plain is None or not minimum <= plain <= ceiling:
+        shown = repr(value) if plain is None or abs(plain) < 10**30 else "an integer out of range"
+        raise InvalidArgumentError(f"{name} must be an integer from {minimum} to {ceiling}, got {shown}")
+    return plain
 
 
 @attrs.frozen(slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from types import TracebackType
@@ -26,6 +26,7 @@ import attrs
 
 from .._errors import (
     ErasureInProgressError,
+    InvalidArgumentError,
     OperationCancelledError,
     OperationTimeoutError,
     RuntimeClosedError,
@@ -41,6 +42,7 @@ from .loops import LoopHandle, ThreadSafeEvent, cancel_scope
 from .results import Diagnostic, Severity
 
 __all__ = [
+    "check_closable",
     "close_owned",
     "covers",
     "overlaps",
@@ -529,6 +531,26 @@ def overlaps(one: EraseTarget, other: EraseTarget) -> bool:
         if mine is not None and theirs is not None and mine != theirs:
             return False
     return True
+
+
+def check_closable(owned: Iterable[object]) -> list[object]:
+    """``owned`` as a list, each item something :func:`close_owned` can close (a callable ``aclose``).
+
+    Else :class:`InvalidArgumentError` naming the item: ``owned=[5]`` was kept and
+    closed nothing, so the host's adapter was silently never closed.
+    """
+    items = list(owned)
+    for i, item in enumerate(items):
+        try:
+            closer = getattr(item, "aclose", None)
+        except Exception:  # a __getattr__ that raises something else: it cannot be closed either
+            closer = None
+        if not callable(closer):
+            raise InvalidArgumentError(
+                f"owned[{i}] is a {type(item).__name__}, which has no aclose() to close it with: "
+                "owned lists adapters (or other resources with an async aclose()) to close"
+            )
+    return items
 
 
 async def close_owned(owned: Sequence[object], each_s: float) -> list[tuple[object, str | None]]:

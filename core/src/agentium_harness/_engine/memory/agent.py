@@ -49,8 +49,8 @@ from ..._ports._base import OpContext
 from ..._ports.memory import MemoryAck, MemoryFact, MemoryScope
 from ..._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from ..._scope import SessionKey
-from ..._validators import check_count, check_duration
-from ..lifecycle import Ticket, close_owned
+from ..._validators import MAX_COUNT, check_count, check_duration
+from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from .manager import HistoryOwner, MemoryManager, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
@@ -91,7 +91,8 @@ class Agent:
     """An agent with its own conversation and host-controlled memory.
 
     - ``provider`` and ``memory`` are borrowed unless listed in ``owned`` /
-      ``owns_memory=True``; borrowed resources are never closed.
+      ``owns_memory=True``; borrowed resources are never closed. Each item of
+      ``owned`` must have an async ``aclose()`` (else :class:`InvalidArgumentError`).
     - ``scope`` is whose memory this agent reads and writes; ``session`` names
       its conversation (for the extraction claim).
     - ``extraction`` (default: the manager has an extractor) extracts memory
@@ -125,7 +126,8 @@ class Agent:
             raise InvalidArgumentError(f"scope must be a MemoryScope, got {type(scope).__name__}")
         if not callable(getattr(provider, "complete", None)):
             raise InvalidArgumentError(f"provider must be a ModelProvider, got {type(provider).__name__}")
-        check_count(max_history_messages, "max_history_messages", minimum=0)
+        # Kept as the plain int check_count returns: an int subclass's comparisons are not trusted.
+        max_history_messages = check_count(max_history_messages, "max_history_messages", minimum=0)
         # The one duration rule (finite, above 0, at most MAX_DURATION_S), as in config.
         check_duration(op_timeout_s, "op_timeout_s")
         if drain_timeout_s is not None:
@@ -144,7 +146,7 @@ class Agent:
         if isinstance(owned, str | bytes) or not isinstance(owned, Iterable):
             raise InvalidArgumentError(f"owned must be a sequence of resources, got {type(owned).__name__}")
         # Listed before the claim below: nothing may fail once the session is claimed.
-        owned_list: list[object] = list(owned) + ([memory] if owns_memory else [])
+        owned_list: list[object] = check_closable(owned) + ([memory] if owns_memory else [])
         extract = memory.extractor is not None if extraction is None else extraction
         if extract and memory.extractor is None:
             raise InvalidArgumentError("extraction=True needs a memory manager configured with an extractor")
@@ -384,5 +386,12 @@ class Agent:
 
 
 def _count(value: object) -> int | None:
-    """A token count fit for a span and a metric: an ``int`` of at least 0 (not a bool), else unknown."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    """A token count fit for a span and a metric: a plain ``int`` from 0 to ``MAX_COUNT``, else unknown.
+
+    Copied as a plain ``int`` first (as :mod:`..turn` reads counts): an ``int`` subclass's own
+    comparisons are not trusted, so one whose ``__lt__`` lies cannot pass a negative or huge count.
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    plain = int.__int__(value)
+    return plain if 0 <= plain <= MAX_COUNT else None
