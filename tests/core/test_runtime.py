@@ -162,6 +162,8 @@ async def test_building_refuses_adapter_without_capabilities() -> None:
         ("instructions", "Be brief.\ud800"),
         ("hooks", 5),
         ("owned", "archive"),
+        ("owned", [5]),  # kept, and closed nothing: the host believed it handed something over
+        ("owned", [InMemorySessionStore(), object()]),
         ("embedding_limits", {}),
     ],
 )

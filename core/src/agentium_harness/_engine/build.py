@@ -25,6 +25,7 @@ from .arguments import check_options, check_verification
 from .checks import check_adapter
 from .embedding import make_hybrid
 from .hooks import HookBroadcaster
+from .lifecycle import check_closable
 from .limits import RuntimeLimits
 from .memory.manager import MemoryManager
 from .recall_policy import RecallPolicy
@@ -71,7 +72,8 @@ def create_harness_runtime(
     naming the adapter and the flag. Building provisions no storage and calls
     no model: no adapter method is called here. Everything passed in is
     borrowed and never closed by the runtime; ``owned`` lists adapters the
-    caller hands over for :meth:`HarnessRuntime.aclose` to close.
+    caller hands over for :meth:`HarnessRuntime.aclose` to close (each must
+    have an async ``aclose()``, else :class:`InvalidArgumentError`).
 
     ``recall`` is optional (R1): without it a run works exactly as before.
     With it, ``recall_limits`` (default :class:`RecallLimits`) bounds each run,
@@ -146,6 +148,9 @@ def create_harness_runtime(
         raise InvalidArgumentError(f"retention must be a RetentionPolicy, got {type(retention).__name__}")
     hybrid = make_hybrid(embedder, embedding_limits, recall) if embedder is not None else None
     reader = summary_reader(recall, archive) if summarizer is not None else None
+    # owned=[5] was kept and closed nothing (close_owned skips what has no aclose): refused instead.
+    # Checked after the adapters, so a wrong adapter is named by its port, and before bind changes one.
+    check_closable(owned)
     bind = getattr(summarizer, "bind_provider", None)
     if callable(bind):
         bind(provider)  # a summarizer that asks a model uses the runtime's unless it has its own
