@@ -9,6 +9,7 @@ outlived an erasure that said ``complete``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine import memory_fence
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
@@ -95,3 +97,158 @@ async def test_a_fact_written_while_its_user_is_being_erased_is_refused_and_not_
         # Once the erasure completed, the user's memory takes facts again.
         assert (await memory.remember(MemoryFact(ANA, "Ana's desk is 5C"))).status == "stored"
         assert [f.text for f in await memory.list(BOB)] == ["Bob deploys on Fridays"]
+
+
+# -- a write that passed the first check and lands after the erasure's memory step ----------------
+
+
+class _Gates:
+    """Where the test holds the writer's store write and the eraser's memory verification."""
+
+    def __init__(self) -> None:
+        self.hold_remember = False
+        self.hold_check = False
+        self.remember_entered, self.remember_gate = anyio.Event(), anyio.Event()
+        self.check_entered, self.check_gate = anyio.Event(), anyio.Event()
+
+
+def _gated(base: type[Any]) -> type[Any]:
+    class Gated(base):  # type: ignore[misc,valid-type]
+        gates: _Gates
+
+        async def remember(self, fact: MemoryFact, ctx: OpContext) -> Any:
+            if self.gates.hold_remember:
+                self.gates.hold_remember = False
+                self.gates.remember_entered.set()
+                await self.gates.remember_gate.wait()
+            return await super().remember(fact, ctx)
+
+        async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
+            report: EraseReport = await super().erase(target, ctx, **options)
+            if self.gates.hold_check and options.get("dry_run") and options.get("max_items") == 1:
+                # The erasure's verification of memory is done (nothing left): hold it there.
+                self.gates.hold_check = False
+                self.gates.check_entered.set()
+                await self.gates.check_gate.wait()
+            return report
+
+    return Gated
+
+
+def _pair(kind: str, tmp_path: Path, gates: _Gates) -> tuple[HarnessRuntime, HarnessRuntime]:
+    """An eraser and a writer sharing one session store, archive and memory (two processes' view)."""
+    provider = ScriptedProvider(replies=["noted"], cycle=True)
+    if kind == "sqlite":
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        stores = [_gated(SQLiteMemoryStore)(config) for _ in range(2)]
+        for store in stores:
+            store.gates = gates
+        return (_runtime(tmp_path / "agentium.db", stores[0]), _runtime(tmp_path / "agentium.db", stores[1]))
+    from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+    from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+
+    memory = _gated(InMemoryMemoryStore)()
+    memory.gates = gates
+    archive, sessions = InMemoryArchive(), InMemorySessionStore()
+    return tuple(  # type: ignore[return-value]
+        create_harness_runtime(provider=provider, archive=archive, session_store=sessions, memory=memory)
+        for _ in range(2)
+    )
+
+
+async def _erase(runtime: HarnessRuntime, user: str) -> ErasureState:
+    result = await runtime.erase(EraseTarget.user("acme", user), reason="DSR", attestation=OPERATOR)
+    assert result.tombstone is not None
+    return result.tombstone.state
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "in-memory"])
+async def test_a_write_landing_after_a_whole_erasure_is_taken_back(kind: str, tmp_path: Path) -> None:
+    """The write passed the check, then an erasure of its user ran to complete before it landed."""
+    gates = _Gates()
+    eraser, writer = _pair(kind, tmp_path, gates)
+    refused: list[BaseException] = []
+    async with eraser, writer:
+        memory = writer.memory
+        assert memory is not None
+
+        async def write() -> None:
+            with pytest.raises(ErasureInProgressError, match="was not kept") as info:
+                await memory.remember(MemoryFact(ANA, "Ana's desk is 4B"))
+            refused.append(info.value)
+
+        gates.hold_remember = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            await gates.remember_entered.wait()  # past the fence's first read
+            assert await _erase(eraser, "ana") is ErasureState.COMPLETE
+            gates.remember_gate.set()
+        assert refused
+        assert await memory.list(ANA) == ()
+        fact_id = re.search(r"fact (\S+), written meanwhile", str(refused[0]))
+        assert fact_id is not None
+        # Forgotten: no revision keeps its text.
+        assert all(not r.text for r in await memory.history(ANA, fact_id.group(1)))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "in-memory"])
+async def test_a_write_landing_after_the_memory_verification_is_taken_back(kind: str, tmp_path: Path) -> None:
+    """The write lands while the erasure is pending, after its memory step and its verification."""
+    gates = _Gates()
+    eraser, writer = _pair(kind, tmp_path, gates)
+    states: list[ErasureState] = []
+    async with eraser, writer:
+        memory = writer.memory
+        assert memory is not None
+        written = anyio.Event()
+
+        async def write() -> None:
+            try:
+                with pytest.raises(ErasureInProgressError, match="was not kept"):
+                    await memory.remember(MemoryFact(ANA, "Ana's desk is 4B"))
+            finally:
+                written.set()
+
+        async def erase() -> None:
+            states.append(await _erase(eraser, "ana"))
+
+        gates.hold_remember = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            await gates.remember_entered.wait()  # past the fence's first read
+            gates.hold_check = True
+            tg.start_soon(erase)
+            await gates.check_entered.wait()  # memory erased and verified empty; still pending
+            gates.remember_gate.set()
+            await written.wait()
+            gates.check_gate.set()
+        assert states == [ErasureState.COMPLETE]
+        assert await memory.list(ANA) == ()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "in-memory"])
+async def test_an_erasure_of_another_user_during_a_write_keeps_the_fact(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger moving during a write refuses it only for an erasure covering the fact."""
+    monkeypatch.setattr(memory_fence, "CLOCK_MARGIN_S", 0.0)  # clocks agree: one process here
+    gates = _Gates()
+    eraser, writer = _pair(kind, tmp_path, gates)
+    async with eraser, writer:
+        memory = writer.memory
+        assert memory is not None
+        # Ana was erased before the write began: her memory takes facts again.
+        assert await _erase(eraser, "ana") is ErasureState.COMPLETE
+        acks: list[Any] = []
+
+        async def write() -> None:
+            acks.append(await memory.remember(MemoryFact(ANA, "Ana's desk is 5C")))
+
+        gates.hold_remember = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            await gates.remember_entered.wait()
+            assert await _erase(eraser, "bob") is ErasureState.COMPLETE
+            gates.remember_gate.set()
+        assert [a.status for a in acks] == ["stored"]
+        assert [f.text for f in await memory.list(ANA)] == ["Ana's desk is 5C"]

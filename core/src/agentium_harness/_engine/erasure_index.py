@@ -27,16 +27,24 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from typing import Final
 
 from .._errors import SessionConflictError, SnapshotCorruptError
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureLedger, ErasureRecord
+from .._ports.memory import GroupRef, MemoryScope
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
 from .erasure_ledger import header, index_key, load_ledger, save_ledger
 from .lifecycle import Ticket, covers
 
-__all__ = ["INDEX_PAGE_RECORDS", "add_finished", "finished_covering", "finished_records"]
+__all__ = [
+    "INDEX_PAGE_RECORDS",
+    "add_finished",
+    "finished_covering",
+    "finished_covering_fact",
+    "finished_records",
+]
 
 #: Headers a chain's head holds before they move to a page of their own: bounds what every
 #: completion reads and rewrites (a header is about 1 KB; a few KB with the longest reason).
@@ -106,23 +114,41 @@ async def finished_covering(
     Reads the chains of its three scopes and, for an index an earlier
     version wrote, the tenant's head and the pages holding those entries.
     """
-    tenant = key.tenant
+    found = await _scoped(ticket, store, key.tenant, key.user, (key.session,))
+    covering = [r for r in found if covers(r.target, key)]
+    return tuple(sorted(covering, key=lambda r: r.completed_at or r.started_at))
+
+
+async def finished_covering_fact(
+    ticket: Ticket, store: SessionStore, scope: MemoryScope, provenance: Sequence[GroupRef]
+) -> tuple[ErasureRecord, ...]:
+    """The headers of the finished erasures covering a memory fact (:meth:`EraseTarget.covers_fact`).
+
+    Reads the chains of its tenant, its user and each session its provenance
+    names (and the pages an earlier version's tenant head holds).
+    """
+    sessions = sorted({ref.session for ref in provenance})
+    found = await _scoped(ticket, store, scope.tenant, scope.user, sessions)
+    return tuple(r for r in found if r.target.covers_fact(scope, provenance))
+
+
+async def _scoped(
+    ticket: Ticket, store: SessionStore, tenant: str, user: str, sessions: Sequence[str]
+) -> tuple[ErasureRecord, ...]:
+    """The finished erasures of the tenant's, the user's and these sessions' chains (each once)."""
     _, head = await load_ledger(ticket, store, index_key(tenant, _TENANT_CHAIN))
     legacy = len(head.records) if head.legacy is None else head.legacy
     found = await _read_pages(
         ticket, store, tenant, _TENANT_CHAIN, min(head.pages or 0, math.ceil(legacy / INDEX_PAGE_RECORDS))
     )
     found.extend(head.records)
-    for chain in (
-        _scope_chain("tenant"),
-        _scope_chain("user", key.user),
-        _scope_chain("session", key.user, key.session),
-    ):
+    chains = [_scope_chain("tenant"), _scope_chain("user", user)]
+    chains.extend(_scope_chain("session", user, session) for session in sessions)
+    for chain in chains:
         _, scoped = await load_ledger(ticket, store, index_key(tenant, chain))
         found.extend(await _read_pages(ticket, store, tenant, chain, scoped.pages or 0))
         found.extend(scoped.records)
-    covering = [r for r in _once(found) if covers(r.target, key)]
-    return tuple(sorted(covering, key=lambda r: r.completed_at or r.started_at))
+    return _once(found)
 
 
 async def add_finished(ticket: Ticket, store: SessionStore, done: ErasureRecord) -> None:

@@ -43,7 +43,6 @@ from ..._ports.memory import (
     MAX_FACT_BYTES,
     MAX_LOOKUP_LIMIT,
     AckStatus,
-    GroupRef,
     MemoryAck,
     MemoryCapabilities,
     MemoryEvent,
@@ -62,6 +61,7 @@ from ..._validators import bounded_count, bounded_duration, check_duration
 from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
+from ..memory_fence import ErasureFence, fence_check, fence_confirm
 from ..results import Diagnostic
 from .answers import (
     check_cap,
@@ -185,8 +185,8 @@ class MemoryManager:
         self._claims: dict[SessionKey, tuple[HistoryOwner, int]] = {}  # owner and how many claims
         self._claims_lock = threading.Lock()
         self._closed = False
-        #: Set by the runtime that uses this manager (:mod:`..memory_fence`): writes check it first.
-        self._erasure_fence: Callable[[MemoryScope, Sequence[GroupRef]], Awaitable[None]] | None = None
+        #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
+        self._erasure_fence: ErasureFence | None = None
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
         self._telemetry = telemetry.resolve() if telemetry is not None else None
@@ -287,13 +287,12 @@ class MemoryManager:
         reason = self._reject_reason(fact)
         if reason is not None:
             return MemoryAck(AckStatus.REJECTED, reason=reason)
-        if self._erasure_fence is not None:
-            await self._erasure_fence(fact.scope, fact.provenance)
+        seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
         try:
             raw = await self._call("memory remember", lambda ctx: self.store.remember(fact, ctx))
         except MemoryRejectedError as exc:
             return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
-        ack = self._checked_ack(raw, "memory remember")
+        ack = await fence_confirm(seen, self, fact.scope, self._checked_ack(raw, "memory remember"))
         return await self._event(MemoryEventKind.REMEMBERED, ack, fact.scope)
 
     async def remember(self, fact: MemoryFact) -> MemoryAck:
@@ -326,12 +325,11 @@ class MemoryManager:
             raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
         revisions = await self._check_owner(scope, fact_id, "memory correct")
         check_cap(revisions, replacement)
-        if self._erasure_fence is not None:
-            await self._erasure_fence(replacement.scope, replacement.provenance)
+        seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
         raw = await self._call(
             "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
         )
-        ack = self._checked_ack(raw, "memory correct", fact_id)
+        ack = await fence_confirm(seen, self, scope, self._checked_ack(raw, "memory correct", fact_id))
         return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
 
     async def forget(self, scope: MemoryScope, fact_id: str) -> MemoryAck:
