@@ -137,3 +137,40 @@ def test_a_stores_reason_and_notes_cannot_drive_the_terminal(
     assert "\x1b" not in out + err and "\x07" not in err
     assert out == "rejected: no\\x1b[2J\\nstored m1\n"
     assert "  note: slow\\x1b]0;x\\x07\n" in err
+
+
+def test_remember_and_correct_are_refused_while_the_user_is_being_erased(
+    config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI's writes read the erasures recorded in the config's session store, as a runtime's do."""
+    import anyio
+
+    from agentium_harness import EraseTarget, OperatorAttestation, VerifiedIdentity
+    from agentium_harness._config import load_config
+    from agentium_harness._engine.erasure import start
+    from agentium_harness._engine.lifecycle import Ticket
+    from agentium_harness._ports.erasure import ErasureKind
+    from agentium_harness.plugin_api import SessionStore
+
+    who = ["--tenant", "acme", "--user", "ana"]
+    ack = _json(capsys, ["memory", "remember", config, *who, "Ana deploys on Tuesdays"])
+    assert isinstance(ack, dict)
+    resolved = load_config(config)
+    sessions = resolved.session_store.spec.build(resolved.session_store.options, base_dir=resolved.base_dir)
+    assert isinstance(sessions, SessionStore)
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops-7", "sso"), statement="DSR-1")
+
+    async def record_pending() -> None:
+        ticket = Ticket(None, "test", 10.0)
+        await start(ticket, sessions, EraseTarget.user("acme", "ana"), "DSR", operator, ErasureKind.ERASURE)
+        await sessions.aclose()
+
+    anyio.run(record_pending)
+    assert main(["memory", "remember", config, *who, "Ana's desk is 4B"]) == 2
+    assert "is being erased" in capsys.readouterr().err
+    assert main(["memory", "correct", config, *who, ack["fact_id"], "Ana deploys on Thursdays"]) == 2
+    assert "is being erased" in capsys.readouterr().err
+    listed = _json(capsys, ["memory", "list", config, *who])
+    assert [f["text"] for f in listed] == ["Ana deploys on Tuesdays"]  # type: ignore[index,union-attr]
+    # Another user of the tenant is not fenced.
+    assert main(["memory", "remember", config, "--tenant", "acme", "--user", "bob", "Bob is on call"]) == 0

@@ -1,9 +1,11 @@
 """``agentium memory``: list, remember, correct, forget and show the history of facts, for operators.
 
 Every command reads the config file's ``[memory]`` section, builds that memory
-store (and only it: no provider, archive or session store is opened), and
-goes through a :class:`~agentium_harness._engine.memory.manager.MemoryManager`, so
-the same checks, acknowledgments and lifecycle hooks apply as for a host's
+store (no provider or archive is opened; ``remember`` and ``correct`` also
+open the ``[session_store]``, where erasures are recorded, so a fact an
+erasure under way covers is refused as through a runtime), and goes through
+a :class:`~agentium_harness._engine.memory.manager.MemoryManager`, so the
+same checks, acknowledgments and lifecycle hooks apply as for a host's
 calls. The scope is ``--tenant`` and ``--user`` (optionally ``--project``
 and ``--repository``); a fact id of another tenant or user is refused as if
 it did not exist.
@@ -20,9 +22,12 @@ from typing import Any, TypeVar
 import anyio
 
 from .._config import load_config
+from .._engine.lifecycle import close_owned
 from .._engine.memory.manager import MemoryManager
+from .._engine.memory_fence import fence_memory
 from .._errors import InvalidArgumentError
 from .._ports.memory import MemoryAck, MemoryFact, MemoryScope, MemoryStore, StoredFact, iso_utc
+from .._ports.sessions import SessionStore
 from .output import add_config_argument, print_json, reading_only, shown, text_argument
 
 __all__ = ["add_memory_commands"]
@@ -61,9 +66,18 @@ def _fact(args: argparse.Namespace) -> MemoryFact:
 
 
 def _with_manager(
-    args: argparse.Namespace, work: Callable[[MemoryManager], Awaitable[T]], *, reading: bool = False
+    args: argparse.Namespace,
+    work: Callable[[MemoryManager], Awaitable[T]],
+    *,
+    reading: bool = False,
+    fenced: bool = False,
 ) -> T:
-    """``work`` on the config's memory; ``reading`` (a list, a history) creates no database file."""
+    """``work`` on the config's memory; ``reading`` (a list, a history) creates no database file.
+
+    ``fenced`` (remember, correct) also builds the config's session store,
+    where erasures are recorded, and fences the manager's writes with it
+    (:func:`~agentium_harness._engine.memory_fence.fence_memory`).
+    """
     resolved = load_config(args.config)
     if reading:
         resolved = reading_only(resolved)
@@ -75,12 +89,22 @@ def _with_manager(
     store = component.spec.build(component.options, base_dir=resolved.base_dir)
     assert isinstance(store, MemoryStore)
 
+    sessions = None
+    if fenced:
+        built = resolved.session_store.spec.build(resolved.session_store.options, base_dir=resolved.base_dir)
+        assert isinstance(built, SessionStore)
+        sessions = built
+
     async def go() -> T:
         manager = MemoryManager(store, hooks=resolved.registry, owns_store=True)
         try:
+            if sessions is not None:
+                fence_memory(manager, sessions, resolved.limits.op_timeout_s)
             return await work(manager)
         finally:
             await manager.aclose()
+            if sessions is not None:
+                await close_owned((sessions,), resolved.limits.op_timeout_s)
 
     return anyio.run(go)
 
@@ -168,14 +192,14 @@ def cmd_memory_history(args: argparse.Namespace) -> int:
 def cmd_memory_remember(args: argparse.Namespace) -> int:
     """Remember a fact; prints stored, duplicate or rejected (exit 1) with the reason."""
     fact = _fact(args)
-    return _show_ack(args, _with_manager(args, lambda m: m.remember_with_result(fact)))
+    return _show_ack(args, _with_manager(args, lambda m: m.remember_with_result(fact), fenced=True))
 
 
 def cmd_memory_correct(args: argparse.Namespace) -> int:
     """Correct a fact: its next revision gets TEXT; the history keeps the old one."""
     fact = _fact(args)
     scope = _scope(args)
-    return _show_ack(args, _with_manager(args, lambda m: m.correct(scope, args.fact_id, fact)))
+    return _show_ack(args, _with_manager(args, lambda m: m.correct(scope, args.fact_id, fact), fenced=True))
 
 
 def cmd_memory_forget(args: argparse.Namespace) -> int:

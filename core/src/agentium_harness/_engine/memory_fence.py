@@ -50,7 +50,15 @@ from .lifecycle import Ticket
 if TYPE_CHECKING:
     from .memory.manager import MemoryManager
 
-__all__ = ["CLOCK_MARGIN_S", "ErasureFence", "FenceCheck", "fence_check", "fence_confirm", "memory_fence"]
+__all__ = [
+    "CLOCK_MARGIN_S",
+    "ErasureFence",
+    "FenceCheck",
+    "fence_check",
+    "fence_confirm",
+    "fence_memory",
+    "memory_fence",
+]
 
 _log = logging.getLogger("agentium.engine.memory")
 
@@ -124,6 +132,17 @@ class FenceCheck:
 def memory_fence(store: SessionStore, timeout_s: float) -> ErasureFence:
     """The fence reading ``store``'s erasures (the manager's ``_erasure_fence``)."""
     return ErasureFence(store, timeout_s)
+
+
+def fence_memory(manager: MemoryManager, store: SessionStore, timeout_s: float) -> None:
+    """Fence ``manager``'s writes with the erasures recorded in ``store`` (a fence it has stays).
+
+    Used by the runtime, an :class:`~.memory.agent.Agent` given a session
+    store, and ``agentium memory remember|correct``: the session store is
+    where erasures are recorded, so a manager without one cannot be fenced.
+    """
+    if manager._erasure_fence is None:
+        manager._erasure_fence = ErasureFence(store, timeout_s)
 
 
 async def fence_check(

@@ -82,7 +82,7 @@ from .maintenance import (
 from .memory.manager import MemoryManager
 from .memory.work import DrainResult, OwnedWorkSource
 from .memory.work import WorkTracker as MemoryWorkDrainer
-from .memory_fence import memory_fence
+from .memory_fence import fence_memory
 from .owned_work import OwnedWork
 from .parts import RuntimeParts
 from .progress import RunProgress, failed_run
@@ -176,8 +176,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, AdapterReadiness):
         #: What :meth:`apply_retention` applies (``[retention]``); ``None`` when not configured.
         self.retention = retention
         self._memory = memory
-        if memory is not None and memory._erasure_fence is None:
-            memory._erasure_fence = memory_fence(session_store, limits.op_timeout_s)
+        if memory is not None:
+            fence_memory(memory, session_store, limits.op_timeout_s)
         self.verifier = verifier
         self.completion_policy = completion_policy or verified_completion_policy()
         self.evidence_limits = evidence_limits or EvidenceLimits()
