@@ -252,3 +252,47 @@ async def test_an_erasure_of_another_user_during_a_write_keeps_the_fact(
             gates.remember_gate.set()
         assert [a.status for a in acks] == ["stored"]
         assert [f.text for f in await memory.list(ANA)] == ["Ana's desk is 5C"]
+
+
+# -- a memory manager outside a runtime: the Agent ----------------------------------------------
+
+
+async def test_an_agent_given_the_session_store_is_refused_while_its_user_is_being_erased(
+    tmp_path: Path,
+) -> None:
+    """The erasure runs in a runtime (another process); the Agent's writes read the same ledger."""
+    from agentium_harness import Agent, MemoryManager
+
+    db = tmp_path / "agentium.db"
+    held = _HeldErase(SQLiteConfig(path=str(db)))
+    held.entered, held.gate = anyio.Event(), anyio.Event()
+    config = SQLiteConfig(path=str(db))
+    sessions = SQLiteSessionStore(config)
+    manager = MemoryManager(SQLiteMemoryStore(config), owns_store=True)
+    agent = Agent(ScriptedProvider(replies=["noted"]), manager, ANA, owns_memory=True, session_store=sessions)
+    states: list[ErasureState] = []
+    async with _runtime(db, held) as eraser:
+
+        async def erase() -> None:
+            states.append(await _erase(eraser, "ana"))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(erase)
+            await held.entered.wait()  # the erasure is recorded, pending
+            with pytest.raises(ErasureInProgressError, match="nothing was written"):
+                await agent.remember(MemoryFact(ANA, "Ana's desk is 4B"))
+            assert (await agent.remember_with_result(MemoryFact(BOB, "Bob is on call"))).status == "stored"
+            held.gate.set()
+        assert states == [ErasureState.COMPLETE]
+        assert await manager.list(ANA) == ()
+        assert (await agent.remember(MemoryFact(ANA, "Ana's desk is 5C"))).status == "stored"
+    await agent.close()
+    await sessions.aclose()
+
+
+def test_an_agent_refuses_a_session_store_that_is_not_one(tmp_path: Path) -> None:
+    from agentium_harness import Agent, AgentiumError, MemoryManager
+
+    manager = MemoryManager(SQLiteMemoryStore(SQLiteConfig(path=str(tmp_path / "m.db"))))
+    with pytest.raises(AgentiumError):
+        Agent(ScriptedProvider(replies=["x"]), manager, ANA, session_store="sqlite")  # type: ignore[arg-type]

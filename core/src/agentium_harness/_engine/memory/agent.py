@@ -48,10 +48,13 @@ from ..._observe import spans as observe
 from ..._ports._base import OpContext
 from ..._ports.memory import MemoryAck, MemoryFact, MemoryScope
 from ..._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
+from ..._ports.sessions import SessionStore
 from ..._scope import SessionKey
 from ..._validators import MAX_COUNT, check_count, check_duration
+from ..checks import check_adapter
 from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
+from ..memory_fence import fence_memory
 from .manager import HistoryOwner, MemoryManager, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
 from .work import DrainResult
@@ -101,6 +104,13 @@ class Agent:
       both raises :class:`ExtractionConflictError` (R37).
     - ``max_history_messages`` (default 40) is how many of its latest
       messages a run sends and the agent keeps (:attr:`history`); 0 keeps none.
+    - ``session_store`` is where erasures are recorded (the one your runtime
+      and ``agentium erase`` use): given, the manager's ``remember`` and
+      ``correct`` (extraction's too) are fenced by the erasures under way, as
+      ``runtime.memory``'s are (docs/erasure.md); a manager a runtime fenced
+      already keeps its fence. Without one, and unless a runtime fenced the
+      manager, nothing checks erasures: a fact written while its user is
+      being erased can outlive the erasure.
     """
 
     def __init__(
@@ -119,6 +129,7 @@ class Agent:
         close_timeout_s: float = 10.0,
         owned: Sequence[object] = (),
         owns_memory: bool = False,
+        session_store: SessionStore | None = None,
     ) -> None:
         if not isinstance(memory, MemoryManager):
             raise InvalidArgumentError(f"memory must be a MemoryManager, got {type(memory).__name__}")
@@ -143,6 +154,8 @@ class Agent:
                 raise InvalidArgumentError(f"{flag} must be a bool, got {type(value).__name__}")
         if not isinstance(instructions, str):
             raise InvalidArgumentError(f"instructions must be a str, got {type(instructions).__name__}")
+        if session_store is not None:
+            check_adapter("session_store", session_store)
         if isinstance(owned, str | bytes) or not isinstance(owned, Iterable):
             raise InvalidArgumentError(f"owned must be a sequence of resources, got {type(owned).__name__}")
         # Listed before the claim below: nothing may fail once the session is claimed.
@@ -159,6 +172,8 @@ class Agent:
         claimed: HistoryOwner | None = "agent" if extract else "harness" if harness_owns_history else None
         if claimed is not None:
             memory.claim_history(key, claimed)
+        if session_store is not None:
+            fence_memory(memory, session_store, op_timeout_s)
         self.provider = provider
         self.memory = memory
         self.scope = scope
