@@ -24,6 +24,7 @@ from agentium_harness import (
     MemoryFact,
     MemoryScope,
     OperatorAttestation,
+    SessionStoreError,
     VerifiedIdentity,
     create_harness_runtime,
 )
@@ -296,3 +297,49 @@ def test_an_agent_refuses_a_session_store_that_is_not_one(tmp_path: Path) -> Non
     manager = MemoryManager(SQLiteMemoryStore(SQLiteConfig(path=str(tmp_path / "m.db"))))
     with pytest.raises(AgentiumError):
         Agent(ScriptedProvider(replies=["x"]), manager, ANA, session_store="sqlite")  # type: ignore[arg-type]
+
+
+# -- the session store failing around a write ---------------------------------------------------
+
+
+async def test_a_failed_second_read_keeps_the_write_and_its_ack_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The write committed: a session store failing afterwards is a note and a WARNING, never a bare error."""
+    from agentium_harness import MemoryManager
+    from agentium_harness._engine.memory_fence import fence_memory
+    from agentium_harness.adapters.memory import InMemorySessionStore
+    from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+
+    class Failing(InMemorySessionStore):
+        fail = False
+
+        async def load(self, key: Any, ctx: OpContext) -> Any:
+            if self.fail:
+                raise OSError("disk gone")
+            return await super().load(key, ctx)
+
+    gates = _Gates()
+    store = _gated(InMemoryMemoryStore)()
+    store.gates = gates
+    sessions = Failing()
+    manager = MemoryManager(store)
+    fence_memory(manager, sessions, 5.0)
+    acks: list[Any] = []
+
+    async def write() -> None:
+        acks.append(await manager.remember(MemoryFact(ANA, "Ana's desk is 4B")))
+
+    gates.hold_remember = True
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(write)
+        await gates.remember_entered.wait()
+        sessions.fail = True
+        gates.remember_gate.set()
+    (ack,) = acks
+    assert ack.status == "stored" and any("not checked again" in n for n in ack.notes)
+    assert "not confirmed against erasures: SessionStoreError" in caplog.text
+    # Before a write, the same failure refuses it, typed, and nothing is written.
+    with pytest.raises(SessionStoreError, match="nothing was written"):
+        await manager.remember(MemoryFact(ANA, "Ana's desk is 5C"))
+    assert [f.text for f in await manager.list(ANA)] == ["Ana's desk is 4B"]

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from .._errors import AgentiumError, ErasureInProgressError, MemoryFactNotFoundError
-from .._ports.erasure import ErasureRecord, ErasureState
+from .._errors import AgentiumError, ErasureInProgressError, MemoryFactNotFoundError, SessionStoreError
+from .._ports.erasure import ErasureLedger, ErasureRecord, ErasureState
 from .._ports.memory import GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
 from .erasure_index import finished_covering_fact
@@ -90,12 +90,22 @@ class ErasureFence:
     def _ticket(self) -> Ticket:
         return Ticket(None, _OPERATION, self.timeout_s)
 
+    async def _pending(self, ticket: Ticket, tenant: str) -> tuple[int | None, ErasureLedger]:
+        try:
+            return await load_ledger(ticket, self.store, pending_key(tenant), _OPERATION)
+        except AgentiumError:
+            raise
+        except Exception as exc:
+            # A store's foreign exception reaches the host typed (its type only: no stored content).
+            raise SessionStoreError(
+                f"the erasure fence could not read the erasures under way ({type(exc).__name__}); "
+                "nothing was written"
+            ) from exc
+
     async def check(self, scope: MemoryScope, provenance: Sequence[GroupRef]) -> FenceCheck:
         """Before the write: refuse (nothing written) if a covering erasure is pending; what was seen."""
         at = datetime.now(UTC)
-        revision, ledger = await load_ledger(
-            self._ticket(), self.store, pending_key(scope.tenant), _OPERATION
-        )
+        revision, ledger = await self._pending(self._ticket(), scope.tenant)
         for record in ledger.records:
             if record.target.covers_fact(scope, provenance):
                 raise _refusal(scope, record, "nothing was written")
@@ -105,7 +115,7 @@ class ErasureFence:
         """After the write: a covering erasure pending now, or completed since ``seen``; ``None`` if none."""
         ticket = self._ticket()
         scope, provenance = seen.scope, seen.provenance
-        revision, ledger = await load_ledger(ticket, self.store, pending_key(scope.tenant), _OPERATION)
+        revision, ledger = await self._pending(ticket, scope.tenant)
         for record in ledger.records:
             if record.target.covers_fact(scope, provenance):
                 return record
@@ -167,7 +177,7 @@ async def fence_confirm(
     fact_id = ack.fact_id
     try:
         record = await seen.fence.covering_since(seen)
-    except AgentiumError as exc:
+    except Exception as exc:  # the write stands: said in the ack, never a bare error after a commit
         _log.warning("memory write not confirmed against erasures: %s", type(exc).__name__)
         note = f"the write was not checked again against erasures under way ({type(exc).__name__})"
         return attrs.evolve(ack, notes=(*ack.notes, note))
