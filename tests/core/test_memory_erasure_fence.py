@@ -29,6 +29,7 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness._engine import memory_fence
+from agentium_harness._ports.memory import GroupRef
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
@@ -123,6 +124,15 @@ def _gated(base: type[Any]) -> type[Any]:
                 self.gates.remember_entered.set()
                 await self.gates.remember_gate.wait()
             return await super().remember(fact, ctx)
+
+        async def correct(
+            self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+        ) -> Any:
+            if self.gates.hold_remember:
+                self.gates.hold_remember = False
+                self.gates.remember_entered.set()
+                await self.gates.remember_gate.wait()
+            return await super().correct(scope, fact_id, replacement, ctx)
 
         async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
             report: EraseReport = await super().erase(target, ctx, **options)
@@ -343,3 +353,34 @@ async def test_a_failed_second_read_keeps_the_write_and_its_ack_says_so(
     with pytest.raises(SessionStoreError, match="nothing was written"):
         await manager.remember(MemoryFact(ANA, "Ana's desk is 5C"))
     assert [f.text for f in await manager.list(ANA)] == ["Ana's desk is 4B"]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "in-memory"])
+async def test_a_correction_naming_a_session_erased_while_it_was_written_is_taken_back(
+    kind: str, tmp_path: Path
+) -> None:
+    """The fact was not the erasure's; its correction, naming the erased session, landed after it."""
+    gates = _Gates()
+    eraser, writer = _pair(kind, tmp_path, gates)
+    async with eraser, writer:
+        memory = writer.memory
+        assert memory is not None
+        kept = await memory.remember(MemoryFact(ANA, "Ana deploys on Tuesdays"))
+        assert kept.fact_id is not None
+        fixed = MemoryFact(
+            ANA, "Ana deploys on Thursdays", provenance=[GroupRef("s1", 0, "sha256:" + "a" * 64)]
+        )
+
+        async def write() -> None:
+            with pytest.raises(ErasureInProgressError, match="was not kept"):
+                await memory.correct(ANA, kept.fact_id, fixed)  # type: ignore[arg-type]
+
+        gates.hold_remember = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            await gates.remember_entered.wait()  # past the fence's first read
+            target = EraseTarget.session("acme", "ana", "s1")
+            result = await eraser.erase(target, reason="DSR", attestation=OPERATOR)
+            assert result.state is ErasureState.COMPLETE
+            gates.remember_gate.set()
+        assert await memory.list(ANA) == ()

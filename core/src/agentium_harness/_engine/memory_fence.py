@@ -57,7 +57,6 @@ __all__ = [
     "fence_check",
     "fence_confirm",
     "fence_memory",
-    "memory_fence",
 ]
 
 _log = logging.getLogger("agentium.engine.memory")
@@ -137,11 +136,6 @@ class FenceCheck:
     provenance: tuple[GroupRef, ...]
     revision: int | None
     at: datetime
-
-
-def memory_fence(store: SessionStore, timeout_s: float) -> ErasureFence:
-    """The fence reading ``store``'s erasures (the manager's ``_erasure_fence``)."""
-    return ErasureFence(store, timeout_s)
 
 
 def fence_memory(manager: MemoryManager, store: SessionStore, timeout_s: float) -> None:
