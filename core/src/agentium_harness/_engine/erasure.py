@@ -85,6 +85,7 @@ from .erasure_ledger import (
     record_key,
     update_ledger,
 )
+from .erasure_resume import finished_elsewhere, save_progress
 from .lifecycle import Ticket, covers, overlaps
 
 __all__ = [
@@ -92,6 +93,7 @@ __all__ = [
     "ErasureResult",
     "OperatorAttestation",
     "carry_out",
+    "still_held",
     "check_request",
     "pending_for",
     "plan",
@@ -480,12 +482,17 @@ async def carry_out(
             for role, store in stores:
                 entry = record.store(role)
                 while entry is None or entry.status is not EraseStatus.COMPLETE:
+                    done = await finished_elsewhere(ticket, session_store, record)
+                    if done is not None:
+                        return done
                     raw = await ticket.call(f"{role} erase", _erase_call(store, target, False, batch))
                     report = _check_report(raw, target, role, batch, False)
                     record = merge_report(record, role, type(store).__name__, report)
-                    await save_record(ticket, session_store, record)
+                    done = await save_progress(ticket, session_store, record)
+                    if done is not None:
+                        return done
                     entry = record.store(role)
-            left = await _still_held(ticket, stores, target)
+            left = await still_held(ticket, stores, target)
             if not left:
                 return record
             # Something landed after a store said it was done (a late write): erase again.
@@ -493,6 +500,9 @@ async def carry_out(
                 attrs.evolve(s, status=EraseStatus.PARTIAL) if s.role in left else s for s in record.stores
             )
             record = attrs.evolve(record, stores=reopened)
+        done = await finished_elsewhere(ticket, session_store, record)
+        if done is not None:
+            return done
         raise ErasureIncompleteError(
             f"after {_VERIFY_ROUNDS} rounds the {', '.join(left)} still held part of {target.describe()}; "
             "the erasure stays pending; resume it (agentium erase --resume)",
@@ -509,7 +519,7 @@ async def carry_out(
         )
         failed = attrs.evolve(record, notes=(*record.notes, note))
         try:
-            await save_record(ticket, session_store, failed)
+            await save_progress(ticket, session_store, failed)  # never over another's tombstone
         except Exception:  # noqa: S110 - the progress saved after the last call stands
             pass
         raise ErasureIncompleteError(
@@ -520,7 +530,7 @@ async def carry_out(
         ) from exc
 
 
-async def _still_held(ticket: Ticket, stores: Stores, target: EraseTarget) -> list[str]:
+async def still_held(ticket: Ticket, stores: Stores, target: EraseTarget) -> list[str]:
     """The roles whose store still holds anything of ``target`` (a dry run of one item each)."""
     left: list[str] = []
     for role, store in stores:

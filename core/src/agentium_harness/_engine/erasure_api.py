@@ -44,6 +44,7 @@ from .erasure import (
     save_record,
     settle_late,
     start,
+    still_held,
 )
 from .erasure_index import finished_records
 from .erasure_ledger import pending_records
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ErasureOperations", "erasure_stores", "run_erasure"]
 
+#: New erasures one call starts after others completed the one it resumed (each then finds it done).
+_AGAIN_AT_MOST = 2
 #: The levels ``erase`` takes; groups targets come from retention and ``forget``.
 _WHOLE = (EraseLevel.TENANT, EraseLevel.USER, EraseLevel.SESSION)
 
@@ -153,7 +156,9 @@ async def _finish(
         raise stopped
 
 
-async def _carry(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
+async def _carry(
+    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, depth: int = 0
+) -> ErasureRecord:
     stores = erasure_stores(runtime, record.target)
     if record.state is not ErasureState.COMPLETE:
         timeout = runtime.limits.settle_timeout_s
@@ -169,10 +174,34 @@ async def _carry(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord)
                 record,
             )
         record = await carry_out(ticket, stores, runtime.session_store, record)
+        if record.state is ErasureState.COMPLETE:
+            # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
+            return await _again(runtime, ticket, stores, record, depth)
         after = _after(runtime, record)
         if after is not None:
             record = await after(ticket, record)
     return await complete(ticket, runtime.session_store, record)
+
+
+async def _again(
+    runtime: HarnessRuntime, ticket: Ticket, stores: Any, done: ErasureRecord, depth: int
+) -> ErasureRecord:
+    """``done`` (completed by another call), or, when the target still holds something, a new erasure of it.
+
+    What the target holds now was written before this call returns, so this
+    call's erasure covers it: it is erased under a new record (a new fence,
+    inventory and tombstone), never by a call whose fence is down.
+    """
+    if depth >= _AGAIN_AT_MOST or not await still_held(ticket, stores, done.target):
+        return done
+    attestation = OperatorAttestation(done.operator, statement=done.statement)
+    fresh, resumed = await start(
+        ticket, runtime.session_store, done.target, done.reason, attestation, done.kind
+    )
+    if not resumed:
+        fresh = await inventory(ticket, stores, fresh)
+        await save_record(ticket, runtime.session_store, fresh)
+    return await _carry(runtime, ticket, fresh, depth + 1)
 
 
 async def run_erasure(
