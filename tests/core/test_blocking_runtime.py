@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,26 @@ def summarizing_runtime(tmp_path: Path, **limits: float) -> object:
     )
 
 
+def in_threads(request: Callable[[int], None], count: int) -> None:
+    """Run ``request(i)`` for i in 0..count-1, each on a thread of its own, at once; re-raise what failed."""
+    errors: list[BaseException] = []
+
+    def recorded(i: int) -> None:
+        try:
+            request(i)
+        except BaseException as exc:  # re-raised below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=recorded, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a request thread did not finish within 60 s"
+    if errors:
+        raise errors[0]
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_request_threads_share_one_blocking_runtime_and_summaries_finish(
     tmp_path: Path, backend: str
@@ -74,23 +95,14 @@ def test_request_threads_share_one_blocking_runtime_and_summaries_finish(
     """4 request threads, 3 turns each; every background summary update completes; the close is clean."""
     runtime = summarizing_runtime(tmp_path)
     outcomes: list[tuple[RunStatus, CommitState]] = []
-    errors: list[BaseException] = []
     with BlockingRuntime(runtime, backend=backend) as blocking:  # type: ignore[arg-type]
 
         def requests(i: int) -> None:
-            try:
-                for n in range(3):
-                    result = blocking.run(ANA, f"s{i}", f"turn {n} of thread {i}: apples and pears")
-                    outcomes.append((result.status, result.commit_state))
-            except BaseException as exc:  # recorded and asserted below
-                errors.append(exc)
+            for n in range(3):
+                result = blocking.run(ANA, f"s{i}", f"turn {n} of thread {i}: apples and pears")
+                outcomes.append((result.status, result.commit_state))
 
-        threads = [threading.Thread(target=requests, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert errors == [] and not any(t.is_alive() for t in threads)
+        in_threads(requests, 4)
         assert outcomes == [(RunStatus.COMPLETED, CommitState.COMMITTED)] * 12
         # The loop outlived every request: the updates ran to the end instead of being cut.
         for i in range(4):
@@ -437,30 +449,21 @@ def test_every_twin_has_the_signature_of_its_coroutine() -> None:
 
 def test_request_threads_write_and_read_history_through_one_blocking_runtime() -> None:
     """8 threads at once, each on its own session: append, read, retract, reset; all commit."""
-    errors: list[BaseException] = []
     with BlockingRuntime(history_runtime()) as blocking:
 
         def requests(i: int) -> None:
-            try:
-                sid = f"chat-{i}"
-                for n in range(3):
-                    assert blocking.append(ANA, sid, exchange(n)).commit_state is CommitState.COMMITTED
-                page = blocking.read_history(ANA, sid, max_groups=10)
-                assert [m.content for m in page.messages][-1] == "answer 2"
-                taken = blocking.retract(ANA, sid, reason="undo", expected_revision=page.snapshot_revision)
-                assert [m.content for m in taken.messages] == ["answer 2"]
-                assert blocking.reset_view(ANA, sid, reason="clear").commit_state is CommitState.COMMITTED
-                assert blocking.read_history(ANA, sid, max_groups=10).messages == ()
-                assert len(blocking.read_history(ANA, sid, max_groups=10, view=False).groups) == 5
-            except BaseException as exc:  # recorded and asserted below
-                errors.append(exc)
+            sid = f"chat-{i}"
+            for n in range(3):
+                assert blocking.append(ANA, sid, exchange(n)).commit_state is CommitState.COMMITTED
+            page = blocking.read_history(ANA, sid, max_groups=10)
+            assert [m.content for m in page.messages][-1] == "answer 2"
+            taken = blocking.retract(ANA, sid, reason="undo", expected_revision=page.snapshot_revision)
+            assert [m.content for m in taken.messages] == ["answer 2"]
+            assert blocking.reset_view(ANA, sid, reason="clear").commit_state is CommitState.COMMITTED
+            assert blocking.read_history(ANA, sid, max_groups=10).messages == ()
+            assert len(blocking.read_history(ANA, sid, max_groups=10, view=False).groups) == 5
 
-        threads = [threading.Thread(target=requests, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert errors == [] and not any(t.is_alive() for t in threads)
+        in_threads(requests, 8)
         assert blocking.list_sessions(ANA, limit=100).sessions == tuple(sorted(f"chat-{i}" for i in range(8)))
 
 
@@ -496,7 +499,6 @@ def bad_calls(sid: str, fact_id: str) -> list[tuple[str, tuple[Any, ...], dict[s
 
 def test_bad_input_raises_the_async_apis_typed_error_and_changes_nothing() -> None:
     """From 4 threads at once, each twin refuses as its coroutine does (type and message); nothing changed."""
-    errors: list[BaseException] = []
     with BlockingRuntime(history_runtime()) as blocking:
         assert blocking.memory is not None
         sync_memory, async_memory = blocking.memory, blocking.memory.manager
@@ -512,53 +514,36 @@ def test_bad_input_raises_the_async_apis_typed_error_and_changes_nothing() -> No
         before = {i: state(f"s{i}") for i in range(4)}
 
         def requests(i: int) -> None:
-            try:
-                for name, args, kwargs in bad_calls(f"s{i}", str(fact.fact_id)):
-                    method = name.removeprefix("memory.")
-                    twin = getattr(sync_memory if "." in name else blocking, method)
-                    coroutine = getattr(async_memory if "." in name else blocking.runtime, method)
-                    with pytest.raises(AgentiumError) as sync_error:
-                        twin(*args, **kwargs)
-                    with pytest.raises(AgentiumError) as async_error:
-                        blocking.call(coroutine, *args, **kwargs)  # the coroutine itself, on the loop
-                    assert type(sync_error.value) is type(async_error.value), (name, args, kwargs)
-                    assert str(sync_error.value) == str(async_error.value)
-            except BaseException as exc:  # recorded and asserted below
-                errors.append(exc)
+            for name, args, kwargs in bad_calls(f"s{i}", str(fact.fact_id)):
+                method = name.removeprefix("memory.")
+                twin = getattr(sync_memory if "." in name else blocking, method)
+                coroutine = getattr(async_memory if "." in name else blocking.runtime, method)
+                with pytest.raises(AgentiumError) as sync_error:
+                    twin(*args, **kwargs)
+                with pytest.raises(AgentiumError) as async_error:
+                    blocking.call(coroutine, *args, **kwargs)  # the coroutine itself, on the loop
+                assert type(sync_error.value) is type(async_error.value), (name, args, kwargs)
+                assert str(sync_error.value) == str(async_error.value)
 
-        threads = [threading.Thread(target=requests, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert errors == [] and not any(t.is_alive() for t in threads)
+        in_threads(requests, 4)
         assert {i: state(f"s{i}") for i in range(4)} == before
         assert blocking.erasure_status(OPERATOR) == ()
 
 
 def test_threads_share_the_blocking_memory_and_an_operator_erases_from_a_thread() -> None:
     """Memory written from 6 threads at once is all there; an erasure from a thread takes one user only."""
-    errors: list[BaseException] = []
     with BlockingRuntime(history_runtime()) as blocking:
         memory = blocking.memory
         assert isinstance(memory, BlockingMemory)
 
         def requests(i: int) -> None:
-            try:
-                user = VerifiedIdentity("acme", f"user-{i % 2}", "sso")
-                blocking.append(user, f"s{i}", exchange(i))
-                ack = memory.remember(MemoryFact(MemoryScope("acme", f"user-{i % 2}"), f"fact {i}"))
-                assert ack.fact_id is not None
-                assert [f.text for f in memory.history(MemoryScope.of(user), ack.fact_id)] == [f"fact {i}"]
-            except BaseException as exc:  # recorded and asserted below
-                errors.append(exc)
+            user = VerifiedIdentity("acme", f"user-{i % 2}", "sso")
+            blocking.append(user, f"s{i}", exchange(i))
+            ack = memory.remember(MemoryFact(MemoryScope("acme", f"user-{i % 2}"), f"fact {i}"))
+            assert ack.fact_id is not None
+            assert [f.text for f in memory.history(MemoryScope.of(user), ack.fact_id)] == [f"fact {i}"]
 
-        threads = [threading.Thread(target=requests, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert errors == []
+        in_threads(requests, 6)
         assert sorted(f.text for f in memory.list(MemoryScope("acme", "user-0"))) == [
             "fact 0",
             "fact 2",
