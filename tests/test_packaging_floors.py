@@ -28,6 +28,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from agentium_harness.testing.floors import install_floors, run_pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ROOT / "core"
 #: Specifier operators that set a lower bound (``==`` and ``~=`` pin or start at one).
@@ -58,30 +60,7 @@ def test_every_core_dependency_has_a_lower_bound() -> None:
 def floor_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the core's dependencies at their declared lower bounds (from PyPI)."""
     site = tmp_path_factory.mktemp("floors")
-    pins = [f"{name}=={version}" for name, version in floors(CORE / "pyproject.toml").items()]
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--only-binary",
-            ":all:",
-            "--target",
-            str(site),
-            *pins,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    assert proc.returncode == 0, (
-        f"the declared lower bounds {pins} cannot be installed together:\n{proc.stdout}\n{proc.stderr}"
-    )
+    install_floors(site, *(f"{name}=={version}" for name, version in floors(CORE / "pyproject.toml").items()))
     return site
 
 
@@ -115,16 +94,6 @@ FLOOR_MODULES = ("tests/core/test_threaded_adapter.py", "tests/core/test_blockin
 
 
 def test_threads_and_the_blocking_runtime_work_on_the_lowest_dependencies(floor_site: Path) -> None:
-    # PYTHONPATH comes before site-packages: the floors shadow the environment's newer copies
-    # (pytest, hypothesis and trio are the environment's).
+    # The floors shadow the environment's newer copies (pytest, hypothesis and trio are the environment's).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(floor_site), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FLOOR_MODULES],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        env=env,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    run_pytest(env, ROOT, *FLOOR_MODULES, on="the core's lowest dependencies")

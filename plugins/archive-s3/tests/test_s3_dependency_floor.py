@@ -13,14 +13,11 @@ each shape the adapters make.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 
-import pytest
-from packaging.requirements import Requirement
 from packaging.version import Version
+
+from agentium_harness.testing.floors import declared_floors, install_floors, run_python
 
 PLUGIN = Path(__file__).resolve().parents[1]
 
@@ -70,13 +67,7 @@ print(json.dumps({"version": botocore.__version__, "problems": problems}))
 
 
 def _floors() -> dict[str, str]:
-    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text("utf-8"))["project"]
-    found = {}
-    for line in project["dependencies"]:
-        req = Requirement(line)
-        (low,) = [s.version for s in req.specifier if s.operator == ">="]
-        found[req.name] = low
-    return found
+    return declared_floors(PLUGIN / "pyproject.toml")
 
 
 def test_botocore_is_declared_as_it_is_imported() -> None:
@@ -90,42 +81,13 @@ def test_the_lowest_accepted_botocore_takes_every_call(tmp_path: Path) -> None:
     # pip may pair with the plugin is the higher of the two floors.
     lowest = str(max(Version(floors["boto3"]), Version(floors.get("botocore", "0"))))
     site = tmp_path / "site"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--only-binary",
-            ":all:",
-            "--target",
-            str(site),
-            f"botocore=={lowest}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"pip could not install botocore=={lowest}:\n{proc.stderr}")
+    install_floors(site, f"botocore=={lowest}")
     calls = [
         (op, {k: ("__bytes__" if isinstance(v, bytes) else v) for k, v in params.items()})
         for op, params in CALLS
     ]
-    code = f"import sys; sys.path[:0] = [{str(site)!r}]\n" + CHECK
-    run = subprocess.run(
-        [sys.executable, "-S", "-c", code, json.dumps(calls)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr
-    result = json.loads(run.stdout)
+    # On the floor alone: no site-packages, so no newer botocore can stand in.
+    result = json.loads(run_python(CHECK, json.dumps(calls), isolated=site, timeout=120))
     assert Version(result["version"]) == Version(lowest)
     assert result["problems"] == [], (
         f"botocore {result['version']} (the declared floor) refuses calls the adapters make"

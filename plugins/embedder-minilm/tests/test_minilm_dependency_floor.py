@@ -12,16 +12,12 @@ installed model file once on that folder alone (``python -S``).
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 
-import pytest
-from packaging.requirements import Requirement
 from packaging.version import Version
 
 from agentium_embedder_minilm.embedder import WEIGHTS_PACKAGE
+from agentium_harness.testing.floors import declared_floors, install_floors, run_python
 
 PLUGIN = Path(__file__).resolve().parents[1]
 
@@ -37,54 +33,12 @@ print(ort.__version__, np.__version__)
 """
 
 
-def _floors() -> dict[str, str]:
-    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text("utf-8"))["project"]
-    found = {}
-    for line in project["dependencies"]:
-        req = Requirement(line)
-        lows = [s.version for s in req.specifier if s.operator in (">=", "==")]
-        if lows:
-            found[req.name] = min(lows)
-    return found
-
-
 def test_the_lowest_accepted_onnxruntime_runs_the_model(tmp_path: Path) -> None:
-    floors = _floors()
+    floors = declared_floors(PLUGIN / "pyproject.toml")
     pins = [f"onnxruntime=={floors['onnxruntime']}", f"numpy=={floors['numpy']}"]
     site = tmp_path / "site"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--only-binary",
-            ":all:",
-            "--target",
-            str(site),
-            *pins,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"the declared lower bounds {pins} cannot be installed together:\n{proc.stderr}")
+    install_floors(site, *pins)
     model = Path(importlib.import_module(WEIGHTS_PACKAGE).model_path())
-    code = f"import sys; sys.path[:0] = [{str(site)!r}]\n" + RUN
-    run = subprocess.run(
-        [sys.executable, "-S", "-c", code, str(model)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert run.returncode == 0, f"{pins} cannot run {model.name}:\n{run.stderr[-2000:]}"
-    assert [Version(v) for v in run.stdout.split()] == [
-        Version(floors["onnxruntime"]),
-        Version(floors["numpy"]),
-    ]
+    # On the floors alone: no site-packages, so no newer numpy or onnxruntime can stand in.
+    shown = run_python(RUN, str(model), isolated=site).split()
+    assert [Version(v) for v in shown] == [Version(floors["onnxruntime"]), Version(floors["numpy"])]

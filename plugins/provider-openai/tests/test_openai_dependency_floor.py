@@ -11,82 +11,25 @@ from several loops.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import tomllib
 from pathlib import Path
 
-import pytest
-from packaging.requirements import Requirement
 from packaging.version import Version
+
+from agentium_harness.testing.floors import declared_floors, install_floors, run_pytest, run_python
 
 PLUGIN = Path(__file__).resolve().parents[1]
 TESTS = ("test_openai_any_loop.py", "test_openai_mapping.py")
 
 
-def _openai_floor() -> str:
-    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text("utf-8"))["project"]
-    (req,) = [Requirement(d) for d in project["dependencies"] if Requirement(d).name == "openai"]
-    (low,) = [s.version for s in req.specifier if s.operator == ">="]
-    return low
-
-
 def test_the_provider_runs_on_the_lowest_accepted_client(tmp_path: Path) -> None:
-    floor = _openai_floor()
+    floor = declared_floors(PLUGIN / "pyproject.toml")["openai"]
     site = tmp_path / "site"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--only-binary",
-            ":all:",
-            "--target",
-            str(site),
-            f"openai=={floor}",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"pip could not install openai=={floor}:\n{proc.stderr}")
-    # PYTHONPATH comes before site-packages: the floor shadows the environment's newer client.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    shown = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, openai; print(openai.__file__.startswith(sys.argv[1]), openai.__version__)",
-            str(site),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+    # The floor shadows the environment's newer client (PYTHONPATH comes before site-packages).
+    env = install_floors(site, f"openai=={floor}")
+    shown = run_python(
+        "import sys, openai; print(openai.__file__.startswith(sys.argv[1]), openai.__version__)",
+        str(site),
         env=env,
-    ).stdout.split()
+    ).split()
     assert shown[0] == "True" and Version(shown[1]) == Version(floor)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            *(str(PLUGIN / "tests" / t) for t in TESTS),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=PLUGIN,
-        env=env,
-        timeout=600,
-    )
-    assert run.returncode == 0, f"on openai=={floor}:\n{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
+    run_pytest(env, PLUGIN, *(str(PLUGIN / "tests" / t) for t in TESTS), on=f"openai=={floor}")

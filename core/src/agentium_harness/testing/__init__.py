@@ -20,6 +20,10 @@
   runs one async callable from several threads at once, each on an event loop
   of its own (the OpenAI Agents SDK's concurrent-access pattern), and
   :func:`run_in_turn` from successive loops, as ``anyio.run`` per request does.
+- Dependency floors (:mod:`agentium_harness.testing.floors`): :func:`declared_floors`,
+  :func:`install_floors`, :func:`run_python` and :func:`run_pytest` run a
+  distribution's code and tests on the oldest releases its metadata accepts
+  (the core's and every plugin's floor tests use them).
 
 The suites' modules are registered for pytest's assertion rewriting before
 they are imported, so a failing standard test shows the values it compared.
@@ -31,6 +35,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .eval_target import HarnessEvalTarget, create_harness_eval_target
+from .floors import declared_floors, install_floors, run_pytest, run_python
 from .helpers import (
     ABSENT_MARKERS,
     COLLIDING_MEMORY_SCOPES,
@@ -102,6 +107,10 @@ __all__ = [
     "rich_group",
     "run_in_threads",
     "run_in_turn",
+    "declared_floors",
+    "install_floors",
+    "run_pytest",
+    "run_python",
     "scoped_snapshot",
 ]
 
