@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agentium_harness import Message, Role
@@ -46,7 +46,10 @@ def _readable(item: Mapping[str, Any]) -> str:
         output = item.get("output")
         text = output if isinstance(output, str) else _parts(output)
         if not text and output is not None:
-            text = json.dumps(output, ensure_ascii=False, allow_nan=False)[:MAX_CONTENT_CHARS]
+            try:
+                text = json.dumps(output, ensure_ascii=False, allow_nan=False)[:MAX_CONTENT_CHARS]
+            except (TypeError, ValueError):  # not plain JSON (a mapping that is no dict): append refuses it
+                text = ""
         return f"[{kind} {item.get('call_id', '?')}] {text}"
     if kind == "reasoning":
         return "[reasoning] " + _parts(item.get("summary"))
@@ -124,6 +127,7 @@ ITEMS = st.fixed_dictionaries(
 
 @settings(max_examples=400, deadline=None)
 @given(ITEMS, st.booleans())
+@example({"type": "function_call_output", "output": [MappingProxyType({})]}, False)  # not plain JSON: no text
 def test_item_to_message_gives_each_item_its_role_and_readable_content(
     item: dict[str, Any], proxy: bool
 ) -> None:
