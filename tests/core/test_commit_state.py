@@ -309,6 +309,9 @@ async def test_an_abandoned_save_that_lands_during_the_read_back_is_committed(tm
     store = SlowSQLite(SQLiteConfig(path=str(tmp_path / "s.db")), 0.45)
     limits = RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=1, close_timeout_s=1)
     try:
+        # The file is created (WAL switch, schema, their fsyncs) before the run, without a deadline:
+        # on a busy disk that alone took longer than the run's 0.3 s and failed its first load.
+        assert await store.load(KEY, OpContext()) is None
         result = await _runtime(store, limits=limits).run(ANA, "s1", "hello")
         assert result.commit_state is CommitState.COMMITTED and result.has("save_settled")
     finally:
