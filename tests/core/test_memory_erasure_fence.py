@@ -28,7 +28,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._engine import memory_fence
+from agentium_harness._engine import erasure_fence
 from agentium_harness._ports.memory import GroupRef
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
@@ -242,7 +242,7 @@ async def test_an_erasure_of_another_user_during_a_write_keeps_the_fact(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ledger moving during a write refuses it only for an erasure covering the fact."""
-    monkeypatch.setattr(memory_fence, "CLOCK_MARGIN_S", 0.0)  # clocks agree: one process here
+    monkeypatch.setattr(erasure_fence, "CLOCK_MARGIN_S", 0.0)  # clocks agree: one process here
     gates = _Gates()
     eraser, writer = _pair(kind, tmp_path, gates)
     async with eraser, writer:

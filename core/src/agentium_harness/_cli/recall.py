@@ -17,7 +17,9 @@ import anyio
 
 from .._config import load_config
 from .._config.runtime import build_runtime, load_runtime
+from .._engine.document_fence import index_document_fenced
 from .._engine.embedding import embedding_text, index_sources
+from .._engine.erasure_fence import ErasureFence
 from .._engine.history_view import recall_hidden
 from .._engine.lifecycle import Ticket
 from .._engine.load import load_session
@@ -95,6 +97,7 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
     async def go() -> None:
         async with runtime:
             store = _store(runtime, "document_indexing")
+            fence = ErasureFence(runtime.session_store, runtime.limits.op_timeout_s)
             progress = _Progress(len(files))
             for done, (doc_id, path) in enumerate(files, start=1):
                 # At most one byte past the bound is read: a huge file is skipped, never loaded.
@@ -121,11 +124,15 @@ def cmd_recall_add(args: argparse.Namespace) -> int:
                     counts["skipped"] += 1
                     sys.stderr.write(f"  skipped {shown(str(path))}: not UTF-8 text\n")
                     continue
-                ref = await store.index_document(
-                    owner, doc_id, text, OpContext.with_timeout(30.0), title=doc_id
+                ticket = Ticket(None, "recall add", runtime.limits.op_timeout_s)
+                # Fenced like a memory write: refused while an erasure of the owner is pending, and
+                # deleted again (and refused) if one began while it was written (docs/erasure.md).
+                ref, notes = await index_document_fenced(
+                    fence, ticket, store, owner, doc_id, text, title=doc_id, timeout_s=30.0
                 )
+                for note in notes:
+                    sys.stderr.write(f"  warning: {shown(str(path))}: {note}\n")
                 if runtime.hybrid is not None:  # hybrid recall: the document's vector goes in beside it
-                    ticket = Ticket(None, "recall add", runtime.limits.op_timeout_s)
                     await index_sources(ticket, runtime.hybrid, store, [(ref, text)])
                 counts["indexed"] += 1
                 progress.step(done)

@@ -33,6 +33,7 @@ from typing import Final
 from .._errors import SessionConflictError, SnapshotCorruptError
 from .._ports.erasure import EraseLevel, EraseTarget, ErasureLedger, ErasureRecord
 from .._ports.memory import GroupRef, MemoryScope
+from .._ports.recall_sources import SourceOwner
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
 from .erasure_ledger import header, index_key, load_ledger, save_ledger
@@ -43,6 +44,7 @@ __all__ = [
     "add_finished",
     "finished_covering",
     "finished_covering_fact",
+    "finished_covering_owner",
     "finished_records",
 ]
 
@@ -132,18 +134,37 @@ async def finished_covering_fact(
     return tuple(r for r in found if r.target.covers_fact(scope, provenance))
 
 
-async def _scoped(
-    ticket: Ticket, store: SessionStore, tenant: str, user: str, sessions: Sequence[str]
+async def finished_covering_owner(
+    ticket: Ticket, store: SessionStore, owner: SourceOwner
 ) -> tuple[ErasureRecord, ...]:
-    """The finished erasures of the tenant's, the user's and these sessions' chains (each once)."""
+    """The headers of the finished erasures covering a host document of ``owner`` (:meth:`covers_owner`).
+
+    Reads the chains of its tenant and, when the owner names them, its user
+    and its session (a document owned tenant-wide is taken by tenant
+    erasures only), and the pages an earlier version's tenant head holds.
+    """
+    sessions = () if owner.session is None else (owner.session,)
+    found = await _scoped(ticket, store, owner.tenant, owner.user, sessions)
+    return tuple(r for r in found if r.target.covers_owner(owner))
+
+
+async def _scoped(
+    ticket: Ticket, store: SessionStore, tenant: str, user: str | None, sessions: Sequence[str]
+) -> tuple[ErasureRecord, ...]:
+    """The finished erasures of the tenant's, the user's and these sessions' chains (each once).
+
+    Without a user, only the tenant's chain (no user's or session's erasure takes what it owns).
+    """
     _, head = await load_ledger(ticket, store, index_key(tenant, _TENANT_CHAIN))
     legacy = len(head.records) if head.legacy is None else head.legacy
     found = await _read_pages(
         ticket, store, tenant, _TENANT_CHAIN, min(head.pages or 0, math.ceil(legacy / INDEX_PAGE_RECORDS))
     )
     found.extend(head.records)
-    chains = [_scope_chain("tenant"), _scope_chain("user", user)]
-    chains.extend(_scope_chain("session", user, session) for session in sessions)
+    chains = [_scope_chain("tenant")]
+    if user is not None:
+        chains.append(_scope_chain("user", user))
+        chains.extend(_scope_chain("session", user, session) for session in sessions)
     for chain in chains:
         _, scoped = await load_ledger(ticket, store, index_key(tenant, chain))
         found.extend(await _read_pages(ticket, store, tenant, chain, scoped.pages or 0))

@@ -26,6 +26,9 @@ import attrs
 from .._codec import unstructure
 from .._config import ResolvedConfig, load_config
 from .._config.runtime import build_runtime
+from .._engine.document_fence import index_document_fenced
+from .._engine.erasure_fence import ErasureFence
+from .._engine.lifecycle import Ticket
 from .._engine.results import RunResult
 from .._engine.runtime import HarnessRuntime
 from .._engine.tools import ToolRegistry
@@ -121,10 +124,17 @@ async def _drive(runtime: HarnessRuntime, case: EvalCase, recorder: Recorder, re
             continue
         assert step.doc_id is not None
         if step.kind == "document":
-            ref = await store.index_document(
-                owner, step.doc_id, step.text, OpContext.with_timeout(timeout), title=step.title
+            # Fenced as ``agentium recall add`` is: an erasure of the owner under way refuses it.
+            ref, notes = await index_document_fenced(
+                ErasureFence(runtime.session_store, timeout),
+                Ticket(None, "eval document", timeout),
+                store,
+                owner,
+                step.doc_id,
+                step.text,
+                title=step.title,
             )
-            outcomes.append(StepOutcome(index, "document", "indexed"))
+            outcomes.append(StepOutcome(index, "document", "indexed", "; ".join(notes)))
             if step.label is not None:
                 labels[step.label] = LabelInfo(ref.source_id, owner)
         else:

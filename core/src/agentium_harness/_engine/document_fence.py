@@ -1,0 +1,131 @@
+"""The erasure fence for host documents indexed for recall: none is kept in a scope an erasure takes.
+
+``RecallStore.index_document`` writes straight into the recall store, beside
+no session: nothing a session load fences. An erasure in another process
+could erase and verify the recall store, then the document land, and the
+erasure say ``complete`` with it indexed. So the engine's document writes
+(``agentium recall add``, the eval harness's document steps) go through
+:func:`index_document_fenced`, which reads the tenant's erasures around the
+write with the shared :class:`~.erasure_fence.ErasureFence` (its docstring
+says why the two reads suffice). A document an erasure covers
+(:meth:`EraseTarget.covers_owner`: its tenant, or the user or session its
+owner names) is refused with
+:class:`~agentium_harness._errors.ErasureInProgressError`:
+
+- **before the write**, when such an erasure is pending: nothing is written;
+- **after the write**, when such an erasure began after that first read
+  (pending now, or completed since): the document is deleted again
+  (``delete_document``) and the error says it was not kept — or, if the
+  delete failed, that it is still there and how to remove it.
+
+If the second read fails, the write stands: the WARNING and the returned
+note say it was not checked again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import attrs
+
+from .._errors import ErasureInProgressError
+from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
+from .._ports.recall import RecallStore, SourceOwner, SourceRef
+from .._ports.sessions import SessionStore
+from .erasure_fence import ErasureFence
+from .erasure_index import finished_covering_owner
+from .lifecycle import Ticket
+
+__all__ = ["index_document_fenced"]
+
+_log = logging.getLogger("agentium.engine.recall")
+
+
+def _whose(owner: SourceOwner) -> str:
+    if owner.session is not None:
+        return f"session {owner.session!r} of user {owner.user!r}"
+    if owner.user is not None:
+        return f"user {owner.user!r}"
+    return f"tenant {owner.tenant!r}"
+
+
+@attrs.frozen(slots=True)
+class _DocumentWrite:
+    """Host document ``doc_id`` of ``owner``, as the fence sees it (:class:`.FencedWrite`)."""
+
+    owner: SourceOwner
+    doc_id: str
+
+    @property
+    def tenant(self) -> str:
+        return self.owner.tenant
+
+    def covers(self, target: EraseTarget) -> bool:
+        return target.covers_owner(self.owner)
+
+    async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
+        return await finished_covering_owner(ticket, store, self.owner)
+
+    def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
+        where = f"({record.target.describe()}, erasure {record.erasure_id})"
+        whose = _whose(self.owner)
+        if record.state is ErasureState.COMPLETE:
+            said = f"the documents of {whose} were erased while document {self.doc_id!r} was indexed {where}"
+        else:
+            said = (
+                f"the documents of {whose} are being erased {where}; document {self.doc_id!r} is refused "
+                "until the erasure completes (agentium erase --resume)"
+            )
+        return ErasureInProgressError(f"{said}; {outcome}", record.erasure_id)
+
+
+async def index_document_fenced(
+    fence: ErasureFence,
+    ticket: Ticket,
+    store: RecallStore,
+    owner: SourceOwner,
+    doc_id: str,
+    text: str,
+    *,
+    title: str = "",
+    timeout_s: float | None = None,
+) -> tuple[SourceRef, tuple[str, ...]]:
+    """``store.index_document`` fenced by the erasures ``fence`` reads: the ref and notes (none if checked).
+
+    ``timeout_s`` bounds the index and delete calls (default: the ticket's).
+
+    :raises ErasureInProgressError: an erasure covering ``owner`` is pending
+        (nothing written), or one began while the document was written (it
+        was deleted again, or the message says deleting it failed).
+    :raises SessionStoreError: the erasures could not be read before the
+        write (nothing written).
+    """
+    write = _DocumentWrite(owner, doc_id)
+    seen = await fence.check(write)
+    ref = await ticket.call(
+        "recall index",
+        lambda ctx: store.index_document(owner, doc_id, text, ctx, title=title),
+        timeout_s=timeout_s,
+    )
+    try:
+        record = await fence.covering_since(seen)
+    except Exception as exc:  # the write stands: said in the notes, never a bare error after a commit
+        _log.warning("document indexing not confirmed against erasures: %s", type(exc).__name__)
+        return ref, (f"the document was not checked again against erasures under way ({type(exc).__name__})",)
+    if record is None:
+        return ref, ()
+    try:
+        await ticket.call(
+            "recall delete",
+            lambda ctx: store.delete_document(owner, doc_id, ctx),
+            timeout_s=timeout_s,
+        )
+    except Exception as exc:
+        _log.warning("a document indexed during an erasure could not be taken back: %s", type(exc).__name__)
+        raise write.refusal(
+            record,
+            f"the document was indexed meanwhile and deleting it failed ({type(exc).__name__}): "
+            "erase the scope again",
+        ) from exc
+    raise write.refusal(record, "the document, indexed meanwhile, was deleted: it was not kept")

@@ -1,0 +1,130 @@
+"""The erasure fence around a write an erasure must not miss: the pending erasures read before and after.
+
+A write made outside a session's load (a memory fact, :mod:`.memory_fence`;
+a host document indexed for recall, :mod:`.document_fence`) is fenced here,
+in every process sharing the session store, where erasures are recorded.
+What the write claims (:class:`FencedWrite`: its tenant, which erasure
+targets take it, how to find the finished ones, how to refuse) is the
+caller's; the reads and the reasoning are shared:
+
+- **before the write** (:meth:`ErasureFence.check`), a covering erasure
+  pending refuses it: nothing is written;
+- **after the write** (:meth:`ErasureFence.covering_since`), a covering
+  erasure that began after that first read may have erased and verified the
+  store before the write landed, and would then say ``complete`` with the
+  write still there. So the pending ledger is read again; a covering erasure
+  in it, or — when the ledger changed meanwhile — one of the tenant's
+  finished erasures that completed since the first read, is returned, and
+  the caller takes its write back and refuses.
+
+An erasure adds itself to ``pending`` before it erases anything, and leaves
+it only after its tombstone is indexed; the ledger's revision changes at each
+step. So either the second read sees the erasure (pending, or the ledger's
+revision moved and its tombstone is indexed) or it began after that read,
+once the write landed, and erases it itself. Which finished erasures are
+"since the first read" is told by their ``completed_at`` (another process's
+clock) against this process's clock at the first read, less
+:data:`CLOCK_MARGIN_S` for clock skew: a covering erasure completed just
+before a write that raced another erasure of the tenant takes it back too
+(try again), never the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Final, Protocol
+
+import attrs
+
+from .._errors import AgentiumError, ErasureInProgressError, SessionStoreError
+from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
+from .._ports.sessions import SessionStore
+from .erasure_ledger import load_ledger, pending_key
+from .lifecycle import Ticket
+
+__all__ = ["CLOCK_MARGIN_S", "ErasureFence", "FenceCheck", "FencedWrite"]
+
+#: How far apart the clocks of two processes sharing the session store may be: a covering erasure
+#: that completed this long before a write's first check still takes it back, if the ledger moved.
+CLOCK_MARGIN_S: Final = 300.0
+_OPERATION: Final = "erasure fence"
+
+
+class FencedWrite(Protocol):
+    """What a fenced write claims: whose erasures it reads, which take it, how it is refused."""
+
+    @property
+    def tenant(self) -> str:
+        """The tenant whose erasure ledger is read."""
+        ...
+
+    def covers(self, target: EraseTarget) -> bool:
+        """True if an erasure of ``target`` takes what is written."""
+        ...
+
+    async def finished(self, ticket: Ticket, store: SessionStore) -> Sequence[ErasureRecord]:
+        """The tenant's finished erasures that may cover the write (filtered by :meth:`covers` after)."""
+        ...
+
+    def refusal(self, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
+        """The typed refusal naming ``record``; ``outcome`` says what became of the write."""
+        ...
+
+
+@attrs.frozen(slots=True)
+class ErasureFence:
+    """Reads ``store``'s erasures around a write (one bounded read each, ``timeout_s``)."""
+
+    store: SessionStore
+    timeout_s: float
+
+    def _ticket(self) -> Ticket:
+        return Ticket(None, _OPERATION, self.timeout_s)
+
+    async def _pending(self, ticket: Ticket, tenant: str) -> tuple[int | None, ErasureLedger]:
+        try:
+            return await load_ledger(ticket, self.store, pending_key(tenant), _OPERATION)
+        except AgentiumError:
+            raise
+        except Exception as exc:
+            # A store's foreign exception reaches the host typed (its type only: no stored content).
+            raise SessionStoreError(
+                f"the erasure fence could not read the erasures under way ({type(exc).__name__}); "
+                "nothing was written"
+            ) from exc
+
+    async def check(self, write: FencedWrite) -> FenceCheck:
+        """Before the write: refuse (nothing written) if a covering erasure is pending; what was seen."""
+        at = datetime.now(UTC)
+        revision, ledger = await self._pending(self._ticket(), write.tenant)
+        for record in ledger.records:
+            if write.covers(record.target):
+                raise write.refusal(record, "nothing was written")
+        return FenceCheck(self, write, revision, at)
+
+    async def covering_since(self, seen: FenceCheck) -> ErasureRecord | None:
+        """After the write: a covering erasure pending now, or completed since ``seen``; ``None`` if none."""
+        ticket = self._ticket()
+        write = seen.write
+        revision, ledger = await self._pending(ticket, write.tenant)
+        for record in ledger.records:
+            if write.covers(record.target):
+                return record
+        if revision == seen.revision:
+            return None  # no erasure of the tenant began or ended meanwhile
+        since = seen.at - timedelta(seconds=CLOCK_MARGIN_S)
+        for record in await write.finished(ticket, self.store):
+            if write.covers(record.target) and (record.completed_at or record.started_at) >= since:
+                return record
+        return None
+
+
+@attrs.frozen(slots=True)
+class FenceCheck:
+    """What :meth:`ErasureFence.check` saw: the write, the pending ledger's revision, when it was read."""
+
+    fence: ErasureFence
+    write: FencedWrite
+    revision: int | None
+    at: datetime
