@@ -103,6 +103,32 @@ async def test_a_finish_reason_that_is_not_text_is_malformed(
     assert len(stub.completions) == 1
 
 
+@pytest.mark.parametrize("role", ["user", "system", "developer", "tool", "Assistant", "", ["assistant"], 1])
+async def test_a_reply_in_another_speakers_name_is_malformed(
+    stub: StubServer, provider: OpenAIProvider, role: object
+) -> None:
+    """A message whose role is not "assistant" is never taken for the model's answer, nor its tool calls."""
+    body = recording("tool_call")
+    body["choices"][0]["message"]["role"] = role
+    stub.add(Reply(body=body))
+    with pytest.raises(OpenAIMalformedReplyError, match=r"role is .*not 'assistant'"):
+        await provider.complete(REQUEST, OpContext.with_timeout(10))
+    assert len(stub.completions) == 1  # refused, not retried
+
+
+async def test_a_reply_without_a_role_is_still_the_answer(stub: StubServer, provider: OpenAIProvider) -> None:
+    """A missing (or null) role names no other speaker: the message is the assistant's, as before."""
+    for role in ("missing", None):
+        body = recording("plain_answer")
+        if role is None:
+            body["choices"][0]["message"]["role"] = None
+        else:
+            del body["choices"][0]["message"]["role"]
+        stub.add(Reply(body=body))
+        response = await provider.complete(REQUEST, OpContext.with_timeout(10))
+        assert response.message.role is Role.ASSISTANT and response.message.content
+
+
 @pytest.mark.parametrize(
     "message",
     [

@@ -20,7 +20,7 @@ import anyio
 import pytest
 from openai import AsyncOpenAI
 from openai_helpers import KEY_ENV, request_arrived
-from openai_stub_server import Reply, StubServer
+from openai_stub_server import Reply, StubServer, recording
 
 from agentium_harness import (
     ConfigError,
@@ -235,6 +235,29 @@ async def test_malformed_arguments_in_a_run_run_no_tool(
             await runtime.run(ME, "s1", "weather?", grants=["get_weather"])
         assert not (await runtime.inspect_session(ME, "s1")).exists
     assert ran == []
+
+
+async def test_a_reply_in_the_users_name_commits_nothing_and_runs_no_tool(
+    tmp_path: Path, stub: StubServer, key_in_env: str
+) -> None:
+    """A server answering as "user" (with a tool call) fails the run: no tool runs, nothing is committed."""
+    ran: list[object] = []
+
+    async def get_weather(arguments: Mapping[str, Any]) -> str:
+        ran.append(arguments)
+        return "x"
+
+    body = recording("tool_call")
+    body["choices"][0]["message"]["role"] = "user"
+    stub.add(Reply(body=body))
+    runtime = load_runtime(
+        write_config(tmp_path, stub), tools=ToolRegistry([Tool("get_weather", get_weather)])
+    )
+    async with runtime:
+        with pytest.raises(ProviderError, match="role is 'user', not 'assistant'"):
+            await runtime.run(ME, "s1", "weather?", grants=["get_weather"])
+        assert not (await runtime.inspect_session(ME, "s1")).exists
+    assert ran == [] and len(stub.completions) == 1
 
 
 async def test_an_owned_client_is_closed_with_the_runtime(

@@ -12,10 +12,10 @@ Out (:func:`request_messages`, :func:`request_tools`):
    (``arguments`` as a JSON string) and ``tool`` results by ``tool_call_id``;
 4. granted tools as ``function`` tools.
 
-Back (:func:`parse_completion`): the first choice's message becomes an
-assistant :class:`Message`; its tool calls become :class:`ToolCall` with
-``arguments`` parsed as a JSON object (size-capped, strictly, depth-capped);
-usage is taken from ``usage``. Any shape this cannot use is an
+Back (:func:`parse_completion`): the first choice's message (its ``role``
+``assistant``, or not given) becomes an assistant :class:`Message`; its tool
+calls become :class:`ToolCall` with ``arguments`` parsed as a JSON object
+(size-capped, strictly, depth-capped); usage is taken from ``usage``. Any shape this cannot use is an
 :class:`OpenAIMalformedReplyError`, never a crash; an answer the server says
 it cut off (``finish_reason`` ``length`` or ``content_filter``) is an
 :class:`OpenAIIncompleteReplyError`, and none of its tool calls is parsed or run.
@@ -342,7 +342,8 @@ def parse_completion(
 
     Raises :class:`OpenAIMalformedReplyError` for any body it cannot use: not
     an object, an ``error`` object, no ``choices``, a choice without a message,
-    a ``finish_reason`` that is neither text nor null, content that is not
+    a message whose ``role`` is given and is not ``"assistant"``, a
+    ``finish_reason`` that is neither text nor null, content that is not
     text, or a malformed tool call; its subclass
     :class:`OpenAIReplyLimitError` for a tool call whose arguments are larger
     than ``max_tool_arguments_bytes`` or nested deeper than
@@ -370,6 +371,11 @@ def parse_completion(
     message = choice.get("message") if isinstance(choice, dict) else None
     if not isinstance(message, dict):
         raise _malformed("its first choice has no message object")
+    role = message.get("role")
+    if role is not None and role != "assistant":
+        # A reply in another speaker's name (a user turn, a system or tool message) is never
+        # taken for the model's own answer. A missing role claims no speaker: it is the answer.
+        raise _malformed(f"its message's role is {shown(role, secret)}, not 'assistant'")
     _refuse_incomplete(choice, message)
     content = message.get("content")
     refusal = message.get("refusal")
