@@ -8,16 +8,24 @@ hangs after flooding, or sends a compression bomb) with a 500 costs at most
 
 from __future__ import annotations
 
+import gc
 import gzip
 import logging
 import time
 
+import openai
 import pytest
 from openai_helpers import make_provider
 from openai_stub_server import Reply, StubServer
 
 from agentium_harness.plugin_api import Message, ModelRequest, OpContext, Role
-from agentium_provider_openai import OpenAIRetriesExhaustedError, OpenAIStatusError
+from agentium_provider_openai import (
+    OpenAIProvider,
+    OpenAIProviderConfig,
+    OpenAIProviderError,
+    OpenAIRetriesExhaustedError,
+    OpenAIStatusError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -92,3 +100,43 @@ async def test_an_error_answer_within_the_cap_still_quotes_the_servers_message(s
             await provider.complete(REQUEST, OpContext.with_timeout(10))
     finally:
         await provider.aclose()
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and every exception it holds as a cause or context, hidden or not."""
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return seen
+
+
+@pytest.mark.parametrize(("status", "kind"), [(400, OpenAIStatusError), (503, OpenAIRetriesExhaustedError)])
+async def test_a_lent_clients_error_body_is_not_kept_by_the_typed_error(
+    stub: StubServer, status: int, kind: type[OpenAIProviderError], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lent client reads an error body whole; the provider's error keeps 500 characters of it, nothing more.
+
+    Before, the client's ``APIStatusError`` (the whole body, its response) stayed reachable as the
+    hidden ``__context__`` of the typed error, for as long as the host kept that error.
+    """
+    marker = "lent-flood-" + str(status)
+    flood = (marker + " ") * 50_000  # about 800 KB, far past what any message quotes
+    stub.add(Reply.error(status, flood), Reply.error(status, flood))
+    lent = openai.AsyncOpenAI(api_key=stub.api_key, base_url=stub.base_url)
+    config = OpenAIProviderConfig(model="stub-model", max_retries=1, retry_backoff_s=0.01)
+    provider = OpenAIProvider(config, client=lent)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="agentium.plugins.provider_openai"):
+            with pytest.raises(kind) as caught:
+                await provider.complete(REQUEST, OpContext.with_timeout(30))
+    finally:
+        await lent.close()
+    error = caught.value
+    assert error.status == status and marker in str(error) and len(str(error)) < 1000
+    assert all(not isinstance(e, openai.APIError) for e in _chain(error)), _chain(error)
+    gc.collect()
+    # Nothing else holds the client's exception either (its traceback's frames included).
+    alive = [o for o in gc.get_objects() if isinstance(o, openai.APIStatusError) and marker in o.message]
+    assert alive == []
+    assert all(marker not in r.getMessage() for r in caplog.records)

@@ -1,7 +1,8 @@
 """What the provider makes of the HTTP layer's failures: which to retry, how long to wait, what they mean.
 
 Kept apart from :mod:`.provider` (which sends, bounds and retries) so that
-each stays one responsibility: this module only classifies.
+each stays one responsibility: this module classifies them, and lets go of
+what the provider's own errors need not keep (:func:`forget_hidden_context`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from typing import Final
 
-__all__ = ["STREAMING_ONLY", "Retryable", "is_transport_error", "retry_after"]
+__all__ = ["STREAMING_ONLY", "Retryable", "forget_hidden_context", "is_transport_error", "retry_after"]
 
 #: A 4xx message that says only streamed requests are served ("streaming is required",
 #: "only supports stream=true", "stream must be true", "non-streaming requests are not
@@ -69,3 +70,20 @@ def is_transport_error(exc: BaseException) -> bool:
         return False
     base = getattr(sys.modules.get(root), "HTTPError", None)
     return isinstance(base, type) and isinstance(exc, base)
+
+
+def forget_hidden_context(exc: BaseException) -> BaseException:
+    """``exc`` no longer holding the exception it was raised over ``from None``; ``exc`` itself, returned.
+
+    Python keeps an error raised ``from None`` while another is handled as its
+    ``__context__``, only hidden from tracebacks. The provider raises its typed
+    errors that way over the client's own: a lent client's ``APIStatusError``
+    holds the whole error body it read (its response too), and a host that
+    keeps the typed error would keep all of it. The typed error already quotes
+    what it needs (the server's message, scrubbed, at most 500 characters), so
+    the hidden chain is let go. An error raised with a cause, or over a context
+    it shows, keeps it.
+    """
+    if exc.__suppress_context__ and exc.__cause__ is None:
+        exc.__context__ = None
+    return exc

@@ -45,7 +45,7 @@ from agentium_harness.plugin_api import (
     decode_json,
 )
 
-from ._failures import Retryable, is_transport_error, retry_after
+from ._failures import Retryable, forget_hidden_context, is_transport_error, retry_after
 from ._refusals import ErrorAnswer, broke_off, error_answer_hook, refusal, status_error
 from .config import HEADER_TOKEN, REPLY_ENVELOPE_DEPTH, OpenAIProviderConfig, read_key, redact_url
 from .errors import (
@@ -248,7 +248,7 @@ class OpenAIProvider(ModelProvider):
                     failed.append(exc)
             group.cancel_scope.cancel()
         if failed:
-            raise failed[0]
+            raise forget_hidden_context(failed[0])
         if box:
             return box[0]
         if ctx.signal.cancelled and ctx.signal.reason != "deadline passed":
