@@ -22,6 +22,7 @@ import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from .._engine.tools import ToolRegistry
 from .._errors import AgentiumError, InvalidArgumentError
 from .._observe import tree
 from .._plugins.commands import CORE_COMMANDS, CliCommand
+from .._plugins.deadline import call_with_deadline, process_hook_timeout
 from .._plugins.registry import BUILTIN_DISTRIBUTION, PluginRegistry
 from .._scope import RecallScope, VerifiedIdentity
 from .._text import error_text, shorten
@@ -464,12 +466,16 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
     add_verify_commands(subparsers, _add_identity_args, _identity)
     add_eval_commands(subparsers)
     add_erase_commands(subparsers)
+    timeout_s = process_hook_timeout() if commands else 0.0
     for command in commands:
         sub = subparsers.add_parser(
             command.name, help=command.help, description=command.description or command.help
         )
         try:
-            command.configure(sub)
+            # Bounded like every other call into plugin code at load time: a hang is a broken command.
+            call_with_deadline(
+                partial(command.configure, sub), timeout_s, f"configure of command {command.name!r}"
+            )
         # A plugin's bug must not break the other commands: SystemExit too (``parser.error()`` in
         # configure exited the whole command line, --help and every other plugin command included).
         except (Exception, SystemExit) as exc:
@@ -523,7 +529,11 @@ def main(argv: Sequence[str] | None = None, *, registry: PluginRegistry | None =
     the installed plugins, loaded only for a word that is not a core command).
     """
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(plugin_commands(args_list, registry))
+    try:
+        parser = build_parser(plugin_commands(args_list, registry))
+    except AgentiumError as exc:  # AGENTIUM_HOOK_TIMEOUT is not a number of seconds
+        sys.stderr.write(f"agentium: {shown_lines(error_text(exc, named=False))}\n")
+        return EXIT_USAGE
     if "_ARGCOMPLETE" in os.environ:  # a shell asks for completions (docs/cli.md, "Shell completion")
         complete(parser)
     argv = args_list

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import anyio
 
 from .._config import load_config
+from .._config.runtime import build_component
 from .._engine.lifecycle import close_owned
 from .._engine.memory.manager import MemoryManager
 from .._engine.memory_fence import fence_memory
@@ -86,12 +87,12 @@ def _with_manager(
         raise InvalidArgumentError(
             f'{args.config} has no [memory] section; add one (plugin = "sqlite") to manage memory'
         )
-    store = component.spec.build(component.options, base_dir=resolved.base_dir)
+    store = build_component(component, resolved)  # bounded: a hung factory must not hang the command
     assert isinstance(store, MemoryStore)
 
     sessions = None
     if fenced:
-        built = resolved.session_store.spec.build(resolved.session_store.options, base_dir=resolved.base_dir)
+        built = build_component(resolved.session_store, resolved)
         assert isinstance(built, SessionStore)
         sessions = built
 

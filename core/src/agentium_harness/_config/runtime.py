@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import anyio
@@ -16,13 +17,28 @@ from .._engine.recall_policy import current_session_recall_policy
 from .._engine.runtime import HarnessRuntime
 from .._engine.tools import ToolRegistry
 from .._errors import ConfigError, ConfigIssue
+from .._plugins.deadline import call_with_deadline
 from .._plugins.registry import PluginRegistry
 from .._plugins.spec import BUILDING, BuildContext
 from .._ports import PORT_KINDS
 from .._text import error_text
-from .load import ResolvedConfig, load_config
+from .load import ResolvedComponent, ResolvedConfig, load_config
 
-__all__ = ["build_runtime", "close_built", "load_runtime"]
+__all__ = ["build_component", "build_runtime", "close_built", "load_runtime"]
+
+
+def build_component(component: ResolvedComponent, resolved: ResolvedConfig) -> Any:
+    """Build one configured adapter, its factory bounded by the registry's ``hook_timeout_s``.
+
+    A factory must do no I/O, but one that blocks forever used to hang the
+    host (and every ``agentium`` command) here: past the bound it is abandoned
+    in its daemon thread and :class:`~agentium_harness._plugins.deadline.HookTimeoutError`
+    (a :class:`~agentium_harness._errors.PluginError`) names the plugin. An
+    adapter it returns late is never used.
+    """
+    build = partial(component.spec.build, component.options, base_dir=resolved.base_dir)
+    what = f"the factory of {component.kind} adapter {component.plugin!r} (plugin {component.distribution})"
+    return call_with_deadline(build, resolved.registry.hook_timeout_s, what)
 
 
 def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None) -> HarnessRuntime:
@@ -31,7 +47,8 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
     Adapters built here are owned by the runtime (closed by ``aclose``). Each
     goes to ``create_harness_runtime`` under its kind's factory argument (from
     :data:`~agentium_harness._ports.PORT_KINDS`). Building does no I/O: adapter
-    factories must defer connections to first use. A factory that raises is
+    factories must defer connections to first use. A factory that raises, or
+    does not return within the registry's ``hook_timeout_s`` (:func:`build_component`), is
     reported as a :class:`ConfigError` at the section's path, and the adapters
     already built are closed (bounded by ``close_timeout_s``), as they are when
     the runtime itself is refused. ``tools`` is the
@@ -48,7 +65,7 @@ def build_runtime(resolved: ResolvedConfig, *, tools: ToolRegistry | None = None
             try:
                 # Options from load_config already hold resolved paths; base_dir
                 # also covers a ResolvedConfig a host assembled itself.
-                adapter = component.spec.build(component.options, base_dir=resolved.base_dir)
+                adapter = build_component(component, resolved)
             except Exception as exc:  # a plugin factory's failure is a config problem for the user
                 # error_text: the exception is the plugin's; its __str__ may raise (a traceback
                 # instead of this error) or hold a lone surrogate (a message that cannot be printed).

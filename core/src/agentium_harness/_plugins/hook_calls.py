@@ -15,10 +15,11 @@ import pluggy
 
 from .._errors import PluginError
 from .._text import error_text
+from .deadline import call_with_deadline
 from .hookspecs import LIFECYCLE_HOOKS
 from .records import HookFailure
 
-__all__ = ["broadcast_hook", "caller_for", "describe_error", "discard_awaitable"]
+__all__ = ["broadcast_hook", "call_registration_hook", "caller_for", "describe_error", "discard_awaitable"]
 
 
 def describe_error(exc: BaseException) -> str:
@@ -61,6 +62,32 @@ def broadcast_hook(
         except (Exception, SystemExit) as exc:  # isolated and reported, by contract
             failures.append(HookFailure(distribution, hook, describe_error(exc)))
     return failures
+
+
+def call_registration_hook(
+    pm: pluggy.PluginManager,
+    hook: str,
+    impl: pluggy.HookImpl,
+    register: Callable[[Any], None],
+    timeout_s: float,
+    distribution: str,
+) -> None:
+    """Call one plugin's registration hook with ``register``, bounded by ``timeout_s``.
+
+    Raises what the hook raised, ``TypeError`` for an async hook, and
+    :class:`~agentium_harness._plugins.deadline.HookTimeoutError` for one that
+    has not returned by the deadline (a hook blocked forever used to hang the
+    registry's load, and with it every command); the caller must then refuse
+    the abandoned hook's late ``register`` calls.
+    """
+
+    def call() -> None:
+        for result in caller_for(pm, hook, impl)(register=register):
+            if inspect.isawaitable(result):
+                discard_awaitable(result)
+                raise TypeError("registration hooks must be plain functions, not async")
+
+    call_with_deadline(call, timeout_s, f"{hook} of plugin {distribution}")
 
 
 def caller_for(pm: pluggy.PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import inspect
 import os
 import types
 from collections.abc import Iterable, Mapping
@@ -34,13 +33,13 @@ import attrs
 import pluggy
 
 from .._errors import PluginError, PluginNotFoundError
-from .._ports import PORT_KINDS
 from . import hookspecs
 from .commands import COMMAND_HOOK, CliCommand, CommandTable
+from .deadline import call_with_deadline, check_timeout, hook_timeout
 from .discovery import entry_points_of
 from .graders import GRADER_HOOK, GraderTable
 from .hints import KNOWN_PLUGINS, missing_message
-from .hook_calls import broadcast_hook, caller_for, describe_error, discard_awaitable
+from .hook_calls import broadcast_hook, call_registration_hook, describe_error
 from .hookspecs import PROJECT_NAME, REGISTRATION_HOOKS
 from .records import (
     HookFailure,
@@ -60,7 +59,7 @@ from .selection import (
 )
 from .spec import AdapterSpec
 from .strategies import STRATEGY_HOOK, RecallStrategy, StrategyKind, StrategyTable
-from .validation import hashable_plugin, hook_problems, spec_problems
+from .validation import check_kind, hashable_plugin, hook_problems, spec_problems
 
 __all__ = [
     "BUILTIN_DISTRIBUTION",
@@ -107,11 +106,16 @@ class PluginRegistry:
     ``pip install`` command of a known plugin distribution.
     """
 
-    def __init__(self, *, autoload: bool = False) -> None:
+    def __init__(self, *, autoload: bool = False, hook_timeout_s: float | None = None) -> None:
         """An empty registry with only the hook specifications; prefer :meth:`load`."""
         self._pm = pluggy.PluginManager(PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
         self._autoload = autoload
+        self._timeout_s = (
+            hook_timeout(os.environ)
+            if hook_timeout_s is None
+            else check_timeout(hook_timeout_s, "hook_timeout_s")
+        )
         self._dists: dict[str, _Distribution] = {}
         self._plugin_dist: dict[str, str] = {}
         self._adapters: dict[tuple[str, str], RegisteredAdapter] = {}
@@ -135,6 +139,7 @@ class PluginRegistry:
         block: Iterable[str] = (),
         environ: Mapping[str, str] | None = None,
         extra_plugins: Iterable[tuple[str, object]] = (),
+        hook_timeout_s: float | None = None,
     ) -> PluginRegistry:
         """Load the built-in plugin, ``extra_plugins`` and (with ``autoload``) installed plugins.
 
@@ -146,9 +151,15 @@ class PluginRegistry:
         :param environ: the environment to read (default :data:`os.environ`).
         :param extra_plugins: ``(distribution, module)`` pairs registered as if they
             were installed, for tests and embedding hosts; allow/block do not apply.
+        :param hook_timeout_s: how long each plugin import, registration hook and (in
+            ``build_runtime``) adapter factory may take; one still running then is
+            abandoned and reported. ``None``: ``AGENTIUM_HOOK_TIMEOUT`` of ``environ``, else 30 s.
+        :raises InvalidArgumentError: a bound (argument or variable) that is not a number of seconds.
         """
         env = os.environ if environ is None else environ
-        registry = cls(autoload=autoload)
+        registry = cls(
+            autoload=autoload, hook_timeout_s=hook_timeout(env) if hook_timeout_s is None else hook_timeout_s
+        )
         registry.register_plugin(BUILTIN_DISTRIBUTION, importlib.import_module(BUILTIN_MODULE))
         for distribution, module in extra_plugins:
             registry.register_plugin(distribution, module)
@@ -212,7 +223,8 @@ class PluginRegistry:
                 self._skipped.append(SkippedPlugin(dist_name, version, f"{ep.name} = {ep.value}", reason))
                 continue
             try:
-                module = ep.load()
+                # Bounded: a module that blocks at import is a failed import, not a hung command.
+                module = call_with_deadline(ep.load, self._timeout_s, f"importing plugin {dist_name}")
             # Any import-time failure is the plugin's, not ours: SystemExit too (a module calling
             # sys.exit at import ended the whole command, exit 0, with nothing said). Ctrl-C stays.
             except (Exception, SystemExit) as exc:
@@ -300,8 +312,11 @@ class PluginRegistry:
         half-way adds nothing.
         """
         accepted: list[Any] = []
+        open_ = True
 
         def register(item: Any) -> None:
+            if not open_:  # the hook was abandoned at its deadline, or returned
+                raise PluginError(f"{hook}: register() called after the hook returned ({distribution})")
             problem = table.problems_for(item, distribution)
             if problem is None and hook == GRADER_HOOK and any(g.name == item.name for g in accepted):
                 problem = f"grader {item.name!r} is registered twice by {distribution}"
@@ -313,13 +328,12 @@ class PluginRegistry:
             accepted.append(item)
 
         try:
-            for result in caller_for(self._pm, hook, impl)(register=register):
-                if inspect.isawaitable(result):
-                    discard_awaitable(result)
-                    raise TypeError("registration hooks must be plain functions, not async")
+            call_registration_hook(self._pm, hook, impl, register, self._timeout_s, distribution)
         except (Exception, SystemExit) as exc:
             self._problem(distribution, version, ProblemStage.REGISTER_HOOK, describe_error(exc), hook=hook)
             return
+        finally:
+            open_ = False
         for item in accepted:
             table.add(item, distribution)
 
@@ -385,10 +399,7 @@ class PluginRegistry:
         try:
             # Through pluggy's hook caller, narrowed to this one plugin, so
             # pluggy's tracing and monitoring see the call like any other.
-            for result in caller_for(self._pm, hook_name, impl)(register=register):
-                if inspect.isawaitable(result):
-                    discard_awaitable(result)
-                    raise TypeError("registration hooks must be plain functions, not async")
+            call_registration_hook(self._pm, hook_name, impl, register, self._timeout_s, distribution)
         except (Exception, SystemExit) as exc:  # the plugin's failure: discard what this call registered
             self._problem(
                 distribution,
@@ -458,6 +469,11 @@ class PluginRegistry:
         return self._pm
 
     @property
+    def hook_timeout_s(self) -> float:
+        """How long each plugin import, registration hook and adapter factory may take (see :meth:`load`)."""
+        return self._timeout_s
+
+    @property
     def autoload(self) -> bool:
         """Whether installed entry points were considered."""
         return self._autoload
@@ -518,7 +534,7 @@ class PluginRegistry:
 
     def names(self, kind: str) -> tuple[str, ...]:
         """Selectable adapter names of ``kind``, sorted (conflicted names excluded)."""
-        _check_kind(kind)
+        check_kind(kind)
         return tuple(
             name for (k, name) in sorted(self._adapters) if k == kind and (k, name) not in self._conflicts
         )
@@ -533,7 +549,7 @@ class PluginRegistry:
 
     def adapter(self, kind: str, name: str) -> RegisteredAdapter:
         """The registration selected by ``(kind, name)``; :class:`PluginNotFoundError` says why not."""
-        _check_kind(kind)
+        check_kind(kind)
         owners = self._conflicts.get((kind, name))
         if owners:
             raise PluginNotFoundError(
@@ -579,10 +595,3 @@ class PluginRegistry:
         a failure and the awaitable is closed unrun.
         """
         return broadcast_hook(self._pm, self._plugin_dist, hook, kwargs)
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in PORT_KINDS:
-        raise PluginNotFoundError(
-            f"unknown adapter kind {kind!r}; kinds are: {', '.join(sorted(PORT_KINDS))}"
-        )

@@ -17,7 +17,7 @@ import attrs
 import pluggy
 
 from .._engine.checks import adapter_problems
-from .._errors import RegistrationError
+from .._errors import PluginNotFoundError, RegistrationError
 from .._ports import PORT_KINDS
 from .commands import COMMAND_HOOK
 from .graders import GRADER_HOOK
@@ -26,6 +26,7 @@ from .spec import AdapterSpec
 from .strategies import STRATEGY_HOOK
 
 __all__ = [
+    "check_kind",
     "ADAPTER_NAME_PATTERN",
     "hashable_plugin",
     "hook_problems",
@@ -153,3 +154,11 @@ def hook_problems(pm: pluggy.PluginManager, plugin: object) -> list[tuple[str, s
             text = str(exc)
             found.append((f"{type(exc).__name__}: {text}" if text else type(exc).__name__, None))
     return found
+
+
+def check_kind(kind: str) -> None:
+    """Refuse an adapter kind that is not one of :data:`~agentium_harness._ports.PORT_KINDS`."""
+    if kind not in PORT_KINDS:
+        raise PluginNotFoundError(
+            f"unknown adapter kind {kind!r}; kinds are: {', '.join(sorted(PORT_KINDS))}"
+        )

@@ -1,0 +1,123 @@
+"""A deadline on calls into plugin code made outside the engine: imports, registration hooks, factories.
+
+The engine bounds every adapter call and lifecycle broadcast, but loading the
+registry (importing a plugin, calling its registration hooks) and building an
+adapter (its factory) are synchronous calls into plugin code. One that never
+returns used to hang ``PluginRegistry.load``, ``build_runtime`` and so every
+``agentium`` command.
+
+A Python thread cannot be killed, so the call runs in a *daemon* worker
+thread that the caller stops waiting for at the deadline: the caller gets a
+:class:`HookTimeoutError` and goes on, the abandoned thread is left to run (or
+block) on its own, and being a daemon it never keeps the process from exiting.
+Whatever it returns or raises late is discarded.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from .._errors import InvalidArgumentError, PluginError
+
+__all__ = [
+    "DEFAULT_HOOK_TIMEOUT_S",
+    "ENV_HOOK_TIMEOUT",
+    "HookTimeoutError",
+    "call_with_deadline",
+    "hook_timeout",
+]
+
+T = TypeVar("T")
+
+#: How long one plugin import, registration hook or adapter factory may take by default.
+#: They must do no I/O (docs/plugins.md), so this is only a backstop against a hang.
+DEFAULT_HOOK_TIMEOUT_S = 30.0
+#: The environment variable that sets that bound, in seconds, for the CLI and every host.
+ENV_HOOK_TIMEOUT = "AGENTIUM_HOOK_TIMEOUT"
+#: The largest accepted bound (a day): beyond it ``Event.wait`` overflows on some platforms.
+_MAX_TIMEOUT_S = 86_400.0
+
+_log = logging.getLogger("agentium.registry")
+
+
+class HookTimeoutError(PluginError):
+    """A call into plugin code did not return by its deadline; it was abandoned, still running."""
+
+
+def check_timeout(value: object, name: str) -> float:
+    """``value`` as a deadline in seconds; :class:`InvalidArgumentError` unless finite and in (0, 1 day]."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{name} must be a number of seconds, got {type(value).__name__}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and 0 < seconds <= _MAX_TIMEOUT_S):
+        raise InvalidArgumentError(
+            f"{name} must be more than 0 and at most {_MAX_TIMEOUT_S:g} seconds, got {value!r}"
+        )
+    return seconds
+
+
+def hook_timeout(environ: Mapping[str, str]) -> float:
+    """The bound :data:`ENV_HOOK_TIMEOUT` sets in ``environ``, else :data:`DEFAULT_HOOK_TIMEOUT_S`.
+
+    :raises InvalidArgumentError: the variable is set to something that is not a valid bound.
+    """
+    raw = environ.get(ENV_HOOK_TIMEOUT)
+    if raw is None or not raw.strip():
+        return DEFAULT_HOOK_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{ENV_HOOK_TIMEOUT} must be a number of seconds, got {raw!r}; no plugin was loaded"
+        ) from None
+    return check_timeout(value, ENV_HOOK_TIMEOUT)
+
+
+def process_hook_timeout() -> float:
+    """The bound of the process environment (:func:`hook_timeout` of :data:`os.environ`)."""
+    return hook_timeout(os.environ)
+
+
+def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str) -> T:
+    """``call()`` in a daemon thread, waited for at most ``timeout_s``; its result or its exception.
+
+    The call runs in a copy of the caller's context (context variables such as
+    the build context reach it). ``what`` names the call in the error and the
+    log: a plugin and hook, never data.
+
+    :raises HookTimeoutError: ``call`` had not returned at the deadline; it is
+        abandoned (still running in its thread) and its late outcome discarded.
+    """
+    context = contextvars.copy_context()
+    outcome: list[tuple[bool, object]] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append((True, context.run(call)))
+        except BaseException as exc:  # handed to the waiting caller; nothing escapes the thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work, name="agentium-plugin-call", daemon=True)
+    worker.start()
+    if not done.wait(timeout_s):
+        _log.warning(
+            "%s did not return within %ss; abandoned, still running in a daemon thread", what, timeout_s
+        )
+        raise HookTimeoutError(
+            f"{what} did not return within {timeout_s:g}s ({ENV_HOOK_TIMEOUT} sets this bound); "
+            "it was abandoned"
+        )
+    ok, value = outcome[0]
+    if not ok:
+        assert isinstance(value, BaseException)
+        raise value
+    return value  # type: ignore[return-value]  # ``call``'s own result

@@ -1,0 +1,233 @@
+"""Calls into plugin code outside the engine are bounded: imports, registration hooks, factories, commands.
+
+A hook implementation that blocks forever used to hang ``PluginRegistry.load``,
+``build_runtime`` and with them every ``agentium`` command. Each call now runs in
+a daemon thread the caller abandons at ``AGENTIUM_HOOK_TIMEOUT`` (or
+``hook_timeout_s``): the hang becomes a load problem or a typed error naming the
+plugin and the hook, and the process still exits. The plugins here block on a
+``threading.Event`` that each test releases afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import types
+from collections.abc import Callable, Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentium_harness import InvalidArgumentError
+from agentium_harness._cli import main
+from agentium_harness._plugins import registry as registry_module
+from agentium_harness._plugins.hookspecs import hookimpl
+from agentium_harness._plugins.registry import PluginRegistry, ProblemStage
+from agentium_harness._plugins.spec import AdapterSpec
+from agentium_harness.adapters.providers import ScriptedProvider, ScriptedProviderConfig
+from agentium_harness.plugin_api import CliCommand
+
+BOUND_S = 0.3
+#: How long a bounded call may take in all, on a busy machine (the bound plus thread start-up).
+WITHIN_S = 5.0
+DIST = "agtest-hang"
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """The event the hanging plugin waits on; released after the test so its thread ends."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def _hanging_registration(gate: threading.Event) -> types.ModuleType:
+    """A plugin whose provider registration hook blocks until ``gate`` is set, then registers ``hang``."""
+    module = types.ModuleType("agtest_hang_registration")
+
+    @hookimpl
+    def agentium_register_providers(register: Callable[[AdapterSpec], None]) -> None:
+        gate.wait()
+        register(
+            AdapterSpec(name="hang", adapter_class=ScriptedProvider, config_class=ScriptedProviderConfig)
+        )
+
+    module.agentium_register_providers = agentium_register_providers  # type: ignore[attr-defined]
+    return module
+
+
+def _hanging_factory(gate: threading.Event) -> types.ModuleType:
+    """A plugin registering provider ``hang`` whose factory blocks until ``gate`` is set."""
+    module = types.ModuleType("agtest_hang_factory")
+
+    def factory(config: ScriptedProviderConfig) -> ScriptedProvider:
+        gate.wait()
+        return ScriptedProvider(config)
+
+    @hookimpl
+    def agentium_register_providers(register: Callable[[AdapterSpec], None]) -> None:
+        register(
+            AdapterSpec(
+                name="hang",
+                adapter_class=ScriptedProvider,
+                config_class=ScriptedProviderConfig,
+                factory=factory,
+            )
+        )
+
+    module.agentium_register_providers = agentium_register_providers  # type: ignore[attr-defined]
+    return module
+
+
+def _installed(monkeypatch: pytest.MonkeyPatch, module: types.ModuleType) -> None:
+    """Make ``module`` the one installed plugin, as the CLI's registry finds it (an entry point)."""
+    entry = types.SimpleNamespace(
+        name="main",
+        value=f"{module.__name__}:main",
+        dist=types.SimpleNamespace(name=DIST, version="1.0"),
+        load=lambda: module,
+    )
+    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
+    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", str(BOUND_S))
+    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
+    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
+
+
+def _config(tmp_path: Path) -> Path:
+    cfg = tmp_path / "agentium.toml"
+    cfg.write_text(
+        '[provider]\nplugin = "hang"\n[provider.options]\nresponses = ["hi"]\n'
+        '[archive]\nplugin = "memory"\n[session_store]\nplugin = "memory"\n',
+        encoding="utf-8",
+    )
+    return cfg
+
+
+def _run_argv(tmp_path: Path) -> list[str]:
+    return ["run", str(_config(tmp_path)), "--tenant", "t", "--user", "u", "--session", "s", "hello"]
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str, float]:
+    out, err = StringIO(), StringIO()
+    started = time.monotonic()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue(), time.monotonic() - started
+
+
+def test_a_registration_hook_that_blocks_is_abandoned_and_reported(gate: threading.Event) -> None:
+    started = time.monotonic()
+    registry = PluginRegistry.load(
+        autoload=False, extra_plugins=[(DIST, _hanging_registration(gate))], hook_timeout_s=BOUND_S
+    )
+    assert time.monotonic() - started < WITHIN_S
+    [problem] = [p for p in registry.problems if p.distribution == DIST]
+    assert problem.stage is ProblemStage.REGISTER_HOOK
+    assert problem.hook == "agentium_register_providers"
+    assert f"agentium_register_providers of plugin {DIST} did not return within {BOUND_S}s" in problem.error
+    assert "scripted" in registry.names("provider")  # the others loaded
+    gate.set()  # the abandoned hook now returns and calls register(): refused, nothing registered late
+    time.sleep(0.2)
+    assert "hang" not in registry.names("provider")
+
+
+def test_a_bad_hook_timeout_is_a_typed_error() -> None:
+    with pytest.raises(InvalidArgumentError, match="AGENTIUM_HOOK_TIMEOUT"):
+        PluginRegistry.load(autoload=False, environ={"AGENTIUM_HOOK_TIMEOUT": "soon"})
+    with pytest.raises(InvalidArgumentError, match="hook_timeout_s"):
+        PluginRegistry.load(autoload=False, hook_timeout_s=0)
+
+
+def test_the_cli_reports_a_hung_registration_hook_within_the_bound(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _installed(monkeypatch, _hanging_registration(gate))
+    code, out, err, took = _cli(_run_argv(tmp_path))
+    assert took < WITHIN_S
+    assert code == 2, (out, err)
+    assert DIST in err and "agentium_register_providers" in err and f"did not return within {BOUND_S}s" in err
+    code, out, err, took = _cli(["plugins"])
+    assert took < WITHIN_S
+    assert code == 0
+    assert f"{DIST} 1.0 [degraded]" in out, out
+    assert "[register_hook in agentium_register_providers]" in out
+
+
+def test_the_cli_reports_a_hung_adapter_factory_within_the_bound(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _installed(monkeypatch, _hanging_factory(gate))
+    code, out, err, took = _cli(_run_argv(tmp_path))
+    assert took < WITHIN_S
+    assert code == 2, (out, err)
+    assert f"the factory of provider adapter 'hang' (plugin {DIST}) did not return within {BOUND_S}s" in err
+
+
+def test_a_plugin_command_whose_configure_hangs_is_skipped_within_the_bound(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = types.ModuleType("agtest_hang_command")
+
+    def configure(parser: Any) -> None:
+        gate.wait()
+
+    @hookimpl
+    def agentium_register_commands(register: Callable[[CliCommand], None]) -> None:
+        register(CliCommand(name="stuck", help="never declares", configure=configure, run=lambda args: 0))
+
+    module.agentium_register_commands = agentium_register_commands  # type: ignore[attr-defined]
+    _installed(monkeypatch, module)
+    code, _out, err, took = _cli(["stuck"])
+    assert took < WITHIN_S
+    assert code == 2
+    assert "plugin command 'stuck' could not declare its arguments" in err
+    assert f"configure of command 'stuck' did not return within {BOUND_S}s" in err
+
+
+def test_the_process_exits_although_the_hung_hook_never_returns(tmp_path: Path) -> None:
+    """The abandoned thread is a daemon: the command ends with its message, the thread never does."""
+    script = tmp_path / "hang_cli.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, threading, types
+            from agentium_harness._cli import main
+            from agentium_harness._plugins import registry
+            from agentium_harness._plugins.hookspecs import hookimpl
+
+            never = threading.Event()
+            module = types.ModuleType("agtest_hang")
+
+            @hookimpl
+            def agentium_register_providers(register):
+                never.wait()
+
+            module.agentium_register_providers = agentium_register_providers
+            entry = types.SimpleNamespace(
+                name="main", value="agtest_hang:main",
+                dist=types.SimpleNamespace(name={DIST!r}, version="1.0"), load=lambda: module,
+            )
+            registry.entry_points_of = lambda group: ([entry], [])
+            sys.exit(main(sys.argv[1:]))
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = {**os.environ, "AGENTIUM_HOOK_TIMEOUT": str(BOUND_S)}
+    env.pop("AGENTIUM_PLUGINS", None)
+    argv = _run_argv(tmp_path)
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(script), *argv], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert time.monotonic() - started < 30  # interpreter start-up included; a hang would hit the 60 s timeout
+    assert done.returncode == 2, done.stderr
+    assert DIST in done.stderr and "agentium_register_providers" in done.stderr
+    assert f"did not return within {BOUND_S}s" in done.stderr
