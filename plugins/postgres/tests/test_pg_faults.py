@@ -37,6 +37,7 @@ from agentium_postgres import (
     PostgresArchive,
     PostgresConfig,
     PostgresSessionStore,
+    PostgresSessionStoreError,
     PostgresStatementTimeoutError,
     PostgresUnavailableError,
 )
@@ -426,3 +427,49 @@ async def test_one_call_timing_out_on_a_busy_pool_fails_no_other_waiting_call(
         assert not isinstance(patient, Exception), patient
     finally:
         await store.aclose()
+
+
+async def test_aclose_stops_calls_running_on_a_frozen_server_and_later_calls_fail_at_once(
+    app_config: PostgresConfig, pg_server: PostgresServer, schema: str
+) -> None:
+    # A call with no deadline (OpContext()) on a frozen server kept waiting after aclose() returned:
+    # aclose closed the pool, and psycopg_pool leaves a connection in use alone until it comes back.
+    store = PostgresSessionStore(app_config)
+    base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
+    results: dict[str, object] = {}
+
+    async def call(name: str, run: Any) -> None:
+        try:
+            results[name] = await run()
+        except Exception as exc:
+            results[name] = exc
+
+    assert pg_server.process is not None
+    # The server this test session started: its postmaster (new connections hang) and the
+    # adapter's backends (its queries hang). SIGCONT whatever happens.
+    with stopped([pg_server.process.pid, *application_backends(pg_server.admin_dsn())]):
+        with anyio.move_on_after(30) as guard:  # without the fix the calls never return
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, "load", lambda: store.load(KEY, OpContext()))
+                tg.start_soon(
+                    call, "save", lambda: store.save(KEY, scoped_snapshot(KEY, " x"), base, OpContext())
+                )
+                await anyio.sleep(0.5)
+                assert not results, results  # both are waiting on the frozen server
+                started = time.monotonic()
+                await store.aclose()
+                closed_in = time.monotonic() - started
+        assert not guard.cancelled_caught, f"calls still running after aclose: {results}"
+        assert closed_in < 5
+        assert time.monotonic() - started < 5
+        for name in ("load", "save"):
+            error = results[name]
+            assert isinstance(error, PostgresSessionStoreError), error
+            assert "the adapter was closed while it ran" in str(error) and "nothing was committed" in str(
+                error
+            )
+        started = time.monotonic()
+        with pytest.raises(PostgresSessionStoreError, match="the adapter is closed"):
+            await store.load(KEY, OpContext())
+        assert time.monotonic() - started < 1
+    assert stored_state(pg_server.admin_dsn(), schema, KEY)[1] == base  # the stopped save committed nothing

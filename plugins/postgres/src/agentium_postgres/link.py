@@ -34,6 +34,7 @@ row-level security.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -42,10 +43,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import anyio
-import attrs
 import psycopg
 import psycopg.errors
-import sniffio
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from agentium_harness import AgentiumError
@@ -56,12 +55,18 @@ from agentium_harness.plugin_api import (
 )
 
 from .args import checked_ctx
-from .config import PostgresConfig
-from .errors import (
-    PostgresAsyncioRequiredError,
-    PostgresError,
-    PostgresUnavailableError,
+from .calls import (
+    CLIENT_SLACK_S,
+    SETTLE_S,
+    Outcome,
+    StaleConnection,
+    commit_wait,
+    require_asyncio,
+    running_loop,
+    stopped_by_close,
 )
+from .config import PostgresConfig
+from .errors import PostgresError, PostgresUnavailableError
 from .first_use import ServerFacts, check_schema
 from .loop_pools import LoopPool, discard_pool
 from .schema import TENANT_SETTING
@@ -77,26 +82,10 @@ T = TypeVar("T")
 #: The connection type the adapters use (rows are tuples).
 Conn = psycopg.AsyncConnection[Any]
 
-#: How long past the call's deadline the client waits before cancelling it itself: the server's
-#: statement_timeout (set to the deadline) normally fires first and leaves the connection usable.
-_CLIENT_SLACK_S: Final = 0.25
-#: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
-_SETTLE_S: Final = 10.0
 #: A pooled connection idle longer than this is checked (one round trip) before a call uses it.
 _IDLE_CHECK_S: Final = 1.0
-
-
-def require_asyncio(operation: str) -> None:
-    """Refuse ``operation`` unless it runs under asyncio (psycopg's async API needs it)."""
-    try:
-        library = sniffio.current_async_library()
-    except sniffio.AsyncLibraryNotFoundError:
-        library = "none"
-    if library != "asyncio":
-        raise PostgresAsyncioRequiredError(
-            f"{operation} refused: agentium-postgres runs under asyncio only (psycopg's async API), "
-            f"this call came from {library}; run the host under asyncio"
-        )
+#: How long aclose() waits for a pool's workers (maybe connecting to a stalled server).
+_CLOSE_WAIT_S: Final = 1.0
 
 
 class PgLink:
@@ -134,6 +123,9 @@ class PgLink:
         # One per loop (an anyio lock belongs to its loop); the first-use check is idempotent.
         self._ready_locks: PerLoop[anyio.Lock] = PerLoop(anyio.Lock)
         self._closed = False
+        # Each call in flight: its cancel scope, the loop it runs on and how far it got. aclose()
+        # cancels them, so a call with no deadline on a frozen server does not wait forever.
+        self._running: dict[anyio.CancelScope, tuple[asyncio.AbstractEventLoop, Outcome]] = {}
         # The owned pool's last failure to connect (None once a connection succeeded).
         self._last_connect_error: BaseException | None = None
         # Set after a connection failure: the next call connects directly first.
@@ -211,9 +203,10 @@ class PgLink:
         if self._closed:
             raise self._family(f"{self._name}: {operation} refused: the adapter is closed")
         left = ctx.time_left()
-        client_deadline = math.inf if left is None else anyio.current_time() + left + _CLIENT_SLACK_S
-        outcome = _Outcome()
+        client_deadline = math.inf if left is None else anyio.current_time() + left + CLIENT_SLACK_S
+        outcome = Outcome()
         with anyio.CancelScope(deadline=client_deadline) as scope:
+            self._running[scope] = (asyncio.get_running_loop(), outcome)
             try:
                 return await self._run(ctx, operation, tenant_key, work, write, outcome)
             except anyio.get_cancelled_exc_class():
@@ -221,20 +214,27 @@ class PgLink:
             except AgentiumError:
                 raise
             except (psycopg.Error, PoolTimeout, OSError) as exc:
+                if outcome.stopped_by_close:  # the pool was closed under it: say so, not "unavailable"
+                    raise self._family(stopped_by_close(self._name, operation)) from None
                 error = self.translate(exc, operation, ctx)
                 # A pool that was busy until the deadline is not broken: closing it would fail
                 # every other call waiting on it, whatever their deadlines.
                 if isinstance(error, PostgresUnavailableError) and not isinstance(exc, PoolTimeout):
                     await self._reset_pool()
                 raise error from None
-        # Only reached when the scope's own deadline cancelled the call.
+            finally:
+                self._running.pop(scope, None)
+        # Only reached when the scope was cancelled: by its deadline, or by aclose().
         assert scope.cancelled_caught
         if outcome.committed:
             # The transaction committed, and the deadline cut the call off afterwards (returning
             # its connection to the pool): the result is true, "nothing was committed" would not be.
             return outcome.result  # type: ignore[no-any-return]
         if outcome.commit_sent:
-            raise self._unknown_commit(operation, "its deadline passed before the server confirmed it")
+            why = "the adapter was closed" if outcome.stopped_by_close else "its deadline passed"
+            raise self._unknown_commit(operation, f"{why} before the server confirmed it")
+        if outcome.stopped_by_close:
+            raise self._family(stopped_by_close(self._name, operation))
         raise OperationCancelledError(
             f"{self._name}: {operation} did not finish by its deadline; its transaction was rolled back "
             "and nothing was committed",
@@ -248,7 +248,7 @@ class PgLink:
         tenant_key: str | None,
         work: Callable[[Conn], Awaitable[T]],
         write: bool,
-        outcome: _Outcome,
+        outcome: Outcome,
     ) -> T:
         if self._lent_connection is not None:
             if self._connection_lock is None:
@@ -280,7 +280,7 @@ class PgLink:
                         return await self._transaction(
                             conn, ctx, operation, tenant_key, work, True, write, outcome
                         )
-                except _StaleConnection as stale:
+                except StaleConnection as stale:
                     if attempt == 2:
                         raise stale.error from None
             raise AssertionError("unreachable")  # pragma: no cover
@@ -302,7 +302,7 @@ class PgLink:
         # Until a direct connection succeeds again, calls check first and fail at once.
         self._suspect = True
         if pool is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
                 await pool.close(timeout=1.0)
 
     async def _check_directly(self, ctx: OpContext, operation: str) -> None:
@@ -321,6 +321,8 @@ class PgLink:
     async def _pool(self) -> AsyncConnectionPool[Any]:
         if self._lent_pool is not None:
             return self._lent_pool
+        if self._closed:  # a call that was running when aclose() ran: no new pool, it would leak
+            raise self._family(f"{self._name}: refused: the adapter is closed")
         slot = self._owned.get()
         if slot.pool is None:
             pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -351,7 +353,7 @@ class PgLink:
         work: Callable[[Conn], Awaitable[T]],
         pooled: bool,
         write: bool,
-        outcome: _Outcome,
+        outcome: Outcome,
     ) -> T:
         if self._facts is None:
             await self._first_use(conn, ctx, operation)
@@ -395,7 +397,7 @@ class PgLink:
         # hold the call): past it the outcome is unknown, and said so.
         failure: BaseException | None = None
         outcome.commit_sent = True
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_commit_wait(ctx)) as settle:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(commit_wait(ctx)) as settle:
             try:
                 await conn.execute("COMMIT")
                 await pipeline.__aexit__(None, None, None)
@@ -426,7 +428,7 @@ class PgLink:
 
     async def _abandon_pipeline(self, pipeline: Any, exc: BaseException) -> None:
         """Leave pipeline mode after a failure (shielded); its own errors add nothing to ``exc``."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
             with contextlib.suppress(Exception):
                 await pipeline.__aexit__(type(exc), exc, exc.__traceback__)
 
@@ -445,7 +447,7 @@ class PgLink:
             await conn.execute("")
         except psycopg.OperationalError as exc:
             await self._discard(conn, True)
-            raise _StaleConnection(exc) from exc
+            raise StaleConnection(exc) from exc
 
     async def _managed_transaction(
         self,
@@ -457,7 +459,7 @@ class PgLink:
         timeout_ms: int,
         pooled: bool,
         write: bool,
-        outcome: _Outcome,
+        outcome: Outcome,
     ) -> T:
         tx = conn.transaction()
         await tx.__aenter__()
@@ -472,7 +474,7 @@ class PgLink:
             await self._settle(conn, tx, exc, pooled)
             raise
         outcome.commit_sent = write
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_commit_wait(ctx)) as settle:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(commit_wait(ctx)) as settle:
             await tx.__aexit__(None, None, None)
         if settle.cancelled_caught:
             await self._discard(conn, pooled)
@@ -488,7 +490,7 @@ class PgLink:
     async def _settle_manual(self, conn: Conn, exc: BaseException, pooled: bool) -> None:
         """ROLLBACK after a failure (shielded); discard a pooled connection a statement was cut off on."""
         interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
             try:
                 if not conn.broken:
                     await conn.execute("ROLLBACK")
@@ -500,7 +502,7 @@ class PgLink:
     async def _settle(self, conn: Conn, tx: Any, exc: BaseException, pooled: bool) -> None:
         """Roll back after a failure (shielded); discard a pooled connection a statement was cut off on."""
         interrupted = isinstance(exc, anyio.get_cancelled_exc_class() | psycopg.OperationalError)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(SETTLE_S):
             try:
                 await tx.__aexit__(type(exc), exc, exc.__traceback__)
             except Exception:  # a broken connection cannot roll back; the server does
@@ -535,51 +537,44 @@ class PgLink:
     # -- closing --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the pools this link created, each on its own event loop; never a lent pool or connection.
+        """Stop the calls in flight, then close the pools this link created; never a lent pool or connection.
 
-        Idempotent. A pool of a loop that has finished is dropped (its
-        connections and workers went with the loop). Raises the adapter's
-        error class when a pool of a loop still running elsewhere did not
-        close in time.
+        Idempotent, and bounded whatever the server does. Calls made afterwards
+        are refused at once. A call still running is cancelled (on its own
+        event loop): it raises the adapter's error class saying the adapter
+        was closed and nothing was committed, or, when its COMMIT was already
+        sent, :class:`~agentium_postgres.errors.PostgresUnavailableError`
+        (outcome unknown). Without this, a call with no deadline on a stalled
+        server kept waiting after ``aclose`` returned. A pool of a loop that
+        has finished is dropped (its connections and workers went with the
+        loop). Raises the adapter's error class when a pool did not close in time.
         """
         self._closed = True
+        self._stop_running()
 
         async def close(slot: LoopPool) -> None:
             pool, slot.pool = slot.pool, None
             if pool is not None:
-                with anyio.CancelScope(shield=True):
-                    await pool.close(timeout=_SETTLE_S)
+                # Not shielded here: PerLoop.aclose shields the close from the caller's cancellation
+                # and bounds it; a shield of its own kept that bound from cutting off a stuck close.
+                # Its workers may be connecting to a stalled server: waited for briefly, then the
+                # pool is closed anyway (a late connection is closed as it arrives).
+                await pool.close(timeout=_CLOSE_WAIT_S)
 
-        problems = await self._owned.aclose(close, 2 * _SETTLE_S)
+        problems = await self._owned.aclose(close, SETTLE_S)
         if problems:
             raise self._family(f"{self._name}: closing: " + "; ".join(problems))
 
-
-@attrs.define(slots=True, eq=False)
-class _Outcome:
-    """How far one call's transaction got: whether its COMMIT was sent, and whether it was confirmed.
-
-    :meth:`PgLink.run` reads it when its deadline cut the call off, so that a
-    write whose COMMIT was sent is never reported as "nothing committed".
-    """
-
-    commit_sent: bool = False
-    committed: bool = False
-    result: Any = None
-
-
-def _commit_wait(ctx: OpContext) -> float:
-    """How long to wait for a COMMIT's answer: until the deadline and a short slack, at most ``_SETTLE_S``."""
-    left = ctx.time_left()
-    return _SETTLE_S if left is None else min(_SETTLE_S, max(0.0, left) + _CLIENT_SLACK_S)
-
-
-class _StaleConnection(Exception):
-    """A pooled connection failed before any of the call's work reached the server."""
-
-    def __init__(self, error: psycopg.OperationalError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    def _stop_running(self) -> None:
+        """Cancel every call in flight, each on its own event loop (aclose may run on another)."""
+        here = running_loop()
+        for scope, (loop, outcome) in list(self._running.items()):
+            outcome.stopped_by_close = True
+            if loop is here:
+                scope.cancel()
+            else:
+                with contextlib.suppress(RuntimeError):  # that loop is closed: its call is gone
+                    loop.call_soon_threadsafe(scope.cancel)
 
 
 def _recording_connection_class(link: PgLink) -> type[Conn]:

@@ -1,0 +1,94 @@
+"""What one call through :class:`~agentium_postgres.link.PgLink` carries besides its work.
+
+How far its transaction got (:class:`Outcome`), how long its COMMIT is waited
+for, the asyncio check every call makes first, and the wording of a call that
+``aclose()`` stopped. Split from :mod:`.link` to keep each module readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import attrs
+import psycopg
+import sniffio
+
+from agentium_harness.plugin_api import OpContext
+
+from .errors import PostgresAsyncioRequiredError
+
+__all__ = [
+    "CLIENT_SLACK_S",
+    "SETTLE_S",
+    "Outcome",
+    "StaleConnection",
+    "commit_wait",
+    "require_asyncio",
+    "running_loop",
+    "stopped_by_close",
+]
+
+#: How long past the call's deadline the client waits before cancelling it itself: the server's
+#: statement_timeout (set to the deadline) normally fires first and leaves the connection usable.
+CLIENT_SLACK_S: Final = 0.25
+#: How long a shielded COMMIT or ROLLBACK may take before the connection is given up.
+SETTLE_S: Final = 10.0
+
+
+def require_asyncio(operation: str) -> None:
+    """Refuse ``operation`` unless it runs under asyncio (psycopg's async API needs it)."""
+    try:
+        library = sniffio.current_async_library()
+    except sniffio.AsyncLibraryNotFoundError:
+        library = "none"
+    if library != "asyncio":
+        raise PostgresAsyncioRequiredError(
+            f"{operation} refused: agentium-postgres runs under asyncio only (psycopg's async API), "
+            f"this call came from {library}; run the host under asyncio"
+        )
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or ``None`` (outside one, or under trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # aclose under trio: every call ran on some asyncio loop
+        return None
+
+
+def stopped_by_close(name: str, operation: str) -> str:
+    """The message of a call that ``aclose()`` cancelled before its COMMIT was sent."""
+    return (
+        f"{name}: {operation} stopped: the adapter was closed while it ran; its transaction was "
+        "rolled back and nothing was committed"
+    )
+
+
+@attrs.define(slots=True, eq=False)
+class Outcome:
+    """How far one call's transaction got: whether its COMMIT was sent, and whether it was confirmed.
+
+    :meth:`PgLink.run` reads it when its deadline or ``aclose()`` cut the call off, so that a
+    write whose COMMIT was sent is never reported as "nothing committed".
+    """
+
+    commit_sent: bool = False
+    committed: bool = False
+    result: Any = None
+    #: aclose() cancelled the call (rather than its deadline).
+    stopped_by_close: bool = False
+
+
+def commit_wait(ctx: OpContext) -> float:
+    """How long to wait for a COMMIT's answer: until the deadline and a short slack, at most ``SETTLE_S``."""
+    left = ctx.time_left()
+    return SETTLE_S if left is None else min(SETTLE_S, max(0.0, left) + CLIENT_SLACK_S)
+
+
+class StaleConnection(Exception):
+    """A pooled connection failed before any of the call's work reached the server."""
+
+    def __init__(self, error: psycopg.OperationalError) -> None:
+        super().__init__(str(error))
+        self.error = error
