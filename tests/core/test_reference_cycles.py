@@ -206,3 +206,24 @@ async def test_a_failure_in_a_revision_leaves_no_cycle(tmp_path: Path, collector
         assert provider.made == 3  # the tool call, the refused answer, the revision that failed
         del caught  # it holds the error and its traceback: not the runtime's cycle
         assert await _cyclic_garbage(run) == Counter()
+
+
+async def test_an_unexpected_exception_leaves_no_cycle(
+    tmp_path: Path, collector: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An engine bug (a stage raising a plain exception) leaves as an AgentiumError caused by it:
+    # neither the error nor its cause may tie the run's objects into a cycle.
+    from agentium_harness._engine import history_write, turn_budget
+
+    def bug(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("engine bug")
+
+    monkeypatch.setattr(turn_budget.TurnBudget, "fit", bug)  # after the tool ran
+    monkeypatch.setattr(history_write, "check_group_size", bug)
+    async with _deploying_runtime(tmp_path / "a.db", FailsLast([DEPLOY, "Deployed."])) as rt:
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
+            "run": lambda: rt.run(ANA, "s1", "deploy v2", grants=["deploy"]),
+            "append": lambda: rt.append(ANA, "s2", _pair(0)),
+        }
+        for name, call in calls.items():
+            assert await _cyclic_garbage(call) == Counter(), name

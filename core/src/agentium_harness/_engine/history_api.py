@@ -34,7 +34,7 @@ from .history_read import list_page, read_page
 from .history_records import AppendResult, HistoryPage, ResetResult, RetractResult, SessionPage
 from .history_write import append_group, reset_session_view, retract_messages
 from .lifecycle import Ticket
-from .progress import RunProgress
+from .progress import RunProgress, unexpected_error
 from .settle import mark_commit_state
 
 if TYPE_CHECKING:
@@ -74,11 +74,16 @@ class HistoryOperations:
                     result = ticket.report(await work(runtime, ticket, progress))
                 operation.report(getattr(result, "diagnostics", ()))
                 return result
-            except AgentiumError as exc:
-                state = exc.commit_state if exc.commit_state is not None else progress.commit_state
+            except Exception as exc:
+                # One no stage typed (an engine bug) becomes an AgentiumError saying what was committed.
+                typed = exc if isinstance(exc, AgentiumError) else unexpected_error(exc, progress, kind)
+                state = typed.commit_state if typed.commit_state is not None else progress.commit_state
                 span.set("agentium.commit_state", state.value)
-                operation.failed(exc, state)
-                raise mark_commit_state(exc, state)  # noqa: B904 - the same error, marked
+                operation.failed(typed, state)
+                try:
+                    raise mark_commit_state(typed, state)  # the same error (or its typed form), marked
+                finally:
+                    del typed  # the error's traceback holds this frame: no cycle through the local
         raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
 
     async def append(

@@ -5,11 +5,14 @@ turn (tool outcomes, usage) once the model ran, the recall outcome, its
 diagnostics, and where the commit stands. When an error leaves ``run()``,
 :func:`failed_run` marks it with ``commit_state`` and attaches a
 ``run_result`` (status ``interrupted``) built from that record, so the
-calls and the usage are never lost with the error.
+calls and the usage are never lost with the error. An exception no stage
+turned into a typed error (an engine bug) becomes one first
+(:func:`unexpected_error`), its commit state read from the record.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from .._errors import AgentiumError
@@ -17,6 +20,7 @@ from .._history import MessageGroup, RetainedRecord
 from .._ports.provider import Usage
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
+from .._text import clean_text, error_text
 from .results import CommitState, Diagnostic, EvictionStatus, RunResult, RunStatus
 from .settle import mark_commit_state
 from .sources import SourceStatus
@@ -27,7 +31,16 @@ if TYPE_CHECKING:
     from .effects import EffectsKeeper
     from .recall_turn import RecallOutcome
 
-__all__ = ["RunProgress", "failed_run", "with_result"]
+__all__ = ["RunProgress", "failed_run", "unexpected_error", "with_result"]
+
+_log = logging.getLogger("agentium.engine")
+
+#: Where an operation was when an unexpected exception left it, by the commit state that implies.
+_WHERE = {
+    CommitState.NOT_COMMITTED: "it failed before its commit's save began",
+    CommitState.UNKNOWN: "it failed while its commit's save was under way",
+    CommitState.COMMITTED: "it failed after its commit",
+}
 
 
 class RunProgress:
@@ -115,3 +128,37 @@ def failed_run(error: AgentiumError, progress: RunProgress) -> AgentiumError:
     if marked.run_result is None:
         marked.run_result = progress.result(state)
     return marked
+
+
+def unexpected_error(exc: Exception, progress: RunProgress, operation: str) -> AgentiumError:
+    """``exc``, an exception no stage turned into a typed one, as an :class:`AgentiumError` caused by it.
+
+    Its ``commit_state`` is where the operation was (``progress``): before the
+    save of its commit ``not_committed``, during it ``unknown``, after it
+    ``committed``. A run's tool calls so far are kept in ``progress.turn``, so
+    its ``run_result`` reports them. Logged as a WARNING naming the operation,
+    the exception's type and the state: never its text, which may quote content.
+    """
+    state = progress.commit_state
+    keeper = progress.keeper
+    if progress.turn is None and keeper is not None:
+        progress.turn = keeper.trace.partial("failed")
+    kind = clean_text(type(exc).__name__)
+    _log.warning(
+        "%s failed with an unexpected %s; commit_state %s",
+        operation,
+        kind,
+        state.value,
+        extra={
+            "agentium_operation": operation,
+            "agentium_error_type": kind,
+            "agentium_commit_state": state.value,
+        },
+    )
+    error = AgentiumError(
+        f"{operation} failed with an unexpected error, {error_text(exc)} (a bug in the engine or in code "
+        "it called unguarded)"
+    )
+    error.__cause__ = exc  # as ``raise error from exc``: the original and its traceback stay reachable
+    error.__suppress_context__ = True
+    return mark_commit_state(error, state, _WHERE[state])

@@ -85,7 +85,7 @@ from .memory.work import WorkTracker as MemoryWorkDrainer
 from .memory_fence import fence_memory
 from .owned_work import OwnedWork
 from .parts import RuntimeParts
-from .progress import RunProgress, failed_run
+from .progress import RunProgress, failed_run, unexpected_error
 from .readiness import AdapterReadiness
 from .recall_policy import RecallPolicy, current_session_recall_policy
 from .recall_turn import (
@@ -303,9 +303,12 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, AdapterReadiness):
                     if progress.keeper is not None:
                         await progress.keeper.cancelled()
                     raise
-        except AgentiumError as exc:
-            # Every error says whether the turn was committed, and what ran before it (docs/runtime.md).
-            error = failed_run(exc, progress)
+        except Exception as exc:
+            # Every error says whether the turn was committed, and what ran before it (docs/runtime.md);
+            # one no stage typed (an engine bug) becomes an AgentiumError saying so, caused by it.
+            typed = exc if isinstance(exc, AgentiumError) else unexpected_error(exc, progress, "run")
+            error = failed_run(typed, progress)
+            del typed
             if ticket is not None and error.run_result is not None:
                 error.run_result = ticket.report(error.run_result)
             try:

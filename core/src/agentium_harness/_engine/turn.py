@@ -141,13 +141,14 @@ class TurnTrace:
         self.estimated = False
         self.running: tuple[ToolCall, EffectLevel] | None = None
 
-    def partial(self) -> TurnOutcome:
+    def partial(self, ended: str = "was cancelled") -> TurnOutcome:
         """The turn so far as a complete turn: every call of the last reply answered.
 
         A call whose handler was entered (``running``) is answered as
         ``cancelled`` — it may have had its effects —, and so are the calls of
         the same reply after it, which never started. A reply none of whose
-        calls started is left out: nothing of it ran.
+        calls started is left out: nothing of it ran. ``ended`` says how the
+        run ended, in those answers (``was cancelled``, ``failed``).
         """
         messages = list(self.messages)
         outcomes = list(self.outcomes)
@@ -162,10 +163,10 @@ class TurnTrace:
                 if call.id == running:
                     assert self.running is not None
                     effect: EffectLevel | None = self.running[1]
-                    detail = f"tool {call.name!r} was running when the run was cancelled; it may have run"
+                    detail = f"tool {call.name!r} was running when the run {ended}; it may have run"
                 else:
                     effect = None
-                    detail = f"the run was cancelled before tool {call.name!r} started; it did not run"
+                    detail = f"the run {ended} before tool {call.name!r} started; it did not run"
                 outcomes.append(ToolOutcome(call.id, call.name, ToolStatus.CANCELLED, effect, detail))
                 messages.append(Message(Role.TOOL, f"error: {detail}", tool_call_id=call.id))
         return TurnOutcome(
