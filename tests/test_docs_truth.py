@@ -276,6 +276,13 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
         ("config.md", r"more than (\d+) levels deep \(`MAX_NESTING`", lambda: (MAX_NESTING,)),
         # docs/runtime.md
         ("runtime.md", r"carries more than (\d+) tool calls", lambda: (MAX_TOOL_CALLS,)),
+        (
+            "runtime.md",
+            r"`MAX_APPEND_MESSAGES` \(([\d,]+) messages\): the model is called again only while its "
+            r"reply, with a result for each of the most tool calls a reply may carry \((\d+)\)",
+            lambda: (ah.MAX_APPEND_MESSAGES, MAX_TOOL_CALLS),
+        ),
+        ("cli.md", r"reached its ([\d,]+)-message bound", lambda: (ah.MAX_APPEND_MESSAGES,)),
         ("runtime.md", r"more than (\d+) MiB of content", lambda: (MAX_REPLY_BYTES // MiB,)),
         (
             "runtime.md",

@@ -57,8 +57,8 @@ EXIT_STOPPED: Final = 4
 #: ``agentium run``: the recall policy asks a clarification (status ``needs_clarification``) and the
 #: command has no one to ask; nothing was committed.
 EXIT_NEEDS_CLARIFICATION: Final = 5
-#: ``agentium run``: the model was still calling tools at ``max_steps`` (status ``step_limit``);
-#: the turn was committed as it stood.
+#: ``agentium run``: the model was still calling tools at ``max_steps``, or the turn reached its
+#: message bound (status ``step_limit``); the turn was committed as it stood.
 EXIT_STEP_LIMIT: Final = 6
 
 #: The exit status of ``agentium run`` for each run status: 0 only for ``completed``.

@@ -44,7 +44,7 @@ from .lifecycle import Ticket
 from .limits import RuntimeLimits
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
-from .turn_budget import TurnBudget
+from .turn_budget import TurnBudget, message_limit, room_for_reply
 
 __all__ = [
     "MAX_REPLY_BYTES",
@@ -227,6 +227,10 @@ async def run_turn(
     diagnostics: list[Diagnostic] = []
     turn: list[Message] = [*prior, Message(Role.USER, user_input)]
     budget = TurnBudget(turn)  # what a committed turn may take: checked before any tool runs
+    if prior and not room_for_reply(len(turn), MAX_TOOL_CALLS):
+        turn.pop()  # a revision with no room for a reply: its request is neither made nor kept
+        steps = 0
+        diagnostics.append(message_limit(len(turn), 0))
     outcomes: list[ToolOutcome] = []
     usage_in = usage_out = 0
     estimated = False
@@ -240,6 +244,9 @@ async def run_turn(
     shown_history = tuple(map(_shown, history))
     shown: list[Message] = [*map(_shown, turn)]
     for _step in range(steps):
+        if not room_for_reply(len(turn), MAX_TOOL_CALLS):
+            diagnostics.append(message_limit(len(turn), made))  # its reply could not all be committed
+            break
         request = ModelRequest(
             instructions=instructions, sources=sources, history=history, turn=tuple(turn), tools=specs
         )
@@ -299,7 +306,7 @@ async def run_turn(
             trace.running = None
             trace.outcomes.append(outcome)
             trace.messages = tuple(turn)
-    if status is RunStatus.STEP_LIMIT:
+    if status is RunStatus.STEP_LIMIT and not any(d.code == "message_limit" for d in diagnostics):
         diagnostics.append(Diagnostic("step_limit", f"stopped after {made} model call(s)", Severity.WARNING))
     if estimated:
         diagnostics.append(

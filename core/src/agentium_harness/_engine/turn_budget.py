@@ -18,6 +18,13 @@ and the session state) while the turn goes:
 
 The snapshot check at the commit stays the last line: a resident history or
 session state larger than the other half can still reach it.
+
+The turn's messages are counted too, against :data:`MAX_TURN_MESSAGES`
+(``append``'s bound of one group, so a run never commits a group ``append``
+would refuse): the model is called only while its reply, with the most
+tool calls a reply may carry each answered, still fits (:func:`room_for_reply`).
+A tool loop that reaches it stops there, before that call, as at the step
+limit: the turn is committed as it stands, with diagnostic ``message_limit``.
 """
 
 from __future__ import annotations
@@ -29,12 +36,24 @@ from .._errors import ContractViolationError
 from .._history import Message, Role, ToolCall
 from .._json import MAX_JSON_BYTES
 from .._text import cut_text
+from .history_checks import MAX_APPEND_MESSAGES
+from .results import Diagnostic, Severity
 from .tools import ToolOutcome, ToolStatus
 
-__all__ = ["MAX_TURN_BYTES", "RESULT_RESERVE_BYTES", "TurnBudget"]
+__all__ = [
+    "MAX_TURN_BYTES",
+    "MAX_TURN_MESSAGES",
+    "RESULT_RESERVE_BYTES",
+    "TurnBudget",
+    "message_limit",
+    "room_for_reply",
+]
 
 #: Most canonical-JSON bytes of one turn's messages (its group's messages): 128 MiB, half the snapshot bound.
 MAX_TURN_BYTES = MAX_JSON_BYTES // 2
+#: Most messages of one turn (its group): what one ``append`` may commit, so ``read_history`` and
+#: every integration meet no group from a run larger than one they could have written.
+MAX_TURN_MESSAGES = MAX_APPEND_MESSAGES
 #: Bytes of result text set aside for each tool call of a reply before it runs: no result is cut below it.
 RESULT_RESERVE_BYTES = 1024
 #: Most bytes of JSON text one character can become (a control character: ``\u0000``).
@@ -190,3 +209,24 @@ class TurnBudget:
             text = kept
         self.used += mine - RESULT_RESERVE_BYTES + len(canonical_json(text)) - 2
         return text, cut
+
+
+def room_for_reply(held: int, max_calls: int) -> bool:
+    """Whether a turn of ``held`` messages may call the model again within :data:`MAX_TURN_MESSAGES`.
+
+    It may when the reply and a result for each of up to ``max_calls`` tool
+    calls (the most a reply may carry) still fit: checked before the call, so
+    no model call is made, and no tool run, whose reply could not be committed.
+    """
+    return held + 1 + max_calls <= MAX_TURN_MESSAGES
+
+
+def message_limit(held: int, made: int) -> Diagnostic:
+    """The diagnostic of a turn stopped at :data:`MAX_TURN_MESSAGES` (``message_limit``, a WARNING)."""
+    return Diagnostic(
+        "message_limit",
+        f"stopped after {made} model call(s): the turn holds {held} messages, and another reply with its "
+        f"tool calls answered could take it over {MAX_TURN_MESSAGES} (MAX_APPEND_MESSAGES, what one group "
+        "may hold)",
+        Severity.WARNING,
+    )
