@@ -39,6 +39,7 @@ __all__ = [
     "open_confined",
     "read_file",
     "root_descriptor",
+    "root_identity",
 ]
 
 #: Bytes read per step; the cancel and time checks run between steps.
@@ -56,18 +57,45 @@ class EvidenceUnavailable(Exception):
         self.reason = reason
 
 
+def root_identity(root: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the directory ``root`` names now (through any symlink), or ``None``.
+
+    ``None`` when it is not a directory or cannot be stat'ed: the caller says why.
+    """
+    try:
+        st = os.stat(root)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
 @contextmanager
-def root_descriptor(root: str) -> Iterator[int]:
+def root_descriptor(root: str, identity: tuple[int, int]) -> Iterator[int]:
     """The root directory opened once for a verification; closed at exit.
 
     The root itself is the host's own configured path and may be reached
-    through a symlink; everything below it may not.
+    through a symlink; everything below it may not. The path is opened
+    afresh, so the directory it names is checked against ``identity``, the
+    one it named when the verifier was built: a symlink on the path
+    repointed since (or the directory replaced) would otherwise make another
+    directory's files count as this root's evidence.
+
+    :raises EvidenceUnavailable: the root cannot be opened, or is another directory now.
     """
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise EvidenceUnavailable(f"root cannot be opened: {_why(exc)}") from exc
     try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != identity:
+            # Checked on the descriptor every read goes through, so a repoint after this
+            # check cannot matter either. The path stays out: the reason reaches the model.
+            raise EvidenceUnavailable(
+                "refused: root is no longer the directory the verifier was built on (it was "
+                "replaced, or a symbolic link on its path now points elsewhere); build the "
+                "verifier again to verify the directory there now"
+            )
         yield fd
     finally:
         os.close(fd)

@@ -54,9 +54,10 @@ from ._confined import (
     open_confined,
     read_file,
     root_descriptor,
+    root_identity,
 )
 from ._junit import parse_junit
-from .config import ExpectedArtifact, FsVerifierConfig, check_root, split_relative_path
+from .config import ExpectedArtifact, FsVerifierConfig, RootNotFoundError, check_root, split_relative_path
 
 __all__ = ["ARTIFACT", "TEST_RECORD", "FsVerifier"]
 
@@ -99,8 +100,11 @@ class FsVerifier(CompletionVerifier):
 
     Building it checks that ``root`` is an existing directory (a clear
     :class:`~agentium_verifier_fs.config.RootNotFoundError` otherwise) and
-    reads nothing else; every :meth:`verify` opens the root afresh, so it
-    always judges the evidence as it is at that moment.
+    notes which directory it is (its device and inode), reading nothing else.
+    Every :meth:`verify` opens the root afresh, so it always judges the
+    evidence as it is at that moment, and only in that directory: when the
+    path names another directory now (a symlink on it repointed, the
+    directory replaced), every item is ``unknown``, refused.
     """
 
     capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(
@@ -114,6 +118,12 @@ class FsVerifier(CompletionVerifier):
             raise RuntimeError("the fs verifier needs os.open(dir_fd=...) and O_NOFOLLOW (POSIX systems)")
         self._config = config
         self._root = check_root(config.root)
+        # The directory the root names now is the one evidence is read from for the verifier's
+        # lifetime: each verification opens the path again and refuses another directory there.
+        identity = root_identity(self._root)
+        if identity is None:  # replaced by something else since check_root looked
+            raise RootNotFoundError(f"root {self._root!r} is not an existing directory")
+        self._root_identity = identity
         self._artifacts = tuple((a, split_relative_path(a.path, "artifact")) for a in config.artifacts)
         self._records = tuple((r, split_relative_path(r, "test record")) for r in config.test_records)
         self._items = (
@@ -225,7 +235,7 @@ class FsVerifier(CompletionVerifier):
             items.append((TEST_RECORD, record, reader))
         done = 0
         try:
-            with root_descriptor(self._root) as root_fd:
+            with root_descriptor(self._root, self._root_identity) as root_fd:
                 for index, (_, _, read) in enumerate(items):
                     try:
                         check()
@@ -236,7 +246,7 @@ class FsVerifier(CompletionVerifier):
                         for kind, ref, _ in items[index:]:
                             emit(_outcome(kind, ref, Verdict.UNKNOWN, why, "time bound"))
                         break
-        except EvidenceUnavailable as exc:  # the root itself went away after the verifier was built
+        except EvidenceUnavailable as exc:  # the root went away or was replaced after the verifier was built
             for k, r, _ in items[done:]:
                 emit(_outcome(k, r, Verdict.UNKNOWN, exc.reason, "root"))
 

@@ -1,0 +1,111 @@
+"""The root is the directory it named when the verifier was built, for the verifier's lifetime.
+
+Each verification opens the configured path again. When a symlink on that
+path (the root itself or an ancestor) is repointed, or the directory is
+replaced, between verifications, the directory there now holds evidence that
+would pass; every item must be ``unknown`` (refused), never ``pass``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from fs_verifier_helpers import ARTIFACT_BYTES, CLAIM, context, details, junit, verifier_for, write
+
+from agentium_harness.plugin_api import Verdict
+from agentium_verifier_fs import RootNotFoundError
+
+pytestmark = pytest.mark.anyio
+
+REFUSED = "unknown: refused: root is no longer the directory the verifier was built on"
+
+
+def _evidence(directory: Path) -> Path:
+    """``directory`` holding an artifact and a fresh record that pass."""
+    write(directory / "report.txt", ARTIFACT_BYTES)
+    write(directory / "reports" / "junit.xml", junit())
+    return directory
+
+
+def _repoint(link: Path, target: Path) -> None:
+    """Point the symlink ``link`` at ``target`` in one step (a new link renamed over it)."""
+    fresh = link.with_name(link.name + ".new")
+    os.symlink(target, fresh, target_is_directory=True)
+    os.replace(fresh, link)
+
+
+def _assert_refused(result_details: dict[str, str]) -> None:
+    assert set(result_details) == {"report.txt", "reports/junit.xml"}
+    for detail in result_details.values():
+        assert detail.startswith(REFUSED), detail
+
+
+async def test_a_root_symlink_repointed_between_verifications_is_refused(tmp_path: Path) -> None:
+    first, other = _evidence(tmp_path / "run-1"), _evidence(tmp_path / "run-2")
+    link = tmp_path / "workspace"
+    os.symlink(first, link, target_is_directory=True)
+    verifier = verifier_for(link, "report.txt", records=("reports/junit.xml",))
+
+    assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
+    _repoint(link, other)  # run-2 would pass just as well: it must not be read at all
+    result = await verifier.verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN, result
+    _assert_refused(details(result))
+    assert result.reason.endswith("report.txt (root), reports/junit.xml (root)"), result.reason
+
+    # Pointed back at the directory it was built on, the same verifier reads it again.
+    _repoint(link, first)
+    assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
+
+
+async def test_an_ancestor_symlink_repointed_between_verifications_is_refused(tmp_path: Path) -> None:
+    _evidence(tmp_path / "a" / "workspace")
+    _evidence(tmp_path / "b" / "workspace")
+    link = tmp_path / "current"
+    os.symlink(tmp_path / "a", link, target_is_directory=True)
+    verifier = verifier_for(link / "workspace", "report.txt", records=("reports/junit.xml",))
+
+    assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
+    _repoint(link, tmp_path / "b")
+    result = await verifier.verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN, result
+    _assert_refused(details(result))
+
+
+async def test_a_root_repointed_after_the_config_and_before_the_verifier_reads_where_it_was_built(
+    tmp_path: Path,
+) -> None:
+    # The verifier pins the directory when it is built, not when the options were checked:
+    # a verifier built after the repoint reads the new directory, and only that one.
+    first, other = _evidence(tmp_path / "run-1"), tmp_path / "run-2"
+    write(other / "report.txt", b"the other run's report\n")
+    link = tmp_path / "workspace"
+    os.symlink(first, link, target_is_directory=True)
+    verifier = verifier_for(link, "report.txt")
+    _repoint(link, other)
+    assert (await verifier.verify(CLAIM, context())).verdict is Verdict.UNKNOWN
+    rebuilt = verifier_for(link, "report.txt")
+    assert (await rebuilt.verify(CLAIM, context())).verdict is Verdict.FAIL  # it reads run-2 now
+
+
+async def test_a_root_directory_replaced_between_verifications_is_refused(tmp_path: Path) -> None:
+    root = _evidence(tmp_path / "workspace")
+    verifier = verifier_for(root, "report.txt", records=("reports/junit.xml",))
+    assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
+
+    # The original is kept (renamed away), so its inode cannot be reused by the new directory.
+    root.rename(tmp_path / "workspace.old")
+    _evidence(tmp_path / "workspace")
+    result = await verifier.verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN, result
+    _assert_refused(details(result))
+
+
+def test_a_root_that_is_a_symlink_to_a_file_is_refused_when_built(tmp_path: Path) -> None:
+    write(tmp_path / "file.txt", b"not a directory")
+    link = tmp_path / "workspace"
+    os.symlink(tmp_path / "file.txt", link)
+    with pytest.raises(RootNotFoundError):
+        verifier_for(link, "report.txt")
