@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import anyio
@@ -207,6 +208,56 @@ async def test_an_external_entity_is_refused(root: Path) -> None:
     verdict, detail = await _record(root, EXTERNAL_ENTITY)
     assert verdict is Verdict.UNKNOWN
     assert "refused: the XML declares a DTD" in detail
+
+
+async def _peak(root: Path, data: bytes) -> tuple[tuple[Verdict, str], int]:
+    """The outcome of ``data`` as the record, and the peak Python allocation (expat's too) verifying it."""
+    write(root / RECORD, data)
+    verifier = verifier_for(root, records=(RECORD,))
+    tracemalloc.start()
+    try:
+        result = await verifier.verify(CLAIM, context())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return (result.verdict, details(result)[RECORD]), peak
+
+
+async def test_a_record_of_many_elements_is_counted_in_memory_near_its_size(root: Path) -> None:
+    # 4 MiB of <testcase/>: as an ElementTree over 35 MB traced (far more resident); counted as
+    # it is parsed, the bytes themselves (read, then joined) and little more.
+    cases = 4 * 1024**2 // len(b"<testcase/>")
+    outcome, peak = await _peak(root, b"<testsuite>" + b"<testcase/>" * cases + b"</testsuite>")
+    assert outcome == (Verdict.PASS, f"pass: {cases} tests ran, 0 failures, 0 errors, 0 skipped")
+    assert peak < 16 * 1024**2, f"peak Python allocation {peak} bytes"
+
+
+async def test_a_record_nested_a_million_deep_is_refused_without_holding_every_open_tag(root: Path) -> None:
+    depth = 1_000_000  # 3 MB of <a>: expat alone kept hundreds of bytes per open tag
+    outcome, peak = await _peak(root, b"<testsuites>" + b"<a>" * depth + b"</a>" * depth + b"</testsuites>")
+    assert outcome == (Verdict.UNKNOWN, "unknown: unparseable: elements nested more than 256 deep")
+    assert peak < 16 * 1024**2, f"peak Python allocation {peak} bytes"
+
+
+async def test_a_record_nested_256_deep_is_read(root: Path) -> None:
+    suites = 254  # <testsuites>, 254 suites and the test case: 256 open elements at the deepest
+    data = b"<testsuites>" + b"<testsuite>" * suites + b'<testcase name="t"/>' + b"</testsuite>" * suites
+    assert await _record(root, data + b"</testsuites>") == (
+        Verdict.PASS,
+        "pass: 1 tests ran, 0 failures, 0 errors, 0 skipped",
+    )
+
+
+async def test_a_failure_deep_in_nested_suites_still_fails(root: Path) -> None:
+    data = (
+        b'<testsuites><testsuite failures="0"><testsuite><testcase name="ok"/>'
+        b'<testcase classname="c" name="bad"><failure>x</failure><system-out>y</system-out></testcase>'
+        b'</testsuite><testsuite errors="2"/></testsuite></testsuites>'
+    )
+    assert await _record(root, data) == (
+        Verdict.FAIL,
+        "fail: 2 tests ran, 1 failures, 2 errors, 0 skipped; failing: c::bad",
+    )
 
 
 async def test_a_record_with_zero_tests_is_unknown(root: Path) -> None:

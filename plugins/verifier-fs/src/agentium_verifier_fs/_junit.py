@@ -3,8 +3,10 @@
 A record may be written by the model's own tools, so it is untrusted input:
 it is parsed with :mod:`defusedxml` with DTDs forbidden (a JUnit record never
 needs one), which refuses entity-expansion bombs and external entities
-before anything is expanded. Only counts and a few test names (shortened,
-control characters removed) come out of it.
+before anything is expanded. It is counted as it is parsed (no tree is
+built) and may nest at most :data:`MAX_DEPTH` elements deep, so its memory
+stays near its size. Only counts and a few test names (shortened, control
+characters removed) come out of it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Final
-from xml.etree.ElementTree import Element, ParseError, TreeBuilder
+from xml.etree.ElementTree import ParseError
 
 import attrs
 from defusedxml import DefusedXmlException
@@ -20,10 +22,14 @@ from defusedxml.ElementTree import DefusedXMLParser
 
 from ._confined import EvidenceUnavailable
 
-__all__ = ["FEED_BYTES", "TestCounts", "parse_junit"]
+__all__ = ["FEED_BYTES", "MAX_DEPTH", "TestCounts", "parse_junit"]
 
 #: Bytes fed to the parser per step; the time and cancel checks run between steps.
 FEED_BYTES: Final = 64 * 1024
+
+#: Deepest nesting of elements a record may have: JUnit records nest a few levels (suites in
+#: suites, a test case, its failure); expat keeps every open tag, so depth is bounded too.
+MAX_DEPTH: Final = 256
 
 _ROOTS: Final = ("testsuites", "testsuite")
 _NAME_CHARS: Final = 60
@@ -55,38 +61,117 @@ class TestCounts:
         return f"{self.ran} tests ran, {self.failures} failures, {self.errors} errors, {self.skipped} skipped"
 
 
-def _count(element: Element, name: str) -> int:
-    raw = element.get(name)
+def _count(tag: str, attrib: dict[str, str], name: str) -> int:
+    raw = attrib.get(name)
     if raw is None:
         return 0
     try:
         value = int(raw.strip())
     except ValueError:
         shown = raw[:20]
-        raise EvidenceUnavailable(f"unparseable: <{element.tag}> has {name}={shown!r}, not a count") from None
+        raise EvidenceUnavailable(f"unparseable: <{tag}> has {name}={shown!r}, not a count") from None
     if value < 0:
-        raise EvidenceUnavailable(f"unparseable: <{element.tag}> has a negative {name}")
+        raise EvidenceUnavailable(f"unparseable: <{tag}> has a negative {name}")
     return value
 
 
-def _name(case: Element) -> str:
-    raw = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+def _name(attrib: dict[str, str]) -> str:
+    raw = f"{attrib.get('classname', '')}::{attrib.get('name', '')}".strip(":")
     clean = _CONTROL.sub(" ", raw) or "(unnamed)"
     return clean if len(clean) <= _NAME_CHARS else clean[: _NAME_CHARS - 1] + "…"
 
 
-def _parse(data: bytes, check: Callable[[], None]) -> Element:
-    # defusedxml's fromstring, fed in steps: its parser is the pure-Python one, so one
+class _Case:
+    """An open ``<testcase>``: its attributes and the tags of its direct children so far."""
+
+    __slots__ = ("attrib", "children")
+
+    def __init__(self, attrib: dict[str, str]) -> None:
+        self.attrib = attrib  # its name is made only if it fails: most cases never need it
+        self.children: set[str] = set()
+
+
+class _Counter:
+    """A parser target that counts as elements open and close, keeping no tree.
+
+    An ``ElementTree`` of a record holds every element: an 8 MiB record of
+    ``<testcase/>`` took close to 1 GB, and one nested millions deep as
+    much again inside expat. Counting on the fly holds only the open
+    elements, and refusing to nest deeper than :data:`MAX_DEPTH` stops expat
+    before its own stack of open tags grows: memory stays near the record's
+    size whatever its shape.
+    """
+
+    def __init__(self) -> None:
+        # One entry per open element: a _Case for a <testcase>, None for anything else.
+        self._open: list[_Case | None] = []
+        self._root: str | None = None
+        self.attr_failures = self.attr_errors = 0
+        self.cases = self.failures = self.errors = self.skipped = 0
+        self.failing: list[str] = []
+
+    def start(self, tag: str, attrib: dict[str, str]) -> None:
+        if self._root is None:
+            self._root = tag
+            if tag not in _ROOTS:
+                raise EvidenceUnavailable(
+                    f"unparseable: root element <{tag[:40]}> is not <testsuites> or <testsuite>"
+                )
+        if len(self._open) >= MAX_DEPTH:
+            raise EvidenceUnavailable(f"unparseable: elements nested more than {MAX_DEPTH} deep")
+        parent = self._open[-1] if self._open else None
+        if parent is not None:
+            parent.children.add(tag)
+        # The suites whose counts are read: every <testsuite>, and a <testsuites> root.
+        if tag == "testsuite" or (tag == "testsuites" and not self._open):
+            self.attr_failures = max(self.attr_failures, _count(tag, attrib, "failures"))
+            self.attr_errors = max(self.attr_errors, _count(tag, attrib, "errors"))
+        self._open.append(_Case(attrib) if tag == "testcase" else None)
+
+    def end(self, tag: str) -> None:
+        case = self._open.pop()
+        if case is None:
+            return
+        self.cases += 1
+        tags = case.children
+        if "failure" in tags:
+            self.failures += 1
+        if "error" in tags:
+            self.errors += 1
+        if tags & {"failure", "error"}:
+            if len(self.failing) < _NAMES:
+                self.failing.append(_name(case.attrib))
+        elif "skipped" in tags:
+            self.skipped += 1
+
+    def data(self, data: str) -> None:
+        """Text (failure messages, output) is not evidence: dropped as it comes."""
+
+    def close(self) -> None:
+        """The document ended (the parser has checked it is well-formed)."""
+
+    def counts(self) -> TestCounts:
+        """What the record reports; a suite's attribute counts when it says more than its cases."""
+        return TestCounts(
+            cases=self.cases,
+            failures=max(self.failures, self.attr_failures),
+            errors=max(self.errors, self.attr_errors),
+            skipped=self.skipped,
+            failing=tuple(self.failing),
+        )
+
+
+def _parse(data: bytes, check: Callable[[], None]) -> TestCounts:
+    # defusedxml's parser, fed in steps: it is the pure-Python one, so one
     # multi-megabyte feed could run for seconds without a chance to stop.
-    parser = DefusedXMLParser(
-        target=TreeBuilder(), forbid_dtd=True, forbid_entities=True, forbid_external=True
-    )
+    counter = _Counter()
+    parser = DefusedXMLParser(target=counter, forbid_dtd=True, forbid_entities=True, forbid_external=True)
     for start in range(0, len(data), FEED_BYTES):
         check()
         parser.feed(data[start : start + FEED_BYTES])
     check()
-    root: Element = parser.close()
-    return root
+    parser.close()  # raises ParseError when the document is incomplete
+    return counter.counts()
 
 
 def parse_junit(data: bytes, check: Callable[[], None] = lambda: None) -> TestCounts:
@@ -99,14 +184,17 @@ def parse_junit(data: bytes, check: Callable[[], None] = lambda: None) -> TestCo
     way round).
 
     The bytes are fed to the parser in steps of :data:`FEED_BYTES` with
-    ``check()`` before each, so a record that is slow to parse (deep nesting,
-    millions of elements) cannot hold the worker past the time bound.
+    ``check()`` before each, so a record that is slow to parse (millions of
+    elements) cannot hold the worker past the time bound. Elements are counted
+    as they are parsed and no tree is kept, so memory follows the record's
+    size, not its element count.
 
     :raises EvidenceUnavailable: the bytes are not well-formed XML, declare a DTD,
-        entities or an encoding expat cannot decode, or are not a JUnit record.
+        entities or an encoding expat cannot decode, nest elements more than
+        :data:`MAX_DEPTH` deep, or are not a JUnit record.
     """
     try:
-        root = _parse(data, check)
+        return _parse(data, check)
     except DefusedXmlException as exc:
         raise EvidenceUnavailable(
             f"refused: the XML declares a DTD or entities ({type(exc).__name__}); a test record needs neither"
@@ -121,30 +209,3 @@ def parse_junit(data: bytes, check: Callable[[], None] = lambda: None) -> TestCo
         raise EvidenceUnavailable(
             "unparseable: the XML declares an encoding it cannot be read in (multi-byte or unknown)"
         ) from None
-    if root.tag not in _ROOTS:
-        tag = root.tag[:40]
-        raise EvidenceUnavailable(f"unparseable: root element <{tag}> is not <testsuites> or <testsuite>")
-    suites = [root, *root.iter("testsuite")] if root.tag == "testsuites" else list(root.iter("testsuite"))
-    attr_failures = max((_count(s, "failures") for s in suites), default=0)
-    attr_errors = max((_count(s, "errors") for s in suites), default=0)
-    cases = failures = errors = skipped = 0
-    failing: list[str] = []
-    for case in root.iter("testcase"):
-        cases += 1
-        tags = {child.tag for child in case}
-        if "failure" in tags:
-            failures += 1
-        if "error" in tags:
-            errors += 1
-        if tags & {"failure", "error"}:
-            if len(failing) < _NAMES:
-                failing.append(_name(case))
-        elif "skipped" in tags:
-            skipped += 1
-    return TestCounts(
-        cases=cases,
-        failures=max(failures, attr_failures),
-        errors=max(errors, attr_errors),
-        skipped=skipped,
-        failing=tuple(failing),
-    )
