@@ -215,8 +215,14 @@ class FsVerifierConfig:
             raise InvalidArgumentError(
                 f"artifacts and test_records may list at most {_MAX_ITEMS} paths together"
             )
-        seen: set[str] = set()
-        for path in (*(a.path for a in self.artifacts), *self.test_records):
+        seen: dict[str, str] = {}
+        listed = (
+            *(("artifacts", a.path) for a in self.artifacts),
+            *(("test_records", r) for r in self.test_records),
+        )
+        for key, path in listed:
             if path in seen:
-                raise InvalidArgumentError(f"artifacts {path!r} is listed twice; list each path once")
-            seen.add(path)
+                # Name both lists it is in: the fix is in one of them, maybe not in artifacts.
+                where = key if seen[path] == key else f"{seen[path]} and {key}"
+                raise InvalidArgumentError(f"path {path!r} is listed twice (in {where}); list each path once")
+            seen[path] = key
