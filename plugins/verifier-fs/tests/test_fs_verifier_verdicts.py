@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -132,3 +136,54 @@ async def test_each_call_reads_the_evidence_afresh(root: Path) -> None:
     assert (await verifier.verify(CLAIM, context())).verdict is Verdict.FAIL
     write(root / "report.txt", ARTIFACT_BYTES)
     assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
+
+
+def _failing(code: int) -> object:
+    def fail(*args: object, **kwargs: object) -> object:
+        raise OSError(code, os.strerror(code))
+
+    return fail
+
+
+async def test_an_os_error_on_an_opened_artifact_is_one_unknown_item(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An fstat on an NFS file deleted on the server answers ESTALE: the item is unknown and the
+    # record after it is still read, instead of OSError escaping verify() with no evidence at all.
+    write(root / "report.txt", ARTIFACT_BYTES)
+    write(root / "reports/junit.xml", junit(tests=1))
+    monkeypatch.setattr("agentium_verifier_fs.verifier.last_changed", _failing(errno.ESTALE))
+    result = await verifier_for(root, "report.txt", records=("reports/junit.xml",)).verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result) == {
+        "report.txt": f"unknown: unreadable: {os.strerror(errno.ESTALE)}",
+        "reports/junit.xml": "pass: 1 tests ran, 0 failures, 0 errors, 0 skipped",
+    }
+
+
+async def test_an_os_error_on_an_opened_record_is_one_unknown_item(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root / "report.txt", ARTIFACT_BYTES)
+    write(root / "reports/junit.xml", junit(tests=1))
+    monkeypatch.setattr("agentium_verifier_fs.verifier.read_file", _failing(errno.EIO))
+    result = await verifier_for(root, "report.txt", records=("reports/junit.xml",)).verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result)["reports/junit.xml"] == f"unknown: unreadable: {os.strerror(errno.EIO)}"
+    assert details(result)["report.txt"].startswith("pass: sha256")
+
+
+async def test_an_os_error_on_the_opened_root_makes_every_item_unknown(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(root / "report.txt", ARTIFACT_BYTES)
+
+    @contextmanager
+    def stale_root(*args: object) -> Iterator[int]:
+        raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))
+        yield 0  # pragma: no cover - a generator, never reached
+
+    monkeypatch.setattr("agentium_verifier_fs.verifier.root_descriptor", stale_root)
+    result = await verifier_for(root, "report.txt").verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN
+    assert details(result) == {"report.txt": f"unknown: unreadable: {os.strerror(errno.ESTALE)}"}

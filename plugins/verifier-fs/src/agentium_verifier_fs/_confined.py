@@ -40,6 +40,7 @@ __all__ = [
     "read_file",
     "root_descriptor",
     "root_identity",
+    "unreadable",
 ]
 
 #: Bytes read per step; the cancel and time checks run between steps.
@@ -138,6 +139,16 @@ class OpenedFile:
 
 def _why(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
+
+
+def unreadable(exc: OSError) -> EvidenceUnavailable:
+    """``exc`` from a call on an already opened descriptor (``fstat``, ``close``) as ``unreadable``.
+
+    Those calls fail only on troubled file systems (an NFS file deleted on the
+    server answers ``ESTALE``, a failing disk ``EIO``): the evidence is
+    unknown, and the verification goes on with the other items.
+    """
+    return EvidenceUnavailable(f"unreadable: {_why(exc)}")
 
 
 def _kind(mode: int) -> str:

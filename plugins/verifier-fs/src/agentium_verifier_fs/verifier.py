@@ -55,6 +55,7 @@ from ._confined import (
     read_file,
     root_descriptor,
     root_identity,
+    unreadable,
 )
 from ._junit import parse_junit
 from .config import ExpectedArtifact, FsVerifierConfig, RootNotFoundError, check_root, split_relative_path
@@ -246,9 +247,10 @@ class FsVerifier(CompletionVerifier):
                         for kind, ref, _ in items[index:]:
                             emit(_outcome(kind, ref, Verdict.UNKNOWN, why, "time bound"))
                         break
-        except EvidenceUnavailable as exc:  # the root went away or was replaced after the verifier was built
+        except (EvidenceUnavailable, OSError) as exc:  # the root went away, was replaced, or fails
+            reason = exc.reason if isinstance(exc, EvidenceUnavailable) else unreadable(exc).reason
             for k, r, _ in items[done:]:
-                emit(_outcome(k, r, Verdict.UNKNOWN, exc.reason, "root"))
+                emit(_outcome(k, r, Verdict.UNKNOWN, reason, "root"))
 
     def _artifact_reader(
         self,
@@ -264,6 +266,8 @@ class FsVerifier(CompletionVerifier):
                     changed.append((last_changed(opened), artifact.path))
             except EvidenceUnavailable as exc:
                 return _unknown(ARTIFACT, artifact.path, exc)
+            except OSError as exc:  # an fstat or close the walk does not wrap: ESTALE, EIO
+                return _unknown(ARTIFACT, artifact.path, unreadable(exc))
             if actual == artifact.sha256:
                 return _outcome(ARTIFACT, artifact.path, Verdict.PASS, f"sha256 {actual} as expected", "ok")
             text = f"sha256 is {actual}, expected {artifact.sha256}"
@@ -304,6 +308,8 @@ class FsVerifier(CompletionVerifier):
                 counts = parse_junit(data, check)
             except EvidenceUnavailable as exc:
                 return _unknown(TEST_RECORD, record, exc)
+            except OSError as exc:  # as for an artifact: one item is unknown, not the verification
+                return _unknown(TEST_RECORD, record, unreadable(exc))
             if counts.failures or counts.errors:
                 names = f"; failing: {', '.join(counts.failing)}" if counts.failing else ""
                 return _outcome(TEST_RECORD, record, Verdict.FAIL, counts.describe() + names, "tests failed")
