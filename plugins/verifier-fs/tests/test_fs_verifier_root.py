@@ -9,6 +9,8 @@ would pass; every item must be ``unknown`` (refused), never ``pass``.
 from __future__ import annotations
 
 import os
+import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -109,3 +111,18 @@ def test_a_root_that_is_a_symlink_to_a_file_is_refused_when_built(tmp_path: Path
     os.symlink(tmp_path / "file.txt", link)
     with pytest.raises(RootNotFoundError):
         verifier_for(link, "report.txt")
+
+
+async def test_a_root_whose_name_is_not_utf8_is_read(tmp_path: Path) -> None:
+    # The README's promise: root may hold such bytes (only evidence paths must be text).
+    root = Path(os.fsdecode(os.fsencode(tmp_path) + b"/ws\xff"))
+    _evidence(root)
+    verifier = verifier_for(root, "report.txt", records=("reports/junit.xml",))
+    assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems treat NFC and NFD as one name")
+def test_names_are_not_unicode_normalized(tmp_path: Path) -> None:
+    (tmp_path / unicodedata.normalize("NFD", "café")).mkdir()
+    with pytest.raises(RootNotFoundError, match="does not exist"):
+        verifier_for(tmp_path / unicodedata.normalize("NFC", "café"), "report.txt")

@@ -77,8 +77,9 @@ def split_relative_path(value: object, what: str) -> tuple[str, ...]:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        # A lone surrogate cannot name a file: os.open would raise UnicodeEncodeError
-        # (or the evidence ref would be refused) in the middle of a verification.
+        # Most lone surrogates cannot be encoded (os.open would raise UnicodeEncodeError);
+        # U+DC80-U+DCFF do name a non-UTF-8 file name, but the evidence ref naming it would be
+        # refused (evidence text must be valid Unicode) in the middle of a verification.
         raise InvalidArgumentError(f"{what} must be valid Unicode text (it holds a lone surrogate)") from None
     if "\\" in value:
         raise InvalidArgumentError(f"{what} {value!r} must use '/' separators, not backslashes")
