@@ -247,3 +247,24 @@ async def test_bad_verifier_arguments_are_typed_errors(root: Path) -> None:
         await verifier.verify(CLAIM, None)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="candidate must be a CompletionCandidate"):
         await verifier.verify("done", ctx)  # type: ignore[arg-type]
+
+
+def test_without_posix_file_calls_building_is_a_capability_error(root: Path) -> None:
+    """Windows has no O_NOFOLLOW / O_DIRECTORY: the import works, building refuses with a typed error."""
+    script = f"""
+import os
+for name in ("O_NOFOLLOW", "O_DIRECTORY"):
+    delattr(os, name)
+from agentium_harness.plugin_api import CapabilityError
+from agentium_verifier_fs import FsVerifier, FsVerifierConfig
+config = FsVerifierConfig(root={str(root)!r}, test_records=("r.xml",))
+try:
+    FsVerifier(config)
+except CapabilityError as exc:
+    print("refused:", exc)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: the fs verifier needs os.open and os.stat with dir_fd="), (
+        done.stdout
+    )

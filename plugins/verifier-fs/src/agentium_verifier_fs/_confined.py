@@ -32,6 +32,7 @@ from typing import Final
 
 __all__ = [
     "CHUNK_BYTES",
+    "SUPPORTED",
     "EvidenceUnavailable",
     "OpenedFile",
     "hash_file",
@@ -46,8 +47,28 @@ __all__ = [
 #: Bytes read per step; the cancel and time checks run between steps.
 CHUNK_BYTES: Final = 1024 * 1024
 
-_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_POSIX_FLAGS: Final = ("O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC", "O_NONBLOCK", "O_NOCTTY")
+
+#: Whether this system has what the confined walk needs (POSIX): the flags, ``open`` and
+#: ``stat`` relative to a directory descriptor, and ``stat`` that does not follow a symlink.
+#: The module imports without them (Windows has no ``O_NOFOLLOW``), so the verifier can
+#: refuse to be built with a typed error instead of the import failing with AttributeError.
+SUPPORTED: Final = (
+    all(hasattr(os, flag) for flag in _POSIX_FLAGS)
+    and {os.open, os.stat} <= os.supports_dir_fd
+    and os.stat in os.supports_follow_symlinks
+)
+
+
+def _flags(*names: str) -> int:
+    value = os.O_RDONLY
+    for name in names:
+        value |= getattr(os, name, 0)
+    return value
+
+
+_DIR_FLAGS: Final = _flags("O_DIRECTORY", "O_NOFOLLOW", "O_CLOEXEC")
+_FILE_FLAGS: Final = _flags("O_NOFOLLOW", "O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC")
 
 
 class EvidenceUnavailable(Exception):
@@ -84,7 +105,7 @@ def root_descriptor(root: str, identity: tuple[int, int]) -> Iterator[int]:
     :raises EvidenceUnavailable: the root cannot be opened, or is another directory now.
     """
     try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(root, _flags("O_DIRECTORY", "O_CLOEXEC"))
     except OSError as exc:
         raise EvidenceUnavailable(f"root cannot be opened: {_why(exc)}") from exc
     try:

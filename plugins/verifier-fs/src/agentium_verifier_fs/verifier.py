@@ -25,7 +25,6 @@ cancelled or expired operation context raises ``OperationCancelledError``.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,6 +34,7 @@ import anyio.to_thread
 import attrs
 
 from agentium_harness.plugin_api import (
+    CapabilityError,
     CompletionCandidate,
     CompletionVerifier,
     EvidenceEntry,
@@ -48,6 +48,7 @@ from agentium_harness.plugin_api import (
 )
 
 from ._confined import (
+    SUPPORTED,
     EvidenceUnavailable,
     hash_file,
     last_changed,
@@ -115,8 +116,11 @@ class FsVerifier(CompletionVerifier):
     def __init__(self, config: FsVerifierConfig) -> None:
         if not isinstance(config, FsVerifierConfig):
             raise InvalidArgumentError(f"FsVerifier takes an FsVerifierConfig, got {type(config).__name__}")
-        if os.open not in os.supports_dir_fd or not hasattr(os, "O_NOFOLLOW"):
-            raise RuntimeError("the fs verifier needs os.open(dir_fd=...) and O_NOFOLLOW (POSIX systems)")
+        if not SUPPORTED:
+            raise CapabilityError(
+                "the fs verifier needs os.open and os.stat with dir_fd=, O_NOFOLLOW and O_DIRECTORY "
+                "(POSIX systems); this system lacks them, so it cannot confine what it reads"
+            )
         self._config = config
         self._root = check_root(config.root)
         # The directory the root names now is the one evidence is read from for the verifier's
