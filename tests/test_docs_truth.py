@@ -309,6 +309,9 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
             lambda: (MAX_STDIN_BYTES // MiB,),
         ),
         ("cli.md", r"files over (\d+) MiB", lambda: (MAX_DOCUMENT_BYTES // MiB,)),
+        # docs/recall.md: the host's document methods (HarnessRuntime.index_document)
+        ("recall.md", r"Unicode of at most (\d+) MiB of UTF-8", lambda: (ah.MAX_DOCUMENT_BYTES // MiB,)),
+        ("recall.md", r"`title` at most ([\d,]+) bytes", lambda: (ah.MAX_DOCUMENT_TITLE_BYTES,)),
         # docs/erasure.md
         (
             "erasure.md",

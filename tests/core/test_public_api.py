@@ -58,6 +58,8 @@ HOST_NAMES = {
     "CommitState", "TurnInterruption", "InterruptionCause",
     # issue 22: the history API for hosts that run their own agent loop
     "AppendResult", "HistoryGroup", "HistoryPage", "ResetResult", "RetractResult", "SessionPage",
+    # host documents indexed through the runtime, fenced against erasures
+    "DocumentResult", "MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_TITLE_BYTES",
     "ControlKind", "HistoryControl", "MessageRef", "RetractedSpan", "ViewState", "MAX_APPEND_BYTES",
     "MAX_APPEND_MESSAGES", "MAX_LIST_LIMIT", "MAX_PAGE_BYTES", "MAX_PAGE_GROUPS", "MAX_PAYLOAD_BYTES",
     "MAX_RETRACT_COUNT", "MAX_RETRACTION_SPANS",

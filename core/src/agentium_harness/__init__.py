@@ -26,6 +26,7 @@ from ._config import (
 )
 from ._config.runtime import load_runtime
 from ._engine.build import create_harness_runtime
+from ._engine.document_api import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_TITLE_BYTES, DocumentResult
 from ._engine.erasure import ErasureResult, OperatorAttestation
 from ._engine.forget import ForgetResult, SourceHolder, SourcePlace, SourceState
 from ._engine.history_checks import (
@@ -244,6 +245,10 @@ __all__ = [
     "MAX_RETRACT_COUNT",
     "MAX_RETRACTION_SPANS",
     "AppendResult",
+    # host documents for recall, fenced against erasures
+    "MAX_DOCUMENT_BYTES",
+    "MAX_DOCUMENT_TITLE_BYTES",
+    "DocumentResult",
     "ControlKind",
     "HistoryControl",
     "HistoryGroup",

@@ -60,9 +60,10 @@ class BlockingRuntime(BlockingHistoryOperations):
     and does nothing. From async code, use the :class:`HarnessRuntime` itself.
 
     Each method is the blocking twin of the runtime's coroutine of its name
-    (the turn, session maintenance, the history API, erasure), with the same
-    arguments, result and typed errors; :attr:`memory` is the memory
-    manager's, and :meth:`call` runs any other coroutine.
+    (the turn, session maintenance, the history API, erasure, host
+    documents), with the same arguments, result and typed errors;
+    :attr:`memory` is the memory manager's, and :meth:`call` runs any other
+    coroutine.
 
     ``runtime`` is **owned** by default: :meth:`close` closes it (``aclose()``)
     before stopping the loop. With ``owned=False`` it is borrowed and

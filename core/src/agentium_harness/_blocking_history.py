@@ -4,7 +4,9 @@ A synchronous host that runs its own agent loop writes and reads canonical
 history (``append``, ``read_history``, ``list_sessions``, ``retract``,
 ``reset_view``: docs/history-api.md) and an operator erases
 (``erase``, ``resume_erasures``, ``erasure_status``, ``apply_retention``,
-``forget``: docs/erasure.md) from request threads too. Each method here is
+``forget``: docs/erasure.md) and a host indexes its documents for recall
+(``index_document``, ``delete_document``: docs/recall.md) from request
+threads too. Each method here is
 the blocking twin of the :class:`HarnessRuntime` coroutine of its name: the
 same arguments, checked by that coroutine on the runtime's loop, so bad
 input raises the same typed error and changes nothing, and the same result.
@@ -17,6 +19,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._engine.document_api import DocumentResult
 from ._engine.erasure import ErasureResult, OperatorAttestation
 from ._engine.forget import ForgetResult
 from ._engine.history_records import AppendResult, HistoryPage, ResetResult, RetractResult, SessionPage
@@ -25,6 +28,7 @@ from ._engine.runtime import HarnessRuntime
 from ._history import Message
 from ._ports.erasure import EraseTarget, ErasureRecord
 from ._ports.memory import MemoryScope
+from ._ports.recall import SourceOwner
 from ._scope import RecallScope, VerifiedIdentity
 
 __all__ = ["BlockingHistoryOperations", "twin_of"]
@@ -52,7 +56,7 @@ def twin_of(coroutine: Callable[..., Any]) -> Callable[[F], F]:
 
 
 class BlockingHistoryOperations:
-    """The history and erasure methods of the facade (mixed into :class:`~._blocking.BlockingRuntime`)."""
+    """The history, erasure and document twins (mixed into :class:`~._blocking.BlockingRuntime`)."""
 
     __slots__ = ()
     #: docs/api.md documents these methods with :class:`~._blocking.BlockingRuntime` (testing._api_docs).
@@ -230,4 +234,34 @@ class BlockingHistoryOperations:
             erase_sources=erase_sources,
             reason=reason,
             attestation=attestation,
+        )
+
+    # -- host documents for recall (docs/recall.md) ----------------------------------------------
+
+    @twin_of(HarnessRuntime.index_document)
+    def index_document(
+        self,
+        owner: SourceOwner,
+        doc_id: str,
+        text: str,
+        *,
+        title: str = "",
+        timeout_s: float | None = None,
+    ) -> DocumentResult:
+        """:meth:`HarnessRuntime.index_document`, blocking (same arguments, result and typed errors)."""
+        return self._call_as(
+            "index_document",
+            self.runtime.index_document,
+            owner,
+            doc_id,
+            text,
+            title=title,
+            timeout_s=timeout_s,
+        )
+
+    @twin_of(HarnessRuntime.delete_document)
+    def delete_document(self, owner: SourceOwner, doc_id: str, *, timeout_s: float | None = None) -> bool:
+        """:meth:`HarnessRuntime.delete_document`, blocking (same arguments, result and typed errors)."""
+        return self._call_as(
+            "delete_document", self.runtime.delete_document, owner, doc_id, timeout_s=timeout_s
         )

@@ -17,6 +17,7 @@ import anyio
 
 from .._config import load_config
 from .._config.runtime import build_runtime, load_runtime
+from .._engine.document_api import MAX_DOCUMENT_BYTES
 from .._engine.document_fence import index_document_fenced
 from .._engine.embedding import embedding_text, index_sources
 from .._engine.erasure_fence import ErasureFence
@@ -34,10 +35,8 @@ from .._ports.recall import RecallStore, SourceOwner, SourceRef, group_source_id
 from .._scope import RecallScope, Scope, SessionKey, validate_id
 from .output import print_json, reading_only, shown, text_argument
 
-__all__ = ["add_recall_commands"]
+__all__ = ["MAX_DOCUMENT_BYTES", "add_recall_commands"]
 
-#: Files larger than this are skipped by ``recall add`` (a recall excerpt is a few KiB).
-MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
 #: Archived groups read per page by ``recall rebuild``.
 REBUILD_PAGE = 200
 

@@ -20,6 +20,14 @@ owner names) is refused with
 
 If the second read fails, the write stands: the WARNING and the returned
 note say it was not checked again.
+
+Every error raised says in ``commit_state`` whether the document is indexed:
+``not_committed`` when it was refused before the write, refused by the store
+as its port allows (bad input, an undeclared operation) or deleted again;
+``unknown`` when the store's call failed or timed out part way (indexing it
+again is safe: it replaces it) or the delete failed. A store's own
+(foreign) exception reaches the caller typed, as
+:class:`~agentium_harness._errors.ContractViolationError`.
 """
 
 from __future__ import annotations
@@ -29,13 +37,21 @@ from collections.abc import Sequence
 
 import attrs
 
-from .._errors import ErasureInProgressError
+from .._errors import (
+    AgentiumError,
+    ContractViolationError,
+    ErasureInProgressError,
+    InvalidArgumentError,
+    UnsupportedOperationError,
+)
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.recall import RecallStore, SourceOwner, SourceRef
 from .._ports.sessions import SessionStore
+from .._text import error_text
 from .erasure_fence import ErasureFence
 from .erasure_index import finished_covering_owner
 from .lifecycle import Ticket
+from .results import CommitState
 
 __all__ = ["index_document_fenced"]
 
@@ -80,6 +96,36 @@ class _DocumentWrite:
         return ErasureInProgressError(f"{said}; {outcome}", record.erasure_id)
 
 
+def _marked(error: AgentiumError, state: CommitState) -> AgentiumError:
+    """``error`` carrying ``state`` (whether the document is indexed)."""
+    error.commit_state = state
+    return error
+
+
+def _failed_write(exc: Exception, store: RecallStore) -> AgentiumError:
+    """The typed error for a failed ``index_document`` call, saying whether the document may be indexed."""
+    if isinstance(exc, InvalidArgumentError | UnsupportedOperationError):
+        return _marked(exc, CommitState.NOT_COMMITTED)  # the port: refused before writing anything
+    unknown = (
+        "whether the document was indexed is unknown (commit_state unknown); indexing it again is safe "
+        "(it replaces it), or delete it"
+    )
+    if isinstance(exc, AgentiumError):
+        # A timeout or a cancellation may have stopped the store after its write landed.
+        exc.args = (
+            (f"{exc.args[0]}; {unknown}",)
+            if len(exc.args) == 1 and isinstance(exc.args[0], str)
+            else exc.args
+        )
+        return _marked(exc, CommitState.UNKNOWN)
+    error = ContractViolationError(
+        f"recall store {type(store).__name__}.index_document raised {error_text(exc)}, not a typed error; "
+        f"{unknown}"
+    )
+    error.__cause__ = exc
+    return _marked(error, CommitState.UNKNOWN)
+
+
 async def index_document_fenced(
     fence: ErasureFence,
     ticket: Ticket,
@@ -94,20 +140,32 @@ async def index_document_fenced(
     """``store.index_document`` fenced by the erasures ``fence`` reads: the ref and notes (none if checked).
 
     ``timeout_s`` bounds the index and delete calls (default: the ticket's).
+    Every error carries ``commit_state`` (see the module's docstring).
 
     :raises ErasureInProgressError: an erasure covering ``owner`` is pending
         (nothing written), or one began while the document was written (it
         was deleted again, or the message says deleting it failed).
     :raises SessionStoreError: the erasures could not be read before the
         write (nothing written).
+    :raises ContractViolationError: the store raised an exception of its own.
     """
     write = _DocumentWrite(owner, doc_id)
-    seen = await fence.check(write)
-    ref = await ticket.call(
-        "recall index",
-        lambda ctx: store.index_document(owner, doc_id, text, ctx, title=title),
-        timeout_s=timeout_s,
-    )
+    try:
+        seen = await fence.check(write)
+    except AgentiumError as exc:
+        exc.commit_state = CommitState.NOT_COMMITTED
+        raise
+    try:
+        ref = await ticket.call(
+            "recall index",
+            lambda ctx: store.index_document(owner, doc_id, text, ctx, title=title),
+            timeout_s=timeout_s,
+        )
+    except Exception as exc:
+        error = _failed_write(exc, store)
+        if error is exc:
+            raise
+        raise error from exc
     try:
         record = await fence.covering_since(seen)
     except Exception as exc:  # the write stands: said in the notes, never a bare error after a commit
@@ -123,9 +181,11 @@ async def index_document_fenced(
         )
     except Exception as exc:
         _log.warning("a document indexed during an erasure could not be taken back: %s", type(exc).__name__)
-        raise write.refusal(
+        refused = write.refusal(
             record,
             f"the document was indexed meanwhile and deleting it failed ({type(exc).__name__}): "
             "erase the scope again",
-        ) from exc
-    raise write.refusal(record, "the document, indexed meanwhile, was deleted: it was not kept")
+        )
+        raise _marked(refused, CommitState.UNKNOWN) from exc
+    refused = write.refusal(record, "the document, indexed meanwhile, was deleted: it was not kept")
+    raise _marked(refused, CommitState.NOT_COMMITTED)

@@ -27,7 +27,8 @@ Maintenance outside a turn — flush, migrate, inspect, reconcile — is in
 :mod:`.maintenance`; closing a session in :mod:`.closing`. The history API
 for hosts that run their own agent loop (``append``, ``read_history``,
 ``list_sessions``, ``retract``, ``reset_view``) is mixed in from
-:mod:`.history_api` and commits through the same path as a run. Every
+:mod:`.history_api` and commits through the same path as a run; the erasure
+API from :mod:`.erasure_api`, host documents from :mod:`.document_api`. Every
 adapter call anywhere runs under its deadline (:meth:`.lifecycle.Ticket.call`).
 """
 
@@ -61,6 +62,7 @@ from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_i
 from .._verdicts import EvidenceLimits, VerificationRecord
 from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
 from .closing import HarnessResources, drain_runtime, shutdown_runtime
+from .document_api import DocumentOperations
 from .effects import EffectsKeeper
 from .embedding import Hybrid
 from .erasure_api import ErasureOperations
@@ -131,7 +133,7 @@ __all__ = [
 DEFAULT_INSTRUCTIONS = "You are a helpful assistant."
 
 
-class HarnessRuntime(HistoryOperations, ErasureOperations, AdapterReadiness):
+class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, AdapterReadiness):
     """The runtime built by :func:`create_harness_runtime` or ``load_runtime``.
 
     Adapters passed in are borrowed: the runtime never closes them. Adapters
@@ -140,7 +142,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, AdapterReadiness):
     canonical history with :meth:`append`, :meth:`read_history`,
     :meth:`list_sessions`, :meth:`retract` and :meth:`reset_view`
     (docs/history-api.md). Operators erase a session, user or tenant with
-    :meth:`erase` (docs/erasure.md).
+    :meth:`erase` (docs/erasure.md). Hosts index documents for recall with
+    :meth:`index_document` and :meth:`delete_document`, fenced against erasures.
     """
 
     def __init__(

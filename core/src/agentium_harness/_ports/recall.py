@@ -394,6 +394,9 @@ class RecallStore:
         title does, so a ref read earlier no longer validates as current. The
         source id is :func:`document_source_id`. Call
         ``ctx.raise_if_expired("recall index")`` before writing anything.
+        Hosts index through ``HarnessRuntime.index_document``, which checks the
+        arguments and fences the call against erasures under way; a direct
+        call is not fenced (docs/erasure.md).
 
         Raises: ``OperationCancelledError`` when cancelled or past the deadline;
         ``InvalidArgumentError`` for a bad id or non-string text (nothing written);
