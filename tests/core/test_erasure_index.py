@@ -75,6 +75,17 @@ async def _erase(rt: Any, session: str) -> str:
     return erasure_id
 
 
+async def _status(rt: Any) -> list[ErasureRecord]:
+    """Every erasure ``erasure_status`` lists, page after page."""
+    records: list[ErasureRecord] = []
+    after = None
+    while True:
+        page = await rt.erasure_status(OPERATOR, after=after)
+        records.extend(page)
+        if (after := page.next_after) is None:
+            return records
+
+
 class MeteredStore(InMemorySessionStore):
     """Counts the bytes of the erasure records it loads."""
 
@@ -104,7 +115,7 @@ async def test_the_index_stays_bounded_over_many_erasures_and_every_tombstone_st
     # The fence every load reads holds only what is under way: nothing now.
     pending, _ = await _ledger(store, "pending")
     assert pending.records == ()
-    status = await rt.erasure_status(OPERATOR)
+    status = await _status(rt)
     assert [r.erasure_id for r in status] == ids
     assert all(r.state is ErasureState.COMPLETE for r in status)
     # A session's erasures are read from its scopes' indexes, not from every erasure of the tenant.
@@ -143,14 +154,14 @@ async def test_an_index_written_by_an_earlier_version_loads_and_is_split_on_its_
     store = InMemorySessionStore()
     rt = _runtime(store)
     old = await _write_old_index(store, 150)
-    assert [r.erasure_id for r in await rt.erasure_status(OPERATOR)] == old
+    assert [r.erasure_id for r in await _status(rt)] == old
     assert [e.erasure_id for e in (await rt.inspect_session(ALICE, "old9")).erasures] == [old[9]]
     new = await _erase(rt, "s1")
     index, _ = await _ledger(store, "index")
     assert [r.erasure_id for r in index.records] == [new] and index.pages == 3
     pages = [await _ledger(store, f"index-{n}") for n in (1, 2, 3)]
     assert [len(ledger.records) for ledger, _ in pages] == [64, 64, 22]
-    assert [r.erasure_id for r in await rt.erasure_status(OPERATOR)] == [*old, new]
+    assert [r.erasure_id for r in await _status(rt)] == [*old, new]
     assert [e.erasure_id for e in (await rt.inspect_session(ALICE, "old140")).erasures] == [old[140]]
     assert [e.erasure_id for e in (await rt.inspect_session(ALICE, "s1")).erasures] == [new]
     await rt.aclose()
@@ -186,7 +197,7 @@ async def test_a_crash_between_moving_a_full_index_and_rewriting_it_loses_no_fen
     assert resumed.state is ErasureState.COMPLETE
     index, _ = await _ledger(store, "index")
     assert [r.erasure_id for r in index.records] == [resumed.record.erasure_id] and index.pages == 1
-    assert [r.erasure_id for r in await rt.erasure_status(OPERATOR)] == [*ids, resumed.record.erasure_id]
+    assert [r.erasure_id for r in await _status(rt)] == [*ids, resumed.record.erasure_id]
     await rt.aclose()
 
 
@@ -202,7 +213,7 @@ async def test_two_runtimes_completing_erasures_at_once_lose_no_tombstone() -> N
     async with anyio.create_task_group() as tg:
         for i in range(12):
             tg.start_soon(erase, first if i % 2 else second, f"c{i}")
-    status = [r.erasure_id for r in await first.erasure_status(OPERATOR)]
+    status = [r.erasure_id for r in await _status(first)]
     assert status[: len(before)] == before and sorted(status[len(before) :]) == sorted(done)
     index, _ = await _ledger(store, "index")
     page, _ = await _ledger(store, "index-1")

@@ -23,6 +23,7 @@ HOST_NAMES = {
     # erasure and retention (issue 23)
     "EraseLevel", "EraseStatus", "EraseTarget", "ErasedCount", "ErasedGroups", "ErasureKind", "ErasureRecord",
     "ErasureResult", "ErasureState", "OperatorAttestation", "PhysicalErasure", "SeqRange", "StoreErasure",
+    "ErasureStatusPage", "MAX_STATUS_LIMIT",
     "ForgetResult", "RetentionPolicy", "RetentionResult", "SourceHolder", "SourcePlace", "SourceState",
     # config files (issue 27)
     "HarnessConfig", "ResolvedComponent", "ResolvedConfig", "load_config", "parse_config",

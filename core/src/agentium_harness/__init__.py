@@ -28,6 +28,7 @@ from ._config.runtime import load_runtime
 from ._engine.build import create_harness_runtime
 from ._engine.document_api import MAX_DOCUMENT_BYTES, MAX_DOCUMENT_TITLE_BYTES, DocumentResult
 from ._engine.erasure import ErasureResult, OperatorAttestation
+from ._engine.erasure_status import MAX_STATUS_LIMIT, ErasureStatusPage
 from ._engine.forget import ForgetResult, SourceHolder, SourcePlace, SourceState
 from ._engine.history_checks import (
     MAX_APPEND_BYTES,
@@ -216,6 +217,8 @@ __all__ = [
     "ErasureRefusedError",
     "ErasureResult",
     "ErasureState",
+    "ErasureStatusPage",
+    "MAX_STATUS_LIMIT",
     "OperatorAttestation",
     "ForgetResult",
     "PhysicalErasure",

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._engine.document_api import DocumentResult
 from ._engine.erasure import ErasureResult, OperatorAttestation
+from ._engine.erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage
 from ._engine.forget import ForgetResult
 from ._engine.history_records import AppendResult, HistoryPage, ResetResult, RetractResult, SessionPage
 from ._engine.retention import RetentionResult
 from ._engine.runtime import HarnessRuntime
 from ._history import Message
-from ._ports.erasure import EraseTarget, ErasureRecord
+from ._ports.erasure import EraseTarget
 from ._ports.memory import MemoryScope
 from ._ports.recall import SourceOwner
 from ._scope import RecallScope, VerifiedIdentity
@@ -191,10 +192,17 @@ class BlockingHistoryOperations:
 
     @twin_of(HarnessRuntime.erasure_status)
     def erasure_status(
-        self, attestation: OperatorAttestation, target: EraseTarget | None = None
-    ) -> tuple[ErasureRecord, ...]:
+        self,
+        attestation: OperatorAttestation,
+        target: EraseTarget | None = None,
+        *,
+        after: str | None = None,
+        limit: int = DEFAULT_STATUS_LIMIT,
+    ) -> ErasureStatusPage:
         """:meth:`HarnessRuntime.erasure_status`, blocking (same arguments, result and typed errors)."""
-        return self._call_as("erasure_status", self.runtime.erasure_status, attestation, target)
+        return self._call_as(
+            "erasure_status", self.runtime.erasure_status, attestation, target, after=after, limit=limit
+        )
 
     @twin_of(HarnessRuntime.apply_retention)
     def apply_retention(

@@ -25,6 +25,7 @@ from .._codec import unstructure
 from .._config import load_config
 from .._config.runtime import build_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
+from .._engine.erasure_status import MAX_STATUS_LIMIT
 from .._engine.maintenance import SessionView
 from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
@@ -132,6 +133,20 @@ def _run(config: str, work: Callable[[Any], Awaitable[T]], *, reading: bool = Fa
     return anyio.run(go)
 
 
+async def _all_status(
+    rt: Any, attestation: OperatorAttestation, target: EraseTarget | None
+) -> list[ErasureRecord]:
+    """Every erasure ``erasure_status`` lists for ``target``, page after page (each page one bounded read)."""
+    records: list[ErasureRecord] = []
+    after: str | None = None
+    while True:
+        page = await rt.erasure_status(attestation, target, after=after, limit=MAX_STATUS_LIMIT)
+        records.extend(page)
+        after = page.next_after
+        if after is None:
+            return records
+
+
 def _print(results: list[ErasureResult], as_json: bool) -> None:
     if as_json:
         print_json([dict(unstructure(r.record), resumed=r.resumed) for r in results], sys.stdout)
@@ -163,7 +178,7 @@ def cmd_erase(args: argparse.Namespace) -> int:
     attestation = _attestation(args)
     target = _target(args)
     if args.status:
-        records = _run(args.config, lambda rt: rt.erasure_status(attestation, target), reading=True)
+        records = _run(args.config, lambda rt: _all_status(rt, attestation, target), reading=True)
         if args.json:
             print_json([unstructure(r) for r in records], sys.stdout)
         else:
@@ -211,11 +226,11 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     reason = args.reason or "retention policy"
 
     async def apply(rt: Any) -> tuple[Any, list[ErasureRecord]]:
-        before = {r.erasure_id for r in await rt.erasure_status(attestation, target)}
+        before = {r.erasure_id for r in await _all_status(rt, attestation, target)}
         result = await rt.apply_retention(attestation, target, reason=reason, dry_run=args.dry_run)
         # The erasures this application started and left pending (one stopped part way): their
         # sessions are refused until resumed, which the exit status must say as `erase` does.
-        after = await rt.erasure_status(attestation, target)
+        after = await _all_status(rt, attestation, target)
         return result, [r for r in after if r.state is ErasureState.PENDING and r.erasure_id not in before]
 
     result, stopped = _run(args.config, apply, reading=args.dry_run)

@@ -46,10 +46,10 @@ from .erasure import (
     start,
     still_held,
 )
-from .erasure_index import finished_records
 from .erasure_ledger import pending_records
+from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
-from .lifecycle import Ticket, overlaps
+from .lifecycle import Ticket
 from .retention import RetentionResult, apply_policy
 
 if TYPE_CHECKING:
@@ -339,12 +339,26 @@ class ErasureOperations:
         return tuple(results)
 
     async def erasure_status(
-        self, attestation: OperatorAttestation, target: EraseTarget | None = None
-    ) -> tuple[ErasureRecord, ...]:
-        """The erasures of the operator's tenant — pending ones in full, finished ones as tombstones.
+        self,
+        attestation: OperatorAttestation,
+        target: EraseTarget | None = None,
+        *,
+        after: str | None = None,
+        limit: int = DEFAULT_STATUS_LIMIT,
+    ) -> ErasureStatusPage:
+        """One page of the erasures of the operator's tenant: finished ones as tombstones, pending in full.
 
-        With ``target``, only those that overlap it (a session's status lists
-        the erasures of its user and tenant too). Read-only; oldest first.
+        Finished erasures come first, in the order they completed, then the
+        pending ones, in the order they started. With ``target``, only those
+        that overlap it (a session's status lists the erasures of its user
+        and tenant too). ``limit`` is 1 to :data:`MAX_STATUS_LIMIT` (100 by
+        default); the page is a tuple of records whose ``next_after``, passed
+        as ``after``, gives the next page (``None``: this was the last). A
+        page may hold fewer than ``limit`` records, even none, with more to
+        come: one call examines at most 1,024 index entries, whatever
+        ``target`` matches among them. Read-only; a bad ``limit`` or an
+        ``after`` that is not a ``next_after`` raises
+        :class:`InvalidArgumentError`.
         """
         runtime = self._runtime()
         if not isinstance(attestation, OperatorAttestation):
@@ -356,22 +370,12 @@ class ErasureOperations:
             )
         if target is not None and target.tenant_id != tenant:
             raise ErasureRefusedError(f"the status asked for is outside tenant {tenant!r}, the operator's")
-        store = runtime.session_store
+        cursor, count = check_status_args(after, limit)
         # A read, but its session store calls record where the runtime's do (its Telemetry).
         with using(settings_of(runtime)):
             async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
-                pending = [
-                    await load_record(ticket, store, h) for h in await pending_records(ticket, store, tenant)
-                ]
-                done = await finished_records(ticket, store, tenant)
-        # An erasure that stopped between its tombstone's save and its pending record's removal is
-        # in both: listed once, as its pending record (resuming it finishes the removal).
-        by_id = {r.erasure_id: r for r in done}
-        by_id.update((r.erasure_id, r) for r in pending)
-        records = list(by_id.values())
-        if target is not None:
-            records = [r for r in records if overlaps(r.target, target)]
-        return tuple(sorted(records, key=lambda r: r.started_at))
+                return await status_page(ticket, runtime.session_store, tenant, target, cursor, count)
+        raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation
 
     async def apply_retention(
         self,

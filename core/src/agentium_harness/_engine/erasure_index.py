@@ -4,7 +4,8 @@ Every completed erasure adds its header (:func:`.erasure_ledger.header`) to
 two *chains* in the session store's reserved keys:
 
 - the tenant's, ``index``: every finished erasure of the tenant, oldest
-  first (what ``erasure_status`` lists);
+  first (what ``erasure_status`` lists, a bounded page at a time:
+  :mod:`.erasure_status`);
 - its scope's, ``by-<scope>``: the finished erasures of exactly its
   target's tenant, user or session (groups targets go with their session).
   A session's erasures are those of three scopes — its tenant, its user,
@@ -45,7 +46,8 @@ __all__ = [
     "finished_covering",
     "finished_covering_fact",
     "finished_covering_owner",
-    "finished_records",
+    "tenant_index_head",
+    "tenant_index_page",
 ]
 
 #: Headers a chain's head holds before they move to a page of their own: bounds what every
@@ -78,8 +80,15 @@ async def _read_pages(
     ticket: Ticket, store: SessionStore, tenant: str, chain: str, upto: int
 ) -> list[ErasureRecord]:
     """The headers on pages 1..``upto`` of ``chain``, oldest first (one bounded read each)."""
+    return await _read_pages_from(ticket, store, tenant, chain, 1, upto)
+
+
+async def _read_pages_from(
+    ticket: Ticket, store: SessionStore, tenant: str, chain: str, first: int, upto: int
+) -> list[ErasureRecord]:
+    """The headers on pages ``first``..``upto`` of ``chain``, oldest first (one bounded read each)."""
     found: list[ErasureRecord] = []
-    for page in range(1, upto + 1):
+    for page in range(first, upto + 1):
         key = _page(tenant, chain, page)
         revision, ledger = await load_ledger(ticket, store, key)
         if revision is None:
@@ -101,11 +110,15 @@ def _once(records: list[ErasureRecord]) -> tuple[ErasureRecord, ...]:
     return tuple(seen.values())
 
 
-async def finished_records(ticket: Ticket, store: SessionStore, tenant: str) -> tuple[ErasureRecord, ...]:
-    """The headers of every finished erasure of the tenant, oldest first: its pages, then its head."""
+async def tenant_index_head(ticket: Ticket, store: SessionStore, tenant: str) -> ErasureLedger:
+    """The head of the tenant's chain: its newest headers and how many pages came before (one read)."""
     _, head = await load_ledger(ticket, store, index_key(tenant, _TENANT_CHAIN))
-    older = await _read_pages(ticket, store, tenant, _TENANT_CHAIN, head.pages or 0)
-    return _once([*older, *head.records])
+    return head
+
+
+async def tenant_index_page(ticket: Ticket, store: SessionStore, tenant: str, page: int) -> ErasureLedger:
+    """Page ``page`` (1 is the oldest) of the tenant's chain, one read; missing, the data is damaged."""
+    return ErasureLedger(await _read_pages_from(ticket, store, tenant, _TENANT_CHAIN, page, page))
 
 
 async def finished_covering(
