@@ -39,6 +39,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness.adapters import _sqlite_sql
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
@@ -174,7 +175,9 @@ def _database_files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.name.startswith("agentium.db")}
 
 
-async def test_a_forgotten_facts_summary_text_leaves_the_sqlite_files_too(tmp_path: Path) -> None:
+async def test_a_forgotten_facts_summary_text_leaves_the_sqlite_files_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The summary loses its text in a snapshot rewrite made after the stores' erasures had
     # checkpointed and truncated the log: the old text stayed in the log (and the file) until
     # some later checkpoint. The rewrite is cleaned up as the erasures are.
@@ -189,9 +192,17 @@ async def test_a_forgotten_facts_summary_text_leaves_the_sqlite_files_too(tmp_pa
     async with rt:
         summary = (await rt.inspect_session(ANA, "s1")).summary
         assert summary is not None and SECRET in summary.summary.text
+        rebuilds: list[float] = []
+        rebuild = _sqlite_sql._rebuild_file
+        monkeypatch.setattr(
+            _sqlite_sql, "_rebuild_file", lambda conn, stop: rebuilds.append(stop) or rebuild(conn, stop)
+        )
         result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="asked", attestation=OPERATOR)
         (erasure,) = result.erasures
         assert erasure.tombstone is not None and erasure.record.notes == ()
+        # The memory store's forget cleans up its file; the erasure of the sources (recall, archive,
+        # then the session store after the summary's rewrite, all on that file) rebuilds it once.
+        assert len(rebuilds) == 2
         files = _database_files(tmp_path)
         assert "agentium.db" in files
         assert [name for name, data in files.items() if SECRET.encode() in data] == []

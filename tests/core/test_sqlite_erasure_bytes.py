@@ -46,8 +46,19 @@ def _file_bytes(path: Path) -> bytes:
     return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-async def test_a_user_erasure_leaves_no_copy_of_rows_sqlite_moved_while_they_lived(tmp_path: Path) -> None:
+async def test_a_user_erasure_leaves_no_copy_of_rows_sqlite_moved_while_they_lived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = tmp_path / "agentium.db"
+    # Every rebuild (VACUUM) of the file: it rewrites the whole file under the write lock.
+    rebuilds: list[str] = []
+    rebuild = _sqlite_sql._rebuild_file
+
+    def counted(conn: sqlite3.Connection, stop: float) -> str:
+        rebuilds.append(conn.execute("PRAGMA database_list").fetchone()[2])
+        return rebuild(conn, stop)
+
+    monkeypatch.setattr(_sqlite_sql, "_rebuild_file", counted)
     config = SQLiteConfig(path=str(db))
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
@@ -72,10 +83,15 @@ async def test_a_user_erasure_leaves_no_copy_of_rows_sqlite_moved_while_they_liv
                 [Message(Role.USER, f"{user}mark{n}z {pad}")],
             )
             await memory.remember(MemoryFact(MemoryScope("acme", user), f"{user}fact{n}z {pad}"))
+        rebuilds.clear()
         result = await runtime.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
         record = result.tombstone
         assert record is not None
         assert [s.physical for s in record.stores] == [PhysicalErasure.REMOVED] * len(record.stores)
+        # Four stores on one file, each erasing something: the file is rebuilt once, after all of them.
+        assert [s.role for s in record.stores] == ["recall", "memory", "archive", "session_store"]
+        assert all(s.counts for s in record.stores)
+        assert rebuilds == [str(db)]
     data = _file_bytes(db)
     assert re.findall(rb"ana(?:mark|fact)\d+z", data) == []
     # The neighbour's rows are all still there (the check reads the right bytes).
@@ -122,3 +138,30 @@ def test_a_file_over_the_rebuild_bound_is_not_rebuilt_and_the_erase_says_unrefer
         assert conn.execute("PRAGMA page_count").fetchone()[0] < pages  # rebuilt: the half-empty pages packed
     finally:
         conn.close()
+
+
+async def test_a_file_the_one_clean_up_cannot_rebuild_is_reported_for_every_store_on_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The stores on one file erase without cleaning up and the engine cleans the file up once:
+    # what that clean-up could not do is in the record of every store on the file, not lost.
+    db = tmp_path / "agentium.db"
+    config = SQLiteConfig(path=str(db))
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=SQLiteArchive(config),
+        session_store=SQLiteSessionStore(config),
+        recall=SQLiteRecallStore(SQLiteRecallConfig(path=str(db))),
+        memory=SQLiteMemoryStore(config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    async with runtime:
+        for n in range(6):
+            await runtime.append(VerifiedIdentity("acme", "ana", "sso"), "s1", [Message(Role.USER, f"m{n}")])
+        monkeypatch.setattr(_sqlite_sql, "MAX_REBUILD_BYTES", 1024)
+        result = await runtime.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+    record = result.tombstone
+    assert record is not None and len(record.stores) == 4
+    for store in record.stores:
+        assert store.physical is PhysicalErasure.UNREFERENCED and "MAX_REBUILD_BYTES" in store.detail
+    assert any("not fully cleaned up" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)

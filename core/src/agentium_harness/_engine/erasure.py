@@ -68,7 +68,6 @@ from .._ports.erasure import (
     ErasureLedger,
     ErasureRecord,
     ErasureState,
-    PhysicalErasure,
     SeqRange,
     StoreErasure,
 )
@@ -86,6 +85,7 @@ from .erasure_ledger import (
     update_ledger,
 )
 from .erasure_resume import finished_elsewhere, save_progress
+from .erasure_scrub import PHYSICAL_RANK, defers_scrub
 from .lifecycle import Ticket, covers, overlaps
 
 __all__ = [
@@ -107,11 +107,7 @@ _VERIFY_ROUNDS: Final = 3
 #: Items one dry run counts per store at most (the report then says ``partial``: at least that many).
 _PLAN_ITEMS: Final = 100_000
 #: Where the physical outcomes rank: a record keeps the weakest any call reported.
-_WEAKER: Final = {
-    PhysicalErasure.REMOVED: 0,
-    PhysicalErasure.UNREFERENCED: 1,
-    PhysicalErasure.VERSIONS_KEPT: 2,
-}
+_WEAKER: Final = PHYSICAL_RANK
 
 Stores = Sequence[tuple[str, Any]]
 
@@ -335,10 +331,19 @@ def _check_report(report: object, target: EraseTarget, role: str, bound: int, dr
 def _erase_call(
     store: Any, target: EraseTarget, dry_run: bool, max_items: int
 ) -> Callable[[OpContext], Awaitable[object]]:
-    """One store's ``erase`` as a bounded call (:meth:`.lifecycle.Ticket.call`) makes it."""
+    """One store's ``erase`` as a bounded call (:meth:`.lifecycle.Ticket.call`) makes it.
+
+    A real one leaves the clean-up of a store's file to :func:`.erasure_scrub.scrub_files`
+    when the store can (once per file, after every store on it erased).
+    """
+    deferred = not dry_run and defers_scrub(store)
 
     def call(ctx: OpContext) -> Awaitable[object]:
-        result: Awaitable[object] = store.erase(target, ctx, dry_run=dry_run, max_items=max_items)
+        result: Awaitable[object]
+        if deferred:
+            result = store.erase(target, ctx, dry_run=False, max_items=max_items, scrub=False)
+        else:
+            result = store.erase(target, ctx, dry_run=dry_run, max_items=max_items)
         return result
 
     return call

@@ -47,6 +47,7 @@ from .erasure import (
     still_held,
 )
 from .erasure_ledger import pending_records
+from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
 from .lifecycle import Ticket
@@ -84,8 +85,12 @@ def erasure_stores(runtime: HarnessRuntime, target: EraseTarget) -> list[tuple[s
     return stores
 
 
-def _after(runtime: HarnessRuntime, record: ErasureRecord) -> After | None:
-    """What a groups erasure does once the stores are done: record the groups erased in the snapshot."""
+def _after(runtime: HarnessRuntime, record: ErasureRecord, cleaned: list[tuple[str, Any]]) -> After | None:
+    """What a groups erasure does once the stores are done: record the groups erased in the snapshot.
+
+    A session store that leaves its clean-up to the engine is added to
+    ``cleaned`` when its erase ran, so that its file is cleaned up with the others.
+    """
     target = record.target
     key = target.session_key
     if target.level is not EraseLevel.GROUPS or key is None:
@@ -97,10 +102,16 @@ def _after(runtime: HarnessRuntime, record: ErasureRecord) -> After | None:
         wrote = await mark_erased(ticket, store, key, target.groups, keep_summary_text=keep_text)
         if not wrote or keep_text or not getattr(capabilities_of(store), "erasure", False):
             return done
-        # The summary lost its text in a snapshot rewrite made after the stores' erasures and their
-        # clean-up of old copies (a SQLite log checkpoint). The session store's erase of the same
-        # groups target removes nothing (it names no snapshot) and cleans up again, so the old
-        # text leaves its files too; what it cannot clean up is noted.
+        # The summary lost its text in a snapshot rewrite made after the stores' erasures. The
+        # session store's erase of the same groups target removes nothing (it names no snapshot)
+        # and cleans up (a SQLite rebuild and log checkpoint) so the old text leaves its files
+        # too, or leaves that to the one clean-up per file after this (scrub_files); what it
+        # cannot clean up is noted.
+        if defers_scrub(store):
+            deferring: Any = store  # its erase takes scrub= (erasure_scrub)
+            await ticket.call("session store erase", lambda ctx: deferring.erase(target, ctx, scrub=False))
+            cleaned.append(("session_store", store))
+            return done
         report = await ticket.call("session store erase", lambda ctx: store.erase(target, ctx))
         if report.physical is PhysicalErasure.REMOVED:
             return done
@@ -177,9 +188,12 @@ async def _carry(
         if record.state is ErasureState.COMPLETE:
             # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
             return await _again(runtime, ticket, stores, record, depth)
-        after = _after(runtime, record)
+        cleaned = list(stores)
+        after = _after(runtime, record, cleaned)
         if after is not None:
             record = await after(ticket, record)
+        # Once every store erased (and the snapshot was marked): each file rebuilt once.
+        record = await scrub_files(ticket, cleaned, record)
     return await complete(ticket, runtime.session_store, record)
 
 

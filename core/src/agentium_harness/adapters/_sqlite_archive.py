@@ -216,16 +216,22 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
         *,
         dry_run: bool = False,
         max_items: int = DEFAULT_ERASE_BATCH,
+        scrub: bool = True,
     ) -> EraseReport:
         """Delete the target's groups (at most ``max_items``) in one transaction, then empty the WAL.
 
         With ``secure_delete`` the deleted rows are zeroed in place; the WAL
         checkpoint then writes those pages into the file and truncates the
         log, so no copy of an erased group is left in either.
+
+        ``scrub=False`` (the engine's erasure, for every SQLite store on one
+        file) leaves the file's rebuild and log checkpoint to one
+        :meth:`scrub_erased` call once every store on the file has erased.
         """
         check_target(target)
         # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
         checked_argument(dry_run, bool, "dry_run", "archive erase")
+        checked_argument(scrub, bool, "scrub", "archive erase")
         bound = check_max_items(max_items)
 
         def work(conn: sqlite3.Connection) -> EraseReport:
@@ -238,7 +244,9 @@ class SQLiteArchive(SQLiteAdapterBase, HistoryArchive):
                     for sid in sorted({row[4] for row in taken}):
                         drop_if_empty(conn, sid)
             physical, detail = (
-                (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn, time_left=ctx.time_left())
+                (PhysicalErasure.REMOVED, "")
+                if dry_run or not scrub
+                else scrub_log(conn, time_left=ctx.time_left())
             )
             return EraseReport(
                 count_items(group=len(taken)),

@@ -26,9 +26,10 @@ import attrs
 from .._errors import AgentiumError, InvalidArgumentError, SessionStoreError
 from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
+from .._ports.erasure import PhysicalErasure
 from .._ports.recall_args import checked_ctx
 from .._validators import bounded_count
-from ._sqlite_sql import SCHEMA_VERSION, SchemaError, ensure_schema
+from ._sqlite_sql import SCHEMA_VERSION, SchemaError, ensure_schema, scrub_log
 from .threaded import ThreadBoundAdapter, host_task_cancelled
 
 __all__ = [
@@ -156,6 +157,34 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
 
     def _location_prefix(self) -> str:
         return self._prefix  # the path is fixed when the adapter is built: made once
+
+    # -- erasure clean-up ---------------------------------------------------------------------
+
+    @property
+    def scrub_file_key(self) -> str:
+        """The identity of the database file, the same for every adapter on it (device and inode).
+
+        The engine's erasure rebuilds each file once, whichever adapters and
+        paths share it (``erase(..., scrub=False)``, then :meth:`scrub_erased`);
+        a file not there yet is named by its resolved path.
+        """
+        try:
+            info = os.stat(self._path)
+        except OSError:
+            return f"path:{os.path.realpath(self._path)}"
+        return f"inode:{info.st_dev}:{info.st_ino}"
+
+    async def scrub_erased(self, ctx: OpContext) -> tuple[PhysicalErasure, str]:
+        """Rebuild the file and empty its log, once the erasing stores on it are done.
+
+        What an ``erase`` does after its deletion (:func:`scrub_log`, bounded by
+        ``ctx``'s time), for every store on the file at once: the rebuild
+        removes the copies of every store's erased rows, so one suffices.
+        Returns how physical the erasure is and, if not ``removed``, why.
+        """
+        return await self.run(
+            ctx, "erasure clean-up", lambda conn: scrub_log(conn, time_left=ctx.time_left())
+        )
 
     # -- connection ---------------------------------------------------------------------------
 

@@ -409,15 +409,21 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         *,
         dry_run: bool = False,
         max_items: int = DEFAULT_ERASE_BATCH,
+        scrub: bool = True,
     ) -> EraseReport:
         """Delete the snapshots of every covered session (at most ``max_items``), then empty the WAL.
 
         A groups target deletes nothing here. Snapshots this store keeps
         decoded in memory for the erased sessions are dropped as well.
+
+        ``scrub=False`` (the engine's erasure, for every SQLite store on one
+        file) leaves the file's rebuild and log checkpoint to one
+        :meth:`scrub_erased` call once every store on the file has erased.
         """
         check_target(target)
         # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
         checked_argument(dry_run, bool, "dry_run", "session store erase")
+        checked_argument(scrub, bool, "scrub", "session store erase")
         bound = check_max_items(max_items)
 
         Found = tuple[list[tuple[SessionKey, bytes]], bool, PhysicalErasure, str]
@@ -436,7 +442,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     for _, session in taken:
                         drop_snapshot(conn, session)
             physical, detail = (
-                (PhysicalErasure.REMOVED, "") if dry_run else scrub_log(conn, time_left=ctx.time_left())
+                (PhysicalErasure.REMOVED, "")
+                if dry_run or not scrub
+                else scrub_log(conn, time_left=ctx.time_left())
             )
             return found, more, physical, detail
 

@@ -259,17 +259,23 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         *,
         dry_run: bool = False,
         max_items: int = DEFAULT_ERASE_BATCH,
+        scrub: bool = True,
     ) -> EraseReport:
         """Delete every revision of each covered fact (at most ``max_items`` facts), then empty the WAL.
 
         A session target takes the facts of its user whose provenance (in any
         revision) names the session. With ``secure_delete`` on the rows are
         zeroed in place; the WAL is checkpointed and truncated.
+
+        ``scrub=False`` (the engine's erasure, for every SQLite store on one
+        file) leaves the file's rebuild and log checkpoint to one
+        :meth:`scrub_erased` call once every store on the file has erased.
         """
         checked_ctx(ctx, "memory erase")
         check_target(target)
         # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
         checked_argument(dry_run, bool, "dry_run", "memory erase")
+        checked_argument(scrub, bool, "scrub", "memory erase")
         bound = check_max_items(max_items)
         if target.groups:
             return EraseReport()
@@ -312,7 +318,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
                         ).fetchone()[0]
             physical, detail = (
                 (PhysicalErasure.REMOVED, "")
-                if dry_run or not taken
+                if dry_run or not taken or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
             return EraseReport(

@@ -503,6 +503,7 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         *,
         dry_run: bool = False,
         max_items: int = DEFAULT_ERASE_BATCH,
+        scrub: bool = True,
     ) -> EraseReport:
         """Delete the target's group entries and documents (at most ``max_items``), postings included.
 
@@ -512,10 +513,15 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
         without the deleted postings (its cost grows with the index); the WAL
         is then checkpointed and truncated. With ``secure_delete`` on, the
         freed pages hold zeros.
+
+        ``scrub=False`` (the engine's erasure, for every SQLite store on one
+        file) leaves the file's rebuild and log checkpoint to one
+        :meth:`scrub_erased` call once every store on the file has erased.
         """
         check_target(target)
         # A str such as "no" would be truthy: a dry run asked for by mistake, or the reverse.
         checked_argument(dry_run, bool, "dry_run", "recall erase")
+        checked_argument(scrub, bool, "scrub", "recall erase")
         bound = check_max_items(max_items)
 
         def work(conn: sqlite3.Connection) -> EraseReport:
@@ -528,7 +534,7 @@ class SQLiteRecallStore(SQLiteAdapterBase, RecallStore):
                     conn.execute("INSERT INTO recall_fts (recall_fts) VALUES ('optimize')")
             physical, detail = (
                 (PhysicalErasure.REMOVED, "")
-                if dry_run or not taken
+                if dry_run or not taken or not scrub
                 else scrub_log(conn, time_left=ctx.time_left())
             )
             groups = [(SessionKey(t, u, s), seq, rev) for kind, t, u, s, seq, rev in taken if kind == "group"]
