@@ -18,8 +18,9 @@ class ForeignItemError(InvalidArgumentError):
 class HistoryChangedError(AgentiumError):
     """``get_items`` read several pages and the session's view kept changing between them.
 
-    Another writer retracted or reset the view while the pages were read,
-    every time it was retried; nothing was changed. Call ``get_items`` again.
+    Another writer retracted or reset the view, or an operator erased the
+    session, while the pages were read, every time it was retried; nothing
+    was changed. Call ``get_items`` again.
     """
 
 

@@ -14,6 +14,7 @@ from agentium_harness import (
     MAX_PAGE_GROUPS,
     CommitState,
     HarnessRuntime,
+    HistoryGroup,
     HistoryPage,
     InvalidArgumentError,
     Message,
@@ -34,7 +35,7 @@ __all__ = ["AgentiumSession"]
 
 T = TypeVar("T")
 
-#: How many times ``get_items`` starts again when the view changed between two of its pages.
+#: How many times ``get_items`` starts again when the view changed (or was erased) between two of its pages.
 _READ_RESTARTS: Final = 3
 
 
@@ -282,8 +283,8 @@ class AgentiumSession:
     async def _read_view_at(self, wanted: int | None) -> tuple[list[Message], int] | None:
         """Like :meth:`_read_view`, with the revision its first page was read at."""
         collected: list[Message] = []
-        before: int | None = None
         first: HistoryPage | None = None
+        seam: HistoryGroup | None = None  # the oldest group read so far; the next page ends with it
         while True:
             if wanted is None:
                 groups = MAX_PAGE_GROUPS
@@ -292,23 +293,55 @@ class AgentiumSession:
                 # many groups as items is the first guess, so a page reads no group it does not need.
                 groups = min(MAX_PAGE_GROUPS, (wanted + 1) // 2)
             else:
-                # Every group shown holds at least one item: this many groups are always enough.
-                groups = min(MAX_PAGE_GROUPS, wanted - len(collected))
-            # No copy: every item handed out is a copy made here (message_to_item).
-            page = await self.runtime.read_history(
-                self.identity, self.session_id, before_seq=before, max_groups=groups, copy=False
-            )
+                # Every group shown holds at least one item: this many groups are always enough
+                # (and one more: the seam, read again).
+                groups = min(MAX_PAGE_GROUPS, wanted - len(collected) + 1)
             if first is None:
-                first = page
-            elif (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted):
-                # A retraction or reset landed between two pages: the pages do not form one view.
-                return None
-            collected[:0] = page.messages
+                # No copy: every item handed out is a copy made here (message_to_item).
+                page = first = await self.runtime.read_history(
+                    self.identity, self.session_id, max_groups=groups, copy=False
+                )
+            else:
+                assert seam is not None  # set from every page that has one after it
+                later = await self._next_page(seam, groups, first)
+                if later is None:
+                    return None
+                page = later
+            shown = page.messages
+            # A later page ends with the seam, whose messages are collected already.
+            collected[:0] = shown if seam is None else shown[: len(shown) - len(seam.shown)]
             if (wanted is not None and len(collected) >= wanted) or page.next_before_seq is None:
                 break
-            before = page.next_before_seq
+            seam = page.groups[0]
         assert first is not None
         return (collected if wanted is None else collected[-wanted:]), first.snapshot_revision
+
+    async def _next_page(self, seam: HistoryGroup, groups: int, first: HistoryPage) -> HistoryPage | None:
+        """The page of ``groups`` groups ending with ``seam``; ``None`` when the session changed meanwhile.
+
+        Appends between two pages leave the older groups as they were; a retraction or a
+        reset changes the view; an erasure of the session (and its id used again) changes
+        the groups at the same seqs. The page is read from the seam on, so its newest group
+        must be the seam itself, as the page before saw it: otherwise the pages could mix
+        items an erasure removed with the new session's (or a retraction's before and after).
+        """
+        try:
+            page = await self.runtime.read_history(
+                self.identity, self.session_id, before_seq=seam.group.seq + 1, max_groups=groups, copy=False
+            )
+        except InvalidArgumentError:
+            # The seam's seq is past the session's next seq: the session was erased meanwhile.
+            return None
+        if (
+            (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted)
+            or page.next_seq < first.next_seq
+            or page.snapshot_revision < first.snapshot_revision
+            or not page.groups
+            or page.groups[-1].shown != seam.shown
+            or page.groups[-1].group != seam.group
+        ):
+            return None
+        return page
 
     async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run ``write``; while it is refused as busy or loses a race uncommitted, back off and retry."""

@@ -1,0 +1,82 @@
+"""AgentiumSession while an operator erases its session: calls show the erased state, never erased items.
+
+An erasure (``HarnessRuntime.erase``) removes the session outright; its id
+may be used again at once, and the new session's seqs and revisions start
+again from 0 and 1. A session object alive across the erasure must never
+hand out an erased item, even when the erasure lands inside one of its calls
+(between the pages of a ``get_items``, between ``pop_item``'s read and its
+retraction). The erasure is run from inside the runtime's ``read_history``,
+right after the call's first read, which is where a concurrent one would land.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from sdk_sessions import ANA
+
+from agentium_harness import EraseTarget, HarnessRuntime, OperatorAttestation, VerifiedIdentity
+from agentium_openai_agents import AgentiumSession
+
+pytestmark = pytest.mark.anyio
+
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), statement="DSR-1")
+
+
+def item(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def erase_after_first_read(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch, then: Callable[[], Awaitable[None]]
+) -> None:
+    """Make the runtime's first ``read_history`` erase the session (and run ``then``) before it returns."""
+    read = runtime.read_history
+    reads = 0
+
+    async def read_then_erase(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        page = await read(*args, **kwargs)
+        reads += 1
+        if reads == 1:
+            target = EraseTarget.session("acme", "ana", "chat-1")
+            await runtime.erase(target, reason="dsr", attestation=OPERATOR)
+            await then()
+        return page
+
+    monkeypatch.setattr(runtime, "read_history", read_then_erase)
+
+
+async def test_get_items_across_an_erasure_never_mixes_erased_items_with_the_new_sessions(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One item per group: get_items(10) reads 5 groups, then a second page. The second page
+    # was read at the first page's seq, in the new session: 5 new items and 5 erased ones.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    for n in range(20):
+        await session.add_items([item(f"old {n}")])
+
+    async def reuse_the_id() -> None:
+        for n in range(20):
+            await session.add_items([item(f"new {n}")])
+
+    erase_after_first_read(runtime, monkeypatch, reuse_the_id)
+    assert [i["content"] for i in await session.get_items(10)] == [f"new {n}" for n in range(10, 20)]
+
+
+async def test_get_items_across_an_erasure_shows_the_erased_state(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The second page's before_seq was past the erased session's end: read_history refused it
+    # with an InvalidArgumentError about an argument the host never gave.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    for n in range(20):
+        await session.add_items([item(f"old {n}")])
+
+    async def nothing() -> None:
+        return None
+
+    erase_after_first_read(runtime, monkeypatch, nothing)
+    assert await session.get_items(10) == []
