@@ -17,8 +17,16 @@ from typing import Any
 import pytest
 from sdk_sessions import ANA
 
-from agentium_harness import EraseTarget, HarnessRuntime, OperatorAttestation, VerifiedIdentity
-from agentium_openai_agents import AgentiumSession
+from agentium_harness import (
+    CommitState,
+    EraseTarget,
+    HarnessRuntime,
+    Message,
+    OperatorAttestation,
+    Role,
+    VerifiedIdentity,
+)
+from agentium_openai_agents import AgentiumSession, ForeignItemError
 
 pytestmark = pytest.mark.anyio
 
@@ -80,3 +88,47 @@ async def test_get_items_across_an_erasure_shows_the_erased_state(
 
     erase_after_first_read(runtime, monkeypatch, nothing)
     assert await session.get_items(10) == []
+
+
+async def test_pop_item_across_an_erasure_returns_the_item_it_retracted_never_an_erased_one(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pop_item reads the last item at revision 3 and retracts at that revision. The session is
+    # erased and its id used again up to revision 3 in between: the retraction takes the new
+    # session's last item, and pop_item returned the erased one it had read.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    for n in range(3):
+        await session.add_items([item(f"old {n}")])
+
+    async def reuse_the_id() -> None:
+        for n in range(3):
+            await session.add_items([item(f"new {n}")])
+
+    erase_after_first_read(runtime, monkeypatch, reuse_the_id)
+    assert await session.pop_item() == item("new 2")
+    monkeypatch.undo()
+    assert await session.get_items() == [item("new 0"), item("new 1")]
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert [m.content for g in audit.groups for m in g.group.messages] == ["new 0", "new 1", "new 2"]
+
+
+async def test_pop_item_across_an_erasure_that_retracted_another_frameworks_item_says_it_committed(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, but the new session's last message is another framework's: it was retracted
+    # (nothing is deleted) and is no SDK item, so the typed error says the retraction committed.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    for n in range(2):
+        await session.add_items([item(f"old {n}")])
+
+    async def reuse_the_id() -> None:
+        await session.add_items([item("new 0")])
+        foreign = Message(Role.USER, "hi", payload={"type": "message"}, payload_format="other.framework/v1")
+        await runtime.append(ANA, "chat-1", [foreign])
+
+    erase_after_first_read(runtime, monkeypatch, reuse_the_id)
+    with pytest.raises(ForeignItemError, match=r"other\.framework/v1") as raised:
+        await session.pop_item()
+    assert raised.value.commit_state is CommitState.COMMITTED
+    monkeypatch.undo()
+    assert await session.get_items() == [item("new 0")]

@@ -11,7 +11,10 @@ class ForeignItemError(InvalidArgumentError):
     """An item is not an SDK item, or committed history holds something that is not one.
 
     On ``add_items`` nothing was written. On ``get_items`` or ``pop_item`` the
-    read failed closed: no item was skipped and nothing was changed.
+    read failed closed: no item was skipped and nothing was changed, except
+    in one case, which ``commit_state`` ``committed`` marks: the session was
+    erased and its id used again during a ``pop_item``, whose retraction then
+    took the new session's last message, another framework's item.
     """
 
 

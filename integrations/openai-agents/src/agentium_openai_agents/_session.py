@@ -19,13 +19,14 @@ from agentium_harness import (
     InvalidArgumentError,
     Message,
     RecallScope,
+    RetractResult,
     SessionBusyError,
     SessionConflictError,
     VerifiedIdentity,
 )
 from agentium_harness.plugin_api import SessionKey
 
-from ._errors import HistoryChangedError, SessionClosedError
+from ._errors import ForeignItemError, HistoryChangedError, SessionClosedError
 from ._items import item_to_message, message_to_item
 
 if TYPE_CHECKING:
@@ -189,7 +190,9 @@ class AgentiumSession:
         is refused with nothing changed, and so is a pop that would add a
         retracted span to a view holding ``MAX_RETRACTION_SPANS`` of them
         (core's ``RetractionLimitError``: ``clear_session`` starts the view
-        afresh).
+        afresh). The item returned is always the one retracted: if an operator
+        erased the session and its id was used again between the read and the
+        retraction, that is the new session's last item, never the erased one.
         """
         self._check_open()
         for _ in range(_READ_RESTARTS):
@@ -203,9 +206,9 @@ class AgentiumSession:
                 messages[-1], f"the last message of the view of session {self.session_id!r}"
             )
 
-            async def take(revision: int = revision) -> bool:
+            async def take(revision: int = revision) -> RetractResult | None:
                 try:
-                    await self.runtime.retract(
+                    return await self.runtime.retract(
                         self.identity,
                         self.session_id,
                         count=1,
@@ -216,11 +219,11 @@ class AgentiumSession:
                 except SessionConflictError as exc:
                     if exc.commit_state is not CommitState.NOT_COMMITTED:
                         raise
-                    return False  # the session moved on since the read: read its last item again
-                return True
+                    return None  # the session moved on since the read: read its last item again
 
-            if await self._retrying(take):
-                return cast("TResponseInputItem", item)
+            taken = await self._retrying(take)
+            if taken is not None:
+                return self._popped(taken.messages[-1], messages[-1], item)
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between every read of its last item and "
             f"its retraction ({_READ_RESTARTS} attempts); nothing was changed: call pop_item again"
@@ -270,6 +273,25 @@ class AgentiumSession:
         for at, message in enumerate(messages):  # noqa: B007 - where() reads it
             items.append(message_to_item(message, where))
         return cast("list[TResponseInputItem]", items)
+
+    def _popped(self, taken: Message, read: Message, item: dict[str, Any]) -> TResponseInputItem:
+        """The item ``pop_item`` retracted: ``item`` (made from ``read``) unless ``taken`` is another message.
+
+        A revision names a session's state only until the session is erased: its id used
+        again starts from revision 1, and may be at the revision read when the retraction
+        lands. The retraction then took the new session's last message, not the one read
+        (which the erasure removed): the item returned is the one taken, never the erased one.
+        """
+        if taken == read:
+            return cast("TResponseInputItem", item)
+        try:
+            return cast(
+                "TResponseInputItem",
+                message_to_item(taken, f"the message pop_item retracted from session {self.session_id!r}"),
+            )
+        except ForeignItemError as exc:
+            exc.commit_state = CommitState.COMMITTED  # retracted (nothing deleted), but no item to return
+            raise
 
     def _check_open(self) -> None:
         if self._closed:
