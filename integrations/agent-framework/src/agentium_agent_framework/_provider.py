@@ -15,6 +15,7 @@ from agentium_harness import (
     MAX_PAGE_GROUPS,
     CommitState,
     HarnessRuntime,
+    HistoryGroup,
     HistoryPage,
     InvalidArgumentError,
     Message,
@@ -158,7 +159,11 @@ class AgentiumHistoryProvider(HistoryProvider):
       oldest first, **at most** ``max_messages`` (whole groups, so a call and
       its result stay together; only a single group larger than the bound
       is cut to its newest ``max_messages`` messages) and it reads at most
-      that many groups. Damaged history fails the load with a typed error.
+      that many groups (a page after the first also reads the seam: the
+      oldest group of the page before, again). A load, or a save's read of
+      the tail, whose pages a retraction, a reset or an erasure of the
+      session came between starts again. Damaged history fails the load
+      with a typed error.
     - The identity is bound here, by the host that verified it; the
       framework's ``session_id`` only names a session of that identity.
       ``state`` (the framework's session state) is not used: history lives
@@ -244,21 +249,24 @@ class AgentiumHistoryProvider(HistoryProvider):
     async def _newest(self, sid: str) -> list[Message] | None:
         """The messages ``get_messages`` returns; ``None`` when the view changed between two pages."""
         chosen: list[Message] = []
-        before: int | None = None
         first: HistoryPage | None = None
+        seam: HistoryGroup | None = None  # the oldest group read so far; the next page ends with it
         while True:
             # Each group shown holds at least one message: never more groups than messages still wanted.
             wanted = self.max_messages - len(chosen)
-            page = await self.runtime.read_history(
-                self.identity, sid, before_seq=before, max_groups=min(MAX_PAGE_GROUPS, wanted)
-            )
             if first is None:
-                first = page
-            elif (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted):
-                # A retraction or reset landed between two pages: together they are no view that
-                # ever was (a reset would cut the load short, a retraction mix before and after).
-                return None
-            for group in reversed(page.groups):  # newest first
+                page = first = await self.runtime.read_history(
+                    self.identity, sid, max_groups=min(MAX_PAGE_GROUPS, wanted)
+                )
+                groups: Sequence[HistoryGroup] = page.groups
+            else:
+                assert seam is not None  # set from every page that has one after it
+                later = await self._page_after(sid, seam, min(MAX_PAGE_GROUPS, wanted + 1), first, copy=True)
+                if later is None:
+                    return None
+                page = later
+                groups = page.groups[:-1]  # the seam's messages are chosen already
+            for group in reversed(groups):  # newest first
                 shown = group.messages
                 if len(chosen) + len(shown) > self.max_messages:
                     if not chosen:  # one group over the bound alone: its newest messages
@@ -267,7 +275,37 @@ class AgentiumHistoryProvider(HistoryProvider):
                 chosen[:0] = shown
             if page.next_before_seq is None or len(chosen) >= self.max_messages:
                 return chosen
-            before = page.next_before_seq
+            seam = page.groups[0]
+
+    async def _page_after(
+        self, sid: str, seam: HistoryGroup, groups: int, first: HistoryPage, *, copy: bool
+    ) -> HistoryPage | None:
+        """The page of ``groups`` groups ending with ``seam``; ``None`` when the session changed meanwhile.
+
+        Appends between two pages leave the older groups as they were. A retraction or a
+        reset changes the view: together the pages would be no view that ever was (a reset
+        would cut the load short, a retraction mix before and after). An erasure of the
+        session (its id perhaps used again at once) changes the groups at the same seqs, so
+        each later page is read from the seam on and must end with the seam as the page
+        before saw it: otherwise the pages could mix erased messages with the new session's.
+        """
+        try:
+            page = await self.runtime.read_history(
+                self.identity, sid, before_seq=seam.group.seq + 1, max_groups=groups, copy=copy
+            )
+        except InvalidArgumentError:
+            # The seam's seq is past the session's next seq: the session was erased meanwhile.
+            return None
+        if (
+            (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted)
+            or page.next_seq < first.next_seq
+            or page.snapshot_revision < first.snapshot_revision
+            or not page.groups
+            or page.groups[-1].shown != seam.shown
+            or page.groups[-1].group != seam.group
+        ):
+            return None
+        return page
 
     def _decode(self, sid: str, messages: Sequence[Message]) -> list[AFMessage]:
         return [
@@ -301,7 +339,10 @@ class AgentiumHistoryProvider(HistoryProvider):
             return
         converted = [to_agentium(m) for m in messages]
         for _ in range(_SAVE_RESTARTS):
-            identities, roles, revision = await self._tail(sid, len(messages))
+            tail = await self._tail(sid, len(messages))
+            if tail is None:
+                continue  # the session changed between two pages of its tail: read it again
+            identities, roles, revision = tail
             fresh = converted[new_messages(identities, roles, messages) :]
             if not fresh:
                 return
@@ -326,26 +367,33 @@ class AgentiumHistoryProvider(HistoryProvider):
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused
 
-    async def _tail(self, sid: str, count: int) -> tuple[list[Identity | None], list[str | None], int]:
-        """The identities and roles of the view's last ``count`` messages, and the revision read at."""
+    async def _tail(self, sid: str, count: int) -> tuple[list[Identity | None], list[str | None], int] | None:
+        """The identities and roles of the view's last ``count`` messages, and the revision read at.
+
+        ``None`` when the session changed between two pages (see :meth:`_page_after`).
+        """
         chosen: list[Message] = []
-        before: int | None = None
-        revision: int | None = None
+        first: HistoryPage | None = None
+        seam: HistoryGroup | None = None
         while True:
+            wanted = count - len(chosen)
             # No copy: the messages are only compared, never kept or changed.
-            page = await self.runtime.read_history(
-                self.identity,
-                sid,
-                before_seq=before,
-                max_groups=min(MAX_PAGE_GROUPS, count - len(chosen)),
-                copy=False,
-            )
-            if revision is None:
-                revision = page.snapshot_revision
-            chosen[:0] = page.messages
+            if first is None:
+                page = first = await self.runtime.read_history(
+                    self.identity, sid, max_groups=min(MAX_PAGE_GROUPS, wanted), copy=False
+                )
+                chosen[:0] = page.messages
+            else:
+                assert seam is not None  # set from every page that has one after it
+                later = await self._page_after(sid, seam, min(MAX_PAGE_GROUPS, wanted + 1), first, copy=False)
+                if later is None:
+                    return None
+                page = later
+                shown = page.messages
+                chosen[:0] = shown[: len(shown) - len(seam.shown)]  # the seam's are chosen already
             if page.next_before_seq is None or len(chosen) >= count:
                 break
-            before = page.next_before_seq
+            seam = page.groups[0]
         identities: list[Identity | None] = []
         roles: list[str | None] = []
         for m in chosen[-count:]:
@@ -357,7 +405,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                 continue
             identities.append(message_identity(decoded))
             roles.append(str(decoded.role))
-        return identities, roles, revision
+        return identities, roles, first.snapshot_revision
 
     async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.busy_timeout_s
