@@ -277,6 +277,24 @@ async def test_bad_arguments_and_unreadable_messages_get_typed_errors(runtime: H
 
     with pytest.raises(ForeignMessageError, match="could not be read or serialized"):
         await provider.save_messages("chat-1", [AFMessage("user", ["ok"]), Unserializable("user", ["x"])])
+
+    # A to_dict() that Message.from_dict cannot decode was stored, and every later load of the
+    # session failed with ForeignMessageError (a load never skips a message).
+    class Undecodable(AFMessage):
+        def __init__(self, payload: Any) -> None:
+            super().__init__("user", ["x"])
+            self.payload = payload
+
+        def to_dict(self, *args: Any, **kwargs: Any) -> Any:
+            return self.payload
+
+    for payload in (
+        {"type": "message", "role": "user", "contents": [{"type": "no_such_kind", "x": 1}]},
+        {"bogus": 1},
+        [],
+    ):
+        with pytest.raises(ForeignMessageError, match="does not decode"):
+            await provider.save_messages("chat-1", [AFMessage("user", ["ok"]), Undecodable(payload)])
     for messages in (None, "hello", {"role": "user"}):
         with pytest.raises(ForeignMessageError, match="takes a list"):
             await provider.save_messages("chat-1", messages)  # type: ignore[arg-type]

@@ -119,6 +119,17 @@ def to_agentium(message: AFMessage) -> Message:
         raise ForeignMessageError(
             f"a message could not be read or serialized ({type(exc).__name__} raised); nothing was written"
         ) from exc
+    try:
+        # A load decodes every message with Message.from_dict and fails closed on one it cannot
+        # (it never skips one): a to_dict() that does not decode (a subclass's own) would make
+        # every later load of the session fail. It is refused here, before anything is written.
+        AFMessage.from_dict(payload)
+    except Exception as exc:
+        raise ForeignMessageError(
+            f"a message's to_dict() does not decode as an Agent Framework message "
+            f"({type(exc).__name__} raised by Message.from_dict), so no load could read it back; "
+            "nothing was written"
+        ) from exc
     return Message(role, text, payload=payload, payload_format=MESSAGE_FORMAT)
 
 
