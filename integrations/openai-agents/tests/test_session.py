@@ -365,6 +365,26 @@ async def test_items_that_cannot_be_rendered_get_a_typed_error_and_nothing_is_wr
     assert len(await session.get_items()) == 2
 
 
+class _HostileStr(str):
+    """Text whose own methods raise: measuring or encoding it must not run them."""
+
+    def encode(self, *args: Any, **kwargs: Any) -> bytes:
+        raise RuntimeError("no bytes")
+
+    def __len__(self) -> int:
+        raise RuntimeError("no length")
+
+
+async def test_item_text_of_a_str_subclass_is_taken_as_its_characters(runtime: HarnessRuntime) -> None:
+    # A message item's content was handed to Agentium as the subclass: its encode() or __len__
+    # ran inside append (the eviction plan measuring the group) and a bare RuntimeError escaped.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items([{"role": "user", "content": _HostileStr("hi")}])
+    assert await session.get_items() == [{"role": "user", "content": "hi"}]
+    (message,) = (await runtime.read_history(ANA, "chat-1", max_groups=1)).messages
+    assert type(message.content) is str and message.content == "hi"
+
+
 async def test_arguments_of_the_wrong_type_get_a_typed_error_and_change_nothing(
     runtime: HarnessRuntime,
 ) -> None:

@@ -107,6 +107,10 @@ def item_to_message(item: object) -> Message:
         )
     try:
         role, text = _role_and_text(item)
+        # A message's content is handed on as the item holds it: a str subclass runs its own
+        # code wherever Agentium measures or encodes the text (its encode, its len). The exact
+        # str of its characters (str.__str__ runs none of the subclass's methods) is used.
+        text = str.__str__(text)
     except Exception as exc:
         # Reading a mapping that is no dict runs its own code (its __getitem__, a part's get):
         # whatever that raises, the host gets this integration's typed error, not a bare one.
