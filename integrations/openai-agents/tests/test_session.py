@@ -365,6 +365,10 @@ async def test_items_that_cannot_be_rendered_get_a_typed_error_and_nothing_is_wr
     assert len(await session.get_items()) == 2
 
 
+def _raise(*args: Any) -> Any:
+    raise RuntimeError("hostile")
+
+
 class _HostileStr(str):
     """Text whose own methods raise: measuring or encoding it must not run them."""
 
@@ -403,9 +407,17 @@ async def test_arguments_of_the_wrong_type_get_a_typed_error_and_change_nothing(
     for items in (None, {"role": "user", "content": "x"}, "x", iter(turn(1))):
         with pytest.raises(InvalidArgumentError, match="add_items takes a list of items"):
             await session.add_items(items)  # type: ignore[arg-type]
+    # A sequence whose own iteration (or __len__, which is not needed) raises let that error escape.
+    with pytest.raises(InvalidArgumentError, match="could not iterate its items"):
+        await session.add_items(type("Hostile", (list,), {"__iter__": _raise})(turn(1)))
+    endless = type("Endless", (list,), {"__iter__": lambda self: iter(lambda: turn(1)[0], None)})()
+    with pytest.raises(InvalidArgumentError, match="at most 10000 items"):
+        await session.add_items(endless)
     await session.add_items((turn(1)[0],))  # a tuple of items is a sequence: fine
     assert len(await session.get_items()) == 3
     assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 2
+    await session.add_items(type("NoLength", (list,), {"__len__": _raise})(turn(2)))
+    assert len(await session.get_items()) == 5
 
 
 async def test_bad_constructor_arguments_raise_the_typed_error(runtime: HarnessRuntime) -> None:

@@ -11,6 +11,7 @@ import anyio
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
 
 from agentium_harness import (
+    MAX_APPEND_MESSAGES,
     MAX_PAGE_GROUPS,
     CommitState,
     HarnessRuntime,
@@ -50,6 +51,31 @@ def _check_limit(limit: object, what: str) -> None:
         raise InvalidArgumentError(
             f"{what} must be an int or None, got {type(limit).__name__}; nothing was read"
         )
+
+
+def _listed(items: Sequence[Any]) -> list[Any]:
+    """The items of an ``add_items`` call, read once; what iterating them raises is a typed error.
+
+    A sequence of the host's own type runs its own code when iterated (its ``__iter__``,
+    ``__len__``): whatever that raises reaches the host as ``InvalidArgumentError``, and
+    a sequence that never ends is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes
+    no more). A loop, not ``list()``: that would first allocate what ``__len__`` claims.
+    """
+    given: list[Any] = []
+    try:
+        for item in items:
+            given.append(item)
+            if len(given) > MAX_APPEND_MESSAGES:
+                raise InvalidArgumentError(
+                    f"add_items takes at most {MAX_APPEND_MESSAGES} items in one call; nothing was written"
+                )
+    except InvalidArgumentError:
+        raise
+    except Exception as exc:
+        raise InvalidArgumentError(
+            f"add_items could not iterate its items ({type(exc).__name__} raised); nothing was written"
+        ) from exc
+    return given
 
 
 class AgentiumSession:
@@ -162,7 +188,8 @@ class AgentiumSession:
         """Commit ``items`` as one group (nothing for ``[]``); refused input writes nothing.
 
         ``items`` is a list (a sequence) of items; anything else (``None``, one
-        item, a str) is refused with ``InvalidArgumentError``.
+        item, a str), a sequence whose own iteration raises and one of more
+        than ``MAX_APPEND_MESSAGES`` items are refused with ``InvalidArgumentError``.
         """
         self._check_open()
         # A str or a mapping would be iterated as characters or keys, and None is no list of items.
@@ -170,9 +197,10 @@ class AgentiumSession:
             raise InvalidArgumentError(
                 f"add_items takes a list of items, got {type(items).__name__}; nothing was written"
             )
-        if not items:
+        given = _listed(items)
+        if not given:
             return
-        messages = [item_to_message(item) for item in items]
+        messages = [item_to_message(item) for item in given]
         await self._retrying(
             lambda: self.runtime.append(
                 self.identity, self.session_id, messages, recall_scope=self.recall_scope
