@@ -298,7 +298,26 @@ async def test_bad_arguments_and_unreadable_messages_get_typed_errors(runtime: H
     for messages in (None, "hello", {"role": "user"}):
         with pytest.raises(ForeignMessageError, match="takes a list"):
             await provider.save_messages("chat-1", messages)  # type: ignore[arg-type]
+
+    # A sequence whose own iteration raises let that error escape, and so did one whose __len__
+    # raises (which is not needed); one that never ends never returned.
+    def hostile(*args: Any) -> Any:
+        raise RuntimeError("hostile")
+
+    with pytest.raises(ForeignMessageError, match="could not iterate its messages"):
+        await provider.save_messages(
+            "chat-1", type("H", (list,), {"__iter__": hostile})([AFMessage("user", ["x"])])
+        )
+    endless = type(
+        "Endless", (list,), {"__iter__": lambda self: iter(lambda: AFMessage("user", ["x"]), None)}
+    )()
+    with pytest.raises(ForeignMessageError, match="at most 10000 messages"):
+        await provider.save_messages("chat-1", endless)
     assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
+    await provider.save_messages(
+        "chat-1", type("L", (list,), {"__len__": hostile})([AFMessage("user", ["x"])])
+    )
+    assert [m.text for m in await provider.get_messages("chat-1")] == ["x"]
 
 
 async def test_foreign_or_damaged_history_fails_closed(tmp_path: Path) -> None:

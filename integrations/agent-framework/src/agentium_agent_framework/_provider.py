@@ -12,6 +12,7 @@ from agent_framework import HistoryProvider
 from agent_framework import Message as AFMessage
 
 from agentium_harness import (
+    MAX_APPEND_MESSAGES,
     MAX_PAGE_GROUPS,
     CommitState,
     HarnessRuntime,
@@ -131,6 +132,32 @@ def to_agentium(message: AFMessage) -> Message:
             "nothing was written"
         ) from exc
     return Message(role, text, payload=payload, payload_format=MESSAGE_FORMAT)
+
+
+def _listed(messages: Sequence[AFMessage]) -> list[AFMessage]:
+    """The messages of a ``save_messages`` call, read once; what iterating them raises is a typed error.
+
+    A sequence of the host's own type runs its own code when iterated (its ``__iter__``,
+    ``__len__``): whatever that raises reaches the host as :class:`ForeignMessageError`, and
+    a sequence that never ends is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes
+    no more). A loop, not ``list()``: that would first allocate what ``__len__`` claims.
+    """
+    given: list[AFMessage] = []
+    try:
+        for message in messages:
+            given.append(message)
+            if len(given) > MAX_APPEND_MESSAGES:
+                raise ForeignMessageError(
+                    f"save_messages takes at most {MAX_APPEND_MESSAGES} messages in one call; "
+                    "nothing was written"
+                )
+    except ForeignMessageError:
+        raise
+    except Exception as exc:
+        raise ForeignMessageError(
+            f"save_messages could not iterate its messages ({type(exc).__name__} raised); nothing was written"
+        ) from exc
+    return given
 
 
 def from_agentium(message: Message, where: str) -> AFMessage:
@@ -346,15 +373,16 @@ class AgentiumHistoryProvider(HistoryProvider):
                 f"save_messages takes a list of agent_framework.Message objects, got "
                 f"{type(messages).__name__}; nothing was written"
             )
-        if not messages:
+        given = _listed(messages)
+        if not given:
             return
-        converted = [to_agentium(m) for m in messages]
+        converted = [to_agentium(m) for m in given]
         for _ in range(_SAVE_RESTARTS):
-            tail = await self._tail(sid, len(messages))
+            tail = await self._tail(sid, len(given))
             if tail is None:
                 continue  # the session changed between two pages of its tail: read it again
             identities, roles, revision = tail
-            fresh = converted[new_messages(identities, roles, messages) :]
+            fresh = converted[new_messages(identities, roles, given) :]
             if not fresh:
                 return
 
