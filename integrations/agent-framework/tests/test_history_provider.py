@@ -319,6 +319,15 @@ async def test_bad_arguments_and_unreadable_messages_get_typed_errors(runtime: H
     )
     assert [m.text for m in await provider.get_messages("chat-1")] == ["x"]
 
+    # A message id whose str() raises escaped from the replay check (only with a non-empty view).
+    class NoText(str):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    with pytest.raises(ForeignMessageError, match="id or contents could not be read"):
+        await provider.save_messages("chat-1", [AFMessage("user", ["y"], message_id=NoText("m-1"))])
+    assert [m.text for m in await provider.get_messages("chat-1")] == ["x"]
+
 
 async def test_foreign_or_damaged_history_fails_closed(tmp_path: Path) -> None:
     path = tmp_path / "agentium.db"
@@ -378,6 +387,10 @@ def test_new_messages_decides_from_the_tail_as_the_framework_does_from_all_of_hi
         if rng.random() < 0.4:  # a replay of the last part of history, then something new
             incoming = history[rng.randint(0, len(history)) :] + incoming
         tail = history[-len(incoming) :]
-        ours = new_messages([message_identity(m) for m in tail], [str(m.role) for m in tail], incoming)
+        ours = new_messages(
+            [message_identity(m) for m in tail],
+            [str(m.role) for m in tail],
+            [message_identity(m) for m in incoming],
+        )
         theirs = len(incoming) - len(filter_new_messages(history, incoming))
         assert ours == theirs, (texts(history), texts(incoming))

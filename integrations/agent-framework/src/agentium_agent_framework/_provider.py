@@ -377,12 +377,21 @@ class AgentiumHistoryProvider(HistoryProvider):
         if not given:
             return
         converted = [to_agentium(m) for m in given]
+        try:
+            # A message's id (any object the host set) and role are turned into text here, by the
+            # host's own code: whatever that raises is a typed error, for every save alike.
+            incoming = [message_identity(m) for m in given]
+        except Exception as exc:
+            raise ForeignMessageError(
+                f"a message's id or contents could not be read to compare it with the session's last "
+                f"messages ({type(exc).__name__} raised); nothing was written"
+            ) from exc
         for _ in range(_SAVE_RESTARTS):
             tail = await self._tail(sid, len(given))
             if tail is None:
                 continue  # the session changed between two pages of its tail: read it again
             identities, roles, revision = tail
-            fresh = converted[new_messages(identities, roles, given) :]
+            fresh = converted[new_messages(identities, roles, incoming) :]
             if not fresh:
                 return
 

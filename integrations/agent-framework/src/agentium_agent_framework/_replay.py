@@ -41,11 +41,12 @@ def _lone_user_repeat(existing: Sequence[Identity | None], roles: Sequence[str |
 
 
 def new_messages(
-    existing: Sequence[Identity | None], roles: Sequence[str | None], incoming: Sequence[AFMessage]
+    existing: Sequence[Identity | None], roles: Sequence[str | None], incoming: Sequence[Identity]
 ) -> int:
-    """How many of ``incoming``'s first messages repeat history (the rest are new).
+    """How many of the first incoming messages repeat history (the rest are new).
 
-    ``existing`` are the identities of the view's last messages, oldest first
+    ``incoming`` are the identities (:func:`message_identity`) of the messages
+    to save; ``existing`` those of the view's last messages, oldest first
     (``None`` for a message that is not a framework message: it matches
     nothing), at least ``len(incoming)`` of them unless the view is shorter;
     ``roles`` their roles. Only the last ``len(incoming)`` can overlap, so
@@ -54,7 +55,7 @@ def new_messages(
     if not existing:
         return 0
     have = list(existing)
-    got = [message_identity(m) for m in incoming]
+    got = list(incoming)
     for i in range(len(got) - len(have) + 1):
         if got[i : i + len(have)] == have:
             if i == 0 and len(have) == 1 and _lone_user_repeat(have, roles):
