@@ -140,6 +140,23 @@ async def test_the_identity_is_bound_at_construction_never_taken_from_the_sessio
         AgentiumSession(runtime, ANA, "")
 
 
+async def test_a_session_id_of_a_str_subclass_is_taken_as_its_characters(runtime: HarnessRuntime) -> None:
+    # The subclass reached core's id check and keys as it was: its own __len__ or __iter__ raised
+    # a bare RuntimeError out of the constructor.
+    for raising in ("__len__", "__iter__", "encode"):
+        session_id = type("SessionId", (str,), {raising: _raise})("chat-1")
+        session = AgentiumSession(runtime, ANA, session_id)
+        assert type(session.session_id) is str and session.session_id == "chat-1"
+        await session.add_items([{"role": "user", "content": raising}])
+    assert [i["content"] for i in await AgentiumSession(runtime, ANA, "chat-1").get_items()] == [
+        "__len__",
+        "__iter__",
+        "encode",
+    ]
+    with pytest.raises(InvalidIdError):
+        AgentiumSession(runtime, ANA, type("SessionId", (str,), {"__len__": _raise})("bad\x01"))
+
+
 async def test_pop_retracts_the_last_item_and_returns_it_nothing_is_deleted(runtime: HarnessRuntime) -> None:
     session = AgentiumSession(runtime, ANA, "chat-1")
     assert await session.pop_item() is None

@@ -129,6 +129,10 @@ class AgentiumSession:
         """
         if not isinstance(runtime, HarnessRuntime):
             raise InvalidArgumentError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
+        if isinstance(session_id, str):
+            # A str subclass runs its own code wherever the id is checked or keyed (its len, its
+            # iteration, its encode): the exact str of its characters runs none (str.__str__).
+            session_id = str.__str__(session_id)
         # Checks the identity's type and the id's syntax now, not on the first call.
         SessionKey.of(identity, session_id)
         if (
