@@ -244,6 +244,20 @@ async def test_the_identity_is_bound_at_construction(runtime: HarnessRuntime) ->
         AgentiumHistoryProvider(runtime, "acme/ana")  # type: ignore[arg-type]
 
 
+async def test_a_session_id_of_a_str_subclass_is_taken_as_its_characters(runtime: HarnessRuntime) -> None:
+    # The subclass reached core's id check and keys as it was: its own __len__ or __iter__ raised
+    # a bare RuntimeError out of get_messages and save_messages.
+    def hostile(*args: Any) -> Any:
+        raise RuntimeError("hostile")
+
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    for raising in ("__len__", "__iter__", "encode"):
+        session_id = type("SessionId", (str,), {raising: hostile})("chat-1")
+        await provider.save_messages(session_id, [AFMessage("user", [raising])])
+        assert texts(await provider.get_messages(session_id))[-1] == ("user", raising)
+    assert len(await provider.get_messages("chat-1")) == 3
+
+
 async def test_bad_input_is_refused_and_nothing_is_written(runtime: HarnessRuntime) -> None:
     provider = AgentiumHistoryProvider(runtime, ANA)
     with pytest.raises(MissingSessionIdError):

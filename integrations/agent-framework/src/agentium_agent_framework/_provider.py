@@ -265,6 +265,10 @@ class AgentiumHistoryProvider(HistoryProvider):
             raise MissingSessionIdError(
                 "the agent ran without a session id; run it with an AgentSession (agent.create_session())"
             )
+        if isinstance(session_id, str):
+            # A str subclass runs its own code wherever the id is checked or keyed (its len, its
+            # iteration, its encode): the exact str of its characters runs none (str.__str__).
+            session_id = str.__str__(session_id)
         SessionKey.of(self.identity, session_id)  # InvalidIdError for an id Agentium cannot key
         return session_id
 
