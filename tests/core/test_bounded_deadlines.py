@@ -128,3 +128,38 @@ async def test_a_caller_cancelled_as_its_call_starts_cancels_the_call() -> None:
         assert scope.cancelled_caught
         # The call was cancelled before the caller left (it waited for it within the grace).
         assert stopped.is_set()
+
+
+def test_a_closed_loops_deadlines_are_freed_without_the_cycle_collector() -> None:
+    # A thread that ran bounded calls on one asyncio loop, closed it while a deadline timer was
+    # still armed, and then runs them on another: the first loop's deadline keeper (its timer
+    # refers back to it) must not be left for the cycle collector.
+    import asyncio
+    import gc
+
+    async def short(ctx: OpContext) -> str:
+        await anyio.sleep(0.01)
+        return "soon"
+
+    async def calls() -> None:
+        # A call that outlives its first loop iteration arms the keeper's timer for its deadline;
+        # ending early only forgets the waiter, so the timer is still armed when the loop closes.
+        assert await Ticket(None, "test", 30.0).call("short", short, timeout_s=30.0) == "soon"
+
+    def kept() -> list[object]:
+        return [o for o in gc.garbage if type(o).__qualname__ == "_Deadlines"]
+
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(2):
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(calls())
+            finally:
+                loop.close()
+        gc.collect()
+        assert kept() == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()

@@ -104,6 +104,11 @@ class _Deadlines:
         """Forget ``waiter`` (its call ended, or its caller left)."""
         self._waiters.pop(waiter, None)
 
+    def release(self) -> None:
+        """Let go of the timer and the waiters of a closed loop (nothing on it will ever run again)."""
+        self._timer = None
+        self._waiters.clear()
+
     def _fire(self) -> None:
         self._timer = None
         self._at = math.inf
@@ -127,6 +132,12 @@ _LOCAL = threading.local()
 def _deadlines(loop: Any) -> _Deadlines:
     held: _Deadlines | None = getattr(_LOCAL, "deadlines", None)
     if held is None or held.loop is not loop:
+        if held is not None and held.loop.is_closed():
+            # The thread moved on from a closed loop. The old instance's timer, never to run,
+            # refers back to it through ``_fire``: drop it and the waiters so the instance is
+            # freed by reference counting, not left to the cycle collector. (A loop that is not
+            # closed may run again: its pending timer keeps its instance alive and working.)
+            held.release()
         held = _LOCAL.deadlines = _Deadlines(loop)
     return held
 
