@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from .._errors import MemoryDrainError, RuntimeCloseError
+from .._errors import AgentiumError, MemoryDrainError, RuntimeCloseError
 from .._observe import spans as observe
 from .._observe.logs import log_diagnostics
 from .._observe.turn import settings_of, traced_operation
@@ -20,12 +20,13 @@ from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .._text import error_text
 from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
-from .maintenance import flush_session
+from .maintenance import MAINTENANCE, flush_session
 from .memory.manager import MemoryManager, announce_drain, work_tracker
 from .memory.work import DrainResult
 from .owned_work import SummaryReport
 from .parts import CloseAttempt
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
+from .unexpected import WriteProgress, typed_unexpected, unexpected_error
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -36,12 +37,13 @@ _lifecycle = logging.getLogger("agentium.engine.lifecycle")
 _maintenance = logging.getLogger("agentium.engine.maintenance")
 
 
-async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupReport:
+async def close_session(runtime: HarnessRuntime, key: SessionKey, progress: WriteProgress) -> CleanupReport:
     """Settle the session's admitted run (bounded), its background summary update, then flush it.
 
     Waits up to ``settle_timeout_s`` for an admitted operation; waits for or
     cancels the summary update and says which; retries any eviction an
-    archive failure deferred; never closes borrowed clients.
+    archive failure deferred; never closes borrowed clients. ``progress``
+    follows the flush's save.
     """
     diagnostics: list[Diagnostic] = []
     settled = 0
@@ -82,9 +84,17 @@ async def close_session(runtime: HarnessRuntime, key: SessionKey) -> CleanupRepo
                     recall=runtime.recall,
                     hybrid=runtime.hybrid,
                     keep_receipts=runtime.summarizer is not None,
+                    progress=progress,
                 )
             except Exception as exc:
-                diagnostics.append(Diagnostic("flush_failed", error_text(exc), Severity.ERROR))
+                # One no stage typed (an engine bug) is reported typed, saying whether the flush saved.
+                typed = (
+                    exc
+                    if isinstance(exc, AgentiumError)
+                    else unexpected_error(exc, progress, "close_session", MAINTENANCE)
+                )
+                diagnostics.append(Diagnostic("flush_failed", error_text(typed), Severity.ERROR))
+                del typed  # its traceback holds this frame: no cycle through the local
     summary_status = await runtime.parts.work.settle(key, runtime.limits.settle_timeout_s)
     if summary_status is not None:
         # This report hands the outcome to the host: aclose does not raise it again.
@@ -279,8 +289,10 @@ class HarnessResources:
         operation = traced_operation(
             runtime, "close_session", key.tenant, key.user, key.session, name="agentium.close_session"
         )
-        with operation:
-            report = await close_session(runtime, key)
+        progress = WriteProgress()
+        # An unexpected error outside the flush leaves typed, saying whether the flush saved.
+        with operation, typed_unexpected("close_session", progress, MAINTENANCE):
+            report = await close_session(runtime, key, progress)
             operation.report(report.diagnostics, log=False)
         return report
 

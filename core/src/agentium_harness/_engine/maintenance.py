@@ -33,7 +33,8 @@ from .lifecycle import Ticket, covers
 from .limits import ResidentLimits
 from .load import load_session
 from .resident import plan_eviction
-from .results import Diagnostic, Severity
+from .results import CommitState, Diagnostic, Severity
+from .unexpected import Outcomes, WriteProgress, typed_unexpected
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -45,9 +46,22 @@ __all__ = [
     "SessionView",
     "flush_session",
     "inspect_session",
+    "migrate_admitted",
     "migrate_session",
     "reconcile_session",
 ]
+
+#: What an unexpected error leaving a migration or a reconciliation (or a flush) says its state means.
+MAINTENANCE: Outcomes = {
+    CommitState.NOT_COMMITTED: (
+        "it failed before its save began; the session was not changed (commit_state not_committed)"
+    ),
+    CommitState.UNKNOWN: (
+        "it failed while its save was under way: whether the session was changed is unknown "
+        "(commit_state unknown); inspect the session before calling it again"
+    ),
+    CommitState.COMMITTED: "it failed after its save: the session was changed (commit_state committed)",
+}
 
 #: Archive groups read per page while reconciling, and in total at most.
 _RECONCILE_PAGE = 64
@@ -186,6 +200,7 @@ async def flush_session(
     recall: RecallStore | None = None,
     keep_receipts: bool = False,
     hybrid: Hybrid | None = None,
+    progress: WriteProgress | None = None,
 ) -> tuple[int, int]:
     """Retry deferred eviction for a session; return (groups flushed, groups still resident).
 
@@ -193,7 +208,8 @@ async def flush_session(
     leaves the revision as it was. A ``recall`` store that declares
     ``archive_indexing`` indexes what the flush archived, as after a run.
     ``keep_receipts`` keeps the archive's digests for the summary frontier,
-    as a run's commit does (:func:`.commit.commit`).
+    as a run's commit does (:func:`.commit.commit`). ``progress`` follows its
+    save (what an error must say was committed).
     """
     stored, snap = await load_session(ticket, store, key, None, attest_legacy=False)
     if stored is None:
@@ -227,7 +243,10 @@ async def flush_session(
         divergence=snap.divergence,
         save_unchanged=False,
         keep_receipts=keep_receipts,
+        before_save=None if progress is None else progress.saving,
     )
+    if progress is not None and outcome.revision != stored.revision:
+        progress.committed()  # saved: what follows (indexing what it archived) cannot undo it
     diagnostics.extend(outcome.diagnostics)
     if outcome.archived_groups:
         diagnostics.extend(
@@ -245,8 +264,25 @@ async def flush_session(
     return len(outcome.archived), len(outcome.resident)
 
 
+async def migrate_admitted(runtime: HarnessRuntime, scope: Scope, *, attest: bool) -> MigrationReport:
+    """``runtime.migrate_legacy_session``: admitted like a run; an unexpected error says what it saved."""
+    progress = WriteProgress()
+    with typed_unexpected("migrate_legacy_session", progress, MAINTENANCE):
+        async with runtime.parts.admission.admit(scope.session_key, "migration") as ticket:
+            return await migrate_session(
+                ticket, runtime.session_store, scope.session_key, scope, attest=attest, progress=progress
+            )
+    raise AssertionError("unreachable")  # pragma: no cover - admit() re-raises a cancellation
+
+
 async def migrate_session(
-    ticket: Ticket, store: SessionStore, key: SessionKey, scope: Scope, *, attest: bool
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    scope: Scope,
+    *,
+    attest: bool,
+    progress: WriteProgress | None = None,
 ) -> MigrationReport:
     """Stamp a legacy snapshot with its verified memory scope at the current format (R15, R43)."""
     stored, snap = await load_session(ticket, store, key, scope, attest_legacy=attest)
@@ -257,7 +293,11 @@ async def migrate_session(
             False, stored.revision, stored.revision, snap.memory_scope, "already scoped; unchanged"
         )
     stamped = seal_snapshot(attrs.evolve(snap, memory_scope=scope))
+    if progress is not None:
+        progress.saving()
     revision = await ticket.call("session save", lambda ctx: store.save(key, stamped, stored.revision, ctx))
+    if progress is not None:
+        progress.committed()
     return MigrationReport(
         True, stored.revision, revision, scope, "legacy snapshot stamped with the attested scope"
     )
@@ -269,11 +309,13 @@ async def reconcile_admitted(runtime: HarnessRuntime, key: SessionKey) -> Reconc
     A span of its own (``agentium.reconciliation``) is the parent of its
     admission and adapter-call spans, and the report's diagnostics (an eviction
     deferred, a hook that failed) are span events and log records, as a run's.
+    An unexpected error says whether its save landed (``commit_state``).
     """
     operation = traced_operation(
         runtime, "reconciliation", key.tenant, key.user, key.session, name="agentium.reconciliation"
     )
-    with operation:
+    progress = WriteProgress()
+    with operation, typed_unexpected("reconcile_session", progress, MAINTENANCE):
         async with runtime.parts.admission.admit(key, "reconciliation") as ticket:
             report = await reconcile_session(
                 ticket,
@@ -283,6 +325,7 @@ async def reconcile_admitted(runtime: HarnessRuntime, key: SessionKey) -> Reconc
                 limits=runtime.limits.resident,
                 key=key,
                 keep_receipts=runtime.summarizer is not None,
+                progress=progress,
             )
         operation.report(report.diagnostics)
         return report
@@ -298,6 +341,7 @@ async def reconcile_session(
     limits: ResidentLimits,
     key: SessionKey,
     keep_receipts: bool = False,
+    progress: WriteProgress | None = None,
 ) -> ReconcileReport:
     """Resolve a diverged session without losing either copy.
 
@@ -364,7 +408,10 @@ async def reconcile_session(
         divergence=None,
         keep_receipts=keep_receipts,
         view=_renumbered_view(snap.view, dict(renumbered)),
+        before_save=None if progress is None else progress.saving,
     )
+    if progress is not None:
+        progress.committed()
     return ReconcileReport(
         True,
         stored.revision,

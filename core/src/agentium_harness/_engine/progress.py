@@ -7,12 +7,11 @@ diagnostics, and where the commit stands. When an error leaves ``run()``,
 ``run_result`` (status ``interrupted``) built from that record, so the
 calls and the usage are never lost with the error. An exception no stage
 turned into a typed error (an engine bug) becomes one first
-(:func:`unexpected_error`), its commit state read from the record.
+(:func:`.unexpected.unexpected_error`), its commit state read from the record.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from .._errors import AgentiumError
@@ -20,11 +19,11 @@ from .._history import MessageGroup, RetainedRecord
 from .._ports.provider import Usage
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import Scope
-from .._text import clean_text, error_text
 from .results import CommitState, Diagnostic, EvictionStatus, RunResult, RunStatus
 from .settle import mark_commit_state
 from .sources import SourceStatus
 from .turn import TurnOutcome
+from .unexpected import WriteProgress, unexpected_error
 
 if TYPE_CHECKING:
     from .commit import CommitOutcome
@@ -33,21 +32,11 @@ if TYPE_CHECKING:
 
 __all__ = ["RunProgress", "failed_run", "unexpected_error", "with_result"]
 
-_log = logging.getLogger("agentium.engine")
 
-#: Where an operation was when an unexpected exception left it, by the commit state that implies.
-_WHERE = {
-    CommitState.NOT_COMMITTED: "it failed before its commit's save began",
-    CommitState.UNKNOWN: "it failed while its commit's save was under way",
-    CommitState.COMMITTED: "it failed after its commit",
-}
-
-
-class RunProgress:
+class RunProgress(WriteProgress):
     """The run so far (filled by the orchestrator as each step ends)."""
 
     __slots__ = (
-        "commit_state",
         "diagnostics",
         "group",
         "keeper",
@@ -61,14 +50,13 @@ class RunProgress:
     )
 
     def __init__(self) -> None:
+        super().__init__()
         self.scope: Scope | None = None
         self.stored: StoredSnapshot | None = None
         self.snap: SessionSnapshot | None = None
         self.turn: TurnOutcome | None = None
         self.recall: RecallOutcome | None = None
         self.diagnostics: list[Diagnostic] = []
-        #: ``unknown`` from the moment a save may be in flight until its outcome is known.
-        self.commit_state = CommitState.NOT_COMMITTED
         #: The group the run is committing, once built; ``outcome`` once committed.
         self.group: MessageGroup | None = None
         self.outcome: CommitOutcome | None = None
@@ -77,9 +65,10 @@ class RunProgress:
         #: What the error leaving ``run()`` should add about what was committed (after a cancellation).
         self.note = ""
 
-    def saving(self) -> None:
-        """The snapshot save starts: until it settles, a cancellation cannot tell whether it landed."""
-        self.commit_state = CommitState.UNKNOWN
+    def failing(self) -> None:
+        """An unexpected exception leaves the run: keep its tool calls so far, for ``run_result``."""
+        if self.turn is None and self.keeper is not None:
+            self.turn = self.keeper.trace.partial("failed")
 
     def result(self, state: CommitState, status: RunStatus = RunStatus.INTERRUPTED) -> RunResult | None:
         """A result describing the run so far, or ``None`` before the session was loaded."""
@@ -128,37 +117,3 @@ def failed_run(error: AgentiumError, progress: RunProgress) -> AgentiumError:
     if marked.run_result is None:
         marked.run_result = progress.result(state)
     return marked
-
-
-def unexpected_error(exc: Exception, progress: RunProgress, operation: str) -> AgentiumError:
-    """``exc``, an exception no stage turned into a typed one, as an :class:`AgentiumError` caused by it.
-
-    Its ``commit_state`` is where the operation was (``progress``): before the
-    save of its commit ``not_committed``, during it ``unknown``, after it
-    ``committed``. A run's tool calls so far are kept in ``progress.turn``, so
-    its ``run_result`` reports them. Logged as a WARNING naming the operation,
-    the exception's type and the state: never its text, which may quote content.
-    """
-    state = progress.commit_state
-    keeper = progress.keeper
-    if progress.turn is None and keeper is not None:
-        progress.turn = keeper.trace.partial("failed")
-    kind = clean_text(type(exc).__name__)
-    _log.warning(
-        "%s failed with an unexpected %s; commit_state %s",
-        operation,
-        kind,
-        state.value,
-        extra={
-            "agentium_operation": operation,
-            "agentium_error_type": kind,
-            "agentium_commit_state": state.value,
-        },
-    )
-    error = AgentiumError(
-        f"{operation} failed with an unexpected error, {error_text(exc)} (a bug in the engine or in code "
-        "it called unguarded)"
-    )
-    error.__cause__ = exc  # as ``raise error from exc``: the original and its traceback stay reachable
-    error.__suppress_context__ = True
-    return mark_commit_state(error, state, _WHERE[state])

@@ -78,7 +78,7 @@ from .maintenance import (
     SessionState,
     SessionView,
     inspect_session,
-    migrate_session,
+    migrate_admitted,
     reconcile_admitted,
 )
 from .memory.manager import MemoryManager
@@ -503,11 +503,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         """
         scope = run_scope(identity, session_id, recall_scope)
         with using(settings_of(self)):
-            async with self.parts.admission.admit(scope.session_key, "migration") as ticket:
-                return await migrate_session(
-                    ticket, self.session_store, scope.session_key, scope, attest=attest_legacy_memory_scope
-                )
-        raise AssertionError("unreachable")  # pragma: no cover
+            return await migrate_admitted(self, scope, attest=attest_legacy_memory_scope)
 
     async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
         """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``)."""
