@@ -1,10 +1,10 @@
 """The runtime's other writing operations, when a stage of their own raises a plain exception (an engine bug).
 
-As for ``run()`` and the history writes (test_unexpected_errors.py): migrate
-and reconcile raise an ``AgentiumError`` caused by the exception, whose
-``commit_state`` matches what the session holds when read back, and log one
-WARNING without its text; close_session reports a flush failing so with the
-flush's state, and raises so outside it.
+As for ``run()`` and the history writes (test_unexpected_errors.py): migrate,
+reconcile, close_session, erase, resume_erasures, apply_retention and
+forget, and the memory manager's remember, correct and forget, raise an
+``AgentiumError`` caused by the exception, whose ``commit_state`` matches
+what the stores hold when read back, and log one WARNING without its text.
 """
 
 from __future__ import annotations
@@ -19,11 +19,16 @@ from agentium_harness import (
     AgentiumError,
     CleanupStatus,
     CommitState,
+    EraseTarget,
+    ErasureState,
+    FactStatus,
+    MemoryFact,
     MemoryScope,
     Message,
     MessageGroup,
     OperatorAttestation,
     ResidentLimits,
+    RetentionPolicy,
     Role,
     RuntimeLimits,
     SessionKey,
@@ -32,8 +37,9 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness._engine import commit as commit_module
-from agentium_harness._engine import maintenance
+from agentium_harness._engine import erasure, erasure_api, forget, maintenance, retention
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import OpContext, SessionSnapshot
 
@@ -202,3 +208,119 @@ async def test_close_session_failing_after_its_flush_says_the_flush_saved(
     assert error.commit_state is CommitState.COMMITTED
     stored = await store.load(KEY, CTX)
     assert stored is not None and stored.snapshot.boundary == 2
+
+
+# -- erasure ---------------------------------------------------------------------------------
+
+
+S1 = EraseTarget.session("acme", "ana", "s1")
+
+
+async def _erase(rt: Any) -> Any:
+    return await rt.erase(S1, reason="user asked", attestation=OPERATOR)
+
+
+async def test_erase_failing_before_its_record_is_written_erased_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = _runtime()
+    await rt.run(ANA, "s1", "q0")
+    monkeypatch.setattr(erasure, "pending_for", _boom)
+    error = await _fails(lambda: _erase(rt), "erase", caplog)
+    assert error.commit_state is CommitState.NOT_COMMITTED
+    assert "this call erased nothing" in str(error) and "Call erase again" in str(error)
+    monkeypatch.undo()
+    assert await rt.erasure_status(OPERATOR) == ()
+    assert (await rt.inspect_session(ANA, "s1")).state is SessionState.OK
+
+
+async def test_erase_failing_while_its_record_is_written_may_be_pending_and_erase_resumes_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = _runtime()
+    await rt.run(ANA, "s1", "q0")
+    monkeypatch.setattr(erasure, "update_ledger", _then_boom(erasure.update_ledger))
+    error = await _fails(lambda: _erase(rt), "erase", caplog)
+    assert error.commit_state is CommitState.UNKNOWN
+    assert "may be pending" in str(error) and "calling erase again with the same target resumes it" in str(
+        error
+    )
+    monkeypatch.undo()
+    # It is pending indeed (the fence landed): the scope is refused, and erase resumes it as the error says.
+    [pending] = await rt.erasure_status(OPERATOR)
+    assert pending.state is ErasureState.PENDING
+    assert (await rt.inspect_session(ANA, "s1")).state is SessionState.ERASING
+    result = await _erase(rt)
+    assert result.resumed and result.record.erasure_id == pending.erasure_id
+    assert result.record.state is ErasureState.COMPLETE
+    assert not (await rt.inspect_session(ANA, "s1")).exists
+
+
+async def test_erase_failing_after_it_completed_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = _runtime()
+    await rt.run(ANA, "s1", "q0")
+    monkeypatch.setattr(erasure_api, "ErasureResult", _boom)
+    error = await _fails(lambda: _erase(rt), "erase", caplog)
+    assert error.commit_state is CommitState.COMMITTED and "its tombstone stands" in str(error)
+    monkeypatch.undo()
+    [done] = await rt.erasure_status(OPERATOR)
+    assert done.state is ErasureState.COMPLETE
+
+
+async def test_resume_erasures_failing_unexpectedly_leaves_the_erasure_pending(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    rt = _runtime()
+    await rt.run(ANA, "s1", "q0")
+    with monkeypatch.context() as patch:
+        patch.setattr(erasure, "update_ledger", _then_boom(erasure.update_ledger))
+        await _fails(lambda: _erase(rt), "erase", caplog)
+    monkeypatch.setattr(erasure_api, "load_record", _boom)
+    error = await _fails(lambda: rt.resume_erasures(OPERATOR), "resume_erasures", caplog)
+    assert error.commit_state is CommitState.NOT_COMMITTED and "call resume_erasures again" in str(error)
+    monkeypatch.undo()
+    [pending] = await rt.erasure_status(OPERATOR)
+    assert pending.state is ErasureState.PENDING
+    [result] = await rt.resume_erasures(OPERATOR)
+    assert result.resumed and result.record.state is ErasureState.COMPLETE
+
+
+@pytest.mark.parametrize(
+    ("stage", "state"),
+    [("retention_cutoff", CommitState.NOT_COMMITTED), ("RetentionResult", CommitState.UNKNOWN)],
+)
+async def test_apply_retention_says_whether_it_began_erasing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stage: str, state: CommitState
+) -> None:
+    archive = InMemoryArchive()
+    rt = _runtime(archive=archive, retention=RetentionPolicy(max_archived_groups=1))
+    for i in range(4):  # groups 0-2 archived, 3 resident
+        await rt.run(ANA, "s1", f"q{i}")
+    monkeypatch.setattr(retention, stage, _boom)
+    error = await _fails(lambda: rt.apply_retention(OPERATOR), "apply_retention", caplog)
+    assert error.commit_state is state
+    monkeypatch.undo()
+    kept = [g.seq for g in await archive.read_groups(KEY, 0, 100, CTX)]
+    tombstones = await rt.erasure_status(OPERATOR)
+    if state is CommitState.NOT_COMMITTED:
+        assert kept == [0, 1, 2] and tombstones == ()
+    else:  # the session's erasure completed before the failure: its tombstone stands
+        assert kept == [2] and [t.state for t in tombstones] == [ErasureState.COMPLETE]
+
+
+@pytest.mark.parametrize(
+    ("stage", "state"), [("_provenance", CommitState.NOT_COMMITTED), ("ForgetResult", CommitState.COMMITTED)]
+)
+async def test_runtime_forget_says_whether_the_fact_was_forgotten(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stage: str, state: CommitState
+) -> None:
+    rt = _runtime(memory=InMemoryMemoryStore())
+    ack = await rt.memory.remember(MemoryFact(SCOPE, "ana likes tea"))
+    monkeypatch.setattr(forget, stage, _boom)
+    error = await _fails(lambda: rt.forget(SCOPE, ack.fact_id), "forget", caplog)
+    assert error.commit_state is state
+    monkeypatch.undo()
+    fact = (await rt.memory.history(SCOPE, ack.fact_id))[-1]
+    assert (fact.status is FactStatus.FORGOTTEN) is (state is CommitState.COMMITTED)

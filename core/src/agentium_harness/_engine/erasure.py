@@ -388,11 +388,14 @@ async def start(
     reason: str,
     attestation: OperatorAttestation,
     kind: ErasureKind,
+    before_write: Callable[[], None] | None = None,
 ) -> tuple[ErasureRecord, bool]:
     """The pending record of this erasure, written first: a new one, or the one an earlier call left.
 
     An unfinished erasure of the same target and kind is resumed (its own
     reason and operator stand); one of an overlapping target refuses this one.
+    ``before_write`` is called right before the fence is written (from then
+    the erasure may be pending).
     """
     tenant = target.tenant_id
     unfinished = await pending_for(ticket, store, target, kind)
@@ -412,6 +415,8 @@ async def start(
         return ErasureLedger((*ledger.records, header(record)))
 
     # The fence first: from here every run on the scope is refused, in every process.
+    if before_write is not None:
+        before_write()
     await update_ledger(ticket, store, pending_key(tenant), join)
     try:
         await save_record(ticket, store, record)

@@ -51,7 +51,9 @@ from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
 from .lifecycle import Ticket
+from .results import CommitState
 from .retention import RetentionResult, apply_policy
+from .unexpected import Outcomes, WriteProgress, typed_unexpected
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -66,6 +68,53 @@ _WHOLE = (EraseLevel.TENANT, EraseLevel.USER, EraseLevel.SESSION)
 _log = logging.getLogger("agentium.engine.erasure")
 
 After = Callable[[Ticket, ErasureRecord], Awaitable[ErasureRecord]]
+
+#: What an unexpected error leaving an erasure says (docs/erasure.md). Once its record is written,
+#: whatever stops it is an ErasureIncompleteError carrying the record (``_finish``).
+_ERASURE: Outcomes = {
+    CommitState.NOT_COMMITTED: (
+        "it failed before it wrote anything: this call erased nothing (commit_state not_committed); an "
+        "erasure of the target an earlier call left pending stays pending (erasure_status shows it). "
+        "Call erase again: it resumes that erasure, or starts this one"
+    ),
+    CommitState.UNKNOWN: (
+        "it failed while the erasure's record was being written: the erasure may be pending, its scope "
+        "then refused until it completes (commit_state unknown); erasure_status shows it, and calling "
+        "erase again with the same target resumes it (or starts it)"
+    ),
+    CommitState.COMMITTED: (
+        "it failed after the erasure completed: its tombstone stands (commit_state committed); "
+        "erasure_status shows it"
+    ),
+}
+_RETENTION_BEGAN = (
+    "it failed once it began erasing: the sessions trimmed before stay trimmed, their tombstones stand, and "
+    "the erasure under way may be pending (erasure_status lists them; resume_erasures completes it) "
+    "(commit_state unknown); apply retention again for the rest"
+)
+_RETENTION: Outcomes = {
+    CommitState.NOT_COMMITTED: "it failed before erasing anything (commit_state not_committed); apply again",
+    CommitState.UNKNOWN: _RETENTION_BEGAN,
+    CommitState.COMMITTED: _RETENTION_BEGAN,  # never set: each erasure's own end is not the call's
+}
+_FORGET: Outcomes = {
+    CommitState.NOT_COMMITTED: (
+        "it failed before changing anything: the fact was not forgotten and nothing was erased "
+        "(commit_state not_committed); call forget again"
+    ),
+    CommitState.UNKNOWN: (
+        "it failed once it began erasing the fact's sources or forgetting it: the erasures of its sources "
+        "that completed stand (erasure_status lists them) and the fact may be forgotten "
+        "(commit_state unknown); memory.history shows whether it is"
+    ),
+    CommitState.COMMITTED: "it failed after the fact was forgotten (commit_state committed)",
+}
+#: Resuming reads the pending records; each erasure it resumes is carried through by ``_finish``.
+_RESUME: Outcomes = dict.fromkeys(
+    CommitState,
+    "the erasures it completed before stand; the others stay pending, their scopes refused "
+    "(erasure_status lists them): call resume_erasures again",
+)
 
 
 def erasure_stores(runtime: HarnessRuntime, target: EraseTarget) -> list[tuple[str, Any]]:
@@ -231,10 +280,15 @@ async def run_erasure(
 
     Under the runtime's telemetry settings: the record's start and a dry run's
     plan are outside the ``agentium.erasure`` span, and their store calls
-    record where the runtime's do.
+    record where the runtime's do. An unexpected error before the record is
+    pending says whether it may be (``commit_state``).
     """
-    with using(settings_of(runtime)):
-        return await _run_erasure(runtime, target, reason, attestation, kind, dry_run=dry_run)
+    progress = WriteProgress()
+    operation = "erase" if kind is ErasureKind.ERASURE else f"erasure ({kind.value})"
+    with using(settings_of(runtime)), typed_unexpected(operation, progress, _ERASURE):
+        return await _run_erasure(
+            runtime, target, reason, attestation, kind, dry_run=dry_run, progress=progress
+        )
 
 
 async def _run_erasure(
@@ -245,6 +299,7 @@ async def _run_erasure(
     kind: ErasureKind,
     *,
     dry_run: bool,
+    progress: WriteProgress,
 ) -> ErasureResult:
     stores = erasure_stores(runtime, target)
     check_capable(stores)
@@ -268,8 +323,12 @@ async def _run_erasure(
                 )
             return ErasureResult(await plan(ticket, stores, planned), resumed=unfinished is not None)
     async with admission.admit_erasure(target) as ticket:
-        record, resumed = await start(ticket, runtime.session_store, target, reason, attestation, kind)
-        return ErasureResult(await _finish(runtime, ticket, record, take_inventory=not resumed), resumed)
+        record, resumed = await start(
+            ticket, runtime.session_store, target, reason, attestation, kind, progress.saving
+        )
+        done = await _finish(runtime, ticket, record, take_inventory=not resumed)
+        progress.committed()
+        return ErasureResult(done, resumed)
     raise AssertionError("unreachable")  # pragma: no cover - admit_erasure() re-raises a cancellation
 
 
@@ -341,7 +400,7 @@ class ErasureOperations:
             raise InvalidArgumentError("resume_erasures needs an OperatorAttestation; nothing was done")
         tenant = attestation.operator.tenant
         # Its reads of the pending records record where the runtime's calls do (its Telemetry).
-        with using(settings_of(runtime)):
+        with using(settings_of(runtime)), typed_unexpected("resume_erasures", WriteProgress(), _RESUME):
             async with runtime.parts.admission.admit_shared(None, "erasure status") as ticket:
                 pending = await pending_records(ticket, runtime.session_store, tenant)
             results: list[ErasureResult] = []
@@ -422,8 +481,10 @@ class ErasureOperations:
         scope, why, who = check_request(scope, reason, attestation, levels=_WHOLE)
         if not isinstance(dry_run, bool):
             raise InvalidArgumentError(f"dry_run must be a bool, got {type(dry_run).__name__}")
-        with using(settings_of(runtime)):  # its listing and checks record where the runtime's calls do
-            return await apply_policy(runtime, policy, scope, why, who, dry_run=dry_run)
+        progress = WriteProgress()
+        # Its listing and checks record where the runtime's calls do; an unexpected error says what it erased.
+        with using(settings_of(runtime)), typed_unexpected("apply_retention", progress, _RETENTION):
+            return await apply_policy(runtime, policy, scope, why, who, dry_run=dry_run, progress=progress)
 
     async def forget(
         self,
@@ -453,7 +514,9 @@ class ErasureOperations:
         and nothing changes: its later revisions' sources could not be found.
         """
         runtime = self._runtime()
-        with using(settings_of(runtime)):  # the source lookups record where the runtime's calls do
+        progress = WriteProgress()
+        # The source lookups record where the runtime's calls do; an unexpected error says what changed.
+        with using(settings_of(runtime)), typed_unexpected("forget", progress, _FORGET):
             return await forget_fact(
                 runtime,
                 scope,
@@ -461,4 +524,5 @@ class ErasureOperations:
                 erase_sources=erase_sources,
                 reason=reason,
                 attestation=attestation,
+                progress=progress,
             )

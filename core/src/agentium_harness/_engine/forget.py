@@ -48,6 +48,7 @@ from .erasure import ErasureResult, OperatorAttestation, check_request
 from .history_read import fetch_groups, read_settled
 from .load import load_session
 from .memory.manager import counted_listing
+from .unexpected import WriteProgress
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -306,8 +307,9 @@ async def forget_fact(
     erase_sources: bool,
     reason: object,
     attestation: object,
+    progress: WriteProgress | None = None,
 ) -> ForgetResult:
-    """See :meth:`~.erasure_api.ErasureOperations.forget`."""
+    """See :meth:`~.erasure_api.ErasureOperations.forget`; ``progress`` follows what it changed."""
     memory = runtime.memory
     if memory is None:
         raise InvalidArgumentError("the runtime has no memory; configure [memory] to forget facts")
@@ -328,6 +330,8 @@ async def forget_fact(
     erasures: list[ErasureResult] = []
     notes: list[str] = []
     refs, note, seen = await _provenance(runtime, scope, checked_id)
+    if progress is not None and erase_sources:
+        progress.saving()  # the sources' erasures may begin
     for attempt in range(_ATTEMPTS):
         holders, done, notes = await _sources(runtime, scope, refs, checked)
         erasures.extend(done)
@@ -348,7 +352,11 @@ async def forget_fact(
     # a fact forgotten first and then refused an erasure (a run holding the session, a pending
     # erasure) could never have its sources found again. Refused now, nothing is forgotten and
     # the call can be repeated (groups erased by then are reported gone).
+    if progress is not None:
+        progress.saving()
     ack = await memory.forget(scope, checked_id)
+    if progress is not None:
+        progress.committed()
     if any(h.place is SourcePlace.RESIDENT for h in holders):
         notes.append(
             "a source group is still resident: it is in every request of its session until it is archived; "

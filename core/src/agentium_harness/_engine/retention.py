@@ -46,6 +46,7 @@ from .._validators import bounded_count
 from .erasure import ErasureResult, OperatorAttestation
 from .lifecycle import Ticket
 from .load import load_session
+from .unexpected import WriteProgress
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -229,8 +230,12 @@ async def apply_policy(
     attestation: OperatorAttestation,
     *,
     dry_run: bool,
+    progress: WriteProgress | None = None,
 ) -> RetentionResult:
-    """Apply ``policy`` to every session of ``target``: one groups erasure per session past it."""
+    """Apply ``policy`` to every session of ``target``: one groups erasure per session past it.
+
+    ``progress`` turns ``unknown`` once the first erasure begins (what an error must say was erased).
+    """
     from .erasure_api import run_erasure  # the API module imports this one
 
     admission, store = runtime.parts.admission, runtime.session_store
@@ -264,6 +269,8 @@ async def apply_policy(
         if stored is None or cutoff <= 0 or already_erased(snap, cutoff):
             continue
         groups = EraseTarget.groups_of(key, retention_ranges(cutoff))
+        if progress is not None and not dry_run:
+            progress.saving()
         try:
             results.append(
                 await run_erasure(
