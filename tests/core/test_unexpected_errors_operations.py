@@ -38,6 +38,7 @@ from agentium_harness import (
 )
 from agentium_harness._engine import commit as commit_module
 from agentium_harness._engine import erasure, erasure_api, forget, maintenance, retention
+from agentium_harness._engine.memory import manager
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -324,3 +325,65 @@ async def test_runtime_forget_says_whether_the_fact_was_forgotten(
     monkeypatch.undo()
     fact = (await rt.memory.history(SCOPE, ack.fact_id))[-1]
     assert (fact.status is FactStatus.FORGOTTEN) is (state is CommitState.COMMITTED)
+
+
+# -- the memory manager ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stage", "state"),
+    [
+        ("fence_check", CommitState.NOT_COMMITTED),
+        ("fence_confirm", CommitState.UNKNOWN),
+        ("_event", CommitState.COMMITTED),
+    ],
+)
+async def test_remember_says_whether_the_fact_was_written(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, stage: str, state: CommitState
+) -> None:
+    memory = manager.MemoryManager(InMemoryMemoryStore())
+    if stage == "_event":
+        monkeypatch.setattr(manager.MemoryManager, stage, _boom)
+    else:
+        monkeypatch.setattr(manager, stage, _boom)
+    error = await _fails(
+        lambda: memory.remember(MemoryFact(SCOPE, "ana likes tea")), "memory remember", caplog
+    )
+    assert error.commit_state is state
+    monkeypatch.undo()
+    stored = await memory.list(SCOPE)
+    assert len(stored) == (0 if state is CommitState.NOT_COMMITTED else 1)
+
+
+@pytest.mark.parametrize(
+    ("operation", "stage", "state"),
+    [
+        ("correct", "check_cap", CommitState.NOT_COMMITTED),
+        ("correct", "_event", CommitState.COMMITTED),
+        ("forget", "checked_scope", CommitState.NOT_COMMITTED),
+        ("forget", "_event", CommitState.COMMITTED),
+    ],
+)
+async def test_correct_and_forget_say_whether_they_wrote(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    operation: str,
+    stage: str,
+    state: CommitState,
+) -> None:
+    memory = manager.MemoryManager(InMemoryMemoryStore())
+    ack = await memory.remember(MemoryFact(SCOPE, "ana likes tea"))
+    if stage == "_event":
+        monkeypatch.setattr(manager.MemoryManager, stage, _boom)
+    else:
+        monkeypatch.setattr(manager, stage, _boom)
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "correct": lambda: memory.correct(SCOPE, ack.fact_id, MemoryFact(SCOPE, "ana likes coffee")),
+        "forget": lambda: memory.forget(SCOPE, ack.fact_id),
+    }
+    error = await _fails(calls[operation], f"memory {operation}", caplog)
+    assert error.commit_state is state
+    monkeypatch.undo()
+    revisions = await memory.history(SCOPE, ack.fact_id)
+    changed = len(revisions) > 1 or revisions[-1].status is not FactStatus.CURRENT
+    assert changed is (state is CommitState.COMMITTED)

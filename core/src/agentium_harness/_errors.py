@@ -75,15 +75,16 @@ __all__ = [
 class AgentiumError(Exception):
     """Root of every error raised on purpose by Agentium.
 
-    An error raised out of ``HarnessRuntime.run()`` says whether the turn was
-    committed: ``commit_state`` is ``not_committed``, ``committed`` or
+    An error out of ``HarnessRuntime.run()`` or a history write says whether
+    it committed: ``commit_state`` is ``not_committed``, ``committed`` or
     ``unknown`` (a save failed and reading the session back could not settle
-    it). Once the session was loaded, ``run_result`` also reports what ran —
-    every tool call in ``tool_outcomes``, the model calls in ``usage`` —
-    with status ``interrupted``. Elsewhere both stay ``None``.
+    it); so does one an engine bug (its ``__cause__``) caused in any writing
+    operation. Once a run loaded its session, ``run_result`` also reports
+    what ran — every tool call in ``tool_outcomes``, the model calls in
+    ``usage`` — with status ``interrupted``. Elsewhere both stay ``None``.
     """
 
-    #: Whether the run's turn is in the session (set on errors raised out of ``run()``).
+    #: Whether the operation's write (a run's turn) stands; set on errors of writing operations.
     commit_state: CommitState | None = None
     #: What the run did before it failed (set on errors raised out of ``run()`` after loading).
     run_result: RunResult | None = None

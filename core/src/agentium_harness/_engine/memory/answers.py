@@ -17,17 +17,23 @@ from ..._errors import ContractViolationError, InvalidArgumentError
 from ..._ports.memory import (
     MAX_FACT_REVISIONS,
     MAX_LOOKUP_LIMIT,
+    AckStatus,
     FactStatus,
+    MemoryAck,
     MemoryFact,
     MemoryScope,
     StoredFact,
     check_revision,
 )
+from ..results import CommitState
+from ..unexpected import Outcomes
 
 __all__ = [
+    "MEMORY_WRITE",
     "check_cap",
     "check_owner_kind",
     "check_work",
+    "checked_ack",
     "checked_facts",
     "checked_history",
     "checked_listing",
@@ -36,6 +42,41 @@ __all__ = [
 ]
 
 _log = logging.getLogger("agentium.engine.memory")
+
+#: What an unexpected error leaving remember, correct or forget says its state means (docs/memory.md).
+MEMORY_WRITE: Outcomes = {
+    CommitState.NOT_COMMITTED: (
+        "it failed before the store's write began: nothing was written (commit_state not_committed)"
+    ),
+    CommitState.UNKNOWN: (
+        "it failed while the store's write was under way: whether it was written is unknown "
+        "(commit_state unknown); read the fact back (list, history) before writing it again"
+    ),
+    CommitState.COMMITTED: (
+        "it failed after the store acknowledged the write: it stands (commit_state committed); "
+        "do not write it again"
+    ),
+}
+
+
+def checked_ack(ack: object, operation: str, fact_id: str | None = None) -> MemoryAck:
+    """``ack`` if it acknowledges the write asked for (the fact asked about, a real revision)."""
+    # The host is told what was written: the fact it asked about (a correction or a forget)
+    # at a real revision, never another fact's id or a revision of None, True or -1.
+    if (
+        not isinstance(ack, MemoryAck)
+        or ack.status is AckStatus.REJECTED
+        or not isinstance(ack.fact_id, str)
+        or (fact_id is not None and ack.fact_id != fact_id)
+        or not isinstance(ack.revision, int)
+        or isinstance(ack.revision, bool)
+        or ack.revision < 1
+    ):
+        raise ContractViolationError(
+            f"{operation} returned {ack!r}: a store acknowledges with a MemoryAck naming the fact "
+            "asked about and its revision (and raises MemoryRejectedError to refuse)"
+        )
+    return ack
 
 
 def check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:

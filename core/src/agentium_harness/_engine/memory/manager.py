@@ -63,10 +63,13 @@ from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
 from ..memory_fence import ErasureFence, fence_check, fence_confirm
 from ..results import Diagnostic
+from ..unexpected import WriteProgress, typed_unexpected
 from .answers import (
+    MEMORY_WRITE,
     check_cap,
     check_owner_kind,
     check_work,
+    checked_ack,
     checked_facts,
     checked_history,
     checked_listing,
@@ -257,25 +260,6 @@ class MemoryManager:
                 raise InvalidArgumentError("the accept rule must return a reason string or None")
         return reason
 
-    @staticmethod
-    def _checked_ack(ack: object, operation: str, fact_id: str | None = None) -> MemoryAck:
-        # The host is told what was written: the fact it asked about (a correction or a forget)
-        # at a real revision, never another fact's id or a revision of None, True or -1.
-        if (
-            not isinstance(ack, MemoryAck)
-            or ack.status is AckStatus.REJECTED
-            or not isinstance(ack.fact_id, str)
-            or (fact_id is not None and ack.fact_id != fact_id)
-            or not isinstance(ack.revision, int)
-            or isinstance(ack.revision, bool)
-            or ack.revision < 1
-        ):
-            raise ContractViolationError(
-                f"{operation} returned {ack!r}: a store acknowledges with a MemoryAck naming the fact "
-                "asked about and its revision (and raises MemoryRejectedError to refuse)"
-            )
-        return ack
-
     # -- writes -----------------------------------------------------------------------------
 
     async def remember_with_result(self, fact: MemoryFact) -> MemoryAck:
@@ -284,16 +268,21 @@ class MemoryManager:
         A rejected fact writes nothing and broadcasts nothing.
         """
         self._check_open("remember")
-        reason = self._reject_reason(fact)
-        if reason is not None:
-            return MemoryAck(AckStatus.REJECTED, reason=reason)
-        seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
-        try:
-            raw = await self._call("memory remember", lambda ctx: self.store.remember(fact, ctx))
-        except MemoryRejectedError as exc:
-            return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
-        ack = await fence_confirm(seen, self, fact.scope, self._checked_ack(raw, "memory remember"))
-        return await self._event(MemoryEventKind.REMEMBERED, ack, fact.scope)
+        progress = WriteProgress()
+        with typed_unexpected("memory remember", progress, MEMORY_WRITE):
+            reason = self._reject_reason(fact)
+            if reason is not None:
+                return MemoryAck(AckStatus.REJECTED, reason=reason)
+            seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
+            progress.saving()
+            try:
+                raw = await self._call("memory remember", lambda ctx: self.store.remember(fact, ctx))
+            except MemoryRejectedError as exc:
+                return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
+            ack = await fence_confirm(seen, self, fact.scope, checked_ack(raw, "memory remember"))
+            progress.committed()  # acknowledged and kept (the fence took back none it refused)
+            return await self._event(MemoryEventKind.REMEMBERED, ack, fact.scope)
+        raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
     async def remember(self, fact: MemoryFact) -> MemoryAck:
         """Like :meth:`remember_with_result`, but a rejection raises :class:`MemoryRejectedError`."""
@@ -316,21 +305,26 @@ class MemoryManager:
         :class:`MemoryRejectedError` whatever the store would do.
         """
         self._check_open("correct")
-        scope = checked_scope(scope)
-        validate_id(fact_id, "fact id")
-        reason = self._reject_reason(replacement)
-        if reason is not None:
-            raise MemoryRejectedError(reason)
-        if not scope.owns(replacement.scope):
-            raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
-        revisions = await self._check_owner(scope, fact_id, "memory correct")
-        check_cap(revisions, replacement)
-        seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
-        raw = await self._call(
-            "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
-        )
-        ack = await fence_confirm(seen, self, scope, self._checked_ack(raw, "memory correct", fact_id))
-        return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
+        progress = WriteProgress()
+        with typed_unexpected("memory correct", progress, MEMORY_WRITE):
+            scope = checked_scope(scope)
+            validate_id(fact_id, "fact id")
+            reason = self._reject_reason(replacement)
+            if reason is not None:
+                raise MemoryRejectedError(reason)
+            if not scope.owns(replacement.scope):
+                raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
+            revisions = await self._check_owner(scope, fact_id, "memory correct")
+            check_cap(revisions, replacement)
+            seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
+            progress.saving()
+            raw = await self._call(
+                "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
+            )
+            ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id))
+            progress.committed()
+            return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
+        raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
     async def forget(self, scope: MemoryScope, fact_id: str) -> MemoryAck:
         """Tombstone ``fact_id`` and remove its content; it is never injected again.
@@ -340,14 +334,19 @@ class MemoryManager:
         first as for :meth:`correct`.
         """
         self._check_open("forget")
-        scope = checked_scope(scope)
-        validate_id(fact_id, "fact id")
-        await self._check_owner(scope, fact_id, "memory forget")
-        raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
-        # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
-        self._forgotten.add(fact_id)
-        ack = self._checked_ack(raw, "memory forget", fact_id)
-        return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
+        progress = WriteProgress()
+        with typed_unexpected("memory forget", progress, MEMORY_WRITE):
+            scope = checked_scope(scope)
+            validate_id(fact_id, "fact id")
+            await self._check_owner(scope, fact_id, "memory forget")
+            progress.saving()
+            raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
+            # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
+            self._forgotten.add(fact_id)
+            ack = checked_ack(raw, "memory forget", fact_id)
+            progress.committed()
+            return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
+        raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
     async def _check_owner(self, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
         """Before a change, the fact's revisions must be ``fact_id``'s, owned by ``scope`` (defence in depth).
