@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 from _archive_support import GatedReads
 
@@ -48,7 +49,14 @@ from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLite
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.adapters.summarizers import ExtractiveSummarizer
-from agentium_harness.plugin_api import MAX_LOOKUP_LIMIT, MemoryCapabilities, MemoryRejectedError, OpContext
+from agentium_harness.plugin_api import (
+    MAX_LOOKUP_LIMIT,
+    MemoryCapabilities,
+    MemoryRejectedError,
+    OpContext,
+    SummarizerCapabilities,
+    TaskSummary,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -73,10 +81,11 @@ class Recording(ScriptedProvider):
         return await super().complete(request, ctx)
 
 
-async def _setup(**stores: Any) -> tuple[Any, Recording, Any, str]:
+async def _setup(summarizer: Any = None, **stores: Any) -> tuple[Any, Recording, Any, str]:
     """Three turns (groups 0 and 1 archived and summarized) and a fact whose source is group 0.
 
-    ``stores`` replace the in-memory archive, session store, recall and memory stores.
+    ``stores`` replace the in-memory archive, session store, recall and memory stores;
+    ``summarizer`` the extractive summarizer.
     """
     provider = Recording()
     given = list(stores.values())  # closed with the runtime
@@ -86,7 +95,7 @@ async def _setup(**stores: Any) -> tuple[Any, Recording, Any, str]:
         archive=archive,
         session_store=stores.pop("session_store", None) or InMemorySessionStore(),
         recall=stores.pop("recall", None) or InMemoryRecallStore(),
-        summarizer=ExtractiveSummarizer(),
+        summarizer=summarizer or ExtractiveSummarizer(),
         summary_limits=SummaryLimits(background=False),
         memory=stores.pop("memory", None) or InMemoryMemoryStore(),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
@@ -126,6 +135,38 @@ async def test_a_forgotten_fact_with_erased_sources_reaches_no_later_request() -
     assert provider.seen and all(SECRET not in text for text in provider.seen)
     view = await rt.inspect_session(ANA, "s1")
     assert view.summary is not None and SECRET not in view.summary.summary.text
+    await rt.aclose()
+
+
+class Uncited(ExtractiveSummarizer):
+    """The extractive summary without its citations: a summarizer need not cite (``citations=False``)."""
+
+    capabilities = SummarizerCapabilities(incremental=True, citations=False)
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> TaskSummary:
+        return attrs.evolve(await super().summarize(previous, groups, ctx), citations=())
+
+
+async def test_a_summary_covering_an_erased_source_loses_its_text_even_without_citing_it() -> None:
+    # The summary's text states the fact, but it cites nothing: covering the source is what counts.
+    rt, provider, archive, fact_id = await _setup(Uncited())
+    before = (await rt.inspect_session(ANA, "s1")).summary
+    assert before is not None and SECRET in before.summary.text and before.summary.citations == ()
+    looked = await rt.forget(SCOPE, fact_id)  # a fresh fact below: this one only reports
+    assert ("s1", 0, SourcePlace.SUMMARY) in {(h.session.session, h.seq, h.place) for h in looked.still_held}
+    (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
+    ack = await rt.memory.remember(
+        MemoryFact(SCOPE, f"ana's vault code is {SECRET}", provenance=[GroupRef("s1", 0, group.digest)])
+    )
+    assert ack.fact_id is not None
+    result = await rt.forget(SCOPE, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    assert (0, SourcePlace.SUMMARY, SourceState.ERASED) in {(h.seq, h.place, h.state) for h in result.sources}
+    after = (await rt.inspect_session(ANA, "s1")).summary
+    assert after is not None and SECRET not in after.summary.text
+    assert any("forgotten fact" in note for note in after.summary.uncertainty)
+    provider.seen.clear()
+    await rt.run(ANA, "s1", "What is my vault code? The vault code please.")
+    assert provider.seen and all(SECRET not in text for text in provider.seen)
     await rt.aclose()
 
 

@@ -8,9 +8,12 @@ The task summary is handled as the erasure asks:
 - **keep its text** (retention): citations of erased groups stay and say
   ``erased`` (``SummaryState.erased_citations``); the text was written from
   the groups while they existed and is the host's record of them;
-- **drop its text** (the sources of a forgotten fact): a summary citing an
-  erased group may state the forgotten fact, so its text goes; the frontier
-  stays and the uncertainty says why the summary is empty.
+- **drop its text** (the sources of a forgotten fact): a summary covering an
+  erased group (its frontier is past it, cited or not) may state the
+  forgotten fact, so its text goes; the frontier stays and the uncertainty
+  says why the summary is empty. Covering, not only citing: a summarizer
+  need not cite (``SummarizerCapabilities.citations``), and a model folding
+  its previous summary may restate a line under a newer group's tag.
 
 Receipts of erased groups are dropped (nothing will be read back to match
 them), and so are coverage gaps at them. Saved with compare-and-set, retried
@@ -35,7 +38,9 @@ from .load import load_session
 __all__ = ["mark_erased", "merge_ranges"]
 
 _ATTEMPTS: Final = 8
-_DROPPED_TEXT: Final = "the summary's text was removed: it cited groups erased as a forgotten fact's sources"
+_DROPPED_TEXT: Final = (
+    "the summary's text was removed: it covered groups erased as a forgotten fact's sources"
+)
 
 
 def merge_ranges(*groups: Sequence[SeqRange]) -> tuple[SeqRange, ...]:
@@ -55,16 +60,22 @@ def _inside(seq: int, ranges: Sequence[SeqRange]) -> bool:
 
 
 def _summary_after(
-    state: SummaryState | None, erased: Sequence[SeqRange], keep_text: bool
+    state: SummaryState | None, erased: Sequence[SeqRange], keep_text: bool, fresh: Sequence[SeqRange]
 ) -> SummaryState | None:
+    """``state`` once ``erased`` (every erased range, ``fresh`` the ones erased now) are gone."""
     if state is None:
         return None
     gaps = tuple(g for g in state.gaps if not _inside(g.seq, erased))
     cited = [c.seq for c in state.summary.citations if _inside(c.seq, erased)]
-    if not cited:
-        return attrs.evolve(state, gaps=gaps)
     if keep_text:
+        if not cited:
+            return attrs.evolve(state, gaps=gaps)
         return SummaryState(state.summary, gaps, (*(state.erased_citations or ()), *cited))
+    # The text was written from every group below the frontier: one erased now may be stated in it
+    # whether or not a citation names it (a summarizer need not cite).
+    covered = bool(state.summary.text) and any(r.start < state.summary.frontier for r in fresh)
+    if not cited and not covered:
+        return attrs.evolve(state, gaps=gaps)
     old = state.summary
     # No text, so nothing to cite: the citations go with it (and marking again changes nothing).
     emptied = TaskSummary(
@@ -102,7 +113,7 @@ async def mark_erased(
             return False
         below = [SeqRange(r.start, min(r.stop, snap.boundary)) for r in ranges if r.start < snap.boundary]
         erased = merge_ranges(snap.erased or (), below)
-        summary = _summary_after(snap.summary, erased, keep_summary_text)
+        summary = _summary_after(snap.summary, erased, keep_summary_text, below)
         receipts = tuple(r for r in snap.receipts if not _inside(r.seq, erased))
         changed = attrs.evolve(snap, erased=erased, summary=summary, receipts=receipts)
         if changed == snap:

@@ -501,12 +501,12 @@ class ErasureOperations:
         :meth:`MemoryManager.forget`; it is never injected again). Its
         provenance, read first over every revision, names the groups it came
         from; the result's ``sources`` says for each whether its text is
-        archived (recall in its session can surface it), resident, cited by
-        the session's summary, or gone. With ``erase_sources=True`` — an
-        operator erasure, so ``reason`` and ``attestation`` are required and
+        archived (recall in its session can surface it), resident, covered
+        by the session's summary (cited, or below its frontier), or gone.
+        With ``erase_sources=True`` — an operator erasure, so ``reason`` and ``attestation`` are required and
         checked before anything changes — the archived ones are erased from
         the archive and the recall index (a tombstone per session) and a
-        summary citing them loses its text, so the forgotten text reaches
+        summary covering them loses its text, so the forgotten text reaches
         no later request by recall, memory or summary. A resident group can
         only go with its session (:meth:`erase`); ``still_held`` lists it.
         A fact whose history may be longer than one read (written before

@@ -4,7 +4,7 @@ A memory fact remembers the message groups it came from (its provenance).
 Forgetting the fact removes its text from memory, but the groups it came
 from still hold that text: in the archive and the recall index (a later
 recall in the session could surface it), in the session's resident history,
-in a task summary citing them. ``runtime.forget`` therefore:
+in a task summary covering them. ``runtime.forget`` therefore:
 
 1. reads the fact's provenance over all its revisions (before forgetting
    removes it), then forgets the fact through the memory manager. A history
@@ -14,14 +14,15 @@ in a task summary citing them. ``runtime.forget`` therefore:
    (and so is a fact past the one bounded listing of a store without history);
 2. looks up each source group (before forgetting, so a failed read changes
    nothing) and says where its text still is (:class:`SourceHolder`):
-   archived, resident, cited by the summary, or already gone. Only a stored
+   archived, resident, covered by the summary, or already gone. Only a stored
    group whose digest equals the cited digest is a source: a reference whose
    digest matches no stored group is reported ``gone`` with a note (and a
    WARNING log, seqs and the hashed session only), and never erased;
 3. with ``erase_sources=True`` (an operator erasure: reason and attestation
    required), erases the archived ones from the archive and the recall
    index as a groups erasure (a tombstone per session), and empties a task
-   summary that cited them (its text may state the fact). A resident group
+   summary that covered them (its frontier is past them, cited or not: its
+   text may state the fact). A resident group
    cannot be erased without erasing its session: it is reported as still
    holding the text.
 """
@@ -65,7 +66,7 @@ class SourcePlace(enum.StrEnum):
     ARCHIVED = "archived"
     #: In the session's resident history: in every request of that session until it is archived.
     RESIDENT = "resident"
-    #: Cited by the session's task summary, whose text may state the fact.
+    #: Covered by the session's task summary (cited, or below its frontier), whose text may state the fact.
     SUMMARY = "summary"
     #: Not stored any more: erased earlier, or its session does not exist.
     GONE = "gone"
@@ -188,7 +189,7 @@ async def _places(
     archived ones from the archive, inside the same admission ticket — and
     only one whose digest equals a cited digest is the fact's source. A
     mismatch is reported ``gone`` (the fact's source is not held there) and
-    is never erased; a cited seq in the summary counts only if its group matches.
+    is never erased; the summary counts for a seq only if its group matches.
     """
     async with runtime.parts.admission.admit_shared(key, "forget sources") as ticket:
         # With erase_sources, a session an erasure is still pending on is refused (typed) as the
@@ -222,7 +223,10 @@ async def _places(
     for seq, digest in cited:
         digests.setdefault(seq, set()).add(digest)
     places = _Places([], [], [])
+    # The summary's text was written from every group below its frontier: it may state one it
+    # does not cite (a summarizer need not cite), so covering is what counts.
     cited_by_summary = {c.seq for c in snap.summary.summary.citations} if snap.summary is not None else set()
+    frontier = snap.summary.summary.frontier if snap.summary is not None else 0
     summary_text = snap.summary is not None and bool(snap.summary.summary.text)
     for seq in dict.fromkeys(seq for seq, _ in cited):
         group = groups.get(seq)
@@ -238,7 +242,7 @@ async def _places(
         else:
             places.holders.append(SourceHolder(key, seq, SourcePlace.ARCHIVED, SourceState.HOLDS_TEXT))
             places.archived.append(seq)
-        if seq in cited_by_summary and summary_text:
+        if (seq in cited_by_summary or seq < frontier) and summary_text:
             places.holders.append(SourceHolder(key, seq, SourcePlace.SUMMARY, SourceState.HOLDS_TEXT))
     if places.mismatched:
         # Seqs and the hashed session only: the fact's text, the groups' content and raw ids stay out.
