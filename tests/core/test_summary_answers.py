@@ -11,11 +11,13 @@ import pytest
 
 from agentium_harness import VerifiedIdentity, create_harness_runtime
 from agentium_harness._engine.limits import ResidentLimits, RuntimeLimits
+from agentium_harness._engine.summary_answer import checked_answer
 from agentium_harness._errors import InvalidArgumentError, RuntimeCloseError
-from agentium_harness._history import MessageGroup
+from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.summary import (
     MAX_POLICY_BYTES,
+    MAX_SUMMARY_CITATIONS,
     MAX_UNCERTAINTY_BYTES,
     MAX_UNCERTAINTY_NOTES,
     Citation,
@@ -315,3 +317,32 @@ def test_good_summary_records_still_construct() -> None:
     summary = TaskSummary("t", 2, [Citation(0, "sha256:a")], "p", "v", ["note"])
     assert summary.citations == (Citation(0, "sha256:a"),) and summary.uncertainty == ("note",)
     assert SummaryState(summary, [CoverageGap(2, GapReason.CHANGED, "x")]).gaps[0].seq == 2
+
+
+def test_citations_past_their_bound_keep_the_newest_and_say_so() -> None:
+    # A summarizer that keeps every citation it ever made: the summary block of every request, and
+    # every snapshot save, would grow with the session however short its text is.
+    groups = [MessageGroup(seq=i, messages=(Message(Role.USER, f"m{i}"),)) for i in range(600)]
+    previous = TaskSummary(
+        text="x", frontier=500, citations=tuple(Citation(g.seq, g.digest) for g in groups[:500])
+    )
+    answer = TaskSummary(
+        text="x",
+        frontier=600,
+        citations=(*previous.citations, *(Citation(g.seq, g.digest) for g in groups[500:])),
+    )
+    limits = SummaryLimits()
+    checked, notes = checked_answer(answer, previous, groups[500:], 500, limits, 600)
+    assert checked is not None
+    assert [c.seq for c in checked.citations] == list(range(600 - MAX_SUMMARY_CITATIONS, 600))
+    assert [d.code for d in notes] == ["summary_citations_condensed"]
+    (note,) = checked.uncertainty
+    assert "older citations were dropped" in note
+    # Said once, however many updates cut: the note carried forward is not added again.
+    again, _ = checked_answer(
+        attrs.evolve(answer, uncertainty=checked.uncertainty), previous, groups[500:], 500, limits, 600
+    )
+    assert again is not None and again.uncertainty == checked.uncertainty
+    # Within the bound nothing is cut and nothing is said.
+    within, quiet = checked_answer(previous, None, groups[:500], 0, limits, 500)
+    assert within is not None and len(within.citations) == 500 and quiet == [] and within.uncertainty == ()

@@ -19,6 +19,7 @@ from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._ports.summary import (
     MAX_POLICY_BYTES,
+    MAX_SUMMARY_CITATIONS,
     Citation,
     SummaryLimits,
     TaskSummary,
@@ -36,6 +37,10 @@ __all__ = ["checked_answer", "failed", "violation", "well_formed"]
 _MAX_QUOTE = 300
 #: Seqs a diagnostic names of the citations it dropped; the rest are counted.
 _SHOWN_SEQS = 5
+#: The uncertainty note of a summary whose oldest citations were cut (one note, however often).
+_CITATIONS_CUT = (
+    f"older citations were dropped to keep the summary bounded (at most {MAX_SUMMARY_CITATIONS} kept)"
+)
 
 
 def violation(message: str) -> Diagnostic:
@@ -91,7 +96,8 @@ def checked_answer(
     ``max_summary_bytes`` or a ``policy``/``version`` over
     :data:`MAX_POLICY_BYTES` (``summary_too_large``). Cut, and said so:
     uncertainty notes past their bounds (:func:`fit_notes`), citations of
-    groups it was not given or repeated.
+    groups it was not given or repeated, and the oldest citations past
+    :data:`MAX_SUMMARY_CITATIONS` (``summary_citations_condensed``).
 
     ``end`` is one past the last group of the run the groups were offered
     from (groups out of the view are not offered, so it may pass the last one given).
@@ -132,8 +138,17 @@ def checked_answer(
                     Severity.ERROR,
                 )
             ]
-    uncertainty = fit_notes(answer.uncertainty)
-    if uncertainty != answer.uncertainty:
+    kept, dropped = _citations(answer, previous, given)
+    if dropped:
+        notes.append(dropped)
+    raw_notes = answer.uncertainty
+    if len(kept) > MAX_SUMMARY_CITATIONS:
+        kept, cut = _newest(kept)
+        notes.append(cut)
+        if _CITATIONS_CUT not in raw_notes:
+            raw_notes = (*raw_notes, _CITATIONS_CUT)
+    uncertainty = fit_notes(raw_notes)
+    if uncertainty != raw_notes:
         notes.append(
             Diagnostic(
                 "summary_uncertainty_condensed",
@@ -142,9 +157,6 @@ def checked_answer(
                 Severity.WARNING,
             )
         )
-    kept, dropped = _citations(answer, previous, given)
-    if dropped:
-        notes.append(dropped)
     return TaskSummary(
         text=answer.text,
         frontier=answer.frontier,
@@ -153,6 +165,24 @@ def checked_answer(
         version=answer.version,
         uncertainty=uncertainty,
     ), notes
+
+
+def _newest(kept: Sequence[Citation]) -> tuple[list[Citation], Diagnostic]:
+    """The :data:`MAX_SUMMARY_CITATIONS` citations of ``kept`` with the highest seqs, in their order.
+
+    Each names a distinct group (:func:`_citations` kept one per seq). The
+    oldest go: the summarizer folded them longest ago, and the text it keeps
+    is the newest part as much as anything.
+    """
+    newest = set(sorted(c.seq for c in kept)[-MAX_SUMMARY_CITATIONS:])
+    cut = len(kept) - len(newest)
+    # A warning: the answer is kept (and saved); only the oldest citations are not.
+    return [c for c in kept if c.seq in newest], Diagnostic(
+        "summary_citations_condensed",
+        f"the summary cited {len(kept)} groups; the {cut} oldest citation(s) were dropped to keep "
+        f"{MAX_SUMMARY_CITATIONS}, and its uncertainty says so",
+        Severity.WARNING,
+    )
 
 
 def _citations(

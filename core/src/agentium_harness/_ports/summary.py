@@ -36,6 +36,9 @@ MAX_UNCERTAINTY_NOTES: Final = 16
 MAX_UNCERTAINTY_BYTES: Final = 4_096
 #: Longest citation digest, in characters (a ``sha256:`` digest has 71).
 MAX_DIGEST_CHARS: Final = 256
+#: Most citations a summary keeps: every model request shows each one and every save rewrites them,
+#: so the engine keeps the newest (highest seqs) of a longer list, whatever the summarizer answers.
+MAX_SUMMARY_CITATIONS: Final = 512
 
 
 def check_text(value: object, name: str) -> str:
