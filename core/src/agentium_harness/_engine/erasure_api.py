@@ -50,7 +50,7 @@ from .erasure_ledger import pending_records
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
-from .lifecycle import Ticket
+from .lifecycle import Ticket, covers
 from .results import CommitState
 from .retention import RetentionResult, apply_policy
 from .unexpected import Outcomes, WriteProgress, typed_unexpected
@@ -233,6 +233,9 @@ async def _carry(
                 f"Resume it once they have ended (agentium erase --resume, erasure {record.erasure_id})",
                 record,
             )
+        # The background updates of the scope have ended (and the fence starts no more): the reports
+        # this runtime keeps of them hold the summary's text, which settle_summary would still hand out.
+        runtime.parts.work.drop_reports(partial(covers, record.target))
         record = await carry_out(ticket, stores, runtime.session_store, record)
         if record.state is ErasureState.COMPLETE:
             # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.

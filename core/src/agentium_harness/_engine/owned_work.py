@@ -224,6 +224,22 @@ class OwnedWork:
             self._handed_over(key, report)
             return report
 
+    def drop_reports(self, covers: Callable[[SessionKey], bool]) -> None:
+        """Drop the kept reports of the sessions ``covers`` names: an erasure removed what they hold.
+
+        A report keeps the summary state its update saved (the text) and
+        diagnostics that may quote an adapter's error: neither may outlive
+        the erasure of its session. An ended failure nobody was told of is
+        counted instead (as one dropped past :data:`MAX_KEPT_REPORTS`), so a
+        drain still says that it happened, without naming it.
+        """
+        with self._lock:
+            for key in [k for k in self._last if covers(k)]:
+                del self._last[key]
+            for key in [k for k, job in self._unreported.items() if covers(k) and job.done.is_set()]:
+                job = self._unreported.pop(key)
+                self._dropped[job.report.status if job.report is not None else WorkStatus.CANCELLED] += 1
+
     def _handed_over(self, key: SessionKey, report: SummaryReport | None) -> None:
         """Forget ``report`` as unreported, if it is the latest failure of ``key`` (under the lock)."""
         job = self._unreported.get(key)

@@ -1,0 +1,119 @@
+"""Task summaries and erasure: nothing the runtime keeps of an erased session's summary outlives it.
+
+The snapshot (and its summary) goes with the session; so must the report of
+its last background summary update, which ``settle_summary`` hands out with
+the summary state it saved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    GroupRef,
+    MemoryFact,
+    MemoryScope,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeCloseError,
+    RuntimeLimits,
+    SessionKey,
+    SummaryLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
+from agentium_harness.plugin_api import OpContext, TaskSummary
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 7")
+SECRET = "zephyrcode4471"
+
+
+def _runtime(summarizer: Any = None) -> Any:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        summarizer=summarizer or ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=True),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+
+
+async def _talk(rt: Any, who: VerifiedIdentity, session: str) -> None:
+    for i in range(3):
+        await rt.run(who, session, f"The vault code {i} is {SECRET}{i}.")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        EraseTarget.session("acme", "ana", "s1"),
+        EraseTarget.user("acme", "ana"),
+        EraseTarget.tenant("acme"),
+    ],
+    ids=["session", "user", "tenant"],
+)
+async def test_settle_summary_hands_out_nothing_of_an_erased_session(target: EraseTarget) -> None:
+    rt = _runtime()
+    async with rt:
+        await _talk(rt, ANA, "s1")
+        await _talk(rt, BOB, "s1")
+        await rt.erase(target, reason="dsr", attestation=OPERATOR)
+        # The update of ana's session ended before the erasure: its report held the summary text.
+        assert await rt.resources.settle_summary(ANA, "s1") is None
+        bob = await rt.resources.settle_summary(BOB, "s1")
+        if target.user_id is None:  # the tenant went: bob's session with it
+            assert bob is None
+        else:
+            assert bob is not None and bob.state is not None and SECRET in bob.state.summary.text
+
+
+class Raising(ExtractiveSummarizer):
+    async def summarize(self, previous: TaskSummary | None, groups: Any, ctx: OpContext) -> TaskSummary:
+        raise RuntimeError(f"summarizer down while reading {groups[0].messages[0].content}")
+
+
+async def test_a_failure_nobody_was_told_of_in_an_erased_session_is_still_counted_by_aclose() -> None:
+    rt = _runtime(Raising())
+    await _talk(rt, ANA, "s1")
+    await rt.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+    assert await rt.resources.settle_summary(ANA, "s1") is None
+    # Counted, not named: the report (whose error quoted the session's text) went with the session.
+    with pytest.raises(RuntimeCloseError, match="not listed") as raised:
+        await rt.aclose()
+    assert SECRET not in str(raised.value)
+
+
+async def test_settle_summary_hands_out_no_text_a_forget_erasure_removed() -> None:
+    archive = InMemoryArchive()
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=InMemorySessionStore(),
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=True),
+        memory=InMemoryMemoryStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    async with rt:
+        await _talk(rt, ANA, "s1")
+        await rt.run(ANA, "s1", "And the weather is fine.")
+        (group,) = await archive.read_groups(SessionKey("acme", "ana", "s1"), 0, 1, OpContext())
+        scope = MemoryScope("acme", "ana")
+        fact = MemoryFact(scope, f"the vault code is {SECRET}0", provenance=[GroupRef("s1", 0, group.digest)])
+        ack = await rt.memory.remember(fact)
+        assert ack.fact_id is not None
+        await rt.forget(scope, ack.fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+        report = await rt.resources.settle_summary(ANA, "s1")
+        assert report is None or report.state is None or SECRET not in report.state.summary.text
