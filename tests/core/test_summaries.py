@@ -287,6 +287,34 @@ async def test_an_archive_that_is_down_is_an_unavailable_gap() -> None:
     assert result.summary.summary.frontier == result.boundary
 
 
+class Verbose503(InMemoryArchive):
+    """A real in-memory archive whose reads fail with a huge error message while ``down`` is set."""
+
+    down = False
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        if self.down:
+            raise ArchiveError("the backend said: " + "Q" * 2_000_000)
+        return await super().read_groups(key, start_seq, max_groups, ctx)
+
+
+async def test_a_gap_quotes_a_huge_archive_error_in_bounded_length() -> None:
+    # The detail rides in the snapshot (rewritten by every save while the gap stands) and in the
+    # summary_gap diagnostic of each run: an adapter's error of any size must not grow either.
+    archive, store = Verbose503(), InMemorySessionStore()
+    runtime = _runtime(ExtractiveSummarizer(), archive=archive, store=store)
+    await _turns(runtime, 3)
+    archive.down = True
+    result = await _turns(runtime, 1, start=3)
+    assert result.summary is not None
+    (gap,) = result.summary.gaps
+    assert gap.reason is GapReason.UNAVAILABLE and gap.detail.startswith("ArchiveError: the backend said: QQ")
+    assert len(gap.detail) <= 300
+    assert all(len(d.message) < 1_000 for d in result.diagnostics)
+    stored = await store.load(KEY, OpContext())
+    assert stored is not None and len(snapshot_bytes(stored.snapshot)) < 20_000
+
+
 class ForeignReader(InMemoryArchive):
     """Returns a group stamped with another session's scope at seq 1."""
 

@@ -53,7 +53,7 @@ from .._ports.summary import (
     fit_notes,
 )
 from .._scope import SessionKey, encode_segment
-from .._text import error_text
+from .._text import error_text, shorten
 from .commit import CommitOutcome
 from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
@@ -79,6 +79,9 @@ GroupReader = Callable[[SessionKey, int, int, OpContext], Awaitable[Sequence[Mes
 
 #: Digest characters shown per citation in the model request: enough to tell groups apart, few tokens.
 _SHOWN_DIGEST = 19  # "sha256:" and 12 hex digits
+#: Longest ``CoverageGap.detail``: it quotes an adapter's error of any size, and rides in the snapshot
+#: (rewritten by every save while the gap stands) and in the ``summary_gap`` diagnostic.
+_MAX_GAP_DETAIL = 300
 
 
 @attrs.frozen(slots=True)
@@ -353,7 +356,11 @@ async def update_summary(
             gap = None  # it folded fewer than offered: the rest is retried, nothing is known missing
     if summary is None:
         summary = TaskSummary(text="", frontier=start, policy="none", version="0")
-    gaps = (gap,) if gap is not None and gap.seq == summary.frontier else ()
+    gaps = (
+        (attrs.evolve(gap, detail=shorten(gap.detail, _MAX_GAP_DETAIL)),)
+        if gap is not None and gap.seq == summary.frontier
+        else ()
+    )
     diagnostics.extend(_gap_diagnostic(g) for g in gaps)
     # Citations of erased groups the summary still carries keep saying so.
     cited_seqs = {c.seq for c in summary.citations}
