@@ -170,6 +170,54 @@ async def test_a_summary_covering_an_erased_source_loses_its_text_even_without_c
     await rt.aclose()
 
 
+class Unsure(ExtractiveSummarizer):
+    """The extractive summary, with an uncertainty note that states what it is unsure of."""
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> TaskSummary:
+        summary = await super().summarize(previous, groups, ctx)
+        notes = list(summary.uncertainty)
+        if any(SECRET in g.messages[0].content for g in groups):
+            notes.append(f"not sure the vault code {SECRET} is still valid")
+        return attrs.evolve(summary, uncertainty=tuple(notes))
+
+
+async def test_an_emptied_summary_keeps_none_of_its_uncertainty_notes() -> None:
+    # The summarizer writes its notes with its text, and they may state the fact too: the next
+    # summary carries the notes it is given forward into every later request's summary block.
+    rt, provider, _, fact_id = await _setup(Unsure())
+    before = (await rt.inspect_session(ANA, "s1")).summary
+    assert before is not None and any(SECRET in n for n in before.summary.uncertainty)
+    await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    after = (await rt.inspect_session(ANA, "s1")).summary
+    assert after is not None and after.summary.text == ""
+    assert len(after.summary.uncertainty) == 1 and "forgotten fact" in after.summary.uncertainty[0]
+    provider.seen.clear()
+    for question in ("What about the sea?", "What is my vault code?"):
+        await rt.run(ANA, "s1", question)
+    assert provider.seen and all(SECRET not in text for text in provider.seen)
+    await rt.aclose()
+
+
+class OnlyUnsure(Unsure):
+    """Notes only, no text yet: the notes still state the fact."""
+
+    async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> TaskSummary:
+        summary = await super().summarize(previous, groups, ctx)
+        return attrs.evolve(summary, text="", citations=())
+
+
+async def test_a_summary_with_only_uncertainty_notes_is_emptied_of_them_too() -> None:
+    rt, _, _, fact_id = await _setup(OnlyUnsure())
+    before = (await rt.inspect_session(ANA, "s1")).summary
+    assert before is not None and before.summary.text == ""
+    assert any(SECRET in n for n in before.summary.uncertainty)
+    result = await rt.forget(SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR)
+    assert (0, SourcePlace.SUMMARY, SourceState.ERASED) in {(h.seq, h.place, h.state) for h in result.sources}
+    after = (await rt.inspect_session(ANA, "s1")).summary
+    assert after is not None and not any(SECRET in n for n in after.summary.uncertainty)
+    await rt.aclose()
+
+
 async def test_forget_without_erasing_names_every_place_that_still_holds_the_text() -> None:
     rt, provider, archive, fact_id = await _setup()
     result = await rt.forget(SCOPE, fact_id)

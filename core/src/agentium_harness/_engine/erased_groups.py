@@ -10,10 +10,11 @@ The task summary is handled as the erasure asks:
   the groups while they existed and is the host's record of them;
 - **drop its text** (the sources of a forgotten fact): a summary covering an
   erased group (its frontier is past it, cited or not) may state the
-  forgotten fact, so its text goes; the frontier stays and the uncertainty
-  says why the summary is empty. Covering, not only citing: a summarizer
-  need not cite (``SummarizerCapabilities.citations``), and a model folding
-  its previous summary may restate a line under a newer group's tag.
+  forgotten fact, so its text, citations and uncertainty notes go; the
+  frontier stays and one uncertainty note says why the summary is empty.
+  Covering, not only citing: a summarizer need not cite
+  (``SummarizerCapabilities.citations``), and a model folding its previous
+  summary may restate a line under a newer group's tag.
 
 Receipts of erased groups are dropped (nothing will be read back to match
 them), and so are coverage gaps at them. Saved with compare-and-set, retried
@@ -30,17 +31,26 @@ import attrs
 from .._errors import SessionConflictError
 from .._ports.erasure import SeqRange
 from .._ports.sessions import SessionSnapshot, SessionStore, seal_snapshot
-from .._ports.summary import SummaryState, TaskSummary, fit_notes
+from .._ports.summary import SummaryState, TaskSummary
 from .._scope import SessionKey
 from .lifecycle import Ticket
 from .load import load_session
 
-__all__ = ["mark_erased", "merge_ranges"]
+__all__ = ["mark_erased", "may_state", "merge_ranges"]
 
 _ATTEMPTS: Final = 8
 _DROPPED_TEXT: Final = (
     "the summary's text was removed: it covered groups erased as a forgotten fact's sources"
 )
+
+
+def may_state(summary: TaskSummary) -> bool:
+    """True if ``summary`` holds words its summarizer wrote: text, or uncertainty notes.
+
+    Both may state what the groups below its frontier said. The note a
+    forget erasure leaves in the summary it emptied is the engine's own.
+    """
+    return bool(summary.text) or any(note != _DROPPED_TEXT for note in summary.uncertainty)
 
 
 def merge_ranges(*groups: Sequence[SeqRange]) -> tuple[SeqRange, ...]:
@@ -73,17 +83,19 @@ def _summary_after(
         return SummaryState(state.summary, gaps, (*(state.erased_citations or ()), *cited))
     # The text was written from every group below the frontier: one erased now may be stated in it
     # whether or not a citation names it (a summarizer need not cite).
-    covered = bool(state.summary.text) and any(r.start < state.summary.frontier for r in fresh)
+    covered = may_state(state.summary) and any(r.start < state.summary.frontier for r in fresh)
     if not cited and not covered:
         return attrs.evolve(state, gaps=gaps)
     old = state.summary
     # No text, so nothing to cite: the citations go with it (and marking again changes nothing).
+    # The uncertainty notes go too: the summarizer wrote them with the text, and they may state
+    # the fact as well ("not sure the code is ..."); the one left says why the summary is empty.
     emptied = TaskSummary(
         text="",
         frontier=old.frontier,
         policy=old.policy,
         version=old.version,
-        uncertainty=fit_notes((*old.uncertainty, _DROPPED_TEXT)),
+        uncertainty=(_DROPPED_TEXT,),
     )
     return SummaryState(emptied, gaps)
 

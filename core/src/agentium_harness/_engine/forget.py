@@ -44,7 +44,7 @@ from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, SeqRange
 from .._ports.memory import MAX_LOOKUP_LIMIT, FactStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionSnapshot, StoredSnapshot
 from .._scope import SessionKey, validate_id
-from .erased_groups import merge_ranges
+from .erased_groups import may_state, merge_ranges
 from .erasure import ErasureResult, OperatorAttestation, check_request
 from .history_read import fetch_groups, read_settled
 from .load import load_session
@@ -227,7 +227,7 @@ async def _places(
     # does not cite (a summarizer need not cite), so covering is what counts.
     cited_by_summary = {c.seq for c in snap.summary.summary.citations} if snap.summary is not None else set()
     frontier = snap.summary.summary.frontier if snap.summary is not None else 0
-    summary_text = snap.summary is not None and bool(snap.summary.summary.text)
+    summary_text = snap.summary is not None and may_state(snap.summary.summary)
     for seq in dict.fromkeys(seq for seq, _ in cited):
         group = groups.get(seq)
         if group is None:
