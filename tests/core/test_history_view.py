@@ -172,6 +172,34 @@ async def test_a_summary_restarts_when_a_retraction_or_reset_takes_what_it_cover
     assert after is not None and "Kourou" not in after.summary.text
 
 
+class NotesFirst(ExtractiveSummarizer):
+    """Writes no text until a group says "go", but notes at once what it is unsure of, quoting it."""
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        summary = await super().summarize(previous, groups, ctx)
+        notes = [*(previous.uncertainty if previous is not None else ())]
+        notes += [f"unsure about: {m.content}" for g in groups for m in g.messages if "ZEBRA" in m.content]
+        if any(m.content == "go" for g in groups for m in g.messages):
+            return TaskSummary(summary.text, summary.frontier, summary.citations, uncertainty=notes)
+        return TaskSummary("", summary.frontier, uncertainty=notes)
+
+
+async def test_a_reset_restarts_a_summary_that_has_only_uncertainty_notes() -> None:
+    provider = Recording()
+    rt = summary_runtime(NotesFirst(), provider)
+    for text in ("The code word is ZEBRA.", "x", "y"):
+        await rt.append(ANA, "s1", [Message(Role.USER, text)])
+    before = (await rt.inspect_session(ANA, "s1")).summary
+    assert before is not None and before.summary.text == "" and before.summary.uncertainty
+    reset = await rt.reset_view(ANA, "s1", reason="clear")
+    assert any(d.code == "summary_restarted" for d in reset.diagnostics)
+    for text in ("go", "z", "w"):
+        await rt.append(ANA, "s1", [Message(Role.USER, text)])
+    await rt.run(ANA, "s1", "What was cleared?")
+    (block,) = [b for b in provider.requests[-1].sources if b.kind is SourceKind.SUMMARY]
+    assert "ZEBRA" not in block.content and "ZEBRA" not in str(block.attributes)
+
+
 async def test_the_summary_block_says_history_before_the_view_was_cleared() -> None:
     provider = Recording()
     rt = summary_runtime(ExtractiveSummarizer(), provider)

@@ -325,8 +325,11 @@ async def reset_session_view(
     view = after_reset(snap.next_seq)
     summary = _summary(runtime, progress)
     restart = None
-    if summary is not None and (summary.summary.text or summary.summary.citations):
-        restart = restarted(summary, summary.summary.frontier)
+    old = summary.summary if summary is not None else None
+    # Uncertainty notes count as text: the summarizer writes them too, and they may state what
+    # the reset clears (a summary with no text yet can hold them, and later ones carry them on).
+    if summary is not None and old is not None and (old.text or old.citations or old.uncertainty):
+        restart = restarted(summary, old.frontier)
     group, done = await _commit_control(
         runtime, ticket, progress, HistoryControl(ControlKind.RESET_VIEW, reason), view, restart
     )
