@@ -291,8 +291,9 @@ async def update_summary(
     ``receipts`` maps archived seqs to the digests the archive acknowledged
     when they were evicted (kept in the snapshot until the frontier passes
     them); a group read back with another digest is a ``changed`` gap. A
-    group with no receipt (archived before summaries were configured) is
-    checked by the reader alone.
+    group with no receipt (archived before summaries were configured, or
+    folded again after a retraction restarted the summary: its receipt went
+    when the frontier first passed it) is checked by the reader alone.
     ``view`` (the session's) decides what of each group is offered
     (:func:`_offered`); groups out of it are passed over.
     ``erased`` (the session's erased ranges) are groups an erasure removed:
