@@ -104,6 +104,8 @@ __all__ = [
 
 #: How many sessions a store remembers having found without a row (see ``SQLiteSessionStore.load``).
 _ABSENT_KEYS: Final = 1024
+#: What ``SQLiteSessionStore._known_locked`` answers when only a read of the row can tell.
+_NOT_KNOWN: Final[tuple[bool, None]] = (False, None)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -179,22 +181,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         checked_ctx(ctx, "session load")
         key = checked_key(key, "session load")
         with self._recent_lock:
-            # All under the lock: what this store remembers cannot change (no write of any row can
-            # begin, on any loop) between the look at it and the answer. The peek never waits.
-            recent = self._recent.get(key)
-            if recent is not None:
-                ctx.raise_if_expired("session load")
-                if self._peek_data_version() == recent[3]:  # None (not now) never equals it
-                    self._recent.move_to_end(key)
-                    return recent[2]
-            else:
-                # A session is remembered with a row or without one, never both (``_drop`` first).
-                absent = self._absent.get(key)
-                if absent is not None:
-                    ctx.raise_if_expired("session load")
-                    if self._peek_data_version() == absent:
-                        self._absent.move_to_end(key)
-                        return None
+            known, stored = self._known_locked(key, ctx)
+            if known:
+                return stored
             epoch = self._epoch
 
         def work(conn: sqlite3.Connection) -> tuple[tuple[object, object] | None, int]:
@@ -240,6 +229,45 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         snapshot = decode_snapshot(key, raw, where)
         self._remember(epoch, key, revision, raw, snapshot, version)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
+
+    def _known_locked(self, key: SessionKey, ctx: OpContext) -> tuple[bool, StoredSnapshot | None]:
+        """Under the lock: ``(True, what load answers)`` when this store knows ``key``'s row unchanged.
+
+        ``(False, None)`` otherwise: only a read of the row can tell.
+        All under the lock: what this store remembers cannot change (no write
+        of any row can begin, on any loop) between the look at it and the
+        answer. The peek never waits (see ``_peek_data_version``).
+        """
+        recent = self._recent.get(key)
+        if recent is not None:
+            ctx.raise_if_expired("session load")
+            if self._peek_data_version() == recent[3]:  # None (not now) never equals it
+                self._recent.move_to_end(key)
+                return True, recent[2]
+        else:
+            # A session is remembered with a row or without one, never both (``_drop`` first).
+            absent = self._absent.get(key)
+            if absent is not None:
+                ctx.raise_if_expired("session load")
+                if self._peek_data_version() == absent:
+                    self._absent.move_to_end(key)
+                    return True, None
+        return _NOT_KNOWN
+
+    def _agentium_load_known(self, key: SessionKey, ctx: OpContext) -> tuple[bool, StoredSnapshot | None]:
+        """``(True, what load answers)`` when :meth:`load` answers at once, without a thread; never waits.
+
+        For the engine's load (``_engine.load``): when both the erasure fence
+        and the session are known unchanged here, it takes them from this
+        synchronous call instead of running a bounded call (a task, a cancel
+        scope and a loop iteration) around a coroutine that would not wait
+        for anything either. Anything else answers ``_NOT_KNOWN``, and the
+        engine calls :meth:`load` as usual (``(False, None)``).
+        """
+        checked_ctx(ctx, "session load")
+        key = checked_key(key, "session load")
+        with self._recent_lock:
+            return self._known_locked(key, ctx)
 
     def _remember(
         self, epoch: int, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
