@@ -120,3 +120,30 @@ async def test_the_known_answers_are_none_for_another_store_or_an_expired_contex
         assert _known_fence_and_session(Ticket(KEY, "run", 30.0), Plain(), KEY) is None  # type: ignore[arg-type]
     finally:
         await store.aclose()
+
+
+async def test_the_fence_and_the_session_are_known_from_one_look_at_the_file(tmp_path: Path) -> None:
+    # Both answers as of one data_version peek: they agree with each other as the rows did then.
+    peeks: list[int | None] = []
+
+    class Peeking(SQLiteSessionStore):
+        def _peek_data_version(self) -> int | None:
+            version = super()._peek_data_version()
+            peeks.append(version)
+            return version
+
+    store = Peeking(_config(tmp_path))
+    try:
+        await store.save(KEY, seal_snapshot(scoped_snapshot(KEY, "a")), None, OpContext())
+        loaded = await store.load(KEY, OpContext())
+        assert await store.load(pending_key(KEY.tenant), OpContext()) is None
+        peeks.clear()
+        answers = store._agentium_load_known((pending_key(KEY.tenant), KEY), OpContext())
+        assert answers == (None, loaded) and answers[1] is loaded
+        assert len(peeks) == 1
+        # One row not known: no answer at all (and no peek needed to say so).
+        peeks.clear()
+        assert store._agentium_load_known((SessionKey("tenant", "user", "other"), KEY), OpContext()) is None
+        assert peeks == []
+    finally:
+        await store.aclose()

@@ -90,28 +90,25 @@ def _known_fence_and_session(
 
     The built-in SQLite store answers a load of a row it wrote or read last,
     with no commit by anyone since, on the calling thread and without
-    waiting (``SQLiteSessionStore._agentium_load_known``): the bounded call
-    around such a load (a task, a cancel scope, a loop iteration: about
-    30 µs of a turn's engine CPU) guards nothing. Taken only with nothing recording
-    (the reads' spans stay as they were otherwise), and only when both
-    answers are known; whatever it answers is checked by ``_checked`` as a
-    load's answer is. Anything else (another store, a row to read, an
-    expired or cancelled context, a failure) leaves it to the bounded call.
+    waiting (``SQLiteSessionStore._agentium_load_known``, both rows as of one
+    look at the file): the bounded call around such loads (a task, a cancel
+    scope, a loop iteration: about 30 µs of a turn's engine CPU) guards
+    nothing. Taken only with nothing recording (the reads' spans stay as
+    they were otherwise), and only when both answers are known; what it
+    answers is checked by ``_checked`` as a load's answer is. Anything else
+    (another store, a row to read, an expired or cancelled context, a
+    failure) leaves it to the bounded call.
     """
     known_load = getattr(store, "_agentium_load_known", None)
     if known_load is None or observe.current() is not None:
         return None
-    ctx = ticket.context()
     try:
-        fence = known_load(pending_key(key.tenant), ctx)
-        if type(fence) is not tuple or len(fence) != 2 or fence[0] is not True:
-            return None
-        session = known_load(key, ctx)
-        if type(session) is not tuple or len(session) != 2 or session[0] is not True:
-            return None
+        known = known_load((pending_key(key.tenant), key), ticket.context())
     except Exception:  # the bounded load meets it again and raises it as a load's
         return None
-    return fence[1], session[1]
+    if type(known) is not tuple or len(known) != 2:
+        return None
+    return known[0], known[1]
 
 
 async def _fence_and_session(ctx: OpContext, store: SessionStore, key: SessionKey) -> tuple[object, object]:

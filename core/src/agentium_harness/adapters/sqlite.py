@@ -254,20 +254,40 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     return True, None
         return _NOT_KNOWN
 
-    def _agentium_load_known(self, key: SessionKey, ctx: OpContext) -> tuple[bool, StoredSnapshot | None]:
-        """``(True, what load answers)`` when :meth:`load` answers at once, without a thread; never waits.
+    def _agentium_load_known(
+        self, keys: tuple[SessionKey, ...], ctx: OpContext
+    ) -> tuple[StoredSnapshot | None, ...] | None:
+        """What :meth:`load` answers for each of ``keys``, when every one is known unchanged; never waits.
 
-        For the engine's load (``_engine.load``): when both the erasure fence
-        and the session are known unchanged here, it takes them from this
-        synchronous call instead of running a bounded call (a task, a cancel
-        scope and a loop iteration) around a coroutine that would not wait
-        for anything either. Anything else answers ``_NOT_KNOWN``, and the
-        engine calls :meth:`load` as usual (``(False, None)``).
+        For the engine's load (``_engine.load``, the erasure fence and the
+        session): it takes these answers instead of running a bounded call (a
+        task, a cancel scope and a loop iteration) around loads that would
+        not wait for anything either. All of them as of one look at the file
+        (one ``data_version`` peek, under the lock): they agree with each
+        other as the rows did at that moment. ``None`` when any one needs a
+        read of its row (or the peek cannot be had now): the engine then
+        calls :meth:`load` as usual.
         """
         checked_ctx(ctx, "session load")
-        key = checked_key(key, "session load")
+        checked = [checked_key(key, "session load") for key in keys]
         with self._recent_lock:
-            return self._known_locked(key, ctx)
+            ctx.raise_if_expired("session load")
+            found: list[tuple[SessionKey, int, StoredSnapshot | None]] = []
+            for key in checked:
+                recent = self._recent.get(key)
+                if recent is not None:
+                    found.append((key, recent[3], recent[2]))
+                    continue
+                absent = self._absent.get(key)  # never both (``_drop`` first)
+                if absent is None:
+                    return None
+                found.append((key, absent, None))
+            version = self._peek_data_version()  # None (not now) never equals a version
+            if any(seen != version for _, seen, _ in found):
+                return None
+            for key, _, stored in found:
+                (self._recent if stored is not None else self._absent).move_to_end(key)
+            return tuple(stored for _, _, stored in found)
 
     def _remember(
         self, epoch: int, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
