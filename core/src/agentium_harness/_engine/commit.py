@@ -39,6 +39,7 @@ from .._ports.snapshot import seal_new_snapshot, snapshot_bytes
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .._text import error_text
+from .commit_fence import refuse_if_erased_since_load
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
 from .limits import ResidentLimits
@@ -225,6 +226,8 @@ async def commit(
             notes = (*diagnostics, *extra)
             return attrs.evolve(joined, diagnostics=notes) if notes else joined
     elif plan.evict:
+        # An erasure another process ran since the load would get the erased groups back (.commit_fence).
+        await refuse_if_erased_since_load(ticket, store, key, stored)
         try:
             receipts = await archive_groups(ticket, archive, key, plan.evict)
         except ArchiveConflictError as exc:

@@ -128,6 +128,7 @@ class Ticket:
         "abandoned",
         "cancel_scope",
         "done",
+        "fence_seen",
         "hook_timeout_s",
         "key",
         "kind",
@@ -151,6 +152,10 @@ class Ticket:
         self.abandoned: list[str] = []
         #: Where abandoned calls of this operation are noted (set by whoever admits it).
         self.late: LateCalls | None = None
+        #: The revision of the tenant's pending-erasure ledger its fenced session load saw (``None``
+        #: inside: no ledger yet); ``None`` when no fenced load ran. Read again before a commit
+        #: archives (:mod:`.commit_fence`).
+        self.fence_seen: tuple[int | None] | None = None
 
     def orphaned(self) -> bool:
         """True when the operation's event loop was closed with it still admitted: it can never finish."""

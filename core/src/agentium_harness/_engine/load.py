@@ -78,6 +78,11 @@ async def load_session(
         else:
             pending, found = None, await ticket.call("session load", lambda ctx: store.load(key, ctx))
         stored, snap = _checked(key, scope, pending, found, attest_legacy=attest_legacy, fence=fence)
+        # What the fence saw, for the commit's second look (.commit_fence; checked by _checked). The
+        # latest load decides: an unfenced one (erasure's own rewrites) leaves nothing to look at.
+        ticket.fence_seen = (
+            (pending.revision if isinstance(pending, StoredSnapshot) else None,) if fence else None
+        )
         span.set("agentium.snapshot.revision", stored.revision if stored is not None else 0)
         span.set("agentium.resident.groups", len(snap.resident))
         return stored, snap

@@ -1,0 +1,66 @@
+"""The erasure fence read again before a commit archives: no erased group comes back from a stale load.
+
+A run, an append or a flush reads the tenant's pending erasures with its
+session load (:mod:`.load`), then commits — archive the groups over the
+resident bound, then save with compare-and-set. Another process may erase
+the session in between (the run waited on the model meanwhile). The save's
+compare-and-set then fails (the snapshot is gone), but the archive append
+comes first: without a second look it writes the loaded groups, the erased
+session's text, back at their old seqs, where nothing refers to them, and
+the session id used again later meets them at those seqs (``diverged``).
+
+So before archiving, the pending ledger is read again (one small read): an
+erasure covering the session under way refuses the commit
+(:class:`ErasureInProgressError`); if the ledger moved since the load (an
+erasure of the tenant began or ended), the session's snapshot is read too,
+and one that is not the snapshot loaded — gone, or another revision —
+refuses it (:class:`SessionConflictError`, as the save would). Nothing is
+written either way. An erasure that begins after this read erases what the
+commit archives itself, unless the append is still on its way once the
+erasure has verified the archive (docs/erasure.md, "What is not removed").
+"""
+
+from __future__ import annotations
+
+from .._errors import ErasureInProgressError, SessionConflictError
+from .._ports.sessions import SessionStore, StoredSnapshot
+from .._scope import SessionKey
+from .erasure_ledger import ledger_of, pending_key
+from .lifecycle import Ticket, covers
+
+__all__ = ["refuse_if_erased_since_load"]
+
+
+async def refuse_if_erased_since_load(
+    ticket: Ticket, store: SessionStore, key: SessionKey, stored: StoredSnapshot | None
+) -> None:
+    """Raise if ``key`` is being erased, or was erased or replaced since ``ticket``'s fenced load.
+
+    A ticket without a fenced load (erasure's own rewrites, maintenance
+    under an erasure) is not checked.
+    """
+    if ticket.fence_seen is None:
+        return
+    (seen,) = ticket.fence_seen
+    ledger_key = pending_key(key.tenant)
+    revision, ledger = ledger_of(
+        ledger_key, await ticket.call("erasure fence", lambda ctx: store.load(ledger_key, ctx))
+    )
+    for record in ledger.records:
+        if covers(record.target, key):
+            raise ErasureInProgressError(
+                f"session {key.session!r} began to be erased ({record.target.describe()}, erasure "
+                f"{record.erasure_id}) after it was loaded; nothing was committed",
+                record.erasure_id,
+            )
+    if revision == seen:
+        return  # no erasure of the tenant began or ended since the load
+    now = await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    before = None if stored is None else stored.revision
+    after = now.revision if isinstance(now, StoredSnapshot) else None
+    if after != before or (now is not None and stored is not None and now.snapshot != stored.snapshot):
+        raise SessionConflictError(
+            f"session {key.session!r} changed since it was loaded (an erasure of tenant "
+            f"{key.tenant!r} ran meanwhile; the session is now at revision {after or 0}); "
+            "nothing was committed"
+        )
