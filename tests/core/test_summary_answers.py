@@ -346,3 +346,37 @@ def test_citations_past_their_bound_keep_the_newest_and_say_so() -> None:
     # Within the bound nothing is cut and nothing is said.
     within, quiet = checked_answer(previous, None, groups[:500], 0, limits, 500)
     assert within is not None and len(within.citations) == 500 and quiet == [] and within.uncertainty == ()
+
+
+class _Counted(Citation):
+    """A citation that counts how often the engine reads its ``seq``."""
+
+    __slots__ = ()
+    reads = 0
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "seq":
+            type(self).reads += 1
+        return super().__getattribute__(name)
+
+
+async def test_a_million_citations_cost_the_check_a_bounded_number_of_reads() -> None:
+    # The check runs on the event loop: an answer of millions of citations must not be read whole.
+    def answer(previous: TaskSummary | None, groups: list[MessageGroup]) -> TaskSummary:
+        good = _good(previous, groups)
+        padding = [_Counted(groups[-1].seq, "sha256:" + "0" * 64)] * 1_000_000
+        object.__setattr__(good, "citations", [*good.citations, *padding])
+        return good
+
+    _Counted.reads = 0
+    runtime = _runtime(Scripted(answer))
+    async with runtime:
+        for i in range(3):
+            result = await runtime.run(ANA, "s1", f"message {i}.")
+        # Each update reads at most (groups given + previous citations + 512) citations, not a million.
+        assert 0 < _Counted.reads <= 3 * 2 * (MAX_SUMMARY_CITATIONS + 8)
+        summary = result.summary.summary
+        # The genuine citation (first in the list) is read and kept; the padding is dropped and counted.
+        assert [c.seq for c in summary.citations] == [summary.frontier - 1]
+        [note] = [d for d in result.diagnostics if d.code == "summarizer_contract_violation"]
+        assert "dropped 1000000 citation(s)" in note.message and "not read" in note.message

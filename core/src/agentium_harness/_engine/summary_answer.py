@@ -58,13 +58,26 @@ def failed(exc: BaseException, what: str = "the summarizer failed") -> Diagnosti
     )
 
 
-def well_formed(answer: TaskSummary) -> TaskSummary:
-    """A copy of ``answer``, every field exactly of its stored type; else :class:`InvalidArgumentError`."""
+def well_formed(answer: TaskSummary, most: int) -> tuple[TaskSummary, int]:
+    """A copy of ``answer``, every field exactly of its stored type; else :class:`InvalidArgumentError`.
+
+    Only the first ``most`` citations are read (and kept); the second value
+    counts the later ones, dropped unread. The list's real length and items
+    are taken (``tuple.__len__``, ``list.__getitem__``), not what a subclass
+    says: the check runs on the event loop, and an answer of millions of
+    citations must cost it no more than ``most`` items.
+    """
     raw = answer.citations
     if not isinstance(raw, tuple | list):
         raise InvalidArgumentError(f"TaskSummary.citations must be a tuple, got {type(raw).__name__}")
+    if isinstance(raw, tuple):
+        unread = max(0, tuple.__len__(raw) - most)
+        items: Sequence[object] = tuple.__getitem__(raw, slice(0, most))
+    else:
+        unread = max(0, list.__len__(raw) - most)
+        items = list.__getitem__(raw, slice(0, most))
     citations: list[Citation] = []
-    for i, citation in enumerate(raw):
+    for i, citation in enumerate(items):
         if not isinstance(citation, Citation):
             raise InvalidArgumentError(
                 f"TaskSummary.citations[{i}] must be a Citation, got {type(citation).__name__}"
@@ -78,7 +91,7 @@ def well_formed(answer: TaskSummary) -> TaskSummary:
         policy=check_text(answer.policy, "TaskSummary.policy"),
         version=check_text(answer.version, "TaskSummary.version"),
         uncertainty=check_notes(answer.uncertainty, "TaskSummary.uncertainty"),
-    )
+    ), unread
 
 
 def checked_answer(
@@ -96,8 +109,10 @@ def checked_answer(
     ``max_summary_bytes`` or a ``policy``/``version`` over
     :data:`MAX_POLICY_BYTES` (``summary_too_large``). Cut, and said so:
     uncertainty notes past their bounds (:func:`fit_notes`), citations of
-    groups it was not given or repeated, and the oldest citations past
-    :data:`MAX_SUMMARY_CITATIONS` (``summary_citations_condensed``).
+    groups it was not given or repeated, or past the first ``len(given)`` +
+    previous citations + :data:`MAX_SUMMARY_CITATIONS` of the list (dropped
+    unread: a padded list costs the check no more than that), and the oldest
+    citations past :data:`MAX_SUMMARY_CITATIONS` (``summary_citations_condensed``).
 
     ``end`` is one past the last group of the run the groups were offered
     from (groups out of the view are not offered, so it may pass the last one given).
@@ -105,8 +120,12 @@ def checked_answer(
     notes: list[Diagnostic] = []
     if not isinstance(answer, TaskSummary):
         return None, [violation(f"summarizer returned a {type(answer).__name__}, not a TaskSummary")]
+    # Every citation the engine could keep is one per group given or previously cited: past that
+    # (and a margin of MAX_SUMMARY_CITATIONS for repeats) an answer is padded: it is read in order up
+    # to that many, and the rest are dropped unread (cut, not refused, as dropped citations are).
+    most = len(given) + (len(previous.citations) if previous is not None else 0) + MAX_SUMMARY_CITATIONS
     try:
-        answer = well_formed(answer)
+        answer, unread = well_formed(answer, most)
     except InvalidArgumentError as exc:
         return None, [failed(exc, "the summarizer's answer is malformed")]
     if not start <= answer.frontier <= end:
@@ -138,7 +157,7 @@ def checked_answer(
                     Severity.ERROR,
                 )
             ]
-    kept, dropped = _citations(answer, previous, given)
+    kept, dropped = _citations(answer, previous, given, unread)
     if dropped:
         notes.append(dropped)
     raw_notes = answer.uncertainty
@@ -186,14 +205,15 @@ def _newest(kept: Sequence[Citation]) -> tuple[list[Citation], Diagnostic]:
 
 
 def _citations(
-    answer: TaskSummary, previous: TaskSummary | None, given: Sequence[MessageGroup]
+    answer: TaskSummary, previous: TaskSummary | None, given: Sequence[MessageGroup], unread: int = 0
 ) -> tuple[list[Citation], Diagnostic | None]:
     """The answer's citations the engine keeps, at most one per group, and one diagnostic for the rest.
 
     A citation is kept when it names a group the summarizer was given (below
     its frontier) or one the previous summary cited, with that group's
     digest; so at most one per such group is kept however many it repeats,
-    and the dropped ones are counted in one diagnostic, not one each.
+    and the dropped ones are counted in one diagnostic, not one each, with
+    the ``unread`` ones :func:`well_formed` dropped before reading them.
     """
     allowed = {(g.seq, g.digest) for g in given if g.seq < answer.frontier}
     if previous is not None:
@@ -210,7 +230,7 @@ def _citations(
         else:
             cited.add(citation.seq)
             kept.append(citation)
-    if not unknown and not repeated:
+    if not unknown and not repeated and not unread:
         return kept, None
     parts = []
     if unknown:
@@ -222,6 +242,8 @@ def _citations(
         )
     if repeated:
         parts.append(f"{repeated} repeat a group already cited")
+    if unread:
+        parts.append(f"{unread} came after the first {len(answer.citations)} and were not read")
     # A warning: the answer itself is kept (and saved), only these citations are not.
-    message = f"dropped {len(unknown) + repeated} citation(s): " + "; ".join(parts)
+    message = f"dropped {len(unknown) + repeated + unread} citation(s): " + "; ".join(parts)
     return kept, Diagnostic("summarizer_contract_violation", message, Severity.WARNING)
