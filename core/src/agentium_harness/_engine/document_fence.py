@@ -21,6 +21,12 @@ owner names) is refused with
 If the second read fails, the write stands: the WARNING and the returned
 note say it was not checked again.
 
+An index call abandoned past its deadline (stuck in a worker thread) may
+land after the caller left, with no second read: it is noted as a late call
+of the owner, which an erasure in this process covering it waits for (as it
+does for a session's), and when it lands it runs the second read itself and
+deletes the document if a covering erasure began since the first read.
+
 Every error raised says in ``commit_state`` whether the document is indexed:
 ``not_committed`` when it was refused before the write, refused by the store
 as its port allows (bad input, an undeclared operation) or deleted again;
@@ -155,11 +161,25 @@ async def index_document_fenced(
     except AgentiumError as exc:
         exc.commit_state = CommitState.NOT_COMMITTED
         raise
+
+    async def take_back(_: object) -> None:
+        # It landed after the caller walked away, and the second read never ran: run it now, and
+        # take the document back from a covering erasure that began since the first read.
+        record = await fence.covering_since(seen)
+        if record is not None:
+            late = Ticket(None, "recall delete (late)", fence.timeout_s)
+            await late.call("recall delete", lambda ctx: store.delete_document(owner, doc_id, ctx))
+            _log.warning("a document indexed past its deadline during an erasure was taken back")
+
     try:
         ref = await ticket.call(
             "recall index",
             lambda ctx: store.index_document(owner, doc_id, text, ctx, title=title),
             timeout_s=timeout_s,
+            on_late=take_back,
+            # Abandoned (stuck in a worker thread), it may land after the fence's second read never
+            # ran: an erasure in this process covering the owner waits for it, as for a session's.
+            late_scope=owner,
         )
     except Exception as exc:
         error = _failed_write(exc, store)

@@ -86,7 +86,7 @@ from .erasure_ledger import (
 )
 from .erasure_resume import finished_elsewhere, save_progress
 from .erasure_scrub import PHYSICAL_RANK, defers_scrub
-from .lifecycle import Ticket, covers, overlaps
+from .lifecycle import LateScope, Ticket, covers, overlaps
 
 __all__ = [
     "MAX_ERASURE_REASON_BYTES",
@@ -461,7 +461,7 @@ async def save_record(ticket: Ticket, store: SessionStore, record: ErasureRecord
 
 async def settle_late(
     target: EraseTarget,
-    late: Callable[[Callable[[SessionKey], bool], float], Awaitable[list[str]]],
+    late: Callable[[Callable[[LateScope], bool], float], Awaitable[list[str]]],
     background: Sequence[tuple[SessionKey, Callable[[], Awaitable[object]]]],
     timeout_s: float,
 ) -> list[str]:
