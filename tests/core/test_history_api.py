@@ -979,3 +979,30 @@ async def test_a_retraction_meeting_another_runtimes_erasure_is_a_conflict_not_d
         assert isinstance(error, SessionConflictError), repr(error)
         assert error.commit_state is CommitState.NOT_COMMITTED
         assert store.raw(KEY) is None  # nothing written after the erasure
+
+
+class CountingArchive(InMemoryArchive):
+    """Counts the groups its reads hand back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups_read = 0
+
+    async def read_groups(self, key: Any, first_seq: int, count: int, ctx: Any) -> Any:
+        groups = await super().read_groups(key, first_seq, count, ctx)
+        self.groups_read += len(groups)
+        return groups
+
+
+async def test_max_bytes_bounds_what_a_page_reads_from_the_archive_not_only_what_it_returns() -> None:
+    # max_groups archived groups of up to 32 MiB each were read whole before max_bytes cut the page.
+    archive = CountingArchive()
+    rt, _, _, _ = runtime(max_groups=1, archive=archive)
+    mib = 1024 * 1024
+    for n in range(20):
+        await rt.append(ANA, "s1", [Message(Role.USER, f"{n:02d}" + "x" * mib)])
+    archive.groups_read = 0
+    page = await rt.read_history(ANA, "s1", max_groups=20, max_bytes=3 * mib + mib // 2)
+    assert [g.seq for g in page.groups] == [17, 18, 19] and page.next_before_seq == 17
+    # The three that fit (one of them resident at most) and the one that did not: not twenty.
+    assert archive.groups_read <= 4

@@ -28,6 +28,7 @@ from agentium_agent_framework import (
     MissingSessionIdError,
 )
 from agentium_harness import (
+    MAX_PAGE_BYTES,
     ArchiveCorruptError,
     HarnessRuntime,
     InvalidArgumentError,
@@ -206,6 +207,36 @@ async def test_get_messages_returns_at_most_max_messages_in_whole_groups_and_rea
         assert [m.text for m in await provider.get_messages("chat-1")] == [f"part {i}" for i in range(3, 8)]
     with pytest.raises(ValueError, match="max_messages"):
         AgentiumHistoryProvider(runtime, ANA, max_messages=0)
+
+
+async def test_get_messages_returns_at_most_max_bytes_newest_first_and_reads_no_more(tmp_path: Path) -> None:
+    # get_messages bounded the count only: max_messages messages of up to 8 MiB each were returned.
+    mib = 1024 * 1024
+    archive = CountingArchive(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+    async with build(tmp_path / "agentium.db", archive, resident=2) as runtime:
+        provider = AgentiumHistoryProvider(runtime, ANA, max_bytes=4 * mib)
+        for n in range(24):
+            await provider.save_messages("chat-1", [AFMessage("user", [f"{n:02d}" + "x" * mib])])
+        archive.groups_read = 0
+        loaded = await provider.get_messages("chat-1")
+        # Each group is a little over 1 MiB: the newest three fit in 4 MiB, whole and in order.
+        assert [m.text[:2] for m in loaded] == ["21", "22", "23"]
+        # Groups of a MiB are archived at once (over the resident bytes): the three that fit and
+        # the one that did not are read, not max_messages (200) of them.
+        assert archive.groups_read <= 4
+        page = await runtime.read_history(ANA, "chat-1", max_groups=3)
+        assert sum(g.size_bytes for g in page.groups) <= 4 * mib
+        # Both bounds hold at once: the tighter one decides.
+        fewer = AgentiumHistoryProvider(runtime, ANA, max_bytes=4 * mib, max_messages=2)
+        assert [m.text[:2] for m in await fewer.get_messages("chat-1")] == ["22", "23"]
+        # A group over the bound alone: its newest messages that fit, oldest first.
+        await provider.save_messages(
+            "chat-1", [AFMessage("user", ["y" * 5 * mib]), AFMessage("user", ["a"]), AFMessage("user", ["b"])]
+        )
+        assert [m.text for m in await provider.get_messages("chat-1")] == ["a", "b"]
+    for bad in (0, True, 2.0, MAX_PAGE_BYTES + 1):
+        with pytest.raises(InvalidArgumentError, match="max_bytes"):
+            AgentiumHistoryProvider(runtime, ANA, max_bytes=bad)  # type: ignore[arg-type]
 
 
 class _ResetBetweenPages:

@@ -136,7 +136,8 @@ class HistoryOperations:
         """One page of the session's groups, newest first below ``before_seq``, returned oldest first.
 
         ``max_groups`` (1 to 1,000) and ``max_bytes`` (canonical bytes, 1 to
-        256 MiB; a single group over it is refused, never cut) bound the page;
+        256 MiB; a single group over it is refused, never cut) bound the page,
+        and ``max_bytes`` what is read for it too (at most one group more);
         ``next_before_seq`` pages further back, over resident and archived
         history alike. With ``view=True`` only groups with a message in the
         session's view are returned, each with the indexes it shows; with

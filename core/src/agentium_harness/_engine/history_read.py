@@ -25,7 +25,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
 from .._scope import SessionKey
-from .history_checks import check_before_seq
+from .history_checks import MAX_APPEND_BYTES, check_before_seq
 from .history_records import HistoryGroup, HistoryPage, SessionPage
 from .history_view import ViewIndex
 from .lifecycle import Ticket
@@ -76,7 +76,12 @@ async def read_page(
                 candidates = (c for c in candidates if not any(c[0] in span for span in erased))
             chosen = [seq for seq, _ in itertools.islice(candidates, max_groups)]
             more = next(candidates, None) is not None
-            groups = await _fetch(archive, key, snap, chosen, partial(_read_in_call, ctx, archive, key))
+            reader = partial(_read_in_call, ctx, archive, key)
+            if max_bytes is None:
+                return index, chosen, more, await _fetch(archive, key, snap, chosen, reader)
+            groups = await _fetch_within(archive, key, snap, chosen, max_bytes, reader)
+            if len(groups) < len(chosen):
+                chosen, more = chosen[: len(groups)], True
             return index, chosen, more, groups
 
         stored, snap = await load_in_call(ctx, store, key)
@@ -213,6 +218,35 @@ async def _fetch(
                 )
             check_archived_group(key, group, expected_seq=seq, expected_digest=receipts.get(seq))
             out[seq] = group
+    return out
+
+
+async def _fetch_within(
+    archive: HistoryArchive,
+    key: SessionKey,
+    snap: SessionSnapshot,
+    chosen: Sequence[int],
+    max_bytes: int,
+    read_run: Callable[[int, int], Awaitable[Sequence[MessageGroup]]],
+) -> dict[int, MessageGroup]:
+    """The newest of ``chosen`` (newest first) read until their bytes pass ``max_bytes``.
+
+    The page's bytes bound applies to what is read from the archive, not
+    only to what is returned: ``max_groups`` groups of up to
+    :data:`MAX_APPEND_BYTES` each could otherwise be read for a page of a
+    few bytes. So groups are read in batches no bigger than the budget left
+    could hold at that size (one at least): at most ``max_bytes`` plus one
+    group is read. The page itself is cut as before, by the groups' sizes.
+    """
+    out: dict[int, MessageGroup] = {}
+    size = done = 0
+    while done < len(chosen) and size < max_bytes:
+        batch = chosen[done : done + max(1, (max_bytes - size) // MAX_APPEND_BYTES)]
+        got = await _fetch(archive, key, snap, batch, read_run)
+        for seq in batch:
+            out[seq] = got[seq]
+            size += got[seq].size_bytes
+        done += len(batch)
     return out
 
 

@@ -159,6 +159,11 @@ class HistoryGroup:
         return self._committed.digest
 
     @property
+    def size_bytes(self) -> int:
+        """The committed group's canonical bytes: what ``read_history(max_bytes=...)`` counts (no copy)."""
+        return self._committed.size_bytes
+
+    @property
     def messages(self) -> tuple[Message, ...]:
         """The messages the view shows, in order (all of them: ``group.messages``)."""
         own = self._own_messages

@@ -11,6 +11,7 @@ format :data:`MESSAGE_FORMAT`) with readable text beside it, one
 from __future__ import annotations
 
 from ._provider import (
+    DEFAULT_MAX_BYTES,
     DEFAULT_MAX_MESSAGES,
     MESSAGE_FORMAT,
     AgentiumHistoryProvider,
@@ -21,6 +22,7 @@ from ._provider import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_MESSAGES",
     "MESSAGE_FORMAT",
     "AgentiumHistoryProvider",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -12,7 +13,9 @@ from agent_framework import HistoryProvider
 from agent_framework import Message as AFMessage
 
 from agentium_harness import (
+    MAX_APPEND_BYTES,
     MAX_APPEND_MESSAGES,
+    MAX_PAGE_BYTES,
     MAX_PAGE_GROUPS,
     CommitState,
     HarnessRuntime,
@@ -20,6 +23,7 @@ from agentium_harness import (
     HistoryPage,
     InvalidArgumentError,
     Message,
+    MessageGroup,
     RecallScope,
     Role,
     SessionBusyError,
@@ -31,6 +35,7 @@ from agentium_harness.plugin_api import SessionKey
 from ._replay import Identity, message_identity, new_messages
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_MESSAGES",
     "MESSAGE_FORMAT",
     "AgentiumHistoryProvider",
@@ -44,6 +49,9 @@ T = TypeVar("T")
 MESSAGE_FORMAT: Final = "agent_framework.message/v1"
 #: How many messages ``get_messages`` returns at most, unless the provider is built with another bound.
 DEFAULT_MAX_MESSAGES: Final = 200
+#: How many canonical bytes of groups ``get_messages`` returns at most, unless built with another bound:
+#: a group a save commits is at most this large (``MAX_APPEND_BYTES``), so the newest always fits whole.
+DEFAULT_MAX_BYTES: Final = MAX_APPEND_BYTES
 #: Reads of the view's tail a save makes while other writes keep landing before it gives up.
 _SAVE_RESTARTS: Final = 5
 #: Times ``get_messages`` starts again when the view changed between two of its pages.
@@ -52,6 +60,8 @@ _READ_RESTARTS: Final = 3
 MAX_MESSAGES_CEILING: Final = 10_000
 #: The readable ``content`` is cut to this many characters (the message itself is never cut).
 MAX_CONTENT_CHARS: Final = 16_384
+
+_log = logging.getLogger("agentium.agent_framework")
 
 _ROLES: Final = {
     "user": Role.USER,
@@ -196,8 +206,10 @@ class AgentiumHistoryProvider(HistoryProvider):
     - ``get_messages`` returns the newest messages of the session's view,
       oldest first, **at most** ``max_messages`` (whole groups, so a call and
       its result stay together; only a single group larger than the bound
-      is cut to its newest ``max_messages`` messages) and it reads at most
-      that many groups (a page after the first also reads the seam: the
+      is cut to its newest ``max_messages`` messages), and **at most**
+      ``max_bytes`` canonical bytes of groups (the newest whole groups that
+      fit; a newest group over it alone gives its newest messages that fit),
+      and it reads at most that many groups (a page after the first also reads the seam: the
       oldest group of the page before, again). A load, or a save's read of
       the tail, whose pages a retraction, a reset or an erasure of the
       session came between starts again. Damaged history fails the load
@@ -221,6 +233,7 @@ class AgentiumHistoryProvider(HistoryProvider):
         *,
         source_id: str = DEFAULT_SOURCE_ID,
         max_messages: int = DEFAULT_MAX_MESSAGES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         recall_scope: RecallScope | None = None,
         busy_timeout_s: float = 30.0,
         load_messages: bool = True,
@@ -240,6 +253,10 @@ class AgentiumHistoryProvider(HistoryProvider):
             raise InvalidArgumentError(
                 f"max_messages must be 1 to {MAX_MESSAGES_CEILING}, got {max_messages}"
             )
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+            raise InvalidArgumentError(f"max_bytes must be an int, got {type(max_bytes).__name__}")
+        if not 1 <= max_bytes <= MAX_PAGE_BYTES:
+            raise InvalidArgumentError(f"max_bytes must be 1 to {MAX_PAGE_BYTES}, got {max_bytes}")
         if (
             isinstance(busy_timeout_s, bool)
             or not isinstance(busy_timeout_s, int | float)
@@ -257,6 +274,7 @@ class AgentiumHistoryProvider(HistoryProvider):
         self.runtime = runtime
         self.identity = identity
         self.max_messages = max_messages
+        self.max_bytes = max_bytes
         self.recall_scope = recall_scope
         self.busy_timeout_s = float(busy_timeout_s)
 
@@ -275,7 +293,7 @@ class AgentiumHistoryProvider(HistoryProvider):
     async def get_messages(
         self, session_id: str | None, *, state: dict[str, Any] | None = None, **kwargs: Any
     ) -> list[AFMessage]:
-        """The newest messages of the session's view, oldest first: at most ``max_messages``, whole groups."""
+        """The newest messages of the view, oldest first: within ``max_messages`` and ``max_bytes``."""
         sid = self._session(session_id)
         for _ in range(_READ_RESTARTS):
             chosen = await self._newest(sid)
@@ -291,36 +309,80 @@ class AgentiumHistoryProvider(HistoryProvider):
     async def _newest(self, sid: str) -> list[Message] | None:
         """The messages ``get_messages`` returns; ``None`` when the view changed between two pages."""
         chosen: list[Message] = []
+        used = 0  # canonical bytes of the groups chosen
         first: HistoryPage | None = None
         seam: HistoryGroup | None = None  # the oldest group read so far; the next page ends with it
         while True:
             # Each group shown holds at least one message: never more groups than messages still wanted.
             wanted = self.max_messages - len(chosen)
             if first is None:
-                page = first = await self.runtime.read_history(
-                    self.identity, sid, max_groups=min(MAX_PAGE_GROUPS, wanted)
-                )
+                asked = min(MAX_PAGE_GROUPS, wanted)
+                try:
+                    # Core reads no more than max_bytes (and one group) from the archive for the page.
+                    page = first = await self.runtime.read_history(
+                        self.identity, sid, max_groups=asked, max_bytes=self.max_bytes
+                    )
+                except InvalidArgumentError:
+                    # The newest group alone is over max_bytes: its newest messages that fit.
+                    alone = await self.runtime.read_history(self.identity, sid, max_groups=1)
+                    return self._newest_of(alone.groups[-1]) if alone.groups else []
                 groups: Sequence[HistoryGroup] = page.groups
             else:
                 assert seam is not None  # set from every page that has one after it
-                later = await self._page_after(sid, seam, min(MAX_PAGE_GROUPS, wanted + 1), first, copy=True)
+                asked = min(MAX_PAGE_GROUPS, wanted + 1)
+                # The seam is read again: its bytes are counted by core, not by this load.
+                room = min(MAX_PAGE_BYTES, self.max_bytes - used + seam.size_bytes)
+                later = await self._page_after(sid, seam, asked, first, copy=True, max_bytes=room)
                 if later is None:
                     return None
                 page = later
                 groups = page.groups[:-1]  # the seam's messages are chosen already
             for group in reversed(groups):  # newest first
                 shown = group.messages
-                if len(chosen) + len(shown) > self.max_messages:
+                if len(chosen) + len(shown) > self.max_messages or used + group.size_bytes > self.max_bytes:
                     if not chosen:  # one group over the bound alone: its newest messages
-                        chosen = list(shown[-self.max_messages :])
+                        chosen = self._newest_of(group)
                     return chosen
                 chosen[:0] = shown
-            if page.next_before_seq is None or len(chosen) >= self.max_messages:
+                used += group.size_bytes
+            if page.next_before_seq is None or len(chosen) >= self.max_messages or len(page.groups) < asked:
+                # Fewer groups than asked with more to come: core stopped at max_bytes.
                 return chosen
             seam = page.groups[0]
 
+    def _newest_of(self, group: HistoryGroup) -> list[Message]:
+        """The newest messages of one group over a bound: within ``max_messages`` and ``max_bytes``.
+
+        Each message is measured as a group of its own (its canonical bytes and a group's few
+        more), so the messages returned never pass ``max_bytes`` together.
+        """
+        kept: list[Message] = []
+        used = 0
+        for message in reversed(group.messages[-self.max_messages :]):
+            size = MessageGroup(seq=group.seq, messages=(message,)).size_bytes
+            if used + size > self.max_bytes:
+                break
+            kept.append(message)
+            used += size
+        if len(kept) < len(group.messages):
+            _log.warning(
+                "get_messages: group %d alone is over the bound; %d of its %d messages returned",
+                group.seq,
+                len(kept),
+                len(group.messages),
+            )
+        kept.reverse()
+        return kept
+
     async def _page_after(
-        self, sid: str, seam: HistoryGroup, groups: int, first: HistoryPage, *, copy: bool
+        self,
+        sid: str,
+        seam: HistoryGroup,
+        groups: int,
+        first: HistoryPage,
+        *,
+        copy: bool,
+        max_bytes: int | None = None,
     ) -> HistoryPage | None:
         """The page of ``groups`` groups ending with ``seam``; ``None`` when the session changed meanwhile.
 
@@ -333,7 +395,12 @@ class AgentiumHistoryProvider(HistoryProvider):
         """
         try:
             page = await self.runtime.read_history(
-                self.identity, sid, before_seq=seam.group.seq + 1, max_groups=groups, copy=copy
+                self.identity,
+                sid,
+                before_seq=seam.seq + 1,
+                max_groups=groups,
+                max_bytes=max_bytes,
+                copy=copy,
             )
         except InvalidArgumentError:
             # The seam's seq is past the session's next seq: the session was erased meanwhile.
