@@ -380,3 +380,28 @@ async def test_a_million_citations_cost_the_check_a_bounded_number_of_reads() ->
         assert [c.seq for c in summary.citations] == [summary.frontier - 1]
         [note] = [d for d in result.diagnostics if d.code == "summarizer_contract_violation"]
         assert "dropped 1000000 citation(s)" in note.message and "not read" in note.message
+
+
+def test_a_million_uncertainty_notes_cost_the_check_a_bounded_number_of_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every note was checked (and measured by fit_notes) on the event loop before the 16 were kept.
+    from agentium_harness._ports import summary as summary_port
+
+    reads = [0]
+    check = summary_port.check_text
+
+    def counted(value: object, name: str) -> str:
+        reads[0] += 1
+        return check(value, name)
+
+    groups = [MessageGroup(seq=0, messages=(Message(Role.USER, "m0"),))]
+    answer = TaskSummary(text="x", frontier=1, citations=(Citation(0, groups[0].digest),))
+    object.__setattr__(answer, "uncertainty", [f"n{i}" for i in range(1_000_000)])
+    monkeypatch.setattr(summary_port, "check_text", counted)
+    checked, notes = checked_answer(answer, None, groups, 0, SummaryLimits(), 1)
+    assert reads[0] < 1_000
+    assert checked is not None and [d.code for d in notes] == ["summary_uncertainty_condensed"]
+    # The newest notes are kept, and the marker counts every one dropped, read or not.
+    assert checked.uncertainty[-1] == "n999999" and len(checked.uncertainty) == MAX_UNCERTAINTY_NOTES
+    assert checked.uncertainty[0].startswith(f"{1_000_000 - MAX_UNCERTAINTY_NOTES + 1} older")

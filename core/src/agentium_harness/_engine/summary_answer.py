@@ -27,6 +27,7 @@ from .._ports.summary import (
     check_seq,
     check_text,
     fit_notes,
+    newest_notes,
 )
 from .._text import error_text, shorten
 from .results import Diagnostic, Severity
@@ -90,7 +91,7 @@ def well_formed(answer: TaskSummary, most: int) -> tuple[TaskSummary, int]:
         citations=tuple(citations),
         policy=check_text(answer.policy, "TaskSummary.policy"),
         version=check_text(answer.version, "TaskSummary.version"),
-        uncertainty=check_notes(answer.uncertainty, "TaskSummary.uncertainty"),
+        uncertainty=check_notes(newest_notes(answer.uncertainty), "TaskSummary.uncertainty"),
     ), unread
 
 

@@ -100,6 +100,35 @@ def fit_notes(notes: Sequence[str]) -> tuple[str, ...]:
     return (_dropped_notes(dropped), *kept)
 
 
+#: Most uncertainty notes of an answer the engine reads: the newest; the older ones are counted unread.
+MAX_READ_NOTES: Final = 8 * MAX_UNCERTAINTY_NOTES
+
+
+def newest_notes(value: object) -> object:
+    """The last :data:`MAX_READ_NOTES` of a tuple or list of notes, the rest counted in one marker note.
+
+    The check of an answer runs on the event loop: a list of millions of notes
+    must cost it no more than this many. The list's real length and items are
+    taken (``tuple.__len__``, ``list.__getitem__``), not what a subclass says.
+    The marker is the one :func:`fit_notes` writes (folding in an earlier
+    marker's count when it is the first note dropped), so the summary still
+    says how many were dropped. Anything else is returned as it is, for
+    :func:`check_notes` to refuse.
+    """
+    if not isinstance(value, tuple | list):
+        return value
+    take: Any = tuple.__getitem__ if isinstance(value, tuple) else list.__getitem__
+    size = tuple.__len__(value) if isinstance(value, tuple) else list.__len__(value)
+    if size <= MAX_READ_NOTES:
+        return take(value, slice(None))
+    dropped = size - MAX_READ_NOTES
+    head = take(value, 0)
+    earlier = _DROPPED.fullmatch(head) if type(head) is str else None
+    if earlier is not None:
+        dropped += int(earlier.group(1)) - 1  # the earlier marker stands for its count, not itself
+    return (_dropped_notes(dropped), *take(value, slice(size - MAX_READ_NOTES, None)))
+
+
 def _dropped_notes(count: int) -> str:
     return f"{count} older uncertainty note(s) were dropped to keep the summary bounded"
 
