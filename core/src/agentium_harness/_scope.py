@@ -3,7 +3,10 @@
 Requirements: R14 (scope fields), R16 (only verified identity is accepted).
 
 Every identifier is validated once, at construction (non-empty, at most 256
-characters, no NUL or control characters). Backend keys are built from
+characters, no NUL or control characters), and kept as an exact ``str``: a
+``str`` subclass given is copied to the plain text it holds, so no method of
+the host's class (a lying ``__len__``, ``encode`` or ``__eq__``) decides what
+is checked, keyed or encoded. Backend keys are built from
 :func:`encode_segment`, an injective encoding whose output alphabet holds no
 path separator, dot, glob or escape character, so an ID can neither escape a
 key prefix nor act as a pattern.
@@ -16,7 +19,7 @@ from typing import Any, Final
 import attrs
 
 from ._errors import IdentityError
-from ._validators import MAX_ID_LENGTH, validate_id
+from ._validators import MAX_ID_LENGTH, optional_plain_str, plain_str, validate_id
 
 __all__ = [
     "ERASURE_RECORDS_TENANT",
@@ -62,8 +65,12 @@ def encode_segment(value: str) -> str:
     UTF-8 bytes outside ``[A-Za-z0-9_-]`` become ``%XX`` (upper-case hex). The
     result never contains ``/``, ``.``, ``*``, ``?``, ``[``, ``\\`` or ``~``;
     different inputs always give different outputs (``%`` itself is encoded).
+    A ``str`` subclass is encoded as the plain text it holds (its own
+    ``encode`` is never called), the text :func:`validate_id` checked.
     """
-    if type(value) is str and value.isascii() and value.replace("_", "").replace("-", "").isalnum():
+    if type(value) is not str:
+        value = str.__str__(value)
+    if value.isascii() and value.replace("_", "").replace("-", "").isalnum():
         # Every character is one the encoding keeps (ASCII letters and digits, "_", "-"): the
         # byte loop below would give ``value`` back (found at C speed; exact str only).
         return value
@@ -110,9 +117,9 @@ class VerifiedIdentity:
     caller merely states is not authentication.
     """
 
-    tenant: str = attrs.field(validator=_id_validator)
-    user: str = attrs.field(validator=_id_validator)
-    verified_by: str = attrs.field(validator=_id_validator)
+    tenant: str = attrs.field(converter=plain_str, validator=_id_validator)
+    user: str = attrs.field(converter=plain_str, validator=_id_validator)
+    verified_by: str = attrs.field(converter=plain_str, validator=_id_validator)
 
     @tenant.validator
     def _not_reserved(self, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -134,17 +141,21 @@ def require_identity(identity: object) -> VerifiedIdentity:
 class RecallScope:
     """Optional narrowing of a run to a project and/or repository (R7, R14)."""
 
-    project: str | None = attrs.field(default=None, validator=_optional_id_validator)
-    repository: str | None = attrs.field(default=None, validator=_optional_id_validator)
+    project: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=_optional_id_validator
+    )
+    repository: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=_optional_id_validator
+    )
 
 
 @attrs.frozen(slots=True, cache_hash=True)
 class SessionKey:
     """Where a session lives: tenant, user and session id. Stores are keyed by this."""
 
-    tenant: str = attrs.field(validator=_id_validator)
-    user: str = attrs.field(validator=_id_validator)
-    session: str = attrs.field(validator=_id_validator)
+    tenant: str = attrs.field(converter=plain_str, validator=_id_validator)
+    user: str = attrs.field(converter=plain_str, validator=_id_validator)
+    session: str = attrs.field(converter=plain_str, validator=_id_validator)
 
     @classmethod
     def of(cls, identity: VerifiedIdentity, session_id: str) -> SessionKey:
@@ -175,11 +186,15 @@ _MAX_SESSION_KEYS: Final = 4096
 class Scope:
     """The memory scope of a session: tenant, user, session, optional project and repository (R14)."""
 
-    tenant: str = attrs.field(validator=_id_validator)
-    user: str = attrs.field(validator=_id_validator)
-    session: str = attrs.field(validator=_id_validator)
-    project: str | None = attrs.field(default=None, validator=_optional_id_validator)
-    repository: str | None = attrs.field(default=None, validator=_optional_id_validator)
+    tenant: str = attrs.field(converter=plain_str, validator=_id_validator)
+    user: str = attrs.field(converter=plain_str, validator=_id_validator)
+    session: str = attrs.field(converter=plain_str, validator=_id_validator)
+    project: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=_optional_id_validator
+    )
+    repository: str | None = attrs.field(
+        default=None, converter=optional_plain_str, validator=_optional_id_validator
+    )
 
     @classmethod
     def of(

@@ -48,6 +48,8 @@ __all__ = [
     "non_empty_str",
     "non_negative_int",
     "optional_identifier",
+    "optional_plain_str",
+    "plain_str",
     "positive_float",
     "positive_int",
     "prose_text",
@@ -170,22 +172,54 @@ def non_empty_str(instance: Any, attribute: attrs.Attribute[Any], value: object)
         raise InvalidArgumentError(f"{attribute.name} must be a non-empty string, got {value!r}")
 
 
+def plain_str(value: str) -> str:
+    """``value`` itself when it is an exact ``str`` (or not a ``str``), else a plain copy of its text.
+
+    The converter of every text and id field of a record: a ``str`` subclass
+    (an enum's ``str`` mixin, ``markupsafe.Markup``, or one whose own
+    ``__len__``, ``encode``, ``__hash__`` or ``__eq__`` lies or raises) is
+    kept as the exact text it holds, so nothing later (a check, a key, a
+    cache, an encoding) runs a method of the host's class. The copy is made
+    by ``str.__str__``, the ``str`` type's own slot, which copies the
+    characters without calling any method of the subclass; its canonical
+    JSON is the same as the subclass's (the encoder writes the characters).
+    Anything that is not a ``str`` is returned as it is, for the field's
+    validator or check to refuse with its own typed error.
+    """
+    if type(value) is str or not isinstance(value, str):
+        return value
+    return str.__str__(value)
+
+
+def optional_plain_str(value: str | None) -> str | None:
+    """:func:`plain_str` for a field that may be ``None``."""
+    if type(value) is str or not isinstance(value, str):
+        return value
+    return str.__str__(value)
+
+
 def validate_id(value: object, field: str) -> str:
     """Return ``value`` if it is an acceptable identifier, else raise :class:`InvalidIdError`.
 
     An identifier is a non-empty ``str`` of at most :data:`MAX_ID_LENGTH`
     characters with no control character (NUL, C0/C1, DEL) and no lone surrogate.
+    A ``str`` subclass is checked as the plain text it holds and that plain
+    copy is returned (see :func:`plain_str`): what is checked is exactly what
+    a caller then keys and encodes, whatever the subclass's own ``__len__``,
+    ``__iter__`` or ``encode`` would say. Callers use the returned value.
     """
-    if not isinstance(value, str):
-        raise InvalidIdError(field, f"expected a string, got {type(value).__name__}")
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise InvalidIdError(field, f"expected a string, got {type(value).__name__}")
+        value = str.__str__(value)
     if not value:
         raise InvalidIdError(field, "must not be empty")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidIdError(field, f"{len(value)} characters; at most {MAX_ID_LENGTH} allowed")
-    if type(value) is str and value.isprintable():
+    if value.isprintable():
         # At C speed: a printable str holds no control character (Cc) and no surrogate (Cs),
-        # both non-printable in the same Unicode database, so the loop below would pass. Only
-        # an exact str: a subclass could iterate other characters than it holds.
+        # both non-printable in the same Unicode database, so the loop below would pass (an
+        # exact str by now: a subclass could iterate other characters than it holds).
         return value
     for ch in value:
         # Category "Cc" covers NUL, C0/C1 controls and DEL.

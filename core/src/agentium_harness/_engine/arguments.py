@@ -38,8 +38,7 @@ __all__ = [
 def run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
     """Validate the caller's identity, session id and recall scope into a :class:`Scope`."""
     verified = require_identity(identity)
-    validate_id(session_id, "session_id")
-    assert isinstance(session_id, str)
+    session_id = validate_id(session_id, "session_id")  # the plain text, checked (a subclass copied)
     if recall_scope is not None and not isinstance(recall_scope, RecallScope):
         raise IdentityError(
             f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "

@@ -190,7 +190,7 @@ class HistoryOperations:
         who = require_identity(identity)
         count = check_count(limit, "limit", ceiling=MAX_LIST_LIMIT)
         if after is not None:
-            validate_id(after, "after")
+            after = validate_id(after, "after")
         runtime = self._runtime()
         with using(settings_of(runtime)):
             async with runtime.parts.admission.admit_shared(None, "session listing") as ticket:

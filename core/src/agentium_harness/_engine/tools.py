@@ -17,7 +17,7 @@ import attrs
 from .._errors import InvalidArgumentError, ToolNotGrantedError
 from .._ports.provider import ToolSpec, json_schema_object
 from .._scope import validate_id
-from .._validators import enum_member, unicode_text
+from .._validators import enum_member, plain_str, unicode_text
 
 __all__ = ["EffectLevel", "Tool", "ToolOutcome", "ToolRegistry", "ToolStatus"]
 
@@ -83,7 +83,7 @@ class Tool:
     :class:`~agentium_harness._errors.InvalidArgumentError`.
     """
 
-    name: str = attrs.field(validator=lambda _i, a, v: validate_id(v, a.name))
+    name: str = attrs.field(converter=plain_str, validator=lambda _i, a, v: validate_id(v, a.name))
     handler: ToolHandler = attrs.field(validator=_handler)
     effect: EffectLevel = attrs.field(default=EffectLevel.NONE, converter=_effect)
     description: str = attrs.field(default="", validator=_description)

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from .._errors import InvalidArgumentError
-from .._validators import bounded_count, bounded_duration, identifier
+from .._validators import bounded_count, bounded_duration, identifier, plain_str
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -75,7 +75,7 @@ class EmbeddingModel:
     vectors are comparable only if their models are equal.
     """
 
-    model: str = attrs.field(validator=identifier)
+    model: str = attrs.field(converter=plain_str, validator=identifier)
     dimension: int = attrs.field(validator=_dimension)
 
     def key(self) -> str:

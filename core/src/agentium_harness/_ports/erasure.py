@@ -26,7 +26,7 @@ import attrs
 
 from .._errors import InvalidArgumentError
 from .._scope import SessionKey, VerifiedIdentity, validate_id
-from .._validators import MAX_COUNT
+from .._validators import MAX_COUNT, optional_plain_str, plain_str
 
 if TYPE_CHECKING:  # the ports import this module; only attributes are used at run time
     from .memory import GroupRef, MemoryScope
@@ -129,9 +129,9 @@ class EraseTarget:
     id is unique only within its user), ``groups`` a session.
     """
 
-    tenant_id: str = attrs.field(validator=_id)
-    user_id: str | None = attrs.field(default=None, validator=_optional_id)
-    session_id: str | None = attrs.field(default=None, validator=_optional_id)
+    tenant_id: str = attrs.field(converter=plain_str, validator=_id)
+    user_id: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
+    session_id: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
     groups: tuple[SeqRange, ...] = attrs.field(default=(), converter=_ranges)
 
     def __attrs_post_init__(self) -> None:

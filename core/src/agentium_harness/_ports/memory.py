@@ -37,6 +37,7 @@ import attrs
 from .._codec import iso_utc, parse_iso_utc
 from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
+from .._validators import optional_plain_str, plain_str
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
@@ -100,10 +101,10 @@ class MemoryScope:
     applies only there.
     """
 
-    tenant: str = attrs.field(validator=_id)
-    user: str = attrs.field(validator=_id)
-    project: str | None = attrs.field(default=None, validator=_optional_id)
-    repository: str | None = attrs.field(default=None, validator=_optional_id)
+    tenant: str = attrs.field(converter=plain_str, validator=_id)
+    user: str = attrs.field(converter=plain_str, validator=_id)
+    project: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
+    repository: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_optional_id)
 
     @classmethod
     def of(
@@ -171,7 +172,7 @@ def _aware(instance: Any, attribute: attrs.Attribute[Any], value: object) -> Non
 class GroupRef:
     """A message group a fact came from: its session, ``seq`` and archive digest (provenance)."""
 
-    session: str = attrs.field(validator=_id)
+    session: str = attrs.field(converter=plain_str, validator=_id)
     seq: int = attrs.field()
     digest: str = attrs.field()
 
@@ -346,7 +347,7 @@ class StoredFact:
     only says that a fact existed and when it was forgotten.
     """
 
-    fact_id: str = attrs.field(validator=_id)
+    fact_id: str = attrs.field(converter=plain_str, validator=_id)
     revision: int = attrs.field()
     status: FactStatus = attrs.field(converter=FactStatus)
     fact: MemoryFact

@@ -16,7 +16,7 @@ import attrs
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._scope import ABSENT_SEGMENT, ERASURE_RECORDS_TENANT, Scope, SessionKey, decode_segment, encode_segment
-from .._validators import validate_id
+from .._validators import optional_plain_str, plain_str, validate_id
 
 __all__ = ["SourceOwner", "document_source_id", "group_source_id", "indexed_group_text", "source_owner"]
 
@@ -51,11 +51,11 @@ class SourceOwner:
     meaning "session ``s1`` of any user".
     """
 
-    tenant: str = attrs.field(validator=_tenant_id)
-    user: str | None = attrs.field(default=None, validator=_owner_id)
-    session: str | None = attrs.field(default=None, validator=_owner_id)
-    project: str | None = attrs.field(default=None, validator=_owner_id)
-    repository: str | None = attrs.field(default=None, validator=_owner_id)
+    tenant: str = attrs.field(converter=plain_str, validator=_tenant_id)
+    user: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_owner_id)
+    session: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_owner_id)
+    project: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_owner_id)
+    repository: str | None = attrs.field(default=None, converter=optional_plain_str, validator=_owner_id)
 
     def __attrs_post_init__(self) -> None:
         if self.session is not None and self.user is None:
@@ -93,7 +93,7 @@ def document_source_id(owner: SourceOwner, doc_id: str) -> str:
     Built from :func:`~agentium_harness._scope.encode_segment`, so it is
     injective: two (owner, doc id) pairs never share a source id.
     """
-    validate_id(doc_id, "doc_id")
+    doc_id = validate_id(doc_id, "doc_id")
     return "/".join(("doc", *owner.key_segments(), encode_segment(doc_id)))
 
 

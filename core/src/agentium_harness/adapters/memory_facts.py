@@ -129,7 +129,7 @@ class InMemoryMemoryStore(MemoryStore):
         """Supersede the latest revision with ``replacement``."""
         self._begin(ctx, "memory correct", scope)
         with self._lock:
-            validate_id(fact_id, "fact id")
+            fact_id = validate_id(fact_id, "fact id")
             check_fact(replacement)
             latest = self._latest(scope, fact_id)
             if not scope.owns(replacement.scope):
@@ -152,7 +152,7 @@ class InMemoryMemoryStore(MemoryStore):
         """Remove the content of every revision and add a tombstone."""
         self._begin(ctx, "memory forget", scope)
         with self._lock:
-            validate_id(fact_id, "fact id")
+            fact_id = validate_id(fact_id, "fact id")
             latest = self._latest(scope, fact_id)
             if latest.status is FactStatus.FORGOTTEN:
                 return MemoryAck(AckStatus.DUPLICATE, fact_id, latest.revision)
@@ -200,7 +200,7 @@ class InMemoryMemoryStore(MemoryStore):
         """Every revision of ``fact_id``, oldest first."""
         self._begin(ctx, "memory history", scope)
         with self._lock:
-            validate_id(fact_id, "fact id")
+            fact_id = validate_id(fact_id, "fact id")
             self._latest(scope, fact_id)
             return list(self._revisions[fact_id][:MAX_LOOKUP_LIMIT])
 

@@ -242,7 +242,7 @@ class InMemoryRecallStore(RecallStore):
         """Add or replace a host document; its revision is a digest of its title and text."""
         if not isinstance(owner, SourceOwner):
             raise InvalidArgumentError(f"owner must be a SourceOwner, got {type(owner).__name__}")
-        validate_id(doc_id, "doc_id")
+        doc_id = validate_id(doc_id, "doc_id")
         text, title = _text(text, "text"), _text(title, "title")
         checked_ctx(ctx, "recall index").raise_if_expired("recall index")
         sid = document_source_id(owner, doc_id)

@@ -197,7 +197,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         """Supersede the latest revision of ``fact_id`` with ``replacement`` (one transaction)."""
         checked_ctx(ctx, "memory correct").raise_if_expired("memory correct")
         checked_argument(scope, MemoryScope, "scope", "memory correct")
-        validate_id(fact_id, "fact id")
+        fact_id = validate_id(fact_id, "fact id")
         check_fact(replacement)
         if not scope.owns(replacement.scope):
             raise _not_found(fact_id)
@@ -227,7 +227,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         """Remove the content of every revision of ``fact_id`` and add a tombstone revision."""
         checked_ctx(ctx, "memory forget").raise_if_expired("memory forget")
         checked_argument(scope, MemoryScope, "scope", "memory forget")
-        validate_id(fact_id, "fact id")
+        fact_id = validate_id(fact_id, "fact id")
         now = datetime.now(UTC)
 
         def work(conn: sqlite3.Connection) -> MemoryAck:
@@ -381,7 +381,7 @@ class SQLiteMemoryStore(SQLiteAdapterBase, MemoryStore):
         """Every revision of ``fact_id``, oldest first."""
         checked_ctx(ctx, "memory history").raise_if_expired("memory history")
         checked_argument(scope, MemoryScope, "scope", "memory history")
-        validate_id(fact_id, "fact id")
+        fact_id = validate_id(fact_id, "fact id")
 
         def work(conn: sqlite3.Connection) -> list[StoredFact]:
             self._latest(conn, scope, fact_id)  # ownership, with the not-found refusal

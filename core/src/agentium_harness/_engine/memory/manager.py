@@ -308,7 +308,7 @@ class MemoryManager:
         progress = WriteProgress()
         with typed_unexpected("memory correct", progress, MEMORY_WRITE):
             scope = checked_scope(scope)
-            validate_id(fact_id, "fact id")
+            fact_id = validate_id(fact_id, "fact id")
             reason = self._reject_reason(replacement)
             if reason is not None:
                 raise MemoryRejectedError(reason)
@@ -337,7 +337,7 @@ class MemoryManager:
         progress = WriteProgress()
         with typed_unexpected("memory forget", progress, MEMORY_WRITE):
             scope = checked_scope(scope)
-            validate_id(fact_id, "fact id")
+            fact_id = validate_id(fact_id, "fact id")
             await self._check_owner(scope, fact_id, "memory forget")
             progress.saving()
             raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
@@ -393,7 +393,7 @@ class MemoryManager:
         """
         self._check_open("history")
         scope = checked_scope(scope)
-        validate_id(fact_id, "fact id")
+        fact_id = validate_id(fact_id, "fact id")
         raw = await self._call("memory history", lambda ctx: self.store.history(scope, fact_id, ctx))
         return checked_history(raw, scope, fact_id, "memory history")
 
