@@ -20,6 +20,7 @@ from agentium_harness import (
     HarnessRuntime,
     IdentityError,
     InvalidIdError,
+    InvalidPayloadError,
     MemoryScope,
     RecallScope,
     ResidentLimits,
@@ -29,6 +30,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine.history_checks import check_messages_encoded, check_reply
 from agentium_harness._ports.recall_sources import SourceOwner, document_source_id
 from agentium_harness._scope import ERASURE_RECORDS_TENANT, encode_segment, validate_id
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -40,6 +42,7 @@ from agentium_harness.plugin_api import (
     OpContext,
     ProviderCapabilities,
     Role,
+    ToolCall,
 )
 
 pytestmark = pytest.mark.anyio
@@ -199,3 +202,104 @@ async def test_a_hostile_session_id_reaches_the_session_its_text_names() -> None
         assert [g.seq for g in page.groups] == [0, 1]
         listed = await rt.list_sessions(ANA, after=Hostile("s0"), limit=10)
         assert listed.sessions == ("s1",) and _exact(*listed.sessions)
+
+
+# -- message text: committed as the plain text it holds ------------------------------------------------
+
+FORMAT = "openai.responses.input_item/v1"
+
+
+def _turn(n: int, kind: type[str]) -> list[Message]:
+    """A user message, a tool call with its result and an answer, every text of class ``kind``."""
+    call = ToolCall(f"c{n}", "lookup", {"q": n})
+    # Set behind the record's back, as ToolCall keeps plain ids: what a hand-made record could hold.
+    object.__setattr__(call, "id", kind(f"c{n}"))
+    object.__setattr__(call, "name", kind("lookup"))
+    return [
+        Message(Role.USER, kind(f"question {n} ü"), payload={"n": n}, payload_format=kind(FORMAT)),
+        Message(Role.ASSISTANT, kind(""), tool_calls=(call,)),
+        Message(Role.TOOL, kind(f"result {n}"), tool_call_id=kind(f"c{n}")),
+        Message(Role.ASSISTANT, kind(f"answer {n}")),
+    ]
+
+
+def _texts(message: Message) -> tuple[object, ...]:
+    calls = tuple(x for c in message.tool_calls for x in (c.id, c.name))
+    return (message.content, message.tool_call_id, message.payload_format, *calls)
+
+
+@pytest.mark.parametrize("kind", [Hostile, Lying, str], ids=["hostile", "lying", "plain"])
+async def test_message_text_of_a_str_subclass_is_committed_as_its_plain_text(kind: type[str]) -> None:
+    # Eviction (2 groups resident) plans over the committed copies: with the subclass kept, its own
+    # encode()/__len__ ran there, after the append was admitted, and failed it (or mis-counted it).
+    plain_rt, rt = _runtime(), _runtime()
+    async with plain_rt, rt:
+        for n in range(4):
+            expected = await plain_rt.append(ANA, "s1", _turn(n, str))
+            result = await rt.append(ANA, "s1", _turn(n, kind))
+            assert (result.seq, result.commit_state, result.eviction) == (
+                expected.seq,
+                expected.commit_state,
+                expected.eviction,
+            )
+        plain_page = await plain_rt.read_history(ANA, "s1", max_groups=10, view=False)
+        page = await rt.read_history(ANA, "s1", max_groups=10, view=False)
+    assert [g.group.digest for g in page.groups] == [g.group.digest for g in plain_page.groups]
+    assert [g.group.canonical_bytes() for g in page.groups] == [
+        g.group.canonical_bytes() for g in plain_page.groups
+    ]
+    for entry in page.groups:
+        for message in entry.group.messages:
+            assert all(t is None or type(t) is str for t in _texts(message))
+
+
+def test_the_checked_copies_hold_exact_str_on_both_check_paths() -> None:
+    # At once (one encoding of all the messages): text, ids and format of subclasses.
+    at_once = [
+        Message(Role.USER, Hostile("hi"), payload=[1], payload_format=Hostile(FORMAT)),
+        Message(Role.ASSISTANT, Lying("a"), tool_calls=(ToolCall(Hostile("c"), Lying("f")),)),
+        Message(Role.TOOL, Lying("r"), tool_call_id=Hostile("c")),
+    ]
+    checked, encoded = check_messages_encoded(at_once)
+    assert encoded is not None
+    plain_checked, plain_encoded = check_messages_encoded(
+        [
+            Message(Role.USER, "hi", payload=[1], payload_format=FORMAT),
+            Message(Role.ASSISTANT, "a", tool_calls=(ToolCall("c", "f"),)),
+            Message(Role.TOOL, "r", tool_call_id="c"),
+        ]
+    )
+    assert (checked, encoded) == (plain_checked, plain_encoded)
+    for message in checked:
+        assert all(t is None or type(t) is str for t in _texts(message))
+    # One by one (tool calls whose ids were changed behind their back send the messages there).
+    checked, encoded = check_messages_encoded(_turn(0, Hostile))
+    assert encoded is None
+    for message in checked:
+        assert all(t is None or type(t) is str for t in _texts(message))
+
+
+def test_a_providers_reply_of_str_subclasses_is_checked_into_plain_text() -> None:
+    reply = Message(Role.ASSISTANT, Hostile("answer"), payload={"a": 1}, payload_format=Lying(FORMAT))
+    checked = check_reply(reply)
+    assert _exact(checked.content, checked.payload_format)
+    assert (checked.content, checked.payload_format) == ("answer", FORMAT)
+
+
+def test_a_payload_format_a_subclass_hides_is_refused_as_the_text_it_holds() -> None:
+    with pytest.raises(InvalidPayloadError, match="payload_format"):
+        check_messages_encoded([Message(Role.USER, "x", payload=1, payload_format=Lying("bad format!"))])
+    with pytest.raises(InvalidPayloadError, match="payload_format"):
+        check_messages_encoded([Message(Role.USER, "x", payload=1, payload_format=Hostile("x" * 200))])
+
+
+async def test_harmless_subclasses_commit_the_same_bytes_as_their_text() -> None:
+    rt = _runtime()
+    async with rt:
+        await rt.append(ANA, "s1", [Message(Role.USER, Colour.RED), Message(Role.ASSISTANT, "ok")])
+        await rt.append(ANA, "s2", [Message(Role.USER, "red"), Message(Role.ASSISTANT, "ok")])
+        (one,) = (await rt.read_history(ANA, "s1", max_groups=1)).groups
+        (two,) = (await rt.read_history(ANA, "s2", max_groups=1)).groups
+    assert type(one.group.messages[0].content) is str
+    assert one.group.messages == two.group.messages
+    assert one.group.canonical_bytes().replace(b'"s1"', b'"s2"') == two.group.canonical_bytes()

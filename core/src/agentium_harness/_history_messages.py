@@ -22,7 +22,7 @@ from ._errors import EncodingError
 from ._history_controls import TurnInterruption
 from ._scope import Scope, validate_id
 from ._tuples import tuple_of_tool_calls
-from ._validators import str_tuple
+from ._validators import plain_str, str_tuple
 from ._verdicts import VerificationRecord
 
 __all__ = [
@@ -75,8 +75,8 @@ def _tool_call_id(instance: Any, attribute: attrs.Attribute[Any], value: object)
 class ToolCall:
     """A tool call requested by the model. ``arguments`` is plain JSON data."""
 
-    id: str = attrs.field(validator=_tool_call_id)
-    name: str = attrs.field(validator=_tool_call_id)
+    id: str = attrs.field(converter=plain_str, validator=_tool_call_id)
+    name: str = attrs.field(converter=plain_str, validator=_tool_call_id)
     arguments: dict[str, Any] = attrs.field(factory=dict, hash=False)
 
 
@@ -108,6 +108,13 @@ class Message:
     :class:`~agentium_harness._errors.InvalidPayloadError`. ``run()`` never
     sends a payload to the model. Both fields are left out of the encoding
     when ``None``, so messages without a payload keep their bytes and digests.
+
+    ``append`` (and a provider's reply) commits a checked copy whose text
+    fields (``content``, ``tool_call_id``, ``payload_format``, each tool
+    call's ``id`` and ``name``) are exact ``str``: a ``str`` subclass (a
+    ``str`` enum, ``markupsafe.Markup``, or one whose own methods lie or
+    raise) is kept as the text it holds, with the same canonical bytes, and
+    none of its methods runs inside the engine.
     """
 
     __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("payload", "payload_format")

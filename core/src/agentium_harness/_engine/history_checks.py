@@ -197,13 +197,17 @@ def _long_int_in(value: object) -> bool:
 
 
 def _format(value: object, at: str) -> str:
-    if not isinstance(value, str) or len(value) > MAX_PAYLOAD_FORMAT_LENGTH or not _FORMAT.fullmatch(value):
+    """``value`` as a plain ``str`` if it is a well-formed payload format name, else refused."""
+    # A plain copy first: a str subclass's own __len__ or __repr__ is not run (nor kept).
+    plain = str.__str__(value) if isinstance(value, str) else None
+    if plain is None or len(plain) > MAX_PAYLOAD_FORMAT_LENGTH or not _FORMAT.fullmatch(plain):
+        shown = repr(plain) if plain is not None else f"a {type(value).__name__}"
         raise InvalidPayloadError(
             f"{at}payload_format must be a name such as 'openai.responses.input_item/v1' "
             f"(letters, digits and . _ : / + -, at most {MAX_PAYLOAD_FORMAT_LENGTH} characters), "
-            f"got {value!r}; nothing was written"
+            f"got {shown:.200}; nothing was written"
         )
-    return value
+    return plain
 
 
 def _text(value: object, what: str) -> str:
@@ -229,9 +233,10 @@ def _message(message: object, index: int) -> Message:
         )
     if not isinstance(message.role, Role):
         raise InvalidArgumentError(f"message {index}: role must be a Role; nothing was written")
-    if message.tool_call_id is not None:
-        validate_id(message.tool_call_id, f"message {index}: tool_call_id")
-    return _copy(message, message.role, message.tool_call_id, f"message {index}: ")
+    tool_call_id = message.tool_call_id
+    if tool_call_id is not None:
+        tool_call_id = validate_id(tool_call_id, f"message {index}: tool_call_id")  # its plain text
+    return _copy(message, message.role, tool_call_id, f"message {index}: ")
 
 
 def check_reply(message: Message) -> Message:
@@ -309,22 +314,33 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
             if type(message) is not Message or not isinstance(message.role, Role):
                 return None
             content = message.content
-            if not isinstance(content, str):
-                return None  # (a lone surrogate in it fails the encoding below)
+            if type(content) is not str:
+                if not isinstance(content, str):
+                    return None
+                # The plain text it holds, copied without running any of its methods: the copy
+                # commits exact text, so nothing of the host's class runs later (eviction, tokens).
+                content = str.__str__(content)
+            # (a lone surrogate in it fails the encoding below)
             text += len(content)
             if text > MAX_PAYLOAD_BYTES:
                 return None  # far too long for one encoding within the bound: not worth trying
             calls = []
             for call in message.tool_calls:
-                if type(call) is not ToolCall or not isinstance(call.arguments, dict):
+                if (
+                    type(call) is not ToolCall
+                    or not isinstance(call.arguments, dict)
+                    or type(call.id) is not str  # (ToolCall keeps plain ids: one changed behind its back)
+                    or type(call.name) is not str
+                ):
                     return None
                 calls.append({"arguments": call.arguments, "id": call.id, "name": call.name})
-            if message.tool_call_id is not None:
-                validate_id(message.tool_call_id, "tool_call_id")
+            tool_call_id = message.tool_call_id
+            if tool_call_id is not None:
+                tool_call_id = validate_id(tool_call_id, "tool_call_id")  # its plain text
             item: dict[str, Any] = {
                 "content": content,
                 "role": message.role,  # a Role is a str: JSON writes its text
-                "tool_call_id": message.tool_call_id,
+                "tool_call_id": tool_call_id,
                 "tool_calls": calls,
             }
             payload, payload_format = message.payload, message.payload_format
@@ -332,8 +348,8 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
                 return None
             if payload is not None:
                 if not (type(payload_format) is str and payload_format in _KNOWN_FORMATS):
-                    _format(payload_format, "message 0: ")
-                    if type(payload_format) is str and len(_KNOWN_FORMATS) < 64:
+                    payload_format = _format(payload_format, "message 0: ")  # its plain text
+                    if len(_KNOWN_FORMATS) < 64:
                         _KNOWN_FORMATS.add(payload_format)  # a host uses one or two: the regex once each
                 item["payload"] = payload
                 item["payload_format"] = payload_format
@@ -364,11 +380,11 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
             checked.append(
                 Message(
                     message.role,
-                    message.content,
+                    item["content"],
                     tuple(calls_copied),
-                    message.tool_call_id,
+                    item["tool_call_id"],
                     payload,
-                    message.payload_format,
+                    item.get("payload_format"),
                 )
             )
     except Exception:  # whatever it is, the exact checks meet it again and say what it is
