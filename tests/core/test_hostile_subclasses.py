@@ -19,20 +19,34 @@ from agentium_harness import (
     EraseTarget,
     HarnessRuntime,
     IdentityError,
+    InvalidArgumentError,
     InvalidIdError,
     InvalidPayloadError,
     MemoryScope,
+    MessageRef,
     RecallScope,
     ResidentLimits,
+    RetentionPolicy,
     RuntimeLimits,
     Scope,
     SessionKey,
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._engine.history_checks import check_messages_encoded, check_reply
+from agentium_harness._engine.history_checks import (
+    check_before_seq,
+    check_expected_revision,
+    check_messages_encoded,
+    check_reply,
+)
+from agentium_harness._plugins.deadline import check_timeout
+from agentium_harness._ports.erasure import SeqRange, check_max_items
+from agentium_harness._ports.memory import check_limit
+from agentium_harness._ports.recall import reciprocal_rank_fusion
+from agentium_harness._ports.recall_args import checked_count
 from agentium_harness._ports.recall_sources import SourceOwner, document_source_id
 from agentium_harness._scope import ERASURE_RECORDS_TENANT, encode_segment, validate_id
+from agentium_harness._validators import check_count, check_duration
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.plugin_api import (
     Message,
@@ -303,3 +317,168 @@ async def test_harmless_subclasses_commit_the_same_bytes_as_their_text() -> None
     assert type(one.group.messages[0].content) is str
     assert one.group.messages == two.group.messages
     assert one.group.canonical_bytes().replace(b'"s1"', b'"s2"') == two.group.canonical_bytes()
+
+
+# -- numbers: an int or float subclass is checked, and kept, as the number it holds --------------------
+
+
+class RaisingInt(int):
+    """An int every one of whose own methods raises."""
+
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = __hash__ = _boom  # type: ignore[assignment]
+    __index__ = __int__ = __float__ = __bool__ = __repr__ = __str__ = __format__ = _boom  # type: ignore[assignment]
+    __add__ = __sub__ = __mul__ = __truediv__ = __floordiv__ = __neg__ = __abs__ = _boom  # type: ignore[assignment]
+    __radd__ = __rsub__ = __rmul__ = __rtruediv__ = bit_length = _boom  # type: ignore[assignment]
+
+
+class LyingInt(int):
+    """An int whose own comparisons say it is within any bound."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __gt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+
+class RaisingFloat(float):
+    """A float every one of whose own methods raises."""
+
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = __hash__ = _boom  # type: ignore[assignment]
+    __float__ = __int__ = __bool__ = __repr__ = __str__ = __format__ = _boom  # type: ignore[assignment]
+    __add__ = __sub__ = __mul__ = __truediv__ = __radd__ = __rmul__ = __rtruediv__ = _boom  # type: ignore[assignment]
+
+
+class LyingFloat(float):
+    """A float whose own comparisons say it is within any bound."""
+
+    def __lt__(self, other: object) -> bool:
+        return False
+
+    def __gt__(self, other: object) -> bool:
+        return False
+
+    def __le__(self, other: object) -> bool:
+        return True
+
+    def __ge__(self, other: object) -> bool:
+        return True
+
+
+class Level(enum.IntEnum):
+    """A harmless int subclass."""
+
+    EIGHT = 8
+
+
+def test_counts_and_durations_are_read_as_the_number_they_hold() -> None:
+    for given, expected in ((RaisingInt(7), 7), (LyingInt(7), 7), (Level.EIGHT, 8)):
+        plain = check_count(given, "limit")
+        assert type(plain) is int and plain == expected
+    for given_s, seconds in ((RaisingFloat(2.5), 2.5), (LyingFloat(2.5), 2.5), (RaisingInt(3), 3.0)):
+        checked = check_duration(given_s, "timeout_s")
+        assert type(checked) is float and checked == seconds
+    from agentium_harness._validators import exact_int, exact_number
+
+    assert exact_int(RaisingInt(5)) == 5 and type(exact_int(RaisingInt(5))) is int
+    assert type(exact_number(RaisingFloat(0.5))) is float
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(LyingInt(10**13), id="lying-int-over-the-ceiling"),
+        pytest.param(LyingInt(0), id="lying-int-under-the-minimum"),
+        pytest.param(RaisingInt(-1), id="raising-int-negative"),
+        pytest.param(True, id="bool"),
+    ],
+)
+def test_a_count_a_subclass_hides_is_refused(value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="limit must be an integer"):
+        check_count(value, "limit")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(LyingFloat(1e9), id="lying-float-over-the-ceiling"),
+        pytest.param(LyingFloat(float("nan")), id="lying-nan"),
+        pytest.param(LyingInt(-5), id="lying-int-negative"),
+        pytest.param(RaisingFloat(float("inf")), id="raising-inf"),
+        pytest.param(10**400, id="int-past-float-range"),
+        pytest.param(True, id="bool"),
+    ],
+)
+def test_a_duration_a_subclass_hides_is_refused(value: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="timeout_s must be a finite number"):
+        check_duration(value, "timeout_s")
+    with pytest.raises(InvalidArgumentError):
+        check_timeout(value, "hook_timeout_s")
+
+
+def test_records_keep_the_exact_number_checked() -> None:
+    limits = ResidentLimits(max_groups=RaisingInt(8))
+    assert type(limits.max_groups) is int and limits.max_groups == 8
+    with pytest.raises(InvalidArgumentError):
+        ResidentLimits(max_groups=LyingInt(10**13))
+    ref = MessageRef(RaisingInt(2), LyingInt(1))
+    assert (type(ref.seq), type(ref.index)) == (int, int) and (ref.seq, ref.index) == (2, 1)
+    with pytest.raises(InvalidArgumentError):
+        MessageRef(LyingInt(-1), 0)
+    span = SeqRange(RaisingInt(0), RaisingInt(3))
+    assert (type(span.start), type(span.stop)) == (int, int)
+    policy = RetentionPolicy(max_archived_groups=RaisingInt(5), max_age_days=RaisingFloat(1.5))
+    assert type(policy.max_archived_groups) is int and type(policy.max_age_days) is float
+    with pytest.raises(InvalidArgumentError):
+        RetentionPolicy(max_age_days=LyingFloat(float("inf")))
+
+
+def test_the_argument_checkers_return_exact_numbers() -> None:
+    assert type(check_expected_revision(RaisingInt(3))) is int
+    assert type(check_before_seq(RaisingInt(2), 5)) is int
+    with pytest.raises(InvalidArgumentError):
+        check_before_seq(LyingInt(9), 5)
+    with pytest.raises(InvalidArgumentError):
+        check_expected_revision(LyingInt(-1))
+    for refused in (True, False):
+        with pytest.raises(InvalidArgumentError):
+            check_expected_revision(refused)
+        with pytest.raises(InvalidArgumentError):
+            check_before_seq(refused, 5)
+    assert type(check_max_items(RaisingInt(4))) is int
+    with pytest.raises(InvalidArgumentError):
+        check_max_items(LyingInt(0))
+    assert type(check_limit(RaisingInt(4))) is int
+    with pytest.raises(InvalidArgumentError):
+        check_limit(LyingInt(10**9))
+    assert type(checked_count(RaisingInt(4), "limit", "recall discover")) is int
+    with pytest.raises(InvalidArgumentError):
+        reciprocal_rank_fusion([["a"]], k=LyingInt(-1))
+
+
+async def test_the_history_api_takes_number_subclasses_as_their_numbers() -> None:
+    rt = _runtime(max_groups=8)
+    async with rt:
+        for n in range(3):
+            await rt.append(
+                ANA,
+                "s1",
+                [Message(Role.USER, f"u{n}"), Message(Role.ASSISTANT, f"a{n}")],
+                expected_revision=RaisingInt(n),
+            )
+        page = await rt.read_history(
+            ANA, "s1", max_groups=RaisingInt(5), before_seq=RaisingInt(2), max_bytes=RaisingInt(10**6)
+        )
+        assert [g.seq for g in page.groups] == [0, 1]
+        with pytest.raises(InvalidArgumentError):
+            await rt.read_history(ANA, "s1", max_groups=LyingInt(10**6))
+        with pytest.raises(InvalidArgumentError):
+            await rt.read_history(ANA, "s1", max_groups=5, before_seq=LyingInt(99))
+        listed = await rt.list_sessions(ANA, limit=RaisingInt(5))
+        assert listed.sessions == ("s1",)

@@ -19,7 +19,6 @@ This module depends on :mod:`agentium_harness._errors` only, so every layer
 from __future__ import annotations
 
 import enum
-import math
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -42,8 +41,11 @@ __all__ = [
     "check_count",
     "check_duration",
     "enum_member",
+    "exact_int",
+    "exact_number",
     "identifier",
     "int_tuple",
+    "keep_exact",
     "lone_surrogate_at",
     "non_empty_str",
     "non_negative_int",
@@ -52,6 +54,7 @@ __all__ = [
     "plain_str",
     "positive_float",
     "positive_int",
+    "shown_number",
     "prose_text",
     "str_pair_tuple",
     "str_tuple",
@@ -72,23 +75,77 @@ MAX_DURATION_S: Final = 3600.0
 MAX_COUNT: Final = 1_000_000_000_000
 
 
+def exact_int(value: object) -> int | None:
+    """``value`` as an exact ``int`` if it is an ``int`` other than a ``bool``, else ``None``.
+
+    An ``int`` subclass (an ``IntEnum`` member, or one whose own comparisons,
+    ``__index__`` or ``__hash__`` lie or raise) is copied with ``int.__index__``,
+    the ``int`` type's own slot, which reads the number without calling any
+    method of the subclass: a bound is then checked, and kept, on the number
+    itself.
+    """
+    if type(value) is int:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int.__index__(value)
+    return None
+
+
+def exact_number(value: object) -> int | float | None:
+    """``value`` as an exact ``int`` or ``float`` if it is a number other than a ``bool``, else ``None``.
+
+    As :func:`exact_int`; a ``float`` subclass is copied with ``float.__float__``.
+    """
+    if type(value) is float:
+        return value
+    if isinstance(value, float):
+        return float.__float__(value)
+    return exact_int(value)
+
+
+def shown_number(value: object) -> str:
+    """How an error message shows a refused number: never by the host's own ``__repr__``.
+
+    An exact ``int`` (a huge one said so: its ``repr`` could raise), ``float``,
+    ``bool``, ``str`` or ``None`` is shown by its ``repr``; a subclass of a
+    number by the number it holds; anything else by its type's name.
+    """
+    number = exact_number(value)
+    if number is not None:
+        return repr(number) if type(number) is float or abs(number) < 10**30 else "an integer out of range"
+    if value is None or type(value) is bool or type(value) is str:
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+def keep_exact(instance: Any, attribute: attrs.Attribute[Any], value: object, exact: object) -> None:
+    """Make a record's field hold ``exact``, the exact number checked, when it was given a subclass.
+
+    A validator cannot return a value, and a converter on every number field of every
+    record would cost each construction a call: the few records given a subclass are set
+    again here (attrs has set every field before validators run), so no bound later
+    compares with the subclass's own methods.
+    """
+    if exact is not value:
+        object.__setattr__(instance, attribute.name, exact)
+
+
 def check_duration(value: object, name: str, *, ceiling: float = MAX_DURATION_S) -> float:
     """``value`` as a float if it is a finite number of seconds in ``(0, ceiling]``.
 
     The one duration rule: config keys and Python arguments alike. ``bool``,
     ``nan`` and ``inf`` are refused. Raises :class:`InvalidArgumentError`
-    (a ``ValueError``) naming ``name``.
+    (a ``ValueError``) naming ``name``. A number's subclass is read as the
+    number it holds (see :func:`exact_number`): its own comparisons are not trusted.
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= ceiling
-    ):
+    seconds = exact_number(value)
+    # Exact comparisons (an int of any size against the float ceiling, never converted first);
+    # nan and inf fail them.
+    if seconds is None or not 0 < seconds <= ceiling:
         raise InvalidArgumentError(
-            f"{name} must be a finite number of seconds in (0, {ceiling:g}], got {value!r}"
+            f"{name} must be a finite number of seconds in (0, {ceiling:g}], got {shown_number(value)}"
         )
-    return float(value)
+    return float(seconds)
 
 
 def check_count(value: object, name: str, *, minimum: int = 1, ceiling: int = MAX_COUNT) -> int:
@@ -99,10 +156,11 @@ def check_count(value: object, name: str, *, minimum: int = 1, ceiling: int = MA
     naming ``name``. Returns a plain ``int``: an ``int`` subclass's own
     comparisons are not trusted (one whose ``__le__`` lies would pass any bound).
     """
-    plain = int.__int__(value) if isinstance(value, int) and not isinstance(value, bool) else None
+    plain = exact_int(value)
     if plain is None or not minimum <= plain <= ceiling:
-        shown = repr(value) if plain is None or abs(plain) < 10**30 else "an integer out of range"
-        raise InvalidArgumentError(f"{name} must be an integer from {minimum} to {ceiling}, got {shown}")
+        raise InvalidArgumentError(
+            f"{name} must be an integer from {minimum} to {ceiling}, got {shown_number(value)}"
+        )
     return plain
 
 
@@ -123,6 +181,8 @@ class BoundedDuration:
         if value is None and self.optional:
             return
         check_duration(value, attribute.name, ceiling=self.ceiling)
+        if type(value) is not int and type(value) is not float:
+            keep_exact(instance, attribute, value, exact_number(value))  # a subclass: its number
 
 
 @attrs.frozen(slots=True)
@@ -137,7 +197,8 @@ class BoundedCount:
         """Raise :class:`InvalidArgumentError` unless ``value`` is an acceptable count."""
         if value is None and self.optional:
             return
-        check_count(value, attribute.name, minimum=self.minimum, ceiling=self.ceiling)
+        plain = check_count(value, attribute.name, minimum=self.minimum, ceiling=self.ceiling)
+        keep_exact(instance, attribute, value, plain)
 
 
 def bounded_duration(*, ceiling: float = MAX_DURATION_S, optional: bool = False) -> BoundedDuration:
@@ -161,9 +222,16 @@ positive_float: Final = bounded_duration()
 
 
 def non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An ``int`` of at least 0 (``bool`` refused): a position such as a ``seq``, not a limit."""
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-        raise InvalidArgumentError(f"{attribute.name} must be a non-negative integer, got {value!r}")
+    """An ``int`` of at least 0 (``bool`` refused): a position such as a ``seq``, not a limit.
+
+    An ``int`` subclass is checked, and kept, as the exact ``int`` it holds (see :func:`exact_int`).
+    """
+    plain = exact_int(value)
+    if plain is None or plain < 0:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a non-negative integer, got {shown_number(value)}"
+        )
+    keep_exact(instance, attribute, value, plain)
 
 
 def non_empty_str(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -32,6 +32,7 @@ from .._ports._base import OpContext, capabilities_of
 from .._ports.embedder import Embedder, EmbeddingLimits, EmbeddingModel, Vector
 from .._ports.recall import RecallCapabilities, RecallStore, SourceRef, SourceVector
 from .._text import error_text
+from .._validators import exact_int, shown_number
 from .checks import check_adapter
 from .lifecycle import Ticket
 
@@ -98,9 +99,10 @@ def make_hybrid(embedder: Embedder, limits: EmbeddingLimits | None, recall: Reca
             f"embedder {type(embedder).__name__}.max_batch raised {error_text(exc)}; "
             "it must be an integer >= 1"
         ) from exc
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    plain = exact_int(batch)  # an int subclass as its number: its own comparisons are not trusted
+    if plain is None or plain < 1:
         raise CapabilityError(
-            f"embedder {type(embedder).__name__}.max_batch must be an integer >= 1, got {batch!r}"
+            f"embedder {type(embedder).__name__}.max_batch must be an integer >= 1, got {shown_number(batch)}"
         )
     return Hybrid(embedder, limits or EmbeddingLimits(), model)
 
@@ -113,12 +115,13 @@ def _batch_size(hybrid: Hybrid) -> int:
         raise EmbeddingError(
             f"embedder {type(hybrid.embedder).__name__}.max_batch raised {error_text(exc)}"
         ) from exc
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+    plain = exact_int(batch)  # an int subclass as its number: its own comparisons are not trusted
+    if plain is None or plain < 1:
         raise EmbeddingError(
-            f"embedder {type(hybrid.embedder).__name__}.max_batch is now {batch!r}, not an integer >= 1; "
-            "nothing was sent"
+            f"embedder {type(hybrid.embedder).__name__}.max_batch is now {shown_number(batch)}, not an "
+            "integer >= 1; nothing was sent"
         )
-    return min(hybrid.limits.max_batch, batch)
+    return min(hybrid.limits.max_batch, plain)
 
 
 def _cut(text: str, max_bytes: int) -> str:

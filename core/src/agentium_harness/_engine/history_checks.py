@@ -34,7 +34,7 @@ from .._history import (
     match_tool_results,
 )
 from .._text import cut_text
-from .._validators import check_count, lone_surrogate_at, validate_id
+from .._validators import check_count, exact_int, lone_surrogate_at, shown_number, validate_id
 
 __all__ = [
     "MAX_APPEND_BYTES",
@@ -461,23 +461,26 @@ def check_expected_revision(value: object) -> int | None:
     """``None``, or a revision: an ``int`` of at least 0 (0: the session must not exist yet)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    revision = exact_int(value)  # an int subclass as its number: its own comparisons are not trusted
+    if revision is None or revision < 0:
         raise InvalidArgumentError(
-            f"expected_revision must be None or an integer of at least 0, got {value!r}; nothing was written"
+            f"expected_revision must be None or an integer of at least 0, got {shown_number(value)}; "
+            "nothing was written"
         )
-    return value
+    return revision
 
 
 def check_before_seq(value: object, next_seq: int) -> int:
     """The exclusive upper seq of a page: ``next_seq`` for ``None``, else an int in ``0..next_seq``."""
     if value is None:
         return next_seq
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= next_seq:
+    seq = exact_int(value)  # an int subclass as its number: its own comparisons are not trusted
+    if seq is None or not 0 <= seq <= next_seq:
         raise InvalidArgumentError(
             f"before_seq must be None or an integer from 0 to {next_seq} (the session's next seq), "
-            f"got {value!r}"
+            f"got {shown_number(value)}"
         )
-    return value
+    return seq
 
 
 def check_page(max_groups: object, max_bytes: object) -> tuple[int, int | None]:

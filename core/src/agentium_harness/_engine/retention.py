@@ -15,7 +15,6 @@ groups ``erased``.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -42,7 +41,7 @@ from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, ErasureKind,
 from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
 from .._text import error_text
-from .._validators import bounded_count
+from .._validators import bounded_count, exact_number, keep_exact, shown_number
 from .erasure import ErasureResult, OperatorAttestation
 from .lifecycle import Ticket
 from .load import load_session
@@ -72,15 +71,13 @@ MAX_RETENTION_DAYS: Final = 36_500.0
 def _days(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= MAX_RETENTION_DAYS
-    ):
+    days = exact_number(value)  # a subclass as its number: its own comparisons are not trusted
+    if days is None or not 0 < days <= MAX_RETENTION_DAYS:  # (nan and inf fail it too)
         raise InvalidArgumentError(
-            f"{attribute.name} must be a number of days in (0, {MAX_RETENTION_DAYS:g}], got {value!r}"
+            f"{attribute.name} must be a number of days in (0, {MAX_RETENTION_DAYS:g}], "
+            f"got {shown_number(value)}"
         )
+    keep_exact(instance, attribute, value, days)
 
 
 @attrs.frozen(slots=True)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import math
 import os
 import threading
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from .._errors import InvalidArgumentError, PluginError
+from .._validators import exact_number, shown_number
 
 __all__ = [
     "DEFAULT_HOOK_TIMEOUT_S",
@@ -52,14 +52,15 @@ class HookTimeoutError(PluginError):
 
 def check_timeout(value: object, name: str) -> float:
     """``value`` as a deadline in seconds; :class:`InvalidArgumentError` unless finite and in (0, 1 day]."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    number = exact_number(value)  # a subclass as its number: its own __float__ and comparisons not run
+    if number is None:
         raise InvalidArgumentError(f"{name} must be a number of seconds, got {type(value).__name__}")
-    seconds = float(value)
-    if not (math.isfinite(seconds) and 0 < seconds <= _MAX_TIMEOUT_S):
+    # Compared before any conversion: float() of a huge int would raise OverflowError.
+    if not 0 < number <= _MAX_TIMEOUT_S:
         raise InvalidArgumentError(
-            f"{name} must be more than 0 and at most {_MAX_TIMEOUT_S:g} seconds, got {value!r}"
+            f"{name} must be more than 0 and at most {_MAX_TIMEOUT_S:g} seconds, got {shown_number(value)}"
         )
-    return seconds
+    return float(number)
 
 
 def hook_timeout(environ: Mapping[str, str]) -> float:

@@ -24,7 +24,15 @@ from typing import Any, ClassVar, Final
 import attrs
 
 from .._errors import InvalidArgumentError
-from .._validators import bounded_count, bounded_duration, identifier, plain_str
+from .._validators import (
+    bounded_count,
+    bounded_duration,
+    exact_int,
+    identifier,
+    keep_exact,
+    plain_str,
+    shown_number,
+)
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -59,10 +67,12 @@ class EmbedderCapabilities(Capabilities):
 
 
 def _dimension(instance: Any, attribute: attrs.Attribute[int], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIMENSION:
+    dimension = exact_int(value)  # an int subclass as its number: its own comparisons are not trusted
+    if dimension is None or not 1 <= dimension <= MAX_DIMENSION:
         raise InvalidArgumentError(
-            f"{attribute.name} must be an integer from 1 to {MAX_DIMENSION}, got {value!r}"
+            f"{attribute.name} must be an integer from 1 to {MAX_DIMENSION}, got {shown_number(value)}"
         )
+    keep_exact(instance, attribute, value, dimension)
 
 
 @attrs.frozen(slots=True)

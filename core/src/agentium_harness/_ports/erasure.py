@@ -26,7 +26,7 @@ import attrs
 
 from .._errors import InvalidArgumentError
 from .._scope import SessionKey, VerifiedIdentity, validate_id
-from .._validators import MAX_COUNT, optional_plain_str, plain_str
+from .._validators import MAX_COUNT, exact_int, keep_exact, optional_plain_str, plain_str, shown_number
 
 if TYPE_CHECKING:  # the ports import this module; only attributes are used at run time
     from .memory import GroupRef, MemoryScope
@@ -73,8 +73,12 @@ class EraseLevel(enum.StrEnum):
 
 
 def _seq(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_COUNT:
-        raise InvalidArgumentError(f"{attribute.name} must be an int from 0 to {MAX_COUNT}, got {value!r}")
+    seq = exact_int(value)  # an int subclass as its number: its own comparisons are not trusted
+    if seq is None or not 0 <= seq <= MAX_COUNT:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be an int from 0 to {MAX_COUNT}, got {shown_number(value)}"
+        )
+    keep_exact(instance, attribute, value, seq)
 
 
 @attrs.frozen(slots=True, order=True)
@@ -351,9 +355,12 @@ def group_sessions(rows: Iterable[tuple[SessionKey, int, str]]) -> tuple[ErasedS
 
 def check_max_items(max_items: object) -> int:
     """``max_items`` if it is an int from 1 to :data:`~agentium_harness._validators.MAX_COUNT`."""
-    if not isinstance(max_items, int) or isinstance(max_items, bool) or not 1 <= max_items <= MAX_COUNT:
-        raise InvalidArgumentError(f"max_items must be an int from 1 to {MAX_COUNT}, got {max_items!r}")
-    return max_items
+    plain = exact_int(max_items)  # an int subclass as its number: its own comparisons are not trusted
+    if plain is None or not 1 <= plain <= MAX_COUNT:
+        raise InvalidArgumentError(
+            f"max_items must be an int from 1 to {MAX_COUNT}, got {shown_number(max_items)}"
+        )
+    return plain
 
 
 def check_target(target: object) -> EraseTarget:

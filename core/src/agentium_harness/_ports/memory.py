@@ -37,7 +37,7 @@ import attrs
 from .._codec import iso_utc, parse_iso_utc
 from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
-from .._validators import optional_plain_str, plain_str
+from .._validators import check_count, keep_exact, optional_plain_str, plain_str
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
@@ -180,9 +180,8 @@ class GroupRef:
     def _seq(self, attribute: attrs.Attribute[Any], value: object) -> None:
         # Bounded as a SQLite INTEGER: a seq of thousands of digits could be neither stored
         # (canonical JSON) nor rendered into a memory block's label (int-to-str limit), failing a run.
-        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _MAX_SEQ:
-            shown = value if not isinstance(value, int) or value.bit_length() <= 64 else "an int over 2**63"
-            raise InvalidArgumentError(f"provenance seq must be an int from 0 to 2**63 - 1, got {shown!r}")
+        # (check_count reads an int subclass as its number: its own comparisons are not trusted.)
+        keep_exact(self, attribute, value, check_count(value, "provenance seq", minimum=0, ceiling=_MAX_SEQ))
 
     @digest.validator
     def _digest(self, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -311,9 +310,7 @@ def check_fact(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> None:
 
 def check_limit(limit: object) -> int:
     """``limit`` if it is an int in ``1..MAX_LOOKUP_LIMIT``; else :class:`InvalidArgumentError`."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LOOKUP_LIMIT:
-        raise InvalidArgumentError(f"limit must be an int between 1 and {MAX_LOOKUP_LIMIT}, got {limit!r}")
-    return limit
+    return check_count(limit, "limit", ceiling=MAX_LOOKUP_LIMIT)  # (an int subclass as its number)
 
 
 def check_revision(latest: int) -> None:
@@ -356,9 +353,7 @@ class StoredFact:
     @revision.validator
     def _revision(self, attribute: attrs.Attribute[Any], value: object) -> None:
         # A memory block labels it: "True", "-3" or a 5,000-digit int (str() raises) must not get there.
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _MAX_SEQ:
-            shown = value if not isinstance(value, int) or value.bit_length() <= 64 else "an int over 2**63"
-            raise InvalidArgumentError(f"a fact revision must be an int from 1 to 2**63 - 1, got {shown!r}")
+        keep_exact(self, attribute, value, check_count(value, "a fact revision", ceiling=_MAX_SEQ))
 
     @property
     def scope(self) -> MemoryScope:

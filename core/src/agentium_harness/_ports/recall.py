@@ -20,7 +20,7 @@ import attrs
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._scope import Scope, SessionKey
-from .._validators import bounded_count, bounded_duration
+from .._validators import bounded_count, bounded_duration, exact_int, shown_number
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .archive import ArchiveReceipt
 from .embedder import Vector
@@ -177,8 +177,10 @@ def reciprocal_rank_fusion(
     at its best rank. Deterministic, no I/O: stores call it inside
     :meth:`RecallSession.discover_hybrid`.
     """
-    if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-        raise InvalidArgumentError(f"k must be an integer >= 0, got {k!r}")
+    plain_k = exact_int(k)  # an int subclass as its number: its own comparisons are not trusted
+    if plain_k is None or plain_k < 0:
+        raise InvalidArgumentError(f"k must be an integer >= 0, got {shown_number(k)}")
+    k = plain_k
     if weights is None:
         weights = [1.0] * len(rankings)
     if len(weights) != len(rankings):

@@ -15,6 +15,7 @@ from typing import Final, TypeVar
 
 from .._errors import InvalidArgumentError
 from .._scope import SessionKey
+from .._validators import exact_int
 from ._base import OpContext
 from .recall import SourceRef
 from .recall_sources import SourceOwner
@@ -58,11 +59,12 @@ def checked_query(query: object, operation: str) -> str:
 
 def checked_count(value: object, what: str, operation: str) -> int:
     """``value`` if it is an ``int`` (not a ``bool``), clamped to ±:data:`MAX_ARGUMENT_INT`."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    plain = exact_int(value)  # an int subclass as its number: its own comparisons are not trusted
+    if plain is None:
         raise InvalidArgumentError(
             f"{operation}: {what} must be an int, got {type(value).__name__}; nothing was changed"
         )
-    return max(-MAX_ARGUMENT_INT, min(MAX_ARGUMENT_INT, value))
+    return max(-MAX_ARGUMENT_INT, min(MAX_ARGUMENT_INT, plain))
 
 
 def checked_sequence(value: object, what: str, operation: str) -> Sequence[object]:

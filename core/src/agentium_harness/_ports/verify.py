@@ -10,7 +10,15 @@ import attrs
 
 from .._errors import InvalidArgumentError
 from .._scope import Scope
-from .._validators import MAX_COUNT, bounded_count, enum_member, unicode_text
+from .._validators import (
+    MAX_COUNT,
+    bounded_count,
+    enum_member,
+    exact_number,
+    keep_exact,
+    shown_number,
+    unicode_text,
+)
 from .._verdicts import (
     MAX_EVIDENCE_BYTES,
     MAX_EVIDENCE_ENTRIES,
@@ -103,8 +111,12 @@ def _instance_of(kind: type) -> Callable[[Any, attrs.Attribute[Any], Any], None]
 
 
 def _started_at(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
-        raise InvalidArgumentError(f"run_started_at must be a finite time.time() value, got {value!r}")
+    started = exact_number(value)  # a subclass as its number: its own comparisons are not trusted
+    if started is None or not 0 <= started < math.inf:
+        raise InvalidArgumentError(
+            f"run_started_at must be a finite time.time() value, got {shown_number(value)}"
+        )
+    keep_exact(instance, attribute, value, started)
 
 
 @attrs.frozen(slots=True)

@@ -124,7 +124,7 @@ from .._ports.recall_args import (
     checked_sequence,
 )
 from .._scope import Scope, SessionKey
-from .._validators import bounded_count
+from .._validators import bounded_count, exact_number, keep_exact, shown_number
 from ._sqlite_base import SQLiteAdapterBase, SQLiteConfig
 from ._sqlite_recall_gaps import UNINDEXED_WINDOW, unindexed_seqs
 from ._sqlite_recall_session import STOPWORD_LISTS, SQLiteRecallError, SQLiteRecallSession
@@ -193,13 +193,21 @@ def _stopwords_name(instance: object, attribute: attrs.Attribute[str], value: ob
 
 
 def _similarity(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
-        raise InvalidArgumentError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
+    number = exact_number(value)  # a subclass as its number: its own comparisons are not trusted
+    if number is None or not -1.0 <= number <= 1.0:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a number from -1 to 1, got {shown_number(value)}"
+        )
+    keep_exact(instance, attribute, value, number)
 
 
 def _share(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
-        raise InvalidArgumentError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
+    number = exact_number(value)  # a subclass as its number: its own comparisons are not trusted
+    if number is None or not 0.0 <= number <= 1.0:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be a number from 0 to 1, got {shown_number(value)}"
+        )
+    keep_exact(instance, attribute, value, number)
 
 
 @attrs.frozen(slots=True)

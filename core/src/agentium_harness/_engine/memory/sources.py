@@ -26,6 +26,7 @@ from ..._ports.memory import MemoryScope, MemoryStore, StoredFact, check_at, che
 from ..._ports.provider import SourceBlock, SourceKind
 from ..._scope import Scope
 from ..._text import error_text
+from ..._validators import exact_int, shown_number
 from ..bounded import Overrun, bounded
 from ..lifecycle import Ticket, abandonment
 from ..results import Diagnostic, Severity
@@ -143,8 +144,10 @@ async def _memory_blocks(
     at: datetime | None = None,
     ticket: Ticket | None = None,
 ) -> tuple[tuple[SourceBlock, ...], MemoryOmitted]:
-    if not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool) or budget_tokens < 0:
-        raise InvalidArgumentError(f"budget_tokens must be an int >= 0, got {budget_tokens!r}")
+    budget = exact_int(budget_tokens)  # an int subclass as its number: its own comparisons are not trusted
+    if budget is None or budget < 0:
+        raise InvalidArgumentError(f"budget_tokens must be an int >= 0, got {shown_number(budget_tokens)}")
+    budget_tokens = budget
     _check_arguments(source, selection, scope, query, op)
     checked = check_at(at)  # a naive ``at`` would be a bare TypeError comparing it with a fact's window
     when = checked if checked is not None else datetime.now(UTC)

@@ -36,6 +36,7 @@ from ..._errors import InvalidArgumentError
 from ..._observe import spans as observe
 from ..._observe.turn import observed_drain
 from ..._text import error_text
+from ..._validators import exact_number, shown_number
 from ..bounded import spawn
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..owned_work import OwnedWork
@@ -365,15 +366,22 @@ class WorkTracker:
         return result
 
     async def _drain(self, timeout_s: float, grace_s: float) -> DrainResult:
-        if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or not timeout_s >= 0:
-            raise InvalidArgumentError(f"drain timeout must be a number of seconds >= 0, got {timeout_s!r}")
-        if math.isinf(timeout_s):
+        # Numbers' subclasses as their numbers (the rest of the drain uses these): their own
+        # comparisons are not trusted.
+        timeout = exact_number(timeout_s)
+        if timeout is None or not timeout >= 0:
+            raise InvalidArgumentError(
+                f"drain timeout must be a number of seconds >= 0, got {shown_number(timeout_s)}"
+            )
+        if timeout == math.inf:
             raise InvalidArgumentError("drain timeout must be finite: a drain always ends")
-        if not isinstance(grace_s, int | float) or isinstance(grace_s, bool) or not 0 <= grace_s < math.inf:
+        grace = exact_number(grace_s)
+        if grace is None or not 0 <= grace < math.inf:
             # nan or a str would fail inside the drain's task group, as a bare error (ExceptionGroup)
             raise InvalidArgumentError(
-                f"drain grace must be a finite number of seconds >= 0, got {grace_s!r}"
+                f"drain grace must be a finite number of seconds >= 0, got {shown_number(grace_s)}"
             )
+        timeout_s, grace_s = timeout, grace
         from_sources: list[DrainItem] = []
         source_dropped: dict[DrainStatus, int] = dict.fromkeys(DrainStatus, 0)
 
