@@ -11,6 +11,7 @@ committed, and nothing of the host's class runs later inside the engine.
 from __future__ import annotations
 
 import enum
+from collections import OrderedDict
 from typing import Any, ClassVar
 
 import pytest
@@ -482,3 +483,90 @@ async def test_the_history_api_takes_number_subclasses_as_their_numbers() -> Non
             await rt.read_history(ANA, "s1", max_groups=5, before_seq=LyingInt(99))
         listed = await rt.list_sessions(ANA, limit=RaisingInt(5))
         assert listed.sessions == ("s1",)
+
+
+# -- payloads: checked as plain JSON by what they hold, not by their own __eq__ -------------------------
+
+
+class AlwaysEqualDict(dict[str, Any]):
+    """A dict that says it equals anything (so a tuple inside would come back a list unnoticed)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class AlwaysEqualList(list[Any]):
+    """A list that says it equals anything."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class LyingItems(dict[str, Any]):
+    """A dict whose items() shows plain JSON while it holds something else."""
+
+    def items(self) -> Any:
+        return [(k, [1]) for k in dict.keys(self)]
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ClaimsToBeStr:
+    """An object whose __class__ says str."""
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # type: ignore[override]
+        return str
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(AlwaysEqualDict(x=(1, 2)), id="equal-dict-holding-a-tuple"),
+        pytest.param({"x": AlwaysEqualList([(1, 2)])}, id="equal-list-holding-a-tuple"),
+        pytest.param([AlwaysEqualDict({"k": {1: "int key"}})], id="equal-dict-holding-an-int-key"),
+        pytest.param(LyingItems(x=(1,)), id="items-lie"),
+        pytest.param(LyingItems(x=ClaimsToBeStr()), id="items-hide-an-object-claiming-str"),
+    ],
+)
+async def test_a_payload_whose_own_eq_hides_what_json_changes_is_refused(payload: Any) -> None:
+    message = Message(Role.USER, "x", payload=payload, payload_format=FORMAT)
+    with pytest.raises(InvalidPayloadError, match="not plain JSON"):
+        check_messages_encoded([message])
+    call = ToolCall("c1", "f", {"ok": 1})
+    object.__setattr__(call, "arguments", payload if isinstance(payload, dict) else {"a": payload})
+    with pytest.raises(InvalidPayloadError, match="not plain JSON"):
+        check_messages_encoded(
+            [Message(Role.ASSISTANT, "", tool_calls=(call,)), Message(Role.TOOL, "r", tool_call_id="c1")]
+        )
+    rt = _runtime()
+    async with rt:
+        with pytest.raises(InvalidPayloadError):
+            await rt.append(ANA, "s1", [message])
+        assert (await rt.read_history(ANA, "s1", max_groups=1)).groups == ()
+
+
+def test_a_payload_of_harmless_subclasses_is_kept_as_plain_json() -> None:
+    # Read by what they hold: a str enum, an IntEnum, an OrderedDict, a list whose __eq__ lies
+    # but that holds plain JSON, a float subclass.
+    payload = OrderedDict(role=Colour.RED, n=Level.EIGHT, items=AlwaysEqualList([1, "a"]), f=LyingFloat(0.5))
+    plain = {"role": "red", "n": 8, "items": [1, "a"], "f": 0.5}
+    (checked,), _ = check_messages_encoded([Message(Role.USER, "x", payload=payload, payload_format=FORMAT)])
+    assert checked.payload == plain and type(checked.payload) is dict
+    assert [type(v) for v in checked.payload.values()] == [float, list, int, str]

@@ -33,6 +33,7 @@ from .._history import (
     ToolCall,
     match_tool_results,
 )
+from .._json import same_plain_json
 from .._text import cut_text
 from .._validators import check_count, exact_int, lone_surrogate_at, shown_number, validate_id
 
@@ -132,7 +133,9 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
     """A private copy of ``value`` if it is plain JSON within the bounds, else :class:`InvalidPayloadError`.
 
     The value is encoded canonically and decoded strictly again; it must come
-    back equal, so a tuple (a list again), a non-string key (a string again),
+    back the same, type for type (:func:`~agentium_harness._json.same_plain_json`:
+    by what it holds, never by a subclass's own ``__eq__``), so a tuple (a
+    list again), a non-string key (a string again),
     ``nan``/``inf`` or a lone surrogate is refused, and so is an integer of
     more than 4,300 digits (the most Python decodes by default, whatever
     limit this process set) and nesting deeper than 64 levels. The decoded
@@ -169,11 +172,9 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
     # finite): the plain C decoder gives the same copy, and a value that did not come back equal
     # (a tuple, a non-string key) is refused below as before.
     copy = json.loads(encoded)
-    try:
-        differs = bool(copy != value)
-    except Exception:  # a host object's own __eq__ raised: it is no plain JSON either
-        differs = True
-    if differs:
+    # Type-strict, running nothing of the host's (a dict subclass whose __eq__ always says True
+    # would otherwise let a tuple inside it come back a list).
+    if not same_plain_json(copy, value):
         raise InvalidPayloadError(
             f"{what} is not plain JSON (only dicts with string keys, lists, strings, finite numbers, "
             "booleans and None come back unchanged; a tuple or a non-string key would not); "
@@ -366,13 +367,13 @@ def _checked_at_once(messages: Sequence[object]) -> tuple[tuple[Message, ...], b
             assert isinstance(message, Message)
             calls_copied = []
             for given, call_copy in zip(item["tool_calls"], copy["tool_calls"], strict=True):
-                if call_copy["arguments"] != given["arguments"]:
+                if not same_plain_json(call_copy["arguments"], given["arguments"]):
                     return None
                 calls_copied.append(ToolCall(given["id"], given["name"], call_copy["arguments"]))
             payload = None
             if "payload" in item:
                 payload = copy["payload"]
-                if payload != item["payload"]:
+                if not same_plain_json(payload, item["payload"]):
                     return None
             # Positional, in Message's field order (role, content, tool_calls, tool_call_id,
             # payload, payload_format; a test holds the list to Message's fields): keyword
