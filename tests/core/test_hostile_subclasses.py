@@ -11,6 +11,7 @@ committed, and nothing of the host's class runs later inside the engine.
 from __future__ import annotations
 
 import enum
+import sys
 from collections import OrderedDict
 from typing import Any, ClassVar
 
@@ -570,3 +571,22 @@ def test_a_payload_of_harmless_subclasses_is_kept_as_plain_json() -> None:
     (checked,), _ = check_messages_encoded([Message(Role.USER, "x", payload=payload, payload_format=FORMAT)])
     assert checked.payload == plain and type(checked.payload) is dict
     assert [type(v) for v in checked.payload.values()] == [float, list, int, str]
+
+
+class HugeInt(int):
+    """An int whose own methods raise, holding more digits than Python decodes by default."""
+
+    __abs__ = __neg__ = __index__ = __int__ = __repr__ = __lt__ = __ge__ = _boom  # type: ignore[assignment]
+
+
+def test_a_huge_int_subclass_in_a_payload_is_refused_by_its_digits() -> None:
+    # Only a process that raised its int-to-str limit can encode it: the check then looks for
+    # integers too long to read back, which must not run the subclass's own __abs__.
+    previous = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        payload = AlwaysEqualDict(n=AlwaysEqualList([HugeInt(10**5000)]))
+        with pytest.raises(InvalidPayloadError, match="more than 4300 digits"):
+            check_messages_encoded([Message(Role.USER, "x", payload=payload, payload_format=FORMAT)])
+    finally:
+        sys.set_int_max_str_digits(previous)

@@ -54,8 +54,8 @@ __all__ = [
     "plain_str",
     "positive_float",
     "positive_int",
-    "shown_number",
     "prose_text",
+    "shown_number",
     "str_pair_tuple",
     "str_tuple",
     "unicode_text",
@@ -126,7 +126,7 @@ def keep_exact(instance: Any, attribute: attrs.Attribute[Any], value: object, ex
     again here (attrs has set every field before validators run), so no bound later
     compares with the subclass's own methods.
     """
-    if exact is not value:
+    if exact is not value and instance is not None:  # (None: the validator called on a bare value)
         object.__setattr__(instance, attribute.name, exact)
 
 

@@ -185,14 +185,15 @@ def plain_json(value: object, what: str, *, max_bytes: int = MAX_PAYLOAD_BYTES) 
 
 def _long_int_in(value: object) -> bool:
     """Whether plain JSON ``value`` holds an integer of more than :data:`_MAX_INT_DIGITS` digits."""
+    # Read with the base types' own methods: a subclass's values(), __iter__ or __abs__ does not run.
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            stack.extend(item.values())
+            stack.extend(dict.values(item))
         elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) >= _INT_CEILING:
+            stack.extend(list.__iter__(item))
+        elif (number := exact_int(item)) is not None and abs(number) >= _INT_CEILING:
             return True
     return False
 
