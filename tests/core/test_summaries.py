@@ -338,6 +338,68 @@ async def test_a_group_from_another_scope_is_never_offered() -> None:
     assert all(1 not in offered for offered in summarizer.offered)
 
 
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+BOB_KEY = SessionKey("acme", "bob", "private")
+
+
+class Stripping(InMemoryArchive):
+    """Answers a read of ana's s1 at seq 1 with bob's group 1, its retained record stripped."""
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        groups = list(await super().read_groups(key, start_seq, max_groups, ctx))
+        if key != KEY:
+            return groups
+        (theirs,) = await super().read_groups(BOB_KEY, 1, 1, ctx)
+        return [attrs.evolve(theirs, retained=None) if g.seq == 1 else g for g in groups]
+
+
+class Reading(ExtractiveSummarizer):
+    """The real extractive summarizer, recording every message text it was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    async def summarize(self, previous: Any, groups: Sequence[MessageGroup], ctx: OpContext) -> TaskSummary:
+        self.seen += [m.content for g in groups for m in g.messages]
+        return await super().summarize(previous, groups, ctx)
+
+
+async def test_a_group_with_no_retained_record_and_no_receipt_is_never_offered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Archived while no summarizer was configured, so the snapshot keeps no receipts: after the
+    # restart with one, a group stripped of its retained record proved nothing about whose it is,
+    # and another session's was summarized into this one's summary.
+    archive, store = Stripping(), InMemorySessionStore()
+    before = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    for i in range(4):
+        await before.run(BOB, "private", f"Bob's secret {i}: the vault code is 90{i}1.")
+    await _turns(before, 5)
+    await before.aclose()
+    stored = await store.load(KEY, OpContext.with_timeout(5))
+    assert stored is not None and stored.snapshot.boundary == 3 and stored.snapshot.receipts == ()
+    summarizer = Reading()
+    after = _runtime(summarizer, archive=archive, store=store)
+    with caplog.at_level("WARNING", logger="agentium"):
+        result = await _turns(after, 1, start=5)
+    await after.aclose()
+    assert not any("vault code" in text for text in summarizer.seen)
+    assert any("widget number 0" in text for text in summarizer.seen)  # its own group 0 was folded
+    assert result.summary is not None and result.summary.summary.frontier == 1
+    (gap,) = result.summary.gaps
+    assert gap.seq == 1 and gap.reason is GapReason.FOREIGN
+    assert "vault" not in result.summary.summary.text
+    (note,) = [d for d in result.diagnostics if d.code == "summary_gap"]
+    assert note.severity.value == "warning" and "foreign" in note.message
+    assert any(r.levelname == "WARNING" and "vault" not in r.getMessage() for r in caplog.records)
+
+
 async def test_two_runtimes_on_one_store_never_both_advance_the_summary() -> None:
     from agentium_harness._engine.lifecycle import Ticket
     from agentium_harness._engine.summary import save_summary

@@ -262,7 +262,8 @@ class GapReason(enum.StrEnum):
     CHANGED = "changed"
     #: A group came back out of order, incomplete (missing tool results) or not at all.
     INCOMPLETE = "incomplete"
-    #: The group belongs to another session's scope; it was never offered to the summarizer.
+    #: The group belongs to another session's scope (or carries no retained record and no receipt
+    #: vouches for it); it was never offered to the summarizer.
     FOREIGN = "foreign"
     #: The group alone is larger than the update's input byte budget.
     TOO_LARGE = "too_large"
