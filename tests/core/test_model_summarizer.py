@@ -124,8 +124,10 @@ def test_config_refuses_bad_values() -> None:
         ModelSummarizerConfig(max_group_chars=1)
     with pytest.raises(InvalidArgumentError):
         ModelSummarizerConfig(policy_version=2)  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgumentError):
-        ModelSummarizerConfig(policy_version="v" * 129)
+    for name in ("v" * 65, "", "prompt of 2024", "v1\n", "p@1"):
+        with pytest.raises(InvalidArgumentError, match="ASCII letters"):
+            ModelSummarizerConfig(policy_version=name)
+    assert ModelSummarizerConfig(policy_version="2024-05-01:v" + "9" * 52).policy_version.startswith("2024")
     with pytest.raises(InvalidArgumentError):
         ModelSummarizer(config="x")  # type: ignore[arg-type]
 

@@ -16,7 +16,7 @@ from agentium_harness._errors import InvalidArgumentError, RuntimeCloseError
 from agentium_harness._history import Message, MessageGroup, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.summary import (
-    MAX_POLICY_BYTES,
+    MAX_POLICY_CHARS,
     MAX_SUMMARY_CITATIONS,
     MAX_UNCERTAINTY_BYTES,
     MAX_UNCERTAINTY_NOTES,
@@ -217,18 +217,40 @@ async def test_repeated_citations_are_kept_once_and_forged_ones_give_one_diagnos
         assert "dropped 39999 citation(s)" in note.message and len(note.message) < 300
 
 
+def _stating(groups: list[MessageGroup]) -> str:
+    """What a hostile summarizer puts in ``policy``/``version``: a fact from the text, in 128 bytes."""
+    return groups[0].messages[0].content[:100]
+
+
 @pytest.mark.parametrize("field", ["policy", "version"])
-async def test_a_policy_or_version_over_its_bound_is_refused_whole(field: str) -> None:
-    runtime = _runtime(Scripted(_with(**{field: "p" * (MAX_POLICY_BYTES + 1)})))
+@pytest.mark.parametrize(
+    "value", [_stating, "p" * (MAX_POLICY_CHARS + 1), "", "v1 beta", "p@1", "r\u00e9sum\u00e9", "v1\n"]
+)
+async def test_a_policy_or_version_that_is_not_a_name_is_refused_whole(field: str, value: Any) -> None:
+    # Both are copied into the retained record of every later committed group, which no erasure
+    # (forget with erase_sources) rewrites: up to 128 bytes of what the groups said outlived them.
+    runtime = _runtime(Scripted(_with(**{field: value})))
+    results = []
     async with runtime:
-        for i in range(3):
-            result = await runtime.run(ANA, "s1", f"message {i}.")
-        assert result.has("summary_too_large") and result.summary is None
-    runtime = _runtime(Scripted(_with(**{field: "p" * MAX_POLICY_BYTES})))
+        for i in range(4):
+            results.append(await runtime.run(ANA, "s1", f"The vault code is 90{i}1."))
+    last = results[-1]
+    assert last.summary is None
+    (note,) = {d for d in last.diagnostics if d.code == "summarizer_contract_violation"}
+    assert f"summary's {field}" in note.message and "vault" not in note.message
+    assert note.severity.value == "error"
+    for result in results:
+        assert getattr(result.retained, f"summary_{field}") is None
+
+
+@pytest.mark.parametrize("value", ["p" * MAX_POLICY_CHARS, "gpt-4o-mini:v3", "2024-05-01", "a/b_c+d.e"])
+async def test_a_policy_and_version_that_are_names_are_kept(value: str) -> None:
+    runtime = _runtime(Scripted(_with(policy=value, version=value)))
     async with runtime:
-        for i in range(3):
+        for i in range(4):
             result = await runtime.run(ANA, "s1", f"message {i}.")
-        assert result.summary is not None and getattr(result.summary.summary, field) == "p" * MAX_POLICY_BYTES
+        assert result.summary is not None and result.summary.summary.policy == value
+        assert result.retained.summary_policy == value and result.retained.summary_version == value
 
 
 class Raising(Summarizer):

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._ports.summary import (
-    MAX_POLICY_BYTES,
+    MAX_POLICY_CHARS,
     MAX_SUMMARY_CITATIONS,
     Citation,
     SummaryLimits,
@@ -27,6 +27,7 @@ from .._ports.summary import (
     check_seq,
     check_text,
     fit_notes,
+    is_policy_token,
     newest_notes,
 )
 from .._text import error_text, shorten
@@ -106,9 +107,9 @@ def checked_answer(
     """The summarizer's answer checked and bounded, or ``None`` when it must be refused whole.
 
     Refused whole: malformed (``summary_failed``), a frontier outside the
-    groups given (``summarizer_contract_violation``), text over
-    ``max_summary_bytes`` or a ``policy``/``version`` over
-    :data:`MAX_POLICY_BYTES` (``summary_too_large``). Cut, and said so:
+    groups given or a ``policy``/``version`` that is not a short name
+    (:func:`is_policy_token`) (``summarizer_contract_violation``), text over
+    ``max_summary_bytes`` (``summary_too_large``). Cut, and said so:
     uncertainty notes past their bounds (:func:`fit_notes`), citations of
     groups it was not given or repeated, or past the first ``len(given)`` +
     previous citations + :data:`MAX_SUMMARY_CITATIONS` of the list (dropped
@@ -147,15 +148,15 @@ def checked_answer(
             )
         ]
     for name, value in (("policy", answer.policy), ("version", answer.version)):
-        # Both are copied into the retained record of every committed group after this update.
-        size = len(value.encode("utf-8"))
-        if size > MAX_POLICY_BYTES:
+        # Both are copied into the retained record of every committed group after this update, which
+        # no erasure rewrites: a name, never text that could state what the summarized groups said.
+        # The value is not quoted (it may be that text).
+        if not is_policy_token(value):
             return None, [
-                Diagnostic(
-                    "summary_too_large",
-                    f"the summary's {name} is {size} bytes, over {MAX_POLICY_BYTES}; refused whole, "
-                    "the previous summary stays",
-                    Severity.ERROR,
+                violation(
+                    f"the summary's {name} ({len(value)} characters) is not a name of 1 to "
+                    f"{MAX_POLICY_CHARS} ASCII letters, digits and . _ : / + -; refused whole, the "
+                    "previous summary stays"
                 )
             ]
     kept, dropped = _citations(answer, previous, given, unread)

@@ -27,9 +27,13 @@ __all__ = [
 ]
 
 
-#: Longest ``policy`` or ``version`` of a summary, in UTF-8 bytes: both are copied into the
-#: retained record of every committed group, so the engine refuses a longer one.
-MAX_POLICY_BYTES: Final = 128
+#: Longest ``policy`` or ``version`` of a summary, in characters (see :func:`is_policy_token`).
+MAX_POLICY_CHARS: Final = 64
+#: What a ``policy`` or ``version`` may be: a name, not prose. Both are copied into the retained
+#: record of every committed group after the summary, records an erasure never rewrites (their
+#: digests are committed), so they must not be able to state a fact from the summarized text.
+#: No ``@``: the request shows them as ``policy@version``.
+_POLICY_TOKEN: Final = re.compile(rf"[A-Za-z0-9._:/+-]{{1,{MAX_POLICY_CHARS}}}")
 #: Most ``uncertainty`` notes a summary carries; the model request shows every one.
 MAX_UNCERTAINTY_NOTES: Final = 16
 #: Most UTF-8 bytes of a summary's ``uncertainty`` notes together.
@@ -52,6 +56,15 @@ def check_text(value: object, name: str) -> str:
     if type(value) is not str:
         raise InvalidArgumentError(f"{name} must be a str, got {type(value).__name__}")
     return unicode_text(value, name, "; it cannot be stored")
+
+
+def is_policy_token(value: str) -> bool:
+    """Whether ``value`` may be a summary's ``policy`` or ``version``.
+
+    1 to :data:`MAX_POLICY_CHARS` ASCII letters, digits and ``. _ : / + -``
+    (``extractive``, ``model``, ``2024-05-01``, ``gpt-4o-mini:v3``).
+    """
+    return _POLICY_TOKEN.fullmatch(value) is not None
 
 
 def check_seq(value: object, name: str) -> int:

@@ -29,13 +29,14 @@ from .._history import MessageGroup, Role
 from .._ports import OpContext
 from .._ports.provider import ModelProvider, ModelRequest, SourceBlock, SourceKind
 from .._ports.summary import (
-    MAX_POLICY_BYTES,
+    MAX_POLICY_CHARS,
     Citation,
     Summarizer,
     SummarizerCapabilities,
     TaskSummary,
     check_text,
     fit_notes,
+    is_policy_token,
 )
 from .._validators import bounded_count
 
@@ -183,11 +184,12 @@ MODEL_INSTRUCTIONS = (
 
 
 def _policy_version(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
-    """A ``str`` the engine keeps: UTF-8, at most :data:`MAX_POLICY_BYTES` (it refuses a longer one)."""
+    """A name the engine keeps (:func:`is_policy_token`): it refuses an answer with any other."""
     text = check_text(value, f"ModelSummarizerConfig.{attribute.name}")
-    if len(text.encode("utf-8")) > MAX_POLICY_BYTES:
+    if not is_policy_token(text):
         raise InvalidArgumentError(
-            f"ModelSummarizerConfig.{attribute.name} must be at most {MAX_POLICY_BYTES} UTF-8 bytes"
+            f"ModelSummarizerConfig.{attribute.name} must be 1 to {MAX_POLICY_CHARS} ASCII letters, "
+            "digits and . _ : / + -"
         )
 
 
@@ -198,6 +200,7 @@ class ModelSummarizerConfig:
     - ``max_group_chars``: each group's text offered to the model is at most this long
       (longer groups are offered whole up to the last sentence that fits, and said so);
     - ``policy_version``: recorded with each summary, so a prompt change shows in retained records;
+      a name of 1 to 64 ASCII letters, digits and ``. _ : / + -`` (the engine takes no other);
     - ``max_summary_bytes``: the summary text stays within this many UTF-8 bytes: when the model's
       reply is longer, its oldest lines go first, whole, and the summary says so in its uncertainty.
     """

@@ -29,7 +29,14 @@ import pytest
 from .._errors import OperationCancelledError
 from .._history import Message, MessageGroup, RetainedRecord, Role, ToolCall
 from .._ports import CancelSignal, OpContext
-from .._ports.summary import Summarizer, SummarizerCapabilities, SummaryLimits, TaskSummary
+from .._ports.summary import (
+    MAX_POLICY_CHARS,
+    Summarizer,
+    SummarizerCapabilities,
+    SummaryLimits,
+    TaskSummary,
+    is_policy_token,
+)
 from .._scope import Scope
 from ._suite import ContractSuite, expired_context
 
@@ -88,6 +95,11 @@ def _check_answer(answer: object, previous: TaskSummary | None, given: Sequence[
             "previous summary cited; the engine drops it as a violation"
         )
     assert isinstance(answer.text, str) and isinstance(answer.policy, str) and isinstance(answer.version, str)
+    for name, value in (("policy", answer.policy), ("version", answer.version)):
+        assert is_policy_token(value), (
+            f"{name} is not a name of 1 to {MAX_POLICY_CHARS} ASCII letters, digits and . _ : / + -; the "
+            "engine refuses the answer (it is copied into retained records no erasure rewrites)"
+        )
     return answer
 
 
