@@ -109,11 +109,13 @@ async def test_a_load_across_an_erasure_shows_the_erased_state(
 async def test_a_save_across_an_erasure_reads_the_new_sessions_tail_again(
     runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A save of 6 messages reads the view's last 6 (two pages); the erasure between them made
-    # the save fail with InvalidArgumentError about a before_seq, and store nothing.
+    # A save of 6 messages reads the view's tail until it decides; the erasure between its pages
+    # made the save fail with InvalidArgumentError about a before_seq, and store nothing. "old 19"
+    # (the newest message) inside the messages past their first leaves the first page undecided.
     provider = AgentiumHistoryProvider(runtime, ANA)
     await fill(provider, "old", 20)
     erase_after_first_read(runtime, monkeypatch, lambda: fill(provider, "new", 0))
-    await provider.save_messages("chat-1", [AFMessage("user", [f"turn {n}"]) for n in range(6)])
+    given = ["turn 0", "old 19", "turn 2", "turn 3", "turn 4", "turn 5"]
+    await provider.save_messages("chat-1", [AFMessage("user", [text]) for text in given])
     monkeypatch.undo()
-    assert await texts(provider) == [f"turn {n}" for n in range(6)]
+    assert await texts(provider) == given

@@ -17,6 +17,7 @@ from ._provider import (
     AgentiumHistoryProvider,
     ForeignMessageError,
     MissingSessionIdError,
+    ReplayCheckLimitError,
 )
 
 __version__ = "0.1.0"
@@ -28,5 +29,6 @@ __all__ = [
     "AgentiumHistoryProvider",
     "ForeignMessageError",
     "MissingSessionIdError",
+    "ReplayCheckLimitError",
     "__version__",
 ]

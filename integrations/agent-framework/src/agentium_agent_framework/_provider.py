@@ -32,7 +32,7 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import SessionKey
 
-from ._replay import Identity, message_identity, new_messages
+from ._replay import Identity, decided, message_identity, new_messages
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -41,6 +41,7 @@ __all__ = [
     "AgentiumHistoryProvider",
     "ForeignMessageError",
     "MissingSessionIdError",
+    "ReplayCheckLimitError",
 ]
 
 T = TypeVar("T")
@@ -85,6 +86,28 @@ class MissingSessionIdError(InvalidArgumentError):
     Run the agent with an ``AgentSession`` (``agent.create_session()``):
     Agentium keeps history per session of the bound identity.
     """
+
+
+class ReplayCheckLimitError(InvalidArgumentError):
+    """``save_messages`` could not tell which messages repeat history within its read bound: nothing written.
+
+    The messages given repeat the session's last messages further back than
+    the replay check reads (``max(max_bytes, MAX_APPEND_BYTES)`` canonical
+    bytes of the view's tail): storing them could store a message twice,
+    dropping them could lose a new one, so neither is done. Send only the
+    new messages, or build the provider with a larger ``max_bytes``.
+    """
+
+
+def _replay_refused(sid: str, budget: int) -> ReplayCheckLimitError:
+    _log.warning("save_messages refused: the replay check passed its read bound of %d bytes", budget)
+    refused = ReplayCheckLimitError(
+        f"the messages given to save_messages repeat the last messages of session {sid!r} further back "
+        f"than the {budget} bytes of its tail the replay check reads; nothing was written: send only "
+        "the new messages, or use a larger max_bytes"
+    )
+    refused.commit_state = CommitState.NOT_COMMITTED
+    return refused
 
 
 def _readable(message: AFMessage) -> str:
@@ -202,7 +225,11 @@ class AgentiumHistoryProvider(HistoryProvider):
 
     - ``save_messages`` is one ``HarnessRuntime.append``: one call, one group,
       each message kept whole as its payload (``to_dict()``, format
-      :data:`MESSAGE_FORMAT`) with readable text as its content.
+      :data:`MESSAGE_FORMAT`) with readable text as its content. Messages
+      replaying the view's last ones are not stored again; to tell, the save
+      reads the view's tail only until it decides, and at most
+      ``max(max_bytes, MAX_APPEND_BYTES)`` bytes of it: past that it is
+      refused with :class:`ReplayCheckLimitError`, nothing written.
     - ``get_messages`` returns the newest messages of the session's view,
       oldest first, **at most** ``max_messages`` (whole groups, so a call and
       its result stay together; only a single group larger than the bound
@@ -434,8 +461,11 @@ class AgentiumHistoryProvider(HistoryProvider):
         As the framework's own providers do, messages repeating the view's
         last messages in order (a host replaying the whole transcript as
         input) are not stored again (see :mod:`._replay`). The view's tail is
-        read first and the group appended only at the revision it was read
-        at: a write landing in between makes it read again.
+        read first, newest first and only until it decides which messages
+        repeat it, within ``max(max_bytes, MAX_APPEND_BYTES)`` bytes (past
+        that, :class:`ReplayCheckLimitError` and nothing is written), and the
+        group appended only at the revision it was read at: a write landing
+        in between makes it read again.
         """
         sid = self._session(session_id)
         # A str or a mapping would be iterated as characters or keys, and None is no list of messages.
@@ -458,11 +488,11 @@ class AgentiumHistoryProvider(HistoryProvider):
                 f"messages ({type(exc).__name__} raised); nothing was written"
             ) from exc
         for _ in range(_SAVE_RESTARTS):
-            tail = await self._tail(sid, len(given))
-            if tail is None:
+            repeated = await self._repeated(sid, incoming)
+            if repeated is None:
                 continue  # the session changed between two pages of its tail: read it again
-            identities, roles, revision = tail
-            fresh = converted[new_messages(identities, roles, incoming) :]
+            skip, revision = repeated
+            fresh = converted[skip:]
             if not fresh:
                 return
 
@@ -486,45 +516,65 @@ class AgentiumHistoryProvider(HistoryProvider):
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused
 
-    async def _tail(self, sid: str, count: int) -> tuple[list[Identity | None], list[str | None], int] | None:
-        """The identities and roles of the view's last ``count`` messages, and the revision read at.
+    async def _repeated(self, sid: str, incoming: list[Identity]) -> tuple[int, int] | None:
+        """How many of the first ``incoming`` repeat the view's last messages, and the revision read at.
 
-        ``None`` when the session changed between two pages (see :meth:`_page_after`).
+        The tail is read newest first, whole groups, only until it decides (:func:`._replay.decided`,
+        or ``len(incoming)`` messages, or the whole view), and within the replay bound: up to
+        ``max(max_bytes, MAX_APPEND_BYTES)`` canonical bytes, and past them one group (core stops a
+        page there) and each later page's seam again. Past the bound the save is refused
+        (:class:`ReplayCheckLimitError`): storing could store a message twice, dropping could lose
+        a new one. ``None`` when the session changed between two pages.
         """
-        chosen: list[Message] = []
+        count, budget = len(incoming), max(self.max_bytes, MAX_APPEND_BYTES)
+        identities: list[Identity | None] = []
+        roles: list[str | None] = []
+        used = 0  # canonical bytes of the groups read (the seams once)
         first: HistoryPage | None = None
         seam: HistoryGroup | None = None
+        step = 1  # groups a page reads: one first (it usually decides), then twice as many each page
         while True:
-            wanted = count - len(chosen)
+            # Each group shown holds at least one message: never more groups than messages still wanted.
+            wanted = count - len(identities)
             # No copy: the messages are only compared, never kept or changed.
             if first is None:
-                page = first = await self.runtime.read_history(
-                    self.identity, sid, max_groups=min(MAX_PAGE_GROUPS, wanted), copy=False
-                )
-                chosen[:0] = page.messages
+                asked = 1
+                try:
+                    page = first = await self.runtime.read_history(
+                        self.identity, sid, max_groups=asked, max_bytes=budget, copy=False
+                    )
+                except InvalidArgumentError:  # the newest group alone is over the bound
+                    raise _replay_refused(sid, budget) from None
+                groups: Sequence[HistoryGroup] = page.groups
             else:
                 assert seam is not None  # set from every page that has one after it
-                later = await self._page_after(sid, seam, min(MAX_PAGE_GROUPS, wanted + 1), first, copy=False)
+                step = min(2 * step, wanted)
+                asked = min(MAX_PAGE_GROUPS, step + 1)
+                room = min(MAX_PAGE_BYTES, budget - used + seam.size_bytes)  # the seam is read again
+                later = await self._page_after(sid, seam, asked, first, copy=False, max_bytes=room)
                 if later is None:
                     return None
                 page = later
-                shown = page.messages
-                chosen[:0] = shown[: len(shown) - len(seam.shown)]  # the seam's are chosen already
-            if page.next_before_seq is None or len(chosen) >= count:
-                break
+                groups = page.groups[:-1]  # the seam's messages are read already
+            older: list[Identity | None] = []
+            older_roles: list[str | None] = []
+            for group in groups:
+                used += group.size_bytes
+                for m in group.messages:
+                    try:
+                        decoded = from_agentium(m, "")
+                    except ForeignMessageError:  # another framework's message: it repeats nothing of ours
+                        older.append(None)
+                        older_roles.append(None)
+                        continue
+                    older.append(message_identity(decoded))
+                    older_roles.append(str(decoded.role))
+            identities[:0], roles[:0] = older, older_roles
+            if page.next_before_seq is None or len(identities) >= count or decided(identities, incoming):
+                return new_messages(identities[-count:], roles[-count:], incoming), first.snapshot_revision
+            if len(page.groups) < asked or used >= budget:  # core stopped at the bound: undecided
+                raise _replay_refused(sid, budget)
             seam = page.groups[0]
-        identities: list[Identity | None] = []
-        roles: list[str | None] = []
-        for m in chosen[-count:]:
-            try:
-                decoded = from_agentium(m, "")
-            except ForeignMessageError:  # another framework's message: it repeats nothing of ours
-                identities.append(None)
-                roles.append(None)
-                continue
-            identities.append(message_identity(decoded))
-            roles.append(str(decoded.role))
-        return identities, roles, first.snapshot_revision
 
     async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.busy_timeout_s

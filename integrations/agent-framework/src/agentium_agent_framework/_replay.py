@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from agent_framework import Message as AFMessage
 
-__all__ = ["message_identity", "new_messages"]
+__all__ = ["decided", "message_identity", "new_messages"]
 
 Identity = tuple[str, ...]
 
@@ -68,3 +68,29 @@ def new_messages(
             continue
         return overlap
     return 0
+
+
+def decided(existing: Sequence[Identity | None], incoming: Sequence[Identity]) -> bool:
+    """Whether the view's last ``len(existing)`` messages decide :func:`new_messages`, older ones unread.
+
+    A save reads the view's tail newest first and stops as soon as this
+    holds, so a replay check reads only what it needs. An older message
+    matters only to an overlap longer than ``existing`` (or to the whole view
+    found inside ``incoming``), and each of those holds ``existing`` inside
+    ``incoming`` starting past its first message. Found nowhere there,
+    :func:`new_messages` on ``existing`` alone gives what all of history
+    would; found, older messages must be read. (``None``, a message of
+    another framework, matches nothing.)
+    """
+    if not existing:
+        return False
+    # Each identity as one character, so str.find searches in linear time: a session's tail of
+    # identical messages would make a window-by-window comparison quadratic on every page read.
+    codes: dict[Identity, str] = {}
+    for identity in incoming:
+        codes.setdefault(identity, chr(len(codes)))
+    have = [codes.get(identity) if identity is not None else None for identity in existing]
+    if None in have:  # a message found nowhere in the incoming ones (or another framework's)
+        return True
+    got = "".join(codes[identity] for identity in incoming)
+    return got.find("".join(c for c in have if c is not None), 1) == -1
