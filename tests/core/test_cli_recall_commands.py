@@ -258,3 +258,45 @@ def test_a_skipped_files_name_is_shown_with_its_controls_escaped(
     err = capsys.readouterr().err
     assert "\u202e" not in err and "\u2028" not in err
     assert "report\\u202egpj.bin: binary" in err and "a\\u2028b.txt: not UTF-8 text" in err
+
+
+def test_rebuild_never_indexes_another_sessions_group_stripped_of_its_record(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The store lets a group with no retained record through: a rebuild over an archive that answered
+    # ana's read with bob's group stripped of its record indexed it into ana's recall scope.
+    import sqlite3
+
+    import attrs
+
+    from agentium_harness import SessionKey
+    from agentium_harness.adapters.sqlite import SQLiteArchive
+
+    for i in range(4):
+        assert (
+            main(["run", str(config), "--tenant", "acme", "--user", "bob", "--session", "p", f"vault 90{i}1"])
+            == 0
+        )
+        assert main(["run", str(config), *ANA, f"note {i}: the zebra{i} code"]) == 0
+    conn = sqlite3.connect(config.parent / "a.db")  # the index loses every group 1
+    with conn:
+        conn.execute("DELETE FROM recall_sources WHERE kind = 'group' AND seq = 1")
+    conn.close()
+    honest = SQLiteArchive.read_groups
+    ana, bob = SessionKey("acme", "ana", "s1"), SessionKey("acme", "bob", "p")
+
+    async def hostile(self: SQLiteArchive, key: SessionKey, start: int, count: int, ctx: object) -> object:
+        groups = list(await honest(self, key, start, count, ctx))  # type: ignore[arg-type]
+        if key != ana:
+            return groups
+        (theirs,) = await honest(self, bob, 1, 1, ctx)  # type: ignore[arg-type]
+        return [attrs.evolve(theirs, retained=None) if g.seq == 1 else g for g in groups]
+
+    monkeypatch.setattr(SQLiteArchive, "read_groups", hostile)
+    capsys.readouterr()
+    assert main(["recall", "rebuild", str(config), *ANA]) == 0
+    out, err = capsys.readouterr()
+    assert "0 group(s) newly indexed" in out
+    assert "warning: 1 group(s)" in err and "seqs 1)" in err and "vault" not in err
+    assert main(["recall", "search", str(config), *ANA, "--json", "vault"]) == 0
+    assert json.loads(capsys.readouterr().out)["sources"] == []

@@ -10,16 +10,20 @@ diagnostic (issue 21, item 12).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+import attrs
 import pytest
 
 from agentium_harness import (
     OpContext,
     OperatorAttestation,
+    RecallLimits,
     RecallUnavailableError,
     ResidentLimits,
     RetentionPolicy,
     RuntimeLimits,
+    Scope,
     SessionKey,
     VerifiedIdentity,
     create_harness_runtime,
@@ -153,5 +157,70 @@ async def test_after_retention_erased_the_oldest_groups_a_lost_group_is_still_ca
         assert "recall_index_caught_up" in _codes(caught)
         indexed = await _indexed(store)
         assert indexed == list(range(kept[0], indexed[-1] + 1)), "a lost group stayed out of the index"
+    finally:
+        await runtime.aclose()
+
+
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+BOB_KEY = SessionKey("acme", "bob", "private")
+
+
+class Stripping(InMemoryArchive):
+    """Answers a read of ana's s1 covering seq 1 with bob's group 1, its retained record stripped."""
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        groups = list(await super().read_groups(key, start_seq, max_groups, ctx))
+        if key != KEY:
+            return groups
+        (theirs,) = await super().read_groups(BOB_KEY, 1, 1, ctx)
+        return [attrs.evolve(theirs, retained=None) if g.seq == 1 else g for g in groups]
+
+
+async def _found(store: InMemoryRecallStore, query: str) -> list[str]:
+    """The text of every source recall finds for ``query`` in ana's s1."""
+    session = await store.open(Scope.of(ANA, "s1"), RecallLimits(), OpContext.with_timeout(5))
+    candidates = await session.discover(query, 50, OpContext.with_timeout(5))
+    excerpts = await session.read([c.ref for c in candidates], 100_000, OpContext.with_timeout(5))
+    return [e.text for e in excerpts]
+
+
+async def test_another_sessions_group_stripped_of_its_record_is_never_caught_up_into_recall(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The store refuses another session's retained scope, but let a group with none through: the
+    # catch-up indexed bob's group into ana's recall scope, where recall showed it to the model.
+    store = FlakyIndex()
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=Stripping(),
+        session_store=InMemorySessionStore(),
+        recall=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        for i in range(3):
+            await runtime.run(BOB, "private", f"Bob's secret {i}: the vault code is 90{i}1.")
+        await runtime.run(ANA, "s1", "note 0 about kiwis")
+        store.down = True
+        for i in range(1, 4):
+            await runtime.run(ANA, "s1", f"note {i} about plums")
+        store.down = False
+        with caplog.at_level("WARNING", logger="agentium"):
+            result = await runtime.run(ANA, "s1", "note 4 about figs")
+            again = await runtime.run(ANA, "s1", "note 5 about pears")
+        assert result.committed and again.committed
+        found = await _found(store, "vault code secret")
+        assert not any("vault" in text for text in found)
+        assert any("plums" in text for text in await _found(store, "plums"))  # ana's own were caught up
+        assert 1 not in await _indexed(store)
+        assert {2, 3} <= set(await _indexed(store))
+        for run in (result, again):  # refused again on the next commit, never indexed, said each time
+            (note,) = [
+                d for d in run.diagnostics if d.code == "recall_index_behind" and "shown to be" in d.message
+            ]
+            assert note.severity.value == "warning" and "groups 1 " in note.message
+            assert "vault" not in note.message
+        assert any(r.levelname == "WARNING" and "vault" not in r.getMessage() for r in caplog.records)
+        assert "vault" not in (await runtime.run(ANA, "s1", "what is the vault code?")).output
     finally:
         await runtime.aclose()

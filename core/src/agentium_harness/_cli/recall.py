@@ -21,6 +21,7 @@ from .._engine.document_api import MAX_DOCUMENT_BYTES
 from .._engine.document_fence import index_document_fenced
 from .._engine.embedding import embedding_text, index_sources
 from .._engine.erasure_fence import ErasureFence
+from .._engine.group_identity import split_foreign
 from .._engine.history_view import recall_hidden
 from .._engine.lifecycle import Ticket
 from .._engine.load import load_session
@@ -236,6 +237,7 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
     key = SessionKey(args.tenant, args.user, args.session)
     runtime = load_runtime(args.config)
     total = 0
+    refused: list[int] = []
 
     async def go() -> None:
         nonlocal total
@@ -248,6 +250,14 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
                 )
                 if not page:
                     return
+                start = page[-1].seq + 1
+                # Only groups that prove they are this session's go into its recall scope (the store
+                # lets a group with no retained record through): a group an archive answered with
+                # that is another session's, stripped of its record, is passed over and named.
+                page, foreign = split_foreign(key, page)
+                refused.extend(foreign)
+                if not page:
+                    continue
                 # The archive checked each group against its stored digest when it read it.
                 receipts = [ArchiveReceipt(g.seq, g.digest, "rebuild") for g in page]
                 total += await store.index_groups(key, page, receipts, OpContext.with_timeout(30.0))
@@ -257,9 +267,14 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
                         (SourceRef(group_source_id(key, g.seq), g.digest), embedding_text(g)) for g in page
                     ]
                     await index_sources(ticket, runtime.hybrid, store, sources)
-                start = page[-1].seq + 1
 
     anyio.run(go)
+    if refused:
+        sys.stderr.write(
+            f"warning: {len(refused)} group(s) the archive returned cannot be shown to be this session's "
+            f"(seqs {', '.join(map(str, refused[:20]))}{' ...' if len(refused) > 20 else ''}); "
+            "they were not indexed\n"
+        )
     if args.json:
         print_json({"tenant": key.tenant, "user": key.user, "session": key.session, "newly_indexed": total})
     else:

@@ -9,8 +9,10 @@ it just indexed have no indexed group
 (:meth:`~agentium_harness._ports.recall.RecallStore.unindexed_groups`; a
 store that cannot tell answers ``None``), reads up to
 :data:`CATCH_UP_GROUPS` of them from the archive in one bounded read, and
-indexes them. Each commit that archives does a little more, and a
-diagnostic says what was caught up and whether more is left.
+indexes those that prove they are this session's
+(:func:`.group_identity.split_foreign`). Each commit that archives does a
+little more, and a diagnostic says what was caught up, what was refused and
+whether more is left.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .._ports.erasure import SeqRange
 from .._ports.recall import RecallStore
 from .._scope import SessionKey
 from .._text import error_text
+from .group_identity import split_foreign
 from .index_recheck import drop_erased_meanwhile
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
@@ -148,9 +151,15 @@ async def catch_up_index(
     first = missing[0]
     span = min(missing[-1] - first + 1, CATCH_UP_SPAN)
     wanted = {s for s in missing if s < first + span}
+    refused: list[int] = []
     try:
         page = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
         groups = [g for g in page if isinstance(g, MessageGroup) and g.seq in wanted][:CATCH_UP_GROUPS]
+        # Only a group that proves it is this session's is indexed into its recall scope: the store
+        # refuses another session's retained scope but not a group with none, so an archive answering
+        # with another session's group stripped of its record would have recall show it to the model.
+        # No receipt is consulted: the engine commits every group with a retained record.
+        groups, refused = split_foreign(key, groups)
         if groups:
             # The archive checked each group against its stored digest when it read it (its contract).
             receipts = [ArchiveReceipt(g.seq, g.digest, "catch-up") for g in groups]
@@ -168,7 +177,23 @@ async def catch_up_index(
                 f"{_seqs([g.seq for g in groups])})",
             )
         )
-    absent = sorted(wanted - {g.seq for g in groups})
+    if refused:
+        # Not marked indexed: the store lists the seqs again, so each archiving commit reads and
+        # refuses them again (one bounded read, like any catch-up) and says so, until the archive
+        # answers with this session's groups or an operator sees to it. The good groups listed with
+        # them are indexed meanwhile; were the whole answer refused groups, the catch-up stops there
+        # (never skipping past seqs it could not check) and `agentium recall rebuild` goes on past them.
+        notes.append(
+            Diagnostic(
+                "recall_index_behind",
+                f"the archive returned groups {_seqs(refused)} that cannot be shown to be this session's "
+                "(their retained record is missing or names another); they were not indexed for recall. "
+                "Check the archive, "
+                "then run `agentium recall rebuild`",
+                Severity.WARNING,
+            )
+        )
+    absent = sorted(wanted - {g.seq for g in groups} - set(refused))
     if absent:
         notes.append(
             Diagnostic(

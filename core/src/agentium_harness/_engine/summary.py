@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from .._errors import ArchiveCorruptError, CapabilityError, SessionConflictError
-from .._history import MessageGroup, RetainedRecord, ViewState
+from .._history import MessageGroup, ViewState
 from .._observe import spans as observe
 from .._ports import OpContext
 from .._ports._base import capabilities_of
@@ -52,9 +52,10 @@ from .._ports.summary import (
     TaskSummary,
     fit_notes,
 )
-from .._scope import Scope, SessionKey, encode_segment
+from .._scope import SessionKey, encode_segment
 from .._text import error_text, shorten
 from .commit import CommitOutcome
+from .group_identity import foreign_group
 from .history_view import ViewIndex, paired_messages
 from .lifecycle import Ticket
 from .results import Diagnostic, Severity
@@ -182,33 +183,6 @@ async def _read(
     return good, None
 
 
-def _foreign(key: SessionKey, group: MessageGroup, known: str | None) -> str | None:
-    """Why ``group`` cannot be shown to be this session's, or ``None`` when it can.
-
-    The engine commits every group with a retained record of its session's
-    scope, so a group read back that names another session is foreign, and
-    so is one with no retained record at all: nothing in it says whose it
-    is. The archive's receipt for the seq (its digest, when the snapshot
-    still keeps it) is the one other proof of identity; without either, an
-    archive or recall store that returns another session's group stripped of
-    its record would have it summarized into this session's summary.
-    """
-    retained = group.retained
-    if retained is None:
-        if known is not None:
-            return None  # its digest must be the receipt's: checked next (``changed`` otherwise)
-        return "the group carries no retained record naming this session, and no receipt vouches for it"
-    # Exact types, read field by field: a look-alike record's own properties could say anything
-    # (or raise), and would decide whose group this is.
-    scope = retained.scope if type(retained) is RetainedRecord else None
-    if type(scope) is not Scope:
-        return "the group's retained record is not one the engine writes; it was not offered"
-    ids = (scope.tenant, scope.user, scope.session)
-    if any(type(i) is not str for i in ids) or ids != (key.tenant, key.user, key.session):
-        return "the group belongs to another session; it was not offered"
-    return None
-
-
 def _admissible(
     key: SessionKey,
     start: int,
@@ -231,9 +205,9 @@ def _admissible(
                 expected, GapReason.INCOMPLETE, f"read returned group {group.seq} instead"
             )
         known = receipts.get(expected)
-        foreign = _foreign(key, group, known)
+        foreign = foreign_group(key, group, known)
         if foreign is not None:
-            return run, CoverageGap(expected, GapReason.FOREIGN, foreign)
+            return run, CoverageGap(expected, GapReason.FOREIGN, f"{foreign}; it was not offered")
         if not group.is_complete:
             return run, CoverageGap(expected, GapReason.INCOMPLETE, "the group is not complete")
         if known is not None and known != group.digest:
@@ -320,7 +294,7 @@ async def update_summary(
     group with no receipt (archived before summaries were configured, or
     folded again after a retraction restarted the summary: its receipt went
     when the frontier first passed it) is checked by the reader alone, and
-    must carry a retained record of this session (:func:`_foreign`).
+    must carry a retained record of this session (:func:`.group_identity.foreign_group`).
     ``view`` (the session's) decides what of each group is offered
     (:func:`_offered`); groups out of it are passed over.
     ``erased`` (the session's erased ranges) are groups an erasure removed:
