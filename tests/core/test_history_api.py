@@ -30,6 +30,7 @@ from agentium_harness import (
     EraseTarget,
     EvictionStatus,
     HarnessRuntime,
+    HistoryPage,
     IncompleteGroupError,
     InvalidArgumentError,
     InvalidPayloadError,
@@ -1006,3 +1007,40 @@ async def test_max_bytes_bounds_what_a_page_reads_from_the_archive_not_only_what
     assert [g.seq for g in page.groups] == [17, 18, 19] and page.next_before_seq == 17
     # The three that fit (one of them resident at most) and the one that did not: not twenty.
     assert archive.groups_read <= 4
+
+
+async def test_a_page_joins_the_read_it_continues_only_while_the_seam_is_unchanged() -> None:
+    # HistoryPage.joins: an older page read from the seam on continues the read while the seam
+    # group is as the first page saw it, in the same view: not after a retraction, or after an
+    # erasure whose session id was used again up to the same seqs.
+    from agentium_harness import OperatorAttestation
+
+    rt, _, _, _ = runtime(max_groups=4)
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "request 7")
+    async with rt:
+
+        async def fill(n: int, tag: str) -> None:
+            for i in range(n):
+                await rt.append(ANA, "s", [Message(Role.USER, f"{tag}{i}"), Message(Role.ASSISTANT, "ok")])
+
+        async def older(first: HistoryPage) -> HistoryPage:
+            seam = first.groups[0]
+            return await rt.read_history(ANA, "s", before_seq=seam.group.seq + 1, max_groups=3)
+
+        await fill(10, "old")
+        first = await rt.read_history(ANA, "s", max_groups=3)
+        seam = first.groups[0]
+        assert (await older(first)).joins(first, seam)
+        await fill(2, "more")  # appends leave the older groups as they were
+        assert (await older(first)).joins(first, seam)
+
+        await rt.retract(ANA, "s", count=1, reason="test")  # the view changed
+        assert not (await older(first)).joins(first, seam)
+
+        first = await rt.read_history(ANA, "s", max_groups=3)
+        seam = first.groups[0]
+        await rt.erase(EraseTarget.session("acme", "ana", "s"), reason="dsr", attestation=operator)
+        await fill(14, "new")  # the id used again, past the old seam's seq
+        page = await older(first)
+        assert page.groups[-1].group.seq == seam.group.seq
+        assert not page.joins(first, seam)

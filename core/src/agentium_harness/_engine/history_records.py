@@ -229,6 +229,29 @@ class HistoryPage:
         """
         return tuple(itertools.chain.from_iterable(g.messages for g in self.groups))
 
+    def joins(self, first: HistoryPage, seam: HistoryGroup) -> bool:
+        """Whether this page, read with ``before_seq=seam.group.seq + 1``, continues the read ``first`` began.
+
+        A host reading a session over several pages (newest first) asks for each
+        older page from the *seam* on, the oldest group the page before gave it,
+        and checks that the new page ends with that group unchanged, as seen in
+        the same view. Appends between the pages leave older groups as they
+        were; a retraction or a ``reset_view`` changes the view; an erasure of
+        the session, with its id used again, changes the groups at the same seqs
+        (or puts the seam past the new session's end, which ``read_history``
+        refuses). ``False`` in any of those cases: start the read again rather
+        than mix erased messages, or a retraction's before and after, with the
+        session as it is now.
+        """
+        return (
+            (self.view_start, self.view_retracted) == (first.view_start, first.view_retracted)
+            and self.next_seq >= first.next_seq
+            and self.snapshot_revision >= first.snapshot_revision
+            and bool(self.groups)
+            and self.groups[-1].shown == seam.shown
+            and self.groups[-1].group == seam.group
+        )
+
 
 @attrs.frozen(slots=True)
 class SessionPage:

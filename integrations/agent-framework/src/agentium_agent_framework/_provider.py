@@ -432,16 +432,7 @@ class AgentiumHistoryProvider(HistoryProvider):
         except InvalidArgumentError:
             # The seam's seq is past the session's next seq: the session was erased meanwhile.
             return None
-        if (
-            (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted)
-            or page.next_seq < first.next_seq
-            or page.snapshot_revision < first.snapshot_revision
-            or not page.groups
-            or page.groups[-1].shown != seam.shown
-            or page.groups[-1].group != seam.group
-        ):
-            return None
-        return page
+        return page if page.joins(first, seam) else None
 
     def _decode(self, sid: str, messages: Sequence[Message]) -> list[AFMessage]:
         return [

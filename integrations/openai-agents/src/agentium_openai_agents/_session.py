@@ -386,16 +386,7 @@ class AgentiumSession:
         except InvalidArgumentError:
             # The seam's seq is past the session's next seq: the session was erased meanwhile.
             return None
-        if (
-            (page.view_start, page.view_retracted) != (first.view_start, first.view_retracted)
-            or page.next_seq < first.next_seq
-            or page.snapshot_revision < first.snapshot_revision
-            or not page.groups
-            or page.groups[-1].shown != seam.shown
-            or page.groups[-1].group != seam.group
-        ):
-            return None
-        return page
+        return page if page.joins(first, seam) else None
 
     async def _retrying(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run ``write``; while it is refused as busy or loses a race uncommitted, back off and retry."""
