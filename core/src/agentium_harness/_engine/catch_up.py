@@ -28,6 +28,7 @@ from .._ports.erasure import SeqRange
 from .._ports.recall import RecallStore
 from .._scope import SessionKey
 from .._text import error_text
+from .._validators import exact_int
 from .group_identity import split_foreign
 from .index_recheck import drop_erased_meanwhile
 from .lifecycle import Ticket
@@ -78,7 +79,14 @@ def _checked(missing: object, end_seq: int) -> list[int] | None:
     if not isinstance(missing, list | tuple) or len(missing) > CATCH_UP_GROUPS:
         return None
     seqs = list(missing)
-    if not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < end_seq for s in seqs):
+    if not all(type(s) is int for s in seqs):
+        # Each read as the int it holds: a subclass's own comparisons could pass any bound here,
+        # and its ``__eq__``/``__hash__`` then pick other groups than the seq it holds.
+        exact = [exact_int(s) for s in seqs]
+        if None in exact:
+            return None
+        seqs = exact
+    if not all(0 <= s < end_seq for s in seqs):
         return None
     if seqs != sorted(set(seqs)):
         return None
@@ -154,7 +162,9 @@ async def catch_up_index(
     refused: list[int] = []
     try:
         page = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
-        groups = [g for g in page if isinstance(g, MessageGroup) and g.seq in wanted][:CATCH_UP_GROUPS]
+        # ``type(g.seq) is int``: a group's validator keeps its seq exact; one set past it is refused.
+        groups = [g for g in page if isinstance(g, MessageGroup) and type(g.seq) is int and g.seq in wanted]
+        groups = groups[:CATCH_UP_GROUPS]
         # Only a group that proves it is this session's is indexed into its recall scope: the store
         # refuses another session's retained scope but not a group with none, so an archive answering
         # with another session's group stripped of its record would have recall show it to the model.

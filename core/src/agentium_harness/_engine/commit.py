@@ -39,6 +39,7 @@ from .._ports.snapshot import seal_new_snapshot, snapshot_bytes
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .._text import error_text
+from .._validators import exact_int, shown_number
 from .commit_fence import refuse_if_erased_since_load
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
@@ -314,8 +315,8 @@ async def _save(
     """
     expected = _expected(stored)
     try:
-        revision = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
-        _check_revision(revision, expected)
+        answer = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
+        revision = _check_revision(answer, expected)
     except Exception as exc:
         settled = await settle_save(ticket, store, key, snapshot, expected, new_groups, exc, archive)
         if settled.state is not CommitState.COMMITTED:
@@ -419,14 +420,14 @@ async def _joint_commit(
         before_save()
     attributes = {"agentium.eviction.groups": len(plan.evict), "agentium.eviction.joint": True}
     with observe.stage("eviction", attributes):
-        revision, raw = await ticket.call(
+        answer, raw = await ticket.call(
             "session commit with archive",
             lambda ctx: store.commit_with_archive(archive, key, plan.evict, snapshot, expected, ctx),
         )
         # Checked like separate calls, although after the commit: a store that
         # answers wrongly here is broken, and the run says so loudly.
         receipts = _checked_receipts(plan.evict, tuple(raw))
-    _check_revision(revision, expected)
+    revision = _check_revision(answer, expected)
     return CommitOutcome(
         revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), plan.evict, kept
     )
@@ -509,15 +510,18 @@ def _kept_receipts(
     return tuple(kept[seq] for seq in sorted(kept))
 
 
-def _check_revision(revision: object, expected: int | None) -> None:
-    if (
-        not isinstance(revision, int)
-        or isinstance(revision, bool)
-        or (expected is not None and revision <= expected)
-    ):
+def _check_revision(revision: object, expected: int | None) -> int:
+    """The revision a save returned, as an exact ``int`` past ``expected``; else a contract violation.
+
+    A subclass is read as the int it holds: its own ``__le__`` could pass the bound, and
+    its ``__eq__`` then answer the next compare-and-set otherwise.
+    """
+    exact = revision if type(revision) is int else exact_int(revision)
+    if exact is None or exact < 1 or (expected is not None and exact <= expected):
         raise ContractViolationError(
-            f"session store returned revision {revision!r} after saving on revision {expected}"
+            f"session store returned revision {shown_number(revision)} after saving on revision {expected}"
         )
+    return exact
 
 
 def _diverged_diagnostic(divergence: ArchiveDivergence) -> Diagnostic:
@@ -551,9 +555,22 @@ def _checked_receipts(
     for group, receipt in zip(groups, receipts, strict=True):
         if not isinstance(receipt, ArchiveReceipt):
             raise ContractViolationError(f"archive returned {type(receipt).__name__}, not an ArchiveReceipt")
-        if receipt.seq != group.seq or receipt.digest != group.digest:
+        seq, digest = receipt.seq, receipt.digest
+        if type(seq) is not int or type(digest) is not str:
+            # A subclass is read as what it holds (its own ``__ne__`` could pass the comparison),
+            # and the receipt kept (handed to hooks and the recall index) holds that.
+            # Anything else is refused before it is compared (its own ``__ne__`` could say equal).
+            exact_seq = exact_int(seq)
+            if exact_seq is None or not isinstance(digest, str):
+                raise ContractViolationError(
+                    f"archive receipt for group {group.seq} holds a {type(seq).__name__} seq and a "
+                    f"{type(digest).__name__} digest, not an int and a str"
+                )
+            seq, digest = exact_seq, str.__str__(digest)
+            receipt = ArchiveReceipt(seq, digest, receipt.location)
+        if seq != group.seq or digest != group.digest:
             raise ContractViolationError(
-                f"archive receipt for group {group.seq} says seq {receipt.seq} digest {receipt.digest}; "
+                f"archive receipt for group {group.seq} says seq {seq} digest {digest!r:.80}; "
                 f"expected digest {group.digest}"
             )
         checked.append(receipt)

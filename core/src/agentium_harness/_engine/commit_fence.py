@@ -25,6 +25,7 @@ from __future__ import annotations
 from .._errors import ErasureInProgressError, SessionConflictError
 from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
+from .._validators import exact_int
 from .erasure_ledger import ledger_of, pending_key
 from .lifecycle import Ticket, covers
 
@@ -57,7 +58,8 @@ async def refuse_if_erased_since_load(
         return  # no erasure of the tenant began or ended since the load
     now = await ticket.call("session load", lambda ctx: store.load(key, ctx))
     before = None if stored is None else stored.revision
-    after = now.revision if isinstance(now, StoredSnapshot) else None
+    # The int the store's answer holds: a subclass's own ``__ne__`` could say nothing changed.
+    after = exact_int(now.revision) if isinstance(now, StoredSnapshot) else None
     if after != before or (now is not None and stored is not None and now.snapshot != stored.snapshot):
         raise SessionConflictError(
             f"session {key.session!r} changed since it was loaded (an erasure of tenant "

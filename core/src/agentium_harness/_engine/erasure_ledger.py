@@ -33,6 +33,7 @@ from .._errors import (
 from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, seal_snapshot, verify_snapshot
 from .._scope import ERASURE_RECORDS_TENANT, Scope, SessionKey
+from .._validators import exact_int, shown_number
 from .lifecycle import Ticket, covers
 
 __all__ = [
@@ -93,7 +94,14 @@ def ledger_of(key: SessionKey, stored: object) -> tuple[int | None, ErasureLedge
             f"the erasure records at {key.session!r} of tenant {key.user!r} are not an erasure ledger; "
             "the stored data is damaged and was left as it is"
         )
-    return stored.revision, ledger
+    revision = stored.revision if type(stored.revision) is int else exact_int(stored.revision)
+    if revision is None or revision < 1:
+        # Exact: the commit fence compares it with the one seen at load, and a subclass's own
+        # ``__eq__`` could say no erasure began or ended meanwhile.
+        raise ContractViolationError(
+            f"session store returned revision {shown_number(stored.revision)} for the erasure records"
+        )
+    return revision, ledger
 
 
 async def update_ledger(

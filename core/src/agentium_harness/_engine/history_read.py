@@ -211,7 +211,8 @@ async def _fetch(
             raise ContractViolationError(f"archive returned {len(page)} groups for a read of at most {count}")
         for offset, seq in enumerate(seqs_in_run):
             group = page[offset] if offset < len(page) else None
-            if not isinstance(group, MessageGroup) or group.seq != seq:
+            # ``type(...) is int``: a seq set past the group's validator is not compared by its ``__ne__``.
+            if not isinstance(group, MessageGroup) or type(group.seq) is not int or group.seq != seq:
                 raise ArchiveCorruptError(
                     f"archived group {seq} of session {key.key()} is missing or out of place in the archive "
                     "(it is below the session's boundary, so it was archived); nothing was skipped"

@@ -60,7 +60,7 @@ async def drop_erased_meanwhile(
     first, span = seqs[0], seqs[-1] - seqs[0] + 1
     try:
         page = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
-        held = {g.seq: g.digest for g in page if isinstance(g, MessageGroup)}
+        held = {g.seq: g.digest for g in page if isinstance(g, MessageGroup) and type(g.seq) is int}
         gone = sorted({g.seq for g in groups if held.get(g.seq) != g.digest})
         if not gone:
             return []

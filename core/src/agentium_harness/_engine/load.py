@@ -31,6 +31,7 @@ from .._ports.sessions import (
     verify_snapshot,
 )
 from .._scope import Scope, SessionKey
+from .._validators import exact_int, shown_number
 from .erasure_ledger import pending_key, refuse_if_erasing
 from .lifecycle import Ticket
 
@@ -81,7 +82,7 @@ async def load_session(
         # What the fence saw, for the commit's second look (.commit_fence; checked by _checked). The
         # latest load decides: an unfenced one (erasure's own rewrites) leaves nothing to look at.
         ticket.fence_seen = (
-            (pending.revision if isinstance(pending, StoredSnapshot) else None,) if fence else None
+            (exact_int(pending.revision) if isinstance(pending, StoredSnapshot) else None,) if fence else None
         )
         span.set("agentium.snapshot.revision", stored.revision if stored is not None else 0)
         span.set("agentium.resident.groups", len(snap.resident))
@@ -161,8 +162,16 @@ def _checked(
         raise ContractViolationError(
             f"session store returned {type(stored).__name__}, not a StoredSnapshot or None"
         )
-    if not isinstance(stored.revision, int) or isinstance(stored.revision, bool) or stored.revision < 1:
-        raise ContractViolationError(f"session store returned revision {stored.revision!r}")
+    revision = stored.revision
+    if type(revision) is not int:
+        # A subclass is read as the int it holds (its own ``__lt__`` or ``__index__`` could pass the
+        # bound and then compare otherwise in the save's compare-and-set); the answer keeps that int.
+        exact = exact_int(revision)
+        if exact is None or exact < 1:
+            raise ContractViolationError(f"session store returned revision {shown_number(revision)}")
+        stored = StoredSnapshot(stored.snapshot, exact)
+    elif revision < 1:
+        raise ContractViolationError(f"session store returned revision {revision}")
     snap = stored.snapshot
     verify_snapshot(key, snap)
     shaped = _SHAPED.get(key)

@@ -23,6 +23,7 @@ from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
+from .._validators import shown_number
 from .archive_index import index_archived
 from .commit import commit
 from .embedding import Hybrid
@@ -460,10 +461,11 @@ async def _read_from(
                 f"archive returned {len(page)} groups for a read of at most {_RECONCILE_PAGE}"
             )
         for group in page:
-            if not isinstance(group, MessageGroup) or group.seq != seq:
+            # ``type(...) is int``: a seq set past the group's validator is not compared by its ``__ne__``.
+            if not isinstance(group, MessageGroup) or type(group.seq) is not int or group.seq != seq:
                 raise ContractViolationError(
-                    f"archive read from seq {start} returned {getattr(group, 'seq', group)!r} where "
-                    f"group {seq} belongs; reconcile needs a contiguous archive"
+                    f"archive read from seq {start} returned {shown_number(getattr(group, 'seq', group))} "
+                    f"where group {seq} belongs; reconcile needs a contiguous archive"
                 )
             # The archive should have checked this already; the engine does not trust it.
             check_archived_group(key, group, expected_seq=seq)

@@ -15,7 +15,7 @@ from .._history import estimate_tokens
 from .._ports.recall import Candidate, Excerpt, RecallLimits, SourceRef, source_owner
 from .._scope import Scope
 from .._validators import lone_surrogate_at
-from .recall_items import candidate_fault, excerpt_fault, visible
+from .recall_items import candidate_fault, exact_candidate, exact_ref, excerpt_fault, visible
 
 __all__ = ["Failed", "RoundState", "capped", "checked_candidates", "checked_excerpts", "same_candidates"]
 
@@ -90,6 +90,7 @@ def checked_candidates(
             state.violation(f"discover returned {fault}; dropped")
             continue
         assert isinstance(item, Candidate)
+        item = exact_candidate(item)
         sid = item.ref.source_id
         if sid in prior:
             continue
@@ -171,20 +172,21 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
             state.violation(f"read returned {fault}; dropped")
             continue
         assert isinstance(item, Excerpt)
-        sid, text = item.ref.source_id, item.text
+        ref = exact_ref(item.ref)
+        sid, text = ref.source_id, item.text
         # The text as a plain copy, read once: a str subclass's own encode or translate (its size,
         # its escaping in the request) is never trusted, and what is checked is what is kept.
         text = str.__str__(text) if isinstance(text, str) else text
         if any(
             not isinstance(t, str) or lone_surrogate_at(str.__str__(t)) is not None
-            for t in (text, sid, item.ref.revision)
+            for t in (text, sid, ref.revision)
         ):
             # It could never be rendered, stored or hashed: refused before it reaches the request.
             state.violation(
                 f"read returned {sid!r} with text that is not valid Unicode (a lone surrogate); dropped"
             )
             continue
-        candidate = wanted.get(item.ref)
+        candidate = wanted.get(ref)
         # Visibility of the owner the id encodes (decoded here), never the adapter's owner object.
         encoded = source_owner(sid)
         if encoded is None or not visible(encoded, scope) or not visible(item.owner, scope):
@@ -192,13 +194,13 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
             continue
         if candidate is None:
             state.violation(
-                f"read returned {sid!r} at revision {item.ref.revision!r}, which was not asked for; dropped"
+                f"read returned {sid!r} at revision {ref.revision!r}, which was not asked for; dropped"
             )
             continue
         if item.owner != candidate.owner:
             state.violation(f"read returned {sid!r} with another owner than discovery reported; dropped")
             continue
-        if item.ref in got:
+        if ref in got:
             state.violation(f"read returned {sid!r} twice; the repeat was dropped")
             continue
         assert isinstance(text, str)
@@ -220,7 +222,7 @@ def checked_excerpts(raw: object, state: RoundState, scope: Scope, asked: list[C
             continue
         state.source_bytes += size
         state.tokens += tokens
-        got[item.ref] = Excerpt(item.ref, item.owner, text, item.completeness, item.omitted)
+        got[ref] = Excerpt(ref, item.owner, text, item.completeness, item.omitted)
     for candidate in asked:
         if candidate.ref not in got and not any(candidate.ref.source_id in v for v in state.violations):
             state.problems.append(f"source {candidate.ref.source_id} was discovered but not read")

@@ -20,8 +20,9 @@ from .._ports.recall import (
     ValidationStatus,
 )
 from .._scope import Scope
+from .._validators import exact_int, exact_number, shown_number
 
-__all__ = ["candidate_fault", "excerpt_fault", "validation_fault", "visible"]
+__all__ = ["candidate_fault", "exact_candidate", "exact_ref", "excerpt_fault", "validation_fault", "visible"]
 
 
 def _is_ref(ref: object) -> bool:
@@ -29,7 +30,38 @@ def _is_ref(ref: object) -> bool:
 
 
 def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    # The int a subclass holds: its own ``__ge__`` could pass a negative count.
+    count = value if type(value) is int else exact_int(value)
+    return count is not None and count >= 0
+
+
+def exact_ref(ref: SourceRef) -> SourceRef:
+    """``ref`` (checked by :func:`_is_ref`) with exact ``str`` fields: a subclass's text copied.
+
+    Its own ``__eq__``, ``__hash__`` or ``encode`` would otherwise decide which source an
+    item is, and what it costs, after the check.
+    """
+    if type(ref.source_id) is str and type(ref.revision) is str:
+        return ref
+    return SourceRef(str.__str__(ref.source_id), str.__str__(ref.revision))
+
+
+def exact_candidate(item: Candidate) -> Candidate:
+    """A :class:`Candidate` that passed :func:`candidate_fault`, holding the exact values checked.
+
+    A subclass of ``int``, ``float`` or ``str`` in it is replaced by the number or text it
+    holds, so no method of the adapter's class runs later (ranking negates the score).
+    """
+    score, size, title, ref = item.score, item.size_bytes, item.title, item.ref
+    if (
+        (type(score) is float or type(score) is int)
+        and type(size) is int
+        and type(title) is str
+        and type(ref.source_id) is str
+        and type(ref.revision) is str
+    ):
+        return item
+    return Candidate(exact_ref(ref), item.owner, exact_number(score), exact_int(size), str.__str__(title))  # type: ignore[arg-type]
 
 
 def candidate_fault(item: object) -> str | None:
@@ -45,11 +77,13 @@ def candidate_fault(item: object) -> str | None:
             return "a Candidate whose ref is not a SourceRef of two strings"
         if not isinstance(item.owner, SourceOwner):
             return f"a Candidate whose owner is a {type(item.owner).__name__}, not a SourceOwner"
-        score = item.score
-        if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
-            return f"a Candidate whose score is {type(score).__name__} {score!r}, not a finite number"
+        # The number a subclass holds (its own ``__float__`` is never called).
+        score = item.score if type(item.score) is float else exact_number(item.score)
+        if score is None or not math.isfinite(score):
+            shown = f"{type(item.score).__name__} {shown_number(item.score)}"
+            return f"a Candidate whose score is {shown}, not a finite number"
         if not _is_count(item.size_bytes):
-            return f"a Candidate whose size_bytes is {item.size_bytes!r}, not a count"
+            return f"a Candidate whose size_bytes is {shown_number(item.size_bytes)}, not a count"
         if not isinstance(item.title, str):
             return f"a Candidate whose title is a {type(item.title).__name__}, not a str"
     except AttributeError:  # built without its fields (``__new__``)

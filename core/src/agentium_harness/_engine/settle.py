@@ -37,6 +37,7 @@ from .._ports.archive import HistoryArchive
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, verify_snapshot
 from .._scope import SessionKey
 from .._text import error_text
+from .._validators import exact_int, shown_number
 from .lifecycle import Ticket
 from .results import CommitState
 
@@ -120,13 +121,17 @@ def _judge(
             return None
         # The session existed at ``expected`` and is gone now: not ours, and no CAS on it can land.
         return Settled(CommitState.NOT_COMMITTED, None, "the session is gone; the save did not land")
-    revision = stored.revision
+    # The int the answer holds (``None``: not an int): a subclass's own comparisons could
+    # settle a save as landed, or the session as unchanged, whatever it holds.
+    revision = stored.revision if type(stored.revision) is int else exact_int(stored.revision)
+    if revision is None:
+        return Settled(
+            CommitState.UNKNOWN,
+            None,
+            f"read back: the store answered revision {shown_number(stored.revision)}, not an integer",
+        )
     if stored.snapshot.digest == saved.digest:
-        if (
-            isinstance(revision, int)
-            and not isinstance(revision, bool)
-            and (expected is None or revision > expected)
-        ):
+        if expected is None or revision > expected:
             return Settled(
                 CommitState.COMMITTED, revision, f"read back: the saved snapshot is at revision {revision}"
             )
@@ -168,15 +173,18 @@ async def _archived(
     unsettled: Settled,
 ) -> Settled:
     """Settle a revision that archived past the new groups by reading those seqs from the archive."""
-    snap, revision = stored.snapshot, stored.revision
+    snap, revision = stored.snapshot, exact_int(stored.revision)  # an int: ``_judge`` found one
     held = {g.seq: g.digest for g in snap.resident}
     found: dict[int, str] = {}
     try:
         for group in new_groups:
             if group.seq < snap.boundary:
                 read = await ticket.call("archive read-back", partial(archive.read_groups, key, group.seq, 1))
-                if read and read[0].seq == group.seq:
-                    found[group.seq] = read[0].digest
+                # Exact types only: a subclass's own ``__eq__`` could match another writer's group.
+                if read and type(read[0].seq) is int and read[0].seq == group.seq:
+                    digest = read[0].digest
+                    if isinstance(digest, str):  # else it settles nothing: left unsettled
+                        found[group.seq] = str.__str__(digest)
             elif group.seq in held:
                 found[group.seq] = held[group.seq]
     except Exception as exc:  # an archive that cannot answer settles nothing

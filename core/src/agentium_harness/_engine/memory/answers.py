@@ -12,6 +12,9 @@ import itertools
 import logging
 from collections import Counter
 from collections.abc import Collection, Sequence
+from typing import Final
+
+import attrs
 
 from ..._errors import ContractViolationError, InvalidArgumentError
 from ..._ports.memory import (
@@ -25,6 +28,7 @@ from ..._ports.memory import (
     StoredFact,
     check_revision,
 )
+from ..._validators import exact_int
 from ..results import CommitState
 from ..unexpected import Outcomes
 
@@ -63,20 +67,35 @@ def checked_ack(ack: object, operation: str, fact_id: str | None = None) -> Memo
     """``ack`` if it acknowledges the write asked for (the fact asked about, a real revision)."""
     # The host is told what was written: the fact it asked about (a correction or a forget)
     # at a real revision, never another fact's id or a revision of None, True or -1.
+    if not isinstance(ack, MemoryAck):
+        raise ContractViolationError(_ACK_RULE.format(operation, type(ack).__name__))
+    # Compared and kept as the exact str and int they hold: a subclass's own ``__ne__`` or ``__lt__``
+    # could pass another fact's id or a revision of 0, and its methods would run again where the ack goes.
+    said, revision = ack.fact_id, ack.revision
+    exact = type(said) is str and type(revision) is int
+    if not exact:
+        said = str.__str__(said) if isinstance(said, str) else None
+        revision = exact_int(revision)
     if (
-        not isinstance(ack, MemoryAck)
-        or ack.status is AckStatus.REJECTED
-        or not isinstance(ack.fact_id, str)
-        or (fact_id is not None and ack.fact_id != fact_id)
-        or not isinstance(ack.revision, int)
-        or isinstance(ack.revision, bool)
-        or ack.revision < 1
+        ack.status is AckStatus.REJECTED
+        or said is None
+        or (fact_id is not None and said != fact_id)
+        or revision is None
+        or revision < 1
     ):
-        raise ContractViolationError(
-            f"{operation} returned {ack!r}: a store acknowledges with a MemoryAck naming the fact "
-            "asked about and its revision (and raises MemoryRejectedError to refuse)"
+        shown = (
+            repr(ack)
+            if exact
+            else f"a MemoryAck of {type(ack.fact_id).__name__} {type(ack.revision).__name__}"
         )
-    return ack
+        raise ContractViolationError(_ACK_RULE.format(operation, shown))
+    return ack if exact else attrs.evolve(ack, fact_id=said, revision=revision)
+
+
+_ACK_RULE: Final = (
+    "{} returned {}: a store acknowledges with a MemoryAck naming the fact asked about and its "
+    "revision (and raises MemoryRejectedError to refuse)"
+)
 
 
 def check_cap(revisions: Sequence[StoredFact], replacement: MemoryFact) -> None:
