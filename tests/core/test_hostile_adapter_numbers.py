@@ -12,6 +12,7 @@ violation, and nothing is committed on its word.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,22 +21,29 @@ from agentium_harness import (
     ArchiveCorruptError,
     CommitState,
     ContractViolationError,
+    SessionConflictError,
     SessionKey,
     VerifiedIdentity,
 )
 from agentium_harness._engine import recall_items
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.catch_up import _checked as checked_missing
+from agentium_harness._engine.catch_up import catch_up_index
 from agentium_harness._engine.commit import _checked_receipts
+from agentium_harness._engine.commit_fence import refuse_if_erased_since_load
 from agentium_harness._engine.erasure_ledger import ledger_of, pending_key
+from agentium_harness._engine.index_recheck import drop_erased_meanwhile
+from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness._engine.memory.answers import checked_ack
-from agentium_harness._engine.settle import _judge
+from agentium_harness._engine.settle import Settled, _judge
+from agentium_harness._engine.settle import _archived as settle_archived
 from agentium_harness._ports.archive import ArchiveReceipt
 from agentium_harness._ports.erasure import ErasureLedger
 from agentium_harness._ports.memory import MemoryAck
 from agentium_harness._ports.recall import Candidate, SourceRef
 from agentium_harness._ports.recall_sources import SourceOwner, document_source_id
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import OpContext, SessionSnapshot, StoredSnapshot, seal_snapshot
 from agentium_harness.testing import plain_group, scoped_snapshot
@@ -279,3 +287,120 @@ async def test_reconcile_refuses_an_archived_group_whose_seq_lies_and_changes_no
     after = await _real(store)
     assert after is not None and before is not None
     assert after.revision == before.revision and after.snapshot == before.snapshot
+
+
+class SaysThree(int):
+    """An int holding another seq, which hashes and compares as seq 3."""
+
+    def __hash__(self) -> int:
+        return 3
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+
+class LacksThree(InMemoryRecallStore):
+    """Says it lacks group 3, and records what it is given to index."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.indexed: list[Any] = []
+
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
+    ) -> Sequence[int]:
+        return [3]
+
+    async def index_groups(self, key: SessionKey, groups: Any, receipts: Any, ctx: OpContext) -> None:
+        self.indexed.extend(groups)
+
+
+class AnswersNine(InMemoryArchive):
+    """Any read answers group 9, its seq set past the validator to an int that says it is 3."""
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        group = plain_group(9)
+        object.__setattr__(group, "seq", SaysThree(9))
+        return [group]
+
+
+async def test_catch_up_does_not_index_a_group_whose_seq_says_it_is_another() -> None:
+    store = LacksThree()
+    notes = await catch_up_index(store, AnswersNine(), Ticket(KEY, "run", 30.0), KEY, 5)
+    assert store.indexed == []
+    assert any(n.code == "recall_index_behind" and "did not return" in n.message for n in notes)
+
+
+class RevisionSaysSame(InMemorySessionStore):
+    """The session re-loaded by the commit fence answers revision 99, which says it equals any."""
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        stored = await super().load(key, ctx)
+        if stored is None or key != KEY:
+            return stored
+        return StoredSnapshot(stored.snapshot, LyingInt(99))
+
+
+async def test_the_commit_fence_compares_the_reloaded_revision_as_the_int_it_holds() -> None:
+    store = RevisionSaysSame()
+    ctx = OpContext()
+    ledger = seal_snapshot(SessionSnapshot(memory_scope=None, ledger=ErasureLedger()))
+    # An erasure record was written (and cleared) since the load, which saw none.
+    await store.save(pending_key("acme"), ledger, None, ctx)
+    snapshot = scoped_snapshot(KEY, "x")
+    await store.save(KEY, snapshot, None, ctx)
+    ticket = Ticket(KEY, "run", 30.0)
+    ticket.fence_seen = (None,)
+    with pytest.raises(SessionConflictError, match="revision 99"):
+        await refuse_if_erased_since_load(ticket, store, KEY, StoredSnapshot(snapshot, 1))
+
+
+class ErasesRecorded(InMemoryRecallStore):
+    """Records the targets it is asked to erase."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.erased: list[Any] = []
+
+    async def erase(self, target: Any, ctx: OpContext) -> Any:
+        self.erased.append(target)
+        return await super().erase(target, ctx)
+
+
+class HoldsThreeAsNine(InMemoryArchive):
+    """Any read answers group 3's content with its seq set past the validator to 9 that says it is 3."""
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        group = plain_group(3)
+        assert group.digest  # the digest of group 3, computed before the seq is changed
+        object.__setattr__(group, "seq", SaysThree(9))
+        return [group]
+
+
+async def test_the_index_recheck_does_not_take_a_group_whose_seq_lies_as_still_held() -> None:
+    store = ErasesRecorded()
+    notes = await drop_erased_meanwhile(
+        store, HoldsThreeAsNine(), Ticket(KEY, "run", 30.0), KEY, [plain_group(3)]
+    )
+    assert len(store.erased) == 1 and [n.code for n in notes] == ["recall_index_erased_meanwhile"]
+
+
+class HoldsTwoAsEight(InMemoryArchive):
+    """Any read answers group 2's content with its seq set past the validator to 8 that says it is 2."""
+
+    async def read_groups(self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext) -> Any:
+        group = plain_group(2)
+        assert group.digest  # the digest of group 2, computed before the seq is changed
+        object.__setattr__(group, "seq", LyingInt(8))
+        return [group]
+
+
+async def test_a_read_back_archived_group_whose_seq_lies_settles_nothing() -> None:
+    stored = StoredSnapshot(scoped_snapshot(KEY, "x"), 4)  # boundary 5: group 2 archived past
+    unsettled = Settled(CommitState.UNKNOWN, None, "archived past", archived_past=True)
+    ticket = Ticket(KEY, "run", 30.0)
+    settled = await settle_archived(ticket, HoldsTwoAsEight(), KEY, stored, [plain_group(2)], unsettled)
+    assert settled is unsettled
