@@ -21,8 +21,10 @@ from agentium_harness import (
     ArchiveCorruptError,
     CommitState,
     ContractViolationError,
+    Scope,
     SessionConflictError,
     SessionKey,
+    SnapshotCorruptError,
     VerifiedIdentity,
 )
 from agentium_harness._engine import recall_items
@@ -404,3 +406,30 @@ async def test_a_read_back_archived_group_whose_seq_lies_settles_nothing() -> No
     ticket = Ticket(KEY, "run", 30.0)
     settled = await settle_archived(ticket, HoldsTwoAsEight(), KEY, stored, [plain_group(2)], unsettled)
     assert settled is unsettled
+
+
+class AnswersSnapshot(InMemorySessionStore):
+    """Loads of the session answer one given (sealed) snapshot at revision 1."""
+
+    def __init__(self, snapshot: SessionSnapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        return StoredSnapshot(self.snapshot, 1) if key == KEY else await super().load(key, ctx)
+
+
+@pytest.mark.parametrize(
+    ("boundary", "next_seq"),
+    [(LyingInt(-1), LyingInt(-1)), (0, -1), (_Rev(0), 0)],
+    ids=["lying-negative", "next-seq-below-boundary", "harmless-subclass"],
+)
+async def test_a_snapshot_whose_boundary_or_next_seq_is_not_an_exact_int_in_order_is_refused(
+    boundary: int, next_seq: int
+) -> None:
+    scope = Scope(KEY.tenant, KEY.user, KEY.session, "project-1", None)
+    snapshot = seal_snapshot(SessionSnapshot(memory_scope=scope, boundary=boundary, next_seq=next_seq))
+    store = AnswersSnapshot(snapshot)
+    with pytest.raises(SnapshotCorruptError):
+        await _runtime(store).inspect_session(ANA, "s1")
+    assert await _real(store) is None  # nothing was written

@@ -207,8 +207,16 @@ def check_snapshot_shape(key: SessionKey, snap: SessionSnapshot) -> None:
     the session's, and the summary state and receipts are possible for the
     boundary (see :func:`_impossible_summary_state`).
     """
+    boundary, next_seq = snap.boundary, snap.next_seq
+    if type(boundary) is not int or type(next_seq) is not int:
+        # Every store decodes exact ints; an adapter's subclass would be compared by its own
+        # ``__lt__`` here and wherever the engine numbers the next group.
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.session!r} holds a boundary or next_seq that is not an int "
+            f"({type(boundary).__name__}, {type(next_seq).__name__}); it was left as it is"
+        )
     seqs = [g.seq for g in snap.resident]
-    if snap.boundary < 0 or seqs != list(range(snap.boundary, snap.next_seq)):
+    if not 0 <= boundary <= next_seq or seqs != list(range(boundary, next_seq)):
         raise SnapshotCorruptError(
             f"snapshot of session {key.session!r} is inconsistent: boundary {snap.boundary}, "
             f"next_seq {snap.next_seq}, resident seqs {seqs[:5]}{'…' if len(seqs) > 5 else ''}"
