@@ -39,11 +39,13 @@ from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness._engine.memory.answers import checked_ack
 from agentium_harness._engine.settle import Settled, _judge
 from agentium_harness._engine.settle import _archived as settle_archived
+from agentium_harness._engine.summary import _admissible as admissible_for_summary
 from agentium_harness._ports.archive import ArchiveReceipt
 from agentium_harness._ports.erasure import ErasureLedger
 from agentium_harness._ports.memory import MemoryAck
 from agentium_harness._ports.recall import Candidate, SourceRef
 from agentium_harness._ports.recall_sources import SourceOwner, document_source_id
+from agentium_harness._ports.summary import SummaryLimits
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ScriptedProvider
@@ -433,3 +435,10 @@ async def test_a_snapshot_whose_boundary_or_next_seq_is_not_an_exact_int_in_orde
     with pytest.raises(SnapshotCorruptError):
         await _runtime(store).inspect_session(ANA, "s1")
     assert await _real(store) is None  # nothing was written
+
+
+def test_a_group_read_for_a_summary_whose_seq_lies_ends_the_run() -> None:
+    group = plain_group(9)
+    object.__setattr__(group, "seq", LyingInt(9))  # says it is the 3 expected
+    run, gap = admissible_for_summary(KEY, 3, 4, [group], {}, SummaryLimits())
+    assert run == [] and gap is not None and gap.seq == 3 and "group 9 instead" in gap.detail

@@ -54,6 +54,7 @@ from .._ports.summary import (
 )
 from .._scope import SessionKey, encode_segment
 from .._text import error_text, shorten
+from .._validators import shown_number
 from .commit import CommitOutcome
 from .group_identity import foreign_group
 from .history_view import ViewIndex, paired_messages
@@ -200,9 +201,10 @@ def _admissible(
         # whatever its messages say, and rewritten text would be summarized and cited.
         if type(group) is not MessageGroup:
             return run, CoverageGap(expected, GapReason.INCOMPLETE, f"read returned a {type(group).__name__}")
-        if group.seq != expected:
+        # ``type(...) is int``: a seq set past the group's validator is not compared by its ``__ne__``.
+        if type(group.seq) is not int or group.seq != expected:
             return run, CoverageGap(
-                expected, GapReason.INCOMPLETE, f"read returned group {group.seq} instead"
+                expected, GapReason.INCOMPLETE, f"read returned group {shown_number(group.seq)} instead"
             )
         known = receipts.get(expected)
         foreign = foreign_group(key, group, known)
