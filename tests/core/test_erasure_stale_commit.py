@@ -14,6 +14,9 @@ Two runtimes over the same stores stand for the two processes.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,11 +32,13 @@ from agentium_harness import (
     RuntimeLimits,
     SessionConflictError,
     SessionKey,
+    SessionState,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
@@ -143,3 +148,129 @@ async def _pending_erasure(runtime: Any, archive: InMemoryArchive) -> None:
             await runtime.erase(EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR)
     finally:
         archive.erase = real  # type: ignore[method-assign]
+
+
+# The joint path: the built-in SQLite pair on one file archives and saves in one transaction
+# (``commit_with_archive``), and its commit was said to need no second look. The same scenario,
+# with both runtimes over one database file, checks that claim.
+
+SECRETS = ("qzfirstsecretq", "qzsecondsecretq")
+
+
+def _sqlite_runtime(provider: Any, db: Path) -> Any:
+    config = SQLiteConfig(path=str(db))
+    return create_harness_runtime(
+        provider=provider,
+        archive=SQLiteArchive(config),
+        session_store=SQLiteSessionStore(config),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+
+
+def _rows_holding(db: Path, text: str) -> list[str]:
+    """Rows of the file's session and group tables whose stored bytes hold ``text`` (raw SQL)."""
+    needle = text.encode()
+    found: list[str] = []
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for table, column in (("groups", "data"), ("sessions", "snapshot")):
+            for (value,) in conn.execute(f"SELECT {column} FROM {table}"):
+                data = value.encode() if isinstance(value, str) else value
+                if isinstance(data, bytes) and needle in data:
+                    found.append(table)
+    return found
+
+
+async def _readable(runtime: Any, text: str) -> bool:
+    page = await runtime.read_history(ANA, "s0", max_groups=100, view=False)
+    view = await runtime.inspect_session(ANA, "s0")
+    return text in repr(page) or text in repr(view)
+
+
+@pytest.mark.parametrize("erasure", ["session", "user", "pending", "reused"])
+async def test_a_joint_sqlite_commit_loaded_before_an_erasure_brings_none_of_it_back(
+    erasure: str, tmp_path: Path
+) -> None:
+    db = tmp_path / "agentium.db"
+    provider = Held()
+    slow = _sqlite_runtime(provider, db)
+    other = _sqlite_runtime(ScriptedProvider(replies=["ok"], cycle=True), db)
+    assert slow.session_store.shares_transactions_with(slow.archive)  # the joint path
+    target = (
+        EraseTarget.user("acme", "ana") if erasure == "user" else EraseTarget.session("acme", "ana", "s0")
+    )
+    try:
+        await slow.run(ANA, "s0", f"first {SECRETS[0]}")
+        await slow.run(ANA, "s0", f"second {SECRETS[1]}")
+        provider.armed = True
+        failures: list[BaseException] = []
+        results: list[Any] = []
+
+        async def stale_run() -> None:
+            try:
+                results.append(await slow.run(ANA, "s0", "third turn"))
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stale_run)
+            await provider.started.wait()  # loaded (revision 2, groups 0 and 1 resident) before the erasure
+            if erasure == "pending":
+                # Erased from the archive, but the session store's erase fails: pending, scope fenced.
+                await _pending_store_erasure(other, target)
+                expected: type[Exception] = ErasureInProgressError
+            else:
+                result = await other.erase(target, reason="dsr", attestation=OPERATOR)
+                assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
+                expected = SessionConflictError
+                if erasure == "reused":
+                    # The erased id is used again up to the revision the stale run loaded.
+                    for i in range(2):
+                        assert (await other.run(ANA, "s0", f"new turn {i}")).committed
+            provider.release.set()
+
+        assert results == [], "the stale run committed"
+        (failure,) = failures
+        assert isinstance(failure, expected), failure
+        assert str(getattr(failure, "commit_state", None)) in ("not_committed", "CommitState.NOT_COMMITTED")
+        if erasure == "pending":
+            resumed = await other.erase(target, reason="dsr", attestation=OPERATOR)
+            assert resumed.tombstone is not None and resumed.tombstone.state is ErasureState.COMPLETE
+        for secret in (*SECRETS, "third turn"):
+            assert _rows_holding(db, secret) == [], secret
+            assert not await _readable(other, secret), secret
+        # The session id used again (or further): every run commits, nothing diverges, the stale
+        # runtime's own next run loads the new session.
+        start = 2 if erasure == "reused" else 0
+        for i in range(start, 4):
+            assert (await other.run(ANA, "s0", f"new turn {i}")).committed
+        assert (await slow.run(ANA, "s0", "new turn 4")).committed
+        view = await other.inspect_session(ANA, "s0")
+        assert view.state is SessionState.OK and view.divergence is None
+        page = await other.read_history(ANA, "s0", max_groups=100, view=False)
+        texts = repr(page)
+        assert all(f"new turn {i}" in texts for i in range(5))
+        assert not any(secret in texts for secret in (*SECRETS, "third turn"))
+        assert [g.seq for g in await other.archive.read_groups(KEY, 0, 100, OpContext.with_timeout(5))] == [
+            0,
+            1,
+            2,
+        ]
+    finally:
+        await slow.aclose()
+        await other.aclose()
+
+
+async def _pending_store_erasure(runtime: Any, target: EraseTarget) -> None:
+    """Leave an erasure pending after the archive erased: the session store's erase call fails."""
+    store = runtime.session_store
+    real = store.erase
+
+    async def failing(*args: object, **kwargs: object) -> Any:
+        raise OSError("session store unreachable")
+
+    store.erase = failing
+    try:
+        with pytest.raises(ErasureIncompleteError):
+            await runtime.erase(target, reason="dsr", attestation=OPERATOR)
+    finally:
+        store.erase = real

@@ -97,7 +97,7 @@ async def test_a_commit_by_another_store_on_the_file_is_loaded_through_the_store
 
 
 async def test_the_known_answers_are_none_for_another_store_or_an_expired_context(tmp_path: Path) -> None:
-    from agentium_harness._engine.load import _known_fence_and_session
+    from agentium_harness._engine.load import known_fence_and_session
 
     store = SQLiteSessionStore(_config(tmp_path))
     try:
@@ -106,18 +106,18 @@ async def test_the_known_answers_are_none_for_another_store_or_an_expired_contex
         assert loaded is not None and loaded.revision == revision
         ticket = Ticket(KEY, "run", 30.0)
         # The fence was never read: only a load can say it is absent.
-        assert _known_fence_and_session(ticket, store, KEY) is None
+        assert known_fence_and_session(ticket, store, KEY) is None
         assert await store.load(pending_key(KEY.tenant), OpContext()) is None
-        known = _known_fence_and_session(ticket, store, KEY)
+        known = known_fence_and_session(ticket, store, KEY)
         assert known is not None and known[0] is None and known[1] is loaded
         ticket.signal.cancel("stopped")  # a cancelled operation reads through the bounded call
-        assert _known_fence_and_session(ticket, store, KEY) is None
+        assert known_fence_and_session(ticket, store, KEY) is None
 
         class Plain:
             async def load(self, key: SessionKey, ctx: OpContext) -> None:
                 return None
 
-        assert _known_fence_and_session(Ticket(KEY, "run", 30.0), Plain(), KEY) is None  # type: ignore[arg-type]
+        assert known_fence_and_session(Ticket(KEY, "run", 30.0), Plain(), KEY) is None  # type: ignore[arg-type]
     finally:
         await store.aclose()
 

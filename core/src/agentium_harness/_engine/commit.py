@@ -154,6 +154,10 @@ async def commit(
         eviction = EvictionStatus.DIVERGED
         diagnostics.append(_diverged_diagnostic(divergence))
     elif plan.evict and joint and _joint(store, archive):
+        # One transaction does not make the load fresh: an erasure under way has the snapshot
+        # still to erase, and the id erased and used again can be back at the loaded revision,
+        # so the compare-and-set would pass and write the erased groups back (.commit_fence).
+        await refuse_if_erased_since_load(ticket, store, key, stored)
         try:
             joined = await _joint_commit(
                 ticket,

@@ -8,6 +8,11 @@ compare-and-set then fails (the snapshot is gone), but the archive append
 comes first: without a second look it writes the loaded groups, the erased
 session's text, back at their old seqs, where nothing refers to them, and
 the session id used again later meets them at those seqs (``diverged``).
+A joint commit (archive and save in one transaction) needs the same look:
+its compare-and-set passes while an erasure under way has still to reach the
+snapshot, and once the erased id, used again, is back at the loaded
+revision (revisions start again at 1), when it would overwrite the new
+session with the erased one.
 
 So before archiving, the pending ledger is read again (one small read): an
 erasure covering the session under way refuses the commit
@@ -28,6 +33,7 @@ from .._scope import SessionKey
 from .._validators import exact_int
 from .erasure_ledger import ledger_of, pending_key
 from .lifecycle import Ticket, covers
+from .load import known_fence_and_session
 
 __all__ = ["refuse_if_erased_since_load"]
 
@@ -44,8 +50,14 @@ async def refuse_if_erased_since_load(
         return
     (seen,) = ticket.fence_seen
     ledger_key = pending_key(key.tenant)
+    # A store that knows both rows unchanged (the SQLite store, nothing committed to the file since
+    # it last read or wrote them) answers at once: a turn of the joint path pays no bounded call.
+    known = known_fence_and_session(ticket, store, key)
     revision, ledger = ledger_of(
-        ledger_key, await ticket.call("erasure fence", lambda ctx: store.load(ledger_key, ctx))
+        ledger_key,
+        known[0]
+        if known is not None
+        else await ticket.call("erasure fence", lambda ctx: store.load(ledger_key, ctx)),
     )
     for record in ledger.records:
         if covers(record.target, key):
@@ -56,10 +68,13 @@ async def refuse_if_erased_since_load(
             )
     if revision == seen:
         return  # no erasure of the tenant began or ended since the load
-    now = await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    found = (
+        known[1] if known is not None else await ticket.call("session load", lambda ctx: store.load(key, ctx))
+    )
+    now = found if isinstance(found, StoredSnapshot) else None  # anything else: the save meets it
     before = None if stored is None else stored.revision
     # The int the store's answer holds: a subclass's own ``__ne__`` could say nothing changed.
-    after = exact_int(now.revision) if isinstance(now, StoredSnapshot) else None
+    after = None if now is None else exact_int(now.revision)
     if after != before or (now is not None and stored is not None and now.snapshot != stored.snapshot):
         raise SessionConflictError(
             f"session {key.session!r} changed since it was loaded (an erasure of tenant "

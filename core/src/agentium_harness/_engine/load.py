@@ -35,7 +35,7 @@ from .._validators import exact_int, shown_number
 from .erasure_ledger import pending_key, refuse_if_erasing
 from .lifecycle import Ticket
 
-__all__ = ["load_in_call", "load_session"]
+__all__ = ["known_fence_and_session", "load_in_call", "load_session"]
 
 # The snapshot last found well formed (``check_snapshot_shape``) for each key, weakly. A store
 # that hands back the snapshot object it already returned (the SQLite store does for an
@@ -69,7 +69,7 @@ async def load_session(
         # from the store, fence first, under one deadline: one bounded call (a task and a timer)
         # for the two, each read keeping its span (``agentium.erasure.fence``,
         # ``agentium.session.load``). Written out here, not in helpers: a coroutine a layer.
-        known = _known_fence_and_session(ticket, store, key) if fence else None
+        known = known_fence_and_session(ticket, store, key) if fence else None
         if known is not None:
             pending, found = known
         elif fence:
@@ -89,7 +89,7 @@ async def load_session(
         return stored, snap
 
 
-def _known_fence_and_session(
+def known_fence_and_session(
     ticket: Ticket, store: SessionStore, key: SessionKey
 ) -> tuple[object, object] | None:
     """The fence and ``key``'s snapshot when the store knows both unchanged, at once; else ``None``.
