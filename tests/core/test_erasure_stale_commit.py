@@ -274,3 +274,54 @@ async def _pending_store_erasure(runtime: Any, target: EraseTarget) -> None:
             await runtime.erase(target, reason="dsr", attestation=OPERATOR)
     finally:
         store.erase = real
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_save_without_eviction_loaded_before_an_erasure_never_replaces_the_reused_session(
+    stores: str, tmp_path: Path
+) -> None:
+    # A commit with nothing to archive is a compare-and-set save alone. The erased id, used again,
+    # is back at revision 1, the revision the stale run loaded: the save's compare-and-set passed
+    # and put the erased group over the new session, whose own turn was lost.
+    provider = Held()
+    if stores == "memory":
+        archive, store = InMemoryArchive(), InMemorySessionStore()
+        slow = _runtime(provider, archive, store)
+        other = _runtime(ScriptedProvider(replies=["ok"], cycle=True), archive, store)
+    else:
+        slow = _sqlite_runtime(provider, tmp_path / "agentium.db")
+        other = _sqlite_runtime(ScriptedProvider(replies=["ok"], cycle=True), tmp_path / "agentium.db")
+    try:
+        await slow.run(ANA, "s0", f"first {SECRETS[0]}")  # revision 1, one group: the next run evicts nothing
+        provider.armed = True
+        failures: list[BaseException] = []
+
+        async def stale_run() -> None:
+            try:
+                await slow.run(ANA, "s0", "stale turn")
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stale_run)
+            await provider.started.wait()
+            result = await other.erase(
+                EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR
+            )
+            assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
+            assert (await other.run(ANA, "s0", "new turn 0")).snapshot_revision == 1
+            provider.release.set()
+
+        (failure,) = failures
+        assert isinstance(failure, SessionConflictError), failure
+        assert str(getattr(failure, "commit_state", None)) in ("not_committed", "CommitState.NOT_COMMITTED")
+        texts = repr(await other.read_history(ANA, "s0", max_groups=100, view=False))
+        assert "new turn 0" in texts
+        assert SECRETS[0] not in texts and "stale turn" not in texts
+        if stores == "sqlite":
+            assert _rows_holding(tmp_path / "agentium.db", SECRETS[0]) == []
+        assert (await slow.run(ANA, "s0", "new turn 1")).committed
+        assert (await other.inspect_session(ANA, "s0")).state is SessionState.OK
+    finally:
+        await slow.aclose()
+        await other.aclose()

@@ -150,6 +150,8 @@ async def commit(
     new_boundary = boundary
     receipts: tuple[ArchiveReceipt, ...] = ()
     eviction = EvictionStatus.NOT_NEEDED
+    # Whether the erasure fence was read again (.commit_fence): before archiving, else before saving.
+    fenced = divergence is None and bool(plan.evict)
     if divergence is not None:
         eviction = EvictionStatus.DIVERGED
         diagnostics.append(_diverged_diagnostic(divergence))
@@ -275,6 +277,11 @@ async def commit(
             tuple(diagnostics),
             receipts=stored.snapshot.receipts,
         )
+    if not fenced:
+        # Not read above (nothing to archive): a save alone needs the look as well, as the erased
+        # id used again can be back at the loaded revision and the compare-and-set would then put
+        # the erased session over the new one (.commit_fence).
+        await refuse_if_erased_since_load(ticket, store, key, stored)
     kept = _kept_receipts(stored, [(r.seq, r.digest) for r in receipts] if keep_receipts else [])
     snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept, changes)
     if before_save is not None:

@@ -1,4 +1,4 @@
-"""The erasure fence read again before a commit archives: no erased group comes back from a stale load.
+"""The erasure fence read again before a commit writes: no erased group comes back from a stale load.
 
 A run, an append or a flush reads the tenant's pending erasures with its
 session load (:mod:`.load`), then commits — archive the groups over the
@@ -8,13 +8,13 @@ compare-and-set then fails (the snapshot is gone), but the archive append
 comes first: without a second look it writes the loaded groups, the erased
 session's text, back at their old seqs, where nothing refers to them, and
 the session id used again later meets them at those seqs (``diverged``).
-A joint commit (archive and save in one transaction) needs the same look:
-its compare-and-set passes while an erasure under way has still to reach the
-snapshot, and once the erased id, used again, is back at the loaded
-revision (revisions start again at 1), when it would overwrite the new
-session with the erased one.
+A commit that only saves, and a joint commit (archive and save in one
+transaction), need the same look: the compare-and-set passes while an
+erasure under way has still to reach the snapshot, and once the erased id,
+used again, is back at the loaded revision (revisions start again at 1),
+when it would overwrite the new session with the erased one.
 
-So before archiving, the pending ledger is read again (one small read): an
+So before archiving or saving, the pending ledger is read again (one small read): an
 erasure covering the session under way refuses the commit
 (:class:`ErasureInProgressError`); if the ledger moved since the load (an
 erasure of the tenant began or ended), the session's snapshot is read too,
