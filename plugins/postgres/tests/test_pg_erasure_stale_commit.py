@@ -172,3 +172,46 @@ async def _pending_store_erasure(runtime: Any, target: EraseTarget) -> None:
             await runtime.erase(target, reason="dsr", attestation=OPERATOR)
     finally:
         store.erase = real
+
+
+async def test_a_pg_save_without_eviction_loaded_before_an_erasure_never_replaces_the_reused_session(
+    app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
+) -> None:
+    # Nothing to archive: the commit is a compare-and-set save alone, and the erased id used again
+    # is back at revision 1, the revision the stale run loaded.
+    provider = Held()
+    slow = _runtime(provider, app_config)
+    other = _runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)
+    try:
+        await slow.run(ANA, "s0", f"first {SECRETS[0]}")  # revision 1, one group resident
+        provider.armed = True
+        failures: list[BaseException] = []
+
+        async def stale_run() -> None:
+            try:
+                await slow.run(ANA, "s0", SECRETS[2])
+            except Exception as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stale_run)
+            await provider.started.wait()
+            result = await other.erase(
+                EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR
+            )
+            assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
+            assert (await other.run(ANA, "s0", "new turn 0")).snapshot_revision == 1
+            provider.release.set()
+
+        (failure,) = failures
+        assert isinstance(failure, SessionConflictError), failure
+        assert str(getattr(failure, "commit_state", None)) in ("not_committed", "CommitState.NOT_COMMITTED")
+        for secret in (SECRETS[0], SECRETS[2]):
+            assert _rows_holding(admin, schema, secret) == [], secret
+            assert not await _readable(other, secret), secret
+        assert "new turn 0" in repr(await other.read_history(ANA, "s0", max_groups=100, view=False))
+        assert (await slow.run(ANA, "s0", "new turn 1")).committed
+        assert (await other.inspect_session(ANA, "s0")).state is SessionState.OK
+    finally:
+        await slow.aclose()
+        await other.aclose()
