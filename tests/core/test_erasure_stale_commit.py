@@ -33,12 +33,14 @@ from agentium_harness import (
     SessionConflictError,
     SessionKey,
     SessionState,
+    SummaryLimits,
     VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
@@ -325,3 +327,70 @@ async def test_a_save_without_eviction_loaded_before_an_erasure_never_replaces_t
     finally:
         await slow.aclose()
         await other.aclose()
+
+
+class HeldSummarizer(ExtractiveSummarizer):
+    """Summarizes at once, except the armed call, which waits for ``release`` after saying it started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+
+    async def summarize(self, *args: Any, **kwargs: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            self.started.set()
+            await self.release.wait()
+        return await super().summarize(*args, **kwargs)
+
+
+async def test_a_summary_of_an_erased_session_is_not_saved_into_the_reused_one() -> None:
+    # The run committed before the erasure; its summary update (made from the erased groups) waits
+    # on the summarizer while another process erases the session and uses the id again up to the
+    # revision the update expects: that revision alone let it save the erased text into the new
+    # session's summary.
+    archive, store = InMemoryArchive(), InMemorySessionStore()
+    summarizer = HeldSummarizer()
+    slow = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=store,
+        summarizer=summarizer,
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    other = create_harness_runtime(  # no summarizer: its commits move the revision one at a time
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        await slow.run(ANA, "s0", f"The vault code is {SECRETS[0]}.")
+        summarizer.armed = True
+        results: list[Any] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: _into(results, slow.run(ANA, "s0", "Another sentence here.")))
+            await summarizer.started.wait()  # committed (group 0 archived), the summary on its way
+            revision = (await other.inspect_session(ANA, "s0")).revision
+            await other.erase(EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR)
+            for i in range(revision):
+                await other.run(ANA, "s0", f"New turn {i}.")
+            assert (await other.inspect_session(ANA, "s0")).revision == revision
+            summarizer.release.set()
+
+        (done,) = results
+        assert done.committed  # its commit came before the erasure
+        assert "summary_conflict" in [d.code for d in done.diagnostics]
+        view = await other.inspect_session(ANA, "s0")
+        assert view.revision == revision and view.summary is None
+        assert not await _readable(other, SECRETS[0])
+    finally:
+        await slow.aclose()
+        await other.aclose()
+
+
+async def _into(results: list[Any], call: Any) -> None:
+    results.append(await call)

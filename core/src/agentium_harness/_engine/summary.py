@@ -382,6 +382,7 @@ async def save_summary(
     revision: int,
     state: SummaryState,
     revisions: SummaryRevisions | None = None,
+    made_for: CommitOutcome | None = None,
 ) -> tuple[int | None, list[Diagnostic]]:
     """Save ``state`` into the session snapshot at ``revision`` with compare-and-set.
 
@@ -390,6 +391,13 @@ async def save_summary(
     stands, and this update is dropped whole, never merged). A save is
     recorded in ``revisions``, with the digests of the snapshot it was made
     on and of the one it saved (``expected_revision`` looks past it).
+
+    ``made_for`` (the commit the update was made after) must also be what
+    is stored at ``revision``: its boundary and resident groups. The
+    revision alone does not say so: another process may have erased the
+    session while the summarizer ran and used the id again up to that
+    revision (an erased session's revisions start again at 1), and the
+    summary of the erased groups would then be saved into the new session.
     """
     stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
     if stored is None or stored.revision != revision:
@@ -401,6 +409,18 @@ async def save_summary(
             )
         ]
     verify_snapshot(key, stored.snapshot)
+    if made_for is not None and (
+        stored.snapshot.boundary != made_for.boundary
+        or tuple(g.digest for g in stored.snapshot.resident) != tuple(g.digest for g in made_for.resident)
+    ):
+        return None, [
+            Diagnostic(
+                "summary_conflict",
+                "the session stored at that revision is not the one the summary was made for (it was "
+                "replaced meanwhile, e.g. erased and started again); the update was dropped",
+                Severity.WARNING,
+            )
+        ]
     # Receipts the new frontier has passed are no longer needed: the snapshot
     # keeps only those of archived groups the summary has yet to fold.
     receipts = tuple(r for r in stored.snapshot.receipts if r.seq >= state.summary.frontier)
@@ -495,7 +515,9 @@ async def summarize_after_commit(
         if update.state is None:
             span.set("agentium.summary.moved", False)
             return outcome.revision, current, diagnostics
-        saved, notes = await save_summary(ticket, store, key, outcome.revision, update.state, revisions)
+        saved, notes = await save_summary(
+            ticket, store, key, outcome.revision, update.state, revisions, made_for=outcome
+        )
         diagnostics.extend(notes)
         span.set("agentium.summary.moved", saved is not None)
         if saved is None:
