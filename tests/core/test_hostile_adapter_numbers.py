@@ -28,10 +28,10 @@ from agentium_harness import (
     VerifiedIdentity,
 )
 from agentium_harness._engine import recall_items
+from agentium_harness._engine.archive_receipts import checked_receipts
 from agentium_harness._engine.build import create_harness_runtime
 from agentium_harness._engine.catch_up import _checked as checked_missing
 from agentium_harness._engine.catch_up import catch_up_index
-from agentium_harness._engine.commit import _checked_receipts
 from agentium_harness._engine.commit_fence import refuse_if_erased_since_load
 from agentium_harness._engine.erasure_ledger import ledger_of, pending_key
 from agentium_harness._engine.index_recheck import drop_erased_meanwhile
@@ -210,12 +210,12 @@ def test_an_erasure_ledger_revision_is_read_as_the_exact_int_it_holds() -> None:
 def test_an_archive_receipt_whose_seq_or_digest_lies_is_a_contract_violation() -> None:
     group = plain_group(3)
     with pytest.raises(ContractViolationError, match="says seq 7"):
-        _checked_receipts([group], (ArchiveReceipt(LyingInt(7), group.digest, "x"),))
+        checked_receipts([group], (ArchiveReceipt(LyingInt(7), group.digest, "x"),))
     with pytest.raises(ContractViolationError, match="says seq 3"):
-        _checked_receipts([group], (ArchiveReceipt(3, LyingStr("sha256:other"), "x"),))
+        checked_receipts([group], (ArchiveReceipt(3, LyingStr("sha256:other"), "x"),))
     with pytest.raises(ContractViolationError, match="not an int and a str"):
-        _checked_receipts([group], (ArchiveReceipt(3.0, group.digest, "x"),))  # type: ignore[arg-type]
-    (kept,) = _checked_receipts([group], (ArchiveReceipt(_Rev(3), str(group.digest), "x"),))
+        checked_receipts([group], (ArchiveReceipt(3.0, group.digest, "x"),))  # type: ignore[arg-type]
+    (kept,) = checked_receipts([group], (ArchiveReceipt(_Rev(3), str(group.digest), "x"),))
     assert type(kept.seq) is int and type(kept.digest) is str
 
 

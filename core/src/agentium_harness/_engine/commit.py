@@ -40,6 +40,7 @@ from .._ports.summary import SummaryState
 from .._scope import Scope, SessionKey
 from .._text import error_text
 from .._validators import exact_int, shown_number
+from .archive_receipts import archive_groups, checked_receipts
 from .commit_fence import refuse_if_erased_since_load
 from .hooks import HookBroadcaster, broadcast
 from .lifecycle import Ticket
@@ -437,7 +438,7 @@ async def _joint_commit(
         )
         # Checked like separate calls, although after the commit: a store that
         # answers wrongly here is broken, and the run says so loudly.
-        receipts = _checked_receipts(plan.evict, tuple(raw))
+        receipts = checked_receipts(plan.evict, tuple(raw))
     revision = _check_revision(answer, expected)
     return CommitOutcome(
         revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), plan.evict, kept
@@ -543,49 +544,6 @@ def _diverged_diagnostic(divergence: ArchiveDivergence) -> Diagnostic:
         "(agentium session reconcile): " + divergence.detail,
         Severity.ERROR,
     )
-
-
-async def archive_groups(
-    ticket: Ticket, archive: HistoryArchive, key: SessionKey, groups: Sequence[MessageGroup]
-) -> tuple[ArchiveReceipt, ...]:
-    """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
-    with observe.stage("eviction", {"agentium.eviction.groups": len(groups)}):
-        raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
-        return _checked_receipts(groups, tuple(raw))
-
-
-def _checked_receipts(
-    groups: Sequence[MessageGroup], receipts: tuple[object, ...]
-) -> tuple[ArchiveReceipt, ...]:
-    """One receipt per group, in order, each with the group's seq and digest, or a contract violation."""
-    if len(receipts) != len(groups):
-        raise ContractViolationError(
-            f"archive returned {len(receipts)} receipt(s) for {len(groups)} group(s)"
-        )
-    checked: list[ArchiveReceipt] = []
-    for group, receipt in zip(groups, receipts, strict=True):
-        if not isinstance(receipt, ArchiveReceipt):
-            raise ContractViolationError(f"archive returned {type(receipt).__name__}, not an ArchiveReceipt")
-        seq, digest = receipt.seq, receipt.digest
-        if type(seq) is not int or type(digest) is not str:
-            # A subclass is read as what it holds (its own ``__ne__`` could pass the comparison),
-            # and the receipt kept (handed to hooks and the recall index) holds that.
-            # Anything else is refused before it is compared (its own ``__ne__`` could say equal).
-            exact_seq = exact_int(seq)
-            if exact_seq is None or not isinstance(digest, str):
-                raise ContractViolationError(
-                    f"archive receipt for group {group.seq} holds a {type(seq).__name__} seq and a "
-                    f"{type(digest).__name__} digest, not an int and a str"
-                )
-            seq, digest = exact_seq, str.__str__(digest)
-            receipt = ArchiveReceipt(seq, digest, receipt.location)
-        if seq != group.seq or digest != group.digest:
-            raise ContractViolationError(
-                f"archive receipt for group {group.seq} says seq {seq} digest {digest!r:.80}; "
-                f"expected digest {group.digest}"
-            )
-        checked.append(receipt)
-    return tuple(checked)
 
 
 async def broadcast_archived(
