@@ -86,9 +86,6 @@ class ErasureStatusPage(tuple[ErasureRecord, ...]):
     def __setattr__(self, name: str, value: Any) -> None:
         raise attrs.exceptions.FrozenInstanceError()
 
-    def __getnewargs__(self) -> tuple[Any, ...]:
-        return (tuple(self), self.next_after)
-
     def __repr__(self) -> str:
         return f"ErasureStatusPage(records={tuple(self)!r}, next_after={self.next_after!r})"
 
