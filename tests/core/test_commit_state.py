@@ -12,13 +12,14 @@ and SQLite stores, wrapped so that a save lands and then fails.
 from __future__ import annotations
 
 import sqlite3
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
+import attrs
 import pytest
 
 from agentium_harness import (
@@ -45,7 +46,10 @@ T = TypeVar("T")
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
+#: For the tests whose save is to run past its deadline: everything else in the run shares it.
 FAST = RuntimeLimits(op_timeout_s=0.5, settle_timeout_s=0.5, close_timeout_s=0.5)
+#: For everything a test expects to succeed: a loaded CI machine can stall for longer than 0.5 s.
+ROOMY = RuntimeLimits(op_timeout_s=30, settle_timeout_s=30, close_timeout_s=30)
 
 
 class LandsThenFails(InMemorySessionStore):
@@ -101,7 +105,7 @@ def _runtime(store: Any, **kw: Any) -> Any:
         provider=kw.pop("provider", None) or ScriptedProvider(replies=["ok"], cycle=True),
         archive=kw.pop("archive", None) or InMemoryArchive(),
         session_store=store,
-        limits=kw.pop("limits", FAST),
+        limits=kw.pop("limits", ROOMY),
         **kw,
     )
 
@@ -135,7 +139,7 @@ async def test_a_save_that_landed_and_then_raised_is_a_committed_run(error: Exce
 
 async def test_a_save_that_landed_and_then_timed_out_is_a_committed_run() -> None:
     store = LandsThenFails(hang=True)
-    runtime = _runtime(store)
+    runtime = _runtime(store, limits=FAST)
     with anyio.fail_after(10):
         result = await runtime.run(ANA, "s1", "hello")
     assert result.commit_state is CommitState.COMMITTED and result.group_seq == 0
@@ -171,7 +175,7 @@ async def test_a_save_that_did_not_land_raises_not_committed_and_says_what_ran()
 async def test_a_save_that_timed_out_without_landing_raises_not_committed() -> None:
     store = LandsThenFails(land=False, hang=True)
     with pytest.raises(OperationTimeoutError) as caught:
-        await _runtime(store).run(ANA, "s1", "hello")
+        await _runtime(store, limits=FAST).run(ANA, "s1", "hello")
     assert caught.value.commit_state is CommitState.NOT_COMMITTED
     assert await _groups(store) == 0
 
@@ -234,7 +238,7 @@ class JointLandsThenFails(SQLiteSessionStore):
 async def test_a_joint_commit_that_landed_and_then_raised_is_committed_not_retried(tmp_path: Path) -> None:
     config = SQLiteConfig(path=str(tmp_path / "one.db"))
     archive, store = SQLiteArchive(config), JointLandsThenFails(config)
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1), op_timeout_s=5.0)
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1), op_timeout_s=30.0)
     runtime = _runtime(store, archive=archive, limits=limits)
     try:
         await runtime.run(ANA, "s1", "first")
@@ -251,14 +255,18 @@ async def test_a_joint_commit_that_landed_and_then_raised_is_committed_not_retri
 
 
 async def test_a_run_cancelled_by_aclose_while_its_save_is_in_flight_says_unknown() -> None:
+    saving = anyio.Event()
+
     class Hangs(InMemorySessionStore):
         async def save(
             self, key: SessionKey, snapshot: SessionSnapshot, expected: Any, ctx: OpContext
         ) -> int:
+            saving.set()
             await anyio.sleep(30)
             raise AssertionError("unreachable")
 
-    limits = RuntimeLimits(op_timeout_s=30, settle_timeout_s=0.2, close_timeout_s=1)
+    # Only the settle is meant to run out (the save hangs); the cancelled run stopping is not.
+    limits = attrs.evolve(ROOMY, settle_timeout_s=0.2)
     runtime = _runtime(Hangs(), limits=limits)
     errors: list[BaseException] = []
 
@@ -270,7 +278,8 @@ async def test_a_run_cancelled_by_aclose_while_its_save_is_in_flight_says_unknow
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
-        await anyio.sleep(0.2)
+        with anyio.fail_after(30):
+            await saving.wait()  # the save is in flight
         await runtime.aclose()
     assert len(errors) == 1
     error = errors[0]
@@ -279,24 +288,33 @@ async def test_a_run_cancelled_by_aclose_while_its_save_is_in_flight_says_unknow
 
 
 class SlowSQLite(SQLiteSessionStore):
-    """The public SQLite store, whose save transaction first blocks its worker thread ``block_s``.
+    """The public SQLite store, whose save transaction blocks its worker thread until a read-back.
 
     The engine cannot cancel a blocked thread: it abandons the call at its
-    deadline, and the thread then commits anyway (as a backend that already
-    took the request would), unless ``land=False``.
+    deadline and reads the session back to settle it; the thread then commits
+    anyway (as a backend that already took the request would), unless
+    ``land=False``. Waiting for the read-back rather than for a fixed time
+    makes the order certain however the machine is loaded.
     """
 
-    def __init__(self, config: SQLiteConfig, block_s: float, *, land: bool = True) -> None:
+    def __init__(self, config: SQLiteConfig, *, land: bool = True) -> None:
         super().__init__(config)
-        self.block_s = block_s
         self.land = land
+        self.saving = False
+        self.read_back = threading.Event()
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> Any:
+        if self.saving:
+            self.read_back.set()  # a load after the save began: the engine settling it
+        return await super().load(key, ctx)
 
     async def run(self, ctx: OpContext, operation: str, work: Callable[[Any], T]) -> T:
         if operation != "session save":
             return await super().run(ctx, operation, work)
+        self.saving = True
 
         def blocked(conn: Any) -> T:
-            time.sleep(self.block_s)  # not cancellable
+            self.read_back.wait(30)  # not cancellable
             if not self.land:
                 raise sqlite3.OperationalError("disk I/O error")
             return work(conn)
@@ -305,8 +323,9 @@ class SlowSQLite(SQLiteSessionStore):
 
 
 async def test_an_abandoned_save_that_lands_during_the_read_back_is_committed(tmp_path: Path) -> None:
-    # Abandoned at 0.3 s (+0.1 s grace), the thread commits at 0.45 s, while the read-backs still look.
-    store = SlowSQLite(SQLiteConfig(path=str(tmp_path / "s.db")), 0.45)
+    # Abandoned at 0.3 s (+0.1 s grace), the thread commits once the engine reads the session back,
+    # while the read-backs still look.
+    store = SlowSQLite(SQLiteConfig(path=str(tmp_path / "s.db")))
     limits = RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=1, close_timeout_s=1)
     try:
         # The file is created (WAL switch, schema, their fsyncs) before the run, without a deadline:
@@ -315,24 +334,31 @@ async def test_an_abandoned_save_that_lands_during_the_read_back_is_committed(tm
         result = await _runtime(store, limits=limits).run(ANA, "s1", "hello")
         assert result.commit_state is CommitState.COMMITTED and result.has("save_settled")
     finally:
+        store.read_back.set()
         await store.aclose()
 
 
 async def test_an_abandoned_save_that_has_not_landed_is_unknown_not_not_committed() -> None:
+    release = threading.Event()
+
     class Blocked(InMemorySessionStore):
         async def save(
             self, key: SessionKey, snapshot: SessionSnapshot, expected: Any, ctx: OpContext
         ) -> int:
-            await anyio.to_thread.run_sync(time.sleep, 2.0)  # not cancellable: the engine abandons it
+            # Not cancellable: the engine abandons it. Blocked until the test ends (30 s at most).
+            await anyio.to_thread.run_sync(release.wait, 30.0)
             raise SessionStoreError("gave up")
 
     # Every read-back finds the session unchanged, but the blocked save may still land after them:
     # "not committed" would be a guess.
     limits = RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=1, close_timeout_s=1)
-    with pytest.raises(OperationTimeoutError) as caught:
-        await _runtime(Blocked(), limits=limits).run(ANA, "s1", "hello")
-    assert caught.value.abandoned and caught.value.commit_state is CommitState.UNKNOWN
-    assert "may still land" in str(caught.value)
+    try:
+        with pytest.raises(OperationTimeoutError) as caught:
+            await _runtime(Blocked(), limits=limits).run(ANA, "s1", "hello")
+        assert caught.value.abandoned and caught.value.commit_state is CommitState.UNKNOWN
+        assert "may still land" in str(caught.value)
+    finally:
+        release.set()
 
 
 class OthersWriteDuringSave(InMemorySessionStore):
