@@ -54,6 +54,10 @@ ANA = VerifiedIdentity("acme", "ana", "test-auth")
 MINE = SourceOwner("acme", "ana", "s1")
 #: Generous: two cores shared by several test runs.
 SLACK_S = 5.0
+#: ``close_timeout_s`` where what ran is to be committed after a cancellation (the commit gets
+#: ``CLOSE_SHARE`` of it) or the cancelled run is to stop: success paths, so generous; only the
+#: settle (the run hangs) is to run out.
+ROOMY_CLOSE_S = 30.0
 
 
 def _sqlite_runtime(db: Path, provider: Any, tools: ToolRegistry | None = None, **kw: Any) -> Any:
@@ -207,7 +211,7 @@ async def test_aclose_cancelling_a_turn_after_its_tool_ran_commits_what_ran(tmp_
     db = tmp_path / "agentium.db"
     log: list[str] = []
     provider = BlocksOnSecondCall([DEPLOY, "Deployed."])
-    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=2.0)
+    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=ROOMY_CLOSE_S)
     runtime = _sqlite_runtime(db, provider, _deploy(log), limits=limits)
     caught: list[BaseException] = []
 
@@ -223,7 +227,8 @@ async def test_aclose_cancelling_a_turn_after_its_tool_ran_commits_what_ran(tmp_
         started = time.monotonic()
         await runtime.aclose()
         closed_in = time.monotonic() - started
-    assert closed_in < limits.settle_timeout_s + 2 * limits.close_timeout_s + SLACK_S
+    # The settle ran out; then the cancelled run committed what ran and stopped, at once.
+    assert closed_in < limits.settle_timeout_s + SLACK_S
     assert log == ["deployed to prod"]
     [error] = caught
     assert isinstance(error, RuntimeClosedError)
@@ -254,7 +259,7 @@ async def test_aclose_while_a_tool_runs_commits_the_call_as_cancelled(tmp_path: 
         return "never"
 
     tools = ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)])
-    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=2.0)
+    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=ROOMY_CLOSE_S)
     runtime = _sqlite_runtime(db, ScriptedProvider(replies=[DEPLOY, "Deployed."]), tools, limits=limits)
     caught: list[BaseException] = []
 
@@ -285,7 +290,7 @@ async def test_aclose_before_any_tool_ran_commits_nothing(tmp_path: Path) -> Non
     db = tmp_path / "agentium.db"
     provider = BlocksOnSecondCall(["(never used)"])
     provider.made = 1  # the first call already blocks
-    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=2.0)
+    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=ROOMY_CLOSE_S)
     runtime = _sqlite_runtime(db, provider, limits=limits)
     caught: list[BaseException] = []
 
@@ -376,7 +381,7 @@ async def test_a_host_cancelling_run_after_a_tool_ran_finds_what_ran_committed(t
     db = tmp_path / "agentium.db"
     log: list[str] = []
     provider = BlocksOnSecondCall([DEPLOY, "Deployed."])
-    limits = RuntimeLimits(close_timeout_s=2.0)
+    limits = RuntimeLimits(close_timeout_s=ROOMY_CLOSE_S)
     runtime = _sqlite_runtime(db, provider, _deploy(log), limits=limits)
     async with runtime:
         with anyio.move_on_after(30) as outer:
@@ -390,7 +395,7 @@ async def test_a_host_cancelling_run_after_a_tool_ran_finds_what_ran_committed(t
                 started = time.monotonic()
                 tg.cancel_scope.cancel()  # the host gives up on the answer
         assert not outer.cancelled_caught
-        assert time.monotonic() - started < limits.close_timeout_s + SLACK_S
+        assert time.monotonic() - started < SLACK_S  # the shielded commit of what ran is quick
         assert log == ["deployed to prod"]
         [kept] = (await runtime.read_history(ANA, "s1", max_groups=10, view=False)).groups
         assert _roles(kept.group) == ["user", "assistant", "tool"] and kept.group.is_complete
