@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
+import attrs
 import pytest
 
 from agentium_harness import (
@@ -131,20 +132,31 @@ async def test_a_borrowed_manager_stays_open_and_a_wrapped_store_is_closed_with_
 
 
 class SlowSummarizer(ExtractiveSummarizer):
-    """The extractive summarizer, slowed so its background update is still running at drain time."""
+    """The extractive summarizer, held until ``release`` once offered group 1 or later.
+
+    So the third turn's background update is still running at drain time however
+    loaded the machine is (a fixed delay could end first), while the second
+    turn's, which the third waits for, runs at once.
+    """
+
+    def __init__(self, config: ExtractiveSummarizerConfig) -> None:
+        super().__init__(config)
+        self.release = anyio.Event()
 
     async def summarize(self, previous: Any, groups: Any, ctx: OpContext) -> Any:
-        await anyio.sleep(0.3)
+        if any(g.seq >= 1 for g in groups):
+            await self.release.wait()
         return await super().summarize(previous, groups, ctx)
 
 
 async def test_drain_covers_the_runtimes_background_summary_updates() -> None:
+    summarizer = SlowSummarizer(ExtractiveSummarizerConfig())
     rt = create_harness_runtime(
         provider=ScriptedProvider(replies=["a", "b", "c", "d"]),
         archive=InMemoryArchive(),
         session_store=InMemorySessionStore(),
         memory=InMemoryMemoryStore(),
-        summarizer=SlowSummarizer(ExtractiveSummarizerConfig()),
+        summarizer=summarizer,
         summary_limits=SummaryLimits(background=True),
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
     )
@@ -152,7 +164,8 @@ async def test_drain_covers_the_runtimes_background_summary_updates() -> None:
         for text in ["one", "two", "three"]:
             await rt.run(ALICE, "s1", text)
         assert rt.memory.running(), "the summary update should still be running"
-        result = await rt.drain(5.0)
+        summarizer.release.set()  # it can finish now, but has not: the drain waits for it
+        result = await rt.drain(30.0)
     assert result.ok
     assert len(result.completed) == 1 and result.completed[0].startswith("summary update")
     assert "s1" in result.completed[0]
@@ -160,7 +173,8 @@ async def test_drain_covers_the_runtimes_background_summary_updates() -> None:
 
 async def test_drain_names_hanging_memory_work_and_aclose_reports_it() -> None:
     manager = MemoryManager(InMemoryMemoryStore())
-    rt = runtime_with(manager, limits=RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=0.2))
+    # The close after the drain is to be clean: generous bounds (only the drain's 0.1 s runs out).
+    rt = runtime_with(manager, limits=RuntimeLimits(settle_timeout_s=30, close_timeout_s=30))
     release = anyio.Event()
 
     async def hang() -> None:
@@ -171,6 +185,7 @@ async def test_drain_names_hanging_memory_work_and_aclose_reports_it() -> None:
         await rt.drain(0.1)
     assert "final write of alice" in caught.value.result.cancelled
     # The drained work was cancelled and stopped; a clean close follows.
+    assert rt.memory.running() == ()
     await rt.aclose()
     assert rt.state is LifecycleState.CLOSED
 
@@ -191,6 +206,7 @@ async def test_aclose_fails_and_stays_closing_while_owned_work_will_not_stop() -
     assert rt.state is LifecycleState.CLOSING
     stop.set()
     await anyio.sleep(0.2)
+    rt.limits = attrs.evolve(rt.limits, close_timeout_s=30)  # the retry is to succeed: generous
     await rt.aclose()
     assert rt.state is LifecycleState.CLOSED
 
