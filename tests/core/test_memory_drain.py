@@ -45,6 +45,9 @@ async def test_drain_names_completed_failed_and_hanging_work(tmp_path: Path) -> 
     manager.start_work("final-write fact-2", "final-write", broken)
     manager.start_work("extraction turn 3", "extraction", hangs)
     assert set(manager.running()) == {"final-write fact-1", "final-write fact-2", "extraction turn 3"}
+    # The quick items end before the drain: a stall longer than its 0.2 s (meant for the hanging
+    # one) before they ran would otherwise have them cancelled too.
+    await anyio.wait_all_tasks_blocked()
     with pytest.raises(MemoryDrainError, match="extraction turn 3") as info:
         await manager.drain(0.2)
     result = info.value.result
@@ -77,10 +80,10 @@ async def test_work_that_ignores_cancellation_is_reported_still_running_and_stay
     assert first.cancelled == ("stubborn write",) and first.still_running == ("stubborn write",)
     assert tracker.running() == ("stubborn write",)
     release.set()
-    with anyio.fail_after(5):
+    with anyio.fail_after(30):
         await ended.wait()
     await anyio.lowlevel.checkpoint()  # let its task record the end
-    second = await tracker.drain(0.1)
+    second = await tracker.drain(30)  # it has ended: nothing to wait for
     # It ended on its own after all: the next drain says so truthfully.
     assert second.completed == ("stubborn write",) and second.still_running == ()
 
