@@ -95,7 +95,7 @@ async def test_memory_over_the_budget_is_omitted_whole_and_reported(store: SQLit
 
 async def test_admission_while_busy_closing_or_closed_is_refused(store: SQLiteMemoryStore) -> None:
     provider = HangingProvider()
-    agent = Agent(provider, MemoryManager(store), ALICE, close_timeout_s=5.0)
+    agent = Agent(provider, MemoryManager(store), ALICE, close_timeout_s=30.0)
     outcome: list[BaseException] = []
 
     async def first_run() -> None:
@@ -120,7 +120,7 @@ async def test_admission_while_busy_closing_or_closed_is_refused(store: SQLiteMe
         await agent.remember(MemoryFact(ALICE, "after close"))
     with pytest.raises(AgentLifecycleError, match="closed"):
         await agent.remember_with_result(MemoryFact(ALICE, "after close"))
-    assert texts(await store.list_facts(ALICE, 10, OpContext.with_timeout(5.0))) == []
+    assert texts(await store.list_facts(ALICE, 10, OpContext.with_timeout(30.0))) == []
 
 
 async def test_a_failed_teardown_leaves_the_agent_closing_and_close_can_be_retried(
@@ -195,7 +195,7 @@ async def test_extraction_writes_after_each_run_and_close_drains_it(store: SQLit
     await agent.run("I live in Leeds")
     await agent.close()
     assert agent.last_drain is not None and len(agent.last_drain.completed) == 1
-    assert texts(await store.list_facts(ALICE, 10, OpContext.with_timeout(5.0))) == ["said: I live in Leeds"]
+    assert texts(await store.list_facts(ALICE, 10, OpContext.with_timeout(30.0))) == ["said: I live in Leeds"]
 
 
 async def test_cancelling_the_task_calling_close_leaves_no_task_running(store: SQLiteMemoryStore) -> None:
