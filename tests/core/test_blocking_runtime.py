@@ -484,6 +484,8 @@ def bad_calls(sid: str, fact_id: str) -> list[tuple[str, tuple[Any, ...], dict[s
         ("retract", (ANA, sid), {"count": 0, "reason": "x"}),
         ("retract", (ANA, sid), {"count": 9, "reason": "x"}),
         ("reset_view", (ANA, sid), {"reason": 5}),
+        ("reset_view", (ANA, sid), {"reason": "x", "expected_revision": 99}),
+        ("reset_view", (ANA, sid), {"reason": "x", "expected_revision": True}),
         ("erase", (target,), {"reason": "gdpr", "attestation": foreign}),
         ("erase", (target,), {"reason": "gdpr", "attestation": OPERATOR, "dry_run": 1}),
         ("erasure_status", ("ops",), {}),

@@ -441,6 +441,46 @@ async def test_a_retraction_at_a_stale_expected_revision_is_a_conflict_and_chang
     assert [m.content for m in done.messages] == [pair(1)[-1].content]
 
 
+async def test_a_view_reset_at_a_stale_expected_revision_is_a_conflict_and_changes_nothing() -> None:
+    rt, _, archive, store = runtime()
+    await rt.append(ANA, "s1", pair(0))
+    page = await rt.read_history(ANA, "s1", max_groups=1)
+    await rt.append(ANA, "s1", pair(1))  # the view read is no longer the session's
+    before = stored_state(store, archive)
+    for stale in (page.snapshot_revision, 0, 3):
+        with pytest.raises(SessionConflictError) as caught:
+            await rt.reset_view(ANA, "s1", reason="clear", expected_revision=stale)
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    for bad in (-1, True, "2", 1.0):
+        with pytest.raises(InvalidArgumentError):
+            await rt.reset_view(ANA, "s1", reason="clear", expected_revision=bad)  # type: ignore[arg-type]
+    assert stored_state(store, archive) == before
+    assert (await rt.inspect_session(ANA, "s1")).revision == page.snapshot_revision + 1
+    done = await rt.reset_view(ANA, "s1", reason="clear", expected_revision=page.snapshot_revision + 1)
+    assert done.snapshot_revision == page.snapshot_revision + 2
+    assert (await rt.read_history(ANA, "s1", max_groups=10)).messages == ()
+
+
+async def test_a_view_reset_expecting_a_revision_never_brings_back_an_erased_session() -> None:
+    # Without expected_revision a reset of an absent session creates it (an unconditional clear
+    # never fails); a host that read the session first means to clear *that* session, which an
+    # operator may have erased since: refused, and nothing is stored for it.
+    rt, _, archive, store = runtime()
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "test-auth"), "request 1")
+    async with rt:
+        await rt.append(ANA, "s1", pair(0))
+        page = await rt.read_history(ANA, "s1", max_groups=1)
+        await rt.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=operator)
+        with pytest.raises(SessionConflictError) as caught:
+            await rt.reset_view(ANA, "s1", reason="clear", expected_revision=page.snapshot_revision)
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert stored_state(store, archive) == (None, {})
+        assert (await rt.list_sessions(ANA, limit=10)).sessions == ()
+        # Expecting 0 (absent) is the one revision an erased session is at.
+        done = await rt.reset_view(ANA, "s1", reason="clear", expected_revision=0)
+        assert done.snapshot_revision == 1
+
+
 async def test_append_evicts_archives_and_pages_back_over_the_archive() -> None:
     rt, _, archive, _ = runtime(max_groups=2)
     results = [await rt.append(ANA, "s1", pair(n)) for n in range(7)]

@@ -158,6 +158,7 @@ class BlockingHistoryOperations:
         *,
         reason: str,
         recall_scope: RecallScope | None = None,
+        expected_revision: int | None = None,
     ) -> ResetResult:
         """:meth:`HarnessRuntime.reset_view`, blocking (same arguments, result and typed errors)."""
         return self._call_as(
@@ -167,6 +168,7 @@ class BlockingHistoryOperations:
             session_id,
             reason=reason,
             recall_scope=recall_scope,
+            expected_revision=expected_revision,
         )
 
     # -- erasure (docs/erasure.md) ----------------------------------------------------------------

@@ -253,21 +253,35 @@ class HistoryOperations:
         *,
         reason: str,
         recall_scope: RecallScope | None = None,
+        expected_revision: int | None = None,
     ) -> ResetResult:
         """Start the session's view afresh: nothing before the reset is shown; nothing is deleted.
 
         Commits a control group; the view starts after it (``clear`` in an
         SDK). Earlier groups stay canonical history: ``read_history(view=False)``
         reads them, ``run()`` no longer sends them, recall leaves them out, and
-        a summary with text starts again. Admitted and committed like
+        a summary with text starts again. On a session that does not exist it
+        commits the control group all the same (the session then exists).
+        ``expected_revision`` refuses the reset with :class:`SessionConflictError`
+        unless the session is at that revision, as for :meth:`retract`: a caller
+        that read the view it means to clear (``read_history`` gives
+        ``snapshot_revision``) never brings back a session an operator erased
+        meanwhile (absent, it is at revision 0). Admitted and committed like
         :meth:`append`; the session keeps the scope it was stored with.
         """
         why = check_reason(reason)
+        expected = check_expected_revision(expected_revision)
         scope = run_scope(identity, session_id, recall_scope)
         return await self._write(
             scope,
             "view reset",
             lambda rt, ticket, progress: reset_session_view(
-                rt, ticket, progress, scope, why, stored_scope=recall_scope is None
+                rt,
+                ticket,
+                progress,
+                scope,
+                why,
+                stored_scope=recall_scope is None,
+                expected_revision=expected,
             ),
         )

@@ -317,9 +317,12 @@ async def reset_session_view(
     reason: str,
     *,
     stored_scope: bool,
+    expected_revision: int | None = None,
 ) -> ResetResult:
     """Start the view after a new control group: everything before it leaves the view (nothing is deleted)."""
-    await _load(runtime, ticket, progress, scope, stored_scope=stored_scope)
+    await _load(
+        runtime, ticket, progress, scope, stored_scope=stored_scope, expected_revision=expected_revision
+    )
     assert progress.snap is not None
     snap = progress.snap
     view = after_reset(snap.next_seq)
