@@ -28,7 +28,13 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing.sqlite_rows import group_row, set_group_row, set_snapshot_row, snapshot_row
-from agentium_openai_agents import ITEM_FORMAT, AgentiumSession, ForeignItemError, SessionClosedError
+from agentium_openai_agents import (
+    ITEM_FORMAT,
+    AgentiumSession,
+    ForeignItemError,
+    HistoryChangedError,
+    SessionClosedError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -217,6 +223,32 @@ async def test_clear_resets_the_view_and_keeps_history(runtime: HarnessRuntime) 
         "question 1",
         "answer 1",
     ]
+
+
+async def test_clear_on_a_view_that_changes_after_every_read_gives_up_with_nothing_changed(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer appends after each read: the reset (at the revision read) is never made."""
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items(turn(0))
+    read = runtime.read_history
+    reads = 0
+
+    async def read_then_append(*args: Any, **kwargs: Any) -> Any:
+        nonlocal reads
+        page = await read(*args, **kwargs)
+        reads += 1
+        await runtime.append(ANA, "chat-1", [Message(Role.USER, f"other {reads}")])
+        return page
+
+    monkeypatch.setattr(runtime, "read_history", read_then_append)
+    with pytest.raises(HistoryChangedError, match="nothing was changed"):
+        await session.clear_session()
+    monkeypatch.undo()
+    assert reads == 3
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert not any(g.control for g in audit.groups)
+    assert len(await session.get_items()) == 5
 
 
 async def test_get_items_reads_only_the_groups_its_limit_needs(tmp_path: Path) -> None:

@@ -132,3 +132,47 @@ async def test_pop_item_across_an_erasure_that_retracted_another_frameworks_item
     assert raised.value.commit_state is CommitState.COMMITTED
     monkeypatch.undo()
     assert await session.get_items() == [item("new 0")]
+
+
+async def test_clear_session_across_an_erasure_never_brings_the_erased_session_back(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # clear_session read a non-empty view, then reset it. The session was erased in between: the
+    # reset of the absent session committed a new one holding only the "clear" control group.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    for n in range(3):
+        await session.add_items([item(f"old {n}")])
+
+    async def nothing() -> None:
+        return None
+
+    erase_after_first_read(runtime, monkeypatch, nothing)
+    await session.clear_session()
+    monkeypatch.undo()
+    assert (await runtime.list_sessions(ANA, limit=10)).sessions == ()
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert (audit.groups, audit.snapshot_revision) == ((), 0)
+    assert await session.get_items() == []
+
+
+async def test_clear_session_across_an_erasure_and_reuse_clears_the_new_sessions_view(
+    runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The id used again in between (to another revision): clear_session reads the new session and
+    # clears it (one control group), rather than giving up or resetting at a revision it never read.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    for n in range(3):
+        await session.add_items([item(f"old {n}")])
+
+    async def reuse_the_id() -> None:
+        await session.add_items([item("new 0")])
+
+    erase_after_first_read(runtime, monkeypatch, reuse_the_id)
+    await session.clear_session()
+    monkeypatch.undo()
+    assert await session.get_items() == []
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert [g.control.kind.value if g.control else g.group.messages[0].content for g in audit.groups] == [
+        "new 0",
+        "reset_view",
+    ]

@@ -19,11 +19,13 @@ class ForeignItemError(InvalidArgumentError):
 
 
 class HistoryChangedError(AgentiumError):
-    """``get_items`` read several pages and the session's view kept changing between them.
+    """The session's view kept changing under a call, every time it was retried; nothing was changed.
 
-    Another writer retracted or reset the view, or an operator erased the
-    session, while the pages were read, every time it was retried; nothing
-    was changed. Call ``get_items`` again.
+    ``get_items`` read several pages and the view changed between them;
+    ``pop_item`` or ``clear_session`` read the view and the session moved on
+    before their retraction or reset. Another writer appended, retracted or
+    reset the view, or an operator erased the session, each time. Call the
+    method again.
     """
 
 

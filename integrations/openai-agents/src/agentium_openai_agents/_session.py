@@ -20,6 +20,7 @@ from agentium_harness import (
     InvalidArgumentError,
     Message,
     RecallScope,
+    ResetResult,
     RetractResult,
     SessionBusyError,
     SessionConflictError,
@@ -37,7 +38,8 @@ __all__ = ["AgentiumSession"]
 
 T = TypeVar("T")
 
-#: How many times ``get_items`` starts again when the view changed (or was erased) between two of its pages.
+#: How many times ``get_items`` starts again when the view changed (or was erased) between two of its pages
+#: (and ``pop_item``/``clear_session`` when it changed between their read and their write).
 _READ_RESTARTS: Final = 3
 
 
@@ -264,16 +266,40 @@ class AgentiumSession:
     async def clear_session(self) -> None:
         """Start the view afresh (``reset_view``); nothing committed is deleted.
 
-        A view that is already empty is left as it is (no control group is written).
+        A view that is already empty (or a session that does not exist) is left
+        as it is: no control group is written. Otherwise the view is reset
+        only if the session is still at the revision it was read at, so an
+        erasure by an operator landing between the read and the reset never
+        brings the erased session back (as a new one holding only the reset's
+        record); the view is read again and, if it is empty now, the clear is
+        done. A view that changed at every read raises
+        :class:`HistoryChangedError`, with nothing changed.
         """
         self._check_open()
-        page = await self.runtime.read_history(self.identity, self.session_id, max_groups=1)
-        if not page.groups:
-            return
-        await self._retrying(
-            lambda: self.runtime.reset_view(
-                self.identity, self.session_id, reason="clear_session", recall_scope=self.recall_scope
-            )
+        for _ in range(_READ_RESTARTS):
+            page = await self.runtime.read_history(self.identity, self.session_id, max_groups=1, copy=False)
+            if not page.groups:
+                return
+
+            async def reset(revision: int = page.snapshot_revision) -> ResetResult | None:
+                try:
+                    return await self.runtime.reset_view(
+                        self.identity,
+                        self.session_id,
+                        reason="clear_session",
+                        recall_scope=self.recall_scope,
+                        expected_revision=revision,
+                    )
+                except SessionConflictError as exc:
+                    if exc.commit_state is not CommitState.NOT_COMMITTED:
+                        raise
+                    return None  # the session moved on (or was erased) since the read: read it again
+
+            if await self._retrying(reset) is not None:
+                return
+        raise HistoryChangedError(
+            f"the session {self.session_id!r} changed between every read of its view and its reset "
+            f"({_READ_RESTARTS} attempts); nothing was changed: call clear_session again"
         )
 
     # -- closing ----------------------------------------------------------------------------------
