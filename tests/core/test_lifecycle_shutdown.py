@@ -52,6 +52,9 @@ from agentium_harness.plugin_api import (
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
+#: For closes that must let their work finish: the settle and close waits end as soon as it has (well
+#: under a second here), so only a stalled machine ever uses more of them, and then does not fail.
+GENEROUS = RuntimeLimits(settle_timeout_s=30.0, close_timeout_s=30.0)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -94,7 +97,7 @@ async def test_two_concurrent_acloses_share_one_attempt() -> None:
         provider=provider,
         archive=archive,
         session_store=InMemorySessionStore(),
-        limits=RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=1.0),
+        limits=GENEROUS,
         owned=[archive],
     )
     outcomes: dict[str, Any] = {}
@@ -141,7 +144,7 @@ async def test_drain_waits_for_a_final_write_queued_while_it_runs() -> None:
         manager.start_work("final write of fact 1", "final-write", final_write)
 
     manager.start_work("extraction of turn 1", "extraction", extraction)
-    result = await manager.drain(5.0)
+    result = await manager.drain(30.0)  # returns once both are done
     assert written.is_set(), "drain returned while the queued final write still ran"
     assert set(result.completed) == {"extraction of turn 1", "final write of fact 1"}
     assert manager.running() == ()
@@ -154,7 +157,9 @@ async def test_a_final_write_queued_during_the_drain_is_cancelled_and_reported_p
         await anyio.sleep(30)
 
     async def extraction() -> None:
-        await anyio.sleep(0.05)
+        # It runs once the drain below waits, and must end within the drain's 0.3 s: one checkpoint,
+        # not a sleep that a stalled machine could stretch past the drain's deadline.
+        await anyio.lowlevel.checkpoint()
         manager.start_work("final write of fact 1", "final-write", final_write)
 
     manager.start_work("extraction of turn 1", "extraction", extraction)
@@ -194,7 +199,7 @@ async def test_a_failed_background_summary_update_fails_the_drain(
     if ended_before_drain:
         await anyio.sleep(0.5)
     with pytest.raises(MemoryDrainError) as info:
-        await rt.drain(5.0)
+        await rt.drain(30.0)  # returns once the update failed
     result = info.value.result
     assert not result.ok
     [failed] = result.failed
@@ -202,7 +207,7 @@ async def test_a_failed_background_summary_update_fails_the_drain(
     detail = next(i.detail for i in result.items if i.name == failed)
     assert "the summary model is down" in detail
     # Reported once.
-    again = await rt.drain(1.0)
+    again = await rt.drain(30.0)
     assert again.ok and again.items == ()
     await rt.aclose()
 
@@ -321,7 +326,7 @@ def _verifying_runtime(verifier: SlowVerifier, limits: RuntimeLimits) -> Any:
 
 async def test_aclose_waits_for_a_running_verify_before_closing_the_verifier() -> None:
     verifier = SlowVerifier(0.4)
-    rt = _verifying_runtime(verifier, RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=1.0))
+    rt = _verifying_runtime(verifier, GENEROUS)
     got: list[Any] = []
 
     async def verify() -> None:
@@ -340,7 +345,9 @@ async def test_aclose_waits_for_a_running_verify_before_closing_the_verifier() -
 
 async def test_aclose_cancels_a_hung_verify_before_closing_the_verifier() -> None:
     verifier = SlowVerifier(3600)
-    limits = RuntimeLimits(settle_timeout_s=0.3, close_timeout_s=0.3)
+    # Only the settle wait is meant to run out; the cancelled verify unwinds and the verifier closes at
+    # once, so the close wait is generous (a stalled machine must not cut the verifier's close short).
+    limits = RuntimeLimits(settle_timeout_s=0.3, close_timeout_s=30.0)
     rt = create_harness_runtime(
         provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=InMemoryArchive(),
@@ -358,8 +365,8 @@ async def test_aclose_cancels_a_hung_verify_before_closing_the_verifier() -> Non
         except BaseException as exc:
             errors.append(exc)
 
-    # Bounded as a whole: before, aclose() left the hung verify running (and the test waiting).
-    with anyio.fail_after(limits.settle_timeout_s + 2 * limits.close_timeout_s + 2.0):
+    # Bounded as a whole: before, aclose() left the hung verify running (and the test waiting an hour).
+    with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
             tg.start_soon(verify)
             await verifier.started.wait()
@@ -398,7 +405,7 @@ async def test_an_inspection_runs_beside_a_run_and_aclose_waits_for_it() -> None
         provider=provider,
         archive=InMemoryArchive(),
         session_store=store,
-        limits=RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=1.0),
+        limits=GENEROUS,
         owned=[store],
     )
     views: list[Any] = []
@@ -452,7 +459,7 @@ async def test_aclose_waits_for_a_running_probe() -> None:
         provider=ScriptedProvider(replies=["ok"], cycle=True),
         archive=archive,
         session_store=InMemorySessionStore(),
-        limits=RuntimeLimits(settle_timeout_s=5.0, close_timeout_s=1.0),
+        limits=GENEROUS,
         owned=[archive],
     )
     results: list[Any] = []
