@@ -104,7 +104,7 @@ def make_runtime(
 
 async def held(store: InMemoryRecallStore, owner: SourceOwner, doc_id: str) -> bool:
     """True if the document is in the store (deleted through the store to find out)."""
-    return await store.delete_document(owner, doc_id, OpContext.with_timeout(5.0))
+    return await store.delete_document(owner, doc_id, OpContext.with_timeout(30.0))
 
 
 async def test_an_indexed_document_is_recalled_and_deleted_through_the_runtime() -> None:
@@ -272,7 +272,9 @@ async def test_a_store_failure_says_whether_the_document_is_indexed() -> None:
 
 async def test_aclose_cancelling_a_write_part_way_says_its_commit_state_is_unknown() -> None:
     recall = HookedRecall()
-    runtime = make_runtime(recall, limits=RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=1.0))
+    # The settle wait runs out (the write hangs); the cancelled write then stops at once, so the
+    # close wait that follows is generous: a stalled machine must not cut the clean-up short.
+    runtime = make_runtime(recall, limits=RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=30.0))
     started = anyio.Event()
 
     async def hang() -> None:

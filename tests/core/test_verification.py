@@ -175,7 +175,7 @@ async def test_the_verdict_survives_the_store_round_trip() -> None:
     )
     async with rt:
         result = await rt.run(ALICE, "s1", "go", completion=True)
-        stored = await store.load(SessionKey.of(ALICE, "s1"), OpContext.with_timeout(5))
+        stored = await store.load(SessionKey.of(ALICE, "s1"), OpContext.with_timeout(30))
     assert stored is not None
     raw = store.raw(SessionKey.of(ALICE, "s1"))
     assert raw is not None and b'"verification"' in raw[1]
