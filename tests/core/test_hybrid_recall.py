@@ -6,15 +6,17 @@ its vector alone, end to end through ``runtime.run``; every bad embedder the
 issue lists (wrong dimension, NaN, too many or too few vectors, one that
 hangs), on the query path (discovery falls back to words, status
 ``partial``, the reason recorded) and on the indexing path (nothing stored,
-``recall_embed_failed``); a 1 MB query; an index built with one model
+``recall_embed_failed``); the query embedding's share (half) of the recall
+latency budget; a 1 MB query; an index built with one model
 queried with another; an empty conversation; and the fusion helper.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -118,11 +120,36 @@ class TooFew(ConceptEmbedder):
 
 
 class Hangs(ConceptEmbedder):
+    #: Set at the end of a test (and by ``_release_hangs``): the worker threads still blocked return.
+    release = threading.Event()
+
     async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
         self.seen.extend(texts)
-        # Blocks a worker thread and ignores cancellation: the engine must walk away.
-        await anyio.to_thread.run_sync(time.sleep, 5.0)
+        # Blocks a worker thread (30 s, far past any deadline here) and ignores cancellation: the
+        # engine must walk away.
+        await anyio.to_thread.run_sync(Hangs.release.wait, 30.0)
         return [self.vector(t) for t in texts]
+
+
+@pytest.fixture(autouse=True)
+def _release_hangs() -> Iterator[None]:
+    Hangs.release = threading.Event()
+    yield
+    Hangs.release.set()
+
+
+class Deadlines(ConceptEmbedder):
+    """Records the time each embedding call was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.given: list[float] = []
+
+    async def embed(self, texts: Sequence[str], ctx: OpContext) -> Sequence[Sequence[float]]:
+        left = ctx.time_left()
+        assert left is not None
+        self.given.append(left)
+        return await super().embed(texts, ctx)
 
 
 BAD_EMBEDDERS = {
@@ -142,6 +169,9 @@ def _store(tmp_path: Path, name: str = "recall.db") -> SQLiteRecallStore:
 
 def _runtime(store: object, embedder: Embedder | None, **kwargs: object) -> object:
     kwargs.setdefault("limits", RuntimeLimits(resident=ResidentLimits(max_groups=1)))
+    # Recall that must succeed is not raced against the 2 s default budget (a stalled machine would
+    # make it partial); what times out here has a deadline of its own.
+    kwargs.setdefault("recall_limits", RecallLimits(max_latency_s=30.0))
     return create_harness_runtime(
         provider=ScriptedProvider(replies=["noted"] * 20),
         archive=InMemoryArchive(),
@@ -161,10 +191,10 @@ async def _seed(runtime: object, turns: Sequence[str] = TURNS) -> list[object]:
 
 async def _vector_count(store: SQLiteRecallStore, query: str, embedder: ConceptEmbedder) -> int:
     """How many sources the vector side alone can reach (a query sharing no word with them)."""
-    session = await store.open(Scope.of(ANA, "s1"), RecallLimits(), OpContext.with_timeout(5.0))
+    session = await store.open(Scope.of(ANA, "s1"), RecallLimits(), OpContext.with_timeout(30.0))
     try:
         found = await session.discover_hybrid(
-            query, Vector.normalized(embedder.model, embedder.vector(query)), 8, OpContext.with_timeout(5.0)
+            query, Vector.normalized(embedder.model, embedder.vector(query)), 8, OpContext.with_timeout(30.0)
         )
     finally:
         await session.close()
@@ -317,16 +347,20 @@ async def test_a_bad_embedder_on_the_query_path_leaves_lexical_recall_and_says_w
     store = _store(tmp_path)
     await _seed(_runtime(store, ConceptEmbedder()))  # a healthy index, vectors included
     bad = BAD_EMBEDDERS[fault]()
+    # The hanging embedder is cut by its call deadline. The recall budget stays generous (``_runtime``):
+    # lexical discovery must succeed after it. That the query's embedding gets only half of that
+    # budget is test_a_query_embedding_gets_half_of_the_recall_latency_budget_left.
+    limits = EmbeddingLimits(timeout_s=0.5) if fault == "hangs" else EmbeddingLimits()
     runtime = _runtime(
         store,
         bad,
-        recall_limits=RecallLimits(max_latency_s=1.0),
+        embedding_limits=limits,
         recall_policy=current_session_recall_policy(on_partial="continue"),
     )
     started = time.monotonic()
     result = await runtime.run(ANA, "s1", "Our sailboats: where are they?")  # type: ignore[attr-defined]
     elapsed = time.monotonic() - started
-    assert elapsed < 1.0 + 2.0, f"the run took {elapsed:.1f}s; the recall latency budget is 1s"
+    assert elapsed < 10, f"the run took {elapsed:.1f}s; the embedding's deadline is 0.5s, it hangs 30s"
     recall = result.recall
     assert recall.status is RecallStatus.PARTIAL
     assert any("query embedding failed" in u for u in recall.uncertainty), recall.uncertainty
@@ -336,9 +370,24 @@ async def test_a_bad_embedder_on_the_query_path_leaves_lexical_recall_and_says_w
     # by the context it indexes).
     assert next(ref.source_id for ref in recall.included) == "group/acme/ana/s1/1"
     # The default policy stops on partial: the truthful status reaches the host's decision.
-    strict = _runtime(store, BAD_EMBEDDERS[fault](), recall_limits=RecallLimits(max_latency_s=1.0))
+    strict = _runtime(store, BAD_EMBEDDERS[fault](), embedding_limits=limits)
     stopped = await strict.run(ANA, "s1", "Our sailboats: where are they?")  # type: ignore[attr-defined]
     assert stopped.recall.status is RecallStatus.PARTIAL and not stopped.committed
+    Hangs.release.set()  # before the loop ends: trio's run waits for the abandoned calls' threads
+    await store.aclose()
+
+
+async def test_a_query_embedding_gets_half_of_the_recall_latency_budget_left(tmp_path: Path) -> None:
+    """So an embedder that hangs still leaves lexical discovery the other half."""
+    store = _store(tmp_path)
+    await _seed(_runtime(store, ConceptEmbedder()))
+    embedder = Deadlines()
+    runtime = _runtime(store, embedder, embedding_limits=EmbeddingLimits(timeout_s=600.0))
+    result = await runtime.run(ANA, "s1", "Which beverage did I have?")  # type: ignore[attr-defined]
+    assert result.recall.status is RecallStatus.COMPLETE
+    # The first call is the query's: half of the 30 s budget (the whole would be 30 s, the call's
+    # own deadline 600 s); a stalled machine may have spent some of it before the call.
+    assert 7.5 < embedder.given[0] <= 15.0, embedder.given
     await store.aclose()
 
 
@@ -363,6 +412,7 @@ async def test_a_bad_embedder_on_the_index_path_stores_nothing_and_reports_it(
     assert "recall_index_failed" not in codes  # the words were indexed
     assert all(r.committed for r in results)  # type: ignore[attr-defined]
     assert await _vector_count(store, "Which beverage did I have?", ConceptEmbedder()) == 0
+    Hangs.release.set()  # before the loop ends: trio's run waits for the abandoned calls' threads
     await store.aclose()
 
 
@@ -394,7 +444,7 @@ async def test_an_index_of_one_model_refuses_vectors_and_queries_of_another(tmp_
     with pytest.raises(EmbeddingModelMismatchError, match="concepts-v1"):
         await store.index_vectors(
             [SourceVector(ref, Vector.normalized(other.model, other.vector("tea")))],
-            OpContext.with_timeout(5.0),
+            OpContext.with_timeout(30.0),
         )
     # A query of the other model: recall fails, saying which model the index holds.
     runtime = _runtime(store, other)
@@ -411,7 +461,7 @@ async def test_a_stale_vector_is_never_stored_and_a_changed_document_loses_its_v
     store = _store(tmp_path)
     embedder = ConceptEmbedder()
     owner = SourceOwner("acme")
-    ctx = OpContext.with_timeout(5.0)
+    ctx = OpContext.with_timeout(30.0)
     ref = await store.index_document(owner, "menu", "We serve espresso.", ctx)
     stale = SourceRef(ref.source_id, "not-the-revision")
     assert (
@@ -476,11 +526,11 @@ def _cli_config(tmp_path: Path, embedder: bool) -> Path:
 async def _hashing_hits(tmp_path: Path, scope: Scope, query: str) -> list[str]:
     store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "agentium.db"), min_similarity=0.15))
     embedder = HashingEmbedder()
-    session = await store.open(scope, RecallLimits(), OpContext.with_timeout(5.0))
+    session = await store.open(scope, RecallLimits(), OpContext.with_timeout(30.0))
     try:
         vector = Vector.normalized(embedder.model, embedder.vector(query))
         # A query of no indexed word: only vectors can answer.
-        found = await session.discover_hybrid("zzqx", vector, 8, OpContext.with_timeout(5.0))
+        found = await session.discover_hybrid("zzqx", vector, 8, OpContext.with_timeout(30.0))
     finally:
         await session.close()
         await store.aclose()
