@@ -486,7 +486,7 @@ class StuckArchive(InMemoryArchive):
         rows = [(g.seq, g.canonical_bytes(), g.digest) for g in groups]
 
         def put() -> None:  # the blocking client call: it stores once released, whatever the deadline said
-            self.release.wait(10.0)
+            self.release.wait(30.0)
             for seq, data, digest in rows:
                 self.put_raw(key, seq, data, digest)
             self.landed.set()
@@ -495,23 +495,56 @@ class StuckArchive(InMemoryArchive):
         return [ArchiveReceipt(seq, digest, f"stuck://{seq}") for seq, _, digest in rows]
 
 
-def _stuck_runtime(archive: StuckArchive, settle_s: float) -> Any:
-    return create_harness_runtime(
-        provider=ScriptedProvider(replies=["ok"], cycle=True),
-        archive=archive,
-        session_store=InMemorySessionStore(),
-        limits=RuntimeLimits(
-            resident=ResidentLimits(max_groups=1), op_timeout_s=0.3, settle_timeout_s=settle_s
-        ),
-    )
+def _stuck_runtime(archive: StuckArchive, settle_s: float) -> tuple[Any, Any]:
+    """A seeding runtime and the runtime whose second turn (evicting the first) strands an append.
+
+    The engine has one call deadline for every adapter call, and only that
+    append is meant to outlive it: the first turn is seeded by a runtime with
+    a generous deadline over the same stores, the second turn runs under
+    0.3 s, and every operation after it (the erasure, which must be this
+    runtime's: it waits for this runtime's late calls) gets 30 s per call
+    again, so a stalled machine cannot fail what has to succeed.
+    """
+    sessions = InMemorySessionStore()
+
+    def runtime(op_timeout_s: float) -> Any:
+        return create_harness_runtime(
+            provider=ScriptedProvider(replies=["ok"], cycle=True),
+            archive=archive,
+            session_store=sessions,
+            limits=RuntimeLimits(
+                resident=ResidentLimits(max_groups=1), op_timeout_s=op_timeout_s, settle_timeout_s=settle_s
+            ),
+        )
+
+    return runtime(30.0), runtime(0.3)
+
+
+def _call_deadline(rt: Any, seconds: float) -> None:
+    """Each adapter call of ``rt``'s next operations gets ``seconds`` (the deadline admission gives them).
+
+    ``op_timeout_s`` is read once, when the runtime is built; this is the seam
+    that makes only the stranded append's turn short (see ``_stuck_runtime``).
+    """
+    admission = rt.parts.admission
+    assert isinstance(admission._op_timeout_s, float), "the admission's call deadline moved"
+    admission._op_timeout_s = seconds
+
+
+async def _strand_an_append(archive: StuckArchive, settle_s: float) -> Any:
+    """Seed turn one, then run turn two whose eviction's append is abandoned, still running."""
+    seeder, rt = _stuck_runtime(archive, settle_s)
+    await seeder.run(ALICE, "s1", "first")
+    await seeder.aclose()
+    second = await rt.run(ALICE, "s1", "second")
+    assert any(d.code == "call_abandoned" for d in second.diagnostics)
+    _call_deadline(rt, 30.0)
+    return rt
 
 
 async def test_an_archive_write_in_flight_past_its_deadline_cannot_bring_erased_groups_back() -> None:
     archive = StuckArchive()
-    rt = _stuck_runtime(archive, settle_s=10.0)
-    await rt.run(ALICE, "s1", "first")
-    second = await rt.run(ALICE, "s1", "second")  # its eviction's append is abandoned, still running
-    assert any(d.code == "call_abandoned" for d in second.diagnostics)
+    rt = await _strand_an_append(archive, settle_s=10.0)
     assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is None
 
     async def release_later() -> None:
@@ -529,15 +562,13 @@ async def test_an_archive_write_in_flight_past_its_deadline_cannot_bring_erased_
 
 async def test_an_erasure_stops_pending_while_a_late_write_is_still_running_and_resumes_after() -> None:
     archive = StuckArchive()
-    rt = _stuck_runtime(archive, settle_s=0.3)
-    await rt.run(ALICE, "s1", "first")
-    await rt.run(ALICE, "s1", "second")
+    rt = await _strand_an_append(archive, settle_s=0.3)
     with pytest.raises(ErasureIncompleteError, match="still running"):
         await rt.erase(S1, reason="why", attestation=OPERATOR)
     with pytest.raises(ErasureInProgressError):
         await rt.run(ALICE, "s1", "third")
     archive.release.set()
-    await anyio.to_thread.run_sync(archive.landed.wait, 5.0)
+    assert await anyio.to_thread.run_sync(archive.landed.wait, 30.0)
     assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is not None  # the late write landed
     (resumed,) = await rt.resume_erasures(OPERATOR)
     assert resumed.tombstone is not None
