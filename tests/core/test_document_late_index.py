@@ -51,9 +51,9 @@ class StuckIndex(InMemoryRecallStore):
         self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
     ) -> SourceRef:
         def put() -> SourceRef:  # the blocking client call: it indexes once released, whatever the deadline
-            self.release.wait(10.0)
+            self.release.wait(30.0)
             write = InMemoryRecallStore.index_document(
-                self, owner, doc_id, text, OpContext.with_timeout(5.0), title=title
+                self, owner, doc_id, text, OpContext.with_timeout(30.0), title=title
             )
             try:
                 write.send(None)  # the in-memory write never awaits: it runs to its end here
@@ -79,17 +79,21 @@ def _runtime(
         archive=InMemoryArchive(),
         session_store=sessions or InMemorySessionStore(),
         recall=store,
-        limits=RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=settle_s),
+        # Generous for every call that must succeed (the erasures, their resumption): only the stuck
+        # index is meant to time out, and it has a deadline of its own (``_stuck_index``).
+        limits=RuntimeLimits(op_timeout_s=30.0, settle_timeout_s=settle_s),
     )
 
 
 async def _held(store: InMemoryRecallStore, owner: SourceOwner, doc_id: str) -> bool:
-    return bool(await InMemoryRecallStore.delete_document(store, owner, doc_id, OpContext.with_timeout(5.0)))
+    return bool(await InMemoryRecallStore.delete_document(store, owner, doc_id, OpContext.with_timeout(30.0)))
 
 
 async def _stuck_index(runtime: HarnessRuntime) -> None:
     with pytest.raises(OperationTimeoutError) as info:
-        await runtime.index_document(ANA_DOC, "vpn.md", "the VPN certificate expires on March 3rd.")
+        await runtime.index_document(
+            ANA_DOC, "vpn.md", "the VPN certificate expires on March 3rd.", timeout_s=0.3
+        )
     assert info.value.abandoned  # still running in its thread: the fence's second read never ran
 
 
@@ -108,7 +112,7 @@ async def test_an_erasure_waits_for_an_abandoned_document_index_and_erases_what_
             result = await runtime.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
         assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
         # Whenever the late index lands (during the erasure, which waited for it), it is not kept.
-        assert await anyio.to_thread.run_sync(store.landed.wait, 5.0)
+        assert await anyio.to_thread.run_sync(store.landed.wait, 30.0)
         assert not await _held(store, ANA_DOC, "vpn.md"), "a document outlived the erasure of its owner"
 
 
@@ -122,7 +126,7 @@ async def test_an_erasure_stops_pending_while_a_document_index_is_still_running(
         other = await runtime.erase(EraseTarget.user("acme", "bob"), reason="DSR", attestation=OPERATOR)
         assert other.tombstone is not None
         store.release.set()
-        assert await anyio.to_thread.run_sync(store.landed.wait, 5.0)  # the late index landed
+        assert await anyio.to_thread.run_sync(store.landed.wait, 30.0)  # the late index landed
         (resumed,) = await runtime.resume_erasures(OPERATOR)
         assert resumed.tombstone is not None
         assert not await _held(store, ANA_DOC, "vpn.md")
@@ -137,8 +141,8 @@ async def test_an_abandoned_document_index_landing_after_another_process_erased_
         result = await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
         assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
         store.release.set()
-        assert await anyio.to_thread.run_sync(store.landed.wait, 5.0)
+        assert await anyio.to_thread.run_sync(store.landed.wait, 30.0)
         source = document_source_id(ANA_DOC, "vpn.md")
-        with anyio.move_on_after(5.0):
+        with anyio.move_on_after(30.0):
             await store.deleted.wait()  # the take-back runs on the writer's loop, after the landing
         assert source not in store._sources, "a document outlived the erasure of its owner"
