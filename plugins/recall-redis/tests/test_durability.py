@@ -27,13 +27,18 @@ from agentium_recall_redis.link import ServerReport
 pytestmark = pytest.mark.anyio
 
 
-def ctx(seconds: float = 5) -> OpContext:
+def ctx(seconds: float = 30) -> OpContext:
     return OpContext.with_timeout(seconds)
 
 
 async def test_sigkill_with_aof_always_loses_no_acknowledged_write(aof_server: ServerProcess) -> None:
+    # The writes before the kill must be acknowledged (each writer stops at its first failure, and
+    # the test needs 300 of them): with appendfsync always, a loaded disk can hold a reply for
+    # seconds, so connecting and replies get 30 s. After the kill every call fails at once
+    # (refused, reset); only settling a write cut off by it is bounded short, as it has nothing
+    # to reach.
     config = RedisRecallConfig(
-        url=aof_server.url, connect_timeout_s=0.5, socket_timeout_s=2, settle_timeout_s=0.5
+        url=aof_server.url, connect_timeout_s=30, socket_timeout_s=30, settle_timeout_s=0.5
     )
     store = RedisRecallStore(config)
     owner, key = SourceOwner("dur"), SessionKey("dur", "u", "s")
@@ -79,7 +84,7 @@ async def test_sigkill_with_aof_always_loses_no_acknowledged_write(aof_server: S
     after = RedisRecallStore(RedisRecallConfig(url=aof_server.url))
     try:
         session = await after.open(Scope("dur", "u", "s"), RecallLimits(), ctx())
-        checked = await session.validate([ref for ref, _ in documents], ctx(30))
+        checked = await session.validate([ref for ref, _ in documents], ctx())
         assert [v.status for v in checked] == [V.CURRENT] * len(documents)
         sample = documents[:: max(1, len(documents) // 50)]
         excerpts = await session.read([ref for ref, _ in sample], 4096, ctx())

@@ -65,6 +65,9 @@ def _runtime(store: RedisRecallStore, provider: ExtractiveProvider, sessions: In
         session_store=sessions,
         recall=store,
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+        # The seeding runs and the recovered one must recall completely: not raced against the 2 s
+        # default budget. The killed server's calls fail at once (refused, reset), not at a deadline.
+        recall_limits=RecallLimits(max_latency_s=30.0),
     )
 
 
@@ -72,7 +75,8 @@ def _runtime(store: RedisRecallStore, provider: ExtractiveProvider, sessions: In
 async def test_killing_the_server_fails_recall_commits_nothing_and_the_next_run_recovers(
     aof_server: ServerProcess, when: str
 ) -> None:
-    config = RedisRecallConfig(url=aof_server.url, key_prefix=new_prefix(), connect_timeout_s=0.5)
+    # Reconnecting after the restart must succeed; connecting to the killed server is refused at once.
+    config = RedisRecallConfig(url=aof_server.url, key_prefix=new_prefix(), connect_timeout_s=30)
     store = RedisRecallStore(config)
     provider, sessions = KillingProvider(), InMemorySessionStore()
     runtime = _runtime(store, provider, sessions)
@@ -80,7 +84,7 @@ async def test_killing_the_server_fails_recall_commits_nothing_and_the_next_run_
         await runtime.run(ANA, "s1", FACT)
         for i in range(3):
             await runtime.run(ANA, "s1", f"Unrelated chatter number {i}.")
-        assert list(await store.seek_groups(KEY, 0, 1, OpContext.with_timeout(5)))  # evicted and indexed
+        assert list(await store.seek_groups(KEY, 0, 1, OpContext.with_timeout(30)))  # evicted and indexed
         before = await sessions.load(KEY, OpContext())
         assert before is not None
 
@@ -139,6 +143,8 @@ plugin = "memory"
 plugin = "memory"
 [recall]
 plugin = "redis"
+[recall.budget]
+max_latency_s = 30.0
 [recall.options]
 {options}
 """
@@ -161,7 +167,7 @@ async def test_a_config_file_builds_the_store_and_the_runtime_closes_it(
     assert isinstance(store, RedisRecallStore) and store.owns_client
     assert (store.config.key_prefix, store.config.max_read_bytes) == (prefix, 4096)
     await store.index_document(
-        SourceOwner("acme"), "rota", "The rota changes on Mondays.", OpContext.with_timeout(5)
+        SourceOwner("acme"), "rota", "The rota changes on Mondays.", OpContext.with_timeout(30)
     )
     result = await runtime.run(ANA, "s1", "When does the rota change?")
     assert result.recall is not None and result.recall.status is RecallStatus.COMPLETE
