@@ -312,6 +312,25 @@ async def _runtime_through(config: S3Config, proxy: FaultProxy, op_timeout_s: fl
     )
 
 
+async def _run_sending_its_save(runtime: Any, held: Fault, text: str) -> Any:
+    """The run whose save reached ``held`` at the proxy: its result, or what it raised.
+
+    Each of the run's calls has the short deadline, its loads (over the proxy)
+    as well as the save the test holds. A load that a stalled machine made time
+    out ends the run before its save is sent: nothing is written and nothing
+    this test is about happens, so that run is made again (a few times at most).
+    """
+    outcome: Any = None
+    for _ in range(3):
+        try:
+            outcome = await runtime.run(ANA, KEY.session, text)
+        except AgentiumError as exc:
+            outcome = exc
+        if held.applied:
+            return outcome
+    pytest.fail(f"no run sent its save: {outcome!r}")
+
+
 async def test_a_save_past_its_deadline_that_lands_late_is_reported_committed_by_the_engine(
     config: S3Config, proxy: FaultProxy
 ) -> None:
@@ -325,8 +344,9 @@ async def test_a_save_past_its_deadline_that_lands_late_is_reported_committed_by
     runtime = await _runtime_through(config, proxy, op_timeout_s=1.5)
     try:
         held = proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=2.2))
-        result = await runtime.run(ANA, KEY.session, "The turn whose save lands late.")
+        result = await _run_sending_its_save(runtime, held, "The turn whose save lands late.")
         assert held.applied == 1
+        assert not isinstance(result, BaseException), result
         assert result.commit_state is CommitState.COMMITTED and result.committed
         assert result.snapshot_revision == 3 and result.has("save_settled")
     finally:
@@ -341,10 +361,10 @@ async def test_a_save_that_lands_after_every_read_back_gave_up_is_reported_unkno
 ) -> None:
     runtime = await _runtime_through(config, proxy, op_timeout_s=0.4)
     try:
-        proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=4.0))
-        with pytest.raises(AgentiumError) as caught:
-            await runtime.run(ANA, KEY.session, "The turn whose save lands very late.")
-        assert caught.value.commit_state is CommitState.UNKNOWN, caught.value
+        held = proxy.add(Fault("hold", "PUT", "/sessions/", count=1, seconds=4.0))
+        raised = await _run_sending_its_save(runtime, held, "The turn whose save lands very late.")
+        assert isinstance(raised, AgentiumError), raised
+        assert raised.commit_state is CommitState.UNKNOWN, raised
     finally:
         await runtime.aclose()
     # It did land: "not committed" would have been false, and a retry a duplicate.
