@@ -157,7 +157,7 @@ async def test_a_503_is_retried_and_a_hang_is_stopped_by_the_deadline(server: St
     started = time.monotonic()
     with pytest.raises(OperationCancelledError):
         await embedder.embed(["a"], OpContext.with_timeout(0.5))
-    assert time.monotonic() - started < 0.5 + 3.0
+    assert time.monotonic() - started < 10  # the server takes 30 s
     await embedder.aclose()
 
 

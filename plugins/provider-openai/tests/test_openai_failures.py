@@ -140,8 +140,9 @@ async def test_a_wait_past_the_deadline_is_not_started(stub: StubServer) -> None
     stub.add(Reply.error(429, "rate limited", headers={"Retry-After": "30"}), Reply.recorded("plain_answer"))
     provider = make_provider(stub, max_retries=3, retry_backoff_max_s=60)
     try:
+        # 20 s: the first answer must arrive within it; the 30 s Retry-After still outlasts it.
         with pytest.raises(OpenAIRetriesExhaustedError, match="past the deadline") as caught:
-            await provider.complete(REQUEST, OpContext.with_timeout(5))
+            await provider.complete(REQUEST, OpContext.with_timeout(20))
     finally:
         await provider.aclose()
     assert caught.value.status == 429 and len(stub.completions) == 1
