@@ -806,7 +806,9 @@ async def test_an_append_cancelled_by_aclose_in_its_save_says_unknown() -> None:
         provider=provider,
         archive=InMemoryArchive(),
         session_store=store,
-        limits=RuntimeLimits(settle_timeout_s=0.05, close_timeout_s=1.0),
+        # The settle wait runs out (the save is gated); the cancelled save then stops at once, so
+        # the close wait is generous: a stalled machine must not cut the clean-up short.
+        limits=RuntimeLimits(settle_timeout_s=0.05, close_timeout_s=30.0),
     )
     store.gate = anyio.Event()
     caught: list[BaseException] = []

@@ -22,7 +22,7 @@ ALICE = MemoryScope("tenant-a", "alice")
 
 
 def _ctx() -> OpContext:
-    return OpContext.with_timeout(5.0)
+    return OpContext.with_timeout(30.0)
 
 
 async def test_a_row_changed_outside_the_store_is_reported_not_returned(tmp_path: Path) -> None:

@@ -564,8 +564,12 @@ async def test_a_damaged_session_id_is_reported_not_made_up(db: Path, store: SQL
 
 
 async def _first_read(db: Path, kind: str) -> object:
-    """The first call of a fresh adapter of ``kind`` on ``db``: a read."""
-    ctx = OpContext.with_timeout(0.4)
+    """The first call of a fresh adapter of ``kind`` on ``db``: a read.
+
+    It must succeed, so its deadline is generous: a read that waited for the
+    other writer's lock would still fail, at the 10 s busy timeout ("locked").
+    """
+    ctx = OpContext.with_timeout(30.0)
     if kind == "session store":
         store = SQLiteSessionStore(SQLiteConfig(path=str(db), busy_timeout_ms=10_000))
         try:

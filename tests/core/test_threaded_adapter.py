@@ -172,7 +172,7 @@ async def test_a_call_waiting_behind_another_on_its_loop_is_refused_at_its_deadl
         started = time.monotonic()
         with pytest.raises(OperationCancelledError, match="previous call on this adapter was still running"):
             await store.run(OpContext.with_timeout(0.2), "next", lambda c: c.call("put", "k", "late"))
-        assert time.monotonic() - started < 2, "the wait must end at the deadline"
+        assert time.monotonic() - started < 10, "the wait must end at the deadline (the gate holds for good)"
         # A waiter whose caller is cancelled leaves the queue too.
         with anyio.move_on_after(0.1) as scope:
             await store.run(OpContext(), "cancelled", lambda c: c.call("put", "k", "cancelled"))
@@ -183,7 +183,7 @@ async def test_a_call_waiting_behind_another_on_its_loop_is_refused_at_its_deadl
     async with anyio.create_task_group() as tg:
         for i in range(4):
             tg.start_soon(
-                store.run, OpContext.with_timeout(5), "put", lambda c, i=i: c.call("put", f"n{i}", "v")
+                store.run, OpContext.with_timeout(30), "put", lambda c, i=i: c.call("put", f"n{i}", "v")
             )
     assert client.max_active == 1 and len(client.data) == 5
     await store.aclose()
@@ -214,17 +214,17 @@ async def test_a_stuck_call_is_abandoned_close_is_bounded_and_the_thread_closes_
     with anyio.move_on_after(0.2) as scope:
         await store.run(OpContext(), "stuck", lambda c: c.call("get", "k"))
     assert scope.cancelled_caught
-    assert time.monotonic() - started < 2, "an abandoning adapter must not hold the cancelled caller"
+    assert time.monotonic() - started < 10, "an abandoning adapter must not hold the cancelled caller"
     # The next call waits for the stuck one only until its own deadline.
     with pytest.raises(OperationCancelledError, match="still running"):
         await store.run(OpContext.with_timeout(0.2), "next", lambda c: c.call("get", "k"))
     started = time.monotonic()
     with pytest.raises(ArchiveError, match=r"close did not finish within 0\.2s"):
         await store.aclose()
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10  # the stuck call holds until the gate opens
     assert not client.closed, "the connection is still in use by the stuck call"
     client.gate.set()
-    for _ in range(200):
+    for _ in range(1000):  # up to 10 s: the thread returns at once, unless the machine stalls
         if client.closed:
             break
         await anyio.sleep(0.01)
