@@ -1029,8 +1029,9 @@ class HistoryMachine(RuleBasedStateMachine):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(first)
                 await provider.entered.wait()
-                # Admitted by mistake, the second run would wait at the gate: bound it.
-                with anyio.move_on_after(0.5) as waited, pytest.raises(SessionBusyError):
+                # Admitted by mistake, the second run would wait at the gate: bound it (a refusal is
+                # immediate, so the bound costs nothing; 10 s, as a stalled machine must not trip it).
+                with anyio.move_on_after(10) as waited, pytest.raises(SessionBusyError):
                     await rt.run(identity_of(key), key.session, refused_text)
                 # The history API goes through the same door: refused too, before any read.
                 with pytest.raises(SessionBusyError):
