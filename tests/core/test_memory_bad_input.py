@@ -165,7 +165,7 @@ async def test_bad_arguments_to_drain_owned_work_and_aclose_are_typed_and_start_
         if hasattr(outcome, "__await__"):
             await outcome
     assert manager.running() == () and not manager.closed
-    assert (await manager.drain(1.0)).items == ()
+    assert (await manager.drain(30.0)).items == ()
 
 
 async def test_the_in_memory_adapters_refuse_a_dry_run_flag_that_is_not_a_bool() -> None:

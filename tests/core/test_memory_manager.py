@@ -181,7 +181,7 @@ async def test_lifecycle_hooks_fire_and_a_raising_hook_is_isolated_and_reported(
     duplicate = await manager.remember(MemoryFact(ALICE, "hooked fact"))
     fixed = await manager.correct(ALICE, ack.fact_id, MemoryFact(ALICE, "hooked fact, corrected"))
     gone = await manager.forget(ALICE, ack.fact_id)
-    result = await manager.drain(1.0)
+    result = await manager.drain(30.0)
     assert [(e.kind, e.fact_id, e.revision) for e in events] == [
         (MemoryEventKind.REMEMBERED, ack.fact_id, 1),
         (MemoryEventKind.CORRECTED, ack.fact_id, 2),

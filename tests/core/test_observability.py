@@ -704,7 +704,7 @@ async def test_the_runtime_drain_and_close_record_under_the_runtime_telemetry() 
         telemetry=t.telemetry(),
     )
     await runtime.run(ANA, "s", "hello")
-    await runtime.drain(1.0)
+    await runtime.drain(30.0)
     assert len(t.named("agentium.drain")) == 1
     await runtime.aclose()
     assert len(t.named("agentium.drain")) == 2

@@ -304,7 +304,7 @@ async def test_a_memory_hook_that_fails_is_a_warning_without_its_text(
     scope = MemoryScope("tenant-q1", "user-q1")
     with caplog.at_level(logging.DEBUG, logger="agentium"):
         ack = await manager.remember(MemoryFact(scope, f"fact {SECRET}"))
-        drained = await manager.drain(1.0)
+        drained = await manager.drain(30.0)
     assert ack.notes and drained.notes  # the host still gets the hook's text
     hooks = [r for r in caplog.records if r.name == "agentium.engine.hooks"]
     assert [(r.levelno, r.getMessage()) for r in hooks] == [(logging.WARNING, "hook_failed (warning)")] * 2

@@ -236,7 +236,7 @@ async def test_a_hanging_adapter_is_cancelled_and_recall_fails(where: str) -> No
     elapsed = time.monotonic() - began
     assert result.recall.status is RecallStatus.FAILED
     assert result.status is RunStatus.STOPPED and not result.committed
-    assert elapsed < 0.2 + 1.0  # cancelled at the deadline, not waited out
+    assert elapsed < 10  # cancelled at the deadline, not waited out (the adapter hangs an hour)
     assert store.closed == store.opened  # whatever was opened was closed
     assert await _revision(sessions) is None and provider.requests == []
 
