@@ -380,6 +380,24 @@ class KeepsRevisionsStore(Store):
         return await super().save(key, snapshot, expected_revision, ctx)
 
 
+class RevisionsRestartAfterEraseStore(Store):
+    """Starts a session created again after its erasure at revision 1 (no revision floor)."""
+
+    capabilities = InMemorySessionStore.capabilities
+
+    async def erase(
+        self,
+        target: EraseTarget,
+        ctx: OpContext,
+        *,
+        dry_run: bool = False,
+        max_items: int = DEFAULT_ERASE_BATCH,
+    ) -> EraseReport:
+        report = await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
+        self._floor = 0  # forgets the revisions it removed
+        return report
+
+
 def _store_case(adapter: type[Store]) -> type[SessionStoreContract]:
     class Case(SessionStoreContract):
         @pytest.fixture
@@ -416,6 +434,10 @@ class TestEraseIgnoresCancelStore(_store_case(EraseIgnoresCancelStore)):  # type
 
 
 class TestKeepsRevisionsStore(_store_case(KeepsRevisionsStore)):  # type: ignore[misc]
+    pass
+
+
+class TestRevisionsRestartAfterEraseStore(_store_case(RevisionsRestartAfterEraseStore)):  # type: ignore[misc]
     pass
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _session_store_support import RevisionsRestartStore
 
 from agentium_harness import (
     EraseTarget,
@@ -283,8 +284,10 @@ async def test_a_save_without_eviction_loaded_before_an_erasure_never_replaces_t
     stores: str, tmp_path: Path
 ) -> None:
     # A commit with nothing to archive is a compare-and-set save alone. The erased id, used again,
-    # is back at revision 1, the revision the stale run loaded: the save's compare-and-set passed
-    # and put the erased group over the new session, whose own turn was lost.
+    # was back at revision 1, the revision the stale run loaded: the save's compare-and-set passed
+    # and put the erased group over the new session, whose own turn was lost. The commit fence
+    # refuses it, and so, now, does the store: the new session starts above the erased one's
+    # revisions (the store's revision floor), so no revision the stale run holds comes back.
     provider = Held()
     if stores == "memory":
         archive, store = InMemoryArchive(), InMemorySessionStore()
@@ -311,7 +314,7 @@ async def test_a_save_without_eviction_loaded_before_an_erasure_never_replaces_t
                 EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR
             )
             assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
-            assert (await other.run(ANA, "s0", "new turn 0")).snapshot_revision == 1
+            assert (await other.run(ANA, "s0", "new turn 0")).snapshot_revision == 2  # above the erased 1
             provider.release.set()
 
         (failure,) = failures
@@ -346,12 +349,15 @@ class HeldSummarizer(ExtractiveSummarizer):
         return await super().summarize(*args, **kwargs)
 
 
-async def test_a_summary_of_an_erased_session_is_not_saved_into_the_reused_one() -> None:
+@pytest.mark.parametrize("floor", [True, False], ids=["builtin", "revisions-restart"])
+async def test_a_summary_of_an_erased_session_is_not_saved_into_the_reused_one(floor: bool) -> None:
     # The run committed before the erasure; its summary update (made from the erased groups) waits
     # on the summarizer while another process erases the session and uses the id again up to the
     # revision the update expects: that revision alone let it save the erased text into the new
-    # session's summary.
-    archive, store = InMemoryArchive(), InMemorySessionStore()
+    # session's summary. The built-in store never comes back to that revision (its revision floor);
+    # a store that restarts at 1 does, and the engine's own check must refuse the update then too.
+    archive = InMemoryArchive()
+    store = InMemorySessionStore() if floor else RevisionsRestartStore()
     summarizer = HeldSummarizer()
     slow = create_harness_runtime(
         provider=ScriptedProvider(replies=["noted"], cycle=True),
@@ -378,14 +384,15 @@ async def test_a_summary_of_an_erased_session_is_not_saved_into_the_reused_one()
             await other.erase(EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR)
             for i in range(revision):
                 await other.run(ANA, "s0", f"New turn {i}.")
-            assert (await other.inspect_session(ANA, "s0")).revision == revision
+            reused = (await other.inspect_session(ANA, "s0")).revision
+            assert reused > revision if floor else reused == revision
             summarizer.release.set()
 
         (done,) = results
         assert done.committed  # its commit came before the erasure
         assert "summary_conflict" in [d.code for d in done.diagnostics]
         view = await other.inspect_session(ANA, "s0")
-        assert view.revision == revision and view.summary is None
+        assert view.revision == reused and view.summary is None
         assert not await _readable(other, SECRETS[0])
     finally:
         await slow.aclose()

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 from _archive_support import GatedReads
+from _session_store_support import RevisionsRestartStore
 
 from agentium_harness import (
     MAX_APPEND_BYTES,
@@ -476,9 +477,10 @@ async def test_a_view_reset_expecting_a_revision_never_brings_back_an_erased_ses
         assert caught.value.commit_state is CommitState.NOT_COMMITTED
         assert stored_state(store, archive) == (None, {})
         assert (await rt.list_sessions(ANA, limit=10)).sessions == ()
-        # Expecting 0 (absent) is the one revision an erased session is at.
+        # Expecting 0 (absent) is the one revision an erased session is at. Created again, it starts
+        # above the erased one's revisions (the store's revision floor), never back at 1.
         done = await rt.reset_view(ANA, "s1", reason="clear", expected_revision=0)
-        assert done.snapshot_revision == 1
+        assert done.snapshot_revision == page.snapshot_revision + 1
 
 
 async def test_append_evicts_archives_and_pages_back_over_the_archive() -> None:
@@ -906,10 +908,11 @@ async def test_expected_revision_looks_past_this_runtimes_background_summary_upd
 
 
 async def test_expected_revision_is_not_looked_past_an_update_of_an_erased_incarnation() -> None:
-    # Revisions start again at 1 when an erased session id is used again. A summary update of the
-    # old incarnation (revision 3 on 2, here) must not let a write expecting 2 past another
-    # writer's real append that made the new incarnation's revision 3.
-    archive, store = InMemoryArchive(), InMemorySessionStore()
+    # With a store that starts an erased session id used again at revision 1 again (the built-in
+    # ones never do: their revision floor), a summary update of the old incarnation (revision 3 on
+    # 2, here) must not let a write expecting 2 past another writer's real append that made the
+    # new incarnation's revision 3.
+    archive, store = InMemoryArchive(), RevisionsRestartStore()
     rt = create_harness_runtime(
         provider=Recorder(),
         archive=archive,

@@ -495,6 +495,9 @@ class HistoryMachine(RuleBasedStateMachine):
         self.plan = FaultPlan()
         self.max_groups = 2
         self.sessions: dict[SessionKey, SessionModel] = {k: SessionModel() for k in ALL_KEYS}
+        # The store's revision floor: the highest revision an erasure removed. A session created
+        # afterwards starts above it (revisions never repeat for a key across an erasure).
+        self.floor = 0
         self.archive, self.store = self.open_primary()
         self.provider = EchoProvider()
         self.runtime = self._runtime(self.archive, self.store, self.provider)
@@ -569,6 +572,10 @@ class HistoryMachine(RuleBasedStateMachine):
         assert result.retained.scope == Scope(key.tenant, key.user, key.session)
         self.check_commit(key, turn_group(text), result, exp)
 
+    def next_revision(self, m: SessionModel) -> int:
+        """The revision the next save of ``m``'s session gets: a new session starts above the floor."""
+        return (self.floor if m.revision is None else m.revision) + 1
+
     def check_commit(self, key: SessionKey, group: GroupModel, result: Any, exp: Expectation) -> None:
         """Check any commit's eviction, boundary, resident count and revision; record the group."""
         m = self.sessions[key]
@@ -592,7 +599,7 @@ class HistoryMachine(RuleBasedStateMachine):
         assert result.boundary == new_boundary, (result.boundary, new_boundary, exp)
         if hasattr(result, "resident_groups"):
             assert result.resident_groups == exp.seq + 1 - new_boundary
-        assert result.snapshot_revision == (m.revision or 0) + 1
+        assert result.snapshot_revision == self.next_revision(m)
         m.groups.append(group)
         m.boundary = new_boundary
         m.revision = result.snapshot_revision
@@ -856,6 +863,7 @@ class HistoryMachine(RuleBasedStateMachine):
         erased = {s.session for s in record.sessions if s.snapshot}
         assert erased == {k for k in covered if self.sessions[k].groups}, (erased, covered)
         for k in covered:
+            self.floor = max(self.floor, self.sessions[k].revision or 0)
             self.sessions[k] = SessionModel()
 
     # -- rules: processes ------------------------------------------------------
@@ -1073,12 +1081,12 @@ class HistoryMachine(RuleBasedStateMachine):
                 assert (report.status, report.flushed_groups) == (CleanupStatus.CLEAN, flushed), report
                 assert report.remaining_resident == self.max_groups
                 m.boundary += flushed
-                allowed_revisions = {(m.revision or 0) + 1}
+                allowed_revisions = {self.next_revision(m)}
             else:
                 assert (report.status, report.flushed_groups) == (CleanupStatus.INCOMPLETE, 0), report
                 assert report.remaining_resident == resident
                 # Saving the unchanged snapshot again is allowed, not required.
-                allowed_revisions = {m.revision, (m.revision or 0) + 1}
+                allowed_revisions = {m.revision, self.next_revision(m)}
         else:
             assert self.plan.log[log_from:] == []
             assert (report.status, report.flushed_groups) == (CleanupStatus.CLEAN, 0), report

@@ -10,9 +10,13 @@ session's text, back at their old seqs, where nothing refers to them, and
 the session id used again later meets them at those seqs (``diverged``).
 A commit that only saves, and a joint commit (archive and save in one
 transaction), need the same look: the compare-and-set passes while an
-erasure under way has still to reach the snapshot, and once the erased id,
-used again, is back at the loaded revision (revisions start again at 1),
-when it would overwrite the new session with the erased one.
+erasure under way has still to reach the snapshot. Once the snapshot is
+gone the compare-and-set refuses it by itself: a store never hands out a
+revision twice for a key, even across an erasure (the port's rule; the
+built-in stores keep a store-wide revision floor), so the erased id used
+again never comes back to the loaded revision. That rule, not this read,
+is what covers an erasure and a re-use that both fall between this read
+and the write; for a store that breaks it, this read is what is left.
 
 So before archiving or saving, the pending ledger is read again (one small read): an
 erasure covering the session under way refuses the commit

@@ -46,10 +46,12 @@ class SummaryRevisions:
     history. A revision reached from the expected one by such updates alone
     is accepted (the write's own compare-and-set is on the current one).
     Each update is remembered with the digests of the snapshot it was saved
-    on and of the one it saved: revision numbers start again at 1 when a
-    session is erased and used again (by this runtime or another process),
-    so a number alone could name another incarnation's update and let a
-    stale ``expected_revision`` past a real change. Bounded, forgotten
+    on and of the one it saved: a store that breaks the port's rule that
+    revisions never repeat for a key across an erasure (the built-in ones
+    keep it) starts a session erased and used again (by this runtime or
+    another process) at 1 again, so a number alone could name another
+    incarnation's update and let a stale ``expected_revision`` past a real
+    change. Bounded, forgotten
     oldest first; shared by the runtime's loops.
     """
 

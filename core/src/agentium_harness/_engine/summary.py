@@ -396,8 +396,9 @@ async def save_summary(
     is stored at ``revision``: its boundary and resident groups. The
     revision alone does not say so: another process may have erased the
     session while the summarizer ran and used the id again up to that
-    revision (an erased session's revisions start again at 1), and the
-    summary of the erased groups would then be saved into the new session.
+    revision (with a store that breaks the port's rule that revisions never
+    repeat across an erasure: defence in depth), and the summary of the
+    erased groups would then be saved into the new session.
     """
     stored = await ticket.call("session load", lambda ctx: store.load(key, ctx))
     if stored is None or stored.revision != revision:

@@ -4,6 +4,14 @@ A snapshot (:mod:`.snapshot`) holds the session's resident (not yet
 archived) complete groups, the archive boundary and the memory scope it
 belongs to. Stores save with compare-and-set on the snapshot revision so that
 two writers can never both commit on the same base.
+
+The revisions a store hands out for a key never repeat, including across an
+erasure of it: otherwise a writer that loaded revision N of an erased session
+would pass the compare-and-set once a session created again under the same
+id is back at N, writing erased text over the new session's turns. The
+suggested way is one store-wide revision floor (a number, no identifier) that
+``erase`` raises to the highest revision it removes, a new session starting
+one above it (see :meth:`SessionStore.save` and :meth:`SessionStore.erase`).
 """
 
 from __future__ import annotations
@@ -98,7 +106,11 @@ class StoredSnapshot:
 
 
 class SessionStore:
-    """Port for revisioned session snapshots, keyed by :class:`~agentium_harness._scope.SessionKey`."""
+    """Port for revisioned session snapshots, keyed by :class:`~agentium_harness._scope.SessionKey`.
+
+    Revisions handed out for a key never repeat, even across an erasure of
+    the key (see the module docstring).
+    """
 
     capabilities: ClassVar[SessionStoreCapabilities]
 
@@ -126,7 +138,11 @@ class SessionStore:
 
         ``expected_revision=None`` means the session must not exist yet. Return
         the new revision, greater than ``expected_revision``. On mismatch raise
-        ``SessionConflictError`` and change nothing. Store the snapshot's bytes
+        ``SessionConflictError`` and change nothing. A revision is never handed
+        out twice for a key, even after an erasure removed it: a session
+        created again after its erasure starts above every revision the erased
+        one had (suggested: one above a store-wide revision floor that ``erase``
+        raises; 1 in a store that never erased anything). Store the snapshot's bytes
         exactly (:func:`snapshot_bytes`), so its digest still matches on load.
 
         Call ``ctx.raise_if_expired("session save")`` before writing, and do
@@ -193,8 +209,9 @@ class SessionStore:
         Declared by ``joint_archive_commit``, and called only when
         :meth:`shares_transactions_with` is True for ``archive``. Returns the
         new revision and one receipt per group, as ``save`` and
-        ``HistoryArchive.append`` would. It must never store
-        the snapshot without the groups.
+        ``HistoryArchive.append`` would (a session created here starts above
+        every revision an erased one of its key had, as in ``save``). It must
+        never store the snapshot without the groups.
 
         Call ``ctx.raise_if_expired("session commit with archive")`` before
         writing, and do not commit after ``ctx.signal`` is cancelled.
@@ -222,6 +239,13 @@ class SessionStore:
         its resident groups reported (:func:`snapshot_erasure`), and every
         earlier revision the backend still keeps. A groups target removes
         nothing here (the engine rewrites the snapshot itself).
+
+        A real erase (not ``dry_run``) makes sure no revision a removed
+        snapshot had is handed out again for its key (see :meth:`save`):
+        suggested, raise a store-wide revision floor to the highest revision
+        removed, atomically with the removal where the backend has
+        transactions. The floor is a number only: nothing that identifies an
+        erased tenant, user or session survives the erasure.
 
         Nothing outside the target changes: a neighbouring session, user or
         tenant keeps its stored bytes exactly. ``dry_run=True`` removes

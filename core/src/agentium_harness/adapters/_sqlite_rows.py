@@ -56,7 +56,7 @@ from .._ports.erasure import EraseTarget
 from .._ports.sessions import SessionSnapshot
 from .._ports.snapshot import GroupRow, group_rows, snapshot_parts
 from .._scope import SessionKey
-from ._sqlite_sql import session_filter
+from ._sqlite_sql import revision_floor, session_filter
 
 __all__ = [
     "SEQ_LIMIT",
@@ -483,7 +483,8 @@ def save_snapshot(
             raise _unowned(key, seq, session)
     if stale:
         conn.executemany("DELETE FROM groups WHERE id = ?", [(row_id(sid, seq, False),) for seq in stale])
-    revision = 1 if expected_revision is None else expected_revision + 1
+    # A new session starts above every revision an erased one had: never one a writer may still hold.
+    revision = revision_floor(conn) + 1 if expected_revision is None else expected_revision + 1
     if header is None:
         values: tuple[object, ...] = (adopted, revision, None, None, 1, snapshot.data, sid)
     else:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
+from .._errors import SnapshotCorruptError
 from .._ports.erasure import EraseTarget, PhysicalErasure
 
 __all__ = [
@@ -25,7 +26,9 @@ __all__ = [
     "SchemaError",
     "ensure_schema",
     "immediate_transaction",
+    "raise_revision_floor",
     "read_transaction",
+    "revision_floor",
     "schema_current",
     "scrub_log",
     "session_filter",
@@ -68,6 +71,17 @@ SCHEMA: Final = (
         id INTEGER PRIMARY KEY,
         digest TEXT NOT NULL,
         data BLOB NOT NULL
+    )
+    """,
+    # The session store's revision floor: one row, one number (no identifier), the highest
+    # revision of any snapshot an erasure removed. A session created afterwards starts above it,
+    # so no revision a key had is handed out again (see revision_floor). Added without a version
+    # bump: a version 2 file without it is not current (schema_current), and ensure_schema
+    # creates it, so an older file keeps working.
+    """
+    CREATE TABLE IF NOT EXISTS revision_floor (
+        id INTEGER PRIMARY KEY CHECK (id = 0),
+        floor INTEGER NOT NULL
     )
     """,
 )
@@ -228,6 +242,40 @@ def immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def revision_floor(conn: sqlite3.Connection) -> int:
+    """The highest revision an erasure removed from this file (0 if none): a new session starts above it.
+
+    Runs in the caller's write transaction. A damaged value (not a
+    non-negative integer) raises ``SnapshotCorruptError``: no revision
+    chosen without it could be known never to repeat.
+    """
+    row = conn.execute("SELECT floor FROM revision_floor WHERE id = 0").fetchone()
+    if row is None:
+        return 0
+    (floor,) = row
+    if type(floor) is not int or floor < 0:
+        raise SnapshotCorruptError(
+            f"the session store's revision floor is damaged ({type(floor).__name__}); "
+            "no session can be created until it is repaired; nothing was changed"
+        )
+    return floor
+
+
+def raise_revision_floor(conn: sqlite3.Connection, revisions: Sequence[object]) -> None:
+    """Raise the floor to the highest of ``revisions`` (in the erasing transaction).
+
+    A revision that is not a positive integer is a damaged row no load
+    could return, so no writer can hold it: it is left out.
+    """
+    highest = max((r for r in revisions if type(r) is int and r > 0), default=0)
+    if highest:
+        conn.execute(
+            "INSERT INTO revision_floor (id, floor) VALUES (0, ?) "
+            "ON CONFLICT (id) DO UPDATE SET floor = max(floor, excluded.floor)",
+            (highest,),
+        )
 
 
 def session_filter(target: EraseTarget) -> tuple[str, list[object]]:

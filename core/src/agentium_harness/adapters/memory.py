@@ -164,7 +164,12 @@ class InMemoryArchive(HistoryArchive):
 
 
 class InMemorySessionStore(SessionStore):
-    """Session snapshots held in a dict, with compare-and-set on an integer revision."""
+    """Session snapshots held in a dict, with compare-and-set on an integer revision.
+
+    Revisions never repeat for a key, even across an erasure of it: ``erase``
+    raises a store-wide floor to the highest revision it removes, and a
+    session created afterwards starts above that floor (see :meth:`save`).
+    """
 
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
         compare_and_set=True, durable=False, listing=True, health_check=True, erasure=True
@@ -172,6 +177,10 @@ class InMemorySessionStore(SessionStore):
 
     def __init__(self, config: InMemorySessionStoreConfig | None = None) -> None:
         self._rows: dict[SessionKey, tuple[int, bytes]] = {}
+        # The highest revision any erased snapshot had (store-wide, a number only: nothing of an
+        # erased session survives but it). A session created after an erasure starts above it, so a
+        # writer still holding a revision of the erased one can never pass the compare-and-set.
+        self._floor = 0
         # A thread lock, not an anyio one: the adapter serves any event loop, and nothing awaits inside.
         self._lock = threading.Lock()
 
@@ -194,7 +203,8 @@ class InMemorySessionStore(SessionStore):
 
         A snapshot this store would refuse to load (format 3 or later without
         its digest, or with a wrong one) raises ``SnapshotCorruptError`` and
-        writes nothing.
+        writes nothing. A new session's first revision is one above the
+        store's revision floor (1 in a store that never erased anything).
         """
         checked_ctx(ctx, "session save").raise_if_expired("session save")
         verify_snapshot(key, snapshot)
@@ -206,7 +216,7 @@ class InMemorySessionStore(SessionStore):
                 raise SessionConflictError(
                     f"session {key.key()} is at revision {current_rev}, expected {expected_revision}"
                 )
-            new_rev = 1 if current_rev is None else current_rev + 1
+            new_rev = self._floor + 1 if current_rev is None else current_rev + 1
             self._rows[key] = (new_rev, data)
             return new_rev
 
@@ -232,7 +242,11 @@ class InMemorySessionStore(SessionStore):
         dry_run: bool = False,
         max_items: int = DEFAULT_ERASE_BATCH,
     ) -> EraseReport:
-        """Drop the snapshots of every covered session (a groups target: none); at most ``max_items``."""
+        """Drop the snapshots of every covered session (a groups target: none); at most ``max_items``.
+
+        The revision floor rises to the highest revision dropped, under the
+        same lock: no save can create one of these sessions again in between.
+        """
         check_target(target)
         checked_argument(dry_run, bool, "dry_run", "session store erase")
         bound = check_max_items(max_items)
@@ -243,7 +257,7 @@ class InMemorySessionStore(SessionStore):
             sessions = tuple(snapshot_erasure(k, self._rows[k][1]) for k in taken)
             if not dry_run:
                 for key in taken:
-                    del self._rows[key]
+                    self._floor = max(self._floor, self._rows.pop(key)[0])
         return EraseReport(
             count_items(snapshot=len(taken)),
             sessions,

@@ -90,7 +90,7 @@ from ._sqlite_rows import (
     sessions_covered,
     split_snapshot,
 )
-from ._sqlite_sql import immediate_transaction, read_transaction, scrub_log
+from ._sqlite_sql import immediate_transaction, raise_revision_floor, read_transaction, scrub_log
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -131,7 +131,10 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
 
     Revisions start at 1 and grow by one per save. ``save`` reads and writes
     inside one ``BEGIN IMMEDIATE`` transaction, so of two writers on the same
-    base revision exactly one succeeds, across processes too.
+    base revision exactly one succeeds, across processes too. They never
+    repeat for a key, even across an erasure of it: ``erase`` raises the
+    file's revision floor to the highest revision it removes, in the same
+    transaction, and a session created afterwards starts above it.
     """
 
     capabilities: ClassVar[SessionStoreCapabilities] = SessionStoreCapabilities(
@@ -462,7 +465,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         """Delete the snapshots of every covered session (at most ``max_items``), then empty the WAL.
 
         A groups target deletes nothing here. Snapshots this store keeps
-        decoded in memory for the erased sessions are dropped as well.
+        decoded in memory for the erased sessions are dropped as well. The
+        file's revision floor rises to the highest revision deleted, in the
+        same transaction (see the class docstring).
 
         ``scrub=False`` (the engine's erasure, for every SQLite store on one
         file) leaves the file's rebuild and log checkpoint to one
@@ -489,6 +494,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     ctx.raise_if_expired("session store erase")
                     for _, session in taken:
                         drop_snapshot(conn, session)
+                    # With the rows, or not at all: a writer holding one of these revisions must
+                    # never meet it again on a session created under the same id.
+                    raise_revision_floor(conn, [session.revision for _, session in taken])
             physical, detail = (
                 (PhysicalErasure.REMOVED, "")
                 if dry_run or not scrub

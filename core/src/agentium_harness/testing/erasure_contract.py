@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol
 
 import pytest
 
-from .._errors import OperationCancelledError, UnsupportedOperationError
+from .._errors import OperationCancelledError, SessionConflictError, UnsupportedOperationError
 from .._ports import OpContext
 from .._ports.archive import ArchiveCapabilities, HistoryArchive
 from .._ports.erasure import EraseReport, EraseStatus, EraseTarget, SeqRange
@@ -426,6 +426,45 @@ class SessionStoreErasureTests:
             await _seed_sessions(session_store, [key], text)
 
         await erase_colliding_keys(session_store, seed, lambda key: _row(session_store, key), None)
+
+    async def test_a_session_created_again_after_erasure_never_reuses_a_revision(
+        self, session_store: SessionStore
+    ) -> None:
+        """A session created again under an erased id starts above every revision the erased one had.
+
+        The session is saved three times (revision 3 in a fresh store),
+        erased, and created again (``expected_revision=None``): its revision
+        is above the third, and a save expecting any of the three (a writer
+        that loaded the erased session before the erasure) raises
+        ``SessionConflictError`` and changes nothing. Another user's session
+        keeps its revision and bytes. A failure means revisions start again
+        at 1 after an erasure, so such a writer's compare-and-set passes once
+        the new session is back at its revision: erased text is written back
+        and the new session's turns are lost. Keep a store-wide floor that
+        ``erase`` raises to the highest revision it removes, and start new
+        sessions above it.
+        """
+        _store(session_store)
+        held = [await session_store.save(ERASED, scoped_snapshot(ERASED, "old 1"), None, OpContext())]
+        for n in (2, 3):
+            held.append(
+                await session_store.save(ERASED, scoped_snapshot(ERASED, f"old {n}"), held[-1], OpContext())
+            )
+        assert held[0] < held[1] < held[2], f"three saves gave revisions {held}"
+        await _seed_sessions(session_store, [OTHER_USER], "kept")
+        kept = await _row(session_store, OTHER_USER)
+        await erase_fully(session_store, EraseTarget.session("tenant-1", "user-1", "session-1"))
+        created = await session_store.save(ERASED, scoped_snapshot(ERASED, "new"), None, OpContext())
+        assert created > held[2], (
+            f"the session created again after its erasure is at revision {created}; the erased one had {held}"
+        )
+        row = await _row(session_store, ERASED)
+        assert row == (created, snapshot_bytes(scoped_snapshot(ERASED, "new")))
+        for stale in held:
+            with pytest.raises(SessionConflictError):
+                await session_store.save(ERASED, scoped_snapshot(ERASED, "stale"), stale, OpContext())
+            assert await _row(session_store, ERASED) == row, f"a save expecting revision {stale} wrote"
+        assert await _row(session_store, OTHER_USER) == kept, "the other user's session changed"
 
     async def test_erase_dry_run_changes_nothing(self, session_store: SessionStore) -> None:
         """``dry_run=True`` removes nothing and reports what a real erase then removes.
