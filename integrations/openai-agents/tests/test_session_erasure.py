@@ -1,8 +1,9 @@
 """AgentiumSession while an operator erases its session: calls show the erased state, never erased items.
 
 An erasure (``HarnessRuntime.erase``) removes the session outright; its id
-may be used again at once, and the new session's seqs and revisions start
-again from 0 and 1. A session object alive across the erasure must never
+may be used again at once, and the new session's seqs start again from 0
+(its revisions do not: they start above every revision the erased session
+had, so a write expecting one of those conflicts). A session object alive across the erasure must never
 hand out an erased item, even when the erasure lands inside one of its calls
 (between the pages of a ``get_items``, between ``pop_item``'s read and its
 retraction). The erasure is run from inside the runtime's ``read_history``,
@@ -94,8 +95,9 @@ async def test_pop_item_across_an_erasure_returns_the_item_it_retracted_never_an
     runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # pop_item reads the last item at revision 3 and retracts at that revision. The session is
-    # erased and its id used again up to revision 3 in between: the retraction takes the new
-    # session's last item, and pop_item returned the erased one it had read.
+    # erased and its id used again for three revisions in between: pop_item returned the erased
+    # item it had read. (Revisions of the new session now start above 3, so the retraction
+    # conflicts and pop_item reads the new session's last item again.)
     session = AgentiumSession(runtime, ANA, "chat-1")
     for n in range(3):
         await session.add_items([item(f"old {n}")])
@@ -112,11 +114,14 @@ async def test_pop_item_across_an_erasure_returns_the_item_it_retracted_never_an
     assert [m.content for g in audit.groups for m in g.group.messages] == ["new 0", "new 1", "new 2"]
 
 
-async def test_pop_item_across_an_erasure_that_retracted_another_frameworks_item_says_it_committed(
+async def test_pop_item_across_an_erasure_never_retracts_another_frameworks_item(
     runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # As above, but the new session's last message is another framework's: it was retracted
-    # (nothing is deleted) and is no SDK item, so the typed error says the retraction committed.
+    # As above, but the new session's last message is another framework's. It used to be retracted
+    # (the new session was back at the revision pop_item read, revisions starting again at 1 after
+    # an erasure) and the typed error said so. The new session now starts above the erased one's
+    # revisions: the retraction conflicts, the last message is read again and refused as it is
+    # (ForeignItemError), nothing retracted.
     session = AgentiumSession(runtime, ANA, "chat-1")
     for n in range(2):
         await session.add_items([item(f"old {n}")])
@@ -129,9 +134,13 @@ async def test_pop_item_across_an_erasure_that_retracted_another_frameworks_item
     erase_after_first_read(runtime, monkeypatch, reuse_the_id)
     with pytest.raises(ForeignItemError, match=r"other\.framework/v1") as raised:
         await session.pop_item()
-    assert raised.value.commit_state is CommitState.COMMITTED
+    assert raised.value.commit_state is not CommitState.COMMITTED
     monkeypatch.undo()
-    assert await session.get_items() == [item("new 0")]
+    audit = await runtime.read_history(ANA, "chat-1", max_groups=10, view=False)
+    assert [(g.control, [m.content for m in g.group.messages]) for g in audit.groups] == [
+        (None, ["new 0"]),
+        (None, ["hi"]),
+    ]
 
 
 async def test_clear_session_across_an_erasure_never_brings_the_erased_session_back(
