@@ -335,10 +335,12 @@ class AgentiumSession:
     def _popped(self, taken: Message, read: Message, item: dict[str, Any]) -> TResponseInputItem:
         """The item ``pop_item`` retracted: ``item`` (made from ``read``) unless ``taken`` is another message.
 
-        A revision names a session's state only until the session is erased: its id used
-        again starts from revision 1, and may be at the revision read when the retraction
-        lands. The retraction then took the new session's last message, not the one read
-        (which the erasure removed): the item returned is the one taken, never the erased one.
+        The built-in session stores never hand out a revision twice for a key, even across
+        an erasure, so the retraction at the revision read conflicts once the session was
+        erased. A store that breaks that rule starts the id used again from revision 1, and
+        it may be at the revision read when the retraction lands; the retraction then took the
+        new session's last message, not the one read (which the erasure removed): the item
+        returned is the one taken, never the erased one.
         """
         if taken == read:
             return cast("TResponseInputItem", item)
