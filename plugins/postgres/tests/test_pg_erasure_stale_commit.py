@@ -3,9 +3,11 @@
 The PostgreSQL session store and archive on one schema archive and save in
 one transaction (``commit_with_archive``). That alone does not make a stale
 load safe: while an erasure is under way the snapshot may still be at the
-loaded revision, and once it completed the erased id, used again, can be back
-at that revision (an erased session's revisions start again at 1): the
-compare-and-set passes either way. Two runtimes over the same database stand
+loaded revision; once it completed, the erased id used again no longer comes
+back to that revision (a new session starts past the store's revision floor,
+which the erase raised to the erased session's last revision), and before
+schema version 3 it did (revisions started again at 1), so the
+compare-and-set passed. Two runtimes over the same database stand
 for two processes; runtime A's run waits in the model while runtime B erases.
 """
 
@@ -126,7 +128,7 @@ async def test_a_joint_pg_commit_loaded_before_an_erasure_brings_none_of_it_back
                 assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
                 expected = SessionConflictError
                 if erasure == "reused":
-                    # The erased id is used again up to the revision the stale run loaded.
+                    # The erased id is used again (at revisions 3 and 4: past the erased session's 2).
                     for i in range(2):
                         assert (await other.run(ANA, "s0", f"new turn {i}")).committed
             provider.release.set()
@@ -177,8 +179,8 @@ async def _pending_store_erasure(runtime: Any, target: EraseTarget) -> None:
 async def test_a_pg_save_without_eviction_loaded_before_an_erasure_never_replaces_the_reused_session(
     app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
 ) -> None:
-    # Nothing to archive: the commit is a compare-and-set save alone, and the erased id used again
-    # is back at revision 1, the revision the stale run loaded.
+    # Nothing to archive: the commit is a compare-and-set save alone. The erased id used again starts
+    # past the revision floor (2, not the revision 1 the stale run loaded, as before the floor).
     provider = Held()
     slow = _runtime(provider, app_config)
     other = _runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)
@@ -200,7 +202,7 @@ async def test_a_pg_save_without_eviction_loaded_before_an_erasure_never_replace
                 EraseTarget.session("acme", "ana", "s0"), reason="dsr", attestation=OPERATOR
             )
             assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
-            assert (await other.run(ANA, "s0", "new turn 0")).snapshot_revision == 1
+            assert (await other.run(ANA, "s0", "new turn 0")).snapshot_revision == 2
             provider.release.set()
 
         (failure,) = failures

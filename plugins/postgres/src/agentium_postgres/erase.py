@@ -6,7 +6,8 @@ to it), and removes at most ``max_items`` items:
 
 - the archive: ``archive_groups`` rows of the target (a groups target: only
   its seq ranges);
-- the session store: ``session_snapshots`` rows (not for a groups target);
+- the session store: ``session_snapshots`` rows (not for a groups target),
+  raising the store's revision floor to the highest revision removed;
 - the recall store: ``recall_sources`` rows — archived groups and the host
   documents the target owns (``SourceOwner`` fields equal, never a prefix) —
   their vectors (a foreign key cascades), and the canonical copy of each
@@ -53,7 +54,7 @@ from agentium_harness.plugin_api import (
     snapshot_erasure,
 )
 
-from .errors import PostgresMemoryError
+from .errors import PostgresMemoryError, PostgresSessionStoreError
 from .link import Conn
 
 __all__ = [
@@ -196,11 +197,30 @@ async def erase_snapshots(
     found = await cursor.fetchall()
     taken = found[:bound]
     if not dry_run and taken:
+        s = sql.Identifier(schema)
+        # The revision floor (schema step 3) is locked before any snapshot is deleted: a create
+        # holds it FOR SHARE while it inserts (sessions.py), so taking it after the DELETE could
+        # deadlock with a create waiting on a deleted row. It is raised, in this transaction, to the
+        # highest revision the DELETE actually removed (RETURNING: a save that committed after the
+        # SELECT above is deleted at its newer revision), so a session created under an erased id
+        # starts past every revision the erased one had.
+        floor = await conn.execute(
+            sql.SQL("SELECT 1 FROM {s}.session_revision_floor WHERE singleton FOR UPDATE").format(s=s)
+        )
+        if await floor.fetchone() is None:  # its trigger refuses a DELETE; a TRUNCATE is not refused
+            raise PostgresSessionStoreError(
+                "postgres session store: the session revision floor's row is missing, so an erased "
+                "session's revisions could repeat; the erasure stopped and nothing was changed. Restore "
+                "the row as the schema's owner, at a revision no lower than any session's ever was"
+            )
         await conn.execute(
             sql.SQL(
-                "DELETE FROM {s}.session_snapshots AS a USING unnest(%s::text[], %s::text[]) AS d(u, s) "
-                "WHERE a.tenant_key = %s AND a.user_key = d.u AND a.session_key = d.s"
-            ).format(s=sql.Identifier(schema)),
+                "WITH gone AS (DELETE FROM {s}.session_snapshots AS a "
+                "USING unnest(%s::text[], %s::text[]) AS d(u, s) "
+                "WHERE a.tenant_key = %s AND a.user_key = d.u AND a.session_key = d.s RETURNING a.revision) "
+                "UPDATE {s}.session_revision_floor "
+                "SET revision = GREATEST(revision, (SELECT max(revision) FROM gone)) WHERE singleton"
+            ).format(s=s),
             ([r[0] for r in taken], [r[1] for r in taken], params[0]),
         )
     named = [(key, data) for key, data in ((_key(target, u, s), data) for u, s, data in taken) if key]

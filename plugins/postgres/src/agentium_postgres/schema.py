@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 #: The schema version this release writes and reads.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
 #: The transaction-local setting holding the tenant's key segment.
 TENANT_SETTING: Final = "agentium.tenant"
@@ -62,9 +62,13 @@ TABLE_PRIVILEGES: Final[dict[str, tuple[LiteralString, ...]]] = {
     "memory_facts": ("SELECT", "INSERT", "UPDATE"),
     "recall_vector_model": ("SELECT", "INSERT"),
     "recall_vectors": ("SELECT", "INSERT", "UPDATE", "DELETE"),
+    # UPDATE: a create locks the floor's row FOR SHARE (PostgreSQL asks UPDATE for that), an erase
+    # raises it. A trigger refuses lowering or deleting it, whoever asks.
+    "session_revision_floor": ("SELECT", "UPDATE"),
 }
 
-#: Tables under row-level security (all but ``schema_meta`` and ``recall_vector_model``).
+#: Tables under row-level security (all but ``schema_meta``, ``recall_vector_model`` and
+#: ``session_revision_floor``, which hold no tenant's data).
 TENANT_TABLES: Final = (
     "archive_groups",
     "session_snapshots",
@@ -85,6 +89,7 @@ INTRODUCED: Final[dict[str, int]] = {
     "recall_vector_model": 2,
     "recall_vectors": 2,
     GRANTED_FUNCTIONS[2]: 2,
+    "session_revision_floor": 3,
 }
 
 #: What erasure needs beyond :data:`TABLE_PRIVILEGES`: granted by ``migrate --grant`` too, but not
@@ -283,6 +288,43 @@ _V2: Final[tuple[LiteralString, ...]] = (
 )
 
 
+# Step 3: the session store's revision floor. Revisions a store hands out for a session never repeat
+# across its erasure: an erase raises the floor to the highest revision it removed (in its own
+# transaction), and a create stores floor + 1 instead of 1. Otherwise a writer holding revision N of
+# an erased session passed the compare-and-set once a session re-created under the id reached N
+# again, writing the erased text back over the new session's turns. One store-wide number: nothing
+# of an erased tenant, user or session survives in it but a count. Not tenant data (no row-level
+# security). Idempotent: the table and its one row are created only when missing.
+_V3: Final[tuple[LiteralString, ...]] = (
+    """
+    CREATE TABLE IF NOT EXISTS {schema}.session_revision_floor (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        revision bigint NOT NULL DEFAULT 0 CHECK (revision >= 0)
+    )
+    """,
+    "INSERT INTO {schema}.session_revision_floor (singleton, revision) VALUES (true, 0) "
+    "ON CONFLICT (singleton) DO NOTHING",
+    # The application role holds UPDATE (see TABLE_PRIVILEGES): the database itself keeps the floor
+    # from going down or away, which would let revisions repeat again.
+    """
+    CREATE OR REPLACE FUNCTION {schema}.floor_only_rises() RETURNS trigger
+        LANGUAGE plpgsql
+        AS $$ BEGIN
+            IF TG_OP = 'DELETE' OR NEW.revision < OLD.revision THEN
+                RAISE EXCEPTION 'the session revision floor only rises; % refused', TG_OP
+                    USING ERRCODE = 'integrity_constraint_violation';
+            END IF;
+            RETURN NEW;
+        END $$
+    """,
+    """
+    CREATE OR REPLACE TRIGGER session_revision_floor_only_rises
+        BEFORE UPDATE OR DELETE ON {schema}.session_revision_floor
+        FOR EACH ROW EXECUTE FUNCTION {schema}.floor_only_rises()
+    """,
+)
+
+
 # Not a version: applied by ``migrate`` whenever the database has pgvector and the column is missing
 # (the extension may be installed after the schema), so the version says nothing about it. The
 # column holds the same unit vector as ``embedding``, in pgvector's type; the adapter writes both,
@@ -326,6 +368,7 @@ MIGRATIONS: Final[dict[int, tuple[LiteralString, ...]]] = {
         "REVOKE ALL ON FUNCTION {schema}.recall_discover_hybrid(text[], text, text, text, text, integer, "
         "integer, integer, real[]) FROM PUBLIC",
     ),
+    3: _V3,
 }
 
 

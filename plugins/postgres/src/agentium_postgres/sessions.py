@@ -1,7 +1,10 @@
 """The PostgreSQL session store: compare-and-set snapshots, and archive-and-boundary in one transaction.
 
 - **Create** (``expected_revision=None``): ``INSERT ... ON CONFLICT DO NOTHING
-  RETURNING revision``; no row back means the session exists.
+  RETURNING revision``; no row back means the session exists. The new
+  session's revision is one past the store's revision floor
+  (``session_revision_floor``, raised by every erase to the highest revision
+  it removed), so revisions of an erased session never repeat under its id.
 - **Replace**: ``UPDATE ... SET revision = revision + 1 ... WHERE revision =
   expected RETURNING revision``. Two writers on one base serialize on the
   row lock; the second re-reads the row after the first commits, finds
@@ -107,7 +110,7 @@ class PostgresSessionStore(SessionStore):
             connection=connection,
             family=PostgresSessionStoreError,
             name="postgres session store",
-            needs=("schema_meta", "session_snapshots"),
+            needs=("schema_meta", "session_snapshots", "session_revision_floor"),
         )
         self._recent: OrderedDict[SessionKey, tuple[int, bytes, SessionSnapshot]] = OrderedDict()
         self._recent_bytes = 0
@@ -206,10 +209,21 @@ class PostgresSessionStore(SessionStore):
         """
         t, u, s = session_keys(key)
         if expected is None:
+            # A new session starts past the revision floor (1 in a store nothing was erased from),
+            # so no revision an erased session had under this id can be presented again. The floor's
+            # row is locked FOR SHARE in this statement: an erase locks it FOR UPDATE before it reads
+            # or deletes anything and raises it before it commits (erase.py), so a create racing an
+            # erase either runs wholly before it (the session then exists: the erase sees and deletes
+            # it, raising the floor past it) or waits for its COMMIT, and then, under READ COMMITTED,
+            # the lock returns the row's newest version: the raised floor, never the one the
+            # statement's snapshot saw. Under REPEATABLE READ or SERIALIZABLE (a lent connection in
+            # its own transaction mode) the same race fails with a serialization error instead.
             write: LiteralString = (
                 "INSERT INTO {s}.session_snapshots "
                 "(tenant_key, user_key, session_key, session_id, revision, data) "
-                "VALUES (%s, %s, %s, %s, 1, %s) ON CONFLICT DO NOTHING RETURNING revision"
+                "SELECT %s, %s, %s, %s, f.revision + 1, %s FROM ("
+                "SELECT revision FROM {s}.session_revision_floor WHERE singleton FOR SHARE) AS f "
+                "ON CONFLICT DO NOTHING RETURNING revision"
             )
             args: tuple[Any, ...] = (t, u, s, key.session, data)
         else:
