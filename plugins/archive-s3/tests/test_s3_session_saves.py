@@ -433,13 +433,16 @@ async def test_an_error_code_the_server_chose_cannot_forge_a_log_line(
     forged = "InternalError\n2026-12-04 WARNING agentium.engine run ok\u2028\u202eforged"
     store = S3SessionStore(config, client=client)
     try:
+        # A replace whose ETag the store knows: the save's only GET is the read-back (a create
+        # reads the revision floor first).
+        base = await store.save(KEY, scoped_snapshot(KEY, " zero"), None, OpContext.with_timeout(30))
         put = InjectedErrors(client, 500, code=forged)
         get = InjectedErrors(client, 403, operation="GetObject")
         with (
             caplog.at_level(logging.WARNING, logger="agentium.plugins.archive_s3"),
             pytest.raises(S3SaveOutcomeUnknownError),
         ):
-            await store.save(KEY, scoped_snapshot(KEY, " one"), None, OpContext.with_timeout(30))
+            await store.save(KEY, scoped_snapshot(KEY, " one"), base, OpContext.with_timeout(30))
         assert put.answered == 1 and get.answered >= 1
         put.remove()
         get.remove()

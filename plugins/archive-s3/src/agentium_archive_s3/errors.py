@@ -26,6 +26,7 @@ __all__ = [
     "S3ConflictRetriesExhaustedError",
     "S3Error",
     "S3ObjectTooLargeError",
+    "S3RevisionFloorCorruptError",
     "S3SaveOutcomeUnknownError",
     "S3SessionStoreError",
     "S3UnavailableError",
@@ -83,6 +84,15 @@ class S3SaveOutcomeUnknownError(S3SessionStoreError):
     say whether the save landed. Deliberately not an
     :class:`S3UnavailableError`: retrying the same turn blindly could commit
     it twice.
+    """
+
+
+class S3RevisionFloorCorruptError(S3SessionStoreError):
+    """The session store's revision floor object is damaged: no create or erase proceeds (fail closed).
+
+    The floor keeps revisions of an erased session from repeating when its id
+    is used again; a floor that cannot be read exactly could hand one out
+    again, so nothing is written or deleted until it is restored.
     """
 
 

@@ -17,7 +17,9 @@ Keeping the revision in the body makes every revision's ETag different, even
 when a snapshot is saved again unchanged, so ``IfMatch=<etag>`` can never
 match an older revision.
 
-- **Create** (``expected_revision=None``): ``PutObject`` with ``IfNoneMatch="*"``.
+- **Create** (``expected_revision=None``): ``PutObject`` with ``IfNoneMatch="*"``,
+  at one past the store's revision floor (:mod:`.revision_floor`: raised by
+  every erase, so revisions of an erased session never repeat under its id).
 - **Replace**: ``PutObject`` with ``IfMatch=<etag of expected_revision>``;
   the ETag comes from the last load or save of this instance, or a ranged
   read of the header.
@@ -95,6 +97,7 @@ from .errors import (
 from .keys import key_too_long, parse_session_key, session_object_key, sessions_prefix
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
+from .revision_floor import read_floor
 from .sessions_erase import erase_snapshots
 from .snapshot_format import (
     MAX_REVISION,
@@ -228,14 +231,6 @@ class S3SessionStore(SessionStore):
                 f"max_object_bytes={self._config.max_object_bytes}; nothing was written",
                 code="TooLarge",
             )
-        revision = 1 if expected_revision is None else expected_revision + 1
-        if revision > MAX_REVISION:
-            raise S3SessionStoreError(
-                f"s3 session store: session {key.key()} is at revision {expected_revision}, the highest "
-                "its object's header can hold; nothing was written (the stored revision was changed "
-                "outside the store)"
-            )
-        body = snapshot_body(revision, data)
         object_key = session_object_key(self._config.prefix, key)
         if (too_long := key_too_long(object_key)) is not None:
             raise S3SessionStoreError(
@@ -244,13 +239,28 @@ class S3SessionStore(SessionStore):
             )
         cached = self._etags.get(key)
         known = cached[1] if cached is not None and cached[0] == expected_revision else None
-        etag = await self._link.call(
-            ctx,
-            "session save",
-            lambda s3: self._tracked(
-                key, lambda: self._write(s3, key, object_key, body, expected_revision, known, ctx)
-            ),
-        )
+        chosen: list[int] = []
+
+        def write(s3: S3Client) -> str:
+            if expected_revision is None:
+                # A new session starts past the store's revision floor (revision_floor.py). Read here,
+                # inside the save's fence (an erase of this store waits for it, or it is refused while
+                # one runs), and never cached: an erase since, by any process, would be missed.
+                revision = read_floor(s3, self._config)[0] + 1
+            else:
+                revision = expected_revision + 1
+            if revision > MAX_REVISION:
+                raise S3SessionStoreError(
+                    f"s3 session store: session {key.key()} would be at revision {revision}, past the "
+                    "highest its object's header can hold; nothing was written (the stored revision or "
+                    "the revision floor was changed outside the store)"
+                )
+            chosen.append(revision)
+            body = snapshot_body(revision, data)
+            return self._write(s3, key, object_key, body, expected_revision, known, ctx)
+
+        etag = await self._link.call(ctx, "session save", lambda s3: self._tracked(key, lambda: write(s3)))
+        revision = chosen[-1]
         self._etags[key] = (revision, etag)
         return revision
 
@@ -437,7 +447,7 @@ class S3SessionStore(SessionStore):
                 code=cause.code,
                 status=cause.status,
             ) from None
-        next_revision = str(1 if expected is None else expected + 1)
+        next_revision = revision_shown(body)  # ours: another writer's save of the same base has it too
         if current is not None and revision_shown(current[0]) == next_revision:
             raise self._conflict(
                 key, expected, f"another writer saved it first (now revision {next_revision})"

@@ -1,4 +1,4 @@
-"""Erasure in the S3 session store: list the target's snapshots with every version, read, delete.
+"""Erasure in the S3 session store: list a target's snapshots (every version), read, raise the floor, delete.
 
 :meth:`~agentium_archive_s3.sessions.S3SessionStore.erase` fences the
 scope's saves (:mod:`.erasure`) and then calls :func:`erase_snapshots`. Each
@@ -31,7 +31,8 @@ from .erasure import Listed, ScopeObjects, delete_listed, list_scope, parse_fold
 from .errors import S3ObjectTooLargeError, S3SessionStoreError
 from .keys import session_object_key, sessions_root
 from .link import S3Client, S3Link
-from .snapshot_format import is_empty_range, is_missing, parse_snapshot, read_limit
+from .revision_floor import raise_floor
+from .snapshot_format import is_empty_range, is_missing, parse_snapshot, read_limit, revision_shown
 
 __all__ = ["erase_snapshots"]
 
@@ -71,6 +72,11 @@ async def erase_snapshots(
     else:
         physical, detail = PhysicalErasure.REMOVED, ""
     if not dry_run:
+        # Raised durably before anything is deleted (no transaction spans both): a crash in between
+        # leaves it raised, which is safe. A damaged floor stops the erase here, nothing deleted.
+        highest = max((revision for _, revision in sessions), default=0)
+        if highest:
+            await link.call(ctx, "session store erase", lambda s3: raise_floor(s3, config, highest, ctx))
 
         def failed(code: str, count: int) -> S3SessionStoreError:
             return S3SessionStoreError(
@@ -94,7 +100,7 @@ async def erase_snapshots(
         physical, detail = await link.call(ctx, "session store erase", work)
     return EraseReport(
         count_items(snapshot=len(snapshots), object=objects, revision=revisions),
-        sessions,
+        [session for session, _ in sessions],
         EraseStatus.PARTIAL if found.more else EraseStatus.COMPLETE,
         physical,
         detail,
@@ -103,12 +109,16 @@ async def erase_snapshots(
 
 async def _erased_snapshots(
     config: S3Config, link: S3Link, snapshots: Sequence[tuple[Listed, SessionKey]], ctx: OpContext
-) -> list[ErasedSession]:
-    """What each snapshot holds (its resident groups' seqs and digests), read concurrently."""
-    out: list[ErasedSession | None] = [None] * len(snapshots)
+) -> list[tuple[ErasedSession, int]]:
+    """What each snapshot holds (its resident groups' seqs and digests) and its revision, read concurrently.
+
+    The revision of a damaged snapshot is the one its header shows, unverified (0 when none): the
+    floor is raised to it all the same, since raising it too far only makes revisions skip ahead.
+    """
+    out: list[tuple[ErasedSession, int] | None] = [None] * len(snapshots)
     failures: list[BaseException] = []
 
-    def read(s3: S3Client, item: Listed, key: SessionKey) -> ErasedSession:
+    def read(s3: S3Client, item: Listed, key: SessionKey) -> tuple[ErasedSession, int]:
         args: dict[str, Any] = {"Bucket": config.bucket, "Key": item.key}
         if item.current:
             args["VersionId"] = item.current
@@ -117,17 +127,19 @@ async def _erased_snapshots(
             reply = s3.get_object(**args)
         except botocore.exceptions.ClientError as exc:
             if is_missing(exc):
-                return ErasedSession(key)  # deleted since the listing
+                return ErasedSession(key), 0  # deleted since the listing
             if is_empty_range(exc):
-                return ErasedSession(key)  # an empty object: damaged, erased all the same
+                return ErasedSession(key), 0  # an empty object: damaged, erased all the same
             raise
         with reply["Body"] as body:
             data = body.read(read_limit(config) + 1)
         try:
-            _, payload = parse_snapshot(config, key, data)
+            revision, payload = parse_snapshot(config, key, data)
         except (SnapshotCorruptError, S3ObjectTooLargeError):
-            return ErasedSession(key)  # damaged: erased all the same, its groups not vouched for
-        return snapshot_erasure(key, payload)
+            # Damaged: erased all the same, its groups not vouched for.
+            shown = revision_shown(data)
+            return ErasedSession(key), int(shown) if shown.isdigit() else 0
+        return snapshot_erasure(key, payload), revision
 
     async def one(index: int, item: Listed, key: SessionKey) -> None:
         try:
