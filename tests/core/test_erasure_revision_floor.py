@@ -267,3 +267,30 @@ async def test_a_damaged_floor_refuses_to_create_a_session_and_changes_nothing(t
         assert await store.save(KEY, scoped_snapshot(KEY, "c"), 1, ctx) == 2
     finally:
         await store.aclose()
+
+
+@pytest.mark.parametrize("at", ["floor", "session"])
+async def test_a_revision_past_sqlite_integers_is_a_typed_error_and_changes_nothing(
+    at: str, tmp_path: Path
+) -> None:
+    # A floor (or a stored revision) at SQLite's highest integer leaves no next revision: the
+    # save must say so with a typed error, not let the driver's OverflowError escape.
+    db = tmp_path / "agentium.db"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(db)))
+    ctx = OpContext.with_timeout(10)
+    top = 2**63 - 1
+    try:
+        await store.save(KEY, scoped_snapshot(KEY, "a"), None, ctx)
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            if at == "floor":
+                conn.execute("INSERT INTO revision_floor (id, floor) VALUES (0, ?)", (top,))
+            else:
+                conn.execute("UPDATE sessions SET revision = ?", (top,))
+            conn.commit()
+        key, expected = (SessionKey("acme", "ana", "s1"), None) if at == "floor" else (KEY, top)
+        with pytest.raises(SnapshotCorruptError, match="past the highest"):
+            await store.save(key, scoped_snapshot(key, "b"), expected, ctx)
+        loaded = await store.load(key, ctx)
+        assert (loaded is None) if at == "floor" else (loaded is not None and loaded.revision == top)
+    finally:
+        await store.aclose()

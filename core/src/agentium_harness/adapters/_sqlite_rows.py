@@ -81,6 +81,8 @@ __all__ = [
 SEQ_LIMIT: Final = 1 << 32
 #: Sessions a file can number (``sid << 33`` stays a positive 63-bit row id).
 SID_LIMIT: Final = 1 << 30
+#: The highest revision a SQLite INTEGER holds.
+_REVISION_LIMIT: Final = 2**63 - 1
 
 _MARKER: Final = b'"resident":['
 _SEQ: Final = itemgetter(0)
@@ -485,6 +487,12 @@ def save_snapshot(
         conn.executemany("DELETE FROM groups WHERE id = ?", [(row_id(sid, seq, False),) for seq in stale])
     # A new session starts above every revision an erased one had: never one a writer may still hold.
     revision = revision_floor(conn) + 1 if expected_revision is None else expected_revision + 1
+    if revision > _REVISION_LIMIT:  # SQLite would refuse it with a bare OverflowError
+        raise SnapshotCorruptError(
+            f"session {key.key()} would be at revision {revision}, past the highest a SQLite integer "
+            "holds (the stored revision or the revision floor was changed outside the store); "
+            "nothing was changed"
+        )
     if header is None:
         values: tuple[object, ...] = (adopted, revision, None, None, 1, snapshot.data, sid)
     else:
