@@ -30,6 +30,7 @@ from agentium_postgres import (
     PostgresConfig,
     PostgresSchemaError,
     PostgresSessionStore,
+    PostgresSessionStoreError,
     migrate,
 )
 from agentium_postgres.erase import erase_snapshots
@@ -284,3 +285,29 @@ async def migrate_free_save(
         (t, u, s, key.session, revision, snapshot_bytes(scoped_snapshot(key, " v2"))),
     )
     return snapshots(admin, schema)
+
+
+async def test_a_create_without_the_floor_row_says_so_instead_of_a_conflict_to_retry(
+    app_config: PostgresConfig, admin: Admin, schema: str
+) -> None:
+    # A TRUNCATE (the trigger refuses only DELETE) leaves no floor row: a create then inserted
+    # nothing and reported "expected no snapshot, found no snapshot; another writer committed
+    # first. Reload and retry", a SessionConflictError no retry could ever get past.
+    store = PostgresSessionStore(app_config)
+    archive = PostgresArchive(app_config)
+    try:
+        await _save_times(store, NEIGHBOUR, 2, "neighbour")
+        admin.execute(f'TRUNCATE "{schema}".session_revision_floor')
+        before = snapshots(admin, schema)
+        with pytest.raises(PostgresSessionStoreError, match="revision floor's row is missing"):
+            await store.save(KEY, scoped_snapshot(KEY, " new"), None, _ctx())
+        with pytest.raises(PostgresSessionStoreError, match="revision floor's row is missing"):
+            await store.commit_with_archive(archive, KEY, [], scoped_snapshot(KEY, " new"), None, _ctx())
+        assert snapshots(admin, schema) == before
+        # A stale writer and a real conflict are still conflicts.
+        with pytest.raises(SessionConflictError):
+            await store.save(NEIGHBOUR, scoped_snapshot(NEIGHBOUR, " stale"), 1, _ctx())
+        assert await store.save(NEIGHBOUR, scoped_snapshot(NEIGHBOUR, " next"), 2, _ctx()) == 3
+    finally:
+        await store.aclose()
+        await archive.aclose()

@@ -30,12 +30,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, LiteralString
 
 from agentium_harness.plugin_api import (
     DEFAULT_ERASE_BATCH,
+    AgentiumError,
     ArchiveReceipt,
     EraseReport,
     EraseTarget,
     HistoryArchive,
     MessageGroup,
     OpContext,
+    SessionConflictError,
     SessionKey,
     SessionSnapshot,
     SessionStore,
@@ -255,10 +257,51 @@ class PostgresSessionStore(SessionStore):
             # Left unread: the write travels with BEGIN and COMMIT in one round trip.
             return await self._queue_cas(conn, key, data, expected_revision)
 
-        written = await self._link.run(ctx, "session save", key.key_segments()[0], work)
+        written = await self._cas(ctx, "session save", key, expected_revision, work)
         revision = await _revision(written)
         self._remember(key, revision, data, snapshot)
         return revision
+
+    async def _cas(
+        self, ctx: OpContext, operation: str, key: SessionKey, expected: int | None, work: Any
+    ) -> Any:
+        """Run a compare-and-set ``work``; a create refused for want of the revision floor's row says so.
+
+        A create inserts nothing when the floor's row is missing (it selects
+        floor + 1 from that row), and ``check_revision`` then reports a
+        conflict with no snapshot on either side: "another writer committed
+        first, reload and retry", which no retry would ever get past. Only on
+        that refusal is the row looked for (one more read); a look that fails
+        leaves the conflict as it was.
+        """
+        try:
+            return await self._link.run(ctx, operation, key.key_segments()[0], work)
+        except SessionConflictError as conflict:
+            if expected is not None:
+                raise
+            try:
+                present = await self._floor_present(ctx, operation)
+            except AgentiumError:
+                raise conflict from None
+            if present:
+                raise
+            raise PostgresSessionStoreError(
+                f"postgres session store: {operation} refused: the session revision floor's row is "
+                "missing, so a session created now could repeat an erased session's revisions; nothing "
+                "was written. Restore the row as the schema's owner, at a revision no lower than any "
+                "session's ever was"
+            ) from None
+
+    async def _floor_present(self, ctx: OpContext, operation: str) -> bool:
+        """Whether the revision floor's one row exists (it holds no tenant's data: no tenant is set)."""
+
+        async def work(conn: Conn) -> Any:
+            return await conn.execute(
+                q("SELECT 1 FROM {s}.session_revision_floor WHERE singleton", self._config.schema)
+            )
+
+        cursor = await self._link.run(ctx, operation, None, work, write=False)
+        return await cursor.fetchone() is not None
 
     # -- joint commit ---------------------------------------------------------------------------
 
@@ -300,7 +343,7 @@ class PostgresSessionStore(SessionStore):
             await insert_groups(conn, schema, key, rows)
             return await self._queue_cas(conn, key, data, expected_revision)
 
-        written = await self._link.run(ctx, "session commit with archive", key.key_segments()[0], work)
+        written = await self._cas(ctx, "session commit with archive", key, expected_revision, work)
         revision = await _revision(written)
         self._remember(key, revision, data, snapshot)
         return revision, [ArchiveReceipt(g.seq, g.digest, archive.location(key, g.seq)) for g in groups]
