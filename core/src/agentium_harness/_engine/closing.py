@@ -20,13 +20,14 @@ from .._scope import SessionKey, VerifiedIdentity, require_identity
 from .._text import error_text
 from .hooks import broadcast
 from .lifecycle import LifecycleState, close_owned
-from .maintenance import MAINTENANCE, flush_session
+from .maintenance import flush_session
+from .maintenance_state import MAINTENANCE, maintenance_errors
 from .memory.manager import MemoryManager, announce_drain, work_tracker
 from .memory.work import DrainResult
 from .owned_work import SummaryReport
 from .parts import CloseAttempt
 from .results import CleanupReport, CleanupStatus, Diagnostic, Severity
-from .unexpected import WriteProgress, typed_unexpected, unexpected_error
+from .unexpected import WriteProgress, unexpected_error
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -279,19 +280,23 @@ class HarnessResources:
         Waits (bounded by ``settle_timeout_s``) for an operation admitted on the
         session, then retries any eviction an archive failure deferred, closes
         per-session resources the runtime owns, and never closes borrowed
-        clients. Safe to call more than once.
+        clients. Safe to call more than once. Every error it raises carries
+        ``commit_state``: whether its flush saved (``not_committed`` for an
+        argument or admission refusal).
         """
-        key = SessionKey.of(require_identity(identity), session_id)
         runtime = self._runtime
-        runtime.parts.admission.check_open()
+        progress = WriteProgress()
+        # A refused argument or admission says so too: nothing was flushed.
+        with maintenance_errors("close_session", progress):
+            key = SessionKey.of(require_identity(identity), session_id)
+            runtime.parts.admission.check_open()
         # The root span of its settle and flush, under the runtime's telemetry; close_session logs the
         # report's diagnostics itself (with the cleanup's status), the span gets an event for each.
         operation = traced_operation(
             runtime, "close_session", key.tenant, key.user, key.session, name="agentium.close_session"
         )
-        progress = WriteProgress()
-        # An unexpected error outside the flush leaves typed, saying whether the flush saved.
-        with operation, typed_unexpected("close_session", progress, MAINTENANCE):
+        # An error outside the flush (a refused admission, an engine bug) says whether the flush saved.
+        with operation, maintenance_errors("close_session", progress):
             report = await close_session(runtime, key, progress)
             operation.report(report.diagnostics, log=False)
         return report

@@ -53,6 +53,7 @@ __all__ = [
     "CommitOutcome",
     "archive_groups",
     "broadcast_archived",
+    "check_revision",
     "commit",
     "plan_diagnostics",
 ]
@@ -328,7 +329,7 @@ async def _save(
     expected = _expected(stored)
     try:
         answer = await ticket.call("session save", lambda ctx: store.save(key, snapshot, expected, ctx))
-        revision = _check_revision(answer, expected)
+        revision = check_revision(answer, expected)
     except Exception as exc:
         settled = await settle_save(ticket, store, key, snapshot, expected, new_groups, exc, archive)
         if settled.state is not CommitState.COMMITTED:
@@ -439,7 +440,7 @@ async def _joint_commit(
         # Checked like separate calls, although after the commit: a store that
         # answers wrongly here is broken, and the run says so loudly.
         receipts = checked_receipts(plan.evict, tuple(raw))
-    revision = _check_revision(answer, expected)
+    revision = check_revision(answer, expected)
     return CommitOutcome(
         revision, new_boundary, plan.keep, receipts, EvictionStatus.ARCHIVED, (), plan.evict, kept
     )
@@ -522,7 +523,7 @@ def _kept_receipts(
     return tuple(kept[seq] for seq in sorted(kept))
 
 
-def _check_revision(revision: object, expected: int | None) -> int:
+def check_revision(revision: object, expected: int | None) -> int:
     """The revision a save returned, as an exact ``int`` past ``expected``; else a contract violation.
 
     A subclass is read as the int it holds: its own ``__le__`` could pass the bound, and

@@ -22,9 +22,10 @@ from .._ports.erasure import ErasureRecord, SeqRange
 from .._ports.recall import RecallStore
 from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._ports.summary import SummaryState
-from .._scope import Scope, SessionKey
+from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._validators import shown_number
 from .archive_index import index_archived
+from .arguments import run_scope
 from .commit import commit
 from .embedding import Hybrid
 from .erasure_index import finished_covering
@@ -33,9 +34,10 @@ from .hooks import HookBroadcaster
 from .lifecycle import Ticket, covers
 from .limits import ResidentLimits
 from .load import load_session
+from .maintenance_state import maintenance_errors, save_settled
 from .resident import plan_eviction
-from .results import CommitState, Diagnostic, Severity
-from .unexpected import Outcomes, WriteProgress, typed_unexpected
+from .results import Diagnostic, Severity
+from .unexpected import WriteProgress
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -51,18 +53,6 @@ __all__ = [
     "migrate_session",
     "reconcile_session",
 ]
-
-#: What an unexpected error leaving a migration or a reconciliation (or a flush) says its state means.
-MAINTENANCE: Outcomes = {
-    CommitState.NOT_COMMITTED: (
-        "it failed before its save began; the session was not changed (commit_state not_committed)"
-    ),
-    CommitState.UNKNOWN: (
-        "it failed while its save was under way: whether the session was changed is unknown "
-        "(commit_state unknown); inspect the session before calling it again"
-    ),
-    CommitState.COMMITTED: "it failed after its save: the session was changed (commit_state committed)",
-}
 
 #: Archive groups read per page while reconciling, and in total at most.
 _RECONCILE_PAGE = 64
@@ -265,10 +255,18 @@ async def flush_session(
     return len(outcome.archived), len(outcome.resident)
 
 
-async def migrate_admitted(runtime: HarnessRuntime, scope: Scope, *, attest: bool) -> MigrationReport:
-    """``runtime.migrate_legacy_session``: admitted like a run; an unexpected error says what it saved."""
+async def migrate_admitted(
+    runtime: HarnessRuntime,
+    identity: VerifiedIdentity,
+    session_id: str,
+    recall_scope: RecallScope | None,
+    *,
+    attest: bool,
+) -> MigrationReport:
+    """``runtime.migrate_legacy_session``: admitted like a run; every error says what it saved."""
     progress = WriteProgress()
-    with typed_unexpected("migrate_legacy_session", progress, MAINTENANCE):
+    with maintenance_errors("migrate_legacy_session", progress):
+        scope = run_scope(identity, session_id, recall_scope)
         async with runtime.parts.admission.admit(scope.session_key, "migration") as ticket:
             return await migrate_session(
                 ticket, runtime.session_store, scope.session_key, scope, attest=attest, progress=progress
@@ -285,7 +283,12 @@ async def migrate_session(
     attest: bool,
     progress: WriteProgress | None = None,
 ) -> MigrationReport:
-    """Stamp a legacy snapshot with its verified memory scope at the current format (R15, R43)."""
+    """Stamp a legacy snapshot with its verified memory scope at the current format (R15, R43).
+
+    A save that raises is read back first (:func:`.maintenance_state.save_settled`):
+    one that landed is a migration, otherwise the error says ``not_committed``
+    (another writer's revision: the compare-and-set refused it) or ``unknown``.
+    """
     stored, snap = await load_session(ticket, store, key, scope, attest_legacy=attest)
     if stored is None:
         return MigrationReport(False, None, None, None, "no stored session; nothing to migrate")
@@ -296,27 +299,36 @@ async def migrate_session(
     stamped = seal_snapshot(attrs.evolve(snap, memory_scope=scope))
     if progress is not None:
         progress.saving()
-    revision = await ticket.call("session save", lambda ctx: store.save(key, stamped, stored.revision, ctx))
+    revision, settled = await save_settled(ticket, store, key, stamped, stored.revision)
     if progress is not None:
         progress.committed()
+    message = "legacy snapshot stamped with the attested scope"
     return MigrationReport(
-        True, stored.revision, revision, scope, "legacy snapshot stamped with the attested scope"
+        True,
+        stored.revision,
+        revision,
+        scope,
+        f"{message} (the save raised; {settled})" if settled else message,
     )
 
 
-async def reconcile_admitted(runtime: HarnessRuntime, key: SessionKey) -> ReconcileReport:
+async def reconcile_admitted(
+    runtime: HarnessRuntime, identity: VerifiedIdentity, session_id: str
+) -> ReconcileReport:
     """``runtime.reconcile_session``: admitted like a run, under the runtime's telemetry.
 
     A span of its own (``agentium.reconciliation``) is the parent of its
     admission and adapter-call spans, and the report's diagnostics (an eviction
     deferred, a hook that failed) are span events and log records, as a run's.
-    An unexpected error says whether its save landed (``commit_state``).
+    Every error says whether its save landed (``commit_state``).
     """
+    progress = WriteProgress()
+    with maintenance_errors("reconcile_session", progress):  # a refused identity: nothing was saved
+        key = SessionKey.of(require_identity(identity), session_id)
     operation = traced_operation(
         runtime, "reconciliation", key.tenant, key.user, key.session, name="agentium.reconciliation"
     )
-    progress = WriteProgress()
-    with operation, typed_unexpected("reconcile_session", progress, MAINTENANCE):
+    with operation, maintenance_errors("reconcile_session", progress):
         async with runtime.parts.admission.admit(key, "reconciliation") as ticket:
             report = await reconcile_session(
                 ticket,

@@ -500,14 +500,20 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         Requires the explicit attestation. A snapshot that already has a scope
         is left alone when it matches and refused when it differs. The stamped
         snapshot is written at the current format version with its digest.
+        Every error it raises carries ``commit_state``: a save that raised is
+        read back first (docs/runtime.md, "Errors and what was committed").
         """
-        scope = run_scope(identity, session_id, recall_scope)
         with using(settings_of(self)):
-            return await migrate_admitted(self, scope, attest=attest_legacy_memory_scope)
+            return await migrate_admitted(
+                self, identity, session_id, recall_scope, attest=attest_legacy_memory_scope
+            )
 
     async def reconcile_session(self, identity: VerifiedIdentity, session_id: str) -> ReconcileReport:
-        """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``)."""
-        return await reconcile_admitted(self, SessionKey.of(require_identity(identity), session_id))
+        """Resolve a ``diverged`` session, keeping both copies (see ``maintenance.reconcile_session``).
+
+        Every error it raises carries ``commit_state``, as :meth:`migrate_legacy_session`'s does.
+        """
+        return await reconcile_admitted(self, identity, session_id)
 
     async def drain(self, timeout_s: float | None = None) -> DrainResult:
         """Wait for owned background work (summary updates, memory extraction, writes); say what happened.

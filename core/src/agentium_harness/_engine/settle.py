@@ -25,7 +25,7 @@ the run reports: the session is read back and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import anyio
@@ -220,12 +220,19 @@ _TOLD = {
 _CLAIMS = ("; the session was not changed", " and the session was not changed", "; nothing was committed")
 
 
-def mark_commit_state(exc: BaseException, state: CommitState, how: str = "") -> AgentiumError:
+def mark_commit_state(
+    exc: BaseException,
+    state: CommitState,
+    how: str = "",
+    *,
+    told: Mapping[CommitState, str] | None = None,
+) -> AgentiumError:
     """``exc`` as a typed error carrying ``state``, its message saying so truthfully.
 
     An error that is not an :class:`AgentiumError` (an adapter's own) becomes
     a :class:`SessionStoreError` caused by it. A message that claimed nothing
     was changed loses the claim when something was, or may have been.
+    ``told`` words what each state means for an operation that is not a turn.
     """
     error = exc if isinstance(exc, AgentiumError) else SessionStoreError(error_text(exc))
     if error is not exc:
@@ -237,8 +244,8 @@ def mark_commit_state(exc: BaseException, state: CommitState, how: str = "") -> 
         message = error.args[0]
         for claim in _CLAIMS:
             message = message.replace(claim, "")
-        told = _TOLD[state]
+        said = (_TOLD if told is None else told)[state]
         if state is not CommitState.NOT_COMMITTED or how or message != error.args[0]:
-            message = f"{message}; {how + '; ' if how else ''}{told}"
+            message = f"{message}; {how + '; ' if how else ''}{said}"
         error.args = (message,)
     return error
