@@ -169,7 +169,7 @@ max_candidate = 2
     assert errors["$.colour"].startswith("unknown key; allowed keys: provider, archive, session_store")
     assert errors["$.runtime.instruction"] == (
         "unknown key; did you mean 'instructions'?; allowed keys: instructions, resident, max_steps, "
-        "source_tokens, settle_timeout_s, op_timeout_s, tool_timeout_s, close_timeout_s"
+        "source_tokens, settle_timeout_s, op_timeout_s, tool_timeout_s, close_timeout_s, model_timeout_s"
     )
     assert "did you mean 'max_groups'?" in errors["$.runtime.resident.max_group"]
     assert "did you mean 'max_candidates'?" in errors["$.recall.budget.max_candidate"]

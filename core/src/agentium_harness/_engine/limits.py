@@ -36,6 +36,9 @@ class RuntimeLimits:
     - ``source_tokens``: prompt budget for labeled source data, wrappers included.
     - ``settle_timeout_s``: how long ``close_session``/``aclose`` wait for admitted runs.
     - ``op_timeout_s``: deadline of each adapter operation; the engine cancels a call past it.
+    - ``model_timeout_s``: deadline of each model call (the provider's ``complete``); ``None``
+      (the default) means ``op_timeout_s``. Model calls are slow and store calls fast: a host
+      whose model needs a minute sets this, and a hung store is still caught at ``op_timeout_s``.
     - ``tool_timeout_s``: deadline of each tool handler call; past it the call is cancelled
       and reported to the model as timed out.
     - ``close_timeout_s``: how long ``aclose`` gives cancelled operations to stop and each
@@ -50,3 +53,5 @@ class RuntimeLimits:
     op_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
     tool_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
     close_timeout_s: float = attrs.field(default=5.0, validator=bounded_duration())
+    # Last, so that positional construction of the fields above keeps its meaning.
+    model_timeout_s: float | None = attrs.field(default=None, validator=bounded_duration(optional=True))

@@ -27,9 +27,6 @@ from .._errors import (
     AgentiumError,
     ContractViolationError,
     InvalidArgumentError,
-    OperationTimeoutError,
-    ProviderError,
-    ProviderTimeoutError,
     ToolNotGrantedError,
 )
 from .._history import Message, Role, ToolCall
@@ -42,6 +39,7 @@ from .bounded import Overrun, bounded
 from .history_checks import check_reply
 from .lifecycle import Ticket
 from .limits import RuntimeLimits
+from .provider_call import complete_bounded
 from .results import Diagnostic, RunStatus, Severity
 from .tools import EffectLevel, ToolOutcome, ToolRegistry, ToolStatus
 from .turn_budget import TurnBudget, message_limit, room_for_reply
@@ -254,7 +252,9 @@ async def run_turn(
             instructions=instructions, sources=sources, history=shown_history, turn=tuple(shown), tools=specs
         )
         try:
-            reply, usage = await _complete(ticket, provider, request, sent, may_call_tools, budget)
+            reply, usage = await _complete(
+                ticket, provider, request, sent, may_call_tools, budget, limits.model_timeout_s
+            )
         except AgentiumError as exc:
             partial = TurnOutcome(
                 tuple(turn),
@@ -349,18 +349,20 @@ async def _complete(
     sent: ModelRequest,
     may_call_tools: bool,
     budget: TurnBudget,
+    timeout_s: float | None,
 ) -> tuple[Message, Usage]:
     """The provider's reply and usage, checked (:func:`_checked_response`) before the span reads them.
 
     ``sent`` is what the provider is handed; ``request``, the same request on the engine's own
     messages, is what the span and the token estimate read (whatever the provider did to ``sent``).
+    ``timeout_s`` bounds the call (the limits' ``model_timeout_s``; ``None``: the op deadline).
     """
     # The model call's GenAI span (``chat {model}``); Ticket.call leaves this one to us.
     with observe.chat(provider) as span:
         if span.captures_content:
             span.content("gen_ai.system_instructions", [{"type": "text", "content": request.instructions}])
             span.content("gen_ai.input.messages", observe.messages_json(request.turn))
-        response = await _complete_bounded(ticket, provider, sent)
+        response = await complete_bounded(ticket, provider, sent, timeout_s)
         # Checked first: the span's token estimate and content read the reply, and a reply of
         # the wrong shape (content that is no text, arguments nested thousands deep) would make
         # them raise untyped errors, outside the handler that commits what ran.
@@ -386,27 +388,6 @@ def _describe(
     span.set("agentium.tool_calls", len(message.tool_calls))
     if span.captures_content:
         span.content("gen_ai.output.messages", observe.messages_json((message,)))
-
-
-async def _complete_bounded(ticket: Ticket, provider: ModelProvider, request: ModelRequest) -> ModelResponse:
-    try:
-        return await ticket.call("provider complete", lambda ctx: provider.complete(request, ctx))
-    except OperationTimeoutError as exc:
-        raise ProviderTimeoutError(
-            f"provider did not answer within {exc.timeout_s}s and was cancelled; the session was not changed",
-            exc.timeout_s,
-        ) from exc
-    except ContractViolationError as exc:
-        if exc.commit_state is None and exc.run_result is None:
-            raise
-        # One raised out of another run (a provider built on a nested runtime): its commit state
-        # and result are that run's. Passed on, this run would report them as its own and never
-        # commit what its tools did.
-        raise ContractViolationError(
-            f"provider failed: {error_text(exc)}; the session was not changed"
-        ) from exc
-    except Exception as exc:
-        raise ProviderError(f"provider failed: {error_text(exc)}; the session was not changed") from exc
 
 
 def _count(value: object, what: str) -> int | None:

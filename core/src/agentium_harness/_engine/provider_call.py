@@ -1,0 +1,46 @@
+"""One model call of a turn: the provider's ``complete`` under its own deadline, its failures typed.
+
+The deadline is the runtime's ``model_timeout_s`` (``op_timeout_s`` when unset):
+model calls take far longer than store calls, so they get their own bound and
+a slow model does not loosen the one that catches a hung session store.
+"""
+
+from __future__ import annotations
+
+from .._errors import ContractViolationError, OperationTimeoutError, ProviderError, ProviderTimeoutError
+from .._ports.provider import ModelProvider, ModelRequest, ModelResponse
+from .._text import error_text
+from .lifecycle import Ticket
+
+__all__ = ["complete_bounded"]
+
+
+async def complete_bounded(
+    ticket: Ticket, provider: ModelProvider, request: ModelRequest, timeout_s: float | None
+) -> ModelResponse:
+    """``provider.complete(request)`` within ``timeout_s`` (``None``: the ticket's op deadline).
+
+    Any failure is a :class:`~agentium_harness._errors.ProviderError` (a
+    :class:`~agentium_harness._errors.ProviderTimeoutError` naming the deadline
+    past it) whose message says the session was not changed.
+    """
+    try:
+        return await ticket.call(
+            "provider complete", lambda ctx: provider.complete(request, ctx), timeout_s=timeout_s
+        )
+    except OperationTimeoutError as exc:
+        raise ProviderTimeoutError(
+            f"provider did not answer within {exc.timeout_s}s and was cancelled; the session was not changed",
+            exc.timeout_s,
+        ) from exc
+    except ContractViolationError as exc:
+        if exc.commit_state is None and exc.run_result is None:
+            raise
+        # One raised out of another run (a provider built on a nested runtime): its commit state
+        # and result are that run's. Passed on, this run would report them as its own and never
+        # commit what its tools did.
+        raise ContractViolationError(
+            f"provider failed: {error_text(exc)}; the session was not changed"
+        ) from exc
+    except Exception as exc:
+        raise ProviderError(f"provider failed: {error_text(exc)}; the session was not changed") from exc
