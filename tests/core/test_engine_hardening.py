@@ -171,8 +171,10 @@ async def test_provider_past_its_deadline_fails_the_run_and_changes_nothing() ->
     await build(store=store).run(ALICE, "s1", "q0")
     before = await raw_row(store)
     provider = SlowProvider()
+    # Only the model call's deadline is short: the run's session load around it keeps ROOMY's.
+    limits = attrs.evolve(ROOMY, model_timeout_s=FAST.op_timeout_s)
     with pytest.raises(ProviderTimeoutError, match=r"did not answer within 0\.3s"):
-        await build(store=store, provider=provider, limits=FAST).run(ALICE, "s1", "q1")
+        await build(store=store, provider=provider, limits=limits).run(ALICE, "s1", "q1")
     assert provider.contexts[0].signal.cancelled
     assert await raw_row(store) == before
 
