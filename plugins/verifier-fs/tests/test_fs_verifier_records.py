@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -92,6 +93,26 @@ async def test_a_record_older_than_the_run_is_stale(root: Path) -> None:
     result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context(started=time.time() - 60))
     assert result.verdict is Verdict.UNKNOWN
     assert details(result)[RECORD].startswith("unknown: stale: last written 3540.")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the coarse clock's lag is Linux's")
+async def test_a_record_stamped_in_the_runs_first_clock_tick_is_not_stale(root: Path) -> None:
+    """Linux stamps a write from its coarse clock, up to one tick behind ``time.time()``.
+
+    A record written in the run's first tick can carry a time just before
+    the run's start (CI saw "stale: last written 0.000s before the run
+    started" for a record the run itself wrote): half a tick earlier is the
+    run's own record, an hour earlier is stale.
+    """
+    started = time.time()
+    write(root / RECORD, junit())  # its ctime: at most one tick before ``started``
+    half_a_tick = time.clock_getres(getattr(time, "CLOCK_REALTIME_COARSE", 5)) / 2
+    os.utime(root / RECORD, (started - half_a_tick, started - half_a_tick))
+    result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context(started=started))
+    assert result.verdict is Verdict.PASS, details(result)
+    os.utime(root / RECORD, (started - 3600, started - 3600))
+    result = await verifier_for(root, records=(RECORD,)).verify(CLAIM, context(started=started))
+    assert details(result)[RECORD].startswith("unknown: stale: last written 3600.")
 
 
 async def test_a_stale_failing_record_is_unknown_not_fail(root: Path) -> None:

@@ -25,6 +25,7 @@ cancelled or expired operation context raises ``OperationCancelledError``.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -76,6 +77,28 @@ _REASON_REFS: Final = 3
 #: How long past read_timeout_s (or the deadline) the awaiting side gives a worker to notice the
 #: bound itself before it leaves it behind: one read or parse step takes far less.
 _GRACE_S: Final = 0.25
+
+
+def _timestamp_slack() -> float:
+    """How far before the run's start a record written just after it may be stamped.
+
+    The run's start is read from the fine clock (``time.time()``), while Linux
+    stamps a write with its coarse clock, which lags by up to one timer tick
+    (1-10 ms): a record written in the first tick of the run was seen as
+    written "0.000s before the run started" (a CI failure). Two ticks of the
+    coarse clock, at most 20 ms: far less than any earlier run could fit in.
+    """
+    if not sys.platform.startswith("linux"):
+        return 0.0
+    try:
+        # CLOCK_REALTIME_COARSE (5 in <linux/time.h>), which Python's time module does not name.
+        return min(2 * time.clock_getres(getattr(time, "CLOCK_REALTIME_COARSE", 5)), 0.02)
+    except OSError:  # a kernel without it stamps files from the fine clock
+        return 0.0
+
+
+#: See :func:`_timestamp_slack`.
+_TIMESTAMP_SLACK_S: Final = _timestamp_slack()
 
 
 class _TimeBound(Exception):
@@ -295,7 +318,7 @@ class FsVerifier(CompletionVerifier):
                     # cannot be set, and it is at least the last write. The earlier of the two keeps
                     # a record nobody touched since before the run stale.
                     written = min(opened.stat.st_mtime, opened.stat.st_ctime)
-                    if written < run_started_at:
+                    if written < run_started_at - _TIMESTAMP_SLACK_S:
                         raise EvidenceUnavailable(
                             f"stale: last written {run_started_at - written:.3f}s before the run started"
                         )
