@@ -1,9 +1,18 @@
-"""Session stores for tests of the engine's own defences against a store that breaks a port rule."""
+"""Session stores for engine tests: ones that break a port rule, and one whose save can hang."""
 
 from __future__ import annotations
 
+import anyio
+
 from agentium_harness.adapters.memory import InMemorySessionStore
-from agentium_harness.plugin_api import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget, OpContext
+from agentium_harness.plugin_api import (
+    DEFAULT_ERASE_BATCH,
+    EraseReport,
+    EraseTarget,
+    OpContext,
+    SessionKey,
+    SessionSnapshot,
+)
 
 
 class RevisionsRestartStore(InMemorySessionStore):
@@ -28,3 +37,17 @@ class RevisionsRestartStore(InMemorySessionStore):
         report = await super().erase(target, ctx, dry_run=dry_run, max_items=max_items)
         self._floor = 0  # forgets the revisions it removed
         return report
+
+
+class HangingStore(InMemorySessionStore):
+    """A session store whose save never answers once ``hang_save`` is set."""
+
+    capabilities = InMemorySessionStore.capabilities
+    hang_save = False
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected: int | None, ctx: OpContext
+    ) -> int:
+        if self.hang_save:
+            await anyio.sleep_forever()
+        return await super().save(key, snapshot, expected, ctx)

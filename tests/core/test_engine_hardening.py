@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from _session_store_support import HangingStore
 
 from agentium_harness import (
     ContractViolationError,
@@ -177,18 +178,6 @@ async def test_provider_past_its_deadline_fails_the_run_and_changes_nothing() ->
         await build(store=store, provider=provider, limits=limits).run(ALICE, "s1", "q1")
     assert provider.contexts[0].signal.cancelled
     assert await raw_row(store) == before
-
-
-class HangingStore(InMemorySessionStore):
-    capabilities = InMemorySessionStore.capabilities
-    hang_save = False
-
-    async def save(
-        self, key: SessionKey, snapshot: SessionSnapshot, expected: int | None, ctx: OpContext
-    ) -> int:
-        if self.hang_save:
-            await anyio.sleep_forever()
-        return await super().save(key, snapshot, expected, ctx)
 
 
 async def test_session_store_past_its_deadline_raises_typed_error_and_commits_nothing() -> None:

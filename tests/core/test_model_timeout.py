@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _session_store_support import HangingStore
 
 from agentium_harness import SessionKey, VerifiedIdentity
 from agentium_harness._config import parse_config
@@ -29,7 +30,6 @@ from agentium_harness._errors import (
 from agentium_harness._history import Message, Role
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
-from agentium_harness._ports.sessions import SessionSnapshot
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 
@@ -58,20 +58,6 @@ class SlowProvider(ModelProvider):
         if self.delay:
             await anyio.sleep(self.delay)
         return ModelResponse(Message(Role.ASSISTANT, "answer"))
-
-
-class HangingStore(InMemorySessionStore):
-    """A session store whose save never answers once ``hang_save`` is set."""
-
-    capabilities = InMemorySessionStore.capabilities
-    hang_save = False
-
-    async def save(
-        self, key: SessionKey, snapshot: SessionSnapshot, expected: int | None, ctx: OpContext
-    ) -> int:
-        if self.hang_save:
-            await anyio.sleep_forever()
-        return await super().save(key, snapshot, expected, ctx)
 
 
 def build(limits: RuntimeLimits, **kw: Any) -> Any:
