@@ -8,7 +8,10 @@ methods, they are admitted like every runtime call (refused once the
 runtime is closing, waited for or cancelled by ``aclose()``), check their
 arguments before anything is written, and index through
 :func:`~.document_fence.index_document_fenced`, so a document never lands in
-a scope an operator erasure is taking (docs/erasure.md).
+a scope an operator erasure is taking (docs/erasure.md). A delete is not
+fenced: it only removes, so it can never leave anything in such a scope.
+Every error either method raises once admitted says in ``commit_state`` whether
+the document is indexed (or deleted).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .._errors import (
     ContractViolationError,
     InvalidArgumentError,
     RuntimeClosedError,
+    UnsupportedOperationError,
 )
 from .._observe.spans import using
 from .._observe.turn import settings_of
@@ -133,6 +137,27 @@ def _checked_ref(ref: object, owner: SourceOwner, doc_id: str, store: RecallStor
     raise error
 
 
+def _marked(error: AgentiumError, state: CommitState) -> AgentiumError:
+    """``error`` carrying ``state`` (whether the document was deleted)."""
+    error.commit_state = state
+    return error
+
+
+def _failed_delete(exc: Exception, store: RecallStore) -> AgentiumError:
+    """The typed error for a failed ``delete_document`` call, saying whether the document may be deleted."""
+    if isinstance(exc, InvalidArgumentError | UnsupportedOperationError):
+        return _marked(exc, CommitState.NOT_COMMITTED)  # the port: refused before writing anything
+    if isinstance(exc, AgentiumError):
+        # A timeout or a cancellation may have stopped the store after its delete landed.
+        return _marked(exc, CommitState.UNKNOWN)
+    error = ContractViolationError(
+        f"recall store {type(store).__name__}.delete_document raised {error_text(exc)}, not a typed error; "
+        "whether the document was deleted is unknown (commit_state unknown): delete it again to know"
+    )
+    error.__cause__ = exc
+    return _marked(error, CommitState.UNKNOWN)
+
+
 class DocumentOperations:
     """The document methods of the runtime (mixed into :class:`~.runtime.HarnessRuntime`)."""
 
@@ -228,33 +253,53 @@ class DocumentOperations:
 
         Checked and admitted as :meth:`index_document` (the same typed errors
         for bad input, a runtime without a document-indexing recall store, or
-        a closed runtime; nothing is changed). A removal needs no erasure
-        fence: it takes away, never adds. ``timeout_s`` (default
-        ``op_timeout_s``) bounds the store's call. A store whose answer is not
-        ``True`` or ``False`` raises :class:`ContractViolationError`.
+        a closed runtime; nothing is changed). Not fenced against erasures,
+        on purpose: a removal takes away and never adds, so whichever of a
+        delete and an erasure of its owner lands first, the erasure completes
+        with nothing of the owner left (the delete answers ``False`` if the
+        erasure took the document first), and a pending erasure does not hold
+        back a host removing a document. ``timeout_s`` (default
+        ``op_timeout_s``) bounds the store's call.
+
+        Every error raised once admitted says in ``commit_state`` whether the
+        document was deleted: ``not_committed`` when the store refused the
+        call as its port allows (bad input, an undeclared operation: nothing
+        was written); ``unknown`` when the store's call failed, timed out or
+        was cancelled by ``aclose()`` part way, raised an exception of its own
+        (:class:`ContractViolationError`), or answered neither ``True`` nor
+        ``False`` (:class:`ContractViolationError`): deleting it again is
+        safe, and says whether it is still there.
         """
         runtime = self._runtime()
         who = _checked_owner(owner)
         name = validate_id(doc_id, "doc_id")
         timeout = _checked_timeout(runtime, timeout_s)
         store = _document_store(runtime)
+        admitted = False
         with using(settings_of(runtime)):
-            async with runtime.parts.admission.admit_shared(None, "document delete", timeout) as ticket:
-                try:
-                    existed = await ticket.call(
-                        "recall delete", lambda ctx: store.delete_document(who, name, ctx)
-                    )
-                except AgentiumError:
-                    raise
-                except Exception as exc:  # a store's own exception reaches the host typed
-                    raise ContractViolationError(
-                        f"recall store {type(store).__name__}.delete_document raised {error_text(exc)}, "
-                        "not a typed error; whether the document was deleted is unknown"
-                    ) from exc
-            if not isinstance(existed, bool):
-                raise ContractViolationError(
-                    f"recall store {type(store).__name__}.delete_document answered {type(existed).__name__}, "
-                    "not True or False; the document may have been deleted: delete it again to know"
-                )
-            return existed
+            try:
+                async with runtime.parts.admission.admit_shared(None, "document delete", timeout) as ticket:
+                    admitted = True
+                    try:
+                        existed = await ticket.call(
+                            "recall delete", lambda ctx: store.delete_document(who, name, ctx)
+                        )
+                    except Exception as exc:
+                        error = _failed_delete(exc, store)
+                        if error is exc:
+                            raise
+                        raise error from exc
+                    if not isinstance(existed, bool):
+                        error = ContractViolationError(
+                            f"recall store {type(store).__name__}.delete_document answered "
+                            f"{type(existed).__name__}, not True or False; the document may have been "
+                            "deleted (commit_state unknown): delete it again to know"
+                        )
+                        raise _marked(error, CommitState.UNKNOWN)
+                    return existed
+            except RuntimeClosedError as exc:
+                if admitted and exc.commit_state is None:
+                    # aclose() cancelled it part way: the delete may have landed.
+                    exc.commit_state = CommitState.UNKNOWN
+                raise
         raise AssertionError("unreachable")  # pragma: no cover - admit_shared() re-raises a cancellation
