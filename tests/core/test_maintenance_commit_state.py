@@ -205,6 +205,7 @@ async def test_reconcile_refused_by_compare_and_set_is_not_committed_and_changes
     with pytest.raises(SessionConflictError) as caught:
         await rt.reconcile_session(ANA, "s1")
     assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    assert "reconcile_session" in str(caught.value) and "the session was not changed" in str(caught.value)
     assert (await _stored(store)).revision == before.revision
     assert (await rt.inspect_session(ANA, "s1")).state is SessionState.DIVERGED
 
@@ -232,6 +233,23 @@ async def test_reconcile_stopped_before_its_save_is_not_committed(archive: type[
         assert isinstance(caught.value, CapabilityError)
     assert caught.value.commit_state is CommitState.NOT_COMMITTED
     assert (await _stored(store)).revision == before.revision
+
+
+@pytest.mark.parametrize("land", [False, True])
+async def test_reconcile_whose_save_cannot_be_settled_says_so_in_reconciles_words(land: bool) -> None:
+    """Not the run path's "the turn may be duplicated": reconcile duplicates no turn; it says what it did."""
+    rt, store = await _diverged()
+    store.refuse, store.land, store.reads_fail = 1, land, True
+    store.error = SessionStoreError("the connection dropped")
+    with pytest.raises(SessionStoreError) as caught:
+        await rt.reconcile_session(ANA, "s1")
+    error = caught.value
+    assert error.commit_state is CommitState.UNKNOWN
+    text = str(error)
+    assert "the connection dropped" in text
+    assert "turn" not in text  # neither "the turn may be duplicated" nor "the turn was committed"
+    assert "reconcile_session" in text and "saving the reconciled session" in text
+    assert "inspect the session before reconciling it again" in text
 
 
 async def test_reconcile_with_a_bad_identity_is_not_committed() -> None:

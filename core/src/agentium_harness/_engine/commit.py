@@ -16,7 +16,7 @@ leaves the last committed state intact:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import attrs
@@ -119,6 +119,7 @@ async def commit(
     before_save: Callable[[], None] | None = None,
     view: ViewState | None = None,
     summary: SummaryState | None = None,
+    told: Mapping[CommitState, str] | None = None,
 ) -> CommitOutcome:
     """Archive the groups over the resident bound, check every receipt, then save with compare-and-set.
 
@@ -142,6 +143,8 @@ async def commit(
     ``view`` and ``summary``, when given, replace the stored view state and
     task summary in the saved snapshot (a retraction or a view reset);
     otherwise both are carried over unchanged.
+
+    ``told`` words what a failed save's ``commit_state`` means (a turn's words by default).
     """
     changes = _Changes(view, summary)
     plan = plan_eviction(resident, limits)
@@ -197,7 +200,7 @@ async def commit(
                 found = await _landed_joint(ticket, archive, hooks, key, plan, landed, settled, exc)
                 return attrs.evolve(found, diagnostics=(*diagnostics, *found.diagnostics), receipts=kept)
             if settled.state is CommitState.UNKNOWN or isinstance(exc, SessionConflictError):
-                raise mark_commit_state(exc, settled.state, settled.how)  # noqa: B904 - the same error, marked
+                raise mark_commit_state(exc, settled.state, settled.how, told=told)  # noqa: B904 - marked
             # The joint transaction failed for another reason: take the
             # ordinary path, which defers eviction if the archive really is down.
             outcome = await commit(
@@ -218,6 +221,7 @@ async def commit(
                 before_save=before_save,
                 view=view,
                 summary=summary,
+                told=told,
             )
             note = Diagnostic(
                 "joint_commit_failed",
@@ -288,7 +292,8 @@ async def commit(
     snapshot = _sealed(scope, stored, new_boundary, next_seq, keep, divergence, kept, changes)
     if before_save is not None:
         before_save()
-    revision = await _save(ticket, store, archive, key, snapshot, stored, _new(stored, resident), diagnostics)
+    new = _new(stored, resident)
+    revision = await _save(ticket, store, archive, key, snapshot, stored, new, diagnostics, told)
     archived_groups = plan.evict if receipts else ()
     if receipts and hooks is not None:
         diagnostics.extend(
@@ -319,6 +324,7 @@ async def _save(
     stored: StoredSnapshot | None,
     new_groups: tuple[MessageGroup, ...],
     diagnostics: list[Diagnostic],
+    told: Mapping[CommitState, str] | None = None,
 ) -> int:
     """Save with compare-and-set; a save that raises is settled by reading back before anything is said.
 
@@ -333,7 +339,7 @@ async def _save(
     except Exception as exc:
         settled = await settle_save(ticket, store, key, snapshot, expected, new_groups, exc, archive)
         if settled.state is not CommitState.COMMITTED:
-            raise mark_commit_state(exc, settled.state, settled.how)  # noqa: B904 - the same error, marked
+            raise mark_commit_state(exc, settled.state, settled.how, told=told)  # noqa: B904 - the same error, marked
         assert settled.revision is not None
         broken = isinstance(exc, ContractViolationError)
         diagnostics.append(

@@ -34,7 +34,7 @@ from .hooks import HookBroadcaster
 from .lifecycle import Ticket, covers
 from .limits import ResidentLimits
 from .load import load_session
-from .maintenance_state import maintenance_errors, save_settled
+from .maintenance_state import RECONCILE_TOLD, maintenance_errors, save_settled
 from .resident import plan_eviction
 from .results import Diagnostic, Severity
 from .unexpected import WriteProgress
@@ -422,6 +422,7 @@ async def reconcile_session(
         keep_receipts=keep_receipts,
         view=_renumbered_view(snap.view, dict(renumbered)),
         before_save=None if progress is None else progress.saving,
+        told=RECONCILE_TOLD,  # a failed save is reconcile's own, not a turn's
     )
     if progress is not None:
         progress.committed()

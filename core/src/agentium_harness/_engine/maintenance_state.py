@@ -24,7 +24,7 @@ from .results import CommitState
 from .settle import mark_commit_state, settle_save
 from .unexpected import Outcomes, WriteProgress, typed_unexpected
 
-__all__ = ["MAINTENANCE", "MAINTENANCE_TOLD", "maintenance_errors", "save_settled"]
+__all__ = ["MAINTENANCE", "MAINTENANCE_TOLD", "RECONCILE_TOLD", "maintenance_errors", "save_settled"]
 
 #: What an unexpected error leaving a migration or a reconciliation (or a flush) says its state means.
 MAINTENANCE: Outcomes = {
@@ -46,6 +46,24 @@ MAINTENANCE_TOLD: Outcomes = {
         "before calling it again"
     ),
     CommitState.COMMITTED: "the session was changed (commit_state committed); do not call it again blindly",
+}
+
+
+#: What a reconcile whose save raised says: it was saving the reconciled session, and no turn is
+#: at stake (the run path's "the turn may be duplicated" would send a host looking for one).
+RECONCILE_TOLD: Outcomes = {
+    CommitState.NOT_COMMITTED: (
+        "reconcile_session was saving the reconciled session and that save did not land: "
+        "the session was not changed (commit_state not_committed)"
+    ),
+    CommitState.UNKNOWN: (
+        "reconcile_session was saving the reconciled session (the archive's groups adopted, resident "
+        "groups renumbered): whether that save landed is unknown (commit_state unknown); inspect the "
+        "session before reconciling it again"
+    ),
+    CommitState.COMMITTED: (
+        "reconcile_session saved the reconciled session (commit_state committed); do not reconcile it again"
+    ),
 }
 
 
