@@ -339,6 +339,7 @@ def test_a_call_that_meets_close_stopping_the_loop_gets_runtime_closed_error(
     reader.join(10)
     [error] = caught
     assert isinstance(error, RuntimeClosedError), repr(error)
+    assert error.commit_state is CommitState.NOT_COMMITTED  # it did not run
 
 
 def test_after_close_a_thread_reusing_the_loop_threads_ident_is_not_taken_for_the_loop() -> None:

@@ -32,7 +32,13 @@ from ._engine.results import CleanupReport, CommitState, Diagnostic, RunResult
 from ._engine.runtime import HarnessRuntime, LifecycleState
 from ._engine.tools import ToolRegistry
 from ._engine.verification import CompletionPolicy
-from ._errors import BlockingCallInLoopError, InvalidArgumentError, RuntimeClosedError, RuntimeCloseError
+from ._errors import (
+    AgentiumError,
+    BlockingCallInLoopError,
+    InvalidArgumentError,
+    RuntimeClosedError,
+    RuntimeCloseError,
+)
 from ._plugins.registry import PluginRegistry
 from ._ports.provider import SourceBlock
 from ._scope import RecallScope, VerifiedIdentity
@@ -41,9 +47,20 @@ from ._verdicts import VerificationRecord
 __all__ = ["BlockingRuntime"]
 
 T = TypeVar("T")
+E = TypeVar("E", bound=AgentiumError)
 
 #: Added to the runtime's own close bound before :meth:`BlockingRuntime.close` gives up waiting.
 CLOSE_SLACK_S = 1.0
+
+
+def _refused(error: E) -> E:
+    """``error``, a refusal raised before the call reached the loop: nothing ran, so ``not_committed``.
+
+    Every other error of a writing operation says whether it committed; a
+    host that branches on ``commit_state`` must not find ``None`` here.
+    """
+    error.commit_state = CommitState.NOT_COMMITTED
+    return error
 
 
 class BlockingRuntime(BlockingHistoryOperations):
@@ -58,6 +75,8 @@ class BlockingRuntime(BlockingHistoryOperations):
     from the portal's own thread (a tool handler or callback the runtime
     runs): that raises :class:`BlockingCallInLoopError` (a ``RuntimeError``)
     and does nothing. From async code, use the :class:`HarnessRuntime` itself.
+    A call refused before it reached the loop (that one, or any call after
+    :meth:`close`) ran nothing: its error's ``commit_state`` is ``not_committed``.
 
     Each method is the blocking twin of the runtime's coroutine of its name
     (the turn, session maintenance, the history API, erasure, host
@@ -156,17 +175,21 @@ class BlockingRuntime(BlockingHistoryOperations):
 
     def _refuse_loop_thread(self, operation: str) -> None:
         if self._loop_thread is not None and threading.current_thread() is self._loop_thread:
-            raise BlockingCallInLoopError(
-                f"BlockingRuntime.{operation}() was called on the runtime's own event loop thread (a tool "
-                "handler or callback), where it would wait for itself; nothing was done: await the "
-                "HarnessRuntime there"
+            raise _refused(
+                BlockingCallInLoopError(
+                    f"BlockingRuntime.{operation}() was called on the runtime's own event loop thread (a "
+                    "tool handler or callback), where it would wait for itself; nothing was done: await "
+                    "the HarnessRuntime there"
+                )
             )
 
     def _portal_or_start(self) -> anyio.from_thread.BlockingPortal:
         self._refuse_loop_thread("call")
         with self._lock:
             if self._closed:
-                raise RuntimeClosedError("the BlockingRuntime is closed; it admits no new operations")
+                raise _refused(
+                    RuntimeClosedError("the BlockingRuntime is closed; it admits no new operations")
+                )
             if self._portal is None:
                 cm = anyio.from_thread.start_blocking_portal(
                     self._backend, self._backend_options or None, name="agentium-blocking-runtime"
@@ -202,8 +225,10 @@ class BlockingRuntime(BlockingHistoryOperations):
             # (anyio: "This portal is not running"): nothing ran, and the host gets the typed error.
             if not self._closed:
                 raise
-            raise RuntimeClosedError(
-                "the BlockingRuntime closed while the call was being handed to its loop; it did not run"
+            raise _refused(
+                RuntimeClosedError(
+                    "the BlockingRuntime closed while the call was being handed to its loop; it did not run"
+                )
             ) from exc
         try:
             return future.result()
