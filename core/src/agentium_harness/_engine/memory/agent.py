@@ -55,6 +55,7 @@ from ..checks import check_adapter
 from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..memory_fence import fence_memory
+from .limits import model_timeout
 from .manager import HistoryOwner, MemoryManager, telemetry_of
 from .sources import MemoryOmitted, agent_memory_blocks
 from .work import DrainResult
@@ -104,6 +105,10 @@ class Agent:
       both raises :class:`ExtractionConflictError` (R37).
     - ``max_history_messages`` (default 40) is how many of its latest
       messages a run sends and the agent keeps (:attr:`history`); 0 keeps none.
+    - ``op_timeout_s`` (default 60) bounds its model call when neither the
+      manager's limits nor its runtime set a model deadline
+      (:attr:`model_timeout_s`), and the erasure fence's session-store
+      calls when this agent is the one that fences the manager.
     - ``session_store`` is where erasures are recorded (the one your runtime
       and ``agentium erase`` use): given, the manager's ``remember`` and
       ``correct`` (extraction's too) are fenced by the erasures under way, as
@@ -300,10 +305,27 @@ class Agent:
             )
             raise
 
+    @property
+    def model_timeout_s(self) -> float:
+        """The deadline of this agent's next model call, in seconds.
+
+        The manager's ``MemoryLimits.model_timeout_s`` when set, else the
+        ``model_timeout_s`` of the runtime the manager belongs to
+        (``runtime.memory``) when set, else the agent's ``op_timeout_s``.
+        Read at each call: a runtime given the manager later counts too.
+        """
+        return model_timeout(self.memory, self._op_timeout_s)
+
     async def _call_provider(self, request: ModelRequest) -> ModelResponse:
         ticket = Ticket(None, "agent run", self._op_timeout_s)
         try:
-            response = await ticket.call("provider complete", lambda c: self.provider.complete(request, c))
+            # A model deadline, not a store one: the engine walks away from a call past it (a sync
+            # provider blocked in a worker thread included), and a slow model is not cut short.
+            response = await ticket.call(
+                "provider complete",
+                lambda c: self.provider.complete(request, c),
+                timeout_s=self.model_timeout_s,
+            )
         except AgentiumError:
             raise
         except Exception as exc:

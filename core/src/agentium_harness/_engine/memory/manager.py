@@ -40,8 +40,6 @@ from ..._observe.logs import log_diagnostics
 from ..._observe.settings import Resolved, Telemetry
 from ..._ports._base import OpContext
 from ..._ports.memory import (
-    MAX_FACT_BYTES,
-    MAX_LOOKUP_LIMIT,
     AckStatus,
     MemoryAck,
     MemoryCapabilities,
@@ -57,10 +55,11 @@ from ..._ports.memory import (
 )
 from ..._scope import SessionKey, validate_id
 from ..._text import error_text
-from ..._validators import bounded_count, bounded_duration, check_duration
+from ..._validators import check_duration
 from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
 from ..lifecycle import Ticket, close_owned
+from ..limits import RuntimeLimits
 from ..memory_fence import ErasureFence, fence_check, fence_confirm
 from ..results import Diagnostic
 from ..unexpected import WriteProgress, typed_unexpected
@@ -76,6 +75,7 @@ from .answers import (
     checked_scope,
     within,
 )
+from .limits import MemoryLimits
 from .selection import MemorySelection, RecentIds, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
@@ -94,27 +94,6 @@ T = TypeVar("T")
 
 #: Who extracts memory from a session's history: the harness (canonical sessions) or an agent.
 HistoryOwner = Literal["harness", "agent"]
-
-
-@attrs.frozen(slots=True)
-class MemoryLimits:
-    """Bounds of a memory manager.
-
-    - ``max_fact_bytes``: largest fact text accepted (at most :data:`MAX_FACT_BYTES`).
-    - ``max_injected_facts``: most facts one selection may inject.
-    - ``injection_tokens``: token budget of the memory blocks of one request, wrappers included.
-    - ``op_timeout_s``: deadline of each store call.
-    - ``drain_timeout_s``: default timeout of :meth:`MemoryManager.drain`, and how long each
-      ``agentium_memory_event`` broadcast is waited for.
-    - ``max_extracted_facts``: most facts one extraction may write.
-    """
-
-    max_fact_bytes: int = attrs.field(default=MAX_FACT_BYTES, validator=bounded_count(ceiling=MAX_FACT_BYTES))
-    max_injected_facts: int = attrs.field(default=8, validator=bounded_count(ceiling=MAX_LOOKUP_LIMIT))
-    injection_tokens: int = attrs.field(default=512, validator=bounded_count())
-    op_timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
-    drain_timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
-    max_extracted_facts: int = attrs.field(default=8, validator=bounded_count(ceiling=MAX_LOOKUP_LIMIT))
 
 
 class MemoryExtractor(Protocol):
@@ -190,6 +169,8 @@ class MemoryManager:
         self._closed = False
         #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
         self._erasure_fence: ErasureFence | None = None
+        #: The limits of the runtime it belongs to (:func:`.limits.adopt_runtime_limits`).
+        self._runtime_limits: RuntimeLimits | None = None
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
         self._telemetry = telemetry.resolve() if telemetry is not None else None

@@ -1,0 +1,80 @@
+"""A memory manager's bounds, :class:`MemoryLimits`, and the deadline of an agent's model call.
+
+An :class:`~.agent.Agent`'s model call is a model call like a runtime's turn
+and gets a model deadline, not a store deadline (the manager's
+``op_timeout_s`` catches a hung memory store; a model may need a minute).
+:func:`model_timeout` resolves it at each call, the first that is set of:
+
+1. the manager's ``MemoryLimits.model_timeout_s`` (memory's own word);
+2. the ``model_timeout_s`` of the runtime the manager belongs to (the first
+   runtime given it, :func:`adopt_runtime_limits`), so a host that raised its
+   runtime's model deadline does not see the same model cut off earlier
+   when an agent on ``runtime.memory`` calls it;
+3. the agent's own ``op_timeout_s`` (60 s by default), its deadline before
+   model calls had their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..._ports.memory import MAX_FACT_BYTES, MAX_LOOKUP_LIMIT
+from ..._validators import bounded_count, bounded_duration
+from ..limits import RuntimeLimits
+
+if TYPE_CHECKING:
+    from .manager import MemoryManager
+
+__all__ = ["MemoryLimits", "adopt_runtime_limits", "model_timeout"]
+
+_adopting = threading.Lock()
+
+
+@attrs.frozen(slots=True)
+class MemoryLimits:
+    """Bounds of a memory manager.
+
+    - ``max_fact_bytes``: largest fact text accepted (at most :data:`MAX_FACT_BYTES`).
+    - ``max_injected_facts``: most facts one selection may inject.
+    - ``injection_tokens``: token budget of the memory blocks of one request, wrappers included.
+    - ``op_timeout_s``: deadline of each store call.
+    - ``drain_timeout_s``: default timeout of :meth:`MemoryManager.drain`, and how long each
+      ``agentium_memory_event`` broadcast is waited for.
+    - ``max_extracted_facts``: most facts one extraction may write.
+    - ``model_timeout_s``: deadline of each model call an :class:`Agent` makes with this
+      manager; ``None`` (the default) means the ``model_timeout_s`` of the runtime the
+      manager belongs to when it sets one, else the agent's ``op_timeout_s``.
+
+    Every count is an integer from 1 to its ceiling and every duration a finite
+    number of seconds above 0 and at most 3600, else :class:`InvalidArgumentError`.
+    """
+
+    max_fact_bytes: int = attrs.field(default=MAX_FACT_BYTES, validator=bounded_count(ceiling=MAX_FACT_BYTES))
+    max_injected_facts: int = attrs.field(default=8, validator=bounded_count(ceiling=MAX_LOOKUP_LIMIT))
+    injection_tokens: int = attrs.field(default=512, validator=bounded_count())
+    op_timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
+    drain_timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
+    max_extracted_facts: int = attrs.field(default=8, validator=bounded_count(ceiling=MAX_LOOKUP_LIMIT))
+    # Last, so that positional construction of the fields above keeps its meaning.
+    model_timeout_s: float | None = attrs.field(default=None, validator=bounded_duration(optional=True))
+
+
+def adopt_runtime_limits(manager: MemoryManager, limits: RuntimeLimits) -> None:
+    """Record that ``manager`` belongs to a runtime with ``limits`` (the first runtime's stay)."""
+    with _adopting:  # runtimes may be built on several threads around one manager
+        if manager._runtime_limits is None:
+            manager._runtime_limits = limits
+
+
+def model_timeout(manager: MemoryManager, op_timeout_s: float) -> float:
+    """The deadline of an agent's model call with ``manager`` (module docs); ``op_timeout_s``: the agent's."""
+    own = manager.limits.model_timeout_s
+    if own is not None:
+        return own
+    runtime = manager._runtime_limits
+    if runtime is not None and runtime.model_timeout_s is not None:
+        return runtime.model_timeout_s
+    return op_timeout_s
