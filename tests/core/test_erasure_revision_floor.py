@@ -231,11 +231,11 @@ async def test_a_database_written_before_the_floor_existed_opens_and_gains_it(tm
     revision = await store.save(KEY, scoped_snapshot(KEY, "old"), None, ctx)
     revision = await store.save(KEY, scoped_snapshot(KEY, "old"), revision, ctx)
     await store.aclose()
-    # What the previous version left: the same schema version, no revision_floor table.
+    # What code of schema version 2 from before the floor left: version 2, no revision_floor table.
     with contextlib.closing(sqlite3.connect(db)) as conn:
         conn.execute("DROP TABLE revision_floor")
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
         conn.commit()
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
     store = SQLiteSessionStore(config)
     try:
         loaded = await store.load(KEY, ctx)
@@ -248,6 +248,7 @@ async def test_a_database_written_before_the_floor_existed_opens_and_gains_it(tm
         await store.aclose()
     with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("SELECT id, floor FROM revision_floor").fetchall() == [(0, 2)]
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
 
 
 async def test_a_damaged_floor_refuses_to_create_a_session_and_changes_nothing(tmp_path: Path) -> None:
@@ -257,7 +258,7 @@ async def test_a_damaged_floor_refuses_to_create_a_session_and_changes_nothing(t
     try:
         await store.save(KEY, scoped_snapshot(KEY, "a"), None, ctx)
         with contextlib.closing(sqlite3.connect(db)) as conn:
-            conn.execute("INSERT INTO revision_floor (id, floor) VALUES (0, 'damaged')")
+            conn.execute("UPDATE revision_floor SET floor = 'damaged' WHERE id = 0")
             conn.commit()
         fresh = SessionKey("acme", "ana", "s1")
         with pytest.raises(SnapshotCorruptError, match="revision floor"):
@@ -283,7 +284,7 @@ async def test_a_revision_past_sqlite_integers_is_a_typed_error_and_changes_noth
         await store.save(KEY, scoped_snapshot(KEY, "a"), None, ctx)
         with contextlib.closing(sqlite3.connect(db)) as conn:
             if at == "floor":
-                conn.execute("INSERT INTO revision_floor (id, floor) VALUES (0, ?)", (top,))
+                conn.execute("UPDATE revision_floor SET floor = ? WHERE id = 0", (top,))
             else:
                 conn.execute("UPDATE sessions SET revision = ?", (top,))
             conn.commit()

@@ -225,7 +225,9 @@ async def test_a_version_1_file_is_migrated_in_place_on_first_open(tmp_path: Pat
         with sqlite3.connect(path) as conn:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
-        assert version == str(SCHEMA_VERSION) == "2"
+            floor = conn.execute("SELECT id, floor FROM revision_floor").fetchall()
+        assert version == str(SCHEMA_VERSION) == "3"  # straight to the current version
+        assert floor == [(0, 0)]
         assert {"archive_groups", "session_snapshots"}.isdisjoint(tables)
         # The session goes on from where it was: the next save splits the snapshot into rows.
         await store.save(KEY, scoped_snapshot(KEY, " next", groups=3), 7, OpContext())

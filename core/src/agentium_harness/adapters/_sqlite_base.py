@@ -23,19 +23,27 @@ from typing import Any, ClassVar, Final, TypeVar
 import anyio.to_thread
 import attrs
 
-from .._errors import AgentiumError, InvalidArgumentError, SessionStoreError
+from .._errors import AgentiumError, InvalidArgumentError
 from .._plugins.spec import PATH_OPTION
 from .._ports import OpContext
 from .._ports.erasure import PhysicalErasure
 from .._ports.recall_args import checked_ctx
 from .._validators import bounded_count
-from ._sqlite_sql import SCHEMA_VERSION, SchemaError, ensure_schema, scrub_log
+from ._sqlite_sql import (
+    SCHEMA_VERSION,
+    SchemaError,
+    SQLiteRevisionFloorError,
+    SQLiteStorageError,
+    ensure_schema,
+    scrub_log,
+)
 from .threaded import ThreadBoundAdapter, host_task_cancelled
 
 __all__ = [
     "SCHEMA_VERSION",
     "SYNCHRONOUS_MODES",
     "SQLiteConfig",
+    "SQLiteRevisionFloorError",
     "SQLiteStorageError",
     "data_version",
 ]
@@ -57,17 +65,6 @@ _PROGRESS_STEPS: Final = 1000
 # open, and then neither checkpoints: the file alone would lack every commit until the next
 # open. Closing in turn makes the last one to close do it.
 _CLOSE_LOCK: Final = threading.Lock()
-
-
-class SQLiteStorageError(SessionStoreError):
-    """The SQLite database could not complete an operation.
-
-    Causes include a lock held past the busy timeout, a full disk, a file that
-    is not a SQLite database, a database written by a newer version of this
-    adapter, or use of an adapter after ``aclose()``. The session store raises
-    this; the archive raises :class:`~agentium_harness._errors.ArchiveError`
-    for the same causes. Nothing was committed by the failed call.
-    """
 
 
 def _path_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -294,7 +291,7 @@ class SQLiteAdapterBase(ThreadBoundAdapter[sqlite3.Connection]):
             delay = min(delay * 2, 0.05)
 
     def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        # Creates the tables, or migrates a file of schema version 1 in one transaction.
+        # Creates the tables, or migrates a file of schema version 1 or 2, in one transaction.
         try:
             ensure_schema(conn)
         except SchemaError as exc:

@@ -1,4 +1,4 @@
-"""The row layout of the SQLite archive and session store (schema version 2): each group written once.
+"""The row layout of the SQLite archive and session store (schema versions 2 and 3): each group once.
 
 A turn that evicts a group used to write it twice and its neighbours again:
 the whole snapshot (every resident group) was rewritten into one row, and

@@ -17,12 +17,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Final
 
-from .._errors import SnapshotCorruptError
+from .._errors import SessionStoreError, SnapshotCorruptError
 from .._ports.erasure import EraseTarget, PhysicalErasure
 
 __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
+    "SQLiteRevisionFloorError",
+    "SQLiteStorageError",
     "SchemaError",
     "ensure_schema",
     "immediate_transaction",
@@ -36,8 +38,11 @@ __all__ = [
 
 #: Version of the tables :data:`SCHEMA` creates, kept in the ``meta`` table. Version 1 kept
 #: archived groups (``archive_groups``) and whole snapshots (``session_snapshots``) in two
-#: tables; version 2 keeps one row per session and one row per group (:mod:`._sqlite_rows`).
-SCHEMA_VERSION: Final = 2
+#: tables; version 2 keeps one row per session and one row per group (:mod:`._sqlite_rows`);
+#: version 3 adds the session store's revision floor (``revision_floor``, its one row made
+#: with the table). The floor is a version of its own because code that predates it erases
+#: without raising it: a file that has it must be refused by such code, not quietly used.
+SCHEMA_VERSION: Final = 3
 
 #: The tables both adapters create (each creates all of them, idempotently).
 SCHEMA: Final = (
@@ -73,11 +78,10 @@ SCHEMA: Final = (
         data BLOB NOT NULL
     )
     """,
-    # The session store's revision floor: one row, one number (no identifier), the highest
-    # revision of any snapshot an erasure removed. A session created afterwards starts above it,
-    # so no revision a key had is handed out again (see revision_floor). Added without a version
-    # bump: a version 2 file without it is not current (schema_current), and ensure_schema
-    # creates it, so an older file keeps working.
+    # The session store's revision floor (schema version 3): one row, one number (no identifier),
+    # the highest revision of any snapshot an erasure removed. A session created afterwards starts
+    # above it, so no revision a key had is handed out again (see revision_floor). Its row is
+    # made with the table (ensure_schema); a missing row is damage, never read as 0.
     """
     CREATE TABLE IF NOT EXISTS revision_floor (
         id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -87,8 +91,35 @@ SCHEMA: Final = (
 )
 
 
+#: Made once with the table, when a file is set up or brought to version 3: never again (a row
+#: gone later is damage, and 0 could be below a revision an erased session had).
+_FLOOR_ROW: Final = "INSERT OR IGNORE INTO revision_floor (id, floor) VALUES (0, 0)"
+
+
 class SchemaError(sqlite3.DatabaseError):
     """The file's tables are of a version this code cannot use, or cannot be migrated; says why."""
+
+
+class SQLiteStorageError(SessionStoreError):
+    """The SQLite database could not complete an operation.
+
+    Causes include a lock held past the busy timeout, a full disk, a file that
+    is not a SQLite database, a database written by a newer version of this
+    adapter, or use of an adapter after ``aclose()``. The session store raises
+    this; the archive raises :class:`~agentium_harness._errors.ArchiveError`
+    for the same causes. Nothing was committed by the failed call.
+    """
+
+
+class SQLiteRevisionFloorError(SQLiteStorageError, SnapshotCorruptError):
+    """The session store's revision floor is damaged or missing: no session is created, nothing erased.
+
+    Fail closed, as the PostgreSQL and S3 session stores do: without the floor
+    no revision could be known never to repeat across an erasure. Nothing was
+    changed. An operator repairs it (``revision_floor``'s row ``id = 0``, at a
+    revision no lower than any session's ever was). Also a
+    ``SnapshotCorruptError``, which a create raised for a damaged floor before.
+    """
 
 
 # The name each schema statement creates ("CREATE ... IF NOT EXISTS <name>").
@@ -123,7 +154,7 @@ def schema_current(
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables of a new file, migrate a version 1 file, refuse a newer one (one transaction).
+    """Create the tables of a new file, migrate a version 1 or 2 file, refuse a newer one (one transaction).
 
     Two connections opening one file at once are ordered by the write lock: the
     second finds the tables made (or migrated) by the first. A file already at
@@ -138,7 +169,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         if found == "1":
             # In this transaction: a crash or an error leaves version 1 whole.
             _migrate_v1(conn)
-        elif found not in (None, str(SCHEMA_VERSION)):
+        elif found not in (None, "2", str(SCHEMA_VERSION)):
             raise SchemaError(
                 f"it has schema version {found}, this version of agentium-harness understands "
                 f"{SCHEMA_VERSION}; upgrade agentium-harness or use another file"
@@ -146,6 +177,9 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in SCHEMA[1:]:
             conn.execute(statement)
         if found != str(SCHEMA_VERSION):
+            # Version 2 to 3 (and a new file): the floor's row. A version 2 file may already hold
+            # one (code of version 2 that knew the floor); it is kept as it is, damaged or not.
+            conn.execute(_FLOOR_ROW)
             conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
@@ -244,38 +278,49 @@ def immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def revision_floor(conn: sqlite3.Connection) -> int:
+def revision_floor(conn: sqlite3.Connection, refused: str = "no session can be created") -> int:
     """The highest revision an erasure removed from this file (0 if none): a new session starts above it.
 
     Runs in the caller's write transaction. A damaged value (not a
-    non-negative integer) raises ``SnapshotCorruptError``: no revision
-    chosen without it could be known never to repeat.
+    non-negative integer), a missing row or a missing table raises
+    :class:`SQLiteRevisionFloorError` (``refused`` says what it stops): no
+    revision chosen without it could be known never to repeat.
     """
-    row = conn.execute("SELECT floor FROM revision_floor WHERE id = 0").fetchone()
+    try:
+        row = conn.execute("SELECT floor FROM revision_floor WHERE id = 0").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" not in str(exc):
+            raise
+        row = None  # dropped while this connection was open (an open sets the table up again)
     if row is None:
-        return 0
+        raise SQLiteRevisionFloorError(
+            f"sqlite session store: the revision floor is missing (table revision_floor, row id 0), so an "
+            f"erased session's revisions could repeat; {refused} until an operator restores it at a "
+            "revision no lower than any session's ever was; nothing was changed"
+        )
     (floor,) = row
     if type(floor) is not int or floor < 0:
-        raise SnapshotCorruptError(
-            f"the session store's revision floor is damaged ({type(floor).__name__}); "
-            "no session can be created until it is repaired; nothing was changed"
+        raise SQLiteRevisionFloorError(
+            f"sqlite session store: the revision floor is damaged ({type(floor).__name__}), so an erased "
+            f"session's revisions could repeat; {refused} until an operator repairs it (revision_floor, "
+            "row id 0) at a revision no lower than any session's ever was; nothing was changed"
         )
     return floor
 
 
 def raise_revision_floor(conn: sqlite3.Connection, revisions: Sequence[object]) -> None:
-    """Raise the floor to the highest of ``revisions`` (in the erasing transaction).
+    """Raise the floor to the highest of ``revisions`` (in the erasing transaction, before its deletions).
 
+    A damaged or missing floor raises :class:`SQLiteRevisionFloorError` and
+    the caller's transaction (nothing deleted yet) rolls back: an erasure
+    that could not raise the floor would let the erased revisions repeat.
     A revision that is not a positive integer is a damaged row no load
     could return, so no writer can hold it: it is left out.
     """
+    floor = revision_floor(conn, "the erasure stopped")
     highest = max((r for r in revisions if type(r) is int and r > 0), default=0)
-    if highest:
-        conn.execute(
-            "INSERT INTO revision_floor (id, floor) VALUES (0, ?) "
-            "ON CONFLICT (id) DO UPDATE SET floor = max(floor, excluded.floor)",
-            (highest,),
-        )
+    if highest > floor:
+        conn.execute("UPDATE revision_floor SET floor = ? WHERE id = 0", (highest,))
 
 
 def session_filter(target: EraseTarget) -> tuple[str, list[object]]:

@@ -79,6 +79,7 @@ from ._sqlite_base import (
     SYNCHRONOUS_MODES,
     SQLiteAdapterBase,
     SQLiteConfig,
+    SQLiteRevisionFloorError,
     SQLiteStorageError,
     data_version,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "SYNCHRONOUS_MODES",
     "SQLiteArchive",
     "SQLiteConfig",
+    "SQLiteRevisionFloorError",
     "SQLiteSessionStore",
     "SQLiteStorageError",
 ]
@@ -467,7 +469,10 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         A groups target deletes nothing here. Snapshots this store keeps
         decoded in memory for the erased sessions are dropped as well. The
         file's revision floor rises to the highest revision deleted, in the
-        same transaction (see the class docstring).
+        same transaction (see the class docstring); while it is damaged or
+        missing, an erase that would delete a snapshot raises
+        :class:`SQLiteRevisionFloorError` and changes nothing (a dry run
+        answers as usual).
 
         ``scrub=False`` (the engine's erasure, for every SQLite store on one
         file) leaves the file's rebuild and log checkpoint to one
@@ -492,11 +497,12 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     found.append((key, data if isinstance(data, bytes) else str(data or "").encode()))
                 if not dry_run and taken:
                     ctx.raise_if_expired("session store erase")
+                    # With the rows, or not at all: a writer holding one of these revisions must
+                    # never meet it again on a session created under the same id. A damaged or
+                    # missing floor stops the erasure here, before anything is deleted.
+                    raise_revision_floor(conn, [session.revision for _, session in taken])
                     for _, session in taken:
                         drop_snapshot(conn, session)
-                    # With the rows, or not at all: a writer holding one of these revisions must
-                    # never meet it again on a session created under the same id.
-                    raise_revision_floor(conn, [session.revision for _, session in taken])
             physical, detail = (
                 (PhysicalErasure.REMOVED, "")
                 if dry_run or not scrub
