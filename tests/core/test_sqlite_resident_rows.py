@@ -1,4 +1,4 @@
-"""Which resident rows a SQLite snapshot save writes, rewrites and deletes (schema version 2).
+"""Which resident rows a SQLite snapshot save writes, rewrites and deletes (schema versions 2 and 3).
 
 A save writes only the resident rows that are new or hold another digest,
 in seq order, and deletes the rows the snapshot no longer holds; the file
