@@ -76,10 +76,11 @@ def _archived_id(sid: int, seq: int) -> int:
     return sid << 33 | seq << 1 | 1  # version 2's key of an archived group's row
 
 
-def _v2_file(path: Path, floor: int | None) -> bytes:
+def _v2_file(path: Path, floor: object) -> bytes:
     """A version 2 database: KEY's snapshot (revision 7, stored whole), archived groups 0-4, OTHER's 0.
 
-    ``floor``: the revision_floor row version 2 code that knew it left (``None``: no table at all).
+    ``floor``: the revision_floor row version 2 code that knew it left (``None``: no table at all,
+    ``"no-row"``: the table only).
     Returns KEY's snapshot bytes.
     """
     data = snapshot_bytes(scoped_snapshot(KEY, " from v2", groups=2))  # boundary 5
@@ -103,6 +104,7 @@ def _v2_file(path: Path, floor: int | None) -> bytes:
         )
         if floor is not None:
             conn.execute(V2_FLOOR)
+        if floor is not None and floor != "no-row":
             conn.execute("INSERT INTO revision_floor VALUES (0, ?)", (floor,))
         conn.commit()
     return data
@@ -121,12 +123,13 @@ def _raw(path: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
         return rows
 
 
-@pytest.mark.parametrize("floor", [None, 9], ids=["before-the-floor", "with-a-floor"])
+@pytest.mark.parametrize("floor", [None, "no-row", 9], ids=["before-the-floor", "table-only", "with-a-floor"])
 async def test_a_version_2_file_is_upgraded_on_first_open_and_keeps_its_sessions_and_archive(
-    floor: int | None, tmp_path: Path
+    floor: int | str | None, tmp_path: Path
 ) -> None:
     path = tmp_path / "agentium.db"
     data = _v2_file(path, floor)
+    kept = floor if isinstance(floor, int) else 0
     config = SQLiteConfig(path=str(path))
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
     try:
@@ -138,10 +141,10 @@ async def test_a_version_2_file_is_upgraded_on_first_open_and_keeps_its_sessions
         # Version 3, with the floor's row: a new one at 0, or the one version 2 code left, kept.
         assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
         assert SCHEMA_VERSION == 3
-        assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, floor or 0)]
+        assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, kept)]
         # The erase raises it; the id used again starts above every revision it had.
         await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
-        raised = max(7, floor or 0)
+        raised = max(7, kept)
         assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, raised)]
         assert await store.save(KEY, scoped_snapshot(KEY, " new"), None, _ctx()) == raised + 1
         with pytest.raises(SessionConflictError):
@@ -150,6 +153,23 @@ async def test_a_version_2_file_is_upgraded_on_first_open_and_keeps_its_sessions
         assert len(await archive.read_groups(KEY, 0, 10, _ctx())) == 5
     finally:
         await archive.aclose()
+        await store.aclose()
+
+
+async def test_a_damaged_floor_of_a_version_2_file_is_kept_and_still_refuses_an_erase(tmp_path: Path) -> None:
+    # The upgrade makes the row only where there is none: a damaged one is not overwritten with 0.
+    path = tmp_path / "agentium.db"
+    _v2_file(path, "damaged")
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    try:
+        loaded = await store.load(KEY, _ctx())
+        assert loaded is not None and loaded.revision == 7
+        assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+        assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, "damaged")]
+        with pytest.raises(SQLiteRevisionFloorError, match="damaged"):
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert (await store.load(KEY, _ctx())) is not None
+    finally:
         await store.aclose()
 
 
