@@ -279,7 +279,7 @@ def immediate_transaction(conn: sqlite3.Connection) -> Iterator[None]:
 
 
 def revision_floor(conn: sqlite3.Connection, refused: str = "no session can be created") -> int:
-    """The highest revision an erasure removed from this file (0 if none): a new session starts above it.
+    """The highest revision an erasure removed from this file (0 if none yet): a new session starts above it.
 
     Runs in the caller's write transaction. A damaged value (not a
     non-negative integer), a missing row or a missing table raises
@@ -317,7 +317,7 @@ def raise_revision_floor(conn: sqlite3.Connection, revisions: Sequence[object]) 
     A revision that is not a positive integer is a damaged row no load
     could return, so no writer can hold it: it is left out.
     """
-    floor = revision_floor(conn, "the erasure stopped")
+    floor = revision_floor(conn, "no session can be erased")
     highest = max((r for r in revisions if type(r) is int and r > 0), default=0)
     if highest > floor:
         conn.execute("UPDATE revision_floor SET floor = ? WHERE id = 0", (highest,))
