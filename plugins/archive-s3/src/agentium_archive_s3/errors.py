@@ -24,6 +24,7 @@ __all__ = [
     "S3ArchiveError",
     "S3BucketNotFoundError",
     "S3ConflictRetriesExhaustedError",
+    "S3CreateUnsettledError",
     "S3Error",
     "S3ObjectTooLargeError",
     "S3RevisionFloorCorruptError",
@@ -85,6 +86,27 @@ class S3SaveOutcomeUnknownError(S3SessionStoreError):
     :class:`S3UnavailableError`: retrying the same turn blindly could commit
     it twice.
     """
+
+
+class S3CreateUnsettledError(S3SessionStoreError):
+    """A session create committed, but could not be settled past a revision floor an erasure raised meanwhile.
+
+    Raised only after the create's write landed: the session exists (unless
+    another writer changed or erased it since). An erasure in another process
+    raised the store's revision floor to ``floor`` while the create was
+    running, so the revision the create stored, ``revision``, may be one the
+    erased session had; moving the session past the floor (a conditional
+    write on the create's own ETag) was refused because another writer got
+    there first, failed, or ran out of time. Load the session before using
+    it, and save over what the load returns. ``revision`` is the last
+    revision this save is known to have stored (the create's, or a move's);
+    ``floor`` the last floor it read (``None`` when it could not read one).
+    """
+
+    def __init__(self, message: str, *, revision: int, floor: int | None, code: str = "") -> None:
+        super().__init__(message, code=code or "CreateUnsettled")
+        self.revision = revision
+        self.floor = floor
 
 
 class S3RevisionFloorCorruptError(S3SessionStoreError):

@@ -21,7 +21,9 @@ in it but a number.
   revision floor + 1; a store that never erased anything has no floor object
   and starts at 1, as before. Never cached: another process, or another store
   on the same prefix, may have erased since, and a cached floor would hand
-  out a revision of the session it erased.
+  out a revision of the session it erased. After the create lands it reads
+  the floor again and moves the session past it when an erase raised it in
+  between (:mod:`.sessions_create`).
 
 A floor object that does not decode exactly (a damaged body, a checksum
 mismatch, an over-long object) raises :class:`~.errors.S3RevisionFloorCorruptError`

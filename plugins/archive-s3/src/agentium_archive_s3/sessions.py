@@ -19,7 +19,9 @@ match an older revision.
 
 - **Create** (``expected_revision=None``): ``PutObject`` with ``IfNoneMatch="*"``,
   at one past the store's revision floor (:mod:`.revision_floor`: raised by
-  every erase, so revisions of an erased session never repeat under its id).
+  every erase, so revisions of an erased session never repeat under its id),
+  then moved past the floor if an erase in another process raised it
+  meanwhile (:mod:`.sessions_create`).
 - **Replace**: ``PutObject`` with ``IfMatch=<etag of expected_revision>``;
   the ETag comes from the last load or save of this instance, or a ranged
   read of the header.
@@ -98,6 +100,7 @@ from .keys import key_too_long, parse_session_key, session_object_key, sessions_
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
 from .revision_floor import read_floor
+from .sessions_create import settle_past_floor, unsettled
 from .sessions_erase import erase_snapshots
 from .snapshot_format import (
     MAX_REVISION,
@@ -240,6 +243,8 @@ class S3SessionStore(SessionStore):
         cached = self._etags.get(key)
         known = cached[1] if cached is not None and cached[0] == expected_revision else None
         chosen: list[int] = []
+        # What a create stored (revision, ETag), as it lands: the create has committed from then on.
+        landed: list[tuple[int, str]] = []
 
         def write(s3: S3Client) -> str:
             if expected_revision is None:
@@ -257,9 +262,37 @@ class S3SessionStore(SessionStore):
                 )
             chosen.append(revision)
             body = snapshot_body(revision, data)
-            return self._write(s3, key, object_key, body, expected_revision, known, ctx)
+            etag = self._write(s3, key, object_key, body, expected_revision, known, ctx)
+            if expected_revision is not None:
+                return etag
+            landed.append((revision, etag))
+            # An erasure in another process may have raised the floor between its read above and
+            # this write: read it again and move past it (sessions_create.py says why that suffices).
+            revision, etag = settle_past_floor(
+                s3,
+                self._config,
+                key,
+                data,
+                (revision, etag),
+                lambda moved, base, tag: self._write(s3, key, object_key, moved, base, tag, ctx),
+                lambda moved_to, tag: landed.append((moved_to, tag)),
+                lambda: ctx.raise_if_expired("session save"),
+            )
+            chosen.append(revision)
+            return etag
 
-        etag = await self._link.call(ctx, "session save", lambda s3: self._tracked(key, lambda: write(s3)))
+        try:
+            etag = await self._link.call(
+                ctx, "session save", lambda s3: self._tracked(key, lambda: write(s3))
+            )
+        except OperationCancelledError as exc:
+            if not landed:
+                raise
+            # The caller's deadline passed with the create stored and the floor check unfinished
+            # (its worker thread may still move the session): the create committed all the same.
+            raise unsettled(
+                key, landed[-1][0], None, f"the save stopped ({exc.reason}) before it was settled"
+            ) from None
         revision = chosen[-1]
         self._etags[key] = (revision, etag)
         return revision
