@@ -17,6 +17,7 @@ import anyio
 import attrs
 import pytest
 from _session_store_support import HangingStore
+from _short_deadline import short_only_for
 
 from agentium_harness import (
     ContractViolationError,
@@ -116,19 +117,25 @@ class HangingArchive(InMemoryArchive):
         return await super().append(key, groups, ctx)
 
 
-async def test_archive_that_never_answers_defers_eviction_and_the_run_returns() -> None:
+async def test_archive_that_never_answers_defers_eviction_and_the_run_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     archive, store = HangingArchive(), InMemorySessionStore()
     rt = build(archive=archive, store=store)  # the turns before and after: generous deadlines
     await rt.run(ALICE, "s1", "q0")
     archive.hang = True
+    # Only the append runs under FAST's deadline: the timed run's loads, model call and save succeed.
+    kept = short_only_for(monkeypatch, "archive append")
+    timed = build(archive=archive, store=store, limits=attrs.evolve(FAST, model_timeout_s=ROOMY.op_timeout_s))
     started = time.monotonic()
-    result = await build(archive=archive, store=store, limits=FAST).run(ALICE, "s1", "q1")
+    result = await timed.run(ALICE, "s1", "q1")
     assert time.monotonic() - started < FAST.op_timeout_s + SLACK_S  # the append never answers
     assert result.eviction is EvictionStatus.DEFERRED and result.has("eviction_deferred")
     assert "OperationTimeoutError" in next(
         d.message for d in result.diagnostics if d.code == "eviction_deferred"
     )
     assert result.boundary == 0 and result.resident_groups == 2
+    assert kept.kept == [("archive append", FAST.op_timeout_s)]
     # The adapter's context was cancelled at the deadline, with the reason.
     assert archive.contexts[0].signal.cancelled and archive.contexts[0].signal.reason == "deadline passed"
     archive.hang = False
@@ -180,15 +187,20 @@ async def test_provider_past_its_deadline_fails_the_run_and_changes_nothing() ->
     assert await raw_row(store) == before
 
 
-async def test_session_store_past_its_deadline_raises_typed_error_and_commits_nothing() -> None:
+async def test_session_store_past_its_deadline_raises_typed_error_and_commits_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     archive, store = InMemoryArchive(), HangingStore()
     rt = build(archive=archive, store=store)  # the turns before and after: generous deadlines
     await rt.run(ALICE, "s1", "q0")
     before = await raw_row(store)
     store.hang_save = True
-    timed = build(archive=archive, store=store, limits=FAST)
-    with pytest.raises(OperationTimeoutError, match="session save"):
+    # Only the save runs under FAST's deadline: the timed run's load, model call and append succeed.
+    kept = short_only_for(monkeypatch, "session save")
+    timed = build(archive=archive, store=store, limits=attrs.evolve(FAST, model_timeout_s=ROOMY.op_timeout_s))
+    with pytest.raises(OperationTimeoutError, match="session save") as info:
         await timed.run(ALICE, "s1", "q1")
+    assert info.value.timeout_s == FAST.op_timeout_s and kept.kept == [("session save", FAST.op_timeout_s)]
     assert await raw_row(store) == before
     # The session is free again afterwards: the timed-out run left its admission, and the next turn
     # follows on the last committed one.
