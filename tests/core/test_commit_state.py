@@ -21,6 +21,7 @@ import anyio
 import anyio.to_thread
 import attrs
 import pytest
+from _short_deadline import short_only_for
 
 from agentium_harness import (
     CommitState,
@@ -46,8 +47,9 @@ T = TypeVar("T")
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
-#: For the tests whose save is to run past its deadline: everything else in the run shares it.
-FAST = RuntimeLimits(op_timeout_s=0.5, settle_timeout_s=0.5, close_timeout_s=0.5)
+#: For the tests whose save is to run past its deadline. Only the save keeps it (``short_only_for``):
+#: the run's loads, read-backs and model call get 30 s, a stalled machine must not fail them.
+FAST = RuntimeLimits(op_timeout_s=0.5, settle_timeout_s=0.5, close_timeout_s=0.5, model_timeout_s=30)
 #: For everything a test expects to succeed: a loaded CI machine can stall for longer than 0.5 s.
 ROOMY = RuntimeLimits(op_timeout_s=30, settle_timeout_s=30, close_timeout_s=30)
 
@@ -137,7 +139,10 @@ async def test_a_save_that_landed_and_then_raised_is_a_committed_run(error: Exce
     assert after.group_seq == 1 and await _groups(store) == 2
 
 
-async def test_a_save_that_landed_and_then_timed_out_is_a_committed_run() -> None:
+async def test_a_save_that_landed_and_then_timed_out_is_a_committed_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept = short_only_for(monkeypatch, "session save")
     store = LandsThenFails(hang=True)
     runtime = _runtime(store, limits=FAST)
     with anyio.fail_after(10):
@@ -145,6 +150,7 @@ async def test_a_save_that_landed_and_then_timed_out_is_a_committed_run() -> Non
     assert result.commit_state is CommitState.COMMITTED and result.group_seq == 0
     assert result.has("save_settled")
     assert "OperationTimeoutError" in next(d.message for d in result.diagnostics if d.code == "save_settled")
+    assert kept.kept == [("session save", FAST.op_timeout_s)]
 
 
 async def test_a_retried_conditional_write_that_sees_its_own_first_attempt_is_committed() -> None:
@@ -172,11 +178,15 @@ async def test_a_save_that_did_not_land_raises_not_committed_and_says_what_ran()
     assert (await runtime.run(ANA, "s1", "hello")).group_seq == 0 and await _groups(store) == 1
 
 
-async def test_a_save_that_timed_out_without_landing_raises_not_committed() -> None:
+async def test_a_save_that_timed_out_without_landing_raises_not_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept = short_only_for(monkeypatch, "session save")
     store = LandsThenFails(land=False, hang=True)
     with pytest.raises(OperationTimeoutError) as caught:
         await _runtime(store, limits=FAST).run(ANA, "s1", "hello")
     assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    assert caught.value.operation == "session save" and kept.kept == [("session save", FAST.op_timeout_s)]
     assert await _groups(store) == 0
 
 
@@ -322,23 +332,32 @@ class SlowSQLite(SQLiteSessionStore):
         return await super().run(ctx, operation, blocked)
 
 
-async def test_an_abandoned_save_that_lands_during_the_read_back_is_committed(tmp_path: Path) -> None:
+async def test_an_abandoned_save_that_lands_during_the_read_back_is_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Abandoned at 0.3 s (+0.1 s grace), the thread commits once the engine reads the session back,
-    # while the read-backs still look.
+    # while the read-backs still look. Only the save has the short deadline: the run's load and the
+    # read-backs (SQLite reads in a worker thread) get 30 s, and the model call its own.
+    kept = short_only_for(monkeypatch, "session save")
     store = SlowSQLite(SQLiteConfig(path=str(tmp_path / "s.db")))
-    limits = RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=1, close_timeout_s=1)
+    limits = RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=1, close_timeout_s=1, model_timeout_s=30)
     try:
         # The file is created (WAL switch, schema, their fsyncs) before the run, without a deadline:
         # on a busy disk that alone took longer than the run's 0.3 s and failed its first load.
         assert await store.load(KEY, OpContext()) is None
         result = await _runtime(store, limits=limits).run(ANA, "s1", "hello")
         assert result.commit_state is CommitState.COMMITTED and result.has("save_settled")
+        assert kept.kept == [("session save", 0.3)]
     finally:
         store.read_back.set()
         await store.aclose()
 
 
-async def test_an_abandoned_save_that_has_not_landed_is_unknown_not_not_committed() -> None:
+async def test_an_abandoned_save_that_has_not_landed_is_unknown_not_not_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only the save has the short deadline: the run's load and the read-backs get 30 s.
+    kept = short_only_for(monkeypatch, "session save")
     release = threading.Event()
 
     class Blocked(InMemorySessionStore):
@@ -351,12 +370,13 @@ async def test_an_abandoned_save_that_has_not_landed_is_unknown_not_not_committe
 
     # Every read-back finds the session unchanged, but the blocked save may still land after them:
     # "not committed" would be a guess.
-    limits = RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=1, close_timeout_s=1)
+    limits = RuntimeLimits(op_timeout_s=0.3, settle_timeout_s=1, close_timeout_s=1, model_timeout_s=30)
     try:
         with pytest.raises(OperationTimeoutError) as caught:
             await _runtime(Blocked(), limits=limits).run(ANA, "s1", "hello")
         assert caught.value.abandoned and caught.value.commit_state is CommitState.UNKNOWN
         assert "may still land" in str(caught.value)
+        assert kept.kept == [("session save", 0.3)]
     finally:
         release.set()
 
