@@ -31,6 +31,7 @@ import anyio
 import anyio.to_thread
 import attrs
 import pytest
+from _short_deadline import short_only_for
 
 from agentium_harness import (
     AgentiumError,
@@ -339,9 +340,11 @@ class BlockingArchive(InMemoryArchive):
         return await super().append(key, groups, ctx)
 
 
-async def test_archive_append_blocked_in_a_thread_does_not_hold_the_run(gate: threading.Event) -> None:
+async def test_archive_append_blocked_in_a_thread_does_not_hold_the_run(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
     archive, store = BlockingArchive(gate), InMemorySessionStore()
-    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1), op_timeout_s=0.3)
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1), op_timeout_s=0.3, model_timeout_s=ROOMY_S)
 
     def runtime(limits: RuntimeLimits) -> Any:
         return create_harness_runtime(
@@ -356,10 +359,13 @@ async def test_archive_append_blocked_in_a_thread_does_not_hold_the_run(gate: th
     timed = runtime(limits)
     await rt.run(ANA, "s1", "q0")
     archive.blocked = True
+    # Within the timed run, only the append keeps 0.3 s: its load and save are to succeed.
+    kept = short_only_for(monkeypatch, "archive append")
     started = time.monotonic()
     result = await timed.run(ANA, "s1", "q1")
     elapsed = time.monotonic() - started
     assert elapsed < limits.op_timeout_s + SLACK_S, f"the run took {elapsed:.2f}s at op_timeout_s=0.3"
+    assert kept.kept == [("archive append", 0.3)]
     assert result.eviction is EvictionStatus.DEFERRED and result.committed
     assert any(d.code == "call_abandoned" and "archive append" in d.message for d in result.diagnostics)
     deferred = next(d.message for d in result.diagnostics if d.code == "eviction_deferred")
@@ -481,9 +487,14 @@ class SlowMemory(InMemoryMemoryStore):
 
 
 @pytest.mark.parametrize("mode", ["sleep", "thread"])
-async def test_memory_selection_runs_under_the_runs_deadline(gate: threading.Event, mode: str) -> None:
+async def test_memory_selection_runs_under_the_runs_deadline(
+    gate: threading.Event, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     memory = SlowMemory(gate, mode)
-    limits = RuntimeLimits(op_timeout_s=0.2)
+    # The run's deadline (0.2 s) is what bounds the selection; the run's own store calls and its model
+    # call are to succeed, so they get 30 s (the selection does not go through them).
+    short_only_for(monkeypatch)
+    limits = RuntimeLimits(op_timeout_s=0.2, model_timeout_s=ROOMY_S)
     provider = Recording()
     rt = create_harness_runtime(
         provider=provider,

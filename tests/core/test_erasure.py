@@ -18,6 +18,7 @@ import anyio
 import anyio.to_thread
 import attrs
 import pytest
+from _short_deadline import short_only_for
 
 from agentium_harness import (
     ArchiveError,
@@ -500,8 +501,8 @@ def _stuck_runtime(archive: StuckArchive, settle_s: float) -> tuple[Any, Any]:
 
     The engine has one call deadline for every adapter call, and only that
     append is meant to outlive it: the first turn is seeded by a runtime with
-    a generous deadline over the same stores, the second turn runs under
-    0.3 s, and every operation after it (the erasure, which must be this
+    a generous deadline over the same stores, the second turn's append runs
+    under 0.3 s (its other calls get 30 s), and every operation after it (the erasure, which must be this
     runtime's: it waits for this runtime's late calls) gets 30 s per call
     again, so a stalled machine cannot fail what has to succeed.
     """
@@ -513,7 +514,10 @@ def _stuck_runtime(archive: StuckArchive, settle_s: float) -> tuple[Any, Any]:
             archive=archive,
             session_store=sessions,
             limits=RuntimeLimits(
-                resident=ResidentLimits(max_groups=1), op_timeout_s=op_timeout_s, settle_timeout_s=settle_s
+                resident=ResidentLimits(max_groups=1),
+                op_timeout_s=op_timeout_s,
+                settle_timeout_s=settle_s,
+                model_timeout_s=30.0,
             ),
         )
 
@@ -531,20 +535,29 @@ def _call_deadline(rt: Any, seconds: float) -> None:
     admission._op_timeout_s = seconds
 
 
-async def _strand_an_append(archive: StuckArchive, settle_s: float) -> Any:
-    """Seed turn one, then run turn two whose eviction's append is abandoned, still running."""
+async def _strand_an_append(archive: StuckArchive, settle_s: float, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Seed turn one, then run turn two whose eviction's append is abandoned, still running.
+
+    Within turn two only the append keeps 0.3 s (``short_only_for``): its load and save, which
+    are to succeed, get 30 s, and its model call its own 30 s.
+    """
     seeder, rt = _stuck_runtime(archive, settle_s)
     await seeder.run(ALICE, "s1", "first")
     await seeder.aclose()
+    kept = short_only_for(monkeypatch, "archive append")
     second = await rt.run(ALICE, "s1", "second")
     assert any(d.code == "call_abandoned" for d in second.diagnostics)
+    assert kept.kept == [("archive append", 0.3)]
+    kept.operations.clear()
     _call_deadline(rt, 30.0)
     return rt
 
 
-async def test_an_archive_write_in_flight_past_its_deadline_cannot_bring_erased_groups_back() -> None:
+async def test_an_archive_write_in_flight_past_its_deadline_cannot_bring_erased_groups_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     archive = StuckArchive()
-    rt = await _strand_an_append(archive, settle_s=10.0)
+    rt = await _strand_an_append(archive, settle_s=10.0, monkeypatch=monkeypatch)
     assert archive.raw(SessionKey("acme", "alice", "s1"), 0) is None
 
     async def release_later() -> None:
@@ -560,9 +573,11 @@ async def test_an_archive_write_in_flight_past_its_deadline_cannot_bring_erased_
     await rt.aclose()
 
 
-async def test_an_erasure_stops_pending_while_a_late_write_is_still_running_and_resumes_after() -> None:
+async def test_an_erasure_stops_pending_while_a_late_write_is_still_running_and_resumes_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     archive = StuckArchive()
-    rt = await _strand_an_append(archive, settle_s=0.3)
+    rt = await _strand_an_append(archive, settle_s=0.3, monkeypatch=monkeypatch)
     with pytest.raises(ErasureIncompleteError, match="still running"):
         await rt.erase(S1, reason="why", attestation=OPERATOR)
     with pytest.raises(ErasureInProgressError):

@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from _short_deadline import short_only_for
 
 from agentium_harness import (
     Message,
@@ -76,7 +77,12 @@ class BlockingStore(InMemorySessionStore):
 
 
 @pytest.mark.parametrize("blocking", ["archive", "store"])
-async def test_a_blocked_adapter_fails_the_read_by_its_deadline(gate: threading.Event, blocking: str) -> None:
+async def test_a_blocked_adapter_fails_the_read_by_its_deadline(
+    gate: threading.Event, blocking: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the blocked read runs under TIMEOUT_S: the appends before it and the read after it are to
+    # succeed, on a machine that may stall longer than that (they get 30 s).
+    kept = short_only_for(monkeypatch, "history read")
     archive, store = BlockingArchive(gate), BlockingStore(gate)
     rt = create_harness_runtime(
         provider=ScriptedProvider(replies=["x"]),
@@ -92,6 +98,8 @@ async def test_a_blocked_adapter_fails_the_read_by_its_deadline(gate: threading.
         await rt.read_history(ANA, "s1", max_groups=3)  # groups 0 and 1 are archived
     assert time.monotonic() - started < TIMEOUT_S + SLACK_S
     assert info.value.abandoned and info.value.operation == "history read"
+    assert kept.kept == [("history read", TIMEOUT_S)]
+    kept.operations.clear()
     # The runtime still serves other reads (the newest group is resident).
     archive.blocked = store.blocked = False
     gate.set()
