@@ -6,6 +6,7 @@ test subclasses it (or sets its fields) to misbehave in one exact way.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -59,8 +60,9 @@ class Scripted(RecallStore):
 
     ``statuses[i]`` maps source ids to the status the i-th ``validate_current``
     call gives them (CURRENT when absent or past the script). It counts every
-    validated ref, keeps each read's ``ctx.remaining_bytes`` and sleeps
-    ``discover_sleep_s`` in every discovery.
+    validated ref, keeps each read's ``ctx.remaining_bytes`` and each
+    discovery's time left (its context's deadline, as the discovery began),
+    and the i-th discovery sleeps ``discover_sleeps_s[i]`` (none past the list).
     """
 
     capabilities: ClassVar[RecallCapabilities] = RecallCapabilities(
@@ -73,7 +75,8 @@ class Scripted(RecallStore):
         self.validate_calls = 0
         self.validated_refs = 0
         self.read_budgets: list[int | None] = []
-        self.discover_sleep_s = 0.0
+        self.discover_sleeps_s: list[float] = []
+        self.discover_time_left: list[float | None] = []
         self.queries: list[str] = []
 
     async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
@@ -100,9 +103,11 @@ class ScriptedSession(RecallSession):
         self.store = store
 
     async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
-        self.store.queries.append(query)
-        if self.store.discover_sleep_s:
-            await anyio.sleep(self.store.discover_sleep_s)
+        store, nth = self.store, len(self.store.queries)
+        store.queries.append(query)
+        store.discover_time_left.append(None if ctx.deadline is None else ctx.deadline - time.monotonic())
+        if nth < len(store.discover_sleeps_s):
+            await anyio.sleep(store.discover_sleeps_s[nth])
         return self.store.candidates()[:max_candidates]
 
     async def read(

@@ -78,16 +78,23 @@ async def test_a_clarification_round_shares_the_source_byte_budget() -> None:
 async def test_a_clarification_round_shares_the_latency_budget() -> None:
     store = Scripted(DOCS)
     store.statuses = [{sid("rota"): ValidationStatus.CHANGED}]
-    store.discover_sleep_s = 0.3
-    limits = RecallLimits(max_queries=2, max_latency_s=0.5)
+    # Round 1's discovery spends SPENT_S of the budget; round 2's would run far past any budget (it
+    # is cancelled at its deadline). BUDGET_S - SPENT_S leaves round 1 room for a stalled machine.
+    budget_s, spent_s = 2.0, 0.5
+    store.discover_sleeps_s = [spent_s, 60.0]
+    limits = RecallLimits(max_queries=2, max_latency_s=budget_s)
     rt, _provider, _ = runtime(store, recall_policy=POLICY, recall_limits=limits)
     began = time.monotonic()
     result = await rt.run(ANA, "s1", "when?", clarify=_answer)
     elapsed = time.monotonic() - began
-    # Round 1 spent 0.3 s of 0.5: round 2's discovery is cut at what is left, and recall fails.
+    # Round 1 spent 0.5 s of 2: round 2's discovery is given at most what is left (a stall only
+    # leaves it less; a fresh budget per round would give it 2 s), is cut there, and recall fails.
     assert len(store.queries) == 2 and result.recall.status is RecallStatus.FAILED
-    assert result.recall.usage.latency_s <= 0.5 + 0.25
-    assert elapsed < 0.5 + 1.5  # not a fresh 0.5 s per round, and never the 0.3 s sleep waited out twice
+    second = store.discover_time_left[1]
+    assert second is not None
+    assert second <= budget_s - spent_s, f"round 2 was given {second:.2f}s after round 1 spent {spent_s}s"
+    assert result.recall.usage.latency_s <= budget_s + 1.5
+    assert elapsed < budget_s + 1.5 + spent_s  # never round 2's discovery waited out
 
 
 async def test_the_users_time_to_answer_is_not_recall_latency() -> None:
