@@ -6,7 +6,8 @@ recall came back partial. Covers: warm-up loads the model with all its
 checks, the first embed after it does not load again, a bad model file at
 warm-up only logs a WARNING (the start succeeds, and embed still refuses the
 file, typed), and the first turn after ``async with runtime`` is complete
-under a budget far shorter than loading takes.
+without loading the model (counted, not timed: a loaded machine can stall
+longer than any budget shorter than a load).
 """
 
 from __future__ import annotations
@@ -109,18 +110,25 @@ async def test_a_bad_model_file_at_warm_up_logs_a_warning_and_the_start_succeeds
     await store.aclose()
 
 
-async def test_the_first_turn_after_start_is_complete_within_a_short_budget(tmp_path: Path) -> None:
+async def test_the_first_turn_after_start_is_complete_within_a_short_budget(
+    tmp_path: Path, loads: list[int]
+) -> None:
     store = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db"), min_similarity=0.1))
     # An earlier process indexed the conversation with this model.
     earlier = _runtime(store, SHARED)
     for turn in ("I ordered a latte at 8am.", "My cat is named Felix.", "The weather was awful."):
         await earlier.run(ANA, "s1", turn)  # type: ignore[attr-defined]
     await earlier.aclose()  # type: ignore[attr-defined]
-    # This process: a fresh embedder, and a query share (0.3 s) well under the model's load time.
+    before = len(loads)
+    # This process: a fresh embedder. The query's share of the budget (half of it, 2 s) is room for
+    # one inference on a stalled machine; what the test is about is counted, not timed: the model is
+    # loaded once, at the start, and never inside the turn's budget (a load there took about 0.7 s
+    # of a 0.3 s share and more on a loaded machine).
     embedder = MiniLMEmbedder()
-    async with _runtime(store, embedder, RecallLimits(max_latency_s=0.6)) as runtime:  # type: ignore[attr-defined]
-        assert embedder._loaded is not None
+    async with _runtime(store, embedder, RecallLimits(max_latency_s=4.0)) as runtime:  # type: ignore[attr-defined]
+        assert embedder._loaded is not None and len(loads) == before + 1
         result = await runtime.run(ANA, "s1", "Which beverage did I have this morning?")
+    assert len(loads) == before + 1, "the turn loaded the model again"
     assert not [d for d in result.diagnostics if d.code == "recall_embed_failed"]
     assert result.recall.status is RecallStatus.COMPLETE
     assert "group/acme/ana/s1/0" in [ref.source_id for ref in result.recall.included]
