@@ -28,6 +28,15 @@ def ctx(seconds: float = 10) -> OpContext:
     return OpContext.with_timeout(seconds)
 
 
+#: How long a read-blocking pause (``ALL``) lasts: it must outlast a stall of the test process between
+#: the pause and the command it holds, and the test waits it out (no client can lift it early).
+READ_PAUSE_MS = 2000
+#: A write-blocking pause (``WRITE``): far past every bound asserted; the test lifts it (``UNPAUSE``).
+WRITE_PAUSE_MS = 30_000
+#: Scheduling slack on a loaded two-core machine, on top of a deadline: under what a pause would add.
+SLACK_S = 1.2
+
+
 async def _discover(store: RedisRecallStore, scope: Scope, query: str) -> list[str]:
     session = await store.open(scope, RecallLimits(), ctx())
     try:
@@ -151,11 +160,13 @@ async def test_a_cancelled_in_flight_command_leaves_no_stale_reply(
     owner, scope = SourceOwner("cx"), Scope("cx", "u", "s")
     ref = await store.index_document(owner, "d", "zebra alpha", ctx())
     session = await store.open(scope, RecallLimits(), ctx())
-    await admin.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    await admin.execute_command("CLIENT", "PAUSE", READ_PAUSE_MS, "ALL")
     began = time.monotonic()
     with anyio.move_on_after(0.1) as cancelled:
         await session.discover("zebra", 4, OpContext())  # no deadline of its own: the cancel scope stops it
-    assert cancelled.cancelled_caught and time.monotonic() - began < 0.25
+    elapsed = time.monotonic() - began
+    # Waiting for the reply would take the rest of the pause (about 1.9 s).
+    assert cancelled.cancelled_caught and elapsed < 0.1 + SLACK_S, f"the cancel took {elapsed:.2f}s"
     # If the cancelled command's connection went back to the pool, this call would read its reply.
     [v] = await session.validate([ref], ctx())
     assert v.status is V.CURRENT
@@ -169,7 +180,7 @@ async def test_a_deadline_mid_read_raises_and_the_store_goes_on(
     owner, scope = SourceOwner("dl"), Scope("dl", "u", "s")
     ref = await store.index_document(owner, "d", "zebra alpha", ctx())
     session = await store.open(scope, RecallLimits(), ctx())
-    await admin.execute_command("CLIENT", "PAUSE", 300, "ALL")
+    await admin.execute_command("CLIENT", "PAUSE", READ_PAUSE_MS, "ALL")
     with pytest.raises(OperationCancelledError, match="deadline"):
         await session.read([ref], 1000, ctx(0.1))
     [excerpt] = await session.read([ref], 1000, ctx())
@@ -182,7 +193,7 @@ async def test_a_write_cut_off_mid_flight_is_settled_and_never_double_applied(
 ) -> None:
     owner, scope = SourceOwner("tx"), Scope("tx", "u", "s")
     await store.health(ctx())
-    await admin.execute_command("CLIENT", "PAUSE", 400, "WRITE")  # the write reaches the server and waits
+    await admin.execute_command("CLIENT", "PAUSE", WRITE_PAUSE_MS, "WRITE")  # the write reaches the server
     sid = document_source_id(owner, "d")
     revision = digest_of({"title": "", "text": "kiwi text"})
     began = time.monotonic()
@@ -194,7 +205,10 @@ async def test_a_write_cut_off_mid_flight_is_settled_and_never_double_applied(
         # the outcome is unknown, and settling goes on in the background.
         applied = exc.applied
         assert applied is None and "unknown" in str(exc)
-    assert time.monotonic() - began < 0.1 + 0.75  # the deadline held; the pause did not
+    finally:
+        elapsed = time.monotonic() - began
+        await admin.execute_command("CLIENT", "UNPAUSE")  # a WRITE pause lets other commands through
+    assert elapsed < 0.1 + SLACK_S, f"the write took {elapsed:.2f}s"  # the deadline held; the pause did not
     await anyio.sleep(0.6)  # the pause is over: a copy still in flight has had every chance to run
     session = await store.open(scope, RecallLimits(), ctx())
     [v] = await session.validate([SourceRef(sid, revision)], ctx())
