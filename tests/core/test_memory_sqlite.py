@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -112,7 +112,13 @@ async def test_forget_with_a_reader_holding_the_log_ends_by_its_deadline(
     # The checkpoint after a forget was retried for 2 s whatever the call's deadline. Here it would be
     # retried for RETRY_S, far past the deadline: the call ends by its deadline (long enough for the
     # forget itself on a stalled machine) or it fails by far more than any stall.
-    monkeypatch.setattr(sqlite_memory, "scrub_log", partial(_sqlite_sql.scrub_log, budget_s=RETRY_S))
+    scrubs: list[float | None] = []
+
+    def scrub_log(conn: sqlite3.Connection, *, time_left: float | None = None) -> Any:
+        scrubs.append(time_left)
+        return _sqlite_sql.scrub_log(conn, budget_s=RETRY_S, time_left=time_left)
+
+    monkeypatch.setattr(sqlite_memory, "scrub_log", scrub_log)
     store = sqlite_store(tmp_path)
     ack = await store.remember(MemoryFact(ALICE, "the safe code is private"), _ctx())
     reader = sqlite3.connect(tmp_path / "memory.db")
@@ -125,6 +131,7 @@ async def test_forget_with_a_reader_holding_the_log_ends_by_its_deadline(
     finally:
         reader.close()
     assert forgot.status is AckStatus.STORED
+    assert len(scrubs) == 1 and scrubs[0] is not None  # the retry it ran was the long one, under a deadline
     assert await store.lookup(ALICE, "safe", 10, _ctx()) == []
     await store.aclose()
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
-from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
@@ -678,7 +678,13 @@ async def test_an_erase_with_a_reader_holding_the_log_ends_by_its_deadline(
     # retried for 60 s, far past the deadline (1.5 s: room for the erase itself on a stalled machine):
     # the call ends by its deadline, or it fails by far more than any stall.
     deadline_s, slack_s = 1.5, 3.0
-    monkeypatch.setattr(sqlite_recall, "scrub_log", partial(_sqlite_sql.scrub_log, budget_s=60.0))
+    scrubs: list[float | None] = []
+
+    def scrub_log(conn: sqlite3.Connection, *, time_left: float | None = None) -> Any:
+        scrubs.append(time_left)
+        return _sqlite_sql.scrub_log(conn, budget_s=60.0, time_left=time_left)
+
+    monkeypatch.setattr(sqlite_recall, "scrub_log", scrub_log)
     await store.index_document(SourceOwner("acme", "alice"), "d1", "the alpha account", CTX())
     reader = sqlite3.connect(db)
     try:
@@ -690,6 +696,7 @@ async def test_an_erase_with_a_reader_holding_the_log_ends_by_its_deadline(
     finally:
         reader.close()
     assert report.count("document") == 1
+    assert len(scrubs) == 1 and scrubs[0] is not None  # the retry it ran was the long one, under a deadline
     assert report.physical is PhysicalErasure.UNREFERENCED and "another connection" in report.detail
 
 
