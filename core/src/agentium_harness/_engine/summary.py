@@ -12,6 +12,13 @@ the frontier it claims, every citation (a group it was given, or one the
 previous summary already cited), and the size of the text. A summarizer
 that raises, hangs or answers wrongly leaves the previous summary in place.
 
+Deadlines: the group read is a store read, bounded by ``SummaryLimits.timeout_s``;
+the summarizer may call a model, so its call is bounded by the runtime's
+``model_timeout_s`` when set, else by ``SummaryLimits.timeout_s`` as before
+(:func:`summarize_timeout`). A host whose model needs a minute raises the
+runtime's model deadline once, and neither its turns nor its summaries cut
+that model off; a hung summarizer is still bounded by it.
+
 Citations prove identity, not content (R5): a citation is a group seq and
 digest, and the block the model sees carries the summary text, its coverage
 and uncertainty as labeled source data of kind ``summary`` (R4), apart from
@@ -71,6 +78,7 @@ __all__ = [
     "restarted",
     "save_summary",
     "summarize_after_commit",
+    "summarize_timeout",
     "summary_block",
     "summary_reader",
     "update_summary",
@@ -84,6 +92,11 @@ _SHOWN_DIGEST = 19  # "sha256:" and 12 hex digits
 #: Longest ``CoverageGap.detail``: it quotes an adapter's error of any size, and rides in the snapshot
 #: (rewritten by every save while the gap stands) and in the ``summary_gap`` diagnostic.
 _MAX_GAP_DETAIL = 300
+
+
+def summarize_timeout(limits: SummaryLimits, model_timeout_s: float | None) -> float:
+    """The deadline of the summarizer call: the runtime's ``model_timeout_s``, else ``limits.timeout_s``."""
+    return limits.timeout_s if model_timeout_s is None else model_timeout_s
 
 
 @attrs.frozen(slots=True)
@@ -287,6 +300,7 @@ async def update_summary(
     limits: SummaryLimits,
     view: ViewState | None = None,
     erased: Sequence[SeqRange] = (),
+    model_timeout_s: float | None = None,
 ) -> SummaryUpdate:
     """Fold the groups between the frontier and ``boundary`` into the summary, under ``limits``.
 
@@ -302,6 +316,8 @@ async def update_summary(
     ``erased`` (the session's erased ranges) are groups an erasure removed:
     the frontier passes them, saying so in the summary's uncertainty, and
     a read never reaches into one.
+    ``model_timeout_s`` (the runtime's) bounds the summarizer call when set
+    (:func:`summarize_timeout`); the group read keeps ``limits.timeout_s``.
     Returns the state to save (``None`` when nothing changed).
     """
     original = current
@@ -334,10 +350,12 @@ async def update_summary(
         summary = attrs.evolve(previous if previous is not None else empty, frontier=passed)
     if offered:
         try:
+            # A model deadline when the runtime sets one: the summarizer may call a model, which a
+            # store-sized deadline would cut off; past it the call is walked away from all the same.
             answer = await ticket.call(
                 "summarize",
                 lambda ctx: summarizer.summarize(previous, tuple(offered), ctx),
-                timeout_s=limits.timeout_s,
+                timeout_s=summarize_timeout(limits, model_timeout_s),
             )
             # Checked inside the failure handling: an answer that breaks the check itself (an
             # object whose fields raise when read) fails the update, never the committed run.
@@ -488,12 +506,14 @@ async def summarize_after_commit(
     view: ViewState | None = None,
     erased: Sequence[SeqRange] = (),
     revisions: SummaryRevisions | None = None,
+    model_timeout_s: float | None = None,
 ) -> tuple[int, SummaryState | None, list[Diagnostic]]:
     """Run one update when the commit archived groups or the frontier lags; save it if it moved.
 
     Returns the snapshot revision after it, the summary state now stored,
     and the update's diagnostics (gaps, refusals, conflicts). A save is
-    recorded in ``revisions`` (see :func:`save_summary`).
+    recorded in ``revisions`` (see :func:`save_summary`). ``model_timeout_s``:
+    the runtime's, for the summarizer call (:func:`update_summary`).
     """
     frontier = current.summary.frontier if current is not None else 0
     if not outcome.archived_groups and frontier >= outcome.boundary:
@@ -510,6 +530,7 @@ async def summarize_after_commit(
             limits=limits,
             view=view,
             erased=erased,
+            model_timeout_s=model_timeout_s,
         )
         diagnostics = list(update.diagnostics)
         span.set("agentium.summary.diagnostics", len(diagnostics))

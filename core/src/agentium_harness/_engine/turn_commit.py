@@ -49,7 +49,7 @@ from .progress import RunProgress
 from .recall_view import RecallView, publish
 from .results import CommitState, Diagnostic, RunResult, RunStatus, Severity
 from .sources import SourceStatus
-from .summary import summarize_after_commit
+from .summary import summarize_after_commit, summarize_timeout
 from .turn import TurnOutcome
 from .verification import final_answer
 
@@ -117,12 +117,14 @@ async def settle_earlier(runtime: HarnessRuntime, key: SessionKey) -> list[Diagn
     """Let the session's previous summary update land (bounded) before a new commit; its report.
 
     The update saves into the snapshot the next commit is based on: waiting
-    for it first means it never makes this commit conflict.
+    for it first means it never makes this commit conflict. The wait is the
+    update's own deadlines added up (group read, summarizer call, save), so
+    a summarizer given a long model deadline is not cancelled short of it.
     """
     if runtime.parts.work.busy(key):
-        await runtime.parts.work.settle(
-            key, runtime.summary_limits.timeout_s * 2 + runtime.limits.op_timeout_s
-        )
+        limits = runtime.summary_limits
+        summarize = summarize_timeout(limits, runtime.limits.model_timeout_s)
+        await runtime.parts.work.settle(key, limits.timeout_s + summarize + runtime.limits.op_timeout_s)
     earlier = runtime.parts.work.take_report(key)
     return list(earlier.diagnostics) if earlier is not None else []
 
@@ -240,6 +242,7 @@ async def commit_group(
                 view=saved_view,
                 erased=snap.erased or (),
                 revisions=runtime.parts.summary_revisions,
+                model_timeout_s=runtime.limits.model_timeout_s,
             )
 
         if limits.background:

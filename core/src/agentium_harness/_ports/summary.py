@@ -336,7 +336,9 @@ class SummaryLimits:
     - ``max_groups``: groups read and folded per update (the rest wait for the next one);
     - ``max_input_bytes``: canonical bytes of the groups offered to the summarizer;
     - ``max_summary_bytes``: UTF-8 bytes of the summary text; a longer one is refused whole;
-    - ``timeout_s``: the deadline of the group read and of the summarizer call, each;
+    - ``timeout_s``: the deadline of the group read, and of the summarizer call when the
+      runtime sets no ``model_timeout_s`` (a summarizer may call a model: with one set, that
+      is its call's deadline);
     - ``background``: run the update after the turn has returned (the default), as owned
       work of the runtime that the next run on the session, ``close_session`` and
       ``aclose`` wait for or cancel; ``False`` runs it inline, before the run returns.
