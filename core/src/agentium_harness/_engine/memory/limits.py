@@ -1,8 +1,10 @@
-"""A memory manager's bounds, :class:`MemoryLimits`, and the deadline of an agent's model call.
+"""A memory manager's bounds, :class:`MemoryLimits`, and the deadline of its model calls.
 
 An :class:`~.agent.Agent`'s model call is a model call like a runtime's turn
 and gets a model deadline, not a store deadline (the manager's
 ``op_timeout_s`` catches a hung memory store; a model may need a minute).
+So does the manager's extractor call: an extractor is host code that may
+well call a model to find the facts worth keeping.
 :func:`model_timeout` resolves it at each call, the first that is set of:
 
 1. the manager's ``MemoryLimits.model_timeout_s`` (memory's own word);
@@ -10,8 +12,9 @@ and gets a model deadline, not a store deadline (the manager's
    runtime given it, :func:`adopt_runtime_limits`), so a host that raised its
    runtime's model deadline does not see the same model cut off earlier
    when an agent on ``runtime.memory`` calls it;
-3. the agent's own ``op_timeout_s`` (60 s by default), its deadline before
-   model calls had their own.
+3. the deadline the call had before model calls had their own: the agent's
+   own ``op_timeout_s`` (60 s by default) for its model call, the manager's
+   ``op_timeout_s`` (10 s by default) for the extractor.
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ class MemoryLimits:
       ``agentium_memory_event`` broadcast is waited for.
     - ``max_extracted_facts``: most facts one extraction may write.
     - ``model_timeout_s``: deadline of each model call an :class:`Agent` makes with this
-      manager; ``None`` (the default) means the ``model_timeout_s`` of the runtime the
-      manager belongs to when it sets one, else the agent's ``op_timeout_s``.
+      manager, and of each call of its extractor; ``None`` (the default) means the
+      ``model_timeout_s`` of the runtime the manager belongs to when it sets one, else the
+      agent's ``op_timeout_s`` (its model call) or ``op_timeout_s`` here (the extractor).
 
     Every count is an integer from 1 to its ceiling and every duration a finite
     number of seconds above 0 and at most 3600, else :class:`InvalidArgumentError`.
@@ -70,7 +74,7 @@ def adopt_runtime_limits(manager: MemoryManager, limits: RuntimeLimits) -> None:
 
 
 def model_timeout(manager: MemoryManager, op_timeout_s: float) -> float:
-    """The deadline of an agent's model call with ``manager`` (module docs); ``op_timeout_s``: the agent's."""
+    """The deadline of a model call with ``manager`` (module docs); ``op_timeout_s``: the caller's own."""
     own = manager.limits.model_timeout_s
     if own is not None:
         return own

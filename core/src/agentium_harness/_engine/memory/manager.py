@@ -75,7 +75,7 @@ from .answers import (
     checked_scope,
     within,
 )
-from .limits import MemoryLimits
+from .limits import MemoryLimits, model_timeout
 from .selection import MemorySelection, RecentIds, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
 
@@ -195,11 +195,15 @@ class MemoryManager:
         if self._closed:
             raise AgentLifecycleError(f"{what} refused: the memory manager is closed; nothing was written")
 
-    async def _call(self, operation: str, work: Callable[[OpContext], Awaitable[T]]) -> T:
+    async def _call(
+        self, operation: str, work: Callable[[OpContext], Awaitable[T]], timeout_s: float | None = None
+    ) -> T:
         # Spans: ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory`` (Ticket.call).
+        # ``timeout_s``: a deadline other than the store's (the extractor's model deadline).
         with observe.using(self._telemetry):
             try:
-                return await Ticket(None, operation, self.limits.op_timeout_s).call(operation, work)
+                ticket = Ticket(None, operation, self.limits.op_timeout_s)
+                return await ticket.call(operation, work, timeout_s=timeout_s)
             except AgentiumError:
                 raise
             except Exception as exc:
@@ -470,6 +474,9 @@ class MemoryManager:
         work fails, writing none, if the extractor raises, proposes more than
         ``max_extracted_facts``, or proposes a fact outside ``scope`` (another
         user, or a project or repository other than ``scope``'s when it names one).
+        The extractor's call runs under the model deadline
+        (:func:`.limits.model_timeout`: ``MemoryLimits.model_timeout_s``, else
+        the runtime's, else ``op_timeout_s``); the writes under ``op_timeout_s``.
         """
         extractor = self.extractor
         if extractor is None:
@@ -485,7 +492,13 @@ class MemoryManager:
         check_work(name, "extraction", lambda: None)
 
         async def work() -> None:
-            proposed = await self._call("memory extract", lambda ctx: extractor.extract(scope, given, ctx))
+            # An extractor is host code that may well call a model: a model deadline, not the
+            # store's (read when the work runs, so a runtime given the manager later counts too).
+            proposed = await self._call(
+                "memory extract",
+                lambda ctx: extractor.extract(scope, given, ctx),
+                timeout_s=model_timeout(self, self.limits.op_timeout_s),
+            )
             if isinstance(proposed, str | bytes) or not isinstance(proposed, Iterable):
                 raise ContractViolationError(
                     f"the extractor returned {type(proposed).__name__}, not a sequence of MemoryFact; "
