@@ -231,3 +231,113 @@ def test_the_process_exits_although_the_hung_hook_never_returns(tmp_path: Path) 
     assert done.returncode == 2, done.stderr
     assert DIST in done.stderr and "agentium_register_providers" in done.stderr
     assert f"did not return within {BOUND_S}s" in done.stderr
+
+
+#: How long the hung plugin code below blocks when nothing cuts it off: far past every bound here.
+HANG_S = 30.0
+
+
+def _command_plugin(command: CliCommand) -> types.ModuleType:
+    module = types.ModuleType("agtest_command")
+
+    @hookimpl
+    def agentium_register_commands(register: Callable[[CliCommand], None]) -> None:
+        register(command)
+
+    module.agentium_register_commands = agentium_register_commands  # type: ignore[attr-defined]
+    return module
+
+
+def test_a_plugin_command_whose_run_hangs_is_abandoned_at_its_timeout(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run`` used to be called directly: a hung command held the ``agentium`` process forever."""
+    ran = threading.Event()
+
+    def run(args: Any) -> int:
+        ran.set()
+        gate.wait(HANG_S)
+        return 0
+
+    command = CliCommand(
+        name="stuck", help="never ends", configure=lambda p: None, run=run, timeout_s=BOUND_S
+    )
+    _installed(monkeypatch, _command_plugin(command))
+    code, out, err, took = _cli(["stuck"])
+    assert ran.is_set()
+    assert took < HANG_S / 3
+    assert code == 2, (out, err)
+    assert err.startswith("agentium stuck: plugin command 'stuck' did not return within 0.3s"), err
+    assert "the command's CliCommand timeout_s sets this bound" in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_a_plugin_command_that_ends_in_time_keeps_its_status_and_exit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In its thread ``run`` still prints, returns its status, and raises SystemExit as before."""
+
+    def run(args: Any) -> int:
+        sys.stdout.write(f"hello {args.who}\n")
+        if args.who == "exit":
+            raise SystemExit(5)
+        return 3
+
+    def configure(parser: Any) -> None:
+        parser.add_argument("who")
+
+    command = CliCommand(name="greet", help="says hello", configure=configure, run=run, timeout_s=30.0)
+    _installed(monkeypatch, _command_plugin(command))
+    code, out, _err, _ = _cli(["greet", "ana"])
+    assert (code, out) == (3, "hello ana\n")
+    with pytest.raises(SystemExit) as exited:
+        _cli(["greet", "exit"])
+    assert exited.value.code == 5
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), "10", 86_401])
+def test_a_command_with_a_bad_timeout_is_refused_at_registration(bad: object) -> None:
+    command = CliCommand(name="odd", help="h", configure=lambda p: None, run=lambda a: 0, timeout_s=bad)  # type: ignore[arg-type]
+    registry = PluginRegistry.load(autoload=False, extra_plugins=[(DIST, _command_plugin(command))])
+    assert "odd" not in [c.name for c, _ in registry.commands()]
+    [problem] = [p for p in registry.problems if p.distribution == DIST]
+    assert "command 'odd': timeout_s must be" in problem.error
+
+
+def test_the_process_exits_although_the_hung_command_never_returns(tmp_path: Path) -> None:
+    """The command's abandoned thread is a daemon: the process ends with the message, the thread never."""
+    script = tmp_path / "hang_command.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, threading, types
+            from agentium_harness._cli import main
+            from agentium_harness._plugins import registry
+            from agentium_harness._plugins.hookspecs import hookimpl
+            from agentium_harness.plugin_api import CliCommand
+
+            never = threading.Event()
+            module = types.ModuleType("agtest_hang")
+
+            @hookimpl
+            def agentium_register_commands(register):
+                register(CliCommand(name="stuck", help="h", configure=lambda p: None,
+                                    run=lambda args: never.wait(), timeout_s={BOUND_S}))
+
+            module.agentium_register_commands = agentium_register_commands
+            entry = types.SimpleNamespace(
+                name="main", value="agtest_hang:main",
+                dist=types.SimpleNamespace(name={DIST!r}, version="1.0"), load=lambda: module,
+            )
+            registry.entry_points_of = lambda group: ([entry], [])
+            sys.exit(main(sys.argv[1:]))
+            """
+        ),
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTIUM_PLUGINS", "AGENTIUM_DISABLE_PLUGINS")}
+    done = subprocess.run(
+        [sys.executable, str(script), "stuck"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "agentium stuck: plugin command 'stuck' did not return within 0.3s" in done.stderr

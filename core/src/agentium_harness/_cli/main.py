@@ -484,8 +484,25 @@ def build_parser(commands: Sequence[CliCommand] = ()) -> argparse.ArgumentParser
                 f"agentium: plugin command {command.name!r} could not declare its arguments: {why}\n"
             )
             continue
-        sub.set_defaults(func=command.run)
+        sub.set_defaults(func=partial(_run_plugin_command, command))
     return plain_help(parser)
+
+
+def _run_plugin_command(command: CliCommand, args: argparse.Namespace) -> object:
+    """A plugin command's ``run(args)``, abandoned past its ``timeout_s``.
+
+    The call runs in a daemon thread (:func:`call_with_deadline`, as for every
+    other call into plugin code), so a ``run`` that never returns cannot hang
+    the command: past the bound ``HookTimeoutError`` (an ``AgentiumError``)
+    names the command and main() reports it, exit status 2. What ``run`` raises
+    in time (``SystemExit`` included) is re-raised here as if it had been called directly.
+    """
+    return call_with_deadline(
+        partial(command.run, args),
+        command.timeout_s,
+        f"plugin command {command.name!r}",
+        bound="the command's CliCommand timeout_s",
+    )
 
 
 def _first_word(argv: Sequence[str]) -> str | None:

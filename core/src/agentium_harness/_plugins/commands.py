@@ -17,7 +17,17 @@ from typing import Final
 
 import attrs
 
-__all__ = ["COMMAND_HOOK", "CORE_COMMANDS", "CliCommand", "CommandTable", "RegisterCommand"]
+from .._errors import InvalidArgumentError
+from .deadline import check_timeout
+
+__all__ = [
+    "COMMAND_HOOK",
+    "CORE_COMMANDS",
+    "DEFAULT_COMMAND_TIMEOUT_S",
+    "CliCommand",
+    "CommandTable",
+    "RegisterCommand",
+]
 
 #: The registration hook for plugin subcommands.
 COMMAND_HOOK: Final = "agentium_register_commands"
@@ -26,6 +36,9 @@ COMMAND_HOOK: Final = "agentium_register_commands"
 CORE_COMMANDS: Final = frozenset(
     {"plugins", "check", "demo", "run", "session", "recall", "memory", "verify", "eval", "erase", "retention"}
 )
+
+#: How long a plugin command's ``run`` may take unless its ``CliCommand`` says otherwise (ten minutes).
+DEFAULT_COMMAND_TIMEOUT_S: Final = 600.0
 
 #: What a command name may look like: typed on the command line, so short, lower case, no quoting.
 _NAME: Final = re.compile(r"[a-z][a-z0-9-]{0,31}")
@@ -47,6 +60,13 @@ class CliCommand:
       commands.
     - ``description``: the longer text of ``agentium <name> --help``
       (defaults to ``help``).
+    - ``timeout_s``: how long ``run`` may take, in seconds (more than 0, at
+      most a day; default 600, :data:`DEFAULT_COMMAND_TIMEOUT_S`). The command
+      line enforces it whatever ``run`` does: ``run`` is called in a daemon
+      thread, and past the bound the command stops waiting for it, reports
+      ``agentium <name>: ... did not return within ...`` and exits with
+      status 2 (the abandoned thread ends with the process). A command that
+      legitimately runs longer (a large migration) declares a larger bound.
     """
 
     name: str
@@ -54,6 +74,7 @@ class CliCommand:
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     description: str = ""
+    timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
 
 
 RegisterCommand = Callable[[CliCommand], None]
@@ -80,6 +101,10 @@ class CommandTable:
             return f"command {command.name!r} needs callable configure and run"
         if not isinstance(command.help, str) or not command.help.strip():
             return f"command {command.name!r} needs a help line"
+        try:
+            check_timeout(command.timeout_s, f"command {command.name!r}: timeout_s")
+        except InvalidArgumentError as exc:
+            return str(exc)
         found = self._by_name.get(command.name)
         if found is not None:
             return f"command {command.name!r} is already registered by {found[1]}"

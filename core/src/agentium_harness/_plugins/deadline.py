@@ -85,12 +85,14 @@ def process_hook_timeout() -> float:
     return hook_timeout(os.environ)
 
 
-def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str) -> T:
+def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str, bound: str | None = None) -> T:
     """``call()`` in a daemon thread, waited for at most ``timeout_s``; its result or its exception.
 
     The call runs in a copy of the caller's context (context variables such as
     the build context reach it). ``what`` names the call in the error and the
-    log: a plugin and hook, never data.
+    log: a plugin and hook, never data. ``bound`` names the setting that gave
+    ``timeout_s``, for the error (default :data:`ENV_HOOK_TIMEOUT`; a plugin
+    command's ``timeout_s``, say, is not set there).
 
     :raises HookTimeoutError: ``call`` had not returned at the deadline; it is
         abandoned (still running in its thread) and its late outcome discarded.
@@ -114,7 +116,7 @@ def call_with_deadline(call: Callable[[], T], timeout_s: float, what: str) -> T:
             "%s did not return within %ss; abandoned, still running in a daemon thread", what, timeout_s
         )
         raise HookTimeoutError(
-            f"{what} did not return within {timeout_s:g}s ({ENV_HOOK_TIMEOUT} sets this bound); "
+            f"{what} did not return within {timeout_s:g}s ({bound or ENV_HOOK_TIMEOUT} sets this bound); "
             "it was abandoned"
         )
     ok, value = outcome[0]
