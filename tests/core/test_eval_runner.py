@@ -4,14 +4,30 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
+import types
+from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import pytest
-from _eval_support import EXAMPLES, FACT_CASE, FAIL_MARKER, case, flaky_registry, trace, write_config
+from _eval_support import (
+    EXAMPLES,
+    FACT_CASE,
+    FAIL_MARKER,
+    RECALL_ON,
+    case,
+    flaky_registry,
+    trace,
+    write_cases,
+    write_config,
+)
 
 from agentium_harness import InvalidArgumentError, ResidentLimits, RuntimeLimits, create_harness_runtime
+from agentium_harness._cli import main
+from agentium_harness._plugins import registry as registry_module
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
@@ -19,6 +35,7 @@ from agentium_harness.eval import (
     CaseTrace,
     EvalCase,
     EvalCaseError,
+    EvalRun,
     Grade,
     GradeStatus,
     Progress,
@@ -35,6 +52,7 @@ from agentium_harness.plugin_api import (
     VerificationResult,
     VerifierCapabilities,
     VerifyContext,
+    hookimpl,
 )
 from agentium_harness.testing.eval_target import create_harness_eval_target
 
@@ -232,3 +250,102 @@ def test_the_eval_runs_under_asyncio_and_trio(backend: str, tmp_path: Path) -> N
     target = create_harness_eval_target(EXAMPLES / "recall-on.toml", workdir=tmp_path)
     run = anyio.run(lambda: run_eval(_cases(FACT_CASE), target, GRADERS), backend=backend)
     assert run.results[0].grades["supported_answer"].status is GradeStatus.PASS
+
+
+#: How long the hung grader below blocks when nothing cuts it off: far past every bound here.
+HANG_S = 30.0
+
+
+class _Stuck:
+    """A plugin grader that blocks (in whatever thread calls it) until the test releases ``gate``."""
+
+    name = "stuck"
+    description = "hangs"
+    evidence = False
+
+    def __init__(self, gate: threading.Event) -> None:
+        self.gate = gate
+        self.called = threading.Event()
+
+    def grade(self, case: EvalCase, trace: CaseTrace) -> Grade:
+        self.called.set()
+        self.gate.wait(HANG_S)
+        return Grade.passed("released")
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """What the hung grader waits on; released after the test so its abandoned thread ends."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def test_a_grader_that_hangs_is_abandoned_at_the_hook_timeout_and_graded_absent(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``grade`` used to be called on the event loop itself: a hung grader held the whole eval forever."""
+    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", "0.5")
+    stuck = _Stuck(gate)
+    cases = [case(id=f"c{i}", expect={"abstain": True}) for i in range(3)]
+    graders = {"abstention": GRADERS["abstention"], "stuck": stuck}
+
+    async def go() -> EvalRun:
+        with anyio.fail_after(20):  # the unbounded version blocks the loop for HANG_S, then fails below
+            return await run_eval(cases, _Target(), graders, concurrency=3)
+
+    started = time.monotonic()
+    run = anyio.run(go)
+    took = time.monotonic() - started
+    assert stuck.called.is_set()
+    assert took < HANG_S / 3  # the three cases' graders were cut off side by side, not one after another
+    assert run.counts("abstention")["pass"] == 3  # the other grader's grades are kept
+    assert run.counts("stuck") == {"pass": 0, "fail": 0, "absent": 3, "valid": 0}
+    reason = run.results[0].grades["stuck"].reason
+    assert reason.startswith("grader error: HookTimeoutError: grader 'stuck' did not return within 0.5s"), (
+        reason
+    )
+    assert "AGENTIUM_HOOK_TIMEOUT sets this bound" in reason
+
+
+def test_the_grader_bound_can_be_given_and_is_checked(gate: threading.Event) -> None:
+    cases = [case(id="c0", expect={"abstain": True})]
+    run = anyio.run(lambda: run_eval(cases, _Target(), {"stuck": _Stuck(gate)}, grader_timeout_s=0.3))
+    reason = run.results[0].grades["stuck"].reason
+    assert "grader 'stuck' did not return within 0.3s (grader_timeout_s sets this bound)" in reason
+    for bad in (0, -1, float("nan"), "1"):
+        with pytest.raises(InvalidArgumentError, match="grader_timeout_s"):
+            anyio.run(lambda: run_eval(cases, _Target(), GRADERS, grader_timeout_s=bad))  # type: ignore[arg-type]  # noqa: B023
+
+
+def test_agentium_eval_reports_a_hung_plugin_grader_and_exits_0(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the command line a hung grader is an absent grade per case; the eval runs, as with a raising one."""
+    stuck = _Stuck(gate)
+
+    @hookimpl
+    def agentium_register_graders(register: Any) -> None:
+        register(stuck)
+
+    module = types.SimpleNamespace(agentium_register_graders=agentium_register_graders)
+    entry = types.SimpleNamespace(
+        name="main",
+        value="agtest_stuck:main",
+        dist=types.SimpleNamespace(name="agtest-stuck", version="1.0"),
+        load=lambda: module,
+    )
+    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
+    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", "0.5")
+    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
+    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
+    cases = write_cases(tmp_path / "cases.jsonl", [{**FACT_CASE, "graders": ["stuck", "supported_answer"]}])
+    started = time.monotonic()
+    code = main(["eval", str(RECALL_ON), str(cases), "--out", str(tmp_path / "out"), "--json"])
+    assert time.monotonic() - started < HANG_S / 3
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    (graded,) = report["runs"][0]["cases"]
+    assert graded["grades"]["supported_answer"]["status"] == "pass"
+    assert graded["grades"]["stuck"]["status"] == "absent"
+    assert "grader 'stuck' did not return within 0.5s" in graded["grades"]["stuck"]["reason"]

@@ -4,6 +4,11 @@ A case whose target raises (the provider failed, a replay missed, a store
 was down) is an *infrastructure failure*: it is recorded with its error and
 counted apart, and it receives no grades, so it can neither pass nor fail a
 grader (R34). Every other case is graded by every grader it names.
+
+A grader is plugin code called synchronously, so it is bounded as every other
+call into plugin code is (:func:`~agentium_harness._plugins.deadline.call_with_deadline`):
+it runs in a daemon thread, off the event loop, and one that has not returned
+by the grader bound is abandoned there and graded ``absent``.
 """
 
 from __future__ import annotations
@@ -11,11 +16,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol, TextIO
 
 import anyio
+import anyio.to_thread
 import attrs
 
+from .._plugins.deadline import ENV_HOOK_TIMEOUT, call_with_deadline, check_timeout, process_hook_timeout
 from ._cases import EvalCase
 from ._graders import Grade, Grader, GradeStatus
 from ._trace import CaseTrace
@@ -179,10 +187,19 @@ def installed_graders(registry: Any = None) -> dict[str, Grader]:
     return {name: registry.grader(name) for name in registry.grader_names()}
 
 
-def _grade(grader: Grader, case: EvalCase, trace: CaseTrace) -> Grade:
+async def _grade(
+    name: str, grader: Grader, case: EvalCase, trace: CaseTrace, timeout_s: float, bound: str
+) -> Grade:
+    # In a daemon thread, waited for up to ``timeout_s`` from a worker thread so the event loop (and
+    # the other cases) go on meanwhile; the worker returns at the deadline at the latest, so an
+    # eval cancelled meanwhile may leave it without waiting. A grader that hangs used to block the
+    # event loop itself, and the whole eval with it.
+    call = partial(
+        call_with_deadline, partial(grader.grade, case, trace), timeout_s, f"grader {name!r}", bound
+    )
     try:
-        grade = grader.grade(case, trace)
-    except Exception as exc:  # a grader's own bug: recorded, never a pass
+        grade = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    except Exception as exc:  # a grader's own bug or hang (HookTimeoutError): recorded, never a pass
         return Grade.absent(f"grader error: {type(exc).__name__}: {exc}")
     if not isinstance(grade, Grade):
         return Grade.absent(f"grader error: returned {type(grade).__name__}, not a Grade")
@@ -197,15 +214,27 @@ async def run_eval(
     concurrency: int = 4,
     progress: Progress | None = None,
     cases_file: str = "",
+    grader_timeout_s: float | None = None,
 ) -> EvalRun:
     """Run every case on ``target`` (at most ``concurrency`` at once) and grade each.
 
     A case that raises becomes an infrastructure failure and the others go
     on; a grader that raises yields ``absent`` with the error as its reason.
-    Cancellation still stops the run.
+    Each ``grade`` call may take ``grader_timeout_s`` seconds (default: the
+    bound on calls into plugin code, ``AGENTIUM_HOOK_TIMEOUT``, 30 s unless
+    set); one that has not returned by then is abandoned in its daemon thread
+    and yields ``absent`` with ``grader error: HookTimeoutError: grader '<name>'
+    did not return within ...``. Cancellation still stops the run.
+
+    :raises InvalidArgumentError: ``grader_timeout_s`` is not a number of
+        seconds in (0, 1 day], or ``AGENTIUM_HOOK_TIMEOUT`` is set to one that is not.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if grader_timeout_s is None:
+        grade_s, bound = process_hook_timeout(), ENV_HOOK_TIMEOUT
+    else:
+        grade_s, bound = check_timeout(grader_timeout_s, "grader_timeout_s"), "grader_timeout_s"
     names = tuple(graders)
     results: list[CaseResult | None] = [None] * len(cases)
     limiter = anyio.CapacityLimiter(concurrency)
@@ -219,7 +248,7 @@ async def run_eval(
             except Exception as exc:  # any failure of one case is that case's; the others go on
                 results[index] = CaseResult(case, None, {}, InfraFailure.of(exc))
             else:
-                grades = {n: _grade(graders[n], case, trace) for n in wanted}
+                grades = {n: await _grade(n, graders[n], case, trace, grade_s, bound) for n in wanted}
                 results[index] = CaseResult(case, trace, grades)
         if progress is not None:
             found = results[index]
