@@ -8,6 +8,9 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import time
+import types
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -357,3 +360,49 @@ def test_run_refuses_a_grant_of_no_tool_and_an_empty_text_before_loading_anythin
     out, err = capsys.readouterr()
     assert out == "" and says in err and "Nothing was run" in err
     assert not (tmp_path / "state.db").exists()
+
+
+def test_demo_fails_with_a_typed_error_when_the_verifier_factory_hangs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo called the ``fs`` verifier's factory on the event loop: a hung one hung the demo."""
+    from agentium_harness._plugins import registry as registry_module
+    from agentium_harness.plugin_api import AdapterSpec, hookimpl
+    from agentium_verifier_fs.config import FsVerifierConfig
+    from agentium_verifier_fs.verifier import FsVerifier
+
+    gate, called = threading.Event(), threading.Event()
+
+    def factory(config: FsVerifierConfig) -> FsVerifier:
+        called.set()
+        gate.wait(30)  # released at the end of the test; 30 s is far past the 0.5 s bound
+        return FsVerifier(config)
+
+    @hookimpl
+    def agentium_register_verifiers(register: Any) -> None:
+        register(AdapterSpec("fs", FsVerifier, FsVerifierConfig, factory=factory))
+
+    module = types.SimpleNamespace(agentium_register_verifiers=agentium_register_verifiers)
+    entry = types.SimpleNamespace(
+        name="main",
+        value="agtest_hang_fs:main",
+        dist=types.SimpleNamespace(name="agtest-hang-fs", version="1.0"),
+        load=lambda: module,
+    )
+    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
+    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", "0.5")
+    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
+    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
+    try:
+        started = time.monotonic()
+        code = main(["demo", "--dir", str(tmp_path), "--turns", "2"])
+        took = time.monotonic() - started
+    finally:
+        gate.set()
+    assert called.is_set()
+    assert took < 10
+    err = capsys.readouterr().err
+    assert code == 2, err
+    named = "the factory of verifier adapter 'fs' (plugin agtest-hang-fs)"
+    assert err.startswith(f"agentium demo: {named} did not return within 0.5s"), err
+    assert "Traceback" not in err

@@ -8,13 +8,17 @@ the artifact with the digest the *host's* task names, so the claim is
 refused (``fail``) and a revision is requested with the verifier's reasons;
 the model rewrites the report, runs the tests again on it, and the second
 verdict is ``pass``. Without
-the plugin installed, the part is skipped with a note.
+the plugin installed, the part is skipped with a note. The plugin's factory is
+bounded like every adapter factory (the registry's ``hook_timeout_s``,
+``AGENTIUM_HOOK_TIMEOUT``): one that hangs is abandoned and the demo fails with
+:class:`~agentium_harness._plugins.deadline.HookTimeoutError` naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,6 +29,7 @@ from .._engine.build import create_harness_runtime
 from .._engine.tools import EffectLevel, Tool, ToolRegistry
 from .._engine.verification import verified_completion_policy
 from .._errors import PluginNotFoundError
+from .._plugins.deadline import call_with_deadline
 from .._plugins.registry import PluginRegistry
 from .._ports.archive import HistoryArchive
 from .._ports.sessions import SessionStore
@@ -84,7 +89,15 @@ def _script() -> list[object]:
     ]
 
 
-def _verifier(registry: PluginRegistry, task: Path) -> Any:
+async def _verifier(registry: PluginRegistry, task: Path) -> Any:
+    """The ``fs`` verifier for ``task``, its factory bounded as ``build_component`` bounds a factory.
+
+    The factory is plugin code and used to be called right here, on the event
+    loop: one that never returned hung ``agentium demo`` for good. It runs in a
+    daemon thread, abandoned past the registry's ``hook_timeout_s``
+    (:class:`~agentium_harness._plugins.deadline.HookTimeoutError`), waited for
+    from a worker thread so the event loop is not held meanwhile.
+    """
     found = registry.adapter("verifier", "fs")
     expected = hashlib.sha256(FINAL_REPORT.encode()).hexdigest()
     options: Any = structure(
@@ -95,7 +108,9 @@ def _verifier(registry: PluginRegistry, task: Path) -> Any:
         },
         found.spec.config_class,
     )
-    return found.spec.build(options)
+    what = f"the factory of verifier adapter 'fs' (plugin {found.distribution})"
+    build = partial(call_with_deadline, partial(found.spec.build, options), registry.hook_timeout_s, what)
+    return await anyio.to_thread.run_sync(build, abandon_on_cancel=True)
 
 
 async def run_task(
@@ -121,7 +136,7 @@ async def run_task(
     task = directory / TASK_DIR
     await anyio.to_thread.run_sync(lambda: task.mkdir(exist_ok=True))
     await anyio.to_thread.run_sync((task / _REPORT).write_text, "Inventory report: DRAFT\n")
-    verifier = _verifier(registry, task)
+    verifier = await _verifier(registry, task)
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=_script()),
         archive=archive,
