@@ -201,7 +201,8 @@ class SummarizerConfig:
     """``[summarizer]``: a component section plus the update budget (``[summarizer.budget]``).
 
     The budget's keys are those of :class:`~agentium_harness._ports.summary.SummaryLimits`:
-    ``max_groups``, ``max_input_bytes``, ``max_summary_bytes``, ``timeout_s`` and ``background``.
+    ``max_groups``, ``max_input_bytes``, ``max_summary_bytes``, ``timeout_s``, ``background``
+    and ``model_timeout_s``.
     """
 
     plugin: str

@@ -39,7 +39,8 @@ class RuntimeLimits:
     - ``model_timeout_s``: deadline of each model call (the provider's ``complete``); ``None``
       (the default) means ``op_timeout_s``. Model calls are slow and store calls fast: a host
       whose model needs a minute sets this, and a hung store is still caught at ``op_timeout_s``.
-      When set it also bounds the summarizer call of a summary update (unset:
+      When set it also bounds the summarizer call of a summary update, unless
+      ``SummaryLimits.model_timeout_s`` sets the summary's own (neither set:
       ``SummaryLimits.timeout_s``); shutdown stays bounded by the settle and close limits.
     - ``tool_timeout_s``: deadline of each tool handler call; past it the call is cancelled
       and reported to the model as timed out.

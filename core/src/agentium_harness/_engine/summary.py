@@ -13,11 +13,14 @@ previous summary already cited), and the size of the text. A summarizer
 that raises, hangs or answers wrongly leaves the previous summary in place.
 
 Deadlines: the group read is a store read, bounded by ``SummaryLimits.timeout_s``;
-the summarizer may call a model, so its call is bounded by the runtime's
-``model_timeout_s`` when set, else by ``SummaryLimits.timeout_s`` as before
-(:func:`summarize_timeout`). A host whose model needs a minute raises the
-runtime's model deadline once, and neither its turns nor its summaries cut
-that model off; a hung summarizer is still bounded by it.
+the summarizer may call a model, so its call is bounded by a model deadline
+(:func:`summarize_timeout`): ``SummaryLimits.model_timeout_s`` when set (the
+summary's own word), else the runtime's ``model_timeout_s``, else
+``SummaryLimits.timeout_s`` as before. A host whose model needs a minute
+raises the runtime's model deadline once, and neither its turns nor its
+summaries cut that model off; one whose summarizer needs another deadline
+than its turns' model sets the summary's; a hung summarizer is still
+bounded by the deadline that applies.
 
 Citations prove identity, not content (R5): a citation is a group seq and
 digest, and the block the model sees carries the summary text, its coverage
@@ -95,7 +98,9 @@ _MAX_GAP_DETAIL = 300
 
 
 def summarize_timeout(limits: SummaryLimits, model_timeout_s: float | None) -> float:
-    """The deadline of the summarizer call: the runtime's ``model_timeout_s``, else ``limits.timeout_s``."""
+    """The summarizer call's deadline: ``limits.model_timeout_s``, else the runtime's, else ``timeout_s``."""
+    if limits.model_timeout_s is not None:
+        return limits.model_timeout_s
     return limits.timeout_s if model_timeout_s is None else model_timeout_s
 
 
@@ -316,8 +321,9 @@ async def update_summary(
     ``erased`` (the session's erased ranges) are groups an erasure removed:
     the frontier passes them, saying so in the summary's uncertainty, and
     a read never reaches into one.
-    ``model_timeout_s`` (the runtime's) bounds the summarizer call when set
-    (:func:`summarize_timeout`); the group read keeps ``limits.timeout_s``.
+    ``model_timeout_s`` (the runtime's) bounds the summarizer call when set and
+    ``limits.model_timeout_s`` is not (:func:`summarize_timeout`); the group
+    read keeps ``limits.timeout_s``.
     Returns the state to save (``None`` when nothing changed).
     """
     original = current
@@ -350,8 +356,8 @@ async def update_summary(
         summary = attrs.evolve(previous if previous is not None else empty, frontier=passed)
     if offered:
         try:
-            # A model deadline when the runtime sets one: the summarizer may call a model, which a
-            # store-sized deadline would cut off; past it the call is walked away from all the same.
+            # A model deadline when the summary or the runtime sets one: the summarizer may call a
+            # model, which a store-sized deadline would cut off; past it the call is walked away from.
             answer = await ticket.call(
                 "summarize",
                 lambda ctx: summarizer.summarize(previous, tuple(offered), ctx),

@@ -119,7 +119,8 @@ async def settle_earlier(runtime: HarnessRuntime, key: SessionKey) -> list[Diagn
     The update saves into the snapshot the next commit is based on: waiting
     for it first means it never makes this commit conflict. The wait is the
     update's own deadlines added up (group read, summarizer call, save), so
-    a summarizer given a long model deadline is not cancelled short of it.
+    a summarizer given a long model deadline (the summary's or the runtime's,
+    :func:`.summary.summarize_timeout`) is not cancelled short of it.
     """
     if runtime.parts.work.busy(key):
         limits = runtime.summary_limits

@@ -336,12 +336,17 @@ class SummaryLimits:
     - ``max_groups``: groups read and folded per update (the rest wait for the next one);
     - ``max_input_bytes``: canonical bytes of the groups offered to the summarizer;
     - ``max_summary_bytes``: UTF-8 bytes of the summary text; a longer one is refused whole;
-    - ``timeout_s``: the deadline of the group read, and of the summarizer call when the
-      runtime sets no ``model_timeout_s`` (a summarizer may call a model: with one set, that
-      is its call's deadline);
+    - ``timeout_s``: the deadline of the group read, and of the summarizer call when neither
+      ``model_timeout_s`` here nor the runtime's is set;
     - ``background``: run the update after the turn has returned (the default), as owned
       work of the runtime that the next run on the session, ``close_session`` and
-      ``aclose`` wait for or cancel; ``False`` runs it inline, before the run returns.
+      ``aclose`` wait for or cancel; ``False`` runs it inline, before the run returns;
+    - ``model_timeout_s``: the deadline of the summarizer call (a summarizer may call a
+      model); ``None`` (the default) means the runtime's ``model_timeout_s`` when it sets
+      one, else ``timeout_s``. Shutdown stays bounded by the settle and close limits.
+
+    Every count is an integer from 1 to its ceiling and every duration a finite number of
+    seconds above 0 and at most 3600, else :class:`InvalidArgumentError`.
     """
 
     max_groups: int = attrs.field(default=32, validator=bounded_count())
@@ -349,6 +354,8 @@ class SummaryLimits:
     max_summary_bytes: int = attrs.field(default=4_096, validator=bounded_count())
     timeout_s: float = attrs.field(default=10.0, validator=bounded_duration())
     background: bool = attrs.field(default=True, validator=_flag_field)
+    # Last, so positional construction keeps its meaning.
+    model_timeout_s: float | None = attrs.field(default=None, validator=bounded_duration(optional=True))
 
 
 class Summarizer:
