@@ -140,4 +140,9 @@ COMMAND = CliCommand(
     configure=configure,
     run=run,
     description="Commands of agentium-postgres. `agentium postgres migrate CONFIG` applies the schema.",
+    # Each schema's migration allows itself 120 s (lock waits included) and a config may name
+    # several schemas: the 600 s default could cut a long but healthy run off. An abandoned run
+    # changes nothing half-way: each migration is one transaction, rolled back when the process
+    # exits and its connection closes.
+    timeout_s=3600.0,
 )
