@@ -16,6 +16,7 @@ from .._observe import spans as observe
 from .._ports.archive import ArchiveReceipt, HistoryArchive
 from .._scope import SessionKey
 from .._validators import exact_int
+from .adapter_lists import adapter_method, listed
 from .lifecycle import Ticket
 
 __all__ = ["archive_groups", "checked_receipts"]
@@ -27,7 +28,9 @@ async def archive_groups(
     """Append and check every receipt; a wrong receipt is a contract violation, not trusted."""
     with observe.stage("eviction", {"agentium.eviction.groups": len(groups)}):
         raw = await ticket.call("archive append", lambda ctx: archive.append(key, groups, ctx))
-        return checked_receipts(groups, tuple(raw))
+        # Read to one past the batch at most: an answer that never ends cannot hold the commit.
+        given = listed(raw, len(groups), adapter_method("archive", archive, "append"), "receipts")
+        return checked_receipts(groups, tuple(given))
 
 
 def checked_receipts(
@@ -35,9 +38,8 @@ def checked_receipts(
 ) -> tuple[ArchiveReceipt, ...]:
     """One receipt per group, in order, each with the group's seq and digest, or a contract violation."""
     if len(receipts) != len(groups):
-        raise ContractViolationError(
-            f"archive returned {len(receipts)} receipt(s) for {len(groups)} group(s)"
-        )
+        count = f"more than {len(groups)}" if len(receipts) > len(groups) else str(len(receipts))
+        raise ContractViolationError(f"archive returned {count} receipt(s) for {len(groups)} group(s)")
     checked: list[ArchiveReceipt] = []
     for group, receipt in zip(groups, receipts, strict=True):
         if not isinstance(receipt, ArchiveReceipt):

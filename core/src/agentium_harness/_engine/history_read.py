@@ -25,6 +25,7 @@ from .._ports._base import capabilities_of
 from .._ports.archive import HistoryArchive, check_archived_group
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
 from .._scope import SessionKey
+from .adapter_lists import adapter_method, bounded_list, listed
 from .history_checks import MAX_APPEND_BYTES, check_before_seq
 from .history_records import HistoryGroup, HistoryPage, SessionPage
 from .history_view import ViewIndex
@@ -206,9 +207,10 @@ async def _fetch(
     for _, run in itertools.groupby(enumerate(wanted), key=lambda pair: pair[1] - pair[0]):
         seqs_in_run = [seq for _, seq in run]
         first, count = seqs_in_run[0], len(seqs_in_run)
-        page = await read_run(first, count)
+        who = adapter_method("archive", archive, "read_groups")
+        page = listed(await read_run(first, count), count, who, "groups")
         if len(page) > count:
-            raise ContractViolationError(f"archive returned {len(page)} groups for a read of at most {count}")
+            raise ContractViolationError(f"{who} returned more than the {count} groups asked at most")
         for offset, seq in enumerate(seqs_in_run):
             group = page[offset] if offset < len(page) else None
             # ``type(...) is int``: a seq set past the group's validator is not compared by its ``__ne__``.
@@ -263,16 +265,11 @@ async def list_page(
     raw = await ticket.call(
         "session listing", lambda ctx: store.list_sessions(tenant, user, limit + 1, ctx, after=after)
     )
-    if isinstance(raw, str | bytes) or not isinstance(raw, Sequence) or len(raw) > limit + 1:
-        raise ContractViolationError(
-            f"session store returned {type(raw).__name__} for a listing of at most {limit + 1} ids"
-        )
-    ids = list(raw)
-    if (
-        not all(isinstance(i, str) for i in ids)
-        or ids != sorted(set(ids))
-        or (after is not None and ids and ids[0] <= after)
-    ):
+    # Read to one past the limit asked (``limit + 1``) at most, never trusting the answer's own length.
+    found = bounded_list(raw, limit + 1, adapter_method("session store", store, "list_sessions"), "ids", str)
+    # Each id read as the str it holds: a subclass's own comparisons could pass any order check.
+    ids = [str.__str__(i) for i in found]
+    if ids != sorted(set(ids)) or (after is not None and ids and ids[0] <= after):
         raise ContractViolationError(
             "session store returned a listing that is not sorted, unique strings after the cursor"
         )

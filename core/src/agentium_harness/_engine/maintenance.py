@@ -7,7 +7,6 @@ so shutdown can cancel it like a run, and every adapter call in it is bounded.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -24,6 +23,7 @@ from .._ports.sessions import ArchiveDivergence, SessionStore, seal_snapshot
 from .._ports.summary import SummaryState
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._validators import shown_number
+from .adapter_lists import adapter_method, listed
 from .archive_index import index_archived
 from .arguments import run_scope
 from .commit import commit
@@ -466,12 +466,14 @@ async def _read_from(
     out: list[MessageGroup] = []
     seq = start
     while True:
-        page: Sequence[MessageGroup] = await ticket.call(
-            "archive read", partial(archive.read_groups, key, seq, _RECONCILE_PAGE)
-        )
+        raw = await ticket.call("archive read", partial(archive.read_groups, key, seq, _RECONCILE_PAGE))
+        who = adapter_method("archive", archive, "read_groups")
+        # Read to one past the page at most: reconcile writes what it read, so an answer over its
+        # bound (or one that never ends) is refused before any of it is kept.
+        page = listed(raw, _RECONCILE_PAGE, who, "groups")
         if len(page) > _RECONCILE_PAGE:
             raise ContractViolationError(
-                f"archive returned {len(page)} groups for a read of at most {_RECONCILE_PAGE}"
+                f"{who} returned more than {_RECONCILE_PAGE} groups for a read of at most {_RECONCILE_PAGE}"
             )
         for group in page:
             # ``type(...) is int``: a seq set past the group's validator is not compared by its ``__ne__``.

@@ -42,6 +42,7 @@ from .._ports.sessions import SessionSnapshot, SessionStore
 from .._scope import SessionKey
 from .._text import error_text
 from .._validators import bounded_count, exact_number, keep_exact, shown_number
+from .adapter_lists import adapter_method, bounded_list
 from .erasure import ErasureResult, OperatorAttestation
 from .lifecycle import Ticket
 from .load import load_session
@@ -197,7 +198,19 @@ async def sessions_of(
         after: str | None = None
         tenant, user = target.tenant_id, target.user_id
         while len(found) < MAX_RETENTION_SESSIONS:
-            page = await ticket.call("session listing", _page(store, tenant, user, after))
+            raw = await ticket.call("session listing", _page(store, tenant, user, after))
+            # Read to one past the page at most, each an id, before any session is looked at: an
+            # answer that never ends, or is over its bound, is refused and nothing is erased.
+            given = bounded_list(
+                raw, _LIST_PAGE, adapter_method("session store", store, "list_sessions"), "ids", str
+            )
+            page = [str.__str__(sid) for sid in given]  # a subclass's own comparisons are never used
+            if after is not None and page and page[0] <= after:
+                # A listing that does not move past its cursor would be read again without end.
+                raise ContractViolationError(
+                    f"session store {type(store).__name__}.list_sessions returned ids not after the cursor; "
+                    "nothing was erased"
+                )
             found.extend(SessionKey(tenant, user, sid) for sid in page)
             if len(page) < _LIST_PAGE:
                 return found[:MAX_RETENTION_SESSIONS], len(found) > MAX_RETENTION_SESSIONS

@@ -217,8 +217,8 @@ class HistoryArchive:
     ) -> Sequence[ArchiveReceipt]:
         """Durably append ``groups`` (complete, ascending ``seq``) for session ``key``.
 
-        Return one receipt per group, in order, only after the groups are
-        stored. Re-appending a stored group with an equal digest returns its
+        Return one receipt per group, in order (a list or tuple), only after
+        the groups are stored. Re-appending a stored group with an equal digest returns its
         receipt; a different digest at a stored ``seq`` raises
         ``ArchiveConflictError`` and changes nothing. A batch is all or
         nothing: on any error no group of it is stored.
@@ -239,7 +239,9 @@ class HistoryArchive:
         """Return up to ``max_groups`` archived groups with ``seq >= start_seq``, ascending.
 
         Declared by ``bounded_reads``. Must return whole groups only and never
-        more than ``max_groups``. Each group is re-checked before it is
+        more than ``max_groups``, as a list or tuple: the engine reads no
+        further than one group past ``max_groups`` and refuses anything else
+        (docs/plugins.md, "Sequence answers"). Each group is re-checked before it is
         returned (:func:`check_archived_group`): a row that does not decode
         strictly, does not match its digest or belongs to another session
         raises ``ArchiveCorruptError``; nothing is changed.

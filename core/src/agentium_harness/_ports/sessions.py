@@ -161,7 +161,9 @@ class SessionStore:
         """Up to ``limit`` session ids of one user, sorted by code point. Declared by ``listing``.
 
         With ``after``, only ids sorting after it (strictly): the next page of a
-        listing whose previous page ended at ``after``.
+        listing whose previous page ended at ``after``. A list or tuple of
+        ``str``: the engine reads no further than one id past ``limit`` and
+        refuses anything else (docs/plugins.md, "Sequence answers").
 
         Call ``ctx.raise_if_expired("session listing")`` before reading.
 

@@ -1,0 +1,76 @@
+"""What the engine reads of an adapter's sequence answer: a real sequence, read no further than its bound.
+
+A port method that returns many things (``read_groups``, ``list_sessions``,
+``unindexed_groups``, ``append``'s receipts, a recall session's answers)
+answers with a value the engine then walks in its own task, outside the
+adapter call's deadline. So the engine never trusts what the value says of
+itself: its ``__len__`` may lie, its slicing may return anything, its
+iterator may never end or raise half way. :func:`listed` reads it through
+its iterator once, at most one item past the bound (enough to tell it
+broke the bound), into a plain list, and :func:`bounded_list` refuses an
+answer over the bound or holding an item of the wrong type. A value that is
+not a sequence (a generator, a set, a dict, a string, ``None``) is refused
+before anything of it is read. Every refusal is a
+:class:`~agentium_harness._errors.ContractViolationError` naming the adapter
+and method, raised before the engine acts on any of the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import islice
+from typing import TypeVar
+
+from .._errors import ContractViolationError
+from .._text import error_text
+
+__all__ = ["adapter_method", "bounded_list", "listed"]
+
+T = TypeVar("T")
+
+
+def adapter_method(role: str, adapter: object, method: str) -> str:
+    """How an error names the call: ``"archive InMemoryArchive.read_groups"``."""
+    return f"{role} {type(adapter).__name__}.{method}"
+
+
+def listed(raw: object, limit: int, who: str, what: str = "items") -> list[object]:
+    """Up to ``limit + 1`` items of ``raw``, a sequence, read once through its iterator.
+
+    ``who`` names the adapter and method (:func:`adapter_method`), ``what``
+    the items. Raises :class:`ContractViolationError` when ``raw`` is not a
+    sequence (text and bytes are not) or reading it raises. The caller
+    decides what more than ``limit`` items means (refused, or cut: recall).
+    """
+    if isinstance(raw, str | bytes | bytearray | memoryview) or not isinstance(raw, Sequence):
+        raise ContractViolationError(
+            f"{who} returned {type(raw).__name__}, not a sequence of {what} (a list or tuple); "
+            "nothing of it was used"
+        )
+    try:
+        # Never ``len(raw)`` or ``raw[:n]``: a subclass's own methods could say anything. What its
+        # iterator yields is what is used, and it is never read past one item over the bound.
+        return list(islice(iter(raw), max(limit, 0) + 1))
+    except Exception as exc:
+        raise ContractViolationError(
+            f"{who} returned a sequence that could not be read ({error_text(exc)}); nothing of it was used"
+        ) from exc
+
+
+def bounded_list(raw: object, limit: int, who: str, what: str, item: type[T]) -> list[T]:
+    """The items of ``raw`` as a plain list: a sequence of at most ``limit`` items, each an ``item``.
+
+    Anything else is a :class:`ContractViolationError` (see :func:`listed`).
+    """
+    items = listed(raw, limit, who, what)
+    if len(items) > limit:
+        raise ContractViolationError(
+            f"{who} returned more than the {limit} {what} asked at most; nothing of it was used"
+        )
+    for i, value in enumerate(items):
+        if not isinstance(value, item):
+            raise ContractViolationError(
+                f"{who} returned {type(value).__name__} as item {i}, not {item.__name__}; "
+                "nothing of it was used"
+            )
+    return items  # type: ignore[return-value]  # each item checked above

@@ -1,0 +1,344 @@
+"""Hostile adapters' sequence answers: the engine reads each only to its bound, and acts on none it refuses.
+
+A port method that returns many things (``read_groups``, ``list_sessions``,
+``append``'s receipts, ``unindexed_groups``, a recall session's answers)
+answers with a value the engine walks in its own task. Each adapter here is
+a real in-memory adapter with one method overridden to answer, on demand,
+with: a list subclass that says it is empty and whose iterator (nearly)
+never ends; an iterator that (nearly) never ends (not a sequence); more items than were asked; a
+sequence whose iteration raises half way; items of the wrong type. The
+engine must refuse it with a typed error (``ContractViolationError``, or
+the path's own diagnostic), read no more than one item past the bound, and
+change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    ArchiveCorruptError,
+    ContractViolationError,
+    EraseTarget,
+    EvictionStatus,
+    HarnessRuntime,
+    Message,
+    OperatorAttestation,
+    ResidentLimits,
+    RetentionPolicy,
+    Role,
+    RuntimeLimits,
+    SessionKey,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._engine.adapter_lists import bounded_list, listed
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.plugin_api import ArchiveReceipt, MessageGroup, OpContext
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+KEY = SessionKey("acme", "ana", "s1")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"))
+#: How far an "endless" answer goes before it gives up: endless in spirit, bounded so a regression
+#: fails (by the count of items read) instead of hanging the suite.
+ENDLESS = 100_000
+
+
+class Boom(Exception):
+    """What a hostile answer raises half way through its iteration: never a typed error."""
+
+
+class Endless(list):  # type: ignore[type-arg]
+    """A list that says it is empty and whose iterator repeats ``item`` (nearly) without end; counts reads."""
+
+    def __init__(self, item: object) -> None:
+        super().__init__()
+        self.item = item
+        self.read = 0
+
+    def __len__(self) -> int:
+        return 0
+
+    def __iter__(self) -> Iterator[Any]:
+        while self.read < ENDLESS:
+            self.read += 1
+            yield self.item
+
+    def __getitem__(self, index: Any) -> Any:
+        return self if isinstance(index, slice) else self.item
+
+
+class EndlessGroups(Endless):
+    """:class:`Endless`, yielding groups at ascending seqs from ``first``'s: each in place, none ever last."""
+
+    def __iter__(self) -> Iterator[Any]:
+        first: MessageGroup = self.item  # type: ignore[assignment]
+        while self.read < ENDLESS:
+            self.read += 1
+            yield MessageGroup(first.seq + self.read - 1, first.messages)
+
+
+class Raising(list):  # type: ignore[type-arg]
+    """A list whose length and iteration raise a foreign exception after its first item."""
+
+    def __len__(self) -> int:
+        raise Boom("len")
+
+    def __iter__(self) -> Iterator[Any]:
+        yield list.__getitem__(self, 0)
+        raise Boom("half way")
+
+
+class EndlessIterator:
+    """An iterator that repeats ``item`` (nearly) without end; not a sequence, so never read at all."""
+
+    def __init__(self, item: object) -> None:
+        self.item = item
+        self.read = 0
+
+    def __iter__(self) -> EndlessIterator:
+        return self
+
+    def __next__(self) -> object:
+        if self.read >= ENDLESS:
+            raise StopIteration
+        self.read += 1
+        return self.item
+
+
+def endless_generator(item: object) -> Iterator[object]:
+    """A generator that never ends (for the helper's own test: it is refused before it is read)."""
+    while True:
+        yield item
+
+
+#: How each kind of hostile answer is made from the honest answer ``real`` (non-empty) and the bound.
+KINDS: dict[str, Callable[[list[Any], int], object]] = {
+    "endless": lambda real, limit: Endless(real[0]),
+    "endless in order": lambda real, limit: EndlessGroups(real[0]),
+    "iterator": lambda real, limit: EndlessIterator(real[0]),
+    "too many": lambda real, limit: real + [real[-1]] * (limit + 1),
+    "raising": lambda real, limit: Raising(real),
+    "wrong type": lambda real, limit: [object()] * len(real),
+}
+
+#: What a listing of ids can be answered with (groups in order are an archive's).
+LISTING_KINDS = [k for k in KINDS if k != "endless in order"]
+
+
+def _bounded(answer: object, limit: int) -> None:
+    """An endless answer was read to one past its bound at most; an iterator (no sequence) not at all."""
+    if isinstance(answer, Endless):
+        assert answer.read <= limit + 1, f"read {answer.read} items of an answer bounded at {limit}"
+    if isinstance(answer, EndlessIterator):
+        assert answer.read == 0, f"read {answer.read} items of an iterator, which is no sequence"
+
+
+# -- the shared helper ------------------------------------------------------------------------------
+
+
+def test_listed_reads_one_past_the_bound_and_refuses_what_is_no_sequence_or_fails() -> None:
+    endless = Endless("x")
+    assert listed(endless, 3, "archive A.read_groups") == ["x"] * 4 and endless.read == 4
+    with pytest.raises(ContractViolationError, match=r"archive A\.read_groups returned generator"):
+        listed(endless_generator("x"), 3, "archive A.read_groups")
+    for bad in (None, 5, "text", b"bytes", {"a": 1}, {1, 2}):
+        with pytest.raises(ContractViolationError, match="not a sequence"):
+            listed(bad, 3, "archive A.read_groups")
+    with pytest.raises(ContractViolationError, match=r"could not be read.*Boom") as info:
+        listed(Raising(["x", "y"]), 3, "archive A.read_groups")
+    assert isinstance(info.value.__cause__, Boom)
+    assert listed(("a", "b"), 3, "w") == ["a", "b"]
+
+
+def test_bounded_list_refuses_more_than_the_bound_and_items_of_another_type() -> None:
+    assert bounded_list(["a", "b"], 2, "store S.list_sessions", "ids", str) == ["a", "b"]
+    with pytest.raises(ContractViolationError, match=r"store S\.list_sessions returned more than the 2 ids"):
+        bounded_list(["a", "b", "c"], 2, "store S.list_sessions", "ids", str)
+    with pytest.raises(ContractViolationError, match="returned int as item 1, not str"):
+        bounded_list(["a", 1], 2, "store S.list_sessions", "ids", str)
+
+
+# -- archive read_groups: read_history ----------------------------------------------------------------
+
+
+class HostileArchive(InMemoryArchive):
+    """The in-memory archive; while ``kind`` is set, ``read_groups`` (or ``append``) answers with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind: str | None = None
+        self.on = "read_groups"
+        self.answers: list[object] = []
+
+    def _hostile(self, real: list[Any], limit: int) -> object:
+        assert self.kind is not None
+        answer = KINDS[self.kind](real, limit)
+        self.answers.append(answer)
+        return answer
+
+    async def read_groups(
+        self, key: SessionKey, start_seq: int, max_groups: int, ctx: OpContext
+    ) -> Sequence[MessageGroup]:
+        real = list(await super().read_groups(key, start_seq, max_groups, ctx))
+        if self.kind is None or self.on != "read_groups" or not real:
+            return real
+        return self._hostile(real, max_groups)  # type: ignore[return-value]
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        real = list(await super().append(key, groups, ctx))
+        if self.kind is None or self.on != "append":
+            return real
+        return self._hostile(real, len(groups))  # type: ignore[return-value]
+
+
+def _pair(n: int) -> list[Message]:
+    return [Message(Role.USER, f"u{n}"), Message(Role.ASSISTANT, f"a{n}")]
+
+
+def _runtime(
+    archive: InMemoryArchive, store: InMemorySessionStore | None = None, **kw: Any
+) -> tuple[HarnessRuntime, InMemorySessionStore]:
+    store = store or InMemorySessionStore()
+    rt = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=archive,
+        session_store=store,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+        **kw,
+    )
+    return rt, store
+
+
+def _archived(archive: InMemoryArchive, key: SessionKey = KEY) -> dict[int, Any]:
+    return {seq: row for seq in range(64) if (row := archive.raw(key, seq)) is not None}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_read_history_refuses_a_hostile_archive_answer_typed_and_bounded(kind: str) -> None:
+    archive = HostileArchive()
+    rt, store = _runtime(archive)
+    for n in range(6):
+        await rt.append(ANA, "s1", _pair(n))
+    before = store.raw(KEY), _archived(archive)
+    archive.kind = kind
+    # Before the fix: a generator or a raising length was an untyped TypeError or Boom.
+    wanted = ArchiveCorruptError if kind == "wrong type" else ContractViolationError
+    with anyio.fail_after(20), pytest.raises(wanted):
+        await rt.read_history(ANA, "s1", max_groups=6)
+    assert (store.raw(KEY), _archived(archive)) == before
+    for answer in archive.answers:
+        _bounded(answer, 6)
+    archive.kind = None
+    assert len((await rt.read_history(ANA, "s1", max_groups=6)).groups) == 6
+
+
+# -- archive append: the receipts of an eviction -----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["endless", "iterator", "too many", "raising"])
+async def test_hostile_receipts_are_refused_bounded_and_the_boundary_does_not_move(kind: str) -> None:
+    archive = HostileArchive()
+    rt, store = _runtime(archive)
+    for n in range(2):
+        await rt.append(ANA, "s1", _pair(n))
+    before = store.raw(KEY)
+    assert before is not None
+    archive.kind, archive.on = kind, "append"
+    with anyio.fail_after(20):
+        result = await rt.append(ANA, "s1", _pair(2))
+    # The group is committed, its eviction deferred: no receipt of this answer was trusted.
+    assert result.eviction is EvictionStatus.DEFERRED
+    assert any("receipt" in d.message or "append" in d.message for d in result.diagnostics)
+    page = await rt.read_history(ANA, "s1", max_groups=10)
+    assert page.boundary == 0 and len(page.groups) == 3
+    for answer in archive.answers:
+        _bounded(answer, 1)
+
+
+# -- archive read_groups: reconcile_session ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_reconcile_refuses_a_hostile_archive_answer_and_saves_nothing(kind: str) -> None:
+    archive = HostileArchive()
+    old, _ = _runtime(archive)
+    for n in range(4):
+        await old.append(ANA, "s1", _pair(n))
+    rt, fresh = _runtime(archive)  # the snapshot store was lost; the archive kept its groups
+    evictions = [(await rt.append(ANA, "s1", _pair(10 + n))).eviction for n in range(3)]
+    assert evictions[-1] is EvictionStatus.DIVERGED
+    before = fresh.raw(KEY), _archived(archive)
+    archive.kind = kind
+    with anyio.fail_after(20), pytest.raises(ContractViolationError):
+        await rt.reconcile_session(ANA, "s1")
+    assert (fresh.raw(KEY), _archived(archive)) == before
+    for answer in archive.answers:
+        _bounded(answer, 256)
+    archive.kind = None
+    assert (await rt.reconcile_session(ANA, "s1")).changed
+
+
+# -- session store list_sessions: the history API's listing and retention -----------------------------
+
+
+class HostileListing(InMemorySessionStore):
+    """The in-memory session store; while ``kind`` is set, ``list_sessions`` answers with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind: str | None = None
+        self.answers: list[object] = []
+
+    async def list_sessions(
+        self, tenant: str, user: str, limit: int, ctx: OpContext, after: str | None = None
+    ) -> list[str]:
+        real = list(await super().list_sessions(tenant, user, limit, ctx, after=after))
+        if self.kind is None or not real:
+            return real
+        answer = KINDS[self.kind](real, limit)
+        self.answers.append(answer)
+        return answer  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("kind", LISTING_KINDS)
+async def test_list_sessions_refuses_a_hostile_listing_typed_and_bounded(kind: str) -> None:
+    store = HostileListing()
+    rt, _ = _runtime(InMemoryArchive(), store)
+    for sid in ("s1", "s2", "s3"):
+        await rt.append(ANA, sid, _pair(0))
+    store.kind = kind
+    with anyio.fail_after(20), pytest.raises(ContractViolationError):
+        await rt.list_sessions(ANA, limit=2)
+    for answer in store.answers:
+        _bounded(answer, 3)  # the engine asks for limit + 1
+    store.kind = None
+    assert (await rt.list_sessions(ANA, limit=2)).sessions == ("s1", "s2")
+
+
+@pytest.mark.parametrize("kind", LISTING_KINDS)
+async def test_retention_refuses_a_hostile_listing_and_erases_nothing(kind: str) -> None:
+    store, archive = HostileListing(), InMemoryArchive()
+    rt, _ = _runtime(archive, store, retention=RetentionPolicy(max_archived_groups=1))
+    for sid in ("s1", "s2"):
+        for n in range(5):
+            await rt.append(ANA, sid, _pair(n))
+    keys = [SessionKey("acme", "ana", sid) for sid in ("s1", "s2")]
+    before = [(store.raw(k), _archived(archive, k)) for k in keys]
+    store.kind = kind
+    with anyio.fail_after(20), pytest.raises(ContractViolationError):
+        await rt.apply_retention(OPERATOR, EraseTarget.user("acme", "ana"))
+    assert [(store.raw(k), _archived(archive, k)) for k in keys] == before
+    for answer in store.answers:
+        _bounded(answer, 500)
+    store.kind = None
+    assert len((await rt.apply_retention(OPERATOR, EraseTarget.user("acme", "ana"))).erasures) == 2
