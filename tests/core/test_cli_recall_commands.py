@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -300,3 +301,68 @@ def test_rebuild_never_indexes_another_sessions_group_stripped_of_its_record(
     assert "warning: 1 group(s)" in err and "seqs 1)" in err and "vault" not in err
     assert main(["recall", "search", str(config), *ANA, "--json", "vault"]) == 0
     assert json.loads(capsys.readouterr().out)["sources"] == []
+
+
+class _Endless(list):  # type: ignore[type-arg]
+    """Says it is empty; its iterator repeats one group (nearly) without end, counting what was read."""
+
+    def __init__(self, item: object) -> None:
+        super().__init__()
+        self.item, self.read = item, 0
+
+    def __len__(self) -> int:
+        return 0
+
+    def __iter__(self) -> Any:
+        while self.read < 100_000:  # endless in spirit; bounded so a regression fails, not hangs
+            self.read += 1
+            yield self.item
+
+
+@pytest.mark.parametrize("kind", ["endless", "not a sequence", "stuck", "wrong type"])
+def test_rebuild_refuses_a_hostile_archive_answer_typed_bounded_and_indexes_nothing(
+    config: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # Before the fix: list() of the answer read it whole (an endless one without end), a page that did
+    # not move past its start was read again and again, and whatever it held was indexed.
+    import sqlite3
+
+    from agentium_harness.adapters.sqlite import SQLiteArchive
+
+    for i in range(4):
+        assert main(["run", str(config), *ANA, f"note {i}: the zebra{i} code"]) == 0
+    conn = sqlite3.connect(config.parent / "a.db")  # the index loses every group: a rebuild is needed
+    with conn:
+        conn.execute("DELETE FROM recall_sources WHERE kind = 'group'")
+    conn.close()
+    honest = SQLiteArchive.read_groups
+    answers: list[_Endless] = []
+    stuck_reads = 0
+
+    async def hostile(self: SQLiteArchive, key: Any, start: int, count: int, ctx: Any) -> object:
+        groups = list(await honest(self, key, start, count, ctx))
+        if kind == "endless":
+            answers.append(_Endless(groups[0]))
+            return answers[-1]
+        if kind == "not a sequence":
+            return iter(groups)
+        if kind == "stuck":  # always the first page, whatever start was asked: it never moves on
+            nonlocal stuck_reads
+            stuck_reads += 1
+            if stuck_reads > 50:  # endless in spirit; bounded so a regression fails, not hangs
+                return []
+            return list(await honest(self, key, 0, count, ctx))[:1]
+        return [*groups[:-1], "not a group"]
+
+    monkeypatch.setattr(SQLiteArchive, "read_groups", hostile)
+    capsys.readouterr()
+    code = main(["recall", "rebuild", str(config), *ANA])
+    _, err = capsys.readouterr()
+    assert code != 0 and "SQLiteArchive.read_groups" in err, err
+    assert all(a.read <= 201 for a in answers)  # one past the page of 200 at most
+    assert stuck_reads <= 2
+    conn = sqlite3.connect(config.parent / "a.db")
+    with conn:
+        (count,) = conn.execute("SELECT COUNT(*) FROM recall_sources WHERE kind = 'group'").fetchone()
+    conn.close()
+    assert count == 0 or kind == "stuck"  # a stuck archive's first page is indexed before it stops

@@ -17,6 +17,7 @@ import anyio
 
 from .._config import load_config
 from .._config.runtime import build_runtime, load_runtime
+from .._engine.adapter_lists import adapter_method, bounded_list
 from .._engine.document_api import MAX_DOCUMENT_BYTES
 from .._engine.document_fence import index_document_fenced
 from .._engine.embedding import embedding_text, index_sources
@@ -28,7 +29,8 @@ from .._engine.load import load_session
 from .._engine.recall import Evidence, gather_evidence
 from .._engine.recall_policy import QueryInput
 from .._engine.runtime import HarnessRuntime
-from .._errors import CapabilityError, InvalidArgumentError
+from .._errors import CapabilityError, ContractViolationError, InvalidArgumentError
+from .._history import MessageGroup
 from .._ports import OpContext
 from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt
@@ -245,12 +247,27 @@ def cmd_recall_rebuild(args: argparse.Namespace) -> int:
             store = _store(runtime, "archive_indexing")
             start = 0
             while True:
-                page = list(
-                    await runtime.archive.read_groups(key, start, REBUILD_PAGE, OpContext.with_timeout(30.0))
+                ctx = OpContext.with_timeout(30.0)
+                raw = await runtime.archive.read_groups(key, start, REBUILD_PAGE, ctx)
+                # Read to one past the page at most, each a group: nothing is indexed from an answer
+                # over its bound, or one that never ends (ContractViolationError).
+                page = bounded_list(
+                    raw,
+                    REBUILD_PAGE,
+                    adapter_method("archive", runtime.archive, "read_groups"),
+                    "groups",
+                    MessageGroup,
                 )
                 if not page:
                     return
-                start = page[-1].seq + 1
+                last = page[-1].seq
+                if type(last) is not int or last < start:
+                    # A page that does not move past ``start`` would be read again without end.
+                    raise ContractViolationError(
+                        f"archive {type(runtime.archive).__name__}.read_groups from seq {start} returned a "
+                        "page ending below it; the rebuild stopped there"
+                    )
+                start = last + 1
                 # Only groups that prove they are this session's go into its recall scope (the store
                 # lets a group with no retained record through): a group an archive answered with
                 # that is another session's, stripped of its record, is passed over and named.
