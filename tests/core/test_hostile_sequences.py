@@ -28,6 +28,7 @@ from agentium_harness import (
     HarnessRuntime,
     Message,
     OperatorAttestation,
+    RecallUnavailableError,
     ResidentLimits,
     RetentionPolicy,
     Role,
@@ -37,7 +38,10 @@ from agentium_harness import (
     create_harness_runtime,
 )
 from agentium_harness._engine.adapter_lists import bounded_list, listed
+from agentium_harness._engine.index_recheck import drop_erased_meanwhile
+from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import ArchiveReceipt, MessageGroup, OpContext
 
@@ -342,3 +346,101 @@ async def test_retention_refuses_a_hostile_listing_and_erases_nothing(kind: str)
         _bounded(answer, 500)
     store.kind = None
     assert len((await rt.apply_retention(OPERATOR, EraseTarget.user("acme", "ana"))).erasures) == 2
+
+
+# -- recall indexing: unindexed_groups and the catch-up's archive read ---------------------------------
+
+
+class HostileIndex(InMemoryRecallStore):
+    """The in-memory recall store: archive indexing fails while ``down``; ``unindexed_groups`` answers
+    with ``kind`` while it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.kind: str | None = None
+        self.answers: list[object] = []
+
+    async def index_groups(
+        self,
+        key: SessionKey,
+        groups: Sequence[MessageGroup],
+        receipts: Sequence[ArchiveReceipt],
+        ctx: OpContext,
+    ) -> int:
+        if self.down:
+            raise RecallUnavailableError("the index is down")
+        return await super().index_groups(key, groups, receipts, ctx)
+
+    async def unindexed_groups(
+        self, key: SessionKey, end_seq: int, max_groups: int, ctx: OpContext, *, start_seq: int = 0
+    ) -> Sequence[int] | None:
+        real = await super().unindexed_groups(key, end_seq, max_groups, ctx, start_seq=start_seq)
+        if self.kind is None or not real:
+            return real
+        answer = KINDS[self.kind](list(real), max_groups)
+        self.answers.append(answer)
+        return answer  # type: ignore[return-value]
+
+
+async def _indexed(store: InMemoryRecallStore) -> list[int]:
+    return [g.seq for g in await store.seek_groups(KEY, 0, 1000, OpContext.with_timeout(30))]
+
+
+async def _behind(archive: InMemoryArchive) -> tuple[HarnessRuntime, HostileIndex]:
+    """A runtime whose recall index missed archived groups 1-3 (it was down while they were archived)."""
+    store = HostileIndex()
+    rt, _ = _runtime(archive, recall=store)
+    for n in range(3):
+        await rt.run(ANA, "s1", f"note {n} about kiwis")
+    store.down = True
+    for n in range(3, 6):
+        await rt.run(ANA, "s1", f"note {n} about plums")
+    store.down = False
+    assert await _indexed(store) == [0]
+    return rt, store
+
+
+@pytest.mark.parametrize("kind", LISTING_KINDS)
+async def test_a_hostile_unindexed_groups_answer_is_a_bounded_violation_and_nothing_is_caught_up(
+    kind: str,
+) -> None:
+    rt, store = await _behind(InMemoryArchive())
+    store.kind = kind
+    with anyio.fail_after(20):
+        result = await rt.run(ANA, "s1", "note 6 about figs")
+    codes = [d.code for d in result.diagnostics]
+    assert "contract_violation" in codes and "recall_index_caught_up" not in codes
+    assert not {1, 2, 3} & set(await _indexed(store))
+    for answer in store.answers:
+        _bounded(answer, 16)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_a_hostile_archive_answer_to_the_catch_up_indexes_nothing_of_it(kind: str) -> None:
+    archive = HostileArchive()
+    rt, store = await _behind(archive)
+    archive.kind = kind
+    with anyio.fail_after(20):
+        result = await rt.run(ANA, "s1", "note 6 about figs")
+    codes = [d.code for d in result.diagnostics]
+    assert "recall_catch_up_failed" in codes and "recall_index_caught_up" not in codes
+    assert not {1, 2, 3} & set(await _indexed(store))
+    for answer in archive.answers:
+        _bounded(answer, 16)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_the_check_after_indexing_erases_nothing_on_a_hostile_archive_answer(kind: str) -> None:
+    archive, store = HostileArchive(), InMemoryRecallStore()
+    groups = [MessageGroup(n, tuple(_pair(n))) for n in range(3)]
+    receipts = list(await archive.append(KEY, groups, OpContext.with_timeout(30)))
+    await store.index_groups(KEY, groups, receipts, OpContext.with_timeout(30))
+    archive.kind = kind
+    with anyio.fail_after(20):
+        notes = await drop_erased_meanwhile(store, archive, Ticket(KEY, "test", 30.0), KEY, groups)
+    assert [d.code for d in notes] == ["recall_index_erased_meanwhile"]
+    assert "could not check" in notes[0].message
+    assert await _indexed(store) == [0, 1, 2]
+    for answer in archive.answers:
+        _bounded(answer, 3)

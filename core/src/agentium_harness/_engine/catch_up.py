@@ -21,6 +21,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Final
 
+from .._errors import ContractViolationError
 from .._history import MessageGroup
 from .._ports._base import capabilities_of
 from .._ports.archive import ArchiveReceipt, HistoryArchive
@@ -29,6 +30,7 @@ from .._ports.recall import RecallStore
 from .._scope import SessionKey
 from .._text import error_text
 from .._validators import exact_int
+from .adapter_lists import adapter_method, bounded_list, listed
 from .group_identity import split_foreign
 from .index_recheck import drop_erased_meanwhile
 from .lifecycle import Ticket
@@ -72,20 +74,23 @@ def _takes_start_seq(store: RecallStore) -> bool:
     return "start_seq" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
-def _checked(missing: object, end_seq: int) -> list[int] | None:
+def _checked(missing: object, end_seq: int, who: str) -> list[int] | None:
     """The store's answer if it keeps its contract (ascending distinct seqs below ``end_seq``), else None."""
     if missing is None:
         return []
-    if not isinstance(missing, list | tuple) or len(missing) > CATCH_UP_GROUPS:
+    try:
+        # Read to one past the bound at most, never by the answer's own length (it may lie).
+        given = listed(missing, CATCH_UP_GROUPS, who, "seqs")
+    except ContractViolationError:
         return None
-    seqs = list(missing)
-    if not all(type(s) is int for s in seqs):
-        # Each read as the int it holds: a subclass's own comparisons could pass any bound here,
-        # and its ``__eq__``/``__hash__`` then pick other groups than the seq it holds.
-        exact = [exact_int(s) for s in seqs]
-        if None in exact:
-            return None
-        seqs = exact
+    if len(given) > CATCH_UP_GROUPS:
+        return None
+    # Each read as the int it holds: a subclass's own comparisons could pass any bound here,
+    # and its ``__eq__``/``__hash__`` then pick other groups than the seq it holds.
+    exact = [s if type(s) is int else exact_int(s) for s in given]
+    seqs = [s for s in exact if s is not None]
+    if len(seqs) != len(exact):
+        return None
     if not all(0 <= s < end_seq for s in seqs):
         return None
     if seqs != sorted(set(seqs)):
@@ -132,14 +137,16 @@ async def catch_up_index(
     except Exception as exc:
         why = error_text(exc)
         return [_failed(f"the recall store could not say which groups it lacks ({why})")]
-    missing = _checked(answer, end_seq)
+    who = adapter_method("recall store", store, "unindexed_groups")
+    missing = _checked(answer, end_seq, who)
     if missing is not None:
         missing = [seq for seq in missing if not any(seq in span for span in erased)]
     if missing is None:
+        # The answer's type only: its own repr is adapter code, and could raise or never end.
         return [
             Diagnostic(
                 "contract_violation",
-                f"recall store {type(store).__name__}.unindexed_groups returned {answer!r:.200}: it must be "
+                f"{who} returned a {type(answer).__name__} that breaks its contract: it must be "
                 f"at most {CATCH_UP_GROUPS} ascending distinct seqs below {end_seq}; nothing was caught up",
                 Severity.WARNING,
             )
@@ -161,9 +168,14 @@ async def catch_up_index(
     wanted = {s for s in missing if s < first + span}
     refused: list[int] = []
     try:
-        page = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
+        raw = await ticket.call("archive read", lambda ctx: archive.read_groups(key, first, span, ctx))
+        # Read to one past the span at most (an answer that never ends cannot hold the commit), and
+        # an answer over it is refused whole (a ContractViolationError, reported below): nothing indexed.
+        page = bounded_list(
+            raw, span, adapter_method("archive", archive, "read_groups"), "groups", MessageGroup
+        )
         # ``type(g.seq) is int``: a group's validator keeps its seq exact; one set past it is refused.
-        groups = [g for g in page if isinstance(g, MessageGroup) and type(g.seq) is int and g.seq in wanted]
+        groups = [g for g in page if type(g.seq) is int and g.seq in wanted]
         groups = groups[:CATCH_UP_GROUPS]
         # Only a group that proves it is this session's is indexed into its recall scope: the store
         # refuses another session's retained scope but not a group with none, so an archive answering
