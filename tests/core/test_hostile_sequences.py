@@ -19,6 +19,8 @@ from typing import Any
 
 import anyio
 import pytest
+from _recall_support import Scripted, ScriptedSession
+from _recall_support import runtime as recall_runtime
 
 from agentium_harness import (
     ArchiveCorruptError,
@@ -28,6 +30,7 @@ from agentium_harness import (
     HarnessRuntime,
     Message,
     OperatorAttestation,
+    RecallStatus,
     RecallUnavailableError,
     ResidentLimits,
     RetentionPolicy,
@@ -36,6 +39,7 @@ from agentium_harness import (
     SessionKey,
     VerifiedIdentity,
     create_harness_runtime,
+    current_session_recall_policy,
 )
 from agentium_harness._engine.adapter_lists import bounded_list, listed
 from agentium_harness._engine.index_recheck import drop_erased_meanwhile
@@ -43,7 +47,18 @@ from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
-from agentium_harness.plugin_api import ArchiveReceipt, MessageGroup, OpContext
+from agentium_harness.plugin_api import (
+    ArchiveReceipt,
+    Candidate,
+    Excerpt,
+    MessageGroup,
+    OpContext,
+    RecallLimits,
+    RecallSession,
+    Scope,
+    SourceRef,
+    Validation,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -444,3 +459,67 @@ async def test_the_check_after_indexing_erases_nothing_on_a_hostile_archive_answ
     assert await _indexed(store) == [0, 1, 2]
     for answer in archive.answers:
         _bounded(answer, 3)
+
+
+# -- a recall session's answers: discover, read, validate_current ---------------------------------------
+
+
+class HostileRecallSession(ScriptedSession):
+    """The scripted session; the store's ``method`` answers with its ``kind`` (from the honest answer)."""
+
+    store: HostileRecall
+
+    async def discover(self, query: str, max_candidates: int, ctx: OpContext) -> Sequence[Candidate]:
+        real = list(await super().discover(query, max_candidates, ctx))
+        return self.store.hostile("discover", real, max_candidates)  # type: ignore[return-value]
+
+    async def read(
+        self, refs: Sequence[SourceRef], max_excerpt_bytes: int, ctx: OpContext
+    ) -> Sequence[Excerpt]:
+        real = list(await super().read(refs, max_excerpt_bytes, ctx))
+        return self.store.hostile("read", real, len(refs))  # type: ignore[return-value]
+
+    async def validate_current(self, refs: Sequence[SourceRef], ctx: OpContext) -> Sequence[Validation]:
+        real = list(await super().validate_current(refs, ctx))
+        return self.store.hostile("validate_current", real, len(refs))  # type: ignore[return-value]
+
+
+class HostileRecall(Scripted):
+    """A scripted recall store with one document whose session's ``method`` answers with ``kind``."""
+
+    def __init__(self, method: str, kind: str) -> None:
+        super().__init__([("rota", "The release train leaves on Thursday.")])
+        self.method, self.kind = method, kind
+        self.answers: list[object] = []
+
+    async def open(self, scope: Scope, limits: RecallLimits, ctx: OpContext) -> RecallSession:
+        return HostileRecallSession(self)
+
+    def hostile(self, method: str, real: list[Any], limit: int) -> object:
+        if method != self.method or not real:
+            return real
+        answer = KINDS[self.kind](real, limit)
+        self.answers.append(answer)
+        return answer
+
+
+HostileRecall.session_class = HostileRecallSession
+
+
+@pytest.mark.parametrize("method", ["discover", "read", "validate_current"])
+@pytest.mark.parametrize("kind", LISTING_KINDS)
+async def test_a_recall_sessions_hostile_answer_is_read_to_its_bound_and_never_trusted(
+    method: str, kind: str
+) -> None:
+    store = HostileRecall(method, kind)
+    rt, _, _ = recall_runtime(store, recall_policy=current_session_recall_policy(on_partial="continue"))
+    with anyio.fail_after(20):
+        result = await rt.run(ANA, "s1", "When does the Thursday train leave?")
+    # The round is failed or partial, never complete on such an answer; the run itself stands.
+    assert result.recall is not None
+    assert result.recall.status in (RecallStatus.FAILED, RecallStatus.PARTIAL), result.recall.status
+    assert store.answers
+    for answer in store.answers:
+        _bounded(answer, 8)
+    if kind in ("endless", "too many"):
+        assert any("more than the" in v for v in result.recall.violations) or result.recall.included == ()

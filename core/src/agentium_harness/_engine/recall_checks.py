@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from .._errors import ContractViolationError
 from .._history import estimate_tokens
 from .._ports.recall import Candidate, Excerpt, RecallLimits, SourceRef, source_owner
 from .._scope import Scope
 from .._validators import lone_surrogate_at
+from .adapter_lists import listed
 from .recall_items import candidate_fault, exact_candidate, exact_ref, excerpt_fault, visible
 
 __all__ = ["Failed", "RoundState", "capped", "checked_candidates", "checked_excerpts", "same_candidates"]
@@ -42,21 +44,24 @@ class RoundState(Protocol):
         """Record a contract violation (it also makes the round partial)."""
 
 
-def capped(
-    raw: Sequence[object], asked: int, operation: str, what: str, state: RoundState
-) -> Sequence[object]:
+def capped(raw: object, asked: int, operation: str, what: str, state: RoundState) -> list[object]:
     """The first ``asked`` items of an adapter's answer; more is one contract violation, the rest unseen.
 
     Every item the engine looks at costs checks, findings and log lines, so
-    what a store returns past what it was asked for is never looked at.
+    what a store returns past what it was asked for is never looked at: the
+    answer is read through its iterator to one item past ``asked`` at most
+    (:func:`.adapter_lists.listed`; its ``__len__`` and slicing are never
+    trusted), and an answer that is no sequence, or cannot be read, fails
+    the round (:class:`Failed`).
     """
-    if len(raw) <= asked:
-        return raw
-    state.violation(
-        f"{operation} returned {len(raw)} {what}, {len(raw) - asked} more than the {asked} asked; "
-        "the extra were ignored"
-    )
-    return raw[:asked]
+    try:
+        items = listed(raw, asked, f"recall {operation}", what)
+    except ContractViolationError as exc:
+        raise Failed(str(exc)) from exc
+    if len(items) <= asked:
+        return items
+    state.violation(f"{operation} returned more than the {asked} {what} asked; the extra were ignored")
+    return items[:asked]
 
 
 #: Hidden sources a note names; the rest are counted.
@@ -65,8 +70,12 @@ _NAMED_HIDDEN = 5
 
 def checked_candidates(
     raw: object, state: RoundState, scope: Scope, asked: int, *, earlier: set[str] | None = None
-) -> tuple[list[Candidate], int]:
-    """``(the candidates that pass every check, in order; how many the view hid)``.
+) -> tuple[list[Candidate], int, int]:
+    """``(the candidates that pass every check, in order; how many the view hid; how many were read)``.
+
+    The last is what the store answered, counted as read (one past ``asked``
+    at most), never by the answer's own ``__len__``: fewer than ``asked``
+    means the store has no more matches.
 
     What fails a check is dropped as a violation.
 
@@ -84,7 +93,8 @@ def checked_candidates(
     kept: list[Candidate] = []
     seen: set[str] = set()
     hidden: list[str] = []
-    for item in capped(raw, asked, "discover", "candidates", state):
+    items = capped(raw, asked, "discover", "candidates", state)
+    for item in items:
         fault = candidate_fault(item)
         if fault is not None:
             state.violation(f"discover returned {fault}; dropped")
@@ -140,7 +150,7 @@ def checked_candidates(
         state.notes.append(
             f"{len(hidden)} source(s) left out: retracted or cleared from the session's view ({named})"
         )
-    return kept, len(hidden)
+    return kept, len(hidden), len(items)
 
 
 def same_candidates(ranked: object, candidates: list[Candidate], state: RoundState) -> list[Candidate]:

@@ -8,8 +8,6 @@ hidden, within fixed bounds, and says so when the bound stopped it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from .._ports.embedder import Vector
 from .._ports.recall import Candidate, RecallSession
 from .._scope import Scope
@@ -63,10 +61,10 @@ async def discover_visible(
                 raise
             _crowded(state, hidden, len(kept), wanted, f"asking for more failed ({exc})")
             break
-        got, hid = checked_candidates(raw, state, scope, ask, earlier=handled)
+        got, hid, answered = checked_candidates(raw, state, scope, ask, earlier=handled)
         kept += got
         hidden += hid
-        exhausted = isinstance(raw, Sequence) and len(raw) < ask  # the store has no more matches
+        exhausted = answered < ask  # the store has no more matches
         if not hid or len(kept) >= wanted or exhausted:
             break
         if call == HIDDEN_EXTRA_CALLS or ask >= ceiling:
