@@ -15,6 +15,7 @@ change nothing.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -28,6 +29,9 @@ from agentium_harness import (
     EraseTarget,
     EvictionStatus,
     HarnessRuntime,
+    MemoryFact,
+    MemoryManager,
+    MemoryScope,
     Message,
     OperatorAttestation,
     RecallStatus,
@@ -45,6 +49,7 @@ from agentium_harness._engine.adapter_lists import bounded_list, listed
 from agentium_harness._engine.index_recheck import drop_erased_meanwhile
 from agentium_harness._engine.lifecycle import Ticket
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import (
@@ -57,6 +62,7 @@ from agentium_harness.plugin_api import (
     RecallSession,
     Scope,
     SourceRef,
+    StoredFact,
     Validation,
 )
 
@@ -523,3 +529,60 @@ async def test_a_recall_sessions_hostile_answer_is_read_to_its_bound_and_never_t
         _bounded(answer, 8)
     if kind in ("endless", "too many"):
         assert any("more than the" in v for v in result.recall.violations) or result.recall.included == ()
+
+
+# -- a memory store's listings: list_facts, history, lookup ----------------------------------------------
+
+ALICE = MemoryScope("acme", "ana")
+
+
+class HostileMemory(InMemoryMemoryStore):
+    """The in-memory memory store; while ``kind`` is set, its listings answer with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind: str | None = None
+        self.answers: list[object] = []
+
+    def _hostile(self, real: Sequence[StoredFact], limit: int) -> Any:
+        if self.kind is None or not real:
+            return real
+        answer = KINDS[self.kind](list(real), limit)
+        self.answers.append(answer)
+        return answer
+
+    async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:
+        return self._hostile(await super().list_facts(scope, limit, ctx), limit)  # type: ignore[no-any-return]
+
+    async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Sequence[StoredFact]:
+        return self._hostile(await super().history(scope, fact_id, ctx), 200)  # type: ignore[no-any-return]
+
+    async def lookup(
+        self, scope: MemoryScope, query: str, limit: int, ctx: OpContext, *, at: datetime | None = None
+    ) -> Sequence[StoredFact]:
+        return self._hostile(await super().lookup(scope, query, limit, ctx, at=at), limit)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("kind", LISTING_KINDS)
+async def test_a_memory_stores_hostile_listing_is_refused_typed_bounded_and_changes_nothing(
+    kind: str,
+) -> None:
+    store = HostileMemory()
+    manager = MemoryManager(store)
+    ack = await manager.remember(MemoryFact(ALICE, "Ana takes her tea without sugar"))
+    store.kind = kind
+    with anyio.fail_after(20):
+        with pytest.raises(ContractViolationError):
+            await manager.list(ALICE, limit=5)
+        with pytest.raises(ContractViolationError):
+            await manager.history(ALICE, ack.fact_id)
+        # The owner check reads the history first: a hostile one refuses the forget, which changes nothing.
+        with pytest.raises(ContractViolationError):
+            await manager.forget(ALICE, ack.fact_id)
+        kept, dropped = await manager.select(ALICE, "tea")
+    # A selection drops what it cannot inject (an endless or long answer is cut to its bound, as before).
+    assert dropped and (kept == () or kind in ("endless", "too many"))
+    for answer in store.answers:
+        _bounded(answer, 200)
+    store.kind = None
+    assert [f.fact_id for f in await manager.list(ALICE)] == [ack.fact_id]

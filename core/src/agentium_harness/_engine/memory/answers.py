@@ -8,7 +8,6 @@ from the revisions read, and an extracted fact may not leave its scope.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections import Counter
 from collections.abc import Collection, Sequence
@@ -29,6 +28,7 @@ from ..._ports.memory import (
     check_revision,
 )
 from ..._validators import exact_int
+from ..adapter_lists import listed
 from ..results import CommitState
 from ..unexpected import Outcomes
 
@@ -148,7 +148,9 @@ def checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) -
     """A store's answer: at most ``limit`` facts ``scope`` owns, as a tuple (else ContractViolationError)."""
     if isinstance(raw, str | bytes) or not isinstance(raw, Sequence):
         raise ContractViolationError(f"{operation} returned {type(raw).__name__}, not a sequence")
-    facts = tuple(itertools.islice(raw, limit + 1))  # one past the limit is enough to refuse
+    # One past the limit is enough to refuse; an iteration that raises is the store's contract
+    # broken (ContractViolationError), not a foreign exception reaching the host.
+    facts = tuple(listed(raw, limit, operation, "facts"))
     if len(facts) > limit:
         raise ContractViolationError(f"{operation} returned more than {limit} facts, over its limit")
     for fact in facts:
@@ -156,7 +158,7 @@ def checked_facts(raw: object, scope: MemoryScope, limit: int, operation: str) -
             raise ContractViolationError(
                 f"{operation} returned a fact of another tenant or user; nothing was changed"
             )
-    return facts
+    return facts  # type: ignore[return-value]  # each a StoredFact, checked above
 
 
 def checked_history(raw: object, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:

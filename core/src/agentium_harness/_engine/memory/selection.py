@@ -13,13 +13,13 @@ reports every other one with why.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from datetime import datetime
 
 import attrs
 
+from ..._errors import ContractViolationError
 from ..._ports._base import OpContext
 from ..._ports.memory import (
     MAX_LOOKUP_LIMIT,
@@ -29,6 +29,7 @@ from ..._ports.memory import (
     check_limit,
     rejection_reason,
 )
+from ..adapter_lists import listed
 
 __all__ = [
     "MAX_FORGOTTEN_IDS",
@@ -105,7 +106,10 @@ def checked_selection(
     # At most MAX_LOOKUP_LIMIT facts are looked at (one past it tells there were more): a sequence
     # whose iterator does not end (a list subclass, say) would hold the run and list every extra
     # fact as a refusal, one diagnostic each.
-    given = list(itertools.islice(raw, MAX_LOOKUP_LIMIT + 1))
+    try:
+        given = listed(raw, MAX_LOOKUP_LIMIT, "the selection", "facts")
+    except ContractViolationError as exc:  # its iteration raised: nothing of it is injected
+        return [], [("?", str(exc))]
     if len(given) > MAX_LOOKUP_LIMIT:
         del given[MAX_LOOKUP_LIMIT:]
         dropped.append(
