@@ -41,6 +41,7 @@ from agentium_harness import (
     Role,
     RuntimeLimits,
     SessionKey,
+    SummaryLimits,
     VerifiedIdentity,
     create_harness_runtime,
     current_session_recall_policy,
@@ -48,10 +49,12 @@ from agentium_harness import (
 from agentium_harness._engine.adapter_lists import bounded_list, listed
 from agentium_harness._engine.index_recheck import drop_erased_meanwhile
 from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness._ports.summary import GapReason
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
+from agentium_harness.adapters.summarizers import ExtractiveSummarizer
 from agentium_harness.plugin_api import (
     ArchiveReceipt,
     Candidate,
@@ -201,6 +204,7 @@ class HostileArchive(InMemoryArchive):
         super().__init__()
         self.kind: str | None = None
         self.on = "read_groups"
+        self.single: str | None = None
         self.answers: list[object] = []
 
     def _hostile(self, real: list[Any], limit: int) -> object:
@@ -215,6 +219,8 @@ class HostileArchive(InMemoryArchive):
         real = list(await super().read_groups(key, start_seq, max_groups, ctx))
         if self.kind is None or self.on != "read_groups" or not real:
             return real
+        if max_groups == 1 and self.single is not None:  # a one-group read answers with ``single``
+            return KINDS[self.single](real, 1)  # type: ignore[return-value]
         return self._hostile(real, max_groups)  # type: ignore[return-value]
 
     async def append(
@@ -586,3 +592,44 @@ async def test_a_memory_stores_hostile_listing_is_refused_typed_bounded_and_chan
         _bounded(answer, 200)
     store.kind = None
     assert [f.fact_id for f in await manager.list(ALICE)] == [ack.fact_id]
+
+
+# -- summaries: the group-by-group read after a batch read failed ---------------------------------------
+
+
+async def test_a_summary_read_whose_answer_raises_late_is_read_group_by_group_not_a_foreign_error() -> None:
+    # The batch read's answer raises past its first group, so the update reads group by group; each
+    # answer then raised from its own __len__ outside the read's guard, and the run failed untyped.
+    # Now each is read through its iterator: its first group is what a one-group read needs.
+    archive, store = HostileArchive(), InMemorySessionStore()
+    before, _ = _runtime(archive, store)  # no summarizer yet: the first summary reads the archive
+    for n in range(5):
+        await before.run(ANA, "s1", f"Fact {n}: the widget number {n} weighs {n * 7} grams.")
+    limits = SummaryLimits(background=False)
+    rt, _ = _runtime(archive, store, summarizer=ExtractiveSummarizer(), summary_limits=limits)
+    archive.kind = "raising"
+    with anyio.fail_after(20):
+        result = await rt.run(ANA, "s1", "Fact 5: the widget number 5 weighs 35 grams.")
+    assert result.committed and result.summary is not None and archive.answers
+    assert result.summary.gaps == () and result.summary.summary.frontier == result.boundary
+
+
+async def test_a_summary_read_answering_no_sequence_is_a_gap_not_a_foreign_error() -> None:
+    # An iterator is no sequence: group by group, ``not answer`` passed it and ``answer[0]`` raised
+    # a TypeError outside the read's guard. Now it is a gap, and the next update reads on.
+    archive, store = HostileArchive(), InMemorySessionStore()
+    before, _ = _runtime(archive, store)
+    for n in range(5):
+        await before.run(ANA, "s1", f"Fact {n}: the widget number {n} weighs {n * 7} grams.")
+    limits = SummaryLimits(background=False)
+    rt, _ = _runtime(archive, store, summarizer=ExtractiveSummarizer(), summary_limits=limits)
+    archive.kind = "raising"
+    archive.single = "iterator"
+    with anyio.fail_after(20):
+        result = await rt.run(ANA, "s1", "Fact 5: the widget number 5 weighs 35 grams.")
+    assert result.committed and result.summary is not None
+    (gap,) = result.summary.gaps
+    assert gap.reason is GapReason.UNAVAILABLE and "not a sequence" in gap.detail
+    archive.kind = archive.single = None
+    healed = await rt.run(ANA, "s1", "Fact 6: the widget number 6 weighs 42 grams.")
+    assert healed.summary is not None and healed.summary.gaps == ()

@@ -65,6 +65,7 @@ from .._ports.summary import (
 from .._scope import SessionKey, encode_segment
 from .._text import error_text, shorten
 from .._validators import shown_number
+from .adapter_lists import listed
 from .commit import CommitOutcome
 from .group_identity import foreign_group
 from .history_view import ViewIndex, paired_messages
@@ -192,13 +193,16 @@ async def _read(
 
         try:
             one = await ticket.call("summary group read", single, timeout_s=timeout_s)
+            # Its first item, read through its iterator: its own ``__len__``, ``__bool__`` or
+            # indexing could raise or lie, outside the call (a non-sequence is a gap, as a failure).
+            first = listed(one, 0, "summary group read", "groups")
         except ArchiveCorruptError as exc:
             return good, CoverageGap(seq, GapReason.CHANGED, str(exc))
         except Exception as exc:
             return good, CoverageGap(seq, GapReason.UNAVAILABLE, error_text(exc))
-        if not one:
+        if not first:
             return good, CoverageGap(seq, GapReason.UNAVAILABLE, "the archive did not return it")
-        good.append(one[0])
+        good.append(first[0])  # type: ignore[arg-type]  # its type is checked with the rest (_admissible)
     return good, None
 
 
