@@ -74,7 +74,7 @@ def _takes_start_seq(store: RecallStore) -> bool:
     return "start_seq" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
-def _checked(missing: object, end_seq: int, who: str) -> list[int] | None:
+def _checked(missing: object, end_seq: int, who: str = "recall store unindexed_groups") -> list[int] | None:
     """The store's answer if it keeps its contract (ascending distinct seqs below ``end_seq``), else None."""
     if missing is None:
         return []
