@@ -50,7 +50,9 @@ from .erasure_ledger import pending_records
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
+from .late_calls import wait_late
 from .lifecycle import Ticket, covers
+from .memory.manager import late_calls_of
 from .results import CommitState
 from .retention import RetentionResult, apply_policy
 from .unexpected import Outcomes, WriteProgress, typed_unexpected
@@ -225,7 +227,12 @@ async def _carry(
         background = [
             (key, partial(runtime.parts.work.settle, key, timeout)) for key in runtime.parts.work.running()
         ]
-        running = await settle_late(record.target, runtime.parts.admission.late.wait, background, timeout)
+        # This runtime's late calls and its memory manager's (a manager's own ``remember`` calls are
+        # admitted nowhere: it notes them itself).
+        late = [runtime.parts.admission.late]
+        if runtime.memory is not None:
+            late.append(late_calls_of(runtime.memory))
+        running = await settle_late(record.target, partial(wait_late, late), background, timeout)
         if running:
             raise ErasureIncompleteError(
                 f"writes of {record.target.describe()} this runtime walked away from are still running "

@@ -35,10 +35,10 @@ from .._errors import (
 from .._observe import spans as observe
 from .._ports import CancelSignal, OpContext
 from .._ports.erasure import EraseTarget
-from .._ports.recall import SourceOwner
 from .._scope import SessionKey
 from .._text import error_text
 from .bounded import ABANDON_GRACE_S, Overrun, bounded
+from .late_calls import LateCalls, LateScope, covers
 from .loops import LoopHandle, ThreadSafeEvent, cancel_scope
 from .results import Diagnostic, Severity
 
@@ -50,6 +50,7 @@ __all__ = [
     "Admission",
     "Admitted",
     "LateCalls",
+    "LateScope",
     "LifecycleState",
     "Ticket",
 ]
@@ -66,53 +67,6 @@ class LifecycleState(enum.StrEnum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-#: What a late call may write into: a session, or the host documents of an owner (``index_document``).
-LateScope = SessionKey | SourceOwner
-
-
-class LateCalls:
-    """Adapter calls the engine walked away from that may still be running, by session or document owner.
-
-    A call abandoned past its deadline (or when its operation was cancelled)
-    keeps running in its worker thread, and a write in it may still land.
-    Erasure waits for those of its scope before it removes anything, so a
-    late write can never bring an erased group (or document) back (docs/erasure.md).
-    """
-
-    __slots__ = ("_calls", "_lock")
-
-    def __init__(self) -> None:
-        # Calls are abandoned on several loops' threads: the list changes under a lock.
-        self._lock = threading.Lock()
-        self._calls: list[tuple[LateScope, str, ThreadSafeEvent]] = []
-
-    def add(self, key: LateScope, operation: str, finished: ThreadSafeEvent) -> None:
-        """Note an abandoned call of ``key``; ``finished`` is set when it ends (awaitable from any loop)."""
-        with self._lock:
-            self._calls = [c for c in self._calls if not c[2].is_set()]
-            self._calls.append((key, operation, finished))
-
-    def _snapshot(self) -> list[tuple[LateScope, str, ThreadSafeEvent]]:
-        with self._lock:
-            return list(self._calls)
-
-    def running(self, covers: Callable[[LateScope], bool]) -> list[str]:
-        """The abandoned calls of scopes ``covers`` accepts that have not ended, described."""
-        return [
-            f"{op} of session {key.key()}" if isinstance(key, SessionKey) else f"{op} of a document"
-            for key, op, done in self._snapshot()
-            if covers(key) and not done.is_set()
-        ]
-
-    async def wait(self, covers: Callable[[LateScope], bool], timeout_s: float) -> list[str]:
-        """Wait up to ``timeout_s`` for those calls to end; describe the ones still running."""
-        with anyio.move_on_after(timeout_s):
-            for key, _, done in self._snapshot():
-                if covers(key):
-                    await done.wait()
-        return self.running(covers)
 
 
 class Ticket:
@@ -203,7 +157,7 @@ class Ticket:
         remaining_tokens: int | None = None,
         on_late: Callable[[T], Awaitable[None]] | None = None,
         traced: bool = True,
-        late_scope: SourceOwner | None = None,
+        late_scope: LateScope | None = None,
     ) -> T:
         """Run one adapter call under its deadline (R10, R12) and walk away from it past the deadline.
 
@@ -218,7 +172,7 @@ class Ticket:
         (a late-opened recall session is closed). ``traced=False``: ``work``
         opens its own spans (several adapter calls under one deadline).
         ``late_scope``: what an abandoned call may still write into when the
-        operation has no session (a host document's owner): erasure waits for it too.
+        operation has no session (a host document's owner, a memory fact): erasure waits for it too.
         """
         timeout = self.op_timeout_s if timeout_s is None else timeout_s
         # What ``self.context(timeout, ...)`` makes, without the extra call (six adapter calls a turn).
@@ -529,13 +483,6 @@ class Admitted:
             return swallowed
         finally:
             self._leave(ticket)
-
-
-def covers(target: EraseTarget, key: LateScope) -> bool:
-    """True if an erasure of ``target`` touches session ``key`` (any of its groups) or owner ``key``."""
-    if isinstance(key, SourceOwner):
-        return target.covers_owner(key)
-    return bool(target.covers_session(key) or target.session_key == key)
 
 
 def overlaps(one: EraseTarget, other: EraseTarget) -> bool:

@@ -58,6 +58,7 @@ from ..._text import error_text
 from ..._validators import check_duration
 from ..checks import check_adapter
 from ..hooks import HookBroadcaster, broadcast
+from ..late_calls import FactScope, LateCalls
 from ..lifecycle import Ticket, close_owned
 from ..limits import RuntimeLimits
 from ..memory_fence import ErasureFence, fence_check, fence_confirm
@@ -86,6 +87,7 @@ __all__ = [
     "MemoryManager",
     "announce_drain",
     "counted_listing",
+    "late_calls_of",
     "telemetry_of",
     "work_tracker",
 ]
@@ -169,6 +171,9 @@ class MemoryManager:
         self._closed = False
         #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
         self._erasure_fence: ErasureFence | None = None
+        #: Its remember and correct calls abandoned past their deadline that may still be running
+        #: (:mod:`..late_calls`): a runtime's erasure waits for those of its scope, as for its own.
+        self._late = LateCalls()
         #: The limits of the runtime it belongs to (:func:`.limits.adopt_runtime_limits`).
         self._runtime_limits: RuntimeLimits | None = None
         if telemetry is not None and not isinstance(telemetry, Telemetry):
@@ -196,14 +201,21 @@ class MemoryManager:
             raise AgentLifecycleError(f"{what} refused: the memory manager is closed; nothing was written")
 
     async def _call(
-        self, operation: str, work: Callable[[OpContext], Awaitable[T]], timeout_s: float | None = None
+        self,
+        operation: str,
+        work: Callable[[OpContext], Awaitable[T]],
+        timeout_s: float | None = None,
+        writes: FactScope | None = None,
     ) -> T:
         # Spans: ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory`` (Ticket.call).
         # ``timeout_s``: a deadline other than the store's (the extractor's model deadline).
+        # ``writes``: where the call may add a fact. Abandoned past its deadline, it is noted in
+        # ``late`` until it ends: its write may still land, and an erasure of that scope waits for it.
         with observe.using(self._telemetry):
             try:
                 ticket = Ticket(None, operation, self.limits.op_timeout_s)
-                return await ticket.call(operation, work, timeout_s=timeout_s)
+                ticket.late = self._late if writes is not None else None
+                return await ticket.call(operation, work, timeout_s=timeout_s, late_scope=writes)
             except AgentiumError:
                 raise
             except Exception as exc:
@@ -261,7 +273,11 @@ class MemoryManager:
             seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
             progress.saving()
             try:
-                raw = await self._call("memory remember", lambda ctx: self.store.remember(fact, ctx))
+                raw = await self._call(
+                    "memory remember",
+                    lambda ctx: self.store.remember(fact, ctx),
+                    writes=FactScope(fact.scope, fact.provenance),
+                )
             except MemoryRejectedError as exc:
                 return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
             ack = await fence_confirm(seen, self, fact.scope, checked_ack(raw, "memory remember"))
@@ -304,7 +320,9 @@ class MemoryManager:
             seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
             progress.saving()
             raw = await self._call(
-                "memory correct", lambda ctx: self.store.correct(scope, fact_id, replacement, ctx)
+                "memory correct",
+                lambda ctx: self.store.correct(scope, fact_id, replacement, ctx),
+                writes=FactScope(replacement.scope, replacement.provenance),
             )
             ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id))
             progress.committed()
@@ -569,6 +587,11 @@ class MemoryManager:
 def telemetry_of(manager: MemoryManager) -> Resolved:
     """The telemetry settings ``manager`` was given, or the defaults (global providers, no content)."""
     return manager._telemetry if manager._telemetry is not None else Telemetry().resolve()
+
+
+def late_calls_of(manager: MemoryManager) -> LateCalls:
+    """``manager``'s remember and correct calls abandoned past their deadline (an erasure waits for them)."""
+    return manager._late
 
 
 def work_tracker(manager: MemoryManager) -> WorkTracker:
