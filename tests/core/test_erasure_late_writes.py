@@ -29,6 +29,7 @@ import attrs
 import pytest
 
 from agentium_harness import (
+    AgentiumError,
     EraseTarget,
     ErasureIncompleteError,
     MemoryFact,
@@ -73,6 +74,8 @@ class Gate:
         self.ended = threading.Event()
         #: Set when the blocked call reached another call waiting behind it (SQLite: its erase).
         self.queued = threading.Event()
+        #: What the held write returned when it landed (``None`` until then).
+        self.value: Any = None
 
     def take(self) -> bool:
         """True once, for the call to hold (the next one after :meth:`arm`)."""
@@ -88,7 +91,9 @@ class Gate:
                 self.release.wait(60.0)
                 # What the store does when the client call finally goes through (the store's own
                 # write, with its own checks), not what the deadline said.
-                return anyio.from_thread.run(land)
+                value = anyio.from_thread.run(land)
+                self.value = value
+                return value
             finally:
                 self.ended.set()
 
@@ -117,10 +122,17 @@ class StuckMemory(InMemoryMemoryStore):
         super().__init__()
         self.gate = Gate()
         self.inventoried = anyio.Event()
+        self.forgot = anyio.Event()
 
     async def erase(self, target: EraseTarget, ctx: OpContext, **kw: Any) -> Any:
         self.inventoried.set()
         return await super().erase(target, ctx, **kw)
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> Any:
+        try:
+            return await super().forget(scope, fact_id, ctx)
+        finally:
+            self.forgot.set()
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> Any:
         if self.gate.take():
@@ -285,6 +297,30 @@ async def test_an_erasure_waits_for_an_abandoned_memory_write_and_erases_what_it
         await rt.aclose()
 
 
+async def test_a_memory_write_abandoned_during_another_runtimes_erasure_is_taken_back_when_it_lands(
+    gates: list[Gate],
+) -> None:
+    """Another runtime's erasure cannot wait for this manager's call: the landing runs the fence's check."""
+    store = StuckMemory()
+    gates.append(store.gate)
+    sessions = InMemorySessionStore()
+    writer = _runtime(GENEROUS, memory=store, session_store=sessions)
+    operator = _runtime(GENEROUS, memory=store, session_store=sessions)
+    with anyio.fail_after(90):
+        await _strand_a_memory_write(writer, store.gate)
+        result = await operator.erase(USER, reason="why", attestation=OPERATOR)
+        assert result.tombstone is not None  # it knew nothing of the other runtime's call
+        store.gate.release.set()
+        await _ended(store.gate)
+        assert store.gate.value is not None and store.gate.value.fact_id is not None, "it landed"
+        with anyio.move_on_after(GENEROUS):  # taken back by the late call's own check
+            await store.forgot.wait()
+        facts = await store.history(SCOPE, store.gate.value.fact_id, fresh())
+        assert all("4321" not in f.fact.text for f in facts), "the erased user's fact is still there"
+        await writer.aclose()
+        await operator.aclose()
+
+
 async def test_a_sqlite_memory_write_abandoned_in_its_thread_is_erased_by_the_erasure(
     tmp_path: Path, gates: list[Gate]
 ) -> None:
@@ -313,4 +349,108 @@ async def test_a_sqlite_memory_write_abandoned_in_its_thread_is_erased_by_the_er
             done = result[0]
         assert done.tombstone is not None
         assert await _facts(rt) == [], "a fact of the erased user survived the completed erasure"
+        await rt.aclose()
+
+
+# -- the session's own writes: archive append, snapshot save, recall index ---------------------
+#
+# A turn's calls are admitted under its session's ticket, so an abandoned one is noted with the
+# session it writes into and an erasure of that session waits for it (docs/erasure.md, step 3).
+
+
+S1 = EraseTarget.session("acme", "alice", "s1")
+
+
+async def _strand_a_turn_write(rt: Any, gate: Gate) -> None:
+    """Seed turn one, then run turn two with a short call deadline; ``gate``'s write is abandoned."""
+    await rt.run(ALICE, "s1", "first")
+    gate.armed = True
+    _call_deadline(rt, SHORT)
+    try:
+        await rt.run(ALICE, "s1", "second")
+    except AgentiumError:
+        pass  # a save abandoned: the turn's outcome is unknown; an index abandoned: only a diagnostic
+    _call_deadline(rt, GENEROUS)
+    assert gate.entered.is_set() and not gate.ended.is_set(), "the write should still be running"
+
+
+async def _erase_pending_then_resume(
+    rt: Any, target: EraseTarget, gate: Gate, landed: Callable[[], Awaitable[bool]]
+) -> Any:
+    """The erasure stays pending while the write runs; once it landed, a resume completes it."""
+    with pytest.raises(ErasureIncompleteError, match="still running"):
+        await rt.erase(target, reason="why", attestation=OPERATOR)
+    gate.release.set()
+    await _ended(gate)
+    assert await landed(), "the late write did not land: the test shows nothing"
+    (resumed,) = await rt.resume_erasures(OPERATOR)
+    assert resumed.tombstone is not None
+    return resumed
+
+
+async def test_a_snapshot_save_abandoned_past_its_deadline_keeps_the_erasure_pending(
+    gates: list[Gate],
+) -> None:
+    sessions = StuckSessions()
+    gates.append(sessions.gate)
+    archive = InMemoryArchive()
+    rt = _runtime(SHORT, session_store=sessions, archive=archive)
+    with anyio.fail_after(90):
+        await _strand_a_turn_write(rt, sessions.gate)
+
+        async def landed() -> bool:
+            stored = await sessions.load(KEY, fresh())
+            return stored is not None and stored.revision == sessions.gate.value
+
+        await _erase_pending_then_resume(rt, S1, sessions.gate, landed)
+        assert await sessions.load(KEY, fresh()) is None, "the erased session's snapshot came back"
+        assert not (await archive.erase(S1, fresh(), dry_run=True)).counts
+        await rt.aclose()
+
+
+async def test_a_recall_index_abandoned_past_its_deadline_keeps_the_erasure_pending(
+    gates: list[Gate],
+) -> None:
+    recall = StuckRecall()
+    gates.append(recall.gate)
+    rt = _runtime(SHORT, recall=recall)
+    with anyio.fail_after(90):
+        await _strand_a_turn_write(rt, recall.gate)
+
+        async def landed() -> bool:
+            return bool((await recall.erase(S1, fresh(), dry_run=True)).counts)
+
+        await _erase_pending_then_resume(rt, S1, recall.gate, landed)
+        left = await recall.erase(S1, fresh(), dry_run=True)
+        assert not left.counts, "an index entry of the erased session survived the completed erasure"
+        await rt.aclose()
+
+
+async def test_a_sqlite_archive_append_abandoned_in_its_thread_lands_before_the_archive_erases(
+    tmp_path: Path, gates: list[Gate]
+) -> None:
+    """The thread holds the adapter's connection: the erasure's own archive calls queue behind it."""
+    archive = StuckSQLiteArchive(SQLiteConfig(path=str(tmp_path / "agentium.db")))
+    gates.append(archive.gate)
+    rt = _runtime(GENEROUS, archive=archive, owned=[archive])
+    with anyio.fail_after(90):
+        await _strand_a_turn_write(rt, archive.gate)
+        result: list[Any] = []
+        async with anyio.create_task_group() as tg:
+
+            async def erase() -> None:
+                try:
+                    result.append(await rt.erase(S1, reason="why", attestation=OPERATOR))
+                except ErasureIncompleteError as exc:
+                    result.append(exc)
+
+            tg.start_soon(erase)
+            await anyio.to_thread.run_sync(archive.gate.queued.wait, GENEROUS)
+            archive.gate.release.set()
+        await _ended(archive.gate)
+        done = result[0]
+        if isinstance(done, ErasureIncompleteError):
+            (done,) = await rt.resume_erasures(OPERATOR)
+        assert done.tombstone is not None
+        assert not (await archive.erase(S1, fresh(), dry_run=True)).counts, "an erased group came back"
         await rt.aclose()

@@ -14,20 +14,24 @@ provenance names) is refused with
 - **after the write** (:func:`fence_confirm`), when such an erasure began
   after that first read (pending now, or completed since): the manager
   forgets the fact it just wrote (content removed, as :meth:`forget` does)
-  and refuses: the fact was not kept.
+  and refuses: the fact was not kept;
+- **when a write abandoned past its deadline lands** (:func:`late_take_back`):
+  the second read it never ran, and the same forget. An erasure in the
+  runtime holding the manager waits for such a write (:mod:`.late_calls`);
+  this covers one by another runtime or process, best effort.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import attrs
 
 from .._errors import AgentiumError, ErasureInProgressError, MemoryFactNotFoundError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
-from .._ports.memory import GroupRef, MemoryAck, MemoryScope
+from .._ports.memory import AckStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
 from .erasure_fence import ErasureFence, FenceCheck
 from .erasure_index import finished_covering_fact
@@ -36,7 +40,7 @@ from .lifecycle import Ticket
 if TYPE_CHECKING:
     from .memory.manager import MemoryManager
 
-__all__ = ["ErasureFence", "FenceCheck", "fence_check", "fence_confirm", "fence_memory"]
+__all__ = ["ErasureFence", "FenceCheck", "fence_check", "fence_confirm", "fence_memory", "late_take_back"]
 
 _log = logging.getLogger("agentium.engine.memory")
 
@@ -126,3 +130,32 @@ async def fence_confirm(
             "forget it (agentium memory forget)",
         ) from exc
     raise seen.write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept")
+
+
+def late_take_back(
+    seen: FenceCheck | None, manager: MemoryManager, owner: MemoryScope
+) -> Callable[[object], Awaitable[None]] | None:
+    """What runs when a write the manager walked away from lands after all: the check it never ran.
+
+    ``None`` for a manager without a fence. A covering erasure pending, or
+    completed since the first read, makes the manager forget the fact (a
+    WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise).
+    """
+    if seen is None:
+        return None
+
+    async def take_back(raw: object) -> None:
+        if not isinstance(raw, MemoryAck) or raw.status is not AckStatus.STORED or raw.fact_id is None:
+            return
+        if await seen.fence.covering_since(seen) is None:
+            return
+        try:
+            await manager.forget(owner, raw.fact_id)
+        except MemoryFactNotFoundError:
+            return  # the erasure removed it already
+        except AgentiumError as exc:
+            _log.warning("a fact written past its deadline could not be taken back: %s", type(exc).__name__)
+            return
+        _log.warning("a fact written past its deadline during an erasure was taken back")
+
+    return take_back

@@ -61,7 +61,7 @@ from ..hooks import HookBroadcaster, broadcast
 from ..late_calls import FactScope, LateCalls
 from ..lifecycle import Ticket, close_owned
 from ..limits import RuntimeLimits
-from ..memory_fence import ErasureFence, fence_check, fence_confirm
+from ..memory_fence import ErasureFence, fence_check, fence_confirm, late_take_back
 from ..results import Diagnostic
 from ..unexpected import WriteProgress, typed_unexpected
 from .answers import (
@@ -171,8 +171,7 @@ class MemoryManager:
         self._closed = False
         #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
         self._erasure_fence: ErasureFence | None = None
-        #: Its remember and correct calls abandoned past their deadline that may still be running
-        #: (:mod:`..late_calls`): a runtime's erasure waits for those of its scope, as for its own.
+        #: Its writes abandoned past their deadline, maybe still running: erasures wait for them.
         self._late = LateCalls()
         #: The limits of the runtime it belongs to (:func:`.limits.adopt_runtime_limits`).
         self._runtime_limits: RuntimeLimits | None = None
@@ -206,6 +205,7 @@ class MemoryManager:
         work: Callable[[OpContext], Awaitable[T]],
         timeout_s: float | None = None,
         writes: FactScope | None = None,
+        on_late: Callable[[T], Awaitable[None]] | None = None,
     ) -> T:
         # Spans: ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory`` (Ticket.call).
         # ``timeout_s``: a deadline other than the store's (the extractor's model deadline).
@@ -215,7 +215,9 @@ class MemoryManager:
             try:
                 ticket = Ticket(None, operation, self.limits.op_timeout_s)
                 ticket.late = self._late if writes is not None else None
-                return await ticket.call(operation, work, timeout_s=timeout_s, late_scope=writes)
+                return await ticket.call(
+                    operation, work, timeout_s=timeout_s, late_scope=writes, on_late=on_late
+                )
             except AgentiumError:
                 raise
             except Exception as exc:
@@ -277,6 +279,7 @@ class MemoryManager:
                     "memory remember",
                     lambda ctx: self.store.remember(fact, ctx),
                     writes=FactScope(fact.scope, fact.provenance),
+                    on_late=late_take_back(seen, self, fact.scope),
                 )
             except MemoryRejectedError as exc:
                 return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
@@ -323,6 +326,7 @@ class MemoryManager:
                 "memory correct",
                 lambda ctx: self.store.correct(scope, fact_id, replacement, ctx),
                 writes=FactScope(replacement.scope, replacement.provenance),
+                on_late=late_take_back(seen, self, scope),
             )
             ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id))
             progress.committed()
