@@ -265,7 +265,8 @@ async def test_a_memory_write_abandoned_past_its_deadline_keeps_the_erasure_pend
             await rt.erase(USER, reason="why", attestation=OPERATOR)
         store.gate.release.set()
         await _ended(store.gate)
-        assert await _facts(rt), "the late write landed (the erasure did not complete under it)"
+        # It landed (and, the erasure being pending, the manager's late check may take it back).
+        assert store.gate.value is not None and store.gate.value.fact_id is not None
         (resumed,) = await rt.resume_erasures(OPERATOR)
         assert resumed.tombstone is not None
         assert await _facts(rt) == [], "a fact of the erased user survived the completed erasure"
