@@ -19,7 +19,7 @@ import itertools
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, TypeVar
 
 import attrs
 
@@ -76,6 +76,7 @@ from .answers import (
     checked_scope,
     within,
 )
+from .extractor import MemoryExtractor
 from .limits import MemoryLimits, model_timeout
 from .selection import MemorySelection, RecentIds, SelectionRequest, checked_selection, recent_and_relevant
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
@@ -96,19 +97,6 @@ T = TypeVar("T")
 
 #: Who extracts memory from a session's history: the harness (canonical sessions) or an agent.
 HistoryOwner = Literal["harness", "agent"]
-
-
-class MemoryExtractor(Protocol):
-    """Host-configured extraction: facts worth keeping from a turn's messages (R36).
-
-    It only proposes; the manager checks and writes each fact as owned work.
-    """
-
-    async def extract(
-        self, scope: MemoryScope, messages: Sequence[Message], ctx: OpContext
-    ) -> Sequence[MemoryFact]:
-        """The facts to remember from ``messages``, in ``scope`` (or narrower)."""
-        ...
 
 
 #: The host's own admission rule for a fact: a reason to reject it, or ``None``.
@@ -208,9 +196,8 @@ class MemoryManager:
         on_late: Callable[[T], Awaitable[None]] | None = None,
     ) -> T:
         # Spans: ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory`` (Ticket.call).
-        # ``timeout_s``: a deadline other than the store's (the extractor's model deadline).
-        # ``writes``: where the call may add a fact. Abandoned past its deadline, it is noted in
-        # ``late`` until it ends: its write may still land, and an erasure of that scope waits for it.
+        # ``timeout_s``: not the store's deadline (an extractor's model's). ``writes``: where it may add a
+        # fact; abandoned, it is in ``late`` until it ends (it may still land: erasures wait for it).
         with observe.using(self._telemetry):
             try:
                 ticket = Ticket(None, operation, self.limits.op_timeout_s)
