@@ -282,3 +282,32 @@ async def test_a_create_cancelled_before_its_move_says_it_committed(
         assert loaded is not None and (loaded.revision, loaded.snapshot) == (1, new)
     finally:
         await creator.aclose()
+
+
+async def test_an_unsettled_create_forgets_the_etag_of_the_session_erased_under_it(
+    config: S3Config, admin: S3Client, hooked: tuple[S3Client, list[Callable[[dict[str, Any]], None]]]
+) -> None:
+    # The creating store held the erased session itself: it cached that session's ETag at revision
+    # 1, the revision the create lands on again. A create left unsettled (cancelled before its
+    # move) must not keep that ETag: a save on the revision the error names would send it, and be
+    # refused as a conflict by the create's own object, which is at that very revision.
+    client, hooks = hooked
+    creator = S3SessionStore(config, client=client)
+    try:
+        assert await creator.save(KEY, scoped_snapshot(KEY, " old 1"), None, _ctx()) == 1
+        _erase_between_floor_read_and_create(config, hooks)
+        ctx = _ctx()
+        hooks.append(_once(lambda params: "IfMatch" in params, lambda: ctx.signal.cancel("host shutdown")))
+        new = scoped_snapshot(KEY, " new")
+        with pytest.raises(S3CreateUnsettledError) as caught:
+            await creator.save(KEY, new, None, ctx)
+        assert (caught.value.revision, caught.value.floor) == (1, 1)
+        stored = _snapshot_object(admin, config)
+        assert stored is not None and stored.startswith(b"agentium-s3-snapshot/2 revision=1 ")
+        # The session holds the create's snapshot at revision 1: a save on it lands.
+        on = scoped_snapshot(KEY, " on")
+        assert await creator.save(KEY, on, caught.value.revision, _ctx()) == 2
+        loaded = await creator.load(KEY, _ctx())
+        assert loaded is not None and (loaded.revision, loaded.snapshot) == (2, on)
+    finally:
+        await creator.aclose()

@@ -91,6 +91,7 @@ from .erasure import (
 )
 from .errors import (
     S3ConflictRetriesExhaustedError,
+    S3CreateUnsettledError,
     S3Error,
     S3ObjectTooLargeError,
     S3SaveOutcomeUnknownError,
@@ -290,9 +291,16 @@ class S3SessionStore(SessionStore):
                 raise
             # The caller's deadline passed with the create stored and the floor check unfinished
             # (its worker thread may still move the session): the create committed all the same.
+            self._etags.pop(key, None)
             raise unsettled(
                 key, landed[-1][0], None, f"the save stopped ({exc.reason}) before it was settled"
             ) from None
+        except S3CreateUnsettledError:
+            # A cached ETag is an older object's, perhaps the erased session's at the very revision
+            # the create landed on: a save on the error's revision would send it and be refused by
+            # the create's own object. Without it that save reads the header (a move may still land).
+            self._etags.pop(key, None)
+            raise
         revision = chosen[-1]
         self._etags[key] = (revision, etag)
         return revision
