@@ -311,3 +311,23 @@ async def test_an_unsettled_create_forgets_the_etag_of_the_session_erased_under_
         assert loaded is not None and (loaded.revision, loaded.snapshot) == (2, on)
     finally:
         await creator.aclose()
+
+
+async def test_a_save_over_a_session_another_process_erased_is_a_conflict(
+    config: S3Config, admin: S3Client
+) -> None:
+    # The holder's store has the ETag cached, so its save is sent (IfMatch) without a read first.
+    # moto (as AWS) answers 404 NoSuchKey to IfMatch on a missing key, Ceph RGW 412: both mean the
+    # compare-and-set failed, and the port says SessionConflictError, writing nothing.
+    holder = await _old_incarnation(config)
+    try:
+        eraser = _store(config)
+        try:
+            await eraser.erase(TARGET, _ctx())
+        finally:
+            await eraser.aclose()
+        with pytest.raises(SessionConflictError, match="the session was removed; nothing was written"):
+            await holder.save(KEY, scoped_snapshot(KEY, " stale"), OLD, _ctx())
+        assert _snapshot_object(admin, config) is None
+    finally:
+        await holder.aclose()

@@ -31,6 +31,8 @@ match an older revision.
   form (Ceph RGW compares the unquoted ETag; AWS and moto the quoted one):
   the write is retried once in the other form, which is then kept. Anything
   else is a :class:`~agentium_harness.plugin_api.SessionConflictError`.
+- **404** on ``IfMatch`` (AWS and moto, for a key that is gone; Ceph RGW answers
+  412): ``SessionConflictError``, as for any session removed meanwhile.
 - **409**: retried ``conflict_retries`` times, then a typed error.
 
 - **No answer, or a 5xx** (the write may have been stored): the session is
@@ -383,6 +385,9 @@ class S3SessionStore(SessionStore):
                     conflict_backoff(ctx, conflicts)
                     continue
                 if not _is_412(exc):
+                    if expected is not None and is_missing(exc):
+                        # IfMatch on a key that is gone: AWS and moto answer 404, Ceph RGW 412 (below).
+                        raise self._conflict(key, expected, "the session was removed") from None
                     if status is None or status >= 500:
                         # The server answered a failure, perhaps after storing the body.
                         return self._settle(
