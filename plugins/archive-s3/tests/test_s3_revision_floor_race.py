@@ -20,10 +20,12 @@ import attrs
 import pytest
 from s3_helpers import BUCKET, live_keys
 
-from agentium_archive_s3 import S3Config, S3CreateUnsettledError, S3SessionStore
+from agentium_archive_s3 import S3Archive, S3Config, S3CreateUnsettledError, S3SessionStore
 from agentium_archive_s3.keys import session_object_key
 from agentium_archive_s3.link import S3Client, make_client
 from agentium_archive_s3.revision_floor import floor_key, parse_floor, raise_floor
+from agentium_harness import CommitState, RuntimeLimits, VerifiedIdentity, create_harness_runtime
+from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import EraseTarget, OpContext, SessionConflictError, SessionKey
 from agentium_harness.testing import scoped_snapshot
 
@@ -331,3 +333,68 @@ async def test_a_save_over_a_session_another_process_erased_is_a_conflict(
         assert _snapshot_object(admin, config) is None
     finally:
         await holder.aclose()
+
+
+@pytest.mark.parametrize("intruder", [None, "erasure"])
+async def test_the_engine_reports_a_create_that_raced_an_erasure_by_where_it_landed(
+    config: S3Config, hooked: tuple[S3Client, list[Callable[[dict[str, Any]], None]]], intruder: str | None
+) -> None:
+    # A run's first turn: its load finds no session; before its create is sent, another process
+    # creates the session (revisions 1..OLD) and erases it. The engine says committed at the
+    # revision the create was moved to, and the next turn saves on it. With the session erased
+    # again before the move, the engine reads back nothing: not committed, and the next run
+    # creates the session above every erased revision.
+    client, hooks = hooked
+    store = S3SessionStore(config, client=client)
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=S3Archive(config),
+        session_store=store,
+        limits=RuntimeLimits(op_timeout_s=30),
+    )
+    ana = VerifiedIdentity(KEY.tenant, KEY.user, "test")
+    object_key = session_object_key(config.prefix, KEY)
+
+    async def incarnate_and_erase() -> None:
+        holder = await _old_incarnation(config)
+        await holder.aclose()
+        eraser = _store(config)
+        try:
+            await eraser.erase(TARGET, _ctx())
+        finally:
+            await eraser.aclose()
+
+    async def erase() -> None:
+        eraser = _store(config)
+        try:
+            await eraser.erase(TARGET, _ctx())
+        finally:
+            await eraser.aclose()
+
+    try:
+        hooks.append(
+            _once(
+                lambda params: "IfNoneMatch" in params and params["Key"] == object_key,
+                lambda: _elsewhere(incarnate_and_erase),
+            )
+        )
+        if intruder is None:
+            first = await runtime.run(ana, KEY.session, "The first turn.")
+            assert first.committed and first.snapshot_revision == OLD + 1
+            second = await runtime.run(ana, KEY.session, "The second turn.")
+            assert second.committed and second.snapshot_revision == OLD + 2
+            return
+        hooks.append(
+            _once(
+                lambda params: "IfMatch" in params and params["Key"] == object_key,
+                lambda: _elsewhere(erase),
+            )
+        )
+        with pytest.raises(S3CreateUnsettledError) as caught:
+            await runtime.run(ana, KEY.session, "The first turn.")
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert await store.load(KEY, _ctx()) is None
+        again = await runtime.run(ana, KEY.session, "The first turn, again.")
+        assert again.committed and again.snapshot_revision == OLD + 1
+    finally:
+        await runtime.aclose()
