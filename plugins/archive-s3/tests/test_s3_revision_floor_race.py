@@ -208,7 +208,7 @@ async def test_a_create_that_cannot_be_moved_past_the_floor_says_it_committed(
         hooks.append(_once(lambda params: "IfMatch" in params, lambda: _elsewhere(intrude)))
         with pytest.raises(
             S3CreateUnsettledError,
-            match=r"the create committed\) and last written by this save at revision 1,",
+            match=r"may have replaced it since\) and last written by this save at revision 1,",
         ) as caught:
             await creator.save(KEY, scoped_snapshot(KEY, " new"), None, _ctx())
         assert (caught.value.revision, caught.value.floor) == (1, OLD)
@@ -275,7 +275,7 @@ async def test_a_create_cancelled_before_its_move_says_it_committed(
         new = scoped_snapshot(KEY, " new")
         with pytest.raises(
             S3CreateUnsettledError,
-            match=r"the create committed\) and last written by this save at revision 1,",
+            match=r"may have replaced it since\) and last written by this save at revision 1,",
         ) as caught:
             await creator.save(KEY, new, None, ctx)
         assert "host shutdown" in str(caught.value)

@@ -82,7 +82,8 @@ def unsettled(key: SessionKey, revision: int, floor: int | None, why: str) -> S3
     """The error of a create that landed at ``revision`` and could not be settled past ``floor``."""
     seen = "" if floor is None else f" (it read {floor})"
     return S3CreateUnsettledError(
-        f"s3 session store: session {key.key()} was created (the create committed) and last written by this "
+        f"s3 session store: session {key.key()} was created (that write landed, though a writer or erasure "
+        "may have replaced it since) and last written by this "
         f"save at revision {revision}, but an erasure in another process may have raised the revision floor "
         f"to or past that revision meanwhile{seen}, so it may be one an erased session had; settling it past "
         f"the floor failed: {why}. "
