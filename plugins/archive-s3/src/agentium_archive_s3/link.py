@@ -20,7 +20,12 @@ to ``max_concurrency`` requests run at once and keeps the rest of that base's ca
   thread, and before every HTTP attempt (a ``before-send`` event handler), so a
   cancelled or expired operation sends no further request — botocore's own
   retries included. A boto3 request cannot be interrupted, so a cancelled
-  caller returns at once and the thread's result is discarded.
+  caller returns at once and the thread's result is discarded; the thread
+  checks a child of the caller's signal that the caller cancels as it leaves,
+  so a caller cancelled by its own cancel scope (its context still live)
+  stops the thread's requests too. A write already in its ``before-send``
+  check or on the wire is what the adapters' write fence (:mod:`.erasure`)
+  makes an erase wait for.
 - **Typed errors.** botocore's exceptions become the plugin's errors
   (:mod:`agentium_archive_s3.errors`) with messages that name the bucket,
   the operation and S3's error code, and never a credential.
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import anyio.to_thread
+import attrs
 
 # botocore.exceptions is cheap (tens of ms); boto3 and botocore.config pull in the whole client
 # machinery, so make_client imports them: listing plugins (``agentium plugins``) need not pay.
@@ -244,10 +250,18 @@ class S3Link:
         if self._closed:
             raise self.family(f"{self.name}: {operation} refused: the adapter is closed", code="closed")
         left = ctx.time_left()
+        # The thread checks a signal of its own, cancelled as soon as this caller stops waiting for
+        # any reason (its deadline, or a cancel scope of its caller with the context still live):
+        # an abandoned thread then sends no further request, even one still waiting for a slot.
+        inner = attrs.evolve(ctx, signal=ctx.signal.child())
         with anyio.move_on_after(math.inf if left is None else left) as scope:
-            return await anyio.to_thread.run_sync(
-                self._in_thread, ctx, operation, work, limiter=self.limiter, abandon_on_cancel=True
-            )
+            try:
+                return await anyio.to_thread.run_sync(
+                    self._in_thread, inner, operation, work, limiter=self.limiter, abandon_on_cancel=True
+                )
+            finally:
+                # After a normal return the thread is done, and this changes nothing.
+                inner.signal.cancel("its caller stopped waiting")
         assert scope.cancelled_caught
         raise OperationCancelledError(
             f"{operation} stopped at its deadline; a request already sent may still complete on the server",
