@@ -35,7 +35,7 @@ from .._ports._base import capabilities_of
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, document_source_id
 from .._text import error_text
 from .._validators import check_duration, unicode_text, validate_id
-from .document_fence import index_document_fenced
+from .document_fence import index_document_fenced, marked
 from .embedding import index_sources
 from .erasure_fence import ErasureFence
 from .results import CommitState, Diagnostic, Severity
@@ -137,25 +137,19 @@ def _checked_ref(ref: object, owner: SourceOwner, doc_id: str, store: RecallStor
     raise error
 
 
-def _marked(error: AgentiumError, state: CommitState) -> AgentiumError:
-    """``error`` carrying ``state`` (whether the document was deleted)."""
-    error.commit_state = state
-    return error
-
-
 def _failed_delete(exc: Exception, store: RecallStore) -> AgentiumError:
     """The typed error for a failed ``delete_document`` call, saying whether the document may be deleted."""
     if isinstance(exc, InvalidArgumentError | UnsupportedOperationError):
-        return _marked(exc, CommitState.NOT_COMMITTED)  # the port: refused before writing anything
+        return marked(exc, CommitState.NOT_COMMITTED)  # the port: refused before writing anything
     if isinstance(exc, AgentiumError):
         # A timeout or a cancellation may have stopped the store after its delete landed.
-        return _marked(exc, CommitState.UNKNOWN)
+        return marked(exc, CommitState.UNKNOWN)
     error = ContractViolationError(
         f"recall store {type(store).__name__}.delete_document raised {error_text(exc)}, not a typed error; "
         "whether the document was deleted is unknown (commit_state unknown): delete it again to know"
     )
     error.__cause__ = exc
-    return _marked(error, CommitState.UNKNOWN)
+    return marked(error, CommitState.UNKNOWN)
 
 
 class DocumentOperations:
@@ -295,7 +289,7 @@ class DocumentOperations:
                             f"{type(existed).__name__}, not True or False; the document may have been "
                             "deleted (commit_state unknown): delete it again to know"
                         )
-                        raise _marked(error, CommitState.UNKNOWN)
+                        raise marked(error, CommitState.UNKNOWN)
                     return existed
             except RuntimeClosedError as exc:
                 if admitted and exc.commit_state is None:

@@ -59,7 +59,7 @@ from .erasure_index import finished_covering_owner
 from .lifecycle import Ticket
 from .results import CommitState
 
-__all__ = ["index_document_fenced"]
+__all__ = ["index_document_fenced", "marked"]
 
 _log = logging.getLogger("agentium.engine.recall")
 
@@ -102,8 +102,8 @@ class _DocumentWrite:
         return ErasureInProgressError(f"{said}; {outcome}", record.erasure_id)
 
 
-def _marked(error: AgentiumError, state: CommitState) -> AgentiumError:
-    """``error`` carrying ``state`` (whether the document is indexed)."""
+def marked(error: AgentiumError, state: CommitState) -> AgentiumError:
+    """``error`` carrying ``state``: whether the document operation (index or delete) committed."""
     error.commit_state = state
     return error
 
@@ -111,7 +111,7 @@ def _marked(error: AgentiumError, state: CommitState) -> AgentiumError:
 def _failed_write(exc: Exception, store: RecallStore) -> AgentiumError:
     """The typed error for a failed ``index_document`` call, saying whether the document may be indexed."""
     if isinstance(exc, InvalidArgumentError | UnsupportedOperationError):
-        return _marked(exc, CommitState.NOT_COMMITTED)  # the port: refused before writing anything
+        return marked(exc, CommitState.NOT_COMMITTED)  # the port: refused before writing anything
     unknown = (
         "whether the document was indexed is unknown (commit_state unknown); indexing it again is safe "
         "(it replaces it), or delete it"
@@ -123,13 +123,13 @@ def _failed_write(exc: Exception, store: RecallStore) -> AgentiumError:
             if len(exc.args) == 1 and isinstance(exc.args[0], str)
             else exc.args
         )
-        return _marked(exc, CommitState.UNKNOWN)
+        return marked(exc, CommitState.UNKNOWN)
     error = ContractViolationError(
         f"recall store {type(store).__name__}.index_document raised {error_text(exc)}, not a typed error; "
         f"{unknown}"
     )
     error.__cause__ = exc
-    return _marked(error, CommitState.UNKNOWN)
+    return marked(error, CommitState.UNKNOWN)
 
 
 async def index_document_fenced(
@@ -206,6 +206,6 @@ async def index_document_fenced(
             f"the document was indexed meanwhile and deleting it failed ({type(exc).__name__}): "
             "erase the scope again",
         )
-        raise _marked(refused, CommitState.UNKNOWN) from exc
+        raise marked(refused, CommitState.UNKNOWN) from exc
     refused = write.refusal(record, "the document, indexed meanwhile, was deleted: it was not kept")
-    raise _marked(refused, CommitState.NOT_COMMITTED)
+    raise marked(refused, CommitState.NOT_COMMITTED)
