@@ -225,6 +225,38 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
             ),
         ),
         ("config.md", r"`close_timeout_s` \(default (\d+)\)", lambda: (int(limits.close_timeout_s),)),
+        (
+            "config.md",
+            r"resident history bounds, default (\d+), (\d+) and (\d+)\)",
+            lambda: (limits.resident.max_groups, limits.resident.max_tokens, limits.resident.max_bytes),
+        ),
+        (
+            "config.md",
+            r"`max_summary_bytes` \(counts, default (\d+), (\d+) and (\d+)\), "
+            r"`timeout_s` \(a duration, default (\d+):",
+            lambda: (
+                ah.SummaryLimits().max_groups,
+                ah.SummaryLimits().max_input_bytes,
+                ah.SummaryLimits().max_summary_bytes,
+                int(ah.SummaryLimits().timeout_s),
+            ),
+        ),
+        (
+            "config.md",
+            r"`max_query_bytes` \(counts, default (\d+), (\d+), (\d+), (\d+), (\d+), (\d+), (\d+) "
+            r"and (\d+); `max_validations` at least 2\) and `max_latency_s` \(a duration, default (\d+)\)",
+            lambda: (
+                ah.RecallLimits().max_queries,
+                ah.RecallLimits().max_candidates,
+                ah.RecallLimits().max_discovery_bytes,
+                ah.RecallLimits().max_source_bytes,
+                ah.RecallLimits().max_excerpt_bytes,
+                ah.RecallLimits().max_evidence_tokens,
+                ah.RecallLimits().max_validations,
+                ah.RecallLimits().max_query_bytes,
+                int(ah.RecallLimits().max_latency_s),
+            ),
+        ),
         ("config.md", r"`max_age_days` \(days, at most (\d+)\)", lambda: (int(MAX_RETENTION_DAYS),)),
         (
             "config.md",
