@@ -33,8 +33,8 @@ returns only a revision above the last floor it read. The cost is one floor
 ``GET`` per create (a 404 in a store that never erased anything).
 
 Whatever cannot be settled raises :class:`~.errors.S3CreateUnsettledError`,
-which is only raised after the create landed, so it says the create
-committed: another writer changed or erased the session before the move,
+which is only raised after the create landed, so it says the create's
+write landed (a read-back tells whether it still stands): another writer changed or erased the session before the move,
 the move failed or its outcome is unknown, the floor kept rising, or the
 deadline passed.
 
@@ -118,7 +118,7 @@ def settle_past_floor(
     is at or above its revision (see the module); ``landed`` is told each
     move that landed, ``check`` runs before each step (the deadline).
 
-    :raises S3CreateUnsettledError: it could not be settled; the create committed.
+    :raises S3CreateUnsettledError: it could not be settled; the create's write landed.
     """
     revision, etag = created
     floor: int | None = None
