@@ -89,7 +89,7 @@ class S3SaveOutcomeUnknownError(S3SessionStoreError):
 
 
 class S3CreateUnsettledError(S3SessionStoreError):
-    """A session create's write landed, but could not be settled past a revision floor an erasure raised meanwhile.
+    """A session create's write landed, but it could not be moved past a floor an erasure raised meanwhile.
 
     Raised only after the create's write landed: the session exists (unless
     another writer changed or erased it since). An erasure in another process

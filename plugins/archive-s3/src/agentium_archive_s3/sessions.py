@@ -292,7 +292,7 @@ class S3SessionStore(SessionStore):
             if not landed:
                 raise
             # The caller's deadline passed with the create stored and the floor check unfinished
-            # (its worker thread may still move the session): the create committed all the same.
+            # (its worker thread may still move the session): the create's write landed all the same.
             self._etags.pop(key, None)
             raise unsettled(
                 key, landed[-1][0], None, f"the save stopped ({exc.reason}) before it was settled"

@@ -34,9 +34,9 @@ returns only a revision above the last floor it read. The cost is one floor
 
 Whatever cannot be settled raises :class:`~.errors.S3CreateUnsettledError`,
 which is only raised after the create landed, so it says the create's
-write landed (a read-back tells whether it still stands): another writer changed or erased the session before the move,
-the move failed or its outcome is unknown, the floor kept rising, or the
-deadline passed.
+write landed (a read-back tells whether it still stands): another writer
+changed or erased the session before the move, the move failed or its
+outcome is unknown, the floor kept rising, or the deadline passed.
 
 What remains: between the create's write and its move (one ``GET`` and one
 ``PUT``, milliseconds) the new session is visible at the repeated revision.
