@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from .._errors import AgentiumError, ErasureInProgressError, MemoryFactNotFoundError
+from .._errors import AgentiumError, ContractViolationError, ErasureInProgressError, MemoryFactNotFoundError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.memory import AckStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
 from .erasure_fence import ErasureFence, FenceCheck
 from .erasure_index import finished_covering_fact
 from .lifecycle import Ticket
+from .memory.answers import checked_ack
 
 if TYPE_CHECKING:
     from .memory.manager import MemoryManager
@@ -117,9 +118,18 @@ async def fence_confirm(
         return attrs.evolve(ack, notes=(*ack.notes, note))
     if record is None:
         return ack
+    from .memory.manager import forget_fact  # here: the manager module imports this one
+
+    if ack.status is not AckStatus.STORED:
+        # ``duplicate``: this write stored nothing. The fact it names is an older one, whose
+        # provenance may well be outside the erasure (duplicates are told by text, not sources).
+        raise seen.write.refusal(
+            record,
+            f"the store answered {ack.status.value} (fact {fact_id}, left as it was): nothing was written",
+        )
     try:
-        # The manager's own forget: the content goes and the fact is never injected again.
-        await manager.forget(owner, fact_id)
+        # The manager's own forget (also once closed): the content goes and the fact is never injected again.
+        await forget_fact(manager, owner, fact_id)
     except MemoryFactNotFoundError:
         pass  # the erasure removed it already
     except AgentiumError as exc:
@@ -133,24 +143,41 @@ async def fence_confirm(
 
 
 def late_take_back(
-    seen: FenceCheck | None, manager: MemoryManager, owner: MemoryScope
+    seen: FenceCheck | None,
+    manager: MemoryManager,
+    owner: MemoryScope,
+    operation: str,
+    asked: str | None = None,
 ) -> Callable[[object], Awaitable[None]] | None:
     """What runs when a write the manager walked away from lands after all: the check it never ran.
 
     ``None`` for a manager without a fence. A covering erasure pending, or
     completed since the first read, makes the manager forget the fact (a
-    WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise).
+    WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise),
+    even if it was closed meanwhile. Only a ``stored`` acknowledgment of the
+    write asked for (``operation``; for a correction the fact ``asked``,
+    as :func:`.memory.answers.checked_ack` reads it on time) is acted on: any
+    other answer names no fact this write stored, and nothing is forgotten.
     """
     if seen is None:
         return None
 
+    from .memory.manager import forget_fact  # here: the manager module imports this one
+
     async def take_back(raw: object) -> None:
-        if not isinstance(raw, MemoryAck) or raw.status is not AckStatus.STORED or raw.fact_id is None:
+        try:
+            ack = checked_ack(raw, operation, asked)
+        except ContractViolationError:
+            _log.warning(
+                "%s landed past its deadline with an answer that is no acknowledgment of it", operation
+            )
+            return
+        if ack.status is not AckStatus.STORED or ack.fact_id is None:
             return
         if await seen.fence.covering_since(seen) is None:
             return
         try:
-            await manager.forget(owner, raw.fact_id)
+            await forget_fact(manager, owner, ack.fact_id)
         except MemoryFactNotFoundError:
             return  # the erasure removed it already
         except AgentiumError as exc:

@@ -88,6 +88,7 @@ __all__ = [
     "MemoryManager",
     "announce_drain",
     "counted_listing",
+    "forget_fact",
     "late_calls_of",
     "telemetry_of",
     "work_tracker",
@@ -97,7 +98,6 @@ T = TypeVar("T")
 
 #: Who extracts memory from a session's history: the harness (canonical sessions) or an agent.
 HistoryOwner = Literal["harness", "agent"]
-
 
 #: The host's own admission rule for a fact: a reason to reject it, or ``None``.
 AcceptRule = Callable[[MemoryFact], str | None]
@@ -266,7 +266,7 @@ class MemoryManager:
                     "memory remember",
                     lambda ctx: self.store.remember(fact, ctx),
                     writes=FactScope(fact.scope, fact.provenance),
-                    on_late=late_take_back(seen, self, fact.scope),
+                    on_late=late_take_back(seen, self, fact.scope, "memory remember"),
                 )
             except MemoryRejectedError as exc:
                 return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
@@ -277,8 +277,7 @@ class MemoryManager:
 
     async def remember(self, fact: MemoryFact) -> MemoryAck:
         """Like :meth:`remember_with_result`, but a rejection raises :class:`MemoryRejectedError`."""
-        ack = await self.remember_with_result(fact)
-        if ack.status is AckStatus.REJECTED:
+        if (ack := await self.remember_with_result(fact)).status is AckStatus.REJECTED:
             raise MemoryRejectedError(ack.reason)
         return ack
 
@@ -313,7 +312,7 @@ class MemoryManager:
                 "memory correct",
                 lambda ctx: self.store.correct(scope, fact_id, replacement, ctx),
                 writes=FactScope(replacement.scope, replacement.provenance),
-                on_late=late_take_back(seen, self, scope),
+                on_late=late_take_back(seen, self, scope, "memory correct", fact_id),
             )
             ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id))
             progress.committed()
@@ -323,24 +322,11 @@ class MemoryManager:
     async def forget(self, scope: MemoryScope, fact_id: str) -> MemoryAck:
         """Tombstone ``fact_id`` and remove its content; it is never injected again.
 
-        Raises :class:`MemoryFactNotFoundError` for a missing or foreign id
-        (one message for both); nothing changes then. The owner is re-checked
-        first as for :meth:`correct`.
+        Raises :class:`MemoryFactNotFoundError` for a missing or foreign id (one message
+        for both); nothing changes then. The owner is re-checked first as for :meth:`correct`.
         """
         self._check_open("forget")
-        progress = WriteProgress()
-        with typed_unexpected("memory forget", progress, MEMORY_WRITE):
-            scope = checked_scope(scope)
-            fact_id = validate_id(fact_id, "fact id")
-            await self._check_owner(scope, fact_id, "memory forget")
-            progress.saving()
-            raw = await self._call("memory forget", lambda ctx: self.store.forget(scope, fact_id, ctx))
-            # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
-            self._forgotten.add(fact_id)
-            ack = checked_ack(raw, "memory forget", fact_id)
-            progress.committed()
-            return await self._event(MemoryEventKind.FORGOTTEN, ack, scope)
-        raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
+        return await forget_fact(self, scope, fact_id)
 
     async def _check_owner(self, scope: MemoryScope, fact_id: str, operation: str) -> tuple[StoredFact, ...]:
         """Before a change, the fact's revisions must be ``fact_id``'s, owned by ``scope`` (defence in depth).
@@ -373,8 +359,7 @@ class MemoryManager:
     async def _listed(self, scope: MemoryScope, limit: int) -> tuple[tuple[StoredFact, ...], int]:
         """:meth:`list`, and how many facts the store answered (``runtime.forget``: was it full?)."""
         self._check_open("list")
-        scope = checked_scope(scope)
-        check_limit(limit)
+        scope, _ = checked_scope(scope), check_limit(limit)
         raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
         facts = checked_facts(raw, scope, limit, "memory list")
         return checked_listing(facts, self._forgotten, "memory list"), len(facts)
@@ -444,9 +429,8 @@ class MemoryManager:
     def release_history(self, key: SessionKey, owner: HistoryOwner) -> bool:
         """Release one claim of ``owner`` on ``key``; True if there was one.
 
-        Only a claim of ``owner`` is released: a caller never frees a session
-        another owner claimed (an agent that never claimed it, closing, leaves
-        the harness's claim in place).
+        Only a claim of ``owner`` is released: an agent that never claimed the
+        session, closing, leaves the harness's claim in place.
         """
         check_owner_kind(owner)
         with self._claims_lock:
@@ -561,9 +545,8 @@ class MemoryManager:
         """Refuse further calls and close the store if owned (bounded). Call :meth:`drain` first.
 
         ``timeout_s`` follows the one duration rule (finite, above 0): else
-        :class:`InvalidArgumentError`, and the manager stays open.
-
-        A failing close of an owned store raises; calling again retries it.
+        :class:`InvalidArgumentError`, and the manager stays open. A failing
+        close of an owned store raises; calling again retries it.
         """
         check_duration(timeout_s, "timeout_s")
         self._closed = True
@@ -598,3 +581,20 @@ async def announce_drain(manager: MemoryManager, result: DrainResult, timeout_s:
 async def counted_listing(m: MemoryManager, scope: MemoryScope, n: int) -> tuple[Sequence[StoredFact], int]:
     """``m.list(scope, n)``, and how many facts the store answered (was its answer full?)."""
     return await m._listed(scope, n)
+
+
+async def forget_fact(manager: MemoryManager, scope: MemoryScope, fact_id: str) -> MemoryAck:
+    """``manager.forget``, also once closed: the fence takes back a write that lands after the close."""
+    m, progress = manager, WriteProgress()
+    with typed_unexpected("memory forget", progress, MEMORY_WRITE):
+        scope = checked_scope(scope)
+        fact_id = validate_id(fact_id, "fact id")
+        await m._check_owner(scope, fact_id, "memory forget")
+        progress.saving()
+        raw = await m._call("memory forget", lambda ctx: m.store.forget(scope, fact_id, ctx))
+        # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
+        m._forgotten.add(fact_id)
+        ack = checked_ack(raw, "memory forget", fact_id)
+        progress.committed()
+        return await m._event(MemoryEventKind.FORGOTTEN, ack, scope)
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises

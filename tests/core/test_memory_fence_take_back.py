@@ -1,0 +1,237 @@
+"""The memory fence takes back only the fact the refused write itself wrote, and also when it lands late.
+
+The fence forgets a fact written while an erasure took its scope
+(docs/erasure.md, step 3). What it forgets must be what the write stored:
+a store answering ``duplicate`` wrote nothing (the fact it names is an
+older one, whose provenance the erasure may not cover), and a late
+``correct`` acknowledging another fact than the one asked about does not
+make that other fact the erasure's. A write that lands after its manager
+closed is still checked: the erasure that relied on the check has no one
+else to take the fact back.
+
+Two runtimes sharing one session store stand for two processes: the
+operator's erasure cannot wait for the writer's calls. Only the stranded
+call gets a short deadline; every other call 30 s.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import attrs
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureInProgressError,
+    HarnessRuntime,
+    MemoryFact,
+    MemoryScope,
+    OperationTimeoutError,
+    OperatorAttestation,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._ports.memory import FactStatus, GroupRef, MemoryAck
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+SCOPE = MemoryScope("acme", "alice")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
+SESSION_B = EraseTarget.session("acme", "alice", "sB")
+GENEROUS = 30.0
+SHORT = 0.3
+
+
+def _ref(session: str) -> GroupRef:
+    return GroupRef(session, 0, "sha256:" + "a" * 64)
+
+
+def fresh() -> OpContext:
+    return OpContext.with_timeout(GENEROUS)
+
+
+class Store(InMemoryMemoryStore):
+    """A memory store the test can step into: before a write, or holding one in a thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: Awaited inside the next ``remember`` or ``correct`` before the store writes (then cleared).
+        self.before_write: Callable[[], Awaitable[object]] | None = None
+        #: When set, the next ``correct`` blocks in a thread that ignores cancellation until released.
+        self.hold_correct = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.ended = threading.Event()
+        #: A late ``correct``'s acknowledgment names this fact instead (a broken store), when set.
+        self.answer_id: str | None = None
+        self.forgot: list[str] = []
+        self.forgetting = anyio.Event()
+
+    async def _step_in(self) -> None:
+        step, self.before_write = self.before_write, None
+        if step is not None:
+            await step()
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        await self._step_in()
+        return await super().remember(fact, ctx)
+
+    async def correct(
+        self, scope: MemoryScope, fact_id: str, replacement: MemoryFact, ctx: OpContext
+    ) -> MemoryAck:
+        await self._step_in()
+        if not self.hold_correct:
+            return await super().correct(scope, fact_id, replacement, ctx)
+        self.hold_correct = False
+
+        def blocked() -> MemoryAck:
+            self.entered.set()
+            try:
+                self.release.wait(60.0)
+                ack = anyio.from_thread.run(
+                    lambda: InMemoryMemoryStore.correct(self, scope, fact_id, replacement, fresh())
+                )
+                return ack if self.answer_id is None else attrs.evolve(ack, fact_id=self.answer_id)
+            finally:
+                self.ended.set()
+
+        return await anyio.to_thread.run_sync(blocked)
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        self.forgot.append(fact_id)
+        self.forgetting.set()
+        return await super().forget(scope, fact_id, ctx)
+
+
+def _runtime(store: Store, sessions: InMemorySessionStore) -> HarnessRuntime:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=store,
+        limits=RuntimeLimits(op_timeout_s=GENEROUS),
+    )
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    made = Store()
+    try:
+        yield made
+    finally:
+        made.release.set()  # no thread outlives the test blocked
+        if made.entered.is_set():
+            await anyio.to_thread.run_sync(made.ended.wait, GENEROUS)
+
+
+async def _current(store: Store, fact_id: str) -> str:
+    (*_, latest) = await store.history(SCOPE, fact_id, fresh())
+    return latest.fact.text if latest.status is FactStatus.CURRENT else f"<{latest.status}>"
+
+
+async def test_a_duplicate_answer_during_an_erasure_forgets_nothing_the_erasure_does_not_cover(
+    store: Store,
+) -> None:
+    """``duplicate``: the write stored nothing, and the older fact it names cites another session."""
+    sessions = InMemorySessionStore()
+    async with _runtime(store, sessions) as writer, _runtime(store, sessions) as operator:
+        memory = writer.memory
+        assert memory is not None
+        kept = await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sA")]))
+
+        async def erase_b() -> None:
+            # Session sB is erased between the write's first fence read and the store's answer.
+            done = await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)
+            assert done.tombstone is not None
+
+        store.before_write = erase_b
+        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="nothing was written"):
+            await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sB")]))
+        assert store.forgot == [], "a fact the erasure does not cover was taken back"
+        assert await _current(store, kept.fact_id) == "likes tea"
+
+        # The same for a correction the store answers ``duplicate`` (identical to the current text).
+        store.before_write = erase_b
+        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="nothing was written"):
+            await memory.correct(SCOPE, kept.fact_id, MemoryFact(SCOPE, "likes tea", provenance=[_ref("sB")]))
+        assert store.forgot == []
+        assert await _current(store, kept.fact_id) == "likes tea"
+
+
+async def _strand_a_correct(writer: HarnessRuntime, store: Store, fact_id: str) -> None:
+    memory = writer.memory
+    assert memory is not None
+    generous = memory.limits
+    memory.limits = attrs.evolve(generous, op_timeout_s=SHORT)
+    store.hold_correct = True
+    with pytest.raises(OperationTimeoutError) as raised:
+        await memory.correct(SCOPE, fact_id, MemoryFact(SCOPE, "pin is 4321", provenance=[_ref("sB")]))
+    memory.limits = generous
+    assert raised.value.abandoned and store.entered.is_set() and not store.ended.is_set()
+
+
+class _Said(logging.Handler):
+    """Set once the memory fence logged (the landed call's take-back says what it did)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.said.set()
+
+
+async def test_a_late_correct_acknowledging_another_fact_takes_back_no_other_fact(
+    store: Store,
+) -> None:
+    said, log = _Said(), logging.getLogger("agentium.engine.memory")
+    log.addHandler(said)
+    sessions = InMemorySessionStore()
+    async with _runtime(store, sessions) as writer, _runtime(store, sessions) as operator:
+        memory = writer.memory
+        assert memory is not None
+        target = await memory.remember(MemoryFact(SCOPE, "pin is 1234", provenance=[_ref("sA")]))
+        other = await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sA")]))
+        with anyio.fail_after(90):
+            await _strand_a_correct(writer, store, target.fact_id)
+            assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
+            store.answer_id = other.fact_id  # the late ack names a fact the correction did not touch
+            store.release.set()
+            assert await anyio.to_thread.run_sync(store.ended.wait, GENEROUS)
+            try:
+                assert await anyio.to_thread.run_sync(said.said.wait, GENEROUS), "no take-back ran"
+            finally:
+                log.removeHandler(said)
+        assert other.fact_id not in store.forgot, "the take-back forgot a fact the erasure does not cover"
+        assert await _current(store, other.fact_id) == "likes tea"
+
+
+async def test_a_late_correct_landing_after_its_manager_closed_is_still_taken_back(store: Store) -> None:
+    sessions = InMemorySessionStore()
+    writer = _runtime(store, sessions)
+    async with _runtime(store, sessions) as operator:
+        memory = writer.memory
+        assert memory is not None
+        target = await memory.remember(MemoryFact(SCOPE, "pin is 1234", provenance=[_ref("sA")]))
+        with anyio.fail_after(90):
+            await _strand_a_correct(writer, store, target.fact_id)
+            assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
+            await writer.aclose()  # the host is done with the writer; its store call is not
+            assert memory.closed
+            store.release.set()
+            assert await anyio.to_thread.run_sync(store.ended.wait, GENEROUS)
+            with anyio.move_on_after(GENEROUS):
+                await store.forgetting.wait()
+        revisions = await store.history(SCOPE, target.fact_id, fresh())
+        assert all("4321" not in r.fact.text for r in revisions), "the erased session's fact outlived it"
