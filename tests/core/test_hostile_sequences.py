@@ -194,6 +194,59 @@ def test_bounded_list_refuses_more_than_the_bound_and_items_of_another_type() ->
         bounded_list(["a", 1], 2, "store S.list_sessions", "ids", str)
 
 
+class _OwnSequence(Sequence[str]):
+    """A well-behaved sequence of the adapter's own (not a list or tuple): it is one, and read as one."""
+
+    def __init__(self, items: list[str]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._items[i]
+
+
+class _Registered:
+    """Registered with ``collections.abc.Sequence`` rather than subclassing it."""
+
+    def __init__(self, items: list[str]) -> None:
+        self._items = items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, i: int) -> str:
+        return self._items[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+
+Sequence.register(_Registered)
+
+
+class _Ids(tuple):  # type: ignore[type-arg]  # a tuple subclass: a sequence too
+    pass
+
+
+def test_a_well_behaved_sequence_of_any_class_is_read_and_a_duck_typed_one_is_refused_saying_why() -> None:
+    who = "store S.list_sessions"
+    for answer in (_OwnSequence(["a", "b"]), _Registered(["a", "b"]), _Ids(("a", "b")), ["a", "b"]):
+        assert bounded_list(answer, 2, who, "ids", str) == ["a", "b"], type(answer).__name__
+    assert bounded_list(_OwnSequence([]), 2, who, "ids", str) == []
+    assert bounded_list((), 0, who, "ids", str) == []
+    with pytest.raises(ContractViolationError, match="more than the 1 ids"):
+        bounded_list(_OwnSequence(["a", "b"]), 1, who, "ids", str)
+    # Only __getitem__ and __len__, neither subclassing nor registered with Sequence: refused, and
+    # the error says what would have been read.
+    duck = type("Duck", (), {"__len__": lambda self: 1, "__getitem__": lambda self, i: ["a"][i]})()
+    with pytest.raises(
+        ContractViolationError, match=r"returned Duck.*registered with collections\.abc\.Sequence"
+    ):
+        bounded_list(duck, 2, who, "ids", str)
+
+
 # -- archive read_groups: read_history ----------------------------------------------------------------
 
 

@@ -44,8 +44,8 @@ def listed(raw: object, limit: int, who: str, what: str = "items") -> list[objec
     """
     if isinstance(raw, str | bytes | bytearray | memoryview) or not isinstance(raw, Sequence):
         raise ContractViolationError(
-            f"{who} returned {type(raw).__name__}, not a sequence of {what} (a list or tuple); "
-            "nothing of it was used"
+            f"{who} returned {type(raw).__name__}, not a sequence of {what} (a list, a tuple, or a class "
+            "subclassing or registered with collections.abc.Sequence); nothing of it was used"
         )
     try:
         # Never ``len(raw)`` or ``raw[:n]``: a subclass's own methods could say anything. What its
