@@ -496,13 +496,25 @@ def _run_plugin_command(command: CliCommand, args: argparse.Namespace) -> object
     the command: past the bound ``HookTimeoutError`` (an ``AgentiumError``)
     names the command and main() reports it, exit status 2. What ``run`` raises
     in time (``SystemExit`` included) is re-raised here as if it had been called directly.
+    Ctrl-C (``KeyboardInterrupt``) reaches this thread, waiting, never ``run``'s: the
+    command is reported interrupted and abandoned, exit status 130, not a traceback.
     """
-    return call_with_deadline(
-        partial(command.run, args),
-        command.timeout_s,
-        f"plugin command {command.name!r}",
-        bound="the command's CliCommand timeout_s",
-    )
+    try:
+        return call_with_deadline(
+            partial(command.run, args),
+            command.timeout_s,
+            f"plugin command {command.name!r}",
+            bound="the command's CliCommand timeout_s",
+        )
+    except KeyboardInterrupt:
+        sys.stderr.write(
+            f"agentium {command.name}: interrupted; plugin command {command.name!r} was abandoned\n"
+        )
+        return EXIT_INTERRUPTED
+
+
+#: A plugin command interrupted by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
 
 
 def _first_word(argv: Sequence[str]) -> str | None:

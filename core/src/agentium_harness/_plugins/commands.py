@@ -67,6 +67,8 @@ class CliCommand:
       ``agentium <name>: ... did not return within ...`` and exits with
       status 2 (the abandoned thread ends with the process). A command that
       legitimately runs longer (a large migration) declares a larger bound.
+      Ctrl-C reaches the command line, never ``run``'s thread: ``run`` is
+      abandoned and the command exits with status 130.
     """
 
     name: str
