@@ -1,12 +1,13 @@
-"""Worker threads running ThreadBoundAdapter calls on asyncio: grown on demand, idle-clean, joined at exit.
+"""Worker threads running ThreadBoundAdapter calls on asyncio: grown on demand, idle-clean, bounded at exit.
 
 On asyncio a call hops to a process-wide pool of worker threads. Whatever
 runs that pool must keep doing what these tests pin: calls that block at the
 same time each get a thread, an idle worker has no frame of non-library code
 on its stack (the verifier contract suite's leak check counts such a thread
 as still running a call), and the interpreter exits cleanly, letting a call
-still in flight end first. Each runs in a fresh interpreter, where the pool
-starts empty.
+still in flight end first — but only up to AGENTIUM_ADAPTER_EXIT_TIMEOUT: a
+call that never ends is left behind (the threads are daemons) with a WARNING.
+Each runs in a fresh interpreter, where the pool starts empty.
 
 The thread's result also wakes the engine waiting for the bounded call that
 made the adapter call, in the same loop iteration as the call's own task, so
@@ -17,6 +18,7 @@ waits for a call with more to do, and still times it out at its deadline.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -29,6 +31,7 @@ import pytest
 
 from agentium_harness import OperationTimeoutError
 from agentium_harness._engine.lifecycle import Ticket
+from agentium_harness.adapters._worker_pool import DEFAULT_EXIT_TIMEOUT_S, ENV_EXIT_TIMEOUT, exit_timeout
 from agentium_harness.plugin_api import OpContext, ThreadBoundAdapter
 
 #: Scheduling slack on a loaded two-core machine, stalls included; the call timed out hangs 60 s.
@@ -36,7 +39,7 @@ SLACK_S = 9.0
 
 SCRIPT = textwrap.dedent(
     """
-    import asyncio, sys, threading, time
+    import asyncio, logging, sys, threading, time
     import anyio
     from agentium_harness.plugin_api import OpContext, ThreadBoundAdapter
 
@@ -64,6 +67,18 @@ SCRIPT = textwrap.dedent(
             assert await Store().run(OpContext.with_timeout(30), "get", lambda conn: 1) == 1
             time.sleep(0.2)  # the worker is back on its queue
             print("workers", workers(), "busy", len(busy_threads()))
+        elif mode in ("stuck", "stuck-closed"):
+            never = threading.Event()  # never set: the call blocks for good, as on a dead network read
+            store = Store()
+            with anyio.move_on_after(0.5):
+                await store.run(OpContext.with_timeout(30), "stuck", lambda conn: never.wait())
+            if mode == "stuck-closed":
+                store.close_timeout_s = 0.5
+                try:
+                    await store.aclose()
+                except Exception as exc:
+                    print("close", type(exc).__name__)
+            print("left", flush=True)
         else:
             def slow(conn: object) -> None:
                 time.sleep(1.0)
@@ -73,18 +88,26 @@ SCRIPT = textwrap.dedent(
                 await Store().run(OpContext.with_timeout(30), "slow", slow)
             print("left", flush=True)
 
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    logging.basicConfig()  # as a host would: the library's WARNINGs reach stderr
+    if len(sys.argv) > 3:
+        anyio.run(main, sys.argv[1], sys.argv[2], backend=sys.argv[3])
+    else:
+        asyncio.run(main(sys.argv[1], sys.argv[2]))
     """
 )
 
 
-def _run(mode: str, marker: Path) -> subprocess.CompletedProcess[str]:
+def _run(mode: str, marker: Path, *backend: str, exit_timeout: str = "") -> subprocess.CompletedProcess[str]:
+    env = os.environ.copy()
+    env.pop("AGENTIUM_ADAPTER_EXIT_TIMEOUT", None)
+    if exit_timeout:
+        env["AGENTIUM_ADAPTER_EXIT_TIMEOUT"] = exit_timeout
     return subprocess.run(
-        [sys.executable, "-c", SCRIPT, mode, str(marker)],
+        [sys.executable, "-c", SCRIPT, mode, str(marker), *backend],
         capture_output=True,
         text=True,
         timeout=60,
-        env=os.environ.copy(),
+        env=env,
         check=False,
     )
 
@@ -112,6 +135,34 @@ def test_the_interpreter_exits_after_a_call_in_flight_ends(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["left"]
     assert marker.read_text() == "done"
+
+
+def test_the_interpreter_exits_past_the_bound_while_an_abandoned_call_never_ends(tmp_path: Path) -> None:
+    # A call blocked for good (a sync client stuck on a network read), abandoned by its caller: exit waits
+    # for it only up to AGENTIUM_ADAPTER_EXIT_TIMEOUT (1 s here), says so, and the process exits cleanly.
+    started = time.monotonic()
+    done = _run("stuck", tmp_path / "unused", exit_timeout="1")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20  # the 1 s bound plus slack; without it the run hangs 60 s
+    assert done.stdout.split() == ["left"]
+    assert "interpreter exit: 1 adapter call(s) still running in worker threads after 1s" in done.stderr
+
+
+def test_an_adapter_closed_while_its_call_never_ends_does_not_hold_the_exit_either(tmp_path: Path) -> None:
+    # aclose gives up at close_timeout_s; the thread it waited in (anyio's, not a daemon) must stop too.
+    started = time.monotonic()
+    done = _run("stuck-closed", tmp_path / "unused", exit_timeout="1")
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 20
+    assert done.stdout.split() == ["close", "AgentiumError", "left"]
+    assert "1 adapter call(s) still running" in done.stderr
+
+
+def test_on_trio_the_interpreter_exits_while_an_abandoned_call_never_ends(tmp_path: Path) -> None:
+    # On trio calls run in trio's worker threads (anyio.to_thread), which are daemons: nothing waits.
+    done = _run("stuck", tmp_path / "unused", "trio", exit_timeout="1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["left"]
 
 
 class Store(ThreadBoundAdapter[object]):
@@ -173,3 +224,27 @@ async def test_the_engine_resumes_in_the_loop_iteration_its_call_ends_in() -> No
         await asyncio.sleep(0)
         assert later == ["next iteration"]
         later.clear()
+
+
+@pytest.mark.parametrize(("raw", "bound"), [(None, 10.0), ("", 10.0), ("2.5", 2.5), ("86400", 86400.0)])
+def test_the_exit_bound_is_the_variables_else_ten_seconds(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None, bound: float
+) -> None:
+    if raw is None:
+        monkeypatch.delenv(ENV_EXIT_TIMEOUT, raising=False)
+    else:
+        monkeypatch.setenv(ENV_EXIT_TIMEOUT, raw)
+    assert exit_timeout() == bound
+
+
+@pytest.mark.parametrize("raw", ["soon", "0", "-1", "nan", "inf", "86401"])
+def test_an_invalid_exit_bound_is_logged_and_the_default_used(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, raw: str
+) -> None:
+    # Read while the process exits: nobody is left to raise to, so it warns and keeps the default.
+    monkeypatch.setenv(ENV_EXIT_TIMEOUT, raw)
+    with caplog.at_level(logging.WARNING, logger="agentium.engine.lifecycle"):
+        assert exit_timeout() == DEFAULT_EXIT_TIMEOUT_S
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{ENV_EXIT_TIMEOUT} must be a number of seconds in (0, 86400], got {raw!r}; using 10s"
+    ]

@@ -38,7 +38,10 @@ LOGGERS: dict[str, str] = {
         "facts omitted or refused, selection failures, forgets refused, forged sources, "
         "facts a listing may not hold"
     ),
-    "agentium.engine.lifecycle": "abandoned adapter calls, drains (incomplete: WARNING), shutdown",
+    "agentium.engine.lifecycle": (
+        "abandoned adapter calls, drains (incomplete: WARNING), shutdown, "
+        "adapter calls still running at interpreter exit (WARNING)"
+    ),
     "agentium.engine.hooks": "lifecycle hooks that failed or timed out, the memory manager's included",
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
     "agentium.engine.erasure": "erasures stopped part way (pending), sessions retention passed by (WARNING)",

@@ -36,6 +36,11 @@ re-implementing the same care:
   a call still in its thread; past that it raises ``storage_error`` and the
   connection is closed by that call's thread as soon as it returns (calling
   ``aclose`` again waits again).
+- **Bounded exit.** On asyncio the worker threads are daemons: at interpreter
+  exit calls still running get at most ``AGENTIUM_ADAPTER_EXIT_TIMEOUT``
+  seconds (10 by default) to end, then the process exits without them and
+  logs a WARNING with their number (see ``_worker_pool``). On trio they run
+  in trio's worker threads, daemons too.
 
 An S3 archive, for example, would look like this (boto3 calls block and
 cannot be interrupted, so a cancelled caller should not wait for them)::
@@ -77,6 +82,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, ClassVar, Generic, TypeVar
 
 import anyio
@@ -88,6 +94,7 @@ from .._engine.loops import PerLoop, current_library
 from .._errors import AgentiumError, OperationCancelledError
 from .._ports import OpContext
 from .._ports.recall_args import checked_ctx
+from ._worker_pool import WorkerPool, register_at_exit
 
 __all__ = ["ThreadBoundAdapter", "host_task_cancelled"]
 
@@ -99,7 +106,8 @@ T = TypeVar("T")
 _WORKERS = 40
 # The pool, made on first use. A child forked after the pool was used has none of its threads, so
 # it forgets the pool (and the lock, which a thread of the parent may have held) and makes its own.
-_executor: concurrent.futures.ThreadPoolExecutor | None = None
+# Its threads are daemons, waited for at exit only up to a bound (see ``_worker_pool``).
+_executor: WorkerPool | None = None
 _executor_lock = threading.Lock()
 
 
@@ -111,6 +119,16 @@ def _forget_pool_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # no fork, and no hook, on Windows
     os.register_at_fork(after_in_child=_forget_pool_in_child)
+
+
+def _at_exit() -> None:
+    # The pool of this process, if it made one: a forked child's is not its parent's.
+    pool = _executor
+    if pool is not None:
+        pool.at_exit()
+
+
+register_at_exit(_at_exit)
 
 # In a worker thread of the asyncio hop: the call it runs (whether its caller stopped waiting).
 _running = threading.local()
@@ -151,14 +169,14 @@ def _resolve(
         wake()
 
 
-def _workers() -> concurrent.futures.ThreadPoolExecutor:
+def _workers() -> WorkerPool:
     global _executor  # one pool per process, made on first use
     made = _executor
     if made is not None:
         return made
     with _executor_lock:
         if _executor is None:
-            _executor = concurrent.futures.ThreadPoolExecutor(_WORKERS, thread_name_prefix="agentium-adapter")
+            _executor = WorkerPool(_WORKERS, "agentium-adapter")
         return _executor
 
 
@@ -355,7 +373,7 @@ class ThreadBoundAdapter(Generic[ConnT]):
             except RuntimeError:  # the loop has closed: nobody is left waiting
                 pass
 
-        future = _workers().submit(contextvars.copy_context().run, in_worker)
+        future = _workers().submit(partial(contextvars.copy_context().run, in_worker))
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -422,9 +440,18 @@ class ThreadBoundAdapter(Generic[ConnT]):
         if conn is not None:
             self.close_connection(conn)
 
-    def _close_in_thread(self) -> None:
-        with self._conn_lock:
+    def _close_in_thread(self) -> bool:
+        """Close the connection unless a call still holds it after ``close_timeout_s``; True once closed."""
+        # Bounded like aclose's wait: past it a call still holds the connection, and its own thread
+        # closes it when it returns. Waiting on would leave this thread (one of anyio's, not a daemon
+        # on asyncio) blocked for good behind a call that never ends, and the interpreter's exit with it.
+        if not self._conn_lock.acquire(timeout=self.close_timeout_s):
+            return False
+        try:
             self._close_locked()
+            return True
+        finally:
+            self._conn_lock.release()
 
     async def aclose(self) -> None:
         """Close the connection this adapter opened. Idempotent; later calls are refused.
@@ -437,12 +464,13 @@ class ThreadBoundAdapter(Generic[ConnT]):
         self._closed = True
         if self._conn is None and not self._conn_lock.locked():
             return
+        closed = False
         with anyio.CancelScope(shield=True):
-            with anyio.move_on_after(self.close_timeout_s) as scope:
+            with anyio.move_on_after(self.close_timeout_s):
                 # No limiter: the lock inside the thread orders close after a
                 # call in flight, and an abandoned call holds no limiter token.
-                await anyio.to_thread.run_sync(self._close_in_thread, abandon_on_cancel=True)
-        if scope.cancelled_caught:
+                closed = await anyio.to_thread.run_sync(self._close_in_thread, abandon_on_cancel=True)
+        if not closed:
             raise self.storage_error(
                 f"{self.adapter_name}: close did not finish within {self.close_timeout_s}s because a call "
                 "is still running in its worker thread; the connection is closed when that call returns"
