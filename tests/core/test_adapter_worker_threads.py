@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent(
             assert await Store().run(OpContext.with_timeout(30), "get", lambda conn: 1) == 1
             time.sleep(0.2)  # the worker is back on its queue
             print("workers", workers(), "busy", len(busy_threads()))
-        elif mode in ("stuck", "stuck-closed"):
+        elif mode in ("stuck", "stuck-closed", "stuck-fork"):
             never = threading.Event()  # never set: the call blocks for good, as on a dead network read
             store = Store()
             with anyio.move_on_after(0.5):
@@ -93,6 +93,15 @@ SCRIPT = textwrap.dedent(
         anyio.run(main, sys.argv[1], sys.argv[2], backend=sys.argv[3])
     else:
         asyncio.run(main(sys.argv[1], sys.argv[2]))
+    if sys.argv[1] == "stuck-fork":
+        import os, warnings
+
+        warnings.simplefilter("ignore")  # forking with threads running: what is tested here
+        child = os.fork()
+        if child:
+            os.waitpid(child, 0)
+        else:
+            print("child", flush=True)  # then exits as usual: its exit hook must not see the parent's call
     """
 )
 
@@ -156,6 +165,15 @@ def test_an_adapter_closed_while_its_call_never_ends_does_not_hold_the_exit_eith
     assert time.monotonic() - started < 20
     assert done.stdout.split() == ["close", "AgentiumError", "left"]
     assert "1 adapter call(s) still running" in done.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_wait_at_exit_for_its_parents_calls(tmp_path: Path) -> None:
+    # The child has none of the parent's worker threads: only the parent waits for its stuck call.
+    done = _run("stuck-fork", tmp_path / "unused", exit_timeout="1")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == ["child", "left"]
+    assert done.stderr.count("adapter call(s) still running") == 1, done.stderr
 
 
 def test_on_trio_the_interpreter_exits_while_an_abandoned_call_never_ends(tmp_path: Path) -> None:
