@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import pytest
+from _slow_provider import SlowProvider
 
 from agentium_harness import (
     Agent,
@@ -55,25 +56,6 @@ ROOMY_S = 30.0
 SLACK_S = 10.0
 #: How long a blocked worker thread blocks at most (the test releases it earlier); past SLACK_S.
 BLOCK_S = 20.0
-
-
-class SlowModel(ModelProvider):
-    """Answers after ``delay`` seconds; with ``gate``, not before the gate is set."""
-
-    capabilities = ProviderCapabilities()
-
-    def __init__(self, delay: float = 0.0, gate: anyio.Event | None = None) -> None:
-        self.delay = delay
-        self.gate = gate
-        self.contexts: list[OpContext] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.contexts.append(ctx)
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.delay:
-            await anyio.sleep(self.delay)
-        return ModelResponse(Message(Role.ASSISTANT, "answer"))
 
 
 class BlockingClientModel(ModelProvider):
@@ -128,7 +110,7 @@ async def times_out(agent: Agent, deadline: float) -> OperationTimeoutError:
 
 
 async def test_a_slow_model_completes_under_the_memory_model_deadline() -> None:
-    agent = Agent(SlowModel(delay=0.5), manager(model_timeout_s=ROOMY_S), ALICE, op_timeout_s=0.2)
+    agent = Agent(SlowProvider(delay=0.5), manager(model_timeout_s=ROOMY_S), ALICE, op_timeout_s=0.2)
     reply = await agent.run("when do I deploy?")
     assert reply.text == "answer" and len(agent.history) == 2
     assert agent.model_timeout_s == ROOMY_S
@@ -137,7 +119,7 @@ async def test_a_slow_model_completes_under_the_memory_model_deadline() -> None:
 
 async def test_a_slow_model_completes_under_the_runtimes_model_deadline() -> None:
     rt = runtime(RuntimeLimits(op_timeout_s=ROOMY_S, model_timeout_s=ROOMY_S))
-    agent = Agent(SlowModel(delay=0.5), rt.memory, ALICE, op_timeout_s=0.2)
+    agent = Agent(SlowProvider(delay=0.5), rt.memory, ALICE, op_timeout_s=0.2)
     reply = await agent.run("when do I deploy?")
     assert reply.text == "answer"
     assert agent.model_timeout_s == ROOMY_S
@@ -151,7 +133,7 @@ async def test_a_slow_model_completes_under_the_runtimes_model_deadline() -> Non
 async def test_a_hung_model_times_out_at_the_runtimes_model_deadline() -> None:
     gate = anyio.Event()
     rt = runtime(RuntimeLimits(op_timeout_s=ROOMY_S, model_timeout_s=0.3))
-    model = SlowModel(gate=gate)
+    model = SlowProvider(gate=gate)
     agent = Agent(model, rt.memory, ALICE)  # op_timeout_s 60 s: not what bounds the model now
     try:
         await times_out(agent, 0.3)
@@ -165,7 +147,7 @@ async def test_a_hung_model_times_out_at_the_runtimes_model_deadline() -> None:
 async def test_the_memory_model_deadline_comes_before_the_runtimes() -> None:
     gate = anyio.Event()
     rt = runtime(RuntimeLimits(op_timeout_s=ROOMY_S, model_timeout_s=ROOMY_S), manager(model_timeout_s=0.3))
-    agent = Agent(SlowModel(gate=gate), rt.memory, ALICE, op_timeout_s=ROOMY_S)
+    agent = Agent(SlowProvider(gate=gate), rt.memory, ALICE, op_timeout_s=ROOMY_S)
     try:
         await times_out(agent, 0.3)
     finally:
@@ -189,21 +171,21 @@ async def test_a_model_blocked_in_a_worker_thread_is_walked_away_from(thread_gat
 
 async def test_the_deadline_is_memorys_then_the_runtimes_then_the_agents_own() -> None:
     alone = manager()
-    assert Agent(SlowModel(), alone, ALICE).model_timeout_s == 60.0  # the agent's op_timeout_s default
-    assert Agent(SlowModel(), alone, ALICE, op_timeout_s=45).model_timeout_s == 45
+    assert Agent(SlowProvider(), alone, ALICE).model_timeout_s == 60.0  # the agent's op_timeout_s default
+    assert Agent(SlowProvider(), alone, ALICE, op_timeout_s=45).model_timeout_s == 45
     # Given to a runtime later: read at each call, so the agent built before sees it.
-    early = Agent(SlowModel(), alone, ALICE, session="early", extraction=False)
+    early = Agent(SlowProvider(), alone, ALICE, session="early", extraction=False)
     unset = runtime(RuntimeLimits(op_timeout_s=5), alone)  # no model deadline of its own: the agent's
     assert early.model_timeout_s == 60.0
     shared = manager()
     rt = runtime(RuntimeLimits(model_timeout_s=90), shared)
-    assert Agent(SlowModel(), shared, ALICE, op_timeout_s=45).model_timeout_s == 90
+    assert Agent(SlowProvider(), shared, ALICE, op_timeout_s=45).model_timeout_s == 90
     # The first runtime given a manager keeps it, as its erasure fence does.
     other = runtime(RuntimeLimits(model_timeout_s=7), shared)
-    assert Agent(SlowModel(), shared, ALICE, session="s2").model_timeout_s == 90
+    assert Agent(SlowProvider(), shared, ALICE, session="s2").model_timeout_s == 90
     own = manager(model_timeout_s=120)
     rt_own = runtime(RuntimeLimits(model_timeout_s=90), own)
-    assert Agent(SlowModel(), own, ALICE).model_timeout_s == 120
+    assert Agent(SlowProvider(), own, ALICE).model_timeout_s == 120
     for each in (unset, rt, other, rt_own):
         await each.aclose()
 
@@ -246,7 +228,7 @@ async def test_the_configs_model_timeout_bounds_an_agent_on_runtime_memory(tmp_p
     path.write_text(CONFIG + "model_timeout_s = 0.3\n", "utf-8")
     rt = load_runtime(path, environ={})
     gate = anyio.Event()
-    agent = Agent(SlowModel(gate=gate), rt.memory, ALICE)
+    agent = Agent(SlowProvider(gate=gate), rt.memory, ALICE)
     try:
         await times_out(agent, 0.3)
     finally:

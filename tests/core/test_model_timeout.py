@@ -16,6 +16,7 @@ import anyio
 import pytest
 from _session_store_support import HangingStore
 from _short_deadline import short_only_for
+from _slow_provider import SlowProvider
 
 from agentium_harness import SessionKey, VerifiedIdentity
 from agentium_harness._config import parse_config
@@ -28,9 +29,6 @@ from agentium_harness._errors import (
     OperationTimeoutError,
     ProviderTimeoutError,
 )
-from agentium_harness._history import Message, Role
-from agentium_harness._ports import OpContext
-from agentium_harness._ports.provider import ModelProvider, ModelRequest, ModelResponse, ProviderCapabilities
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 
@@ -40,25 +38,6 @@ ALICE = VerifiedIdentity("tenant-a", "alice", "test-auth")
 KEY = SessionKey("tenant-a", "alice", "s1")
 #: Scheduling slack on a loaded two-core machine: far under what a bound left unenforced would take.
 SLACK_S = 10.0
-
-
-class SlowProvider(ModelProvider):
-    """Answers after ``delay`` seconds; with ``gate``, not before the gate is set."""
-
-    capabilities = ProviderCapabilities()
-
-    def __init__(self, delay: float = 0.0, gate: anyio.Event | None = None) -> None:
-        self.delay = delay
-        self.gate = gate
-        self.contexts: list[OpContext] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.contexts.append(ctx)
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.delay:
-            await anyio.sleep(self.delay)
-        return ModelResponse(Message(Role.ASSISTANT, "answer"))
 
 
 def build(limits: RuntimeLimits, **kw: Any) -> Any:
