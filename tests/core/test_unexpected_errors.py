@@ -20,6 +20,7 @@ from agentium_harness import (
     AgentiumError,
     CommitState,
     EffectLevel,
+    InterruptionCause,
     Message,
     Role,
     RunStatus,
@@ -64,7 +65,10 @@ async def _failed_run(runtime: Any, caplog: pytest.LogCaptureFixture) -> Agentiu
     error = caught.value
     assert isinstance(error.__cause__, RuntimeError) and SECRET in str(error.__cause__)
     assert "unexpected error" in str(error)
-    warned = [r for r in caplog.records if "unexpected RuntimeError" in r.getMessage()]
+    # One WARNING for the run, with the state it ended in (once what ran was committed, or not).
+    warned = [
+        r for r in caplog.records if r.getMessage().startswith("run failed with an unexpected RuntimeError")
+    ]
     assert len(warned) == 1 and warned[0].levelno == logging.WARNING
     assert warned[0].agentium_commit_state == error.commit_state.value  # type: ignore[attr-defined,union-attr]
     for record in caplog.records:  # never the exception's text (nor the input) in a log record
@@ -78,7 +82,7 @@ async def _groups(runtime: Any) -> list[list[Role]]:
     return [[m.role for m in g.messages] for g in page.groups]
 
 
-async def test_a_failure_in_the_tool_loop_after_a_tool_ran_is_not_committed_and_reports_the_tool(
+async def test_a_failure_in_the_tool_loop_after_a_tool_ran_commits_the_call_and_says_so(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     log: list[str] = []
@@ -86,15 +90,25 @@ async def test_a_failure_in_the_tool_loop_after_a_tool_ran_is_not_committed_and_
     monkeypatch.setattr(turn_budget.TurnBudget, "fit", _boom)  # on the tool's output, after it ran
     error = await _failed_run(runtime, caplog)
     assert log == ["deployed to prod"]
-    assert error.commit_state is CommitState.NOT_COMMITTED
-    assert "before its commit's save began" in str(error) and "nothing was committed" in str(error)
+    # The tool ran, so its call is canonical history: committed without an answer, and the error says so.
+    assert error.commit_state is CommitState.COMMITTED
+    assert "were committed as group 0" in str(error) and "interruption step_failed" in str(error)
+    assert "nothing was committed" not in str(error)
     report = error.run_result
-    assert report is not None and report.status is RunStatus.INTERRUPTED and not report.committed
+    assert report is not None and report.status is RunStatus.INTERRUPTED and report.committed
+    assert report.group_seq == 0 and report.has("turn_interrupted_committed")
     # The call whose handler ran is reported: it may have had its effects.
     [outcome] = report.tool_outcomes
     assert outcome.name == "deploy" and outcome.status is ToolStatus.CANCELLED
     assert "when the run failed; it may have run" in outcome.detail
-    assert not (await runtime.inspect_session(ANA, "s1")).exists  # nothing stored
+    monkeypatch.undo()
+    [kept] = (await runtime.read_history(ANA, "s1", max_groups=10, view=False)).groups
+    assert [m.role for m in kept.group.messages] == [Role.USER, Role.ASSISTANT, Role.TOOL]
+    assert kept.group.is_complete and "it may have run" in kept.group.messages[-1].content
+    stopped = kept.group.retained.interruption if kept.group.retained is not None else None
+    assert stopped is not None and stopped.cause is InterruptionCause.STEP_FAILED
+    assert "RuntimeError" in stopped.detail  # the error named; the next turn's model sees the call ran
+    assert (await runtime.inspect_session(ANA, "s1")).interrupted == ((0, stopped),)
 
 
 async def test_a_failure_after_the_turn_before_its_commit_is_not_committed(
@@ -102,12 +116,19 @@ async def test_a_failure_after_the_turn_before_its_commit_is_not_committed(
 ) -> None:
     log: list[str] = []
     runtime = _runtime(log)
-    monkeypatch.setattr(effects, "commit_turn", _boom)
+    monkeypatch.setattr(effects, "commit_turn", _boom)  # the turn's commit, and that of what ran
     error = await _failed_run(runtime, caplog)
     assert log == ["deployed to prod"]
     assert error.commit_state is CommitState.NOT_COMMITTED
+    assert "could not be committed either" in str(error) and "nothing was committed" in str(error)
+    # The second unexpected exception, in the commit of what ran, is logged as such.
+    assert any(
+        r.getMessage().startswith("run (committing what ran) failed with an unexpected RuntimeError")
+        for r in caplog.records
+    )
     report = error.run_result
     assert report is not None and not report.committed and report.group_seq is None
+    assert report.has("effects_commit_failed")
     assert [(o.name, o.status) for o in report.tool_outcomes] == [("deploy", ToolStatus.OK)]
     assert not (await runtime.inspect_session(ANA, "s1")).exists
 

@@ -43,6 +43,12 @@ class InterruptionCause(enum.StrEnum):
     PUBLICATION_REFUSED = "publication_refused"
     #: The run was cancelled (``aclose()``, or the host cancelled ``run()``) after a tool started.
     CANCELLED = "cancelled"
+    #: A later step failed with none of the causes above: an exception the engine did not type
+    #: (a bug in the engine, or code it called unguarded), or the turn's own commit refused before
+    #: its save landed (a snapshot over its size bound, a store failing during the commit's checks
+    #: or its save). What ran was committed without the answer; ``detail`` names the error.
+    #: A library older than this cause refuses a snapshot holding it (docs/runtime.md).
+    STEP_FAILED = "step_failed"
 
 
 @attrs.frozen(slots=True)

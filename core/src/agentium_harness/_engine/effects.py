@@ -15,17 +15,26 @@ commit cannot be:
 - the run is cancelled — ``aclose()``, or the host cancelling ``run()`` —
   after a tool started (``cancelled``): committed shielded from the
   cancellation, within :data:`CLOSE_SHARE` of ``close_timeout_s``, with no
-  summary update, before the cancellation goes on.
+  summary update, before the cancellation goes on;
+- any other error leaves the turn before its commit landed (``step_failed``,
+  :meth:`EffectsKeeper.failed`): an exception the engine did not type (an
+  engine bug; raised as the :class:`AgentiumError` that says so, caused by
+  it, its WARNING logged once the outcome is known), or a typed one outside
+  the causes above (the turn's own commit refused before or by its save).
 
 A conflict while committing the answered part loads the session again and
 retries, at most :data:`ATTEMPTS` commits in all, each adapter call under
-its deadline. When the answered part cannot be committed either, the error
-raised says truthfully what was committed (diagnostic
-``effects_commit_failed``) and its ``run_result`` keeps every call and the usage.
+its deadline. When the answered part cannot be committed either — that
+commit failed, typed or not — the error raised says truthfully what was
+committed (diagnostic ``effects_commit_failed``) and its ``run_result`` keeps
+every call and the usage; after a cancellation, which carries no result, a
+WARNING says so. An error that may have committed (``unknown``) or did is
+never followed by another commit: that could duplicate the turn.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
@@ -44,6 +53,7 @@ from .settle import mark_commit_state
 from .sources import SourceStatus
 from .turn import TurnInterrupted, TurnOutcome, TurnTrace, executed
 from .turn_commit import commit_turn, interruption
+from .unexpected import unexpected_error, warn_unexpected
 
 if TYPE_CHECKING:
     from .runtime import HarnessRuntime
@@ -55,6 +65,10 @@ ATTEMPTS = 3
 #: The share of ``close_timeout_s`` the commit after a cancellation may take: ``aclose()`` gives
 #: a cancelled operation ``close_timeout_s`` to stop before it closes the adapters under it.
 CLOSE_SHARE = 0.8
+
+_log = logging.getLogger("agentium.engine")
+#: The operation an unexpected exception in the commit of what ran is logged under.
+_KEEPING = "run (committing what ran)"
 
 
 @attrs.define(slots=True, eq=False)
@@ -71,6 +85,8 @@ class EffectsKeeper:
     attest_legacy: bool
     #: The turn as it goes (:func:`~.turn.run_turn` records into it), for a cancellation.
     trace: TurnTrace = attrs.field(factory=TurnTrace)
+    #: A commit of what ran was made (the recall policy's stop): an error from it is not followed by another.
+    tried: bool = False
 
     async def commit(
         self,
@@ -91,6 +107,7 @@ class EffectsKeeper:
         """
         on = ticket if ticket is not None else self.ticket
         runtime, progress = self.runtime, self.progress
+        self.tried = self.tried or why is not None
         for attempt in range(1, ATTEMPTS + 1):
             if reload:
                 await self._reload(on)
@@ -130,6 +147,25 @@ class EffectsKeeper:
         finally:
             del error, failure  # their tracebacks hold this frame
 
+    async def failed(self, exc: Exception) -> NoReturn:
+        """In the handler of ``exc``, which left the turn or its commit: raise it, once what ran was kept.
+
+        ``exc`` is any error but a :class:`TurnInterrupted`: one the engine
+        did not type becomes the :class:`AgentiumError` saying so, caused by
+        it, and its WARNING is logged with the commit state it ends with.
+        """
+        progress = self.progress
+        typed = exc if isinstance(exc, AgentiumError) else unexpected_error(exc, progress, "run", warn=False)
+        if progress.turn is None:
+            progress.turn = self.trace.partial("failed")  # the tool calls so far, each answered
+        failure = await self.after(typed, progress.turn)
+        if typed is not exc:
+            warn_unexpected("run", exc, failure.commit_state or progress.commit_state)
+        try:
+            raise failure  # its cause and context as they were: an unexpected one's cause is ``exc``
+        finally:
+            del exc, typed, failure  # their tracebacks hold this frame
+
     async def after(
         self,
         error: AgentiumError,
@@ -139,9 +175,10 @@ class EffectsKeeper:
         """The error to raise for ``error``, once what ran in ``turn`` was committed under ``cause``.
 
         ``cause`` defaults to the one ``error`` implies (a conflict, a
-        publication refusal). ``error`` comes back unchanged when nothing ran,
-        when it already committed something or may have (``unknown``), or
-        when it is not a reason to commit what ran.
+        publication refusal), else ``step_failed``. ``error`` comes back
+        unchanged when nothing ran, or when it already committed something or
+        may have (``unknown``); when a commit of what ran already failed
+        (``tried``), it only says so.
         """
         progress = self.progress
         if cause is None:
@@ -149,17 +186,25 @@ class EffectsKeeper:
                 cause = InterruptionCause.COMMIT_CONFLICT
             elif isinstance(error, PublicationRefusedError):
                 cause = InterruptionCause.PUBLICATION_REFUSED
+            else:
+                cause = InterruptionCause.STEP_FAILED
         state = error.commit_state if error.commit_state is not None else progress.commit_state
-        if cause is None or not executed(turn) or state is not CommitState.NOT_COMMITTED:
+        if not executed(turn) or state is not CommitState.NOT_COMMITTED:
             return error
+        if self.tried:
+            return self._not_kept(error, error)  # ``error`` is that commit's: not tried twice
         why = interruption(cause, error_text(error))
-        # Provider failures stop the turn before its commit began: the session as loaded is current.
-        reload = cause is not InterruptionCause.PROVIDER_FAILED
+        # A commit that was begun was built on a head that may be gone; before one, the load is current.
+        reload = progress.group is not None
         try:
             done = await self.commit(turn, RunStatus.INTERRUPTED, why, reload=reload)
-        except AgentiumError as failed:
-            return self._not_kept(error, failed)
+        except Exception as failed:
+            # Typed or not, it says what the commit of what ran ended with; ``error`` goes on.
+            return self._not_kept(error, self._typed(failed))
         error.commit_state = None  # say it again, with what was committed
+        if len(error.args) == 1 and isinstance(error.args[0], str):
+            # A refusal before the save ("…; nothing was written", EncodingError) was of the answer's commit.
+            error.args = (error.args[0].replace("; nothing was written", ""),)
         marked = mark_commit_state(
             error,
             CommitState.COMMITTED,
@@ -192,7 +237,9 @@ class EffectsKeeper:
             try:
                 status = RunStatus.INTERRUPTED
                 done = await self.commit(turn, status, why, ticket=ticket, reload=True, update_summary=False)
-            except AgentiumError as failed:
+            except Exception as exc:
+                # Even an engine bug must not replace the cancellation, which goes on.
+                failed = self._typed(exc)
                 progress.diagnostics.append(_failed(failed))
                 if failed.commit_state is not None:
                     progress.commit_state = failed.commit_state
@@ -216,6 +263,14 @@ class EffectsKeeper:
                 if progress.commit_state is CommitState.NOT_COMMITTED
                 else f"the commit of its tool calls and results was cut off at {budget:.3g}s mid-save"
             )
+        if progress.commit_state is not CommitState.COMMITTED:
+            # A host's cancellation carries no result: this record is what tells the operator.
+            _log.warning(
+                "run cancelled after a tool started; its tool calls and results were not committed "
+                "(commit_state %s)",
+                progress.commit_state.value,
+                extra={"agentium_operation": "run", "agentium_commit_state": progress.commit_state.value},
+            )
 
     async def _reload(self, ticket: Ticket) -> None:
         """Load the session's current head into ``progress``, for a commit on top of it."""
@@ -233,19 +288,28 @@ class EffectsKeeper:
         progress.group = progress.outcome = None
         progress.commit_state = CommitState.NOT_COMMITTED
 
+    def _typed(self, failed: Exception) -> AgentiumError:
+        """``failed``, raised by a commit of what ran, typed (an unexpected one logged as such)."""
+        if isinstance(failed, AgentiumError):
+            return failed
+        return unexpected_error(failed, self.progress, _KEEPING)
+
     def _not_kept(self, error: AgentiumError, failed: AgentiumError) -> AgentiumError:
-        """``error`` saying that what ran could not be committed either, and how that ended."""
+        """``error`` saying that what ran could not be committed either, and how that ended.
+
+        ``failed`` is the error of that commit; ``error`` itself when it was that commit's.
+        """
         progress = self.progress
         progress.diagnostics.append(_failed(failed))
         state = failed.commit_state if failed.commit_state is not None else CommitState.NOT_COMMITTED
         progress.commit_state = state
-        error.commit_state = None
-        marked = mark_commit_state(
-            error,
-            state,
-            f"its tool calls and results could not be committed either ({error_text(failed)}); "
-            "they are in the error's run_result",
+        how = (
+            "its tool calls and results could not be committed"
+            if failed is error
+            else f"its tool calls and results could not be committed either ({error_text(failed)})"
         )
+        error.commit_state = None
+        marked = mark_commit_state(error, state, f"{how}; they are in the error's run_result")
         marked.run_result = None  # rebuilt from the run so far, with the diagnostic
         return marked
 

@@ -41,13 +41,7 @@ from functools import partial
 import anyio
 import attrs
 
-from .._errors import (
-    AgentiumError,
-    InvalidArgumentError,
-    PublicationRefusedError,
-    SessionConflictError,
-    SessionDivergedError,
-)
+from .._errors import AgentiumError, InvalidArgumentError, SessionDivergedError
 from .._history import InterruptionCause, Message, RetainedRecord, TurnInterruption
 from .._observe.settings import Telemetry
 from .._observe.spans import using
@@ -271,12 +265,12 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         A failure raises a typed error carrying ``commit_state`` (and, once
         the session was loaded, ``run_result`` with every tool outcome and the
         usage): nothing is committed, except the tool calls and results of a
-        turn whose tool ran — the provider failed after it, another writer
-        committed first, the publication hook refused the answer, or the run
-        was cancelled — which are committed without the answer
-        (``committed``); a save that failed is read back first, and one that
-        cannot be settled is ``unknown``. See docs/runtime.md, "Errors and
-        what was committed".
+        turn whose tool ran — whatever stopped it before its commit landed:
+        the provider, another writer, the publication hook, a cancellation,
+        an engine bug (raised as an ``AgentiumError`` caused by it) — which are
+        committed without the answer (``committed``); a save that failed is
+        read back first, and one that cannot be settled is ``unknown``. See
+        docs/runtime.md, "Errors and what was committed".
         """
         progress = RunProgress()
         ticket: Ticket | None = None
@@ -443,34 +437,36 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                     max_steps=self.limits.max_steps,
                 )
                 diagnostics.extend(verify_notes)
+            progress.turn = turn
+            diagnostics.extend(turn.diagnostics)
+            if step is not None and progress.recall is not None and self.recall is not None:
+                progress.recall, stop_run, fence_notes = await recall_before_commit(
+                    ticket,
+                    store=self.recall,
+                    scope=scope,
+                    limits=self.recall_limits,
+                    policy=self.recall_policy,
+                    outcome=progress.recall,
+                )
+                diagnostics.extend(fence_notes)
+                if stop_run:
+                    if executed(turn):
+                        reason = progress.recall.reason or "stopped"
+                        why = interruption(InterruptionCause.RECALL_STOPPED, reason)
+                        return await keeper.commit(turn, RunStatus.STOPPED, why)
+                    step = attrs.evolve(step, outcome=progress.recall)
+                    status = RunStatus.STOPPED
+                    stopped = uncommitted_result(scope, stored, snap, status, "", step, diagnostics)
+                    return attrs.evolve(stopped, tool_outcomes=turn.tool_outcomes, usage=turn.usage)
+            return await keeper.commit(turn, turn.status)
         except TurnInterrupted as stop:
             # A model call failed mid-turn. Tools that already ran are committed, never dropped;
             # the error is raised either way, carrying what ran and whether it was committed.
             await keeper.interrupted(stop)
-        progress.turn = turn
-        diagnostics.extend(turn.diagnostics)
-        if step is not None and progress.recall is not None and self.recall is not None:
-            progress.recall, stop_run, fence_notes = await recall_before_commit(
-                ticket,
-                store=self.recall,
-                scope=scope,
-                limits=self.recall_limits,
-                policy=self.recall_policy,
-                outcome=progress.recall,
-            )
-            diagnostics.extend(fence_notes)
-            if stop_run:
-                if executed(turn):
-                    why = interruption(InterruptionCause.RECALL_STOPPED, progress.recall.reason or "stopped")
-                    return await keeper.commit(turn, RunStatus.STOPPED, why)
-                step = attrs.evolve(step, outcome=progress.recall)
-                stopped = uncommitted_result(scope, stored, snap, RunStatus.STOPPED, "", step, diagnostics)
-                return attrs.evolve(stopped, tool_outcomes=turn.tool_outcomes, usage=turn.usage)
-        try:
-            return await keeper.commit(turn, turn.status)
-        except (SessionConflictError, PublicationRefusedError) as failed:
-            # The answer is not committed; what ran is, on the session as it is now (docs/runtime.md).
-            raise await keeper.after(failed, turn) from failed.__cause__
+        except Exception as exc:
+            # Whatever else stops the turn or its commit (a conflict, a refused publication, an
+            # engine bug): what ran is committed first, on the session as it is now (docs/runtime.md).
+            await keeper.failed(exc)
 
     # -- inspection and maintenance ------------------------------------------
 

@@ -22,7 +22,7 @@ from .._text import clean_text, error_text
 from .results import CommitState
 from .settle import mark_commit_state
 
-__all__ = ["Outcomes", "WriteProgress", "typed_unexpected", "unexpected_error"]
+__all__ = ["Outcomes", "WriteProgress", "typed_unexpected", "unexpected_error", "warn_unexpected"]
 
 _log = logging.getLogger("agentium.engine")
 
@@ -59,19 +59,8 @@ class WriteProgress:
         """Called once when an unexpected exception leaves the operation (a run keeps its turn so far)."""
 
 
-def unexpected_error(
-    exc: Exception, progress: WriteProgress, operation: str, outcomes: Outcomes | None = None
-) -> AgentiumError:
-    """``exc``, an exception no stage turned into a typed one, as an :class:`AgentiumError` caused by it.
-
-    Its ``commit_state`` is where the operation was (``progress``). Its
-    message names the exception and says what that state means: for a run
-    or a history write the turn's wording (:func:`.settle.mark_commit_state`),
-    for another operation its own ``outcomes``. Logged as a WARNING naming the
-    operation, the exception's type and the state: never its text.
-    """
-    state = progress.commit_state
-    progress.failing()
+def warn_unexpected(operation: str, exc: BaseException, state: CommitState) -> None:
+    """The WARNING for an unexpected exception leaving ``operation`` in ``state``: never its text."""
     kind = clean_text(type(exc).__name__)
     _log.warning(
         "%s failed with an unexpected %s; commit_state %s",
@@ -84,6 +73,30 @@ def unexpected_error(
             "agentium_commit_state": state.value,
         },
     )
+
+
+def unexpected_error(
+    exc: Exception,
+    progress: WriteProgress,
+    operation: str,
+    outcomes: Outcomes | None = None,
+    *,
+    warn: bool = True,
+) -> AgentiumError:
+    """``exc``, an exception no stage turned into a typed one, as an :class:`AgentiumError` caused by it.
+
+    Its ``commit_state`` is where the operation was (``progress``). Its
+    message names the exception and says what that state means: for a run
+    or a history write the turn's wording (:func:`.settle.mark_commit_state`),
+    for another operation its own ``outcomes``. Logged as a WARNING naming the
+    operation, the exception's type and the state: never its text. With
+    ``warn=False`` the caller logs it (:func:`warn_unexpected`) once the state
+    is final: a run commits what ran first (:mod:`.effects`).
+    """
+    state = progress.commit_state
+    progress.failing()
+    if warn:
+        warn_unexpected(operation, exc, state)
     message = (
         f"{operation} failed with an unexpected error, {error_text(exc)} (a bug in the engine or in code "
         "it called unguarded)"
