@@ -15,6 +15,7 @@ against the error's ``commit_state``, and what is logged.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -32,6 +33,7 @@ from agentium_harness import (
     Role,
     RunStatus,
     SessionKey,
+    SourceOwner,
     Tool,
     ToolRegistry,
     ToolStatus,
@@ -40,14 +42,17 @@ from agentium_harness import (
 )
 from agentium_harness._engine import commit as commit_module
 from agentium_harness._engine import effects, verification
+from agentium_harness._engine import runtime as runtime_module
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
 from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s1")
+MINE = SourceOwner("acme", "ana", "s1")
 #: In an injected exception's text: it may be content, so no log record may carry it.
 SECRET = "the secret plan"
 
@@ -258,3 +263,73 @@ async def test_an_engine_bug_committing_what_ran_after_a_cancellation_lets_it_go
     assert all(SECRET not in r.getMessage() + repr(vars(r)) for r in caplog.records)
     monkeypatch.undo()
     assert not (await runtime.inspect_session(ANA, "s1")).exists
+
+
+class SavesFail(InMemorySessionStore):
+    """An in-memory store whose saves of the session fail, each read back as not landed."""
+
+    saves = 0
+
+    async def save(self, key: Any, snapshot: Any, expected_revision: Any, ctx: OpContext) -> int:
+        if key == KEY:
+            self.saves += 1
+            raise ConnectionError("the store dropped the connection")
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+async def _recall_run(tmp_path: Path, store: Any = None) -> tuple[Any, Any, list[str]]:
+    """A run whose write tool changes the very source it recalled (the commit fence finds it changed)."""
+    recall = SQLiteRecallStore(SQLiteRecallConfig(path=str(tmp_path / "recall.db")))
+    await recall.index_document(MINE, "runbook", "The release train leaves every Thursday.", OpContext())
+    edits: list[str] = []
+
+    async def move_train(args: Any) -> str:
+        await recall.index_document(MINE, "runbook", "The release train leaves every Friday.", OpContext())
+        edits.append("moved")
+        return "runbook updated"
+
+    script = [{"content": "", "tool_calls": [{"id": "m1", "name": "move_train"}]}, "Moved to Thursday."]
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=script),
+        archive=InMemoryArchive(),
+        session_store=store or InMemorySessionStore(),
+        tools=ToolRegistry([Tool("move_train", move_train, EffectLevel.WRITE)]),
+        recall=recall,
+    )
+    return runtime, recall, edits
+
+
+async def test_an_engine_bug_at_the_recall_commit_fence_after_a_tool_ran_commits_what_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, recall, edits = await _recall_run(tmp_path)
+    monkeypatch.setattr(runtime_module, "recall_before_commit", _boom)
+    try:
+        with pytest.raises(AgentiumError) as caught:
+            await runtime.run(ANA, "s1", "move the release train", grants=["move_train"])
+        assert edits == ["moved"] and isinstance(caught.value.__cause__, RuntimeError)
+        error = caught.value
+        assert error.commit_state is CommitState.COMMITTED and "interruption step_failed" in str(error)
+        group = await _kept(runtime)
+        assert [m.role for m in group.messages] == [Role.USER, Role.ASSISTANT, Role.TOOL]
+        assert group.retained.interruption.cause is InterruptionCause.STEP_FAILED
+    finally:
+        await recall.aclose()
+
+
+async def test_a_recall_stop_whose_commit_fails_says_so_and_is_not_tried_twice(tmp_path: Path) -> None:
+    store = SavesFail()
+    runtime, recall, edits = await _recall_run(tmp_path, store)
+    try:
+        with pytest.raises(AgentiumError) as caught:
+            await runtime.run(ANA, "s1", "move the release train", grants=["move_train"])
+        error = caught.value
+        assert edits == ["moved"] and store.saves == 1  # that commit was of what ran: not made again
+        assert error.commit_state is CommitState.NOT_COMMITTED
+        assert "its tool calls and results could not be committed" in str(error)
+        report = error.run_result
+        assert report is not None and report.has("effects_commit_failed") and not report.committed
+        assert [o.name for o in report.tool_outcomes] == ["move_train"]
+        assert not (await runtime.inspect_session(ANA, "s1")).exists
+    finally:
+        await recall.aclose()
