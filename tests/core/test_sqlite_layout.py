@@ -226,8 +226,12 @@ async def test_a_version_1_file_is_migrated_in_place_on_first_open(tmp_path: Pat
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0]
             floor = conn.execute("SELECT id, floor FROM revision_floor").fetchall()
+            guards = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         assert version == str(SCHEMA_VERSION) == "3"  # straight to the current version
         assert floor == [(0, 0)]
+        # The floor's triggers (it only rises) come with it.
+        assert {"revision_floor_update_only_rises", "revision_floor_insert_only_rises"} <= guards
+        assert "revision_floor_kept" in guards
         assert {"archive_groups", "session_snapshots"}.isdisjoint(tables)
         # The session goes on from where it was: the next save splits the snapshot into rows.
         await store.save(KEY, scoped_snapshot(KEY, " next", groups=3), 7, OpContext())

@@ -7,7 +7,9 @@ revisions of an erased session could come back. Files are now at version 3
 file (with or without the table) is brought to version 3 on first open, in
 one transaction, keeping every session and archived group. And the session
 store refuses to erase while its floor is damaged or missing, as the
-PostgreSQL and S3 stores do: nothing is deleted, nothing is changed.
+PostgreSQL and S3 stores do: nothing is deleted, nothing is changed. The
+file itself keeps the floor from going down or away (triggers, as
+PostgreSQL's), added to a version 3 file without them on open.
 """
 
 from __future__ import annotations
@@ -123,6 +125,26 @@ def _raw(path: Path, sql: str, *params: object) -> list[tuple[object, ...]]:
         return rows
 
 
+GUARDS = ("revision_floor_update_only_rises", "revision_floor_insert_only_rises", "revision_floor_kept")
+
+
+def _damage(path: Path, sql: str) -> None:
+    """Run ``sql`` on the floor with its triggers dropped first (they refuse it): damage from outside.
+
+    As a file written before the triggers, or a tool that dropped them, could leave it; an open
+    connection keeps going without them, a new open makes them again.
+    """
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        for name in GUARDS:
+            conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+        conn.execute(sql)
+        conn.commit()
+
+
+def _guards(path: Path) -> set[object]:
+    return {r[0] for r in _raw(path, "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+
+
 @pytest.mark.parametrize("floor", [None, "no-row", 9], ids=["before-the-floor", "table-only", "with-a-floor"])
 async def test_a_version_2_file_is_upgraded_on_first_open_and_keeps_its_sessions_and_archive(
     floor: int | str | None, tmp_path: Path
@@ -142,6 +164,9 @@ async def test_a_version_2_file_is_upgraded_on_first_open_and_keeps_its_sessions
         assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
         assert SCHEMA_VERSION == 3
         assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, kept)]
+        assert _guards(path) == set(GUARDS)  # and its triggers: it only rises from now on
+        with pytest.raises(sqlite3.IntegrityError, match="only rises; DELETE refused"):
+            _raw(path, "DELETE FROM revision_floor")
         # The erase raises it; the id used again starts above every revision it had.
         await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
         raised = max(7, kept)
@@ -212,7 +237,7 @@ async def test_an_erase_is_refused_while_the_floor_is_damaged_or_missing_and_cha
     try:
         await archive.append(KEY, [plain_group(0, " archived")], _ctx())
         revision = await store.save(KEY, scoped_snapshot(KEY, " kept"), None, _ctx())
-        _raw(path, DAMAGE[damage])  # while both adapters have the file open
+        _damage(path, DAMAGE[damage])  # while both adapters have the file open
         before = _dump(path)
         with pytest.raises(SQLiteRevisionFloorError, match=r"revision floor is (damaged|missing)") as caught:
             await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
@@ -239,7 +264,7 @@ async def test_a_create_without_the_floor_row_is_refused_and_writes_nothing(tmp_
     archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
     try:
         revision = await store.save(KEY, scoped_snapshot(KEY, " a"), None, _ctx())
-        _raw(path, "DELETE FROM revision_floor")  # read as 0 before: a revision an erased session had
+        _damage(path, "DELETE FROM revision_floor")  # read as 0 before: a revision an erased session had
         before = _dump(path)
         with pytest.raises(SQLiteRevisionFloorError, match="missing") as caught:
             await store.save(OTHER, scoped_snapshot(OTHER, " b"), None, _ctx())
@@ -283,7 +308,7 @@ async def test_an_engine_erasure_at_a_missing_floor_is_refused_before_anything_i
         revision = (await runtime.inspect_session(ANA, "s1")).revision
         archived = await archive.read_groups(KEY, 0, 100, _ctx())
         assert revision is not None and archived  # the snapshot and archived groups both
-        _raw(path, "DELETE FROM revision_floor")
+        _damage(path, "DELETE FROM revision_floor")
         before = _dump(path)
         with pytest.raises(SQLiteRevisionFloorError, match="missing"):
             await runtime.erase(target, reason="dsr", attestation=OPERATOR)
@@ -316,7 +341,7 @@ async def test_an_engine_erasure_after_another_stops_pending_and_erases_nothing_
         archived = await archive.read_groups(KEY, 0, 100, _ctx())
         assert revision is not None and archived
         (floor,) = _raw(path, "SELECT floor FROM revision_floor")
-        _raw(path, "DELETE FROM revision_floor")
+        _damage(path, "DELETE FROM revision_floor")
         target = EraseTarget.session("acme", "ana", "s1")
         with pytest.raises(ErasureIncompleteError, match="missing") as caught:
             await runtime.erase(target, reason="dsr", attestation=OPERATOR)
@@ -331,3 +356,99 @@ async def test_an_engine_erasure_after_another_stops_pending_and_erases_nothing_
         assert done.tombstone is not None and done.tombstone.state is ErasureState.COMPLETE
         assert await store.load(KEY, _ctx()) is None
         assert await archive.read_groups(KEY, 0, 100, _ctx()) == []
+
+
+# -- the floor's triggers: the database refuses to lower it, whoever writes -------------------------
+
+LOWERING = {
+    "update-lower": ("UPDATE revision_floor SET floor = 6 WHERE id = 0", "UPDATE refused"),
+    "update-to-0": ("UPDATE revision_floor SET floor = 0", "UPDATE refused"),
+    "update-not-a-number": ("UPDATE revision_floor SET floor = 'x' WHERE id = 0", "UPDATE refused"),
+    "update-negative": ("UPDATE revision_floor SET floor = -1 WHERE id = 0", "UPDATE refused"),
+    "delete": ("DELETE FROM revision_floor", "DELETE refused"),
+    "replace-lower": ("INSERT OR REPLACE INTO revision_floor (id, floor) VALUES (0, 0)", "INSERT refused"),
+    "replace-not-a-number": ("REPLACE INTO revision_floor (id, floor) VALUES (0, 'x')", "INSERT refused"),
+}
+
+
+@pytest.mark.parametrize("write", sorted(LOWERING))
+async def test_raw_sql_that_lowers_or_removes_the_floor_is_refused_by_the_database(
+    write: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "agentium.db"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, " x"), None, _ctx())
+        await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())  # the erase raises it
+        assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, revision)]
+        _raw(path, "UPDATE revision_floor SET floor = 7 WHERE id = 0")  # raising it is allowed
+        sql, refusal = LOWERING[write]
+        # Another process's connection, with the adapter's still open: the file itself refuses.
+        with pytest.raises(sqlite3.IntegrityError, match=f"revision floor only rises; {refusal}"):
+            _raw(path, sql)
+        assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, 7)]
+        # Raising it stays possible (an operator's, or the next erase's), and a create starts above it.
+        _raw(path, "UPDATE revision_floor SET floor = 9 WHERE id = 0")
+        _raw(path, "INSERT OR REPLACE INTO revision_floor (id, floor) VALUES (0, 9)")  # the same value
+        assert await store.save(KEY, scoped_snapshot(KEY, " new"), None, _ctx()) == 10
+    finally:
+        await store.aclose()
+
+
+async def test_a_version_3_file_without_the_triggers_gets_them_on_open_and_keeps_its_floor(
+    tmp_path: Path,
+) -> None:
+    # What this version's code before the triggers left: version 3, the floor, no triggers.
+    path = tmp_path / "agentium.db"
+    config = SQLiteConfig(path=str(path))
+    store = SQLiteSessionStore(config)
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, " a"), None, _ctx())
+        await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+    finally:
+        await store.aclose()
+    _damage(path, "UPDATE revision_floor SET floor = 5 WHERE id = 0")  # drops the triggers (and raises)
+    assert _guards(path) == set()
+    _raw(path, "UPDATE revision_floor SET floor = 4 WHERE id = 0")  # nothing stops it yet
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    try:
+        await archive.read_groups(KEY, 0, 10, _ctx())  # either adapter's first open makes them
+        assert _guards(path) == set(GUARDS)
+        assert _raw(path, "SELECT value FROM meta WHERE key = 'schema_version'") == [("3",)]
+        assert _raw(path, "SELECT id, floor FROM revision_floor") == [(0, 4)]  # kept as it was
+        with pytest.raises(sqlite3.IntegrityError, match="only rises; UPDATE refused"):
+            _raw(path, "UPDATE revision_floor SET floor = 3 WHERE id = 0")
+        assert await store.save(KEY, scoped_snapshot(KEY, " b"), None, _ctx()) == 5 > revision
+        # A later open of a file that has them only reads (nothing written, nothing refused).
+        before = _dump(path)
+        again = SQLiteSessionStore(config)
+        try:
+            loaded = await again.load(KEY, _ctx())
+            assert loaded is not None and loaded.revision == 5
+        finally:
+            await again.aclose()
+        assert _dump(path) == before
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
+async def test_a_damaged_floor_from_before_the_triggers_can_still_be_repaired(tmp_path: Path) -> None:
+    # The triggers refuse only a lowering of an intact floor: the documented repair still works.
+    path = tmp_path / "agentium.db"
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    try:
+        await store.save(KEY, scoped_snapshot(KEY, " a"), None, _ctx())
+        _damage(path, "UPDATE revision_floor SET floor = 'x' WHERE id = 0")
+    finally:
+        await store.aclose()
+    store = SQLiteSessionStore(SQLiteConfig(path=str(path)))
+    try:
+        with pytest.raises(SQLiteRevisionFloorError, match="damaged"):
+            await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert _guards(path) == set(GUARDS)  # the open made them again; the damage is still there
+        _raw(path, "INSERT OR REPLACE INTO revision_floor (id, floor) VALUES (0, 1000001)")
+        await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
+        assert await store.save(KEY, scoped_snapshot(KEY, " b"), None, _ctx()) == 1000002
+    finally:
+        await store.aclose()

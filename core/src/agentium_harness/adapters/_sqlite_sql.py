@@ -21,6 +21,7 @@ from .._errors import SessionStoreError, SnapshotCorruptError
 from .._ports.erasure import EraseTarget, PhysicalErasure
 
 __all__ = [
+    "FLOOR_GUARDS",
     "SCHEMA",
     "SCHEMA_VERSION",
     "SQLiteRevisionFloorError",
@@ -95,6 +96,37 @@ SCHEMA: Final = (
 #: gone later is damage, and 0 could be below a revision an erased session had).
 _FLOOR_ROW: Final = "INSERT OR IGNORE INTO revision_floor (id, floor) VALUES (0, 0)"
 
+#: The database keeps the floor from going down or away, whoever writes (the PostgreSQL store's
+#: ``floor_only_rises`` trigger): an UPDATE or INSERT OR REPLACE that would lower it, or store a
+#: value that is not a non-negative integer, and any DELETE of its row are aborted. Not a schema
+#: version: code of version 3 only ever raises the floor, so a file that has them is used by it as
+#: before; an open by this code adds them to a version 3 file that lacks them (same transaction as
+#: the rest of the setup). Made after the floor's row, whose ``INSERT OR IGNORE`` of 0 over a row
+#: version 2 code left would be refused. A ``DROP TABLE`` drops them too (the row is then missing:
+#: damage, refused as before). The INSERT one covers ``INSERT OR REPLACE``, whose removal of the
+#: old row fires no DELETE trigger (SQLite's ``recursive_triggers`` is off).
+#: Each refuses a new value that is not a non-negative integer, and one below the value there when
+#: that is an integer (a damaged one can still be repaired).
+FLOOR_GUARDS: Final = (
+    """
+    CREATE TRIGGER IF NOT EXISTS revision_floor_update_only_rises BEFORE UPDATE ON revision_floor
+    WHEN typeof(NEW.floor) != 'integer' OR NEW.floor < 0
+        OR (typeof(OLD.floor) = 'integer' AND NEW.floor < OLD.floor)
+    BEGIN SELECT RAISE(ABORT, 'the session revision floor only rises; UPDATE refused'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS revision_floor_insert_only_rises BEFORE INSERT ON revision_floor
+    WHEN typeof(NEW.floor) != 'integer' OR NEW.floor < 0 OR NEW.floor < (
+        SELECT floor FROM revision_floor WHERE id = NEW.id AND typeof(floor) = 'integer'
+    )
+    BEGIN SELECT RAISE(ABORT, 'the session revision floor only rises; INSERT refused'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS revision_floor_kept BEFORE DELETE ON revision_floor
+    BEGIN SELECT RAISE(ABORT, 'the session revision floor only rises; DELETE refused'); END
+    """,
+)
+
 
 class SchemaError(sqlite3.DatabaseError):
     """The file's tables are of a version this code cannot use, or cannot be migrated; says why."""
@@ -160,7 +192,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
     second finds the tables made (or migrated) by the first. A file already at
     this version with every table is only read (:func:`schema_current`).
     """
-    if schema_current(conn, "meta", SCHEMA_VERSION, SCHEMA):
+    if schema_current(conn, "meta", SCHEMA_VERSION, SCHEMA + FLOOR_GUARDS):
         return
     with immediate_transaction(conn):
         conn.execute(SCHEMA[0])
@@ -184,6 +216,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
+        for statement in FLOOR_GUARDS:  # after the row (see FLOOR_GUARDS); kept if there
+            conn.execute(statement)
 
 
 def _migrate_v1(conn: sqlite3.Connection) -> None:
