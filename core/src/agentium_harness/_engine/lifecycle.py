@@ -81,6 +81,7 @@ class Ticket:
     each call the operation had to walk away from.
     ``hook_timeout_s`` bounds each lifecycle-hook broadcast the operation makes
     (the runtime's ``close_timeout_s``; ``op_timeout_s`` when not given).
+    ``parent``: a signal the operation's is cancelled with (owned memory work's, set by a drain).
     """
 
     __slots__ = (
@@ -98,13 +99,18 @@ class Ticket:
     )
 
     def __init__(
-        self, key: SessionKey | None, kind: str, op_timeout_s: float, hook_timeout_s: float | None = None
+        self,
+        key: SessionKey | None,
+        kind: str,
+        op_timeout_s: float,
+        hook_timeout_s: float | None = None,
+        parent: CancelSignal | None = None,
     ) -> None:
         self.key = key
         self.kind = kind
         self.op_timeout_s = op_timeout_s
         self.hook_timeout_s = op_timeout_s if hook_timeout_s is None else hook_timeout_s
-        self.signal = CancelSignal()
+        self.signal = CancelSignal(parent=parent)
         self.loop = loop = LoopHandle.current_or_none()
         self.cancel_scope = anyio.CancelScope() if loop is None else cancel_scope(loop.library)
         self.done = ThreadSafeEvent()

@@ -79,7 +79,7 @@ from .answers import (
 from .extractor import MemoryExtractor
 from .limits import MemoryLimits, model_timeout
 from .selection import MemorySelection, RecentIds, SelectionRequest, checked_selection, recent_and_relevant
-from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker
+from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker, current_work_signal
 
 __all__ = [
     "HistoryOwner",
@@ -195,12 +195,12 @@ class MemoryManager:
         writes: FactScope | None = None,
         on_late: Callable[[T], Awaitable[None]] | None = None,
     ) -> T:
-        # Spans: ``create_memory``, ``update_memory``, ``delete_memory``, ``search_memory`` (Ticket.call).
-        # ``timeout_s``: not the store's deadline (an extractor's model's). ``writes``: where it may add a
-        # fact; abandoned, it is in ``late`` until it ends (it may still land: erasures wait for it).
+        # Spans: create_memory, update_memory, delete_memory, search_memory. ``timeout_s``: not the store's
+        # deadline (an extractor's model's). ``writes``: where it may add a fact; abandoned, it is in ``late``
+        # till it ends (erasures wait). In owned work, a drain's cancel sets the signal too (threads see it).
         with observe.using(self._telemetry):
             try:
-                ticket = Ticket(None, operation, self.limits.op_timeout_s)
+                ticket = Ticket(None, operation, self.limits.op_timeout_s, parent=current_work_signal())
                 ticket.late = self._late if writes is not None else None
                 return await ticket.call(
                     operation, work, timeout_s=timeout_s, late_scope=writes, on_late=on_late

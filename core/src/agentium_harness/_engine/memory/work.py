@@ -22,6 +22,7 @@ cancelled with that loop and reported as cancelled, saying so.
 from __future__ import annotations
 
 import collections
+import contextvars
 import enum
 import math
 import threading
@@ -35,6 +36,7 @@ import attrs
 from ..._errors import InvalidArgumentError
 from ..._observe import spans as observe
 from ..._observe.turn import observed_drain
+from ..._ports import CancelSignal
 from ..._text import error_text
 from ..._validators import exact_number, shown_number
 from ..bounded import spawn
@@ -48,6 +50,7 @@ __all__ = [
     "OwnedWorkSource",
     "WorkSource",
     "WorkTracker",
+    "current_work_signal",
 ]
 
 #: Longest a drain waits for cancelled work to stop, on top of its timeout.
@@ -57,6 +60,22 @@ CANCEL_GRACE_S = 2.0
 #: keep one item per extraction forever; past this, the oldest completed item is dropped first (then
 #: the oldest of any status) and only counted, so the next drain still reports every item truthfully.
 MAX_ENDED_ITEMS = 1000
+
+
+# The cancel signal of the owned item whose task runs the current code (set in its own task only).
+_WORK_SIGNAL: contextvars.ContextVar[CancelSignal | None] = contextvars.ContextVar(
+    "agentium_memory_work_signal", default=None
+)
+
+
+def current_work_signal() -> CancelSignal | None:
+    """In an owned item's task: its cancel signal, set when a drain cancels it; ``None`` elsewhere.
+
+    The memory manager parents each store or extractor call's ``ctx.signal``
+    on it, so code blocked in a worker thread watching the signal (which a
+    cancel scope cannot reach) learns of the cancellation and stops.
+    """
+    return _WORK_SIGNAL.get()
 
 
 class DrainStatus(enum.StrEnum):
@@ -230,7 +249,7 @@ class OwnedWorkSource:
 
 
 class _Item:
-    __slots__ = ("detail", "done", "kind", "loop", "name", "scope", "seq", "status", "task")
+    __slots__ = ("detail", "done", "kind", "loop", "name", "scope", "seq", "signal", "status", "task")
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
@@ -238,15 +257,18 @@ class _Item:
         self.loop = LoopHandle.current()
         self.done = ThreadSafeEvent()
         self.scope = anyio.CancelScope()
+        # Set with the scope: the item's calls' signals are its children (``current_work_signal``).
+        self.signal = CancelSignal()
         self.status: DrainStatus | None = None
         self.detail = ""
         self.task: Any = None  # the asyncio task, kept referenced so it is not collected
         self.seq = 0  # order of ending, so kept items are reported in the order they ended
 
     def cancel(self, detail: str) -> None:
-        """Cancel from any thread (the scope is cancelled on the item's own loop), once."""
+        """Cancel from any thread: its signal first (threads see it), then its scope on its own loop; once."""
         if not self.scope.cancel_called:
             self.detail = detail
+            self.signal.cancel(detail)
             self.loop.run_soon(self.scope.cancel)
 
     def item(self, stopped: bool = True) -> DrainItem:
@@ -324,6 +346,7 @@ class WorkTracker:
             self._running[unique] = item
 
         async def run() -> None:
+            _WORK_SIGNAL.set(item.signal)  # in this task's own context (spawn gives it a copy)
             try:
                 with item.scope:
                     try:
