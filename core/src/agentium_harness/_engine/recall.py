@@ -224,9 +224,10 @@ async def _gather_open(
     candidates = await discover_visible(ticket, state, session, scope, query, vector, wanted)
     try:
         ranked_raw = policy.rank(list(candidates))
-        ranked = same_candidates(ranked_raw, candidates, state)
     except Exception as exc:
         raise _Failed(f"ranking raised {error_text(exc)}") from exc
+    # Read no further than one past what the ranker was given (it may only reorder or drop).
+    ranked = same_candidates(ranked_raw, candidates, state)
     # Each included source is validated twice (before dispatch and before
     # commit), so what is left of the validation budget caps how many sources are read.
     readable = max(0, (limits.max_validations - state.validations) // 2)

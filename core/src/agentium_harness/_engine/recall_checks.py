@@ -154,18 +154,33 @@ def checked_candidates(
 
 
 def same_candidates(ranked: object, candidates: list[Candidate], state: RoundState) -> list[Candidate]:
-    """The ranker's order, holding only candidates it was given, each once."""
-    if isinstance(ranked, str | bytes) or not isinstance(ranked, Sequence):
-        raise Failed(f"ranking returned {type(ranked).__name__}, not a sequence")
+    """The ranker's order, holding only candidates it was given, each once.
+
+    A ranker may only reorder and drop what it was given, so its answer is
+    read through its iterator to one item past ``len(candidates)`` at most
+    (:func:`.adapter_lists.listed`: an endless or huge answer is never walked
+    to its end, nor its ``__len__`` trusted). Longer, not a sequence, or
+    unreadable fails the round (:class:`Failed`), as its raising does.
+    """
+    given = len(candidates)
+    try:
+        items = listed(ranked, given, "recall ranking", "candidates")
+    except ContractViolationError as exc:
+        raise Failed(str(exc)) from exc
+    if len(items) > given:
+        raise Failed(
+            f"recall ranking returned more than the {given} candidates it was given (it may only reorder "
+            "or drop them); nothing of it was used"
+        )
     allowed = {id(c) for c in candidates}
     out: list[Candidate] = []
     used: set[int] = set()
-    for c in ranked:
+    for c in items:
         if id(c) not in allowed or id(c) in used:
             state.problems.append("ranking returned a candidate it was not given (or twice); dropped")
             continue
         used.add(id(c))
-        out.append(c)
+        out.append(c)  # type: ignore[arg-type]  # one of ``candidates``: checked by identity above
     return out
 
 
