@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -34,13 +35,13 @@ from .._engine.retention import RetentionPolicy
 from .._engine.runtime import DEFAULT_INSTRUCTIONS
 from .._engine.verification import CompletionPolicy
 from .._errors import ConfigError, ConfigIssue, PluginNotFoundError
+from .._plugins.deadline import HookTimeoutError, call_with_deadline
 from .._plugins.registry import PluginRegistry, RegisteredAdapter, operator_plugin_lists
-from .._plugins.spec import AdapterSpec, path_option_names, resolve_path_options
+from .._plugins.spec import AdapterSpec
 from .._ports import PORT_KIND_TABLE
 from .._ports.embedder import EmbeddingLimits
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
-from .._text import error_text
 from .._validators import bounded_duration, prose_text
 from .._verdicts import EvidenceLimits
 from .arguments import check_base_dir, check_environ, check_path, check_source, check_type
@@ -53,12 +54,11 @@ from .source import (
     MAX_NESTING,
     find_config,
     hide_env_values,
-    join_path,
     parse_toml,
     read_source,
     substitute_env,
 )
-from .structure import TOML_WORDS, field_named_in, register_env_scalars, structure_config
+from .structure import TOML_WORDS, register_env_scalars, structure_config, structure_options
 
 __all__ = [
     "CONFIG_ENV",
@@ -416,20 +416,16 @@ def _resolve_component(
         options, taken = inherit(shared, options, found.spec.config_class)
     else:
         taken = ()
-    structured, issues = structure_config(options, found.spec.config_class, where, conv)
+    # The config class is plugin code (its validators, its __init__): bounded like a factory, in a
+    # daemon thread abandoned at the registry's hook_timeout_s; what it returns late is never used.
+    what = f"the config class of {kind} adapter {plugin!r} (plugin {found.distribution})"
+    structure = partial(structure_options, options, found.spec.config_class, where, conv, base_dir)
+    try:
+        structured, issues = call_with_deadline(structure, registry.hook_timeout_s, what)
+    except HookTimeoutError as exc:
+        return None, found, [ConfigIssue(where, str(exc))]
     if issues:
         return None, found, relocate(issues, where, plugin, taken)
-    if base_dir is not None:
-        try:
-            structured = resolve_path_options(structured, base_dir)
-        # The config class refused the resolved path. Any exception: a validator that looks at the
-        # file (os.stat: FileNotFoundError) raised past load_config, a traceback from agentium check.
-        except Exception as exc:
-            marked = path_option_names(found.spec.config_class)
-            # Only the path options changed: with one of them, the refusal is about it.
-            field = field_named_in(exc, found.spec.config_class) or (marked[0] if len(marked) == 1 else None)
-            where = join_path(where, field) if field else where
-            return None, found, [ConfigIssue(where, error_text(exc, named=False) or type(exc).__name__)]
     component = ResolvedComponent(
         section=section,
         kind=kind,

@@ -14,6 +14,7 @@ import enum
 import re
 from collections.abc import Mapping
 from datetime import date, datetime, time
+from pathlib import Path
 from typing import Any, TypeVar, get_args, get_origin
 
 import attrs
@@ -27,10 +28,11 @@ from cattrs.errors import (
 
 from .._codec import StrictTypeError, TypeWords
 from .._errors import ConfigIssue
+from .._plugins.spec import path_option_names, resolve_path_options
 from .._text import error_text
 from .source import EnvText, join_path
 
-__all__ = ["TOML_WORDS", "field_named_in", "register_env_scalars", "structure_config"]
+__all__ = ["TOML_WORDS", "field_named_in", "register_env_scalars", "structure_config", "structure_options"]
 
 T = TypeVar("T")
 
@@ -267,3 +269,26 @@ def structure_config(
         field = field_named_in(exc, cls)
         where = join_path(path, field) if field else path
         return None, [ConfigIssue(where, _describe_leaf(exc, cls, path, data))]
+
+
+def structure_options(
+    options: Any, cls: type, where: str, conv: cattrs.Converter, base_dir: Path | None
+) -> tuple[Any, list[ConfigIssue]]:
+    """``options`` structured into a plugin's config class ``cls``, relative paths resolved; or the issues.
+
+    Runs the class's own code (validators, ``__init__``): the loader calls it
+    bounded, in a daemon thread (:func:`~agentium_harness._plugins.deadline.call_with_deadline`).
+    """
+    structured, issues = structure_config(options, cls, where, conv)
+    if issues or base_dir is None:
+        return structured, issues
+    try:
+        return resolve_path_options(structured, base_dir), []
+    # The config class refused the resolved path. Any exception: a validator that looks at the
+    # file (os.stat: FileNotFoundError) raised past load_config, a traceback from agentium check.
+    except Exception as exc:
+        marked = path_option_names(cls)
+        # Only the path options changed: with one of them, the refusal is about it.
+        field = field_named_in(exc, cls) or (marked[0] if len(marked) == 1 else None)
+        where = join_path(where, field) if field else where
+        return None, [ConfigIssue(where, error_text(exc, named=False) or type(exc).__name__)]

@@ -8,16 +8,17 @@ the artifact with the digest the *host's* task names, so the claim is
 refused (``fail``) and a revision is requested with the verifier's reasons;
 the model rewrites the report, runs the tests again on it, and the second
 verdict is ``pass``. Without
-the plugin installed, the part is skipped with a note. The plugin's factory is
-bounded like every adapter factory (the registry's ``hook_timeout_s``,
-``AGENTIUM_HOOK_TIMEOUT``): one that hangs is abandoned and the demo fails with
-:class:`~agentium_harness._plugins.deadline.HookTimeoutError` naming it.
+the plugin installed, the part is skipped with a note. The plugin's config
+class and factory are bounded like every adapter's (the registry's
+``hook_timeout_s``, ``AGENTIUM_HOOK_TIMEOUT``): one that hangs is abandoned and
+the demo fails with :class:`~agentium_harness._plugins.deadline.HookTimeoutError`
+naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
@@ -90,27 +91,33 @@ def _script() -> list[object]:
 
 
 async def _verifier(registry: PluginRegistry, task: Path) -> Any:
-    """The ``fs`` verifier for ``task``, its factory bounded as ``build_component`` bounds a factory.
+    """The ``fs`` verifier for ``task``, its config class and factory bounded as ``load_runtime`` bounds them.
 
-    The factory is plugin code and used to be called right here, on the event
-    loop: one that never returned hung ``agentium demo`` for good. It runs in a
-    daemon thread, abandoned past the registry's ``hook_timeout_s``
+    Both are plugin code (the config class's validators run as it is
+    structured) and used to be called right here, on the event loop: one that
+    never returned hung ``agentium demo`` for good. Each runs in a daemon
+    thread, abandoned past the registry's ``hook_timeout_s``
     (:class:`~agentium_harness._plugins.deadline.HookTimeoutError`), waited for
     from a worker thread so the event loop is not held meanwhile.
     """
     found = registry.adapter("verifier", "fs")
     expected = hashlib.sha256(FINAL_REPORT.encode()).hexdigest()
-    options: Any = structure(
-        {
-            "root": str(task),
-            "artifacts": [{"path": _REPORT, "sha256": expected}],
-            "test_records": [_RESULTS],
-        },
-        found.spec.config_class,
+    data = {
+        "root": str(task),
+        "artifacts": [{"path": _REPORT, "sha256": expected}],
+        "test_records": [_RESULTS],
+    }
+    adapter = f"verifier adapter 'fs' (plugin {found.distribution})"
+    options: Any = await _bounded(
+        registry, partial(structure, data, found.spec.config_class), f"the config class of {adapter}"
     )
-    what = f"the factory of verifier adapter 'fs' (plugin {found.distribution})"
-    build = partial(call_with_deadline, partial(found.spec.build, options), registry.hook_timeout_s, what)
-    return await anyio.to_thread.run_sync(build, abandon_on_cancel=True)
+    return await _bounded(registry, partial(found.spec.build, options), f"the factory of {adapter}")
+
+
+async def _bounded(registry: PluginRegistry, call: Callable[[], Any], what: str) -> Any:
+    """``call()`` (plugin code) in a daemon thread, abandoned past ``hook_timeout_s``; off the event loop."""
+    bounded = partial(call_with_deadline, call, registry.hook_timeout_s, what)
+    return await anyio.to_thread.run_sync(bounded, abandon_on_cancel=True)
 
 
 async def run_task(

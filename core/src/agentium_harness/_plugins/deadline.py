@@ -1,4 +1,4 @@
-"""A deadline on calls into plugin code made outside the engine: imports, registration hooks, factories.
+"""A deadline on calls into plugin code made outside the engine: imports, hooks, config classes, factories.
 
 The engine bounds every adapter call and lifecycle broadcast, but loading the
 registry (importing a plugin, calling its registration hooks) and building an
@@ -35,7 +35,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: How long one plugin import, registration hook or adapter factory may take by default.
+#: How long one plugin import, registration hook, config class or adapter factory may take by default.
 #: They must do no I/O (docs/plugins.md), so this is only a backstop against a hang.
 DEFAULT_HOOK_TIMEOUT_S = 30.0
 #: The environment variable that sets that bound, in seconds, for the CLI and every host.

@@ -151,8 +151,8 @@ class PluginRegistry:
         :param environ: the environment to read (default :data:`os.environ`).
         :param extra_plugins: ``(distribution, module)`` pairs registered as if they
             were installed, for tests and embedding hosts; allow/block do not apply.
-        :param hook_timeout_s: how long each plugin import, registration hook and (in
-            ``build_runtime``) adapter factory may take; one still running then is
+        :param hook_timeout_s: how long each plugin import, registration hook, config class
+            (``load_config``) and (in ``build_runtime``) adapter factory may take; one still running then is
             abandoned and reported. ``None``: ``AGENTIUM_HOOK_TIMEOUT`` of ``environ``, else 30 s.
         :raises InvalidArgumentError: a bound (argument or variable) that is not a number of seconds.
         """
@@ -470,7 +470,7 @@ class PluginRegistry:
 
     @property
     def hook_timeout_s(self) -> float:
-        """How long each plugin import, registration hook and adapter factory may take (see :meth:`load`)."""
+        """How long each plugin import, hook, config class and adapter factory may take (see :meth:`load`)."""
         return self._timeout_s
 
     @property
