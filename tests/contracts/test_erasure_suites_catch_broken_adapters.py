@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from _by_backend import run_by_backend
 
 from agentium_harness.testing.erasure_contract import ArchiveErasureTests, SessionStoreErasureTests
 from agentium_harness.testing.index_erasure_contract import MemoryErasureTests, RecallErasureTests
@@ -91,10 +92,10 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
 def test_each_broken_eraser_fails_exactly_its_bugs(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_broken_erasing=(HERE / "broken_erasing_adapters.py").read_text("utf-8"))
     # Only the erasure tests: the bugs are all in ``erase``, and the rest of each suite is slow.
-    reprec = pytester.inline_run("-p", "no:cacheprovider", "-k", "erase")
+    outcomes = run_by_backend(pytester, "erase")
     failed: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     ran: set[str] = set()
-    for report in reprec.getreports("pytest_runtest_logreport"):
+    for report in outcomes:
         _, cls, test = report.nodeid.split("::")
         ran.add(cls)
         if report.failed:

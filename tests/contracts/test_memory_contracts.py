@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from _by_backend import run_by_backend
 
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.sqlite import SQLiteConfig
@@ -133,12 +134,10 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
 def _failures(pytester: pytest.Pytester) -> tuple[dict[str, set[str]], set[str]]:
     pytester.makepyfile(test_broken=(HERE / "broken_memory_stores.py").read_text("utf-8"))
     # The erasure tests have their own broken adapters (test_erasure_suites_catch_broken_adapters.py).
-    reprec = pytester.inline_run("-p", "no:cacheprovider", "-k", "not erase")
+    outcomes = run_by_backend(pytester, "not erase")
     failed: dict[str, set[str]] = defaultdict(set)
     ran: set[str] = set()
-    for report in reprec.getreports("pytest_runtest_logreport"):
-        if report.when != "call" and not report.failed:
-            continue
+    for report in outcomes:
         _, cls, test = report.nodeid.split("::")
         ran.add(cls)
         if report.failed:

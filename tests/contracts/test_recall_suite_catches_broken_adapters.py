@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from _by_backend import run_by_backend
 
 from agentium_harness.testing.contracts import GUARD_TEST_NAME, RecallStoreContract, standard_tests
 from agentium_harness.testing.erasure_contract import ArchiveErasureTests, SessionStoreErasureTests
@@ -94,10 +95,10 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
 def test_each_broken_recall_store_fails_exactly_its_bugs(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_broken_recall=(HERE / "broken_recall_adapters.py").read_text("utf-8"))
     # The erasure tests have their own broken adapters (test_erasure_suites_catch_broken_adapters.py).
-    reprec = pytester.inline_run("-p", "no:cacheprovider", "-k", "not erase")
+    outcomes = run_by_backend(pytester, "not erase")
     failed: dict[str, set[str]] = defaultdict(set)
     ran: set[str] = set()
-    for report in reprec.getreports("pytest_runtest_logreport"):
+    for report in outcomes:
         _, cls, test = report.nodeid.split("::")
         ran.add(cls)
         if report.failed:

@@ -15,6 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from _by_backend import run_by_backend
 
 from agentium_harness.testing.contracts import (
     GUARD_TEST_NAME,
@@ -228,10 +229,10 @@ def _run(pytester: pytest.Pytester) -> dict[str, dict[str, set[str]]]:
     pytester.makepyfile(test_broken=(HERE / "broken_adapters.py").read_text("utf-8"))
     # The erasure tests have their own broken adapters (test_erasure_suites_catch_broken_adapters.py);
     # their names say "erase" or "erasure" (which does not contain "erase").
-    reprec = pytester.inline_run("-p", "no:cacheprovider", "-k", "not erase and not erasure")
+    outcomes = run_by_backend(pytester, "not erase and not erasure")
     failed: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
     ran: set[str] = set()
-    for report in reprec.getreports("pytest_runtest_logreport"):
+    for report in outcomes:
         _, cls, test = report.nodeid.split("::")
         ran.add(cls)
         if report.failed:

@@ -6,6 +6,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from _by_backend import run_by_backend
 
 from agentium_harness.testing import VerifierContract
 from agentium_harness.testing.contracts import GUARD_TEST_NAME, standard_tests
@@ -68,12 +69,10 @@ EXPECTED_FAILURES: dict[str, set[str]] = {
 
 def test_each_broken_verifier_fails_exactly_its_bugs(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_broken=(HERE / "broken_verifiers.py").read_text("utf-8"))
-    reprec = pytester.inline_run("-p", "no:cacheprovider")
+    outcomes = run_by_backend(pytester)
     failed: dict[str, set[str]] = defaultdict(set)
     ran: set[str] = set()
-    for report in reprec.getreports("pytest_runtest_logreport"):
-        if report.when != "call" and not report.failed:
-            continue
+    for report in outcomes:
         _, cls, test = report.nodeid.split("::")
         ran.add(cls)
         if report.failed:
