@@ -154,7 +154,14 @@ async def test_a_damaged_floor_object_fails_closed_and_changes_nothing(
         with pytest.raises(S3RevisionFloorCorruptError):
             await store.erase(EraseTarget.session("acme", "ana", "s1"), _ctx())
         assert _objects(admin, config.prefix) == before  # nothing written, nothing deleted
-        # A session that exists saves on: its revision comes from its own object, not the floor.
+        # The erase dropped the ETag it had cached: a save without one reads the floor too (a revision
+        # at or below it may be a session created again), and fails closed as well.
+        with pytest.raises(S3RevisionFloorCorruptError):
+            await store.save(KEY, scoped_snapshot(KEY, " on"), revision, _ctx())
+        assert _objects(admin, config.prefix) == before
+        # A session that exists, loaded, saves on: its revision and ETag come from its own object.
+        loaded = await store.load(KEY, _ctx())
+        assert loaded is not None and loaded.revision == revision
         assert await store.save(KEY, scoped_snapshot(KEY, " on"), revision, _ctx()) == revision + 1
     finally:
         await store.aclose()

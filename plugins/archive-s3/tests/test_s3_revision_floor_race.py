@@ -179,7 +179,7 @@ async def test_a_create_racing_an_erasure_in_another_process_settles_past_every_
             await store.aclose()
 
 
-@pytest.mark.parametrize("intruder", ["stale writer", "erasure"])
+@pytest.mark.parametrize("intruder", ["loaded writer", "erasure"])
 async def test_a_create_that_cannot_be_moved_past_the_floor_says_it_committed(
     config: S3Config,
     admin: S3Client,
@@ -187,7 +187,8 @@ async def test_a_create_that_cannot_be_moved_past_the_floor_says_it_committed(
     intruder: str,
 ) -> None:
     # The remaining window: between the create's write and its move, another writer changes the
-    # session. The move (IfMatch on the create's ETag) is refused; the create says it committed.
+    # session (one that loaded the new session: a stale holder is refused, test_s3_erase_races.py).
+    # The move (IfMatch on the create's ETag) is refused; the create says it committed.
     client, hooks = hooked
     holder = await _old_incarnation(config)
     await holder.aclose()
@@ -200,8 +201,10 @@ async def test_a_create_that_cannot_be_moved_past_the_floor_says_it_committed(
             try:
                 if intruder == "erasure":
                     await other.erase(TARGET, _ctx())
-                else:  # a holder of the erased session at revision 1, no ETag cached
-                    assert await other.save(KEY, scoped_snapshot(KEY, " stale"), 1, _ctx()) == 2
+                else:  # a process that loaded the new session at revision 1 (its ETag cached) saves on it
+                    loaded = await other.load(KEY, _ctx())
+                    assert loaded is not None and loaded.revision == 1
+                    assert await other.save(KEY, scoped_snapshot(KEY, " loaded"), 1, _ctx()) == 2
             finally:
                 await other.aclose()
 
@@ -222,7 +225,7 @@ async def test_a_create_that_cannot_be_moved_past_the_floor_says_it_committed(
             assert loaded is None and _floor(admin, config) == OLD
         else:  # the move overwrote nothing: the other writer's save stands
             assert loaded is not None and loaded.revision == 2
-            assert loaded.snapshot == scoped_snapshot(KEY, " stale")
+            assert loaded.snapshot == scoped_snapshot(KEY, " loaded")
     finally:
         await creator.aclose()
 

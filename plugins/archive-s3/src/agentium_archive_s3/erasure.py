@@ -25,9 +25,10 @@ bucket keeps them, the keys are deleted plainly and the report says
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
@@ -38,6 +39,7 @@ import botocore.exceptions
 from agentium_harness.plugin_api import (
     EraseTarget,
     OpContext,
+    OperationCancelledError,
     PhysicalErasure,
     SessionKey,
     decode_segment,
@@ -56,6 +58,7 @@ __all__ = [
     "Listed",
     "ScopeObjects",
     "WriteFence",
+    "after_saves",
     "delete_listed",
     "drain_fenced_writes",
     "list_scope",
@@ -66,6 +69,8 @@ __all__ = [
 _PAGE: Final = 1000
 _DENIED: Final = frozenset({"AccessDenied", "AllAccessDisabled", "403"})
 _SEGMENT: Final = re.compile(r"[A-Za-z0-9_%-]+")
+#: Errors of a conditional delete that mean its object is not there any more (erasure.delete_listed).
+_LEFT_ALONE: Final = frozenset({"PreconditionFailed", "NoSuchKey"})
 
 
 def owns(target: EraseTarget, key: SessionKey) -> bool:
@@ -134,6 +139,24 @@ class WriteFence:
         finally:
             with self._cond:
                 self._erasing.remove(target)
+
+
+async def after_saves(fence: WriteFence, key: SessionKey, ctx: OpContext) -> None:
+    """Wait, within ``ctx``, until no save of ``key`` that ``fence`` counts is still running (loads)."""
+    if not fence.busy(key):
+        return
+    left = ctx.time_left()
+    with anyio.move_on_after(math.inf if left is None else left):
+        # Polled: the writer is a worker thread the caller may have abandoned, with no
+        # event loop of its own to signal; this only runs while such a save is in flight.
+        while fence.busy(key) and not ctx.expired:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    if fence.busy(key):
+        raise OperationCancelledError(
+            f"session load of {key.key()} stopped: a save of it by this store was still in flight "
+            "(its caller had given up), so what the session holds is not known yet; load it again later",
+            ctx.signal.reason or "deadline passed",
+        )
 
 
 # -- listing --------------------------------------------------------------------------------------
@@ -370,14 +393,25 @@ def delete_listed(
     note: str,
     check: Callable[[], None],
     failed: Callable[[str, int], Exception],
+    *,
+    etags: Mapping[str, str] | None = None,
 ) -> Deleted:
     """Delete every listed version (current ones last), or the keys plainly (worker thread).
 
     ``check`` runs before every request (the deadline); ``failed(code,
-    count)`` builds the error for deletions the server refused.
+    count)`` builds the error for deletions the server refused. A key with
+    an entry in ``etags`` (unquoted) is deleted plainly only while it holds
+    that object (a conditional delete: AWS and moto honour it, Ceph RGW 16
+    ignores it); one that no longer does, or is gone, is left as it is.
     """
+    conditions = etags or {}
+
+    def plain(key: str) -> ObjectIdentifierTypeDef:
+        etag = conditions.get(key)
+        return {"Key": key} if etag is None else {"Key": key, "ETag": f'"{etag}"'}
+
     if not versioned:
-        _delete_batches(s3, bucket, [{"Key": item.key} for item in listed], check, failed)
+        _delete_batches(s3, bucket, [plain(item.key) for item in listed], check, failed, conditions)
         if note:
             return Deleted(PhysicalErasure.VERSIONS_KEPT, note)
         return Deleted(PhysicalErasure.REMOVED, "")
@@ -393,7 +427,12 @@ def delete_listed(
     except _VersionsDenied:
         # Not allowed to delete versions: delete the keys (delete markers hide them from reads).
         _delete_batches(
-            s3, bucket, [{"Key": item.key} for item in listed if item.current is not None], check, failed
+            s3,
+            bucket,
+            [plain(item.key) for item in listed if item.current is not None],
+            check,
+            failed,
+            conditions,
         )
         return Deleted(
             PhysicalErasure.VERSIONS_KEPT,
@@ -413,12 +452,18 @@ def _delete_batches(
     objects: Sequence[ObjectIdentifierTypeDef],
     check: Callable[[], None],
     failed: Callable[[str, int], Exception],
+    conditions: Mapping[str, str] | None = None,
 ) -> None:
     for start in range(0, len(objects), _PAGE):
         batch = list(objects[start : start + _PAGE])
         check()
         reply = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
-        errors = reply.get("Errors", [])
+        # A conditional delete refused, or of a key gone: the object it was meant for is gone already.
+        errors = [
+            e
+            for e in reply.get("Errors", [])
+            if not (conditions and e.get("Key") in conditions and e.get("Code") in _LEFT_ALONE)
+        ]
         if not errors:
             continue
         code = str(errors[0].get("Code", ""))

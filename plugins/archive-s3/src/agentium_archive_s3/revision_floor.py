@@ -24,6 +24,10 @@ in it but a number.
   out a revision of the session it erased. After the create lands it reads
   the floor again and moves the session past it when an erase raised it in
   between (:mod:`.sessions_create`).
+- A replace whose store has no ETag cached reads the floor after the
+  object, and is refused at or below it (:mod:`.sessions_create`).
+- An erase replaces each snapshot by a tombstone before deleting it, raising
+  the floor again to any revision saved meanwhile (:mod:`.sessions_tombstone`).
 
 A floor object that does not decode exactly (a damaged body, a checksum
 mismatch, an over-long object) raises :class:`~.errors.S3RevisionFloorCorruptError`

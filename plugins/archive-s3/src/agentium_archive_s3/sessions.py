@@ -23,8 +23,11 @@ match an older revision.
   then moved past the floor if an erase in another process raised it
   meanwhile (:mod:`.sessions_create`).
 - **Replace**: ``PutObject`` with ``IfMatch=<etag of expected_revision>``;
-  the ETag comes from the last load or save of this instance, or a ranged
-  read of the header.
+  the ETag comes from the last load or save of this instance, or a read of
+  the object, then of the floor: a revision at or below it is refused, as
+  it may be a session created again (:mod:`.sessions_create`).
+- **Tombstone** (an erase's, until it deletes the key: :mod:`.sessions_tombstone`):
+  read as no session; a save or create meeting it is a conflict.
 - **412**: the object is read back. If it holds exactly the bytes sent, the
   write had landed and its acknowledgment was lost (success). If it is still
   the expected object, the server compares ``IfMatch`` against the other ETag
@@ -58,11 +61,9 @@ from __future__ import annotations
 
 import io
 import logging
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
-import anyio
 import botocore.exceptions
 
 from agentium_harness import AgentiumError
@@ -87,10 +88,7 @@ from agentium_harness.plugin_api import (
 )
 
 from .config import S3Config
-from .erasure import (
-    WriteFence,
-    drain_fenced_writes,
-)
+from .erasure import WriteFence, after_saves, drain_fenced_writes
 from .errors import (
     S3ConflictRetriesExhaustedError,
     S3CreateUnsettledError,
@@ -103,12 +101,14 @@ from .keys import key_too_long, parse_session_key, session_object_key, sessions_
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
 from .probe import run_probe
 from .revision_floor import read_floor
-from .sessions_create import settle_past_floor, unsettled
+from .sessions_create import ERASING, below_floor, settle_past_floor, unsettled
 from .sessions_erase import erase_snapshots
 from .snapshot_format import (
     MAX_REVISION,
+    TOMBSTONE,
     is_empty_range,
     is_missing,
+    is_tombstone,
     parse_snapshot,
     read_limit,
     revision_shown,
@@ -175,7 +175,7 @@ class S3SessionStore(SessionStore):
     # -- load -----------------------------------------------------------------------------------
 
     def _read(self, s3: S3Client, object_key: str, limit: int) -> tuple[bytes, str] | None:
-        """Up to ``limit`` bytes (plus one, to tell overflow) and the ETag, or ``None`` (worker thread)."""
+        """Up to ``limit`` bytes (plus one) and the ETag; ``None``: absent, or a tombstone (worker thread)."""
         try:
             reply = s3.get_object(Bucket=self._config.bucket, Key=object_key, Range=f"bytes=0-{limit}")
         except botocore.exceptions.ClientError as exc:
@@ -186,12 +186,12 @@ class S3SessionStore(SessionStore):
             raise
         with reply["Body"] as body:
             data = body.read(limit + 1)
-        return data, unquote_etag(str(reply.get("ETag", "")))
+        return None if is_tombstone(data) else (data, unquote_etag(str(reply.get("ETag", ""))))
 
     async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
         """The snapshot and its revision, or ``None``; a damaged object raises ``SnapshotCorruptError``."""
         ctx.raise_if_expired("session load")
-        await self._after_saves(key, ctx)
+        await after_saves(self._fence, key, ctx)
         object_key = session_object_key(self._config.prefix, key)
         found = await self._link.call(
             ctx, "session load", lambda s3: self._read(s3, object_key, read_limit(self._config))
@@ -204,23 +204,6 @@ class S3SessionStore(SessionStore):
         snapshot = decode_snapshot(key, payload, f"s3 session store: snapshot of session {key.key()}")
         self._etags[key] = (revision, etag)
         return StoredSnapshot(snapshot=snapshot, revision=revision)
-
-    async def _after_saves(self, key: SessionKey, ctx: OpContext) -> None:
-        """Wait, within ``ctx``, until no save of ``key`` by this store is still running."""
-        if not self._fence.busy(key):
-            return
-        left = ctx.time_left()
-        with anyio.move_on_after(math.inf if left is None else left):
-            # Polled: the writer is a worker thread the caller may have abandoned, with no
-            # event loop of its own to signal; this only runs while such a save is in flight.
-            while self._fence.busy(key) and not ctx.expired:  # noqa: ASYNC110
-                await anyio.sleep(0.02)
-        if self._fence.busy(key):
-            raise OperationCancelledError(
-                f"session load of {key.key()} stopped: a save of it by this store was still in flight "
-                "(its caller had given up), so what the session holds is not known yet; load it again later",
-                ctx.signal.reason or "deadline passed",
-            )
 
     # -- save -----------------------------------------------------------------------------------
 
@@ -293,15 +276,18 @@ class S3SessionStore(SessionStore):
                 raise
             # The caller's deadline passed with the create stored and the floor check unfinished
             # (its worker thread may still move the session): the create's write landed all the same.
-            self._etags.pop(key, None)
+            self._etags[key] = landed[-1]
             raise unsettled(
                 key, landed[-1][0], None, f"the save stopped ({exc.reason}) before it was settled"
             ) from None
         except S3CreateUnsettledError:
-            # A cached ETag is an older object's, perhaps the erased session's at the very revision
-            # the create landed on: a save on the error's revision would send it and be refused by
-            # the create's own object. Without it that save reads the header (a move may still land).
-            self._etags.pop(key, None)
+            # A cached ETag is an older object's, perhaps the erased session's at the very revision the
+            # create landed on. Its own last write's replaces it: a save on the error's revision (at or
+            # below the floor, so it could not read the header: _write) lands only over exactly that.
+            if landed:  # (always: the error is only raised once the create landed)
+                self._etags[key] = landed[-1]
+            else:
+                self._etags.pop(key, None)
             raise
         revision = chosen[-1]
         self._etags[key] = (revision, etag)
@@ -353,6 +339,10 @@ class S3SessionStore(SessionStore):
                 stored, _ = parse_snapshot(self._config, key, head[0])
                 if stored != expected:
                     raise self._conflict(key, expected, f"it is at revision {stored}")
+                # Read after the header: a revision at or below the floor may be a new session's, created
+                # after an erasure and not yet moved past the floor (sessions_create.py), not this caller's.
+                if expected <= (floor := read_floor(s3, self._config)[0]):
+                    raise self._conflict(key, expected, below_floor(expected, floor))
                 etag = head[1]
             condition = {"IfMatch": self._if_match(etag)}
         flipped = False
@@ -419,7 +409,8 @@ class S3SessionStore(SessionStore):
                 logger.warning("session save: a reply was lost; the read-back shows the write landed")
                 return current[1]  # our write landed; its acknowledgment was lost
             if current is None:
-                raise self._conflict(key, expected, "the session was removed")
+                gone = ERASING if expected is None else "the session was removed"
+                raise self._conflict(key, expected, gone)
             if expected is None:
                 raise self._conflict(key, expected, "the session already exists")
             if not flipped and "IfMatch" in condition and current[1] == unquote_etag(condition["IfMatch"]):
@@ -538,7 +529,7 @@ class S3SessionStore(SessionStore):
                 page = s3.list_objects_v2(**args)
                 for item in page.get("Contents", []):
                     session = parse_session_key(folder, item["Key"])
-                    if session is not None:
+                    if session is not None and item.get("Size") != len(TOMBSTONE):  # not an erasure's
                         found.append(session)
                 if len(found) > most:
                     raise S3SessionStoreError(
@@ -584,7 +575,9 @@ class S3SessionStore(SessionStore):
             )
             for key in [k for k in self._etags if target.covers_session(k)]:
                 del self._etags[key]
-            return await erase_snapshots(self._config, self._link, target, bound, ctx, dry_run=False)
+            return await erase_snapshots(
+                self._config, self._link, target, bound, ctx, dry_run=False, quoted=self._quoted_if_match
+            )
 
     async def health(self, ctx: OpContext) -> str:
         """Bucket reachability, conditional-write support (a create-only probe object) and versioning."""

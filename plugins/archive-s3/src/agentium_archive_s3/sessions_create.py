@@ -38,16 +38,23 @@ write landed (a read-back tells whether it still stands): another writer
 changed or erased the session before the move, the move failed or its
 outcome is unknown, the floor kept rising, or the deadline passed.
 
-What remains: between the create's write and its move (one ``GET`` and one
-``PUT``, milliseconds) the new session is visible at the repeated revision.
-A stale holder of the erased session at exactly that revision whose store
-cached no ETag (it reads the header, finds its revision, and writes on the
-new object's ETag) can write over it in that window; the create then raises
-:class:`~.errors.S3CreateUnsettledError`, but the stale write stands. A
-holder with the ETag cached is refused (the ETags differ unless the bodies
-are byte-identical). Closing that too would take a floor read and a create
-in one step, which S3 does not offer. Before this, the repeated revision
-stayed until the session's next save.
+Between the create's write and its move (one ``GET`` and one ``PUT``,
+milliseconds) the new session is visible at the repeated revision. A stale
+holder of the erased session at exactly that revision is refused all the
+same (``SessionConflictError``, nothing written):
+
+- one whose store has the ETag cached sends it, and the new object's
+  differs (unless the bodies are byte-identical);
+- one whose store has none reads the header, finds its revision, and would
+  take the new object's ETag. So a save that must look the ETag up reads
+  the floor too, after the header, and refuses when its expected revision
+  is at or below it (:func:`below_floor`). The header read saw the create's
+  write, which landed after the erase raised the floor: this floor read sees
+  the raise. It costs that path one ``GET``; saves with the ETag cached
+  (every save after a load or save of the same store) pay nothing. Because
+  the floor is store-wide, such a save of an older session whose revision
+  is below it (another session's erasure raised it) is refused too: a load
+  first (which caches the ETag) lets it through.
 """
 
 from __future__ import annotations
@@ -67,12 +74,28 @@ from .link import S3Client, error_code
 from .revision_floor import read_floor
 from .snapshot_format import MAX_REVISION, snapshot_body
 
-__all__ = ["settle_past_floor", "unsettled"]
+__all__ = ["ERASING", "below_floor", "settle_past_floor", "unsettled"]
 
 logger = logging.getLogger("agentium.plugins.archive_s3")
 
 #: Moves past the floor before giving up: each one follows an erasure that raised it meanwhile.
 _MOVES: Final = 16
+
+#: Why a create met an object that reads as no session: an erasure's tombstone, not yet deleted.
+ERASING: Final = (
+    "an erasure of it is under way (its snapshot is replaced by a tombstone until it is deleted; if no "
+    "erasure is running, one stopped there: erase the session again to finish it)"
+)
+
+
+def below_floor(expected: int, floor: int) -> str:
+    """Why a save that had to look up the ETag of revision ``expected`` is refused (see the module)."""
+    return (
+        f"revision {expected} is at or below the revision floor ({floor}), so it may be a session created "
+        "again after an erasure rather than the one this caller holds; load the session and save over "
+        "what the load returns"
+    )
+
 
 #: ``move(body, expected_revision, etag)``: ``body`` written over that revision; returns its ETag.
 Move = Callable[[bytes, int, str], str]

@@ -3,6 +3,10 @@
 Format 2 (written): ``agentium-s3-snapshot/2 revision=<n> sha256=<hex>`` and a
 newline, then the bytes; the checksum covers the revision and the bytes, so a changed
 revision or a damaged body is refused. Format 1 (no checksum) is still read.
+
+An erasure first replaces a snapshot with :data:`TOMBSTONE` (one line, naming
+nothing), then deletes it (:mod:`.sessions_tombstone`): every reader treats a
+tombstone as no session at all.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from .link import error_code, error_status
 
 __all__ = [
     "MAX_REVISION",
+    "TOMBSTONE",
+    "is_tombstone",
     "is_empty_range",
     "is_missing",
     "parse_snapshot",
@@ -36,6 +42,15 @@ _HEADER: Final = re.compile(rb"agentium-s3-snapshot/2 revision=([1-9][0-9]{0,18}
 #: Format 1 (no checksum): read, never written.
 _HEADER_V1: Final = re.compile(rb"agentium-s3-snapshot/1 revision=([1-9][0-9]{0,18})\n")
 _HEADER_BYTES: Final = 160
+
+#: What an erasure writes over a snapshot before deleting it. No snapshot object is this short
+#: (a header alone is longer), so a listing tells a tombstone by its size.
+TOMBSTONE: Final = b"agentium-s3-snapshot-erased/1\n"
+
+
+def is_tombstone(data: bytes) -> bool:
+    """True if ``data`` is an erasure's tombstone: the session is gone (or going)."""
+    return data == TOMBSTONE
 
 
 def _checksum(revision: int, data: bytes) -> str:
