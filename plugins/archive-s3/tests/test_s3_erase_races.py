@@ -19,16 +19,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import botocore.exceptions
 import pytest
 from s3_helpers import BUCKET, make_config
 from s3_races import Hook, ctx, elsewhere, floor, hooked_client, once, store
 from s3_servers import S3Server
 
-from agentium_archive_s3 import S3Config, S3SessionStore
+from agentium_archive_s3 import S3Archive, S3Config, S3SessionStore
 from agentium_archive_s3.errors import S3ConflictRetriesExhaustedError
 from agentium_archive_s3.keys import session_object_key
 from agentium_archive_s3.link import S3Client
 from agentium_archive_s3.revision_floor import floor_key
+from agentium_harness import (
+    ErasureIncompleteError,
+    ErasureState,
+    OperatorAttestation,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ExtractiveProvider
 from agentium_harness.plugin_api import (
     EraseStatus,
     EraseTarget,
@@ -336,3 +346,42 @@ async def test_a_session_created_after_another_erasure_removed_the_tombstone_is_
     finally:
         await eraser.aclose()
         client.close()
+
+
+async def test_the_engine_resumes_an_erasure_stopped_between_tombstone_and_delete(
+    config: S3Config, admin: Any, hooked: tuple[S3Client, list[Hook]]
+) -> None:
+    client, hooks = hooked
+    runtime = create_harness_runtime(
+        provider=ExtractiveProvider(),
+        archive=S3Archive(config),
+        session_store=S3SessionStore(config, client=client),
+        limits=RuntimeLimits(op_timeout_s=30),
+    )
+    operator = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "ticket 9")
+    object_key = session_object_key(config.prefix, KEY)
+
+    def crash() -> None:
+        # The connection drops as the snapshot's delete is about to be sent: it never leaves.
+        raise botocore.exceptions.ConnectionClosedError(endpoint_url=str(config.endpoint_url))
+
+    def deletes_the_snapshot(params: dict[str, Any]) -> bool:
+        return any(item["Key"] == object_key for item in params.get("Delete", {}).get("Objects", []))
+
+    try:
+        assert (await runtime.run(VerifiedIdentity("acme", "ana", "auth"), "s1", "Hello.")).committed
+        hooks.append(once(deletes_the_snapshot, crash))
+        with pytest.raises(ErasureIncompleteError) as caught:
+            await runtime.erase(TARGET, reason="data subject request", attestation=operator)
+        record = caught.value.record
+        assert record is not None and record.state is ErasureState.PENDING
+        assert admin.get_object(Bucket=BUCKET, Key=object_key)["Body"].read() == TOMBSTONE
+        assert await _load(config) is None
+
+        resumed = await runtime.resume_erasures(operator)
+        assert len(resumed) == 1
+        done = resumed[0].tombstone
+        assert done is not None and done.state is ErasureState.COMPLETE
+        assert _versions(admin, config, KEY) == {}
+    finally:
+        await runtime.aclose()
