@@ -46,8 +46,8 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
     "agentium.engine.erasure": "erasures stopped part way (pending), sessions retention passed by (WARNING)",
     "agentium.registry": (
-        "plugin imports, registration hooks, adapter factories and command configures abandoned "
-        "at AGENTIUM_HOOK_TIMEOUT (WARNING)"
+        "plugin imports, registration hooks, config classes, adapter factories and command configures "
+        "abandoned at AGENTIUM_HOOK_TIMEOUT (WARNING)"
     ),
     "agentium.telemetry": "the instrumentation itself: a span processor or metric reader that failed",
 }
