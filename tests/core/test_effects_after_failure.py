@@ -333,3 +333,61 @@ async def test_a_recall_stop_whose_commit_fails_says_so_and_is_not_tried_twice(t
         assert not (await runtime.inspect_session(ANA, "s1")).exists
     finally:
         await recall.aclose()
+
+
+class HoldsTheKeeping(InMemorySessionStore):
+    """An in-memory store whose call in the commit of what ran (``what``) waits until it is cancelled."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__()
+        self.what = what
+        self.fence_reads = self.saves = 0
+        self.waiting = anyio.Event()
+
+    async def _hold(self) -> None:
+        self.waiting.set()
+        await anyio.sleep_forever()
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if key != KEY and self.what == "fence":
+            self.fence_reads += 1
+            if self.fence_reads == 2:  # the run's load, then the check of the commit of what ran
+                await self._hold()
+        return await super().load(key, ctx)
+
+    async def save(self, key: Any, snapshot: Any, expected_revision: Any, ctx: OpContext) -> int:
+        if key == KEY and self.what == "save":
+            self.saves += 1
+            if self.saves == 1:
+                await self._hold()
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+@pytest.mark.parametrize(("what", "state"), [("fence", "committed"), ("save", "unknown")])
+async def test_an_engine_bug_whose_keeping_is_cancelled_is_still_logged(
+    what: str, state: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from _effects_support import AlwaysFails
+
+    log: list[str] = []
+    store = HoldsTheKeeping(what)
+    runtime = _runtime(log, store=store, verifier=AlwaysFails())
+    monkeypatch.setattr(verification, "verify_turn", _boom)
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.move_on_after(30) as outer:
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await runtime.run(ANA, "s1", "deploy v2", grants=["deploy"], completion=True)
+
+            tg.start_soon(run)
+            await store.waiting.wait()  # the bug's commit of what ran is under way
+            tg.cancel_scope.cancel()  # the host gives up on the run
+    assert not outer.cancelled_caught and log == ["deployed to prod"]
+    # The bug is not lost with its commit: one WARNING, with the state the cancellation left.
+    warned = [r for r in caplog.records if "unexpected RuntimeError" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].agentium_commit_state == state  # type: ignore[attr-defined]
+    assert all(SECRET not in r.getMessage() + repr(vars(r)) for r in caplog.records)
+    monkeypatch.undo()
+    if state == "committed":  # the cancellation's own commit of what ran, after the bug's was cut off
+        group = await _kept(runtime)
+        assert group.retained.interruption.cause is InterruptionCause.CANCELLED

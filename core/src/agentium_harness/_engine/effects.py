@@ -87,6 +87,10 @@ class EffectsKeeper:
     trace: TurnTrace = attrs.field(factory=TurnTrace)
     #: A commit of what ran was made (the recall policy's stop): an error from it is not followed by another.
     tried: bool = False
+    #: The class of an unexpected exception whose commit of what ran a cancellation cut short: its
+    #: WARNING is logged by :meth:`cancelled`, once that settled what is committed (a class, not the
+    #: exception: its traceback holds the frames that hold this keeper).
+    unwarned: type[BaseException] | None = None
 
     async def commit(
         self,
@@ -158,7 +162,16 @@ class EffectsKeeper:
         typed = exc if isinstance(exc, AgentiumError) else unexpected_error(exc, progress, "run", warn=False)
         if progress.turn is None:
             progress.turn = self.trace.partial("failed")  # the tool calls so far, each answered
-        failure = await self.after(typed, progress.turn)
+        try:
+            failure = await self.after(typed, progress.turn)
+        except BaseException as stop:
+            # The commit of what ran was cut short: the bug is still logged, never lost with it.
+            if typed is not exc:
+                if isinstance(stop, anyio.get_cancelled_exc_class()):
+                    self.unwarned = type(exc)  # run() calls cancelled() next, which may still commit
+                else:
+                    warn_unexpected("run", exc, progress.commit_state)
+            raise
         if typed is not exc:
             warn_unexpected("run", exc, failure.commit_state or progress.commit_state)
         try:
@@ -220,7 +233,17 @@ class EffectsKeeper:
         in flight is ``unknown``: committing again could duplicate the turn).
         Runs under a ticket of its own (the run's is cancelled), within
         :data:`CLOSE_SHARE` of ``close_timeout_s``, without a summary update.
+        An engine bug whose own commit of what ran the cancellation cut short
+        (:meth:`failed`) gets its WARNING here, with the state this ends in.
         """
+        try:
+            await self._keep_cancelled()
+        finally:
+            if self.unwarned is not None:
+                kind, self.unwarned = self.unwarned, None
+                warn_unexpected("run", kind, self.progress.commit_state)
+
+    async def _keep_cancelled(self) -> None:
         progress, limits = self.progress, self.runtime.limits
         turn = progress.turn if progress.turn is not None else self.trace.partial()
         idle = progress.commit_state is CommitState.NOT_COMMITTED

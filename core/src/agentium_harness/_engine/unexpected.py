@@ -59,9 +59,12 @@ class WriteProgress:
         """Called once when an unexpected exception leaves the operation (a run keeps its turn so far)."""
 
 
-def warn_unexpected(operation: str, exc: BaseException, state: CommitState) -> None:
-    """The WARNING for an unexpected exception leaving ``operation`` in ``state``: never its text."""
-    kind = clean_text(type(exc).__name__)
+def warn_unexpected(operation: str, exc: BaseException | type[BaseException], state: CommitState) -> None:
+    """The WARNING for an unexpected exception (or its class) leaving ``operation`` in ``state``.
+
+    Never its text: it may quote content.
+    """
+    kind = clean_text((exc if isinstance(exc, type) else type(exc)).__name__)
     _log.warning(
         "%s failed with an unexpected %s; commit_state %s",
         operation,
