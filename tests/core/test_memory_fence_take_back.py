@@ -30,14 +30,19 @@ from agentium_harness import (
     EraseTarget,
     ErasureInProgressError,
     HarnessRuntime,
+    MemoryDrainError,
     MemoryFact,
+    MemoryLimits,
+    MemoryManager,
     MemoryScope,
+    OperationCancelledError,
     OperationTimeoutError,
     OperatorAttestation,
     RuntimeLimits,
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._history import Message, Role
 from agentium_harness._ports.memory import FactStatus, GroupRef, MemoryAck
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
@@ -235,3 +240,71 @@ async def test_a_late_correct_landing_after_its_manager_closed_is_still_taken_ba
                 await store.forgetting.wait()
         revisions = await store.history(SCOPE, target.fact_id, fresh())
         assert all("4321" not in r.fact.text for r in revisions), "the erased session's fact outlived it"
+
+
+class Honours(Store):
+    """``Store`` honouring ``ctx.signal`` as the port asks, and holding the next ``remember`` in a thread."""
+
+    hold_remember = False
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        if not self.hold_remember:
+            return await super().remember(fact, ctx)
+        self.hold_remember = False
+
+        def blocked() -> MemoryAck:
+            self.entered.set()
+            try:
+                self.release.wait(60.0)  # ignores the cancellation: abandoned, it lands late
+                return anyio.from_thread.run(lambda: InMemoryMemoryStore.remember(self, fact, fresh()))
+            finally:
+                self.ended.set()
+
+        return await anyio.to_thread.run_sync(blocked)
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        if ctx.signal.cancelled:  # the port: a cancelled call stops, writing nothing
+            raise OperationCancelledError(f"memory forget stopped: {ctx.signal.reason}", ctx.signal.reason)
+        return await super().forget(scope, fact_id, ctx)
+
+
+class Proposes:
+    """An extractor proposing one fact from the session an operator is about to erase."""
+
+    async def extract(self, scope: MemoryScope, messages: object, ctx: OpContext) -> list[MemoryFact]:
+        return [MemoryFact(scope, "pin is 4321", provenance=[_ref("sB")])]
+
+
+async def test_a_late_write_of_drained_work_is_still_taken_back() -> None:
+    """The drain's cancel signal of the work is not the take-back's: that runs after it, on purpose."""
+    store = Honours()
+    store.hold_remember = True
+    sessions = InMemorySessionStore()
+    limits = MemoryLimits(op_timeout_s=GENEROUS, drain_timeout_s=GENEROUS, model_timeout_s=GENEROUS)
+    memory = MemoryManager(store, extractor=Proposes(), limits=limits)
+    writer = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=memory,
+        limits=RuntimeLimits(op_timeout_s=GENEROUS),
+    )
+    said, log = _Said(), logging.getLogger("agentium.engine.memory")
+    log.addHandler(said)
+    try:
+        async with _runtime(Store(), sessions) as operator:
+            with anyio.fail_after(90):
+                memory.extract_in_background(SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1")
+                assert await anyio.to_thread.run_sync(store.entered.wait, GENEROUS)
+                assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
+                with pytest.raises(MemoryDrainError):
+                    await memory.drain(0.2, grace_s=SHORT)  # cancels the work: its write is abandoned
+                store.release.set()  # the write lands after all, into the erased session's scope
+                assert await anyio.to_thread.run_sync(store.ended.wait, GENEROUS)
+                assert await anyio.to_thread.run_sync(said.said.wait, GENEROUS), "no take-back ran"
+        facts = await store.list_facts(SCOPE, 100, fresh())
+        assert store.forgot and all("4321" not in f.fact.text for f in facts), "the erased fact outlived it"
+    finally:
+        log.removeHandler(said)
+        store.release.set()
+        await writer.aclose()

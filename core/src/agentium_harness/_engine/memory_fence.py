@@ -37,6 +37,7 @@ from .erasure_fence import ErasureFence, FenceCheck
 from .erasure_index import finished_covering_fact
 from .lifecycle import Ticket
 from .memory.answers import checked_ack
+from .memory.work import outside_owned_work
 
 if TYPE_CHECKING:
     from .memory.manager import MemoryManager
@@ -177,7 +178,10 @@ def late_take_back(
         if await seen.fence.covering_since(seen) is None:
             return
         try:
-            await forget_fact(manager, owner, ack.fact_id)
+            # This runs in a copy of the abandoned call's context: in owned work a drain abandoned,
+            # its calls' parent signal is the item's, cancelled by that drain; the forget is not its.
+            with outside_owned_work():
+                await forget_fact(manager, owner, ack.fact_id)
         except MemoryFactNotFoundError:
             return  # the erasure removed it already
         except AgentiumError as exc:

@@ -22,12 +22,13 @@ cancelled with that loop and reported as cancelled, saying so.
 from __future__ import annotations
 
 import collections
+import contextlib
 import contextvars
 import enum
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
@@ -51,6 +52,7 @@ __all__ = [
     "WorkSource",
     "WorkTracker",
     "current_work_signal",
+    "outside_owned_work",
 ]
 
 #: Longest a drain waits for cancelled work to stop, on top of its timeout.
@@ -76,6 +78,22 @@ def current_work_signal() -> CancelSignal | None:
     cancel scope cannot reach) learns of the cancellation and stops.
     """
     return _WORK_SIGNAL.get()
+
+
+@contextlib.contextmanager
+def outside_owned_work() -> Iterator[None]:
+    """Calls made in this block get no owned item's cancel signal (:func:`current_work_signal`).
+
+    For work that must outlive the item whose task (or a copy of its context)
+    it runs in: the take-back of a write that landed after a drain cancelled
+    its item (:func:`~.memory_fence.late_take_back`) would otherwise be made
+    under that item's signal, cancelled before it starts.
+    """
+    token = _WORK_SIGNAL.set(None)
+    try:
+        yield
+    finally:
+        _WORK_SIGNAL.reset(token)
 
 
 class DrainStatus(enum.StrEnum):
