@@ -9,6 +9,7 @@ would pass; every item must be ``unknown`` (refused), never ``pass``.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import unicodedata
 from pathlib import Path
@@ -103,6 +104,63 @@ async def test_a_root_directory_replaced_between_verifications_is_refused(tmp_pa
     result = await verifier.verify(CLAIM, context())
     assert result.verdict is Verdict.UNKNOWN, result
     _assert_refused(details(result))
+
+
+def _directory_with_inode(parent: Path, inode: int, tries: int = 2000) -> Path | None:
+    """A new directory in ``parent`` that got inode number ``inode``, or ``None`` after ``tries``.
+
+    The misses are kept until the search ends, so each new directory takes
+    another free inode: ext4 hands out the freed numbers of a group again at
+    once, so a freed ``inode`` comes back within a few directories.
+    """
+    misses: list[Path] = []
+    found = None
+    try:
+        for index in range(tries):
+            candidate = parent / f"candidate-{index}"
+            candidate.mkdir()
+            if candidate.stat().st_ino == inode:
+                found = candidate
+                break
+            misses.append(candidate)
+    finally:
+        for miss in misses:
+            miss.rmdir()
+    return found
+
+
+async def test_a_root_deleted_and_created_again_with_its_old_inode_number_is_refused(
+    tmp_path: Path,
+) -> None:
+    # A directory is named by (device, inode) only while it exists: deleted, its inode number
+    # may go to the next directory created. Without the verifier holding the root open, a new
+    # workspace that got the old number passed for the pinned directory (forged evidence).
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    freed = probe.stat().st_ino
+    probe.rmdir()
+    reused = _directory_with_inode(tmp_path, freed)
+    if reused is None:
+        pytest.skip("this file system does not give a deleted directory's inode number to a new one")
+    reused.rmdir()
+
+    root = _evidence(tmp_path / "workspace")
+    verifier = verifier_for(root, "report.txt", records=("reports/junit.xml",))
+    assert (await verifier.verify(CLAIM, context())).verdict is Verdict.PASS
+    pinned = root.stat().st_ino
+    shutil.rmtree(root)
+    again = _directory_with_inode(tmp_path, pinned)
+    if again is not None:  # the number came back: put that directory where the root was
+        again.rename(root)
+    _evidence(root)  # evidence that would pass, in whichever directory is there now
+
+    result = await verifier.verify(CLAIM, context())
+    assert result.verdict is Verdict.UNKNOWN, result
+    _assert_refused(details(result))
+    # The verifier's descriptor keeps the deleted directory's inode allocated, so no directory
+    # could get its number while the verifier lives.
+    assert again is None
+    await verifier.aclose()
 
 
 def test_a_root_that_is_a_symlink_to_a_file_is_refused_when_built(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from .config import (
     FsVerifierConfig,
     RootNotFoundError,
 )
-from .verifier import ARTIFACT, TEST_RECORD, FsVerifier
+from .verifier import ARTIFACT, TEST_RECORD, FsVerifier, VerifierClosedError
 
 __version__ = "0.1.0"
 
@@ -30,5 +30,6 @@ __all__ = [
     "FsVerifier",
     "FsVerifierConfig",
     "RootNotFoundError",
+    "VerifierClosedError",
     "__version__",
 ]

@@ -1,8 +1,10 @@
 """Opening evidence confined to the root, and reading it within size and time bounds.
 
-Everything here is blocking and runs in a worker thread. The walk never
-interprets a path as a string: the root is opened once, and each component
-is opened relative to the directory opened before it (``dir_fd=``) with
+Everything here is blocking and runs in a worker thread, but for
+:class:`RootPin`, opened when the verifier is built. The walk never
+interprets a path as a string: the root is opened once, checked against the
+directory the pin holds open, and each component is opened relative to the
+directory opened before it (``dir_fd=``) with
 ``O_NOFOLLOW``, so a symbolic link anywhere on the way — to a file or a
 directory, inside or outside the root — is refused by the kernel at the
 moment of the open. The final file is opened with ``O_NOFOLLOW |
@@ -26,6 +28,7 @@ import errno
 import hashlib
 import os
 import stat
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final
@@ -35,12 +38,13 @@ __all__ = [
     "SUPPORTED",
     "EvidenceUnavailable",
     "OpenedFile",
+    "PinClosed",
+    "RootPin",
     "hash_file",
     "last_changed",
     "open_confined",
     "read_file",
     "root_descriptor",
-    "root_identity",
     "unreadable",
 ]
 
@@ -79,38 +83,86 @@ class EvidenceUnavailable(Exception):
         self.reason = reason
 
 
-def root_identity(root: str) -> tuple[int, int] | None:
-    """``(st_dev, st_ino)`` of the directory ``root`` names now (through any symlink), or ``None``.
+class RootPin:
+    """The root directory held open for a verifier's lifetime, so the directory it names stays itself.
 
-    ``None`` when it is not a directory or cannot be stat'ed: the caller says why.
+    A directory's ``(st_dev, st_ino)`` names it only while it exists: once it
+    is deleted, the file system may give its inode number to the next
+    directory created (ext4 does at once), and a new directory at the root's
+    path would then look like the one the verifier was built on. An open
+    descriptor keeps the deleted directory's inode allocated, so no other
+    directory can get its number while the pin is held: a directory seen with
+    the pin's identity *is* the pinned directory.
+
+    One descriptor per pin (``O_CLOEXEC``: a program a forked child executes
+    does not inherit it), held until :meth:`close`. Closing and comparing take
+    one lock, so a comparison never reads a descriptor number that ``close``
+    released and another open reused.
     """
-    try:
-        st = os.stat(root)
-    except (OSError, ValueError):
-        return None
-    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+    __slots__ = ("_fd", "_lock")
+
+    def __init__(self, root: str) -> None:
+        """Open ``root`` (through any symlink on its path, as the build resolves it) and hold it.
+
+        :raises OSError: it cannot be opened as a directory (``NotADirectoryError``, ``FileNotFoundError``…).
+        """
+        fd = os.open(root, _flags("O_DIRECTORY", "O_CLOEXEC"))
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran: the pin no longer holds the directory."""
+        return self._fd is None
+
+    def is_pinned(self, opened: os.stat_result) -> bool:
+        """Whether ``opened`` (``fstat`` of a descriptor the caller holds open) is the pinned directory.
+
+        Both are open at the moment of the comparison, so equal identities are
+        one inode, never a reused number.
+
+        :raises PinClosed: the pin was closed; nothing is compared.
+        """
+        with self._lock:
+            if self._fd is None:
+                raise PinClosed
+            pinned = os.fstat(self._fd)
+            return (pinned.st_dev, pinned.st_ino) == (opened.st_dev, opened.st_ino)
+
+    def close(self) -> None:
+        """Release the descriptor; idempotent (later calls do nothing)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class PinClosed(Exception):
+    """The :class:`RootPin` was closed before a verification compared the root with it."""
 
 
 @contextmanager
-def root_descriptor(root: str, identity: tuple[int, int]) -> Iterator[int]:
+def root_descriptor(root: str, pin: RootPin) -> Iterator[int]:
     """The root directory opened once for a verification; closed at exit.
 
     The root itself is the host's own configured path and may be reached
     through a symlink; everything below it may not. The path is opened
-    afresh, so the directory it names is checked against ``identity``, the
-    one it named when the verifier was built: a symlink on the path
-    repointed since (or the directory replaced) would otherwise make another
+    afresh, so the directory it names is checked against ``pin``, the one it
+    named when the verifier was built and held open since: a symlink on the
+    path repointed since (or the directory replaced, even by one that got a
+    deleted directory's inode number) would otherwise make another
     directory's files count as this root's evidence.
 
     :raises EvidenceUnavailable: the root cannot be opened, or is another directory now.
+    :raises PinClosed: the verifier was closed.
     """
     try:
         fd = os.open(root, _flags("O_DIRECTORY", "O_CLOEXEC"))
     except OSError as exc:
         raise EvidenceUnavailable(f"root cannot be opened: {_why(exc)}") from exc
     try:
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != identity:
+        if not pin.is_pinned(os.fstat(fd)):
             # Checked on the descriptor every read goes through, so a repoint after this
             # check cannot matter either. The path stays out: the reason reaches the model.
             raise EvidenceUnavailable(

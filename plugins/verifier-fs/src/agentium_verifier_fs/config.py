@@ -52,11 +52,13 @@ _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
 
 class RootNotFoundError(InvalidArgumentError):
-    """The configured ``root`` is not an existing directory.
+    """The configured ``root`` is not an existing directory (or, building the verifier, cannot be opened).
 
     Create the directory (or fix the path: a relative ``root`` in a config
     file is relative to the config file's folder), then run ``agentium check``
-    again. Raised when the options are built, so no verification runs.
+    again. Raised when the options are built, so no verification runs; the
+    verifier, which opens the root when it is built, raises it too for a root
+    it cannot open (no permission to read it).
     """
 
 

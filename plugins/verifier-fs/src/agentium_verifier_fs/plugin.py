@@ -14,8 +14,9 @@ __all__ = ["agentium_register_verifiers"]
 def agentium_register_verifiers(register: Register) -> None:
     """Register the file-system verifier as verifier adapter ``fs`` (options: :class:`FsVerifierConfig`).
 
-    Building it only checks that ``root`` is an existing directory and notes which one; each
-    verification opens the root afresh, refuses another directory there, and reads within its bounds.
+    Building it only checks that ``root`` is an existing directory and holds it open (one descriptor
+    per verifier, released when the runtime closes it); each verification opens the root afresh,
+    refuses another directory there, and reads within its bounds.
     """
     register(
         AdapterSpec(

@@ -28,6 +28,7 @@ import logging
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Final
 
@@ -35,6 +36,7 @@ import anyio.to_thread
 import attrs
 
 from agentium_harness.plugin_api import (
+    AgentiumError,
     CapabilityError,
     CompletionCandidate,
     CompletionVerifier,
@@ -51,18 +53,19 @@ from agentium_harness.plugin_api import (
 from ._confined import (
     SUPPORTED,
     EvidenceUnavailable,
+    PinClosed,
+    RootPin,
     hash_file,
     last_changed,
     open_confined,
     read_file,
     root_descriptor,
-    root_identity,
     unreadable,
 )
 from ._junit import parse_junit
 from .config import ExpectedArtifact, FsVerifierConfig, RootNotFoundError, check_root, split_relative_path
 
-__all__ = ["ARTIFACT", "TEST_RECORD", "FsVerifier"]
+__all__ = ["ARTIFACT", "TEST_RECORD", "FsVerifier", "VerifierClosedError"]
 
 #: Verdicts left unknown by unavailable or stale evidence (WARNING); never paths or file content.
 logger = logging.getLogger("agentium.plugins.verifier_fs")
@@ -101,6 +104,14 @@ def _timestamp_slack() -> float:
 _TIMESTAMP_SLACK_S: Final = _timestamp_slack()
 
 
+class VerifierClosedError(AgentiumError):
+    """:meth:`FsVerifier.verify` after :meth:`FsVerifier.aclose`: the root is not held, nothing is read.
+
+    Build a new verifier to verify again. Raised inside ``verify``, the
+    runtime records it as a ``verifier_failed`` ``unknown`` verdict.
+    """
+
+
 class _TimeBound(Exception):
     """``read_timeout_s`` ran out: what is not read yet is ``unknown``."""
 
@@ -125,11 +136,17 @@ class FsVerifier(CompletionVerifier):
 
     Building it checks that ``root`` is an existing directory (a clear
     :class:`~agentium_verifier_fs.config.RootNotFoundError` otherwise) and
-    notes which directory it is (its device and inode), reading nothing else.
-    Every :meth:`verify` opens the root afresh, so it always judges the
-    evidence as it is at that moment, and only in that directory: when the
-    path names another directory now (a symlink on it repointed, the
+    opens it, reading nothing else: the verifier holds that one descriptor
+    (``O_CLOEXEC``) until :meth:`aclose`, so the directory keeps its device
+    and inode, which no other directory can get meanwhile, even once it is
+    deleted. Every :meth:`verify` opens the root afresh, so it always judges
+    the evidence as it is at that moment, and only in that directory: when
+    the path names another directory now (a symlink on it repointed, the
     directory replaced), every item is ``unknown``, refused.
+
+    The runtime closes a verifier it built from config when it closes; a
+    verifier a host builds itself is the host's to close (one dropped
+    unclosed releases its descriptor when it is garbage-collected).
     """
 
     capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities(
@@ -146,12 +163,6 @@ class FsVerifier(CompletionVerifier):
             )
         self._config = config
         self._root = check_root(config.root)
-        # The directory the root names now is the one evidence is read from for the verifier's
-        # lifetime: each verification opens the path again and refuses another directory there.
-        identity = root_identity(self._root)
-        if identity is None:  # replaced by something else since check_root looked
-            raise RootNotFoundError(f"root {self._root!r} is not an existing directory")
-        self._root_identity = identity
         self._artifacts = tuple((a, split_relative_path(a.path, "artifact")) for a in config.artifacts)
         self._records = tuple((r, split_relative_path(r, "test record")) for r in config.test_records)
         self._items = (
@@ -163,6 +174,21 @@ class FsVerifier(CompletionVerifier):
         self.instance_capabilities = VerifierCapabilities(
             artifact_digests=bool(config.artifacts), test_records=bool(config.test_records)
         )
+        # The directory the root names now is the one evidence is read from for the verifier's
+        # lifetime: each verification opens the path again and refuses another directory there.
+        # Held open (not just its inode number noted), so a new directory created there after
+        # a delete cannot get the pinned one's number and pass for it. Opened last: nothing
+        # after it can fail and leave the descriptor to the garbage collector.
+        try:
+            pin = RootPin(self._root)
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError | NotADirectoryError):  # replaced since check_root
+                raise RootNotFoundError(f"root {self._root!r} is not an existing directory") from exc
+            why = exc.strerror or type(exc).__name__
+            raise RootNotFoundError(f"root {self._root!r} cannot be opened: {why}") from exc
+        self._pin = pin
+        # aclose() runs this; a verifier dropped unclosed runs it when collected. It runs once.
+        self._release = weakref.finalize(self, pin.close)
 
     @property
     def config(self) -> FsVerifierConfig:
@@ -182,10 +208,13 @@ class FsVerifier(CompletionVerifier):
         not waited for past ``read_timeout_s`` or the deadline (plus a 0.25 s
         grace). The returned evidence is already within ``ctx.max_entries`` /
         ``ctx.max_bytes``: whole entries, problems first, the omitted count in
-        the reason.
+        the reason. Raises :class:`VerifierClosedError` after :meth:`aclose`
+        (also when it ran before this verification checked the root).
         """
         checked_argument(candidate, CompletionCandidate, "candidate", "verify")
         checked_argument(ctx, VerifyContext, "ctx", "verify").raise_if_expired("verify")
+        if self._pin.closed:
+            raise _closed()
         timeout = self._config.read_timeout_s
         bound = time.monotonic() + timeout
         abandoned = threading.Event()
@@ -244,7 +273,13 @@ class FsVerifier(CompletionVerifier):
         return result
 
     async def aclose(self) -> None:
-        """Nothing to release: every verification opens and closes its own descriptors."""
+        """Release the root's descriptor held since the build; idempotent.
+
+        A :meth:`verify` after it raises :class:`VerifierClosedError`. A
+        verification already past its root check reads on through its own
+        descriptors (each verification opens and closes those itself).
+        """
+        self._release()
 
     # ------------------------------------------------------------- worker thread
 
@@ -263,7 +298,7 @@ class FsVerifier(CompletionVerifier):
             items.append((TEST_RECORD, record, reader))
         done = 0
         try:
-            with root_descriptor(self._root, self._root_identity) as root_fd:
+            with root_descriptor(self._root, self._pin) as root_fd:
                 for index, (_, _, read) in enumerate(items):
                     try:
                         check()
@@ -274,6 +309,8 @@ class FsVerifier(CompletionVerifier):
                         for kind, ref, _ in items[index:]:
                             emit(_outcome(kind, ref, Verdict.UNKNOWN, why, "time bound"))
                         break
+        except PinClosed:  # aclose() ran after this verification started: nothing was read
+            raise _closed() from None
         except (EvidenceUnavailable, OSError) as exc:  # the root went away, was replaced, or fails
             reason = exc.reason if isinstance(exc, EvidenceUnavailable) else unreadable(exc).reason
             for k, r, _ in items[done:]:
@@ -346,6 +383,10 @@ class FsVerifier(CompletionVerifier):
             return _outcome(TEST_RECORD, record, Verdict.PASS, counts.describe(), "ok")
 
         return read
+
+
+def _closed() -> VerifierClosedError:
+    return VerifierClosedError("the fs verifier was closed (aclose); build a new one to verify again")
 
 
 def _unknown(kind: str, ref: str, exc: EvidenceUnavailable) -> _Outcome:
