@@ -391,3 +391,53 @@ async def test_an_engine_bug_whose_keeping_is_cancelled_is_still_logged(
     if state == "committed":  # the cancellation's own commit of what ran, after the bug's was cut off
         group = await _kept(runtime)
         assert group.retained.interruption.cause is InterruptionCause.CANCELLED
+
+
+class HoldsTheSave(InMemorySessionStore):
+    """An in-memory store whose first save of the session (the turn's own) waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+        self.waiting = anyio.Event()
+
+    async def save(self, key: Any, snapshot: Any, expected_revision: Any, ctx: OpContext) -> int:
+        if key == KEY:
+            self.saves += 1
+            if self.saves == 1:
+                self.waiting.set()
+                await anyio.sleep_forever()
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_cancellation_while_the_turns_save_is_in_flight_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The host's cancellation carries no result: a WARNING says the commit state is unknown."""
+    log: list[str] = []
+    store = HoldsTheSave()
+    runtime = _runtime(log, replies=[DEPLOY, f"Deployed {SECRET}."], store=store)
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.move_on_after(30) as outer:
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await runtime.run(ANA, "s1", f"deploy v2, {SECRET}", grants=["deploy"])
+
+            tg.start_soon(run)
+            await store.waiting.wait()  # the tool ran; the turn's own save is in flight
+            tg.cancel_scope.cancel()  # the host gives up on the run
+    assert not outer.cancelled_caught and log == ["deployed to prod"] and store.saves == 1
+    warned = [
+        r for r in caplog.records if r.getMessage().startswith("run cancelled while its commit was in flight")
+    ]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+    [record] = warned
+    assert record.levelno == logging.WARNING and record.name == "agentium.engine"
+    assert record.agentium_operation == "run"  # type: ignore[attr-defined]
+    assert record.agentium_commit_state == "unknown"  # type: ignore[attr-defined]
+    assert "commit state is unknown" in record.getMessage()
+    # No second commit of what ran was tried (it could duplicate the turn), nor said to have failed.
+    assert not any(r.getMessage().startswith("run cancelled after a tool started") for r in caplog.records)
+    assert all(SECRET not in r.getMessage() + repr(vars(r)) for r in caplog.records)
+    await runtime.aclose()

@@ -230,7 +230,8 @@ class EffectsKeeper:
         """After a cancellation: commit what ran, shielded and bounded; ``progress`` says how it ended.
 
         Only when a tool started and no commit is under way or done (a save
-        in flight is ``unknown``: committing again could duplicate the turn).
+        in flight is ``unknown``: committing again could duplicate the turn;
+        that is logged as a WARNING, the commit state being unknown).
         Runs under a ticket of its own (the run's is cancelled), within
         :data:`CLOSE_SHARE` of ``close_timeout_s``, without a summary update.
         An engine bug whose own commit of what ran the cancellation cut short
@@ -246,6 +247,15 @@ class EffectsKeeper:
     async def _keep_cancelled(self) -> None:
         progress, limits = self.progress, self.runtime.limits
         turn = progress.turn if progress.turn is not None else self.trace.partial()
+        if progress.commit_state is CommitState.UNKNOWN:
+            # The turn's own save was in flight: it may or may not land, and committing again could
+            # duplicate the turn. The host's cancellation carries no result: this record says so.
+            _log.warning(
+                "run cancelled while its commit was in flight; the commit state is unknown (commit_state %s)",
+                progress.commit_state.value,
+                extra={"agentium_operation": "run", "agentium_commit_state": progress.commit_state.value},
+            )
+            return
         idle = progress.commit_state is CommitState.NOT_COMMITTED
         if progress.snap is None or not idle or not executed(turn):
             return
