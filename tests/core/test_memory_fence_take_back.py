@@ -308,3 +308,63 @@ async def test_a_late_write_of_drained_work_is_still_taken_back() -> None:
         log.removeHandler(said)
         store.release.set()
         await writer.aclose()
+
+
+class StallsTheTakeBack(Store):
+    """``Store`` whose first ``forget`` (the fence's take-back) waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stalled = anyio.Event()
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        if not self.stalled.is_set():
+            self.stalled.set()
+            await anyio.sleep_forever()  # the drain's cancel arrives here, before the store forgot anything
+        if ctx.signal.cancelled:  # the port: a cancelled call stops, writing nothing
+            raise OperationCancelledError(f"memory forget stopped: {ctx.signal.reason}", ctx.signal.reason)
+        return await super().forget(scope, fact_id, ctx)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_drain_cancelling_the_work_between_the_answer_and_the_take_back_does_not_strand_the_fact(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store answered ``stored`` into an erased session's scope; the drain cancels before the forget."""
+    store = StallsTheTakeBack()
+    sessions = InMemorySessionStore()
+    limits = MemoryLimits(op_timeout_s=GENEROUS, drain_timeout_s=GENEROUS, model_timeout_s=GENEROUS)
+    memory = MemoryManager(store, extractor=Proposes(), limits=limits)
+    writer = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=memory,
+        limits=RuntimeLimits(op_timeout_s=GENEROUS),
+    )
+    try:
+        async with _runtime(Store(), sessions) as operator:
+
+            async def erase_b() -> None:
+                # Session sB is erased between the write's first fence read and the store's answer.
+                assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
+
+            store.before_write = erase_b
+            with caplog.at_level(logging.WARNING, logger="agentium.engine.memory"), anyio.fail_after(90):
+                memory.extract_in_background(SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1")
+                await store.stalled.wait()  # the store answered; the fence found the erasure and forgets
+                with pytest.raises(MemoryDrainError) as drained:
+                    await memory.drain(0, grace_s=GENEROUS)  # cancels the work item at once
+        assert drained.value.result.cancelled and not drained.value.result.still_running
+        facts = await store.list_facts(SCOPE, 100, fresh())
+        assert store.forgot and all("4321" not in f.fact.text for f in facts), "the erased fact outlived it"
+        [written] = {fid for fid in store.forgot}
+        revisions = await store.history(SCOPE, written, fresh())
+        assert revisions[-1].status is FactStatus.FORGOTTEN and all(
+            "4321" not in r.fact.text for r in revisions
+        )
+        said = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.memory"]
+        assert any("was taken back" in m for m in said), said
+        assert all("4321" not in m for m in said)
+    finally:
+        await writer.aclose()

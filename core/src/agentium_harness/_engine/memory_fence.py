@@ -19,6 +19,12 @@ provenance names) is refused with
   the second read it never ran, and the same forget. An erasure in the
   runtime holding the manager waits for such a write (:mod:`.late_calls`);
   this covers one by another runtime or process, best effort.
+
+A cancellation after the store answered — a drain or ``aclose()`` cancelling
+the owned work the write is part of, or the host cancelling the call — does
+not leave the fact unchecked: the second read and the forget are done again,
+shielded from it, within :data:`~.bounded.LATE_CLEANUP_S` (the bound of the
+late take-back), before the cancellation goes on (:func:`fence_confirm`).
 """
 
 from __future__ import annotations
@@ -27,12 +33,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
 import attrs
 
 from .._errors import AgentiumError, ContractViolationError, ErasureInProgressError, MemoryFactNotFoundError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.memory import AckStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
+from .bounded import LATE_CLEANUP_S, bounded
 from .erasure_fence import ErasureFence, FenceCheck
 from .erasure_index import finished_covering_fact
 from .lifecycle import Ticket
@@ -107,10 +115,25 @@ async def fence_confirm(
     ``forget`` is asked with it: its hooks see the fact forgotten). If the
     second read fails, the write stands and the ack's notes say it was not
     checked again (a WARNING too).
+
+    A cancellation from the store's answer on (a drain cancelling the owned
+    work, ``aclose()``, the host) is not let strand a fact an erasure took:
+    the check and the forget run again, shielded from it and bounded, and
+    the cancellation goes on (:func:`_take_back_cancelled`).
     """
     if seen is None or ack.fact_id is None:
         return ack
-    fact_id = ack.fact_id
+    try:
+        return await _confirm(seen, manager, owner, ack, ack.fact_id)
+    except anyio.get_cancelled_exc_class():
+        if ack.status is AckStatus.STORED:
+            await _take_back_cancelled(seen, manager, owner, ack.fact_id)
+        raise
+
+
+async def _confirm(
+    seen: FenceCheck, manager: MemoryManager, owner: MemoryScope, ack: MemoryAck, fact_id: str
+) -> MemoryAck:
     try:
         record = await seen.fence.covering_since(seen)
     except Exception as exc:  # the write stands: said in the ack, never a bare error after a commit
@@ -130,7 +153,10 @@ async def fence_confirm(
         )
     try:
         # The manager's own forget (also once closed): the content goes and the fact is never injected again.
-        await forget_fact(manager, owner, fact_id)
+        # Not under an owned item's signal: a drain's cancel reaches it as a cancellation, which
+        # fence_confirm answers by taking the fact back shielded (a refused call would strand it).
+        with outside_owned_work():
+            await forget_fact(manager, owner, fact_id)
     except MemoryFactNotFoundError:
         pass  # the erasure removed it already
     except AgentiumError as exc:
@@ -141,6 +167,41 @@ async def fence_confirm(
             "forget it (agentium memory forget)",
         ) from exc
     raise seen.write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept")
+
+
+async def _take_back_cancelled(
+    seen: FenceCheck, manager: MemoryManager, owner: MemoryScope, fact_id: str
+) -> None:
+    """After a cancellation that cut :func:`_confirm` short: check again and forget, shielded and bounded.
+
+    The write was acknowledged ``stored``; whether the cancelled check or
+    forget got anywhere is unknown, so both run again (a forget is
+    idempotent), within :data:`LATE_CLEANUP_S`, outside the owned item's
+    cancel signal. Nobody is left to tell but the log: a WARNING on
+    ``agentium.engine.memory`` says the fact was taken back, or could not be.
+    """
+    from .memory.manager import forget_fact  # here: the manager module imports this one
+
+    async def take_back() -> bool:
+        if await seen.fence.covering_since(seen) is None:
+            return False
+        try:
+            await forget_fact(manager, owner, fact_id)
+        except MemoryFactNotFoundError:
+            pass  # the erasure removed it already
+        return True
+
+    with anyio.CancelScope(shield=True), outside_owned_work():
+        try:
+            taken = await bounded(take_back, LATE_CLEANUP_S)
+        except Exception as exc:
+            _log.warning(
+                "a fact written during an erasure, its write then cancelled, could not be taken back: %s",
+                type(exc).__name__,
+            )
+            return
+    if taken:
+        _log.warning("a fact written during an erasure, its write then cancelled, was taken back")
 
 
 def late_take_back(
