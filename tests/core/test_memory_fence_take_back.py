@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import anyio.from_thread
@@ -311,14 +312,25 @@ async def test_a_late_write_of_drained_work_is_still_taken_back() -> None:
 
 
 class StallsTheTakeBack(Store):
-    """``Store`` whose first ``forget`` (the fence's take-back) waits until it is cancelled."""
+    """``Store`` whose fence, once it answered a ``remember``, stalls until cancelled: at ``where``.
 
-    def __init__(self) -> None:
+    ``forget``: the first ``forget`` (the fence's take-back) waits, before the store forgot anything;
+    ``second read``: the fence's next read of the erasures under way (in ``sessions``) waits.
+    """
+
+    def __init__(self, where: str, sessions: StallsOneLoad) -> None:
         super().__init__()
-        self.stalled = anyio.Event()
+        self.where = where
+        self.sessions = sessions
+        self.stalled = sessions.stalled if where == "second read" else anyio.Event()
+
+    async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
+        ack = await super().remember(fact, ctx)
+        self.sessions.stall_next = self.where == "second read"  # the next read is the fence's second
+        return ack
 
     async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
-        if not self.stalled.is_set():
+        if self.where == "forget" and not self.stalled.is_set():
             self.stalled.set()
             await anyio.sleep_forever()  # the drain's cancel arrives here, before the store forgot anything
         if ctx.signal.cancelled:  # the port: a cancelled call stops, writing nothing
@@ -326,13 +338,30 @@ class StallsTheTakeBack(Store):
         return await super().forget(scope, fact_id, ctx)
 
 
+class StallsOneLoad(InMemorySessionStore):
+    """A session store whose next load, once asked (``stall_next``), waits until it is cancelled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stall_next = False
+        self.stalled = anyio.Event()
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if self.stall_next:
+            self.stall_next = False
+            self.stalled.set()
+            await anyio.sleep_forever()
+        return await super().load(key, ctx)
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("where", ["second read", "forget"])
 async def test_a_drain_cancelling_the_work_between_the_answer_and_the_take_back_does_not_strand_the_fact(
-    caplog: pytest.LogCaptureFixture,
+    where: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The store answered ``stored`` into an erased session's scope; the drain cancels before the forget."""
-    store = StallsTheTakeBack()
-    sessions = InMemorySessionStore()
+    sessions = StallsOneLoad()
+    store = StallsTheTakeBack(where, sessions)
     limits = MemoryLimits(op_timeout_s=GENEROUS, drain_timeout_s=GENEROUS, model_timeout_s=GENEROUS)
     memory = MemoryManager(store, extractor=Proposes(), limits=limits)
     writer = create_harness_runtime(
@@ -352,13 +381,13 @@ async def test_a_drain_cancelling_the_work_between_the_answer_and_the_take_back_
             store.before_write = erase_b
             with caplog.at_level(logging.WARNING, logger="agentium.engine.memory"), anyio.fail_after(90):
                 memory.extract_in_background(SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1")
-                await store.stalled.wait()  # the store answered; the fence found the erasure and forgets
+                await store.stalled.wait()  # the store answered; the fence is at ``where``
                 with pytest.raises(MemoryDrainError) as drained:
                     await memory.drain(0, grace_s=GENEROUS)  # cancels the work item at once
         assert drained.value.result.cancelled and not drained.value.result.still_running
         facts = await store.list_facts(SCOPE, 100, fresh())
         assert store.forgot and all("4321" not in f.fact.text for f in facts), "the erased fact outlived it"
-        [written] = {fid for fid in store.forgot}
+        [written] = set(store.forgot)
         revisions = await store.history(SCOPE, written, fresh())
         assert revisions[-1].status is FactStatus.FORGOTTEN and all(
             "4321" not in r.fact.text for r in revisions
