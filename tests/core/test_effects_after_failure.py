@@ -32,6 +32,7 @@ from agentium_harness import (
     ProviderError,
     Role,
     RunStatus,
+    RuntimeLimits,
     SessionKey,
     SourceOwner,
     Tool,
@@ -411,22 +412,35 @@ class HoldsTheSave(InMemorySessionStore):
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("how", ["host", "aclose"])
 async def test_a_cancellation_while_the_turns_save_is_in_flight_is_logged(
-    caplog: pytest.LogCaptureFixture,
+    how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The host's cancellation carries no result: a WARNING says the commit state is unknown."""
+    """The cancellation carries no result: a WARNING says the commit state is unknown."""
     log: list[str] = []
     store = HoldsTheSave()
-    runtime = _runtime(log, replies=[DEPLOY, f"Deployed {SECRET}."], store=store)
-    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.move_on_after(30) as outer:
+    # aclose() gives the run settle_timeout_s (the one meant to run out) before it cancels it.
+    limits = RuntimeLimits(settle_timeout_s=0.2, close_timeout_s=30.0)
+    runtime = _runtime(log, replies=[DEPLOY, f"Deployed {SECRET}."], store=store, limits=limits)
+    closed: list[AgentiumError] = []
+    with caplog.at_level(logging.WARNING, logger="agentium"), anyio.move_on_after(60) as outer:
         async with anyio.create_task_group() as tg:
 
             async def run() -> None:
-                await runtime.run(ANA, "s1", f"deploy v2, {SECRET}", grants=["deploy"])
+                try:
+                    await runtime.run(ANA, "s1", f"deploy v2, {SECRET}", grants=["deploy"])
+                except AgentiumError as exc:  # aclose(): RuntimeClosedError, commit_state unknown
+                    closed.append(exc)
 
             tg.start_soon(run)
             await store.waiting.wait()  # the tool ran; the turn's own save is in flight
-            tg.cancel_scope.cancel()  # the host gives up on the run
+            if how == "host":
+                tg.cancel_scope.cancel()  # the host gives up on the run
+            else:
+                await runtime.aclose()
+    if how == "aclose":
+        [error] = closed
+        assert error.commit_state is CommitState.UNKNOWN
     assert not outer.cancelled_caught and log == ["deployed to prod"] and store.saves == 1
     warned = [
         r for r in caplog.records if r.getMessage().startswith("run cancelled while its commit was in flight")
