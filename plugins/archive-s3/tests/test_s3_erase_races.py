@@ -149,6 +149,10 @@ async def test_a_save_landing_between_the_erase_read_and_its_removal_is_removed_
         assert landed == [OLD + 1]  # the racing save was acknowledged, and the erasure it raced removed it
         assert [s.session for s in report.sessions] == [KEY] and report.count("snapshot") == 1
         assert report.status is EraseStatus.COMPLETE
+        # Every revision erased is counted, the racing save's too: the earlier ones, now 1..OLD (a bucket
+        # that keeps versions; never the tombstone, which is the erase's own).
+        keeps = admin.get_bucket_versioning(Bucket=BUCKET).get("Status") == "Enabled"
+        assert report.count("revision") == (OLD if keeps else 0)
         assert floor(admin, config) == OLD + 1  # without the tombstone: OLD, and OLD + 1 is handed out again
         assert await _load(config) is None and _versions(admin, config, KEY) == {}
         assert _versions(admin, config, SIBLING) == sibling

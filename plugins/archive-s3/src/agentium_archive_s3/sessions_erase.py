@@ -112,7 +112,9 @@ async def erase_snapshots(
             ],
         )
         sessions = [merged(done.seen) for done in stood]
-        doomed, etags = await _to_delete(link, ctx, config, found, others, snapshots, stood)
+        doomed, etags, landed = await _to_delete(link, ctx, config, found, others, snapshots, stood)
+        # Revisions saved after the listing (their keys re-listed) are erased too: the report counts them.
+        revisions += landed
 
         def failed(code: str, count: int) -> S3SessionStoreError:
             return S3SessionStoreError(
@@ -152,17 +154,20 @@ async def _to_delete(
     others: list[Listed],
     snapshots: Sequence[tuple[Listed, SessionKey]],
     stood: Sequence[Tombstoned],
-) -> tuple[list[Listed], dict[str, str]]:
-    """What to delete, and the ETag each plainly deleted tombstone must still have.
+) -> tuple[list[Listed], dict[str, str], int]:
+    """What to delete, the ETag each plainly deleted tombstone must still have, and the versions that landed.
 
     A key whose tombstone stands: in a versioned bucket every version, the
     tombstone last (the key re-listed when a revision landed after the
     listing); otherwise the key, on the tombstone's ETag. A key found gone:
     its listed versions (by id), or nothing (without versions a plain delete
-    could remove a session created there since).
+    could remove a session created there since). The count: versions a
+    re-listing found that the first listing did not, but for the tombstone
+    this erase wrote (saves, or delete markers, that landed meanwhile).
     """
     doomed = list(others)
     etags: dict[str, str] = {}
+    landed = 0
     for (item, key), done in zip(snapshots, stood, strict=True):
         if done.refused:
             if not found.versioned:
@@ -186,11 +191,16 @@ async def _to_delete(
         elif done.changed or not done.version:
             relisted = await link.call(ctx, "session store erase", partial(_versions_of, config, item.key))
             doomed.extend(relisted.keys)
+            # Not new: what was listed, and the tombstone standing there (this erase's, or one it found).
+            known = {*item.older, item.current, done.version}
+            new = sum(1 for v in relisted.keys for ver in (v.current, *v.older) if ver and ver not in known)
+            # A tombstone written with no version id in the reply is among the new ones: not a revision.
+            landed += max(new - 1, 0) if done.version is None else new
         else:
             # Nothing landed in between: the versions listed, and the tombstone now current.
             older = tuple(v for v in (*item.older, item.current) if v and v != done.version)
             doomed.append(Listed(item.key, done.version, item.size, older))
-    return doomed, etags
+    return doomed, etags, landed
 
 
 def _versions_of(config: S3Config, object_key: str, s3: S3Client) -> ScopeObjects:
