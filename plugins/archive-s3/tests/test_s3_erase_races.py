@@ -45,6 +45,7 @@ from agentium_harness.plugin_api import (
     OperationCancelledError,
     SessionConflictError,
     SessionKey,
+    SnapshotCorruptError,
 )
 from agentium_harness.testing import scoped_snapshot
 
@@ -253,6 +254,25 @@ async def test_an_erase_stopped_between_tombstone_and_delete_reads_as_gone_and_e
     finally:
         await holder.aclose()
         await eraser.aclose()
+
+
+async def test_a_damaged_snapshot_of_a_tombstone_s_size_is_listed_as_its_load_shows_it(
+    config: S3Config, admin: Any
+) -> None:
+    # The listing tells a tombstone by its size; a damaged object of that size is no tombstone.
+    holder = await _seed(config)
+    await holder.aclose()
+    damaged = b"x" * len(TOMBSTONE)
+    admin.put_object(Bucket=BUCKET, Key=session_object_key(config.prefix, KEY), Body=damaged)
+    lister = store(config)
+    try:
+        assert await lister.list_sessions("acme", "ana", 10, ctx()) == ["s1", "s2"]
+        with pytest.raises(SnapshotCorruptError):
+            await lister.load(KEY, ctx())
+        admin.put_object(Bucket=BUCKET, Key=session_object_key(config.prefix, KEY), Body=TOMBSTONE)
+        assert await lister.list_sessions("acme", "ana", 10, ctx()) == ["s2"]
+    finally:
+        await lister.aclose()
 
 
 async def test_a_stale_holder_without_an_etag_is_refused_between_a_create_and_its_move(

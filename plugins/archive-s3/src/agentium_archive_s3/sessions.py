@@ -529,7 +529,11 @@ class S3SessionStore(SessionStore):
                 page = s3.list_objects_v2(**args)
                 for item in page.get("Contents", []):
                     session = parse_session_key(folder, item["Key"])
-                    if session is not None and item.get("Size") != len(TOMBSTONE):  # not an erasure's
+                    # An erasure's tombstone is skipped. Told by its size first; that size is read (rare:
+                    # only a tombstone, or a damaged object, has it), so damage is listed, as load shows it.
+                    if session is not None and not (
+                        item.get("Size") == len(TOMBSTONE) and self._tombstone_at(s3, item["Key"])
+                    ):
                         found.append(session)
                 if len(found) > most:
                     raise S3SessionStoreError(
@@ -544,6 +548,10 @@ class S3SessionStore(SessionStore):
 
         listed = sorted(await self._link.call(ctx, "session listing", work))
         return [s for s in listed if after is None or s > after][:limit]
+
+    def _tombstone_at(self, s3: S3Client, object_key: str) -> bool:
+        """Whether ``object_key`` holds an erasure's tombstone, or nothing any more (worker thread)."""
+        return self._read(s3, object_key, len(TOMBSTONE)) is None
 
     # -- erasure -------------------------------------------------------------------------------
 

@@ -22,8 +22,8 @@ with ``IfMatch`` on the ETag the erase read (:func:`tombstone`):
   (``IfMatch`` on a snapshot's ETag, never a tombstone's, which no load
   caches; ``IfNoneMatch="*"`` fails while the key exists). Loads read it as
   no session, saves over it are ``SessionConflictError``, a create meeting
-  it too (an erasure of the id is under way), and listings skip it (by
-  its size);
+  it too (an erasure of the id is under way), and listings skip it (an
+  object of its size is read: a damaged one is still listed);
 - only then is the key deleted: in a versioned bucket by version ids (every
   version, the tombstone last; re-listed when a revision landed meanwhile),
   otherwise with the tombstone's ETag as the delete's condition, which AWS

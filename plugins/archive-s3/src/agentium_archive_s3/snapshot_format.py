@@ -44,7 +44,7 @@ _HEADER_V1: Final = re.compile(rb"agentium-s3-snapshot/1 revision=([1-9][0-9]{0,
 _HEADER_BYTES: Final = 160
 
 #: What an erasure writes over a snapshot before deleting it. No snapshot object is this short
-#: (a header alone is longer), so a listing tells a tombstone by its size.
+#: (a header alone is longer), so a listing reads only objects of this size to tell a tombstone.
 TOMBSTONE: Final = b"agentium-s3-snapshot-erased/1\n"
 
 
