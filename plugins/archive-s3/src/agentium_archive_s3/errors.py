@@ -110,7 +110,10 @@ class S3CreateUnsettledError(S3SessionStoreError):
 
 
 class S3RevisionFloorCorruptError(S3SessionStoreError):
-    """The session store's revision floor object is damaged: no create or erase proceeds (fail closed).
+    """The session store's revision floor object is damaged: nothing that reads it proceeds (fail closed).
+
+    A create, an erase, and a save whose store has no ETag cached for the
+    session read it.
 
     The floor keeps revisions of an erased session from repeating when its id
     is used again; a floor that cannot be read exactly could hand one out
