@@ -27,19 +27,33 @@ refuses it (:class:`SessionConflictError`, as the save would). Nothing is
 written either way. An erasure that begins after this read erases what the
 commit archives itself, unless the append is still on its way once the
 erasure has verified the archive (docs/erasure.md, "What is not removed").
+
+A run that loads its session again to commit what ran (:mod:`.effects`)
+moves its ticket's fence point to that load; the content it commits is
+still from before it. :func:`refuse_if_erased_since` compares the reload
+with the run's first load: if the ledger moved in between and an erasure of
+the whole session (its own, its user's or its tenant's) is among the
+tenant's finished ones, what ran is refused. A finished erasure does not
+say which ledger revision it came after, so one that completed before the
+run loaded refuses it too (conservatively: never the other way round).
 """
 
 from __future__ import annotations
+
+import logging
 
 from .._errors import ErasureInProgressError, SessionConflictError
 from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .._validators import exact_int
+from .erasure_index import finished_covering
 from .erasure_ledger import ledger_of, pending_key
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
 
-__all__ = ["refuse_if_erased_since_load"]
+__all__ = ["refuse_if_erased_since", "refuse_if_erased_since_load"]
+
+_log = logging.getLogger("agentium.engine")
 
 
 async def refuse_if_erased_since_load(
@@ -85,3 +99,36 @@ async def refuse_if_erased_since_load(
             f"{key.tenant!r} ran meanwhile; the session is now at revision {after or 0}); "
             "nothing was committed"
         )
+
+
+async def refuse_if_erased_since(
+    ticket: Ticket, store: SessionStore, key: SessionKey, first: tuple[int | None] | None
+) -> None:
+    """After ``ticket`` loaded ``key`` again: raise if an erasure of it may have run since ``first``.
+
+    ``first`` is the fence point of the operation's first load (its content
+    is from then); ``ticket.fence_seen`` that of the load just made, which
+    refused a covering erasure still pending. If the ledger moved in between
+    (an erasure of the tenant began or ended), the tenant's finished
+    erasures are read: one that took the whole session refuses with
+    :class:`SessionConflictError` (a WARNING logged, no content). It is
+    indexed before it leaves the ledger, so none is missed; whether it
+    completed before ``first`` cannot be told, so that refuses too.
+    """
+    if first is None or ticket.fence_seen is None or ticket.fence_seen == first:
+        return  # no fenced first load, or no erasure of the tenant began or ended since it
+    erased = [r for r in await finished_covering(ticket, store, key) if r.target.covers_session(key)]
+    if not erased:
+        return
+    record = erased[-1]
+    _log.warning(
+        "a run's tool calls and results were not committed: an erasure of its session is recorded and "
+        "the tenant's erasures changed since the run loaded it (erasure %s)",
+        record.erasure_id,
+        extra={"agentium_operation": "run", "agentium_commit_state": "not_committed"},
+    )
+    raise SessionConflictError(
+        f"session {key.session!r} was erased ({record.target.describe()}, erasure {record.erasure_id}) "
+        f"and erasures of tenant {key.tenant!r} ran since the turn loaded it: what the turn holds may "
+        "predate the erasure; nothing was committed"
+    )

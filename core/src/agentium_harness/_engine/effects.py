@@ -30,6 +30,12 @@ committed (diagnostic ``effects_commit_failed``) and its ``run_result`` keeps
 every call and the usage; after a cancellation, which carries no result, a
 WARNING says so. An error that may have committed (``unknown``) or did is
 never followed by another commit: that could duplicate the turn.
+
+A load again keeps the run's first load in view: what ran is from before
+it, so if the tenant's erasure ledger moved since then and an erasure of
+the whole session is recorded, what ran is refused
+(:func:`~.commit_fence.refuse_if_erased_since`), never written into the
+erased session's id.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from .._errors import AgentiumError, PublicationRefusedError, SessionConflictErr
 from .._history import InterruptionCause, RetainedRecord, TurnInterruption
 from .._scope import Scope
 from .._text import error_text
+from .commit_fence import refuse_if_erased_since
 from .lifecycle import Ticket
 from .load import load_session
 from .progress import RunProgress, with_result
@@ -91,6 +98,11 @@ class EffectsKeeper:
     #: WARNING is logged by :meth:`cancelled`, once that settled what is committed (a class, not the
     #: exception: its traceback holds the frames that hold this keeper).
     unwarned: type[BaseException] | None = None
+    #: The erasure fence point of the run's own load (its ticket's, taken when the keeper is made):
+    #: a load again for what ran is checked against it, not against its own (:meth:`_reload`).
+    first_fence: tuple[int | None] | None = attrs.field(
+        default=attrs.Factory(lambda self: self.ticket.fence_seen, takes_self=True)
+    )
 
     async def commit(
         self,
@@ -306,12 +318,15 @@ class EffectsKeeper:
             )
 
     async def _reload(self, ticket: Ticket) -> None:
-        """Load the session's current head into ``progress``, for a commit on top of it."""
+        """Load the session's current head into ``progress``, for a commit on top of it.
+
+        What ran is from before the run's first load: an erasure of the session since then refuses it.
+        """
         progress = self.progress
         key = self.scope.session_key
-        stored, snap = await load_session(
-            ticket, self.runtime.session_store, key, self.scope, attest_legacy=self.attest_legacy
-        )
+        store = self.runtime.session_store
+        stored, snap = await load_session(ticket, store, key, self.scope, attest_legacy=self.attest_legacy)
+        await refuse_if_erased_since(ticket, store, key, self.first_fence)
         if snap.divergence is not None:
             raise SessionDivergedError(
                 f"session {key.session!r} became diverged from its archive; what ran was not committed "
