@@ -81,7 +81,7 @@ def _tools(log: list[str]) -> ToolRegistry:
     return ToolRegistry([Tool("deploy", deploy, EffectLevel.WRITE)])
 
 
-def _pair(kind: str, tmp_path: Path, provider: Held, log: list[str]) -> tuple[Any, Any]:
+def _pair(kind: str, tmp_path: Path, provider: ScriptedProvider, log: list[str]) -> tuple[Any, Any]:
     """The turn's runtime and the other process's, over the same stores."""
     other_provider = ScriptedProvider(replies=["ok"], cycle=True)
     if kind == "memory":
@@ -283,6 +283,90 @@ async def test_a_session_erased_before_the_turn_refuses_what_ran_when_the_tenant
         _assert_warned(caplog)
         texts = await _texts(slow, "s1")
         assert texts == ["first turn again", "noted", "a concurrent turn", "ok"]
+    finally:
+        await slow.aclose()
+        await other.aclose()
+
+
+class HeldOnce(ScriptedProvider):
+    """Answers ``noted``; the first call waits for ``release`` after saying it started."""
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.started, self.release = anyio.Event(), anyio.Event()
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        if not self.started.is_set():
+            self.started.set()
+            await self.release.wait()
+        return await super().complete(request, ctx)
+
+
+async def _first_turn_while(slow: Any, provider: HeldOnce, meanwhile: Any) -> BaseException | None:
+    """A new session's first turn (no tool); ``meanwhile()`` runs while the model answers."""
+    caught: list[BaseException] = []
+
+    async def turn() -> None:
+        try:
+            await slow.run(ANA, "s1", TURN)
+        except Exception as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(30):
+            await provider.started.wait()
+        await meanwhile()
+        provider.release.set()
+    return caught[0] if caught else None
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("level", ["session", "user"])
+async def test_a_new_sessions_first_turn_is_not_committed_after_an_erasure_of_it_meanwhile(
+    kind: str, level: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The session is absent at the load and after the erasure: only the tombstone says it ran."""
+    provider = HeldOnce()
+    slow, other = _pair(kind, tmp_path, provider, [])
+    target = (
+        EraseTarget.session("acme", "ana", "s1") if level == "session" else EraseTarget.user("acme", "ana")
+    )
+    erased: list[Any] = []
+    try:
+
+        async def meanwhile() -> None:
+            erased.append(await other.erase(target, reason="dsr", attestation=OPERATOR))
+
+        caplog.set_level(logging.WARNING)
+        error = await _first_turn_while(slow, provider, meanwhile)
+        assert await _texts(slow, "s1") == []
+        assert isinstance(error, SessionConflictError), error
+        assert error.commit_state is CommitState.NOT_COMMITTED
+        assert "was erased" in str(error) and "may predate the erasure" in str(error)
+        _assert_warned(caplog)
+        (result,) = erased
+        assert result.tombstone is not None and result.tombstone.state is ErasureState.COMPLETE
+        assert not (await slow.inspect_session(ANA, "s1")).exists
+    finally:
+        await slow.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_new_sessions_first_turn_is_committed_when_only_another_session_was_erased(
+    kind: str, tmp_path: Path
+) -> None:
+    provider = HeldOnce()
+    slow, other = _pair(kind, tmp_path, provider, [])
+    try:
+        await other.run(ANA, "s9", "another session")
+
+        async def meanwhile() -> None:
+            await other.erase(EraseTarget.session("acme", "ana", "s9"), reason="dsr", attestation=OPERATOR)
+
+        assert await _first_turn_while(slow, provider, meanwhile) is None
+        assert await _texts(slow, "s1") == [TURN, "noted"]
     finally:
         await slow.aclose()
         await other.aclose()

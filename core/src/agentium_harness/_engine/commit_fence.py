@@ -28,6 +28,13 @@ written either way. An erasure that begins after this read erases what the
 commit archives itself, unless the append is still on its way once the
 erasure has verified the archive (docs/erasure.md, "What is not removed").
 
+A session absent at the load and absent now tells nothing by its revision:
+an erasure of it (or of its user or tenant) meanwhile found nothing stored,
+yet what the commit holds — a new session's first turn — was submitted
+before it. So then, when the ledger moved, the tenant's finished erasures
+are read too, and one of the whole session refuses the commit
+(:class:`SessionConflictError`, a WARNING logged, no content).
+
 A run that loads its session again to commit what ran (:mod:`.effects`)
 moves its ticket's fence point to that load; the content it commits is
 still from before it. :func:`refuse_if_erased_since` compares the reload
@@ -62,7 +69,9 @@ async def refuse_if_erased_since_load(
     """Raise if ``key`` is being erased, or was erased or replaced since ``ticket``'s fenced load.
 
     A ticket without a fenced load (erasure's own rewrites, maintenance
-    under an erasure) is not checked.
+    under an erasure) is not checked. A session absent at the load and now,
+    with the ledger moved, is checked against the tenant's finished erasures
+    (:func:`_refuse_if_erased_whole`): its erasure left no revision behind.
     """
     if ticket.fence_seen is None:
         return
@@ -99,6 +108,10 @@ async def refuse_if_erased_since_load(
             f"{key.tenant!r} ran meanwhile; the session is now at revision {after or 0}); "
             "nothing was committed"
         )
+    if now is None and stored is None:
+        # Absent then and now: an erasure of the session meanwhile found nothing stored, and left
+        # nothing a revision could tell. Only its tombstone says it ran.
+        await _refuse_if_erased_whole(ticket, store, key)
 
 
 async def refuse_if_erased_since(
@@ -117,18 +130,24 @@ async def refuse_if_erased_since(
     """
     if first is None or ticket.fence_seen is None or ticket.fence_seen == first:
         return  # no fenced first load, or no erasure of the tenant began or ended since it
+    await _refuse_if_erased_whole(ticket, store, key)
+
+
+async def _refuse_if_erased_whole(ticket: Ticket, store: SessionStore, key: SessionKey) -> None:
+    """Refuse the commit if a finished erasure of the whole of ``key`` is indexed (the ledger moved)."""
     erased = [r for r in await finished_covering(ticket, store, key) if r.target.covers_session(key)]
     if not erased:
         return
     record = erased[-1]
     _log.warning(
-        "a run's tool calls and results were not committed: an erasure of its session is recorded and "
-        "the tenant's erasures changed since the run loaded it (erasure %s)",
+        "a %s was not committed: an erasure of its session is recorded and the tenant's erasures "
+        "changed since it loaded the session (erasure %s)",
+        ticket.kind,
         record.erasure_id,
-        extra={"agentium_operation": "run", "agentium_commit_state": "not_committed"},
+        extra={"agentium_operation": ticket.kind, "agentium_commit_state": "not_committed"},
     )
     raise SessionConflictError(
         f"session {key.session!r} was erased ({record.target.describe()}, erasure {record.erasure_id}) "
-        f"and erasures of tenant {key.tenant!r} ran since the turn loaded it: what the turn holds may "
+        f"and erasures of tenant {key.tenant!r} ran since it was loaded: what this commit holds may "
         "predate the erasure; nothing was committed"
     )
