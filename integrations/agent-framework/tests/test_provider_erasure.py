@@ -11,6 +11,7 @@ concurrent one would land; pages are made small so a few groups need several.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,14 +21,19 @@ from agent_framework import Message as AFMessage
 
 from agentium_agent_framework import AgentiumHistoryProvider, _provider
 from agentium_harness import (
+    CommitState,
     EraseTarget,
     HarnessRuntime,
+    Message,
     OperatorAttestation,
+    SessionConflictError,
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import OpContext, SessionKey, StoredSnapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -119,3 +125,70 @@ async def test_a_save_across_an_erasure_reads_the_new_sessions_tail_again(
     await provider.save_messages("chat-1", [AFMessage("user", [text]) for text in given])
     monkeypatch.undo()
     assert await texts(provider) == given
+
+
+class _SweepingStore(InMemorySessionStore):
+    """The shipped in-memory store; each load of session ``s1`` lets ``sweep`` run once (``left`` times).
+
+    That is where another process's erasure lands between an append's load
+    and its commit: the erasure ledger moves while the append commits.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sweep: Callable[[], Awaitable[None]] | None = None
+        self.left = 0
+
+    async def load(self, key: SessionKey, ctx: OpContext) -> StoredSnapshot | None:
+        found = await super().load(key, ctx)
+        if self.sweep is not None and self.left > 0 and key.tenant == "acme" and key.session == "s1":
+            self.left -= 1
+            await self.sweep()
+        return found
+
+
+async def _swept(sweeps: int, busy_timeout_s: float) -> tuple[HarnessRuntime, AgentiumHistoryProvider]:
+    """Session ``s1`` erased, its id free again; its next ``sweeps`` loads each see another erasure."""
+    store = _SweepingStore()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["(not called)"]), archive=InMemoryArchive(), session_store=store
+    )
+    await runtime.append(ANA, "s1", [Message(role="user", content="before the erasure")])
+    await runtime.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+    made = itertools.count()
+
+    async def sweep() -> None:  # an erasure of another session of the tenant (as a retention sweep's)
+        other = f"other-{next(made)}"
+        await runtime.append(ANA, other, [Message(role="user", content="x")])
+        await runtime.erase(EraseTarget.session("acme", "ana", other), reason="dsr", attestation=OPERATOR)
+
+    store.sweep, store.left = sweep, sweeps
+    return runtime, AgentiumHistoryProvider(runtime, ANA, busy_timeout_s=busy_timeout_s)
+
+
+async def test_a_save_refused_while_erasures_run_is_retried_with_back_off_until_it_lands() -> None:
+    """Core refuses the append conservatively while the tenant's erasures move (the id was erased once).
+
+    The session did not change, so no race was lost: the save backs off and
+    tries again within ``busy_timeout_s`` instead of spending its restarts
+    at once and saying the session changed, and lands once the sweep is over.
+    """
+    runtime, provider = await _swept(sweeps=24, busy_timeout_s=30)
+    try:
+        await provider.save_messages("s1", [AFMessage("user", ["after the erasure"])])
+        page = await runtime.read_history(ANA, "s1", max_groups=10)
+        assert [m.content for g in page.groups for m in g.messages] == ["after the erasure"]
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_save_refused_until_busy_timeout_raises_that_refusal() -> None:
+    runtime, provider = await _swept(sweeps=10_000, busy_timeout_s=0.3)
+    try:
+        with pytest.raises(SessionConflictError) as caught:
+            await provider.save_messages("s1", [AFMessage("user", ["after the erasure"])])
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert "was erased" in str(caught.value) and "may predate the erasure" in str(caught.value)
+        assert not (await runtime.inspect_session(ANA, "s1")).exists
+    finally:
+        await runtime.aclose()

@@ -247,8 +247,9 @@ class AgentiumHistoryProvider(HistoryProvider):
       in Agentium, not in the serialized session.
 
     The runtime is borrowed. Writes refused as busy (another operation of
-    this runtime holds the session) or losing a compare-and-set race
-    uncommitted are retried with back-off for up to ``busy_timeout_s``.
+    this runtime holds the session), losing a compare-and-set race, or
+    refused uncommitted with the session unchanged (an erasure of the
+    tenant ran meanwhile) are retried with back-off for up to ``busy_timeout_s``.
     """
 
     DEFAULT_SOURCE_ID: Final = "agentium"
@@ -478,7 +479,12 @@ class AgentiumHistoryProvider(HistoryProvider):
                 f"a message's id or contents could not be read to compare it with the session's last "
                 f"messages ({type(exc).__name__} raised); nothing was written"
             ) from exc
-        for _ in range(_SAVE_RESTARTS):
+        # The last append refused uncommitted, and the revision it was refused at.
+        last: tuple[SessionConflictError, int] | None = None
+        deadline, delay = time.monotonic() + self.busy_timeout_s, 0.002
+        restarts = 0
+        while restarts < _SAVE_RESTARTS:
+            restarts += 1
             repeated = await self._repeated(sid, incoming)
             if repeated is None:
                 continue  # the session changed between two pages of its tail: read it again
@@ -486,8 +492,18 @@ class AgentiumHistoryProvider(HistoryProvider):
             fresh = converted[skip:]
             if not fresh:
                 return
+            if last is not None and last[1] == revision:
+                # Refused, nothing written since (an erasure of the tenant ran, docs/runtime.md): no
+                # race lost, no restart spent; back off within busy_timeout_s, then raise that refusal.
+                if time.monotonic() + delay > deadline:
+                    raise last[0]
+                restarts -= 1
+                await anyio.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.1)
 
-            async def add(revision: int = revision, fresh: list[Message] = fresh) -> bool:
+            async def add(
+                revision: int = revision, fresh: list[Message] = fresh
+            ) -> SessionConflictError | None:
                 try:
                     await self.runtime.append(
                         self.identity, sid, fresh, recall_scope=self.recall_scope, expected_revision=revision
@@ -495,17 +511,19 @@ class AgentiumHistoryProvider(HistoryProvider):
                 except SessionConflictError as exc:
                     if exc.commit_state is not CommitState.NOT_COMMITTED:
                         raise
-                    return False  # the session moved on since the read: read its tail again
-                return True
+                    return exc  # the session moved on since the read (or see above): read its tail again
+                return None
 
-            if await self._retrying(add):
+            lost = await self._retrying(add)
+            if lost is None:
                 return
+            last = (lost, revision)
         refused = SessionConflictError(
             f"session {sid!r} changed between every read of its last messages and the save "
             f"({_SAVE_RESTARTS} attempts); nothing was written: save again"
         )
         refused.commit_state = CommitState.NOT_COMMITTED
-        raise refused
+        raise refused from (last[0] if last is not None else None)
 
     async def _repeated(self, sid: str, incoming: list[Identity]) -> tuple[int, int] | None:
         """How many of the first ``incoming`` repeat the view's last messages, and the revision read at.
