@@ -28,6 +28,7 @@ from agentium_harness import (
     EffectLevel,
     EraseTarget,
     ErasureState,
+    Message,
     OperatorAttestation,
     ProviderError,
     SessionConflictError,
@@ -370,3 +371,56 @@ async def test_a_new_sessions_first_turn_is_committed_when_only_another_session_
     finally:
         await slow.aclose()
         await other.aclose()
+
+
+class _ErasingOnLoad(InMemorySessionStore):
+    """The shipped in-memory store; the next load of ``s1`` runs ``meanwhile`` first (once).
+
+    An erasure landing between an append's load and its commit, as another process's would.
+    """
+
+    meanwhile: Any = None
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        found = await super().load(key, ctx)
+        if self.meanwhile is not None and key.tenant == "acme" and key.session == "s1":
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return found
+
+
+async def test_an_append_to_an_id_erased_before_is_refused_while_the_tenant_erases_then_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Conservative, and transient: only the append whose commit saw the ledger move is refused.
+
+    Its WARNING names the operation as it is ("append not committed"); the
+    same append again, with no erasure during it, commits into the id used again.
+    """
+    store = _ErasingOnLoad()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True), archive=InMemoryArchive(), session_store=store
+    )
+    message = [Message(role="user", content="after the erasure")]
+    try:
+        await runtime.append(ANA, "s1", [Message(role="user", content="before qzbeforeq")])
+        await runtime.append(ANA, "s9", [Message(role="user", content="another session")])
+        await runtime.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+
+        async def erase_another() -> None:
+            await runtime.erase(EraseTarget.session("acme", "ana", "s9"), reason="dsr", attestation=OPERATOR)
+
+        store.meanwhile = erase_another
+        caplog.set_level(logging.WARNING)
+        with pytest.raises(SessionConflictError) as caught:
+            await runtime.append(ANA, "s1", message)
+        assert caught.value.commit_state is CommitState.NOT_COMMITTED
+        assert "may predate the erasure" in str(caught.value)
+        _assert_warned(caplog)
+        warned = [r.getMessage() for r in caplog.records if "erasure of its session" in r.getMessage()]
+        assert [w.split(":")[0] for w in warned] == ["append not committed"]
+        assert await _texts(runtime, "s1") == []
+        done = await runtime.append(ANA, "s1", message)
+        assert done.seq == 0 and await _texts(runtime, "s1") == ["after the erasure"]
+    finally:
+        await runtime.aclose()

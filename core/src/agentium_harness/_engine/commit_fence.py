@@ -140,7 +140,8 @@ async def _refuse_if_erased_whole(ticket: Ticket, store: SessionStore, key: Sess
         return
     record = erased[-1]
     _log.warning(
-        "a %s was not committed: an erasure of its session is recorded and the tenant's erasures "
+        # The operation's name first ("append", "view reset"): no article to get wrong for any.
+        "%s not committed: an erasure of its session is recorded and the tenant's erasures "
         "changed since it loaded the session (erasure %s)",
         ticket.kind,
         record.erasure_id,
