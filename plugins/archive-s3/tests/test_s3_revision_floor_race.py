@@ -11,14 +11,13 @@ session had; a stale holder of that session then writes over it (ABA).
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import anyio
 import attrs
 import pytest
 from s3_helpers import BUCKET, live_keys
+from s3_races import elsewhere, once
 
 from agentium_archive_s3 import S3Archive, S3Config, S3CreateUnsettledError, S3SessionStore
 from agentium_archive_s3.keys import session_object_key
@@ -74,38 +73,6 @@ def hooked(config: S3Config) -> Iterator[tuple[S3Client, list[Callable[[dict[str
     client.close()
 
 
-def _elsewhere(work: Callable[[], Awaitable[Any]]) -> Any:
-    """Run ``work`` to the end on an event loop of its own, in a thread of its own, and return its result."""
-    out: list[Any] = []
-    failed: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            out.append(anyio.run(work))
-        except BaseException as exc:  # re-raised in the calling thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=main)
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return out[0]
-
-
-def _once(
-    wanted: Callable[[dict[str, Any]], bool], action: Callable[[], None]
-) -> Callable[[dict[str, Any]], None]:
-    fired: list[bool] = []
-
-    def hook(params: dict[str, Any]) -> None:
-        if not fired and wanted(params):
-            fired.append(True)
-            action()
-
-    return hook
-
-
 def _floor(admin: S3Client, config: S3Config) -> int:
     return parse_floor(admin.get_object(Bucket=BUCKET, Key=floor_key(config.prefix))["Body"].read())
 
@@ -141,7 +108,7 @@ def _erase_between_floor_read_and_create(
         finally:
             await eraser.aclose()
 
-    hooks.append(_once(lambda params: "IfNoneMatch" in params, lambda: _elsewhere(erase)))
+    hooks.append(once(lambda params: "IfNoneMatch" in params, lambda: elsewhere(erase)))
 
 
 async def test_a_create_racing_an_erasure_in_another_process_settles_past_every_erased_revision(
@@ -208,7 +175,7 @@ async def test_a_create_that_cannot_be_moved_past_the_floor_says_it_committed(
             finally:
                 await other.aclose()
 
-        hooks.append(_once(lambda params: "IfMatch" in params, lambda: _elsewhere(intrude)))
+        hooks.append(once(lambda params: "IfMatch" in params, lambda: elsewhere(intrude)))
         with pytest.raises(
             S3CreateUnsettledError,
             match=r"may have replaced it since\) and last written by this save at revision 1,",
@@ -274,7 +241,7 @@ async def test_a_create_cancelled_before_its_move_says_it_committed(
         _erase_between_floor_read_and_create(config, hooks)
         ctx = _ctx()
         # Cancelled just before the move is sent: no request leaves after it (the link's check).
-        hooks.append(_once(lambda params: "IfMatch" in params, lambda: ctx.signal.cancel("host shutdown")))
+        hooks.append(once(lambda params: "IfMatch" in params, lambda: ctx.signal.cancel("host shutdown")))
         new = scoped_snapshot(KEY, " new")
         with pytest.raises(
             S3CreateUnsettledError,
@@ -302,7 +269,7 @@ async def test_an_unsettled_create_forgets_the_etag_of_the_session_erased_under_
         assert await creator.save(KEY, scoped_snapshot(KEY, " old 1"), None, _ctx()) == 1
         _erase_between_floor_read_and_create(config, hooks)
         ctx = _ctx()
-        hooks.append(_once(lambda params: "IfMatch" in params, lambda: ctx.signal.cancel("host shutdown")))
+        hooks.append(once(lambda params: "IfMatch" in params, lambda: ctx.signal.cancel("host shutdown")))
         new = scoped_snapshot(KEY, " new")
         with pytest.raises(S3CreateUnsettledError) as caught:
             await creator.save(KEY, new, None, ctx)
@@ -376,9 +343,9 @@ async def test_the_engine_reports_a_create_that_raced_an_erasure_by_where_it_lan
 
     try:
         hooks.append(
-            _once(
+            once(
                 lambda params: "IfNoneMatch" in params and params["Key"] == object_key,
-                lambda: _elsewhere(incarnate_and_erase),
+                lambda: elsewhere(incarnate_and_erase),
             )
         )
         if intruder is None:
@@ -388,9 +355,9 @@ async def test_the_engine_reports_a_create_that_raced_an_erasure_by_where_it_lan
             assert second.committed and second.snapshot_revision == OLD + 2
             return
         hooks.append(
-            _once(
+            once(
                 lambda params: "IfMatch" in params and params["Key"] == object_key,
-                lambda: _elsewhere(erase),
+                lambda: elsewhere(erase),
             )
         )
         with pytest.raises(S3CreateUnsettledError) as caught:
