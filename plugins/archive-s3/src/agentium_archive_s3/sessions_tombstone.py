@@ -226,7 +226,9 @@ def tombstone(
     raise S3ConflictRetriesExhaustedError(
         f"s3 session store: erasing session {first.erased.session.key()}: other writers kept saving it "
         f"({_ATTEMPTS} attempts to replace it with a tombstone were refused); the revision floor covers "
-        "every revision it replaced, and the session was not deleted: call again",
+        "every revision it replaced, and the session was not deleted; the scope's other sessions this "
+        "erase already replaced by tombstones read as erased but are deleted only by the next erase: "
+        "call again",
         code="SessionKeptChanging",
     )
 
