@@ -180,20 +180,11 @@ async def _take_back_cancelled(
     cancel signal. Nobody is left to tell but the log: a WARNING on
     ``agentium.engine.memory`` says the fact was taken back, or could not be.
     """
-    from .memory.manager import forget_fact  # here: the manager module imports this one
-
-    async def take_back() -> bool:
-        if await seen.fence.covering_since(seen) is None:
-            return False
+    with anyio.CancelScope(shield=True):
         try:
-            await forget_fact(manager, owner, fact_id)
+            taken = await bounded(lambda: _forget_if_erased(seen, manager, owner, fact_id), LATE_CLEANUP_S)
         except MemoryFactNotFoundError:
-            pass  # the erasure removed it already
-        return True
-
-    with anyio.CancelScope(shield=True), outside_owned_work():
-        try:
-            taken = await bounded(take_back, LATE_CLEANUP_S)
+            taken = True  # the erasure removed it already
         except Exception as exc:
             _log.warning(
                 "a fact written during an erasure, its write then cancelled, could not be taken back: %s",
@@ -224,8 +215,6 @@ def late_take_back(
     if seen is None:
         return None
 
-    from .memory.manager import forget_fact  # here: the manager module imports this one
-
     async def take_back(raw: object) -> None:
         try:
             ack = checked_ack(raw, operation, asked)
@@ -236,18 +225,35 @@ def late_take_back(
             return
         if ack.status is not AckStatus.STORED or ack.fact_id is None:
             return
-        if await seen.fence.covering_since(seen) is None:
-            return
         try:
             # This runs in a copy of the abandoned call's context: in owned work a drain abandoned,
             # its calls' parent signal is the item's, cancelled by that drain; the forget is not its.
-            with outside_owned_work():
-                await forget_fact(manager, owner, ack.fact_id)
+            taken = await _forget_if_erased(seen, manager, owner, ack.fact_id)
         except MemoryFactNotFoundError:
             return  # the erasure removed it already
         except AgentiumError as exc:
             _log.warning("a fact written past its deadline could not be taken back: %s", type(exc).__name__)
             return
-        _log.warning("a fact written past its deadline during an erasure was taken back")
+        if taken:
+            _log.warning("a fact written past its deadline during an erasure was taken back")
 
     return take_back
+
+
+async def _forget_if_erased(
+    seen: FenceCheck, manager: MemoryManager, owner: MemoryScope, fact_id: str
+) -> bool:
+    """Forget ``fact_id`` if a covering erasure is pending or completed since ``seen``; say if one was.
+
+    The manager's own forget (also once closed), outside any owned item's
+    cancel signal: the take-backs that call this outlive the item whose
+    context they run in. ``MemoryFactNotFoundError`` (the erasure removed it
+    already) is left to the caller.
+    """
+    from .memory.manager import forget_fact  # here: the manager module imports this one
+
+    if await seen.fence.covering_since(seen) is None:
+        return False
+    with outside_owned_work():
+        await forget_fact(manager, owner, fact_id)
+    return True
