@@ -262,10 +262,8 @@ class EffectsKeeper:
         if progress.commit_state is CommitState.UNKNOWN:
             # The turn's own save was in flight: it may or may not land, and committing again could
             # duplicate the turn. The host's cancellation carries no result: this record says so.
-            _log.warning(
-                "run cancelled while its commit was in flight; the commit state is unknown (commit_state %s)",
-                progress.commit_state.value,
-                extra={"agentium_operation": "run", "agentium_commit_state": progress.commit_state.value},
+            _warn_cancelled(
+                "run cancelled while its commit was in flight; the commit state is unknown", progress
             )
             return
         idle = progress.commit_state is CommitState.NOT_COMMITTED
@@ -310,11 +308,8 @@ class EffectsKeeper:
             )
         if progress.commit_state is not CommitState.COMMITTED:
             # A host's cancellation carries no result: this record is what tells the operator.
-            _log.warning(
-                "run cancelled after a tool started; its tool calls and results were not committed "
-                "(commit_state %s)",
-                progress.commit_state.value,
-                extra={"agentium_operation": "run", "agentium_commit_state": progress.commit_state.value},
+            _warn_cancelled(
+                "run cancelled after a tool started; its tool calls and results were not committed", progress
             )
 
     async def _reload(self, ticket: Ticket) -> None:
@@ -360,6 +355,17 @@ class EffectsKeeper:
         marked = mark_commit_state(error, state, f"{how}; they are in the error's run_result")
         marked.run_result = None  # rebuilt from the run so far, with the diagnostic
         return marked
+
+
+def _warn_cancelled(what: str, progress: RunProgress) -> None:
+    """The WARNING for a host's cancellation, which carries no result: ``what``, with the commit state."""
+    state = progress.commit_state.value
+    _log.warning(
+        "%s (commit_state %s)",
+        what,
+        state,
+        extra={"agentium_operation": "run", "agentium_commit_state": state},
+    )
 
 
 def _failed(failed: AgentiumError) -> Diagnostic:
