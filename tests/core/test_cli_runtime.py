@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
+from _only_plugin import install_only_plugin
 
 from agentium_harness._cli import main
 from agentium_harness._config.runtime import load_runtime
@@ -366,7 +367,6 @@ def test_demo_fails_with_a_typed_error_when_the_verifier_factory_hangs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The demo called the ``fs`` verifier's factory on the event loop: a hung one hung the demo."""
-    from agentium_harness._plugins import registry as registry_module
     from agentium_harness.plugin_api import AdapterSpec, hookimpl
     from agentium_verifier_fs.config import FsVerifierConfig
     from agentium_verifier_fs.verifier import FsVerifier
@@ -383,16 +383,9 @@ def test_demo_fails_with_a_typed_error_when_the_verifier_factory_hangs(
         register(AdapterSpec("fs", FsVerifier, FsVerifierConfig, factory=factory))
 
     module = types.SimpleNamespace(agentium_register_verifiers=agentium_register_verifiers)
-    entry = types.SimpleNamespace(
-        name="main",
-        value="agtest_hang_fs:main",
-        dist=types.SimpleNamespace(name="agtest-hang-fs", version="1.0"),
-        load=lambda: module,
+    install_only_plugin(
+        monkeypatch, module, dist="agtest-hang-fs", value="agtest_hang_fs:main", hook_timeout_s=0.5
     )
-    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
-    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", "0.5")
-    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
-    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
     try:
         started = time.monotonic()
         code = main(["demo", "--dir", str(tmp_path), "--turns", "2"])

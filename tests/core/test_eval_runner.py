@@ -24,10 +24,10 @@ from _eval_support import (
     write_cases,
     write_config,
 )
+from _only_plugin import install_only_plugin
 
 from agentium_harness import InvalidArgumentError, ResidentLimits, RuntimeLimits, create_harness_runtime
 from agentium_harness._cli import main
-from agentium_harness._plugins import registry as registry_module
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
@@ -329,16 +329,9 @@ def test_agentium_eval_reports_a_hung_plugin_grader_and_exits_0(
         register(stuck)
 
     module = types.SimpleNamespace(agentium_register_graders=agentium_register_graders)
-    entry = types.SimpleNamespace(
-        name="main",
-        value="agtest_stuck:main",
-        dist=types.SimpleNamespace(name="agtest-stuck", version="1.0"),
-        load=lambda: module,
+    install_only_plugin(
+        monkeypatch, module, dist="agtest-stuck", value="agtest_stuck:main", hook_timeout_s=0.5
     )
-    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
-    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", "0.5")
-    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
-    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
     cases = write_cases(tmp_path / "cases.jsonl", [{**FACT_CASE, "graders": ["stuck", "supported_answer"]}])
     started = time.monotonic()
     code = main(["eval", str(RECALL_ON), str(cases), "--out", str(tmp_path / "out"), "--json"])

@@ -24,10 +24,10 @@ from typing import Any
 
 import attrs
 import pytest
+from _only_plugin import install_only_plugin
 
 from agentium_harness import ConfigError, load_config
 from agentium_harness._cli import main
-from agentium_harness._plugins import registry as registry_module
 from agentium_harness._plugins.hookspecs import hookimpl
 from agentium_harness._plugins.registry import PluginRegistry
 from agentium_harness._plugins.spec import AdapterSpec
@@ -126,16 +126,9 @@ def test_the_cli_reports_a_blocking_config_class_within_the_bound(
     gate: threading.Event, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     module = _hanging_config_plugin(gate, threading.Event())
-    entry = types.SimpleNamespace(
-        name="main",
-        value="agtest_hang_config:main",
-        dist=types.SimpleNamespace(name=DIST, version="1.0"),
-        load=lambda: module,
+    install_only_plugin(
+        monkeypatch, module, dist=DIST, value="agtest_hang_config:main", hook_timeout_s=BOUND_S
     )
-    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
-    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", str(BOUND_S))
-    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
-    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
     out, err = StringIO(), StringIO()
     started = time.monotonic()
     with redirect_stdout(out), redirect_stderr(err):
@@ -166,16 +159,13 @@ def test_the_demo_stops_with_a_typed_error_when_the_verifiers_config_class_block
         register(AdapterSpec("fs", FsVerifier, HangingFsConfig))
 
     module = types.SimpleNamespace(agentium_register_verifiers=agentium_register_verifiers)
-    entry = types.SimpleNamespace(
-        name="main",
+    install_only_plugin(
+        monkeypatch,
+        module,
+        dist="agtest-hang-fs-config",
         value="agtest_hang_fs_config:main",
-        dist=types.SimpleNamespace(name="agtest-hang-fs-config", version="1.0"),
-        load=lambda: module,
+        hook_timeout_s=BOUND_S,
     )
-    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
-    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", str(BOUND_S))
-    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
-    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
     started = time.monotonic()
     code = main(["demo", "--dir", str(tmp_path), "--turns", "2"])
     assert time.monotonic() - started < 2 * WITHIN_S  # the demo's own turns run first

@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _only_plugin import install_only_plugin
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness._cli import main
-from agentium_harness._plugins import registry as registry_module
 from agentium_harness._plugins.hookspecs import hookimpl
 from agentium_harness._plugins.registry import PluginRegistry, ProblemStage
 from agentium_harness._plugins.spec import AdapterSpec
@@ -89,16 +89,9 @@ def _hanging_factory(gate: threading.Event) -> types.ModuleType:
 
 def _installed(monkeypatch: pytest.MonkeyPatch, module: types.ModuleType) -> None:
     """Make ``module`` the one installed plugin, as the CLI's registry finds it (an entry point)."""
-    entry = types.SimpleNamespace(
-        name="main",
-        value=f"{module.__name__}:main",
-        dist=types.SimpleNamespace(name=DIST, version="1.0"),
-        load=lambda: module,
+    install_only_plugin(
+        monkeypatch, module, dist=DIST, value=f"{module.__name__}:main", hook_timeout_s=BOUND_S
     )
-    monkeypatch.setattr(registry_module, "entry_points_of", lambda group: ([entry], []))
-    monkeypatch.setenv("AGENTIUM_HOOK_TIMEOUT", str(BOUND_S))
-    monkeypatch.delenv("AGENTIUM_PLUGINS", raising=False)
-    monkeypatch.delenv("AGENTIUM_DISABLE_PLUGINS", raising=False)
 
 
 def _config(tmp_path: Path) -> Path:
