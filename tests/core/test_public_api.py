@@ -58,7 +58,7 @@ HOST_NAMES = {
     # issue 21: what a run says about its commit, and why a committed turn has no answer
     "CommitState", "TurnInterruption", "InterruptionCause",
     # issue 22: the history API for hosts that run their own agent loop
-    "AppendResult", "HistoryGroup", "HistoryPage", "ResetResult", "RetractResult", "SessionPage",
+    "AppendResult", "HistoryGroup", "HistoryPage", "ReadFence", "ResetResult", "RetractResult", "SessionPage",
     # host documents indexed through the runtime, fenced against erasures
     "DocumentResult", "MAX_DOCUMENT_BYTES", "MAX_DOCUMENT_TITLE_BYTES",
     "ControlKind", "HistoryControl", "MessageRef", "RetractedSpan", "ViewState", "MAX_APPEND_BYTES",

@@ -23,7 +23,14 @@ from ._engine.document_api import DocumentResult
 from ._engine.erasure import ErasureResult, OperatorAttestation
 from ._engine.erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage
 from ._engine.forget import ForgetResult
-from ._engine.history_records import AppendResult, HistoryPage, ResetResult, RetractResult, SessionPage
+from ._engine.history_records import (
+    AppendResult,
+    HistoryPage,
+    ReadFence,
+    ResetResult,
+    RetractResult,
+    SessionPage,
+)
 from ._engine.retention import RetentionResult
 from ._engine.runtime import HarnessRuntime
 from ._history import Message
@@ -83,6 +90,7 @@ class BlockingHistoryOperations:
         *,
         recall_scope: RecallScope | None = None,
         expected_revision: int | None = None,
+        after_read: HistoryPage | ReadFence | None = None,
     ) -> AppendResult:
         """:meth:`HarnessRuntime.append`, blocking (same arguments, result and typed errors)."""
         return self._call_as(
@@ -93,6 +101,7 @@ class BlockingHistoryOperations:
             messages,
             recall_scope=recall_scope,
             expected_revision=expected_revision,
+            after_read=after_read,
         )
 
     @twin_of(HarnessRuntime.read_history)

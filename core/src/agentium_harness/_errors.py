@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ._config_issue import ConfigIssue as ConfigIssue  # re-exported: its old home
+
 if TYPE_CHECKING:  # the engine's records import this module
     from ._engine.results import CommitState, RunResult
     from ._ports.erasure import ErasureRecord
@@ -38,6 +40,7 @@ __all__ = [
     "ConfigError",
     "ContractViolationError",
     "EncodingError",
+    "ErasedSinceReadError",
     "ErasureIncompleteError",
     "ErasureInProgressError",
     "ErasureRefusedError",
@@ -170,31 +173,6 @@ class PluginNotFoundError(PluginError, LookupError):
     """A config or call selected an adapter name that no loaded plugin provides."""
 
 
-class ConfigIssue:
-    """One problem found in a config file, with the path to the bad key."""
-
-    __slots__ = ("message", "path")
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"ConfigIssue({self.path!r}, {self.message!r})"
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ConfigIssue) and (self.path, self.message) == (
-            other.path,
-            other.message,
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.path, self.message))
-
-
 class ConfigError(AgentiumError, ValueError):
     """A config file is invalid. ``issues`` lists every problem found, each with its path."""
 
@@ -228,6 +206,18 @@ class SessionConflictError(SessionStoreError):
     """The session snapshot changed since it was loaded (compare-and-set failed).
 
     Another writer committed first. Nothing was overwritten; reload and retry.
+    """
+
+
+class ErasedSinceReadError(SessionConflictError):
+    """An erasure covering the session began or finished since the read a write said it follows.
+
+    Raised by ``append(after_read=...)``: what the write holds was made from
+    that read (a model's answer to the history it returned), and the
+    session may have been erased since, so it is refused rather than
+    written into the erased id. Nothing was written (``commit_state``
+    ``not_committed``) and a WARNING was logged, without content. Do not
+    retry the same write: read the session again (``read_history``).
     """
 
 

@@ -31,10 +31,18 @@ from .history_checks import (
     check_retract_count,
 )
 from .history_read import list_page, read_page
-from .history_records import AppendResult, HistoryPage, ResetResult, RetractResult, SessionPage
+from .history_records import (
+    AppendResult,
+    HistoryPage,
+    ReadFence,
+    ResetResult,
+    RetractResult,
+    SessionPage,
+)
 from .history_write import append_group, reset_session_view, retract_messages
 from .lifecycle import Ticket
 from .progress import RunProgress, unexpected_error
+from .read_fence import check_after_read
 from .settle import mark_commit_state
 
 if TYPE_CHECKING:
@@ -94,6 +102,7 @@ class HistoryOperations:
         *,
         recall_scope: RecallScope | None = None,
         expected_revision: int | None = None,
+        after_read: HistoryPage | ReadFence | None = None,
     ) -> AppendResult:
         """Commit ``messages`` as the session's next group, with no model call.
 
@@ -110,15 +119,28 @@ class HistoryOperations:
         eviction with archive receipts, compare-and-set, recall indexing of
         archived groups, the summary update. Refused input changes nothing;
         an error raised after loading carries ``commit_state``.
+
+        ``after_read`` says the messages were made from a read of this
+        session: the :class:`HistoryPage` ``read_history`` returned, or its
+        ``read_fence``. If an erasure covering the session (its own, its
+        user's or its tenant's) began or finished since that read, the
+        append is refused with :class:`ErasedSinceReadError` (a
+        :class:`SessionConflictError`; nothing written, a WARNING logged
+        without content): read again rather than retry. Conservatively, a
+        recorded erasure of the session from before the read refuses too when
+        the tenant's erasures changed since for any other reason. A page of
+        another session, or anything else, is refused with
+        :class:`InvalidArgumentError`. See docs/runtime.md, "Erasure and writes".
         """
         checked, encoded = check_messages_encoded(messages)
         expected = check_expected_revision(expected_revision)
         scope = run_scope(identity, session_id, recall_scope)
+        point = check_after_read(after_read, scope.session_key)
         return await self._write(
             scope,
             "append",
             lambda rt, ticket, progress: append_group(
-                rt, ticket, progress, scope, checked, expected, encoded=encoded
+                rt, ticket, progress, scope, checked, expected, encoded=encoded, after_read=point
             ),
         )
 

@@ -27,10 +27,10 @@ from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .adapter_lists import adapter_method, bounded_list, listed
 from .history_checks import MAX_APPEND_BYTES, check_before_seq
-from .history_records import HistoryGroup, HistoryPage, SessionPage
+from .history_records import HistoryGroup, HistoryPage, ReadFence, SessionPage
 from .history_view import ViewIndex
 from .lifecycle import Ticket
-from .load import load_in_call
+from .load import load_in_call, load_in_call_fenced
 
 __all__ = ["fetch_groups", "list_page", "read_page", "read_settled", "same_snapshot"]
 
@@ -59,6 +59,9 @@ async def read_page(
     the operation's deadline (one task and timer for all of them, not one
     per adapter call); each keeps its span.
     """
+    # The fence point of the first load: what the page holds was read after it (a load again, after
+    # archived groups vanished, comes later still), so an erasure since the read moves the ledger past it.
+    fence: list[tuple[int | None]] = []
 
     async def read(
         ctx: OpContext,
@@ -85,7 +88,8 @@ async def read_page(
                 chosen, more = chosen[: len(groups)], True
             return index, chosen, more, groups
 
-        stored, snap = await load_in_call(ctx, store, key)
+        stored, snap, point = await load_in_call_fenced(ctx, store, key)
+        fence[:] = [point]
         stored, snap, (index, chosen, more, groups) = await read_settled(
             stored, snap, lambda: load_in_call(ctx, store, key), page
         )
@@ -121,6 +125,7 @@ async def read_page(
         next_seq=snap.next_seq,
         snapshot_revision=stored.revision if stored is not None else 0,
         boundary=snap.boundary,
+        read_fence=ReadFence(key.tenant, key.user, key.session, fence[0]),
     )
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "AppendResult",
     "HistoryGroup",
     "HistoryPage",
+    "ReadFence",
     "ResetResult",
     "RetractResult",
     "SessionPage",
@@ -196,6 +197,40 @@ class HistoryGroup:
         return len(self.shown) == len(self._committed.messages)
 
 
+@attrs.frozen(slots=True, repr=False)
+class ReadFence:
+    """Where the tenant's erasures stood when ``read_history`` read a session: opaque, for ``after_read``.
+
+    ``HistoryPage.read_fence`` carries one. Pass it, or the page, to
+    ``append(after_read=...)`` when what is appended was made from that
+    read (the model's answer to the history read): the append is refused
+    with :class:`~agentium_harness.ErasedSinceReadError` if an erasure
+    covering the session began or finished since (docs/runtime.md,
+    "Erasure and writes"). It names the session it was read from; it holds
+    no message content and is only meaningful to runtimes sharing the
+    session store the read went to.
+    """
+
+    _tenant: str
+    _user: str
+    _session: str
+    #: The fence point: the revision of the tenant's pending-erasures record (``None``: none yet).
+    _point: tuple[int | None]
+
+    @property
+    def session_ids(self) -> tuple[str, str, str]:
+        """The tenant, user and session ids of the session read."""
+        return (self._tenant, self._user, self._session)
+
+    @property
+    def point(self) -> tuple[int | None]:
+        """The fence point itself, as the engine's commit fence compares it."""
+        return self._point
+
+    def __repr__(self) -> str:
+        return f"ReadFence(session={self._session!r})"
+
+
 @attrs.frozen(slots=True)
 class HistoryPage:
     """One page of a session's history, read backwards from ``before_seq``.
@@ -209,7 +244,10 @@ class HistoryPage:
       messages retractions took out of the current view;
     - ``next_seq``: the seq the session's next group will get;
       ``snapshot_revision``: the revision the page was read at (0: no session);
-      ``boundary``: the seq of its first resident group.
+      ``boundary``: the seq of its first resident group;
+    - ``read_fence``: where the tenant's erasures stood at the read
+      (:class:`ReadFence`); pass the page or it as ``append(after_read=...)``
+      (``None`` only on a page not made by ``read_history``).
     """
 
     groups: tuple[HistoryGroup, ...] = attrs.field(converter=tuple_of_history_groups)
@@ -219,6 +257,8 @@ class HistoryPage:
     next_seq: int
     snapshot_revision: int
     boundary: int
+    # Not compared: two reads of the same history are the same page whatever erasures ran elsewhere.
+    read_fence: ReadFence | None = attrs.field(default=None, eq=False)
 
     @property
     def messages(self) -> tuple[Message, ...]:

@@ -45,6 +45,7 @@ from .history_view import ViewIndex, after_reset, after_retraction
 from .lifecycle import Ticket
 from .load import load_session
 from .progress import RunProgress
+from .read_fence import refuse_if_erased_since_read
 from .results import CommitState, Diagnostic, Severity
 from .summary import restarted
 from .turn_commit import GroupCommit, commit_group, settle_earlier
@@ -122,14 +123,20 @@ async def append_group(
     expected_revision: int | None,
     *,
     encoded: bytes | None = None,
+    after_read: tuple[int | None] | None = None,
 ) -> AppendResult:
     """Commit ``messages`` (checked, a complete group) as the session's next group.
 
     ``encoded`` is the canonical JSON of the messages' list when the check
     had it (:func:`.history_checks.check_messages_encoded`): the group's
-    encoding is built around it.
+    encoding is built around it. ``after_read`` is the fence point of the
+    read the messages were made from (:mod:`.read_fence`): an erasure of the
+    session since refuses the append.
     """
     await _load(runtime, ticket, progress, scope, stored_scope=False, expected_revision=expected_revision)
+    if after_read is not None:
+        # The load just made moved the ticket's fence point; the read came before it.
+        await refuse_if_erased_since_read(ticket, runtime.session_store, scope.session_key, after_read)
     assert progress.snap is not None
     group = appended_group(progress.snap.next_seq, messages, scope, encoded)
     check_group_size(group)

@@ -35,7 +35,7 @@ from .._validators import exact_int, shown_number
 from .erasure_ledger import pending_key, refuse_if_erasing
 from .lifecycle import Ticket
 
-__all__ = ["known_fence_and_session", "load_in_call", "load_session"]
+__all__ = ["known_fence_and_session", "load_in_call", "load_in_call_fenced", "load_session"]
 
 # The snapshot last found well formed (``check_snapshot_shape``) for each key, weakly. A store
 # that hands back the snapshot object it already returned (the SQLite store does for an
@@ -134,12 +134,26 @@ async def load_in_call(
     (``read_history``: the load, then the archive read it decides): one
     task and timer for all of them. The reads and checks are the same.
     """
+    stored, snap, _ = await load_in_call_fenced(ctx, store, key)
+    return stored, snap
+
+
+async def load_in_call_fenced(
+    ctx: OpContext, store: SessionStore, key: SessionKey
+) -> tuple[StoredSnapshot | None, SessionSnapshot, tuple[int | None]]:
+    """:func:`load_in_call`, with the fence point it read (what ``Ticket.fence_seen`` holds after a load).
+
+    ``read_history`` hands it to the host in its page (``HistoryPage.read_fence``), so that a
+    later ``append(after_read=...)`` can tell whether an erasure began or ended since.
+    """
     with observe.stage("load") as span:
         pending, stored = await _fence_and_session(ctx, store, key)
         loaded = _checked(key, None, pending, stored, attest_legacy=False, fence=True)
         span.set("agentium.snapshot.revision", loaded[0].revision if loaded[0] is not None else 0)
         span.set("agentium.resident.groups", len(loaded[1].resident))
-        return loaded
+        # Checked by _checked (a ledger, an exact revision): the same point a fenced load_session keeps.
+        point = exact_int(pending.revision) if isinstance(pending, StoredSnapshot) else None
+        return loaded[0], loaded[1], (point,)
 
 
 def _checked(
