@@ -14,11 +14,13 @@ from agentium_harness import (
     MAX_APPEND_MESSAGES,
     MAX_PAGE_GROUPS,
     CommitState,
+    ErasedSinceReadError,
     HarnessRuntime,
     HistoryGroup,
     HistoryPage,
     InvalidArgumentError,
     Message,
+    ReadFence,
     RecallScope,
     ResetResult,
     RetractResult,
@@ -99,6 +101,12 @@ class AgentiumSession:
       it; ``clear_session()`` is a ``reset_view``. Neither deletes anything:
       the items stay in canonical history (``read_history(view=False)``).
 
+    Each ``add_items`` follows the latest ``get_items`` of this object: it
+    is appended with that read's fence (``append(after_read=...)``), so if
+    the session, its user or its tenant was erased since (while the model
+    ran), the items are refused with ``ErasedSinceReadError`` and nothing
+    is written, rather than written into the erased id.
+
     The identity is bound here, by the host that verified it, and never
     taken from the SDK: ``session_id`` only names a session of that
     identity. The runtime is borrowed (the host opens and closes it); one
@@ -161,6 +169,9 @@ class AgentiumSession:
         self.busy_timeout_s = float(busy_timeout_s)
         self.session_settings = settings
         self._closed = False
+        # The fence of the latest get_items (the model's input): every add_items until the next
+        # one follows that read, so an erasure since it refuses the write (docs/runtime.md).
+        self._read_fence: ReadFence | None = None
 
     # -- the SDK's Session protocol ---------------------------------------------------------------
 
@@ -182,9 +193,12 @@ class AgentiumSession:
         if wanted == 0:
             return []
         for _ in range(_READ_RESTARTS):
-            messages = await self._read_view(wanted)
-            if messages is not None:
-                return self._items_of(messages)
+            read = await self._read_view_at(wanted)
+            if read is not None:
+                messages, first = read
+                items = self._items_of(messages)
+                self._read_fence = first.read_fence  # only once the items are all made
+                return items
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between the pages of every read "
             f"({_READ_RESTARTS} attempts); nothing was changed: call get_items again"
@@ -196,6 +210,13 @@ class AgentiumSession:
         ``items`` is a list (a sequence) of items; anything else (``None``, one
         item, a str), a sequence whose own iteration raises and one of more
         than ``MAX_APPEND_MESSAGES`` items are refused with ``InvalidArgumentError``.
+
+        After a ``get_items`` on this object, the append follows that read:
+        if an erasure of the session (its own, its user's or its tenant's)
+        began or finished since, it raises ``ErasedSinceReadError``
+        (``commit_state`` ``not_committed``; nothing written, not retried)
+        and forgets the read: call ``get_items`` again. With no ``get_items``
+        before it, nothing is checked against a read.
         """
         self._check_open()
         # A str or a mapping would be iterated as characters or keys, and None is no list of items.
@@ -207,11 +228,28 @@ class AgentiumSession:
         if not given:
             return
         messages = [item_to_message(item) for item in given]
-        await self._retrying(
-            lambda: self.runtime.append(
-                self.identity, self.session_id, messages, recall_scope=self.recall_scope
+        fence = self._read_fence
+        try:
+            await self._retrying(
+                lambda: self.runtime.append(
+                    self.identity,
+                    self.session_id,
+                    messages,
+                    recall_scope=self.recall_scope,
+                    after_read=fence,
+                )
             )
-        )
+        except ErasedSinceReadError as exc:
+            if self._read_fence is fence:
+                # Stale for good: the same fence would refuse every later add_items as well.
+                self._read_fence = None
+            refused = ErasedSinceReadError(
+                f"session {self.session_id!r} may have been erased since get_items read it (an "
+                "erasure of it, its user or its tenant began or finished meanwhile); the items were "
+                "made from that read, so nothing was written: call get_items again"
+            )
+            refused.commit_state = CommitState.NOT_COMMITTED
+            raise refused from exc
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Retract the view's last item and return it; ``None`` when the view is empty.
@@ -233,7 +271,7 @@ class AgentiumSession:
             read = await self._read_view_at(1)
             if read is None:
                 continue
-            messages, revision = read
+            messages, revision = read[0], read[1].snapshot_revision
             if not messages:
                 return None
             item = message_to_item(
@@ -357,13 +395,12 @@ class AgentiumSession:
         if self._closed:
             raise SessionClosedError(f"{type(self).__name__} is closed; create a new session object")
 
-    async def _read_view(self, wanted: int | None) -> list[Message] | None:
-        """The view's newest ``wanted`` messages (all when ``None``); ``None`` when it changed mid-read."""
-        read = await self._read_view_at(wanted)
-        return None if read is None else read[0]
+    async def _read_view_at(self, wanted: int | None) -> tuple[list[Message], HistoryPage] | None:
+        """The view's newest ``wanted`` messages (all when ``None``), and the first page read.
 
-    async def _read_view_at(self, wanted: int | None) -> tuple[list[Message], int] | None:
-        """Like :meth:`_read_view`, with the revision its first page was read at."""
+        ``None`` when the view changed mid-read. The first page holds the revision and the
+        erasure fence of the read (the pages after it are checked to join it).
+        """
         collected: list[Message] = []
         first: HistoryPage | None = None
         seam: HistoryGroup | None = None  # the oldest group read so far; the next page ends with it
@@ -396,7 +433,7 @@ class AgentiumSession:
                 break
             seam = page.groups[0]
         assert first is not None
-        return (collected if wanted is None else collected[-wanted:]), first.snapshot_revision
+        return (collected if wanted is None else collected[-wanted:]), first
 
     async def _next_page(self, seam: HistoryGroup, groups: int, first: HistoryPage) -> HistoryPage | None:
         """The page of ``groups`` groups ending with ``seam``; ``None`` when the session changed meanwhile.
@@ -424,7 +461,11 @@ class AgentiumSession:
             try:
                 return await write()
             except (SessionBusyError, SessionConflictError) as exc:
-                retryable = isinstance(exc, SessionBusyError) or exc.commit_state is CommitState.NOT_COMMITTED
+                # Refused as erased since the read: the same write would be refused again.
+                retryable = isinstance(exc, SessionBusyError) or (
+                    exc.commit_state is CommitState.NOT_COMMITTED
+                    and not isinstance(exc, ErasedSinceReadError)
+                )
                 if not retryable or time.monotonic() + delay > deadline:
                     raise
             # Jitter keeps writers that collided from colliding again in step.
