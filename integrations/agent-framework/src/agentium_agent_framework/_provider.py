@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -14,24 +15,31 @@ from agent_framework import Message as AFMessage
 
 from agentium_harness import (
     MAX_APPEND_BYTES,
-    MAX_APPEND_MESSAGES,
     MAX_PAGE_BYTES,
     MAX_PAGE_GROUPS,
     CommitState,
+    ErasedSinceReadError,
     HarnessRuntime,
     HistoryGroup,
     HistoryPage,
     InvalidArgumentError,
     Message,
     MessageGroup,
+    ReadFence,
     RecallScope,
-    Role,
     SessionBusyError,
     SessionConflictError,
     VerifiedIdentity,
 )
 from agentium_harness.plugin_api import SessionKey
 
+from ._messages import (
+    MESSAGE_FORMAT,
+    ForeignMessageError,
+    from_agentium,
+    listed,
+    to_agentium,
+)
 from ._replay import Identity, decided, message_identity, new_messages
 
 __all__ = [
@@ -46,8 +54,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: ``Message.payload_format`` of an Agent Framework message: ``agent_framework.Message.to_dict()``.
-MESSAGE_FORMAT: Final = "agent_framework.message/v1"
 #: How many messages ``get_messages`` returns at most, unless the provider is built with another bound.
 DEFAULT_MAX_MESSAGES: Final = 200
 #: How many canonical bytes of groups ``get_messages`` returns at most, unless built with another bound:
@@ -57,27 +63,11 @@ DEFAULT_MAX_BYTES: Final = MAX_APPEND_BYTES
 _SAVE_RESTARTS: Final = 5
 #: Times ``get_messages`` starts again when the view changed between two of its pages.
 _READ_RESTARTS: Final = 3
+#: Session ids whose latest load's erasure fence a provider keeps (the least recently loaded go first).
+MAX_READ_FENCES: Final = 4096
 #: The largest ``max_messages`` a provider takes.
 MAX_MESSAGES_CEILING: Final = 10_000
-#: The readable ``content`` is cut to this many characters (the message itself is never cut).
-MAX_CONTENT_CHARS: Final = 16_384
-
 _log = logging.getLogger("agentium.agent_framework")
-
-_ROLES: Final = {
-    "user": Role.USER,
-    "assistant": Role.ASSISTANT,
-    "system": Role.SYSTEM,
-    "developer": Role.SYSTEM,
-}
-
-
-class ForeignMessageError(InvalidArgumentError):
-    """History holds something that is not an Agent Framework message, or a message cannot be stored.
-
-    On ``save_messages`` nothing was written. On ``get_messages`` the read
-    failed closed: nothing was skipped and nothing was changed.
-    """
 
 
 class MissingSessionIdError(InvalidArgumentError):
@@ -108,109 +98,6 @@ def _replay_refused(sid: str, budget: int) -> ReplayCheckLimitError:
     )
     refused.commit_state = CommitState.NOT_COMMITTED
     return refused
-
-
-def _readable(message: AFMessage) -> str:
-    """Readable text for ``message``: its text, and a short line per call or result (never raw JSON)."""
-    parts: list[str] = []
-    for content in message.contents:
-        kind = getattr(content, "type", None)
-        if kind == "text":
-            parts.append(str(getattr(content, "text", "") or ""))
-        elif kind == "function_call":
-            parts.append(
-                f"[function_call {getattr(content, 'name', '?')}] {getattr(content, 'arguments', '')}"
-            )
-        elif kind == "function_result":
-            parts.append(
-                f"[function_result {getattr(content, 'call_id', '?')}] {getattr(content, 'result', '')}"
-            )
-        elif isinstance(kind, str):
-            parts.append(f"[{kind}]")
-    text = "\n".join(p for p in parts if p)
-    return text if len(text) <= MAX_CONTENT_CHARS else text[: MAX_CONTENT_CHARS - 1] + "…"
-
-
-def to_agentium(message: AFMessage) -> Message:
-    """The Agentium message for one framework message: ``to_dict()`` as payload, readable text as content.
-
-    Roles: ``user``, ``assistant`` and ``system`` keep theirs (``developer``
-    is ``system``); a ``tool`` message (function results) is ``user`` input,
-    because Agentium's ``tool`` role needs its call in the same group and a
-    run may store a call and its result in different saves.
-    """
-    if not isinstance(message, AFMessage):
-        raise ForeignMessageError(
-            f"save_messages takes agent_framework.Message objects, got {type(message).__name__}; "
-            "nothing was written"
-        )
-    try:
-        role = _ROLES.get(str(message.role), Role.USER)
-        text, payload = _readable(message), message.to_dict()
-    except Exception as exc:
-        # A message's role, contents and to_dict() are the framework's (or a subclass's) code:
-        # whatever they raise, the host gets this integration's typed error, not a bare one.
-        raise ForeignMessageError(
-            f"a message could not be read or serialized ({type(exc).__name__} raised); nothing was written"
-        ) from exc
-    try:
-        # A load decodes every message with Message.from_dict and fails closed on one it cannot
-        # (it never skips one): a to_dict() that does not decode (a subclass's own) would make
-        # every later load of the session fail. It is refused here, before anything is written.
-        AFMessage.from_dict(payload)
-    except Exception as exc:
-        raise ForeignMessageError(
-            f"a message's to_dict() does not decode as an Agent Framework message "
-            f"({type(exc).__name__} raised by Message.from_dict), so no load could read it back; "
-            "nothing was written"
-        ) from exc
-    return Message(role, text, payload=payload, payload_format=MESSAGE_FORMAT)
-
-
-def _listed(messages: Sequence[AFMessage]) -> list[AFMessage]:
-    """The messages of a ``save_messages`` call, read once; what iterating them raises is a typed error.
-
-    A sequence of the host's own type runs its own code when iterated (its ``__iter__``,
-    ``__len__``): whatever that raises reaches the host as :class:`ForeignMessageError`, and
-    a sequence that never ends is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes
-    no more). A loop, not ``list()``: that would first allocate what ``__len__`` claims.
-    """
-    given: list[AFMessage] = []
-    try:
-        for message in messages:
-            given.append(message)
-            if len(given) > MAX_APPEND_MESSAGES:
-                raise ForeignMessageError(
-                    f"save_messages takes at most {MAX_APPEND_MESSAGES} messages in one call; "
-                    "nothing was written"
-                )
-    except ForeignMessageError:
-        raise
-    except Exception as exc:
-        raise ForeignMessageError(
-            f"save_messages could not iterate its messages ({type(exc).__name__} raised); nothing was written"
-        ) from exc
-    return given
-
-
-def from_agentium(message: Message, where: str) -> AFMessage:
-    """The framework message a committed message stands for; another format fails closed."""
-    if message.payload_format == MESSAGE_FORMAT:
-        if not isinstance(message.payload, dict):
-            raise ForeignMessageError(f"{where} has payload_format {MESSAGE_FORMAT} but no message object")
-        try:
-            return AFMessage.from_dict(message.payload)
-        except Exception as exc:  # the framework's own decoder: any failure is damage, never skipped
-            raise ForeignMessageError(
-                f"{where} does not decode as an Agent Framework message: {exc}"
-            ) from exc
-    if message.payload_format is not None:
-        raise ForeignMessageError(
-            f"{where} holds a {message.payload_format!r} item, not an Agent Framework message "
-            f"({MESSAGE_FORMAT}); this session id is used by another framework's integration"
-        )
-    role = "user" if message.role is Role.TOOL else message.role.value
-    return AFMessage(role, [message.content])
 
 
 class AgentiumHistoryProvider(HistoryProvider):
@@ -305,6 +192,9 @@ class AgentiumHistoryProvider(HistoryProvider):
         self.max_bytes = max_bytes
         self.recall_scope = recall_scope
         self.busy_timeout_s = float(busy_timeout_s)
+        # Per session id, the erasure fence of the latest get_messages (the run's input): the saves
+        # after it follow that load, so an erasure since refuses them (docs/runtime.md). Bounded.
+        self._fences: OrderedDict[str, ReadFence] = OrderedDict()
 
     def _session(self, session_id: str | None) -> str:
         if session_id is None:
@@ -324,9 +214,12 @@ class AgentiumHistoryProvider(HistoryProvider):
         """The newest messages of the view, oldest first: within ``max_messages`` and ``max_bytes``."""
         sid = self._session(session_id)
         for _ in range(_READ_RESTARTS):
-            chosen = await self._newest(sid)
-            if chosen is not None:
-                return self._decode(sid, chosen)
+            newest = await self._newest(sid)
+            if newest is not None:
+                chosen, fence = newest
+                decoded = self._decode(sid, chosen)
+                self._remember(sid, fence)  # only once every message decoded
+                return decoded
         refused = SessionConflictError(
             f"the view of session {sid!r} changed between the pages of every read "
             f"({_READ_RESTARTS} attempts); nothing was changed: load again"
@@ -334,8 +227,17 @@ class AgentiumHistoryProvider(HistoryProvider):
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused
 
-    async def _newest(self, sid: str) -> list[Message] | None:
-        """The messages ``get_messages`` returns; ``None`` when the view changed between two pages."""
+    def _remember(self, sid: str, fence: ReadFence | None) -> None:
+        """Keep ``fence`` as the latest load of ``sid`` (at most :data:`MAX_READ_FENCES` ids kept)."""
+        self._fences.pop(sid, None)
+        if fence is None:
+            return
+        self._fences[sid] = fence
+        while len(self._fences) > MAX_READ_FENCES:
+            self._fences.popitem(last=False)
+
+    async def _newest(self, sid: str) -> tuple[list[Message], ReadFence | None] | None:
+        """The messages ``get_messages`` returns, with its first read's fence; ``None``: the view changed."""
         chosen: list[Message] = []
         used = 0  # canonical bytes of the groups chosen
         first: HistoryPage | None = None
@@ -353,7 +255,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                 except InvalidArgumentError:
                     # The newest group alone is over max_bytes: its newest messages that fit.
                     alone = await self.runtime.read_history(self.identity, sid, max_groups=1)
-                    return self._newest_of(alone.groups[-1]) if alone.groups else []
+                    return (self._newest_of(alone.groups[-1]) if alone.groups else []), alone.read_fence
                 groups: Sequence[HistoryGroup] = page.groups
             else:
                 assert seam is not None  # set from every page that has one after it
@@ -370,12 +272,12 @@ class AgentiumHistoryProvider(HistoryProvider):
                 if len(chosen) + len(shown) > self.max_messages or used + group.size_bytes > self.max_bytes:
                     if not chosen:  # one group over the bound alone: its newest messages
                         chosen = self._newest_of(group)
-                    return chosen
+                    return chosen, first.read_fence
                 chosen[:0] = shown
                 used += group.size_bytes
             if page.next_before_seq is None or len(chosen) >= self.max_messages or len(page.groups) < asked:
                 # Fewer groups than asked with more to come: core stopped at max_bytes.
-                return chosen
+                return chosen, first.read_fence
             seam = page.groups[0]
 
     def _newest_of(self, group: HistoryGroup) -> list[Message]:
@@ -458,6 +360,12 @@ class AgentiumHistoryProvider(HistoryProvider):
         that, :class:`ReplayCheckLimitError` and nothing is written), and the
         group appended only at the revision it was read at: a write landing
         in between makes it read again.
+
+        After a ``get_messages`` of the session id by this provider, the
+        save follows that load (``append(after_read=...)``): if an erasure of
+        the session (its own, its user's or its tenant's) began or finished
+        since, it raises ``ErasedSinceReadError`` (``not_committed``; nothing
+        written, not retried) and forgets the load: load again.
         """
         sid = self._session(session_id)
         # A str or a mapping would be iterated as characters or keys, and None is no list of messages.
@@ -466,7 +374,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                 f"save_messages takes a list of agent_framework.Message objects, got "
                 f"{type(messages).__name__}; nothing was written"
             )
-        given = _listed(messages)
+        given = listed(messages)
         if not given:
             return
         converted = [to_agentium(m) for m in given]
@@ -479,6 +387,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                 f"a message's id or contents could not be read to compare it with the session's last "
                 f"messages ({type(exc).__name__} raised); nothing was written"
             ) from exc
+        fence = self._fences.get(sid)  # the latest load this save follows (None: none by this provider)
         # The last append refused uncommitted, and the revision it was refused at.
         last: tuple[SessionConflictError, int] | None = None
         deadline, delay = time.monotonic() + self.busy_timeout_s, 0.002
@@ -506,15 +415,25 @@ class AgentiumHistoryProvider(HistoryProvider):
             ) -> SessionConflictError | None:
                 try:
                     await self.runtime.append(
-                        self.identity, sid, fresh, recall_scope=self.recall_scope, expected_revision=revision
+                        self.identity,
+                        sid,
+                        fresh,
+                        recall_scope=self.recall_scope,
+                        expected_revision=revision,
+                        after_read=fence,
                     )
                 except SessionConflictError as exc:
-                    if exc.commit_state is not CommitState.NOT_COMMITTED:
+                    if exc.commit_state is not CommitState.NOT_COMMITTED or isinstance(
+                        exc, ErasedSinceReadError
+                    ):
                         raise
                     return exc  # the session moved on since the read (or see above): read its tail again
                 return None
 
-            lost = await self._retrying(add)
+            try:
+                lost = await self._retrying(add)
+            except ErasedSinceReadError as exc:
+                raise self._erased_since_load(sid, fence) from exc
             if lost is None:
                 return
             last = (lost, revision)
@@ -524,6 +443,19 @@ class AgentiumHistoryProvider(HistoryProvider):
         )
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused from (last[0] if last is not None else None)
+
+    def _erased_since_load(self, sid: str, fence: ReadFence | None) -> ErasedSinceReadError:
+        """The save's refusal after an erasure since the load it follows; that load is forgotten."""
+        if self._fences.get(sid) is fence:
+            # Stale for good: the same fence would refuse every later save as well.
+            self._fences.pop(sid, None)
+        refused = ErasedSinceReadError(
+            f"session {sid!r} may have been erased since get_messages loaded it (an erasure of it, its "
+            "user or its tenant began or finished meanwhile); the messages were made from that load, "
+            "so nothing was written: load the session again"
+        )
+        refused.commit_state = CommitState.NOT_COMMITTED
+        return refused
 
     async def _repeated(self, sid: str, incoming: list[Identity]) -> tuple[int, int] | None:
         """How many of the first ``incoming`` repeat the view's last messages, and the revision read at.
@@ -592,7 +524,11 @@ class AgentiumHistoryProvider(HistoryProvider):
             try:
                 return await write()
             except (SessionBusyError, SessionConflictError) as exc:
-                retryable = isinstance(exc, SessionBusyError) or exc.commit_state is CommitState.NOT_COMMITTED
+                # Refused as erased since the load: the same write would be refused again.
+                retryable = isinstance(exc, SessionBusyError) or (
+                    exc.commit_state is CommitState.NOT_COMMITTED
+                    and not isinstance(exc, ErasedSinceReadError)
+                )
                 if not retryable or time.monotonic() + delay > deadline:
                     raise
             await anyio.sleep(delay * (0.5 + random.random()))

@@ -1,0 +1,149 @@
+"""Agent Framework messages as Agentium messages, and back: one framework message, one Agentium message.
+
+Each message is kept whole as its payload (``Message.to_dict()``, format
+:data:`MESSAGE_FORMAT`) with readable text as its content; a load decodes it
+with ``Message.from_dict`` and fails closed on one it cannot. Kept apart
+from the provider (:mod:`._provider`), which reads and writes history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from agent_framework import Message as AFMessage
+
+from agentium_harness import MAX_APPEND_MESSAGES, InvalidArgumentError, Message, Role
+
+__all__ = [
+    "MAX_CONTENT_CHARS",
+    "MESSAGE_FORMAT",
+    "ForeignMessageError",
+    "from_agentium",
+    "listed",
+    "to_agentium",
+]
+
+#: ``Message.payload_format`` of an Agent Framework message: ``agent_framework.Message.to_dict()``.
+MESSAGE_FORMAT: Final = "agent_framework.message/v1"
+#: The readable ``content`` is cut to this many characters (the message itself is never cut).
+MAX_CONTENT_CHARS: Final = 16_384
+
+
+_ROLES: Final = {
+    "user": Role.USER,
+    "assistant": Role.ASSISTANT,
+    "system": Role.SYSTEM,
+    "developer": Role.SYSTEM,
+}
+
+
+class ForeignMessageError(InvalidArgumentError):
+    """History holds something that is not an Agent Framework message, or a message cannot be stored.
+
+    On ``save_messages`` nothing was written. On ``get_messages`` the read
+    failed closed: nothing was skipped and nothing was changed.
+    """
+
+
+def _readable(message: AFMessage) -> str:
+    """Readable text for ``message``: its text, and a short line per call or result (never raw JSON)."""
+    parts: list[str] = []
+    for content in message.contents:
+        kind = getattr(content, "type", None)
+        if kind == "text":
+            parts.append(str(getattr(content, "text", "") or ""))
+        elif kind == "function_call":
+            parts.append(
+                f"[function_call {getattr(content, 'name', '?')}] {getattr(content, 'arguments', '')}"
+            )
+        elif kind == "function_result":
+            parts.append(
+                f"[function_result {getattr(content, 'call_id', '?')}] {getattr(content, 'result', '')}"
+            )
+        elif isinstance(kind, str):
+            parts.append(f"[{kind}]")
+    text = "\n".join(p for p in parts if p)
+    return text if len(text) <= MAX_CONTENT_CHARS else text[: MAX_CONTENT_CHARS - 1] + "…"
+
+
+def to_agentium(message: AFMessage) -> Message:
+    """The Agentium message for one framework message: ``to_dict()`` as payload, readable text as content.
+
+    Roles: ``user``, ``assistant`` and ``system`` keep theirs (``developer``
+    is ``system``); a ``tool`` message (function results) is ``user`` input,
+    because Agentium's ``tool`` role needs its call in the same group and a
+    run may store a call and its result in different saves.
+    """
+    if not isinstance(message, AFMessage):
+        raise ForeignMessageError(
+            f"save_messages takes agent_framework.Message objects, got {type(message).__name__}; "
+            "nothing was written"
+        )
+    try:
+        role = _ROLES.get(str(message.role), Role.USER)
+        text, payload = _readable(message), message.to_dict()
+    except Exception as exc:
+        # A message's role, contents and to_dict() are the framework's (or a subclass's) code:
+        # whatever they raise, the host gets this integration's typed error, not a bare one.
+        raise ForeignMessageError(
+            f"a message could not be read or serialized ({type(exc).__name__} raised); nothing was written"
+        ) from exc
+    try:
+        # A load decodes every message with Message.from_dict and fails closed on one it cannot
+        # (it never skips one): a to_dict() that does not decode (a subclass's own) would make
+        # every later load of the session fail. It is refused here, before anything is written.
+        AFMessage.from_dict(payload)
+    except Exception as exc:
+        raise ForeignMessageError(
+            f"a message's to_dict() does not decode as an Agent Framework message "
+            f"({type(exc).__name__} raised by Message.from_dict), so no load could read it back; "
+            "nothing was written"
+        ) from exc
+    return Message(role, text, payload=payload, payload_format=MESSAGE_FORMAT)
+
+
+def listed(messages: Sequence[AFMessage]) -> list[AFMessage]:
+    """The messages of a ``save_messages`` call, read once; what iterating them raises is a typed error.
+
+    A sequence of the host's own type runs its own code when iterated (its ``__iter__``,
+    ``__len__``): whatever that raises reaches the host as :class:`ForeignMessageError`, and
+    a sequence that never ends is cut off past ``MAX_APPEND_MESSAGES`` (``append`` takes
+    no more). A loop, not ``list()``: that would first allocate what ``__len__`` claims.
+    """
+    given: list[AFMessage] = []
+    try:
+        for message in messages:
+            given.append(message)
+            if len(given) > MAX_APPEND_MESSAGES:
+                raise ForeignMessageError(
+                    f"save_messages takes at most {MAX_APPEND_MESSAGES} messages in one call; "
+                    "nothing was written"
+                )
+    except ForeignMessageError:
+        raise
+    except Exception as exc:
+        raise ForeignMessageError(
+            f"save_messages could not iterate its messages ({type(exc).__name__} raised); nothing was written"
+        ) from exc
+    return given
+
+
+def from_agentium(message: Message, where: str) -> AFMessage:
+    """The framework message a committed message stands for; another format fails closed."""
+    if message.payload_format == MESSAGE_FORMAT:
+        if not isinstance(message.payload, dict):
+            raise ForeignMessageError(f"{where} has payload_format {MESSAGE_FORMAT} but no message object")
+        try:
+            return AFMessage.from_dict(message.payload)
+        except Exception as exc:  # the framework's own decoder: any failure is damage, never skipped
+            raise ForeignMessageError(
+                f"{where} does not decode as an Agent Framework message: {exc}"
+            ) from exc
+    if message.payload_format is not None:
+        raise ForeignMessageError(
+            f"{where} holds a {message.payload_format!r} item, not an Agent Framework message "
+            f"({MESSAGE_FORMAT}); this session id is used by another framework's integration"
+        )
+    role = "user" if message.role is Role.TOOL else message.role.value
+    return AFMessage(role, [message.content])
