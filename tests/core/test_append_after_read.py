@@ -21,6 +21,7 @@ import attrs
 import pytest
 
 from agentium_harness import (
+    BlockingRuntime,
     CommitState,
     ErasedSinceReadError,
     EraseTarget,
@@ -195,3 +196,20 @@ async def test_bad_after_read_is_refused_with_nothing_written(pair: Pair) -> Non
         assert await _stored(pair, ANA, "s1") == before, value
     assert isinstance(hand_made, HistoryPage)
     assert await _texts(pair.host, ANA, "s1") == ["first"]
+
+
+def test_the_blocking_twin_passes_after_read_on() -> None:
+    """``BlockingRuntime.append(after_read=...)``: the same check, from a request thread."""
+    archive, store = InMemoryArchive(), InMemorySessionStore()
+    host = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True), archive=archive, session_store=store
+    )
+    with BlockingRuntime(host) as blocking:
+        blocking.append(ANA, "s1", [Message(Role.USER, "first secret qzfirstq")])
+        page = blocking.read_history(ANA, "s1", max_groups=10)
+        blocking.erase(_erasure("session"), reason="dsr", attestation=OPERATOR)
+        with pytest.raises(ErasedSinceReadError):
+            blocking.append(ANA, "s1", TURN, after_read=page)
+        with pytest.raises(InvalidArgumentError):
+            blocking.append(ANA, "s1", TURN, after_read="a page")  # type: ignore[arg-type]
+        assert blocking.read_history(ANA, "s1", max_groups=10, view=False).groups == ()
