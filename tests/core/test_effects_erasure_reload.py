@@ -16,12 +16,14 @@ the two processes: ``slow`` runs the turn, ``other`` erases and writes.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from _effects_support import DEPLOY
+from _erasure_records import as_earlier_versions, joined_record
 
 from agentium_harness import (
     CommitState,
@@ -255,21 +257,31 @@ async def test_an_erasure_of_another_session_still_lets_what_ran_be_committed(
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
-async def test_a_session_erased_before_the_turn_refuses_what_ran_when_the_tenant_erased_meanwhile(
-    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("records", ["this-version", "earlier-version"])
+async def test_a_session_erased_before_the_turn_keeps_what_ran_when_the_tenant_erased_meanwhile(
+    kind: str,
+    records: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Conservative: a finished erasure of the session does not say whether it came after the turn's load.
+    """The session id was erased, then used again, before the turn; during it only another session was.
 
-    The session id was erased, then used again, before the turn; during the
-    turn only another session was erased. The reload cannot tell the older
-    erasure from one since the load, so what ran is refused, and the error says why.
+    The erasure's tombstone says at which ledger revision it joined: before
+    the turn's load, so what ran is committed on the reload. A tombstone
+    written by an earlier version does not say it: conservatively refused,
+    and the error says why.
     """
     log: list[str] = []
     provider = Held(primed=3)
     slow, other = _pair(kind, tmp_path, provider, log)
     try:
         await slow.run(ANA, "s1", "before the first erasure")
-        await other.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+        with as_earlier_versions(monkeypatch) if records == "earlier-version" else nullcontext():
+            done = await other.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+            )
+        kept = await joined_record(other.session_store, "acme", done.record.erasure_id)
         await slow.run(ANA, "s1", "first turn again")
         await slow.run(ANA, "s9", "another session")
 
@@ -279,11 +291,53 @@ async def test_a_session_erased_before_the_turn_refuses_what_ran_when_the_tenant
 
         caplog.set_level(logging.WARNING)
         error, cancelled = await _turn_while(slow, provider, meanwhile, ending="answer")
-        _assert_refused(error, cancelled, "answer")
-        assert "may predate the erasure" in str(error)
-        _assert_warned(caplog)
         texts = await _texts(slow, "s1")
-        assert texts == ["first turn again", "noted", "a concurrent turn", "ok"]
+        if records == "earlier-version":
+            _assert_refused(error, cancelled, "answer")
+            assert "may predate the erasure" in str(error)
+            _assert_warned(caplog)
+            assert texts == ["first turn again", "noted", "a concurrent turn", "ok"]
+            assert kept is None  # as an earlier version: no join record
+            return
+        assert isinstance(error, SessionConflictError), error
+        assert error.commit_state is CommitState.COMMITTED
+        report = error.run_result
+        assert report is not None and report.committed and report.group_seq == 2
+        assert texts[:4] == ["first turn again", "noted", "a concurrent turn", "ok"]
+        assert TURN in texts and RESULT in texts
+        assert not [r for r in caplog.records if "erasure of its session" in r.getMessage()]
+        assert kept is not None  # (checked last: the behaviour above is what the test is about)
+    finally:
+        await slow.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_a_session_erased_before_and_again_during_the_turn_refuses_what_ran(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Exact both ways: the earlier erasure does not refuse, the one during the turn does."""
+    log: list[str] = []
+    provider = Held(primed=2)
+    slow, other = _pair(kind, tmp_path, provider, log)
+    target = EraseTarget.session("acme", "ana", "s1")
+    erased: list[Any] = []
+    try:
+        await slow.run(ANA, "s1", "before the first erasure")
+        await other.erase(target, reason="dsr", attestation=OPERATOR)
+        await slow.run(ANA, "s1", "first turn again")
+
+        async def meanwhile() -> None:
+            erased.append(await other.erase(target, reason="dsr", attestation=OPERATOR))
+            await other.run(ANA, "s1", "after the erasure")
+
+        caplog.set_level(logging.WARNING)
+        error, cancelled = await _turn_while(slow, provider, meanwhile, ending="answer")
+        _assert_refused(error, cancelled, "answer")
+        (result,) = erased
+        assert result.record.erasure_id in str(error)  # the erasure during the turn is named
+        _assert_warned(caplog)
+        assert await _texts(slow, "s1") == ["after the erasure", "ok"]
     finally:
         await slow.aclose()
         await other.aclose()
@@ -389,13 +443,16 @@ class _ErasingOnLoad(InMemorySessionStore):
         return found
 
 
-async def test_an_append_to_an_id_erased_before_is_refused_while_the_tenant_erases_then_retried(
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize("records", ["this-version", "earlier-version"])
+async def test_an_append_to_an_id_erased_before_while_the_tenant_erases(
+    records: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Conservative, and transient: only the append whose commit saw the ledger move is refused.
+    """The id's erasure joined the ledger before the append loaded: the append commits.
 
-    Its WARNING names the operation as it is ("append not committed"); the
-    same append again, with no erasure during it, commits into the id used again.
+    Written by an earlier version, the tombstone does not say when it joined:
+    conservative, and transient. Only the append whose commit saw the ledger
+    move is refused; its WARNING names the operation as it is ("append not
+    committed"); the same append again, with no erasure during it, commits.
     """
     store = _ErasingOnLoad()
     runtime = create_harness_runtime(
@@ -405,13 +462,24 @@ async def test_an_append_to_an_id_erased_before_is_refused_while_the_tenant_eras
     try:
         await runtime.append(ANA, "s1", [Message(role="user", content="before qzbeforeq")])
         await runtime.append(ANA, "s9", [Message(role="user", content="another session")])
-        await runtime.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+        with as_earlier_versions(monkeypatch) if records == "earlier-version" else nullcontext():
+            done = await runtime.erase(
+                EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR
+            )
+        kept = await joined_record(store, "acme", done.record.erasure_id)
 
         async def erase_another() -> None:
             await runtime.erase(EraseTarget.session("acme", "ana", "s9"), reason="dsr", attestation=OPERATOR)
 
         store.meanwhile = erase_another
         caplog.set_level(logging.WARNING)
+        if records == "this-version":
+            committed = await runtime.append(ANA, "s1", message)
+            assert store.meanwhile is None  # the erasure did run between the load and the commit
+            assert committed.seq == 0 and await _texts(runtime, "s1") == ["after the erasure"]
+            assert not [r for r in caplog.records if "erasure of its session" in r.getMessage()]
+            assert kept is not None  # (checked last: the behaviour above is what the test is about)
+            return
         with pytest.raises(SessionConflictError) as caught:
             await runtime.append(ANA, "s1", message)
         assert caught.value.commit_state is CommitState.NOT_COMMITTED
@@ -420,7 +488,8 @@ async def test_an_append_to_an_id_erased_before_is_refused_while_the_tenant_eras
         warned = [r.getMessage() for r in caplog.records if "erasure of its session" in r.getMessage()]
         assert [w.split(":")[0] for w in warned] == ["append not committed"]
         assert await _texts(runtime, "s1") == []
-        done = await runtime.append(ANA, "s1", message)
-        assert done.seq == 0 and await _texts(runtime, "s1") == ["after the erasure"]
+        again = await runtime.append(ANA, "s1", message)
+        assert again.seq == 0 and await _texts(runtime, "s1") == ["after the erasure"]
+        assert kept is None  # as an earlier version: no join record
     finally:
         await runtime.aclose()

@@ -30,6 +30,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine import erasure
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
@@ -147,14 +148,25 @@ class _SweepingStore(InMemorySessionStore):
         return found
 
 
-async def _swept(sweeps: int, busy_timeout_s: float) -> tuple[HarnessRuntime, AgentiumHistoryProvider]:
+async def _not_kept(*args: Any) -> None:
+    return None
+
+
+async def _swept(
+    sweeps: int, busy_timeout_s: float, monkeypatch: pytest.MonkeyPatch
+) -> tuple[HarnessRuntime, AgentiumHistoryProvider]:
     """Session ``s1`` erased, its id free again; its next ``sweeps`` loads each see another erasure."""
     store = _SweepingStore()
     runtime = create_harness_runtime(
         provider=ScriptedProvider(replies=["(not called)"]), archive=InMemoryArchive(), session_store=store
     )
     await runtime.append(ANA, "s1", [Message(role="user", content="before the erasure")])
-    await runtime.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+    # As an earlier core version erased it: keeping no record of where it joined the erasure ledger,
+    # so core cannot tell it finished before a load, and refuses the append while erasures of the
+    # tenant run (conservatively, as it did for every erasure before).
+    with monkeypatch.context() as patched:
+        patched.setattr(erasure, "save_joined", _not_kept)
+        await runtime.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
     made = itertools.count()
 
     async def sweep() -> None:  # an erasure of another session of the tenant (as a retention sweep's)
@@ -166,14 +178,16 @@ async def _swept(sweeps: int, busy_timeout_s: float) -> tuple[HarnessRuntime, Ag
     return runtime, AgentiumHistoryProvider(runtime, ANA, busy_timeout_s=busy_timeout_s)
 
 
-async def test_a_save_refused_while_erasures_run_is_retried_with_back_off_until_it_lands() -> None:
-    """Core refuses the append conservatively while the tenant's erasures move (the id was erased once).
+async def test_a_save_refused_while_erasures_run_is_retried_with_back_off_until_it_lands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Core refuses the append conservatively while the tenant's erasures move (an old erasure of its id).
 
     The session did not change, so no race was lost: the save backs off and
     tries again within ``busy_timeout_s`` instead of spending its restarts
     at once and saying the session changed, and lands once the sweep is over.
     """
-    runtime, provider = await _swept(sweeps=24, busy_timeout_s=30)
+    runtime, provider = await _swept(sweeps=24, busy_timeout_s=30, monkeypatch=monkeypatch)
     try:
         await provider.save_messages("s1", [AFMessage("user", ["after the erasure"])])
         page = await runtime.read_history(ANA, "s1", max_groups=10)
@@ -182,8 +196,8 @@ async def test_a_save_refused_while_erasures_run_is_retried_with_back_off_until_
         await runtime.aclose()
 
 
-async def test_a_save_refused_until_busy_timeout_raises_that_refusal() -> None:
-    runtime, provider = await _swept(sweeps=10_000, busy_timeout_s=0.3)
+async def test_a_save_refused_until_busy_timeout_raises_that_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime, provider = await _swept(sweeps=10_000, busy_timeout_s=0.3, monkeypatch=monkeypatch)
     try:
         with pytest.raises(SessionConflictError) as caught:
             await provider.save_messages("s1", [AFMessage("user", ["after the erasure"])])

@@ -32,17 +32,34 @@ A session absent at the load and absent now tells nothing by its revision:
 an erasure of it (or of its user or tenant) meanwhile found nothing stored,
 yet what the commit holds — a new session's first turn — was submitted
 before it. So then, when the ledger moved, the tenant's finished erasures
-are read too, and one of the whole session refuses the commit
-(:class:`SessionConflictError`, a WARNING logged, no content).
+are read too, and one of the whole session that joined the ledger after the
+load refuses the commit (:class:`SessionConflictError`, a WARNING logged,
+no content).
 
 A run that loads its session again to commit what ran (:mod:`.effects`)
 moves its ticket's fence point to that load; the content it commits is
 still from before it. :func:`refuse_if_erased_since` compares the reload
 with the run's first load: if the ledger moved in between and an erasure of
-the whole session (its own, its user's or its tenant's) is among the
-tenant's finished ones, what ran is refused. A finished erasure does not
-say which ledger revision it came after, so one that completed before the
-run loaded refuses it too (conservatively: never the other way round).
+the whole session (its own, its user's or its tenant's) that joined the
+ledger after the first load is among the tenant's finished ones, what ran
+is refused.
+
+Which erasures joined after a load (:func:`_joined_since`): the load saw
+the ledger at revision F and no covering erasure in it (else it was
+refused). A covering erasure finished since was therefore either finished
+before F or joined after it. It keeps the revision its header was added
+to, R (0 for a ledger not yet written), and the join, a compare-and-set
+on R, made the ledger's very next revision. The
+ledger's revisions only rise (a save returns one above the revision it
+replaced, and the row is never removed: a finished erasure leaves it
+empty; no erasure reaches the reserved tenant), so no load ever saw a
+revision between R and the join: F <= R means the load came before the
+join, F > R that it came after, when the erasure was already finished. An
+erasure without the revision (one an earlier version started, or one
+that stopped before keeping it) may have joined at any time: it refuses as
+if it joined after (never the other way round). R is kept under a key of
+its own (:func:`.erasure_ledger.save_joined`), read only here, one small
+read per finished erasure of the whole session, newest first.
 """
 
 from __future__ import annotations
@@ -50,11 +67,12 @@ from __future__ import annotations
 import logging
 
 from .._errors import ErasureInProgressError, SessionConflictError
+from .._ports.erasure import ErasureRecord
 from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .._validators import exact_int
 from .erasure_index import finished_covering
-from .erasure_ledger import ledger_of, pending_key
+from .erasure_ledger import joined_after, ledger_of, pending_key
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
 
@@ -111,7 +129,7 @@ async def refuse_if_erased_since_load(
     if now is None and stored is None:
         # Absent then and now: an erasure of the session meanwhile found nothing stored, and left
         # nothing a revision could tell. Only its tombstone says it ran.
-        await _refuse_if_erased_whole(ticket, store, key)
+        await _refuse_if_erased_whole(ticket, store, key, seen)
 
 
 async def refuse_if_erased_since(
@@ -123,22 +141,34 @@ async def refuse_if_erased_since(
     is from then); ``ticket.fence_seen`` that of the load just made, which
     refused a covering erasure still pending. If the ledger moved in between
     (an erasure of the tenant began or ended), the tenant's finished
-    erasures are read: one that took the whole session refuses with
-    :class:`SessionConflictError` (a WARNING logged, no content). It is
-    indexed before it leaves the ledger, so none is missed; whether it
-    completed before ``first`` cannot be told, so that refuses too.
+    erasures are read: one that took the whole session and joined the
+    ledger after ``first`` (or may have: an earlier version's record)
+    refuses with :class:`SessionConflictError` (a WARNING logged, no
+    content). It is indexed before it leaves the ledger, so none is missed.
     """
     if first is None or ticket.fence_seen is None or ticket.fence_seen == first:
         return  # no fenced first load, or no erasure of the tenant began or ended since it
-    await _refuse_if_erased_whole(ticket, store, key)
+    await _refuse_if_erased_whole(ticket, store, key, first[0])
 
 
-async def _refuse_if_erased_whole(ticket: Ticket, store: SessionStore, key: SessionKey) -> None:
-    """Refuse the commit if a finished erasure of the whole of ``key`` is indexed (the ledger moved)."""
-    erased = [r for r in await finished_covering(ticket, store, key) if r.target.covers_session(key)]
-    if not erased:
+async def _refuse_if_erased_whole(
+    ticket: Ticket, store: SessionStore, key: SessionKey, loaded_at: int | None
+) -> None:
+    """Refuse the commit if a finished erasure of the whole of ``key`` joined the ledger since ``loaded_at``.
+
+    ``loaded_at`` is the ledger's revision at the load the commit's content
+    is from (``None``: the ledger was absent then); called once it moved.
+    """
+    whole = [r for r in await finished_covering(ticket, store, key) if r.target.covers_session(key)]
+    # Newest first: the one likeliest to have joined since is read first, and the first that did
+    # refuses (one small read each; most sessions have no erasure at all).
+    record = None
+    for candidate in reversed(whole):
+        if await _joined_since(ticket, store, candidate, loaded_at):
+            record = candidate
+            break
+    if record is None:
         return
-    record = erased[-1]
     _log.warning(
         # The operation's name first ("append", "view reset"): no article to get wrong for any.
         "%s not committed: an erasure of its session is recorded and the tenant's erasures "
@@ -152,3 +182,18 @@ async def _refuse_if_erased_whole(ticket: Ticket, store: SessionStore, key: Sess
         f"and erasures of tenant {key.tenant!r} ran since it was loaded: what this commit holds may "
         "predate the erasure; nothing was committed"
     )
+
+
+async def _joined_since(
+    ticket: Ticket, store: SessionStore, record: ErasureRecord, loaded_at: int | None
+) -> bool:
+    """True if ``record``'s erasure may have joined the ledger after a load that saw it at ``loaded_at``.
+
+    Exact for an erasure that kept where it joined (the module's docstring
+    says why); one that did not may have joined at any time.
+    """
+    joined = await joined_after(ticket, store, record)
+    if joined is None:
+        return True
+    # An absent ledger (None) is before every revision, and a join on an absent ledger (0) the first.
+    return joined >= (0 if loaded_at is None else loaded_at)

@@ -9,7 +9,8 @@ in this order, and every step is durable before the next begins:
    erasure: nothing is removed anywhere).
 2. **The record** (:mod:`.erasure_ledger`): the erasure's header joins the
    tenant's ``pending`` ledger, which every run, append and maintenance
-   operation reads first and is refused by; its full record is saved.
+   operation reads first and is refused by; where it joined (the ledger's
+   revision it was added to, for the commit fence) and its full record are saved.
    From here a crash leaves the record, and the next call (or
    ``agentium erase --resume``) completes it.
 3. **Late writes settle**: calls of the scope this process walked away from
@@ -82,7 +83,9 @@ from .erasure_ledger import (
     pending_key,
     pending_records,
     record_key,
+    save_joined,
     update_ledger,
+    update_ledger_from,
 )
 from .erasure_resume import finished_elsewhere, save_progress
 from .erasure_scrub import PHYSICAL_RANK, defers_scrub
@@ -417,8 +420,10 @@ async def start(
     # The fence first: from here every run on the scope is refused, in every process.
     if before_write is not None:
         before_write()
-    await update_ledger(ticket, store, pending_key(tenant), join)
+    joined, _ = await update_ledger_from(ticket, store, pending_key(tenant), join)
     try:
+        # Where the header joined, for the commit fence (.commit_fence), before anything is erased.
+        await save_joined(ticket, store, record, joined)
         await save_record(ticket, store, record)
     except Exception as exc:
         # Pending from here (its header fences the scope; a resume starts from the header).

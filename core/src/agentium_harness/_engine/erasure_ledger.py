@@ -15,6 +15,10 @@ and a tenant erasure of any real tenant never reaches them. Per tenant:
   ever sees half-erased history; it is usually absent (one cheap read).
 - ``e-<erasure id>``: one erasure's full record, progress and all; once
   complete, its tombstone.
+- ``j-<erasure id>``: its header and the revision of ``pending`` it joined
+  (:func:`save_joined`, :func:`joined_after`), for the commit fence. A key
+  of its own: earlier versions, which decode every record strictly, never
+  read it, so the records they do read keep the bytes they wrote.
 - ``index``, ``index-<n>``, ``by-<scope>``, ``by-<scope>-<n>``: the
   tenant's finished erasures, in bounded pages (see :mod:`.erasure_index`).
 """
@@ -38,14 +42,18 @@ from .lifecycle import Ticket, covers
 
 __all__ = [
     "index_key",
+    "joined_after",
+    "joined_key",
     "ledger_of",
     "load_ledger",
     "pending_key",
     "pending_records",
     "record_key",
     "refuse_if_erasing",
+    "save_joined",
     "save_ledger",
     "update_ledger",
+    "update_ledger_from",
 ]
 
 #: Compare-and-set attempts of one ledger update before it gives up (another erasure kept winning).
@@ -70,6 +78,32 @@ def index_key(tenant: str, name: str = "index") -> SessionKey:
 def record_key(tenant: str, erasure_id: str) -> SessionKey:
     """The key of one erasure's full record."""
     return _key(tenant, f"e-{erasure_id}")
+
+
+def joined_key(tenant: str, erasure_id: str) -> SessionKey:
+    """The key of one erasure's join record (its header, and the ``pending`` revision it joined after)."""
+    return _key(tenant, f"j-{erasure_id}")
+
+
+async def save_joined(
+    ticket: Ticket, store: SessionStore, record: ErasureRecord, revision: int | None
+) -> None:
+    """Keep where ``record``'s header joined ``pending``: after ``revision`` (``None``: none was stored)."""
+    key = joined_key(record.target.tenant_id, record.erasure_id)
+    joined = ErasureLedger((header(record),), joined_after=0 if revision is None else revision)
+    await update_ledger(ticket, store, key, lambda _: joined)
+
+
+async def joined_after(ticket: Ticket, store: SessionStore, record: ErasureRecord) -> int | None:
+    """The ``pending`` revision ``record``'s erasure joined after; ``None`` when not known.
+
+    Not known: an erasure an earlier version started, or one that stopped
+    between joining and keeping it (its resume cannot tell any more).
+    """
+    _, joined = await load_ledger(ticket, store, joined_key(record.target.tenant_id, record.erasure_id))
+    if len(joined.records) != 1 or joined.records[0].erasure_id != record.erasure_id:
+        return None  # absent (or not this erasure's): what the caller assumes then is the worst
+    return joined.joined_after
 
 
 async def load_ledger(
@@ -115,16 +149,31 @@ async def update_ledger(
     ``change`` gets the current ledger and returns the new one; returning it
     unchanged writes nothing.
     """
+    return (await update_ledger_from(ticket, store, key, change))[1]
+
+
+async def update_ledger_from(
+    ticket: Ticket,
+    store: SessionStore,
+    key: SessionKey,
+    change: Callable[[ErasureLedger], ErasureLedger],
+) -> tuple[int | None, ErasureLedger]:
+    """:func:`update_ledger`, also returning the revision the written ledger replaced (``None``: absent).
+
+    The revision is the one the successful compare-and-set was made on, so the
+    ledger's next revision is the write's: an erasure's join keeps it
+    (:func:`save_joined`). Unchanged, nothing written: the revision read.
+    """
     for _ in range(_ATTEMPTS):
         revision, ledger = await load_ledger(ticket, store, key)
         new = change(ledger)
         if new == ledger and revision is not None:
-            return ledger
+            return revision, ledger
         try:
             await save_ledger(ticket, store, key, new, revision)
         except SessionConflictError:
             continue  # another erasure of the tenant wrote first: apply the change to what it wrote
-        return new
+        return revision, new
     raise SessionConflictError(
         f"the erasure records of tenant {key.user!r} kept changing under {_ATTEMPTS} attempts to update "
         f"{key.session!r}; try again"

@@ -502,20 +502,38 @@ def _optional_seq(instance: Any, attribute: attrs.Attribute[Any], value: object)
         _seq(instance, attribute, value)
 
 
+def _optional_revision(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # A store's revision: no ceiling of ours (a store may count past MAX_COUNT), exact and not negative.
+    if value is None:
+        return
+    revision = exact_int(value)
+    if revision is None or revision < 0:
+        raise InvalidArgumentError(
+            f"{attribute.name} must be an int of at least 0, got {shown_number(value)}"
+        )
+    keep_exact(instance, attribute, value, revision)
+
+
 @attrs.frozen(slots=True)
 class ErasureLedger:
     """Erasure records kept by the session store under a reserved key (see docs/erasure.md).
 
-    The other fields are set only on an index of finished erasures (see
-    ``_engine/erasure_index.py``): ``pages``, how many full pages of older
-    entries moved out of it, each under its own key, so that the index itself
-    stays bounded; ``legacy``, on the tenant's index, how many of its oldest
-    entries were written before each erasure was also indexed by its scope.
+    ``pages`` and ``legacy`` are set only on an index of finished erasures
+    (see ``_engine/erasure_index.py``): ``pages``, how many full pages of
+    older entries moved out of it, each under its own key, so that the index
+    itself stays bounded; ``legacy``, on the tenant's index, how many of its
+    oldest entries were written before each erasure was also indexed by its
+    scope. ``joined_after`` is set only on an erasure's join record (its
+    header alone, under a key of its own that earlier versions never read):
+    the revision of the tenant's ``pending`` ledger the header was added to
+    (0: none was stored yet), which the commit fence compares with a load's
+    (``_engine/commit_fence.py``).
     """
 
     # Added later: the ledgers that do not use them keep the bytes (and digests) earlier versions wrote.
-    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("pages", "legacy")
+    __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("pages", "legacy", "joined_after")
 
     records: tuple[ErasureRecord, ...] = attrs.field(default=(), converter=_records_of)
     pages: int | None = attrs.field(default=None, validator=_optional_seq)
     legacy: int | None = attrs.field(default=None, validator=_optional_seq)
+    joined_after: int | None = attrs.field(default=None, validator=_optional_revision)
