@@ -28,12 +28,14 @@ from agentium_harness import (
     CommitState,
     EraseTarget,
     ErasureState,
+    InvalidArgumentError,
     OperatorAttestation,
     SessionConflictError,
     SessionKey,
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._ports.erasure import ErasureLedger
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
@@ -258,3 +260,50 @@ async def test_the_join_is_kept_before_anything_is_erased() -> None:
         assert kept is not None and kept.snapshot.ledger.joined_after == 0
     finally:
         await runtime.aclose()
+
+
+class _RacedJoin(InMemorySessionStore):
+    """The shipped store; the first save of ``pending`` meets another writer's save just before it."""
+
+    raced = False
+
+    async def save(
+        self, key: SessionKey, snapshot: Any, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        if key.session == "pending" and key.tenant == ERASURE_RECORDS_TENANT and not self.raced:
+            self.raced = True
+            stored = await self.load(key, ctx)  # the same ledger saved again: only its revision moves
+            assert stored is not None
+            await super().save(key, stored.snapshot, stored.revision, ctx)
+        return await super().save(key, snapshot, expected_revision, ctx)
+
+
+async def test_a_join_retried_after_a_conflict_keeps_the_revision_it_was_made_on() -> None:
+    """The join's compare-and-set lost once: it is rebuilt on what is stored, and that revision is kept."""
+    store = _RacedJoin()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True), archive=InMemoryArchive(), session_store=store
+    )
+    pending = SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending")
+    try:
+        await runtime.run(ANA, "s1", "hello")
+        await runtime.run(ANA, "s2", "hello")
+        store.raced = True  # the first erasure joins undisturbed (and stores ``pending``)
+        await runtime.erase(_target("session", "s1"), reason="dsr", attestation=OPERATOR)
+        before = await store.load(pending, OpContext())
+        assert before is not None
+        store.raced = False
+        done = await runtime.erase(_target("session", "s2"), reason="dsr", attestation=OPERATOR)
+        assert store.raced
+        kept = await joined_record(store, "acme", done.record.erasure_id)
+        # Not the revision first read (the lost attempt's), but the one the other writer left.
+        assert kept is not None and kept.snapshot.ledger.joined_after == before.revision + 1
+    finally:
+        await runtime.aclose()
+
+
+def test_a_join_revision_must_be_a_plain_int_of_at_least_zero() -> None:
+    assert ErasureLedger(joined_after=0).joined_after == 0
+    for bad in (-1, "3", 2.0, True):
+        with pytest.raises(InvalidArgumentError):
+            ErasureLedger(joined_after=bad)  # type: ignore[arg-type]
