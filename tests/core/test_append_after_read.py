@@ -166,6 +166,20 @@ async def test_an_erasure_of_an_unrelated_session_does_not_refuse(pair: Pair, wh
     assert await _texts(pair.host, ANA, "s1") == ["first", *(m.content for m in TURN)]
 
 
+@pytest.mark.parametrize("level", ["session", "user"])
+async def test_an_erasure_finished_before_the_read_does_not_refuse(pair: Pair, level: str) -> None:
+    """The session (or its user) erased *before* the read, then used again; another user's erasure in the
+    tenant runs between the read and the append: only an erasure that joined after the read refuses it."""
+    await pair.host.append(ANA, "s1", [Message(Role.USER, "old secret qzoldq")])
+    await pair.other.erase(_erasure(level), reason="dsr", attestation=OPERATOR)
+    await pair.host.append(ANA, "s1", [Message(Role.USER, "first after the erasure")])
+    page = await pair.host.read_history(ANA, "s1", max_groups=10)
+    await pair.host.append(BOB, "s9", [Message(Role.USER, "someone else")])
+    await pair.other.erase(EraseTarget.session("acme", "bob", "s9"), reason="dsr", attestation=OPERATOR)
+    await pair.host.append(ANA, "s1", TURN, after_read=page)
+    assert await _texts(pair.host, ANA, "s1") == ["first after the erasure", *(m.content for m in TURN)]
+
+
 async def test_bad_after_read_is_refused_with_nothing_written(pair: Pair) -> None:
     await pair.host.append(ANA, "s1", [Message(Role.USER, "first")])
     await pair.host.append(ANA, "s2", [Message(Role.USER, "other session")])

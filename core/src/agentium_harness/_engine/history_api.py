@@ -126,9 +126,9 @@ class HistoryOperations:
         user's or its tenant's) began or finished since that read, the
         append is refused with :class:`ErasedSinceReadError` (a
         :class:`SessionConflictError`; nothing written, a WARNING logged
-        without content): read again rather than retry. Conservatively, a
-        recorded erasure of the session from before the read refuses too when
-        the tenant's erasures changed since for any other reason. A page of
+        without content): read again rather than retry. An erasure
+        from before the read does not refuse it (one an earlier version ran,
+        with no join record, may, conservatively). A page of
         another session, or anything else, is refused with
         :class:`InvalidArgumentError`. See docs/runtime.md, "Erasure and writes".
         """

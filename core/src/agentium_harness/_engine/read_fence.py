@@ -13,13 +13,12 @@ So the page a read returns carries the fence point of the tenant's
 erasure ledger at that read (:class:`~.history_records.ReadFence`), and an
 append given it compares it with its own load's, through the same check a
 run's load again uses (:func:`.commit_fence.refuse_if_erased_since`): if the
-ledger moved and a finished erasure of the whole session is recorded, the
-append is refused (:class:`ErasedSinceReadError`, a WARNING logged by the
-check, no content). A covering erasure still under way is refused by the
-append's own load (``ErasureInProgressError``). The check is conservative:
-a recorded erasure of the session that finished *before* the read refuses
-too when the ledger moved since for any other reason (another erasure in
-the tenant); the host reads again and the write then goes through.
+ledger moved and a finished erasure of the whole session joined it after
+the read, the append is refused (:class:`ErasedSinceReadError`, a WARNING
+logged by the check, no content). A covering erasure still under way is
+refused by the append's own load (``ErasureInProgressError``). An erasure
+with no join record (run by an earlier version) refuses conservatively; the
+host reads again and the write then goes through.
 """
 
 from __future__ import annotations
