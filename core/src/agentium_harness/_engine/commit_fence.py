@@ -44,22 +44,16 @@ the whole session (its own, its user's or its tenant's) that joined the
 ledger after the first load is among the tenant's finished ones, what ran
 is refused.
 
-Which erasures joined after a load (:func:`_joined_since`): the load saw
-the ledger at revision F and no covering erasure in it (else it was
-refused). A covering erasure finished since was therefore either finished
-before F or joined after it. It keeps the revision its header was added
-to, R (0 for a ledger not yet written), and the join, a compare-and-set
-on R, made the ledger's very next revision. The
-ledger's revisions only rise (a save returns one above the revision it
-replaced, and the row is never removed: a finished erasure leaves it
-empty; no erasure reaches the reserved tenant), so no load ever saw a
-revision between R and the join: F <= R means the load came before the
-join, F > R that it came after, when the erasure was already finished. An
-erasure without the revision (one an earlier version started, or one
-that stopped before keeping it) may have joined at any time: it refuses as
-if it joined after (never the other way round). R is kept under a key of
-its own (:func:`.erasure_ledger.save_joined`), read only here, one small
-read per finished erasure of the whole session, newest first.
+Which erasures joined after a load: the load saw the ledger at revision F
+and no covering erasure in it (else it was refused). A covering erasure
+finished since was therefore either finished before F or joined after it,
+and its join record (the ledger revision R its header was added to,
+:func:`.erasure_ledger.save_joined`) says which, exactly: F <= R, after
+(:func:`.erasure_ledger.joined_since` says why). An erasure without one
+(one an earlier version started, or one that stopped before keeping it)
+may have joined at any time: it refuses as if it joined after (never the
+other way round). The join record is read only when the ledger moved, one
+small read per finished erasure of the whole session, newest first.
 """
 
 from __future__ import annotations
@@ -67,12 +61,11 @@ from __future__ import annotations
 import logging
 
 from .._errors import ErasureInProgressError, SessionConflictError
-from .._ports.erasure import ErasureRecord
 from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .._validators import exact_int
 from .erasure_index import finished_covering
-from .erasure_ledger import joined_after, ledger_of, pending_key
+from .erasure_ledger import joined_since, ledger_of, pending_key
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
 
@@ -164,7 +157,8 @@ async def _refuse_if_erased_whole(
     # refuses (one small read each; most sessions have no erasure at all).
     record = None
     for candidate in reversed(whole):
-        if await _joined_since(ticket, store, candidate, loaded_at):
+        # Unknown (``None``: an earlier version's erasure) may have joined at any time: it refuses.
+        if await joined_since(ticket, store, candidate, loaded_at) is not False:
             record = candidate
             break
     if record is None:
@@ -182,18 +176,3 @@ async def _refuse_if_erased_whole(
         f"and erasures of tenant {key.tenant!r} ran since it was loaded: what this commit holds may "
         "predate the erasure; nothing was committed"
     )
-
-
-async def _joined_since(
-    ticket: Ticket, store: SessionStore, record: ErasureRecord, loaded_at: int | None
-) -> bool:
-    """True if ``record``'s erasure may have joined the ledger after a load that saw it at ``loaded_at``.
-
-    Exact for an erasure that kept where it joined (the module's docstring
-    says why); one that did not may have joined at any time.
-    """
-    joined = await joined_after(ticket, store, record)
-    if joined is None:
-        return True
-    # An absent ledger (None) is before every revision, and a join on an absent ledger (0) the first.
-    return joined >= (0 if loaded_at is None else loaded_at)

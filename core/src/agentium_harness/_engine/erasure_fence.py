@@ -14,24 +14,37 @@ caller's; the reads and the reasoning are shared:
   store before the write landed, and would then say ``complete`` with the
   write still there. So the pending ledger is read again; a covering erasure
   in it, or — when the ledger changed meanwhile — one of the tenant's
-  finished erasures that completed since the first read, is returned, and
-  the caller takes its write back and refuses.
+  finished erasures that joined the ledger after the first read, is
+  returned, and the caller takes its write back and refuses.
 
 An erasure adds itself to ``pending`` before it erases anything, and leaves
 it only after its tombstone is indexed; the ledger's revision changes at each
 step. So either the second read sees the erasure (pending, or the ledger's
 revision moved and its tombstone is indexed) or it began after that read,
-once the write landed, and erases it itself. Which finished erasures are
-"since the first read" is told by their ``completed_at`` (another process's
-clock) against this process's clock at the first read, less
-:data:`CLOCK_MARGIN_S` for clock skew: a covering erasure completed just
-before a write that raced another erasure of the tenant takes it back too
-(try again), never the other way round.
+once the write landed, and erases it itself.
+
+Which finished erasures joined after the first read is told by each one's
+join record (the ledger revision it joined after,
+:func:`.erasure_ledger.joined_since`, as the commit fence reads it)
+against the revision the first read saw, kept in :class:`FenceCheck`: the
+store's revisions, no clock. So a covering erasure that finished before the
+first read (its user erased last week, or a minute ago) does not take back
+a write that raced only another erasure of the tenant, and one that joined
+after it takes the write back whatever the clocks of the two processes say.
+
+An erasure without a join record (one an earlier version started, or one
+that stopped between joining and keeping it) is judged as before, by its
+``completed_at`` (another process's clock) against this process's clock at
+the first read (:attr:`ErasureFence.clock`), less :data:`CLOCK_MARGIN_S`
+for clock skew: one completed just before a write that raced another
+erasure of the tenant takes it back too (try again); one that finished
+after the first read on a clock running more than the margin behind this
+process's is missed (docs/erasure.md says so).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final, Protocol
 
@@ -40,15 +53,26 @@ import attrs
 from .._errors import AgentiumError, ErasureInProgressError, SessionStoreError
 from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
 from .._ports.sessions import SessionStore
-from .erasure_ledger import load_ledger, pending_key
+from .erasure_ledger import joined_since, load_ledger, pending_key
 from .lifecycle import Ticket
 
 __all__ = ["CLOCK_MARGIN_S", "ErasureFence", "FenceCheck", "FencedWrite"]
 
-#: How far apart the clocks of two processes sharing the session store may be: a covering erasure
-#: that completed this long before a write's first check still takes it back, if the ledger moved.
+#: How far apart the clocks of two processes sharing the session store may be, for an erasure without a
+#: join record (an earlier version's): one that completed this long before a write's first check still
+#: takes it back, if the ledger moved. An erasure with one is judged by it, no clock.
 CLOCK_MARGIN_S: Final = 300.0
 _OPERATION: Final = "erasure fence"
+
+
+def utc_now() -> datetime:
+    """The time now by this process's clock, in UTC (:attr:`ErasureFence.clock` by default)."""
+    return datetime.now(UTC)
+
+
+def _when(record: ErasureRecord) -> datetime:
+    """When ``record``'s erasure finished, by the clock of the process that ran it."""
+    return record.completed_at or record.started_at
 
 
 class FencedWrite(Protocol):
@@ -74,10 +98,18 @@ class FencedWrite(Protocol):
 
 @attrs.frozen(slots=True)
 class ErasureFence:
-    """Reads ``store``'s erasures around a write (one bounded read each, ``timeout_s``)."""
+    """Reads ``store``'s erasures around a write (one bounded read each, ``timeout_s``).
+
+    ``clock`` is this process's clock (UTC), read at the first check: only
+    an erasure without a join record is judged by it (the module's
+    docstring says why); a test can give a skewed one.
+    """
 
     store: SessionStore
     timeout_s: float
+    clock: Callable[[], datetime] = attrs.field(
+        default=utc_now, kw_only=True, validator=attrs.validators.is_callable()
+    )
 
     def _ticket(self) -> Ticket:
         return Ticket(None, _OPERATION, self.timeout_s)
@@ -96,7 +128,7 @@ class ErasureFence:
 
     async def check(self, write: FencedWrite) -> FenceCheck:
         """Before the write: refuse (nothing written) if a covering erasure is pending; what was seen."""
-        at = datetime.now(UTC)
+        at = self.clock()
         revision, ledger = await self._pending(self._ticket(), write.tenant)
         for record in ledger.records:
             if write.covers(record.target):
@@ -104,7 +136,11 @@ class ErasureFence:
         return FenceCheck(self, write, revision, at)
 
     async def covering_since(self, seen: FenceCheck) -> ErasureRecord | None:
-        """After the write: a covering erasure pending now, or completed since ``seen``; ``None`` if none."""
+        """After the write: a covering erasure pending, or finished and joined since ``seen``; else ``None``.
+
+        A finished one without a join record counts if it completed since
+        ``seen.at`` less :data:`CLOCK_MARGIN_S`, by the two processes' clocks.
+        """
         ticket = self._ticket()
         write = seen.write
         revision, ledger = await self._pending(ticket, write.tenant)
@@ -114,15 +150,26 @@ class ErasureFence:
         if revision == seen.revision:
             return None  # no erasure of the tenant began or ended meanwhile
         since = seen.at - timedelta(seconds=CLOCK_MARGIN_S)
-        for record in await write.finished(ticket, self.store):
-            if write.covers(record.target) and (record.completed_at or record.started_at) >= since:
+        covering = [r for r in await write.finished(ticket, self.store) if write.covers(r.target)]
+        # Newest first (by their own clocks: only the order of the reads depends on it, never whether
+        # the write is taken back): the one likeliest to have joined since is read first.
+        for record in sorted(covering, key=_when, reverse=True):
+            joined = await joined_since(ticket, self.store, record, seen.revision)
+            if joined is None:
+                joined = _when(record) >= since  # no join record (an earlier version's): the clock
+            if joined:
                 return record
         return None
 
 
 @attrs.frozen(slots=True)
 class FenceCheck:
-    """What :meth:`ErasureFence.check` saw: the write, the pending ledger's revision, when it was read."""
+    """What :meth:`ErasureFence.check` saw: the write, the pending ledger's revision, when it was read.
+
+    ``revision`` (``None``: no ledger stored) is what the join records of the
+    erasures finished since are compared with; ``at`` (the fence's clock)
+    only serves erasures without one.
+    """
 
     fence: ErasureFence
     write: FencedWrite

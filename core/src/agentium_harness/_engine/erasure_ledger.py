@@ -16,7 +16,8 @@ and a tenant erasure of any real tenant never reaches them. Per tenant:
 - ``e-<erasure id>``: one erasure's full record, progress and all; once
   complete, its tombstone.
 - ``j-<erasure id>``: its header and the revision of ``pending`` it joined
-  (:func:`save_joined`, :func:`joined_after`), for the commit fence. A key
+  (:func:`save_joined`, :func:`joined_after`, :func:`joined_since`), for the
+  commit fence and the erasure fence around other writes. A key
   of its own: earlier versions, which decode every record strictly, never
   read it, so the records they do read keep the bytes they wrote.
 - ``index``, ``index-<n>``, ``by-<scope>``, ``by-<scope>-<n>``: the
@@ -44,6 +45,7 @@ __all__ = [
     "index_key",
     "joined_after",
     "joined_key",
+    "joined_since",
     "ledger_of",
     "load_ledger",
     "pending_key",
@@ -104,6 +106,34 @@ async def joined_after(ticket: Ticket, store: SessionStore, record: ErasureRecor
     if len(joined.records) != 1 or joined.records[0].erasure_id != record.erasure_id:
         return None  # absent (or not this erasure's): what the caller assumes then is the worst
     return joined.joined_after
+
+
+async def joined_since(
+    ticket: Ticket, store: SessionStore, record: ErasureRecord, seen: int | None
+) -> bool | None:
+    """Whether finished ``record``'s erasure joined ``pending`` after a read that saw it at ``seen``.
+
+    ``seen`` is the revision of ``pending`` the read saw (``None``: absent),
+    a read that found no erasure covering what it guards (else it refused).
+    ``None`` when not known (:func:`joined_after`): the caller decides what
+    an erasure that may have joined at any time means.
+
+    Exact otherwise. The erasure kept the revision its header was added to,
+    R (0 for a ledger not yet written), and the join, a compare-and-set on
+    R, made the ledger's very next revision. The ledger's revisions only
+    rise (a save returns one above the revision it replaced, and the row is
+    never removed: a finished erasure leaves it empty; no erasure reaches
+    the reserved tenant), so no read ever saw a revision between R and the
+    join: ``seen`` <= R means the read came before the join; ``seen`` > R
+    that it came after, and then the erasure, covering and no longer pending
+    (the read would have refused), had finished. No clock is read: the
+    revisions are the store's.
+    """
+    joined = await joined_after(ticket, store, record)
+    if joined is None:
+        return None
+    # An absent ledger (None) is before every revision, and a join on an absent ledger (0) the first.
+    return joined >= (0 if seen is None else seen)
 
 
 async def load_ledger(

@@ -12,7 +12,8 @@ provenance names) is refused with
 - **before the write** (:func:`fence_check`), when such an erasure is
   pending: nothing is written;
 - **after the write** (:func:`fence_confirm`), when such an erasure began
-  after that first read (pending now, or completed since): the manager
+  after that first read (pending now, or finished having joined the
+  ledger since): the manager
   forgets the fact it just wrote (content removed, as :meth:`forget` does)
   and refuses: the fact was not kept;
 - **when a write abandoned past its deadline lands** (:func:`late_take_back`):
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -41,7 +43,7 @@ from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.memory import AckStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
 from .bounded import LATE_CLEANUP_S, bounded
-from .erasure_fence import ErasureFence, FenceCheck
+from .erasure_fence import ErasureFence, FenceCheck, utc_now
 from .erasure_index import finished_covering_fact
 from .lifecycle import Ticket
 from .memory.answers import checked_ack
@@ -88,15 +90,22 @@ class _FactWrite:
         return _refusal(self.scope, record, outcome)
 
 
-def fence_memory(manager: MemoryManager, store: SessionStore, timeout_s: float) -> None:
+def fence_memory(
+    manager: MemoryManager,
+    store: SessionStore,
+    timeout_s: float,
+    *,
+    clock: Callable[[], datetime] = utc_now,
+) -> None:
     """Fence ``manager``'s writes with the erasures recorded in ``store`` (a fence it has stays).
 
     Used by the runtime, an :class:`~.memory.agent.Agent` given a session
     store, and ``agentium memory remember|correct``: the session store is
     where erasures are recorded, so a manager without one cannot be fenced.
+    ``clock`` is :attr:`.ErasureFence.clock` (this process's; a test skews it).
     """
     if manager._erasure_fence is None:
-        manager._erasure_fence = ErasureFence(store, timeout_s)
+        manager._erasure_fence = ErasureFence(store, timeout_s, clock=clock)
 
 
 async def fence_check(
@@ -205,7 +214,7 @@ def late_take_back(
     """What runs when a write the manager walked away from lands after all: the check it never ran.
 
     ``None`` for a manager without a fence. A covering erasure pending, or
-    completed since the first read, makes the manager forget the fact (a
+    finished having joined since the first read, makes the manager forget the fact (a
     WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise),
     even if it was closed meanwhile. Only a ``stored`` acknowledgment of the
     write asked for (``operation``; for a correction the fact ``asked``,
@@ -243,7 +252,7 @@ def late_take_back(
 async def _forget_if_erased(
     seen: FenceCheck, manager: MemoryManager, owner: MemoryScope, fact_id: str
 ) -> bool:
-    """Forget ``fact_id`` if a covering erasure is pending or completed since ``seen``; say if one was.
+    """Forget ``fact_id`` if a covering erasure is pending or joined since ``seen``; say if one was.
 
     The manager's own forget (also once closed), outside any owned item's
     cancel signal: the take-backs that call this outlive the item whose
