@@ -15,9 +15,9 @@ owner names) is refused with
 - **before the write**, when such an erasure is pending: nothing is written;
 - **after the write**, when such an erasure began after that first read
   (pending now, or finished having joined the ledger since): the document
-  is deleted again
-  (``delete_document``) and the error says it was not kept — or, if the
-  delete failed, that it is still there and how to remove it.
+  is deleted again (``delete_document``) and the error says it was not
+  kept — or, if the delete failed, that it is still there and how to
+  remove it.
 
 If the second read fails, the write stands: the WARNING and the returned
 note say it was not checked again.

@@ -50,7 +50,7 @@ from typing import Final, Protocol
 
 import attrs
 
-from .._errors import AgentiumError, ErasureInProgressError, SessionStoreError
+from .._errors import AgentiumError, ErasureInProgressError, InvalidArgumentError, SessionStoreError
 from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
 from .._ports.sessions import SessionStore
 from .erasure_ledger import joined_since, load_ledger, pending_key
@@ -68,6 +68,11 @@ _OPERATION: Final = "erasure fence"
 def utc_now() -> datetime:
     """The time now by this process's clock, in UTC (:attr:`ErasureFence.clock` by default)."""
     return datetime.now(UTC)
+
+
+def _callable(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+    if not callable(value):
+        raise InvalidArgumentError(f"the erasure fence's clock must be callable, got {type(value).__name__}")
 
 
 def _when(record: ErasureRecord) -> datetime:
@@ -107,9 +112,7 @@ class ErasureFence:
 
     store: SessionStore
     timeout_s: float
-    clock: Callable[[], datetime] = attrs.field(
-        default=utc_now, kw_only=True, validator=attrs.validators.is_callable()
-    )
+    clock: Callable[[], datetime] = attrs.field(default=utc_now, kw_only=True, validator=_callable)
 
     def _ticket(self) -> Ticket:
         return Ticket(None, _OPERATION, self.timeout_s)
@@ -129,6 +132,12 @@ class ErasureFence:
     async def check(self, write: FencedWrite) -> FenceCheck:
         """Before the write: refuse (nothing written) if a covering erasure is pending; what was seen."""
         at = self.clock()
+        if not isinstance(at, datetime) or at.utcoffset() is None:
+            # Compared with the tombstones' aware times after the write: refused before it instead.
+            shown = "a naive datetime" if isinstance(at, datetime) else type(at).__name__
+            raise InvalidArgumentError(
+                f"the erasure fence's clock must return an aware datetime, got {shown}; nothing was written"
+            )
         revision, ledger = await self._pending(self._ticket(), write.tenant)
         for record in ledger.records:
             if write.covers(record.target):

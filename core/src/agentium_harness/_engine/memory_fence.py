@@ -13,9 +13,8 @@ provenance names) is refused with
   pending: nothing is written;
 - **after the write** (:func:`fence_confirm`), when such an erasure began
   after that first read (pending now, or finished having joined the
-  ledger since): the manager
-  forgets the fact it just wrote (content removed, as :meth:`forget` does)
-  and refuses: the fact was not kept;
+  ledger since): the manager forgets the fact it just wrote (content
+  removed, as :meth:`forget` does) and refuses: the fact was not kept;
 - **when a write abandoned past its deadline lands** (:func:`late_take_back`):
   the second read it never ran, and the same forget. An erasure in the
   runtime holding the manager waits for such a write (:mod:`.late_calls`);
@@ -214,8 +213,8 @@ def late_take_back(
     """What runs when a write the manager walked away from lands after all: the check it never ran.
 
     ``None`` for a manager without a fence. A covering erasure pending, or
-    finished having joined since the first read, makes the manager forget the fact (a
-    WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise),
+    finished having joined since the first read, makes the manager forget
+    the fact (a WARNING on ``agentium.engine.memory``; nobody is left to tell otherwise),
     even if it was closed meanwhile. Only a ``stored`` acknowledgment of the
     write asked for (``operation``; for a correction the fact ``asked``,
     as :func:`.memory.answers.checked_ack` reads it on time) is acted on: any
