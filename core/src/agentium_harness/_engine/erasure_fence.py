@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -70,7 +70,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _callable(instance: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not callable(value):
         raise InvalidArgumentError(f"the erasure fence's clock must be callable, got {type(value).__name__}")
 
