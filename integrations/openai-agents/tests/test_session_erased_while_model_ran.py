@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, Runner, set_tracing_disabled
-from agents.testing import ScriptedModel, assistant_message
+from agents import Agent, Runner, function_tool, set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
 from sdk_sessions import ANA, build_runtime
 
 from agentium_harness import (
@@ -194,3 +194,55 @@ async def test_an_erasure_of_another_users_session_in_another_tenant_does_not_re
     await Runner.run(agent, "second", session=session)
     assert len(await session.get_items()) == 4
     assert await AgentiumSession(host, ZED, "chat-9").get_items() == []
+
+
+async def test_a_later_get_items_does_not_move_the_read_past_an_erasure(
+    runtimes: tuple[HarnessRuntime, HarnessRuntime, Any],
+) -> None:
+    """The SDK reads the tail again before some writes (``get_items(limit)``): that read is no new input.
+
+    The turn's items were made from the first read; an erasure between it and the SDK's own tail
+    read must still refuse them (the tail read sees the session already erased).
+    """
+    host, other, store = runtimes
+    session = AgentiumSession(host, ANA, "chat-1")
+    await session.add_items([{"role": "user", "content": "my secret is qzfirstq"}])
+    await session.get_items()  # the model's input
+    await other.erase(_target("session"), reason="dsr", attestation=OPERATOR)
+    assert await session.get_items(2) == []  # the SDK's check of the tail before it writes
+    with pytest.raises(ErasedSinceReadError):
+        await session.add_items([{"role": "assistant", "content": "it is qzfirstq"}])  # type: ignore[list-item]
+    assert await _stored(store) is None
+
+
+@function_tool(needs_approval=True)
+def reveal(topic: str) -> str:
+    """A tool the host approves by hand before it runs."""
+    return f"revealed {topic}"
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the SDK's Runner runs on asyncio only
+async def test_a_run_resumed_after_approval_writes_nothing_into_a_session_erased_meanwhile(
+    runtimes: tuple[HarnessRuntime, HarnessRuntime, Any],
+) -> None:
+    """A tool call waits for approval (minutes, hours); the session is erased meanwhile.
+
+    The resumed run reads only the tail (``get_items(2)``) before it writes the tool's output, and
+    its model is given the interrupted run's state (the erased history): neither may be written.
+    """
+    host, other, store = runtimes
+    session = AgentiumSession(host, ANA, "chat-1")
+    model = ScriptedModel()
+    agent = Agent(name="assistant", model=model, tools=[reveal])
+    model.enqueue([function_call("reveal", {"topic": "qzfirstq"}, call_id="call_1")])
+    model.enqueue([assistant_message("The secret is qzfirstq.")])
+    first = await Runner.run(agent, "my secret is qzfirstq; reveal it", session=session)
+    assert first.interruptions
+    state = first.to_state()
+    for pending in first.interruptions:
+        state.approve(pending)
+    await other.erase(_target("session"), reason="dsr", attestation=OPERATOR)  # while it waited
+    with pytest.raises(ErasedSinceReadError):
+        await Runner.run(agent, state, session=session)
+    assert await _stored(store) is None
+    assert await session.get_items() == []

@@ -101,11 +101,16 @@ class AgentiumSession:
       it; ``clear_session()`` is a ``reset_view``. Neither deletes anything:
       the items stay in canonical history (``read_history(view=False)``).
 
-    Each ``add_items`` follows the latest ``get_items`` of this object: it
-    is appended with that read's fence (``append(after_read=...)``), so if
-    the session, its user or its tenant was erased since (while the model
-    ran), the items are refused with ``ErasedSinceReadError`` and nothing
-    is written, rather than written into the erased id.
+    Each ``add_items`` follows the first ``get_items`` of this object (or
+    the first after a refusal): it is appended with that read's fence
+    (``append(after_read=...)``), so if the session, its user or its
+    tenant was erased since (while the model ran), the items are refused
+    with ``ErasedSinceReadError`` and nothing is written, rather than
+    written into the erased id. A later ``get_items`` does not replace
+    that read: the SDK reads the tail again by itself before some writes
+    (a run resumed after a tool approval reads ``get_items(2)``, then
+    writes the tool's output), and such a read, made after an erasure, is
+    not what the items were made from.
 
     The identity is bound here, by the host that verified it, and never
     taken from the SDK: ``session_id`` only names a session of that
@@ -169,8 +174,12 @@ class AgentiumSession:
         self.busy_timeout_s = float(busy_timeout_s)
         self.session_settings = settings
         self._closed = False
-        # The fence of the latest get_items (the model's input): every add_items until the next
-        # one follows that read, so an erasure since it refuses the write (docs/runtime.md).
+        # The fence of the first get_items (the model's input): every add_items follows that read,
+        # so an erasure since it refuses the write (docs/runtime.md). Not the newest get_items: the
+        # SDK reads the tail again before some writes, after the model ran on the older read. Kept
+        # across runs, it refuses more only where core's check is conservative anyway (an erasure
+        # of the session recorded before the read, the tenant's ledger moved since): once, as any
+        # refusal forgets it.
         self._read_fence: ReadFence | None = None
 
     # -- the SDK's Session protocol ---------------------------------------------------------------
@@ -197,7 +206,8 @@ class AgentiumSession:
             if read is not None:
                 messages, first = read
                 items = self._items_of(messages)
-                self._read_fence = first.read_fence  # only once the items are all made
+                if self._read_fence is None:  # only once the items are all made
+                    self._read_fence = first.read_fence
                 return items
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between the pages of every read "
@@ -211,12 +221,13 @@ class AgentiumSession:
         item, a str), a sequence whose own iteration raises and one of more
         than ``MAX_APPEND_MESSAGES`` items are refused with ``InvalidArgumentError``.
 
-        After a ``get_items`` on this object, the append follows that read:
-        if an erasure of the session (its own, its user's or its tenant's)
-        began or finished since, it raises ``ErasedSinceReadError``
-        (``commit_state`` ``not_committed``; nothing written, not retried)
-        and forgets the read: call ``get_items`` again. With no ``get_items``
-        before it, nothing is checked against a read.
+        After a ``get_items`` on this object, the append follows its first
+        one (see the class): if an erasure of the session (its own, its
+        user's or its tenant's) began or finished since, it raises
+        ``ErasedSinceReadError`` (``commit_state`` ``not_committed``;
+        nothing written, not retried) and forgets the read: call
+        ``get_items`` again. With no ``get_items`` before it, nothing is
+        checked against a read.
         """
         self._check_open()
         # A str or a mapping would be iterated as characters or keys, and None is no list of items.
