@@ -212,6 +212,44 @@ async def test_bad_after_read_is_refused_with_nothing_written(pair: Pair) -> Non
     assert await _texts(pair.host, ANA, "s1") == ["first"]
 
 
+class _Liar(str):
+    """An id that says it equals any other: it must not pass for this session's."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = str.__hash__
+
+
+class _OwnPage(HistoryPage):
+    """A page of the host's own type, whose code runs when its fence is read."""
+
+    __slots__ = ()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "read_fence":
+            raise KeyError(name)
+        return object.__getattribute__(self, name)
+
+
+async def test_a_page_or_fence_of_the_hosts_own_making_is_refused_typed(pair: Pair) -> None:
+    """Only what read_history made: no subclass's code runs, no id of another type passes for this one."""
+    await pair.host.append(ANA, "s1", [Message(Role.USER, "first")])
+    page = await pair.host.read_history(ANA, "s1", max_groups=10)
+    assert page.read_fence is not None
+    own_page = _OwnPage(*(getattr(page, f.name) for f in attrs.fields(HistoryPage)))
+    liar = ReadFence(_Liar("globex"), _Liar("zed"), _Liar("s9"), page.read_fence.point)
+    before = await _stored(pair, ANA, "s1")
+    for value in (own_page, liar):
+        with pytest.raises(InvalidArgumentError) as caught:
+            await pair.host.append(ANA, "s1", TURN, after_read=value)
+        assert "nothing was written" in str(caught.value)
+        assert await _stored(pair, ANA, "s1") == before
+
+
 def test_the_blocking_twin_passes_after_read_on() -> None:
     """``BlockingRuntime.append(after_read=...)``: the same check, from a request thread."""
     archive, store = InMemoryArchive(), InMemorySessionStore()

@@ -38,23 +38,25 @@ def check_after_read(after_read: object, key: SessionKey) -> tuple[int | None] |
     """The fence point ``after_read`` (a page or its :class:`ReadFence`) holds for ``key``, checked.
 
     ``None`` gives ``None`` (no read to follow). Anything else than a
-    :class:`HistoryPage` or a :class:`ReadFence`, a page with no fence (one
-    the host made itself), or the read of another session (another tenant,
-    user or session id) is refused with :class:`InvalidArgumentError`,
+    :class:`HistoryPage` or a :class:`ReadFence` (a subclass of either
+    included), a page with no fence (one the host made itself), or the read
+    of another session (another tenant, user or session id, or ids that are
+    not exactly ``str``) is refused with :class:`InvalidArgumentError`,
     before anything is admitted.
     """
     if after_read is None:
         return None
-    fence = after_read.read_fence if isinstance(after_read, HistoryPage) else after_read
+    # Exact types: a subclass's own code (its read_fence, its ids' __eq__) would run here and could
+    # raise anything, or say the read of another session is this one's.
+    fence = after_read.read_fence if type(after_read) is HistoryPage else after_read
     if type(fence) is not ReadFence:
-        what = (
-            "a page with no read_fence" if isinstance(after_read, HistoryPage) else type(after_read).__name__
-        )
+        what = "a page with no read_fence" if type(after_read) is HistoryPage else type(after_read).__name__
         raise InvalidArgumentError(
             "after_read must be a HistoryPage returned by read_history, or its read_fence, "
             f"not {what}; nothing was written"
         )
-    if fence.session_ids != (key.tenant, key.user, key.session):
+    ids = fence.session_ids
+    if any(type(i) is not str for i in ids) or ids != (key.tenant, key.user, key.session):
         raise InvalidArgumentError(
             f"after_read is the read of another session than {key.session!r} of this identity; "
             "pass the page read_history returned for this session; nothing was written"
