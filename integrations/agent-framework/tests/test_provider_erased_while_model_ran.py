@@ -196,3 +196,65 @@ async def test_an_erasure_of_another_users_session_in_another_tenant_does_not_re
     await agent.run("second", session=session)
     assert _texts(await provider.get_messages("chat-1")) == ["first", "Noted.", "second", "Still here."]
     assert await _stored(store, ZED, "chat-9") is None
+
+
+async def test_two_runs_of_one_session_id_the_first_save_sees_an_erasure_between_the_loads(
+    runtimes: tuple[HarnessRuntime, HarnessRuntime, Any],
+) -> None:
+    """Run A loads, the session is erased, run B loads (empty), then A saves: A's load decides."""
+    host, other, store = runtimes
+    provider = AgentiumHistoryProvider(host, ANA)
+    await provider.save_messages("chat-1", [AFMessage("user", ["my secret is qzfirstq"])])
+    assert _texts(await provider.get_messages("chat-1")) == ["my secret is qzfirstq"]  # run A
+    await other.erase(_target("session"), reason="dsr", attestation=OPERATOR)
+    assert await provider.get_messages("chat-1") == []  # run B, at once on the same provider
+    with pytest.raises(ErasedSinceReadError):
+        await provider.save_messages("chat-1", [AFMessage("assistant", ["it is qzfirstq"])])  # run A
+    assert await _stored(store) is None
+    # Run B's save is refused as well (conservatively: it cannot be told from A's); then none is
+    # left waiting, so the next run loads afresh and saves.
+    with pytest.raises(ErasedSinceReadError):
+        await provider.save_messages("chat-1", [AFMessage("assistant", ["nothing to recall"])])
+    assert await _stored(store) is None
+    assert await provider.get_messages("chat-1") == []
+    await provider.save_messages("chat-1", [AFMessage("user", ["a new start"])])
+    assert _texts(await provider.get_messages("chat-1")) == ["a new start"]
+
+
+async def test_two_runs_of_one_session_id_with_no_erasure_both_save(
+    runtimes: tuple[HarnessRuntime, HarnessRuntime, Any],
+) -> None:
+    host, other, _ = runtimes
+    provider = AgentiumHistoryProvider(host, ANA)
+    await provider.save_messages("chat-1", [AFMessage("user", ["first"])])
+    await provider.get_messages("chat-1")  # run A
+    await other.erase(EraseTarget.session("acme", "bob", "chat-2"), reason="dsr", attestation=OPERATOR)
+    await provider.get_messages("chat-1")  # run B
+    await provider.save_messages("chat-1", [AFMessage("assistant", ["from A"])])
+    await provider.save_messages("chat-1", [AFMessage("assistant", ["from B"])])
+    await provider.get_messages("chat-1")  # the next run
+    await provider.save_messages("chat-1", [AFMessage("assistant", ["next"])])
+    assert _texts(await provider.get_messages("chat-1")) == ["first", "from A", "from B", "next"]
+
+
+async def test_a_run_that_never_saved_does_not_keep_the_session_refused(
+    runtimes: tuple[HarnessRuntime, HarnessRuntime, Any],
+) -> None:
+    """A load whose run failed before its save stays counted: refusals it costs after an erasure end."""
+    host, other, store = runtimes
+    provider = AgentiumHistoryProvider(host, ANA)
+    await provider.save_messages("chat-1", [AFMessage("user", ["my secret is qzfirstq"])])
+    await provider.get_messages("chat-1")  # a run that fails before it saves
+    await other.erase(_target("session"), reason="dsr", attestation=OPERATOR)
+    refused = 0
+    for attempt in range(4):  # runs one after another, each loading and saving
+        await provider.get_messages("chat-1")
+        try:
+            await provider.save_messages("chat-1", [AFMessage("user", [f"run {attempt}"])])
+        except ErasedSinceReadError:
+            refused += 1
+            assert await _stored(store) is None
+        else:
+            break
+    assert refused <= 2
+    assert _texts(await provider.get_messages("chat-1")) == [f"run {refused}"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
@@ -40,6 +39,7 @@ from ._messages import (
     listed,
     to_agentium,
 )
+from ._read_fences import ReadFences
 from ._replay import Identity, decided, message_identity, new_messages
 
 __all__ = [
@@ -63,7 +63,7 @@ DEFAULT_MAX_BYTES: Final = MAX_APPEND_BYTES
 _SAVE_RESTARTS: Final = 5
 #: Times ``get_messages`` starts again when the view changed between two of its pages.
 _READ_RESTARTS: Final = 3
-#: Session ids whose latest load's erasure fence a provider keeps (the least recently loaded go first).
+#: Session ids whose loads' erasure fences a provider keeps (the least recently loaded go first).
 MAX_READ_FENCES: Final = 4096
 #: The largest ``max_messages`` a provider takes.
 MAX_MESSAGES_CEILING: Final = 10_000
@@ -192,9 +192,9 @@ class AgentiumHistoryProvider(HistoryProvider):
         self.max_bytes = max_bytes
         self.recall_scope = recall_scope
         self.busy_timeout_s = float(busy_timeout_s)
-        # Per session id, the erasure fence of the latest get_messages (the run's input): the saves
-        # after it follow that load, so an erasure since refuses them (docs/runtime.md). Bounded.
-        self._fences: OrderedDict[str, ReadFence] = OrderedDict()
+        # Per session id, the erasure fences of its get_messages (the runs' input): saves follow the
+        # oldest load still waiting, so an erasure since refuses them (docs/runtime.md). Bounded.
+        self._fences = ReadFences(MAX_READ_FENCES)
 
     def _session(self, session_id: str | None) -> str:
         if session_id is None:
@@ -218,7 +218,7 @@ class AgentiumHistoryProvider(HistoryProvider):
             if newest is not None:
                 chosen, fence = newest
                 decoded = self._decode(sid, chosen)
-                self._remember(sid, fence)  # only once every message decoded
+                self._fences.loaded(sid, fence)  # only once every message decoded
                 return decoded
         refused = SessionConflictError(
             f"the view of session {sid!r} changed between the pages of every read "
@@ -226,15 +226,6 @@ class AgentiumHistoryProvider(HistoryProvider):
         )
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused
-
-    def _remember(self, sid: str, fence: ReadFence | None) -> None:
-        """Keep ``fence`` as the latest load of ``sid`` (at most :data:`MAX_READ_FENCES` ids kept)."""
-        self._fences.pop(sid, None)
-        if fence is None:
-            return
-        self._fences[sid] = fence
-        while len(self._fences) > MAX_READ_FENCES:
-            self._fences.popitem(last=False)
 
     async def _newest(self, sid: str) -> tuple[list[Message], ReadFence | None] | None:
         """The messages ``get_messages`` returns, with its first read's fence; ``None``: the view changed."""
@@ -362,10 +353,12 @@ class AgentiumHistoryProvider(HistoryProvider):
         in between makes it read again.
 
         After a ``get_messages`` of the session id by this provider, the
-        save follows that load (``append(after_read=...)``): if an erasure of
-        the session (its own, its user's or its tenant's) began or finished
-        since, it raises ``ErasedSinceReadError`` (``not_committed``; nothing
-        written, not retried) and forgets the load: load again.
+        save follows the oldest load whose save is still to come (with two
+        runs at once, the earlier run's; ``append(after_read=...)``): if an
+        erasure of the session (its own, its user's or its tenant's) began or
+        finished since, it raises ``ErasedSinceReadError`` (``not_committed``;
+        nothing written, not retried), and once no run's save is left to come,
+        the load is forgotten: load again.
         """
         sid = self._session(session_id)
         # A str or a mapping would be iterated as characters or keys, and None is no list of messages.
@@ -387,7 +380,22 @@ class AgentiumHistoryProvider(HistoryProvider):
                 f"a message's id or contents could not be read to compare it with the session's last "
                 f"messages ({type(exc).__name__} raised); nothing was written"
             ) from exc
-        fence = self._fences.get(sid)  # the latest load this save follows (None: none by this provider)
+        following = self._fences.follow(sid)  # the load this save follows (None: none by this provider)
+        fence = following.fence if following is not None else None
+        try:
+            appended = await self._save(sid, converted, incoming, fence)
+        except ErasedSinceReadError:
+            self._fences.ended(sid, following, refused=True, committed=False)
+            raise
+        except BaseException:
+            self._fences.ended(sid, following, refused=False, committed=False)  # failed: the fence holds
+            raise
+        self._fences.ended(sid, following, refused=False, committed=appended)
+
+    async def _save(
+        self, sid: str, converted: list[Message], incoming: list[Identity], fence: ReadFence | None
+    ) -> bool:
+        """:meth:`save_messages` once its messages are checked; whether it appended (not all repeated)."""
         # The last append refused uncommitted, and the revision it was refused at.
         last: tuple[SessionConflictError, int] | None = None
         deadline, delay = time.monotonic() + self.busy_timeout_s, 0.002
@@ -400,7 +408,7 @@ class AgentiumHistoryProvider(HistoryProvider):
             skip, revision = repeated
             fresh = converted[skip:]
             if not fresh:
-                return
+                return False
             if last is not None and last[1] == revision:
                 # Refused, nothing written since (an erasure of the tenant ran, docs/runtime.md): no
                 # race lost, no restart spent; back off within busy_timeout_s, then raise that refusal.
@@ -433,9 +441,9 @@ class AgentiumHistoryProvider(HistoryProvider):
             try:
                 lost = await self._retrying(add)
             except ErasedSinceReadError as exc:
-                raise self._erased_since_load(sid, fence) from exc
+                raise self._erased_since_load(sid) from exc
             if lost is None:
-                return
+                return True
             last = (lost, revision)
         refused = SessionConflictError(
             f"session {sid!r} changed between every read of its last messages and the save "
@@ -444,11 +452,8 @@ class AgentiumHistoryProvider(HistoryProvider):
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused from (last[0] if last is not None else None)
 
-    def _erased_since_load(self, sid: str, fence: ReadFence | None) -> ErasedSinceReadError:
-        """The save's refusal after an erasure since the load it follows; that load is forgotten."""
-        if self._fences.get(sid) is fence:
-            # Stale for good: the same fence would refuse every later save as well.
-            self._fences.pop(sid, None)
+    def _erased_since_load(self, sid: str) -> ErasedSinceReadError:
+        """The save's refusal after an erasure since the load it follows."""
         refused = ErasedSinceReadError(
             f"session {sid!r} may have been erased since get_messages loaded it (an erasure of it, its "
             "user or its tenant began or finished meanwhile); the messages were made from that load, "
