@@ -307,3 +307,45 @@ def test_a_join_revision_must_be_a_plain_int_of_at_least_zero() -> None:
     for bad in (-1, "3", 2.0, True):
         with pytest.raises(InvalidArgumentError):
             ErasureLedger(joined_after=bad)  # type: ignore[arg-type]
+
+
+def _damage_join_record(store: InMemorySessionStore, erasure_id: str) -> None:
+    """The erasure's join record's bytes damaged in place (its revision kept): it no longer decodes."""
+    key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"j-{erasure_id}")
+    revision, _ = store._rows[key]
+    store._rows[key] = (revision, b'{"damaged": true}')
+
+
+async def test_a_damaged_join_record_is_read_as_none_and_the_fence_stays_conservative(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ana's s1 erased before; its join record damaged: bob's erasure during s1's first turn refuses it.
+
+    Damaged, the record cannot tell when the erasure joined: it is read as
+    absent (an erasure that may have joined at any time), so the commit is
+    refused as a conflict, transient like any other (the same turn again
+    commits), and a WARNING names the erasure — never a corrupt-data error
+    on every commit of a session the erasure covers.
+    """
+    provider = HeldOnce()
+    slow, other = _pair("memory", Path(), provider)
+    try:
+        await slow.run(ANA, "s1", "before the erasure")
+        await other.run(BOB, "b1", "bob's session")
+        old = await other.erase(_target("session", "s1"), reason="dsr", attestation=OPERATOR)
+        _damage_join_record(other.session_store, old.record.erasure_id)
+
+        async def meanwhile() -> None:
+            await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
+
+        caplog.set_level(logging.WARNING)
+        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        assert isinstance(error, SessionConflictError), error
+        assert error.commit_state is CommitState.NOT_COMMITTED
+        assert "may predate the erasure" in str(error) and old.record.erasure_id in str(error)
+        assert [r for r in caplog.records if "join record" in r.getMessage() and "damaged" in r.getMessage()]
+        await slow.run(ANA, "s1", TURN)  # transient: nothing of the tenant is erased meanwhile now
+        assert await _texts(slow, "s1") == [TURN, "noted"]
+    finally:
+        await slow.aclose()
+        await other.aclose()

@@ -18,6 +18,7 @@ clock ``skew`` seconds ahead of the eraser's.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ from agentium_harness import (
     MemoryManager,
     MemoryScope,
     OperatorAttestation,
+    SessionKey,
     SourceOwner,
     VerifiedIdentity,
     create_harness_runtime,
@@ -53,7 +55,7 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
 from agentium_harness.adapters.sqlite_recall import SQLiteRecallConfig, SQLiteRecallStore
-from agentium_harness.plugin_api import OpContext, SourceRef
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, OpContext, SourceRef
 
 pytestmark = pytest.mark.anyio
 
@@ -292,3 +294,31 @@ async def test_a_clock_that_is_not_one_is_refused_before_anything_is_written() -
         with pytest.raises(InvalidArgumentError, match=f"aware datetime, got {shown}; nothing was written"):
             await index_document_fenced(fence, Ticket(None, "test", 5.0), recall, ANA_DOC, "vpn.md", TEXT)
         assert not await recall.delete_document(ANA_DOC, "vpn.md", OpContext.with_timeout(5.0))
+
+
+@pytest.mark.parametrize("what", ["fact", "document"])
+async def test_a_damaged_join_record_is_judged_as_one_without_a_join_record(
+    what: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ana erased during the write, her join record then damaged: taken back (by the clocks), not left.
+
+    A join record that does not decode cannot say when its erasure joined:
+    it is read as absent, so the clock rule judges the erasure (it just
+    completed: the write is taken back), and a WARNING names it. It never
+    makes the second read fail, which would leave the write standing.
+    """
+    world = _world("memory", tmp_path, 0.0)
+    store = world.eraser.session_store
+    assert isinstance(store, InMemorySessionStore)
+
+    async def erase_ana_and_damage() -> None:
+        erasure_id = await _erase(world, "ana")
+        key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"j-{erasure_id}")
+        revision, _ = store._rows[key]
+        store._rows[key] = (revision, b'{"damaged": true}')
+
+    caplog.set_level(logging.WARNING)
+    world.during.hook = erase_ana_and_damage
+    async with world.eraser, world.writer:
+        assert not await _write(world, what)
+    assert [r for r in caplog.records if "join record" in r.getMessage() and "damaged" in r.getMessage()]

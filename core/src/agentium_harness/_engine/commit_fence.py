@@ -50,8 +50,8 @@ finished since was therefore either finished before F or joined after it,
 and its join record (the ledger revision R its header was added to,
 :func:`.erasure_ledger.save_joined`) says which, exactly: F <= R, after
 (:func:`.erasure_ledger.joined_since` says why). An erasure without one
-(one an earlier version started, or one that stopped before keeping it)
-may have joined at any time: it refuses as if it joined after (never the
+(one an earlier version started, or one that stopped before keeping it;
+or with a damaged one) may have joined at any time: it refuses as if it joined after (never the
 other way round). The join record is read only when the ledger moved, one
 small read per finished erasure of the whole session, newest first.
 """

@@ -27,6 +27,7 @@ and a tenant erasure of any real tenant never reaches them. Per tenant:
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 
 from .._errors import (
@@ -57,6 +58,8 @@ __all__ = [
     "update_ledger",
     "update_ledger_from",
 ]
+
+_log = logging.getLogger("agentium.engine")
 
 #: Compare-and-set attempts of one ledger update before it gives up (another erasure kept winning).
 _ATTEMPTS = 16
@@ -100,9 +103,22 @@ async def joined_after(ticket: Ticket, store: SessionStore, record: ErasureRecor
     """The ``pending`` revision ``record``'s erasure joined after; ``None`` when not known.
 
     Not known: an erasure an earlier version started, or one that stopped
-    between joining and keeping it (its resume cannot tell any more).
+    between joining and keeping it (its resume cannot tell any more), or
+    one whose join record is damaged (a WARNING names it; the record is
+    left as it is). Damaged, it is read as absent rather than raised: the
+    fences then assume the worst of that erasure alone, where an error
+    would leave a fact or document written meanwhile standing unchecked.
     """
-    _, joined = await load_ledger(ticket, store, joined_key(record.target.tenant_id, record.erasure_id))
+    key = joined_key(record.target.tenant_id, record.erasure_id)
+    try:
+        _, joined = await load_ledger(ticket, store, key)
+    except SnapshotCorruptError:
+        _log.warning(
+            "the join record of erasure %s is damaged (it was left as it is); the erasure is taken to "
+            "have joined the ledger at any time",
+            record.erasure_id,
+        )
+        return None
     if len(joined.records) != 1 or joined.records[0].erasure_id != record.erasure_id:
         return None  # absent (or not this erasure's): what the caller assumes then is the worst
     return joined.joined_after
