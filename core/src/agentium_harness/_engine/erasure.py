@@ -424,7 +424,9 @@ async def start(
     try:
         # Where the header joined, for the commit fence (.commit_fence), before anything is erased.
         await save_joined(ticket, store, record, joined)
-        await save_record(ticket, store, record)
+        # Never over a tombstone: a resume from the header may have completed it already (the
+        # inventory's save then finds that tombstone and erases nothing under this erasure).
+        await save_progress(ticket, store, record)
     except Exception as exc:
         # Pending from here (its header fences the scope; a resume starts from the header).
         raise ErasureIncompleteError(

@@ -41,12 +41,12 @@ from .erasure import (
     new_record,
     pending_for,
     plan,
-    save_record,
     settle_late,
     start,
     still_held,
 )
 from .erasure_ledger import pending_records
+from .erasure_resume import save_progress
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
@@ -197,8 +197,10 @@ async def _finish(
         span.set("agentium.erasure.level", target.level.value)
         try:
             if take_inventory:
-                record = await inventory(ticket, erasure_stores(runtime, target), record)
-                await save_record(ticket, runtime.session_store, record)
+                record = await _inventoried(runtime, ticket, record)
+                if record.state is ErasureState.COMPLETE:
+                    # A resume completed it during the inventory and its fence is down.
+                    return await _again(runtime, ticket, erasure_stores(runtime, target), record, 0)
             return await _carry(runtime, ticket, record)
         except ErasureIncompleteError as exc:
             stopped = exc
@@ -272,9 +274,24 @@ async def _again(
         ticket, runtime.session_store, done.target, done.reason, attestation, done.kind
     )
     if not resumed:
-        fresh = await inventory(ticket, stores, fresh)
-        await save_record(ticket, runtime.session_store, fresh)
+        fresh = await _inventoried(runtime, ticket, fresh)
+        if fresh.state is ErasureState.COMPLETE:
+            return await _again(runtime, ticket, stores, fresh, depth + 1)
     return await _carry(runtime, ticket, fresh, depth + 1)
+
+
+async def _inventoried(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
+    """New ``record`` with its inventory taken and saved; the tombstone if a resume completed it meanwhile.
+
+    The inventory (a dry run of every store) may take a while, and another
+    process (``agentium erase --resume``) may resume the erasure from its
+    saved record and complete it meanwhile. Its tombstone stands: the record
+    is saved by compare-and-set, never over it (:func:`.erasure_resume.save_progress`),
+    and the caller, whose fence is down, erases nothing under this erasure.
+    """
+    taken = await inventory(ticket, erasure_stores(runtime, record.target), record)
+    done = await save_progress(ticket, runtime.session_store, taken)
+    return taken if done is None else done
 
 
 async def run_erasure(

@@ -1,0 +1,116 @@
+"""An erasure another process resumed and completed while its first call took inventory.
+
+The first call joins ``pending``, keeps its join record and its record, then
+asks every store what it holds (the inventory: a dry run each, which may
+take a while). An operator's ``agentium erase --resume`` (here: another
+runtime's ``erase`` of the same target) meanwhile resumes the erasure from
+that record, carries it out and completes it: its tombstone is saved, it
+leaves ``pending``, and writes of the scope are acknowledged again. The
+first call, back from its inventory, must neither save its record over the
+tombstone nor erase anything under an erasure that is no longer pending
+(its fence is down: a run is not refused meanwhile). What the target holds
+now was written before the first call returns, so it erases it under a new
+erasure (its own fence, record and tombstone), as when it finds the erasure
+completed elsewhere later on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureState,
+    OperatorAttestation,
+    SessionKey,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, OpContext
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+TARGET = EraseTarget.session("acme", "ana", "s1")
+PENDING = SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending")
+
+
+class _GatedArchive(InMemoryArchive):
+    """The shared archive: the first inventory after ``arm`` waits for ``release``; erase calls noted.
+
+    Every real (not dry-run) erase call notes which erasures were pending
+    when it ran, read from the shared session store.
+    """
+
+    def __init__(self, sessions: InMemorySessionStore) -> None:
+        super().__init__()
+        self.sessions = sessions
+        self.armed = False
+        self.entered, self.release = anyio.Event(), anyio.Event()
+        self.pending_at_erase: list[tuple[str, ...]] = []
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
+        dry_run = kwargs.get("dry_run", False)
+        if dry_run and self.armed and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
+            self.armed = False
+            self.entered.set()
+            with anyio.fail_after(30):
+                await self.release.wait()
+        if not dry_run:
+            stored = await self.sessions.load(PENDING, OpContext())
+            ledger = None if stored is None else stored.snapshot.ledger
+            self.pending_at_erase.append(tuple(r.erasure_id for r in ledger.records) if ledger else ())
+        return await super().erase(target, ctx, **kwargs)
+
+
+async def _texts(runtime: Any) -> list[str]:
+    page = await runtime.read_history(ANA, "s1", max_groups=100, view=False)
+    return [m.content for g in page.groups for m in g.messages]
+
+
+async def test_a_call_whose_erasure_was_completed_during_its_inventory_keeps_the_tombstone() -> None:
+    sessions = InMemorySessionStore()
+    archive = _GatedArchive(sessions)
+    provider = ScriptedProvider(replies=["noted"], cycle=True)
+    first = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
+    other = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
+    results: list[Any] = []
+    try:
+        await first.run(ANA, "s1", "before the erasure")
+
+        async def erase_first() -> None:
+            results.append(await first.erase(TARGET, reason="dsr", attestation=OPERATOR))
+
+        archive.armed = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(erase_first)
+            with anyio.fail_after(30):
+                await archive.entered.wait()
+            resumed = await other.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            assert resumed.resumed and resumed.tombstone is not None
+            erasure_id = resumed.record.erasure_id
+            record_key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"e-{erasure_id}")
+            tombstone = await sessions.load(record_key, OpContext())
+            assert tombstone is not None
+            # Acknowledged after the erasure completed: the first call, still running, covers it.
+            await other.run(ANA, "s1", "after the erasure")
+            archive.release.set()
+        (result,) = results
+        # The tombstone stands as the resume wrote it (never a pending record over it).
+        kept = await sessions.load(record_key, OpContext())
+        assert kept is not None and kept.snapshot == tombstone.snapshot
+        # Every erase call ran under an erasure in pending: none with its fence down.
+        assert archive.pending_at_erase and all(archive.pending_at_erase), archive.pending_at_erase
+        # What was written meanwhile went under a new erasure of the target, completed.
+        assert result.record.erasure_id != erasure_id
+        assert result.state is ErasureState.COMPLETE
+        assert await _texts(first) == []
+    finally:
+        await first.aclose()
+        await other.aclose()
