@@ -349,3 +349,72 @@ async def test_a_damaged_join_record_is_read_as_none_and_the_fence_stays_conserv
     finally:
         await slow.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_the_fence_reads_one_join_record_per_chain_not_one_per_erasure(
+    kind: str, tmp_path: Path
+) -> None:
+    """s1 erased five times before (its id used again each time): one join record is read, not five.
+
+    Erasures of the whole session all overlap, so they ran one after
+    another and each index chain lists them in that order: the one that
+    joined last ends a chain, and if it joined before the load, all did.
+    So the fence reads the join record of each chain's last (here one
+    erasure, at the end of two chains), however many came before: a session
+    id erased and used again every day costs a commit no more reads.
+    """
+    provider = HeldOnce()
+    slow, other = _pair(kind, tmp_path, provider)
+    store = slow.session_store
+    original = store.load
+    read: list[str] = []
+
+    async def load(key: Any, ctx: OpContext) -> Any:
+        read.append(key.session)
+        return await original(key, ctx)
+
+    try:
+        await other.run(BOB, "b1", "bob's session")
+        for n in range(5):
+            await slow.run(ANA, "s1", f"before erasure {n}")
+            await other.erase(_target("session", "s1"), reason="dsr", attestation=OPERATOR)
+
+        async def meanwhile() -> None:
+            await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
+            read.clear()  # from here: the turn's commit only
+            store.load = load
+
+        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        assert error is None, error
+        assert await _texts(slow, "s1") == [TURN, "noted"]
+        assert len([name for name in read if name.startswith("j-")]) == 1, read
+    finally:
+        await slow.aclose()
+        await other.aclose()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize(("before", "during"), [("user", "session"), ("session", "user")])
+async def test_the_erasure_joining_during_the_turn_is_found_in_whichever_chain_it_ends(
+    kind: str, before: str, during: str, tmp_path: Path
+) -> None:
+    """Old erasures of one scope (two), the one during the turn of the other: it refuses the commit."""
+    provider = HeldOnce()
+    slow, other = _pair(kind, tmp_path, provider)
+    erased: list[Any] = []
+    try:
+        for n in range(2):
+            await slow.run(ANA, "s1", f"before erasure {n}")
+            await other.erase(_target(before, "s1"), reason="dsr", attestation=OPERATOR)
+
+        async def meanwhile() -> None:
+            erased.append(await other.erase(_target(during, "s1"), reason="dsr", attestation=OPERATOR))
+
+        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        assert isinstance(error, SessionConflictError), error
+        assert erased[0].record.erasure_id in str(error)
+        assert await _texts(slow, "s1") == []
+    finally:
+        await slow.aclose()
+        await other.aclose()

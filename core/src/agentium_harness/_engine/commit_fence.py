@@ -52,8 +52,12 @@ and its join record (the ledger revision R its header was added to,
 (:func:`.erasure_ledger.joined_since` says why). An erasure without one
 (one an earlier version started, or one that stopped before keeping it;
 or with a damaged one) may have joined at any time: it refuses as if it joined after (never the
-other way round). The join record is read only when the ledger moved, one
-small read per finished erasure of the whole session, newest first.
+other way round). The join records are read only when the ledger moved,
+and only the last erasure's of each index chain (at most four small reads,
+however often the session id was erased and used again): erasures of the
+whole session all overlap, so they ran one after another, each chain lists
+them in that order, and if the one that joined last joined before the load,
+all did (:func:`.erasure_index.last_whole_erasures`).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ from .._errors import ErasureInProgressError, SessionConflictError
 from .._ports.sessions import SessionStore, StoredSnapshot
 from .._scope import SessionKey
 from .._validators import exact_int
-from .erasure_index import finished_covering
+from .erasure_index import last_whole_erasures
 from .erasure_ledger import joined_since, ledger_of, pending_key
 from .lifecycle import Ticket, covers
 from .load import known_fence_and_session
@@ -152,11 +156,10 @@ async def _refuse_if_erased_whole(
     ``loaded_at`` is the ledger's revision at the load the commit's content
     is from (``None``: the ledger was absent then); called once it moved.
     """
-    whole = [r for r in await finished_covering(ticket, store, key) if r.target.covers_session(key)]
-    # Newest first: the one likeliest to have joined since is read first, and the first that did
-    # refuses (one small read each; most sessions have no erasure at all).
+    # The last of each index chain (at most four): the one that joined last is among them, and if it
+    # joined before the load, every earlier one did (they ran one after another). One small read each.
     record = None
-    for candidate in reversed(whole):
+    for candidate in await last_whole_erasures(ticket, store, key):
         # Unknown (``None``: an earlier version's erasure) may have joined at any time: it refuses.
         if await joined_since(ticket, store, candidate, loaded_at) is not False:
             record = candidate

@@ -46,6 +46,7 @@ __all__ = [
     "finished_covering",
     "finished_covering_fact",
     "finished_covering_owner",
+    "last_whole_erasures",
     "tenant_index_head",
     "tenant_index_page",
 ]
@@ -168,21 +169,56 @@ async def _scoped(
 
     Without a user, only the tenant's chain (no user's or session's erasure takes what it owns).
     """
+    return _once([r for chain in await _scoped_chains(ticket, store, tenant, user, sessions) for r in chain])
+
+
+async def _scoped_chains(
+    ticket: Ticket, store: SessionStore, tenant: str, user: str | None, sessions: Sequence[str]
+) -> list[list[ErasureRecord]]:
+    """What :func:`_scoped` reads, chain by chain, each in the order its erasures completed.
+
+    First the tenant's head with the pages holding an earlier version's
+    entries (a part of the tenant's chain, in its order), then each scope's.
+    """
     _, head = await load_ledger(ticket, store, index_key(tenant, _TENANT_CHAIN))
     legacy = len(head.records) if head.legacy is None else head.legacy
     found = await _read_pages(
         ticket, store, tenant, _TENANT_CHAIN, min(head.pages or 0, math.ceil(legacy / INDEX_PAGE_RECORDS))
     )
     found.extend(head.records)
+    read = [found]
     chains = [_scope_chain("tenant")]
     if user is not None:
         chains.append(_scope_chain("user", user))
         chains.extend(_scope_chain("session", user, session) for session in sessions)
     for chain in chains:
         _, scoped = await load_ledger(ticket, store, index_key(tenant, chain))
-        found.extend(await _read_pages(ticket, store, tenant, chain, scoped.pages or 0))
+        found = await _read_pages(ticket, store, tenant, chain, scoped.pages or 0)
         found.extend(scoped.records)
-    return _once(found)
+        read.append(found)
+    return read
+
+
+async def last_whole_erasures(
+    ticket: Ticket, store: SessionStore, key: SessionKey
+) -> tuple[ErasureRecord, ...]:
+    """Of the finished erasures of the whole of session ``key``, the last of each chain (each once).
+
+    Such erasures (of the session, its user or its tenant) all overlap, and
+    an erasure joins ``pending`` only while no overlapping one is in it
+    (:func:`.erasure.start`): they ran one after another, each indexed
+    before it left ``pending``, so every chain lists them in the order they
+    joined, and the one that joined last ends one of the chains. The commit
+    fence reads these few join records (:mod:`.commit_fence`), not one per
+    erasure the session ever had. The headers otherwise read as
+    :func:`finished_covering` reads them; newest first, by their clocks.
+    """
+    last: dict[str, ErasureRecord] = {}
+    for chain in await _scoped_chains(ticket, store, key.tenant, key.user, (key.session,)):
+        whole = [r for r in chain if covers(r.target, key) and r.target.covers_session(key)]
+        if whole:
+            last.setdefault(whole[-1].erasure_id, whole[-1])
+    return tuple(sorted(last.values(), key=lambda r: r.completed_at or r.started_at, reverse=True))
 
 
 async def add_finished(ticket: Ticket, store: SessionStore, done: ErasureRecord) -> None:
