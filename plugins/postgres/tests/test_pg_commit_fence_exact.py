@@ -1,0 +1,126 @@
+"""The commit fence's exact erasure rule on PostgreSQL: each erasure's join record against the turn's load.
+
+A new session's first turn finds it absent at its load and again before it
+commits; only the tenant's finished erasures can say whether one of the
+session ran meanwhile. Each keeps the revision of the tenant's ``pending``
+ledger it joined after (its join record): the PostgreSQL store's revisions
+(one past the store-wide floor for a new row, ``revision + 1`` on replace)
+only rise for the ledger, so an erasure of the session finished before the
+turn loaded it does not refuse the commit while another erasure of the
+tenant runs, and one that joined during the turn does. Two runtimes over
+the same database stand for two processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    OperatorAttestation,
+    SessionConflictError,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import (
+    ERASURE_RECORDS_TENANT,
+    ModelRequest,
+    ModelResponse,
+    OpContext,
+    SessionKey,
+)
+from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+BOB = VerifiedIdentity("acme", "bob", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+TURN = "a new session's first turn"
+
+
+class _Held(ScriptedProvider):
+    """Answers at once, except the armed call, which waits for ``release`` after saying it started."""
+
+    def __init__(self) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.armed = False
+        self.started, self.release = anyio.Event(), anyio.Event()
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        if self.armed:
+            self.armed = False
+            self.started.set()
+            await self.release.wait()
+        return await super().complete(request, ctx)
+
+
+def _runtime(provider: Any, config: PostgresConfig) -> Any:
+    archive, store = PostgresArchive(config), PostgresSessionStore(config)
+    return create_harness_runtime(
+        provider=provider, archive=archive, session_store=store, owned=(archive, store)
+    )
+
+
+async def _turn_while(slow: Any, provider: _Held, meanwhile: Any) -> BaseException | None:
+    caught: list[BaseException] = []
+    provider.armed = True
+
+    async def turn() -> None:
+        try:
+            await slow.run(ANA, "s1", TURN)
+        except Exception as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(30):
+            await provider.started.wait()
+        await meanwhile()
+        provider.release.set()
+    return caught[0] if caught else None
+
+
+async def _texts(runtime: Any) -> list[str]:
+    page = await runtime.read_history(ANA, "s1", max_groups=100, view=False)
+    return [m.content for g in page.groups for m in g.messages]
+
+
+@pytest.mark.parametrize("during", ["bob", "ana"])
+async def test_a_pg_first_turn_after_an_old_erasure_is_judged_by_the_join_records(
+    during: str, app_config: PostgresConfig
+) -> None:
+    provider = _Held()
+    slow = _runtime(provider, app_config)
+    other = _runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)
+    erased: list[Any] = []
+    try:
+        await slow.run(ANA, "s1", "before the erasure")
+        await other.run(BOB, "b1", "bob's session")
+        old = await other.erase(EraseTarget.session("acme", "ana", "s1"), reason="dsr", attestation=OPERATOR)
+        joined = await other.session_store.load(
+            SessionKey(ERASURE_RECORDS_TENANT, "acme", f"j-{old.record.erasure_id}"), OpContext()
+        )
+        assert joined is not None and joined.snapshot.ledger.joined_after is not None
+        target = (
+            EraseTarget.user("acme", "bob") if during == "bob" else EraseTarget.session("acme", "ana", "s1")
+        )
+
+        async def meanwhile() -> None:
+            erased.append(await other.erase(target, reason="dsr", attestation=OPERATOR))
+
+        error = await _turn_while(slow, provider, meanwhile)
+        if during == "bob":
+            assert error is None, error  # ana's erasure joined before the turn's load
+            assert await _texts(slow) == [TURN, "noted"]
+        else:
+            assert isinstance(error, SessionConflictError), error  # joined during the turn
+            assert erased[0].record.erasure_id in str(error)
+            assert await _texts(slow) == []
+    finally:
+        await slow.aclose()
+        await other.aclose()
