@@ -104,24 +104,33 @@ async def joined_after(ticket: Ticket, store: SessionStore, record: ErasureRecor
 
     Not known: an erasure an earlier version started, or one that stopped
     between joining and keeping it (its resume cannot tell any more), or
-    one whose join record is damaged (a WARNING names it; the record is
+    one whose join record is damaged — it does not decode, or holds another
+    erasure's header or not exactly one (a WARNING names it; the record is
     left as it is). Damaged, it is read as absent rather than raised: the
     fences then assume the worst of that erasure alone, where an error
     would leave a fact or document written meanwhile standing unchecked.
     """
     key = joined_key(record.target.tenant_id, record.erasure_id)
     try:
-        _, joined = await load_ledger(ticket, store, key)
+        revision, joined = await load_ledger(ticket, store, key)
     except SnapshotCorruptError:
-        _log.warning(
-            "the join record of erasure %s is damaged (it was left as it is); the erasure is taken to "
-            "have joined the ledger at any time",
-            record.erasure_id,
-        )
+        _damaged(record)
         return None
+    if revision is None:
+        return None  # absent: what the caller assumes then is the worst
     if len(joined.records) != 1 or joined.records[0].erasure_id != record.erasure_id:
-        return None  # absent (or not this erasure's): what the caller assumes then is the worst
+        # The join wrote exactly this erasure's header there: anything else is damage, said as such.
+        _damaged(record)
+        return None
     return joined.joined_after
+
+
+def _damaged(record: ErasureRecord) -> None:
+    _log.warning(
+        "the join record of erasure %s is damaged (it was left as it is); the erasure is taken to "
+        "have joined the ledger at any time",
+        record.erasure_id,
+    )
 
 
 async def joined_since(
