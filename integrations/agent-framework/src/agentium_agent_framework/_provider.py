@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
-from agent_framework import HistoryProvider
+from agent_framework import AgentSession, HistoryProvider, SessionContext, SupportsAgentRun
 from agent_framework import Message as AFMessage
 
 from agentium_harness import (
@@ -39,7 +39,7 @@ from ._messages import (
     listed,
     to_agentium,
 )
-from ._read_fences import ReadFences
+from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, decided, message_identity, new_messages
 
 __all__ = [
@@ -195,6 +195,32 @@ class AgentiumHistoryProvider(HistoryProvider):
         # Per session id, the erasure fences of its get_messages (the runs' input): saves follow the
         # oldest load still waiting, so an erasure since refuses them (docs/runtime.md). Bounded.
         self._fences = ReadFences(MAX_READ_FENCES)
+        # An agent run's own load, for its own save (exact, whatever other runs of the id do).
+        self._runs = RunLoads(self)
+
+    async def before_run(
+        self,
+        *,
+        agent: SupportsAgentRun,
+        session: AgentSession,
+        context: SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Load the history as the framework does, keeping the load as this run's own (for its save)."""
+        with self._runs.loading(context):
+            await super().before_run(agent=agent, session=session, context=context, state=state)
+
+    async def after_run(
+        self,
+        *,
+        agent: SupportsAgentRun,
+        session: AgentSession,
+        context: SessionContext,
+        state: dict[str, Any],
+    ) -> None:
+        """Save as the framework does; the save follows this run's own load (``before_run``)."""
+        with self._runs.saving(context):
+            await super().after_run(agent=agent, session=session, context=context, state=state)
 
     def _session(self, session_id: str | None) -> str:
         if session_id is None:
@@ -218,7 +244,8 @@ class AgentiumHistoryProvider(HistoryProvider):
             if newest is not None:
                 chosen, fence = newest
                 decoded = self._decode(sid, chosen)
-                self._fences.loaded(sid, fence)  # only once every message decoded
+                if not self._runs.loaded(sid, fence):  # only once every message decoded
+                    self._fences.loaded(sid, fence)
                 return decoded
         refused = SessionConflictError(
             f"the view of session {sid!r} changed between the pages of every read "
@@ -352,7 +379,9 @@ class AgentiumHistoryProvider(HistoryProvider):
         group appended only at the revision it was read at: a write landing
         in between makes it read again.
 
-        After a ``get_messages`` of the session id by this provider, the
+        In an agent run, the save follows the run's own load
+        (``before_run``). Called directly, after a ``get_messages`` of the
+        session id by this provider, the
         save follows the oldest load whose save is still to come (with two
         runs at once, the earlier run's; ``append(after_read=...)``): if an
         erasure of the session (its own, its user's or its tenant's) began or
@@ -380,6 +409,10 @@ class AgentiumHistoryProvider(HistoryProvider):
                 f"a message's id or contents could not be read to compare it with the session's last "
                 f"messages ({type(exc).__name__} raised); nothing was written"
             ) from exc
+        run = self._runs.saving_run(sid)
+        if run is not None:  # an agent run's save: its own run's load
+            await self._save(sid, converted, incoming, run.fence)
+            return
         following = self._fences.follow(sid)  # the load this save follows (None: none by this provider)
         fence = following.fence if following is not None else None
         try:

@@ -15,15 +15,29 @@ refusal start afresh. A run that fails before its save leaves its load
 counted: after an erasure it costs up to two more refusals (the next
 save follows it, then it is condemned), otherwise it holds the fence one
 load back; both conservative, neither for good.
+
+That matching by order is a guess, and can be wrong: runs A and B load
+before an erasure, A's save is refused, then run C loads and saves; if
+C's save took the refusal meant for B, B's save would follow C's load,
+made after the erasure, and commit. So a run of an ``Agent`` is matched
+exactly (:class:`RunLoads`): the framework gives ``before_run`` and
+``after_run`` the run's own ``SessionContext``, and the load made in one
+is the fence of the save made in the other, whatever other runs do. The
+order above is left for ``get_messages`` and ``save_messages`` called
+directly, which name no run.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from weakref import WeakKeyDictionary
 
 from agentium_harness import ReadFence
 
-__all__ = ["Following", "ReadFences"]
+__all__ = ["Following", "ReadFences", "RunLoad", "RunLoads"]
 
 
 class _Loads:
@@ -101,3 +115,65 @@ class ReadFences:
                 loads.held = following.newest
         if loads.held is None and loads.condemned == 0:
             del self._ids[sid]  # nothing to follow: a save with no load since follows none
+
+
+class RunLoad:
+    """One framework run's load of its session id: the fence its own save follows."""
+
+    __slots__ = ("fence", "owner", "sid")
+
+    def __init__(self, owner: object, sid: str | None = None, fence: ReadFence | None = None) -> None:
+        self.owner, self.sid, self.fence = owner, sid, fence
+
+
+#: The run whose ``before_run`` (loading) or ``after_run`` (saving) is under way, in this task.
+_LOADING: ContextVar[RunLoad | None] = ContextVar("agentium_af_loading", default=None)
+_SAVING: ContextVar[RunLoad | None] = ContextVar("agentium_af_saving", default=None)
+
+
+class RunLoads:
+    """The load of each framework run still alive, by its ``SessionContext`` (weakly: gone with the run).
+
+    A run that fails before its save leaves nothing behind: its context is
+    dropped, and with it its load. Its own provider's calls only (``owner``).
+    """
+
+    __slots__ = ("_owner", "_runs")
+
+    def __init__(self, owner: object) -> None:
+        self._owner = owner
+        self._runs: WeakKeyDictionary[object, RunLoad] = WeakKeyDictionary()
+
+    @contextmanager
+    def loading(self, context: object) -> Iterator[None]:
+        """Inside: a ``get_messages`` of this provider is the load of the run of ``context``."""
+        run = RunLoad(self._owner)
+        token = _LOADING.set(run)
+        try:
+            yield
+        finally:
+            _LOADING.reset(token)
+        if run.sid is not None:  # it loaded (only once every message decoded)
+            self._runs[context] = run
+
+    @contextmanager
+    def saving(self, context: object) -> Iterator[None]:
+        """Inside: a ``save_messages`` of this provider is the save of the run of ``context``."""
+        token = _SAVING.set(self._runs.get(context))
+        try:
+            yield
+        finally:
+            _SAVING.reset(token)
+
+    def loaded(self, sid: str, fence: ReadFence | None) -> bool:
+        """Keep ``fence`` as the load of the run loading now; ``False``: no run of this provider is."""
+        run = _LOADING.get()
+        if run is None or run.owner is not self._owner:
+            return False
+        run.sid, run.fence = sid, fence
+        return True
+
+    def saving_run(self, sid: str) -> RunLoad | None:
+        """The load of the run whose save of ``sid`` this is; ``None``: not a run that loaded ``sid``."""
+        run = _SAVING.get()
+        return run if run is not None and run.owner is self._owner and run.sid == sid else None
