@@ -206,16 +206,20 @@ async def last_whole_erasures(
 
     Such erasures (of the session, its user or its tenant) all overlap, and
     an erasure joins ``pending`` only while no overlapping one is in it
-    (:func:`.erasure.start`): they ran one after another, each indexed
+    (:func:`.erasure.start`): they ran one after another, each first indexed
     before it left ``pending``, so every chain lists them in the order they
-    joined, and the one that joined last ends one of the chains. The commit
+    joined by their *first* listing, and the one that joined last ends one
+    of the chains (its scope's, read whole). A later listing of one is
+    passed over: a resume that read it pending completes it again after
+    another process did, and indexes it again once its first listing moved
+    to a page, possibly after an erasure that joined later. The commit
     fence reads these few join records (:mod:`.commit_fence`), not one per
     erasure the session ever had. The headers otherwise read as
     :func:`finished_covering` reads them; newest first, by their clocks.
     """
     last: dict[str, ErasureRecord] = {}
     for chain in await _scoped_chains(ticket, store, key.tenant, key.user, (key.session,)):
-        whole = [r for r in chain if covers(r.target, key) and r.target.covers_session(key)]
+        whole = [r for r in _once(chain) if covers(r.target, key) and r.target.covers_session(key)]
         if whole:
             last.setdefault(whole[-1].erasure_id, whole[-1])
     return tuple(sorted(last.values(), key=lambda r: r.completed_at or r.started_at, reverse=True))
