@@ -23,6 +23,7 @@ import pytest
 
 from agentium_harness import (
     EraseTarget,
+    ErasureIncompleteError,
     ErasureState,
     OperatorAttestation,
     SessionKey,
@@ -111,6 +112,68 @@ async def test_a_call_whose_erasure_was_completed_during_its_inventory_keeps_the
         assert result.record.erasure_id != erasure_id
         assert result.state is ErasureState.COMPLETE
         assert await _texts(first) == []
+    finally:
+        await first.aclose()
+        await other.aclose()
+
+
+class _FailingSecondInventory(_GatedArchive):
+    """As :class:`_GatedArchive`; every inventory after the first (the new erasure's) fails."""
+
+    def __init__(self, sessions: InMemorySessionStore) -> None:
+        super().__init__(sessions)
+        self.inventories = 0
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
+        if kwargs.get("dry_run", False) and kwargs.get("max_items", 0) > 1:
+            self.inventories += 1
+            if self.inventories > 1:
+                raise OSError("archive unreachable")
+        return await super().erase(target, ctx, **kwargs)
+
+
+async def test_a_new_erasure_that_stops_is_the_one_reported_pending() -> None:
+    """The new erasure's inventory fails: the error carries *its* pending record, not the tombstone.
+
+    The erasure the call started was completed by the resume (its tombstone
+    stands); the new one it started for what was written since is the one
+    left pending, fencing the scope. The caller is told that one's id, to
+    resume, and gets its record — a completed record with "it stays
+    pending" would be false on both counts.
+    """
+    sessions = InMemorySessionStore()
+    archive = _FailingSecondInventory(sessions)
+    provider = ScriptedProvider(replies=["noted"], cycle=True)
+    first = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
+    other = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
+    errors: list[BaseException] = []
+    try:
+        await first.run(ANA, "s1", "before the erasure")
+
+        async def erase_first() -> None:
+            try:
+                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            except ErasureIncompleteError as exc:
+                errors.append(exc)
+
+        archive.armed = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(erase_first)
+            with anyio.fail_after(30):
+                await archive.entered.wait()
+            resumed = await other.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            assert resumed.tombstone is not None
+            await other.run(ANA, "s1", "after the erasure")
+            archive.release.set()
+        (error,) = errors
+        assert isinstance(error, ErasureIncompleteError)
+        stored = await sessions.load(PENDING, OpContext())
+        assert stored is not None and stored.snapshot.ledger is not None
+        (pending,) = stored.snapshot.ledger.records
+        assert pending.erasure_id != resumed.record.erasure_id
+        assert error.record.erasure_id == pending.erasure_id, (error.record.erasure_id, str(error))
+        assert error.record.state is ErasureState.PENDING
+        assert pending.erasure_id in str(error) and resumed.record.erasure_id not in str(error)
     finally:
         await first.aclose()
         await other.aclose()

@@ -205,19 +205,25 @@ async def _finish(
         except ErasureIncompleteError as exc:
             stopped = exc
         except Exception as exc:
-            stopped = ErasureIncompleteError(
-                f"the erasure of {target.describe()} stopped part way ({error_text(exc)}); it stays pending "
-                "and its scope is refused until it completes: fix the cause, then resume it "
-                f"(agentium erase --resume, erasure {record.erasure_id})",
-                record,
-            )
-            stopped.__cause__ = exc
+            stopped = _stopped(record, exc)
         cause = error_type(stopped.__cause__ if stopped.__cause__ is not None else stopped)
         span.event("agentium.erasure.incomplete", {"error.type": cause})
-        _log.warning(
-            "erasure %s stopped part way (%s); it stays pending: resume it", record.erasure_id, cause
-        )
+        # The erasure left pending: a new one (_again) when another call completed this one.
+        pending = stopped.record.erasure_id if stopped.record is not None else record.erasure_id
+        _log.warning("erasure %s stopped part way (%s); it stays pending: resume it", pending, cause)
         raise stopped
+
+
+def _stopped(record: ErasureRecord, exc: Exception) -> ErasureIncompleteError:
+    """What says that pending ``record``'s erasure stopped on ``exc``: it stays pending; resume it."""
+    stopped = ErasureIncompleteError(
+        f"the erasure of {record.target.describe()} stopped part way ({error_text(exc)}); it stays pending "
+        "and its scope is refused until it completes: fix the cause, then resume it "
+        f"(agentium erase --resume, erasure {record.erasure_id})",
+        record,
+    )
+    stopped.__cause__ = exc
+    return stopped
 
 
 async def _carry(
@@ -273,11 +279,17 @@ async def _again(
     fresh, resumed = await start(
         ticket, runtime.session_store, done.target, done.reason, attestation, done.kind
     )
-    if not resumed:
-        fresh = await _inventoried(runtime, ticket, fresh)
-        if fresh.state is ErasureState.COMPLETE:
-            return await _again(runtime, ticket, stores, fresh, depth + 1)
-    return await _carry(runtime, ticket, fresh, depth + 1)
+    try:
+        if not resumed:
+            fresh = await _inventoried(runtime, ticket, fresh)
+            if fresh.state is ErasureState.COMPLETE:
+                return await _again(runtime, ticket, stores, fresh, depth + 1)
+        return await _carry(runtime, ticket, fresh, depth + 1)
+    except ErasureIncompleteError:
+        raise
+    except Exception as exc:
+        # The new erasure is the one left pending (``done`` is complete): the caller resumes that one.
+        raise _stopped(fresh, exc) from exc
 
 
 async def _inventoried(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
