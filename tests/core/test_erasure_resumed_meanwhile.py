@@ -30,6 +30,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine import erasure_api
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, OpContext
@@ -177,3 +178,71 @@ async def test_a_new_erasure_that_stops_is_the_one_reported_pending() -> None:
     finally:
         await first.aclose()
         await other.aclose()
+
+
+async def test_a_late_resume_of_an_erasure_completed_meanwhile_keeps_its_tombstone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A resume that loaded the record pending (every store done) completes it after another did.
+
+    Its record said every store had erased (the call before it stopped
+    just before its tombstone), so no store call — and no look at whether the
+    erasure is still pending — comes before its own tombstone. The one the
+    other resume wrote stands: never a second one over it, with another
+    completion time.
+    """
+    sessions = InMemorySessionStore()
+    archive = InMemoryArchive()
+    provider = ScriptedProvider(replies=["noted"], cycle=True)
+    first, other, stale = (
+        create_harness_runtime(provider=provider, archive=archive, session_store=sessions) for _ in range(3)
+    )
+    try:
+        await first.run(ANA, "s1", "before the erasure")
+        real_scrub = erasure_api.scrub_files
+
+        async def fails(*args: Any) -> None:
+            raise OSError("clean-up failed")
+
+        # Every store erased (the record says so), then the call stops before its tombstone.
+        monkeypatch.setattr(erasure_api, "scrub_files", fails)
+        with pytest.raises(ErasureIncompleteError) as caught:
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        monkeypatch.setattr(erasure_api, "scrub_files", real_scrub)
+        erasure_id = caught.value.record.erasure_id
+        record_key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"e-{erasure_id}")
+        real_load = erasure_api.load_record
+        paused, go, done = anyio.Event(), anyio.Event(), anyio.Event()
+        late: list[Any] = []
+
+        async def load_late(*args: Any) -> Any:
+            loaded = await real_load(*args)
+            if not paused.is_set():  # the stale resume's: loaded pending, then slow
+                paused.set()
+                await go.wait()
+            return loaded
+
+        async def resume_late() -> None:
+            try:
+                late.extend(await stale.resume_erasures(OPERATOR))
+            finally:
+                done.set()
+
+        monkeypatch.setattr(erasure_api, "load_record", load_late)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_late)
+                await paused.wait()
+                (resumed,) = await other.resume_erasures(OPERATOR)
+                assert resumed.tombstone is not None
+                tombstone = await sessions.load(record_key, OpContext())
+                go.set()
+                await done.wait()
+        kept = await sessions.load(record_key, OpContext())
+        assert kept is not None and tombstone is not None
+        assert kept.snapshot == tombstone.snapshot  # the first tombstone, as written
+        (result,) = late
+        assert result.record == resumed.record  # the late resume reports that tombstone
+    finally:
+        for runtime in (first, other, stale):
+            await runtime.aclose()

@@ -460,12 +460,6 @@ async def load_record(ticket: Ticket, store: SessionStore, pending: ErasureRecor
     return ledger.records[0] if ledger.records else pending
 
 
-async def save_record(ticket: Ticket, store: SessionStore, record: ErasureRecord) -> None:
-    """Keep ``record`` (its progress, or its tombstone) under its own key."""
-    key = record_key(record.target.tenant_id, record.erasure_id)
-    await update_ledger(ticket, store, key, lambda _: ErasureLedger((record,)))
-
-
 async def settle_late(
     target: EraseTarget,
     late: Callable[[Callable[[LateScope], bool], float], Awaitable[list[str]]],
@@ -566,7 +560,11 @@ async def complete(ticket: Ticket, store: SessionStore, record: ErasureRecord) -
         if not any(s.count for s in record.sessions) and not any(e.counts for e in record.stores):
             notes = (*notes, "nothing of the target was stored: the tombstone records that nothing was there")
         done = attrs.evolve(record, state=ErasureState.COMPLETE, completed_at=datetime.now(UTC), notes=notes)
-        await save_record(ticket, store, done)
+        # Never over another call's tombstone: a resume that loaded the record pending (every store
+        # done: no store call looked again) may come after another completed it. That one stands.
+        elsewhere = await save_progress(ticket, store, done)
+        if elsewhere is not None:
+            done = elsewhere
 
     def remove(ledger: ErasureLedger) -> ErasureLedger:
         return ErasureLedger(tuple(r for r in ledger.records if r.erasure_id != done.erasure_id))
