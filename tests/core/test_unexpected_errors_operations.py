@@ -240,7 +240,8 @@ async def test_erase_failing_while_its_record_is_written_may_be_pending_and_eras
 ) -> None:
     rt = _runtime()
     await rt.run(ANA, "s1", "q0")
-    monkeypatch.setattr(erasure, "update_ledger", _then_boom(erasure.update_ledger))
+    # The join into ``pending`` (update_ledger_from: it returns the revision joined at, for the join record).
+    monkeypatch.setattr(erasure, "update_ledger_from", _then_boom(erasure.update_ledger_from))
     error = await _fails(lambda: _erase(rt), "erase", caplog)
     assert error.commit_state is CommitState.UNKNOWN
     assert "may be pending" in str(error) and "calling erase again with the same target resumes it" in str(
@@ -276,7 +277,8 @@ async def test_resume_erasures_failing_unexpectedly_leaves_the_erasure_pending(
     rt = _runtime()
     await rt.run(ANA, "s1", "q0")
     with monkeypatch.context() as patch:
-        patch.setattr(erasure, "update_ledger", _then_boom(erasure.update_ledger))
+        # The join into ``pending`` lands, then the engine fails.
+        patch.setattr(erasure, "update_ledger_from", _then_boom(erasure.update_ledger_from))
         await _fails(lambda: _erase(rt), "erase", caplog)
     monkeypatch.setattr(erasure_api, "load_record", _boom)
     error = await _fails(lambda: rt.resume_erasures(OPERATOR), "resume_erasures", caplog)
