@@ -30,7 +30,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._engine import erasure_api
+from agentium_harness._engine import erasure_api, erasure_run
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, OpContext
@@ -199,16 +199,16 @@ async def test_a_late_resume_of_an_erasure_completed_meanwhile_keeps_its_tombsto
     )
     try:
         await first.run(ANA, "s1", "before the erasure")
-        real_scrub = erasure_api.scrub_files
+        real_scrub = erasure_run.scrub_files
 
         async def fails(*args: Any) -> None:
             raise OSError("clean-up failed")
 
         # Every store erased (the record says so), then the call stops before its tombstone.
-        monkeypatch.setattr(erasure_api, "scrub_files", fails)
+        monkeypatch.setattr(erasure_run, "scrub_files", fails)
         with pytest.raises(ErasureIncompleteError) as caught:
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
-        monkeypatch.setattr(erasure_api, "scrub_files", real_scrub)
+        monkeypatch.setattr(erasure_run, "scrub_files", real_scrub)
         erasure_id = caught.value.record.erasure_id
         record_key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"e-{erasure_id}")
         real_load = erasure_api.load_record

@@ -90,6 +90,7 @@ from ._engine.runtime import (
 from ._engine.sources import SourceStatus
 from ._engine.tools import EffectLevel, Tool, ToolOutcome, ToolRegistry, ToolStatus
 from ._engine.verification import CompletionPolicy, verified_completion_policy
+from ._erasure_errors import ErasureOvertakenError
 from ._errors import (
     AgentCloseError,
     AgentiumError,
@@ -214,6 +215,7 @@ __all__ = [
     "ErasedGroups",
     "ErasureInProgressError",
     "ErasureIncompleteError",
+    "ErasureOvertakenError",
     "ErasureKind",
     "ErasureRecord",
     "ErasureRefusedError",

@@ -254,7 +254,9 @@ class ErasureIncompleteError(AgentiumError):
     so runs on the scope are still refused; ``record`` holds the progress
     so far. Resume it (``runtime.resume_erasures()``, ``agentium erase
     --resume``) once the cause is fixed: erasing what is already gone is a
-    no-op, and the record completes into the tombstone.
+    no-op, and the record completes into the tombstone. The subclass
+    :class:`ErasureOvertakenError` is the one case whose ``record`` is
+    complete: the erasure ended, but the target may still hold data.
     """
 
     def __init__(self, message: str, record: ErasureRecord | None = None) -> None:

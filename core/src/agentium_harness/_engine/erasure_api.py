@@ -1,58 +1,37 @@
 """The erasure methods of :class:`~.runtime.HarnessRuntime`: erase, resume, status (docs/erasure.md).
 
 Mixed into the runtime like the history API, so the orchestrator stays
-small; the steps themselves are in :mod:`.erasure`. Erasure is an operator
+small; the steps themselves are in :mod:`.erasure`, and
+:mod:`.erasure_run` carries a pending erasure through. Erasure is an operator
 operation: nothing here is reachable from ``run()``, ``pop`` or ``clear``.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import attrs
 
-from .._errors import ErasureIncompleteError, ErasureRefusedError, InvalidArgumentError
-from .._observe.spans import error_type, using
-from .._observe.turn import settings_of, traced_operation
-from .._ports._base import capabilities_of
-from .._ports.erasure import (
-    EraseLevel,
-    EraseTarget,
-    ErasureKind,
-    ErasureRecord,
-    ErasureState,
-    PhysicalErasure,
-)
+from .._errors import ErasureRefusedError, InvalidArgumentError
+from .._observe.spans import using
+from .._observe.turn import settings_of
+from .._ports.erasure import EraseLevel, EraseTarget, ErasureKind, ErasureState
 from .._ports.memory import MemoryScope
-from .._text import error_text
-from .erased_groups import mark_erased
 from .erasure import (
     ErasureResult,
     OperatorAttestation,
-    carry_out,
     check_capable,
     check_request,
-    complete,
-    inventory,
     load_record,
     new_record,
     pending_for,
     plan,
-    settle_late,
     start,
-    still_held,
 )
 from .erasure_ledger import pending_records
-from .erasure_resume import save_progress
-from .erasure_scrub import defers_scrub, scrub_files
+from .erasure_run import erasure_stores, finish
 from .erasure_status import DEFAULT_STATUS_LIMIT, ErasureStatusPage, check_status_args, status_page
 from .forget import ForgetResult, forget_fact
-from .late_calls import wait_late
-from .lifecycle import Ticket, covers
-from .memory.manager import late_calls_of
 from .results import CommitState
 from .retention import RetentionResult, apply_policy
 from .unexpected import Outcomes, WriteProgress, typed_unexpected
@@ -62,17 +41,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ErasureOperations", "erasure_stores", "run_erasure"]
 
-#: New erasures one call starts after others completed the one it resumed (each then finds it done).
-_AGAIN_AT_MOST = 2
 #: The levels ``erase`` takes; groups targets come from retention and ``forget``.
 _WHOLE = (EraseLevel.TENANT, EraseLevel.USER, EraseLevel.SESSION)
-
-_log = logging.getLogger("agentium.engine.erasure")
-
-After = Callable[[Ticket, ErasureRecord], Awaitable[ErasureRecord]]
-
 #: What an unexpected error leaving an erasure says (docs/erasure.md). Once its record is written,
-#: whatever stops it is an ErasureIncompleteError carrying the record (``_finish``).
+#: whatever stops it is an ErasureIncompleteError carrying the record (:func:`.erasure_run.finish`).
 _ERASURE: Outcomes = {
     CommitState.NOT_COMMITTED: (
         "it failed before it wrote anything: this call erased nothing (commit_state not_committed); an "
@@ -111,199 +83,12 @@ _FORGET: Outcomes = {
     ),
     CommitState.COMMITTED: "it failed after the fact was forgotten (commit_state committed)",
 }
-#: Resuming reads the pending records; each erasure it resumes is carried through by ``_finish``.
+#: Resuming reads the pending records; each erasure it resumes is carried through (erasure_run.finish).
 _RESUME: Outcomes = dict.fromkeys(
     CommitState,
     "the erasures it completed before stand; the others stay pending, their scopes refused "
     "(erasure_status lists them): call resume_erasures again",
 )
-
-
-def erasure_stores(runtime: HarnessRuntime, target: EraseTarget) -> list[tuple[str, Any]]:
-    """The stores an erasure of ``target`` goes through, in order: recall, memory, archive, session store.
-
-    A groups target touches only what holds archived groups: the recall
-    index and the archive (the engine rewrites the snapshot itself).
-    """
-    stores: list[tuple[str, Any]] = []
-    if runtime.recall is not None:
-        stores.append(("recall", runtime.recall))
-    if runtime.memory is not None and target.level is not EraseLevel.GROUPS:
-        stores.append(("memory", runtime.memory.store))
-    stores.append(("archive", runtime.archive))
-    if target.level is not EraseLevel.GROUPS:
-        stores.append(("session_store", runtime.session_store))
-    return stores
-
-
-def _after(runtime: HarnessRuntime, record: ErasureRecord, cleaned: list[tuple[str, Any]]) -> After | None:
-    """What a groups erasure does once the stores are done: record the groups erased in the snapshot.
-
-    A session store that leaves its clean-up to the engine is added to
-    ``cleaned`` when its erase ran, so that its file is cleaned up with the others.
-    """
-    target = record.target
-    key = target.session_key
-    if target.level is not EraseLevel.GROUPS or key is None:
-        return None
-    keep_text = record.kind is not ErasureKind.FORGET
-    store = runtime.session_store
-
-    async def mark(ticket: Ticket, done: ErasureRecord) -> ErasureRecord:
-        wrote = await mark_erased(ticket, store, key, target.groups, keep_summary_text=keep_text)
-        if not wrote or keep_text or not getattr(capabilities_of(store), "erasure", False):
-            return done
-        # The summary lost its text in a snapshot rewrite made after the stores' erasures. The
-        # session store's erase of the same groups target removes nothing (it names no snapshot)
-        # and cleans up (a SQLite rebuild and log checkpoint) so the old text leaves its files
-        # too, or leaves that to the one clean-up per file after this (scrub_files); what it
-        # cannot clean up is noted.
-        if defers_scrub(store):
-            deferring: Any = store  # its erase takes scrub= (erasure_scrub)
-            await ticket.call("session store erase", lambda ctx: deferring.erase(target, ctx, scrub=False))
-            cleaned.append(("session_store", store))
-            return done
-        report = await ticket.call("session store erase", lambda ctx: store.erase(target, ctx))
-        if report.physical is PhysicalErasure.REMOVED:
-            return done
-        note = f"the summary's former text: the session store reports {report.physical.value}"
-        return attrs.evolve(done, notes=(*done.notes, f"{note} ({report.detail})" if report.detail else note))
-
-    return mark
-
-
-async def _finish(
-    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, *, take_inventory: bool = False
-) -> ErasureRecord:
-    """Carry a pending record through: (inventory,) late writes settle, stores erase, marks, tombstone.
-
-    One ``agentium.erasure`` span; an erasure that stops part way is a WARNING
-    and a span event (its error's type and the erasure's id, never content).
-    Whatever stops it once its record is pending — a store's inventory, the
-    snapshot's marking, the tombstone's save — is raised as
-    :class:`ErasureIncompleteError` carrying the record: the scope stays
-    fenced until it is resumed, and the caller must be told so.
-    """
-    target = record.target
-    with traced_operation(
-        runtime,
-        "erasure",
-        target.tenant_id,
-        target.user_id or "",
-        target.session_id or "",
-        name="agentium.erasure",
-    ) as span:
-        span.set("agentium.erasure.kind", record.kind.value)
-        span.set("agentium.erasure.level", target.level.value)
-        try:
-            if take_inventory:
-                record = await _inventoried(runtime, ticket, record)
-                if record.state is ErasureState.COMPLETE:
-                    # A resume completed it during the inventory and its fence is down.
-                    return await _again(runtime, ticket, erasure_stores(runtime, target), record, 0)
-            return await _carry(runtime, ticket, record)
-        except ErasureIncompleteError as exc:
-            stopped = exc
-        except Exception as exc:
-            stopped = _stopped(record, exc)
-        cause = error_type(stopped.__cause__ if stopped.__cause__ is not None else stopped)
-        span.event("agentium.erasure.incomplete", {"error.type": cause})
-        # The erasure left pending: a new one (_again) when another call completed this one.
-        pending = stopped.record.erasure_id if stopped.record is not None else record.erasure_id
-        _log.warning("erasure %s stopped part way (%s); it stays pending: resume it", pending, cause)
-        raise stopped
-
-
-def _stopped(record: ErasureRecord, exc: Exception) -> ErasureIncompleteError:
-    """What says that pending ``record``'s erasure stopped on ``exc``: it stays pending; resume it."""
-    stopped = ErasureIncompleteError(
-        f"the erasure of {record.target.describe()} stopped part way ({error_text(exc)}); it stays pending "
-        "and its scope is refused until it completes: fix the cause, then resume it "
-        f"(agentium erase --resume, erasure {record.erasure_id})",
-        record,
-    )
-    stopped.__cause__ = exc
-    return stopped
-
-
-async def _carry(
-    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, depth: int = 0
-) -> ErasureRecord:
-    stores = erasure_stores(runtime, record.target)
-    if record.state is not ErasureState.COMPLETE:
-        timeout = runtime.limits.settle_timeout_s
-        background = [
-            (key, partial(runtime.parts.work.settle, key, timeout)) for key in runtime.parts.work.running()
-        ]
-        # This runtime's late calls and its memory manager's (a manager's own ``remember`` calls are
-        # admitted nowhere: it notes them itself).
-        late = [runtime.parts.admission.late]
-        if runtime.memory is not None:
-            late.append(late_calls_of(runtime.memory))
-        running = await settle_late(record.target, partial(wait_late, late), background, timeout)
-        if running:
-            raise ErasureIncompleteError(
-                f"writes of {record.target.describe()} this runtime walked away from are still running "
-                f"({'; '.join(running[:3])}), and one might land after the erase; the erasure stays pending. "
-                f"Resume it once they have ended (agentium erase --resume, erasure {record.erasure_id})",
-                record,
-            )
-        # The background updates of the scope have ended (and the fence starts no more): the reports
-        # this runtime keeps of them hold the summary's text, which settle_summary would still hand out.
-        runtime.parts.work.drop_reports(partial(covers, record.target))
-        record = await carry_out(ticket, stores, runtime.session_store, record)
-        if record.state is ErasureState.COMPLETE:
-            # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
-            return await _again(runtime, ticket, stores, record, depth)
-        cleaned = list(stores)
-        after = _after(runtime, record, cleaned)
-        if after is not None:
-            record = await after(ticket, record)
-        # Once every store erased (and the snapshot was marked): each file rebuilt once.
-        record = await scrub_files(ticket, cleaned, record)
-    return await complete(ticket, runtime.session_store, record)
-
-
-async def _again(
-    runtime: HarnessRuntime, ticket: Ticket, stores: Any, done: ErasureRecord, depth: int
-) -> ErasureRecord:
-    """``done`` (completed by another call), or, when the target still holds something, a new erasure of it.
-
-    What the target holds now was written before this call returns, so this
-    call's erasure covers it: it is erased under a new record (a new fence,
-    inventory and tombstone), never by a call whose fence is down.
-    """
-    if depth >= _AGAIN_AT_MOST or not await still_held(ticket, stores, done.target):
-        return done
-    attestation = OperatorAttestation(done.operator, statement=done.statement)
-    fresh, resumed = await start(
-        ticket, runtime.session_store, done.target, done.reason, attestation, done.kind
-    )
-    try:
-        if not resumed:
-            fresh = await _inventoried(runtime, ticket, fresh)
-            if fresh.state is ErasureState.COMPLETE:
-                return await _again(runtime, ticket, stores, fresh, depth + 1)
-        return await _carry(runtime, ticket, fresh, depth + 1)
-    except ErasureIncompleteError:
-        raise
-    except Exception as exc:
-        # The new erasure is the one left pending (``done`` is complete): the caller resumes that one.
-        raise _stopped(fresh, exc) from exc
-
-
-async def _inventoried(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
-    """New ``record`` with its inventory taken and saved; the tombstone if a resume completed it meanwhile.
-
-    The inventory (a dry run of every store) may take a while, and another
-    process (``agentium erase --resume``) may resume the erasure from its
-    saved record and complete it meanwhile. Its tombstone stands: the record
-    is saved by compare-and-set, never over it (:func:`.erasure_resume.save_progress`),
-    and the caller, whose fence is down, erases nothing under this erasure.
-    """
-    taken = await inventory(ticket, erasure_stores(runtime, record.target), record)
-    done = await save_progress(ticket, runtime.session_store, taken)
-    return taken if done is None else done
 
 
 async def run_erasure(
@@ -365,7 +150,7 @@ async def _run_erasure(
         record, resumed = await start(
             ticket, runtime.session_store, target, reason, attestation, kind, progress.saving
         )
-        done = await _finish(runtime, ticket, record, take_inventory=not resumed)
+        done = await finish(runtime, ticket, record, take_inventory=not resumed)
         progress.committed()
         return ErasureResult(done, resumed)
     raise AssertionError("unreachable")  # pragma: no cover - admit_erasure() re-raises a cancellation
@@ -447,7 +232,7 @@ class ErasureOperations:
                 check_capable(erasure_stores(runtime, header.target))
                 async with runtime.parts.admission.admit_erasure(header.target) as ticket:
                     record = await load_record(ticket, runtime.session_store, header)
-                    results.append(ErasureResult(await _finish(runtime, ticket, record), resumed=True))
+                    results.append(ErasureResult(await finish(runtime, ticket, record), resumed=True))
         return tuple(results)
 
     async def erasure_status(

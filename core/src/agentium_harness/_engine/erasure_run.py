@@ -1,0 +1,284 @@
+"""Carrying a pending erasure through: inventory, late writes, every store, marks, tombstone.
+
+What :mod:`.erasure_api` (``erase``, ``resume_erasures``, retention and
+``forget``) runs once an erasure's record is pending (docs/erasure.md), and
+what a call does when another call completed its erasure meanwhile (a
+concurrent ``agentium erase --resume``): what the target still holds is
+erased under a new erasure of its own (:func:`_again`), or the call says it
+could not (:class:`ErasureOvertakenError`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .._erasure_errors import ErasureOvertakenError
+from .._errors import ErasureIncompleteError, ErasureInProgressError
+from .._observe.spans import error_type
+from .._observe.turn import traced_operation
+from .._ports._base import capabilities_of
+from .._ports.erasure import (
+    EraseLevel,
+    EraseTarget,
+    ErasureKind,
+    ErasureRecord,
+    ErasureState,
+    PhysicalErasure,
+)
+from .._text import error_text
+from .erased_groups import mark_erased
+from .erasure import OperatorAttestation, carry_out, complete, inventory, settle_late, start, still_held
+from .erasure_resume import save_progress
+from .erasure_scrub import defers_scrub, scrub_files
+from .late_calls import wait_late
+from .lifecycle import Ticket, covers
+from .memory.manager import late_calls_of
+
+if TYPE_CHECKING:
+    from .runtime import HarnessRuntime
+
+__all__ = ["erasure_stores", "finish"]
+
+#: New erasures one call starts after others completed the one it resumed (each then finds it done).
+_AGAIN_AT_MOST = 2
+_log = logging.getLogger("agentium.engine.erasure")
+
+After = Callable[[Ticket, ErasureRecord], Awaitable[ErasureRecord]]
+
+
+def erasure_stores(runtime: HarnessRuntime, target: EraseTarget) -> list[tuple[str, Any]]:
+    """The stores an erasure of ``target`` goes through, in order: recall, memory, archive, session store.
+
+    A groups target touches only what holds archived groups: the recall
+    index and the archive (the engine rewrites the snapshot itself).
+    """
+    stores: list[tuple[str, Any]] = []
+    if runtime.recall is not None:
+        stores.append(("recall", runtime.recall))
+    if runtime.memory is not None and target.level is not EraseLevel.GROUPS:
+        stores.append(("memory", runtime.memory.store))
+    stores.append(("archive", runtime.archive))
+    if target.level is not EraseLevel.GROUPS:
+        stores.append(("session_store", runtime.session_store))
+    return stores
+
+
+def _after(runtime: HarnessRuntime, record: ErasureRecord, cleaned: list[tuple[str, Any]]) -> After | None:
+    """What a groups erasure does once the stores are done: record the groups erased in the snapshot.
+
+    A session store that leaves its clean-up to the engine is added to
+    ``cleaned`` when its erase ran, so that its file is cleaned up with the others.
+    """
+    target = record.target
+    key = target.session_key
+    if target.level is not EraseLevel.GROUPS or key is None:
+        return None
+    keep_text = record.kind is not ErasureKind.FORGET
+    store = runtime.session_store
+
+    async def mark(ticket: Ticket, done: ErasureRecord) -> ErasureRecord:
+        wrote = await mark_erased(ticket, store, key, target.groups, keep_summary_text=keep_text)
+        if not wrote or keep_text or not getattr(capabilities_of(store), "erasure", False):
+            return done
+        # The summary lost its text in a snapshot rewrite made after the stores' erasures. The
+        # session store's erase of the same groups target removes nothing (it names no snapshot)
+        # and cleans up (a SQLite rebuild and log checkpoint) so the old text leaves its files
+        # too, or leaves that to the one clean-up per file after this (scrub_files); what it
+        # cannot clean up is noted.
+        if defers_scrub(store):
+            deferring: Any = store  # its erase takes scrub= (erasure_scrub)
+            await ticket.call("session store erase", lambda ctx: deferring.erase(target, ctx, scrub=False))
+            cleaned.append(("session_store", store))
+            return done
+        report = await ticket.call("session store erase", lambda ctx: store.erase(target, ctx))
+        if report.physical is PhysicalErasure.REMOVED:
+            return done
+        note = f"the summary's former text: the session store reports {report.physical.value}"
+        return attrs.evolve(done, notes=(*done.notes, f"{note} ({report.detail})" if report.detail else note))
+
+    return mark
+
+
+async def finish(
+    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, *, take_inventory: bool = False
+) -> ErasureRecord:
+    """Carry a pending record through: (inventory,) late writes settle, stores erase, marks, tombstone.
+
+    One ``agentium.erasure`` span; an erasure that stops part way is a WARNING
+    and a span event (its error's type and the erasure's id, never content).
+    Whatever stops it once its record is pending — a store's inventory, the
+    snapshot's marking, the tombstone's save — is raised as
+    :class:`ErasureIncompleteError` carrying the record: the scope stays
+    fenced until it is resumed, and the caller must be told so.
+    """
+    target = record.target
+    with traced_operation(
+        runtime,
+        "erasure",
+        target.tenant_id,
+        target.user_id or "",
+        target.session_id or "",
+        name="agentium.erasure",
+    ) as span:
+        span.set("agentium.erasure.kind", record.kind.value)
+        span.set("agentium.erasure.level", target.level.value)
+        try:
+            if take_inventory:
+                record = await _inventoried(runtime, ticket, record)
+                if record.state is ErasureState.COMPLETE:
+                    # A resume completed it during the inventory and its fence is down.
+                    return await _again(runtime, ticket, erasure_stores(runtime, target), record, 0)
+            return await _carry(runtime, ticket, record)
+        except ErasureIncompleteError as exc:
+            stopped = exc
+        except Exception as exc:
+            stopped = _stopped(record, exc)
+        cause = error_type(stopped.__cause__ if stopped.__cause__ is not None else stopped)
+        span.event("agentium.erasure.incomplete", {"error.type": cause})
+        if isinstance(stopped, ErasureOvertakenError) and stopped.record is not None:
+            _log.warning(
+                "erasure %s was completed by another call, but the target still holds data written since "
+                "that this call could not erase (%s; pending: %s): erase it again",
+                stopped.record.erasure_id,
+                cause,
+                stopped.pending_id or "none",
+            )
+            raise stopped
+        # The erasure left pending: a new one (_again) when another call completed this one.
+        pending = stopped.record.erasure_id if stopped.record is not None else record.erasure_id
+        _log.warning("erasure %s stopped part way (%s); it stays pending: resume it", pending, cause)
+        raise stopped
+
+
+def _stopped(record: ErasureRecord, exc: Exception) -> ErasureIncompleteError:
+    """What says that pending ``record``'s erasure stopped on ``exc``: it stays pending; resume it."""
+    stopped = ErasureIncompleteError(
+        f"the erasure of {record.target.describe()} stopped part way ({error_text(exc)}); it stays pending "
+        "and its scope is refused until it completes: fix the cause, then resume it "
+        f"(agentium erase --resume, erasure {record.erasure_id})",
+        record,
+    )
+    stopped.__cause__ = exc
+    return stopped
+
+
+async def _carry(
+    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, depth: int = 0
+) -> ErasureRecord:
+    stores = erasure_stores(runtime, record.target)
+    if record.state is not ErasureState.COMPLETE:
+        timeout = runtime.limits.settle_timeout_s
+        background = [
+            (key, partial(runtime.parts.work.settle, key, timeout)) for key in runtime.parts.work.running()
+        ]
+        # This runtime's late calls and its memory manager's (a manager's own ``remember`` calls are
+        # admitted nowhere: it notes them itself).
+        late = [runtime.parts.admission.late]
+        if runtime.memory is not None:
+            late.append(late_calls_of(runtime.memory))
+        running = await settle_late(record.target, partial(wait_late, late), background, timeout)
+        if running:
+            raise ErasureIncompleteError(
+                f"writes of {record.target.describe()} this runtime walked away from are still running "
+                f"({'; '.join(running[:3])}), and one might land after the erase; the erasure stays pending. "
+                f"Resume it once they have ended (agentium erase --resume, erasure {record.erasure_id})",
+                record,
+            )
+        # The background updates of the scope have ended (and the fence starts no more): the reports
+        # this runtime keeps of them hold the summary's text, which settle_summary would still hand out.
+        runtime.parts.work.drop_reports(partial(covers, record.target))
+        record = await carry_out(ticket, stores, runtime.session_store, record)
+        if record.state is ErasureState.COMPLETE:
+            # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
+            return await _again(runtime, ticket, stores, record, depth)
+        cleaned = list(stores)
+        after = _after(runtime, record, cleaned)
+        if after is not None:
+            record = await after(ticket, record)
+        # Once every store erased (and the snapshot was marked): each file rebuilt once.
+        record = await scrub_files(ticket, cleaned, record)
+    return await complete(ticket, runtime.session_store, record)
+
+
+async def _again(
+    runtime: HarnessRuntime, ticket: Ticket, stores: Any, done: ErasureRecord, depth: int
+) -> ErasureRecord:
+    """``done`` (completed by another call), or, when the target still holds something, a new erasure of it.
+
+    What the target holds now was written before this call returns, so this
+    call's erasure covers it: it is erased under a new record (a new fence,
+    inventory and tombstone), never by a call whose fence is down. When that
+    cannot be done — an overlapping erasure is pending and refuses it, a new
+    one cannot be started, or the new ones were completed elsewhere
+    ``_AGAIN_AT_MOST`` times — :class:`ErasureOvertakenError` says so, with
+    ``done`` (complete) and the stores still holding something: a tombstone
+    alone would say the target is erased.
+    """
+    left = tuple(await still_held(ticket, stores, done.target))
+    if not left:
+        return done
+    if depth >= _AGAIN_AT_MOST:
+        raise _overtaken(
+            done, left, f"it may start no more new erasures ({depth} started, each completed by another call)"
+        )
+    attestation = OperatorAttestation(done.operator, statement=done.statement)
+    try:
+        fresh, resumed = await start(
+            ticket, runtime.session_store, done.target, done.reason, attestation, done.kind
+        )
+    except ErasureInProgressError as exc:
+        raise _overtaken(
+            done,
+            left,
+            f"erasure {exc.erasure_id}, pending, overlaps it and refused a new one",
+            exc.erasure_id,
+        ) from exc
+    except ErasureIncompleteError:
+        raise  # the new erasure joined and is pending: that error carries its record
+    except Exception as exc:
+        raise _overtaken(done, left, f"a new erasure could not be started ({error_text(exc)})") from exc
+    try:
+        if not resumed:
+            fresh = await _inventoried(runtime, ticket, fresh)
+            if fresh.state is ErasureState.COMPLETE:
+                return await _again(runtime, ticket, stores, fresh, depth + 1)
+        return await _carry(runtime, ticket, fresh, depth + 1)
+    except ErasureIncompleteError:
+        raise
+    except Exception as exc:
+        # The new erasure is the one left pending (``done`` is complete): the caller resumes that one.
+        raise _stopped(fresh, exc) from exc
+
+
+def _overtaken(
+    done: ErasureRecord, left: tuple[str, ...], why: str, pending_id: str = ""
+) -> ErasureOvertakenError:
+    """What says that ``done`` is complete but the target may still hold data this call could not erase."""
+    after = f"once erasure {pending_id} completes (agentium erase --resume), " if pending_id else ""
+    return ErasureOvertakenError(
+        f"erasure {done.erasure_id} of {done.target.describe()} was completed by another call (its tombstone "
+        f"stands), but the {', '.join(left)} still held part of the target, written since, and this call "
+        f"could not erase it: {why}. The target may still hold that data: {after}erase it again",
+        done,
+        pending_id=pending_id,
+        still_held=left,
+    )
+
+
+async def _inventoried(runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord) -> ErasureRecord:
+    """New ``record`` with its inventory taken and saved; the tombstone if a resume completed it meanwhile.
+
+    The inventory (a dry run of every store) may take a while, and another
+    process (``agentium erase --resume``) may resume the erasure from its
+    saved record and complete it meanwhile. Its tombstone stands: the record
+    is saved by compare-and-set, never over it (:func:`.erasure_resume.save_progress`),
+    and the caller, whose fence is down, erases nothing under this erasure.
+    """
+    taken = await inventory(ticket, erasure_stores(runtime, record.target), record)
+    done = await save_progress(ticket, runtime.session_store, taken)
+    return taken if done is None else done
