@@ -87,7 +87,7 @@ from .erasure_ledger import (
     update_ledger,
     update_ledger_from,
 )
-from .erasure_resume import finished_elsewhere, save_progress
+from .erasure_resume import finished_elsewhere, save_progress, union_ranges
 from .erasure_scrub import PHYSICAL_RANK, defers_scrub
 from .lifecycle import LateScope, Ticket, covers, overlaps
 
@@ -240,18 +240,6 @@ def new_record(
 # -- merging what stores report ----------------------------------------------------------------------
 
 
-def _union(ranges: Sequence[SeqRange], seqs: Sequence[int]) -> tuple[SeqRange, ...]:
-    """The ranges covering ``ranges`` and ``seqs``, merged, ascending."""
-    spans = sorted([(r.start, r.stop) for r in ranges] + [(s, s + 1) for s in seqs])
-    merged: list[list[int]] = []
-    for start, stop in spans:
-        if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], stop)
-        else:
-            merged.append([start, stop])
-    return tuple(SeqRange(a, b) for a, b in merged)
-
-
 def _count(ranges: Sequence[SeqRange]) -> int:
     return sum(r.stop - r.start for r in ranges)
 
@@ -291,7 +279,7 @@ def merge_sessions(record: ErasureRecord, role: str, found: Sequence[ErasedSessi
                 continue
             current = ErasedGroups(entry.session)
             order.append(entry.session)
-        ranges = _union(current.ranges, [seq for seq, _ in entry.groups])
+        ranges = union_ranges((*current.ranges, *(SeqRange(seq, seq + 1) for seq, _ in entry.groups)))
         known = {seq for seq, _ in current.digests}
         fresh = [(seq, digest) for seq, digest in entry.groups if seq not in known][: max(0, digests_left)]
         digests_left -= len(fresh)
@@ -425,8 +413,9 @@ async def start(
         # Where the header joined, for the commit fence (.commit_fence), before anything is erased.
         await save_joined(ticket, store, record, joined)
         # Never over a tombstone: a resume from the header may have completed it already (the
-        # inventory's save then finds that tombstone and erases nothing under this erasure).
-        await save_progress(ticket, store, record)
+        # inventory's save then finds that tombstone and erases nothing under this erasure). Nor over
+        # a resume's progress: it is kept (this record adds nothing to it).
+        await save_progress(ticket, store, record, base=record)
     except Exception as exc:
         # Pending from here (its header fences the scope; a resume starts from the header).
         raise ErasureIncompleteError(
@@ -483,11 +472,15 @@ async def carry_out(
 ) -> ErasureRecord:
     """Erase ``record``'s target from every store, keeping progress in the record; verify; the record.
 
-    Raises :class:`ErasureIncompleteError` (carrying the progress, which is
-    saved) when a store fails or still holds part of the target after the
-    verification rounds.
+    ``record`` is as stored (loaded, or just saved). Raises
+    :class:`ErasureIncompleteError` (carrying the progress, which is saved)
+    when a store fails or still holds part of the target after the
+    verification rounds. The record returned is as stored too: this call's
+    progress added to what another call resuming the same erasure saved
+    (:func:`.erasure_resume.save_progress`), or that call's tombstone.
     """
     target = record.target
+    saved = record  # the record as stored when this call last saved or loaded it
     try:
         for _ in range(_VERIFY_ROUNDS):
             for role, store in stores:
@@ -499,9 +492,10 @@ async def carry_out(
                     raw = await ticket.call(f"{role} erase", _erase_call(store, target, False, batch))
                     report = _check_report(raw, target, role, batch, False)
                     record = merge_report(record, role, type(store).__name__, report)
-                    done = await save_progress(ticket, session_store, record)
-                    if done is not None:
-                        return done
+                    stored = await save_progress(ticket, session_store, record, saved)
+                    if stored.elsewhere:
+                        return stored.record
+                    record = saved = stored.record
                     entry = record.store(role)
             left = await still_held(ticket, stores, target)
             if not left:
@@ -530,7 +524,7 @@ async def carry_out(
         )
         failed = attrs.evolve(record, notes=(*record.notes, note))
         try:
-            await save_progress(ticket, session_store, failed)  # never over another's tombstone
+            await save_progress(ticket, session_store, failed, saved)  # never over another's tombstone
         except Exception:  # noqa: S110 - the progress saved after the last call stands
             pass
         raise ErasureIncompleteError(
@@ -539,6 +533,16 @@ async def carry_out(
             f"(agentium erase --resume, erasure {record.erasure_id})",
             failed,
         ) from exc
+
+
+def _nothing_there(done: ErasureRecord) -> ErasureRecord:
+    """``done`` with a note when nothing of the target was stored (said of the tombstone as written)."""
+    if any(s.count for s in done.sessions) or any(e.counts for e in done.stores):
+        return done
+    return attrs.evolve(
+        done,
+        notes=(*done.notes, "nothing of the target was stored: the tombstone records that nothing was there"),
+    )
 
 
 async def still_held(ticket: Ticket, stores: Stores, target: EraseTarget) -> list[str]:
@@ -552,19 +556,26 @@ async def still_held(ticket: Ticket, stores: Stores, target: EraseTarget) -> lis
     return left
 
 
-async def complete(ticket: Ticket, store: SessionStore, record: ErasureRecord) -> ErasureRecord:
-    """Make ``record`` the tombstone: saved complete, in the index, out of ``pending`` (in that order)."""
+async def complete(
+    ticket: Ticket, store: SessionStore, record: ErasureRecord, base: ErasureRecord | None = None
+) -> ErasureRecord:
+    """Make ``record`` the tombstone: saved complete, in the index, out of ``pending`` (in that order).
+
+    ``base`` is the record as stored when this call last saved or loaded
+    it (:func:`.erasure_resume.save_progress` adds what another call saved since).
+    """
     done = record
     if record.state is not ErasureState.COMPLETE:
-        notes = record.notes
-        if not any(s.count for s in record.sessions) and not any(e.counts for e in record.stores):
-            notes = (*notes, "nothing of the target was stored: the tombstone records that nothing was there")
-        done = attrs.evolve(record, state=ErasureState.COMPLETE, completed_at=datetime.now(UTC), notes=notes)
         # Never over another call's tombstone: a resume that loaded the record pending (every store
         # done: no store call looked again) may come after another completed it. That one stands.
-        elsewhere = await save_progress(ticket, store, done)
-        if elsewhere is not None:
-            done = elsewhere
+        saved = await save_progress(
+            ticket,
+            store,
+            attrs.evolve(record, state=ErasureState.COMPLETE, completed_at=datetime.now(UTC)),
+            record if base is None else base,
+            _nothing_there,
+        )
+        done = saved.record
 
     def remove(ledger: ErasureLedger) -> ErasureLedger:
         return ErasureLedger(tuple(r for r in ledger.records if r.erasure_id != done.erasure_id))

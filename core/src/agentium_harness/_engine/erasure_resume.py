@@ -6,17 +6,33 @@ can carry out the same erasure together. Once one completes it the fence is
 down and writes of the scope are acknowledged again; the other must neither
 erase them nor save its progress over the tombstone. :func:`finished_elsewhere`
 is read before each store call that deletes; :func:`save_progress` saves
-progress by compare-and-set, never over the tombstone.
+progress by compare-and-set, never over the tombstone, and adds to what the
+other call saved meanwhile rather than writing over it (:func:`merge_progress`).
 """
 
 from __future__ import annotations
 
-from .._ports.erasure import ErasureLedger, ErasureRecord, ErasureState
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from .._ports.erasure import (
+    MAX_RECORD_DIGESTS,
+    MAX_RECORD_SESSIONS,
+    ErasedCount,
+    ErasedGroups,
+    ErasureLedger,
+    ErasureRecord,
+    ErasureState,
+    SeqRange,
+    StoreErasure,
+)
 from .._ports.sessions import SessionStore
 from .erasure_ledger import load_ledger, pending_records, record_key, update_ledger
+from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
 
-__all__ = ["finished_elsewhere", "save_progress"]
+__all__ = ["Saved", "finished_elsewhere", "merge_progress", "save_progress", "union_ranges"]
 
 
 class _CompletedMeanwhile(Exception):
@@ -27,24 +43,144 @@ class _CompletedMeanwhile(Exception):
         self.record = record
 
 
-async def save_progress(ticket: Ticket, store: SessionStore, record: ErasureRecord) -> ErasureRecord | None:
+@attrs.frozen(slots=True)
+class Saved:
+    """What :func:`save_progress` left stored: the record saved, or another call's tombstone.
+
+    ``elsewhere`` says another call completed the erasure: ``record`` is its
+    tombstone, kept as it is, and nothing was written.
+    """
+
+    record: ErasureRecord
+    elsewhere: bool = False
+
+
+async def save_progress(
+    ticket: Ticket,
+    store: SessionStore,
+    record: ErasureRecord,
+    base: ErasureRecord | None = None,
+    finish: Callable[[ErasureRecord], ErasureRecord] | None = None,
+) -> Saved:
     """Save ``record``'s progress unless another process completed it: then its tombstone, kept as it is.
 
     Compare-and-set on the record's key: progress saved over the tombstone
-    made a completed erasure read ``pending`` while out of the pending ledger.
+    made a completed erasure read ``pending`` while out of the pending
+    ledger. ``base`` is the record as this call last saved or loaded it:
+    when the stored one is no longer that (another call resuming the same
+    erasure saved its own progress meanwhile), what this call added since
+    ``base`` is added to the stored one (:func:`merge_progress`), so neither
+    call's counts nor inventory are lost; a conflict retries on what is
+    stored then. ``finish`` (the tombstone's last touch) applies to the
+    record about to be written. The result's record is what was written.
     """
+    written: list[ErasureRecord] = []
 
     def put(ledger: ErasureLedger) -> ErasureLedger:
+        stored = None
         for saved in ledger.records:
-            if saved.erasure_id == record.erasure_id and saved.state is ErasureState.COMPLETE:
-                raise _CompletedMeanwhile(saved)
-        return ErasureLedger((record,))
+            if saved.erasure_id == record.erasure_id:
+                if saved.state is ErasureState.COMPLETE:
+                    raise _CompletedMeanwhile(saved)
+                stored = saved
+        new = record if stored is None or base is None else merge_progress(stored, record, base)
+        if finish is not None:
+            new = finish(new)
+        written[:] = [new]
+        return ErasureLedger((new,))
 
     try:
         await update_ledger(ticket, store, record_key(record.target.tenant_id, record.erasure_id), put)
     except _CompletedMeanwhile as done:
-        return done.record
-    return None
+        return Saved(done.record, elsewhere=True)
+    return Saved(written[-1])
+
+
+def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureRecord) -> ErasureRecord:
+    """``stored`` with what ``ours`` added since ``base``: counts summed, groups united, notes kept.
+
+    ``ours`` is ``base`` plus this call's store calls; ``stored`` is
+    ``base`` plus another call's. A store this call made no call on keeps
+    the stored entry; one it did gets the counts both removed (each call's
+    items are its own), the weakest physical outcome, and this call's
+    status (its call is the one it knows the result of: a resume erases
+    again what a ``partial`` leaves, and the verification asks every store).
+    """
+    if stored == base:
+        return ours
+    stores = list(stored.stores)
+    for entry in ours.stores:
+        before = base.store(entry.role)
+        theirs = stored.store(entry.role)
+        if entry == before:
+            continue
+        if theirs is None:
+            stores.append(entry)
+            continue
+        counts = {c.kind: c.count for c in theirs.counts}
+        already = {c.kind: c.count for c in before.counts} if before is not None else {}
+        for item in entry.counts:
+            counts[item.kind] = counts.get(item.kind, 0) + max(0, item.count - already.get(item.kind, 0))
+        merged = StoreErasure(
+            entry.role,
+            entry.adapter,
+            tuple(ErasedCount(k, n) for k, n in counts.items()),
+            entry.status,
+            max(theirs.physical, entry.physical, key=PHYSICAL_RANK.__getitem__),
+            entry.detail or theirs.detail,
+        )
+        stores = [merged if s.role == entry.role else s for s in stores]
+    sessions, omitted = _united(stored, ours.sessions)
+    omitted += max(0, ours.omitted_sessions - base.omitted_sessions)
+    notes = (*stored.notes, *(n for n in ours.notes if n not in stored.notes))
+    return attrs.evolve(
+        stored,
+        state=ours.state,
+        completed_at=ours.completed_at,
+        stores=tuple(stores),
+        sessions=sessions,
+        omitted_sessions=omitted,
+        notes=notes,
+    )
+
+
+def _united(stored: ErasureRecord, found: Sequence[ErasedGroups]) -> tuple[tuple[ErasedGroups, ...], int]:
+    """``stored``'s sessions with ``found``'s united in (ranges exact, digests budgeted); sessions omitted."""
+    sessions = {s.session: s for s in stored.sessions}
+    order = [s.session for s in stored.sessions]
+    omitted = stored.omitted_sessions
+    digests_left = MAX_RECORD_DIGESTS - sum(len(s.digests) for s in stored.sessions)
+    for entry in found:
+        current = sessions.get(entry.session)
+        if current is None:
+            if len(order) >= MAX_RECORD_SESSIONS:
+                omitted += 1
+                continue
+            current = ErasedGroups(entry.session)
+            order.append(entry.session)
+        ranges = union_ranges((*current.ranges, *entry.ranges))
+        known = {seq for seq, _ in current.digests}
+        fresh = [(seq, d) for seq, d in entry.digests if seq not in known][: max(0, digests_left)]
+        digests_left -= len(fresh)
+        sessions[entry.session] = ErasedGroups(
+            entry.session,
+            sum(r.stop - r.start for r in ranges),
+            ranges,
+            tuple(sorted((*current.digests, *fresh))),
+            current.snapshot or entry.snapshot,
+        )
+    return tuple(sessions[k] for k in order), omitted
+
+
+def union_ranges(ranges: Sequence[SeqRange]) -> tuple[SeqRange, ...]:
+    """``ranges`` merged where they touch or overlap, ascending."""
+    merged: list[list[int]] = []
+    for start, stop in sorted((r.start, r.stop) for r in ranges):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return tuple(SeqRange(a, b) for a, b in merged)
 
 
 async def finished_elsewhere(

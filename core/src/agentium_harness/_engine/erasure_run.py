@@ -171,6 +171,7 @@ async def _carry(
     runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, depth: int = 0
 ) -> ErasureRecord:
     stores = erasure_stores(runtime, record.target)
+    base = record  # as stored: the tombstone adds to what another call resuming it saved since
     if record.state is not ErasureState.COMPLETE:
         timeout = runtime.limits.settle_timeout_s
         background = [
@@ -196,13 +197,14 @@ async def _carry(
         if record.state is ErasureState.COMPLETE:
             # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
             return await _again(runtime, ticket, stores, record, depth)
+        base = record
         cleaned = list(stores)
         after = _after(runtime, record, cleaned)
         if after is not None:
             record = await after(ticket, record)
         # Once every store erased (and the snapshot was marked): each file rebuilt once.
         record = await scrub_files(ticket, cleaned, record)
-    return await complete(ticket, runtime.session_store, record)
+    return await complete(ticket, runtime.session_store, record, base)
 
 
 async def _again(
@@ -280,5 +282,5 @@ async def _inventoried(runtime: HarnessRuntime, ticket: Ticket, record: ErasureR
     and the caller, whose fence is down, erases nothing under this erasure.
     """
     taken = await inventory(ticket, erasure_stores(runtime, record.target), record)
-    done = await save_progress(ticket, runtime.session_store, taken)
-    return taken if done is None else done
+    # Added to what a resume saved meanwhile (its progress stands), or that resume's tombstone.
+    return (await save_progress(ticket, runtime.session_store, taken, record)).record

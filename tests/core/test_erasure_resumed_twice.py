@@ -1,0 +1,159 @@
+"""Two calls resuming the same pending erasure at once: neither loses what the other saved.
+
+Each resume loads the erasure's record and saves its progress after every
+store call. The second resume here loaded the record before the first saved
+its first call's progress, and saves its own after it: it must add to what
+the first saved (compare-and-set on the record, merged), not write its own
+record over it — the tombstone would then count fewer groups removed than
+were removed. The archive removes one group per call, so each call is one
+step of progress.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureIncompleteError,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness._engine import erasure_api
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import EraseTarget as _Target
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+TARGET = EraseTarget.session("acme", "ana", "s1")
+
+
+class _Steps:
+    """Real erase calls remove one item each; the first fails if ``fail_next``; call ``hold`` waits."""
+
+    def __init__(self) -> None:
+        self.fail_next = False
+        self.calls = 0
+        self.hold = 0
+        self.held, self.release = anyio.Event(), anyio.Event()
+
+    async def before(self, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("dry_run", False):
+            return
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("archive unreachable")
+        kwargs["max_items"] = 1
+        self.calls += 1
+        if self.calls == self.hold:
+            self.held.set()
+            with anyio.fail_after(30):
+                await self.release.wait()
+
+
+class _MemoryArchive(InMemoryArchive):
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = _Steps()
+
+    async def erase(self, target: _Target, ctx: OpContext, **kwargs: Any) -> Any:
+        await self.steps.before(kwargs)
+        return await super().erase(target, ctx, **kwargs)
+
+
+class _SQLiteArchive(SQLiteArchive):
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.steps = _Steps()
+
+    async def erase(self, target: _Target, ctx: OpContext, **kwargs: Any) -> Any:
+        await self.steps.before(kwargs)
+        return await super().erase(target, ctx, **kwargs)
+
+
+def _group_count(record: Any) -> int:
+    entry = record.store("archive")
+    return sum(c.count for c in entry.counts if c.kind == "group")
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_two_resumes_at_once_keep_each_others_progress(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if stores == "memory":
+        archive: Any = _MemoryArchive()
+        sessions: Any = InMemorySessionStore()
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        archive, sessions = _SQLiteArchive(config), SQLiteSessionStore(config)
+    first, other, stale = (
+        create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=archive,
+            session_store=sessions,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        for _ in range(3)
+    )
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        planned = await first.erase(TARGET, reason="dsr", attestation=OPERATOR, dry_run=True)
+        archived = _group_count(planned.record)
+        assert archived >= 3
+        # The erasure stops at the archive's first call: pending, nothing removed yet.
+        archive.steps.fail_next = True
+        with pytest.raises(ErasureIncompleteError):
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+
+        real_load = erasure_api.load_record
+        paused, go = anyio.Event(), anyio.Event()
+
+        async def load_late(*args: Any) -> Any:
+            loaded = await real_load(*args)
+            if not paused.is_set():  # the stale resume's: loaded before the other saves anything
+                paused.set()
+                with anyio.fail_after(30):
+                    await go.wait()
+            return loaded
+
+        monkeypatch.setattr(erasure_api, "load_record", load_late)
+        results: dict[str, Any] = {}
+        stale_done = anyio.Event()
+
+        async def resume(name: str, runtime: Any) -> None:
+            (results[name],) = await runtime.resume_erasures(OPERATOR)
+            if name == "stale":
+                stale_done.set()
+
+        archive.steps.hold = 2  # the other's second call waits: its first call's progress is saved
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume, "stale", stale)
+                await paused.wait()
+                tg.start_soon(resume, "other", other)
+                await archive.steps.held.wait()
+                go.set()  # the stale resume erases the rest from the record it loaded, and completes
+                await stale_done.wait()
+                archive.steps.release.set()
+        tombstone = results["stale"].tombstone
+        assert tombstone is not None and results["other"].record == tombstone
+        # Every group removed is counted: the other's first call's too.
+        assert _group_count(tombstone) == archived, (_group_count(tombstone), archived)
+        (status,) = await first.erasure_status(OPERATOR)
+        assert status.erasure_id == tombstone.erasure_id and _group_count(status) == archived
+    finally:
+        for runtime in (first, other, stale):
+            await runtime.aclose()
