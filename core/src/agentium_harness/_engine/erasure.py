@@ -87,7 +87,7 @@ from .erasure_ledger import (
     update_ledger,
     update_ledger_from,
 )
-from .erasure_resume import finished_elsewhere, save_progress, union_ranges
+from .erasure_resume import Stray, finished_elsewhere, save_progress, union_ranges
 from .erasure_scrub import PHYSICAL_RANK, defers_scrub
 from .lifecycle import LateScope, Ticket, covers, overlaps
 
@@ -469,7 +469,7 @@ async def carry_out(
     record: ErasureRecord,
     *,
     batch: int = DEFAULT_ERASE_BATCH,
-) -> ErasureRecord:
+) -> tuple[ErasureRecord, Stray | None]:
     """Erase ``record``'s target from every store, keeping progress in the record; verify; the record.
 
     ``record`` is as stored (loaded, or just saved). Raises
@@ -477,7 +477,10 @@ async def carry_out(
     when a store fails or still holds part of the target after the
     verification rounds. The record returned is as stored too: this call's
     progress added to what another call resuming the same erasure saved
-    (:func:`.erasure_resume.save_progress`), or that call's tombstone.
+    (:func:`.erasure_resume.save_progress`), or that call's tombstone — with,
+    then, what this call's last store call removed if it removed anything
+    (:class:`.erasure_resume.Stray`: the other call may have completed the
+    erasure between this call's look at ``pending`` and that store call).
     """
     target = record.target
     saved = record  # the record as stored when this call last saved or loaded it
@@ -488,18 +491,22 @@ async def carry_out(
                 while entry is None or entry.status is not EraseStatus.COMPLETE:
                     done = await finished_elsewhere(ticket, session_store, record)
                     if done is not None:
-                        return done
+                        return done, None
                     raw = await ticket.call(f"{role} erase", _erase_call(store, target, False, batch))
                     report = _check_report(raw, target, role, batch, False)
                     record = merge_report(record, role, type(store).__name__, report)
                     stored = await save_progress(ticket, session_store, record, saved)
                     if stored.elsewhere:
-                        return stored.record
+                        # Completed elsewhere before this call saved: its store call may have run with
+                        # the fence down (after the completion). What it removed is told to the caller.
+                        adapter = type(store).__name__
+                        stray = Stray(record.erasure_id, role, adapter, report) if report.removed else None
+                        return stored.record, stray
                     record = saved = stored.record
                     entry = record.store(role)
             left = await still_held(ticket, stores, target)
             if not left:
-                return record
+                return record, None
             # Something landed after a store said it was done (a late write): erase again.
             reopened = tuple(
                 attrs.evolve(s, status=EraseStatus.PARTIAL) if s.role in left else s for s in record.stores
@@ -507,7 +514,7 @@ async def carry_out(
             record = attrs.evolve(record, stores=reopened)
         done = await finished_elsewhere(ticket, session_store, record)
         if done is not None:
-            return done
+            return done, None
         raise ErasureIncompleteError(
             f"after {_VERIFY_ROUNDS} rounds the {', '.join(left)} still held part of {target.describe()}; "
             "the erasure stays pending; resume it (agentium erase --resume)",

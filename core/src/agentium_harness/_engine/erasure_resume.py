@@ -21,6 +21,7 @@ from .._ports.erasure import (
     MAX_RECORD_SESSIONS,
     ErasedCount,
     ErasedGroups,
+    EraseReport,
     ErasureLedger,
     ErasureRecord,
     ErasureState,
@@ -32,7 +33,7 @@ from .erasure_ledger import load_ledger, pending_records, record_key, update_led
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
 
-__all__ = ["Saved", "finished_elsewhere", "merge_progress", "save_progress", "union_ranges"]
+__all__ = ["Saved", "Stray", "finished_elsewhere", "merge_progress", "save_progress", "union_ranges"]
 
 
 class _CompletedMeanwhile(Exception):
@@ -41,6 +42,23 @@ class _CompletedMeanwhile(Exception):
     def __init__(self, record: ErasureRecord) -> None:
         super().__init__(record.erasure_id)
         self.record = record
+
+
+@attrs.frozen(slots=True)
+class Stray:
+    """A store call of an erasure that removed something, and found it completed by another call after.
+
+    Between its look at ``pending`` (still pending) and its store call,
+    the other call may have completed the erasure and lifted the fence: what
+    the call removed may have been written after that completion, and the
+    tombstone does not count it. The call records it under the new erasure
+    it then starts (:func:`.erasure_run._again`).
+    """
+
+    erasure_id: str
+    role: str
+    adapter: str
+    report: EraseReport
 
 
 @attrs.frozen(slots=True)

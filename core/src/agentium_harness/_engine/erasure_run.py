@@ -32,8 +32,17 @@ from .._ports.erasure import (
 )
 from .._text import error_text
 from .erased_groups import mark_erased
-from .erasure import OperatorAttestation, carry_out, complete, inventory, settle_late, start, still_held
-from .erasure_resume import save_progress
+from .erasure import (
+    OperatorAttestation,
+    carry_out,
+    complete,
+    inventory,
+    merge_report,
+    settle_late,
+    start,
+    still_held,
+)
+from .erasure_resume import Stray, save_progress
 from .erasure_scrub import defers_scrub, scrub_files
 from .late_calls import wait_late
 from .lifecycle import Ticket, covers
@@ -193,10 +202,10 @@ async def _carry(
         # The background updates of the scope have ended (and the fence starts no more): the reports
         # this runtime keeps of them hold the summary's text, which settle_summary would still hand out.
         runtime.parts.work.drop_reports(partial(covers, record.target))
-        record = await carry_out(ticket, stores, runtime.session_store, record)
+        record, stray = await carry_out(ticket, stores, runtime.session_store, record)
         if record.state is ErasureState.COMPLETE:
             # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
-            return await _again(runtime, ticket, stores, record, depth)
+            return await _again(runtime, ticket, stores, record, depth, stray)
         base = record
         cleaned = list(stores)
         after = _after(runtime, record, cleaned)
@@ -208,7 +217,12 @@ async def _carry(
 
 
 async def _again(
-    runtime: HarnessRuntime, ticket: Ticket, stores: Any, done: ErasureRecord, depth: int
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    stores: Any,
+    done: ErasureRecord,
+    depth: int,
+    stray: Stray | None = None,
 ) -> ErasureRecord:
     """``done`` (completed by another call), or, when the target still holds something, a new erasure of it.
 
@@ -220,13 +234,22 @@ async def _again(
     ``_AGAIN_AT_MOST`` times — :class:`ErasureOvertakenError` says so, with
     ``done`` (complete) and the stores still holding something: a tombstone
     alone would say the target is erased.
+
+    ``stray`` is what this call's last store call removed when the erasure
+    was found completed right after it: that call may have run once the
+    fence was down, removing what was written after the completion, which
+    ``done`` does not count. The new erasure counts it (a note says how),
+    so it is started even when the target holds nothing any more.
     """
     left = tuple(await still_held(ticket, stores, done.target))
-    if not left:
+    if not left and stray is None:
         return done
     if depth >= _AGAIN_AT_MOST:
         raise _overtaken(
-            done, left, f"it may start no more new erasures ({depth} started, each completed by another call)"
+            done,
+            left,
+            f"it may start no more new erasures ({depth} started, each completed by another call)",
+            stray=stray,
         )
     attestation = OperatorAttestation(done.operator, statement=done.statement)
     try:
@@ -239,12 +262,19 @@ async def _again(
             left,
             f"erasure {exc.erasure_id}, pending, overlaps it and refused a new one",
             exc.erasure_id,
+            stray,
         ) from exc
     except ErasureIncompleteError:
         raise  # the new erasure joined and is pending: that error carries its record
     except Exception as exc:
-        raise _overtaken(done, left, f"a new erasure could not be started ({error_text(exc)})") from exc
+        why = f"a new erasure could not be started ({error_text(exc)})"
+        raise _overtaken(done, left, why, stray=stray) from exc
     try:
+        if stray is not None:
+            counted = await save_progress(ticket, runtime.session_store, _counting(fresh, stray), fresh)
+            if counted.elsewhere:  # completed elsewhere already: counted by none, said by the next
+                return await _again(runtime, ticket, stores, counted.record, depth + 1, stray)
+            fresh = counted.record
         if not resumed:
             fresh = await _inventoried(runtime, ticket, fresh)
             if fresh.state is ErasureState.COMPLETE:
@@ -257,15 +287,42 @@ async def _again(
         raise _stopped(fresh, exc) from exc
 
 
+def _counting(record: ErasureRecord, stray: Stray) -> ErasureRecord:
+    """New ``record`` counting what ``stray``'s store call removed, with a note saying when it ran."""
+    counted = merge_report(record, stray.role, stray.adapter, stray.report)
+    note = (
+        f"the {stray.role} store's last call of erasure {stray.erasure_id} found it completed by another "
+        "call right after: it may have run once that erasure's fence was down, so what it removed "
+        "(written before or after that completion) is counted here"
+    )
+    return attrs.evolve(counted, notes=(*counted.notes, note))
+
+
 def _overtaken(
-    done: ErasureRecord, left: tuple[str, ...], why: str, pending_id: str = ""
+    done: ErasureRecord,
+    left: tuple[str, ...],
+    why: str,
+    pending_id: str = "",
+    stray: Stray | None = None,
 ) -> ErasureOvertakenError:
     """What says that ``done`` is complete but the target may still hold data this call could not erase."""
     after = f"once erasure {pending_id} completes (agentium erase --resume), " if pending_id else ""
+    held = (
+        f"the {', '.join(left)} still held part of the target, written since, and this call could not "
+        "erase it under a new erasure"
+        if left
+        else "this call could not start a new erasure to count what it removed"
+    )
+    removed = (
+        f"; and its {stray.role} store's last call removed {stray.report.removed} item(s), possibly after "
+        f"erasure {done.erasure_id} completed (its fence down), which no tombstone counts"
+        if stray is not None
+        else ""
+    )
     return ErasureOvertakenError(
         f"erasure {done.erasure_id} of {done.target.describe()} was completed by another call (its tombstone "
-        f"stands), but the {', '.join(left)} still held part of the target, written since, and this call "
-        f"could not erase it: {why}. The target may still hold that data: {after}erase it again",
+        f"stands), but {held}: {why}{removed}. "
+        f"The target may still hold data: {after}erase it again",
         done,
         pending_id=pending_id,
         still_held=left,

@@ -1,0 +1,143 @@
+"""A store call that ran just as another call completed the erasure: what it removed gets a tombstone.
+
+A call resuming a pending erasure looks at ``pending`` (still pending),
+then calls a store to erase. Between the two another call (a concurrent
+``agentium erase --resume``) may complete the erasure and lift its fence;
+a turn committed after that completion may then be removed by the first
+call's store call, which no fence guarded. No lock across processes can
+close that window, so the call finds out right after (its progress save
+meets the tombstone) and, as what was written since is its to erase anyway,
+counts what that store call removed under the new erasure it starts (its
+own fence, record and tombstone, with a note saying so). Before, what it
+removed was in no tombstone: committed data gone with no record of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureIncompleteError,
+    ErasureState,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+TARGET = EraseTarget.session("acme", "ana", "s1")
+
+
+class _Window:
+    """The first real erase call after ``armed`` waits (after its caller's look at pending); one may fail."""
+
+    def __init__(self) -> None:
+        self.fail_next = self.armed = False
+        self.entered, self.release = anyio.Event(), anyio.Event()
+
+    async def before(self, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("dry_run", False):
+            return
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("archive unreachable")
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            with anyio.fail_after(30):
+                await self.release.wait()
+
+
+class _MemoryArchive(InMemoryArchive):
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = _Window()
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
+        await self.window.before(kwargs)
+        return await super().erase(target, ctx, **kwargs)
+
+
+class _SQLiteArchive(SQLiteArchive):
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.window = _Window()
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
+        await self.window.before(kwargs)
+        return await super().erase(target, ctx, **kwargs)
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_what_a_store_call_removed_after_the_erasure_completed_elsewhere_is_in_a_tombstone(
+    stores: str, tmp_path: Path
+) -> None:
+    if stores == "memory":
+        archive: Any = _MemoryArchive()
+        sessions: Any = InMemorySessionStore()
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        archive, sessions = _SQLiteArchive(config), SQLiteSessionStore(config)
+    first, other = (
+        create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=archive,
+            session_store=sessions,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        for _ in range(2)
+    )
+    try:
+        for i in range(3):
+            await first.run(ANA, "s1", f"before {i}")
+        archive.window.fail_next = True  # pending, nothing removed yet
+        with pytest.raises(ErasureIncompleteError):
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        results: list[Any] = []
+
+        async def resume_first() -> None:
+            results.extend(await first.resume_erasures(OPERATOR))
+
+        archive.window.armed = True
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_first)
+                await archive.window.entered.wait()  # it saw the erasure pending; its archive call waits
+                (completed,) = await other.resume_erasures(OPERATOR)
+                assert completed.tombstone is not None
+                # Committed after the completion (the fence is down): the first turn is archived.
+                await other.run(ANA, "s1", "after 0")
+                await other.run(ANA, "s1", "after 1")
+                page = await other.read_history(ANA, "s1", max_groups=100, view=False)
+                written = [g.seq for g in page.groups]
+                assert len(written) == 2
+                archive.window.release.set()
+        (result,) = results
+        # The first call's result is a new erasure's tombstone counting what its archive call removed.
+        assert result.record.erasure_id != completed.record.erasure_id
+        assert result.state is ErasureState.COMPLETE
+        archived = result.record.store("archive")
+        assert archived is not None and sum(c.count for c in archived.counts if c.kind == "group") >= 1, (
+            result.record
+        )
+        assert any("fence was down" in note for note in result.record.notes), result.record.notes
+        (erased,) = result.record.sessions
+        assert all(any(r.start <= seq < r.stop for r in erased.ranges) for seq in written), (erased, written)
+        assert not (await first.inspect_session(ANA, "s1")).exists
+    finally:
+        await first.aclose()
+        await other.aclose()
