@@ -199,7 +199,11 @@ class ErasureOperations:
         runtime abandoned are still running), :class:`ErasureIncompleteError`
         carries the progress; the record stays pending and calling ``erase``
         again with the same target (or :meth:`resume_erasures`) completes
-        it. ``dry_run=True`` asks every store what it would remove and
+        it. If another process completed the erasure meanwhile, what was
+        written since is erased under a new erasure, whose tombstone is
+        returned; when that cannot be done, :class:`ErasureOvertakenError`
+        (a subclass) carries the completed tombstone and says the target
+        may still hold data: erase it again. ``dry_run=True`` asks every store what it would remove and
         writes nothing (the record's state is ``planned``); it answers as a
         real run would: refused by an overlapping pending erasure, or, when
         one of this target is pending, the plan of resuming it (its id,
