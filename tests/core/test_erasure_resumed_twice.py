@@ -44,13 +44,19 @@ class _Steps:
     """Real erase calls remove one item each; the first fails if ``fail_next``; call ``hold`` waits."""
 
     def __init__(self) -> None:
-        self.fail_next = False
+        self.fail_next = self.hold_inventory = False
         self.calls = 0
         self.hold = 0
         self.held, self.release = anyio.Event(), anyio.Event()
+        self.in_inventory, self.inventory_release = anyio.Event(), anyio.Event()
 
     async def before(self, kwargs: dict[str, Any]) -> None:
         if kwargs.get("dry_run", False):
+            if self.hold_inventory and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
+                self.hold_inventory = False
+                self.in_inventory.set()
+                with anyio.fail_after(30):
+                    await self.inventory_release.wait()
             return
         if self.fail_next:
             self.fail_next = False
@@ -81,6 +87,25 @@ class _SQLiteArchive(SQLiteArchive):
     async def erase(self, target: _Target, ctx: OpContext, **kwargs: Any) -> Any:
         await self.steps.before(kwargs)
         return await super().erase(target, ctx, **kwargs)
+
+
+def _runtimes(stores: str, tmp_path: Path) -> tuple[Any, Any, list[Any]]:
+    if stores == "memory":
+        archive: Any = _MemoryArchive()
+        sessions: Any = InMemorySessionStore()
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        archive, sessions = _SQLiteArchive(config), SQLiteSessionStore(config)
+    made = [
+        create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=archive,
+            session_store=sessions,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        for _ in range(3)
+    ]
+    return archive, sessions, made
 
 
 def _group_count(record: Any) -> int:
@@ -156,4 +181,44 @@ async def test_two_resumes_at_once_keep_each_others_progress(
         assert status.erasure_id == tombstone.erasure_id and _group_count(status) == archived
     finally:
         for runtime in (first, other, stale):
+            await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_the_inventory_saved_after_a_resume_made_progress_keeps_that_progress(
+    stores: str, tmp_path: Path
+) -> None:
+    """The starting call saves its inventory after a resume (from its first saved record) saved progress."""
+    archive, _, (first, other, _unused) = _runtimes(stores, tmp_path)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        planned = await first.erase(TARGET, reason="dsr", attestation=OPERATOR, dry_run=True)
+        archived = _group_count(planned.record)
+        results: dict[str, Any] = {}
+        first_done = anyio.Event()
+
+        async def erase_first() -> None:
+            results["first"] = await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            first_done.set()
+
+        async def resume_other() -> None:
+            (results["other"],) = await other.resume_erasures(OPERATOR)
+
+        archive.steps.hold_inventory = True
+        archive.steps.hold = 2  # the resume's second call waits: its first call's progress is saved
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase_first)
+                await archive.steps.in_inventory.wait()
+                tg.start_soon(resume_other)
+                await archive.steps.held.wait()
+                archive.steps.inventory_release.set()  # the inventory is saved, then the rest erased
+                await first_done.wait()
+                archive.steps.release.set()
+        tombstone = results["first"].tombstone
+        assert tombstone is not None and results["other"].record == tombstone
+        assert _group_count(tombstone) == archived, (_group_count(tombstone), archived)
+    finally:
+        for runtime in (first, other, _unused):
             await runtime.aclose()
