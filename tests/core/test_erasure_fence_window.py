@@ -23,6 +23,7 @@ import pytest
 from agentium_harness import (
     EraseTarget,
     ErasureIncompleteError,
+    ErasureOvertakenError,
     ErasureState,
     OperatorAttestation,
     ResidentLimits,
@@ -33,7 +34,7 @@ from agentium_harness import (
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import EraseLevel, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -49,9 +50,11 @@ class _Window:
         self.fail_next = self.armed = False
         self.entered, self.release = anyio.Event(), anyio.Event()
 
-    async def before(self, kwargs: dict[str, Any]) -> None:
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
         if kwargs.get("dry_run", False):
             return
+        if target.level is EraseLevel.USER:
+            raise OSError("archive unreachable")  # an erasure of the user stops here, pending
         if self.fail_next:
             self.fail_next = False
             raise OSError("archive unreachable")
@@ -68,7 +71,7 @@ class _MemoryArchive(InMemoryArchive):
         self.window = _Window()
 
     async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
-        await self.window.before(kwargs)
+        await self.window.before(target, kwargs)
         return await super().erase(target, ctx, **kwargs)
 
 
@@ -78,29 +81,34 @@ class _SQLiteArchive(SQLiteArchive):
         self.window = _Window()
 
     async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
-        await self.window.before(kwargs)
+        await self.window.before(target, kwargs)
         return await super().erase(target, ctx, **kwargs)
 
 
-@pytest.mark.parametrize("stores", ["memory", "sqlite"])
-async def test_what_a_store_call_removed_after_the_erasure_completed_elsewhere_is_in_a_tombstone(
-    stores: str, tmp_path: Path
-) -> None:
+def _runtimes(stores: str, tmp_path: Path, count: int) -> tuple[Any, list[Any]]:
     if stores == "memory":
         archive: Any = _MemoryArchive()
         sessions: Any = InMemorySessionStore()
     else:
         config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
         archive, sessions = _SQLiteArchive(config), SQLiteSessionStore(config)
-    first, other = (
+    made = [
         create_harness_runtime(
             provider=ScriptedProvider(replies=["noted"], cycle=True),
             archive=archive,
             session_store=sessions,
             limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
         )
-        for _ in range(2)
-    )
+        for _ in range(count)
+    ]
+    return archive, made
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_what_a_store_call_removed_after_the_erasure_completed_elsewhere_is_in_a_tombstone(
+    stores: str, tmp_path: Path
+) -> None:
+    archive, (first, other) = _runtimes(stores, tmp_path, 2)
     try:
         for i in range(3):
             await first.run(ANA, "s1", f"before {i}")
@@ -141,3 +149,43 @@ async def test_what_a_store_call_removed_after_the_erasure_completed_elsewhere_i
     finally:
         await first.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_what_no_tombstone_counts_is_said_when_no_new_erasure_can_start(
+    stores: str, tmp_path: Path
+) -> None:
+    """As above, but a pending erasure of the user refuses a new one: the error says what was removed."""
+    archive, (first, other, third) = _runtimes(stores, tmp_path, 3)
+    try:
+        for i in range(3):
+            await first.run(ANA, "s1", f"before {i}")
+        archive.window.fail_next = True
+        with pytest.raises(ErasureIncompleteError):
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        errors: list[BaseException] = []
+
+        async def resume_first() -> None:
+            with pytest.raises(ErasureOvertakenError) as caught:
+                await first.resume_erasures(OPERATOR)
+            errors.append(caught.value)
+
+        archive.window.armed = True
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_first)
+                await archive.window.entered.wait()
+                (completed,) = await other.resume_erasures(OPERATOR)
+                await other.run(ANA, "s1", "after 0")
+                await other.run(ANA, "s1", "after 1")
+                with pytest.raises(ErasureIncompleteError) as user_erasure:
+                    await third.erase(EraseTarget.user("acme", "ana"), reason="dsr", attestation=OPERATOR)
+                pending_id = user_erasure.value.record.erasure_id
+                archive.window.release.set()
+        (error,) = errors
+        assert isinstance(error, ErasureOvertakenError)
+        assert error.record == completed.record and error.pending_id == pending_id
+        assert "archive store's last call removed" in str(error) and "no tombstone counts" in str(error)
+    finally:
+        for runtime in (first, other, third):
+            await runtime.aclose()
