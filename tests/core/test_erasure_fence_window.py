@@ -47,7 +47,7 @@ class _Window:
     """The first real erase call after ``armed`` waits (after its caller's look at pending); one may fail."""
 
     def __init__(self) -> None:
-        self.fail_next = self.armed = False
+        self.fail_next = self.armed = self.fail_held = False
         self.entered, self.release = anyio.Event(), anyio.Event()
 
     async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
@@ -63,6 +63,8 @@ class _Window:
             self.entered.set()
             with anyio.fail_after(30):
                 await self.release.wait()
+            if self.fail_held:
+                raise OSError("archive unreachable")
 
 
 class _MemoryArchive(InMemoryArchive):
@@ -189,3 +191,42 @@ async def test_what_no_tombstone_counts_is_said_when_no_new_erasure_can_start(
     finally:
         for runtime in (first, other, third):
             await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_store_call_failing_after_another_call_completed_the_erasure_is_not_reported_pending(
+    stores: str, tmp_path: Path
+) -> None:
+    """The held store call fails once the erasure was completed elsewhere: no "it stays pending" error.
+
+    The erasure is complete (the other call's tombstone); what was written
+    since is erased under a new erasure, whose tombstone is the result.
+    """
+    archive, (first, other) = _runtimes(stores, tmp_path, 2)
+    try:
+        for i in range(3):
+            await first.run(ANA, "s1", f"before {i}")
+        archive.window.fail_next = True
+        with pytest.raises(ErasureIncompleteError):
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        results: list[Any] = []
+
+        async def resume_first() -> None:
+            results.extend(await first.resume_erasures(OPERATOR))
+
+        archive.window.armed = archive.window.fail_held = True
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_first)
+                await archive.window.entered.wait()
+                (completed,) = await other.resume_erasures(OPERATOR)
+                await other.run(ANA, "s1", "after 0")
+                archive.window.release.set()
+        (result,) = results
+        assert result.state is ErasureState.COMPLETE
+        assert result.record.erasure_id != completed.record.erasure_id
+        assert not (await first.inspect_session(ANA, "s1")).exists
+        assert not [r for r in await first.erasure_status(OPERATOR) if r.state is not ErasureState.COMPLETE]
+    finally:
+        await first.aclose()
+        await other.aclose()

@@ -531,9 +531,14 @@ async def carry_out(
         )
         failed = attrs.evolve(record, notes=(*record.notes, note))
         try:
-            await save_progress(ticket, session_store, failed, saved)  # never over another's tombstone
-        except Exception:  # noqa: S110 - the progress saved after the last call stands
-            pass
+            stored = await save_progress(ticket, session_store, failed, saved)  # never over a tombstone
+        except Exception:  # the progress saved after the last call stands
+            stored = None
+        if stored is not None and stored.elsewhere:
+            # Another call completed it: "it stays pending" would be false. The caller (erasure_run)
+            # erases what is left under a new erasure, or says why it cannot.
+            return stored.record, None
+        failed = failed if stored is None else stored.record
         raise ErasureIncompleteError(
             f"the erasure of {target.describe()} stopped part way ({error_text(exc)}); what was "
             "erased stays erased and the erasure stays pending: fix the cause, then resume it "
