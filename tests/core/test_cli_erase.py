@@ -165,6 +165,38 @@ def test_an_erasure_that_stops_part_way_prints_its_progress_as_json_too(
     assert record["reason"] == "request 7" and record["resumed"] is False
 
 
+def test_an_erasure_overtaken_prints_its_tombstone_with_the_error_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/cli.md: exit 7 when another call completed the erasure but the target may still hold
+    # data. With --json the completed record is printed with the error's fields, never alone (a
+    # script would read a complete tombstone as the target erased).
+    from agentium_harness import ErasureOvertakenError
+    from agentium_harness._cli import erase
+
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    real = erase._run
+
+    def overtaken(config: str, work: Any, reading: bool = False) -> Any:
+        done = real(config, work, reading=reading)
+        raise ErasureOvertakenError(
+            "completed by another call; the target may still hold data",
+            done.record,
+            pending_id="e1",
+            still_held=("session_store",),
+        )
+
+    monkeypatch.setattr(erase, "_run", overtaken)
+    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "request 8", "--json")
+    assert code == 7 and "may still hold data" in err
+    (record,) = json.loads(out)
+    assert record["state"] == "complete" and record["error_type"] == "ErasureOvertakenError"
+    assert record["still_held"] == ["session_store"] and record["pending_id"] == "e1"
+    assert "may still hold data" in record["error"]
+
+
 def test_erase_refuses_a_session_without_its_user_and_two_modes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

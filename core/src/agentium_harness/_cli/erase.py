@@ -27,6 +27,7 @@ from .._config.runtime import build_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
 from .._engine.erasure_status import MAX_STATUS_LIMIT
 from .._engine.maintenance import SessionView
+from .._erasure_errors import ErasureOvertakenError
 from .._errors import ErasureIncompleteError, InvalidArgumentError
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState, SeqRange
 from .._scope import VerifiedIdentity
@@ -206,7 +207,14 @@ def cmd_erase(args: argparse.Namespace) -> int:
             print_json(json_error(exc), sys.stdout)
         if exc.record is not None:
             # Its progress is printed either way: with --json it was printed nowhere.
-            if args.json:
+            if args.json and isinstance(exc, ErasureOvertakenError):
+                # Its record is a completed erasure's tombstone, yet the target may still hold data:
+                # printed with the error's fields, so no script reads it as the erasure's success.
+                said = dict(unstructure(exc.record), resumed=bool(args.resume), **json_error(exc))
+                print_json(
+                    [dict(said, still_held=list(exc.still_held), pending_id=exc.pending_id)], sys.stdout
+                )
+            elif args.json:
                 _print([ErasureResult(exc.record, resumed=bool(args.resume))], as_json=True)
             else:
                 sys.stderr.write("\n".join(record_lines(exc.record)) + "\n")
