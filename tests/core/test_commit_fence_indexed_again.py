@@ -32,7 +32,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._engine import erasure, erasure_api, erasure_index
+from agentium_harness._engine import erasure_api, erasure_index, erasure_tombstone
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
@@ -73,15 +73,15 @@ async def test_a_stale_resume_indexing_an_erasure_again_does_not_hide_a_later_on
     try:
         await slow.run(ANA, "s1", "before the erasures")
         # Erasure A stops once its tombstone is saved, before it is indexed: pending, its record complete.
-        real_add = erasure.add_finished
+        real_add = erasure_tombstone.add_finished
 
         async def fails(*args: Any) -> None:
             raise OSError("index unreachable")
 
-        monkeypatch.setattr(erasure, "add_finished", fails)
+        monkeypatch.setattr(erasure_tombstone, "add_finished", fails)
         with pytest.raises(ErasureIncompleteError) as caught:
             await other.erase(S1, reason="dsr", attestation=OPERATOR)
-        monkeypatch.setattr(erasure, "add_finished", real_add)
+        monkeypatch.setattr(erasure_tombstone, "add_finished", real_add)
         first = caught.value.record.erasure_id
         # ``stale`` reads A as pending, then waits before loading its record.
         real_load = erasure_api.load_record

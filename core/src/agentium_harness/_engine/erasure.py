@@ -28,7 +28,7 @@ in this order, and every step is durable before the next begins:
    again, a few rounds at most.
 6. **The tombstone**: the record becomes ``complete`` (counts, seq ranges and
    digests, never content; when, why, by whom), joins the tenant's
-   ``index`` and leaves ``pending``.
+   ``index`` and leaves ``pending`` (:mod:`.erasure_tombstone`).
 
 A groups target (retention, a forgotten fact's sources) also marks the
 groups erased in the session's snapshot (:func:`mark_erased`), so summaries,
@@ -76,7 +76,6 @@ from .._ports.sessions import SessionStore
 from .._scope import ERASURE_RECORDS_TENANT, SessionKey, VerifiedIdentity, require_identity
 from .._text import error_text
 from .._validators import lone_surrogate_at
-from .erasure_index import add_finished
 from .erasure_ledger import (
     header,
     load_ledger,
@@ -84,7 +83,6 @@ from .erasure_ledger import (
     pending_records,
     record_key,
     save_joined,
-    update_ledger,
     update_ledger_from,
 )
 from .erasure_resume import Stray, finished_elsewhere, save_progress, union_ranges
@@ -547,16 +545,6 @@ async def carry_out(
         ) from exc
 
 
-def _nothing_there(done: ErasureRecord) -> ErasureRecord:
-    """``done`` with a note when nothing of the target was stored (said of the tombstone as written)."""
-    if any(s.count for s in done.sessions) or any(e.counts for e in done.stores):
-        return done
-    return attrs.evolve(
-        done,
-        notes=(*done.notes, "nothing of the target was stored: the tombstone records that nothing was there"),
-    )
-
-
 async def still_held(ticket: Ticket, stores: Stores, target: EraseTarget) -> list[str]:
     """The roles whose store still holds anything of ``target`` (a dry run of one item each)."""
     left: list[str] = []
@@ -566,34 +554,3 @@ async def still_held(ticket: Ticket, stores: Stores, target: EraseTarget) -> lis
         if report.removed:
             left.append(role)
     return left
-
-
-async def complete(
-    ticket: Ticket, store: SessionStore, record: ErasureRecord, base: ErasureRecord | None = None
-) -> ErasureRecord:
-    """Make ``record`` the tombstone: saved complete, in the index, out of ``pending`` (in that order).
-
-    ``base`` is the record as stored when this call last saved or loaded
-    it (:func:`.erasure_resume.save_progress` adds what another call saved since).
-    """
-    done = record
-    if record.state is not ErasureState.COMPLETE:
-        # Never over another call's tombstone: a resume that loaded the record pending (every store
-        # done: no store call looked again) may come after another completed it. That one stands.
-        saved = await save_progress(
-            ticket,
-            store,
-            attrs.evolve(record, state=ErasureState.COMPLETE, completed_at=datetime.now(UTC)),
-            record if base is None else base,
-            _nothing_there,
-        )
-        done = saved.record
-
-    def remove(ledger: ErasureLedger) -> ErasureLedger:
-        return ErasureLedger(tuple(r for r in ledger.records if r.erasure_id != done.erasure_id))
-
-    # The tombstone is saved and indexed before the fence goes: a crash in between leaves the
-    # erasure pending (and its scope fenced) until a resume finishes the removal.
-    await add_finished(ticket, store, done)
-    await update_ledger(ticket, store, pending_key(record.target.tenant_id), remove)
-    return done

@@ -35,7 +35,6 @@ from .erased_groups import mark_erased
 from .erasure import (
     OperatorAttestation,
     carry_out,
-    complete,
     inventory,
     merge_report,
     settle_late,
@@ -44,6 +43,7 @@ from .erasure import (
 )
 from .erasure_resume import Stray, save_progress
 from .erasure_scrub import defers_scrub, scrub_files
+from .erasure_tombstone import complete
 from .late_calls import wait_late
 from .lifecycle import Ticket, covers
 from .memory.manager import late_calls_of

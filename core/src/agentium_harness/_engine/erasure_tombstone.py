@@ -1,0 +1,63 @@
+"""An erasure's last step: its record becomes the tombstone, joins the index and leaves ``pending``.
+
+Step 6 of :mod:`.erasure` (docs/erasure.md), apart so that module stays
+short: the tombstone is saved (never over another call's, :func:`.erasure_resume.save_progress`),
+indexed (:mod:`.erasure_index`), and only then taken out of the tenant's
+``pending`` ledger, which lifts the fence.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import attrs
+
+from .._ports.erasure import ErasureLedger, ErasureRecord, ErasureState
+from .._ports.sessions import SessionStore
+from .erasure_index import add_finished
+from .erasure_ledger import pending_key, update_ledger
+from .erasure_resume import save_progress
+from .lifecycle import Ticket
+
+__all__ = ["complete"]
+
+
+def _nothing_there(done: ErasureRecord) -> ErasureRecord:
+    """``done`` with a note when nothing of the target was stored (said of the tombstone as written)."""
+    if any(s.count for s in done.sessions) or any(e.counts for e in done.stores):
+        return done
+    return attrs.evolve(
+        done,
+        notes=(*done.notes, "nothing of the target was stored: the tombstone records that nothing was there"),
+    )
+
+
+async def complete(
+    ticket: Ticket, store: SessionStore, record: ErasureRecord, base: ErasureRecord | None = None
+) -> ErasureRecord:
+    """Make ``record`` the tombstone: saved complete, in the index, out of ``pending`` (in that order).
+
+    ``base`` is the record as stored when this call last saved or loaded
+    it (:func:`.erasure_resume.save_progress` adds what another call saved since).
+    """
+    done = record
+    if record.state is not ErasureState.COMPLETE:
+        # Never over another call's tombstone: a resume that loaded the record pending (every store
+        # done: no store call looked again) may come after another completed it. That one stands.
+        saved = await save_progress(
+            ticket,
+            store,
+            attrs.evolve(record, state=ErasureState.COMPLETE, completed_at=datetime.now(UTC)),
+            record if base is None else base,
+            _nothing_there,
+        )
+        done = saved.record
+
+    def remove(ledger: ErasureLedger) -> ErasureLedger:
+        return ErasureLedger(tuple(r for r in ledger.records if r.erasure_id != done.erasure_id))
+
+    # The tombstone is saved and indexed before the fence goes: a crash in between leaves the
+    # erasure pending (and its scope fenced) until a resume finishes the removal.
+    await add_finished(ticket, store, done)
+    await update_ledger(ticket, store, pending_key(record.target.tenant_id), remove)
+    return done
