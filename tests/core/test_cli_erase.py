@@ -197,6 +197,31 @@ def test_an_erasure_overtaken_prints_its_tombstone_with_the_error_as_json(
     assert "may still hold data" in record["error"]
 
 
+def test_a_completed_erasure_whose_fence_may_still_be_up_prints_the_error_as_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/cli.md: a tombstone saved whose removal from pending could not be read back (exit 7) is
+    # printed with the error's fields, never alone as if the erasure had simply completed.
+    from agentium_harness._cli import erase
+    from agentium_harness._errors import ErasureIncompleteError
+
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    real = erase._run
+
+    def unknown(config: str, work: Any, reading: bool = False) -> Any:
+        done = real(config, work, reading=reading)
+        raise ErasureIncompleteError("whether its scope is still refused is not known", done.record)
+
+    monkeypatch.setattr(erase, "_run", unknown)
+    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "request 9", "--json")
+    assert code == 7 and "not known" in err
+    (record,) = json.loads(out)
+    assert record["state"] == "complete" and record["error_type"] == "ErasureIncompleteError"
+    assert "not known" in record["error"] and "still_held" not in record
+
+
 def test_erase_refuses_a_session_without_its_user_and_two_modes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

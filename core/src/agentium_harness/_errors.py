@@ -254,9 +254,12 @@ class ErasureIncompleteError(AgentiumError):
     so runs on the scope are still refused; ``record`` holds the progress
     so far. Resume it (``runtime.resume_erasures()``, ``agentium erase
     --resume``) once the cause is fixed: erasing what is already gone is a
-    no-op, and the record completes into the tombstone. The subclass
-    :class:`ErasureOvertakenError` is the one case whose ``record`` is
-    complete: the erasure ended, but the target may still hold data.
+    no-op, and the record completes into the tombstone. Its ``record`` is
+    complete in two cases: the subclass :class:`ErasureOvertakenError` (the
+    erasure ended, but the target may still hold data), and an erasure whose
+    tombstone is saved and indexed but whose removal from ``pending`` failed
+    with an outcome that could not be read back (its fence may still be up:
+    ``erasure_status`` shows it; a resume lifts it).
     """
 
     def __init__(self, message: str, record: ErasureRecord | None = None) -> None:

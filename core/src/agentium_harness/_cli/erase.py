@@ -207,13 +207,14 @@ def cmd_erase(args: argparse.Namespace) -> int:
             print_json(json_error(exc), sys.stdout)
         if exc.record is not None:
             # Its progress is printed either way: with --json it was printed nowhere.
-            if args.json and isinstance(exc, ErasureOvertakenError):
-                # Its record is a completed erasure's tombstone, yet the target may still hold data:
-                # printed with the error's fields, so no script reads it as the erasure's success.
+            if args.json and exc.record.state is ErasureState.COMPLETE:
+                # A completed erasure's tombstone, yet the target may still hold data (overtaken) or the
+                # fence may still be up (its removal from pending not known): printed with the error's
+                # fields, so no script reads it as the erasure's success.
                 said = dict(unstructure(exc.record), resumed=bool(args.resume), **json_error(exc))
-                print_json(
-                    [dict(said, still_held=list(exc.still_held), pending_id=exc.pending_id)], sys.stdout
-                )
+                if isinstance(exc, ErasureOvertakenError):
+                    said.update(still_held=list(exc.still_held), pending_id=exc.pending_id)
+                print_json([said], sys.stdout)
             elif args.json:
                 _print([ErasureResult(exc.record, resumed=bool(args.resume))], as_json=True)
             else:

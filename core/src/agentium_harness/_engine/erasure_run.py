@@ -158,6 +158,15 @@ async def finish(
                 stopped.pending_id or "none",
             )
             raise stopped
+        if stopped.record is not None and stopped.record.state is ErasureState.COMPLETE:
+            # Its tombstone is saved, but whether it left pending is not known (erasure_tombstone).
+            _log.warning(
+                "erasure %s is complete, but whether it left the pending erasures is not known (%s): "
+                "erasure_status shows it; if it is still pending, resume it",
+                stopped.record.erasure_id,
+                cause,
+            )
+            raise stopped
         # The erasure left pending: a new one (_again) when another call completed this one.
         pending = stopped.record.erasure_id if stopped.record is not None else record.erasure_id
         _log.warning("erasure %s stopped part way (%s); it stays pending: resume it", pending, cause)

@@ -12,10 +12,12 @@ from datetime import UTC, datetime
 
 import attrs
 
+from .._errors import ErasureIncompleteError
 from .._ports.erasure import ErasureLedger, ErasureRecord, ErasureState
 from .._ports.sessions import SessionStore
+from .._text import error_text
 from .erasure_index import add_finished
-from .erasure_ledger import pending_key, update_ledger
+from .erasure_ledger import pending_key, pending_records, update_ledger
 from .erasure_resume import save_progress
 from .lifecycle import Ticket
 
@@ -59,5 +61,33 @@ async def complete(
     # The tombstone is saved and indexed before the fence goes: a crash in between leaves the
     # erasure pending (and its scope fenced) until a resume finishes the removal.
     await add_finished(ticket, store, done)
-    await update_ledger(ticket, store, pending_key(record.target.tenant_id), remove)
+    try:
+        await update_ledger(ticket, store, pending_key(record.target.tenant_id), remove)
+    except Exception as exc:
+        if await _still_pending(ticket, done, store, exc):
+            raise  # it did not land: the erasure stays pending, as the caller says
     return done
+
+
+async def _still_pending(ticket: Ticket, done: ErasureRecord, store: SessionStore, exc: Exception) -> bool:
+    """Whether ``done``'s erasure is still in ``pending`` after its removal raised ``exc``, read back once.
+
+    The removal's write may have landed though it raised (a reply lost on
+    the way back): out of ``pending``, the erasure is complete. When the
+    read fails too, :class:`ErasureIncompleteError` says the outcome is not
+    known, carrying the tombstone (saved and indexed): "it stays pending"
+    could be false.
+    """
+    tenant = done.target.tenant_id
+    try:
+        pending = await pending_records(ticket, store, tenant, "erasure pending read back")
+    except Exception as again:
+        raise ErasureIncompleteError(
+            f"erasure {done.erasure_id} of {done.target.describe()} is complete (its tombstone is saved and "
+            f"indexed), but taking it out of the pending erasures failed ({error_text(exc)}) and reading "
+            f"them back failed too ({error_text(again)}): whether its scope is still refused is not known. "
+            "erasure_status (agentium erase --status) and inspect_session show it; if it is still pending, "
+            "resume it (agentium erase --resume) to lift the fence",
+            done,
+        ) from exc
+    return any(r.erasure_id == done.erasure_id for r in pending)
