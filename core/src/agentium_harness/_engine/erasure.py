@@ -85,7 +85,7 @@ from .erasure_ledger import (
     save_joined,
     update_ledger_from,
 )
-from .erasure_resume import Stray, finished_elsewhere, save_progress, union_ranges
+from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, union_ranges
 from .erasure_scrub import PHYSICAL_RANK, defers_scrub
 from .lifecycle import LateScope, Ticket, covers, overlaps
 
@@ -482,6 +482,7 @@ async def carry_out(
     """
     target = record.target
     saved = record  # the record as stored when this call last saved or loaded it
+    tried: Tried = []  # what a save that raised may have written (counted once, never again)
     try:
         for _ in range(_VERIFY_ROUNDS):
             for role, store in stores:
@@ -493,7 +494,7 @@ async def carry_out(
                     raw = await ticket.call(f"{role} erase", _erase_call(store, target, False, batch))
                     report = _check_report(raw, target, role, batch, False)
                     record = merge_report(record, role, type(store).__name__, report)
-                    stored = await save_progress(ticket, session_store, record, saved)
+                    stored = await save_progress(ticket, session_store, record, saved, tried=tried)
                     if stored.elsewhere:
                         # Completed elsewhere before this call saved: its store call may have run with
                         # the fence down (after the completion). What it removed is told to the caller.
@@ -528,8 +529,8 @@ async def carry_out(
             "store's counts (the sessions list every group there was)"
         )
         failed = attrs.evolve(record, notes=(*record.notes, note))
-        try:
-            stored = await save_progress(ticket, session_store, failed, saved)  # never over a tombstone
+        try:  # never over a tombstone
+            stored = await save_progress(ticket, session_store, failed, saved, tried=tried)
         except Exception:  # the progress saved after the last call stands
             stored = None
         if stored is not None and stored.elsewhere:

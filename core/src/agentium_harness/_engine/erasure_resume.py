@@ -33,7 +33,7 @@ from .erasure_ledger import load_ledger, pending_records, record_key, update_led
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
 
-__all__ = ["Saved", "Stray", "finished_elsewhere", "merge_progress", "save_progress", "union_ranges"]
+__all__ = ["Saved", "Stray", "Tried", "finished_elsewhere", "merge_progress", "save_progress", "union_ranges"]
 
 
 class _CompletedMeanwhile(Exception):
@@ -42,6 +42,10 @@ class _CompletedMeanwhile(Exception):
     def __init__(self, record: ErasureRecord) -> None:
         super().__init__(record.erasure_id)
         self.record = record
+
+
+#: What a call's saves wrote, or may have (they raised), each with the record it merged in (save_progress).
+Tried = list[tuple[ErasureRecord, ErasureRecord]]
 
 
 @attrs.frozen(slots=True)
@@ -79,6 +83,8 @@ async def save_progress(
     record: ErasureRecord,
     base: ErasureRecord | None = None,
     finish: Callable[[ErasureRecord], ErasureRecord] | None = None,
+    *,
+    tried: Tried | None = None,
 ) -> Saved:
     """Save ``record``'s progress unless another process completed it: then its tombstone, kept as it is.
 
@@ -91,6 +97,12 @@ async def save_progress(
     call's counts nor inventory are lost; a conflict retries on what is
     stored then. ``finish`` (the tombstone's last touch) applies to the
     record about to be written. The result's record is what was written.
+
+    ``tried`` (the caller's, kept across its saves) lists what this call's
+    saves that raised may have written, each with the record it merged: a
+    save can land though it raises (a reply lost on the way back), and the
+    stored record is then this call's own write, whose progress merged in
+    again would be counted twice. It is emptied once a save succeeds.
     """
     written: list[ErasureRecord] = []
 
@@ -101,16 +113,24 @@ async def save_progress(
                 if saved.state is ErasureState.COMPLETE:
                     raise _CompletedMeanwhile(saved)
                 stored = saved
-        new = record if stored is None or base is None else merge_progress(stored, record, base)
+        since = base
+        for wrote, merged in tried or ():
+            if stored == wrote:  # an earlier save of this call landed: add only what came after it
+                since = merged
+        new = record if stored is None or since is None else merge_progress(stored, record, since)
         if finish is not None:
             new = finish(new)
         written[:] = [new]
+        if tried is not None:
+            tried.append((new, record))
         return ErasureLedger((new,))
 
     try:
         await update_ledger(ticket, store, record_key(record.target.tenant_id, record.erasure_id), put)
     except _CompletedMeanwhile as done:
         return Saved(done.record, elsewhere=True)
+    if tried is not None:
+        tried.clear()
     return Saved(written[-1])
 
 

@@ -1,0 +1,91 @@
+"""A progress save that landed though it raised is not added to the record a second time.
+
+An erasure saves its progress after every store call, adding what it did
+since its last save to what another call resuming the same erasure saved
+meanwhile (merge_progress). When that save raises after its write landed (a
+reply lost on the way back), the call saves once more (its "stopped" note):
+the record stored then is its own earlier write, not another call's
+progress, and merging its counts over it again counted every item removed
+twice — in the error's record, and in the tombstone a resume wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureIncompleteError,
+    OperatorAttestation,
+    ResidentLimits,
+    RuntimeLimits,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+
+pytestmark = pytest.mark.anyio
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+TARGET = EraseTarget.session("acme", "ana", "s1")
+
+
+def _group_count(record: Any) -> int:
+    entry = record.store("archive")
+    return sum(c.count for c in entry.counts if c.kind == "group")
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_progress_save_that_landed_then_raised_is_counted_once(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if stores == "memory":
+        archive: Any = InMemoryArchive()
+        sessions: Any = InMemorySessionStore()
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        archive, sessions = SQLiteArchive(config), SQLiteSessionStore(config)
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=archive,
+        session_store=sessions,
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        for i in range(4):
+            await rt.run(ANA, "s1", f"turn {i}")
+        planned = await rt.erase(TARGET, reason="dsr", attestation=OPERATOR, dry_run=True)
+        archived = _group_count(planned.record)
+        assert archived >= 2
+        real = sessions.save
+        fired: list[bool] = []
+
+        async def lands_then_raises(key: Any, snapshot: Any, *args: Any, **kwargs: Any) -> Any:
+            saved = await real(key, snapshot, *args, **kwargs)
+            ledger = snapshot.ledger
+            progress = key.session.startswith("e-") and ledger is not None and ledger.records
+            if not fired and progress and ledger.records[0].store("archive") is not None:
+                fired.append(True)  # the archive call's progress save: it landed, its reply is lost
+                raise OSError("reply lost")
+            return saved
+
+        monkeypatch.setattr(sessions, "save", lands_then_raises)
+        with pytest.raises(ErasureIncompleteError) as caught:
+            await rt.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        monkeypatch.undo()
+        assert fired
+        stopped = caught.value.record
+        assert stopped is not None and _group_count(stopped) == archived, (_group_count(stopped), archived)
+        assert any(note.startswith("stopped: OSError") for note in stopped.notes)
+        # The record stored says the same, and so does the tombstone the resume writes from it.
+        (done,) = await rt.resume_erasures(OPERATOR)
+        assert done.tombstone is not None and done.record.erasure_id == stopped.erasure_id
+        assert _group_count(done.tombstone) == archived, (_group_count(done.tombstone), archived)
+    finally:
+        await rt.aclose()
