@@ -6,7 +6,10 @@ meanwhile (merge_progress). When that save raises after its write landed (a
 reply lost on the way back), the call saves once more (its "stopped" note):
 the record stored then is its own earlier write, not another call's
 progress, and merging its counts over it again counted every item removed
-twice — in the error's record, and in the tombstone a resume wrote.
+twice — in the error's record, and in the tombstone a resume wrote. A
+store that retries a write whose reply was lost finds its own write there and
+says ``SessionConflictError``: the save retries, and must not add the same
+progress again either.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from agentium_harness import (
     OperatorAttestation,
     ResidentLimits,
     RuntimeLimits,
+    SessionConflictError,
     VerifiedIdentity,
     create_harness_runtime,
 )
@@ -41,10 +45,7 @@ def _group_count(record: Any) -> int:
     return sum(c.count for c in entry.counts if c.kind == "group")
 
 
-@pytest.mark.parametrize("stores", ["memory", "sqlite"])
-async def test_a_progress_save_that_landed_then_raised_is_counted_once(
-    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _runtime(stores: str, tmp_path: Path) -> tuple[Any, Any]:
     if stores == "memory":
         archive: Any = InMemoryArchive()
         sessions: Any = InMemorySessionStore()
@@ -57,25 +58,44 @@ async def test_a_progress_save_that_landed_then_raised_is_counted_once(
         session_store=sessions,
         limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
     )
+    return rt, sessions
+
+
+async def _archived(rt: Any) -> int:
+    for i in range(4):
+        await rt.run(ANA, "s1", f"turn {i}")
+    planned = await rt.erase(TARGET, reason="dsr", attestation=OPERATOR, dry_run=True)
+    archived = _group_count(planned.record)
+    assert archived >= 2
+    return archived
+
+
+def _lose_reply(sessions: Any, monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[bool]:
+    """The archive call's progress save lands, then raises ``error`` (its reply is lost)."""
+    real = sessions.save
+    fired: list[bool] = []
+
+    async def lands_then_raises(key: Any, snapshot: Any, *args: Any, **kwargs: Any) -> Any:
+        saved = await real(key, snapshot, *args, **kwargs)
+        ledger = snapshot.ledger
+        progress = key.session.startswith("e-") and ledger is not None and ledger.records
+        if not fired and progress and ledger.records[0].store("archive") is not None:
+            fired.append(True)
+            raise error
+        return saved
+
+    monkeypatch.setattr(sessions, "save", lands_then_raises)
+    return fired
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_progress_save_that_landed_then_raised_is_counted_once(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, sessions = _runtime(stores, tmp_path)
     try:
-        for i in range(4):
-            await rt.run(ANA, "s1", f"turn {i}")
-        planned = await rt.erase(TARGET, reason="dsr", attestation=OPERATOR, dry_run=True)
-        archived = _group_count(planned.record)
-        assert archived >= 2
-        real = sessions.save
-        fired: list[bool] = []
-
-        async def lands_then_raises(key: Any, snapshot: Any, *args: Any, **kwargs: Any) -> Any:
-            saved = await real(key, snapshot, *args, **kwargs)
-            ledger = snapshot.ledger
-            progress = key.session.startswith("e-") and ledger is not None and ledger.records
-            if not fired and progress and ledger.records[0].store("archive") is not None:
-                fired.append(True)  # the archive call's progress save: it landed, its reply is lost
-                raise OSError("reply lost")
-            return saved
-
-        monkeypatch.setattr(sessions, "save", lands_then_raises)
+        archived = await _archived(rt)
+        fired = _lose_reply(sessions, monkeypatch, OSError("reply lost"))
         with pytest.raises(ErasureIncompleteError) as caught:
             await rt.erase(TARGET, reason="dsr", attestation=OPERATOR)
         monkeypatch.undo()
@@ -87,5 +107,20 @@ async def test_a_progress_save_that_landed_then_raised_is_counted_once(
         (done,) = await rt.resume_erasures(OPERATOR)
         assert done.tombstone is not None and done.record.erasure_id == stopped.erasure_id
         assert _group_count(done.tombstone) == archived, (_group_count(done.tombstone), archived)
+    finally:
+        await rt.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_progress_save_retried_after_its_own_write_landed_is_counted_once(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, sessions = _runtime(stores, tmp_path)
+    try:
+        archived = await _archived(rt)
+        fired = _lose_reply(sessions, monkeypatch, SessionConflictError("revision moved (our own write)"))
+        result = await rt.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        assert fired and result.tombstone is not None
+        assert _group_count(result.tombstone) == archived, (_group_count(result.tombstone), archived)
     finally:
         await rt.aclose()

@@ -102,9 +102,13 @@ async def save_progress(
     saves that raised may have written, each with the record it merged: a
     save can land though it raises (a reply lost on the way back), and the
     stored record is then this call's own write, whose progress merged in
-    again would be counted twice. It is emptied once a save succeeds.
+    again would be counted twice (a store retrying a write whose reply it
+    lost, then saying the revision moved, is the same case within one
+    save). It is emptied once a save succeeds.
     """
     written: list[ErasureRecord] = []
+    # Within this save too: a store may retry a write whose reply it lost and find its own there.
+    attempts: Tried = tried if tried is not None else []
 
     def put(ledger: ErasureLedger) -> ErasureLedger:
         stored = None
@@ -114,23 +118,21 @@ async def save_progress(
                     raise _CompletedMeanwhile(saved)
                 stored = saved
         since = base
-        for wrote, merged in tried or ():
+        for wrote, merged in attempts:
             if stored == wrote:  # an earlier save of this call landed: add only what came after it
                 since = merged
         new = record if stored is None or since is None else merge_progress(stored, record, since)
         if finish is not None:
             new = finish(new)
         written[:] = [new]
-        if tried is not None:
-            tried.append((new, record))
+        attempts.append((new, record))
         return ErasureLedger((new,))
 
     try:
         await update_ledger(ticket, store, record_key(record.target.tenant_id, record.erasure_id), put)
     except _CompletedMeanwhile as done:
         return Saved(done.record, elsewhere=True)
-    if tried is not None:
-        tried.clear()
+    attempts.clear()
     return Saved(written[-1])
 
 
