@@ -124,3 +124,39 @@ async def test_a_progress_save_retried_after_its_own_write_landed_is_counted_onc
         assert _group_count(result.tombstone) == archived, (_group_count(result.tombstone), archived)
     finally:
         await rt.aclose()
+
+
+class _Unreachable(InMemoryArchive):
+    """An archive whose every real erase fails the same way (its dry runs answer)."""
+
+    async def erase(self, target: Any, ctx: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("dry_run", False):
+            raise OSError("archive unreachable")
+        return await super().erase(target, ctx, **kwargs)
+
+
+async def test_an_erasure_stopping_again_the_same_way_keeps_one_note_of_it() -> None:
+    # Each stop notes it in the record, kept for good: resumed again and again against a store that
+    # keeps failing the same way, the record grew a copy of the same note every time, without bound.
+    rt = create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=_Unreachable(),
+        session_store=InMemorySessionStore(),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+    )
+    try:
+        for i in range(3):
+            await rt.run(ANA, "s1", f"turn {i}")
+        with pytest.raises(ErasureIncompleteError):
+            await rt.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        for _ in range(3):
+            with pytest.raises(ErasureIncompleteError) as caught:
+                await rt.resume_erasures(OPERATOR)
+        record = caught.value.record
+        assert record is not None
+        stops = [note for note in record.notes if note.startswith("stopped: OSError")]
+        assert len(stops) == 1, record.notes
+        (status,) = await rt.erasure_status(OPERATOR)
+        assert status.notes == record.notes
+    finally:
+        await rt.aclose()

@@ -528,7 +528,8 @@ async def carry_out(
             f"stopped: {type(exc).__name__}; what the failing call had removed is not in its "
             "store's counts (the sessions list every group there was)"
         )
-        failed = attrs.evolve(record, notes=(*record.notes, note))
+        # Once: a record resumed against a store failing the same way would grow a copy each time.
+        failed = record if note in record.notes else attrs.evolve(record, notes=(*record.notes, note))
         try:  # never over a tombstone
             stored = await save_progress(ticket, session_store, failed, saved, tried=tried)
         except Exception:  # the progress saved after the last call stands
