@@ -86,14 +86,20 @@ async def test_a_removal_that_did_not_land_leaves_it_pending_and_says_so(
     with pytest.raises(ErasureIncompleteError) as caught:
         await rt.erase(S1, reason="user asked", attestation=OPERATOR)
     monkeypatch.undo()
-    assert "stays pending" in str(caught.value)
+    assert "stays pending" in str(caught.value) and caught.value.record is not None
     # True: its scope is still refused (its tombstone saved and indexed), and a resume lifts the fence.
     assert (await rt.inspect_session(ANA, "s1")).state is SessionState.ERASING
+    # erasure_status says so too: pending (its saved tombstone read "complete" while the fence stood).
+    [status] = await rt.erasure_status(OPERATOR)
+    assert status.state is ErasureState.PENDING and status.erasure_id == caught.value.record.erasure_id
+    assert any("has not left the pending erasures" in note for note in status.notes)
     [resumed] = await rt.resume_erasures(OPERATOR)
     assert resumed.record.state is ErasureState.COMPLETE
-    assert caught.value.record is not None and resumed.record.erasure_id == caught.value.record.erasure_id
+    assert resumed.record.erasure_id == caught.value.record.erasure_id
     assert not (await rt.inspect_session(ANA, "s1")).exists
     assert await rt.resume_erasures(OPERATOR) == ()
+    [status] = await rt.erasure_status(OPERATOR)
+    assert status.state is ErasureState.COMPLETE and status.erasure_id == resumed.record.erasure_id
 
 
 async def test_a_removal_whose_outcome_cannot_be_read_back_says_it_is_not_known(

@@ -26,7 +26,7 @@ from typing import Any, Final
 import attrs
 
 from .._errors import InvalidArgumentError
-from .._ports.erasure import EraseTarget, ErasureRecord
+from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.sessions import SessionStore
 from .._validators import check_count
 from .erasure import load_record
@@ -110,6 +110,25 @@ def _micros(record: ErasureRecord) -> int:
     return (started - _EPOCH) // timedelta(microseconds=1)
 
 
+#: What a pending erasure whose tombstone is saved says (it stopped before leaving ``pending``).
+_NOT_LEFT: Final = (
+    "its tombstone is saved and indexed, but it has not left the pending erasures: its scope is "
+    "refused until a resume (agentium erase --resume) takes it out"
+)
+
+
+def _as_pending(record: ErasureRecord) -> ErasureRecord:
+    """The full record of an erasure still in ``pending``: pending, even once its tombstone is saved.
+
+    It stopped between its tombstone's save and its leaving ``pending``: its
+    scope is still refused, so "complete" would tell the operator the fence
+    is down when it is not.
+    """
+    if record.state is not ErasureState.COMPLETE:
+        return record
+    return attrs.evolve(record, state=ErasureState.PENDING, notes=(*record.notes, _NOT_LEFT))
+
+
 def _pending_key(record: ErasureRecord) -> tuple[int, str]:
     return (_micros(record), record.erasure_id)
 
@@ -183,7 +202,7 @@ async def status_page(
     ]
     taken = later[: limit - len(found)]
     for header in taken:
-        found.append(await load_record(ticket, store, header))
+        found.append(_as_pending(await load_record(ticket, store, header)))
     if len(taken) == len(later):
         return ErasureStatusPage(found, None)
     return ErasureStatusPage(found, _cursor_text(position, _pending_key(taken[-1]) if taken else last))

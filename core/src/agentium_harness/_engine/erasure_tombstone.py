@@ -86,8 +86,8 @@ async def _still_pending(ticket: Ticket, done: ErasureRecord, store: SessionStor
             f"erasure {done.erasure_id} of {done.target.describe()} is complete (its tombstone is saved and "
             f"indexed), but taking it out of the pending erasures failed ({error_text(exc)}) and reading "
             f"them back failed too ({error_text(again)}): whether its scope is still refused is not known. "
-            "erasure_status (agentium erase --status) and inspect_session show it; if it is still pending, "
-            "resume it (agentium erase --resume) to lift the fence",
+            "erasure_status (agentium erase --status) lists it as pending if it still is; resuming it "
+            "(agentium erase --resume) then lifts the fence",
             done,
         ) from exc
     return any(r.erasure_id == done.erasure_id for r in pending)
