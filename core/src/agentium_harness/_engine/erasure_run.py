@@ -222,7 +222,12 @@ async def _carry(
             record = await after(ticket, record)
         # Once every store erased (and the snapshot was marked): each file rebuilt once.
         record = await scrub_files(ticket, cleaned, record)
-    return await complete(ticket, runtime.session_store, record, base)
+    tombstone = await complete(ticket, runtime.session_store, record, base)
+    if tombstone.elsewhere:
+        # Another call completed it after this one's last store call (while it marked or cleaned up):
+        # its fence is down since, and what the target holds now is this call's to erase.
+        return await _again(runtime, ticket, stores, tombstone.record, depth)
+    return tombstone.record
 
 
 async def _again(

@@ -18,7 +18,7 @@ from .._ports.sessions import SessionStore
 from .._text import error_text
 from .erasure_index import add_finished
 from .erasure_ledger import pending_key, pending_records, update_ledger
-from .erasure_resume import save_progress
+from .erasure_resume import Saved, save_progress
 from .lifecycle import Ticket
 
 __all__ = ["complete"]
@@ -36,13 +36,16 @@ def _nothing_there(done: ErasureRecord) -> ErasureRecord:
 
 async def complete(
     ticket: Ticket, store: SessionStore, record: ErasureRecord, base: ErasureRecord | None = None
-) -> ErasureRecord:
+) -> Saved:
     """Make ``record`` the tombstone: saved complete, in the index, out of ``pending`` (in that order).
 
     ``base`` is the record as stored when this call last saved or loaded
     it (:func:`.erasure_resume.save_progress` adds what another call saved since).
+    The result says when the tombstone is another call's, found saved
+    (``elsewhere``): that call's completion lifted the fence before this
+    one's end, so the caller checks what the target holds since.
     """
-    done = record
+    done, elsewhere = record, False
     if record.state is not ErasureState.COMPLETE:
         # Never over another call's tombstone: a resume that loaded the record pending (every store
         # done: no store call looked again) may come after another completed it. That one stands.
@@ -53,7 +56,7 @@ async def complete(
             record if base is None else base,
             _nothing_there,
         )
-        done = saved.record
+        done, elsewhere = saved.record, saved.elsewhere
 
     def remove(ledger: ErasureLedger) -> ErasureLedger:
         return ErasureLedger(tuple(r for r in ledger.records if r.erasure_id != done.erasure_id))
@@ -66,7 +69,7 @@ async def complete(
     except Exception as exc:
         if await _still_pending(ticket, done, store, exc):
             raise  # it did not land: the erasure stays pending, as the caller says
-    return done
+    return Saved(done, elsewhere)
 
 
 async def _still_pending(ticket: Ticket, done: ErasureRecord, store: SessionStore, exc: Exception) -> bool:
