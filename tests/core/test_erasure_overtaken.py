@@ -30,7 +30,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._engine import erasure_run
+from agentium_harness._engine import erasure, erasure_run
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
@@ -193,6 +193,44 @@ async def test_a_call_past_its_new_erasures_bound_says_the_target_may_still_hold
             "after the erasure"
         ]
         assert "may still hold" in str(error)
+    finally:
+        for runtime in (first, other, third):
+            await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_new_erasure_whose_join_landed_then_failed_is_named_not_said_unstarted(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new erasure's join lands, then raises: it is pending (scope refused), and the error names it."""
+    archive, sessions, first, (other, third) = _runtimes(stores, tmp_path)
+    try:
+        await first.run(ANA, "s1", "before the erasure")
+
+        async def join_lands_then_fails() -> None:
+            real = erasure.update_ledger_from
+
+            async def landed(*args: Any, **kwargs: Any) -> Any:
+                await real(*args, **kwargs)
+                raise OSError("reply lost")
+
+            monkeypatch.setattr(erasure, "update_ledger_from", landed)
+
+        resumed, errors = await _overtake(archive, first, other, join_lands_then_fails)
+        monkeypatch.undo()
+        (error,) = errors
+        assert isinstance(error, ErasureOvertakenError), (type(error), str(error))
+        assert error.record == resumed.record and error.record.state is ErasureState.COMPLETE
+        # The new erasure joined: it is pending and named, not "could not be started" with none named.
+        stored = await sessions.load(PENDING, OpContext())
+        assert stored is not None and stored.snapshot.ledger is not None
+        [joined] = stored.snapshot.ledger.records
+        assert joined.erasure_id != resumed.record.erasure_id and joined.target == TARGET
+        assert error.pending_id == joined.erasure_id and joined.erasure_id in str(error)
+        # Erasing again resumes it, as the error says, and the data written since goes.
+        again = await third.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        assert again.resumed and again.record.erasure_id == joined.erasure_id and again.tombstone is not None
+        assert not (await third.inspect_session(ANA, "s1")).exists
     finally:
         for runtime in (first, other, third):
             await runtime.aclose()

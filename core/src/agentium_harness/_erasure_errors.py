@@ -29,8 +29,11 @@ class ErasureOvertakenError(ErasureIncompleteError):
       again); it is empty when there was none;
     - or the new erasures this call started were completed by other calls
       too, as many times as it tries, or a new one could not be started
-      (the error's cause says why; ``erasure_status`` shows whether one is
-      pending); ``pending_id`` is empty then.
+      (the error's cause says why); ``pending_id`` is empty then, unless
+      the pending erasures, read back once, hold one overlapping the target
+      (the new one's join may have landed though it raised): it names
+      that one (``erasure_status`` shows whether one is pending when even
+      that read failed, as the message then says).
 
     ``record`` is the tombstone of the last erasure the call saw complete
     (``state`` complete: it stands, and is not to be resumed);

@@ -41,11 +41,12 @@ from .erasure import (
     start,
     still_held,
 )
+from .erasure_ledger import pending_records
 from .erasure_resume import Stray, save_progress
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_tombstone import complete
 from .late_calls import wait_late
-from .lifecycle import Ticket, covers
+from .lifecycle import Ticket, covers, overlaps
 from .memory.manager import late_calls_of
 
 if TYPE_CHECKING:
@@ -281,8 +282,17 @@ async def _again(
     except ErasureIncompleteError:
         raise  # the new erasure joined and is pending: that error carries its record
     except Exception as exc:
+        # Its join may have landed though it raised: then the new erasure is pending, fencing the scope.
+        joined = await _pending_since(ticket, runtime.session_store, done)
         why = f"a new erasure could not be started ({error_text(exc)})"
-        raise _overtaken(done, left, why, stray=stray) from exc
+        if joined is None:
+            why += "; it may have joined the pending erasures all the same (erasure_status shows it)"
+        elif joined:
+            why = (
+                f"starting a new erasure failed ({error_text(exc)}), yet erasure {joined}, pending, "
+                "overlaps it (its join may have landed)"
+            )
+        raise _overtaken(done, left, why, joined or "", stray=stray) from exc
     try:
         if stray is not None:
             counted = await save_progress(ticket, runtime.session_store, _counting(fresh, stray), fresh)
@@ -299,6 +309,19 @@ async def _again(
     except Exception as exc:
         # The new erasure is the one left pending (``done`` is complete): the caller resumes that one.
         raise _stopped(fresh, exc) from exc
+
+
+async def _pending_since(ticket: Ticket, store: Any, done: ErasureRecord) -> str | None:
+    """The id of a pending erasure overlapping ``done``'s target (``""``: none); ``None`` if unreadable.
+
+    Read once after a new erasure's start failed: its join may have landed.
+    """
+    try:
+        pending = await pending_records(ticket, store, done.target.tenant_id)
+    except Exception:
+        return None
+    ids = [r.erasure_id for r in pending if overlaps(r.target, done.target)]
+    return next((i for i in ids if i != done.erasure_id), "")
 
 
 def _counting(record: ErasureRecord, stray: Stray) -> ErasureRecord:
