@@ -56,8 +56,6 @@ from .._ports import OpContext
 from .._ports._base import capabilities_of
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
-    MAX_RECORD_DIGESTS,
-    MAX_RECORD_SESSIONS,
     ErasedCount,
     ErasedGroups,
     ErasedSession,
@@ -85,7 +83,7 @@ from .erasure_ledger import (
     save_joined,
     update_ledger_from,
 )
-from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, union_ranges
+from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, unite_sessions
 from .erasure_scrub import PHYSICAL_RANK, defers_scrub
 from .lifecycle import LateScope, Ticket, covers, overlaps
 
@@ -238,10 +236,6 @@ def new_record(
 # -- merging what stores report ----------------------------------------------------------------------
 
 
-def _count(ranges: Sequence[SeqRange]) -> int:
-    return sum(r.stop - r.start for r in ranges)
-
-
 def merge_report(record: ErasureRecord, role: str, adapter: str, report: EraseReport) -> ErasureRecord:
     """``record`` with one store call's report added: counts summed, sessions' groups united."""
     old = record.store(role) or StoreErasure(role, adapter)
@@ -265,30 +259,17 @@ def merge_report(record: ErasureRecord, role: str, adapter: str, report: EraseRe
 
 def merge_sessions(record: ErasureRecord, role: str, found: Sequence[ErasedSession]) -> ErasureRecord:
     """``record`` with the groups of ``found`` united into its sessions (ranges exact, digests budgeted)."""
-    sessions = {s.session: s for s in record.sessions}
-    order = [s.session for s in record.sessions]
-    omitted = record.omitted_sessions
-    digests_left = MAX_RECORD_DIGESTS - sum(len(s.digests) for s in record.sessions)
-    for entry in found:
-        current = sessions.get(entry.session)
-        if current is None:
-            if len(order) >= MAX_RECORD_SESSIONS:
-                omitted += 1
-                continue
-            current = ErasedGroups(entry.session)
-            order.append(entry.session)
-        ranges = union_ranges((*current.ranges, *(SeqRange(seq, seq + 1) for seq, _ in entry.groups)))
-        known = {seq for seq, _ in current.digests}
-        fresh = [(seq, digest) for seq, digest in entry.groups if seq not in known][: max(0, digests_left)]
-        digests_left -= len(fresh)
-        sessions[entry.session] = ErasedGroups(
-            entry.session,
-            _count(ranges),
-            ranges,
-            tuple(sorted((*current.digests, *fresh))),
-            current.snapshot or role == "session_store",
+    # One store call's groups as the record's shape (a one-seq range and a digest each), so the
+    # union, the digest budget and the omitted count are the one resume uses too.
+    snapshot = role == "session_store"
+    groups = tuple(
+        ErasedGroups(
+            e.session, len(e.groups), tuple(SeqRange(seq, seq + 1) for seq, _ in e.groups), e.groups, snapshot
         )
-    return attrs.evolve(record, sessions=tuple(sessions[k] for k in order), omitted_sessions=omitted)
+        for e in found
+    )
+    sessions, omitted = unite_sessions(record, groups)
+    return attrs.evolve(record, sessions=sessions, omitted_sessions=omitted)
 
 
 def _check_report(report: object, target: EraseTarget, role: str, bound: int, dry_run: bool) -> EraseReport:

@@ -33,7 +33,16 @@ from .erasure_ledger import load_ledger, pending_records, record_key, update_led
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
 
-__all__ = ["Saved", "Stray", "Tried", "finished_elsewhere", "merge_progress", "save_progress", "union_ranges"]
+__all__ = [
+    "Saved",
+    "Stray",
+    "Tried",
+    "finished_elsewhere",
+    "merge_progress",
+    "save_progress",
+    "union_ranges",
+    "unite_sessions",
+]
 
 
 class _CompletedMeanwhile(Exception):
@@ -170,7 +179,7 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
             entry.detail or theirs.detail,
         )
         stores = [merged if s.role == entry.role else s for s in stores]
-    sessions, omitted = _united(stored, ours.sessions)
+    sessions, omitted = unite_sessions(stored, ours.sessions)
     omitted += max(0, ours.omitted_sessions - base.omitted_sessions)
     notes = (*stored.notes, *(n for n in ours.notes if n not in stored.notes))
     return attrs.evolve(
@@ -184,8 +193,14 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
     )
 
 
-def _united(stored: ErasureRecord, found: Sequence[ErasedGroups]) -> tuple[tuple[ErasedGroups, ...], int]:
-    """``stored``'s sessions with ``found``'s united in (ranges exact, digests budgeted); sessions omitted."""
+def unite_sessions(
+    stored: ErasureRecord, found: Sequence[ErasedGroups]
+) -> tuple[tuple[ErasedGroups, ...], int]:
+    """``stored``'s sessions with ``found``'s united in (ranges exact, digests budgeted); sessions omitted.
+
+    Both a store call's report (:func:`.erasure.merge_sessions`) and a resumed
+    call's progress (:func:`merge_progress`) go through it.
+    """
     sessions = {s.session: s for s in stored.sessions}
     order = [s.session for s in stored.sessions]
     omitted = stored.omitted_sessions
