@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _erasure_harness import ANA, OPERATOR, HeldOnce, history_texts, turn_while_held
 from _erasure_records import as_earlier_versions, joined_record
 
 from agentium_harness import (
@@ -29,7 +30,6 @@ from agentium_harness import (
     EraseTarget,
     ErasureState,
     InvalidArgumentError,
-    OperatorAttestation,
     SessionConflictError,
     SessionKey,
     VerifiedIdentity,
@@ -41,33 +41,14 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import (
     ERASURE_RECORDS_TENANT,
-    ModelRequest,
-    ModelResponse,
     OpContext,
     snapshot_bytes,
 )
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
 BOB = VerifiedIdentity("acme", "bob", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
 TURN = "a new session's first turn"
-
-
-class HeldOnce(ScriptedProvider):
-    """Answers ``noted``; the first call after ``arm()`` waits for ``release`` after saying it started."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.armed = False
-        self.started, self.release = anyio.Event(), anyio.Event()
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        if self.armed and not self.started.is_set():
-            self.started.set()
-            await self.release.wait()
-        return await super().complete(request, ctx)
 
 
 def _pair(kind: str, tmp_path: Path, provider: ScriptedProvider) -> tuple[Any, Any]:
@@ -86,33 +67,6 @@ def _pair(kind: str, tmp_path: Path, provider: ScriptedProvider) -> tuple[Any, A
         provider=other_provider, archive=SQLiteArchive(config), session_store=SQLiteSessionStore(config)
     )
     return slow, other
-
-
-async def _first_turn_while(
-    slow: Any, provider: HeldOnce, session: str, meanwhile: Any
-) -> BaseException | None:
-    """``session``'s turn (no tool); ``meanwhile()`` runs while the model answers."""
-    caught: list[BaseException] = []
-    provider.armed = True
-
-    async def turn() -> None:
-        try:
-            await slow.run(ANA, session, TURN)
-        except Exception as exc:
-            caught.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(turn)
-        with anyio.fail_after(30):
-            await provider.started.wait()
-        await meanwhile()
-        provider.release.set()
-    return caught[0] if caught else None
-
-
-async def _texts(runtime: Any, session: str) -> list[str]:
-    page = await runtime.read_history(ANA, session, max_groups=100, view=False)
-    return [m.content for g in page.groups for m in g.messages]
 
 
 def _target(level: str, session: str) -> EraseTarget:
@@ -153,19 +107,19 @@ async def test_a_first_turn_after_an_old_erasure_commits_while_another_erasure_r
             await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
 
         caplog.set_level(logging.WARNING)
-        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        error = await turn_while_held(slow, provider, "s1", TURN, meanwhile)
         if records == "this-version":
             assert error is None, error
-            assert await _texts(slow, "s1") == [TURN, "noted"]
+            assert await history_texts(slow, "s1") == [TURN, "noted"]
             assert not [r for r in caplog.records if "erasure of its session" in r.getMessage()]
             assert kept is not None  # (checked last: the behaviour above is what the test is about)
             return
         assert isinstance(error, SessionConflictError), error
         assert error.commit_state is CommitState.NOT_COMMITTED
         assert "may predate the erasure" in str(error) and old.record.erasure_id in str(error)
-        assert await _texts(slow, "s1") == []
+        assert await history_texts(slow, "s1") == []
         await slow.run(ANA, "s1", TURN)  # transient: nothing of the tenant is erased meanwhile now
-        assert await _texts(slow, "s1") == [TURN, "noted"]
+        assert await history_texts(slow, "s1") == [TURN, "noted"]
         assert kept is None  # as an earlier version: no join record
     finally:
         await slow.aclose()
@@ -189,13 +143,13 @@ async def test_a_first_turn_after_an_old_erasure_is_refused_when_it_is_erased_ag
             erased.append(await other.erase(_target(level, "s1"), reason="dsr", attestation=OPERATOR))
 
         caplog.set_level(logging.WARNING)
-        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        error = await turn_while_held(slow, provider, "s1", TURN, meanwhile)
         assert isinstance(error, SessionConflictError), error
         assert error.commit_state is CommitState.NOT_COMMITTED
         (result,) = erased
         assert result.record.erasure_id in str(error)  # the erasure during the turn is named
         assert [r for r in caplog.records if "erasure of its session" in r.getMessage()]
-        assert await _texts(slow, "s1") == []
+        assert await history_texts(slow, "s1") == []
         assert not (await slow.inspect_session(ANA, "s1")).exists
     finally:
         await slow.aclose()
@@ -339,13 +293,13 @@ async def test_a_damaged_join_record_is_read_as_none_and_the_fence_stays_conserv
             await other.erase(EraseTarget.user("acme", "bob"), reason="dsr", attestation=OPERATOR)
 
         caplog.set_level(logging.WARNING)
-        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        error = await turn_while_held(slow, provider, "s1", TURN, meanwhile)
         assert isinstance(error, SessionConflictError), error
         assert error.commit_state is CommitState.NOT_COMMITTED
         assert "may predate the erasure" in str(error) and old.record.erasure_id in str(error)
         assert [r for r in caplog.records if "join record" in r.getMessage() and "damaged" in r.getMessage()]
         await slow.run(ANA, "s1", TURN)  # transient: nothing of the tenant is erased meanwhile now
-        assert await _texts(slow, "s1") == [TURN, "noted"]
+        assert await history_texts(slow, "s1") == [TURN, "noted"]
     finally:
         await slow.aclose()
         await other.aclose()
@@ -385,9 +339,9 @@ async def test_the_fence_reads_one_join_record_per_chain_not_one_per_erasure(
             read.clear()  # from here: the turn's commit only
             store.load = load
 
-        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        error = await turn_while_held(slow, provider, "s1", TURN, meanwhile)
         assert error is None, error
-        assert await _texts(slow, "s1") == [TURN, "noted"]
+        assert await history_texts(slow, "s1") == [TURN, "noted"]
         assert len([name for name in read if name.startswith("j-")]) == 1, read
     finally:
         await slow.aclose()
@@ -411,10 +365,10 @@ async def test_the_erasure_joining_during_the_turn_is_found_in_whichever_chain_i
         async def meanwhile() -> None:
             erased.append(await other.erase(_target(during, "s1"), reason="dsr", attestation=OPERATOR))
 
-        error = await _first_turn_while(slow, provider, "s1", meanwhile)
+        error = await turn_while_held(slow, provider, "s1", TURN, meanwhile)
         assert isinstance(error, SessionConflictError), error
         assert erased[0].record.erasure_id in str(error)
-        assert await _texts(slow, "s1") == []
+        assert await history_texts(slow, "s1") == []
     finally:
         await slow.aclose()
         await other.aclose()

@@ -21,42 +21,23 @@ from typing import Any
 
 import anyio
 import pytest
+from _erasure_harness import ANA, OPERATOR, HeldOnce
 
 from agentium_harness import (
     CommitState,
     EraseTarget,
     ErasureIncompleteError,
     ErasureState,
-    OperatorAttestation,
     SessionConflictError,
-    VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness._engine import erasure_api, erasure_index, erasure_tombstone
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
 S1 = EraseTarget.session("acme", "ana", "s1")
-
-
-class HeldOnce(ScriptedProvider):
-    """Answers ``noted``; the first call after ``armed`` waits for ``release`` after saying it started."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.armed = False
-        self.started, self.release = anyio.Event(), anyio.Event()
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        if self.armed and not self.started.is_set():
-            self.started.set()
-            await self.release.wait()
-        return await super().complete(request, ctx)
 
 
 async def test_a_stale_resume_indexing_an_erasure_again_does_not_hide_a_later_one(

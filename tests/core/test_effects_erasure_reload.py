@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 import pytest
 from _effects_support import DEPLOY
+from _erasure_harness import ANA, OPERATOR, HeldOnce, history_texts, turn_while_held
 from _erasure_records import as_earlier_versions, joined_record
 
 from agentium_harness import (
@@ -31,13 +32,11 @@ from agentium_harness import (
     EraseTarget,
     ErasureState,
     Message,
-    OperatorAttestation,
     ProviderError,
     SessionConflictError,
     Tool,
     ToolRegistry,
     ToolStatus,
-    VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -47,8 +46,6 @@ from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
 #: Text of the turn under test: none of it may be found in the session afterwards.
 TURN = "deploy v2 qzturnq"
 RESULT = "deployed v2 qzresultq"
@@ -105,12 +102,6 @@ def _pair(kind: str, tmp_path: Path, provider: ScriptedProvider, log: list[str])
         provider=other_provider, archive=SQLiteArchive(config), session_store=SQLiteSessionStore(config)
     )
     return slow, other
-
-
-async def _texts(runtime: Any, session: str) -> list[str]:
-    """Every message of the session's canonical history (view or not), as read back."""
-    page = await runtime.read_history(ANA, session, max_groups=100, view=False)
-    return [m.content for g in page.groups for m in g.messages]
 
 
 async def _turn_while(
@@ -200,7 +191,7 @@ async def test_what_ran_is_not_committed_into_a_session_erased_meanwhile(
         error, cancelled = await _turn_while(slow, provider, meanwhile, ending=ending)
         assert log == ["deployed to prod"]  # the tool ran
         # Nothing of the turn, or of the session before the erasure, is in the session.
-        texts = await _texts(slow, "s1")
+        texts = await history_texts(slow, "s1")
         assert not [t for t in texts if "qz" in t], texts
         _assert_refused(error, cancelled, ending)
         if ending != "provider":  # the provider's error says it all; a load again also logs it
@@ -246,7 +237,7 @@ async def test_an_erasure_of_another_session_still_lets_what_ran_be_committed(
         report = error.run_result
         assert report is not None and report.committed and report.group_seq == 2
         assert [(o.name, o.status) for o in report.tool_outcomes] == [("deploy", ToolStatus.OK)]
-        texts = await _texts(slow, "s1")
+        texts = await history_texts(slow, "s1")
         assert texts[:4] == ["first turn", "noted", "a concurrent turn", "ok"]
         assert TURN in texts and RESULT in texts
         view = await slow.inspect_session(ANA, "s1")
@@ -291,7 +282,7 @@ async def test_a_session_erased_before_the_turn_keeps_what_ran_when_the_tenant_e
 
         caplog.set_level(logging.WARNING)
         error, cancelled = await _turn_while(slow, provider, meanwhile, ending="answer")
-        texts = await _texts(slow, "s1")
+        texts = await history_texts(slow, "s1")
         if records == "earlier-version":
             _assert_refused(error, cancelled, "answer")
             assert "may predate the erasure" in str(error)
@@ -337,43 +328,10 @@ async def test_a_session_erased_before_and_again_during_the_turn_refuses_what_ra
         (result,) = erased
         assert result.record.erasure_id in str(error)  # the erasure during the turn is named
         _assert_warned(caplog)
-        assert await _texts(slow, "s1") == ["after the erasure", "ok"]
+        assert await history_texts(slow, "s1") == ["after the erasure", "ok"]
     finally:
         await slow.aclose()
         await other.aclose()
-
-
-class HeldOnce(ScriptedProvider):
-    """Answers ``noted``; the first call waits for ``release`` after saying it started."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.started, self.release = anyio.Event(), anyio.Event()
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        if not self.started.is_set():
-            self.started.set()
-            await self.release.wait()
-        return await super().complete(request, ctx)
-
-
-async def _first_turn_while(slow: Any, provider: HeldOnce, meanwhile: Any) -> BaseException | None:
-    """A new session's first turn (no tool); ``meanwhile()`` runs while the model answers."""
-    caught: list[BaseException] = []
-
-    async def turn() -> None:
-        try:
-            await slow.run(ANA, "s1", TURN)
-        except Exception as exc:
-            caught.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(turn)
-        with anyio.fail_after(30):
-            await provider.started.wait()
-        await meanwhile()
-        provider.release.set()
-    return caught[0] if caught else None
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -382,7 +340,7 @@ async def test_a_new_sessions_first_turn_is_not_committed_after_an_erasure_of_it
     kind: str, level: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The session is absent at the load and after the erasure: only the tombstone says it ran."""
-    provider = HeldOnce()
+    provider = HeldOnce(armed=True)
     slow, other = _pair(kind, tmp_path, provider, [])
     target = (
         EraseTarget.session("acme", "ana", "s1") if level == "session" else EraseTarget.user("acme", "ana")
@@ -394,8 +352,8 @@ async def test_a_new_sessions_first_turn_is_not_committed_after_an_erasure_of_it
             erased.append(await other.erase(target, reason="dsr", attestation=OPERATOR))
 
         caplog.set_level(logging.WARNING)
-        error = await _first_turn_while(slow, provider, meanwhile)
-        assert await _texts(slow, "s1") == []
+        error = await turn_while_held(slow, provider, "s1", TURN, meanwhile)
+        assert await history_texts(slow, "s1") == []
         assert isinstance(error, SessionConflictError), error
         assert error.commit_state is CommitState.NOT_COMMITTED
         assert "was erased" in str(error) and "may predate the erasure" in str(error)
@@ -412,7 +370,7 @@ async def test_a_new_sessions_first_turn_is_not_committed_after_an_erasure_of_it
 async def test_a_new_sessions_first_turn_is_committed_when_only_another_session_was_erased(
     kind: str, tmp_path: Path
 ) -> None:
-    provider = HeldOnce()
+    provider = HeldOnce(armed=True)
     slow, other = _pair(kind, tmp_path, provider, [])
     try:
         await other.run(ANA, "s9", "another session")
@@ -420,8 +378,8 @@ async def test_a_new_sessions_first_turn_is_committed_when_only_another_session_
         async def meanwhile() -> None:
             await other.erase(EraseTarget.session("acme", "ana", "s9"), reason="dsr", attestation=OPERATOR)
 
-        assert await _first_turn_while(slow, provider, meanwhile) is None
-        assert await _texts(slow, "s1") == [TURN, "noted"]
+        assert await turn_while_held(slow, provider, "s1", TURN, meanwhile) is None
+        assert await history_texts(slow, "s1") == [TURN, "noted"]
     finally:
         await slow.aclose()
         await other.aclose()
@@ -476,7 +434,7 @@ async def test_an_append_to_an_id_erased_before_while_the_tenant_erases(
         if records == "this-version":
             committed = await runtime.append(ANA, "s1", message)
             assert store.meanwhile is None  # the erasure did run between the load and the commit
-            assert committed.seq == 0 and await _texts(runtime, "s1") == ["after the erasure"]
+            assert committed.seq == 0 and await history_texts(runtime, "s1") == ["after the erasure"]
             assert not [r for r in caplog.records if "erasure of its session" in r.getMessage()]
             assert kept is not None  # (checked last: the behaviour above is what the test is about)
             return
@@ -487,9 +445,9 @@ async def test_an_append_to_an_id_erased_before_while_the_tenant_erases(
         _assert_warned(caplog)
         warned = [r.getMessage() for r in caplog.records if "erasure of its session" in r.getMessage()]
         assert [w.split(":")[0] for w in warned] == ["append not committed"]
-        assert await _texts(runtime, "s1") == []
+        assert await history_texts(runtime, "s1") == []
         again = await runtime.append(ANA, "s1", message)
-        assert again.seq == 0 and await _texts(runtime, "s1") == ["after the erasure"]
+        assert again.seq == 0 and await history_texts(runtime, "s1") == ["after the erasure"]
         assert kept is None  # as an earlier version: no join record
     finally:
         await runtime.aclose()

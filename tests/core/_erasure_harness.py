@@ -1,0 +1,69 @@
+"""What the concurrent-erasure tests share: identities, a model held mid-turn, a turn raced (tests only).
+
+Several runtimes over the same stores stand for several processes; a
+:class:`HeldOnce` model keeps one turn open while another runtime erases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from agentium_harness import EraseTarget, OperatorAttestation, SessionKey, VerifiedIdentity
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, ModelRequest, ModelResponse, OpContext
+
+__all__ = ["ANA", "OPERATOR", "PENDING", "TARGET", "HeldOnce", "history_texts", "turn_while_held"]
+
+ANA = VerifiedIdentity("acme", "ana", "test-auth")
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
+TARGET = EraseTarget.session("acme", "ana", "s1")
+PENDING = SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending")
+
+
+class HeldOnce(ScriptedProvider):
+    """Answers ``noted``; the first call once ``armed`` waits for ``release`` after saying it started."""
+
+    def __init__(self, *, armed: bool = False) -> None:
+        super().__init__(replies=["noted"], cycle=True)
+        self.armed = armed
+        self.started, self.release = anyio.Event(), anyio.Event()
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        if self.armed and not self.started.is_set():
+            self.started.set()
+            await self.release.wait()
+        return await super().complete(request, ctx)
+
+
+async def turn_while_held(
+    slow: Any, provider: HeldOnce, session: str, text: str, meanwhile: Callable[[], Awaitable[Any]]
+) -> BaseException | None:
+    """``session``'s turn ``text`` (no tool) on ``slow``; ``meanwhile()`` runs while the model answers.
+
+    Returns what the turn raised (``None``: it committed).
+    """
+    caught: list[BaseException] = []
+    provider.armed = True
+
+    async def turn() -> None:
+        try:
+            await slow.run(ANA, session, text)
+        except Exception as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(turn)
+        with anyio.fail_after(30):
+            await provider.started.wait()
+        await meanwhile()
+        provider.release.set()
+    return caught[0] if caught else None
+
+
+async def history_texts(runtime: Any, session: str = "s1") -> list[str]:
+    """Every message of ``session``'s canonical history (view or not), as read back."""
+    page = await runtime.read_history(ANA, session, max_groups=100, view=False)
+    return [m.content for g in page.groups for m in g.messages]
