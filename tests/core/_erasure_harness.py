@@ -7,15 +7,37 @@ Several runtimes over the same stores stand for several processes; a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import anyio
 
-from agentium_harness import EraseTarget, OperatorAttestation, SessionKey, VerifiedIdentity
+from agentium_harness import (
+    EraseTarget,
+    OperatorAttestation,
+    RuntimeLimits,
+    SessionKey,
+    VerifiedIdentity,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, ModelRequest, ModelResponse, OpContext
 
-__all__ = ["ANA", "OPERATOR", "PENDING", "TARGET", "HeldOnce", "history_texts", "turn_while_held"]
+__all__ = [
+    "ANA",
+    "OPERATOR",
+    "PENDING",
+    "TARGET",
+    "EraseHook",
+    "HeldOnce",
+    "HookedArchive",
+    "HookedSQLiteArchive",
+    "history_texts",
+    "hooked_runtimes",
+    "turn_while_held",
+]
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
@@ -67,3 +89,59 @@ async def history_texts(runtime: Any, session: str = "s1") -> list[str]:
     """Every message of ``session``'s canonical history (view or not), as read back."""
     page = await runtime.read_history(ANA, session, max_groups=100, view=False)
     return [m.content for g in page.groups for m in g.messages]
+
+
+class EraseHook(Protocol):
+    """What a hooked archive awaits before each erase call: it may wait, raise or change ``kwargs``."""
+
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None: ...
+
+
+class HookedArchive(InMemoryArchive):
+    """The shared in-memory archive: every erase call (dry run or not) awaits ``hook.before`` first."""
+
+    def __init__(self, hook: EraseHook) -> None:
+        super().__init__()
+        self.hook = hook
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
+        await self.hook.before(target, kwargs)
+        return await super().erase(target, ctx, **kwargs)
+
+
+class HookedSQLiteArchive(SQLiteArchive):
+    """The same on SQLite."""
+
+    def __init__(self, config: SQLiteConfig, hook: EraseHook) -> None:
+        super().__init__(config)
+        self.hook = hook
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
+        await self.hook.before(target, kwargs)
+        return await super().erase(target, ctx, **kwargs)
+
+
+def hooked_runtimes(
+    stores: str, tmp_path: Path, hook: EraseHook, count: int, limits: RuntimeLimits | None = None
+) -> tuple[Any, Any, list[Any]]:
+    """``count`` runtimes (processes) over one hooked archive and session store (``stores``: memory, sqlite).
+
+    Returns the archive, the session store and the runtimes; each answers ``noted``.
+    """
+    if stores == "memory":
+        archive: Any = HookedArchive(hook)
+        sessions: Any = InMemorySessionStore()
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        archive, sessions = HookedSQLiteArchive(config, hook), SQLiteSessionStore(config)
+    extra: dict[str, Any] = {} if limits is None else {"limits": limits}
+    made = [
+        create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=archive,
+            session_store=sessions,
+            **extra,
+        )
+        for _ in range(count)
+    ]
+    return archive, sessions, made

@@ -19,28 +19,19 @@ from typing import Any
 
 import anyio
 import pytest
+from _erasure_harness import ANA, OPERATOR, TARGET, hooked_runtimes
 
 from agentium_harness import (
     EraseTarget,
     ErasureIncompleteError,
     ErasureOvertakenError,
     ErasureState,
-    OperatorAttestation,
     ResidentLimits,
     RuntimeLimits,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import EraseLevel, OpContext
+from agentium_harness.plugin_api import EraseLevel
 
 pytestmark = pytest.mark.anyio
-
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
-TARGET = EraseTarget.session("acme", "ana", "s1")
 
 
 class _Window:
@@ -67,42 +58,10 @@ class _Window:
                 raise OSError("archive unreachable")
 
 
-class _MemoryArchive(InMemoryArchive):
-    def __init__(self) -> None:
-        super().__init__()
-        self.window = _Window()
-
-    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
-        await self.window.before(target, kwargs)
-        return await super().erase(target, ctx, **kwargs)
-
-
-class _SQLiteArchive(SQLiteArchive):
-    def __init__(self, config: SQLiteConfig) -> None:
-        super().__init__(config)
-        self.window = _Window()
-
-    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
-        await self.window.before(target, kwargs)
-        return await super().erase(target, ctx, **kwargs)
-
-
 def _runtimes(stores: str, tmp_path: Path, count: int) -> tuple[Any, list[Any]]:
-    if stores == "memory":
-        archive: Any = _MemoryArchive()
-        sessions: Any = InMemorySessionStore()
-    else:
-        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-        archive, sessions = _SQLiteArchive(config), SQLiteSessionStore(config)
-    made = [
-        create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"], cycle=True),
-            archive=archive,
-            session_store=sessions,
-            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        )
-        for _ in range(count)
-    ]
+    archive, _, made = hooked_runtimes(
+        stores, tmp_path, _Window(), count, RuntimeLimits(resident=ResidentLimits(max_groups=1))
+    )
     return archive, made
 
 
@@ -114,7 +73,7 @@ async def test_what_a_store_call_removed_after_the_erasure_completed_elsewhere_i
     try:
         for i in range(3):
             await first.run(ANA, "s1", f"before {i}")
-        archive.window.fail_next = True  # pending, nothing removed yet
+        archive.hook.fail_next = True  # pending, nothing removed yet
         with pytest.raises(ErasureIncompleteError):
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
         results: list[Any] = []
@@ -122,11 +81,11 @@ async def test_what_a_store_call_removed_after_the_erasure_completed_elsewhere_i
         async def resume_first() -> None:
             results.extend(await first.resume_erasures(OPERATOR))
 
-        archive.window.armed = True
+        archive.hook.armed = True
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(resume_first)
-                await archive.window.entered.wait()  # it saw the erasure pending; its archive call waits
+                await archive.hook.entered.wait()  # it saw the erasure pending; its archive call waits
                 (completed,) = await other.resume_erasures(OPERATOR)
                 assert completed.tombstone is not None
                 # Committed after the completion (the fence is down): the first turn is archived.
@@ -135,7 +94,7 @@ async def test_what_a_store_call_removed_after_the_erasure_completed_elsewhere_i
                 page = await other.read_history(ANA, "s1", max_groups=100, view=False)
                 written = [g.seq for g in page.groups]
                 assert len(written) == 2
-                archive.window.release.set()
+                archive.hook.release.set()
         (result,) = results
         # The first call's result is a new erasure's tombstone counting what its archive call removed.
         assert result.record.erasure_id != completed.record.erasure_id
@@ -162,7 +121,7 @@ async def test_what_no_tombstone_counts_is_said_when_no_new_erasure_can_start(
     try:
         for i in range(3):
             await first.run(ANA, "s1", f"before {i}")
-        archive.window.fail_next = True
+        archive.hook.fail_next = True
         with pytest.raises(ErasureIncompleteError):
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
         errors: list[BaseException] = []
@@ -172,18 +131,18 @@ async def test_what_no_tombstone_counts_is_said_when_no_new_erasure_can_start(
                 await first.resume_erasures(OPERATOR)
             errors.append(caught.value)
 
-        archive.window.armed = True
+        archive.hook.armed = True
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(resume_first)
-                await archive.window.entered.wait()
+                await archive.hook.entered.wait()
                 (completed,) = await other.resume_erasures(OPERATOR)
                 await other.run(ANA, "s1", "after 0")
                 await other.run(ANA, "s1", "after 1")
                 with pytest.raises(ErasureIncompleteError) as user_erasure:
                     await third.erase(EraseTarget.user("acme", "ana"), reason="dsr", attestation=OPERATOR)
                 pending_id = user_erasure.value.record.erasure_id
-                archive.window.release.set()
+                archive.hook.release.set()
         (error,) = errors
         assert isinstance(error, ErasureOvertakenError)
         assert error.record == completed.record and error.pending_id == pending_id
@@ -206,7 +165,7 @@ async def test_a_store_call_failing_after_another_call_completed_the_erasure_is_
     try:
         for i in range(3):
             await first.run(ANA, "s1", f"before {i}")
-        archive.window.fail_next = True
+        archive.hook.fail_next = True
         with pytest.raises(ErasureIncompleteError):
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
         results: list[Any] = []
@@ -214,14 +173,14 @@ async def test_a_store_call_failing_after_another_call_completed_the_erasure_is_
         async def resume_first() -> None:
             results.extend(await first.resume_erasures(OPERATOR))
 
-        archive.window.armed = archive.window.fail_held = True
+        archive.hook.armed = archive.hook.fail_held = True
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(resume_first)
-                await archive.window.entered.wait()
+                await archive.hook.entered.wait()
                 (completed,) = await other.resume_erasures(OPERATOR)
                 await other.run(ANA, "s1", "after 0")
-                archive.window.release.set()
+                archive.hook.release.set()
         (result,) = results
         assert result.state is ErasureState.COMPLETE
         assert result.record.erasure_id != completed.record.erasure_id

@@ -19,40 +19,36 @@ from typing import Any
 
 import anyio
 import pytest
+from _erasure_harness import ANA, OPERATOR, PENDING, TARGET, hooked_runtimes
 
 from agentium_harness import (
     EraseTarget,
     ErasureIncompleteError,
     ErasureOvertakenError,
     ErasureState,
-    OperatorAttestation,
     SessionKey,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine import erasure, erasure_run
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseLevel, OpContext
 
 pytestmark = pytest.mark.anyio
 
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
-TARGET = EraseTarget.session("acme", "ana", "s1")
 USER = EraseTarget.user("acme", "ana")
-PENDING = SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending")
 
 
 class _Gate:
-    """The first inventory (a dry run of more than one item) after ``armed`` waits for ``release``."""
+    """The first inventory (a dry run of more than one item) after ``armed`` waits for ``release``.
+
+    A real erase of a user target fails (that erasure stays pending).
+    """
 
     def __init__(self) -> None:
         self.armed = False
         self.entered, self.release = anyio.Event(), anyio.Event()
 
-    async def hold(self, kwargs: dict[str, Any]) -> None:
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
+        if target.level is EraseLevel.USER and not kwargs.get("dry_run", False):
+            raise OSError("archive unreachable")  # a real erase of a user target fails: it stays pending
         if kwargs.get("dry_run", False) and self.armed and kwargs.get("max_items", 0) > 1:
             self.armed = False
             self.entered.set()
@@ -60,51 +56,8 @@ class _Gate:
                 await self.release.wait()
 
 
-class _Gated(InMemoryArchive):
-    """The shared archive: gated (:class:`_Gate`); a real erase of a user target fails (it stays pending)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = _Gate()
-
-    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
-        if target.level is EraseLevel.USER and not kwargs.get("dry_run", False):
-            raise OSError("archive unreachable")
-        await self.gate.hold(kwargs)
-        return await super().erase(target, ctx, **kwargs)
-
-
-class _SQLiteGated(SQLiteArchive):
-    """The same on SQLite."""
-
-    def __init__(self, config: SQLiteConfig) -> None:
-        super().__init__(config)
-        self.gate = _Gate()
-
-    async def erase(self, target: EraseTarget, ctx: OpContext, **kwargs: Any) -> Any:
-        if target.level is EraseLevel.USER and not kwargs.get("dry_run", False):
-            raise OSError("archive unreachable")
-        await self.gate.hold(kwargs)
-        return await super().erase(target, ctx, **kwargs)
-
-
 def _runtimes(stores: str, tmp_path: Path) -> tuple[Any, Any, Any, Any]:
-    provider = ScriptedProvider(replies=["noted"], cycle=True)
-    if stores == "memory":
-        sessions: Any = InMemorySessionStore()
-        archive: Any = _Gated()
-        made = [
-            create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
-            for _ in range(3)
-        ]
-    else:
-        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-        archive = _SQLiteGated(config)
-        sessions = SQLiteSessionStore(config)
-        made = [
-            create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
-            for _ in range(3)
-        ]
+    archive, sessions, made = hooked_runtimes(stores, tmp_path, _Gate(), 3)
     return archive, sessions, made[0], (made[1], made[2])
 
 
@@ -121,7 +74,7 @@ async def _overtake(
         except ErasureIncompleteError as exc:
             errors.append(exc)
 
-    gate = archive.gate
+    gate = archive.hook
     gate.armed = True
     async with anyio.create_task_group() as tg:
         tg.start_soon(erase_first)

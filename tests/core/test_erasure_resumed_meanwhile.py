@@ -20,14 +20,13 @@ from typing import Any
 
 import anyio
 import pytest
+from _erasure_harness import ANA, OPERATOR, PENDING, TARGET, history_texts
 
 from agentium_harness import (
     EraseTarget,
     ErasureIncompleteError,
     ErasureState,
-    OperatorAttestation,
     SessionKey,
-    VerifiedIdentity,
     create_harness_runtime,
 )
 from agentium_harness._engine import erasure_api, erasure_run
@@ -36,11 +35,6 @@ from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, OpContext
 
 pytestmark = pytest.mark.anyio
-
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
-TARGET = EraseTarget.session("acme", "ana", "s1")
-PENDING = SessionKey(ERASURE_RECORDS_TENANT, "acme", "pending")
 
 
 class _GatedArchive(InMemoryArchive):
@@ -69,11 +63,6 @@ class _GatedArchive(InMemoryArchive):
             ledger = None if stored is None else stored.snapshot.ledger
             self.pending_at_erase.append(tuple(r.erasure_id for r in ledger.records) if ledger else ())
         return await super().erase(target, ctx, **kwargs)
-
-
-async def _texts(runtime: Any) -> list[str]:
-    page = await runtime.read_history(ANA, "s1", max_groups=100, view=False)
-    return [m.content for g in page.groups for m in g.messages]
 
 
 async def test_a_call_whose_erasure_was_completed_during_its_inventory_keeps_the_tombstone() -> None:
@@ -112,7 +101,7 @@ async def test_a_call_whose_erasure_was_completed_during_its_inventory_keeps_the
         # What was written meanwhile went under a new erasure of the target, completed.
         assert result.record.erasure_id != erasure_id
         assert result.state is ErasureState.COMPLETE
-        assert await _texts(first) == []
+        assert await history_texts(first) == []
     finally:
         await first.aclose()
         await other.aclose()

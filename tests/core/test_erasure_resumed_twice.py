@@ -16,28 +16,17 @@ from typing import Any
 
 import anyio
 import pytest
+from _erasure_harness import ANA, OPERATOR, TARGET, hooked_runtimes
 
 from agentium_harness import (
-    EraseTarget,
     ErasureIncompleteError,
-    OperatorAttestation,
     ResidentLimits,
     RuntimeLimits,
-    VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness._engine import erasure_api
-from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import EraseTarget as _Target
-from agentium_harness.plugin_api import OpContext
 
 pytestmark = pytest.mark.anyio
-
-ANA = VerifiedIdentity("acme", "ana", "test-auth")
-OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
-TARGET = EraseTarget.session("acme", "ana", "s1")
 
 
 class _Steps:
@@ -50,7 +39,7 @@ class _Steps:
         self.held, self.release = anyio.Event(), anyio.Event()
         self.in_inventory, self.inventory_release = anyio.Event(), anyio.Event()
 
-    async def before(self, kwargs: dict[str, Any]) -> None:
+    async def before(self, target: _Target, kwargs: dict[str, Any]) -> None:
         if kwargs.get("dry_run", False):
             if self.hold_inventory and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
                 self.hold_inventory = False
@@ -69,43 +58,10 @@ class _Steps:
                 await self.release.wait()
 
 
-class _MemoryArchive(InMemoryArchive):
-    def __init__(self) -> None:
-        super().__init__()
-        self.steps = _Steps()
-
-    async def erase(self, target: _Target, ctx: OpContext, **kwargs: Any) -> Any:
-        await self.steps.before(kwargs)
-        return await super().erase(target, ctx, **kwargs)
-
-
-class _SQLiteArchive(SQLiteArchive):
-    def __init__(self, config: SQLiteConfig) -> None:
-        super().__init__(config)
-        self.steps = _Steps()
-
-    async def erase(self, target: _Target, ctx: OpContext, **kwargs: Any) -> Any:
-        await self.steps.before(kwargs)
-        return await super().erase(target, ctx, **kwargs)
-
-
 def _runtimes(stores: str, tmp_path: Path) -> tuple[Any, Any, list[Any]]:
-    if stores == "memory":
-        archive: Any = _MemoryArchive()
-        sessions: Any = InMemorySessionStore()
-    else:
-        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-        archive, sessions = _SQLiteArchive(config), SQLiteSessionStore(config)
-    made = [
-        create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"], cycle=True),
-            archive=archive,
-            session_store=sessions,
-            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        )
-        for _ in range(3)
-    ]
-    return archive, sessions, made
+    return hooked_runtimes(
+        stores, tmp_path, _Steps(), 3, RuntimeLimits(resident=ResidentLimits(max_groups=1))
+    )
 
 
 def _group_count(record: Any) -> int:
@@ -117,21 +73,7 @@ def _group_count(record: Any) -> int:
 async def test_two_resumes_at_once_keep_each_others_progress(
     stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if stores == "memory":
-        archive: Any = _MemoryArchive()
-        sessions: Any = InMemorySessionStore()
-    else:
-        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-        archive, sessions = _SQLiteArchive(config), SQLiteSessionStore(config)
-    first, other, stale = (
-        create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"], cycle=True),
-            archive=archive,
-            session_store=sessions,
-            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        )
-        for _ in range(3)
-    )
+    archive, _, (first, other, stale) = _runtimes(stores, tmp_path)
     try:
         for i in range(5):
             await first.run(ANA, "s1", f"turn {i}")
@@ -139,7 +81,7 @@ async def test_two_resumes_at_once_keep_each_others_progress(
         archived = _group_count(planned.record)
         assert archived >= 3
         # The erasure stops at the archive's first call: pending, nothing removed yet.
-        archive.steps.fail_next = True
+        archive.hook.fail_next = True
         with pytest.raises(ErasureIncompleteError):
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
 
@@ -163,16 +105,16 @@ async def test_two_resumes_at_once_keep_each_others_progress(
             if name == "stale":
                 stale_done.set()
 
-        archive.steps.hold = 2  # the other's second call waits: its first call's progress is saved
+        archive.hook.hold = 2  # the other's second call waits: its first call's progress is saved
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(resume, "stale", stale)
                 await paused.wait()
                 tg.start_soon(resume, "other", other)
-                await archive.steps.held.wait()
+                await archive.hook.held.wait()
                 go.set()  # the stale resume erases the rest from the record it loaded, and completes
                 await stale_done.wait()
-                archive.steps.release.set()
+                archive.hook.release.set()
         tombstone = results["stale"].tombstone
         assert tombstone is not None and results["other"].record == tombstone
         # Every group removed is counted: the other's first call's too.
@@ -205,17 +147,17 @@ async def test_the_inventory_saved_after_a_resume_made_progress_keeps_that_progr
         async def resume_other() -> None:
             (results["other"],) = await other.resume_erasures(OPERATOR)
 
-        archive.steps.hold_inventory = True
-        archive.steps.hold = 2  # the resume's second call waits: its first call's progress is saved
+        archive.hook.hold_inventory = True
+        archive.hook.hold = 2  # the resume's second call waits: its first call's progress is saved
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(erase_first)
-                await archive.steps.in_inventory.wait()
+                await archive.hook.in_inventory.wait()
                 tg.start_soon(resume_other)
-                await archive.steps.held.wait()
-                archive.steps.inventory_release.set()  # the inventory is saved, then the rest erased
+                await archive.hook.held.wait()
+                archive.hook.inventory_release.set()  # the inventory is saved, then the rest erased
                 await first_done.wait()
-                archive.steps.release.set()
+                archive.hook.release.set()
         tombstone = results["first"].tombstone
         assert tombstone is not None and results["other"].record == tombstone
         assert _group_count(tombstone) == archived, (_group_count(tombstone), archived)
