@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,25 +142,43 @@ def test_a_bad_operator_is_refused_by_its_own_name(
     assert "invalid user" not in err
 
 
-def test_an_erasure_that_stops_part_way_prints_its_progress_as_json_too(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # docs/cli.md: an erasure that stops part way prints its progress and exits 7. With --json
-    # the record was printed nowhere: not on stderr (left out for --json), not on stdout.
+def _erase_json_raising(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    error: Callable[[Any], Exception],
+    reason: str,
+) -> tuple[int, str, str]:
+    """``agentium erase --json`` of s1 after a turn, its erasure done but raising ``error(record)``.
+
+    Returns the exit code, stdout and stderr.
+    """
     from agentium_harness._cli import erase
-    from agentium_harness._errors import ErasureIncompleteError
 
     cfg = str(_config(tmp_path))
     who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
     assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
     real = erase._run
 
-    def stopping(config: str, work: Any, reading: bool = False) -> Any:
+    def raising(config: str, work: Any, reading: bool = False) -> Any:
         done = real(config, work, reading=reading)
-        raise ErasureIncompleteError("the archive failed; the erasure stays pending", done.record)
+        raise error(done.record)
 
-    monkeypatch.setattr(erase, "_run", stopping)
-    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "request 7", "--json")
+    monkeypatch.setattr(erase, "_run", raising)
+    return _agentium(capsys, "erase", cfg, *who, "--reason", reason, "--json")
+
+
+def test_an_erasure_that_stops_part_way_prints_its_progress_as_json_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docs/cli.md: an erasure that stops part way prints its progress and exits 7. With --json
+    # the record was printed nowhere: not on stderr (left out for --json), not on stdout.
+    from agentium_harness._errors import ErasureIncompleteError
+
+    def stopping(record: Any) -> Exception:
+        return ErasureIncompleteError("the archive failed; the erasure stays pending", record)
+
+    code, out, err = _erase_json_raising(tmp_path, capsys, monkeypatch, stopping, "request 7")
     assert code == 7 and "stays pending" in err
     (record,) = json.loads(out)
     assert record["reason"] == "request 7" and record["resumed"] is False
@@ -172,24 +191,16 @@ def test_an_erasure_overtaken_prints_its_tombstone_with_the_error_as_json(
     # data. With --json the completed record is printed with the error's fields, never alone (a
     # script would read a complete tombstone as the target erased).
     from agentium_harness import ErasureOvertakenError
-    from agentium_harness._cli import erase
 
-    cfg = str(_config(tmp_path))
-    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
-    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
-    real = erase._run
-
-    def overtaken(config: str, work: Any, reading: bool = False) -> Any:
-        done = real(config, work, reading=reading)
-        raise ErasureOvertakenError(
+    def overtaken(record: Any) -> Exception:
+        return ErasureOvertakenError(
             "completed by another call; the target may still hold data",
-            done.record,
+            record,
             pending_id="e1",
             still_held=("session_store",),
         )
 
-    monkeypatch.setattr(erase, "_run", overtaken)
-    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "request 8", "--json")
+    code, out, err = _erase_json_raising(tmp_path, capsys, monkeypatch, overtaken, "request 8")
     assert code == 7 and "may still hold data" in err
     (record,) = json.loads(out)
     assert record["state"] == "complete" and record["error_type"] == "ErasureOvertakenError"
@@ -202,20 +213,12 @@ def test_a_completed_erasure_whose_fence_may_still_be_up_prints_the_error_as_jso
 ) -> None:
     # docs/cli.md: a tombstone saved whose removal from pending could not be read back (exit 7) is
     # printed with the error's fields, never alone as if the erasure had simply completed.
-    from agentium_harness._cli import erase
     from agentium_harness._errors import ErasureIncompleteError
 
-    cfg = str(_config(tmp_path))
-    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
-    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
-    real = erase._run
+    def unknown(record: Any) -> Exception:
+        return ErasureIncompleteError("whether its scope is still refused is not known", record)
 
-    def unknown(config: str, work: Any, reading: bool = False) -> Any:
-        done = real(config, work, reading=reading)
-        raise ErasureIncompleteError("whether its scope is still refused is not known", done.record)
-
-    monkeypatch.setattr(erase, "_run", unknown)
-    code, out, err = _agentium(capsys, "erase", cfg, *who, "--reason", "request 9", "--json")
+    code, out, err = _erase_json_raising(tmp_path, capsys, monkeypatch, unknown, "request 9")
     assert code == 7 and "not known" in err
     (record,) = json.loads(out)
     assert record["state"] == "complete" and record["error_type"] == "ErasureIncompleteError"
