@@ -17,23 +17,21 @@ from typing import Any
 
 import anyio
 import pytest
+from pg_race import Held, pg_runtime
 
 from agentium_harness import (
     EraseTarget,
     OperatorAttestation,
     SessionConflictError,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.plugin_api import (
     ERASURE_RECORDS_TENANT,
-    ModelRequest,
-    ModelResponse,
     OpContext,
     SessionKey,
 )
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+from agentium_postgres import PostgresConfig
 
 pytestmark = pytest.mark.anyio
 
@@ -43,30 +41,7 @@ OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "dsr")
 TURN = "a new session's first turn"
 
 
-class _Held(ScriptedProvider):
-    """Answers at once, except the armed call, which waits for ``release`` after saying it started."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.armed = False
-        self.started, self.release = anyio.Event(), anyio.Event()
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        if self.armed:
-            self.armed = False
-            self.started.set()
-            await self.release.wait()
-        return await super().complete(request, ctx)
-
-
-def _runtime(provider: Any, config: PostgresConfig) -> Any:
-    archive, store = PostgresArchive(config), PostgresSessionStore(config)
-    return create_harness_runtime(
-        provider=provider, archive=archive, session_store=store, owned=(archive, store)
-    )
-
-
-async def _turn_while(slow: Any, provider: _Held, meanwhile: Any) -> BaseException | None:
+async def _turn_while(slow: Any, provider: Held, meanwhile: Any) -> BaseException | None:
     caught: list[BaseException] = []
     provider.armed = True
 
@@ -94,9 +69,9 @@ async def _texts(runtime: Any) -> list[str]:
 async def test_a_pg_first_turn_after_an_old_erasure_is_judged_by_the_join_records(
     during: str, app_config: PostgresConfig
 ) -> None:
-    provider = _Held()
-    slow = _runtime(provider, app_config)
-    other = _runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)
+    provider = Held()
+    slow = pg_runtime(provider, app_config)
+    other = pg_runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)
     erased: list[Any] = []
     try:
         await slow.run(ANA, "s1", "before the erasure")

@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import psycopg
 import pytest
+from pg_race import Held, pg_runtime
 from psycopg import sql
 
 from agentium_harness import (
@@ -31,46 +32,18 @@ from agentium_harness import (
     SessionConflictError,
     SessionState,
     VerifiedIdentity,
-    create_harness_runtime,
 )
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import ModelRequest, ModelResponse, OpContext, SessionKey
-from agentium_postgres import PostgresArchive, PostgresConfig, PostgresSessionStore
+from agentium_harness.plugin_api import OpContext, SessionKey
+from agentium_postgres import PostgresConfig
 
 pytestmark = pytest.mark.anyio
 
 ANA = VerifiedIdentity("acme", "ana", "test-auth")
 KEY = SessionKey("acme", "ana", "s0")
 OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops", "sso"), "probe")
+LIMITS = RuntimeLimits(resident=ResidentLimits(max_groups=2))
 SECRETS = ("qzfirstsecretq", "qzsecondsecretq", "third turn")
-
-
-class Held(ScriptedProvider):
-    """Answers at once, except the armed call, which waits for ``release`` after saying it started."""
-
-    def __init__(self) -> None:
-        super().__init__(replies=["noted"], cycle=True)
-        self.armed = False
-        self.started = anyio.Event()
-        self.release = anyio.Event()
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        if self.armed:
-            self.armed = False
-            self.started.set()
-            await self.release.wait()
-        return await super().complete(request, ctx)
-
-
-def _runtime(provider: Any, config: PostgresConfig) -> Any:
-    archive, store = PostgresArchive(config), PostgresSessionStore(config)
-    return create_harness_runtime(
-        provider=provider,
-        archive=archive,
-        session_store=store,
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
-        owned=(archive, store),
-    )
 
 
 def _rows_holding(admin: psycopg.Connection[Any], schema: str, text: str) -> list[str]:
@@ -97,8 +70,10 @@ async def test_a_joint_pg_commit_loaded_before_an_erasure_brings_none_of_it_back
     erasure: str, app_config: PostgresConfig, admin: psycopg.Connection[Any], schema: str
 ) -> None:
     provider = Held()
-    slow = _runtime(provider, app_config)  # one process: its run waits in the model
-    other = _runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)  # another: the operator
+    slow = pg_runtime(provider, app_config, LIMITS)  # one process: its run waits in the model
+    other = pg_runtime(
+        ScriptedProvider(replies=["ok"], cycle=True), app_config, LIMITS
+    )  # another: the operator
     assert slow.session_store.shares_transactions_with(slow.archive)  # the joint path
     target = (
         EraseTarget.user("acme", "ana") if erasure == "user" else EraseTarget.session("acme", "ana", "s0")
@@ -182,8 +157,8 @@ async def test_a_pg_save_without_eviction_loaded_before_an_erasure_never_replace
     # Nothing to archive: the commit is a compare-and-set save alone. The erased id used again starts
     # past the revision floor (2, not the revision 1 the stale run loaded, as before the floor).
     provider = Held()
-    slow = _runtime(provider, app_config)
-    other = _runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config)
+    slow = pg_runtime(provider, app_config, LIMITS)
+    other = pg_runtime(ScriptedProvider(replies=["ok"], cycle=True), app_config, LIMITS)
     try:
         await slow.run(ANA, "s0", f"first {SECRETS[0]}")  # revision 1, one group resident
         provider.armed = True
