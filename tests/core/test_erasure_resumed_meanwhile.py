@@ -65,12 +65,19 @@ class _GatedArchive(InMemoryArchive):
         return await super().erase(target, ctx, **kwargs)
 
 
+def _runtimes(archive: Any, sessions: InMemorySessionStore, count: int) -> list[Any]:
+    """``count`` runtimes (processes) over ``archive`` and ``sessions``, sharing one model."""
+    provider = ScriptedProvider(replies=["noted"], cycle=True)
+    return [
+        create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
+        for _ in range(count)
+    ]
+
+
 async def test_a_call_whose_erasure_was_completed_during_its_inventory_keeps_the_tombstone() -> None:
     sessions = InMemorySessionStore()
     archive = _GatedArchive(sessions)
-    provider = ScriptedProvider(replies=["noted"], cycle=True)
-    first = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
-    other = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
+    first, other = _runtimes(archive, sessions, 2)
     results: list[Any] = []
     try:
         await first.run(ANA, "s1", "before the erasure")
@@ -133,9 +140,7 @@ async def test_a_new_erasure_that_stops_is_the_one_reported_pending() -> None:
     """
     sessions = InMemorySessionStore()
     archive = _FailingSecondInventory(sessions)
-    provider = ScriptedProvider(replies=["noted"], cycle=True)
-    first = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
-    other = create_harness_runtime(provider=provider, archive=archive, session_store=sessions)
+    first, other = _runtimes(archive, sessions, 2)
     errors: list[BaseException] = []
     try:
         await first.run(ANA, "s1", "before the erasure")
@@ -182,10 +187,7 @@ async def test_a_late_resume_of_an_erasure_completed_meanwhile_keeps_its_tombsto
     """
     sessions = InMemorySessionStore()
     archive = InMemoryArchive()
-    provider = ScriptedProvider(replies=["noted"], cycle=True)
-    first, other, stale = (
-        create_harness_runtime(provider=provider, archive=archive, session_store=sessions) for _ in range(3)
-    )
+    first, other, stale = _runtimes(archive, sessions, 3)
     try:
         await first.run(ANA, "s1", "before the erasure")
         real_scrub = erasure_run.scrub_files
