@@ -177,9 +177,8 @@ class AgentiumSession:
         # The fence of the first get_items (the model's input): every add_items follows that read,
         # so an erasure since it refuses the write (docs/runtime.md). Not the newest get_items: the
         # SDK reads the tail again before some writes, after the model ran on the older read. Kept
-        # across runs, it refuses more only where core's check is conservative anyway (an erasure
-        # of the session recorded before the read, the tenant's ledger moved since): once, as any
-        # refusal forgets it.
+        # across runs, it also refuses the first write after an erasure of the session (its user's,
+        # its tenant's) that came between two runs: once, as any refusal forgets it.
         self._read_fence: ReadFence | None = None
 
     # -- the SDK's Session protocol ---------------------------------------------------------------
