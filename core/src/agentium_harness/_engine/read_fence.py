@@ -80,8 +80,6 @@ async def refuse_if_erased_since_read(
     """
     try:
         await refuse_if_erased_since(ticket, store, key, point)
-    except ErasedSinceReadError:
-        raise
     except SessionConflictError as exc:
         refused = ErasedSinceReadError(
             f"session {key.session!r} may have been erased since the read this append follows "
