@@ -36,7 +36,7 @@ from .._errors import (
     SessionConflictError,
     SnapshotCorruptError,
 )
-from .._ports.erasure import EraseTarget, ErasureLedger, ErasureRecord
+from .._ports.erasure import ErasureLedger, ErasureRecord
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, seal_snapshot, verify_snapshot
 from .._scope import ERASURE_RECORDS_TENANT, Scope, SessionKey
 from .._validators import exact_int, shown_number
@@ -288,8 +288,3 @@ def header(record: ErasureRecord) -> ErasureRecord:
         stores=record.stores,
         notes=record.notes,
     )
-
-
-def same_target(target: EraseTarget) -> Callable[[ErasureRecord], bool]:
-    """A predicate: the record is for exactly ``target``."""
-    return lambda record: record.target == target
