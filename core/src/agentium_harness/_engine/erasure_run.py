@@ -42,7 +42,7 @@ from .erasure import (
     still_held,
 )
 from .erasure_ledger import pending_records
-from .erasure_resume import Stray, save_progress
+from .erasure_resume import Stray, finished_elsewhere, save_progress
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_tombstone import complete
 from .late_calls import wait_late
@@ -220,7 +220,19 @@ async def _carry(
         cleaned = list(stores)
         after = _after(runtime, record, cleaned)
         if after is not None:
-            record = await after(ticket, record)
+            # Checked first, as each store call is: another call that completed the erasure marked
+            # and cleaned up itself, and its fence is down since (marking again would empty a
+            # summary written since, from groups the erasure never covered).
+            done = await finished_elsewhere(ticket, runtime.session_store, record)
+            if done is None:
+                record = await after(ticket, record)
+                done = await finished_elsewhere(ticket, runtime.session_store, record)
+                if done is not None:
+                    # The snapshot this call's marking rewrote (a summary emptied before the other
+                    # call found nothing left to mark) is still its own to clean up; only that.
+                    await scrub_files(ticket, cleaned[len(stores) :], record)
+            if done is not None:
+                return await _again(runtime, ticket, stores, done, depth)
         # Once every store erased (and the snapshot was marked): each file rebuilt once.
         record = await scrub_files(ticket, cleaned, record)
     tombstone = await complete(ticket, runtime.session_store, record, base)
