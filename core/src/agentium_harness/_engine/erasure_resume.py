@@ -245,10 +245,11 @@ async def finished_elsewhere(
 
     Its completion lifted the fence, so writes of the scope may have landed
     since: acknowledged after the erasure said ``complete``, they are not its
-    to remove. Read before every store call that deletes, and before a groups
-    erasure's snapshot marking and file clean-up, so a call that resumed the
-    same erasure stops instead of erasing them or rewriting the snapshot (and
-    of saying the erasure stays pending); :func:`save_progress` keeps its tombstone.
+    to remove. Read before every store call that deletes, before a groups
+    erasure's snapshot marking and before every erasure's file clean-up, so a
+    call that resumed the same erasure stops instead of erasing them,
+    rewriting the snapshot or rebuilding the file again (and of saying the
+    erasure stays pending); :func:`save_progress` keeps its tombstone.
     """
     pending = await pending_records(ticket, store, record.target.tenant_id, "erasure progress")
     if any(r.erasure_id == record.erasure_id for r in pending):

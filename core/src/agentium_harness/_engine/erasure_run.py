@@ -219,20 +219,20 @@ async def _carry(
         base = record
         cleaned = list(stores)
         after = _after(runtime, record, cleaned)
-        if after is not None:
-            # Checked first, as each store call is: another call that completed the erasure marked
-            # and cleaned up itself, and its fence is down since (marking again would empty a
-            # summary written since, from groups the erasure never covered).
+        # Checked first, as each store call is: another call that completed the erasure marked and
+        # cleaned up itself, and its fence is down since (marking again would empty a summary
+        # written since, from groups the erasure never covered; a clean-up would rebuild the file
+        # again, and its failure would say the completed erasure stays pending).
+        done = await finished_elsewhere(ticket, runtime.session_store, record)
+        if done is None and after is not None:
+            record = await after(ticket, record)
             done = await finished_elsewhere(ticket, runtime.session_store, record)
-            if done is None:
-                record = await after(ticket, record)
-                done = await finished_elsewhere(ticket, runtime.session_store, record)
-                if done is not None:
-                    # The snapshot this call's marking rewrote (a summary emptied before the other
-                    # call found nothing left to mark) is still its own to clean up; only that.
-                    await scrub_files(ticket, cleaned[len(stores) :], record)
             if done is not None:
-                return await _again(runtime, ticket, stores, done, depth)
+                # The snapshot this call's marking rewrote (a summary emptied before the other
+                # call found nothing left to mark) is still its own to clean up; only that.
+                await scrub_files(ticket, cleaned[len(stores) :], record)
+        if done is not None:
+            return await _again(runtime, ticket, stores, done, depth)
         # Once every store erased (and the snapshot was marked): each file rebuilt once.
         record = await scrub_files(ticket, cleaned, record)
     tombstone = await complete(ticket, runtime.session_store, record, base)

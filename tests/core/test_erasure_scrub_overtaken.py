@@ -1,0 +1,157 @@
+"""A session, user or tenant erasure completed by another runtime just before its file clean-up.
+
+Two runtimes (processes) share one SQLite file. The first one's erasure has
+erased from every store (and verified); before its clean-up of the file
+(``scrub_files``: one ``VACUUM`` and log emptying per file), the second
+resumes the same erasure from its record and completes it: its clean-up,
+its tombstone, and the fence goes. The first then checks first, as a groups
+erasure does (tests/core/test_erasure_groups_overtaken.py), and cleans up
+nothing: its result is the other call's tombstone. It used to rebuild the
+file a second time, and a clean-up failing then reported the completed
+erasure as "pending".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _erasure_harness import ANA, OPERATOR
+
+from agentium_harness import (
+    EraseTarget,
+    ErasureState,
+    create_harness_runtime,
+)
+from agentium_harness._engine import erasure_run
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite_memory import SQLiteMemoryStore
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+TARGETS = {
+    "session": EraseTarget.session("acme", "ana", "s1"),
+    "user": EraseTarget.user("acme", "ana"),
+    "tenant": EraseTarget.tenant("acme"),
+}
+
+
+class _Process:
+    """One runtime with its own adapters on the shared file; counts the file's clean-ups (any store's)."""
+
+    def __init__(self, path: Path) -> None:
+        config = SQLiteConfig(path=str(path))
+        self.archive, self.sessions = SQLiteArchive(config), SQLiteSessionStore(config)
+        self.memory = SQLiteMemoryStore(config)
+        self.cleaned = 0
+        for store in (self.archive, self.sessions, self.memory):
+            self._count(store)
+        self.runtime = create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=self.archive,
+            session_store=self.sessions,
+            memory=self.memory,
+            owned=[self.archive, self.sessions, self.memory],
+        )
+
+    def _count(self, store: Any) -> None:
+        real = store.scrub_erased
+
+        async def counted(ctx: OpContext) -> Any:
+            self.cleaned += 1
+            return await real(ctx)
+
+        store.scrub_erased = counted
+
+
+async def _overtaken(
+    level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, failing: bool = False
+) -> tuple[_Process, _Process, Any, Any]:
+    """The first process erases ``level``; the other completes it just before the first's clean-up.
+
+    With ``failing``, the first's clean-up raises once the other completed it.
+    Returns both processes, what the first's ``erase`` returned (or raised), and the other's result.
+    """
+    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
+    for text in ("one", "two", "three"):
+        await first.runtime.run(ANA, "s1", text)
+    entered, release = anyio.Event(), anyio.Event()
+    real = erasure_run.carry_out
+
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        # Every store erased and verified: what the first call does next is its clean-up.
+        got = await real(*args, **kwargs)
+        if not entered.is_set():
+            entered.set()
+            with anyio.fail_after(30):
+                await release.wait()
+        return got
+
+    monkeypatch.setattr(erasure_run, "carry_out", gated)
+    outcome: list[Any] = []
+
+    async def run_first() -> None:
+        try:
+            outcome.append(await first.runtime.erase(TARGETS[level], reason="dsr", attestation=OPERATOR))
+        except Exception as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_first)
+        with anyio.fail_after(30):
+            await entered.wait()
+        (done,) = await other.runtime.resume_erasures(OPERATOR)
+        assert done.tombstone is not None
+        if failing:
+
+            async def refused(ctx: OpContext) -> Any:
+                raise OSError("database file unreachable")
+
+            for store in (first.archive, first.sessions, first.memory):
+                monkeypatch.setattr(store, "scrub_erased", refused)
+        release.set()
+    monkeypatch.undo()
+    return first, other, outcome[0], done
+
+
+@pytest.mark.parametrize("level", list(TARGETS))
+async def test_an_erasure_completed_elsewhere_before_its_clean_up_cleans_up_the_file_once(
+    level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, other, result, done = await _overtaken(level, tmp_path, monkeypatch)
+    try:
+        # Its result is the other call's tombstone (so it was before the fix too), and no other
+        # erasure was started: the target held nothing more.
+        assert result.record == done.record and result.tombstone is not None
+        statuses = await first.runtime.erasure_status(OPERATOR)
+        assert [(s.erasure_id, s.state) for s in statuses] == [
+            (done.record.erasure_id, ErasureState.COMPLETE)
+        ]
+        # The other call rebuilt the file; this one, whose erasure was complete, did not again.
+        assert (other.cleaned, first.cleaned) == (1, 0)
+    finally:
+        await first.runtime.aclose()
+        await other.runtime.aclose()
+
+
+@pytest.mark.parametrize("level", list(TARGETS))
+async def test_a_clean_up_that_would_fail_once_the_erasure_completed_elsewhere_does_not_say_it_is_pending(
+    level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, other, result, done = await _overtaken(level, tmp_path, monkeypatch, failing=True)
+    try:
+        # The other call's tombstone is the only erasure (so it was before the fix too)...
+        statuses = await first.runtime.erasure_status(OPERATOR)
+        assert [(s.erasure_id, s.state) for s in statuses] == [
+            (done.record.erasure_id, ErasureState.COMPLETE)
+        ]
+        # ... and the result is that tombstone, not "stopped part way; it stays pending".
+        assert not isinstance(result, Exception), result
+        assert result.record == done.record and result.tombstone is not None
+    finally:
+        await first.runtime.aclose()
+        await other.runtime.aclose()
