@@ -190,7 +190,7 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
     from agentium_harness._history_messages import MAX_PAYLOAD_FORMAT_LENGTH
     from agentium_harness._json import MAX_JSON_DEPTH
     from agentium_harness._ports.archive_marks import MAX_ARCHIVE_MARKS
-    from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, MAX_RECORD_DIGESTS
+    from agentium_harness._ports.erasure import DEFAULT_ERASE_BATCH, MAX_RECORD_DIGESTS, MAX_RECORD_SESSIONS
     from agentium_harness.adapters._sqlite_sql import scrub_log
     from agentium_harness.adapters.sqlite import SQLiteConfig
 
@@ -351,6 +351,7 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
             lambda: (MAX_ERASURE_REASON_BYTES,),
         ),
         ("erasure.md", r"\(up to ([\d,]+) per record;", lambda: (MAX_RECORD_DIGESTS,)),
+        ("erasure.md", r"The record lists at most ([\d,]+) sessions", lambda: (MAX_RECORD_SESSIONS,)),
         (
             "erasure.md",
             r"the session the erasure targeted; [^)]*\), at most (\d+) each",

@@ -103,7 +103,10 @@ def record_lines(record: ErasureRecord) -> list[str]:
         snapshot = ", snapshot" if session.snapshot else ""
         lines.append(f"  session    {session.session.key()}: {what}{snapshot}")
     if record.omitted_sessions:
-        lines.append(f"  and {record.omitted_sessions} more session(s), counted in the stores' totals")
+        # A lower bound: the ids past the cap are not kept, so one session is never counted twice.
+        lines.append(
+            f"  and {record.omitted_sessions} more session(s) at least, counted in the stores' totals"
+        )
     lines.extend(f"  note       {shown(note)}" for note in record.notes)
     return lines
 

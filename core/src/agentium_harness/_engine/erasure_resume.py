@@ -29,6 +29,7 @@ from .._ports.erasure import (
     StoreErasure,
 )
 from .._ports.sessions import SessionStore
+from .._scope import SessionKey
 from .erasure_ledger import load_ledger, pending_records, record_key, update_ledger
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
@@ -179,8 +180,9 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
             entry.detail or theirs.detail,
         )
         stores = [merged if s.role == entry.role else s for s in stores]
-    sessions, omitted = unite_sessions(stored, ours.sessions)
-    omitted += max(0, ours.omitted_sessions - base.omitted_sessions)
+    # Ours' omitted count may name the very sessions stored's does (both took an inventory, or erased
+    # the same sessions past the cap): never summed, united by what can be told apart (unite_sessions).
+    sessions, omitted = unite_sessions(stored, ours.sessions, ours.omitted_sessions)
     notes = (*stored.notes, *(n for n in ours.notes if n not in stored.notes))
     return attrs.evolve(
         stored,
@@ -194,22 +196,32 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
 
 
 def unite_sessions(
-    stored: ErasureRecord, found: Sequence[ErasedGroups]
+    stored: ErasureRecord, found: Sequence[ErasedGroups], found_omitted: int = 0
 ) -> tuple[tuple[ErasedGroups, ...], int]:
     """``stored``'s sessions with ``found``'s united in (ranges exact, digests budgeted); sessions omitted.
 
     Both a store call's report (:func:`.erasure.merge_sessions`) and a resumed
-    call's progress (:func:`merge_progress`) go through it.
+    call's progress (:func:`merge_progress`, whose own omitted count is
+    ``found_omitted``: sessions it counted and did not list) go through it.
+
+    The omitted count never counts a session twice, so it may count fewer
+    than were omitted: the ids past :data:`MAX_RECORD_SESSIONS` are not
+    kept, so sessions omitted on both sides (two store calls, two
+    inventories, two resumes) cannot be told apart. It is the larger of what
+    each side proves omitted from the united list: ``stored``'s count less
+    the sessions added to the list, and ``found``'s sessions left out of it
+    plus ``found_omitted`` less the listed sessions ``found`` does not list.
     """
     sessions = {s.session: s for s in stored.sessions}
     order = [s.session for s in stored.sessions]
-    omitted = stored.omitted_sessions
+    listed = set(order)
+    left_out: set[SessionKey] = set()  # found's, not listed: each counted once however often it comes
     digests_left = MAX_RECORD_DIGESTS - sum(len(s.digests) for s in stored.sessions)
     for entry in found:
         current = sessions.get(entry.session)
         if current is None:
             if len(order) >= MAX_RECORD_SESSIONS:
-                omitted += 1
+                left_out.add(entry.session)
                 continue
             current = ErasedGroups(entry.session)
             order.append(entry.session)
@@ -224,7 +236,11 @@ def unite_sessions(
             tuple(sorted((*current.digests, *fresh))),
             current.snapshot or entry.snapshot,
         )
-    return tuple(sessions[k] for k in order), omitted
+    found_listed = {entry.session for entry in found}
+    # A side's omitted sessions are none of its listed ones, but may be among those the other listed.
+    theirs = stored.omitted_sessions - (len(order) - len(listed))
+    ours = len(left_out) + max(0, found_omitted - len(set(order) - found_listed))
+    return tuple(sessions[k] for k in order), max(0, theirs, ours)
 
 
 def union_ranges(ranges: Sequence[SeqRange]) -> tuple[SeqRange, ...]:

@@ -374,7 +374,8 @@ def check_target(target: object) -> EraseTarget:
 
 # -- the engine's durable records (kept by the session store; docs/erasure.md) ---------------------
 
-#: Sessions an erasure record lists group by group; more are counted in ``omitted_sessions``.
+#: Sessions an erasure record lists group by group; more are counted in ``omitted_sessions``
+#: (never one twice, so at times fewer: their ids are not kept; docs/erasure.md).
 MAX_RECORD_SESSIONS: Final = 10_000
 #: ``(seq, digest)`` pairs an erasure record keeps in all; beyond it only counts and ranges.
 MAX_RECORD_DIGESTS: Final = 10_000
