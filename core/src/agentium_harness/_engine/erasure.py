@@ -83,7 +83,16 @@ from .erasure_ledger import (
     save_joined,
     update_ledger_from,
 )
-from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, unite_sessions
+from .erasure_resume import (
+    Saved,
+    Stray,
+    Tried,
+    finished_elsewhere,
+    progress_over,
+    save_progress,
+    stored_record,
+    unite_sessions,
+)
 from .erasure_scrub import PHYSICAL_RANK, defers_scrub
 from .lifecycle import LateScope, Ticket, covers, overlaps
 
@@ -396,12 +405,19 @@ async def start(
         # a resume's progress: it is kept (this record adds nothing to it).
         await save_progress(ticket, store, record, base=record)
     except Exception as exc:
-        # Pending from here (its header fences the scope; a resume starts from the header).
+        # Pending from here (its header fences the scope; a resume starts from the header). A resume
+        # may have saved its progress first (what made this save fail): the record as stored now.
+        stored, unread = await stored_record(ticket, store, record)
+        if stored is not None and stored.state is ErasureState.COMPLETE:
+            state = "a resume completed it meanwhile (the record is its tombstone), and whether it is still "
+            state += "pending, its scope refused, is not known (erasure_status shows it): if it is, resume it"
+        else:
+            state = "it is pending and its scope is refused until it completes: fix the cause, then resume it"
         raise ErasureIncompleteError(
-            f"the record of the erasure of {target.describe()} could not be saved ({error_text(exc)}); it "
-            "is pending and its scope is refused until it completes: fix the cause, then resume it "
-            f"(agentium erase --resume, erasure {record.erasure_id})",
-            record,
+            f"the record of the erasure of {target.describe()} could not be saved ({error_text(exc)}); "
+            f"{state} (agentium erase --resume, erasure {record.erasure_id})"
+            + (f"; {unread}" if unread else ""),
+            record if stored is None else stored,
         ) from exc
     return record, False
 
@@ -511,10 +527,16 @@ async def carry_out(
         )
         # Once: a record resumed against a store failing the same way would grow a copy each time.
         failed = record if note in record.notes else attrs.evolve(record, notes=(*record.notes, note))
+        unread = ""
         try:  # never over a tombstone
             stored = await save_progress(ticket, session_store, failed, saved, tried=tried)
-        except Exception:  # the progress saved after the last call stands
+        except Exception:  # the progress saved after the last call stands, and another call's since
+            now, unread = await stored_record(ticket, session_store, failed)
             stored = None
+            if now is not None and now.state is ErasureState.COMPLETE:
+                stored = Saved(now, elsewhere=True)
+            elif now is not None:  # what the save would have written over it: this call's progress added
+                stored = Saved(progress_over(now, failed, saved, tried))
         if stored is not None and stored.elsewhere:
             # Another call completed it: "it stays pending" would be false. The caller (erasure_run)
             # erases what is left under a new erasure, or says why it cannot.
@@ -523,7 +545,7 @@ async def carry_out(
         raise ErasureIncompleteError(
             f"the erasure of {target.describe()} stopped part way ({error_text(exc)}); what was "
             "erased stays erased and the erasure stays pending: fix the cause, then resume it "
-            f"(agentium erase --resume, erasure {record.erasure_id})",
+            f"(agentium erase --resume, erasure {record.erasure_id})" + (f"; {unread}" if unread else ""),
             failed,
         ) from exc
 

@@ -30,6 +30,7 @@ from .._ports.erasure import (
 )
 from .._ports.sessions import SessionStore
 from .._scope import SessionKey
+from .._text import error_text
 from .erasure_ledger import load_ledger, pending_records, record_key, update_ledger
 from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
@@ -40,7 +41,9 @@ __all__ = [
     "Tried",
     "finished_elsewhere",
     "merge_progress",
+    "progress_over",
     "save_progress",
+    "stored_record",
     "union_ranges",
     "unite_sessions",
 ]
@@ -127,11 +130,7 @@ async def save_progress(
                 if saved.state is ErasureState.COMPLETE:
                     raise _CompletedMeanwhile(saved)
                 stored = saved
-        since = base
-        for wrote, merged in attempts:
-            if stored == wrote:  # an earlier save of this call landed: add only what came after it
-                since = merged
-        new = record if stored is None or since is None else merge_progress(stored, record, since)
+        new = progress_over(stored, record, base, attempts)
         if finish is not None:
             new = finish(new)
         written[:] = [new]
@@ -144,6 +143,44 @@ async def save_progress(
         return Saved(done.record, elsewhere=True)
     attempts.clear()
     return Saved(written[-1])
+
+
+def progress_over(
+    stored: ErasureRecord | None, record: ErasureRecord, base: ErasureRecord | None, tried: Tried
+) -> ErasureRecord:
+    """``record``'s progress since ``base`` added to ``stored``: what :func:`save_progress` writes over it.
+
+    ``tried`` as :func:`save_progress` keeps it: when ``stored`` is one of
+    those writes (it landed though it raised), only what came after it is added.
+    """
+    since = base
+    for wrote, merged in tried:
+        if stored == wrote:  # an earlier save of this call landed: add only what came after it
+            since = merged
+    return record if stored is None or since is None else merge_progress(stored, record, since)
+
+
+async def stored_record(
+    ticket: Ticket, store: SessionStore, record: ErasureRecord
+) -> tuple[ErasureRecord | None, str]:
+    """``record``'s erasure as stored now (one read, under the call's deadline), and ``""``.
+
+    What an error that stops a call carries: another call (a concurrent
+    resume, another process) may have saved its progress, or the tombstone,
+    since this call loaded or last saved the record. ``None`` when no record
+    is stored (its header alone joined ``pending``), or when the read
+    failed: then with what the error's message says of the record it carries.
+    """
+    try:
+        _, ledger = await load_ledger(
+            ticket, store, record_key(record.target.tenant_id, record.erasure_id), "erasure record read back"
+        )
+    except Exception as exc:
+        return None, (
+            f"its record could not be read back ({error_text(exc)}): the record given is as this call "
+            "last had it, without what another call may have saved since"
+        )
+    return next((r for r in ledger.records if r.erasure_id == record.erasure_id), None), ""
 
 
 def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureRecord) -> ErasureRecord:

@@ -42,7 +42,7 @@ from .erasure import (
     still_held,
 )
 from .erasure_ledger import pending_records
-from .erasure_resume import Stray, finished_elsewhere, save_progress
+from .erasure_resume import Stray, finished_elsewhere, save_progress, stored_record
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_tombstone import complete
 from .late_calls import wait_late
@@ -57,6 +57,11 @@ __all__ = ["erasure_stores", "finish"]
 #: New erasures one call starts after others completed the one it resumed (each then finds it done).
 _AGAIN_AT_MOST = 2
 _log = logging.getLogger("agentium.engine.erasure")
+#: What the record an error carries says when its tombstone is saved and it is still in ``pending``.
+_NOT_LEFT = (
+    "its tombstone is saved, but it has not left the pending erasures: its scope is refused until a "
+    "resume (agentium erase --resume) takes it out"
+)
 
 After = Callable[[Ticket, ErasureRecord], Awaitable[ErasureRecord]]
 
@@ -147,7 +152,7 @@ async def finish(
         except ErasureIncompleteError as exc:
             stopped = exc
         except Exception as exc:
-            stopped = _stopped(record, exc)
+            stopped = await _stopped(runtime, ticket, record, exc)
         cause = error_type(stopped.__cause__ if stopped.__cause__ is not None else stopped)
         span.event("agentium.erasure.incomplete", {"error.type": cause})
         if isinstance(stopped, ErasureOvertakenError) and stopped.record is not None:
@@ -174,14 +179,40 @@ async def finish(
         raise stopped
 
 
-def _stopped(record: ErasureRecord, exc: Exception) -> ErasureIncompleteError:
-    """What says that pending ``record``'s erasure stopped on ``exc``: it stays pending; resume it."""
-    stopped = ErasureIncompleteError(
-        f"the erasure of {record.target.describe()} stopped part way ({error_text(exc)}); it stays pending "
-        "and its scope is refused until it completes: fix the cause, then resume it "
-        f"(agentium erase --resume, erasure {record.erasure_id})",
-        record,
-    )
+async def _stopped(
+    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, exc: Exception
+) -> ErasureIncompleteError:
+    """What says that ``record``'s erasure stopped on ``exc``: it stays pending; resume it.
+
+    It carries the record as stored now, read back once: ``record`` is as this
+    call loaded it (or started it), and since then this call's saves, or
+    another call's (a concurrent resume's progress), may have landed. A
+    tombstone saved before the erasure left ``pending`` (its index or its
+    removal failed) is carried as ``erasure_status`` shows it: pending, with a note.
+    """
+    store = runtime.session_store
+    stored, unread = await stored_record(ticket, store, record)
+    now = record if stored is None else stored
+    if now.state is ErasureState.COMPLETE:
+        try:
+            pending = await pending_records(ticket, store, now.target.tenant_id, "erasure pending read back")
+        except Exception:
+            pending = ()  # not known: the tombstone as it is, and the message says where to look
+        if any(r.erasure_id == now.erasure_id for r in pending):
+            now = attrs.evolve(now, state=ErasureState.PENDING, notes=(*now.notes, _NOT_LEFT))
+    where = f"(agentium erase --resume, erasure {record.erasure_id})"
+    if now.state is ErasureState.COMPLETE:
+        message = (
+            f"the erasure of {record.target.describe()} stopped ({error_text(exc)}) once its tombstone was "
+            "saved (by this call or another): erasure_status shows whether it is still pending, its scope "
+            f"refused; if it is, resume it {where}"
+        )
+    else:
+        message = (
+            f"the erasure of {record.target.describe()} stopped part way ({error_text(exc)}); it stays "
+            f"pending and its scope is refused until it completes: fix the cause, then resume it {where}"
+        )
+    stopped = ErasureIncompleteError(f"{message}; {unread}" if unread else message, now)
     stopped.__cause__ = exc
     return stopped
 
@@ -320,7 +351,7 @@ async def _again(
         raise
     except Exception as exc:
         # The new erasure is the one left pending (``done`` is complete): the caller resumes that one.
-        raise _stopped(fresh, exc) from exc
+        raise await _stopped(runtime, ticket, fresh, exc) from exc
 
 
 async def _pending_since(ticket: Ticket, store: Any, done: ErasureRecord) -> str | None:

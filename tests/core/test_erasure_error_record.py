@@ -1,0 +1,415 @@
+"""The record an erasure's error carries is the record as stored when the call stopped.
+
+Two runtimes (two processes) share one store file and carry out the same
+erasure. When one call's save of the record fails because the other call's
+save landed first (compare-and-set; one attempt here, where the engine tries
+a few times), the error it raises must carry the record as it is stored
+then — with the other call's progress — not the record as this call loaded
+(or started) it, which says less was erased than was. A record read back
+complete is the other call's tombstone (the call goes on from it), or this
+call's, saved before the erasure left ``pending`` (carried as pending, as
+``erasure_status`` shows it); a read back that fails is said in the message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+from _erasure_harness import ANA, OPERATOR, TARGET, HookedArchive, HookedSQLiteArchive
+
+from agentium_harness import (
+    ErasureIncompleteError,
+    ErasureState,
+    ResidentLimits,
+    RuntimeLimits,
+    SessionConflictError,
+    SessionKey,
+    create_harness_runtime,
+)
+from agentium_harness._engine import erasure_ledger, erasure_tombstone
+from agentium_harness.adapters.memory import InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseTarget, OpContext
+
+pytestmark = pytest.mark.anyio
+
+
+class _Steps:
+    """Real erase calls remove one item each (the next raises ``fail_next``, if set); the ``hold``-th waits.
+
+    The first inventory waits for ``inventory_release`` when ``hold_inventory``.
+    """
+
+    def __init__(self) -> None:
+        self.hold_inventory = False
+        self.fail_next: Exception | None = None
+        self.calls = self.hold = 0
+        self.held, self.release = anyio.Event(), anyio.Event()
+        self.in_inventory, self.inventory_release = anyio.Event(), anyio.Event()
+
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("dry_run", False):
+            if self.hold_inventory and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
+                self.hold_inventory = False
+                self.in_inventory.set()
+                with anyio.fail_after(30):
+                    await self.inventory_release.wait()
+            return
+        if self.fail_next is not None:
+            failure, self.fail_next = self.fail_next, None
+            raise failure
+        kwargs["max_items"] = 1
+        self.calls += 1
+        if self.calls == self.hold:
+            self.held.set()
+            with anyio.fail_after(30):
+                await self.release.wait()
+
+
+class _SaveRace:
+    """Once ``armed``, the next save of an erasure record waits until another save of one lands first.
+
+    Then it is made as it was asked, on the revision its call read: the store
+    refuses it (a real compare-and-set conflict).
+    """
+
+    def __init__(self, *, until_complete: bool = False) -> None:
+        self.until_complete = until_complete  # wait for a tombstone's save, not any record's
+        self.armed = self.break_reads = False
+        self.waiting, self.landed, self.refused = anyio.Event(), anyio.Event(), anyio.Event()
+
+    def wrap(self, sessions: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        real = sessions.save
+
+        async def save(key: SessionKey, *args: Any, **kwargs: Any) -> Any:
+            record = key.tenant == ERASURE_RECORDS_TENANT and key.session.startswith("e-")
+            if record and self.armed:
+                self.armed = False
+                self.waiting.set()
+                with anyio.fail_after(30):
+                    await self.landed.wait()
+                try:
+                    return await real(key, *args, **kwargs)
+                finally:
+                    self.refused.set()
+            saved = await real(key, *args, **kwargs)
+            (written,) = args[0].ledger.records if record else (None,)
+            if written is not None and self.waiting.is_set():
+                if not self.until_complete or written.state is ErasureState.COMPLETE:
+                    self.landed.set()
+            return saved
+
+        real_load = sessions.load
+
+        async def load(key: SessionKey, *args: Any, **kwargs: Any) -> Any:
+            # With ``break_reads``, reading the record back after the refused save fails.
+            if self.break_reads and self.refused.is_set() and key.session.startswith("e-"):
+                raise OSError("session store unreachable")
+            return await real_load(key, *args, **kwargs)
+
+        monkeypatch.setattr(sessions, "save", save)
+        monkeypatch.setattr(sessions, "load", load)
+
+
+def _two(stores: str, tmp_path: Path, race: _SaveRace, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    """The hook, a session store to read from, and two runtimes: on one SQLite file, or shared in memory."""
+    hook = _Steps()
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
+    if stores == "memory":
+        archive, shared = HookedArchive(hook), InMemorySessionStore()
+        pairs = [(archive, shared), (archive, shared)]
+        race.wrap(shared, monkeypatch)
+    else:
+        config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+        pairs = [(HookedSQLiteArchive(config, hook), SQLiteSessionStore(config)) for _ in range(2)]
+        for _, sessions in pairs:
+            race.wrap(sessions, monkeypatch)
+    runtimes = [
+        create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=archive,
+            session_store=sessions,
+            limits=limits,
+        )
+        for archive, sessions in pairs
+    ]
+    return hook, pairs[0][1], *runtimes
+
+
+async def _stored(sessions: Any, erasure_id: str) -> Any:
+    key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"e-{erasure_id}")
+    loaded = await sessions.load(key, OpContext())
+    assert loaded is not None
+    (record,) = loaded.snapshot.ledger.records
+    return record
+
+
+def _groups(record: Any) -> int:
+    entry = record.store("archive")
+    return 0 if entry is None else sum(c.count for c in entry.counts if c.kind == "group")
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_an_inventory_save_refused_after_a_resume_saved_carries_the_record_as_stored(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The starting call's inventory save loses to a resume's progress save: its error has that progress."""
+    monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
+    race = _SaveRace()
+    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        caught: list[BaseException] = []
+        stopped = anyio.Event()
+
+        async def erase_first() -> None:
+            try:
+                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            except ErasureIncompleteError as exc:
+                caught.append(exc)
+                stopped.set()
+
+        async def resume_other() -> None:
+            await other.resume_erasures(OPERATOR)
+
+        hook.hold_inventory = True
+        hook.hold = 2  # the resume's second call waits: its first call's progress is saved (and read)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase_first)
+                await hook.in_inventory.wait()
+                race.armed = True  # the inventory's save waits for the resume's first one
+                hook.inventory_release.set()
+                await race.waiting.wait()
+                tg.start_soon(resume_other)
+                await hook.held.wait()
+                await stopped.wait()
+                (error,) = caught
+                stored = await _stored(sessions, error.record.erasure_id)
+                hook.release.set()
+        assert isinstance(error.__cause__, SessionConflictError)
+        assert stored.state is ErasureState.PENDING and _groups(stored) == 1
+        # The record as stored when the call stopped: the resume's progress, not the one it started.
+        assert error.record == stored, (error.record.stores, stored.stores)
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_failed_calls_save_refused_after_another_resume_saved_carries_the_record_as_stored(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume's store call fails; its save loses to another resume's: its error has that progress."""
+    race = _SaveRace()
+    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        hook.fail_next = ConnectionError("archive unreachable")  # pending, nothing removed yet
+        with pytest.raises(ErasureIncompleteError) as started:
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        loaded = await _stored(sessions, started.value.record.erasure_id)
+        assert _groups(loaded) == 0
+        monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
+        caught: list[BaseException] = []
+        stopped = anyio.Event()
+
+        async def resume_first() -> None:
+            try:
+                await first.resume_erasures(OPERATOR)
+            except ErasureIncompleteError as exc:
+                caught.append(exc)
+                stopped.set()
+
+        async def resume_other() -> None:
+            await other.resume_erasures(OPERATOR)
+
+        # The first resume's store call fails (its note is new: its save writes), and its save waits.
+        hook.fail_next = OSError("archive unreachable")
+        race.armed = True
+        hook.hold = 2  # the other resume's second call waits: its first call's progress is saved
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_first)
+                await race.waiting.wait()
+                tg.start_soon(resume_other)
+                await hook.held.wait()
+                await stopped.wait()
+                (error,) = caught
+                stored = await _stored(sessions, loaded.erasure_id)
+                hook.release.set()
+        assert isinstance(error.__cause__, OSError)
+        assert stored.state is ErasureState.PENDING and _groups(stored) == 1
+        # The record as stored when the call stopped (the other resume's progress), with what this
+        # call's refused save held that the stored one does not: the note of its failing call.
+        note = next(n for n in error.record.notes if n.startswith("stopped: OSError"))
+        assert error.record == attrs.evolve(stored, notes=(*stored.notes, note)), error.record.stores
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_record_that_cannot_be_read_back_is_the_calls_own_and_the_error_says_so(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inventory's save is refused, and reading the record back fails: the record it had, said so."""
+    monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
+    race = _SaveRace()
+    hook, _, first, other = _two(stores, tmp_path, race, monkeypatch)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        caught: list[BaseException] = []
+        stopped = anyio.Event()
+
+        async def erase_first() -> None:
+            try:
+                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            except ErasureIncompleteError as exc:
+                caught.append(exc)
+                stopped.set()
+
+        async def resume_other() -> None:
+            await other.resume_erasures(OPERATOR)
+
+        hook.hold_inventory = True
+        hook.hold = 2
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase_first)
+                await hook.in_inventory.wait()
+                race.armed = race.break_reads = True
+                hook.inventory_release.set()
+                await race.waiting.wait()
+                tg.start_soon(resume_other)
+                await hook.held.wait()
+                await stopped.wait()
+                (error,) = caught
+                race.break_reads = False
+                hook.release.set()
+        assert isinstance(error.__cause__, SessionConflictError)
+        # The record as this call started it (nothing erased by it), and the message says why.
+        assert error.record.state is ErasureState.PENDING and error.record.stores == ()
+        assert "record could not be read back (OSError: session store unreachable)" in str(error), str(error)
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_starts_record_save_refused_after_a_resume_saved_carries_the_record_as_stored(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record's first save, right after the join, loses to a resume's (from the header) progress save."""
+    monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
+    race = _SaveRace()
+    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        caught: list[BaseException] = []
+        stopped = anyio.Event()
+
+        async def erase_first() -> None:
+            try:
+                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            except ErasureIncompleteError as exc:
+                caught.append(exc)
+                stopped.set()
+
+        async def resume_other() -> None:
+            await other.resume_erasures(OPERATOR)
+
+        race.armed = True  # the record's first save (the header joined already) waits for the resume's
+        hook.hold = 2
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase_first)
+                await race.waiting.wait()
+                tg.start_soon(resume_other)
+                await hook.held.wait()
+                await stopped.wait()
+                (error,) = caught
+                stored = await _stored(sessions, error.record.erasure_id)
+                hook.release.set()
+        assert isinstance(error.__cause__, SessionConflictError)
+        assert stored.state is ErasureState.PENDING and _groups(stored) == 1
+        assert error.record == stored, (error.record.stores, stored.stores)
+        assert "could not be saved" in str(error) and "it is pending" in str(error)
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_failed_calls_save_refused_after_another_resume_completed_it_returns_that_tombstone(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read back, the record is the other resume's tombstone: "it stays pending" would be false."""
+    race = _SaveRace(until_complete=True)
+    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        hook.fail_next = ConnectionError("archive unreachable")  # pending, nothing removed yet
+        with pytest.raises(ErasureIncompleteError) as started:
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        erasure_id = started.value.record.erasure_id
+        monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
+        results: dict[str, Any] = {}
+
+        async def resume(name: str, runtime: Any) -> None:
+            (results[name],) = await runtime.resume_erasures(OPERATOR)
+
+        hook.fail_next = OSError("archive unreachable")  # the first resume's call; its save waits
+        race.armed = True
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume, "first", first)
+                await race.waiting.wait()
+                tg.start_soon(resume, "other", other)
+        tombstone = await _stored(sessions, erasure_id)
+        assert tombstone.state is ErasureState.COMPLETE
+        assert results["other"].record == tombstone and results["first"].record == tombstone
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+async def test_a_tombstone_saved_that_did_not_leave_pending_is_carried_as_pending(
+    stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error carries the record with its progress, pending as erasure_status shows it, not as started."""
+    _, sessions, first, unused = _two(stores, tmp_path, _SaveRace(), monkeypatch)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+
+        async def fails(*args: Any) -> Any:
+            raise OSError("pending ledger unreachable")
+
+        monkeypatch.setattr(erasure_tombstone, "update_ledger", fails)
+        with pytest.raises(ErasureIncompleteError) as caught:
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        monkeypatch.undo()
+        error = caught.value
+        tombstone = await _stored(sessions, error.record.erasure_id)
+        assert tombstone.state is ErasureState.COMPLETE and _groups(tombstone) >= 3
+        assert "stays pending" in str(error)
+        assert error.record.state is ErasureState.PENDING
+        assert error.record.stores == tombstone.stores and error.record.sessions == tombstone.sessions
+        assert any("has not left the pending erasures" in note for note in error.record.notes)
+        [status] = await first.erasure_status(OPERATOR)
+        assert status.state is ErasureState.PENDING and status.stores == error.record.stores
+    finally:
+        for runtime in (first, unused):
+            await runtime.aclose()
