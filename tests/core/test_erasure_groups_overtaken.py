@@ -323,3 +323,87 @@ async def test_a_summary_this_call_emptied_before_the_other_completed_it_still_l
     finally:
         await first.runtime.aclose()
         await other.runtime.aclose()
+
+
+async def test_the_clean_up_of_the_summary_this_call_emptied_failing_does_not_say_the_erasure_is_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, and the session store file's clean-up (the first call's own, known complete) fails.
+
+    The erasure is complete (the other call's tombstone): "it stays pending;
+    resume it" would be false, and a resume would find nothing to resume.
+    """
+    first = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
+    other = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
+    try:
+        fact_id = await _fact(first)
+
+        async def breaks() -> None:
+            async def refused(ctx: OpContext) -> Any:
+                raise OSError("database file unreachable")
+
+            monkeypatch.setattr(first.sessions, "scrub_erased", refused)
+
+        result, done = await _overtaken(
+            "clean-up",
+            monkeypatch,
+            first,
+            other,
+            lambda: first.runtime.forget(
+                SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
+            ),
+            breaks,
+        )
+        assert not isinstance(result, Exception), result
+        (erased,) = result.erasures
+        assert erased.record == done.record and erased.tombstone is not None
+        assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
+    finally:
+        await first.runtime.aclose()
+        await other.runtime.aclose()
+
+
+async def test_a_marking_failing_once_the_erasure_completed_elsewhere_meanwhile_does_not_say_it_is_pending(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other call completes the erasure while the first's marking runs (past its check), which then fails.
+
+    As a store call failing once the erasure completed elsewhere: not "pending".
+    """
+    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
+    try:
+        await _four_turns(first)
+        entered, release = anyio.Event(), anyio.Event()
+
+        async def stalled(*args: Any, **kwargs: Any) -> Any:
+            # A marking that takes long (the session busy) and then fails.
+            entered.set()
+            with anyio.fail_after(30):
+                await release.wait()
+            raise OSError("session store unreachable")
+
+        monkeypatch.setattr(erasure_run, "mark_erased", stalled)
+        outcome: list[Any] = []
+
+        async def run_first() -> None:
+            try:
+                outcome.append(await first.runtime.apply_retention(OPERATOR))
+            except Exception as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_first)
+            with anyio.fail_after(30):
+                await entered.wait()
+            monkeypatch.undo()  # the other call marks as usual
+            (done,) = await other.runtime.resume_erasures(OPERATOR)
+            assert done.tombstone is not None
+            release.set()
+        (result,) = outcome
+        assert not result.notes, result.notes
+        (erased,) = result.erasures
+        assert erased.record == done.record and erased.tombstone is not None
+        assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
+    finally:
+        await first.runtime.aclose()
+        await other.runtime.aclose()

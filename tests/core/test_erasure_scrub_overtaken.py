@@ -155,3 +155,54 @@ async def test_a_clean_up_that_would_fail_once_the_erasure_completed_elsewhere_d
     finally:
         await first.runtime.aclose()
         await other.runtime.aclose()
+
+
+@pytest.mark.parametrize("level", list(TARGETS))
+async def test_a_clean_up_failing_once_the_erasure_completed_elsewhere_meanwhile_does_not_say_it_is_pending(
+    level: str, tmp_path: Path
+) -> None:
+    """The other call completes the erasure while the first's clean-up runs (past its check); it fails.
+
+    A clean-up waiting on the file's lock while the other call rebuilds it,
+    say, then failing: as a store call failing once the erasure completed
+    elsewhere, the result is the other call's tombstone, not "it stays pending".
+    """
+    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
+    try:
+        for text in ("one", "two", "three"):
+            await first.runtime.run(ANA, "s1", text)
+        entered, release = anyio.Event(), anyio.Event()
+
+        async def stalled(ctx: OpContext) -> Any:
+            entered.set()
+            with anyio.fail_after(30):
+                await release.wait()
+            raise OSError("database is locked")
+
+        for store in (first.archive, first.sessions, first.memory):
+            store.scrub_erased = stalled
+        outcome: list[Any] = []
+
+        async def run_first() -> None:
+            try:
+                outcome.append(await first.runtime.erase(TARGETS[level], reason="dsr", attestation=OPERATOR))
+            except Exception as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_first)
+            with anyio.fail_after(30):
+                await entered.wait()
+            (done,) = await other.runtime.resume_erasures(OPERATOR)
+            assert done.tombstone is not None
+            release.set()
+        (result,) = outcome
+        assert not isinstance(result, Exception), result
+        assert result.record == done.record and result.tombstone is not None
+        statuses = await first.runtime.erasure_status(OPERATOR)
+        assert [(s.erasure_id, s.state) for s in statuses] == [
+            (done.record.erasure_id, ErasureState.COMPLETE)
+        ]
+    finally:
+        await first.runtime.aclose()
+        await other.runtime.aclose()

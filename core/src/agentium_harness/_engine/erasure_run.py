@@ -254,18 +254,37 @@ async def _carry(
         # cleaned up itself, and its fence is down since (marking again would empty a summary
         # written since, from groups the erasure never covered; a clean-up would rebuild the file
         # again, and its failure would say the completed erasure stays pending).
-        done = await finished_elsewhere(ticket, runtime.session_store, record)
-        if done is None and after is not None:
-            record = await after(ticket, record)
+        done: ErasureRecord | None = None
+        try:
             done = await finished_elsewhere(ticket, runtime.session_store, record)
-            if done is not None:
-                # The snapshot this call's marking rewrote (a summary emptied before the other
-                # call found nothing left to mark) is still its own to clean up; only that.
-                await scrub_files(ticket, cleaned[len(stores) :], record)
+            if done is None and after is not None:
+                record = await after(ticket, record)
+                done = await finished_elsewhere(ticket, runtime.session_store, record)
+                if done is not None:
+                    # The snapshot this call's marking rewrote (a summary emptied before the other
+                    # call found nothing left to mark) is still its own to clean up; only that.
+                    await scrub_files(ticket, cleaned[len(stores) :], record)
+            if done is None:
+                # Once every store erased (and the snapshot was marked): each file rebuilt once.
+                record = await scrub_files(ticket, cleaned, record)
+        except Exception as exc:
+            # As a store call failing once another call completed the erasure (carry_out): not
+            # "pending", whether it was found complete before this step or completed while it ran.
+            if done is None:
+                done = await _completed_or_none(ticket, runtime.session_store, record)
+            if done is None:
+                raise
+            # Its tombstone stands and says nothing of this: a summary this call's marking emptied
+            # may keep its former text in the session store's file until that file's next clean-up.
+            _log.warning(
+                "erasure %s was completed by another call; this call's snapshot marking or file clean-up "
+                "after it failed (%s): the session store's file may keep a summary's former text this "
+                "call's marking removed until its next clean-up",
+                done.erasure_id,
+                error_type(exc),
+            )
         if done is not None:
             return await _again(runtime, ticket, stores, done, depth)
-        # Once every store erased (and the snapshot was marked): each file rebuilt once.
-        record = await scrub_files(ticket, cleaned, record)
     tombstone = await complete(ticket, runtime.session_store, record, base)
     if tombstone.elsewhere:
         # Another call completed it after this one's last store call (while it marked or cleaned up):
@@ -352,6 +371,17 @@ async def _again(
     except Exception as exc:
         # The new erasure is the one left pending (``done`` is complete): the caller resumes that one.
         raise await _stopped(runtime, ticket, fresh, exc) from exc
+
+
+async def _completed_or_none(ticket: Ticket, store: Any, record: ErasureRecord) -> ErasureRecord | None:
+    """The tombstone if another call completed ``record``'s erasure; ``None`` if not, or if unreadable.
+
+    Read once after a step past the store calls failed: it stays pending only if not completed.
+    """
+    try:
+        return await finished_elsewhere(ticket, store, record)
+    except Exception:
+        return None
 
 
 async def _pending_since(ticket: Ticket, store: Any, done: ErasureRecord) -> str | None:
