@@ -297,10 +297,11 @@ async def test_a_summary_this_call_emptied_before_the_other_completed_it_still_l
 ) -> None:
     """The first call's marking empties the summary, then the other call completes the erasure.
 
-    The other call finds nothing left to mark, so it cleans up only the
-    archive's file. The session store's file (a file of its own here) still
-    holds the summary's former text: the first call cleans up that one, and
-    only that one (it used to clean up the archive's file again too).
+    The other call finds nothing left to mark, and the summary emptied by
+    this erasure: it cleans up the session store's file (a file of its own
+    here) as well as the archive's (tests/core/test_erasure_marking_resumed.py).
+    The first call still cleans up the file its marking rewrote, and only
+    that one (it used to clean up the archive's file again too).
     """
     first = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
     other = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
@@ -317,7 +318,7 @@ async def test_a_summary_this_call_emptied_before_the_other_completed_it_still_l
         )
         (erased,) = result.erasures
         assert erased.record == done.record
-        assert other.cleaned == {"archive": 1, "session_store": 0}
+        assert other.cleaned == {"archive": 1, "session_store": 1}
         assert first.cleaned == {"archive": 0, "session_store": 1}
         assert (await first.sessions.load(KEY, OpContext())).snapshot.summary.summary.text == ""
     finally:

@@ -36,7 +36,7 @@ from .._scope import SessionKey
 from .lifecycle import Ticket
 from .load import load_session
 
-__all__ = ["mark_erased", "may_state", "merge_ranges"]
+__all__ = ["emptied_before", "mark_erased", "may_state", "merge_ranges"]
 
 _ATTEMPTS: Final = 8
 _DROPPED_TEXT: Final = (
@@ -138,4 +138,25 @@ async def mark_erased(
     raise SessionConflictError(
         f"session {key.session!r} kept changing under {_ATTEMPTS} attempts to record its erased groups; "
         "resume the erasure"
+    )
+
+
+async def emptied_before(
+    ticket: Ticket, store: SessionStore, key: SessionKey, ranges: Sequence[SeqRange]
+) -> bool:
+    """True if ``key``'s summary is one a forget erasure emptied, its frontier past one of ``ranges``.
+
+    Read when a forget erasure's marking writes nothing: a call of the same
+    erasure that stopped after its marking (a resume finds it marked) may
+    have stopped before the file's clean-up, so the former text may still
+    be in the file. The fence has kept the session unwritten since.
+    """
+    stored, snap = await load_session(ticket, store, key, None, attest_legacy=False, fence=False)
+    if stored is None or snap.summary is None:
+        return False
+    summary = snap.summary.summary
+    return (
+        not summary.text
+        and summary.uncertainty == (_DROPPED_TEXT,)
+        and any(r.start < summary.frontier for r in ranges)
     )

@@ -31,7 +31,7 @@ from .._ports.erasure import (
     PhysicalErasure,
 )
 from .._text import error_text
-from .erased_groups import mark_erased
+from .erased_groups import emptied_before, mark_erased
 from .erasure import (
     OperatorAttestation,
     carry_out,
@@ -98,7 +98,11 @@ def _after(runtime: HarnessRuntime, record: ErasureRecord, cleaned: list[tuple[s
 
     async def mark(ticket: Ticket, done: ErasureRecord) -> ErasureRecord:
         wrote = await mark_erased(ticket, store, key, target.groups, keep_summary_text=keep_text)
-        if not wrote or keep_text or not getattr(capabilities_of(store), "erasure", False):
+        if keep_text or not getattr(capabilities_of(store), "erasure", False):
+            return done
+        # Nothing to mark: a call of this erasure that emptied the summary and stopped before the
+        # clean-up (resumed now) left the former text in the file, still to be cleaned up.
+        if not wrote and not await emptied_before(ticket, store, key, target.groups):
             return done
         # The summary lost its text in a snapshot rewrite made after the stores' erasures. The
         # session store's erase of the same groups target removes nothing (it names no snapshot)
