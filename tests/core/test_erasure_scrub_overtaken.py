@@ -13,6 +13,7 @@ erasure as "pending".
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -159,7 +160,7 @@ async def test_a_clean_up_that_would_fail_once_the_erasure_completed_elsewhere_d
 
 @pytest.mark.parametrize("level", list(TARGETS))
 async def test_a_clean_up_failing_once_the_erasure_completed_elsewhere_meanwhile_does_not_say_it_is_pending(
-    level: str, tmp_path: Path
+    level: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The other call completes the erasure while the first's clean-up runs (past its check); it fails.
 
@@ -172,6 +173,7 @@ async def test_a_clean_up_failing_once_the_erasure_completed_elsewhere_meanwhile
         for text in ("one", "two", "three"):
             await first.runtime.run(ANA, "s1", text)
         entered, release = anyio.Event(), anyio.Event()
+        caplog.set_level(logging.WARNING, "agentium.engine.erasure")
 
         async def stalled(ctx: OpContext) -> Any:
             entered.set()
@@ -199,6 +201,9 @@ async def test_a_clean_up_failing_once_the_erasure_completed_elsewhere_meanwhile
         (result,) = outcome
         assert not isinstance(result, Exception), result
         assert result.record == done.record and result.tombstone is not None
+        # The failure is not silent: a warning names the erasure and the error's type.
+        (warned,) = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.erasure"]
+        assert done.record.erasure_id in warned and "OSError" in warned
         statuses = await first.runtime.erasure_status(OPERATOR)
         assert [(s.erasure_id, s.state) for s in statuses] == [
             (done.record.erasure_id, ErasureState.COMPLETE)

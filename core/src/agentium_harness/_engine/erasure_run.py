@@ -281,11 +281,14 @@ async def _carry(
             # Its tombstone stands and says nothing of this: a summary this call's marking emptied
             # may keep its former text in the session store's file until that file's next clean-up.
             _log.warning(
-                "erasure %s was completed by another call; this call's snapshot marking or file clean-up "
-                "after it failed (%s): the session store's file may keep a summary's former text this "
-                "call's marking removed until its next clean-up",
+                "erasure %s was completed by another call; this call's %s after it failed (%s)%s",
                 done.erasure_id,
+                "file clean-up" if after is None else "snapshot marking or file clean-up",
                 error_type(exc),
+                ""
+                if after is None
+                else ": the session store's file may keep the former text of a summary this call's "
+                "marking emptied until its next clean-up",
             )
         if done is not None:
             return await _again(runtime, ticket, stores, done, depth)
