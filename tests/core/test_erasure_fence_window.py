@@ -189,3 +189,71 @@ async def test_a_store_call_failing_after_another_call_completed_the_erasure_is_
     finally:
         await first.aclose()
         await other.aclose()
+
+
+@pytest.mark.parametrize("stores", ["memory", "sqlite"])
+@pytest.mark.parametrize("failing_saves", [1, 2])
+async def test_what_a_store_call_removed_is_in_a_tombstone_when_its_save_fails_after_the_completion(
+    stores: str, failing_saves: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the first test, but the progress save after the held call fails: the tombstone is found after it.
+
+    One failing save: the save that records the failure finds the other
+    call's tombstone. Two: that save fails too, and the record read back is
+    the tombstone. Either way the call goes on from that tombstone, and what
+    its archive call removed is counted under the new erasure, as when its
+    first save had found the tombstone.
+    """
+    archive, sessions, (first, other) = hooked_runtimes(
+        stores, tmp_path, _Window(), 2, RuntimeLimits(resident=ResidentLimits(max_groups=1))
+    )
+    fails = [0]
+    real_load = sessions.load
+
+    async def load(key: Any, *args: Any, **kwargs: Any) -> Any:
+        # A save of the record reads it first (compare-and-set): failing here, it writes nothing.
+        if fails[0] and key.session.startswith("e-"):
+            fails[0] -= 1
+            raise OSError("session store unreachable")
+        return await real_load(key, *args, **kwargs)
+
+    monkeypatch.setattr(sessions, "load", load)
+    try:
+        for i in range(3):
+            await first.run(ANA, "s1", f"before {i}")
+        archive.hook.fail_next = True  # pending, nothing removed yet
+        with pytest.raises(ErasureIncompleteError):
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        results: list[Any] = []
+
+        async def resume_first() -> None:
+            results.extend(await first.resume_erasures(OPERATOR))
+
+        archive.hook.armed = True
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_first)
+                await archive.hook.entered.wait()  # it saw the erasure pending; its archive call waits
+                (completed,) = await other.resume_erasures(OPERATOR)
+                assert completed.tombstone is not None
+                await other.run(ANA, "s1", "after 0")
+                await other.run(ANA, "s1", "after 1")
+                page = await other.read_history(ANA, "s1", max_groups=100, view=False)
+                written = [g.seq for g in page.groups]
+                assert len(written) == 2
+                fails[0] = failing_saves  # the held call's progress save (and the next) fail
+                archive.hook.release.set()
+        assert fails[0] == 0
+        (result,) = results
+        assert result.record.erasure_id != completed.record.erasure_id
+        assert result.state is ErasureState.COMPLETE
+        archived = result.record.store("archive")
+        assert archived is not None and sum(c.count for c in archived.counts if c.kind == "group") >= 1, (
+            result.record
+        )
+        assert any("fence was down" in note for note in result.record.notes), result.record.notes
+        (erased,) = result.record.sessions
+        assert all(any(r.start <= seq < r.stop for r in erased.ranges) for seq in written), (erased, written)
+    finally:
+        await first.aclose()
+        await other.aclose()

@@ -480,6 +480,9 @@ async def carry_out(
     target = record.target
     saved = record  # the record as stored when this call last saved or loaded it
     tried: Tried = []  # what a save that raised may have written (counted once, never again)
+    # The last store call's removal until a save holds it: when the erasure is then found completed
+    # elsewhere (by that save, or once it raised), the caller counts it under a new erasure.
+    unsaved: Stray | None = None
     try:
         for _ in range(_VERIFY_ROUNDS):
             for role, store in stores:
@@ -490,15 +493,16 @@ async def carry_out(
                         return done, None
                     raw = await ticket.call(f"{role} erase", _erase_call(store, target, False, batch))
                     report = _check_report(raw, target, role, batch, False)
-                    record = merge_report(record, role, type(store).__name__, report)
+                    adapter = type(store).__name__
+                    record = merge_report(record, role, adapter, report)
+                    unsaved = Stray(record.erasure_id, role, adapter, report) if report.removed else None
                     stored = await save_progress(ticket, session_store, record, saved, tried=tried)
                     if stored.elsewhere:
                         # Completed elsewhere before this call saved: its store call may have run with
                         # the fence down (after the completion). What it removed is told to the caller.
-                        adapter = type(store).__name__
-                        stray = Stray(record.erasure_id, role, adapter, report) if report.removed else None
-                        return stored.record, stray
+                        return stored.record, unsaved
                     record = saved = stored.record
+                    unsaved = None
                     entry = record.store(role)
             left = await still_held(ticket, stores, target)
             if not left:
@@ -539,8 +543,9 @@ async def carry_out(
                 stored = Saved(progress_over(now, failed, saved, tried))
         if stored is not None and stored.elsewhere:
             # Another call completed it: "it stays pending" would be false. The caller (erasure_run)
-            # erases what is left under a new erasure, or says why it cannot.
-            return stored.record, None
+            # erases what is left under a new erasure, or says why it cannot, counting what the last
+            # store call removed if no save held it (the save after it is what raised).
+            return stored.record, unsaved
         failed = failed if stored is None else stored.record
         raise ErasureIncompleteError(
             f"the erasure of {target.describe()} stopped part way ({error_text(exc)}); what was "
