@@ -410,6 +410,8 @@ async def test_a_tombstone_saved_that_did_not_leave_pending_is_carried_as_pendin
         assert any("has not left the pending erasures" in note for note in error.record.notes)
         [status] = await first.erasure_status(OPERATOR)
         assert status.state is ErasureState.PENDING and status.stores == error.record.stores
+        # The very record erasure_status shows: its note too, one text whatever says it.
+        assert error.record == status, (error.record.notes, status.notes)
     finally:
         for runtime in (first, unused):
             await runtime.aclose()

@@ -44,6 +44,7 @@ from .erasure import (
 from .erasure_ledger import pending_records
 from .erasure_resume import Stray, finished_elsewhere, save_progress, stored_record
 from .erasure_scrub import defers_scrub, scrub_files
+from .erasure_status import as_pending
 from .erasure_tombstone import complete
 from .late_calls import wait_late
 from .lifecycle import Ticket, covers, overlaps
@@ -57,11 +58,6 @@ __all__ = ["erasure_stores", "finish"]
 #: New erasures one call starts after others completed the one it resumed (each then finds it done).
 _AGAIN_AT_MOST = 2
 _log = logging.getLogger("agentium.engine.erasure")
-#: What the record an error carries says when its tombstone is saved and it is still in ``pending``.
-_NOT_LEFT = (
-    "its tombstone is saved, but it has not left the pending erasures: its scope is refused until a "
-    "resume (agentium erase --resume) takes it out"
-)
 
 After = Callable[[Ticket, ErasureRecord], Awaitable[ErasureRecord]]
 
@@ -203,7 +199,7 @@ async def _stopped(
         except Exception:
             pending = ()  # not known: the tombstone as it is, and the message says where to look
         if any(r.erasure_id == now.erasure_id for r in pending):
-            now = attrs.evolve(now, state=ErasureState.PENDING, notes=(*now.notes, _NOT_LEFT))
+            now = as_pending(now)  # as erasure_status shows it, its note and all
     where = f"(agentium erase --resume, erasure {record.erasure_id})"
     if now.state is ErasureState.COMPLETE:
         message = (

@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_STATUS_LIMIT",
     "MAX_STATUS_LIMIT",
     "ErasureStatusPage",
+    "as_pending",
     "check_status_args",
     "status_page",
 ]
@@ -110,19 +111,21 @@ def _micros(record: ErasureRecord) -> int:
     return (started - _EPOCH) // timedelta(microseconds=1)
 
 
-#: What a pending erasure whose tombstone is saved says (it stopped before leaving ``pending``).
+#: What a pending erasure whose tombstone is saved says (it stopped before leaving ``pending``). Not
+#: "indexed": the index may be the step that failed.
 _NOT_LEFT: Final = (
-    "its tombstone is saved and indexed, but it has not left the pending erasures: its scope is "
-    "refused until a resume (agentium erase --resume) takes it out"
+    "its tombstone is saved, but it has not left the pending erasures: its scope is refused until a "
+    "resume (agentium erase --resume) takes it out"
 )
 
 
-def _as_pending(record: ErasureRecord) -> ErasureRecord:
+def as_pending(record: ErasureRecord) -> ErasureRecord:
     """The full record of an erasure still in ``pending``: pending, even once its tombstone is saved.
 
     It stopped between its tombstone's save and its leaving ``pending``: its
     scope is still refused, so "complete" would tell the operator the fence
-    is down when it is not.
+    is down when it is not. An erasure's error carrying such a record
+    (:func:`.erasure_run.finish`) carries it so too, as this listing shows it.
     """
     if record.state is not ErasureState.COMPLETE:
         return record
@@ -202,7 +205,7 @@ async def status_page(
     ]
     taken = later[: limit - len(found)]
     for header in taken:
-        found.append(_as_pending(await load_record(ticket, store, header)))
+        found.append(as_pending(await load_record(ticket, store, header)))
     if len(taken) == len(later):
         return ErasureStatusPage(found, None)
     return ErasureStatusPage(found, _cursor_text(position, _pending_key(taken[-1]) if taken else last))
