@@ -464,6 +464,7 @@ async def carry_out(
     record: ErasureRecord,
     *,
     batch: int = DEFAULT_ERASE_BATCH,
+    removed_by: set[str] | None = None,
 ) -> tuple[ErasureRecord, Stray | None]:
     """Erase ``record``'s target from every store, keeping progress in the record; verify; the record.
 
@@ -476,6 +477,8 @@ async def carry_out(
     then, what this call's last store call removed if it removed anything
     (:class:`.erasure_resume.Stray`: the other call may have completed the
     erasure between this call's look at ``pending`` and that store call).
+    ``removed_by`` gets the role of each store one of this call's store calls
+    removed anything from (the records merge every call's counts).
     """
     target = record.target
     saved = record  # the record as stored when this call last saved or loaded it
@@ -496,6 +499,8 @@ async def carry_out(
                     adapter = type(store).__name__
                     record = merge_report(record, role, adapter, report)
                     unsaved = Stray(record.erasure_id, role, adapter, report) if report.removed else None
+                    if report.removed and removed_by is not None:
+                        removed_by.add(role)
                     stored = await save_progress(ticket, session_store, record, saved, tried=tried)
                     if stored.elsewhere:
                         # Completed elsewhere before this call saved: its store call may have run with

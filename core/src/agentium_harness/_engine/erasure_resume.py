@@ -301,8 +301,8 @@ async def finished_elsewhere(
     to remove. Read before every store call that deletes, before a groups
     erasure's snapshot marking and before every erasure's file clean-up, so a
     call that resumed the same erasure stops instead of erasing them,
-    rewriting the snapshot or rebuilding the file again (and of saying the
-    erasure stays pending); :func:`save_progress` keeps its tombstone.
+    rewriting the snapshot or rebuilding a file it removed nothing from again
+    (and of saying the erasure stays pending); :func:`save_progress` keeps its tombstone.
     """
     pending = await pending_records(ticket, store, record.target.tenant_id, "erasure progress")
     if any(r.erasure_id == record.erasure_id for r in pending):

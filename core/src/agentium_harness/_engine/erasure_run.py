@@ -243,7 +243,8 @@ async def _carry(
         # The background updates of the scope have ended (and the fence starts no more): the reports
         # this runtime keeps of them hold the summary's text, which settle_summary would still hand out.
         runtime.parts.work.drop_reports(partial(covers, record.target))
-        record, stray = await carry_out(ticket, stores, runtime.session_store, record)
+        removed_by: set[str] = set()
+        record, stray = await carry_out(ticket, stores, runtime.session_store, record, removed_by=removed_by)
         if record.state is ErasureState.COMPLETE:
             # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
             return await _again(runtime, ticket, stores, record, depth, stray)
@@ -252,19 +253,24 @@ async def _carry(
         after = _after(runtime, record, cleaned)
         # Checked first, as each store call is: another call that completed the erasure marked and
         # cleaned up itself, and its fence is down since (marking again would empty a summary
-        # written since, from groups the erasure never covered; a clean-up would rebuild the file
-        # again, and its failure would say the completed erasure stays pending).
+        # written since, from groups the erasure never covered; a clean-up of a file this call removed
+        # nothing from would rebuild it again, and its failure would say the erasure stays pending).
         done: ErasureRecord | None = None
+        # What this call's own store calls removed rows from: they may have run after the other
+        # call's clean-up (a late write it never saw), and its tombstone counts them as removed.
+        mine = [(role, store) for role, store in stores if role in removed_by]
         try:
             done = await finished_elsewhere(ticket, runtime.session_store, record)
             if done is None and after is not None:
                 record = await after(ticket, record)
                 done = await finished_elsewhere(ticket, runtime.session_store, record)
-                if done is not None:
-                    # The snapshot this call's marking rewrote (a summary emptied before the other
-                    # call found nothing left to mark) is still its own to clean up; only that.
-                    await scrub_files(ticket, cleaned[len(stores) :], record)
-            if done is None:
+                # The snapshot this call's marking rewrote (a summary emptied before the other call
+                # found nothing left to mark) is its own to clean up too.
+                mine += cleaned[len(stores) :]
+            if done is not None:
+                # Only the files this call removed something from: the others, the other call's.
+                await scrub_files(ticket, mine, record)
+            else:
                 # Once every store erased (and the snapshot was marked): each file rebuilt once.
                 record = await scrub_files(ticket, cleaned, record)
         except Exception as exc:
@@ -274,17 +280,18 @@ async def _carry(
                 done = await _completed_or_none(ticket, runtime.session_store, record)
             if done is None:
                 raise
-            # Its tombstone stands and says nothing of this: a summary this call's marking emptied
-            # may keep its former text in the session store's file until that file's next clean-up.
+            # Its tombstone stands and says nothing of this: rows this call removed (and a summary
+            # its marking emptied) may keep copies in their files until those files' next clean-up.
             _log.warning(
-                "erasure %s was completed by another call; this call's %s after it failed (%s)%s",
+                "erasure %s was completed by another call; this call's %s after it failed (%s): the "
+                "files of the stores it removed from may keep copies of what it removed%s until their "
+                "next clean-up",
                 done.erasure_id,
                 "file clean-up" if after is None else "snapshot marking or file clean-up",
                 error_type(exc),
                 ""
                 if after is None
-                else ": the session store's file may keep the former text of a summary this call's "
-                "marking emptied until its next clean-up",
+                else " (and the session store's, the former text of a summary its marking emptied)",
             )
         if done is not None:
             return await _again(runtime, ticket, stores, done, depth)
