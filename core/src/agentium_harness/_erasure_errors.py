@@ -33,7 +33,9 @@ class ErasureOvertakenError(ErasureIncompleteError):
       the pending erasures, read back once, hold one overlapping the target
       (the new one's join may have landed though it raised): it names
       that one (``erasure_status`` shows whether one is pending when even
-      that read failed, as the message then says).
+      that read failed, as the message then says);
+    - or checking what the target holds since failed (the error's cause):
+      ``still_held`` is empty, and whether it holds anything is not known.
 
     ``record`` is the tombstone of the last erasure the call saw complete
     (``state`` complete: it stands, and is not to be resumed);

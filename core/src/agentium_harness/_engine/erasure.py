@@ -465,6 +465,7 @@ async def carry_out(
     *,
     batch: int = DEFAULT_ERASE_BATCH,
     removed_by: set[str] | None = None,
+    tried: Tried | None = None,
 ) -> tuple[ErasureRecord, Stray | None]:
     """Erase ``record``'s target from every store, keeping progress in the record; verify; the record.
 
@@ -476,16 +477,22 @@ async def carry_out(
     (:func:`.erasure_resume.save_progress`), or that call's tombstone — with,
     then, what this call's last store call removed if it removed anything
     (:class:`.erasure_resume.Stray`: the other call may have completed the
-    erasure between this call's look at ``pending`` and that store call).
+    erasure between this call's look at ``pending`` and that store call),
+    unless a save of it that raised landed all the same under that tombstone.
     ``removed_by`` gets the role of each store one of this call's store calls
     removed anything from (the records merge every call's counts).
+    ``tried`` is the call's (:class:`.erasure_resume.Tried`, marked; the
+    tombstone's save drops its note).
     """
     target = record.target
     saved = record  # the record as stored when this call last saved or loaded it
-    tried: Tried = []  # what a save that raised may have written (counted once, never again)
+    # What a save that raised may have written (counted once, never again, whoever saved on top).
+    tried = Tried(marked=True) if tried is None else tried
     # The last store call's removal until a save holds it: when the erasure is then found completed
-    # elsewhere (by that save, or once it raised), the caller counts it under a new erasure.
+    # elsewhere (by that save, or once it raised), the caller counts it under a new erasure. ``since``:
+    # the first save that held it.
     unsaved: Stray | None = None
+    since = 0
     try:
         for _ in range(_VERIFY_ROUNDS):
             for role, store in stores:
@@ -501,11 +508,13 @@ async def carry_out(
                     unsaved = Stray(record.erasure_id, role, adapter, report) if report.removed else None
                     if report.removed and removed_by is not None:
                         removed_by.add(role)
+                    since = tried.saves + 1
                     stored = await save_progress(ticket, session_store, record, saved, tried=tried)
                     if stored.elsewhere:
                         # Completed elsewhere before this call saved: its store call may have run with
-                        # the fence down (after the completion). What it removed is told to the caller.
-                        return stored.record, unsaved
+                        # the fence down (after the completion). What it removed is told to the caller,
+                        # unless an attempt of this save landed under the tombstone (it counts it).
+                        return stored.record, None if tried.holds(stored.record, since) else unsaved
                     record = saved = stored.record
                     unsaved = None
                     entry = record.store(role)
@@ -549,8 +558,9 @@ async def carry_out(
         if stored is not None and stored.elsewhere:
             # Another call completed it: "it stays pending" would be false. The caller (erasure_run)
             # erases what is left under a new erasure, or says why it cannot, counting what the last
-            # store call removed if no save held it (the save after it is what raised).
-            return stored.record, unsaved
+            # store call removed if no save held it (the save after it is what raised; one that
+            # landed all the same, under the tombstone, is counted there).
+            return stored.record, None if tried.holds(stored.record, since) else unsaved
         failed = failed if stored is None else stored.record
         raise ErasureIncompleteError(
             f"the erasure of {target.describe()} stopped part way ({error_text(exc)}); what was "

@@ -12,6 +12,8 @@ other call saved meanwhile rather than writing over it (:func:`merge_progress`).
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -57,8 +59,48 @@ class _CompletedMeanwhile(Exception):
         self.record = record
 
 
-#: What a call's saves wrote, or may have (they raised), each with the record it merged in (save_progress).
-Tried = list[tuple[ErasureRecord, ErasureRecord]]
+#: The note a marked save leaves in the record: which save of which call it stored last.
+_MARK = re.compile(r"progress save (\d+) of call ([0-9a-f]{16})")
+
+
+@attrs.define(eq=False)
+class Tried:
+    """What one call's saves wrote, or may have (they raised), each with the record it merged in.
+
+    A save can land though it raises (a reply lost on the way back); another
+    call may then save on top of it, even its tombstone, so the record stored
+    is no longer that write. ``marked`` (an erasure's progress saves,
+    :func:`.erasure.carry_out`): each save leaves a note naming this call and
+    the save's number, in place of the call's earlier one (one per call; a
+    tombstone keeps the other calls' notes and drops its own call's). Notes
+    are kept by every merge, so the stored record holds a save's progress
+    exactly when it holds that save's note or a later one's
+    (:meth:`holds`): counted once, whoever saved on top. Unmarked saves
+    know their own write only by equality (nothing written meanwhile).
+    """
+
+    marked: bool = False
+    token: str = attrs.field(factory=lambda: secrets.token_hex(8))
+    saves: int = 0
+    attempts: list[tuple[int, ErasureRecord, ErasureRecord]] = attrs.field(factory=list)
+
+    def holds(self, stored: ErasureRecord | None, number: int) -> bool:
+        """Whether ``stored`` holds this call's save ``number`` (or a later one, which held it too)."""
+        return stored is not None and self._latest(stored) >= number
+
+    def _latest(self, stored: ErasureRecord) -> int:
+        found = (_MARK.fullmatch(note) for note in stored.notes)
+        return max((int(m[1]) for m in found if m is not None and m[2] == self.token), default=0)
+
+    def stamp(self, new: ErasureRecord) -> ErasureRecord:
+        """``new`` as this call's next save writes it: its note, when marked, in place of the call's last."""
+        self.saves += 1
+        if not self.marked:
+            return new
+        notes = tuple(n for n in new.notes if (m := _MARK.fullmatch(n)) is None or m[2] != self.token)
+        if new.state is not ErasureState.COMPLETE:  # the call's last save: no later save of it to tell apart
+            notes = (f"progress save {self.saves} of call {self.token}", *notes)  # first: the rest in order
+        return attrs.evolve(new, notes=notes)
 
 
 @attrs.frozen(slots=True)
@@ -114,14 +156,15 @@ async def save_progress(
     ``tried`` (the caller's, kept across its saves) lists what this call's
     saves that raised may have written, each with the record it merged: a
     save can land though it raises (a reply lost on the way back), and the
-    stored record is then this call's own write, whose progress merged in
-    again would be counted twice (a store retrying a write whose reply it
-    lost, then saying the revision moved, is the same case within one
-    save). It is emptied once a save succeeds.
+    stored record then holds this call's own write (another call may have
+    saved on top of it), whose progress merged in again would be counted
+    twice (a store retrying a write whose reply it lost, then saying the
+    revision moved, is the same case within one save). Its attempts are
+    emptied once a save succeeds.
     """
     written: list[ErasureRecord] = []
     # Within this save too: a store may retry a write whose reply it lost and find its own there.
-    attempts: Tried = tried if tried is not None else []
+    attempts = tried if tried is not None else Tried()
 
     def put(ledger: ErasureLedger) -> ErasureLedger:
         stored = None
@@ -133,15 +176,16 @@ async def save_progress(
         new = progress_over(stored, record, base, attempts)
         if finish is not None:
             new = finish(new)
+        new = attempts.stamp(new)
         written[:] = [new]
-        attempts.append((new, record))
+        attempts.attempts.append((attempts.saves, new, record))
         return ErasureLedger((new,))
 
     try:
         await update_ledger(ticket, store, record_key(record.target.tenant_id, record.erasure_id), put)
     except _CompletedMeanwhile as done:
         return Saved(done.record, elsewhere=True)
-    attempts.clear()
+    attempts.attempts.clear()
     return Saved(written[-1])
 
 
@@ -150,13 +194,13 @@ def progress_over(
 ) -> ErasureRecord:
     """``record``'s progress since ``base`` added to ``stored``: what :func:`save_progress` writes over it.
 
-    ``tried`` as :func:`save_progress` keeps it: when ``stored`` is one of
+    ``tried`` as :func:`save_progress` keeps it: when ``stored`` holds one of
     those writes (it landed though it raised), only what came after it is added.
     """
     since = base
-    for wrote, merged in tried:
-        if stored == wrote:  # an earlier save of this call landed: add only what came after it
-            since = merged
+    for number, wrote, merged in tried.attempts:
+        if stored is not None and (stored == wrote or tried.holds(stored, number)):
+            since = merged  # an earlier save of this call landed: add only what came after it
     return record if stored is None or since is None else merge_progress(stored, record, since)
 
 

@@ -42,7 +42,7 @@ from .erasure import (
     still_held,
 )
 from .erasure_ledger import pending_records
-from .erasure_resume import Stray, finished_elsewhere, save_progress, stored_record
+from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, stored_record
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import as_pending
 from .erasure_tombstone import complete
@@ -129,7 +129,9 @@ async def finish(
     Whatever stops it once its record is pending — a store's inventory, the
     snapshot's marking, the tombstone's save — is raised as
     :class:`ErasureIncompleteError` carrying the record: the scope stays
-    fenced until it is resumed, and the caller must be told so.
+    fenced until it is resumed, and the caller must be told so — unless,
+    read back, another call completed it (out of ``pending``): the call then
+    goes on from that tombstone (:func:`_stopped_or_again`).
     """
     target = record.target
     with traced_operation(
@@ -152,7 +154,10 @@ async def finish(
         except ErasureIncompleteError as exc:
             stopped = exc
         except Exception as exc:
-            stopped = await _stopped(runtime, ticket, record, exc)
+            try:
+                return await _stopped_or_again(runtime, ticket, record, exc, 0)
+            except ErasureIncompleteError as again:
+                stopped = again
         cause = error_type(stopped.__cause__ if stopped.__cause__ is not None else stopped)
         span.event("agentium.erasure.incomplete", {"error.type": cause})
         if isinstance(stopped, ErasureOvertakenError) and stopped.record is not None:
@@ -179,29 +184,73 @@ async def finish(
         raise stopped
 
 
+async def _stopped_or_again(
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    record: ErasureRecord,
+    exc: Exception,
+    depth: int,
+    stray: Stray | None = None,
+    tried: Tried | None = None,
+) -> ErasureRecord:
+    """Go on as :func:`.erasure.carry_out` does when ``record``'s erasure, stopped on ``exc``, was completed.
+
+    The record is read back once (:func:`_stopped`). Completed by another
+    call and out of ``pending`` (its fence down), the erasure is not
+    pending, nor is its state unknown: as when a store call fails once
+    another call completed it, the call returns that tombstone, or erases
+    what the target holds since under a new erasure (:func:`_again`,
+    counting ``stray`` unless the stored record holds the save of ``tried``
+    that counted it). Otherwise :class:`ErasureIncompleteError` says what is known.
+    """
+    stopped, left = await _stopped(runtime, ticket, record, exc)
+    done = stopped.record
+    if not left or done is None:
+        raise stopped
+    if stray is not None and tried is not None and tried.holds(done, 1):
+        stray = None  # the save counting it landed (its reply lost), under that tombstone
+    _log.warning(
+        "erasure %s was completed by another call; this call's step after it failed (%s): it goes on "
+        "from that tombstone",
+        done.erasure_id,
+        error_type(exc),
+    )
+    return await _again(runtime, ticket, erasure_stores(runtime, done.target), done, depth, stray)
+
+
 async def _stopped(
     runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, exc: Exception
-) -> ErasureIncompleteError:
-    """What says that ``record``'s erasure stopped on ``exc``: it stays pending; resume it.
+) -> tuple[ErasureIncompleteError, bool]:
+    """What says that ``record``'s erasure stopped on ``exc``; whether it is complete, out of ``pending``.
 
     It carries the record as stored now, read back once: ``record`` is as this
     call loaded it (or started it), and since then this call's saves, or
     another call's (a concurrent resume's progress), may have landed. A
     tombstone saved before the erasure left ``pending`` (its index or its
-    removal failed) is carried as ``erasure_status`` shows it: pending, with a note.
+    removal failed) is carried as ``erasure_status`` shows it: pending, with a
+    note. A tombstone out of ``pending`` is another call's completion (this
+    call's own never raises once out): ``True``, and the caller goes on from it.
     """
     store = runtime.session_store
     stored, unread = await stored_record(ticket, store, record)
     now = record if stored is None else stored
+    left = False
     if now.state is ErasureState.COMPLETE:
         try:
             pending = await pending_records(ticket, store, now.target.tenant_id, "erasure pending read back")
         except Exception:
-            pending = ()  # not known: the tombstone as it is, and the message says where to look
-        if any(r.erasure_id == now.erasure_id for r in pending):
+            pending = None  # not known: the tombstone as it is, and the message says where to look
+        if pending is not None and any(r.erasure_id == now.erasure_id for r in pending):
             now = as_pending(now)  # as erasure_status shows it, its note and all
+        else:
+            left = pending is not None
     where = f"(agentium erase --resume, erasure {record.erasure_id})"
-    if now.state is ErasureState.COMPLETE:
+    if left:
+        message = (
+            f"the erasure of {record.target.describe()} stopped ({error_text(exc)}) once another call had "
+            "completed it (its tombstone is saved and it left the pending erasures, its fence down)"
+        )
+    elif now.state is ErasureState.COMPLETE:
         message = (
             f"the erasure of {record.target.describe()} stopped ({error_text(exc)}) once its tombstone was "
             "saved (by this call or another): erasure_status shows whether it is still pending, its scope "
@@ -214,13 +263,14 @@ async def _stopped(
         )
     stopped = ErasureIncompleteError(f"{message}; {unread}" if unread else message, now)
     stopped.__cause__ = exc
-    return stopped
+    return stopped, left
 
 
 async def _carry(
-    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, depth: int = 0
+    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, depth: int = 0, tried: Tried | None = None
 ) -> ErasureRecord:
     stores = erasure_stores(runtime, record.target)
+    tried = Tried(marked=True) if tried is None else tried  # the call's saves, its tombstone's too
     base = record  # as stored: the tombstone adds to what another call resuming it saved since
     if record.state is not ErasureState.COMPLETE:
         timeout = runtime.limits.settle_timeout_s
@@ -244,7 +294,9 @@ async def _carry(
         # this runtime keeps of them hold the summary's text, which settle_summary would still hand out.
         runtime.parts.work.drop_reports(partial(covers, record.target))
         removed_by: set[str] = set()
-        record, stray = await carry_out(ticket, stores, runtime.session_store, record, removed_by=removed_by)
+        record, stray = await carry_out(
+            ticket, stores, runtime.session_store, record, removed_by=removed_by, tried=tried
+        )
         if record.state is ErasureState.COMPLETE:
             # Another call completed this erasure meanwhile (erasure_resume) and its fence is down.
             return await _again(runtime, ticket, stores, record, depth, stray)
@@ -295,7 +347,7 @@ async def _carry(
             )
         if done is not None:
             return await _again(runtime, ticket, stores, done, depth)
-    tombstone = await complete(ticket, runtime.session_store, record, base)
+    tombstone = await complete(ticket, runtime.session_store, record, base, tried)
     if tombstone.elsewhere:
         # Another call completed it after this one's last store call (while it marked or cleaned up):
         # its fence is down since, and what the target holds now is this call's to erase.
@@ -328,7 +380,14 @@ async def _again(
     ``done`` does not count. The new erasure counts it (a note says how),
     so it is started even when the target holds nothing any more.
     """
-    left = tuple(await still_held(ticket, stores, done.target))
+    try:
+        left = tuple(await still_held(ticket, stores, done.target))
+    except Exception as exc:
+        # Not "pending", nor "not known whether it left pending": complete, and the target unchecked.
+        why = f"checking what the target holds since failed ({error_text(exc)})"
+        raise _overtaken(
+            done, (), why, stray=stray, held="whether the target holds data written since is not known"
+        ) from exc
     if not left and stray is None:
         return done
     if depth >= _AGAIN_AT_MOST:
@@ -365,22 +424,29 @@ async def _again(
                 "overlaps it (its join may have landed)"
             )
         raise _overtaken(done, left, why, joined or "", stray=stray) from exc
+    tried = Tried(marked=True)  # the new erasure's saves by this call: counting, progress, tombstone
+    uncounted = stray
     try:
         if stray is not None:
-            counted = await save_progress(ticket, runtime.session_store, _counting(fresh, stray), fresh)
-            if counted.elsewhere:  # completed elsewhere already: counted by none, said by the next
-                return await _again(runtime, ticket, stores, counted.record, depth + 1, stray)
-            fresh = counted.record
+            counted = await save_progress(
+                ticket, runtime.session_store, _counting(fresh, stray), fresh, tried=tried
+            )
+            if counted.elsewhere:  # completed elsewhere already: counted by none (unless this save's
+                # attempt that raised landed under it), said by the next
+                again = None if tried.holds(counted.record, 1) else stray
+                return await _again(runtime, ticket, stores, counted.record, depth + 1, again)
+            fresh, uncounted = counted.record, None
         if not resumed:
             fresh = await _inventoried(runtime, ticket, fresh)
             if fresh.state is ErasureState.COMPLETE:
                 return await _again(runtime, ticket, stores, fresh, depth + 1)
-        return await _carry(runtime, ticket, fresh, depth + 1)
+        return await _carry(runtime, ticket, fresh, depth + 1, tried)
     except ErasureIncompleteError:
         raise
     except Exception as exc:
-        # The new erasure is the one left pending (``done`` is complete): the caller resumes that one.
-        raise await _stopped(runtime, ticket, fresh, exc) from exc
+        # The new erasure is the one left pending (``done`` is complete): the caller resumes that one;
+        # or another call completed it meanwhile, and this call goes on from its tombstone.
+        return await _stopped_or_again(runtime, ticket, fresh, exc, depth + 1, uncounted, tried)
 
 
 async def _completed_or_none(ticket: Ticket, store: Any, record: ErasureRecord) -> ErasureRecord | None:
@@ -424,10 +490,11 @@ def _overtaken(
     why: str,
     pending_id: str = "",
     stray: Stray | None = None,
+    held: str = "",
 ) -> ErasureOvertakenError:
     """What says that ``done`` is complete but the target may still hold data this call could not erase."""
     after = f"once erasure {pending_id} completes (agentium erase --resume), " if pending_id else ""
-    held = (
+    held = held or (
         f"the {', '.join(left)} still held part of the target, written since, and this call could not "
         "erase it under a new erasure"
         if left

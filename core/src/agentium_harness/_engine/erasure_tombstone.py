@@ -18,7 +18,7 @@ from .._ports.sessions import SessionStore
 from .._text import error_text
 from .erasure_index import add_finished
 from .erasure_ledger import pending_key, pending_records, update_ledger
-from .erasure_resume import Saved, save_progress
+from .erasure_resume import Saved, Tried, save_progress
 from .lifecycle import Ticket
 
 __all__ = ["complete"]
@@ -35,7 +35,11 @@ def _nothing_there(done: ErasureRecord) -> ErasureRecord:
 
 
 async def complete(
-    ticket: Ticket, store: SessionStore, record: ErasureRecord, base: ErasureRecord | None = None
+    ticket: Ticket,
+    store: SessionStore,
+    record: ErasureRecord,
+    base: ErasureRecord | None = None,
+    tried: Tried | None = None,
 ) -> Saved:
     """Make ``record`` the tombstone: saved complete, in the index, out of ``pending`` (in that order).
 
@@ -43,7 +47,8 @@ async def complete(
     it (:func:`.erasure_resume.save_progress` adds what another call saved since).
     The result says when the tombstone is another call's, found saved
     (``elsewhere``): that call's completion lifted the fence before this
-    one's end, so the caller checks what the target holds since.
+    one's end, so the caller checks what the target holds since. ``tried``
+    is the calling call's (its progress saves'): the tombstone drops its note.
     """
     done, elsewhere = record, False
     if record.state is not ErasureState.COMPLETE:
@@ -55,6 +60,7 @@ async def complete(
             attrs.evolve(record, state=ErasureState.COMPLETE, completed_at=datetime.now(UTC)),
             record if base is None else base,
             _nothing_there,
+            tried=tried,
         )
         done, elsewhere = saved.record, saved.elsewhere
 

@@ -1,0 +1,179 @@
+"""A step that fails once another call completed the erasure goes on from that tombstone, as carry_out does.
+
+Two runtimes (two processes) share one SQLite file. When a step of an
+erasure that is not a store call of ``carry_out`` fails — the inventory
+(and its save), the tombstone's save, a new erasure's inventory — the call
+reads the record back (``_stopped``). Found completed by another call and
+out of ``pending`` (its fence down), the erasure is neither pending nor of
+unknown state: the call returns that tombstone, or erases what the target
+holds since under a new erasure, as ``carry_out`` does when a store call
+fails after such a completion. Before, the error said whether the erasure
+left ``pending`` was not known (``erasure_status`` shows it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from _erasure_harness import ANA, OPERATOR, TARGET, HookedSQLiteArchive, history_texts
+
+from agentium_harness import (
+    ErasureState,
+    ResidentLimits,
+    RuntimeLimits,
+    SessionKey,
+    create_harness_runtime,
+)
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseTarget
+
+pytestmark = pytest.mark.anyio
+
+
+class _Inventories:
+    """Each inventory (a dry run of more than one item) takes the next hold queued: waits, may raise."""
+
+    def __init__(self) -> None:
+        self.holds: list[tuple[anyio.Event, anyio.Event, bool]] = []
+
+    def hold(self, *, fail: bool) -> tuple[anyio.Event, anyio.Event]:
+        entered, release = anyio.Event(), anyio.Event()
+        self.holds.append((entered, release, fail))
+        return entered, release
+
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
+        if not kwargs.get("dry_run", False) or kwargs.get("max_items", 0) <= 1 or not self.holds:
+            return
+        entered, release, fail = self.holds.pop(0)
+        entered.set()
+        with anyio.fail_after(30):
+            await release.wait()
+        if fail:
+            raise OSError("archive unreachable")
+
+
+def _two(tmp_path: Path) -> tuple[_Inventories, list[tuple[Any, Any]]]:
+    """The hook and two (runtime, session store) pairs over one SQLite file."""
+    hook = _Inventories()
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    pairs = []
+    for _ in range(2):
+        sessions = SQLiteSessionStore(config)
+        runtime = create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=HookedSQLiteArchive(config, hook),
+            session_store=sessions,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        pairs.append((runtime, sessions))
+    return hook, pairs
+
+
+async def _tombstones(runtime: Any) -> dict[str, Any]:
+    statuses = await runtime.erasure_status(OPERATOR)
+    assert all(s.state is ErasureState.COMPLETE for s in statuses), statuses
+    return {s.erasure_id: s for s in statuses}
+
+
+async def test_an_inventory_failing_once_another_call_completed_the_erasure_returns_its_tombstone(
+    tmp_path: Path,
+) -> None:
+    hook, [(first, _), (other, _)] = _two(tmp_path)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        entered, release = hook.hold(fail=True)  # the starting call's inventory, failing once released
+        results: list[Any] = []
+
+        async def erase_first() -> None:
+            results.append(await first.erase(TARGET, reason="dsr", attestation=OPERATOR))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase_first)
+                await entered.wait()
+                (resumed,) = await other.resume_erasures(OPERATOR)  # completes it: the fence is down
+                release.set()
+        (result,) = results
+        assert resumed.tombstone is not None
+        # Not "whether it left pending is not known": the other call's tombstone, nothing left to erase.
+        assert result.tombstone == resumed.tombstone == result.record
+        assert list(await _tombstones(first)) == [resumed.record.erasure_id]
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+async def test_a_tombstone_save_failing_once_another_call_completed_it_returns_that_tombstone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, [(first, sessions), (other, _)] = _two(tmp_path)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        real = sessions.save
+        resumed: list[Any] = []
+
+        async def save(key: SessionKey, snapshot: Any, *args: Any, **kwargs: Any) -> Any:
+            ledger = snapshot.ledger
+            tombstone = (
+                key.tenant == ERASURE_RECORDS_TENANT
+                and key.session.startswith("e-")
+                and ledger.records[0].state is ErasureState.COMPLETE
+            )
+            if tombstone and not resumed:
+                # Every store is done: the other call completes the erasure, and this save then fails.
+                (done,) = await other.resume_erasures(OPERATOR)
+                resumed.append(done)
+                raise OSError("session store unreachable")
+            return await real(key, snapshot, *args, **kwargs)
+
+        monkeypatch.setattr(sessions, "save", save)
+        with anyio.fail_after(30):
+            result = await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        (done,) = resumed
+        assert done.tombstone is not None and result.tombstone == done.tombstone == result.record
+        assert list(await _tombstones(first)) == [done.record.erasure_id]
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+async def test_a_new_erasures_inventory_failing_once_another_call_completed_it_returns_that_tombstone(
+    tmp_path: Path,
+) -> None:
+    hook, [(first, _), (other, _)] = _two(tmp_path)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        entered, release = hook.hold(fail=False)  # the starting call's inventory
+        again_entered, again_release = hook.hold(fail=True)  # its new erasure's, failing once released
+        results: list[Any] = []
+
+        async def erase_first() -> None:
+            results.append(await first.erase(TARGET, reason="dsr", attestation=OPERATOR))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase_first)
+                await entered.wait()
+                (done,) = await other.resume_erasures(OPERATOR)  # completes it: the fence is down
+                await other.run(ANA, "s1", "written since")  # so the first call starts a new erasure
+                release.set()
+                await again_entered.wait()
+                (fresh,) = await other.resume_erasures(OPERATOR)  # completes the new one too
+                again_release.set()
+        (result,) = results
+        assert done.tombstone is not None and fresh.tombstone is not None
+        assert fresh.record.erasure_id != done.record.erasure_id
+        # The new erasure's tombstone (the other call's), not "whether it left pending is not known".
+        assert result.tombstone == fresh.tombstone == result.record
+        assert set(await _tombstones(first)) == {done.record.erasure_id, fresh.record.erasure_id}
+        assert await history_texts(first) == []
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
