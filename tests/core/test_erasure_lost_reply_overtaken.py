@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, TARGET
+from _erasure_harness import ANA, OPERATOR, TARGET, HookedSQLiteArchive
 
 from agentium_harness import (
     ErasureIncompleteError,
@@ -32,7 +32,7 @@ from agentium_harness import (
 )
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, OpContext
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseTarget, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -160,6 +160,100 @@ async def test_a_landed_save_under_another_calls_progress_is_counted_once_in_the
         assert _groups(stored) == archived, (_groups(stored), archived)
         (done,) = await first.resume_erasures(OPERATOR)
         assert done.tombstone is not None and _groups(done.tombstone) == archived
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+class _HeldCall:
+    """The first real erase call once ``armed`` waits for ``release``; with ``fail_next``, the next fails."""
+
+    def __init__(self) -> None:
+        self.armed = self.fail_next = False
+        self.entered, self.release = anyio.Event(), anyio.Event()
+
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("dry_run", False):
+            return
+        if self.fail_next:
+            self.fail_next = False
+            raise OSError("archive unreachable")
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            with anyio.fail_after(30):
+                await self.release.wait()
+
+
+async def test_a_landed_counting_save_under_another_calls_tombstone_is_not_counted_a_third_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new erasure's save counting a stray store call lands, raises, and another call completes it.
+
+    As in test_erasure_fence_window: the first call's held archive call runs
+    once the other completed the erasure, so it counts what it removed under
+    a new erasure. That counting save commits and its reply is lost; the
+    other call completes the new erasure on top of it. The first call goes
+    on from that tombstone (it counts the removal): no third erasure counts
+    it again, and the error is not "whether it left pending is not known".
+    """
+    hook = _HeldCall()
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    pairs = []
+    for _ in range(2):
+        sessions = SQLiteSessionStore(config)
+        runtime = create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=HookedSQLiteArchive(config, hook),
+            session_store=sessions,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        pairs.append((runtime, sessions))
+    (first, sessions), (other, _) = pairs
+    try:
+        for i in range(3):
+            await first.run(ANA, "s1", f"before {i}")
+        hook.fail_next = True  # pending, nothing removed yet
+        with pytest.raises(ErasureIncompleteError):
+            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+        real = sessions.save
+        fresh: list[Any] = []
+
+        async def save(key: SessionKey, snapshot: Any, *args: Any, **kwargs: Any) -> Any:
+            saved = await real(key, snapshot, *args, **kwargs)
+            ledger = snapshot.ledger
+            record = ledger.records[0] if key.session.startswith("e-") and ledger and ledger.records else None
+            if not fresh and record is not None and any("is counted here" in n for n in record.notes):
+                (done,) = await other.resume_erasures(OPERATOR)  # completes the new erasure on top
+                fresh.append(done)
+                raise OSError("reply lost")
+            return saved
+
+        results: list[Any] = []
+
+        async def resume_first() -> None:
+            results.extend(await first.resume_erasures(OPERATOR))
+
+        hook.armed = True
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(resume_first)
+                await hook.entered.wait()  # it saw the erasure pending; its archive call waits
+                (completed,) = await other.resume_erasures(OPERATOR)
+                await other.run(ANA, "s1", "after 0")
+                await other.run(ANA, "s1", "after 1")
+                monkeypatch.setattr(sessions, "save", save)
+                hook.release.set()
+        (result,) = results
+        (done,) = fresh
+        assert done.tombstone is not None and done.record.erasure_id != completed.record.erasure_id
+        # The counting save's removal is in the new erasure's tombstone, once, and nowhere else.
+        assert result.record == done.tombstone, result.record
+        assert sum("is counted here" in n for n in done.tombstone.notes) == 1
+        statuses = await first.erasure_status(OPERATOR)
+        assert {s.erasure_id for s in statuses} == {completed.record.erasure_id, done.record.erasure_id}
+        assert all(s.state is ErasureState.COMPLETE for s in statuses)
+        assert not (await first.inspect_session(ANA, "s1")).exists
     finally:
         for runtime in (first, other):
             await runtime.aclose()

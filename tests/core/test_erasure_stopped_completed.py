@@ -21,6 +21,7 @@ import pytest
 from _erasure_harness import ANA, OPERATOR, TARGET, HookedSQLiteArchive, history_texts
 
 from agentium_harness import (
+    ErasureOvertakenError,
     ErasureState,
     ResidentLimits,
     RuntimeLimits,
@@ -39,6 +40,7 @@ class _Inventories:
 
     def __init__(self) -> None:
         self.holds: list[tuple[anyio.Event, anyio.Event, bool]] = []
+        self.fail_checks = False  # a check (a dry run of one item) fails
 
     def hold(self, *, fail: bool) -> tuple[anyio.Event, anyio.Event]:
         entered, release = anyio.Event(), anyio.Event()
@@ -46,6 +48,8 @@ class _Inventories:
         return entered, release
 
     async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
+        if self.fail_checks and kwargs.get("dry_run", False) and kwargs.get("max_items", 0) == 1:
+            raise OSError("archive unreachable")
         if not kwargs.get("dry_run", False) or kwargs.get("max_items", 0) <= 1 or not self.holds:
             return
         entered, release, fail = self.holds.pop(0)
@@ -174,6 +178,39 @@ async def test_a_new_erasures_inventory_failing_once_another_call_completed_it_r
         assert result.tombstone == fresh.tombstone == result.record
         assert set(await _tombstones(first)) == {done.record.erasure_id, fresh.record.erasure_id}
         assert await history_texts(first) == []
+    finally:
+        for runtime in (first, other):
+            await runtime.aclose()
+
+
+async def test_checking_the_target_failing_once_another_call_completed_it_says_so_with_its_tombstone(
+    tmp_path: Path,
+) -> None:
+    """As the first test, but what the target holds since cannot be checked: the truth, not "not known"."""
+    hook, [(first, _), (other, _)] = _two(tmp_path)
+    try:
+        for i in range(5):
+            await first.run(ANA, "s1", f"turn {i}")
+        entered, release = hook.hold(fail=True)
+        errors: list[ErasureOvertakenError] = []
+
+        async def erase_first() -> None:
+            with pytest.raises(ErasureOvertakenError) as caught:
+                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
+            errors.append(caught.value)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(erase_first)
+                await entered.wait()
+                (resumed,) = await other.resume_erasures(OPERATOR)
+                hook.fail_checks = True  # the first call's look at what the target holds since fails
+                release.set()
+        (error,) = errors
+        assert error.record == resumed.tombstone and error.still_held == ()
+        assert "was completed by another call" in str(error), str(error)
+        assert "whether the target holds data written since is not known" in str(error), str(error)
+        assert isinstance(error.__cause__, OSError)
     finally:
         for runtime in (first, other):
             await runtime.aclose()

@@ -264,7 +264,9 @@ def merge_progress(stored: ErasureRecord, ours: ErasureRecord, base: ErasureReco
     # Ours' omitted count may name the very sessions stored's does (both took an inventory, or erased
     # the same sessions past the cap): never summed, united by what can be told apart (unite_sessions).
     sessions, omitted = unite_sessions(stored, ours.sessions, ours.omitted_sessions)
-    notes = (*stored.notes, *(n for n in ours.notes if n not in stored.notes))
+    # A note ours has from base that stored has not was dropped there (a call's note of its save,
+    # replaced by its next: :class:`Tried`), not added by ours.
+    notes = (*stored.notes, *(n for n in ours.notes if n not in stored.notes and n not in base.notes))
     return attrs.evolve(
         stored,
         state=ours.state,
