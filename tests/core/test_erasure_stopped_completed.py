@@ -28,6 +28,7 @@ from agentium_harness import (
     SessionKey,
     create_harness_runtime,
 )
+from agentium_harness._engine import erasure_tombstone
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseTarget
@@ -112,9 +113,11 @@ async def test_an_inventory_failing_once_another_call_completed_the_erasure_retu
             await runtime.aclose()
 
 
-async def test_a_tombstone_save_failing_once_another_call_completed_it_returns_that_tombstone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("failing", ["save", "index"])
+async def test_a_tombstone_step_failing_once_another_call_completed_it_returns_that_tombstone(
+    failing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The tombstone's save fails; or it finds the other call's tombstone, and indexing that one fails."""
     _, [(first, sessions), (other, _)] = _two(tmp_path)
     try:
         for i in range(5):
@@ -130,11 +133,17 @@ async def test_a_tombstone_save_failing_once_another_call_completed_it_returns_t
                 and ledger.records[0].state is ErasureState.COMPLETE
             )
             if tombstone and not resumed:
-                # Every store is done: the other call completes the erasure, and this save then fails.
+                # Every store is done: the other call completes the erasure, and this save then fails
+                # (or is refused: its retry finds that tombstone, and the index's save fails).
                 (done,) = await other.resume_erasures(OPERATOR)
                 resumed.append(done)
-                raise OSError("session store unreachable")
+                if failing == "save":
+                    raise OSError("session store unreachable")
+                monkeypatch.setattr(erasure_tombstone, "add_finished", unreachable)
             return await real(key, snapshot, *args, **kwargs)
+
+        async def unreachable(*args: Any) -> None:
+            raise OSError("session store unreachable")
 
         monkeypatch.setattr(sessions, "save", save)
         with anyio.fail_after(30):
