@@ -99,13 +99,13 @@ async def _late_write_removed_after_the_other_cleaned_up(
             await first_finish.wait()
         return got
 
-    async def complete(ticket: Any, store: Any, record: Any, base: Any) -> Any:
+    async def complete(ticket: Any, store: Any, record: Any, base: Any, *rest: Any) -> Any:
         if store is other.sessions and not other_cleaned.is_set():
             # The other call erased from every store and cleaned up the files: its tombstone waits.
             other_cleaned.set()
             with anyio.fail_after(30):
                 await other_go.wait()
-        return await real_complete(ticket, store, record, base)
+        return await real_complete(ticket, store, record, base, *rest)
 
     monkeypatch.setattr(erasure_run, "carry_out", carry)
     monkeypatch.setattr(erasure_run, "complete", complete)
