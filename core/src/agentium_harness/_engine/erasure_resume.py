@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Sequence
+from typing import Final
 
 import attrs
 
@@ -38,6 +39,7 @@ from .erasure_scrub import PHYSICAL_RANK
 from .lifecycle import Ticket
 
 __all__ = [
+    "MARKS_KEPT",
     "Saved",
     "Stray",
     "Tried",
@@ -61,6 +63,9 @@ class _CompletedMeanwhile(Exception):
 
 #: The note a marked save leaves in the record: which save of which call it stored last.
 _MARK = re.compile(r"progress save (\d+) of call ([0-9a-f]{16})")
+#: Save notes a record keeps, the latest calls' (each save puts its call's first): a call that stops
+#: leaves its note, and a record resumed again and again (each call stopping) must not grow with each.
+MARKS_KEPT: Final = 16
 
 
 @attrs.define(eq=False)
@@ -71,8 +76,9 @@ class Tried:
     call may then save on top of it, even its tombstone, so the record stored
     is no longer that write. ``marked`` (an erasure's progress saves,
     :func:`.erasure.carry_out`): each save leaves a note naming this call and
-    the save's number, in place of the call's earlier one (one per call; a
-    tombstone keeps the other calls' notes and drops its own call's). Notes
+    the save's number, in place of the call's earlier one (one per call, of
+    the :data:`MARKS_KEPT` calls that saved last; a tombstone keeps the other
+    calls' notes and drops its own call's). Notes
     are kept by every merge, so the stored record holds a save's progress
     exactly when it holds that save's note or a later one's
     (:meth:`holds`): counted once, whoever saved on top. Unmarked saves
@@ -100,6 +106,10 @@ class Tried:
         notes = tuple(n for n in new.notes if (m := _MARK.fullmatch(n)) is None or m[2] != self.token)
         if new.state is not ErasureState.COMPLETE:  # the call's last save: no later save of it to tell apart
             notes = (f"progress save {self.saves} of call {self.token}", *notes)  # first: the rest in order
+        # The notes of calls that saved longest ago go past MARKS_KEPT: calls that ended (stopped,
+        # or found it completed), all but unfailingly; a live one's would only be counted again.
+        marks = iter(range(1, len(notes) + 1))
+        notes = tuple(n for n in notes if _MARK.fullmatch(n) is None or next(marks) <= MARKS_KEPT)
         return attrs.evolve(new, notes=notes)
 
 
