@@ -341,3 +341,35 @@ def test_a_stores_detail_and_the_notes_cannot_drive_the_terminal(
     assert "\n  session    forged" not in out
     assert "free pages\\x1b[2J\\n  session    forged" in out
     assert "note       late write\\x1b]0;owned\\x07\\u202e" in out
+
+
+def test_the_save_notes_are_counted_on_one_line_and_kept_in_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each progress save leaves 'progress save <n> of call <id>' in the record (up to 16 calls'):
+    # bookkeeping so a save whose reply was lost is counted once. Printed one line each, they told
+    # the operator nothing and buried the notes that do; --json keeps the record as stored.
+    import attrs
+
+    from agentium_harness._cli import erase
+
+    cfg = str(_config(tmp_path))
+    who = ("--tenant", "acme", "--user", "ana", "--session", "s1")
+    assert _agentium(capsys, "run", cfg, *who, "hello")[0] == 0
+    real = erase._run
+    marks = ("progress save 3 of call 0123456789abcdef", "progress save 1 of call fedcba9876543210")
+
+    def marked(config: str, work: Any, reading: bool = False) -> Any:
+        done = real(config, work, reading=reading)
+        return attrs.evolve(done, record=attrs.evolve(done.record, notes=(*marks, "late write")))
+
+    monkeypatch.setattr(erase, "_run", marked)
+    code, out, _ = _agentium(capsys, "erase", cfg, *who, "--reason", "request 8", "--dry-run")
+    assert code == 0
+    assert "of call" not in out
+    assert "note       late write\n" in out
+    assert "note       2 progress save note(s) of the calls that carried it out (--json shows them)" in out
+    code, out, _ = _agentium(capsys, "erase", cfg, *who, "--reason", "request 8", "--dry-run", "--json")
+    assert code == 0
+    (record,) = json.loads(out)
+    assert record["notes"] == [*marks, "late write"]

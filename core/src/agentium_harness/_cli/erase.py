@@ -25,6 +25,7 @@ from .._codec import unstructure
 from .._config import load_config
 from .._config.runtime import build_runtime
 from .._engine.erasure import ErasureResult, OperatorAttestation
+from .._engine.erasure_resume import is_save_note
 from .._engine.erasure_status import MAX_STATUS_LIMIT
 from .._engine.maintenance import SessionView
 from .._erasure_errors import ErasureOvertakenError
@@ -107,7 +108,14 @@ def record_lines(record: ErasureRecord) -> list[str]:
         lines.append(
             f"  and {record.omitted_sessions} more session(s) at least, counted in the stores' totals"
         )
-    lines.extend(f"  note       {shown(note)}" for note in record.notes)
+    # The notes the calls' progress saves leave (which save of which call the record holds, so a save
+    # whose reply was lost is counted once) tell an operator nothing: counted on one line, --json has them.
+    saves = sum(1 for note in record.notes if is_save_note(note))
+    lines.extend(f"  note       {shown(note)}" for note in record.notes if not is_save_note(note))
+    if saves:
+        lines.append(
+            f"  note       {saves} progress save note(s) of the calls that carried it out (--json shows them)"
+        )
     return lines
 
 

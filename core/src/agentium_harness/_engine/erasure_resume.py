@@ -44,6 +44,7 @@ __all__ = [
     "Stray",
     "Tried",
     "finished_elsewhere",
+    "is_save_note",
     "merge_progress",
     "progress_over",
     "save_progress",
@@ -66,6 +67,11 @@ _MARK = re.compile(r"progress save (\d+) of call ([0-9a-f]{16})")
 #: Save notes a record keeps, the latest calls' (each save puts its call's first): a call that stops
 #: leaves its note, and a record resumed again and again (each call stopping) must not grow with each.
 MARKS_KEPT: Final = 16
+
+
+def is_save_note(note: str) -> bool:
+    """Whether ``note`` is the note a call's progress save leaves (:class:`Tried`): bookkeeping, not news."""
+    return _MARK.fullmatch(note) is not None
 
 
 @attrs.define(eq=False)
