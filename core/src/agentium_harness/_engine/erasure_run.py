@@ -10,6 +10,7 @@ could not (:class:`ErasureOvertakenError`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -311,14 +312,18 @@ async def _carry(
         # What this call's own store calls removed rows from: they may have run after the other
         # call's clean-up (a late write it never saw), and its tombstone counts them as removed.
         mine = [(role, store) for role, store in stores if role in removed_by]
+        step = "check"  # the step under way: the check, the marking, the clean-up (what a failure names)
         try:
             done = await finished_elsewhere(ticket, runtime.session_store, record)
             if done is None and after is not None:
+                step = "snapshot marking"
                 record = await after(ticket, record)
-                done = await finished_elsewhere(ticket, runtime.session_store, record)
                 # The snapshot this call's marking rewrote (a summary emptied before the other call
                 # found nothing left to mark) is its own to clean up too.
                 mine += cleaned[len(stores) :]
+                step = "check"
+                done = await finished_elsewhere(ticket, runtime.session_store, record)
+            step = "file clean-up"
             if done is not None:
                 # Only the files this call removed something from: the others, the other call's.
                 await scrub_files(ticket, mine, record)
@@ -332,18 +337,30 @@ async def _carry(
                 done = await _completed_or_none(ticket, runtime.session_store, record)
             if done is None:
                 raise
+            cleaned_up = False
+            if step != "file clean-up":
+                # A step before it failed: this call's clean-up of its own files has not run, and the
+                # other call's may have come before its removals. It runs now, as when found complete.
+                with contextlib.suppress(Exception):
+                    await scrub_files(ticket, mine, record)
+                    cleaned_up = True
             # Its tombstone stands and says nothing of this: rows this call removed (and a summary
             # its marking emptied) may keep copies in their files until those files' next clean-up.
+            left = (
+                "it cleaned up the files of the stores it removed from"
+                if cleaned_up
+                else "the files of the stores it removed from may keep copies of what it removed until "
+                "their next clean-up"
+            )
+            if after is not None and not (cleaned_up and step == "check"):
+                left += "; the session store's may keep the former text of a summary its marking emptied"
             _log.warning(
-                "erasure %s was completed by another call; this call's %s after it failed (%s): the "
-                "files of the stores it removed from may keep copies of what it removed%s until their "
-                "next clean-up",
+                "erasure %s was completed by another call; this call's %s %s failed (%s): %s",
                 done.erasure_id,
-                "file clean-up" if after is None else "snapshot marking or file clean-up",
+                step,
+                "before its file clean-up" if step == "check" else "after it",
                 error_type(exc),
-                ""
-                if after is None
-                else " (and the session store's, the former text of a summary its marking emptied)",
+                left,
             )
         if done is not None:
             return await _again(runtime, ticket, stores, done, depth)
