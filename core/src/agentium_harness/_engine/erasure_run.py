@@ -42,6 +42,7 @@ from .erasure import (
     start,
     still_held,
 )
+from .erasure_events import erasure_event, spanned
 from .erasure_ledger import pending_records
 from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, stored_record
 from .erasure_scrub import defers_scrub, scrub_files
@@ -126,7 +127,8 @@ async def finish(
     """Carry a pending record through: (inventory,) late writes settle, stores erase, marks, tombstone.
 
     One ``agentium.erasure`` span; an erasure that stops part way is a WARNING
-    and a span event (its error's type and the erasure's id, never content).
+    and a span event (its error's type and the erasure's id, never content),
+    as is each degraded step below it (:mod:`.erasure_events`).
     Whatever stops it once its record is pending — a store's inventory, the
     snapshot's marking, the tombstone's save — is raised as
     :class:`ErasureIncompleteError` carrying the record: the scope stays
@@ -135,14 +137,17 @@ async def finish(
     goes on from that tombstone (:func:`_stopped_or_again`).
     """
     target = record.target
-    with traced_operation(
-        runtime,
-        "erasure",
-        target.tenant_id,
-        target.user_id or "",
-        target.session_id or "",
-        name="agentium.erasure",
-    ) as span:
+    with (
+        traced_operation(
+            runtime,
+            "erasure",
+            target.tenant_id,
+            target.user_id or "",
+            target.session_id or "",
+            name="agentium.erasure",
+        ) as span,
+        spanned(span),
+    ):
         span.set("agentium.erasure.kind", record.kind.value)
         span.set("agentium.erasure.level", target.level.value)
         try:
@@ -215,6 +220,10 @@ async def _stopped_or_again(
         "from that tombstone",
         done.erasure_id,
         error_type(exc),
+    )
+    # Which step failed is not known here (the inventory, the tombstone, a new erasure's): "other".
+    erasure_event(
+        "agentium.erasure.overtaken", {"error.type": error_type(exc), "agentium.erasure.step": "other"}
     )
     return await _again(runtime, ticket, erasure_stores(runtime, done.target), done, depth, stray)
 
@@ -361,6 +370,13 @@ async def _carry(
                 "before its file clean-up" if step == "check" else "after it",
                 error_type(exc),
                 left,
+            )
+            overtaken = {
+                "error.type": error_type(exc),
+                "agentium.erasure.step": step.replace(" ", "_").replace("-", "_"),
+            }
+            erasure_event(
+                "agentium.erasure.overtaken", {**overtaken, "agentium.erasure.cleaned_up": cleaned_up}
             )
         if done is not None:
             return await _again(runtime, ticket, stores, done, depth)

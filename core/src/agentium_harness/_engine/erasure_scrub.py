@@ -35,6 +35,7 @@ import attrs
 
 from .._errors import ContractViolationError
 from .._ports.erasure import ErasureRecord, PhysicalErasure
+from .erasure_events import erasure_event
 from .lifecycle import Ticket
 
 __all__ = ["PHYSICAL_RANK", "defers_scrub", "scrub_files"]
@@ -112,12 +113,15 @@ async def scrub_files(
             )
         physical, detail = outcome
         if physical is not PhysicalErasure.REMOVED:
+            on_file = "/".join(r for r, _ in members)
             _log.warning(
                 "erasure %s: the %s file was not fully cleaned up (%s)",
                 record.erasure_id,
-                "/".join(r for r, _ in members),
+                on_file,
                 physical.value,
             )
+            kept = {"agentium.erasure.stores": on_file, "agentium.erasure.physical": physical.value}
+            erasure_event("agentium.erasure.file_not_cleaned", kept)
         for member, _ in members:
             record = _merge(record, member, physical, detail)
     return record

@@ -44,7 +44,11 @@ LOGGERS: dict[str, str] = {
     ),
     "agentium.engine.hooks": "lifecycle hooks that failed or timed out, the memory manager's included",
     "agentium.engine.maintenance": "session close, flush and reconciliation problems",
-    "agentium.engine.erasure": "erasures stopped part way (pending), sessions retention passed by (WARNING)",
+    "agentium.engine.erasure": (
+        "erasures stopped part way (pending), steps that failed once another call completed the erasure "
+        "(the call goes on from its tombstone), files an erasure's clean-up could not fully rebuild, "
+        "sessions retention passed by (WARNING)"
+    ),
     "agentium.registry": (
         "plugin imports, registration hooks, config classes, adapter factories and command configures "
         "abandoned at AGENTIUM_HOOK_TIMEOUT (WARNING)"
