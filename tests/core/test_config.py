@@ -793,6 +793,18 @@ def test_a_directory_is_a_config_error(tmp_path: Path) -> None:
         parse_config(tmp_path, environ={})
 
 
+@pytest.mark.parametrize("name", ["a\x00b.toml", "\ud800.toml"], ids=["nul", "lone-surrogate"])
+def test_a_path_no_file_can_have_is_a_config_error(tmp_path: Path, name: str) -> None:
+    # open() refuses these with ValueError / UnicodeEncodeError, not OSError: they escaped untyped.
+    for path in (str(tmp_path / name), tmp_path / name):
+        with pytest.raises(ConfigError, match="cannot read config file") as info:
+            load_config(path, PluginRegistry.load(autoload=False), environ={})
+        assert info.value.source == str(path)
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        parse_config(tmp_path / name, environ={})  # parse_config reads a Path, a str is TOML text
+    assert list(tmp_path.iterdir()) == []
+
+
 # --------------------------------------------- the operator's plugin lists (item 6)
 
 

@@ -17,6 +17,7 @@ from agentium_harness.adapters.sqlite import SQLiteConfig
         ("path", ":memory:"),
         ("path", "file:agentium.db?mode=memory"),
         ("path", "a\x00b.db"),
+        ("path", "a\ud800b.db"),  # no file system name: sqlite3.connect failed on first use, untyped
         ("synchronous", "OFF"),
         ("synchronous", "full "),
     ],

@@ -252,6 +252,17 @@ def read_source(source: str | os.PathLike[str]) -> tuple[str, str | None, Path |
         raise ConfigError(
             [ConfigIssue("$", f"cannot read config file: {exc.strerror or exc}")], shown
         ) from exc
+    except ValueError as exc:
+        # open() refuses a path no file can have (a NUL, a lone surrogate the file system
+        # cannot encode) with ValueError, not OSError: the same error as a missing file.
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "$", "cannot read config file: its path holds a NUL or a character no file name can"
+                )
+            ],
+            shown,
+        ) from exc
     if len(data) > MAX_CONFIG_BYTES:
         raise _too_large(shown)
     try:

@@ -79,6 +79,13 @@ def _path_validator(instance: Any, attribute: attrs.Attribute[Any], value: objec
         )
     if "\x00" in value:
         raise InvalidArgumentError(f"{attribute.name} must not contain NUL")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError:
+        # A lone surrogate the file system cannot encode: sqlite3.connect would fail at first use.
+        raise InvalidArgumentError(
+            f"{attribute.name} holds a character no file name can: {value!r}"
+        ) from None
 
 
 def _synchronous_validator(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
