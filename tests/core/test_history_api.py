@@ -409,6 +409,30 @@ async def test_messages_of_the_wrong_kind_are_refused(messages: Any) -> None:
     assert stored_state(store, archive) == (None, {})
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"role": "robot"},
+        {"role": ""},
+        {"role": b"user"},
+        {"role": None},
+        {"role": 1},
+        {"role": ["user"]},
+        {"role": "\ud800"},
+        {"role": Role.USER, "tool_calls": None},
+        {"role": Role.USER, "tool_calls": 5},
+        {"role": Role.USER, "tool_calls": ToolCall("c1", "lookup")},  # one call, not an iterable of them
+    ],
+)
+def test_a_bad_role_or_tool_calls_is_refused_typed_as_the_message_is_built(
+    fields: dict[str, Any],
+) -> None:
+    # A host building the messages it appends got a bare ValueError (an unknown role) or TypeError
+    # (tool_calls that are not iterable) from the constructor, not the library's typed error.
+    with pytest.raises(InvalidArgumentError, match=r"^message (role|tool_calls) must be"):
+        Message(**fields)
+
+
 async def test_a_stale_expected_revision_is_a_conflict_and_changes_nothing() -> None:
     rt, _, archive, store = runtime()
     with pytest.raises(SessionConflictError) as caught:

@@ -12,13 +12,14 @@ and how each part is written in its group's canonical JSON. Re-exported from
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from json.encoder import encode_basestring as _json_string
 from typing import Any, ClassVar, Final
 
 import attrs
 
 from ._codec import canonical_json, unstructure
-from ._errors import EncodingError
+from ._errors import EncodingError, InvalidArgumentError
 from ._history_controls import TurnInterruption
 from ._scope import Scope, validate_id
 from ._tuples import tuple_of_tool_calls
@@ -84,9 +85,35 @@ def _to_role(value: str) -> Role:
     """``Role(value)``, with a member given back at once.
 
     An Enum call is a Python-level lookup, and every message built (each
-    turn's, each appended copy, each decoded one) converts its role.
+    turn's, each appended copy, each decoded one) converts its role. A value
+    that is no role is refused with :class:`InvalidArgumentError` (a
+    ``ValueError`` too, so a decoder's catch of ``ValueError`` still holds).
     """
-    return value if type(value) is Role else Role(value)
+    if type(value) is Role:
+        return value
+    try:
+        return Role(value)
+    except ValueError:
+        # Only the type is named for anything but a short exact str: a host's object's repr is its code.
+        shown = repr(value) if type(value) is str and len(value) <= 40 else f"a {type(value).__name__}"
+        raise InvalidArgumentError(
+            f"message role must be one of {', '.join(r.value for r in Role)}, got {shown}"
+        ) from None
+
+
+def _to_tool_calls(value: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    """``tool_calls`` as a tuple; a value that is not iterable is refused with :class:`InvalidArgumentError`.
+
+    What the items are is checked where a message is committed (``append``, a provider's reply).
+    """
+    try:
+        return tuple_of_tool_calls(value)
+    except TypeError:
+        if hasattr(type(value), "__iter__"):
+            raise  # an iterable whose own iteration failed: its error, as it raised it
+        raise InvalidArgumentError(
+            f"message tool_calls must be an iterable of ToolCall, got a {type(value).__name__}"
+        ) from None
 
 
 @attrs.frozen(slots=True)
@@ -115,13 +142,17 @@ class Message:
     ``str`` enum, ``markupsafe.Markup``, or one whose own methods lie or
     raise) is kept as the text it holds, with the same canonical bytes, and
     none of its methods runs inside the engine.
+
+    ``role`` is a :class:`Role` or its value: anything else, or ``tool_calls``
+    that are not iterable, is refused with
+    :class:`~agentium_harness._errors.InvalidArgumentError` as the message is built.
     """
 
     __agentium_omit_if_none__: ClassVar[tuple[str, ...]] = ("payload", "payload_format")
 
     role: Role = attrs.field(converter=_to_role)
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=tuple_of_tool_calls)
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_tool_calls)
     tool_call_id: str | None = None
     #: A foreign framework's item, kept exactly (plain JSON); ``None`` when there is none.
     payload: Any = attrs.field(default=None, hash=False)
