@@ -235,6 +235,46 @@ def test_bad_arguments_are_refused() -> None:
         BlockingRuntime(runtime, backend="curio")
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("backend_options", 1),
+        ("backend_options", "debug"),
+        ("backend_options", [("debug", True)]),
+        ("backend_options", {1: True}),
+        ("owned", None),
+        ("owned", 1),
+        ("owned", "no"),
+    ],
+)
+def test_bad_owned_or_backend_options_are_refused_typed(option: str, value: object) -> None:
+    # backend_options that are no mapping escaped as a bare TypeError/ValueError from dict(); an
+    # owned that is no bool was taken for its truth ("no" owned the runtime and closed it).
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+    )
+    with pytest.raises(InvalidArgumentError, match=option):
+        BlockingRuntime(runtime, **{option: value})  # type: ignore[arg-type]
+    assert runtime.state.value == "open"
+
+
+def test_from_config_checks_its_backend_before_it_builds_anything(tmp_path: Path) -> None:
+    config = tmp_path / "agentium.toml"
+    config.write_text(
+        '[provider]\nplugin = "scripted"\n[archive]\nplugin = "sqlite"\n[archive.options]\n'
+        'path = "db.sqlite"\n[session_store]\nplugin = "sqlite"\n'
+        '[session_store.options]\npath = "db.sqlite"\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(InvalidArgumentError, match="backend"):
+        BlockingRuntime.from_config(config, backend="curio")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="backend"):  # not the ConfigError of a missing file
+        BlockingRuntime.from_config(tmp_path / "missing.toml", backend="curio")  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agentium.toml"]
+
+
 class ClosingArchive(InMemoryArchive):
     """Counts its closes (the runtime owns it)."""
 

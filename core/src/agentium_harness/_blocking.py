@@ -63,6 +63,11 @@ def _refused(error: E) -> E:
     return error
 
 
+def _check_backend(backend: object) -> None:
+    if backend not in ("asyncio", "trio"):
+        raise InvalidArgumentError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
+
+
 class BlockingRuntime(BlockingHistoryOperations):
     """A :class:`HarnessRuntime` for synchronous code: every method blocks until the runtime answers.
 
@@ -87,8 +92,10 @@ class BlockingRuntime(BlockingHistoryOperations):
     ``runtime`` is **owned** by default: :meth:`close` closes it (``aclose()``)
     before stopping the loop. With ``owned=False`` it is borrowed and
     :meth:`close` only stops the loop; whoever owns it closes it.
-    ``backend`` (``"asyncio"`` or ``"trio"``) and ``backend_options`` choose
-    the loop, as for :func:`anyio.run`.
+    ``backend`` (``"asyncio"`` or ``"trio"``) and ``backend_options`` (a
+    mapping of option names) choose the loop, as for :func:`anyio.run`.
+    Another ``backend``, ``backend_options`` that are no such mapping or an
+    ``owned`` that is not a bool raise :class:`InvalidArgumentError`.
     """
 
     def __init__(
@@ -104,8 +111,17 @@ class BlockingRuntime(BlockingHistoryOperations):
                 f"BlockingRuntime wraps a HarnessRuntime, got {type(runtime).__name__}; build one with "
                 "create_harness_runtime() or load_runtime(), or use BlockingRuntime.from_config(path)"
             )
-        if backend not in ("asyncio", "trio"):
-            raise InvalidArgumentError(f"backend must be 'asyncio' or 'trio', got {backend!r}")
+        _check_backend(backend)
+        if type(owned) is not bool:
+            # Not its truth: owned="no" would close a runtime its caller meant to keep.
+            raise InvalidArgumentError(f"owned must be True or False, got {type(owned).__name__}")
+        if backend_options is not None and (
+            not isinstance(backend_options, Mapping) or any(type(k) is not str for k in backend_options)
+        ):
+            raise InvalidArgumentError(
+                "backend_options must be None or a mapping of option names (str) to values, as for "
+                f"anyio.run, got {type(backend_options).__name__}"
+            )
         self._runtime = runtime
         manager = runtime.memory
         self._memory = BlockingMemory(manager, self._call_as) if manager is not None else None
@@ -134,6 +150,7 @@ class BlockingRuntime(BlockingHistoryOperations):
         backend: str = "asyncio",
     ) -> BlockingRuntime:
         """Build the runtime a config file describes (:func:`load_runtime`) and own it."""
+        _check_backend(backend)  # before anything is built: a refusal leaves no runtime to close
         runtime = load_runtime(path, registry=registry, environ=environ, tools=tools)
         return cls(runtime, owned=True, backend=backend)
 
