@@ -269,6 +269,29 @@ def test_an_empty_operator_is_refused_not_replaced_by_the_login_name(
     assert code == 0 and out == "no erasure\n"
 
 
+def test_an_empty_retention_reason_is_refused_not_replaced_by_the_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "--reason ''" trimmed the sessions under "retention policy": a reason nobody gave, where
+    # apply_retention(reason="") itself refuses.
+    cfg = _config(tmp_path)
+    cfg.write_text(
+        cfg.read_text(encoding="utf-8") + "[retention]\nmax_archived_groups = 1\n", encoding="utf-8"
+    )
+    who = ("--tenant", "acme", "--user", "ana")
+    for i in range(4):
+        assert _agentium(capsys, "run", str(cfg), *who, "--session", "s1", f"turn {i}")[0] == 0
+    before = _raw(tmp_path)
+    code, out, err = _agentium(
+        capsys, "retention", "apply", str(cfg), "--tenant", "acme", "--reason", "", "--json"
+    )
+    assert code == 2 and "reason" in err
+    assert json.loads(out)["error_type"] == "InvalidArgumentError"
+    assert _raw(tmp_path) == before
+    code, out, _ = _agentium(capsys, "erase", str(cfg), "--tenant", "acme", "--status")
+    assert code == 0 and out == "no erasure\n"
+
+
 def test_resume_refuses_a_narrower_scope_than_the_tenant(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -243,7 +243,8 @@ def cmd_retention_apply(args: argparse.Namespace) -> int:
     """
     attestation = _attestation(args)
     target = _target(args)
-    reason = args.reason or "retention policy"
+    # Only an absent --reason takes the default: an empty one is refused as the API refuses it.
+    reason = "retention policy" if args.reason is None else args.reason
 
     async def apply(rt: Any) -> tuple[Any, list[ErasureRecord]]:
         before = {r.erasure_id for r in await _all_status(rt, attestation, target)}
