@@ -22,6 +22,7 @@ from agentium_harness import (
     BlockingRuntime,
     CommitState,
     EffectLevel,
+    InvalidArgumentError,
     MemoryFact,
     MemoryScope,
     Message,
@@ -107,5 +108,23 @@ def test_calls_after_close_are_not_committed() -> None:
         error = refused(attempt)
         assert isinstance(error, RuntimeClosedError), (name, error)
         assert error.commit_state is CommitState.NOT_COMMITTED, name
+    anyio.run(nothing_written, rt)
+    anyio.run(rt.aclose)
+
+
+@pytest.mark.parametrize(
+    "func", [None, 5, "nothing_written", nothing_written(None)], ids=["none", "int", "str", "coro"]
+)
+def test_call_of_something_not_callable_is_refused_typed_and_runs_nothing(func: Any) -> None:
+    # call(5) raised anyio's bare TypeError ("'int' object is not callable") from the portal, after
+    # starting the loop thread for it; a coroutine object (not its function) did the same.
+    if hasattr(func, "close"):
+        func.close()  # only its type matters here: never awaited
+    rt = runtime()
+    blocking = BlockingRuntime(rt, owned=False)
+    with pytest.raises(InvalidArgumentError, match="call") as caught:
+        blocking.call(func)
+    assert caught.value.commit_state is CommitState.NOT_COMMITTED
+    blocking.close()
     anyio.run(nothing_written, rt)
     anyio.run(rt.aclose)

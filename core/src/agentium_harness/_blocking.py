@@ -224,8 +224,17 @@ class BlockingRuntime(BlockingHistoryOperations):
         ``blocking.call(handle_ticket, blocking.runtime, ticket)``. Exceptions
         are raised in the calling thread as they were raised on the loop. A
         call that meets :meth:`close` stopping the loop before it ran raises
-        :class:`RuntimeClosedError`, as a call after it does.
+        :class:`RuntimeClosedError`, as a call after it does. A ``func`` that
+        is not callable (a coroutine object, say, instead of its function)
+        raises :class:`InvalidArgumentError` and runs nothing.
         """
+        if not callable(func):
+            raise _refused(
+                InvalidArgumentError(
+                    "BlockingRuntime.call() takes a coroutine function and its arguments, got a "
+                    f"{type(func).__name__}; nothing was run"
+                )
+            )
         return self._call_as("call", func, *args, **kwargs)
 
     def _call_as(self, operation: str, func: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
