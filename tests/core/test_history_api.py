@@ -1113,3 +1113,25 @@ async def test_a_page_joins_the_read_it_continues_only_while_the_seam_is_unchang
         page = await older(first)
         assert page.groups[-1].group.seq == seam.group.seq
         assert not page.joins(first, seam)
+
+
+async def test_joins_refuses_a_first_page_or_seam_of_the_wrong_kind_typed() -> None:
+    # page.joins(None, seam) or joins(first, first) (the page, not its group) raised a bare
+    # AttributeError; a subclass's own attributes or __eq__ would have decided the answer.
+    rt, _, _, _ = runtime(max_groups=4)
+    async with rt:
+        for n in range(3):
+            await rt.append(ANA, "s", pair(n))
+        first = await rt.read_history(ANA, "s", max_groups=1)
+        seam = first.groups[0]
+        page = await rt.read_history(ANA, "s", before_seq=seam.group.seq + 1, max_groups=2)
+        assert page.joins(first, seam)
+        for bad_first, bad_seam in [
+            (None, seam),
+            (first, None),
+            (first, first),
+            (seam, seam),
+            (first, seam.group),
+        ]:
+            with pytest.raises(InvalidArgumentError, match="joins"):
+                page.joins(bad_first, bad_seam)

@@ -6,6 +6,7 @@ import itertools
 
 import attrs
 
+from .._errors import InvalidArgumentError
 from .._history import HistoryControl, Message, MessageGroup, MessageRef, detached, detached_message
 from .._ports.archive import ArchiveReceipt
 from .._tuples import tuple_of_history_groups
@@ -281,8 +282,15 @@ class HistoryPage:
         (or puts the seam past the new session's end, which ``read_history``
         refuses). ``False`` in any of those cases: start the read again rather
         than mix erased messages, or a retraction's before and after, with the
-        session as it is now.
+        session as it is now. ``first`` must be a :class:`HistoryPage` and
+        ``seam`` a :class:`HistoryGroup` (exactly: a subclass's own code would
+        decide the answer), else :class:`InvalidArgumentError`.
         """
+        if type(first) is not HistoryPage or type(seam) is not HistoryGroup:
+            raise InvalidArgumentError(
+                "joins takes the first page read_history returned and a HistoryGroup of it (its seam), "
+                f"got a {type(first).__name__} and a {type(seam).__name__}"
+            )
         return (
             (self.view_start, self.view_retracted) == (first.view_start, first.view_retracted)
             and self.next_seq >= first.next_seq
