@@ -184,3 +184,39 @@ async def test_a_result_whose_evidence_changes_when_read_again_is_read_once() ->
     assert result.verification.attempts[0].evidence == (ENTRY,)
     assert (await runtime.inspect_session(ANA, "s1")).next_seq == 1
     await runtime.aclose()
+
+
+class CountsCalls(CompletionVerifier):
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities()
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        self.calls += 1
+        return VerificationResult(Verdict.PASS, (), "fine")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "since",
+    [math.nan, math.inf, -1.0, -1, True, "soon", None],
+    ids=["nan", "inf", "-1.0", "-1", "True", "soon", "None"],
+)
+async def test_verify_refuses_a_since_that_is_no_finite_time_before_calling_the_verifier(since: Any) -> None:
+    # runtime.verify(since="soon") answered an 'unknown' verdict: the context the verifier was to
+    # get refused it inside the call, which took that for the verifier's failure. `agentium verify
+    # --since` refuses the same values with exit 2.
+    verifier = CountsCalls()
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["done."]),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=verifier,
+    )
+    with pytest.raises(InvalidArgumentError, match="since"):
+        await runtime.verify(ANA, "s1", "claim", since=since)
+    assert verifier.calls == 0
+    record, _ = await runtime.verify(ANA, "s1", "claim", since=0)
+    assert record.verdict is Verdict.PASS and verifier.calls == 1
+    await runtime.aclose()

@@ -538,12 +538,13 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         ``claim`` is the candidate's text (it proves nothing, R29); ``since``
         stands in for the run's start time (evidence older than it is stale).
         The call runs under ``verify_timeout_s`` and the evidence budget, as in
-        a turn. Raises :class:`InvalidArgumentError` without a verifier. Admitted
-        shared like :meth:`inspect_session`: ``aclose()`` never closes the
+        a turn. Raises :class:`InvalidArgumentError` without a verifier, and for a
+        ``since`` that is no finite time of 0 or more (the verifier is not called).
+        Admitted shared like :meth:`inspect_session`: ``aclose()`` never closes the
         verifier under a running call.
         """
         scope = run_scope(identity, session_id, recall_scope)
-        verifier = check_verify(self.verifier, claim)
+        verifier = check_verify(self.verifier, claim, since)
         admitted = self.parts.admission.admit_shared(scope.session_key, "verification", self.verify_timeout_s)
         async with admitted as ticket:
             return await verify_on_demand(

@@ -16,6 +16,7 @@ evidence (R29): the verifier sees the candidate, but judges host evidence.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -32,7 +33,7 @@ from .._ports.provider import SourceBlock, SourceKind
 from .._ports.verify import CompletionCandidate, CompletionVerifier, VerificationResult, VerifyContext
 from .._scope import Scope
 from .._text import clean_text, cut_text, error_text
-from .._validators import bounded_count, unicode_text
+from .._validators import bounded_count, exact_number, shown_number, unicode_text
 from .._verdicts import (
     MAX_REASON_BYTES,
     EvidenceEntry,
@@ -314,12 +315,19 @@ async def verify_completed_turn(
     return attrs.evolve(current, status=status), record, notes
 
 
-def check_verify(verifier: CompletionVerifier | None, claim: object) -> CompletionVerifier:
+def check_verify(verifier: CompletionVerifier | None, claim: object, since: object) -> CompletionVerifier:
     """The runtime's verifier for ``runtime.verify()``, after the call's own checks."""
     if verifier is None:
         raise InvalidArgumentError("the runtime has no verifier; configure [verifier]")
     if not isinstance(claim, str):
         raise InvalidArgumentError(f"claim must be a string, got {type(claim).__name__}")
+    started = exact_number(since)
+    # Here, not only in VerifyContext: built inside the verifier's call, its refusal would be
+    # taken for the verifier's failure and answered as an 'unknown' verdict.
+    if started is None or not 0 <= started < math.inf:
+        raise InvalidArgumentError(
+            f"since must be a finite time.time() value, 0 or more, got {shown_number(since)}"
+        )
     return verifier
 
 
