@@ -12,6 +12,7 @@ from agentium_harness import (
     ArchiveConflictError,
     CapabilityError,
     IdentityError,
+    InvalidArgumentError,
     InvalidIdError,
     LegacySnapshotError,
     Message,
@@ -347,6 +348,20 @@ async def test_migrate_legacy_session() -> None:
     assert not again.changed
     stored = await store.load(key, CTX)
     assert stored is not None and stored.snapshot.memory_scope == Scope("tenant-a", "alice", "old")
+
+
+@pytest.mark.parametrize("attest", ["no", "false", 0, 1, None, [True]])
+async def test_an_attestation_that_is_not_a_bool_is_refused_and_stamps_nothing(attest: object) -> None:
+    # attest_legacy_memory_scope was taken for its truth: "no" (or "false") attested the legacy
+    # scope and stamped the snapshot, an attestation nobody gave.
+    store, key = await _legacy_store()
+    rt = runtime(store=store)
+    before = await store.load(key, CTX)
+    with pytest.raises(InvalidArgumentError, match="attest_legacy_memory_scope"):
+        await rt.run(ALICE, "old", "new q", attest_legacy_memory_scope=attest)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="attest_legacy_memory_scope"):
+        await rt.migrate_legacy_session(ALICE, "old", attest_legacy_memory_scope=attest)  # type: ignore[arg-type]
+    assert await store.load(key, CTX) == before
 
 
 async def test_corrupt_snapshot_row_is_reported_and_left_alone() -> None:

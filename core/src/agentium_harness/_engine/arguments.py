@@ -23,6 +23,7 @@ from .tools import ToolRegistry
 from .verification import CompletionPolicy
 
 __all__ = [
+    "check_attest",
     "check_completion",
     "check_grants",
     "check_options",
@@ -74,6 +75,18 @@ def check_text(value: object, name: str) -> str:
         ", as text decoded from bytes that were not UTF-8 does; decode it strictly (or replace the bad "
         "bytes) and try again. Nothing was run",
     )
+
+
+def check_attest(attest: object) -> bool:
+    """``attest_legacy_memory_scope``: exactly ``True`` or ``False``, else :class:`InvalidArgumentError`.
+
+    Not its truth: an attestation is what the host says on purpose, and ``"no"`` is truthy.
+    """
+    if type(attest) is not bool:
+        raise InvalidArgumentError(
+            f"attest_legacy_memory_scope must be True or False, got {type(attest).__name__}; nothing was run"
+        )
+    return attest
 
 
 def check_user_input(user_input: object) -> str:

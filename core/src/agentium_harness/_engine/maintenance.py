@@ -25,7 +25,7 @@ from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_i
 from .._validators import shown_number
 from .adapter_lists import adapter_method, listed
 from .archive_index import index_archived
-from .arguments import run_scope
+from .arguments import check_attest, run_scope
 from .commit import commit
 from .embedding import Hybrid
 from .erasure_index import finished_covering
@@ -267,6 +267,7 @@ async def migrate_admitted(
     progress = WriteProgress()
     with maintenance_errors("migrate_legacy_session", progress):
         scope = run_scope(identity, session_id, recall_scope)
+        check_attest(attest)
         async with runtime.parts.admission.admit(scope.session_key, "migration") as ticket:
             return await migrate_session(
                 ticket, runtime.session_store, scope.session_key, scope, attest=attest, progress=progress

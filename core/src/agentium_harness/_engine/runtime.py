@@ -54,7 +54,14 @@ from .._ports.summary import Summarizer, SummaryLimits
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, SessionKey, VerifiedIdentity, require_identity
 from .._verdicts import EvidenceLimits, VerificationRecord
-from .arguments import check_completion, check_grants, check_sources, check_user_input, run_scope
+from .arguments import (
+    check_attest,
+    check_completion,
+    check_grants,
+    check_sources,
+    check_user_input,
+    run_scope,
+)
 from .closing import HarnessResources, drain_runtime, shutdown_runtime
 from .document_api import DocumentOperations
 from .effects import EffectsKeeper
@@ -279,6 +286,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
                 raise InvalidArgumentError(f"clarify must be an async callable, got {type(clarify).__name__}")
             scope = run_scope(identity, session_id, recall_scope)
             check_user_input(user_input)
+            check_attest(attest_legacy_memory_scope)
             granted = check_grants(grants)
             offered = check_sources(sources)
             policy = check_completion(completion, self.completion_policy, self.verifier)
@@ -495,7 +503,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
     ) -> MigrationReport:
         """Stamp a legacy snapshot with its verified memory scope (R15, R43).
 
-        Requires the explicit attestation. A snapshot that already has a scope
+        Requires the explicit attestation, ``True`` (a value that is not a bool, here
+        or in :meth:`run`, raises :class:`InvalidArgumentError`). A snapshot that already has a scope
         is left alone when it matches and refused when it differs. The stamped
         snapshot is written at the current format version with its digest.
         Every error it raises carries ``commit_state``: a save that raised is
