@@ -374,6 +374,9 @@ def test_bad_recall_arguments_are_refused() -> None:
             RecallLimits(**bad)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError):
         current_session_recall_policy(strict=True, on_no_evidence="proceed")
+    for not_a_bool in ("no", 0, None):  # was taken for its truth: strict="no" made a strict policy
+        with pytest.raises(InvalidArgumentError, match="strict"):
+            current_session_recall_policy(strict=not_a_bool)  # type: ignore[arg-type]
 
     class NoSummaries(Summarizer):
         capabilities: ClassVar[SummarizerCapabilities] = SummarizerCapabilities()

@@ -169,7 +169,8 @@ def current_session_recall_policy(
 ) -> RecallPolicy:
     """The current-session recall policy (R21): stop on ``failed`` or ``partial``, permit no evidence.
 
-    ``strict=True`` also stops on ``no_accessible_evidence``. ``on_partial``
+    ``strict=True`` also stops on ``no_accessible_evidence`` (``strict`` is a
+    bool: anything else raises :class:`InvalidArgumentError`). ``on_partial``
     may instead ``continue`` with explicit uncertainty or ``clarify``;
     ``on_failed`` may ``continue``; ``on_no_evidence`` may ``clarify``.
     ``query`` defaults to :func:`latest_user_text`, ``rank`` to
@@ -178,6 +179,8 @@ def current_session_recall_policy(
     fix an unchanged ceiling): the engine ends the run with
     ``recall_assembly_omitted`` (R22).
     """
+    if type(strict) is not bool:  # not its truth: strict="no" would make a strict policy
+        raise InvalidArgumentError(f"strict must be True or False, got {type(strict).__name__}")
     if on_partial not in ("stop", "continue", "clarify"):
         raise InvalidArgumentError(f"on_partial must be stop, continue or clarify, got {on_partial!r}")
     if on_failed not in ("stop", "continue"):
