@@ -10,7 +10,6 @@ could not (:class:`ErasureOvertakenError`).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -44,6 +43,7 @@ from .erasure import (
 )
 from .erasure_events import erasure_event, spanned
 from .erasure_ledger import pending_records
+from .erasure_owed import Owed, clean_up_own, warn_overtaken
 from .erasure_resume import Stray, Tried, finished_elsewhere, save_progress, stored_record
 from .erasure_scrub import defers_scrub, scrub_files
 from .erasure_status import as_pending
@@ -150,18 +150,19 @@ async def finish(
     ):
         span.set("agentium.erasure.kind", record.kind.value)
         span.set("agentium.erasure.level", target.level.value)
+        owed = Owed()
         try:
             if take_inventory:
                 record = await _inventoried(runtime, ticket, record)
                 if record.state is ErasureState.COMPLETE:
                     # A resume completed it during the inventory and its fence is down.
                     return await _again(runtime, ticket, erasure_stores(runtime, target), record, 0)
-            return await _carry(runtime, ticket, record)
+            return await _carry(runtime, ticket, record, owed=owed)
         except ErasureIncompleteError as exc:
             stopped = exc
         except Exception as exc:
             try:
-                return await _stopped_or_again(runtime, ticket, record, exc, 0)
+                return await _stopped_or_again(runtime, ticket, record, exc, 0, owed=owed)
             except ErasureIncompleteError as again:
                 stopped = again
         cause = error_type(stopped.__cause__ if stopped.__cause__ is not None else stopped)
@@ -198,6 +199,7 @@ async def _stopped_or_again(
     depth: int,
     stray: Stray | None = None,
     tried: Tried | None = None,
+    owed: Owed | None = None,
 ) -> ErasureRecord:
     """Go on as :func:`.erasure.carry_out` does when ``record``'s erasure, stopped on ``exc``, was completed.
 
@@ -207,7 +209,9 @@ async def _stopped_or_again(
     another call completed it, the call returns that tombstone, or erases
     what the target holds since under a new erasure (:func:`_again`,
     counting ``stray`` unless the stored record holds the save of ``tried``
-    that counted it). Otherwise :class:`ErasureIncompleteError` says what is known.
+    that counted it), once it cleaned up the files ``owed`` names (its own
+    removals may have come after the other call's clean-up). Otherwise
+    :class:`ErasureIncompleteError` says what is known.
     """
     stopped, left = await _stopped(runtime, ticket, record, exc)
     done = stopped.record
@@ -215,16 +219,22 @@ async def _stopped_or_again(
         raise stopped
     if stray is not None and tried is not None and tried.holds(done, 1):
         stray = None  # the save counting it landed (its reply lost), under that tombstone
-    _log.warning(
-        "erasure %s was completed by another call; this call's step after it failed (%s): it goes on "
-        "from that tombstone",
-        done.erasure_id,
-        error_type(exc),
-    )
-    # Which step failed is not known here (the inventory, the tombstone, a new erasure's): "other".
-    erasure_event(
-        "agentium.erasure.overtaken", {"error.type": error_type(exc), "agentium.erasure.step": "other"}
-    )
+    if owed is not None and owed.step:
+        # A step of _carry before its clean-up failed, the erasure still read pending there: its
+        # clean-up of the files it removed from is owed, as when _carry finds the tombstone itself.
+        cleaned_up = await clean_up_own(ticket, owed.stores, done)
+        warn_overtaken(done, owed.step, exc, cleaned_up, owed.marks)
+    else:
+        _log.warning(
+            "erasure %s was completed by another call; this call's step after it failed (%s): it goes on "
+            "from that tombstone",
+            done.erasure_id,
+            error_type(exc),
+        )
+        # Which step failed is not known here (the inventory, the tombstone, a new erasure's): "other".
+        erasure_event(
+            "agentium.erasure.overtaken", {"error.type": error_type(exc), "agentium.erasure.step": "other"}
+        )
     return await _again(runtime, ticket, erasure_stores(runtime, done.target), done, depth, stray)
 
 
@@ -277,7 +287,12 @@ async def _stopped(
 
 
 async def _carry(
-    runtime: HarnessRuntime, ticket: Ticket, record: ErasureRecord, depth: int = 0, tried: Tried | None = None
+    runtime: HarnessRuntime,
+    ticket: Ticket,
+    record: ErasureRecord,
+    depth: int = 0,
+    tried: Tried | None = None,
+    owed: Owed | None = None,
 ) -> ErasureRecord:
     stores = erasure_stores(runtime, record.target)
     tried = Tried(marked=True) if tried is None else tried  # the call's saves, its tombstone's too
@@ -345,39 +360,14 @@ async def _carry(
             if done is None:
                 done = await _completed_or_none(ticket, runtime.session_store, record)
             if done is None:
+                if owed is not None and step != "file clean-up":
+                    # Its tombstone may land before finish reads the record back and goes on from it.
+                    owed.step, owed.stores, owed.marks = step, mine, after is not None
                 raise
-            cleaned_up = False
-            if step != "file clean-up":
-                # A step before it failed: this call's clean-up of its own files has not run, and the
-                # other call's may have come before its removals. It runs now, as when found complete.
-                with contextlib.suppress(Exception):
-                    await scrub_files(ticket, mine, record)
-                    cleaned_up = True
-            # Its tombstone stands and says nothing of this: rows this call removed (and a summary
-            # its marking emptied) may keep copies in their files until those files' next clean-up.
-            left = (
-                "it cleaned up the files of the stores it removed from"
-                if cleaned_up
-                else "the files of the stores it removed from may keep copies of what it removed until "
-                "their next clean-up"
-            )
-            if after is not None and not (cleaned_up and step == "check"):
-                left += "; the session store's may keep the former text of a summary its marking emptied"
-            _log.warning(
-                "erasure %s was completed by another call; this call's %s %s failed (%s): %s",
-                done.erasure_id,
-                step,
-                "before its file clean-up" if step == "check" else "after it",
-                error_type(exc),
-                left,
-            )
-            overtaken = {
-                "error.type": error_type(exc),
-                "agentium.erasure.step": step.replace(" ", "_").replace("-", "_"),
-            }
-            erasure_event(
-                "agentium.erasure.overtaken", {**overtaken, "agentium.erasure.cleaned_up": cleaned_up}
-            )
+            # A step before it failed: this call's clean-up of its own files has not run, and the
+            # other call's may have come before its removals. It runs now, as when found complete.
+            cleaned_up = step != "file clean-up" and await clean_up_own(ticket, mine, record)
+            warn_overtaken(done, step, exc, cleaned_up, after is not None)
         if done is not None:
             return await _again(runtime, ticket, stores, done, depth)
     tombstone = await complete(ticket, runtime.session_store, record, base, tried)
@@ -459,6 +449,7 @@ async def _again(
         raise _overtaken(done, left, why, joined or "", stray=stray) from exc
     tried = Tried(marked=True)  # the new erasure's saves by this call: counting, progress, tombstone
     uncounted = stray
+    owed = Owed()
     try:
         if stray is not None:
             counted = await save_progress(
@@ -473,13 +464,13 @@ async def _again(
             fresh = await _inventoried(runtime, ticket, fresh)
             if fresh.state is ErasureState.COMPLETE:
                 return await _again(runtime, ticket, stores, fresh, depth + 1)
-        return await _carry(runtime, ticket, fresh, depth + 1, tried)
+        return await _carry(runtime, ticket, fresh, depth + 1, tried, owed)
     except ErasureIncompleteError:
         raise
     except Exception as exc:
         # The new erasure is the one left pending (``done`` is complete): the caller resumes that one;
         # or another call completed it meanwhile, and this call goes on from its tombstone.
-        return await _stopped_or_again(runtime, ticket, fresh, exc, depth + 1, uncounted, tried)
+        return await _stopped_or_again(runtime, ticket, fresh, exc, depth + 1, uncounted, tried, owed)
 
 
 async def _completed_or_none(ticket: Ticket, store: Any, record: ErasureRecord) -> ErasureRecord | None:
