@@ -36,6 +36,7 @@ from .._errors import (
     SessionConflictError,
     SnapshotCorruptError,
 )
+from .._observe.spans import current_span_event
 from .._ports.erasure import ErasureLedger, ErasureRecord
 from .._ports.sessions import SessionSnapshot, SessionStore, StoredSnapshot, seal_snapshot, verify_snapshot
 from .._scope import ERASURE_RECORDS_TENANT, Scope, SessionKey
@@ -131,6 +132,9 @@ def _damaged(record: ErasureRecord) -> None:
         "have joined the ledger at any time",
         record.erasure_id,
     )
+    # Read by the fences inside a turn's, an append's or a memory write's span (no erasure span): the
+    # event goes on the span current there, with no id (the WARNING names the erasure).
+    current_span_event("agentium.erasure.join_record_damaged")
 
 
 async def joined_since(

@@ -44,6 +44,7 @@ __all__ = [
     "chat",
     "client_span",
     "current",
+    "current_span_event",
     "error_type",
     "operation",
     "stage",
@@ -514,6 +515,25 @@ def client_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span 
     if active is None or active.tracer is None:
         return NULL
     return Span(active, name, _CLIENT, dict(attributes or {}))
+
+
+def current_span_event(name: str, attributes: Mapping[str, Any] | None = None) -> None:
+    """Add an event to the span current in this task (a stage's, an operation's) while something records.
+
+    For a degraded outcome found deep in shared code (a fence's read), where
+    no span object is at hand and the span depends on the caller: a turn's
+    load or commit stage, a history write's, a memory write's. Nothing when
+    no tracer records. The attributes must carry no content.
+    """
+    active = current()
+    if active is None or active.tracer is None or _trace is None:
+        return
+    try:
+        span = _trace.get_current_span()
+        if span.is_recording():
+            span.add_event(name, dict(attributes or {}))
+    except Exception as exc:
+        _broken("adding a span event", exc)
 
 
 def current_instruments() -> Instruments | None:
