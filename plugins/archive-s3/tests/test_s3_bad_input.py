@@ -25,6 +25,7 @@ from agentium_archive_s3 import (
     S3UnavailableError,
 )
 from agentium_archive_s3.keys import archive_key
+from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
     ArchiveCorruptError,
@@ -123,6 +124,34 @@ def test_options_are_checked_without_echoing_secrets() -> None:
     with pytest.raises(ValueError, match="secret_access_key") as multi:
         S3Config(bucket="agentium-tests", access_key_id="AKID", secret_access_key=SECRET + "\nx")
     assert SECRET not in str(multi.value)
+
+
+def test_bad_options_are_refused_with_the_typed_error_and_flags_must_be_bools() -> None:
+    # Each raised a bare ValueError (the validators' own), and etag_is_md5 was taken for its
+    # truth: "no" or 0 kept every upload's ETag checked, "" or None silently turned it off.
+    bad: list[dict[str, Any]] = [
+        {"bucket": "Not_A_Bucket"},
+        {"bucket": None},
+        {"prefix": "a//b"},
+        {"prefix": 5},
+        {"endpoint_url": "ftp://127.0.0.1"},
+        {"endpoint_url": "http://127.0.0.1:99999"},
+        {"region": "US EAST"},
+        {"profile": ""},
+        {"addressing_style": "sideways"},
+        {"secret_access_key": SECRET},
+        {"session_token": "token"},
+        {"etag_is_md5": "no"},
+        {"etag_is_md5": "false"},
+        {"etag_is_md5": 0},
+        {"etag_is_md5": 1},
+        {"etag_is_md5": None},
+    ]
+    for kwargs in bad:
+        with pytest.raises(InvalidArgumentError) as caught:
+            S3Config(**{"bucket": "agentium-tests", **kwargs})
+        assert SECRET not in str(caught.value)
+    assert S3Config(bucket="agentium-tests", etag_is_md5=False).etag_is_md5 is False
 
 
 # -- hostile scope ids ------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 :class:`S3Config` is a frozen attrs class, structured from a config file by the
 core's strict loader: unknown keys and wrong types are errors at
-``$.archive.options.<key>``. Its validators never echo a credential, and its
-``repr`` hides the secret key and the session token.
+``$.archive.options.<key>``. Built in Python, a bad option raises
+``InvalidArgumentError`` (a ``ValueError`` and a ``TypeError``). Its
+validators never echo a credential, and its ``repr`` hides the secret key
+and the session token.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import bounded_count, bounded_duration, redact_url
 
 __all__ = ["ADDRESSING_STYLES", "S3Config", "redact_endpoint"]
@@ -39,7 +42,7 @@ def redact_endpoint(url: str | None) -> str:
 
 def _bucket(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not _BUCKET.fullmatch(value) or ".." in value:
-        raise ValueError(
+        raise InvalidArgumentError(
             "bucket must be an S3 bucket name: 3-63 characters of lower-case letters, digits, '.' and '-', "
             "starting and ending with a letter or digit"
         )
@@ -47,10 +50,10 @@ def _bucket(instance: Any, attribute: attrs.Attribute[Any], value: object) -> No
 
 def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or len(value) > 256:
-        raise ValueError("prefix must be a string of at most 256 characters")
+        raise InvalidArgumentError("prefix must be a string of at most 256 characters")
     segments = value.split("/")
     if not all(_PREFIX_SEGMENT.fullmatch(s) and s not in (".", "..") for s in segments):
-        raise ValueError(
+        raise InvalidArgumentError(
             "prefix must be '/'-separated segments of letters, digits, '_', '.' and '-' (no empty, '.' or "
             "'..' segment, no leading or trailing '/'), for example 'agentium' or 'apps/agentium'"
         )
@@ -60,28 +63,30 @@ def _endpoint(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
     if value is None:
         return
     if not isinstance(value, str) or not value:
-        raise ValueError("endpoint_url must be an http:// or https:// URL, or left out")
+        raise InvalidArgumentError("endpoint_url must be an http:// or https:// URL, or left out")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  # evaluated for its ValueError on a bad port
     except ValueError:
-        raise ValueError("endpoint_url is not a valid URL (check its host and port)") from None
+        raise InvalidArgumentError("endpoint_url is not a valid URL (check its host and port)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("endpoint_url must be an http:// or https:// URL with a host")
+        raise InvalidArgumentError("endpoint_url must be an http:// or https:// URL with a host")
     if parts.username or parts.password:
         # Credentials belong in access_key_id / secret_access_key (or the standard chain).
-        raise ValueError("endpoint_url must not carry credentials; use access_key_id / secret_access_key")
+        raise InvalidArgumentError(
+            "endpoint_url must not carry credentials; use access_key_id / secret_access_key"
+        )
 
 
 def _region(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (not isinstance(value, str) or not _REGION.fullmatch(value)):
-        raise ValueError("region must be an AWS-style region name such as 'us-east-1', or left out")
+        raise InvalidArgumentError("region must be an AWS-style region name such as 'us-east-1', or left out")
 
 
 def _optional_text(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     # The value may be a secret: say what is wrong without showing it.
     if value is not None and (not isinstance(value, str) or not value or "\n" in value):
-        raise ValueError(f"{attribute.name} must be a non-empty single-line string, or left out")
+        raise InvalidArgumentError(f"{attribute.name} must be a non-empty single-line string, or left out")
 
 
 def _bounded_int(low: int, high: int) -> Any:
@@ -95,7 +100,15 @@ _seconds = bounded_duration()
 
 def _addressing(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in ADDRESSING_STYLES:
-        raise ValueError(f"addressing_style must be one of {', '.join(ADDRESSING_STYLES)}, got {value!r}")
+        raise InvalidArgumentError(
+            f"addressing_style must be one of {', '.join(ADDRESSING_STYLES)}, got {value!r}"
+        )
+
+
+def _flag(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Taken for its truth, "no" or 0 would keep the check on and "" or None turn it off.
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{attribute.name} must be true or false, got {type(value).__name__}")
 
 
 def _secret_repr(value: object) -> str:
@@ -159,11 +172,13 @@ class S3Config:
     max_attempts: int = attrs.field(default=4, validator=_bounded_int(1, 20))
     conflict_retries: int = attrs.field(default=4, validator=_bounded_int(0, 20))
     max_listed_sessions: int = attrs.field(default=10_000, validator=_bounded_int(1, 1_000_000))
-    etag_is_md5: bool = True
+    etag_is_md5: bool = attrs.field(default=True, validator=_flag)
 
     def __attrs_post_init__(self) -> None:
         """Credentials come as a pair, or not at all."""
         if (self.access_key_id is None) != (self.secret_access_key is None):
-            raise ValueError("access_key_id and secret_access_key must be given together, or both left out")
+            raise InvalidArgumentError(
+                "access_key_id and secret_access_key must be given together, or both left out"
+            )
         if self.session_token is not None and self.access_key_id is None:
-            raise ValueError("session_token needs access_key_id and secret_access_key")
+            raise InvalidArgumentError("session_token needs access_key_id and secret_access_key")
