@@ -8,6 +8,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -99,6 +100,32 @@ def test_config_and_store_reprs_hide_credentials() -> None:
     for shown in (repr(config), repr(store), store.where, redact_url(config.url)):
         assert SECRET not in shown
     assert "***@127.0.0.1:6379/0" in repr(store)
+
+
+def test_bad_options_are_refused_with_the_typed_error() -> None:
+    # Each raised a bare ValueError (the validators' own); a url with a NUL or another control
+    # character was taken, and failed only at the first call, as a server that cannot be reached.
+    bad: list[dict[str, Any]] = [
+        {"url": ""},
+        {"url": None},
+        {"url": f"http://ana:{SECRET}@127.0.0.1:6379/0"},
+        {"url": "redis://[::1"},
+        {"url": "unix://"},
+        {"url": f"redis://ana:{SECRET}@127.0.0.1\x00x:6379/0"},
+        {"url": "redis://127.0.0.1:6379/0\x00"},
+        {"url": "unix:///run/redis\n.sock"},
+        {"key_prefix": "a{b}"},
+        {"username": ""},
+        {"password": 5},
+        {"stopwords": "french"},
+        {"min_relevance": 2},
+        {"min_similarity": True},
+        {"vector_weight": float("nan")},
+    ]
+    for kwargs in bad:
+        with pytest.raises(InvalidArgumentError) as caught:
+            RedisRecallConfig(**kwargs)
+        assert SECRET not in _everything(caught.value)
 
 
 @pytest.mark.parametrize("prefix", ["", "a{b}", "x*", "a?b", "[a-z]", "a b", "a\\b", "-lead", "x" * 65])

@@ -2,8 +2,10 @@
 
 :class:`RedisRecallConfig` is a frozen attrs class, structured from a config
 file by the core's strict loader: unknown keys and wrong types are errors at
-``$.recall.options.<key>``. Its validators never echo the URL or the password
-in a message, and its ``repr`` shows the URL through :func:`redact_url`.
+``$.recall.options.<key>``; built in Python, a bad option raises
+``InvalidArgumentError`` (a ``ValueError`` and a ``TypeError``). Its
+validators never echo the URL or the password in a message, and its
+``repr`` shows the URL through :func:`redact_url`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from agentium_harness import InvalidArgumentError
 from agentium_harness.plugin_api import PATH_OPTION, bounded_count, bounded_duration, redact_url
 
 __all__ = [
@@ -40,25 +43,31 @@ _PREFIX: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 
 def _url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value:
-        raise ValueError("url must be a non-empty string such as redis://127.0.0.1:6379/0")
+        raise InvalidArgumentError("url must be a non-empty string such as redis://127.0.0.1:6379/0")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        # No URL holds one; a NUL in the host or the socket path failed only at the first call,
+        # reported as a server that cannot be reached. Not shown: the URL may hold a password.
+        raise InvalidArgumentError("url must not contain a NUL or another control character")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  # evaluated for its ValueError on a bad port
     except ValueError:
         # The URL may hold a password: only say what is wrong, never show it.
-        raise ValueError("url is not a valid URL (check its host and port)") from None
+        raise InvalidArgumentError("url is not a valid URL (check its host and port)") from None
     if parts.scheme not in SCHEMES:
         shown = parts.scheme if re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]{0,15}", parts.scheme) else "?"
-        raise ValueError(
+        raise InvalidArgumentError(
             f"url scheme {shown!r} is not supported; use redis://host:port/db, rediss:// (TLS) or unix://path"
         )
     if parts.scheme == "unix" and not parts.path:
-        raise ValueError("a unix:// url needs the socket's path, for example unix:///run/redis.sock")
+        raise InvalidArgumentError(
+            "a unix:// url needs the socket's path, for example unix:///run/redis.sock"
+        )
 
 
 def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not _PREFIX.fullmatch(value):
-        raise ValueError(
+        raise InvalidArgumentError(
             "key_prefix must be 1-64 characters of letters, digits, '_', '.', ':' and '-', starting with a "
             "letter or digit (no braces or glob characters)"
         )
@@ -66,7 +75,7 @@ def _prefix(instance: Any, attribute: attrs.Attribute[Any], value: object) -> No
 
 def _optional_text(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value):
-        raise ValueError(f"{attribute.name} must be a non-empty string or left out")
+        raise InvalidArgumentError(f"{attribute.name} must be a non-empty string or left out")
 
 
 #: The core's one count rule (plugin_api.bounded_count): an integer from 1 to MAX_COUNT.
@@ -89,17 +98,17 @@ STOPWORDS: Final = ("english", "none")
 
 def _stopwords(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in STOPWORDS:
-        raise ValueError(f"stopwords must be one of {', '.join(STOPWORDS)}, got {value!r}")
+        raise InvalidArgumentError(f"stopwords must be one of {', '.join(STOPWORDS)}, got {value!r}")
 
 
 def _share(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
-        raise ValueError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be a number from 0 to 1, got {value!r}")
 
 
 def _similarity(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
-        raise ValueError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
+        raise InvalidArgumentError(f"{attribute.name} must be a number from -1 to 1, got {value!r}")
 
 
 def _secret_repr(value: object) -> str:
