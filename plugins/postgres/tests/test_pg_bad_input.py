@@ -85,6 +85,15 @@ def test_an_unparsable_dsn_is_refused_without_echoing_it() -> None:
         PostgresConfig(dsn="host=x", min_pool_size=5, max_pool_size=2)
 
 
+def test_require_row_security_must_be_a_bool() -> None:
+    # It was taken for its truth: 0 or "" let a role that bypasses row-level security run, and
+    # "no" or "false" required row security.
+    for value in ("no", "false", "", 0, 1, None):
+        with pytest.raises(InvalidArgumentError, match="require_row_security must be true or false"):
+            PostgresConfig(dsn="host=x", require_row_security=value)
+    assert PostgresConfig(dsn="host=x", require_row_security=True).require_row_security is True
+
+
 async def test_an_unreachable_server_fails_by_the_deadline_with_a_typed_error() -> None:
     config = PostgresConfig(
         dsn=f"host=127.0.0.1 port={free_port()} dbname=x user=u password={WRONG}", connect_timeout_s=1

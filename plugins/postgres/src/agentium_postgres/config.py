@@ -105,6 +105,12 @@ def _secret_repr(value: object) -> str:
     return "None" if value is None else "'***'"
 
 
+def _flag(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Taken for its truth, 0 or "" would let a role that bypasses row-level security run.
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{attribute.name} must be true or false, got {type(value).__name__}")
+
+
 @attrs.frozen(slots=True)
 class PostgresConfig:
     """Options of the PostgreSQL archive, session store, recall store and memory store (one class for all).
@@ -130,7 +136,7 @@ class PostgresConfig:
     - ``require_row_security``: refuse to run when the connected role
       bypasses row-level security (a superuser, a role with ``BYPASSRLS``):
       with it, the database's own tenant isolation is guaranteed, not just
-      configured.
+      configured. It must be exactly ``True`` or ``False``.
 
     Hybrid recall (an ``[embedder]`` beside the recall store), with the
     built-in SQLite store's defaults, tuned on LoCoMo:
@@ -158,7 +164,7 @@ class PostgresConfig:
         default=16 * 1024 * 1024, validator=bounded_count(minimum=1024, ceiling=1024**3)
     )
     max_ranked_matches: int = attrs.field(default=1000, validator=bounded_count(ceiling=1_000_000))
-    require_row_security: bool = False
+    require_row_security: bool = attrs.field(default=False, validator=_flag)
     max_vector_scan: int = attrs.field(default=500, validator=bounded_count(ceiling=100_000))
     hybrid_depth: int = attrs.field(default=50, validator=bounded_count(ceiling=10_000))
     min_similarity: float = attrs.field(default=0.3, validator=_similarity)
