@@ -136,6 +136,10 @@ def test_bad_options_are_refused_with_the_typed_error_and_flags_must_be_bools() 
         {"prefix": 5},
         {"endpoint_url": "ftp://127.0.0.1"},
         {"endpoint_url": "http://127.0.0.1:99999"},
+        # urlsplit drops a newline or a tab (another URL than the one given), and a NUL reached botocore.
+        {"endpoint_url": "http://127.0.0.1:9000/a\nb"},
+        {"endpoint_url": "http://127.0.0.1\x00x:9000"},
+        {"endpoint_url": "http://127.0.0.1:9000/\t"},
         {"region": "US EAST"},
         {"profile": ""},
         {"addressing_style": "sideways"},

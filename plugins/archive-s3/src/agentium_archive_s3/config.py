@@ -64,6 +64,10 @@ def _endpoint(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
         return
     if not isinstance(value, str) or not value:
         raise InvalidArgumentError("endpoint_url must be an http:// or https:// URL, or left out")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        # No URL holds one: urlsplit drops a newline or a tab (the URL used would not be the one
+        # given) and a NUL reached botocore. Not shown: the URL may hold credentials.
+        raise InvalidArgumentError("endpoint_url must not contain a NUL or another control character")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018  # evaluated for its ValueError on a bad port
