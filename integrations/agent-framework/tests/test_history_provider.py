@@ -31,6 +31,7 @@ from agentium_harness import (
     MAX_PAGE_BYTES,
     ArchiveCorruptError,
     HarnessRuntime,
+    IdentityError,
     InvalidArgumentError,
     Message,
     ResidentLimits,
@@ -372,6 +373,47 @@ async def test_bad_arguments_and_unreadable_messages_get_typed_errors(runtime: H
     with pytest.raises(ForeignMessageError, match="id or contents could not be read"):
         await provider.save_messages("chat-1", [AFMessage("user", ["y"], message_id=NoText("m-1"))])
     assert [m.text for m in await provider.get_messages("chat-1")] == ["x"]
+
+
+async def test_bad_flags_source_id_and_recall_scope_are_refused_as_the_provider_is_built(
+    runtime: HarnessRuntime,
+) -> None:
+    # The flags were taken for their truth (store_inputs="no" stored the inputs, load_messages=""
+    # skipped loading), a store_context_from str matched its substrings as source ids, and a
+    # source_id or recall_scope of the wrong type was taken and failed (or not) later.
+    bad: list[dict[str, Any]] = [
+        {"load_messages": "no"},
+        {"load_messages": ""},
+        {"store_inputs": "false"},
+        {"store_outputs": 0},
+        {"store_context_messages": 1},
+        {"store_context_messages": None},
+        {"store_context_from": "rag"},
+        {"store_context_from": ["rag"]},
+        {"store_context_from": {"rag", 5}},
+        {"source_id": ""},
+        {"source_id": None},
+        {"source_id": 5},
+    ]
+    for kwargs in bad:
+        with pytest.raises(InvalidArgumentError):
+            AgentiumHistoryProvider(runtime, ANA, **kwargs)
+    # The error HarnessRuntime.append raises for it, now at once, not at the first save.
+    with pytest.raises(IdentityError, match="recall_scope must be a RecallScope or None"):
+        AgentiumHistoryProvider(runtime, ANA, recall_scope="project-x")  # type: ignore[arg-type]
+    provider = AgentiumHistoryProvider(
+        runtime,
+        ANA,
+        source_id="history",
+        load_messages=False,
+        store_inputs=False,
+        store_context_messages=True,
+        store_context_from=frozenset({"rag"}),
+        store_outputs=False,
+    )
+    assert (provider.source_id, provider.load_messages, provider.store_inputs) == ("history", False, False)
+    assert provider.store_context_from == {"rag"} and provider.store_outputs is False
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 0
 
 
 async def test_foreign_or_damaged_history_fails_closed(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from agentium_harness import (
 )
 from agentium_harness.plugin_api import SessionKey
 
+from ._arguments import checked_options
 from ._messages import (
     MESSAGE_FORMAT,
     ForeignMessageError,
@@ -157,7 +158,15 @@ class AgentiumHistoryProvider(HistoryProvider):
         store_context_from: set[str] | None = None,
         store_outputs: bool = True,
     ) -> None:
-        """Bind the provider to ``runtime`` and the host-verified ``identity``; bad arguments raise."""
+        """Bind the provider to ``runtime`` and the host-verified ``identity``; bad arguments raise.
+
+        ``InvalidArgumentError`` for a bound, ``busy_timeout_s``, ``source_id``
+        (a non-empty str) or ``store_context_from`` (a set of str, or ``None``)
+        of the wrong type or range, and for a flag (``load_messages``,
+        ``store_inputs``, ``store_context_messages``, ``store_outputs``) that
+        is not exactly ``True`` or ``False``; ``IdentityError`` for an identity
+        or a ``recall_scope`` of the wrong type.
+        """
         # InvalidArgumentError is a TypeError and a ValueError: callers catching those still do.
         if not isinstance(runtime, HarnessRuntime):
             raise InvalidArgumentError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
@@ -178,6 +187,17 @@ class AgentiumHistoryProvider(HistoryProvider):
             or not 0 <= busy_timeout_s <= 3600
         ):
             raise InvalidArgumentError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
+        source_id, store_context_from = checked_options(
+            source_id,
+            {
+                "load_messages": load_messages,
+                "store_inputs": store_inputs,
+                "store_context_messages": store_context_messages,
+                "store_outputs": store_outputs,
+            },
+            store_context_from,
+            recall_scope,
+        )
         super().__init__(
             source_id,
             load_messages=load_messages,
