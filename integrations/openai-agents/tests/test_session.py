@@ -489,6 +489,25 @@ async def test_bad_constructor_arguments_raise_the_typed_error(runtime: HarnessR
     assert AgentiumSession(runtime, ANA, "chat-1", session_settings={"limit": 3}).session_settings.limit == 3
 
 
+async def test_a_settings_limit_or_recall_scope_of_the_wrong_type_is_refused_at_construction(
+    runtime: HarnessRuntime,
+) -> None:
+    # The SDK's coercion made True a limit of 1 and "3" or 2.0 a limit of 3 or 2, which
+    # get_items(limit) refuses; a recall_scope of the wrong type failed only at the first add_items.
+    for limit in (True, False, "3", 2.0):
+        with pytest.raises(InvalidArgumentError, match=r"session_settings\.limit must be an int"):
+            AgentiumSession(runtime, ANA, "chat-1", session_settings={"limit": limit})
+    with pytest.raises(IdentityError, match="recall_scope must be a RecallScope or None"):
+        AgentiumSession(runtime, ANA, "chat-1", recall_scope="project-x")  # type: ignore[arg-type]
+    # A limit of an int subclass is taken as its value: its own comparisons never run.
+    hostile = type("Hostile", (int,), {"__lt__": _raise, "__le__": _raise, "__eq__": _raise})
+    session = AgentiumSession(runtime, ANA, "chat-1", session_settings={"limit": -1})
+    await session.add_items(turn(0))
+    assert len(await session.get_items(hostile(1))) == 1
+    assert len(await session.get_items()) == 2
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 1
+
+
 async def test_a_closed_session_refuses_every_call(runtime: HarnessRuntime) -> None:
     session = AgentiumSession(runtime, ANA, "chat-1")
     session.close()

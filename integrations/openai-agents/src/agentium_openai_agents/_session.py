@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -18,6 +19,7 @@ from agentium_harness import (
     HarnessRuntime,
     HistoryGroup,
     HistoryPage,
+    IdentityError,
     InvalidArgumentError,
     Message,
     ReadFence,
@@ -45,16 +47,20 @@ T = TypeVar("T")
 _READ_RESTARTS: Final = 3
 
 
-def _check_limit(limit: object, what: str) -> None:
-    """Refuse a ``get_items`` limit that is not an int (or ``None``): a bool, a float or a str.
+def _check_limit(limit: object, what: str) -> int | None:
+    """A ``get_items`` limit as a plain int (or ``None``); one that is not an int is refused.
 
     A float reached ``read_history`` as a page size it refuses in its own words, a str raised a
-    bare ``TypeError`` comparing it with 0, and ``True`` read one item.
+    bare ``TypeError`` comparing it with 0, and ``True`` read one item. An int subclass is taken
+    as its value (``operator.index`` runs none of its methods): its own comparisons never run.
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int):
         raise InvalidArgumentError(
             f"{what} must be an int or None, got {type(limit).__name__}; nothing was read"
         )
+    return operator.index(limit)
 
 
 def _listed(items: Sequence[Any]) -> list[Any]:
@@ -139,8 +145,11 @@ class AgentiumSession:
         ``session_settings`` (``limit``: the default ``get_items`` limit) is
         coerced like the SDK's own sessions do. ``recall_scope`` narrows the
         session's recall as ``HarnessRuntime.append`` does. Bad arguments
-        raise at once (``IdentityError``, ``InvalidIdError``,
-        ``InvalidArgumentError``: a ``TypeError`` and a ``ValueError``).
+        raise at once (``IdentityError`` for the identity or a
+        ``recall_scope`` that is no ``RecallScope``, ``InvalidIdError``,
+        ``InvalidArgumentError``: a ``TypeError`` and a ``ValueError``); a
+        ``session_settings`` dict's ``limit`` must be an int or ``None``, as
+        ``get_items``'s is (the SDK would coerce ``True`` or ``"3"``).
         """
         if not isinstance(runtime, HarnessRuntime):
             raise InvalidArgumentError(f"runtime must be a HarnessRuntime, got {type(runtime).__name__}")
@@ -156,6 +165,15 @@ class AgentiumSession:
             or not 0 <= busy_timeout_s <= 3600
         ):
             raise InvalidArgumentError(f"busy_timeout_s must be 0 to 3600 seconds, got {busy_timeout_s!r}")
+        if recall_scope is not None and not isinstance(recall_scope, RecallScope):
+            # The error HarnessRuntime.append raises for it: at once, not at the first add_items.
+            raise IdentityError(
+                f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "
+                "build it with RecallScope(project=..., repository=...)"
+            )
+        if isinstance(session_settings, dict):
+            # The SDK's coercion would make True a limit of 1 and "3" or 2.0 one of 3 or 2.
+            _check_limit(session_settings.get("limit"), "session_settings.limit")
         settings = SessionSettings()
         if session_settings is not None:
             try:
@@ -193,9 +211,8 @@ class AgentiumSession:
         Reads only the newest groups it needs (a group holds at least one item).
         """
         self._check_open()
-        _check_limit(limit, "limit")
-        wanted = resolve_session_limit(limit, self.session_settings)
-        _check_limit(wanted, "session_settings.limit")
+        limit = _check_limit(limit, "limit")
+        wanted = _check_limit(resolve_session_limit(limit, self.session_settings), "session_settings.limit")
         if wanted is not None and wanted < 0:
             wanted = None
         if wanted == 0:
