@@ -531,6 +531,22 @@ def test_a_provider_declaring_health_check_must_implement_health() -> None:
         )
 
 
+def _nested(depth: int) -> dict[str, Any]:
+    """An extra_body nesting objects ``depth`` levels deep (itself the first)."""
+    body: dict[str, Any] = {}
+    inner = body
+    for _ in range(depth - 1):
+        inner["x"] = {}
+        inner = inner["x"]
+    return body
+
+
+def _cyclic() -> list[Any]:
+    loop: list[Any] = []
+    loop.append(loop)
+    return loop
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -543,6 +559,15 @@ def test_a_provider_declaring_health_check_must_implement_health() -> None:
         {"extra_body": {"stream": True}},
         {"extra_body": {"top_p": float("nan")}},
         {"organization": 5},
+        # A RecursionError escaped from the check of a deep or cyclic extra_body, and an int with
+        # more digits than JSON encoding takes raised a bare ValueError from every complete().
+        {"extra_body": _nested(10_000)},
+        {"extra_body": _nested(65)},
+        {"extra_body": {"x": _cyclic()}},
+        {"extra_body": {"x": 10**5000}},
+        {"extra_body": {"x": [-(2**64)]}},
+        {"seed": 10**5000},
+        {"seed": 2**64},
     ],
     ids=lambda options: next(iter(options)),
 )
@@ -550,6 +575,12 @@ def test_a_bad_option_built_directly_is_the_librarys_invalid_argument_error(opti
     """A host building the config in code gets the typed error, as the core's own options give."""
     with pytest.raises(InvalidArgumentError):
         OpenAIProviderConfig(**{"model": "stub-model", **options})
+
+
+def test_the_widest_extra_body_and_seed_are_taken() -> None:
+    widest = {"x": _nested(63), "low": -(2**63), "high": 2**64 - 1}
+    config = OpenAIProviderConfig(model="stub-model", seed=2**64 - 1, extra_body=widest)
+    assert config.extra_body == widest and config.seed == 2**64 - 1
 
 
 def test_a_provider_built_from_something_else_is_an_invalid_argument_error() -> None:

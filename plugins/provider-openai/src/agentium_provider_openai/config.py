@@ -140,9 +140,20 @@ _retries = bounded_count(minimum=0, ceiling=10)
 _optional_positive_int = bounded_count(optional=True)
 
 
+#: The integers a request body may carry: 64-bit, signed or not. A server reads no larger one,
+#: and past 4300 digits JSON encoding raised a bare ValueError from every call.
+MIN_BODY_INT: Final = -(2**63)
+MAX_BODY_INT: Final = 2**64 - 1
+#: How deep ``extra_body`` may nest arrays and objects (itself the first level).
+MAX_EXTRA_BODY_DEPTH: Final = 64
+
+
 def _optional_int(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
         raise InvalidArgumentError(f"{attribute.name} must be an integer or left out, got {value!r}")
+    if value is not None and not MIN_BODY_INT <= value <= MAX_BODY_INT:
+        # Not shown: an int of many digits cannot even be turned into text.
+        raise InvalidArgumentError(f"{attribute.name} must be a 64-bit integer (-2**63 to 2**64 - 1)")
 
 
 def _int_in(low: int, high: int) -> Callable[[Any, attrs.Attribute[Any], object], None]:
@@ -175,24 +186,31 @@ def _is_unicode(text: str) -> bool:
     return True
 
 
-def _json_value(value: object, where: str) -> None:
+def _json_value(value: object, where: str, depth: int = 1) -> None:
     if isinstance(value, str) and not _is_unicode(value):
         raise InvalidArgumentError(f"{where} must be valid Unicode text (it holds a lone surrogate)")
+    if isinstance(value, int) and not isinstance(value, bool) and not MIN_BODY_INT <= value <= MAX_BODY_INT:
+        raise InvalidArgumentError(f"{where} must be a 64-bit integer (-2**63 to 2**64 - 1)")
     if value is None or isinstance(value, bool | int | str):
         return
+    if isinstance(value, list | dict) and depth > MAX_EXTRA_BODY_DEPTH:
+        # A deeper (or cyclic) value raised a bare RecursionError here.
+        raise InvalidArgumentError(
+            f"extra_body may nest arrays and objects at most {MAX_EXTRA_BODY_DEPTH} levels deep"
+        )
     if isinstance(value, float):
         if not math.isfinite(value):
             raise InvalidArgumentError(f"{where} must be a finite number")
         return
     if isinstance(value, list):
         for i, item in enumerate(value):
-            _json_value(item, f"{where}[{i}]")
+            _json_value(item, f"{where}[{i}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str) or not _is_unicode(key):
                 raise InvalidArgumentError(f"{where} keys must be strings of valid Unicode text")
-            _json_value(item, f"{where}.{key}")
+            _json_value(item, f"{where}.{key}", depth + 1)
         return
     raise InvalidArgumentError(f"{where} must be plain JSON data, got {type(value).__name__}")
 
@@ -238,9 +256,11 @@ class OpenAIProviderConfig:
       text part of the turn's first user message, for chat templates that require
       strictly alternating user and assistant messages. Either way the source data is
       never merged into the instructions.
-    - ``temperature``, ``max_completion_tokens``, ``seed``: sampling options, sent only when set.
+    - ``temperature``, ``max_completion_tokens``, ``seed``: sampling options, sent only when set
+      (``seed`` a 64-bit integer).
     - ``extra_body``: further plain-JSON request fields (``top_p``, ``max_tokens`` for servers
-      that want it); it may not set the conversation, model, tools, ``stream`` or ``n``.
+      that want it); it may not set the conversation, model, tools, ``stream`` or ``n``, nest
+      more than 64 levels deep or hold an integer that is not 64-bit.
     - ``max_reply_bytes``: the largest chat completion body read, in bytes (default 4 MiB,
       1024 to 256 MiB). A larger body is refused while it arrives, before any of it is parsed.
     - ``max_tool_arguments_bytes``: the largest ``arguments`` of one tool call, in UTF-8
