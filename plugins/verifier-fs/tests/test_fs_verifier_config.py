@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -212,6 +214,12 @@ def test_an_instance_declares_the_evidence_kinds_its_config_lists(
     )
 
 
+def _raising(first: object) -> Iterator[object]:
+    """An iterable that yields ``first``, then raises."""
+    yield first
+    raise RuntimeError("hostile")
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -224,6 +232,11 @@ def test_an_instance_declares_the_evidence_kinds_its_config_lists(
         ({"test_records": ["../x.xml"]}, "paths stay under root"),
         ({"root": 5}, "root must be a non-empty directory path"),
         ({"test_records": ["a.xml"], "artifacts": [{"path": "b", "sha256": "abc"}]}, "64 hex digits"),
+        # An iterable whose iteration raised let that error escape, and an endless one never returned.
+        ({"test_records": _raising("a.xml")}, "test_records could not be iterated"),
+        ({"artifacts": _raising({"path": "a", "sha256": DIGEST})}, "artifacts could not be iterated"),
+        ({"test_records": itertools.repeat("a.xml")}, "test_records may list at most 256"),
+        ({"artifacts": itertools.repeat({"path": "a", "sha256": DIGEST})}, "artifacts may list at most 256"),
     ],
 )
 def test_bad_options_are_typed_errors(root: Path, options: dict[str, object], message: str) -> None:

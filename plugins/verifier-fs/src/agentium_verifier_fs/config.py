@@ -138,7 +138,19 @@ def _root(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None
 def _listed(value: object, what: str, items: str) -> tuple[object, ...]:
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
         raise InvalidArgumentError(f"{what} must be a list of {items}, got {type(value).__name__}")
-    return tuple(value)
+    # A loop, not tuple(): an iterable that never ends is cut off past the bound (tuple() never
+    # returned), and what a host's own iterable raises is this error, not its own.
+    given: list[object] = []
+    try:
+        for item in value:
+            given.append(item)
+            if len(given) > _MAX_ITEMS:
+                raise InvalidArgumentError(f"{what} may list at most {_MAX_ITEMS} paths")
+    except InvalidArgumentError:
+        raise
+    except Exception as exc:
+        raise InvalidArgumentError(f"{what} could not be iterated ({type(exc).__name__} raised)") from exc
+    return tuple(given)
 
 
 def _artifact(value: object, index: int) -> ExpectedArtifact:
