@@ -91,6 +91,13 @@ async def test_a_ctx_that_is_not_an_op_context_is_an_invalid_argument(bad: objec
         await embedder.health(bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("bad", ["x", {"threads": 2}, 5])
+def test_a_config_that_is_not_a_minilm_config_is_an_invalid_argument(bad: object) -> None:
+    # It raised a bare AttributeError ('dict' object has no attribute 'max_batch').
+    with pytest.raises(InvalidArgumentError, match="config must be a MiniLMConfig or None"):
+        MiniLMEmbedder(bad)  # type: ignore[arg-type]
+
+
 async def test_the_call_returns_when_its_signal_is_cancelled_while_a_batch_runs() -> None:
     """No deadline, a worker held inside a batch: cancelling the signal still ends the call, typed."""
     embedder = MiniLMEmbedder()

@@ -306,6 +306,13 @@ class MiniLMEmbedder(Embedder):
     )
 
     def __init__(self, config: MiniLMConfig | None = None) -> None:
+        """Build the embedder for ``config`` (defaults: :class:`MiniLMConfig`); the weights load later.
+
+        A ``config`` that is no :class:`MiniLMConfig` (a dict of options, say) is refused with
+        :class:`InvalidArgumentError`.
+        """
+        if config is not None and not isinstance(config, MiniLMConfig):
+            raise InvalidArgumentError(f"config must be a MiniLMConfig or None, got {type(config).__name__}")
         self._config = config if config is not None else MiniLMConfig()
         self.max_batch = self._config.max_batch
         self._loaded: _Model | None = None
