@@ -94,6 +94,19 @@ def test_require_row_security_must_be_a_bool() -> None:
     assert PostgresConfig(dsn="host=x", require_row_security=True).require_row_security is True
 
 
+@pytest.mark.parametrize(
+    "adapter", [PostgresArchive, PostgresSessionStore, PostgresRecallStore, PostgresMemoryStore]
+)
+def test_an_adapter_built_from_something_else_is_refused_typed(adapter: Any) -> None:
+    # A dict of options, a DSN string or None was taken, and failed only at the first call (a bare
+    # AttributeError); lending a pool and a connection together raised a bare ValueError.
+    for bad in ({"dsn": "host=x"}, "host=x", None):
+        with pytest.raises(InvalidArgumentError, match="config must be a PostgresConfig"):
+            adapter(bad)
+    with pytest.raises(InvalidArgumentError, match="lend a pool or a connection, not both"):
+        adapter(PostgresConfig(dsn="host=x"), pool=object(), connection=object())
+
+
 async def test_an_unreachable_server_fails_by_the_deadline_with_a_typed_error() -> None:
     config = PostgresConfig(
         dsn=f"host=127.0.0.1 port={free_port()} dbname=x user=u password={WRONG}", connect_timeout_s=1

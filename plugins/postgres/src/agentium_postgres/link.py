@@ -47,7 +47,7 @@ import psycopg
 import psycopg.errors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from agentium_harness import AgentiumError
+from agentium_harness import AgentiumError, InvalidArgumentError
 from agentium_harness.plugin_api import (
     OpContext,
     OperationCancelledError,
@@ -106,8 +106,11 @@ class PgLink:
         name: str,
         needs: tuple[str, ...],
     ) -> None:
+        # Checked here, for every adapter: a dict of options or a DSN failed only at the first call.
+        if not isinstance(config, PostgresConfig):
+            raise InvalidArgumentError(f"config must be a PostgresConfig, got {type(config).__name__}")
         if pool is not None and connection is not None:
-            raise ValueError("lend a pool or a connection, not both")
+            raise InvalidArgumentError("lend a pool or a connection, not both")
         self._config = config
         self._lent_pool = pool
         self._lent_connection = connection
