@@ -158,6 +158,14 @@ def test_bad_options_are_refused_with_the_typed_error_and_flags_must_be_bools() 
     assert S3Config(bucket="agentium-tests", etag_is_md5=False).etag_is_md5 is False
 
 
+@pytest.mark.parametrize("adapter", [S3Archive, S3SessionStore])
+def test_an_adapter_built_from_something_else_is_refused_typed(adapter: Any) -> None:
+    # A dict of options, a bucket name or None raised a bare AttributeError (no max_concurrency).
+    for bad in ({"bucket": "agentium-tests"}, "agentium-tests", None):
+        with pytest.raises(InvalidArgumentError, match="config must be an S3Config"):
+            adapter(bad)
+
+
 # -- hostile scope ids ------------------------------------------------------------------------------
 
 

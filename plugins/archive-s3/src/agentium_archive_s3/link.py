@@ -48,7 +48,7 @@ import attrs
 # machinery, so make_client imports them: listing plugins (``agentium plugins``) need not pay.
 import botocore.exceptions
 
-from agentium_harness import AgentiumError
+from agentium_harness import AgentiumError, InvalidArgumentError
 from agentium_harness.plugin_api import OpContext, OperationCancelledError, PerLoop
 
 from .config import S3Config, redact_endpoint
@@ -180,6 +180,9 @@ class S3Link:
     def __init__(
         self, config: S3Config, client: S3Client | None, *, family: type[S3Error], name: str
     ) -> None:
+        # Checked here, for both adapters: a dict of options raised a bare AttributeError below.
+        if not isinstance(config, S3Config):
+            raise InvalidArgumentError(f"config must be an S3Config, got {type(config).__name__}")
         self.config = config
         self.family = family
         self.name = name
