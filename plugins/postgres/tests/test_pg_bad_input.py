@@ -105,6 +105,11 @@ def test_an_adapter_built_from_something_else_is_refused_typed(adapter: Any) -> 
             adapter(bad)
     with pytest.raises(InvalidArgumentError, match="lend a pool or a connection, not both"):
         adapter(PostgresConfig(dsn="host=x"), pool=object(), connection=object())
+    # A lent pool or connection of another kind raised a bare AttributeError at the first call.
+    with pytest.raises(InvalidArgumentError, match=r"pool must be a psycopg_pool\.AsyncConnectionPool"):
+        adapter(PostgresConfig(dsn="host=x"), pool=object())
+    with pytest.raises(InvalidArgumentError, match=r"connection must be a psycopg\.AsyncConnection"):
+        adapter(PostgresConfig(dsn="host=x"), connection="host=x")
 
 
 async def test_an_unreachable_server_fails_by_the_deadline_with_a_typed_error() -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "checked_expected_revision",
     "checked_groups",
     "checked_key",
+    "checked_lending",
     "checked_refs",
     "checked_sequence",
     "checked_text",
@@ -70,3 +71,30 @@ def checked_expected_revision(expected: object, operation: str) -> int | None:
     server, as the port says.
     """
     return None if expected is None else checked_count(expected, "expected_revision", operation)
+
+
+def checked_lending(config: object, pool: object, connection: object) -> None:
+    """Refuse a ``config`` that is no ``PostgresConfig``, and a lent pool or connection of another kind.
+
+    Each was taken and failed only at the first call, with a bare ``AttributeError``
+    (a dict of options, a DSN string, an object that is no pool); lending a pool and a
+    connection together raised a bare ``ValueError``.
+    """
+    # Imported here: listing the plugin must not load the client library.
+    import psycopg
+    from psycopg_pool import AsyncConnectionPool
+
+    from .config import PostgresConfig
+
+    if not isinstance(config, PostgresConfig):
+        raise InvalidArgumentError(f"config must be a PostgresConfig, got {type(config).__name__}")
+    if pool is not None and connection is not None:
+        raise InvalidArgumentError("lend a pool or a connection, not both")
+    if pool is not None and not isinstance(pool, AsyncConnectionPool):
+        raise InvalidArgumentError(
+            f"pool must be a psycopg_pool.AsyncConnectionPool, got {type(pool).__name__}"
+        )
+    if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
+        raise InvalidArgumentError(
+            f"connection must be a psycopg.AsyncConnection, got {type(connection).__name__}"
+        )

@@ -47,14 +47,14 @@ import psycopg
 import psycopg.errors
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from agentium_harness import AgentiumError, InvalidArgumentError
+from agentium_harness import AgentiumError
 from agentium_harness.plugin_api import (
     OpContext,
     OperationCancelledError,
     PerLoop,
 )
 
-from .args import checked_ctx
+from .args import checked_ctx, checked_lending
 from .calls import (
     CLIENT_SLACK_S,
     SETTLE_S,
@@ -106,11 +106,7 @@ class PgLink:
         name: str,
         needs: tuple[str, ...],
     ) -> None:
-        # Checked here, for every adapter: a dict of options or a DSN failed only at the first call.
-        if not isinstance(config, PostgresConfig):
-            raise InvalidArgumentError(f"config must be a PostgresConfig, got {type(config).__name__}")
-        if pool is not None and connection is not None:
-            raise InvalidArgumentError("lend a pool or a connection, not both")
+        checked_lending(config, pool, connection)  # for every adapter, before anything is kept
         self._config = config
         self._lent_pool = pool
         self._lent_connection = connection
