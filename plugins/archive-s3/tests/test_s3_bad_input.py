@@ -9,6 +9,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+import boto3
 import pytest
 from s3_helpers import BUCKET, live_keys, make_config
 from s3_servers import S3Server, free_port
@@ -164,6 +165,11 @@ def test_an_adapter_built_from_something_else_is_refused_typed(adapter: Any) -> 
     for bad in ({"bucket": "agentium-tests"}, "agentium-tests", None):
         with pytest.raises(InvalidArgumentError, match="config must be an S3Config"):
             adapter(bad)
+    # A lent client of another kind raised a bare AttributeError ('object' has no 'meta') at the first call.
+    config = S3Config(bucket="agentium-tests")
+    for client in (object(), "s3", boto3.client("sqs", region_name="us-east-1")):
+        with pytest.raises(InvalidArgumentError, match="client must be a boto3 S3 client"):
+            adapter(config, client=client)
 
 
 # -- hostile scope ids ------------------------------------------------------------------------------

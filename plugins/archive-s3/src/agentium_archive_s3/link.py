@@ -46,6 +46,7 @@ import attrs
 
 # botocore.exceptions is cheap (tens of ms); boto3 and botocore.config pull in the whole client
 # machinery, so make_client imports them: listing plugins (``agentium plugins``) need not pay.
+import botocore.client
 import botocore.exceptions
 
 from agentium_harness import AgentiumError, InvalidArgumentError
@@ -183,6 +184,13 @@ class S3Link:
         # Checked here, for both adapters: a dict of options raised a bare AttributeError below.
         if not isinstance(config, S3Config):
             raise InvalidArgumentError(f"config must be an S3Config, got {type(config).__name__}")
+        # A lent client of another kind failed only at the first call, with a bare AttributeError.
+        if client is not None and not (
+            isinstance(client, botocore.client.BaseClient) and client.meta.service_model.service_name == "s3"
+        ):
+            raise InvalidArgumentError(
+                f"client must be a boto3 S3 client (boto3.client('s3')), got {type(client).__name__}"
+            )
         self.config = config
         self.family = family
         self.name = name
