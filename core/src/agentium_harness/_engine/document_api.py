@@ -30,7 +30,7 @@ from .._errors import (
     UnsupportedOperationError,
 )
 from .._observe.spans import using
-from .._observe.turn import settings_of
+from .._observe.turn import settings_of, traced_operation
 from .._ports._base import capabilities_of
 from .._ports.recall import RecallStore, SourceOwner, SourceRef, document_source_id
 from .._text import error_text
@@ -208,7 +208,11 @@ class DocumentOperations:
         store = _document_store(runtime)
         fence = ErasureFence(runtime.session_store, timeout)
         admitted = False
-        with using(settings_of(runtime)):  # its store calls record where the runtime's do (Telemetry)
+        # One span for the whole write (its fence's reads, index, take-back), under the runtime's Telemetry.
+        user, session = who.user or "", who.session or ""
+        with traced_operation(
+            runtime, "document index", who.tenant, user, session, name="agentium.document.index"
+        ):
             try:
                 async with runtime.parts.admission.admit_shared(None, "document index", timeout) as ticket:
                     admitted = True

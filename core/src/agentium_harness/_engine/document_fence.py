@@ -51,6 +51,7 @@ from .._errors import (
     InvalidArgumentError,
     UnsupportedOperationError,
 )
+from .._observe.spans import current_span_event, error_type, internal_span
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.recall import RecallStore, SourceOwner, SourceRef
 from .._ports.sessions import SessionStore
@@ -166,11 +167,14 @@ async def index_document_fenced(
     async def take_back(_: object) -> None:
         # It landed after the caller walked away, and the second read never ran: run it now, and
         # take the document back from a covering erasure that began since the first read.
-        record = await fence.covering_since(seen)
-        if record is not None:
-            late = Ticket(None, "recall delete (late)", fence.timeout_s)
-            await late.call("recall delete", lambda ctx: store.delete_document(owner, doc_id, ctx))
-            _log.warning("a document indexed past its deadline during an erasure was taken back")
+        # The index's span ended when the call was abandoned: the late check has one of its own.
+        with internal_span("agentium.document.late_take_back", {"agentium.operation": "recall index"}):
+            record = await fence.covering_since(seen)
+            if record is not None:
+                late = Ticket(None, "recall delete (late)", fence.timeout_s)
+                await late.call("recall delete", lambda ctx: store.delete_document(owner, doc_id, ctx))
+                _log.warning("a document indexed past its deadline during an erasure was taken back")
+                current_span_event("agentium.document.taken_back", {"agentium.document.write": "late"})
 
     try:
         ref = await ticket.call(
@@ -191,6 +195,7 @@ async def index_document_fenced(
         record = await fence.covering_since(seen)
     except Exception as exc:  # the write stands: said in the notes, never a bare error after a commit
         _log.warning("document indexing not confirmed against erasures: %s", type(exc).__name__)
+        current_span_event("agentium.document.unconfirmed", {"error.type": error_type(exc)})
         return ref, (f"the document was not checked again against erasures under way ({type(exc).__name__})",)
     if record is None:
         return ref, ()
@@ -202,11 +207,13 @@ async def index_document_fenced(
         )
     except Exception as exc:
         _log.warning("a document indexed during an erasure could not be taken back: %s", type(exc).__name__)
+        current_span_event("agentium.document.take_back_failed", {"error.type": error_type(exc)})
         refused = write.refusal(
             record,
             f"the document was indexed meanwhile and deleting it failed ({type(exc).__name__}): "
             "erase the scope again",
         )
         raise marked(refused, CommitState.UNKNOWN) from exc
+    current_span_event("agentium.document.taken_back", {"agentium.document.write": "answered"})
     refused = write.refusal(record, "the document, indexed meanwhile, was deleted: it was not kept")
     raise marked(refused, CommitState.NOT_COMMITTED)

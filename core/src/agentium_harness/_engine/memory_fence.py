@@ -30,7 +30,8 @@ late take-back), before the cancellation goes on (:func:`fence_confirm`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,8 @@ import anyio
 import attrs
 
 from .._errors import AgentiumError, ContractViolationError, ErasureInProgressError, MemoryFactNotFoundError
+from .._observe import spans as observe
+from .._observe.settings import Resolved
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
 from .._ports.memory import AckStatus, GroupRef, MemoryAck, MemoryScope
 from .._ports.sessions import SessionStore
@@ -51,9 +54,40 @@ from .memory.work import outside_owned_work
 if TYPE_CHECKING:
     from .memory.manager import MemoryManager
 
-__all__ = ["ErasureFence", "FenceCheck", "fence_check", "fence_confirm", "fence_memory", "late_take_back"]
+__all__ = [
+    "ErasureFence",
+    "FenceCheck",
+    "fence_check",
+    "fence_confirm",
+    "fence_memory",
+    "late_take_back",
+    "write_span",
+]
 
 _log = logging.getLogger("agentium.engine.memory")
+
+
+@contextmanager
+def write_span(telemetry: Resolved | None, operation: str) -> Iterator[observe.Span | observe.NullSpan]:
+    """The ``create_memory`` / ``update_memory`` span of a write, around its fence as well as its store call.
+
+    Open before the fence's first read and closed after its second (and any
+    take-back), so what the fence finds has a span to land on even for a
+    host calling the manager outside a turn; the store call inside opens no
+    span of its own (:data:`.spans.CALLER_TRACED`), so the operation is one span.
+    """
+    name = observe.MEMORY_OPERATIONS[operation]
+    with observe.using(telemetry):  # the manager's own (``None``: a turn's, or the global providers)
+        with observe.operation(name, name, **{"agentium.operation": operation}) as span:
+            yield span
+
+
+def _event(name: str, when: str, exc: BaseException | None = None) -> None:
+    """A degraded outcome of the fence as an event on the span current (the write's): no ids, no content."""
+    attributes = {"agentium.memory.write": when}
+    if exc is not None:
+        attributes["error.type"] = observe.error_type(exc)
+    observe.current_span_event(name, attributes)
 
 
 def _refusal(scope: MemoryScope, record: ErasureRecord, outcome: str) -> ErasureInProgressError:
@@ -115,7 +149,11 @@ async def fence_check(
 
 
 async def fence_confirm(
-    seen: FenceCheck | None, manager: MemoryManager, owner: MemoryScope, ack: MemoryAck
+    seen: FenceCheck | None,
+    manager: MemoryManager,
+    owner: MemoryScope,
+    ack: MemoryAck,
+    span: observe.Span | observe.NullSpan = observe.NULL,
 ) -> MemoryAck:
     """After the store acknowledged ``ack``: take the fact back and refuse if an erasure took its scope.
 
@@ -127,8 +165,10 @@ async def fence_confirm(
     A cancellation from the store's answer on (a drain cancelling the owned
     work, ``aclose()``, the host) is not let strand a fact an erasure took:
     the check and the forget run again, shielded from it and bounded, and
-    the cancellation goes on (:func:`_take_back_cancelled`).
+    the cancellation goes on (:func:`_take_back_cancelled`). ``span`` (the
+    write's, :func:`write_span`) is told the acknowledgment.
     """
+    span.result(ack)
     if seen is None or ack.fact_id is None:
         return ack
     try:
@@ -146,6 +186,7 @@ async def _confirm(
         record = await seen.fence.covering_since(seen)
     except Exception as exc:  # the write stands: said in the ack, never a bare error after a commit
         _log.warning("memory write not confirmed against erasures: %s", type(exc).__name__)
+        _event("agentium.memory.unconfirmed", "answered", exc)
         note = f"the write was not checked again against erasures under way ({type(exc).__name__})"
         return attrs.evolve(ack, notes=(*ack.notes, note))
     if record is None:
@@ -169,11 +210,13 @@ async def _confirm(
         pass  # the erasure removed it already
     except AgentiumError as exc:
         _log.warning("a fact written during an erasure could not be taken back: %s", type(exc).__name__)
+        _event("agentium.memory.take_back_failed", "answered", exc)
         raise seen.write.refusal(
             record,
             f"fact {fact_id} was written meanwhile and taking it back failed ({type(exc).__name__}): "
             "forget it (agentium memory forget)",
         ) from exc
+    _event("agentium.memory.taken_back", "answered")  # the caller is told too: the refusal below
     raise seen.write.refusal(record, f"fact {fact_id}, written meanwhile, was forgotten: it was not kept")
 
 
@@ -198,9 +241,11 @@ async def _take_back_cancelled(
                 "a fact written during an erasure, its write then cancelled, could not be taken back: %s",
                 type(exc).__name__,
             )
+            _event("agentium.memory.take_back_failed", "cancelled", exc)
             return
     if taken:
         _log.warning("a fact written during an erasure, its write then cancelled, was taken back")
+        _event("agentium.memory.taken_back", "cancelled")
 
 
 def late_take_back(
@@ -224,28 +269,44 @@ def late_take_back(
         return None
 
     async def take_back(raw: object) -> None:
-        try:
-            ack = checked_ack(raw, operation, asked)
-        except ContractViolationError:
-            _log.warning(
-                "%s landed past its deadline with an answer that is no acknowledgment of it", operation
-            )
-            return
-        if ack.status is not AckStatus.STORED or ack.fact_id is None:
-            return
-        try:
-            # This runs in a copy of the abandoned call's context: in owned work a drain abandoned,
-            # its calls' parent signal is the item's, cancelled by that drain; the forget is not its.
-            taken = await _forget_if_erased(seen, manager, owner, ack.fact_id)
-        except MemoryFactNotFoundError:
-            return  # the erasure removed it already
-        except AgentiumError as exc:
-            _log.warning("a fact written past its deadline could not be taken back: %s", type(exc).__name__)
-            return
-        if taken:
-            _log.warning("a fact written past its deadline during an erasure was taken back")
+        # The write's span ended when the call was abandoned: the late check has one of its own.
+        late = observe.internal_span("agentium.memory.late_take_back", {"agentium.operation": operation})
+        # In a copy of the abandoned call's context: the telemetry it recorded under still holds.
+        with late:
+            await _take_back_late(seen, manager, owner, raw, operation, asked)
 
     return take_back
+
+
+async def _take_back_late(
+    seen: FenceCheck,
+    manager: MemoryManager,
+    owner: MemoryScope,
+    raw: object,
+    operation: str,
+    asked: str | None,
+) -> None:
+    try:
+        ack = checked_ack(raw, operation, asked)
+    except ContractViolationError as exc:
+        _log.warning("%s landed past its deadline with an answer that is no acknowledgment of it", operation)
+        _event("agentium.memory.late_answer_refused", "late", exc)
+        return
+    if ack.status is not AckStatus.STORED or ack.fact_id is None:
+        return
+    try:
+        # This runs in a copy of the abandoned call's context: in owned work a drain abandoned,
+        # its calls' parent signal is the item's, cancelled by that drain; the forget is not its.
+        taken = await _forget_if_erased(seen, manager, owner, ack.fact_id)
+    except MemoryFactNotFoundError:
+        return  # the erasure removed it already
+    except AgentiumError as exc:
+        _log.warning("a fact written past its deadline could not be taken back: %s", type(exc).__name__)
+        _event("agentium.memory.take_back_failed", "late", exc)
+        return
+    if taken:
+        _log.warning("a fact written past its deadline during an erasure was taken back")
+        _event("agentium.memory.taken_back", "late")
 
 
 async def _forget_if_erased(

@@ -28,7 +28,10 @@ LOGGERS: dict[str, str] = {
     ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
-    "agentium.engine.recall": "recall partial or failed, omitted sources, contract violations, policy stops",
+    "agentium.engine.recall": (
+        "recall partial or failed, omitted sources, contract violations, policy stops, "
+        "host documents not confirmed against erasures or taken back (WARNING)"
+    ),
     "agentium.engine.request": "host sources omitted from the request (over the source budget)",
     "agentium.engine.turn": "model calls and tools: failed, timed out or refused tools, step limit",
     "agentium.engine.verification": "verifier unknown, failed or timed out, revisions, verdicts not accepted",
@@ -36,7 +39,7 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.summary": "summary updates: gaps, conflicts, failures, contract violations",
     "agentium.engine.memory": (
         "facts omitted or refused, selection failures, forgets refused, forged sources, "
-        "facts a listing may not hold"
+        "facts a listing may not hold, memory writes not confirmed against erasures or taken back (WARNING)"
     ),
     "agentium.engine.lifecycle": (
         "abandoned adapter calls, drains (incomplete: WARNING), shutdown, "

@@ -46,6 +46,7 @@ __all__ = [
     "current",
     "current_span_event",
     "error_type",
+    "internal_span",
     "operation",
     "stage",
     "tool",
@@ -444,8 +445,9 @@ MEMORY_OPERATIONS: dict[str, str] = {
     "memory history": "search_memory",
 }
 _MEMORY_NAMES = frozenset(MEMORY_OPERATIONS.values())
-#: Adapter calls whose span the caller opens itself, with what only it knows (the chat span).
-CALLER_TRACED = frozenset({"provider complete"})
+#: Adapter calls whose span the caller opens itself, with what only it knows: the chat span; a memory
+#: write's, around its erasure fence too (``memory_fence.write_span``).
+CALLER_TRACED = frozenset({"provider complete", "memory remember", "memory correct"})
 
 
 def adapter_call(operation_name: str) -> Span | NullSpan:
@@ -515,6 +517,14 @@ def client_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span 
     if active is None or active.tracer is None:
         return NULL
     return Span(active, name, _CLIENT, dict(attributes or {}))
+
+
+def internal_span(name: str, attributes: Mapping[str, Any] | None = None) -> Span | NullSpan:
+    """A span (kind ``INTERNAL``) of the engine's own work outside a stage (a late write's take-back)."""
+    active = current()
+    if active is None or active.tracer is None:
+        return NULL
+    return Span(active, name, INTERNAL_KIND, dict(attributes or {}))
 
 
 def current_span_event(name: str, attributes: Mapping[str, Any] | None = None) -> None:

@@ -61,7 +61,7 @@ from ..hooks import HookBroadcaster, broadcast
 from ..late_calls import FactScope, LateCalls
 from ..lifecycle import Ticket, close_owned
 from ..limits import RuntimeLimits
-from ..memory_fence import ErasureFence, fence_check, fence_confirm, late_take_back
+from ..memory_fence import ErasureFence, fence_check, fence_confirm, late_take_back, write_span
 from ..results import Diagnostic
 from ..unexpected import WriteProgress, typed_unexpected
 from .answers import (
@@ -159,10 +159,8 @@ class MemoryManager:
         self._closed = False
         #: Set by the runtime (or Agent, CLI) with a session store (:mod:`..memory_fence`): around each write.
         self._erasure_fence: ErasureFence | None = None
-        #: Its writes abandoned past their deadline, maybe still running: erasures wait for them.
-        self._late = LateCalls()
-        #: The limits of the runtime it belongs to (:func:`.limits.adopt_runtime_limits`).
-        self._runtime_limits: RuntimeLimits | None = None
+        self._late = LateCalls()  # its writes abandoned past their deadline, maybe running: erasures wait
+        self._runtime_limits: RuntimeLimits | None = None  # its runtime's (.limits.adopt_runtime_limits)
         if telemetry is not None and not isinstance(telemetry, Telemetry):
             raise InvalidArgumentError(f"telemetry must be a Telemetry, got {type(telemetry).__name__}")
         self._telemetry = telemetry.resolve() if telemetry is not None else None
@@ -195,9 +193,9 @@ class MemoryManager:
         writes: FactScope | None = None,
         on_late: Callable[[T], Awaitable[None]] | None = None,
     ) -> T:
-        # Spans: create_memory, update_memory, delete_memory, search_memory. ``timeout_s``: not the store's
-        # deadline (an extractor's model's). ``writes``: where it may add a fact; abandoned, it is in ``late``
-        # till it ends (erasures wait). In owned work, a drain's cancel sets the signal too (threads see it).
+        # Spans: delete_/search_memory (a write's: write_span). ``timeout_s``: not the store's deadline (an
+        # extractor's model's). ``writes``: where it may add a fact; abandoned, in ``late`` till it ends
+        # (erasures wait). In owned work, a drain's cancel sets the signal too (threads see it).
         with observe.using(self._telemetry):
             try:
                 ticket = Ticket(None, operation, self.limits.op_timeout_s, parent=current_work_signal())
@@ -259,18 +257,19 @@ class MemoryManager:
             reason = self._reject_reason(fact)
             if reason is not None:
                 return MemoryAck(AckStatus.REJECTED, reason=reason)
-            seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
-            progress.saving()
-            try:
-                raw = await self._call(
-                    "memory remember",
-                    lambda ctx: self.store.remember(fact, ctx),
-                    writes=FactScope(fact.scope, fact.provenance),
-                    on_late=late_take_back(seen, self, fact.scope, "memory remember"),
-                )
-            except MemoryRejectedError as exc:
-                return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
-            ack = await fence_confirm(seen, self, fact.scope, checked_ack(raw, "memory remember"))
+            with write_span(self._telemetry, "memory remember") as w:
+                seen = await fence_check(self._erasure_fence, fact.scope, fact.provenance)
+                progress.saving()
+                try:
+                    raw = await self._call(
+                        "memory remember",
+                        lambda ctx: self.store.remember(fact, ctx),
+                        writes=FactScope(fact.scope, fact.provenance),
+                        on_late=late_take_back(seen, self, fact.scope, "memory remember"),
+                    )
+                except MemoryRejectedError as exc:
+                    return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
+                ack = await fence_confirm(seen, self, fact.scope, checked_ack(raw, "memory remember"), w)
             progress.committed()  # acknowledged and kept (the fence took back none it refused)
             return await self._event(MemoryEventKind.REMEMBERED, ack, fact.scope)
         raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
@@ -306,15 +305,16 @@ class MemoryManager:
                 raise InvalidArgumentError("a correction stays with its tenant and user; nothing was written")
             revisions = await self._check_owner(scope, fact_id, "memory correct")
             check_cap(revisions, replacement)
-            seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
-            progress.saving()
-            raw = await self._call(
-                "memory correct",
-                lambda ctx: self.store.correct(scope, fact_id, replacement, ctx),
-                writes=FactScope(replacement.scope, replacement.provenance),
-                on_late=late_take_back(seen, self, scope, "memory correct", fact_id),
-            )
-            ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id))
+            with write_span(self._telemetry, "memory correct") as w:
+                seen = await fence_check(self._erasure_fence, replacement.scope, replacement.provenance)
+                progress.saving()
+                raw = await self._call(
+                    "memory correct",
+                    lambda ctx: self.store.correct(scope, fact_id, replacement, ctx),
+                    writes=FactScope(replacement.scope, replacement.provenance),
+                    on_late=late_take_back(seen, self, scope, "memory correct", fact_id),
+                )
+                ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id), w)
             progress.committed()
             return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
         raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises

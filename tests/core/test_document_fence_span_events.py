@@ -1,0 +1,107 @@
+"""What the document erasure fence finds is an event on the ``agentium.document.index`` span.
+
+``runtime.index_document`` had no span of its own: its fence's WARNINGs (a
+document deleted again, a write not confirmed against erasures) had no span
+to land on. The host call is now one span, the root of its store calls, and
+each outcome is an event on it with only ``agentium.document.write`` or
+``error.type``: no ids, no content (docs/observability.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from _telemetry_support import Telemetered
+from test_document_erasure_fence import ANA_DOC, OPERATOR, _hooked, _Hooks
+
+from agentium_harness import EraseTarget, ErasureInProgressError, HarnessRuntime, create_harness_runtime
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.memory_recall import InMemoryRecallStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+TEXT = "the VPN certificate expires on March 3rd"
+
+
+def _runtime(sessions: InMemorySessionStore, recall: Any, t: Telemetered | None = None) -> HarnessRuntime:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["noted"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        recall=recall,
+        telemetry=None if t is None else t.telemetry(),
+    )
+
+
+def _events(t: Telemetered) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (s.name, e.name, dict(e.attributes or {}))
+        for s in t.spans
+        for e in s.events
+        if e.name.startswith("agentium.document.")
+    ]
+
+
+def _private(t: Telemetered) -> None:
+    carried = " ".join(t.carried())
+    assert TEXT not in carried and "vpn.md" not in carried and "disk gone" not in carried
+
+
+async def test_a_document_deleted_again_is_an_event_on_its_index_span() -> None:
+    t, hooks, sessions = Telemetered(), _Hooks(), InMemorySessionStore()
+    recall = _hooked(InMemoryRecallStore)()
+    recall.hooks = hooks
+    async with _runtime(sessions, recall, t) as writer, _runtime(sessions, recall) as eraser:
+
+        async def erase_meanwhile() -> None:
+            done = await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+            assert done.tombstone is not None
+
+        hooks.before_index = erase_meanwhile
+        with pytest.raises(ErasureInProgressError, match="was deleted: it was not kept"):
+            await writer.index_document(ANA_DOC, "vpn.md", TEXT, timeout_s=30.0)
+    taken = (
+        "agentium.document.index",
+        "agentium.document.taken_back",
+        {"agentium.document.write": "answered"},
+    )
+    assert _events(t) == [taken]
+    index = t.one("agentium.document.index")
+    assert any(
+        s.name == "agentium.recall.delete"
+        and s.parent is not None
+        and s.parent.span_id == index.context.span_id
+        for s in t.spans
+    ), "the fence's delete is not under the index span"
+    _private(t)
+
+
+class FailsAfterTheWrite(InMemorySessionStore):
+    fail = False
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if self.fail:
+            raise OSError("disk gone")
+        return await super().load(key, ctx)
+
+
+async def test_a_document_not_confirmed_against_erasures_is_an_event_with_its_error_type() -> None:
+    t, hooks, sessions = Telemetered(), _Hooks(), FailsAfterTheWrite()
+    recall = _hooked(InMemoryRecallStore)()
+    recall.hooks = hooks
+
+    async def fail_now() -> None:
+        sessions.fail = True
+
+    hooks.before_index = fail_now
+    async with _runtime(sessions, recall, t) as writer:
+        result = await writer.index_document(ANA_DOC, "vpn.md", TEXT, timeout_s=30.0)
+        sessions.fail = False
+    assert [d.code for d in result.diagnostics] == ["erasure_fence_unchecked"]
+    unconfirmed = ("agentium.document.unconfirmed", {"error.type": "SessionStoreError"})
+    assert [e[1:] for e in _events(t)] == [unconfirmed]
+    assert _events(t)[0][0] == "agentium.document.index"
+    _private(t)

@@ -1,0 +1,250 @@
+"""What the memory erasure fence finds is a span event on the write's own span, also for a host's call.
+
+Every degraded outcome logs a WARNING and becomes a span event, with no
+content (docs/observability.md). The fence's outcomes (a fact taken back,
+a take-back that failed, a write not confirmed against erasures) were
+WARNINGs only; and a host calling ``runtime.memory.remember`` outside a
+turn had its ``create_memory`` span around the store call alone, ended
+before the fence's second read: an event had no span to land on. The
+write's span now covers its fence, and each outcome is an event on it
+(a late write's, on ``agentium.memory.late_take_back``), carrying only
+``agentium.memory.write`` and ``error.type``.
+
+Scenarios from tests/core/test_memory_fence_take_back.py and
+tests/core/test_memory_erasure_fence.py. Only the stranded call gets a
+short deadline; every other call 30 s.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import anyio
+import pytest
+from _telemetry_support import Telemetered
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from test_memory_fence_take_back import (
+    GENEROUS,
+    OPERATOR,
+    SCOPE,
+    SESSION_B,
+    Proposes,
+    StallsOneLoad,
+    StallsTheTakeBack,
+    Store,
+    _ref,
+    _strand_a_correct,
+)
+
+from agentium_harness import (
+    ErasureInProgressError,
+    HarnessRuntime,
+    MemoryDrainError,
+    MemoryFact,
+    MemoryLimits,
+    MemoryManager,
+    MemoryScope,
+    RuntimeLimits,
+    create_harness_runtime,
+)
+from agentium_harness._engine.memory_fence import fence_memory
+from agentium_harness._history import Message, Role
+from agentium_harness._ports.memory import MemoryAck
+from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
+from agentium_harness.adapters.providers import ScriptedProvider
+from agentium_harness.plugin_api import OpContext
+
+pytestmark = pytest.mark.anyio
+
+ALLOWED = {"agentium.memory.write", "error.type"}
+
+
+def _runtime(facts: Store, sessions: InMemorySessionStore, t: Telemetered | None = None) -> HarnessRuntime:
+    return create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=facts,
+        limits=RuntimeLimits(op_timeout_s=GENEROUS),
+        telemetry=None if t is None else t.telemetry(),
+    )
+
+
+def _events(t: Telemetered, prefix: str = "agentium.memory.") -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (s.name, e.name, dict(e.attributes or {}))
+        for s in t.spans
+        for e in s.events
+        if e.name.startswith(prefix)
+    ]
+
+
+def _private(t: Telemetered, *texts: str) -> None:
+    """No fact text on any span or metric, and the events carry only their outcome attributes."""
+    carried = " ".join(t.carried())
+    for text in texts:
+        assert text not in carried
+    for _, _, attributes in _events(t):
+        assert set(attributes) <= ALLOWED, attributes
+
+
+def _child_of(t: Telemetered, child: str, parent: ReadableSpan) -> bool:
+    return any(
+        s.name == child and s.parent is not None and s.parent.span_id == parent.context.span_id
+        for s in t.spans
+    )
+
+
+async def _erase_b(operator: HarnessRuntime) -> None:
+    assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
+
+
+async def test_a_fact_taken_back_by_a_host_call_is_an_event_on_its_create_memory_span() -> None:
+    """Outside a turn: session sB erased between the write's first fence read and the store's answer."""
+    t, store, sessions = Telemetered(), Store(), InMemorySessionStore()
+    async with _runtime(store, sessions, t) as writer, _runtime(Store(), sessions) as operator:
+        memory = writer.memory
+        assert memory is not None
+        store.before_write = lambda: _erase_b(operator)
+        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="was not kept"):
+            await memory.remember(MemoryFact(SCOPE, "pin is 4321", provenance=[_ref("sB")]))
+    assert store.forgot
+    write = t.one("create_memory")  # one span for the write: the store call opens none of its own
+    assert [e.name for e in write.events if e.name.startswith("agentium.")] == ["agentium.memory.taken_back"]
+    assert _events(t) == [
+        ("create_memory", "agentium.memory.taken_back", {"agentium.memory.write": "answered"})
+    ]
+    assert write.attributes is not None and write.attributes["error.type"] == "ErasureInProgressError"
+    assert _child_of(t, "delete_memory", write), "the take-back's forget is not under the write's span"
+    _private(t, "4321")
+
+
+class FailsToForget(Store):
+    """``Store`` whose ``forget`` fails (the fence's take-back cannot forget the fact)."""
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        self.forgot.append(fact_id)
+        raise OSError("disk gone: pin is 4321")
+
+
+async def test_a_take_back_that_failed_is_an_event_with_its_error_type() -> None:
+    t, store, sessions = Telemetered(), FailsToForget(), InMemorySessionStore()
+    async with _runtime(store, sessions, t) as writer, _runtime(Store(), sessions) as operator:
+        memory = writer.memory
+        assert memory is not None
+        store.before_write = lambda: _erase_b(operator)
+        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="taking it back failed"):
+            await memory.remember(MemoryFact(SCOPE, "pin is 4321", provenance=[_ref("sB")]))
+    assert _events(t) == [
+        (
+            "create_memory",
+            "agentium.memory.take_back_failed",
+            {"agentium.memory.write": "answered", "error.type": "MemoryStoreError"},
+        )
+    ]
+    _private(t, "4321", "disk gone")
+
+
+class FailsAfterTheWrite(InMemorySessionStore):
+    """A session store that fails every read once ``fail`` is set (the fence's second read)."""
+
+    fail = False
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if self.fail:
+            raise OSError("disk gone")
+        return await super().load(key, ctx)
+
+
+async def test_a_write_not_confirmed_against_erasures_is_an_event_on_a_managers_own_span(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A manager of the host's own (its ``Telemetry``): the second read fails, the write stands."""
+    t, store, sessions = Telemetered(), Store(), FailsAfterTheWrite()
+    manager = MemoryManager(store, telemetry=t.telemetry())
+    fence_memory(manager, sessions, GENEROUS)
+
+    async def fail_from_now() -> None:
+        sessions.fail = True
+
+    store.before_write = fail_from_now
+    with caplog.at_level(logging.WARNING, logger="agentium.engine.memory"):
+        ack = await manager.remember(MemoryFact(SCOPE, "pin is 4321"))
+    assert ack.status == "stored" and "not confirmed against erasures" in caplog.text
+    assert _events(t) == [
+        (
+            "create_memory",
+            "agentium.memory.unconfirmed",
+            {"agentium.memory.write": "answered", "error.type": "SessionStoreError"},
+        )
+    ]
+    _private(t, "4321")
+
+
+async def test_a_fact_taken_back_after_its_write_was_cancelled_is_an_event_on_the_write_span() -> None:
+    """A drain cancels the extraction's write between the store's answer and the take-back's forget."""
+    t, sessions = Telemetered(), StallsOneLoad()
+    store = StallsTheTakeBack("forget", sessions)
+    limits = MemoryLimits(op_timeout_s=GENEROUS, drain_timeout_s=GENEROUS, model_timeout_s=GENEROUS)
+    memory = MemoryManager(store, extractor=Proposes(), limits=limits, telemetry=t.telemetry())
+    writer = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=memory,
+        limits=RuntimeLimits(op_timeout_s=GENEROUS),
+    )
+    try:
+        async with _runtime(Store(), sessions) as operator:
+            store.before_write = lambda: _erase_b(operator)
+            with anyio.fail_after(90):
+                memory.extract_in_background(SCOPE, (Message(Role.USER, "my pin is 4321"),), "ex 1")
+                await store.stalled.wait()
+                with pytest.raises(MemoryDrainError):
+                    await memory.drain(0, grace_s=GENEROUS)
+    finally:
+        await writer.aclose()
+    assert store.forgot
+    assert ("create_memory", "agentium.memory.taken_back", {"agentium.memory.write": "cancelled"}) in _events(
+        t
+    )
+    _private(t, "4321")
+
+
+class _Ended(SpanProcessor):
+    """Sets ``ended`` when a span of ``name`` ends (the late take-back runs after the call returned)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ended = threading.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name == self.name:
+            self.ended.set()
+
+
+async def test_a_late_write_taken_back_is_an_event_on_a_late_take_back_span() -> None:
+    """A correct abandoned past its deadline lands after session sB was erased: the late check's span."""
+    ended = _Ended("agentium.memory.late_take_back")
+    t, sessions, facts = Telemetered(ended), InMemorySessionStore(), Store()
+    try:
+        async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:
+            memory = writer.memory
+            assert memory is not None
+            target = await memory.remember(MemoryFact(SCOPE, "pin is 1234", provenance=[_ref("sA")]))
+            with anyio.fail_after(90):
+                await _strand_a_correct(writer, facts, target.fact_id)
+                await _erase_b(operator)
+                facts.release.set()
+                assert await anyio.to_thread.run_sync(facts.ended.wait, GENEROUS)
+                assert await anyio.to_thread.run_sync(ended.ended.wait, GENEROUS), "no late take-back span"
+    finally:
+        facts.release.set()  # no thread outlives the test blocked
+    late = t.one("agentium.memory.late_take_back")
+    assert [(e.name, dict(e.attributes or {})) for e in late.events] == [
+        ("agentium.memory.taken_back", {"agentium.memory.write": "late"})
+    ]
+    assert facts.forgot and _child_of(t, "delete_memory", late)
+    _private(t, "4321", "1234")
