@@ -105,3 +105,27 @@ async def test_a_document_not_confirmed_against_erasures_is_an_event_with_its_er
     assert [e[1:] for e in _events(t)] == [unconfirmed]
     assert _events(t)[0][0] == "agentium.document.index"
     _private(t)
+
+
+async def test_a_document_that_could_not_be_deleted_again_is_an_event_with_its_error_type() -> None:
+    t, hooks, sessions = Telemetered(), _Hooks(), InMemorySessionStore()
+
+    class FailsToDelete(_hooked(InMemoryRecallStore)):  # type: ignore[misc]
+        async def delete_document(self, owner: Any, doc_id: str, ctx: OpContext) -> bool:
+            raise OSError("disk gone")
+
+    recall = FailsToDelete()
+    recall.hooks = hooks
+    async with _runtime(sessions, recall, t) as writer, _runtime(sessions, recall) as eraser:
+
+        async def erase_meanwhile() -> None:
+            done = await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+            assert done.tombstone is not None
+
+        hooks.before_index = erase_meanwhile
+        with pytest.raises(ErasureInProgressError, match="deleting it failed"):
+            await writer.index_document(ANA_DOC, "vpn.md", TEXT, timeout_s=30.0)
+    failed = ("agentium.document.take_back_failed", {"error.type": "OSError"})  # the store's, as logged
+    assert [e[1:] for e in _events(t)] == [failed]
+    assert _events(t)[0][0] == "agentium.document.index"
+    _private(t)

@@ -248,3 +248,33 @@ async def test_a_late_write_taken_back_is_an_event_on_a_late_take_back_span() ->
     ]
     assert facts.forgot and _child_of(t, "delete_memory", late)
     _private(t, "4321", "1234")
+
+
+async def test_a_late_answer_that_is_no_acknowledgment_is_an_event_on_the_late_span() -> None:
+    """The stranded correct's late answer names another fact than the one corrected: refused, an event."""
+    ended = _Ended("agentium.memory.late_take_back")
+    t, sessions, facts = Telemetered(ended), InMemorySessionStore(), Store()
+    try:
+        async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:
+            memory = writer.memory
+            assert memory is not None
+            target = await memory.remember(MemoryFact(SCOPE, "pin is 1234", provenance=[_ref("sA")]))
+            other = await memory.remember(MemoryFact(SCOPE, "likes tea", provenance=[_ref("sA")]))
+            with anyio.fail_after(90):
+                await _strand_a_correct(writer, facts, target.fact_id)
+                await _erase_b(operator)
+                facts.answer_id = other.fact_id
+                facts.release.set()
+                assert await anyio.to_thread.run_sync(facts.ended.wait, GENEROUS)
+                assert await anyio.to_thread.run_sync(ended.ended.wait, GENEROUS), "no late take-back span"
+    finally:
+        facts.release.set()
+    late = t.one("agentium.memory.late_take_back")
+    assert [(e.name, dict(e.attributes or {})) for e in late.events] == [
+        (
+            "agentium.memory.late_answer_refused",
+            {"agentium.memory.write": "late", "error.type": "ContractViolationError"},
+        )
+    ]
+    assert not facts.forgot
+    _private(t, "4321", "1234", "tea")
