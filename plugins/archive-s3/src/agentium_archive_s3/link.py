@@ -46,7 +46,6 @@ import attrs
 
 # botocore.exceptions is cheap (tens of ms); boto3 and botocore.config pull in the whole client
 # machinery, so make_client imports them: listing plugins (``agentium plugins``) need not pay.
-import botocore.client
 import botocore.exceptions
 
 from agentium_harness import AgentiumError, InvalidArgumentError
@@ -170,6 +169,13 @@ class _CallState(threading.local):
     operation: str = ""
 
 
+def _base_client() -> type:
+    """The base class of botocore's clients, imported on first use (it pulls in the client machinery)."""
+    import botocore.client
+
+    return botocore.client.BaseClient
+
+
 class S3Link:
     """A lazily created (or lent) boto3 client, run in worker threads, ``max_concurrency`` at a time.
 
@@ -185,8 +191,9 @@ class S3Link:
         if not isinstance(config, S3Config):
             raise InvalidArgumentError(f"config must be an S3Config, got {type(config).__name__}")
         # A lent client of another kind failed only at the first call, with a bare AttributeError.
+        # Imported only when a client is lent: listing plugins must not load botocore's client.
         if client is not None and not (
-            isinstance(client, botocore.client.BaseClient) and client.meta.service_model.service_name == "s3"
+            isinstance(client, _base_client()) and client.meta.service_model.service_name == "s3"
         ):
             raise InvalidArgumentError(
                 f"client must be a boto3 S3 client (boto3.client('s3')), got {type(client).__name__}"
