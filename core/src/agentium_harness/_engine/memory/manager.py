@@ -21,8 +21,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Literal, TypeVar
 
-import attrs
-
 from ..._errors import (
     AgentCloseError,
     AgentiumError,
@@ -36,14 +34,12 @@ from ..._errors import (
 )
 from ..._history import Message
 from ..._observe import spans as observe
-from ..._observe.logs import log_diagnostics
 from ..._observe.settings import Resolved, Telemetry
 from ..._ports._base import OpContext
 from ..._ports.memory import (
     AckStatus,
     MemoryAck,
     MemoryCapabilities,
-    MemoryEvent,
     MemoryEventKind,
     MemoryFact,
     MemoryScope,
@@ -57,12 +53,11 @@ from ..._scope import SessionKey, validate_id
 from ..._text import error_text
 from ..._validators import check_duration
 from ..checks import check_adapter
-from ..hooks import HookBroadcaster, broadcast
+from ..hooks import HookBroadcaster
 from ..late_calls import FactScope, LateCalls
 from ..lifecycle import Ticket, close_owned
 from ..limits import RuntimeLimits
 from ..memory_fence import ErasureFence, fence_check, fence_confirm, late_take_back, write_span
-from ..results import Diagnostic
 from ..unexpected import WriteProgress, typed_unexpected
 from .answers import (
     MEMORY_WRITE,
@@ -76,6 +71,7 @@ from .answers import (
     checked_scope,
     within,
 )
+from .events import announce_drained, announce_write
 from .extractor import MemoryExtractor
 from .limits import MemoryLimits, model_timeout
 from .selection import MemorySelection, RecentIds, SelectionRequest, checked_selection, recent_and_relevant
@@ -214,23 +210,8 @@ class MemoryManager:
                 ) from exc
 
     async def _event(self, kind: MemoryEventKind, ack: MemoryAck, scope: MemoryScope | None) -> MemoryAck:
-        if self._hooks is None or ack.status is not AckStatus.STORED:
-            return ack
-        event = MemoryEvent(kind, scope, ack.fact_id, ack.revision)
-        notes = await broadcast(
-            self._hooks, "agentium_memory_event", self.limits.drain_timeout_s, event=event
-        )
-        if not notes:
-            return ack
-        self._log_hook_failures(notes)
-        return attrs.evolve(ack, notes=ack.notes + tuple(d.message for d in notes))
-
-    def _log_hook_failures(self, notes: Sequence[Diagnostic]) -> None:
-        """A hook that failed or timed out is a degraded outcome: a WARNING on ``agentium.engine.hooks``.
-
-        Its text (it may quote the event) only with content capture, as for a run's diagnostics.
-        """
-        log_diagnostics(notes, {}, capture_content=telemetry_of(self).capture_content)
+        timeout = self.limits.drain_timeout_s
+        return await announce_write(self._hooks, kind, ack, scope, timeout, telemetry_of(self))
 
     def _reject_reason(self, fact: object) -> str | None:
         if not isinstance(fact, MemoryFact):
@@ -534,12 +515,7 @@ class MemoryManager:
 
     async def _announce_drain(self, result: DrainResult, timeout_s: float) -> DrainResult:
         """Broadcast the ``drained`` event (bounded by ``timeout_s``); hook failures go in ``notes``."""
-        if self._hooks is None:
-            return result
-        event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
-        notes = await broadcast(self._hooks, "agentium_memory_event", timeout_s, event=event)
-        self._log_hook_failures(notes)
-        return attrs.evolve(result, notes=tuple(d.message for d in notes)) if notes else result
+        return await announce_drained(self._hooks, result, timeout_s, telemetry_of(self))
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Refuse further calls and close the store if owned (bounded). Call :meth:`drain` first.

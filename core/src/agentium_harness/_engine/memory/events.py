@@ -1,0 +1,65 @@
+"""The memory manager's lifecycle events: broadcast through ``agentium_memory_event``, failures isolated.
+
+Each stored write (remember, correct, forget) and each drain is told to the
+host's hooks (the plugin registry) in a bounded broadcast
+(:func:`~.._engine.hooks.broadcast`); a hook that raises or times out does
+not fail the call: it goes in the acknowledgment's (or the drain's)
+``notes``, and is a WARNING on ``agentium.engine.hooks``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from ..._observe.logs import log_diagnostics
+from ..._observe.settings import Resolved
+from ..._ports.memory import AckStatus, MemoryAck, MemoryEvent, MemoryEventKind, MemoryScope
+from ..hooks import HookBroadcaster, broadcast
+from ..results import Diagnostic
+from .work import DrainResult
+
+__all__ = ["announce_write", "announce_drained", "log_hook_failures"]
+
+#: The lifecycle hook every memory event is broadcast through.
+HOOK = "agentium_memory_event"
+
+
+async def announce_write(
+    hooks: HookBroadcaster | None,
+    kind: MemoryEventKind,
+    ack: MemoryAck,
+    scope: MemoryScope | None,
+    timeout_s: float,
+    telemetry: Resolved,
+) -> MemoryAck:
+    """Broadcast a stored write (bounded by ``timeout_s``): ``ack``, any hook failures in its ``notes``."""
+    if hooks is None or ack.status is not AckStatus.STORED:
+        return ack
+    event = MemoryEvent(kind, scope, ack.fact_id, ack.revision)
+    notes = await broadcast(hooks, HOOK, timeout_s, event=event)
+    if not notes:
+        return ack
+    log_hook_failures(notes, telemetry)
+    return attrs.evolve(ack, notes=ack.notes + tuple(d.message for d in notes))
+
+
+async def announce_drained(
+    hooks: HookBroadcaster | None, result: DrainResult, timeout_s: float, telemetry: Resolved
+) -> DrainResult:
+    """Broadcast the ``drained`` event (bounded by ``timeout_s``); hook failures go in ``notes``."""
+    if hooks is None:
+        return result
+    event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
+    notes = await broadcast(hooks, HOOK, timeout_s, event=event)
+    log_hook_failures(notes, telemetry)
+    return attrs.evolve(result, notes=tuple(d.message for d in notes)) if notes else result
+
+
+def log_hook_failures(notes: Sequence[Diagnostic], telemetry: Resolved) -> None:
+    """A hook that failed or timed out is a degraded outcome: a WARNING on ``agentium.engine.hooks``.
+
+    Its text (it may quote the event) only with content capture, as for a run's diagnostics.
+    """
+    log_diagnostics(notes, {}, capture_content=telemetry.capture_content)
