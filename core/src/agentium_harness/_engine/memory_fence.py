@@ -72,9 +72,12 @@ def write_span(telemetry: Resolved | None, operation: str) -> Iterator[observe.S
     """The ``create_memory`` / ``update_memory`` span of a write, around its fence as well as its store call.
 
     Open before the fence's first read and closed after its second (and any
-    take-back), so what the fence finds has a span to land on even for a
-    host calling the manager outside a turn; the store call inside opens no
-    span of its own (:data:`.spans.CALLER_TRACED`), so the operation is one span.
+    take-back) and the hooks' broadcast, so what the fence or a hook's failure
+    finds has a span to land on even for a host calling the manager outside a
+    turn; the store call inside opens no span of its own
+    (:data:`.spans.CALLER_TRACED`), so the operation is one span. A forget's
+    ``delete_memory`` and a listing's ``search_memory`` (around the engine's
+    check of it) are opened the same way.
     """
     name = observe.MEMORY_OPERATIONS[operation]
     with observe.using(telemetry):  # the manager's own (``None``: a turn's, or the global providers)

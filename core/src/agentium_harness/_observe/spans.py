@@ -446,8 +446,11 @@ MEMORY_OPERATIONS: dict[str, str] = {
 }
 _MEMORY_NAMES = frozenset(MEMORY_OPERATIONS.values())
 #: Adapter calls whose span the caller opens itself, with what only it knows: the chat span; a memory
-#: write's, around its erasure fence too (``memory_fence.write_span``).
-CALLER_TRACED = frozenset({"provider complete", "memory remember", "memory correct"})
+#: write's, around its erasure fence and hooks' broadcast too, and a listing's, around the engine's check
+#: of it (``memory_fence.write_span``): what those find is an event on the call's own span.
+CALLER_TRACED = frozenset(
+    {"provider complete", "memory remember", "memory correct", "memory forget", "memory list"}
+)
 
 
 def adapter_call(operation_name: str) -> Span | NullSpan:

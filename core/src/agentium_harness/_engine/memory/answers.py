@@ -16,6 +16,7 @@ from typing import Final
 import attrs
 
 from ..._errors import ContractViolationError, InvalidArgumentError
+from ..._observe import spans as observe
 from ..._ports.memory import (
     MAX_FACT_REVISIONS,
     MAX_LOOKUP_LIMIT,
@@ -184,7 +185,9 @@ def checked_listing(
     status is not ``current`` (a tombstone or a replaced revision), or one
     forgotten through this manager (a store listing it as current) is
     dropped, whatever the store returned, and the drops are a WARNING on
-    ``agentium.engine.memory`` (counts only: never a fact's text).
+    ``agentium.engine.memory`` and an ``agentium.memory.listing_incomplete``
+    event on the span current (the listing's ``search_memory``): counts only,
+    never a fact's text or id.
     """
     kept: list[StoredFact] = []
     seen: set[str] = set()
@@ -206,6 +209,9 @@ def checked_listing(
             sum(why.values()),
             ", ".join(f"{n} {reason}" for reason, n in sorted(why.items())),
             extra={"agentium_dropped": sum(why.values())},
+        )
+        observe.current_span_event(
+            "agentium.memory.listing_incomplete", {"agentium.memory.dropped": sum(why.values())}
         )
     return tuple(kept)
 

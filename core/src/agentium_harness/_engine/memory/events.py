@@ -4,7 +4,10 @@ Each stored write (remember, correct, forget) and each drain is told to the
 host's hooks (the plugin registry) in a bounded broadcast
 (:func:`~.._engine.hooks.broadcast`); a hook that raises or times out does
 not fail the call: it goes in the acknowledgment's (or the drain's)
-``notes``, and is a WARNING on ``agentium.engine.hooks``.
+``notes``, is a WARNING on ``agentium.engine.hooks``, and an
+``agentium.diagnostic`` event on the span current while the hooks run (the
+write's own span, which covers its broadcast; a drain's
+``agentium.memory.drained``), as the runtime's hook failures are on a turn's.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from ..._observe import spans as observe
 from ..._observe.logs import log_diagnostics
 from ..._observe.settings import Resolved
 from ..._ports.memory import AckStatus, MemoryAck, MemoryEvent, MemoryEventKind, MemoryScope
@@ -52,14 +56,23 @@ async def announce_drained(
     if hooks is None:
         return result
     event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
-    notes = await broadcast(hooks, HOOK, timeout_s, event=event)
-    log_hook_failures(notes, telemetry)
+    # A span of its own: the drain's (``agentium.drain``) has ended, and a runtime's shutdown has none.
+    with observe.using(telemetry), observe.internal_span("agentium.memory.drained"):
+        notes = await broadcast(hooks, HOOK, timeout_s, event=event)
+        log_hook_failures(notes, telemetry)
     return attrs.evolve(result, notes=tuple(d.message for d in notes)) if notes else result
 
 
 def log_hook_failures(notes: Sequence[Diagnostic], telemetry: Resolved) -> None:
     """A hook that failed or timed out is a degraded outcome: a WARNING on ``agentium.engine.hooks``.
 
-    Its text (it may quote the event) only with content capture, as for a run's diagnostics.
+    Its text (it may quote the event) only with content capture, as for a run's diagnostics; the
+    same for its ``agentium.diagnostic`` event on the span current (code and severity), counted in
+    ``agentium.diagnostics``.
     """
     log_diagnostics(notes, {}, capture_content=telemetry.capture_content)
+    for note in notes:
+        counted = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": note.severity.value}
+        said = {"agentium.diagnostic.message": note.message} if telemetry.capture_content else {}
+        observe.current_span_event("agentium.diagnostic", {**counted, **said})
+        observe.record("diagnostics", 1, counted)

@@ -189,9 +189,10 @@ class MemoryManager:
         writes: FactScope | None = None,
         on_late: Callable[[T], Awaitable[None]] | None = None,
     ) -> T:
-        # Spans: delete_/search_memory (a write's: write_span). ``timeout_s``: not the store's deadline (an
-        # extractor's model's). ``writes``: where it may add a fact; abandoned, in ``late`` till it ends
-        # (erasures wait). In owned work, a drain's cancel sets the signal too (threads see it).
+        # Spans: search_memory of select/history (a write, forget or list: write_span). ``timeout_s``:
+        # not the store's deadline (an extractor's model's). ``writes``: where it may add a fact;
+        # abandoned, in ``late`` till it ends (erasures wait). In owned work, a drain's cancel sets
+        # the signal too (threads see it).
         with observe.using(self._telemetry):
             try:
                 ticket = Ticket(None, operation, self.limits.op_timeout_s, parent=current_work_signal())
@@ -251,8 +252,10 @@ class MemoryManager:
                 except MemoryRejectedError as exc:
                     return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
                 ack = await fence_confirm(seen, self, fact.scope, checked_ack(raw, "memory remember"), w)
-            progress.committed()  # acknowledged and kept (the fence took back none it refused)
-            return await self._event(MemoryEventKind.REMEMBERED, ack, fact.scope)
+                progress.committed()  # acknowledged and kept (the fence took back none it refused)
+                return await self._event(
+                    MemoryEventKind.REMEMBERED, ack, fact.scope
+                )  # a hook's failure: on w
         raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
     async def remember(self, fact: MemoryFact) -> MemoryAck:
@@ -296,8 +299,8 @@ class MemoryManager:
                     on_late=late_take_back(seen, self, scope, "memory correct", fact_id),
                 )
                 ack = await fence_confirm(seen, self, scope, checked_ack(raw, "memory correct", fact_id), w)
-            progress.committed()
-            return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
+                progress.committed()
+                return await self._event(MemoryEventKind.CORRECTED, ack, replacement.scope)
         raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
     async def forget(self, scope: MemoryScope, fact_id: str) -> MemoryAck:
@@ -341,9 +344,11 @@ class MemoryManager:
         """:meth:`list`, and how many facts the store answered (``runtime.forget``: was it full?)."""
         self._check_open("list")
         scope, _ = checked_scope(scope), check_limit(limit)
-        raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
-        facts = checked_facts(raw, scope, limit, "memory list")
-        return checked_listing(facts, self._forgotten, "memory list"), len(facts)
+        with write_span(self._telemetry, "memory list") as span:  # around the check: its drops are events
+            raw = await self._call("memory list", lambda ctx: self.store.list_facts(scope, limit, ctx))
+            span.result(raw)
+            facts = checked_facts(raw, scope, limit, "memory list")
+            return checked_listing(facts, self._forgotten, "memory list"), len(facts)
 
     async def history(self, scope: MemoryScope, fact_id: str) -> tuple[StoredFact, ...]:
         """Every revision of ``fact_id``, oldest first (a forgotten fact's content reads empty).
@@ -565,12 +570,14 @@ async def forget_fact(manager: MemoryManager, scope: MemoryScope, fact_id: str) 
     with typed_unexpected("memory forget", progress, MEMORY_WRITE):
         scope = checked_scope(scope)
         fact_id = validate_id(fact_id, "fact id")
-        await m._check_owner(scope, fact_id, "memory forget")
-        progress.saving()
-        raw = await m._call("memory forget", lambda ctx: m.store.forget(scope, fact_id, ctx))
-        # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
-        m._forgotten.add(fact_id)
-        ack = checked_ack(raw, "memory forget", fact_id)
-        progress.committed()
-        return await m._event(MemoryEventKind.FORGOTTEN, ack, scope)
+        with write_span(m._telemetry, "memory forget") as w:  # its owner check, store call and hooks
+            await m._check_owner(scope, fact_id, "memory forget")
+            progress.saving()
+            raw = await m._call("memory forget", lambda ctx: m.store.forget(scope, fact_id, ctx))
+            # The store ran the forget: whatever its acknowledgment says, never inject the fact again.
+            m._forgotten.add(fact_id)
+            ack = checked_ack(raw, "memory forget", fact_id)
+            w.result(ack)
+            progress.committed()
+            return await m._event(MemoryEventKind.FORGOTTEN, ack, scope)  # a hook's failure: on w
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
