@@ -18,7 +18,7 @@ import attrs
 
 from ..._observe import spans as observe
 from ..._observe.logs import log_diagnostics
-from ..._observe.settings import Resolved
+from ..._observe.settings import Resolved, Telemetry
 from ..._ports.memory import AckStatus, MemoryAck, MemoryEvent, MemoryEventKind, MemoryScope
 from ..hooks import HookBroadcaster, broadcast
 from ..results import Diagnostic
@@ -36,7 +36,7 @@ async def announce_write(
     ack: MemoryAck,
     scope: MemoryScope | None,
     timeout_s: float,
-    telemetry: Resolved,
+    telemetry: Resolved | None,
 ) -> MemoryAck:
     """Broadcast a stored write (bounded by ``timeout_s``): ``ack``, any hook failures in its ``notes``."""
     if hooks is None or ack.status is not AckStatus.STORED:
@@ -50,9 +50,12 @@ async def announce_write(
 
 
 async def announce_drained(
-    hooks: HookBroadcaster | None, result: DrainResult, timeout_s: float, telemetry: Resolved
+    hooks: HookBroadcaster | None, result: DrainResult, timeout_s: float, telemetry: Resolved | None
 ) -> DrainResult:
-    """Broadcast the ``drained`` event (bounded by ``timeout_s``); hook failures go in ``notes``."""
+    """Broadcast the ``drained`` event (bounded by ``timeout_s``); hook failures go in ``notes``.
+
+    ``telemetry``: the manager's own, where its span goes (``None``: a turn's, or the global providers).
+    """
     if hooks is None:
         return result
     event = MemoryEvent(MemoryEventKind.DRAINED, None, detail=result.describe())
@@ -63,16 +66,18 @@ async def announce_drained(
     return attrs.evolve(result, notes=tuple(d.message for d in notes)) if notes else result
 
 
-def log_hook_failures(notes: Sequence[Diagnostic], telemetry: Resolved) -> None:
+def log_hook_failures(notes: Sequence[Diagnostic], telemetry: Resolved | None) -> None:
     """A hook that failed or timed out is a degraded outcome: a WARNING on ``agentium.engine.hooks``.
 
     Its text (it may quote the event) only with content capture, as for a run's diagnostics; the
     same for its ``agentium.diagnostic`` event on the span current (code and severity), counted in
     ``agentium.diagnostics``.
     """
-    log_diagnostics(notes, {}, capture_content=telemetry.capture_content)
+    # A manager given no Telemetry: the defaults (the environment's opt-in), as telemetry_of says.
+    capture = (telemetry if telemetry is not None else Telemetry().resolve()).capture_content
+    log_diagnostics(notes, {}, capture_content=capture)
     for note in notes:
         counted = {"agentium.diagnostic.code": note.code, "agentium.diagnostic.severity": note.severity.value}
-        said = {"agentium.diagnostic.message": note.message} if telemetry.capture_content else {}
+        said = {"agentium.diagnostic.message": note.message} if capture else {}
         observe.current_span_event("agentium.diagnostic", {**counted, **said})
         observe.record("diagnostics", 1, counted)

@@ -212,7 +212,7 @@ class MemoryManager:
 
     async def _event(self, kind: MemoryEventKind, ack: MemoryAck, scope: MemoryScope | None) -> MemoryAck:
         timeout = self.limits.drain_timeout_s
-        return await announce_write(self._hooks, kind, ack, scope, timeout, telemetry_of(self))
+        return await announce_write(self._hooks, kind, ack, scope, timeout, self._telemetry)
 
     def _reject_reason(self, fact: object) -> str | None:
         if not isinstance(fact, MemoryFact):
@@ -520,7 +520,7 @@ class MemoryManager:
 
     async def _announce_drain(self, result: DrainResult, timeout_s: float) -> DrainResult:
         """Broadcast the ``drained`` event (bounded by ``timeout_s``); hook failures go in ``notes``."""
-        return await announce_drained(self._hooks, result, timeout_s, telemetry_of(self))
+        return await announce_drained(self._hooks, result, timeout_s, self._telemetry)
 
     async def aclose(self, timeout_s: float = 10.0) -> None:
         """Refuse further calls and close the store if owned (bounded). Call :meth:`drain` first.
