@@ -13,6 +13,7 @@ call's, saved before the erasure left ``pending`` (carried as pending, as
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,69 @@ def _groups(record: Any) -> int:
     return 0 if entry is None else sum(c.count for c in entry.counts if c.kind == "group")
 
 
+async def _fill(runtime: Any) -> None:
+    """Five turns in ``s1``: what each erasure here removes, one item per call."""
+    for i in range(5):
+        await runtime.run(ANA, "s1", f"turn {i}")
+
+
+async def _stopped_while_other_resumes(
+    hook: _Steps,
+    race: _SaveRace,
+    sessions: Any,
+    call: Callable[[], Awaitable[Any]],
+    other: Any,
+    *,
+    inventory: bool = False,
+    break_reads: bool = False,
+) -> tuple[BaseException, Any]:
+    """``call()``'s record save waits for ``other``'s resume to save progress; its error and the record then.
+
+    With ``inventory``, the race is armed once the call's inventory runs (it
+    waits there); otherwise it is armed before the call starts. The record as
+    stored is read while the resume's second call waits (``None`` with
+    ``break_reads``: reading it back fails then).
+    """
+    caught: list[BaseException] = []
+    stopped = anyio.Event()
+
+    async def stop_first() -> None:
+        try:
+            await call()
+        except ErasureIncompleteError as exc:
+            caught.append(exc)
+            stopped.set()
+
+    async def resume_other() -> None:
+        await other.resume_erasures(OPERATOR)
+
+    if inventory:
+        hook.hold_inventory = True
+    else:
+        race.armed = True
+    hook.hold = 2  # the resume's second call waits: its first call's progress is saved (and read)
+    stored = None
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_first)
+            if inventory:
+                await hook.in_inventory.wait()
+                race.armed = True  # the inventory's save waits for the resume's first one
+                race.break_reads = break_reads
+                hook.inventory_release.set()
+            await race.waiting.wait()
+            tg.start_soon(resume_other)
+            await hook.held.wait()
+            await stopped.wait()
+            (error,) = caught
+            if break_reads:
+                race.break_reads = False
+            else:
+                stored = await _stored(sessions, error.record.erasure_id)
+            hook.release.set()
+    return error, stored
+
+
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
 async def test_an_inventory_save_refused_after_a_resume_saved_carries_the_record_as_stored(
     stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -163,36 +227,15 @@ async def test_an_inventory_save_refused_after_a_resume_saved_carries_the_record
     race = _SaveRace()
     hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
     try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
-        caught: list[BaseException] = []
-        stopped = anyio.Event()
-
-        async def erase_first() -> None:
-            try:
-                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
-            except ErasureIncompleteError as exc:
-                caught.append(exc)
-                stopped.set()
-
-        async def resume_other() -> None:
-            await other.resume_erasures(OPERATOR)
-
-        hook.hold_inventory = True
-        hook.hold = 2  # the resume's second call waits: its first call's progress is saved (and read)
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(erase_first)
-                await hook.in_inventory.wait()
-                race.armed = True  # the inventory's save waits for the resume's first one
-                hook.inventory_release.set()
-                await race.waiting.wait()
-                tg.start_soon(resume_other)
-                await hook.held.wait()
-                await stopped.wait()
-                (error,) = caught
-                stored = await _stored(sessions, error.record.erasure_id)
-                hook.release.set()
+        await _fill(first)
+        error, stored = await _stopped_while_other_resumes(
+            hook,
+            race,
+            sessions,
+            lambda: first.erase(TARGET, reason="dsr", attestation=OPERATOR),
+            other,
+            inventory=True,
+        )
         assert isinstance(error.__cause__, SessionConflictError)
         assert stored.state is ErasureState.PENDING and _groups(stored) == 1
         # The record as stored when the call stopped: the resume's progress, not the one it started.
@@ -210,41 +253,19 @@ async def test_a_failed_calls_save_refused_after_another_resume_saved_carries_th
     race = _SaveRace()
     hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
     try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
+        await _fill(first)
         hook.fail_next = ConnectionError("archive unreachable")  # pending, nothing removed yet
         with pytest.raises(ErasureIncompleteError) as started:
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
         loaded = await _stored(sessions, started.value.record.erasure_id)
         assert _groups(loaded) == 0
         monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
-        caught: list[BaseException] = []
-        stopped = anyio.Event()
-
-        async def resume_first() -> None:
-            try:
-                await first.resume_erasures(OPERATOR)
-            except ErasureIncompleteError as exc:
-                caught.append(exc)
-                stopped.set()
-
-        async def resume_other() -> None:
-            await other.resume_erasures(OPERATOR)
-
         # The first resume's store call fails (its note is new: its save writes), and its save waits.
         hook.fail_next = OSError("archive unreachable")
-        race.armed = True
-        hook.hold = 2  # the other resume's second call waits: its first call's progress is saved
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(resume_first)
-                await race.waiting.wait()
-                tg.start_soon(resume_other)
-                await hook.held.wait()
-                await stopped.wait()
-                (error,) = caught
-                stored = await _stored(sessions, loaded.erasure_id)
-                hook.release.set()
+        error, stored = await _stopped_while_other_resumes(
+            hook, race, sessions, lambda: first.resume_erasures(OPERATOR), other
+        )
+        assert error.record.erasure_id == loaded.erasure_id
         assert isinstance(error.__cause__, OSError)
         assert stored.state is ErasureState.PENDING and _groups(stored) == 1
         # The record as stored when the call stopped (the other resume's progress), with what this
@@ -265,36 +286,16 @@ async def test_a_record_that_cannot_be_read_back_is_the_calls_own_and_the_error_
     race = _SaveRace()
     hook, _, first, other = _two(stores, tmp_path, race, monkeypatch)
     try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
-        caught: list[BaseException] = []
-        stopped = anyio.Event()
-
-        async def erase_first() -> None:
-            try:
-                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
-            except ErasureIncompleteError as exc:
-                caught.append(exc)
-                stopped.set()
-
-        async def resume_other() -> None:
-            await other.resume_erasures(OPERATOR)
-
-        hook.hold_inventory = True
-        hook.hold = 2
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(erase_first)
-                await hook.in_inventory.wait()
-                race.armed = race.break_reads = True
-                hook.inventory_release.set()
-                await race.waiting.wait()
-                tg.start_soon(resume_other)
-                await hook.held.wait()
-                await stopped.wait()
-                (error,) = caught
-                race.break_reads = False
-                hook.release.set()
+        await _fill(first)
+        error, _ = await _stopped_while_other_resumes(
+            hook,
+            race,
+            None,
+            lambda: first.erase(TARGET, reason="dsr", attestation=OPERATOR),
+            other,
+            inventory=True,
+            break_reads=True,
+        )
         assert isinstance(error.__cause__, SessionConflictError)
         # The record as this call started it (nothing erased by it), and the message says why.
         assert error.record.state is ErasureState.PENDING and error.record.stores == ()
@@ -313,33 +314,11 @@ async def test_a_starts_record_save_refused_after_a_resume_saved_carries_the_rec
     race = _SaveRace()
     hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
     try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
-        caught: list[BaseException] = []
-        stopped = anyio.Event()
-
-        async def erase_first() -> None:
-            try:
-                await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
-            except ErasureIncompleteError as exc:
-                caught.append(exc)
-                stopped.set()
-
-        async def resume_other() -> None:
-            await other.resume_erasures(OPERATOR)
-
-        race.armed = True  # the record's first save (the header joined already) waits for the resume's
-        hook.hold = 2
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(erase_first)
-                await race.waiting.wait()
-                tg.start_soon(resume_other)
-                await hook.held.wait()
-                await stopped.wait()
-                (error,) = caught
-                stored = await _stored(sessions, error.record.erasure_id)
-                hook.release.set()
+        await _fill(first)
+        # The record's first save (the header joined already) waits for the resume's.
+        error, stored = await _stopped_while_other_resumes(
+            hook, race, sessions, lambda: first.erase(TARGET, reason="dsr", attestation=OPERATOR), other
+        )
         assert isinstance(error.__cause__, SessionConflictError)
         assert stored.state is ErasureState.PENDING and _groups(stored) == 1
         assert error.record == stored, (error.record.stores, stored.stores)
@@ -357,8 +336,7 @@ async def test_a_failed_calls_save_refused_after_another_resume_completed_it_ret
     race = _SaveRace(until_complete=True)
     hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
     try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
+        await _fill(first)
         hook.fail_next = ConnectionError("archive unreachable")  # pending, nothing removed yet
         with pytest.raises(ErasureIncompleteError) as started:
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
@@ -391,8 +369,7 @@ async def test_a_tombstone_saved_that_did_not_leave_pending_is_carried_as_pendin
     """The error carries the record with its progress, pending as erasure_status shows it, not as started."""
     _, sessions, first, unused = _two(stores, tmp_path, _SaveRace(), monkeypatch)
     try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
+        await _fill(first)
 
         async def fails(*args: Any) -> Any:
             raise OSError("pending ledger unreachable")
