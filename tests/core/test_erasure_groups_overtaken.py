@@ -18,7 +18,8 @@ and the one its marking rewrote.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,30 @@ class _Process:
 
         store.scrub_erased = counted
         return store
+
+
+@asynccontextmanager
+async def _pair(
+    tmp_path: Path, *, own_sessions_file: bool = False
+) -> AsyncIterator[tuple[_Process, _Process]]:
+    """Two processes on one SQLite file (``own_sessions_file``: sessions on a second); closed after."""
+    if own_sessions_file:
+        first = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
+        other = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
+    else:
+        first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
+    try:
+        yield first, other
+    finally:
+        await first.runtime.aclose()
+        await other.runtime.aclose()
+
+
+def _forgetting(process: _Process, fact_id: str) -> Callable[[], Awaitable[Any]]:
+    """The call that forgets ``fact_id`` on ``process``, erasing its sources."""
+    return lambda: process.runtime.forget(
+        SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
+    )
 
 
 def _gate_at(step: str, monkeypatch: pytest.MonkeyPatch) -> tuple[anyio.Event, anyio.Event]:
@@ -163,8 +188,7 @@ async def test_a_retention_erasure_completed_elsewhere_before_its_marking_marks_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Passed before the fix too: marking what the other call marked already wrote nothing."""
-    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
-    try:
+    async with _pair(tmp_path) as (first, other):
         await _four_turns(first)
         marked: list[int] = []
 
@@ -189,17 +213,13 @@ async def test_a_retention_erasure_completed_elsewhere_before_its_marking_marks_
         stored = await first.sessions.load(KEY, OpContext())
         assert stored.revision == marked[0], "the snapshot was written again after the erasure completed"
         assert [(r.start, r.stop) for r in stored.snapshot.erased] == [(0, 2)]
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 @pytest.mark.parametrize("step", STEPS)
 async def test_a_groups_erasure_completed_elsewhere_cleans_up_only_the_file_it_removed_from(
     step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
-    try:
+    async with _pair(tmp_path) as (first, other):
         await _four_turns(first)
         result, done = await _overtaken(
             step, monkeypatch, first, other, lambda: first.runtime.apply_retention(OPERATOR)
@@ -209,9 +229,6 @@ async def test_a_groups_erasure_completed_elsewhere_cleans_up_only_the_file_it_r
         # The other call rebuilt the file; this one once too, as its store calls removed the groups
         # (on one file, the clean-up counts as the archive's).
         assert other.cleaned == first.cleaned == {"archive": 1, "session_store": 0}
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -219,8 +236,7 @@ async def test_a_step_that_would_fail_once_the_erasure_completed_elsewhere_does_
     step: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reading the snapshot to mark it, or the clean-up, fails in the first process: it no longer runs."""
-    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
-    try:
+    async with _pair(tmp_path) as (first, other):
         await _four_turns(first)
 
         async def breaks() -> None:
@@ -249,17 +265,13 @@ async def test_a_step_that_would_fail_once_the_erasure_completed_elsewhere_does_
         (erased,) = result.erasures
         assert erased.record == done.record and erased.tombstone is not None
         assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 async def test_a_forget_erasure_completed_elsewhere_leaves_a_summary_written_since(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The summary written after the erasure completed, from groups that never held the fact, stays."""
-    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
-    try:
+    async with _pair(tmp_path) as (first, other):
         fact_id = await _fact(first)
         written: list[Any] = []
 
@@ -276,9 +288,7 @@ async def test_a_forget_erasure_completed_elsewhere_leaves_a_summary_written_sin
             monkeypatch,
             first,
             other,
-            lambda: first.runtime.forget(
-                SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
-            ),
+            _forgetting(first, fact_id),
             turns_since,
         )
         (since,) = written
@@ -289,9 +299,6 @@ async def test_a_forget_erasure_completed_elsewhere_leaves_a_summary_written_sin
         assert stored.revision == since.revision, "the snapshot was written after the erasure completed"
         assert stored.snapshot.summary == since.snapshot.summary
         assert "4471" not in stored.snapshot.summary.summary.text
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 async def test_a_summary_this_call_emptied_before_the_other_completed_it_still_leaves_its_file(
@@ -305,27 +312,20 @@ async def test_a_summary_this_call_emptied_before_the_other_completed_it_still_l
     The first call still cleans up the file its marking rewrote, and the
     archive's, whose groups its own store call removed.
     """
-    first = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
-    other = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
-    try:
+    async with _pair(tmp_path, own_sessions_file=True) as (first, other):
         fact_id = await _fact(first)
         result, done = await _overtaken(
             "clean-up",
             monkeypatch,
             first,
             other,
-            lambda: first.runtime.forget(
-                SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
-            ),
+            _forgetting(first, fact_id),
         )
         (erased,) = result.erasures
         assert erased.record == done.record
         assert other.cleaned == {"archive": 1, "session_store": 1}
         assert first.cleaned == {"archive": 1, "session_store": 1}
         assert (await first.sessions.load(KEY, OpContext())).snapshot.summary.summary.text == ""
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 async def test_the_clean_up_of_the_summary_this_call_emptied_failing_does_not_say_the_erasure_is_pending(
@@ -336,9 +336,7 @@ async def test_the_clean_up_of_the_summary_this_call_emptied_failing_does_not_sa
     The erasure is complete (the other call's tombstone): "it stays pending;
     resume it" would be false, and a resume would find nothing to resume.
     """
-    first = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
-    other = _Process(tmp_path / "archive.db", tmp_path / "sessions.db")
-    try:
+    async with _pair(tmp_path, own_sessions_file=True) as (first, other):
         fact_id = await _fact(first)
 
         async def breaks() -> None:
@@ -352,18 +350,13 @@ async def test_the_clean_up_of_the_summary_this_call_emptied_failing_does_not_sa
             monkeypatch,
             first,
             other,
-            lambda: first.runtime.forget(
-                SCOPE, fact_id, erase_sources=True, reason="dsr", attestation=OPERATOR
-            ),
+            _forgetting(first, fact_id),
             breaks,
         )
         assert not isinstance(result, Exception), result
         (erased,) = result.erasures
         assert erased.record == done.record and erased.tombstone is not None
         assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 async def test_a_marking_failing_once_the_erasure_completed_elsewhere_meanwhile_does_not_say_it_is_pending(
@@ -373,8 +366,7 @@ async def test_a_marking_failing_once_the_erasure_completed_elsewhere_meanwhile_
 
     As a store call failing once the erasure completed elsewhere: not "pending".
     """
-    first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
-    try:
+    async with _pair(tmp_path) as (first, other):
         await _four_turns(first)
         entered, release = anyio.Event(), anyio.Event()
 
@@ -407,6 +399,3 @@ async def test_a_marking_failing_once_the_erasure_completed_elsewhere_meanwhile_
         (erased,) = result.erasures
         assert erased.record == done.record and erased.tombstone is not None
         assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
