@@ -13,7 +13,8 @@ call's, saved before the erasure left ``pending`` (carried as pending, as
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +118,14 @@ class _SaveRace:
         monkeypatch.setattr(sessions, "load", load)
 
 
-def _two(stores: str, tmp_path: Path, race: _SaveRace, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
-    """The hook, a session store to read from, and two runtimes: on one SQLite file, or shared in memory."""
+@asynccontextmanager
+async def _two(
+    stores: str, tmp_path: Path, race: _SaveRace, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[Any, ...]]:
+    """The hook, a session store to read from, and two runtimes: on one SQLite file, or shared in memory.
+
+    Both runtimes are closed on the way out.
+    """
     hook = _Steps()
     limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
     if stores == "memory":
@@ -139,7 +146,11 @@ def _two(stores: str, tmp_path: Path, race: _SaveRace, monkeypatch: pytest.Monke
         )
         for archive, sessions in pairs
     ]
-    return hook, pairs[0][1], *runtimes
+    try:
+        yield hook, pairs[0][1], *runtimes
+    finally:
+        for runtime in runtimes:
+            await runtime.aclose()
 
 
 async def _stored(sessions: Any, erasure_id: str) -> Any:
@@ -159,6 +170,19 @@ async def _fill(runtime: Any) -> None:
     """Five turns in ``s1``: what each erasure here removes, one item per call."""
     for i in range(5):
         await runtime.run(ANA, "s1", f"turn {i}")
+
+
+def _erasing(runtime: Any) -> Callable[[], Awaitable[Any]]:
+    """The call that erases ``TARGET`` on ``runtime``."""
+    return lambda: runtime.erase(TARGET, reason="dsr", attestation=OPERATOR)
+
+
+async def _started_pending(hook: _Steps, runtime: Any) -> ErasureIncompleteError:
+    """Erase ``TARGET`` on ``runtime``, its first store call failing: pending, nothing removed yet."""
+    hook.fail_next = ConnectionError("archive unreachable")
+    with pytest.raises(ErasureIncompleteError) as started:
+        await runtime.erase(TARGET, reason="dsr", attestation=OPERATOR)
+    return started.value
 
 
 async def _stopped_while_other_resumes(
@@ -225,14 +249,13 @@ async def test_an_inventory_save_refused_after_a_resume_saved_carries_the_record
     """The starting call's inventory save loses to a resume's progress save: its error has that progress."""
     monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
     race = _SaveRace()
-    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
-    try:
+    async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
         await _fill(first)
         error, stored = await _stopped_while_other_resumes(
             hook,
             race,
             sessions,
-            lambda: first.erase(TARGET, reason="dsr", attestation=OPERATOR),
+            _erasing(first),
             other,
             inventory=True,
         )
@@ -240,9 +263,6 @@ async def test_an_inventory_save_refused_after_a_resume_saved_carries_the_record
         assert stored.state is ErasureState.PENDING and _groups(stored) == 1
         # The record as stored when the call stopped: the resume's progress, not the one it started.
         assert error.record == stored, (error.record.stores, stored.stores)
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
@@ -251,13 +271,10 @@ async def test_a_failed_calls_save_refused_after_another_resume_saved_carries_th
 ) -> None:
     """A resume's store call fails; its save loses to another resume's: its error has that progress."""
     race = _SaveRace()
-    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
-    try:
+    async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
         await _fill(first)
-        hook.fail_next = ConnectionError("archive unreachable")  # pending, nothing removed yet
-        with pytest.raises(ErasureIncompleteError) as started:
-            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
-        loaded = await _stored(sessions, started.value.record.erasure_id)
+        started = await _started_pending(hook, first)
+        loaded = await _stored(sessions, started.record.erasure_id)
         assert _groups(loaded) == 0
         monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
         # The first resume's store call fails (its note is new: its save writes), and its save waits.
@@ -272,9 +289,6 @@ async def test_a_failed_calls_save_refused_after_another_resume_saved_carries_th
         # call's refused save held that the stored one does not: the note of its failing call.
         note = next(n for n in error.record.notes if n.startswith("stopped: OSError"))
         assert error.record == attrs.evolve(stored, notes=(*stored.notes, note)), error.record.stores
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
@@ -284,14 +298,13 @@ async def test_a_record_that_cannot_be_read_back_is_the_calls_own_and_the_error_
     """The inventory's save is refused, and reading the record back fails: the record it had, said so."""
     monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
     race = _SaveRace()
-    hook, _, first, other = _two(stores, tmp_path, race, monkeypatch)
-    try:
+    async with _two(stores, tmp_path, race, monkeypatch) as (hook, _, first, other):
         await _fill(first)
         error, _ = await _stopped_while_other_resumes(
             hook,
             race,
             None,
-            lambda: first.erase(TARGET, reason="dsr", attestation=OPERATOR),
+            _erasing(first),
             other,
             inventory=True,
             break_reads=True,
@@ -300,9 +313,6 @@ async def test_a_record_that_cannot_be_read_back_is_the_calls_own_and_the_error_
         # The record as this call started it (nothing erased by it), and the message says why.
         assert error.record.state is ErasureState.PENDING and error.record.stores == ()
         assert "record could not be read back (OSError: session store unreachable)" in str(error), str(error)
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
@@ -312,20 +322,14 @@ async def test_a_starts_record_save_refused_after_a_resume_saved_carries_the_rec
     """The record's first save, right after the join, loses to a resume's (from the header) progress save."""
     monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
     race = _SaveRace()
-    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
-    try:
+    async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
         await _fill(first)
         # The record's first save (the header joined already) waits for the resume's.
-        error, stored = await _stopped_while_other_resumes(
-            hook, race, sessions, lambda: first.erase(TARGET, reason="dsr", attestation=OPERATOR), other
-        )
+        error, stored = await _stopped_while_other_resumes(hook, race, sessions, _erasing(first), other)
         assert isinstance(error.__cause__, SessionConflictError)
         assert stored.state is ErasureState.PENDING and _groups(stored) == 1
         assert error.record == stored, (error.record.stores, stored.stores)
         assert "could not be saved" in str(error) and "it is pending" in str(error)
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
@@ -334,13 +338,10 @@ async def test_a_failed_calls_save_refused_after_another_resume_completed_it_ret
 ) -> None:
     """Read back, the record is the other resume's tombstone: "it stays pending" would be false."""
     race = _SaveRace(until_complete=True)
-    hook, sessions, first, other = _two(stores, tmp_path, race, monkeypatch)
-    try:
+    async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
         await _fill(first)
-        hook.fail_next = ConnectionError("archive unreachable")  # pending, nothing removed yet
-        with pytest.raises(ErasureIncompleteError) as started:
-            await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
-        erasure_id = started.value.record.erasure_id
+        started = await _started_pending(hook, first)
+        erasure_id = started.record.erasure_id
         monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
         results: dict[str, Any] = {}
 
@@ -357,9 +358,6 @@ async def test_a_failed_calls_save_refused_after_another_resume_completed_it_ret
         tombstone = await _stored(sessions, erasure_id)
         assert tombstone.state is ErasureState.COMPLETE
         assert results["other"].record == tombstone and results["first"].record == tombstone
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 @pytest.mark.parametrize("stores", ["memory", "sqlite"])
@@ -367,8 +365,7 @@ async def test_a_tombstone_saved_that_did_not_leave_pending_is_carried_as_pendin
     stores: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The error carries the record with its progress, pending as erasure_status shows it, not as started."""
-    _, sessions, first, unused = _two(stores, tmp_path, _SaveRace(), monkeypatch)
-    try:
+    async with _two(stores, tmp_path, _SaveRace(), monkeypatch) as (_, sessions, first, _):
         await _fill(first)
 
         async def fails(*args: Any) -> Any:
@@ -389,6 +386,3 @@ async def test_a_tombstone_saved_that_did_not_leave_pending_is_carried_as_pendin
         assert status.state is ErasureState.PENDING and status.stores == error.record.stores
         # The very record erasure_status shows: its note too, one text whatever says it.
         assert error.record == status, (error.record.notes, status.notes)
-    finally:
-        for runtime in (first, unused):
-            await runtime.aclose()
