@@ -34,6 +34,7 @@ __all__ = [
     "HeldOnce",
     "HookedArchive",
     "HookedSQLiteArchive",
+    "five_turns",
     "history_texts",
     "hooked_runtimes",
     "turn_while_held",
@@ -83,6 +84,12 @@ async def turn_while_held(
         await meanwhile()
         provider.release.set()
     return caught[0] if caught else None
+
+
+async def five_turns(runtime: Any, session: str = "s1") -> None:
+    """Five turns (``turn 0`` to ``turn 4``) in ``session``: what an erasure of it has to remove."""
+    for i in range(5):
+        await runtime.run(ANA, session, f"turn {i}")
 
 
 async def history_texts(runtime: Any, session: str = "s1") -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from _erasure_harness import ANA, OPERATOR, TARGET, HookedArchive, HookedSQLiteArchive
+from _erasure_harness import OPERATOR, TARGET, HookedArchive, HookedSQLiteArchive, five_turns
 
 from agentium_harness import (
     ErasureIncompleteError,
@@ -166,12 +166,6 @@ def _groups(record: Any) -> int:
     return 0 if entry is None else sum(c.count for c in entry.counts if c.kind == "group")
 
 
-async def _fill(runtime: Any) -> None:
-    """Five turns in ``s1``: what each erasure here removes, one item per call."""
-    for i in range(5):
-        await runtime.run(ANA, "s1", f"turn {i}")
-
-
 def _erasing(runtime: Any) -> Callable[[], Awaitable[Any]]:
     """The call that erases ``TARGET`` on ``runtime``."""
     return lambda: runtime.erase(TARGET, reason="dsr", attestation=OPERATOR)
@@ -250,7 +244,7 @@ async def test_an_inventory_save_refused_after_a_resume_saved_carries_the_record
     monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
     race = _SaveRace()
     async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
-        await _fill(first)
+        await five_turns(first)
         error, stored = await _stopped_while_other_resumes(
             hook,
             race,
@@ -272,7 +266,7 @@ async def test_a_failed_calls_save_refused_after_another_resume_saved_carries_th
     """A resume's store call fails; its save loses to another resume's: its error has that progress."""
     race = _SaveRace()
     async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
-        await _fill(first)
+        await five_turns(first)
         started = await _started_pending(hook, first)
         loaded = await _stored(sessions, started.record.erasure_id)
         assert _groups(loaded) == 0
@@ -299,7 +293,7 @@ async def test_a_record_that_cannot_be_read_back_is_the_calls_own_and_the_error_
     monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
     race = _SaveRace()
     async with _two(stores, tmp_path, race, monkeypatch) as (hook, _, first, other):
-        await _fill(first)
+        await five_turns(first)
         error, _ = await _stopped_while_other_resumes(
             hook,
             race,
@@ -323,7 +317,7 @@ async def test_a_starts_record_save_refused_after_a_resume_saved_carries_the_rec
     monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
     race = _SaveRace()
     async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
-        await _fill(first)
+        await five_turns(first)
         # The record's first save (the header joined already) waits for the resume's.
         error, stored = await _stopped_while_other_resumes(hook, race, sessions, _erasing(first), other)
         assert isinstance(error.__cause__, SessionConflictError)
@@ -339,7 +333,7 @@ async def test_a_failed_calls_save_refused_after_another_resume_completed_it_ret
     """Read back, the record is the other resume's tombstone: "it stays pending" would be false."""
     race = _SaveRace(until_complete=True)
     async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
-        await _fill(first)
+        await five_turns(first)
         started = await _started_pending(hook, first)
         erasure_id = started.record.erasure_id
         monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
@@ -366,7 +360,7 @@ async def test_a_tombstone_saved_that_did_not_leave_pending_is_carried_as_pendin
 ) -> None:
     """The error carries the record with its progress, pending as erasure_status shows it, not as started."""
     async with _two(stores, tmp_path, _SaveRace(), monkeypatch) as (_, sessions, first, _):
-        await _fill(first)
+        await five_turns(first)
 
         async def fails(*args: Any) -> Any:
             raise OSError("pending ledger unreachable")

@@ -13,12 +13,14 @@ left ``pending`` was not known (``erasure_status`` shows it).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, TARGET, HookedSQLiteArchive, history_texts
+from _erasure_harness import ANA, OPERATOR, TARGET, HookedSQLiteArchive, five_turns, history_texts
 
 from agentium_harness import (
     ErasureOvertakenError,
@@ -61,8 +63,9 @@ class _Inventories:
             raise OSError("archive unreachable")
 
 
-def _two(tmp_path: Path) -> tuple[_Inventories, list[tuple[Any, Any]]]:
-    """The hook and two (runtime, session store) pairs over one SQLite file."""
+@asynccontextmanager
+async def _two(tmp_path: Path) -> AsyncIterator[tuple[_Inventories, list[tuple[Any, Any]]]]:
+    """The hook and two (runtime, session store) pairs over one SQLite file; both runtimes closed after."""
     hook = _Inventories()
     config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
     pairs = []
@@ -75,7 +78,11 @@ def _two(tmp_path: Path) -> tuple[_Inventories, list[tuple[Any, Any]]]:
             limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
         )
         pairs.append((runtime, sessions))
-    return hook, pairs
+    try:
+        yield hook, pairs
+    finally:
+        for runtime, _ in pairs:
+            await runtime.aclose()
 
 
 async def _tombstones(runtime: Any) -> dict[str, Any]:
@@ -87,10 +94,8 @@ async def _tombstones(runtime: Any) -> dict[str, Any]:
 async def test_an_inventory_failing_once_another_call_completed_the_erasure_returns_its_tombstone(
     tmp_path: Path,
 ) -> None:
-    hook, [(first, _), (other, _)] = _two(tmp_path)
-    try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
+    async with _two(tmp_path) as (hook, [(first, _), (other, _)]):
+        await five_turns(first)
         entered, release = hook.hold(fail=True)  # the starting call's inventory, failing once released
         results: list[Any] = []
 
@@ -108,9 +113,6 @@ async def test_an_inventory_failing_once_another_call_completed_the_erasure_retu
         # Not "whether it left pending is not known": the other call's tombstone, nothing left to erase.
         assert result.tombstone == resumed.tombstone == result.record
         assert list(await _tombstones(first)) == [resumed.record.erasure_id]
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 @pytest.mark.parametrize("failing", ["save", "index"])
@@ -118,10 +120,8 @@ async def test_a_tombstone_step_failing_once_another_call_completed_it_returns_t
     failing: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The tombstone's save fails; or it finds the other call's tombstone, and indexing that one fails."""
-    _, [(first, sessions), (other, _)] = _two(tmp_path)
-    try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
+    async with _two(tmp_path) as (_, [(first, sessions), (other, _)]):
+        await five_turns(first)
         real = sessions.save
         resumed: list[Any] = []
 
@@ -151,18 +151,13 @@ async def test_a_tombstone_step_failing_once_another_call_completed_it_returns_t
         (done,) = resumed
         assert done.tombstone is not None and result.tombstone == done.tombstone == result.record
         assert list(await _tombstones(first)) == [done.record.erasure_id]
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 async def test_a_new_erasures_inventory_failing_once_another_call_completed_it_returns_that_tombstone(
     tmp_path: Path,
 ) -> None:
-    hook, [(first, _), (other, _)] = _two(tmp_path)
-    try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
+    async with _two(tmp_path) as (hook, [(first, _), (other, _)]):
+        await five_turns(first)
         entered, release = hook.hold(fail=False)  # the starting call's inventory
         again_entered, again_release = hook.hold(fail=True)  # its new erasure's, failing once released
         results: list[Any] = []
@@ -187,19 +182,14 @@ async def test_a_new_erasures_inventory_failing_once_another_call_completed_it_r
         assert result.tombstone == fresh.tombstone == result.record
         assert set(await _tombstones(first)) == {done.record.erasure_id, fresh.record.erasure_id}
         assert await history_texts(first) == []
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 async def test_checking_the_target_failing_once_another_call_completed_it_says_so_with_its_tombstone(
     tmp_path: Path,
 ) -> None:
     """As the first test, but what the target holds since cannot be checked: the truth, not "not known"."""
-    hook, [(first, _), (other, _)] = _two(tmp_path)
-    try:
-        for i in range(5):
-            await first.run(ANA, "s1", f"turn {i}")
+    async with _two(tmp_path) as (hook, [(first, _), (other, _)]):
+        await five_turns(first)
         entered, release = hook.hold(fail=True)
         errors: list[ErasureOvertakenError] = []
 
@@ -220,6 +210,3 @@ async def test_checking_the_target_failing_once_another_call_completed_it_says_s
         assert "was completed by another call" in str(error), str(error)
         assert "whether the target holds data written since is not known" in str(error), str(error)
         assert isinstance(error.__cause__, OSError)
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
