@@ -34,6 +34,7 @@ __all__ = [
     "HeldOnce",
     "HookedArchive",
     "HookedSQLiteArchive",
+    "completed_meanwhile",
     "five_turns",
     "history_texts",
     "hooked_runtimes",
@@ -90,6 +91,44 @@ async def five_turns(runtime: Any, session: str = "s1") -> None:
     """Five turns (``turn 0`` to ``turn 4``) in ``session``: what an erasure of it has to remove."""
     for i in range(5):
         await runtime.run(ANA, session, f"turn {i}")
+
+
+async def completed_meanwhile(
+    call: Callable[[], Awaitable[Any]],
+    entered: anyio.Event,
+    release: anyio.Event,
+    other: Any,
+    *,
+    before: Callable[[], Any] | None = None,
+    meanwhile: Callable[[], Awaitable[Any]] | None = None,
+) -> tuple[Any, Any]:
+    """``call()`` runs until it sets ``entered``; ``other`` (a runtime) then completes its erasure.
+
+    ``before()`` runs just before ``other`` resumes, ``meanwhile()`` just
+    after; then ``release`` is set. Returns what ``call()`` returned (or
+    raised) and ``other``'s resume result (a tombstone: checked here).
+    """
+    outcome: list[Any] = []
+
+    async def run_first() -> None:
+        try:
+            outcome.append(await call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_first)
+        with anyio.fail_after(30):
+            await entered.wait()
+        if before is not None:
+            before()
+        (done,) = await other.resume_erasures(OPERATOR)
+        assert done.tombstone is not None
+        if meanwhile is not None:
+            await meanwhile()
+        release.set()
+    (result,) = outcome
+    return result, done
 
 
 async def history_texts(runtime: Any, session: str = "s1") -> list[str]:

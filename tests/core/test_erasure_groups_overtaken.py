@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR
+from _erasure_harness import ANA, OPERATOR, completed_meanwhile
 
 from agentium_harness import (
     ErasureState,
@@ -145,25 +145,9 @@ async def _overtaken(
     Returns what ``call()`` returned (or raised) and ``other``'s result.
     """
     entered, release = _gate_at(step, monkeypatch)
-    outcome: list[Any] = []
-
-    async def run_first() -> None:
-        try:
-            outcome.append(await call())
-        except Exception as exc:
-            outcome.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run_first)
-        with anyio.fail_after(30):
-            await entered.wait()
-        (done,) = await other.runtime.resume_erasures(OPERATOR)
-        assert done.tombstone is not None
-        if meanwhile is not None:
-            await meanwhile()
-        release.set()
+    result, done = await completed_meanwhile(call, entered, release, other.runtime, meanwhile=meanwhile)
     monkeypatch.undo()
-    return outcome[0], done
+    return result, done
 
 
 async def _four_turns(process: _Process) -> None:
@@ -378,23 +362,13 @@ async def test_a_marking_failing_once_the_erasure_completed_elsewhere_meanwhile_
             raise OSError("session store unreachable")
 
         monkeypatch.setattr(erasure_run, "mark_erased", stalled)
-        outcome: list[Any] = []
-
-        async def run_first() -> None:
-            try:
-                outcome.append(await first.runtime.apply_retention(OPERATOR))
-            except Exception as exc:
-                outcome.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_first)
-            with anyio.fail_after(30):
-                await entered.wait()
-            monkeypatch.undo()  # the other call marks as usual
-            (done,) = await other.runtime.resume_erasures(OPERATOR)
-            assert done.tombstone is not None
-            release.set()
-        (result,) = outcome
+        result, done = await completed_meanwhile(
+            lambda: first.runtime.apply_retention(OPERATOR),
+            entered,
+            release,
+            other.runtime,
+            before=monkeypatch.undo,  # the other call marks as usual
+        )
         assert not result.notes, result.notes
         (erased,) = result.erasures
         assert erased.record == done.record and erased.tombstone is not None

@@ -17,12 +17,13 @@ call removed nothing, it cleans up nothing).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR
+from _erasure_harness import ANA, OPERATOR, completed_meanwhile
 
 from agentium_harness import (
     EraseTarget,
@@ -72,6 +73,11 @@ class _Process:
         store.scrub_erased = counted
 
 
+def _erasing(process: _Process, level: str) -> Callable[[], Awaitable[Any]]:
+    """The call that erases ``level``'s target on ``process``."""
+    return lambda: process.runtime.erase(TARGETS[level], reason="dsr", attestation=OPERATOR)
+
+
 async def _overtaken(
     level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, failing: bool = False
 ) -> tuple[_Process, _Process, Any, Any]:
@@ -96,30 +102,23 @@ async def _overtaken(
         return got
 
     monkeypatch.setattr(erasure_run, "carry_out", gated)
-    outcome: list[Any] = []
 
-    async def run_first() -> None:
-        try:
-            outcome.append(await first.runtime.erase(TARGETS[level], reason="dsr", attestation=OPERATOR))
-        except Exception as exc:
-            outcome.append(exc)
+    async def refuse_clean_ups() -> None:
+        async def refused(ctx: OpContext) -> Any:
+            raise OSError("database file unreachable")
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run_first)
-        with anyio.fail_after(30):
-            await entered.wait()
-        (done,) = await other.runtime.resume_erasures(OPERATOR)
-        assert done.tombstone is not None
-        if failing:
+        for store in (first.archive, first.sessions, first.memory):
+            monkeypatch.setattr(store, "scrub_erased", refused)
 
-            async def refused(ctx: OpContext) -> Any:
-                raise OSError("database file unreachable")
-
-            for store in (first.archive, first.sessions, first.memory):
-                monkeypatch.setattr(store, "scrub_erased", refused)
-        release.set()
+    result, done = await completed_meanwhile(
+        _erasing(first, level),
+        entered,
+        release,
+        other.runtime,
+        meanwhile=refuse_clean_ups if failing else None,
+    )
     monkeypatch.undo()
-    return first, other, outcome[0], done
+    return first, other, result, done
 
 
 @pytest.mark.parametrize("level", list(TARGETS))
@@ -186,22 +185,7 @@ async def test_a_clean_up_failing_once_the_erasure_completed_elsewhere_meanwhile
 
         for store in (first.archive, first.sessions, first.memory):
             store.scrub_erased = stalled
-        outcome: list[Any] = []
-
-        async def run_first() -> None:
-            try:
-                outcome.append(await first.runtime.erase(TARGETS[level], reason="dsr", attestation=OPERATOR))
-            except Exception as exc:
-                outcome.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(run_first)
-            with anyio.fail_after(30):
-                await entered.wait()
-            (done,) = await other.runtime.resume_erasures(OPERATOR)
-            assert done.tombstone is not None
-            release.set()
-        (result,) = outcome
+        result, done = await completed_meanwhile(_erasing(first, level), entered, release, other.runtime)
         assert not isinstance(result, Exception), result
         assert result.record == done.record and result.tombstone is not None
         # The failure is not silent: a warning names the erasure and the error's type.
