@@ -1,6 +1,8 @@
-"""Session stores for engine tests: ones that break a port rule, and one whose save can hang."""
+"""Session stores for engine tests: ones that break a port rule, one whose save hangs, one failing reads."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import anyio
 
@@ -51,3 +53,14 @@ class HangingStore(InMemorySessionStore):
         if self.hang_save:
             await anyio.sleep_forever()
         return await super().save(key, snapshot, expected, ctx)
+
+
+class FailsAfterTheWrite(InMemorySessionStore):
+    """A session store that fails every read once ``fail`` is set (a fence's second read, after a write)."""
+
+    fail = False
+
+    async def load(self, key: Any, ctx: OpContext) -> Any:
+        if self.fail:
+            raise OSError("disk gone")
+        return await super().load(key, ctx)

@@ -39,6 +39,22 @@ class Telemetered:
         [span] = self.named(name)
         return span
 
+    def events(self, prefix: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every span event whose name starts with ``prefix``: (span name, event name, attributes)."""
+        return [
+            (s.name, e.name, dict(e.attributes or {}))
+            for s in self.spans
+            for e in s.events
+            if e.name.startswith(prefix)
+        ]
+
+    def child_of(self, child: str, parent: ReadableSpan) -> bool:
+        """Whether a span named ``child`` has ``parent`` as its parent."""
+        return any(
+            s.name == child and s.parent is not None and s.parent.span_id == parent.context.span_id
+            for s in self.spans
+        )
+
     def metrics(self) -> dict[str, list[Any]]:
         data = self.reader.get_metrics_data()
         out: dict[str, list[Any]] = {}

@@ -9,9 +9,11 @@ each outcome is an event on it with only ``agentium.document.write`` or
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from _session_store_support import FailsAfterTheWrite
 from _telemetry_support import Telemetered
 from test_document_erasure_fence import ANA_DOC, OPERATOR, _hooked, _Hooks
 
@@ -37,12 +39,17 @@ def _runtime(sessions: InMemorySessionStore, recall: Any, t: Telemetered | None 
 
 
 def _events(t: Telemetered) -> list[tuple[str, str, dict[str, Any]]]:
-    return [
-        (s.name, e.name, dict(e.attributes or {}))
-        for s in t.spans
-        for e in s.events
-        if e.name.startswith("agentium.document.")
-    ]
+    return t.events("agentium.document.")
+
+
+def _erasing_ana(eraser: HarnessRuntime) -> Callable[[], Awaitable[None]]:
+    """What erases user ana on ``eraser`` (completed: checked), for a hook to run meanwhile."""
+
+    async def erase_meanwhile() -> None:
+        done = await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
+        assert done.tombstone is not None
+
+    return erase_meanwhile
 
 
 def _private(t: Telemetered) -> None:
@@ -55,12 +62,7 @@ async def test_a_document_deleted_again_is_an_event_on_its_index_span() -> None:
     recall = _hooked(InMemoryRecallStore)()
     recall.hooks = hooks
     async with _runtime(sessions, recall, t) as writer, _runtime(sessions, recall) as eraser:
-
-        async def erase_meanwhile() -> None:
-            done = await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
-            assert done.tombstone is not None
-
-        hooks.before_index = erase_meanwhile
+        hooks.before_index = _erasing_ana(eraser)
         with pytest.raises(ErasureInProgressError, match="was deleted: it was not kept"):
             await writer.index_document(ANA_DOC, "vpn.md", TEXT, timeout_s=30.0)
     taken = (
@@ -70,22 +72,8 @@ async def test_a_document_deleted_again_is_an_event_on_its_index_span() -> None:
     )
     assert _events(t) == [taken]
     index = t.one("agentium.document.index")
-    assert any(
-        s.name == "agentium.recall.delete"
-        and s.parent is not None
-        and s.parent.span_id == index.context.span_id
-        for s in t.spans
-    ), "the fence's delete is not under the index span"
+    assert t.child_of("agentium.recall.delete", index), "the fence's delete is not under the index span"
     _private(t)
-
-
-class FailsAfterTheWrite(InMemorySessionStore):
-    fail = False
-
-    async def load(self, key: Any, ctx: OpContext) -> Any:
-        if self.fail:
-            raise OSError("disk gone")
-        return await super().load(key, ctx)
 
 
 async def test_a_document_not_confirmed_against_erasures_is_an_event_with_its_error_type() -> None:
@@ -117,12 +105,7 @@ async def test_a_document_that_could_not_be_deleted_again_is_an_event_with_its_e
     recall = FailsToDelete()
     recall.hooks = hooks
     async with _runtime(sessions, recall, t) as writer, _runtime(sessions, recall) as eraser:
-
-        async def erase_meanwhile() -> None:
-            done = await eraser.erase(EraseTarget.user("acme", "ana"), reason="DSR", attestation=OPERATOR)
-            assert done.tombstone is not None
-
-        hooks.before_index = erase_meanwhile
+        hooks.before_index = _erasing_ana(eraser)
         with pytest.raises(ErasureInProgressError, match="deleting it failed"):
             await writer.index_document(ANA_DOC, "vpn.md", TEXT, timeout_s=30.0)
     failed = ("agentium.document.take_back_failed", {"error.type": "OSError"})  # the store's, as logged

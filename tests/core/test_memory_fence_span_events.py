@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import pytest
+from _session_store_support import FailsAfterTheWrite
 from _telemetry_support import Telemetered
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from test_memory_fence_take_back import (
@@ -73,12 +74,7 @@ def _runtime(facts: Store, sessions: InMemorySessionStore, t: Telemetered | None
 
 
 def _events(t: Telemetered, prefix: str = "agentium.memory.") -> list[tuple[str, str, dict[str, Any]]]:
-    return [
-        (s.name, e.name, dict(e.attributes or {}))
-        for s in t.spans
-        for e in s.events
-        if e.name.startswith(prefix)
-    ]
+    return t.events(prefix)
 
 
 def _private(t: Telemetered, *texts: str) -> None:
@@ -88,13 +84,6 @@ def _private(t: Telemetered, *texts: str) -> None:
         assert text not in carried
     for _, _, attributes in _events(t):
         assert set(attributes) <= ALLOWED, attributes
-
-
-def _child_of(t: Telemetered, child: str, parent: ReadableSpan) -> bool:
-    return any(
-        s.name == child and s.parent is not None and s.parent.span_id == parent.context.span_id
-        for s in t.spans
-    )
 
 
 async def _erase_b(operator: HarnessRuntime) -> None:
@@ -117,7 +106,7 @@ async def test_a_fact_taken_back_by_a_host_call_is_an_event_on_its_create_memory
         ("create_memory", "agentium.memory.taken_back", {"agentium.memory.write": "answered"})
     ]
     assert write.attributes is not None and write.attributes["error.type"] == "ErasureInProgressError"
-    assert _child_of(t, "delete_memory", write), "the take-back's forget is not under the write's span"
+    assert t.child_of("delete_memory", write), "the take-back's forget is not under the write's span"
     _private(t, "4321")
 
 
@@ -145,17 +134,6 @@ async def test_a_take_back_that_failed_is_an_event_with_its_error_type() -> None
         )
     ]
     _private(t, "4321", "disk gone")
-
-
-class FailsAfterTheWrite(InMemorySessionStore):
-    """A session store that fails every read once ``fail`` is set (the fence's second read)."""
-
-    fail = False
-
-    async def load(self, key: Any, ctx: OpContext) -> Any:
-        if self.fail:
-            raise OSError("disk gone")
-        return await super().load(key, ctx)
 
 
 async def test_a_write_not_confirmed_against_erasures_is_an_event_on_a_managers_own_span(
@@ -246,7 +224,7 @@ async def test_a_late_write_taken_back_is_an_event_on_a_late_take_back_span() ->
     assert [(e.name, dict(e.attributes or {})) for e in late.events] == [
         ("agentium.memory.taken_back", {"agentium.memory.write": "late"})
     ]
-    assert facts.forgot and _child_of(t, "delete_memory", late)
+    assert facts.forgot and t.child_of("delete_memory", late)
     _private(t, "4321", "1234")
 
 
