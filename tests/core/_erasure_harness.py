@@ -6,7 +6,8 @@ Several runtimes over the same stores stand for several processes; a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ import anyio
 from agentium_harness import (
     EraseTarget,
     OperatorAttestation,
+    ResidentLimits,
     RuntimeLimits,
     SessionKey,
     VerifiedIdentity,
@@ -34,10 +36,14 @@ __all__ = [
     "HeldOnce",
     "HookedArchive",
     "HookedSQLiteArchive",
+    "OneItemSteps",
+    "archive_groups",
     "completed_meanwhile",
     "five_turns",
     "history_texts",
     "hooked_runtimes",
+    "sqlite_pairs",
+    "stored_record",
     "turn_while_held",
 ]
 
@@ -191,3 +197,74 @@ def hooked_runtimes(
         for _ in range(count)
     ]
     return archive, sessions, made
+
+
+class OneItemSteps:
+    """Real erase calls remove one item each (the next raises ``fail_next``, if set); the ``hold``-th waits.
+
+    The first inventory waits for ``inventory_release`` when ``hold_inventory``.
+    """
+
+    def __init__(self) -> None:
+        self.hold_inventory = False
+        self.fail_next: Exception | None = None
+        self.calls = self.hold = 0
+        self.held, self.release = anyio.Event(), anyio.Event()
+        self.in_inventory, self.inventory_release = anyio.Event(), anyio.Event()
+
+    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
+        if kwargs.get("dry_run", False):
+            if self.hold_inventory and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
+                self.hold_inventory = False
+                self.in_inventory.set()
+                with anyio.fail_after(30):
+                    await self.inventory_release.wait()
+            return
+        if self.fail_next is not None:
+            failure, self.fail_next = self.fail_next, None
+            raise failure
+        kwargs["max_items"] = 1
+        self.calls += 1
+        if self.calls == self.hold:
+            self.held.set()
+            with anyio.fail_after(30):
+                await self.release.wait()
+
+
+@asynccontextmanager
+async def sqlite_pairs(tmp_path: Path, hook: EraseHook | None = None) -> AsyncIterator[list[tuple[Any, Any]]]:
+    """Two (runtime, session store) pairs, each with adapters of its own, over one SQLite file; closed after.
+
+    Each keeps one group resident; with ``hook``, their archives await it before each erase call.
+    """
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    pairs = []
+    for _ in range(2):
+        sessions = SQLiteSessionStore(config)
+        runtime = create_harness_runtime(
+            provider=ScriptedProvider(replies=["noted"], cycle=True),
+            archive=SQLiteArchive(config) if hook is None else HookedSQLiteArchive(config, hook),
+            session_store=sessions,
+            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
+        )
+        pairs.append((runtime, sessions))
+    try:
+        yield pairs
+    finally:
+        for runtime, _ in pairs:
+            await runtime.aclose()
+
+
+async def stored_record(sessions: Any, erasure_id: str) -> Any:
+    """The erasure record (of tenant acme) ``sessions`` holds for ``erasure_id``; there must be one."""
+    key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"e-{erasure_id}")
+    loaded = await sessions.load(key, OpContext())
+    assert loaded is not None
+    (record,) = loaded.snapshot.ledger.records
+    return record
+
+
+def archive_groups(record: Any) -> int:
+    """How many groups ``record`` counts as erased from the archive."""
+    entry = record.store("archive")
+    return 0 if entry is None else sum(c.count for c in entry.counts if c.kind == "group")

@@ -21,7 +21,16 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from _erasure_harness import OPERATOR, TARGET, HookedArchive, HookedSQLiteArchive, five_turns
+from _erasure_harness import (
+    OPERATOR,
+    TARGET,
+    HookedArchive,
+    HookedSQLiteArchive,
+    OneItemSteps,
+    archive_groups,
+    five_turns,
+    stored_record,
+)
 
 from agentium_harness import (
     ErasureIncompleteError,
@@ -36,41 +45,9 @@ from agentium_harness._engine import erasure_ledger, erasure_tombstone
 from agentium_harness.adapters.memory import InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
 from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseTarget, OpContext
+from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT
 
 pytestmark = pytest.mark.anyio
-
-
-class _Steps:
-    """Real erase calls remove one item each (the next raises ``fail_next``, if set); the ``hold``-th waits.
-
-    The first inventory waits for ``inventory_release`` when ``hold_inventory``.
-    """
-
-    def __init__(self) -> None:
-        self.hold_inventory = False
-        self.fail_next: Exception | None = None
-        self.calls = self.hold = 0
-        self.held, self.release = anyio.Event(), anyio.Event()
-        self.in_inventory, self.inventory_release = anyio.Event(), anyio.Event()
-
-    async def before(self, target: EraseTarget, kwargs: dict[str, Any]) -> None:
-        if kwargs.get("dry_run", False):
-            if self.hold_inventory and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
-                self.hold_inventory = False
-                self.in_inventory.set()
-                with anyio.fail_after(30):
-                    await self.inventory_release.wait()
-            return
-        if self.fail_next is not None:
-            failure, self.fail_next = self.fail_next, None
-            raise failure
-        kwargs["max_items"] = 1
-        self.calls += 1
-        if self.calls == self.hold:
-            self.held.set()
-            with anyio.fail_after(30):
-                await self.release.wait()
 
 
 class _SaveRace:
@@ -126,7 +103,7 @@ async def _two(
 
     Both runtimes are closed on the way out.
     """
-    hook = _Steps()
+    hook = OneItemSteps()
     limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
     if stores == "memory":
         archive, shared = HookedArchive(hook), InMemorySessionStore()
@@ -153,25 +130,12 @@ async def _two(
             await runtime.aclose()
 
 
-async def _stored(sessions: Any, erasure_id: str) -> Any:
-    key = SessionKey(ERASURE_RECORDS_TENANT, "acme", f"e-{erasure_id}")
-    loaded = await sessions.load(key, OpContext())
-    assert loaded is not None
-    (record,) = loaded.snapshot.ledger.records
-    return record
-
-
-def _groups(record: Any) -> int:
-    entry = record.store("archive")
-    return 0 if entry is None else sum(c.count for c in entry.counts if c.kind == "group")
-
-
 def _erasing(runtime: Any) -> Callable[[], Awaitable[Any]]:
     """The call that erases ``TARGET`` on ``runtime``."""
     return lambda: runtime.erase(TARGET, reason="dsr", attestation=OPERATOR)
 
 
-async def _started_pending(hook: _Steps, runtime: Any) -> ErasureIncompleteError:
+async def _started_pending(hook: OneItemSteps, runtime: Any) -> ErasureIncompleteError:
     """Erase ``TARGET`` on ``runtime``, its first store call failing: pending, nothing removed yet."""
     hook.fail_next = ConnectionError("archive unreachable")
     with pytest.raises(ErasureIncompleteError) as started:
@@ -180,7 +144,7 @@ async def _started_pending(hook: _Steps, runtime: Any) -> ErasureIncompleteError
 
 
 async def _stopped_while_other_resumes(
-    hook: _Steps,
+    hook: OneItemSteps,
     race: _SaveRace,
     sessions: Any,
     call: Callable[[], Awaitable[Any]],
@@ -231,7 +195,7 @@ async def _stopped_while_other_resumes(
             if break_reads:
                 race.break_reads = False
             else:
-                stored = await _stored(sessions, error.record.erasure_id)
+                stored = await stored_record(sessions, error.record.erasure_id)
             hook.release.set()
     return error, stored
 
@@ -254,7 +218,7 @@ async def test_an_inventory_save_refused_after_a_resume_saved_carries_the_record
             inventory=True,
         )
         assert isinstance(error.__cause__, SessionConflictError)
-        assert stored.state is ErasureState.PENDING and _groups(stored) == 1
+        assert stored.state is ErasureState.PENDING and archive_groups(stored) == 1
         # The record as stored when the call stopped: the resume's progress, not the one it started.
         assert error.record == stored, (error.record.stores, stored.stores)
 
@@ -268,8 +232,8 @@ async def test_a_failed_calls_save_refused_after_another_resume_saved_carries_th
     async with _two(stores, tmp_path, race, monkeypatch) as (hook, sessions, first, other):
         await five_turns(first)
         started = await _started_pending(hook, first)
-        loaded = await _stored(sessions, started.record.erasure_id)
-        assert _groups(loaded) == 0
+        loaded = await stored_record(sessions, started.record.erasure_id)
+        assert archive_groups(loaded) == 0
         monkeypatch.setattr(erasure_ledger, "_ATTEMPTS", 1)
         # The first resume's store call fails (its note is new: its save writes), and its save waits.
         hook.fail_next = OSError("archive unreachable")
@@ -278,7 +242,7 @@ async def test_a_failed_calls_save_refused_after_another_resume_saved_carries_th
         )
         assert error.record.erasure_id == loaded.erasure_id
         assert isinstance(error.__cause__, OSError)
-        assert stored.state is ErasureState.PENDING and _groups(stored) == 1
+        assert stored.state is ErasureState.PENDING and archive_groups(stored) == 1
         # The record as stored when the call stopped (the other resume's progress), with what this
         # call's refused save held that the stored one does not: the note of its failing call.
         note = next(n for n in error.record.notes if n.startswith("stopped: OSError"))
@@ -321,7 +285,7 @@ async def test_a_starts_record_save_refused_after_a_resume_saved_carries_the_rec
         # The record's first save (the header joined already) waits for the resume's.
         error, stored = await _stopped_while_other_resumes(hook, race, sessions, _erasing(first), other)
         assert isinstance(error.__cause__, SessionConflictError)
-        assert stored.state is ErasureState.PENDING and _groups(stored) == 1
+        assert stored.state is ErasureState.PENDING and archive_groups(stored) == 1
         assert error.record == stored, (error.record.stores, stored.stores)
         assert "could not be saved" in str(error) and "it is pending" in str(error)
 
@@ -349,7 +313,7 @@ async def test_a_failed_calls_save_refused_after_another_resume_completed_it_ret
                 tg.start_soon(resume, "first", first)
                 await race.waiting.wait()
                 tg.start_soon(resume, "other", other)
-        tombstone = await _stored(sessions, erasure_id)
+        tombstone = await stored_record(sessions, erasure_id)
         assert tombstone.state is ErasureState.COMPLETE
         assert results["other"].record == tombstone and results["first"].record == tombstone
 
@@ -370,8 +334,8 @@ async def test_a_tombstone_saved_that_did_not_leave_pending_is_carried_as_pendin
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
         monkeypatch.undo()
         error = caught.value
-        tombstone = await _stored(sessions, error.record.erasure_id)
-        assert tombstone.state is ErasureState.COMPLETE and _groups(tombstone) >= 3
+        tombstone = await stored_record(sessions, error.record.erasure_id)
+        assert tombstone.state is ErasureState.COMPLETE and archive_groups(tombstone) >= 3
         assert "stays pending" in str(error)
         assert error.record.state is ErasureState.PENDING
         assert error.record.stores == tombstone.stores and error.record.sessions == tombstone.sessions

@@ -20,49 +20,23 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, TARGET, HookedSQLiteArchive
+from _erasure_harness import ANA, OPERATOR, TARGET, archive_groups, sqlite_pairs, stored_record
 
 from agentium_harness import (
     ErasureIncompleteError,
     ErasureState,
-    ResidentLimits,
-    RuntimeLimits,
     SessionKey,
-    create_harness_runtime,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
-from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseTarget, OpContext
+from agentium_harness.plugin_api import EraseTarget
 
 pytestmark = pytest.mark.anyio
-
-
-def _two(tmp_path: Path) -> list[tuple[Any, Any]]:
-    """Two (runtime, session store) pairs over one SQLite file."""
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    pairs = []
-    for _ in range(2):
-        sessions = SQLiteSessionStore(config)
-        runtime = create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"], cycle=True),
-            archive=SQLiteArchive(config),
-            session_store=sessions,
-            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        )
-        pairs.append((runtime, sessions))
-    return pairs
-
-
-def _groups(record: Any) -> int:
-    entry = record.store("archive")
-    return 0 if entry is None else sum(c.count for c in entry.counts if c.kind == "group")
 
 
 async def _archived(runtime: Any) -> int:
     for i in range(5):
         await runtime.run(ANA, "s1", f"turn {i}")
     planned = await runtime.erase(TARGET, reason="dsr", attestation=OPERATOR, dry_run=True)
-    archived = _groups(planned.record)
+    archived = archive_groups(planned.record)
     assert archived >= 2
     return archived
 
@@ -87,18 +61,10 @@ def _lose_reply(sessions: Any, monkeypatch: pytest.MonkeyPatch, meanwhile: Any) 
     return fired
 
 
-async def _stored(sessions: Any, erasure_id: str) -> Any:
-    loaded = await sessions.load(SessionKey(ERASURE_RECORDS_TENANT, "acme", f"e-{erasure_id}"), OpContext())
-    assert loaded is not None
-    (record,) = loaded.snapshot.ledger.records
-    return record
-
-
 async def test_a_landed_save_under_another_calls_tombstone_is_not_counted_again_in_a_new_erasure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (first, sessions), (other, _) = _two(tmp_path)
-    try:
+    async with sqlite_pairs(tmp_path) as [(first, sessions), (other, _)]:
         archived = await _archived(first)
         completed: list[Any] = []
 
@@ -111,24 +77,20 @@ async def test_a_landed_save_under_another_calls_tombstone_is_not_counted_again_
             result = await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
         (done,) = completed
         assert fired and done.tombstone is not None
-        assert _groups(done.tombstone) == archived, (_groups(done.tombstone), archived)
+        assert archive_groups(done.tombstone) == archived, (archive_groups(done.tombstone), archived)
         # The first call's archive items are in that tombstone (its save landed): no new erasure
         # counts them again.
-        assert result.record.erasure_id == done.record.erasure_id, (_groups(result.record), archived)
+        assert result.record.erasure_id == done.record.erasure_id, (archive_groups(result.record), archived)
         assert result.tombstone == done.tombstone
         statuses = await first.erasure_status(OPERATOR)
         assert [s.erasure_id for s in statuses] == [done.record.erasure_id]
         assert all(s.state is ErasureState.COMPLETE for s in statuses)
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
 
 
 async def test_a_landed_save_under_another_calls_progress_is_counted_once_in_the_error_and_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (first, sessions), (other, other_sessions) = _two(tmp_path)
-    try:
+    async with sqlite_pairs(tmp_path) as [(first, sessions), (other, other_sessions)]:
         archived = await _archived(first)
         real_erase = other_sessions.erase
 
@@ -151,18 +113,15 @@ async def test_a_landed_save_under_another_calls_progress_is_counted_once_in_the
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
         monkeypatch.undo()
         (theirs,) = stopped
-        assert fired and theirs.record is not None and _groups(theirs.record) == archived
+        assert fired and theirs.record is not None and archive_groups(theirs.record) == archived
         error = caught.value
         assert error.record is not None and error.record.state is ErasureState.PENDING
-        stored = await _stored(sessions, error.record.erasure_id)
+        stored = await stored_record(sessions, error.record.erasure_id)
         # Once in the error's record and in the record the failure save wrote, not twice.
-        assert _groups(error.record) == archived, (_groups(error.record), archived)
-        assert _groups(stored) == archived, (_groups(stored), archived)
+        assert archive_groups(error.record) == archived, (archive_groups(error.record), archived)
+        assert archive_groups(stored) == archived, (archive_groups(stored), archived)
         (done,) = await first.resume_erasures(OPERATOR)
-        assert done.tombstone is not None and _groups(done.tombstone) == archived
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()
+        assert done.tombstone is not None and archive_groups(done.tombstone) == archived
 
 
 class _HeldCall:
@@ -198,19 +157,7 @@ async def test_a_landed_counting_save_under_another_calls_tombstone_is_not_count
     it again, and the error is not "whether it left pending is not known".
     """
     hook = _HeldCall()
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    pairs = []
-    for _ in range(2):
-        sessions = SQLiteSessionStore(config)
-        runtime = create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"], cycle=True),
-            archive=HookedSQLiteArchive(config, hook),
-            session_store=sessions,
-            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        )
-        pairs.append((runtime, sessions))
-    (first, sessions), (other, _) = pairs
-    try:
+    async with sqlite_pairs(tmp_path, hook) as [(first, sessions), (other, _)]:
         for i in range(3):
             await first.run(ANA, "s1", f"before {i}")
         hook.fail_next = True  # pending, nothing removed yet
@@ -254,6 +201,3 @@ async def test_a_landed_counting_save_under_another_calls_tombstone_is_not_count
         assert {s.erasure_id for s in statuses} == {completed.record.erasure_id, done.record.erasure_id}
         assert all(s.state is ErasureState.COMPLETE for s in statuses)
         assert not (await first.inspect_session(ANA, "s1")).exists
-    finally:
-        for runtime in (first, other):
-            await runtime.aclose()

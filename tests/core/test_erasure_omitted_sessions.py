@@ -16,42 +16,16 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, hooked_runtimes
+from _erasure_harness import ANA, OPERATOR, OneItemSteps, hooked_runtimes
 
 from agentium_harness import EraseTarget, ResidentLimits, RuntimeLimits
 from agentium_harness._engine import erasure_resume
-from agentium_harness.plugin_api import EraseTarget as _Target
 
 pytestmark = pytest.mark.anyio
 
 USER = EraseTarget.user("acme", "ana")
 SESSIONS = 5
 CAP = 2
-
-
-class _Steps:
-    """Real erase calls remove one item each; the inventory may wait; the ``hold``-th real call waits."""
-
-    def __init__(self) -> None:
-        self.hold_inventory = False
-        self.calls = self.hold = 0
-        self.held, self.release = anyio.Event(), anyio.Event()
-        self.in_inventory, self.inventory_release = anyio.Event(), anyio.Event()
-
-    async def before(self, target: _Target, kwargs: dict[str, Any]) -> None:
-        if kwargs.get("dry_run", False):
-            if self.hold_inventory and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
-                self.hold_inventory = False
-                self.in_inventory.set()
-                with anyio.fail_after(30):
-                    await self.inventory_release.wait()
-            return
-        kwargs["max_items"] = 1
-        self.calls += 1
-        if self.calls == self.hold:
-            self.held.set()
-            with anyio.fail_after(30):
-                await self.release.wait()
 
 
 async def _sessions(runtime: Any) -> None:
@@ -70,7 +44,7 @@ def capped(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_one_erasure_counts_each_omitted_session_once(stores: str, tmp_path: Path) -> None:
     """Two stores report every session, in the inventory and in each erase call: still 3 omitted."""
     limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
-    _, _, (runtime,) = hooked_runtimes(stores, tmp_path, _Steps(), 1, limits)
+    _, _, (runtime,) = hooked_runtimes(stores, tmp_path, OneItemSteps(), 1, limits)
     try:
         await _sessions(runtime)
         planned = await runtime.erase(USER, reason="dsr", attestation=OPERATOR, dry_run=True)
@@ -90,7 +64,7 @@ async def test_an_inventory_merged_with_a_resumes_progress_counts_each_omitted_s
 ) -> None:
     """The first call's inventory, saved after a resume's progress, omits what the resume omits."""
     limits = RuntimeLimits(resident=ResidentLimits(max_groups=1))
-    archive, _, (first, other) = hooked_runtimes(stores, tmp_path, _Steps(), 2, limits)
+    archive, _, (first, other) = hooked_runtimes(stores, tmp_path, OneItemSteps(), 2, limits)
     try:
         await _sessions(first)
         results: dict[str, Any] = {}

@@ -20,19 +20,14 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, TARGET, HookedSQLiteArchive, five_turns, history_texts
+from _erasure_harness import ANA, OPERATOR, TARGET, five_turns, history_texts, sqlite_pairs
 
 from agentium_harness import (
     ErasureOvertakenError,
     ErasureState,
-    ResidentLimits,
-    RuntimeLimits,
     SessionKey,
-    create_harness_runtime,
 )
 from agentium_harness._engine import erasure_tombstone
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import ERASURE_RECORDS_TENANT, EraseTarget
 
 pytestmark = pytest.mark.anyio
@@ -67,22 +62,8 @@ class _Inventories:
 async def _two(tmp_path: Path) -> AsyncIterator[tuple[_Inventories, list[tuple[Any, Any]]]]:
     """The hook and two (runtime, session store) pairs over one SQLite file; both runtimes closed after."""
     hook = _Inventories()
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    pairs = []
-    for _ in range(2):
-        sessions = SQLiteSessionStore(config)
-        runtime = create_harness_runtime(
-            provider=ScriptedProvider(replies=["noted"], cycle=True),
-            archive=HookedSQLiteArchive(config, hook),
-            session_store=sessions,
-            limits=RuntimeLimits(resident=ResidentLimits(max_groups=1)),
-        )
-        pairs.append((runtime, sessions))
-    try:
+    async with sqlite_pairs(tmp_path, hook) as pairs:
         yield hook, pairs
-    finally:
-        for runtime, _ in pairs:
-            await runtime.aclose()
 
 
 async def _tombstones(runtime: Any) -> dict[str, Any]:
