@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
+import pytest
 
 from agentium_harness import (
     EraseTarget,
@@ -39,6 +40,7 @@ __all__ = [
     "OneItemSteps",
     "archive_groups",
     "completed_meanwhile",
+    "gate_after",
     "five_turns",
     "history_texts",
     "hooked_runtimes",
@@ -97,6 +99,23 @@ async def five_turns(runtime: Any, session: str = "s1") -> None:
     """Five turns (``turn 0`` to ``turn 4``) in ``session``: what an erasure of it has to remove."""
     for i in range(5):
         await runtime.run(ANA, session, f"turn {i}")
+
+
+def gate_after(module: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[anyio.Event, anyio.Event]:
+    """The first call of ``module.name`` to return waits for ``release`` (after saying it ``entered``)."""
+    entered, release = anyio.Event(), anyio.Event()
+    real = getattr(module, name)
+
+    async def gated(*args: Any, **kwargs: Any) -> Any:
+        got = await real(*args, **kwargs)
+        if not entered.is_set():
+            entered.set()
+            with anyio.fail_after(30):
+                await release.wait()
+        return got
+
+    monkeypatch.setattr(module, name, gated)
+    return entered, release
 
 
 async def completed_meanwhile(

@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, completed_meanwhile
+from _erasure_harness import ANA, OPERATOR, completed_meanwhile, gate_after
 
 from agentium_harness import (
     ErasureState,
@@ -116,20 +116,7 @@ def _forgetting(process: _Process, fact_id: str) -> Callable[[], Awaitable[Any]]
 
 def _gate_at(step: str, monkeypatch: pytest.MonkeyPatch) -> tuple[anyio.Event, anyio.Event]:
     """The first erasure to reach ``step`` waits there for ``release`` (after saying it ``entered``)."""
-    entered, release = anyio.Event(), anyio.Event()
-    name = "carry_out" if step == "marking" else "mark_erased"
-    real = getattr(erasure_run, name)
-
-    async def gated(*args: Any, **kwargs: Any) -> Any:
-        got = await real(*args, **kwargs)
-        if not entered.is_set():
-            entered.set()
-            with anyio.fail_after(30):
-                await release.wait()
-        return got
-
-    monkeypatch.setattr(erasure_run, name, gated)
-    return entered, release
+    return gate_after(erasure_run, "carry_out" if step == "marking" else "mark_erased", monkeypatch)
 
 
 async def _overtaken(
@@ -148,6 +135,13 @@ async def _overtaken(
     result, done = await completed_meanwhile(call, entered, release, other.runtime, meanwhile=meanwhile)
     monkeypatch.undo()
     return result, done
+
+
+async def _returns_the_tombstone(first: _Process, result: Any, done: Any) -> None:
+    """``result`` (of ``first``'s call) is ``done``'s tombstone, the only erasure ``first`` sees: complete."""
+    (erased,) = result.erasures
+    assert erased.record == done.record and erased.tombstone is not None
+    assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
 
 
 async def _four_turns(process: _Process) -> None:
@@ -246,9 +240,7 @@ async def test_a_step_that_would_fail_once_the_erasure_completed_elsewhere_does_
         )
         # Not "stopped part way; it stays pending": it is complete, and its tombstone is the result.
         assert not result.notes, result.notes
-        (erased,) = result.erasures
-        assert erased.record == done.record and erased.tombstone is not None
-        assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
+        await _returns_the_tombstone(first, result, done)
 
 
 async def test_a_forget_erasure_completed_elsewhere_leaves_a_summary_written_since(
@@ -338,9 +330,7 @@ async def test_the_clean_up_of_the_summary_this_call_emptied_failing_does_not_sa
             breaks,
         )
         assert not isinstance(result, Exception), result
-        (erased,) = result.erasures
-        assert erased.record == done.record and erased.tombstone is not None
-        assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
+        await _returns_the_tombstone(first, result, done)
 
 
 async def test_a_marking_failing_once_the_erasure_completed_elsewhere_meanwhile_does_not_say_it_is_pending(
@@ -370,6 +360,4 @@ async def test_a_marking_failing_once_the_erasure_completed_elsewhere_meanwhile_
             before=monkeypatch.undo,  # the other call marks as usual
         )
         assert not result.notes, result.notes
-        (erased,) = result.erasures
-        assert erased.record == done.record and erased.tombstone is not None
-        assert [s.state for s in await first.runtime.erasure_status(OPERATOR)] == [ErasureState.COMPLETE]
+        await _returns_the_tombstone(first, result, done)

@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, completed_meanwhile
+from _erasure_harness import ANA, OPERATOR, completed_meanwhile, gate_after
 
 from agentium_harness import (
     EraseTarget,
@@ -89,19 +89,8 @@ async def _overtaken(
     first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
     for text in ("one", "two", "three"):
         await first.runtime.run(ANA, "s1", text)
-    entered, release = anyio.Event(), anyio.Event()
-    real = erasure_run.carry_out
-
-    async def gated(*args: Any, **kwargs: Any) -> Any:
-        # Every store erased and verified: what the first call does next is its clean-up.
-        got = await real(*args, **kwargs)
-        if not entered.is_set():
-            entered.set()
-            with anyio.fail_after(30):
-                await release.wait()
-        return got
-
-    monkeypatch.setattr(erasure_run, "carry_out", gated)
+    # Every store erased and verified: what the first call does next is its clean-up.
+    entered, release = gate_after(erasure_run, "carry_out", monkeypatch)
 
     async def refuse_clean_ups() -> None:
         async def refused(ctx: OpContext) -> Any:
