@@ -16,6 +16,7 @@ import pytest
 
 from agentium_harness import (
     EraseTarget,
+    ErasureState,
     OperatorAttestation,
     ResidentLimits,
     RuntimeLimits,
@@ -39,10 +40,12 @@ __all__ = [
     "HookedSQLiteArchive",
     "OneItemSteps",
     "archive_groups",
+    "closed_after",
     "completed_meanwhile",
     "gate_after",
     "five_turns",
     "history_texts",
+    "only_erasure_complete",
     "hooked_runtimes",
     "sqlite_pairs",
     "stored_record",
@@ -287,3 +290,19 @@ def archive_groups(record: Any) -> int:
     """How many groups ``record`` counts as erased from the archive."""
     entry = record.store("archive")
     return 0 if entry is None else sum(c.count for c in entry.counts if c.kind == "group")
+
+
+@asynccontextmanager
+async def closed_after(*runtimes: Any) -> AsyncIterator[None]:
+    """Closes ``runtimes``, in order, on the way out (whatever the block raised)."""
+    try:
+        yield
+    finally:
+        for runtime in runtimes:
+            await runtime.aclose()
+
+
+async def only_erasure_complete(runtime: Any, done: Any) -> None:
+    """``runtime`` sees one erasure, ``done``'s, and it is complete."""
+    statuses = await runtime.erasure_status(OPERATOR)
+    assert [(s.erasure_id, s.state) for s in statuses] == [(done.record.erasure_id, ErasureState.COMPLETE)]

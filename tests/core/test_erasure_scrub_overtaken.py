@@ -23,11 +23,17 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, completed_meanwhile, gate_after
+from _erasure_harness import (
+    ANA,
+    OPERATOR,
+    closed_after,
+    completed_meanwhile,
+    gate_after,
+    only_erasure_complete,
+)
 
 from agentium_harness import (
     EraseTarget,
-    ErasureState,
     create_harness_runtime,
 )
 from agentium_harness._engine import erasure_run
@@ -115,19 +121,13 @@ async def test_an_erasure_completed_elsewhere_before_its_clean_up_cleans_up_the_
     level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, other, result, done = await _overtaken(level, tmp_path, monkeypatch)
-    try:
+    async with closed_after(first.runtime, other.runtime):
         # Its result is the other call's tombstone (so it was before the fix too), and no other
         # erasure was started: the target held nothing more.
         assert result.record == done.record and result.tombstone is not None
-        statuses = await first.runtime.erasure_status(OPERATOR)
-        assert [(s.erasure_id, s.state) for s in statuses] == [
-            (done.record.erasure_id, ErasureState.COMPLETE)
-        ]
+        await only_erasure_complete(first.runtime, done)
         # The other call rebuilt the file; this one too, once: its own store calls removed the rows.
         assert (other.cleaned, first.cleaned) == (1, 1)
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 @pytest.mark.parametrize("level", list(TARGETS))
@@ -135,18 +135,12 @@ async def test_a_clean_up_that_would_fail_once_the_erasure_completed_elsewhere_d
     level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first, other, result, done = await _overtaken(level, tmp_path, monkeypatch, failing=True)
-    try:
+    async with closed_after(first.runtime, other.runtime):
         # The other call's tombstone is the only erasure (so it was before the fix too)...
-        statuses = await first.runtime.erasure_status(OPERATOR)
-        assert [(s.erasure_id, s.state) for s in statuses] == [
-            (done.record.erasure_id, ErasureState.COMPLETE)
-        ]
+        await only_erasure_complete(first.runtime, done)
         # ... and the result is that tombstone, not "stopped part way; it stays pending".
         assert not isinstance(result, Exception), result
         assert result.record == done.record and result.tombstone is not None
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 @pytest.mark.parametrize("level", list(TARGETS))
@@ -160,7 +154,7 @@ async def test_a_clean_up_failing_once_the_erasure_completed_elsewhere_meanwhile
     elsewhere, the result is the other call's tombstone, not "it stays pending".
     """
     first, other = _Process(tmp_path / "agentium.db"), _Process(tmp_path / "agentium.db")
-    try:
+    async with closed_after(first.runtime, other.runtime):
         for text in ("one", "two", "three"):
             await first.runtime.run(ANA, "s1", text)
         entered, release = anyio.Event(), anyio.Event()
@@ -180,10 +174,4 @@ async def test_a_clean_up_failing_once_the_erasure_completed_elsewhere_meanwhile
         # The failure is not silent: a warning names the erasure and the error's type.
         (warned,) = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.erasure"]
         assert done.record.erasure_id in warned and "OSError" in warned
-        statuses = await first.runtime.erasure_status(OPERATOR)
-        assert [(s.erasure_id, s.state) for s in statuses] == [
-            (done.record.erasure_id, ErasureState.COMPLETE)
-        ]
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
+        await only_erasure_complete(first.runtime, done)

@@ -22,11 +22,11 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR
+from _erasure_harness import ANA, OPERATOR, closed_after, only_erasure_complete
 from test_erasure_groups_overtaken import KEY, _Process
 from test_erasure_scrub_overtaken import TARGETS
 
-from agentium_harness import ErasureState, Message, MessageGroup, Role
+from agentium_harness import Message, MessageGroup, Role
 from agentium_harness._engine import erasure_run
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
 from agentium_harness.plugin_api import OpContext
@@ -47,6 +47,14 @@ def _file_bytes(path: Path) -> bytes:
     """
     files = [str(p) for p in (path, Path(f"{path}-wal")) if p.exists()]
     return subprocess.run(["cat", *files], capture_output=True, check=True, timeout=30).stdout
+
+
+def _went_on_from_the_tombstone(result: Any, done: Any, tmp_path: Path) -> None:
+    """The first call's result is the other's tombstone; the late row it removed is gone from the file."""
+    assert not isinstance(result, Exception), result
+    assert done.tombstone is not None and result.record == done.record
+    assert done.record.store("archive").physical.value == "removed"
+    assert MARKER.encode() not in _file_bytes(tmp_path / "archive.db"), "the removed row is still there"
 
 
 def _count_memory(process: _Process) -> None:
@@ -165,24 +173,18 @@ async def test_rows_this_call_removed_after_the_other_call_cleaned_up_leave_the_
     first, other, result, done = await _late_write_removed_after_the_other_cleaned_up(
         level, tmp_path, monkeypatch
     )
-    try:
+    async with closed_after(first.runtime, other.runtime):
         assert not isinstance(result, Exception), result
         # Its result is the other call's tombstone, which counts the late write this call removed.
         assert done.tombstone is not None and result.record == done.record
         (erased,) = [s for s in done.record.sessions if s.session == KEY]
         assert any(r.start <= LATE_SEQ < r.stop for r in erased.ranges)
         assert done.record.store("archive").physical.value == "removed"
-        statuses = await first.runtime.erasure_status(OPERATOR)
-        assert [(s.erasure_id, s.state) for s in statuses] == [
-            (done.record.erasure_id, ErasureState.COMPLETE)
-        ]
+        await only_erasure_complete(first.runtime, done)
         assert MARKER.encode() not in _file_bytes(tmp_path / "archive.db"), "the removed row is still there"
         # This call removed something from the archive's file only: it cleans up that one, once.
         assert other.cleaned == {"archive": 1, "session_store": 1}
         assert first.cleaned == {"archive": 1, "session_store": 0}
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 @pytest.mark.parametrize("level", list(TARGETS))
@@ -193,14 +195,11 @@ async def test_a_call_that_removed_nothing_cleans_up_nothing(
     first, other, result, done = await _late_write_removed_after_the_other_cleaned_up(
         level, tmp_path, monkeypatch, late=False
     )
-    try:
+    async with closed_after(first.runtime, other.runtime):
         assert not isinstance(result, Exception), result
         assert done.tombstone is not None and result.record == done.record
         assert other.cleaned == {"archive": 1, "session_store": 1}
         assert first.cleaned == {"archive": 0, "session_store": 0}
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 @pytest.mark.parametrize("level", list(TARGETS))
@@ -211,17 +210,11 @@ async def test_that_clean_up_failing_does_not_say_the_completed_erasure_is_pendi
     first, other, result, done = await _late_write_removed_after_the_other_cleaned_up(
         level, tmp_path, monkeypatch, failing=True
     )
-    try:
+    async with closed_after(first.runtime, other.runtime):
         # As 8c747a7: the other call's tombstone, not "stopped part way; it stays pending"...
         assert not isinstance(result, Exception), result
         assert done.tombstone is not None and result.record == done.record
-        statuses = await first.runtime.erasure_status(OPERATOR)
-        assert [(s.erasure_id, s.state) for s in statuses] == [
-            (done.record.erasure_id, ErasureState.COMPLETE)
-        ]
+        await only_erasure_complete(first.runtime, done)
         # ... and a warning naming the erasure and the error's type.
         warned = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.erasure"]
         assert any(done.record.erasure_id in w and "OSError" in w and "clean-up" in w for w in warned), warned
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()

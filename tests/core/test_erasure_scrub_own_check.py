@@ -18,8 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _erasure_harness import closed_after
 from test_erasure_scrub_overtaken import TARGETS
-from test_erasure_scrub_own import MARKER, _file_bytes, _late_write_removed_after_the_other_cleaned_up
+from test_erasure_scrub_own import (
+    _late_write_removed_after_the_other_cleaned_up,
+    _went_on_from_the_tombstone,
+)
 
 from agentium_harness._engine import erasure_run
 
@@ -47,15 +51,9 @@ async def test_the_check_before_the_clean_up_failing_leaves_no_removed_row_in_th
     first, other, result, done = await _late_write_removed_after_the_other_cleaned_up(
         level, tmp_path, monkeypatch
     )
-    try:
+    async with closed_after(first.runtime, other.runtime):
         assert failed, "the check never ran"
-        assert not isinstance(result, Exception), result
-        assert done.tombstone is not None and result.record == done.record
-        assert done.record.store("archive").physical.value == "removed"
-        assert MARKER.encode() not in _file_bytes(tmp_path / "archive.db"), "the removed row is still there"
+        _went_on_from_the_tombstone(result, done, tmp_path)
         assert first.cleaned == {"archive": 1, "session_store": 0}
         warned = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.erasure"]
         assert not any("may keep copies" in w for w in warned), warned
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()

@@ -22,9 +22,13 @@ from typing import Any
 
 import pytest
 import test_erasure_groups_overtaken as groups_overtaken
+from _erasure_harness import closed_after
 from _telemetry_support import Telemetered
 from test_erasure_scrub_overtaken import TARGETS
-from test_erasure_scrub_own import MARKER, _file_bytes, _late_write_removed_after_the_other_cleaned_up
+from test_erasure_scrub_own import (
+    _late_write_removed_after_the_other_cleaned_up,
+    _went_on_from_the_tombstone,
+)
 
 from agentium_harness import create_harness_runtime
 from agentium_harness._engine import erasure_run
@@ -66,13 +70,10 @@ async def test_finish_going_on_from_the_tombstone_leaves_no_removed_row_in_the_f
     first, other, result, done = await _late_write_removed_after_the_other_cleaned_up(
         level, tmp_path, monkeypatch
     )
-    try:
+    async with closed_after(first.runtime, other.runtime):
         assert failed == [first.sessions], "the first call's check never failed"
         # finish went on from the other call's tombstone (not "stopped part way; it stays pending").
-        assert not isinstance(result, Exception), result
-        assert done.tombstone is not None and result.record == done.record
-        assert done.record.store("archive").physical.value == "removed"
-        assert MARKER.encode() not in _file_bytes(tmp_path / "archive.db"), "the removed row is still there"
+        _went_on_from_the_tombstone(result, done, tmp_path)
         # Only the file this call removed something from, once.
         assert first.cleaned == {"archive": 1, "session_store": 0}
         warned = [r.getMessage() for r in caplog.records if r.name == "agentium.engine.erasure"]
@@ -81,9 +82,6 @@ async def test_finish_going_on_from_the_tombstone_leaves_no_removed_row_in_the_f
             for w in warned
         ), warned
         assert not any("may keep copies" in w for w in warned), warned
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
 
 
 async def test_that_clean_up_failing_there_is_a_warning_and_an_overtaken_event(
@@ -98,7 +96,7 @@ async def test_that_clean_up_failing_there_is_a_warning_and_an_overtaken_event(
     first, other, result, done = await _late_write_removed_after_the_other_cleaned_up(
         "session", tmp_path, monkeypatch, failing=True
     )
-    try:
+    async with closed_after(first.runtime, other.runtime):
         assert failed == [first.sessions], "the first call's check never failed"
         assert not isinstance(result, Exception), result
         assert done.tombstone is not None and result.record == done.record
@@ -116,6 +114,3 @@ async def test_that_clean_up_failing_there_is_a_warning_and_an_overtaken_event(
         assert events == [
             {"error.type": "OSError", "agentium.erasure.step": "check", "agentium.erasure.cleaned_up": False}
         ]
-    finally:
-        await first.runtime.aclose()
-        await other.runtime.aclose()
