@@ -90,15 +90,22 @@ async def _erase_b(operator: HarnessRuntime) -> None:
     assert (await operator.erase(SESSION_B, reason="DSR", attestation=OPERATOR)).tombstone
 
 
-async def test_a_fact_taken_back_by_a_host_call_is_an_event_on_its_create_memory_span() -> None:
-    """Outside a turn: session sB erased between the write's first fence read and the store's answer."""
-    t, store, sessions = Telemetered(), Store(), InMemorySessionStore()
+async def _remember_while_b_is_erased(
+    store: Store, sessions: InMemorySessionStore, t: Telemetered, match: str
+) -> None:
+    """A host call remembers a fact from sB, erased before ``store`` answers: the write raises ``match``."""
     async with _runtime(store, sessions, t) as writer, _runtime(Store(), sessions) as operator:
         memory = writer.memory
         assert memory is not None
         store.before_write = lambda: _erase_b(operator)
-        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="was not kept"):
+        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match=match):
             await memory.remember(MemoryFact(SCOPE, "pin is 4321", provenance=[_ref("sB")]))
+
+
+async def test_a_fact_taken_back_by_a_host_call_is_an_event_on_its_create_memory_span() -> None:
+    """Outside a turn: session sB erased between the write's first fence read and the store's answer."""
+    t, store, sessions = Telemetered(), Store(), InMemorySessionStore()
+    await _remember_while_b_is_erased(store, sessions, t, "was not kept")
     assert store.forgot
     write = t.one("create_memory")  # one span for the write: the store call opens none of its own
     assert [e.name for e in write.events if e.name.startswith("agentium.")] == ["agentium.memory.taken_back"]
@@ -120,12 +127,7 @@ class FailsToForget(Store):
 
 async def test_a_take_back_that_failed_is_an_event_with_its_error_type() -> None:
     t, store, sessions = Telemetered(), FailsToForget(), InMemorySessionStore()
-    async with _runtime(store, sessions, t) as writer, _runtime(Store(), sessions) as operator:
-        memory = writer.memory
-        assert memory is not None
-        store.before_write = lambda: _erase_b(operator)
-        with anyio.fail_after(60), pytest.raises(ErasureInProgressError, match="taking it back failed"):
-            await memory.remember(MemoryFact(SCOPE, "pin is 4321", provenance=[_ref("sB")]))
+    await _remember_while_b_is_erased(store, sessions, t, "taking it back failed")
     assert _events(t) == [
         (
             "create_memory",
