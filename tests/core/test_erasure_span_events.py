@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import _erasure_harness
 import pytest
 import test_erasure_scrub_overtaken as scrub_overtaken
 import test_erasure_stopped_completed as stopped_completed
@@ -53,9 +54,10 @@ def _events(t: Telemetered, name: str) -> list[dict[str, Any]]:
 def _recorded(module: Any, monkeypatch: pytest.MonkeyPatch) -> Telemetered:
     """The runtimes ``module`` builds record to a fresh in-memory exporter."""
     t = Telemetered()
-    monkeypatch.setattr(
-        module, "create_harness_runtime", partial(create_harness_runtime, telemetry=t.telemetry())
-    )
+    recording = partial(create_harness_runtime, telemetry=t.telemetry())
+    # The scenario's own module, or the shared harness that builds its runtimes (sqlite_pairs).
+    monkeypatch.setattr(module, "create_harness_runtime", recording, raising=False)
+    monkeypatch.setattr(_erasure_harness, "create_harness_runtime", recording)
     return t
 
 
