@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
-from _erasure_harness import ANA, OPERATOR, TARGET, hooked_runtimes
+from _erasure_harness import ANA, OPERATOR, TARGET, OneItemSteps, hooked_runtimes
 
 from agentium_harness import (
     ErasureIncompleteError,
@@ -24,43 +24,13 @@ from agentium_harness import (
     RuntimeLimits,
 )
 from agentium_harness._engine import erasure_api
-from agentium_harness.plugin_api import EraseTarget as _Target
 
 pytestmark = pytest.mark.anyio
 
 
-class _Steps:
-    """Real erase calls remove one item each; the first fails if ``fail_next``; call ``hold`` waits."""
-
-    def __init__(self) -> None:
-        self.fail_next = self.hold_inventory = False
-        self.calls = 0
-        self.hold = 0
-        self.held, self.release = anyio.Event(), anyio.Event()
-        self.in_inventory, self.inventory_release = anyio.Event(), anyio.Event()
-
-    async def before(self, target: _Target, kwargs: dict[str, Any]) -> None:
-        if kwargs.get("dry_run", False):
-            if self.hold_inventory and kwargs.get("max_items", 0) > 1:  # an inventory, not a check
-                self.hold_inventory = False
-                self.in_inventory.set()
-                with anyio.fail_after(30):
-                    await self.inventory_release.wait()
-            return
-        if self.fail_next:
-            self.fail_next = False
-            raise OSError("archive unreachable")
-        kwargs["max_items"] = 1
-        self.calls += 1
-        if self.calls == self.hold:
-            self.held.set()
-            with anyio.fail_after(30):
-                await self.release.wait()
-
-
 def _runtimes(stores: str, tmp_path: Path) -> tuple[Any, Any, list[Any]]:
     return hooked_runtimes(
-        stores, tmp_path, _Steps(), 3, RuntimeLimits(resident=ResidentLimits(max_groups=1))
+        stores, tmp_path, OneItemSteps(), 3, RuntimeLimits(resident=ResidentLimits(max_groups=1))
     )
 
 
@@ -81,7 +51,7 @@ async def test_two_resumes_at_once_keep_each_others_progress(
         archived = _group_count(planned.record)
         assert archived >= 3
         # The erasure stops at the archive's first call: pending, nothing removed yet.
-        archive.hook.fail_next = True
+        archive.hook.fail_next = OSError("archive unreachable")
         with pytest.raises(ErasureIncompleteError):
             await first.erase(TARGET, reason="dsr", attestation=OPERATOR)
 
