@@ -38,7 +38,13 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from .._errors import AgentiumError, ContractViolationError, ErasureInProgressError, MemoryFactNotFoundError
+from .._errors import (
+    AgentiumError,
+    ContractViolationError,
+    ErasureInProgressError,
+    MemoryFactNotFoundError,
+    OperationTimeoutError,
+)
 from .._observe import spans as observe
 from .._observe.settings import Resolved
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
@@ -77,12 +83,23 @@ def write_span(telemetry: Resolved | None, operation: str) -> Iterator[observe.S
     turn; the store call inside opens no span of its own
     (:data:`.spans.CALLER_TRACED`), so the operation is one span. A forget's
     ``delete_memory`` and a listing's ``search_memory`` (around the engine's
-    check of it) are opened the same way.
+    check of it) are opened the same way. An error leaving the block fails
+    the span with its type; a store call abandoned past its deadline sets
+    ``agentium.call.abandoned`` on it, as ``Ticket.call`` does on the span
+    of an adapter call it opens.
     """
     name = observe.MEMORY_OPERATIONS[operation]
     with observe.using(telemetry):  # the manager's own (``None``: a turn's, or the global providers)
         with observe.operation(name, name, **{"agentium.operation": operation}) as span:
-            yield span
+            try:
+                yield span
+            except OperationTimeoutError as exc:
+                # The store call opens no span (caller-traced): its abandonment is said on this one, as
+                # ``Ticket.call`` says it on an adapter call's. Only the store call's own: an owner check
+                # or a fence read abandoned has its own span, and the take-back's forget its own write span.
+                if exc.abandoned and exc.operation == operation:
+                    span.set("agentium.call.abandoned", True)
+                raise
 
 
 def _event(name: str, when: str, exc: BaseException | None = None) -> None:

@@ -225,7 +225,7 @@ class NullSpan:
     def event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
         """Nothing records."""
 
-    def fail(self, kind: str) -> None:
+    def fail(self, kind: str, exc: BaseException | None = None) -> None:
         """Nothing records."""
 
     def result(self, value: object) -> None:

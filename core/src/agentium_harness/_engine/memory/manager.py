@@ -250,6 +250,8 @@ class MemoryManager:
                         on_late=late_take_back(seen, self, fact.scope, "memory remember"),
                     )
                 except MemoryRejectedError as exc:
+                    # The store refused it: a failed write on its span (the type only, never the reason).
+                    w.fail(observe.error_type(exc), exc)
                     return MemoryAck(AckStatus.REJECTED, reason=exc.reason)
                 ack = await fence_confirm(seen, self, fact.scope, checked_ack(raw, "memory remember"), w)
                 progress.committed()  # acknowledged and kept (the fence took back none it refused)
