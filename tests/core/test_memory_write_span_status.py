@@ -13,7 +13,9 @@ with that (docs/observability.md):
   turn's extraction alike;
 - a store call abandoned past its deadline (blocked in a worker thread)
   no longer carried ``agentium.call.abandoned``, as every other adapter
-  call that did not stop does: the write's span carries it again.
+  call that did not stop does: the write's span carries it again (a
+  listing's ``search_memory`` too, opened the same way), and only for its
+  own store call: an abandoned owner check is marked on its own span.
 
 Neither says anything of the fact or the refusal's reason. Only the call
 meant to time out gets a short deadline; every other call 30 s.
@@ -75,12 +77,9 @@ class Store(InMemoryMemoryStore):
         self.release = threading.Event()
         self.ended = threading.Event()
 
-    async def _write(self, name: str, write: Callable[[], Awaitable[MemoryAck]]) -> MemoryAck:
-        if self.refuse:
-            self.refuse = False
-            raise MemoryRejectedError(REASON)
+    async def _held(self, name: str) -> None:
         if self.hold != name:
-            return await write()
+            return
         self.hold = None
 
         def blocked() -> None:
@@ -91,6 +90,12 @@ class Store(InMemoryMemoryStore):
                 self.ended.set()
 
         await anyio.to_thread.run_sync(blocked)  # not cancellable: the engine abandons it
+
+    async def _write(self, name: str, write: Callable[[], Awaitable[MemoryAck]]) -> MemoryAck:
+        if self.refuse:
+            self.refuse = False
+            raise MemoryRejectedError(REASON)
+        await self._held(name)
         return await write()
 
     async def remember(self, fact: MemoryFact, ctx: OpContext) -> MemoryAck:
@@ -106,7 +111,12 @@ class Store(InMemoryMemoryStore):
     async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
         return await self._write("forget", lambda: super(Store, self).forget(scope, fact_id, ctx))
 
+    async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> list[StoredFact]:
+        await self._held("list")
+        return list(await super().list_facts(scope, limit, ctx))
+
     async def history(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> list[StoredFact]:
+        await self._held("history")
         revisions = list(await super().history(scope, fact_id, ctx))
         step, self.after_history = self.after_history, None
         if step is not None:
@@ -227,6 +237,9 @@ async def _abandon(store: Store, memory: MemoryManager, operation: str) -> Opera
         if operation == "remember":
             shorten()  # a remember has no owner check: its store call is the manager's only call
             await memory.remember(MemoryFact(SCOPE, SECRET))
+        elif operation == "list":
+            shorten()  # a listing's one call
+            await memory.list(SCOPE)
         elif operation == "correct":
             store.after_history = shorten  # the owner check ran under the generous deadline
             await memory.correct(SCOPE, target.fact_id, MemoryFact(SCOPE, SECRET))
@@ -240,7 +253,12 @@ async def _abandon(store: Store, memory: MemoryManager, operation: str) -> Opera
 
 @pytest.mark.parametrize(
     ("operation", "span_name"),
-    [("remember", "create_memory"), ("correct", "update_memory"), ("forget", "delete_memory")],
+    [
+        ("remember", "create_memory"),
+        ("correct", "update_memory"),
+        ("forget", "delete_memory"),
+        ("list", "search_memory"),
+    ],
 )
 async def test_a_write_whose_store_call_was_abandoned_says_so_on_its_span(
     store: Store, operation: str, span_name: str
@@ -258,7 +276,7 @@ async def test_a_write_whose_store_call_was_abandoned_says_so_on_its_span(
     _failed(abandoned, "OperationTimeoutError")
     assert _attributes(abandoned)["agentium.call.abandoned"] is True
     assert _attributes(abandoned)["agentium.operation"] == f"memory {operation}"
-    for span in before:  # the remember the test wrote first
+    for span in before:  # the remember the test wrote first (a list: none)
         _ok(span)
     for check in t.named(f"agentium.memory.{operation}.owner.check"):
         _ok(check)  # the owner check ran to its end: not it was abandoned
@@ -285,4 +303,26 @@ async def test_a_write_that_timed_out_but_stopped_is_not_marked_abandoned(store:
     span = t.one("update_memory")
     _failed(span, "OperationTimeoutError")
     assert "agentium.call.abandoned" not in _attributes(span)
+    _private(t)
+
+
+async def test_an_abandoned_owner_check_is_marked_on_its_own_span_not_the_forgets(store: Store) -> None:
+    """A forget's owner check (a ``history`` read) blocks past its deadline: its store call never ran."""
+    t = Telemetered()
+    manager = MemoryManager(store, limits=MemoryLimits(op_timeout_s=GENEROUS), telemetry=t.telemetry())
+    target = await manager.remember(MemoryFact(SCOPE, SECRET))
+    assert target.fact_id is not None
+    store.hold = "history"
+    manager.limits = MemoryLimits(op_timeout_s=SHORT)  # the owner check is the call meant to time out
+    with anyio.fail_after(90), pytest.raises(OperationTimeoutError) as raised:
+        await manager.forget(SCOPE, target.fact_id)
+    assert raised.value.abandoned and raised.value.operation == "memory forget owner check"
+    store.release.set()
+    assert await anyio.to_thread.run_sync(store.ended.wait, GENEROUS)
+    check = t.one("agentium.memory.forget.owner.check")
+    _failed(check, "OperationTimeoutError")
+    assert _attributes(check)["agentium.call.abandoned"] is True
+    forget = t.one("delete_memory")  # around the owner check: failed by it, but its store call never ran
+    _failed(forget, "OperationTimeoutError")
+    assert "agentium.call.abandoned" not in _attributes(forget)
     _private(t)
