@@ -38,6 +38,8 @@ from opentelemetry.trace import StatusCode
 
 from agentium_harness import (
     Agent,
+    EraseTarget,
+    ErasureInProgressError,
     HarnessRuntime,
     MemoryFact,
     MemoryLimits,
@@ -45,14 +47,16 @@ from agentium_harness import (
     MemoryRejectedError,
     MemoryScope,
     OperationTimeoutError,
+    OperatorAttestation,
     RuntimeLimits,
+    VerifiedIdentity,
     create_harness_runtime,
 )
-from agentium_harness._ports.memory import AckStatus, MemoryAck, StoredFact
+from agentium_harness._ports.memory import AckStatus, GroupRef, MemoryAck, StoredFact
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.plugin_api import OpContext
+from agentium_harness.plugin_api import EraseReport, OpContext
 
 pytestmark = pytest.mark.anyio
 
@@ -61,6 +65,7 @@ GENEROUS = 30.0
 SHORT = 0.3
 SECRET = "pin is 4321"
 REASON = "no pins: 8765"
+OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), "request 42")
 
 
 class Store(InMemoryMemoryStore):
@@ -325,4 +330,61 @@ async def test_an_abandoned_owner_check_is_marked_on_its_own_span_not_the_forget
     forget = t.one("delete_memory")  # around the owner check: failed by it, but its store call never ran
     _failed(forget, "OperationTimeoutError")
     assert "agentium.call.abandoned" not in _attributes(forget)
+    _private(t)
+
+
+class _HeldErase(InMemoryMemoryStore):
+    """The operator's memory store: its erase waits for the test, so the erasure stays pending."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = anyio.Event()
+        self.gate = anyio.Event()
+
+    async def erase(self, target: EraseTarget, ctx: OpContext, **options: Any) -> EraseReport:
+        self.entered.set()
+        await self.gate.wait()
+        return await super().erase(target, ctx, **options)
+
+
+@pytest.mark.parametrize(
+    ("operation", "span_name"), [("remember", "create_memory"), ("correct", "update_memory")]
+)
+async def test_a_write_the_erasure_fence_refuses_before_the_store_call_fails_its_span(
+    store: Store, operation: str, span_name: str
+) -> None:
+    """Session sB is being erased (another process's erasure, held): a write citing it is refused first."""
+    t, sessions, held = Telemetered(), InMemorySessionStore(), _HeldErase()
+    writer = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=store,
+        limits=RuntimeLimits(op_timeout_s=GENEROUS),
+        telemetry=t.telemetry(),
+    )
+    operator = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=sessions,
+        memory=held,
+        limits=RuntimeLimits(op_timeout_s=GENEROUS),
+    )
+    cites_b = MemoryFact(SCOPE, SECRET, provenance=[GroupRef("sB", 0, "sha256:" + "a" * 64)])
+    async with writer, operator, anyio.create_task_group() as tg:
+        memory = writer.memory
+        assert memory is not None
+        target = await memory.remember(MemoryFact(SCOPE, "likes tea"))
+        assert target.fact_id is not None
+        session_b = EraseTarget.session("acme", "alice", "sB")
+        tg.start_soon(lambda: operator.erase(session_b, reason="DSR", attestation=OPERATOR))
+        with anyio.fail_after(90):
+            await held.entered.wait()
+            with pytest.raises(ErasureInProgressError, match="nothing was written"):
+                if operation == "remember":
+                    await memory.remember(cites_b)
+                else:
+                    await memory.correct(SCOPE, target.fact_id, cites_b)
+            held.gate.set()
+    _failed(t.named(span_name)[-1], "ErasureInProgressError")
     _private(t)
