@@ -27,6 +27,7 @@ import pytest
 from _session_store_support import FailsAfterTheWrite
 from _telemetry_support import Telemetered
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import StatusCode
 from test_memory_fence_take_back import (
     GENEROUS,
     OPERATOR,
@@ -198,6 +199,19 @@ async def test_a_fact_taken_back_after_its_write_was_cancelled_is_an_event_on_th
     _private(t, "4321")
 
 
+def _outcomes(span: ReadableSpan) -> list[tuple[str, dict[str, Any]]]:
+    """The fence's outcome events on ``span`` (not the ``exception`` event a failed span carries)."""
+    return [(e.name, dict(e.attributes or {})) for e in span.events if e.name.startswith("agentium.")]
+
+
+def _failed(span: ReadableSpan, kind: str) -> None:
+    """``span`` ended ERROR with ``error.type`` = ``kind``, its ``exception`` event the type alone."""
+    assert span.status.status_code is StatusCode.ERROR, span.status
+    assert (span.attributes or {}).get("error.type") == kind
+    said = [dict(e.attributes or {}) for e in span.events if e.name == "exception"]
+    assert said == [{"exception.type": kind}], said  # no message: content capture is off
+
+
 class _Ended(SpanProcessor):
     """Sets ``ended`` when a span of ``name`` ends (the late take-back runs after the call returned)."""
 
@@ -231,6 +245,7 @@ async def test_a_late_write_taken_back_is_an_event_on_a_late_take_back_span() ->
     assert [(e.name, dict(e.attributes or {})) for e in late.events] == [
         ("agentium.memory.taken_back", {"agentium.memory.write": "late"})
     ]
+    assert late.status.status_code is StatusCode.UNSET and "error.type" not in (late.attributes or {})
     assert facts.forgot and t.child_of("delete_memory", late)
     _private(t, "4321", "1234")
 
@@ -255,11 +270,46 @@ async def test_a_late_answer_that_is_no_acknowledgment_is_an_event_on_the_late_s
     finally:
         facts.release.set()
     late = t.one("agentium.memory.late_take_back")
-    assert [(e.name, dict(e.attributes or {})) for e in late.events] == [
+    assert _outcomes(late) == [
         (
             "agentium.memory.late_answer_refused",
             {"agentium.memory.write": "late", "error.type": "ContractViolationError"},
         )
     ]
+    _failed(late, "ContractViolationError")
     assert not facts.forgot
     _private(t, "4321", "1234", "tea")
+
+
+async def test_a_late_take_back_whose_forget_failed_ends_its_span_in_error() -> None:
+    """The stranded correct lands after sB was erased and the take-back's forget fails: an ERROR span.
+
+    As ``agentium.document.late_take_back`` ends when its delete fails: the
+    fact was not taken back, and ``error.type`` says what failed (the
+    forget's typed error), with no content on the span.
+    """
+    ended = _Ended("agentium.memory.late_take_back")
+    t, sessions, facts = Telemetered(ended), InMemorySessionStore(), FailsToForget()
+    try:
+        async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:
+            memory = writer.memory
+            assert memory is not None
+            target = await memory.remember(MemoryFact(SCOPE, "pin is 1234", provenance=[_ref("sA")]))
+            with anyio.fail_after(90):
+                await _strand_a_correct(writer, facts, target.fact_id)
+                await _erase_b(operator)
+                facts.release.set()
+                assert await anyio.to_thread.run_sync(facts.ended.wait, GENEROUS)
+                assert await anyio.to_thread.run_sync(ended.ended.wait, GENEROUS), "no late take-back span"
+    finally:
+        facts.release.set()
+    late = t.one("agentium.memory.late_take_back")
+    assert _outcomes(late) == [
+        (
+            "agentium.memory.take_back_failed",
+            {"agentium.memory.write": "late", "error.type": "MemoryStoreError"},
+        )
+    ]
+    _failed(late, "MemoryStoreError")
+    assert facts.forgot == [target.fact_id] and t.child_of("delete_memory", late)
+    _private(t, "4321", "1234", "disk gone")

@@ -293,7 +293,7 @@ def late_take_back(
         late = observe.internal_span("agentium.memory.late_take_back", {"agentium.operation": operation})
         # In a copy of the abandoned call's context: the telemetry it recorded under still holds.
         with late:
-            await _take_back_late(seen, manager, owner, raw, operation, asked)
+            await _take_back_late(seen, manager, owner, raw, operation, asked, late)
 
     return take_back
 
@@ -305,12 +305,21 @@ async def _take_back_late(
     raw: object,
     operation: str,
     asked: str | None,
+    span: observe.Span | observe.NullSpan,
 ) -> None:
+    """The late check of :func:`late_take_back` under its ``span``, failed when the answer or the forget is.
+
+    Nobody is left to raise to, so a refused answer or a failed take-back
+    ends ``span`` ERROR (``error.type``: the class of what failed, no
+    message unless content is captured) besides its event and WARNING, as
+    ``agentium.document.late_take_back`` ends when its delete raises.
+    """
     try:
         ack = checked_ack(raw, operation, asked)
     except ContractViolationError as exc:
         _log.warning("%s landed past its deadline with an answer that is no acknowledgment of it", operation)
         _event("agentium.memory.late_answer_refused", "late", exc)
+        span.fail(observe.error_type(exc), exc)
         return
     if ack.status is not AckStatus.STORED or ack.fact_id is None:
         return
@@ -323,6 +332,7 @@ async def _take_back_late(
     except AgentiumError as exc:
         _log.warning("a fact written past its deadline could not be taken back: %s", type(exc).__name__)
         _event("agentium.memory.take_back_failed", "late", exc)
+        span.fail(observe.error_type(exc), exc)
         return
     if taken:
         _log.warning("a fact written past its deadline during an erasure was taken back")
