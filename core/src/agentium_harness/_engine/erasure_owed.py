@@ -29,13 +29,15 @@ _log = logging.getLogger("agentium.engine.erasure")
 
 @attrs.define
 class Owed:
-    """The clean-up of its own files a call owes if a step before it failed and the erasure read pending.
+    """What a call owes if a step past its store calls failed and the erasure read pending there.
 
     :func:`.erasure_run._carry` sets it before raising; another call's tombstone may land
-    before the read back in :func:`.erasure_run._stopped_or_again`, which then runs it.
+    before the read back in :func:`.erasure_run._stopped_or_again`, which then runs the clean-up
+    of the call's own files (a step before that clean-up failed) and says what it left
+    (:func:`warn_overtaken`; after the clean-up itself failed, that the files may keep copies).
     """
 
-    step: str = ""  # the step that failed ("": nothing owed)
+    step: str = ""  # the step past the store calls that failed ("": none)
     stores: list[tuple[str, Any]] = attrs.Factory(list)  # the stores this call removed from
     marks: bool = False  # a groups erasure's marking: the snapshot's former text may stay
 

@@ -210,8 +210,10 @@ async def _stopped_or_again(
     what the target holds since under a new erasure (:func:`_again`,
     counting ``stray`` unless the stored record holds the save of ``tried``
     that counted it), once it cleaned up the files ``owed`` names (its own
-    removals may have come after the other call's clean-up). Otherwise
-    :class:`ErasureIncompleteError` says what is known.
+    removals may have come after the other call's clean-up) when the step
+    that failed came before that clean-up, and said (:func:`warn_overtaken`)
+    which step failed: after the clean-up itself, that those files may keep
+    copies. Otherwise :class:`ErasureIncompleteError` says what is known.
     """
     stopped, left = await _stopped(runtime, ticket, record, exc)
     done = stopped.record
@@ -220,9 +222,10 @@ async def _stopped_or_again(
     if stray is not None and tried is not None and tried.holds(done, 1):
         stray = None  # the save counting it landed (its reply lost), under that tombstone
     if owed is not None and owed.step:
-        # A step of _carry before its clean-up failed, the erasure still read pending there: its
-        # clean-up of the files it removed from is owed, as when _carry finds the tombstone itself.
-        cleaned_up = await clean_up_own(ticket, owed.stores, done)
+        # A step of _carry past its store calls failed, the erasure still read pending there. Before
+        # its clean-up: the clean-up of the files it removed from is owed, as when _carry finds the
+        # tombstone itself. The clean-up itself: not run again, as there (the warning says so).
+        cleaned_up = owed.step != "file clean-up" and await clean_up_own(ticket, owed.stores, done)
         warn_overtaken(done, owed.step, exc, cleaned_up, owed.marks)
     else:
         _log.warning(
@@ -360,8 +363,10 @@ async def _carry(
             if done is None:
                 done = await _completed_or_none(ticket, runtime.session_store, record)
             if done is None:
-                if owed is not None and step != "file clean-up":
-                    # Its tombstone may land before finish reads the record back and goes on from it.
+                if owed is not None:
+                    # Its tombstone may land before finish reads the record back and goes on from it:
+                    # the clean-up of its own files still owed (a step before it), or the warning's
+                    # word that they may keep copies (the clean-up itself).
                     owed.step, owed.stores, owed.marks = step, mine, after is not None
                 raise
             # A step before it failed: this call's clean-up of its own files has not run, and the
