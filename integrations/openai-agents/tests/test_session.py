@@ -228,8 +228,12 @@ async def test_clear_resets_the_view_and_keeps_history(runtime: HarnessRuntime) 
 async def test_clear_on_a_view_that_changes_after_every_read_gives_up_with_nothing_changed(
     runtime: HarnessRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Another writer appends after each read: the reset (at the revision read) is never made."""
-    session = AgentiumSession(runtime, ANA, "chat-1")
+    """Another writer appends after each read: the reset (at the revision read) is never made.
+
+    With ``busy_timeout_s=0`` the clear gives up after its 3 attempts (with time left, it
+    reads again until ``busy_timeout_s`` is spent: test_session_contention.py).
+    """
+    session = AgentiumSession(runtime, ANA, "chat-1", busy_timeout_s=0)
     await session.add_items(turn(0))
     read = runtime.read_history
     reads = 0

@@ -24,8 +24,8 @@ class HistoryChangedError(AgentiumError):
     ``get_items`` read several pages and the view changed between them;
     ``pop_item`` or ``clear_session`` read the view and the session moved on
     before their retraction or reset. Another writer appended, retracted or
-    reset the view, or an operator erased the session, each time. Call the
-    method again.
+    reset the view, or an operator erased the session, each time: at least 3
+    times, and for ``busy_timeout_s``. Call the method again.
     """
 
 

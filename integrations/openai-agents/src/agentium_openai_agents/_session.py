@@ -42,9 +42,42 @@ __all__ = ["AgentiumSession"]
 
 T = TypeVar("T")
 
-#: How many times ``get_items`` starts again when the view changed (or was erased) between two of its pages
-#: (and ``pop_item``/``clear_session`` when it changed between their read and their write).
+#: How many reads ``get_items`` makes at least when the view changed (or was erased) between two of its
+#: pages (and ``pop_item``/``clear_session`` when it changed between their read and their write); past
+#: that, it reads again until ``busy_timeout_s`` is spent (see :class:`_Restarts`).
 _READ_RESTARTS: Final = 3
+
+
+class _Restarts:
+    """The attempts of a read that another writer can make stale before the call is done with it.
+
+    ``async for _ in _Restarts(timeout_s)``: one pass per attempt. A lost race
+    means another writer committed meanwhile, so the session is live, not
+    stuck: a fixed count of attempts made a caller popping beside another
+    thread fail while that thread's pops went through. At least
+    ``_READ_RESTARTS`` attempts are made, then more until ``timeout_s`` (the
+    session's ``busy_timeout_s``) is spent, each after a jittered back-off
+    (the second at once) so that writers colliding in step stop colliding.
+    ``made`` counts the attempts begun.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self._deadline = time.monotonic() + timeout_s
+        self._delay = 0.0
+        self.made = 0
+
+    def __aiter__(self) -> _Restarts:
+        return self
+
+    async def __anext__(self) -> int:
+        if self.made:
+            if self.made >= _READ_RESTARTS and time.monotonic() + self._delay > self._deadline:
+                raise StopAsyncIteration
+            if self._delay:
+                await anyio.sleep(self._delay * (0.5 + random.random()))
+            self._delay = min(max(self._delay * 2, 0.002), 0.1)
+        self.made += 1
+        return self.made
 
 
 def _check_limit(limit: object, what: str) -> int | None:
@@ -217,7 +250,8 @@ class AgentiumSession:
             wanted = None
         if wanted == 0:
             return []
-        for _ in range(_READ_RESTARTS):
+        restarts = _Restarts(self.busy_timeout_s)
+        async for _ in restarts:
             read = await self._read_view_at(wanted)
             if read is not None:
                 messages, first = read
@@ -227,7 +261,7 @@ class AgentiumSession:
                 return items
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between the pages of every read "
-            f"({_READ_RESTARTS} attempts); nothing was changed: call get_items again"
+            f"({restarts.made} attempts); nothing was changed: call get_items again"
         )
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -294,7 +328,8 @@ class AgentiumSession:
         retraction, that is the new session's last item, never the erased one.
         """
         self._check_open()
-        for _ in range(_READ_RESTARTS):
+        restarts = _Restarts(self.busy_timeout_s)
+        async for _ in restarts:
             read = await self._read_view_at(1)
             if read is None:
                 continue
@@ -325,7 +360,7 @@ class AgentiumSession:
                 return self._popped(taken.messages[-1], messages[-1], item)
         raise HistoryChangedError(
             f"the view of session {self.session_id!r} changed between every read of its last item and "
-            f"its retraction ({_READ_RESTARTS} attempts); nothing was changed: call pop_item again"
+            f"its retraction ({restarts.made} attempts); nothing was changed: call pop_item again"
         )
 
     async def clear_session(self) -> None:
@@ -337,11 +372,13 @@ class AgentiumSession:
         erasure by an operator landing between the read and the reset never
         brings the erased session back (as a new one holding only the reset's
         record); the view is read again and, if it is empty now, the clear is
-        done. A view that changed at every read raises
-        :class:`HistoryChangedError`, with nothing changed.
+        done. A view that changed at every read (at least 3, and until
+        ``busy_timeout_s`` is spent) raises :class:`HistoryChangedError`,
+        with nothing changed.
         """
         self._check_open()
-        for _ in range(_READ_RESTARTS):
+        restarts = _Restarts(self.busy_timeout_s)
+        async for _ in restarts:
             page = await self.runtime.read_history(self.identity, self.session_id, max_groups=1, copy=False)
             if not page.groups:
                 return
@@ -364,7 +401,7 @@ class AgentiumSession:
                 return
         raise HistoryChangedError(
             f"the session {self.session_id!r} changed between every read of its view and its reset "
-            f"({_READ_RESTARTS} attempts); nothing was changed: call clear_session again"
+            f"({restarts.made} attempts); nothing was changed: call clear_session again"
         )
 
     # -- closing ----------------------------------------------------------------------------------
