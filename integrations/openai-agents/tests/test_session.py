@@ -378,6 +378,43 @@ async def test_bad_items_are_refused_and_nothing_is_written(runtime: HarnessRunt
     assert len(await session.get_items()) == 2
 
 
+async def test_mappings_of_no_sdk_items_shape_are_refused_and_nothing_is_written(
+    runtime: HarnessRuntime,
+) -> None:
+    # Stored as they were, each was sent to the model on every later run of the session (and
+    # refused there): the session could not run again until the item was popped or cleared.
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    await session.add_items(turn(0))
+    bad: list[dict[Any, Any]] = [
+        {},
+        {"content": "secret words"},
+        {"role": "tool", "content": "secret words"},  # Chat Completions' role, no input item's
+        {"role": None, "content": "secret words"},
+        {"type": "message", "role": "User", "content": "secret words"},
+        {"type": 5},
+        {"type": ""},
+        {"type": None, "role": 1},
+    ]
+    for item in bad:
+        with pytest.raises(ForeignItemError, match="no SDK item has that shape") as raised:
+            await session.add_items([turn(1)[0], item])
+        assert "secret" not in str(raised.value)
+    assert (await runtime.inspect_session(ANA, "chat-1")).next_seq == 1
+    # Every shape an input item has passes, a type this SDK release does not know included.
+    good: list[dict[str, Any]] = [
+        {"id": "msg_1"},  # an item reference, whose type may be left out
+        {"type": "item_reference", "id": "msg_1"},
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "d"}]},
+        {"role": "system", "content": "s"},
+        {"type": "a_later_release_item", "data": 1},
+        CALL,
+        OUTPUT,
+        ANSWER,
+    ]
+    await session.add_items(good)
+    assert await session.get_items(len(good)) == good
+
+
 class _Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no text")

@@ -27,7 +27,7 @@ from agentium_harness.plugin_api import copy_plain_json
 
 from ._errors import ForeignItemError
 
-__all__ = ["ITEM_FORMAT", "MAX_CONTENT_CHARS", "item_to_message", "message_to_item"]
+__all__ = ["ITEM_FORMAT", "MAX_CONTENT_CHARS", "check_item_shape", "item_to_message", "message_to_item"]
 
 #: ``Message.payload_format`` of an SDK item: a Responses API input item, as the SDK stores it.
 ITEM_FORMAT: Final = "openai.responses.input_item/v1"
@@ -122,6 +122,44 @@ def item_to_message(item: object) -> Message:
         text = text[: MAX_CONTENT_CHARS - 1] + "…"
     # The payload is passed as given: append() checks and copies it (and refuses it whole).
     return Message(role, text, payload=item, payload_format=ITEM_FORMAT)
+
+
+def check_item_shape(item: Mapping[str, Any], position: int) -> None:
+    """Refuse a mapping that has the shape of no Responses API input item (:class:`ForeignItemError`).
+
+    Every input item has a non-empty str ``type``, or is a message (``type``
+    absent or ``"message"``) whose ``role`` is ``user``, ``assistant``,
+    ``system`` or ``developer``, or an item reference (an ``id``, with
+    ``type`` optional). Anything else (``{}``, a ``type`` of 5, a ``tool``
+    role, which is Chat Completions') the SDK never stores; kept, it would be
+    sent to the model on every later run of the session and refused there, so
+    ``add_items`` refuses it first. Only the shape is checked: a ``type`` this
+    SDK release does not know passes, for items of later releases. The error
+    names no value of the item (it may be a user's words).
+    """
+    try:
+        kind, role, ref = item.get("type"), item.get("role"), item.get("id")
+    except Exception as exc:  # a mapping that is no dict runs its own code when read
+        raise ForeignItemError(
+            f"item {position} could not be read as a mapping ({type(exc).__name__} raised reading it); "
+            "nothing was written"
+        ) from exc
+    if kind is None or (isinstance(kind, str) and str.__str__(kind) == "message"):
+        # A str subclass (a StrEnum) is compared by its characters: none of its own methods run.
+        if isinstance(role, str) and str.__str__(role) in _MESSAGE_ROLES:
+            return
+        if kind is None and role is None and isinstance(ref, str):
+            return  # an item reference, whose type may be left out
+        raise ForeignItemError(
+            f"item {position} is a message (no type, or type 'message') whose role is not user, assistant, "
+            f"system or developer (got a {type(role).__name__}), and no item reference: no SDK item has "
+            "that shape; nothing was written"
+        )
+    if not isinstance(kind, str) or not str.__str__(kind):
+        raise ForeignItemError(
+            f"item {position} has a type that is not a non-empty str (got a {type(kind).__name__}): no SDK "
+            "item has that shape; nothing was written"
+        )
 
 
 def message_to_item(message: Message, where: str | Callable[[], str]) -> dict[str, Any]:

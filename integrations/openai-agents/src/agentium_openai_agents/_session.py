@@ -33,7 +33,7 @@ from agentium_harness import (
 from agentium_harness.plugin_api import SessionKey
 
 from ._errors import ForeignItemError, HistoryChangedError, SessionClosedError
-from ._items import item_to_message, message_to_item
+from ._items import check_item_shape, item_to_message, message_to_item
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -269,7 +269,9 @@ class AgentiumSession:
 
         ``items`` is a list (a sequence) of items; anything else (``None``, one
         item, a str), a sequence whose own iteration raises and one of more
-        than ``MAX_APPEND_MESSAGES`` items are refused with ``InvalidArgumentError``.
+        than ``MAX_APPEND_MESSAGES`` items are refused with ``InvalidArgumentError``;
+        an item that is no mapping, or has the shape of no input item
+        (``check_item_shape``), with :class:`ForeignItemError`.
 
         After a ``get_items`` on this object, the append follows its first
         one (see the class): if an erasure of the session (its own, its
@@ -289,6 +291,8 @@ class AgentiumSession:
         if not given:
             return
         messages = [item_to_message(item) for item in given]
+        for position, item in enumerate(given):  # each is a mapping now (item_to_message checked it)
+            check_item_shape(item, position)
         fence = self._read_fence
         try:
             await self._retrying(
