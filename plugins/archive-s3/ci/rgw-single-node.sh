@@ -34,7 +34,11 @@ for tool in ceph-mon ceph-osd radosgw ceph monmaptool ceph-authtool radosgw-admi
     command -v "$tool" > /dev/null || { echo "missing $tool: run plugins/archive-s3/ci/install-servers.sh" >&2; exit 3; }
 done
 mkdir -p "$D/mon" "$D/osd" "$D/run" "$D/log"
-MP=$(fp); RP=$(fp); FSID=$(uuidgen)
+# Two separate probes can be handed the same free port (about one start in 14,000): the monitor
+# would then hold radosgw's port and radosgw could not start. Probe again until they differ.
+MP=$(fp); RP=$(fp)
+while [ "$RP" = "$MP" ]; do RP=$(fp); done
+FSID=$(uuidgen)
 echo "$RP" > "$D/rgw_port"
 cat > "$D/ceph.conf" <<CONF
 [global]
