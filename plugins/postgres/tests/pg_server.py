@@ -41,6 +41,8 @@ _INSTALL = (
 
 
 _SCHEMAS = itertools.count()
+#: Ports a first start tries when the one it chose was taken meanwhile (see PostgresServer.start).
+PORT_ATTEMPTS = 5
 
 
 def new_schema_name() -> str:
@@ -153,6 +155,8 @@ class PostgresServer:
         self.root = Path(tempfile.mkdtemp(prefix="agentium-pg-")) if workdir is None else workdir
         self.data = self.root / "data"
         self.port = free_port()
+        #: Whether the server ever accepted a connection (from then on it keeps its port).
+        self._served = False
         self.fsync = fsync
         self.process: subprocess.Popen[bytes] | None = None
         self._user = _run_as()
@@ -201,6 +205,30 @@ class PostgresServer:
         """Start ``postgres`` on the port and wait until it accepts connections."""
         if not self.data.exists():
             self.init()
+        for _ in range(PORT_ATTEMPTS):
+            log_start = self._log_size()
+            with (self.root / "server.log").open("ab") as log:  # the child keeps its own descriptor
+                self.process = self._popen(self._server_argv(), stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    with psycopg.connect(self.admin_dsn("postgres"), connect_timeout=2):
+                        self._served = True
+                        return self
+                except psycopg.OperationalError:
+                    if self.process.poll() is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+            # free_port() only says the port was free when it asked: another process may have bound
+            # it since. A server that never served yet moves to a new port; a restarted one keeps
+            # its port (the tests' pools and DSNs hold it), so it fails as any other start does.
+            if self._served or self.process.poll() is None or not self._port_taken(log_start):
+                break
+            self.port = free_port()
+        raise RuntimeError(f"postgres did not start:\n{self.log_tail()}")
+
+    def _server_argv(self) -> list[str]:
+        """The ``postgres`` command line for the current port."""
         argv = [
             str(self.bindir / "postgres"),
             "-D",
@@ -224,17 +252,17 @@ class PostgresServer:
             # A killed server still keeps every commit (the OS page cache survives a process kill);
             # only an OS crash could lose them, which no test causes.
             argv += ["-c", "full_page_writes=off"]
-        with (self.root / "server.log").open("ab") as log:  # the child keeps its own descriptor
-            self.process = self._popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with psycopg.connect(self.admin_dsn("postgres"), connect_timeout=2):
-                    return self
-            except psycopg.OperationalError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"postgres did not start:\n{self.log_tail()}") from None
-                time.sleep(0.05)
+        return argv
+
+    def _log_size(self) -> int:
+        path = self.root / "server.log"
+        return path.stat().st_size if path.exists() else 0
+
+    def _port_taken(self, since: int) -> bool:
+        """Whether the server's log, from byte ``since``, says its port was already in use."""
+        with (self.root / "server.log").open("rb") as log:
+            log.seek(since)
+            return b"Address already in use" in log.read()
 
     def log_tail(self, lines: int = 40) -> str:
         """The end of the server's log."""
