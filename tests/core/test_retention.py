@@ -9,6 +9,7 @@ recall index's catch-up pass over the erased groups.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -37,6 +38,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._engine import retention as retention_module
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
@@ -126,13 +128,21 @@ async def test_a_count_policy_erases_the_oldest_archived_groups_when_applied_and
     await rt.aclose()
 
 
-async def test_an_age_policy_erases_what_was_archived_before_the_cutoff() -> None:
+async def test_an_age_policy_erases_what_was_archived_before_the_cutoff(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     rt, archive, _ = _runtime(RetentionPolicy(max_age_days=1.0 / 86_400))  # one second
     for i in range(3):
         await rt.run(ANA, "s1", f"old turn {i}")  # archives 0 and 1
-    await anyio.sleep(1.5)
+    await anyio.sleep(0.05)
+    between = datetime.now(UTC)  # after the old groups' archive marks, before the new ones'
+    await anyio.sleep(0.05)
     for i in range(2):
         await rt.run(ANA, "s1", f"new turn {i}")  # archives 2 and 3 now
+    # Ages are measured from one second (the policy's age) past ``between``: exactly the old groups
+    # are too old. On the real clock, a loaded machine taking over a second for the new turns and
+    # the listing aged group 2 out as well.
+    monkeypatch.setattr(retention_module, "now_utc", lambda: between + timedelta(seconds=1))
     started = time.monotonic()
     result = await rt.apply_retention(OPERATOR)
     assert time.monotonic() - started < 60
