@@ -28,14 +28,19 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NoReturn
 
 __all__ = ["declared_floors", "install_floors", "run_pytest", "run_python"]
 
 #: Specifier operators that set a lower bound (``==`` and ``~=`` pin or start at one).
 _LOWER = (">=", "==", "~=")
+#: Whole ``pip install`` runs :func:`install_floors` makes before it fails the test. The package
+#: index is a network service: pip retries a request whose connection failed, but not a download
+#: cut off midway (a read timeout, a truncated wheel), which is a chance failure, not a broken floor.
+_INSTALL_ATTEMPTS = 3
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     import pytest  # needed only when a floor test runs: importing this module does not need pytest
 
     pytest.fail(message)
@@ -68,17 +73,25 @@ def install_floors(site: Path, *pins: str, no_deps: bool = False) -> dict[str, s
     Python subprocess imports the pinned releases ahead of the environment's
     own, newer copies. ``no_deps`` installs only the pins (what they need
     stays the environment's); otherwise pip resolves their dependencies into
-    ``site`` too.
+    ``site`` too. The index is a network service: a failed install is run
+    again, three runs in all, before the calling test fails with pip's output.
     """
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     command += ["--no-input", "--only-binary", ":all:", "--target", str(site)]
+    # More and longer tries per request than pip's defaults (5 retries, 15 s): a loaded CI machine
+    # and a busy index are slow, not wrong.
+    command += ["--retries", "10", "--timeout", "60"]
     if no_deps:
         command.append("--no-deps")
-    # S603: this interpreter's own pip, with pins the calling test wrote (no shell, no outside input).
-    proc = subprocess.run([*command, *pins], capture_output=True, text=True, check=False, timeout=600)  # noqa: S603
-    if proc.returncode != 0:
-        _fail(f"pip could not install {' '.join(pins)}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    shadowed = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    failures: list[str] = []
+    for _ in range(_INSTALL_ATTEMPTS):
+        # S603: this interpreter's own pip, with pins the calling test wrote (no shell, no outside input).
+        proc = subprocess.run([*command, *pins], capture_output=True, text=True, check=False, timeout=600)  # noqa: S603
+        if proc.returncode == 0:
+            return shadowed
+        failures.append(f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    _fail(f"pip could not install {' '.join(pins)} in {len(failures)} runs; the last said:\n{failures[-1]}")
 
 
 def run_python(
