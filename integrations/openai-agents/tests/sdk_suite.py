@@ -39,6 +39,8 @@ TEST_FILES = (
 )
 SUPPORT_FILES = ("pyproject.toml", "tests/__init__.py", "tests/conftest.py", "tests/testing_processor.py")
 SUPPORT_FILES += ("tests/test_responses.py",)
+#: Runs of ``pip download`` before the sdist is given up on (see :func:`fetch_sdist`).
+FETCH_ATTEMPTS = 3
 #: Lines for pytest's terminal summary (the suite's counts), printed even when the test passes.
 SUMMARY: list[str] = []
 #: name in the SDK's test file -> the Agentium class bound to it instead.
@@ -53,23 +55,14 @@ def fetch_sdist(into: Path) -> Path:
     given = os.environ.get("AGENTIUM_OPENAI_AGENTS_SDIST")
     if given:
         return Path(given)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-binary",
-            ":all:",
-            "--no-deps",
-            "--dest",
-            str(into),
-            f"openai-agents=={PINNED}",
-        ],
-        check=True,
-        timeout=300,
-    )
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps"]
+    # More and longer tries per request than pip's defaults: the index is a network service.
+    command += ["--retries", "10", "--timeout", "60", "--dest", str(into), f"openai-agents=={PINNED}"]
+    for attempt in range(1, FETCH_ATTEMPTS + 1):
+        # pip retries a failed connection, not a download cut off midway: the whole download is
+        # run again; the last run's failure (check=True) fails the test.
+        if subprocess.run(command, check=attempt == FETCH_ATTEMPTS, timeout=300).returncode == 0:
+            break
     (sdist,) = into.glob("openai_agents-*.tar.gz")
     return sdist
 

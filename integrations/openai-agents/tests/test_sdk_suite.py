@@ -8,8 +8,10 @@ summary: passed, failed, skipped, not applicable (listed with the reason in
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
+import pytest
 import sdk_suite
 
 
@@ -37,3 +39,21 @@ def test_the_sdks_own_session_tests_pass_against_agentium_session(tmp_path: Path
     assert marked == set(listed)
     assert counts.get("passed", 0) >= 70, counts
     assert data["exitstatus"] == 0 and data["returncode"] == 0, data["output"][-4000:]
+
+
+def test_a_failed_sdist_download_is_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip retries a failed connection, not a download cut off midway: the whole download runs again."""
+    monkeypatch.delenv("AGENTIUM_OPENAI_AGENTS_SDIST", raising=False)
+    runs: list[list[str]] = []
+
+    def pip(command: list[str], *, check: bool, timeout: float) -> subprocess.CompletedProcess[str]:
+        runs.append(command)
+        if len(runs) < sdk_suite.FETCH_ATTEMPTS:  # a cut-off download: pip exits 2, writes nothing
+            assert not check, "only the last run may fail the test"
+            return subprocess.CompletedProcess(command, 2)
+        (tmp_path / f"openai_agents-{sdk_suite.PINNED}.tar.gz").write_bytes(b"")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(sdk_suite.subprocess, "run", pip)
+    assert sdk_suite.fetch_sdist(tmp_path) == tmp_path / f"openai_agents-{sdk_suite.PINNED}.tar.gz"
+    assert len(runs) == sdk_suite.FETCH_ATTEMPTS and runs[0][-1] == f"openai-agents=={sdk_suite.PINNED}"
