@@ -43,6 +43,9 @@ class Fault:
     count: int = 1
     seconds: float = 0.0
     applied: int = 0
+    #: ``time.monotonic()`` when a held request was forwarded to the server (``hold`` only), so a
+    #: test can tell that a call waited for it from the order of events, not from its own duration.
+    forwarded_at: float | None = None
 
     def matches(self, method: str, path: str) -> bool:
         """True if this fault applies to a request (and has uses left)."""
@@ -232,6 +235,7 @@ class FaultProxy:
                     body = _flip(body)
                 if fault is not None and fault.mode == "hold":
                     time.sleep(fault.seconds)
+                    fault.forwarded_at = time.monotonic()
                 if upstream is None:
                     upstream = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
                     up_reader = _Reader(upstream)
