@@ -7,13 +7,16 @@ typed error and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Final
+
+import attrs
 
 from .._errors import IdentityError, InvalidArgumentError
 from .._ports.provider import SourceBlock
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
 from .._ports.verify import CompletionVerifier
-from .._scope import RecallScope, Scope, require_identity, validate_id
+from .._scope import RecallScope, Scope, VerifiedIdentity, require_identity, validate_id
 from .._validators import check_duration, unicode_text
 from .._verdicts import EvidenceLimits
 from .limits import RuntimeLimits
@@ -36,6 +39,15 @@ __all__ = [
 ]
 
 
+# The scope of each (tenant, user, session, project, repository) a run or history call asked for
+# lately: every call builds one, and building it validates its five ids again (each checked already:
+# the identity's when it was made, the session id just above). A scope is a pure function of five
+# exact ``str`` (or ``None``) values that passed validation (both are required to enter), and it is
+# frozen, so the one kept is equal in every way to a new one. Cleared when full: bounded.
+_SCOPES: dict[tuple[str, str, str, str | None, str | None], Scope] = {}
+_MAX_SCOPES: Final = 4096
+
+
 def run_scope(identity: object, session_id: object, recall_scope: object) -> Scope:
     """Validate the caller's identity, session id and recall scope into a :class:`Scope`."""
     verified = require_identity(identity)
@@ -45,7 +57,30 @@ def run_scope(identity: object, session_id: object, recall_scope: object) -> Sco
             f"recall_scope must be a RecallScope or None, got {type(recall_scope).__name__}; "
             "build it with RecallScope(project=..., repository=...)"
         )
-    return Scope.of(verified, session_id, recall_scope)
+    # Only exact types are remembered or looked up: a subclass's fields (or truth) may be its own.
+    if type(verified) is not VerifiedIdentity or (
+        recall_scope is not None and type(recall_scope) is not RecallScope
+    ):
+        return Scope.of(verified, session_id, recall_scope)
+    project, repository = (
+        (None, None) if recall_scope is None else (recall_scope.project, recall_scope.repository)
+    )
+    ids = (verified.tenant, verified.user, session_id, project, repository)
+    if not (
+        type(ids[0]) is str
+        and type(ids[1]) is str
+        and (project is None or type(project) is str)
+        and (repository is None or type(repository) is str)
+    ):
+        return Scope.of(verified, session_id, recall_scope)
+    scope = _SCOPES.get(ids)
+    if scope is None:
+        scope = Scope.of(verified, session_id, recall_scope)
+        if not attrs.validators.get_disabled():
+            if len(_SCOPES) >= _MAX_SCOPES:
+                _SCOPES.clear()
+            _SCOPES[ids] = scope
+    return scope
 
 
 def check_grants(grants: object) -> frozenset[str]:
