@@ -120,6 +120,13 @@ def _checked_write(
     key: object, snapshot: object, expected_revision: object, ctx: object, operation: str
 ) -> SessionKey:
     """The arguments of a snapshot write, checked before anything is done: typed errors, not crashes."""
+    if (
+        type(key) is SessionKey
+        and type(ctx) is OpContext
+        and type(snapshot) is SessionSnapshot
+        and (expected_revision is None or type(expected_revision) is int)
+    ):
+        return key  # what the checks below pass, known from the exact types alone (a turn's every write)
     checked_ctx(ctx, operation)
     checked = checked_key(key, operation)
     checked_argument(snapshot, SessionSnapshot, "snapshot", operation)
@@ -274,11 +281,14 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         calls :meth:`load` as usual.
         """
         checked_ctx(ctx, "session load")
-        checked = [checked_key(key, "session load") for key in keys]
+        for key in keys:
+            if type(key) is not SessionKey:  # only then can the check refuse it: not called for the rest
+                checked_key(key, "session load")
+        # Plain loops, no generator expressions: each of those costs a call and one per item.
         with self._recent_lock:
             ctx.raise_if_expired("session load")
             found: list[tuple[SessionKey, int, StoredSnapshot | None]] = []
-            for key in checked:
+            for key in keys:
                 recent = self._recent.get(key)
                 if recent is not None:
                     found.append((key, recent[3], recent[2]))
@@ -288,11 +298,14 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                     return None
                 found.append((key, absent, None))
             version = self._peek_data_version()  # None (not now) never equals a version
-            if any(seen != version for _, seen, _ in found):
-                return None
+            answers: list[StoredSnapshot | None] = []
+            for _, seen, _ in found:
+                if seen != version:
+                    return None
             for key, _, stored in found:
                 (self._recent if stored is not None else self._absent).move_to_end(key)
-            return tuple(stored for _, _, stored in found)
+                answers.append(stored)
+            return tuple(answers)
 
     def _remember(
         self, epoch: int, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
@@ -300,8 +313,29 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         """Remember ``key``'s row unless a write began since ``epoch`` (it may be older than the file)."""
         with self._recent_lock:
             self._drop(key)
-            if self._epoch != epoch or len(data) > RECENT_BYTES:
-                return
+            if self._epoch == epoch:
+                self._keep_locked(key, revision, data, snapshot, version)
+
+    def _remember_written(
+        self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
+    ) -> None:
+        """After a write of ``key``'s row: ``_remember(_forget(key), ...)`` under one hold of the lock.
+
+        The write is over: the epoch moves on (a load that read the row before
+        the write but finishes after it must not remember the older row, see
+        :meth:`_forget`) and this row is remembered under the new epoch, which
+        nothing can move in between.
+        """
+        with self._recent_lock:
+            self._epoch += 1
+            self._drop(key)
+            self._keep_locked(key, revision, data, snapshot, version)
+
+    def _keep_locked(
+        self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
+    ) -> None:
+        """Under the lock, ``key`` dropped: remember its row (one too large for the bound is not)."""
+        if len(data) <= RECENT_BYTES:
             stored = StoredSnapshot(snapshot=snapshot, revision=revision)  # what its loads hand back
             self._recent[key] = (revision, data, stored, version)
             self._recent_bytes += len(data)
@@ -369,7 +403,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         revision, version = await self.run(ctx, "session save", work)
         # Forget again now the write is over, and remember under that epoch: a load that read the
         # row before this write but finishes after it must not remember the older row (see _forget).
-        self._remember(self._forget(key), key, revision, data, snapshot, version)
+        self._remember_written(key, revision, data, snapshot, version)
         return revision
 
     def shares_transactions_with(self, archive: object) -> bool:
@@ -407,7 +441,8 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
         assert isinstance(archive, SQLiteArchive)
         key = _checked_write(key, snapshot, expected_revision, ctx, "session commit")
         for group in checked_sequence(groups, "groups", "session commit"):
-            checked_argument(group, MessageGroup, "each of groups", "session commit")
+            if type(group) is not MessageGroup:  # only then can the check refuse it
+                checked_argument(group, MessageGroup, "each of groups", "session commit")
         verify_snapshot(key, snapshot)
         data = snapshot_bytes(snapshot)
         rows = split_snapshot(snapshot, data)
@@ -423,7 +458,7 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
 
         self._forget(key)
         revision, receipts, version = await self.run(ctx, "session commit with archive", work)
-        self._remember(self._forget(key), key, revision, data, snapshot, version)  # as in save
+        self._remember_written(key, revision, data, snapshot, version)  # as in save
         return revision, receipts
 
     async def list_sessions(
