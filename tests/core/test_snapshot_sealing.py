@@ -26,6 +26,7 @@ from agentium_harness._ports.snapshot import (
     _TAILS,
     ArchivedDigest,
     SessionSnapshot,
+    decode_snapshot,
     seal_new_snapshot,
     seal_snapshot,
     snapshot_bytes,
@@ -213,3 +214,29 @@ def test_the_rows_leave_with_their_snapshots() -> None:
     assert (len(_TAILS), len(_SNAPSHOTS)) <= before or (
         len(_TAILS) <= before[0] and len(_SNAPSHOTS) <= before[1]
     )
+
+
+def test_a_decoded_snapshot_saved_again_is_carried_on_by_the_next_seal() -> None:
+    # A snapshot this process did not seal (decoded from a store) whose rows a store wrote
+    # (saved again, as a restore does): the next seal carries its groups' rows on by identity,
+    # and an equal copy of one that is written otherwise still gets its own row.
+    scope = Scope("t", "u", "s")
+    key = SessionKey("t", "u", "s")
+    sealed = seal_new_snapshot(
+        memory_scope=scope, boundary=0, next_seq=3, resident=tuple(_call_group(s, s) for s in range(3))
+    )
+    decoded = decode_snapshot(key, snapshot_bytes(sealed), "test")
+    assert decoded == sealed and decoded is not sealed
+    snapshot_parts(decoded)  # the store wrote it: its rows are known
+    assert _TAILS.get(id(decoded.resident[-1])) is not None  # listed, as a sealed snapshot is
+    carried = list(decoded.resident[1:])
+    following = seal_new_snapshot(
+        memory_scope=scope, boundary=1, next_seq=4, resident=(*carried, _call_group(3, 3))
+    )
+    _assert_rows_as_plain(following)
+    copy = _call_group(1, 1.0)
+    assert copy == carried[0] and copy.canonical_bytes() != carried[0].canonical_bytes()
+    other = seal_new_snapshot(
+        memory_scope=scope, boundary=1, next_seq=4, resident=(copy, carried[1], _call_group(3, 3))
+    )
+    _assert_rows_as_plain(other)

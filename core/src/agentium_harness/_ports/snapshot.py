@@ -450,7 +450,13 @@ def snapshot_parts(snapshot: SessionSnapshot) -> tuple[bytes, bytes | None, tupl
         data = entry[0] = _encode(snapshot)
     rows: tuple[GroupRow, ...] | None = entry[4]
     if rows is None:
-        rows = entry[4] = group_rows(snapshot.resident)
+        resident = snapshot.resident
+        rows = entry[4] = group_rows(resident)
+        if resident and entry[5] is None and id(resident[-1]) not in _TAILS:
+            # Listed as a seal lists its snapshot: one sealed elsewhere (decoded from a store, and
+            # saved again) is carried on by the next seal too, instead of every group looked up.
+            entry[5] = tail = id(resident[-1])
+            _TAILS[tail] = entry
     return data, entry[2], rows
 
 
