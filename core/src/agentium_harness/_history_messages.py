@@ -40,6 +40,7 @@ __all__ = [
     "message_data",
     "message_json",
     "message_tokens",
+    "messages_tokens",
     "retained_data",
     "retained_json_text",
     "usual_retained",
@@ -173,6 +174,24 @@ def message_tokens(message: Message) -> int:
         n = len(content) if type(content) is str and content.isascii() else len(content.encode("utf-8"))
         return (n + 3) // 4 + 4
     return message.estimated_tokens  # tool calls, or a subclass that may define its own estimate
+
+
+def messages_tokens(messages: Iterable[Message]) -> int:
+    """``sum(map(message_tokens, messages))``, with the common case inlined in the loop.
+
+    A request's estimate sums its whole history every step: a plain message
+    is counted here without a call of its own (the same arithmetic as
+    :func:`message_tokens`); any other goes through that function.
+    """
+    total = 0
+    for message in messages:
+        if type(message) is Message and not message.tool_calls:
+            content = message.content
+            n = len(content) if type(content) is str and content.isascii() else len(content.encode("utf-8"))
+            total += (n + 3) // 4 + 4
+        else:
+            total += message_tokens(message)
+    return total
 
 
 def _tokens_of(message: Message) -> int:

@@ -239,7 +239,7 @@ async def run_turn(
     # as its own copy. A ToolCall's arguments are a dict: shared, a provider could rewrite the
     # arguments the engine commits (not those the tool ran with), or put in a value no commit can
     # encode and lose the turn's writes; the history's are the loaded snapshot's own.
-    shown_history = tuple(map(_shown, history))
+    shown_history = history if _plain(history) else tuple(map(_shown, history))
     shown: list[Message] = [*map(_shown, turn)]
     for _step in range(steps):
         if not room_for_reply(len(turn), MAX_TOOL_CALLS):
@@ -323,6 +323,14 @@ async def run_turn(
         diagnostics=tuple(diagnostics),
         steps=made,
     )
+
+
+def _plain(messages: tuple[Message, ...]) -> bool:
+    """True when :func:`_shown` would hand back every one of ``messages`` as it is (a loop, no calls)."""
+    for message in messages:
+        if message.tool_calls or message.payload is not None:
+            return False
+    return True
 
 
 def _shown(message: Message) -> Message:

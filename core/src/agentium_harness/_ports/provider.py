@@ -17,7 +17,8 @@ import attrs
 
 from .._codec import canonical_json
 from .._errors import InvalidArgumentError
-from .._history import Message, estimate_tokens, message_tokens
+from .._history import Message, estimate_tokens
+from .._history_messages import messages_tokens
 from .._tuples import tuple_of_messages, tuple_of_source_blocks, tuple_of_tool_specs
 from .._validators import str_pair_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
@@ -242,8 +243,8 @@ class ModelRequest:
         return (
             estimate_tokens(self.instructions)
             + sum(b.estimated_tokens for b in self.sources)
-            + sum(map(message_tokens, self.history))
-            + sum(map(message_tokens, self.turn))
+            + messages_tokens(self.history)
+            + messages_tokens(self.turn)
         )
 
 
