@@ -7,7 +7,7 @@ typed error and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Any, Final, cast
 
 import attrs
 
@@ -83,14 +83,21 @@ def run_scope(identity: object, session_id: object, recall_scope: object) -> Sco
     return scope
 
 
+#: Built-in collections, each iterable and none a ``str`` or ``bytes``: what the checks below pass.
+_PLAIN_COLLECTIONS: Final = frozenset({tuple, list, frozenset, set})
+
+
 def check_grants(grants: object) -> frozenset[str]:
     """Tool grants as a set of names; a bare string is refused, not split into characters."""
-    if isinstance(grants, str | bytes) or not isinstance(grants, Iterable):
+    # The built-in collections pass without the ABC's Python-level check (a run's every call).
+    if type(grants) not in _PLAIN_COLLECTIONS and (
+        isinstance(grants, str | bytes) or not isinstance(grants, Iterable)
+    ):
         raise InvalidArgumentError(
             f"grants must be a collection of tool names, got {type(grants).__name__} {grants!r}; "
             'write grants=["shell"], not grants="shell"'
         )
-    names = tuple(grants)
+    names = tuple(cast("Iterable[Any]", grants))  # checked above (the type or the ABC)
     for name in names:
         if not isinstance(name, str):
             raise InvalidArgumentError(f"grants must hold tool names (str), got {type(name).__name__}")
@@ -131,9 +138,11 @@ def check_user_input(user_input: object) -> str:
 
 def check_sources(sources: object) -> tuple[SourceBlock, ...]:
     """Host sources as a tuple of :class:`SourceBlock`, each holding only valid Unicode text."""
-    if isinstance(sources, str | bytes) or not isinstance(sources, Iterable):
+    if type(sources) not in _PLAIN_COLLECTIONS and (
+        isinstance(sources, str | bytes) or not isinstance(sources, Iterable)
+    ):
         raise InvalidArgumentError(f"sources must be a sequence of SourceBlock, got {type(sources).__name__}")
-    blocks = tuple(sources)
+    blocks = tuple(cast("Iterable[Any]", sources))  # checked above (the type or the ABC)
     for i, block in enumerate(blocks):
         if not isinstance(block, SourceBlock):
             raise InvalidArgumentError(f"sources must hold SourceBlock items, got {type(block).__name__}")

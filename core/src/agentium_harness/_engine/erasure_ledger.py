@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from .._errors import (
     ContractViolationError,
@@ -172,10 +173,14 @@ async def load_ledger(
     return ledger_of(key, await ticket.call(operation, lambda ctx: store.load(key, ctx)))
 
 
+#: What an absent ledger reads as (frozen: one for every fence that finds none, built once).
+_NO_LEDGER: Final = ErasureLedger()
+
+
 def ledger_of(key: SessionKey, stored: object) -> tuple[int | None, ErasureLedger]:
     """What the store answered for the ledger at ``key``, checked: its revision and the ledger."""
     if stored is None:
-        return None, ErasureLedger()
+        return None, _NO_LEDGER
     if not isinstance(stored, StoredSnapshot) or not isinstance(stored.snapshot, SessionSnapshot):
         raise ContractViolationError(
             f"session store returned {type(stored).__name__}, not a StoredSnapshot or None"

@@ -49,6 +49,8 @@ def checked_argument(value: object, kind: type[T], what: str, operation: str) ->
 
 def checked_ctx(ctx: object, operation: str) -> OpContext:
     """``ctx`` if it is an :class:`OpContext`."""
+    if type(ctx) is OpContext:  # every engine call's: passes without the general check's two calls
+        return ctx
     return checked_argument(ctx, OpContext, "ctx", operation)
 
 
@@ -69,6 +71,8 @@ def checked_count(value: object, what: str, operation: str) -> int:
 
 def checked_sequence(value: object, what: str, operation: str) -> Sequence[object]:
     """``value`` if it is a sequence (a ``str`` or ``bytes`` is not one here)."""
+    if type(value) is tuple or type(value) is list:  # passes without the ABC's Python-level check
+        return value
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise InvalidArgumentError(
             f"{operation}: {what} must be a sequence, got {type(value).__name__}; nothing was changed"
@@ -91,6 +95,8 @@ def checked_refs(refs: object, operation: str) -> list[SourceRef]:
 
 def checked_key(key: object, operation: str) -> SessionKey:
     """``key`` if it is a :class:`SessionKey`."""
+    if type(key) is SessionKey:  # as checked_ctx: the common case without the general check
+        return key
     return checked_argument(key, SessionKey, "key", operation)
 
 
