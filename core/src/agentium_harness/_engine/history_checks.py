@@ -410,7 +410,12 @@ def check_messages_encoded(messages: object) -> tuple[tuple[Message, ...], bytes
     (:func:`~agentium_harness._history.adopt_messages_encoding`); ``None``
     when the messages were checked one by one.
     """
-    if isinstance(messages, str | bytes | Message) or not isinstance(messages, Sequence):
+    # A list or tuple passes without the Sequence ABC's Python-level instance check.
+    if (
+        type(messages) is not list
+        and type(messages) is not tuple
+        and (isinstance(messages, str | bytes | Message) or not isinstance(messages, Sequence))
+    ):
         raise InvalidArgumentError(
             f"messages must be a sequence of Message, got {type(messages).__name__}; nothing was written"
         )

@@ -52,7 +52,14 @@ def _text_of_parts(parts: object) -> str:
     for part in parts:
         if isinstance(part, str):
             texts.append(part)
-        elif type(part) is dict or isinstance(part, Mapping):  # a dict without the ABC's Python-level check
+        elif type(part) is dict:
+            # What ``part.get("text", part.get("refusal"))`` gives, without a call for each key.
+            text = part["text"] if "text" in part else part.get("refusal")
+            if isinstance(text, str):
+                texts.append(text)
+            elif isinstance(part.get("type"), str):
+                texts.append(f"[{part['type']}]")
+        elif isinstance(part, Mapping):  # a mapping of the host's own: read through its get
             text = part.get("text", part.get("refusal"))
             if isinstance(text, str):
                 texts.append(text)
@@ -69,7 +76,9 @@ def _role_and_text(item: Mapping[str, Any]) -> tuple[Role, str]:
     kind = item.get("type")
     role = item.get("role")
     message = kind in (None, "message")
-    output = isinstance(kind, str) and kind.endswith("_output")
+    # None and the plain "message" are no output (checked first: the common items, without a call).
+    plain = kind is None or (type(kind) is str and kind == "message")
+    output = not plain and isinstance(kind, str) and kind.endswith("_output")
     mapped = _MESSAGE_ROLES.get(role) if isinstance(role, str) and message else None
     if mapped is None:
         mapped = Role.USER if output else Role.ASSISTANT
