@@ -32,10 +32,10 @@ from .._errors import (
 from .._observe.spans import using
 from .._observe.turn import settings_of, traced_operation
 from .._ports._base import capabilities_of
-from .._ports.recall import RecallStore, SourceOwner, SourceRef, document_source_id
+from .._ports.recall import RecallStore, SourceOwner, SourceRef
 from .._text import error_text
 from .._validators import check_duration, unicode_text, validate_id
-from .document_fence import index_document_fenced, marked
+from .document_fence import checked_ref, index_document_fenced, marked
 from .embedding import index_sources
 from .erasure_fence import ErasureFence
 from .results import CommitState, Diagnostic, Severity
@@ -117,24 +117,6 @@ def _document_store(runtime: HarnessRuntime) -> RecallStore:
             f"recall store {type(store).__name__} does not declare document_indexing; nothing was written"
         )
     return store
-
-
-def _checked_ref(ref: object, owner: SourceOwner, doc_id: str, store: RecallStore) -> SourceRef:
-    """The store's answer, if it is the ref of this document; else ContractViolationError (state unknown)."""
-    if (
-        isinstance(ref, SourceRef)
-        and isinstance(ref.source_id, str)
-        and isinstance(ref.revision, str)
-        and ref.source_id == document_source_id(owner, doc_id)
-    ):
-        return ref
-    error = ContractViolationError(
-        f"recall store {type(store).__name__}.index_document answered {type(ref).__name__}, not the "
-        "SourceRef of this document; whether it is indexed is unknown (commit_state unknown): index it "
-        "again (it replaces it) or delete it"
-    )
-    error.commit_state = CommitState.UNKNOWN
-    raise error
 
 
 def _failed_delete(exc: Exception, store: RecallStore) -> AgentiumError:
@@ -219,7 +201,7 @@ class DocumentOperations:
                     ref, notes = await index_document_fenced(
                         fence, ticket, store, who, name, body, title=heading, timeout_s=timeout
                     )
-                    ref = _checked_ref(ref, who, name, store)
+                    ref = checked_ref(ref, who, name, store)
                     diagnostics = [
                         Diagnostic("erasure_fence_unchecked", note, Severity.WARNING) for note in notes
                     ]

@@ -26,7 +26,11 @@ An index call abandoned past its deadline (stuck in a worker thread) may
 land after the caller left, with no second read: it is noted as a late call
 of the owner, which an erasure in this process covering it waits for (as it
 does for a session's), and when it lands it runs the second read itself and
-deletes the document if a covering erasure began since the first read.
+deletes the document if a covering erasure began since the first read. No
+caller is left to raise to: each outcome of that late check (taken back, a
+delete or a read that failed, an answer that is no ref of the document) is a
+WARNING and an event on its ``agentium.document.late_take_back`` span
+(:func:`_take_back_late`).
 
 Every error raised says in ``commit_state`` whether the document is indexed:
 ``not_committed`` when it was refused before the write, refused by the store
@@ -51,17 +55,17 @@ from .._errors import (
     InvalidArgumentError,
     UnsupportedOperationError,
 )
-from .._observe.spans import current_span_event, error_type, internal_span
+from .._observe.spans import NullSpan, Span, current_span_event, error_type, internal_span
 from .._ports.erasure import EraseTarget, ErasureRecord, ErasureState
-from .._ports.recall import RecallStore, SourceOwner, SourceRef
+from .._ports.recall import RecallStore, SourceOwner, SourceRef, document_source_id
 from .._ports.sessions import SessionStore
 from .._text import error_text
-from .erasure_fence import ErasureFence
+from .erasure_fence import ErasureFence, FenceCheck
 from .erasure_index import finished_covering_owner
 from .lifecycle import Ticket
 from .results import CommitState
 
-__all__ = ["index_document_fenced", "marked"]
+__all__ = ["checked_ref", "index_document_fenced", "marked"]
 
 _log = logging.getLogger("agentium.engine.recall")
 
@@ -108,6 +112,24 @@ def marked(error: AgentiumError, state: CommitState) -> AgentiumError:
     """``error`` carrying ``state``: whether the document operation (index or delete) committed."""
     error.commit_state = state
     return error
+
+
+def checked_ref(ref: object, owner: SourceOwner, doc_id: str, store: RecallStore) -> SourceRef:
+    """The store's answer, if it is the ref of this document; else ContractViolationError (state unknown)."""
+    if (
+        isinstance(ref, SourceRef)
+        and isinstance(ref.source_id, str)
+        and isinstance(ref.revision, str)
+        and ref.source_id == document_source_id(owner, doc_id)
+    ):
+        return ref
+    error = ContractViolationError(
+        f"recall store {type(store).__name__}.index_document answered {type(ref).__name__}, not the "
+        "SourceRef of this document; whether it is indexed is unknown (commit_state unknown): index it "
+        "again (it replaces it) or delete it"
+    )
+    error.commit_state = CommitState.UNKNOWN
+    raise error
 
 
 def _failed_write(exc: Exception, store: RecallStore) -> AgentiumError:
@@ -164,17 +186,14 @@ async def index_document_fenced(
         exc.commit_state = CommitState.NOT_COMMITTED
         raise
 
-    async def take_back(_: object) -> None:
+    async def take_back(raw: object) -> None:
         # It landed after the caller walked away, and the second read never ran: run it now, and
         # take the document back from a covering erasure that began since the first read.
         # The index's span ended when the call was abandoned: the late check has one of its own.
-        with internal_span("agentium.document.late_take_back", {"agentium.operation": "recall index"}):
-            record = await fence.covering_since(seen)
-            if record is not None:
-                late = Ticket(None, "recall delete (late)", fence.timeout_s)
-                await late.call("recall delete", lambda ctx: store.delete_document(owner, doc_id, ctx))
-                _log.warning("a document indexed past its deadline during an erasure was taken back")
-                current_span_event("agentium.document.taken_back", {"agentium.document.write": "late"})
+        with internal_span(
+            "agentium.document.late_take_back", {"agentium.operation": "recall index"}
+        ) as span:
+            await _take_back_late(fence, seen, store, write, raw, span)
 
     try:
         ref = await ticket.call(
@@ -217,3 +236,67 @@ async def index_document_fenced(
     current_span_event("agentium.document.taken_back", {"agentium.document.write": "answered"})
     refused = write.refusal(record, "the document, indexed meanwhile, was deleted: it was not kept")
     raise marked(refused, CommitState.NOT_COMMITTED)
+
+
+def _late_event(name: str, exc: BaseException | None = None) -> None:
+    """An outcome of the late take-back as an event on its span: ``late``, and only the error's type."""
+    attributes = {"agentium.document.write": "late"}
+    if exc is not None:
+        attributes["error.type"] = error_type(exc)
+    current_span_event(name, attributes)
+
+
+async def _take_back_late(
+    fence: ErasureFence,
+    seen: FenceCheck,
+    store: RecallStore,
+    write: _DocumentWrite,
+    raw: object,
+    span: Span | NullSpan,
+) -> None:
+    """The late check of an abandoned index under its ``span``: every degraded outcome reported, none raised.
+
+    Nobody is left to raise to (the wrapper that runs this, ``bounded``'s
+    release of a late result, drops what escapes it), so each outcome is a
+    WARNING on ``agentium.engine.recall`` and an event on ``span``, with
+    the error's type only: an answer that is no ref of this document
+    (``late_answer_refused``; the check runs all the same, since the store
+    may have indexed it whatever it answered), the erasures not read again
+    (``unconfirmed``: the document stands), a delete that failed
+    (``take_back_failed``). Each fails ``span`` with its ``error.type``
+    (the last one's, the most telling of what is left), as
+    ``agentium.memory.late_take_back`` ends.
+    """
+    failed: Exception | None = None
+    try:
+        checked_ref(raw, write.owner, write.doc_id, store)
+    except ContractViolationError as exc:
+        _log.warning("a document index landed past its deadline with an answer that is no ref of it")
+        _late_event("agentium.document.late_answer_refused", exc)
+        failed = exc
+    try:
+        record = await fence.covering_since(seen)
+    except Exception as exc:
+        _log.warning(
+            "a document indexed past its deadline was not confirmed against erasures: %s", type(exc).__name__
+        )
+        _late_event("agentium.document.unconfirmed", exc)
+        failed = exc
+        record = None
+    if record is not None:
+        late = Ticket(None, "recall delete (late)", fence.timeout_s)
+        owner, doc_id = write.owner, write.doc_id
+        try:
+            await late.call("recall delete", lambda ctx: store.delete_document(owner, doc_id, ctx))
+        except Exception as exc:
+            _log.warning(
+                "a document indexed past its deadline during an erasure could not be taken back: %s",
+                type(exc).__name__,
+            )
+            _late_event("agentium.document.take_back_failed", exc)
+            failed = exc
+        else:
+            _log.warning("a document indexed past its deadline during an erasure was taken back")
+            _late_event("agentium.document.taken_back")
+    if failed is not None:
+        span.fail(error_type(failed), failed)

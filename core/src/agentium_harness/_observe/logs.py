@@ -30,7 +30,8 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
     "agentium.engine.recall": (
         "recall partial or failed, omitted sources, contract violations, policy stops, "
-        "host documents not confirmed against erasures or taken back (WARNING)"
+        "host documents not confirmed against erasures or taken back (also when an index lands past its "
+        "deadline, or its late answer is refused) (WARNING)"
     ),
     "agentium.engine.request": "host sources omitted from the request (over the source budget)",
     "agentium.engine.turn": "model calls and tools: failed, timed out or refused tools, step limit",
