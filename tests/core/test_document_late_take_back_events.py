@@ -39,6 +39,7 @@ from agentium_harness import (
     SourceOwner,
     create_harness_runtime,
 )
+from agentium_harness._engine import bounded
 from agentium_harness._engine.document_fence import index_document_fenced
 from agentium_harness._engine.erasure_fence import ErasureFence
 from agentium_harness._engine.lifecycle import Ticket
@@ -64,6 +65,7 @@ class LandsLate(StuckIndex):
         self.answer: object = None
         self.fail_delete = False
         self.delete_asked = threading.Event()
+        self.delete_hangs = False
 
     async def index_document(
         self, owner: SourceOwner, doc_id: str, text: str, ctx: OpContext, *, title: str = ""
@@ -75,6 +77,9 @@ class LandsLate(StuckIndex):
         if self.fail_delete:
             self.delete_asked.set()
             raise OSError("disk gone: vpn.md")
+        if self.delete_hangs:
+            self.delete_asked.set()
+            await anyio.sleep(GENEROUS)  # a cooperative call that would outlast the take-back's bound
         return await super().delete_document(owner, doc_id, ctx)
 
 
@@ -246,3 +251,29 @@ async def test_a_late_take_back_that_deleted_the_document_ends_its_span_ok(
     assert t.child_of("agentium.recall.delete", late), "the take-back's delete is not under its span"
     assert document_source_id(ANA_DOC, "vpn.md") not in store._sources
     _private(t, _warned(caplog))
+
+
+async def test_a_late_take_back_cut_short_by_its_bound_warns_and_is_an_event(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release of a late result is bounded: a delete still running then is cut short, and said so.
+
+    The bound is shortened for this test alone: the take-back is the call meant to run out of time
+    (its delete's own deadline is 30 s).
+    """
+    monkeypatch.setattr(bounded, "LATE_CLEANUP_S", 2.0)
+    store, sessions = LandsLate(), InMemorySessionStore()
+
+    def hang_the_delete() -> None:
+        store.delete_hangs = True
+
+    t, late = await _lands_late(store, sessions, caplog, meanwhile=hang_the_delete)
+    assert store.delete_asked.is_set()
+    assert _outcomes(late) == [
+        ("agentium.document.take_back_failed", {"agentium.document.write": "late", "error.type": "cancelled"})
+    ]
+    assert late.status.status_code is StatusCode.ERROR
+    assert (late.attributes or {}).get("error.type") == "cancelled"
+    warnings = _warned(caplog)
+    assert len(warnings) == 1 and "could not be taken back: cut short" in warnings[0], warnings
+    _private(t, warnings)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+import anyio
 import attrs
 
 from .._errors import (
@@ -254,7 +255,7 @@ async def _take_back_late(
     raw: object,
     span: Span | NullSpan,
 ) -> None:
-    """The late check of an abandoned index under its ``span``: every degraded outcome reported, none raised.
+    """The late check of an abandoned index under its ``span``: each degraded outcome reported, not raised.
 
     Nobody is left to raise to (the wrapper that runs this, ``bounded``'s
     release of a late result, drops what escapes it), so each outcome is a
@@ -265,7 +266,9 @@ async def _take_back_late(
     (``unconfirmed``: the document stands), a delete that failed
     (``take_back_failed``). Each fails ``span`` with its ``error.type``
     (the last one's, the most telling of what is left), as
-    ``agentium.memory.late_take_back`` ends.
+    ``agentium.memory.late_take_back`` ends. A read or delete cut short
+    (the release is bounded, :data:`~.bounded.LATE_CLEANUP_S`) is said the
+    same way, ``error.type`` ``cancelled``, before the cancellation goes on.
     """
     failed: Exception | None = None
     try:
@@ -274,25 +277,32 @@ async def _take_back_late(
         _log.warning("a document index landed past its deadline with an answer that is no ref of it")
         _late_event("agentium.document.late_answer_refused", exc)
         failed = exc
+    unconfirmed = "a document indexed past its deadline was not confirmed against erasures: %s"
     try:
         record = await fence.covering_since(seen)
+    except anyio.get_cancelled_exc_class() as exc:
+        # Cut short: the release of a late result is bounded (``bounded.LATE_CLEANUP_S``), and a loop
+        # ending cancels it too. Said here, before the span ends ``cancelled``: nothing else would say it.
+        _log.warning(unconfirmed, "cut short")
+        _late_event("agentium.document.unconfirmed", exc)
+        raise
     except Exception as exc:
-        _log.warning(
-            "a document indexed past its deadline was not confirmed against erasures: %s", type(exc).__name__
-        )
+        _log.warning(unconfirmed, type(exc).__name__)
         _late_event("agentium.document.unconfirmed", exc)
         failed = exc
         record = None
     if record is not None:
         late = Ticket(None, "recall delete (late)", fence.timeout_s)
         owner, doc_id = write.owner, write.doc_id
+        not_taken = "a document indexed past its deadline during an erasure could not be taken back: %s"
         try:
             await late.call("recall delete", lambda ctx: store.delete_document(owner, doc_id, ctx))
+        except anyio.get_cancelled_exc_class() as exc:
+            _log.warning(not_taken, "cut short")  # as the read above
+            _late_event("agentium.document.take_back_failed", exc)
+            raise
         except Exception as exc:
-            _log.warning(
-                "a document indexed past its deadline during an erasure could not be taken back: %s",
-                type(exc).__name__,
-            )
+            _log.warning(not_taken, type(exc).__name__)
             _late_event("agentium.document.take_back_failed", exc)
             failed = exc
         else:
