@@ -14,11 +14,13 @@ rank order, under the evidence token budget with their wrappers counted.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import anyio
 import attrs
 
+from .._observe.spans import current_span_event, error_type, internal_span
 from .._ports.embedder import Vector
 from .._ports.provider import SourceBlock, SourceKind
 from .._ports.recall import (
@@ -44,6 +46,8 @@ from .recall_round import RecallUsage, Round, adapter_call
 from .sources import assemble_sources
 
 __all__ = ["Evidence", "RecallUsage", "gather_evidence", "revalidate", "truncate_utf8"]
+
+_log = logging.getLogger("agentium.engine.recall")
 
 #: How long closing a recall session may take; it runs shielded after a cancellation.
 CLOSE_TIMEOUT_S = 0.1
@@ -90,10 +94,31 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
 
 
 async def _close_late(session: object) -> None:
-    """Close a session whose ``open`` returned after the run gave up on it."""
+    """Close a session whose ``open`` returned after the run gave up on it: a failure is said, not raised.
+
+    Nobody is left to tell (``bounded``'s release of a late result drops
+    what escapes it), so a close that fails, or is cut short by the
+    release's bound (:data:`~.bounded.LATE_CLEANUP_S`), is a WARNING on
+    ``agentium.engine.recall`` and the event ``agentium.recall.close_failed``
+    (``error.type`` only) on an ``agentium.recall.late_close`` span of its
+    own (the open's ended when it was abandoned), which ends ERROR.
+    """
     closer = getattr(session, "close", None)
-    if closer is not None:
-        await closer()
+    if closer is None:
+        return
+    with internal_span("agentium.recall.late_close", {"agentium.operation": "recall close"}) as span:
+        try:
+            await closer()
+        except anyio.get_cancelled_exc_class() as exc:
+            _log.warning("a recall session opened past its deadline was not closed: cut short")
+            current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
+            raise  # the span ends failed ``cancelled``
+        except Exception as exc:
+            _log.warning(
+                "a recall session opened past its deadline could not be closed: %s", type(exc).__name__
+            )
+            current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
+            span.fail(error_type(exc), exc)
 
 
 async def _close(session: object, state: Round) -> None:

@@ -31,7 +31,7 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.recall": (
         "recall partial or failed, omitted sources, contract violations, policy stops, "
         "host documents not confirmed against erasures or taken back (also when an index lands past its "
-        "deadline, or its late answer is refused) (WARNING)"
+        "deadline, or its late answer is refused), recall sessions opened late not closed (WARNING)"
     ),
     "agentium.engine.request": "host sources omitted from the request (over the source budget)",
     "agentium.engine.turn": "model calls and tools: failed, timed out or refused tools, step limit",
