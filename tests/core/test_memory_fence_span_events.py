@@ -52,6 +52,7 @@ from agentium_harness import (
     RuntimeLimits,
     create_harness_runtime,
 )
+from agentium_harness._engine import bounded
 from agentium_harness._engine.memory_fence import fence_memory
 from agentium_harness._history import Message, Role
 from agentium_harness._ports.memory import MemoryAck
@@ -313,3 +314,51 @@ async def test_a_late_take_back_whose_forget_failed_ends_its_span_in_error() -> 
     _failed(late, "MemoryStoreError")
     assert facts.forgot == [target.fact_id] and t.child_of("delete_memory", late)
     _private(t, "4321", "1234", "disk gone")
+
+
+class HangsToForget(Store):
+    """``Store`` whose ``forget`` runs (cooperatively) past the late take-back's bound."""
+
+    async def forget(self, scope: MemoryScope, fact_id: str, ctx: OpContext) -> MemoryAck:
+        self.forgot.append(fact_id)
+        await anyio.sleep(GENEROUS)
+        return await super().forget(scope, fact_id, ctx)
+
+
+async def test_a_late_take_back_cut_short_by_its_bound_warns_and_is_an_event(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release of a late result is bounded: a forget still running then is cut short, and said so.
+
+    ``bounded``'s release swallowed the cancellation: the span ended ``cancelled`` with no event and
+    no WARNING. The bound is shortened for this test alone (the take-back is meant to run out of
+    time; the forget's own deadline is 30 s).
+    """
+    monkeypatch.setattr(bounded, "LATE_CLEANUP_S", 2.0)
+    ended = _Ended("agentium.memory.late_take_back")
+    t, sessions, facts = Telemetered(ended), InMemorySessionStore(), HangsToForget()
+    try:
+        async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:
+            memory = writer.memory
+            assert memory is not None
+            target = await memory.remember(MemoryFact(SCOPE, "pin is 1234", provenance=[_ref("sA")]))
+            with anyio.fail_after(90):
+                await _strand_a_correct(writer, facts, target.fact_id)
+                await _erase_b(operator)
+                with caplog.at_level(logging.WARNING, logger="agentium.engine.memory"):
+                    facts.release.set()
+                    assert await anyio.to_thread.run_sync(facts.ended.wait, GENEROUS)
+                    took_back = await anyio.to_thread.run_sync(ended.ended.wait, GENEROUS)
+                    assert took_back, "no late take-back span"
+    finally:
+        facts.release.set()
+    late = t.one("agentium.memory.late_take_back")
+    assert _outcomes(late) == [
+        ("agentium.memory.take_back_failed", {"agentium.memory.write": "late", "error.type": "cancelled"})
+    ]
+    assert late.status.status_code is StatusCode.ERROR
+    assert (late.attributes or {}).get("error.type") == "cancelled"
+    assert facts.forgot == [target.fact_id]
+    said = [r.getMessage() for r in caplog.records if "past its deadline" in r.getMessage()]
+    assert said == ["a fact written past its deadline could not be taken back: cut short"], said
+    _private(t, "4321", "1234")

@@ -312,7 +312,9 @@ async def _take_back_late(
     Nobody is left to raise to, so a refused answer or a failed take-back
     ends ``span`` ERROR (``error.type``: the class of what failed, no
     message unless content is captured) besides its event and WARNING, as
-    ``agentium.document.late_take_back`` ends when its delete raises.
+    ``agentium.document.late_take_back`` ends when its delete raises. A
+    take-back cut short by the release's bound is said the same way
+    (``error.type`` ``cancelled``) before the cancellation goes on.
     """
     try:
         ack = checked_ack(raw, operation, asked)
@@ -329,6 +331,12 @@ async def _take_back_late(
         taken = await _forget_if_erased(seen, manager, owner, ack.fact_id)
     except MemoryFactNotFoundError:
         return  # the erasure removed it already
+    except anyio.get_cancelled_exc_class() as exc:
+        # Cut short: the release of a late result is bounded (``LATE_CLEANUP_S``), and a loop ending
+        # cancels it too. Said here, before the span ends ``cancelled``: the release drops it silently.
+        _log.warning("a fact written past its deadline could not be taken back: cut short")
+        _event("agentium.memory.take_back_failed", "late", exc)
+        raise
     except AgentiumError as exc:
         _log.warning("a fact written past its deadline could not be taken back: %s", type(exc).__name__)
         _event("agentium.memory.take_back_failed", "late", exc)
