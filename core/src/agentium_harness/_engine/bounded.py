@@ -22,6 +22,7 @@ same grace.
 from __future__ import annotations
 
 import contextvars
+import logging
 import math
 import threading
 import time
@@ -32,6 +33,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 
 from .._errors import ContractViolationError, OperationCancelledError
+from .._observe.spans import error_type
 from .._text import error_text
 from .loops import ThreadSafeEvent, cancel_scope, current_library
 
@@ -48,6 +50,8 @@ LATE_CLEANUP_S = 5.0
 
 # Detached asyncio tasks are kept referenced until they end (the loop holds only weak references).
 _TASKS: set[Any] = set()
+
+_log = logging.getLogger("agentium.engine")
 
 
 def spawn(run: Callable[[], Awaitable[None]]) -> Any:
@@ -282,12 +286,22 @@ class _Call(Generic[T]):
 
     @staticmethod
     async def _discard(on_late: Callable[[T], Awaitable[None]], value: T) -> None:
-        """Release a result that arrived after the waiter left (close a late-opened session), bounded."""
+        """Release a result that arrived after the waiter left (close a late-opened session), bounded.
+
+        Nobody is left to raise to, so each release says its own outcomes,
+        one cut short by :data:`LATE_CLEANUP_S` too (a WARNING and a span
+        event: a recall session's late close, a late write's take-back). What
+        escapes one all the same is an engine fault: a WARNING here on
+        ``agentium.engine``, with the error's type only (its message may
+        quote content), not silence.
+        """
         with anyio.CancelScope(shield=True):
             try:
                 await bounded(lambda: on_late(value), LATE_CLEANUP_S)
-            except Exception:  # noqa: S110 - nobody is left to tell; the result was discarded either way
-                pass
+            except Overrun:
+                pass  # the release was cut short, and said so itself before its cancellation went on
+            except Exception as exc:
+                _log.warning("the release of a late result failed: %s", error_type(exc))
 
     def result(self) -> T:
         error = self.error

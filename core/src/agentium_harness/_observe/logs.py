@@ -24,7 +24,8 @@ LOGGERS: dict[str, str] = {
     "agentium": "the root: holds a NullHandler; configure it to see everything below",
     "agentium.engine": (
         "runs: each run's end (INFO), each error leaving run(), an Agent run's model call "
-        "or a history write, a damaged erasure join record a fence read (WARNING)"
+        "or a history write, a damaged erasure join record a fence read, a late result's release "
+        "that failed (WARNING)"
     ),
     "agentium.engine.admission": "refused admissions: session busy, runtime closing (DEBUG)",
     "agentium.engine.load": "the loaded snapshot: a legacy scope attested (DEBUG)",
