@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agentium_harness import AgentiumError, InvalidArgumentError
 
-__all__ = ["ForeignItemError", "HistoryChangedError", "SessionClosedError"]
+__all__ = ["ForeignItemError", "HistoryChangedError", "PopRefusedError", "SessionClosedError"]
 
 
 class ForeignItemError(InvalidArgumentError):
@@ -15,6 +15,21 @@ class ForeignItemError(InvalidArgumentError):
     in one case, which ``commit_state`` ``committed`` marks: the session was
     erased and its id used again during a ``pop_item``, whose retraction then
     took the new session's last message, another framework's item.
+    """
+
+
+class PopRefusedError(ForeignItemError):
+    """``pop_item`` cannot take the view's last message out as one item; nothing was changed.
+
+    A message Agentium's own ``run()`` committed (no payload) can stand for
+    several SDK items: an assistant message's text and each tool call it
+    made. Core retracts whole messages, so popping one of those would take
+    items out of the session without returning them. A tool result is one
+    item, but retracting it alone would leave its ``function_call`` without
+    output in the view. Either is refused: ``clear_session()`` starts the
+    view afresh, and the runtime's ``retract(identity, session_id,
+    count=n, reason=...)`` takes out the last ``n`` whole messages and
+    returns them all.
     """
 
 

@@ -14,20 +14,37 @@ every other item (``function_call``, ``reasoning``, hosted tool calls…) is
 ``tool_calls``: the SDK may store a call and its output in different
 ``add_items`` calls (an approval interrupts a run between them), and
 Agentium refuses a group that holds half a tool exchange.
+
+A message Agentium's own ``run()`` committed (no payload) reads back as the
+items the SDK would have stored for it (:func:`message_to_items`): its text
+as a message item of its role, an assistant message's text only if it has
+any, each tool call it made as a ``function_call`` item and a tool result
+as a ``function_call_output`` item, never as ``user`` text.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final, cast
 
 from agentium_harness import Message, Role
 from agentium_harness.plugin_api import copy_plain_json
 
-from ._errors import ForeignItemError
+from ._errors import ForeignItemError, PopRefusedError
 
-__all__ = ["ITEM_FORMAT", "MAX_CONTENT_CHARS", "check_item_shape", "item_to_message", "message_to_item"]
+__all__ = [
+    "ITEM_FORMAT",
+    "MAX_CONTENT_CHARS",
+    "check_item_shape",
+    "item_count",
+    "item_to_message",
+    "message_to_item",
+    "message_to_items",
+    "pop_item_of",
+    "view_items",
+]
 
 #: ``Message.payload_format`` of an SDK item: a Responses API input item, as the SDK stores it.
 ITEM_FORMAT: Final = "openai.responses.input_item/v1"
@@ -171,37 +188,202 @@ def check_item_shape(item: Mapping[str, Any], position: int) -> None:
         )
 
 
-def message_to_item(message: Message, where: str | Callable[[], str]) -> dict[str, Any]:
-    """The SDK item a committed message stands for: a new dict the caller may change.
+def _place(where: str | Callable[[], str]) -> str:
+    return where() if callable(where) else where
 
-    A message this integration wrote gives back a copy of its payload,
-    equal to the item appended. The copy matters: the session reads with
-    ``read_history(copy=False)``, which hands back the groups the adapters
-    already decoded, so an item changed in place by the SDK or the host
-    would otherwise change what every later read returns (the SDK's own
-    sessions decode fresh items on every read). A
-    message without a payload (committed by Agentium's own ``run()``) is
-    read as an easy input message of its role (a tool result as ``user``
-    text). A payload of any other format is another framework's item:
-    reading it as an SDK item would be a guess, so :class:`ForeignItemError`
-    is raised and nothing is skipped. ``where`` names the message in an
-    error (a function: built only then).
+
+def _sdk_item(message: Message, where: str | Callable[[], str]) -> dict[str, Any] | None:
+    """A copy of the SDK item a message holds; ``None`` for a message without a payload (a native one).
+
+    A payload of another format is another framework's item: reading it as an SDK item would
+    be a guess, so :class:`ForeignItemError` is raised and nothing is skipped.
     """
     if message.payload_format == ITEM_FORMAT:
         payload = message.payload
         if not isinstance(payload, dict):
-            place = where() if callable(where) else where
             raise ForeignItemError(
-                f"{place} has payload_format {ITEM_FORMAT} but its payload is a {type(payload).__name__}, "
-                "not an item; the history is damaged (read it with read_history(view=False) to audit it)"
+                f"{_place(where)} has payload_format {ITEM_FORMAT} but its payload is a "
+                f"{type(payload).__name__}, not an item; the history is damaged (read it with "
+                "read_history(view=False) to audit it)"
             )
         return cast("dict[str, Any]", copy_plain_json(payload))
     if message.payload_format is not None:
-        where = where() if callable(where) else where
         raise ForeignItemError(
-            f"{where} holds a {message.payload_format!r} item, not an OpenAI Agents SDK item "
+            f"{_place(where)} holds a {message.payload_format!r} item, not an OpenAI Agents SDK item "
             f"({ITEM_FORMAT}); this session id is used by another framework's integration: "
             "use another session id"
         )
-    role = "user" if message.role is Role.TOOL else message.role.value
-    return {"role": role, "content": message.content}
+    return None
+
+
+def _native_items(message: Message, where: str | Callable[[], str]) -> list[dict[str, Any]]:
+    """The Responses API input items the SDK would have stored for a message Agentium's ``run()`` committed.
+
+    A tool result is the ``function_call_output`` answering its call (never ``user`` text: it
+    may be a fetched page, and shown as the user's words it would speak for the user). An
+    assistant message that made tool calls is its text as a message item (only if it has
+    text), then one ``function_call`` item per call, its arguments as the JSON string the
+    API carries. Any other message is one message item of its role.
+    """
+    if message.role is Role.TOOL:
+        if message.tool_call_id is None:
+            # Core refuses such a message at append: a tool result answering no call is damage.
+            raise ForeignItemError(
+                f"{_place(where)} is a tool result naming no call; the history is damaged (read it with "
+                "read_history(view=False) to audit it)"
+            )
+        return [{"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}]
+    if not message.tool_calls:
+        return [{"role": message.role.value, "content": message.content}]
+    items: list[dict[str, Any]] = []
+    if message.content:
+        items.append({"role": message.role.value, "content": message.content})
+    for call in message.tool_calls:
+        arguments = json.dumps(
+            call.arguments, ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+        )
+        items.append({"type": "function_call", "call_id": call.id, "name": call.name, "arguments": arguments})
+    return items
+
+
+def message_to_items(message: Message, where: str | Callable[[], str]) -> list[dict[str, Any]]:
+    """The SDK items a committed message stands for: new dicts the caller may change.
+
+    A message this integration wrote is one item: a copy of its payload,
+    equal to the item appended. The copy matters: the session reads with
+    ``read_history(copy=False)``, which hands back the groups the adapters
+    already decoded, so an item changed in place by the SDK or the host
+    would otherwise change what every later read returns (the SDK's own
+    sessions decode fresh items on every read). A message without a payload
+    (committed by Agentium's own ``run()``) is the items the SDK would have
+    stored for it: an assistant message's text as a message item (only if it
+    has text) and each tool call it made as a ``function_call`` item
+    (``call_id``, ``name``, ``arguments`` as a JSON string); a tool result as
+    a ``function_call_output`` item (``call_id``, ``output``); any other
+    message as ``{"role": ..., "content": ...}``. A payload of any other
+    format is another framework's item: :class:`ForeignItemError`, nothing
+    skipped. ``where`` names the message in an error (a function: built only then).
+    """
+    item = _sdk_item(message, where)
+    return [item] if item is not None else _native_items(message, where)
+
+
+def message_to_item(message: Message, where: str | Callable[[], str]) -> dict[str, Any]:
+    """The one SDK item a committed message stands for (see :func:`message_to_items`).
+
+    A message of several items (an assistant message of Agentium's own
+    ``run()`` that made tool calls, with text or more than one call) raises
+    :class:`ForeignItemError`: read it with :func:`message_to_items`.
+    """
+    items = message_to_items(message, where)
+    if len(items) != 1:
+        raise ForeignItemError(
+            f"{_place(where)} stands for {len(items)} SDK items (an assistant message of Agentium's own "
+            "run() with its tool calls), not one: read it with message_to_items"
+        )
+    return items[0]
+
+
+def item_count(message: Message) -> int:
+    """How many SDK items ``message`` reads back as (:func:`message_to_items`), without making them."""
+    if message.payload_format is not None or message.role is Role.TOOL or not message.tool_calls:
+        return 1
+    return len(message.tool_calls) + (1 if message.content else 0)
+
+
+def pop_item_of(message: Message, where: str) -> dict[str, Any]:
+    """The one item ``pop_item`` may retract ``message`` as; :class:`PopRefusedError` when there is none.
+
+    Core retracts whole messages. A message of Agentium's own ``run()`` that stands for
+    several items (an assistant's text and its tool calls) would take items out without
+    returning them; a tool result alone would leave its call without output in the view
+    (read back, an API error). Both are refused before anything is retracted.
+    """
+    items = message_to_items(message, where)
+    if message.payload_format is None and message.role is Role.TOOL:
+        raise PopRefusedError(
+            f"{where} is a tool result of Agentium's own run() (a function_call_output); retracting "
+            "it alone would leave its function_call without output in the view, so nothing was "
+            "retracted: clear_session() starts the view afresh, or the runtime's retract(identity, "
+            "session_id, count=n, reason=...) takes out the last n whole messages, the call's included"
+        )
+    if len(items) != 1:
+        raise PopRefusedError(
+            f"{where} was committed by Agentium's own run() and stands for {len(items)} SDK items (an "
+            "assistant's text and its tool calls); pop_item retracts one message and returns one item, "
+            "so nothing was retracted: clear_session() starts the view afresh, or the runtime's "
+            "retract(identity, session_id, count=n, reason=...) takes out the last n whole messages"
+        )
+    return items[0]
+
+
+def _exchange_starts(messages: Sequence[Message], groups: Sequence[int]) -> tuple[list[int], set[int]]:
+    """For each item of ``messages``, the index of the first item that must be read with it; and orphans.
+
+    A native ``function_call_output`` must be read with its ``function_call``
+    (matched in its own group, the earliest call with its id still
+    unanswered, as core pairs them); every other item only with itself. An
+    item this SDK stored is left as the SDK stored it, unpaired, as the
+    SDK's own sessions do. Nothing is converted: a read converts only the
+    items it returns. The second value holds the indexes of native tool
+    results answering no earlier call of their group (damage: core commits
+    no such group), each with start ``-1``.
+    """
+    starts: list[int] = []
+    orphans: set[int] = set()
+    open_calls: dict[tuple[int, str | None], list[int]] = {}  # (group seq, call id) -> unanswered calls
+    for at, (message, group) in enumerate(zip(messages, groups, strict=True)):
+        if message.payload_format is not None:
+            starts.append(len(starts))
+        elif message.role is Role.TOOL:
+            pending = open_calls.get((group, message.tool_call_id))
+            if pending:
+                starts.append(pending.pop(0))
+            else:
+                orphans.add(at)
+                starts.append(-1)
+        else:
+            for _ in range(item_count(message) - len(message.tool_calls)):  # its text, if it is an item
+                starts.append(len(starts))
+            for call in message.tool_calls:
+                open_calls.setdefault((group, call.id), []).append(len(starts))
+                starts.append(len(starts))
+    return starts, orphans
+
+
+def view_items(
+    messages: Sequence[Message], groups: Sequence[int], where: Callable[[int], str], limit: int | None
+) -> list[dict[str, Any]]:
+    """The items of a view's ``messages`` (``groups``: each one's group seq): the newest ``limit`` at most.
+
+    New dicts (:func:`message_to_items`). Where the newest ``limit`` items
+    would begin between a native ``function_call`` and its
+    ``function_call_output`` (the output sent without its call is an API
+    error), the read begins after that exchange instead: fewer items, never
+    more than ``limit``, never half an exchange. Only the items returned are
+    made, so damage before them does not fail the read.
+    """
+    starts, orphans = _exchange_starts(messages, groups)
+    begin = 0
+    if limit is not None:
+        begin = len(starts)
+        lowest = len(starts)  # the lowest exchange start of the items from ``at`` on
+        for at in range(len(starts) - 1, max(0, len(starts) - limit) - 1, -1):
+            lowest = min(lowest, starts[at])
+            if lowest >= at:
+                begin = at
+    items: list[dict[str, Any]] = []
+    offset = 0  # the index of the message's first item
+    for at, message in enumerate(messages):
+        count = item_count(message)
+        if offset + count > begin:
+            if at in orphans:
+                # Core commits no group holding a result without its call, and a read takes whole
+                # groups (as the view shows them, a prefix): damage, refused rather than shown alone.
+                raise ForeignItemError(
+                    f"{where(at)} is a tool result answering no earlier call of its group; the history is "
+                    "damaged (read it with read_history(view=False) to audit it)"
+                )
+            items.extend(message_to_items(message, partial(where, at))[max(0, begin - offset) :])
+        offset += count
+    return items

@@ -33,7 +33,7 @@ from agentium_harness import (
 from agentium_harness.plugin_api import SessionKey
 
 from ._errors import ForeignItemError, HistoryChangedError, SessionClosedError
-from ._items import check_item_shape, item_to_message, message_to_item
+from ._items import check_item_shape, item_count, item_to_message, pop_item_of, view_items
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -140,6 +140,12 @@ class AgentiumSession:
       it; ``clear_session()`` is a ``reset_view``. Neither deletes anything:
       the items stay in canonical history (``read_history(view=False)``).
 
+    Messages Agentium's own ``run()`` committed in the session (no payload)
+    read back as the items the SDK would have stored: a tool call as a
+    ``function_call`` item, a tool result as a ``function_call_output``
+    item (never as the user's words), so one such message may be several
+    items; see :meth:`get_items` and :meth:`pop_item`.
+
     Each ``add_items`` follows the first ``get_items`` of this object (or
     the first after a refusal): it is appended with that read's fence
     (``append(after_read=...)``), so if the session, its user or its
@@ -242,6 +248,16 @@ class AgentiumSession:
         limit that is not an int (a bool, a float, a str) is refused with
         ``InvalidArgumentError``.
         Reads only the newest groups it needs (a group holds at least one item).
+
+        ``limit`` counts items, and a message of Agentium's own ``run()`` may
+        be several (its text and each tool call it made). A limited read
+        never holds half of such a tool exchange: where the newest ``limit``
+        items would begin between a ``function_call`` and its
+        ``function_call_output`` (an output without its call is refused by
+        the API), it begins after that exchange instead, so it may return
+        fewer than ``limit`` items, never more. Items this SDK stored are
+        counted as the SDK's ``SQLiteSession`` counts them (the last
+        ``limit``): the SDK pairs its own items when it runs.
         """
         self._check_open()
         limit = _check_limit(limit, "limit")
@@ -254,8 +270,8 @@ class AgentiumSession:
         async for _ in restarts:
             read = await self._read_view_at(wanted)
             if read is not None:
-                messages, first = read
-                items = self._items_of(messages)
+                messages, groups, first = read
+                items = self._items_of(messages, groups, wanted)
                 if self._read_fence is None:  # only once the items are all made
                     self._read_fence = first.read_fence
                 return items
@@ -336,7 +352,13 @@ class AgentiumSession:
         is refused with nothing changed, and so is a pop that would add a
         retracted span to a view holding ``MAX_RETRACTION_SPANS`` of them
         (core's ``RetractionLimitError``: ``clear_session`` starts the view
-        afresh). The item returned is always the one retracted: if an operator
+        afresh). Core retracts whole messages: a message of Agentium's own
+        ``run()`` that stands for several items (an assistant's text and its
+        tool calls) and a tool result of its (retracted alone, it would leave
+        its call without output) are refused with :class:`PopRefusedError`,
+        nothing changed: ``clear_session``, or the runtime's ``retract`` of
+        whole messages, takes them out. No item ever leaves the view without
+        being returned. The item returned is always the one retracted: if an operator
         erased the session and its id was used again between the read and the
         retraction, that is the new session's last item, never the erased one.
         """
@@ -346,12 +368,11 @@ class AgentiumSession:
             read = await self._read_view_at(1)
             if read is None:
                 continue
-            messages, revision = read[0], read[1].snapshot_revision
+            messages, revision = read[0], read[2].snapshot_revision
             if not messages:
                 return None
-            item = message_to_item(
-                messages[-1], f"the last message of the view of session {self.session_id!r}"
-            )
+            last = f"the last message of the view of session {self.session_id!r}"
+            item = pop_item_of(messages[-1], last)
 
             async def take(revision: int = revision) -> RetractResult | None:
                 try:
@@ -434,18 +455,19 @@ class AgentiumSession:
 
     # -- helpers ------------------------------------------------------------------------------------
 
-    def _items_of(self, messages: list[Message]) -> list[TResponseInputItem]:
-        """The SDK items of the view's ``messages`` (new dicts: see :func:`message_to_item`)."""
-        # Where a message is, for an error only: one function for the read, not one per item.
-        at = 0
+    def _items_of(
+        self, messages: list[Message], groups: list[int], wanted: int | None
+    ) -> list[TResponseInputItem]:
+        """The SDK items of the view's ``messages`` (new dicts: see :func:`message_to_items`).
 
-        def where() -> str:
+        With ``wanted``, the newest ``wanted`` at most, never starting inside a native tool
+        exchange (:func:`view_items`): a ``function_call_output`` is never read without its call.
+        """
+
+        def where(at: int) -> str:  # where a message is, for an error only
             return f"message {at} of the view of session {self.session_id!r}"
 
-        items = []
-        for at, message in enumerate(messages):  # noqa: B007 - where() reads it
-            items.append(message_to_item(message, where))
-        return cast("list[TResponseInputItem]", items)
+        return cast("list[TResponseInputItem]", view_items(messages, groups, where, wanted))
 
     def _popped(self, taken: Message, read: Message, item: dict[str, Any]) -> TResponseInputItem:
         """The item ``pop_item`` retracted: ``item`` (made from ``read``) unless ``taken`` is another message.
@@ -462,7 +484,7 @@ class AgentiumSession:
         try:
             return cast(
                 "TResponseInputItem",
-                message_to_item(taken, f"the message pop_item retracted from session {self.session_id!r}"),
+                pop_item_of(taken, f"the message pop_item retracted from session {self.session_id!r}"),
             )
         except ForeignItemError as exc:
             exc.commit_state = CommitState.COMMITTED  # retracted (nothing deleted), but no item to return
@@ -472,13 +494,16 @@ class AgentiumSession:
         if self._closed:
             raise SessionClosedError(f"{type(self).__name__} is closed; create a new session object")
 
-    async def _read_view_at(self, wanted: int | None) -> tuple[list[Message], HistoryPage] | None:
-        """The view's newest ``wanted`` messages (all when ``None``), and the first page read.
+    async def _read_view_at(self, wanted: int | None) -> tuple[list[Message], list[int], HistoryPage] | None:
+        """The view's newest whole groups holding ``wanted`` items (all when ``None``), and the first page.
 
-        ``None`` when the view changed mid-read. The first page holds the revision and the
-        erasure fence of the read (the pages after it are checked to join it).
+        Returns the groups' messages, each one's group seq, and the first page read.
+        Whole groups: a native tool exchange lies within one group, so its call is read with
+        its result. ``None`` when the view changed mid-read. The first page holds the revision
+        and the erasure fence of the read (the pages after it are checked to join it).
         """
-        collected: list[Message] = []
+        read: list[tuple[int, tuple[Message, ...], int]] = []  # (seq, shown messages, items), oldest first
+        counted = 0  # the items of the groups read
         first: HistoryPage | None = None
         seam: HistoryGroup | None = None  # the oldest group read so far; the next page ends with it
         while True:
@@ -491,9 +516,9 @@ class AgentiumSession:
             else:
                 # Every group shown holds at least one item: this many groups are always enough
                 # (and one more: the seam, read again).
-                groups = min(MAX_PAGE_GROUPS, wanted - len(collected) + 1)
+                groups = min(MAX_PAGE_GROUPS, wanted - counted + 1)
             if first is None:
-                # No copy: every item handed out is a copy made here (message_to_item).
+                # No copy: every item handed out is a copy made here (message_to_items).
                 page = first = await self.runtime.read_history(
                     self.identity, self.session_id, max_groups=groups, copy=False
                 )
@@ -503,14 +528,22 @@ class AgentiumSession:
                 if later is None:
                     return None
                 page = later
-            shown = page.messages
-            # A later page ends with the seam, whose messages are collected already.
-            collected[:0] = shown if seam is None else shown[: len(shown) - len(seam.shown)]
-            if (wanted is not None and len(collected) >= wanted) or page.next_before_seq is None:
+            # A later page ends with the seam, whose messages are read already.
+            fresh = [(g.seq, g.messages) for g in (page.groups if seam is None else page.groups[:-1])]
+            older = [(seq, shown, sum(map(item_count, shown))) for seq, shown in fresh]
+            read[:0] = older
+            counted += sum(n for _, _, n in older)
+            if (wanted is not None and counted >= wanted) or page.next_before_seq is None:
                 break
             seam = page.groups[0]
         assert first is not None
-        return (collected if wanted is None else collected[-wanted:]), first
+        if wanted is not None:
+            # The oldest groups the newest ``wanted`` items do not reach are left out.
+            while read and counted - read[0][2] >= wanted:
+                counted -= read.pop(0)[2]
+        messages = [m for _, shown, _ in read for m in shown]
+        seqs = [seq for seq, shown, _ in read for _ in shown]
+        return messages, seqs, first
 
     async def _next_page(self, seam: HistoryGroup, groups: int, first: HistoryPage) -> HistoryPage | None:
         """The page of ``groups`` groups ending with ``seam``; ``None`` when the session changed meanwhile.
