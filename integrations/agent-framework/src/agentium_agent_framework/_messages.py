@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from agent_framework import Content
 from agent_framework import Message as AFMessage
 
 from agentium_harness import MAX_APPEND_MESSAGES, InvalidArgumentError, Message, Role
+from agentium_harness.plugin_api import copy_plain_json
 
 __all__ = [
     "MAX_CONTENT_CHARS",
@@ -22,6 +24,7 @@ __all__ = [
     "from_agentium",
     "listed",
     "to_agentium",
+    "whole_exchanges",
 ]
 
 #: ``Message.payload_format`` of an Agent Framework message: ``agent_framework.Message.to_dict()``.
@@ -129,8 +132,59 @@ def listed(messages: Sequence[AFMessage]) -> list[AFMessage]:
     return given
 
 
+def _from_native(message: Message, where: str) -> AFMessage:
+    """The framework message for one Agentium's own ``run()`` committed (no payload).
+
+    As the framework itself holds a tool exchange: an assistant message's
+    text and a ``function_call`` content per tool call it made; a tool result
+    as a ``tool`` message holding a ``function_result`` content. Never the
+    tool's output as a ``user`` message: it may be a fetched page, and shown
+    as the user's words it would speak for the user.
+    """
+    if message.role is Role.TOOL:
+        if message.tool_call_id is None:
+            # Core refuses such a message at append: a tool result answering no call is damage.
+            raise ForeignMessageError(f"{where} is a tool result naming no call; the history is damaged")
+        return AFMessage(
+            "tool", [Content.from_function_result(call_id=message.tool_call_id, result=message.content)]
+        )
+    if not message.tool_calls:
+        return AFMessage(message.role.value, [message.content])
+    contents = [Content.from_text(message.content)] if message.content else []
+    for call in message.tool_calls:
+        # A copy: the message may be the one the runtime's adapters hold (a read without copy).
+        arguments = copy_plain_json(call.arguments)
+        contents.append(Content.from_function_call(call_id=call.id, name=call.name, arguments=arguments))
+    return AFMessage(message.role.value, contents)
+
+
+def whole_exchanges(messages: list[Message]) -> list[Message]:
+    """``messages`` (the newest of one group) from the first one after which no tool exchange is cut.
+
+    A tool result of Agentium's own ``run()`` whose call is not among
+    ``messages`` would reach the model without it (the chat APIs refuse
+    that): the messages up to it are left out, so the load begins after
+    the cut exchange, never inside it.
+    """
+    begin = 0
+    calls: set[str] = set()
+    for at, message in enumerate(messages):
+        if message.payload_format is not None:
+            continue
+        calls.update(call.id for call in message.tool_calls)
+        if message.role is Role.TOOL and message.tool_call_id not in calls:
+            begin = at + 1
+    return messages[begin:]
+
+
 def from_agentium(message: Message, where: str) -> AFMessage:
-    """The framework message a committed message stands for; another format fails closed."""
+    """The framework message a committed message stands for; another format fails closed.
+
+    A message without a payload (committed by Agentium's own ``run()``) is
+    the message the framework holds for it: a tool result a ``tool``
+    message of ``function_result`` content, an assistant's tool calls
+    ``function_call`` contents (:func:`_from_native`).
+    """
     if message.payload_format == MESSAGE_FORMAT:
         if not isinstance(message.payload, dict):
             raise ForeignMessageError(f"{where} has payload_format {MESSAGE_FORMAT} but no message object")
@@ -145,5 +199,4 @@ def from_agentium(message: Message, where: str) -> AFMessage:
             f"{where} holds a {message.payload_format!r} item, not an Agent Framework message "
             f"({MESSAGE_FORMAT}); this session id is used by another framework's integration"
         )
-    role = "user" if message.role is Role.TOOL else message.role.value
-    return AFMessage(role, [message.content])
+    return _from_native(message, where)

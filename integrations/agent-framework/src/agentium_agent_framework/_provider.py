@@ -39,6 +39,7 @@ from ._messages import (
     from_agentium,
     listed,
     to_agentium,
+    whole_exchanges,
 )
 from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, decided, message_identity, new_messages
@@ -121,7 +122,8 @@ class AgentiumHistoryProvider(HistoryProvider):
     - ``get_messages`` returns the newest messages of the session's view,
       oldest first, **at most** ``max_messages`` (whole groups, so a call and
       its result stay together; only a single group larger than the bound
-      is cut to its newest ``max_messages`` messages), and **at most**
+      is cut to its newest ``max_messages`` messages, never inside a tool
+      exchange of Agentium's own ``run()``), and **at most**
       ``max_bytes`` canonical bytes of groups (the newest whole groups that
       fit; a newest group over it alone gives its newest messages that fit),
       and it reads at most that many groups (a page after the first also reads the seam: the
@@ -322,7 +324,9 @@ class AgentiumHistoryProvider(HistoryProvider):
         """The newest messages of one group over a bound: within ``max_messages`` and ``max_bytes``.
 
         Each message is measured as a group of its own (its canonical bytes and a group's few
-        more), so the messages returned never pass ``max_bytes`` together.
+        more), so the messages returned never pass ``max_bytes`` together. Where that cut would
+        leave a tool result of Agentium's own ``run()`` without its call, the messages begin
+        after that exchange instead (:func:`whole_exchanges`): fewer, never half an exchange.
         """
         kept: list[Message] = []
         used = 0
@@ -332,6 +336,8 @@ class AgentiumHistoryProvider(HistoryProvider):
                 break
             kept.append(message)
             used += size
+        kept.reverse()
+        kept = whole_exchanges(kept)
         if len(kept) < len(group.messages):
             _log.warning(
                 "get_messages: group %d alone is over the bound; %d of its %d messages returned",
@@ -339,7 +345,6 @@ class AgentiumHistoryProvider(HistoryProvider):
                 len(kept),
                 len(group.messages),
             )
-        kept.reverse()
         return kept
 
     async def _page_after(
