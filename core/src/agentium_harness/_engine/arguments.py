@@ -11,7 +11,7 @@ from typing import Any, Final, cast
 
 import attrs
 
-from .._errors import IdentityError, InvalidArgumentError
+from .._errors import IdentityError, InvalidArgumentError, InvalidIdError
 from .._ports.provider import SourceBlock
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
@@ -76,11 +76,27 @@ def run_scope(identity: object, session_id: object, recall_scope: object) -> Sco
     scope = _SCOPES.get(ids)
     if scope is None:
         scope = Scope.of(verified, session_id, recall_scope)
-        if not attrs.validators.get_disabled():
+        if not attrs.validators.get_disabled() and _checked_ids(ids):
             if len(_SCOPES) >= _MAX_SCOPES:
                 _SCOPES.clear()
             _SCOPES[ids] = scope
     return scope
+
+
+def _checked_ids(ids: tuple[str, str, str, str | None, str | None]) -> bool:
+    """True when every one of ``ids`` passes :func:`validate_id` (``None`` for an absent optional).
+
+    attrs' switch is global: another thread may have turned validators off while the scope was
+    built (and on again since), so the ids are checked here, by a check no switch turns off, before
+    a scope is kept: a kept scope is handed back without its constructor's checks.
+    """
+    try:
+        for value in ids:
+            if value is not None:
+                validate_id(value, "id")
+    except InvalidIdError:
+        return False
+    return True
 
 
 #: Built-in collections, each iterable and none a ``str`` or ``bytes``: what the checks below pass.
