@@ -20,7 +20,7 @@ import anyio
 import attrs
 import pytest
 
-from agentium_harness import OpContext, SessionKey
+from agentium_harness import EraseTarget, OpContext, SessionKey
 from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore, SQLiteStorageError
 from agentium_harness.plugin_api import seal_snapshot
 from agentium_harness.testing import scoped_snapshot
@@ -94,7 +94,7 @@ async def test_a_write_by_another_process_is_read(tmp_path: Path) -> None:
         assert (await store.load(KEY, OpContext())) is not None
         script = (
             "import anyio, attrs\n"
-            "from agentium_harness import OpContext, SessionKey\n"
+            "from agentium_harness import EraseTarget, OpContext, SessionKey\n"
             "from agentium_harness.adapters.sqlite import SQLiteConfig, SQLiteSessionStore\n"
             "from agentium_harness.plugin_api import seal_snapshot\n"
             "from agentium_harness.testing import scoped_snapshot\n"
@@ -297,3 +297,71 @@ async def test_a_load_answered_from_memory_leaves_no_read_open_on_the_file(tmp_p
     finally:
         await store.aclose()
         await other.aclose()
+
+
+class HeldSaveStore(SQLiteSessionStore):
+    """Holds the first save after its write committed, before the save goes on to remember its row.
+
+    What a save on a busy event loop sharing the store with another loop does: its write is over
+    on the worker thread, but its caller resumes only later, after the other loop's calls ran.
+    """
+
+    def __init__(self, config: SQLiteConfig) -> None:
+        super().__init__(config)
+        self.hold = False
+        self.written = anyio.Event()
+        self.release = anyio.Event()
+
+    async def run(self, ctx: OpContext, operation: str, work: Callable[[Any], T]) -> T:
+        value = await super().run(ctx, operation, work)
+        if operation == "session save" and self.hold:
+            self.hold = False
+            self.written.set()
+            await self.release.wait()
+        return value
+
+
+async def test_a_save_resumed_after_a_later_save_does_not_leave_its_older_row_remembered(
+    tmp_path: Path,
+) -> None:
+    store = HeldSaveStore(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        older, newer = _next("b"), _next("c")
+        store.hold = True
+        newest: list[int] = []
+
+        async def later() -> None:
+            await store.written.wait()
+            loaded = await store.load(KEY, OpContext())  # the held save's row: it committed
+            assert loaded is not None and loaded.revision == revision + 1
+            newest.append(await store.save(KEY, newer, loaded.revision, OpContext()))
+            store.release.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(later)
+            await store.save(KEY, older, revision, OpContext())
+        loaded = await store.load(KEY, OpContext())
+        assert loaded is not None and (loaded.revision, loaded.snapshot) == (newest[0], newer)
+    finally:
+        await store.aclose()
+
+
+async def test_a_save_resumed_after_an_erase_does_not_bring_the_erased_row_back(tmp_path: Path) -> None:
+    store = HeldSaveStore(_config(tmp_path))
+    try:
+        revision = await store.save(KEY, scoped_snapshot(KEY, "a"), None, OpContext())
+        store.hold = True
+
+        async def erase() -> None:
+            await store.written.wait()
+            report = await store.erase(EraseTarget.session("tenant", "user", "session"), OpContext())
+            assert report.count("snapshot") == 1
+            store.release.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(erase)
+            await store.save(KEY, _next("b"), revision, OpContext())
+        assert await store.load(KEY, OpContext()) is None  # erased: never served from memory
+    finally:
+        await store.aclose()

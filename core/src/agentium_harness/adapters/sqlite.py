@@ -317,19 +317,25 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 self._keep_locked(key, revision, data, snapshot, version)
 
     def _remember_written(
-        self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
+        self, began: int, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
     ) -> None:
-        """After a write of ``key``'s row: ``_remember(_forget(key), ...)`` under one hold of the lock.
+        """After a write of ``key``'s row begun at epoch ``began``: remember the row if still current.
 
         The write is over: the epoch moves on (a load that read the row before
         the write but finishes after it must not remember the older row, see
-        :meth:`_forget`) and this row is remembered under the new epoch, which
-        nothing can move in between.
+        :meth:`_forget`). The row is remembered only when no other write began
+        since this one did (the epoch is still ``began``): a save whose caller
+        resumed late (its loop busy, another loop's calls ran meanwhile) may
+        find its row already replaced by a later save, or erased, and this
+        connection's own commits never change its data_version, so a row kept
+        then would be served as current.
         """
         with self._recent_lock:
+            current = self._epoch == began
             self._epoch += 1
             self._drop(key)
-            self._keep_locked(key, revision, data, snapshot, version)
+            if current:
+                self._keep_locked(key, revision, data, snapshot, version)
 
     def _keep_locked(
         self, key: SessionKey, revision: int, data: bytes, snapshot: SessionSnapshot, version: int
@@ -399,11 +405,12 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 revision, _ = save_snapshot(conn, key, rows, expected_revision)
                 return revision, version
 
-        self._forget(key)
+        began = self._forget(key)
         revision, version = await self.run(ctx, "session save", work)
-        # Forget again now the write is over, and remember under that epoch: a load that read the
-        # row before this write but finishes after it must not remember the older row (see _forget).
-        self._remember_written(key, revision, data, snapshot, version)
+        # Forget again now the write is over, and remember the row unless another write began since
+        # this one (see _remember_written): a load that read the row before this write but finishes
+        # after it must not remember the older row (see _forget).
+        self._remember_written(began, key, revision, data, snapshot, version)
         return revision
 
     def shares_transactions_with(self, archive: object) -> bool:
@@ -456,9 +463,9 @@ class SQLiteSessionStore(SQLiteAdapterBase, SessionStore):
                 revision, receipts = save_snapshot(conn, key, rows, expected_revision, evicted, prefix)
                 return revision, receipts, version
 
-        self._forget(key)
+        began = self._forget(key)
         revision, receipts, version = await self.run(ctx, "session commit with archive", work)
-        self._remember_written(key, revision, data, snapshot, version)  # as in save
+        self._remember_written(began, key, revision, data, snapshot, version)  # as in save
         return revision, receipts
 
     async def list_sessions(
