@@ -240,3 +240,42 @@ def test_a_decoded_snapshot_saved_again_is_carried_on_by_the_next_seal() -> None
         memory_scope=scope, boundary=1, next_seq=4, resident=(copy, carried[1], _call_group(3, 3))
     )
     _assert_rows_as_plain(other)
+
+
+def test_groups_shared_by_two_sessions_snapshots_get_each_snapshots_own_rows_and_digest() -> None:
+    # A guard: the same group objects held by snapshots of two sessions (one decoded from a store
+    # and saved again, one sealed here) are carried on by identity into either session's next
+    # seal; the rows are the groups' own, and each digest covers its own session's header.
+    one, two = Scope("t", "u", "s1"), Scope("t2", "u2", "s2", "p")
+    groups = tuple(_call_group(s, s) for s in range(3))
+    first = seal_new_snapshot(memory_scope=one, boundary=0, next_seq=3, resident=groups)
+    decoded = decode_snapshot(SessionKey("t", "u", "s1"), snapshot_bytes(first), "test")
+    snapshot_parts(decoded)  # listed under its own last group (a different object from first's)
+    shared = seal_new_snapshot(memory_scope=two, boundary=0, next_seq=3, resident=groups)
+    _assert_rows_as_plain(shared)
+    for scope, held in ((one, decoded.resident), (two, groups)):
+        for carried in (held, held[1:]):
+            following = seal_new_snapshot(
+                memory_scope=scope,
+                boundary=carried[0].seq,
+                next_seq=4,
+                resident=(*carried, _call_group(3, 3)),
+            )
+            _assert_rows_as_plain(following)
+            assert following.memory_scope == scope
+
+
+def test_a_listed_snapshot_evolved_is_carried_on_as_its_copy_holds() -> None:
+    # A guard: a copy of a listed snapshot with other groups (attrs.evolve) is a snapshot of its
+    # own: its next seal's rows are its groups', never the listed original's.
+    scope = Scope("t", "u", "s")
+    listed = seal_new_snapshot(
+        memory_scope=scope, boundary=0, next_seq=2, resident=(_call_group(0, 0), _call_group(1, 1))
+    )
+    copy = attrs.evolve(listed, resident=(_call_group(0, 0.0), listed.resident[1]), digest=None)
+    assert copy.resident[0] == listed.resident[0]
+    following = seal_new_snapshot(
+        memory_scope=scope, boundary=0, next_seq=3, resident=(*copy.resident, _call_group(2, 2))
+    )
+    _assert_rows_as_plain(following)
+    assert snapshot_parts(following)[2][0][1] == canonical_json(unstructure(copy.resident[0]))
