@@ -8,10 +8,11 @@ from typing import Any
 import attrs
 import pytest
 
+from agentium_harness import _scope as _scope_module
 from agentium_harness._engine import arguments
 from agentium_harness._engine.arguments import run_scope
 from agentium_harness._errors import InvalidIdError
-from agentium_harness._scope import RecallScope, Scope, VerifiedIdentity
+from agentium_harness._scope import RecallScope, Scope, SessionKey, VerifiedIdentity
 
 
 class _Collider(str):
@@ -113,3 +114,26 @@ def test_scopes_built_on_many_threads_while_the_cache_is_cleared_are_each_their_
         monkeypatch.undo()
     assert errors == []
     assert len(arguments._SCOPES) <= 4096
+
+
+def test_a_session_key_built_while_validators_were_switched_off_elsewhere_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As above, for Scope.session_key's keys: a scope made while validators were off holds ids no
+    # check passed, and its key is refused once they are on again, however it was asked for before.
+    with attrs.validators.disabled():
+        unchecked = Scope("tenant", "", "s\x01")
+    built = _scope_module.SessionKey
+
+    def racing(*ids: str) -> SessionKey:
+        attrs.validators.set_disabled(True)
+        try:
+            return built(*ids)
+        finally:
+            attrs.validators.set_disabled(False)
+
+    monkeypatch.setattr(_scope_module, "SessionKey", racing)
+    unchecked.session_key  # noqa: B018 - built unchecked, as any key is while validators are off
+    monkeypatch.undo()
+    with pytest.raises(InvalidIdError):
+        unchecked.session_key  # noqa: B018

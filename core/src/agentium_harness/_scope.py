@@ -19,7 +19,7 @@ from typing import Any, Final
 import attrs
 
 from ._errors import IdentityError
-from ._validators import MAX_ID_LENGTH, optional_plain_str, plain_str, validate_id
+from ._validators import MAX_ID_LENGTH, optional_plain_str, plain_str, valid_ids, validate_id
 
 __all__ = [
     "ERASURE_RECORDS_TENANT",
@@ -217,7 +217,8 @@ class Scope:
         if exact and (key := _SESSION_KEYS.get(ids)) is not None:
             return key
         key = SessionKey(tenant, user, session)
-        if exact and not attrs.validators.get_disabled():
+        # Checked again before it is kept: validators may have been switched off (on another thread).
+        if exact and not attrs.validators.get_disabled() and valid_ids(ids):
             if len(_SESSION_KEYS) >= _MAX_SESSION_KEYS:
                 _SESSION_KEYS.clear()
             _SESSION_KEYS[ids] = key

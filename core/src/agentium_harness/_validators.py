@@ -59,6 +59,7 @@ __all__ = [
     "str_pair_tuple",
     "str_tuple",
     "unicode_text",
+    "valid_ids",
     "validate_id",
 ]
 
@@ -296,6 +297,22 @@ def validate_id(value: object, field: str) -> str:
         if 0xD800 <= ord(ch) <= 0xDFFF:
             raise InvalidIdError(field, "contains a lone surrogate")
     return value
+
+
+def valid_ids(values: Iterable[str | None]) -> bool:
+    """True when every one of ``values`` passes :func:`validate_id` (``None``, an absent optional, passes).
+
+    For a cache of records built from ids, before it keeps one: attrs' switch that turns
+    validators off is global, so another thread may have turned it off while the record was
+    built (and on again since); this check is no attrs validator, and no switch turns it off.
+    """
+    try:
+        for value in values:
+            if value is not None:
+                validate_id(value, "id")
+    except InvalidIdError:
+        return False
+    return True
 
 
 def lone_surrogate_at(text: str) -> int | None:

@@ -11,13 +11,13 @@ from typing import Any, Final, cast
 
 import attrs
 
-from .._errors import IdentityError, InvalidArgumentError, InvalidIdError
+from .._errors import IdentityError, InvalidArgumentError
 from .._ports.provider import SourceBlock
 from .._ports.recall import RecallLimits
 from .._ports.summary import SummaryLimits
 from .._ports.verify import CompletionVerifier
 from .._scope import RecallScope, Scope, VerifiedIdentity, require_identity, validate_id
-from .._validators import check_duration, unicode_text
+from .._validators import check_duration, unicode_text, valid_ids
 from .._verdicts import EvidenceLimits
 from .limits import RuntimeLimits
 from .recall_policy import RecallPolicy
@@ -76,27 +76,12 @@ def run_scope(identity: object, session_id: object, recall_scope: object) -> Sco
     scope = _SCOPES.get(ids)
     if scope is None:
         scope = Scope.of(verified, session_id, recall_scope)
-        if not attrs.validators.get_disabled() and _checked_ids(ids):
+        # Checked again before it is kept: validators may have been switched off (on another thread).
+        if not attrs.validators.get_disabled() and valid_ids(ids):
             if len(_SCOPES) >= _MAX_SCOPES:
                 _SCOPES.clear()
             _SCOPES[ids] = scope
     return scope
-
-
-def _checked_ids(ids: tuple[str, str, str, str | None, str | None]) -> bool:
-    """True when every one of ``ids`` passes :func:`validate_id` (``None`` for an absent optional).
-
-    attrs' switch is global: another thread may have turned validators off while the scope was
-    built (and on again since), so the ids are checked here, by a check no switch turns off, before
-    a scope is kept: a kept scope is handed back without its constructor's checks.
-    """
-    try:
-        for value in ids:
-            if value is not None:
-                validate_id(value, "id")
-    except InvalidIdError:
-        return False
-    return True
 
 
 #: Built-in collections, each iterable and none a ``str`` or ``bytes``: what the checks below pass.
