@@ -128,6 +128,61 @@ def test_bad_options_are_refused_with_the_typed_error() -> None:
         assert SECRET not in _everything(caught.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://ana:{SECRET}@127.0.0.1:6379/abc",
+        "redis://127.0.0.1:6379/-1",
+        "redis://127.0.0.1:6379/1/2",
+        "redis://127.0.0.1:6379/0x1",
+        "redis://127.0.0.1:6379/\u0663",
+        f"redis://127.0.0.1:6379/0?db=abc&password={SECRET}",
+        f"unix:///run/redis.sock?db=-1&password={SECRET}",
+    ],
+)
+def test_a_database_that_is_not_a_non_negative_integer_is_refused(url: str) -> None:
+    # redis-py used database 0 for the path "/abc" (and database 12 for "/1/2"), so the store
+    # wrote to another database than the one meant; "?db=abc" failed only at the first call.
+    with pytest.raises(InvalidArgumentError, match="database number") as caught:
+        RedisRecallConfig(url=url)
+    assert SECRET not in _everything(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://127.0.0.1:6379",
+        "redis://127.0.0.1:6379/",
+        "redis://127.0.0.1:6379/15",
+        "redis://127.0.0.1:6379/%31",
+        "rediss://127.0.0.1:6379/3?db=2",
+        "unix:///run/redis.sock?db=3",
+    ],
+)
+def test_urls_naming_a_database_by_number_or_not_at_all_are_taken(url: str) -> None:
+    assert RedisRecallConfig(url=url).url == url
+
+
+def test_a_bad_database_in_a_config_file_is_an_error_at_the_url_option(tmp_path: Path) -> None:
+    (tmp_path / "agentium.toml").write_text(
+        """
+[provider]
+plugin = "extractive"
+[archive]
+plugin = "memory"
+[session_store]
+plugin = "memory"
+[recall]
+plugin = "redis"
+options = { url = "redis://127.0.0.1:6379/abc" }
+"""
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_runtime(tmp_path / "agentium.toml")
+    [issue] = caught.value.issues
+    assert issue.path == "$.recall.options.url" and "database number" in issue.message
+
+
 @pytest.mark.parametrize("prefix", ["", "a{b}", "x*", "a?b", "[a-z]", "a b", "a\\b", "-lead", "x" * 65])
 def test_key_prefixes_that_could_widen_a_pattern_or_move_slots_are_refused(prefix: str) -> None:
     with pytest.raises(ValueError, match="key_prefix"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, Final
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
@@ -62,6 +62,26 @@ def _url(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if parts.scheme == "unix" and not parts.path:
         raise InvalidArgumentError(
             "a unix:// url needs the socket's path, for example unix:///run/redis.sock"
+        )
+    _database(parts.scheme, parts.path, parts.query)
+
+
+# A database number: what redis-py reads from a URL's path or its db= query parameter.
+_DB: Final = re.compile(r"[0-9]{1,9}")
+
+
+def _database(scheme: str, path: str, query: str) -> None:
+    """Refuse a database that is not a non-negative integer (neither the path nor ``?db=`` is shown)."""
+    # redis-py silently used database 0 for a path such as "/abc" (and read "/1/2" as 12), so a
+    # typo wrote to another database than the one meant. Its "?db=abc" failed only at first use.
+    unquoted = unquote(path)
+    if scheme != "unix" and unquoted not in ("", "/") and not _DB.fullmatch(unquoted[1:]):
+        raise InvalidArgumentError(
+            "url path must be a database number (a non-negative integer), as in redis://127.0.0.1:6379/0"
+        )
+    if any(not _DB.fullmatch(value) for value in parse_qs(query).get("db", [])):
+        raise InvalidArgumentError(
+            "url parameter db must be a database number (a non-negative integer), as in ?db=0"
         )
 
 
@@ -120,8 +140,8 @@ class RedisRecallConfig:
     """Options of the Redis recall store.
 
     - ``url``: ``redis://[user[:password]@]host[:port][/db]``, ``rediss://``
-      (TLS) or ``unix:///path/to.sock``. Ignored when a host lends the store
-      its own client.
+      (TLS) or ``unix:///path/to.sock``; ``db`` (the path, or ``?db=``) is a
+      non-negative integer. Ignored when a host lends the store its own client.
     - ``username`` / ``password``: credentials; they override those of the
       URL. Prefer ``password = "${REDIS_PASSWORD}"`` to writing it in the file.
       Neither is ever shown in a message or ``repr``.
