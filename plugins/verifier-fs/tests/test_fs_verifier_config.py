@@ -67,6 +67,23 @@ def test_a_relative_root_that_does_not_exist_is_refused_when_the_verifier_is_bui
         FsVerifier(config)
 
 
+@pytest.mark.parametrize("name", ["ws\ud800", "ws\udc7f", "ws\udfff"])
+def test_a_root_no_file_name_can_spell_is_refused_as_invalid_not_missing(tmp_path: Path, name: str) -> None:
+    # os.path.isdir is False for a path that cannot be encoded, so the root read as one that
+    # "does not exist" (RootNotFoundError), sending the host to create a directory it never can.
+    for root in (str(tmp_path / name), name):
+        with pytest.raises(InvalidArgumentError, match="lone surrogate") as caught:
+            FsVerifierConfig(root=root, test_records=("junit.xml",))
+        assert not isinstance(caught.value, RootNotFoundError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_root_whose_missing_name_is_not_utf8_is_reported_missing(tmp_path: Path) -> None:
+    # U+DCFF is Python's spelling of the file name byte 0xFF: such a root can exist (and is read).
+    with pytest.raises(RootNotFoundError, match="does not exist"):
+        FsVerifierConfig(root=str(tmp_path / "ws\udcff"), test_records=("junit.xml",))
+
+
 def test_a_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
     write(tmp_path / "file", b"")
     with pytest.raises(RootNotFoundError, match="is not a directory"):

@@ -107,8 +107,26 @@ def normalize_sha256(value: object, what: str = "sha256") -> str:
     return text
 
 
+def _encodable_root(root: str) -> None:
+    """Refuse a root no file name can spell: a NUL, or a lone surrogate the file system cannot encode."""
+    if "\x00" in root:
+        raise InvalidArgumentError("root must not contain NUL")
+    try:
+        os.fsencode(root)
+    except UnicodeEncodeError:
+        # os.path.isdir is False for it, so it read as a root that "does not exist". U+DC80-U+DCFF
+        # encode (Python's spelling of a file name byte that is not UTF-8): such a root is read.
+        raise InvalidArgumentError(
+            "root must be valid text: it holds a lone surrogate that no file name can hold"
+        ) from None
+
+
 def check_root(root: str) -> str:
-    """``root`` as an absolute path, or :class:`RootNotFoundError` when it is not an existing directory."""
+    """``root`` as an absolute path, or :class:`RootNotFoundError` when it is not an existing directory.
+
+    A root with NUL or a lone surrogate no file name can hold is ``InvalidArgumentError``.
+    """
+    _encodable_root(root)
     resolved = os.path.abspath(root)
     if not os.path.isdir(resolved):
         why = "does not exist" if not os.path.lexists(resolved) else "is not a directory"
@@ -126,8 +144,7 @@ def _relative(instance: Any, attribute: attrs.Attribute[Any], value: object) -> 
 def _root(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise InvalidArgumentError(f"root must be a non-empty directory path, got {value!r}")
-    if "\x00" in value:
-        raise InvalidArgumentError("root must not contain NUL")
+    _encodable_root(value)
     # A relative root is checked once it is resolved: the config loader resolves
     # it against the config file's folder (and validates again), and a host that
     # builds the options itself gets the check when the verifier is built.
