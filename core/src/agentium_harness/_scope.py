@@ -19,7 +19,16 @@ from typing import Any, Final
 import attrs
 
 from ._errors import IdentityError
-from ._validators import MAX_ID_LENGTH, optional_plain_str, plain_str, valid_ids, validate_id
+from ._validators import (
+    KEY_SEGMENT_KEPT,
+    MAX_ID_LENGTH,
+    key_sep,
+    optional_plain_str,
+    plain_str,
+    require_instance,
+    valid_ids,
+    validate_id,
+)
 
 __all__ = [
     "ERASURE_RECORDS_TENANT",
@@ -38,7 +47,7 @@ __all__ = [
 
 # Characters kept as they are by the key encoding; everything else (including
 # "%", ".", "/", "*", "?", "[", "\\" and "~") is percent-encoded byte by byte.
-_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_SAFE = frozenset(KEY_SEGMENT_KEPT.encode("ascii"))
 _UPPER_HEX = frozenset("0123456789ABCDEF")
 #: Marker for an absent optional segment. "~" is never produced by the encoding.
 ABSENT_SEGMENT = "~"
@@ -168,8 +177,11 @@ class SessionKey:
         return (encode_segment(self.tenant), encode_segment(self.user), encode_segment(self.session))
 
     def key(self, sep: str = "/") -> str:
-        """The segments joined by ``sep``; injective because segments never contain ``/`` or ``:``."""
-        return sep.join(self.key_segments())
+        """The segments joined by ``sep``; injective because segments never contain ``sep``.
+
+        :raises InvalidArgumentError: ``sep`` is not a ``str`` or holds a character segments use.
+        """
+        return key_sep(sep).join(self.key_segments())
 
 
 _NO_RECALL_SCOPE: Final = RecallScope()
@@ -205,7 +217,11 @@ class Scope:
     ) -> Scope:
         """The scope of a run: a verified identity, a session id and an optional recall scope."""
         require_identity(identity)
-        rs = recall_scope or _NO_RECALL_SCOPE
+        rs = (
+            _NO_RECALL_SCOPE
+            if recall_scope is None
+            else require_instance(recall_scope, RecallScope, "recall_scope")
+        )
         return cls(identity.tenant, identity.user, session_id, rs.project, rs.repository)
 
     @property
@@ -235,8 +251,8 @@ class Scope:
         )
 
     def key(self, sep: str = "/") -> str:
-        """The segments joined by ``sep``."""
-        return sep.join(self.key_segments())
+        """The segments joined by ``sep`` (see :meth:`SessionKey.key`)."""
+        return key_sep(sep).join(self.key_segments())
 
 
 def exact_scope_ids(scope: object) -> tuple[str, str, str, str | None, str | None] | None:

@@ -29,8 +29,10 @@ import attrs
 from ._errors import InvalidArgumentError, InvalidIdError
 
 E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
 
 __all__ = [
+    "KEY_SEGMENT_KEPT",
     "MAX_COUNT",
     "MAX_DURATION_S",
     "MAX_ID_LENGTH",
@@ -46,6 +48,7 @@ __all__ = [
     "identifier",
     "int_tuple",
     "keep_exact",
+    "key_sep",
     "lone_surrogate_at",
     "non_empty_str",
     "non_negative_int",
@@ -55,6 +58,8 @@ __all__ = [
     "positive_float",
     "positive_int",
     "prose_text",
+    "require_instance",
+    "require_instances",
     "shown_number",
     "str_pair_tuple",
     "str_tuple",
@@ -436,3 +441,46 @@ def str_pair_tuple(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], .
     """Typed tuple converter for ``tuple[tuple[str, str], ...]`` fields (each pair made a tuple)."""
     pairs: tuple[tuple[str, str], ...] = tuple((a, b) for a, b in _items(value, "pairs"))
     return pairs
+
+
+def require_instance(value: object, kind: type[T], what: str) -> T:
+    """``value`` if it is a ``kind``; else :class:`InvalidArgumentError` naming ``what`` and the type given.
+
+    For helpers that read attributes of a record argument: without it, a ``str``, ``None``
+    or ``dict`` in its place raised a bare ``AttributeError`` from deep inside the helper.
+    """
+    if not isinstance(value, kind):
+        raise InvalidArgumentError(f"{what} must be a {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def require_instances(values: object, kind: type[T], what: str) -> tuple[T, ...]:
+    """``values`` as a tuple if it is an iterable (not a string) of ``kind``, else InvalidArgumentError."""
+    if isinstance(values, str | bytes | dict) or not isinstance(values, Iterable):
+        raise InvalidArgumentError(
+            f"{what} must be a sequence of {kind.__name__}, got {type(values).__name__}"
+        )
+    items = tuple(values)
+    for item in items:
+        require_instance(item, kind, f"each item of {what}")
+    return items
+
+
+#: The characters an encoded key segment keeps as they are (``_scope.encode_segment``); every
+#: other byte is written ``%XX``, and an absent optional segment is ``~``.
+KEY_SEGMENT_KEPT: Final = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+_SEGMENT_CHARS: Final = frozenset(KEY_SEGMENT_KEPT) | {"%", "~"}
+
+
+def key_sep(sep: object) -> str:
+    """``sep`` if it keeps joined key segments injective: a non-empty ``str`` of none of their characters.
+
+    :raises InvalidArgumentError: otherwise; "_" or "a" joined ("a_b", "c") and ("a", "b_c")
+        alike, and an ``int`` raised ``AttributeError``.
+    """
+    if type(sep) is not str or not sep or not _SEGMENT_CHARS.isdisjoint(sep):
+        raise InvalidArgumentError(
+            f"sep must be a non-empty str without letters, digits, '_', '-', '%' or '~' (such as '/' or "
+            f"':'), got {sep!r}"
+        )
+    return sep

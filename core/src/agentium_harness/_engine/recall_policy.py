@@ -18,6 +18,7 @@ import attrs
 from .._errors import InvalidArgumentError
 from .._history import Message, Role
 from .._ports.recall import Candidate
+from .._validators import require_instance, require_instances
 
 __all__ = [
     "BUILTIN_QUERIES",
@@ -107,7 +108,12 @@ Ranker = Callable[[Sequence[Candidate]], Sequence[Candidate]]
 
 
 def latest_user_text(turn: QueryInput) -> str:
-    """The query is the latest user text, followed by the clarification answer if there is one (R21)."""
+    """The query is the latest user text, followed by the clarification answer if there is one (R21).
+
+    :raises InvalidArgumentError: ``turn`` is not a :class:`QueryInput` (a host's own formulator
+        may call this one; given a ``str`` it raised ``AttributeError``).
+    """
+    turn = require_instance(turn, QueryInput, "turn")
     if turn.clarification:
         return f"{turn.user_input}\n{turn.clarification}"
     return turn.user_input
@@ -115,6 +121,7 @@ def latest_user_text(turn: QueryInput) -> str:
 
 def previous_and_latest_user_text(turn: QueryInput) -> str:
     """The previous resident user message and the latest user text (for follow-up questions)."""
+    turn = require_instance(turn, QueryInput, "turn")
     previous = next((m.content for m in reversed(turn.history) if m.role is Role.USER), "")
     return "\n".join(p for p in (previous, latest_user_text(turn)) if p)
 
@@ -125,8 +132,13 @@ def store_order(candidates: Sequence[Candidate]) -> Sequence[Candidate]:
 
 
 def score_order(candidates: Sequence[Candidate]) -> Sequence[Candidate]:
-    """Highest score first; ties by source id, so the order is deterministic whatever the store did."""
-    return sorted(candidates, key=lambda c: (-c.score, c.ref.source_id))
+    """Highest score first; ties by source id, so the order is deterministic whatever the store did.
+
+    :raises InvalidArgumentError: ``candidates`` is not a sequence of :class:`Candidate`.
+    """
+    return sorted(
+        require_instances(candidates, Candidate, "candidates"), key=lambda c: (-c.score, c.ref.source_id)
+    )
 
 
 #: Query formulators selectable by name from ``[recall] query``.

@@ -21,6 +21,7 @@ from .._errors import PublicationRefusedError
 from .._ports.recall import SourceRef
 from .._scope import Scope
 from .._text import error_text
+from .._validators import require_instances
 from .bounded import Overrun, bounded
 from .commit import CommitOutcome
 from .results import CommitState
@@ -33,8 +34,10 @@ def source_view_revision(refs: Sequence[SourceRef]) -> str:
 
     Two runs that saw the same sources at the same revisions get the same
     value; any changed revision, added or removed source changes it.
+
+    :raises InvalidArgumentError: ``refs`` is not a sequence of :class:`SourceRef`.
     """
-    pairs = sorted({(r.source_id, r.revision) for r in refs})
+    pairs = sorted({(r.source_id, r.revision) for r in require_instances(refs, SourceRef, "refs")})
     return digest_of([list(p) for p in pairs])
 
 

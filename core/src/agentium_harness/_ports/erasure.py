@@ -26,7 +26,15 @@ import attrs
 
 from .._errors import InvalidArgumentError
 from .._scope import SessionKey, VerifiedIdentity, validate_id
-from .._validators import MAX_COUNT, exact_int, keep_exact, optional_plain_str, plain_str, shown_number
+from .._validators import (
+    MAX_COUNT,
+    exact_int,
+    keep_exact,
+    optional_plain_str,
+    plain_str,
+    require_instance,
+    shown_number,
+)
 
 if TYPE_CHECKING:  # the ports import this module; only attributes are used at run time
     from .memory import GroupRef, MemoryScope
@@ -210,12 +218,25 @@ class EraseTarget:
             and (self.session_id is None or session == self.session_id)
         )
 
+    # Each covers_* checks its arguments' types first: given a str, None or a dict, it raised a
+    # bare AttributeError from inside (a bool seq counted as group 0 or 1).
+
     def covers_session(self, key: SessionKey) -> bool:
-        """True if the whole of session ``key`` goes (tenant, user or session level)."""
+        """True if the whole of session ``key`` goes (tenant, user or session level).
+
+        :raises InvalidArgumentError: ``key`` is not a :class:`SessionKey`.
+        """
+        key = require_instance(key, SessionKey, "key")
         return not self.groups and self._owns(key.tenant, key.user, key.session)
 
     def covers_group(self, key: SessionKey, seq: int) -> bool:
-        """True if archived group ``seq`` of session ``key`` goes (any level)."""
+        """True if archived group ``seq`` of session ``key`` goes (any level).
+
+        :raises InvalidArgumentError: ``key`` is not a :class:`SessionKey` or ``seq`` not an ``int``.
+        """
+        key = require_instance(key, SessionKey, "key")
+        if exact_int(seq) is None:
+            raise InvalidArgumentError(f"seq must be an int, got {type(seq).__name__}")
         if not self._owns(key.tenant, key.user, key.session):
             return False
         return not self.groups or any(seq in r for r in self.groups)
@@ -228,7 +249,12 @@ class EraseTarget:
         session target those owned by that session. A document owned more
         widely than the target (a tenant-wide document under a user target)
         stays. A groups target takes no document.
+
+        :raises InvalidArgumentError: ``owner`` is not a :class:`SourceOwner`.
         """
+        from .recall import SourceOwner  # at call time: recall imports this module
+
+        owner = require_instance(owner, SourceOwner, "owner")
         if self.groups:
             return False
         return self._owns(owner.tenant, owner.user, owner.session)
@@ -240,7 +266,19 @@ class EraseTarget:
         session target takes the facts of its user whose provenance names
         the session; a groups target takes none (``forget`` handles a fact's
         sources).
+
+        :raises InvalidArgumentError: ``scope`` is not a :class:`MemoryScope` or ``provenance``
+            not a sequence of :class:`GroupRef`.
         """
+        from .memory import GroupRef, MemoryScope  # at call time: memory imports this module
+
+        scope = require_instance(scope, MemoryScope, "scope")
+        if isinstance(provenance, str | bytes) or not isinstance(provenance, Sequence):
+            raise InvalidArgumentError(
+                f"provenance must be a sequence of GroupRef, got {type(provenance).__name__}"
+            )
+        for ref in provenance:
+            require_instance(ref, GroupRef, "each provenance item")
         if self.groups or scope.tenant != self.tenant_id:
             return False
         if self.user_id is not None and scope.user != self.user_id:

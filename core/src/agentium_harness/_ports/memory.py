@@ -37,7 +37,7 @@ import attrs
 from .._codec import iso_utc, parse_iso_utc
 from .._errors import InvalidArgumentError, MemoryRejectedError
 from .._scope import ABSENT_SEGMENT, Scope, VerifiedIdentity, encode_segment, require_identity, validate_id
-from .._validators import check_count, keep_exact, optional_plain_str, plain_str
+from .._validators import check_count, keep_exact, key_sep, optional_plain_str, plain_str, require_instance
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
@@ -117,14 +117,17 @@ class MemoryScope:
     @classmethod
     def of_session(cls, scope: Scope) -> MemoryScope:
         """The memory scope of a run's :class:`~agentium_harness._scope.Scope` (its session dropped)."""
+        scope = require_instance(scope, Scope, "scope")
         return cls(scope.tenant, scope.user, scope.project, scope.repository)
 
     def owns(self, other: MemoryScope) -> bool:
         """True if ``other`` belongs to the same tenant and user (who may correct and forget it)."""
+        other = require_instance(other, MemoryScope, "other")
         return self.tenant == other.tenant and self.user == other.user
 
     def sees(self, fact_scope: MemoryScope) -> bool:
         """True if a fact of ``fact_scope`` may be injected into a request of this scope."""
+        fact_scope = require_instance(fact_scope, MemoryScope, "fact_scope")
         return (
             self.owns(fact_scope)
             and fact_scope.project in (None, self.project)
@@ -141,8 +144,8 @@ class MemoryScope:
         )
 
     def key(self, sep: str = "/") -> str:
-        """The segments joined by ``sep``."""
-        return sep.join(self.key_segments())
+        """The segments joined by ``sep`` (see :meth:`SessionKey.key`)."""
+        return key_sep(sep).join(self.key_segments())
 
 
 def _memory_scope(value: object) -> MemoryScope:
@@ -278,8 +281,8 @@ def check_at(at: object) -> datetime | None:
 
 
 def rejection_reason(fact: MemoryFact, max_bytes: int = MAX_FACT_BYTES) -> str | None:
-    """Why a store must refuse ``fact``, or ``None`` if it is acceptable."""
-    if not fact.text.strip():
+    """Why a store must refuse ``fact``, or ``None`` if it is acceptable (non-fact: InvalidArgumentError)."""
+    if not require_instance(fact, MemoryFact, "fact").text.strip():
         return "the fact text is empty"
     try:
         size = len(fact.text.encode("utf-8"))

@@ -16,7 +16,7 @@ import attrs
 from .._errors import InvalidArgumentError
 from .._history import MessageGroup
 from .._scope import ABSENT_SEGMENT, ERASURE_RECORDS_TENANT, Scope, SessionKey, decode_segment, encode_segment
-from .._validators import optional_plain_str, plain_str, validate_id
+from .._validators import exact_int, optional_plain_str, plain_str, require_instance, validate_id
 
 __all__ = ["SourceOwner", "document_source_id", "group_source_id", "indexed_group_text", "source_owner"]
 
@@ -66,11 +66,13 @@ class SourceOwner:
 
     @classmethod
     def of_session(cls, key: SessionKey) -> SourceOwner:
-        """The owner of a session's archived groups."""
+        """The owner of a session's archived groups (``InvalidArgumentError`` if ``key`` is no SessionKey)."""
+        key = require_instance(key, SessionKey, "key")
         return cls(key.tenant, key.user, key.session)
 
     def visible_to(self, scope: Scope) -> bool:
-        """True if a run in ``scope`` may see a source with this owner."""
+        """True if a run in ``scope`` may see a source with this owner (not a Scope: InvalidArgumentError)."""
+        scope = require_instance(scope, Scope, "scope")
         return (
             self.tenant == scope.tenant
             and (self.user is None or self.user == scope.user)
@@ -93,12 +95,22 @@ def document_source_id(owner: SourceOwner, doc_id: str) -> str:
     Built from :func:`~agentium_harness._scope.encode_segment`, so it is
     injective: two (owner, doc id) pairs never share a source id.
     """
+    owner = require_instance(owner, SourceOwner, "owner")
     doc_id = validate_id(doc_id, "doc_id")
     return "/".join(("doc", *owner.key_segments(), encode_segment(doc_id)))
 
 
 def group_source_id(key: SessionKey, seq: int) -> str:
-    """The source id of archived group ``seq`` of session ``key``: ``group/<t>/<u>/<s>/<seq>``."""
+    """The source id of archived group ``seq`` of session ``key``: ``group/<t>/<u>/<s>/<seq>``.
+
+    :raises InvalidArgumentError: ``key`` is not a ``SessionKey`` or ``seq`` not an ``int`` from 0.
+    """
+    key = require_instance(key, SessionKey, "key")
+    plain = exact_int(seq)
+    if plain is None or plain < 0:
+        # str(seq) of "1/x", True or -1 made an id no group has, one that could alias another's.
+        raise InvalidArgumentError(f"seq must be an int from 0, got {seq!r}")
+    seq = plain
     parts = (encode_segment(key.tenant), encode_segment(key.user), encode_segment(key.session))
     return "/".join(("group", *parts, str(seq)))
 
@@ -108,6 +120,7 @@ def indexed_group_text(group: MessageGroup) -> str:
 
     Every store indexes the same text, so excerpts read alike whichever store found them.
     """
+    group = require_instance(group, MessageGroup, "group")
     return "\n".join(f"{m.role.value}: {m.content}" for m in group.messages)
 
 

@@ -29,6 +29,7 @@ from ..._ports.memory import (
     check_limit,
     rejection_reason,
 )
+from ..._validators import require_instance
 from ..adapter_lists import listed
 
 __all__ = [
@@ -89,7 +90,12 @@ MemorySelection = Callable[[SelectionRequest], Awaitable[Sequence[StoredFact]]]
 
 
 async def recent_and_relevant(request: SelectionRequest) -> Sequence[StoredFact]:
-    """The default selection: the store's ``lookup`` for the query, bounded by ``request.limit``."""
+    """The default selection: the store's ``lookup`` for the query, bounded by ``request.limit``.
+
+    :raises InvalidArgumentError: ``request`` is not a :class:`SelectionRequest` (a host's own
+        selection may call this one; given a ``dict`` it raised ``AttributeError``).
+    """
+    request = require_instance(request, SelectionRequest, "request")
     return await request.store.lookup(request.scope, request.query, request.limit, request.ctx, at=request.at)
 
 

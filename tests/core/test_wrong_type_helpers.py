@@ -1,0 +1,149 @@
+"""Public helpers handed the wrong type raise InvalidArgumentError, never a bare AttributeError.
+
+Each helper reads attributes of a record argument (``key.tenant``, ``turn.clarification``,
+``request.store``); given a ``str``, ``None`` or a ``dict`` instead, it raised
+``AttributeError`` from inside. ``InvalidArgumentError`` is both a ``ValueError`` and a
+``TypeError``, what the helpers' sibling validation (``EraseTarget.groups_of``) raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from agentium_harness import (
+    EraseTarget,
+    GroupRef,
+    InvalidArgumentError,
+    MemoryScope,
+    OpContext,
+    QueryInput,
+    RecallScope,
+    Scope,
+    SelectionRequest,
+    SessionKey,
+    SourceOwner,
+    SourceRef,
+    VerifiedIdentity,
+    latest_user_text,
+    recent_and_relevant,
+    score_order,
+    source_view_revision,
+)
+from agentium_harness.adapters.builtin import InMemoryMemoryStore
+from agentium_harness.plugin_api import (
+    Candidate,
+    MemoryFact,
+    document_source_id,
+    group_source_id,
+    indexed_group_text,
+    rejection_reason,
+)
+
+WRONG: tuple[object, ...] = ("t/u/s", None, {"tenant": "t", "user": "u", "session": "s"}, 5)
+
+KEY = SessionKey("t", "u", "s")
+SCOPE = Scope("t", "u", "s")
+MSCOPE = MemoryScope("t", "u")
+REF = GroupRef("s", 1, "sha256:" + "0" * 64)
+TARGET = EraseTarget.session("t", "u", "s")
+OWNER = SourceOwner("t", "u", "s")
+CANDIDATE = Candidate(SourceRef("a", "r1"), OWNER, 1.0, 10)
+
+
+CALLS: dict[str, Callable[[Any], object]] = {
+    "EraseTarget.covers_session": lambda bad: TARGET.covers_session(bad),
+    "EraseTarget.covers_group key": lambda bad: TARGET.covers_group(bad, 1),
+    "EraseTarget.covers_owner": lambda bad: TARGET.covers_owner(bad),
+    "EraseTarget.covers_fact scope": lambda bad: TARGET.covers_fact(bad, [REF]),
+    "EraseTarget.covers_fact provenance": lambda bad: TARGET.covers_fact(MSCOPE, bad),
+    "EraseTarget.covers_fact provenance item": lambda bad: TARGET.covers_fact(MSCOPE, [bad]),
+    "MemoryScope.of_session": lambda bad: MemoryScope.of_session(bad),
+    "MemoryScope.owns": lambda bad: MSCOPE.owns(bad),
+    "MemoryScope.sees": lambda bad: MSCOPE.sees(bad),
+    "SourceOwner.of_session": lambda bad: SourceOwner.of_session(bad),
+    "SourceOwner.visible_to": lambda bad: OWNER.visible_to(bad),
+    "latest_user_text": lambda bad: latest_user_text(bad),
+    "score_order": lambda bad: score_order(bad),
+    "score_order item": lambda bad: score_order([CANDIDATE, bad]),
+    "source_view_revision": lambda bad: source_view_revision(bad),
+    "source_view_revision item": lambda bad: source_view_revision([bad]),
+    "document_source_id": lambda bad: document_source_id(bad, "doc"),
+    "group_source_id": lambda bad: group_source_id(bad, 1),
+    "indexed_group_text": lambda bad: indexed_group_text(bad),
+    "rejection_reason": lambda bad: rejection_reason(bad),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize("bad", WRONG, ids=lambda v: type(v).__name__)
+def test_a_helper_given_the_wrong_type_raises_the_typed_error(name: str, bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="must be a"):
+        CALLS[name](bad)
+
+
+def test_scope_of_refuses_a_recall_scope_of_the_wrong_type() -> None:
+    identity = VerifiedIdentity("t", "u", "host")
+    # A falsy value ("" or {}) was read as "no recall scope"; a truthy one raised AttributeError.
+    for bad in ("proj", {"project": "p"}, 5, "", {}):
+        with pytest.raises(InvalidArgumentError, match="recall_scope must be a RecallScope"):
+            Scope.of(identity, "s", bad)  # type: ignore[arg-type]
+    assert Scope.of(identity, "s", None) == Scope("t", "u", "s")
+    assert Scope.of(identity, "s", RecallScope(project="p")).project == "p"
+
+
+@pytest.mark.parametrize("seq", [True, "1", "1/x", -1, 1.0, None])
+def test_a_group_seq_that_is_not_a_non_negative_int_is_refused(seq: object) -> None:
+    # str(seq) made "group/t/u/s/True" or ".../1/x": ids no group has, or aliases of another's.
+    with pytest.raises(InvalidArgumentError, match="seq must be"):
+        group_source_id(KEY, seq)  # type: ignore[arg-type]
+    if seq != -1:  # a negative seq is still an int: covers_group answers (a session target: True)
+        with pytest.raises(InvalidArgumentError, match="seq must be an int"):
+            TARGET.covers_group(KEY, seq)  # type: ignore[arg-type]
+    assert group_source_id(KEY, 0) == "group/t/u/s/0"
+    assert TARGET.covers_group(KEY, 7)
+
+
+@pytest.mark.parametrize("sep", ["", "_", "-", "a", "7", "%", "~", "/a", 5, None, b"/"])
+def test_a_key_separator_that_could_join_two_keys_alike_is_refused(sep: object) -> None:
+    # ("a_b", "c") and ("a", "b_c") joined by "_" were one key; an int raised AttributeError.
+    for record in (KEY, SCOPE, MSCOPE):
+        with pytest.raises(InvalidArgumentError, match="sep must be"):
+            record.key(sep)  # type: ignore[arg-type]
+    assert SessionKey("a_b", "c", "s").key() != SessionKey("a", "b_c", "s").key()
+    assert KEY.key(":") == "t:u:s" and MSCOPE.key(" | ") == "t | u | ~ | ~"
+
+
+def test_a_selection_given_a_request_of_the_wrong_type_raises_and_changes_nothing() -> None:
+    async def main() -> None:
+        store = InMemoryMemoryStore()
+        ctx = OpContext.with_timeout(30)
+        await store.remember(MemoryFact(MSCOPE, "likes tea"), ctx)
+        before = await store.list_facts(MSCOPE, 50, ctx)
+        for bad in WRONG:
+            with pytest.raises(InvalidArgumentError, match="request must be a SelectionRequest"):
+                await recent_and_relevant(bad)  # type: ignore[arg-type]
+        assert await store.list_facts(MSCOPE, 50, ctx) == before
+        request = SelectionRequest(store, MSCOPE, "tea", 5, before[0].recorded_at, ctx)
+        assert [f.fact.text for f in await recent_and_relevant(request)] == ["likes tea"]
+
+    anyio.run(main)
+
+
+def test_valid_calls_still_answer_as_before() -> None:
+    assert TARGET.covers_session(KEY) and not TARGET.covers_session(SessionKey("t", "u", "other"))
+    assert (
+        TARGET.covers_owner(OWNER)
+        and TARGET.covers_fact(MSCOPE, [REF])
+        and TARGET.covers_fact(MSCOPE, (REF,))
+    )
+    assert MemoryScope.of_session(SCOPE) == MSCOPE and MSCOPE.owns(MSCOPE) and MSCOPE.sees(MSCOPE)
+    assert SourceOwner.of_session(KEY) == OWNER and OWNER.visible_to(SCOPE)
+    assert latest_user_text(QueryInput("hi", clarification="yes")) == "hi\nyes"
+    assert score_order(iter([CANDIDATE])) == [CANDIDATE]
+    assert source_view_revision([SourceRef("a", "1")]) == source_view_revision((SourceRef("a", "1"),))
+    assert document_source_id(OWNER, "d").startswith("doc/t/u/s/")
+    assert rejection_reason(MemoryFact(MSCOPE, "x")) is None
