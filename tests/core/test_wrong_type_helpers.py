@@ -8,6 +8,7 @@ Each helper reads attributes of a record argument (``key.tenant``, ``turn.clarif
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,12 +37,22 @@ from agentium_harness import (
 from agentium_harness.adapters.builtin import InMemoryMemoryStore
 from agentium_harness.plugin_api import (
     Candidate,
+    EmbeddingModel,
+    EvidenceEntry,
     MemoryFact,
+    Vector,
+    check_archived_group,
+    cosine_scores,
     document_source_id,
+    evidence_size,
     group_source_id,
     indexed_group_text,
     rejection_reason,
+    seal_snapshot,
+    snapshot_erasure,
+    verify_snapshot,
 )
+from agentium_harness.testing import plain_group
 
 WRONG: tuple[object, ...] = ("t/u/s", None, {"tenant": "t", "user": "u", "session": "s"}, 5)
 
@@ -52,6 +63,9 @@ REF = GroupRef("s", 1, "sha256:" + "0" * 64)
 TARGET = EraseTarget.session("t", "u", "s")
 OWNER = SourceOwner("t", "u", "s")
 CANDIDATE = Candidate(SourceRef("a", "r1"), OWNER, 1.0, 10)
+MODEL = EmbeddingModel("m", 2)
+VECTOR = Vector.normalized(MODEL, [3.0, 4.0])
+GROUP = plain_group(1, "hello")
 
 
 CALLS: dict[str, Callable[[Any], object]] = {
@@ -75,6 +89,17 @@ CALLS: dict[str, Callable[[Any], object]] = {
     "group_source_id": lambda bad: group_source_id(bad, 1),
     "indexed_group_text": lambda bad: indexed_group_text(bad),
     "rejection_reason": lambda bad: rejection_reason(bad),
+    # plugin_api, for adapter authors
+    "Vector model": lambda bad: Vector(bad, (0.6, 0.8)),
+    "Vector.normalized": lambda bad: Vector.normalized(bad, [3.0, 4.0]),
+    "Vector.from_bytes": lambda bad: Vector.from_bytes(bad, VECTOR.to_bytes()),
+    "cosine_scores": lambda bad: cosine_scores(bad, [VECTOR.to_bytes()]),
+    "evidence_size": lambda bad: evidence_size(bad),
+    "check_archived_group key": lambda bad: check_archived_group(bad, GROUP),
+    "check_archived_group group": lambda bad: check_archived_group(KEY, bad),
+    "seal_snapshot": lambda bad: seal_snapshot(bad),
+    "verify_snapshot": lambda bad: verify_snapshot(KEY, bad),
+    "snapshot_erasure": lambda bad: snapshot_erasure(bad, b"{}"),
 }
 
 
@@ -147,3 +172,8 @@ def test_valid_calls_still_answer_as_before() -> None:
     assert source_view_revision([SourceRef("a", "1")]) == source_view_revision((SourceRef("a", "1"),))
     assert document_source_id(OWNER, "d").startswith("doc/t/u/s/")
     assert rejection_reason(MemoryFact(MSCOPE, "x")) is None
+    assert Vector.from_bytes(MODEL, VECTOR.to_bytes()).dot(VECTOR) == pytest.approx(1.0)
+    assert cosine_scores(VECTOR, [b"x"]) == [-math.inf]
+    assert evidence_size(EvidenceEntry("artifact", "a.txt", "ok")) > 0
+    check_archived_group(KEY, GROUP, 1, GROUP.digest)
+    assert snapshot_erasure(KEY, b"not json").session == KEY

@@ -15,7 +15,14 @@ import attrs
 from ._codec import canonical_json
 from ._errors import InvalidArgumentError
 from ._tuples import tuple_of_evidence, tuple_of_verification_attempts
-from ._validators import MAX_COUNT, bounded_count, check_count, non_negative_int, unicode_text
+from ._validators import (
+    MAX_COUNT,
+    bounded_count,
+    check_count,
+    non_negative_int,
+    require_instance,
+    unicode_text,
+)
 
 __all__ = [
     "MAX_EVIDENCE_BYTES",
@@ -62,6 +69,7 @@ class EvidenceEntry:
 
 def evidence_size(entry: EvidenceEntry) -> int:
     """Bytes of ``entry`` as canonical JSON: what the evidence budget counts (R30)."""
+    entry = require_instance(entry, EvidenceEntry, "entry")
     return len(canonical_json({"kind": entry.kind, "ref": entry.ref, "detail": entry.detail}))
 
 

@@ -18,6 +18,7 @@ from .._codec import digest_bytes, from_json
 from .._errors import ArchiveCorruptError, InvalidArgumentError, RecordDecodeError
 from .._history import MessageGroup, adopt_stored_encoding
 from .._scope import SessionKey
+from .._validators import require_instance
 from ._base import Capabilities, OpContext, port_stub, unsupported
 from .erasure import DEFAULT_ERASE_BATCH, EraseReport, EraseTarget
 
@@ -87,6 +88,8 @@ def check_archived_group(
 
     It changes nothing; the caller returns no groups from a read that fails.
     """
+    key = require_instance(key, SessionKey, "key")
+    group = require_instance(group, MessageGroup, "group")
 
     def where() -> str:  # only built for an error: a history read checks thousands of groups
         return f"archived group {group.seq} read under session {key.key()}"

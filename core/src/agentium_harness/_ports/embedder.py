@@ -31,6 +31,7 @@ from .._validators import (
     identifier,
     keep_exact,
     plain_str,
+    require_instance,
     shown_number,
 )
 from ._base import Capabilities, OpContext, port_stub, unsupported
@@ -114,6 +115,11 @@ def _unit_values(value: Iterable[float]) -> tuple[float, ...]:
     return tuple(_finite(v) for v in islice(iter(value), MAX_DIMENSION + 1))
 
 
+def _a_model(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Checked before the length check in __attrs_post_init__, which raised AttributeError on a str.
+    require_instance(value, EmbeddingModel, "model")
+
+
 @attrs.frozen(slots=True)
 class Vector:
     """One checked, unit-length vector of ``model``'s space.
@@ -124,7 +130,10 @@ class Vector:
     a dot product of two vectors of one model is their cosine similarity.
     """
 
-    model: EmbeddingModel
+    # Checked first: given a str, the length check below raised AttributeError.
+    model: EmbeddingModel = attrs.field(
+        validator=lambda _i, _a, v: require_instance(v, EmbeddingModel, "model")
+    )
     values: tuple[float, ...] = attrs.field(converter=_unit_values)
 
     def __attrs_post_init__(self) -> None:
@@ -148,6 +157,7 @@ class Vector:
         number (``bool`` included), NaN or infinity, and the zero vector
         (it has no direction).
         """
+        model = require_instance(model, EmbeddingModel, "model")
         if isinstance(values, str | bytes | bytearray) or not hasattr(values, "__iter__"):
             raise InvalidArgumentError(
                 f"a vector's values are a sequence of numbers, got {type(values).__name__}"
@@ -177,6 +187,7 @@ class Vector:
     @classmethod
     def from_bytes(cls, model: EmbeddingModel, data: bytes) -> Vector:
         """A vector of ``model`` read back from :meth:`to_bytes`; :class:`InvalidArgumentError` if damaged."""
+        model = require_instance(model, EmbeddingModel, "model")
         if not isinstance(data, bytes | bytearray | memoryview) or len(data) != 4 * model.dimension:
             raise InvalidArgumentError(f"stored vector is not {4 * model.dimension} bytes of {model.key()}")
         return cls.normalized(model, struct.unpack(f"<{model.dimension}f", bytes(data)))

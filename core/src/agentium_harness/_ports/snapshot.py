@@ -23,7 +23,7 @@ from .._errors import RecordDecodeError, SnapshotCorruptError
 from .._history import MessageGroup, ViewState, bytes_and_digest
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
-from .._validators import int_tuple
+from .._validators import int_tuple, require_instance
 from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark
 from .erasure import ErasedSession, ErasureLedger, SeqRange
 from .snapshot_text import (
@@ -370,6 +370,7 @@ def seal_snapshot(snapshot: SessionSnapshot) -> SessionSnapshot:
     into one unsealed text), and the sealed bytes are the sealed header with
     the groups in place, kept for the store's write.
     """
+    snapshot = require_instance(snapshot, SessionSnapshot, "snapshot")
     if snapshot.format_version != SNAPSHOT_FORMAT_VERSION or snapshot.digest is not None:
         # A copy of its own, which no one else has seen: sealed as it is.
         return _seal(attrs.evolve(snapshot, format_version=SNAPSHOT_FORMAT_VERSION, digest=None), True)
@@ -479,6 +480,8 @@ def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
     accepted and sealed at their next save. A bit flip that still decodes
     therefore fails closed instead of reaching the model.
     """
+    key = require_instance(key, SessionKey, "key")
+    snapshot = require_instance(snapshot, SessionSnapshot, "snapshot")
     if snapshot.format_version > SNAPSHOT_FORMAT_VERSION:
         raise SnapshotCorruptError(
             f"snapshot of session {key.key()} has format {snapshot.format_version}, newer than this "
@@ -541,6 +544,7 @@ def snapshot_erasure(key: SessionKey, data: bytes) -> ErasedSession:
     reported with no groups (its content cannot be vouched for). Session
     stores call it on each snapshot their ``erase`` removes.
     """
+    key = require_instance(key, SessionKey, "key")
     try:
         snapshot = decode_snapshot(key, data, f"snapshot of session {key.key()}")
     except SnapshotCorruptError:

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._ports.embedder import Vector
+from .._validators import require_instance
 
 __all__ = ["cosine_scores"]
 
@@ -38,7 +39,7 @@ def cosine_scores(query: Vector, blobs: Sequence[bytes]) -> list[float]:
     returned. NumPy scores a few thousand 384-value vectors in about a
     millisecond; plain Python takes tens of milliseconds (see docs/recall.md).
     """
-    size = 4 * query.model.dimension
+    size = 4 * require_instance(query, Vector, "query").model.dimension
     np = _numpy()
     good = [i for i, b in enumerate(blobs) if isinstance(b, bytes) and len(b) == size]
     scores = [-math.inf] * len(blobs)
