@@ -128,6 +128,25 @@ async def test_drain_timeout_must_be_finite_and_not_negative() -> None:
             await tracker.drain(bad)  # type: ignore[arg-type]
 
 
+async def test_a_drain_timeout_or_grace_past_the_duration_ceiling_is_refused_and_cancels_nothing() -> None:
+    # Every other wait stops at MAX_DURATION_S (3600 s); a drain took 1e300 or 2**200 seconds,
+    # a drain that never ends although "a drain always ends" refused only infinity.
+    tracker = WorkTracker()
+    gate = anyio.Event()
+    tracker.start("slow", "extraction", gate.wait)
+    for bad in (3600.5, 1e300, 2**200):
+        # Refused at once: the bound only keeps a drain that was taken from waiting (nearly) forever.
+        with anyio.fail_after(30), pytest.raises(InvalidArgumentError, match="at most 3600 seconds"):
+            await tracker.drain(bad)
+        with pytest.raises(InvalidArgumentError, match="grace must be a number of seconds from 0 to 3600"):
+            await tracker.drain(1, grace_s=bad)
+    assert tracker.running() == ("slow",)  # nothing was cancelled or dropped
+    gate.set()
+    result = await tracker.drain(30)
+    assert [item.status for item in result.items] == [DrainStatus.COMPLETED]
+    assert (await tracker.drain(3600, grace_s=3600)).items == ()
+
+
 async def test_ended_work_kept_between_drains_is_bounded_and_the_drain_counts_what_it_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -25,7 +25,6 @@ import collections
 import contextlib
 import contextvars
 import enum
-import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -39,7 +38,7 @@ from ..._observe import spans as observe
 from ..._observe.turn import observed_drain
 from ..._ports import CancelSignal
 from ..._text import error_text
-from ..._validators import exact_number, shown_number
+from ..._validators import MAX_DURATION_S, exact_number, shown_number
 from ..bounded import spawn
 from ..loops import LoopHandle, ThreadSafeEvent
 from ..owned_work import OwnedWork
@@ -414,13 +413,18 @@ class WorkTracker:
             raise InvalidArgumentError(
                 f"drain timeout must be a number of seconds >= 0, got {shown_number(timeout_s)}"
             )
-        if timeout == math.inf:
-            raise InvalidArgumentError("drain timeout must be finite: a drain always ends")
+        if timeout > MAX_DURATION_S:
+            # Every other wait stops at MAX_DURATION_S; 1e300 or 2**200 was taken, a drain that never ends.
+            raise InvalidArgumentError(
+                f"drain timeout must be at most {MAX_DURATION_S:g} seconds (a drain always ends), "
+                f"got {shown_number(timeout_s)}"
+            )
         grace = exact_number(grace_s)
-        if grace is None or not 0 <= grace < math.inf:
+        if grace is None or not 0 <= grace <= MAX_DURATION_S:
             # nan or a str would fail inside the drain's task group, as a bare error (ExceptionGroup)
             raise InvalidArgumentError(
-                f"drain grace must be a finite number of seconds >= 0, got {shown_number(grace_s)}"
+                f"drain grace must be a number of seconds from 0 to {MAX_DURATION_S:g}, "
+                f"got {shown_number(grace_s)}"
             )
         timeout_s, grace_s = timeout, grace
         from_sources: list[DrainItem] = []
