@@ -223,6 +223,26 @@ def _verification_reason(verification: object) -> str | None:
     return str(reason) if reason is not None else None
 
 
+def _check_target_arguments(
+    resolved: object, runtime: object, tools: object, workdir: object, label: object
+) -> None:
+    """Refuse a bad argument with InvalidArgumentError (it raised AssertionError or AttributeError)."""
+    if (resolved is None) == (runtime is None):
+        raise InvalidArgumentError("give exactly one of resolved (a loaded config) and runtime")
+    for value, kind, what in (
+        (resolved, ResolvedConfig, "resolved"),
+        (runtime, HarnessRuntime, "runtime"),
+        (tools, ToolRegistry, "tools"),
+        (label, str, "label"),
+        (workdir, str | os.PathLike, "workdir"),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise InvalidArgumentError(
+                f"{what} must be a {getattr(kind, '__name__', 'str or a path-like object')} "
+                f"or None, got {type(value).__name__}"
+            )
+
+
 class HarnessEvalTarget:
     """Runs eval cases on a real runtime; build it with :func:`create_harness_eval_target`.
 
@@ -243,6 +263,7 @@ class HarnessEvalTarget:
         workdir: str | os.PathLike[str] | None = None,
         label: str | None = None,
     ) -> None:
+        _check_target_arguments(resolved, runtime, tools, workdir, label)
         self._resolved = resolved
         self._runtime = runtime
         self._tools = tools

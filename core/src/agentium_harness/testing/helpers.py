@@ -18,6 +18,7 @@ from .._ports.memory import MemoryScope
 from .._ports.recall import SourceOwner
 from .._ports.sessions import SessionSnapshot, seal_snapshot
 from .._scope import Scope, SessionKey
+from .._validators import check_count, require_instance
 
 __all__ = [
     "ABSENT_MARKERS",
@@ -134,6 +135,21 @@ ABSENT_MARKERS: tuple[str, ...] = ("~", "None", "null", "-")
 IdFields = dict[str, str | None]
 
 
+def _field_names(fields: object, optional: object) -> tuple[str, ...]:
+    if isinstance(fields, str) or not isinstance(fields, Sequence):
+        raise InvalidArgumentError(f"fields must be a sequence of field names, got {type(fields).__name__}")
+    if not all(isinstance(f, str) and f for f in fields) or len(set(fields)) != len(fields):
+        raise InvalidArgumentError(f"fields must be distinct non-empty strings, got {list(fields)!r}")
+    if isinstance(optional, str) or not isinstance(optional, Collection):
+        raise InvalidArgumentError(
+            f"optional must be a collection of field names, got {type(optional).__name__}"
+        )
+    stray = sorted(str(o) for o in optional if o not in fields)
+    if stray:
+        raise InvalidArgumentError(f"optional names {stray!r}, which fields does not hold")
+    return tuple(fields)
+
+
 def collision_pairs(
     fields: Sequence[str], optional: Collection[str] = ()
 ) -> tuple[tuple[IdFields, IdFields], ...]:
@@ -149,7 +165,12 @@ def collision_pairs(
     Every pair gets its own ids (numbered), so the pairs never share an id
     tuple and can all be written to one store. Fields not in play are
     ``f"{field[0]}{n}"`` when required and absent when optional.
+
+    :raises InvalidArgumentError: ``fields`` is a string (its letters were taken as fields), or
+        not distinct non-empty strings, or ``optional`` names a field not in ``fields`` (either
+        gave fewer pairs or none, so a collision test passed having checked nothing).
     """
+    fields = _field_names(fields, optional)
     pairs: list[tuple[IdFields, IdFields]] = []
 
     def base(n: int) -> IdFields:
@@ -239,6 +260,7 @@ def plain_group(seq: int, text: str = "") -> MessageGroup:
 
 def rich_group(seq: int, key: SessionKey, text: str = "") -> MessageGroup:
     """A complete group with a tool call, its result, nested arguments and a retained record of ``key``."""
+    key = require_instance(key, SessionKey, "key")  # a str raised AttributeError
     call_id = f"call-{seq}"
     return MessageGroup(
         seq=seq,
@@ -273,13 +295,20 @@ def rich_group(seq: int, key: SessionKey, text: str = "") -> MessageGroup:
     )
 
 
+# The most resident groups scoped_snapshot builds: a test snapshot, not a load test.
+_MAX_SNAPSHOT_GROUPS = 10_000
+
+
 def scoped_snapshot(key: SessionKey, marker: str = "", groups: int = 2) -> SessionSnapshot:
     """A sealed, scoped snapshot of ``key`` with ``groups`` resident groups (rich and plain alternating).
 
     Sealed (:func:`~agentium_harness._ports.sessions.seal_snapshot`) like every
     snapshot the engine saves, so it loads back equal from a store that
-    verifies digests.
+    verifies digests. A ``key`` that is not a ``SessionKey`` or ``groups`` that is not an
+    ``int`` from 0 is :class:`InvalidArgumentError` (-1 or ``True`` made a snapshot all the same).
     """
+    key = require_instance(key, SessionKey, "key")
+    groups = check_count(groups, "groups", minimum=0, ceiling=_MAX_SNAPSHOT_GROUPS)
     boundary = 5
     resident = tuple(
         rich_group(boundary + i, key, marker) if i % 2 == 0 else plain_group(boundary + i, marker)

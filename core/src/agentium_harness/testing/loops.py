@@ -17,6 +17,9 @@ from typing import Literal, TypeVar
 
 import anyio
 
+from .._errors import InvalidArgumentError
+from .._validators import check_count, check_duration
+
 __all__ = ["LoopStyle", "run_in_threads", "run_in_turn"]
 
 T = TypeVar("T")
@@ -25,6 +28,27 @@ T = TypeVar("T")
 #: SDK tests' own way (``asyncio.new_event_loop()``, ``run_until_complete``, ``close()``, which
 #: cancels nothing still pending); ``"trio"`` is ``anyio.run`` on trio.
 LoopStyle = Literal["asyncio", "asyncio-loop", "trio"]
+_STYLES: tuple[LoopStyle, ...] = ("asyncio", "asyncio-loop", "trio")
+
+
+def _checked(work: object, styles: object, count: object, what: str) -> tuple[tuple[LoopStyle, ...], int]:
+    """``(styles, count)`` checked, else :class:`InvalidArgumentError`: nothing has run yet.
+
+    An unknown style ran as "asyncio" (a typo tested another loop than the one meant), no
+    styles raised ZeroDivisionError, and no calls passed having run nothing.
+    """
+    if not callable(work):
+        raise InvalidArgumentError(
+            f"work must be an async callable taking the index, got {type(work).__name__}"
+        )
+    if isinstance(styles, str) or not isinstance(styles, tuple | list) or not styles:
+        raise InvalidArgumentError(
+            f"styles must be a non-empty tuple of {', '.join(_STYLES)}, got {styles!r}"
+        )
+    unknown = [s for s in styles if s not in _STYLES]
+    if unknown:
+        raise InvalidArgumentError(f"unknown loop style(s) {unknown!r}; use {', '.join(_STYLES)}")
+    return tuple(styles), check_count(count, what)
 
 
 def _run_on_new_loop(style: LoopStyle, work: Callable[[int], Awaitable[T]], index: int) -> T:
@@ -57,10 +81,11 @@ def run_in_threads(
     the results in order of ``i``; re-raises the first exception a thread
     raised (the others' are attached as notes), and raises ``AssertionError``
     if a thread is still running after ``timeout_s`` (a hang is a failure,
-    never a silent wait).
+    never a silent wait). A bad argument (no threads, an unknown loop style, a
+    ``timeout_s`` that is not a duration) is :class:`InvalidArgumentError`.
     """
-    if threads < 1 or not styles:
-        raise ValueError("run_in_threads needs at least one thread and one loop style")
+    styles, threads = _checked(work, styles, threads, "threads")
+    timeout_s = check_duration(timeout_s, "timeout_s")
     barrier = threading.Barrier(threads)
     results: dict[int, T] = {}
     errors: dict[int, BaseException] = {}
@@ -101,4 +126,5 @@ def run_in_turn(
     request: every call's loop has ended before the next one starts. Call
     ``i`` uses ``styles[i % len(styles)]``. Returns the results in order.
     """
+    styles, calls = _checked(work, styles, calls, "calls")
     return [_run_on_new_loop(styles[i % len(styles)], work, i) for i in range(calls)]
