@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 from agentium_harness import (
@@ -23,6 +24,8 @@ from agentium_harness import (
     OpContext,
     QueryInput,
     RecallScope,
+    ResidentLimits,
+    RuntimeLimits,
     Scope,
     SelectionRequest,
     SessionKey,
@@ -30,6 +33,7 @@ from agentium_harness import (
     SourceRef,
     VerifiedIdentity,
     latest_user_text,
+    parse_config,
     recent_and_relevant,
     score_order,
     source_view_revision,
@@ -177,3 +181,17 @@ def test_valid_calls_still_answer_as_before() -> None:
     assert evidence_size(EvidenceEntry("artifact", "a.txt", "ok")) > 0
     check_archived_group(KEY, GROUP, 1, GROUP.digest)
     assert snapshot_erasure(KEY, b"not json").session == KEY
+
+
+@pytest.mark.parametrize("bad", [{"max_groups": 4}, None, "8", 8])
+def test_runtime_limits_refuse_resident_bounds_that_are_not_resident_limits(bad: object) -> None:
+    # A dict was taken, and every run then failed as "a bug in the engine" (AttributeError).
+    with pytest.raises(InvalidArgumentError, match="resident must be a ResidentLimits"):
+        RuntimeLimits(resident=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="resident must be a ResidentLimits"):
+        attrs.evolve(RuntimeLimits(), resident=bad)
+    assert RuntimeLimits(resident=ResidentLimits(max_groups=4)).resident.max_groups == 4
+    text = '[provider]\nplugin = "extractive"\n[archive]\nplugin = "memory"\n'
+    text += '[session_store]\nplugin = "memory"\n'
+    config = parse_config(text + "[runtime.resident]\nmax_groups = 4\n")
+    assert config.runtime.limits.resident == ResidentLimits(max_groups=4)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
-from .._validators import bounded_count, bounded_duration
+from .._validators import bounded_count, bounded_duration, require_instance
 
 __all__ = ["ResidentLimits", "RuntimeLimits"]
 
@@ -21,6 +23,11 @@ class ResidentLimits:
     max_bytes: int = attrs.field(default=262_144, validator=bounded_count())
 
 
+def _resident(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # A dict such as {"max_groups": 4} was taken, and every run then failed as an engine bug.
+    require_instance(value, ResidentLimits, "resident")
+
+
 @attrs.frozen(slots=True)
 class RuntimeLimits:
     """Limits of the runtime as a whole.
@@ -31,7 +38,8 @@ class RuntimeLimits:
     :data:`~agentium_harness._validators.MAX_DURATION_S` (3600), here and in
     ``[runtime]`` alike.
 
-    - ``resident``: resident history bounds (groups, estimated tokens, bytes).
+    - ``resident``: resident history bounds (groups, estimated tokens, bytes), a
+      :class:`ResidentLimits` (anything else is ``InvalidArgumentError``).
     - ``max_steps``: model calls per run (tool loops end there with ``STEP_LIMIT``).
     - ``source_tokens``: prompt budget for labeled source data, wrappers included.
     - ``settle_timeout_s``: how long ``close_session``/``aclose`` wait for admitted runs.
@@ -49,7 +57,7 @@ class RuntimeLimits:
       the runtime waits for each lifecycle-hook broadcast.
     """
 
-    resident: ResidentLimits = attrs.field(factory=ResidentLimits)
+    resident: ResidentLimits = attrs.field(factory=ResidentLimits, validator=_resident)
     max_steps: int = attrs.field(default=8, validator=bounded_count())
     source_tokens: int = attrs.field(default=2048, validator=bounded_count())
     settle_timeout_s: float = attrs.field(default=30.0, validator=bounded_duration())
