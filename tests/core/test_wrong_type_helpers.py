@@ -195,3 +195,17 @@ def test_runtime_limits_refuse_resident_bounds_that_are_not_resident_limits(bad:
     text += '[session_store]\nplugin = "memory"\n'
     config = parse_config(text + "[runtime.resident]\nmax_groups = 4\n")
     assert config.runtime.limits.resident == ResidentLimits(max_groups=4)
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), True, "5", None, 2**2000])
+def test_an_op_context_deadline_that_is_not_a_number_of_seconds_is_refused(seconds: object) -> None:
+    # A nan deadline never expired (every comparison with nan is false); True was one second;
+    # "5" and 2**2000 raised a bare TypeError / OverflowError from the addition.
+    with pytest.raises(InvalidArgumentError, match="seconds must be a number"):
+        OpContext.with_timeout(seconds)  # type: ignore[arg-type]
+
+
+def test_op_context_deadlines_that_are_numbers_keep_their_meaning() -> None:
+    assert OpContext.with_timeout(-1).expired and OpContext.with_timeout(0).expired
+    assert not OpContext.with_timeout(30).expired and not OpContext.with_timeout(30.5).expired
+    assert not OpContext.with_timeout(float("inf")).expired  # no deadline, as before

@@ -8,6 +8,9 @@ from typing import Any, ClassVar, TypeVar
 
 import attrs
 
+from .._errors import InvalidArgumentError
+from .._validators import exact_number, shown_number
+
 __all__ = [
     "CancelSignal",
     "capabilities_of",
@@ -22,6 +25,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _new = object.__new__
 _set = object.__setattr__
+
+# Past this many seconds a deadline is no longer a float time.monotonic() can be added to exactly.
+_MAX_SECONDS = 2.0**53
+
+
+def _seconds(value: object) -> float:
+    """``value`` as seconds for a deadline; NaN, a ``bool``, a non-number or a huge int is refused."""
+    seconds = exact_number(value)
+    if seconds is None or seconds != seconds or (type(seconds) is int and abs(seconds) > _MAX_SECONDS):
+        # A nan deadline never expired (every comparison with it is false), True meant one
+        # second, and "5" or 2**2000 raised TypeError or OverflowError from the addition.
+        raise InvalidArgumentError(
+            f"seconds must be a number of seconds (not nan), got {shown_number(value)}"
+        )
+    return float(seconds)
 
 
 def port_stub(func: F) -> F:
@@ -124,7 +142,17 @@ class OpContext:
         remaining_bytes: int | None = None,
         remaining_tokens: int | None = None,
     ) -> OpContext:
-        """A context whose deadline is ``seconds`` from now; its signal follows ``parent`` and it."""
+        """A context whose deadline is ``seconds`` from now; its signal follows ``parent`` and it.
+
+        ``seconds`` may be 0 or negative (a context already expired), or ``inf`` (no deadline);
+        NaN, a ``bool`` or anything but a number is :class:`InvalidArgumentError`.
+        """
+        # The common case (a float or a modest int) is checked inline: every adapter call makes one.
+        if not (
+            (type(seconds) is float and seconds == seconds)
+            or (type(seconds) is int and -_MAX_SECONDS <= seconds <= _MAX_SECONDS)
+        ):
+            seconds = _seconds(seconds)
         deadline = time.monotonic() + seconds
         if cls is OpContext:
             # Every adapter call makes one: set the four fields directly, which is what the attrs
