@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from agentium_harness import Message, Role
-from agentium_openai_agents import ITEM_FORMAT, MAX_CONTENT_CHARS, item_to_message
+from agentium_harness import InvalidArgumentError, Message, Role
+from agentium_openai_agents import ITEM_FORMAT, MAX_CONTENT_CHARS, item_to_message, message_to_item
 
 # The mapping as item_to_message wrote it before it read role and text in one pass (with the
 # ABC's isinstance for every mapping): the reference it must keep to, item for item.
@@ -133,3 +134,11 @@ def test_item_to_message_gives_each_item_its_role_and_readable_content(
 ) -> None:
     given_item: Mapping[str, Any] = MappingProxyType(item) if proxy else item  # a mapping that is no dict
     assert item_to_message(given_item) == _reference(given_item)
+
+
+@pytest.mark.parametrize("bad", ["hello", None, {"role": "user", "content": "hi"}, 5])
+def test_message_to_item_refuses_what_is_not_a_message_with_the_typed_error(bad: object) -> None:
+    # It raised AttributeError ('str' object has no attribute 'payload_format').
+    with pytest.raises(InvalidArgumentError, match="message must be a Message"):
+        message_to_item(bad, "message 0")  # type: ignore[arg-type]
+    assert message_to_item(Message(Role.USER, "hi"), "message 0") == {"role": "user", "content": "hi"}

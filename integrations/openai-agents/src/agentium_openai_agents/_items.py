@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, cast
 
-from agentium_harness import Message, Role
+from agentium_harness import InvalidArgumentError, Message, Role
 from agentium_harness.plugin_api import copy_plain_json
 
 from ._errors import ForeignItemError, PopRefusedError
@@ -263,7 +263,11 @@ def message_to_items(message: Message, where: str | Callable[[], str]) -> list[d
     message as ``{"role": ..., "content": ...}``. A payload of any other
     format is another framework's item: :class:`ForeignItemError`, nothing
     skipped. ``where`` names the message in an error (a function: built only then).
+    A ``message`` that is not a :class:`Message` is
+    :class:`~agentium_harness.InvalidArgumentError` (it raised ``AttributeError``).
     """
+    if not isinstance(message, Message):
+        raise InvalidArgumentError(f"message must be a Message, got {type(message).__name__}")
     item = _sdk_item(message, where)
     return [item] if item is not None else _native_items(message, where)
 
