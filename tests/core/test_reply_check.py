@@ -136,3 +136,13 @@ def test_a_reply_of_a_message_subclass_is_kept_as_a_plain_message() -> None:
     assert type(got) is Message and got == Message(Role.ASSISTANT, "hi")
     fine = ModelResponse(Tagged(Role.USER, "hi", tag=1))
     assert _check_response(fine, False) == Message(Role.ASSISTANT, "hi")
+
+
+def test_a_model_response_whose_message_is_not_a_message_names_the_message_field() -> None:
+    # It said "provider returned ModelResponse, not a ModelResponse", sending the author elsewhere.
+    for message in ("hello", None, {"role": "assistant", "content": "hi"}):
+        response = ModelResponse(message)  # type: ignore[arg-type]
+        assert _outcome(_check_response, response, False) == (
+            f"provider returned a ModelResponse whose message is a {type(message).__name__}, not a Message"
+        )
+    assert _outcome(_check_response, "hello", False) == "provider returned str, not a ModelResponse"

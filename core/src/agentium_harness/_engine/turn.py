@@ -462,12 +462,17 @@ def _checked_response(response: object, may_call_tools: bool) -> tuple[Message, 
     Each field of the response is read once: what is checked is what is used (a subclass's
     property could answer differently on a second read).
     """
-    given = response.message if isinstance(response, ModelResponse) else None
-    if not isinstance(given, Message):
+    if not isinstance(response, ModelResponse):
         raise ContractViolationError(
             f"provider returned {clean_text(type(response).__name__)}, not a ModelResponse"
         )
-    assert isinstance(response, ModelResponse)
+    given = response.message
+    if not isinstance(given, Message):
+        # Said apart: "returned ModelResponse, not a ModelResponse" sent the author to the wrong field.
+        raise ContractViolationError(
+            f"provider returned a ModelResponse whose message is a {clean_text(type(given).__name__)}, "
+            "not a Message"
+        )
     reported = response.usage
     if not isinstance(reported, Usage):
         raise ContractViolationError(
