@@ -220,3 +220,48 @@ async def test_verify_refuses_a_since_that_is_no_finite_time_before_calling_the_
     record, _ = await runtime.verify(ANA, "s1", "claim", since=0)
     assert record.verdict is Verdict.PASS and verifier.calls == 1
     await runtime.aclose()
+
+
+def _result_with(**fields: Any) -> VerificationResult:
+    """A VerificationResult whose fields bypass its validators (as a subclass or ``__new__`` can)."""
+    result = object.__new__(VerificationResult)
+    for name, value in {"verdict": Verdict.PASS, "evidence": (), "reason": "", **fields}.items():
+        object.__setattr__(result, name, value)
+    return result
+
+
+class Returns(CompletionVerifier):
+    capabilities: ClassVar[VerifierCapabilities] = VerifierCapabilities()
+
+    def __init__(self, result: object) -> None:
+        self.result = result
+
+    async def verify(self, candidate: CompletionCandidate, ctx: VerifyContext) -> VerificationResult:
+        return self.result  # type: ignore[return-value]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [
+        (_result_with(verdict="pass"), "whose verdict is a str, not a Verdict"),
+        (_result_with(evidence="abc"), "whose evidence is a str, not a tuple"),
+        (_result_with(evidence=[ENTRY, 5]), "whose evidence holds a int, not an EvidenceEntry"),
+        (_result_with(reason=5), "whose reason is a int, not a str"),
+        ("pass", "returned str, not a VerificationResult"),
+    ],
+)
+async def test_a_malformed_result_is_unknown_and_the_reason_names_the_wrong_field(
+    result: object, said: str
+) -> None:
+    # Each read "the verifier returned VerificationResult, not a VerificationResult with a Verdict".
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["done."], cycle=True),
+        archive=InMemoryArchive(),
+        session_store=InMemorySessionStore(),
+        verifier=Returns(result),
+    )
+    run = await runtime.run(ANA, "s1", "do it", completion=True)
+    assert run.verification is not None and run.verification.verdict is Verdict.UNKNOWN
+    assert said in run.verification.reason and run.has("verifier_contract")
+    await runtime.aclose()

@@ -423,27 +423,31 @@ def _checked_text(
     return reason, tuple(entries)
 
 
-def _well_formed(result: object) -> tuple[Verdict, tuple[EvidenceEntry, ...], str] | None:
-    """A real VerificationResult's verdict, evidence entries and string reason (nothing coerced), or None.
+def _well_formed(result: object) -> tuple[Verdict, tuple[EvidenceEntry, ...], str] | str:
+    """A real VerificationResult's verdict, evidence entries and str reason (nothing coerced), else why not.
 
     Each field is read once and what was checked is what is used: a subclass's property could
     answer a second read with something else (evidence that is no entries), raising an untyped
-    error on a turn whose tools ran.
+    error on a turn whose tools ran. The wrong field is named: it read "returned
+    VerificationResult, not a VerificationResult" for a result whose one field was wrong.
     """
     if not isinstance(result, VerificationResult):
-        return None
+        return f"{clean_text(type(result).__name__)}, not a VerificationResult with a Verdict"
     try:
         verdict, evidence, reason = result.verdict, result.evidence, result.reason
         entries = tuple(evidence) if isinstance(evidence, tuple | list) else None
     except Exception:  # an instance built without its fields (``__new__``), a property that raises
-        return None
-    if (
-        entries is None
-        or not isinstance(verdict, Verdict)
-        or not isinstance(reason, str)
-        or not all(isinstance(e, EvidenceEntry) for e in entries)
-    ):
-        return None
+        return "a VerificationResult whose fields cannot be read"
+    if not isinstance(verdict, Verdict):
+        return f"a VerificationResult whose verdict is a {clean_text(type(verdict).__name__)}, not a Verdict"
+    if entries is None:
+        return f"a VerificationResult whose evidence is a {clean_text(type(evidence).__name__)}, not a tuple"
+    stray = next((e for e in entries if not isinstance(e, EvidenceEntry)), None)
+    if stray is not None:
+        shown = clean_text(type(stray).__name__)
+        return f"a VerificationResult whose evidence holds a {shown}, not an EvidenceEntry"
+    if not isinstance(reason, str):
+        return f"a VerificationResult whose reason is a {clean_text(type(reason).__name__)}, not a str"
     return verdict, entries, reason
 
 
@@ -485,11 +489,8 @@ async def _attempt(
             Diagnostic("verifier_failed", detail, Severity.WARNING)
         ]
     fields = _well_formed(result)
-    if fields is None:
-        detail = (
-            f"the verifier returned {clean_text(type(result).__name__)}, not a VerificationResult with a "
-            "Verdict"
-        )
+    if isinstance(fields, str):
+        detail = f"the verifier returned {fields}"
         return VerificationAttempt(revision, Verdict.UNKNOWN, detail), [
             Diagnostic("verifier_contract", detail, Severity.WARNING)
         ]
