@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -48,9 +49,12 @@ from agentium_harness.plugin_api import (
     check_archived_group,
     cosine_scores,
     document_source_id,
+    estimate_tokens,
     evidence_size,
     group_source_id,
     indexed_group_text,
+    iso_utc,
+    redact_url,
     rejection_reason,
     seal_snapshot,
     snapshot_erasure,
@@ -209,3 +213,17 @@ def test_op_context_deadlines_that_are_numbers_keep_their_meaning() -> None:
     assert OpContext.with_timeout(-1).expired and OpContext.with_timeout(0).expired
     assert not OpContext.with_timeout(30).expired and not OpContext.with_timeout(30.5).expired
     assert not OpContext.with_timeout(float("inf")).expired  # no deadline, as before
+
+
+@pytest.mark.parametrize("bad", [None, 5, b"text", ["a"]])
+def test_text_helpers_given_a_non_string_raise_the_typed_error(bad: object) -> None:
+    # estimate_tokens and iso_utc raised AttributeError; redact_url, documented "never raises",
+    # raised AttributeError or TypeError.
+    with pytest.raises(InvalidArgumentError, match="text must be a str"):
+        estimate_tokens(bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="when must be a datetime"):
+        iso_utc(bad)  # type: ignore[arg-type]
+    assert redact_url(bad) == "<unparsable url>"  # type: ignore[arg-type]
+    assert estimate_tokens("abcde") == 2 and estimate_tokens("é" * 2) == 1
+    assert iso_utc(datetime(2026, 1, 2, tzinfo=UTC)) == "2026-01-02T00:00:00.000000Z"
+    assert redact_url("redis://u:p@h:1/0") == "redis://***@h:1/0"

@@ -58,7 +58,7 @@ from cattrs.cols import (
 )
 from cattrs.gen import make_dict_unstructure_fn
 
-from ._errors import EncodingError, InvalidJSONError, RecordDecodeError
+from ._errors import EncodingError, InvalidArgumentError, InvalidJSONError, RecordDecodeError
 
 # JSON text itself (bounded decoding, digests of bytes) is _json's; these names stay importable from here.
 from ._json import (
@@ -119,7 +119,10 @@ def iso_utc(when: datetime) -> str:
 
     A naive ``when`` is taken as local time (what :meth:`datetime.astimezone`
     does); records are encoded with :func:`_unstructure_datetime`, which refuses it.
+    Anything but a ``datetime`` is :class:`~agentium_harness.InvalidArgumentError`.
     """
+    if not isinstance(when, datetime):  # it raised AttributeError ('str' has no 'astimezone')
+        raise InvalidArgumentError(f"when must be a datetime, got {type(when).__name__}")
     return when.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 

@@ -53,11 +53,17 @@ MAX_PAYLOAD_FORMAT_LENGTH: Final = 128
 
 
 def estimate_tokens(text: str) -> int:
-    """A deterministic, model-free token estimate: one token per 4 UTF-8 bytes, rounded up."""
+    """A deterministic, model-free token estimate: one token per 4 UTF-8 bytes, rounded up.
+
+    :raises InvalidArgumentError: ``text`` is not a ``str`` (it raised ``AttributeError``).
+    """
     # An ASCII string (str.isascii() reads a flag, it does not scan) is as many UTF-8 bytes as
     # characters: no need to encode it to count them.
-    n = len(text) if type(text) is str and text.isascii() else len(text.encode("utf-8"))
-    return (n + 3) // 4
+    if type(text) is str and text.isascii():
+        return (len(text) + 3) // 4
+    if not isinstance(text, str):
+        raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+    return (len(text.encode("utf-8")) + 3) // 4
 
 
 class Role(enum.StrEnum):

@@ -77,6 +77,8 @@ def redact_url(url: str) -> str:
     names the server in messages, logs, probe output and ``repr``. A URL that
     does not parse reads ``<unparsable url>``.
     """
+    if not isinstance(url, str):  # "never raises": an int or a list raised AttributeError or TypeError
+        return "<unparsable url>"
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
