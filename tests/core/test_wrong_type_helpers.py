@@ -54,6 +54,7 @@ from agentium_harness.plugin_api import (
     group_source_id,
     indexed_group_text,
     iso_utc,
+    make_excerpt,
     redact_url,
     rejection_reason,
     seal_snapshot,
@@ -227,3 +228,22 @@ def test_text_helpers_given_a_non_string_raise_the_typed_error(bad: object) -> N
     assert estimate_tokens("abcde") == 2 and estimate_tokens("é" * 2) == 1
     assert iso_utc(datetime(2026, 1, 2, tzinfo=UTC)) == "2026-01-02T00:00:00.000000Z"
     assert redact_url("redis://u:p@h:1/0") == "redis://***@h:1/0"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ((None, ("tea",), 10), "text must be a str"),
+        ((b"tea time", ("tea",), 10), "text must be a str"),
+        (("tea time", "tea", 10), "query_terms must be a sequence of str"),
+        (("tea time", (5,), 10), "query_terms must be a sequence of str"),
+        (("tea time", ("tea",), "10"), "max_bytes must be an integer"),
+        (("tea time", ("tea",), -1), "max_bytes must be an integer"),
+        (("tea time", ("tea",), True), "max_bytes must be an integer"),
+    ],
+)
+def test_make_excerpt_refuses_bad_arguments_with_the_typed_error(args: tuple[Any, ...], said: str) -> None:
+    # A non-str text raised AttributeError or TypeError, a str max_bytes TypeError.
+    with pytest.raises(InvalidArgumentError, match=said):
+        make_excerpt(SourceRef("a", "r1"), OWNER, *args)
+    assert make_excerpt(SourceRef("a", "r1"), OWNER, "tea time", ["tea"], 100).text == "tea time"

@@ -12,11 +12,13 @@ an excerpt without them may read as the opposite of what the source says.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Final
 
+from .._errors import InvalidArgumentError
 from .._ports.recall import Completeness, Excerpt, OmittedContext, SourceOwner, SourceRef
+from .._validators import check_count
 
 __all__ = ["MAX_QUERY_TERMS", "content_terms", "make_excerpt", "query_terms"]
 
@@ -137,7 +139,18 @@ def make_excerpt(
 
     A ``PARTIAL`` or ``TRUNCATED`` excerpt's ``omitted`` holds ``SOURCE``, plus
     ``CORRECTION`` / ``NEGATION`` when the text it left out contains such a cue.
+    A ``text`` that is not a ``str``, ``query_terms`` that are not strings or a ``max_bytes``
+    that is not an ``int`` from 0 is :class:`~agentium_harness.InvalidArgumentError`.
     """
+    if not isinstance(text, str):  # it raised AttributeError, or TypeError comparing max_bytes
+        raise InvalidArgumentError(f"text must be a str, got {type(text).__name__}")
+    max_bytes = check_count(max_bytes, "max_bytes", minimum=0)
+    # Any iterable of str but a lone str (whose letters would be the terms), as before.
+    listed = isinstance(query_terms, Iterable) and not isinstance(query_terms, str | bytes)
+    terms = tuple(query_terms) if listed else None
+    if terms is None or not all(isinstance(t, str) for t in terms):
+        raise InvalidArgumentError("query_terms must be a sequence of str (a lone str is refused)")
+    query_terms = terms
     if _utf8_len(text) <= max_bytes:
         return Excerpt(ref=ref, owner=owner, text=text)
     spans = _sentence_spans(text)
