@@ -24,15 +24,19 @@ from agentium_harness import (
     MemoryScope,
     OpContext,
     QueryInput,
+    RecallPolicy,
     RecallScope,
     ResidentLimits,
     RuntimeLimits,
     Scope,
     SelectionRequest,
     SessionKey,
+    SourceBlock,
+    SourceKind,
     SourceOwner,
     SourceRef,
     VerifiedIdentity,
+    current_session_recall_policy,
     latest_user_text,
     parse_config,
     recent_and_relevant,
@@ -247,3 +251,39 @@ def test_make_excerpt_refuses_bad_arguments_with_the_typed_error(args: tuple[Any
     with pytest.raises(InvalidArgumentError, match=said):
         make_excerpt(SourceRef("a", "r1"), OWNER, *args)
     assert make_excerpt(SourceRef("a", "r1"), OWNER, "tea time", ["tea"], 100).text == "tea time"
+
+
+@pytest.mark.parametrize("kind", [5, None, "document", ["recall"]])
+def test_a_source_block_of_no_source_kind_is_refused_when_built(kind: object) -> None:
+    # It was taken, and the run then failed as "a bug in the engine" (AttributeError: no .value).
+    with pytest.raises(InvalidArgumentError, match="source block kind must be a SourceKind"):
+        SourceBlock(kind, "s1", "text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("attributes", [[1], [("a", "b", "c")], [None]])
+def test_source_block_attributes_that_are_not_pairs_are_refused(attributes: object) -> None:
+    with pytest.raises(InvalidArgumentError):
+        SourceBlock(SourceKind.RECALL, "s1", "text", attributes)  # type: ignore[arg-type]
+
+
+def test_a_source_block_kind_given_by_its_value_is_that_kind() -> None:
+    assert SourceBlock("recall", "s1", "text") == SourceBlock(SourceKind.RECALL, "s1", "text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"decide": None}, "decide must be a callable"),
+        ({"rank": "score"}, r"rank must be a callable, got str \(a name such as 'score'"),
+        ({"query": 5}, "query must be a callable"),
+        ({"name": 5}, "name must be a non-empty str"),
+        ({"name": " "}, "name must be a non-empty str"),
+    ],
+)
+def test_a_recall_policy_with_a_bad_part_is_refused_when_built(kwargs: dict[str, Any], said: str) -> None:
+    # decide=None stopped every run with recall_stopped, rank="score" failed every recall: at run time.
+    good = current_session_recall_policy()
+    fields = {"name": "mine", "decide": good.decide, **kwargs}
+    with pytest.raises(InvalidArgumentError, match=said):
+        RecallPolicy(**fields)
+    assert RecallPolicy("mine", good.decide, rank=score_order).rank is score_order

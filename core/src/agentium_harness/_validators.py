@@ -439,7 +439,12 @@ def int_tuple(value: Iterable[int]) -> tuple[int, ...]:
 
 def str_pair_tuple(value: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     """Typed tuple converter for ``tuple[tuple[str, str], ...]`` fields (each pair made a tuple)."""
-    pairs: tuple[tuple[str, str], ...] = tuple((a, b) for a, b in _items(value, "pairs"))
+    try:
+        pairs: tuple[tuple[str, str], ...] = tuple((a, b) for a, b in _items(value, "pairs"))
+    except (TypeError, ValueError) as exc:  # an item that is no pair: [1] or [("a", "b", "c")]
+        if isinstance(exc, InvalidArgumentError):
+            raise
+        raise InvalidArgumentError(f"expected a sequence of (name, value) pairs: {exc}") from None
     return pairs
 
 

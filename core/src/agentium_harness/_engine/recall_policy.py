@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -158,15 +158,30 @@ _DEFAULT_QUESTION = (
 )
 
 
+def _policy_name(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidArgumentError(f"recall policy name must be a non-empty str, got {value!r:.80}")
+
+
+def _a_callable(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # decide=None stopped every run ("recall_stopped"), rank="score" failed every recall: both
+    # only at run time. Refused where the policy is built.
+    if not callable(value):
+        raise InvalidArgumentError(
+            f"recall policy {attribute.name} must be a callable, got {type(value).__name__}"
+            + (" (a name such as 'score' is for [recall] in a config file)" if isinstance(value, str) else "")
+        )
+
+
 @attrs.frozen(slots=True)
 class RecallPolicy:
     """How a runtime uses recall: the query, the ranking and the decision at each fence."""
 
-    name: str
-    decide: Callable[[PolicyInput], PolicyDecision]
+    name: str = attrs.field(validator=_policy_name)
+    decide: Callable[[PolicyInput], PolicyDecision] = attrs.field(validator=_a_callable)
     # Factories rather than plain defaults keep the generated signature free of object addresses.
-    query: QueryFormulator = attrs.field(factory=lambda: latest_user_text)
-    rank: Ranker = attrs.field(factory=lambda: store_order)
+    query: QueryFormulator = attrs.field(factory=lambda: latest_user_text, validator=_a_callable)
+    rank: Ranker = attrs.field(factory=lambda: store_order, validator=_a_callable)
 
 
 def current_session_recall_policy(

@@ -20,7 +20,7 @@ from .._errors import InvalidArgumentError
 from .._history import Message, estimate_tokens
 from .._history_messages import messages_tokens
 from .._tuples import tuple_of_messages, tuple_of_source_blocks, tuple_of_tool_specs
-from .._validators import str_pair_tuple
+from .._validators import enum_member, str_pair_tuple
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -147,15 +147,22 @@ def _check_attributes(instance: Any, attribute: attrs.Attribute[Any], value: obj
             )
 
 
+def _source_kind(value: SourceKind | str) -> SourceKind:
+    # A str value ("document") or an int was taken, and the run failed as an engine bug
+    # (AttributeError: no .value) when the block was rendered.
+    return value if type(value) is SourceKind else enum_member(SourceKind, value, "source block kind")
+
+
 @attrs.frozen(slots=True)
 class SourceBlock:
     """Labeled source data in a model request. Its content is data, never instructions (R4, R38).
 
     ``attributes`` carries completeness, omissions, citations and coverage as
-    plain strings so the rendered wrapper shows them to the model.
+    plain strings so the rendered wrapper shows them to the model. ``kind`` is a
+    :class:`SourceKind` or its value (``"recall"``); anything else is ``InvalidArgumentError``.
     """
 
-    kind: SourceKind
+    kind: SourceKind = attrs.field(converter=_source_kind)
     source_id: str
     content: str
     attributes: tuple[tuple[str, str], ...] = attrs.field(
