@@ -285,6 +285,11 @@ def test_bad_construction_is_refused(tmp_path: Path) -> None:
         Agent(RecordingProvider(), manager, ("tenant-a", "alice"))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="extractor"):
         Agent(RecordingProvider(), manager, ALICE, extraction=True)
+    # As create_harness_runtime refuses it: taken, it reached the provider, which cannot encode it.
+    for bad in ("be brief\ud800", "\udcff"):
+        with pytest.raises(InvalidArgumentError, match="lone surrogate"):
+            Agent(RecordingProvider(), manager, ALICE, instructions=bad)
+    Agent(RecordingProvider(), manager, ALICE, instructions="be brief\ttab and\nnewline ✓")
 
 
 async def test_an_empty_input_is_refused_and_the_agent_stays_open(store: SQLiteMemoryStore) -> None:

@@ -50,7 +50,7 @@ from ..._ports.memory import MemoryAck, MemoryFact, MemoryScope
 from ..._ports.provider import ModelProvider, ModelRequest, ModelResponse, SourceBlock, Usage
 from ..._ports.sessions import SessionStore
 from ..._scope import SessionKey
-from ..._validators import MAX_COUNT, check_count, check_duration
+from ..._validators import MAX_COUNT, check_count, check_duration, lone_surrogate_at
 from ..checks import check_adapter
 from ..lifecycle import Ticket, check_closable, close_owned
 from ..loops import LoopHandle, ThreadSafeEvent
@@ -159,6 +159,11 @@ class Agent:
                 raise InvalidArgumentError(f"{flag} must be a bool, got {type(value).__name__}")
         if not isinstance(instructions, str):
             raise InvalidArgumentError(f"instructions must be a str, got {type(instructions).__name__}")
+        if (at := lone_surrogate_at(instructions)) is not None:
+            # As create_harness_runtime refuses it: no provider can encode such a request.
+            raise InvalidArgumentError(
+                f"instructions is not valid Unicode text: it holds a lone surrogate at character {at}"
+            )
         if session_store is not None:
             check_adapter("session_store", session_store)
         if isinstance(owned, str | bytes) or not isinstance(owned, Iterable):
