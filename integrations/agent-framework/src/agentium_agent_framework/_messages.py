@@ -24,7 +24,6 @@ __all__ = [
     "from_agentium",
     "listed",
     "to_agentium",
-    "whole_exchanges",
 ]
 
 #: ``Message.payload_format`` of an Agent Framework message: ``agent_framework.Message.to_dict()``.
@@ -156,25 +155,6 @@ def _from_native(message: Message, where: str) -> AFMessage:
         arguments = copy_plain_json(call.arguments)
         contents.append(Content.from_function_call(call_id=call.id, name=call.name, arguments=arguments))
     return AFMessage(message.role.value, contents)
-
-
-def whole_exchanges(messages: list[Message]) -> list[Message]:
-    """``messages`` (the newest of one group) from the first one after which no tool exchange is cut.
-
-    A tool result of Agentium's own ``run()`` whose call is not among
-    ``messages`` would reach the model without it (the chat APIs refuse
-    that): the messages up to it are left out, so the load begins after
-    the cut exchange, never inside it.
-    """
-    begin = 0
-    calls: set[str] = set()
-    for at, message in enumerate(messages):
-        if message.payload_format is not None:
-            continue
-        calls.update(call.id for call in message.tool_calls)
-        if message.role is Role.TOOL and message.tool_call_id not in calls:
-            begin = at + 1
-    return messages[begin:]
 
 
 def from_agentium(message: Message, where: str) -> AFMessage:

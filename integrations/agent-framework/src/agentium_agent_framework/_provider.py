@@ -33,14 +33,8 @@ from agentium_harness import (
 from agentium_harness.plugin_api import SessionKey
 
 from ._arguments import checked_options
-from ._messages import (
-    MESSAGE_FORMAT,
-    ForeignMessageError,
-    from_agentium,
-    listed,
-    to_agentium,
-    whole_exchanges,
-)
+from ._exchanges import whole_exchanges, without_half_exchanges
+from ._messages import MESSAGE_FORMAT, ForeignMessageError, from_agentium, listed, to_agentium
 from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, decided, message_identity, new_messages
 
@@ -127,10 +121,13 @@ class AgentiumHistoryProvider(HistoryProvider):
       ``max_bytes`` canonical bytes of groups (the newest whole groups that
       fit; a newest group over it alone gives its newest messages that fit),
       and it reads at most that many groups (a page after the first also reads the seam: the
-      oldest group of the page before, again). A load, or a save's read of
-      the tail, whose pages a retraction, a reset or an erasure of the
-      session came between starts again. Damaged history fails the load
-      with a typed error.
+      oldest group of the page before, again). A function call or result
+      whose other half is not in the load (a retraction or the bound left
+      it) is left out of its message (:mod:`._exchanges`), never handed to
+      the framework, which would send it to the model as it is. A load, or
+      a save's read of the tail, whose pages a retraction, a reset or an
+      erasure of the session came between starts again. Damaged history
+      fails the load with a typed error.
     - The identity is bound here, by the host that verified it; the
       framework's ``session_id`` only names a session of that identity.
       ``state`` (the framework's session state) is not used: history lives
@@ -381,9 +378,10 @@ class AgentiumHistoryProvider(HistoryProvider):
         return page if page.joins(first, seam) else None
 
     def _decode(self, sid: str, messages: Sequence[Message]) -> list[AFMessage]:
-        return [
-            from_agentium(m, f"message {i} of the view of session {sid!r}") for i, m in enumerate(messages)
-        ]
+        # Never half a tool exchange (what a retraction or the bound leaves): see ._exchanges.
+        return without_half_exchanges(
+            [from_agentium(m, f"message {i} of the view of session {sid!r}") for i, m in enumerate(messages)]
+        )
 
     async def save_messages(
         self,

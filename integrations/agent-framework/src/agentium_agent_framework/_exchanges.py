@@ -1,0 +1,116 @@
+"""A load never hands the framework half a tool exchange: a call without its result, or back.
+
+:func:`whole_exchanges` begins a load cut inside one group after an exchange
+of Agentium's own ``run()`` the cut would split. :func:`without_half_exchanges`
+handles what is left: a retraction takes the view's last messages, so one
+that takes a tool result but not the assistant message before it leaves
+that message's ``function_call`` with no ``function_result`` in the view,
+and a load's bound can begin after a call whose result it keeps (the call
+saved in an older group). The framework (1.23) hands such contents to the
+chat client as they are, and the chat APIs refuse a request holding a tool
+result without its call, or a call without its result. So the loaded view
+leaves out those *contents* only, as core's ``run()`` does: the rest of the
+message (its text) stays, and a message goes only when nothing else is
+left of it. Kept apart from the provider (:mod:`._provider`), which reads
+and writes history.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Final
+
+from agent_framework import Content
+from agent_framework import Message as AFMessage
+
+from agentium_harness import Message, Role
+
+__all__ = ["whole_exchanges", "without_half_exchanges"]
+
+_log: Final = logging.getLogger("agentium.agent_framework")
+
+
+def _needs_result(content: Content) -> bool:
+    """A call the framework would run itself: without a result the next request is refused.
+
+    An informational-only call (recorded for the transcript, an MCP server's
+    call) or a hosted one (the service runs it) gets no local result: it is
+    no half exchange, and is left as it is.
+    """
+    return (
+        content.type == "function_call"
+        and not getattr(content, "informational_only", False)
+        and not getattr(content, "hosted", False)
+    )
+
+
+def whole_exchanges(messages: list[Message]) -> list[Message]:
+    """``messages`` (the newest of one group) from the first one after which no tool exchange is cut.
+
+    A tool result of Agentium's own ``run()`` whose call is not among
+    ``messages`` would reach the model without it (the chat APIs refuse
+    that): the messages up to it are left out, so the load begins after
+    the cut exchange, never inside it.
+    """
+    begin = 0
+    calls: set[str] = set()
+    for at, message in enumerate(messages):
+        if message.payload_format is not None:
+            continue
+        calls.update(call.id for call in message.tool_calls)
+        if message.role is Role.TOOL and message.tool_call_id not in calls:
+            begin = at + 1
+    return messages[begin:]
+
+
+def without_half_exchanges(messages: Sequence[AFMessage]) -> list[AFMessage]:
+    """``messages`` without a ``function_result`` whose call is not before it, nor a call never answered.
+
+    Matched by ``call_id`` over the whole loaded view (a call and its result
+    may be in different groups). Only those contents are left out; a message
+    with nothing else left is left out too. ``messages`` are the load's own
+    (decoded for it), so the ones changed are changed in place. A WARNING on
+    ``agentium.agent_framework`` says how many were left out (counts only).
+    """
+    called: set[str] = set()
+    answered: set[str] = set()  # calls whose result follows them
+    for message in messages:
+        for content in message.contents:
+            if content.call_id is None:
+                continue
+            if content.type == "function_call":
+                called.add(content.call_id)
+            elif content.type == "function_result" and content.call_id in called:
+                answered.add(content.call_id)
+    kept: list[AFMessage] = []
+    seen: set[str] = set()  # calls before the content being looked at
+    contents_out = messages_out = 0
+    for message in messages:
+        contents: list[Content] = []
+        for content in message.contents:
+            call_id = content.call_id
+            if content.type == "function_call" and call_id is not None:
+                seen.add(call_id)
+                if _needs_result(content) and call_id not in answered:
+                    contents_out += 1
+                    continue
+            elif content.type == "function_result" and call_id not in seen:
+                contents_out += 1
+                continue
+            contents.append(content)
+        if len(contents) == len(message.contents):
+            kept.append(message)
+        elif contents:
+            message.contents = contents
+            kept.append(message)
+        else:
+            messages_out += 1
+    if contents_out:
+        _log.warning(
+            "get_messages: %d tool call or result contents without their other half in the view left out "
+            "(%d messages with nothing else left out with them)",
+            contents_out,
+            messages_out,
+        )
+    return kept
