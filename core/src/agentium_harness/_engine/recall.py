@@ -122,7 +122,15 @@ async def _close_late(session: object) -> None:
 
 
 async def _close(session: object, state: Round) -> None:
-    """Close the recall session on every path, shielded from the run's cancellation and bounded."""
+    """Close the recall session on every path, shielded from the run's cancellation and bounded.
+
+    A close that fails, or does not finish within :data:`CLOSE_TIMEOUT_S`,
+    is a ``recall_note`` on the turn (its text may quote the store's error),
+    a WARNING on ``agentium.engine.recall`` and the event
+    ``agentium.recall.close_failed`` on the recall span it ran under
+    (``error.type`` only: the close's class name, or ``timeout``), as a
+    late-opened session's close is (:func:`_close_late`).
+    """
     closer = getattr(session, "close", None)
     if closer is None:
         return
@@ -132,8 +140,12 @@ async def _close(session: object, state: Round) -> None:
         except Overrun as over:
             gone = "; abandoned (it did not stop when cancelled)" if over.abandoned else ""
             state.notes.append(f"recall session close did not finish within {CLOSE_TIMEOUT_S}s{gone}")
+            _log.warning("a recall session close did not finish within %ss%s", CLOSE_TIMEOUT_S, gone)
+            current_span_event("agentium.recall.close_failed", {"error.type": "timeout"})
         except Exception as exc:
             state.notes.append(f"recall session close failed: {error_text(exc)}")
+            _log.warning("a recall session could not be closed: %s", error_type(exc))
+            current_span_event("agentium.recall.close_failed", {"error.type": error_type(exc)})
 
 
 async def gather_evidence(
@@ -186,12 +198,14 @@ async def gather_evidence(
             if not callable(getattr(opened, "discover", None)):
                 raise _Failed(f"recall open returned {type(opened).__name__}, not a recall session")
             session = opened
-            return await _gather_open(ticket, state, session, scope, policy, query, hybrid)
+            evidence = await _gather_open(ticket, state, session, scope, policy, query, hybrid)
         finally:
             if session is not None:
                 await _close(session, state)
     except _Failed as exc:
         return _failed(state, query, str(exc))
+    # The session closes after the evidence is built: what its close noted is carried over, not lost.
+    return attrs.evolve(evidence, notes=tuple(state.notes))
 
 
 def _failed(state: Round, query: str, why: str) -> Evidence:

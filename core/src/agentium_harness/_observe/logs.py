@@ -32,7 +32,8 @@ LOGGERS: dict[str, str] = {
     "agentium.engine.recall": (
         "recall partial or failed, omitted sources, contract violations, policy stops, "
         "host documents not confirmed against erasures or taken back (also when an index lands past its "
-        "deadline, or its late answer is refused), recall sessions opened late not closed (WARNING)"
+        "deadline, or its late answer is refused), recall sessions not closed, on time (a close that failed "
+        "or ran past 0.1 s) or opened late (WARNING)"
     ),
     "agentium.engine.request": "host sources omitted from the request (over the source budget)",
     "agentium.engine.turn": "model calls and tools: failed, timed out or refused tools, step limit",
