@@ -280,6 +280,17 @@ async def test_a_closed_store_refuses_calls(store: RedisRecallStore) -> None:
         await _open(store)
 
 
+async def _in_flight(outcome: list[object]) -> None:
+    """Return once the call started beside this task is waiting for its reply (the server is paused).
+
+    Every other task blocked is what marks it: its command was sent and it awaits the reply. A sleep
+    used to stand for that; a stalled machine could let the close come first (the call never in
+    flight) or the pause end first (the call answered). The call must not have ended already.
+    """
+    await anyio.wait_all_tasks_blocked()
+    assert outcome == [], f"the call ended before the close, while the server was paused: {outcome}"
+
+
 async def test_a_read_in_flight_when_the_store_closes_ends_and_leaves_no_connection_open(
     server: ServerProcess, admin: aioredis.Redis
 ) -> None:
@@ -302,7 +313,7 @@ async def test_a_read_in_flight_when_the_store_closes_ends_and_leaves_no_connect
     await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # the read waits for its reply
     async with anyio.create_task_group() as tg:
         tg.start_soon(discover)
-        await anyio.sleep(0.3)
+        await _in_flight(outcome)
         await store.aclose()
     assert isinstance(outcome[0], RedisRecallError) and "closed" in str(outcome[0])
     await anyio.sleep(1.5)  # past the pause: a read sent again would have been answered by now
@@ -329,7 +340,7 @@ async def test_a_write_cut_off_by_the_close_is_settled_truthfully_and_leaves_no_
     await admin.execute_command("CLIENT", "PAUSE", 1500, "ALL")  # the write waits for its reply
     async with anyio.create_task_group() as tg:
         tg.start_soon(write)
-        await anyio.sleep(0.3)
+        await _in_flight(outcome)
         await store.aclose()
     assert isinstance(outcome[0], RedisRecallTimeoutError) and outcome[0].applied is False
     await anyio.sleep(2.0)  # past the pause and the settlement
