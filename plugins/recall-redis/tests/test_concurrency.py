@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -28,13 +29,13 @@ def ctx(seconds: float = 10) -> OpContext:
     return OpContext.with_timeout(seconds)
 
 
-#: How long a read-blocking pause (``ALL``) lasts: it must outlast a stall of the test process between
-#: the pause and the command it holds, and the test waits it out (no client can lift it early).
-READ_PAUSE_MS = 2000
-#: A write-blocking pause (``WRITE``): far past every bound asserted; the test lifts it (``UNPAUSE``).
-WRITE_PAUSE_MS = 30_000
-#: Scheduling slack on a loaded two-core machine, on top of a deadline: under what a pause would add.
-SLACK_S = 1.2
+#: A ``WRITE`` pause: it holds every script call (reads too: the store reads through ``EVALSHA``, and a
+#: WRITE pause holds every script, as one may write) far past every bound asserted, and the test lifts it
+#: with ``UNPAUSE`` (which a WRITE pause lets through) once it has measured what it asserts. An ``ALL``
+#: pause cannot be lifted early, so it had to be short (2 s) and the slack under it shorter still.
+PAUSE_MS = 30_000
+#: Scheduling slack on a loaded two-core machine, on top of a deadline: far under what the pause adds.
+SLACK_S = 10.0
 
 
 async def _discover(store: RedisRecallStore, scope: Scope, query: str) -> list[str]:
@@ -154,18 +155,35 @@ async def test_a_delete_racing_an_update_leaves_a_consistent_source(server: Serv
 # -- cancellation -----------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+async def patient_store(server: ServerProcess) -> AsyncIterator[RedisRecallStore]:
+    """A store whose socket timeout (60 s) outlasts the pause: a call waiting for its reply waits all of it.
+
+    With the default 5 s, a call that was not stopped would end at the socket timeout, inside the slack.
+    """
+    recall = RedisRecallStore(RedisRecallConfig(url=server.url, key_prefix=new_prefix(), socket_timeout_s=60))
+    yield recall
+    await recall.aclose()
+
+
 async def test_a_cancelled_in_flight_command_leaves_no_stale_reply(
-    store: RedisRecallStore, admin: aioredis.Redis
+    patient_store: RedisRecallStore, admin: aioredis.Redis
 ) -> None:
+    store = patient_store
     owner, scope = SourceOwner("cx"), Scope("cx", "u", "s")
     ref = await store.index_document(owner, "d", "zebra alpha", ctx())
     session = await store.open(scope, RecallLimits(), ctx())
-    await admin.execute_command("CLIENT", "PAUSE", READ_PAUSE_MS, "ALL")
+    await admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")  # holds the discover script
     began = time.monotonic()
-    with anyio.move_on_after(0.1) as cancelled:
-        await session.discover("zebra", 4, OpContext())  # no deadline of its own: the cancel scope stops it
-    elapsed = time.monotonic() - began
-    # Waiting for the reply would take the rest of the pause (about 1.9 s).
+    try:
+        with anyio.move_on_after(0.1) as cancelled:
+            await session.discover(
+                "zebra", 4, OpContext()
+            )  # no deadline of its own: the cancel scope stops it
+        elapsed = time.monotonic() - began
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")  # the held command is answered now
+    # Waiting for the reply would take the whole pause (30 s).
     assert cancelled.cancelled_caught and elapsed < 0.1 + SLACK_S, f"the cancel took {elapsed:.2f}s"
     # If the cancelled command's connection went back to the pool, this call would read its reply.
     [v] = await session.validate([ref], ctx())
@@ -180,9 +198,12 @@ async def test_a_deadline_mid_read_raises_and_the_store_goes_on(
     owner, scope = SourceOwner("dl"), Scope("dl", "u", "s")
     ref = await store.index_document(owner, "d", "zebra alpha", ctx())
     session = await store.open(scope, RecallLimits(), ctx())
-    await admin.execute_command("CLIENT", "PAUSE", READ_PAUSE_MS, "ALL")
-    with pytest.raises(OperationCancelledError, match="deadline"):
-        await session.read([ref], 1000, ctx(0.1))
+    await admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")  # holds the read script
+    try:
+        with pytest.raises(OperationCancelledError, match="deadline"):
+            await session.read([ref], 1000, ctx(0.1))
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
     [excerpt] = await session.read([ref], 1000, ctx())
     assert excerpt.text == "zebra alpha"
     await session.close()
@@ -193,7 +214,7 @@ async def test_a_write_cut_off_mid_flight_is_settled_and_never_double_applied(
 ) -> None:
     owner, scope = SourceOwner("tx"), Scope("tx", "u", "s")
     await store.health(ctx())
-    await admin.execute_command("CLIENT", "PAUSE", WRITE_PAUSE_MS, "WRITE")  # the write reaches the server
+    await admin.execute_command("CLIENT", "PAUSE", PAUSE_MS, "WRITE")  # the write reaches the server
     sid = document_source_id(owner, "d")
     revision = digest_of({"title": "", "text": "kiwi text"})
     began = time.monotonic()
