@@ -53,7 +53,8 @@ async def test_a_flooding_retryable_error_is_cut_at_the_cap_and_retried(
     stub: StubServer, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     stub.add(_flood(503, how), _flood(503, how))
-    provider = make_provider(stub, max_reply_bytes=64 * 1024, max_retries=1, timeout_s=5)
+    # timeout_s far past the bound below: a body read past the cap stalls until it (20 s an attempt).
+    provider = make_provider(stub, max_reply_bytes=64 * 1024, max_retries=1, timeout_s=20)
     started = time.monotonic()
     try:
         with caplog.at_level(logging.WARNING, logger="agentium.plugins.provider_openai"):
@@ -61,7 +62,7 @@ async def test_a_flooding_retryable_error_is_cut_at_the_cap_and_retried(
                 await provider.complete(REQUEST, OpContext.with_timeout(30))
     finally:
         await provider.aclose()
-    assert time.monotonic() - started < 4, "the error body was read past the cap (until timeout_s)"
+    assert time.monotonic() - started < 10, "the error body was read past the cap (until timeout_s)"
     assert caught.value.status == 503 and caught.value.attempts == 2
     assert "hi hi" not in str(caught.value)
     cut = [r for r in caplog.records if "error body past max_reply_bytes" in r.getMessage()]
@@ -82,14 +83,14 @@ async def test_a_flooding_refusal_is_cut_at_the_cap_and_keeps_its_status(stub: S
 
 async def test_a_flooding_error_to_the_probe_is_cut_at_the_cap(stub: StubServer) -> None:
     stub.model_replies.append(_flood(500, "stalls after flooding"))
-    provider = make_provider(stub, max_reply_bytes=64 * 1024, probe_timeout_s=5)
+    provider = make_provider(stub, max_reply_bytes=64 * 1024, probe_timeout_s=20)  # far past the bound below
     started = time.monotonic()
     try:
         with pytest.raises(OpenAIStatusError, match=r"HTTP 500.*passed max_reply_bytes"):
             await provider.health(OpContext.with_timeout(30))
     finally:
         await provider.aclose()
-    assert time.monotonic() - started < 4
+    assert time.monotonic() - started < 10  # reading past the cap would stall until probe_timeout_s (20 s)
 
 
 async def test_an_error_answer_within_the_cap_still_quotes_the_servers_message(stub: StubServer) -> None:
