@@ -407,12 +407,15 @@ async def test_one_call_timing_out_on_a_busy_pool_fails_no_other_waiting_call(
     try:
         base = await store.save(KEY, scoped_snapshot(KEY, " base"), None, _ctx())
         results: dict[str, object] = {}
+        short_ended = anyio.Event()
 
         async def call(name: str, run: Any) -> None:
             try:
                 results[name] = await run()
             except Exception as exc:
                 results[name] = exc
+            if name == "short":
+                short_ended.set()
 
         with holding_snapshot_lock(pg_server.admin_dsn(), schema, KEY) as holder:
             async with anyio.create_task_group() as tg:
@@ -421,8 +424,11 @@ async def test_one_call_timing_out_on_a_busy_pool_fails_no_other_waiting_call(
                 )
                 await blocked_backend(pg_server.admin_dsn())  # it holds the pool's one connection
                 tg.start_soon(call, "short", lambda: store.load(KEY, _ctx(0.5)))
-                tg.start_soon(call, "patient", lambda: store.load(KEY, _ctx(10)))
-                await anyio.sleep(1.5)
+                tg.start_soon(call, "patient", lambda: store.load(KEY, _ctx(30)))
+                # The lock is let go once the short call has ended, not after a sleep: a stall could
+                # let the release come first, and the short call then got the connection in time.
+                with anyio.fail_after(30):
+                    await short_ended.wait()
                 holder.rollback()
         assert isinstance(results["short"], PostgresUnavailableError), results
         assert results["holds"] == base + 1, results
