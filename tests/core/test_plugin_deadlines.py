@@ -30,11 +30,7 @@ from _only_plugin import install_only_plugin
 
 from agentium_harness import InvalidArgumentError
 from agentium_harness._cli import main
-from agentium_harness._config import load as config_load_module
-from agentium_harness._config import runtime as config_runtime_module
 from agentium_harness._plugins import deadline as deadline_module
-from agentium_harness._plugins import hook_calls as hook_calls_module
-from agentium_harness._plugins import registry as registry_module
 from agentium_harness._plugins.hookspecs import hookimpl
 from agentium_harness._plugins.registry import PluginRegistry, ProblemStage
 from agentium_harness._plugins.spec import AdapterSpec
@@ -48,8 +44,15 @@ WITHIN_S = 5.0
 #: classes and factories): only the hanging plugin's code gets BOUND_S.
 ROOMY_S = 30.0
 DIST = "agtest-hang"
-#: The CLI's module (``agentium_harness._cli.main`` the attribute is the function of that name).
-cli_main_module = importlib.import_module("agentium_harness._cli.main")
+#: Every module that calls plugin code through ``call_with_deadline`` (each imported the name).
+CALLERS = (
+    "agentium_harness._plugins.deadline",
+    "agentium_harness._plugins.hook_calls",
+    "agentium_harness._plugins.registry",
+    "agentium_harness._config.load",
+    "agentium_harness._config.runtime",
+    "agentium_harness._cli.main",
+)
 #: The one call of each test that hangs (how ``call_with_deadline`` names it): only it gets BOUND_S.
 _HUNG_REGISTRATION = f"agentium_register_providers of plugin {DIST}"
 HANGING_CALL = {
@@ -72,7 +75,7 @@ def only_the_hanging_call_gets_the_short_bound(
     thread of its own: a stall of a loaded machine during any of them failed a test about another
     call. The hanging call still gets the bound the test set, through the path under test (argument,
     ``AGENTIUM_HOOK_TIMEOUT`` or the command's ``timeout_s``); this only raises it for calls meant to
-    succeed. (The subprocess tests run the real thing, unpatched: a dozen calls of well under 10 ms.)
+    succeed. The subprocess test of a hung hook does the same in its script.
     """
     hanging = HANGING_CALL.get(request.node.originalname)
     real = deadline_module.call_with_deadline
@@ -82,15 +85,8 @@ def only_the_hanging_call_gets_the_short_bound(
             timeout_s = ROOMY_S
         return real(call, timeout_s, what, bound)
 
-    for module in (
-        deadline_module,
-        hook_calls_module,
-        registry_module,
-        config_load_module,
-        config_runtime_module,
-        cli_main_module,
-    ):
-        monkeypatch.setattr(module, "call_with_deadline", bounded)
+    for name in CALLERS:
+        monkeypatch.setattr(importlib.import_module(name), "call_with_deadline", bounded)
 
 
 @pytest.fixture
@@ -261,6 +257,19 @@ def test_the_process_exits_although_the_hung_hook_never_returns(tmp_path: Path) 
                 dist=types.SimpleNamespace(name={DIST!r}, version="1.0"), load=lambda: module,
             )
             registry.entry_points_of = lambda group: ([entry], [])
+
+            # Only the hung hook gets the short bound (as the autouse fixture does in-process).
+            import importlib
+            from agentium_harness._plugins import deadline
+            real = deadline.call_with_deadline
+
+            def bounded(call, timeout_s, what, bound=None):
+                if not what.startswith({_HUNG_REGISTRATION!r}):
+                    timeout_s = {ROOMY_S!r}
+                return real(call, timeout_s, what, bound)
+
+            for name in {CALLERS!r}:
+                setattr(importlib.import_module(name), "call_with_deadline", bounded)
             sys.exit(main(sys.argv[1:]))
             """
         ),
