@@ -250,3 +250,66 @@ async def test_guard_a_call_the_framework_never_runs_is_kept_without_a_result(
     ]
     await provider.save_messages("chat-1", saved)
     assert [m.to_dict() for m in await provider.get_messages("chat-1")] == [m.to_dict() for m in saved]
+
+
+async def test_a_call_id_used_again_is_paired_in_order_not_by_id_alone(tmp_path: Path) -> None:
+    # Models reuse call ids across turns (ScriptedProvider here, local models in practice), and
+    # core pairs a result with the earliest unanswered call of its id. Two runs made calls c1 and
+    # c2; the second run's answer and its c2 result retracted leave its c2 call unanswered: the
+    # first run's c2 result answers the first run's call, not this one, which must be left out.
+    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    built = create_harness_runtime(
+        provider=ScriptedProvider(replies=[TWO_CALLS, "Cats.", TWO_CALLS, "Dogs."]),
+        archive=archive,
+        session_store=store,
+        owned=(archive, store),
+        tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
+    )
+    async with built:
+        assert (await built.run(ANA, "chat-1", "First?", grants=["fetch"])).committed
+        assert (await built.run(ANA, "chat-1", "Second?", grants=["fetch"])).committed
+        await built.retract(ANA, "chat-1", count=2, reason="undo")
+        loaded = await AgentiumHistoryProvider(built, ANA).get_messages("chat-1")
+        assert kinds(loaded)[5:] == [
+            ("user", ["Second?"]),
+            ("assistant", ["Let me look at both pages.", "function_call c1"]),
+            ("tool", ["function_result c1"]),
+        ]
+        assert halves_in_order(await run_agent(read_only(built))) == []
+
+
+async def test_a_result_of_a_call_already_answered_is_left_out(runtime: HarnessRuntime) -> None:
+    # A second result for one call (saved twice by a host) answers nothing: sent, the chat APIs
+    # refuse a tool message that follows no unanswered call. The first result is kept.
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    call = AFMessage("assistant", [Content.from_function_call(call_id="w1", name="weather", arguments={})])
+    result = AFMessage("tool", [Content.from_function_result(call_id="w1", result="sunny")])
+    await provider.save_messages("chat-1", [AFMessage("user", ["Weather?"]), call, result])
+    await provider.save_messages("chat-1", [AFMessage("user", ["Again?"]), result])
+    loaded = await provider.get_messages("chat-1")
+    assert kinds(loaded) == [
+        ("user", ["Weather?"]),
+        ("assistant", ["function_call w1"]),
+        ("tool", ["function_result w1"]),
+        ("user", ["Again?"]),
+    ]
+    assert halves_in_order(await run_agent(read_only(runtime))) == []
+
+
+def halves_in_order(messages: Sequence[AFMessage]) -> list[tuple[str, str]]:
+    """As :func:`halves`, pairing each result with the earliest unanswered call of its id (as core)."""
+    out: list[tuple[str, str]] = []
+    pending: dict[str, int] = {}
+    for message in messages:
+        for content in message.contents:
+            if content.type == "function_call" and content.call_id is not None:
+                if not content.informational_only and not content.hosted:
+                    pending[content.call_id] = pending.get(content.call_id, 0) + 1
+            elif content.type == "function_result":
+                if pending.get(str(content.call_id), 0) == 0:
+                    out.append(("result without call", str(content.call_id)))
+                else:
+                    pending[str(content.call_id)] -= 1
+    out.extend(("call without result", c) for c, n in pending.items() for _ in range(n))
+    return out

@@ -18,6 +18,7 @@ and writes history.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
@@ -64,41 +65,51 @@ def whole_exchanges(messages: list[Message]) -> list[Message]:
     return messages[begin:]
 
 
-def without_half_exchanges(messages: Sequence[AFMessage]) -> list[AFMessage]:
-    """``messages`` without a ``function_result`` whose call is not before it, nor a call never answered.
+def _unpaired(messages: Sequence[AFMessage]) -> set[tuple[int, int]]:
+    """The (message, content) indexes of the calls and results that have no other half in ``messages``.
 
-    Matched by ``call_id`` over the whole loaded view (a call and its result
-    may be in different groups). Only those contents are left out; a message
-    with nothing else left is left out too. ``messages`` are the load's own
-    (decoded for it), so the ones changed are changed in place. A WARNING on
-    ``agentium.agent_framework`` says how many were left out (counts only).
+    A result answers the earliest call of its ``call_id`` before it still
+    unanswered, as core pairs them: models use a call id again (another turn,
+    another run), so an id answered once is no proof that a later call of
+    it was, and a second result of an answered call answers nothing. A call
+    the framework never runs itself (:func:`_needs_result`) is never unpaired.
     """
-    called: set[str] = set()
-    answered: set[str] = set()  # calls whose result follows them
-    for message in messages:
-        for content in message.contents:
-            if content.call_id is None:
-                continue
-            if content.type == "function_call":
-                called.add(content.call_id)
-            elif content.type == "function_result" and content.call_id in called:
-                answered.add(content.call_id)
-    kept: list[AFMessage] = []
-    seen: set[str] = set()  # calls before the content being looked at
-    contents_out = messages_out = 0
-    for message in messages:
-        contents: list[Content] = []
-        for content in message.contents:
+    pending: dict[str, deque[tuple[int, int]]] = {}  # call id -> its unanswered calls, oldest first
+    out: set[tuple[int, int]] = set()
+    for at, message in enumerate(messages):
+        for index, content in enumerate(message.contents):
             call_id = content.call_id
             if content.type == "function_call" and call_id is not None:
-                seen.add(call_id)
-                if _needs_result(content) and call_id not in answered:
-                    contents_out += 1
-                    continue
-            elif content.type == "function_result" and call_id not in seen:
-                contents_out += 1
-                continue
-            contents.append(content)
+                pending.setdefault(call_id, deque()).append((at, index))
+            elif content.type == "function_result":
+                calls = pending.get(call_id) if call_id is not None else None
+                if calls:
+                    calls.popleft()
+                else:
+                    out.add((at, index))
+    for calls in pending.values():
+        out.update((at, index) for at, index in calls if _needs_result(messages[at].contents[index]))
+    return out
+
+
+def without_half_exchanges(messages: Sequence[AFMessage]) -> list[AFMessage]:
+    """``messages`` without a ``function_result`` answering no call before it, nor a call never answered.
+
+    Paired in order over the whole loaded view (a call and its result may be
+    in different groups; see :func:`_unpaired`). Only those contents are left
+    out; a message with nothing else left is left out too. ``messages`` are
+    the load's own (decoded for it), so the ones changed are changed in
+    place. A WARNING on ``agentium.agent_framework`` says how many were
+    left out (counts only).
+    """
+    unpaired = _unpaired(messages)
+    if not unpaired:  # the usual load: every exchange whole
+        return list(messages)
+    kept: list[AFMessage] = []
+    contents_out = messages_out = 0
+    for at, message in enumerate(messages):
+        contents = [c for index, c in enumerate(message.contents) if (at, index) not in unpaired]
+        contents_out += len(message.contents) - len(contents)
         if len(contents) == len(message.contents):
             kept.append(message)
         elif contents:
