@@ -313,3 +313,19 @@ def halves_in_order(messages: Sequence[AFMessage]) -> list[tuple[str, str]]:
                     pending[str(content.call_id)] -= 1
     out.extend(("call without result", c) for c, n in pending.items() for _ in range(n))
     return out
+
+
+async def test_a_host_replaying_a_load_that_left_a_call_out_stores_only_its_new_message(
+    runtime: HarnessRuntime,
+) -> None:
+    # A host replaying the transcript as input (a chat UI) replays what the load gave it: the
+    # assistant message without the call no result answers. It must be found as the message
+    # stored (with the call), or the whole transcript would be stored again, a copy of itself.
+    assert (await runtime.run(ANA, "chat-1", "What do the pages say?", grants=["fetch"])).committed
+    await runtime.retract(ANA, "chat-1", count=2, reason="undo")
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    loaded = await provider.get_messages("chat-1")
+    await provider.save_messages("chat-1", [*loaded, AFMessage("user", ["And now?"])])
+    newest = (await runtime.read_history(ANA, "chat-1", max_groups=1)).groups[-1]
+    assert [m.content for m in newest.messages] == ["And now?"]
+    assert kinds(await provider.get_messages("chat-1")) == [*kinds(loaded), ("user", ["And now?"])]

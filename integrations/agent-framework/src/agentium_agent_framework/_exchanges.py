@@ -17,6 +17,7 @@ and writes history.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections import deque
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ from agent_framework import Message as AFMessage
 
 from agentium_harness import Message, Role
 
-__all__ = ["whole_exchanges", "without_half_exchanges"]
+__all__ = ["as_loaded", "whole_exchanges", "without_half_exchanges"]
 
 _log: Final = logging.getLogger("agentium.agent_framework")
 
@@ -65,7 +66,7 @@ def whole_exchanges(messages: list[Message]) -> list[Message]:
     return messages[begin:]
 
 
-def _unpaired(messages: Sequence[AFMessage]) -> set[tuple[int, int]]:
+def _unpaired(messages: Sequence[AFMessage | None]) -> set[tuple[int, int]]:
     """The (message, content) indexes of the calls and results that have no other half in ``messages``.
 
     A result answers the earliest call of its ``call_id`` before it still
@@ -74,13 +75,15 @@ def _unpaired(messages: Sequence[AFMessage]) -> set[tuple[int, int]]:
     it was, and a second result of an answered call answers nothing. A call
     the framework never runs itself (:func:`_needs_result`) is never unpaired.
     """
-    pending: dict[str, deque[tuple[int, int]]] = {}  # call id -> its unanswered calls, oldest first
+    pending: dict[str, deque[tuple[int, int, Content]]] = {}  # call id -> its unanswered calls, oldest first
     out: set[tuple[int, int]] = set()
     for at, message in enumerate(messages):
+        if message is None:  # another framework's message (a save's replay check): no call of ours
+            continue
         for index, content in enumerate(message.contents):
             call_id = content.call_id
             if content.type == "function_call" and call_id is not None:
-                pending.setdefault(call_id, deque()).append((at, index))
+                pending.setdefault(call_id, deque()).append((at, index, content))
             elif content.type == "function_result":
                 calls = pending.get(call_id) if call_id is not None else None
                 if calls:
@@ -88,7 +91,7 @@ def _unpaired(messages: Sequence[AFMessage]) -> set[tuple[int, int]]:
                 else:
                     out.add((at, index))
     for calls in pending.values():
-        out.update((at, index) for at, index in calls if _needs_result(messages[at].contents[index]))
+        out.update((at, index) for at, index, call in calls if _needs_result(call))
     return out
 
 
@@ -125,3 +128,38 @@ def without_half_exchanges(messages: Sequence[AFMessage]) -> list[AFMessage]:
             messages_out,
         )
     return kept
+
+
+def as_loaded(messages: Sequence[AFMessage | None]) -> list[AFMessage | None] | None:
+    """The view's last ``messages`` as a load hands them out, or ``None`` when that is them as they are.
+
+    For a save's replay check (:mod:`._replay`): a host that replays what a
+    load gave it replays its messages without the calls no result answers
+    (:func:`without_half_exchanges`), and such a message must still be
+    found as the one stored. Only unanswered calls are left out here: every
+    result of a call in the view's tail is in that tail (it follows its
+    call), so the tail decides them as the load does; whether a result's
+    call is in a load depends on where the load began, which a tail read
+    newest first does not know. New messages, the given ones unchanged;
+    ``None`` (another framework's message) stays.
+    """
+    calls_out = {
+        (at, index)
+        for at, index in _unpaired(messages)
+        if messages[at].contents[index].type == "function_call"  # type: ignore[union-attr]
+    }
+    if not calls_out:
+        return None
+    shown: list[AFMessage | None] = []
+    for at, message in enumerate(messages):
+        if message is None:
+            shown.append(None)
+            continue
+        contents = [c for index, c in enumerate(message.contents) if (at, index) not in calls_out]
+        if len(contents) == len(message.contents):
+            shown.append(message)
+        elif contents:
+            trimmed = copy.copy(message)
+            trimmed.contents = contents
+            shown.append(trimmed)
+    return shown

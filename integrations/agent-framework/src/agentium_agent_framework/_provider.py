@@ -36,7 +36,7 @@ from ._arguments import checked_options
 from ._exchanges import whole_exchanges, without_half_exchanges
 from ._messages import MESSAGE_FORMAT, ForeignMessageError, from_agentium, listed, to_agentium
 from ._read_fences import ReadFences, RunLoads
-from ._replay import Identity, decided, message_identity, new_messages
+from ._replay import Identity, Tail, message_identity
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -529,15 +529,14 @@ class AgentiumHistoryProvider(HistoryProvider):
         a new one. ``None`` when the session changed between two pages.
         """
         count, budget = len(incoming), max(self.max_bytes, MAX_APPEND_BYTES)
-        identities: list[Identity | None] = []
-        roles: list[str | None] = []
+        tail = Tail()  # the view's last messages read, oldest first
         used = 0  # canonical bytes of the groups read (the seams once)
         first: HistoryPage | None = None
         seam: HistoryGroup | None = None
         step = 1  # groups a page reads: one first (it usually decides), then twice as many each page
         while True:
             # Each group shown holds at least one message: never more groups than messages still wanted.
-            wanted = count - len(identities)
+            wanted = count - len(tail)
             # No copy: the messages are only compared, never kept or changed.
             if first is None:
                 asked = 1
@@ -558,22 +557,17 @@ class AgentiumHistoryProvider(HistoryProvider):
                     return None
                 page = later
                 groups = page.groups[:-1]  # the seam's messages are read already
-            older: list[Identity | None] = []
-            older_roles: list[str | None] = []
+            older: list[AFMessage | None] = []
             for group in groups:
                 used += group.size_bytes
                 for m in group.messages:
                     try:
-                        decoded = from_agentium(m, "")
+                        older.append(from_agentium(m, ""))
                     except ForeignMessageError:  # another framework's message: it repeats nothing of ours
                         older.append(None)
-                        older_roles.append(None)
-                        continue
-                    older.append(message_identity(decoded))
-                    older_roles.append(str(decoded.role))
-            identities[:0], roles[:0] = older, older_roles
-            if page.next_before_seq is None or len(identities) >= count or decided(identities, incoming):
-                return new_messages(identities[-count:], roles[-count:], incoming), first.snapshot_revision
+            tail.prepend(older)
+            if page.next_before_seq is None or len(tail) >= count or tail.decided(incoming):
+                return tail.repeated(incoming), first.snapshot_revision
             if len(page.groups) < asked or used >= budget:  # core stopped at the bound: undecided
                 raise _replay_refused(sid, budget)
             seam = page.groups[0]

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 
 from agent_framework import Message as AFMessage
 
-__all__ = ["decided", "message_identity", "new_messages"]
+from ._exchanges import as_loaded
+
+__all__ = ["Tail", "decided", "message_identity", "new_messages"]
 
 Identity = tuple[str, ...]
 
@@ -94,3 +96,55 @@ def decided(existing: Sequence[Identity | None], incoming: Sequence[Identity]) -
         return True
     got = "".join(codes[identity] for identity in incoming)
     return got.find("".join(c for c in have if c is not None), 1) == -1
+
+
+class Tail:
+    """The view's last messages a save's replay check has read, oldest first (``None``: another framework's).
+
+    A host may replay what a load handed it, and a load leaves out the calls
+    no result answers (what a partial retraction leaves, :mod:`._exchanges`):
+    such a message must still be found as the one stored, or the whole
+    replayed transcript would be stored again. So the tail is compared both
+    as stored and as a load hands it out (:func:`._exchanges.as_loaded`),
+    and the longer overlap found is taken.
+    """
+
+    def __init__(self) -> None:
+        self._messages: list[AFMessage | None] = []
+        self._identities: list[Identity | None] = []
+        self._roles: list[str | None] = []
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def prepend(self, older: list[AFMessage | None]) -> None:
+        """Add the messages of an older page (oldest first) before those read so far."""
+        self._messages[:0] = older
+        self._identities[:0] = [None if m is None else message_identity(m) for m in older]
+        self._roles[:0] = [None if m is None else str(m.role) for m in older]
+
+    def _loaded(self) -> tuple[list[Identity | None], list[str | None]] | None:
+        """The identities and roles of the tail as a load hands it out; ``None``: as stored."""
+        shown = as_loaded(self._messages)
+        if shown is None:
+            return None
+        return (
+            [None if m is None else message_identity(m) for m in shown],
+            [None if m is None else str(m.role) for m in shown],
+        )
+
+    def decided(self, incoming: Sequence[Identity]) -> bool:
+        """Whether the tail read decides :meth:`repeated`, both as stored and as loaded (:func:`decided`)."""
+        if not decided(self._identities, incoming):
+            return False
+        loaded = self._loaded()
+        return loaded is None or decided(loaded[0], incoming)
+
+    def repeated(self, incoming: Sequence[Identity]) -> int:
+        """How many of the first ``incoming`` repeat the tail (:func:`new_messages`), stored or loaded."""
+        count = len(incoming)
+        skip = new_messages(self._identities[-count:], self._roles[-count:], incoming)
+        loaded = self._loaded()
+        if loaded is not None:
+            skip = max(skip, new_messages(loaded[0][-count:], loaded[1][-count:], incoming))
+        return skip
