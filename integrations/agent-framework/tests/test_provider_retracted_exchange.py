@@ -253,8 +253,8 @@ async def test_guard_a_call_the_framework_never_runs_is_kept_without_a_result(
 
 
 async def test_a_call_id_used_again_is_paired_in_order_not_by_id_alone(tmp_path: Path) -> None:
-    # Models reuse call ids across turns (ScriptedProvider here, local models in practice), and
-    # core pairs a result with the earliest unanswered call of its id. Two runs made calls c1 and
+    # Models reuse call ids across turns (ScriptedProvider here, local models in practice): a
+    # result answers an unanswered call of its id, not any call of it. Two runs made calls c1 and
     # c2; the second run's answer and its c2 result retracted leave its c2 call unanswered: the
     # first run's c2 result answers the first run's call, not this one, which must be left out.
     config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
@@ -298,7 +298,7 @@ async def test_a_result_of_a_call_already_answered_is_left_out(runtime: HarnessR
 
 
 def halves_in_order(messages: Sequence[AFMessage]) -> list[tuple[str, str]]:
-    """As :func:`halves`, pairing each result with the earliest unanswered call of its id (as core)."""
+    """As :func:`halves`, counting: each result must follow an unanswered call of its id."""
     out: list[tuple[str, str]] = []
     pending: dict[str, int] = {}
     for message in messages:
@@ -329,3 +329,29 @@ async def test_a_host_replaying_a_load_that_left_a_call_out_stores_only_its_new_
     newest = (await runtime.read_history(ANA, "chat-1", max_groups=1)).groups[-1]
     assert [m.content for m in newest.messages] == ["And now?"]
     assert kinds(await provider.get_messages("chat-1")) == [*kinds(loaded), ("user", ["And now?"])]
+
+
+async def test_a_result_answers_the_latest_unanswered_call_of_its_id_not_an_older_one(
+    runtime: HarnessRuntime,
+) -> None:
+    # A call saved without its result (a run that stopped before the tool ran), then a run()
+    # whose model used the same call id again: the run's result answers the run's own call. Paired
+    # with the older call instead, the load kept that call (followed by the user's next words: the
+    # chat APIs refuse it) and left the run's call out while keeping its result.
+    provider = AgentiumHistoryProvider(runtime, ANA)
+    stopped = AFMessage(
+        "assistant", ["Checking.", Content.from_function_call(call_id="c2", name="fetch", arguments={})]
+    )
+    await provider.save_messages("chat-1", [AFMessage("user", ["Weather?"]), stopped])
+    assert (await runtime.run(ANA, "chat-1", "What do the pages say?", grants=["fetch"])).committed
+    loaded = await provider.get_messages("chat-1")
+    assert kinds(loaded) == [
+        ("user", ["Weather?"]),
+        ("assistant", ["Checking."]),
+        ("user", ["What do the pages say?"]),
+        ("assistant", ["Let me look at both pages.", "function_call c1", "function_call c2"]),
+        ("tool", ["function_result c1"]),
+        ("tool", ["function_result c2"]),
+        ("assistant", ["Both pages are about cats."]),
+    ]
+    assert halves_in_order(await run_agent(read_only(runtime))) == []

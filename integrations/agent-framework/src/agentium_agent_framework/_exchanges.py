@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
@@ -69,13 +68,17 @@ def whole_exchanges(messages: list[Message]) -> list[Message]:
 def _unpaired(messages: Sequence[AFMessage | None]) -> set[tuple[int, int]]:
     """The (message, content) indexes of the calls and results that have no other half in ``messages``.
 
-    A result answers the earliest call of its ``call_id`` before it still
-    unanswered, as core pairs them: models use a call id again (another turn,
-    another run), so an id answered once is no proof that a later call of
-    it was, and a second result of an answered call answers nothing. A call
-    the framework never runs itself (:func:`_needs_result`) is never unpaired.
+    A result answers the latest call of its ``call_id`` before it still
+    unanswered: models use a call id again (another turn, another run), so
+    an id answered once is no proof that a later call of it was, a call
+    left unanswered (its result retracted, or never saved) is no call a
+    later result of its id answers (the result answers the call the model
+    just made), and a second result of an answered call answers nothing.
+    (Within one group of ``run()`` every call is answered before the next
+    assistant message, so this pairs them as core does.) A call the
+    framework never runs itself (:func:`_needs_result`) is never unpaired.
     """
-    pending: dict[str, deque[tuple[int, int, Content]]] = {}  # call id -> its unanswered calls, oldest first
+    pending: dict[str, list[tuple[int, int, Content]]] = {}  # call id -> its unanswered calls, oldest first
     out: set[tuple[int, int]] = set()
     for at, message in enumerate(messages):
         if message is None:  # another framework's message (a save's replay check): no call of ours
@@ -83,11 +86,11 @@ def _unpaired(messages: Sequence[AFMessage | None]) -> set[tuple[int, int]]:
         for index, content in enumerate(message.contents):
             call_id = content.call_id
             if content.type == "function_call" and call_id is not None:
-                pending.setdefault(call_id, deque()).append((at, index, content))
+                pending.setdefault(call_id, []).append((at, index, content))
             elif content.type == "function_result":
                 calls = pending.get(call_id) if call_id is not None else None
                 if calls:
-                    calls.popleft()
+                    calls.pop()
                 else:
                     out.add((at, index))
     for calls in pending.values():
