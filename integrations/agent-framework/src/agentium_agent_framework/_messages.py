@@ -44,7 +44,9 @@ class ForeignMessageError(InvalidArgumentError):
     """History holds something that is not an Agent Framework message, or a message cannot be stored.
 
     On ``save_messages`` nothing was written. On ``get_messages`` the read
-    failed closed: nothing was skipped and nothing was changed.
+    failed closed: nothing was skipped and nothing was changed. Its text
+    names no message content, only the type of what was raised and where
+    (which message); the exception the message raised is its ``__cause__``.
     """
 
 
@@ -171,8 +173,11 @@ def from_agentium(message: Message, where: str) -> AFMessage:
         try:
             return AFMessage.from_dict(message.payload)
         except Exception as exc:  # the framework's own decoder: any failure is damage, never skipped
+            # Only the exception's type: its text may quote the stored message (the decoder names
+            # what it read), and errors carry no user's words. The exception is kept as __cause__.
             raise ForeignMessageError(
-                f"{where} does not decode as an Agent Framework message: {exc}"
+                f"{where} does not decode as an Agent Framework message ({type(exc).__name__} raised "
+                "by Message.from_dict); the history is damaged: nothing was skipped or changed"
             ) from exc
     if message.payload_format is not None:
         raise ForeignMessageError(
