@@ -37,6 +37,7 @@ from ._exchanges import whole_exchanges, without_half_exchanges
 from ._messages import MESSAGE_FORMAT, ForeignMessageError, from_agentium, listed, to_agentium
 from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, Tail, message_identity
+from ._restarts import Restarts
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -57,8 +58,6 @@ DEFAULT_MAX_MESSAGES: Final = 200
 DEFAULT_MAX_BYTES: Final = MAX_APPEND_BYTES
 #: Reads of the view's tail a save makes while other writes keep landing before it gives up.
 _SAVE_RESTARTS: Final = 5
-#: Times ``get_messages`` starts again when the view changed between two of its pages.
-_READ_RESTARTS: Final = 3
 #: Session ids whose loads' erasure fences a provider keeps (the least recently loaded go first).
 MAX_READ_FENCES: Final = 4096
 #: The largest ``max_messages`` a provider takes.
@@ -137,6 +136,8 @@ class AgentiumHistoryProvider(HistoryProvider):
     this runtime holds the session), losing a compare-and-set race, or
     refused uncommitted with the session unchanged (an erasure of the
     tenant ran meanwhile) are retried with back-off for up to ``busy_timeout_s``.
+    A load whose pages a change split reads again for at least 3 attempts,
+    and with back-off until ``busy_timeout_s`` is spent (:mod:`._restarts`).
     """
 
     DEFAULT_SOURCE_ID: Final = "agentium"
@@ -258,7 +259,8 @@ class AgentiumHistoryProvider(HistoryProvider):
     ) -> list[AFMessage]:
         """The newest messages of the view, oldest first: within ``max_messages`` and ``max_bytes``."""
         sid = self._session(session_id)
-        for _ in range(_READ_RESTARTS):
+        restarts = Restarts(self.busy_timeout_s)  # each change is a writer committing: go on a while
+        async for _ in restarts:
             newest = await self._newest(sid)
             if newest is not None:
                 chosen, fence = newest
@@ -268,7 +270,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                 return decoded
         refused = SessionConflictError(
             f"the view of session {sid!r} changed between the pages of every read "
-            f"({_READ_RESTARTS} attempts); nothing was changed: load again"
+            f"({restarts.made} attempts); nothing was changed: load again"
         )
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused
