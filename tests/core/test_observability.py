@@ -283,6 +283,21 @@ async def test_a_keyed_hash_differs_from_the_plain_one() -> None:
     assert ids[0] != ids[1]
 
 
+def test_an_empty_hash_key_is_refused_naming_how_to_get_plain_hashes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # "" gave plain SHA-256 silently, and hid a key set in AGENTIUM_TELEMETRY_HASH_KEY (only None reads it).
+    from agentium_harness import InvalidArgumentError
+
+    monkeypatch.setenv("AGENTIUM_TELEMETRY_HASH_KEY", "env-secret")
+    with pytest.raises(InvalidArgumentError, match=r"non-empty secret.*leave it None"):
+        Telemetry(hash_key="")
+    keyed = Telemetry().resolve()
+    assert keyed.key == b"env-secret" and keyed.ident("a") != Telemetry(hash_key="x").resolve().ident("a")
+    monkeypatch.setenv("AGENTIUM_TELEMETRY_HASH_KEY", "")  # an empty variable is no key, as unset
+    assert Telemetry().resolve().key == b""
+
+
 class Broken(SpanProcessor):
     def __init__(self) -> None:
         # A class of its own per test: the instrumentation reports each kind of failure once.

@@ -287,3 +287,15 @@ def test_a_recall_policy_with_a_bad_part_is_refused_when_built(kwargs: dict[str,
     with pytest.raises(InvalidArgumentError, match=said):
         RecallPolicy(**fields)
     assert RecallPolicy("mine", good.decide, rank=score_order).rank is score_order
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("abc", b"x"), (b"abc", "x"), (None, b"x"), (b"abc", None), (b"", b"x")]
+)
+def test_replace_once_refuses_what_is_not_bytes_when_built(old: object, new: object) -> None:
+    # A str raised a bare TypeError only when the transform ran ('a bytes-like object is required').
+    from agentium_harness.testing import replace_once
+
+    with pytest.raises(InvalidArgumentError, match=r"old|new"):
+        replace_once(old, new)(b"abcabc")  # type: ignore[arg-type]
+    assert replace_once(b"abc", b"x")(b"abcabc") == b"xabc"

@@ -47,9 +47,16 @@ def _bool(instance: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise InvalidArgumentError(f"Telemetry.{attribute.name} must be True or False, got {value!r}")
 
 
-def _optional_str(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def _optional_key(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise InvalidArgumentError(f"Telemetry.{attribute.name} must be a string or None")
+    if value == "":
+        # "" is no key: the hashes would be plain SHA-256 (and AGENTIUM_TELEMETRY_HASH_KEY, which
+        # only None reads, ignored), while the setting reads as if a key were given.
+        raise InvalidArgumentError(
+            f"Telemetry.{attribute.name} must be a non-empty secret; for plain SHA-256 hashes leave "
+            f"it None with {HASH_KEY_ENV} unset (or set hash_ids=False to show ids as they are)"
+        )
 
 
 @attrs.frozen(slots=True)
@@ -68,14 +75,17 @@ class Telemetry:
       ``False`` shows them as they are.
     - ``hash_key``: a secret that makes the hashes keyed (HMAC-SHA-256), so
       guessable ids cannot be recovered by hashing guesses; ``None`` reads
-      ``AGENTIUM_TELEMETRY_HASH_KEY``, and without either the hash is plain SHA-256.
+      ``AGENTIUM_TELEMETRY_HASH_KEY``, and without either (the variable unset
+      or empty) the hash is plain SHA-256. ``""`` is no key and is refused
+      with :class:`~agentium_harness.InvalidArgumentError`: leave it ``None``
+      for plain hashes.
     """
 
     tracer_provider: Any = attrs.field(default=None, validator=_provider("tracer_provider", "get_tracer"))
     meter_provider: Any = attrs.field(default=None, validator=_provider("meter_provider", "get_meter"))
     capture_content: bool | None = attrs.field(default=None, validator=_optional_bool)
     hash_ids: bool = attrs.field(default=True, validator=_bool)
-    hash_key: str | None = attrs.field(default=None, validator=_optional_str, repr=False)
+    hash_key: str | None = attrs.field(default=None, validator=_optional_key, repr=False)
 
     def resolve(self) -> Resolved:
         """These settings with the environment's defaults filled in (read once, here)."""

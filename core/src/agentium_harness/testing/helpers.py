@@ -359,8 +359,15 @@ def replace_once(old: bytes, new: bytes) -> Callable[[bytes], bytes]:
 
     Raises ``LookupError`` when ``old`` is not in the bytes (the stored form
     is compressed or encrypted, say), so a suite can skip instead of passing
-    a test that corrupted nothing.
+    a test that corrupted nothing. ``old`` or ``new`` that is not ``bytes``
+    (a ``str``, say), or an empty ``old`` (found everywhere, it would corrupt
+    nothing it names), is :class:`InvalidArgumentError` at once (a ``str``
+    raised a bare ``TypeError`` when the transform ran).
     """
+    old = require_instance(old, bytes, "old")
+    new = require_instance(new, bytes, "new")
+    if not old:
+        raise InvalidArgumentError("old must not be empty: it would match at every position")
 
     def transform(data: bytes) -> bytes:
         if old not in data:
