@@ -12,14 +12,15 @@ and how each part is written in its group's canonical JSON. Re-exported from
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable
 from json.encoder import encode_basestring as _json_string
 from typing import Any, ClassVar, Final
 
 import attrs
 
-from ._codec import canonical_json, unstructure
-from ._errors import EncodingError, InvalidArgumentError
+from ._codec import MAX_ARGUMENT_DEPTH, canonical_json, json_depth_exceeds, unstructure
+from ._errors import EncodingError, InvalidArgumentError, InvalidIdError
 from ._history_controls import TurnInterruption
 from ._scope import Scope, validate_id
 from ._tuples import tuple_of_tool_calls
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MAX_PAYLOAD_FORMAT_LENGTH",
     "PARTS_HAND_BUILT",
+    "PAYLOAD_FORMAT",
     "Message",
     "RetainedRecord",
     "Role",
@@ -43,6 +45,8 @@ __all__ = [
     "messages_tokens",
     "retained_data",
     "retained_json_text",
+    "stored_messages_issue",
+    "stored_parts_need_checking",
     "usual_retained",
 ]
 
@@ -50,6 +54,8 @@ __all__ = [
 MAX_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
 #: Longest ``Message.payload_format`` name, in characters.
 MAX_PAYLOAD_FORMAT_LENGTH: Final = 128
+#: A well-formed ``Message.payload_format`` name (``append`` and the stored-data decoders hold to it).
+PAYLOAD_FORMAT: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*")
 
 
 def estimate_tokens(text: str) -> int:
@@ -393,3 +399,71 @@ def retained_json_text(retained: RetainedRecord) -> str | None:
         f'"summary_policy":{policy},"summary_version":{version},'
         f'"uncertainty":[{",".join(map(_json_string, uncertainty))}]}}'
     )
+
+
+def stored_parts_need_checking(data: bytes, payload_level: int) -> bool:
+    """Whether stored JSON ``data`` could hold a payload or arguments over ``append``'s bounds.
+
+    ``payload_level`` is how many arrays and objects a message's payload sits
+    inside in ``data`` (3 in a group's encoding: the group, its messages'
+    list, the message). A text no longer than :data:`MAX_PAYLOAD_BYTES` and
+    nesting no deeper than ``payload_level + MAX_ARGUMENT_DEPTH`` cannot hold
+    one (arguments sit deeper than a payload), so most rows need no more than
+    this scan at C speed; otherwise :func:`stored_messages_issue` checks each part.
+    """
+    return len(data) > MAX_PAYLOAD_BYTES or json_depth_exceeds(data, payload_level + MAX_ARGUMENT_DEPTH)
+
+
+def _part_issue(part: object, what: str) -> str | None:
+    encoded = canonical_json(part)  # decoded from canonical JSON: plain data, it encodes
+    if len(encoded) > MAX_PAYLOAD_BYTES:
+        return f"{what} is {len(encoded)} bytes as canonical JSON, over the limit of {MAX_PAYLOAD_BYTES}"
+    if json_depth_exceeds(encoded, MAX_ARGUMENT_DEPTH):
+        return f"{what}: nested deeper than {MAX_ARGUMENT_DEPTH} levels of arrays and objects"
+    return None
+
+
+def stored_messages_issue(messages: tuple[Message, ...], data: bytes, payload_level: int) -> str | None:
+    """What ``append`` would have refused in messages decoded from stored ``data``, or ``None``.
+
+    The decoders of stored groups and snapshots call it on what they decoded:
+    a digest is unkeyed, so a record written by something other than
+    Agentium can match its digest and still hold what the public API never
+    commits. The types and what the constructors check (a role, each tool
+    call's id and name) are the strict decode's; here, what ``append``
+    checks besides: a ``tool_call_id`` that is an id (``validate_id``: not
+    empty, no control character, at most 256 characters), ``payload`` and
+    ``payload_format`` together or neither, a format matching
+    :data:`PAYLOAD_FORMAT` within :data:`MAX_PAYLOAD_FORMAT_LENGTH`, and
+    each payload and each tool call's arguments within
+    :data:`MAX_PAYLOAD_BYTES` and :data:`MAX_ARGUMENT_DEPTH` levels (looked
+    at one by one only when :func:`stored_parts_need_checking` says ``data``
+    could hold one over them; ``payload_level`` is its argument). Content is
+    free text (a lone surrogate never decodes).
+    """
+    check_parts: bool | None = None  # found out at the first payload or tool call, if any
+    for index, message in enumerate(messages):
+        call_id = message.tool_call_id
+        if call_id is not None:
+            try:
+                validate_id(call_id, "tool_call_id")
+            except InvalidIdError as exc:
+                return f"message {index}: {exc}"
+        payload, payload_format = message.payload, message.payload_format
+        if payload is None and payload_format is None and not message.tool_calls:
+            continue  # a text message (most): nothing more to look at
+        if (payload is None) != (payload_format is None):
+            return f"message {index}: payload and payload_format must be set together"
+        if payload_format is not None and (
+            len(payload_format) > MAX_PAYLOAD_FORMAT_LENGTH or not PAYLOAD_FORMAT.fullmatch(payload_format)
+        ):
+            return f"message {index}: payload_format {payload_format[:80]!r} is not a well-formed name"
+        if check_parts is None:
+            check_parts = stored_parts_need_checking(data, payload_level)
+        if check_parts:
+            issue = None if payload is None else _part_issue(payload, f"message {index}: payload")
+            for call in message.tool_calls:
+                issue = issue or _part_issue(call.arguments, f"message {index}: tool call arguments")
+            if issue is not None:
+                return issue
+    return None

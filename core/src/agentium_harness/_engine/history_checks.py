@@ -33,6 +33,7 @@ from .._history import (
     ToolCall,
     match_tool_results,
 )
+from .._history_messages import PAYLOAD_FORMAT
 from .._json import same_plain_json
 from .._text import cut_text
 from .._validators import check_count, exact_int, lone_surrogate_at, shown_number, validate_id
@@ -76,7 +77,7 @@ MAX_RETRACTION_SPANS: Final = 10_000
 #: A retraction's or reset's reason is cut to this many UTF-8 bytes.
 MAX_REASON_BYTES: Final = 1024
 
-_FORMAT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]*")
+_FORMAT: Final = PAYLOAD_FORMAT  # one rule with the stored-data decoders
 #: Digits of the longest integer Python decodes by default (``sys.int_info.default_max_str_digits``).
 #: A process that raised its own limit could write a longer one that every process left at the
 #: default (a reader, a later version of the host) fails to decode: committed history unreadable.

@@ -17,6 +17,7 @@ import attrs
 from .._codec import digest_bytes, from_json
 from .._errors import ArchiveCorruptError, InvalidArgumentError, RecordDecodeError
 from .._history import MessageGroup, adopt_stored_encoding
+from .._history_messages import stored_messages_issue
 from .._scope import SessionKey
 from .._validators import require_instance
 from ._base import Capabilities, OpContext, port_stub, unsupported
@@ -122,7 +123,10 @@ def decode_archived_group(
     What every archive's ``read_groups`` (and a recall store's
     ``seek_groups``) does with a row it read: ``seq`` must be an int,
     ``data`` bytes whose digest is ``digest`` (the one stored beside them),
-    decoded strictly (:func:`~agentium_harness._codec.from_json`), exactly in
+    decoded strictly (:func:`~agentium_harness._codec.from_json`), holding
+    only what ``append`` commits (a ``tool_call_id`` that is an id, a payload
+    with its well-formed format, payloads and arguments within their bounds:
+    :func:`~agentium_harness._history_messages.stored_messages_issue`), exactly in
     canonical form (so the stored digest vouches for the group and is not
     computed again), then :func:`check_archived_group` with that seq and
     digest. ``where`` names the row in the message (``"group 3 of session …
@@ -153,6 +157,11 @@ def decode_archived_group(
             f"{named()} is not in canonical form (its bytes differ from the encoding of what they hold, "
             "so its stored digest cannot vouch for it); the row is damaged"
         )
+    # Held to what append commits (the digest is unkeyed: a row written by anything else can
+    # match it): the decode checked types and what the constructors check, this the rest.
+    issue = stored_messages_issue(group.messages, data, 3)
+    if issue is not None:
+        raise ArchiveCorruptError(f"{named()} holds what history never commits ({issue}); the row is damaged")
     check_archived_group(key, group, expected_seq=seq, expected_digest=digest)
     return group
 

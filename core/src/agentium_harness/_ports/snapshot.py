@@ -21,6 +21,7 @@ import attrs
 from .._codec import canonical_json, digest_bytes, from_json, unstructure
 from .._errors import RecordDecodeError, SnapshotCorruptError
 from .._history import MessageGroup, ViewState, bytes_and_digest
+from .._history_messages import stored_messages_issue
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
 from .._validators import int_tuple, require_instance
@@ -512,7 +513,10 @@ def decode_snapshot(key: SessionKey, data: bytes, where: str) -> SessionSnapshot
     What every session store's ``load`` does with the bytes it read: a
     bounded strict decode (:func:`~agentium_harness._codec.from_json`: size
     and depth caps, no duplicate keys, no coercion, no missing required
-    field), :func:`verify_snapshot`, and, for a digested snapshot (format 3
+    field), :func:`verify_snapshot`, a check that each resident group's
+    messages hold only what ``append`` commits (as
+    :func:`~agentium_harness._ports.archive.decode_archived_group` checks a
+    group's), and, for a digested snapshot (format 3
     or later), a check that the bytes are exactly :func:`snapshot_bytes` of
     what they decoded to: other whitespace, key order, escapes or a field left
     out are damage too, even where the digest (computed over the canonical
@@ -528,6 +532,14 @@ def decode_snapshot(key: SessionKey, data: bytes, where: str) -> SessionSnapshot
     except RecordDecodeError as exc:
         raise SnapshotCorruptError(f"{where} cannot be decoded ({exc}); nothing was changed") from exc
     verify_snapshot(key, snapshot)
+    for group in snapshot.resident:
+        # 5: a payload sits in the snapshot, its resident list, a group, its messages, a message.
+        issue = stored_messages_issue(group.messages, data, 5)
+        if issue is not None:
+            raise SnapshotCorruptError(
+                f"{where}: resident group {group.seq} holds what history never commits ({issue}); "
+                "the stored data is damaged and was left as it is"
+            )
     if snapshot.digest is not None and snapshot_bytes(snapshot) != data:
         raise SnapshotCorruptError(
             f"{where} is not in canonical form (the bytes differ from the canonical encoding of what "
