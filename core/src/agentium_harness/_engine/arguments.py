@@ -88,8 +88,14 @@ def run_scope(identity: object, session_id: object, recall_scope: object) -> Sco
 _PLAIN_COLLECTIONS: Final = frozenset({tuple, list, frozenset, set})
 
 
-def check_grants(grants: object) -> frozenset[str]:
-    """Tool grants as a set of names; a bare string is refused, not split into characters."""
+def check_grants(grants: object, tools: ToolRegistry) -> frozenset[str]:
+    """Tool grants as a set of names, each a tool registered in ``tools``; anything else is refused.
+
+    A bare string is refused, not split into characters. A name no tool has
+    (a typo, a tool registered under another name or not yet) is refused
+    too, before the run is admitted: it could grant nothing, and the turn
+    would run with the model offered fewer tools than the host meant.
+    """
     # The built-in collections pass without the ABC's Python-level check (a run's every call).
     if type(grants) not in _PLAIN_COLLECTIONS and (
         isinstance(grants, str | bytes) or not isinstance(grants, Iterable)
@@ -102,7 +108,16 @@ def check_grants(grants: object) -> frozenset[str]:
     for name in names:
         if not isinstance(name, str):
             raise InvalidArgumentError(f"grants must hold tool names (str), got {type(name).__name__}")
-    return frozenset(names)
+    granted = frozenset(str.__str__(name) for name in names)  # the text held: a subclass's == is not asked
+    unknown = sorted(name for name in granted if name not in tools)
+    if unknown:
+        shown = ", ".join(repr(name[:64]) for name in unknown[:5])
+        known = ", ".join(repr(name) for name in tools.names()[:20]) or "none"
+        raise InvalidArgumentError(
+            f"grants name no registered tool: {shown}{' …' if len(unknown) > 5 else ''} "
+            f"(registered: {known}); nothing was run"
+        )
+    return granted
 
 
 def check_text(value: object, name: str) -> str:

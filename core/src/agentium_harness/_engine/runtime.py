@@ -260,7 +260,8 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
         ``result.verification`` and the retained record; an unaccepted one
         makes the status ``not_accepted``. It needs a configured verifier.
 
-        ``grants`` names the tools the model may run in this turn. ``sources``
+        ``grants`` names the tools the model may run in this turn (each a
+        registered tool: a name no tool has is refused). ``sources``
         adds host-supplied labeled source data, assembled whole under the
         ``source_tokens`` budget. With recall configured, evidence is
         recalled first and the recall policy decides; ``clarify`` (an async
@@ -287,7 +288,7 @@ class HarnessRuntime(HistoryOperations, ErasureOperations, DocumentOperations, A
             scope = run_scope(identity, session_id, recall_scope)
             check_user_input(user_input)
             check_attest(attest_legacy_memory_scope)
-            granted = check_grants(grants)
+            granted = check_grants(grants, self.tools)
             offered = check_sources(sources)
             policy = check_completion(completion, self.completion_policy, self.verifier)
             async with self.parts.admission.admit(scope.session_key, "run") as ticket:

@@ -141,5 +141,9 @@ class ToolRegistry:
             raise ToolNotGrantedError(f"tool {name!r} is not granted for this run; the call was not executed")
         return tool
 
+    def names(self) -> tuple[str, ...]:
+        """The registered tools' names, sorted."""
+        return tuple(sorted(self._tools))
+
     def __contains__(self, name: object) -> bool:
         return name in self._tools
