@@ -25,6 +25,7 @@ from agentium_harness import (
     ContractViolationError,
     EffectLevel,
     InvalidArgumentError,
+    InvalidIdError,
     RecallStatus,
     RunStatus,
     SessionKey,
@@ -99,10 +100,9 @@ async def test_user_input_with_a_lone_surrogate_is_refused_before_the_model_runs
     "block",
     [
         SourceBlock(SourceKind.RECALL, "ticket-1", LONE),
-        SourceBlock(SourceKind.RECALL, "ticket-\ud800", "fine text"),
         SourceBlock(SourceKind.RECALL, "ticket-1", "fine text", (("author", "\udcff"),)),
     ],
-    ids=["content", "source id", "attribute value"],
+    ids=["content", "attribute value"],
 )
 async def test_a_host_source_with_a_lone_surrogate_is_refused_before_the_model_runs(
     block: SourceBlock,
@@ -114,6 +114,34 @@ async def test_a_host_source_with_a_lone_surrogate_is_refused_before_the_model_r
         with pytest.raises(InvalidArgumentError, match=r"sources\[0\].*lone surrogate"):
             await runtime.run(ANA, "s1", "summarise the ticket", sources=[block])
         assert provider.requests == [] and await store.load(KEY, OpContext()) is None
+
+
+@pytest.mark.parametrize(
+    ("source_id", "named"),
+    [
+        ("ticket-\ud800", "lone surrogate"),
+        ("ticket\x00-1", "U\\+0000"),
+        ("ticket-1\n[INFO] forged log line", "U\\+000A"),
+        ("\x1b[31mred", "U\\+001B"),
+        ("x" * 300 + "\x7f", "U\\+007F"),
+        ("", "must not be empty"),
+        (7, "expected a string"),
+    ],
+)
+def test_a_source_id_holding_what_an_id_may_not_is_refused_when_the_block_is_built(
+    source_id: object, named: str
+) -> None:
+    # It was taken, then named as written in diagnostics, logs and the committed uncertainty
+    # ("source … omitted by the source budget"); a lone surrogate was refused only by run().
+    with pytest.raises(InvalidIdError, match=f"source_id: .*{named}"):
+        SourceBlock(SourceKind.RECALL, source_id, "fine text")  # type: ignore[arg-type]
+
+
+def test_a_source_id_is_a_label_of_any_length() -> None:
+    # Unlike an id that becomes a key (256 characters at most): a recall id encodes a whole
+    # scope, and a host's may be a long URL.
+    url = "https://docs.example/" + "a/" * 300 + "page?q=1 2"
+    assert SourceBlock(SourceKind.RECALL, url, "text").source_id == url
 
 
 # -- recall excerpts ----------------------------------------------------------------------------

@@ -66,6 +66,7 @@ __all__ = [
     "unicode_text",
     "valid_ids",
     "validate_id",
+    "validate_label",
 ]
 
 #: Longest identifier accepted, in characters.
@@ -295,12 +296,36 @@ def validate_id(value: object, field: str) -> str:
         # both non-printable in the same Unicode database, so the loop below would pass (an
         # exact str by now: a subclass could iterate other characters than it holds).
         return value
+    _refuse_controls(value, field)
+    return value
+
+
+def _refuse_controls(value: str, field: str) -> None:
+    """Refuse a control character (NUL, C0/C1, DEL) or a lone surrogate in exact str ``value``."""
     for ch in value:
         # Category "Cc" covers NUL, C0/C1 controls and DEL.
         if unicodedata.category(ch) == "Cc":
             raise InvalidIdError(field, f"contains control character U+{ord(ch):04X}")
         if 0xD800 <= ord(ch) <= 0xDFFF:
             raise InvalidIdError(field, "contains a lone surrogate")
+
+
+def validate_label(value: object, field: str) -> str:
+    """:func:`validate_id`'s rules but its length cap: for an id built of other ids, or a host's label.
+
+    A non-empty ``str`` with no control character and no lone surrogate (a
+    plain copy of a subclass's text is returned), of any length: a recall
+    source id encodes a whole scope (up to five ids of 256 characters each),
+    and a host's source id may be a long URL. Raises :class:`InvalidIdError`.
+    """
+    if type(value) is not str:
+        if not isinstance(value, str):
+            raise InvalidIdError(field, f"expected a string, got {type(value).__name__}")
+        value = str.__str__(value)
+    if len(value) <= MAX_ID_LENGTH:
+        return validate_id(value, field)  # an empty one too
+    if not value.isprintable():
+        _refuse_controls(value, field)
     return value
 
 

@@ -20,7 +20,7 @@ from .._errors import InvalidArgumentError
 from .._history import Message, estimate_tokens
 from .._history_messages import messages_tokens
 from .._tuples import tuple_of_messages, tuple_of_source_blocks, tuple_of_tool_specs
-from .._validators import enum_member, str_pair_tuple
+from .._validators import enum_member, plain_str, str_pair_tuple, validate_label
 from ._base import Capabilities, OpContext, port_stub, unsupported
 
 __all__ = [
@@ -147,6 +147,14 @@ def _check_attributes(instance: Any, attribute: attrs.Attribute[Any], value: obj
             )
 
 
+def _source_id(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # The id labels the block in the request and is named in diagnostics and in the committed
+    # uncertainty when the block is omitted: text, not a key, so any length (a recall id encodes
+    # a whole scope, a host's may be a URL), but a NUL, an escape sequence or a lone surrogate
+    # in it reached logs, terminals and history as written.
+    validate_label(value, "source block source_id")
+
+
 def _source_kind(value: SourceKind | str) -> SourceKind:
     # A str value ("document") or an int was taken, and the run failed as an engine bug
     # (AttributeError: no .value) when the block was rendered.
@@ -160,10 +168,13 @@ class SourceBlock:
     ``attributes`` carries completeness, omissions, citations and coverage as
     plain strings so the rendered wrapper shows them to the model. ``kind`` is a
     :class:`SourceKind` or its value (``"recall"``); anything else is ``InvalidArgumentError``.
+    ``source_id`` is a label of any length: an empty one, or one holding a
+    control character (NUL, a newline, an escape) or a lone surrogate, is
+    :class:`~agentium_harness._errors.InvalidIdError` (an ``InvalidArgumentError``).
     """
 
     kind: SourceKind = attrs.field(converter=_source_kind)
-    source_id: str
+    source_id: str = attrs.field(converter=plain_str, validator=_source_id)
     content: str
     attributes: tuple[tuple[str, str], ...] = attrs.field(
         default=(), converter=str_pair_tuple, validator=_check_attributes
