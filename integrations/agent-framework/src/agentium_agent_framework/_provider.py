@@ -37,7 +37,7 @@ from ._exchanges import whole_exchanges, without_half_exchanges
 from ._messages import MESSAGE_FORMAT, ForeignMessageError, from_agentium, listed, to_agentium
 from ._read_fences import ReadFences, RunLoads
 from ._replay import Identity, Tail, message_identity
-from ._restarts import Restarts
+from ._restarts import SAVE_RESTARTS, Restarts
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -56,8 +56,6 @@ DEFAULT_MAX_MESSAGES: Final = 200
 #: How many canonical bytes of groups ``get_messages`` returns at most, unless built with another bound:
 #: a group a save commits is at most this large (``MAX_APPEND_BYTES``), so the newest always fits whole.
 DEFAULT_MAX_BYTES: Final = MAX_APPEND_BYTES
-#: Reads of the view's tail a save makes while other writes keep landing before it gives up.
-_SAVE_RESTARTS: Final = 5
 #: Session ids whose loads' erasure fences a provider keeps (the least recently loaded go first).
 MAX_READ_FENCES: Final = 4096
 #: The largest ``max_messages`` a provider takes.
@@ -136,8 +134,9 @@ class AgentiumHistoryProvider(HistoryProvider):
     this runtime holds the session), losing a compare-and-set race, or
     refused uncommitted with the session unchanged (an erasure of the
     tenant ran meanwhile) are retried with back-off for up to ``busy_timeout_s``.
-    A load whose pages a change split reads again for at least 3 attempts,
-    and with back-off until ``busy_timeout_s`` is spent (:mod:`._restarts`).
+    A load whose pages a change split reads again for at least 3 attempts, a
+    save that lost its race for at least 5, then with back-off until
+    ``busy_timeout_s`` is spent (:mod:`._restarts`).
     """
 
     DEFAULT_SOURCE_ID: Final = "agentium"
@@ -402,7 +401,9 @@ class AgentiumHistoryProvider(HistoryProvider):
         repeat it, within ``max(max_bytes, MAX_APPEND_BYTES)`` bytes (past
         that, :class:`ReplayCheckLimitError` and nothing is written), and the
         group appended only at the revision it was read at: a write landing
-        in between makes it read again.
+        in between makes it read again (at least 5 attempts, then with
+        jittered back-off until ``busy_timeout_s``; then
+        ``SessionConflictError``, ``not_committed``).
 
         In an agent run, the save follows the run's own load
         (``before_run``). Called directly, after a ``get_messages`` of the
@@ -457,9 +458,9 @@ class AgentiumHistoryProvider(HistoryProvider):
         # The last append refused uncommitted, and the revision it was refused at.
         last: tuple[SessionConflictError, int] | None = None
         deadline, delay = time.monotonic() + self.busy_timeout_s, 0.002
-        restarts = 0
-        while restarts < _SAVE_RESTARTS:
-            restarts += 1
+        # Each race lost is another writer committing: go on, paced, as a load does (._restarts).
+        restarts = Restarts(self.busy_timeout_s, SAVE_RESTARTS)
+        async for _ in restarts:
             repeated = await self._repeated(sid, incoming)
             if repeated is None:
                 continue  # the session changed between two pages of its tail: read it again
@@ -472,7 +473,7 @@ class AgentiumHistoryProvider(HistoryProvider):
                 # race lost, no restart spent; back off within busy_timeout_s, then raise that refusal.
                 if time.monotonic() + delay > deadline:
                     raise last[0]
-                restarts -= 1
+                restarts.uncount()
                 await anyio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 0.1)
 
@@ -505,7 +506,7 @@ class AgentiumHistoryProvider(HistoryProvider):
             last = (lost, revision)
         refused = SessionConflictError(
             f"session {sid!r} changed between every read of its last messages and the save "
-            f"({_SAVE_RESTARTS} attempts); nothing was written: save again"
+            f"({restarts.made} attempts); nothing was written: save again"
         )
         refused.commit_state = CommitState.NOT_COMMITTED
         raise refused from (last[0] if last is not None else None)

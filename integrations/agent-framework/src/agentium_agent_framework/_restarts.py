@@ -1,12 +1,16 @@
-"""How often, and how paced, a load starts again when another writer changed the view between its pages.
+"""How often, and how paced, a load or a save starts again when another writer changed the session.
 
 A load of several pages (:meth:`AgentiumHistoryProvider.get_messages
 <agentium_agent_framework.AgentiumHistoryProvider.get_messages>`) checks
 that each page joins the one before; a retraction, a reset or an erasure
-landing between two pages makes it start again. Such a change is another
-writer committing, so the session is live, not stuck: a fixed count of
-attempts, made back to back, failed a load beside a busy writer while that
-writer's writes went through. Kept apart from the provider (``_provider``),
+landing between two pages makes it start again. A save
+(:meth:`save_messages <agentium_agent_framework.AgentiumHistoryProvider.save_messages>`)
+appends only at the revision it read the tail at, and reads again when
+another write landed in between. Such a change is another writer
+committing, so the session is live, not stuck: a fixed count of attempts,
+made back to back, failed a load or a save beside busy writers (several
+threads saving to one session, each losing in step) while their writes
+went through. Kept apart from the provider (``_provider``),
 which reads and writes history; the OpenAI Agents SDK integration paces its
 reads the same way (the two distributions share no code).
 """
@@ -19,25 +23,28 @@ from typing import Final
 
 import anyio
 
-__all__ = ["READ_RESTARTS", "Restarts"]
+__all__ = ["READ_RESTARTS", "SAVE_RESTARTS", "Restarts"]
 
 #: Attempts a read makes at least, whatever its time allows; past that, until ``busy_timeout_s``.
 READ_RESTARTS: Final = 3
+#: Attempts a save makes at least (reads of the tail and appends at their revision); then as a read.
+SAVE_RESTARTS: Final = 5
 
 
 class Restarts:
-    """The attempts of a read that another writer can make stale before the call is done with it.
+    """The attempts of a read or a save that another writer can make stale before the call is done with it.
 
     ``async for _ in Restarts(timeout_s)``: one pass per attempt. At least
-    :data:`READ_RESTARTS` attempts are made, then more until ``timeout_s``
+    ``at_least`` (:data:`READ_RESTARTS` unless given) attempts are made, then more until ``timeout_s``
     (the provider's ``busy_timeout_s``) is spent, each after a jittered
     back-off (the second at once) so that writers colliding in step stop
-    colliding. ``made`` counts the attempts begun.
+    colliding. ``made`` counts the attempts begun (less those :meth:`uncount` took back).
     """
 
-    def __init__(self, timeout_s: float) -> None:
-        """Start counting; the attempts past :data:`READ_RESTARTS` end ``timeout_s`` seconds from now."""
+    def __init__(self, timeout_s: float, at_least: int = READ_RESTARTS) -> None:
+        """Start counting; the attempts past ``at_least`` end ``timeout_s`` seconds from now."""
         self._deadline = time.monotonic() + timeout_s
+        self._at_least = at_least
         self._delay = 0.0
         self.made = 0
 
@@ -48,10 +55,18 @@ class Restarts:
     async def __anext__(self) -> int:
         """Begin the next attempt (after its back-off): its number, from 1; none left ends the loop."""
         if self.made:
-            if self.made >= READ_RESTARTS and time.monotonic() + self._delay > self._deadline:
+            if self.made >= self._at_least and time.monotonic() + self._delay > self._deadline:
                 raise StopAsyncIteration
             if self._delay:
                 await anyio.sleep(self._delay * (0.5 + random.random()))
             self._delay = min(max(self._delay * 2, 0.002), 0.1)
         self.made += 1
         return self.made
+
+    def uncount(self) -> None:
+        """The attempt begun lost no race (a refusal left the session as it was): it is not counted.
+
+        Such an attempt is paced and bounded by its caller (within the same
+        ``timeout_s``), so it spends none of the ``at_least`` attempts.
+        """
+        self.made -= 1
