@@ -11,7 +11,9 @@ the call as a separate task of the event loop (an asyncio task, or a trio
 system task through :func:`spawn`) and waits for its completion up to the deadline.
 Past it, the call's own cancel scope is cancelled and the engine waits a short
 grace (:data:`ABANDON_GRACE_S`) for it to unwind, which a cooperative adapter
-does at once. A call still running after that is *abandoned*: the engine stops
+does at once, and a few loop iterations past it (a stall of the machine must
+not use the grace up before the call's task ran its unwinding at all). A call
+still running after that is *abandoned*: the engine stops
 waiting, the call's eventual result or error is discarded (nothing it returns
 late reaches the engine, which only reads what the waiter received), and the
 caller learns it from :class:`Overrun` so it can report it. A caller that is
@@ -31,6 +33,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from .._errors import ContractViolationError, OperationCancelledError
 from .._observe.spans import error_type
@@ -45,6 +48,11 @@ T = TypeVar("T")
 #: the engine abandons it. Cooperative adapters unwind at their next checkpoint,
 #: well within it; only a call blocked where cancellation cannot reach waits it out.
 ABANDON_GRACE_S = 0.1
+#: How many loop iterations past the grace a cancelled call's task gets to end before it is judged
+#: abandoned (see ``_Call.stop``): enough for a cooperative unwinding held up by a stall of the
+#: machine (a cleanup with a few awaits, a task group's children), nothing for a call blocked in a
+#: thread, which no iteration moves. Iterations, not time: a stall does not use them up.
+_SETTLE_ITERATIONS = 8
 #: How long the release of a late result (``on_late``) may take.
 LATE_CLEANUP_S = 5.0
 
@@ -330,10 +338,25 @@ class _Call(Generic[T]):
             on_abandon(self.end_event)
 
     async def stop(self, grace_s: float) -> bool:
-        """Cancel the call and wait up to ``grace_s`` for it to unwind; True if it stopped."""
+        """Cancel the call and wait up to ``grace_s`` for it to unwind; True if it stopped.
+
+        Past the grace by the clock, the call's task gets up to
+        :data:`_SETTLE_ITERATIONS` loop iterations more before it is judged
+        still running. A stall of the machine longer than the grace (the loop
+        not running at all) can use the grace up before the call's task, its
+        cancellation delivered and ready to run, ran once: without them, a
+        call that unwound a moment later was reported abandoned. A call
+        blocked where cancellation cannot reach (a worker thread) is not
+        ready to run, and is still judged at once.
+        """
         self.scope.cancel()
-        with anyio.CancelScope(shield=True), anyio.move_on_after(grace_s):
-            await self.done.wait()
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(grace_s):
+                await self.done.wait()
+            for _ in range(_SETTLE_ITERATIONS):
+                if self.ended:
+                    break
+                await anyio.lowlevel.cancel_shielded_checkpoint()
         return self.ended
 
 
