@@ -16,7 +16,10 @@ The stall is injected: a task woken at the deadline (``on_deadline``, just
 before the call is cancelled) blocks the loop for three graces, so the
 grace's timer is due before the call's task runs again; the call then needs
 a few loop iterations to unwind (a shielded cleanup), which a stall-free
-loop gives it well within the grace.
+loop gives it well within the grace. On trio the stall is also injected where
+a machine's would fall (between two batches of tasks, through an
+instrument), for a call that unwinds at once: the fault of the flake audit,
+a coin toss per attempt, so the test makes eight.
 """
 
 from __future__ import annotations
@@ -72,6 +75,49 @@ async def test_a_call_that_unwinds_after_a_stall_past_the_grace_is_not_abandoned
                 await bounded(cooperative, SHORT, on_deadline=deadline.set)
     assert not info.value.abandoned, "the call unwound; only the machine's stall held it past the grace"
     assert unwound.is_set()  # and it had, when the engine said so
+
+
+class _StallBetweenBatches:
+    """A trio instrument: once ``armed``, the loop stalls for three graces before its next wait for I/O.
+
+    That is between two batches of tasks, after the engine cancelled the call (rescheduling its task)
+    and set the grace's deadline: the deadline has passed when the next batch is made, and the call's
+    task and its waiter run in it in either order, as on a machine that stalled just then.
+    """
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.stalls = 0
+
+    def before_io_wait(self, timeout: float) -> None:
+        if self.armed:
+            self.armed = False
+            self.stalls += 1
+            time.sleep(3 * ABANDON_GRACE_S)
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_on_trio_a_call_that_unwinds_at_once_after_a_stall_is_never_abandoned() -> None:
+    """The call unwinds in the step its cancellation is delivered in; the batch's order decided it."""
+    import trio.lowlevel
+
+    stall = _StallBetweenBatches()
+    trio.lowlevel.add_instrument(stall)
+    try:
+        # Each attempt is a coin toss without the iterations past the grace: eight of them all
+        # landing right would hide the fault once in 256 runs.
+        for attempt in range(8):
+            with anyio.fail_after(GENEROUS), pytest.raises(Overrun) as info:
+                await bounded(hang, SHORT, on_deadline=lambda: setattr(stall, "armed", True))
+            assert stall.stalls == attempt + 1  # the stall happened where it should
+            assert not info.value.abandoned, f"attempt {attempt}: the call unwound at once"
+    finally:
+        trio.lowlevel.remove_instrument(stall)
+
+
+async def hang() -> str:
+    await anyio.sleep(60)
+    return "late"
 
 
 async def test_a_call_blocked_in_its_thread_is_still_abandoned_at_once_after_a_stall() -> None:
