@@ -33,6 +33,7 @@ __all__ = [
     "after_retraction",
     "model_history",
     "paired_messages",
+    "memory_hidden",
     "recall_hidden",
 ]
 
@@ -209,5 +210,24 @@ def recall_hidden(key: SessionKey, view: ViewState | None) -> Callable[[str], bo
             return False
         tail = source_id[len(prefix) :]
         return tail.isdigit() and tail.isascii() and index.touched(int(tail))
+
+    return hidden
+
+
+def memory_hidden(key: SessionKey, view: ViewState | None) -> Callable[[str, int], bool] | None:
+    """Which memory provenance ``(session, seq)`` the view hides: as :func:`recall_hidden`, this session's.
+
+    A fact drawn from a group a retraction touched or a reset cleared could
+    restate what was taken out of the view, as that group's recall excerpt
+    could. Another session's groups are not this view's to hide. ``None``
+    when the view hides nothing.
+    """
+    if view is None or (view.start == 0 and not view.spans):
+        return None
+    index = ViewIndex(view)
+    session = key.session
+
+    def hidden(provenance_session: str, seq: int) -> bool:
+        return provenance_session == session and index.touched(seq)
 
     return hidden

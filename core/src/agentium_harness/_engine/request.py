@@ -16,6 +16,7 @@ from .._ports.provider import SourceBlock
 from .._ports.sessions import SessionSnapshot
 from .._ports.summary import SummaryState
 from .._scope import Scope
+from .history_view import memory_hidden
 from .lifecycle import Ticket
 from .memory.sources import harness_memory_blocks
 from .results import Diagnostic, Severity
@@ -74,7 +75,13 @@ async def assemble_request(
         if runtime.memory is not None:
             memory = runtime.memory
             memory_sources, memory_notes = await harness_memory_blocks(
-                memory, ticket, scope, user_input, runtime.parts.claims
+                memory,
+                ticket,
+                scope,
+                user_input,
+                runtime.parts.claims,
+                # A fact drawn from a group the view hides stays out, as that group's recall does.
+                hidden=memory_hidden(scope.session_key, snap.view),
             )
             diagnostics.extend(memory_notes)
         recalled = step.blocks if step is not None else ()

@@ -13,6 +13,7 @@ nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -143,6 +144,7 @@ async def _memory_blocks(
     limit: int | None = None,
     at: datetime | None = None,
     ticket: Ticket | None = None,
+    hidden: Callable[[str, int], bool] | None = None,
 ) -> tuple[tuple[SourceBlock, ...], MemoryOmitted]:
     budget = exact_int(budget_tokens)  # an int subclass as its number: its own comparisons are not trusted
     if budget is None or budget < 0:
@@ -169,10 +171,40 @@ async def _memory_blocks(
     except Exception as exc:
         return (), MemoryOmitted(problems=(f"memory selection failed: {error_text(exc)}",))
     kept, refused = checked_selection(raw, scope, bound, when, forgotten)
+    if hidden is not None:
+        kept = _outside_view(kept, hidden, refused)
     blocks = [memory_block(fact, rank) for rank, fact in enumerate(kept, start=1)]
     assembly = assemble_sources(blocks, budget_tokens)
     over = tuple(sid[len(MEMORY_SOURCE_PREFIX) :] for sid in assembly.omitted)
     return assembly.included, MemoryOmitted(over_budget=over, refused=tuple(refused))
+
+
+def _outside_view(
+    kept: list[StoredFact],
+    hidden: Callable[[str, int], bool],
+    refused: list[tuple[str, str]],
+) -> list[StoredFact]:
+    """``kept`` without the facts drawn from a group the run's session view hides (refused, with why).
+
+    A fact whose provenance names a group of this session that a retraction
+    touched or a reset cleared could restate the retracted message, as that
+    group's recall excerpt could, so it is left out whole, as recall leaves
+    the group out. Provenance in other sessions is not this view's to judge.
+    """
+    out: list[StoredFact] = []
+    for fact in kept:
+        gone = [ref for ref in fact.fact.provenance if hidden(ref.session, ref.seq)]
+        if gone:
+            refused.append(
+                (
+                    fact.fact_id,
+                    f"its provenance names group {gone[0].label()}, retracted or cleared from this "
+                    "session's view",
+                )
+            )
+            continue
+        out.append(fact)
+    return out
 
 
 def _check_arguments(source: object, selection: object, scope: object, query: object, op: object) -> None:
@@ -242,9 +274,19 @@ async def agent_memory_blocks(
 
 
 async def harness_memory_blocks(
-    manager: MemoryManager, ticket: Ticket, scope: Scope, user_input: str, claims: HarnessClaims
+    manager: MemoryManager,
+    ticket: Ticket,
+    scope: Scope,
+    user_input: str,
+    claims: HarnessClaims,
+    hidden: Callable[[str, int], bool] | None = None,
 ) -> tuple[tuple[SourceBlock, ...], list[Diagnostic]]:
-    """The memory blocks of a harness run in ``scope``, with what was left out as diagnostics."""
+    """The memory blocks of a harness run in ``scope``, with what was left out as diagnostics.
+
+    ``hidden(session, seq)`` says which groups the run's session view hides
+    (:func:`~agentium_harness._engine.history_view.memory_hidden`): a fact
+    drawn from one of them is refused (``memory_refused``).
+    """
     # The harness owns this session's canonical history: an agent extracting from it too is refused.
     # The runtime holds the claim (once per session, bounded, released when it closes).
     claims.claim(manager, scope.session_key)
@@ -262,6 +304,7 @@ async def harness_memory_blocks(
             manager.limits.injection_tokens,
             ticket.context(timeout_s),
             ticket=ticket,
+            hidden=hidden,
         )
         span.set("gen_ai.memory.record.count", len(blocks))
         span.set("agentium.memory.omitted", len(omitted.over_budget) + len(omitted.refused))
