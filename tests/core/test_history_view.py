@@ -172,6 +172,45 @@ async def test_a_summary_restarts_when_a_retraction_or_reset_takes_what_it_cover
     assert after is not None and "Kourou" not in after.summary.text
 
 
+@pytest.mark.parametrize("control", ["retract", "reset_view"])
+async def test_a_runtime_without_a_summarizer_restarts_the_stored_summary_too(control: str) -> None:
+    """A control record written through a runtime that does not summarize (an admin service, a
+    second process) restarts the summary the session's summarizing runtime stored, so that runtime
+    never sends summary text stating what was taken out of the view."""
+    archive, store = InMemoryArchive(), InMemorySessionStore()
+    provider = Recording()
+    limits = RuntimeLimits(resident=ResidentLimits(max_groups=2))
+    summarizing = create_harness_runtime(
+        provider=provider,
+        archive=archive,
+        session_store=store,
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=limits,
+    )
+    plain = create_harness_runtime(
+        provider=ExtractiveProvider(), archive=archive, session_store=store, limits=limits
+    )
+    await summarizing.append(
+        ANA, "s1", [Message(Role.USER, "The launch code is KOUROU-88."), Message(Role.ASSISTANT, "OK.")]
+    )
+    for n in range(3):
+        await summarizing.append(ANA, "s1", chatter(n))
+    before = (await summarizing.inspect_session(ANA, "s1")).summary
+    assert before is not None and "KOUROU-88" in before.summary.text
+    if control == "retract":
+        done = await plain.retract(ANA, "s1", count=8, reason="undo everything")
+    else:
+        done = await plain.reset_view(ANA, "s1", reason="clear")
+    assert any(d.code == "summary_restarted" for d in done.diagnostics)
+    stored = (await summarizing.inspect_session(ANA, "s1")).summary
+    assert stored is not None and stored.summary.text == "" and stored.summary.citations == ()
+    await summarizing.run(ANA, "s1", "What is the launch code?")
+    request = provider.requests[-1]
+    assert "KOUROU" not in repr(request)
+    assert all(b.kind is not SourceKind.SUMMARY for b in request.sources)
+
+
 class NotesFirst(ExtractiveSummarizer):
     """Writes no text until a group says "go", but notes at once what it is unsure of, quoting it."""
 

@@ -294,7 +294,9 @@ async def retract_messages(
     refs = tuple(ref for ref, _ in found)
     view = after_retraction(snap.view, refs, snap.next_seq)
     _check_spans(scope, snap.view, view)
-    summary = _summary(runtime, progress)
+    # The stored summary, whether or not this runtime summarizes: another runtime on the same
+    # store (one with a summarizer) would otherwise send text stating what was just retracted.
+    summary = snap.summary
     restart = None
     if summary is not None and refs[0].seq < summary.summary.frontier:
         restart = restarted(summary, view.start)
@@ -333,7 +335,7 @@ async def reset_session_view(
     assert progress.snap is not None
     snap = progress.snap
     view = after_reset(snap.next_seq)
-    summary = _summary(runtime, progress)
+    summary = snap.summary  # whether or not this runtime summarizes (see retract_messages)
     restart = None
     old = summary.summary if summary is not None else None
     # Uncertainty notes count as text: the summarizer writes them too, and they may state what
