@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from agentium_harness import (
@@ -26,6 +27,7 @@ from agentium_harness import (
     VerifiedIdentity,
     create_harness_runtime,
 )
+from agentium_harness._ports.sessions import seal_snapshot
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_recall import InMemoryRecallStore
 from agentium_harness.adapters.providers import ExtractiveProvider
@@ -209,6 +211,45 @@ async def test_a_runtime_without_a_summarizer_restarts_the_stored_summary_too(co
     request = provider.requests[-1]
     assert "KOUROU" not in repr(request)
     assert all(b.kind is not SourceKind.SUMMARY for b in request.sources)
+
+
+async def test_a_stored_summary_citing_groups_out_of_the_view_is_never_sent_again() -> None:
+    """A summary a control record should have restarted but did not (written by an earlier version
+    through a runtime without a summarizer) is withheld from the request and restarted by the next
+    update, so neither the turn's model nor the summarizer's is sent what it states."""
+    store = InMemorySessionStore()
+    provider = Recording()
+    rt = create_harness_runtime(
+        provider=provider,
+        archive=InMemoryArchive(),
+        session_store=store,
+        summarizer=ExtractiveSummarizer(),
+        summary_limits=SummaryLimits(background=False),
+        limits=RuntimeLimits(resident=ResidentLimits(max_groups=2)),
+    )
+    await rt.append(
+        ANA, "s1", [Message(Role.USER, "The launch code is KOUROU-88."), Message(Role.ASSISTANT, "OK.")]
+    )
+    for n in range(3):
+        await rt.append(ANA, "s1", chatter(n))
+    stale = (await store.load(KEY, OpContext())).snapshot.summary
+    assert stale is not None and "KOUROU-88" in stale.summary.text
+    await rt.reset_view(ANA, "s1", reason="clear")
+    # Put the pre-reset summary back, as a writer that did not restart it left it.
+    loaded = await store.load(KEY, OpContext())
+    sealed = seal_snapshot(attrs.evolve(loaded.snapshot, summary=stale))
+    await store.save(KEY, sealed, loaded.revision, OpContext())
+    result = await rt.run(ANA, "s1", "What is the launch code?")
+    request = provider.requests[-1]
+    assert "KOUROU" not in repr(request)
+    assert all(b.kind is not SourceKind.SUMMARY for b in request.sources)
+    assert any(d.code == "summary_withheld" for d in result.diagnostics)
+    # The update after the run restarted it in the store: nothing of it is folded on.
+    now = (await rt.inspect_session(ANA, "s1")).summary
+    assert now is not None and "KOUROU" not in now.summary.text
+    assert all(c.seq >= 5 for c in now.summary.citations)
+    await rt.run(ANA, "s1", "And now?")
+    assert "KOUROU" not in repr(provider.requests[-1])
 
 
 class NotesFirst(ExtractiveSummarizer):

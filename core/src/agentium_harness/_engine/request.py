@@ -21,7 +21,7 @@ from .lifecycle import Ticket
 from .memory.sources import harness_memory_blocks
 from .results import Diagnostic, Severity
 from .sources import SourceAssembly, assemble_sources
-from .summary import summary_block
+from .summary import summary_block, visible_summary
 
 if TYPE_CHECKING:
     from .recall_turn import RecallStep
@@ -56,7 +56,18 @@ async def assemble_request(
     """Assemble the request's source data; omissions and memory notes go to ``diagnostics``."""
     with observe.stage("request") as span:
         summary = snap.summary if runtime.summarizer is not None else None
-        in_request = summary if summary is not None and summary.summary.text else None
+        # A summary citing groups out of the view may state them: withheld (the update restarts it).
+        shown, stale = visible_summary(summary, snap.view)
+        if stale:
+            diagnostics.append(
+                Diagnostic(
+                    "summary_withheld",
+                    "the task summary cites groups no longer in the session's view and was left out "
+                    "of the request; the next summary update starts it again",
+                    Severity.WARNING,
+                )
+            )
+        in_request = shown if shown is not None and shown.summary.text else None
         # After a view reset the summary's coverage says what came before was cleared.
         view_start = snap.view.start if snap.view is not None else 0
         summary_sources = (

@@ -80,6 +80,7 @@ __all__ = [
     "GroupReader",
     "SummaryUpdate",
     "restarted",
+    "visible_summary",
     "save_summary",
     "summarize_after_commit",
     "summarize_timeout",
@@ -96,6 +97,15 @@ _SHOWN_DIGEST = 19  # "sha256:" and 12 hex digits
 #: Longest ``CoverageGap.detail``: it quotes an adapter's error of any size, and rides in the snapshot
 #: (rewritten by every save while the gap stands) and in the ``summary_gap`` diagnostic.
 _MAX_GAP_DETAIL = 300
+
+
+#: A stored summary citing groups out of the view was restarted (:func:`visible_summary`).
+_STALE = Diagnostic(
+    "summary_restarted",
+    "the stored task summary cited groups no longer in the session's view (a retraction or reset "
+    "did not restart it); it starts again, empty, at the view's start",
+    Severity.WARNING,
+)
 
 
 def summarize_timeout(limits: SummaryLimits, model_timeout_s: float | None) -> float:
@@ -265,6 +275,25 @@ def restarted(state: SummaryState | None, frontier: int) -> SummaryState | None:
         return None
     old = state.summary
     return SummaryState(TaskSummary(text="", frontier=frontier, policy=old.policy, version=old.version))
+
+
+def visible_summary(state: SummaryState | None, view: ViewState | None) -> tuple[SummaryState | None, bool]:
+    """``(state, False)``, or ``(state restarted empty, True)`` if it is stale.
+
+    Stale: it cites a group the view shows nothing of. A summary only ever
+    cites groups it was offered, which the view showed, and a retraction or
+    reset that takes one away restarts it; one citing such a group was left
+    by a writer that did not (an earlier version, through a runtime without
+    a summarizer). Its text may state what left the view, so neither a
+    turn's request nor the summarizer is given it again.
+    """
+    if state is None or view is None or not state.summary.citations:
+        return state, False
+    index = ViewIndex(view)
+    if all(index.shown(c.seq) != 0 for c in state.summary.citations):
+        return state, False
+    # Never past the stored frontier, which the archive is known to reach.
+    return restarted(state, min(view.start, state.summary.frontier)), True
 
 
 def _offered(
@@ -525,8 +554,9 @@ async def summarize_after_commit(
     recorded in ``revisions`` (see :func:`save_summary`). ``model_timeout_s``:
     the runtime's, for the summarizer call (:func:`update_summary`).
     """
+    current, stale = visible_summary(current, view)
     frontier = current.summary.frontier if current is not None else 0
-    if not outcome.archived_groups and frontier >= outcome.boundary:
+    if not stale and not outcome.archived_groups and frontier >= outcome.boundary:
         return outcome.revision, current, []
     with observe.stage("summary", {"agentium.summary.frontier": frontier}) as span:
         update = await update_summary(
@@ -543,16 +573,20 @@ async def summarize_after_commit(
             model_timeout_s=model_timeout_s,
         )
         diagnostics = list(update.diagnostics)
+        if stale:
+            diagnostics.append(_STALE)
         span.set("agentium.summary.diagnostics", len(diagnostics))
-        if update.state is None:
+        # A stale summary is saved restarted even when nothing new was folded into it.
+        state = update.state if update.state is not None or not stale else current
+        if state is None:
             span.set("agentium.summary.moved", False)
             return outcome.revision, current, diagnostics
         saved, notes = await save_summary(
-            ticket, store, key, outcome.revision, update.state, revisions, made_for=outcome
+            ticket, store, key, outcome.revision, state, revisions, made_for=outcome
         )
         diagnostics.extend(notes)
         span.set("agentium.summary.moved", saved is not None)
         if saved is None:
             return outcome.revision, current, diagnostics
-        span.set("agentium.summary.frontier", update.state.summary.frontier)
-        return saved, update.state, diagnostics
+        span.set("agentium.summary.frontier", state.summary.frontier)
+        return saved, state, diagnostics
