@@ -26,7 +26,7 @@ from agentium_archive_s3 import (
     S3UnavailableError,
 )
 from agentium_archive_s3.keys import archive_key
-from agentium_harness import InvalidArgumentError
+from agentium_harness import InvalidArgumentError, InvalidIdError
 from agentium_harness.plugin_api import (
     ArchiveConflictError,
     ArchiveCorruptError,
@@ -216,6 +216,33 @@ async def test_hostile_ids_stay_inside_their_own_folders(config: S3Config, admin
 
 
 # -- out-of-band changes --------------------------------------------------------------------------
+
+
+async def test_listing_refuses_ids_no_key_could_hold_and_a_bad_limit_before_any_request(
+    server: S3Server,
+) -> None:
+    # The bucket does not exist: a request sent would fail S3BucketNotFoundError, not the typed refusal.
+    # An empty or NUL id listed a folder no key could name ([] for any tenant's call, as if it held no
+    # session), a lone surrogate escaped as a bare UnicodeEncodeError, a str limit as a TypeError.
+    store = S3SessionStore(make_config(server, bucket="no-such-bucket-at-all"))
+    try:
+        for tenant, user, after in (
+            ("", "ana", None),
+            ("acme", "", None),
+            ("acme\x00", "ana", None),
+            ("\ud800", "ana", None),
+            ("acme", "\ud800", None),
+            ("acme", "ana", "\x00"),
+            (5, "ana", None),
+            ("acme", "ana", 5),
+        ):
+            with pytest.raises(InvalidIdError):
+                await store.list_sessions(tenant, user, 10, OpContext.with_timeout(20), after=after)  # type: ignore[arg-type]
+        for limit in ("5", True, None, 1.0):
+            with pytest.raises(InvalidArgumentError, match="limit"):
+                await store.list_sessions("acme", "ana", limit, OpContext.with_timeout(20))  # type: ignore[arg-type]
+    finally:
+        await store.aclose()
 
 
 async def test_an_object_replaced_out_of_band_fails_closed_and_is_never_overwritten(

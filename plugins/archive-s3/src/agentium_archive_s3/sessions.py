@@ -81,6 +81,7 @@ from agentium_harness.plugin_api import (
     StoredSnapshot,
     check_max_items,
     check_target,
+    checked_count,
     decode_snapshot,
     one_line,
     snapshot_bytes,
@@ -516,9 +517,12 @@ class S3SessionStore(SessionStore):
         It reads the user's whole folder.
         """
         ctx.raise_if_expired("session listing")
+        # Ids no key could hold are refused (InvalidIdError) before any request, not listed as empty.
+        ids = SessionKey(tenant, user, "-" if after is None else after)
+        limit = checked_count(limit, "limit", "session listing")
         if limit <= 0:
             return []
-        folder = sessions_prefix(self._config.prefix, tenant, user)
+        folder = sessions_prefix(self._config.prefix, ids.tenant, ids.user)
         most = self._config.max_listed_sessions
 
         def work(s3: S3Client) -> list[str]:
@@ -547,7 +551,7 @@ class S3SessionStore(SessionStore):
                 args["ContinuationToken"] = token
 
         listed = sorted(await self._link.call(ctx, "session listing", work))
-        return [s for s in listed if after is None or s > after][:limit]
+        return [s for s in listed if after is None or s > ids.session][:limit]
 
     def _tombstone_at(self, s3: S3Client, object_key: str) -> bool:
         """Whether ``object_key`` holds an erasure's tombstone, or nothing any more (worker thread)."""
