@@ -13,6 +13,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from pg_server import PostgresServer
+from psycopg import sql
 
 from agentium_harness.plugin_api import (
     EmbeddingModel,
@@ -29,9 +31,11 @@ from agentium_postgres import (
     PostgresArchive,
     PostgresConfig,
     PostgresMemoryStore,
+    PostgresPrivilegeError,
     PostgresRecallStore,
     PostgresSessionStore,
 )
+from agentium_postgres.schema import grant_statements
 
 pytestmark = pytest.mark.anyio
 
@@ -201,3 +205,48 @@ async def test_no_cross_tenant_row_in_a_thousand_random_id_pairs(
     for tenant in ordered[:20]:  # and each tenant does see its own rows
         for table in TABLES:
             assert await _count(app_conn, schema, table, segment[tenant]) == 1
+
+
+async def test_require_row_security_refuses_a_role_that_owns_a_table_the_policy_does_not_bind_it_on(
+    pg_server: PostgresServer, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    """The policy on ``recall_sources`` is not forced on its owner: the owner's raw SQL sees every tenant.
+
+    A host that runs the adapters as the role that owns the tables (the migrating role) was accepted
+    by ``require_row_security = true`` and told "row-level security enforced", while any of its
+    queries on ``recall_sources`` read every tenant's sources.
+    """
+    role = f"owner_{schema}"
+    ident = sql.Identifier(role)
+    admin.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOBYPASSRLS PASSWORD 'owner-pw'").format(ident))
+    try:
+        for statement in grant_statements(schema, role):
+            admin.execute(statement)
+        admin.execute(
+            sql.SQL("ALTER TABLE {}.recall_sources OWNER TO {}").format(sql.Identifier(schema), ident)
+        )
+        dsn = pg_server.dsn(role, "owner-pw")
+        lax = PostgresRecallStore(PostgresConfig(dsn=dsn, schema=schema, min_pool_size=0, max_pool_size=2))
+        try:
+            await lax.index_document(SourceOwner("acme"), "doc", "secret plans", _ctx())
+            # Without the option it runs, and says honestly that the database does not confine it.
+            assert "bypasses row-level security" in await lax.health(_ctx())
+        finally:
+            await lax.aclose()
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:  # the hole the option must refuse: as "globex", raw SQL sees acme's source
+            assert await _count(conn, schema, "recall_sources", "globex") == 1
+        finally:
+            await conn.close()
+        options = {"dsn": dsn, "schema": schema, "min_pool_size": 0, "max_pool_size": 2}
+        strict = PostgresRecallStore(PostgresConfig(**options, require_row_security=True))
+        try:
+            with pytest.raises(PostgresPrivilegeError, match=r"recall_sources"):
+                await strict.index_document(SourceOwner("globex"), "doc", "more plans", _ctx())
+        finally:
+            await strict.aclose()
+        assert admin.execute(f'SELECT count(*) FROM "{schema}".recall_sources').fetchone() == (1,)
+    finally:
+        admin.execute(sql.SQL("REASSIGN OWNED BY {} TO CURRENT_USER").format(ident))
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(ident))
+        admin.execute(sql.SQL("DROP ROLE {}").format(ident))

@@ -134,7 +134,9 @@ class PostgresConfig:
     - ``max_ranked_matches``: how many of the newest matches one recall
       discovery ranks at most (see the README's recall section).
     - ``require_row_security``: refuse to run when the connected role
-      bypasses row-level security (a superuser, a role with ``BYPASSRLS``):
+      bypasses row-level security (a superuser, a role with ``BYPASSRLS``,
+      or one holding the rights of ``recall_sources``' owner, whom its
+      policy does not bind, or where a tenant table's policy is off):
       with it, the database's own tenant isolation is guaranteed, not just
       configured. It must be exactly ``True`` or ``False``.
 

@@ -16,7 +16,7 @@ from psycopg import sql
 
 from .config import PostgresConfig
 from .errors import PostgresPrivilegeError, PostgresSchemaError
-from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, VectorFacts, vector_facts
+from .schema import SCHEMA_VERSION, TABLE_PRIVILEGES, TENANT_TABLES, VectorFacts, vector_facts
 
 __all__ = ["ServerFacts", "check_schema"]
 
@@ -86,7 +86,15 @@ async def check_schema(
             await conn.execute(
                 "SELECT current_user, current_setting('server_version'), "
                 "coalesce((SELECT rolsuper OR rolbypassrls FROM pg_roles "
-                "WHERE rolname = current_user), false)"
+                "WHERE rolname = current_user), false), "
+                # Tables of tenant data the policy does not bind this role on: row-level security off,
+                # or not forced while the role holds its owner's rights (recall_sources is not forced).
+                "ARRAY(SELECT c.relname::text FROM pg_class AS c JOIN pg_namespace AS n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = ANY(%s::text[]) "
+                "AND (NOT c.relrowsecurity "
+                "OR (NOT c.relforcerowsecurity AND pg_has_role(c.relowner, 'USAGE'))) "
+                "ORDER BY c.relname)",
+                (schema, list(TENANT_TABLES)),
             )
         ).fetchone()
         vectors = await vector_facts(conn, schema)
@@ -97,11 +105,19 @@ async def check_schema(
             f"them with `agentium postgres migrate CONFIG --grant {facts[0]}`. Nothing was written.",
             sqlstate="42501",
         )
-    if facts[2] and config.require_row_security:
+    unbound = [str(table) for table in facts[3]]
+    if (facts[2] or unbound) and config.require_row_security:
+        why = (
+            "superuser or BYPASSRLS"
+            if facts[2]
+            else f"not bound on {', '.join(f'{schema}.{t}' for t in unbound)}: it owns the table (or holds "
+            "its owner's rights) where the policy is not forced on the owner, or row-level security is off"
+        )
         raise PostgresPrivilegeError(
-            f"{name}: role {facts[0]!r} bypasses row-level security (superuser or BYPASSRLS) "
+            f"{name}: role {facts[0]!r} bypasses row-level security ({why}) "
             "and require_row_security is set; connect as an ordinary application role. "
             "Nothing was written.",
             sqlstate="42501",
         )
-    return ServerFacts(str(facts[1]), str(facts[0]), bool(facts[2]), SCHEMA_VERSION, vectors)
+    bypasses = bool(facts[2]) or bool(unbound)
+    return ServerFacts(str(facts[1]), str(facts[0]), bypasses, SCHEMA_VERSION, vectors)
