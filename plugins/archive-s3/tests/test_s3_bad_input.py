@@ -245,6 +245,26 @@ async def test_listing_refuses_ids_no_key_could_hold_and_a_bad_limit_before_any_
         await store.aclose()
 
 
+async def test_reads_refuse_a_key_or_counts_of_the_wrong_type_before_any_request(server: S3Server) -> None:
+    # The bucket does not exist: a request sent would fail S3BucketNotFoundError. A str key reached
+    # key_segments() as a bare AttributeError, a str seq or limit a bare TypeError.
+    config = make_config(server, bucket="no-such-bucket-at-all")
+    archive, store = S3Archive(config), S3SessionStore(config)
+    ctx = OpContext.with_timeout(20)
+    try:
+        for key in ("acme/ana/s", None, ("acme", "ana", "s")):
+            with pytest.raises(InvalidArgumentError, match="key must be a SessionKey"):
+                await archive.read_groups(key, 0, 10, ctx)  # type: ignore[arg-type]
+            with pytest.raises(InvalidArgumentError, match="key must be a SessionKey"):
+                await store.load(key, ctx)  # type: ignore[arg-type]
+        for start_seq, max_groups in (("0", 10), (0, "10"), (True, 10), (0, None), (0.0, 10)):
+            with pytest.raises(InvalidArgumentError, match=r"start_seq|max_groups"):
+                await archive.read_groups(KEY, start_seq, max_groups, ctx)  # type: ignore[arg-type]
+    finally:
+        await archive.aclose()
+        await store.aclose()
+
+
 async def test_an_object_replaced_out_of_band_fails_closed_and_is_never_overwritten(
     config: S3Config, admin: Any
 ) -> None:

@@ -96,6 +96,7 @@ from .keys import (
     archive_key,
     archive_prefix,
     parse_archive_key,
+    read_arguments,
     upload_key,
 )
 from .link import S3Client, S3Link, conflict_backoff, error_code, error_status, unquote_etag
@@ -468,7 +469,7 @@ class S3Archive(HistoryArchive):
     ) -> Sequence[MessageGroup]:
         """Up to ``max_groups`` whole, re-checked groups with ``seq >= start_seq``, ascending."""
         ctx.raise_if_expired("archive read")
-        limit = max(0, max_groups)
+        key, start_seq, limit = read_arguments(key, start_seq, max_groups)
         if limit == 0 or start_seq > MAX_SEQ:  # no key holds a seq past MAX_SEQ
             return []
         listed = await self._link.call(

@@ -21,7 +21,8 @@ import re
 import secrets
 from typing import Final
 
-from agentium_harness.plugin_api import SessionKey, decode_segment, encode_segment
+from agentium_harness import InvalidArgumentError
+from agentium_harness.plugin_api import SessionKey, checked_count, checked_key, decode_segment, encode_segment
 
 from .errors import S3ArchiveError
 
@@ -39,6 +40,7 @@ __all__ = [
     "parse_archive_key",
     "parse_session_key",
     "probe_key",
+    "read_arguments",
     "session_object_key",
     "upload_key",
     "sessions_prefix",
@@ -81,6 +83,22 @@ def archive_key(prefix: str, key: SessionKey, seq: int) -> str:
     return f"{archive_prefix(prefix, key)}{seq:020d}.json"
 
 
+def read_arguments(key: object, start_seq: object, max_groups: object) -> tuple[SessionKey, int, int]:
+    """``read_groups``' key, ``start_seq`` and limit (at least 0), checked before any request.
+
+    ``start_seq`` is not clamped: a seq past :data:`MAX_SEQ` reads nothing, as no key holds one.
+
+    :raises InvalidArgumentError: ``key`` is not a :class:`SessionKey`, or a count is not an ``int``.
+    """
+    if isinstance(start_seq, bool) or not isinstance(start_seq, int):
+        raise InvalidArgumentError(
+            f"archive read: start_seq must be an int, got {type(start_seq).__name__}; nothing was read"
+        )
+    limit = checked_count(max_groups, "max_groups", "archive read")
+    # int.__int__: an int subclass as its number (its own comparisons are not trusted).
+    return checked_key(key, "archive read"), int.__int__(start_seq), max(0, limit)
+
+
 def parse_archive_key(folder: str, object_key: str) -> int | None:
     """The ``seq`` of ``object_key`` listed below ``folder``; ``None`` for a key this plugin never writes."""
     if not object_key.startswith(folder):
@@ -90,8 +108,11 @@ def parse_archive_key(folder: str, object_key: str) -> int | None:
 
 
 def session_object_key(prefix: str, key: SessionKey) -> str:
-    """The object key of session ``key``'s snapshot."""
-    tenant, user, session = key.key_segments()
+    """The object key of session ``key``'s snapshot.
+
+    :raises InvalidArgumentError: ``key`` is not a :class:`SessionKey` (checked before any request).
+    """
+    tenant, user, session = checked_key(key, "session store").key_segments()
     return f"{prefix}/sessions/v1/{tenant}/{user}/{session}.json"
 
 
