@@ -11,7 +11,7 @@
   generator drops them from the docstrings it copies.
 
 - The bounds and defaults the docs state in numbers (history-api, config,
-  runtime, cli and erasure) are the code's own: a table below reads each
+  runtime, cli, erasure and memory) are the code's own: a table below reads each
   sentence and compares its numbers with the constants or the behaviour.
 
 ``CONTRIBUTING.md`` is for contributors and is not scanned.
@@ -184,6 +184,7 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
     from agentium_harness._engine import history_checks as hc
     from agentium_harness._engine.erasure import MAX_ERASURE_REASON_BYTES
     from agentium_harness._engine.erasure_index import INDEX_PAGE_RECORDS
+    from agentium_harness._engine.memory.selection import CANDIDATES_PER_FACT, candidate_bound
     from agentium_harness._engine.retention import MAX_RETENTION_DAYS, MAX_RETENTION_SESSIONS
     from agentium_harness._engine.turn import MAX_REPLY_BYTES, MAX_TOOL_CALLS, MAX_TOOL_OUTPUT_BYTES
     from agentium_harness._engine.turn_commit import MAX_INTERRUPTION_BYTES
@@ -356,6 +357,22 @@ def _stated_numbers() -> list[tuple[str, str, Callable[[], tuple[int, ...]]]]:
             "erasure.md",
             r"the session the erasure targeted; [^)]*\), at most (\d+) each",
             lambda: (INDEX_PAGE_RECORDS,),
+        ),
+        # docs/memory.md
+        (
+            "memory.md",
+            r"for up to (\d+) candidates per place \(`CANDIDATES_PER_FACT` in `[^`]*`\), at most (\d+) "
+            r"\(one lookup's `MAX_LOOKUP_LIMIT`\): (\d+) for the default limit\.",
+            lambda: (
+                CANDIDATES_PER_FACT,
+                candidate_bound(200),  # the largest limit: the cap
+                candidate_bound(ah.MemoryLimits().max_injected_facts),
+            ),
+        ),
+        (
+            "memory.md",
+            r"one request examines at most (\d+) per place",
+            lambda: (candidate_bound(1),),
         ),
         ("erasure.md", r"archive mark in its snapshot \(at most (\d+);", lambda: (MAX_ARCHIVE_MARKS,)),
         ("erasure.md", r"at most ([\d,]+) per application", lambda: (MAX_RETENTION_SESSIONS,)),

@@ -207,7 +207,7 @@ async def test_selection_is_bounded_checked_and_host_replaceable(store: SQLiteMe
 
     async def rogue(request: SelectionRequest) -> Sequence[StoredFact]:
         # A host selection that returns everything it can find, including what must not be injected.
-        return [*expired_rows, *await store.list_facts(BOB, 10, request.ctx)]
+        return [*await store.list_facts(BOB, 10, request.ctx), *expired_rows]
 
     hosted = MemoryManager(store, selection=rogue, limits=MemoryLimits(max_injected_facts=3))
     kept, dropped = await hosted.select(ALICE, "tea")
@@ -215,7 +215,11 @@ async def test_selection_is_bounded_checked_and_host_replaceable(store: SQLiteMe
     reasons = dict(dropped)
     assert reasons[foreign] == "outside the request's scope"  # type: ignore[index]
     assert "not valid at the request's time" in reasons.values()
-    assert "over the selection limit of 3" in reasons.values()
+    # The refused facts left their places to the eligible ones after them, in rank order; the
+    # eligible one past the limit is a spare candidate, not examined, so not reported either.
+    eligible = [f for f in expired_rows if f.text != "expired tea fact"]
+    assert list(kept) == eligible[:3] and eligible[3].fact_id not in reasons
+    assert len(dropped) == 2
 
 
 async def test_a_forgotten_fact_is_never_selected_even_by_a_stale_selection(store: SQLiteMemoryStore) -> None:
@@ -402,11 +406,9 @@ async def test_an_endless_answer_is_read_only_to_its_bound(store: SQLiteMemorySt
         return answer
 
     kept, dropped = await MemoryManager(store, selection=endless).select(ALICE, "q")
-    assert len(kept) == 8 and answer.read == 201
-    assert len(dropped) == 1 + 192 and dropped[0] == (
-        "?",
-        "the selection returned more than 200 facts; the rest was not read",
-    )
+    # Read one past the candidates the selection was asked for (4 per place: 32 for 8 places).
+    assert len(kept) == 8 and answer.read == 33
+    assert dropped == (("?", "the selection returned more than 32 facts; the rest was not read"),)
 
     class Lists(SQLiteMemoryStore):
         async def list_facts(self, scope: MemoryScope, limit: int, ctx: OpContext) -> Sequence[StoredFact]:

@@ -74,7 +74,14 @@ from .answers import (
 from .events import announce_drained, announce_write
 from .extractor import MemoryExtractor
 from .limits import MemoryLimits, model_timeout
-from .selection import MemorySelection, RecentIds, SelectionRequest, checked_selection, recent_and_relevant
+from .selection import (
+    MemorySelection,
+    RecentIds,
+    SelectionRequest,
+    candidate_bound,
+    checked_selection,
+    recent_and_relevant,
+)
 from .work import CANCEL_GRACE_S, DrainResult, WorkSource, WorkTracker, current_work_signal
 
 __all__ = [
@@ -371,7 +378,8 @@ class MemoryManager:
 
         Bounded by ``limit`` (default ``limits.max_injected_facts``). Only
         current facts valid at ``at`` (default now) that ``scope`` sees are
-        kept; every other fact the selection returned is listed with why.
+        kept; every other fact examined is listed with why. Facts are examined in rank order,
+        at most :func:`~.selection.candidate_bound` of ``limit``, until ``limit`` are kept.
         ``at`` must be ``None`` or a timezone-aware datetime
         (:class:`InvalidArgumentError` otherwise).
         """
@@ -383,11 +391,12 @@ class MemoryManager:
         checked = check_at(at)  # ``at=0`` is not "now": only None is
         when = checked if checked is not None else datetime.now(UTC)
         selection = self.selection
+        candidates = candidate_bound(bound)  # refused facts leave their places to the next ones
         raw = await self._call(
             "memory select",
-            lambda ctx: selection(SelectionRequest(self.store, scope, query, bound, when, ctx)),
+            lambda ctx: selection(SelectionRequest(self.store, scope, query, bound, when, ctx, candidates)),
         )
-        kept, dropped = checked_selection(raw, scope, bound, when, self._forgotten)
+        kept, dropped = checked_selection(raw, scope, bound, when, self._forgotten, candidates=candidates)
         return tuple(kept), tuple(dropped)
 
     # -- history ownership (R37) ------------------------------------------------------------

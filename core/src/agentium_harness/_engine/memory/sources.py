@@ -32,7 +32,13 @@ from ..bounded import Overrun, bounded
 from ..lifecycle import Ticket, abandonment
 from ..results import Diagnostic, Severity
 from ..sources import assemble_sources
-from .selection import MemorySelection, SelectionRequest, checked_selection, recent_and_relevant
+from .selection import (
+    MemorySelection,
+    SelectionRequest,
+    candidate_bound,
+    checked_selection,
+    recent_and_relevant,
+)
 
 if TYPE_CHECKING:
     # Only for the annotation: the manager imports this stage through the Agent.
@@ -165,46 +171,20 @@ async def _memory_blocks(
         bound = check_limit(limit if limit is not None else 8)
     if budget_tokens == 0:
         return (), MemoryOmitted()
+    # Refused facts must not take the places of eligible ones ranked below them: the selection
+    # is asked for more candidates than places, a bounded number (docs/memory.md).
+    candidates = candidate_bound(bound)
     try:
         op.raise_if_expired("memory select")
-        raw = await _select(chosen, SelectionRequest(store, scope, query, bound, when, op), ticket)
+        request = SelectionRequest(store, scope, query, bound, when, op, candidates)
+        raw = await _select(chosen, request, ticket)
     except Exception as exc:
         return (), MemoryOmitted(problems=(f"memory selection failed: {error_text(exc)}",))
-    kept, refused = checked_selection(raw, scope, bound, when, forgotten)
-    if hidden is not None:
-        kept = _outside_view(kept, hidden, refused)
+    kept, refused = checked_selection(raw, scope, bound, when, forgotten, hidden, candidates=candidates)
     blocks = [memory_block(fact, rank) for rank, fact in enumerate(kept, start=1)]
     assembly = assemble_sources(blocks, budget_tokens)
     over = tuple(sid[len(MEMORY_SOURCE_PREFIX) :] for sid in assembly.omitted)
     return assembly.included, MemoryOmitted(over_budget=over, refused=tuple(refused))
-
-
-def _outside_view(
-    kept: list[StoredFact],
-    hidden: Callable[[str, int], bool],
-    refused: list[tuple[str, str]],
-) -> list[StoredFact]:
-    """``kept`` without the facts drawn from a group the run's session view hides (refused, with why).
-
-    A fact whose provenance names a group of this session that a retraction
-    touched or a reset cleared could restate the retracted message, as that
-    group's recall excerpt could, so it is left out whole, as recall leaves
-    the group out. Provenance in other sessions is not this view's to judge.
-    """
-    out: list[StoredFact] = []
-    for fact in kept:
-        gone = [ref for ref in fact.fact.provenance if hidden(ref.session, ref.seq)]
-        if gone:
-            refused.append(
-                (
-                    fact.fact_id,
-                    f"its provenance names group {gone[0].label()}, retracted or cleared from this "
-                    "session's view",
-                )
-            )
-            continue
-        out.append(fact)
-    return out
 
 
 def _check_arguments(source: object, selection: object, scope: object, query: object, op: object) -> None:
