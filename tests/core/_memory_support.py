@@ -21,6 +21,7 @@ from agentium_harness.plugin_api import (
     OpContext,
     ProviderCapabilities,
     Role,
+    SourceKind,
     hookimpl,
 )
 
@@ -68,6 +69,24 @@ class RecordingProvider(ModelProvider):
 
     async def aclose(self) -> None:
         self.closed += 1
+
+
+class OkProvider(ModelProvider):
+    """Answers a bare 'ok' and keeps every request it was sent (for checks on the requests' memory)."""
+
+    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(deterministic=True)
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
+        self.requests.append(request)
+        return ModelResponse(Message(Role.ASSISTANT, "ok"))
+
+
+def memory_texts(request: ModelRequest) -> list[str]:
+    """The texts of a request's memory sources, in the order the request holds them."""
+    return [b.content for b in request.sources if b.kind is SourceKind.MEMORY]
 
 
 class HangingProvider(RecordingProvider):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
@@ -76,3 +77,20 @@ class Telemetered:
             for point in points:
                 out += [str(v) for v in dict(point.attributes).values()]
         return out
+
+
+class SpanEnded(SpanProcessor):
+    """Sets ``ended`` when a span of ``name`` ends: for spans that end after the call under test returned."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ended = threading.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.name == self.name:
+            self.ended.set()
+
+
+def outcome_events(span: ReadableSpan) -> list[tuple[str, dict[str, Any]]]:
+    """The ``agentium.*`` events on ``span`` (not the ``exception`` event a failed span carries)."""
+    return [(e.name, dict(e.attributes or {})) for e in span.events if e.name.startswith("agentium.")]

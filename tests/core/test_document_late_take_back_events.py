@@ -22,13 +22,13 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import pytest
 from _session_store_support import FailsAfterTheWrite
-from _telemetry_support import Telemetered
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from _telemetry_support import SpanEnded, Telemetered
+from _telemetry_support import outcome_events as _outcomes
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from test_document_late_index import ANA_DOC, OPERATOR, StuckIndex
 
@@ -83,18 +83,6 @@ class LandsLate(StuckIndex):
         return await super().delete_document(owner, doc_id, ctx)
 
 
-class _Ended(SpanProcessor):
-    """Sets ``ended`` when a span of ``name`` ends (the late take-back runs after the call returned)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.ended = threading.Event()
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.name == self.name:
-            self.ended.set()
-
-
 def _eraser(store: LandsLate, sessions: InMemorySessionStore) -> HarnessRuntime:
     """Another runtime on the same stores (another process): it cannot wait for the writer's stuck call."""
     return create_harness_runtime(
@@ -115,7 +103,7 @@ async def _lands_late(
     meanwhile: Callable[[], None] | None = None,
 ) -> tuple[Telemetered, ReadableSpan]:
     """Strand an index of ana's document, erase ana (``erase``), run ``meanwhile``, let it land: the span."""
-    ended = _Ended(LATE)
+    ended = SpanEnded(LATE)
     t = Telemetered(ended)
     fence = ErasureFence(sessions, GENEROUS)
     try:
@@ -140,11 +128,6 @@ async def _lands_late(
     finally:
         store.release.set()  # no thread outlives the test blocked
     return t, t.one(LATE)
-
-
-def _outcomes(span: ReadableSpan) -> list[tuple[str, dict[str, Any]]]:
-    """The take-back's outcome events on ``span`` (not the ``exception`` event a failed span carries)."""
-    return [(e.name, dict(e.attributes or {})) for e in span.events if e.name.startswith("agentium.")]
 
 
 def _failed(span: ReadableSpan, kind: str) -> None:

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from typing import Any
 
 import anyio
 import pytest
 from _session_store_support import FailsAfterTheWrite
-from _telemetry_support import Telemetered
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from _telemetry_support import SpanEnded, Telemetered
+from _telemetry_support import outcome_events as _outcomes
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from test_memory_fence_take_back import (
     GENEROUS,
@@ -200,11 +200,6 @@ async def test_a_fact_taken_back_after_its_write_was_cancelled_is_an_event_on_th
     _private(t, "4321")
 
 
-def _outcomes(span: ReadableSpan) -> list[tuple[str, dict[str, Any]]]:
-    """The fence's outcome events on ``span`` (not the ``exception`` event a failed span carries)."""
-    return [(e.name, dict(e.attributes or {})) for e in span.events if e.name.startswith("agentium.")]
-
-
 def _failed(span: ReadableSpan, kind: str) -> None:
     """``span`` ended ERROR with ``error.type`` = ``kind``, its ``exception`` event the type alone."""
     assert span.status.status_code is StatusCode.ERROR, span.status
@@ -213,21 +208,9 @@ def _failed(span: ReadableSpan, kind: str) -> None:
     assert said == [{"exception.type": kind}], said  # no message: content capture is off
 
 
-class _Ended(SpanProcessor):
-    """Sets ``ended`` when a span of ``name`` ends (the late take-back runs after the call returned)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.ended = threading.Event()
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.name == self.name:
-            self.ended.set()
-
-
 async def test_a_late_write_taken_back_is_an_event_on_a_late_take_back_span() -> None:
     """A correct abandoned past its deadline lands after session sB was erased: the late check's span."""
-    ended = _Ended("agentium.memory.late_take_back")
+    ended = SpanEnded("agentium.memory.late_take_back")
     t, sessions, facts = Telemetered(ended), InMemorySessionStore(), Store()
     try:
         async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:
@@ -253,7 +236,7 @@ async def test_a_late_write_taken_back_is_an_event_on_a_late_take_back_span() ->
 
 async def test_a_late_answer_that_is_no_acknowledgment_is_an_event_on_the_late_span() -> None:
     """The stranded correct's late answer names another fact than the one corrected: refused, an event."""
-    ended = _Ended("agentium.memory.late_take_back")
+    ended = SpanEnded("agentium.memory.late_take_back")
     t, sessions, facts = Telemetered(ended), InMemorySessionStore(), Store()
     try:
         async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:
@@ -289,7 +272,7 @@ async def test_a_late_take_back_whose_forget_failed_ends_its_span_in_error() -> 
     fact was not taken back, and ``error.type`` says what failed (the
     forget's typed error), with no content on the span.
     """
-    ended = _Ended("agentium.memory.late_take_back")
+    ended = SpanEnded("agentium.memory.late_take_back")
     t, sessions, facts = Telemetered(ended), InMemorySessionStore(), FailsToForget()
     try:
         async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:
@@ -335,7 +318,7 @@ async def test_a_late_take_back_cut_short_by_its_bound_warns_and_is_an_event(
     time; the forget's own deadline is 30 s).
     """
     monkeypatch.setattr(bounded, "LATE_CLEANUP_S", 2.0)
-    ended = _Ended("agentium.memory.late_take_back")
+    ended = SpanEnded("agentium.memory.late_take_back")
     t, sessions, facts = Telemetered(ended), InMemorySessionStore(), HangsToForget()
     try:
         async with _runtime(facts, sessions, t) as writer, _runtime(Store(), sessions) as operator:

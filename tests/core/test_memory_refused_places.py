@@ -12,9 +12,9 @@ however many refused facts a store holds, a turn examines at most 32.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
 import pytest
+from _memory_support import OkProvider, memory_texts
 
 from agentium_harness import (
     HarnessRuntime,
@@ -26,16 +26,7 @@ from agentium_harness import (
     create_harness_runtime,
     recent_and_relevant,
 )
-from agentium_harness._history import Message, Role
-from agentium_harness._ports import OpContext
 from agentium_harness._ports.memory import GroupRef, StoredFact
-from agentium_harness._ports.provider import (
-    ModelProvider,
-    ModelRequest,
-    ModelResponse,
-    ProviderCapabilities,
-    SourceKind,
-)
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 
@@ -49,24 +40,9 @@ QUESTION = "What is my badge PIN?"
 ELIGIBLE = ("Ana's badge is blue.", "Ana is left-handed.", "Ana prefers tea.")
 
 
-class Recording(ModelProvider):
-    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(deterministic=True)
-
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return ModelResponse(Message(Role.ASSISTANT, "ok"))
-
-
-def memory_texts(request: ModelRequest) -> list[str]:
-    return [b.content for b in request.sources if b.kind is SourceKind.MEMORY]
-
-
-async def _retracted_facts_above_eligible(hidden: int) -> tuple[Recording, HarnessRuntime, set[str]]:
+async def _retracted_facts_above_eligible(hidden: int) -> tuple[OkProvider, HarnessRuntime, set[str]]:
     """``hidden`` facts drawn from group s1#0, then retracted, ranked above the ELIGIBLE ones."""
-    provider = Recording()
+    provider = OkProvider()
     rt = create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),

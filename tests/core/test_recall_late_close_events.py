@@ -24,8 +24,8 @@ from typing import Any
 
 import anyio
 import pytest
-from _telemetry_support import Telemetered
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from _telemetry_support import SpanEnded, Telemetered
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from test_blocked_threads import ANA, BlockingRecall, BlockingSession, Recording, blocking
 
@@ -77,23 +77,11 @@ class ClosesBadly(BlockingRecall):
         return Late(self)
 
 
-class _Ended(SpanProcessor):
-    """Sets ``ended`` when a span of ``name`` ends (the late close runs after the run returned)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.ended = threading.Event()
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if span.name == self.name:
-            self.ended.set()
-
-
 async def _opened_late(
     store: ClosesBadly, gate: threading.Event, caplog: pytest.LogCaptureFixture
 ) -> tuple[Telemetered, ReadableSpan, list[str]]:
     """A run whose recall open is abandoned; then the open lands: the late close's span and WARNINGs."""
-    ended = _Ended(LATE)
+    ended = SpanEnded(LATE)
     t = Telemetered(ended)
     rt = create_harness_runtime(
         provider=Recording(),

@@ -10,21 +10,11 @@ the user, whose views the retraction did not move, still get it.
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import pytest
+from _memory_support import OkProvider, memory_texts
 
 from agentium_harness import MemoryFact, MemoryScope, VerifiedIdentity, create_harness_runtime
-from agentium_harness._history import Message, Role
-from agentium_harness._ports import OpContext
 from agentium_harness._ports.memory import GroupRef
-from agentium_harness._ports.provider import (
-    ModelProvider,
-    ModelRequest,
-    ModelResponse,
-    ProviderCapabilities,
-    SourceKind,
-)
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.memory_facts import InMemoryMemoryStore
 
@@ -34,24 +24,9 @@ ANA = VerifiedIdentity("acme", "ana", "test-auth")
 PIN_FACT = "Ana's badge PIN is 4417."
 
 
-class Recording(ModelProvider):
-    capabilities: ClassVar[ProviderCapabilities] = ProviderCapabilities(deterministic=True)
-
-    def __init__(self) -> None:
-        self.requests: list[ModelRequest] = []
-
-    async def complete(self, request: ModelRequest, ctx: OpContext) -> ModelResponse:
-        self.requests.append(request)
-        return ModelResponse(Message(Role.ASSISTANT, "ok"))
-
-
-def memory_texts(request: ModelRequest) -> list[str]:
-    return [b.content for b in request.sources if b.kind is SourceKind.MEMORY]
-
-
-async def _fact_from_first_turn(session: str = "s1") -> tuple[Recording, object]:
+async def _fact_from_first_turn(session: str = "s1") -> tuple[OkProvider, object]:
     """A runtime whose session's group 0 said the PIN, and a fact remembered from that group."""
-    provider = Recording()
+    provider = OkProvider()
     rt = create_harness_runtime(
         provider=provider,
         archive=InMemoryArchive(),
