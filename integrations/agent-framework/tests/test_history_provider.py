@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from af_runtimes import build_runtime
 from agent_framework import Agent, BaseChatClient, ChatResponse, Content
 from agent_framework import Message as AFMessage
 
@@ -38,10 +39,8 @@ from agentium_harness import (
     Role,
     RuntimeLimits,
     VerifiedIdentity,
-    create_harness_runtime,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig
 from agentium_harness.plugin_api import OpContext, SessionKey
 from agentium_harness.testing.sqlite_rows import group_row, set_group_row
 
@@ -80,21 +79,10 @@ class CountingArchive(SQLiteArchive):
 
 
 def build(path: Path, archive: SQLiteArchive | None = None, resident: int = 8) -> HarnessRuntime:
-    config = SQLiteConfig(path=str(path))
-    archive = archive if archive is not None else SQLiteArchive(config)
-    store = SQLiteSessionStore(config)
-    return create_harness_runtime(
-        provider=ScriptedProvider(replies=["(not called)"]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
-        limits=RuntimeLimits(resident=ResidentLimits(max_groups=resident)),
+    """The shared runtime, holding at most ``resident`` groups of a session in memory."""
+    return build_runtime(
+        path, archive=archive, limits=RuntimeLimits(resident=ResidentLimits(max_groups=resident))
     )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from af_runtimes import build_runtime
 from agent_framework import Message as AFMessage
 
 from agentium_agent_framework import AgentiumHistoryProvider, _provider
@@ -33,7 +34,6 @@ from agentium_harness import (
 from agentium_harness._engine import erasure
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 from agentium_harness.plugin_api import OpContext, SessionKey, StoredSnapshot
 
 pytestmark = pytest.mark.anyio
@@ -43,21 +43,9 @@ OPERATOR = OperatorAttestation(VerifiedIdentity("acme", "ops-1", "sso"), stateme
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[HarnessRuntime]:
     monkeypatch.setattr(_provider, "MAX_PAGE_GROUPS", 4)  # a page of 4 groups: a few groups make pages
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    built = create_harness_runtime(
-        provider=ScriptedProvider(replies=["(not called)"]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
-    )
+    built = build_runtime(tmp_path / "agentium.db")
     try:
         yield built
     finally:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from af_runtimes import build_runtime
 from agent_framework import Agent, BaseChatClient, ChatResponse
 from agent_framework import Message as AFMessage
 
@@ -26,10 +27,7 @@ from agentium_harness import (
     Tool,
     ToolRegistry,
     VerifiedIdentity,
-    create_harness_runtime,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 
 pytestmark = pytest.mark.anyio
 
@@ -64,20 +62,11 @@ class RecordingClient(BaseChatClient):  # type: ignore[type-arg]
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
     """A session ``chat-1`` holding one ``run()`` turn with two tool calls."""
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    built = create_harness_runtime(
-        provider=ScriptedProvider(replies=[TWO_CALLS, ANSWER]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
+    built = build_runtime(
+        tmp_path / "agentium.db",
+        replies=[TWO_CALLS, ANSWER],
         tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
     )
     async with built:

@@ -14,17 +14,13 @@ purpose.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from agent_framework import Message as AFMessage
 
 from agentium_agent_framework import MESSAGE_FORMAT, AgentiumHistoryProvider, ForeignMessageError
-from agentium_harness import HarnessRuntime, Message, Role, VerifiedIdentity, create_harness_runtime
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+from agentium_harness import HarnessRuntime, Message, Role, VerifiedIdentity
 
 pytestmark = pytest.mark.anyio
 
@@ -38,27 +34,6 @@ UNDECODABLE: dict[str, dict[str, Any]] = {
     # A payload whose type is not "message": ValueError quoting the type's value.
     "type": {"type": f"my words {MARKER}", "role": "user", "contents": []},
 }
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    built = create_harness_runtime(
-        provider=ScriptedProvider(replies=["(not called)"]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
-    )
-    try:
-        yield built
-    finally:
-        await built.aclose()
 
 
 @pytest.mark.parametrize("case", sorted(UNDECODABLE))

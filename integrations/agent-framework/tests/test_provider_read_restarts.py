@@ -15,8 +15,6 @@ a load's first page, where a concurrent writer lands.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,10 +26,7 @@ from agentium_harness import (
     HarnessRuntime,
     SessionConflictError,
     VerifiedIdentity,
-    create_harness_runtime,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 
 pytestmark = pytest.mark.anyio
 
@@ -39,27 +34,6 @@ ANA = VerifiedIdentity("acme", "ana", "sso")
 #: Loads whose pages a change splits: more than the 3 attempts a load used to make.
 LOST_RACES = 4
 GROUPS = 10
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    built = create_harness_runtime(
-        provider=ScriptedProvider(replies=["(not called)"]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
-    )
-    try:
-        yield built
-    finally:
-        await built.aclose()
 
 
 async def filled(

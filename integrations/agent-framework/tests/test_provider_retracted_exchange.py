@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from af_runtimes import build_runtime
 from agent_framework import (
     Agent,
     BaseChatClient,
@@ -89,19 +90,10 @@ class FixedHistory(HistoryProvider):
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
-    config = SQLiteConfig(path=str(tmp_path / "agentium.db"))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    built = create_harness_runtime(
-        provider=ScriptedProvider(replies=[TWO_CALLS, "Both pages are about cats."]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
+    built = build_runtime(
+        tmp_path / "agentium.db",
+        replies=[TWO_CALLS, "Both pages are about cats."],
         tools=ToolRegistry([Tool("fetch", fetch, EffectLevel.READ)]),
     )
     async with built:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from af_runtimes import build_runtime
 from agent_framework import Message as AFMessage
 
 from agentium_agent_framework import AgentiumHistoryProvider
@@ -34,40 +35,11 @@ from agentium_harness import (
     Role,
     SessionConflictError,
     VerifiedIdentity,
-    create_harness_runtime,
 )
-from agentium_harness.adapters.providers import ScriptedProvider
-from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
 
 ANA = VerifiedIdentity("acme", "ana", "sso")
 #: Races a save loses in a row: more than the 5 attempts a save used to make.
 LOST_RACES = 6
-
-
-def build_runtime(db_path: Path) -> HarnessRuntime:
-    """A runtime owning its SQLite archive and session store in ``db_path``."""
-    config = SQLiteConfig(path=str(db_path))
-    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
-    return create_harness_runtime(
-        provider=ScriptedProvider(replies=["(not called)"]),
-        archive=archive,
-        session_store=store,
-        owned=(archive, store),
-    )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[HarnessRuntime]:
-    built = build_runtime(tmp_path / "agentium.db")
-    try:
-        yield built
-    finally:
-        await built.aclose()
 
 
 def interfere_before_appends(
