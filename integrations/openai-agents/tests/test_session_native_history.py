@@ -274,3 +274,70 @@ async def test_a_call_whose_result_the_host_retracted_is_read_as_it_is_and_the_r
     assert isinstance(seen, list)
     # The SDK's runner drops a call without its output before the model sees it, as run() does.
     assert seen == [*EXPECTED[:2], {"role": "user", "content": "And now?"}]
+
+
+def sdk_turn(n: int) -> list[dict[str, Any]]:
+    """Two items as the SDK stores them: the user's message and an assistant message item."""
+    return [
+        {"role": "user", "content": f"question {n}"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"answer {n}"}]},
+    ]
+
+
+async def test_a_history_of_sdk_items_is_read_without_pairing_any_exchange(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Items the SDK stored are one item each and pair with nothing: the read takes each one's
+    # payload copy, and never does the per-message work native messages need (view_items).
+    def no_pairing(*args: object) -> None:
+        raise AssertionError("view_items ran for a window of SDK items only")
+
+    async with tool_runtime(tmp_path / "a.db", resident=2) as runtime:
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        for n in range(5):
+            await session.add_items(sdk_turn(n))
+        want = [item for n in range(5) for item in sdk_turn(n)]
+        monkeypatch.setattr("agentium_openai_agents._session.view_items", no_pairing)
+        for limit in (None, 1, 3, 10, 11):
+            items = await session.get_items(limit)
+            assert items == want[-(limit or 10) :], limit
+            for item in items:  # copies: changed in place, they change no later read
+                item["role"] = "changed"
+                if isinstance(item["content"], list):
+                    item["content"][0]["text"] = "changed"
+        assert await session.get_items() == want
+
+
+async def test_sdk_items_after_a_native_exchange_read_as_the_exchange_rules_say(tmp_path: Path) -> None:
+    # A run() turn with two tool calls, then SDK items: a window of SDK items only is their
+    # newest ``limit``; one reaching into the exchange still never starts inside it.
+    async with tool_runtime(tmp_path / "a.db", TWO_CALLS, ANSWER, resident=2) as runtime:
+        await runtime.run(ANA, "chat-1", QUESTION, grants=["fetch"])
+        session = AgentiumSession(runtime, ANA, "chat-1")
+        for n in range(2):
+            await session.add_items(sdk_turn(n))
+        everything = await session.get_items()
+        assert everything == [*EXPECTED, *sdk_turn(0), *sdk_turn(1)]
+        # Items 2-5 are c1, c2 and their outputs: a read starting at 3, 4 or 5 starts at 6.
+        for limit in range(1, 13):
+            first = max(0, 11 - limit)
+            got = await session.get_items(limit)
+            assert got == everything[6 if first in (3, 4, 5) else first :], limit
+            assert pairs_whole(got)
+
+
+async def test_an_sdk_item_whose_payload_is_no_item_fails_the_reads_that_reach_it(
+    runtime: HarnessRuntime,
+) -> None:
+    session = AgentiumSession(runtime, ANA, "chat-1")
+    damaged = Message(
+        Role.USER, "hi", payload=["no", "item"], payload_format="openai.responses.input_item/v1"
+    )
+    await runtime.append(ANA, "chat-1", [damaged])
+    await session.add_items(sdk_turn(0))
+    assert await session.get_items(2) == sdk_turn(0)  # the newest items do not reach the damage
+    for limit in (None, 3):
+        with pytest.raises(
+            ForeignItemError, match=r"of the view of session .chat-1. has payload_format .* payload is a list"
+        ):
+            await session.get_items(limit)

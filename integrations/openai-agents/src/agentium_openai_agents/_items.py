@@ -25,6 +25,7 @@ as a ``function_call_output`` item, never as ``user`` text.
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, cast
@@ -40,9 +41,11 @@ __all__ = [
     "check_item_shape",
     "item_count",
     "item_to_message",
+    "items_count",
     "message_to_item",
     "message_to_items",
     "pop_item_of",
+    "sdk_items",
     "view_items",
 ]
 
@@ -295,6 +298,18 @@ def item_count(message: Message) -> int:
     return len(message.tool_calls) + (1 if message.content else 0)
 
 
+def items_count(messages: Sequence[Message]) -> int:
+    """How many SDK items ``messages`` read back as: the sum of :func:`item_count`, with fewer calls.
+
+    A message with a payload is one item: only a native message (no payload) is counted by a call.
+    """
+    count = len(messages)
+    for message in messages:
+        if message.payload_format is None:
+            count += item_count(message) - 1
+    return count
+
+
 def pop_item_of(message: Message, where: str) -> dict[str, Any]:
     """The one item ``pop_item`` may retract ``message`` as; :class:`PopRefusedError` when there is none.
 
@@ -319,6 +334,33 @@ def pop_item_of(message: Message, where: str) -> dict[str, Any]:
             "retract(identity, session_id, count=n, reason=...) takes out the last n whole messages"
         )
     return items[0]
+
+
+#: A message's ``payload_format`` and ``payload``, read at C speed by ``map`` (no frame per message).
+_FORMAT_OF: Final = operator.attrgetter("payload_format")
+_PAYLOAD_OF: Final = operator.attrgetter("payload")
+
+
+def sdk_items(messages: Sequence[Message], limit: int | None) -> list[dict[str, Any]] | None:
+    """What :func:`view_items` returns when the newest ``limit`` messages (all: ``None``) are all SDK items.
+
+    ``None`` when one of them is anything else (a native message, another format, a damaged
+    payload): :func:`view_items` reads those (and raises for damage). Each SDK item is one item
+    that pairs with nothing, so the newest ``limit`` items are the newest ``limit`` messages,
+    whatever the messages before them are. A history the SDK alone wrote is read here without
+    a call, a list or a pairing entry per message: one copy of each payload (new dicts the
+    caller may change, see :func:`message_to_items`), as before native messages were read.
+    """
+    window = messages if limit is None or limit >= len(messages) else messages[len(messages) - limit :]
+    if not window:
+        return []
+    # Sets built by ``map`` at C speed: one check for the whole window rather than one per message.
+    if set(map(_FORMAT_OF, window)) != {ITEM_FORMAT}:
+        return None
+    payloads = list(map(_PAYLOAD_OF, window))
+    if set(map(type, payloads)) != {dict}:
+        return None  # a damaged payload: view_items names the message in its error
+    return list(map(copy_plain_json, payloads))
 
 
 def _exchange_starts(messages: Sequence[Message], groups: Sequence[int]) -> tuple[list[int], set[int]]:

@@ -6,7 +6,8 @@ import operator
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from itertools import chain
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypeVar, cast
 
 import anyio
 from agents.memory.session_settings import SessionSettings, coerce_session_settings, resolve_session_limit
@@ -33,7 +34,7 @@ from agentium_harness import (
 from agentium_harness.plugin_api import SessionKey
 
 from ._errors import ForeignItemError, HistoryChangedError, SessionClosedError
-from ._items import check_item_shape, item_count, item_to_message, pop_item_of, view_items
+from ._items import check_item_shape, item_to_message, items_count, pop_item_of, sdk_items, view_items
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
@@ -46,6 +47,10 @@ T = TypeVar("T")
 #: pages (and ``pop_item``/``clear_session`` when it changed between their read and their write); past
 #: that, it reads again until ``busy_timeout_s`` is spent (see :class:`_Restarts`).
 _READ_RESTARTS: Final = 3
+
+#: A group a read took: its seq, the messages the view shows of it, and how many SDK items they are
+#: (0 when the read takes every group, which counts none).
+_ReadGroup: TypeAlias = tuple[int, tuple[Message, ...], int]
 
 
 class _Restarts:
@@ -456,18 +461,24 @@ class AgentiumSession:
     # -- helpers ------------------------------------------------------------------------------------
 
     def _items_of(
-        self, messages: list[Message], groups: list[int], wanted: int | None
+        self, messages: list[Message], groups: list[_ReadGroup], wanted: int | None
     ) -> list[TResponseInputItem]:
         """The SDK items of the view's ``messages`` (new dicts: see :func:`message_to_items`).
 
-        With ``wanted``, the newest ``wanted`` at most, never starting inside a native tool
+        ``groups`` are the groups read (:meth:`_read_view_at`), whose messages ``messages``
+        are. With ``wanted``, the newest ``wanted`` at most, never starting inside a native tool
         exchange (:func:`view_items`): a ``function_call_output`` is never read without its call.
         """
+        items = sdk_items(messages, wanted)
+        if items is None:
+            # A native message (or damage) among those read: pair exchanges by each one's group.
+            seqs = [seq for seq, shown, _ in groups for _ in shown]
 
-        def where(at: int) -> str:  # where a message is, for an error only
-            return f"message {at} of the view of session {self.session_id!r}"
+            def where(at: int) -> str:  # where a message is, for an error only
+                return f"message {at} of the view of session {self.session_id!r}"
 
-        return cast("list[TResponseInputItem]", view_items(messages, groups, where, wanted))
+            items = view_items(messages, seqs, where, wanted)
+        return cast("list[TResponseInputItem]", items)
 
     def _popped(self, taken: Message, read: Message, item: dict[str, Any]) -> TResponseInputItem:
         """The item ``pop_item`` retracted: ``item`` (made from ``read``) unless ``taken`` is another message.
@@ -494,15 +505,17 @@ class AgentiumSession:
         if self._closed:
             raise SessionClosedError(f"{type(self).__name__} is closed; create a new session object")
 
-    async def _read_view_at(self, wanted: int | None) -> tuple[list[Message], list[int], HistoryPage] | None:
+    async def _read_view_at(
+        self, wanted: int | None
+    ) -> tuple[list[Message], list[_ReadGroup], HistoryPage] | None:
         """The view's newest whole groups holding ``wanted`` items (all when ``None``), and the first page.
 
-        Returns the groups' messages, each one's group seq, and the first page read.
+        Returns the groups' messages, the groups (oldest first), and the first page read.
         Whole groups: a native tool exchange lies within one group, so its call is read with
         its result. ``None`` when the view changed mid-read. The first page holds the revision
         and the erasure fence of the read (the pages after it are checked to join it).
         """
-        read: list[tuple[int, tuple[Message, ...], int]] = []  # (seq, shown messages, items), oldest first
+        read: list[_ReadGroup] = []
         counted = 0  # the items of the groups read
         first: HistoryPage | None = None
         seam: HistoryGroup | None = None  # the oldest group read so far; the next page ends with it
@@ -529,10 +542,14 @@ class AgentiumSession:
                     return None
                 page = later
             # A later page ends with the seam, whose messages are read already.
-            fresh = [(g.seq, g.messages) for g in (page.groups if seam is None else page.groups[:-1])]
-            older = [(seq, shown, sum(map(item_count, shown))) for seq, shown in fresh]
-            read[:0] = older
-            counted += sum(n for _, _, n in older)
+            fresh = page.groups if seam is None else page.groups[:-1]
+            if wanted is None:
+                # Every group is read: no item is counted (a call per message, for nothing).
+                read[:0] = [(g.seq, g.messages, 0) for g in fresh]
+            else:
+                older = [(g.seq, shown, items_count(shown)) for g in fresh for shown in (g.messages,)]
+                read[:0] = older
+                counted += sum(n for _, _, n in older)
             if (wanted is not None and counted >= wanted) or page.next_before_seq is None:
                 break
             seam = page.groups[0]
@@ -541,9 +558,8 @@ class AgentiumSession:
             # The oldest groups the newest ``wanted`` items do not reach are left out.
             while read and counted - read[0][2] >= wanted:
                 counted -= read.pop(0)[2]
-        messages = [m for _, shown, _ in read for m in shown]
-        seqs = [seq for seq, shown, _ in read for _ in shown]
-        return messages, seqs, first
+        messages = list(chain.from_iterable(shown for _, shown, _ in read))
+        return messages, read, first
 
     async def _next_page(self, seam: HistoryGroup, groups: int, first: HistoryPage) -> HistoryPage | None:
         """The page of ``groups`` groups ending with ``seam``; ``None`` when the session changed meanwhile.
