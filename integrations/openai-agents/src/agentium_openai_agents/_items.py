@@ -377,7 +377,7 @@ def _exchange_starts(messages: Sequence[Message], groups: Sequence[int]) -> tupl
     """
     starts: list[int] = []
     orphans: set[int] = set()
-    open_calls: dict[tuple[int, str | None], list[int]] = {}  # (group seq, call id) -> unanswered calls
+    open_calls: dict[tuple[int, str | None], list[int]] = {}  # (group, call id) -> unanswered calls
     for at, (message, group) in enumerate(zip(messages, groups, strict=True)):
         if message.payload_format is not None:
             starts.append(len(starts))
@@ -400,7 +400,7 @@ def _exchange_starts(messages: Sequence[Message], groups: Sequence[int]) -> tupl
 def view_items(
     messages: Sequence[Message], groups: Sequence[int], where: Callable[[int], str], limit: int | None
 ) -> list[dict[str, Any]]:
-    """The items of a view's ``messages`` (``groups``: each one's group seq): the newest ``limit`` at most.
+    """The items of a view's ``messages`` (``groups``: each one's group label): the newest ``limit`` at most.
 
     New dicts (:func:`message_to_items`). Where the newest ``limit`` items
     would begin between a native ``function_call`` and its
