@@ -22,7 +22,9 @@ from agentium_harness._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
     SessionSnapshot,
     seal_snapshot,
+    snapshot_bytes,
     snapshot_digest,
+    verify_snapshot,
 )
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
@@ -157,6 +159,48 @@ async def test_a_snapshot_from_a_newer_format_is_refused(db: Path, store: SQLite
     _set_snapshot_data(db, canonical_json(unstructure(newer)))
     with pytest.raises(SnapshotCorruptError, match="newer"):
         await store.load(KEY, OpContext())
+
+
+@pytest.mark.parametrize("version", [0, -1, -(2**40)])
+@pytest.mark.parametrize("sealed", [True, False], ids=["with its digest", "without a digest"])
+async def test_a_snapshot_below_the_first_format_is_refused_and_left_alone(
+    db: Path, store: SQLiteSessionStore, version: int, sealed: bool
+) -> None:
+    # No format below 1 was ever written: such a row is damage or an unknown format, whether or not
+    # its digest matches (digests are unkeyed) and whether or not it claims a pre-digest format.
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    revision, _ = _snapshot_row(db)
+    if sealed:
+        bad = attrs_evolve_sealed(scoped_snapshot(KEY), format_version=version)
+    else:
+        bad = attrs.evolve(scoped_snapshot(KEY), format_version=version, digest=None)
+    data = snapshot_bytes(bad)
+    _set_snapshot_data(db, data)
+    for _ in range(2):
+        with pytest.raises(SnapshotCorruptError, match=f"format {version}, which no version"):
+            await store.load(KEY, OpContext())
+    assert _snapshot_row(db) == (revision, data), "the damaged row must be left exactly as it was"
+    # Nor can such a snapshot be saved (the store would refuse to load it): nothing is written.
+    with pytest.raises(SnapshotCorruptError, match=f"format {version}, which no version"):
+        await store.save(OTHER, bad, None, OpContext())
+    assert snapshot_row(db, OTHER) is None
+    memory = InMemorySessionStore()
+    with pytest.raises(SnapshotCorruptError, match=f"format {version}, which no version"):
+        await memory.save(OTHER, bad, None, OpContext())
+    assert memory.raw(OTHER) is None
+
+
+@pytest.mark.parametrize("version", ["3", 3.0, True, None], ids=["str", "float", "bool", "None"])
+async def test_a_format_version_that_is_no_int_is_a_typed_error_and_writes_nothing(version: object) -> None:
+    # A snapshot object an adapter built itself (no strict decoder): a TypeError from comparing
+    # "3" with 1, or True taken for format 1, would not be the typed error of damaged data.
+    bad = attrs.evolve(scoped_snapshot(KEY), format_version=version)
+    with pytest.raises(SnapshotCorruptError, match="format_version that is not an int"):
+        verify_snapshot(KEY, bad)
+    store = InMemorySessionStore()
+    with pytest.raises(SnapshotCorruptError, match="format_version that is not an int"):
+        await store.save(KEY, bad, None, OpContext())
+    assert store.raw(KEY) is None
 
 
 def attrs_evolve_sealed(snapshot: SessionSnapshot, **changes: Any) -> SessionSnapshot:

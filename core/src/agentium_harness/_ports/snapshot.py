@@ -39,6 +39,7 @@ from .summary import SummaryState
 
 __all__ = [
     "DIGESTED_FORMAT_VERSION",
+    "FIRST_FORMAT_VERSION",
     "SNAPSHOT_FORMAT_VERSION",
     "MAX_ARCHIVE_MARKS",
     "ArchiveDivergence",
@@ -64,6 +65,10 @@ SNAPSHOT_FORMAT_VERSION = 3
 
 #: First format version whose snapshots must carry a digest.
 DIGESTED_FORMAT_VERSION = 3
+
+#: The first snapshot format there ever was: a stored snapshot claiming a lower one was never
+#: written by any version of agentium-harness (damage, or another tool's record), so it is refused.
+FIRST_FORMAT_VERSION = 1
 
 
 @attrs.frozen(slots=True)
@@ -478,11 +483,28 @@ def verify_snapshot(key: SessionKey, snapshot: SessionSnapshot) -> None:
 
     A snapshot of format 3 or later must carry a digest equal to
     :func:`snapshot_digest`; older formats (written before digests) are
-    accepted and sealed at their next save. A bit flip that still decodes
+    accepted and sealed at their next save. A format below
+    :data:`FIRST_FORMAT_VERSION` (1) or above :data:`SNAPSHOT_FORMAT_VERSION`
+    is refused, digest or not. A bit flip that still decodes
     therefore fails closed instead of reaching the model.
     """
     key = require_instance(key, SessionKey, "key")
     snapshot = require_instance(snapshot, SessionSnapshot, "snapshot")
+    version = snapshot.format_version
+    if type(version) is not int:
+        # An adapter's answer built without the strict decoder: a str would raise TypeError below,
+        # an int subclass (or bool) could compare as it likes; every store decodes an exact int.
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.key()} holds a format_version that is not an int "
+            f"({type(version).__name__}); the stored data is damaged and was left as it is"
+        )
+    if version < FIRST_FORMAT_VERSION:
+        # Before the digest checks: a format below 1 is not a pre-digest one that may go without.
+        raise SnapshotCorruptError(
+            f"snapshot of session {key.key()} has format {snapshot.format_version}, which no version of "
+            f"agentium-harness writes (formats start at {FIRST_FORMAT_VERSION}); the stored data is damaged "
+            "and was left as it is"
+        )
     if snapshot.format_version > SNAPSHOT_FORMAT_VERSION:
         raise SnapshotCorruptError(
             f"snapshot of session {key.key()} has format {snapshot.format_version}, newer than this "
