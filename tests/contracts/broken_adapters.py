@@ -306,6 +306,22 @@ class NoScopeCheckArchive(InMemoryArchive):
         return groups
 
 
+class NulStrippingArchive(InMemoryArchive):
+    """Writes groups without their NULs, as a text column or a C string that cannot hold one would."""
+
+    capabilities: ClassVar[ArchiveCapabilities] = _ARCHIVE_CAPS
+
+    async def append(
+        self, key: SessionKey, groups: Sequence[MessageGroup], ctx: OpContext
+    ) -> Sequence[ArchiveReceipt]:
+        receipts = await super().append(key, groups, ctx)
+        for group in groups:
+            stored = self.raw(key, group.seq)
+            if stored is not None:
+                self.put_raw(key, group.seq, stored[0].replace(b"\\u0000", b""), stored[1])
+        return receipts
+
+
 class LoopBoundArchive(_FirstLoopClient, InMemoryArchive):
     """Keeps the client of its first event loop and uses it from every other loop."""
 
@@ -339,6 +355,10 @@ def _archive_case(adapter: type[InMemoryArchive]) -> type[ArchiveContract]:
             return corrupt
 
     return Case
+
+
+class TestNulStrippingArchive(_archive_case(NulStrippingArchive)):  # type: ignore[misc]
+    pass
 
 
 class TestLoopBoundArchive(_archive_case(LoopBoundArchive)):  # type: ignore[misc]
@@ -650,6 +670,21 @@ class LoopBoundStore(_FirstLoopClient, InMemorySessionStore):
         return await super().load(key, ctx)
 
 
+class NulStrippingStore(InMemorySessionStore):
+    """Writes snapshots without their NULs, as a text column or a C string that cannot hold one would."""
+
+    capabilities: ClassVar[SessionStoreCapabilities] = _STORE_CAPS
+
+    async def save(
+        self, key: SessionKey, snapshot: SessionSnapshot, expected_revision: int | None, ctx: OpContext
+    ) -> int:
+        revision = await super().save(key, snapshot, expected_revision, ctx)
+        row = self.raw(key)
+        if row is not None:
+            self.put_raw(key, row[0], row[1].replace(b"\\u0000", b""))
+        return revision
+
+
 def _store_case(adapter: type[InMemorySessionStore]) -> type[SessionStoreContract]:
     class Case(SessionStoreContract):
         @pytest.fixture
@@ -746,4 +781,8 @@ class TestCloseOnceStore(_store_case(CloseOnceStore)):  # type: ignore[misc]
 
 
 class TestNoVerifyStore(_store_case(NoVerifyStore)):  # type: ignore[misc]
+    pass
+
+
+class TestNulStrippingStore(_store_case(NulStrippingStore)):  # type: ignore[misc]
     pass

@@ -96,6 +96,39 @@ async def test_user_input_with_a_lone_surrogate_is_refused_before_the_model_runs
         assert (await runtime.run(ANA, "s1", "ok \U0001f600")).committed
 
 
+async def test_nul_and_control_characters_in_free_text_are_kept_exactly_through_a_store(
+    tmp_path: Path,
+) -> None:
+    # The documented rule (docs/history-api.md): free text is any valid Unicode, NUL included;
+    # only ids refuse control characters. Written to SQLite, read back by new instances.
+    from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
+    from agentium_harness.testing import CONTROL_TEXT
+
+    config = SQLiteConfig(path=str(tmp_path / "nul.db"))
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    runtime = create_harness_runtime(
+        provider=ScriptedProvider(replies=["ok"]),
+        archive=archive,
+        session_store=store,
+        owned=[archive, store],
+    )
+    async with runtime:
+        assert (await runtime.run(ANA, "s1", CONTROL_TEXT)).committed
+        await runtime.append(ANA, "s2", [Message(Role.USER, CONTROL_TEXT), Message(Role.ASSISTANT, "\x00")])
+        with pytest.raises(InvalidIdError, match="U\\+0000"):
+            await runtime.append(ANA, "s3", [Message(Role.TOOL, "r", tool_call_id="c\x001")])
+    archive, store = SQLiteArchive(config), SQLiteSessionStore(config)
+    again = create_harness_runtime(
+        provider=ScriptedProvider(replies=[]), archive=archive, session_store=store, owned=[archive, store]
+    )
+    async with again:
+        ran = await again.read_history(ANA, "s1", max_groups=10)
+        assert ran.messages[0].content == CONTROL_TEXT
+        appended = await again.read_history(ANA, "s2", max_groups=10)
+        assert [m.content for m in appended.messages] == [CONTROL_TEXT, "\x00"]
+        assert (await again.read_history(ANA, "s3", max_groups=10)).messages == ()
+
+
 @pytest.mark.parametrize(
     "block",
     [

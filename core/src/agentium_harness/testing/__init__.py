@@ -9,7 +9,8 @@
 - :func:`create_harness_eval_target` (:mod:`agentium_harness.testing.eval_target`):
   an eval target over the actual runtime for :mod:`agentium_harness.eval` (R32).
 - Helpers that need no pytest (:mod:`agentium_harness.testing.helpers`):
-  :func:`plain_group`, :func:`rich_group`, :data:`TRICKY_SESSION_KEYS`,
+  :func:`plain_group`, :func:`rich_group`, :func:`control_text_group` (with
+  :data:`CONTROL_TEXT`), :data:`TRICKY_SESSION_KEYS`,
   :data:`HOSTILE_IDS`, the collision sets (:func:`collision_pairs`,
   :data:`COLLIDING_SESSION_KEYS`, :data:`COLLIDING_MEMORY_SCOPES`,
   :data:`COLLIDING_SOURCE_OWNERS`),
@@ -42,12 +43,14 @@ from .helpers import (
     COLLIDING_SESSION_KEYS,
     COLLIDING_SOURCE_OWNERS,
     COLLISION_SEPARATORS,
+    CONTROL_TEXT,
     HOSTILE_IDS,
     TRICKY_SESSION_KEYS,
     CorruptStored,
     RawStorage,
     Reopen,
     collision_pairs,
+    control_text_group,
     legacy_snapshot,
     plain_group,
     raw_files,
@@ -97,6 +100,8 @@ __all__ = [
     "VerifierContract",
     "collision_pairs",
     "create_harness_eval_target",
+    "CONTROL_TEXT",
+    "control_text_group",
     "legacy_snapshot",
     "plain_group",
     "raw_files",

@@ -48,7 +48,7 @@ from ._suite import (
     rich_group,
 )
 from .erasure_contract import ArchiveErasureTests
-from .helpers import COLLIDING_SESSION_KEYS, replace_once
+from .helpers import COLLIDING_SESSION_KEYS, control_text_group, replace_once
 
 __all__ = ["ArchiveContract"]
 
@@ -371,6 +371,24 @@ class ArchiveContract(ArchiveErasureTests, ContractSuite):
         assert read == groups
         assert [g.digest for g in read] == [r.digest for r in receipts]
         assert all(g.is_complete for g in read)
+
+    async def test_free_text_with_nul_and_control_characters_round_trips_exactly(
+        self, archive: HistoryArchive
+    ) -> None:
+        """Free text holding NUL, other controls and the text of escapes reads back equal, same digest.
+
+        Message content, tool-call arguments and payloads are free text, which
+        may hold any valid Unicode (``control_text_group``). A failure means
+        the store changed it: a text column that refuses or cuts at NUL
+        (PostgreSQL ``text``, a C string), or JSON decoded and re-encoded on the
+        way; store the canonical JSON bytes as they are.
+        """
+        _require(archive, "bounded_reads")
+        groups = [control_text_group(s, _KEY) for s in range(2)]
+        receipts = await archive.append(_KEY, groups, OpContext())
+        read = list(await archive.read_groups(_KEY, 0, 2, OpContext()))
+        assert read == groups
+        assert [g.digest for g in read] == [r.digest for r in receipts] == [g.digest for g in groups]
 
     async def test_reads_recheck_digests_of_stored_groups(
         self, archive: HistoryArchive, corrupt_archived_group: CorruptStored | None

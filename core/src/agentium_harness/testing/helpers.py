@@ -26,6 +26,7 @@ __all__ = [
     "COLLIDING_SESSION_KEYS",
     "COLLIDING_SOURCE_OWNERS",
     "COLLISION_SEPARATORS",
+    "CONTROL_TEXT",
     "HOSTILE_IDS",
     "TRICKY_SESSION_KEYS",
     "CorruptStored",
@@ -38,6 +39,7 @@ __all__ = [
     "reopened",
     "replace_once",
     "collision_pairs",
+    "control_text_group",
     "rich_group",
     "scoped_snapshot",
 ]
@@ -292,6 +294,47 @@ def rich_group(seq: int, key: SessionKey, text: str = "") -> MessageGroup:
             summary_version="1",
             uncertainty=("the index may lag the archive", "notes.md was not re-read"),
         ),
+    )
+
+
+#: Free text no store may change: NUL and other C0 controls, DEL, C1, line and paragraph
+#: separators, a noncharacter, an astral character, and the *text* of a JSON escape (a store that
+#: decodes or re-encodes the JSON on its own would turn it into the character it spells).
+CONTROL_TEXT = "a\x00b \x01\x1b[31m\x7f\x85\u2028\u2029\ufffe\U0001f600 \\u0000 \\x00 \x00"
+
+
+def control_text_group(seq: int, key: SessionKey) -> MessageGroup:
+    """A complete group holding :data:`CONTROL_TEXT` in every free-text place a message has.
+
+    In the content of each message, a tool call's argument values and keys,
+    and a payload's strings: free text may hold any valid Unicode, NUL and
+    other control characters included (ids may not), so every store must give
+    it back exactly; canonical JSON writes a NUL as a six-character escape,
+    which PostgreSQL ``bytea`` and SQLite ``BLOB`` columns, objects and keys
+    hold as they are.
+    """
+    key = require_instance(key, SessionKey, "key")
+    call_id = f"call-{seq}"
+    return MessageGroup(
+        seq=seq,
+        messages=(
+            Message(
+                Role.USER,
+                CONTROL_TEXT,
+                payload={"text": CONTROL_TEXT, CONTROL_TEXT: [CONTROL_TEXT]},
+                payload_format="test.control_text/v1",
+            ),
+            Message(
+                Role.ASSISTANT,
+                CONTROL_TEXT,
+                tool_calls=(
+                    ToolCall(id=call_id, name="search", arguments={"q": CONTROL_TEXT, CONTROL_TEXT: 1}),
+                ),
+            ),
+            Message(Role.TOOL, CONTROL_TEXT, tool_call_id=call_id),
+            Message(Role.ASSISTANT, f"done {seq}{CONTROL_TEXT}"),
+        ),
+        retained=RetainedRecord(scope=Scope(key.tenant, key.user, key.session)),
     )
 
 

@@ -43,7 +43,13 @@ from ._suite import (
     require_not_flag,
 )
 from .erasure_contract import SessionStoreErasureTests
-from .helpers import COLLIDING_SESSION_KEYS, legacy_snapshot, replace_once, scoped_snapshot
+from .helpers import (
+    COLLIDING_SESSION_KEYS,
+    control_text_group,
+    legacy_snapshot,
+    replace_once,
+    scoped_snapshot,
+)
 
 __all__ = ["SessionStoreContract", "legacy_snapshot", "scoped_snapshot"]
 
@@ -248,6 +254,30 @@ class SessionStoreContract(SessionStoreErasureTests, ContractSuite):
             assert [g.digest for g in loaded.snapshot.resident] == [g.digest for g in snapshot.resident]
         legacy = await _load(session_store, SessionKey("t", "u", "legacy"))
         assert legacy is not None and legacy.snapshot.memory_scope is None
+
+    async def test_free_text_with_nul_and_control_characters_round_trips_exactly(
+        self, session_store: SessionStore
+    ) -> None:
+        """A snapshot whose groups hold NUL, other controls and the text of escapes loads back equal.
+
+        Message content, tool-call arguments and payloads are free text, which
+        may hold any valid Unicode (``control_text_group``). A failure means
+        the store changed the bytes (a text column that refuses or cuts at NUL,
+        such as PostgreSQL ``text``; JSON decoded and re-encoded), and then the
+        digest no longer matches: store ``snapshot_bytes`` as they are.
+        """
+        snapshot = seal_snapshot(
+            SessionSnapshot(
+                memory_scope=Scope(_KEY.tenant, _KEY.user, _KEY.session),
+                boundary=0,
+                next_seq=2,
+                resident=(control_text_group(0, _KEY), control_text_group(1, _KEY)),
+            )
+        )
+        await session_store.save(_KEY, snapshot, None, OpContext())
+        loaded = await _load(session_store, _KEY)
+        assert loaded is not None
+        assert loaded.snapshot == snapshot and loaded.snapshot.digest == snapshot.digest
 
     async def test_sessions_are_isolated_even_with_tricky_ids(self, session_store: SessionStore) -> None:
         """Each session key has its own snapshot, even keys that collide under naive key building.
