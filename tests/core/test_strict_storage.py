@@ -15,7 +15,12 @@ import attrs
 import pytest
 
 from agentium_harness._codec import canonical_json, digest_bytes, unstructure
-from agentium_harness._errors import ArchiveCorruptError, ArchiveError, SnapshotCorruptError
+from agentium_harness._errors import (
+    ArchiveCorruptError,
+    ArchiveError,
+    InvalidArgumentError,
+    SnapshotCorruptError,
+)
 from agentium_harness._ports import OpContext
 from agentium_harness._ports.archive import check_archived_group
 from agentium_harness._ports.sessions import (
@@ -26,6 +31,7 @@ from agentium_harness._ports.sessions import (
     snapshot_digest,
     verify_snapshot,
 )
+from agentium_harness._ports.snapshot import ArchiveDivergence
 from agentium_harness._scope import SessionKey
 from agentium_harness.adapters.memory import InMemoryArchive, InMemorySessionStore
 from agentium_harness.adapters.sqlite import SQLiteArchive, SQLiteConfig, SQLiteSessionStore
@@ -201,6 +207,31 @@ async def test_a_format_version_that_is_no_int_is_a_typed_error_and_writes_nothi
     with pytest.raises(SnapshotCorruptError, match="format_version that is not an int"):
         await store.save(KEY, bad, None, OpContext())
     assert store.raw(KEY) is None
+
+
+@pytest.mark.parametrize(
+    "seqs", [(-1,), (3, -7), (2**63,)], ids=["negative", "one negative", "past MAX_COUNT"]
+)
+async def test_a_divergence_naming_an_impossible_seq_is_refused_and_left_alone(
+    db: Path, store: SQLiteSessionStore, seqs: tuple[int, ...]
+) -> None:
+    # A divergence names group seqs the archive conflicted at: never below 0 (nor past the most
+    # groups a session holds). With a matching digest it is still damage, not a seq to show an operator.
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    revision, data = _snapshot_row(db)
+    damaged = _edit_json(data, _set(("divergence",), {"detail": "conflict", "seqs": list(seqs)}))
+    plain = json.loads(damaged)
+    plain["digest"] = None
+    plain["digest"] = digest_bytes(canonical_json(plain))
+    damaged = canonical_json(plain)
+    _set_snapshot_data(db, damaged)
+    for _ in range(2):
+        with pytest.raises(SnapshotCorruptError, match="divergence"):
+            await store.load(KEY, OpContext())
+    assert _snapshot_row(db) == (revision, damaged)
+    # Nor can such a divergence be built (and so saved): the typed error of a bad argument.
+    with pytest.raises(InvalidArgumentError, match="seqs"):
+        ArchiveDivergence(seqs, "conflict")
 
 
 def attrs_evolve_sealed(snapshot: SessionSnapshot, **changes: Any) -> SessionSnapshot:

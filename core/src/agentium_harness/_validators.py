@@ -58,6 +58,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "prose_text",
+    "seq_items",
     "require_instance",
     "require_instances",
     "shown_number",
@@ -239,6 +240,24 @@ def non_negative_int(instance: Any, attribute: attrs.Attribute[Any], value: obje
             f"{attribute.name} must be a non-negative integer, got {shown_number(value)}"
         )
     keep_exact(instance, attribute, value, plain)
+
+
+def seq_items(instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    """Each item an ``int`` from 0 to :data:`MAX_COUNT` (``bool`` refused): group seqs.
+
+    For a tuple field (after :func:`int_tuple`): no group has a negative seq, so a stored record
+    naming one is damage, refused when it is decoded. Subclasses are kept as the exact ints they hold.
+    """
+    plain = []
+    for item in value:
+        seq = exact_int(item)
+        if seq is None or not 0 <= seq <= MAX_COUNT:
+            raise InvalidArgumentError(
+                f"{attribute.name} must hold integers from 0 to {MAX_COUNT}, got {shown_number(item)}"
+            )
+        plain.append(seq)
+    if any(type(item) is not int for item in value):
+        keep_exact(instance, attribute, value, tuple(plain))
 
 
 def non_empty_str(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -24,7 +24,7 @@ from .._history import MessageGroup, ViewState, bytes_and_digest
 from .._history_messages import stored_messages_issue
 from .._scope import Scope, SessionKey
 from .._tuples import tuple_of_archived_digests, tuple_of_message_groups
-from .._validators import int_tuple, require_instance
+from .._validators import int_tuple, require_instance, seq_items
 from .archive_marks import MAX_ARCHIVE_MARKS, ArchiveMark, add_archive_mark
 from .erasure import ErasedSession, ErasureLedger, SeqRange
 from .snapshot_text import (
@@ -81,7 +81,7 @@ class ArchiveDivergence:
     reconciliation (docs/runtime.md), and neither copy is ever dropped.
     """
 
-    seqs: tuple[int, ...] = attrs.field(converter=int_tuple)
+    seqs: tuple[int, ...] = attrs.field(converter=int_tuple, validator=seq_items)
     detail: str = ""
 
 
