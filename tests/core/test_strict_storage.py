@@ -26,6 +26,7 @@ from agentium_harness._ports.archive import check_archived_group
 from agentium_harness._ports.sessions import (
     SNAPSHOT_FORMAT_VERSION,
     SessionSnapshot,
+    decode_snapshot,
     seal_snapshot,
     snapshot_bytes,
     snapshot_digest,
@@ -232,6 +233,57 @@ async def test_a_divergence_naming_an_impossible_seq_is_refused_and_left_alone(
     # Nor can such a divergence be built (and so saved): the typed error of a bad argument.
     with pytest.raises(InvalidArgumentError, match="seqs"):
         ArchiveDivergence(seqs, "conflict")
+
+
+def _ledger_snapshot() -> SessionSnapshot:
+    from datetime import UTC, datetime
+
+    from agentium_harness import VerifiedIdentity
+    from agentium_harness._ports.erasure import (
+        ErasedGroups,
+        EraseTarget,
+        ErasureKind,
+        ErasureLedger,
+        ErasureRecord,
+        ErasureState,
+    )
+
+    record = ErasureRecord(
+        erasure_id="0" * 24,
+        kind=ErasureKind.ERASURE,
+        target=EraseTarget.session("tenant", "user", "gone"),
+        reason="dsr",
+        operator=VerifiedIdentity("tenant", "ops", "sso"),
+        state=ErasureState.COMPLETE,
+        started_at=datetime(2025, 1, 1, tzinfo=UTC),
+        completed_at=datetime(2025, 1, 1, tzinfo=UTC),
+        sessions=(ErasedGroups(SessionKey("tenant", "user", "gone"), count=2),),
+        omitted_sessions=1,
+    )
+    return seal_snapshot(SessionSnapshot(memory_scope=None, ledger=ErasureLedger(records=(record,))))
+
+
+@pytest.mark.parametrize(
+    "path", [("ledger", "records", 0, "omitted_sessions"), ("ledger", "records", 0, "sessions", 0, "count")]
+)
+async def test_an_erasure_record_with_a_negative_count_is_refused_and_left_alone(
+    db: Path, store: SQLiteSessionStore, path: tuple[Any, ...]
+) -> None:
+    # Counts of an erasure record (its tombstone) are never negative: a stored one is damage,
+    # refused even with a matching digest, rather than shown by erasure_status as what was erased.
+    data = snapshot_bytes(_ledger_snapshot())
+    assert decode_snapshot(KEY, data, "ledger") == _ledger_snapshot()
+    plain = json.loads(_edit_json(data, _set(path, -1)))
+    plain["digest"] = None
+    plain["digest"] = digest_bytes(canonical_json(plain))
+    damaged = canonical_json(plain)
+    await store.save(KEY, scoped_snapshot(KEY), None, OpContext())
+    revision, _ = _snapshot_row(db)
+    _set_snapshot_data(db, damaged)
+    for _ in range(2):
+        with pytest.raises(SnapshotCorruptError, match="cannot be decoded"):
+            await store.load(KEY, OpContext())
+    assert _snapshot_row(db) == (revision, damaged)
 
 
 def attrs_evolve_sealed(snapshot: SessionSnapshot, **changes: Any) -> SessionSnapshot:

@@ -475,7 +475,7 @@ class ErasedGroups:
     """
 
     session: SessionKey
-    count: int = 0
+    count: int = attrs.field(default=0, validator=_seq)  # a count: never negative, even when stored
     ranges: tuple[SeqRange, ...] = attrs.field(default=(), converter=_ranges_of)
     digests: tuple[tuple[int, str], ...] = attrs.field(default=(), converter=_pairs)
     snapshot: bool = False
@@ -519,7 +519,7 @@ class ErasureRecord:
     statement: str = ""
     stores: tuple[StoreErasure, ...] = attrs.field(default=(), converter=_stores_of)
     sessions: tuple[ErasedGroups, ...] = attrs.field(default=(), converter=_sessions_of)
-    omitted_sessions: int = 0
+    omitted_sessions: int = attrs.field(default=0, validator=_seq)
     notes: tuple[str, ...] = attrs.field(default=(), converter=_notes)
 
     @property
