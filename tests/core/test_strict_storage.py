@@ -263,17 +263,29 @@ def _ledger_snapshot() -> SessionSnapshot:
     return seal_snapshot(SessionSnapshot(memory_scope=None, ledger=ErasureLedger(records=(record,))))
 
 
-@pytest.mark.parametrize(
-    "path", [("ledger", "records", 0, "omitted_sessions"), ("ledger", "records", 0, "sessions", 0, "count")]
-)
-async def test_an_erasure_record_with_a_negative_count_is_refused_and_left_alone(
-    db: Path, store: SQLiteSessionStore, path: tuple[Any, ...]
+_RECORD = ("ledger", "records", 0)
+RECORD_EDITS = {
+    "negative omitted_sessions": ((*_RECORD, "omitted_sessions"), -1),
+    "a negative session count": ((*_RECORD, "sessions", 0, "count"), -1),
+    "a reason holding NUL": ((*_RECORD, "reason"), "dsr\x00"),
+    "a blank reason": ((*_RECORD, "reason"), "  "),
+    "a reason past 1024 bytes": ((*_RECORD, "reason"), "é" * 513),
+    "a statement holding NUL": ((*_RECORD, "statement"), "signed\x00"),
+    "a statement past 1024 bytes": ((*_RECORD, "statement"), "s" * 1025),
+}
+
+
+@pytest.mark.parametrize("case", list(RECORD_EDITS), ids=list(RECORD_EDITS))
+async def test_an_erasure_record_erase_would_refuse_is_refused_when_stored_and_left_alone(
+    db: Path, store: SQLiteSessionStore, case: str
 ) -> None:
-    # Counts of an erasure record (its tombstone) are never negative: a stored one is damage,
-    # refused even with a matching digest, rather than shown by erasure_status as what was erased.
+    # An erasure record (its tombstone) holds what erase() accepted: counts never negative, a
+    # reason and statement within MAX_ERASURE_REASON_BYTES without NUL. A stored one otherwise is
+    # damage, refused even with a matching digest, rather than shown by erasure_status.
     data = snapshot_bytes(_ledger_snapshot())
     assert decode_snapshot(KEY, data, "ledger") == _ledger_snapshot()
-    plain = json.loads(_edit_json(data, _set(path, -1)))
+    path, value = RECORD_EDITS[case]
+    plain = json.loads(_edit_json(data, _set(path, value)))
     plain["digest"] = None
     plain["digest"] = digest_bytes(canonical_json(plain))
     damaged = canonical_json(plain)

@@ -56,6 +56,7 @@ from .._ports import OpContext
 from .._ports._base import capabilities_of
 from .._ports.erasure import (
     DEFAULT_ERASE_BATCH,
+    MAX_ERASURE_REASON_BYTES,  # defined with the record, whose decode holds stored reasons to it too
     ErasedCount,
     ErasedGroups,
     ErasedSession,
@@ -108,8 +109,6 @@ __all__ = [
     "start",
 ]
 
-#: Longest reason (and attestation statement) an erasure keeps, in UTF-8 bytes.
-MAX_ERASURE_REASON_BYTES: Final = 1024
 #: Rounds of "ask every store again, erase what is left" before an erasure gives up.
 _VERIFY_ROUNDS: Final = 3
 #: Items one dry run counts per store at most (the report then says ``partial``: at least that many).

@@ -493,6 +493,25 @@ def _notes(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+#: Longest ``reason`` or ``statement`` of an erasure, in UTF-8 bytes: ``erase`` refuses longer ones.
+MAX_ERASURE_REASON_BYTES: Final = 1024
+
+
+def _record_text(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    # What erase() accepts (_engine/erasure.py): a record holding other text, stored or built, is refused.
+    text = str.__str__(value) if isinstance(value, str) else None
+    if (
+        text is None
+        or "\x00" in text
+        or len(text.encode("utf-8", "surrogatepass")) > MAX_ERASURE_REASON_BYTES
+    ):
+        raise InvalidArgumentError(
+            f"{attribute.name} must be text of at most {MAX_ERASURE_REASON_BYTES} bytes, no NUL"
+        )
+    if attribute.name == "reason" and not text.strip():
+        raise InvalidArgumentError("reason must say why the erasure was done, got blank text")
+
+
 @attrs.frozen(slots=True)
 class ErasureRecord:
     """The durable record of one erasure; once ``complete``, its tombstone.
@@ -511,12 +530,12 @@ class ErasureRecord:
     erasure_id: str
     kind: ErasureKind = attrs.field(converter=ErasureKind)
     target: EraseTarget
-    reason: str
+    reason: str = attrs.field(validator=_record_text)
     operator: VerifiedIdentity
     state: ErasureState = attrs.field(converter=ErasureState)
     started_at: datetime
     completed_at: datetime | None = None
-    statement: str = ""
+    statement: str = attrs.field(default="", validator=_record_text)
     stores: tuple[StoreErasure, ...] = attrs.field(default=(), converter=_stores_of)
     sessions: tuple[ErasedGroups, ...] = attrs.field(default=(), converter=_sessions_of)
     omitted_sessions: int = attrs.field(default=0, validator=_seq)
